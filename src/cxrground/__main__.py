@@ -1,0 +1,5 @@
+"""``python -m cxrground`` runs the command line."""
+
+from cxrground.cli import main
+
+main()

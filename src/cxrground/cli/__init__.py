@@ -1,0 +1,24 @@
+"""The ``cxrground`` command line: a thin layer over the library, one module per command group."""
+
+from __future__ import annotations
+
+import click
+
+from cxrground import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="cxrground")
+def main() -> None:
+    """cxrground: lesion grounding in chest X-rays (ILS datasets and models, the CheXpercept benchmark)."""
+
+
+def _register() -> None:
+    from cxrground.cli import data_cmds, synth_cmds
+
+    for module in (synth_cmds, data_cmds):
+        for command in module.COMMANDS:
+            main.add_command(command)
+
+
+_register()

@@ -1,0 +1,76 @@
+"""The package's exception types and the failure record used by batch readers.
+
+Every problem with user input (an image, a mask, a report, a DICOM) raises an
+:class:`InputError` subclass whose message names the file and the reason.
+Batch readers catch these, keep a :class:`Failure` per bad input and go on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+
+class CXRGroundError(Exception):
+    """Base class of every error raised on purpose by cxrground."""
+
+
+class InputError(CXRGroundError):
+    """A user-supplied input cannot be used; ``path`` names it (or is None for in-memory data)."""
+
+    def __init__(self, reason: str, path: str | Path | None = None) -> None:
+        self.reason = reason
+        self.path = str(path) if path is not None else None
+        super().__init__(f"{self.path}: {reason}" if self.path else reason)
+
+
+class ImageReadError(InputError):
+    """An image or DICOM file could not be read or converted."""
+
+
+class MaskError(InputError):
+    """A mask is malformed: wrong shape, wrong dtype or values, corrupt encoding."""
+
+
+class MaskShapeError(MaskError):
+    """A mask's shape differs from the shape it must have; the message names both."""
+
+    def __init__(
+        self,
+        expected: tuple[int, ...],
+        got: tuple[int, ...],
+        what: str = "mask",
+        path: str | Path | None = None,
+    ) -> None:
+        self.expected = tuple(int(v) for v in expected)
+        self.got = tuple(int(v) for v in got)
+        super().__init__(f"{what} has shape {self.got}, expected {self.expected}", path)
+
+
+class ReportError(InputError):
+    """A radiology report is empty, undecodable or unparseable."""
+
+
+class ConfigError(CXRGroundError):
+    """A configuration value or a command-line option is invalid."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One input a batch job could not process, with the stage and the reason."""
+
+    path: str
+    stage: str
+    reason: str
+    error: str
+
+    @classmethod
+    def from_exception(cls, path: str | Path, stage: str, exc: BaseException) -> Failure:
+        """Build a record from an exception raised while processing ``path``."""
+        reason = exc.reason if isinstance(exc, InputError) else str(exc) or type(exc).__name__
+        return cls(path=str(path), stage=stage, reason=reason, error=type(exc).__name__)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the line format of ``failures.jsonl``)."""
+        return asdict(self)

@@ -1,0 +1,1 @@
+"""Images and masks I/O: CXR images (PNG, JPEG, DICOM), working-size transforms, mask codecs."""

@@ -1,0 +1,169 @@
+"""Binary masks: validation, COCO RLE (canonical stored form), PNG 0/255, CheXmask/SIIM RLE.
+
+In memory a mask is a 2-D ``numpy`` bool array of shape ``(H, W)``. Every function that takes
+more than one mask, or a mask and an expected size, checks shapes and raises
+:class:`~cxrground.errors.MaskShapeError` naming both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from cxrground.errors import MaskError, MaskShapeError
+
+__all__ = [
+    "as_mask",
+    "check_same_shape",
+    "check_shape",
+    "decode_chexmask_rle",
+    "decode_rle",
+    "encode_chexmask_rle",
+    "encode_rle",
+    "read_mask_png",
+    "write_mask_png",
+]
+
+
+def as_mask(array: Any, what: str = "mask", path: str | Path | None = None) -> np.ndarray:
+    """Return ``array`` as a 2-D bool mask; bool, integer 0/1 or 0/255 arrays are accepted."""
+    arr = np.asarray(array)
+    if arr.ndim != 2:
+        raise MaskError(f"{what} must be 2-D (H, W), got an array of shape {arr.shape}", path)
+    if arr.dtype == bool:
+        return arr
+    if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise MaskError(f"{what} has dtype {arr.dtype}; expected bool or an integer 0/1 or 0/255 array", path)
+    values = np.unique(arr)
+    if not (np.isin(values, (0, 1)).all() or np.isin(values, (0, 255)).all()):
+        shown = ", ".join(str(v) for v in values[:6])
+        raise MaskError(f"{what} is not binary: values {shown}{'...' if values.size > 6 else ''}", path)
+    return arr > 0
+
+
+def check_shape(mask: np.ndarray, shape: Sequence[int], what: str = "mask", path: str | Path | None = None):
+    """Raise :class:`MaskShapeError` unless ``mask.shape == shape``; return the mask."""
+    expected = tuple(int(v) for v in shape)
+    if tuple(mask.shape) != expected:
+        raise MaskShapeError(expected, tuple(mask.shape), what, path)
+    return mask
+
+
+def check_same_shape(*named: tuple[str, np.ndarray]) -> tuple[int, int]:
+    """Check that every ``(name, mask)`` has the shape of the first; return that shape."""
+    if not named:
+        raise ValueError("nothing to check")
+    first_name, first = named[0]
+    for name, arr in named[1:]:
+        if arr.shape != first.shape:
+            raise MaskShapeError(first.shape, arr.shape, f"{name} (compared with {first_name})")
+    return int(first.shape[0]), int(first.shape[1])
+
+
+# --- COCO RLE ------------------------------------------------------------------------------------
+
+def encode_rle(mask: np.ndarray) -> dict[str, Any]:
+    """COCO RLE ``{"size": [H, W], "counts": str}`` of a bool mask (column-major, pycocotools)."""
+    from pycocotools import mask as coco_mask
+
+    m = as_mask(mask)
+    rle = coco_mask.encode(np.asfortranarray(m.astype(np.uint8)))
+    return {"size": [int(rle["size"][0]), int(rle["size"][1])], "counts": rle["counts"].decode("ascii")}
+
+
+def decode_rle(rle: Mapping[str, Any], shape: Sequence[int] | None = None) -> np.ndarray:
+    """Bool mask from COCO RLE (compressed string or uncompressed list counts); checks ``shape``."""
+    from pycocotools import mask as coco_mask
+
+    try:
+        size = [int(rle["size"][0]), int(rle["size"][1])]
+        counts = rle["counts"]
+    except (KeyError, TypeError, IndexError, ValueError) as exc:
+        raise MaskError(f"not a COCO RLE object ({exc})") from exc
+    if shape is not None and tuple(size) != tuple(int(v) for v in shape):
+        raise MaskShapeError(tuple(shape), tuple(size), "RLE mask")
+    if isinstance(counts, list):
+        if sum(int(c) for c in counts) != size[0] * size[1]:
+            raise MaskError(f"RLE counts sum to {sum(counts)}, expected {size[0] * size[1]} for size {size}")
+        obj = coco_mask.frPyObjects({"size": size, "counts": [int(c) for c in counts]}, size[0], size[1])
+    elif isinstance(counts, str | bytes):
+        obj = {"size": size, "counts": counts.encode("ascii") if isinstance(counts, str) else counts}
+    else:
+        raise MaskError(f"RLE counts must be a string or a list, got {type(counts).__name__}")
+    try:
+        out = coco_mask.decode(obj)
+    except Exception as exc:  # pycocotools raises bare exceptions on corrupt strings
+        raise MaskError(f"corrupt RLE counts ({exc})") from exc
+    return out.astype(bool)
+
+
+# --- CheXmask / SIIM RLE -------------------------------------------------------------------------
+
+def encode_chexmask_rle(mask: np.ndarray) -> str:
+    """Row-major, 1-indexed ``"start length start length ..."`` string (CheXmask, SIIM-ACR)."""
+    flat = as_mask(mask).ravel(order="C").astype(np.int8)
+    padded = np.concatenate([[0], flat, [0]])
+    changes = np.flatnonzero(padded[1:] != padded[:-1]) + 1
+    starts, ends = changes[0::2], changes[1::2]
+    return " ".join(f"{s} {e - s}" for s, e in zip(starts, ends, strict=True))
+
+
+def decode_chexmask_rle(text: str, shape: Sequence[int]) -> np.ndarray:
+    """Bool mask of ``shape`` from a row-major 1-indexed ``start length`` RLE string."""
+    h, w = (int(v) for v in shape)
+    out = np.zeros(h * w, dtype=bool)
+    text = (text or "").strip()
+    if not text or text == "-1":  # SIIM writes -1 for an empty mask
+        return out.reshape(h, w)
+    try:
+        values = np.array([int(v) for v in text.split()], dtype=np.int64)
+    except ValueError as exc:
+        raise MaskError(f"CheXmask RLE contains a non-integer token ({exc})") from exc
+    if values.size % 2:
+        raise MaskError(f"CheXmask RLE has an odd number of values ({values.size})")
+    starts, lengths = values[0::2] - 1, values[1::2]
+    if (starts < 0).any() or (lengths < 0).any() or (starts + lengths > h * w).any():
+        raise MaskError(f"CheXmask RLE runs fall outside a {h}x{w} mask")
+    for s, n in zip(starts, lengths, strict=True):
+        out[s : s + n] = True
+    return out.reshape(h, w)
+
+
+# --- PNG -----------------------------------------------------------------------------------------
+
+def read_mask_png(path: str | Path, shape: Sequence[int] | None = None, threshold: int = 255) -> np.ndarray:
+    """Read a single-channel 0/255 PNG as a bool mask (``value >= threshold``); checks ``shape``."""
+    path = Path(path)
+    try:
+        with Image.open(path) as im:
+            im.load()
+            if im.mode not in ("L", "1", "P", "I", "I;16"):
+                im = im.convert("L")
+            arr = np.asarray(im)
+    except FileNotFoundError as exc:
+        raise MaskError("mask file not found", path) from exc
+    except OSError as exc:
+        raise MaskError(f"cannot decode mask image ({exc})", path) from exc
+    if arr.ndim != 2:
+        raise MaskError(f"mask image must be single-channel, got shape {arr.shape}", path)
+    if arr.dtype == bool:
+        mask = arr
+    else:
+        if arr.max(initial=0) == 1:  # 0/1 PNGs are common in the wild
+            threshold = 1
+        mask = arr >= threshold
+    if shape is not None:
+        check_shape(mask, shape, "mask", path)
+    return mask
+
+
+def write_mask_png(path: str | Path, mask: np.ndarray) -> Path:
+    """Write a bool mask as an 8-bit single-channel PNG with values 0/255."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(as_mask(mask).astype(np.uint8) * 255, mode="L").save(path, optimize=False)
+    return path
