@@ -1,0 +1,40 @@
+"""Shared fixtures. The real-data pack is read from ``CXRGROUND_PACK`` or ``../shared/data/cxr-pack-v1``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SPEC_DIR = REPO.parent / "shared" / "spec"
+
+
+def _pack_path() -> Path:
+    env = os.environ.get("CXRGROUND_PACK")
+    return Path(env) if env else REPO.parent / "shared" / "data" / "cxr-pack-v1"
+
+
+@pytest.fixture(scope="session")
+def pack_dir() -> Path:
+    """The cxr-pack-v1 folder; skips (outside CI) or fails (in CI) when it is missing."""
+    path = _pack_path()
+    if not (path / "README.md").is_file():
+        msg = f"cxr-pack-v1 not found at {path}; set CXRGROUND_PACK to run real-data tests"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return path
+
+
+@pytest.fixture(scope="session")
+def spec_text() -> dict[str, str]:
+    """The two specification files as text, keyed ``ils`` and ``percept``."""
+    files = {"ils": SPEC_DIR / "ILS.md", "percept": SPEC_DIR / "CHEXPERCEPT.md"}
+    if not all(p.is_file() for p in files.values()):
+        msg = f"specs not found under {SPEC_DIR}"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return {k: p.read_text(encoding="utf-8") for k, p in files.items()}
