@@ -1,0 +1,139 @@
+"""A user's own images plus reports, as :class:`StudyInput` records.
+
+Recognised layouts:
+
+- **MIMIC-CXR-JPG**: ``files/pXX/pXXXXXXXX/sXXXXXXXX/<dicom_id>.jpg`` with reports in the MIMIC-CXR
+  layout ``pXX/pXXXXXXXX/sXXXXXXXX.txt`` (under ``--reports`` or beside the study folders);
+- **flat folder + index**: a CSV or JSONL index with an ``image`` column (path relative to the
+  image folder) and ``study_id``, plus either ``report_path`` or ``report`` (the text); optional
+  ``subject_id``, ``dicom_id``, ``view``.
+
+Images are not opened here; reading happens in the stages that need the pixels.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from cxrground.errors import Failure, InputError
+from cxrground.io.image import IMAGE_SUFFIXES
+
+__all__ = ["MIMIC_IMAGE_RE", "StudyInput", "read_index", "scan_folder"]
+
+MIMIC_IMAGE_RE = re.compile(r"(?:^|/)(p\d{2})/(p\d+)/(s\d+)/([^/]+)\.(?:jpe?g|png|dcm|dicom)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class StudyInput:
+    """One image of a study with where its report is (a file, inline text, or none found)."""
+
+    study_id: str
+    image_path: Path
+    subject_id: str | None = None
+    dicom_id: str | None = None
+    view: str | None = None
+    report_path: Path | None = None
+    report_text: str | None = None
+    relative_image_path: str | None = None
+    """Path relative to the image root (MIMIC ``files/``-relative for that layout)."""
+
+
+def scan_folder(
+    images: str | Path, reports: str | Path | None = None, index: str | Path | None = None
+) -> tuple[list[StudyInput], list[Failure]]:
+    """Find the studies under ``images``; images without a locatable report become failures."""
+    root = Path(images)
+    if not root.is_dir():
+        raise InputError("image folder not found", root)
+    if index is not None:
+        return read_index(index, root)
+    studies: list[StudyInput] = []
+    failures: list[Failure] = []
+    report_root = Path(reports) if reports is not None else None
+    for path in sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()):
+        rel = path.relative_to(root).as_posix()
+        match = MIMIC_IMAGE_RE.search(rel)
+        if match is None:
+            failures.append(Failure(str(path), "scan", "not in the MIMIC-CXR layout and no index given", "InputError"))
+            continue
+        group, subject, study, dicom = match.groups()
+        report = _find_mimic_report(path, group, subject, study, report_root)
+        if report is None:
+            failures.append(Failure(str(path), "scan", f"no report {subject}/{study}.txt found", "InputError"))
+            continue
+        mimic_rel = f"{group}/{subject}/{study}/{path.name}"
+        studies.append(StudyInput(study, path, subject, dicom, None, report, None, mimic_rel))
+    return studies, failures
+
+
+def read_index(index: str | Path, image_root: str | Path) -> tuple[list[StudyInput], list[Failure]]:
+    """Studies listed in a CSV/JSONL index; rows with a missing image or report become failures."""
+    index, root = Path(index), Path(image_root)
+    rows = _index_rows(index)
+    studies: list[StudyInput] = []
+    failures: list[Failure] = []
+    for n, row in enumerate(rows, start=1):
+        where = f"{index}:{n}"
+        image = str(row.get("image") or row.get("image_path") or "").strip()
+        study = str(row.get("study_id") or "").strip()
+        if not image or not study:
+            failures.append(Failure(where, "scan", "row needs 'image' and 'study_id'", "InputError"))
+            continue
+        path = root / image
+        if not path.is_file():
+            failures.append(Failure(str(path), "scan", f"image listed in {where} not found", "InputError"))
+            continue
+        report_path = str(row.get("report_path") or "").strip()
+        text = row.get("report")
+        rpath = (index.parent / report_path) if report_path else None
+        if rpath is not None and not rpath.is_file():
+            failures.append(Failure(str(rpath), "scan", f"report listed in {where} not found", "InputError"))
+            continue
+        if rpath is None and not (isinstance(text, str) and text.strip()):
+            failures.append(Failure(where, "scan", "row has neither 'report_path' nor 'report' text", "InputError"))
+            continue
+        studies.append(StudyInput(
+            study_id=study if study.startswith("s") else f"s{study}",
+            image_path=path,
+            subject_id=_opt(row.get("subject_id")),
+            dicom_id=_opt(row.get("dicom_id")) or path.stem,
+            view=_opt(row.get("view")),
+            report_path=rpath,
+            report_text=None if rpath is not None else str(text),
+            relative_image_path=image,
+        ))
+    return studies, failures
+
+
+def _find_mimic_report(image: Path, group: str, subject: str, study: str, report_root: Path | None) -> Path | None:
+    candidates = []
+    if report_root is not None:
+        for base in (report_root, report_root / "files"):
+            candidates.append(base / group / subject / f"{study}.txt")
+    candidates.append(image.parent.parent / f"{study}.txt")
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def _index_rows(index: Path) -> list[dict[str, object]]:
+    if not index.is_file():
+        raise InputError("index file not found", index)
+    if index.suffix.lower() == ".jsonl":
+        rows = []
+        for n, line in enumerate(index.read_text(encoding="utf-8").splitlines(), start=1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise InputError(f"line {n} is not JSON ({exc.msg})", index) from exc
+        return rows
+    with index.open(newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _opt(value: object) -> str | None:
+    text = str(value).strip() if value is not None else ""
+    return text or None
