@@ -1,0 +1,130 @@
+"""Mask codecs: COCO RLE, CheXmask RLE, PNG; shape and dtype checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from cxrground.errors import MaskError, MaskShapeError
+from cxrground.io.masks import (
+    as_mask,
+    check_same_shape,
+    check_shape,
+    decode_chexmask_rle,
+    decode_rle,
+    encode_chexmask_rle,
+    encode_rle,
+    read_mask_png,
+    write_mask_png,
+)
+
+
+@pytest.fixture
+def blob() -> np.ndarray:
+    rng = np.random.default_rng(3)
+    m = np.zeros((37, 53), dtype=bool)
+    m[5:20, 7:30] = True
+    m[25:, 40:] = True
+    m ^= rng.random(m.shape) > 0.97
+    return m
+
+
+def test_coco_rle_round_trip(blob):
+    rle = encode_rle(blob)
+    assert rle["size"] == [37, 53]
+    assert isinstance(rle["counts"], str)
+    np.testing.assert_array_equal(decode_rle(rle), blob)
+
+
+def test_coco_rle_uncompressed_counts_and_column_major_order():
+    # column-major: a mask with only the top-left pixel of the second column set
+    m = np.zeros((3, 2), dtype=bool)
+    m[0, 1] = True
+    rle = {"size": [3, 2], "counts": [3, 1, 2]}
+    np.testing.assert_array_equal(decode_rle(rle), m)
+    np.testing.assert_array_equal(decode_rle(encode_rle(m)), m)
+
+
+def test_coco_rle_empty_and_full():
+    for m in (np.zeros((4, 5), bool), np.ones((4, 5), bool)):
+        np.testing.assert_array_equal(decode_rle(encode_rle(m)), m)
+
+
+def test_rle_shape_check_names_both_shapes(blob):
+    with pytest.raises(MaskShapeError) as info:
+        decode_rle(encode_rle(blob), shape=(53, 37))
+    assert "(37, 53)" in str(info.value) and "(53, 37)" in str(info.value)
+
+
+def test_rle_bad_counts():
+    with pytest.raises(MaskError, match="sum to"):
+        decode_rle({"size": [2, 2], "counts": [1, 1]})
+    with pytest.raises(MaskError, match="not a COCO RLE"):
+        decode_rle({"counts": "abc"})
+
+
+def test_chexmask_rle_known_string():
+    # 2x3 mask, row-major: pixels 2,3 (1-indexed) and 6
+    m = np.array([[0, 1, 1], [0, 0, 1]], dtype=bool)
+    assert encode_chexmask_rle(m) == "2 2 6 1"
+    np.testing.assert_array_equal(decode_chexmask_rle("2 2 6 1", (2, 3)), m)
+
+
+def test_chexmask_rle_round_trip_and_empty(blob):
+    np.testing.assert_array_equal(decode_chexmask_rle(encode_chexmask_rle(blob), blob.shape), blob)
+    assert encode_chexmask_rle(np.zeros((3, 3), bool)) == ""
+    assert not decode_chexmask_rle("-1", (3, 3)).any()
+
+
+def test_chexmask_rle_errors():
+    with pytest.raises(MaskError, match="odd number"):
+        decode_chexmask_rle("1 2 3", (3, 3))
+    with pytest.raises(MaskError, match="outside"):
+        decode_chexmask_rle("8 5", (3, 3))
+    with pytest.raises(MaskError, match="non-integer"):
+        decode_chexmask_rle("1 x", (3, 3))
+
+
+def test_png_round_trip_values(tmp_path, blob):
+    path = write_mask_png(tmp_path / "m.png", blob)
+    raw = np.asarray(Image.open(path))
+    assert raw.dtype == np.uint8 and set(np.unique(raw)) <= {0, 255}
+    np.testing.assert_array_equal(read_mask_png(path, blob.shape), blob)
+
+
+def test_png_wrong_size_names_file_and_shapes(tmp_path, blob):
+    path = write_mask_png(tmp_path / "m.png", blob)
+    with pytest.raises(MaskShapeError) as info:
+        read_mask_png(path, (10, 10))
+    msg = str(info.value)
+    assert str(path) in msg and "(37, 53)" in msg and "(10, 10)" in msg
+
+
+def test_png_corrupt_and_missing(tmp_path):
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\nnot really")
+    with pytest.raises(MaskError, match=str(bad)):
+        read_mask_png(bad)
+    with pytest.raises(MaskError, match="not found"):
+        read_mask_png(tmp_path / "none.png")
+
+
+def test_as_mask_validation():
+    assert as_mask(np.array([[0, 255]], np.uint8)).tolist() == [[False, True]]
+    assert as_mask(np.array([[0, 1]], np.int64)).tolist() == [[False, True]]
+    with pytest.raises(MaskError, match="not binary"):
+        as_mask(np.array([[0, 7]], np.uint8))
+    with pytest.raises(MaskError, match="2-D"):
+        as_mask(np.zeros((2, 2, 2), bool))
+    with pytest.raises(MaskError, match="dtype"):
+        as_mask(np.array([["a"]]))
+
+
+def test_shape_checks():
+    a, b = np.zeros((2, 3), bool), np.zeros((3, 2), bool)
+    assert check_same_shape(("a", a), ("c", a.copy())) == (2, 3)
+    with pytest.raises(MaskShapeError, match=r"\(3, 2\).*\(2, 3\)"):
+        check_same_shape(("a", a), ("b", b))
+    with pytest.raises(MaskShapeError):
+        check_shape(a, (3, 2))
