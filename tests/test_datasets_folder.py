@@ -1,0 +1,56 @@
+"""A user's folder: MIMIC-CXR-JPG layout with reports, and a flat folder with an index."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from cxrground.datasets.folder import scan_folder
+from cxrground.io.image import write_image
+
+
+def _img(path):
+    return write_image(path, np.zeros((8, 8), np.uint8))
+
+
+def test_mimic_layout_with_reports(tmp_path):
+    files = tmp_path / "files"
+    _img(files / "p10/p10000032/s50414267/02aa804e-bde0afdd-112c0b34-7bc16630-4e384014.jpg")
+    _img(files / "p10/p10000032/s53189527/2a2277a9-b0ded155-c0de8eb9-c124d10e-82c5caab.jpg")
+    _img(files / "p11/p11000011/s51029426/abc.jpg")
+    reports = tmp_path / "reports" / "files"
+    (reports / "p10/p10000032").mkdir(parents=True)
+    (reports / "p10/p10000032/s50414267.txt").write_text("FINDINGS: No effusion.")
+    (reports / "p10/p10000032/s53189527.txt").write_text("IMPRESSION: Clear.")
+    (files / "stray.png").write_bytes(b"")
+    studies, failures = scan_folder(files, tmp_path / "reports")
+    assert [s.study_id for s in studies] == ["s50414267", "s53189527"]
+    s = studies[0]
+    assert s.subject_id == "p10000032" and s.dicom_id == "02aa804e-bde0afdd-112c0b34-7bc16630-4e384014"
+    assert s.relative_image_path == "p10/p10000032/s50414267/02aa804e-bde0afdd-112c0b34-7bc16630-4e384014.jpg"
+    reasons = {f.path.rsplit("/", 1)[-1]: f.reason for f in failures}
+    assert "no report" in reasons["abc.jpg"] and "MIMIC-CXR layout" in reasons["stray.png"]
+
+
+def test_flat_folder_with_jsonl_and_csv_index(tmp_path):
+    _img(tmp_path / "img" / "a.png")
+    _img(tmp_path / "img" / "b.png")
+    (tmp_path / "r_a.txt").write_text("FINDINGS: Small left effusion.")
+    rows = [
+        {"image": "a.png", "study_id": "123", "report_path": "r_a.txt", "view": "PA"},
+        {"image": "b.png", "study_id": "s456", "report": "IMPRESSION: Cardiomegaly."},
+        {"image": "missing.png", "study_id": "789", "report": "x"},
+        {"image": "b.png", "study_id": "999"},
+    ]
+    index = tmp_path / "index.jsonl"
+    index.write_text("\n".join(json.dumps(r) for r in rows))
+    studies, failures = scan_folder(tmp_path / "img", index=index)
+    assert [(s.study_id, s.view) for s in studies] == [("s123", "PA"), ("s456", None)]
+    assert studies[0].report_path == tmp_path / "r_a.txt" and studies[1].report_text.startswith("IMPRESSION")
+    assert len(failures) == 2 and "not found" in failures[0].reason and "neither" in failures[1].reason
+
+    csv_index = tmp_path / "index.csv"
+    csv_index.write_text("image,study_id,report\na.png,1,FINDINGS: ok.\n")
+    studies, failures = scan_folder(tmp_path / "img", index=csv_index)
+    assert [s.study_id for s in studies] == ["s1"] and not failures
