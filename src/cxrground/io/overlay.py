@@ -1,0 +1,100 @@
+"""Overlays and contact sheets: masks blended onto a CXR, labelled panels, galleries.
+
+The blend is the one of CHEXPERCEPT.md §10.1: ``out = img·(1 − α·m) + colour·α·m`` per channel
+with ``img`` in [0, 1] (grey stacked to RGB), saved as 8-bit RGB at the image's size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from cxrground.io.masks import as_mask, check_shape
+
+__all__ = ["PALETTE", "blend", "contact_sheet", "label_panel", "overlay_masks"]
+
+#: Distinct colours (RGB in [0, 1]) for drawing several masks at once.
+PALETTE: tuple[tuple[float, float, float], ...] = (
+    (0.0, 1.0, 1.0),
+    (1.0, 0.2, 0.2),
+    (1.0, 0.85, 0.0),
+    (0.2, 1.0, 0.2),
+    (1.0, 0.3, 1.0),
+    (0.3, 0.5, 1.0),
+    (1.0, 0.55, 0.0),
+    (0.6, 1.0, 0.8),
+)
+
+
+def _rgb01(pixels: np.ndarray) -> np.ndarray:
+    arr = np.asarray(pixels)
+    if arr.ndim == 2:
+        arr = np.repeat(arr[:, :, None], 3, axis=2)
+    if arr.ndim != 3 or arr.shape[2] != 3:
+        raise ValueError(f"expected (H, W) or (H, W, 3) pixels, got {arr.shape}")
+    return arr.astype(np.float64) / 255.0 if arr.dtype == np.uint8 else arr.astype(np.float64)
+
+
+def blend(pixels: np.ndarray, mask: np.ndarray, colour: Sequence[float], alpha: float) -> np.ndarray:
+    """One mask blended onto grey or RGB ``pixels`` with the §10.1 formula; returns uint8 RGB."""
+    img = _rgb01(pixels)
+    m = check_shape(as_mask(mask), img.shape[:2], "overlay mask").astype(np.float64)[:, :, None]
+    col = np.asarray(colour, dtype=np.float64).reshape(1, 1, 3)
+    out = img * (1.0 - alpha * m) + col * alpha * m
+    return np.clip(np.rint(out * 255.0), 0, 255).astype(np.uint8)
+
+
+def overlay_masks(
+    pixels: np.ndarray,
+    masks: Sequence[np.ndarray],
+    colours: Sequence[Sequence[float]] | None = None,
+    alpha: float = 0.4,
+    outline: bool = True,
+) -> np.ndarray:
+    """Several masks blended in turn (palette colours by default), optionally with 1-px outlines."""
+    from scipy import ndimage
+
+    out = _rgb01(pixels)
+    out = np.clip(np.rint(out * 255), 0, 255).astype(np.uint8)
+    for i, mask in enumerate(masks):
+        colour = colours[i] if colours is not None else PALETTE[i % len(PALETTE)]
+        out = blend(out, mask, colour, alpha)
+        if outline:
+            m = as_mask(mask)
+            edge = m & ~ndimage.binary_erosion(m)
+            out[edge] = np.clip(np.asarray(colour) * 255, 0, 255).astype(np.uint8)
+    return out
+
+
+def label_panel(rgb: np.ndarray, title: str, lines: Sequence[str] = (), width: int | None = None) -> np.ndarray:
+    """The image (optionally resized to ``width``) with a caption strip of ``title`` and ``lines`` below."""
+    im = Image.fromarray(rgb if rgb.ndim == 3 else np.repeat(rgb[:, :, None], 3, axis=2))
+    if width is not None and im.width != width:
+        im = im.resize((width, max(1, round(im.height * width / im.width))), Image.Resampling.BILINEAR)
+    font = ImageFont.load_default()
+    line_h = 12
+    strip = line_h * (1 + len(lines)) + 6
+    canvas = Image.new("RGB", (im.width, im.height + strip), (16, 16, 16))
+    canvas.paste(im, (0, 0))
+    draw = ImageDraw.Draw(canvas)
+    draw.text((4, im.height + 2), title, fill=(255, 255, 255), font=font)
+    for i, line in enumerate(lines, start=1):
+        draw.text((4, im.height + 2 + i * line_h), line, fill=(200, 200, 200), font=font)
+    return np.asarray(canvas)
+
+
+def contact_sheet(panels: Sequence[np.ndarray], columns: int = 4, gap: int = 4) -> np.ndarray:
+    """Panels (RGB uint8, any sizes) laid out in a grid on a dark background."""
+    if not panels:
+        raise ValueError("no panels to lay out")
+    rows = (len(panels) + columns - 1) // columns
+    cell_h = max(p.shape[0] for p in panels)
+    cell_w = max(p.shape[1] for p in panels)
+    sheet = np.full((rows * (cell_h + gap) + gap, columns * (cell_w + gap) + gap, 3), 8, dtype=np.uint8)
+    for i, p in enumerate(panels):
+        r, c = divmod(i, columns)
+        y, x = gap + r * (cell_h + gap), gap + c * (cell_w + gap)
+        sheet[y : y + p.shape[0], x : x + p.shape[1]] = p
+    return sheet
