@@ -1,0 +1,75 @@
+"""Radiology reports: reading (MIMIC-style text, Open-i/IU XML, JSONL/CSV tables), sectioning,
+the ILS §6 section choice (findings → impression → last_paragraph) and sentence numbering."""
+
+from cxrground.reports.iu_xml import parse_iu_xml, read_iu_xml
+from cxrground.reports.model import (
+    REPORT_FORMATS,
+    SECTION_NAMES,
+    Report,
+    ReportFormat,
+    SectionChoice,
+    SectionName,
+    Sentence,
+)
+from cxrground.reports.readers import (
+    REPORT_SUFFIXES,
+    STAGE,
+    list_report_files,
+    parse_report_text,
+    read_report,
+    read_report_table,
+    read_reports,
+)
+from cxrground.reports.sections import (
+    HEADINGS,
+    NO_SECTION_REASON,
+    SECTION_ORDER,
+    Heading,
+    choose_section,
+    find_headings,
+    last_paragraph,
+    make_section_choice,
+    normalise_heading,
+    parse_sections,
+)
+from cxrground.reports.sentences import (
+    make_sentences,
+    normalise_whitespace,
+    number_sentences,
+    parse_numbered,
+    split_sentences,
+)
+
+__all__ = [
+    "HEADINGS",
+    "NO_SECTION_REASON",
+    "REPORT_FORMATS",
+    "REPORT_SUFFIXES",
+    "SECTION_NAMES",
+    "SECTION_ORDER",
+    "STAGE",
+    "Heading",
+    "Report",
+    "ReportFormat",
+    "SectionChoice",
+    "SectionName",
+    "Sentence",
+    "choose_section",
+    "find_headings",
+    "last_paragraph",
+    "list_report_files",
+    "make_section_choice",
+    "make_sentences",
+    "normalise_heading",
+    "normalise_whitespace",
+    "number_sentences",
+    "parse_iu_xml",
+    "parse_numbered",
+    "parse_report_text",
+    "parse_sections",
+    "read_iu_xml",
+    "read_report",
+    "read_report_table",
+    "read_reports",
+    "split_sentences",
+]

@@ -1,0 +1,203 @@
+"""Reading reports from files: single files, batches of files, and JSONL/CSV tables of report texts.
+
+Every bad input raises :class:`~cxrground.errors.ReportError` naming the file and the reason; the
+batch readers catch it, keep one :class:`~cxrground.errors.Failure` (stage ``reports``) per bad
+input and go on.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Final
+
+from tqdm.auto import tqdm
+
+from cxrground.errors import Failure, ReportError
+from cxrground.reports.iu_xml import decode_utf8, parse_iu_xml
+from cxrground.reports.model import Report
+from cxrground.reports.sections import find_headings, parse_sections
+
+__all__ = [
+    "REPORT_SUFFIXES",
+    "STAGE",
+    "list_report_files",
+    "parse_report_text",
+    "read_report",
+    "read_report_table",
+    "read_reports",
+]
+
+#: Stage name written into :class:`~cxrground.errors.Failure` records.
+STAGE: Final[str] = "reports"
+#: File suffixes :func:`list_report_files` picks up.
+REPORT_SUFFIXES: Final[tuple[str, ...]] = (".xml", ".txt")
+
+_XML_STARTS: Final[tuple[bytes, ...]] = (b"<?xml", b"<eCitation")
+
+
+def parse_report_text(text: str, report_id: str | None = None, source: str | Path | None = None) -> Report:
+    """Return the :class:`Report` of a free-text report.
+
+    The format is ``mimic`` when the text has section headings, else ``text`` (whose only section is
+    ``last_paragraph``). Without ``report_id`` the id is ``text-`` + the first 12 hex digits of the
+    SHA-1 of the text. Empty or whitespace-only text raises ``ReportError``.
+    """
+    if not text:
+        raise ReportError("empty report text", source)
+    if not text.strip():
+        raise ReportError("whitespace-only report text", source)
+    if report_id is None:
+        report_id = "text-" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+    report_id = str(report_id).strip()
+    if not report_id:
+        raise ReportError("empty report id", source)
+    sections = parse_sections(text)
+    return Report(
+        report_id=report_id,
+        format="mimic" if find_headings(text) else "text",
+        sections=sections,
+        source=str(source) if source is not None else None,
+        text=text,
+    )
+
+
+def _read_bytes(path: Path) -> bytes:
+    if not path.exists():
+        raise ReportError("file does not exist", path)
+    if not path.is_file():
+        raise ReportError("not a regular file", path)
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ReportError(f"cannot read file: {exc.strerror or exc}", path) from None
+
+
+def read_report(path: str | Path) -> Report:
+    """Return the :class:`Report` in file ``path``.
+
+    ``.xml`` files, and files whose content starts like XML, are read as Open-i/IU XML; anything
+    else as UTF-8 free text (MIMIC-style when it has headings). The report id of a text file is
+    its file stem. ``ReportError`` for a missing, empty, whitespace-only, non-UTF-8 or malformed file.
+    """
+    path = Path(path)
+    data = _read_bytes(path)
+    if not data:
+        raise ReportError("empty file", path)
+    head = data.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if path.suffix.lower() == ".xml" or head.startswith(_XML_STARTS):
+        return parse_iu_xml(data, source=path)
+    text = decode_utf8(data, path)
+    if not text.strip():
+        raise ReportError("whitespace-only file", path)
+    return parse_report_text(text, report_id=path.stem, source=path)
+
+
+def read_reports(paths: Iterable[str | Path], progress: bool = True) -> tuple[list[Report], list[Failure]]:
+    """Return (reports, failures) for ``paths``, in input order; one :class:`Failure` per unreadable file."""
+    paths = list(paths)
+    reports: list[Report] = []
+    failures: list[Failure] = []
+    for path in tqdm(paths, desc="reports", unit="report", disable=not progress):
+        try:
+            reports.append(read_report(path))
+        except ReportError as exc:
+            failures.append(Failure.from_exception(path, STAGE, exc))
+    return reports, failures
+
+
+def list_report_files(folder: str | Path, suffixes: Iterable[str] = REPORT_SUFFIXES) -> list[Path]:
+    """Return the report files (by suffix, case-insensitive) directly inside ``folder``, sorted by name."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ReportError("report folder does not exist", folder)
+    wanted = {s.lower() for s in suffixes}
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in wanted)
+
+
+def _jsonl_rows(text: str, path: Path) -> Iterator[tuple[str, dict[str, Any] | ReportError]]:
+    """Yield (location, row or error) for each non-blank line of a JSONL text."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            yield where, ReportError(f"invalid JSON: {exc.msg} at column {exc.colno}", where)
+            continue
+        if not isinstance(row, dict):
+            yield where, ReportError(f"JSON line is a {type(row).__name__}, expected an object", where)
+            continue
+        yield where, row
+
+
+def _csv_rows(
+    text: str, path: Path, delimiter: str, columns: tuple[str, str]
+) -> Iterator[tuple[str, dict[str, Any] | ReportError]]:
+    """Yield (location, row) for each record of a CSV/TSV text (the location is the record's first line)."""
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
+    fields = reader.fieldnames or []
+    missing = [c for c in columns if c not in fields]
+    if missing:
+        raise ReportError(f"column(s) {', '.join(map(repr, missing))} not found; columns are {fields}", path)
+    previous_end = reader.line_num
+    for row in reader:
+        yield f"{path}:{previous_end + 1}", row
+        previous_end = reader.line_num
+
+
+def read_report_table(
+    path: str | Path, id_column: str, text_column: str, progress: bool = True
+) -> tuple[list[Report], list[Failure]]:
+    """Return (reports, failures) for a table of report texts, one report per row.
+
+    ``path`` is ``.jsonl``/``.ndjson`` (one JSON object per line), ``.csv`` or ``.tsv`` (with a header).
+    Each row's text is parsed with :func:`parse_report_text`. A bad row (invalid JSON, missing or
+    empty id or text, duplicate id) becomes a :class:`Failure` whose path is ``file:line``. A missing,
+    empty or undecodable file, an unknown suffix or a CSV header without the columns raises ``ReportError``.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in {".jsonl", ".ndjson", ".csv", ".tsv"}:
+        raise ReportError(f"unsupported report table type {suffix!r}; expected .jsonl, .ndjson, .csv or .tsv", path)
+    data = _read_bytes(path)
+    if not data:
+        raise ReportError("empty file", path)
+    text = decode_utf8(data, path)
+    if not text.strip():
+        raise ReportError("whitespace-only file", path)
+    if suffix in {".jsonl", ".ndjson"}:
+        rows = _jsonl_rows(text, path)
+    else:
+        rows = _csv_rows(text, path, "\t" if suffix == ".tsv" else ",", (id_column, text_column))
+
+    reports: list[Report] = []
+    failures: list[Failure] = []
+    seen: dict[str, str] = {}
+    for where, row in tqdm(rows, desc="reports", unit="report", disable=not progress):
+        try:
+            if isinstance(row, ReportError):
+                raise row
+            report_id = row.get(id_column)
+            body = row.get(text_column)
+            if report_id is None or not str(report_id).strip():
+                raise ReportError(f"missing or empty id column {id_column!r}", where)
+            if body is None:
+                raise ReportError(f"missing text column {text_column!r}", where)
+            if not isinstance(body, str):
+                raise ReportError(f"text column {text_column!r} is a {type(body).__name__}, expected a string", where)
+            report_id = str(report_id).strip()
+            if report_id in seen:
+                raise ReportError(f"duplicate report id {report_id!r} (first at {seen[report_id]})", where)
+            report = parse_report_text(body, report_id=report_id, source=where)
+        except ReportError as exc:
+            failures.append(Failure.from_exception(where, STAGE, exc))
+            continue
+        seen[report_id] = where
+        reports.append(report)
+    return reports, failures
