@@ -124,7 +124,7 @@ def test_dicom_without_pixel_data(tmp_path):
     assert "nopix.dcm" in str(info.value)
 
 
-@pytest.mark.filterwarnings("ignore:VR lookup failed")
+@pytest.mark.filterwarnings("ignore::UserWarning")  # pydicom warns while failing on the junk file
 def test_bad_files_raise_with_path_and_reason(tmp_path):
     noise = np.random.default_rng(0).integers(0, 256, (64, 64), dtype=np.uint8)
     good = write_image(tmp_path / "good.png", noise)
