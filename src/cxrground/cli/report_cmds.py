@@ -1,0 +1,52 @@
+"""``cxrground reports``: read reports and show the section ILS would use, with numbered sentences."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from cxrground.reports import NO_SECTION_REASON, choose_section, list_report_files, read_reports
+
+
+@click.group("reports")
+def reports() -> None:
+    """Radiology reports: sections, section choice, sentence numbering."""
+
+
+@reports.command("sections")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
+@click.option("--json", "as_json", is_flag=True, help="One JSON line per report (and per failure).")
+def sections(paths: tuple[Path, ...], as_json: bool) -> None:
+    """Parse report files (or folders of them) and print the chosen section as numbered sentences."""
+    files: list[Path] = []
+    for p in paths:
+        files.extend(list_report_files(p) if p.is_dir() else [p])
+    parsed, failures = read_reports(files, progress=len(files) > 50)
+    for rep in parsed:
+        choice = choose_section(rep)
+        if as_json:
+            click.echo(json.dumps({
+                "report_id": rep.report_id,
+                "source": rep.source,
+                "sections": list(rep.sections),
+                "mesh_major": list(rep.mesh_major),
+                "choice": choice.to_dict() if choice else None,
+            }))
+            continue
+        click.echo(f"{rep.report_id} [{rep.format}] sections: {', '.join(rep.sections) or '-'}")
+        if choice is None:
+            click.echo(f"  {NO_SECTION_REASON}")
+        else:
+            click.echo(f"  {choice.name}: {choice.section_content}")
+        if rep.mesh_major:
+            click.echo(f"  MeSH major: {'; '.join(rep.mesh_major)}")
+    for f in failures:
+        line = json.dumps({"failure": f.to_dict()}) if as_json else f"failed: {f.path}: {f.reason}"
+        click.echo(line, err=not as_json)
+    if failures and not parsed:
+        raise SystemExit(1)
+
+
+COMMANDS: list[click.Command] = [reports]
