@@ -1,0 +1,412 @@
+"""Writing, resuming, loading and summarising a synthetic cohort on disk (MIMIC-CXR-JPG-like layout).
+
+```
+DIR/README.md                 synthetic test data, seed, generator version, conventions
+DIR/cohort.json               generator, version, seed, n_studies, config, file counts
+DIR/index.csv                 subject_id,study_id,dicom_id,view,image_path,report_path,height,width
+DIR/files/p1X/p1XXXXXXX/s5XXXXXXX/<dicom_id>.jpg   image (or .png)
+DIR/files/p1X/p1XXXXXXX/s5XXXXXXX.txt              report (MIMIC layout)
+DIR/truth/s5XXXXXXX.json      ground truth, written last and atomically (study complete iff present)
+DIR/masks/s5XXXXXXX/{right_lung,left_lung,heart}.png, lesion_{k}_{lesion}.png   0/255, native size
+DIR/preview.png               contact sheet of the first (up to) 16 studies with lesion masks
+```
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+from scipy import ndimage
+
+from cxrground.datasets.synthetic.config import GENERATOR_NAME, GENERATOR_VERSION, SynthConfig
+from cxrground.datasets.synthetic.records import StudyTruth
+from cxrground.datasets.synthetic.study import SyntheticStudy, generate_study, study_ids
+from cxrground.errors import ConfigError
+from cxrground.io.masks import decode_rle, write_mask_png
+from cxrground.vocab import LESIONS
+from cxrground.vocab.lesions import ABBREVIATIONS
+
+INDEX_COLUMNS: Final[tuple[str, ...]] = (
+    "subject_id", "study_id", "dicom_id", "view", "image_path", "report_path", "height", "width",
+)
+PREVIEW_STUDIES: Final[int] = 16
+PREVIEW_TILE: Final[int] = 256
+#: Overlay colour of each lesion in preview.png (RGB).
+LESION_COLORS: Final[dict[str, tuple[int, int, int]]] = {
+    "cardiomegaly": (255, 200, 0),
+    "pneumonia": (255, 60, 60),
+    "atelectasis": (0, 200, 255),
+    "opacity": (255, 120, 255),
+    "consolidation": (255, 140, 0),
+    "edema": (80, 255, 80),
+    "effusion": (60, 110, 255),
+}
+
+
+@dataclass
+class CohortSummary:
+    """What :func:`write_cohort` did and what the folder holds now."""
+
+    out_dir: str
+    seed: int
+    n_requested: int
+    n_generated: int
+    n_skipped: int
+    n_studies: int
+    files: dict[str, int] = field(default_factory=dict)
+    lesions: dict[str, dict[str, int]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- file writing ---------------------------------------------------------------------------------
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _image_bytes(image: np.ndarray, fmt: str, quality: int) -> bytes:
+    buf = io.BytesIO()
+    im = Image.fromarray(image)
+    if fmt == "jpg":
+        im.save(buf, format="JPEG", quality=int(quality), optimize=False)
+    else:
+        im.save(buf, format="PNG", optimize=False)
+    return buf.getvalue()
+
+
+def truth_json(truth: StudyTruth) -> str:
+    """The canonical JSON text of a truth record (stable key order, trailing newline)."""
+    return json.dumps(truth.to_dict(), indent=1, ensure_ascii=False) + "\n"
+
+
+def write_study(out_dir: str | Path, study: SyntheticStudy, config: SynthConfig) -> Path:
+    """Write one study's image, report and masks, then its truth file (last, atomically)."""
+    out = Path(out_dir)
+    t = study.truth
+    _atomic_write_bytes(out / t.image_path, _image_bytes(study.image, config.format, config.jpeg_quality))
+    _atomic_write_bytes(out / t.report_path, study.report.encode("utf-8"))
+    for name, mask in study.anatomy_masks.items():
+        write_mask_png(out / t.anatomy[name].path, mask)
+    for f in t.findings:
+        if f.mask is not None and f.mask_index is not None:
+            write_mask_png(out / f.mask.path, study.lesion_masks[f.mask_index])
+    path = out / f"truth/{t.study_id}.json"
+    _atomic_write_bytes(path, truth_json(t).encode("utf-8"))
+    return path
+
+
+# --- loading --------------------------------------------------------------------------------------
+
+def read_truth(path: str | Path) -> StudyTruth:
+    """Read one ``truth/s5XXXXXXX.json``."""
+    return StudyTruth.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def load_truth(out_dir: str | Path) -> list[StudyTruth]:
+    """All truth records of a cohort folder, ordered by ``(seed, index)``."""
+    folder = Path(out_dir) / "truth"
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{out_dir}: no truth/ folder; is this a synthetic cohort?")
+    records = [read_truth(p) for p in sorted(folder.glob("s*.json"))]
+    return sorted(records, key=lambda t: (t.seed, t.index))
+
+
+def _study_files(out: Path, t: StudyTruth) -> list[Path]:
+    paths = [out / t.image_path, out / t.report_path]
+    paths += [out / m.path for m in t.anatomy.values()]
+    paths += [out / f.mask.path for f in t.findings if f.mask is not None]
+    return paths
+
+
+def _remove_study(out: Path, t: StudyTruth) -> None:
+    """Delete a stale study (its truth first, so a crash leaves it 'incomplete', never half-valid)."""
+    (out / f"truth/{t.study_id}.json").unlink(missing_ok=True)
+    for p in _study_files(out, t):
+        p.unlink(missing_ok=True)
+    for folder in (out / f"masks/{t.study_id}", (out / t.image_path).parent):
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+
+
+# --- the cohort -----------------------------------------------------------------------------------
+
+def write_cohort(
+    out_dir: str | Path,
+    n_studies: int,
+    seed: int = 0,
+    config: SynthConfig | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> CohortSummary:
+    """Generate studies ``0..n_studies-1`` into ``out_dir`` and rebuild the index files.
+
+    A study whose truth file exists (same seed and configuration) is skipped unless ``overwrite``.
+    A folder that holds a cohort of another seed, configuration or generator version is refused
+    (:class:`ConfigError`) unless ``overwrite``, which then deletes the foreign studies first.
+    ``index.csv``, ``cohort.json``, ``README.md`` and ``preview.png`` are rebuilt from the truth files.
+    """
+    import time
+
+    from tqdm import tqdm
+
+    config = config or SynthConfig()
+    if not isinstance(n_studies, int) or n_studies < 0:
+        raise ConfigError(f"n_studies must be a non-negative integer, got {n_studies!r}")
+    if not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    chash = config.config_hash()
+    started = time.perf_counter()
+
+    existing = load_truth(out) if (out / "truth").is_dir() else []
+    foreign = [t for t in existing if t.seed != seed or t.config_hash != chash]
+    if foreign and not overwrite:
+        t = foreign[0]
+        raise ConfigError(
+            f"{out} already holds {len(foreign)} synthetic studies of another cohort (seed {t.seed}, "
+            f"config {t.config_hash}, generator {t.generator_version}); use another folder or overwrite"
+        )
+    for t in foreign:
+        _remove_study(out, t)
+
+    generated = skipped = 0
+    bar = tqdm(range(n_studies), desc="synth", unit="study", disable=not progress, dynamic_ncols=True)
+    for index in bar:
+        ids = study_ids(seed, index)
+        truth_path = out / ids.truth_path
+        if truth_path.exists() and not overwrite:
+            skipped += 1
+            continue
+        study = generate_study(seed, index, config)
+        if truth_path.exists():  # overwrite: drop the old files first
+            _remove_study(out, read_truth(truth_path))
+        write_study(out, study, config)
+        generated += 1
+    bar.close()
+
+    records = [t for t in load_truth(out) if t.seed == seed and t.config_hash == chash]
+    counts = write_index_files(out, records, seed, config)
+    stats = summarize_records(records)
+    return CohortSummary(
+        out_dir=str(out),
+        seed=seed,
+        n_requested=n_studies,
+        n_generated=generated,
+        n_skipped=skipped,
+        n_studies=len(records),
+        files=counts,
+        lesions=stats["lesions"],
+        seconds=round(time.perf_counter() - started, 3),
+    )
+
+
+def write_index_files(out: Path, records: list[StudyTruth], seed: int, config: SynthConfig) -> dict[str, int]:
+    """Rebuild ``index.csv``, ``cohort.json``, ``README.md`` and ``preview.png``; return file counts."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(INDEX_COLUMNS)
+    for t in records:
+        writer.writerow([t.subject_id, t.study_id, t.dicom_id, t.view, t.image_path, t.report_path,
+                         t.height, t.width])
+    _atomic_write_bytes(out / "index.csv", buf.getvalue().encode("utf-8"))
+    counts = {
+        "images": len(records),
+        "reports": len(records),
+        "truth": len(records),
+        "anatomy_masks": sum(len(t.anatomy) for t in records),
+        "lesion_masks": sum(1 for t in records for f in t.findings if f.mask is not None),
+    }
+    counts["total"] = sum(counts.values()) + 4  # + README, cohort.json, index.csv, preview.png
+    stats = summarize_records(records)
+    cohort = {
+        "generator": GENERATOR_NAME,
+        "generator_version": GENERATOR_VERSION,
+        "synthetic": True,
+        "seed": seed,
+        "n_studies": len(records),
+        "config_hash": config.config_hash(),
+        "config": config.to_dict(),
+        "files": counts,
+        "lesions": stats["lesions"],
+    }
+    _atomic_write_bytes(out / "cohort.json", (json.dumps(cohort, indent=2) + "\n").encode("utf-8"))
+    _atomic_write_bytes(out / "README.md", _readme(seed, len(records), config).encode("utf-8"))
+    preview = render_preview(out, records[:PREVIEW_STUDIES])
+    buf2 = io.BytesIO()
+    preview.save(buf2, format="PNG", optimize=False)
+    _atomic_write_bytes(out / "preview.png", buf2.getvalue())
+    return counts
+
+
+def _readme(seed: int, n: int, config: SynthConfig) -> str:
+    cmd = f"cxrground synth --out DIR --studies {n} --seed {seed} --width {config.width} --format {config.format}"
+    quality = f", JPEG quality {config.jpeg_quality}" if config.format == "jpg" else ""
+    return f"""# Synthetic chest X-ray cohort (TEST DATA)
+
+This folder is **synthetic test data generated by cxrground** ({GENERATOR_NAME} {GENERATOR_VERSION}),
+seed {seed}, {n} studies. The images are procedural phantoms and the reports are generated text: no real
+patient, not for clinical use. Every truth record carries `"synthetic": true`.
+
+Regenerate with `{cmd}` (other settings: see Configuration below).
+The same seed and configuration give byte-identical files; study `i` depends only on (seed, i).
+
+## Layout (mirrors MIMIC-CXR-JPG and the MIMIC-CXR reports)
+| path | content |
+|---|---|
+| `index.csv` | subject_id, study_id, dicom_id, view, image_path, report_path, height, width (relative paths) |
+| `files/p1X/p1XXXXXXX/s5XXXXXXX/<dicom_id>.{config.format}` | frontal image, 8-bit grey{quality} |
+| `files/p1X/p1XXXXXXX/s5XXXXXXX.txt` | free-text report (MIMIC-CXR layout) next to its study folder |
+| `truth/s5XXXXXXX.json` | ground truth; written last, so a study is complete iff this file exists |
+| `masks/s5XXXXXXX/{{right_lung,left_lung,heart}}.png` | anatomy masks, 0/255, native image size |
+| `masks/s5XXXXXXX/lesion_{{k}}_{{lesion}}.png` | mask of the k-th present finding (k counts over the study's lesions) |
+| `cohort.json` | generator, version, seed, configuration, file and lesion counts |
+| `preview.png` | the first studies with lesion masks overlaid |
+
+## Conventions
+- Patient right is on the image LEFT (right lung at small x). Masks are at the image's native size.
+- CTR = heart width / width of both lungs together (inclusive pixel extents of the masks).
+  Normal hearts have CTR <= 0.45, borderline ones 0.45-0.5, cardiomegaly > 0.52.
+- Truth per finding: lesion, present, reported, certainty (definitive/tentative; hedged sentence =
+  tentative; null when unreported), sentence and section, location phrase, `reported_location` (the
+  phrase mapped with the ILS.md §7.2 proposed lexicon), `overlap_location` (ILS labels whose
+  `ils_location_masks` region the mask overlaps), mask path, COCO RLE and area. Negated lesions have
+  present=false, reported=true and the negating sentence.
+- A small fraction of present lesions is deliberately left out of the report (`reported: false`), so
+  that report-driven pipelines can measure recall honestly.
+- Report sentences may be wrapped across lines in the files; compare after collapsing whitespace.
+
+## Configuration
+```json
+{json.dumps(config.to_dict(), indent=2)}
+```
+"""
+
+
+# --- preview --------------------------------------------------------------------------------------
+
+def render_preview(out: Path, records: list[StudyTruth]) -> Image.Image:
+    """Contact sheet: each study with its lesion masks filled and outlined in the lesion colour."""
+    cols = 4
+    tile_w = PREVIEW_TILE
+    tallest = max((t.height / t.width for t in records), default=1.0)
+    tile_h = round(PREVIEW_TILE * tallest) + 30
+    rows = max(1, (len(records) + cols - 1) // cols)
+    sheet = Image.new("RGB", (cols * tile_w, rows * tile_h), (0, 0, 0))
+    draw = ImageDraw.Draw(sheet)
+    font = ImageFont.load_default()
+    for n, t in enumerate(records):
+        gx, gy = (n % cols) * tile_w, (n // cols) * tile_h
+        path = out / t.image_path
+        if not path.exists():
+            continue
+        with Image.open(path) as im:
+            grey = np.asarray(im.convert("L"), dtype=np.float32)
+        rgb = np.repeat(grey[:, :, None], 3, axis=2)
+        for f in t.present_findings:
+            if f.mask is None:
+                continue
+            mask = decode_rle(f.mask.rle)
+            color = np.array(LESION_COLORS[f.lesion], dtype=np.float32)
+            rgb[mask] = 0.7 * rgb[mask] + 0.3 * color
+            edge = mask & ~ndimage.binary_erosion(mask, iterations=max(1, t.width // 256))
+            rgb[edge] = color
+        scale = tile_w / t.width
+        size = (tile_w, max(1, round(t.height * scale)))
+        tile = Image.fromarray(np.clip(rgb, 0, 255).astype(np.uint8)).resize(size, Image.Resampling.BILINEAR)
+        sheet.paste(tile.crop((0, 0, tile_w, min(size[1], tile_h - 30))), (gx, gy))
+        label = f"{t.study_id}  {t.view}  CTR {t.ctr:.2f}"
+        draw.text((gx + 3, gy + tile_h - 27), label, fill=(255, 255, 255), font=font)
+        x = gx + 3
+        for f in t.present_findings:
+            tag = ABBREVIATIONS[f.lesion]
+            tag += ("?" if f.certainty == "tentative" else "") + ("" if f.reported else "-")
+            draw.text((x, gy + tile_h - 14), tag, fill=LESION_COLORS[f.lesion], font=font)
+            x += 7 * len(tag) + 8
+        if not t.present_findings:
+            draw.text((x, gy + tile_h - 14), "normal", fill=(200, 200, 200), font=font)
+    return sheet
+
+
+# --- summaries ------------------------------------------------------------------------------------
+
+def summarize_records(records: Iterable[StudyTruth]) -> dict[str, Any]:
+    """Counts per lesion and cohort statistics from truth records."""
+    records = list(records)
+    lesions: dict[str, dict[str, int]] = {}
+    for lesion in LESIONS:
+        present = [f for t in records for f in t.findings if f.lesion == lesion and f.present]
+        lesions[lesion] = {
+            "studies": sum(1 for t in records if lesion in t.lesions_present),
+            "present": len(present),
+            "definitive": sum(1 for f in present if f.certainty == "definitive"),
+            "tentative": sum(1 for f in present if f.certainty == "tentative"),
+            "unreported": sum(1 for f in present if not f.reported),
+            "negated": sum(1 for t in records for f in t.findings if f.lesion == lesion and f.negated),
+        }
+    heights = [t.height for t in records]
+    widths = [t.width for t in records]
+    ctr = [t.ctr for t in records]
+    by_status: dict[str, list[float]] = {}
+    for t in records:
+        by_status.setdefault(t.heart_status, []).append(t.ctr)
+    return {
+        "n_studies": len(records),
+        "n_subjects": len({t.subject_id for t in records}),
+        "normal_studies": sum(1 for t in records if t.normal),
+        "impression_only": sum(1 for t in records if not t.has_findings_section),
+        "views": dict(sorted(Counter(t.view for t in records).items())),
+        "heights": [min(heights), max(heights)] if heights else [],
+        "widths": [min(widths), max(widths)] if widths else [],
+        "non_square": sum(1 for t in records if t.height != t.width),
+        "ctr": [min(ctr), max(ctr)] if ctr else [],
+        "ctr_by_heart_status": {k: [min(v), max(v), len(v)] for k, v in sorted(by_status.items())},
+        "lesions": lesions,
+    }
+
+
+def summarize(out_dir: str | Path) -> dict[str, Any]:
+    """Counts per lesion (present / definitive / tentative / unreported / negated), sizes and CTR range."""
+    out = Path(out_dir)
+    summary = summarize_records(load_truth(out))
+    cohort = out / "cohort.json"
+    if cohort.exists():
+        meta = json.loads(cohort.read_text(encoding="utf-8"))
+        summary["seed"] = meta.get("seed")
+        summary["generator_version"] = meta.get("generator_version")
+    return summary
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A plain-text table of :func:`summarize` output."""
+    head = f"{'lesion':<14}{'studies':>8}{'present':>8}{'defin.':>8}{'tent.':>8}{'unrep.':>8}{'negated':>8}"
+    lines = [head, "-" * len(head)]
+    for lesion, c in summary["lesions"].items():
+        lines.append(f"{lesion:<14}{c['studies']:>8}{c['present']:>8}{c['definitive']:>8}{c['tentative']:>8}"
+                     f"{c['unreported']:>8}{c['negated']:>8}")
+    lines.append("")
+    lines.append(f"studies {summary['n_studies']} (subjects {summary['n_subjects']}, normal "
+                 f"{summary['normal_studies']}, impression-only reports {summary['impression_only']})")
+    if summary["heights"]:
+        lines.append(f"image height {summary['heights'][0]}..{summary['heights'][1]}, width "
+                     f"{summary['widths'][0]}..{summary['widths'][1]}, non-square {summary['non_square']}")
+        lines.append(f"views {summary['views']}")
+        lines.append(f"CTR {summary['ctr'][0]:.3f}..{summary['ctr'][1]:.3f}; by heart status: " + ", ".join(
+            f"{k} {v[0]:.3f}..{v[1]:.3f} (n={v[2]})" for k, v in summary["ctr_by_heart_status"].items()))
+    return "\n".join(lines)
