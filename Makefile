@@ -19,6 +19,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/cxrground synth --out $(DEMO_OUT)/cohort --studies 24 --seed 0
 	$(BIN)/cxrground synth-info $(DEMO_OUT)/cohort
+	@row=$$(sed -n 2p $(DEMO_OUT)/cohort/index.csv); study=$$(echo "$$row" | cut -d, -f2); \
+	  image=$$(echo "$$row" | cut -d, -f5); masks=$(DEMO_OUT)/cohort/masks/$$study; \
+	  $(BIN)/cxrground anatomy show --image $(DEMO_OUT)/cohort/$$image --right $$masks/right_lung.png \
+	    --left $$masks/left_lung.png --heart $$masks/heart.png --out $(DEMO_OUT)/anatomy.png | head -1
+	@echo "look at: $(DEMO_OUT)/cohort/preview.png (cohort with lesion masks), $(DEMO_OUT)/anatomy.png (geometry)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
