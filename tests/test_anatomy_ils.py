@@ -8,17 +8,7 @@ import pytest
 from cxrground.anatomy import ils_location_masks, location_union, lung_zone_bands
 from cxrground.errors import MaskShapeError
 from cxrground.vocab.locations import ILS_LOCATION_LABELS
-
-
-def rect(shape: tuple[int, int], rows: tuple[int, int], cols: tuple[int, int]) -> np.ndarray:
-    """Bool mask with the inclusive row and column ranges set."""
-    m = np.zeros(shape, dtype=bool)
-    m[rows[0] : rows[1] + 1, cols[0] : cols[1] + 1] = True
-    return m
-
-
-def rows_of(mask: np.ndarray) -> list[int]:
-    return [int(r) for r in np.flatnonzero(mask.any(axis=1))]
+from masks_helpers import rect, rows_of
 
 
 def test_bands_of_a_rectangle_lung_have_the_exact_row_ranges() -> None:

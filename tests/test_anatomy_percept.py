@@ -24,17 +24,7 @@ from cxrground.anatomy import (
     vertical_thirds,
 )
 from cxrground.errors import MaskShapeError
-
-
-def rect(shape: tuple[int, int], rows: tuple[int, int], cols: tuple[int, int]) -> np.ndarray:
-    """Bool mask with the inclusive row and column ranges set."""
-    m = np.zeros(shape, dtype=bool)
-    m[rows[0] : rows[1] + 1, cols[0] : cols[1] + 1] = True
-    return m
-
-
-def rows_of(mask: np.ndarray) -> list[int]:
-    return [int(r) for r in np.flatnonzero(mask.any(axis=1))]
+from masks_helpers import rect, rows_of
 
 
 def cols_of(mask: np.ndarray) -> list[int]:

@@ -1,0 +1,17 @@
+"""Small builders for hand-made masks used by several test files."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def rect(shape: tuple[int, int], rows: tuple[int, int], cols: tuple[int, int]) -> np.ndarray:
+    """Bool mask with the inclusive row and column ranges set."""
+    m = np.zeros(shape, dtype=bool)
+    m[rows[0] : rows[1] + 1, cols[0] : cols[1] + 1] = True
+    return m
+
+
+def rows_of(mask: np.ndarray) -> list[int]:
+    """Indices of the rows that contain any foreground pixel."""
+    return [int(r) for r in np.flatnonzero(mask.any(axis=1))]
