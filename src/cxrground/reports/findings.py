@@ -1,0 +1,96 @@
+"""Structured findings: the ILS §7.1 6-tuple plus the mapped reported location (§7.2).
+
+One :class:`Finding` per (sentence, finding phrase). ``lesion`` is one of the seven lesions, or
+None for other abnormal findings (nodule, pneumothorax, fracture...) that still matter for empty
+locations (ILS §10, EL). Assertion is three-valued internally: present / absent / uncertain;
+uncertain maps to ``presence="positive", certainty="tentative"`` and never to absent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Protocol
+
+from cxrground.reports.model import SectionChoice
+
+Assertion = Literal["present", "absent", "uncertain"]
+Presence = Literal["positive", "negative"]
+Certainty = Literal["definitive", "tentative"]
+
+__all__ = ["Assertion", "Certainty", "Finding", "Presence", "StructuredReport", "Structurer"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One structured finding of a report sentence."""
+
+    entity: str
+    """The finding phrase as written (e.g. ``opacity``, ``pleural effusion``)."""
+    sent_idx: int
+    """1-based sentence number of the chosen section (the ``(n)`` of ``section_content``)."""
+    assertion: Assertion
+    lesion: str | None
+    """Predicted lesion type (one of the 7), or None for a non-target finding."""
+    location_phrases: tuple[str, ...] = ()
+    """Free-text location phrase(s) of the sentence that belong to this finding."""
+    reported_location: tuple[str, ...] = ()
+    """RL: the phrases mapped to ILS location labels (``heart`` for cardiomegaly), ordered, no repeats."""
+    source: str = "rules"
+    """Which structurer produced it (``rules``, ``llm:<model>``, ``truth``)."""
+
+    @property
+    def presence(self) -> Presence:
+        """``positive`` for present or uncertain, ``negative`` for absent."""
+        return "negative" if self.assertion == "absent" else "positive"
+
+    @property
+    def certainty(self) -> Certainty | None:
+        """``tentative`` for uncertain, ``definitive`` for present, None for absent."""
+        if self.assertion == "absent":
+            return None
+        return "tentative" if self.assertion == "uncertain" else "definitive"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (one line of ``findings.jsonl`` per finding, with the study id added)."""
+        d = asdict(self)
+        d["location_phrases"] = list(self.location_phrases)
+        d["reported_location"] = list(self.reported_location)
+        d["presence"] = self.presence
+        d["certainty"] = self.certainty
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Finding:
+        """Inverse of :meth:`to_dict` (derived keys are ignored)."""
+        return cls(
+            entity=str(data["entity"]),
+            sent_idx=int(data["sent_idx"]),
+            assertion=data["assertion"],
+            lesion=data.get("lesion"),
+            location_phrases=tuple(data.get("location_phrases") or ()),
+            reported_location=tuple(data.get("reported_location") or ()),
+            source=str(data.get("source", "rules")),
+        )
+
+
+@dataclass(frozen=True)
+class StructuredReport:
+    """The chosen section and its findings."""
+
+    report_id: str
+    section: SectionChoice
+    findings: tuple[Finding, ...] = field(default_factory=tuple)
+
+    def lesion_findings(self) -> list[Finding]:
+        """Findings attributed to one of the seven lesions."""
+        return [f for f in self.findings if f.lesion is not None]
+
+
+class Structurer(Protocol):
+    """Turns a chosen report section into findings (rule-based, LLM, ...)."""
+
+    name: str
+
+    def structure(self, report_id: str, section: SectionChoice) -> StructuredReport:
+        """Structured findings of ``section``."""
+        ...
