@@ -1,0 +1,56 @@
+"""Interface of lung/heart segmentation backends (built-in U-Net, CXAS, HybridGNet, given masks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from cxrground.io.image import CXRImage
+from cxrground.io.masks import as_mask, check_same_shape
+
+__all__ = ["HeartSource", "LungHeartMasks", "LungHeartSegmenter"]
+
+HeartSource = Literal["model", "estimate", "truth", "none"]
+
+
+@dataclass(frozen=True, eq=False)
+class LungHeartMasks:
+    """Right lung, left lung and heart at the image's native size (right lung = image left)."""
+
+    right_lung: np.ndarray
+    left_lung: np.ndarray
+    heart: np.ndarray | None
+    heart_source: HeartSource
+    """``estimate`` when the heart was derived from the lung geometry rather than segmented."""
+    source: str
+    """Backend that produced the lungs."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        r = as_mask(self.right_lung, "right lung mask")
+        lft = as_mask(self.left_lung, "left lung mask")
+        named = [("right lung mask", r), ("left lung mask", lft)]
+        if self.heart is not None:
+            named.append(("heart mask", as_mask(self.heart, "heart mask")))
+        check_same_shape(*named)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(H, W)``."""
+        return int(self.right_lung.shape[0]), int(self.right_lung.shape[1])
+
+
+class LungHeartSegmenter(Protocol):
+    """Segments the lungs (and the heart, or estimates it) of a frontal CXR."""
+
+    name: str
+
+    def segment(self, image: CXRImage) -> LungHeartMasks:
+        """Masks at the image's native size."""
+        ...
+
+    def provenance(self) -> dict[str, Any]:
+        """Backend name, version, weights path and sha256, settings."""
+        ...

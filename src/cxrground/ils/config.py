@@ -1,0 +1,116 @@
+"""Every threshold and proposed default of ILS generation in one configuration object (ILS.md §18.15).
+
+The object is written into each dataset's provenance record. Values marked "Table 7" are the
+paper's; everything else is a documented choice where the paper is silent ("Proposed default" in
+ILS.md unless said otherwise).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Algorithm 1 thresholds (ILS Table 7)."""
+
+    tau_ano: float
+    tau_anatomy: float
+    tau_conf: float
+    tau_signal: float
+    tau_size: float
+
+    def scaled(self, factor: float) -> Thresholds:
+        """Every threshold multiplied by ``factor`` (0.5 = the paper's "half τ" ablation)."""
+        return Thresholds(*(v * factor for v in asdict(self).values()))
+
+
+#: Table 7, all lesions except edema.
+GENERAL_THRESHOLDS = Thresholds(tau_ano=0.10, tau_anatomy=0.25, tau_conf=0.20, tau_signal=0.20, tau_size=0.10)
+#: Table 7, edema (diffuse lesion).
+EDEMA_THRESHOLDS = Thresholds(tau_ano=0.01, tau_anatomy=0.25, tau_conf=0.01, tau_signal=0.20, tau_size=0.10)
+
+
+@dataclass(frozen=True)
+class RefineConfig:
+    """Refinement of ILS §9.3 (all proposed defaults, sizes at the working resolution)."""
+
+    opening_kernel: int = 5
+    """Elliptical kernel side for erosion-then-dilation noise removal."""
+    opening_iterations: int = 1
+    growth_tolerance: float = 0.05 * 255
+    """Region expansion: grow while ``|x − mean_mask(x)| ≤`` this (8-neighbour, inside the lungs)."""
+    growth_passes: int = 2
+    effusion_base_fraction: float = 0.25
+    """Effusion base completion: lung pixels of that side with y ≥ the lesion's top row within the lung's
+    bottom 25 %."""
+    min_component_fraction: float = 0.0005
+    """Drop components smaller than this share of the image area (0.05 %)."""
+    connectivity: int = 8
+
+
+@dataclass(frozen=True)
+class QCConfig:
+    """Step-0 quality control (ILS §6)."""
+
+    views: tuple[str, ...] = ("PA", "AP")
+    """Accepted views; an unknown view is accepted and recorded as unknown."""
+    lung_x_disagreement: float = 0.05
+    """Cross-check of two segmenters: max |Δ outermost lung x| as a share of the image width."""
+    heart_y_disagreement: float = 0.05
+    """Cross-check: max |Δ lowest heart y| as a share of the image height."""
+    min_lung_fraction: float = 0.05
+    """A study whose lungs cover less than this share of the image is rejected (truncation, non-chest)."""
+
+
+@dataclass(frozen=True)
+class IlsConfig:
+    """The whole generation configuration; ``config_hash`` identifies a dataset's settings."""
+
+    general: Thresholds = GENERAL_THRESHOLDS
+    edema: Thresholds = EDEMA_THRESHOLDS
+    refine: RefineConfig = field(default_factory=RefineConfig)
+    qc: QCConfig = field(default_factory=QCConfig)
+    working_size: int = 512
+    """Image stages run on a working canvas letterboxed to this side; masks map back to native pixels."""
+    ctr_negative_max: float = 0.45
+    """Cardiomegaly negatives only when CTR ≤ this (physician-calibrated, ILS §9.4)."""
+    box_class_must_match: bool = False
+    """ILS §8: a kept detector box counts for any lesion type (the paper does not require a match)."""
+    refine_whole_lung_grounding: bool = True
+    """ILS §10 proposed default: a grounded whole-lung label is refined into that side's zone labels that
+    intersect the selected boxes."""
+    tentative_cardiomegaly_pairs: bool = False
+    """ILS §9.4 proposed default: a tentative cardiomegaly yields no pair at all."""
+    negative_global_share: dict[str, float] = field(default_factory=lambda: {
+        "cardiomegaly": 1.0, "pneumonia": 0.021, "atelectasis": 0.116, "opacity": 0.002,
+        "consolidation": 0.044, "edema": 0.022, "effusion": 0.233,
+    })
+    """Share of each lesion's negatives in the global form (targets from the train split, ILS §11.2)."""
+    opacity_lesion_inference_share: float = 0.494
+    """Share of opacity negatives in the lesion-inference form (ILS §11.2)."""
+    exclude_studies: tuple[str, ...] = ()
+    """Study ids never used (e.g. MS-CXR studies); recorded in the card."""
+    seed: int = 0
+
+    def thresholds_for(self, lesion: str) -> Thresholds:
+        """Table 7 thresholds of ``lesion``."""
+        return self.edema if lesion == "edema" else self.general
+
+    def with_threshold_scale(self, factor: float) -> IlsConfig:
+        """The same configuration with both threshold sets scaled (half τ: 0.5)."""
+        return replace(self, general=self.general.scaled(factor), edema=self.edema.scaled(factor))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (for the provenance record)."""
+        d = asdict(self)
+        d["qc"]["views"] = list(self.qc.views)
+        d["exclude_studies"] = list(self.exclude_studies)
+        return d
+
+    def config_hash(self) -> str:
+        """Short hash of the settings (seed included)."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]

@@ -1,0 +1,67 @@
+"""Interfaces of the ILS spatial-extraction step (ILS §8): normal-image synthesis and lesion boxes.
+
+All arrays are on the working canvas (see :class:`cxrground.io.transform.Letterbox`): grey uint8
+``(h, w)`` images, bool masks of the same shape, boxes in canvas pixel coordinates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+__all__ = ["Box", "BoxDetector", "NormalSynthesizer"]
+
+
+@dataclass(frozen=True)
+class Box:
+    """An axis-aligned box with inclusive pixel bounds, a confidence in [0, 1] and a class label."""
+
+    x0: int
+    y0: int
+    x1: int
+    y1: int
+    confidence: float
+    label: str = "lesion"
+
+    def mask(self, shape: tuple[int, int]) -> np.ndarray:
+        """The box as a filled bool rectangle on a canvas of ``shape`` (clipped to it)."""
+        out = np.zeros(shape, dtype=bool)
+        y0, y1 = max(0, self.y0), min(shape[0] - 1, self.y1)
+        x0, x1 = max(0, self.x0), min(shape[1] - 1, self.x1)
+        if y1 >= y0 and x1 >= x0:
+            out[y0 : y1 + 1, x0 : x1 + 1] = True
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+
+class NormalSynthesizer(Protocol):
+    """Produces a "normal" version ``x̂`` of a CXR inside an edit mask (RadEdit or a built-in estimate)."""
+
+    name: str
+
+    def synthesize(self, image: np.ndarray, edit_mask: np.ndarray) -> np.ndarray:
+        """``x̂`` (uint8, same shape); pixels outside ``edit_mask`` equal the input."""
+        ...
+
+    def provenance(self) -> dict[str, Any]:
+        """Backend name, version, weights hash and settings."""
+        ...
+
+
+class BoxDetector(Protocol):
+    """Proposes lesion boxes with confidences (a YOLO checkpoint or a built-in proposal step)."""
+
+    name: str
+
+    def detect(self, image: np.ndarray, anomaly: np.ndarray | None = None) -> list[Box]:
+        """Boxes on the canvas; ``anomaly`` is the signed anomaly map ``(x − x̂)/255`` when available."""
+        ...
+
+    def provenance(self) -> dict[str, Any]:
+        """Backend name, version, weights hash and settings."""
+        ...
