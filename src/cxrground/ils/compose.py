@@ -1,0 +1,255 @@
+"""Stage II: instruction-answer pair composition (ILS.md §4, §11).
+
+Rules implemented (MUST items of the spec):
+
+- every grounded lung/pleural finding → a ``basic`` positive over its grounded location GL;
+  a ``global`` positive when GL covers the reported location RL; a ``lesion_inference`` positive
+  for pneumonia, atelectasis and edema; a tentative finding's instruction word is ``opacity``
+  while ``target`` keeps the lesion; cardiomegaly → ``global`` only, location ``heart``;
+- at most one negative per lesion type per study; cardiomegaly negatives only when CTR ≤ 0.45;
+  basic negatives use a random lung region restricted to the empty locations EL whenever the
+  report mentions any finding; a reported but ungrounded finding never yields a negative for its
+  reported location.
+
+Choices where the spec is silent (documented, switchable through :class:`IlsConfig`):
+
+- **global positives** need exactly one positive finding of that lesion in the study (two findings
+  of one lesion would make "Segment the X." ambiguous between two masks);
+- **umbrella terms**: ``opacity`` and ``consolidation`` get no global negative and only EL regions
+  when any lung lesion (pneumonia, atelectasis, opacity, consolidation, edema) is reported present
+  or uncertain — a tentative pneumonia *is* an opacity;
+- **global negatives** are used with the train-split shares of ILS §11.2, and only for lesions that
+  are not mentioned, or negated without a side; ``opacity`` negatives take the lesion-inference form
+  with the §11.2 share;
+- **random regions**: uniform over the 10 labels plus the bilateral pair, the pair's order drawn by
+  the seeded RNG; restricted to EL when the report mentions any finding; no region → no negative.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cxrground.ils.config import IlsConfig
+from cxrground.reports.findings import Finding
+from cxrground.vocab import ils_templates as tpl
+from cxrground.vocab.lesions import LESION_INFERENCE_LESIONS, LESIONS, LUNG_LESIONS
+from cxrground.vocab.locations import BOTH_LUNGS, HEART, ILS_LOCATION_LABELS
+
+__all__ = [
+    "KIND_GROUNDED",
+    "KIND_NEGATED",
+    "KIND_NOT_REPORTED",
+    "KIND_NO_LOCATION_EXTENSION",
+    "ComposedStudy",
+    "GroundedFinding",
+    "MaskOut",
+    "compose_pairs",
+    "study_rng",
+]
+
+KIND_GROUNDED = "grounded_major_lesion"
+KIND_NEGATED = "negative_reported_major_lesion"
+KIND_NOT_REPORTED = "not_reported_major_lesion"
+KIND_NO_LOCATION_EXTENSION = "grounding_no_location_extension"
+UMBRELLA_LESIONS = ("opacity", "consolidation")
+BILATERAL = ("right lung", "left lung")
+
+
+@dataclass(frozen=True, eq=False)
+class GroundedFinding:
+    """A positive lesion finding after Algorithm 1 and location verification."""
+
+    finding: Finding
+    mask: np.ndarray | None
+    """Lesion mask at the image's native size; None or empty when nothing was grounded."""
+    grounded_location: tuple[str, ...] = ()
+    """GL (ordered as RL; refined zone labels follow their whole-lung label)."""
+    complete: bool = False
+    """True when every reported label was grounded (GL covers RL): enables the global positive."""
+
+    @property
+    def grounded(self) -> bool:
+        """A mask with foreground and a non-empty GL."""
+        return self.mask is not None and bool(self.mask.any()) and bool(self.grounded_location)
+
+
+@dataclass(frozen=True, eq=False)
+class MaskOut:
+    """A mask to write: ``lesion_mask/{path}``."""
+
+    path: str
+    lesion: str
+    mask: np.ndarray
+
+
+@dataclass
+class ComposedStudy:
+    """The study's pairs and masks, plus per-finding bookkeeping for the dataset card."""
+
+    positive_pairs: list[dict[str, Any]] = field(default_factory=list)
+    negative_pairs: list[dict[str, Any]] = field(default_factory=list)
+    masks: list[MaskOut] = field(default_factory=list)
+    reported: list[tuple[str, bool]] = field(default_factory=list)
+    """(lesion, received a mask) for every reported positive lesion finding (card recall)."""
+
+
+def study_rng(seed: int, study_key: str) -> np.random.Generator:
+    """The study's own RNG: independent of processing order, engine and the other studies."""
+    digest = int(hashlib.sha256(study_key.encode()).hexdigest()[:16], 16)
+    return np.random.default_rng([seed, digest])
+
+
+def compose_pairs(
+    study_key: str,
+    findings: Sequence[Finding],
+    grounded: Sequence[GroundedFinding],
+    empty_locations: Sequence[str],
+    ctr: float | None,
+    heart: np.ndarray | None,
+    config: IlsConfig,
+) -> ComposedStudy:
+    """All pairs of one study (positives in finding order, then ≤ 1 negative per lesion in LESIONS order)."""
+    rng = study_rng(config.seed, study_key)
+    out = ComposedStudy()
+    positives_by_lesion: dict[str, int] = {}
+    for g in grounded:
+        if g.finding.lesion is not None:
+            positives_by_lesion[g.finding.lesion] = positives_by_lesion.get(g.finding.lesion, 0) + 1
+
+    for g in grounded:
+        f = g.finding
+        lesion = f.lesion
+        if lesion is None or f.assertion == "absent":
+            continue
+        if lesion == "cardiomegaly":
+            _cardiomegaly_positive(study_key, g, heart, config, out)
+            continue
+        out.reported.append((lesion, g.grounded))
+        if not g.grounded:
+            continue
+        mask_path = _add_mask(study_key, lesion, g.mask, out)
+        word = tpl.TENTATIVE_WORD if f.certainty == "tentative" else lesion
+        gl = list(g.grounded_location)
+        common = {"target": lesion, "reported_location": list(f.reported_location), "grounded_location": gl,
+                  "sent_idx": str(f.sent_idx), "seg": True, "seg_mask_path": mask_path,
+                  "certainty": f.certainty, "kind": KIND_GROUNDED}
+        _positive(out, study_key, tpl.instruction("basic", word, gl), tpl.positive_answer("basic", lesion),
+                  "basic", common)
+        if g.complete and positives_by_lesion[lesion] == 1:
+            _positive(out, study_key, tpl.instruction("global", word),
+                      tpl.positive_answer("global", lesion, gl), "global", common)
+        if lesion in LESION_INFERENCE_LESIONS:
+            _positive(out, study_key, tpl.instruction("lesion_inference", tpl.TENTATIVE_WORD, gl),
+                      tpl.positive_answer("lesion_inference", lesion, gl, f.certainty or "definitive"),
+                      "lesion_inference", common)
+
+    _negatives(study_key, findings, empty_locations, ctr, config, rng, out)
+    return out
+
+
+def _cardiomegaly_positive(study_key: str, g: GroundedFinding, heart: np.ndarray | None, config: IlsConfig,
+                           out: ComposedStudy) -> None:
+    f = g.finding
+    if f.certainty == "tentative" and not config.tentative_cardiomegaly_pairs:
+        return
+    has_mask = heart is not None and bool(heart.any())
+    out.reported.append(("cardiomegaly", has_mask))
+    if not has_mask or any(p["target"] == "cardiomegaly" for p in out.positive_pairs):
+        return
+    mask_path = _add_mask(study_key, "cardiomegaly", heart, out)
+    _positive(out, study_key, tpl.instruction("global", "cardiomegaly"), tpl.positive_answer("global", "cardiomegaly"),
+              "global", {"target": "cardiomegaly", "reported_location": [HEART], "grounded_location": [HEART],
+                         "sent_idx": str(f.sent_idx), "seg": True, "seg_mask_path": mask_path,
+                         "certainty": f.certainty, "kind": KIND_GROUNDED})
+
+
+def _negatives(study_key: str, findings: Sequence[Finding], empty_locations: Sequence[str], ctr: float | None,
+               config: IlsConfig, rng: np.random.Generator, out: ComposedStudy) -> None:
+    reported = {f.lesion for f in findings if f.lesion is not None and f.assertion != "absent"}
+    negated = {f.lesion for f in findings if f.lesion is not None and f.assertion == "absent"} - reported
+    sided_negation = {f.lesion for f in findings
+                      if f.assertion == "absent" and f.lesion and _has_side(f.reported_location)}
+    any_finding = any(f.assertion != "absent" for f in findings)
+    any_lung_lesion = bool(reported & set(LUNG_LESIONS))
+    el = [lab for lab in ILS_LOCATION_LABELS if lab in set(empty_locations)]
+    space = el if any_finding else list(ILS_LOCATION_LABELS)
+
+    for lesion in LESIONS:
+        if lesion == "cardiomegaly":
+            if lesion not in reported and ctr is not None and ctr <= config.ctr_negative_max:
+                kind = KIND_NEGATED if lesion in negated else KIND_NOT_REPORTED
+                _negative(out, study_key, "global", lesion, [HEART], kind)
+            continue
+        blocked = lesion in reported or (lesion in UMBRELLA_LESIONS and any_lung_lesion)
+        u = float(rng.random())
+        li_share = config.opacity_lesion_inference_share if lesion == "opacity" else 0.0
+        if blocked:
+            region = _draw_region(rng, el)
+            if region is None:
+                continue
+            kind = "lesion_inference" if u < li_share else "basic"
+            _negative(out, study_key, kind, lesion, region, KIND_NO_LOCATION_EXTENSION)
+            continue
+        kind_name = KIND_NEGATED if lesion in negated else KIND_NOT_REPORTED
+        global_share = config.negative_global_share.get(lesion, 0.0) if lesion not in sided_negation else 0.0
+        if u < global_share:
+            _negative(out, study_key, "global", lesion, [BOTH_LUNGS], kind_name)
+            continue
+        region = _draw_region(rng, space)
+        if region is None:
+            continue
+        kind = "lesion_inference" if u < global_share + li_share else "basic"
+        _negative(out, study_key, kind, lesion, region, kind_name)
+
+
+def _draw_region(rng: np.random.Generator, labels: Sequence[str]) -> list[str] | None:
+    """Uniform over the allowed labels plus the bilateral pair when both lungs are allowed."""
+    choices: list[list[str]] = [[lab] for lab in labels]
+    if all(side in labels for side in BILATERAL):
+        choices.append(list(BILATERAL))
+    if not choices:
+        return None
+    region = choices[int(rng.integers(len(choices)))]
+    if len(region) == 2 and rng.random() < 0.5:
+        region = region[::-1]
+    return region
+
+
+def _has_side(labels: Sequence[str]) -> bool:
+    sides = {lab.split(" ", 1)[0] for lab in labels}
+    return bool(labels) and not {"right", "left"} <= sides
+
+
+def _add_mask(study_key: str, lesion: str, mask: np.ndarray, out: ComposedStudy) -> str:
+    path = f"{study_key}/{study_key}_{lesion}_{len(out.masks)}.png"
+    out.masks.append(MaskOut(path, lesion, mask))
+    return path
+
+
+def _positive(out: ComposedStudy, study_key: str, instruction: str, answer: str, kind: str,
+              common: dict[str, Any]) -> None:
+    out.positive_pairs.append({"pair_id": f"{study_key}_positive_{len(out.positive_pairs)}",
+                               "instruction": instruction, "answer": answer, "type": kind, **common})
+
+
+def _negative(out: ComposedStudy, study_key: str, kind: str, lesion: str, location: list[str],
+              category: str) -> None:
+    if kind == "global":
+        instruction, answer = tpl.instruction("global", lesion), tpl.negative_answer("global", lesion)
+        target = lesion
+    elif kind == "lesion_inference":
+        instruction = tpl.instruction("lesion_inference", tpl.TENTATIVE_WORD, location)
+        answer = tpl.negative_answer("lesion_inference", tpl.TENTATIVE_WORD, location)
+        target = tpl.TENTATIVE_WORD
+    else:
+        instruction, answer = tpl.instruction("basic", lesion, location), tpl.negative_answer("basic", lesion, location)
+        target = lesion
+    out.negative_pairs.append({"pair_id": f"{study_key}_negative_{len(out.negative_pairs)}",
+                               "instruction": instruction, "answer": answer, "type": kind, "target": target,
+                               "location": list(location), "seg": False, "seg_mask_path": None,
+                               "kind": category})

@@ -1,0 +1,180 @@
+"""The MIMIC-ILS JSON schema (ILS.md §12.2) as pydantic models, plus validation of a whole file.
+
+``{ "train" | "val" | "test": { "s{study_id}": Study } }``. Extra fields are allowed on studies and
+pairs (consumers must ignore unknown fields); the ones this generator adds are ``certainty`` and
+``kind`` on pairs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from cxrground.errors import InputError
+from cxrground.vocab.ils_templates import SEG_TOKEN
+from cxrground.vocab.lesions import LESIONS
+from cxrground.vocab.locations import BOTH_LUNGS, HEART, ILS_LOCATION_LABELS
+
+__all__ = [
+    "SPLITS",
+    "DatasetFile",
+    "NegativePair",
+    "PairSet",
+    "PositivePair",
+    "Study",
+    "load_dataset",
+    "validate_dataset",
+]
+
+SPLITS: tuple[str, str, str] = ("train", "val", "test")
+_LOCATIONS = frozenset((*ILS_LOCATION_LABELS, HEART, BOTH_LUNGS))
+
+
+class _Pair(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    pair_id: str
+    instruction: str
+    answer: str
+    type: Literal["basic", "global", "lesion_inference"]
+    target: str
+
+    @field_validator("target")
+    @classmethod
+    def _lesion(cls, v: str) -> str:
+        if v not in LESIONS:
+            raise ValueError(f"target {v!r} is not one of the 7 lesions")
+        return v
+
+    @field_validator("answer")
+    @classmethod
+    def _seg_first(cls, v: str) -> str:
+        if not v.startswith(SEG_TOKEN) or v.count(SEG_TOKEN) != 1:
+            raise ValueError(f"answer must start with exactly one {SEG_TOKEN}: {v!r}")
+        return v
+
+    @field_validator("instruction")
+    @classmethod
+    def _period(cls, v: str) -> str:
+        if not v.endswith(".") or v.endswith(".."):
+            raise ValueError(f"instruction must end with a single '.': {v!r}")
+        return v
+
+
+def _check_labels(labels: list[str], what: str) -> list[str]:
+    bad = [lab for lab in labels if lab not in _LOCATIONS]
+    if bad or not labels:
+        raise ValueError(f"{what} has unknown or no labels: {bad or labels}")
+    return labels
+
+
+class PositivePair(_Pair):
+    """A pair whose answer has a mask."""
+
+    reported_location: list[str]
+    grounded_location: list[str]
+    sent_idx: str
+    seg: Literal[True]
+    seg_mask_path: str
+
+    @field_validator("reported_location", "grounded_location")
+    @classmethod
+    def _labels(cls, v: list[str]) -> list[str]:
+        return _check_labels(v, "location")
+
+    @field_validator("sent_idx")
+    @classmethod
+    def _digits(cls, v: str) -> str:
+        if not v.isdigit():
+            raise ValueError(f"sent_idx must be a decimal string, got {v!r}")
+        return v
+
+
+class NegativePair(_Pair):
+    """A pair whose answer is an empty mask."""
+
+    location: list[str]
+    seg: Literal[False]
+    seg_mask_path: None = None
+
+    @field_validator("location")
+    @classmethod
+    def _labels(cls, v: list[str]) -> list[str]:
+        return _check_labels(v, "location")
+
+
+class PairSet(BaseModel):
+    """``instruction_answer_pairs`` of a study."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    positive_pairs: list[PositivePair] = Field(default_factory=list)
+    negative_pairs: list[NegativePair] = Field(default_factory=list)
+
+
+class Study(BaseModel):
+    """One study entry."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    subject_id: str
+    dicom_id: str
+    image_path: str
+    section_name: Literal["findings", "impression", "last_paragraph"]
+    section_content: str
+    instruction_answer_pairs: PairSet
+
+    @model_validator(mode="after")
+    def _pair_ids(self) -> Study:
+        for kind, pairs in (("positive", self.instruction_answer_pairs.positive_pairs),
+                            ("negative", self.instruction_answer_pairs.negative_pairs)):
+            for i, p in enumerate(pairs):
+                if not p.pair_id.endswith(f"_{kind}_{i}"):
+                    raise ValueError(f"pair_id {p.pair_id!r} should end with _{kind}_{i}")
+        return self
+
+
+class DatasetFile(BaseModel):
+    """The whole ``mimic_ils_instruction_answer.json``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    train: dict[str, Study] = Field(default_factory=dict)
+    val: dict[str, Study] = Field(default_factory=dict)
+    test: dict[str, Study] = Field(default_factory=dict)
+
+
+def validate_dataset(data: dict[str, Any], mask_root: str | Path | None = None) -> list[str]:
+    """Problems found in a dataset dict (schema, pair ids, mask files exist); empty when valid."""
+    problems: list[str] = []
+    try:
+        parsed = DatasetFile.model_validate(data)
+    except ValidationError as exc:
+        return [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+    for split in SPLITS:
+        for key, study in getattr(parsed, split).items():
+            if not key.startswith("s"):
+                problems.append(f"{split}.{key}: study keys are 's{{study_id}}'")
+            for p in study.instruction_answer_pairs.positive_pairs:
+                if not p.pair_id.startswith(f"{key}_"):
+                    problems.append(f"{split}.{key}.{p.pair_id}: pair id does not start with the study key")
+                if not p.seg_mask_path.startswith(f"{key}/{key}_"):
+                    problems.append(f"{split}.{key}.{p.pair_id}: mask path {p.seg_mask_path!r} not under {key}/")
+                if mask_root is not None and not (Path(mask_root) / p.seg_mask_path).is_file():
+                    problems.append(f"{split}.{key}.{p.pair_id}: mask file {p.seg_mask_path} missing")
+    return problems
+
+
+def load_dataset(path: str | Path) -> dict[str, Any]:
+    """Read a MIMIC-ILS JSON file (ours or the released one) as a plain dict."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise InputError("dataset JSON not found", path) from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"not valid JSON ({exc})", path) from exc
+

@@ -1,0 +1,159 @@
+"""Pair composition (ILS.md §4, §11): templates, cardiomegaly exception, tentative -> opacity,
+lesion inference only for PN/AT/ED, at most one negative per lesion, CTR rule, EL regions."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from cxrground.ils.compose import GroundedFinding, compose_pairs
+from cxrground.ils.config import IlsConfig
+from cxrground.ils.schema import validate_dataset
+from cxrground.reports.findings import Finding
+from cxrground.vocab.lesions import LESIONS
+from cxrground.vocab.locations import ILS_LOCATION_LABELS
+
+SHAPE = (20, 20)
+
+
+def mask() -> np.ndarray:
+    m = np.zeros(SHAPE, bool)
+    m[5:9, 3:7] = True
+    return m
+
+
+def f(lesion, assertion="present", rl=("right lung base",), sent=1, entity=None):
+    return Finding(entity or lesion or "nodule", sent, assertion, lesion, (), tuple(rl))
+
+
+def g(finding, gl=None, complete=True, grounded=True):
+    return GroundedFinding(finding, mask() if grounded else None,
+                           tuple(gl if gl is not None else finding.reported_location), complete)
+
+
+def test_basic_global_and_lesion_inference_positive():
+    pn = f("pneumonia", rl=("right mid zone lung", "right lung base"), sent=2)
+    out = compose_pairs("s1", [pn], [g(pn)], [], None, None, IlsConfig())
+    pos = out.positive_pairs
+    assert [p["type"] for p in pos] == ["basic", "global", "lesion_inference"]
+    assert pos[0]["instruction"] == "Segment the pneumonia in the right mid zone lung and right lung base."
+    assert pos[0]["answer"] == "[SEG]"
+    assert pos[1]["instruction"] == "Segment the pneumonia."
+    assert pos[1]["answer"] == "[SEG] It is located in the right mid zone lung and right lung base."
+    assert pos[2]["instruction"] == "Segment the opacity in the right mid zone lung and right lung base and predict its type."
+    assert pos[2]["answer"] == "[SEG] It is highly suggestive of pneumonia."
+    assert {p["seg_mask_path"] for p in pos} == {"s1/s1_pneumonia_0.png"}
+    assert [p["pair_id"] for p in pos] == ["s1_positive_0", "s1_positive_1", "s1_positive_2"]
+    assert all(p["sent_idx"] == "2" and p["target"] == "pneumonia" for p in pos)
+    assert len(out.masks) == 1 and out.reported == [("pneumonia", True)]
+
+
+def test_tentative_uses_opacity_word_and_keeps_target():
+    at = f("atelectasis", "uncertain", rl=("left lung base",))
+    pos = compose_pairs("s1", [at], [g(at)], [], None, None, IlsConfig()).positive_pairs
+    assert pos[0]["instruction"] == "Segment the opacity in the left lung base." and pos[0]["target"] == "atelectasis"
+    assert pos[1]["instruction"] == "Segment the opacity."
+    assert pos[2]["answer"] == "[SEG] It possibly reflects atelectasis."
+
+
+def test_lesion_inference_only_for_pn_at_ed_and_global_only_when_complete():
+    ef = f("effusion", rl=("right lung", "left lung base"))
+    co = f("consolidation", rl=("left upper zone lung",))
+    out = compose_pairs("s1", [ef, co], [g(ef, gl=("left lung base",), complete=False), g(co)], [], None, None,
+                        IlsConfig())
+    types = [(p["target"], p["type"]) for p in out.positive_pairs]
+    assert types == [("effusion", "basic"), ("consolidation", "basic"), ("consolidation", "global")]
+    assert out.positive_pairs[0]["reported_location"] == ["right lung", "left lung base"]
+    assert out.positive_pairs[0]["grounded_location"] == ["left lung base"]
+    assert [m.path for m in out.masks] == ["s1/s1_effusion_0.png", "s1/s1_consolidation_1.png"]
+
+
+def test_two_findings_of_one_lesion_get_no_global():
+    a = f("effusion", rl=("right lung base",), sent=1)
+    b = f("effusion", rl=("left lung base",), sent=3)
+    out = compose_pairs("s1", [a, b], [g(a), g(b)], [], None, None, IlsConfig())
+    assert [p["type"] for p in out.positive_pairs] == ["basic", "basic"]
+
+
+def test_cardiomegaly_exception_and_ctr_rule():
+    ca = f("cardiomegaly", rl=("heart",))
+    heart = mask()
+    out = compose_pairs("s1", [ca], [g(ca)], [], 0.6, heart, IlsConfig())
+    (p,) = out.positive_pairs
+    assert (p["instruction"], p["answer"], p["type"]) == ("Segment the cardiomegaly.", "[SEG]", "global")
+    assert p["reported_location"] == ["heart"] and p["grounded_location"] == ["heart"]
+    assert not any(n["target"] == "cardiomegaly" for n in out.negative_pairs)
+    # negatives: only when CTR <= 0.45 (inclusive)
+    at_limit = compose_pairs("s2", [], [], list(ILS_LOCATION_LABELS), 0.45, heart, IlsConfig())
+    ca_neg = [n for n in at_limit.negative_pairs if n["target"] == "cardiomegaly"]
+    assert len(ca_neg) == 1 and ca_neg[0]["instruction"] == "Segment the cardiomegaly."
+    assert ca_neg[0]["answer"] == "[SEG] There is no cardiomegaly." and ca_neg[0]["location"] == ["heart"]
+    above = compose_pairs("s2", [], [], list(ILS_LOCATION_LABELS), 0.4501, heart, IlsConfig())
+    assert not any(n["target"] == "cardiomegaly" for n in above.negative_pairs)
+    # tentative cardiomegaly: no pair at all (proposed default) and no negative
+    tent = f("cardiomegaly", "uncertain", rl=("heart",))
+    out = compose_pairs("s3", [tent], [g(tent)], [], 0.3, heart, IlsConfig())
+    assert not out.positive_pairs and not any(n["target"] == "cardiomegaly" for n in out.negative_pairs)
+
+
+def test_at_most_one_negative_per_lesion_and_empty_locations():
+    ef = f("effusion", rl=("left lung base",))
+    nodule = f(None, rl=("right upper zone lung",), entity="nodule")
+    el = ["right apical zone lung", "right mid zone lung"]
+    for seed in range(40):
+        out = compose_pairs(f"s{seed}", [ef, nodule], [g(ef)], el, 0.3, mask(), IlsConfig(seed=seed))
+        targets = Counter(n["target"] for n in out.negative_pairs)
+        assert max(targets.values()) == 1
+        for n in out.negative_pairs:
+            if n["type"] != "global" and n["target"] != "cardiomegaly":
+                assert set(n["location"]) <= set(el), n
+        # the reported effusion only gets an N2 negative at an empty location
+        ef_neg = [n for n in out.negative_pairs if n["target"] == "effusion"]
+        assert all(n["type"] == "basic" and n["kind"] == "grounding_no_location_extension" for n in ef_neg)
+
+
+def test_no_negative_for_reported_ungrounded_location_and_no_global_opacity_when_lung_lesion():
+    pn = f("pneumonia", "uncertain", rl=("right lung base",))
+    for seed in range(60):
+        out = compose_pairs("s9", [pn], [g(pn, grounded=False)], ["left apical zone lung"], None, None,
+                            IlsConfig(seed=seed))
+        assert not out.positive_pairs and out.reported == [("pneumonia", False)]
+        for n in out.negative_pairs:
+            assert "right lung base" not in n["location"]
+            if n["target"] in ("opacity", "consolidation"):
+                assert n["type"] != "global"
+
+
+def test_negative_templates_and_shares():
+    counts: Counter = Counter()
+    for seed in range(400):
+        out = compose_pairs(f"s{seed}", [], [], list(ILS_LOCATION_LABELS), 0.3, mask(), IlsConfig(seed=seed))
+        assert len(out.negative_pairs) == 7
+        for n in out.negative_pairs:
+            counts[(n["target"], n["type"])] += 1
+            if n["type"] == "basic":
+                loc = " and ".join(n["location"]) if len(n["location"]) <= 2 else None
+                assert n["answer"] == f"[SEG] There is no {n['target']} in the {loc}."
+            if n["type"] == "lesion_inference":
+                assert n["target"] == "opacity" and n["instruction"].endswith("and predict its type.")
+                assert n["answer"].startswith("[SEG] There is no opacity in the ")
+            if n["type"] == "global" and n["target"] != "cardiomegaly":
+                assert n["location"] == ["lung"] and n["answer"] == f"[SEG] There is no {n['target']}."
+    # opacity: about half lesion-inference; effusion: about a quarter global (spec §11.2 targets)
+    assert 0.4 < counts[("opacity", "lesion_inference")] / 400 < 0.6
+    assert 0.15 < counts[("effusion", "global")] / 400 < 0.32
+
+
+def test_deterministic_per_study_and_valid_schema():
+    pn = f("pneumonia", rl=("left lung",))
+    a = compose_pairs("s5", [pn], [g(pn)], ["right apical zone lung"], 0.3, mask(), IlsConfig(seed=3))
+    b = compose_pairs("s5", [pn], [g(pn)], ["right apical zone lung"], 0.3, mask(), IlsConfig(seed=3))
+    assert a.negative_pairs == b.negative_pairs and a.positive_pairs == b.positive_pairs
+    study = {"subject_id": "p1", "dicom_id": "d", "image_path": "p1/p1/s5/d.jpg", "section_name": "findings",
+             "section_content": "(1) Left lung pneumonia.",
+             "instruction_answer_pairs": {"positive_pairs": a.positive_pairs, "negative_pairs": a.negative_pairs}}
+    assert validate_dataset({"train": {"s5": study}}) == []
+    broken = {**study, "instruction_answer_pairs": {"positive_pairs": [{**a.positive_pairs[0], "answer": "x"}]}}
+    assert validate_dataset({"train": {"s5": broken}})
+    assert set(LESIONS) >= {n["target"] for n in a.negative_pairs}
