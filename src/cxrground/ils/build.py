@@ -1,0 +1,277 @@
+"""The ILS build engine: per-study work units, local process pool or Ray, resumable, then assembly.
+
+Each study is processed independently (:func:`cxrground.ils.pipeline.process_study`) with its own
+seeded RNG; its mask PNGs are written first and its unit record ``units/{study}.json`` last and
+atomically, so a study is done iff its unit file exists. A killed run started again with the same
+command processes the remaining studies only. Assembly reads the unit files in study order, so
+the output is byte-identical whatever the engine, the number of workers or the interruptions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from cxrground import __version__
+from cxrground.errors import ConfigError, Failure
+from cxrground.ils.card import render_card
+from cxrground.ils.config import IlsConfig
+from cxrground.ils.schema import SPLITS, validate_dataset
+from cxrground.ils.tasks import StudyTask
+
+__all__ = ["DATASET_FILE", "BackendSpec", "BuildSummary", "assemble", "build_dataset", "run_units"]
+
+DATASET_FILE = "mimic_ils_instruction_answer.json"
+UNITS_DIR = "units"
+MASK_DIR = "lesion_mask"
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """Which backend runs each model-dependent stage, with its keyword arguments (JSON-serialisable)."""
+
+    structurer: str = "rules"
+    structurer_kwargs: dict[str, Any] = field(default_factory=dict)
+    segmenter: str = "unet"
+    segmenter_kwargs: dict[str, Any] = field(default_factory=dict)
+    synthesizer: str = "pseudo-normal"
+    synthesizer_kwargs: dict[str, Any] = field(default_factory=dict)
+    detector: str = "anomaly"
+    detector_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+    def spec_hash(self) -> str:
+        """Short hash of the backend choice."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class BuildSummary:
+    """What a build did."""
+
+    out_dir: str
+    processed: int
+    skipped: int
+    studies_in_dataset: int
+    pairs: int
+    failures: int
+    seconds: float
+
+
+def _unit_path(out: Path, key: str) -> Path:
+    return out / UNITS_DIR / f"{key}.json"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _run_one(task: StudyTask, out: str, config: IlsConfig, spec: BackendSpec) -> tuple[str, str]:
+    """Process one study in the current process and write its outputs; returns (study, status)."""
+    from cxrground.ils.pipeline import process_study
+
+    unit = process_study(task, Path(out), config, spec)
+    unit["config_hash"] = config.config_hash()
+    unit["spec_hash"] = spec.spec_hash()
+    _write_atomic(_unit_path(Path(out), task.study_key), json.dumps(unit, sort_keys=True))
+    return task.study_key, unit["status"]
+
+
+def _init_worker(threads: int) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+    except ImportError:
+        pass
+
+
+def run_units(
+    tasks: Sequence[StudyTask],
+    out: Path,
+    config: IlsConfig,
+    spec: BackendSpec,
+    engine: str = "local",
+    workers: int = 1,
+    progress: bool = True,
+) -> tuple[int, int]:
+    """Process every task whose unit file is missing; returns (processed, skipped)."""
+    todo = [t for t in tasks if not _unit_path(out, t.study_key).is_file()]
+    skipped = len(tasks) - len(todo)
+    bar = tqdm(total=len(todo), desc="ils build", unit="study", disable=not progress, dynamic_ncols=True)
+    if engine == "local" and workers <= 1:
+        for t in todo:
+            _run_one(t, str(out), config, spec)
+            bar.update()
+    elif engine == "local":
+        import multiprocessing as mp
+
+        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                                 initializer=_init_worker, initargs=(1,)) as pool:
+            futures = [pool.submit(_run_one, t, str(out), config, spec) for t in todo]
+            for fut in as_completed(futures):
+                fut.result()
+                bar.update()
+    elif engine == "ray":
+        _run_ray(todo, out, config, spec, workers, bar)
+    else:
+        raise ConfigError(f"unknown engine {engine!r}; use 'local' or 'ray'")
+    bar.close()
+    return len(todo), skipped
+
+
+def _run_ray(todo: Sequence[StudyTask], out: Path, config: IlsConfig, spec: BackendSpec, workers: int,
+             bar: Any) -> None:
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError("--engine ray needs the 'ray' package: pip install 'cxrground[ray]'") from exc
+    started = not ray.is_initialized()
+    if started:
+        address = os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=max(1, workers), include_dashboard=False, log_to_driver=False,
+                     runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    try:
+        remote = ray.remote(num_cpus=1)(_run_one)
+        pending = [remote.remote(t, str(out), config, spec) for t in todo]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            ray.get(done)
+            bar.update(len(done))
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _code_version() -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent, check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        rev = ""
+    return f"{__version__}+g{rev}" if rev else __version__
+
+
+def _read_units(out: Path, tasks: Iterable[StudyTask]) -> list[dict[str, Any]]:
+    units = []
+    for t in tasks:
+        path = _unit_path(out, t.study_key)
+        if path.is_file():
+            units.append(json.loads(path.read_text(encoding="utf-8")))
+    return units
+
+
+def assemble(out: Path, tasks: Sequence[StudyTask], config: IlsConfig, spec: BackendSpec,
+             scan_failures: Sequence[Failure], backend_provenance: dict[str, Any]) -> dict[str, Any]:
+    """Write the JSON, mask index, findings, anatomy, failures, provenance and card from the unit files."""
+    units = _read_units(out, sorted(tasks, key=lambda t: t.study_key))
+    dataset: dict[str, dict[str, Any]] = {s: {} for s in SPLITS}
+    reported: list[tuple[str, bool]] = []
+    rejections: Counter = Counter()
+    failures = [f.to_dict() for f in scan_failures]
+    for f in scan_failures:
+        rejections[f"input: {f.reason.split(' (')[0]}"] += 1
+    findings_lines, mask_lines, anatomy_lines = [], [], []
+    for u in units:
+        key = u["study_key"]
+        for finding in u.get("findings", []):
+            findings_lines.append(json.dumps({"study": key, **finding}, sort_keys=True))
+        for m in u.get("masks", []):
+            mask_lines.append(json.dumps({"study": key, **m}, sort_keys=True))
+        if u.get("anatomy"):
+            anatomy_lines.append(json.dumps({"study": key, **u["anatomy"]}, sort_keys=True))
+        reported.extend((lesion, bool(got)) for lesion, got in u.get("reported", []))
+        if u["status"] != "ok":
+            rejections[u["reason"]] += 1
+            failures.append({"path": u.get("image_path", key), "stage": u.get("stage", "build"),
+                             "reason": u["reason"], "error": u.get("error", u["status"]), "study": key})
+            continue
+        study = u["study"]
+        pairs = study["instruction_answer_pairs"]
+        if not pairs["positive_pairs"] and not pairs["negative_pairs"]:
+            rejections["no pairs"] += 1
+            continue
+        dataset[u["split"]][key] = study
+    problems = validate_dataset(dataset, out / MASK_DIR)
+    if problems:
+        raise ConfigError("generated dataset fails its own schema check: " + "; ".join(problems[:5]))
+    provenance = {
+        "code_version": _code_version(),
+        "python": platform.python_version(),
+        "seed": config.seed,
+        "config_hash": config.config_hash(),
+        "config": config.to_dict(),
+        "backends": backend_provenance,
+        "backend_spec": spec.to_dict(),
+        "exclude_studies": list(config.exclude_studies),
+        "mask_frame": "native image pixels (no padding, no resize)",
+        "image_source": "as given (MIMIC-CXR-JPG paths are files/-relative)",
+    }
+    _write_atomic(out / DATASET_FILE, json.dumps(dataset, ensure_ascii=False))
+    _write_atomic(out / "findings.jsonl", "".join(line + "\n" for line in findings_lines))
+    _write_atomic(out / "masks.jsonl", "".join(line + "\n" for line in mask_lines))
+    _write_atomic(out / "anatomy.jsonl", "".join(line + "\n" for line in anatomy_lines))
+    _write_atomic(out / "failures.jsonl", "".join(json.dumps(f, sort_keys=True) + "\n" for f in failures))
+    _write_atomic(out / "provenance.json", json.dumps(provenance, indent=2, sort_keys=True))
+    _write_atomic(out / "card.md", render_card(dataset, reported, rejections, provenance))
+    return {"dataset": dataset, "failures": failures, "reported": reported, "rejections": dict(rejections)}
+
+
+def build_dataset(
+    tasks: Sequence[StudyTask],
+    out_dir: str | Path,
+    config: IlsConfig | None = None,
+    spec: BackendSpec | None = None,
+    engine: str = "local",
+    workers: int = 1,
+    scan_failures: Sequence[Failure] = (),
+    overwrite: bool = False,
+    progress: bool = True,
+) -> BuildSummary:
+    """Process all studies (resuming) and assemble the dataset in ``out_dir``."""
+    from cxrground.ils.pipeline import backend_provenance
+
+    config = config or IlsConfig()
+    spec = spec or BackendSpec()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    settings = {"config_hash": config.config_hash(), "spec_hash": spec.spec_hash()}
+    stamp = out / "settings.json"
+    if stamp.is_file() and json.loads(stamp.read_text()) != settings:
+        if not overwrite:
+            raise ConfigError(f"{out} holds a build with other settings ({stamp.read_text().strip()}); "
+                              "use another folder or --overwrite")
+        import shutil
+
+        for folder in (out / UNITS_DIR, out / MASK_DIR):
+            shutil.rmtree(folder, ignore_errors=True)
+    _write_atomic(stamp, json.dumps(settings, sort_keys=True))
+    processed, skipped = run_units(tasks, out, config, spec, engine, workers, progress)
+    result = assemble(out, tasks, config, spec, scan_failures, backend_provenance(spec))
+    n_pairs = sum(len(s["instruction_answer_pairs"]["positive_pairs"]) + len(s["instruction_answer_pairs"]
+                  ["negative_pairs"]) for split in result["dataset"].values() for s in split.values())
+    return BuildSummary(str(out), processed, skipped, sum(len(v) for v in result["dataset"].values()), n_pairs,
+                        len(result["failures"]), round(time.perf_counter() - started, 2))

@@ -1,0 +1,166 @@
+"""One study through ILS Stage I and II: report → findings, image → anatomy, anomaly map, boxes,
+Algorithm 1, location verification, pair composition; masks written at native size.
+
+Every failure becomes the study's unit record (``status`` ``failed`` or ``rejected`` with the
+stage and the reason) instead of an exception, so a batch always finishes.
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cxrground.anatomy import cardiothoracic_ratio, ils_location_masks
+from cxrground.errors import CXRGroundError, InputError
+from cxrground.ils.build import MASK_DIR, BackendSpec
+from cxrground.ils.compose import GroundedFinding, compose_pairs
+from cxrground.ils.config import IlsConfig
+from cxrground.ils.tasks import StudyTask
+from cxrground.io.image import read_image
+from cxrground.io.masks import encode_rle, write_mask_png
+from cxrground.io.transform import Letterbox
+from cxrground.reports import choose_section, parse_report_text, read_report
+from cxrground.vocab.locations import HEART
+
+__all__ = ["Backends", "backend_provenance", "get_backends", "process_study"]
+
+_CACHE: dict[str, Backends] = {}
+
+
+class Backends:
+    """The four model-dependent stages, built once per process from a :class:`BackendSpec`."""
+
+    def __init__(self, spec: BackendSpec) -> None:
+        from cxrground.anatomy.segment import get_segmenter
+        from cxrground.ils.spatial import get_detector, get_synthesizer
+        from cxrground.reports.structure import get_structurer
+
+        self.spec = spec
+        self.structurer = get_structurer(spec.structurer, **spec.structurer_kwargs)
+        self.segmenter = get_segmenter(spec.segmenter, **spec.segmenter_kwargs)
+        self.synthesizer = get_synthesizer(spec.synthesizer, **spec.synthesizer_kwargs)
+        self.detector = get_detector(spec.detector, **spec.detector_kwargs)
+
+    def provenance(self) -> dict[str, Any]:
+        """Each backend's own provenance (name, version, weights hash, settings)."""
+        out: dict[str, Any] = {}
+        for stage in ("structurer", "segmenter", "synthesizer", "detector"):
+            backend = getattr(self, stage)
+            prov = getattr(backend, "provenance", None)
+            out[stage] = prov() if callable(prov) else {"name": getattr(backend, "name", type(backend).__name__)}
+        return out
+
+
+def get_backends(spec: BackendSpec) -> Backends:
+    """Backends for ``spec``, cached per process (workers build them once)."""
+    key = spec.spec_hash()
+    if key not in _CACHE:
+        _CACHE[key] = Backends(spec)
+    return _CACHE[key]
+
+
+def backend_provenance(spec: BackendSpec) -> dict[str, Any]:
+    """Provenance of the backends of ``spec``."""
+    return get_backends(spec).provenance()
+
+
+def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSpec) -> dict[str, Any]:
+    """The unit record of one study (masks already written under ``out/lesion_mask``)."""
+    unit: dict[str, Any] = {"study_key": task.study_key, "split": task.split, "image_path": task.image_path,
+                            "status": "ok"}
+    stage = "reports"
+    try:
+        backends = get_backends(spec)
+        report = (read_report(task.report_path) if task.report_path
+                  else parse_report_text(task.report_text or "", report_id=task.study_key))
+        section = choose_section(report)
+        if section is None:
+            return {**unit, "status": "rejected", "stage": stage, "reason": "no usable report section"}
+        stage = "structure"
+        structured = backends.structurer.structure(task.study_key, section)
+        unit["findings"] = [f.to_dict() for f in structured.findings]
+        stage = "images"
+        image = read_image(task.image_path)
+        view = (image.view or task.view or "").upper() or None
+        if view is not None and view not in config.qc.views:
+            return {**unit, "status": "rejected", "stage": "qc", "reason": f"view {view} is not frontal (PA/AP)"}
+        stage = "segment"
+        anatomy = backends.segmenter.segment(image)
+        right, left, heart = anatomy.right_lung, anatomy.left_lung, anatomy.heart
+        lung_share = float((right | left).mean())
+        if lung_share < config.qc.min_lung_fraction:
+            return {**unit, "status": "rejected", "stage": "qc",
+                    "reason": f"lungs cover less than {config.qc.min_lung_fraction:.0%} of the image"}
+        if not right.any() or not left.any():
+            return {**unit, "status": "rejected", "stage": "qc", "reason": "one lung not found"}
+        ctr = cardiothoracic_ratio(heart, right, left) if heart is not None and heart.any() else None
+        stage = "spatial"
+        grounded, empty = _ground(structured.findings, image.pixels, right, left, heart, backends, config)
+        stage = "compose"
+        composed = compose_pairs(task.study_key, structured.findings, grounded, empty, ctr, heart, config)
+        for m in composed.masks:
+            write_mask_png(out / MASK_DIR / m.path, m.mask)
+        unit["masks"] = [{"path": m.path, "lesion": m.lesion, "area": int(m.mask.sum()), "rle": encode_rle(m.mask)}
+                         for m in composed.masks]
+        unit["reported"] = [[lesion, got] for lesion, got in composed.reported]
+        unit["anatomy"] = {
+            "height": image.height, "width": image.width, "ctr": ctr,
+            "segmenter": anatomy.source, "heart_source": anatomy.heart_source,
+            "right_lung": encode_rle(right), "left_lung": encode_rle(left),
+            "heart": encode_rle(heart) if heart is not None else None,
+            "locations": {k: encode_rle(v) for k, v in ils_location_masks(right, left).items()},
+            "empty_locations": list(empty),
+        }
+        unit["study"] = {
+            "subject_id": task.subject_id,
+            "dicom_id": task.dicom_id,
+            "image_path": task.relative_image_path,
+            "section_name": section.name,
+            "section_content": section.section_content,
+            "instruction_answer_pairs": {"positive_pairs": composed.positive_pairs,
+                                         "negative_pairs": composed.negative_pairs},
+        }
+        return unit
+    except InputError as exc:
+        return {**unit, "status": "failed", "stage": stage, "reason": exc.reason, "error": type(exc).__name__}
+    except CXRGroundError as exc:
+        return {**unit, "status": "failed", "stage": stage, "reason": str(exc), "error": type(exc).__name__}
+    except Exception as exc:  # a bug must not stop the batch: record it with its traceback tail
+        tail = traceback.format_exc().strip().splitlines()[-3:]
+        return {**unit, "status": "failed", "stage": stage, "reason": f"{type(exc).__name__}: {exc}",
+                "error": "internal", "traceback": tail}
+
+
+def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, heart: np.ndarray | None,
+            backends: Backends, config: IlsConfig) -> tuple[list[GroundedFinding], list[str]]:
+    """Run steps 2-4 on the working canvas and map the lesion masks back to native pixels."""
+    from cxrground.ils.grounding import ground_finding
+    from cxrground.ils.spatial.pseudo_normal import anomaly_map
+    from cxrground.ils.verify import empty_locations, verify_location
+
+    box = Letterbox.fit(pixels.shape, config.working_size)
+    canvas = box.image_to_canvas(pixels)
+    r_c, l_c = box.mask_to_canvas(right), box.mask_to_canvas(left)
+    h_c = box.mask_to_canvas(heart) if heart is not None else np.zeros_like(r_c)
+    locations = ils_location_masks(r_c, l_c)
+    x_hat = backends.synthesizer.synthesize(canvas, r_c | l_c | h_c)
+    anomaly = anomaly_map(canvas, x_hat)
+    boxes = backends.detector.detect(canvas, anomaly)
+    grounded: list[GroundedFinding] = []
+    for f in findings:
+        if f.lesion is None or f.assertion == "absent":
+            continue
+        if f.lesion == "cardiomegaly":
+            grounded.append(GroundedFinding(f, heart, (HEART,), True))
+            continue
+        result = ground_finding(f, canvas, anomaly, locations, r_c, l_c, h_c, boxes, config)
+        if not result.mask.any():
+            grounded.append(GroundedFinding(f, None, (), False))
+            continue
+        check = verify_location(f.reported_location, locations, result.selected, config)
+        native = box.mask_to_native(result.mask)
+        grounded.append(GroundedFinding(f, native if native.any() else None, tuple(check.grounded), check.complete))
+    return grounded, list(empty_locations(findings, locations))

@@ -1,0 +1,146 @@
+"""Turning a user's inputs into per-study work units (:class:`StudyTask`) with a split each.
+
+Inputs: a folder of images in the MIMIC-CXR-JPG layout with reports in the MIMIC-CXR layout, or
+a flat folder with a CSV/JSONL index (``cxrground.datasets.folder``), or reports given as a
+JSONL/CSV table (``study_id`` and ``report`` columns). One image per study (ILS §6 proposed
+default): prefer PA over AP, then the lexicographically first ``dicom_id``.
+
+Splits: an explicit CSV (``study_id,split``; MIMIC's ``mimic-cxr-2.0.0-split.csv`` works, its
+``split`` values ``validate`` map to ``val``) or, by default, a deterministic hash of the subject
+id so that all studies of one subject land in one split.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cxrground.datasets.folder import StudyInput, scan_folder
+from cxrground.errors import ConfigError, Failure, InputError
+from cxrground.reports import read_report_table
+
+__all__ = ["StudyTask", "assign_split", "build_tasks", "read_split_file"]
+
+_VIEW_RANK = {"PA": 0, "AP": 1}
+
+
+@dataclass(frozen=True)
+class StudyTask:
+    """Everything a worker needs to process one study (picklable)."""
+
+    study_key: str
+    subject_id: str
+    dicom_id: str
+    image_path: str
+    relative_image_path: str
+    split: str
+    report_path: str | None = None
+    report_text: str | None = None
+    view: str | None = None
+
+
+def read_split_file(path: str | Path) -> dict[str, str]:
+    """``study key -> split`` from a CSV with ``study_id`` and ``split`` columns."""
+    path = Path(path)
+    out: dict[str, str] = {}
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            for row in csv.DictReader(fh):
+                sid = str(row["study_id"]).strip()
+                split = {"validate": "val", "validation": "val"}.get(row["split"].strip(), row["split"].strip())
+                if split not in ("train", "val", "test"):
+                    raise InputError(f"unknown split {row['split']!r} for study {sid}", path)
+                out[sid if sid.startswith("s") else f"s{sid}"] = split
+    except (KeyError, FileNotFoundError) as exc:
+        raise InputError(f"split file needs study_id and split columns ({exc})", path) from exc
+    return out
+
+
+def assign_split(subject_id: str, ratios: Sequence[float]) -> str:
+    """Deterministic subject-level split from ``(train, val, test)`` ratios."""
+    if len(ratios) != 3 or any(r < 0 for r in ratios) or sum(ratios) <= 0:
+        raise ConfigError(f"split ratios must be three non-negative numbers, got {ratios}")
+    u = int(hashlib.sha256(subject_id.encode()).hexdigest()[:12], 16) / 16**12 * sum(ratios)
+    if u < ratios[0]:
+        return "train"
+    return "val" if u < ratios[0] + ratios[1] else "test"
+
+
+def build_tasks(
+    images: str | Path,
+    reports: str | Path | None = None,
+    index: str | Path | None = None,
+    split_file: str | Path | None = None,
+    split_ratios: Sequence[float] = (0.8, 0.1, 0.1),
+    exclude: Sequence[str] = (),
+    limit: int | None = None,
+) -> tuple[list[StudyTask], list[Failure]]:
+    """Work units sorted by study key, and the inputs that could not become one."""
+    table: dict[str, str] = {}
+    failures: list[Failure] = []
+    reports_dir = None
+    if reports is not None and Path(reports).is_file():
+        parsed, bad = read_report_table(reports, "study_id", "report", progress=False)
+        failures.extend(bad)
+        table = {(r.report_id if r.report_id.startswith("s") else f"s{r.report_id}"): r.text or "" for r in parsed}
+    elif reports is not None:
+        reports_dir = reports
+    if table and index is None:
+        studies, bad = _scan_without_reports(images)
+    else:
+        studies, bad = scan_folder(images, reports_dir, index)
+    failures.extend(bad)
+    splits = read_split_file(split_file) if split_file else {}
+    excluded = {s if s.startswith("s") else f"s{s}" for s in exclude}
+
+    by_study: dict[str, list[StudyInput]] = {}
+    for s in studies:
+        by_study.setdefault(s.study_id, []).append(s)
+    tasks: list[StudyTask] = []
+    for key in sorted(by_study):
+        if key in excluded:
+            continue
+        chosen = sorted(by_study[key], key=lambda s: (_VIEW_RANK.get((s.view or "").upper(), 2), s.dicom_id or ""))[0]
+        text = table.get(key) if table else chosen.report_text
+        if table and text is None and chosen.report_path is None:
+            failures.append(Failure(str(chosen.image_path), "scan", f"no report for {key} in {reports}", "InputError"))
+            continue
+        subject = chosen.subject_id or key
+        if split_file and key not in splits:
+            failures.append(Failure(str(chosen.image_path), "scan", f"{key} is not in the split file", "InputError"))
+            continue
+        tasks.append(StudyTask(
+            study_key=key,
+            subject_id=subject,
+            dicom_id=chosen.dicom_id or Path(chosen.image_path).stem,
+            image_path=str(Path(chosen.image_path).resolve()),
+            relative_image_path=chosen.relative_image_path or Path(chosen.image_path).name,
+            split=splits.get(key) or assign_split(subject, split_ratios),
+            report_path=str(chosen.report_path) if chosen.report_path and not table else None,
+            report_text=text,
+            view=chosen.view,
+        ))
+    if limit is not None:
+        tasks = tasks[:limit]
+    return tasks, failures
+
+
+def _scan_without_reports(images: str | Path) -> tuple[list[StudyInput], list[Failure]]:
+    """MIMIC-layout images whose reports come from a table: scan ignoring missing report files."""
+    from cxrground.datasets.folder import MIMIC_IMAGE_RE
+    from cxrground.io.image import IMAGE_SUFFIXES
+
+    root = Path(images)
+    out: list[StudyInput] = []
+    failures: list[Failure] = []
+    for path in sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()):
+        m = MIMIC_IMAGE_RE.search(path.relative_to(root).as_posix())
+        if m is None:
+            failures.append(Failure(str(path), "scan", "not in the MIMIC-CXR layout and no index given", "InputError"))
+            continue
+        group, subject, study, dicom = m.groups()
+        out.append(StudyInput(study, path, subject, dicom, None, None, None, f"{group}/{subject}/{study}/{path.name}"))
+    return out, failures
