@@ -1,0 +1,69 @@
+"""Work units from a folder (one image per study, splits) and the dataset card's tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cxrground.errors import ConfigError
+from cxrground.ils.card import count_table, recall_table, render_card
+from cxrground.ils.tasks import assign_split, build_tasks
+from cxrground.io.image import write_image
+
+
+def _img(path):
+    return write_image(path, np.zeros((8, 8), np.uint8))
+
+
+def test_one_image_per_study_and_splits(tmp_path):
+    files = tmp_path / "files"
+    _img(files / "p10/p10000001/s50000001/bbb.jpg")
+    _img(files / "p10/p10000001/s50000001/aaa.jpg")
+    _img(files / "p10/p10000002/s50000002/ccc.jpg")
+    (files / "p10/p10000001/s50000001.txt").write_text("FINDINGS: Clear.")
+    (files / "p10/p10000002/s50000002.txt").write_text("FINDINGS: Clear.")
+    tasks, failures = build_tasks(files)
+    assert not failures and [t.study_key for t in tasks] == ["s50000001", "s50000002"]
+    assert tasks[0].dicom_id == "aaa" and tasks[0].relative_image_path == "p10/p10000001/s50000001/aaa.jpg"
+    split_csv = tmp_path / "split.csv"
+    split_csv.write_text("dicom_id,study_id,subject_id,split\naaa,50000001,10000001,validate\n")
+    tasks, failures = build_tasks(files, split_file=split_csv)
+    assert [(t.study_key, t.split) for t in tasks] == [("s50000001", "val")]
+    assert "not in the split file" in failures[0].reason
+    tasks, _ = build_tasks(files, exclude=["50000002"])
+    assert [t.study_key for t in tasks] == ["s50000001"]
+
+
+def test_reports_from_a_table(tmp_path):
+    _img(tmp_path / "files/p10/p10000001/s50000001/a.jpg")
+    _img(tmp_path / "files/p10/p10000003/s50000003/c.jpg")
+    table = tmp_path / "reports.jsonl"
+    table.write_text('{"study_id": "50000001", "report": "FINDINGS: Small left effusion."}\n')
+    tasks, failures = build_tasks(tmp_path / "files", table)
+    assert [t.study_key for t in tasks] == ["s50000001"] and tasks[0].report_text.startswith("FINDINGS")
+    assert "no report" in failures[0].reason
+
+
+def test_subject_split_is_deterministic_and_follows_ratios():
+    splits = [assign_split(f"p{i}", (0.8, 0.1, 0.1)) for i in range(2000)]
+    assert splits == [assign_split(f"p{i}", (0.8, 0.1, 0.1)) for i in range(2000)]
+    assert 0.75 < splits.count("train") / 2000 < 0.85 and splits.count("test") > 100
+    assert assign_split("p1", (0, 0, 1)) == "test"
+    with pytest.raises(ConfigError):
+        assign_split("p1", (1, 1))
+
+
+def test_count_table_and_recall():
+    split = {"s1": {"instruction_answer_pairs": {
+        "positive_pairs": [{"type": "basic", "target": "edema"}, {"type": "lesion_inference", "target": "edema"}],
+        "negative_pairs": [{"type": "lesion_inference", "target": "opacity"}, {"type": "global", "target": "effusion"}],
+    }}}
+    t = count_table(split)
+    assert t["edema"]["basic pos"] == 1 and t["edema"]["LI pos"] == 1 and t["edema"]["#IA"] == 2
+    assert t["opacity"]["LI neg"] == 1 and t["effusion"]["global neg"] == 1 and t["total"]["#IA"] == 4
+    r = recall_table([("edema", True), ("edema", False), ("effusion", True)])
+    assert r["edema"]["recall"] == 0.5 and r["effusion"]["recall"] == 1.0
+    assert r["avg (6 lung/pleural)"]["recall"] == pytest.approx(0.75)
+    card = render_card({"train": split}, [("edema", True)], {"no usable report section": 2}, {"seed": 0})
+    assert "| edema | 2 | 1 | 0 | 0 | 0 | 1 | 0 |" in card and "no usable report section | 2" in card
+    assert "native size" in card
