@@ -1,0 +1,126 @@
+"""Report-structuring benchmark: speed and accuracy of the rule structurer (ILS §7).
+
+Run: ``.venv/bin/python bench/structure.py [--synthetic 200] [--full-studies 0] [--repeat 20] [--errors 0]``.
+
+Prints
+1. reports/s on one core (single process; CPU time) of :class:`RuleStructurer` on the 300 Open-i reports of
+   the pack (repeated ``--repeat`` times), structuring only (sections chosen beforehand) and with the ILS §6
+   section choice; then the same on synthetic report texts (parse + choose + structure, and structure only);
+2. accuracy against the synthetic truth on ``--synthetic`` reports from the generator's report-only route
+   (no pixels; see :mod:`cxrground.reports.structure.evaluate`), per lesion: precision / recall of present
+   findings, assertion accuracy (tentative = uncertain, negated = absent), location-label exact-match rate;
+   ``--full-studies N`` adds N complete ``generate_study`` studies (about 0.2 s each) as a cross-check;
+3. precision / recall per lesion against the MeSH major terms of the 300 IU reports (FINDINGS + IMPRESSION
+   text, all sentences; mapping in ``evaluate.MESH_TO_LESION``).
+Real-data rows need the pack (``CXRGROUND_PACK`` or ``../shared/data/cxr-pack-v1``) and are skipped with a
+note when it is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from cxrground.datasets.pack import Pack, PackMissingError
+from cxrground.datasets.synthetic import generate_study
+from cxrground.reports import choose_section, parse_report_text, read_report
+from cxrground.reports.structure import RuleStructurer
+from cxrground.reports.structure.evaluate import (
+    cases_from_truth,
+    format_scores,
+    score_mesh,
+    score_synthetic,
+    synthetic_cases,
+)
+
+SYNTH_COLUMNS = ["n_true", "n_pred", "precision", "recall", "n_assert", "assertion_acc", "n_loc", "location_exact"]
+MESH_COLUMNS = ["n_true", "n_pred", "tp", "precision", "recall"]
+
+
+def rate(fn, n_items: int, repeat: int) -> tuple[float, float]:
+    """(items per CPU second, items per wall second) of ``fn`` over ``repeat`` runs after a warm-up."""
+    fn()
+    cpu, wall = time.process_time(), time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    return n_items * repeat / cpu, n_items * repeat / wall
+
+
+def row(name: str, rates: tuple[float, float]) -> None:
+    print(f"{name:<76} {rates[0]:9.0f} reports/s/core  ({rates[1]:.0f}/s wall)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--synthetic", type=int, default=200, help="synthetic reports for the accuracy table")
+    parser.add_argument("--full-studies", type=int, default=0, help="complete generate_study studies (slow)")
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--errors", type=int, default=0, help="print this many synthetic disagreements")
+    args = parser.parse_args()
+    rules = RuleStructurer()
+
+    print("== speed (single process) ==")
+    try:
+        reports = [read_report(p) for p in Pack().iu_report_paths()]
+    except PackMissingError as exc:
+        reports = []
+        print(f"IU reports skipped: {exc}")
+    if reports:
+        sections = [(r.report_id, s) for r in reports if (s := choose_section(r)) is not None]
+        row(f"rules, {len(sections)} IU reports x{args.repeat}, structure only",
+            rate(lambda: [rules.structure(rid, s) for rid, s in sections], len(sections), args.repeat))
+
+        def choose_and_structure() -> None:
+            for r in reports:
+                s = choose_section(r)
+                if s is not None:
+                    rules.structure(r.report_id, s)
+
+        row(f"rules, {len(reports)} IU reports x{args.repeat}, section choice + structure",
+            rate(choose_and_structure, len(reports), args.repeat))
+
+    start = time.perf_counter()
+    cases = list(synthetic_cases(max(args.synthetic, 1), seed=args.seed))
+    gen = time.perf_counter() - start
+    texts = [(c.report_id, c.text) for c in cases]
+    synth_sections = [(rid, s) for rid, t in texts if (s := choose_section(parse_report_text(t, rid))) is not None]
+    repeat = max(1, args.repeat * 300 // max(len(texts), 1))
+    row(f"rules, {len(synth_sections)} synthetic reports x{repeat}, structure only",
+        rate(lambda: [rules.structure(rid, s) for rid, s in synth_sections], len(synth_sections), repeat))
+
+    def parse_choose_structure() -> None:
+        for rid, t in texts:
+            s = choose_section(parse_report_text(t, rid))
+            if s is not None:
+                rules.structure(rid, s)
+
+    row(f"rules, {len(texts)} synthetic reports x{repeat}, parse + section choice + structure",
+        rate(parse_choose_structure, len(texts), repeat))
+    print(f"(report-only synthetic generation: {1000 * gen / len(cases):.2f} ms/report)")
+
+    print(f"\n== accuracy vs synthetic truth: {len(cases)} report-only reports, seed {args.seed} ==")
+    scores = score_synthetic(rules, cases)
+    print(format_scores(scores, SYNTH_COLUMNS))
+    print(f"assertion confusion (truth->pred): {scores['confusion']}; truth findings not placed in a sentence: "
+          f"{scores['unplaced_truth']}")
+    for err in scores["errors"][: args.errors]:
+        print("  ", err)
+    if args.full_studies > 0:
+        start = time.perf_counter()
+        studies = [generate_study(args.seed, i) for i in range(args.full_studies)]
+        full = cases_from_truth([s.truth for s in studies], {s.truth.study_id: s.report for s in studies})
+        print(f"\n== accuracy vs synthetic truth: {len(full)} full generate_study studies "
+              f"({time.perf_counter() - start:.1f} s to generate) ==")
+        print(format_scores(score_synthetic(rules, full), SYNTH_COLUMNS))
+
+    if reports:
+        print(f"\n== precision / recall vs IU MeSH major terms: {len(reports)} reports, FINDINGS + IMPRESSION ==")
+        mesh = score_mesh(rules, reports)
+        print(f"reports with text: {mesh['n_reports']}")
+        print(format_scores(mesh, MESH_COLUMNS))
+
+
+if __name__ == "__main__":
+    main()

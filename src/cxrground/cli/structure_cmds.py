@@ -1,0 +1,120 @@
+"""``cxrground reports structure``: structured findings (ILS §7) of report files, one JSON line per finding.
+
+The command is added to the ``reports`` group of :mod:`cxrground.cli.report_cmds` when this module is
+imported; :data:`COMMANDS` is therefore empty (nothing to add at the top level).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cxrground.errors import ConfigError, Failure
+from cxrground.reports import list_report_files, read_reports
+from cxrground.reports.structure import STRUCTURERS, get_structurer, structure_reports
+
+from .report_cmds import reports
+
+__all__ = ["COMMANDS", "structure"]
+
+
+@click.command("structure")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
+@click.option("--structurer", "structurer_name", type=click.Choice(sorted(STRUCTURERS)), default="rules",
+              show_default=True, help="Rule-based (built in) or an LLM behind an OpenAI-compatible API.")
+@click.option("--base-url", envvar="CXRGROUND_LLM_BASE_URL", help="API root, e.g. http://localhost:8000/v1 (llm).")
+@click.option("--model", envvar="CXRGROUND_LLM_MODEL", help="Model name sent to the API (llm).")
+@click.option("--api-key-env", metavar="VAR", help="Name of the environment variable holding the API key (llm).")
+@click.option("--cache", "cache_path", type=click.Path(path_type=Path, dir_okay=False), envvar="CXRGROUND_LLM_CACHE",
+              help="SQLite response cache (llm); reruns with the same prompts make no request. Default: in memory.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Requests in flight at most (llm).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True,
+              help="Seconds per request (llm).")
+@click.option("--max-retries", type=click.IntRange(min=0), default=5, show_default=True,
+              help="Retries on 429 / 5xx / timeouts (llm).")
+@click.option("--temperature", type=float, default=0.0, show_default=True, help="Sampling temperature (llm).")
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False),
+              help="Write the finding lines here (failures go to OUT.failures.jsonl) instead of stdout.")
+@click.option("--progress/--no-progress", default=True, help="Progress bar on stderr for large batches.")
+def structure(
+    paths: tuple[Path, ...],
+    structurer_name: str,
+    base_url: str | None,
+    model: str | None,
+    api_key_env: str | None,
+    cache_path: Path | None,
+    concurrency: int,
+    timeout: float,
+    max_retries: int,
+    temperature: float,
+    out: Path | None,
+    progress: bool,
+) -> None:
+    """Structure report files (or folders of them) into findings: one JSON line per finding.
+
+    Each line holds the report id, the chosen section, the sentence, and the finding (entity, sent_idx,
+    assertion, presence, certainty, lesion, location_phrases, reported_location, source); LLM lines also
+    carry the provenance (model, decoding settings, prompt versions and hashes). Reports that cannot be
+    structured are printed as {"failure": ...} lines (or written to OUT.failures.jsonl with --out).
+    """
+    files: list[Path] = []
+    for p in paths:
+        files.extend(list_report_files(p) if p.is_dir() else [p])
+    show = progress and len(files) > 50
+    parsed, failures = read_reports(files, progress=show)
+    kwargs: dict[str, Any] = {}
+    if structurer_name == "llm":
+        kwargs = {"base_url": base_url or "", "model": model or "", "api_key_env": api_key_env,
+                  "cache": cache_path, "concurrency": concurrency, "timeout": timeout, "max_retries": max_retries,
+                  "temperature": temperature}
+    try:
+        structurer = get_structurer(structurer_name, **kwargs)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    done, failed = structure_reports(parsed, structurer, progress=show)
+    failures.extend(failed)
+    provenance = getattr(structurer, "provenance", None)
+
+    lines: list[str] = []
+    n_findings = 0
+    for rep in done:
+        for f in rep.findings:
+            row: dict[str, Any] = {"report_id": rep.report_id, "section": rep.section.name,
+                                   "sentence": rep.section.sentence(f.sent_idx).text, **f.to_dict()}
+            if provenance is not None:
+                row["provenance"] = provenance
+            lines.append(json.dumps(row, ensure_ascii=False))
+            n_findings += 1
+    failure_lines = [json.dumps({"failure": f.to_dict()}, ensure_ascii=False) for f in failures]
+    if out is None:
+        for line in lines + failure_lines:
+            click.echo(line)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        fail_path = out.with_name(out.name + ".failures.jsonl")
+        if failures:
+            fail_path.write_text("".join(line + "\n" for line in failure_lines), encoding="utf-8")
+        elif fail_path.exists():
+            fail_path.unlink()
+        where = f"; failures in {fail_path}" if failures else ""
+        click.echo(f"{len(done)} reports, {n_findings} findings -> {out}; {len(failures)} failures{where}", err=True)
+    rejections = getattr(structurer, "rejections", None)
+    if rejections:
+        click.echo(f"{len(rejections)} out-of-vocabulary values rejected by the LLM structurer", err=True)
+    _exit_code(done, failures)
+
+
+def _exit_code(done: list[Any], failures: list[Failure]) -> None:
+    if failures and not done:
+        sys.exit(1)
+
+
+reports.add_command(structure)
+
+COMMANDS: list[click.Command] = []

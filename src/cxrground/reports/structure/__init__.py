@@ -1,0 +1,100 @@
+"""Report structuring (ILS §7): findings with three-valued assertion, predicted lesion type and reported location.
+
+- :class:`RuleStructurer` (``rules``, the built-in default): lexicon and cue rules of :mod:`.lexicon`,
+  thousands of reports per second on one core.
+- :class:`LLMStructurer` (``llm``): any OpenAI-compatible chat-completions endpoint, two steps (structuring,
+  then location mapping), versioned prompt files, SQLite response cache, retries, bounded concurrency.
+
+:func:`get_structurer` builds one by name; :func:`structure_report` applies one to a :class:`Report` (ILS §6
+section choice first); :func:`structure_reports` does a batch and returns ``(structured, failures)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Final
+
+from tqdm.auto import tqdm
+
+from cxrground.errors import ConfigError, Failure
+from cxrground.reports.findings import StructuredReport, Structurer
+from cxrground.reports.model import Report, SectionChoice
+from cxrground.reports.sections import NO_SECTION_REASON, choose_section
+from cxrground.reports.structure.cache import ResponseCache, cache_key
+from cxrground.reports.structure.llm import STAGE, LLMError, LLMStructurer, load_prompt
+from cxrground.reports.structure.rules import RuleStructurer, structure_text
+
+__all__ = [
+    "STAGE",
+    "STRUCTURERS",
+    "LLMError",
+    "LLMStructurer",
+    "ResponseCache",
+    "RuleStructurer",
+    "cache_key",
+    "get_structurer",
+    "load_prompt",
+    "structure_report",
+    "structure_reports",
+    "structure_text",
+]
+
+#: Structurer name -> class.
+STRUCTURERS: Final[dict[str, type]] = {"rules": RuleStructurer, "llm": LLMStructurer}
+
+
+def get_structurer(name: str, **kwargs: Any) -> Structurer:
+    """Build the structurer ``name`` (a key of :data:`STRUCTURERS`) with ``kwargs``."""
+    try:
+        cls = STRUCTURERS[name]
+    except KeyError:
+        raise ConfigError(f"unknown structurer {name!r}; expected one of {', '.join(STRUCTURERS)}") from None
+    return cls(**kwargs)
+
+
+def _failure_path(report: Report) -> str:
+    return report.source or report.report_id
+
+
+def structure_report(report: Report, structurer: Structurer) -> StructuredReport | None:
+    """Structure the ILS §6 section of ``report``; None when it has no usable section (record a failure)."""
+    section = choose_section(report)
+    if section is None:
+        return None
+    return structurer.structure(report.report_id, section)
+
+
+def structure_reports(
+    reports: Iterable[Report], structurer: Structurer, progress: bool = True
+) -> tuple[list[StructuredReport], list[Failure]]:
+    """Structure a batch; returns (structured reports in input order, failures).
+
+    A report without a usable section gives a failure with reason :data:`NO_SECTION_REASON`; a report the
+    structurer cannot handle (an LLM request that fails after its retries, an invalid answer) gives a failure
+    with the structurer's reason. Batches of the LLM structurer run concurrently.
+    """
+    reports = list(reports)
+    failures: list[Failure] = []
+    items: list[tuple[str, SectionChoice]] = []
+    paths: dict[str, str] = {}
+    for report in reports:
+        section = choose_section(report)
+        if section is None:
+            failures.append(Failure(path=_failure_path(report), stage=STAGE, reason=NO_SECTION_REASON,
+                                    error="NoSection"))
+            continue
+        items.append((report.report_id, section))
+        paths[report.report_id] = _failure_path(report)
+    many = getattr(structurer, "structure_many", None)
+    if callable(many):
+        done, failed = many(items, progress=progress)
+        failures.extend(Failure(path=paths.get(f.path, f.path), stage=f.stage, reason=f.reason, error=f.error)
+                        for f in failed)
+        return done, failures
+    done = []
+    for report_id, section in tqdm(items, desc="structure", unit="report", disable=not progress):
+        try:
+            done.append(structurer.structure(report_id, section))
+        except (LLMError, ValueError) as exc:
+            failures.append(Failure.from_exception(paths[report_id], STAGE, exc))
+    return done, failures

@@ -1,0 +1,466 @@
+"""Lexicon of the rule-based structurer: finding phrases, assertion cues and location phrases (ILS §7).
+
+Everything here is data plus the compiled regular expressions built from it; :mod:`.rules` applies them.
+All patterns run on the lower-cased sentence. Lesion names and location labels come from
+:mod:`cxrground.vocab`. This is the ILS §7.1 / §7.2 *proposed default*, extended; the changes are marked.
+
+Finding phrases (ILS §7.1 table, extended)
+------------------------------------------
+
+=====================  =========================================================================================
+lesion                 surface forms (regular expressions simplified; plurals accepted)
+=====================  =========================================================================================
+cardiomegaly           cardiomegaly; enlarged heart / cardiac silhouette / cardiac shadow / cardiomediastinal
+                       silhouette; cardiac enlargement; enlargement of the heart / cardiac silhouette;
+                       "<heart | heart size | cardiac silhouette | cardiomediastinal silhouette> <is, mildly,
+                       moderately, borderline, may be, likely, not, ...> <enlarged | large | increased>".
+                       *Decision*: "borderline cardiomegaly" / "borderline enlarged" = uncertain (``borderline``
+                       is a hedge); "top normal", "at the upper limits of normal", "normal heart size" are no
+                       finding at all (not negations: ILS §7.1 allows only explicit negation).
+pneumonia              pneumonia, bronchopneumonia, pneumonitis, infection, infectious process, aspiration,
+                       aspiration pneumonia. *Added*: pneumonitis, aspiration (radiographically an
+                       aspiration pneumonitis/pneumonia; hedges still apply: "concerning for aspiration").
+atelectasis            atelectasis, atelectatic (changes), collapse(d), volume loss.
+opacity                opacity, opacities, opacification, opacified, airspace / air space disease, airspace
+                       process, infiltrate(s), infiltration, infiltrative process, haziness, hazy opacity,
+                       ground-glass (opacity). *Not* "density" (also used for bones and masses).
+consolidation          consolidation, consolidative (opacity/process), consolidated.
+edema                  edema / oedema, pulmonary / interstitial / alveolar edema, fluid overload. *Decision*:
+                       "(pulmonary) vascular congestion" is **not** edema (ILS §2: the congestion category was
+                       dropped); it is a non-target finding.
+effusion               effusion(s), pleural effusion(s), pleural fluid (collection), layering fluid / effusion,
+                       hydrothorax. *Not* "pericardial effusion" (a non-target finding).
+None (non-target)      lung: pneumothorax, hydropneumothorax, nodule, mass, masslike, granuloma(s), calcified
+                       granuloma, granulomatous disease / infection, scar(ring), fibrosis, fibrotic changes,
+                       emphysema, bulla(e), bullous disease, bronchiectasis, cyst, cavity/cavitation, interstitial
+                       markings,
+                       interstitial lung disease, interstitial prominence, reticular markings, pleural
+                       thickening, pleural plaque, (pulmonary) vascular congestion, metastasis/metastases.
+                       other: fracture, (hiatal) hernia, (lymph)adenopathy, pericardial effusion,
+                       pneumomediastinum, subcutaneous emphysema, pneumoperitoneum / free air, heart failure.
+=====================  =========================================================================================
+
+Observations (the opacity-class phrases and consolidation) can be *attributed* to another finding
+(:data:`ATTRIBUTABLE` lesions and lung non-target findings) by a link phrase (:data:`LINK_RE`), see
+:mod:`.rules`.
+
+Assertion cues
+--------------
+
+=================  ==============================================================================================
+kind               cues
+=================  ==============================================================================================
+pseudo (ignored)   no (significant / interval / ...) change / increase / decrease / progression / worsening /
+                   improvement / difference; not (significantly) changed / increased / decreased / improved /
+                   worse(ned) / different; without (significant / interval) change; not only; gram negative
+negation, before   no, without, free of, clear of, negative for, absence of, neither, nor, not (a/an/any),
+                   no longer, (interval) resolution of. ("rule out" is *not* a negation: it is uncertain)
+negation, after    (is / are) not seen / visible / present / identified / evident / appreciated /
+                   demonstrated / visualized / noted / detected / apparent / observed; (is) absent; no longer
+                   seen / visible / present; ruled out; is gone; (appears) within normal limits
+negation, both     (has since completely) resolved, (has) cleared (within 4 words)
+uncertain, before  possible, possibly, possibility of, probable, probably, questionable, question of, likely,
+                   most likely, presumed, presumably, may (be / represent / reflect), might, could (be / represent /
+                   reflect), cannot / can not / can't exclude, cannot rule out, difficult to exclude, not
+                   excluded, suspected, suspect, suspicion of, suspicious for, concerning for, worrisome for,
+                   suggestive of, suggest(s / ing), to suggest, indicating, borderline, equivocal,
+                   indeterminate, versus / vs, differential (diagnosis) includes, consider(ed), rule out / r/o
+uncertain, after   cannot / can not / can't / could not be excluded / ruled out, (is / are) not (entirely)
+                   excluded / ruled out, (is / are) possible / likely / probable / suspected / questioned /
+                   favored, difficult to exclude, may be present, is (another) consideration / possibility
+uncertain, both    ``?`` (within 3 words)
+link hedges        suggest*, concerning / suspicious / worrisome for, indicat*: inside the scope of an
+                   earlier negation they are transparent ("no opacity to suggest pneumonia" negates both)
+scope end          ``;``, but, however, although, though, whereas, while, except, aside from, apart from,
+                   other than, with (not in "consistent / compatible / in keeping with"), "and" before
+                   "there / the / a / an / this / these / it", ", the / there / this / it"
+=================  ==============================================================================================
+
+*Decision*: "lungs are clear" (and "normal heart size") produce no finding: ILS §7.1 allows only explicit
+negation to yield ``negative``, and ILS §11.2 treats unmentioned and negated lesions alike. "clear of X"
+is an explicit negation of X. "decreased / improved / resolving X" is present; "resolved X" /
+"resolution of X" is absent; "no change in X" is present (pseudo-negation).
+
+Locations (ILS §7.2 table, extended). ``S`` = right/left; ``R``/``L`` below abbreviate the labels
+----------------------------------------------------------------------------------------------------
+
+================================================================  ==========================================
+phrase                                                            labels
+================================================================  ==========================================
+bilateral(ly), both lungs / sides / hemithoraces, diffuse(ly),    ``right lung``, ``left lung``
+multifocal, widespread, scattered, throughout the lungs
+S (lung / hemithorax / chest / side / pleural space), S-sided, S  ``S lung``
+bibasilar, bibasal, (both / the / lung) bases, basilar, basal,    ``right lung base``, ``left lung base``
+base, lower lobes / lungs / zones (no side)
+S base / basilar / basal / lung base, S lower lobe / lung /       ``S lung base``
+zone, RLL / LLL, S costophrenic angle / sulcus, retrocardiac
+(left when no side)
+right middle lobe / middle lobe / RML, S heart border             ``right mid zone lung`` / ``S mid zone lung``
+lingula, lingular (left)                                          ``left mid zone lung``
+S mid lung / midlung / mid zone, S (peri / para / infra)hilar,    ``S mid zone lung``
+S hilum
+perihilar / hilar / mid lungs (no side, or bilateral)             ``right mid zone lung``, ``left mid zone lung``
+S upper lobe / lung / zone, RUL / LUL, S suprahilar               ``S upper zone lung``
+upper lobes / lungs / zones (no side)                             both upper zones
+S apex / apical, apices / apical / biapical (no side)             ``S apical zone lung`` / both apical zones
+S mid and lower lung zones, S upper and middle lobes, ...         each zone of the list, in order
+S greater / worse than S, S hemidiaphragm / atrium / clavicle /   nothing (the side word is not a location)
+rib / IJ / PICC / breast / ...
+================================================================  ==========================================
+
+A side-less singular ("base", "lower lobe", "apex", "costophrenic angle") maps to both sides: the side is
+unknown. Several sides and zones in one phrase are ordered zone by zone, right before left unless the
+phrase says "left and right". Defaults when a finding has no location phrase: lung lesions and lung
+non-target findings -> ``right lung``, ``left lung``; effusion -> ``right lung``, ``left lung`` (both
+pleural spaces; a side-only effusion maps to ``S lung``); cardiomegaly -> ``heart`` always; other
+non-target findings -> no label.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Final
+
+from cxrground.vocab import HEART, LESIONS, SIDES
+from cxrground.vocab.locations import lung_label, zone_label
+
+__all__ = [
+    "ATTRIBUTABLE",
+    "CUE_RE",
+    "ENTITY_KINDS",
+    "ENTITY_RE",
+    "LINK_RE",
+    "LOCATION_RE",
+    "EntityKind",
+    "default_location",
+    "entity_kind",
+    "location_labels",
+]
+
+CARDIOMEGALY, PNEUMONIA, ATELECTASIS, OPACITY, CONSOLIDATION, EDEMA, EFFUSION = (
+    "cardiomegaly", "pneumonia", "atelectasis", "opacity", "consolidation", "edema", "effusion",
+)  # fmt: skip
+assert set(LESIONS) == {CARDIOMEGALY, PNEUMONIA, ATELECTASIS, OPACITY, CONSOLIDATION, EDEMA, EFFUSION}
+
+#: Lesions an observation (opacity, consolidation) can be attributed to.
+ATTRIBUTABLE: Final[frozenset[str]] = frozenset({PNEUMONIA, ATELECTASIS, EDEMA, CONSOLIDATION, EFFUSION})
+
+
+@dataclass(frozen=True)
+class EntityKind:
+    """What a finding phrase means: its lesion (None = non-target), and two flags.
+
+    ``observation``: an opacity-class phrase or consolidation that may be attributed to a specific lesion.
+    ``lung``: the finding lies in the lungs or pleura (default location both lungs when none is given).
+    """
+
+    name: str
+    lesion: str | None
+    observation: bool = False
+    lung: bool = True
+
+
+# --- finding phrases -----------------------------------------------------------------------------------------
+# (group name, kind, patterns). Within a group longer patterns come first; groups whose patterns are prefixes
+# of another group's patterns come after it (non-target "pericardial effusion" before effusion, ...).
+
+_CARDIO_SUBJECT = (
+    r"(?:heart(?:\s+size)?|cardiac\s+(?:silhouette|shadow|size|contour)|cardiomediastinal\s+(?:silhouette|contours?))"
+)
+_CARDIO_FILLER = (
+    r"(?:is|are|was|appears?|remains?|seems?|has|been|become|becomes|now|again|still|stably|stable|mildly|"
+    r"moderately|markedly|severely|massively|minimally|slightly|somewhat|borderline|top|normal|to|likely|"
+    r"probably|possibly|may|might|could|be|not|no|longer|significantly|overall|globally|size|xxxx|mild|moderate|"
+    r"severe|and|or|unchanged|persistently|chronically|at|least|,)"
+)
+_CARDIO_PATTERNS: Final[tuple[str, ...]] = (
+    r"cardiomegaly",
+    r"(?:cardiac|heart)\s+enlargement",
+    r"enlargement\s+of\s+the\s+(?:heart|cardiac\s+silhouette)",
+    r"enlarged\s+(?:heart|cardiac\s+(?:silhouette|shadow)|cardiomediastinal\s+silhouette)",
+    rf"{_CARDIO_SUBJECT}(?:\s*{_CARDIO_FILLER}){{0,8}}\s+(?:enlarged|enlargement|large|increased)",
+)
+
+_ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
+    (EntityKind("cardiomegaly", CARDIOMEGALY, lung=False), _CARDIO_PATTERNS),
+    # non-target findings that share words with target phrases come first
+    (EntityKind("pericardial effusion", None, lung=False), (r"pericardial\s+effusions?",)),
+    (EntityKind("subcutaneous emphysema", None, lung=False), (r"subcutaneous\s+(?:emphysema|air|gas)",)),
+    (EntityKind("hydropneumothorax", None), (r"hydropneumothora(?:x|ces)",)),
+    (EntityKind("vascular congestion", None), (
+        r"(?:pulmonary\s+)?(?:vascular|venous)\s+(?:congestion|engorgement)", r"pulmonary\s+congestion",
+        r"congestion",
+    )),
+    (EntityKind("interstitial markings", None), (
+        r"interstitial\s+(?:lung\s+disease|markings?|prominence|thickening|pattern|disease|changes?)",
+        r"reticular(?:\s+interstitial)?\s+markings?", r"reticulonodular\s+markings?",
+    )),
+    (EntityKind("heart failure", None, lung=False), (
+        r"congestive\s+heart\s+failure", r"heart\s+failure", r"chf",
+    )),
+    # targets
+    (EntityKind("edema", EDEMA), (
+        r"(?:pulmonary|interstitial|alveolar|airspace)\s+o?edema", r"fluid\s+overload", r"o?edema",
+    )),
+    (EntityKind("effusion", EFFUSION), (
+        r"pleural\s+(?:effusions?|fluid(?:\s+collections?)?)",
+        r"layering\s+(?:pleural\s+)?(?:effusions?|fluid)",
+        r"effusions?", r"hydrothora(?:x|ces)",
+    )),
+    (EntityKind("pneumonia", PNEUMONIA), (
+        r"aspiration\s+pneumonia", r"bronchopneumonia", r"pneumonias?", r"pneumonitis",
+        r"infectious\s+(?:process|etiology|infiltrates?)", r"infections?", r"aspiration",
+    )),
+    (EntityKind("atelectasis", ATELECTASIS), (
+        r"atelectatic(?:\s+changes?)?", r"atelectases", r"atelectasis", r"volume\s+loss", r"collapsed?",
+    )),
+    (EntityKind("consolidation", CONSOLIDATION, observation=True), (
+        r"consolidative\s+(?:opacity|opacities|process|changes?)", r"consolidations?", r"consolidative",
+        r"consolidated",
+    )),
+    (EntityKind("opacity", OPACITY, observation=True), (
+        r"(?:airspace|air\s+space|alveolar|ground[- ]glass)\s+(?:opacity|opacities|opacification|disease|"
+        r"processe?s?|infiltrates?)",
+        r"ground[- ]glass",
+        r"hazy\s+opacit(?:y|ies)", r"opacit(?:y|ies)", r"opacification", r"opacified",
+        r"infiltrates?", r"infiltration", r"infiltrative\s+(?:process|changes?)", r"haziness",
+    )),
+    # other non-target findings
+    (EntityKind("pneumothorax", None), (r"pneumothora(?:x|ces)",)),
+    (EntityKind("nodule", None), (r"nodules?", r"masslike", r"mass[- ]like", r"masses", r"mass")),
+    (EntityKind("granuloma", None), (
+        r"calcified\s+granulomas?", r"granulomatous\s+(?:disease|process|changes?|infection)", r"granulomas?",
+    )),
+    (EntityKind("scarring", None), (r"scarring", r"scars?", r"fibrosis", r"fibrotic\s+changes?", r"cicatrix")),
+    (EntityKind("emphysema", None), (r"emphysema(?:tous\s+changes?)?", r"bullae", r"bulla", r"bullous\s+disease",
+                                     r"bronchiectasis", r"cysts?", r"cavitary\s+lesions?", r"cavitation", r"cavity")),
+    (EntityKind("pleural thickening", None), (r"pleural\s+(?:thickening|plaques?)",)),
+    (EntityKind("metastasis", None), (r"metastas[ie]s", r"metastatic\s+disease")),
+    (EntityKind("fracture", None, lung=False), (r"fractures?",)),
+    (EntityKind("hernia", None, lung=False), (r"hiatal\s+hernia", r"hernia")),
+    (EntityKind("adenopathy", None, lung=False), (r"lymphadenopathy", r"adenopathy")),
+    (EntityKind("pneumomediastinum", None, lung=False), (r"pneumomediastinum",)),
+    (EntityKind("pneumoperitoneum", None, lung=False), (r"pneumoperitoneum", r"free\s+(?:intraperitoneal\s+)?air")),
+)
+
+#: Group name -> kind, for every group of :data:`ENTITY_RE`.
+ENTITY_KINDS: Final[dict[str, EntityKind]] = {}
+_group_patterns: list[str] = []
+for _kind, _patterns in _ENTITY_GROUPS:
+    _gname = "e" + str(len(ENTITY_KINDS))
+    ENTITY_KINDS[_gname] = _kind
+    _group_patterns.append(f"(?P<{_gname}>{'|'.join(_patterns)})")
+
+#: Every finding phrase; ``m.lastgroup`` names the group (see :func:`entity_kind`).
+ENTITY_RE: Final[re.Pattern[str]] = re.compile(r"\b(?:" + "|".join(_group_patterns) + r")\b")
+
+
+def entity_kind(group: str) -> EntityKind:
+    """Kind of the :data:`ENTITY_RE` group ``group``."""
+    return ENTITY_KINDS[group]
+
+
+# --- assertion cues ------------------------------------------------------------------------------------------
+# Kinds: pseudo, neg_pre, neg_post, neg_both, unc_pre, unc_post, unc_both, link (linking hedge, acts as
+# unc_pre unless inside a negation scope), term (end of scope). Order matters where cues start at the same
+# place: hedges that contain a negation word, and pseudo-negations, come before the plain negations.
+
+_NEG_SEEN = (
+    r"(?:seen|visible|visualized|present|identified|evident|appreciated|demonstrated|noted|detected|apparent|"
+    r"observed|shown|suggested)"
+)
+_CUES: Final[tuple[tuple[str, str], ...]] = (
+    ("pseudo", r"no\s+(?:(?:significant|interval|substantial|appreciable|definite|significant\s+interval|"
+               r"acute|real|major|marked|further)\s+)*(?:change|changes|increase|decrease|progression|"
+               r"worsening|improvement|difference)"),
+    ("pseudo", r"not\s+(?:(?:significantly|substantially|appreciably|markedly|much)\s+)?(?:changed|increased|"
+               r"decreased|improved|worsened|worse|different|progressed)"),
+    ("pseudo", r"without\s+(?:(?:significant|interval|substantial|appreciable)\s+)*(?:change|increase|decrease|"
+               r"progression)"),
+    ("pseudo", r"not\s+only|gram[- ]negative"),
+    ("unc_post", r"(?:cannot|can\s*not|can't|could\s+not|may\s+not)\s+be\s+(?:entirely\s+|completely\s+)?"
+                 r"(?:excluded|ruled\s+out)"),
+    ("unc_post", r"(?:(?:is|are)\s+)?not\s+(?:entirely\s+|completely\s+|definitely\s+)?(?:excluded|ruled\s+out)"),
+    ("unc_pre", r"(?:cannot|can\s*not|can't|could\s+not)\s+(?:entirely\s+|completely\s+)?(?:exclude|rule\s+out)"),
+    ("unc_pre", r"difficult\s+to\s+(?:exclude|rule\s+out)"),
+    ("neg_post", rf"(?:(?:is|are|was|were)\s+)?no\s+longer\s+(?:(?:well|clearly)\s+)?{_NEG_SEEN}"),
+    ("neg_post", rf"(?:(?:is|are|was|were|has|have)\s+)?not\s+(?:been\s+)?(?:(?:well|clearly|definitely|"
+                 rf"convincingly|clearly)\s+)?{_NEG_SEEN}"),
+    ("neg_post", r"(?:(?:is|are|has|have)\s+)?(?:been\s+)?(?:since\s+)?(?:completely\s+|nearly\s+completely\s+)?"
+                 r"(?:gone|ruled\s+out)|(?:is|are)\s+absent|(?:(?:appears?|is|are|remains?)\s+)?within\s+(?:the\s+)?"
+                 r"(?:normal\s+limits|limits\s+of\s+normal)"),
+    ("neg_both", r"(?:(?:has|have)\s+)?(?:been\s+)?(?:since\s+)?(?:completely\s+|nearly\s+completely\s+)?"
+                 r"(?:resolved|cleared)"),
+    ("neg_pre", r"(?:interval\s+)?resolution\s+of|no\s+longer|negative\s+for|free\s+of|clear\s+of|absence\s+of|"
+                r"without|neither|nor|no|not\s+(?:a|an|any)"),
+    ("link", r"(?:to\s+)?suggest(?:s|ed|ing|ive\s+of)?|concerning\s+for|suspicious\s+for|worrisome\s+for|"
+             r"indicat(?:es|ing|ive\s+of)"),
+    ("unc_post", r"(?:(?:is|are)\s+(?:(?:also|more|most|less)\s+)?(?:possible|likely|probable|suspected|questioned|"
+                 r"favou?red|questionable)|may\s+be\s+present|could\s+be\s+present|(?:is|are)\s+(?:also\s+)?"
+                 r"(?:an?\s+|another\s+)?(?:consideration|possibility|concern))"
+                 r"(?=\s*(?:$|[.,;:)]|\b(?:and|but|given|in|at|on|with|though|although|if|as|clinically)\b))"),
+    ("unc_pre", r"(?:most\s+|more\s+)?(?:likely|probable|probably|possible|possibly)|possibility\s+of|questionable|"
+                r"question\s+of|presumed|presumably|may(?:\s+(?:be|represent|reflect))?|might|could(?:\s+(?:be|represent|"
+                r"reflect))?|suspected|suspect|suspicion\s+(?:of|for)|borderline|equivocal|indeterminate|"
+                r"versus|vs\.?|differential(?:\s+diagnosis)?(?:\s+(?:includes?|considerations?))?|"
+                r"consider(?:ed)?|rule\s+out|r/o|worrisome|concerning"),
+    ("unc_both", r"\?"),
+    ("term", r";|\bbut\b|\bhowever\b|\balthough\b|\bthough\b|\bwhereas\b|\bwhile\b|\bexcept\b|\baside\s+from\b|"
+             r"\bapart\s+from\b|\bother\s+than\b|(?<!consistent )(?<!compatible )(?<!keeping )(?<!or )\bwith\b|"
+             r"\band\s+(?=(?:there|the|a|an|this|these|it)\b)|,\s+(?=(?:the|there|this|it)\b)"),
+)
+_cue_parts: list[str] = []
+#: Group name -> cue kind, for :data:`CUE_RE`.
+CUE_KINDS: Final[dict[str, str]] = {}
+for _i, (_ckind, _pat) in enumerate(_CUES):
+    _gname = f"c{_i}"
+    CUE_KINDS[_gname] = _ckind
+    body = _pat if _ckind in ("term", "unc_both") else rf"\b(?:{_pat})(?![\w-])"
+    _cue_parts.append(f"(?P<{_gname}>{body})")
+#: Every assertion cue; ``CUE_KINDS[m.lastgroup]`` is its kind.
+CUE_RE: Final[re.Pattern[str]] = re.compile("|".join(_cue_parts))
+
+#: Window (in words between cue and finding phrase) of the ``*_both`` cues.
+BOTH_WINDOW: Final[dict[str, int]] = {"neg_both": 4, "unc_both": 3}
+
+#: Link phrases that attribute an observation to a lesion ("opacity ... is consistent with pneumonia").
+LINK_RE: Final[re.Pattern[str]] = re.compile(
+    r"\b(?:is|are|represents?|representing|reflects?|reflecting|consistent\s+with|compatible\s+with|"
+    r"in\s+keeping\s+with|concerning\s+for|suspicious\s+for|worrisome\s+for|suggest(?:s|ing|ive\s+of)?|"
+    r"likely|probably|possibly|may|might|could|due\s+to|secondary\s+to|related\s+to|favou?ring|favou?rs?|"
+    r"indicat(?:es|ing|ive\s+of)|diagnostic\s+of|characteristic\s+of|typical\s+of|question\s+of|"
+    r"most\s+likely|presumably|presumed)\b"
+)
+#: Words that stop an attribution (after link phrases are removed from the gap).
+ATTRIBUTION_BLOCK_RE: Final[re.Pattern[str]] = re.compile(
+    r";|\b(?:but|however|although|no|not|without|there|while|whereas|with|new|also)\b"
+)
+#: Gap between two finding phrases that makes them alternatives ("atelectasis versus pneumonia").
+ALTERNATIVE_GAP_RE: Final[re.Pattern[str]] = re.compile(
+    r"\s*,?\s*(?:or|versus|vs\.?|/|and\s*/\s*or)\s*(?:(?:xxxx|an?|early|developing|superimposed|underlying|"
+    r"mild|small|focal|subsegmental|less\s+likely|more\s+likely|possibly|possible|chronic|acute|"
+    r"lobar|segmental|bibasilar)\s+)*"
+)
+
+# --- locations -----------------------------------------------------------------------------------------------
+
+_SIDE = r"(?:right\s+and\s+left|left\s+and\s+right|right|left|bilateral|both)"
+_SIDED = _SIDE + r"(?:[- ]?sided)?"
+_DESC = r"(?:(?:lateral|medial|posterior|anterior|inferior|superior|peripheral|dependent|central|far|extreme)\s+)*"
+_NOUN = r"\s+(?:lungs?\s+)?(?:lobes?|zones?|fields?|lungs?|hemithora(?:x|ces)|regions?|segments?)"
+_NEED = r"(?:upper|lower|mid|middle)"
+_NEEDLIST = rf"{_NEED}(?:\s*(?:,|and|to|/|-|or)\s*{_NEED})*{_NOUN}"
+_FREE = (
+    r"(?:bibasilar(?:ly)?|bibasal(?:ly)?|biapical|apices|apex|apical(?:ly)?|basilar|basal(?:ly)?|bases|base|"
+    r"perihilar|parahilar|infrahilar|suprahilar|hilar|hilum|hila|lingula(?:r)?|retrocardiac|midlung|mid-lung|"
+    r"costophrenic(?:\s+(?:angles?|sulci|sulcus|recess(?:es)?))?|cp\s+angles?)"
+)
+_FREELIST = rf"{_FREE}(?:\s*(?:,|and|/|or)\s*{_FREE})*(?:{_NOUN})?"
+_NOOP_ANATOMY = (
+    r"(?:hemidiaphragms?|diaphragm|atri(?:um|al)|ventric\w*|clavic\w*|ribs?|\d+(?:st|nd|rd|th)\s+ribs?|"
+    r"shoulders?|humer\w*|scapul\w*|internal\s+jugular|ij|jugular|subclavian|picc|arm|axill\w*|breast|"
+    r"chest\s+wall|upper\s+quadrant|neck|kidney|main\s*stem|bronch\w*|paratracheal|trache\w*|mediastin\w*|"
+    r"cardiac|heart|aort\w*|pectoral\w*|fem\w*|hip|knee|nipple|thyroid|cardiophrenic)"
+)
+_LOCATIONS: Final[tuple[tuple[str, str], ...]] = (
+    ("border", r"(?:right|left)\s+heart\s+border"),
+    ("abbr", r"rll|lll|rml|rul|lul"),
+    ("noop", r"(?:right|left)\s+(?:(?:slightly|much|somewhat)\s+)?(?:greater|worse|larger|more|less|bigger|"
+             r"smaller)\s+than\s+(?:the\s+)?(?:right|left)"),
+    ("noop", rf"(?:right|left)(?:[- ]?sided)?\s+{_NOOP_ANATOMY}"),
+    ("zoned", rf"(?:{_SIDED}\s+)?{_DESC}(?:lungs?\s+)?(?:{_NEEDLIST}|{_FREELIST})"),
+    ("both", r"both\s+lungs|both\s+hemithoraces|both\s+sides|bilateral(?:ly)?|diffuse(?:ly)?|multifocal|"
+             r"widespread|scattered|throughout\s+(?:both|the)\s+lungs"),
+    ("whole", rf"{_SIDED}\s+(?:lung|hemithorax|chest|side|pleural\s+space|pleura|lung\s+field)s?|"
+              rf"(?:right|left)[- ]sided|right|left"),
+)
+_loc_parts: list[str] = []
+#: Group name -> location kind, for :data:`LOCATION_RE`.
+LOCATION_KINDS: Final[dict[str, str]] = {}
+for _i, (_lkind, _pat) in enumerate(_LOCATIONS):
+    _gname = f"l{_i}"
+    LOCATION_KINDS[_gname] = _lkind
+    _loc_parts.append(f"(?P<{_gname}>{_pat})")
+#: Every location phrase; ``LOCATION_KINDS[m.lastgroup]`` is its kind.
+LOCATION_RE: Final[re.Pattern[str]] = re.compile(r"\b(?:" + "|".join(_loc_parts) + r")\b")
+
+_ZONE_WORD_RE = re.compile(
+    r"upper|suprahilar|lower|midlung|mid-lung|middle|mid|apex|apices|biapical|apical\w*|bibasilar\w*|bibasal\w*|"
+    r"basilar|basal\w*|bases|base|perihilar|parahilar|infrahilar|hilar|hilum|hila|lingula\w*|retrocardiac|"
+    r"costophrenic|cp"
+)
+_ZONE_OF: Final[dict[str, str]] = {
+    "upper": "upper zone lung", "suprahilar": "upper zone lung",
+    "apex": "apical zone lung", "apices": "apical zone lung", "biapical": "apical zone lung",
+    "apical": "apical zone lung",
+    "mid": "mid zone lung", "middle": "mid zone lung", "midlung": "mid zone lung", "mid-lung": "mid zone lung",
+    "perihilar": "mid zone lung", "parahilar": "mid zone lung", "infrahilar": "mid zone lung",
+    "hilar": "mid zone lung", "hilum": "mid zone lung", "hila": "mid zone lung", "lingula": "mid zone lung",
+    "lower": "lung base", "bibasilar": "lung base", "bibasal": "lung base", "basilar": "lung base",
+    "basal": "lung base", "bases": "lung base", "base": "lung base", "retrocardiac": "lung base",
+    "costophrenic": "lung base", "cp": "lung base",
+}  # fmt: skip
+_ABBR: Final[dict[str, tuple[str, str]]] = {
+    "rll": ("right", "lung base"), "lll": ("left", "lung base"), "rml": ("right", "mid zone lung"),
+    "rul": ("right", "upper zone lung"), "lul": ("left", "upper zone lung"),
+}  # fmt: skip
+_BOTH: Final[tuple[str, str]] = (lung_label(SIDES[0]), lung_label(SIDES[1]))
+
+
+def _zone_key(word: str) -> str:
+    for stem in ("apical", "bibasilar", "bibasal", "basal", "lingula"):
+        if word.startswith(stem):
+            return stem
+    return word
+
+
+def _sides(text: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    if "left and right" in text:
+        return ("left", "right")
+    if "right and left" in text or "bilateral" in text or text.startswith(("both", "bi")):
+        return SIDES
+    if re.search(r"\bright\b|^right", text):
+        return ("right",)
+    if re.search(r"\bleft\b|^left", text):
+        return ("left",)
+    return default
+
+
+@lru_cache(maxsize=8192)
+def location_labels(kind: str, text: str) -> tuple[str, ...]:
+    """ILS labels of a location phrase ``text`` (lower case) matched as ``kind`` (a :data:`LOCATION_KINDS` value)."""
+    if kind == "noop":
+        return ()
+    if kind == "both":
+        return _BOTH
+    if kind == "abbr":
+        side, zone = _ABBR[text]
+        return (zone_label(side, zone),)
+    if kind == "border":
+        return (zone_label("right" if text.startswith("right") else "left", "mid zone lung"),)
+    if kind == "whole":
+        return tuple(lung_label(s) for s in _sides(text, SIDES))
+    # zoned: zones in order of mention, sides from the side words or the zone's default side
+    words = [_zone_key(w) for w in _ZONE_WORD_RE.findall(text)]
+    zones = list(dict.fromkeys(_ZONE_OF[w] for w in words if w in _ZONE_OF))
+    if "lingula" in words or "retrocardiac" in words:
+        default: tuple[str, ...] = ("left",)
+    elif "middle" in words and "mid" not in words:
+        default = ("right",)
+    else:
+        default = SIDES
+    sides = _sides(text, default)
+    if any(w.startswith("bi") for w in words):
+        sides = SIDES
+    return tuple(zone_label(s, z) for z in zones for s in sides)
+
+
+def default_location(kind: EntityKind) -> tuple[str, ...]:
+    """Labels of a finding without a location phrase (see the module docstring)."""
+    if kind.lesion == CARDIOMEGALY:
+        return (HEART,)
+    if kind.lung:
+        return _BOTH
+    return ()

@@ -1,0 +1,518 @@
+"""LLM report structurer for any OpenAI-compatible chat-completions endpoint (ILS §7.1 and §7.2).
+
+Two steps per report, as in ILS §7.2 (the reference used two models; here both steps use ``model``):
+
+1. **Structuring** (prompt ``prompts/structure_v1.md``): the numbered section (``section_content``) ->
+   findings ``{entity, sent_idx, assertion, lesion, location_phrases}``.
+2. **Location mapping** (prompt ``prompts/location_v1.md``): the location phrases of every finding except
+   cardiomegaly -> ILS labels. Skipped when no finding has a location phrase. Cardiomegaly always maps to
+   ``heart``; a finding without phrases gets the default of :func:`.lexicon.default_location`
+   (both lungs for lung lesions and effusion).
+
+Requests ask for JSON-schema constrained output (``response_format = {"type": "json_schema", ...}``); when
+the server rejects that (HTTP 400/422) the request is sent once more without it, and JSON is parsed from
+the text (code fences and prose around the object are tolerated); the structurer then stops sending it.
+Answers are validated with pydantic. Values outside the vocabulary are **rejected and recorded** in
+:attr:`LLMStructurer.rejections`: a lesion name that is not one of the seven becomes None (the finding is
+kept as a non-target finding), a location label that is not an ILS label is dropped, a finding whose
+``sent_idx`` is not a sentence number is dropped.
+
+Responses are cached in SQLite (:mod:`.cache`), keyed by the SHA-256 of model + decoding settings + exact
+messages: a rerun makes zero requests. Batches run on one asyncio loop with an ``httpx.AsyncClient``;
+at most ``concurrency`` requests are in flight. HTTP 429 and 5xx, timeouts and connection errors are
+retried up to ``max_retries`` times with exponential backoff and jitter (retry ``k`` waits between half
+and all of ``min(max_backoff, backoff * 2**k)`` seconds), honouring ``Retry-After`` instead when the server
+sends it (seconds or an HTTP date, capped at ``max_retry_after``). A report that still fails becomes a
+:class:`~cxrground.errors.Failure` (stage ``structure``) and the batch goes on.
+
+The API key is read from the environment variable named by ``api_key_env`` (never passed as a literal);
+without it no ``Authorization`` header is sent (local servers). Every output records its provenance
+(:attr:`LLMStructurer.provenance`: model, endpoint, decoding settings, prompt versions and the SHA-256 of
+each rendered prompt); findings carry ``source = "llm:<model>"``.
+
+The synchronous :meth:`LLMStructurer.structure` runs its own event loop and therefore cannot be called
+from inside a running loop; use :meth:`LLMStructurer.structure_async` there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import hashlib
+import json
+import os
+import random
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from cxrground.errors import ConfigError, CXRGroundError, Failure
+from cxrground.reports.findings import Finding, StructuredReport
+from cxrground.reports.model import SectionChoice
+from cxrground.reports.structure.cache import ResponseCache, cache_key
+from cxrground.reports.structure.lexicon import EntityKind, default_location
+from cxrground.vocab import HEART, ILS_LOCATION_LABELS, LESIONS
+
+__all__ = [
+    "LOCATION_PROMPT",
+    "STAGE",
+    "STRUCTURE_PROMPT",
+    "LLMError",
+    "LLMStructurer",
+    "Prompt",
+    "load_prompt",
+]
+
+#: Stage name of the :class:`~cxrground.errors.Failure` records.
+STAGE: Final[str] = "structure"
+#: Prompt versions (file stems under ``prompts/``).
+STRUCTURE_PROMPT: Final[str] = "structure_v1"
+LOCATION_PROMPT: Final[str] = "location_v1"
+
+_RETRY_STATUS: Final[frozenset[int]] = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+_FENCE_RE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
+
+
+class LLMError(CXRGroundError):
+    """A request failed for good, or an answer could not be parsed or validated."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A versioned system prompt: ``version`` (file stem), rendered ``text`` and its ``sha256``."""
+
+    version: str
+    text: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+
+def load_prompt(version: str) -> Prompt:
+    """Read ``prompts/<version>.md`` and fill ``{{LESIONS}}`` and ``{{LABELS}}`` from :mod:`cxrground.vocab`."""
+    try:
+        folder = resources.files("cxrground.reports.structure").joinpath("prompts")
+        raw = folder.joinpath(f"{version}.md").read_text("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"unknown prompt version {version!r} (no prompts/{version}.md)") from None
+    text = raw.replace("{{LESIONS}}", ", ".join(f"`{x}`" for x in LESIONS))
+    text = text.replace("{{LABELS}}", ", ".join(f"`{x}`" for x in ILS_LOCATION_LABELS))
+    return Prompt(version, text)
+
+
+# --- answer models -----------------------------------------------------------------------------------------
+
+
+class _LLMFinding(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    entity: str
+    sent_idx: int
+    assertion: Literal["present", "absent", "uncertain"]
+    lesion: str | None = None
+    location_phrases: list[str] = Field(default_factory=list)
+
+
+class _StructureAnswer(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    findings: list[_LLMFinding]
+
+
+class _Mapping(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    id: int
+    labels: list[str]
+
+
+class _LocationAnswer(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    mappings: list[_Mapping]
+
+
+def _structure_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["findings"],
+        "properties": {"findings": {"type": "array", "items": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["entity", "sent_idx", "assertion", "lesion", "location_phrases"],
+            "properties": {
+                "entity": {"type": "string"},
+                "sent_idx": {"type": "integer"},
+                "assertion": {"type": "string", "enum": ["present", "absent", "uncertain"]},
+                "lesion": {"type": ["string", "null"], "enum": [*LESIONS, None]},
+                "location_phrases": {"type": "array", "items": {"type": "string"}},
+            },
+        }}},
+    }  # fmt: skip
+
+
+def _location_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["mappings"],
+        "properties": {"mappings": {"type": "array", "items": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["id", "labels"],
+            "properties": {
+                "id": {"type": "integer"},
+                "labels": {"type": "array", "items": {"type": "string", "enum": list(ILS_LOCATION_LABELS)}},
+            },
+        }}},
+    }  # fmt: skip
+
+
+def extract_json(text: str) -> Any:
+    """Parse a JSON object from model text: plain JSON, a fenced block, or the outermost ``{...}``."""
+    text = text.strip()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    for block in _FENCE_RE.findall(text):
+        try:
+            return json.loads(block.strip())
+        except json.JSONDecodeError:
+            continue
+    start, end = text.find("{"), text.rfind("}")
+    if start >= 0 and end > start:
+        try:
+            return json.loads(text[start : end + 1])
+        except json.JSONDecodeError as exc:
+            raise LLMError(f"answer is not valid JSON: {exc.msg}") from None
+    raise LLMError("answer contains no JSON object")
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class LLMStructurer:
+    """:class:`~cxrground.reports.findings.Structurer` backed by an OpenAI-compatible chat-completions API.
+
+    ``base_url`` is the API root (``http://host:port/v1``); requests go to ``{base_url}/chat/completions``.
+    ``cache`` is a :class:`.cache.ResponseCache`, a path to its SQLite file, or None (in-memory cache).
+    """
+
+    name: str = "llm"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str | None = None,
+        *,
+        temperature: float = 0.0,
+        max_tokens: int = 2048,
+        top_p: float | None = None,
+        seed: int | None = 0,
+        timeout: float = 120.0,
+        max_retries: int = 5,
+        backoff: float = 1.0,
+        max_backoff: float = 60.0,
+        max_retry_after: float = 120.0,
+        concurrency: int = 4,
+        cache: ResponseCache | str | Path | None = None,
+        json_schema: bool = True,
+        structure_prompt: str = STRUCTURE_PROMPT,
+        location_prompt: str = LOCATION_PROMPT,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if not base_url:
+            raise ConfigError("the LLM structurer needs --base-url")
+        if not model:
+            raise ConfigError("the LLM structurer needs --model")
+        if concurrency < 1:
+            raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
+        if max_retries < 0:
+            raise ConfigError(f"max_retries must be >= 0, got {max_retries}")
+        self._api_key: str | None = None
+        if api_key_env:
+            if api_key_env not in os.environ:
+                raise ConfigError(f"environment variable {api_key_env!r} (the API key) is not set")
+            self._api_key = os.environ[api_key_env]
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key_env = api_key_env
+        self.timeout = float(timeout)
+        self.max_retries = int(max_retries)
+        self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        self.max_retry_after = float(max_retry_after)
+        self.concurrency = int(concurrency)
+        self.json_schema = bool(json_schema)
+        self.decoding: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens}
+        if top_p is not None:
+            self.decoding["top_p"] = top_p
+        if seed is not None:
+            self.decoding["seed"] = seed
+        self.prompts = {"structure": load_prompt(structure_prompt), "location": load_prompt(location_prompt)}
+        self.cache = cache if isinstance(cache, ResponseCache) else ResponseCache(cache or ":memory:")
+        self.source = f"llm:{model}"
+        self.stats: Counter[str] = Counter()
+        #: Values outside the vocabulary that were rejected: report id, field, value, reason.
+        self.rejections: list[dict[str, Any]] = []
+        self._transport = transport
+        self._random = random.Random()
+
+    # -- provenance ---------------------------------------------------------------------------------------------
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """Model, endpoint, decoding settings and prompt versions + SHA-256, recorded with every output."""
+        return {
+            "structurer": self.name,
+            "model": self.model,
+            "base_url": self.base_url,
+            "decoding": dict(self.decoding),
+            "json_schema": self.json_schema,
+            "prompts": {step: {"version": p.version, "sha256": p.sha256} for step, p in self.prompts.items()},
+        }
+
+    # -- public API ---------------------------------------------------------------------------------------------
+
+    def structure(self, report_id: str, section: SectionChoice) -> StructuredReport:
+        """Structured findings of ``section``; raises :class:`LLMError` when the report fails."""
+        return asyncio.run(self._run_one(report_id, section))
+
+    async def structure_async(self, report_id: str, section: SectionChoice,
+                              client: httpx.AsyncClient | None = None) -> StructuredReport:
+        """Async form of :meth:`structure` (with an optional shared client)."""
+        if client is not None:
+            return await self._structure(client, asyncio.Semaphore(self.concurrency), report_id, section)
+        return await self._run_one(report_id, section)
+
+    def structure_many(
+        self,
+        items: Sequence[tuple[str, SectionChoice]],
+        progress: bool = False,
+        on_done: Callable[[], None] | None = None,
+    ) -> tuple[list[StructuredReport], list[Failure]]:
+        """Structure ``(report_id, section)`` pairs concurrently; results keep the input order.
+
+        A report that fails after the retries becomes a :class:`~cxrground.errors.Failure` (path = report
+        id, stage ``structure``). ``on_done`` is called after each report (progress bars).
+        """
+        return asyncio.run(self._run_many(list(items), progress, on_done))
+
+    # -- batch machinery -----------------------------------------------------------------------------------------
+
+    def _client(self) -> httpx.AsyncClient:
+        headers = {"Content-Type": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        return httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(self.timeout), limits=limits,
+                                 transport=self._transport)
+
+    async def _run_one(self, report_id: str, section: SectionChoice) -> StructuredReport:
+        async with self._client() as client:
+            return await self._structure(client, asyncio.Semaphore(self.concurrency), report_id, section)
+
+    async def _run_many(
+        self, items: list[tuple[str, SectionChoice]], progress: bool, on_done: Callable[[], None] | None
+    ) -> tuple[list[StructuredReport], list[Failure]]:
+        from tqdm.auto import tqdm
+
+        results: list[StructuredReport | Failure | None] = [None] * len(items)
+        sem = asyncio.Semaphore(self.concurrency)
+        bar = tqdm(total=len(items), desc="structure", unit="report", disable=not progress)
+        todo = iter(enumerate(items))
+
+        async def worker() -> None:  # `concurrency` workers, each one report at a time (bounded memory)
+            for k, (report_id, section) in todo:
+                try:
+                    results[k] = await self._structure(client, sem, report_id, section)
+                except LLMError as exc:
+                    self.stats["failures"] += 1
+                    results[k] = Failure(path=report_id, stage=STAGE, reason=exc.reason, error=type(exc).__name__)
+                bar.update(1)
+                if on_done is not None:
+                    on_done()
+
+        try:
+            async with self._client() as client:
+                await asyncio.gather(*(worker() for _ in range(min(self.concurrency, max(len(items), 1)))))
+        finally:
+            bar.close()
+        done = [r for r in results if isinstance(r, StructuredReport)]
+        failed = [r for r in results if isinstance(r, Failure)]
+        return done, failed
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds to wait before retry ``attempt`` (0-based): exponential backoff with jitter, or Retry-After."""
+        if retry_after is not None:
+            return min(retry_after, self.max_retry_after)
+        base = min(self.max_backoff, self.backoff * (2**attempt))
+        return base / 2 + self._random.uniform(0.0, base / 2)
+
+    async def _post(self, client: httpx.AsyncClient, sem: asyncio.Semaphore, body: dict[str, Any]) -> str:
+        """POST one chat completion with retries; returns the assistant message text."""
+        url = f"{self.base_url}/chat/completions"
+        attempt = 0
+        while True:
+            retry_after: float | None = None
+            try:
+                async with sem:
+                    self.stats["requests"] += 1
+                    response = await client.post(url, json=body)
+            except httpx.TimeoutException:
+                last = f"timed out after {self.timeout:g} s"
+            except httpx.TransportError as exc:
+                last = f"connection error: {type(exc).__name__}: {exc}"
+            else:
+                if response.status_code == 200:
+                    return self._content(response)
+                if response.status_code in (400, 422) and "response_format" in body:
+                    # no JSON-schema output on this server: ask again without it (not counted as a retry)
+                    self.json_schema = False
+                    self.stats["json_schema_fallbacks"] += 1
+                    body = {k: v for k, v in body.items() if k != "response_format"}
+                    continue
+                last = f"HTTP {response.status_code}: {response.text[:200]}"
+                if response.status_code not in _RETRY_STATUS and response.status_code < 500:
+                    raise LLMError(last)
+                retry_after = _retry_after(response.headers.get("retry-after"))
+            if attempt >= self.max_retries:
+                raise LLMError(f"{last} (after {attempt + 1} attempts)")
+            self.stats["retries"] += 1
+            await asyncio.sleep(self._delay(attempt, retry_after))
+            attempt += 1
+
+    @staticmethod
+    def _content(response: httpx.Response) -> str:
+        try:
+            data = response.json()
+            content = data["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise LLMError(f"malformed chat-completion response: {response.text[:200]}") from None
+        if not isinstance(content, str):
+            raise LLMError("chat-completion message has no text content")
+        return content
+
+    async def _ask(
+        self,
+        client: httpx.AsyncClient,
+        sem: asyncio.Semaphore,
+        step: str,
+        user: str,
+        schema_name: str,
+        schema: dict[str, Any],
+        model_cls: type[BaseModel],
+    ) -> Any:
+        """One step: cached answer or a request; returns the validated pydantic object."""
+        messages = [{"role": "system", "content": self.prompts[step].text}, {"role": "user", "content": user}]
+        key = cache_key(self.model, self.decoding, messages)
+        cached = self.cache.get(key)
+        if cached is not None:
+            self.stats["cache_hits"] += 1
+            return model_cls.model_validate(json.loads(cached))
+        body: dict[str, Any] = {"model": self.model, "messages": messages, **self.decoding}
+        if self.json_schema:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": schema_name, "strict": True, "schema": schema},
+            }
+        text = await self._post(client, sem, body)
+        try:
+            answer = model_cls.model_validate(extract_json(text))
+        except ValidationError as exc:
+            raise LLMError(f"{step} answer does not match the schema: {exc.errors()[0]['msg']}") from None
+        self.cache.put(key, self.model, {"model": self.model, "decoding": self.decoding, "messages": messages},
+                       answer.model_dump_json())
+        return answer
+
+    # -- one report ---------------------------------------------------------------------------------------------
+
+    def _reject(self, report_id: str, field: str, value: Any, reason: str) -> None:
+        self.stats["rejections"] += 1
+        self.rejections.append({"report_id": report_id, "field": field, "value": value, "reason": reason})
+
+    async def _structure(self, client: httpx.AsyncClient, sem: asyncio.Semaphore, report_id: str,
+                         section: SectionChoice) -> StructuredReport:
+        user = f"Report section ({section.name}):\n{section.section_content}"
+        answer: _StructureAnswer = await self._ask(client, sem, "structure", user, "ils_findings",
+                                                   _structure_schema(), _StructureAnswer)
+        n = len(section.sentences)
+        kept: list[tuple[_LLMFinding, str | None]] = []
+        for f in answer.findings:
+            if not 1 <= f.sent_idx <= n:
+                self._reject(report_id, "sent_idx", f.sent_idx, f"not a sentence number (1..{n})")
+                continue
+            lesion = f.lesion.strip().lower() if isinstance(f.lesion, str) and f.lesion.strip() else None
+            if lesion is not None and lesion not in LESIONS:
+                self._reject(report_id, "lesion", f.lesion, "not one of the seven lesions; kept as non-target")
+                lesion = None
+            kept.append((f, lesion))
+
+        # step 2: location mapping of every finding with phrases (cardiomegaly is always the heart)
+        items = [
+            {"id": k, "entity": f.entity, "lesion": lesion, "sentence": section.sentence(f.sent_idx).text,
+             "location_phrases": [p for p in f.location_phrases if p.strip()]}
+            for k, (f, lesion) in enumerate(kept)
+            if lesion != "cardiomegaly" and any(p.strip() for p in f.location_phrases)
+        ]
+        mapped: dict[int, list[str]] = {}
+        if items:
+            loc: _LocationAnswer = await self._ask(
+                client, sem, "location", json.dumps(items, ensure_ascii=False), "ils_locations",
+                _location_schema(), _LocationAnswer)
+            wanted = {item["id"] for item in items}
+            for m in loc.mappings:
+                if m.id not in wanted:
+                    self._reject(report_id, "mapping_id", m.id, "no such item")
+                    continue
+                labels = []
+                for label in m.labels:
+                    norm = " ".join(label.lower().split())
+                    if norm in ILS_LOCATION_LABELS:
+                        labels.append(norm)
+                    else:
+                        self._reject(report_id, "label", label, "not an ILS location label")
+                mapped[m.id] = list(dict.fromkeys(labels))
+
+        findings = []
+        for k, (f, lesion) in enumerate(kept):
+            phrases = tuple(p for p in f.location_phrases if p.strip())
+            if lesion == "cardiomegaly":
+                labels: tuple[str, ...] = (HEART,)
+                phrases = ()
+            else:
+                labels = tuple(mapped.get(k) or ())
+                if not labels:  # non-target findings default to both lungs too (the conservative choice for EL)
+                    labels = default_location(EntityKind("llm", lesion, lung=True))
+            findings.append(Finding(
+                entity=f.entity, sent_idx=f.sent_idx, assertion=f.assertion, lesion=lesion,
+                location_phrases=phrases, reported_location=labels, source=self.source,
+            ))
+        return StructuredReport(report_id=report_id, section=section, findings=tuple(findings))

@@ -1,0 +1,352 @@
+"""Rule-based report structurer (the built-in default of ILS §7): findings, assertion and location per sentence.
+
+Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
+
+1. **Finding phrases** are found with one regular expression (:data:`~.lexicon.ENTITY_RE`); sentences
+   without one are skipped at once.
+2. **Assertion** (present / absent / uncertain) per phrase. The *scope* of a cue is its clause: the
+   sentence cut at scope ends (``;``, "but", "however", "with", "and there", ...). Before the phrase the
+   nearest cue of the clause decides (a negation -> absent, a hedge -> uncertain; a *link hedge* such as
+   "to suggest" or "concerning for" is transparent inside an earlier negation: "no opacity to suggest
+   pneumonia" negates both; a closing cue such as "is not seen" between an earlier cue and the phrase ends
+   that cue's scope). After the phrase the nearest post-cue of the clause applies ("... cannot be
+   excluded", "... is not seen", "... has resolved") when every phrase in between is coordinated with it
+   ("effusion or pneumothorax is not seen"). Cues inside the phrase count too ("the heart is *not*
+   enlarged", "heart size *may be* enlarged"). Pseudo-negations ("no change in", "not significantly
+   changed") are matched first and ignored. Any negation -> absent; else any hedge -> uncertain; else
+   present. Hedged cues that contain a negation word ("cannot exclude", "not excluded") are hedges: an
+   uncertain finding never becomes absent.
+3. **Alternatives**: phrases joined by "or", "versus", "vs", "/" or "and/or" ("atelectasis versus
+   pneumonia", "atelectasis/infiltrate") become uncertain, each one a finding, unless negated (a negated
+   list such as "no effusion or pneumothorax" stays absent).
+4. **Attribution** (predicted lesion type): an observation (opacity-class phrase or consolidation, not
+   absent) followed in its clause by a link phrase ("is", "consistent with", "may represent", "likely",
+   "concerning for", ...; :data:`~.lexicon.LINK_RE`) and a lesion of
+   :data:`~.lexicon.ATTRIBUTABLE` (or a group of alternatives, for which a bare comma is a link: "opacity,
+   atelectasis versus pneumonia") becomes one finding per attributed lesion whose ``entity`` is the
+   observation phrase (paper example: "The lower lung opacity is pneumonia." -> (opacity, pneumonia,
+   present)). The assertion is the attributed lesion's, made uncertain when the link or the observation is
+   hedged or when there are several alternatives. Attributed non-target findings ("may represent
+   scarring") keep their own phrase; if every attributed finding is non-target the observation is kept as
+   well; an alternative of the observation's own type ("opacity at the left base, atelectasis versus
+   infiltrate") is the observation itself, which is then kept as it is. The gap between observation and
+   lesion may hold location phrases and modifiers, at most 15 words, no negation, "but", "with", "there",
+   ...; an "and" only when a verb (is / are / may / likely / represents ...) follows it ("haziness and
+   vascular indistinctness are consistent with edema").
+5. **Locations**: every location phrase (:data:`~.lexicon.LOCATION_RE`) of a clause goes to the nearest
+   finding (or attributed/alternative group) of that clause; a group shares its phrases. Labels are the
+   phrases' labels in order of first mention without repeats; a finding without phrases gets the default of
+   :func:`~.lexicon.default_location` (both lungs for lung findings; ``heart`` for cardiomegaly, always).
+   Absent findings get labels by the same rules.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Final
+
+from cxrground.reports.findings import Assertion, Finding, StructuredReport
+from cxrground.reports.model import SectionChoice
+from cxrground.reports.sections import make_section_choice
+from cxrground.reports.structure.lexicon import (
+    ALTERNATIVE_GAP_RE,
+    ATTRIBUTABLE,
+    ATTRIBUTION_BLOCK_RE,
+    BOTH_WINDOW,
+    CUE_KINDS,
+    CUE_RE,
+    ENTITY_KINDS,
+    ENTITY_RE,
+    LINK_RE,
+    LOCATION_KINDS,
+    LOCATION_RE,
+    EntityKind,
+    default_location,
+    location_labels,
+)
+from cxrground.vocab import HEART
+
+__all__ = ["RuleStructurer", "structure_text"]
+
+_NEG = frozenset({"neg_pre", "neg_post", "neg_both"})
+_UNC = frozenset({"unc_pre", "unc_post", "unc_both", "link"})
+_PRE = frozenset({"neg_pre", "unc_pre", "link", "neg_both", "unc_both"})
+_POST = frozenset({"neg_post", "unc_post", "neg_both", "unc_both"})
+_CLOSING = frozenset({"neg_post", "unc_post"})
+_COORD_GAP: Final[re.Pattern[str]] = re.compile(r"\s*,?\s*(?:and|or|nor|/|,)\s*(?:[\w-]+\s+){0,2}")
+_INSIDE_NEG: Final[re.Pattern[str]] = re.compile(r"\b(?:not|no)\b")
+_AND: Final[re.Pattern[str]] = re.compile(r"\band\b")
+_PREPOSITIONS: Final[re.Pattern[str]] = re.compile(r"\b(?:in|at|of|the|within|on|involving|over|along|near)\b")
+_AND_VERB: Final[re.Pattern[str]] = re.compile(
+    r"\b(?:is|are|may|might|could|likely|probably|represents?|reflects?|suggests?)\b")
+_WORD: Final[re.Pattern[str]] = re.compile(r"[\w-]+")
+_MAX_LINK_WORDS: Final[int] = 15
+_LOCATION_SCOPE_SKIP: Final[str] = "with"
+
+
+@dataclass
+class _Mention:
+    start: int
+    end: int
+    kind: EntityKind
+    assertion: Assertion = "present"
+    group: int = -1
+    absorbed: bool = False
+    entity_span: tuple[int, int] | None = None
+    locations: list[tuple[int, str, tuple[str, ...]]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Cue:
+    start: int
+    end: int
+    kind: str
+
+
+def _nwords(text: str) -> int:
+    return len(_WORD.findall(text))
+
+
+class RuleStructurer:
+    """The built-in rule-based :class:`~cxrground.reports.findings.Structurer` (lexicon of :mod:`.lexicon`)."""
+
+    name: str = "rules"
+
+    def __init__(self, source: str = "rules") -> None:
+        self.source = source
+
+    # -- public API ------------------------------------------------------------------------------------------
+
+    def structure(self, report_id: str, section: SectionChoice) -> StructuredReport:
+        """Structured findings of every sentence of ``section``."""
+        findings: list[Finding] = []
+        for sentence in section.sentences:
+            findings.extend(self.structure_sentence(sentence.index, sentence.text))
+        return StructuredReport(report_id=report_id, section=section, findings=tuple(findings))
+
+    def structure_sentence(self, index: int, text: str) -> list[Finding]:
+        """Findings of one sentence numbered ``index`` (1-based)."""
+        low = text.lower()
+        if len(low) != len(text):  # a few non-ASCII characters change length when lower-cased
+            text = low
+        mentions = [
+            _Mention(m.start(), m.end(), ENTITY_KINDS[m.lastgroup])  # type: ignore[index]
+            for m in ENTITY_RE.finditer(low)
+        ]
+        if not mentions:
+            return []
+        cues = [_Cue(m.start(), m.end(), CUE_KINDS[m.lastgroup]) for m in CUE_RE.finditer(low)]  # type: ignore[index]
+        # cues that overlap a phrase without lying inside it are parts of words of the phrase: drop them
+        cues = [c for c in cues if not any(c.start < mm.end and mm.start < c.end and not (
+            mm.start <= c.start and c.end <= mm.end) for mm in mentions)]
+        terms = [c for c in cues if c.kind == "term"]
+        for i, mention in enumerate(mentions):
+            mention.assertion = self._assertion(low, mention, i, mentions, cues, terms)
+        groups = self._alternatives(low, mentions)
+        self._attribute(low, mentions, groups, cues, terms)
+        self._locate(low, text, mentions, terms)
+        return self._findings(index, text, mentions)
+
+    # -- steps -------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _scope(terms: list[_Cue], start: int, end: int, n: int, skip: str | None = None,
+               low: str = "") -> tuple[int, int]:
+        lo, hi = 0, n
+        for t in terms:
+            if skip is not None and low[t.start:t.end] == skip:
+                continue
+            if t.end <= start:
+                lo = max(lo, t.end)
+            elif t.start >= end:
+                hi = min(hi, t.start)
+                break
+        return lo, hi
+
+    def _assertion(self, low: str, m: _Mention, i: int, mentions: list[_Mention], cues: list[_Cue],
+                   terms: list[_Cue]) -> Assertion:
+        lo, hi = self._scope(terms, m.start, m.end, len(low))
+        neg = unc = False
+        # inside the phrase (the heart-size construction)
+        for c in cues:
+            if m.start <= c.start and c.end <= m.end:
+                neg |= c.kind in _NEG
+                unc |= c.kind in _UNC
+        if m.kind.lesion == "cardiomegaly" and _INSIDE_NEG.search(low, m.start, m.end):
+            neg = True
+        # before: the nearest applicable cue of the clause
+        before = [c for c in cues if lo <= c.start and c.end <= m.start and c.kind != "term"]
+        for c in reversed(before):
+            if c.kind in _CLOSING:
+                break  # "no effusion is seen and ..." closed the earlier cue's scope
+            if c.kind not in _PRE:
+                continue
+            if c.kind in BOTH_WINDOW and _nwords(low[c.end:m.start]) > BOTH_WINDOW[c.kind]:
+                continue
+            if c.kind == "link":
+                if any(p.kind in ("neg_pre", "neg_both") for p in before if p.end <= c.start):
+                    neg = True
+                else:
+                    unc = True
+            elif c.kind in _NEG:
+                neg = True
+            else:
+                unc = True
+            break
+        # after: the nearest post-cue of the clause, across coordinated phrases only
+        for c in cues:
+            if c.start < m.end or c.end > hi or c.kind not in _POST:
+                continue
+            if c.kind in BOTH_WINDOW and _nwords(low[m.end:c.start]) > BOTH_WINDOW[c.kind]:
+                break
+            prev_end = m.end
+            ok = True
+            for other in mentions[i + 1:]:
+                if other.start >= c.start:
+                    break
+                if not _COORD_GAP.fullmatch(low, prev_end, other.start):
+                    ok = False
+                    break
+                prev_end = other.end
+            if ok:
+                neg |= c.kind in _NEG
+                unc |= c.kind in _UNC
+            break
+        if neg:
+            return "absent"
+        return "uncertain" if unc else "present"
+
+    @staticmethod
+    def _alternatives(low: str, mentions: list[_Mention]) -> list[list[int]]:
+        """Group phrases joined by or/versus//; a group of two or more becomes uncertain unless negated."""
+        groups: list[list[int]] = [[0]]
+        for i in range(1, len(mentions)):
+            if ALTERNATIVE_GAP_RE.fullmatch(low, mentions[i - 1].end, mentions[i].start):
+                groups[-1].append(i)
+            else:
+                groups.append([i])
+        for g, members in enumerate(groups):
+            for i in members:
+                mentions[i].group = g
+            if len(members) > 1 and not any(mentions[i].assertion == "absent" for i in members):
+                for i in members:
+                    mentions[i].assertion = "uncertain"
+        return groups
+
+    @staticmethod
+    def _attributable(kind: EntityKind) -> bool:
+        return kind.lesion in ATTRIBUTABLE or (kind.lesion is None and kind.lung)
+
+    def _attribute(self, low: str, mentions: list[_Mention], groups: list[list[int]], cues: list[_Cue],
+                   terms: list[_Cue]) -> None:
+        for members in groups:
+            if len(members) != 1:
+                continue
+            i = members[0]
+            obs = mentions[i]
+            if not obs.kind.observation or obs.assertion == "absent" or i + 1 >= len(mentions):
+                continue
+            target_group = groups[mentions[i + 1].group]
+            targets = [mentions[j] for j in target_group]
+            # an alternative of the observation's own type restates it ("opacity, atelectasis versus infiltrate")
+            same = [t for t in targets if t.kind.lesion == obs.kind.lesion]
+            others = [t for t in targets if t.kind.lesion != obs.kind.lesion]
+            if not others or any(not self._attributable(t.kind) for t in others):
+                continue
+            if any(t.assertion == "absent" for t in targets):
+                continue
+            gap_start, gap_end = obs.end, targets[0].start
+            if not self._is_link(low, gap_start, gap_end, len(targets) > 1):
+                continue
+            hedged = obs.assertion == "uncertain" or len(targets) > 1 or any(
+                gap_start <= c.start and c.end <= gap_end and c.kind in _UNC for c in cues)
+            if hedged:
+                for t in others:
+                    t.assertion = "uncertain"
+            for t in same:
+                t.absorbed = True
+            if any(t.kind.lesion is not None for t in others):
+                obs.absorbed = not same
+                for t in others:
+                    if t.kind.lesion is not None:
+                        t.entity_span = (obs.start, obs.end)
+            # the observation and its targets share their location phrases
+            obs.group = targets[0].group
+
+    @staticmethod
+    def _is_link(low: str, start: int, end: int, alternatives: bool) -> bool:
+        gap = LOCATION_RE.sub(" ", low[start:end])
+        if _nwords(gap) > _MAX_LINK_WORDS:
+            return False
+        links = list(LINK_RE.finditer(gap))
+        if not links:  # a bare comma (with a location phrase) links to alternatives: "opacity at the base, X vs Y"
+            return alternatives and _PREPOSITIONS.sub(" ", gap).strip() in (",", "")
+        rest = LINK_RE.sub(" ", gap)
+        if ATTRIBUTION_BLOCK_RE.search(rest):
+            return False
+        ands = list(_AND.finditer(gap))
+        # "X and Y are consistent with Z": an "and" is allowed only before a verb phrase that links to the target
+        return not ands or _AND_VERB.search(gap, ands[-1].end()) is not None
+
+    def _locate(self, low: str, text: str, mentions: list[_Mention], terms: list[_Cue]) -> None:
+        for m in LOCATION_RE.finditer(low):
+            labels = location_labels(LOCATION_KINDS[m.lastgroup], m.group())  # type: ignore[index]
+            if not labels:
+                continue
+            s, e = m.start(), m.end()
+            if any(mm.start < e and s < mm.end for mm in mentions):
+                continue  # part of a finding phrase
+            lo, hi = self._scope(terms, s, e, len(low), skip=_LOCATION_SCOPE_SKIP, low=low)
+            best: tuple[int, int, int] | None = None  # (distance, after-penalty, group)
+            for mm in mentions:
+                if mm.kind.lesion == "cardiomegaly" or mm.start < lo or mm.end > hi:
+                    continue
+                key = (mm.start - e, 0, mm.group) if e <= mm.start else (s - mm.end, 1, mm.group)
+                if best is None or key[:2] < best[:2]:
+                    best = key
+            if best is None:
+                continue
+            for mm in mentions:
+                if mm.group == best[2]:
+                    mm.locations.append((s, text[s:e], labels))
+
+    def _findings(self, index: int, text: str, mentions: list[_Mention]) -> list[Finding]:
+        out: list[Finding] = []
+        for mm in mentions:
+            if mm.absorbed:
+                continue
+            lesion = mm.kind.lesion
+            if lesion == "cardiomegaly":
+                phrases: tuple[str, ...] = ()
+                labels: tuple[str, ...] = (HEART,)
+            else:
+                locs = sorted(mm.locations)
+                phrases = tuple(dict.fromkeys(p for _, p, _ in locs))
+                labels = tuple(dict.fromkeys(lab for _, _, labs in locs for lab in labs)) or default_location(mm.kind)
+            start, end = mm.entity_span or (mm.start, mm.end)
+            entity = text[start:end]
+            out.append(Finding(
+                entity=entity,
+                sent_idx=index,
+                assertion=mm.assertion,
+                lesion=lesion,
+                location_phrases=phrases,
+                reported_location=labels,
+                source=self.source,
+            ))
+        return out
+
+
+_DEFAULT = RuleStructurer()
+
+
+def structure_text(text: str, report_id: str = "text") -> StructuredReport:
+    """Structure free ``text`` (split into numbered sentences as a ``findings`` section) with the rules.
+
+    Raises ``ValueError`` when the text has no usable words.
+    """
+    section = make_section_choice("findings", text)
+    if section is None:
+        raise ValueError("text has no usable sentence")
+    return _DEFAULT.structure(report_id, section)

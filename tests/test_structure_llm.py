@@ -1,0 +1,365 @@
+"""LLM structurer against a real local HTTP server speaking the OpenAI chat-completions wire format.
+
+The fake server (127.0.0.1, ephemeral port, one per test) answers step 1 with the rule structurer's findings
+of the numbered section and step 2 with the lexicon's labels; it can inject 429 / 500 / timeouts / a 400 for
+``response_format`` and refuses to serve more than ``max_requests`` requests.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from cxrground.errors import ConfigError
+from cxrground.reports import make_section_choice, parse_numbered, parse_report_text
+from cxrground.reports.structure import (
+    LLMError,
+    LLMStructurer,
+    ResponseCache,
+    RuleStructurer,
+    cache_key,
+    get_structurer,
+    load_prompt,
+    structure_reports,
+)
+from cxrground.reports.structure.lexicon import LOCATION_KINDS, LOCATION_RE, location_labels
+from cxrground.reports.structure.llm import extract_json
+from cxrground.vocab import ILS_LOCATION_LABELS, LESIONS
+
+RULES = RuleStructurer()
+
+
+def _rule_answer(body: dict[str, Any]) -> dict[str, Any]:
+    system, user = body["messages"][0]["content"], body["messages"][1]["content"]
+    if system.startswith("# ILS report structuring"):
+        content = user.split("\n", 1)[1]
+        findings = []
+        for idx, text in parse_numbered(content):
+            for f in RULES.structure_sentence(idx, text):
+                findings.append({"entity": f.entity, "sent_idx": f.sent_idx, "assertion": f.assertion,
+                                 "lesion": f.lesion, "location_phrases": list(f.location_phrases)})
+        return {"findings": findings}
+    items = json.loads(user)
+    mappings = []
+    for item in items:
+        labels: list[str] = []
+        for phrase in item["location_phrases"]:
+            for m in LOCATION_RE.finditer(phrase.lower()):
+                labels.extend(location_labels(LOCATION_KINDS[m.lastgroup], m.group()))
+        mappings.append({"id": item["id"], "labels": list(dict.fromkeys(labels))})
+    return {"mappings": mappings}
+
+
+class FakeLLM:
+    """A threaded HTTP server with a script of faults; ``requests`` counts every request it received."""
+
+    def __init__(self, answer: Callable[[dict[str, Any]], Any] = _rule_answer, max_requests: int = 60) -> None:
+        self.answer = answer
+        self.max_requests = max_requests
+        self.requests = 0
+        self.bodies: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.faults: list[str] = []  # consumed one per request: "429", "500", "timeout", "400-schema", "ok"
+        self.fail_if: Callable[[dict[str, Any]], bool] | None = None  # always 500 when true
+        self.text_wrap = False  # answer inside a ```json fence with prose
+        self.delay = 0.0  # seconds before each answer
+        self.inflight = 0
+        self.max_inflight = 0
+        self.lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    for k, v in (headers or {}).items():
+                        self.send_header(k, v)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with fake.lock:
+                    fake.requests += 1
+                    over = fake.requests > fake.max_requests
+                    fault = fake.faults.pop(0) if fake.faults else "ok"
+                    fake.bodies.append(body)
+                    fake.headers.append(dict(self.headers))
+                if over:
+                    self._send(503, {"error": "request budget of the fake server exhausted"})
+                    return
+                if self.path != "/v1/chat/completions":
+                    self._send(404, {"error": "not found"})
+                    return
+                if fault == "429":
+                    self._send(429, {"error": "rate limited"}, {"Retry-After": "0"})
+                    return
+                if fault.startswith("429:"):
+                    self._send(429, {"error": "rate limited"}, {"Retry-After": fault[4:]})
+                    return
+                if fault == "500" or (fake.fail_if is not None and fake.fail_if(body)):
+                    self._send(500, {"error": "boom"})
+                    return
+                with fake.lock:
+                    fake.inflight += 1
+                    fake.max_inflight = max(fake.max_inflight, fake.inflight)
+                time.sleep(0.6 if fault == "timeout" else fake.delay)
+                with fake.lock:
+                    fake.inflight -= 1
+                if fault == "400-schema" and "response_format" in body:
+                    self._send(400, {"error": "response_format json_schema is not supported"})
+                    return
+                content = json.dumps(fake.answer(body))
+                if fake.text_wrap:
+                    content = f"Here is the JSON:\n```json\n{content}\n```\nDone."
+                self._send(200, {
+                    "id": "chatcmpl-test", "object": "chat.completion", "model": body.get("model"),
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": content}}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                })
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> FakeLLM:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeLLM]:
+    with FakeLLM() as server:
+        yield server
+
+
+def _llm(fake: FakeLLM, **kw: Any) -> LLMStructurer:
+    opts: dict[str, Any] = {"backoff": 0.01, "max_backoff": 0.05, "timeout": 0.3, "max_retries": 3,
+                            "concurrency": 3}
+    opts.update(kw)
+    return LLMStructurer(fake.base_url, "fake-model", **opts)
+
+
+SECTIONS = [
+    "Right lower lobe opacity concerning for pneumonia. No pleural effusion or pneumothorax.",
+    "The heart is mildly enlarged. Bibasilar atelectasis. Small left pleural effusion.",
+    "The lungs are clear. No focal consolidation.",
+    "Pulmonary edema cannot be excluded. The lower lung opacity is pneumonia.",
+]
+
+
+def _items(texts: list[str] = SECTIONS) -> list[tuple[str, Any]]:
+    return [(f"r{i}", make_section_choice("findings", t)) for i, t in enumerate(texts)]
+
+
+def test_llm_matches_rules_and_records_provenance(fake: FakeLLM) -> None:
+    llm = _llm(fake)
+    done, failed = llm.structure_many(_items())
+    assert not failed
+    assert [r.report_id for r in done] == ["r0", "r1", "r2", "r3"]
+    for (rid, section), rep in zip(_items(), done, strict=True):
+        expected = RULES.structure(rid, section).findings
+        got = rep.findings
+        assert [(f.entity, f.sent_idx, f.assertion, f.lesion, f.location_phrases, f.reported_location)
+                for f in got] == [
+            (f.entity, f.sent_idx, f.assertion, f.lesion, f.location_phrases, f.reported_location)
+            for f in expected]
+        assert all(f.source == "llm:fake-model" for f in got)
+    # the paper example through the LLM path
+    assert any(f.entity == "opacity" and f.lesion == "pneumonia" and f.assertion == "present"
+               and f.reported_location == ("right lung base", "left lung base") for f in done[3].findings)
+    # wire format: model, messages, decoding, JSON-schema response_format
+    body = fake.bodies[0]
+    assert body["model"] == "fake-model" and body["temperature"] == 0.0
+    assert body["response_format"]["type"] == "json_schema"
+    assert body["response_format"]["json_schema"]["strict"] is True
+    assert body["messages"][0]["content"] == load_prompt("structure_v1").text
+    prov = llm.provenance
+    assert prov["prompts"]["structure"]["version"] == "structure_v1"
+    assert prov["prompts"]["location"]["sha256"] == load_prompt("location_v1").sha256
+    assert len(prov["prompts"]["structure"]["sha256"]) == 64
+    # step 2 only for reports with location phrases: r0, r1, r3 (two calls each) and r2 (one call)
+    assert llm.stats["requests"] == fake.requests == 7
+
+
+def test_prompts_name_the_vocabulary() -> None:
+    structure, location = load_prompt("structure_v1"), load_prompt("location_v1")
+    assert all(f"`{lesion}`" in structure.text for lesion in LESIONS)
+    assert all(f"`{label}`" in location.text for label in ILS_LOCATION_LABELS)
+    assert "{{" not in structure.text + location.text
+    with pytest.raises(ConfigError):
+        load_prompt("structure_v999")
+
+
+def test_cache_makes_rerun_request_free(fake: FakeLLM, tmp_path: Path) -> None:
+    db = tmp_path / "cache.sqlite"
+    first = _llm(fake, cache=db)
+    done1, _ = first.structure_many(_items())
+    n = fake.requests
+    assert n > 0 and first.stats["cache_hits"] == 0
+    second = _llm(fake, cache=db)  # a new process would open the same file
+    done2, failed2 = second.structure_many(_items())
+    assert fake.requests == n, "a rerun must make zero requests"
+    assert not failed2 and second.stats["requests"] == 0 and second.stats["cache_hits"] == n
+    assert [r.findings for r in done1] == [r.findings for r in done2]
+    # a different decoding setting is a different key
+    assert cache_key("m", {"temperature": 0}, [{"role": "user", "content": "x"}]) != cache_key(
+        "m", {"temperature": 0.7}, [{"role": "user", "content": "x"}])
+    with ResponseCache(db) as cache:
+        assert len(cache) == n
+
+
+def test_concurrency_is_bounded(fake: FakeLLM) -> None:
+    fake.delay = 0.05
+    texts = [f"Small right pleural effusion number {i}." for i in range(12)]
+    done, failed = _llm(fake, concurrency=3).structure_many(_items(texts))
+    assert len(done) == 12 and not failed
+    assert 2 <= fake.max_inflight <= 3
+
+
+def test_retries_on_429_500_and_timeouts(fake: FakeLLM) -> None:
+    fake.faults = ["429", "500", "timeout"]
+    llm = _llm(fake, concurrency=1)
+    rep = llm.structure("r0", make_section_choice("findings", SECTIONS[0]))
+    assert llm.stats["retries"] == 3
+    assert any(f.lesion == "pneumonia" and f.assertion == "uncertain" for f in rep.findings)
+
+
+def test_retry_after_is_honoured(fake: FakeLLM) -> None:
+    fake.faults = ["429:0.4"]
+    llm = _llm(fake, concurrency=1, backoff=0.0, max_backoff=0.0)
+    start = time.perf_counter()
+    llm.structure("r2", make_section_choice("findings", SECTIONS[2]))
+    assert time.perf_counter() - start >= 0.38
+    assert llm.stats["retries"] == 1
+
+
+def test_failure_is_recorded_and_batch_goes_on(fake: FakeLLM) -> None:
+    fake.fail_if = lambda body: "pneumothorax" in body["messages"][1]["content"]
+    llm = _llm(fake, max_retries=2)
+    done, failed = llm.structure_many(_items())
+    assert [r.report_id for r in done] == ["r1", "r2", "r3"]
+    assert len(failed) == 1
+    f = failed[0]
+    assert f.path == "r0" and f.stage == "structure" and f.error == "LLMError"
+    assert "HTTP 500" in f.reason and "3 attempts" in f.reason
+    with pytest.raises(LLMError):
+        llm.structure("r0", make_section_choice("findings", SECTIONS[0]))
+
+
+def test_structure_reports_with_llm_and_no_section(fake: FakeLLM) -> None:
+    reports = [parse_report_text("FINDINGS: Small right pleural effusion.\n", "a"),
+               parse_report_text("INDICATION: cough\n", "b")]
+    done, failed = structure_reports(reports, _llm(fake), progress=False)
+    assert [r.report_id for r in done] == ["a"]
+    assert done[0].findings[0].reported_location == ("right lung",)
+    assert [(f.path, f.reason) for f in failed] == [("b", "no usable section")]
+
+
+def test_json_schema_fallback_and_text_parsing(fake: FakeLLM) -> None:
+    fake.faults = ["400-schema"]
+    fake.text_wrap = True
+    llm = _llm(fake, concurrency=1)
+    rep = llm.structure("r1", make_section_choice("findings", SECTIONS[1]))
+    assert llm.json_schema is False and llm.stats["json_schema_fallbacks"] == 1
+    assert "response_format" not in fake.bodies[-1]
+    assert {f.lesion for f in rep.findings} == {"cardiomegaly", "atelectasis", "effusion"}
+    assert extract_json('noise {"a": 1} noise') == {"a": 1}
+    with pytest.raises(LLMError):
+        extract_json("no json here")
+
+
+def test_out_of_vocabulary_values_are_rejected_and_recorded() -> None:
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        if body["messages"][0]["content"].startswith("# ILS report structuring"):
+            return {"findings": [
+                {"entity": "opacity", "sent_idx": 1, "assertion": "present", "lesion": "opacity",
+                 "location_phrases": ["right apex"]},
+                {"entity": "mass", "sent_idx": 1, "assertion": "present", "lesion": "lung mass",
+                 "location_phrases": []},
+                {"entity": "ghost", "sent_idx": 7, "assertion": "present", "lesion": "edema",
+                 "location_phrases": []},
+            ]}
+        return {"mappings": [{"id": 0, "labels": ["right lung apex", "Right apical zone lung"]}]}
+
+    with FakeLLM(answer) as server:
+        llm = _llm(server)
+        rep = llm.structure("x", make_section_choice("findings", "Right apical opacity and a mass."))
+    assert [(f.entity, f.lesion, f.reported_location) for f in rep.findings] == [
+        ("opacity", "opacity", ("right apical zone lung",)),
+        ("mass", None, ("right lung", "left lung")),
+    ]
+    rejected = {(r["field"], r["value"]) for r in llm.rejections}
+    assert rejected == {("lesion", "lung mass"), ("sent_idx", 7), ("label", "right lung apex")}
+
+
+def test_invalid_answer_is_a_failure() -> None:
+    with FakeLLM(lambda body: {"unexpected": True}) as server:
+        llm = _llm(server)
+        done, failed = llm.structure_many(_items(SECTIONS[:1]))
+    assert not done and "does not match the schema" in failed[0].reason
+
+
+def test_api_key_comes_from_the_environment(fake: FakeLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="CXRG_TEST_KEY"):
+        _llm(fake, api_key_env="CXRG_TEST_KEY")
+    monkeypatch.setenv("CXRG_TEST_KEY", "sk-test-123")
+    llm = _llm(fake, api_key_env="CXRG_TEST_KEY")
+    llm.structure("r2", make_section_choice("findings", SECTIONS[2]))
+    assert fake.headers[-1]["Authorization"] == "Bearer sk-test-123"
+    assert "sk-test-123" not in json.dumps(llm.provenance)
+    assert isinstance(get_structurer("llm", base_url=fake.base_url, model="m"), LLMStructurer)
+
+
+def test_unreachable_server_fails_cleanly() -> None:
+    with FakeLLM() as server:
+        url = server.base_url
+    llm = LLMStructurer(url, "m", max_retries=1, backoff=0.01, timeout=0.5)
+    done, failed = llm.structure_many(_items(SECTIONS[:1]))
+    assert not done and "connection error" in failed[0].reason
+
+
+def test_cli_llm(fake: FakeLLM, tmp_path: Path) -> None:
+    importlib.import_module("cxrground.cli.structure_cmds")  # registers `reports structure`
+    from cxrground.cli import main
+
+    report = tmp_path / "r1.txt"
+    report.write_text("FINDINGS: Right lower lobe opacity concerning for pneumonia.\n")
+    out = tmp_path / "findings.jsonl"
+    args = ["reports", "structure", str(report), "--structurer", "llm", "--base-url", fake.base_url,
+            "--model", "fake-model", "--cache", str(tmp_path / "c.sqlite"), "--out", str(out), "--no-progress"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows[0]["report_id"] == "r1" and rows[0]["lesion"] == "pneumonia"
+    assert rows[0]["provenance"]["model"] == "fake-model"
+    n = fake.requests
+    assert CliRunner().invoke(main, args).exit_code == 0
+    assert fake.requests == n

@@ -1,0 +1,370 @@
+"""Rule-based structurer: negation, hedges, pseudo-negations, attribution, location lexicon, registry and CLI."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cxrground.errors import ConfigError
+from cxrground.reports import parse_report_text
+from cxrground.reports.findings import Finding
+from cxrground.reports.structure import (
+    STRUCTURERS,
+    RuleStructurer,
+    get_structurer,
+    structure_report,
+    structure_reports,
+    structure_text,
+)
+from cxrground.reports.structure.lexicon import CUE_KINDS, LOCATION_KINDS, location_labels
+from cxrground.vocab import HEART, ILS_LOCATION_LABELS
+
+RB, LB, RM, LM = "right lung base", "left lung base", "right mid zone lung", "left mid zone lung"
+RU, LU, RA, LA = "right upper zone lung", "left upper zone lung", "right apical zone lung", "left apical zone lung"
+RL, LL = "right lung", "left lung"
+
+
+def findings(text: str) -> list[Finding]:
+    return list(structure_text(text).findings)
+
+
+def asserted(text: str) -> list[tuple[str | None, str]]:
+    """(lesion, assertion) of every finding; non-target findings show their entity in lower case."""
+    return [(f.lesion or f.entity.lower(), f.assertion) for f in findings(text)]
+
+
+def test_paper_example() -> None:
+    rep = structure_text("Heart size is normal. The lower lung opacity is pneumonia.")
+    assert rep.findings == (
+        Finding(entity="opacity", sent_idx=2, assertion="present", lesion="pneumonia",
+                location_phrases=("lower lung",), reported_location=(RB, LB), source="rules"),
+    )
+    f = rep.findings[0]
+    assert (f.presence, f.certainty) == ("positive", "definitive")
+    assert rep.section.section_content.startswith("(1) Heart size is normal. (2) ")
+
+
+# --- negation ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("No pleural effusion.", [("effusion", "absent")]),
+    ("There is no focal consolidation.", [("consolidation", "absent")]),
+    ("No evidence of pneumonia.", [("pneumonia", "absent")]),
+    ("Mild cardiomegaly without pulmonary edema.", [("cardiomegaly", "present"), ("edema", "absent")]),
+    ("The lungs are free of any focal infiltrates.", [("opacity", "absent")]),
+    ("The lungs are clear of consolidation.", [("consolidation", "absent")]),
+    ("Negative for focal pulmonary consolidation.", [("consolidation", "absent")]),
+    ("Absence of pleural effusion.", [("effusion", "absent")]),
+    ("Neither effusion nor pneumothorax.", [("effusion", "absent"), ("pneumothorax", "absent")]),
+    ("There is not an effusion.", [("effusion", "absent")]),
+    ("No definite pleural effusion.", [("effusion", "absent")]),
+    ("No new consolidation.", [("consolidation", "absent")]),
+    ("The effusion is no longer seen.", [("effusion", "absent")]),
+    ("Pneumothorax is not identified.", [("pneumothorax", "absent")]),
+    ("Pleural effusion and pneumothorax are not seen.", [("effusion", "absent"), ("pneumothorax", "absent")]),
+    ("The right upper lobe opacity has cleared.", [("opacity", "absent")]),
+    ("The effusion is absent.", [("effusion", "absent")]),
+    ("Resolved left pleural effusion.", [("effusion", "absent")]),
+    ("The right pleural effusion has resolved.", [("effusion", "absent")]),
+    ("Interval resolution of the left lower lobe pneumonia.", [("pneumonia", "absent")]),
+    ("The heart is not enlarged.", [("cardiomegaly", "absent")]),
+    ("Cleared left lower lobe airspace disease.", [("opacity", "absent")]),
+    ("Pulmonary vascular congestion appears within normal limits.", [("pulmonary vascular congestion", "absent")]),
+    ("There is no focal air space opacity to suggest a pneumonia.", [("opacity", "absent"), ("pneumonia", "absent")]),
+])
+def test_negation(text: str, expected: list[tuple[str, str]]) -> None:
+    assert asserted(text) == expected
+
+
+def test_list_under_one_negation() -> None:
+    assert asserted("No pleural effusion or pneumothorax.") == [("effusion", "absent"), ("pneumothorax", "absent")]
+    assert asserted("No focal consolidation, pleural effusion, or pneumothorax.") == [
+        ("consolidation", "absent"), ("effusion", "absent"), ("pneumothorax", "absent")]
+    assert asserted("Lungs are clear without focal airspace opacity, pleural effusion, or pneumothorax.") == [
+        ("opacity", "absent"), ("effusion", "absent"), ("pneumothorax", "absent")]
+    assert asserted("No pneumonia, effusions, edema, pneumothorax, nodules or masses.") == [
+        ("pneumonia", "absent"), ("effusion", "absent"), ("edema", "absent"), ("pneumothorax", "absent"),
+        ("nodules", "absent"), ("masses", "absent")]
+
+
+def test_negated_then_affirmed() -> None:
+    assert asserted("No effusion, but there is new right lower lobe opacity.") == [
+        ("effusion", "absent"), ("opacity", "present")]
+    assert asserted("No pneumothorax and the heart is enlarged.") == [("pneumothorax", "absent"),
+                                                                       ("cardiomegaly", "present")]
+    assert asserted("Possible small right effusion, no pneumothorax.") == [("effusion", "uncertain"),
+                                                                            ("pneumothorax", "absent")]
+    assert asserted("No cardiomegaly with bilateral small pleural effusions.") == [("cardiomegaly", "absent"),
+                                                                                    ("effusion", "present")]
+    assert asserted("Pneumothorax is not seen and there is a small left effusion.") == [
+        ("pneumothorax", "absent"), ("effusion", "present")]
+
+
+@pytest.mark.parametrize("text", [
+    "The effusion is not significantly changed.",
+    "No change in the left pleural effusion.",
+    "No significant interval change in the right pleural effusion.",
+    "Right pleural effusion, without interval change.",
+    "No increase in the small left pleural effusion.",
+    "Decreased right pleural effusion.",
+    "Improved left pleural effusion.",
+    "Resolving left pleural effusion.",
+])
+def test_pseudo_negation_and_change_words_stay_present(text: str) -> None:
+    assert asserted(text) == [("effusion", "present")]
+
+
+# --- hedges -------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    "Possible pneumonia.",
+    "Pneumonia is possible.",
+    "Possibly pneumonia in the right lower lobe.",
+    "Findings may represent pneumonia.",
+    "There might be early pneumonia.",
+    "Cannot exclude pneumonia.",
+    "Pneumonia cannot be excluded.",
+    "Pneumonia can not be excluded.",
+    "Pneumonia is not excluded.",
+    "Cannot rule out pneumonia.",
+    "Pneumonia cannot be ruled out.",
+    "Likely pneumonia.",
+    "Pneumonia is likely.",
+    "Findings suggestive of pneumonia.",
+    "Findings suggest pneumonia.",
+    "Findings concerning for pneumonia.",
+    "Findings suspicious for pneumonia.",
+    "Questionable pneumonia.",
+    "Question of pneumonia.",
+    "Probable pneumonia.",
+    "Probably pneumonia.",
+    "Findings could reflect pneumonia.",
+    "Findings could represent pneumonia.",
+    "Suspected pneumonia.",
+    "Pneumonia is suspected.",
+    "Difficult to exclude pneumonia.",
+    "Presumed pneumonia.",
+    "Differential diagnosis includes pneumonia.",
+    "Pneumonia?",
+    "Atypical pneumonia is another consideration.",
+    "Possibility of pneumonia.",
+])
+def test_hedges_are_uncertain_never_absent(text: str) -> None:
+    assert asserted(text) == [("pneumonia", "uncertain")]
+
+
+def test_cannot_exclude_is_never_absent_even_in_lists() -> None:
+    assert asserted("Cannot exclude pneumonia or small effusion.") == [("pneumonia", "uncertain"),
+                                                                       ("effusion", "uncertain")]
+    assert asserted("A small left pleural effusion cannot be excluded.") == [("effusion", "uncertain")]
+    assert asserted("No pneumothorax. Pneumonia not excluded.") == [("pneumothorax", "absent"),
+                                                                    ("pneumonia", "uncertain")]
+
+
+def test_versus_and_alternatives() -> None:
+    assert asserted("Atelectasis versus pneumonia.") == [("atelectasis", "uncertain"), ("pneumonia", "uncertain")]
+    assert asserted("Atelectasis vs. pneumonia.") == [("atelectasis", "uncertain"), ("pneumonia", "uncertain")]
+    assert asserted("Left base atelectasis/infiltrate.") == [("atelectasis", "uncertain"), ("opacity", "uncertain")]
+    assert asserted("Scarring versus small effusion.") == [("scarring", "uncertain"), ("effusion", "uncertain")]
+
+
+def test_borderline_heart() -> None:
+    assert asserted("Borderline cardiomegaly.") == [("cardiomegaly", "uncertain")]
+    assert asserted("The heart is borderline enlarged.") == [("cardiomegaly", "uncertain")]
+    for normal in ("Heart size is at the upper limits of normal.", "Heart size is top normal.",
+                   "Heart size is normal.", "The cardiomediastinal silhouette is within normal limits."):
+        assert findings(normal) == []
+
+
+@pytest.mark.parametrize(("text", "assertion"), [
+    ("Cardiomegaly.", "present"),
+    ("The heart is mildly enlarged.", "present"),
+    ("Heart size is moderately enlarged.", "present"),
+    ("The cardiac silhouette is enlarged.", "present"),
+    ("Enlarged cardiac silhouette.", "present"),
+    ("Enlarged heart.", "present"),
+    ("Cardiac enlargement.", "present"),
+    ("Heart size mildly to moderately enlarged.", "present"),
+    ("The cardiac silhouette is likely mildly enlarged.", "uncertain"),
+    ("Heart size may be enlarged.", "uncertain"),
+    ("No cardiomegaly.", "absent"),
+    ("The cardiac silhouette is not enlarged.", "absent"),
+])
+def test_cardiomegaly_phrasings(text: str, assertion: str) -> None:
+    (f,) = findings(text)
+    assert (f.lesion, f.assertion, f.reported_location, f.location_phrases) == ("cardiomegaly", assertion, (HEART,), ())
+
+
+def test_normal_statements_give_no_finding() -> None:
+    text = ("The lungs are clear. Lungs are well expanded and clear. Heart size is normal. "
+            "No acute cardiopulmonary process. Mediastinal and hilar contours are unremarkable.")
+    assert findings(text) == []
+
+
+# --- attribution (predicted lesion type) --------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Right lower lobe opacity concerning for pneumonia.", [("opacity", "pneumonia", "uncertain", (RB,))]),
+    ("Bibasilar opacities, likely atelectasis.", [("opacities", "atelectasis", "uncertain", (RB, LB))]),
+    ("Left lower lobe opacity is consistent with pneumonia.", [("opacity", "pneumonia", "present", (LB,))]),
+    ("Opacity is likely atelectasis.", [("Opacity", "atelectasis", "uncertain", (RL, LL))]),
+    ("Linear opacities at the left base are consistent with atelectasis.",
+     [("opacities", "atelectasis", "present", (LB,))]),
+    ("Patchy consolidation in the right middle lobe is compatible with pneumonia.",
+     [("consolidation", "pneumonia", "present", (RM,))]),
+    ("Left basilar opacity, likely consolidation.", [("opacity", "consolidation", "uncertain", (LB,))]),
+    ("Right basilar opacity, atelectasis versus pneumonia.",
+     [("opacity", "atelectasis", "uncertain", (RB,)), ("opacity", "pneumonia", "uncertain", (RB,))]),
+    ("Haziness and vascular indistinctness are consistent with pulmonary edema.",
+     [("Haziness", "edema", "present", (RL, LL))]),
+    ("Blunting of the left costophrenic angle may represent a small pleural effusion.",
+     [("pleural effusion", "effusion", "uncertain", (LB,))]),
+    # an alternative of the observation's own type is the observation itself
+    ("Streaky opacities in the left base, atelectasis versus infiltrate.",
+     [("opacities", "opacity", "present", (LB,)), ("opacities", "atelectasis", "uncertain", (LB,))]),
+    # not attributed: coordination without a link, "and" without a verb before the link
+    ("Left base opacity and atelectasis.", [("opacity", "opacity", "present", (LB,)),
+                                             ("atelectasis", "atelectasis", "present", (RL, LL))]),
+    ("Left basilar opacity and blunting of the costophrenic angle secondary to small effusion.",
+     [("opacity", "opacity", "present", (LB,)), ("effusion", "effusion", "present", (RB, LB))]),
+])
+def test_attribution(text: str, expected: list[tuple[str, str, str, tuple[str, ...]]]) -> None:
+    got = [(f.entity, f.lesion, f.assertion, f.reported_location) for f in findings(text)]
+    assert got == expected
+
+
+def test_attribution_to_non_target_keeps_the_observation() -> None:
+    got = [(f.entity, f.lesion, f.assertion) for f in findings("Right apical opacity may represent scarring.")]
+    assert got == [("opacity", "opacity", "present"), ("scarring", None, "uncertain")]
+
+
+# --- locations ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("phrase", "labels"), [
+    ("bilateral", (RL, LL)), ("in both lungs", (RL, LL)), ("diffuse", (RL, LL)), ("multifocal", (RL, LL)),
+    ("in the right lung", (RL,)), ("in the left lung", (LL,)), ("in the left hemithorax", (LL,)),
+    ("on the right side", (RL,)), ("right-sided", (RL,)), ("left", (LL,)),
+    ("bibasilar", (RB, LB)), ("bibasal", (RB, LB)), ("at both bases", (RB, LB)), ("in the lower lungs", (RB, LB)),
+    ("at the lung bases", (RB, LB)), ("basilar", (RB, LB)),
+    ("at the right base", (RB,)), ("at the left lung base", (LB,)), ("right basilar", (RB,)), ("left basal", (LB,)),
+    ("in the right lower lobe", (RB,)), ("in the left lower lobe", (LB,)), ("RLL", (RB,)), ("LLL", (LB,)),
+    ("retrocardiac", (LB,)), ("at the right costophrenic angle", (RB,)), ("left costophrenic", (LB,)),
+    ("left lower lung zone", (LB,)),
+    ("in the right middle lobe", (RM,)), ("RML", (RM,)), ("middle lobe", (RM,)), ("in the lingula", (LM,)),
+    ("lingular", (LM,)), ("right heart border", (RM,)),
+    ("in the right mid lung", (RM,)), ("left midlung", (LM,)), ("right perihilar", (RM,)),
+    ("left perihilar", (LM,)), ("bilateral perihilar", (RM, LM)), ("perihilar", (RM, LM)),
+    ("in the right upper lobe", (RU,)), ("in the left upper lobe", (LU,)), ("RUL", (RU,)), ("LUL", (LU,)),
+    ("left upper lung", (LU,)), ("in the upper lobes", (RU, LU)),
+    ("at the right apex", (RA,)), ("left apical", (LA,)), ("at the apices", (RA, LA)),
+    ("in the right mid and lower lung zones", (RM, RB)), ("in the right upper and middle lobes", (RU, RM)),
+    ("in the right and left lower lobes", (RB, LB)), ("in the left and right lower lobes", (LB, RB)),
+    ("in the lower lung", (RB, LB)), ("in the right hilum", (RM,)),
+])
+def test_location_lexicon(phrase: str, labels: tuple[str, ...]) -> None:
+    (f,) = findings(f"Opacity {phrase}.")
+    assert f.reported_location == labels
+    assert all(label in ILS_LOCATION_LABELS for label in f.reported_location)
+    assert f.location_phrases
+
+
+def test_location_order_is_first_mention_and_defaults() -> None:
+    (f,) = findings("Opacities in the left lower lobe and right upper lobe.")
+    assert f.reported_location == (LB, RU) and f.location_phrases == ("left lower lobe", "right upper lobe")
+    (f,) = findings("Bibasilar and right midlung pulmonary opacities.")
+    assert f.reported_location == (RB, LB, RM)
+    (f,) = findings("Pulmonary edema.")  # lung lesion without location -> both lungs
+    assert f.reported_location == (RL, LL) and f.location_phrases == ()
+    (f,) = findings("Small right pleural effusion.")  # effusion with side only -> that lung
+    assert f.reported_location == (RL,)
+    (f,) = findings("Moderate bilateral pleural effusions, left greater than right.")
+    assert f.reported_location == (RL, LL)
+    (f,) = findings("Fracture of the left clavicle.")  # side words before other anatomy are no location
+    assert f.reported_location == () and f.lesion is None
+
+
+def test_each_finding_gets_its_own_location() -> None:
+    got = [(f.lesion, f.reported_location) for f in findings(
+        "Left lower lobe consolidation and small right pleural effusion.")]
+    assert got == [("consolidation", (LB,)), ("effusion", (RL,))]
+    got = [(f.lesion, f.reported_location) for f in findings(
+        "Bibasilar airspace opacities are identified with bilateral pleural effusions.")]
+    assert got == [("opacity", (RB, LB)), ("effusion", (RL, LL))]
+    got = [(f.lesion, f.reported_location) for f in findings(
+        "Elevated right hemidiaphragm with minimal right base subsegmental atelectasis.")]
+    assert got == [("atelectasis", (RB,))]
+
+
+def test_location_labels_helper() -> None:
+    kinds = set(LOCATION_KINDS.values())
+    assert kinds == {"border", "abbr", "noop", "zoned", "both", "whole"}
+    assert location_labels("zoned", "bibasilar") == (RB, LB)
+    assert location_labels("noop", "right hemidiaphragm") == ()
+    assert set(CUE_KINDS.values()) >= {"pseudo", "neg_pre", "neg_post", "unc_pre", "unc_post", "link", "term"}
+
+
+# --- reports, registry, CLI --------------------------------------------------------------------------------------
+
+REPORT = """FINAL REPORT
+ INDICATION:  Cough. Evaluate for pneumonia.
+
+ FINDINGS:  Heart size is normal. There is a right lower lobe opacity,
+ possibly pneumonia.  No pleural effusion or pneumothorax.
+
+ IMPRESSION:  Possible right lower lobe pneumonia.
+"""
+
+
+def test_structure_report_uses_the_chosen_section() -> None:
+    rep = parse_report_text(REPORT, "s1")
+    out = structure_report(rep, RuleStructurer())
+    assert out is not None and out.section.name == "findings" and out.report_id == "s1"
+    got = [(f.sent_idx, f.lesion or f.entity, f.assertion, f.reported_location) for f in out.findings]
+    assert got == [(2, "pneumonia", "uncertain", (RB,)), (3, "effusion", "absent", (RL, LL)),
+                   (3, "pneumothorax", "absent", (RL, LL))]
+    assert [f.lesion for f in out.lesion_findings()] == ["pneumonia", "effusion"]
+    empty = parse_report_text("INDICATION: cough\n", "s2")
+    assert structure_report(empty, RuleStructurer()) is None
+    done, failed = structure_reports([rep, empty], get_structurer("rules"), progress=False)
+    assert [d.report_id for d in done] == ["s1"]
+    assert [(f.path, f.stage, f.reason) for f in failed] == [("s2", "structure", "no usable section")]
+
+
+def test_registry() -> None:
+    assert set(STRUCTURERS) == {"rules", "llm"}
+    assert isinstance(get_structurer("rules"), RuleStructurer)
+    with pytest.raises(ConfigError):
+        get_structurer("spacy")
+    with pytest.raises(ConfigError):
+        get_structurer("llm", base_url="", model="m")
+
+
+def test_cli_rules(tmp_path: Path) -> None:
+    importlib.import_module("cxrground.cli.structure_cmds")  # registers `reports structure`
+    from cxrground.cli import main
+
+    (tmp_path / "s1.txt").write_text(REPORT)
+    (tmp_path / "s2.txt").write_text("INDICATION: cough\n")
+    result = CliRunner().invoke(main, ["reports", "structure", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.output.splitlines()]
+    found = [r for r in rows if "failure" not in r]
+    assert [(r["report_id"], r["sent_idx"], r["lesion"], r["assertion"]) for r in found] == [
+        ("s1", 2, "pneumonia", "uncertain"), ("s1", 3, "effusion", "absent"), ("s1", 3, None, "absent")]
+    assert found[0]["certainty"] == "tentative" and found[0]["reported_location"] == [RB]
+    assert found[0]["sentence"].startswith("There is a right lower lobe opacity")
+    assert [r["failure"]["reason"] for r in rows if "failure" in r] == ["no usable section"]
+
+    out = tmp_path / "out" / "findings.jsonl"
+    result = CliRunner().invoke(main, ["reports", "structure", str(tmp_path / "s1.txt"), str(tmp_path / "s2.txt"),
+                                       "--out", str(out)])
+    assert result.exit_code == 0
+    assert len(out.read_text().splitlines()) == 3
+    assert json.loads((out.parent / "findings.jsonl.failures.jsonl").read_text())["failure"]["path"].endswith("s2.txt")
+    # LLM options are checked before any work
+    result = CliRunner().invoke(main, ["reports", "structure", str(tmp_path / "s1.txt"), "--structurer", "llm"])
+    assert result.exit_code == 2 and "--base-url" in result.output
