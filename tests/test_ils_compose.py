@@ -41,7 +41,9 @@ def test_basic_global_and_lesion_inference_positive():
     assert pos[0]["answer"] == "[SEG]"
     assert pos[1]["instruction"] == "Segment the pneumonia."
     assert pos[1]["answer"] == "[SEG] It is located in the right mid zone lung and right lung base."
-    assert pos[2]["instruction"] == "Segment the opacity in the right mid zone lung and right lung base and predict its type."
+    assert pos[2]["instruction"] == (
+        "Segment the opacity in the right mid zone lung and right lung base and predict its type."
+    )
     assert pos[2]["answer"] == "[SEG] It is highly suggestive of pneumonia."
     assert {p["seg_mask_path"] for p in pos} == {"s1/s1_pneumonia_0.png"}
     assert [p["pair_id"] for p in pos] == ["s1_positive_0", "s1_positive_1", "s1_positive_2"]
