@@ -98,7 +98,8 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
             return {**unit, "status": "rejected", "stage": "qc", "reason": "one lung not found"}
         ctr = cardiothoracic_ratio(heart, right, left) if heart is not None and heart.any() else None
         stage = "spatial"
-        grounded, empty = _ground(structured.findings, image.pixels, right, left, heart, backends, config)
+        grounded, empty, records = _ground(structured.findings, image.pixels, right, left, heart, backends, config)
+        unit["grounding"] = records
         stage = "compose"
         composed = compose_pairs(task.study_key, structured.findings, grounded, empty, ctr, heart, config)
         for m in composed.masks:
@@ -135,10 +136,14 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
 
 
 def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, heart: np.ndarray | None,
-            backends: Backends, config: IlsConfig) -> tuple[list[GroundedFinding], list[str]]:
-    """Run steps 2-4 on the working canvas and map the lesion masks back to native pixels."""
+            backends: Backends, config: IlsConfig) -> tuple[list[GroundedFinding], list[str], list[dict[str, Any]]]:
+    """Steps 2-4 on the working canvas; lesion masks mapped back to native pixels.
+
+    Returns the grounded findings, EL, and one grounding record per positive lesion finding (for the card).
+    A positive finding without any reported location blocks every empty location (we cannot know where it is).
+    """
     from cxrground.ils.grounding import ground_finding
-    from cxrground.ils.spatial.pseudo_normal import anomaly_map
+    from cxrground.ils.spatial import anomaly_map
     from cxrground.ils.verify import empty_locations, verify_location
 
     box = Letterbox.fit(pixels.shape, config.working_size)
@@ -146,21 +151,31 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
     r_c, l_c = box.mask_to_canvas(right), box.mask_to_canvas(left)
     h_c = box.mask_to_canvas(heart) if heart is not None else np.zeros_like(r_c)
     locations = ils_location_masks(r_c, l_c)
-    x_hat = backends.synthesizer.synthesize(canvas, r_c | l_c | h_c)
-    anomaly = anomaly_map(canvas, x_hat)
+    edit = r_c | l_c | h_c
+    x_hat = backends.synthesizer.synthesize(canvas, edit, regions=(r_c, l_c, h_c))
+    anomaly = anomaly_map(canvas, x_hat, edit)
     boxes = backends.detector.detect(canvas, anomaly)
     grounded: list[GroundedFinding] = []
+    records: list[dict[str, Any]] = []
     for f in findings:
         if f.lesion is None or f.assertion == "absent":
             continue
         if f.lesion == "cardiomegaly":
             grounded.append(GroundedFinding(f, heart, (HEART,), True))
+            records.append({"lesion": f.lesion, "sent_idx": f.sent_idx, "status": "grounded" if heart is not None
+                            else "empty", "reason": None if heart is not None else "empty_heart"})
             continue
         result = ground_finding(f, canvas, anomaly, locations, r_c, l_c, h_c, boxes, config)
-        if not result.mask.any():
+        records.append({"lesion": f.lesion, "sent_idx": f.sent_idx, "status": result.status, "reason": result.reason,
+                        "failure_counts": result.failure_counts(), "selected": len(result.selected)})
+        native = box.mask_to_native(result.mask) if result.grounded else None
+        if native is None or not native.any():
             grounded.append(GroundedFinding(f, None, (), False))
             continue
-        check = verify_location(f.reported_location, locations, result.selected, config)
-        native = box.mask_to_native(result.mask)
-        grounded.append(GroundedFinding(f, native if native.any() else None, tuple(check.grounded), check.complete))
-    return grounded, list(empty_locations(findings, locations))
+        check = verify_location(f.reported_location or ("right lung", "left lung"), locations, result.selected,
+                                config)
+        grounded.append(GroundedFinding(f, native, tuple(check.grounded), check.complete))
+    el = empty_locations(findings, locations)
+    if any(findings[i].assertion != "absent" for i in el.unlocated):
+        return grounded, [], records
+    return grounded, list(el.labels), records

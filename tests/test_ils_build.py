@@ -1,0 +1,156 @@
+"""End to end: `ils build` on a small synthetic cohort — outputs, schema, resume after a kill,
+local-pool and Ray equality, bad inputs recorded while the rest finishes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cxrground.cli import main
+from cxrground.datasets.synthetic import SynthConfig, write_cohort
+from cxrground.ils.build import DATASET_FILE, BackendSpec, build_dataset
+from cxrground.ils.config import IlsConfig
+from cxrground.ils.quality import score_against_truth
+from cxrground.ils.schema import load_dataset, validate_dataset
+from cxrground.ils.tasks import build_tasks
+from cxrground.io.image import read_image
+from cxrground.io.masks import decode_rle, read_mask_png
+
+N_STUDIES = 8
+OUTPUTS = (DATASET_FILE, "findings.jsonl", "masks.jsonl", "anatomy.jsonl", "failures.jsonl", "card.md",
+           "provenance.json")
+
+
+@pytest.fixture(scope="module")
+def cohort(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("cohort")
+    write_cohort(out, N_STUDIES, seed=7, config=SynthConfig(width=320), progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def built(cohort, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ils")
+    result = CliRunner().invoke(main, ["ils", "build", "--images", str(cohort / "files"), "--out", str(out),
+                                       "--quiet", "--seed", "3"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def _bytes(folder: Path) -> dict[str, bytes]:
+    files = {name: (folder / name).read_bytes() for name in OUTPUTS if name != "provenance.json"}
+    for p in sorted((folder / "lesion_mask").rglob("*.png")):
+        files[str(p.relative_to(folder))] = p.read_bytes()
+    return files
+
+
+def test_outputs_schema_and_masks(built, cohort):
+    for name in OUTPUTS:
+        assert (built / name).is_file(), name
+    data = load_dataset(built / DATASET_FILE)
+    assert validate_dataset(data, built / "lesion_mask") == []
+    studies = {k: v for split in data.values() for k, v in split.items()}
+    assert studies, "no study made it into the dataset"
+    n_pos = 0
+    for study in studies.values():
+        image = read_image(cohort / "files" / study["image_path"])
+        assert study["section_content"].startswith("(1) ")
+        for p in study["instruction_answer_pairs"]["positive_pairs"]:
+            n_pos += 1
+            mask = read_mask_png(built / "lesion_mask" / p["seg_mask_path"])
+            assert mask.shape == image.shape and mask.any()  # native size, not a square canvas
+        negatives = study["instruction_answer_pairs"]["negative_pairs"]
+        targets = [n["target"] for n in negatives]
+        assert len(targets) == len(set(targets)) <= 7
+    assert n_pos > 0
+    index = [json.loads(line) for line in (built / "masks.jsonl").read_text().splitlines()]
+    first = index[0]
+    np.testing.assert_array_equal(decode_rle(first["rle"]), read_mask_png(built / "lesion_mask" / first["path"]))
+    findings = [json.loads(line) for line in (built / "findings.jsonl").read_text().splitlines()]
+    expected_keys = {"study", "entity", "sent_idx", "presence", "certainty", "reported_location"}
+    assert findings and expected_keys <= set(findings[0])
+    card = (built / "card.md").read_text()
+    assert "Mask recall" in card and "native size" in card
+    prov = json.loads((built / "provenance.json").read_text())
+    assert prov["seed"] == 3 and prov["config"]["general"]["tau_ano"] == 0.10
+    assert prov["backends"]["segmenter"]
+
+
+def test_stats_command_prints_tables(built):
+    result = CliRunner().invoke(main, ["ils", "stats", str(built)])
+    assert result.exit_code == 0 and "basic pos" in result.output
+
+
+def test_quality_against_synthetic_truth_is_computed(built, cohort):
+    scores = score_against_truth(built, cohort)
+    assert scores["total"]["masks"] > 0
+    assert 0.0 <= scores["total"]["gIoU"] <= 1.0
+    # cardiomegaly masks are heart masks: they must overlap the true heart
+    ca = scores["per_lesion"]["cardiomegaly"]
+    if ca["masks"]:
+        assert ca["gIoU"] > 0.3
+
+
+def test_local_pool_and_ray_give_identical_output(cohort, built, tmp_path):
+    tasks, failures = build_tasks(cohort / "files")
+    spec, config = BackendSpec(), IlsConfig(seed=3)
+    build_dataset(tasks, tmp_path / "pool", config, spec, engine="local", workers=2, scan_failures=failures,
+                  progress=False)
+    assert _bytes(tmp_path / "pool") == _bytes(built)
+    pytest.importorskip("ray")
+    build_dataset(tasks, tmp_path / "ray", config, spec, engine="ray", workers=2, scan_failures=failures,
+                  progress=False)
+    assert _bytes(tmp_path / "ray") == _bytes(built)
+
+
+def test_resume_after_kill_gives_identical_output(cohort, built, tmp_path):
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "cxrground", "ils", "build", "--images", str(cohort / "files"), "--out", str(out),
+           "--quiet", "--seed", "3"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list((out / "units").glob("*.json"))) < 2 and proc.poll() is None:
+        time.sleep(0.05)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = len(list((out / "units").glob("*.json")))
+    assert 0 < done < N_STUDIES or proc.returncode == 0
+    assert not (out / DATASET_FILE).exists() or proc.returncode == 0
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert _bytes(out) == _bytes(built)
+
+
+def test_bad_inputs_are_recorded_and_the_rest_finishes(cohort, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(cohort / "files", broken)
+    images = sorted(broken.rglob("*.jpg"))
+    images[0].write_bytes(images[0].read_bytes()[:200])  # truncated image
+    report = images[1].parent.parent / f"{images[1].parent.name}.txt"
+    report.write_text("   \n")  # empty report
+    (broken / "p10" / "p10000000" / "s50000000").mkdir(parents=True)
+    (broken / "p10" / "p10000000" / "s50000000" / "x.jpg").write_bytes(b"\xff\xd8\xff")  # no report at all
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["ils", "build", "--images", str(broken), "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    failures = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+    reasons = " | ".join(f["reason"] for f in failures)
+    assert len(failures) >= 3, reasons
+    assert "corrupt" in reasons and "no report" in reasons
+    assert any(str(images[0]) in f["path"] for f in failures)
+    data = load_dataset(out / DATASET_FILE)
+    kept = sum(len(v) for v in data.values())
+    assert kept >= 1
+    card = (out / "card.md").read_text()
+    assert "Studies not in the dataset" in card
