@@ -9,9 +9,7 @@ from __future__ import annotations
 import pytest
 
 from cxrground.datasets.synthetic import generate_study
-from cxrground.reports import read_report
-from cxrground.reports.structure import RuleStructurer
-from cxrground.reports.structure.evaluate import (
+from cxrground.ils.report_quality import (
     cases_from_truth,
     format_scores,
     mesh_lesions,
@@ -19,6 +17,8 @@ from cxrground.reports.structure.evaluate import (
     score_synthetic,
     synthetic_cases,
 )
+from cxrground.reports import read_report
+from cxrground.reports.structure import RuleStructurer
 
 
 def test_agreement_with_synthetic_truth() -> None:

@@ -14,9 +14,17 @@ def main() -> None:
 
 
 def _register() -> None:
-    from cxrground.cli import anatomy_cmds, data_cmds, ils_cmds, report_cmds, structure_cmds, synth_cmds
+    from cxrground.cli import (
+        anatomy_cmds,
+        data_cmds,
+        ils_cmds,
+        report_cmds,
+        segment_cmds,
+        structure_cmds,
+        synth_cmds,
+    )
 
-    for module in (synth_cmds, data_cmds, report_cmds, structure_cmds, anatomy_cmds, ils_cmds):
+    for module in (synth_cmds, data_cmds, report_cmds, structure_cmds, anatomy_cmds, segment_cmds, ils_cmds):
         for command in module.COMMANDS:
             main.add_command(command)
 

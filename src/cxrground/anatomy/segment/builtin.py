@@ -1,0 +1,274 @@
+"""Built-in backends: the shipped lung U-Net (:class:`UNetLungSegmenter`) and given masks
+(:class:`GivenMasksSegmenter`, an oracle for tests and for data that comes with masks).
+
+Neither segments the heart from the image: the U-Net's heart is :func:`~.heart.estimate_heart` from its
+lungs (``heart_source="estimate"``); given masks use a supplied heart (``"truth"``) or the estimate.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+from scipy import ndimage
+
+from cxrground.anatomy.ctr import EmptyAnatomyError, cardiothoracic_ratio
+from cxrground.anatomy.percept_regions import largest_component
+from cxrground.anatomy.segment.base import HeartSource, LungHeartMasks
+from cxrground.anatomy.segment.heart import HEART_METHOD, HeartEstimateParams, estimate_heart
+from cxrground.errors import ConfigError, InputError
+from cxrground.io.image import CXRImage
+from cxrground.io.masks import as_mask, check_shape
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+__all__ = [
+    "DEFAULT_WEIGHTS",
+    "PLAUSIBLE_CTR_MIN",
+    "GivenMasksSegmenter",
+    "UNetLungSegmenter",
+    "default_weights_path",
+    "heart_from_lungs",
+    "postprocess_lungs",
+]
+
+#: File stem of the shipped weights under ``cxrground/anatomy/segment/weights/``.
+DEFAULT_WEIGHTS: Final[str] = "lung_unet_v1"
+#: Estimated hearts narrower than this CTR are flagged ``ctr_plausible: False`` in ``extra``: a CTR below
+#: 0.3 is rare in adults, so it more likely means the lung masks run over the heart shadow.
+PLAUSIBLE_CTR_MIN: Final[float] = 0.30
+
+
+def default_weights_path() -> Path:
+    """Path of the shipped ``lung_unet_v1.safetensors`` (inside the installed package)."""
+    return Path(str(resources.files("cxrground.anatomy.segment") / "weights" / f"{DEFAULT_WEIGHTS}.safetensors"))
+
+
+def postprocess_lungs(
+    prob_right: np.ndarray, prob_left: np.ndarray, threshold: float = 0.5
+) -> tuple[np.ndarray, np.ndarray]:
+    """Probabilities → exclusive masks: threshold, the larger probability wins where both pass, keep the
+    largest 8-connected component per lung, fill holes (a pixel the other lung holds stays there)."""
+    r = prob_right > threshold
+    lft = prob_left > threshold
+    both = r & lft
+    r_wins = prob_right >= prob_left
+    r &= ~both | r_wins
+    lft &= ~both | ~r_wins
+    r = ndimage.binary_fill_holes(largest_component(r))
+    lft = ndimage.binary_fill_holes(largest_component(lft)) & ~r
+    return r, lft
+
+
+def heart_from_lungs(
+    right: np.ndarray, left: np.ndarray, params: HeartEstimateParams | None = None
+) -> tuple[np.ndarray | None, dict[str, Any]]:
+    """The heart estimate plus a provenance record (method, CTR, plausibility); None when a lung is empty."""
+    info: dict[str, Any] = {"method": HEART_METHOD}
+    try:
+        heart = estimate_heart(right, left, params)
+    except EmptyAnatomyError as exc:
+        return None, {**info, "error": str(exc)}
+    if not heart.any():
+        return None, {**info, "error": "the lungs leave no room for a heart between them"}
+    ctr = cardiothoracic_ratio(heart, right, left)
+    info.update(ctr=round(float(ctr), 4), ctr_plausible=bool(ctr >= PLAUSIBLE_CTR_MIN),
+                note="heart estimated from the lungs' medial borders, not segmented from the image")
+    return heart, info
+
+
+class UNetLungSegmenter:
+    """The shipped lung U-Net (right/left lungs) with the heart estimated from the lungs.
+
+    ``weights``: a ``.safetensors`` path (its ``.json`` sidecar next to it); None = the shipped
+    ``lung_unet_v1``. Loads lazily on the first :meth:`segment`; CPU only; thread-safe loading.
+    ``threads``: torch intra-op threads during inference (None: torch's setting; 1 is the safe choice
+    on a CPU shared with other busy processes, see :func:`.unet.predict_logits`).
+    """
+
+    name = "unet"
+
+    def __init__(
+        self,
+        weights: str | Path | None = None,
+        threshold: float | None = None,
+        estimate_heart: bool = True,
+        heart_params: HeartEstimateParams | None = None,
+        threads: int | None = None,
+    ) -> None:
+        self.weights = Path(weights) if weights is not None else default_weights_path()
+        self.threads = threads
+        self._threshold = threshold
+        self.estimate_heart = estimate_heart
+        self.heart_params = heart_params
+        self._model: torch.nn.Module | None = None
+        self._meta: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_model(cls, model: torch.nn.Module, meta: dict[str, Any], **kwargs: Any) -> UNetLungSegmenter:
+        """Wrap an in-memory model (e.g. during training) with its sidecar-like ``meta``."""
+        seg = cls(weights=meta.get("path", "<in-memory>"), **kwargs)
+        seg._model, seg._meta = model, meta
+        return seg
+
+    # --- loading ---------------------------------------------------------------------------------
+    def _ensure(self) -> tuple[torch.nn.Module, dict[str, Any]]:
+        if self._model is None:
+            with self._lock:
+                if self._model is None:
+                    from cxrground.anatomy.segment.unet import load_model
+
+                    try:
+                        model, meta = load_model(self.weights)
+                    except ImportError as exc:  # pragma: no cover
+                        raise ConfigError(
+                            f"the U-Net backend needs torch and safetensors ({exc}); pip install 'cxrground[models]'"
+                        ) from exc
+                    self._meta = meta
+                    self._model = model
+        assert self._model is not None and self._meta is not None
+        return self._model, self._meta
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The model's sidecar (loads the model)."""
+        return self._ensure()[1]
+
+    @property
+    def threshold(self) -> float:
+        """Probability threshold (argument, else the sidecar's, else 0.5)."""
+        if self._threshold is not None:
+            return float(self._threshold)
+        return float(self._meta.get("threshold", 0.5)) if self._meta else 0.5
+
+    # --- inference -------------------------------------------------------------------------------
+    def probabilities(self, image: CXRImage) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+        """Right- and left-lung probabilities at native size, and the letterbox record."""
+        from cxrground.anatomy.segment.unet import predict_logits, prepare_input
+
+        model, meta = self._ensure()
+        size = int(meta["input"]["size"])
+        canvas, box = prepare_input(image.pixels, size)
+        logits = predict_logits(model, canvas[None], threads=self.threads)[0]
+        classes = list(meta.get("classes", ["right_lung", "left_lung"]))
+        out = []
+        for name in ("right_lung", "left_lung"):
+            native = box.logits_to_native(logits[classes.index(name)])
+            out.append(1.0 / (1.0 + np.exp(-np.clip(native, -60.0, 60.0))))
+        return out[0], out[1], {"letterbox": box.to_dict()}
+
+    def segment(self, image: CXRImage) -> LungHeartMasks:
+        """Right/left lungs from the U-Net at native size; the heart estimated from them."""
+        p_r, p_l, extra = self.probabilities(image)
+        right, left = postprocess_lungs(p_r, p_l, self.threshold)
+        heart: np.ndarray | None = None
+        source: HeartSource = "none"
+        if self.estimate_heart:
+            heart, info = heart_from_lungs(right, left, self.heart_params)
+            extra["heart_estimate"] = info
+            source = "estimate" if heart is not None else "none"
+        extra["weights_sha256"] = self._meta.get("sha256") if self._meta else None
+        return LungHeartMasks(right, left, heart, source, self.name, extra)
+
+    def provenance(self) -> dict[str, Any]:
+        """Backend, weights path and sha256, architecture, training data summary and metrics."""
+        _, meta = self._ensure()
+        return {
+            "backend": self.name,
+            "weights": str(self.weights),
+            "weights_sha256": meta.get("sha256"),
+            "model_name": meta.get("name"),
+            "format": meta.get("format"),
+            "architecture": meta.get("architecture"),
+            "input": meta.get("input"),
+            "normalisation": meta.get("normalisation"),
+            "threshold": self.threshold,
+            "postprocess": "exclusive argmax where both > threshold, largest 8-component per lung, holes filled",
+            "heart": {"source": "estimate" if self.estimate_heart else "none", "method": HEART_METHOD},
+            "metrics": meta.get("metrics"),
+            "training_data": (meta.get("data") or {}).get("summary"),
+        }
+
+
+MaskTriple = tuple[np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, np.ndarray | None]
+Provider = Callable[[CXRImage], "LungHeartMasks | MaskTriple | Mapping[str, Any]"]
+
+
+class GivenMasksSegmenter:
+    """Masks supplied per image (synthetic truth, the pack's lung masks, another tool's output).
+
+    ``masks``: a mapping from an image key to the masks, or a callable ``image -> masks``. The key is
+    :attr:`CXRImage.path` (also tried resolved, and by file name); masks are ``(right, left)``,
+    ``(right, left, heart)``, a mapping with ``right_lung``/``left_lung``/``heart`` keys, or a
+    :class:`LungHeartMasks`. A supplied heart gives ``heart_source="truth"``; otherwise the heart is
+    estimated from the lungs (``"estimate"``) unless ``estimate_heart=False`` (``"none"``).
+    """
+
+    name = "given"
+
+    def __init__(
+        self,
+        masks: Mapping[str, Any] | Provider,
+        estimate_heart: bool = True,
+        label: str = "given",
+        heart_params: HeartEstimateParams | None = None,
+    ) -> None:
+        self._masks = masks
+        self.estimate_heart = estimate_heart
+        self.label = label
+        self.heart_params = heart_params
+
+    @classmethod
+    def from_arrays(
+        cls, right: np.ndarray, left: np.ndarray, heart: np.ndarray | None = None, **kwargs: Any
+    ) -> GivenMasksSegmenter:
+        """The same masks for every image (which must have their shape)."""
+        return cls(lambda _image: (right, left, heart), **kwargs)
+
+    def _lookup(self, image: CXRImage) -> Any:
+        if callable(self._masks):
+            return self._masks(image)
+        if image.path is None:
+            raise InputError("GivenMasksSegmenter needs image.path to look masks up (the image has no path)")
+        keys = [image.path, str(Path(image.path).resolve()), Path(image.path).name]
+        for key in keys:
+            if key in self._masks:
+                return self._masks[key]
+        raise InputError("no masks were given for this image", image.path)
+
+    def segment(self, image: CXRImage) -> LungHeartMasks:
+        """The supplied masks, checked against the image's shape."""
+        got = self._lookup(image)
+        if isinstance(got, LungHeartMasks):
+            right, left, heart = got.right_lung, got.left_lung, got.heart
+        elif isinstance(got, Mapping):
+            right, left, heart = got["right_lung"], got["left_lung"], got.get("heart")
+        else:
+            seq = tuple(got)
+            if len(seq) not in (2, 3):
+                raise InputError(f"given masks must be (right, left[, heart]), got {len(seq)} items", image.path)
+            right, left = seq[0], seq[1]
+            heart = seq[2] if len(seq) == 3 else None
+        right = check_shape(as_mask(right, "right lung mask"), image.shape, "right lung mask", image.path)
+        left = check_shape(as_mask(left, "left lung mask"), image.shape, "left lung mask", image.path)
+        extra: dict[str, Any] = {"label": self.label}
+        source: HeartSource = "none"
+        if heart is not None:
+            heart = check_shape(as_mask(heart, "heart mask"), image.shape, "heart mask", image.path)
+            source = "truth"
+        elif self.estimate_heart:
+            heart, info = heart_from_lungs(right, left, self.heart_params)
+            extra["heart_estimate"] = info
+            source = "estimate" if heart is not None else "none"
+        return LungHeartMasks(right, left, heart, source, f"{self.name}:{self.label}", extra)
+
+    def provenance(self) -> dict[str, Any]:
+        """Backend name and label (the masks' origin is the caller's to record)."""
+        return {"backend": self.name, "label": self.label, "estimate_heart": self.estimate_heart,
+                "heart_method": HEART_METHOD if self.estimate_heart else None}

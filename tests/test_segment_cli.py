@@ -1,0 +1,70 @@
+"""``cxrground segment`` commands (run through the command group itself)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cxrground.cli.segment_cmds import COMMANDS, segment
+from cxrground.datasets.synthetic import SynthConfig, generate_study
+from cxrground.io.image import write_image
+from cxrground.io.masks import read_mask_png, write_mask_png
+
+
+@pytest.fixture(scope="module")
+def study_files(tmp_path_factory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("seg-cli")
+    study = generate_study(0, 2, SynthConfig(width=256))
+    files = {"image": write_image(tmp / "image.png", study.image)}
+    for name, mask in study.anatomy_masks.items():
+        files[name] = write_mask_png(tmp / f"{name}.png", mask)
+    return files
+
+
+def test_commands_list():
+    assert [c.name for c in COMMANDS] == ["segment"]
+    assert set(segment.commands) == {"lungs", "train-lungs"}
+
+
+def test_lungs_with_given_masks(study_files, tmp_path: Path):
+    out = tmp_path / "given"
+    res = CliRunner().invoke(segment, ["lungs", "--image", str(study_files["image"]), "--out-dir", str(out),
+                                       "--backend", "given", "--right", str(study_files["right_lung"]),
+                                       "--left", str(study_files["left_lung"])])
+    assert res.exit_code == 0, res.output
+    assert "CTR = " in res.output and "ESTIMATE" in res.output
+    for name in ("right_lung.png", "left_lung.png", "heart.png", "overlay.png", "masks.json"):
+        assert (out / name).is_file()
+    record = json.loads((out / "masks.json").read_text())
+    assert record["heart_source"] == "estimate" and 0.3 < record["ctr"] < 0.7
+    assert np.array_equal(read_mask_png(out / "right_lung.png"), read_mask_png(study_files["right_lung"]))
+
+    res = CliRunner().invoke(segment, ["lungs", "--image", str(study_files["image"]), "--out-dir", str(out),
+                                       "--backend", "given"])
+    assert res.exit_code != 0 and "--right" in res.output
+
+
+def test_lungs_with_the_unet(study_files, tmp_path: Path):
+    pytest.importorskip("torch")
+    out = tmp_path / "unet"
+    res = CliRunner().invoke(segment, ["lungs", "--image", str(study_files["image"]), "--out-dir", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "heart: ESTIMATE" in res.output
+    record = json.loads((out / "masks.json").read_text())
+    assert record["backend"] == "unet" and record["provenance"]["weights_sha256"]
+    assert read_mask_png(out / "heart.png").shape == tuple(record["shape"])
+
+
+def test_missing_backend_pieces_are_click_errors(study_files, tmp_path: Path):
+    res = CliRunner().invoke(segment, ["lungs", "--image", str(study_files["image"]), "--out-dir", str(tmp_path),
+                                       "--backend", "hybridgnet", "--weights", str(tmp_path / "none.pt")])
+    assert res.exit_code == 1 and "not found" in res.output
+
+
+def test_train_lungs_help():
+    res = CliRunner().invoke(segment, ["train-lungs", "--help"])
+    assert res.exit_code == 0 and "--epochs" in res.output and "shippable" in res.output

@@ -1,0 +1,68 @@
+"""The heart estimate from lung masks: placement on hand-built lungs, agreement with phantom hearts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cxrground.anatomy import cardiothoracic_ratio
+from cxrground.anatomy.ctr import EmptyAnatomyError
+from cxrground.anatomy.segment.heart import HeartEstimateParams, estimate_heart, score_heart_estimates
+from cxrground.datasets.synthetic import SynthConfig, generate_study
+from cxrground.errors import MaskShapeError
+
+
+def _hand_lungs(h: int = 200, w: int = 240, heart_half: float = 30.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Two lung fields from a thorax minus a mediastinum band and an elliptic heart biased to image right."""
+    yy, xx = np.mgrid[:h, :w].astype(float)
+    thorax = ((xx - 120) / 100) ** 2 + ((yy - 170) / 150) ** 2 <= 1.0
+    thorax &= (yy >= 20) & (yy <= 175)
+    mediastinum = np.abs(xx - 120) < 10
+    heart = (((xx - 128) / heart_half) ** 2 + ((yy - 140) / 40) ** 2 <= 1.0) & (yy <= 180)
+    cavity = thorax & ~mediastinum & ~heart
+    return cavity & (xx < 120), cavity & (xx > 120), heart
+
+
+def test_heart_lies_between_the_lungs_in_the_lower_half():
+    right, left, true_heart = _hand_lungs()
+    heart = estimate_heart(right, left)
+    assert heart.any()
+    assert not (heart & (right | left)).any()
+    ys, xs = np.nonzero(heart)
+    r_cols, l_cols = np.nonzero(right)[1], np.nonzero(left)[1]
+    assert r_cols.mean() < xs.mean() < l_cols.mean()
+    lung_rows = np.nonzero(right | left)[0]
+    assert ys.min() > lung_rows.min() + 0.3 * (lung_rows.max() - lung_rows.min())
+    assert xs.mean() > 120  # biased to the patient's left (image right), like the true heart
+    dice = 2 * (heart & true_heart).sum() / (heart.sum() + true_heart.sum())
+    assert dice > 0.75
+
+
+def test_wider_heart_gives_wider_estimate():
+    ctrs = []
+    for half in (24.0, 32.0, 40.0):
+        right, left, _ = _hand_lungs(heart_half=half)
+        ctrs.append(cardiothoracic_ratio(estimate_heart(right, left), right, left))
+    assert ctrs[0] < ctrs[1] < ctrs[2]
+
+
+def test_errors():
+    right, left, _ = _hand_lungs()
+    with pytest.raises(EmptyAnatomyError):
+        estimate_heart(np.zeros_like(right), left)
+    with pytest.raises(MaskShapeError):
+        estimate_heart(right, left[:, :-1])
+
+
+def test_estimate_matches_phantom_hearts():
+    cfg = SynthConfig(width=256, prevalence={"cardiomegaly": 1.0})
+    cases = []
+    for i in range(3):
+        s = generate_study(5, i, cfg)
+        m = s.anatomy_masks
+        cases.append((m["right_lung"], m["left_lung"], m["heart"]))
+    score = score_heart_estimates(cases)
+    assert score.n == 3
+    assert score.dice_mean > 0.85
+    assert score.ctr_mae < 0.02
+    assert score_heart_estimates(cases, HeartEstimateParams(top_fraction=0.5)).dice_mean < score.dice_mean + 0.05

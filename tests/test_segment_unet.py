@@ -1,0 +1,201 @@
+"""The lung U-Net: architecture, model files, a tiny deterministic training run."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("safetensors")
+
+from cxrground.anatomy.segment.train import Augment, Samples, TrainRecipe, split_by_patient, train_on_samples  # noqa: E402
+from cxrground.anatomy.segment.unet import (  # noqa: E402
+    UNetConfig,
+    build_unet,
+    count_parameters,
+    load_model,
+    predict_logits,
+    prepare_input,
+    save_model,
+)
+from cxrground.errors import ConfigError  # noqa: E402
+
+TINY = UNetConfig(channels=(4, 8, 16), input_size=32)
+
+
+def _tiny_samples(n: int = 4, size: int = 32) -> Samples:
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[:size, :size]
+    images, targets = [], []
+    for k in range(n):
+        r = (xx - 9 - k % 2) ** 2 + (yy - 16) ** 2 < 36 + 4 * k
+        lft = (xx - 23) ** 2 + (yy - 16 + k % 2) ** 2 < 36 + 3 * k
+        img = 0.7 - 0.4 * (r | lft) + rng.normal(0, 0.03, (size, size))
+        images.append(np.clip(img, 0, 1).astype(np.float32))
+        targets.append(np.stack([r, lft]).astype(np.float32))
+    ones = np.ones((n, size, size), dtype=np.float32)
+    return Samples(np.stack(images), np.stack(targets), ones, ones.astype(bool), [f"s{k}" for k in range(n)])
+
+
+def test_forward_shape_on_tiny_config():
+    model = build_unet(TINY)
+    out = model(torch.zeros(2, 1, 32, 32))
+    assert tuple(out.shape) == (2, 2, 32, 32)
+    assert predict_logits(model, np.zeros((3, 32, 32), np.float32)).shape == (3, 2, 32, 32)
+
+
+def test_default_config_size_is_in_range():
+    n = count_parameters(build_unet(UNetConfig()))
+    assert 500_000 <= n <= 2_000_000
+
+
+def test_config_validation():
+    with pytest.raises(ConfigError):
+        UNetConfig(channels=(4, 8, 16), input_size=30)
+    with pytest.raises(ConfigError):
+        UNetConfig(out_channels=3)
+    assert UNetConfig.from_dict(TINY.to_dict()) == TINY
+
+
+def test_prepare_input_letterboxes_and_normalises():
+    pixels = (np.arange(60 * 100) % 251).astype(np.uint8).reshape(60, 100)
+    canvas, box = prepare_input(pixels, 64)
+    assert canvas.shape == (64, 64) and canvas.dtype == np.float32
+    valid = canvas[box.valid_region()]
+    assert abs(float(valid.mean())) < 1e-3 and abs(float(valid.std()) - 1.0) < 1e-2
+    assert (canvas[: box.offset_yx[0]] == 0).all()
+
+
+def test_two_steps_decrease_the_loss_and_are_deterministic():
+    samples = _tiny_samples()
+    recipe = TrainRecipe(epochs=2, batch_size=4, lr=1e-2, warmup_epochs=0.0, threads=1,
+                         augment=Augment(enabled=False))
+    _, hist = train_on_samples(samples, None, TINY, recipe, seed=3, progress=False)
+    assert len(hist) == 2 and hist[1]["loss"] < hist[0]["loss"]
+
+    aug = TrainRecipe(epochs=2, batch_size=4, lr=1e-2, threads=1)
+    m1, _ = train_on_samples(samples, samples, TINY, aug, seed=7, progress=False)
+    m2, _ = train_on_samples(samples, samples, TINY, aug, seed=7, progress=False)
+    m3, _ = train_on_samples(samples, None, TINY, aug, seed=8, progress=False)
+    s1, s2, s3 = m1.state_dict(), m2.state_dict(), m3.state_dict()
+    assert all(torch.equal(s1[k], s2[k]) for k in s1)
+    assert not all(torch.equal(s1[k], s3[k]) for k in s1)
+    assert not torch.are_deterministic_algorithms_enabled()  # restored afterwards
+
+
+def test_save_and_load_round_trip(tmp_path: Path):
+    torch.manual_seed(0)
+    model = build_unet(TINY).eval()
+    wpath, jpath = save_model(model, TINY, tmp_path / "tiny", {"metrics": {"x": 1}})
+    meta = json.loads(jpath.read_text())
+    assert meta["format"] == "cxrground-unet/1" and meta["architecture"]["channels"] == [4, 8, 16]
+    assert len(meta["sha256"]) == 64 and meta["storage_dtype"] == "float16"
+    loaded, _ = load_model(wpath)
+    x = torch.randn(1, 1, 32, 32)
+    with torch.no_grad():
+        assert torch.allclose(model(x), loaded(x), atol=5e-2)
+    assert next(loaded.parameters()).dtype == torch.float32
+    wpath.write_bytes(wpath.read_bytes()[:-1] + b"\0")
+    with pytest.raises(ConfigError, match="sha256"):
+        load_model(wpath)
+    with pytest.raises(ConfigError, match="not found"):
+        load_model(tmp_path / "missing.safetensors")
+
+
+def test_in_memory_model_segments_at_native_size():
+    from cxrground.anatomy.segment import UNetLungSegmenter
+    from cxrground.io.image import CXRImage
+
+    torch.manual_seed(0)
+    model = build_unet(TINY).eval()
+    seg = UNetLungSegmenter.from_model(model, {"input": {"size": 32}, "classes": list(TINY.classes)},
+                                       estimate_heart=False)
+    masks = seg.segment(CXRImage(np.full((48, 70), 100, dtype=np.uint8)))
+    assert masks.shape == (48, 70) and masks.heart is None and masks.heart_source == "none"
+    assert masks.extra["letterbox"]["canvas_hw"] == [32, 32]
+
+
+class _Rec:
+    def __init__(self, pid: str) -> None:
+        self.patient_id = pid
+
+
+def test_split_keeps_patients_together():
+    recs = [_Rec(p) for p in "aabbbcdeeffg"]
+    train, val = split_by_patient(recs, 3, seed=0)
+    assert sorted(train + val) == list(range(len(recs))) and len(val) >= 3
+    assert not {recs[i].patient_id for i in train} & {recs[i].patient_id for i in val}
+    assert split_by_patient(recs, 3, seed=0) == (train, val)
+
+
+def test_import_anatomy_does_not_import_torch():
+    import subprocess
+
+    code = ("import sys, cxrground.anatomy, cxrground.anatomy.segment, cxrground.anatomy.segment.train; "
+            "print('torch' in sys.modules, 'safetensors' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False False"
+
+
+class _FakeRecord:
+    """A pack-like row: a 48 x 64 grey image with two dark lung fields."""
+
+    def __init__(self, k: int, licence: str) -> None:
+        self.image_id = f"img{k}"
+        self.patient_id = f"p{k // 2}"
+        self.license = licence
+        self.source_url = "https://example.org"
+        self.doi = ""
+        self.k = k
+
+    @property
+    def shippable(self) -> bool:
+        return self.license == "CC BY 4.0"
+
+    def _masks(self):
+        yy, xx = np.mgrid[:48, :64]
+        r = ((xx - 18) / 11) ** 2 + ((yy - 24) / (16 + self.k % 3)) ** 2 <= 1
+        lft = ((xx - 46) / 12) ** 2 + ((yy - 25) / 17) ** 2 <= 1
+        return r, lft
+
+    def read(self):
+        from cxrground.io.image import CXRImage
+
+        r, lft = self._masks()
+        return CXRImage(np.where(r | lft, 60, 190).astype(np.uint8))
+
+    def lungs(self, shape=None):
+        return self._masks()
+
+    def ignore(self, shape):
+        return None
+
+
+class _FakePack:
+    def __init__(self) -> None:
+        self.rows = [_FakeRecord(k, "CC BY 4.0") for k in range(6)] + [_FakeRecord(9, "CC BY-NC-SA")]
+
+    def cohen(self, shippable_only: bool = False):
+        return [r for r in self.rows if r.shippable or not shippable_only]
+
+
+def test_train_lung_unet_writes_model_and_sidecar(tmp_path: Path):
+    from cxrground.anatomy.segment.train import train_lung_unet
+
+    recipe = TrainRecipe(batch_size=4, val_count=2, threads=1)
+    res = train_lung_unet(_FakePack(), tmp_path, epochs=2, seed=0, recipe=recipe, config=TINY, name="tiny",
+                          progress=False)
+    assert res.weights_path.is_file() and res.sidecar_path.name == "tiny.json"
+    meta = json.loads(res.sidecar_path.read_text())
+    assert meta["data"]["train_licences"] == {"CC BY 4.0": 6}
+    assert meta["data"]["evaluation"]["licences"] == {"CC BY-NC-SA": 1}
+    names = {e["image"] for e in meta["data"]["train"] + meta["data"]["validation"]}
+    assert "img9" not in names and len(meta["data"]["validation"]) >= 2
+    assert meta["metrics"]["nc_eval"]["n"] == 1 and "dice_right_mean" in meta["metrics"]["nc_eval"]
+    assert meta["training"]["epochs_run"] == 2 and meta["training"]["recipe"]["epochs"] == 2
+    _, meta2 = load_model(res.weights_path)
+    assert meta2["sha256"] == meta["sha256"]
