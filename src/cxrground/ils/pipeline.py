@@ -90,6 +90,12 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
         stage = "segment"
         anatomy = backends.segmenter.segment(image)
         right, left, heart = anatomy.right_lung, anatomy.left_lung, anatomy.heart
+        estimate = anatomy.extra.get("heart_estimate") or {}
+        if anatomy.heart_source == "estimate" and not estimate.get("ctr_plausible", True):
+            # a heart estimated from lungs that hide it gives CTRs far below any real heart: do not make
+            # cardiomegaly masks or CTR-based negatives from it
+            heart = None
+            unit["heart_note"] = "heart estimate implausible (CTR below 0.30): no cardiomegaly pairs"
         lung_share = float((right | left).mean())
         if lung_share < config.qc.min_lung_fraction:
             return {**unit, "status": "rejected", "stage": "qc",
