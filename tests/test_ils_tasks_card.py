@@ -67,3 +67,11 @@ def test_count_table_and_recall():
     card = render_card({"train": split}, [("edema", True)], {"no usable report section": 2}, {"seed": 0})
     assert "| edema | 2 | 1 | 0 | 0 | 0 | 1 | 0 |" in card and "no usable report section | 2" in card
     assert "native size" in card
+
+
+def test_frontal_view_rule():
+    from cxrground.ils.pipeline import _frontal
+
+    views = ("PA", "AP")
+    assert _frontal("PA", views) and _frontal("AP SUPINE", views) and _frontal("AP ERECT", views)
+    assert not _frontal("LATERAL", views) and not _frontal("AP AXIAL", views) and not _frontal("PA LLD", views)

@@ -85,7 +85,7 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
         stage = "images"
         image = read_image(task.image_path)
         view = (image.view or task.view or "").upper() or None
-        if view is not None and view not in config.qc.views:
+        if view is not None and not _frontal(view, config.qc.views):
             return {**unit, "status": "rejected", "stage": "qc", "reason": f"view {view} is not frontal (PA/AP)"}
         stage = "segment"
         anatomy = backends.segmenter.segment(image)
@@ -139,6 +139,15 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
         tail = traceback.format_exc().strip().splitlines()[-3:]
         return {**unit, "status": "failed", "stage": stage, "reason": f"{type(exc).__name__}: {exc}",
                 "error": "internal", "traceback": tail}
+
+
+_POSITION_WORDS = frozenset({"SUPINE", "ERECT", "UPRIGHT", "SEMI-ERECT", "SEMIERECT", "PORTABLE", "SITTING"})
+
+
+def _frontal(view: str, accepted: tuple[str, ...]) -> bool:
+    """PA/AP, also with a patient-position word (``AP SUPINE``, ``AP ERECT``); ``AP AXIAL``/``LLD`` are not."""
+    words = view.replace("_", " ").split()
+    return bool(words) and words[0] in accepted and all(w in _POSITION_WORDS for w in words[1:])
 
 
 def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, heart: np.ndarray | None,

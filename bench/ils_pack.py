@@ -1,0 +1,108 @@
+"""ILS build on real images: the COVID-19 collection rows of the pack that have notes, checked against the
+radiologists' Brixia zone scores (external check of the grounded locations).
+
+Run: ``.venv/bin/python bench/ils_pack.py [--segmenter masks|unet]``. The notes are short clinical texts,
+not full reports; each becomes the study's report. For the 68 rows with both notes and Brixia scores,
+a zone (right/left × upper/mid/lower = Brixia A-F) counts as abnormal when the senior reader scored it
+> 0, and as *grounded* when a lung-lesion mask of the built dataset covers ≥ 1 % of that ILS zone
+(upper zone / mid zone / lung base). The reported locations (text only, no pixels) are scored the same
+way for comparison. Prints sensitivity, specificity, accuracy and Cohen's kappa per zone and overall.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from cxrground.datasets.pack import Pack
+from cxrground.ils.build import BackendSpec, build_dataset
+from cxrground.ils.config import IlsConfig
+from cxrground.ils.tasks import build_tasks
+from cxrground.io.masks import decode_rle, read_mask_png
+
+ZONES = {"A": "right upper zone lung", "B": "right mid zone lung", "C": "right lung base",
+         "D": "left upper zone lung", "E": "left mid zone lung", "F": "left lung base"}
+COVER = 0.01
+
+
+def kappa(truth: np.ndarray, pred: np.ndarray) -> float:
+    """Cohen's kappa of two binary vectors."""
+    po = float((truth == pred).mean())
+    pe = float(truth.mean() * pred.mean() + (1 - truth.mean()) * (1 - pred.mean()))
+    return (po - pe) / (1 - pe) if pe < 1 else float("nan")
+
+
+def scores(truth: np.ndarray, pred: np.ndarray) -> str:
+    tp, tn = int((truth & pred).sum()), int((~truth & ~pred).sum())
+    sens = tp / max(1, int(truth.sum()))
+    spec = tn / max(1, int((~truth).sum()))
+    return (f"sens {100 * sens:5.1f}  spec {100 * spec:5.1f}  acc {100 * float((truth == pred).mean()):5.1f}  "
+            f"kappa {kappa(truth, pred):5.2f}  (n={truth.size}, abnormal {int(truth.sum())})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--segmenter", default="masks", choices=["masks", "unet"],
+                        help="masks = the pack's own lung masks; unet = the shipped lung U-Net")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    pack = Pack()
+    rows = [r for r in pack.cohen() if r.notes]
+    work = args.out or Path(tempfile.mkdtemp(prefix="cxrground-ils-pack-"))
+    work.mkdir(parents=True, exist_ok=True)
+    index = work / "index.jsonl"
+    ids = {f"s{900000 + i}": r for i, r in enumerate(rows)}
+    index.write_text("".join(json.dumps({"image": r.image_path.name, "study_id": sid, "subject_id": r.patient_id,
+                                          "report": r.notes, "view": r.view}) + "\n" for sid, r in ids.items()))
+    tasks, failures = build_tasks(pack.root / "cohen" / "images", index=index)
+    kwargs = ({"root": str(pack.root / "cohen" / "masks"), "pattern": "{stem}_{name}.png"}
+              if args.segmenter == "masks" else {})
+    spec = BackendSpec(segmenter=args.segmenter, segmenter_kwargs=kwargs)
+    start = time.perf_counter()
+    summary = build_dataset(tasks, work / "dataset", IlsConfig(), spec, scan_failures=failures, progress=False,
+                            overwrite=True)
+    print(f"built {summary.studies_in_dataset} studies / {summary.pairs} pairs from {len(rows)} noted rows "
+          f"({summary.failures} failures) in {time.perf_counter() - start:.1f} s, segmenter={args.segmenter}")
+    data = json.loads((work / "dataset" / "mimic_ils_instruction_answer.json").read_text())
+    studies = {k: v for split in data.values() for k, v in split.items()}
+    anatomy = {json.loads(line)["study"]: json.loads(line)
+               for line in (work / "dataset" / "anatomy.jsonl").read_text().splitlines()}
+    truth_rows, mask_rows, text_rows = [], [], []
+    for sid, rec in ids.items():
+        if rec.brixia is None or sid not in anatomy:
+            continue
+        anat = anatomy[sid]
+        shape = (anat["height"], anat["width"])
+        lesion = np.zeros(shape, bool)
+        reported: set[str] = set()
+        for p in studies.get(sid, {}).get("instruction_answer_pairs", {}).get("positive_pairs", []):
+            if p["target"] == "cardiomegaly":
+                continue
+            lesion |= read_mask_png(work / "dataset" / "lesion_mask" / p["seg_mask_path"], shape)
+            reported |= set(p["reported_location"])
+        t, m, x = [], [], []
+        for z, label in ZONES.items():
+            zone = decode_rle(anat["locations"][label], shape)
+            t.append(rec.brixia.senior[z] > 0)
+            m.append(bool(zone.any()) and (lesion & zone).sum() >= COVER * zone.sum())
+            side = label.split(" ")[0]
+            x.append(label in reported or f"{side} lung" in reported)
+        truth_rows.append(t)
+        mask_rows.append(m)
+        text_rows.append(x)
+    truth, pred, text = np.array(truth_rows), np.array(mask_rows), np.array(text_rows)
+    print(f"Brixia comparison on {len(truth)} studies with notes and scores (senior reader > 0 = abnormal)")
+    for j, (z, label) in enumerate(ZONES.items()):
+        print(f"  {z} {label:<22} masks: {scores(truth[:, j], pred[:, j])}")
+    print(f"  all zones, grounded masks:        {scores(truth.ravel(), pred.ravel())}")
+    print(f"  all zones, reported locations:    {scores(truth.ravel(), text.ravel())}")
+    print(f"  studies with any lung-lesion mask: {int(pred.any(axis=1).sum())} of {len(pred)}")
+
+
+if __name__ == "__main__":
+    main()
