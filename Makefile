@@ -23,7 +23,12 @@ demo: $(STAMP)
 	  image=$$(echo "$$row" | cut -d, -f5); masks=$(DEMO_OUT)/cohort/masks/$$study; \
 	  $(BIN)/cxrground anatomy show --image $(DEMO_OUT)/cohort/$$image --right $$masks/right_lung.png \
 	    --left $$masks/left_lung.png --heart $$masks/heart.png --out $(DEMO_OUT)/anatomy.png | head -1
-	@echo "look at: $(DEMO_OUT)/cohort/preview.png (cohort with lesion masks), $(DEMO_OUT)/anatomy.png (geometry)"
+	$(BIN)/cxrground ils build --images $(DEMO_OUT)/cohort/files --out $(DEMO_OUT)/ils --seed 0
+	$(BIN)/cxrground ils stats $(DEMO_OUT)/ils
+	@echo "quality of the built dataset against the cohort's exact truth:"
+	$(BIN)/cxrground ils quality $(DEMO_OUT)/ils --cohort $(DEMO_OUT)/cohort
+	@echo "look at: $(DEMO_OUT)/cohort/preview.png (cohort with lesion masks), $(DEMO_OUT)/anatomy.png (geometry),"
+	@echo "         $(DEMO_OUT)/ils/card.md and mimic_ils_instruction_answer.json (the ILS dataset)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

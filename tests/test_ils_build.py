@@ -161,3 +161,8 @@ def test_bad_inputs_are_recorded_and_the_rest_finishes(cohort, tmp_path):
     assert kept >= 1
     card = (out / "card.md").read_text()
     assert "Studies not in the dataset" in card
+
+
+def test_quality_command(built, cohort):
+    result = CliRunner().invoke(main, ["ils", "quality", str(built), "--cohort", str(cohort)])
+    assert result.exit_code == 0 and "| total |" in result.output

@@ -109,4 +109,17 @@ def stats(out: Path, as_json: bool) -> None:
         click.echo(f"{split}: {table['total']['#IA']} pairs")
 
 
+@ils.command("quality")
+@click.argument("out", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--cohort", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
+              help="The synthetic cohort the dataset was built from (its truth/ folder is read).")
+@click.option("--json", "as_json", is_flag=True)
+def quality(out: Path, cohort: Path, as_json: bool) -> None:
+    """Score a dataset built from a synthetic cohort against the cohort's exact truth."""
+    from cxrground.ils.quality import format_quality, score_against_truth
+
+    scores = score_against_truth(out, cohort)
+    click.echo(json.dumps(scores, indent=2) if as_json else format_quality(scores))
+
+
 COMMANDS: list[click.Command] = [ils]
