@@ -81,6 +81,7 @@ def test_outputs_schema_and_masks(built, cohort):
     assert findings and expected_keys <= set(findings[0])
     card = (built / "card.md").read_text()
     assert "Mask recall" in card and "native size" in card
+    assert "Quality against the synthetic cohort's exact truth" in card and "without a mask, by reason" in card
     prov = json.loads((built / "provenance.json").read_text())
     assert prov["seed"] == 3 and prov["config"]["general"]["tau_ano"] == 0.10
     assert prov["backends"]["segmenter"]

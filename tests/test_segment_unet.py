@@ -186,7 +186,7 @@ class _FakePack:
 def test_train_lung_unet_writes_model_and_sidecar(tmp_path: Path):
     from cxrground.anatomy.segment.train import train_lung_unet
 
-    recipe = TrainRecipe(batch_size=4, val_count=2, threads=1)
+    recipe = TrainRecipe(batch_size=4, val_count=2, threads=1, synthetic_eval_count=0)
     res = train_lung_unet(_FakePack(), tmp_path, epochs=2, seed=0, recipe=recipe, config=TINY, name="tiny",
                           progress=False)
     assert res.weights_path.is_file() and res.sidecar_path.name == "tiny.json"
@@ -199,3 +199,46 @@ def test_train_lung_unet_writes_model_and_sidecar(tmp_path: Path):
     assert meta["training"]["epochs_run"] == 2 and meta["training"]["recipe"]["epochs"] == 2
     _, meta2 = load_model(res.weights_path)
     assert meta2["sha256"] == meta["sha256"]
+
+
+def test_synthetic_samples_are_letterboxed_phantoms():
+    from cxrground.anatomy.segment.train import concat_samples, synthetic_samples
+    from cxrground.datasets.synthetic import SynthConfig, generate_study
+
+    cfg = SynthConfig(width=128)
+    s = synthetic_samples(2, 5, cfg, size=32)
+    assert s.images.shape == (2, 32, 32) and s.targets.shape == (2, 2, 32, 32)
+    assert s.ids == ["synth-5-0", "synth-5-1"] and (s.weights == 1).all()
+    assert s.images.min() >= 0.0 and s.images.max() <= 1.0
+    study = generate_study(5, 0, cfg)
+    r, lft = study.anatomy_masks["right_lung"], study.anatomy_masks["left_lung"]
+    # right lung on the image's left half, the letterboxed areas close to the native fractions
+    assert s.targets[0, 0, :, :16].sum() > s.targets[0, 0, :, 16:].sum()
+    assert abs(s.targets[0, 0].mean() / s.valid[0].mean() - r.mean()) < 0.03
+    assert abs(s.targets[0, 1].mean() / s.valid[0].mean() - lft.mean()) < 0.03
+    np.testing.assert_array_equal(synthetic_samples(2, 5, cfg, size=32).images, s.images)
+    both = concat_samples(s, s.subset([1]))
+    assert len(both) == 3 and both.ids[-1] == "synth-5-1"
+
+
+def test_train_lung_unet_mixes_phantoms_and_fine_tunes(tmp_path: Path):
+    from cxrground.anatomy.segment.train import train_lung_unet
+    from cxrground.datasets.synthetic import SynthConfig
+
+    cfg = SynthConfig(width=96)
+    with pytest.raises(ConfigError, match="evaluation seed"):
+        train_lung_unet(_FakePack(), tmp_path, epochs=1, recipe=TrainRecipe(synthetic_count=2, synthetic_seed=3,
+                        synthetic_eval_seed=3), config=TINY, progress=False)
+    first = train_lung_unet(_FakePack(), tmp_path / "a", epochs=1, recipe=TrainRecipe(batch_size=4, val_count=2,
+                            threads=1, synthetic_eval_count=2), config=TINY, name="tiny", progress=False,
+                            synth_config=cfg)
+    recipe = TrainRecipe(batch_size=4, val_count=2, threads=1, synthetic_count=3, synthetic_seed=7,
+                         synthetic_eval_seed=8, synthetic_eval_count=2, init_weights=str(first.weights_path))
+    res = train_lung_unet(_FakePack(), tmp_path / "b", epochs=1, recipe=recipe, config=TINY, name="tiny",
+                          progress=False, synth_config=cfg)
+    meta = json.loads(res.sidecar_path.read_text())
+    assert meta["data"]["synthetic_train"]["seed"] == 7 and meta["data"]["synthetic_train"]["count"] == 3
+    assert meta["data"]["synthetic_eval"]["seed"] == 8
+    assert meta["training"]["init"]["sha256"] == first.sidecar["sha256"]
+    assert meta["metrics"]["synthetic_eval"]["n"] == 2 and "dice_left_mean" in meta["metrics"]["synthetic_eval"]
+    assert meta["data"]["train_licences"] == {"CC BY 4.0": 6}  # phantoms are listed apart from the pack rows

@@ -77,7 +77,9 @@ def build(images: Path, reports: Path | None, index: Path | None, out: Path, eng
         tasks, failures = build_tasks(images, reports, index, split_file, ratios, excluded, limit)
         if not tasks:
             raise click.ClickException(f"no studies found under {images} ({len(failures)} inputs failed)")
-        summary = build_dataset(tasks, out, config, spec, engine, workers, failures, overwrite, not quiet)
+        cohort = images.parent if (images.parent / "truth").is_dir() and (images.parent / "cohort.json").is_file() \
+            else None
+        summary = build_dataset(tasks, out, config, spec, engine, workers, failures, overwrite, not quiet, cohort)
     except CXRGroundError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"ILS dataset in {summary.out_dir}: {summary.studies_in_dataset} studies, {summary.pairs} pairs "

@@ -107,16 +107,31 @@ def lungs(image: Path, out_dir: Path, backend: str, weights: Path | None, right:
 @click.option("--name", default="lung_unet_v1", show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--no-eval", is_flag=True, help="Skip the evaluation on the CC BY-NC-SA rows.")
+@click.option("--synthetic", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Synthetic phantoms mixed into the training split.")
+@click.option("--synthetic-seed", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Seed of the training phantoms (the evaluation phantoms use seed 1000).")
+@click.option("--init", "init_weights", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Fine-tune from these weights (.safetensors with its .json).")
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True)
 def train_lungs(out: Path, epochs: int, seed: int, pack_dir: Path | None, name: str, threads: int,
-                no_eval: bool) -> None:
-    """Train the lung U-Net on the pack's shippable rows only; evaluate on the NC rows."""
+                no_eval: bool, synthetic: int, synthetic_seed: int, init_weights: Path | None, lr: float) -> None:
+    """Train the lung U-Net on the pack's shippable rows (plus optional phantoms); evaluate on the NC rows.
+
+    The shipped lung_unet_v1 was fine-tuned with --init (the previous v1) --lr 1e-3 --synthetic 200
+    --epochs 16 (see its sidecar's training.recipe).
+    """
     from cxrground.anatomy.segment.train import TrainRecipe, train_lung_unet
     from cxrground.datasets.pack import Pack
 
     try:
         pack = Pack(pack_dir)
         result = train_lung_unet(pack, out, epochs=epochs, seed=seed, name=name,
-                                 recipe=TrainRecipe(threads=threads), evaluate=not no_eval)
+                                 recipe=TrainRecipe(threads=threads, lr=lr, synthetic_count=synthetic,
+                                                    synthetic_seed=synthetic_seed,
+                                                    warmup_epochs=0.5 if init_weights else 1.0,
+                                                    init_weights=str(init_weights) if init_weights else None),
+                                 evaluate=not no_eval)
     except (InputError, ConfigError) as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"wrote {result.weights_path} and {result.sidecar_path}")
@@ -127,6 +142,10 @@ def train_lungs(out: Path, epochs: int, seed: int, pack_dir: Path | None, name: 
     if nc:
         click.echo(f"NC evaluation rows ({nc['n']}): Dice mean {nc['dice_mean']:.4f} "
                    f"(right {nc['dice_right_mean']:.4f}, left {nc['dice_left_mean']:.4f})")
+    syn = m.get("synthetic_eval")
+    if syn:
+        click.echo(f"synthetic phantoms ({syn['n']}, never trained on): Dice mean {syn['dice_mean']:.4f} "
+                   f"(right {syn['dice_right_mean']:.4f}, left {syn['dice_left_mean']:.4f})")
 
 
 COMMANDS: list[click.Command] = [segment]

@@ -184,12 +184,14 @@ def _read_units(out: Path, tasks: Iterable[StudyTask]) -> list[dict[str, Any]]:
 
 
 def assemble(out: Path, tasks: Sequence[StudyTask], config: IlsConfig, spec: BackendSpec,
-             scan_failures: Sequence[Failure], backend_provenance: dict[str, Any]) -> dict[str, Any]:
+             scan_failures: Sequence[Failure], backend_provenance: dict[str, Any],
+             truth_cohort: Path | None = None) -> dict[str, Any]:
     """Write the JSON, mask index, findings, anatomy, failures, provenance and card from the unit files."""
     units = _read_units(out, sorted(tasks, key=lambda t: t.study_key))
     dataset: dict[str, dict[str, Any]] = {s: {} for s in SPLITS}
     reported: list[tuple[str, bool]] = []
     rejections: Counter = Counter()
+    grounding_reasons: Counter = Counter()
     failures = [f.to_dict() for f in scan_failures]
     for f in scan_failures:
         rejections[f"input: {f.reason.split(' (')[0]}"] += 1
@@ -203,6 +205,11 @@ def assemble(out: Path, tasks: Sequence[StudyTask], config: IlsConfig, spec: Bac
         if u.get("anatomy"):
             anatomy_lines.append(json.dumps({"study": key, **u["anatomy"]}, sort_keys=True))
         reported.extend((lesion, bool(got)) for lesion, got in u.get("reported", []))
+        for g in u.get("grounding", []):
+            if g.get("status") != "grounded":
+                grounding_reasons[f"{g.get('lesion')}: {g.get('reason') or g.get('status')}"] += 1
+        if u.get("heart_note"):
+            grounding_reasons["cardiomegaly: heart estimate implausible"] += 1
         if u["status"] != "ok":
             rejections[u["reason"]] += 1
             failures.append({"path": u.get("image_path", key), "stage": u.get("stage", "build"),
@@ -235,7 +242,17 @@ def assemble(out: Path, tasks: Sequence[StudyTask], config: IlsConfig, spec: Bac
     _write_atomic(out / "anatomy.jsonl", "".join(line + "\n" for line in anatomy_lines))
     _write_atomic(out / "failures.jsonl", "".join(json.dumps(f, sort_keys=True) + "\n" for f in failures))
     _write_atomic(out / "provenance.json", json.dumps(provenance, indent=2, sort_keys=True))
-    _write_atomic(out / "card.md", render_card(dataset, reported, rejections, provenance))
+    extra: list[str] = []
+    if truth_cohort is not None:
+        from cxrground.ils.quality import format_findings_quality, format_quality, score_against_truth, score_findings
+
+        extra = ["## Quality against the synthetic cohort's exact truth (test data)", "",
+                 f"Cohort: `{truth_cohort}`. Masks vs the drawn lesions, negatives vs lesion-free truth:", "",
+                 format_quality(score_against_truth(out, truth_cohort)), "",
+                 "Structured findings vs the report truth (present/uncertain findings per study and lesion):", "",
+                 format_findings_quality(score_findings(out, truth_cohort)), ""]
+    _write_atomic(out / "card.md", render_card(dataset, reported, rejections, provenance, extra,
+                                               dict(grounding_reasons)))
     return {"dataset": dataset, "failures": failures, "reported": reported, "rejections": dict(rejections)}
 
 
@@ -249,8 +266,13 @@ def build_dataset(
     scan_failures: Sequence[Failure] = (),
     overwrite: bool = False,
     progress: bool = True,
+    truth_cohort: str | Path | None = None,
 ) -> BuildSummary:
-    """Process all studies (resuming) and assemble the dataset in ``out_dir``."""
+    """Process all studies (resuming) and assemble the dataset in ``out_dir``.
+
+    ``truth_cohort``: the synthetic cohort the inputs come from; its exact truth then scores the dataset
+    in the card.
+    """
     from cxrground.ils.pipeline import backend_provenance
 
     config = config or IlsConfig()
@@ -270,7 +292,8 @@ def build_dataset(
             shutil.rmtree(folder, ignore_errors=True)
     _write_atomic(stamp, json.dumps(settings, sort_keys=True))
     processed, skipped = run_units(tasks, out, config, spec, engine, workers, progress)
-    result = assemble(out, tasks, config, spec, scan_failures, backend_provenance(spec))
+    result = assemble(out, tasks, config, spec, scan_failures, backend_provenance(spec),
+                      Path(truth_cohort) if truth_cohort is not None else None)
     n_pairs = sum(len(s["instruction_answer_pairs"]["positive_pairs"]) + len(s["instruction_answer_pairs"]
                   ["negative_pairs"]) for split in result["dataset"].values() for s in split.values())
     return BuildSummary(str(out), processed, skipped, sum(len(v) for v in result["dataset"].values()), n_pairs,

@@ -62,6 +62,7 @@ def render_card(
     rejections: Mapping[str, int],
     provenance: Mapping[str, Any],
     extra_sections: Iterable[str] = (),
+    grounding_reasons: Mapping[str, int] | None = None,
 ) -> str:
     """``card.md`` text."""
     lines = ["# ILS dataset card", "",
@@ -94,6 +95,14 @@ def render_card(
         lines.append(f"| {reason} | {n:,} |")
     if not rejections:
         lines.append("| (none) | 0 |")
+    lines += ["", "## Reported positive findings without a mask, by reason (Algorithm 1 and QC)", "",
+              "| reason | findings |", "|---|---|"]
+    for reason, n in sorted((grounding_reasons or {}).items(), key=lambda kv: (-kv[1], kv[0])):
+        lines.append(f"| {reason} | {n:,} |")
+    if not grounding_reasons:
+        lines.append("| (none) | 0 |")
+    lines += [""]
+    lines += list(extra_sections)
     lines += ["", "## Masks", "",
               "PNG, 8-bit, one channel, values 0/255, **at each image's native size**; the frame is the image's "
               "own pixel grid (no padding, no stretching). Loaders written for the released 512×512 masks "
@@ -105,5 +114,4 @@ def render_card(
               "No split has been reviewed by experts. The paper reviewed only its test split (four radiation "
               "oncologists; any rejection removes an item). Exclusion list: "
               f"{len(provenance.get('exclude_studies', []) or [])} studies.", ""]
-    lines += list(extra_sections)
     return "\n".join(lines)

@@ -28,7 +28,7 @@ from cxrground.io.masks import decode_rle, read_mask_png
 from cxrground.vocab.lesions import LESIONS, LUNG_LESIONS
 from cxrground.vocab.locations import BOTH_LUNGS, HEART
 
-__all__ = ["format_quality", "score_against_truth"]
+__all__ = ["format_findings_quality", "format_quality", "score_against_truth", "score_findings"]
 
 _VIOLATORS = {"opacity": set(LUNG_LESIONS), "consolidation": {"consolidation", "pneumonia"}}
 
@@ -137,4 +137,63 @@ def format_quality(scores: dict[str, Any]) -> str:
     for name, row in [*scores["per_lesion"].items(), ("total", scores["total"])]:
         lines.append(f"| {name} | {row['masks']} | {pct(row['gIoU'])} | {pct(row['cIoU'])} | {pct(row['recall'])} "
                      f"| {row['negatives']} | {pct(row['negative_correct'])} |")
+    return "\n".join(lines)
+
+
+def score_findings(dataset_dir: str | Path, cohort_dir: str | Path) -> dict[str, Any]:
+    """Structured findings (``findings.jsonl``) vs the report truth, per lesion.
+
+    Per study and lesion: truth positive = a present, reported finding; predicted positive = a present or
+    uncertain finding. ``certainty_acc``: on true positives, tentative ↔ uncertain agreement of the first
+    finding of that lesion; ``location_exact``: its reported location equals the truth's (same order).
+    """
+    out = Path(dataset_dir)
+    truths = {t.study_id: t for t in load_truth(cohort_dir)}
+    predicted: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    studies: set[str] = set()
+    for line in (out / "findings.jsonl").read_text().splitlines():
+        f = json.loads(line)
+        studies.add(f["study"])
+        if f.get("lesion") and f["assertion"] != "absent":
+            predicted[(f["study"], f["lesion"])].append(f)
+    rows: dict[str, dict[str, int]] = {lesion: defaultdict(int) for lesion in (*LESIONS, "total")}
+    for key in studies:
+        truth = truths.get(key)
+        if truth is None:
+            continue
+        true_f = {}
+        for f in truth.present_findings:
+            if f.reported:
+                true_f.setdefault(f.lesion, f)
+        for lesion in LESIONS:
+            t, p = true_f.get(lesion), predicted.get((key, lesion))
+            for row in (rows[lesion], rows["total"]):
+                row["tp"] += int(t is not None and bool(p))
+                row["fp"] += int(t is None and bool(p))
+                row["fn"] += int(t is not None and not p)
+                if t is not None and p:
+                    row["cert_ok"] += int((t.certainty == "tentative") == (p[0]["assertion"] == "uncertain"))
+                    row["loc_ok"] += int(list(t.reported_location) == list(p[0]["reported_location"]))
+    result = {}
+    for name, r in rows.items():
+        tp, fp, fn = r["tp"], r["fp"], r["fn"]
+        result[name] = {"tp": tp, "fp": fp, "fn": fn,
+                        "precision": tp / (tp + fp) if tp + fp else float("nan"),
+                        "recall": tp / (tp + fn) if tp + fn else float("nan"),
+                        "certainty_acc": r["cert_ok"] / tp if tp else float("nan"),
+                        "location_exact": r["loc_ok"] / tp if tp else float("nan")}
+    return result
+
+
+def format_findings_quality(scores: dict[str, Any]) -> str:
+    """A Markdown table of :func:`score_findings` results."""
+    lines = ["| lesion | TP | FP | FN | precision % | recall % | certainty % | location exact % |",
+             "|---|---|---|---|---|---|---|---|"]
+
+    def pct(v: float) -> str:
+        return "–" if v != v else f"{100 * v:.1f}"
+
+    for name, r in scores.items():
+        lines.append(f"| {name} | {r['tp']} | {r['fp']} | {r['fn']} | {pct(r['precision'])} | {pct(r['recall'])} "
+                     f"| {pct(r['certainty_acc'])} | {pct(r['location_exact'])} |")
     return "\n".join(lines)

@@ -49,13 +49,18 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "Augment",
+    "PhantomRecord",
     "Samples",
     "TrainRecipe",
     "TrainResult",
+    "concat_samples",
     "dice",
     "evaluate_records",
+    "evaluate_synthetic",
+    "phantom_records",
     "prepare_samples",
     "split_by_patient",
+    "synthetic_samples",
     "train_lung_unet",
     "train_on_samples",
 ]
@@ -118,6 +123,15 @@ class TrainRecipe:
     augment: Augment = field(default_factory=Augment)
     max_minutes: float | None = None
     """Stop after the epoch that crosses this wall-clock budget (None: no limit)."""
+    synthetic_count: int = 0
+    """Synthetic phantoms (indices ``0..n-1`` of ``synthetic_seed``) mixed into the training set (not into
+    the validation split, which stays real-only)."""
+    synthetic_seed: int = 1
+    synthetic_eval_seed: int = 1000
+    """Seed of the phantoms the ``synthetic_eval`` metrics use; must differ from ``synthetic_seed``."""
+    synthetic_eval_count: int = 40
+    init_weights: str | None = None
+    """Fine-tune from these weights (a model file name, recorded with its sha256) instead of a fresh init."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -177,6 +191,72 @@ def prepare_samples(records: Iterable[LungRecord], size: int = 256, progress: bo
     if not images:
         raise ConfigError("no training records")
     return Samples(np.stack(images), np.stack(targets), np.stack(weights), np.stack(valid), ids)
+
+
+class PhantomRecord:
+    """A synthetic phantom as a pack-like row (exact right/left lung masks, no ignore region).
+
+    The study is generated on first use (``cxrground.datasets.synthetic.generate_study``, imported lazily:
+    :mod:`cxrground.anatomy` does not import :mod:`cxrground.datasets` at import time) and kept.
+    """
+
+    license = "cxrground synthetic phantom (the project's own data, no licence restriction)"
+    source_url = ""
+    doi = ""
+    shippable = True
+
+    def __init__(self, seed: int, index: int, config: Any = None) -> None:
+        self.seed, self.index, self.config = int(seed), int(index), config
+        self.image_id = f"synth-{self.seed}-{self.index}"
+        self.patient_id = self.image_id
+        self._study: Any = None
+
+    def _get(self) -> Any:
+        if self._study is None:
+            from cxrground.datasets.synthetic import generate_study
+
+            self._study = generate_study(self.seed, self.index, self.config)
+        return self._study
+
+    def read(self) -> CXRImage:
+        return CXRImage(self._get().image)
+
+    def lungs(self, shape: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        m = self._get().anatomy_masks
+        if shape is not None and tuple(shape) != m["right_lung"].shape:
+            raise ConfigError(f"phantom {self.image_id} has shape {m['right_lung'].shape}, not {shape}")
+        return m["right_lung"].astype(bool), m["left_lung"].astype(bool)
+
+    def ignore(self, shape: tuple[int, int]) -> np.ndarray | None:
+        return None
+
+    def release(self) -> None:
+        """Drop the generated study (it is regenerated identically on the next use)."""
+        self._study = None
+
+
+def phantom_records(n: int, seed: int, config: Any = None) -> list[PhantomRecord]:
+    """Phantoms ``0..n-1`` of ``seed`` as :class:`PhantomRecord` rows (``config``: a ``SynthConfig``)."""
+    return [PhantomRecord(seed, i, config) for i in range(int(n))]
+
+
+def synthetic_samples(n: int, seed: int, config: Any = None, size: int = 256, progress: bool = False) -> Samples:
+    """Training arrays of phantoms ``0..n-1`` of ``seed``, letterboxed like the real rows (weights all 1)."""
+    parts = []
+    for rec in tqdm(phantom_records(n, seed, config), desc="phantoms", unit="img", disable=not progress):
+        parts.append(prepare_samples([rec], size))
+        rec.release()
+    return concat_samples(*parts)
+
+
+def concat_samples(*parts: Samples) -> Samples:
+    """The samples of ``parts`` one after the other."""
+    parts = tuple(p for p in parts if len(p))
+    if not parts:
+        raise ConfigError("no samples to concatenate")
+    return Samples(np.concatenate([p.images for p in parts]), np.concatenate([p.targets for p in parts]),
+                   np.concatenate([p.weights for p in parts]), np.concatenate([p.valid for p in parts]),
+                   [i for p in parts for i in p.ids])
 
 
 def split_by_patient(records: Sequence[LungRecord], val_count: int, seed: int) -> tuple[list[int], list[int]]:
@@ -292,11 +372,13 @@ def train_on_samples(
     seed: int = 0,
     progress: bool = True,
     on_epoch: Callable[[dict[str, float]], None] | None = None,
+    init_state: dict[str, Any] | None = None,
 ) -> tuple[torch.nn.Module, list[dict[str, float]]]:
     """Train a U-Net on in-memory samples; returns the best-on-validation (or last) model and the history.
 
     ``recipe.epochs`` epochs (fewer with early stopping or ``max_minutes``); one history row per epoch:
     ``epoch``, ``loss`` (mean training loss), ``val_dice`` (when ``val`` is given), ``seconds``.
+    ``init_state`` (a state dict) starts from those weights instead of a fresh initialisation.
     """
     import torch
 
@@ -314,6 +396,8 @@ def train_on_samples(
         torch.manual_seed(seed)
         gen = torch.Generator().manual_seed(seed)
         model = build_unet(config)
+        if init_state is not None:
+            model.load_state_dict(init_state)
         model.train()
         opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
         steps_per_epoch = max(1, math.ceil(len(train) / recipe.batch_size))
@@ -409,6 +493,27 @@ def evaluate_records(segmenter: Any, records: Iterable[LungRecord], progress: bo
     }
 
 
+def evaluate_synthetic(segmenter: Any, n: int = 40, seed: int = 1000, config: Any = None,
+                       progress: bool = False) -> dict[str, Any]:
+    """:func:`evaluate_records` on phantoms ``0..n-1`` of ``seed`` (exact lung masks), without per-image rows."""
+    recs = phantom_records(n, seed, config)
+    res = _strip(evaluate_records(segmenter, recs, progress=progress))
+    for r in recs:
+        r.release()
+    return res
+
+
+def _synthetic_entry(seed: int, n: int, config: Any, use: str) -> dict[str, Any]:
+    from cxrground.datasets.synthetic import SynthConfig
+    from cxrground.datasets.synthetic.config import GENERATOR_NAME, GENERATOR_VERSION
+
+    cfg = config or SynthConfig()
+    return {"generator": GENERATOR_NAME, "generator_version": GENERATOR_VERSION, "config_hash": cfg.config_hash(),
+            "config": "SynthConfig() defaults" if config is None else "custom SynthConfig",
+            "seed": int(seed), "indices": f"0..{int(n) - 1}", "count": int(n),
+            "license": "the project's own synthetic phantoms (no licence restriction)", "use": use}
+
+
 def _record_entry(rec: LungRecord) -> dict[str, str]:
     return {"image": rec.image_id, "patient": rec.patient_id, "license": rec.license,
             "source_url": rec.source_url, "doi": rec.doi}
@@ -434,11 +539,15 @@ def train_lung_unet(
     progress: bool = True,
     storage_dtype: str = "float16",
     limit: int | None = None,
+    synth_config: Any = None,
 ) -> TrainResult:
     """Train the lung U-Net on the pack's shippable rows, evaluate on the NC rows, write model + sidecar.
 
     ``epochs`` overrides ``recipe.epochs``. ``limit`` (tests) caps the number of training images.
-    Writes ``out_dir/NAME.safetensors`` and ``out_dir/NAME.json``.
+    ``recipe.synthetic_count`` phantoms of ``recipe.synthetic_seed`` (``synth_config``, default
+    ``SynthConfig()``) join the training split; ``recipe.synthetic_eval_count`` phantoms of
+    ``recipe.synthetic_eval_seed`` are evaluated (``metrics.synthetic_eval``). ``recipe.init_weights``
+    fine-tunes from an existing model file. Writes ``out_dir/NAME.safetensors`` and ``out_dir/NAME.json``.
     """
     import torch
 
@@ -449,6 +558,19 @@ def train_lung_unet(
     recipe = recipe or TrainRecipe()
     recipe = dataclasses.replace(recipe, epochs=int(epochs))
     config = config or UNetConfig()
+    if recipe.synthetic_count and recipe.synthetic_eval_count and recipe.synthetic_seed == recipe.synthetic_eval_seed:
+        raise ConfigError(f"synthetic training seed {recipe.synthetic_seed} is also the evaluation seed")
+    init_state, init_info = None, None
+    if recipe.init_weights:
+        from cxrground.anatomy.segment.unet import load_model
+
+        init_model, init_meta = load_model(recipe.init_weights)
+        if UNetConfig.from_dict(init_meta["architecture"]) != config:
+            raise ConfigError(f"{recipe.init_weights}: architecture differs from the training config")
+        init_state = {k: v.clone() for k, v in init_model.state_dict().items()}
+        init_info = {"name": init_meta.get("name"), "sha256": init_meta.get("sha256"),
+                     "metrics": {k: _strip(v) if isinstance(v, dict) else v
+                                 for k, v in init_meta.get("metrics", {}).items()}}
     shippable = [r for r in pack.cohen(shippable_only=True) if r.shippable]
     if limit is not None:
         shippable = shippable[: int(limit)]
@@ -457,9 +579,14 @@ def train_lung_unet(
     train_idx, val_idx = split_by_patient(shippable, min(recipe.val_count, len(shippable) // 2), seed)
     t0 = time.perf_counter()
     samples = prepare_samples(shippable, config.input_size, progress=progress)
-    load_seconds = time.perf_counter() - t0
     train_s, val_s = samples.subset(train_idx), samples.subset(val_idx)
-    model, history = train_on_samples(train_s, val_s, config, recipe, seed=seed, progress=progress)
+    if recipe.synthetic_count:
+        synth = synthetic_samples(recipe.synthetic_count, recipe.synthetic_seed, synth_config, config.input_size,
+                                  progress=progress)
+        train_s = concat_samples(train_s, synth)
+    load_seconds = time.perf_counter() - t0
+    model, history = train_on_samples(train_s, val_s, config, recipe, seed=seed, progress=progress,
+                                      init_state=init_state)
     train_seconds = history[-1]["seconds"] if history else 0.0
     best = max((h for h in history if "val_dice" in h), key=lambda h: h["val_dice"], default=None)
     eval_records: list[LungRecord] = []
@@ -481,10 +608,14 @@ def train_lung_unet(
             "selection": "weights of the epoch with the best validation Dice (canvas, logit > 0)",
             "deterministic": recipe.deterministic,
             "hardware": f"CPU, {recipe.threads} threads, {platform.machine()}",
+            "init": init_info or "fresh initialisation (torch defaults, seeded)",
         },
         "data": {
             "summary": (f"{len(train_idx)} train + {len(val_idx)} validation images from cxr-pack-v1 cohen/ "
-                        f"rows with licences {sorted(_licence_counts(shippable))}; NC rows for evaluation only"),
+                        f"rows with licences {sorted(_licence_counts(shippable))}"
+                        + (f" + {recipe.synthetic_count} synthetic phantoms (train only)" if recipe.synthetic_count
+                           else "")
+                        + "; NC rows for evaluation only"),
             "collection": "COVID-19 image data collection, Cohen, Morrison, Dao, arXiv:2003.11597 (2020)",
             "masks": "V7 Labs COVID-19 X-ray annotations (lung masks), CC BY 4.0; split into right/left lungs",
             "train": [_record_entry(shippable[i]) for i in train_idx],
@@ -495,6 +626,12 @@ def train_lung_unet(
                 "licences": _licence_counts(eval_records),
                 "use": "evaluation only (non-commercial licences); never used for training or model selection",
             },
+            "synthetic_train": (_synthetic_entry(recipe.synthetic_seed, recipe.synthetic_count, synth_config,
+                                                 "training split only (not validation / model selection)")
+                                if recipe.synthetic_count else None),
+            "synthetic_eval": (_synthetic_entry(recipe.synthetic_eval_seed, recipe.synthetic_eval_count,
+                                                synth_config, "evaluation only (metrics.synthetic_eval)")
+                               if evaluate and recipe.synthetic_eval_count else None),
         },
         "metrics": {},
         "heart": f"not predicted; estimated from the lungs ({HEART_METHOD}), heart_source='estimate'",
@@ -515,6 +652,12 @@ def train_lung_unet(
         nc = evaluate_records(segmenter, eval_records, progress=progress)
         nc["seconds"] = round(time.perf_counter() - t1, 1)
         metrics["nc_eval"] = nc
+        if recipe.synthetic_eval_count:
+            t1 = time.perf_counter()
+            syn = evaluate_synthetic(segmenter, recipe.synthetic_eval_count, recipe.synthetic_eval_seed,
+                                     synth_config, progress=progress)
+            syn["seconds"] = round(time.perf_counter() - t1, 1)
+            metrics["synthetic_eval"] = syn
     final = update_sidecar(json_path, {"metrics": metrics})
     return TrainResult(weights_path, json_path, metrics, history, train_seconds, final)
 
