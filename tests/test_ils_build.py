@@ -113,11 +113,11 @@ def test_local_pool_and_ray_give_identical_output(cohort, built, tmp_path):
     tasks, failures = build_tasks(cohort / "files")
     spec, config = BackendSpec(), IlsConfig(seed=3)
     build_dataset(tasks, tmp_path / "pool", config, spec, engine="local", workers=2, scan_failures=failures,
-                  progress=False)
+                  progress=False, truth_cohort=cohort)
     assert _bytes(tmp_path / "pool") == _bytes(built)
     pytest.importorskip("ray")
     build_dataset(tasks, tmp_path / "ray", config, spec, engine="ray", workers=2, scan_failures=failures,
-                  progress=False)
+                  progress=False, truth_cohort=cohort)
     assert _bytes(tmp_path / "ray") == _bytes(built)
 
 
