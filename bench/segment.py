@@ -1,9 +1,12 @@
 """Segmentation benchmark: the shipped lung U-Net on the pack's evaluation rows, its CPU speed, and the
 heart estimate against the synthetic phantoms' exact hearts.
 
-Run: ``.venv/bin/python bench/segment.py [--phantoms 50] [--nc 0] [--threads 2]`` (``--nc 0`` = all
-CC BY-NC-SA rows). Rows that need the pack (``CXRGROUND_PACK`` or ``../shared/data/cxr-pack-v1``) are
-skipped with a note when it is missing. Prints one line per measurement.
+Also the U-Net's lung Dice on synthetic phantoms (exact masks; seed 1000, never trained on).
+
+Run: ``.venv/bin/python bench/segment.py [--phantoms 50] [--nc 0] [--synthetic 40] [--threads 2]``
+(``--nc 0`` = all CC BY-NC-SA rows; ``--synthetic 0`` skips the phantom Dice). Rows that need the pack
+(``CXRGROUND_PACK`` or ``../shared/data/cxr-pack-v1``) are skipped with a note when it is missing.
+Prints one line per measurement.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--phantoms", type=int, default=50, help="synthetic phantoms for the heart estimate")
     parser.add_argument("--nc", type=int, default=0, help="NC evaluation rows to use (0 = all)")
+    parser.add_argument("--synthetic", type=int, default=40, help="phantoms (seed 1000) for the U-Net lung Dice")
+    parser.add_argument("--synthetic-seed", type=int, default=1000, help="seed of those phantoms")
     parser.add_argument("--threads", type=int, default=2, help="torch threads for the U-Net")
     args = parser.parse_args()
 
@@ -37,7 +42,7 @@ def main() -> None:
     from cxrground.anatomy import cardiothoracic_ratio
     from cxrground.anatomy.segment import UNetLungSegmenter, score_heart_estimates
     from cxrground.anatomy.segment.builtin import heart_from_lungs
-    from cxrground.anatomy.segment.train import evaluate_records
+    from cxrground.anatomy.segment.train import evaluate_records, evaluate_synthetic
     from cxrground.anatomy.segment.unet import predict_logits
     from cxrground.datasets.pack import Pack, PackMissingError
     from cxrground.datasets.synthetic import SynthConfig, generate_study
@@ -91,6 +96,17 @@ def main() -> None:
             a = np.asarray(vals)
             print(f"heart estimate on real {label} (n={a.size}, no heart truth): CTR median {np.median(a):.3f} "
                   f"IQR {np.percentile(a, 25):.3f}-{np.percentile(a, 75):.3f}, below 0.30: {(a < 0.3).mean():.0%}")
+
+    # --- lungs on synthetic phantoms -----------------------------------------------------------------
+    if args.synthetic:
+        start = time.perf_counter()
+        res = evaluate_synthetic(seg, args.synthetic, args.synthetic_seed)
+        dt = time.perf_counter() - start
+        trained = (meta.get("data", {}).get("synthetic_train") or {}).get("seed")
+        note = f"training phantoms: seed {trained}" if trained is not None else "no phantoms in training"
+        print(f"synthetic phantoms (seed {args.synthetic_seed}, {note}): n={res['n']}  ({dt:.0f} s)")
+        print(f"  Dice mean {res['dice_mean']:.4f}   right {res['dice_right_mean']:.4f}   "
+              f"left {res['dice_left_mean']:.4f}   min {res['dice_min']:.4f}   images < 0.8: {res['below_0_8']}")
 
     # --- heart estimate vs phantom hearts ----------------------------------------------------------
     cfg = SynthConfig(prevalence={"cardiomegaly": 0.5})

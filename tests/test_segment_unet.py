@@ -242,3 +242,6 @@ def test_train_lung_unet_mixes_phantoms_and_fine_tunes(tmp_path: Path):
     assert meta["training"]["init"]["sha256"] == first.sidecar["sha256"]
     assert meta["metrics"]["synthetic_eval"]["n"] == 2 and "dice_left_mean" in meta["metrics"]["synthetic_eval"]
     assert meta["data"]["train_licences"] == {"CC BY 4.0": 6}  # phantoms are listed apart from the pack rows
+    again = train_lung_unet(_FakePack(), tmp_path / "c", epochs=1, recipe=recipe, config=TINY, name="tiny",
+                            progress=False, synth_config=cfg, evaluate=False)
+    assert again.sidecar["sha256"] == meta["sha256"]  # same seed, same data, same init: identical weights
