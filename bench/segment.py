@@ -42,10 +42,10 @@ def main() -> None:
     from cxrground.anatomy import cardiothoracic_ratio
     from cxrground.anatomy.segment import UNetLungSegmenter, score_heart_estimates
     from cxrground.anatomy.segment.builtin import heart_from_lungs
-    from cxrground.anatomy.segment.train import evaluate_records, evaluate_synthetic
     from cxrground.anatomy.segment.unet import predict_logits
     from cxrground.datasets.pack import Pack, PackMissingError
     from cxrground.datasets.synthetic import SynthConfig, generate_study
+    from cxrground.models.lung_unet_train import evaluate_records, evaluate_synthetic
 
     torch.set_num_threads(args.threads)
     seg = UNetLungSegmenter(threads=args.threads)

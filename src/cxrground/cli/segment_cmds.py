@@ -121,8 +121,8 @@ def train_lungs(out: Path, epochs: int, seed: int, pack_dir: Path | None, name: 
     The shipped lung_unet_v1 was fine-tuned with --init (the previous v1) --lr 1e-3 --synthetic 200
     --epochs 16 (see its sidecar's training.recipe).
     """
-    from cxrground.anatomy.segment.train import TrainRecipe, train_lung_unet
     from cxrground.datasets.pack import Pack
+    from cxrground.models.lung_unet_train import TrainRecipe, train_lung_unet
 
     try:
         pack = Pack(pack_dir)
