@@ -25,8 +25,6 @@ demo: $(STAMP)
 	    --left $$masks/left_lung.png --heart $$masks/heart.png --out $(DEMO_OUT)/anatomy.png | head -1
 	$(BIN)/cxrground ils build --images $(DEMO_OUT)/cohort/files --out $(DEMO_OUT)/ils --seed 0
 	$(BIN)/cxrground ils stats $(DEMO_OUT)/ils
-	@echo "quality of the built dataset against the cohort's exact truth:"
-	$(BIN)/cxrground ils quality $(DEMO_OUT)/ils --cohort $(DEMO_OUT)/cohort
 	@echo "look at: $(DEMO_OUT)/cohort/preview.png (cohort with lesion masks), $(DEMO_OUT)/anatomy.png (geometry),"
 	@echo "         $(DEMO_OUT)/ils/card.md and mimic_ils_instruction_answer.json (the ILS dataset)"
 
