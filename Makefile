@@ -25,8 +25,9 @@ demo: $(STAMP)
 	    --left $$masks/left_lung.png --heart $$masks/heart.png --out $(DEMO_OUT)/anatomy.png | head -1
 	$(BIN)/cxrground ils build --images $(DEMO_OUT)/cohort/files --out $(DEMO_OUT)/ils --seed 0
 	$(BIN)/cxrground ils stats $(DEMO_OUT)/ils
+	$(BIN)/cxrground ils gallery $(DEMO_OUT)/ils --images $(DEMO_OUT)/cohort/files
 	@echo "look at: $(DEMO_OUT)/cohort/preview.png (cohort with lesion masks), $(DEMO_OUT)/anatomy.png (geometry),"
-	@echo "         $(DEMO_OUT)/ils/card.md and mimic_ils_instruction_answer.json (the ILS dataset)"
+	@echo "         $(DEMO_OUT)/ils/gallery.html, card.md and mimic_ils_instruction_answer.json (the ILS dataset)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

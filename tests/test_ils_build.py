@@ -167,3 +167,12 @@ def test_bad_inputs_are_recorded_and_the_rest_finishes(cohort, tmp_path):
 def test_quality_command(built, cohort):
     result = CliRunner().invoke(main, ["ils", "quality", str(built), "--cohort", str(cohort)])
     assert result.exit_code == 0 and "| total |" in result.output
+
+
+def test_gallery_page(built, cohort, tmp_path):
+    page = tmp_path / "g.html"
+    result = CliRunner().invoke(main, ["ils", "gallery", str(built), "--images", str(cohort / "files"),
+                                       "--html", str(page), "--limit", "3"])
+    assert result.exit_code == 0, result.output
+    text = page.read_text()
+    assert text.count("data:image/png;base64,") == 3 and "Segment the" in text and "[SEG]" in text

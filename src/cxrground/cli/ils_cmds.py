@@ -124,4 +124,24 @@ def quality(out: Path, cohort: Path, as_json: bool) -> None:
     click.echo(json.dumps(scores, indent=2) if as_json else format_quality(scores))
 
 
+@ils.command("gallery")
+@click.argument("out", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--images", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
+              help="The image root the dataset's image_path values are relative to.")
+@click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Output page (default OUT/gallery.html).")
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--split", type=click.Choice(["train", "val", "test"]), default=None)
+def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: str | None) -> None:
+    """Write a self-contained HTML page: images with their lesion masks and all instruction-answer pairs."""
+    from cxrground.ils.gallery import render_gallery
+
+    target = html_path or out / "gallery.html"
+    try:
+        n = render_gallery(out, images, target, limit, split)
+    except CXRGroundError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"wrote {target} ({n} studies)")
+
+
 COMMANDS: list[click.Command] = [ils]

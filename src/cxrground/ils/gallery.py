@@ -1,0 +1,85 @@
+"""A self-contained HTML page to browse a built ILS dataset: per study the image with every lesion mask
+overlaid, the chosen report section, and every instruction-answer pair (positives with their mask's
+colour, negatives with their location). Images are embedded as PNG data URLs; no server needed."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from cxrground.io.image import read_image
+from cxrground.io.masks import read_mask_png
+from cxrground.io.overlay import PALETTE, overlay_masks
+
+__all__ = ["render_gallery"]
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:16px;background:#111;color:#ddd}
+.study{display:flex;gap:16px;border-bottom:1px solid #333;padding:12px 0}
+img{max-width:360px;height:auto;border:1px solid #444}
+table{border-collapse:collapse;font-size:13px}td,th{padding:2px 6px;border-bottom:1px solid #2a2a2a;text-align:left}
+.neg{color:#999}.sw{display:inline-block;width:10px;height:10px;margin-right:4px}
+.sec{font-size:12px;color:#aaa;max-width:720px}h1{font-size:20px}h2{font-size:15px;margin:0 0 6px}
+"""
+
+
+def _png_data_url(rgb: np.ndarray, width: int) -> str:
+    im = Image.fromarray(rgb)
+    if im.width > width:
+        im = im.resize((width, max(1, round(im.height * width / im.width))), Image.Resampling.BILINEAR)
+    buf = io.BytesIO()
+    im.save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _hex(colour: tuple[float, float, float]) -> str:
+    return "#" + "".join(f"{round(c * 255):02x}" for c in colour)
+
+
+def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: str | Path, limit: int = 50,
+                   split: str | None = None, width: int = 360) -> int:
+    """Write the gallery of the first ``limit`` studies (optionally of one split); returns the number shown."""
+    root, images_root = Path(dataset_dir), Path(images_root)
+    data: dict[str, Any] = json.loads((root / "mimic_ils_instruction_answer.json").read_text(encoding="utf-8"))
+    parts = [f"<!doctype html><meta charset='utf-8'><title>ILS dataset: {html.escape(root.name)}</title>"
+             f"<style>{_CSS}</style><h1>ILS dataset {html.escape(str(root))}</h1>"]
+    shown = 0
+    for split_name, studies in data.items():
+        if split is not None and split_name != split:
+            continue
+        for key, study in studies.items():
+            if shown >= limit:
+                break
+            image = read_image(images_root / study["image_path"])
+            pairs = study["instruction_answer_pairs"]
+            masks: dict[str, int] = {}
+            for p in pairs["positive_pairs"]:
+                masks.setdefault(p["seg_mask_path"], len(masks))
+            arrays = [read_mask_png(root / "lesion_mask" / path, image.shape) for path in masks]
+            colours = [PALETTE[i % len(PALETTE)] for i in range(len(arrays))]
+            rgb = overlay_masks(image.pixels, arrays, colours, alpha=0.35) if arrays else image.rgb()
+            rows = []
+            for p in pairs["positive_pairs"]:
+                c = _hex(colours[masks[p["seg_mask_path"]]])
+                rows.append(f"<tr><td><span class='sw' style='background:{c}'></span>{html.escape(p['type'])}</td>"
+                            f"<td>{html.escape(p['instruction'])}</td><td>{html.escape(p['answer'])}</td>"
+                            f"<td>{html.escape(p['target'])}</td></tr>")
+            for n in pairs["negative_pairs"]:
+                rows.append(f"<tr class='neg'><td>{html.escape(n['type'])}</td><td>{html.escape(n['instruction'])}"
+                            f"</td><td>{html.escape(n['answer'])}</td><td>{html.escape(n['target'])}</td></tr>")
+            parts.append(
+                f"<div class='study'><img alt='{html.escape(key)}' src='{_png_data_url(rgb, width)}'>"
+                f"<div><h2>{html.escape(key)} · {html.escape(split_name)} · {html.escape(study['section_name'])}</h2>"
+                f"<div class='sec'>{html.escape(study['section_content'])}</div>"
+                "<table><tr><th>type</th><th>instruction</th><th>answer</th><th>target</th></tr>"
+                + "".join(rows) + "</table></div></div>")
+            shown += 1
+    Path(out_html).write_text("".join(parts), encoding="utf-8")
+    return shown
