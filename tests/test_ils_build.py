@@ -176,3 +176,17 @@ def test_gallery_page(built, cohort, tmp_path):
     assert result.exit_code == 0, result.output
     text = page.read_text()
     assert text.count("data:image/png;base64,") == 3 and "Segment the" in text and "[SEG]" in text
+
+
+def test_qc_cross_check_runs_and_is_recorded(cohort, tmp_path):
+    out = tmp_path / "qc"
+    result = CliRunner().invoke(main, ["ils", "build", "--images", str(cohort / "files"), "--out", str(out),
+                                       "--qc-segmenter", "masks", "--qc-segmenter-opt", f"root={cohort / 'masks'}",
+                                       "--limit", "3", "--quiet"])
+    assert result.exit_code == 0, result.output
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["backend_spec"]["qc_segmenter"] == "masks" and prov["backends"]["qc_segmenter"]
+    units = [json.loads(p.read_text()) for p in (out / "units").glob("*.json")]
+    assert len(units) == 3
+    for u in units:  # either kept, or dropped with the cross-check's reason
+        assert u["status"] == "ok" or "disagree" in u["reason"] or u["stage"] != "qc"

@@ -75,3 +75,24 @@ def test_frontal_view_rule():
     views = ("PA", "AP")
     assert _frontal("PA", views) and _frontal("AP SUPINE", views) and _frontal("AP ERECT", views)
     assert not _frontal("LATERAL", views) and not _frontal("AP AXIAL", views) and not _frontal("PA LLD", views)
+
+
+def test_segmentation_cross_check():
+    from cxrground.anatomy.segment import LungHeartMasks
+    from cxrground.ils.config import IlsConfig
+    from cxrground.ils.pipeline import segmentation_disagreement
+
+    def masks(shift: int = 0, heart_bottom: int = 80) -> LungHeartMasks:
+        r = np.zeros((100, 100), bool)
+        lft = np.zeros((100, 100), bool)
+        h = np.zeros((100, 100), bool)
+        r[10:90, 10 + shift : 45] = True
+        lft[10:90, 55:90] = True
+        h[50:heart_bottom, 40:65] = True
+        return LungHeartMasks(r, lft, h, "truth", "test")
+
+    cfg = IlsConfig()
+    assert segmentation_disagreement(masks(), masks(), cfg) is None
+    assert segmentation_disagreement(masks(), masks(shift=5), cfg) is None  # exactly 5 % of the width passes
+    assert "outer right lung border" in segmentation_disagreement(masks(), masks(shift=6), cfg)
+    assert "lowest heart row" in segmentation_disagreement(masks(), masks(heart_bottom=86), cfg)

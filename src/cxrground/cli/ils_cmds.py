@@ -41,6 +41,9 @@ def _kv(pairs: tuple[str, ...]) -> dict[str, str]:
               "api_key_env, cache_path, concurrency).")
 @click.option("--segmenter", default="unet", show_default=True, help="unet | given | cxas | hybridgnet")
 @click.option("--segmenter-opt", multiple=True, help="KEY=VALUE for the segmenter (e.g. weights=PATH).")
+@click.option("--qc-segmenter", default=None, help="Second segmenter for the §6 cross-check (e.g. cxas with "
+              "--segmenter hybridgnet); studies whose lung borders or heart bottom disagree by > 5 % are dropped.")
+@click.option("--qc-segmenter-opt", multiple=True)
 @click.option("--synthesizer", default="pseudo-normal", show_default=True, help="pseudo-normal | radedit")
 @click.option("--synthesizer-opt", multiple=True)
 @click.option("--detector", default="anomaly", show_default=True, help="anomaly | yolo")
@@ -58,7 +61,8 @@ def _kv(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--quiet", is_flag=True)
 def build(images: Path, reports: Path | None, index: Path | None, out: Path, engine: str, workers: int,
           structurer: str, structurer_opt: tuple[str, ...], segmenter: str, segmenter_opt: tuple[str, ...],
-          synthesizer: str, synthesizer_opt: tuple[str, ...], detector: str, detector_opt: tuple[str, ...],
+          qc_segmenter: str | None, qc_segmenter_opt: tuple[str, ...], synthesizer: str,
+          synthesizer_opt: tuple[str, ...], detector: str, detector_opt: tuple[str, ...],
           split_file: Path | None, split_ratios: str, exclude: Path | None, threshold_scale: float,
           limit: int | None, seed: int, overwrite: bool, quiet: bool) -> None:
     """Build a MIMIC-ILS-format dataset from images and reports (resumable: rerun to continue)."""
@@ -73,7 +77,7 @@ def build(images: Path, reports: Path | None, index: Path | None, out: Path, eng
         ratios = tuple(float(v) for v in split_ratios.split(","))
         config = replace(IlsConfig(seed=seed, exclude_studies=excluded)).with_threshold_scale(threshold_scale)
         spec = BackendSpec(structurer, _kv(structurer_opt), segmenter, _kv(segmenter_opt), synthesizer,
-                           _kv(synthesizer_opt), detector, _kv(detector_opt))
+                           _kv(synthesizer_opt), detector, _kv(detector_opt), qc_segmenter, _kv(qc_segmenter_opt))
         tasks, failures = build_tasks(images, reports, index, split_file, ratios, excluded, limit)
         if not tasks:
             raise click.ClickException(f"no studies found under {images} ({len(failures)} inputs failed)")

@@ -50,6 +50,9 @@ class BackendSpec:
     synthesizer_kwargs: dict[str, Any] = field(default_factory=dict)
     detector: str = "anomaly"
     detector_kwargs: dict[str, Any] = field(default_factory=dict)
+    qc_segmenter: str | None = None
+    """Second lung/heart segmenter for the ILS §6 cross-check (None = no cross-check)."""
+    qc_segmenter_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

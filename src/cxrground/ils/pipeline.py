@@ -25,7 +25,7 @@ from cxrground.io.transform import Letterbox
 from cxrground.reports import choose_section, parse_report_text, read_report
 from cxrground.vocab.locations import HEART
 
-__all__ = ["Backends", "backend_provenance", "get_backends", "process_study"]
+__all__ = ["Backends", "backend_provenance", "get_backends", "process_study", "segmentation_disagreement"]
 
 _CACHE: dict[str, Backends] = {}
 
@@ -43,12 +43,16 @@ class Backends:
         self.segmenter = get_segmenter(spec.segmenter, **spec.segmenter_kwargs)
         self.synthesizer = get_synthesizer(spec.synthesizer, **spec.synthesizer_kwargs)
         self.detector = get_detector(spec.detector, **spec.detector_kwargs)
+        self.qc_segmenter = (get_segmenter(spec.qc_segmenter, **spec.qc_segmenter_kwargs)
+                             if spec.qc_segmenter else None)
 
     def provenance(self) -> dict[str, Any]:
         """Each backend's own provenance (name, version, weights hash, settings)."""
         out: dict[str, Any] = {}
-        for stage in ("structurer", "segmenter", "synthesizer", "detector"):
+        for stage in ("structurer", "segmenter", "synthesizer", "detector", "qc_segmenter"):
             backend = getattr(self, stage)
+            if backend is None:
+                continue
             prov = getattr(backend, "provenance", None)
             out[stage] = prov() if callable(prov) else {"name": getattr(backend, "name", type(backend).__name__)}
         return out
@@ -102,6 +106,10 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
                     "reason": f"lungs cover less than {config.qc.min_lung_fraction:.0%} of the image"}
         if not right.any() or not left.any():
             return {**unit, "status": "rejected", "stage": "qc", "reason": "one lung not found"}
+        if backends.qc_segmenter is not None:
+            problem = segmentation_disagreement(anatomy, backends.qc_segmenter.segment(image), config)
+            if problem:
+                return {**unit, "status": "rejected", "stage": "qc", "reason": problem}
         ctr = cardiothoracic_ratio(heart, right, left) if heart is not None and heart.any() else None
         stage = "spatial"
         grounded, empty, records = _ground(structured.findings, image.pixels, right, left, heart, backends, config)
@@ -139,6 +147,30 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
         tail = traceback.format_exc().strip().splitlines()[-3:]
         return {**unit, "status": "failed", "stage": stage, "reason": f"{type(exc).__name__}: {exc}",
                 "error": "internal", "traceback": tail}
+
+
+def segmentation_disagreement(a: Any, b: Any, config: IlsConfig) -> str | None:
+    """ILS §6 cross-check of two segmentations: the reason to drop the study, or None.
+
+    Compared: the outermost x of the lungs (right lung's leftmost and left lung's rightmost column) as a
+    share of the image width, and the lowest row of the heart as a share of the height (when both have
+    a heart).
+    """
+    height, width = a.shape
+    for name, mask_a, mask_b, pick in (("right", a.right_lung, b.right_lung, np.min),
+                                       ("left", a.left_lung, b.left_lung, np.max)):
+        if not mask_b.any():
+            return f"QC segmenter found no {name} lung"
+        dx = abs(int(pick(np.flatnonzero(mask_a.any(axis=0)))) - int(pick(np.flatnonzero(mask_b.any(axis=0)))))
+        if dx > config.qc.lung_x_disagreement * width:
+            return f"segmenters disagree on the outer {name} lung border (lung x disagreement > " \
+                   f"{config.qc.lung_x_disagreement:.0%} of width)"
+    if a.heart is not None and b.heart is not None and a.heart.any() and b.heart.any():
+        dy = abs(int(np.flatnonzero(a.heart.any(axis=1))[-1]) - int(np.flatnonzero(b.heart.any(axis=1))[-1]))
+        if dy > config.qc.heart_y_disagreement * height:
+            return f"segmenters disagree on the lowest heart row (heart y disagreement > " \
+                   f"{config.qc.heart_y_disagreement:.0%} of height)"
+    return None
 
 
 _POSITION_WORDS = frozenset({"SUPINE", "ERECT", "UPRIGHT", "SEMI-ERECT", "SEMIERECT", "PORTABLE", "SITTING"})
