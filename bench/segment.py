@@ -14,18 +14,9 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from collections.abc import Callable
 
 import numpy as np
-
-
-def timed(fn: Callable[[], object], repeat: int) -> float:
-    """Mean seconds per call over ``repeat`` calls (after one warm-up call)."""
-    fn()
-    start = time.perf_counter()
-    for _ in range(repeat):
-        fn()
-    return (time.perf_counter() - start) / repeat
+from foundation import timed  # the bench scripts share one timing helper
 
 
 def main() -> None:

@@ -15,3 +15,10 @@ def rect(shape: tuple[int, int], rows: tuple[int, int], cols: tuple[int, int]) -
 def rows_of(mask: np.ndarray) -> list[int]:
     """Indices of the rows that contain any foreground pixel."""
     return [int(r) for r in np.flatnonzero(mask.any(axis=1))]
+
+
+def blank_image(path):
+    """Write an 8×8 black image (PNG or JPEG by suffix) and return its path."""
+    from cxrground.io.image import write_image
+
+    return write_image(path, np.zeros((8, 8), np.uint8))

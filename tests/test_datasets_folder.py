@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
-
 from cxrground.datasets.folder import scan_folder
-from cxrground.io.image import write_image
-
-
-def _img(path):
-    return write_image(path, np.zeros((8, 8), np.uint8))
+from masks_helpers import blank_image as _img
 
 
 def test_mimic_layout_with_reports(tmp_path):

@@ -8,11 +8,7 @@ import pytest
 from cxrground.errors import ConfigError
 from cxrground.ils.card import count_table, recall_table, render_card
 from cxrground.ils.tasks import assign_split, build_tasks
-from cxrground.io.image import write_image
-
-
-def _img(path):
-    return write_image(path, np.zeros((8, 8), np.uint8))
+from masks_helpers import blank_image as _img
 
 
 def test_one_image_per_study_and_splits(tmp_path):
