@@ -66,8 +66,6 @@ def build(images: Path, reports: Path | None, index: Path | None, out: Path, eng
           split_file: Path | None, split_ratios: str, exclude: Path | None, threshold_scale: float,
           limit: int | None, seed: int, overwrite: bool, quiet: bool) -> None:
     """Build a MIMIC-ILS-format dataset from images and reports (resumable: rerun to continue)."""
-    from dataclasses import replace
-
     from cxrground.ils.build import BackendSpec, build_dataset
     from cxrground.ils.config import IlsConfig
     from cxrground.ils.tasks import build_tasks
@@ -75,7 +73,9 @@ def build(images: Path, reports: Path | None, index: Path | None, out: Path, eng
     try:
         excluded = tuple(line.strip() for line in exclude.read_text().splitlines() if line.strip()) if exclude else ()
         ratios = tuple(float(v) for v in split_ratios.split(","))
-        config = replace(IlsConfig(seed=seed, exclude_studies=excluded)).with_threshold_scale(threshold_scale)
+        config = IlsConfig(seed=seed, exclude_studies=excluded)
+        if threshold_scale != 1.0:
+            config = config.with_threshold_scale(threshold_scale)
         spec = BackendSpec(structurer, _kv(structurer_opt), segmenter, _kv(segmenter_opt), synthesizer,
                            _kv(synthesizer_opt), detector, _kv(detector_opt), qc_segmenter, _kv(qc_segmenter_opt))
         tasks, failures = build_tasks(images, reports, index, split_file, ratios, excluded, limit)
