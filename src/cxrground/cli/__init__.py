@@ -17,6 +17,7 @@ def _register() -> None:
     from cxrground.cli import (
         anatomy_cmds,
         data_cmds,
+        eval_cmds,
         ils_cmds,
         report_cmds,
         segment_cmds,
@@ -24,7 +25,8 @@ def _register() -> None:
         synth_cmds,
     )
 
-    for module in (synth_cmds, data_cmds, report_cmds, structure_cmds, anatomy_cmds, segment_cmds, ils_cmds):
+    for module in (synth_cmds, data_cmds, report_cmds, structure_cmds, anatomy_cmds, segment_cmds, ils_cmds,
+                   eval_cmds):
         for command in module.COMMANDS:
             main.add_command(command)
 

@@ -1,0 +1,110 @@
+"""Model predictions for an ILS split: reading the JSONL file and decoding its masks.
+
+Format (one JSON object per line, one line per evaluated pair; blank lines are ignored)::
+
+    {"pair_id": "s10000000_positive_0", "answer": "<generated text>",
+     "mask": {"size": [H, W], "counts": "..."}}
+    {"pair_id": "s10000000_negative_0", "answer": "<generated text>",
+     "mask_path": "masks/s10000000_negative_0.png"}
+
+- ``pair_id`` (required): the MIMIC-ILS pair id.
+- ``answer`` (optional): the generated text. Either the bare answer or the whole decoded sequence;
+  the part after the last ``ASSISTANT:`` and before ``</s>`` is used (ILS.md §15.2).
+- ``mask`` (optional): COCO RLE of the binary prediction at the image's **native** ``H×W``
+  (compressed string or uncompressed list counts), or
+- ``mask_path`` (optional): a 0/255 (or 0/1) single-channel PNG, path relative to the predictions file.
+
+A mask whose size differs from the native image size raises :class:`~cxrground.errors.MaskShapeError`
+naming the pair. A pair without a line (or a line without mask / answer) is listed as missing and
+counts as wrong: IoU 0 for a positive, "not empty" for a negative, text wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cxrground.errors import InputError, MaskError
+from cxrground.io.masks import check_shape, decode_rle, read_mask_png
+
+__all__ = ["Prediction", "load_predictions"]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One prediction line; the mask is decoded on demand (:meth:`mask_array`)."""
+
+    pair_id: str
+    answer: str | None = None
+    rle: Mapping[str, Any] | None = None
+    mask_path: Path | None = None
+
+    @property
+    def has_mask(self) -> bool:
+        """True when the line gives a mask (RLE or PNG)."""
+        return self.rle is not None or self.mask_path is not None
+
+    def mask_array(self, shape: Sequence[int] | None = None) -> np.ndarray | None:
+        """The predicted bool mask (None when the line has none); checks ``shape`` when given."""
+        what = f"prediction mask of pair {self.pair_id}"
+        if self.rle is not None:
+            try:
+                mask = decode_rle(self.rle)
+            except MaskError as exc:
+                raise MaskError(f"{what}: {exc.reason}", exc.path) from exc
+            path = None
+        elif self.mask_path is not None:
+            mask = read_mask_png(self.mask_path)
+            path = self.mask_path
+        else:
+            return None
+        if shape is not None:
+            check_shape(mask, shape, what, path)
+        return mask
+
+
+def load_predictions(path: str | Path) -> dict[str, Prediction]:
+    """Read a predictions JSONL file (format in the module docstring) keyed by pair id."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError as exc:
+        raise InputError("predictions file not found", path) from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"predictions file is not UTF-8 ({exc})", path) from exc
+    out: dict[str, Prediction] = {}
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"line {lineno}: not valid JSON ({exc})", path) from exc
+        if not isinstance(obj, dict) or not isinstance(obj.get("pair_id"), str):
+            raise InputError(f"line {lineno}: expected an object with a string 'pair_id'", path)
+        pid = obj["pair_id"]
+        if pid in out:
+            raise InputError(f"line {lineno}: duplicate prediction for pair {pid}", path)
+        answer = obj.get("answer")
+        if answer is not None and not isinstance(answer, str):
+            raise InputError(f"line {lineno}: 'answer' of pair {pid} must be a string", path)
+        rle = obj.get("mask")
+        mask_path = obj.get("mask_path")
+        if rle is not None and mask_path is not None:
+            raise InputError(f"line {lineno}: pair {pid} gives both 'mask' and 'mask_path'", path)
+        if rle is not None and not isinstance(rle, dict):
+            raise InputError(f"line {lineno}: 'mask' of pair {pid} must be a COCO RLE object", path)
+        if mask_path is not None and not isinstance(mask_path, str):
+            raise InputError(f"line {lineno}: 'mask_path' of pair {pid} must be a string", path)
+        out[pid] = Prediction(
+            pair_id=pid,
+            answer=answer,
+            rle=rle,
+            mask_path=(path.parent / mask_path) if mask_path is not None else None,
+        )
+    return out
