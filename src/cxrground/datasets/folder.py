@@ -43,9 +43,13 @@ class StudyInput:
 
 
 def scan_folder(
-    images: str | Path, reports: str | Path | None = None, index: str | Path | None = None
+    images: str | Path,
+    reports: str | Path | None = None,
+    index: str | Path | None = None,
+    require_reports: bool = True,
 ) -> tuple[list[StudyInput], list[Failure]]:
-    """Find the studies under ``images``; images without a locatable report become failures."""
+    """Find the studies under ``images``; images without a locatable report become failures
+    (unless ``require_reports`` is False, for reports that come from elsewhere, e.g. a table)."""
     root = Path(images)
     if not root.is_dir():
         raise InputError("image folder not found", root)
@@ -61,8 +65,8 @@ def scan_folder(
             failures.append(Failure(str(path), "scan", "not in the MIMIC-CXR layout and no index given", "InputError"))
             continue
         group, subject, study, dicom = match.groups()
-        report = _find_mimic_report(path, group, subject, study, report_root)
-        if report is None:
+        report = _find_mimic_report(path, group, subject, study, report_root) if require_reports else None
+        if report is None and require_reports:
             failures.append(Failure(str(path), "scan", f"no report {subject}/{study}.txt found", "InputError"))
             continue
         mimic_rel = f"{group}/{subject}/{study}/{path.name}"

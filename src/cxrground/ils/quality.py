@@ -103,6 +103,10 @@ def score_against_truth(dataset_dir: str | Path, cohort_dir: str | Path) -> dict
     return {"per_lesion": per_lesion, "total": total}
 
 
+def _pct(v: float) -> str:
+    return "–" if v != v else f"{100 * v:.1f}"
+
+
 def _regions(truth: Any, shape: tuple[int, int]) -> dict[str, np.ndarray]:
     right = decode_rle(truth.anatomy["right_lung"].rle, shape)
     left = decode_rle(truth.anatomy["left_lung"].rle, shape)
@@ -130,13 +134,9 @@ def format_quality(scores: dict[str, Any]) -> str:
     """A Markdown table of :func:`score_against_truth` results."""
     lines = ["| lesion | masks | gIoU % | cIoU % | recall % | negatives | negatives correct % |",
              "|---|---|---|---|---|---|---|"]
-
-    def pct(v: float) -> str:
-        return "–" if v != v else f"{100 * v:.1f}"
-
     for name, row in [*scores["per_lesion"].items(), ("total", scores["total"])]:
-        lines.append(f"| {name} | {row['masks']} | {pct(row['gIoU'])} | {pct(row['cIoU'])} | {pct(row['recall'])} "
-                     f"| {row['negatives']} | {pct(row['negative_correct'])} |")
+        lines.append(f"| {name} | {row['masks']} | {_pct(row['gIoU'])} | {_pct(row['cIoU'])} | {_pct(row['recall'])} "
+                     f"| {row['negatives']} | {_pct(row['negative_correct'])} |")
     return "\n".join(lines)
 
 
@@ -189,11 +189,7 @@ def format_findings_quality(scores: dict[str, Any]) -> str:
     """A Markdown table of :func:`score_findings` results."""
     lines = ["| lesion | TP | FP | FN | precision % | recall % | certainty % | location exact % |",
              "|---|---|---|---|---|---|---|---|"]
-
-    def pct(v: float) -> str:
-        return "–" if v != v else f"{100 * v:.1f}"
-
     for name, r in scores.items():
-        lines.append(f"| {name} | {r['tp']} | {r['fp']} | {r['fn']} | {pct(r['precision'])} | {pct(r['recall'])} "
-                     f"| {pct(r['certainty_acc'])} | {pct(r['location_exact'])} |")
+        lines.append(f"| {name} | {r['tp']} | {r['fp']} | {r['fn']} | {_pct(r['precision'])} | {_pct(r['recall'])} "
+                     f"| {_pct(r['certainty_acc'])} | {_pct(r['location_exact'])} |")
     return "\n".join(lines)

@@ -88,10 +88,7 @@ def build_tasks(
         table = {(r.report_id if r.report_id.startswith("s") else f"s{r.report_id}"): r.text or "" for r in parsed}
     elif reports is not None:
         reports_dir = reports
-    if table and index is None:
-        studies, bad = _scan_without_reports(images)
-    else:
-        studies, bad = scan_folder(images, reports_dir, index)
+    studies, bad = scan_folder(images, reports_dir, index, require_reports=not table)
     failures.extend(bad)
     splits = read_split_file(split_file) if split_file else {}
     excluded = {s if s.startswith("s") else f"s{s}" for s in exclude}
@@ -127,20 +124,3 @@ def build_tasks(
         tasks = tasks[:limit]
     return tasks, failures
 
-
-def _scan_without_reports(images: str | Path) -> tuple[list[StudyInput], list[Failure]]:
-    """MIMIC-layout images whose reports come from a table: scan ignoring missing report files."""
-    from cxrground.datasets.folder import MIMIC_IMAGE_RE
-    from cxrground.io.image import IMAGE_SUFFIXES
-
-    root = Path(images)
-    out: list[StudyInput] = []
-    failures: list[Failure] = []
-    for path in sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()):
-        m = MIMIC_IMAGE_RE.search(path.relative_to(root).as_posix())
-        if m is None:
-            failures.append(Failure(str(path), "scan", "not in the MIMIC-CXR layout and no index given", "InputError"))
-            continue
-        group, subject, study, dicom = m.groups()
-        out.append(StudyInput(study, path, subject, dicom, None, None, None, f"{group}/{subject}/{study}/{path.name}"))
-    return out, failures
