@@ -38,3 +38,46 @@ def spec_text() -> dict[str, str]:
             pytest.fail(msg)
         pytest.skip(msg)
     return {k: p.read_text(encoding="utf-8") for k, p in files.items()}
+
+
+CHROMIUM = Path(os.environ.get("CXRGROUND_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """A headless Debian Chromium driven by Playwright; skips (outside CI) or fails (in CI) without it."""
+    if not CHROMIUM.is_file():
+        msg = f"chromium not found at {CHROMIUM} (apt-get install chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture()
+def page(browser):
+    """A fresh page (own context) in the shared headless browser; console errors are collected on it."""
+    context = browser.new_context()
+    pg = context.new_page()
+    pg.console_errors = []
+    pg.on("console", lambda m: m.type == "error" and pg.console_errors.append(m.text))
+    pg.on("pageerror", lambda e: pg.console_errors.append(str(e)))
+    try:
+        yield pg
+    finally:
+        context.close()

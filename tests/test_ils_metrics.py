@@ -21,7 +21,7 @@ from cxrground.evaluation.ils_metrics import (
     question_type,
     sample_iou,
 )
-from cxrground.evaluation.predictions import Prediction, load_predictions
+from cxrground.ils.predictions import Prediction, load_predictions
 from cxrground.ils.schema import validate_dataset
 from cxrground.io.masks import encode_rle, write_mask_png
 from cxrground.vocab import ils_templates as T

@@ -19,14 +19,19 @@ def _register() -> None:
         data_cmds,
         eval_cmds,
         ils_cmds,
+        ils_model_cmds,
+        percept_build_cmds,
+        percept_cmds,
+        percept_eval_cmds,
         report_cmds,
         segment_cmds,
+        serve_cmds,
         structure_cmds,
         synth_cmds,
     )
 
     for module in (synth_cmds, data_cmds, report_cmds, structure_cmds, anatomy_cmds, segment_cmds, ils_cmds,
-                   eval_cmds):
+                   eval_cmds, ils_model_cmds, percept_cmds, percept_build_cmds, percept_eval_cmds, serve_cmds):
         for command in module.COMMANDS:
             main.add_command(command)
 

@@ -7,7 +7,7 @@ from cxrground.evaluation.ils_metrics import (
     format_report,
     parse_answer,
 )
-from cxrground.evaluation.predictions import Prediction, load_predictions
+from cxrground.ils.predictions import Prediction, load_predictions
 
 __all__ = [
     "Prediction",

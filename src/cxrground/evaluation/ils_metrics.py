@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 
 from cxrground.errors import InputError
-from cxrground.evaluation.predictions import Prediction, load_predictions
 from cxrground.ils.build import DATASET_FILE, MASK_DIR
+from cxrground.ils.predictions import Prediction, load_predictions
 from cxrground.ils.schema import load_dataset
 from cxrground.io.masks import as_mask, check_same_shape, check_shape, read_mask_png
 from cxrground.vocab.ils_templates import (
@@ -442,7 +442,7 @@ def evaluate_dataset(
     seg_mode: str = "unspecified",
     log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Score a predictions JSONL file (see :mod:`cxrground.evaluation.predictions`) on one split.
+    """Score a predictions JSONL file (see :mod:`cxrground.ils.predictions`) on one split.
 
     Every pair of the split (or the first ``limit`` pairs in file order, when given) is scored;
     pairs without a prediction are counted wrong and listed under ``missing``. ``seg_mode`` records

@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 
 from cxrground.errors import InputError, MaskError
-from cxrground.io.masks import check_shape, decode_rle, read_mask_png
+from cxrground.io.masks import check_shape, decode_rle, encode_rle, read_mask_png
 
-__all__ = ["Prediction", "load_predictions"]
+__all__ = ["Prediction", "PredictionWriter", "load_predictions", "prediction_line"]
 
 
 @dataclass(frozen=True)
@@ -108,3 +108,48 @@ def load_predictions(path: str | Path) -> dict[str, Prediction]:
             mask_path=(path.parent / mask_path) if mask_path is not None else None,
         )
     return out
+
+
+def prediction_line(pair_id: str, answer: str | None, mask: np.ndarray | None) -> dict[str, Any]:
+    """One predictions-file record: the pair id, the answer text and the native-size mask as COCO RLE."""
+    line: dict[str, Any] = {"pair_id": pair_id, "answer": answer}
+    if mask is not None:
+        line["mask"] = encode_rle(np.asarray(mask, dtype=bool))
+    return line
+
+
+class PredictionWriter:
+    """Append-only predictions JSONL writer; reopening an existing file resumes after its last full line.
+
+    ``done`` holds the pair ids already written, so a killed ``predict`` run skips them on restart.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.done: set[str] = set()
+        if self.path.exists():
+            raw = self.path.read_bytes()
+            keep = raw[: raw.rfind(b"\n") + 1]  # drop a partial last line left by a kill
+            if len(keep) != len(raw):
+                self.path.write_bytes(keep)
+            self.done = set(load_predictions(self.path))
+        self._fh = self.path.open("a", encoding="utf-8")
+
+    def write(self, pair_id: str, answer: str | None, mask: np.ndarray | None) -> None:
+        """Write one prediction and flush it to disk."""
+        if pair_id in self.done:
+            raise InputError(f"pair {pair_id} already has a prediction", self.path)
+        self._fh.write(json.dumps(prediction_line(pair_id, answer, mask)) + "\n")
+        self._fh.flush()
+        self.done.add(pair_id)
+
+    def close(self) -> None:
+        """Close the file."""
+        self._fh.close()
+
+    def __enter__(self) -> PredictionWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,3 @@
+"""(filled in by its owner)."""
+
+COMMANDS: list = []

@@ -1,0 +1,1 @@
+"""CheXpercept benchmark generation (CHEXPERCEPT.md): cases, deformations, distractors, rendering, files."""

@@ -1,0 +1,249 @@
+"""The CheXpercept benchmark file ``chexpercept.json`` (CHEXPERCEPT.md §12) as typed records.
+
+``{key_id: Case}``. A lesion-free (LF) case holds only ``detection_qa``, ``pair_id`` and ``dicom_id``;
+RF and RR cases add ``contour_qa`` and (not for cardiomegaly) ``attribute_extraction_qa``.
+Implementations may add fields; consumers ignore unknown ones (``extra="allow"``). This toolkit adds
+``case_id``, ``lesion``, ``qa_path``, ``image_size`` ``[H, W]`` and ``relative_path`` on
+``detection_qa`` (the plain CXR), all optional so that a benchmark in the reference layout also loads.
+
+Image paths (``relative_path``) are relative to the benchmark folder.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
+
+from cxrground.errors import InputError
+
+__all__ = [
+    "BENCHMARK_FILE",
+    "PATHS",
+    "AttributeQA",
+    "Benchmark",
+    "Case",
+    "ChoiceQA",
+    "ComparisonQA",
+    "ContourQA",
+    "DetectionQA",
+    "DistributionQA",
+    "ImageChoiceQA",
+    "LocationQA",
+    "MaskOption",
+    "PointOption",
+    "PointsQA",
+    "RevisionResultQA",
+    "SeverityQA",
+    "case_path",
+    "load_benchmark",
+    "parse_benchmark",
+]
+
+BENCHMARK_FILE: Final[str] = "chexpercept.json"
+#: qa_path values (§1.3).
+PATHS: Final[tuple[str, str, str]] = ("lesion_free", "revision_free", "revision_required")
+QAPath = Literal["lesion_free", "revision_free", "revision_required"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ChoiceQA(_Record):
+    """A single-answer question: ``question`` is the full formatted string (stem + options)."""
+
+    question: str
+    answer_options: list[str]
+    answer: str
+    answer_index: int
+
+
+class DetectionQA(ChoiceQA):
+    """Stage 1; ``relative_path`` (toolkit addition) is the plain CXR."""
+
+    relative_path: str | None = None
+
+
+class ImageChoiceQA(ChoiceQA):
+    """Stage 2 (contour evaluation): the overlay image is ``relative_path``."""
+
+    relative_path: str
+
+
+class PointOption(_Record):
+    """A coloured point option; the last option is ``{point: null, color: "None"}``."""
+
+    point: list[int] | None
+    color: str
+
+
+class PointsQA(_Record):
+    """Stage 3a/3b (multi-select): expansion or contraction points.
+
+    ``relative_path`` (toolkit addition) is the overlay with points, shown with the expansion question.
+    """
+
+    question: str
+    answer_options: list[PointOption]
+    answer: str
+    answer_index: list[int]
+    relative_path: str | None = None
+
+
+class MaskOption(_Record):
+    """One revision-result option: the masks OR-ed into its image."""
+
+    type: Literal["true", "fake"]
+    masks: list[str]
+    relative_path: str
+
+
+class RevisionResultQA(_Record):
+    """Stage 3c: choose the revised mask; one image per option."""
+
+    question: str
+    answer_options: list[MaskOption]
+    answer: str
+    answer_index: int
+
+
+class DistributionQA(ChoiceQA):
+    """Stage 4 distribution (number of zones)."""
+
+    answer_zones: list[str] = Field(default_factory=list)
+
+
+class LocationQA(_Record):
+    """Stage 4 location (multi-select over three sub-regions + None)."""
+
+    question: str
+    answer_options: list[str]
+    answer: str
+    answer_index: list[int]
+    answer_zones: list[str] = Field(default_factory=list)
+
+
+class SeverityQA(ChoiceQA):
+    """Stage 4 severity/measurement."""
+
+    overlap_ratio: float
+    selected_lung: str
+
+
+class ComparisonQA(ChoiceQA):
+    """Stage 4 left/right comparison."""
+
+    left_size: float
+    right_size: float
+    left_has_overlap: bool
+    right_has_overlap: bool
+
+
+class AttributeQA(_Record):
+    """Stage 4 questions, asked in this order: distribution, location, severity, comparison.
+
+    §12 names the third one ``severity/measurement``; this toolkit writes the key ``severity`` and reads
+    ``severity``, ``measurement`` or ``severity/measurement``.
+    """
+
+    distribution: DistributionQA
+    location: LocationQA
+    severity: SeverityQA = Field(validation_alias=AliasChoices("severity", "measurement", "severity/measurement"))
+    comparison: ComparisonQA
+
+
+class ContourQA(_Record):
+    """Stages 2-3 of a positive case; RF entries carry the revision QAs too (not asked)."""
+
+    no_deformation: bool
+    initial_context: str
+    revision_before_masks: list[str] = Field(default_factory=list)
+    revision_after_masks: list[str] = Field(default_factory=list)
+    true_masks: dict[str, list[str]] = Field(default_factory=dict)
+    fake_masks: dict[str, list[str]] = Field(default_factory=dict)
+    true_combination: list[str] = Field(default_factory=list)
+    fake_combinations: list[list[str]] = Field(default_factory=list)
+    contour_eval_qa: ImageChoiceQA
+    contour_revision_qa_expansion: PointsQA | None = None
+    contour_revision_qa_contraction: PointsQA | None = None
+    contour_revision_qa_revision_result: RevisionResultQA | None = None
+
+
+class Case(_Record):
+    """One benchmark case (one CXR × one lesion × one conversation)."""
+
+    detection_qa: DetectionQA
+    pair_id: str
+    dicom_id: str
+    contour_qa: ContourQA | None = None
+    attribute_extraction_qa: AttributeQA | None = None
+    case_id: str | None = None
+    lesion: str | None = None
+    qa_path: QAPath | None = None
+    image_size: list[int] | None = None
+
+    def path(self, key_id: str) -> str:
+        """The case's path (§1.3), derived from the ground truth when ``qa_path`` is absent."""
+        return self.qa_path or case_path(self)
+
+    def lesion_of(self, key_id: str) -> str:
+        """The target lesion: ``lesion`` if set, else the text of ``key_id`` before the first ``_``."""
+        return self.lesion or key_id.split("_", 1)[0]
+
+
+def case_path(case: Case) -> str:
+    """§1.3 derivation: detection answer ≠ Yes → LF; ``no_deformation`` → RF; else RR."""
+    if case.detection_qa.answer != "Yes":
+        return "lesion_free"
+    if case.contour_qa is None:
+        raise ValueError(f"positive case {case.pair_id} has no contour_qa")
+    return "revision_free" if case.contour_qa.no_deformation else "revision_required"
+
+
+class Benchmark(BaseModel):
+    """The whole file: ``cases`` keyed by ``key_id``, and the folder the image paths are relative to."""
+
+    cases: dict[str, Case]
+    root: Path | None = None
+
+    def image(self, relative_path: str) -> Path:
+        """Absolute path of an image referenced by the benchmark."""
+        if self.root is None:
+            raise ValueError("benchmark has no root folder")
+        return self.root / relative_path
+
+    def dump(self) -> dict[str, Any]:
+        """The JSON object ``{key_id: case}``."""
+        return {k: c.model_dump(exclude_none=False) for k, c in self.cases.items()}
+
+
+def parse_benchmark(data: Mapping[str, Any], root: Path | None = None, source: Path | None = None) -> Benchmark:
+    """Validate a ``{key_id: case}`` mapping; errors name the case and the field."""
+    if not isinstance(data, Mapping):
+        raise InputError("benchmark JSON must be an object {key_id: case}", source)
+    cases: dict[str, Case] = {}
+    for key, value in data.items():
+        try:
+            cases[key] = Case.model_validate(value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise InputError(f"case {key}: {where}: {first['msg']}", source) from exc
+    return Benchmark(cases=cases, root=root)
+
+
+def load_benchmark(path: str | Path) -> Benchmark:
+    """Read ``chexpercept.json`` from a benchmark folder (or the file itself)."""
+    path = Path(path)
+    file = path / BENCHMARK_FILE if path.is_dir() else path
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError("benchmark file not found", file) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"benchmark file is not valid JSON ({exc})", file) from exc
+    return parse_benchmark(data, root=file.parent, source=file)
