@@ -1,3 +1,46 @@
-"""(filled in by its owner)."""
+"""``cxrground serve``: the HTTP API, the OpenAI-compatible endpoint and the web demo for a checkpoint."""
 
-COMMANDS: list = []
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from cxrground.errors import CXRGroundError
+
+
+@click.command("serve")
+@click.option("--checkpoint", type=click.Path(path_type=Path, exists=True), required=True,
+              help="Checkpoint folder (checkpoint.json names the backend).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind; anything but loopback exposes the server to the network.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option("--device", default="cpu", show_default=True, help="Device for the model (cpu, cuda, cuda:1 ...).")
+@click.option("--max-upload-mb", type=click.FloatRange(min=0, min_open=True), default=32.0, show_default=True,
+              help="Largest image accepted, in MiB (413 beyond).")
+@click.option("--max-pixels", type=click.IntRange(min=1), default=40_000_000, show_default=True,
+              help="Largest image accepted, in pixels (413 beyond).")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Server processes, each with its own copy of the model.")
+def serve(checkpoint: Path, host: str, port: int, device: str, max_upload_mb: float, max_pixels: int,
+          workers: int) -> None:
+    """Serve a checkpoint over HTTP: POST /v1/segment, POST /v1/chat/completions (OpenAI), web page at /."""
+    try:
+        from cxrground.serve.limits import Limits
+        from cxrground.serve.run import is_loopback
+        from cxrground.serve.run import serve as run_server
+    except ImportError as exc:
+        raise click.ClickException(f"serving needs the 'serve' extra (pip install 'cxrground[serve]'): {exc}") from exc
+    if not is_loopback(host):
+        click.secho(f"warning: binding to {host} exposes the server beyond this machine; it has no "
+                    "authentication. Put it behind an authenticating proxy.", fg="yellow", err=True)
+    limits = Limits(max_upload_bytes=int(max_upload_mb * 1024 * 1024), max_pixels=max_pixels)
+    click.echo(f"serving {checkpoint} on http://{host}:{port}/ (web page), /v1/segment, /v1/chat/completions",
+               err=True)
+    try:
+        run_server(checkpoint, host=host, port=port, device=device, limits=limits, workers=workers)
+    except CXRGroundError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+COMMANDS: list[click.Command] = [serve]

@@ -9,8 +9,10 @@ view are kept on the record.
 
 from __future__ import annotations
 
+import io
+import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,6 +28,7 @@ __all__ = [
     "Window",
     "is_dicom",
     "read_image",
+    "read_image_bytes",
     "read_images",
     "to_uint8",
     "write_image",
@@ -110,6 +113,30 @@ def read_image(path: str | Path, window: Window = "auto") -> CXRImage:
     return _read_raster(path, window)
 
 
+def read_image_bytes(data: bytes, name: str | None = None, window: Window = "auto") -> CXRImage:
+    """Read an in-memory PNG, JPEG or DICOM (an upload); ``name`` labels errors and becomes ``path``.
+
+    DICOM is recognised by the ``DICM`` marker or a ``.dcm``/``.dicom`` name; it is read through a
+    temporary file (the DICOM reader takes paths), which is removed at once.
+    """
+    label = name or "<uploaded bytes>"
+    if not data:
+        raise ImageReadError("image data is empty (0 bytes)", label)
+    if (len(data) >= 132 and data[128:132] == b"DICM") or Path(label).suffix.lower() in (".dcm", ".dicom"):
+        from cxrground.io.dicom import read_dicom
+
+        with tempfile.TemporaryDirectory(prefix="cxrground-upload-") as tmp:
+            tmp_path = Path(tmp) / "upload.dcm"
+            tmp_path.write_bytes(data)
+            try:
+                image = read_dicom(tmp_path, window=window)
+            except ImageReadError as exc:
+                raise ImageReadError(exc.reason, label) from exc
+    else:
+        image = _read_raster(Path(label), window, source=io.BytesIO(data))
+    return replace(image, path=name)
+
+
 def read_images(
     paths: Iterable[str | Path], window: Window = "auto", progress: bool = True
 ) -> tuple[list[CXRImage], list[Failure]]:
@@ -154,9 +181,9 @@ def write_image(path: str | Path, pixels: np.ndarray, quality: int = 95) -> Path
     return path
 
 
-def _read_raster(path: Path, window: Window) -> CXRImage:
+def _read_raster(path: Path, window: Window, source: io.BytesIO | None = None) -> CXRImage:
     try:
-        with Image.open(path) as im:
+        with Image.open(path if source is None else source) as im:
             im.load()
             mode = im.mode
             fmt = (im.format or path.suffix.lstrip(".")).lower()

@@ -1,0 +1,324 @@
+"""The FastAPI application: ``/v1/segment``, the OpenAI-compatible ``/v1/chat/completions``, the web page.
+
+Routes:
+
+* ``POST /v1/segment`` — multipart (``image`` file + ``instruction`` field) or JSON
+  ``{"image": "<base64 | data URL>", "instruction": ...}``; options ``mask_format`` (rle | png | both,
+  default both), ``overlay`` and ``include_image`` as body fields or query parameters (the body wins).
+  Answers :class:`~cxrground.serve.schemas.SegmentResponse`: ``answer``, ``structured``, ``mask`` (COCO
+  RLE at the native size), ``mask_png`` (base64 PNG 0/255, native size), ``overlay_png`` (base64 RGB,
+  the mask blended onto the image in :data:`OVERLAY_COLOUR` with :data:`OVERLAY_ALPHA` by
+  :func:`cxrground.io.overlay.overlay_masks`), ``image_png`` (the 8-bit grey image the model saw),
+  ``image_size`` ``[H, W]``, ``mask_pixels``, ``model`` and ``timing_ms``.
+* ``POST /v1/chat/completions`` — see :mod:`cxrground.serve.openai_compat`.
+* ``GET /v1/models`` (OpenAI list format), ``GET /health``, ``GET /v1/examples`` (example
+  instructions rendered from :mod:`cxrground.vocab.ils_templates`), ``GET /`` (the web page) and
+  ``/static/*``.
+
+Errors are JSON ``{"error": {"type", "message", "code", "param"}}`` (the OpenAI error shape) with
+status 400 (bad input, named), 404/405 (routing), 413 (body or image too large, too many pixels),
+415 (unsupported image or body type), 422 (validation), 500 (the model failed) and 503 (no model
+loaded). Limits: :class:`~cxrground.serve.limits.Limits`; the request body is bounded by
+:attr:`Limits.max_body_bytes` before any parsing.
+
+Model calls run in the thread pool under one lock: backends are not assumed thread-safe, so one
+prediction runs at a time per process (use ``--workers`` for parallelism).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from PIL import Image
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from cxrground import __version__
+from cxrground.errors import InputError
+from cxrground.io.image import CXRImage
+from cxrground.io.masks import as_mask, encode_rle
+from cxrground.io.overlay import PALETTE, overlay_masks
+from cxrground.models.base import IlsModel, IlsOutput
+from cxrground.serve.decode import decode_image_bytes, decode_image_string
+from cxrground.serve.limits import ApiError, Limits
+from cxrground.serve.openai_compat import chat_input, completion_body
+from cxrground.serve.schemas import ChatCompletionRequest, SegmentRequest
+from cxrground.vocab import ils_templates
+from cxrground.vocab.lesions import LESIONS
+from cxrground.vocab.locations import ILS_LOCATION_LABELS
+
+__all__ = ["OVERLAY_ALPHA", "OVERLAY_COLOUR", "STATIC_DIR", "create_app", "example_instructions"]
+
+STATIC_DIR: Final[Path] = Path(__file__).resolve().parent / "static"
+#: Colour (RGB in [0, 1]) and opacity of the mask in ``overlay_png``; the web page draws the same.
+OVERLAY_COLOUR: Final[tuple[float, float, float]] = PALETTE[0]
+OVERLAY_ALPHA: Final[float] = 0.45
+#: Content-Security-Policy of the web page: nothing is loaded from outside the server.
+PAGE_CSP: Final[str] = ("default-src 'self'; img-src 'self' data: blob:; style-src 'self'; script-src 'self'; "
+                        "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'")
+
+
+class _ServerState:
+    """The loaded model, its identity, the limits and the lock that serialises predictions."""
+
+    def __init__(self, model: IlsModel | None, limits: Limits, checkpoint: str | None) -> None:
+        self.model = model
+        self.limits = limits
+        self.checkpoint = checkpoint
+        self.lock = threading.Lock()
+        self.started = int(time.time())
+
+    @property
+    def model_id(self) -> str:
+        return self.model.name if self.model is not None else "none"
+
+    def predict(self, image: CXRImage, instruction: str) -> IlsOutput:
+        """One prediction under the lock; model input errors become 400s."""
+        if self.model is None:
+            raise ApiError(503, "model_not_loaded", "no model is loaded; try again once the server is ready")
+        with self.lock:
+            try:
+                output = self.model.predict(image, instruction)
+            except InputError as exc:
+                raise ApiError(400, "invalid_request", f"the model cannot use this input: {exc.reason}") from exc
+        if tuple(np.shape(output.mask)) != image.shape:
+            raise ApiError(500, "model_error",
+                           f"the model returned a mask of shape {np.shape(output.mask)} for an image of {image.shape}")
+        return output
+
+
+class _BodyLimit:
+    """ASGI middleware: refuse request bodies over ``max_bytes`` (by Content-Length, then as they stream)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await _too_large(self.max_bytes, int(declared))(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise ApiError(413, "payload_too_large",
+                                   f"request body exceeds the limit of {self.max_bytes} bytes")
+            return message
+
+        await self.app(scope, limited, send)
+
+
+def _too_large(limit: int, size: int) -> JSONResponse:
+    err = ApiError(413, "payload_too_large", f"request body is {size} bytes; the limit is {limit} bytes")
+    return JSONResponse(err.body(), status_code=413, headers={"Connection": "close"})
+
+
+def example_instructions() -> list[str]:
+    """One example instruction per lesion and instruction type, rendered by the vocab templates."""
+    examples = [ils_templates.instruction("global", lesion) for lesion in LESIONS]
+    examples += [ils_templates.instruction("basic", lesion, [ILS_LOCATION_LABELS[i % 2]])
+                 for i, lesion in enumerate(LESIONS) if lesion != "cardiomegaly"]
+    examples.append(ils_templates.instruction("lesion_inference", ils_templates.TENTATIVE_WORD,
+                                              [ILS_LOCATION_LABELS[0]]))
+    return examples
+
+
+def create_app(model: IlsModel | None, limits: Limits | None = None, *, checkpoint: str | None = None) -> FastAPI:
+    """The server for ``model`` (None: every prediction answers 503 until ``app.state.cxr.model`` is set)."""
+    state = _ServerState(model, limits or Limits(), checkpoint)
+    app = FastAPI(title="cxrground", version=__version__,
+                  description="Lesion grounding in chest X-rays: instruction + image → answer + mask.")
+    app.state.cxr = state
+    app.add_middleware(_BodyLimit, max_bytes=state.limits.max_body_bytes)
+    _add_error_handlers(app)
+    _add_info_routes(app, state)
+    _add_predict_routes(app, state)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(_validation_error(exc.errors()).body(), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kinds = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}
+        err = ApiError(exc.status_code, kinds.get(exc.status_code, "http_error"), str(exc.detail))
+        return JSONResponse(err.body(), status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        err = ApiError(500, "server_error", f"internal error ({type(exc).__name__}: {exc})")
+        return JSONResponse(err.body(), status_code=500)
+
+
+def _validation_error(errors: Any) -> ApiError:
+    parts = []
+    for e in errors:
+        where = ".".join(str(p) for p in e.get("loc", ()) if p != "body")
+        parts.append(f"{where or 'body'}: {e.get('msg', 'invalid')}")
+    return ApiError(422, "validation_error", "; ".join(parts) or "invalid request")
+
+
+def _add_info_routes(app: FastAPI, state: _ServerState) -> None:
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        """Liveness and what is served."""
+        return {"status": "ok" if state.model is not None else "loading", "model": state.model_id,
+                "checkpoint": state.checkpoint, "version": __version__, "limits": asdict(state.limits)}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        """The served model in the OpenAI list format."""
+        data = [] if state.model is None else [
+            {"id": state.model_id, "object": "model", "created": state.started, "owned_by": "cxrground"}]
+        return {"object": "list", "data": data}
+
+    @app.get("/v1/examples")
+    async def examples() -> dict[str, Any]:
+        """Example instructions for the web page, from the vocab templates."""
+        return {"instructions": example_instructions(), "lesions": list(LESIONS)}
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", media_type="text/html",
+                            headers={"Content-Security-Policy": PAGE_CSP, "Cache-Control": "no-store"})
+
+
+def _add_predict_routes(app: FastAPI, state: _ServerState) -> None:
+    @app.post("/v1/segment", responses={400: {}, 413: {}, 415: {}, 422: {}, 503: {}})
+    async def segment(request: Request) -> JSONResponse:
+        """Segment what the instruction asks for; answer text, structured result and mask."""
+        t0 = time.perf_counter()
+        req, image = await _segment_input(request, state.limits)
+        instruction = _check_instruction(req.instruction, state.limits)
+        t1 = time.perf_counter()
+        output = await run_in_threadpool(state.predict, image, instruction)
+        t2 = time.perf_counter()
+        body = _segment_body(state, req, image, output)
+        t3 = time.perf_counter()
+        body["timing_ms"] = {"decode": _ms(t1 - t0), "model": _ms(t2 - t1), "encode": _ms(t3 - t2),
+                             "total": _ms(t3 - t0)}
+        return JSONResponse(body)
+
+    @app.post("/v1/chat/completions", responses={400: {}, 413: {}, 422: {}, 503: {}})
+    async def chat_completions(request: Request) -> JSONResponse:
+        """OpenAI-compatible chat completion: answer text plus the ``cxrground`` grounding field."""
+        try:
+            req = ChatCompletionRequest.model_validate(await _read_json(request))
+        except ValidationError as exc:
+            raise _validation_error(exc.errors()) from exc
+        url, instruction = chat_input(req, state.limits)
+        instruction = _check_instruction(instruction, state.limits)
+        image = decode_image_string(url, state.limits, data_url_only=True)
+        output = await run_in_threadpool(state.predict, image, instruction)
+        extra = {"structured": output.structured(), "mask": encode_rle(as_mask(output.mask)),
+                 "image_size": list(image.shape)}
+        return JSONResponse(completion_body(state.model_id, output.answer, instruction, extra))
+
+
+async def _read_json(request: Request) -> Any:
+    ctype = request.headers.get("content-type", "")
+    if "json" not in ctype:
+        raise ApiError(415, "unsupported_media_type", f"send application/json, not {ctype or 'no content type'}")
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "invalid_request", f"body is not valid JSON ({exc})") from exc
+
+
+async def _segment_input(request: Request, limits: Limits) -> tuple[SegmentRequest, CXRImage]:
+    """The validated options and the decoded image of a multipart or JSON segment request."""
+    ctype = request.headers.get("content-type", "")
+    query = {k: v for k, v in request.query_params.items() if k in ("mask_format", "overlay", "include_image")}
+    if ctype.startswith("multipart/form-data"):
+        async with request.form(max_files=1, max_fields=8) as form:
+            upload = form.get("image")
+            if upload is None or isinstance(upload, str):
+                raise ApiError(400, "invalid_request", "multipart field 'image' must be an uploaded file")
+            data = await upload.read()
+            fields = {k: v for k, v in form.items() if k != "image" and isinstance(v, str)}
+        req = _validate_segment({**query, **fields, "image": ""})
+        return req, decode_image_bytes(data, limits)
+    payload = await _read_json(request)
+    if not isinstance(payload, dict):
+        raise ApiError(422, "validation_error", "body must be a JSON object")
+    req = _validate_segment({**query, **payload})
+    return req, decode_image_string(req.image, limits)
+
+
+def _validate_segment(fields: dict[str, Any]) -> SegmentRequest:
+    try:
+        return SegmentRequest.model_validate(fields)
+    except ValidationError as exc:
+        raise _validation_error(exc.errors()) from exc
+
+
+def _check_instruction(text: str, limits: Limits) -> str:
+    text = text.strip()
+    if not text:
+        raise ApiError(400, "invalid_request", "the instruction is empty")
+    if len(text) > limits.max_instruction_chars:
+        raise ApiError(400, "invalid_request",
+                       f"the instruction has {len(text)} characters; the limit is {limits.max_instruction_chars}")
+    return text
+
+
+def _segment_body(state: _ServerState, req: SegmentRequest, image: CXRImage, output: IlsOutput) -> dict[str, Any]:
+    mask = as_mask(output.mask)
+    body: dict[str, Any] = {
+        "answer": output.answer,
+        "structured": output.structured(),
+        "image_size": list(image.shape),
+        "mask_pixels": int(mask.sum()),
+        "model": {"name": state.model_id, "checkpoint": state.checkpoint},
+    }
+    if req.mask_format in ("rle", "both"):
+        body["mask"] = encode_rle(mask)
+    if req.mask_format in ("png", "both"):
+        body["mask_png"] = _png_base64(mask.astype(np.uint8) * 255)
+    if req.overlay:
+        body["overlay_png"] = _png_base64(overlay_masks(image.pixels, [mask], [OVERLAY_COLOUR], OVERLAY_ALPHA))
+    if req.include_image:
+        body["image_png"] = _png_base64(image.pixels)
+    return body
+
+
+def _png_base64(pixels: np.ndarray) -> str:
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 2)

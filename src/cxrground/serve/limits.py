@@ -1,0 +1,61 @@
+"""Input limits of the HTTP server and the error type that carries an HTTP status.
+
+Every limit is checked before the model runs, and each violation is an :class:`ApiError` with the
+status code and a message that names the limit:
+
+* **413** ``payload_too_large`` — the request body or the decoded image is over ``max_upload_bytes``
+  (the raw body may be up to :attr:`Limits.max_body_bytes`, which leaves room for base64 and JSON);
+  ``too_many_pixels`` — the image header states more than ``max_pixels`` pixels (checked before the
+  pixels are decoded, so a decompression bomb is refused cheaply).
+* **415** ``unsupported_media_type`` — the bytes are none of the ``allowed_types`` (sniffed from the
+  content, never from a file name or a client's content type).
+* **400** ``invalid_request`` — empty or over-long instruction (``max_instruction_chars``), undecodable
+  image (the reader's reason is named), remote URLs, file-system paths.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = ["IMAGE_TYPES", "ApiError", "Limits"]
+
+#: Image types the server can read, by sniffed kind.
+IMAGE_TYPES: Final[tuple[str, ...]] = ("png", "jpeg", "dicom")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may contain; defaults fit full-size chest X-rays (about 3000 × 3000 px)."""
+
+    max_upload_bytes: int = 32 * 1024 * 1024
+    max_pixels: int = 40_000_000
+    allowed_types: tuple[str, ...] = IMAGE_TYPES
+    max_instruction_chars: int = 1000
+    max_messages: int = 64
+
+    def __post_init__(self) -> None:
+        if self.max_upload_bytes <= 0 or self.max_pixels <= 0 or self.max_instruction_chars <= 0:
+            raise ValueError(f"limits must be positive: {self}")
+        unknown = set(self.allowed_types) - set(IMAGE_TYPES)
+        if unknown or not self.allowed_types:
+            raise ValueError(f"allowed_types must be a non-empty subset of {IMAGE_TYPES}, got {self.allowed_types}")
+
+    @property
+    def max_body_bytes(self) -> int:
+        """Largest request body read: the image as base64 (4/3 of the bytes) plus 256 KiB for the rest."""
+        return (self.max_upload_bytes * 4 + 2) // 3 + 256 * 1024
+
+
+class ApiError(Exception):
+    """A request the server refuses: HTTP ``status``, a machine-readable ``kind`` and a message."""
+
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+        self.message = message
+
+    def body(self) -> dict[str, dict[str, str | None]]:
+        """The JSON error body (OpenAI-compatible: ``error.message`` / ``error.type``)."""
+        return {"error": {"type": self.kind, "message": self.message, "code": str(self.status), "param": None}}

@@ -1,0 +1,142 @@
+"""Starting the server: ``serve()`` for the command line, :class:`BackgroundServer` for tests and harnesses.
+
+``serve`` loads the checkpoint through :func:`cxrground.models.base.load_model` (any backend) and runs
+uvicorn. With ``workers > 1`` uvicorn starts that many processes, each loading its own copy of the
+model through :func:`app_from_env` (the settings travel in ``CXRGROUND_SERVE_*`` environment variables).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import os
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from cxrground.models.base import CHECKPOINT_FILE, IlsModel, load_model
+from cxrground.serve.limits import Limits
+
+__all__ = ["BackgroundServer", "app_from_env", "checkpoint_id", "is_loopback", "load_and_create", "serve"]
+
+_ENV_CHECKPOINT = "CXRGROUND_SERVE_CHECKPOINT"
+_ENV_DEVICE = "CXRGROUND_SERVE_DEVICE"
+_ENV_LIMITS = "CXRGROUND_SERVE_LIMITS"
+
+
+def checkpoint_id(checkpoint: str | Path) -> str:
+    """``<folder name>@<first 12 hex digits of sha256(checkpoint.json)>``: names a checkpoint without its path."""
+    path = Path(checkpoint)
+    meta = path / CHECKPOINT_FILE if path.is_dir() else path
+    folder = path if path.is_dir() else path.parent
+    digest = hashlib.sha256(meta.read_bytes()).hexdigest()[:12] if meta.is_file() else "unknown"
+    return f"{folder.resolve().name}@{digest}"
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(
+    checkpoint: str | Path,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    device: str = "cpu",
+    limits: Limits | None = None,
+    workers: int = 1,
+    log_level: str = "info",
+) -> None:
+    """Load ``checkpoint`` and serve it with uvicorn until interrupted."""
+    import uvicorn
+
+    limits = limits or Limits()
+    if workers > 1:
+        os.environ[_ENV_CHECKPOINT] = str(Path(checkpoint).resolve())
+        os.environ[_ENV_DEVICE] = device
+        os.environ[_ENV_LIMITS] = json.dumps(asdict(limits))
+        uvicorn.run("cxrground.serve.run:app_from_env", factory=True, host=host, port=port, workers=workers,
+                    log_level=log_level)
+        return
+    app, _ = load_and_create(checkpoint, device=device, limits=limits)
+    uvicorn.run(app, host=host, port=port, log_level=log_level)
+
+
+def app_from_env() -> Any:
+    """App factory for multi-worker uvicorn: loads the checkpoint named in the environment."""
+    limits_data = json.loads(os.environ.get(_ENV_LIMITS, "{}"))
+    if "allowed_types" in limits_data:
+        limits_data["allowed_types"] = tuple(limits_data["allowed_types"])
+    app, _ = load_and_create(os.environ[_ENV_CHECKPOINT], device=os.environ.get(_ENV_DEVICE, "cpu"),
+                             limits=Limits(**limits_data))
+    return app
+
+
+class BackgroundServer:
+    """uvicorn serving ``app`` in a daemon thread on ``host`` and a free port; a context manager.
+
+    ``url`` is known once :meth:`start` returns. :meth:`stop` asks the server to finish its open
+    requests and waits at most ``stop_timeout`` seconds.
+    """
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, start_timeout: float = 20.0,
+                 stop_timeout: float = 10.0, limit_concurrency: int = 16) -> None:
+        import uvicorn
+
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
+                                limit_concurrency=limit_concurrency, timeout_keep_alive=2)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="cxrground-serve", daemon=True)
+        self._start_timeout = start_timeout
+        self._stop_timeout = stop_timeout
+        self.host = host
+        self.port: int | None = None
+
+    @property
+    def url(self) -> str:
+        """``http://host:port``."""
+        if self.port is None:
+            raise RuntimeError("server not started")
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> BackgroundServer:
+        """Start the thread and wait until the socket listens."""
+        self._thread.start()
+        deadline = time.monotonic() + self._start_timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the server did not start")
+            time.sleep(0.02)
+        self.port = int(self._server.servers[0].sockets[0].getsockname()[1])
+        return self
+
+    def stop(self) -> None:
+        """Ask the server to exit and join the thread."""
+        self._server.should_exit = True
+        self._thread.join(self._stop_timeout)
+        if self._thread.is_alive():
+            self._server.force_exit = True
+            self._thread.join(self._stop_timeout)
+
+    def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def load_and_create(checkpoint: str | Path, device: str = "cpu", limits: Limits | None = None) -> tuple[Any, IlsModel]:
+    """The app for ``checkpoint`` and its model (what ``serve`` runs), for tests and embedding."""
+    from cxrground.serve.app import create_app
+
+    model = load_model(checkpoint, device=device)
+    return create_app(model, limits, checkpoint=checkpoint_id(checkpoint)), model
