@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import importlib
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from cxrground.errors import ConfigError
+from cxrground.evaluation.percept.mock_server import MockServer
 from cxrground.reports import make_section_choice, parse_numbered, parse_report_text
 from cxrground.reports.structure import (
     LLMError,
@@ -59,99 +58,30 @@ def _rule_answer(body: dict[str, Any]) -> dict[str, Any]:
     return {"mappings": mappings}
 
 
-class FakeLLM:
-    """A threaded HTTP server with a script of faults; ``requests`` counts every request it received."""
+class FakeLLM(MockServer):
+    """The harness's mock OpenAI server answering with ``answer(body)`` as JSON text; ``requests`` counts all.
+
+    Faults (``faults``, one per request): "429", "429:SECONDS", "500", "timeout" (0.6 s), "400-schema", "ok";
+    ``fail_if(body)`` → 500; ``text_wrap`` puts the answer in a ```json fence with prose; ``delay`` seconds per
+    answer; at most ``max_requests`` requests are served.
+    """
 
     def __init__(self, answer: Callable[[dict[str, Any]], Any] = _rule_answer, max_requests: int = 60) -> None:
         self.answer = answer
-        self.max_requests = max_requests
-        self.requests = 0
-        self.bodies: list[dict[str, Any]] = []
-        self.headers: list[dict[str, str]] = []
-        self.faults: list[str] = []  # consumed one per request: "429", "500", "timeout", "400-schema", "ok"
-        self.fail_if: Callable[[dict[str, Any]], bool] | None = None  # always 500 when true
-        self.text_wrap = False  # answer inside a ```json fence with prose
-        self.delay = 0.0  # seconds before each answer
-        self.inflight = 0
-        self.max_inflight = 0
-        self.lock = threading.Lock()
-        fake = self
+        self.text_wrap = False
+        super().__init__(self._content, max_requests=max_requests, keep_bodies=True, timeout_sleep=0.6)
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-                data = json.dumps(payload).encode()
-                try:
-                    self.send_response(status)
-                    for k, v in (headers or {}).items():
-                        self.send_header(k, v)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with fake.lock:
-                    fake.requests += 1
-                    over = fake.requests > fake.max_requests
-                    fault = fake.faults.pop(0) if fake.faults else "ok"
-                    fake.bodies.append(body)
-                    fake.headers.append(dict(self.headers))
-                if over:
-                    self._send(503, {"error": "request budget of the fake server exhausted"})
-                    return
-                if self.path != "/v1/chat/completions":
-                    self._send(404, {"error": "not found"})
-                    return
-                if fault == "429":
-                    self._send(429, {"error": "rate limited"}, {"Retry-After": "0"})
-                    return
-                if fault.startswith("429:"):
-                    self._send(429, {"error": "rate limited"}, {"Retry-After": fault[4:]})
-                    return
-                if fault == "500" or (fake.fail_if is not None and fake.fail_if(body)):
-                    self._send(500, {"error": "boom"})
-                    return
-                with fake.lock:
-                    fake.inflight += 1
-                    fake.max_inflight = max(fake.max_inflight, fake.inflight)
-                time.sleep(0.6 if fault == "timeout" else fake.delay)
-                with fake.lock:
-                    fake.inflight -= 1
-                if fault == "400-schema" and "response_format" in body:
-                    self._send(400, {"error": "response_format json_schema is not supported"})
-                    return
-                content = json.dumps(fake.answer(body))
-                if fake.text_wrap:
-                    content = f"Here is the JSON:\n```json\n{content}\n```\nDone."
-                self._send(200, {
-                    "id": "chatcmpl-test", "object": "chat.completion", "model": body.get("model"),
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": content}}],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                })
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    def _content(self, body: dict[str, Any]) -> str:
+        content = json.dumps(self.answer(body))
+        return f"Here is the JSON:\n```json\n{content}\n```\nDone." if self.text_wrap else content
 
     @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+    def delay(self) -> float:
+        return self.latency
 
-    def __enter__(self) -> FakeLLM:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
+    @delay.setter
+    def delay(self, value: float) -> None:
+        self.latency = value
 
 
 @pytest.fixture

@@ -1,3 +1,100 @@
-"""(filled in by its owner)."""
+"""``cxrground percept eval | score | report``: run VLMs on CheXpercept, score the runs, compare them in HTML.
 
-COMMANDS: list = []
+The commands are added to the ``percept`` group (:mod:`cxrground.cli.percept_cmds`) at import time;
+``COMMANDS`` is empty because the group is registered there. API keys come only from the environment
+variable named by ``--api-key-env``; there is no option that takes a key.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from cxrground.cli.percept_cmds import percept
+from cxrground.errors import CXRGroundError
+
+
+@click.command("eval")
+@click.option("--bench", type=click.Path(path_type=Path, exists=True), required=True,
+              help="Benchmark folder (chexpercept.json + images) or the JSON file.")
+@click.option("--model", "spec", required=True,
+              help="openai:MODEL | hf:MODEL_DIR | random | first-option | always-yes | oracle.")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Run folder.")
+@click.option("--oracle", type=click.Choice(["none", "implicit", "explicit"]), default="implicit", show_default=True)
+@click.option("--concurrency", type=int, default=8, show_default=True, help="Cases in flight at once.")
+@click.option("--limit", type=int, default=None, help="Evaluate only N cases (deterministic selection).")
+@click.option("--per-path-limit", type=int, default=None, help="At most N cases per path (RR/RF/LF).")
+@click.option("--temperature", type=float, default=0.0, show_default=True)
+@click.option("--top-p", type=float, default=None)
+@click.option("--max-tokens", type=int, default=8192, show_default=True)
+@click.option("--max-images", type=int, default=7, show_default=True,
+              help="Images per request the model accepts (an RR conversation needs 7).")
+@click.option("--base-url", default=None, help="API root of an OpenAI-compatible server (http://host:8000/v1).")
+@click.option("--api-key-env", default=None, help="Name of the environment variable holding the API key.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Case selection, random baseline, bootstrap.")
+@click.option("--cache", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Response cache (SQLite); default: percept_cache.sqlite next to the run folder.")
+@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds per request.")
+@click.option("--max-attempts", type=int, default=6, show_default=True, help="Attempts per request (retries + 1).")
+@click.option("--retry-failed", is_flag=True, help="Re-run cases recorded as failed.")
+@click.option("--progress/--no-progress", default=True, show_default=True)
+def eval_cmd(bench: Path, spec: str, out: Path, oracle: str, concurrency: int, limit: int | None,
+             per_path_limit: int | None, temperature: float, top_p: float | None, max_tokens: int, max_images: int,
+             base_url: str | None, api_key_env: str | None, seed: int, cache: Path | None, timeout: float,
+             max_attempts: int, retry_failed: bool, progress: bool) -> None:
+    """Run one model on a benchmark (resumable: rerun the same command after a kill)."""
+    from cxrground.evaluation.percept.runner import EvalSettings, RetryPolicy, run_eval
+
+    settings = EvalSettings(bench=bench, model=spec, oracle=oracle, temperature=temperature, max_tokens=max_tokens,
+                            top_p=top_p, seed=seed, limit=limit, per_path_limit=per_path_limit, max_images=max_images)
+    try:
+        summary = run_eval(settings, out, concurrency=concurrency, cache=cache, base_url=base_url,
+                           api_key_env=api_key_env, retry=RetryPolicy(max_attempts=max_attempts, timeout=timeout),
+                           retry_failed=retry_failed, progress=progress)
+    except CXRGroundError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"{summary['n_run']} of {summary['n_cases']} cases run ({summary['failed_this_run']} failed), "
+               f"{summary['requests_sent']} requests sent, {summary['cache_hits']} cache hits -> {out}")
+
+
+@click.command("score")
+@click.argument("run", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--bootstrap", "n_boot", type=int, default=1000, show_default=True,
+              help="Bootstrap resamples (0 = none).")
+def score_cmd(run: Path, n_boot: int) -> None:
+    """Score a run: score.json and the reference CSVs in RUN/; prints the summary rows."""
+    from cxrground.evaluation.percept.scoring import score_run, summary_rows
+
+    try:
+        score = score_run(run, n_boot=n_boot)
+    except CXRGroundError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for row in summary_rows(score):
+        click.echo(json.dumps(row))
+    if score["failed_cases"] or score["missing_cases"]:
+        click.echo(f"failed: {len(score['failed_cases'])}, missing: {len(score['missing_cases'])} "
+                   "(counted wrong)", err=True)
+
+
+@click.command("report")
+@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True, help="HTML file to write.")
+@click.option("--bootstrap", "n_boot", type=int, default=1000, show_default=True)
+def report_cmd(runs: tuple[Path, ...], out: Path, n_boot: int) -> None:
+    """Compare runs in one self-contained HTML page (+ all_models_summary.csv next to it)."""
+    from cxrground.evaluation.percept.report import build_report
+
+    try:
+        path = build_report(list(runs), out, n_boot=n_boot)
+    except CXRGroundError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"wrote {path}")
+
+
+percept.add_command(eval_cmd)
+percept.add_command(score_cmd)
+percept.add_command(report_cmd)
+
+COMMANDS: list[click.Command] = []

@@ -30,8 +30,8 @@ without it no ``Authorization`` header is sent (local servers). Every output rec
 (:attr:`LLMStructurer.provenance`: model, endpoint, decoding settings, prompt versions and the SHA-256 of
 each rendered prompt); findings carry ``source = "llm:<model>"``.
 
-The synchronous :meth:`LLMStructurer.structure` runs its own event loop and therefore cannot be called
-from inside a running loop; use :meth:`LLMStructurer.structure_async` there.
+The synchronous :meth:`LLMStructurer.structure` runs its own event loop (in a worker thread when the
+calling thread already runs one); inside a running loop :meth:`LLMStructurer.structure_async` is cheaper.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from cxrground.errors import ConfigError, CXRGroundError, Failure
 from cxrground.reports.findings import Finding, StructuredReport
 from cxrground.reports.model import SectionChoice
+from cxrground.reports.structure.aio import run_sync
 from cxrground.reports.structure.cache import ResponseCache, cache_key
 from cxrground.reports.structure.lexicon import EntityKind, default_location
 from cxrground.vocab import HEART, ILS_LOCATION_LABELS, LESIONS
@@ -303,7 +304,7 @@ class LLMStructurer:
 
     def structure(self, report_id: str, section: SectionChoice) -> StructuredReport:
         """Structured findings of ``section``; raises :class:`LLMError` when the report fails."""
-        return asyncio.run(self._run_one(report_id, section))
+        return run_sync(self._run_one(report_id, section))
 
     async def structure_async(self, report_id: str, section: SectionChoice,
                               client: httpx.AsyncClient | None = None) -> StructuredReport:
@@ -323,7 +324,7 @@ class LLMStructurer:
         A report that fails after the retries becomes a :class:`~cxrground.errors.Failure` (path = report
         id, stage ``structure``). ``on_done`` is called after each report (progress bars).
         """
-        return asyncio.run(self._run_many(list(items), progress, on_done))
+        return run_sync(self._run_many(list(items), progress, on_done))
 
     # -- batch machinery -----------------------------------------------------------------------------------------
 

@@ -1,0 +1,113 @@
+"""Model clients of the CheXpercept harness and their registry.
+
+A client answers one request (OpenAI-format messages) with a :class:`Completion`. ``SPEC`` strings:
+``openai:MODEL`` (:mod:`.openai`), ``hf:MODEL_DIR`` (:mod:`.hf`, transformers imported lazily) and the
+built-in baselines ``random``, ``first-option``, ``always-yes``, ``oracle`` (:mod:`.baselines`).
+
+Baselines get the question (options and GT) through the ``question`` side channel of
+:meth:`Client.complete`; it is never part of the messages. Errors: :class:`TransientError` (retried by
+the runner, optionally with a server-given ``retry_after``) and :class:`PermanentError` (the case fails).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from cxrground.errors import ConfigError, CXRGroundError
+
+if TYPE_CHECKING:
+    from cxrground.evaluation.percept.conversation import Question
+
+__all__ = ["CLIENTS", "Client", "ClientError", "Completion", "PermanentError", "TransientError", "make_client"]
+
+
+class ClientError(CXRGroundError):
+    """A request failed; ``reason`` says why."""
+
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        self.reason = reason
+        self.retry_after = retry_after
+        super().__init__(reason)
+
+
+class TransientError(ClientError):
+    """429, 5xx, timeout or connection error: worth retrying."""
+
+
+class PermanentError(ClientError):
+    """Any other failure (4xx, malformed response): not retried."""
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One response: the assistant text (None when the server sent none), token usage and model version."""
+
+    content: str | None
+    usage: dict[str, int] = field(default_factory=dict)
+    model_version: str | None = None
+
+
+class Client(Protocol):
+    """What the runner needs from a model client."""
+
+    kind: str
+    model: str
+    decoding: dict[str, Any]
+    max_images: int
+    cacheable: bool
+
+    async def complete(self, messages: Sequence[dict[str, Any]], question: Question, case_id: str = "") -> Completion:
+        """Answer the last user message of ``messages`` (``question``/``case_id``: side channel for baselines)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections / models."""
+        ...
+
+
+def _openai(name: str, **opts: Any) -> Client:
+    from cxrground.evaluation.percept.clients.openai import OpenAIClient
+
+    return OpenAIClient(name, **opts)
+
+
+def _hf(name: str, **opts: Any) -> Client:
+    from cxrground.evaluation.percept.clients.hf import HFClient
+
+    return HFClient(name, **opts)
+
+
+def _baseline(kind: str) -> Callable[..., Client]:
+    def make(name: str, **opts: Any) -> Client:
+        from cxrground.evaluation.percept.clients.baselines import BaselineClient
+
+        return BaselineClient(kind, seed=int(opts.get("seed", 0)))
+
+    return make
+
+
+#: ``prefix`` -> factory(name, **options). Prefixed specs are ``prefix:NAME``; baselines have no name.
+CLIENTS: Final[dict[str, Callable[..., Client]]] = {
+    "openai": _openai,
+    "hf": _hf,
+    "random": _baseline("random"),
+    "first-option": _baseline("first-option"),
+    "always-yes": _baseline("always-yes"),
+    "oracle": _baseline("oracle"),
+}
+_NEEDS_NAME: Final[frozenset[str]] = frozenset({"openai", "hf"})
+
+
+def make_client(spec: str, **opts: Any) -> Client:
+    """Build the client of ``spec``; options a client does not use are ignored."""
+    prefix, _, name = spec.partition(":")
+    if prefix not in CLIENTS:
+        raise ConfigError(f"unknown model spec {spec!r}; use one of openai:MODEL, hf:MODEL_DIR, "
+                          + ", ".join(k for k in CLIENTS if k not in _NEEDS_NAME))
+    if prefix in _NEEDS_NAME and not name:
+        raise ConfigError(f"model spec {spec!r} needs a name after '{prefix}:'")
+    if prefix not in _NEEDS_NAME and name:
+        raise ConfigError(f"baseline {prefix!r} takes no name")
+    return CLIENTS[prefix](name, **opts)

@@ -1,0 +1,68 @@
+"""Built-in baselines (no model): ``random``, ``first-option``, ``always-yes`` and ``oracle``.
+
+They read the question (options, GT) from the runner's side channel, never from the messages, and answer
+in the system prompt's format (``Answer: 1`` / ``Answer: 1,3``).
+
+- ``random``: uniform over the valid answers of §16, seeded per (seed, case conversation, question):
+  single answer → one of the ``n`` options; expansion / contraction with ``k`` points → one of the ``2^k``
+  answers (a non-empty subset of the points, or None alone); location → one of the 8 answers (a non-empty
+  subset of options 1-3, or option 4 alone). The draw depends only on ``seed``, the case id and the
+  question id, so it is the same at any concurrency and on resume.
+- ``first-option``: option 1.
+- ``always-yes``: the ``Yes`` option where present, else option 1.
+- ``oracle``: the ground truth.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from cxrground.evaluation.percept.clients import Completion
+from cxrground.evaluation.percept.conversation import Question, format_gt
+from cxrground.vocab.percept_templates import IMPLICIT_ANSWER, YES_NO
+
+__all__ = ["BaselineClient", "random_answer"]
+
+
+def random_answer(q: Question, rng: random.Random) -> tuple[int, ...]:
+    """A uniform draw over the valid answers of ``q`` (§16)."""
+    if not q.multi:
+        return (rng.randint(1, q.n_options),)
+    k = q.n_options - 1  # point options (or the three location regions) + the None option
+    code = rng.randrange(2**k)  # 0 -> None alone; else the subset given by the bits
+    if code == 0:
+        return (q.n_options,)
+    return tuple(i + 1 for i in range(k) if code >> i & 1)
+
+
+class BaselineClient:
+    """A model-free answerer; ``max_images`` is unbounded (it looks at no image)."""
+
+    cacheable = False
+    max_images = 10**6
+
+    def __init__(self, kind: str, seed: int = 0) -> None:
+        self.kind = kind
+        self.model = kind
+        self.seed = int(seed)
+        self.decoding: dict[str, Any] = {"seed": self.seed} if kind == "random" else {}
+
+    def _answer(self, q: Question, case_id: str) -> tuple[int, ...]:
+        if self.kind == "oracle":
+            return q.gt
+        if self.kind == "first-option":
+            return (1,)
+        if self.kind == "always-yes":
+            return (q.options.index(YES_NO[0]) + 1,) if YES_NO[0] in q.options else (1,)
+        digest = hashlib.sha256(f"{self.seed}|{case_id}|{q.qid}".encode()).digest()
+        return random_answer(q, random.Random(int.from_bytes(digest[:8], "big")))
+
+    async def complete(self, messages: Sequence[dict[str, Any]], question: Question, case_id: str = "") -> Completion:
+        """``Answer: {numbers}`` of this baseline."""
+        return Completion(IMPLICIT_ANSWER.format(gt=format_gt(self._answer(question, case_id))), {}, self.kind)
+
+    async def aclose(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,114 @@
+"""``hf:MODEL_DIR``: a local transformers chat VLM (``AutoProcessor`` + ``AutoModelForImageTextToText``).
+
+transformers and torch are imported on first use only, with ``local_files_only=True`` (nothing is
+downloaded). OpenAI-format messages are converted by :func:`to_hf_messages` (data URLs decoded to PIL
+images, ``{"type": "image"}`` parts, system text kept as a system turn); the processor's chat template
+renders them. Generation runs in a worker thread, one request at a time (one model in memory), greedy when
+``temperature`` is 0, else sampled; ``max_tokens`` becomes ``max_new_tokens``. ``max_images`` (default 7)
+must cover the 7 images of an RR conversation; the runner refuses to start otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from cxrground.errors import ConfigError
+from cxrground.evaluation.percept.clients import Completion, PermanentError
+
+__all__ = ["HFClient", "to_hf_messages"]
+
+
+def _decode_image(url: str) -> Any:
+    from PIL import Image
+
+    if not url.startswith("data:image/"):
+        raise PermanentError(f"hf client accepts only data URLs, got {url[:40]!r}")
+    data = base64.b64decode(url.split(",", 1)[1])
+    with Image.open(io.BytesIO(data)) as im:
+        return im.convert("RGB")
+
+
+def to_hf_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI chat messages → transformers chat-template messages with PIL images (order kept)."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, str) or content is None:
+            parts = [{"type": "text", "text": content or ""}]
+        else:
+            parts = []
+            for p in content:
+                if p.get("type") == "text":
+                    parts.append({"type": "text", "text": p["text"]})
+                elif p.get("type") == "image_url":
+                    parts.append({"type": "image", "image": _decode_image(p["image_url"]["url"])})
+                else:
+                    raise PermanentError(f"unsupported message part {p.get('type')!r}")
+        out.append({"role": m["role"], "content": parts})
+    return out
+
+
+class HFClient:
+    """A local transformers VLM; the model is loaded on the first request."""
+
+    kind = "hf"
+    cacheable = True
+
+    def __init__(self, model_dir: str, *, temperature: float = 0.0, max_tokens: int = 8192,
+                 top_p: float | None = None, max_images: int = 7, device: str | None = None, **_: Any) -> None:
+        if not Path(model_dir).is_dir():
+            raise ConfigError(f"hf model folder not found: {model_dir}")
+        self.model = str(model_dir)
+        self.max_images = int(max_images)
+        self.decoding: dict[str, Any] = {"temperature": float(temperature), "max_tokens": int(max_tokens)}
+        if top_p is not None:
+            self.decoding["top_p"] = float(top_p)
+        self.device = device
+        self._loaded: tuple[Any, Any] | None = None
+        self._lock = asyncio.Lock()
+
+    def _load(self) -> tuple[Any, Any]:
+        if self._loaded is None:
+            import torch
+            from transformers import AutoModelForImageTextToText, AutoProcessor
+
+            processor = AutoProcessor.from_pretrained(self.model, local_files_only=True)
+            dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+            model = AutoModelForImageTextToText.from_pretrained(self.model, local_files_only=True, torch_dtype=dtype)
+            device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            self._loaded = (processor, model.to(device).eval())
+        return self._loaded
+
+    def _generate(self, messages: Sequence[dict[str, Any]]) -> Completion:
+        import torch
+
+        processor, model = self._load()
+        inputs = processor.apply_chat_template(to_hf_messages(messages), add_generation_prompt=True, tokenize=True,
+                                               return_dict=True, return_tensors="pt").to(model.device)
+        temperature = self.decoding["temperature"]
+        kwargs: dict[str, Any] = {"max_new_tokens": self.decoding["max_tokens"], "do_sample": temperature > 0}
+        if temperature > 0:
+            kwargs["temperature"] = temperature
+            if "top_p" in self.decoding:
+                kwargs["top_p"] = self.decoding["top_p"]
+        with torch.inference_mode():
+            out = model.generate(**inputs, **kwargs)
+        n_in = int(inputs["input_ids"].shape[1])
+        new = out[0, n_in:]
+        text = processor.decode(new, skip_special_tokens=True)
+        return Completion(text, {"prompt_tokens": n_in, "completion_tokens": int(new.shape[0])}, self.model)
+
+    async def complete(self, messages: Sequence[dict[str, Any]], question: Any = None,
+                       case_id: str = "") -> Completion:
+        """Generate the answer to the last user message (one generation at a time)."""
+        async with self._lock:
+            return await asyncio.to_thread(self._generate, messages)
+
+    async def aclose(self) -> None:
+        """Drop the model."""
+        self._loaded = None

@@ -1,0 +1,300 @@
+"""The CheXpercept conversation of one case (CHEXPERCEPT.md §13): turn plan, oracle settings, OpenAI messages.
+
+A case is planned into :class:`Question` records in turn order (§13.2): detection (CXR); contour evaluation
+(overlay); RR only: ``{initial_context}\\n\\n{expansion}`` (overlay with points), contraction (no image),
+revision result (one image per option, in option order); RF and RR of lung lesions: distribution,
+location, severity/measurement, comparison (text only). Cardiomegaly has no Stage 4. LF cases have one turn.
+The path comes from the ground truth (never from the model's answers) and every turn of it is asked.
+
+Each request is the system prompt, then every earlier turn as a user message (its text + its images, re-sent
+in full as PNG data URLs) and an assistant message (the stored response), then the current user message.
+User content is a list of parts: the text part first, then the images in order (choice: the spec says
+"text + that turn's images" without an order). The history holds the **raw** response (thinking included).
+
+Oracle settings (§13.3) fire only when the relevant earlier answer is not correct (missing = not correct):
+
+- ``none``: own answers carry forward.
+- ``implicit``: the relevant earlier assistant text is replaced by ``Answer: {gt}`` (sets: sorted indices
+  joined by ``,``) from the firing turn on; the raw response stays in the record for inspection.
+- ``explicit``: O1 (before Stage 2), O2 (before Stage 3, prefixed to the initial context), O3 (before 3c),
+  O4 / O5 (RF / RR, before the first Stage-4 turn) + ``\\n\\n`` is prepended to the current user text.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import io
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from cxrground.errors import ImageReadError
+from cxrground.percept.schema import Benchmark, Case
+from cxrground.vocab import percept_templates as pt
+
+__all__ = [
+    "ATTRIBUTE_QIDS",
+    "MULTI_SELECT",
+    "ORACLE_SETTINGS",
+    "QIDS",
+    "STAGE_OF",
+    "CasePlan",
+    "Conversation",
+    "Question",
+    "format_gt",
+    "image_data_url",
+    "plan_case",
+    "user_message",
+]
+
+OracleSetting = Literal["none", "implicit", "explicit"]
+ORACLE_SETTINGS: Final[tuple[str, str, str]] = ("none", "implicit", "explicit")
+ATTRIBUTE_QIDS: Final[tuple[str, ...]] = ("distribution", "location", "severity", "comparison")
+REVISION_QIDS: Final[tuple[str, ...]] = ("expansion", "contraction", "revision_result")
+QIDS: Final[tuple[str, ...]] = ("detection", "contour_eval", *REVISION_QIDS, *ATTRIBUTE_QIDS)
+STAGE_OF: Final[dict[str, int]] = {"detection": 1, "contour_eval": 2, **dict.fromkeys(REVISION_QIDS, 3),
+                                   **dict.fromkeys(ATTRIBUTE_QIDS, 4)}
+MULTI_SELECT: Final[frozenset[str]] = frozenset({"expansion", "contraction", "location"})
+#: Reference-layout image paths (§10.2), used when a benchmark has no ``relative_path`` for these images.
+_REF_CXR: Final[str] = "{key}/detection_qa/xray.png"
+_REF_POINTS: Final[str] = "{key}/contour_qa/contour_revision_qa/xray_with_mask_and_points.png"
+
+
+@dataclass(frozen=True)
+class Question:
+    """One asked question: id, stage, the question string as stored, images, option texts and the GT indices."""
+
+    qid: str
+    stage: int
+    text: str
+    images: tuple[str, ...]
+    options: tuple[str, ...]
+    gt: tuple[int, ...]
+    prefix: str = ""  # sent before the question (Stage 3a: the initial context)
+
+    @property
+    def multi(self) -> bool:
+        return self.qid in MULTI_SELECT
+
+    @property
+    def n_options(self) -> int:
+        return len(self.options)
+
+    def user_text(self) -> str:
+        """The user text of this turn without any oracle text."""
+        return f"{self.prefix}\n\n{self.text}" if self.prefix else self.text
+
+
+@dataclass(frozen=True)
+class CasePlan:
+    """The planned conversation of one case: its id, path (``RR``/``RF``/``LF``), lesion and questions."""
+
+    case_id: str
+    path: str
+    lesion: str
+    questions: tuple[Question, ...]
+
+    @property
+    def stages(self) -> tuple[int, ...]:
+        return tuple(sorted({q.stage for q in self.questions}))
+
+    @property
+    def total_images(self) -> int:
+        """Images in the last request (every turn's images are re-sent)."""
+        return sum(len(q.images) for q in self.questions)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready plan without texts (enough to score a case that never ran)."""
+        return {"case_id": self.case_id, "path": self.path, "lesion": self.lesion,
+                "questions": [{"qid": q.qid, "stage": q.stage, "gt": list(q.gt), "n_options": q.n_options,
+                               "multi": q.multi} for q in self.questions]}
+
+
+def format_gt(gt: Sequence[int]) -> str:
+    """``{gt}`` of the oracle texts: the index, or sorted indices joined by ``,`` without spaces."""
+    return ",".join(str(i) for i in sorted(gt))
+
+
+def _point_texts(options: Sequence[Any]) -> tuple[str, ...]:
+    colors = [o.color for o in options if o.point is not None or o.color != pt.NONE_OPTION]
+    return tuple(pt.point_options(colors))
+
+
+def plan_case(key: str, case: Case) -> CasePlan:
+    """Turn plan of ``case`` (§13.2); the path is the ground-truth path (§1.3)."""
+    path = pt.PATH_ABBREVIATIONS[case.path(key)]
+    lesion = case.lesion_of(key)
+    det = case.detection_qa
+    qs = [Question("detection", 1, det.question, (det.relative_path or _REF_CXR.format(key=key),),
+                   tuple(det.answer_options), (det.answer_index,))]
+    if path != "LF":
+        cq = case.contour_qa
+        assert cq is not None  # case_path guarantees it
+        ce = cq.contour_eval_qa
+        qs.append(Question("contour_eval", 2, ce.question, (ce.relative_path,), tuple(ce.answer_options),
+                           (ce.answer_index,)))
+        if path == "RR":
+            exp, con, rev = cq.contour_revision_qa_expansion, cq.contour_revision_qa_contraction, \
+                cq.contour_revision_qa_revision_result
+            if exp is None or con is None or rev is None:
+                raise ValueError(f"RR case {key} lacks a revision question")
+            qs.append(Question("expansion", 3, exp.question, (exp.relative_path or _REF_POINTS.format(key=key),),
+                               _point_texts(exp.answer_options), tuple(sorted(exp.answer_index)),
+                               prefix=cq.initial_context))
+            qs.append(Question("contraction", 3, con.question, (), _point_texts(con.answer_options),
+                               tuple(sorted(con.answer_index))))
+            qs.append(Question("revision_result", 3, rev.question,
+                               tuple(o.relative_path for o in rev.answer_options),
+                               tuple(pt.mask_options(len(rev.answer_options))), (rev.answer_index,)))
+        attrs = case.attribute_extraction_qa
+        if lesion != "cardiomegaly" and attrs is not None:
+            for qid in ATTRIBUTE_QIDS:
+                a = getattr(attrs, qid)
+                gt = tuple(sorted(a.answer_index)) if isinstance(a.answer_index, list) else (a.answer_index,)
+                qs.append(Question(qid, 4, a.question, (), tuple(a.answer_options), gt))
+    return CasePlan(key, path, lesion, tuple(qs))
+
+
+@functools.lru_cache(maxsize=64)
+def image_data_url(path: Path) -> str:
+    """``data:image/png;base64,...`` of an image file (PNG bytes as stored; other formats re-encoded to PNG)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ImageReadError(f"cannot read image ({exc.strerror})", path) from None
+    if not data.startswith(b"\x89PNG\r\n\x1a\n"):
+        from PIL import Image, UnidentifiedImageError
+
+        try:
+            with Image.open(io.BytesIO(data)) as im:
+                buf = io.BytesIO()
+                im.save(buf, format="PNG")
+        except (UnidentifiedImageError, OSError) as exc:
+            raise ImageReadError(f"not an image ({exc})", path) from None
+        data = buf.getvalue()
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+
+
+def user_message(text: str, image_urls: Sequence[str]) -> dict[str, Any]:
+    """An OpenAI user message: the text part, then one ``image_url`` part per image."""
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    parts += [{"type": "image_url", "image_url": {"url": u}} for u in image_urls]
+    return {"role": "user", "content": parts}
+
+
+@dataclass
+class Turn:
+    """A finished turn: the text sent, the raw response, the text kept in the history, its correctness."""
+
+    question: Question
+    sent_text: str
+    raw: str | None
+    correct: bool
+    history_text: str
+    oracle_prefix: str | None = None
+    replaced: bool = False
+
+
+@dataclass
+class Conversation:
+    """The running conversation of one case under an oracle setting.
+
+    Call :meth:`next_request` for the messages of the next turn, then :meth:`record` with the raw response
+    and its correctness. ``image_url`` maps a benchmark-relative path to a data URL.
+    """
+
+    plan: CasePlan
+    setting: str
+    image_url: Callable[[str], str]
+    turns: list[Turn] = field(default_factory=list)
+    _pending_prefix: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.setting not in ORACLE_SETTINGS:
+            raise ValueError(f"oracle setting must be one of {ORACLE_SETTINGS}, got {self.setting!r}")
+
+    @property
+    def done(self) -> bool:
+        return len(self.turns) >= len(self.plan.questions)
+
+    @property
+    def current(self) -> Question:
+        return self.plan.questions[len(self.turns)]
+
+    def _turn(self, qid: str) -> Turn | None:
+        return next((t for t in self.turns if t.question.qid == qid), None)
+
+    def _oracle(self, q: Question) -> tuple[list[Turn], str | None]:
+        """The earlier turns whose answer the oracle corrects before ``q``, and the explicit text."""
+        wrong = [t for t in self._triggers(q) if not t.correct]
+        if not wrong:
+            return [], None
+        qid = q.qid
+        if qid == "contour_eval":
+            text = pt.ORACLE_O1
+        elif qid == "expansion":
+            text = pt.ORACLE_O2
+        elif qid == "revision_result":
+            exp, con = self._turn("expansion"), self._turn("contraction")
+            assert exp is not None and con is not None
+            text = pt.oracle_o3(_gt_colors(exp.question), _gt_colors(con.question))
+        else:  # first attribute turn
+            text = pt.ORACLE_O4 if self.plan.path == "RF" else pt.oracle_o5(wrong[0].question.gt[0])
+        return wrong, text
+
+    def _triggers(self, q: Question) -> list[Turn]:
+        names: tuple[str, ...] = ()
+        if q.qid == "contour_eval":
+            names = ("detection",)
+        elif q.qid == "expansion":
+            names = ("contour_eval",)
+        elif q.qid == "revision_result":
+            names = ("expansion", "contraction")
+        elif q.qid == ATTRIBUTE_QIDS[0]:
+            names = ("contour_eval",) if self.plan.path == "RF" else ("revision_result",)
+        return [t for t in (self._turn(n) for n in names) if t is not None]
+
+    def next_request(self) -> list[dict[str, Any]]:
+        """Messages of the next turn (applies the oracle of this setting first)."""
+        q = self.current
+        prefix = None
+        if self.setting != "none":
+            wrong, text = self._oracle(q)
+            if self.setting == "implicit":
+                for t in wrong:
+                    t.history_text = pt.IMPLICIT_ANSWER.format(gt=format_gt(t.question.gt))
+                    t.replaced = True
+            elif text is not None:
+                prefix = text
+        self._pending_prefix = prefix
+        messages: list[dict[str, Any]] = [{"role": "system", "content": pt.SYSTEM_PROMPT}]
+        for t in self.turns:
+            messages.append(user_message(t.sent_text, [self.image_url(p) for p in t.question.images]))
+            messages.append({"role": "assistant", "content": t.history_text})
+        messages.append(user_message(self._sent_text(q, prefix), [self.image_url(p) for p in q.images]))
+        return messages
+
+    @staticmethod
+    def _sent_text(q: Question, prefix: str | None) -> str:
+        return f"{prefix}\n\n{q.user_text()}" if prefix else q.user_text()
+
+    def record(self, raw: str | None, correct: bool) -> Turn:
+        """Store the answer to the current turn (``raw`` None = no answer; the history then holds ``""``)."""
+        q = self.current
+        turn = Turn(q, self._sent_text(q, self._pending_prefix), raw, bool(correct), raw or "",
+                    self._pending_prefix)
+        self.turns.append(turn)
+        self._pending_prefix = None
+        return turn
+
+
+def _gt_colors(q: Question) -> list[str]:
+    """Colours of the GT points of an expansion/contraction question (empty when the GT is None)."""
+    return [q.options[i - 1].removesuffix(" point") for i in q.gt if q.options[i - 1] != pt.NONE_OPTION]
+
+
+def plan_benchmark(bench: Benchmark) -> list[CasePlan]:
+    """Plans of every case, in key order."""
+    return [plan_case(k, bench.cases[k]) for k in sorted(bench.cases)]

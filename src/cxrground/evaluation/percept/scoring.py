@@ -1,0 +1,261 @@
+"""``percept score``: the scoring views of CHEXPERCEPT.md §15 and the chance baselines of §16.
+
+Input: ``RUN/cases.json`` (the selected cases, the denominators) and ``RUN/results.jsonl`` (last line per
+case wins). A selected case with no result line is *missing*; failed and missing cases are scored with
+their unanswered questions wrong and listed. Empty, unparseable, failed and missing answers count as
+wrong and stay in every denominator.
+
+Per case: S1 = detection, S2 = contour evaluation, S3 = expansion ∧ contraction ∧ revision result,
+S4 = the four attributes (lung lesions only). Views per path (RR, RF, LF): **Oracle-Passed** = raw stage
+correctness; **End-to-End** = the stage and every earlier asked stage correct; **Depth** = consecutive
+End-to-End-correct stages from Stage 1, +1 for cardiomegaly RR/RF cases whose last asked stage is
+End-to-End correct. Depth is one number per case; the summary CSV repeats it on both setting rows.
+Sub-task accuracies (Oracle-Passed): expansion, contraction, revision result over RR; the attributes over
+RR ∪ RF pooled. The overall aggregate pools all cases asked a stage across paths (case-weighted).
+``lenient`` numbers use the option-text matches of :mod:`.parsing` in place of the canonical parse.
+
+95 % CIs: percentile bootstrap over cases (:func:`cxrground.evaluation.ils_metrics.bootstrap_ci`, seeded).
+
+Chance (§16, mean over the actual items): uniform over the valid answers; single-pick (one random
+option; a multi-select item is correct only when its GT is a single option: ``[|GT| = 1] / n``);
+majority answer per question type and path (the most frequent GT answer among those items); always-Yes
+for detection and contour evaluation per path. End-to-End chance per case = product of its stages' chances.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from cxrground.errors import InputError
+from cxrground.evaluation.ils_metrics import bootstrap_ci
+from cxrground.evaluation.percept.conversation import ATTRIBUTE_QIDS, QIDS, REVISION_QIDS
+from cxrground.evaluation.percept.runner import CASES_FILE, CONFIG_FILE, RESULTS_FILE, USAGE_FILE, load_results
+
+__all__ = ["PATH_ORDER", "SCORE_FILE", "score_records", "score_run", "write_csvs"]
+
+PATH_ORDER: Final[tuple[str, ...]] = ("RR", "RF", "LF")
+SCORE_FILE: Final[str] = "score.json"
+SUMMARY_CSV: Final[str] = "model_performance_summary.csv"
+REVISION_CSV: Final[str] = "model_performance_detail_contour_revision.csv"
+ATTRIBUTE_CSV: Final[str] = "model_performance_detail_attribute_extraction.csv"
+SUMMARY_COLUMNS: Final[tuple[str, ...]] = ("path", "model", "setting", "acc(stage1)", "acc(stage2)", "acc(stage3)",
+                                           "acc(stage4)", "depth")
+LABELS: Final[tuple[str, ...]] = ("parsed", "matched-by-text", "unparseable", "failed")
+
+
+def _chance(q: dict[str, Any]) -> float:
+    n = int(q["n_options"])
+    if q["multi"]:
+        return 1.0 / 2 ** (n - 1)  # 2^k valid answers (k = n - 1 point / region options)
+    return 1.0 / n
+
+
+def _single_pick(q: dict[str, Any]) -> float:
+    n = int(q["n_options"])
+    return (1.0 if len(q["gt"]) == 1 else 0.0) / n if q["multi"] else 1.0 / n
+
+
+def _case_view(plan: dict[str, Any], rec: dict[str, Any] | None, lenient: bool = False) -> dict[str, Any]:
+    """Per-stage raw / End-to-End correctness, depth and per-question answers of one case."""
+    answered = {q["qid"]: q for q in (rec or {}).get("questions", [])}
+    key = "correct_lenient" if lenient else "correct"
+    questions = []
+    for q in plan["questions"]:
+        a = answered.get(q["qid"])
+        label = a.get("label", "failed") if a is not None else "failed"
+        questions.append({**q, "correct": bool(a and a.get(key)), "label": label})
+    stages = sorted({q["stage"] for q in questions})
+    raw = {s: all(q["correct"] for q in questions if q["stage"] == s) for s in stages}
+    e2e: dict[int, bool] = {}
+    ok = True
+    for s in stages:
+        ok = ok and raw[s]
+        e2e[s] = ok
+    depth = 0
+    for s in stages:
+        if not e2e[s]:
+            break
+        depth += 1
+    if plan["lesion"] == "cardiomegaly" and plan["path"] != "LF" and e2e[stages[-1]]:
+        depth += 1
+    return {"case_id": plan["case_id"], "path": plan["path"], "lesion": plan["lesion"], "raw": raw, "e2e": e2e,
+            "depth": depth, "questions": questions,
+            "status": "missing" if rec is None else rec.get("status", "ok")}
+
+
+def _stat(values: Sequence[float], n_boot: int, seed: int) -> dict[str, Any]:
+    arr = np.asarray(values, float)
+    if arr.size == 0:
+        return {"acc": None, "ci": None, "n": 0}
+    ci = bootstrap_ci(arr, lambda a: a.mean(axis=1), n_boot=n_boot, seed=seed)
+    return {"acc": float(arr.mean()), "ci": list(ci) if ci else None, "n": int(arr.size)}
+
+
+def _stage_block(views: list[dict[str, Any]], which: str, n_boot: int, seed: int) -> dict[str, Any]:
+    return {f"stage{s}": _stat([float(v[which][s]) for v in views if s in v[which]], n_boot, seed)
+            for s in (1, 2, 3, 4)}
+
+
+def _questions(views: Iterable[dict[str, Any]], qid: str, paths: Sequence[str]) -> list[dict[str, Any]]:
+    return [q for v in views if v["path"] in paths for q in v["questions"] if q["qid"] == qid]
+
+
+def _baselines(views: list[dict[str, Any]]) -> dict[str, Any]:
+    per_q: dict[str, dict[str, Any]] = {}
+    for qid in QIDS:
+        per_q[qid] = {}
+        for path in PATH_ORDER:
+            items = _questions(views, qid, [path])
+            if not items:
+                continue
+            answers = Counter(tuple(q["gt"]) for q in items)
+            top, count = answers.most_common(1)[0]
+            entry = {"n": len(items), "chance": float(np.mean([_chance(q) for q in items])),
+                     "single_pick": float(np.mean([_single_pick(q) for q in items])),
+                     "majority_answer": list(top), "majority": count / len(items)}
+            if qid in ("detection", "contour_eval"):
+                entry["always_yes"] = float(np.mean([q["gt"] == [1] for q in items]))
+            per_q[qid][path] = entry
+    stages: dict[str, dict[str, float]] = {}
+    for path in PATH_ORDER:
+        cases = [v for v in views if v["path"] == path]
+        if not cases:
+            continue
+        stage_chance: dict[str, list[float]] = {}
+        e2e_chance: dict[str, list[float]] = {}
+        for v in cases:
+            running = 1.0
+            for s in sorted(v["raw"]):
+                p = float(np.prod([_chance(q) for q in v["questions"] if q["stage"] == s]))
+                running *= p
+                stage_chance.setdefault(f"stage{s}", []).append(p)
+                e2e_chance.setdefault(f"stage{s}", []).append(running)
+        stages[path] = {"oracle_passed": {k: float(np.mean(x)) for k, x in stage_chance.items()},
+                        "end_to_end": {k: float(np.mean(x)) for k, x in e2e_chance.items()}}
+    return {"questions": per_q, "stages": stages}
+
+
+def _parse_rates(views: list[dict[str, Any]]) -> dict[str, Any]:
+    def rates(items: list[dict[str, Any]]) -> dict[str, Any]:
+        c = Counter(q["label"] for q in items)
+        n = len(items)
+        return {"n": n, **{lab: (c[lab] / n if n else None) for lab in LABELS}}
+
+    allq = [q for v in views for q in v["questions"]]
+    return {"overall": rates(allq),
+            "per_question": {qid: rates([q for q in allq if q["qid"] == qid]) for qid in QIDS},
+            "per_stage": {f"stage{s}": rates([q for q in allq if q["stage"] == s]) for s in (1, 2, 3, 4)}}
+
+
+def score_records(plans: list[dict[str, Any]], results: dict[str, dict[str, Any]], n_boot: int = 1000,
+                  seed: int = 0) -> dict[str, Any]:
+    """All views of §15 and the baselines of §16 from case plans and result records."""
+    views = [_case_view(p, results.get(p["case_id"])) for p in plans]
+    lenient = [_case_view(p, results.get(p["case_id"]), lenient=True) for p in plans]
+    paths: dict[str, Any] = {}
+    for path in PATH_ORDER:
+        vs = [v for v in views if v["path"] == path]
+        if not vs:
+            continue
+        depths = [v["depth"] for v in vs]
+        paths[path] = {"n": len(vs), "end_to_end": _stage_block(vs, "e2e", n_boot, seed),
+                       "oracle_passed": _stage_block(vs, "raw", n_boot, seed),
+                       "depth": {**_stat(depths, n_boot, seed), "mean": float(np.mean(depths)),
+                                 "distribution": {str(k): depths.count(k) for k in range(0, 5)}}}
+    subtasks: dict[str, Any] = {}
+    for qid in (*REVISION_QIDS, *ATTRIBUTE_QIDS):
+        over = ("RR",) if qid in REVISION_QIDS else ("RR", "RF")
+        subtasks[qid] = {**_stat([float(q["correct"]) for q in _questions(views, qid, over)], n_boot, seed),
+                         "lenient_acc": _stat([float(q["correct"]) for q in _questions(lenient, qid, over)], 0,
+                                              seed)["acc"], "paths": list(over)}
+    per_lesion: dict[str, Any] = {}
+    for lesion in sorted({v["lesion"] for v in views}):
+        per_lesion[lesion] = {}
+        for path in PATH_ORDER:
+            vs = [v for v in views if v["lesion"] == lesion and v["path"] == path]
+            if vs:
+                per_lesion[lesion][path] = {
+                    "n": len(vs), "depth": float(np.mean([v["depth"] for v in vs])),
+                    "end_to_end": {k: b["acc"] for k, b in _stage_block(vs, "e2e", 0, seed).items()},
+                    "oracle_passed": {k: b["acc"] for k, b in _stage_block(vs, "raw", 0, seed).items()}}
+    return {
+        "n_cases": len(views), "paths": paths, "subtasks": subtasks, "per_lesion": per_lesion,
+        "overall": {"n": len(views), "end_to_end": _stage_block(views, "e2e", n_boot, seed),
+                    "oracle_passed": _stage_block(views, "raw", n_boot, seed)},
+        "chance": _baselines(views), "parse": _parse_rates(views),
+        "failed_cases": sorted(v["case_id"] for v in views if v["status"] == "failed"),
+        "missing_cases": sorted(v["case_id"] for v in views if v["status"] == "missing"),
+        "bootstrap": {"n_boot": n_boot, "seed": seed, "level": 0.95},
+    }
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError("not an evaluation run folder (file missing)", path) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON ({exc.msg})", path) from None
+
+
+def run_label(config: dict[str, Any]) -> str:
+    """``{model spec} [{oracle}]``: the name of a run in tables."""
+    return f"{config['model']} [{config['oracle']}]"
+
+
+def score_run(run: str | Path, n_boot: int = 1000) -> dict[str, Any]:
+    """Score ``RUN/`` and write ``score.json`` and the reference CSVs there; returns the score."""
+    run = Path(run)
+    cfg = _read_json(run / CONFIG_FILE)["config"]
+    plans = _read_json(run / CASES_FILE)
+    if not (run / RESULTS_FILE).is_file():
+        raise InputError("no results yet", run / RESULTS_FILE)
+    score = score_records(plans, load_results(run), n_boot=n_boot, seed=int(cfg.get("seed", 0)))
+    usage = run / USAGE_FILE
+    score["run"] = {"label": run_label(cfg), "model": cfg["model"], "oracle": cfg["oracle"], "config": cfg,
+                    "usage": json.loads(usage.read_text(encoding="utf-8")) if usage.is_file() else None}
+    (run / SCORE_FILE).write_text(json.dumps(score, indent=2), encoding="utf-8")
+    write_csvs(run, [score])
+    return score
+
+
+def _fmt(x: float | None) -> str:
+    return "" if x is None else f"{x:.4f}"
+
+
+def summary_rows(score: dict[str, Any]) -> list[dict[str, str]]:
+    """Rows of ``model_performance_summary.csv`` (settings ``end_to_end`` and ``oracle_passed``)."""
+    rows = []
+    for path, block in score["paths"].items():
+        for setting in ("end_to_end", "oracle_passed"):
+            row = {"path": path, "model": score["run"]["label"], "setting": setting}
+            for s in (1, 2, 3, 4):
+                row[f"acc(stage{s})"] = _fmt(block[setting][f"stage{s}"]["acc"])
+            row["depth"] = _fmt(block["depth"]["mean"])
+            rows.append(row)
+    return rows
+
+
+def write_csvs(folder: Path, scores: Sequence[dict[str, Any]], summary_name: str = SUMMARY_CSV) -> None:
+    """The reference CSVs for ``scores`` (one model each) in ``folder``."""
+    def write(name: str, columns: Sequence[str], rows: list[dict[str, str]]) -> None:
+        with (folder / name).open("w", newline="", encoding="utf-8") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(columns))
+            w.writeheader()
+            w.writerows(rows)
+
+    write(summary_name, SUMMARY_COLUMNS, [r for s in scores for r in summary_rows(s)])
+    if summary_name != SUMMARY_CSV:
+        return
+    for name, qids in ((REVISION_CSV, REVISION_QIDS), (ATTRIBUTE_CSV, ATTRIBUTE_QIDS)):
+        cols = ["model", "setting", "n", *(f"acc({q})" for q in qids)]
+        rows = [{"model": s["run"]["label"], "setting": "oracle_passed", "n": str(s["subtasks"][qids[0]]["n"]),
+                 **{f"acc({q})": _fmt(s["subtasks"][q]["acc"]) for q in qids}} for s in scores]
+        write(name, cols, rows)

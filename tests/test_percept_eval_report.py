@@ -1,0 +1,58 @@
+"""The HTML report (loaded in headless Chromium) and the hf client's message conversion."""
+
+from __future__ import annotations
+
+import base64
+import io
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+from PIL import Image
+
+from cxrground.cli import main
+from cxrground.evaluation.percept.clients.hf import to_hf_messages
+
+sys.path.insert(0, str(Path(__file__).parent))
+from percept_bench_factory import make_benchmark
+
+
+def test_report_in_headless_chromium(tmp_path, page):
+    bench = make_benchmark(tmp_path / "bench", {"LF": 1, "RF": 1, "RR": 1}, lesions=("opacity", "cardiomegaly"))
+    runner = CliRunner()
+    for spec in ("oracle", "random"):
+        res = runner.invoke(main, ["percept", "eval", "--bench", str(bench), "--model", spec, "--out",
+                                   str(tmp_path / spec), "--no-progress"])
+        assert res.exit_code == 0, res.output
+    out = tmp_path / "report" / "report.html"
+    res = runner.invoke(main, ["percept", "report", str(tmp_path / "oracle"), str(tmp_path / "random"), "--out",
+                               str(out), "--bootstrap", "50"])
+    assert res.exit_code == 0, res.output
+    text = out.read_text()
+    assert "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in text
+    assert "<script" not in text
+    assert (out.parent / "all_models_summary.csv").read_text().count("\n") == 1 + 2 * 2 * 3
+    page.goto(out.as_uri())
+    assert page.console_errors == []
+    assert page.locator("table").count() >= 4
+    assert page.locator("svg[role=img]").count() >= 6  # stage bars, depth, sub-tasks, 2 heatmaps, unparseable
+    assert "oracle [implicit]" in page.inner_text("body") and "random [implicit]" in page.inner_text("body")
+    assert page.locator("svg rect").count() > 20
+
+
+def test_hf_message_conversion():
+    buf = io.BytesIO()
+    Image.new("L", (5, 4), 9).save(buf, format="PNG")
+    url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    msgs = [{"role": "system", "content": "sys"},
+            {"role": "user", "content": [{"type": "text", "text": "q1"},
+                                         {"type": "image_url", "image_url": {"url": url}},
+                                         {"type": "image_url", "image_url": {"url": url}}]},
+            {"role": "assistant", "content": "Answer: 1"},
+            {"role": "user", "content": [{"type": "text", "text": "q2"}]}]
+    out = to_hf_messages(msgs)
+    assert [m["role"] for m in out] == ["system", "user", "assistant", "user"]
+    assert out[0]["content"] == [{"type": "text", "text": "sys"}]
+    assert [p["type"] for p in out[1]["content"]] == ["text", "image", "image"]
+    assert out[1]["content"][1]["image"].size == (5, 4) and out[1]["content"][1]["image"].mode == "RGB"
+    assert out[2]["content"] == [{"type": "text", "text": "Answer: 1"}]

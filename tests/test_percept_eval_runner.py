@@ -1,0 +1,187 @@
+"""The CheXpercept runner against the mock OpenAI server: cache, oracle switch, faults, failures, resume, CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cxrground.cli import main
+from cxrground.errors import ConfigError
+from cxrground.evaluation.percept.clients import make_client
+from cxrground.evaluation.percept.mock_server import MockServer, OraclePolicy, fixed_policy, hash_policy
+from cxrground.evaluation.percept.runner import EvalSettings, RetryPolicy, load_results, run_eval
+from cxrground.evaluation.percept.scoring import score_run
+from cxrground.percept.schema import load_benchmark
+
+sys.path.insert(0, str(Path(__file__).parent))
+from percept_bench_factory import make_benchmark
+
+FAST = RetryPolicy(max_attempts=8, backoff=0.01, max_backoff=0.04, timeout=0.5)
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory) -> Path:
+    return make_benchmark(tmp_path_factory.mktemp("bench"), {"LF": 2, "RF": 2, "RR": 2}, seed=1)
+
+
+def _run(bench, out, server, oracle="implicit", **kw):
+    settings = EvalSettings(bench, "openai:mock-vlm", oracle=oracle, **kw.pop("settings", {}))
+    return run_eval(settings, out, base_url=server.base_url, progress=False, retry=kw.pop("retry", FAST),
+                    concurrency=kw.pop("concurrency", 4), **kw)
+
+
+def _answers(run: Path) -> dict[str, list]:
+    return {cid: [(q["qid"], q["raw"], q["correct"], q["label"]) for q in r["questions"]]
+            for cid, r in load_results(run).items()}
+
+
+def test_rerun_is_served_from_cache_and_oracle_switch_reuses_stage1(bench, tmp_path):
+    with MockServer(hash_policy(0), keep_bodies=True) as server:
+        first = _run(bench, tmp_path / "implicit", server)
+        n_turns = sum(len(r["questions"]) for r in load_results(tmp_path / "implicit").values())
+        assert server.requests == n_turns == first["requests_sent"] and first["cache_hits"] == 0
+        again = _run(bench, tmp_path / "implicit-again", server)
+        assert server.requests == n_turns  # zero new requests
+        assert again["cache_hits"] == n_turns and again["requests_sent"] == 0
+        assert _answers(tmp_path / "implicit") == _answers(tmp_path / "implicit-again")
+        before = len(server.bodies)
+        _run(bench, tmp_path / "none", server, oracle="none")
+        new = server.bodies[before:]
+        assert all(len(b["messages"]) > 2 for b in new)  # no Stage-1 request reached the server
+        assert 0 < len(new) < n_turns
+        # wire format: model, decoding, images as PNG data URLs
+        body = server.bodies[0]
+        assert body["model"] == "mock-vlm" and body["temperature"] == 0.0 and body["max_tokens"] == 8192
+        assert body["messages"][1]["content"][1]["image_url"]["url"].startswith("data:image/png;base64,")
+    usage = json.loads((tmp_path / "implicit" / "usage.json").read_text())
+    assert usage["model_versions"] == ["mock-1"] and usage["tokens"]["prompt_tokens"] > 0
+    assert usage["cost_usd"] is None  # no price-table entry
+
+
+def test_injected_faults_lose_nothing(bench, tmp_path):
+    with MockServer(hash_policy(0)) as clean:
+        _run(bench, tmp_path / "clean", clean, cache=tmp_path / "c1.sqlite")
+    faults = {"429": 0.15, "500": 0.15, "timeout": 0.05}
+    with MockServer(hash_policy(0), fault_rates=faults, seed=3, timeout_sleep=0.8, faults=["429:0.05", "500"]) as s:
+        summary = _run(bench, tmp_path / "faulty", s, cache=tmp_path / "c2.sqlite",
+                       retry=RetryPolicy(max_attempts=20, backoff=0.01, max_backoff=0.04, timeout=0.3))
+        assert s.requests > s.completed - 1 and summary["retries"] > 0
+    assert summary["failed_this_run"] == 0
+    assert _answers(tmp_path / "faulty") == _answers(tmp_path / "clean")
+
+
+def test_persistent_failure_is_recorded_and_counted_wrong(bench, tmp_path):
+    with MockServer(OraclePolicy(load_benchmark(bench)), max_requests=3) as server:
+        summary = _run(bench, tmp_path / "run", server, concurrency=1,
+                       retry=RetryPolicy(max_attempts=2, backoff=0.01, max_backoff=0.02, timeout=0.5))
+    results = load_results(tmp_path / "run")
+    assert len(results) == 12 and summary["failed_this_run"] > 0
+    failed = [r for r in results.values() if r["status"] == "failed"]
+    assert all("HTTP 503" in r["error"] and "after 2 attempts" in r["error"] for r in failed)
+    assert all(q["label"] == "failed" and not q["correct"] for r in failed for q in r["questions"] if q["raw"] is None)
+    score = score_run(tmp_path / "run", n_boot=0)
+    assert sorted(score["failed_cases"]) == sorted(r["case_id"] for r in failed)
+    assert sum(b["n"] for b in score["paths"].values()) == 12
+    # a later run with --retry-failed completes them (oracle answers → all correct)
+    with MockServer(OraclePolicy(load_benchmark(bench))) as server:
+        _run(bench, tmp_path / "run", server, retry_failed=True)
+    score = score_run(tmp_path / "run", n_boot=0)
+    assert not score["failed_cases"] and score["paths"]["RR"]["depth"]["mean"] == 4.0
+
+
+@pytest.mark.parametrize("content", ["", None, "I cannot tell."])
+def test_empty_none_or_unparseable_answers_count_wrong(bench, tmp_path, content):
+    with MockServer(fixed_policy(content)) as server:
+        _run(bench, tmp_path / "run", server, oracle="none", settings={"per_path_limit": 1})
+    score = score_run(tmp_path / "run", n_boot=0)
+    for block in score["paths"].values():
+        assert block["n"] == 1 and block["end_to_end"]["stage1"]["acc"] == 0.0
+    assert score["paths"]["RR"]["oracle_passed"]["stage3"]["n"] == 1
+    assert score["parse"]["overall"]["unparseable"] == 1.0
+
+
+def test_config_mismatch_max_images_and_keys(bench, tmp_path, monkeypatch):
+    with MockServer(hash_policy(1)) as server:
+        _run(bench, tmp_path / "run", server, settings={"limit": 2})
+        with pytest.raises(ConfigError, match="different configuration"):
+            _run(bench, tmp_path / "run", server, settings={"limit": 2, "temperature": 0.5})
+        with pytest.raises(ConfigError, match="needs 7"):
+            _run(bench, tmp_path / "few", server, settings={"max_images": 5})
+        monkeypatch.setenv("MOCK_KEY", "sk-test-123")
+        cli = CliRunner().invoke(main, ["percept", "eval", "--bench", str(bench), "--model", "openai:m", "--out",
+                                        str(tmp_path / "keyed"), "--base-url", server.base_url, "--api-key-env",
+                                        "MOCK_KEY", "--limit", "1", "--no-progress"])
+        assert cli.exit_code == 0, cli.output
+        assert server.headers[-1].get("Authorization") == "Bearer sk-test-123"
+    cli = CliRunner().invoke(main, ["percept", "eval", "--bench", str(bench), "--model", "openai:m", "--out",
+                                    str(tmp_path / "x"), "--api-key", "sk-123"])
+    assert cli.exit_code != 0 and "No such option" in cli.output
+    with pytest.raises(ConfigError, match="not set"):
+        make_client("openai:m", base_url="http://127.0.0.1:9/v1", api_key_env="UNSET_VAR_FOR_TEST")
+    with pytest.raises(ConfigError):
+        make_client("nonsense")
+    with pytest.raises(ConfigError):
+        make_client("oracle:x")
+
+
+def test_baselines_end_to_end_via_cli(bench, tmp_path):
+    runner = CliRunner()
+    for spec, oracle in (("oracle", "implicit"), ("random", "none"), ("always-yes", "none")):
+        res = runner.invoke(main, ["percept", "eval", "--bench", str(bench), "--model", spec, "--out",
+                                   str(tmp_path / spec), "--oracle", oracle, "--no-progress", "--concurrency", "3"])
+        assert res.exit_code == 0, res.output
+        res = runner.invoke(main, ["percept", "score", str(tmp_path / spec), "--bootstrap", "50"])
+        assert res.exit_code == 0, res.output
+    oracle = json.loads((tmp_path / "oracle" / "score.json").read_text())
+    assert all(b["end_to_end"][f"stage{s}"]["acc"] in (1.0, None)
+               for b in oracle["paths"].values() for s in (1, 2, 3, 4))
+    assert oracle["paths"]["RR"]["depth"]["mean"] == 4.0 and oracle["paths"]["RF"]["depth"]["mean"] == 3.0
+    yes = json.loads((tmp_path / "always-yes" / "score.json").read_text())
+    assert yes["paths"]["RR"]["oracle_passed"]["stage1"]["acc"] == 1.0
+    assert yes["paths"]["LF"]["oracle_passed"]["stage1"]["acc"] == 0.0
+    # the random baseline does not depend on concurrency
+    res = runner.invoke(main, ["percept", "eval", "--bench", str(bench), "--model", "random", "--out",
+                               str(tmp_path / "random1"), "--oracle", "none", "--no-progress", "--concurrency", "1"])
+    assert res.exit_code == 0
+    assert _answers(tmp_path / "random1") == _answers(tmp_path / "random")
+
+
+def test_resume_after_kill_loses_and_repeats_nothing(bench, tmp_path):
+    cmd = [sys.executable, "-m", "cxrground", "percept", "eval", "--bench", str(bench), "--model", "openai:mock",
+           "--oracle", "implicit", "--concurrency", "2", "--no-progress", "--timeout", "5"]
+    with MockServer(hash_policy(2), latency=0.03) as server:
+        run = tmp_path / "killed"
+        proc = subprocess.Popen([*cmd, "--out", str(run), "--base-url", server.base_url],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.time() + 60
+        results = run / "results.jsonl"
+        while time.time() < deadline:
+            if results.is_file() and results.read_text().count("\n") >= 3:
+                break
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        lines_before = results.read_text().count("\n")
+        assert 3 <= lines_before < 12
+        requests_killed = server.requests
+        summary = run_eval(EvalSettings(bench, "openai:mock", oracle="implicit"), run, base_url=server.base_url,
+                           progress=False, retry=FAST, concurrency=2)
+        assert summary["n_run"] == 12 - lines_before
+        lines = [json.loads(x) for x in results.read_text().splitlines()]
+        ids = [x["case_id"] for x in lines]
+        assert len(ids) == len(set(ids)) == 12
+        # answered turns of the partial cases came from the cache: only the (at most 2) requests in flight at
+        # the kill were sent twice
+        turns = sum(len(x["questions"]) for x in lines)
+        assert turns <= server.requests <= turns + 2 and server.requests >= requests_killed
+    with MockServer(hash_policy(2)) as fresh:
+        _run(bench, tmp_path / "uninterrupted", fresh, cache=tmp_path / "other.sqlite")
+    assert _answers(run) == _answers(tmp_path / "uninterrupted")

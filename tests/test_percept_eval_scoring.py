@@ -1,0 +1,142 @@
+"""Scoring views (CHEXPERCEPT.md §15) and chance baselines (§16) on hand-made result sets."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from cxrground.evaluation.percept.scoring import score_records, score_run
+
+STAGE = {"detection": 1, "contour_eval": 2, "expansion": 3, "contraction": 3, "revision_result": 3,
+         "distribution": 4, "location": 4, "severity": 4, "comparison": 4}
+N_OPT = {"detection": 2, "contour_eval": 2, "expansion": 3, "contraction": 3, "revision_result": 4,
+         "distribution": 4, "location": 4, "severity": 3, "comparison": 4}
+GT = {"expansion": [1, 2], "contraction": [3], "location": [2]}
+MULTI = {"expansion", "contraction", "location"}
+RR = ["detection", "contour_eval", "expansion", "contraction", "revision_result"]
+ATTR = ["distribution", "location", "severity", "comparison"]
+
+
+def plan(case_id, path, lesion):
+    qids = {"LF": ["detection"], "RF": ["detection", "contour_eval"], "RR": RR}[path]
+    if lesion != "cardiomegaly" and path != "LF":
+        qids = qids + ATTR
+    return {"case_id": case_id, "path": path, "lesion": lesion,
+            "questions": [{"qid": q, "stage": STAGE[q], "gt": GT.get(q, [1]), "n_options": N_OPT[q],
+                           "multi": q in MULTI} for q in qids]}
+
+
+def record(p, wrong=(), failed_from=None, labels=None):
+    qs = []
+    for k, q in enumerate(p["questions"]):
+        if failed_from is not None and k >= failed_from:
+            qs.append({**q, "raw": None, "label": "failed", "correct": False, "correct_lenient": False})
+        else:
+            ok = q["qid"] not in wrong
+            label = (labels or {}).get(q["qid"], "parsed")
+            qs.append({**q, "raw": "x", "label": label, "correct": ok,
+                       "correct_lenient": ok or label == "matched-by-text"})
+    return {"case_id": p["case_id"], "path": p["path"], "lesion": p["lesion"],
+            "status": "failed" if failed_from is not None else "ok", "questions": qs}
+
+
+@pytest.fixture
+def score():
+    plans = [plan("A", "RR", "edema"), plan("B", "RR", "cardiomegaly"), plan("G", "RR", "edema"),
+             plan("C", "RF", "edema"), plan("D", "RF", "cardiomegaly"), plan("E", "LF", "edema"),
+             plan("F", "LF", "cardiomegaly")]
+    p = {x["case_id"]: x for x in plans}
+    results = {
+        "A": record(p["A"], wrong={"location"}),
+        "B": record(p["B"]),
+        "G": record(p["G"], failed_from=1),
+        "C": record(p["C"], wrong={"detection"}, labels={"detection": "unparseable", "severity": "matched-by-text"}),
+        "D": record(p["D"]),
+        "E": record(p["E"]),
+        # F: missing
+    }
+    return score_records(plans, results, n_boot=200, seed=1)
+
+
+def acc(block, stage):
+    return block[f"stage{stage}"]["acc"]
+
+
+def test_end_to_end_oracle_passed_and_depth(score):
+    rr, rf, lf = score["paths"]["RR"], score["paths"]["RF"], score["paths"]["LF"]
+    assert rr["n"] == 3 and rf["n"] == 2 and lf["n"] == 2
+    e2e = rr["end_to_end"]
+    third = pytest.approx(2 / 3)
+    assert (acc(e2e, 1), acc(e2e, 2), acc(e2e, 3), acc(e2e, 4)) == (1.0, third, third, 0.0)
+    assert e2e["stage4"]["n"] == 2  # cardiomegaly has no Stage 4; the failed case stays in
+    assert rr["depth"]["mean"] == pytest.approx((3 + 4 + 1) / 3)  # cardiomegaly +1 rule
+    assert rr["depth"]["distribution"] == {"0": 0, "1": 1, "2": 0, "3": 1, "4": 1}
+    # RF: C wrong at Stage 1 breaks its chain; D (cardiomegaly) correct → depth 2 + 1
+    assert (acc(rf["end_to_end"], 1), acc(rf["end_to_end"], 2), acc(rf["end_to_end"], 4)) == (0.5, 0.5, 0.0)
+    assert (acc(rf["oracle_passed"], 2), acc(rf["oracle_passed"], 4)) == (1.0, 1.0)
+    assert rf["end_to_end"]["stage3"]["n"] == 0
+    assert rf["depth"]["mean"] == 1.5
+    # LF: the missing case counts wrong
+    assert acc(lf["end_to_end"], 1) == 0.5 and lf["depth"]["mean"] == 0.5
+    lo, hi = rr["end_to_end"]["stage2"]["ci"]
+    assert 0.0 <= lo <= 2 / 3 <= hi <= 1.0
+
+
+def test_subtasks_failed_missing_and_parse_rates(score):
+    sub = score["subtasks"]
+    assert sub["expansion"]["n"] == 3 and sub["expansion"]["acc"] == pytest.approx(2 / 3)
+    assert sub["location"]["n"] == 3 and sub["location"]["acc"] == pytest.approx(1 / 3)
+    assert sub["distribution"]["acc"] == pytest.approx(2 / 3)
+    assert sub["severity"]["lenient_acc"] == pytest.approx(2 / 3)
+    assert score["failed_cases"] == ["G"] and score["missing_cases"] == ["F"]
+    total = 9 + 5 + 9 + 6 + 2 + 1 + 1
+    overall = score["parse"]["overall"]
+    assert overall["n"] == total
+    assert overall["unparseable"] == pytest.approx(1 / total)
+    assert overall["failed"] == pytest.approx((8 + 1) / total)  # G's 8 unanswered + F's detection
+    assert score["parse"]["per_stage"]["stage1"]["unparseable"] == pytest.approx(1 / 7)
+    assert score["per_lesion"]["cardiomegaly"]["RR"]["depth"] == 4.0
+    assert score["per_lesion"]["edema"]["RR"]["end_to_end"]["stage4"] == 0.0
+
+
+def test_chance_baselines_on_items(score):
+    ch = score["chance"]
+    q = ch["questions"]
+    assert q["detection"]["LF"]["chance"] == 0.5 and q["detection"]["LF"]["always_yes"] == 1.0  # GT 1 here
+    assert q["expansion"]["RR"]["chance"] == 0.25  # k = 2 points: 2^-2
+    assert q["location"]["RR"]["chance"] == 1 / 8
+    assert q["revision_result"]["RR"]["chance"] == 1 / 4
+    assert q["expansion"]["RR"]["single_pick"] == 0.0  # |GT| = 2
+    assert q["contraction"]["RR"]["single_pick"] == pytest.approx(1 / 3)
+    assert q["location"]["RF"]["single_pick"] == 1 / 4
+    s3 = 0.25 * 0.25 * 0.25
+    assert ch["stages"]["RR"]["oracle_passed"]["stage3"] == pytest.approx(s3)
+    assert ch["stages"]["RR"]["oracle_passed"]["stage4"] == pytest.approx(1 / 4 * 1 / 8 * 1 / 3 * 1 / 4)
+    assert ch["stages"]["RR"]["end_to_end"]["stage4"] == pytest.approx(0.5 * 0.5 * s3 / 384)
+    assert q["severity"]["RF"]["majority"] == 1.0
+
+
+def test_score_run_writes_reference_csvs(tmp_path):
+    plans = [plan("A", "RR", "edema"), plan("E", "LF", "edema")]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"config": {"model": "m", "oracle": "none", "seed": 0}}))
+    (run / "cases.json").write_text(json.dumps(plans))
+    (run / "results.jsonl").write_text(json.dumps(record(plans[0], wrong={"severity"})) + "\n{torn")
+    s = score_run(run, n_boot=50)
+    assert s["missing_cases"] == ["E"]
+    rows = list(csv.DictReader((run / "model_performance_summary.csv").open()))
+    assert list(rows[0]) == ["path", "model", "setting", "acc(stage1)", "acc(stage2)", "acc(stage3)", "acc(stage4)",
+                             "depth"]
+    rr = [r for r in rows if r["path"] == "RR"]
+    assert [r["setting"] for r in rr] == ["end_to_end", "oracle_passed"]
+    assert rr[0]["acc(stage4)"] == "0.0000" and rr[0]["depth"] == "3.0000"
+    lf = next(r for r in rows if r["path"] == "LF")
+    assert lf["acc(stage1)"] == "0.0000"
+    det = list(csv.DictReader((run / "model_performance_detail_contour_revision.csv").open()))
+    assert det[0]["acc(expansion)"] == "1.0000"
+    attr = list(csv.DictReader((run / "model_performance_detail_attribute_extraction.csv").open()))
+    assert attr[0]["acc(severity)"] == "0.0000"
+    assert json.loads((run / "score.json").read_text())["run"]["label"] == "m [none]"
