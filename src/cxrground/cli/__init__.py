@@ -20,6 +20,7 @@ def _register() -> None:
         eval_cmds,
         ils_cmds,
         ils_model_cmds,
+        lisa_convert_cmds,
         percept_build_cmds,
         percept_cmds,
         percept_eval_cmds,
@@ -31,7 +32,8 @@ def _register() -> None:
     )
 
     for module in (synth_cmds, data_cmds, report_cmds, structure_cmds, anatomy_cmds, segment_cmds, ils_cmds,
-                   eval_cmds, ils_model_cmds, percept_cmds, percept_build_cmds, percept_eval_cmds, serve_cmds):
+                   eval_cmds, ils_model_cmds, lisa_convert_cmds, percept_cmds, percept_build_cmds,
+                   percept_eval_cmds, serve_cmds):
         for command in module.COMMANDS:
             main.add_command(command)
 

@@ -1,0 +1,68 @@
+"""The cxrground LISA checkpoint folder: write and read.
+
+Layout::
+
+    checkpoint.json      {"model": "lisa", "arch": {llm, clip, sam}, "config": LisaConfig, "dataset_hash",
+                          "seed", "step", "select_layer", ...}
+    model.safetensors    merged weights (LoRA folded in), names of :class:`LisaForSegmentation`
+    tokenizer files      ``save_pretrained`` output of the tokenizer (``[SEG]``, ``<im_start>``, ``<im_end>`` added)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Final
+
+import torch
+
+from cxrground.errors import InputError
+from cxrground.models.base import CHECKPOINT_FILE, checkpoint_info
+from cxrground.models.lisa.model import LisaForSegmentation, merged_state_dict
+from cxrground.models.lisa.text import load_tokenizer, seg_token_id
+
+__all__ = ["MODEL_NAME", "WEIGHTS_FILE", "load_checkpoint", "save_checkpoint"]
+
+MODEL_NAME: Final[str] = "lisa"
+WEIGHTS_FILE: Final[str] = "model.safetensors"
+
+
+def save_checkpoint(out: Path, model: torch.nn.Module, tokenizer: Any, info: dict[str, Any]) -> Path:
+    """Write a checkpoint folder atomically per file (weights, tokenizer, then ``checkpoint.json`` last)."""
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to("cpu").contiguous() for k, v in merged_state_dict(model).items()}
+    tmp = out / (WEIGHTS_FILE + ".tmp")
+    save_file(state, str(tmp), metadata={"format": "pt"})
+    os.replace(tmp, out / WEIGHTS_FILE)
+    tokenizer.save_pretrained(str(out))
+    meta = {"model": MODEL_NAME, **info}
+    tmp_meta = out / (CHECKPOINT_FILE + ".tmp")
+    tmp_meta.write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
+    os.replace(tmp_meta, out / CHECKPOINT_FILE)
+    return out
+
+
+def load_checkpoint(folder: Path, device: str = "cpu", dtype: torch.dtype | None = None
+                    ) -> tuple[LisaForSegmentation, Any, dict[str, Any]]:
+    """Model (eval mode, on ``device``), tokenizer and ``checkpoint.json`` of a LISA checkpoint folder."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    info = checkpoint_info(folder)
+    if info.get("model") != MODEL_NAME or "arch" not in info:
+        raise InputError(f"not a LISA checkpoint (model={info.get('model')!r})", folder / CHECKPOINT_FILE)
+    weights = folder / WEIGHTS_FILE
+    if not weights.is_file():
+        raise InputError(f"checkpoint has no {WEIGHTS_FILE}", folder)
+    tokenizer = load_tokenizer(folder)
+    model = LisaForSegmentation(info["arch"], seg_token_id(tokenizer), int(info.get("select_layer", -2)))
+    state = load_file(str(weights))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise InputError(f"weights do not match the architecture: missing {missing[:5]}, unexpected "
+                         f"{unexpected[:5]}", weights)
+    model.to(device=device, dtype=dtype) if dtype is not None else model.to(device)
+    return model.eval(), tokenizer, info

@@ -1,0 +1,266 @@
+"""Training of the LISA model on an ILS dataset (ILS.md §17.3–17.4), resumable and deterministic for a seed.
+
+- Start: ``tiny=True`` → random tiny architecture and tokenizer (seeded); otherwise ``base_model`` = a cxrground
+  LISA checkpoint folder (e.g. from ``cxrground ils convert-lisa``) or a released-layout folder converted in memory
+  (``sam_checkpoint`` / ``clip`` fill what it does not store).
+- LoRA + trainable parts per :func:`~cxrground.models.lisa.model.prepare_for_training`; AdamW; linear warm-up from
+  0 over ``warmup_steps`` then linear decay to 0 at the last step; gradient clipping; global batch
+  ``batch_size`` by accumulation over ``micro_batch_size``; bf16 + gradient checkpointing on CUDA, float32 on CPU.
+- Sampling: :class:`~cxrground.models.sampling.BalancedSampler` seeded with ``seed`` (1:1, epoch = 2 × #positives);
+  step ``s`` of epoch ``e`` takes positions ``[s·B, (s+1)·B)`` of that epoch's order. Histogram equalisation
+  (p = ``hist_eq_p``) and dropout draw from generators seeded by ``(seed, step, position)``, so a resumed run
+  repeats the uninterrupted one.
+- Checkpoints: ``out/`` = last (written at the end), ``out/best/`` = best val positive gIoU (teacher-forced,
+  native resolution) over the epoch ends, ``out/resume/state.pt`` = trainable weights + optimiser + scheduler +
+  step, written every ``save_every_steps`` steps and at each epoch end. A different dataset hash, seed or
+  configuration than the saved state's refuses to resume (:class:`ConfigError`).
+- Missing or unreadable images are recorded (``failures`` in ``checkpoint.json``) and their pairs left out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from cxrground.anatomy.segment.unet import sha256_file
+from cxrground.errors import ConfigError, Failure, InputError
+from cxrground.ils.schema import load_dataset
+from cxrground.io.image import read_image
+from cxrground.io.masks import read_mask_png
+from cxrground.models.base import CHECKPOINT_FILE
+from cxrground.models.lisa.checkpoint import load_checkpoint, save_checkpoint
+from cxrground.models.lisa.config import LisaConfig
+from cxrground.models.lisa.infer import model_inputs, teacher_forced_masks
+from cxrground.models.lisa.model import LisaForSegmentation, prepare_for_training, tiny_arch
+from cxrground.models.lisa.preprocess import equalize, gt_mask_canvas
+from cxrground.models.lisa.text import encode, seg_token_id, tiny_tokenizer
+from cxrground.models.sampling import BalancedSampler
+
+__all__ = ["RESUME_FILE", "Sample", "build_model", "load_samples", "lr_factor", "train", "validate"]
+
+RESUME_FILE = "resume/state.pt"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One instruction-answer pair of the dataset."""
+
+    pair_id: str
+    image: Path
+    instruction: str
+    answer: str
+    mask: Path | None
+
+
+def _dataset_json(dataset: Path) -> Path:
+    from cxrground.ils.build import DATASET_FILE
+
+    return dataset if dataset.is_file() else dataset / DATASET_FILE
+
+
+def load_samples(dataset: Path, images: Path, split: str) -> tuple[list[Sample], list[Failure]]:
+    """Pairs of ``split`` (positives then negatives per study); pairs whose image is missing become failures."""
+    from cxrground.ils.build import MASK_DIR
+
+    json_path = _dataset_json(dataset)
+    data = load_dataset(json_path)
+    mask_root = json_path.parent / MASK_DIR
+    samples, failures = [], []
+    for study in data.get(split, {}).values():
+        image = images / study["image_path"]
+        if not image.is_file():
+            failures.append(Failure(str(image), "train-data", "image file not found", "InputError"))
+            continue
+        pairs = study["instruction_answer_pairs"]
+        for pair in pairs.get("positive_pairs", []) + pairs.get("negative_pairs", []):
+            mask = mask_root / pair["seg_mask_path"] if pair.get("seg") else None
+            samples.append(Sample(pair["pair_id"], image, pair["instruction"], pair["answer"], mask))
+    return samples, failures
+
+
+def lr_factor(step: int, warmup: int, total: int) -> float:
+    """LR multiplier of optimiser step ``step`` (0-based): 0→1 linearly over ``warmup`` steps, then →0 at ``total``."""
+    if warmup > 0 and step < warmup:
+        return step / warmup
+    return max(0.0, (total - step) / max(1, total - warmup))
+
+
+def build_model(config: LisaConfig, seed: int) -> tuple[LisaForSegmentation, Any, dict[str, Any]]:
+    """The starting model, tokenizer and extra checkpoint info (see the module docstring)."""
+    if config.tiny:
+        torch.manual_seed(seed)
+        tok = tiny_tokenizer()
+        arch = tiny_arch(len(tok), config.sam_image_size)
+        return LisaForSegmentation(arch, seg_token_id(tok), config.mm_vision_select_layer), tok, {"arch": arch}
+    base = Path(str(config.base_model))
+    if (base / CHECKPOINT_FILE).is_file():
+        model, tok, info = load_checkpoint(base)
+        return model, tok, {"arch": info["arch"]}
+    from cxrground.models.lisa.convert import load_released_model
+
+    model, tok, report = load_released_model(
+        base, sam=Path(config.sam_checkpoint) if config.sam_checkpoint else None,
+        clip=Path(config.clip) if config.clip else None,
+        tokenizer=Path(config.tokenizer) if config.tokenizer else None)
+    return model, tok, {"arch": report["arch"]}
+
+
+def _device_dtype(config: LisaConfig) -> tuple[str, torch.dtype]:
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if config.dtype != "auto":
+        return device, getattr(torch, config.dtype)
+    return device, torch.bfloat16 if device == "cuda" else torch.float32
+
+
+def _batch(model: LisaForSegmentation, tok: Any, config: LisaConfig, samples: list[Sample], seed: int, step: int,
+           positions: range, device: str) -> tuple[list, torch.Tensor, torch.Tensor, torch.Tensor]:
+    enc, clips, sams, gts = [], [], [], []
+    max_text = config.max_length - (model.n_image_tokens - 1)
+    for pos, s in zip(positions, samples, strict=True):
+        grey = read_image(s.image).pixels
+        rng = np.random.default_rng((seed, step, pos))
+        if rng.random() < config.hist_eq_p:
+            grey = equalize(grey)
+        c, sp, box = model_inputs(model, config, grey)
+        mask = read_mask_png(s.mask, shape=grey.shape) if s.mask is not None else None
+        enc.append(encode(tok, s.instruction, s.answer, max_text))
+        clips.append(c)
+        sams.append(sp)
+        gts.append(gt_mask_canvas(mask, box))
+    as_t = lambda arrays: torch.as_tensor(np.stack(arrays), device=device)  # noqa: E731
+    return enc, as_t(clips), as_t(sams), as_t(gts)
+
+
+def validate(model: LisaForSegmentation, tok: Any, config: LisaConfig, samples: list[Sample], device: str
+             ) -> dict[str, float | int | None]:
+    """Teacher-forced validation at native resolution: positive gIoU, cIoU and negative N-Acc."""
+    was_training = model.training
+    model.eval()
+    ious, inter_sum, union_sum, neg_ok, n_neg = [], 0, 0, 0, 0
+    for start in range(0, len(samples), config.micro_batch_size):
+        chunk = samples[start:start + config.micro_batch_size]
+        greys = [read_image(s.image).pixels for s in chunk]
+        preds = teacher_forced_masks(model, tok, config, [(g, s.instruction, s.answer) for g, s in
+                                                          zip(greys, chunk, strict=True)], device)
+        for s, g, p in zip(chunk, greys, preds, strict=True):
+            if s.mask is None:
+                n_neg += 1
+                neg_ok += int(not p.any())
+                continue
+            gt = read_mask_png(s.mask, shape=g.shape)
+            inter, union = int((p & gt).sum()), int((p | gt).sum())
+            ious.append(inter / union if union else 1.0)
+            inter_sum += inter
+            union_sum += union
+    model.train(was_training)
+    return {"giou": float(np.mean(ious)) if ious else None, "ciou": inter_sum / union_sum if union_sum else None,
+            "n_acc": neg_ok / n_neg if n_neg else None, "n_pos": len(ious), "n_neg": n_neg}
+
+
+def _trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def train(dataset: Path, out: Path, *, images: Path | None = None, seed: int = 0,
+          overrides: dict[str, Any] | None = None, resume: bool = True, split: str = "train",
+          val_split: str | None = "val") -> Path:
+    """Train (or resume) and write the checkpoint folder ``out``; returns ``out`` (see the module docstring)."""
+    config = LisaConfig.from_overrides(overrides)
+    dataset, out = Path(dataset), Path(out)
+    json_path = _dataset_json(dataset)
+    if not json_path.is_file():
+        raise InputError("dataset JSON not found", json_path)
+    images = Path(images) if images is not None else json_path.parent
+    dataset_hash = sha256_file(json_path)
+    samples, failures = load_samples(dataset, images, split)
+    positives = [i for i, s in enumerate(samples) if s.mask is not None]
+    negatives = [i for i, s in enumerate(samples) if s.mask is None]
+    if not positives:
+        raise InputError(f"split {split!r} has no positive pair with a readable image", json_path)
+    val_samples = load_samples(dataset, images, val_split)[0] if val_split else []
+    if config.val_limit is not None:
+        val_samples = val_samples[:config.val_limit]
+    if config.threads:
+        torch.set_num_threads(config.threads)
+
+    model, tok, extra = build_model(config, seed)
+    targets = prepare_for_training(model, config.lora_r, config.lora_alpha, config.lora_dropout)
+    device, dtype = _device_dtype(config)
+    model.to(device=device, dtype=dtype)
+    if config.gradient_checkpointing and device == "cuda":
+        model.language_model.gradient_checkpointing_enable()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optim = torch.optim.AdamW(params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
+    sampler = BalancedSampler(positives, negatives, seed=seed)
+    steps_per_epoch = math.ceil(len(sampler) / config.batch_size)
+    total = config.max_steps or config.epochs * steps_per_epoch
+    sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: lr_factor(s, config.warmup_steps, total))
+    identity = {"dataset_hash": dataset_hash, "seed": seed, "config": config.to_dict(), "split": split}
+    step, best, history = 0, None, []
+    state_path = out / RESUME_FILE
+    if resume and state_path.is_file():
+        state = torch.load(state_path, map_location="cpu", weights_only=False)
+        if state["identity"] != identity:
+            raise ConfigError(f"{state_path} was written for another dataset/seed/configuration; "
+                              "use a new --out or resume=False")
+        model.load_state_dict(state["trainable"], strict=False)
+        optim.load_state_dict(state["optim"])
+        sched.load_state_dict(state["sched"])
+        step, best, history = state["step"], state["best"], state["history"]
+
+    def info(at_step: int) -> dict[str, Any]:
+        return {**extra, **identity, "step": at_step, "total_steps": total, "select_layer": model.select_layer,
+                "lora_targets": targets, "best_val": best, "history": history,
+                "failures": [f.to_dict() for f in failures], "train_pairs": len(samples)}
+
+    def save_state() -> None:
+        state_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = state_path.with_suffix(".tmp")
+        torch.save({"identity": identity, "trainable": _trainable_state(model), "optim": optim.state_dict(),
+                    "sched": sched.state_dict(), "step": step, "best": best, "history": history}, tmp)
+        tmp.replace(state_path)
+
+    model.train()
+    model.visual_model.vision_encoder.eval()
+    weights = (config.w_txt, config.w_bce, config.w_dice)
+    bar = tqdm(total=total, initial=step, desc="lisa train", unit="step", dynamic_ncols=True)
+    while step < total:
+        epoch, in_epoch = divmod(step, steps_per_epoch)
+        order = sampler.indices(epoch)
+        first = in_epoch * config.batch_size
+        chosen = order[first:first + config.batch_size]
+        torch.manual_seed(seed * 1_000_003 + step)
+        optim.zero_grad(set_to_none=True)
+        parts = np.zeros(4)
+        for m0 in range(0, len(chosen), config.micro_batch_size):
+            idx = chosen[m0:m0 + config.micro_batch_size]
+            batch = _batch(model, tok, config, [samples[i] for i in idx], seed, step,
+                           range(first + m0, first + m0 + len(idx)), device)
+            loss = model(*batch, weights=weights)
+            (loss.total * len(idx) / len(chosen)).backward()
+            parts += np.array([float(t.detach()) for t in (loss.total, loss.txt, loss.bce, loss.dice)]) * len(idx)
+        torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
+        optim.step()
+        sched.step()
+        step += 1
+        parts /= len(chosen)
+        bar.set_postfix(loss=f"{parts[0]:.4f}", txt=f"{parts[1]:.3f}", bce=f"{parts[2]:.3f}", dice=f"{parts[3]:.3f}")
+        bar.update(1)
+        end_of_epoch = step % steps_per_epoch == 0 or step == total
+        if end_of_epoch and val_samples:
+            metrics = validate(model, tok, config, val_samples, device)
+            history.append({"step": step, "epoch": epoch, "loss": float(parts[0]), **metrics})
+            if metrics["giou"] is not None and (best is None or metrics["giou"] > best["giou"]):
+                best = {"step": step, **metrics}
+                save_checkpoint(out / "best", model, tok, info(step))
+        if end_of_epoch or step % config.save_every_steps == 0:
+            save_state()
+    bar.close()
+    save_checkpoint(out, model, tok, info(step))
+    return out
