@@ -1,3 +1,113 @@
-"""(filled in by its owner)."""
+"""``cxrground percept build | validate | gallery``: make, check and browse a CheXpercept benchmark.
 
-COMMANDS: list = []
+The commands are added to the ``percept`` group at import time; ``COMMANDS`` is empty because the group
+itself is registered by :mod:`cxrground.cli.percept_cmds`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from cxrground.cli.percept_cmds import percept
+from cxrground.errors import CXRGroundError
+
+
+def _per_lesion(value: str) -> tuple[int, int, int]:
+    try:
+        parts = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        parts = ()
+    if len(parts) != 3 or min(parts) < 0:
+        raise click.BadParameter(f"expected LF,RF,RR (three non-negative integers), got {value!r}")
+    return parts  # type: ignore[return-value]
+
+
+@click.command("build")
+@click.option("--ils", "ils_dir", type=click.Path(path_type=Path, exists=True), required=True,
+              help="ILS dataset folder (mimic_ils_instruction_answer.json, lesion_mask/, anatomy.jsonl) or the JSON.")
+@click.option("--images", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
+              help="Image root the dataset's image_path values are relative to.")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Benchmark folder.")
+@click.option("--candidates", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="ILS-model predictions JSONL (pair_id → mask); default: the dataset's own masks.")
+@click.option("--review", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="Expert decisions CSV: key_id,decision,reviewer with decision accept|reject.")
+@click.option("--per-lesion", default="100,100,100", show_default=True, help="Cases per lesion: LF,RF,RR.")
+@click.option("--rf-ratio", type=float, default=0.5, show_default=True,
+              help="Share of deformation-successful positives that become revision-free.")
+@click.option("--deformer", type=click.Choice(["builtin", "sam"]), default="builtin", show_default=True)
+@click.option("--sam-model", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+              help="Local SAM checkpoint folder (transformers SamModel) for --deformer sam.")
+@click.option("--anatomy", type=click.Path(path_type=Path, exists=True), default=None,
+              help="Anatomy masks: a JSONL in the anatomy.jsonl format, or a folder of {study|dicom_id|image stem}"
+                   "_right_lung.png / _left_lung.png (/ _heart.png). Default: the ILS folder's anatomy.jsonl.")
+@click.option("--split", "splits", default="train", show_default=True,
+              help="Source split(s), comma-separated (train,val,test) or 'all'.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--workers", type=int, default=1, show_default=True)
+@click.option("--max-negatives", type=int, default=100, show_default=True,
+              help="Negative candidates per lesion (first N global negatives in JSON order).")
+@click.option("--exclude-positive-cxrs", is_flag=True, help="Never use a CXR of a positive candidate as a negative.")
+@click.option("--strict-negatives", is_flag=True,
+              help="Location distractors must cover ≤ 0.05 of their sub-region (§9.4).")
+@click.option("--overwrite", is_flag=True, help="Replace a build made with other settings in --out.")
+@click.option("--keep-work", is_flag=True, help="Keep the resumption cache BENCH/.work after a complete build.")
+def build(ils_dir: Path, images: Path, out: Path, candidates: Path | None, review: Path | None, per_lesion: str,
+          rf_ratio: float, deformer: str, sam_model: Path | None, anatomy: Path | None, splits: str, seed: int,
+          workers: int, max_negatives: int, exclude_positive_cxrs: bool, strict_negatives: bool, overwrite: bool,
+          keep_work: bool) -> None:
+    """Build a CheXpercept benchmark from an ILS dataset (resumable; byte-identical for a seed)."""
+    from cxrground.percept.build import BuildOptions, build_benchmark
+
+    chosen = ("train", "val", "test") if splits == "all" else tuple(s.strip() for s in splits.split(","))
+    opts = BuildOptions(ils=str(ils_dir), images=str(images), candidates=str(candidates) if candidates else None,
+                        review=str(review) if review else None, per_lesion=_per_lesion(per_lesion),
+                        rf_ratio=rf_ratio, deformer=deformer, sam_model=str(sam_model) if sam_model else None,
+                        anatomy=str(anatomy) if anatomy else None, splits=chosen, seed=seed,
+                        max_negatives=max_negatives, exclude_positive_cxrs=exclude_positive_cxrs,
+                        strict_negatives=strict_negatives)
+    try:
+        s = build_benchmark(opts, out, workers=workers, overwrite=overwrite, keep_work=keep_work)
+    except CXRGroundError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"CheXpercept benchmark in {s.out_dir}: {s.cases} cases, {s.items} items "
+               f"({s.planned} positives planned, {s.reused} reused, {s.failures} dropped) in {s.seconds} s")
+    click.echo(f"  card: {Path(s.out_dir) / 'card.md'}   failures: {Path(s.out_dir) / 'failures.jsonl'}")
+
+
+@click.command("validate")
+@click.argument("bench", type=click.Path(path_type=Path, exists=True, file_okay=False))
+def validate(bench: Path) -> None:
+    """Check a benchmark folder; exit 1 with the list of problems."""
+    from cxrground.percept.validate import validate_benchmark
+
+    problems = validate_benchmark(bench)
+    if problems:
+        for p in problems:
+            click.echo(p)
+        click.echo(f"{len(problems)} problem(s) in {bench}", err=True)
+        sys.exit(1)
+    click.echo(f"{bench}: valid")
+
+
+@click.command("gallery")
+@click.argument("bench", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--out", "out_html", type=click.Path(path_type=Path, dir_okay=False), required=True)
+def gallery(bench: Path, out_html: Path) -> None:
+    """Write a static HTML page to browse the benchmark stage by stage."""
+    from cxrground.percept.gallery import render_gallery
+
+    try:
+        n = render_gallery(bench, out_html)
+    except CXRGroundError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"wrote {out_html} ({n} cases)")
+
+
+for _cmd in (build, validate, gallery):
+    percept.add_command(_cmd)
+
+COMMANDS: list[click.Command] = []

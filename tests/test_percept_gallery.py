@@ -1,0 +1,59 @@
+"""``percept gallery``: a static page, loaded in headless Chromium, without console errors; filters work."""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import pytest
+
+from cxrground.percept.gallery import render_gallery
+from cxrground.percept.schema import load_benchmark
+from percept_build_helpers import synthetic_bench
+
+
+@pytest.fixture(scope="module")
+def gallery(tmp_path_factory) -> tuple[Path, Path]:
+    bench, _ = synthetic_bench(tmp_path_factory)
+    out = tmp_path_factory.mktemp("gallery") / "gallery.html"
+    render_gallery(bench, out)
+    return bench, out
+
+
+def test_gallery_is_self_contained_and_shows_answers(gallery) -> None:
+    bench, out = gallery
+    text = out.read_text()
+    assert not re.search(r"(src|href)=['\"]https?://", text) and "http://" not in text and "https://" not in text
+    b = load_benchmark(bench)
+    assert all(key in text for key in b.cases)
+    rr = next(c for k, c in sorted(b.cases.items()) if c.qa_path == "revision_required")
+    assert rr.contour_qa is not None
+    assert html.escape(rr.contour_qa.contour_eval_qa.question) in text
+    assert text.count("class='case'") == len(b.cases)
+
+
+def test_gallery_in_browser_filters(gallery, page) -> None:
+    bench, out = gallery
+    b = load_benchmark(bench)
+    page.goto(out.resolve().as_uri())
+    page.wait_for_load_state("load")
+    assert page.console_errors == []
+    assert page.locator(".case:visible").count() == len(b.cases)
+    # every image link resolves to a benchmark file
+    srcs = page.evaluate("Array.from(document.images).map(i => i.getAttribute('src'))")
+    assert srcs and all((out.parent / s).resolve().is_file() for s in srcs)
+    lesion = sorted({c.lesion for c in b.cases.values()})[0]
+    page.select_option("#f-lesion", lesion)
+    want = sum(1 for c in b.cases.values() if c.lesion == lesion)
+    assert page.locator(".case:visible").count() == want
+    assert page.locator("#count").inner_text() == str(want)
+    page.select_option("#f-path", "lesion_free")
+    want_lf = sum(1 for c in b.cases.values() if c.lesion == lesion and c.qa_path == "lesion_free")
+    assert page.locator(".case:visible").count() == want_lf
+    page.select_option("#f-lesion", "all")
+    page.select_option("#f-path", "all")
+    assert page.locator(".case:visible").count() == len(b.cases)
+    # the right answers are highlighted
+    assert page.locator("li.right").count() >= len(b.cases)
+    assert page.console_errors == []

@@ -1,0 +1,145 @@
+"""``percept validate`` catches each kind of problem on deliberately broken copies of a valid benchmark."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from PIL import Image, PngImagePlugin
+
+from cxrground.percept.validate import validate_benchmark
+from percept_build_helpers import synthetic_bench
+
+
+@pytest.fixture(scope="module")
+def valid_bench(tmp_path_factory) -> Path:
+    out, _ = synthetic_bench(tmp_path_factory)
+    return out
+
+
+@pytest.fixture()
+def bench(valid_bench: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "bench"
+    shutil.copytree(valid_bench, copy, ignore=shutil.ignore_patterns(".work"))
+    return copy
+
+
+def _data(b: Path) -> dict:
+    return json.loads((b / "chexpercept.json").read_text())
+
+
+def _save(b: Path, data: dict) -> None:
+    (b / "chexpercept.json").write_text(json.dumps(data, sort_keys=True, indent=1))
+
+
+def _first(data: dict, pred: Callable[[dict], bool]) -> dict:
+    return next(c for _, c in sorted(data.items()) if pred(c))
+
+
+def _rr(c: dict) -> bool:
+    return c.get("qa_path") == "revision_required"
+
+
+def _lung_positive(c: dict) -> bool:
+    return c.get("attribute_extraction_qa") is not None
+
+
+def test_valid_benchmark_passes_and_cli_exit_codes(bench: Path) -> None:
+    assert validate_benchmark(bench) == []
+    ok = subprocess.run([sys.executable, "-m", "cxrground", "percept", "validate", str(bench)],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0 and "valid" in ok.stdout
+    (bench / "card.md").write_text((bench / "card.md").read_text() + "\nedited\n")
+    bad = subprocess.run([sys.executable, "-m", "cxrground", "percept", "validate", str(bench)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and "manifest hash mismatch for card.md" in bad.stdout
+
+
+def test_missing_image(bench: Path) -> None:
+    case = _first(_data(bench), _rr)
+    rel = case["contour_qa"]["contour_eval_qa"]["relative_path"]
+    (bench / rel).unlink()
+    problems = validate_benchmark(bench)
+    assert any(f"image {rel} does not exist" in p for p in problems)
+    assert f"manifest lists {rel}, which does not exist" in problems
+
+
+def test_wrong_size(bench: Path) -> None:
+    rel = _first(_data(bench), _rr)["detection_qa"]["relative_path"]
+    with Image.open(bench / rel) as im:
+        im.resize((im.width // 2, im.height)).save(bench / rel)
+    assert any(rel in p and "expected" in p and "x" in p for p in validate_benchmark(bench))
+
+
+def test_answer_index_out_of_range(bench: Path) -> None:
+    data = _data(bench)
+    case = _first(data, _rr)
+    case["contour_qa"]["contour_revision_qa_revision_result"]["answer_index"] = 7
+    _save(bench, data)
+    assert any("answer_index 7 outside" in p for p in validate_benchmark(bench))
+
+
+def test_duplicate_and_unsorted_multi_select(bench: Path) -> None:
+    data = _data(bench)
+    case = _first(data, _lung_positive)
+    case["attribute_extraction_qa"]["location"]["answer_index"] = [1, 1]
+    exp = case["contour_qa"]["contour_revision_qa_expansion"]
+    n = len(exp["answer_options"])
+    exp["answer_index"] = [n, 1] if n > 1 else [1]
+    _save(bench, data)
+    problems = validate_benchmark(bench)
+    assert any("duplicate indices in multi-select answer [1, 1]" in p for p in problems)
+    assert any("is not sorted" in p for p in problems)
+
+
+def test_leaking_name(bench: Path) -> None:
+    rel = _first(_data(bench), _rr)["contour_qa"]["contour_revision_qa_revision_result"]["answer_options"][0][
+        "relative_path"]
+    shutil.copy(bench / rel, (bench / rel).with_name("option_1_mask_answer.png"))
+    problems = validate_benchmark(bench)
+    assert any("leaking name" in p and "mask_answer" in p for p in problems)
+
+
+def test_png_text_chunk(bench: Path) -> None:
+    rel = _first(_data(bench), _rr)["contour_qa"]["contour_eval_qa"]["relative_path"]
+    info = PngImagePlugin.PngInfo()
+    info.add_text("Comment", "needs revision")
+    with Image.open(bench / rel) as im:
+        im.load()
+        im.save(bench / rel, pnginfo=info)
+    assert any("PNG text chunks" in p for p in validate_benchmark(bench))
+
+
+def test_count_mismatch_with_card(bench: Path) -> None:
+    data = _data(bench)
+    key = sorted(data)[0]
+    lesion = data[key]["lesion"]
+    del data[key]
+    _save(bench, data)
+    problems = validate_benchmark(bench)
+    assert any(p.startswith("count mismatch") and lesion in p for p in problems)
+
+
+def test_manifest_mismatch(bench: Path) -> None:
+    (bench / "failures.jsonl").write_text("{}\n")
+    (bench / "extra.txt").write_text("x")
+    problems = validate_benchmark(bench)
+    assert "manifest hash mismatch for failures.jsonl" in problems
+    assert "manifest does not list extra.txt" in problems
+
+
+def test_schema_and_path_rules(bench: Path) -> None:
+    data = _data(bench)
+    lf = _first(data, lambda c: c.get("qa_path") == "lesion_free")
+    lf["detection_qa"]["answer_index"] = 1
+    _save(bench, data)
+    assert any("lesion-free detection answer must be 2" in p for p in validate_benchmark(bench))
+    data[sorted(data)[0]].pop("detection_qa")
+    _save(bench, data)
+    problems = validate_benchmark(bench)
+    assert len(problems) == 1 and "detection_qa" in problems[0]
