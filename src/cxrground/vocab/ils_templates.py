@@ -7,10 +7,12 @@ exist) live in :mod:`cxrground.ils`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from cxrground.vocab.locations import join_ils
+from cxrground.vocab.locations import join_ils, split_ils
 
 InstructionType = Literal["basic", "global", "lesion_inference"]
 INSTRUCTION_TYPES: Final[tuple[str, str, str]] = ("basic", "global", "lesion_inference")
@@ -106,3 +108,51 @@ def _loc(location: Sequence[str] | None) -> str:
     if not location:
         raise ValueError("this template needs a location")
     return join_ils(location)
+
+
+@dataclass(frozen=True)
+class ParsedInstruction:
+    """An instruction read back into its template slots.
+
+    ``kind`` is the JSON ``type``; ``target`` is the word as written in the text (``opacity`` for
+    lesion-inference and tentative instructions); ``locations`` are the labels in text order (empty for
+    ``global``).
+    """
+
+    kind: str
+    target: str
+    locations: list[str] = field(default_factory=list)
+
+
+def _instruction_regex(template: str) -> re.Pattern[str]:
+    parts = re.split(r"\{(\w+)\}", template)
+    body = "".join(f"(?P<{p}>.+?)" if i % 2 else re.escape(p) for i, p in enumerate(parts))
+    return re.compile(body + "$")
+
+
+# lesion inference first: its text also has the basic form "Segment the X in the Y."
+_INSTRUCTION_PATTERNS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
+    ("lesion_inference", _instruction_regex(LESION_INFERENCE_INSTRUCTION)),
+    ("basic", _instruction_regex(BASIC_INSTRUCTION)),
+    ("global", _instruction_regex(GLOBAL_INSTRUCTION)),
+)
+
+
+def parse_instruction(text: str) -> ParsedInstruction | None:
+    """Inverse of :func:`instruction`: kind, target as written and location labels; None if no template fits.
+
+    Matching is exact (case and punctuation) after stripping surrounding whitespace, so
+    ``instruction(p.kind, p.target, p.locations or None) == text`` for every parsed ``p``.
+    """
+    text = text.strip()
+    for kind, pattern in _INSTRUCTION_PATTERNS:
+        m = pattern.match(text)
+        if m is None:
+            continue
+        slots = m.groupdict()
+        target = slots.get("target", TENTATIVE_WORD)
+        locations = split_ils(slots["location"]) if "location" in slots else []
+        if " in the " in target or (kind != "global" and not locations):
+            continue
+        return ParsedInstruction(kind, target, locations)
+    return None

@@ -1,0 +1,266 @@
+"""Training of the baseline ILS model: balanced sampling, ILS.md §17.3 losses plus head losses, resumable.
+
+Loss per batch: ``w_bce · sigmoid_bce`` (all samples, negatives with an all-zero target) ``+ w_dice ·
+dice_loss`` (positives only) ``+ w_presence · BCE(presence)`` ``+ w_lesion · CE(lesion type)`` and ``+
+w_certainty · CE(certainty)`` on lesion-inference positives ``+ w_location · BCE(location labels)`` on
+positives with a grounded location (every positive teaches the labels of its mask; the head is used only
+for global answers). Sampling: :class:`~cxrground.models.sampling.BalancedSampler` (1:1, seeded per epoch).
+AdamW, linear warm-up then cosine decay to 1 % of ``lr`` (a pure function of the step, so resuming needs no
+scheduler state), gradient clipping.
+
+Determinism: ``torch.manual_seed(seed)`` before building the network, a fixed intra-op thread count
+(``config.threads``), ``torch.use_deterministic_algorithms(True)``, data order from the sampler only (no
+augmentation, no dropout): the same dataset, configuration and seed give identical weights on one machine.
+
+Checkpoint folder (written atomically after every epoch):
+
+- ``checkpoint.json``: ``{"model": "baseline", "config", "dataset": {"path", "sha256"}, "seed", "split",
+  "val_split", "epoch", "step", "history", "best", "created_by"}``;
+- ``weights.safetensors``: the selected weights (best validation positive gIoU on the working canvas, or the
+  last epoch when there is no validation split) — what :func:`~cxrground.models.baseline.load_model` loads;
+- ``weights_last.safetensors`` and ``train_state.pt`` (optimizer state, torch RNG state): what a re-run with
+  the same arguments resumes from. It continues after the last finished epoch and ends with the same weights
+  as an uninterrupted run. A different dataset file (sha256), configuration, seed or split is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
+
+from cxrground import __version__
+from cxrground.errors import ConfigError, InputError
+from cxrground.ils.schema import load_dataset
+from cxrground.models.base import CHECKPOINT_FILE
+from cxrground.models.baseline.config import BaselineConfig
+from cxrground.models.baseline.data import PairTensors, dataset_paths, load_pairs, make_segmenter
+from cxrground.models.baseline.net import CondUNet, build_net, count_parameters
+from cxrground.models.losses import dice_loss, sigmoid_bce
+from cxrground.models.sampling import BalancedSampler
+
+__all__ = ["BEST_WEIGHTS", "LAST_WEIGHTS", "MODEL_NAME", "TRAIN_STATE", "compute_loss", "file_sha256",
+           "lr_at", "train", "validate"]
+
+MODEL_NAME = "baseline"
+BEST_WEIGHTS = "weights.safetensors"
+LAST_WEIGHTS = "weights_last.safetensors"
+TRAIN_STATE = "train_state.pt"
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def lr_at(step: int, total: int, config: BaselineConfig) -> float:
+    """Learning rate of optimizer step ``step`` (0-based) of ``total``: linear warm-up, cosine to 1 %."""
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    span = max(1, total - config.warmup_steps)
+    frac = min(1.0, (step - config.warmup_steps) / span)
+    return config.lr * (0.01 + 0.99 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def compute_loss(out: dict[str, torch.Tensor], batch: dict[str, torch.Tensor],
+                 config: BaselineConfig) -> tuple[torch.Tensor, dict[str, float]]:
+    """The weighted training loss of one batch and its parts (module docstring)."""
+    zero = out["presence"].sum() * 0.0
+    parts = {
+        "bce": sigmoid_bce(out["mask"], batch["mask"]),
+        "dice": dice_loss(out["mask"], batch["mask"]),
+        "presence": F.binary_cross_entropy_with_logits(out["presence"], batch["presence"]),
+    }
+    li = batch["li_lesion"] >= 0
+    parts["lesion"] = F.cross_entropy(out["lesion"][li], batch["li_lesion"][li]) if bool(li.any()) else zero
+    cert = batch["certainty"] >= 0
+    parts["certainty"] = (F.cross_entropy(out["certainty"][cert], batch["certainty"][cert])
+                          if bool(cert.any()) else zero)
+    loc = batch["location_valid"]
+    parts["location"] = (F.binary_cross_entropy_with_logits(out["location"][loc], batch["location"][loc])
+                         if bool(loc.any()) else zero)
+    weights = {"bce": config.w_bce, "dice": config.w_dice, "presence": config.w_presence,
+               "lesion": config.w_lesion, "certainty": config.w_certainty, "location": config.w_location}
+    total = sum(weights[k] * v for k, v in parts.items())
+    return total, {k: float(v.detach()) for k, v in parts.items()}
+
+
+@torch.no_grad()
+def validate(net: CondUNet, data: PairTensors, batch_size: int) -> dict[str, float | None]:
+    """Canvas-level positive gIoU (presence-gated masks), N-Acc and presence accuracy on ``data``."""
+    net.eval()
+    ious: list[float] = []
+    empty_neg: list[bool] = []
+    correct = 0
+    for start in range(0, len(data), batch_size):
+        batch = data.batch(np.arange(start, min(len(data), start + batch_size)))
+        out = net(batch["image"], batch["anatomy"], batch["cond"])
+        present = out["presence"] > 0
+        pred = (out["mask"] > 0) & present[:, None, None]
+        gt = batch["mask"] > 0.5
+        for p, g, pos in zip(pred, gt, batch["presence"] > 0.5, strict=True):
+            if pos:
+                union = int((p | g).sum())
+                ious.append(int((p & g).sum()) / (union + 1e-5) if union else 1.0)
+            else:
+                empty_neg.append(not bool(p.any()))
+        correct += int((present == (batch["presence"] > 0.5)).sum())
+    net.train()
+    return {
+        "val_gIoU": float(np.mean(ious)) if ious else None,
+        "val_N-Acc": float(np.mean(empty_neg)) if empty_neg else None,
+        "val_presence_acc": correct / len(data) if len(data) else None,
+    }
+
+
+def _atomic(path: Path, write: Callable[[Path], None]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def _save_weights(net: CondUNet, path: Path) -> None:
+    state = {k: v.detach().contiguous().clone() for k, v in net.state_dict().items()}
+    _atomic(path, lambda p: save_file(state, str(p), metadata={"model": MODEL_NAME}))
+
+
+def _check_resume(info: dict[str, Any], expect: dict[str, Any], path: Path) -> None:
+    if info.get("model") != MODEL_NAME:
+        raise ConfigError(f"{path} holds a {info.get('model')!r} checkpoint, not {MODEL_NAME!r}; "
+                          "use another --out or --no-resume")
+    for key, what in (("dataset", "dataset file (sha256)"), ("config", "configuration"), ("seed", "seed"),
+                      ("split", "training split"), ("val_split", "validation split")):
+        have, want = info.get(key), expect[key]
+        if key == "dataset":
+            have, want = (have or {}).get("sha256"), want["sha256"]
+        if have != want:
+            raise ConfigError(f"cannot resume {path}: the {what} differs from the checkpoint's "
+                              f"({have!r} vs {want!r}); use another --out or --no-resume")
+
+
+def train(
+    dataset: Path,
+    out: Path,
+    *,
+    images: Path | None = None,
+    seed: int = 0,
+    overrides: dict[str, Any] | None = None,
+    resume: bool = True,
+    split: str = "train",
+    val_split: str | None = "val",
+    progress: bool = True,
+    stop_after_epoch: int | None = None,
+    log: Callable[[str], None] | None = print,
+) -> Path:
+    """Train the baseline on ``split`` of ``dataset`` into the checkpoint folder ``out``; returns ``out``.
+
+    ``images``: root the pairs' ``image_path`` is relative to (default: the dataset folder).
+    ``overrides``: :class:`BaselineConfig` fields (strings are parsed). ``resume``: continue a checkpoint
+    with the same dataset, configuration, seed and splits (else start from scratch, overwriting it).
+    ``stop_after_epoch``: stop once that many epochs are finished, as a kill would (the run can be resumed).
+    """
+    say = log or (lambda _m: None)
+    json_path, _ = dataset_paths(dataset)
+    if not json_path.is_file():
+        raise InputError("dataset JSON not found", json_path)
+    config = BaselineConfig().with_overrides(overrides)
+    out = Path(out)
+    images_root = Path(images) if images is not None else json_path.parent
+    meta: dict[str, Any] = {
+        "model": MODEL_NAME, "config": config.to_dict(),
+        "dataset": {"path": str(json_path.resolve()), "sha256": file_sha256(json_path)},
+        "seed": seed, "split": split, "val_split": val_split, "epoch": 0, "step": 0, "history": [],
+        "best": None, "created_by": f"cxrground {__version__}",
+    }
+    meta_path = out / CHECKPOINT_FILE
+    resuming = resume and meta_path.is_file() and (out / TRAIN_STATE).is_file()
+    if resuming:
+        info = json.loads(meta_path.read_text(encoding="utf-8"))
+        _check_resume(info, meta, out)
+        if info["epoch"] >= config.epochs:
+            say(f"{out}: training already finished ({info['epoch']} epochs)")
+            return out
+    out.mkdir(parents=True, exist_ok=True)
+
+    torch.set_num_threads(config.threads)
+    torch.use_deterministic_algorithms(True)
+    torch.manual_seed(seed)
+    data = load_dataset(json_path)
+    segmenter = make_segmenter(config)
+    train_data = PairTensors(load_pairs(json_path, split, data), images_root, config, segmenter, progress, say)
+    if not train_data.positives:
+        raise InputError(f"split {split!r} has no usable positive pair to train on", json_path)
+    val_pairs = load_pairs(json_path, val_split, data) if val_split else []
+    val_data = PairTensors(val_pairs, images_root, config, segmenter, progress, say) if val_pairs else None
+    sampler = BalancedSampler(train_data.positives, train_data.negatives, seed=seed)
+    steps_per_epoch = math.ceil(len(sampler) / config.batch_size)
+    total_steps = steps_per_epoch * config.epochs
+
+    net = build_net(config)
+    opt = torch.optim.AdamW(net.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay)
+    if resuming:
+        net.load_state_dict(load_file(str(out / LAST_WEIGHTS)))
+        state = torch.load(out / TRAIN_STATE, weights_only=True)
+        opt.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["torch_rng"])
+        meta.update({k: info[k] for k in ("epoch", "step", "history", "best")})
+        say(f"resuming {out} after epoch {meta['epoch']}")
+    say(f"baseline: {count_parameters(net):,} parameters; {len(train_data)} {split} pairs "
+        f"({len(train_data.positives)} positive); {len(sampler)} samples/epoch; "
+        f"{len(val_data) if val_data else 0} {val_split or '-'} pairs")
+    net.train()
+    step = meta["step"]
+    for epoch in range(meta["epoch"], config.epochs):
+        order = sampler.indices(epoch)
+        sums: dict[str, float] = {}
+        bar = tqdm(total=len(order), desc=f"epoch {epoch + 1}/{config.epochs}", unit="sample",
+                   disable=not progress, leave=False)
+        start = time.perf_counter()
+        for b in range(0, len(order), config.batch_size):
+            batch = train_data.batch(order[b:b + config.batch_size])
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, total_steps, config)
+            result = net(batch["image"], batch["anatomy"], batch["cond"])
+            loss, parts = compute_loss(result, batch, config)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), config.grad_clip)
+            opt.step()
+            step += 1
+            n = len(batch["cond"])
+            for k, v in {"loss": float(loss.detach()), **parts}.items():
+                sums[k] = sums.get(k, 0.0) + v * n
+            bar.update(n)
+            bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
+        bar.close()
+        record: dict[str, Any] = {"epoch": epoch + 1, "step": step, "seconds": round(time.perf_counter() - start, 2)}
+        record.update({k: v / len(order) for k, v in sums.items()})
+        if val_data is not None:
+            record.update(validate(net, val_data, config.batch_size))
+        meta["history"].append(record)
+        meta["epoch"], meta["step"] = epoch + 1, step
+        score = record.get("val_gIoU")
+        best = meta["best"]
+        if best is None or score is None or (best.get("val_gIoU") is not None and score > best["val_gIoU"]):
+            meta["best"] = {"epoch": epoch + 1, "val_gIoU": score}
+            _save_weights(net, out / BEST_WEIGHTS)
+        _save_weights(net, out / LAST_WEIGHTS)
+        state = {"optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state(), "epoch": epoch + 1}
+        _atomic(out / TRAIN_STATE, lambda p, s=state: torch.save(s, p))
+        _atomic(meta_path, lambda p: p.write_text(json.dumps(meta, indent=2), encoding="utf-8"))
+        val = f", val gIoU {score:.3f}" if score is not None else ""
+        say(f"epoch {epoch + 1}/{config.epochs}: loss {record['loss']:.4f}{val} ({record['seconds']:.1f} s)")
+        if stop_after_epoch is not None and epoch + 1 >= stop_after_epoch and epoch + 1 < config.epochs:
+            break
+    return out

@@ -1,0 +1,326 @@
+"""The CPU baseline ILS model: instruction parsing, conditioning, network, training, resume, predict, CLI."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cxrground.datasets.synthetic import write_cohort
+from cxrground.datasets.synthetic.config import SynthConfig
+from cxrground.errors import ConfigError, InputError
+from cxrground.vocab.ils_templates import INSTRUCTION_TYPES, TENTATIVE_WORD, instruction, parse_instruction
+from cxrground.vocab.lesions import LESIONS
+from cxrground.vocab.locations import ILS_LOCATION_LABELS
+
+torch = pytest.importorskip("torch")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+from cxrground.cli import main  # noqa: E402
+from cxrground.evaluation.ils_metrics import evaluate_dataset, parse_answer, question_type  # noqa: E402
+from cxrground.ils.predictions import load_predictions  # noqa: E402
+from cxrground.io.image import read_image  # noqa: E402
+from cxrground.models import baseline  # noqa: E402
+from cxrground.models.base import load_model, model_module  # noqa: E402
+from cxrground.models.baseline.conditioning import COND_DIM, encode, parse, render_answer  # noqa: E402
+from cxrground.models.baseline.config import BaselineConfig  # noqa: E402
+from cxrground.models.baseline.data import PairTensors, load_pairs  # noqa: E402
+from cxrground.models.baseline.net import build_net  # noqa: E402
+from cxrground.models.baseline.training import compute_loss  # noqa: E402
+
+TINY = {"size": "32", "channels": "8,16", "cond_hidden": "16", "head_hidden": "16", "batch_size": "8",
+        "warmup_steps": "2"}
+
+
+# --- instruction parsing (vocab) -----------------------------------------------------------------
+
+def _location_lists():
+    labels = list(ILS_LOCATION_LABELS)
+    yield from ([a] for a in labels)
+    yield from ([a, b] for a, b in itertools.permutations(labels, 2))
+    yield from ([a, b, c] for a, b, c in itertools.combinations(labels, 3))
+
+
+def test_parse_instruction_inverts_every_template():
+    n = 0
+    for target in LESIONS:
+        text = instruction("global", target)
+        p = parse_instruction(text)
+        assert (p.kind, p.target, p.locations) == ("global", target, [])
+        assert instruction(p.kind, p.target) == text
+        for locs in _location_lists():
+            for kind in ("basic", "lesion_inference"):
+                text = instruction(kind, target, locs)
+                p = parse_instruction(text)
+                expected_target = target if kind == "basic" else TENTATIVE_WORD
+                assert (p.kind, p.target, p.locations) == (kind, expected_target, locs), text
+                assert instruction(p.kind, p.target, p.locations) == text
+                n += 1
+    assert n == len(LESIONS) * 2 * (10 + 90 + 120)
+
+
+@pytest.mark.parametrize("text", ["", "Segment the lungs", "Describe the opacity.", "segment the opacity.",
+                                  "Segment the opacity in the right lung and predict its type"])
+def test_parse_instruction_rejects_non_templates(text):
+    assert parse_instruction(text) is None
+
+
+def test_parse_rejects_unknown_lesion_or_label():
+    with pytest.raises(InputError, match="unknown lesion"):
+        parse("Segment the nodule in the right lung.")
+    with pytest.raises(InputError, match="unknown location"):
+        parse("Segment the edema in the right lung apex.")
+    with pytest.raises(InputError, match="template"):
+        parse("What is this?")
+
+
+# --- conditioning --------------------------------------------------------------------------------
+
+def test_condition_vector_layout():
+    vec = encode(parse("Segment the opacity in the right lung base and left lung and predict its type."))
+    assert vec.shape == (COND_DIM,) == (20,)
+    lesion, loc, kind = vec[:7], vec[7:17], vec[17:]
+    assert lesion.tolist() == [1.0 if name == "opacity" else 0.0 for name in LESIONS]
+    assert loc.tolist() == [1.0 if name in ("right lung base", "left lung") else 0.0 for name in ILS_LOCATION_LABELS]
+    assert kind.tolist() == [0.0, 0.0, 1.0] and INSTRUCTION_TYPES[2] == "lesion_inference"
+    glob = encode(parse("Segment the cardiomegaly."))
+    assert glob[:7].tolist() == [1.0] + [0.0] * 6 and glob[7:17].sum() == 0 and glob[17:].tolist() == [0, 1, 0]
+
+
+def test_rendered_answers_parse_like_the_dataset():
+    p = parse("Segment the opacity in the left lung base and predict its type.")
+    ans = render_answer(p, True, "edema", "tentative")
+    assert ans == "[SEG] It possibly reflects edema."
+    assert parse_answer(ans, "lesion_inference").presence == "tentative"
+    assert render_answer(p, False) == "[SEG] There is no opacity in the left lung base."
+    g = parse("Segment the pneumonia.")
+    assert render_answer(g, True, locations=["right lung base", "left lung base"]) == \
+        "[SEG] It is located in the right lung base and left lung base."
+    assert render_answer(parse("Segment the cardiomegaly."), True, locations=["right lung"]) == "[SEG]"
+    assert render_answer(g, False) == "[SEG] There is no pneumonia."
+
+
+def test_config_overrides_parse_and_reject():
+    cfg = BaselineConfig().with_overrides({"size": "64", "channels": "8,16,32", "lr": "0.01"})
+    assert (cfg.size, cfg.channels, cfg.lr) == (64, (8, 16, 32), 0.01)
+    assert BaselineConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ConfigError, match="unknown baseline setting"):
+        BaselineConfig().with_overrides({"epochz": "3"})
+    with pytest.raises(ConfigError, match="divisible"):
+        BaselineConfig(size=30, channels=(8, 16, 32))
+
+
+# --- network -------------------------------------------------------------------------------------
+
+def _fake_batch(n: int = 4, size: int = 32) -> dict:
+    g = torch.Generator().manual_seed(0)
+    mask = torch.zeros(n, size, size)
+    mask[: n // 2, 8:20, 6:14] = 1.0
+    instr = ["Segment the pneumonia in the right lung.", "Segment the opacity in the left lung and predict its type.",
+             "Segment the effusion.", "Segment the edema in the right lung base."]
+    return {
+        "image": torch.randn(n, 1, size, size, generator=g),
+        "anatomy": (torch.rand(n, 12, size, size, generator=g) > 0.5).float(),
+        "cond": torch.from_numpy(np.stack([encode(parse(t)) for t in instr[:n]])),
+        "mask": mask,
+        "presence": (mask.flatten(1).sum(1) > 0).float(),
+        "li_lesion": torch.tensor([-1, 2, -1, -1][:n]),
+        "certainty": torch.tensor([-1, 0, -1, -1][:n]),
+        "location": torch.zeros(n, 10).index_fill_(1, torch.tensor([0]), 1.0),
+        "location_valid": mask.flatten(1).sum(1) > 0,
+    }
+
+
+def test_forward_shapes():
+    cfg = BaselineConfig().with_overrides(TINY)
+    torch.manual_seed(0)
+    out = build_net(cfg)(*(_fake_batch()[k] for k in ("image", "anatomy", "cond")))
+    assert out["mask"].shape == (4, 32, 32)
+    assert out["presence"].shape == (4,)
+    assert out["lesion"].shape == (4, 3) and out["certainty"].shape == (4, 2) and out["location"].shape == (4, 10)
+
+
+def test_loss_decreases_on_a_fixed_batch():
+    cfg = BaselineConfig().with_overrides(TINY)
+    torch.manual_seed(0)
+    net = build_net(cfg)
+    batch = _fake_batch()
+    opt = torch.optim.AdamW(net.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(12):
+        loss, parts = compute_loss(net(batch["image"], batch["anatomy"], batch["cond"]), batch, cfg)
+        assert set(parts) == {"bce", "dice", "presence", "lesion", "certainty", "location"}
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    assert losses[-1] < 0.8 * losses[0]
+
+
+# --- training on a tiny synthetic dataset --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """A 6-study synthetic cohort (images under cohort/files) and its ILS dataset (ils/)."""
+    root = tmp_path_factory.mktemp("baseline")
+    write_cohort(root / "cohort", 6, seed=0, config=SynthConfig(width=128), progress=False)
+    result = CliRunner().invoke(main, ["ils", "build", "--images", str(root / "cohort" / "files"),
+                                       "--out", str(root / "ils"), "--quiet", "--seed", "0"])
+    assert result.exit_code == 0, result.output
+    return root
+
+
+def _train(tiny: Path, out: Path, seed: int = 0, epochs: int = 1, **kwargs) -> Path:
+    return baseline.train(tiny / "ils", out, images=tiny / "cohort" / "files", seed=seed,
+                          overrides={**TINY, "epochs": str(epochs)}, progress=False, log=None, **kwargs)
+
+
+def _weights(path: Path, name: str = "weights_last.safetensors") -> dict:
+    return safetensors_torch.load_file(str(path / name))
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def trained(tiny, tmp_path_factory) -> Path:
+    return _train(tiny, tmp_path_factory.mktemp("ck") / "ckpt", epochs=2)
+
+
+def test_dataset_cache_has_working_size_tensors(tiny):
+    cfg = BaselineConfig().with_overrides(TINY)
+    pairs = load_pairs(tiny / "ils", "train")
+    data = PairTensors(pairs, tiny / "cohort" / "files", cfg, None, progress=False)
+    assert len(data) == len(pairs) and data.positives and data.negatives
+    b = data.batch(data.positives[:2] + data.negatives[:1])
+    assert b["image"].shape == (3, 1, 32, 32) and b["anatomy"].shape == (3, 12, 32, 32)
+    assert b["mask"][:2].flatten(1).sum(1).min() > 0 and b["mask"][2].sum() == 0
+    assert b["presence"].tolist() == [1.0, 1.0, 0.0]
+
+
+def test_checkpoint_contents(trained, tiny):
+    info = json.loads((trained / "checkpoint.json").read_text())
+    assert info["model"] == "baseline" and info["epoch"] == 2 and len(info["history"]) == 2
+    assert info["config"]["size"] == 32 and info["seed"] == 0
+    import hashlib
+    sha = hashlib.sha256((tiny / "ils" / "mimic_ils_instruction_answer.json").read_bytes()).hexdigest()
+    assert info["dataset"]["sha256"] == sha
+    assert info["created_by"].startswith("cxrground ")
+    assert all((trained / n).is_file() for n in ("weights.safetensors", "weights_last.safetensors", "train_state.pt"))
+
+
+def test_predict_gives_native_masks_and_parseable_answers(trained, tiny):
+    model = load_model(trained)
+    assert model.name == "baseline"
+    pairs = load_pairs(tiny / "ils", "train")[:6]
+    image = read_image(tiny / "cohort" / "files" / pairs[0].image_path)
+    same = [p for p in pairs if p.image_path == pairs[0].image_path]
+    outs = model.predict_batch([image] * len(same), [p.instruction for p in same])
+    for pair, out in zip(same, outs, strict=True):
+        assert out.mask.shape == image.shape and out.mask.dtype == bool
+        assert out.answer.startswith("[SEG]")
+        qtype = question_type(pair.instruction)
+        assert qtype == pair.kind == out.kind
+        parsed = parse_answer(out.answer, qtype)
+        if not out.present:
+            assert not out.mask.any() and parsed.presence == "absent"
+        else:
+            assert parsed.presence != "absent"
+    single = model.predict(image, same[0].instruction)
+    assert single.answer == outs[0].answer and np.array_equal(single.mask, outs[0].mask)
+
+
+def test_same_seed_same_weights_other_seed_differs(tiny, tmp_path):
+    a = _weights(_train(tiny, tmp_path / "a", seed=3))
+    b = _weights(_train(tiny, tmp_path / "b", seed=3))
+    c = _weights(_train(tiny, tmp_path / "c", seed=4))
+    assert _same(a, b)
+    assert not _same(a, c)
+
+
+def test_resume_after_kill_equals_uninterrupted_run(trained, tiny, tmp_path):
+    out = tmp_path / "resumed"
+    _train(tiny, out, epochs=2, stop_after_epoch=1)
+    assert json.loads((out / "checkpoint.json").read_text())["epoch"] == 1
+    assert not _same(_weights(out), _weights(trained))
+    _train(tiny, out, epochs=2)
+    info = json.loads((out / "checkpoint.json").read_text())
+    assert info["epoch"] == 2 and len(info["history"]) == 2
+    assert _same(_weights(out), _weights(trained))
+    assert _same(_weights(out, "weights.safetensors"), _weights(trained, "weights.safetensors"))
+
+
+def test_resume_refuses_other_dataset_or_config(trained, tiny, tmp_path):
+    ck = tmp_path / "ck"
+    shutil.copytree(trained, ck)
+    ds = tmp_path / "ds"
+    shutil.copytree(tiny / "ils", ds)
+    json_path = ds / "mimic_ils_instruction_answer.json"
+    json_path.write_text(json_path.read_text() + "\n")
+    with pytest.raises(ConfigError, match="dataset file"):
+        baseline.train(ds, ck, images=tiny / "cohort" / "files", overrides={**TINY, "epochs": "3"},
+                       progress=False, log=None)
+    with pytest.raises(ConfigError, match="configuration"):
+        baseline.train(tiny / "ils", ck, images=tiny / "cohort" / "files",
+                       overrides={**TINY, "epochs": "3", "lr": "0.1"}, progress=False, log=None)
+    with pytest.raises(ConfigError, match="seed"):
+        _train(tiny, ck, seed=9, epochs=2)
+
+
+def test_model_module_dispatch():
+    assert model_module("baseline") is baseline
+    with pytest.raises(ConfigError, match="unknown model"):
+        model_module("nope")
+
+
+# --- CLI: train, predict (resumable, failures), evaluate ----------------------------------------
+
+def test_cli_train_predict_evaluate(tiny, tmp_path):
+    runner = CliRunner()
+    ck, pred = tmp_path / "ck", tmp_path / "pred.jsonl"
+    images = str(tiny / "cohort" / "files")
+    sets = [a for k, v in {**TINY, "epochs": "1"}.items() for a in ("--set", f"{k}={v}")]
+    r = runner.invoke(main, ["ils", "train", "--model", "baseline", "--dataset", str(tiny / "ils"), "--images", images,
+                             "--out", str(ck), "--quiet", *sets])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(main, ["ils", "predict", "--checkpoint", str(ck), "--dataset", str(tiny / "ils"),
+                             "--images", images, "--split", "train", "--out", str(pred), "--quiet"])
+    assert r.exit_code == 0, r.output
+    n_pairs = len(load_pairs(tiny / "ils", "train"))
+    assert len(load_predictions(pred)) == n_pairs
+    before = pred.read_bytes()
+    r = runner.invoke(main, ["ils", "predict", "--checkpoint", str(ck), "--dataset", str(tiny / "ils"),
+                             "--images", images, "--split", "train", "--out", str(pred), "--quiet"])
+    assert r.exit_code == 0 and f"0 written, {n_pairs} already there" in r.output
+    assert pred.read_bytes() == before
+    r = runner.invoke(main, ["ils", "evaluate", "--dataset", str(tiny / "ils"), "--predictions", str(pred),
+                             "--split", "train", "--bootstrap", "0"])
+    assert r.exit_code == 0, r.output
+    assert "gIoU" in r.output and "missing predictions (counted wrong): 0" in r.output
+    result = evaluate_dataset(tiny / "ils", pred, split="train", n_boot=0)
+    assert result["n_pairs"] == n_pairs and not result["missing"]
+
+
+def test_predict_records_unreadable_image_and_goes_on(trained, tiny, tmp_path):
+    images = tmp_path / "files"
+    shutil.copytree(tiny / "cohort" / "files", images)
+    pairs = load_pairs(tiny / "ils", "train")
+    bad = pairs[0].image_path
+    (images / bad).write_bytes(b"not an image")
+    pred = tmp_path / "pred.jsonl"
+    r = CliRunner().invoke(main, ["ils", "predict", "--checkpoint", str(trained), "--dataset", str(tiny / "ils"),
+                                  "--images", str(images), "--split", "train", "--out", str(pred), "--quiet"])
+    assert r.exit_code == 0, r.output
+    bad_ids = {p.pair_id for p in pairs if p.image_path == bad}
+    written = set(load_predictions(pred))
+    assert written == {p.pair_id for p in pairs} - bad_ids and written
+    failures = [json.loads(line) for line in (tmp_path / "pred.jsonl.failures.jsonl").read_text().splitlines()]
+    assert len(failures) == 1 and failures[0]["path"].endswith(bad) and set(failures[0]["pair_ids"]) == bad_ids
+    result = evaluate_dataset(tiny / "ils", pred, split="train", n_boot=0)
+    assert set(result["missing"]) == bad_ids
