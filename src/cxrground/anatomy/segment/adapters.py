@@ -239,7 +239,7 @@ class HybridGNetSegmenter:
 
     def provenance(self) -> dict[str, Any]:
         """Backend, checkpoint path and sha256, input size."""
-        from cxrground.anatomy.segment.unet import sha256_file
+        from cxrground.io.files import sha256_file
 
         path = self.weights_path
         return {
@@ -358,7 +358,7 @@ class CXASSegmenter:
 
     def provenance(self) -> dict[str, Any]:
         """Backend, model name, weights path and sha256."""
-        from cxrground.anatomy.segment.unet import sha256_file
+        from cxrground.io.files import sha256_file
 
         weights = self.weights_dir / f"{self.model_name}.pth" if self.weights_dir else None
         return {

@@ -25,7 +25,6 @@ torch and safetensors are imported inside the functions that need them.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from cxrground.errors import ConfigError
+from cxrground.io.files import sha256_file
 from cxrground.io.transform import Letterbox
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -166,15 +166,6 @@ def prepare_input(pixels: np.ndarray, size: int = 256) -> tuple[np.ndarray, Lett
 
 
 # --- model files ------------------------------------------------------------------------------------
-
-def sha256_file(path: str | Path) -> str:
-    """Hex sha256 of a file."""
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
 
 def _paths(path: str | Path) -> tuple[Path, Path]:
     p = Path(path)

@@ -25,7 +25,6 @@ Checkpoint folder (written atomically after every epoch):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -43,25 +42,22 @@ from tqdm.auto import tqdm
 from cxrground import __version__
 from cxrground.errors import ConfigError, InputError
 from cxrground.ils.schema import load_dataset
+from cxrground.io.files import sha256_file
 from cxrground.models.base import CHECKPOINT_FILE
 from cxrground.models.baseline.config import BaselineConfig
 from cxrground.models.baseline.data import PairTensors, dataset_paths, load_pairs, make_segmenter
 from cxrground.models.baseline.net import CondUNet, build_net, count_parameters
 from cxrground.models.losses import dice_loss, sigmoid_bce
 from cxrground.models.sampling import BalancedSampler
+from cxrground.models.torch_state import restores_torch_settings
 
-__all__ = ["BEST_WEIGHTS", "LAST_WEIGHTS", "MODEL_NAME", "TRAIN_STATE", "compute_loss", "file_sha256",
+__all__ = ["BEST_WEIGHTS", "LAST_WEIGHTS", "MODEL_NAME", "TRAIN_STATE", "compute_loss",
            "lr_at", "train", "validate"]
 
 MODEL_NAME = "baseline"
 BEST_WEIGHTS = "weights.safetensors"
 LAST_WEIGHTS = "weights_last.safetensors"
 TRAIN_STATE = "train_state.pt"
-
-
-def file_sha256(path: Path) -> str:
-    """Hex sha256 of a file."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def lr_at(step: int, total: int, config: BaselineConfig) -> float:
@@ -149,6 +145,7 @@ def _check_resume(info: dict[str, Any], expect: dict[str, Any], path: Path) -> N
                               f"({have!r} vs {want!r}); use another --out or --no-resume")
 
 
+@restores_torch_settings
 def train(
     dataset: Path,
     out: Path,
@@ -179,7 +176,7 @@ def train(
     images_root = Path(images) if images is not None else json_path.parent
     meta: dict[str, Any] = {
         "model": MODEL_NAME, "config": config.to_dict(),
-        "dataset": {"path": str(json_path.resolve()), "sha256": file_sha256(json_path)},
+        "dataset": {"path": str(json_path.resolve()), "sha256": sha256_file(json_path)},
         "seed": seed, "split": split, "val_split": val_split, "epoch": 0, "step": 0, "history": [],
         "best": None, "created_by": f"cxrground {__version__}",
     }

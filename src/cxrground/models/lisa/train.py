@@ -28,9 +28,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from cxrground.anatomy.segment.unet import sha256_file
 from cxrground.errors import ConfigError, Failure, InputError
 from cxrground.ils.schema import load_dataset
+from cxrground.io.files import sha256_file
 from cxrground.io.image import read_image
 from cxrground.io.masks import read_mask_png
 from cxrground.models.base import CHECKPOINT_FILE
@@ -41,6 +41,7 @@ from cxrground.models.lisa.model import LisaForSegmentation, prepare_for_trainin
 from cxrground.models.lisa.preprocess import equalize, gt_mask_canvas
 from cxrground.models.lisa.text import encode, seg_token_id, tiny_tokenizer
 from cxrground.models.sampling import BalancedSampler
+from cxrground.models.torch_state import restores_torch_settings
 
 __all__ = ["RESUME_FILE", "Sample", "build_model", "load_samples", "lr_factor", "train", "validate"]
 
@@ -167,6 +168,7 @@ def _trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
+@restores_torch_settings
 def train(dataset: Path, out: Path, *, images: Path | None = None, seed: int = 0,
           overrides: dict[str, Any] | None = None, resume: bool = True, split: str = "train",
           val_split: str | None = "val") -> Path:
