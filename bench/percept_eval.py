@@ -19,12 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
+from cxrground.evaluation.percept.mock_bench import make_benchmark
 from cxrground.evaluation.percept.mock_server import MockServer, hash_policy
 from cxrground.evaluation.percept.runner import EvalSettings, run_eval
 from cxrground.evaluation.percept.scoring import score_run
-from percept_bench_factory import make_benchmark
 
 
 def _timed(bench: Path, out: Path, server: MockServer, concurrency: int) -> tuple[float, dict]:

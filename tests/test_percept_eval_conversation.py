@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import base64
-import sys
-from pathlib import Path
 
 import pytest
 
 from cxrground.evaluation.percept.conversation import Conversation, image_data_url, plan_case
+from cxrground.evaluation.percept.mock_bench import make_benchmark
 from cxrground.percept.schema import load_benchmark
-
-sys.path.insert(0, str(Path(__file__).parent))
-from percept_bench_factory import make_benchmark
 
 SYSTEM = ("You are an expert radiologist. Analyze the given chest X-ray image and the question. Provide the final "
           "answer in the following format: 'Answer: [Option Number]'. Only the option number(s) should be included "

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import base64
 import io
-import sys
-from pathlib import Path
 
 from click.testing import CliRunner
 from PIL import Image
 
 from cxrground.cli import main
 from cxrground.evaluation.percept.clients.hf import to_hf_messages
-
-sys.path.insert(0, str(Path(__file__).parent))
-from percept_bench_factory import make_benchmark
+from cxrground.evaluation.percept.mock_bench import make_benchmark
 
 
 def test_report_in_headless_chromium(tmp_path, page):

@@ -1,4 +1,7 @@
-"""Tiny CheXpercept benchmarks for the evaluation-harness tests and bench (schema classes + tiny PNGs).
+"""Tiny mock CheXpercept benchmarks for dry runs of the harness, its tests and its bench (tiny PNGs).
+
+The questions are real (vocab templates) but the images are not radiographs: use a mock benchmark to
+check a model server, the cache, concurrency and scoring end to end before paying for a real run.
 
 :func:`make_benchmark` writes ``chexpercept.json`` and one small PNG per image into ``root``: LF, RF and RR
 cases for the given lesions (cardiomegaly gets no Stage 4). Every CXR differs (its pixels encode the case
