@@ -135,3 +135,27 @@ def test_multi_worker_app_factory_loads_from_the_environment(checkpoint, monkeyp
     app = app_from_env()
     assert app.state.cxr.model.name == "baseline"
     assert app.state.cxr.limits == limits
+
+
+def test_benchmark_harness_calls_the_served_model(server, tmp_path):
+    """``percept eval --model openai:...`` speaks to ``cxrground serve``. The baseline understands only ILS
+    instructions, so the server refuses the benchmark's questions with a 400 that says why; the harness
+    records every case as failed with that message and scores it wrong: nothing is lost or dropped."""
+    from cxrground.evaluation.percept.mock_bench import make_benchmark
+
+    bench = make_benchmark(tmp_path / "bench", {"LF": 1, "RF": 1, "RR": 1}, lesions=("edema",), size=16)
+    run = tmp_path / "runs" / "served"
+    res = CliRunner().invoke(main, ["percept", "eval", "--bench", str(bench), "--model", "openai:baseline",
+                                    "--base-url", f"{server}/v1", "--out", str(run), "--oracle", "none",
+                                    "--no-progress", "--max-attempts", "1"])
+    assert res.exit_code == 0, res.output
+    results = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["path"] for r in results) == ["LF", "RF", "RR"]
+    for r in results:
+        assert r["status"] == "failed"
+        assert "HTTP 400" in r["error"] and "does not follow an ILS template" in r["error"]
+    res = CliRunner().invoke(main, ["percept", "score", str(run), "--bootstrap", "0"])
+    assert res.exit_code == 0, res.output
+    score = json.loads((run / "score.json").read_text())
+    for path in ("LF", "RF", "RR"):  # failed cases stay in the denominators
+        assert score["paths"][path]["oracle_passed"]["stage1"]["acc"] == 0.0
