@@ -65,7 +65,8 @@ def _bars(groups: Sequence[str], series: Sequence[tuple[str, Sequence[float | No
     """A grouped bar chart as inline SVG (one colour per series)."""
     n_s = max(1, len(series))
     bw, gap, h, left, top = 14, 18, 160, 40, 20
-    gw = n_s * bw + gap
+    longest = max((len(g) for g in groups), default=0)
+    gw = max(n_s * bw + gap, 6 * longest + 10)  # room for the group label (about 6 px per 10-px character)
     width = left + len(groups) * gw + 20
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h + top + 60}" role="img">',
            f"<title>{html.escape(title)}</title>",
@@ -75,7 +76,7 @@ def _bars(groups: Sequence[str], series: Sequence[tuple[str, Sequence[float | No
         label = f"{100 * t * ymax:.0f}%" if fmt == "pct" else f"{t * ymax:g}"
         out.append(f'<text x="{left - 4}" y="{y + 4:.1f}" font-size="10" text-anchor="end">{label}</text>')
     for g, name in enumerate(groups):
-        x0 = left + g * gw + gap / 2
+        x0 = left + g * gw + (gw - n_s * bw) / 2
         for s, (_, values) in enumerate(series):
             v = values[g]
             if v is None:
