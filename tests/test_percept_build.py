@@ -341,3 +341,29 @@ def test_candidates_from_predictions_are_recorded(synth_ils, tmp_path) -> None:
     bench = load_benchmark(tmp_path / "b")
     assert {c.lesion for c in bench.cases.values()} <= {"opacity"}
     assert validate_benchmark(tmp_path / "b") == []
+
+
+def test_sam_deformer_build_from_the_command_line(synth_ils, tmp_path) -> None:
+    """``--deformer sam`` with a local (random, tiny) SAM folder: the build finishes, every positive whose
+    deformation breaks the validity rule is dropped with its reason, and the card names the backend."""
+    pytest.importorskip("transformers")
+    from click.testing import CliRunner
+
+    from cxrground.cli import main
+    from percept_build_helpers import tiny_sam_folder
+
+    ils, images = synth_ils
+    sam = tiny_sam_folder(tmp_path / "sam")
+    out = tmp_path / "b"
+    res = CliRunner().invoke(main, ["percept", "build", "--ils", str(ils), "--images", str(images), "--out",
+                                    str(out), "--per-lesion", "1,1,1", "--split", "train", "--deformer", "sam",
+                                    "--sam-model", str(sam), "--max-candidates", "1", "--seed", "0"])
+    assert res.exit_code == 0, res.output
+    card = (out / "card.md").read_text()
+    assert "sam" in card.lower()
+    failures = [json.loads(x) for x in (out / "failures.jsonl").read_text().splitlines() if x.strip()]
+    bench = load_benchmark(out)
+    positives = [c for c in bench.cases.values() if c.qa_path != "lesion_free"]
+    assert failures or positives  # every planned positive is either used or listed with a reason
+    assert all(f.get("reason") for f in failures)
+    assert validate_benchmark(out) == []

@@ -20,6 +20,7 @@ from cxrground.percept.deform.sampling import (
     sample_anatomy,
 )
 from cxrground.percept.refine import clean_mask, disc_dilate
+from percept_build_helpers import tiny_sam_folder
 
 CFG = DeformConfig()
 SHAPE = (256, 256)
@@ -254,28 +255,11 @@ def test_build_prompts_values_points_and_labels():
 
 
 def test_sam_adapter_loads_a_local_tiny_model_and_deforms(tmp_path):
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    from transformers.models.sam import SamMaskDecoderConfig, SamPromptEncoderConfig, SamVisionConfig
-
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
     from cxrground.percept.deform.sam import SamDeformer
 
-    vc = SamVisionConfig(hidden_size=32, output_channels=16, num_hidden_layers=1, num_attention_heads=2,
-                         image_size=64, patch_size=8, mlp_dim=32, global_attn_indexes=[0], num_pos_feats=8,
-                         window_size=0)
-    pc = SamPromptEncoderConfig(hidden_size=16, image_size=64, patch_size=8, mask_input_channels=4)
-    mc = SamMaskDecoderConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, mlp_dim=32,
-                              iou_head_hidden_dim=16)
-    cfg = transformers.SamConfig(vision_config=vc.to_dict(), prompt_encoder_config=pc.to_dict(),
-                                 mask_decoder_config=mc.to_dict())
-    torch.manual_seed(0)
-    transformers.SamModel(cfg).save_pretrained(tmp_path)
-    image_processor = transformers.SamImageProcessor(
-        size={"longest_edge": 64}, pad_size={"height": 64, "width": 64},
-        mask_size={"longest_edge": 16}, mask_pad_size={"height": 16, "width": 16},
-    )
-    transformers.SamProcessor(image_processor=image_processor).save_pretrained(tmp_path)
-
+    tiny_sam_folder(tmp_path)
     deformer = get_deformer("sam", model_path=tmp_path)
     assert isinstance(deformer, SamDeformer) and deformer.lowres_size == 32
     shape = (60, 64)

@@ -48,6 +48,8 @@ def _per_lesion(value: str) -> tuple[int, int, int]:
               help="Source split(s), comma-separated (train,val,test) or 'all'.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--workers", type=int, default=1, show_default=True)
+@click.option("--max-candidates", type=int, default=3000, show_default=True,
+              help="Positive candidates per lesion (global positives first, §11).")
 @click.option("--max-negatives", type=int, default=100, show_default=True,
               help="Negative candidates per lesion (first N global negatives in JSON order).")
 @click.option("--exclude-positive-cxrs", is_flag=True, help="Never use a CXR of a positive candidate as a negative.")
@@ -57,8 +59,8 @@ def _per_lesion(value: str) -> tuple[int, int, int]:
 @click.option("--keep-work", is_flag=True, help="Keep the resumption cache BENCH/.work after a complete build.")
 def build(ils_dir: Path, images: Path, out: Path, candidates: Path | None, review: Path | None, per_lesion: str,
           rf_ratio: float, deformer: str, sam_model: Path | None, anatomy: Path | None, splits: str, seed: int,
-          workers: int, max_negatives: int, exclude_positive_cxrs: bool, strict_negatives: bool, overwrite: bool,
-          keep_work: bool) -> None:
+          workers: int, max_candidates: int, max_negatives: int, exclude_positive_cxrs: bool,
+          strict_negatives: bool, overwrite: bool, keep_work: bool) -> None:
     """Build a CheXpercept benchmark from an ILS dataset (resumable; byte-identical for a seed)."""
     from cxrground.percept.build import BuildOptions, build_benchmark
 
@@ -67,7 +69,8 @@ def build(ils_dir: Path, images: Path, out: Path, candidates: Path | None, revie
                         review=str(review) if review else None, per_lesion=_per_lesion(per_lesion),
                         rf_ratio=rf_ratio, deformer=deformer, sam_model=str(sam_model) if sam_model else None,
                         anatomy=str(anatomy) if anatomy else None, splits=chosen, seed=seed,
-                        max_negatives=max_negatives, exclude_positive_cxrs=exclude_positive_cxrs,
+                        max_candidates=max_candidates, max_negatives=max_negatives,
+                        exclude_positive_cxrs=exclude_positive_cxrs,
                         strict_negatives=strict_negatives)
     try:
         s = build_benchmark(opts, out, workers=workers, overwrite=overwrite, keep_work=keep_work)
