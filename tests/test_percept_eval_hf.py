@@ -257,7 +257,7 @@ def test_not_a_model_folder_is_a_clear_error(llava, bench, tmp_path):
     AutoTokenizer.from_pretrained(llava, local_files_only=True).save_pretrained(text_only)
     LlamaConfig(vocab_size=400, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                 num_attention_heads=2).save_pretrained(text_only)
-    with pytest.raises(ConfigError, match="cannot load .* as a transformers chat VLM"):
+    with pytest.raises(ConfigError, match=r"cannot load .* as a transformers chat VLM"):
         asyncio.run(HFClient(str(text_only)).complete([{"role": "user", "content": "hi"}]))
     res = evaluate(text_only, "r2")
     assert res.exit_code != 0 and "cannot load" in res.output, res.output

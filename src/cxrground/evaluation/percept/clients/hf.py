@@ -6,6 +6,12 @@ images, ``{"type": "image"}`` parts, system text kept as a system turn); the pro
 renders them. Generation runs in a worker thread, one request at a time (one model in memory), greedy when
 ``temperature`` is 0, else sampled; ``max_tokens`` becomes ``max_new_tokens``. ``max_images`` (default 7)
 must cover the 7 images of an RR conversation; the runner refuses to start otherwise.
+
+The model runs on ``device`` (default: ``cuda`` when available, else ``cpu``), in bfloat16 on CUDA and float32
+on CPU; the processor's floating-point outputs (pixel values) are cast to the model's dtype. A folder that
+lacks ``config.json`` is refused when the client is made; one that transformers cannot load as a processor +
+image-text-to-text model raises :class:`~cxrground.errors.ConfigError` on the first request, which stops the
+run (rather than failing every case one by one).
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ class HFClient:
                  top_p: float | None = None, max_images: int = 7, device: str | None = None, **_: Any) -> None:
         if not Path(model_dir).is_dir():
             raise ConfigError(f"hf model folder not found: {model_dir}")
+        if not (Path(model_dir) / "config.json").is_file():
+            raise ConfigError(f"{model_dir} is not a transformers model folder (no config.json)")
         self.model = str(model_dir)
         self.max_images = int(max_images)
         self.decoding: dict[str, Any] = {"temperature": float(temperature), "max_tokens": int(max_tokens)}
@@ -74,13 +82,27 @@ class HFClient:
 
     def _load(self) -> tuple[Any, Any]:
         if self._loaded is None:
-            import torch
-            from transformers import AutoModelForImageTextToText, AutoProcessor
+            try:
+                import torch
+                import transformers
+                from transformers import AutoModelForImageTextToText, AutoProcessor
+            except ImportError as exc:
+                raise ConfigError(f"hf: models need torch and transformers (the 'vlm' extra): {exc}") from None
 
-            processor = AutoProcessor.from_pretrained(self.model, local_files_only=True)
-            dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
-            model = AutoModelForImageTextToText.from_pretrained(self.model, local_files_only=True, torch_dtype=dtype)
             device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+            # transformers < 4.56 names the argument torch_dtype (deprecated since)
+            major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+            dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+            try:
+                processor = AutoProcessor.from_pretrained(self.model, local_files_only=True)
+                model = AutoModelForImageTextToText.from_pretrained(self.model, local_files_only=True,
+                                                                    **{dtype_kw: dtype})
+            except Exception as exc:  # any loading failure means the folder is unusable: stop the run
+                raise ConfigError(f"cannot load {self.model} as a transformers chat VLM (AutoProcessor + "
+                                  f"AutoModelForImageTextToText): {type(exc).__name__}: {exc}") from exc
+            if getattr(processor, "chat_template", None) is None:
+                raise ConfigError(f"the processor in {self.model} has no chat template")
             self._loaded = (processor, model.to(device).eval())
         return self._loaded
 
@@ -89,7 +111,8 @@ class HFClient:
 
         processor, model = self._load()
         inputs = processor.apply_chat_template(to_hf_messages(messages), add_generation_prompt=True, tokenize=True,
-                                               return_dict=True, return_tensors="pt").to(model.device)
+                                               return_dict=True, return_tensors="pt")
+        inputs = inputs.to(model.device, dtype=model.dtype)  # floating tensors only: ids stay integers
         temperature = self.decoding["temperature"]
         kwargs: dict[str, Any] = {"max_new_tokens": self.decoding["max_tokens"], "do_sample": temperature > 0}
         if temperature > 0:
