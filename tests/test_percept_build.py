@@ -367,3 +367,25 @@ def test_sam_deformer_build_from_the_command_line(synth_ils, tmp_path) -> None:
     assert failures or positives  # every planned positive is either used or listed with a reason
     assert all(f.get("reason") for f in failures)
     assert validate_benchmark(out) == []
+
+
+def test_anatomy_from_a_mask_folder(synth_ils, tmp_path) -> None:
+    """``--anatomy DIR`` reads ``{study}_right_lung.png`` / ``_left_lung.png`` / ``_heart.png`` (here the cohort's
+    exact masks) instead of the dataset's anatomy.jsonl; a study without masks there is dropped with a reason."""
+    import shutil
+
+    ils, images = synth_ils
+    folder = tmp_path / "anatomy"
+    folder.mkdir()
+    studies = sorted(p.name for p in (images.parent / "masks").iterdir())
+    for study in studies[1:]:  # the first study has no masks in the folder
+        for name in ("right_lung", "left_lung", "heart"):
+            shutil.copy(images.parent / "masks" / study / f"{name}.png", folder / f"{study}_{name}.png")
+    opts = BuildOptions(ils=str(ils), images=str(images), anatomy=str(folder), per_lesion=(1, 1, 1),
+                        splits=("train", "val", "test"), seed=0, max_candidates=2)
+    build_benchmark(opts, tmp_path / "b", progress=False)
+    assert validate_benchmark(tmp_path / "b") == []
+    assert f"`{folder}` (given with --anatomy)" in (tmp_path / "b" / "card.md").read_text()
+    bench = load_benchmark(tmp_path / "b")
+    assert studies[0] not in {c.pair_id.split("_")[0] for c in bench.cases.values()
+                              if c.qa_path != "lesion_free"}

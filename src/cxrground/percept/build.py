@@ -465,6 +465,9 @@ def _card(opts: BuildOptions, achieved: Mapping[str, Mapping[str, int]], dropped
               f"{', '.join(f'{k}: {v}' for k, v in sorted(split_of.items())) or 'none'}). The reference drew "
               "from MIMIC-ILS train, on which its candidate model was trained.",
               f"- Candidate masks: {mask_source}.",
+              "- Lung/heart masks for the geometry (§5.1): "
+              + (f"`{opts.anatomy}` (given with --anatomy)." if opts.anatomy else
+                 "the ILS dataset's `anatomy.jsonl` (the backends that built it)."),
               f"- Refinement: {REFINEMENT_BACKEND}.",
               f"- Deformer: `{opts.deformer}`" + (f" (SAM weights `{opts.sam_model}`)" if opts.sam_model else "") + ".",
               f"- RF ratio {opts.rf_ratio}; candidates per lesion ≤ {opts.max_candidates}; negatives per lesion ≤ "
