@@ -180,6 +180,21 @@ def test_global_exact_vs_lenient():
     pos = m.aggregate()["per_type"]["global"]["positive"]
     assert pos["accuracy"] == pytest.approx(1 / 3)
     assert pos["accuracy_lenient"] == pytest.approx(2 / 3)
+    assert pos["accuracy_unordered"] == pytest.approx(1 / 3)
+
+
+def test_global_unordered_variant_ignores_label_order_only():
+    m = TextAccuracyMetric()
+    q = T.instruction("global", "edema")
+    gt = T.positive_answer("global", "edema", ["left lung base", "right mid zone lung", "right lung base"])
+    swapped = T.positive_answer("global", "edema", ["right lung base", "left lung base", "right mid zone lung"])
+    fewer = T.positive_answer("global", "edema", ["right lung base", "left lung base"])
+    assert not m.update("u1", q, gt, swapped, "edema")  # §15.2 headline: the exact string
+    assert not m.update("u2", q, gt, fewer, "edema")
+    assert m.update("u3", q, gt, gt, "edema")
+    pos = m.aggregate()["per_type"]["global"]["positive"]
+    assert pos["accuracy"] == pytest.approx(1 / 3)
+    assert pos["accuracy_unordered"] == pytest.approx(2 / 3)  # swapped counts, a missing label does not
 
 
 def test_lesion_inference_lesion_only_vs_strict():

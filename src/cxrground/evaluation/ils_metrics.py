@@ -14,7 +14,9 @@ Cumulative metric objects in the MONAI style (``update`` per pair, ``aggregate``
   anywhere in the answer, trailing dots ignored). Lesion-inference positives: headline = lesion only
   (certainty ignored, predicted presence must be definite or tentative), plus ``strict`` (lesion and
   certainty); global positives: headline = exact location string, plus ``lenient`` (a predicted
-  ``right lung`` / ``left lung`` counts when that side word occurs in the GT location).
+  ``right lung`` / ``left lung`` counts when that side word occurs in the GT location) and ``unordered``
+  (the same location labels in any order: ILS.md §18.14 asks parsers to be order-insensitive, while §15.2
+  scores the exact string).
 
 A pair without a prediction is never dropped: it is listed and scored wrong (IoU 0 on a positive,
 "not empty" on a negative, text wrong). :func:`evaluate_dataset` compares masks at each image's native
@@ -54,7 +56,7 @@ from cxrground.vocab.ils_templates import (
     TENTATIVE_WORD,
 )
 from cxrground.vocab.lesions import EVAL_ORDER
-from cxrground.vocab.locations import SIDES
+from cxrground.vocab.locations import SIDES, split_ils
 
 __all__ = [
     "NOT_EXTRACTED",
@@ -168,6 +170,13 @@ def parse_answer(answer: str, qtype: str) -> ParsedAnswer:
     return ParsedAnswer(qtype, ne, ne, ne)
 
 
+def _unordered_global(gt: ParsedAnswer, pred: ParsedAnswer) -> bool:
+    if pred.astuple() == gt.astuple():
+        return True
+    same = pred.presence == gt.presence and pred.target == gt.target
+    return same and frozenset(split_ils(pred.location)) == frozenset(split_ils(gt.location))
+
+
 def _lenient_global(gt: ParsedAnswer, pred: ParsedAnswer) -> bool:
     if pred.astuple() == gt.astuple():
         return True
@@ -187,6 +196,7 @@ class _TextRecord:
     correct: bool
     strict: bool
     lenient: bool
+    unordered: bool
     missing: bool
 
 
@@ -212,15 +222,17 @@ class TextAccuracyMetric:
         gt = parse_answer(gt_answer, qtype)
         positive = gt.presence != "absent"
         if pred_answer is None:
-            rec = _TextRecord(pair_id, qtype, positive, target, False, False, False, True)
+            rec = _TextRecord(pair_id, qtype, positive, target, False, False, False, False, True)
         else:
             pred = parse_answer(pred_answer, qtype)
             exact = pred.astuple() == gt.astuple()
             correct = exact
             if qtype == "lesion_inference" and positive:
                 correct = pred.presence in ("definite", "tentative") and pred.target == gt.target
-            lenient = _lenient_global(gt, pred) if qtype == "global" and positive else exact
-            rec = _TextRecord(pair_id, qtype, positive, target, correct, exact, lenient, False)
+            is_global = qtype == "global" and positive
+            lenient = _lenient_global(gt, pred) if is_global else exact
+            unordered = _unordered_global(gt, pred) if is_global else exact
+            rec = _TextRecord(pair_id, qtype, positive, target, correct, exact, lenient, unordered, False)
         self._records.append(rec)
         return rec.correct
 
@@ -238,6 +250,7 @@ class TextAccuracyMetric:
                     entry[bucket]["accuracy_strict"] = _acc(b, "strict")["accuracy"]
                 if t == "global" and flag:
                     entry[bucket]["accuracy_lenient"] = _acc(b, "lenient")["accuracy"]
+                    entry[bucket]["accuracy_unordered"] = _acc(b, "unordered")["accuracy"]
             per_type[t] = entry
         per_lesion: dict[str, Any] = {}
         for lesion in _lesion_order({r.target for r in recs}):
@@ -602,6 +615,8 @@ def format_report(result: dict[str, Any]) -> str:
             variant = f"positive strict (lesion + certainty): {_pct(p['accuracy_strict'])}"
         if "accuracy_lenient" in p:
             variant = f"positive lenient (side): {_pct(p['accuracy_lenient'])}"
+        if "accuracy_unordered" in p:
+            variant += f"; labels in any order: {_pct(p['accuracy_unordered'])}"
         lines.append(f"| {name} | {_pct(p['accuracy'])} (n={p['n']}) | {_pct(v['negative']['accuracy'])} "
                      f"(n={v['negative']['n']}) | {_pct(v['overall']['accuracy'])} | {variant} |")
     types = list(txt["per_type"])
