@@ -236,6 +236,54 @@ def test_predict_gives_native_masks_and_parseable_answers(trained, tiny):
     assert single.answer == outs[0].answer and np.array_equal(single.mask, outs[0].mask)
 
 
+def _canvas_labels() -> dict[str, np.ndarray]:
+    from cxrground.anatomy.ils_locations import ils_location_masks
+    right, left = np.zeros((100, 100), bool), np.zeros((100, 100), bool)
+    right[10:91, 10:41] = True  # rows 10..90: upper <= 36.7, mid <= 63.3, base > 63.3, apical <= 27.6
+    left[10:91, 60:91] = True
+    return ils_location_masks(right, left)
+
+
+def _blob(*boxes: tuple[int, int, int, int]) -> np.ndarray:
+    m = np.zeros((100, 100), bool)
+    for y0, y1, x0, x1 in boxes:
+        m[y0:y1, x0:x1] = True
+    return m
+
+
+@pytest.mark.parametrize(("boxes", "expected"), [
+    ([(70, 88, 15, 35)], ["right lung base"]),
+    ([(40, 60, 65, 85), (33, 40, 65, 85)], ["left mid zone lung"]),  # dominant zone; a spill-over is not named
+    ([(12, 24, 15, 35)], ["right apical zone lung"]),
+    ([(12, 34, 15, 35)], ["right upper zone lung"]),  # upper zone not mostly apical
+    ([(65, 90, 62, 90), (75, 90, 20, 40)], ["right lung base", "left lung base"]),  # right before left
+    ([(10, 91, 60, 91)], ["left upper zone lung", "left mid zone lung", "left lung base"]),  # whole lung: zones
+    ([(45, 60, 12, 40), (70, 72, 80, 84)], ["right mid zone lung"]),  # < 15 % on the left: side not named
+    ([(0, 5, 45, 55)], []),  # outside both lungs
+    ([], []),
+])
+def test_mask_locations_rule(boxes, expected):
+    from cxrground.models.baseline.model import mask_locations
+    assert mask_locations(_blob(*boxes), _canvas_labels()) == expected
+
+
+def test_global_location_switch(trained, tiny):
+    from cxrground.models.baseline.model import load_model as load_baseline
+    with pytest.raises(ConfigError, match="global_location"):
+        BaselineConfig(global_location="box")
+    assert BaselineConfig().global_location == "mask"
+    head = load_baseline(trained, overrides={"global_location": "head"})
+    mask = load_baseline(trained)
+    assert (head.config.global_location, mask.config.global_location) == ("head", "mask")
+    pairs = load_pairs(tiny / "ils", "train")[:8]
+    images = [read_image(tiny / "cohort" / "files" / p.image_path) for p in pairs]
+    for p, a, b in zip(pairs, head.predict_batch(images, [p.instruction for p in pairs]),
+                       mask.predict_batch(images, [p.instruction for p in pairs]), strict=True):
+        assert np.array_equal(a.mask, b.mask) and a.present == b.present
+        if p.kind != "global":
+            assert a.answer == b.answer
+
+
 def test_same_seed_same_weights_other_seed_differs(tiny, tmp_path):
     a = _weights(_train(tiny, tmp_path / "a", seed=3))
     b = _weights(_train(tiny, tmp_path / "b", seed=3))
@@ -271,6 +319,13 @@ def test_resume_refuses_other_dataset_or_config(trained, tiny, tmp_path):
                        overrides={**TINY, "epochs": "3", "lr": "0.1"}, progress=False, log=None)
     with pytest.raises(ConfigError, match="seed"):
         _train(tiny, ck, seed=9, epochs=2)
+    # a checkpoint written before ``global_location`` existed, or resumed with another (inference-only) value
+    info = json.loads((ck / "checkpoint.json").read_text())
+    del info["config"]["global_location"]
+    (ck / "checkpoint.json").write_text(json.dumps(info))
+    assert _train(tiny, ck, epochs=2) == ck
+    baseline.train(tiny / "ils", ck, images=tiny / "cohort" / "files",
+                   overrides={**TINY, "epochs": "2", "global_location": "head"}, progress=False, log=None)
 
 
 def test_model_module_dispatch():

@@ -4,6 +4,8 @@ Defaults: working canvas 128 px (longest side, centred letterbox), a 4-level U-N
 channels) with FiLM conditioning, AdamW (lr 2e-3, weight decay 1e-4, betas 0.9/0.95), linear warm-up then
 cosine decay to 1 %, gradient clipping 1.0, batch 16, 2 intra-op threads. Loss weights: ``w_bce`` 5.0 and
 ``w_dice`` 1.0 as in ILS.md §17.3, presence BCE 1.0, lesion-type / certainty CE and location BCE 0.5 each.
+Global positives name the location labels read off the predicted mask (``global_location="mask"``, default;
+``"head"`` uses the multi-label location head instead).
 """
 
 from __future__ import annotations
@@ -16,11 +18,15 @@ from typing import Any
 
 from cxrground.errors import ConfigError
 
-__all__ = ["ANATOMY_CHOICES", "BaselineConfig"]
+__all__ = ["ANATOMY_CHOICES", "GLOBAL_LOCATION_CHOICES", "BaselineConfig"]
 
 #: ``unet``: lung masks from the shipped lung U-Net feed the network and place the location labels;
 #: ``none``: no anatomy input (ablation; the location channel is then empty).
 ANATOMY_CHOICES: tuple[str, str] = ("unet", "none")
+
+#: How a global positive's location labels are chosen at inference (see :mod:`.model`): ``mask`` from the
+#: predicted mask and the location-label masks (default), ``head`` from the multi-label location head.
+GLOBAL_LOCATION_CHOICES: tuple[str, str] = ("mask", "head")
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,7 @@ class BaselineConfig:
     cond_hidden: int = 64
     head_hidden: int = 64
     anatomy: str = "unet"
+    global_location: str = "mask"
     epochs: int = 20
     batch_size: int = 16
     lr: float = 2e-3
@@ -54,6 +61,9 @@ class BaselineConfig:
             raise ConfigError(f"size {self.size} must be divisible by 2**{len(self.channels) - 1}")
         if self.anatomy not in ANATOMY_CHOICES:
             raise ConfigError(f"anatomy must be one of {ANATOMY_CHOICES}, got {self.anatomy!r}")
+        if self.global_location not in GLOBAL_LOCATION_CHOICES:
+            raise ConfigError(f"global_location must be one of {GLOBAL_LOCATION_CHOICES}, "
+                              f"got {self.global_location!r}")
         for name in ("epochs", "batch_size", "threads"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)!r}")

@@ -20,7 +20,8 @@ Checkpoint folder (written atomically after every epoch):
   last epoch when there is no validation split) — what :func:`~cxrground.models.baseline.load_model` loads;
 - ``weights_last.safetensors`` and ``train_state.pt`` (optimizer state, torch RNG state): what a re-run with
   the same arguments resumes from. It continues after the last finished epoch and ends with the same weights
-  as an uninterrupted run. A different dataset file (sha256), configuration, seed or split is refused.
+  as an uninterrupted run. A different dataset file (sha256), configuration, seed or split is refused (fields
+  an older checkpoint lacks take their defaults; the inference-only ``global_location`` may differ).
 """
 
 from __future__ import annotations
@@ -131,6 +132,10 @@ def _save_weights(net: CondUNet, path: Path) -> None:
     _atomic(path, lambda p: save_file(state, str(p), metadata={"model": MODEL_NAME}))
 
 
+#: Configuration fields that only affect inference (a resumed run may change them).
+INFERENCE_ONLY = ("global_location",)
+
+
 def _check_resume(info: dict[str, Any], expect: dict[str, Any], path: Path) -> None:
     if info.get("model") != MODEL_NAME:
         raise ConfigError(f"{path} holds a {info.get('model')!r} checkpoint, not {MODEL_NAME!r}; "
@@ -140,6 +145,10 @@ def _check_resume(info: dict[str, Any], expect: dict[str, Any], path: Path) -> N
         have, want = info.get(key), expect[key]
         if key == "dataset":
             have, want = (have or {}).get("sha256"), want["sha256"]
+        if key == "config" and isinstance(have, dict):
+            # older checkpoints lack newer fields (defaults apply); inference-only settings do not matter
+            have = {k: v for k, v in BaselineConfig.from_dict(have).to_dict().items() if k not in INFERENCE_ONLY}
+            want = {k: v for k, v in want.items() if k not in INFERENCE_ONLY}
         if have != want:
             raise ConfigError(f"cannot resume {path}: the {what} differs from the checkpoint's "
                               f"({have!r} vs {want!r}); use another --out or --no-resume")
