@@ -133,26 +133,24 @@ def build_prompts(
     lung = None if lung_union is None else to_lowres(lung_union, n, image_size)
     radius = cfg.organic_radius * n / cfg.organic_reference_grid
     top = float(value.max())
-    for p in expansion_points:
-        kernel = organic_kernel(radius, rng, cfg)
-        hit = _stamp(value, kernel, _lowres_point(p, shape, n, image_size))
-        if hit is None:
-            continue
-        sl, k = hit
-        sel = k > cfg.organic_threshold
+
+    def stamps(points: Sequence[Point]):
+        """Per point, a fresh organic kernel: (window of ``value``, kernel, pixels with kernel > threshold)."""
+        for p in points:
+            kernel = organic_kernel(radius, rng, cfg)
+            hit = _stamp(value, kernel, _lowres_point(p, shape, n, image_size))
+            if hit is not None:
+                sl, k = hit
+                yield sl, k, k > cfg.organic_threshold
+
+    for sl, k, sel in stamps(expansion_points):
         if lung is not None:
             sel &= lung[sl]
         v = value[sl]
         v[sel] = np.maximum(v[sel], top * k[sel])
     lo_v, hi_v = float(value.min()), float(value.max())
     low = lo_v - 2.0 * (hi_v - lo_v)
-    for p in contraction_points:
-        kernel = organic_kernel(radius, rng, cfg)
-        hit = _stamp(value, kernel, _lowres_point(p, shape, n, image_size))
-        if hit is None:
-            continue
-        sl, k = hit
-        sel = k > cfg.organic_threshold
+    for sl, k, sel in stamps(contraction_points):
         v = value[sl]
         v[sel] = np.minimum(v[sel], low + (hi_v - low) * (1.0 - k[sel]))
 
