@@ -170,6 +170,14 @@ def main() -> None:
     print(format_report(result))
 
     rows = [_summary_row("baseline (this model)", result)]
+    head = load_model(ckpt, overrides={"global_location": "head"})  # the alternative rule for global answers
+    head_pred = work / "pred_test_head.jsonl"
+    predict_split(head, dataset, images, "test", head_pred, progress=False)
+    head_result = evaluate_dataset(dataset, head_pred, split="test", n_boot=0)
+    rows.append(_summary_row("baseline, global locations from the location head", head_result))
+    glob = {name: r["text"]["per_type"]["global"]["positive"] for name, r in (("mask", result), ("head", head_result))}
+    print("global-positive text accuracy: "
+          + ", ".join(f"{k} rule {100 * v['accuracy']:.1f} % ({v['correct']}/{v['n']})" for k, v in glob.items()))
     for kind, name in (("empty", "all empty, negative answers"), ("lungs", "both lungs, positive answers"),
                        ("location", "instruction's location region, positive answers")):
         path = work / f"pred_{kind}.jsonl"

@@ -16,6 +16,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,15 +46,10 @@ def scores(truth: np.ndarray, pred: np.ndarray) -> str:
             f"kappa {kappa(truth, pred):5.2f}  (n={truth.size}, abnormal {int(truth.sum())})")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--segmenter", default="masks", choices=["masks", "unet"],
-                        help="masks = the pack's own lung masks; unet = the shipped lung U-Net")
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
-    pack = Pack()
-    rows = [r for r in pack.cohen() if r.notes]
-    work = args.out or Path(tempfile.mkdtemp(prefix="cxrground-ils-pack-"))
+def cohen_ils_dataset(pack: Pack, work: Path, segmenter: str, limit: int | None = None) -> dict[str, Any]:
+    """Build ``work/dataset`` from the COVID-19 collection rows with notes (the first ``limit``); returns
+    ``{study_id: row}``. The notes are the reports; ``segmenter`` masks = the pack's lung masks."""
+    rows = [r for r in pack.cohen() if r.notes][:limit]
     work.mkdir(parents=True, exist_ok=True)
     index = work / "index.jsonl"
     ids = {f"s{900000 + i}": r for i, r in enumerate(rows)}
@@ -61,13 +57,25 @@ def main() -> None:
                                           "report": r.notes, "view": r.view}) + "\n" for sid, r in ids.items()))
     tasks, failures = build_tasks(pack.root / "cohen" / "images", index=index)
     kwargs = ({"root": str(pack.root / "cohen" / "masks"), "pattern": "{stem}_{name}.png"}
-              if args.segmenter == "masks" else {})
-    spec = BackendSpec(segmenter=args.segmenter, segmenter_kwargs=kwargs)
+              if segmenter == "masks" else {})
+    spec = BackendSpec(segmenter=segmenter, segmenter_kwargs=kwargs)
     start = time.perf_counter()
     summary = build_dataset(tasks, work / "dataset", IlsConfig(), spec, scan_failures=failures, progress=False,
                             overwrite=True)
     print(f"built {summary.studies_in_dataset} studies / {summary.pairs} pairs from {len(rows)} noted rows "
-          f"({summary.failures} failures) in {time.perf_counter() - start:.1f} s, segmenter={args.segmenter}")
+          f"({summary.failures} failures) in {time.perf_counter() - start:.1f} s, segmenter={segmenter}")
+    return ids
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--segmenter", default="masks", choices=["masks", "unet"],
+                        help="masks = the pack's own lung masks; unet = the shipped lung U-Net")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    pack = Pack()
+    work = args.out or Path(tempfile.mkdtemp(prefix="cxrground-ils-pack-"))
+    ids = cohen_ils_dataset(pack, work, args.segmenter)
     data = json.loads((work / "dataset" / "mimic_ils_instruction_answer.json").read_text())
     studies = {k: v for split in data.values() for k, v in split.items()}
     anatomy = {json.loads(line)["study"]: json.loads(line)
