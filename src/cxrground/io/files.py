@@ -1,11 +1,77 @@
-"""File helpers shared by every stage: content hashes for provenance and resume checks."""
+"""File helpers shared by every stage: atomic writes, and content hashes for provenance and resume checks.
+
+Atomic writes: the data goes to a temporary file ``.{name}.{pid}.tmp`` in the target's folder, which then
+replaces the target with :func:`os.replace` (atomic on POSIX and Windows within one file system). A reader
+therefore sees the old file or the new one, never a torn one, and a killed writer leaves at most a stray
+temporary file (removed when the write fails with an exception). The pid in the name keeps concurrent
+writers of the same target apart. ``fsync=True`` also flushes the file and its folder to disk before and
+after the rename, so the new content survives a power loss or an OS crash; without it (the default) the
+write is atomic against a crash of the process only, which is what resumable builds need, and much faster.
+
+Hashes: :func:`sha256_file` (streamed in 1 MiB chunks), :func:`sha256_bytes`, and :func:`sha256_json`, the
+digest of a value's canonical JSON (``json.dumps(value, sort_keys=True)``) used for settings hashes.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-__all__ = ["sha256_file"]
+__all__ = [
+    "atomic_path",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "sha256_bytes",
+    "sha256_file",
+    "sha256_json",
+    "temp_path",
+]
+
+
+def temp_path(path: str | Path) -> Path:
+    """The temporary sibling ``.{name}.{pid}.tmp`` that an atomic write of ``path`` goes through."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+@contextmanager
+def atomic_path(path: str | Path, *, fsync: bool = False) -> Iterator[Path]:
+    """Yield a temporary path for a writer that takes a path; on success it replaces ``path``.
+
+    For writers that stream to a path themselves (``torch.save``, ``safetensors.save_file``). The folder is
+    created. When the block raises, the temporary file is removed and ``path`` is left as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path(path)
+    try:
+        yield tmp
+        if fsync:
+            _fsync(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if fsync:
+        _fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes, *, fsync: bool = False) -> Path:
+    """Write ``data`` to ``path`` atomically (see the module docstring); returns ``path``."""
+    path = Path(path)
+    with atomic_path(path, fsync=fsync) as tmp:
+        tmp.write_bytes(data)
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str, *, encoding: str = "utf-8", fsync: bool = False) -> Path:
+    """Write ``text`` to ``path`` atomically, encoded as ``encoding`` with no newline translation."""
+    return atomic_write_bytes(path, text.encode(encoding), fsync=fsync)
 
 
 def sha256_file(path: str | Path) -> str:
@@ -15,3 +81,31 @@ def sha256_file(path: str | Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Hex sha256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_json(value: Any, *, default: Callable[[Any], Any] | None = None) -> str:
+    """Hex sha256 of ``value``'s canonical JSON (sorted keys, ASCII, ``json``'s default separators).
+
+    ``default``: as in :func:`json.dumps`, for values JSON cannot encode (None: they raise ``TypeError``).
+    """
+    return sha256_bytes(json.dumps(value, sort_keys=True, default=default).encode("utf-8"))
+
+
+def _fsync(path: Path) -> None:
+    with path.open("rb+") as fh:
+        os.fsync(fh.fileno())
+
+
+def _fsync_dir(folder: Path) -> None:
+    if os.name != "posix":  # folders cannot be opened for fsync on Windows
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
