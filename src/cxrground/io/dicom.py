@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from cxrground.errors import ImageReadError
-from cxrground.io.image import CXRImage, Window, to_uint8
+from cxrground.io.cxr_image import CXRImage, Window, to_uint8
 
 __all__ = ["apply_window", "read_dicom", "write_dicom"]
 

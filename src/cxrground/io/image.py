@@ -4,7 +4,8 @@ Pixels are always display-ready 8-bit grey ``(H, W)`` at the file's native resol
 white = dense (MONOCHROME2 convention). DICOM conversion: modality LUT (rescale), then the VOI
 LUT or the first window of the file (or an explicit window, or the full data range), then
 MONOCHROME1 inversion. The original bit depth, photometric interpretation, pixel spacing and
-view are kept on the record.
+view are kept on the record. The record, :data:`Window` and :func:`to_uint8` live in
+:mod:`cxrground.io.cxr_image` (shared with the DICOM reader) and are re-exported here.
 """
 
 from __future__ import annotations
@@ -12,15 +13,16 @@ from __future__ import annotations
 import io
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 from tqdm.auto import tqdm
 
 from cxrground.errors import Failure, ImageReadError, InputError
+from cxrground.io.cxr_image import CXRImage, Window, to_uint8
+from cxrground.io.dicom import read_dicom
 
 __all__ = [
     "IMAGE_SUFFIXES",
@@ -35,56 +37,6 @@ __all__ = [
 ]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".dcm", ".dicom")
-
-#: ``"auto"`` = the file's VOI LUT / first window, else the data range; ``"minmax"`` = data range;
-#: ``(center, width)`` = that window.
-Window = Literal["auto", "minmax"] | tuple[float, float]
-
-
-@dataclass(frozen=True, eq=False)
-class CXRImage:
-    """A frontal chest X-ray as 8-bit grey pixels at native resolution, with its provenance."""
-
-    pixels: np.ndarray
-    path: str | None = None
-    source_format: str = "array"
-    spacing: tuple[float, float] | None = None
-    """Pixel spacing (row, column) in mm, when the file states it."""
-    view: str | None = None
-    """View position (``PA``, ``AP``, ``LL`` ...), when known."""
-    orientation: tuple[str, str] | None = None
-    """DICOM PatientOrientation (row direction, column direction), when known."""
-    bits_stored: int = 8
-    photometric: str = "MONOCHROME2"
-    """Photometric interpretation of the source (pixels here are always MONOCHROME2)."""
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        px = self.pixels
-        if px.ndim != 2 or px.dtype != np.uint8:
-            raise ImageReadError(f"pixels must be a 2-D uint8 array, got {px.dtype} {px.shape}", self.path)
-        if px.shape[0] == 0 or px.shape[1] == 0:
-            raise ImageReadError(f"image has an empty dimension {px.shape}", self.path)
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """``(H, W)``."""
-        return int(self.pixels.shape[0]), int(self.pixels.shape[1])
-
-    @property
-    def height(self) -> int:
-        """Rows."""
-        return self.shape[0]
-
-    @property
-    def width(self) -> int:
-        """Columns."""
-        return self.shape[1]
-
-    def rgb(self) -> np.ndarray:
-        """The pixels stacked to ``(H, W, 3)`` uint8."""
-        return np.repeat(self.pixels[:, :, None], 3, axis=2)
-
 
 def is_dicom(path: str | Path) -> bool:
     """True when the file has a DICOM suffix or the ``DICM`` preamble marker."""
@@ -107,8 +59,6 @@ def read_image(path: str | Path, window: Window = "auto") -> CXRImage:
     if path.stat().st_size == 0:
         raise ImageReadError("file is empty (0 bytes)", path)
     if is_dicom(path):
-        from cxrground.io.dicom import read_dicom
-
         return read_dicom(path, window=window)
     return _read_raster(path, window)
 
@@ -123,8 +73,6 @@ def read_image_bytes(data: bytes, name: str | None = None, window: Window = "aut
     if not data:
         raise ImageReadError("image data is empty (0 bytes)", label)
     if (len(data) >= 132 and data[128:132] == b"DICM") or Path(label).suffix.lower() in (".dcm", ".dicom"):
-        from cxrground.io.dicom import read_dicom
-
         with tempfile.TemporaryDirectory(prefix="cxrground-upload-") as tmp:
             tmp_path = Path(tmp) / "upload.dcm"
             tmp_path.write_bytes(data)
@@ -150,17 +98,6 @@ def read_images(
         except InputError as exc:
             failures.append(Failure.from_exception(p, "images", exc))
     return images, failures
-
-
-def to_uint8(values: np.ndarray, low: float | None = None, high: float | None = None) -> np.ndarray:
-    """Linearly map ``[low, high]`` (default: the data range) to 0..255, clipping outside."""
-    data = values.astype(np.float64, copy=False)
-    lo = float(np.min(data)) if low is None else float(low)
-    hi = float(np.max(data)) if high is None else float(high)
-    if hi <= lo:
-        return np.zeros(data.shape, dtype=np.uint8)
-    scaled = (data - lo) * (255.0 / (hi - lo))
-    return np.clip(np.rint(scaled), 0, 255).astype(np.uint8)
 
 
 def write_image(path: str | Path, pixels: np.ndarray, quality: int = 95) -> Path:
