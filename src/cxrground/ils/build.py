@@ -5,11 +5,12 @@ seeded RNG; its mask PNGs are written first and its unit record ``units/{study}.
 atomically, so a study is done iff its unit file exists. A killed run started again with the same
 command processes the remaining studies only. Assembly reads the unit files in study order, so
 the output is byte-identical whatever the engine, the number of workers or the interruptions.
+:class:`~cxrground.ils.backend_spec.BackendSpec` and ``DATASET_FILE`` (:mod:`cxrground.ils.layout`) are
+re-exported here, the build's inputs and output name.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -18,7 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,42 +27,16 @@ from tqdm.auto import tqdm
 
 from cxrground import __version__
 from cxrground.errors import ConfigError, Failure
+from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.card import render_card
 from cxrground.ils.config import IlsConfig
+from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
+from cxrground.ils.pipeline import backend_provenance, process_study
 from cxrground.ils.schema import SPLITS, validate_dataset
 from cxrground.ils.tasks import StudyTask
+from cxrground.io.files import atomic_write_text
 
 __all__ = ["DATASET_FILE", "BackendSpec", "BuildSummary", "assemble", "build_dataset", "run_units"]
-
-DATASET_FILE = "mimic_ils_instruction_answer.json"
-UNITS_DIR = "units"
-MASK_DIR = "lesion_mask"
-
-
-@dataclass(frozen=True)
-class BackendSpec:
-    """Which backend runs each model-dependent stage, with its keyword arguments (JSON-serialisable)."""
-
-    structurer: str = "rules"
-    structurer_kwargs: dict[str, Any] = field(default_factory=dict)
-    segmenter: str = "unet"
-    segmenter_kwargs: dict[str, Any] = field(default_factory=dict)
-    synthesizer: str = "pseudo-normal"
-    synthesizer_kwargs: dict[str, Any] = field(default_factory=dict)
-    detector: str = "anomaly"
-    detector_kwargs: dict[str, Any] = field(default_factory=dict)
-    qc_segmenter: str | None = None
-    """Second lung/heart segmenter for the ILS §6 cross-check (None = no cross-check)."""
-    qc_segmenter_kwargs: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
-
-    def spec_hash(self) -> str:
-        """Short hash of the backend choice."""
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:12]
-
 
 @dataclass(frozen=True)
 class BuildSummary:
@@ -80,21 +55,12 @@ def _unit_path(out: Path, key: str) -> Path:
     return out / UNITS_DIR / f"{key}.json"
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _run_one(task: StudyTask, out: str, config: IlsConfig, spec: BackendSpec) -> tuple[str, str]:
     """Process one study in the current process and write its outputs; returns (study, status)."""
-    from cxrground.ils.pipeline import process_study
-
     unit = process_study(task, Path(out), config, spec)
     unit["config_hash"] = config.config_hash()
     unit["spec_hash"] = spec.spec_hash()
-    _write_atomic(_unit_path(Path(out), task.study_key), json.dumps(unit, sort_keys=True))
+    atomic_write_text(_unit_path(Path(out), task.study_key), json.dumps(unit, sort_keys=True))
     return task.study_key, unit["status"]
 
 
@@ -239,12 +205,12 @@ def assemble(out: Path, tasks: Sequence[StudyTask], config: IlsConfig, spec: Bac
         "mask_frame": "native image pixels (no padding, no resize)",
         "image_source": "as given (MIMIC-CXR-JPG paths are files/-relative)",
     }
-    _write_atomic(out / DATASET_FILE, json.dumps(dataset, ensure_ascii=False))
-    _write_atomic(out / "findings.jsonl", "".join(line + "\n" for line in findings_lines))
-    _write_atomic(out / "masks.jsonl", "".join(line + "\n" for line in mask_lines))
-    _write_atomic(out / "anatomy.jsonl", "".join(line + "\n" for line in anatomy_lines))
-    _write_atomic(out / "failures.jsonl", "".join(json.dumps(f, sort_keys=True) + "\n" for f in failures))
-    _write_atomic(out / "provenance.json", json.dumps(provenance, indent=2, sort_keys=True))
+    atomic_write_text(out / DATASET_FILE, json.dumps(dataset, ensure_ascii=False))
+    atomic_write_text(out / "findings.jsonl", "".join(line + "\n" for line in findings_lines))
+    atomic_write_text(out / "masks.jsonl", "".join(line + "\n" for line in mask_lines))
+    atomic_write_text(out / "anatomy.jsonl", "".join(line + "\n" for line in anatomy_lines))
+    atomic_write_text(out / "failures.jsonl", "".join(json.dumps(f, sort_keys=True) + "\n" for f in failures))
+    atomic_write_text(out / "provenance.json", json.dumps(provenance, indent=2, sort_keys=True))
     extra: list[str] = []
     if truth_cohort is not None:
         from cxrground.ils.quality import format_findings_quality, format_quality, score_against_truth, score_findings
@@ -254,8 +220,8 @@ def assemble(out: Path, tasks: Sequence[StudyTask], config: IlsConfig, spec: Bac
                  format_quality(score_against_truth(out, truth_cohort)), "",
                  "Structured findings vs the report truth (present/uncertain findings per study and lesion):", "",
                  format_findings_quality(score_findings(out, truth_cohort)), ""]
-    _write_atomic(out / "card.md", render_card(dataset, reported, rejections, provenance, extra,
-                                               dict(grounding_reasons)))
+    atomic_write_text(out / "card.md", render_card(dataset, reported, rejections, provenance, extra,
+                                                   dict(grounding_reasons)))
     return {"dataset": dataset, "failures": failures, "reported": reported, "rejections": dict(rejections)}
 
 
@@ -276,8 +242,6 @@ def build_dataset(
     ``truth_cohort``: the synthetic cohort the inputs come from; its exact truth then scores the dataset
     in the card.
     """
-    from cxrground.ils.pipeline import backend_provenance
-
     config = config or IlsConfig()
     spec = spec or BackendSpec()
     out = Path(out_dir)
@@ -293,7 +257,7 @@ def build_dataset(
 
         for folder in (out / UNITS_DIR, out / MASK_DIR):
             shutil.rmtree(folder, ignore_errors=True)
-    _write_atomic(stamp, json.dumps(settings, sort_keys=True))
+    atomic_write_text(stamp, json.dumps(settings, sort_keys=True))
     processed, skipped = run_units(tasks, out, config, spec, engine, workers, progress)
     result = assemble(out, tasks, config, spec, scan_failures, backend_provenance(spec),
                       Path(truth_cohort) if truth_cohort is not None else None)

@@ -15,9 +15,10 @@ import numpy as np
 
 from cxrground.anatomy import cardiothoracic_ratio, ils_location_masks
 from cxrground.errors import CXRGroundError, InputError
-from cxrground.ils.build import MASK_DIR, BackendSpec
+from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.compose import GroundedFinding, compose_pairs
 from cxrground.ils.config import IlsConfig
+from cxrground.ils.layout import MASK_DIR
 from cxrground.ils.tasks import StudyTask
 from cxrground.io.image import read_image
 from cxrground.io.masks import encode_rle, write_mask_png

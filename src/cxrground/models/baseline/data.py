@@ -26,7 +26,7 @@ from cxrground.anatomy.ils_locations import ils_location_masks
 from cxrground.anatomy.segment.builtin import UNetLungSegmenter, postprocess_lungs
 from cxrground.anatomy.segment.unet import prepare_input
 from cxrground.errors import Failure, InputError
-from cxrground.ils.build import DATASET_FILE, MASK_DIR
+from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.schema import load_dataset
 from cxrground.io.image import CXRImage, read_image
 from cxrground.io.masks import read_mask_png

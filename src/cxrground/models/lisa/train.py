@@ -67,7 +67,7 @@ def _dataset_json(dataset: Path) -> Path:
 
 def load_samples(dataset: Path, images: Path, split: str) -> tuple[list[Sample], list[Failure]]:
     """Pairs of ``split`` (positives then negatives per study); pairs whose image is missing become failures."""
-    from cxrground.ils.build import MASK_DIR
+    from cxrground.ils.layout import MASK_DIR
 
     json_path = _dataset_json(dataset)
     data = load_dataset(json_path)
