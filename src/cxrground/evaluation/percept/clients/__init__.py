@@ -7,64 +7,24 @@ built-in baselines ``random``, ``first-option``, ``always-yes``, ``oracle`` (:mo
 Baselines get the question (options and GT) through the ``question`` side channel of
 :meth:`Client.complete`; it is never part of the messages. Errors: :class:`TransientError` (retried by
 the runner, optionally with a server-given ``retry_after``) and :class:`PermanentError` (the case fails).
+These shared types live in :mod:`.base` (which the client modules import) and are re-exported here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from collections.abc import Callable
+from typing import Any, Final
 
-from cxrground.errors import ConfigError, CXRGroundError
-
-if TYPE_CHECKING:
-    from cxrground.evaluation.percept.conversation import Question
+from cxrground.errors import ConfigError
+from cxrground.evaluation.percept.clients.base import (
+    Client,
+    ClientError,
+    Completion,
+    PermanentError,
+    TransientError,
+)
 
 __all__ = ["CLIENTS", "Client", "ClientError", "Completion", "PermanentError", "TransientError", "make_client"]
-
-
-class ClientError(CXRGroundError):
-    """A request failed; ``reason`` says why."""
-
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
-        self.reason = reason
-        self.retry_after = retry_after
-        super().__init__(reason)
-
-
-class TransientError(ClientError):
-    """429, 5xx, timeout or connection error: worth retrying."""
-
-
-class PermanentError(ClientError):
-    """Any other failure (4xx, malformed response): not retried."""
-
-
-@dataclass(frozen=True)
-class Completion:
-    """One response: the assistant text (None when the server sent none), token usage and model version."""
-
-    content: str | None
-    usage: dict[str, int] = field(default_factory=dict)
-    model_version: str | None = None
-
-
-class Client(Protocol):
-    """What the runner needs from a model client."""
-
-    kind: str
-    model: str
-    decoding: dict[str, Any]
-    max_images: int
-    cacheable: bool
-
-    async def complete(self, messages: Sequence[dict[str, Any]], question: Question, case_id: str = "") -> Completion:
-        """Answer the last user message of ``messages`` (``question``/``case_id``: side channel for baselines)."""
-        ...
-
-    async def aclose(self) -> None:
-        """Release connections / models."""
-        ...
 
 
 def _openai(name: str, **opts: Any) -> Client:

@@ -20,7 +20,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from cxrground.evaluation.percept.clients import Completion
+from cxrground.evaluation.percept.clients.base import Completion
 from cxrground.evaluation.percept.conversation import Question, format_gt
 from cxrground.vocab.percept_templates import IMPLICIT_ANSWER, YES_NO
 

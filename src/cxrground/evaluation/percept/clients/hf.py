@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from cxrground.errors import ConfigError
-from cxrground.evaluation.percept.clients import Completion, PermanentError
+from cxrground.evaluation.percept.clients.base import Completion, PermanentError
 
 __all__ = ["HFClient", "to_hf_messages"]
 

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from cxrground.errors import ConfigError
-from cxrground.evaluation.percept.clients import Completion, PermanentError, TransientError
+from cxrground.evaluation.percept.clients.base import Completion, PermanentError, TransientError
 from cxrground.reports.structure.llm import _RETRY_STATUS, _retry_after
 
 __all__ = ["OpenAIClient"]
