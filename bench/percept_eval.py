@@ -19,10 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from cxrground.evaluation.percept.mock_bench import make_benchmark
-from cxrground.evaluation.percept.mock_server import MockServer, hash_policy
 from cxrground.evaluation.percept.runner import EvalSettings, run_eval
 from cxrground.evaluation.percept.scoring import score_run
+from cxrground.testing.mock_bench import make_benchmark
+from cxrground.testing.mock_server import MockServer, hash_policy
 
 
 def _timed(bench: Path, out: Path, server: MockServer, concurrency: int) -> tuple[float, dict]:

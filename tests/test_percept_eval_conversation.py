@@ -7,8 +7,8 @@ import base64
 import pytest
 
 from cxrground.evaluation.percept.conversation import Conversation, image_data_url, plan_case
-from cxrground.evaluation.percept.mock_bench import make_benchmark
 from cxrground.percept.schema import load_benchmark
+from cxrground.testing.mock_bench import make_benchmark
 
 SYSTEM = ("You are an expert radiologist. Analyze the given chest X-ray image and the question. Provide the final "
           "answer in the following format: 'Answer: [Option Number]'. Only the option number(s) should be included "

@@ -26,8 +26,8 @@ from cxrground.errors import ConfigError  # noqa: E402
 from cxrground.evaluation.percept.clients import make_client  # noqa: E402
 from cxrground.evaluation.percept.clients.hf import HFClient  # noqa: E402
 from cxrground.evaluation.percept.conversation import Conversation, image_data_url, plan_benchmark  # noqa: E402
-from cxrground.evaluation.percept.mock_bench import make_benchmark  # noqa: E402
 from cxrground.percept.schema import load_benchmark  # noqa: E402
+from cxrground.testing.mock_bench import make_benchmark  # noqa: E402
 from cxrground.vocab import percept_templates as pt  # noqa: E402
 
 IMAGE_SIZE, PATCH = 16, 8

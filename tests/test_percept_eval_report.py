@@ -10,7 +10,7 @@ from PIL import Image
 
 from cxrground.cli import main
 from cxrground.evaluation.percept.clients.hf import to_hf_messages
-from cxrground.evaluation.percept.mock_bench import make_benchmark
+from cxrground.testing.mock_bench import make_benchmark
 
 
 def test_report_in_headless_chromium(tmp_path, page):

@@ -16,11 +16,11 @@ from click.testing import CliRunner
 from cxrground.cli import main
 from cxrground.errors import ConfigError
 from cxrground.evaluation.percept.clients import make_client
-from cxrground.evaluation.percept.mock_bench import make_benchmark
-from cxrground.evaluation.percept.mock_server import MockServer, OraclePolicy, fixed_policy, hash_policy
 from cxrground.evaluation.percept.runner import EvalSettings, RetryPolicy, load_results, run_eval
 from cxrground.evaluation.percept.scoring import score_run
 from cxrground.percept.schema import load_benchmark
+from cxrground.testing.mock_bench import make_benchmark
+from cxrground.testing.mock_server import MockServer, OraclePolicy, fixed_policy, hash_policy
 
 FAST = RetryPolicy(max_attempts=8, backoff=0.01, max_backoff=0.04, timeout=0.5)
 

@@ -141,7 +141,7 @@ def test_benchmark_harness_calls_the_served_model(server, tmp_path):
     """``percept eval --model openai:...`` speaks to ``cxrground serve``. The baseline understands only ILS
     instructions, so the server refuses the benchmark's questions with a 400 that says why; the harness
     records every case as failed with that message and scores it wrong: nothing is lost or dropped."""
-    from cxrground.evaluation.percept.mock_bench import make_benchmark
+    from cxrground.testing.mock_bench import make_benchmark
 
     bench = make_benchmark(tmp_path / "bench", {"LF": 1, "RF": 1, "RR": 1}, lesions=("edema",), size=16)
     run = tmp_path / "runs" / "served"

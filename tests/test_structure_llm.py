@@ -18,7 +18,6 @@ import pytest
 from click.testing import CliRunner
 
 from cxrground.errors import ConfigError
-from cxrground.evaluation.percept.mock_server import MockServer
 from cxrground.reports import make_section_choice, parse_numbered, parse_report_text
 from cxrground.reports.structure import (
     LLMError,
@@ -32,6 +31,7 @@ from cxrground.reports.structure import (
 )
 from cxrground.reports.structure.lexicon import LOCATION_KINDS, LOCATION_RE, location_labels
 from cxrground.reports.structure.llm import extract_json
+from cxrground.testing.mock_server import MockServer
 from cxrground.vocab import ILS_LOCATION_LABELS, LESIONS
 
 RULES = RuleStructurer()

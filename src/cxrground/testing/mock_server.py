@@ -14,6 +14,8 @@ serves ``POST /v1/chat/completions``; every request sleeps ``latency`` seconds a
 Policies: :func:`fixed_policy` (a constant text), :func:`hash_policy` (a deterministic pseudo-random valid
 option number per request, derived from the request's messages), :class:`OraclePolicy` (the ground truth of
 a benchmark, identified by the first image of the conversation and the current question text).
+
+Test and dry-run helper, not for production (:mod:`cxrground.testing`).
 """
 
 from __future__ import annotations

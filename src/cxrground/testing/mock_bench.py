@@ -7,6 +7,8 @@ check a model server, the cache, concurrency and scoring end to end before payin
 cases for the given lesions (cardiomegaly gets no Stage 4). Every CXR differs (its pixels encode the case
 number), so a server can tell conversations apart by their first image. Question strings come from
 :mod:`cxrground.vocab.percept_templates`; ground truths are drawn from ``seed``.
+
+Test and dry-run helper, not for production (:mod:`cxrground.testing`).
 """
 
 from __future__ import annotations
