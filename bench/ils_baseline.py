@@ -11,7 +11,7 @@ Steps:
    count is fixed before training from a timed warm-up, so the schedule is complete; it then depends on the
    machine's load);
 3. predict the test split (free mode: the masks are what the model outputs, no teacher forcing) and score it
-   with :func:`cxrground.evaluation.ils_metrics.evaluate_dataset` (native resolution);
+   with :func:`cxrground.evaluation.ils.evaluate_dataset` (native resolution);
 4. score three trivial predictors the same way: all-empty masks with negative answers; both lungs (from the
    shipped lung U-Net) with positive answers; the union of the instruction's location-label regions (both
    lungs for global instructions) with positive answers;
@@ -115,7 +115,7 @@ def main() -> None:
 
     from cxrground.cli.ils_model_cmds import predict_split
     from cxrground.datasets.synthetic import write_cohort
-    from cxrground.evaluation.ils_metrics import evaluate_dataset, format_report
+    from cxrground.evaluation.ils import evaluate_dataset, format_report
     from cxrground.ils.build import BackendSpec, build_dataset
     from cxrground.ils.config import IlsConfig
     from cxrground.ils.tasks import build_tasks

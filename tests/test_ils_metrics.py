@@ -9,11 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from cxrground.errors import MaskShapeError
-from cxrground.evaluation.ils_metrics import (
+from cxrground.evaluation.bootstrap import bootstrap_ci
+from cxrground.evaluation.ils import (
     NOT_EXTRACTED,
     SegmentationMetric,
     TextAccuracyMetric,
-    bootstrap_ci,
     clean_answer,
     evaluate_dataset,
     format_report,

@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
 from cxrground.cli import main  # noqa: E402
-from cxrground.evaluation.ils_metrics import evaluate_dataset, parse_answer, question_type  # noqa: E402
+from cxrground.evaluation.ils import evaluate_dataset, parse_answer, question_type  # noqa: E402
 from cxrground.ils.predictions import load_predictions  # noqa: E402
 from cxrground.io.image import read_image  # noqa: E402
 from cxrground.models import baseline  # noqa: E402

@@ -35,7 +35,7 @@ from cxrground.errors import CXRGroundError
 def evaluate(dataset: Path, predictions: Path, split: str, out: Path | None, images: Path | None, n_boot: int,
              seed: int, limit: int | None, seg_mode: str) -> None:
     """Score predictions: gIoU, cIoU, N-Acc, Dice and text accuracy, printed as Markdown."""
-    from cxrground.evaluation.ils_metrics import evaluate_dataset, format_report
+    from cxrground.evaluation.ils import evaluate_dataset, format_report
 
     try:
         result = evaluate_dataset(dataset, predictions, split=split, limit=limit, n_boot=n_boot, seed=seed,

@@ -1,6 +1,7 @@
-"""Evaluation stages: ILS segmentation and text metrics (ILS.md §15)."""
+"""Evaluation stages: ILS segmentation and text metrics (ILS.md §15, :mod:`.ils`) and the CheXpercept harness
+(:mod:`.percept`); :mod:`.bootstrap` gives both their confidence intervals."""
 
-from cxrground.evaluation.ils_metrics import (
+from cxrground.evaluation.ils import (
     SegmentationMetric,
     TextAccuracyMetric,
     evaluate_dataset,

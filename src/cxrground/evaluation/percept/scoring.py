@@ -14,7 +14,7 @@ Sub-task accuracies (Oracle-Passed): expansion, contraction, revision result ove
 RR ∪ RF pooled. The overall aggregate pools all cases asked a stage across paths (case-weighted).
 ``lenient`` numbers use the option-text matches of :mod:`.parsing` in place of the canonical parse.
 
-95 % CIs: percentile bootstrap over cases (:func:`cxrground.evaluation.ils_metrics.bootstrap_ci`, seeded).
+95 % CIs: percentile bootstrap over cases (:func:`cxrground.evaluation.bootstrap.bootstrap_ci`, seeded).
 
 Chance (§16, mean over the actual items): uniform over the valid answers; single-pick (one random
 option; a multi-select item is correct only when its GT is a single option: ``[|GT| = 1] / n``);
@@ -34,7 +34,7 @@ from typing import Any, Final
 import numpy as np
 
 from cxrground.errors import InputError
-from cxrground.evaluation.ils_metrics import bootstrap_ci
+from cxrground.evaluation.bootstrap import bootstrap_ci
 from cxrground.evaluation.percept.conversation import ATTRIBUTE_QIDS, QIDS, REVISION_QIDS
 from cxrground.evaluation.percept.runner import CASES_FILE, CONFIG_FILE, RESULTS_FILE, USAGE_FILE, load_results
 

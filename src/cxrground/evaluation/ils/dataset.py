@@ -1,0 +1,155 @@
+"""Whole-dataset ILS evaluation (:func:`evaluate_dataset`): one predictions file scored on one split.
+
+A pair without a prediction is never dropped: it is listed and scored wrong (IoU 0 on a positive, "not
+empty" on a negative, text wrong). Masks are compared at each image's native ``H×W`` (GT masks of another
+size are resized nearest-neighbour to the native size, which is read from ``images_root`` or the study's
+``height``/``width`` fields when given, else taken from the study's GT masks — right for our generator,
+which writes native-size masks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cxrground.errors import InputError
+from cxrground.evaluation.ils.segmentation import SegmentationMetric
+from cxrground.evaluation.ils.text import TextAccuracyMetric
+from cxrground.ils.layout import DATASET_FILE, MASK_DIR
+from cxrground.ils.predictions import Prediction, load_predictions
+from cxrground.ils.schema import load_dataset
+from cxrground.io.masks import check_shape, read_mask_png
+
+__all__ = ["evaluate_dataset"]
+
+
+def _resize_nearest(mask: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    from PIL import Image
+
+    im = Image.fromarray(mask.astype(np.uint8) * 255, mode="L")
+    return np.asarray(im.resize((shape[1], shape[0]), Image.Resampling.NEAREST)) > 0
+
+
+def _image_size(path: Path) -> tuple[int, int]:
+    from PIL import Image, UnidentifiedImageError
+
+    from cxrground.io.image import is_dicom, read_image
+
+    if not path.is_file():
+        raise InputError("image not found (needed for the native size)", path)
+    if not is_dicom(path):
+        try:
+            with Image.open(path) as im:
+                return int(im.height), int(im.width)
+        except (OSError, UnidentifiedImageError):
+            pass
+    return read_image(path).shape
+
+
+def _locate(dataset_dir: str | Path) -> tuple[Path, Path]:
+    p = Path(dataset_dir)
+    if p.is_file():
+        return p, p.parent / MASK_DIR
+    return p / DATASET_FILE, p / MASK_DIR
+
+
+def evaluate_dataset(
+    dataset_dir: str | Path,
+    predictions_path: str | Path,
+    split: str = "test",
+    limit: int | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+    images_root: str | Path | None = None,
+    seg_mode: str = "unspecified",
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Score a predictions JSONL file (see :mod:`cxrground.ils.predictions`) on one split.
+
+    Every pair of the split (or the first ``limit`` pairs in file order, when given) is scored;
+    pairs without a prediction are counted wrong and listed under ``missing``. ``seg_mode`` records
+    how the masks were produced (``teacher-forced`` / ``free``), as reports must state it.
+    """
+    json_path, mask_root = _locate(dataset_dir)
+    data = load_dataset(json_path)
+    if split not in data:
+        raise InputError(f"split {split!r} not in the dataset (has {', '.join(data) or 'none'})", json_path)
+    preds = load_predictions(predictions_path)
+    seg = SegmentationMetric(n_boot=n_boot, seed=seed)
+    text = TextAccuracyMetric()
+    evaluated: list[str] = []
+    missing: list[str] = []
+    missing_mask: list[str] = []
+    missing_answer: list[str] = []
+    for study in data[split].values():
+        if limit is not None and len(evaluated) >= limit:
+            break
+        pairs = study["instruction_answer_pairs"]
+        items = [(p, True) for p in pairs.get("positive_pairs", [])]
+        items += [(p, False) for p in pairs.get("negative_pairs", [])]
+        if limit is not None:
+            items = items[: limit - len(evaluated)]
+        native: tuple[int, int] | None = None
+        if images_root is not None:
+            native = _image_size(Path(images_root) / study["image_path"])
+        elif isinstance(study.get("height"), int) and isinstance(study.get("width"), int):
+            native = (study["height"], study["width"])
+        native_known = native is not None
+        for pair, is_pos in items:
+            pid = pair["pair_id"]
+            if is_pos:
+                gt = read_mask_png(mask_root / pair["seg_mask_path"])
+                if native is None:
+                    native = (int(gt.shape[0]), int(gt.shape[1]))
+                elif gt.shape != native:
+                    if not native_known:  # masks of one study must share the image's size
+                        check_shape(gt, native, f"GT mask of pair {pid}", mask_root / pair["seg_mask_path"])
+                    gt = _resize_nearest(gt, native)
+            pred: Prediction | None = preds.get(pid)
+            pred_mask = pred.mask_array(native) if pred is not None else None
+            if not is_pos:
+                shape = native or (pred_mask.shape if pred_mask is not None else (1, 1))
+                gt = np.zeros(shape, bool)
+            if pred is None:
+                missing.append(pid)
+            else:
+                if pred_mask is None:
+                    missing_mask.append(pid)
+                if pred.answer is None:
+                    missing_answer.append(pid)
+            seg.update(pid, pred_mask, gt, pair["target"], pair["type"])
+            text.update(pid, pair["instruction"], pair["answer"], pred.answer if pred else None, pair["target"])
+            evaluated.append(pid)
+    seg_result = seg.aggregate()
+    text_result = text.aggregate()
+    counts = {
+        t: {"positive": v["positive"]["n"], "negative": v["negative"]["n"]}
+        for t, v in seg_result["per_type"].items()
+    }
+    result = {
+        "dataset": str(json_path),
+        "predictions": str(predictions_path),
+        "split": split,
+        "limit": limit,
+        "seg_mode": seg_mode,
+        "n_pairs": len(evaluated),
+        "counts": counts,
+        "n_predictions_unused": len(set(preds) - set(evaluated)),
+        "missing": missing,
+        "missing_mask": missing_mask,
+        "missing_answer": missing_answer,
+        "segmentation": seg_result,
+        "text": text_result,
+    }
+    if log is not None:
+        log(_counts_line(result))
+    return result
+
+
+def _counts_line(result: dict[str, Any]) -> str:
+    parts = [f"{t}: {c['positive']} pos / {c['negative']} neg" for t, c in result["counts"].items()]
+    return (f"evaluated {result['n_pairs']} pairs of split {result['split']} ({'; '.join(parts)}); "
+            f"missing predictions: {len(result['missing'])}")
