@@ -18,8 +18,10 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from cxrground.percept.build import BuildOptions, _CaseTask, _render_one, build_benchmark, case_folder
+from cxrground.percept.build import BuildOptions, build_benchmark
+from cxrground.percept.case_files import CaseTask, render_case
 from cxrground.percept.cases import Candidate
+from cxrground.percept.layout import case_folder
 
 
 def main() -> None:
@@ -51,10 +53,10 @@ def main() -> None:
         study = paths[case["pair_id"].split("_")[0]]
         cand = Candidate(key, case["lesion"], case["pair_id"], case["pair_id"].split("_")[0], "", case["dicom_id"],
                          study["image_path"], case["qa_path"] != "lesion_free", "")
-        task = _CaseTask(cand, case_folder(args.seed, key), case["qa_path"],
-                         str(root / "cohort" / "files" / study["image_path"]))
+        task = CaseTask(cand, case_folder(args.seed, key), case["qa_path"],
+                        str(root / "cohort" / "files" / study["image_path"]))
         t0 = time.perf_counter()
-        _render_one(task, str(root / "bench"))
+        render_case(task, str(root / "bench"))
         per_path[case["qa_path"]].append(time.perf_counter() - t0)
     for path, times in sorted(per_path.items()):
         print(f"  render {path:<18} {len(times):3d} cases  {sum(times) / len(times) * 1000:7.1f} ms/case")

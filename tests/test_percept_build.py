@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from cxrground.errors import InputError
-from cxrground.percept.build import BuildOptions, build_benchmark, case_folder
+from cxrground.percept.build import BuildOptions, build_benchmark
 from cxrground.percept.cases import (
     Candidate,
     balanced_sample,
@@ -21,6 +21,7 @@ from cxrground.percept.cases import (
     read_review,
     split_rf_rr,
 )
+from cxrground.percept.layout import case_folder
 from cxrground.percept.qa import CaseImages, lesion_free_case, points_answer_text, positive_case
 from cxrground.percept.schema import load_benchmark, parse_benchmark
 from cxrground.percept.validate import validate_benchmark

@@ -2,7 +2,7 @@
 
 Every question string is ``format_question(stem, options)`` with vocab templates only. A *plan unit* is the
 JSON-ready summary of a :class:`cxrground.percept.revision.RevisionPlan` written by the builder
-(:func:`cxrground.percept.build.plan_unit`); this module reads only its plain fields, so it works on cached
+(:func:`cxrground.percept.plans.plan_unit`); this module reads only its plain fields, so it works on cached
 units too. Toolkit additions on every entry: ``case_id``, ``lesion``, ``qa_path``, ``image_size`` ``[H, W]``
 and ``relative_path`` on ``detection_qa``. ``relative_path`` of the expansion question is the overlay with
 points (shown in turn 3); the contraction question has no image of its own (turn 4).

@@ -179,7 +179,8 @@ def _card_counts(text: str) -> dict[str, dict[str, int]]:
 
 
 def _check_manifest(root: Path, problems: list[str]) -> None:
-    from cxrground.percept.build import MANIFEST_FILE, manifest_lines
+    from cxrground.percept.layout import MANIFEST_FILE
+    from cxrground.percept.manifest import manifest_lines
 
     manifest = root / MANIFEST_FILE
     if not manifest.is_file():
@@ -201,7 +202,7 @@ def _check_manifest(root: Path, problems: list[str]) -> None:
 
 def validate_benchmark(bench: str | Path) -> list[str]:
     """Every problem found in the benchmark folder ``bench`` (empty list = valid)."""
-    from cxrground.percept.build import CARD_FILE
+    from cxrground.percept.layout import CARD_FILE
 
     root = Path(bench)
     problems: list[str] = []

@@ -1,0 +1,100 @@
+"""The CheXpercept benchmark card (``card.md``): the §1.4 arithmetic requested and achieved, and the provenance."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+
+from cxrground.percept.cases import SAMPLE_PATHS, TASKS, Review, count_arithmetic
+from cxrground.percept.options import BuildOptions
+from cxrground.percept.plans import REFINEMENT_BACKEND
+from cxrground.vocab.lesions import LESIONS
+from cxrground.vocab.percept_templates import PATH_ABBREVIATIONS
+
+__all__ = ["render_card"]
+
+
+def _arith_table(per_lesion: Sequence[int]) -> list[str]:
+    lf, rf, rr = per_lesion
+    table = count_arithmetic(per_lesion)
+    lung = table.items_per_lesion["pneumonia"]
+    card = table.items_per_lesion["cardiomegaly"]
+    return [
+        "| quantity | arithmetic | total |", "|---|---|---|",
+        f"| CXRs (one per case) | {len(LESIONS)} lesions × {lf + rf + rr:,} cases | **{table.cxrs:,}** |",
+        f"| items, each lung lesion | {lf}×1 (LF) + {rf}×(1+1+4) (RF) + {rr}×(1+1+3+4) (RR) | {lung:,} |",
+        f"| items, cardiomegaly | {lf}×1 + {rf}×2 + {rr}×(1+1+3) | {card:,} |",
+        f"| all items | {len(LESIONS) - 1} × {lung:,} + {card:,} | **{table.items:,}** |", "",
+        "| task | count |", "|---|---|",
+        *(f"| {t} | {n:,} |" for t, n in table.tasks.items()), ""]
+
+
+def render_card(opts: BuildOptions, achieved: Mapping[str, Mapping[str, int]], dropped: Mapping[str, int],
+                review: Review | None, ious: Sequence[float], max_cover: float | None, mask_source: str,
+                split_of: Mapping[str, int], pools: Mapping[str, Mapping[str, int]]) -> str:
+    """The benchmark card: requested and achieved counts (§1.4), provenance, review, IoU, distractors, drops."""
+    table = count_arithmetic(achieved)
+    req = dict(zip(SAMPLE_PATHS, opts.per_lesion, strict=True))
+    lines = ["# CheXpercept benchmark card", "",
+             "Built by `cxrground percept build` following CHEXPERCEPT.md. Seed "
+             f"{opts.seed}; settings hash `{opts.settings_hash()}`.", "",
+             f"## Requested arithmetic (§1.4) for (LF, RF, RR) = {tuple(opts.per_lesion)} per lesion", ""]
+    lines += _arith_table(opts.per_lesion)
+    lines += ["## Achieved counts", "",
+              f"Cases: **{table.cxrs:,}** (one CXR per case, no CXR reused); items: **{table.items:,}**.", "",
+              "| lesion | LF requested | LF achieved | RF requested | RF achieved | RR requested | RR achieved "
+              "| eligible LF / RF / RR | items |", "|---|---|---|---|---|---|---|---|---|"]
+    for lesion in LESIONS:
+        row = achieved.get(lesion, {})
+        pool = pools.get(lesion, {})
+        cells = " | ".join(f"{req[p]:,} | {row.get(p, 0):,}" for p in SAMPLE_PATHS)
+        elig = " / ".join(f"{pool.get(p, 0):,}" for p in SAMPLE_PATHS)
+        lines.append(f"| {lesion} | {cells} | {elig} | {table.items_per_lesion[lesion]:,} |")
+    lines += ["", "### Items per lesion, path and task (achieved)", "",
+              "| lesion | path | cases | " + " | ".join(TASKS) + " |", "|---|---|---|" + "---|" * len(TASKS)]
+    for lesion in LESIONS:
+        for path in SAMPLE_PATHS:
+            n = achieved.get(lesion, {}).get(path, 0)
+            one = count_arithmetic({lesion: {path: n}}).tasks
+            lines.append(f"| {lesion} | {PATH_ABBREVIATIONS[path]} | {n:,} | "
+                         + " | ".join(f"{one[t]:,}" for t in TASKS) + " |")
+    lines += ["", "| task | count (achieved) |", "|---|---|", *(f"| {t} | {n:,} |" for t, n in table.tasks.items())]
+    iou_text = ("no positive case" if not ious else
+                f"mean {statistics.fmean(ious):.3f}, median {statistics.median(ious):.3f}, "
+                f"min {min(ious):.3f}, max {max(ious):.3f} over {len(ious)} positive cases")
+    review_text = ("**No expert review was applied**: every candidate mask and every negative was taken as is."
+                   if review is None else
+                   f"Expert review applied from `{review.source}`: only items with an explicit `accept` are used; "
+                   f"{sum(1 for d, _ in review.decisions.values() if d == 'accept')} accepted, "
+                   f"{sum(1 for d, _ in review.decisions.values() if d == 'reject')} rejected, "
+                   f"{sum(1 for d, _ in review.decisions.values() if not d)} blank rows; reviewers: "
+                   f"{', '.join(sorted({r for _, r in review.decisions.values() if r})) or '(none named)'}.")
+    lines += ["", "## Provenance and backends", "",
+              f"- Source splits read: {', '.join(opts.splits)} (candidates per split: "
+              f"{', '.join(f'{k}: {v}' for k, v in sorted(split_of.items())) or 'none'}). The reference drew "
+              "from MIMIC-ILS train, on which its candidate model was trained.",
+              f"- Candidate masks: {mask_source}.",
+              "- Lung/heart masks for the geometry (§5.1): "
+              + (f"`{opts.anatomy}` (given with --anatomy)." if opts.anatomy else
+                 "the ILS dataset's `anatomy.jsonl` (the backends that built it)."),
+              f"- Refinement: {REFINEMENT_BACKEND}.",
+              f"- Deformer: `{opts.deformer}`" + (f" (SAM weights `{opts.sam_model}`)" if opts.sam_model else "") + ".",
+              f"- RF ratio {opts.rf_ratio}; candidates per lesion ≤ {opts.max_candidates}; negatives per lesion ≤ "
+              f"{opts.max_negatives}; exclude CXRs of positives from negatives: {opts.exclude_positive_cxrs}.",
+              "- Final sample: seeded uniform sample per lesion and path (shuffle seeded by (seed, lesion, path), "
+              "taken in order skipping CXRs already used), one CXR per case, no CXR reused across cases.",
+              f"- Seed: {opts.seed}.", "",
+              "## Review status", "", review_text, "",
+              "## Optimal vs candidate mask (§19.6)", "",
+              f"IoU between the refined (optimal) mask and the candidate mask: {iou_text}.", "",
+              "## Location distractors (§9.4)", "",
+              "Maximum coverage of any negative location option used: "
+              + ("n/a" if max_cover is None else f"{max_cover:.3f}")
+              + f" (strict switch ≤ 0.05: {'on' if opts.strict_negatives else 'off'}).", "",
+              "## Dropped candidates, by reason", "", "| reason | cases |", "|---|---|"]
+    for reason, n in sorted(dropped.items(), key=lambda kv: (-kv[1], kv[0])):
+        lines.append(f"| {reason} | {n:,} |")
+    if not dropped:
+        lines.append("| (none) | 0 |")
+    lines += ["", "Per-case reasons are in `failures.jsonl`.", ""]
+    return "\n".join(lines)

@@ -1,0 +1,64 @@
+"""Phase 2 of the CheXpercept build: a sampled case's images and its ``chexpercept.json`` entry.
+
+Images go to ``cases/{case_id}/`` under neutral names (§10.3: ``stage1.png``, ``stage2.png``,
+``stage3_points.png``, ``stage3_option_{k}.png``); positive cases are drawn from their plan unit
+(:mod:`cxrground.percept.plans`). The entry is written atomically to ``BENCH/.work/cases/{case_id}.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from cxrground.io.files import atomic_write_text
+from cxrground.io.image import read_image
+from cxrground.io.masks import decode_rle
+from cxrground.percept.cases import Candidate
+from cxrground.percept.layout import CASES_DIR, WORK_DIR, stable_json
+from cxrground.percept.qa import CaseImages, lesion_free_case, positive_case
+from cxrground.percept.render import draw_points, gray_rgb, mask_overlay, write_png
+from cxrground.vocab.percept_templates import PATH_LESION_FREE, PATH_REVISION_REQUIRED
+
+__all__ = ["CaseTask", "render_case"]
+
+
+@dataclass(frozen=True)
+class CaseTask:
+    """One sampled case to render: its candidate, neutral id, path and image file."""
+
+    cand: Candidate
+    case_id: str
+    path: str
+    image: str
+
+
+def render_case(task: CaseTask, out: str) -> tuple[str, str]:
+    """Write the case's PNGs under ``{out}/cases/{case_id}/`` and its JSON entry under ``.work``; returns (id, path)."""
+    root = Path(out)
+    folder = root / CASES_DIR / task.case_id
+    rel = f"{CASES_DIR}/{task.case_id}"
+    image = read_image(task.image).pixels
+    shape = (int(image.shape[0]), int(image.shape[1]))
+    write_png(folder / "stage1.png", gray_rgb(image))
+    c = task.cand
+    if task.path == PATH_LESION_FREE:
+        entry = lesion_free_case(c.lesion, c.pair_id, c.dicom_id, task.case_id, shape,
+                                 CaseImages(stage1=f"{rel}/stage1.png"))
+    else:
+        unit = json.loads((root / WORK_DIR / "plans" / f"{task.case_id}.json").read_text(encoding="utf-8"))
+        rr = task.path == PATH_REVISION_REQUIRED
+        shown = decode_rle(unit["shown"], shape)
+        write_png(folder / "stage2.png", mask_overlay(image, shown if rr else decode_rle(unit["optimal"], shape)))
+        points = [(p, col) for p, col in unit["point_options"] if p is not None]
+        write_png(folder / "stage3_points.png", draw_points(mask_overlay(image, shown), points))
+        options = []
+        for k, opt in enumerate(unit["mask_options"], start=1):
+            write_png(folder / f"stage3_option_{k}.png", mask_overlay(image, decode_rle(opt["mask"], shape)))
+            options.append(f"{rel}/stage3_option_{k}.png")
+        images = CaseImages(stage1=f"{rel}/stage1.png", stage2=f"{rel}/stage2.png",
+                            stage3_points=f"{rel}/stage3_points.png", options=tuple(options))
+        entry = positive_case(c.lesion, c.pair_id, c.dicom_id, task.case_id, task.path, shape, unit,
+                              unit.get("attributes"), images)
+    atomic_write_text(root / WORK_DIR / "cases" / f"{task.case_id}.json", stable_json(entry, indent=None))
+    return task.case_id, task.path

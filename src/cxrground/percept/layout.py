@@ -1,0 +1,61 @@
+"""The folder layout of a CheXpercept benchmark and its byte-stable JSON.
+
+File names of the build's outputs, the neutral case folder names (§10.3) and :func:`stable_json` (sorted
+keys, floats rounded to 6 decimals), so that the same inputs and seed give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+import numpy as np
+
+from cxrground.io.files import sha256_bytes
+
+__all__ = [
+    "CARD_FILE",
+    "CASES_DIR",
+    "DEFORMATION_FILE",
+    "FAILURES_FILE",
+    "MANIFEST_FILE",
+    "WORK_DIR",
+    "case_folder",
+    "stable_json",
+]
+
+CARD_FILE: Final[str] = "card.md"
+MANIFEST_FILE: Final[str] = "MANIFEST.sha256"
+DEFORMATION_FILE: Final[str] = "deformation_results.json"
+FAILURES_FILE: Final[str] = "failures.jsonl"
+#: Plan units and finished cases of a build in progress (deleted after a complete build unless kept).
+WORK_DIR: Final[str] = ".work"
+CASES_DIR: Final[str] = "cases"
+_FLOAT_DIGITS: Final[int] = 6
+
+
+def _stable(value: Any) -> Any:
+    if isinstance(value, float | np.floating):
+        return round(float(value), _FLOAT_DIGITS)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, Mapping):
+        return {str(k): _stable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_stable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _stable(value.tolist())
+    return value
+
+
+def stable_json(value: Any, indent: int | None = 1) -> str:
+    """JSON with sorted keys and floats rounded to 6 decimals (byte-stable across runs)."""
+    return json.dumps(_stable(value), sort_keys=True, indent=indent, ensure_ascii=False) + "\n"
+
+
+def case_folder(seed: int, key: str) -> str:
+    """Neutral case folder name ``c{first 12 hex of sha256(f"{seed}{key_id}")}`` (§10.3)."""
+    return "c" + sha256_bytes(f"{seed}{key}".encode())[:12]

@@ -1,0 +1,34 @@
+"""The settings of one CheXpercept build (:class:`BuildOptions`): written to the card, hashed to guard resumption."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from cxrground.io.files import sha256_json
+
+__all__ = ["BuildOptions"]
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """Every setting of one build (written to the card; its hash guards resumption)."""
+
+    ils: str
+    images: str
+    candidates: str | None = None
+    review: str | None = None
+    per_lesion: tuple[int, int, int] = (100, 100, 100)
+    rf_ratio: float = 0.5
+    deformer: str = "builtin"
+    sam_model: str | None = None
+    anatomy: str | None = None
+    splits: tuple[str, ...] = ("train",)
+    seed: int = 0
+    max_candidates: int = 3000
+    max_negatives: int = 100
+    exclude_positive_cxrs: bool = False
+    strict_negatives: bool = False
+
+    def settings_hash(self) -> str:
+        """Hash of the settings that change the output (not paths of the output or worker counts)."""
+        return sha256_json(asdict(self))[:16]

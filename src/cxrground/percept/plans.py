@@ -1,0 +1,208 @@
+"""Phase 1 of the CheXpercept build: one *plan unit* per accepted positive (CHEXPERCEPT.md §5-§9 and Stage 4).
+
+A plan unit is the JSON-ready summary of :func:`cxrground.percept.revision.plan_revision` (optimal and shown
+masks, deformation record, points and mask options) plus the attribute QAs; it is written atomically to
+``BENCH/.work/plans/{case_id}.json`` so that a rerun reuses it. Lung/heart masks come from an
+:class:`AnatomySource` (the ILS dataset's ``anatomy.jsonl``, another JSONL file or a folder of PNGs).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+from PIL import Image
+
+from cxrground.errors import InputError
+from cxrground.io.files import atomic_write_text
+from cxrground.io.image import read_image
+from cxrground.io.masks import decode_rle, encode_rle, read_mask_png
+from cxrground.percept.attributes import attribute_qas
+from cxrground.percept.cases import Candidate, seeded_rng
+from cxrground.percept.layout import stable_json
+
+__all__ = [
+    "REFINEMENT_BACKEND",
+    "AnatomySource",
+    "PlanTask",
+    "anatomy_lookup",
+    "make_plan",
+    "plan_case",
+    "plan_unit",
+]
+
+#: Refinement backend named in the card (§6 allows the non-SAM fallback when it is named).
+REFINEMENT_BACKEND: Final[str] = "non-SAM fallback (§6: holes filled, 15 px disc closing then opening @1024)"
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    union = int((a | b).sum())
+    return int((a & b).sum()) / union if union else 1.0
+
+
+@dataclass(frozen=True)
+class AnatomySource:
+    """One study's lung/heart masks: RLE records or PNG paths (``None``: not given)."""
+
+    right: dict | str
+    left: dict | str
+    heart: dict | str | None
+    right_cxas: dict | str | None
+    left_cxas: dict | str | None
+    shape: tuple[int, int] | None
+
+
+def _load_anatomy_file(path: Path) -> dict[str, AnatomySource]:
+    out: dict[str, AnatomySource] = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError as exc:
+        raise InputError("anatomy file not found", path) from exc
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            key = rec.get("study") or rec["dicom_id"]
+            shape = (int(rec["height"]), int(rec["width"])) if "height" in rec else None
+            out[key] = AnatomySource(rec["right_lung"], rec["left_lung"], rec.get("heart"),
+                                     rec.get("right_lung_cxas"), rec.get("left_lung_cxas"), shape)
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise InputError(f"line {lineno}: not an anatomy record ({exc!r})", path) from exc
+    return out
+
+
+def _anatomy_from_dir(folder: Path, keys: Sequence[str]) -> AnatomySource | None:
+    for key in keys:
+        right, left = folder / f"{key}_right_lung.png", folder / f"{key}_left_lung.png"
+        if right.is_file() and left.is_file():
+            extra = [folder / f"{key}_{name}.png" for name in ("heart", "right_lung_cxas", "left_lung_cxas")]
+            heart, rc, lc = (str(p) if p.is_file() else None for p in extra)
+            return AnatomySource(str(right), str(left), heart, rc, lc, None)
+    return None
+
+
+def _mask(ref: dict | str | None, shape: tuple[int, int]) -> np.ndarray | None:
+    if ref is None:
+        return None
+    if isinstance(ref, str):
+        return read_mask_png(ref, shape)
+    return decode_rle(ref, shape)
+
+
+def anatomy_lookup(anatomy: str | None, ils_dir: Path) -> Callable[[Candidate], AnatomySource | None]:
+    """Study → masks from ``anatomy`` (a folder of ``{key}_right_lung.png`` ... or a JSONL file), default the
+    ILS dataset's ``anatomy.jsonl``."""
+    source = Path(anatomy) if anatomy else ils_dir / "anatomy.jsonl"
+    if source.is_dir():
+        return lambda c: _anatomy_from_dir(source, [c.study, c.dicom_id, Path(c.image_path).stem])
+    table = _load_anatomy_file(source)
+    return lambda c: table.get(c.study) or table.get(c.dicom_id)
+
+
+@dataclass(frozen=True)
+class PlanTask:
+    """One accepted positive to plan (§5-§9) and where its inputs are."""
+
+    cand: Candidate
+    case_id: str
+    image: str
+    mask_source: str
+    mask_ref: str | dict | None
+    anatomy: AnatomySource | None
+    seed: int
+    deformer: str
+    deformer_kwargs: dict[str, Any]
+    strict_negatives: bool
+
+
+def _read_candidate(task: PlanTask, shape: tuple[int, int]) -> np.ndarray:
+    if task.mask_ref is None:
+        raise InputError(f"no candidate mask for pair {task.cand.pair_id}")
+    if isinstance(task.mask_ref, dict):
+        return decode_rle(task.mask_ref, shape)
+    mask = read_mask_png(task.mask_ref)
+    if mask.shape != shape:  # e.g. released 512×512 masks: nearest-neighbour to the image size
+        im = Image.fromarray(mask.astype(np.uint8) * 255).resize((shape[1], shape[0]), Image.Resampling.NEAREST)
+        mask = np.asarray(im) >= 128
+    return mask
+
+
+def plan_unit(plan: Any, candidate: np.ndarray) -> dict[str, Any]:
+    """The JSON-ready summary of a ``RevisionPlan`` that the QA assembly and rendering need."""
+    return {
+        "status": "ok",
+        "shape": list(plan.optimal.shape),
+        "optimal": encode_rle(plan.optimal),
+        "shown": encode_rle(plan.shown),
+        "candidate_iou": _iou(np.asarray(candidate, bool), np.asarray(plan.optimal, bool)),
+        "deformed": bool(plan.deformed),
+        "revision_before_masks": list(plan.revision_before_masks),
+        "revision_after_masks": list(plan.revision_after_masks),
+        "point_options": [[None if p is None else [int(p[0]), int(p[1])], c] for p, c in plan.point_options],
+        "expansion_answer": [int(i) for i in plan.expansion_answer],
+        "contraction_answer": [int(i) for i in plan.contraction_answer],
+        "expansion_colors": list(plan.expansion_colors),
+        "contraction_colors": list(plan.contraction_colors),
+        "mask_options": [{"type": o.type, "masks": list(o.masks), "mask": encode_rle(np.asarray(o.mask, bool))}
+                         for o in plan.mask_options],
+        "revision_answer": int(plan.revision_answer),
+        "true_masks": {str(k): list(v) for k, v in plan.true_masks.items()},
+        "fake_masks": {str(k): list(v) for k, v in plan.fake_masks.items()},
+        "true_combination": list(plan.true_combination),
+        "fake_combinations": [list(c) for c in plan.fake_combinations],
+        "overlaps": [o.to_dict() for o in plan.overlaps],
+        "record": plan.record,
+        "refinement_backend": str(getattr(plan, "refinement_backend", "") or REFINEMENT_BACKEND),
+        "deformation_backend": str(getattr(plan, "deformation_backend", "") or ""),
+    }
+
+
+def make_plan(task: PlanTask) -> dict[str, Any]:
+    """The plan unit of one positive, or ``{"status": "failed", "reason", "stage"}`` when it cannot be planned."""
+    from cxrground.anatomy.overlap import ComponentOverlap
+    from cxrground.percept.deform.registry import get_deformer
+    from cxrground.percept.revision import LungSources, RevisionFailure, plan_revision
+
+    try:
+        image = read_image(task.image).pixels
+        shape = (int(image.shape[0]), int(image.shape[1]))
+        if task.anatomy is None:
+            raise InputError(f"no anatomy masks for study {task.cand.study}")
+        if task.anatomy.shape is not None and task.anatomy.shape != shape:
+            raise InputError(f"anatomy size {task.anatomy.shape} differs from the image size {shape}", task.image)
+        right, left = _mask(task.anatomy.right, shape), _mask(task.anatomy.left, shape)
+        rc, lc = _mask(task.anatomy.right_cxas, shape), _mask(task.anatomy.left_cxas, shape)
+        assert right is not None and left is not None
+        lungs = LungSources(right=right & rc if rc is not None else right, left=left & lc if lc is not None else left,
+                            right_chex=right, left_chex=left, right_cxas=rc if rc is not None else right,
+                            left_cxas=lc if lc is not None else left, heart=_mask(task.anatomy.heart, shape))
+        candidate = _read_candidate(task, shape)
+        deformer = get_deformer(task.deformer, **task.deformer_kwargs)
+        plan = plan_revision(image, task.cand.lesion, candidate, lungs, deformer,
+                             seeded_rng(task.seed, task.cand.key_id, "plan"))
+        if not plan.deformed:
+            raise RevisionFailure("deformation failed: no deformation step was made")
+    except (InputError, RevisionFailure) as exc:
+        reason = getattr(exc, "reason", None) or str(exc)
+        return {"status": "failed", "reason": str(reason), "stage": type(exc).__name__}
+    unit = plan_unit(plan, candidate)
+    records = [ComponentOverlap.from_dict(o) for o in unit["overlaps"]]
+    attrs = attribute_qas(records, task.cand.lesion, seeded_rng(task.seed, task.cand.key_id, "attributes"),
+                          task.strict_negatives)
+    unit["attributes"] = None if attrs is None else attrs.qa
+    unit["max_negative_coverage"] = None if attrs is None else attrs.max_negative_coverage
+    unit["mask_source"] = task.mask_source
+    return unit
+
+
+def plan_case(task: PlanTask, work: str) -> tuple[str, str]:
+    """Plan one positive and write its unit to ``{work}/plans/{case_id}.json``; returns (case id, status)."""
+    unit = make_plan(task)
+    unit["key_id"] = task.cand.key_id
+    atomic_write_text(Path(work) / "plans" / f"{task.case_id}.json", stable_json(unit, indent=None))
+    return task.case_id, unit["status"]
