@@ -36,7 +36,7 @@ def main() -> None:
     from cxrground.anatomy.segment.unet import predict_logits
     from cxrground.datasets.pack import Pack, PackMissingError
     from cxrground.datasets.synthetic import SynthConfig, generate_study
-    from cxrground.models.lung_unet_train import evaluate_records, evaluate_synthetic
+    from cxrground.models.lung_unet import evaluate_records, evaluate_synthetic
 
     torch.set_num_threads(args.threads)
     seg = UNetLungSegmenter(threads=args.threads)

@@ -22,7 +22,7 @@ from cxrground.anatomy.segment.unet import (  # noqa: E402
     save_model,
 )
 from cxrground.errors import ConfigError  # noqa: E402
-from cxrground.models.lung_unet_train import Augment, Samples, TrainRecipe, split_by_patient, train_on_samples  # noqa: E402
+from cxrground.models.lung_unet import Augment, Samples, TrainRecipe, split_by_patient, train_on_samples  # noqa: E402
 
 TINY = UNetConfig(channels=(4, 8, 16), input_size=32)
 
@@ -135,7 +135,7 @@ def test_split_keeps_patients_together():
 def test_import_anatomy_does_not_import_torch():
     import subprocess
 
-    code = ("import sys, cxrground.anatomy, cxrground.anatomy.segment, cxrground.models.lung_unet_train; "
+    code = ("import sys, cxrground.anatomy, cxrground.anatomy.segment, cxrground.models.lung_unet; "
             "print('torch' in sys.modules, 'safetensors' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False False"
@@ -184,7 +184,7 @@ class _FakePack:
 
 
 def test_train_lung_unet_writes_model_and_sidecar(tmp_path: Path):
-    from cxrground.models.lung_unet_train import train_lung_unet
+    from cxrground.models.lung_unet import train_lung_unet
 
     recipe = TrainRecipe(batch_size=4, val_count=2, threads=1, synthetic_eval_count=0)
     res = train_lung_unet(_FakePack(), tmp_path, epochs=2, seed=0, recipe=recipe, config=TINY, name="tiny",
@@ -203,7 +203,7 @@ def test_train_lung_unet_writes_model_and_sidecar(tmp_path: Path):
 
 def test_synthetic_samples_are_letterboxed_phantoms():
     from cxrground.datasets.synthetic import SynthConfig, generate_study
-    from cxrground.models.lung_unet_train import concat_samples, synthetic_samples
+    from cxrground.models.lung_unet import concat_samples, synthetic_samples
 
     cfg = SynthConfig(width=128)
     s = synthetic_samples(2, 5, cfg, size=32)
@@ -223,7 +223,7 @@ def test_synthetic_samples_are_letterboxed_phantoms():
 
 def test_train_lung_unet_mixes_phantoms_and_fine_tunes(tmp_path: Path):
     from cxrground.datasets.synthetic import SynthConfig
-    from cxrground.models.lung_unet_train import train_lung_unet
+    from cxrground.models.lung_unet import train_lung_unet
 
     cfg = SynthConfig(width=96)
     with pytest.raises(ConfigError, match="evaluation seed"):

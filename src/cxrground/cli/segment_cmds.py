@@ -122,7 +122,7 @@ def train_lungs(out: Path, epochs: int, seed: int, pack_dir: Path | None, name: 
     --epochs 16 (see its sidecar's training.recipe).
     """
     from cxrground.datasets.pack import Pack
-    from cxrground.models.lung_unet_train import TrainRecipe, train_lung_unet
+    from cxrground.models.lung_unet import TrainRecipe, train_lung_unet
 
     try:
         pack = Pack(pack_dir)

@@ -8,7 +8,6 @@ shipped; the NC-SA rows are for tests and evaluation. :meth:`CohenRecord.shippab
 from __future__ import annotations
 
 import csv
-import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from cxrground.errors import InputError
+from cxrground.io.files import sha256_file
 from cxrground.io.image import CXRImage, read_image
 from cxrground.io.masks import read_mask_png
 
@@ -222,7 +222,7 @@ class Pack:
                 continue
             digest, name = line.split(maxsplit=1)
             path = self.root / name.strip().lstrip("*")
-            if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            if not path.is_file() or sha256_file(path) != digest:
                 bad.append(name.strip())
         return bad
 

@@ -7,7 +7,6 @@ model through :func:`app_from_env` (the settings travel in ``CXRGROUND_SERVE_*``
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import json
 import os
@@ -17,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from cxrground.io.files import sha256_file
 from cxrground.models.base import CHECKPOINT_FILE, IlsModel, load_model
 from cxrground.serve.limits import Limits
 
@@ -32,7 +32,7 @@ def checkpoint_id(checkpoint: str | Path) -> str:
     path = Path(checkpoint)
     meta = path / CHECKPOINT_FILE if path.is_dir() else path
     folder = path if path.is_dir() else path.parent
-    digest = hashlib.sha256(meta.read_bytes()).hexdigest()[:12] if meta.is_file() else "unknown"
+    digest = sha256_file(meta)[:12] if meta.is_file() else "unknown"
     return f"{folder.resolve().name}@{digest}"
 
 

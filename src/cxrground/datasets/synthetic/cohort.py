@@ -17,7 +17,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -32,6 +31,7 @@ from cxrground.datasets.synthetic.config import GENERATOR_NAME, GENERATOR_VERSIO
 from cxrground.datasets.synthetic.records import StudyTruth
 from cxrground.datasets.synthetic.study import SyntheticStudy, generate_study, study_ids
 from cxrground.errors import ConfigError
+from cxrground.io.files import atomic_write_bytes
 from cxrground.io.masks import decode_rle, write_mask_png
 from cxrground.vocab import LESIONS
 from cxrground.vocab.lesions import ABBREVIATIONS
@@ -73,13 +73,6 @@ class CohortSummary:
 
 # --- file writing ---------------------------------------------------------------------------------
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def _image_bytes(image: np.ndarray, fmt: str, quality: int) -> bytes:
     buf = io.BytesIO()
     im = Image.fromarray(image)
@@ -99,15 +92,15 @@ def write_study(out_dir: str | Path, study: SyntheticStudy, config: SynthConfig)
     """Write one study's image, report and masks, then its truth file (last, atomically)."""
     out = Path(out_dir)
     t = study.truth
-    _atomic_write_bytes(out / t.image_path, _image_bytes(study.image, config.format, config.jpeg_quality))
-    _atomic_write_bytes(out / t.report_path, study.report.encode("utf-8"))
+    atomic_write_bytes(out / t.image_path, _image_bytes(study.image, config.format, config.jpeg_quality))
+    atomic_write_bytes(out / t.report_path, study.report.encode("utf-8"))
     for name, mask in study.anatomy_masks.items():
         write_mask_png(out / t.anatomy[name].path, mask)
     for f in t.findings:
         if f.mask is not None and f.mask_index is not None:
             write_mask_png(out / f.mask.path, study.lesion_masks[f.mask_index])
     path = out / f"truth/{t.study_id}.json"
-    _atomic_write_bytes(path, truth_json(t).encode("utf-8"))
+    atomic_write_bytes(path, truth_json(t).encode("utf-8"))
     return path
 
 
@@ -225,7 +218,7 @@ def write_index_files(out: Path, records: list[StudyTruth], seed: int, config: S
     for t in records:
         writer.writerow([t.subject_id, t.study_id, t.dicom_id, t.view, t.image_path, t.report_path,
                          t.height, t.width])
-    _atomic_write_bytes(out / "index.csv", buf.getvalue().encode("utf-8"))
+    atomic_write_bytes(out / "index.csv", buf.getvalue().encode("utf-8"))
     counts = {
         "images": len(records),
         "reports": len(records),
@@ -246,12 +239,12 @@ def write_index_files(out: Path, records: list[StudyTruth], seed: int, config: S
         "files": counts,
         "lesions": stats["lesions"],
     }
-    _atomic_write_bytes(out / "cohort.json", (json.dumps(cohort, indent=2) + "\n").encode("utf-8"))
-    _atomic_write_bytes(out / "README.md", _readme(seed, len(records), config).encode("utf-8"))
+    atomic_write_bytes(out / "cohort.json", (json.dumps(cohort, indent=2) + "\n").encode("utf-8"))
+    atomic_write_bytes(out / "README.md", _readme(seed, len(records), config).encode("utf-8"))
     preview = render_preview(out, records[:PREVIEW_STUDIES])
     buf2 = io.BytesIO()
     preview.save(buf2, format="PNG", optimize=False)
-    _atomic_write_bytes(out / "preview.png", buf2.getvalue())
+    atomic_write_bytes(out / "preview.png", buf2.getvalue())
     return counts
 
 

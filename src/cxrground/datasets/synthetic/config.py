@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
 from cxrground.errors import ConfigError
+from cxrground.io.files import sha256_json
 from cxrground.vocab import LESIONS
 
 #: Name and version of the generator; the version changes whenever the same seed would give other files.
@@ -119,5 +118,4 @@ class SynthConfig:
 
     def config_hash(self) -> str:
         """Short stable hash of the configuration and the generator version (resume compatibility)."""
-        payload = json.dumps({"version": GENERATOR_VERSION, "config": self.to_dict()}, sort_keys=True)
-        return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
+        return sha256_json({"version": GENERATOR_VERSION, "config": self.to_dict()})[:16]

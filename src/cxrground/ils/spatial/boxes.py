@@ -34,7 +34,6 @@ not kept is dropped, including ``aortic enlargement``, ``other lesion``, ``pneum
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -47,6 +46,7 @@ from scipy import ndimage
 
 from cxrground.errors import ConfigError
 from cxrground.ils.spatial.base import Box
+from cxrground.io.files import sha256_file
 
 __all__ = [
     "BOX_CLASS_LESIONS",
@@ -355,7 +355,7 @@ class YOLOBoxDetector:
     def provenance(self) -> dict[str, Any]:
         """Backend name, weights path and sha256, settings."""
         if self._sha256 is None and self.weights_path.is_file():
-            self._sha256 = hashlib.sha256(self.weights_path.read_bytes()).hexdigest()
+            self._sha256 = sha256_file(self.weights_path)
         return {
             "name": self.name,
             "weights_path": str(self.weights_path),

@@ -11,13 +11,13 @@ Layout::
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Final
 
 import torch
 
 from cxrground.errors import InputError
+from cxrground.io.files import atomic_path, atomic_write_text
 from cxrground.models.base import CHECKPOINT_FILE, checkpoint_info
 from cxrground.models.lisa.model import LisaForSegmentation, merged_state_dict
 from cxrground.models.lisa.text import load_tokenizer, seg_token_id
@@ -34,14 +34,11 @@ def save_checkpoint(out: Path, model: torch.nn.Module, tokenizer: Any, info: dic
 
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to("cpu").contiguous() for k, v in merged_state_dict(model).items()}
-    tmp = out / (WEIGHTS_FILE + ".tmp")
-    save_file(state, str(tmp), metadata={"format": "pt"})
-    os.replace(tmp, out / WEIGHTS_FILE)
+    with atomic_path(out / WEIGHTS_FILE) as tmp:
+        save_file(state, str(tmp), metadata={"format": "pt"})
     tokenizer.save_pretrained(str(out))
     meta = {"model": MODEL_NAME, **info}
-    tmp_meta = out / (CHECKPOINT_FILE + ".tmp")
-    tmp_meta.write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
-    os.replace(tmp_meta, out / CHECKPOINT_FILE)
+    atomic_write_text(out / CHECKPOINT_FILE, json.dumps(meta, indent=1, sort_keys=True))
     return out
 
 

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from cxrground.errors import ConfigError, Failure, InputError
 from cxrground.ils.schema import load_dataset
-from cxrground.io.files import sha256_file
+from cxrground.io.files import atomic_path, sha256_file
 from cxrground.io.image import read_image
 from cxrground.io.masks import read_mask_png
 from cxrground.models.base import CHECKPOINT_FILE
@@ -222,11 +222,9 @@ def train(dataset: Path, out: Path, *, images: Path | None = None, seed: int = 0
                 "failures": [f.to_dict() for f in failures], "train_pairs": len(samples)}
 
     def save_state() -> None:
-        state_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = state_path.with_suffix(".tmp")
-        torch.save({"identity": identity, "trainable": _trainable_state(model), "optim": optim.state_dict(),
-                    "sched": sched.state_dict(), "step": step, "best": best, "history": history}, tmp)
-        tmp.replace(state_path)
+        with atomic_path(state_path) as tmp:
+            torch.save({"identity": identity, "trainable": _trainable_state(model), "optim": optim.state_dict(),
+                        "sched": sched.state_dict(), "step": step, "best": best, "history": history}, tmp)
 
     model.train()
     model.visual_model.vision_encoder.eval()

@@ -1,0 +1,55 @@
+"""The lung U-Net training recipe: optimisation settings (:class:`TrainRecipe`) and augmentation ranges."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["Augment", "TrainRecipe"]
+
+
+@dataclass(frozen=True)
+class Augment:
+    """On-the-fly augmentation ranges (no flips: right and left matter)."""
+
+    rotate_deg: float = 10.0
+    scale: tuple[float, float] = (0.88, 1.12)
+    shift: float = 0.06
+    """Maximum shift as a fraction of the canvas side."""
+    gamma: tuple[float, float] = (0.7, 1.45)
+    contrast: tuple[float, float] = (0.8, 1.25)
+    brightness: float = 0.08
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class TrainRecipe:
+    """Optimisation settings (see the module docstring)."""
+
+    epochs: int = 40
+    batch_size: int = 8
+    lr: float = 3e-3
+    weight_decay: float = 1e-4
+    warmup_epochs: float = 1.0
+    val_count: int = 10
+    patience: int = 15
+    bce_weight: float = 1.0
+    dice_weight: float = 1.0
+    threads: int = 2
+    deterministic: bool = True
+    augment: Augment = field(default_factory=Augment)
+    max_minutes: float | None = None
+    """Stop after the epoch that crosses this wall-clock budget (None: no limit)."""
+    synthetic_count: int = 0
+    """Synthetic phantoms (indices ``0..n-1`` of ``synthetic_seed``) mixed into the training set (not into
+    the validation split, which stays real-only)."""
+    synthetic_seed: int = 1
+    synthetic_eval_seed: int = 1000
+    """Seed of the phantoms the ``synthetic_eval`` metrics use; must differ from ``synthetic_seed``."""
+    synthetic_eval_count: int = 40
+    init_weights: str | None = None
+    """Fine-tune from these weights (a model file name, recorded with its sha256) instead of a fresh init."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
