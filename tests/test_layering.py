@@ -12,6 +12,7 @@ STAGES = [
     "errors",
     "vocab",
     "io",
+    "llm",
     "reports",
     "anatomy",
     "datasets",
