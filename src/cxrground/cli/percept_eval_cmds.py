@@ -70,14 +70,15 @@ def eval_cmd(bench: Path, spec: str, out: Path, oracle: str, concurrency: int, l
 @click.option("--bootstrap", "n_boot", type=int, default=1000, show_default=True,
               help="Bootstrap resamples (0 = none).")
 def score_cmd(run: Path, n_boot: int) -> None:
-    """Score a run: score.json and the reference CSVs in RUN/; prints the summary rows."""
-    from cxrground.evaluation.percept.scoring import score_run, summary_rows
+    """Score a run: score.json and the reference CSVs in RUN/; prints the summary rows (and the spread rows of
+    runs with several repeats)."""
+    from cxrground.evaluation.percept.scoring import score_run, spread_rows, summary_rows
 
     try:
         score = score_run(run, n_boot=n_boot)
     except CXRGroundError as exc:
         raise click.ClickException(str(exc)) from exc
-    for row in summary_rows(score):
+    for row in summary_rows(score) + spread_rows(score):  # mean rows; with --repeats, spread rows follow
         click.echo(json.dumps(row))
     if score["failed_cases"] or score["missing_cases"]:
         click.echo(f"failed: {len(score['failed_cases'])}, missing: {len(score['missing_cases'])} "
