@@ -13,6 +13,7 @@ STAGES = [
     "errors",
     "vocab",
     "io",
+    "llm",
     "reports",
     "anatomy",
     "datasets",

@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from cxrground.errors import ConfigError
+from cxrground.llm import RetryPolicy
 from cxrground.reports import make_section_choice, parse_numbered, parse_report_text
 from cxrground.reports.structure import (
     LLMError,
@@ -293,3 +294,16 @@ def test_cli_llm(fake: FakeLLM, tmp_path: Path) -> None:
     n = fake.requests
     assert CliRunner().invoke(main, args).exit_code == 0
     assert fake.requests == n
+
+
+def test_cache_is_per_endpoint_and_retry_defaults_are_shared(tmp_path: Path) -> None:
+    db = tmp_path / "cache.sqlite"
+    section = make_section_choice("findings", SECTIONS[2])
+    with FakeLLM() as a, FakeLLM() as b:
+        _llm(a, cache=db).structure("r2", section)
+        _llm(b, cache=db).structure("r2", section)  # same model name, another server: not the same model
+        _llm(a, cache=db).structure("r2", section)
+        assert a.requests == b.requests == 1
+        llm = LLMStructurer(a.base_url, "m")
+    assert llm.retry == RetryPolicy() and llm.max_retries == RetryPolicy().max_attempts - 1
+    assert llm.timeout == RetryPolicy().timeout

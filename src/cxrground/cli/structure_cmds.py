@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from cxrground.errors import ConfigError, Failure
+from cxrground.llm import RetryPolicy
 from cxrground.reports import list_report_files, read_reports
 from cxrground.reports.structure import STRUCTURERS, get_structurer, structure_reports
 
@@ -33,9 +34,9 @@ __all__ = ["COMMANDS", "structure"]
               help="SQLite response cache (llm); reruns with the same prompts make no request. Default: in memory.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
               help="Requests in flight at most (llm).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True,
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=RetryPolicy.timeout, show_default=True,
               help="Seconds per request (llm).")
-@click.option("--max-retries", type=click.IntRange(min=0), default=5, show_default=True,
+@click.option("--max-retries", type=click.IntRange(min=0), default=RetryPolicy.max_attempts - 1, show_default=True,
               help="Retries on 429 / 5xx / timeouts (llm).")
 @click.option("--temperature", type=float, default=0.0, show_default=True, help="Sampling temperature (llm).")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False),

@@ -17,10 +17,10 @@ from typing import Any, Final
 from tqdm.auto import tqdm
 
 from cxrground.errors import ConfigError, Failure
+from cxrground.llm import ResponseCache, cache_key
 from cxrground.reports.findings import StructuredReport, Structurer
 from cxrground.reports.model import Report, SectionChoice
 from cxrground.reports.sections import NO_SECTION_REASON, choose_section
-from cxrground.reports.structure.cache import ResponseCache, cache_key
 from cxrground.reports.structure.llm import STAGE, LLMError, LLMStructurer, load_prompt
 from cxrground.reports.structure.rules import RuleStructurer, structure_text
 

@@ -5,26 +5,54 @@ A client answers one request (OpenAI-format messages) with a :class:`Completion`
 built-in baselines ``random``, ``first-option``, ``always-yes``, ``oracle`` (:mod:`.baselines`).
 
 Baselines get the question (options and GT) through the ``question`` side channel of
-:meth:`Client.complete`; it is never part of the messages. Errors: :class:`TransientError` (retried by
-the runner, optionally with a server-given ``retry_after``) and :class:`PermanentError` (the case fails).
-These shared types live in :mod:`.base` (which the client modules import) and are re-exported here.
+:meth:`Client.complete`; it is never part of the messages (:meth:`Client.cache_context` puts what they read
+of it in the cache key). Every client goes through the runner's response cache, keyed by its ``identity``.
+Errors (:mod:`cxrground.llm`): :class:`TransientError` (retried by the runner, optionally with a
+server-given ``retry_after``) and :class:`PermanentError` (the case fails).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Final
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from cxrground.errors import ConfigError
-from cxrground.evaluation.percept.clients.base import (
-    Client,
-    ClientError,
-    Completion,
-    PermanentError,
-    TransientError,
-)
+from cxrground.llm import ClientError, Completion, PermanentError, TransientError
+
+if TYPE_CHECKING:
+    from cxrground.evaluation.percept.conversation import Question
 
 __all__ = ["CLIENTS", "Client", "ClientError", "Completion", "PermanentError", "TransientError", "make_client"]
+
+
+class Client(Protocol):
+    """What the runner needs from a model client."""
+
+    kind: str
+    model: str
+    decoding: dict[str, Any]
+    max_images: int
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """What makes two clients answer alike (the model part of the cache key)."""
+        ...
+
+    def cache_context(self, question: Question, case_id: str) -> dict[str, Any] | None:
+        """Inputs outside the messages that shape the answer (None for model clients)."""
+        ...
+
+    async def complete(self, messages: Sequence[dict[str, Any]], question: Question, case_id: str = "",
+                       seed: int | None = None) -> Completion:
+        """Answer the last user message of ``messages`` (``question``/``case_id``: side channel for baselines).
+
+        ``seed`` is the sample's seed: sent with the request (or used locally) when sampling.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections / models."""
+        ...
 
 
 def _openai(name: str, **opts: Any) -> Client:
