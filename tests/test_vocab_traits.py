@@ -156,3 +156,25 @@ def test_an_eighth_lesion_in_a_copy_of_the_table():
     assert "pneumothorax" not in lesions.ABBREVIATIONS
     with pytest.raises(ValueError, match="unknown lesion 'pneumothorax'"):
         traits("pneumothorax")
+
+
+def test_special_cases_follow_the_table_not_the_name(monkeypatch):
+    """Give effusion cardiomegaly-like percept traits and edema thresholds (restored after the test): the code
+    that used to compare names now follows the traits."""
+    from cxrground.percept.attributes import attribute_qas
+    from cxrground.percept.cases import count_arithmetic
+    from cxrground.percept.distractors import default_mask_names
+
+    eff = LESION_TRAITS["effusion"]
+    assert IlsConfig().thresholds_for("effusion") == GENERAL_THRESHOLDS
+    assert default_mask_names("effusion", "left", True) == ["default_keep", "default_left_lung_chex",
+                                                             "default_left_lung_cxas"]
+    items = count_arithmetic((1, 1, 1)).items_per_lesion["effusion"]
+    changed = dataclasses.replace(eff, thresholds="edema", percept=PerceptTraits(
+        stages=(1, 2, 3), detection="suggestive", heart_note=False, deform="organ"))
+    monkeypatch.setitem(LESION_TRAITS, "effusion", changed)
+    assert IlsConfig().thresholds_for("effusion") == EDEMA_THRESHOLDS
+    assert DeformConfig().depth("effusion") == DeformConfig().cardiomegaly_depth
+    assert default_mask_names("effusion", "left", True) == ["default_keep", "default_dilated", "default_eroded"]
+    assert attribute_qas([], "effusion", None) is None  # type: ignore[arg-type]
+    assert count_arithmetic((1, 1, 1)).items_per_lesion["effusion"] == items - 2 * 4  # no Stage 4 on RF and RR
