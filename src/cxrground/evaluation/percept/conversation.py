@@ -33,6 +33,7 @@ from typing import Any, Final, Literal
 from cxrground.errors import ImageReadError
 from cxrground.percept.schema import Benchmark, Case
 from cxrground.vocab import percept_templates as pt
+from cxrground.vocab.traits import lesions_where
 
 __all__ = [
     "ATTRIBUTE_QIDS",
@@ -58,6 +59,8 @@ STAGE_OF: Final[dict[str, int]] = {"detection": 1, "contour_eval": 2, **dict.fro
                                    **dict.fromkeys(ATTRIBUTE_QIDS, 4)}
 MULTI_SELECT: Final[frozenset[str]] = frozenset({"expansion", "contraction", "location"})
 #: Reference-layout image paths (§10.2), used when a benchmark has no ``relative_path`` for these images.
+#: Lesions whose RF/RR cases have no Stage 4 (cardiomegaly).
+_NO_STAGE4: Final[tuple[str, ...]] = lesions_where(lambda t: not t.percept.attributes)
 _REF_CXR: Final[str] = "{key}/detection_qa/xray.png"
 _REF_POINTS: Final[str] = "{key}/contour_qa/contour_revision_qa/xray_with_mask_and_points.png"
 
@@ -149,7 +152,7 @@ def plan_case(key: str, case: Case) -> CasePlan:
                                tuple(o.relative_path for o in rev.answer_options),
                                tuple(pt.mask_options(len(rev.answer_options))), (rev.answer_index,)))
         attrs = case.attribute_extraction_qa
-        if lesion != "cardiomegaly" and attrs is not None:
+        if attrs is not None and lesion not in _NO_STAGE4:
             for qid in ATTRIBUTE_QIDS:
                 a = getattr(attrs, qid)
                 gt = tuple(sorted(a.answer_index)) if isinstance(a.answer_index, list) else (a.answer_index,)
