@@ -220,14 +220,14 @@ def plan_case(key: str, case: Case) -> CasePlan:
 def safe_image_path(root: Path, rel: str) -> Path:
     """The file ``root/rel``; raises :class:`InputError` unless ``rel`` is a relative path without ``..``
     components that resolves (symlinks followed) inside ``root``."""
-    reason = _unsafe_reason(root, rel)
+    reason = _unsafe_reason(Path(root).resolve(), rel)
     if reason is not None:
         raise InputError(f"image path {rel!r} {reason}; refusing to read it", root)
     return Path(root) / rel
 
 
-def _unsafe_reason(root: Path, rel: str) -> str | None:
-    """Why ``rel`` must not be read below ``root`` (None when it may)."""
+def _unsafe_reason(base: Path, rel: str) -> str | None:
+    """Why ``rel`` must not be read below the resolved folder ``base`` (None when it may)."""
     if not rel or "\x00" in rel:
         return "is empty or holds a NUL byte"
     pure = PurePosixPath(rel)
@@ -236,7 +236,6 @@ def _unsafe_reason(root: Path, rel: str) -> str | None:
     if ".." in pure.parts or ".." in PureWindowsPath(rel).parts:
         return "has a '..' component"
     try:
-        base = Path(root).resolve()
         inside = (base / rel).resolve().is_relative_to(base)
     except (OSError, RuntimeError):  # a symlink loop
         return "cannot be resolved (symlink loop)"
@@ -397,8 +396,9 @@ def plan_benchmark(bench: Benchmark, source: str | Path | None = None) -> list[C
         raise InputError(_listing(f"{len(problems)} of {len(bench.cases)} cases cannot be evaluated", problems),
                          source)
     if bench.root is not None:
+        base = bench.root.resolve()
         unsafe = [f"case {p.case_id}: {rel!r} {reason}" for p in plans for q in p.questions for rel in q.images
-                  if (reason := _unsafe_reason(bench.root, rel)) is not None]
+                  if (reason := _unsafe_reason(base, rel)) is not None]
         if unsafe:
             raise InputError(_listing(f"refusing the benchmark: {len(unsafe)} image path(s) point outside the "
                                       f"benchmark folder {bench.root}", unsafe), source)
