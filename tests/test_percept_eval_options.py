@@ -101,6 +101,10 @@ def test_extra_body_only_for_openai_clients(bench, tmp_path):
     assert res.exit_code == 1 and "OpenAI-compatible servers only" in res.output
     with pytest.raises(ConfigError, match="OpenAI-compatible servers only"):
         run_eval(EvalSettings(bench, "first-option", extra_body=THINKING_OFF), tmp_path / "run3", progress=False)
+    ready = make_client("openai:m", base_url="http://127.0.0.1:9/v1")
+    with pytest.raises(ConfigError, match="give the extra body to the client"):
+        run_eval(EvalSettings(bench, "openai:m", extra_body=THINKING_OFF), tmp_path / "run4", progress=False,
+                 client=ready)
 
 
 def test_sampling_seed_is_sent_next_to_the_extra_body():

@@ -45,6 +45,7 @@ from cxrground.vocab.lesions import LESIONS
 
 __all__ = [
     "ATTRIBUTE_QIDS",
+    "MAX_LISTED",
     "MULTI_SELECT",
     "ORACLE_SETTINGS",
     "QIDS",

@@ -337,8 +337,9 @@ def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: 
     for name, value in (("--limit", settings.limit), ("--per-path-limit", settings.per_path_limit)):
         if value is not None and value < 1:
             raise ConfigError(f"{name} must be >= 1, got {value}")
-    kind = client.kind if client is not None else settings.model.partition(":")[0]
-    if settings.extra_body and kind != "openai":
+    if settings.extra_body and client is not None:
+        raise ConfigError("with a ready client, give the extra body to the client (make_client(..., extra_body=...))")
+    if settings.extra_body and settings.model.partition(":")[0] != "openai":
         raise ConfigError(f"--extra-body is sent to OpenAI-compatible servers only (openai:MODEL), not to "
                           f"{settings.model}")
     table = price_table(prices)
