@@ -8,6 +8,7 @@ import json
 import random
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -132,7 +133,9 @@ def test_run_sync_inside_a_running_loop():
     async def outer() -> int:
         return run_sync(inner())  # a worker thread runs the nested loop
 
-    assert asyncio.run(outer()) == 42
+    # a fresh thread: the main thread may already run a loop (the Playwright fixture of an earlier test module)
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(asyncio.run, outer()).result() == 42
 
 
 # -- chat client ------------------------------------------------------------------------------------------------

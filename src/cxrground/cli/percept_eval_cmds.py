@@ -14,7 +14,7 @@ import click
 
 from cxrground.cli.percept_cmds import percept
 from cxrground.errors import CXRGroundError
-from cxrground.llm import RetryPolicy
+from cxrground.llm import RetryPolicy, parse_extra_body
 
 
 @click.command("eval")
@@ -42,22 +42,33 @@ from cxrground.llm import RetryPolicy
               help="Attempts per request (retries + 1).")
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
               help="Samples per question at the run's temperature (score: mean and spread over repeats).")
+@click.option("--extra-body", "extra_body", default=None, metavar="JSON",
+              help='JSON object merged into every request of openai:MODEL (part of the cache key and config.json), '
+                   'e.g. \'{"reasoning_effort": "medium"}\' or '
+                   '\'{"chat_template_kwargs": {"enable_thinking": false}}\'; "max_tokens": null leaves max_tokens '
+                   'out (for servers that take max_completion_tokens only).')
+@click.option("--prices", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Price table (CSV model,input,cached_input,output or JSON; USD per 1M tokens) merged over the "
+                   "built-in one for the cost in usage.json.")
 @click.option("--retry-failed", is_flag=True, help="Re-run cases recorded as failed.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def eval_cmd(bench: Path, spec: str, out: Path, oracle: str, concurrency: int, limit: int | None,
              per_path_limit: int | None, temperature: float, top_p: float | None, max_tokens: int, max_images: int,
              base_url: str | None, api_key_env: str | None, seed: int, cache: Path | None, timeout: float,
-             max_attempts: int, repeats: int, retry_failed: bool, progress: bool) -> None:
+             max_attempts: int, repeats: int, extra_body: str | None, prices: Path | None, retry_failed: bool,
+             progress: bool) -> None:
     """Run one model on a benchmark (resumable: rerun the same command after a kill)."""
     from cxrground.evaluation.percept.runner import EvalSettings, run_eval
 
-    settings = EvalSettings(bench=bench, model=spec, oracle=oracle, temperature=temperature, max_tokens=max_tokens,
-                            top_p=top_p, seed=seed, limit=limit, per_path_limit=per_path_limit, max_images=max_images,
-                            repeats=repeats)
     try:
+        extra = parse_extra_body(extra_body) if extra_body is not None else None
+        settings = EvalSettings(bench=bench, model=spec, oracle=oracle, temperature=temperature,
+                                max_tokens=max_tokens, top_p=top_p, seed=seed, limit=limit,
+                                per_path_limit=per_path_limit, max_images=max_images, repeats=repeats,
+                                extra_body=extra)
         summary = run_eval(settings, out, concurrency=concurrency, cache=cache, base_url=base_url,
                            api_key_env=api_key_env, retry=RetryPolicy(max_attempts=max_attempts, timeout=timeout),
-                           retry_failed=retry_failed, progress=progress)
+                           retry_failed=retry_failed, progress=progress, prices=prices)
     except CXRGroundError as exc:
         raise click.ClickException(str(exc)) from exc
     total = f"{summary['n_cases']} cases" if repeats == 1 else f"{summary['n_cases']} cases × {repeats} repeats"

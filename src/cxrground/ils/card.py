@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cxrground.vocab.lesions import ABBREVIATIONS, LESIONS
+from cxrground.vocab.traits import lives_in
 
 __all__ = ["COUNT_COLUMNS", "count_table", "recall_table", "render_card"]
 
@@ -40,7 +41,7 @@ def recall_table(reported: Iterable[tuple[str, bool]]) -> dict[str, dict[str, fl
     out = {lesion: {"reported": total[lesion], "masked": hit[lesion],
                     "recall": hit[lesion] / total[lesion] if total[lesion] else float("nan")}
            for lesion in LESIONS}
-    lung = [lesion for lesion in LESIONS if lesion != "cardiomegaly" and total[lesion]]
+    lung = [lesion for lesion in LESIONS if lives_in(lesion) != "heart" and total[lesion]]
     out["avg (6 lung/pleural)"] = {
         "reported": sum(total[x] for x in lung), "masked": sum(hit[x] for x in lung),
         "recall": sum(out[x]["recall"] for x in lung) / len(lung) if lung else float("nan"),

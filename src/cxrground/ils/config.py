@@ -12,6 +12,8 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from cxrground.vocab.traits import traits
+
 
 @dataclass(frozen=True)
 class Thresholds:
@@ -97,8 +99,8 @@ class IlsConfig:
     seed: int = 0
 
     def thresholds_for(self, lesion: str) -> Thresholds:
-        """Table 7 thresholds of ``lesion``."""
-        return self.edema if lesion == "edema" else self.general
+        """Table 7 thresholds of ``lesion`` (its ``thresholds`` trait: the edema column or the general one)."""
+        return self.edema if traits(lesion).thresholds == "edema" else self.general
 
     def with_threshold_scale(self, factor: float) -> IlsConfig:
         """The same configuration with both threshold sets scaled (half τ: 0.5)."""

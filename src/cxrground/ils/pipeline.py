@@ -25,6 +25,7 @@ from cxrground.io.masks import encode_rle, write_mask_png
 from cxrground.io.transform import Letterbox
 from cxrground.reports import choose_section, parse_report_text, read_report
 from cxrground.vocab.locations import HEART
+from cxrground.vocab.traits import traits
 
 __all__ = ["Backends", "backend_provenance", "get_backends", "process_study", "segmentation_disagreement"]
 
@@ -208,7 +209,7 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
     for f in findings:
         if f.lesion is None or f.assertion == "absent":
             continue
-        if f.lesion == "cardiomegaly":
+        if traits(f.lesion).heart_mask:
             grounded.append(GroundedFinding(f, heart, (HEART,), True))
             records.append({"lesion": f.lesion, "sent_idx": f.sent_idx, "status": "grounded" if heart is not None
                             else "empty", "reason": None if heart is not None else "empty_heart"})

@@ -1,7 +1,8 @@
 """The client layer for OpenAI-compatible chat servers, shared by report structuring and the benchmark harness.
 
 - :mod:`.chat`: :class:`ChatClient`, one async chat-completions request over httpx -> :class:`Completion`,
-  errors split into :class:`TransientError` (retried) and :class:`PermanentError`.
+  errors split into :class:`TransientError` (retried) and :class:`PermanentError`; :func:`parse_extra_body`
+  validates user-given request options.
 - :mod:`.retry`: :class:`RetryPolicy` (the one set of defaults) and :func:`call_with_retries` (backoff with
   jitter, Retry-After), the only retry loop of the code base.
 - :mod:`.aio`: :func:`run_sync` and :func:`bounded_map` (N workers, input order kept).
@@ -15,12 +16,13 @@ from __future__ import annotations
 
 from cxrground.llm.aio import bounded_map, run_sync
 from cxrground.llm.cache import ResponseCache, cache_key
-from cxrground.llm.chat import ChatClient, Completion, parse_usage
+from cxrground.llm.chat import RESERVED_KEYS, ChatClient, Completion, check_extra_body, parse_extra_body, parse_usage
 from cxrground.llm.errors import ClientError, PermanentError, TransientError
 from cxrground.llm.fingerprint import model_fingerprint
 from cxrground.llm.retry import RETRY_STATUS, RetryPolicy, call_with_retries, is_retry_status, parse_retry_after
 
 __all__ = [
+    "RESERVED_KEYS",
     "RETRY_STATUS",
     "ChatClient",
     "ClientError",
@@ -32,8 +34,10 @@ __all__ = [
     "bounded_map",
     "cache_key",
     "call_with_retries",
+    "check_extra_body",
     "is_retry_status",
     "model_fingerprint",
+    "parse_extra_body",
     "parse_retry_after",
     "parse_usage",
     "run_sync",

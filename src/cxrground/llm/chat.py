@@ -9,15 +9,21 @@ Outcomes: HTTP 200 -> :class:`Completion` (the message text, None when the serve
 the server's model version). Timeouts, connection errors and the statuses of
 :func:`~.retry.is_retry_status` raise :class:`~.errors.TransientError` (with the parsed ``Retry-After``);
 other statuses and malformed bodies raise :class:`~.errors.PermanentError`. Both carry the HTTP status.
+
+Request options beyond the decoding settings (``reasoning_effort``, ``max_completion_tokens``,
+``chat_template_kwargs``, ...) travel in ``params`` too; :func:`parse_extra_body` / :func:`check_extra_body`
+validate a user-given extra body: a JSON object that does not set :data:`RESERVED_KEYS` (``model`` and
+``messages`` belong to the client, and ``stream`` would break response parsing).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import httpx
 
@@ -25,7 +31,10 @@ from cxrground.errors import ConfigError
 from cxrground.llm.errors import PermanentError, TransientError
 from cxrground.llm.retry import RetryPolicy, is_retry_status, parse_retry_after
 
-__all__ = ["ChatClient", "Completion", "parse_usage"]
+__all__ = ["RESERVED_KEYS", "ChatClient", "Completion", "check_extra_body", "parse_extra_body", "parse_usage"]
+
+#: Request keys an extra body may not set.
+RESERVED_KEYS: Final[tuple[str, ...]] = ("model", "messages", "stream")
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,35 @@ def parse_usage(usage: Any) -> dict[str, int]:
     if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
         out["cached_tokens"] = int(details["cached_tokens"])
     return out
+
+
+def check_extra_body(extra: Any, what: str = "extra body") -> dict[str, Any]:
+    """A JSON-ready copy of ``extra``; raises :class:`ConfigError` unless it is an object of JSON values that
+    does not set :data:`RESERVED_KEYS`."""
+    if not isinstance(extra, Mapping):
+        raise ConfigError(f"{what} must be a JSON object {{...}}, got {type(extra).__name__}")
+    try:
+        copy = json.loads(json.dumps(dict(extra), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{what} holds a value that is not JSON ({exc})") from None
+    bad = [k for k in RESERVED_KEYS if k in copy]
+    if bad:
+        raise ConfigError(f"{what} may not set {', '.join(map(repr, bad))} (the client sets "
+                          f"{', '.join(RESERVED_KEYS[:2])}; streaming is not supported)")
+    return copy
+
+
+def parse_extra_body(text: str, what: str = "--extra-body") -> dict[str, Any]:
+    """The extra body given as JSON text (see :func:`check_extra_body`)."""
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except ValueError as exc:
+        raise ConfigError(f"{what} is not valid JSON ({exc})") from None
+    return check_extra_body(value, what)
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 class ChatClient:
@@ -95,8 +133,12 @@ class ChatClient:
 
     async def complete(self, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None,
                        ) -> Completion:
-        """POST ``{"model", "messages", **params}`` once; raises :class:`TransientError` / :class:`PermanentError`."""
-        body = {"model": self.model, "messages": list(messages), **(params or {})}
+        """POST ``{"model", "messages", **params}`` once; raises :class:`TransientError` / :class:`PermanentError`
+        (and :class:`ConfigError` when ``params`` sets one of :data:`RESERVED_KEYS`)."""
+        params = dict(params or {})
+        if any(k in params for k in RESERVED_KEYS):
+            check_extra_body(params, "request parameters")
+        body = {"model": self.model, "messages": list(messages), **params}
         try:
             response = await self._client().post(f"{self.base_url}/chat/completions", json=body)
         except httpx.TimeoutException:

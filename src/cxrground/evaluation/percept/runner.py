@@ -21,7 +21,14 @@
 - ``RUN/`` holds ``config.json`` (the settings that determine results and their SHA-256; a RUN made with a
   different configuration is refused), ``cases.json`` (the selected cases' plans without texts, the
   denominators of scoring), ``results.jsonl`` (append-only, one line per finished case and repeat) and
-  ``usage.json`` (tokens, request counts, model versions seen, cost when :mod:`.prices` has the model).
+  ``usage.json`` (tokens, request counts, model versions seen, cost when the price table has the model: the
+  built-in one of :mod:`.prices`, or a ``prices`` file merged over it).
+- ``extra_body`` (openai clients only): request options merged into every request; part of the decoding
+  settings, hence of the cache key and of ``config.json`` (absent from both when not given).
+- The benchmark file is untrusted: it is refused as a whole before anything runs when it has no cases, a
+  case with an unknown lesion or without a question of its path, or an image path outside its folder
+  (:func:`~.conversation.plan_benchmark`); images are read only through
+  :func:`~.conversation.safe_image_path`.
 - Resume: units already in ``results.jsonl`` are skipped (``retry_failed`` re-runs the failed ones; the
   last line of a unit wins); a partially run case is re-run and its answered turns come from the cache.
   A torn last line (kill during a write) is cut off before appending.
@@ -51,9 +58,10 @@ from cxrground.evaluation.percept.conversation import (
     Question,
     image_data_url,
     plan_benchmark,
+    safe_image_path,
 )
 from cxrground.evaluation.percept.parsing import is_correct, parse_answer
-from cxrground.evaluation.percept.prices import cost_usd, price_of
+from cxrground.evaluation.percept.prices import PRICES, Price, cost_usd, price_of, price_table
 from cxrground.llm import RetryPolicy, bounded_map, call_with_retries, run_sync
 from cxrground.percept.schema import BENCHMARK_FILE, load_benchmark
 
@@ -83,6 +91,7 @@ class EvalSettings:
     per_path_limit: int | None = None
     max_images: int = 7
     repeats: int = 1
+    extra_body: dict[str, Any] | None = None
 
 
 @dataclass
@@ -146,12 +155,19 @@ def _repair_tail(path: Path) -> None:
         path.write_bytes(data[: data.rfind(b"\n") + 1])
 
 
+def _bench_file(bench: Path) -> Path:
+    """The benchmark JSON of ``--bench`` (a folder or the file itself)."""
+    bench = Path(bench)
+    return bench / BENCHMARK_FILE if bench.is_dir() else bench
+
+
 def _config(settings: EvalSettings, client: Client, n_cases: int) -> dict[str, Any]:
-    bench_file = Path(settings.bench)
-    bench_file = bench_file / BENCHMARK_FILE if bench_file.is_dir() else bench_file
+    bench_file = _bench_file(settings.bench)
     cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()}
     if settings.repeats == 1:
         del cfg["repeats"]  # one sample: the configuration (and its hash) of runs made before repeats existed
+    if not settings.extra_body:
+        del cfg["extra_body"]  # likewise for runs made before --extra-body existed
     cfg["bench"] = str(bench_file.resolve().parent)
     cfg["bench_sha256"] = hashlib.sha256(bench_file.read_bytes()).hexdigest()
     cfg["client"] = {"kind": client.kind, "model": client.model, "decoding": client.decoding}
@@ -277,7 +293,8 @@ class _Runner:
 
 
 def _usage_summary(results: dict[tuple[str, int], dict[str, Any]], client: Client, stats: _Stats,
-                   previous: dict[str, Any]) -> dict[str, Any]:
+                   previous: dict[str, Any], prices: dict[str, Price] | None = None,
+                   prices_file: str | None = None) -> dict[str, Any]:
     totals = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}
     new = dict.fromkeys(totals, 0)
     for rec in results.values():
@@ -287,7 +304,7 @@ def _usage_summary(results: dict[tuple[str, int], dict[str, Any]], client: Clien
                 totals[k] += v
                 if not q.get("cached"):
                     new[k] += v
-    price = price_of(client.model)
+    price = price_of(client.model, PRICES if prices is None else prices)
     versions = sorted(set(previous.get("model_versions", [])) | stats.model_versions)
     return {
         "model": client.model, "kind": client.kind, "model_versions": versions,
@@ -296,6 +313,7 @@ def _usage_summary(results: dict[tuple[str, int], dict[str, Any]], client: Clien
         "cache_hits": int(previous.get("cache_hits", 0)) + stats.cache_hits,
         "retries": int(previous.get("retries", 0)) + stats.retries,
         "price_usd_per_mtok": price._asdict() if price else None,
+        "prices_file": prices_file,
         "cost_usd": round(cost_usd(price, totals), 6) if price else None,
         "cost_usd_uncached": round(cost_usd(price, new), 6) if price else None,
     }
@@ -304,22 +322,36 @@ def _usage_summary(results: dict[tuple[str, int], dict[str, Any]], client: Clien
 def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: str | Path | None = None,
              retry: RetryPolicy | None = None, base_url: str | None = None, api_key_env: str | None = None,
              retry_failed: bool = False, progress: bool = True, client: Client | None = None,
-             ) -> dict[str, Any]:
-    """Run (or resume) an evaluation into ``out``; returns ``usage.json``'s content plus ``n_run``."""
+             prices: str | Path | None = None) -> dict[str, Any]:
+    """Run (or resume) an evaluation into ``out``; returns ``usage.json``'s content plus ``n_run``.
+
+    ``prices``: a price file (:func:`~.prices.load_prices`) merged over the built-in table for the cost in
+    ``usage.json`` (read before anything runs, so that a bad file fails first).
+    """
     if settings.oracle not in ORACLE_SETTINGS:
         raise ConfigError(f"--oracle must be one of {', '.join(ORACLE_SETTINGS)}, got {settings.oracle!r}")
     if concurrency < 1:
         raise ConfigError(f"--concurrency must be >= 1, got {concurrency}")
     if settings.repeats < 1:
         raise ConfigError(f"--repeats must be >= 1, got {settings.repeats}")
+    for name, value in (("--limit", settings.limit), ("--per-path-limit", settings.per_path_limit)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{name} must be >= 1, got {value}")
+    if settings.extra_body and client is not None:
+        raise ConfigError("with a ready client, give the extra body to the client (make_client(..., extra_body=...))")
+    if settings.extra_body and settings.model.partition(":")[0] != "openai":
+        raise ConfigError(f"--extra-body is sent to OpenAI-compatible servers only (openai:MODEL), not to "
+                          f"{settings.model}")
+    table = price_table(prices)
     retry = retry or RetryPolicy()
     bench = load_benchmark(settings.bench)
-    plans = select_cases(plan_benchmark(bench), settings.seed, settings.limit, settings.per_path_limit)
+    plans = select_cases(plan_benchmark(bench, _bench_file(settings.bench)), settings.seed, settings.limit,
+                         settings.per_path_limit)
     if client is None:
         client = make_client(settings.model, base_url=base_url, api_key_env=api_key_env,
                              temperature=settings.temperature, max_tokens=settings.max_tokens, top_p=settings.top_p,
                              seed=settings.seed, max_images=settings.max_images, timeout=retry.timeout,
-                             concurrency=concurrency)
+                             concurrency=concurrency, extra_body=settings.extra_body)
     needed = max((p.total_images for p in plans), default=0)
     if client.max_images < needed:
         raise ConfigError(f"{settings.model} is configured for at most {client.max_images} images per request; "
@@ -349,7 +381,7 @@ def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: 
     assert root is not None
 
     def image_url(rel: str) -> str:
-        return image_data_url(root / rel)
+        return image_data_url(safe_image_path(root, rel))  # checked at plan time; again in case a link changed
 
     runner = _Runner(client, store, settings.oracle, image_url, retry, out, settings.seed, settings.repeats)
     try:
@@ -358,7 +390,8 @@ def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: 
         store.close()
     usage_file = out / USAGE_FILE
     previous = json.loads(usage_file.read_text(encoding="utf-8")) if usage_file.is_file() else {}
-    summary = _usage_summary(load_all_results(out), client, runner.stats, previous)
+    summary = _usage_summary(load_all_results(out), client, runner.stats, previous, table,
+                             str(prices) if prices is not None else None)
     _write_json(usage_file, summary)
     return {**summary, "n_run": len(todo), "n_cases": len(plans), "repeats": settings.repeats,
             "failed_this_run": runner.stats.failed_cases}

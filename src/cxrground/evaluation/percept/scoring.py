@@ -44,6 +44,7 @@ from cxrground.errors import InputError
 from cxrground.evaluation.bootstrap import bootstrap_ci
 from cxrground.evaluation.percept.conversation import ATTRIBUTE_QIDS, QIDS, REVISION_QIDS
 from cxrground.evaluation.percept.runner import CASES_FILE, CONFIG_FILE, RESULTS_FILE, USAGE_FILE, load_all_results
+from cxrground.vocab.traits import LESION_TRAITS, traits
 
 __all__ = ["PATH_ORDER", "SCORE_FILE", "score_records", "score_repeats", "score_run", "spread_rows", "write_csvs"]
 
@@ -90,8 +91,8 @@ def _case_view(plan: dict[str, Any], rec: dict[str, Any] | None, lenient: bool =
         if not e2e[s]:
             break
         depth += 1
-    if plan["lesion"] == "cardiomegaly" and plan["path"] != "LF" and e2e[stages[-1]]:
-        depth += 1
+    if plan["lesion"] in LESION_TRAITS and plan["path"] != "LF" and e2e[stages[-1]]:
+        depth += traits(plan["lesion"]).percept.depth_bonus
     return {"case_id": plan["case_id"], "path": plan["path"], "lesion": plan["lesion"], "raw": raw, "e2e": e2e,
             "depth": depth, "questions": questions,
             "status": "missing" if rec is None else rec.get("status", "ok")}

@@ -7,20 +7,46 @@ server's ``Retry-After``); other statuses and malformed bodies raise :class:`Per
 message content is returned as None (the runner records it as an unparseable answer). Decoding settings
 are sent as given (``temperature``, ``max_tokens``, optional ``top_p``), plus the sample's ``seed`` when
 sampling (temperature > 0); ``max_images`` (default 7) is what the server is configured to accept.
-Cache identity: kind, model name and base URL.
+``extra_body`` (``--extra-body``) is merged into every request, e.g. ``reasoning_effort``,
+``max_completion_tokens`` or ``chat_template_kwargs: {enable_thinking: false}``; it is part of ``decoding``,
+hence of the cache key and of ``config.json``. It may not set ``model``, ``messages`` or ``stream``, nor the
+keys that have their own option (``temperature``, ``top_p``, ``seed``, ``max_tokens``), except
+``"max_tokens": null``, which leaves ``max_tokens`` out of the request (OpenAI reasoning models accept only
+``max_completion_tokens``). Cache identity: kind, model name and base URL.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 import httpx
 
 from cxrground.errors import ConfigError
-from cxrground.llm import ChatClient, Completion, RetryPolicy
+from cxrground.llm import ChatClient, Completion, RetryPolicy, check_extra_body
 
-__all__ = ["OpenAIClient"]
+__all__ = ["OWN_OPTIONS", "OpenAIClient", "merge_extra_body"]
+
+#: Request keys set from the harness's own options (``--temperature``, ...) and its per-sample seed.
+OWN_OPTIONS: Final[dict[str, str]] = {"temperature": "--temperature", "top_p": "--top-p", "max_tokens": "--max-tokens",
+                                      "seed": "--seed (the sample's seed is sent when sampling)"}
+
+
+def merge_extra_body(decoding: Mapping[str, Any], extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``decoding`` with the extra body merged in (see the module docstring); raises :class:`ConfigError`."""
+    out = dict(decoding)
+    if not extra:
+        return out
+    body = check_extra_body(extra, "--extra-body")
+    for key, value in body.items():
+        if key == "max_tokens" and value is None:
+            out.pop("max_tokens", None)
+        elif key in OWN_OPTIONS:
+            raise ConfigError(f"--extra-body may not set {key!r}: use {OWN_OPTIONS[key]}"
+                              + (' (or "max_tokens": null to leave it out)' if key == "max_tokens" else ""))
+        else:
+            out[key] = value
+    return out
 
 
 class OpenAIClient:
@@ -31,7 +57,8 @@ class OpenAIClient:
     def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str | None = None,
                  temperature: float = 0.0, max_tokens: int = 8192, top_p: float | None = None,
                  timeout: float = RetryPolicy.timeout, max_images: int = 7, concurrency: int = 8,
-                 transport: httpx.AsyncBaseTransport | None = None, **_: Any) -> None:
+                 extra_body: Mapping[str, Any] | None = None, transport: httpx.AsyncBaseTransport | None = None,
+                 **_: Any) -> None:
         if not base_url:
             raise ConfigError("openai:MODEL needs --base-url (the API root, e.g. http://host:8000/v1)")
         self._chat = ChatClient(base_url, model, api_key_env=api_key_env, timeout=timeout,
@@ -42,6 +69,7 @@ class OpenAIClient:
         self.decoding: dict[str, Any] = {"temperature": float(temperature), "max_tokens": int(max_tokens)}
         if top_p is not None:
             self.decoding["top_p"] = float(top_p)
+        self.decoding = merge_extra_body(self.decoding, extra_body)
         self.timeout = self._chat.timeout
 
     @property
