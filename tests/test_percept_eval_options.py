@@ -13,11 +13,11 @@ from click.testing import CliRunner
 from cxrground.cli import main
 from cxrground.errors import ConfigError, InputError
 from cxrground.evaluation.percept.clients import make_client
-from cxrground.evaluation.percept.mock_bench import make_benchmark
-from cxrground.evaluation.percept.mock_server import MockServer, hash_policy
 from cxrground.evaluation.percept.prices import PRICES, Price, cost_usd, load_prices, price_of, price_table
 from cxrground.evaluation.percept.runner import EvalSettings, run_eval
 from cxrground.llm import ChatClient, parse_extra_body
+from cxrground.testing.mock_bench import make_benchmark
+from cxrground.testing.mock_server import MockServer, hash_policy
 
 THINKING_OFF = {"chat_template_kwargs": {"enable_thinking": False}}
 REASONING = {"reasoning_effort": "medium", "max_completion_tokens": 8192, "max_tokens": None}

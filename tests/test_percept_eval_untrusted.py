@@ -19,10 +19,10 @@ from click.testing import CliRunner
 from cxrground.cli import main
 from cxrground.errors import ConfigError, InputError
 from cxrground.evaluation.percept.conversation import MAX_LISTED, plan_benchmark, safe_image_path
-from cxrground.evaluation.percept.mock_bench import make_benchmark
-from cxrground.evaluation.percept.mock_server import MockServer, hash_policy
 from cxrground.evaluation.percept.runner import EvalSettings, run_eval
 from cxrground.percept.schema import load_benchmark
+from cxrground.testing.mock_bench import make_benchmark
+from cxrground.testing.mock_server import MockServer, hash_policy
 
 
 @pytest.fixture(scope="module")
