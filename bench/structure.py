@@ -7,7 +7,7 @@ Prints
    the pack (repeated ``--repeat`` times), structuring only (sections chosen beforehand) and with the ILS §6
    section choice; then the same on synthetic report texts (parse + choose + structure, and structure only);
 2. accuracy against the synthetic truth on ``--synthetic`` reports from the generator's report-only route
-   (no pixels; see :mod:`cxrground.ils.report_quality`), per lesion: precision / recall of present
+   (no pixels; see :mod:`cxrground.evaluation.report_quality`), per lesion: precision / recall of present
    findings, assertion accuracy (tentative = uncertain, negated = absent), location-label exact-match rate;
    ``--full-studies N`` adds N complete ``generate_study`` studies (about 0.2 s each) as a cross-check;
 3. precision / recall per lesion against the MeSH major terms of the 300 IU reports (FINDINGS + IMPRESSION
@@ -23,7 +23,7 @@ import time
 
 from cxrground.datasets.pack import Pack, PackMissingError
 from cxrground.datasets.synthetic import generate_study
-from cxrground.ils.report_quality import (
+from cxrground.evaluation.report_quality import (
     cases_from_truth,
     format_scores,
     score_mesh,

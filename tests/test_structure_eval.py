@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from cxrground.datasets.synthetic import generate_study
-from cxrground.ils.report_quality import (
+from cxrground.evaluation.report_quality import (
     cases_from_truth,
     format_scores,
     mesh_lesions,
