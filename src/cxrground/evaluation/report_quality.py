@@ -30,6 +30,7 @@ Congestion``, ``Volume Loss``, ``Heart Failure`` and ``Density`` map to nothing.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -38,21 +39,34 @@ from typing import Any, Final
 import numpy as np
 
 from cxrground.reports.findings import Finding, Structurer
-from cxrground.reports.model import Report, SectionChoice
+from cxrground.reports.model import MERGED_SECTION, Report, SectionChoice
 from cxrground.reports.readers import parse_report_text
-from cxrground.reports.sections import choose_section, make_section_choice
+from cxrground.reports.sections import choose_section, select_section
 from cxrground.reports.sentences import normalise_whitespace
+from cxrground.reports.structure import structure_section
+from cxrground.reports.structure.lexicon import ENTITY_KINDS, ENTITY_RE
 from cxrground.vocab import LESIONS
 
 __all__ = [
+    "MESH_COUNTS",
+    "MESH_SIDE_OF",
+    "MESH_SPLITS",
+    "MESH_SPLIT_SALT",
     "MESH_TO_LESION",
+    "OPACITY_OBSERVED",
+    "MeshCase",
+    "MeshMention",
     "SyntheticCase",
     "TruthItem",
     "cases_from_truth",
     "format_scores",
+    "mesh_cases",
     "mesh_lesions",
     "mesh_section",
+    "mesh_sides",
+    "mesh_split",
     "score_mesh",
+    "score_mesh_cases",
     "score_synthetic",
     "synthetic_cases",
 ]
@@ -71,6 +85,16 @@ MESH_TO_LESION: Final[dict[str, str]] = {
     "Edema": "edema",
     "Pleural Effusion": "effusion",
 }
+#: Side-less MeSH qualifiers that name a side by anatomy (the lingula is left, the middle lobe right).
+MESH_SIDE_OF: Final[dict[str, str]] = {"lingula": "left", "middle lobe": "right"}
+#: Row of :func:`score_mesh_cases` that also counts opacity-class phrases attributed to another lesion.
+OPACITY_OBSERVED: Final[str] = "opacity (incl. attributed)"
+#: The two fixed halves of the MeSH evaluation: errors are read on ``dev`` only; ``held-out`` is never looked at.
+MESH_SPLITS: Final[tuple[str, str]] = ("dev", "held-out")
+#: What makes a report positive for a lesion in :func:`score_mesh_cases`.
+MESH_COUNTS: Final[tuple[str, str]] = ("positive", "present")
+#: Salt of :func:`mesh_split` (fixed once, before any error was read).
+MESH_SPLIT_SALT: Final[str] = "cxrground-mesh-split"
 
 
 @dataclass(frozen=True)
@@ -243,56 +267,194 @@ def score_synthetic(structurer: Structurer, cases: Iterable[SyntheticCase]) -> d
     }
 
 
+def _mesh_head(term: str) -> tuple[str, tuple[str, ...]]:
+    head, *qualifiers = (part.strip() for part in term.split("/"))
+    return head, tuple(q.lower() for q in qualifiers)
+
+
+def _mesh_lesion(term: str) -> str | None:
+    return MESH_TO_LESION.get(_mesh_head(term)[0])
+
+
 def mesh_lesions(mesh_major: Sequence[str]) -> set[str]:
-    """Lesions named by a report's MeSH major terms (:data:`MESH_TO_LESION`)."""
-    out = set()
+    """Lesions named by a report's MeSH major terms (:data:`MESH_TO_LESION`, on the term before the first ``/``)."""
+    return {lesion for term in mesh_major if (lesion := _mesh_lesion(term)) is not None}
+
+
+def mesh_sides(mesh_major: Sequence[str]) -> dict[str, frozenset[str]]:
+    """Sides (``right`` / ``left``) the MeSH major terms give each lesion; lesions coded without a side are left out.
+
+    ``bilateral`` is both sides; a term without a side word takes the side of its lobe (:data:`MESH_SIDE_OF`).
+    """
+    out: dict[str, set[str]] = {}
     for term in mesh_major:
-        lesion = MESH_TO_LESION.get(term.split("/", 1)[0].strip())
-        if lesion:
-            out.add(lesion)
+        lesion = _mesh_lesion(term)
+        if lesion is None or lesion == "cardiomegaly":
+            continue
+        qualifiers = _mesh_head(term)[1]
+        sides = {q for q in qualifiers if q in ("right", "left")}
+        if "bilateral" in qualifiers:
+            sides |= {"right", "left"}
+        if not sides:
+            sides = {MESH_SIDE_OF[q] for q in qualifiers if q in MESH_SIDE_OF}
+        if sides:
+            out.setdefault(lesion, set()).update(sides)
+    return {lesion: frozenset(sides) for lesion, sides in out.items()}
+
+
+def mesh_split(report_id: str) -> str:
+    """``dev`` or ``held-out``: the fixed half of the MeSH evaluation a report belongs to (salted SHA-256 parity)."""
+    digest = hashlib.sha256((MESH_SPLIT_SALT + report_id).encode("utf-8")).digest()
+    return MESH_SPLITS[digest[0] % 2]
+
+
+def mesh_section(report: Report, sections: str = MERGED_SECTION) -> SectionChoice | None:
+    """The section of ``report`` that the section policy ``sections`` reads (default: findings and impression)."""
+    return select_section(report, sections)
+
+
+@dataclass(frozen=True)
+class MeshMention:
+    """One positive (present or uncertain) finding of a structured report, as the MeSH scoring sees it.
+
+    ``names``: the lesion, plus ``opacity (incl. attributed)`` when the phrase is an opacity-class phrase
+    (``opacity`` itself, or an observation attributed to another lesion). ``observation_present``: the opacity
+    phrase itself is stated without a hedge of its own (an attributed observation whose *cause* is hedged,
+    "opacities, likely atelectasis", still states the opacity).
+    """
+
+    lesion: str | None
+    opacity_phrase: bool
+    assertion: str
+    sides: frozenset[str]
+    sentence: str
+
+    def counts_for(self, row: str, count: str) -> bool:
+        """Whether this mention makes the report positive for ``row`` when counting ``count`` findings."""
+        if row == OPACITY_OBSERVED:
+            if not self.opacity_phrase and self.lesion != "opacity":
+                return False
+            attributed = self.opacity_phrase and self.lesion not in (None, "opacity")
+            return count == "positive" or self.assertion == "present" or attributed
+        return self.lesion == row and (count == "positive" or self.assertion == "present")
+
+
+@dataclass(frozen=True)
+class MeshCase:
+    """One IU report under one section policy: its MeSH truth and the structurer's positive findings."""
+
+    report_id: str
+    split: str
+    section: str
+    truth: frozenset[str]
+    truth_sides: dict[str, frozenset[str]]
+    mentions: tuple[MeshMention, ...]
+    text: str
+    mesh_major: tuple[str, ...]
+
+
+def _sides_of(labels: Iterable[str]) -> frozenset[str]:
+    return frozenset(side for label in labels for side in ("right", "left") if label.startswith(side))
+
+
+def mesh_cases(structurer: Structurer, reports: Iterable[Report], sections: str = MERGED_SECTION) -> list[MeshCase]:
+    """One :class:`MeshCase` per report with a usable section under the policy ``sections`` (the others are left
+    out: they have neither findings nor impression)."""
+    out = []
+    for report in reports:
+        section = select_section(report, sections)
+        if section is None:
+            continue
+        mentions = []
+        for f in structure_section(structurer, report.report_id, section).findings:
+            if f.assertion == "absent":
+                continue
+            m = ENTITY_RE.fullmatch(f.entity.lower())
+            opacity_phrase = m is not None and ENTITY_KINDS[m.lastgroup].lesion == "opacity"  # type: ignore[index]
+            if f.lesion is None and not opacity_phrase:
+                continue
+            mentions.append(MeshMention(f.lesion, opacity_phrase, f.assertion, _sides_of(f.reported_location),
+                                        section.sentence(f.sent_idx).text))
+        out.append(MeshCase(
+            report_id=report.report_id, split=mesh_split(report.report_id), section=section.name,
+            truth=frozenset(mesh_lesions(report.mesh_major)), truth_sides=mesh_sides(report.mesh_major),
+            mentions=tuple(mentions), text=section.section_content, mesh_major=report.mesh_major,
+        ))
     return out
 
 
-def mesh_section(report: Report) -> SectionChoice | None:
-    """FINDINGS and IMPRESSION of ``report`` as one section (named ``findings``), or None when both are empty."""
-    parts = [report.sections.get(name, "") for name in ("findings", "impression")]
-    text = "\n\n".join(p for p in parts if p and p.strip())
-    return make_section_choice("findings", text) if text else None
+def _f1(tp: int, fp: int, fn: int) -> float | None:
+    return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else None
 
 
-def score_mesh(structurer: Structurer, reports: Iterable[Report]) -> dict[str, Any]:
-    """Per-lesion precision / recall of ``structurer`` against the MeSH major terms of IU ``reports``."""
-    from cxrground.reports.structure.lexicon import ENTITY_KINDS, ENTITY_RE
+def score_mesh_cases(cases: Iterable[MeshCase], split: str | None = None, count: str = "positive") -> dict[str, Any]:
+    """Per-lesion precision / recall / F1, side agreement and macro F1 of ``cases`` (only ``split`` when given).
 
-    rows = {lesion: Counter() for lesion in (*LESIONS, "opacity (incl. attributed)")}
+    ``count``: ``positive`` (present or uncertain findings make a report positive: ILS presence) or ``present``
+    (definitive findings only: MeSH coders rarely code a hedged diagnosis). Rows: the seven lesions on the lesion
+    field, and ``opacity (incl. attributed)``. ``macro_f1`` averages the F1 of the lesions with at least one
+    MeSH-positive report, opacity taken with its attributed observations; ``macro_f1_lesion_field`` uses the
+    plain opacity row instead. ``side_exact``: over true positives whose MeSH terms give a side, the share whose
+    predicted sides (of the counted findings) are exactly the MeSH sides.
+    """
+    if count not in MESH_COUNTS:
+        raise ValueError(f"unknown count {count!r}; expected one of {MESH_COUNTS}")
+    rows = {lesion: Counter() for lesion in (*LESIONS, OPACITY_OBSERVED)}
     n = 0
-    for report in reports:
-        section = mesh_section(report)
-        if section is None:
+    errors: list[dict[str, Any]] = []
+    for case in cases:
+        if split is not None and case.split != split:
             continue
         n += 1
-        truth = mesh_lesions(report.mesh_major)
-        found = structurer.structure(report.report_id, section).findings
-        pred = {f.lesion for f in found if f.lesion is not None and f.assertion != "absent"}
-        obs = pred | {"opacity (incl. attributed)"} if "opacity" in pred or any(
-            f.assertion != "absent" and (m := ENTITY_RE.fullmatch(f.entity.lower())) is not None
-            and ENTITY_KINDS[m.lastgroup].lesion == "opacity"  # type: ignore[index]
-            for f in found) else pred
-        for lesion, c in rows.items():
-            key = "opacity" if lesion == "opacity (incl. attributed)" else lesion
-            is_true = key in truth
-            is_pred = lesion in obs if lesion == "opacity (incl. attributed)" else lesion in pred
+        for row, c in rows.items():
+            key = "opacity" if row == OPACITY_OBSERVED else row
+            hits = [m for m in case.mentions if m.counts_for(row, count)]
+            is_true, is_pred = key in case.truth, bool(hits)
             c["tp"] += is_true and is_pred
             c["fp"] += is_pred and not is_true
             c["fn"] += is_true and not is_pred
-    out: dict[str, Any] = {"n_reports": n, "per_lesion": {}}
+            if row == "opacity":
+                continue  # sides and errors are taken once, on the row with the attributed observations
+            truth_sides = case.truth_sides.get(key)
+            pred_sides = frozenset().union(*(m.sides for m in hits))
+            if is_true and is_pred and truth_sides:
+                c["side_n"] += 1
+                c["side_ok"] += pred_sides == truth_sides
+            kind = ("fp" if is_pred and not is_true else "fn" if is_true and not is_pred else
+                    "side" if is_true and truth_sides and pred_sides != truth_sides else None)
+            if kind is not None:
+                errors.append({"report_id": case.report_id, "split": case.split, "lesion": key, "kind": kind,
+                               "mesh": list(case.mesh_major), "truth_sides": sorted(truth_sides or ()),
+                               "pred_sides": sorted(pred_sides),
+                               "evidence": list(dict.fromkeys(f"[{m.assertion}] {m.sentence}" for m in hits)),
+                               "section": case.text})
+    out: dict[str, Any] = {"n_reports": n, "count": count, "per_lesion": {}, "errors": errors}
     for lesion, c in rows.items():
         tp, fp, fn = c["tp"], c["fp"], c["fn"]
         out["per_lesion"][lesion] = {
             "n_true": tp + fn, "n_pred": tp + fp, "tp": tp,
             "precision": tp / (tp + fp) if tp + fp else None, "recall": tp / (tp + fn) if tp + fn else None,
+            "f1": _f1(tp, fp, fn) if tp + fn else None,
+            "side_n": c["side_n"], "side_exact": c["side_ok"] / c["side_n"] if c["side_n"] else None,
         }  # fmt: skip
+    per = out["per_lesion"]
+    scored = [lesion for lesion in LESIONS if per[lesion]["n_true"]]
+    out["macro_lesions"] = scored
+    out["macro_f1"] = (sum(per[OPACITY_OBSERVED if x == "opacity" else x]["f1"] for x in scored) / len(scored)
+                       if scored else None)
+    out["macro_f1_lesion_field"] = sum(per[x]["f1"] for x in scored) / len(scored) if scored else None
+    side_n = sum(c["side_n"] for name, c in rows.items() if name != "opacity")
+    side_ok = sum(c["side_ok"] for name, c in rows.items() if name != "opacity")
+    out["side_exact"] = side_ok / side_n if side_n else None
+    out["side_n"] = side_n
     return out
+
+
+def score_mesh(structurer: Structurer, reports: Iterable[Report], sections: str = MERGED_SECTION,
+               split: str | None = None, count: str = "positive") -> dict[str, Any]:
+    """Per-lesion precision / recall / F1 of ``structurer`` against the MeSH major terms of IU ``reports``, reading
+    the sections of the policy ``sections`` (see :func:`score_mesh_cases`)."""
+    return score_mesh_cases(mesh_cases(structurer, reports, sections), split, count)
 
 
 def format_scores(scores: dict[str, Any], columns: Sequence[str]) -> str:

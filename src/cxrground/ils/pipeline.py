@@ -54,7 +54,9 @@ class Backends:
             if backend is None:
                 continue
             prov = getattr(backend, "provenance", None)
-            out[stage] = prov() if callable(prov) else {"name": getattr(backend, "name", type(backend).__name__)}
+            if callable(prov):
+                prov = prov()
+            out[stage] = prov if isinstance(prov, dict) else {"name": getattr(backend, "name", type(backend).__name__)}
         return out
 
 
