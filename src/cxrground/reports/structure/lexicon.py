@@ -323,21 +323,28 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                 r"consider(?:ed)?|rule\s+out|r/o|worrisome|concerning|perhaps|unlikely|doubtful"),
     ("unc_vs", r"versus|vs\.?"),
     ("unc_both", r"\?"),
-    ("term", r";|\bbut\b|\bhowever\b|\balthough\b|\bthough\b|\bwhereas\b|\bwhile\b|\bexcept\b|\baside\s+from\b|"
+    ("term", r"\bbut\b|\bhowever\b|\balthough\b|\bthough\b|\bwhereas\b|\bwhile\b|\bexcept\b|\baside\s+from\b|"
              r"\bapart\s+from\b|\bother\s+than\b|(?<!consistent )(?<!compatible )(?<!keeping )(?<!or )(?<!associated )"
              r"(?<!seen )(?<!concerning )(?<!suspicious )(?<!correlate )(?<!correlation )(?<!related )\bwith\b|"
-             r"\band\s+(?=(?:there|the|a|an|this|these|it)\b)|,\s+(?=(?:the|there|this|it)\b)"),
+             r"\band\s+(?=(?:there|the|a|an|this|these|it)\b)"),
+    ("term", r";|,\s+(?=(?:the|there|this|it)\b)"),
 )
-_cue_parts: list[str] = []
+_word_cues: list[str] = []
+_other_cues: list[str] = []
 #: Group name -> cue kind, for :data:`CUE_RE`.
 CUE_KINDS: Final[dict[str, str]] = {}
 for _i, (_ckind, _pat) in enumerate(_CUES):
     _gname = f"c{_i}"
     CUE_KINDS[_gname] = _ckind
-    body = _pat if _ckind in ("term", "unc_both") else rf"\b(?:{_pat})(?![\w-])"
-    _cue_parts.append(f"(?P<{_gname}>{body})")
-#: Every assertion cue; ``CUE_KINDS[m.lastgroup]`` is its kind.
-CUE_RE: Final[re.Pattern[str]] = re.compile("|".join(_cue_parts))
+    if _ckind == "unc_both" or _pat.startswith(";"):  # punctuation cues
+        _other_cues.append(f"(?P<{_gname}>{_pat})")
+    elif _ckind == "term":  # scope-end words carry their own boundaries
+        _word_cues.append(f"(?P<{_gname}>{_pat})")
+    else:
+        _word_cues.append(f"(?P<{_gname}>{_pat})(?![\\w-])")
+#: Every assertion cue; ``CUE_KINDS[m.lastgroup]`` is its kind. Word cues (scope-end words last) share one
+#: leading word boundary, so that positions inside words fail at once; then the punctuation cues.
+CUE_RE: Final[re.Pattern[str]] = re.compile(r"\b(?:" + "|".join(_word_cues) + ")|" + "|".join(_other_cues))
 
 #: Window (in words between cue and finding phrase) of the cues that apply both before and after a phrase.
 BOTH_WINDOW: Final[dict[str, int]] = {"neg_both": 4, "unc_both": 3, "unc_vs": 6}
