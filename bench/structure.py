@@ -19,6 +19,8 @@ Prints
    (``present``), on the ``dev`` half, the ``held-out`` half (fixed salted-hash halves; only dev errors are
    ever read) and all reports; then per-lesion precision / recall / F1 on all reports for findings+impression.
    ``--errors N`` prints N disagreements of the dev half (never of the held-out half).
+   ``--llm-base-url URL --llm-model M [--llm-cache FILE]`` adds the LLM structurer (any OpenAI-compatible server,
+   e.g. a local vLLM) on the findings+impression policy.
 Real-data rows need the pack (``CXRGROUND_PACK`` or ``../shared/data/cxr-pack-v1``) and are skipped with a
 note when it is missing.
 """
@@ -68,7 +70,11 @@ def main() -> None:
     parser.add_argument("--full-studies", type=int, default=0, help="complete generate_study studies (slow)")
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--errors", type=int, default=0, help="print this many synthetic disagreements")
+    parser.add_argument("--errors", type=int, default=0, help="print this many synthetic and dev-half MeSH "
+                        "disagreements")
+    parser.add_argument("--llm-base-url", help="also score the LLM structurer behind this OpenAI-compatible API root")
+    parser.add_argument("--llm-model", help="model name for --llm-base-url")
+    parser.add_argument("--llm-cache", help="SQLite response cache of the LLM structurer (reruns make no request)")
     args = parser.parse_args()
     rules = RuleStructurer()
 
@@ -129,6 +135,24 @@ def main() -> None:
 
     if reports:
         mesh_report(reports, args.errors)
+        if args.llm_base_url:
+            llm_report(reports, args.llm_base_url, args.llm_model or "", args.llm_cache)
+
+
+def llm_report(reports: list, base_url: str, model: str, cache: str | None) -> None:
+    """MeSH agreement of the LLM structurer on the findings+impression policy."""
+    from cxrground.reports.structure import LLMStructurer
+
+    llm = LLMStructurer(base_url, model, cache=cache, concurrency=8)
+    cases = mesh_cases(llm, reports, MERGED_SECTION)
+    print(f"\n== LLM structurer {model} ({base_url}), {MERGED_SECTION}: {len(cases)} reports structured, "
+          f"{llm.stats['failures']} failed, {len(llm.rejections)} out-of-vocabulary values rejected ==")
+    for count in MESH_COUNTS:
+        scores = [score_mesh_cases(cases, s, count) for s in (*MESH_SPLITS, None)]
+        print(f"counting {count}: macro F1 " + ", ".join(
+            f"{s or 'all'} {_cell(sc['macro_f1'])}" for s, sc in zip((*MESH_SPLITS, None), scores, strict=True))
+            + f"; side {_cell(scores[-1]['side_exact'])} ({scores[-1]['side_n']})")
+        print(format_scores(scores[-1], MESH_COLUMNS))
 
 
 def _cell(value: float | None) -> str:

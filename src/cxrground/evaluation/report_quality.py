@@ -43,7 +43,7 @@ from cxrground.reports.model import MERGED_SECTION, Report, SectionChoice
 from cxrground.reports.readers import parse_report_text
 from cxrground.reports.sections import choose_section, select_section
 from cxrground.reports.sentences import normalise_whitespace
-from cxrground.reports.structure import structure_section
+from cxrground.reports.structure import structure_reports
 from cxrground.reports.structure.lexicon import ENTITY_KINDS, ENTITY_RE
 from cxrground.vocab import LESIONS
 
@@ -358,15 +358,19 @@ def _sides_of(labels: Iterable[str]) -> frozenset[str]:
 
 
 def mesh_cases(structurer: Structurer, reports: Iterable[Report], sections: str = MERGED_SECTION) -> list[MeshCase]:
-    """One :class:`MeshCase` per report with a usable section under the policy ``sections`` (the others are left
-    out: they have neither findings nor impression)."""
+    """One :class:`MeshCase` per report structured under the section policy ``sections``.
+
+    Reports without a usable section (neither findings nor impression), and reports the structurer fails on (an
+    LLM request that fails after its retries), are left out; compare ``len(result)`` with the input.
+    """
+    reports = list(reports)
+    by_id = {r.report_id: r for r in reports}
+    done, _failures = structure_reports(reports, structurer, progress=False, sections=sections)
     out = []
-    for report in reports:
-        section = select_section(report, sections)
-        if section is None:
-            continue
+    for structured in done:
+        report, section = by_id[structured.report_id], structured.section
         mentions = []
-        for f in structure_section(structurer, report.report_id, section).findings:
+        for f in structured.findings:
             if f.assertion == "absent":
                 continue
             m = ENTITY_RE.fullmatch(f.entity.lower())
