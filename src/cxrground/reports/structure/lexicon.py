@@ -20,7 +20,8 @@ cardiomegaly           cardiomegaly; enlarged heart / cardiac silhouette / cardi
 pneumonia              pneumonia, bronchopneumonia, pneumonitis, infection, infectious process, aspiration,
                        aspiration pneumonia. *Added*: pneumonitis, aspiration (radiographically an
                        aspiration pneumonitis/pneumonia; hedges still apply: "concerning for aspiration").
-atelectasis            atelectasis, atelectatic (changes), collapse(d), volume loss.
+atelectasis            atelectasis, atelectatic (changes), collapse(d). *Changed*: "volume loss" (ILS §7.1 proposal) is
+                       a non-target finding: it is a sign, not atelectasis (MeSH codes it apart).
 opacity                opacity, opacities, opacification, opacified, airspace / air space disease, airspace
                        process, infiltrate(s), infiltration, infiltrative process, haziness, hazy opacity,
                        ground-glass (opacity). *Not* "density" (also used for bones and masses).
@@ -35,7 +36,8 @@ None (non-target)      lung: pneumothorax, hydropneumothorax, nodule, mass, mass
                        emphysema, bulla(e), bullous disease, bronchiectasis, cyst, cavity/cavitation, interstitial
                        markings,
                        interstitial lung disease, interstitial prominence, reticular markings, pleural
-                       thickening, pleural plaque, (pulmonary) vascular congestion, metastasis/metastases.
+                       thickening, pleural plaque, (pulmonary) vascular congestion, metastasis/metastases,
+                       volume loss.
                        other: fracture, (hiatal) hernia, (lymph)adenopathy, pericardial effusion,
                        pneumomediastinum, subcutaneous emphysema, pneumoperitoneum / free air, heart failure.
 =====================  =========================================================================================
@@ -52,7 +54,11 @@ kind               cues
 =================  ==============================================================================================
 pseudo (ignored)   no (significant / interval / ...) change / increase / decrease / progression / worsening /
                    improvement / difference; not (significantly) changed / increased / decreased / improved /
-                   worse(ned) / different; without (significant / interval) change; not only; gram negative
+                   worse(ned) / different; without (significant / interval) change; not only; gram negative;
+                   to document / confirm / ensure / assess ... (complete) resolution, until / for resolution
+                   (a recommendation to follow a finding: it stays present)
+history            (known / remote / past / prior) history of, hx of, h/o: the phrase is not a finding of this
+                   image and gives no tuple ("history of pneumonia")
 negation, before   no, without, free of, clear of, negative for, absence of, neither, nor, not (a/an/any),
                    no longer, (interval) resolution of. ("rule out" is *not* a negation: it is uncertain)
 negation, after    (is / are) not seen / visible / present / identified / evident / appreciated /
@@ -61,18 +67,25 @@ negation, after    (is / are) not seen / visible / present / identified / eviden
 negation, both     (has since completely) resolved, (has) cleared (within 4 words)
 uncertain, before  possible, possibly, possibility of, probable, probably, questionable, question of, likely,
                    most likely, presumed, presumably, may (be / represent / reflect), might, could (be / represent /
-                   reflect), cannot / can not / can't exclude, cannot rule out, difficult to exclude, not
-                   excluded, suspected, suspect, suspicion of, suspicious for, concerning for, worrisome for,
-                   suggestive of, suggest(s / ing), to suggest, indicating, borderline, equivocal,
-                   indeterminate, versus / vs, differential (diagnosis) includes, consider(ed), rule out / r/o
+                   reflect), cannot / can not / can't (completely) exclude, cannot rule out, difficult / hard /
+                   impossible to (completely) exclude, not excluded, suspected, suspect, suspicion of,
+                   suspicious for, concerning for, worrisome for, suggestive of, suggest(s / ing / ion of), to
+                   suggest, indicating, raises concern / the possibility / the question for / of, concern for,
+                   borderline, equivocal, indeterminate, perhaps, unlikely, doubtful, differential (diagnosis)
+                   includes, consider(ed), rule out / r/o, (please) correlate (clinically) for, clinical
+                   correlation for, evaluate / assess (further) for, to exclude, to rule out
 uncertain, after   cannot / can not / can't / could not be excluded / ruled out, (is / are) not (entirely)
-                   excluded / ruled out, (is / are) possible / likely / probable / suspected / questioned /
-                   favored, difficult to exclude, may be present, is (another) consideration / possibility
-uncertain, both    ``?`` (within 3 words)
+                   excluded / ruled out, (is / are / seems) possible / likely / unlikely / probable / suspected /
+                   questioned / favored / doubtful, (is) difficult to (completely) exclude, may be present,
+                   is / would be / could be (another) consideration / possibility, should / could be considered
+uncertain, both    ``?`` (within 3 words); versus / vs (within 6 words: "atelectasis versus small amount of
+                   fluid" hedges the atelectasis)
 link hedges        suggest*, concerning / suspicious / worrisome for, indicat*: inside the scope of an
                    earlier negation they are transparent ("no opacity to suggest pneumonia" negates both)
 scope end          ``;``, but, however, although, though, whereas, while, except, aside from, apart from,
-                   other than, with (not in "consistent / compatible / in keeping with"), "and" before
+                   other than, with (not in "consistent / compatible / in keeping / associated / seen /
+                   concerning / suspicious / related / correlate(ion) with", and a hedge before the phrase
+                   reaches across "with": "possible small effusion with adjacent atelectasis"), "and" before
                    "there / the / a / an / this / these / it", ", the / there / this / it"
 =================  ==============================================================================================
 
