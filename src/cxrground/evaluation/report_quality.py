@@ -20,12 +20,18 @@ overall:
 - ``location_exact``: over matched present findings, the share whose reported location equals the truth
   labels in the same order; ``location_set`` ignores order.
 
-MeSH (:func:`mesh_lesions`, :func:`score_mesh`): a report is positive for a lesion when one of its MeSH major
-terms maps to it (:data:`MESH_TO_LESION`, on the term before the first ``/``); the prediction is positive when
-the structurer finds the lesion present or uncertain in the FINDINGS and IMPRESSION text together (all
-sentences, not only the ILS-chosen section, because the MeSH coders read the whole report). ``Airspace
-Disease`` and ``Infiltrate`` count as opacity (they are opacity phrases of the lexicon); ``Pulmonary
-Congestion``, ``Volume Loss``, ``Heart Failure`` and ``Density`` map to nothing.
+MeSH (:func:`mesh_lesions`, :func:`mesh_sides`, :func:`mesh_cases`, :func:`score_mesh_cases`, :func:`score_mesh`):
+a report is positive for a lesion when one of its MeSH major terms maps to it (:data:`MESH_TO_LESION`, on the
+term before the first ``/``); ``Airspace Disease`` and ``Infiltrate`` count as opacity (opacity phrases of the
+lexicon); ``Pulmonary Congestion``, ``Volume Loss``, ``Heart Failure``, ``Density``, ``Cardiac Shadow`` and
+``Costophrenic Angle`` map to nothing. The sides of a lesion are the ``right`` / ``left`` / ``bilateral``
+qualifiers of its terms (lingula = left, middle lobe = right when no side is written). The prediction reads the
+sections of a section policy (default ``findings+impression``, as the MeSH coders read the whole report) with
+the report-level rules applied, and counts either present and uncertain findings (``positive``, the ILS
+presence) or present findings only (``present``). Per lesion: precision, recall, F1 and side agreement; macro F1
+over the lesions with MeSH-positive reports. The reports are split once into two fixed halves by a salted hash
+of the report id (:func:`mesh_split`): errors are read on ``dev`` only, ``held-out`` measures what the fixes
+made on dev are worth on reports nobody looked at.
 """
 
 from __future__ import annotations

@@ -42,7 +42,12 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
    phrases' labels in order of first mention without repeats; a finding without phrases gets the default of
    :func:`~.lexicon.default_location` (both lungs for lung findings; ``heart`` for cardiomegaly, always).
    Absent findings get labels by the same rules.
-6. **Report level** (:mod:`.resolve`): a positive lesion finding without a location phrase takes the labels of
+   A location phrase followed by "is clear / normal / unremarkable" describes a normal statement and belongs to
+   no finding; a phrase introduced by "adjacent", "associated", "superimposed", ... without a location of its
+   own takes the location of the finding before it ("small left effusion with adjacent atelectasis").
+6. **History**: a phrase in the scope of "history of" / "h/o" ("history of pneumonia") describes the past and
+   gives no finding.
+7. **Report level** (:mod:`.resolve`): a positive lesion finding without a location phrase takes the labels of
    the located positive findings of the same lesion; in a merged findings + impression section a lesion +
    location repeated in the impression counts once.
 """
