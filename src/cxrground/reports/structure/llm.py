@@ -2,7 +2,7 @@
 
 Two steps per report, as in ILS §7.2 (the reference used two models; here both steps use ``model``):
 
-1. **Structuring** (prompt ``prompts/structure_v1.md``): the numbered section (``section_content``) ->
+1. **Structuring** (prompt ``prompts/structure_v2.md``): the numbered section (``section_content``) ->
    findings ``{entity, sent_idx, assertion, lesion, location_phrases}``.
 2. **Location mapping** (prompt ``prompts/location_v1.md``): the location phrases of every finding except
    cardiomegaly -> ILS labels. Skipped when no finding has a location phrase. Cardiomegaly always maps to
@@ -83,7 +83,7 @@ __all__ = [
 #: Stage name of the :class:`~cxrground.errors.Failure` records.
 STAGE: Final[str] = "structure"
 #: Prompt versions (file stems under ``prompts/``).
-STRUCTURE_PROMPT: Final[str] = "structure_v1"
+STRUCTURE_PROMPT: Final[str] = "structure_v2"
 LOCATION_PROMPT: Final[str] = "location_v1"
 
 _FENCE_RE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
