@@ -137,6 +137,7 @@ from functools import lru_cache
 from typing import Final
 
 from cxrground.vocab import HEART, LESIONS, SIDES
+from cxrground.vocab.lesions import HEART_MASK_LESIONS
 from cxrground.vocab.locations import lung_label, zone_label
 
 __all__ = [
@@ -497,7 +498,7 @@ def location_labels(kind: str, text: str) -> tuple[str, ...]:
 
 def default_location(kind: EntityKind) -> tuple[str, ...]:
     """Labels of a finding without a location phrase (see the module docstring)."""
-    if kind.lesion == CARDIOMEGALY:
+    if kind.lesion in HEART_MASK_LESIONS:
         return (HEART,)
     if kind.lung:
         return _BOTH

@@ -69,6 +69,7 @@ from cxrground.reports.findings import Finding, StructuredReport
 from cxrground.reports.model import SectionChoice
 from cxrground.reports.structure.lexicon import EntityKind, default_location
 from cxrground.vocab import HEART, ILS_LOCATION_LABELS, LESIONS
+from cxrground.vocab.lesions import HEART_MASK_LESIONS
 
 __all__ = [
     "LOCATION_PROMPT",
@@ -446,7 +447,7 @@ class LLMStructurer:
             {"id": k, "entity": f.entity, "lesion": lesion, "sentence": section.sentence(f.sent_idx).text,
              "location_phrases": [p for p in f.location_phrases if p.strip()]}
             for k, (f, lesion) in enumerate(kept)
-            if lesion != "cardiomegaly" and any(p.strip() for p in f.location_phrases)
+            if lesion not in HEART_MASK_LESIONS and any(p.strip() for p in f.location_phrases)
         ]
         mapped: dict[int, list[str]] = {}
         if items:
@@ -470,7 +471,7 @@ class LLMStructurer:
         findings = []
         for k, (f, lesion) in enumerate(kept):
             phrases = tuple(p for p in f.location_phrases if p.strip())
-            if lesion == "cardiomegaly":
+            if lesion in HEART_MASK_LESIONS:
                 labels: tuple[str, ...] = (HEART,)
                 phrases = ()
             else:

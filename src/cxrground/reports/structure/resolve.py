@@ -22,10 +22,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cxrground.reports.findings import Finding, StructuredReport
+from cxrground.vocab.lesions import HEART_MASK_LESIONS
 
 __all__ = ["inherit_locations", "merge_duplicates", "resolve_findings"]
 
-_NO_INHERIT = frozenset({"cardiomegaly"})
+_NO_INHERIT = frozenset(HEART_MASK_LESIONS)  # the heart mask has no side to inherit
 
 
 def inherit_locations(findings: tuple[Finding, ...]) -> tuple[Finding, ...]:

@@ -80,6 +80,7 @@ from cxrground.reports.structure.lexicon import (
 )
 from cxrground.reports.structure.resolve import resolve_findings
 from cxrground.vocab import HEART
+from cxrground.vocab.lesions import HEART_MASK_LESIONS
 
 __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RuleStructurer", "structure_text"]
 
@@ -217,7 +218,7 @@ class RuleStructurer:
             if m.start <= c.start and c.end <= m.end:
                 neg |= c.kind in _NEG
                 unc |= c.kind in _UNC
-        if m.kind.lesion == "cardiomegaly" and _INSIDE_NEG.search(low, m.start, m.end):
+        if m.kind.lesion in HEART_MASK_LESIONS and _INSIDE_NEG.search(low, m.start, m.end):
             neg = True
         # before: the nearest applicable cue of the clause; a hedge also reaches across "with" ("possible small
         # effusion with adjacent atelectasis"), a negation does not ("no cardiomegaly with bilateral effusions")
@@ -359,7 +360,7 @@ class RuleStructurer:
             lo, hi = self._scope(terms, s, e, len(low), skip=_LOCATION_SCOPE_SKIP, low=low)
             best: tuple[int, int, int] | None = None  # (distance, after-penalty, group)
             for mm in mentions:
-                if mm.kind.lesion == "cardiomegaly" or mm.start < lo or mm.end > hi:
+                if mm.kind.lesion in HEART_MASK_LESIONS or mm.start < lo or mm.end > hi:
                     continue
                 key = (mm.start - e, 0, mm.group) if e <= mm.start else (s - mm.end, 1, mm.group)
                 if best is None or key[:2] < best[:2]:
@@ -386,7 +387,7 @@ class RuleStructurer:
             if mm.absorbed or mm.historical:
                 continue
             lesion = mm.kind.lesion
-            if lesion == "cardiomegaly":
+            if lesion in HEART_MASK_LESIONS:
                 phrases: tuple[str, ...] = ()
                 labels: tuple[str, ...] = (HEART,)
             else:
