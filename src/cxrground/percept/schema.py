@@ -23,6 +23,7 @@ from cxrground.errors import InputError
 __all__ = [
     "BENCHMARK_FILE",
     "PATHS",
+    "SEVERITY_KEY",
     "AttributeQA",
     "Benchmark",
     "Case",
@@ -44,6 +45,8 @@ __all__ = [
 ]
 
 BENCHMARK_FILE: Final[str] = "chexpercept.json"
+#: §12 key of the third Stage-4 question (the reference evaluator asks it only under this key).
+SEVERITY_KEY: Final[str] = "severity/measurement"
 #: qa_path values (§1.3).
 PATHS: Final[tuple[str, str, str]] = ("lesion_free", "revision_free", "revision_required")
 QAPath = Literal["lesion_free", "revision_free", "revision_required"]
@@ -146,13 +149,15 @@ class ComparisonQA(ChoiceQA):
 class AttributeQA(_Record):
     """Stage 4 questions, asked in this order: distribution, location, severity, comparison.
 
-    §12 names the third one ``severity/measurement``; this toolkit writes the key ``severity`` and reads
-    ``severity``, ``measurement`` or ``severity/measurement``.
+    §12 names the third one ``severity/measurement`` (:data:`SEVERITY_KEY`): it is written under that key
+    (``model_dump(by_alias=True)``) and read from it or from ``severity`` / ``measurement`` (benchmarks
+    written before); the attribute is ``severity``.
     """
 
     distribution: DistributionQA
     location: LocationQA
-    severity: SeverityQA = Field(validation_alias=AliasChoices("severity", "measurement", "severity/measurement"))
+    severity: SeverityQA = Field(validation_alias=AliasChoices(SEVERITY_KEY, "severity", "measurement"),
+                                 serialization_alias=SEVERITY_KEY)
     comparison: ComparisonQA
 
 
@@ -218,7 +223,7 @@ class Benchmark(BaseModel):
 
     def dump(self) -> dict[str, Any]:
         """The JSON object ``{key_id: case}``."""
-        return {k: c.model_dump(exclude_none=False) for k, c in self.cases.items()}
+        return {k: c.model_dump(exclude_none=False, by_alias=True) for k, c in self.cases.items()}
 
 
 def parse_benchmark(data: Mapping[str, Any], root: Path | None = None, source: Path | None = None) -> Benchmark:
