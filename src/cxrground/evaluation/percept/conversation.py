@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from cxrground.errors import ImageReadError
-from cxrground.percept.schema import Benchmark, Case
+from cxrground.percept.schema import Benchmark, Case, with_root_paths
 from cxrground.vocab import percept_templates as pt
 
 __all__ = [
@@ -57,9 +57,6 @@ QIDS: Final[tuple[str, ...]] = ("detection", "contour_eval", *REVISION_QIDS, *AT
 STAGE_OF: Final[dict[str, int]] = {"detection": 1, "contour_eval": 2, **dict.fromkeys(REVISION_QIDS, 3),
                                    **dict.fromkeys(ATTRIBUTE_QIDS, 4)}
 MULTI_SELECT: Final[frozenset[str]] = frozenset({"expansion", "contraction", "location"})
-#: Reference-layout image paths (§10.2), used when a benchmark has no ``relative_path`` for these images.
-_REF_CXR: Final[str] = "{key}/detection_qa/xray.png"
-_REF_POINTS: Final[str] = "{key}/contour_qa/contour_revision_qa/xray_with_mask_and_points.png"
 
 
 @dataclass(frozen=True)
@@ -123,12 +120,16 @@ def _point_texts(options: Sequence[Any]) -> tuple[str, ...]:
 
 
 def plan_case(key: str, case: Case) -> CasePlan:
-    """Turn plan of ``case`` (§13.2); the path is the ground-truth path (§1.3)."""
+    """Turn plan of ``case`` (§13.2); the path is the ground-truth path (§1.3). Image paths are relative to
+    the benchmark folder (a reference-layout case is resolved by :func:`~cxrground.percept.schema.with_root_paths`).
+    """
+    case = with_root_paths(key, case)
     path = pt.PATH_ABBREVIATIONS[case.path(key)]
     lesion = case.lesion_of(key)
     det = case.detection_qa
-    qs = [Question("detection", 1, det.question, (det.relative_path or _REF_CXR.format(key=key),),
-                   tuple(det.answer_options), (det.answer_index,))]
+    assert det.relative_path is not None  # with_root_paths fills it
+    qs = [Question("detection", 1, det.question, (det.relative_path,), tuple(det.answer_options),
+                   (det.answer_index,))]
     if path != "LF":
         cq = case.contour_qa
         assert cq is not None  # case_path guarantees it
@@ -140,7 +141,9 @@ def plan_case(key: str, case: Case) -> CasePlan:
                 cq.contour_revision_qa_revision_result
             if exp is None or con is None or rev is None:
                 raise ValueError(f"RR case {key} lacks a revision question")
-            qs.append(Question("expansion", 3, exp.question, (exp.relative_path or _REF_POINTS.format(key=key),),
+            if exp.relative_path is None:
+                raise ValueError(f"RR case {key} names no image for its expansion question")
+            qs.append(Question("expansion", 3, exp.question, (exp.relative_path,),
                                _point_texts(exp.answer_options), tuple(sorted(exp.answer_index)),
                                prefix=cq.initial_context))
             qs.append(Question("contraction", 3, con.question, (), _point_texts(con.answer_options),
