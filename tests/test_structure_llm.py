@@ -131,9 +131,9 @@ def test_llm_matches_rules_and_records_provenance(fake: FakeLLM) -> None:
     assert body["model"] == "fake-model" and body["temperature"] == 0.0
     assert body["response_format"]["type"] == "json_schema"
     assert body["response_format"]["json_schema"]["strict"] is True
-    assert body["messages"][0]["content"] == load_prompt("structure_v1").text
+    assert body["messages"][0]["content"] == load_prompt("structure_v2").text
     prov = llm.provenance
-    assert prov["prompts"]["structure"]["version"] == "structure_v1"
+    assert prov["prompts"]["structure"]["version"] == "structure_v2"
     assert prov["prompts"]["location"]["sha256"] == load_prompt("location_v1").sha256
     assert len(prov["prompts"]["structure"]["sha256"]) == 64
     # step 2 only for reports with location phrases: r0, r1, r3 (two calls each) and r2 (one call)
@@ -141,7 +141,7 @@ def test_llm_matches_rules_and_records_provenance(fake: FakeLLM) -> None:
 
 
 def test_prompts_name_the_vocabulary() -> None:
-    structure, location = load_prompt("structure_v1"), load_prompt("location_v1")
+    structure, location = load_prompt("structure_v2"), load_prompt("location_v1")
     assert all(f"`{lesion}`" in structure.text for lesion in LESIONS)
     assert all(f"`{label}`" in location.text for label in ILS_LOCATION_LABELS)
     assert "{{" not in structure.text + location.text

@@ -8,6 +8,8 @@ from pathlib import Path
 import click
 
 from cxrground.errors import CXRGroundError
+from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
+from cxrground.reports.structure.rules import ALTERNATIVE_POLICIES
 
 
 @click.group("ils")
@@ -39,6 +41,11 @@ def _kv(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--structurer", type=click.Choice(["rules", "llm"]), default="rules", show_default=True)
 @click.option("--structurer-opt", multiple=True, help="KEY=VALUE for the structurer (llm: base_url, model, "
               "api_key_env, cache_path, concurrency).")
+@click.option("--sections", type=click.Choice(SECTION_POLICIES), default=DEFAULT_SECTION_POLICY, show_default=True,
+              help="Report section policy: findings (ILS §6: findings, else impression), impression (impression "
+                   "first), findings+impression (both, numbered on; repeats counted once).")
+@click.option("--alternatives", type=click.Choice(ALTERNATIVE_POLICIES), default=None,
+              help="Rule structurer: 'atelectasis or scarring' is uncertain (default, ILS.md §7.1) or present.")
 @click.option("--segmenter", default="unet", show_default=True, help="unet | given | cxas | hybridgnet")
 @click.option("--segmenter-opt", multiple=True, help="KEY=VALUE for the segmenter (e.g. weights=PATH).")
 @click.option("--qc-segmenter", default=None, help="Second segmenter for the §6 cross-check (e.g. cxas with "
@@ -60,7 +67,8 @@ def _kv(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--overwrite", is_flag=True, help="Discard a previous build in OUT made with other settings.")
 @click.option("--quiet", is_flag=True)
 def build(images: Path, reports: Path | None, index: Path | None, out: Path, engine: str, workers: int,
-          structurer: str, structurer_opt: tuple[str, ...], segmenter: str, segmenter_opt: tuple[str, ...],
+          structurer: str, structurer_opt: tuple[str, ...], sections: str, alternatives: str | None,
+          segmenter: str, segmenter_opt: tuple[str, ...],
           qc_segmenter: str | None, qc_segmenter_opt: tuple[str, ...], synthesizer: str,
           synthesizer_opt: tuple[str, ...], detector: str, detector_opt: tuple[str, ...],
           split_file: Path | None, split_ratios: str, exclude: Path | None, threshold_scale: float,
@@ -73,10 +81,15 @@ def build(images: Path, reports: Path | None, index: Path | None, out: Path, eng
     try:
         excluded = tuple(line.strip() for line in exclude.read_text().splitlines() if line.strip()) if exclude else ()
         ratios = tuple(float(v) for v in split_ratios.split(","))
-        config = IlsConfig(seed=seed, exclude_studies=excluded)
+        config = IlsConfig(seed=seed, exclude_studies=excluded, sections=sections)
         if threshold_scale != 1.0:
             config = config.with_threshold_scale(threshold_scale)
-        spec = BackendSpec(structurer, _kv(structurer_opt), segmenter, _kv(segmenter_opt), synthesizer,
+        structurer_kwargs: dict[str, str] = _kv(structurer_opt)
+        if alternatives is not None:
+            if structurer != "rules":
+                raise click.UsageError("--alternatives applies to the rules structurer only")
+            structurer_kwargs["alternatives"] = alternatives
+        spec = BackendSpec(structurer, structurer_kwargs, segmenter, _kv(segmenter_opt), synthesizer,
                            _kv(synthesizer_opt), detector, _kv(detector_opt), qc_segmenter, _kv(qc_segmenter_opt))
         tasks, failures = build_tasks(images, reports, index, split_file, ratios, excluded, limit)
         if not tasks:

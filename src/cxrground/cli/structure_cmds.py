@@ -15,8 +15,8 @@ import click
 
 from cxrground.errors import ConfigError, Failure
 from cxrground.llm import RetryPolicy
-from cxrground.reports import list_report_files, read_reports
-from cxrground.reports.structure import STRUCTURERS, get_structurer, structure_reports
+from cxrground.reports import DEFAULT_SECTION_POLICY, SECTION_POLICIES, list_report_files, read_reports
+from cxrground.reports.structure import ALTERNATIVE_POLICIES, STRUCTURERS, get_structurer, structure_reports
 
 from .report_cmds import reports
 
@@ -27,6 +27,10 @@ __all__ = ["COMMANDS", "structure"]
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
 @click.option("--structurer", "structurer_name", type=click.Choice(sorted(STRUCTURERS)), default="rules",
               show_default=True, help="Rule-based (built in) or an LLM behind an OpenAI-compatible API.")
+@click.option("--sections", type=click.Choice(SECTION_POLICIES), default=DEFAULT_SECTION_POLICY, show_default=True,
+              help="Report section policy: findings (ILS §6), impression, or findings+impression (both, numbered on).")
+@click.option("--alternatives", type=click.Choice(ALTERNATIVE_POLICIES), default=None,
+              help="Rule structurer: alternatives ('atelectasis or scarring') uncertain (default) or present.")
 @click.option("--base-url", envvar="CXRGROUND_LLM_BASE_URL", help="API root, e.g. http://localhost:8000/v1 (llm).")
 @click.option("--model", envvar="CXRGROUND_LLM_MODEL", help="Model name sent to the API (llm).")
 @click.option("--api-key-env", metavar="VAR", help="Name of the environment variable holding the API key (llm).")
@@ -45,6 +49,8 @@ __all__ = ["COMMANDS", "structure"]
 def structure(
     paths: tuple[Path, ...],
     structurer_name: str,
+    sections: str,
+    alternatives: str | None,
     base_url: str | None,
     model: str | None,
     api_key_env: str | None,
@@ -69,6 +75,10 @@ def structure(
     show = progress and len(files) > 50
     parsed, failures = read_reports(files, progress=show)
     kwargs: dict[str, Any] = {}
+    if alternatives is not None:
+        if structurer_name != "rules":
+            raise click.UsageError("--alternatives applies to the rules structurer only")
+        kwargs["alternatives"] = alternatives
     if structurer_name == "llm":
         kwargs = {"base_url": base_url or "", "model": model or "", "api_key_env": api_key_env,
                   "cache": cache_path, "concurrency": concurrency, "timeout": timeout, "max_retries": max_retries,
@@ -77,7 +87,7 @@ def structure(
         structurer = get_structurer(structurer_name, **kwargs)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    done, failed = structure_reports(parsed, structurer, progress=show)
+    done, failed = structure_reports(parsed, structurer, progress=show, sections=sections)
     failures.extend(failed)
     provenance = getattr(structurer, "provenance", None)
 

@@ -2,7 +2,7 @@
 
 Two steps per report, as in ILS §7.2 (the reference used two models; here both steps use ``model``):
 
-1. **Structuring** (prompt ``prompts/structure_v1.md``): the numbered section (``section_content``) ->
+1. **Structuring** (prompt ``prompts/structure_v2.md``): the numbered section (``section_content``) ->
    findings ``{entity, sent_idx, assertion, lesion, location_phrases}``.
 2. **Location mapping** (prompt ``prompts/location_v1.md``): the location phrases of every finding except
    cardiomegaly -> ILS labels. Skipped when no finding has a location phrase. Cardiomegaly always maps to
@@ -69,6 +69,7 @@ from cxrground.reports.findings import Finding, StructuredReport
 from cxrground.reports.model import SectionChoice
 from cxrground.reports.structure.lexicon import EntityKind, default_location
 from cxrground.vocab import HEART, ILS_LOCATION_LABELS, LESIONS
+from cxrground.vocab.lesions import HEART_MASK_LESIONS
 
 __all__ = [
     "LOCATION_PROMPT",
@@ -83,7 +84,7 @@ __all__ = [
 #: Stage name of the :class:`~cxrground.errors.Failure` records.
 STAGE: Final[str] = "structure"
 #: Prompt versions (file stems under ``prompts/``).
-STRUCTURE_PROMPT: Final[str] = "structure_v1"
+STRUCTURE_PROMPT: Final[str] = "structure_v2"
 LOCATION_PROMPT: Final[str] = "location_v1"
 
 _FENCE_RE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
@@ -446,7 +447,7 @@ class LLMStructurer:
             {"id": k, "entity": f.entity, "lesion": lesion, "sentence": section.sentence(f.sent_idx).text,
              "location_phrases": [p for p in f.location_phrases if p.strip()]}
             for k, (f, lesion) in enumerate(kept)
-            if lesion != "cardiomegaly" and any(p.strip() for p in f.location_phrases)
+            if lesion not in HEART_MASK_LESIONS and any(p.strip() for p in f.location_phrases)
         ]
         mapped: dict[int, list[str]] = {}
         if items:
@@ -470,7 +471,7 @@ class LLMStructurer:
         findings = []
         for k, (f, lesion) in enumerate(kept):
             phrases = tuple(p for p in f.location_phrases if p.strip())
-            if lesion == "cardiomegaly":
+            if lesion in HEART_MASK_LESIONS:
                 labels: tuple[str, ...] = (HEART,)
                 phrases = ()
             else:
