@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from cxrground.evaluation.percept.mock_server import MockServer
 from cxrground.reports import make_section_choice, parse_numbered, parse_report_text
 from cxrground.reports.structure import LLMStructurer, load_prompt, structure_reports
 from cxrground.reports.structure.llm import STRUCTURE_PROMPT
+from cxrground.testing.mock_server import MockServer
 from cxrground.vocab import LESIONS
 from tricky_sentences import BOTH, TRICKY
 

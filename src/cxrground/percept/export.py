@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from cxrground.errors import ConfigError, InputError
+from cxrground.percept.layout import CARD_FILE, MANIFEST_FILE
+from cxrground.percept.manifest import manifest_lines
 from cxrground.percept.schema import (
     BENCHMARK_FILE,
     REFERENCE_CONTOUR_DIR,
@@ -129,8 +131,6 @@ def _check_out(out: Path, overwrite: bool) -> None:
 def export_benchmark(bench: str | Path, out: str | Path, layout: str = "reference", *, neutral_keys: bool = False,
                      overwrite: bool = False) -> ExportSummary:
     """Write the benchmark folder ``bench`` (either layout) to ``out`` in ``layout`` (module docstring)."""
-    from cxrground.percept.build import CARD_FILE, MANIFEST_FILE, manifest_lines
-
     if layout not in LAYOUTS:
         raise ConfigError(f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
     src, out = Path(bench), Path(out)

@@ -60,7 +60,7 @@ class Sample:
 
 
 def _dataset_json(dataset: Path) -> Path:
-    from cxrground.ils.build import DATASET_FILE
+    from cxrground.ils.layout import DATASET_FILE
 
     return dataset if dataset.is_file() else dataset / DATASET_FILE
 
