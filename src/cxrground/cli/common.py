@@ -31,6 +31,18 @@ def backend_option(flag: str, registry: Registry[Any], default: str | None, what
                         help=f"{what}{registry.help('; ')}.")
 
 
+def backend_options(stage: str, registry: Registry[Any], default: str | None, what: str = "",
+                    opt_help: str = "") -> Callable[[F], F]:
+    """``--STAGE`` (see :func:`backend_option`) and ``--STAGE-opt KEY=VALUE`` (repeatable, passed on as a dict)."""
+
+    def add(fn: F) -> F:
+        fn = click.option(f"--{stage}-opt", multiple=True, callback=lambda _ctx, _param, value: kv(value),
+                          help=f"KEY=VALUE for the {stage} (repeatable){opt_help}.")(fn)
+        return backend_option(f"--{stage}", registry, default, what)(fn)
+
+    return add
+
+
 def clean_errors(*extra: type[Exception]) -> Callable[[F], F]:
     """Report cxrground's errors (and ``extra``) raised by a command as ``Error: <message>``, exit status 1."""
 

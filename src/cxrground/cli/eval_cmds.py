@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
+from cxrground.cli.common import clean_errors
 from cxrground.cli.ils_cmds import ils
-from cxrground.errors import CXRGroundError
 
 
 @click.command("evaluate")
@@ -32,16 +32,14 @@ from cxrground.errors import CXRGroundError
 @click.option("--limit", type=int, default=None, help="Score only the first N pairs (default: the full split).")
 @click.option("--seg-mode", default="unspecified", show_default=True,
               help="How the masks were produced, stated in the report (teacher-forced | free).")
+@clean_errors()
 def evaluate(dataset: Path, predictions: Path, split: str, out: Path | None, images: Path | None, n_boot: int,
              seed: int, limit: int | None, seg_mode: str) -> None:
     """Score predictions: gIoU, cIoU, N-Acc, Dice and text accuracy, printed as Markdown."""
     from cxrground.evaluation.ils_metrics import evaluate_dataset, format_report
 
-    try:
-        result = evaluate_dataset(dataset, predictions, split=split, limit=limit, n_boot=n_boot, seed=seed,
-                                  images_root=images, seg_mode=seg_mode, log=lambda m: click.echo(m, err=True))
-    except CXRGroundError as exc:
-        raise click.ClickException(str(exc)) from exc
+    result = evaluate_dataset(dataset, predictions, split=split, limit=limit, n_boot=n_boot, seed=seed,
+                              images_root=images, seg_mode=seg_mode, log=lambda m: click.echo(m, err=True))
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2), encoding="utf-8")

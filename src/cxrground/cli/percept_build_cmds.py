@@ -11,8 +11,9 @@ from pathlib import Path
 
 import click
 
+from cxrground.cli.common import backend_option, clean_errors
 from cxrground.cli.percept_cmds import percept
-from cxrground.errors import CXRGroundError
+from cxrground.percept.deform import DEFORMERS
 
 
 def _per_lesion(value: str) -> tuple[int, int, int]:
@@ -38,7 +39,7 @@ def _per_lesion(value: str) -> tuple[int, int, int]:
 @click.option("--per-lesion", default="100,100,100", show_default=True, help="Cases per lesion: LF,RF,RR.")
 @click.option("--rf-ratio", type=float, default=0.5, show_default=True,
               help="Share of deformation-successful positives that become revision-free.")
-@click.option("--deformer", type=click.Choice(["builtin", "sam"]), default="builtin", show_default=True)
+@backend_option("--deformer", DEFORMERS, "builtin")
 @click.option("--sam-model", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
               help="Local SAM checkpoint folder (transformers SamModel) for --deformer sam.")
 @click.option("--anatomy", type=click.Path(path_type=Path, exists=True), default=None,
@@ -57,6 +58,7 @@ def _per_lesion(value: str) -> tuple[int, int, int]:
               help="Location distractors must cover ≤ 0.05 of their sub-region (§9.4).")
 @click.option("--overwrite", is_flag=True, help="Replace a build made with other settings in --out.")
 @click.option("--keep-work", is_flag=True, help="Keep the resumption cache BENCH/.work after a complete build.")
+@clean_errors()
 def build(ils_dir: Path, images: Path, out: Path, candidates: Path | None, review: Path | None, per_lesion: str,
           rf_ratio: float, deformer: str, sam_model: Path | None, anatomy: Path | None, splits: str, seed: int,
           workers: int, max_candidates: int, max_negatives: int, exclude_positive_cxrs: bool,
@@ -72,10 +74,7 @@ def build(ils_dir: Path, images: Path, out: Path, candidates: Path | None, revie
                         max_candidates=max_candidates, max_negatives=max_negatives,
                         exclude_positive_cxrs=exclude_positive_cxrs,
                         strict_negatives=strict_negatives)
-    try:
-        s = build_benchmark(opts, out, workers=workers, overwrite=overwrite, keep_work=keep_work)
-    except CXRGroundError as exc:
-        raise click.ClickException(str(exc)) from exc
+    s = build_benchmark(opts, out, workers=workers, overwrite=overwrite, keep_work=keep_work)
     click.echo(f"CheXpercept benchmark in {s.out_dir}: {s.cases} cases, {s.items} items "
                f"({s.planned} positives planned, {s.reused} reused, {s.failures} dropped) in {s.seconds} s")
     click.echo(f"  card: {Path(s.out_dir) / 'card.md'}   failures: {Path(s.out_dir) / 'failures.jsonl'}")
@@ -99,14 +98,12 @@ def validate(bench: Path) -> None:
 @click.command("gallery")
 @click.argument("bench", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--out", "out_html", type=click.Path(path_type=Path, dir_okay=False), required=True)
+@clean_errors()
 def gallery(bench: Path, out_html: Path) -> None:
     """Write a static HTML page to browse the benchmark stage by stage."""
     from cxrground.percept.gallery import render_gallery
 
-    try:
-        n = render_gallery(bench, out_html)
-    except CXRGroundError as exc:
-        raise click.ClickException(str(exc)) from exc
+    n = render_gallery(bench, out_html)
     click.echo(f"wrote {out_html} ({n} cases)")
 
 

@@ -14,13 +14,13 @@ import click
 
 from cxrground.cli.percept_cmds import percept
 from cxrground.errors import CXRGroundError
+from cxrground.evaluation.percept.clients import spec_forms
 
 
 @click.command("eval")
 @click.option("--bench", type=click.Path(path_type=Path, exists=True), required=True,
               help="Benchmark folder (chexpercept.json + images) or the JSON file.")
-@click.option("--model", "spec", required=True,
-              help="openai:MODEL | hf:MODEL_DIR | random | first-option | always-yes | oracle.")
+@click.option("--model", "spec", required=True, help=f"{spec_forms()}.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Run folder.")
 @click.option("--oracle", type=click.Choice(["none", "implicit", "explicit"]), default="implicit", show_default=True)
 @click.option("--concurrency", type=int, default=8, show_default=True, help="Cases in flight at once.")

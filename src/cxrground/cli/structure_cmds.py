@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from cxrground.errors import ConfigError, Failure
-from cxrground.reports import list_report_files, read_reports
+from cxrground.errors import ConfigError
+from cxrground.reports import expand_report_paths, read_reports
 from cxrground.reports.structure import STRUCTURERS, get_structurer, structure_reports
 
 from .report_cmds import reports
@@ -62,9 +62,7 @@ def structure(
     carry the provenance (model, decoding settings, prompt versions and hashes). Reports that cannot be
     structured are printed as {"failure": ...} lines (or written to OUT.failures.jsonl with --out).
     """
-    files: list[Path] = []
-    for p in paths:
-        files.extend(list_report_files(p) if p.is_dir() else [p])
+    files = expand_report_paths(paths)
     show = progress and len(files) > 50
     parsed, failures = read_reports(files, progress=show)
     kwargs: dict[str, Any] = {}
@@ -79,17 +77,7 @@ def structure(
     done, failed = structure_reports(parsed, structurer, progress=show)
     failures.extend(failed)
     provenance = getattr(structurer, "provenance", None)
-
-    lines: list[str] = []
-    n_findings = 0
-    for rep in done:
-        for f in rep.findings:
-            row: dict[str, Any] = {"report_id": rep.report_id, "section": rep.section.name,
-                                   "sentence": rep.section.sentence(f.sent_idx).text, **f.to_dict()}
-            if provenance is not None:
-                row["provenance"] = provenance
-            lines.append(json.dumps(row, ensure_ascii=False))
-            n_findings += 1
+    lines = [json.dumps(row, ensure_ascii=False) for rep in done for row in rep.finding_rows(provenance)]
     failure_lines = [json.dumps({"failure": f.to_dict()}, ensure_ascii=False) for f in failures]
     if out is None:
         for line in lines + failure_lines:
@@ -103,14 +91,10 @@ def structure(
         elif fail_path.exists():
             fail_path.unlink()
         where = f"; failures in {fail_path}" if failures else ""
-        click.echo(f"{len(done)} reports, {n_findings} findings -> {out}; {len(failures)} failures{where}", err=True)
+        click.echo(f"{len(done)} reports, {len(lines)} findings -> {out}; {len(failures)} failures{where}", err=True)
     rejections = getattr(structurer, "rejections", None)
     if rejections:
         click.echo(f"{len(rejections)} out-of-vocabulary values rejected by the LLM structurer", err=True)
-    _exit_code(done, failures)
-
-
-def _exit_code(done: list[Any], failures: list[Failure]) -> None:
     if failures and not done:
         sys.exit(1)
 

@@ -31,7 +31,7 @@ from cxrground.ils.config import IlsConfig
 from cxrground.ils.schema import SPLITS, validate_dataset
 from cxrground.ils.tasks import StudyTask
 
-__all__ = ["DATASET_FILE", "BackendSpec", "BuildSummary", "assemble", "build_dataset", "run_units"]
+__all__ = ["DATASET_FILE", "BackendSpec", "BuildSummary", "assemble", "build_dataset", "check_backends", "run_units"]
 
 DATASET_FILE = "mimic_ils_instruction_answer.json"
 UNITS_DIR = "units"
@@ -259,6 +259,18 @@ def assemble(out: Path, tasks: Sequence[StudyTask], config: IlsConfig, spec: Bac
     return {"dataset": dataset, "failures": failures, "reported": reported, "rejections": dict(rejections)}
 
 
+def check_backends(spec: BackendSpec) -> None:
+    """Raise :class:`ConfigError` for an unknown segmenter, synthesizer or detector, or an option it does not take."""
+    from cxrground.anatomy.segment import SEGMENTERS
+    from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
+
+    SEGMENTERS.check(spec.segmenter, spec.segmenter_kwargs)
+    SYNTHESIZERS.check(spec.synthesizer, spec.synthesizer_kwargs)
+    DETECTORS.check(spec.detector, spec.detector_kwargs)
+    if spec.qc_segmenter is not None:
+        SEGMENTERS.check(spec.qc_segmenter, spec.qc_segmenter_kwargs)
+
+
 def build_dataset(
     tasks: Sequence[StudyTask],
     out_dir: str | Path,
@@ -280,6 +292,7 @@ def build_dataset(
 
     config = config or IlsConfig()
     spec = spec or BackendSpec()
+    check_backends(spec)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()

@@ -14,6 +14,7 @@ from cxrground.reports.model import (
 from cxrground.reports.readers import (
     REPORT_SUFFIXES,
     STAGE,
+    expand_report_paths,
     list_report_files,
     parse_report_text,
     read_report,
@@ -55,6 +56,7 @@ __all__ = [
     "SectionName",
     "Sentence",
     "choose_section",
+    "expand_report_paths",
     "find_headings",
     "last_paragraph",
     "list_report_files",

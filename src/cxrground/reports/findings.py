@@ -85,6 +85,12 @@ class StructuredReport:
         """Findings attributed to one of the seven lesions."""
         return [f for f in self.findings if f.lesion is not None]
 
+    def finding_rows(self, provenance: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """One JSON-ready row per finding: report id, section name, sentence text, the finding (+ provenance)."""
+        rows = [{"report_id": self.report_id, "section": self.section.name,
+                 "sentence": self.section.sentence(f.sent_idx).text, **f.to_dict()} for f in self.findings]
+        return rows if provenance is None else [{**row, "provenance": provenance} for row in rows]
+
 
 class Structurer(Protocol):
     """Turns a chosen report section into findings (rule-based, LLM, ...)."""
