@@ -57,7 +57,7 @@ def build(images: Path, reports: Path | None, index: Path | None, out: Path, eng
           limit: int | None, seed: int, overwrite: bool, quiet: bool) -> None:
     """Build a MIMIC-ILS-format dataset from images and reports (resumable: rerun to continue)."""
     from cxrground.datasets.synthetic import cohort_of_images
-    from cxrground.ils.build import BackendSpec, build_dataset
+    from cxrground.ils.build import BackendSpec, build_dataset, check_backends
     from cxrground.ils.config import IlsConfig
     from cxrground.ils.tasks import build_tasks
 
@@ -68,6 +68,7 @@ def build(images: Path, reports: Path | None, index: Path | None, out: Path, eng
         config = config.with_threshold_scale(threshold_scale)
     spec = BackendSpec(structurer, structurer_opt, segmenter, segmenter_opt, synthesizer, synthesizer_opt, detector,
                        detector_opt, qc_segmenter, qc_segmenter_opt)
+    check_backends(spec)  # before scanning a large folder
     tasks, failures = build_tasks(images, reports, index, split_file, ratios, excluded, limit)
     if not tasks:
         raise click.ClickException(f"no studies found under {images} ({len(failures)} inputs failed)")

@@ -1,7 +1,6 @@
-"""``cxrground percept build | validate | gallery``: make, check and browse a CheXpercept benchmark.
+"""``cxrground percept``: the CheXpercept group, and ``build | validate | gallery`` to make, check and browse one.
 
-The commands are added to the ``percept`` group at import time; ``COMMANDS`` is empty because the group
-itself is registered by :mod:`cxrground.cli.percept_cmds`.
+The evaluation commands (:mod:`cxrground.cli.percept_eval_cmds`) attach themselves to the same group.
 """
 
 from __future__ import annotations
@@ -12,8 +11,12 @@ from pathlib import Path
 import click
 
 from cxrground.cli.common import backend_option, clean_errors
-from cxrground.cli.percept_cmds import percept
 from cxrground.percept.deform import DEFORMERS
+
+
+@click.group("percept")
+def percept() -> None:
+    """CheXpercept: build, validate and browse the benchmark; evaluate VLMs on it and report."""
 
 
 def _per_lesion(value: str) -> tuple[int, int, int]:
@@ -110,4 +113,4 @@ def gallery(bench: Path, out_html: Path) -> None:
 for _cmd in (build, validate, gallery):
     percept.add_command(_cmd)
 
-COMMANDS: list[click.Command] = []
+COMMANDS: list[click.Command] = [percept]

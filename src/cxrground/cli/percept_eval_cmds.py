@@ -1,6 +1,6 @@
 """``cxrground percept eval | score | report``: run VLMs on CheXpercept, score the runs, compare them in HTML.
 
-The commands are added to the ``percept`` group (:mod:`cxrground.cli.percept_cmds`) at import time;
+The commands are added to the ``percept`` group (:mod:`cxrground.cli.percept_build_cmds`) at import time;
 ``COMMANDS`` is empty because the group is registered there. API keys come only from the environment
 variable named by ``--api-key-env``; there is no option that takes a key.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.percept_cmds import percept
+from cxrground.cli.percept_build_cmds import percept
 from cxrground.errors import CXRGroundError
 from cxrground.evaluation.percept.clients import spec_forms
 
