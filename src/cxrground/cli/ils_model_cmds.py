@@ -66,8 +66,7 @@ def predict_cmd(checkpoint: Path, dataset: Path, images: Path | None, split: str
     from cxrground.models.predict import predict_split
 
     model = load_model(checkpoint, device=device)
-    root = images if images is not None else (dataset.parent if dataset.is_file() else dataset)
-    counts = predict_split(model, dataset, root, split, out, limit=limit, batch_size=max(1, batch_size),
+    counts = predict_split(model, dataset, images, split, out, limit=limit, batch_size=max(1, batch_size),
                            progress=not quiet)
     click.echo(f"{out}: {counts['written']} written, {counts['skipped']} already there, "
                f"{counts['failed']} failed (of {counts['pairs']} pairs)")

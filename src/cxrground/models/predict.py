@@ -40,14 +40,16 @@ def _split_jobs(data: dict[str, Any], split: str, limit: int | None) -> tuple[li
     return jobs, n
 
 
-def predict_split(model: IlsModel, dataset: Path, images: Path, split: str, out: Path, limit: int | None = None,
-                  batch_size: int = 8, progress: bool = True) -> dict[str, Any]:
+def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: str, out: Path,
+                  limit: int | None = None, batch_size: int = 8, progress: bool = True) -> dict[str, Any]:
     """Predict every pair of ``split`` (or the first ``limit``) into the JSONL ``out``; resumable.
 
-    Pairs already in ``out`` are skipped. An unreadable image (or a failing batch) is appended to
+    ``images``: the root the pairs' image paths are relative to (None: the dataset's folder). Pairs already in
+    ``out`` are skipped. An unreadable image (or a failing batch) is appended to
     ``<out>.failures.jsonl`` and the remaining pairs go on. Returns counts of written, skipped and failed pairs.
     """
     json_path = dataset if dataset.is_file() else dataset / DATASET_FILE
+    images = images if images is not None else json_path.parent
     data = load_dataset(json_path)
     if split not in data:
         raise InputError(f"split {split!r} not in the dataset", json_path)
