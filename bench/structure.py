@@ -4,14 +4,23 @@ Run: ``.venv/bin/python bench/structure.py [--synthetic 200] [--full-studies 0] 
 
 Prints
 1. reports/s on one core (single process; CPU time) of :class:`RuleStructurer` on the 300 Open-i reports of
-   the pack (repeated ``--repeat`` times), structuring only (sections chosen beforehand) and with the ILS §6
-   section choice; then the same on synthetic report texts (parse + choose + structure, and structure only);
+   the pack (repeated ``--repeat`` times), structuring only (sections chosen beforehand) and with the section
+   choice of each section policy; then the same on synthetic report texts (parse + choose + structure, and
+   structure only);
 2. accuracy against the synthetic truth on ``--synthetic`` reports from the generator's report-only route
-   (no pixels; see :mod:`cxrground.ils.report_quality`), per lesion: precision / recall of present
+   (no pixels; see :mod:`cxrground.evaluation.report_quality`), per lesion: precision / recall of present
    findings, assertion accuracy (tentative = uncertain, negated = absent), location-label exact-match rate;
    ``--full-studies N`` adds N complete ``generate_study`` studies (about 0.2 s each) as a cross-check;
-3. precision / recall per lesion against the MeSH major terms of the 300 IU reports (FINDINGS + IMPRESSION
-   text, all sentences; mapping in ``evaluate.MESH_TO_LESION``).
+3. agreement with the human-coded MeSH major terms of the 300 IU reports
+   (:mod:`cxrground.evaluation.report_quality`: term mapping ``MESH_TO_LESION``, sides ``mesh_sides``): macro F1
+   over the lesions with MeSH-positive reports and side agreement, for every section policy
+   (``findings`` = ILS §6, ``impression``, ``findings+impression``) and alternatives policy (``uncertain`` =
+   ILS.md §7.1, ``present``), counting present + uncertain findings (``positive``) or present findings only
+   (``present``), on the ``dev`` half, the ``held-out`` half (fixed salted-hash halves; only dev errors are
+   ever read) and all reports; then per-lesion precision / recall / F1 on all reports for findings+impression.
+   ``--errors N`` prints N disagreements of the dev half (never of the held-out half).
+   ``--llm-base-url URL --llm-model M [--llm-cache FILE]`` adds the LLM structurer (any OpenAI-compatible server,
+   e.g. a local vLLM) on the findings+impression policy.
 Real-data rows need the pack (``CXRGROUND_PACK`` or ``../shared/data/cxr-pack-v1``) and are skipped with a
 note when it is missing.
 """
@@ -23,18 +32,22 @@ import time
 
 from cxrground.datasets.pack import Pack, PackMissingError
 from cxrground.datasets.synthetic import generate_study
-from cxrground.ils.report_quality import (
+from cxrground.evaluation.report_quality import (
+    MESH_COUNTS,
+    MESH_SPLITS,
     cases_from_truth,
     format_scores,
-    score_mesh,
+    mesh_cases,
+    score_mesh_cases,
     score_synthetic,
     synthetic_cases,
 )
-from cxrground.reports import choose_section, parse_report_text, read_report
-from cxrground.reports.structure import RuleStructurer
+from cxrground.reports import MERGED_SECTION, SECTION_POLICIES, choose_section, parse_report_text, read_report
+from cxrground.reports import select_section as select
+from cxrground.reports.structure import ALTERNATIVE_POLICIES, RuleStructurer
 
 SYNTH_COLUMNS = ["n_true", "n_pred", "precision", "recall", "n_assert", "assertion_acc", "n_loc", "location_exact"]
-MESH_COLUMNS = ["n_true", "n_pred", "tp", "precision", "recall"]
+MESH_COLUMNS = ["n_true", "n_pred", "tp", "precision", "recall", "f1", "side_n", "side_exact"]
 
 
 def rate(fn, n_items: int, repeat: int) -> tuple[float, float]:
@@ -57,7 +70,11 @@ def main() -> None:
     parser.add_argument("--full-studies", type=int, default=0, help="complete generate_study studies (slow)")
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--errors", type=int, default=0, help="print this many synthetic disagreements")
+    parser.add_argument("--errors", type=int, default=0, help="print this many synthetic and dev-half MeSH "
+                        "disagreements")
+    parser.add_argument("--llm-base-url", help="also score the LLM structurer behind this OpenAI-compatible API root")
+    parser.add_argument("--llm-model", help="model name for --llm-base-url")
+    parser.add_argument("--llm-cache", help="SQLite response cache of the LLM structurer (reruns make no request)")
     args = parser.parse_args()
     rules = RuleStructurer()
 
@@ -72,14 +89,15 @@ def main() -> None:
         row(f"rules, {len(sections)} IU reports x{args.repeat}, structure only",
             rate(lambda: [rules.structure(rid, s) for rid, s in sections], len(sections), args.repeat))
 
-        def choose_and_structure() -> None:
-            for r in reports:
-                s = choose_section(r)
-                if s is not None:
-                    rules.structure(r.report_id, s)
+        for policy in SECTION_POLICIES:
+            def choose_and_structure(policy: str = policy) -> None:
+                for r in reports:
+                    s = select(r, policy)
+                    if s is not None:
+                        rules.structure(r.report_id, s)
 
-        row(f"rules, {len(reports)} IU reports x{args.repeat}, section choice + structure",
-            rate(choose_and_structure, len(reports), args.repeat))
+            row(f"rules, {len(reports)} IU reports x{args.repeat}, section choice ({policy}) + structure",
+                rate(choose_and_structure, len(reports), args.repeat))
 
     start = time.perf_counter()
     cases = list(synthetic_cases(max(args.synthetic, 1), seed=args.seed))
@@ -116,10 +134,69 @@ def main() -> None:
         print(format_scores(score_synthetic(rules, full), SYNTH_COLUMNS))
 
     if reports:
-        print(f"\n== precision / recall vs IU MeSH major terms: {len(reports)} reports, FINDINGS + IMPRESSION ==")
-        mesh = score_mesh(rules, reports)
-        print(f"reports with text: {mesh['n_reports']}")
-        print(format_scores(mesh, MESH_COLUMNS))
+        mesh_report(reports, args.errors)
+        if args.llm_base_url:
+            llm_report(reports, args.llm_base_url, args.llm_model or "", args.llm_cache)
+
+
+def llm_report(reports: list, base_url: str, model: str, cache: str | None) -> None:
+    """MeSH agreement of the LLM structurer on the findings+impression policy."""
+    from cxrground.reports.structure import LLMStructurer
+
+    llm = LLMStructurer(base_url, model, cache=cache, concurrency=8)
+    cases = mesh_cases(llm, reports, MERGED_SECTION)
+    print(f"\n== LLM structurer {model} ({base_url}), {MERGED_SECTION}: {len(cases)} reports structured, "
+          f"{llm.stats['failures']} failed, {len(llm.rejections)} out-of-vocabulary values rejected ==")
+    for count in MESH_COUNTS:
+        scores = [score_mesh_cases(cases, s, count) for s in (*MESH_SPLITS, None)]
+        print(f"counting {count}: macro F1 " + ", ".join(
+            f"{s or 'all'} {_cell(sc['macro_f1'])}" for s, sc in zip((*MESH_SPLITS, None), scores, strict=True))
+            + f"; side {_cell(scores[-1]['side_exact'])} ({scores[-1]['side_n']})")
+        print(format_scores(scores[-1], MESH_COLUMNS))
+
+
+def _cell(value: float | None) -> str:
+    return "    -" if value is None else f"{value:5.3f}"
+
+
+def mesh_report(reports: list, n_errors: int) -> None:
+    """Print the MeSH agreement tables (see the module docstring)."""
+    splits = (*MESH_SPLITS, None)
+    print(f"\n== agreement with IU MeSH major terms: {len(reports)} reports; halves by salted hash: "
+          + ", ".join(f"{s} {sum(1 for c in mesh_cases(RuleStructurer(), reports, 'findings') if c.split == s)}"
+                      for s in MESH_SPLITS) + " ==")
+    print("macro F1 over the lesions with MeSH-positive reports (opacity incl. attributed observations); "
+          "side = exact MeSH side agreement of true positives")
+    header = f"{'sections':<21}{'alternatives':<13}"
+    for count in MESH_COUNTS:
+        header += "".join(f"{count + ' ' + (s or 'all'):>18}" for s in splits) + f"{'side ' + count:>15}"
+    print(header)
+    cases_by: dict[tuple[str, str], list] = {}
+    for alternatives in ALTERNATIVE_POLICIES:
+        structurer = RuleStructurer(alternatives=alternatives)
+        for policy in SECTION_POLICIES:
+            cases = cases_by[(policy, alternatives)] = mesh_cases(structurer, reports, policy)
+            line = f"{policy:<21}{alternatives:<13}"
+            for count in MESH_COUNTS:
+                scores = [score_mesh_cases(cases, s, count) for s in splits]
+                line += "".join(f"{_cell(sc['macro_f1']):>18}" for sc in scores)
+                line += f"{_cell(scores[-1]['side_exact']):>10} ({scores[-1]['side_n']})"
+            print(line)
+    for alternatives in ALTERNATIVE_POLICIES:
+        for count in MESH_COUNTS:
+            scores = score_mesh_cases(cases_by[(MERGED_SECTION, alternatives)], None, count)
+            print(f"\n-- {MERGED_SECTION}, alternatives {alternatives}, counting {count} findings, all "
+                  f"{scores['n_reports']} reports (macro F1 {_cell(scores['macro_f1'])}, lesion field only "
+                  f"{_cell(scores['macro_f1_lesion_field'])}) --")
+            print(format_scores(scores, MESH_COLUMNS))
+    if n_errors:
+        dev = score_mesh_cases(cases_by[(MERGED_SECTION, ALTERNATIVE_POLICIES[0])], "dev", "present")
+        print(f"\n-- dev-half disagreements ({MERGED_SECTION}, default alternatives, counting present) --")
+        for err in dev["errors"][:n_errors]:
+            print(f"{err['kind']:>5} {err['lesion']:<13} {err['report_id']:<8} mesh={err['mesh']} "
+                  f"sides truth={err['truth_sides']} pred={err['pred_sides']}")
+            for sentence in err["evidence"]:
+                print(f"        {sentence}")
 
 
 if __name__ == "__main__":

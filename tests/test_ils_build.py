@@ -190,3 +190,33 @@ def test_qc_cross_check_runs_and_is_recorded(cohort, tmp_path):
     assert len(units) == 3
     for u in units:  # either kept, or dropped with the cross-check's reason
         assert u["status"] == "ok" or "disagree" in u["reason"] or u["stage"] != "qc"
+
+
+def test_section_policy_and_alternatives_are_used_and_recorded(cohort, built, tmp_path):
+    out = tmp_path / "merged"
+    result = CliRunner().invoke(main, ["ils", "build", "--images", str(cohort / "files"), "--out", str(out),
+                                       "--sections", "findings+impression", "--alternatives", "present",
+                                       "--limit", "4", "--quiet", "--seed", "3"])
+    assert result.exit_code == 0, result.output
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["config"]["sections"] == "findings+impression"
+    assert prov["backends"]["structurer"] == {"name": "rules", "alternatives": "present"}
+    assert prov["backend_spec"]["structurer_kwargs"] == {"alternatives": "present"}
+    card = (out / "card.md").read_text()
+    assert "Report sections: `findings+impression`" in card and "alternatives present" in card
+    assert "Report sections: `findings`: one section per study" in (built / "card.md").read_text()
+    studies = {k: v for split in load_dataset(out / DATASET_FILE).values() for k, v in split.items()}
+    default = {k: v for split in load_dataset(built / DATASET_FILE).values() for k, v in split.items()}
+    merged = [k for k, v in studies.items() if v["section_name"] == "findings+impression"]
+    assert merged, "the synthetic reports have findings and impression: some study must use both"
+    for key in merged:
+        # the findings sentences keep their numbers; the impression sentences follow them
+        assert studies[key]["section_content"].startswith(default[key]["section_content"] + " (")
+    units = [json.loads(p.read_text()) for p in (out / "units").glob("*.json")]
+    for unit in units:
+        pos = [f for f in unit.get("findings", []) if f["lesion"] and f["presence"] == "positive"]
+        keys = [(f["lesion"], tuple(f["reported_location"])) for f in pos]
+        assert len(keys) == len(set(keys)), "a lesion + location reported in both sections must count once"
+    bad = CliRunner().invoke(main, ["ils", "build", "--images", str(cohort / "files"), "--out", str(tmp_path / "x"),
+                                    "--structurer", "llm", "--alternatives", "present"])
+    assert bad.exit_code != 0 and "rules structurer only" in bad.output

@@ -63,6 +63,12 @@ def test_count_table_and_recall():
     card = render_card({"train": split}, [("edema", True)], {"no usable report section": 2}, {"seed": 0})
     assert "| edema | 2 | 1 | 0 | 0 | 0 | 1 | 0 |" in card and "no usable report section | 2" in card
     assert "native size" in card
+    assert "Report sections: `findings`: one section per study, findings, else impression" in card
+    merged = render_card({"train": split}, [], {}, {"seed": 0, "config": {"sections": "findings+impression"},
+                                                      "backends": {"structurer": {"name": "rules",
+                                                                                  "alternatives": "present"}}})
+    assert "Report sections: `findings+impression`: findings and impression together" in merged
+    assert "Structurer: `rules`, alternatives present." in merged
 
 
 def test_frontal_view_rule():

@@ -13,6 +13,7 @@ STAGES = [
     "registry",
     "vocab",
     "io",
+    "llm",
     "reports",
     "anatomy",
     "datasets",

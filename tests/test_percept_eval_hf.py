@@ -167,8 +167,14 @@ def test_sampling_and_top_p(llava, bench):
     conv = Conversation(plan, "none", lambda rel: image_data_url(loaded.root / rel))
     client = make_client(f"hf:{llava}", temperature=0.7, top_p=0.9, max_tokens=3, seed=0)
     assert client.decoding == {"temperature": 0.7, "max_tokens": 3, "top_p": 0.9}
-    completion = asyncio.run(client.complete(conv.next_request()))
+    messages = conv.next_request()
+    completion = asyncio.run(client.complete(messages))
     assert isinstance(completion.content, str) and completion.usage["completion_tokens"] == 3
+    # a sample's seed makes it reproducible, other seeds sample anew, and torch's global state is left alone
+    state = torch.random.get_rng_state()
+    texts = [asyncio.run(client.complete(messages, seed=s)).content for s in (5, 5, 6, 7, 8)]
+    assert torch.equal(state, torch.random.get_rng_state())
+    assert texts[0] == texts[1] and len(set(texts[1:])) > 1
 
 
 def _records(run: Path) -> list[dict]:
@@ -186,9 +192,9 @@ def test_cli_eval_rerun_from_cache_and_score(llava, bench, tmp_path, monkeypatch
     monkeypatch.setattr(HFClient, "_generate", counting)
     runner = CliRunner()
 
-    def evaluate(out: Path):
+    def evaluate(out: Path, oracle: str = "none"):
         return runner.invoke(main, ["percept", "eval", "--bench", str(bench), "--model", f"hf:{llava}", "--out",
-                                    str(out), "--oracle", "none", "--max-tokens", str(MAX_TOKENS), "--no-progress"])
+                                    str(out), "--oracle", oracle, "--max-tokens", str(MAX_TOKENS), "--no-progress"])
 
     first = tmp_path / "runs" / "a"
     res = evaluate(first)
@@ -222,6 +228,12 @@ def test_cli_eval_rerun_from_cache_and_score(llava, bench, tmp_path, monkeypatch
     raw = lambda run: {r["case_id"]: [q["raw"] for q in r["questions"]] for r in _records(run)}  # noqa: E731
     assert raw(second) == raw(first)
     assert all(q["cached"] for r in _records(second) for q in r["questions"])
+    # another oracle setting reuses Stage 1 (the first request of every case) from the cache
+    res = evaluate(tmp_path / "runs" / "c", oracle="implicit")
+    assert res.exit_code == 0, res.output
+    third = _records(tmp_path / "runs" / "c")
+    assert all(r["questions"][0]["cached"] for r in third)
+    assert len(calls) - len(questions) == sum(not q["cached"] for r in third for q in r["questions"]) > 0
 
     res = runner.invoke(main, ["percept", "score", str(first), "--bootstrap", "20"])
     assert res.exit_code == 0, res.output

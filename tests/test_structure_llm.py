@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from cxrground.errors import ConfigError
 from cxrground.evaluation.percept.mock_server import MockServer
+from cxrground.llm import RetryPolicy
 from cxrground.reports import make_section_choice, parse_numbered, parse_report_text
 from cxrground.reports.structure import (
     LLMError,
@@ -130,9 +131,9 @@ def test_llm_matches_rules_and_records_provenance(fake: FakeLLM) -> None:
     assert body["model"] == "fake-model" and body["temperature"] == 0.0
     assert body["response_format"]["type"] == "json_schema"
     assert body["response_format"]["json_schema"]["strict"] is True
-    assert body["messages"][0]["content"] == load_prompt("structure_v1").text
+    assert body["messages"][0]["content"] == load_prompt("structure_v2").text
     prov = llm.provenance
-    assert prov["prompts"]["structure"]["version"] == "structure_v1"
+    assert prov["prompts"]["structure"]["version"] == "structure_v2"
     assert prov["prompts"]["location"]["sha256"] == load_prompt("location_v1").sha256
     assert len(prov["prompts"]["structure"]["sha256"]) == 64
     # step 2 only for reports with location phrases: r0, r1, r3 (two calls each) and r2 (one call)
@@ -140,7 +141,7 @@ def test_llm_matches_rules_and_records_provenance(fake: FakeLLM) -> None:
 
 
 def test_prompts_name_the_vocabulary() -> None:
-    structure, location = load_prompt("structure_v1"), load_prompt("location_v1")
+    structure, location = load_prompt("structure_v2"), load_prompt("location_v1")
     assert all(f"`{lesion}`" in structure.text for lesion in LESIONS)
     assert all(f"`{label}`" in location.text for label in ILS_LOCATION_LABELS)
     assert "{{" not in structure.text + location.text
@@ -293,3 +294,16 @@ def test_cli_llm(fake: FakeLLM, tmp_path: Path) -> None:
     n = fake.requests
     assert CliRunner().invoke(main, args).exit_code == 0
     assert fake.requests == n
+
+
+def test_cache_is_per_endpoint_and_retry_defaults_are_shared(tmp_path: Path) -> None:
+    db = tmp_path / "cache.sqlite"
+    section = make_section_choice("findings", SECTIONS[2])
+    with FakeLLM() as a, FakeLLM() as b:
+        _llm(a, cache=db).structure("r2", section)
+        _llm(b, cache=db).structure("r2", section)  # same model name, another server: not the same model
+        _llm(a, cache=db).structure("r2", section)
+        assert a.requests == b.requests == 1
+        llm = LLMStructurer(a.base_url, "m")
+    assert llm.retry == RetryPolicy() and llm.max_retries == RetryPolicy().max_attempts - 1
+    assert llm.timeout == RetryPolicy().timeout

@@ -10,7 +10,9 @@ import click
 from cxrground.anatomy.segment import SEGMENTERS
 from cxrground.cli.common import backend_options, clean_errors, kv
 from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
+from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
 from cxrground.reports.structure import STRUCTURERS
+from cxrground.reports.structure.rules import ALTERNATIVE_POLICIES
 
 
 @click.group("ils")
@@ -32,6 +34,11 @@ def ils() -> None:
 @click.option("--structurer", type=click.Choice(list(STRUCTURERS)), default="rules", show_default=True)
 @click.option("--structurer-opt", multiple=True, callback=lambda _c, _p, v: kv(v), help="KEY=VALUE for the "
               "structurer (llm: base_url, model, api_key_env, cache_path, concurrency).")
+@click.option("--sections", type=click.Choice(SECTION_POLICIES), default=DEFAULT_SECTION_POLICY, show_default=True,
+              help="Report section policy: findings (ILS §6: findings, else impression), impression (impression "
+                   "first), findings+impression (both, numbered on; repeats counted once).")
+@click.option("--alternatives", type=click.Choice(ALTERNATIVE_POLICIES), default=None,
+              help="Rule structurer: 'atelectasis or scarring' is uncertain (default, ILS.md §7.1) or present.")
 @backend_options("segmenter", SEGMENTERS, "unet", opt_help=", e.g. weights=PATH")
 @backend_options("qc-segmenter", SEGMENTERS, None, "Second segmenter for the §6 cross-check (e.g. cxas with "
                  "--segmenter hybridgnet); studies whose lung borders or heart bottom disagree by > 5 % are dropped. ")
@@ -50,9 +57,9 @@ def ils() -> None:
 @click.option("--quiet", is_flag=True)
 @clean_errors()
 def build(images: Path, reports: Path | None, index: Path | None, out: Path, engine: str, workers: int,
-          structurer: str, structurer_opt: dict[str, str], segmenter: str, segmenter_opt: dict[str, str],
-          qc_segmenter: str | None, qc_segmenter_opt: dict[str, str], synthesizer: str,
-          synthesizer_opt: dict[str, str], detector: str, detector_opt: dict[str, str],
+          structurer: str, structurer_opt: dict[str, str], sections: str, alternatives: str | None,
+          segmenter: str, segmenter_opt: dict[str, str], qc_segmenter: str | None, qc_segmenter_opt: dict[str, str],
+          synthesizer: str, synthesizer_opt: dict[str, str], detector: str, detector_opt: dict[str, str],
           split_file: Path | None, split_ratios: str, exclude: Path | None, threshold_scale: float,
           limit: int | None, seed: int, overwrite: bool, quiet: bool) -> None:
     """Build a MIMIC-ILS-format dataset from images and reports (resumable: rerun to continue)."""
@@ -63,9 +70,13 @@ def build(images: Path, reports: Path | None, index: Path | None, out: Path, eng
 
     excluded = tuple(line.strip() for line in exclude.read_text().splitlines() if line.strip()) if exclude else ()
     ratios = tuple(float(v) for v in split_ratios.split(","))
-    config = IlsConfig(seed=seed, exclude_studies=excluded)
+    config = IlsConfig(seed=seed, exclude_studies=excluded, sections=sections)
     if threshold_scale != 1.0:
         config = config.with_threshold_scale(threshold_scale)
+    if alternatives is not None:
+        if structurer != "rules":
+            raise click.UsageError("--alternatives applies to the rules structurer only")
+        structurer_opt["alternatives"] = alternatives
     spec = BackendSpec(structurer, structurer_opt, segmenter, segmenter_opt, synthesizer, synthesizer_opt, detector,
                        detector_opt, qc_segmenter, qc_segmenter_opt)
     check_backends(spec)  # before scanning a large folder

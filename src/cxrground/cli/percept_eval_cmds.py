@@ -15,6 +15,7 @@ import click
 from cxrground.cli.percept_build_cmds import percept
 from cxrground.errors import CXRGroundError
 from cxrground.evaluation.percept.clients import spec_forms
+from cxrground.llm import RetryPolicy, parse_extra_body
 
 
 @click.command("eval")
@@ -36,26 +37,42 @@ from cxrground.evaluation.percept.clients import spec_forms
 @click.option("--seed", type=int, default=0, show_default=True, help="Case selection, random baseline, bootstrap.")
 @click.option("--cache", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Response cache (SQLite); default: percept_cache.sqlite next to the run folder.")
-@click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds per request.")
-@click.option("--max-attempts", type=int, default=6, show_default=True, help="Attempts per request (retries + 1).")
+@click.option("--timeout", type=float, default=RetryPolicy.timeout, show_default=True, help="Seconds per request.")
+@click.option("--max-attempts", type=int, default=RetryPolicy.max_attempts, show_default=True,
+              help="Attempts per request (retries + 1).")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Samples per question at the run's temperature (score: mean and spread over repeats).")
+@click.option("--extra-body", "extra_body", default=None, metavar="JSON",
+              help='JSON object merged into every request of openai:MODEL (part of the cache key and config.json), '
+                   'e.g. \'{"reasoning_effort": "medium"}\' or '
+                   '\'{"chat_template_kwargs": {"enable_thinking": false}}\'; "max_tokens": null leaves max_tokens '
+                   'out (for servers that take max_completion_tokens only).')
+@click.option("--prices", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Price table (CSV model,input,cached_input,output or JSON; USD per 1M tokens) merged over the "
+                   "built-in one for the cost in usage.json.")
 @click.option("--retry-failed", is_flag=True, help="Re-run cases recorded as failed.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def eval_cmd(bench: Path, spec: str, out: Path, oracle: str, concurrency: int, limit: int | None,
              per_path_limit: int | None, temperature: float, top_p: float | None, max_tokens: int, max_images: int,
              base_url: str | None, api_key_env: str | None, seed: int, cache: Path | None, timeout: float,
-             max_attempts: int, retry_failed: bool, progress: bool) -> None:
+             max_attempts: int, repeats: int, extra_body: str | None, prices: Path | None, retry_failed: bool,
+             progress: bool) -> None:
     """Run one model on a benchmark (resumable: rerun the same command after a kill)."""
-    from cxrground.evaluation.percept.runner import EvalSettings, RetryPolicy, run_eval
+    from cxrground.evaluation.percept.runner import EvalSettings, run_eval
 
-    settings = EvalSettings(bench=bench, model=spec, oracle=oracle, temperature=temperature, max_tokens=max_tokens,
-                            top_p=top_p, seed=seed, limit=limit, per_path_limit=per_path_limit, max_images=max_images)
     try:
+        extra = parse_extra_body(extra_body) if extra_body is not None else None
+        settings = EvalSettings(bench=bench, model=spec, oracle=oracle, temperature=temperature,
+                                max_tokens=max_tokens, top_p=top_p, seed=seed, limit=limit,
+                                per_path_limit=per_path_limit, max_images=max_images, repeats=repeats,
+                                extra_body=extra)
         summary = run_eval(settings, out, concurrency=concurrency, cache=cache, base_url=base_url,
                            api_key_env=api_key_env, retry=RetryPolicy(max_attempts=max_attempts, timeout=timeout),
-                           retry_failed=retry_failed, progress=progress)
+                           retry_failed=retry_failed, progress=progress, prices=prices)
     except CXRGroundError as exc:
         raise click.ClickException(str(exc)) from exc
-    click.echo(f"{summary['n_run']} of {summary['n_cases']} cases run ({summary['failed_this_run']} failed), "
+    total = f"{summary['n_cases']} cases" if repeats == 1 else f"{summary['n_cases']} cases × {repeats} repeats"
+    click.echo(f"{summary['n_run']} of {total} run ({summary['failed_this_run']} failed), "
                f"{summary['requests_sent']} requests sent, {summary['cache_hits']} cache hits -> {out}")
 
 
@@ -64,14 +81,15 @@ def eval_cmd(bench: Path, spec: str, out: Path, oracle: str, concurrency: int, l
 @click.option("--bootstrap", "n_boot", type=int, default=1000, show_default=True,
               help="Bootstrap resamples (0 = none).")
 def score_cmd(run: Path, n_boot: int) -> None:
-    """Score a run: score.json and the reference CSVs in RUN/; prints the summary rows."""
-    from cxrground.evaluation.percept.scoring import score_run, summary_rows
+    """Score a run: score.json and the reference CSVs in RUN/; prints the summary rows (and the spread rows of
+    runs with several repeats)."""
+    from cxrground.evaluation.percept.scoring import score_run, spread_rows, summary_rows
 
     try:
         score = score_run(run, n_boot=n_boot)
     except CXRGroundError as exc:
         raise click.ClickException(str(exc)) from exc
-    for row in summary_rows(score):
+    for row in summary_rows(score) + spread_rows(score):  # mean rows; with --repeats, spread rows follow
         click.echo(json.dumps(row))
     if score["failed_cases"] or score["missing_cases"]:
         click.echo(f"failed: {len(score['failed_cases'])}, missing: {len(score['missing_cases'])} "

@@ -9,9 +9,10 @@ from typing import Any
 import click
 
 from cxrground.errors import ConfigError
-from cxrground.reports import expand_report_paths, read_reports
+from cxrground.llm import RetryPolicy
+from cxrground.reports import DEFAULT_SECTION_POLICY, SECTION_POLICIES, expand_report_paths, read_reports
 from cxrground.reports.findings import finding_lines, write_finding_lines
-from cxrground.reports.structure import STRUCTURERS, get_structurer, structure_reports
+from cxrground.reports.structure import ALTERNATIVE_POLICIES, STRUCTURERS, get_structurer, structure_reports
 
 from .report_cmds import reports
 
@@ -22,6 +23,10 @@ __all__ = ["COMMANDS", "structure"]
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
 @click.option("--structurer", "structurer_name", type=click.Choice(sorted(STRUCTURERS)), default="rules",
               show_default=True, help="Rule-based (built in) or an LLM behind an OpenAI-compatible API.")
+@click.option("--sections", type=click.Choice(SECTION_POLICIES), default=DEFAULT_SECTION_POLICY, show_default=True,
+              help="Report section policy: findings (ILS §6), impression, or findings+impression (both, numbered on).")
+@click.option("--alternatives", type=click.Choice(ALTERNATIVE_POLICIES), default=None,
+              help="Rule structurer: alternatives ('atelectasis or scarring') uncertain (default) or present.")
 @click.option("--base-url", envvar="CXRGROUND_LLM_BASE_URL", help="API root, e.g. http://localhost:8000/v1 (llm).")
 @click.option("--model", envvar="CXRGROUND_LLM_MODEL", help="Model name sent to the API (llm).")
 @click.option("--api-key-env", metavar="VAR", help="Name of the environment variable holding the API key (llm).")
@@ -29,17 +34,18 @@ __all__ = ["COMMANDS", "structure"]
               help="SQLite response cache (llm); reruns with the same prompts make no request. Default: in memory.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
               help="Requests in flight at most (llm).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True,
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=RetryPolicy.timeout, show_default=True,
               help="Seconds per request (llm).")
-@click.option("--max-retries", type=click.IntRange(min=0), default=5, show_default=True,
+@click.option("--max-retries", type=click.IntRange(min=0), default=RetryPolicy.max_attempts - 1, show_default=True,
               help="Retries on 429 / 5xx / timeouts (llm).")
 @click.option("--temperature", type=float, default=0.0, show_default=True, help="Sampling temperature (llm).")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False),
               help="Write the finding lines here (failures go to OUT.failures.jsonl) instead of stdout.")
 @click.option("--progress/--no-progress", default=True, help="Progress bar on stderr for large batches.")
-def structure(paths: tuple[Path, ...], structurer_name: str, base_url: str | None, model: str | None,
-              api_key_env: str | None, cache_path: Path | None, concurrency: int, timeout: float, max_retries: int,
-              temperature: float, out: Path | None, progress: bool) -> None:
+def structure(paths: tuple[Path, ...], structurer_name: str, sections: str, alternatives: str | None,
+              base_url: str | None, model: str | None, api_key_env: str | None, cache_path: Path | None,
+              concurrency: int, timeout: float, max_retries: int, temperature: float, out: Path | None,
+              progress: bool) -> None:
     """Structure report files (or folders of them) into findings: one JSON line per finding.
 
     Each line holds the report id, the chosen section, the sentence, and the finding (entity, sent_idx,
@@ -51,6 +57,10 @@ def structure(paths: tuple[Path, ...], structurer_name: str, base_url: str | Non
     show = progress and len(files) > 50
     parsed, failures = read_reports(files, progress=show)
     kwargs: dict[str, Any] = {}
+    if alternatives is not None:
+        if structurer_name != "rules":
+            raise click.UsageError("--alternatives applies to the rules structurer only")
+        kwargs["alternatives"] = alternatives
     if structurer_name == "llm":
         kwargs = {"base_url": base_url or "", "model": model or "", "api_key_env": api_key_env,
                   "cache": cache_path, "concurrency": concurrency, "timeout": timeout, "max_retries": max_retries,
@@ -59,7 +69,7 @@ def structure(paths: tuple[Path, ...], structurer_name: str, base_url: str | Non
         structurer = get_structurer(structurer_name, **kwargs)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    done, failed = structure_reports(parsed, structurer, progress=show)
+    done, failed = structure_reports(parsed, structurer, progress=show, sections=sections)
     failures.extend(failed)
     provenance = getattr(structurer, "provenance", None)
     rows = [row for rep in done for row in rep.finding_rows(provenance)]

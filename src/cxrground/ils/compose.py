@@ -6,6 +6,8 @@ Rules implemented (MUST items of the spec):
   a ``global`` positive when GL covers the reported location RL; a ``lesion_inference`` positive
   for pneumonia, atelectasis and edema; a tentative finding's instruction word is ``opacity``
   while ``target`` keeps the lesion; cardiomegaly → ``global`` only, location ``heart``;
+  (the lesion rules are read from :mod:`cxrground.vocab.traits`: ``heart_mask``, ``ctr_rule``,
+  ``lesion_inference``, ``umbrella``, ``li_negative_target``)
 - at most one negative per lesion type per study; cardiomegaly negatives only when CTR ≤ 0.45;
   basic negatives use a random lung region restricted to the empty locations EL whenever the
   report mentions any finding; a reported but ungrounded finding never yields a negative for its
@@ -37,8 +39,9 @@ import numpy as np
 from cxrground.ils.config import IlsConfig
 from cxrground.reports.findings import Finding
 from cxrground.vocab import ils_templates as tpl
-from cxrground.vocab.lesions import LESION_INFERENCE_LESIONS, LESIONS, LUNG_LESIONS
+from cxrground.vocab.lesions import LESIONS, LUNG_LESIONS
 from cxrground.vocab.locations import BOTH_LUNGS, HEART, ILS_LOCATION_LABELS
+from cxrground.vocab.traits import traits
 
 __all__ = [
     "KIND_GROUNDED",
@@ -56,7 +59,6 @@ KIND_GROUNDED = "grounded_major_lesion"
 KIND_NEGATED = "negative_reported_major_lesion"
 KIND_NOT_REPORTED = "not_reported_major_lesion"
 KIND_NO_LOCATION_EXTENSION = "grounding_no_location_extension"
-UMBRELLA_LESIONS = ("opacity", "consolidation")
 BILATERAL = ("right lung", "left lung")
 
 
@@ -126,8 +128,8 @@ def compose_pairs(
         lesion = f.lesion
         if lesion is None or f.assertion == "absent":
             continue
-        if lesion == "cardiomegaly":
-            _cardiomegaly_positive(study_key, g, heart, config, out)
+        if traits(lesion).heart_mask:
+            _heart_positive(study_key, lesion, g, heart, config, out)
             continue
         out.reported.append((lesion, g.grounded))
         if not g.grounded:
@@ -143,7 +145,7 @@ def compose_pairs(
         if g.complete and positives_by_lesion[lesion] == 1:
             _positive(out, study_key, tpl.instruction("global", word),
                       tpl.positive_answer("global", lesion, gl), "global", common)
-        if lesion in LESION_INFERENCE_LESIONS:
+        if traits(lesion).lesion_inference:
             _positive(out, study_key, tpl.instruction("lesion_inference", tpl.TENTATIVE_WORD, gl),
                       tpl.positive_answer("lesion_inference", lesion, gl, f.certainty or "definitive"),
                       "lesion_inference", common)
@@ -152,18 +154,19 @@ def compose_pairs(
     return out
 
 
-def _cardiomegaly_positive(study_key: str, g: GroundedFinding, heart: np.ndarray | None, config: IlsConfig,
-                           out: ComposedStudy) -> None:
+def _heart_positive(study_key: str, lesion: str, g: GroundedFinding, heart: np.ndarray | None, config: IlsConfig,
+                    out: ComposedStudy) -> None:
+    """The one global positive of a lesion whose mask is the heart (cardiomegaly)."""
     f = g.finding
     if f.certainty == "tentative" and not config.tentative_cardiomegaly_pairs:
         return
     has_mask = heart is not None and bool(heart.any())
-    out.reported.append(("cardiomegaly", has_mask))
-    if not has_mask or any(p["target"] == "cardiomegaly" for p in out.positive_pairs):
+    out.reported.append((lesion, has_mask))
+    if not has_mask or any(p["target"] == lesion for p in out.positive_pairs):
         return
-    mask_path = _add_mask(study_key, "cardiomegaly", heart, out)
-    _positive(out, study_key, tpl.instruction("global", "cardiomegaly"), tpl.positive_answer("global", "cardiomegaly"),
-              "global", {"target": "cardiomegaly", "reported_location": [HEART], "grounded_location": [HEART],
+    mask_path = _add_mask(study_key, lesion, heart, out)
+    _positive(out, study_key, tpl.instruction("global", lesion), tpl.positive_answer("global", lesion),
+              "global", {"target": lesion, "reported_location": [HEART], "grounded_location": [HEART],
                          "sent_idx": str(f.sent_idx), "seg": True, "seg_mask_path": mask_path,
                          "certainty": f.certainty, "kind": KIND_GROUNDED})
 
@@ -180,14 +183,16 @@ def _negatives(study_key: str, findings: Sequence[Finding], empty_locations: Seq
     space = el if any_finding else list(ILS_LOCATION_LABELS)
 
     for lesion in LESIONS:
-        if lesion == "cardiomegaly":
-            if lesion not in reported and ctr is not None and ctr <= config.ctr_negative_max:
+        t = traits(lesion)
+        if t.heart_mask:
+            ctr_ok = not t.ctr_rule or (ctr is not None and ctr <= config.ctr_negative_max)
+            if lesion not in reported and ctr_ok:
                 kind = KIND_NEGATED if lesion in negated else KIND_NOT_REPORTED
                 _negative(out, study_key, "global", lesion, [HEART], kind)
             continue
-        blocked = lesion in reported or (lesion in UMBRELLA_LESIONS and any_lung_lesion)
+        blocked = lesion in reported or (t.umbrella and any_lung_lesion)
         u = float(rng.random())
-        li_share = config.opacity_lesion_inference_share if lesion == "opacity" else 0.0
+        li_share = config.opacity_lesion_inference_share if t.li_negative_target else 0.0
         if blocked:
             region = _draw_region(rng, el)
             if region is None:

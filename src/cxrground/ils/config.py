@@ -12,6 +12,10 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from cxrground.errors import ConfigError
+from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
+from cxrground.vocab.traits import traits
+
 
 @dataclass(frozen=True)
 class Thresholds:
@@ -95,10 +99,19 @@ class IlsConfig:
     exclude_studies: tuple[str, ...] = ()
     """Study ids never used (e.g. MS-CXR studies); recorded in the card."""
     seed: int = 0
+    sections: str = DEFAULT_SECTION_POLICY
+    """Report section policy (:func:`cxrground.reports.sections.select_section`): ``findings`` (the paper's ILS §6
+    choice: findings, else impression, else the last paragraph), ``impression`` (impression first) or
+    ``findings+impression`` (both, numbered on; a lesion + location in both counts once, findings first)."""
+
+    def __post_init__(self) -> None:
+        if self.sections not in SECTION_POLICIES:
+            raise ConfigError(f"unknown report section policy {self.sections!r}; expected one of "
+                              f"{', '.join(SECTION_POLICIES)}")
 
     def thresholds_for(self, lesion: str) -> Thresholds:
-        """Table 7 thresholds of ``lesion``."""
-        return self.edema if lesion == "edema" else self.general
+        """Table 7 thresholds of ``lesion`` (its ``thresholds`` trait: the edema column or the general one)."""
+        return self.edema if traits(lesion).thresholds == "edema" else self.general
 
     def with_threshold_scale(self, factor: float) -> IlsConfig:
         """The same configuration with both threshold sets scaled (half τ: 0.5)."""

@@ -51,6 +51,7 @@ from cxrground.ils.spatial.pseudo_normal import anomaly_mask
 from cxrground.io.masks import as_mask, check_same_shape
 from cxrground.reports.findings import Finding
 from cxrground.vocab.locations import BOTH_LUNGS, SIDES, side_of
+from cxrground.vocab.traits import traits
 
 __all__ = [
     "CONDITIONS",
@@ -499,12 +500,13 @@ def ground_finding(
 
     if lesion is None:
         return GroundingResult(None, rl, empty, "skipped", "none", "non_target")
-    if lesion == "cardiomegaly":
+    lesion_traits = traits(lesion)
+    if lesion_traits.heart_mask:
         try:
             ctr: float | None = cardiothoracic_ratio(h, lr, ll)
         except EmptyAnatomyError:
             ctr = None
-        eligible = ctr is not None and ctr <= cfg.ctr_negative_max
+        eligible = not lesion_traits.ctr_rule or (ctr is not None and ctr <= cfg.ctr_negative_max)
         if finding.assertion == "absent":
             return GroundingResult(lesion, rl, empty, "absent", "heart", "absent", ctr=ctr, negative_eligible=eligible)
         if not h.any():
@@ -513,6 +515,9 @@ def ground_finding(
         return GroundingResult(lesion, rl, h.copy(), "grounded", "heart", None, ctr=ctr, negative_eligible=eligible)
     if finding.assertion == "absent":
         return GroundingResult(lesion, rl, empty, "absent", "none", "absent")
+    if lesion_traits.contrast != "brighter":
+        raise ValueError(f"{lesion} is {lesion_traits.contrast} than lung: Algorithm 1's anomaly map grounds only "
+                         "lesions brighter than lung (ILS.md §2); this lesion needs its own spatial extraction")
 
     tau = cfg.thresholds_for(lesion)
     notes: list[str] = []
@@ -543,7 +548,7 @@ def ground_finding(
     mask = res.mask
     completed: tuple[str, ...] = ()
     selected = res.selected
-    if lesion == "effusion" and mask.any():
+    if lesion_traits.base_completion and mask.any():
         mask, completed = effusion_base_completion(mask, lr, ll, _sides_of(known), cfg.refine.effusion_base_fraction,
                                                    clip=True, connectivity=cfg.refine.connectivity)
         # a box counts for GL only if the clipped effusion mask still lies in it
@@ -557,7 +562,7 @@ def ground_finding(
         reason = "no_boxes"
     elif not any(c.passed for c in res.checks):
         reason = "no_box_passed"
-    elif lesion == "effusion" and res.mask.any():
+    elif lesion_traits.base_completion and res.mask.any():
         reason = "not_basal"
     elif any(c.passed and c.component_pixels > 0 for c in res.checks):
         reason = "refined_empty"

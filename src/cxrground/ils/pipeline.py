@@ -22,8 +22,10 @@ from cxrground.ils.tasks import StudyTask
 from cxrground.io.image import read_image
 from cxrground.io.masks import encode_rle, write_mask_png
 from cxrground.io.transform import Letterbox
-from cxrground.reports import choose_section, parse_report_text, read_report
+from cxrground.reports import parse_report_text, read_report, select_section
+from cxrground.reports.structure import structure_section
 from cxrground.vocab.locations import HEART
+from cxrground.vocab.traits import traits
 
 __all__ = ["Backends", "backend_provenance", "get_backends", "process_study", "segmentation_disagreement"]
 
@@ -54,7 +56,9 @@ class Backends:
             if backend is None:
                 continue
             prov = getattr(backend, "provenance", None)
-            out[stage] = prov() if callable(prov) else {"name": getattr(backend, "name", type(backend).__name__)}
+            if callable(prov):
+                prov = prov()
+            out[stage] = prov if isinstance(prov, dict) else {"name": getattr(backend, "name", type(backend).__name__)}
         return out
 
 
@@ -80,11 +84,11 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
         backends = get_backends(spec)
         report = (read_report(task.report_path) if task.report_path
                   else parse_report_text(task.report_text or "", report_id=task.study_key))
-        section = choose_section(report)
+        section = select_section(report, config.sections)
         if section is None:
             return {**unit, "status": "rejected", "stage": stage, "reason": "no usable report section"}
         stage = "structure"
-        structured = backends.structurer.structure(task.study_key, section)
+        structured = structure_section(backends.structurer, task.study_key, section)
         unit["findings"] = [f.to_dict() for f in structured.findings]
         stage = "images"
         image = read_image(task.image_path)
@@ -207,7 +211,7 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
     for f in findings:
         if f.lesion is None or f.assertion == "absent":
             continue
-        if f.lesion == "cardiomegaly":
+        if traits(f.lesion).heart_mask:
             grounded.append(GroundedFinding(f, heart, (HEART,), True))
             records.append({"lesion": f.lesion, "sent_idx": f.sent_idx, "status": "grounded" if heart is not None
                             else "empty", "reason": None if heart is not None else "empty_heart"})

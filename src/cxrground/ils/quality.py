@@ -27,6 +27,7 @@ from cxrground.datasets.synthetic import load_truth
 from cxrground.io.masks import decode_rle, read_mask_png
 from cxrground.vocab.lesions import LESIONS, LUNG_LESIONS
 from cxrground.vocab.locations import BOTH_LUNGS, HEART
+from cxrground.vocab.traits import traits
 
 __all__ = ["format_findings_quality", "format_quality", "score_against_truth", "score_findings"]
 
@@ -64,7 +65,7 @@ def score_against_truth(dataset_dir: str | Path, cohort_dir: str | Path) -> dict
                 rl = set(p["reported_location"])
                 gt = np.zeros(shape, bool)
                 for f, m in lesion_masks:
-                    if f.lesion == lesion and (lesion == "cardiomegaly" or rl & set(f.overlap_location)):
+                    if f.lesion == lesion and (traits(lesion).heart_mask or rl & set(f.overlap_location)):
                         gt |= m
                 inter[lesion].append(float((pred & gt).sum()))
                 union[lesion].append(float((pred | gt).sum()))
@@ -117,7 +118,7 @@ def _regions(truth: Any, shape: tuple[int, int]) -> dict[str, np.ndarray]:
 
 def _negative_correct(pair: dict[str, Any], truth: Any, lesion_masks: list, regions: dict[str, np.ndarray]) -> bool:
     target = pair["target"]
-    if target == "cardiomegaly":
+    if traits(target).heart_mask:  # the lesion is the enlarged heart itself
         return truth.heart_status != "enlarged"
     violators = _VIOLATORS.get(target, {target})
     if pair["type"] == "lesion_inference":

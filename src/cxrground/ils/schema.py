@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cxrground.errors import InputError
+from cxrground.reports.model import SectionName
 from cxrground.vocab.ils_templates import SEG_TOKEN
 from cxrground.vocab.lesions import LESIONS
 from cxrground.vocab.locations import BOTH_LUNGS, HEART, ILS_LOCATION_LABELS
@@ -123,7 +124,9 @@ class Study(BaseModel):
     subject_id: str
     dicom_id: str
     image_path: str
-    section_name: Literal["findings", "impression", "last_paragraph"]
+    section_name: SectionName
+    """``findings`` / ``impression`` / ``last_paragraph`` (ILS §6), or ``findings+impression`` for a dataset built
+    with that section policy (not in the released MIMIC-ILS, whose loaders do not read this field)."""
     section_content: str
     instruction_answer_pairs: PairSet
 

@@ -50,6 +50,7 @@ from cxrground.vocab.percept_templates import (
     severity_options,
     subregion_text,
 )
+from cxrground.vocab.traits import traits
 
 __all__ = ["STRICT_NEGATIVE_MAX", "AttributeResult", "attribute_qas", "draw_location", "negative_coverage",
            "severity_side"]
@@ -120,8 +121,8 @@ def _choice(stem: str, options: Sequence[str], index: int) -> dict[str, Any]:
 
 def attribute_qas(records: Sequence[ComponentOverlap], lesion: str, rng: np.random.Generator,
                   strict_negatives: bool = False) -> AttributeResult | None:
-    """The four Stage-4 questions of a lung-lesion case (None for cardiomegaly)."""
-    if lesion == "cardiomegaly":
+    """The four Stage-4 questions of a lung-lesion case (None for a lesion without Stage 4: cardiomegaly)."""
+    if not traits(lesion).percept.attributes:
         return None
     zones = positive_zones(records)
     distribution = _choice(DISTRIBUTION.format(lesion=lesion), DISTRIBUTION_OPTIONS,

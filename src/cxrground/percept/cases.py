@@ -43,6 +43,7 @@ from cxrground.vocab.percept_templates import (
     PATH_REVISION_REQUIRED,
     candidate_instruction,
 )
+from cxrground.vocab.traits import traits
 
 __all__ = [
     "DECISIONS",
@@ -254,7 +255,7 @@ def _items_per_case(lesion: str, path: str) -> dict[str, int]:
     if path == PATH_REVISION_REQUIRED:
         for t in ("expansion", "contraction", "revision result"):
             tasks[t] = 1
-    if lesion != "cardiomegaly":
+    if traits(lesion).percept.attributes:
         for t in ("distribution", "location", "severity", "comparison"):
             tasks[t] = 1
     return tasks

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final
 
 from cxrground.anatomy.scale import scale_area, scale_kernel, scale_length
+from cxrground.vocab.traits import traits
 
-__all__ = ["CARDIOMEGALY", "DeformConfig", "ScaledDeform"]
-
-#: The structural-exception lesion (§1.1): zones instead of sub-regions, depth 1, own default masks.
-CARDIOMEGALY: Final[str] = "cardiomegaly"
+__all__ = ["DeformConfig", "ScaledDeform"]
 
 
 @dataclass(frozen=True)
@@ -110,8 +107,8 @@ class DeformConfig:
             raise ValueError("DeformConfig: widths must be ≥ 2")
 
     def depth(self, lesion: str) -> int:
-        """Return the §7.1 deformation depth of ``lesion`` (1 for cardiomegaly, 2 otherwise)."""
-        return self.cardiomegaly_depth if lesion == CARDIOMEGALY else self.lung_depth
+        """Return the §7.1 deformation depth of ``lesion`` (organ scheme, i.e. cardiomegaly: 1; lung scheme: 2)."""
+        return self.cardiomegaly_depth if traits(lesion).percept.deform == "organ" else self.lung_depth
 
     def scaled(self, shape: Sequence[int]) -> ScaledDeform:
         """Return the pixel constants for an image of ``shape`` ``(H, W)`` (§0 scale rule)."""

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
-from cxrground.percept.config import CARDIOMEGALY, DeformConfig, ScaledDeform
+from cxrground.percept.config import DeformConfig, ScaledDeform
 from cxrground.percept.deform.base import Deformer, validity_problem
 from cxrground.percept.deform.sampling import (
     CONTRACTION,
@@ -40,6 +40,7 @@ from cxrground.percept.deform.sampling import (
 from cxrground.percept.refine import Point, lattice_points
 from cxrground.percept.steps import Step
 from cxrground.vocab.percept_templates import NONE_OPTION, POINT_COLORS
+from cxrground.vocab.traits import traits
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -262,7 +263,7 @@ def combination_mask(names: Sequence[str], masks: Mapping[str, np.ndarray], shap
 
 def default_mask_names(lesion: str, side: str | None, first_on_side: bool) -> list[str]:
     """Return the §9.3 default choices of one component."""
-    if lesion == CARDIOMEGALY:
+    if traits(lesion).percept.deform == "organ":
         return ["default_keep", "default_dilated", "default_eroded"]
     names = ["default_keep"]
     if side is not None and first_on_side:
@@ -273,7 +274,7 @@ def default_mask_names(lesion: str, side: str | None, first_on_side: bool) -> li
 def default_masks(lesion: str, shown: np.ndarray, lung_sources: Mapping[str, np.ndarray], scale: ScaledDeform):
     """Return the rendered default masks (see the module doc); ``lung_sources`` maps ``{side}_{chex|cxas}``."""
     out = {"default_keep": shown}
-    if lesion == CARDIOMEGALY:
+    if traits(lesion).percept.deform == "organ":
         square = np.ones((scale.default_kernel, scale.default_kernel), dtype=bool)
         out["default_dilated"] = ndimage.binary_dilation(shown, structure=square, iterations=3)
         out["default_eroded"] = ndimage.binary_erosion(shown, structure=square, iterations=3)

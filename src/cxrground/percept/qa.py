@@ -31,6 +31,7 @@ from cxrground.vocab.percept_templates import (
     mask_options,
     point_options,
 )
+from cxrground.vocab.traits import traits
 
 __all__ = ["CaseImages", "detection_qa", "lesion_free_case", "points_answer_text", "positive_case"]
 
@@ -121,5 +122,5 @@ def positive_case(lesion: str, pair_id: str, dicom_id: str, case_id: str, path: 
         "contour_revision_qa_revision_result": revision,
     }
     return {"detection_qa": detection_qa(lesion, True, images.stage1), "contour_qa": contour,
-            "attribute_extraction_qa": None if lesion == "cardiomegaly" else dict(attributes or {}),
+            "attribute_extraction_qa": dict(attributes or {}) if traits(lesion).percept.attributes else None,
             **_ids(lesion, pair_id, dicom_id, case_id, path, image_size)}

@@ -19,7 +19,7 @@ from cxrground.anatomy.overlap import ComponentOverlap, component_overlap
 from cxrground.anatomy.percept_regions import PerceptGeometry, geometry_lungs, percept_geometry
 from cxrground.errors import InputError
 from cxrground.io.masks import as_mask, check_same_shape
-from cxrground.percept.config import CARDIOMEGALY, DeformConfig
+from cxrground.percept.config import DeformConfig
 from cxrground.percept.deform.base import Deformer
 from cxrground.percept.deform.sampling import CONTRACTION, EXPANSION, side_of
 from cxrground.percept.distractors import (
@@ -35,6 +35,7 @@ from cxrground.percept.distractors import (
 from cxrground.percept.refine import Refinement, refine_mask
 from cxrground.percept.steps import StepFailure, deform_component, plan_steps
 from cxrground.vocab.lesions import LESIONS
+from cxrground.vocab.traits import traits
 
 __all__ = ["LungSources", "MaskChoice", "RevisionFailure", "RevisionPlan", "plan_revision"]
 
@@ -160,8 +161,8 @@ def plan_revision(
         raise RevisionFailure(f"candidate mask has no component of ≥ {scale.min_area:.0f} px after refinement (§6)")
     right, left = geometry_lungs(lungs.right, lungs.left, lesion=refinement.optimal)
     geometry = percept_geometry(right, left)
-    cardio = lesion == CARDIOMEGALY
-    overlaps = [component_overlap(c.mask, geometry, cardiomegaly=cardio) for c in comps]
+    organ = traits(lesion).percept.deform == "organ"  # cardiomegaly: zones only, points anywhere
+    overlaps = [component_overlap(c.mask, geometry, cardiomegaly=organ) for c in comps]
     lung_union = right | left
     deformations = {
         c.id: deform_component(image, c, ov, geometry, lesion, lung_union, deformer, rng, cfg)
@@ -173,7 +174,7 @@ def plan_revision(
         raise RevisionFailure(f"deformation failed: {exc.reason}") from exc
 
     depth = cfg.depth(lesion)
-    point_region = np.ones(cand.shape, dtype=bool) if cardio or not lung_union.any() else lung_union
+    point_region = np.ones(cand.shape, dtype=bool) if organ or not lung_union.any() else lung_union
     mask_region = lung_union if lung_union.any() else np.ones(cand.shape, dtype=bool)
     for comp in comps:
         earlier: list = []

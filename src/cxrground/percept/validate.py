@@ -28,12 +28,15 @@ from cxrground.vocab.percept_templates import (
     PATH_REVISION_REQUIRED,
     POINT_COLORS,
 )
+from cxrground.vocab.traits import lesions_where
 
 __all__ = ["LEAK_WORDS", "validate_benchmark"]
 
 #: Words that must not appear in any path of the benchmark (§10.3).
 LEAK_WORDS: Final[tuple[str, ...]] = ("answer", "fake", "true", "positive", "negative", "correct")
 _TEXT_CHUNKS: Final[tuple[bytes, ...]] = (b"tEXt", b"zTXt", b"iTXt")
+#: Lesions whose RF/RR cases have no Stage 4 (cardiomegaly).
+_NO_STAGE4: Final[tuple[str, ...]] = lesions_where(lambda t: not t.percept.attributes)
 _CARD_ROW = re.compile(r"^\| (\w+) \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \|")
 _PATHS = (PATH_LESION_FREE, PATH_REVISION_FREE, PATH_REVISION_REQUIRED)
 
@@ -143,9 +146,10 @@ def _check_case(root: Path, key: str, case: Case, problems: list[str]) -> None:
         for k, opt in enumerate(rev.answer_options, start=1):
             _check_image(root, opt.relative_path, size, f"{where}.option{k}", problems)
     attrs = case.attribute_extraction_qa
-    if case.lesion_of(key) == "cardiomegaly":
+    lesion = case.lesion_of(key)
+    if lesion in _NO_STAGE4:
         if attrs is not None:
-            problems.append(f"{key}: cardiomegaly has no attribute_extraction_qa")
+            problems.append(f"{key}: {lesion} has no attribute_extraction_qa")
         return
     if attrs is None:
         problems.append(f"{key}: lung-lesion positive case without attribute_extraction_qa")

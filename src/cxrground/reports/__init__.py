@@ -1,14 +1,20 @@
 """Radiology reports: reading (MIMIC-style text, Open-i/IU XML, JSONL/CSV tables), sectioning,
-the ILS §6 section choice (findings → impression → last_paragraph) and sentence numbering."""
+the ILS §6 section choice (findings → impression → last_paragraph), the section policies
+(``findings`` / ``impression`` / ``findings+impression``) and sentence numbering."""
 
 from cxrground.reports.iu_xml import parse_iu_xml, read_iu_xml
 from cxrground.reports.model import (
+    DEFAULT_SECTION_POLICY,
+    MERGED_SECTION,
     REPORT_FORMATS,
     SECTION_NAMES,
+    SECTION_POLICIES,
     Report,
     ReportFormat,
     SectionChoice,
     SectionName,
+    SectionPart,
+    SectionPolicy,
     Sentence,
 )
 from cxrground.reports.readers import (
@@ -24,14 +30,18 @@ from cxrground.reports.readers import (
 from cxrground.reports.sections import (
     HEADINGS,
     NO_SECTION_REASON,
+    POLICY_ORDERS,
     SECTION_ORDER,
     Heading,
+    check_section_policy,
     choose_section,
     find_headings,
     last_paragraph,
     make_section_choice,
+    merge_sections,
     normalise_heading,
     parse_sections,
+    select_section,
 )
 from cxrground.reports.sentences import (
     make_sentences,
@@ -42,19 +52,26 @@ from cxrground.reports.sentences import (
 )
 
 __all__ = [
+    "DEFAULT_SECTION_POLICY",
     "HEADINGS",
+    "MERGED_SECTION",
     "NO_SECTION_REASON",
+    "POLICY_ORDERS",
     "REPORT_FORMATS",
     "REPORT_SUFFIXES",
     "SECTION_NAMES",
     "SECTION_ORDER",
+    "SECTION_POLICIES",
     "STAGE",
     "Heading",
     "Report",
     "ReportFormat",
     "SectionChoice",
     "SectionName",
+    "SectionPart",
+    "SectionPolicy",
     "Sentence",
+    "check_section_policy",
     "choose_section",
     "expand_report_paths",
     "find_headings",
@@ -62,6 +79,7 @@ __all__ = [
     "list_report_files",
     "make_section_choice",
     "make_sentences",
+    "merge_sections",
     "normalise_heading",
     "normalise_whitespace",
     "number_sentences",
@@ -73,5 +91,6 @@ __all__ = [
     "read_report",
     "read_report_table",
     "read_reports",
+    "select_section",
     "split_sentences",
 ]

@@ -1,6 +1,6 @@
-"""Typed records of the report stage: :class:`Report`, :class:`Sentence`, :class:`SectionChoice`.
+"""Typed records of the report stage: :class:`Report`, :class:`Sentence`, :class:`SectionChoice`, :class:`SectionPart`.
 
-All three are frozen dataclasses. Sequences are stored as tuples; ``Report.sections`` and
+All four are frozen dataclasses. Sequences are stored as tuples; ``Report.sections`` and
 ``Report.metadata`` are ordinary (ordered) dicts that must be treated as read-only.
 """
 
@@ -10,12 +10,20 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, get_args
 
 ReportFormat = Literal["mimic", "iu_xml", "text"]
-SectionName = Literal["findings", "impression", "last_paragraph"]
+SectionName = Literal["findings", "impression", "last_paragraph", "findings+impression"]
+SectionPolicy = Literal["findings", "impression", "findings+impression"]
 
 #: Formats a :class:`Report` can come from.
 REPORT_FORMATS: Final[tuple[str, ...]] = get_args(ReportFormat)
-#: Names a :class:`SectionChoice` can carry, in the fallback order of ILS §6.
+#: Names a :class:`SectionChoice` can carry: the single sections in the fallback order of ILS §6, then the merged
+#: findings + impression section of the ``findings+impression`` policy.
 SECTION_NAMES: Final[tuple[str, ...]] = get_args(SectionName)
+#: Name of the merged section (findings sentences first, then impression sentences, numbered on).
+MERGED_SECTION: Final[str] = "findings+impression"
+#: Section policies (see :func:`cxrground.reports.sections.select_section`); the first is the paper's (ILS §6).
+SECTION_POLICIES: Final[tuple[str, ...]] = get_args(SectionPolicy)
+#: The paper's choice: one section, findings, else impression, else the last paragraph.
+DEFAULT_SECTION_POLICY: Final[str] = "findings"
 
 
 @dataclass(frozen=True)
@@ -107,17 +115,30 @@ class Sentence:
 
 
 @dataclass(frozen=True)
-class SectionChoice:
-    """The single report section used for a study (ILS §6).
+class SectionPart:
+    """The sentences ``first``..``last`` (1-based, inclusive) of a :class:`SectionChoice` come from section ``name``."""
 
-    ``text`` is the section as found in the report; ``sentences`` its split sentences;
-    ``section_content`` the numbered form ``"(1) First. (2) Second."``.
+    name: str
+    first: int
+    last: int
+
+
+@dataclass(frozen=True)
+class SectionChoice:
+    """The report section used for a study (ILS §6), or findings and impression merged into one.
+
+    ``text`` is the section as found in the report (merged: findings text, a blank line, impression text);
+    ``sentences`` its split sentences; ``section_content`` the numbered form ``"(1) First. (2) Second."``.
+    ``parts`` says which sentences come from which report section: one part for a single section (filled in
+    when not given); for the merged section the findings sentences keep their numbers 1..n and the
+    impression sentences are numbered on from n + 1.
     """
 
     name: SectionName
     text: str
     sentences: tuple[Sentence, ...]
     section_content: str
+    parts: tuple[SectionPart, ...] = ()
 
     def __post_init__(self) -> None:
         if self.name not in SECTION_NAMES:
@@ -126,6 +147,22 @@ class SectionChoice:
         for position, sentence in enumerate(self.sentences, start=1):
             if sentence.index != position:
                 raise ValueError(f"sentence at position {position} has index {sentence.index}")
+        parts = tuple(self.parts) or ((SectionPart(self.name, 1, len(self.sentences)),) if self.sentences else ())
+        expected = 1
+        for part in parts:
+            if part.first != expected or part.last < part.first:
+                raise ValueError(f"section parts must cover sentences 1..{len(self.sentences)} in order: {parts}")
+            expected = part.last + 1
+        if expected != len(self.sentences) + 1:
+            raise ValueError(f"section parts must cover sentences 1..{len(self.sentences)} in order: {parts}")
+        object.__setattr__(self, "parts", parts)
+
+    def part_of(self, index: int) -> str:
+        """Name of the report section that sentence ``index`` (1-based) comes from."""
+        for part in self.parts:
+            if part.first <= index <= part.last:
+                return part.name
+        raise IndexError(f"sentence index {index} out of range 1..{len(self.sentences)}")
 
     def sentence(self, index: int) -> Sentence:
         """Return the sentence numbered ``index`` (1-based); ``IndexError`` if there is none."""
@@ -140,4 +177,6 @@ class SectionChoice:
             "text": self.text,
             "sentences": [{"index": s.index, "text": s.text} for s in self.sentences],
             "section_content": self.section_content,
+            **({"parts": [{"name": p.name, "first": p.first, "last": p.last} for p in self.parts]}
+               if len(self.parts) > 1 else {}),
         }

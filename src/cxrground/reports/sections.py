@@ -26,6 +26,19 @@ deviations listed here:
 :func:`choose_section` applies the ILS §6 order ``findings`` → ``impression`` → ``last_paragraph``.
 A section whose text has no word other than de-identification blanks (``___``, ``XXXX``) counts as
 absent.
+
+Section policies (:func:`select_section`, ``--sections`` of ``ils build`` and ``reports structure``):
+
+* ``findings`` (default, the paper's ILS §6 choice): one section, findings → impression → last_paragraph.
+* ``impression``: one section, impression → findings → last_paragraph.
+* ``findings+impression``: both sections when the report has both, merged by :func:`merge_sections` into one
+  :class:`~cxrground.reports.model.SectionChoice` named ``findings+impression``. **Sentence numbering**: the
+  findings sentences keep their numbers ``(1)``..``(n)`` and the impression sentences follow as
+  ``(n+1)``..``(n+m)``; ``section_content`` is the numbered text of both and ``parts`` records which numbers
+  come from which section, so every ``sent_idx`` points into ``section_content`` as in ILS §6. A report with
+  only one of the two sections gets that section alone (named ``findings`` or ``impression``), else the last
+  paragraph. Duplicate findings (one lesion + location reported in both sections) are removed after
+  structuring (:func:`cxrground.reports.structure.resolve_findings`): the findings section wins.
 """
 
 from __future__ import annotations
@@ -35,24 +48,41 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from cxrground.reports.model import SECTION_NAMES, Report, SectionChoice
+from cxrground.reports.model import (
+    DEFAULT_SECTION_POLICY,
+    MERGED_SECTION,
+    SECTION_POLICIES,
+    Report,
+    SectionChoice,
+    SectionPart,
+    Sentence,
+)
 from cxrground.reports.sentences import make_sentences, number_sentences
 
 __all__ = [
     "HEADINGS",
     "NO_SECTION_REASON",
+    "POLICY_ORDERS",
     "SECTION_ORDER",
     "Heading",
+    "check_section_policy",
     "choose_section",
     "find_headings",
     "last_paragraph",
     "make_section_choice",
+    "merge_sections",
     "normalise_heading",
     "parse_sections",
+    "select_section",
 ]
 
 #: ILS §6 fallback order.
-SECTION_ORDER: Final[tuple[str, ...]] = SECTION_NAMES
+SECTION_ORDER: Final[tuple[str, ...]] = ("findings", "impression", "last_paragraph")
+#: Fallback order of the single-section policies.
+POLICY_ORDERS: Final[dict[str, tuple[str, ...]]] = {
+    "findings": SECTION_ORDER,
+    "impression": ("impression", "findings", "last_paragraph"),
+}
 #: Failure reason callers record when :func:`choose_section` returns None.
 NO_SECTION_REASON: Final[str] = "no usable section"
 
@@ -311,9 +341,45 @@ def make_section_choice(name: str, text: str) -> SectionChoice | None:
 def choose_section(report: Report, order: Sequence[str] = SECTION_ORDER) -> SectionChoice | None:
     """Return the first usable section of ``report`` in ILS §6 order, or None (record :data:`NO_SECTION_REASON`)."""
     for name in order:
-        if name not in SECTION_NAMES:
-            raise ValueError(f"unknown section {name!r}; expected names from {SECTION_NAMES}")
+        if name not in SECTION_ORDER:
+            raise ValueError(f"unknown section {name!r}; expected names from {SECTION_ORDER}")
         choice = make_section_choice(name, report.sections.get(name, ""))
         if choice is not None:
             return choice
     return None
+
+
+def check_section_policy(policy: str) -> str:
+    """Return ``policy`` if it is a known section policy (:data:`.model.SECTION_POLICIES`), else raise ValueError."""
+    if policy not in SECTION_POLICIES:
+        raise ValueError(f"unknown section policy {policy!r}; expected one of {', '.join(SECTION_POLICIES)}")
+    return policy
+
+
+def merge_sections(choices: Sequence[SectionChoice]) -> SectionChoice:
+    """Return ``choices`` (single sections, in order) as one section: sentences numbered on, ``parts`` recorded."""
+    if len(choices) == 1:
+        return choices[0]
+    sentences: list[Sentence] = []
+    parts: list[SectionPart] = []
+    for choice in choices:
+        first = len(sentences) + 1
+        sentences.extend(Sentence(len(sentences) + 1, s.text) for s in choice.sentences)
+        parts.append(SectionPart(choice.name, first, len(sentences)))
+    text = "\n\n".join(c.text for c in choices)
+    return SectionChoice(MERGED_SECTION, text, tuple(sentences), number_sentences(sentences),  # type: ignore[arg-type]
+                         tuple(parts))
+
+
+def select_section(report: Report, policy: str = DEFAULT_SECTION_POLICY) -> SectionChoice | None:
+    """Return the section of ``report`` that ``policy`` reads (see the module docstring), or None.
+
+    None means the report has no usable section: record :data:`NO_SECTION_REASON`.
+    """
+    if check_section_policy(policy) in POLICY_ORDERS:
+        return choose_section(report, POLICY_ORDERS[policy])
+    found = [c for name in ("findings", "impression")
+             if (c := make_section_choice(name, report.sections.get(name, ""))) is not None]
+    if found:
+        return merge_sections(found)
+    return choose_section(report, ("last_paragraph",))

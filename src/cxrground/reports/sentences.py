@@ -7,7 +7,8 @@ Rules of :func:`split_sentences`, in order:
    removed from its text. A number counts as a list marker at the start of a line or paragraph,
    after sentence punctuation, or when it continues the previous marker (``1. a 2. b``).
 3. Otherwise a sentence ends at ``.``, ``!`` or ``?`` that is attached to a word and followed by
-   whitespace (so ``1.5 cm`` and ``? pneumonia`` never split), except after abbreviations:
+   whitespace (so ``1.5 cm`` and ``? pneumonia`` never split), or at a period that stands alone between spaces
+   (``No effusion . Heart is normal.``), except after abbreviations:
    titles and Latin forms (``Dr.``, ``St.``, ``e.g.``, ``i.e.``, ``vs.``, ``approx.``, ``cf.``),
    ``P.A.``/``A.P.`` and single-letter initials never split; dotted initialisms (``a.m.``,
    ``U.S.``) and short forms such as ``pt.``, ``yrs.``, ``etc.`` split only when the next word
@@ -94,8 +95,11 @@ def _split_list_items(block: str) -> list[str]:
 
 def _is_boundary(piece: str, term_start: int, term: str, sentence_start: int) -> bool:
     """Decide whether the terminator ``term`` at ``term_start`` of ``piece`` ends a sentence."""
-    if term_start == 0 or piece[term_start - 1].isspace():
-        return False  # "with ? pneumonia": a free-standing mark is not an end
+    if term_start == 0:
+        return False
+    if piece[term_start - 1].isspace():
+        # "with ? pneumonia": a free-standing "?" or "!" is not an end; a free-standing period is ("effusion . The")
+        return term.startswith(".") and bool(piece[:term_start].strip())
     if not term.startswith(".") or len(term.rstrip("\"')]")) > 1:
         return True  # "!", "?", "..", "?!" always end
     word_start = piece.rfind(" ", 0, term_start) + 1

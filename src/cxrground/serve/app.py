@@ -60,6 +60,7 @@ from cxrground.serve.schemas import ChatCompletionRequest, SegmentRequest
 from cxrground.vocab import ils_templates
 from cxrground.vocab.lesions import LESIONS
 from cxrground.vocab.locations import ILS_LOCATION_LABELS
+from cxrground.vocab.traits import traits
 
 __all__ = ["OVERLAY_ALPHA", "OVERLAY_COLOUR", "STATIC_DIR", "create_app", "example_instructions"]
 
@@ -140,7 +141,7 @@ def example_instructions() -> list[str]:
     """One example instruction per lesion and instruction type, rendered by the vocab templates."""
     examples = [ils_templates.instruction("global", lesion) for lesion in LESIONS]
     examples += [ils_templates.instruction("basic", lesion, [ILS_LOCATION_LABELS[i % 2]])
-                 for i, lesion in enumerate(LESIONS) if lesion != "cardiomegaly"]
+                 for i, lesion in enumerate(LESIONS) if not traits(lesion).heart_mask]
     examples.append(ils_templates.instruction("lesion_inference", ils_templates.TENTATIVE_WORD,
                                               [ILS_LOCATION_LABELS[0]]))
     return examples

@@ -1,6 +1,7 @@
 """Single source of truth for the vocabulary and every template string.
 
-- :mod:`.lesions`: the seven lesions and their groups.
+- :mod:`.traits`: the per-lesion trait table (anatomy, extent, contrast, ILS and CheXpercept rules, colours).
+- :mod:`.lesions`: the seven lesions and their groups (derived from the trait table).
 - :mod:`.locations`: ILS location labels, CheXpercept zones, the two join rules.
 - :mod:`.ils_templates`: ILS instructions and answers (ILS.md §4).
 - :mod:`.percept_templates`: CheXpercept questions, options, prompts and oracle texts.
@@ -25,6 +26,7 @@ from cxrground.vocab.locations import (
     join_percept,
     split_ils,
 )
+from cxrground.vocab.traits import LESION_TRAITS, LesionTraits, is_diffuse, lives_in, traits
 
 __all__ = [
     "BOTH_LUNGS",
@@ -33,11 +35,16 @@ __all__ = [
     "ILS_LOCATION_LABELS",
     "LESIONS",
     "LESION_INFERENCE_LESIONS",
+    "LESION_TRAITS",
     "LUNG_LESIONS",
     "PERCEPT_ZONES",
     "SIDES",
+    "LesionTraits",
     "check_lesion",
+    "is_diffuse",
     "join_ils",
     "join_percept",
+    "lives_in",
     "split_ils",
+    "traits",
 ]

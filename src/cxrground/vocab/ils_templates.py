@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+from cxrground.vocab.lesions import HEART_MASK_LESIONS
 from cxrground.vocab.locations import join_ils, split_ils
 
 InstructionType = Literal["basic", "global", "lesion_inference"]
@@ -74,7 +75,7 @@ def positive_answer(
     if kind == "basic":
         return BASIC_POSITIVE
     if kind == "global":
-        if target == "cardiomegaly":
+        if target in HEART_MASK_LESIONS:  # the location is the heart: no location sentence
             return GLOBAL_POSITIVE_CARDIOMEGALY
         return GLOBAL_POSITIVE.format(location=_loc(location))
     if kind == "lesion_inference":

@@ -1,21 +1,20 @@
-"""The seven lesion types of ILS and CheXpercept (ILS.md §2, CHEXPERCEPT.md §1.1)."""
+"""The seven lesion types of ILS and CheXpercept (ILS.md §2, CHEXPERCEPT.md §1.1).
+
+Every group here is derived from the trait table of :mod:`cxrground.vocab.traits` (one source of truth).
+"""
 
 from __future__ import annotations
 
 from typing import Final, Literal
 
+from cxrground.vocab.traits import LESION_TRAITS, groups
+
 Lesion = Literal["cardiomegaly", "pneumonia", "atelectasis", "opacity", "consolidation", "edema", "effusion"]
 
-#: Paper table order (CA, PN, AT, OP, CO, ED, EF).
-LESIONS: Final[tuple[str, ...]] = (
-    "cardiomegaly",
-    "pneumonia",
-    "atelectasis",
-    "opacity",
-    "consolidation",
-    "edema",
-    "effusion",
-)
+_GROUPS = groups(LESION_TRAITS)
+
+#: Paper table order (CA, PN, AT, OP, CO, ED, EF): the order of the trait table.
+LESIONS: Final[tuple[str, ...]] = _GROUPS.lesions
 
 #: Iteration order of the reference evaluation code.
 EVAL_ORDER: Final[tuple[str, ...]] = (
@@ -27,25 +26,22 @@ EVAL_ORDER: Final[tuple[str, ...]] = (
     "opacity",
     "pneumonia",
 )
+if sorted(EVAL_ORDER) != sorted(LESIONS):
+    raise ValueError(f"EVAL_ORDER {EVAL_ORDER} must list exactly the lesions of the trait table {LESIONS}")
 
-ABBREVIATIONS: Final[dict[str, str]] = {
-    "cardiomegaly": "CA",
-    "pneumonia": "PN",
-    "atelectasis": "AT",
-    "opacity": "OP",
-    "consolidation": "CO",
-    "edema": "ED",
-    "effusion": "EF",
-}
+ABBREVIATIONS: Final[dict[str, str]] = _GROUPS.abbreviations
 
 #: Lesions whose basic positives also yield a lesion-inference pair.
-LESION_INFERENCE_LESIONS: Final[tuple[str, ...]] = ("pneumonia", "atelectasis", "edema")
+LESION_INFERENCE_LESIONS: Final[tuple[str, ...]] = _GROUPS.lesion_inference
 
 #: Lesions that lie inside the lungs (everything but the heart and the pleura).
-LUNG_LESIONS: Final[tuple[str, ...]] = ("pneumonia", "atelectasis", "opacity", "consolidation", "edema")
+LUNG_LESIONS: Final[tuple[str, ...]] = _GROUPS.lung
 
-#: The lesion that takes the edema thresholds of ILS Table 7.
-DIFFUSE_LESIONS: Final[tuple[str, ...]] = ("edema",)
+#: Lesions that spread diffusely over the lungs (edema; it takes the edema column of ILS Table 7).
+DIFFUSE_LESIONS: Final[tuple[str, ...]] = _GROUPS.diffuse
+
+#: Lesions whose mask is the heart itself (global pairs only, location ``heart``, answer ``[SEG]``).
+HEART_MASK_LESIONS: Final[tuple[str, ...]] = _GROUPS.heart_mask
 
 
 def check_lesion(name: str) -> str:

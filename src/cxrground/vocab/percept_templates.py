@@ -5,7 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from cxrground.vocab.lesions import HEART_MASK_LESIONS
 from cxrground.vocab.locations import PERCEPT_ZONE_DISPLAY, join_percept
+from cxrground.vocab.traits import groups
+
+_GROUPS = groups()
 
 # --- paths ---------------------------------------------------------------------------------------
 PATH_REVISION_REQUIRED: Final[str] = "revision_required"
@@ -26,7 +30,7 @@ YES_NO: Final[tuple[str, str]] = ("Yes", "No")
 # --- stage 1: detection --------------------------------------------------------------------------
 DETECTION_PLAIN: Final[str] = "Is any {lesion} visible in the image?"
 DETECTION_SUGGESTIVE: Final[str] = "Is any finding suggestive of {lesion} visible in the image?"
-DETECTION_PLAIN_LESIONS: Final[tuple[str, str]] = ("opacity", "consolidation")
+DETECTION_PLAIN_LESIONS: Final[tuple[str, ...]] = _GROUPS.plain_detection  # opacity, consolidation
 
 # --- stage 2: contour evaluation -----------------------------------------------------------------
 CONTOUR_EVAL: Final[str] = (
@@ -165,7 +169,6 @@ ORACLE_O5: Final[str] = (
 )
 
 # --- candidate instruction (§2) ------------------------------------------------------------------
-CANDIDATE_CARDIOMEGALY: Final[str] = "Segment the cardiomegaly."
 CANDIDATE_GLOBAL: Final[str] = "Segment the {target}."
 CANDIDATE_LOCATED: Final[str] = "Segment the {target} in the {location}."
 BILATERAL_LOCATIONS: Final[tuple[str, str]] = ("right lung and left lung", "left lung and right lung")
@@ -196,13 +199,13 @@ def detection_stem(lesion: str) -> str:
 
 
 def contour_eval_stem(lesion: str) -> str:
-    """Stage-2 stem; lung lesions get the heart note."""
-    return CONTOUR_EVAL.format(lesion=lesion) + ("" if lesion == "cardiomegaly" else HEART_NOTE)
+    """Stage-2 stem; every lesion but those without the note (cardiomegaly) gets the heart note."""
+    return CONTOUR_EVAL.format(lesion=lesion) + ("" if lesion in _GROUPS.no_heart_note else HEART_NOTE)
 
 
 def initial_context(lesion: str) -> str:
-    """Stage-3 initial context; lung lesions get the heart note."""
-    return INITIAL_CONTEXT + ("" if lesion == "cardiomegaly" else HEART_NOTE)
+    """Stage-3 initial context; every lesion but those without the note (cardiomegaly) gets the heart note."""
+    return INITIAL_CONTEXT + ("" if lesion in _GROUPS.no_heart_note else HEART_NOTE)
 
 
 def point_options(colors: Sequence[str]) -> list[str]:
@@ -251,8 +254,8 @@ def oracle_o5(n: int) -> str:
 
 def candidate_instruction(target: str, location: Sequence[str]) -> str:
     """The instruction used to ask an ILS model for a candidate mask (§2)."""
-    if target == "cardiomegaly":
-        return CANDIDATE_CARDIOMEGALY
+    if target in HEART_MASK_LESIONS:  # "Segment the cardiomegaly."
+        return CANDIDATE_GLOBAL.format(target=target)
     if not location:
         return CANDIDATE_GLOBAL.format(target=target)
     text = join_percept(location)

@@ -35,22 +35,15 @@ from cxrground.errors import ConfigError
 from cxrground.io.masks import decode_rle, write_mask_png
 from cxrground.vocab import LESIONS
 from cxrground.vocab.lesions import ABBREVIATIONS
+from cxrground.vocab.traits import LESION_TRAITS
 
 INDEX_COLUMNS: Final[tuple[str, ...]] = (
     "subject_id", "study_id", "dicom_id", "view", "image_path", "report_path", "height", "width",
 )
 PREVIEW_STUDIES: Final[int] = 16
 PREVIEW_TILE: Final[int] = 256
-#: Overlay colour of each lesion in preview.png (RGB).
-LESION_COLORS: Final[dict[str, tuple[int, int, int]]] = {
-    "cardiomegaly": (255, 200, 0),
-    "pneumonia": (255, 60, 60),
-    "atelectasis": (0, 200, 255),
-    "opacity": (255, 120, 255),
-    "consolidation": (255, 140, 0),
-    "edema": (80, 255, 80),
-    "effusion": (60, 110, 255),
-}
+#: Overlay colour of each lesion in preview.png (RGB): the ``colour`` trait.
+LESION_COLORS: Final[dict[str, tuple[int, int, int]]] = {name: t.colour for name, t in LESION_TRAITS.items()}
 
 
 @dataclass

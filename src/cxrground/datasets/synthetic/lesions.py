@@ -20,11 +20,12 @@ import numpy as np
 from cxrground.datasets.synthetic.fields import blur, ellipse_radius, grid, smooth_noise, soft_step
 from cxrground.datasets.synthetic.phantom import SIDE_SIGN, Anatomy
 from cxrground.vocab import HEART, SIDES
+from cxrground.vocab.traits import is_diffuse, lesions_where, traits
 
 #: A lung lesion's mask keeps the pixels where its density is at least this fraction of its peak.
 MASK_FRACTION: Final[float] = 0.35
 #: Focal lung lesions that may occur twice in a study (in different places).
-LUNG_FOCAL: Final[tuple[str, ...]] = ("pneumonia", "consolidation", "opacity", "atelectasis")
+LUNG_FOCAL: Final[tuple[str, ...]] = lesions_where(lambda t: t.anatomy == "lung" and t.extent == "focal")
 #: Smallest accepted lesion mask, as a fraction of the image area (smaller draws are redrawn larger).
 MIN_AREA_FRACTION: Final[float] = 0.0008
 
@@ -228,7 +229,7 @@ def placement_labels(rng: np.random.Generator, spec: LesionSpec) -> list[str]:
         return list(site.place)
     if site.key == "heart":
         return [HEART]
-    if spec.lesion == "edema" or site.spread == "diffuse":
+    if is_diffuse(spec.lesion) or site.spread == "diffuse":
         return [RL, LL]
     if site.key == "rlung":
         return [_zone_for_side(rng, "right", spec.lesion)]
@@ -447,7 +448,7 @@ def draw_lesion(
     locations: dict[str, np.ndarray],
 ) -> DrawnLesion:
     """Draw one finding; ``locations`` are the ILS location masks of the phantom's lungs."""
-    if spec.lesion == "cardiomegaly":
+    if traits(spec.lesion).heart_mask:  # the lesion is the (enlarged) heart itself
         return DrawnLesion(spec, None, anatomy.heart.copy(), [HEART])
     shape = (anatomy.height, anatomy.width)
     lungs = anatomy.lungs

@@ -19,6 +19,8 @@ from typing import Final
 import numpy as np
 
 from cxrground.datasets.synthetic.lesions import LesionSpec, Site
+from cxrground.vocab.lesions import LUNG_LESIONS
+from cxrground.vocab.traits import lives_in
 
 #: Words or phrases that make a sentence hedged (``certainty: tentative``).
 HEDGE_WORDS: Final[tuple[str, ...]] = (
@@ -39,7 +41,6 @@ HEDGE_WORDS: Final[tuple[str, ...]] = (
 #: Words that negate a lesion in a sentence.
 NEGATION_WORDS: Final[tuple[str, ...]] = ("no", "without", "not", "free of", "negative for")
 
-LUNG_FAMILY: Final[tuple[str, ...]] = ("pneumonia", "consolidation", "opacity", "atelectasis", "edema")
 AIRSPACE: Final[tuple[str, ...]] = ("pneumonia", "consolidation", "opacity")
 
 
@@ -460,11 +461,11 @@ def compose_report(
             continue
         if lesion in AIRSPACE and present & set(AIRSPACE):
             continue
-        if lesion == "opacity" and present & set(LUNG_FAMILY):
+        if lesion == "opacity" and present & set(LUNG_LESIONS):
             continue  # every drawn lung lesion is an opacity
-        if lesion == "atelectasis" and present & set(LUNG_FAMILY):
+        if lesion == "atelectasis" and present & set(LUNG_LESIONS):
             continue
-        if lesion == "cardiomegaly" and heart_status != "normal":
+        if lives_in(lesion) == "heart" and heart_status != "normal":
             continue
         if rng.random() < probs[lesion] * (0.6 if impression_only else 1.0):
             candidates.append(lesion)
@@ -493,20 +494,20 @@ def compose_report(
     negs = negation_sentences(rng, candidates)
 
     # order: devices, lung findings, lung normals/negations, pleura, heart, mediastinum, bones
-    lung_idx = [i for i in reported if specs[i].lesion in LUNG_FAMILY]
+    lung_idx = [i for i in reported if lives_in(specs[i].lesion) == "lung"]
     rng.shuffle(lung_idx)
-    pleural_idx = [i for i in reported if specs[i].lesion == "effusion"]
-    heart_idx = [i for i in reported if specs[i].lesion == "cardiomegaly"]
+    pleural_idx = [i for i in reported if lives_in(specs[i].lesion) == "pleura"]
+    heart_idx = [i for i in reported if lives_in(specs[i].lesion) == "heart"]
     sentences: list[str] = []
     if sternotomy:
         t = str(rng.choice(STERNOTOMY))
         sentences.append(t)
         result.other.append(t)
     sentences += [finding_sents[i] for i in lung_idx]
-    lung_negs = [n for n in negs if not set(n[1]) & {"effusion", "cardiomegaly"}]
-    pleura_negs = [n for n in negs if "effusion" in n[1]]
-    heart_negs = [n for n in negs if "cardiomegaly" in n[1]]
-    any_lung_lesion = bool(present & set(LUNG_FAMILY)) or "effusion" in present
+    lung_negs = [n for n in negs if all(lives_in(lesion) == "lung" for lesion in n[1])]
+    pleura_negs = [n for n in negs if any(lives_in(lesion) == "pleura" for lesion in n[1])]
+    heart_negs = [n for n in negs if any(lives_in(lesion) == "heart" for lesion in n[1])]
+    any_lung_lesion = any(lives_in(lesion) in ("lung", "pleura") for lesion in present)
     if not any_lung_lesion and not impression_only and rng.random() < 0.7:
         t = str(rng.choice(LUNGS_CLEAR))
         sentences.append(t)

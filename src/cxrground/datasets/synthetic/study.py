@@ -33,6 +33,7 @@ from cxrground.datasets.synthetic.report import compose_report
 from cxrground.errors import ConfigError
 from cxrground.io.masks import encode_rle
 from cxrground.vocab import ILS_LOCATION_LABELS, LESIONS
+from cxrground.vocab.traits import traits
 
 #: CTR bands of the heart states that are not cardiomegaly.
 NORMAL_CTR: Final[tuple[float, float]] = (0.38, 0.445)
@@ -168,7 +169,7 @@ def plan_study(rng: np.random.Generator, config: SynthConfig) -> StudyPlan:
                 others = {k: w for k, w in SITE_WEIGHTS[lesion].items() if not taken & set(SITES[k].sides)}
                 if others:
                     plan.specs.append(_spec(rng, lesion, choose(rng, others), config))
-    cardio = [s for s in plan.specs if s.lesion == "cardiomegaly"]
+    cardio = [s for s in plan.specs if traits(s.lesion).heart_mask]
     if cardio:
         plan.heart_status = "enlarged"
         plan.ctr_band = CARDIOMEGALY_CTR[cardio[0].severity]
@@ -231,10 +232,8 @@ def generate_study(seed: int, index: int, config: SynthConfig | None = None) -> 
         k = len(lesion_masks)
         lesion_masks.append(d.mask)
         sentence, section, phrase, imp = rep.findings.get(i, (None, None, None, None))
-        if spec.lesion == "cardiomegaly":
-            overlap = ["heart"]
-        else:
-            overlap = overlapped_labels(d.mask, locations, ILS_LOCATION_LABELS)
+        heart_lesion = traits(spec.lesion).heart_mask
+        overlap = ["heart"] if heart_lesion else overlapped_labels(d.mask, locations, ILS_LOCATION_LABELS)
         if phrase is None and spec.site.adjs:
             phrase = spec.site.adjs[0]
         findings.append(FindingTruth(
@@ -249,7 +248,7 @@ def generate_study(seed: int, index: int, config: SynthConfig | None = None) -> 
             site=spec.site.key,
             reported_location=list(spec.site.labels),
             overlap_location=overlap,
-            placed_location=[lab for lab in d.placed if lab != "heart"] if spec.lesion != "cardiomegaly" else ["heart"],
+            placed_location=["heart"] if heart_lesion else [lab for lab in d.placed if lab != "heart"],
             severity=spec.severity or None,
             appearance=spec.appearance or None,
             mask_index=k,

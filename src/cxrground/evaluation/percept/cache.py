@@ -1,9 +1,11 @@
 """SQLite response cache of the CheXpercept harness (one file, WAL, safe for concurrent writers).
 
-Built on :class:`cxrground.reports.structure.cache.ResponseCache`. The key is the SHA-256 of the canonical
-JSON of client kind + model, decoding settings and the exact message list, images included
-(:func:`percept_cache_key`). The stored request record replaces every image data URL by its SHA-256 so that
-the file stays small; the stored value is the JSON ``{content, usage, model_version}`` of the response.
+Built on :class:`cxrground.llm.ResponseCache`. The key (:func:`percept_cache_key`) is
+:func:`cxrground.llm.cache_key` of the client's identity (``openai``: kind + model + base URL; ``hf``: the
+fingerprint of the model folder; baselines: kind + seed), the decoding settings (with the sample's seed when
+sampling), the sample index (repeat), the exact message list, images included, and the client's context
+(the baselines' case id and question id). The stored request record replaces every image data URL by its
+SHA-256 so that the file stays small; the stored value is the JSON ``{content, usage, model_version}``.
 """
 
 from __future__ import annotations
@@ -14,15 +16,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cxrground.reports.structure.cache import ResponseCache, cache_key
+from cxrground.llm import ResponseCache, cache_key
 
 __all__ = ["PerceptCache", "percept_cache_key", "redact_images"]
 
 
-def percept_cache_key(kind: str, model: str, decoding: Mapping[str, Any],
-                      messages: Sequence[Mapping[str, Any]]) -> str:
-    """SHA-256 (hex) of client kind, model, decoding settings and the exact messages."""
-    return cache_key(f"{kind}:{model}", decoding, messages)
+def percept_cache_key(identity: Mapping[str, Any], decoding: Mapping[str, Any], messages: Sequence[Mapping[str, Any]],
+                      sample: int = 0, context: Mapping[str, Any] | None = None) -> str:
+    """SHA-256 (hex) of client identity, decoding settings, sample index, the exact messages and the context."""
+    return cache_key(identity, decoding, messages, sample=sample, context=context)
 
 
 def redact_images(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -55,11 +57,14 @@ class PerceptCache:
         text = self.store.get(key)
         return None if text is None else json.loads(text)
 
-    def put(self, key: str, kind: str, model: str, decoding: Mapping[str, Any],
-            messages: Sequence[Mapping[str, Any]], record: Mapping[str, Any]) -> None:
-        """Store the response ``record`` for ``key``."""
-        request = {"kind": kind, "model": model, "decoding": dict(decoding), "messages": redact_images(messages)}
-        self.store.put(key, f"{kind}:{model}", request, json.dumps(dict(record), sort_keys=True))
+    def put(self, key: str, identity: Mapping[str, Any], decoding: Mapping[str, Any], sample: int,
+            messages: Sequence[Mapping[str, Any]], context: Mapping[str, Any] | None,
+            record: Mapping[str, Any]) -> None:
+        """Store the response ``record`` for ``key`` (the request is kept for reading, images redacted)."""
+        label = ":".join(str(identity.get(k, "")) for k in ("kind", "model") if k in identity) or "?"
+        request = {"model": dict(identity), "decoding": dict(decoding), "sample": int(sample),
+                   "messages": redact_images(messages), "context": dict(context) if context else None}
+        self.store.put(key, label, request, json.dumps(dict(record), sort_keys=True))
 
     def __len__(self) -> int:
         return len(self.store)

@@ -6,6 +6,14 @@ revision result (one image per option, in option order); RF and RR of lung lesio
 location, severity/measurement, comparison (text only). Cardiomegaly has no Stage 4. LF cases have one turn.
 The path comes from the ground truth (never from the model's answers) and every turn of it is asked.
 
+The benchmark file is untrusted input. :func:`plan_benchmark` refuses it as a whole, with one message naming
+the file and the first offending cases, when it has no cases, when a case's lesion is unknown (or missing:
+the key's prefix is not a lesion), when a case lacks a question its path asks (or its path contradicts the
+detection answer), when a ground truth lies outside its options, or when an image path is absolute, has a
+``..`` component or resolves (symlinks followed) outside the benchmark folder: such a file must never make
+the harness send local files to a remote API. :func:`safe_image_path` repeats the path check when an image
+is read.
+
 Each request is the system prompt, then every earlier turn as a user message (its text + its images, re-sent
 in full as PNG data URLs) and an assistant message (the stored response), then the current user message.
 User content is a list of parts: the text part first, then the images in order (choice: the spec says
@@ -27,15 +35,18 @@ import functools
 import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Final, Literal
 
-from cxrground.errors import ImageReadError
+from cxrground.errors import ImageReadError, InputError
 from cxrground.percept.schema import Benchmark, Case
 from cxrground.vocab import percept_templates as pt
+from cxrground.vocab.lesions import LESIONS
+from cxrground.vocab.traits import lesions_where
 
 __all__ = [
     "ATTRIBUTE_QIDS",
+    "MAX_LISTED",
     "MULTI_SELECT",
     "ORACLE_SETTINGS",
     "QIDS",
@@ -45,7 +56,9 @@ __all__ = [
     "Question",
     "format_gt",
     "image_data_url",
+    "plan_benchmark",
     "plan_case",
+    "safe_image_path",
     "user_message",
 ]
 
@@ -58,8 +71,12 @@ STAGE_OF: Final[dict[str, int]] = {"detection": 1, "contour_eval": 2, **dict.fro
                                    **dict.fromkeys(ATTRIBUTE_QIDS, 4)}
 MULTI_SELECT: Final[frozenset[str]] = frozenset({"expansion", "contraction", "location"})
 #: Reference-layout image paths (§10.2), used when a benchmark has no ``relative_path`` for these images.
+#: Lesions whose RF/RR cases have no Stage 4 (cardiomegaly).
+_NO_STAGE4: Final[tuple[str, ...]] = lesions_where(lambda t: not t.percept.attributes)
 _REF_CXR: Final[str] = "{key}/detection_qa/xray.png"
 _REF_POINTS: Final[str] = "{key}/contour_qa/contour_revision_qa/xray_with_mask_and_points.png"
+#: Offending cases named in the message of a refused benchmark.
+MAX_LISTED: Final[int] = 5
 
 
 @dataclass(frozen=True)
@@ -122,16 +139,58 @@ def _point_texts(options: Sequence[Any]) -> tuple[str, ...]:
     return tuple(pt.point_options(colors))
 
 
-def plan_case(key: str, case: Case) -> CasePlan:
-    """Turn plan of ``case`` (§13.2); the path is the ground-truth path (§1.3)."""
-    path = pt.PATH_ABBREVIATIONS[case.path(key)]
+def _case_error(key: str, reason: str) -> InputError:
+    return InputError(f"case {key}: {reason}")
+
+
+def _lesion(key: str, case: Case) -> str:
+    """The case's lesion; an unknown one (or a key prefix that is no lesion when ``lesion`` is absent) raises."""
     lesion = case.lesion_of(key)
+    if lesion in LESIONS:
+        return lesion
+    if case.lesion:
+        raise _case_error(key, f"unknown lesion {lesion!r} (expected one of {', '.join(LESIONS)})")
+    raise _case_error(key, f"no lesion: no 'lesion' field and the key prefix {lesion!r} is not one of "
+                           f"{', '.join(LESIONS)}")
+
+
+def _path(key: str, case: Case) -> str:
+    """The case's path abbreviation (RR/RF/LF); raises when it is missing or contradicts the detection answer."""
+    try:
+        path = pt.PATH_ABBREVIATIONS[case.path(key)]
+    except ValueError:
+        raise _case_error(key, "positive case (detection answer Yes) without contour_qa") from None
+    positive = case.detection_qa.answer == "Yes"
+    if (path != "LF") != positive:
+        raise _case_error(key, f"qa_path {case.qa_path} contradicts the detection answer {case.detection_qa.answer!r}")
+    return path
+
+
+def _check_question(key: str, q: Question) -> None:
+    """A question must have text, options and a ground truth among its options."""
+    if not q.text.strip():
+        raise _case_error(key, f"{q.qid}: empty question")
+    if len(q.options) < 2:
+        raise _case_error(key, f"{q.qid}: {len(q.options)} answer option(s), expected at least 2")
+    if not q.gt or any(not 1 <= i <= len(q.options) for i in q.gt):
+        raise _case_error(key, f"{q.qid}: answer index {list(q.gt)} outside 1..{len(q.options)}")
+
+
+def plan_case(key: str, case: Case) -> CasePlan:
+    """Turn plan of ``case`` (§13.2); the path is the ground-truth path (§1.3).
+
+    Raises :class:`InputError` naming the case when its lesion is unknown, when it lacks a question of its
+    path or when a ground truth is outside its options.
+    """
+    lesion = _lesion(key, case)
+    path = _path(key, case)
     det = case.detection_qa
     qs = [Question("detection", 1, det.question, (det.relative_path or _REF_CXR.format(key=key),),
                    tuple(det.answer_options), (det.answer_index,))]
     if path != "LF":
         cq = case.contour_qa
-        assert cq is not None  # case_path guarantees it
+        if cq is None:
+            raise _case_error(key, f"{path} case without contour_qa")
         ce = cq.contour_eval_qa
         qs.append(Question("contour_eval", 2, ce.question, (ce.relative_path,), tuple(ce.answer_options),
                            (ce.answer_index,)))
@@ -139,7 +198,8 @@ def plan_case(key: str, case: Case) -> CasePlan:
             exp, con, rev = cq.contour_revision_qa_expansion, cq.contour_revision_qa_contraction, \
                 cq.contour_revision_qa_revision_result
             if exp is None or con is None or rev is None:
-                raise ValueError(f"RR case {key} lacks a revision question")
+                raise _case_error(key, "RR case lacks a revision question (expansion, contraction or revision "
+                                       "result)")
             qs.append(Question("expansion", 3, exp.question, (exp.relative_path or _REF_POINTS.format(key=key),),
                                _point_texts(exp.answer_options), tuple(sorted(exp.answer_index)),
                                prefix=cq.initial_context))
@@ -149,12 +209,41 @@ def plan_case(key: str, case: Case) -> CasePlan:
                                tuple(o.relative_path for o in rev.answer_options),
                                tuple(pt.mask_options(len(rev.answer_options))), (rev.answer_index,)))
         attrs = case.attribute_extraction_qa
-        if lesion != "cardiomegaly" and attrs is not None:
+        if lesion not in _NO_STAGE4:
+            if attrs is None:
+                raise _case_error(key, f"{lesion} {path} case without attribute_extraction_qa (Stage 4)")
             for qid in ATTRIBUTE_QIDS:
                 a = getattr(attrs, qid)
                 gt = tuple(sorted(a.answer_index)) if isinstance(a.answer_index, list) else (a.answer_index,)
                 qs.append(Question(qid, 4, a.question, (), tuple(a.answer_options), gt))
+    for q in qs:
+        _check_question(key, q)
     return CasePlan(key, path, lesion, tuple(qs))
+
+
+def safe_image_path(root: Path, rel: str) -> Path:
+    """The file ``root/rel``; raises :class:`InputError` unless ``rel`` is a relative path without ``..``
+    components that resolves (symlinks followed) inside ``root``."""
+    reason = _unsafe_reason(Path(root).resolve(), rel)
+    if reason is not None:
+        raise InputError(f"image path {rel!r} {reason}; refusing to read it", root)
+    return Path(root) / rel
+
+
+def _unsafe_reason(base: Path, rel: str) -> str | None:
+    """Why ``rel`` must not be read below the resolved folder ``base`` (None when it may)."""
+    if not rel or "\x00" in rel:
+        return "is empty or holds a NUL byte"
+    pure = PurePosixPath(rel)
+    if pure.is_absolute() or PureWindowsPath(rel).is_absolute() or PureWindowsPath(rel).drive:
+        return "is absolute"
+    if ".." in pure.parts or ".." in PureWindowsPath(rel).parts:
+        return "has a '..' component"
+    try:
+        inside = (base / rel).resolve().is_relative_to(base)
+    except (OSError, RuntimeError):  # a symlink loop
+        return "cannot be resolved (symlink loop)"
+    return None if inside else "resolves outside the benchmark folder (symlink)"
 
 
 @functools.lru_cache(maxsize=64)
@@ -295,6 +384,31 @@ def _gt_colors(q: Question) -> list[str]:
     return [q.options[i - 1].removesuffix(" point") for i in q.gt if q.options[i - 1] != pt.NONE_OPTION]
 
 
-def plan_benchmark(bench: Benchmark) -> list[CasePlan]:
-    """Plans of every case, in key order."""
-    return [plan_case(k, bench.cases[k]) for k in sorted(bench.cases)]
+def plan_benchmark(bench: Benchmark, source: str | Path | None = None) -> list[CasePlan]:
+    """Plans of every case, in key order; raises :class:`InputError` (naming ``source``, the benchmark file,
+    and the first :data:`MAX_LISTED` offending cases) for the problems of the module docstring."""
+    if not bench.cases:
+        raise InputError("the benchmark has no cases", source)
+    plans: list[CasePlan] = []
+    problems: list[str] = []
+    for key in sorted(bench.cases):
+        try:
+            plans.append(plan_case(key, bench.cases[key]))
+        except InputError as exc:
+            problems.append(exc.reason)
+    if problems:
+        raise InputError(_listing(f"{len(problems)} of {len(bench.cases)} cases cannot be evaluated", problems),
+                         source)
+    if bench.root is not None:
+        base = bench.root.resolve()
+        unsafe = [f"case {p.case_id}: {rel!r} {reason}" for p in plans for q in p.questions for rel in q.images
+                  if (reason := _unsafe_reason(base, rel)) is not None]
+        if unsafe:
+            raise InputError(_listing(f"refusing the benchmark: {len(unsafe)} image path(s) point outside the "
+                                      f"benchmark folder {bench.root}", unsafe), source)
+    return plans
+
+
+def _listing(head: str, problems: Sequence[str]) -> str:
+    more = f"; ... and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else ""
+    return f"{head}: " + "; ".join(problems[:MAX_LISTED]) + more

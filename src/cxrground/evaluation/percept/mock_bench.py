@@ -36,6 +36,7 @@ from cxrground.percept.schema import (
     SeverityQA,
 )
 from cxrground.vocab import percept_templates as pt
+from cxrground.vocab.traits import traits
 
 SUBREGIONS = ("right lateral lung & right lung base", "left medial lung & left mid zone lung",
               "right peripheral lung & right upper zone lung", "left costophrenic angle")
@@ -102,7 +103,7 @@ def make_case(root: Path, key: str, lesion: str, path: str, number: int, rng: ra
             question=pt.format_question(pt.REVISION_RESULT, pt.mask_options(n_masks)), answer_options=options,
             answer=pt.mask_options(n_masks)[rev_gt - 1], answer_index=rev_gt),
     )
-    if lesion == "cardiomegaly":
+    if not traits(lesion).percept.attributes:
         return case
     loc_opts = [pt.subregion_text(s) for s in SUBREGIONS[:3]] + [pt.LOCATION_NONE_OPTION]
     loc_gt = sorted(i for i in (1, 2, 3) if rng.random() < 0.4) or [4]

@@ -12,8 +12,9 @@ serves ``POST /v1/chat/completions``; every request sleeps ``latency`` seconds a
 ``fail_if(body)`` true → 500; ``max_inflight`` is the most requests seen sleeping at once.
 
 Policies: :func:`fixed_policy` (a constant text), :func:`hash_policy` (a deterministic pseudo-random valid
-option number per request, derived from the request's messages), :class:`OraclePolicy` (the ground truth of
-a benchmark, identified by the first image of the conversation and the current question text).
+option number per request, derived from the request's messages and its ``seed`` when it has one),
+:class:`OraclePolicy` (the ground truth of a benchmark, identified by the first image of the conversation and
+the current question text).
 """
 
 from __future__ import annotations
@@ -61,12 +62,16 @@ def fixed_policy(text: str | None) -> Policy:
 
 
 def hash_policy(seed: int = 0) -> Policy:
-    """``Answer: k`` with ``k`` a valid option number drawn from the SHA-256 of the messages (deterministic)."""
+    """``Answer: k`` with ``k`` a valid option number drawn from the SHA-256 of the messages (deterministic).
+
+    A request that carries a ``seed`` (sampling) mixes it in, like a seeded sampling server.
+    """
 
     def answer(body: dict[str, Any]) -> str:
         text, _ = _last_user(body)
         n = max(1, len(_OPTION_LINE.findall(text)))
-        digest = hashlib.sha256(f"{seed}|{json.dumps(body['messages'], sort_keys=True)}".encode()).digest()
+        sampled = f"|{body['seed']}" if "seed" in body else ""
+        digest = hashlib.sha256(f"{seed}{sampled}|{json.dumps(body['messages'], sort_keys=True)}".encode()).digest()
         return IMPLICIT_ANSWER.format(gt=1 + int.from_bytes(digest[:4], "big") % n)
 
     return answer

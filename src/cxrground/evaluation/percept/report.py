@@ -1,9 +1,11 @@
 """``percept report``: one self-contained HTML page comparing evaluation runs.
 
 Tables (summary per path and setting with 95 % CIs, sub-tasks with chance / single-pick / majority
-baselines, parse-label rates) and inline SVG plots (per-stage accuracy by path, depth distribution,
-sub-task bars, per-lesion End-to-End heatmap, unparseable rates). No scripts, no external URLs: it opens
-from ``file://``. Runs are scored first when their ``score.json`` is missing or older than the results.
+baselines, parse-label rates; for runs with several repeats, the spread across repeats: mean ± standard
+deviation and [min, max] per stage, depth and sub-task) and inline SVG plots (per-stage accuracy by path,
+depth distribution, sub-task bars, per-lesion End-to-End heatmap, unparseable rates). No scripts, no
+external URLs: it opens from ``file://``. Runs are scored first when their ``score.json`` is missing or
+older than the results.
 """
 
 from __future__ import annotations
@@ -51,6 +53,34 @@ def _pct(x: float | None) -> str:
 def _ci(block: dict[str, Any]) -> str:
     ci = block.get("ci")
     return f"{_pct(block['acc'])} <small>[{_pct(ci[0])}, {_pct(ci[1])}]</small>" if ci else _pct(block.get("acc"))
+
+
+def _spread(block: dict[str, Any], pct: bool = True) -> str:
+    """``mean ± std [min, max]`` of a block with a ``spread`` (accuracy in %, or depth as is)."""
+    sp = block.get("spread")
+    if not sp:
+        return "–"
+    f = _pct if pct else (lambda x: f"{x:.2f}")
+    scale = 100 if pct else 1
+    return (f"{f(block['acc'])} ± {scale * sp['std']:.{1 if pct else 2}f} "
+            f"<small>[{f(sp['min'])}, {f(sp['max'])}]</small>")
+
+
+def _spread_section(scores: Sequence[dict[str, Any]]) -> str:
+    """Tables of the spread across repeats (empty when no run has more than one repeat)."""
+    multi = [s for s in scores if s.get("repeats", 1) > 1]
+    if not multi:
+        return ""
+    rows = [[html.escape(s["run"]["label"]), path, setting, str(s["repeats"]),
+             *(_spread(block[setting][f"stage{k}"]) for k in (1, 2, 3, 4)), _spread(block["depth"], pct=False)]
+            for s in multi for path, block in s["paths"].items() for setting in ("end_to_end", "oracle_passed")]
+    qids = (*REVISION_QIDS, *ATTRIBUTE_QIDS)
+    sub = [[html.escape(s["run"]["label"]), str(s["repeats"]), *(_spread(s["subtasks"][q]) for q in qids)]
+           for s in multi]
+    return ("<h2>Spread across repeats (mean ± std, [min, max])</h2>"
+            + _table(["run", "path", "setting", "repeats", "stage 1", "stage 2", "stage 3", "stage 4", "depth"],
+                     rows, 3)
+            + _table(["run", "repeats", *qids], sub, 1))
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> str:
@@ -137,6 +167,8 @@ def render_report(scores: Sequence[dict[str, Any]], title: str = "CheXpercept ev
                              f"{block['depth']['mean']:.2f}"])
     parts.append("<h2>Summary (accuracy %, 95 % bootstrap CI)</h2>")
     parts.append(_table(["run", "path", "setting", "n", "stage 1", "stage 2", "stage 3", "stage 4", "depth"], rows, 3))
+    if any(s.get("repeats", 1) > 1 for s in scores):
+        parts.append(_spread_section(scores))
     parts.append("<h2>Per-stage accuracy by path (End-to-End)</h2>")
     groups = [f"{p} S{k}" for p in PATH_ORDER for k in (1, 2, 3, 4)
               if any(p in s["paths"] and s["paths"][p]["end_to_end"][f"stage{k}"]["acc"] is not None for s in scores)]

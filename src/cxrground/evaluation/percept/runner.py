@@ -1,21 +1,36 @@
 """``percept eval``: run a model on a CheXpercept benchmark, concurrent across cases, cached and resumable.
 
-- Cases run concurrently (asyncio; ``concurrency`` workers, one case each at a time), turns in order
-  within a case (§13.2).
-- Every request goes through the response cache (:mod:`.cache`; model clients only, baselines are not
-  cached): rerunning, resuming or switching oracle setting never repeats an answered request. Default
+- Cases run concurrently (asyncio; ``concurrency`` workers, one case each at a time,
+  :func:`cxrground.llm.bounded_map`), turns in order within a case (§13.2).
+- ``repeats`` N (default 1): every case is run N times (samples ``0..N-1``) at the run's temperature; the
+  unit of work, of resume and of ``results.jsonl`` is (case, repeat). Sample ``k`` uses seed
+  :func:`sample_seed` (the run's ``seed`` for ``k = 0``): sent with each request when sampling
+  (temperature > 0), used by the random baseline always. With N = 1 the files are as before (no
+  ``repeat`` field, no ``repeats`` in ``config.json``).
+- Every request of every client, built-in baselines included, goes through the response cache
+  (:mod:`.cache`): key = client identity + decoding settings (+ the sample's seed when sampling) + sample
+  index + exact messages (+ the baselines' case/question context). Rerunning, resuming or switching oracle
+  setting never repeats an answered request (the first request of a case is the same under every oracle
+  setting, so Stage 1 is always reused), while repeat ``k`` never reuses repeat ``j``'s answer. Default
   cache file: ``percept_cache.sqlite`` next to the RUN folder, so sibling runs share it.
-- Transient errors (429, 5xx, timeouts, connection errors) are retried up to ``max_attempts`` attempts in
-  all, waiting ``Retry-After`` when the server sends one (capped at ``max_retry_after``), else exponential
-  backoff with jitter (attempt ``k`` waits between half and all of ``min(max_backoff, backoff * 2**k)``).
-  A case that still fails is recorded with ``status: "failed"`` and the error; its unanswered questions are
-  recorded with label ``failed`` and count as wrong.
+- Transient errors (408/409/425/429, 5xx, timeouts, connection errors) are retried by
+  :func:`cxrground.llm.call_with_retries` under a :class:`~cxrground.llm.RetryPolicy` (``max_attempts``
+  attempts in all, ``Retry-After`` capped at ``max_retry_after``, else backoff with jitter). A case that
+  still fails is recorded with ``status: "failed"`` and the error; its unanswered questions are recorded
+  with label ``failed`` and count as wrong.
 - ``RUN/`` holds ``config.json`` (the settings that determine results and their SHA-256; a RUN made with a
   different configuration is refused), ``cases.json`` (the selected cases' plans without texts, the
-  denominators of scoring), ``results.jsonl`` (append-only, one line per finished case) and ``usage.json``
-  (tokens, request counts, model versions seen, cost when :mod:`.prices` has the model).
-- Resume: cases already in ``results.jsonl`` are skipped (``retry_failed`` re-runs the failed ones; the
-  last line of a case wins); a partially run case is re-run and its answered turns come from the cache.
+  denominators of scoring), ``results.jsonl`` (append-only, one line per finished case and repeat) and
+  ``usage.json`` (tokens, request counts, model versions seen, cost when the price table has the model: the
+  built-in one of :mod:`.prices`, or a ``prices`` file merged over it).
+- ``extra_body`` (openai clients only): request options merged into every request; part of the decoding
+  settings, hence of the cache key and of ``config.json`` (absent from both when not given).
+- The benchmark file is untrusted: it is refused as a whole before anything runs when it has no cases, a
+  case with an unknown lesion or without a question of its path, or an image path outside its folder
+  (:func:`~.conversation.plan_benchmark`); images are read only through
+  :func:`~.conversation.safe_image_path`.
+- Resume: units already in ``results.jsonl`` are skipped (``retry_failed`` re-runs the failed ones; the
+  last line of a unit wins); a partially run case is re-run and its answered turns come from the cache.
   A torn last line (kill during a write) is cut off before appending.
 - Selection (deterministic): cases ordered by SHA-256 of ``{seed}:{case_id}``; ``per_path_limit`` keeps the
   first N of each path in that order, then ``limit`` the first N overall.
@@ -35,7 +50,7 @@ from typing import Any, Final
 
 from cxrground.errors import ConfigError, CXRGroundError
 from cxrground.evaluation.percept.cache import PerceptCache, percept_cache_key
-from cxrground.evaluation.percept.clients import Client, ClientError, Completion, TransientError, make_client
+from cxrground.evaluation.percept.clients import Client, Completion, make_client
 from cxrground.evaluation.percept.conversation import (
     ORACLE_SETTINGS,
     CasePlan,
@@ -43,13 +58,15 @@ from cxrground.evaluation.percept.conversation import (
     Question,
     image_data_url,
     plan_benchmark,
+    safe_image_path,
 )
 from cxrground.evaluation.percept.parsing import is_correct, parse_answer
-from cxrground.evaluation.percept.prices import cost_usd, price_of
+from cxrground.evaluation.percept.prices import PRICES, Price, cost_usd, price_of, price_table
+from cxrground.llm import RetryPolicy, bounded_map, call_with_retries, run_sync
 from cxrground.percept.schema import BENCHMARK_FILE, load_benchmark
-from cxrground.reports.structure.aio import run_sync
 
-__all__ = ["CACHE_FILE", "EvalSettings", "RetryPolicy", "load_results", "run_eval", "select_cases"]
+__all__ = ["CACHE_FILE", "EvalSettings", "RetryPolicy", "load_all_results", "load_results", "run_eval", "sample_seed",
+           "select_cases"]
 
 CACHE_FILE: Final[str] = "percept_cache.sqlite"
 CONFIG_FILE: Final[str] = "config.json"
@@ -73,17 +90,8 @@ class EvalSettings:
     limit: int | None = None
     per_path_limit: int | None = None
     max_images: int = 7
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Retries of transient errors (see the module docstring)."""
-
-    max_attempts: int = 6
-    backoff: float = 1.0
-    max_backoff: float = 60.0
-    max_retry_after: float = 300.0
-    timeout: float = 600.0
+    repeats: int = 1
+    extra_body: dict[str, Any] | None = None
 
 
 @dataclass
@@ -110,10 +118,18 @@ def select_cases(plans: Sequence[CasePlan], seed: int, limit: int | None = None,
     return order[:limit] if limit is not None else order
 
 
-def load_results(run: Path) -> dict[str, dict[str, Any]]:
-    """Case id -> last result line of ``RUN/results.jsonl`` (a torn last line is ignored)."""
+def sample_seed(seed: int, sample: int) -> int:
+    """The seed of sample ``sample`` of a run with ``seed``: ``seed`` itself for sample 0, else a 31-bit hash."""
+    if sample == 0:
+        return int(seed)
+    return int.from_bytes(hashlib.sha256(f"{seed}:{sample}".encode()).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def load_all_results(run: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    """(case id, repeat) -> last result line of ``RUN/results.jsonl`` (no ``repeat`` field = 0; a torn line is
+    ignored)."""
     path = Path(run) / RESULTS_FILE
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[tuple[str, int], dict[str, Any]] = {}
     if not path.is_file():
         return out
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -121,8 +137,13 @@ def load_results(run: Path) -> dict[str, dict[str, Any]]:
             rec = json.loads(line)
         except json.JSONDecodeError:
             continue
-        out[rec["case_id"]] = rec
+        out[rec["case_id"], int(rec.get("repeat", 0))] = rec
     return out
+
+
+def load_results(run: Path, repeat: int = 0) -> dict[str, dict[str, Any]]:
+    """Case id -> last result line of repeat ``repeat`` in ``RUN/results.jsonl``."""
+    return {cid: rec for (cid, k), rec in load_all_results(run).items() if k == repeat}
 
 
 def _repair_tail(path: Path) -> None:
@@ -134,10 +155,19 @@ def _repair_tail(path: Path) -> None:
         path.write_bytes(data[: data.rfind(b"\n") + 1])
 
 
+def _bench_file(bench: Path) -> Path:
+    """The benchmark JSON of ``--bench`` (a folder or the file itself)."""
+    bench = Path(bench)
+    return bench / BENCHMARK_FILE if bench.is_dir() else bench
+
+
 def _config(settings: EvalSettings, client: Client, n_cases: int) -> dict[str, Any]:
-    bench_file = Path(settings.bench)
-    bench_file = bench_file / BENCHMARK_FILE if bench_file.is_dir() else bench_file
+    bench_file = _bench_file(settings.bench)
     cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()}
+    if settings.repeats == 1:
+        del cfg["repeats"]  # one sample: the configuration (and its hash) of runs made before repeats existed
+    if not settings.extra_body:
+        del cfg["extra_body"]  # likewise for runs made before --extra-body existed
     cfg["bench"] = str(bench_file.resolve().parent)
     cfg["bench_sha256"] = hashlib.sha256(bench_file.read_bytes()).hexdigest()
     cfg["client"] = {"kind": client.kind, "model": client.model, "decoding": client.decoding}
@@ -157,57 +187,52 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 class _Runner:
-    def __init__(self, client: Client, cache: PerceptCache | None, oracle: str, image_url: Callable[[str], str],
-                 retry: RetryPolicy, out: Path) -> None:
+    def __init__(self, client: Client, cache: PerceptCache, oracle: str, image_url: Callable[[str], str],
+                 retry: RetryPolicy, out: Path, seed: int = 0, repeats: int = 1) -> None:
         self.client = client
         self.cache = cache
         self.oracle = oracle
         self.image_url = image_url
         self.retry = retry
+        self.seed = seed
+        self.repeats = repeats
         self.results = out / RESULTS_FILE
         self.stats = _Stats()
         self._jitter = random.Random()
+        self.sampling = float(client.decoding.get("temperature", 0.0) or 0.0) > 0
 
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(retry_after, self.retry.max_retry_after)
-        full = min(self.retry.max_backoff, self.retry.backoff * 2.0**attempt)
-        return self._jitter.uniform(full / 2, full)
+    def _count_retry(self, *_: object) -> None:
+        self.stats.retries += 1
 
-    async def ask(self, messages: list[dict[str, Any]], q: Question, case_id: str
+    async def ask(self, messages: list[dict[str, Any]], q: Question, case_id: str, sample: int = 0
                   ) -> tuple[Completion, bool, int]:
-        """(completion, from cache, attempts) for one request."""
+        """(completion, from cache, attempts) for one request of sample ``sample``."""
         c = self.client
-        use_cache = c.cacheable and self.cache is not None
-        key = percept_cache_key(c.kind, c.model, c.decoding, messages) if use_cache else None
-        if key is not None and self.cache is not None:
-            hit = await asyncio.to_thread(self.cache.get, key)
-            if hit is not None:
-                self.stats.cache_hits += 1
-                return Completion(hit.get("content"), hit.get("usage") or {}, hit.get("model_version")), True, 0
-        attempt = 0
-        while True:
-            try:
-                self.stats.requests += 1
-                completion = await c.complete(messages, q, case_id)
-                break
-            except TransientError as exc:
-                attempt += 1
-                if attempt >= self.retry.max_attempts:
-                    raise ClientError(f"{exc.reason} (after {attempt} attempts)") from None
-                self.stats.retries += 1
-                await asyncio.sleep(self._delay(attempt - 1, exc.retry_after))
+        seed = sample_seed(self.seed, sample)
+        decoding = {**c.decoding, "seed": seed} if self.sampling else dict(c.decoding)
+        context = c.cache_context(q, case_id)
+        key = percept_cache_key(c.identity, decoding, messages, sample, context)
+        hit = await asyncio.to_thread(self.cache.get, key)
+        if hit is not None:
+            self.stats.cache_hits += 1
+            return Completion(hit.get("content"), hit.get("usage") or {}, hit.get("model_version")), True, 0
+
+        async def attempt() -> Completion:
+            self.stats.requests += 1
+            return await c.complete(messages, q, case_id, seed)
+
+        completion, attempts = await call_with_retries(attempt, self.retry, rng=self._jitter,
+                                                       on_retry=self._count_retry)
         if completion.model_version:
             self.stats.model_versions.add(completion.model_version)
-        if key is not None and self.cache is not None:
-            # off the event loop: a WAL commit waits for the disk
-            await asyncio.to_thread(self.cache.put, key, c.kind, c.model, c.decoding, messages,
-                                    {"content": completion.content, "usage": completion.usage,
-                                     "model_version": completion.model_version})
-        return completion, False, attempt + 1
+        # off the event loop: a WAL commit waits for the disk
+        await asyncio.to_thread(self.cache.put, key, c.identity, decoding, sample, messages, context,
+                                {"content": completion.content, "usage": completion.usage,
+                                 "model_version": completion.model_version})
+        return completion, False, attempts
 
-    async def run_case(self, plan: CasePlan) -> dict[str, Any]:
-        """Run one conversation and append its result line."""
+    async def run_case(self, plan: CasePlan, sample: int = 0) -> dict[str, Any]:
+        """Run one conversation (sample ``sample``) and append its result line."""
         started = time.perf_counter()
         conv = Conversation(plan, self.oracle, self.image_url)
         meta: list[dict[str, Any]] = []
@@ -221,7 +246,7 @@ class _Runner:
                 if n_images > self.client.max_images:
                     raise ConfigError(f"request needs {n_images} images, the model accepts {self.client.max_images}")
                 t0 = time.perf_counter()
-                completion, cached, attempts = await self.ask(messages, q, plan.case_id)
+                completion, cached, attempts = await self.ask(messages, q, plan.case_id, sample)
                 parsed = parse_answer(completion.content, q.options, q.multi)
                 correct = is_correct(parsed.numbers, q.gt, q.multi)
                 conv.record(completion.content, correct)
@@ -237,6 +262,8 @@ class _Runner:
             error = f"{type(exc).__name__}: {getattr(exc, 'reason', None) or exc}"
             self.stats.failed_cases += 1
         record = self._record(plan, conv, meta, error, time.perf_counter() - started)
+        if self.repeats > 1:
+            record["repeat"] = sample
         with self.results.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(record, sort_keys=True) + "\n")
         return record
@@ -265,8 +292,9 @@ class _Runner:
                 "usage": usage, "latency_s": round(latency, 4)}
 
 
-def _usage_summary(results: dict[str, dict[str, Any]], client: Client, stats: _Stats,
-                   previous: dict[str, Any]) -> dict[str, Any]:
+def _usage_summary(results: dict[tuple[str, int], dict[str, Any]], client: Client, stats: _Stats,
+                   previous: dict[str, Any], prices: dict[str, Price] | None = None,
+                   prices_file: str | None = None) -> dict[str, Any]:
     totals = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}
     new = dict.fromkeys(totals, 0)
     for rec in results.values():
@@ -276,7 +304,7 @@ def _usage_summary(results: dict[str, dict[str, Any]], client: Client, stats: _S
                 totals[k] += v
                 if not q.get("cached"):
                     new[k] += v
-    price = price_of(client.model)
+    price = price_of(client.model, PRICES if prices is None else prices)
     versions = sorted(set(previous.get("model_versions", [])) | stats.model_versions)
     return {
         "model": client.model, "kind": client.kind, "model_versions": versions,
@@ -285,6 +313,7 @@ def _usage_summary(results: dict[str, dict[str, Any]], client: Client, stats: _S
         "cache_hits": int(previous.get("cache_hits", 0)) + stats.cache_hits,
         "retries": int(previous.get("retries", 0)) + stats.retries,
         "price_usd_per_mtok": price._asdict() if price else None,
+        "prices_file": prices_file,
         "cost_usd": round(cost_usd(price, totals), 6) if price else None,
         "cost_usd_uncached": round(cost_usd(price, new), 6) if price else None,
     }
@@ -293,20 +322,36 @@ def _usage_summary(results: dict[str, dict[str, Any]], client: Client, stats: _S
 def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: str | Path | None = None,
              retry: RetryPolicy | None = None, base_url: str | None = None, api_key_env: str | None = None,
              retry_failed: bool = False, progress: bool = True, client: Client | None = None,
-             ) -> dict[str, Any]:
-    """Run (or resume) an evaluation into ``out``; returns ``usage.json``'s content plus ``n_run``."""
+             prices: str | Path | None = None) -> dict[str, Any]:
+    """Run (or resume) an evaluation into ``out``; returns ``usage.json``'s content plus ``n_run``.
+
+    ``prices``: a price file (:func:`~.prices.load_prices`) merged over the built-in table for the cost in
+    ``usage.json`` (read before anything runs, so that a bad file fails first).
+    """
     if settings.oracle not in ORACLE_SETTINGS:
         raise ConfigError(f"--oracle must be one of {', '.join(ORACLE_SETTINGS)}, got {settings.oracle!r}")
     if concurrency < 1:
         raise ConfigError(f"--concurrency must be >= 1, got {concurrency}")
+    if settings.repeats < 1:
+        raise ConfigError(f"--repeats must be >= 1, got {settings.repeats}")
+    for name, value in (("--limit", settings.limit), ("--per-path-limit", settings.per_path_limit)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{name} must be >= 1, got {value}")
+    if settings.extra_body and client is not None:
+        raise ConfigError("with a ready client, give the extra body to the client (make_client(..., extra_body=...))")
+    if settings.extra_body and settings.model.partition(":")[0] != "openai":
+        raise ConfigError(f"--extra-body is sent to OpenAI-compatible servers only (openai:MODEL), not to "
+                          f"{settings.model}")
+    table = price_table(prices)
     retry = retry or RetryPolicy()
     bench = load_benchmark(settings.bench)
-    plans = select_cases(plan_benchmark(bench), settings.seed, settings.limit, settings.per_path_limit)
+    plans = select_cases(plan_benchmark(bench, _bench_file(settings.bench)), settings.seed, settings.limit,
+                         settings.per_path_limit)
     if client is None:
         client = make_client(settings.model, base_url=base_url, api_key_env=api_key_env,
                              temperature=settings.temperature, max_tokens=settings.max_tokens, top_p=settings.top_p,
                              seed=settings.seed, max_images=settings.max_images, timeout=retry.timeout,
-                             concurrency=concurrency)
+                             concurrency=concurrency, extra_body=settings.extra_body)
     needed = max((p.total_images for p in plans), default=0)
     if client.max_images < needed:
         raise ConfigError(f"{settings.model} is configured for at most {client.max_images} images per request; "
@@ -326,42 +371,42 @@ def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: 
     _write_json(cfg_file, {"config": cfg, "config_sha256": digest})
     _write_json(out / CASES_FILE, [p.summary() for p in plans])
     _repair_tail(out / RESULTS_FILE)
-    done = load_results(out)
-    todo = [p for p in plans if p.case_id not in done or (retry_failed and done[p.case_id]["status"] == "failed")]
+    done = load_all_results(out)
+    units = [(p, k) for k in range(settings.repeats) for p in plans]
+    todo = [(p, k) for p, k in units
+            if (p.case_id, k) not in done or (retry_failed and done[p.case_id, k]["status"] == "failed")]
     cache_path = Path(cache) if cache is not None else out.resolve().parent / CACHE_FILE
-    store = PerceptCache(cache_path) if client.cacheable else None
+    store = PerceptCache(cache_path)
     root = bench.root
     assert root is not None
 
     def image_url(rel: str) -> str:
-        return image_data_url(root / rel)
+        return image_data_url(safe_image_path(root, rel))  # checked at plan time; again in case a link changed
 
-    runner = _Runner(client, store, settings.oracle, image_url, retry, out)
+    runner = _Runner(client, store, settings.oracle, image_url, retry, out, settings.seed, settings.repeats)
     try:
         run_sync(_run_all(runner, todo, concurrency, progress))
     finally:
-        if store is not None:
-            store.close()
+        store.close()
     usage_file = out / USAGE_FILE
     previous = json.loads(usage_file.read_text(encoding="utf-8")) if usage_file.is_file() else {}
-    summary = _usage_summary(load_results(out), client, runner.stats, previous)
+    summary = _usage_summary(load_all_results(out), client, runner.stats, previous, table,
+                             str(prices) if prices is not None else None)
     _write_json(usage_file, summary)
-    return {**summary, "n_run": len(todo), "n_cases": len(plans), "failed_this_run": runner.stats.failed_cases}
+    return {**summary, "n_run": len(todo), "n_cases": len(plans), "repeats": settings.repeats,
+            "failed_this_run": runner.stats.failed_cases}
 
 
-async def _run_all(runner: _Runner, todo: list[CasePlan], concurrency: int, progress: bool) -> None:
+async def _run_all(runner: _Runner, todo: list[tuple[CasePlan, int]], concurrency: int, progress: bool) -> None:
     from tqdm.auto import tqdm
 
-    queue = iter(todo)
     bar = tqdm(total=len(todo), desc="percept eval", unit="case", disable=not progress)
 
-    async def worker() -> None:
-        for plan in queue:
-            await runner.run_case(plan)
-            bar.update(1)
+    async def one(unit: tuple[CasePlan, int]) -> dict[str, Any]:
+        return await runner.run_case(*unit)
 
     try:
-        await asyncio.gather(*(worker() for _ in range(min(concurrency, max(1, len(todo))))))
+        await bounded_map(one, todo, concurrency, lambda _: bar.update(1))
     finally:
         bar.close()
         await runner.client.aclose()

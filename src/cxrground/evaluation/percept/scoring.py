@@ -1,9 +1,16 @@
 """``percept score``: the scoring views of CHEXPERCEPT.md §15 and the chance baselines of §16.
 
 Input: ``RUN/cases.json`` (the selected cases, the denominators) and ``RUN/results.jsonl`` (last line per
-case wins). A selected case with no result line is *missing*; failed and missing cases are scored with
-their unanswered questions wrong and listed. Empty, unparseable, failed and missing answers count as
-wrong and stay in every denominator.
+case and repeat wins). A selected case with no result line is *missing*; failed and missing cases are
+scored with their unanswered questions wrong and listed. Empty, unparseable, failed and missing answers
+count as wrong and stay in every denominator.
+
+Repeats (``percept eval --repeats N``, N > 1): every number is the mean over the N repeats (per case, the
+mean of its N correctness values; bootstrap CIs resample cases of these means), and each stage, depth and
+sub-task block gains ``spread``: the accuracy of every repeat (``per_repeat``), their sample standard
+deviation (``std``, ddof 1), ``min`` and ``max``. Depth distributions are mean counts per repeat; parse
+rates pool every answer of every repeat; ``failed_units`` / ``missing_units`` list ``[case_id, repeat]``.
+With one repeat the output is exactly that of a single run (no ``spread``, no ``repeats`` key).
 
 Per case: S1 = detection, S2 = contour evaluation, S3 = expansion ∧ contraction ∧ revision result,
 S4 = the four attributes (lung lesions only). Views per path (RR, RF, LF): **Oracle-Passed** = raw stage
@@ -36,9 +43,10 @@ import numpy as np
 from cxrground.errors import InputError
 from cxrground.evaluation.ils_metrics import bootstrap_ci
 from cxrground.evaluation.percept.conversation import ATTRIBUTE_QIDS, QIDS, REVISION_QIDS
-from cxrground.evaluation.percept.runner import CASES_FILE, CONFIG_FILE, RESULTS_FILE, USAGE_FILE, load_results
+from cxrground.evaluation.percept.runner import CASES_FILE, CONFIG_FILE, RESULTS_FILE, USAGE_FILE, load_all_results
+from cxrground.vocab.traits import LESION_TRAITS, traits
 
-__all__ = ["PATH_ORDER", "SCORE_FILE", "score_records", "score_run", "write_csvs"]
+__all__ = ["PATH_ORDER", "SCORE_FILE", "score_records", "score_repeats", "score_run", "spread_rows", "write_csvs"]
 
 PATH_ORDER: Final[tuple[str, ...]] = ("RR", "RF", "LF")
 SCORE_FILE: Final[str] = "score.json"
@@ -83,8 +91,8 @@ def _case_view(plan: dict[str, Any], rec: dict[str, Any] | None, lenient: bool =
         if not e2e[s]:
             break
         depth += 1
-    if plan["lesion"] == "cardiomegaly" and plan["path"] != "LF" and e2e[stages[-1]]:
-        depth += 1
+    if plan["lesion"] in LESION_TRAITS and plan["path"] != "LF" and e2e[stages[-1]]:
+        depth += traits(plan["lesion"]).percept.depth_bonus
     return {"case_id": plan["case_id"], "path": plan["path"], "lesion": plan["lesion"], "raw": raw, "e2e": e2e,
             "depth": depth, "questions": questions,
             "status": "missing" if rec is None else rec.get("status", "ok")}
@@ -98,9 +106,30 @@ def _stat(values: Sequence[float], n_boot: int, seed: int) -> dict[str, Any]:
     return {"acc": float(arr.mean()), "ci": list(ci) if ci else None, "n": int(arr.size)}
 
 
-def _stage_block(views: list[dict[str, Any]], which: str, n_boot: int, seed: int) -> dict[str, Any]:
-    return {f"stage{s}": _stat([float(v[which][s]) for v in views if s in v[which]], n_boot, seed)
-            for s in (1, 2, 3, 4)}
+def _spread(per_repeat: Sequence[Sequence[float]]) -> dict[str, Any]:
+    """Accuracy of every repeat, their sample standard deviation, min and max."""
+    accs = [float(np.mean(x)) for x in per_repeat]
+    return {"per_repeat": accs, "std": float(np.std(accs, ddof=1)), "min": min(accs), "max": max(accs)}
+
+
+def _stat_r(per_repeat: Sequence[Sequence[float]], n_boot: int, seed: int) -> dict[str, Any]:
+    """:func:`_stat` of the per-item means over repeats, with ``spread`` when there are several repeats."""
+    arr = np.asarray(per_repeat, float)
+    block = _stat(arr.mean(axis=0) if arr.size else [], n_boot, seed)
+    if len(per_repeat) > 1 and arr.size:
+        block["spread"] = _spread(per_repeat)
+    return block
+
+
+Runs = Sequence[Sequence[dict[str, Any]]]  # case views per repeat, in plan order
+
+
+def _stage_block(runs: Runs, sel: Sequence[int], which: str, n_boot: int, seed: int) -> dict[str, Any]:
+    out = {}
+    for s in (1, 2, 3, 4):
+        items = [i for i in sel if s in runs[0][i][which]]
+        out[f"stage{s}"] = _stat_r([[float(views[i][which][s]) for i in items] for views in runs], n_boot, seed)
+    return out
 
 
 def _questions(views: Iterable[dict[str, Any]], qid: str, paths: Sequence[str]) -> list[dict[str, Any]]:
@@ -156,44 +185,64 @@ def _parse_rates(views: list[dict[str, Any]]) -> dict[str, Any]:
 
 def score_records(plans: list[dict[str, Any]], results: dict[str, dict[str, Any]], n_boot: int = 1000,
                   seed: int = 0) -> dict[str, Any]:
-    """All views of §15 and the baselines of §16 from case plans and result records."""
-    views = [_case_view(p, results.get(p["case_id"])) for p in plans]
-    lenient = [_case_view(p, results.get(p["case_id"]), lenient=True) for p in plans]
+    """All views of §15 and the baselines of §16 from case plans and the result records of one run."""
+    return score_repeats(plans, [results], n_boot=n_boot, seed=seed)
+
+
+def score_repeats(plans: list[dict[str, Any]], per_repeat: Sequence[dict[str, dict[str, Any]]], n_boot: int = 1000,
+                  seed: int = 0) -> dict[str, Any]:
+    """:func:`score_records` over repeats (case id -> record, one mapping per repeat): means and spreads."""
+    if not per_repeat:
+        raise ValueError("no repeats to score")
+    runs = [[_case_view(p, res.get(p["case_id"])) for p in plans] for res in per_repeat]
+    lenient = [[_case_view(p, res.get(p["case_id"]), lenient=True) for p in plans] for res in per_repeat]
+    views = runs[0]
+    n_rep = len(runs)
+    everything = range(len(views))
     paths: dict[str, Any] = {}
     for path in PATH_ORDER:
-        vs = [v for v in views if v["path"] == path]
-        if not vs:
+        sel = [i for i in everything if views[i]["path"] == path]
+        if not sel:
             continue
-        depths = [v["depth"] for v in vs]
-        paths[path] = {"n": len(vs), "end_to_end": _stage_block(vs, "e2e", n_boot, seed),
-                       "oracle_passed": _stage_block(vs, "raw", n_boot, seed),
-                       "depth": {**_stat(depths, n_boot, seed), "mean": float(np.mean(depths)),
-                                 "distribution": {str(k): depths.count(k) for k in range(0, 5)}}}
+        depths = [[float(run[i]["depth"]) for i in sel] for run in runs]
+        counts = [sum(int(run[i]["depth"]) == k for run in runs for i in sel) for k in range(0, 5)]
+        paths[path] = {"n": len(sel), "end_to_end": _stage_block(runs, sel, "e2e", n_boot, seed),
+                       "oracle_passed": _stage_block(runs, sel, "raw", n_boot, seed),
+                       "depth": {**_stat_r(depths, n_boot, seed), "mean": float(np.mean(depths)),
+                                 "distribution": {str(k): c if n_rep == 1 else c / n_rep
+                                                  for k, c in enumerate(counts)}}}
     subtasks: dict[str, Any] = {}
     for qid in (*REVISION_QIDS, *ATTRIBUTE_QIDS):
         over = ("RR",) if qid in REVISION_QIDS else ("RR", "RF")
-        subtasks[qid] = {**_stat([float(q["correct"]) for q in _questions(views, qid, over)], n_boot, seed),
-                         "lenient_acc": _stat([float(q["correct"]) for q in _questions(lenient, qid, over)], 0,
-                                              seed)["acc"], "paths": list(over)}
+        correct = [[float(q["correct"]) for q in _questions(run, qid, over)] for run in runs]
+        loose = [[float(q["correct"]) for q in _questions(run, qid, over)] for run in lenient]
+        subtasks[qid] = {**_stat_r(correct, n_boot, seed), "lenient_acc": _stat_r(loose, 0, seed)["acc"],
+                         "paths": list(over)}
     per_lesion: dict[str, Any] = {}
     for lesion in sorted({v["lesion"] for v in views}):
         per_lesion[lesion] = {}
         for path in PATH_ORDER:
-            vs = [v for v in views if v["lesion"] == lesion and v["path"] == path]
-            if vs:
+            sel = [i for i in everything if views[i]["lesion"] == lesion and views[i]["path"] == path]
+            if sel:
                 per_lesion[lesion][path] = {
-                    "n": len(vs), "depth": float(np.mean([v["depth"] for v in vs])),
-                    "end_to_end": {k: b["acc"] for k, b in _stage_block(vs, "e2e", 0, seed).items()},
-                    "oracle_passed": {k: b["acc"] for k, b in _stage_block(vs, "raw", 0, seed).items()}}
-    return {
+                    "n": len(sel), "depth": float(np.mean([[run[i]["depth"] for i in sel] for run in runs])),
+                    "end_to_end": {k: b["acc"] for k, b in _stage_block(runs, sel, "e2e", 0, seed).items()},
+                    "oracle_passed": {k: b["acc"] for k, b in _stage_block(runs, sel, "raw", 0, seed).items()}}
+    units = [(v["case_id"], r, v["status"]) for r, run in enumerate(runs) for v in run]
+    score: dict[str, Any] = {
         "n_cases": len(views), "paths": paths, "subtasks": subtasks, "per_lesion": per_lesion,
-        "overall": {"n": len(views), "end_to_end": _stage_block(views, "e2e", n_boot, seed),
-                    "oracle_passed": _stage_block(views, "raw", n_boot, seed)},
-        "chance": _baselines(views), "parse": _parse_rates(views),
-        "failed_cases": sorted(v["case_id"] for v in views if v["status"] == "failed"),
-        "missing_cases": sorted(v["case_id"] for v in views if v["status"] == "missing"),
+        "overall": {"n": len(views), "end_to_end": _stage_block(runs, everything, "e2e", n_boot, seed),
+                    "oracle_passed": _stage_block(runs, everything, "raw", n_boot, seed)},
+        "chance": _baselines(views), "parse": _parse_rates([v for run in runs for v in run]),
+        "failed_cases": sorted({cid for cid, _, status in units if status == "failed"}),
+        "missing_cases": sorted({cid for cid, _, status in units if status == "missing"}),
         "bootstrap": {"n_boot": n_boot, "seed": seed, "level": 0.95},
     }
+    if n_rep > 1:
+        score["repeats"] = n_rep
+        score["failed_units"] = sorted([cid, r] for cid, r, status in units if status == "failed")
+        score["missing_units"] = sorted([cid, r] for cid, r, status in units if status == "missing")
+    return score
 
 
 def _read_json(path: Path) -> Any:
@@ -217,7 +266,10 @@ def score_run(run: str | Path, n_boot: int = 1000) -> dict[str, Any]:
     plans = _read_json(run / CASES_FILE)
     if not (run / RESULTS_FILE).is_file():
         raise InputError("no results yet", run / RESULTS_FILE)
-    score = score_records(plans, load_results(run), n_boot=n_boot, seed=int(cfg.get("seed", 0)))
+    repeats = int(cfg.get("repeats", 1))
+    found = load_all_results(run)
+    per_repeat = [{cid: rec for (cid, k), rec in found.items() if k == r} for r in range(repeats)]
+    score = score_repeats(plans, per_repeat, n_boot=n_boot, seed=int(cfg.get("seed", 0)))
     usage = run / USAGE_FILE
     score["run"] = {"label": run_label(cfg), "model": cfg["model"], "oracle": cfg["oracle"], "config": cfg,
                     "usage": json.loads(usage.read_text(encoding="utf-8")) if usage.is_file() else None}
@@ -239,6 +291,23 @@ def summary_rows(score: dict[str, Any]) -> list[dict[str, str]]:
             for s in (1, 2, 3, 4):
                 row[f"acc(stage{s})"] = _fmt(block[setting][f"stage{s}"]["acc"])
             row["depth"] = _fmt(block["depth"]["mean"])
+            rows.append(row)
+    return rows
+
+
+def spread_rows(score: dict[str, Any]) -> list[dict[str, str]]:
+    """Per path and setting: std, min and max over repeats of each stage's accuracy and of depth (none for 1)."""
+    if score.get("repeats", 1) <= 1:
+        return []
+    rows = []
+    for path, block in score["paths"].items():
+        for setting in ("end_to_end", "oracle_passed"):
+            row = {"path": path, "model": score["run"]["label"], "setting": setting, "repeats": str(score["repeats"])}
+            for name, b in [*((f"stage{s}", block[setting][f"stage{s}"]) for s in (1, 2, 3, 4)),
+                            ("depth", block["depth"])]:
+                sp = b.get("spread")
+                for stat in ("std", "min", "max"):
+                    row[f"{stat}({name})"] = _fmt(sp[stat] if sp else None)
             rows.append(row)
     return rows
 

@@ -27,7 +27,7 @@ from cxrground.vocab.ils_templates import (
     parse_instruction,
     positive_answer,
 )
-from cxrground.vocab.lesions import LESION_INFERENCE_LESIONS, LESIONS
+from cxrground.vocab.lesions import HEART_MASK_LESIONS, LESION_INFERENCE_LESIONS, LESIONS
 from cxrground.vocab.locations import ILS_LOCATION_LABELS
 
 __all__ = [
@@ -82,12 +82,12 @@ def render_answer(parsed: ParsedInstruction, present: bool, lesion: str | None =
     """The templated answer: the negative form when not ``present``; else the positive form of the type.
 
     ``lesion``/``certainty`` are the lesion-inference head's reading; ``locations`` the predicted labels
-    of a global positive (ignored for cardiomegaly, whose global positive is ``[SEG]``).
+    of a global positive (ignored for heart-mask lesions, i.e. cardiomegaly, whose global positive is ``[SEG]``).
     """
     if not present:
         return negative_answer(parsed.kind, parsed.target, parsed.locations or None)
     if parsed.kind == "lesion_inference":
         return positive_answer("lesion_inference", lesion or LI_LESIONS[0], certainty=certainty or CERTAINTIES[0])
-    if parsed.kind == "global" and parsed.target != "cardiomegaly":
+    if parsed.kind == "global" and parsed.target not in HEART_MASK_LESIONS:
         return positive_answer("global", parsed.target, list(locations) or [ILS_LOCATION_LABELS[0]])
     return positive_answer(parsed.kind, parsed.target, parsed.locations or None)

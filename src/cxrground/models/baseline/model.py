@@ -46,6 +46,7 @@ from cxrground.models.baseline.data import WorkingImage, make_segmenter, prepare
 from cxrground.models.baseline.net import build_net
 from cxrground.models.baseline.training import BEST_WEIGHTS, LAST_WEIGHTS, MODEL_NAME
 from cxrground.vocab.ils_templates import TENTATIVE_WORD
+from cxrground.vocab.lesions import HEART_MASK_LESIONS
 from cxrground.vocab.locations import ILS_LOCATION_LABELS, SIDES, lung_label, zone_label
 
 __all__ = ["APICAL_SHARE", "PRESENCE_THRESHOLD", "SIDE_SHARE", "ZONE_COVERAGE", "BaselineModel", "load_model",
@@ -150,7 +151,8 @@ class BaselineModel:
                 presence=float(presence[i]),
                 present=present,
                 lesion=(li_lesion if present else TENTATIVE_WORD) if is_li else p.target,
-                locations=locs if (p.kind == "global" and present and p.target != "cardiomegaly") else p.locations,
+                locations=locs if (p.kind == "global" and present and p.target not in HEART_MASK_LESIONS)
+                else p.locations,
                 kind=p.kind,
                 certainty=cert if (is_li and present) else None,
                 extra={"instruction_target": p.target,

@@ -22,8 +22,9 @@ import numpy as np
 
 from cxrground.anatomy.overlap import ComponentOverlap
 from cxrground.anatomy.percept_regions import PERCEPT_ZONE_NAMES, SUBREGION_NAMES, cpa_name
-from cxrground.percept.config import CARDIOMEGALY, DeformConfig, ScaledDeform
+from cxrground.percept.config import DeformConfig, ScaledDeform
 from cxrground.percept.refine import Point, disc_dilate, disc_erode, external_contour
+from cxrground.vocab.traits import traits
 
 __all__ = [
     "CONTRACTION",
@@ -111,7 +112,7 @@ def choose_anatomies(
     overlap: ComponentOverlap, lesion: str, rng: np.random.Generator, config: DeformConfig
 ) -> list[AnatomyChoice]:
     """Return the §7.1 anatomies and operations of one component (zone order for lung lesions)."""
-    if lesion == CARDIOMEGALY:
+    if traits(lesion).percept.deform == "organ":
         zones = [z for z in PERCEPT_ZONE_NAMES if overlap.zones[z].has_overlap]
         n = int(rng.integers(1, config.cardiomegaly_max_zones + 1))
         if len(zones) > n:

@@ -5,8 +5,10 @@
 - :class:`LLMStructurer` (``llm``): any OpenAI-compatible chat-completions endpoint, two steps (structuring,
   then location mapping), versioned prompt files, SQLite response cache, retries, bounded concurrency.
 
-:func:`get_structurer` builds one by name; :func:`structure_report` applies one to a :class:`Report` (ILS §6
-section choice first); :func:`structure_reports` does a batch and returns ``(structured, failures)``.
+:func:`get_structurer` builds one by name; :func:`structure_report` applies one to a :class:`Report` (section
+choice first, by the section policy: ``findings`` = ILS §6 by default); :func:`structure_reports` does a batch and
+returns ``(structured, failures)``. Both apply the report-level rules of :mod:`.resolve` (location anaphora,
+duplicates of a merged findings + impression section) to every structurer's output.
 """
 
 from __future__ import annotations
@@ -17,14 +19,16 @@ from typing import Any, Final
 from tqdm.auto import tqdm
 
 from cxrground.errors import ConfigError, Failure
+from cxrground.llm import ResponseCache, cache_key
 from cxrground.reports.findings import StructuredReport, Structurer
-from cxrground.reports.model import Report, SectionChoice
-from cxrground.reports.sections import NO_SECTION_REASON, choose_section
-from cxrground.reports.structure.cache import ResponseCache, cache_key
+from cxrground.reports.model import DEFAULT_SECTION_POLICY, Report, SectionChoice
+from cxrground.reports.sections import NO_SECTION_REASON, select_section
 from cxrground.reports.structure.llm import STAGE, LLMError, LLMStructurer, load_prompt
-from cxrground.reports.structure.rules import RuleStructurer, structure_text
+from cxrground.reports.structure.resolve import resolve_findings
+from cxrground.reports.structure.rules import ALTERNATIVE_POLICIES, RuleStructurer, structure_text
 
 __all__ = [
+    "ALTERNATIVE_POLICIES",
     "STAGE",
     "STRUCTURERS",
     "LLMError",
@@ -34,8 +38,10 @@ __all__ = [
     "cache_key",
     "get_structurer",
     "load_prompt",
+    "resolve_findings",
     "structure_report",
     "structure_reports",
+    "structure_section",
     "structure_text",
 ]
 
@@ -56,18 +62,25 @@ def _failure_path(report: Report) -> str:
     return report.source or report.report_id
 
 
-def structure_report(report: Report, structurer: Structurer) -> StructuredReport | None:
-    """Structure the ILS §6 section of ``report``; None when it has no usable section (record a failure)."""
-    section = choose_section(report)
+def structure_section(structurer: Structurer, report_id: str, section: SectionChoice) -> StructuredReport:
+    """``structurer``'s findings of ``section`` with the report-level rules of :mod:`.resolve` applied."""
+    return resolve_findings(structurer.structure(report_id, section))
+
+
+def structure_report(report: Report, structurer: Structurer,
+                     sections: str = DEFAULT_SECTION_POLICY) -> StructuredReport | None:
+    """Structure the section of ``report`` chosen by the policy ``sections``; None when it has none (a failure)."""
+    section = select_section(report, sections)
     if section is None:
         return None
-    return structurer.structure(report.report_id, section)
+    return structure_section(structurer, report.report_id, section)
 
 
 def structure_reports(
-    reports: Iterable[Report], structurer: Structurer, progress: bool = True
+    reports: Iterable[Report], structurer: Structurer, progress: bool = True,
+    sections: str = DEFAULT_SECTION_POLICY,
 ) -> tuple[list[StructuredReport], list[Failure]]:
-    """Structure a batch; returns (structured reports in input order, failures).
+    """Structure a batch with the section policy ``sections``; returns (structured reports in input order, failures).
 
     A report without a usable section gives a failure with reason :data:`NO_SECTION_REASON`; a report the
     structurer cannot handle (an LLM request that fails after its retries, an invalid answer) gives a failure
@@ -78,7 +91,7 @@ def structure_reports(
     items: list[tuple[str, SectionChoice]] = []
     paths: dict[str, str] = {}
     for report in reports:
-        section = choose_section(report)
+        section = select_section(report, sections)
         if section is None:
             failures.append(Failure(path=_failure_path(report), stage=STAGE, reason=NO_SECTION_REASON,
                                     error="NoSection"))
@@ -90,11 +103,11 @@ def structure_reports(
         done, failed = many(items, progress=progress)
         failures.extend(Failure(path=paths.get(f.path, f.path), stage=f.stage, reason=f.reason, error=f.error)
                         for f in failed)
-        return done, failures
+        return [resolve_findings(d) for d in done], failures
     done = []
     for report_id, section in tqdm(items, desc="structure", unit="report", disable=not progress):
         try:
-            done.append(structurer.structure(report_id, section))
+            done.append(structure_section(structurer, report_id, section))
         except (LLMError, ValueError) as exc:
             failures.append(Failure.from_exception(paths[report_id], STAGE, exc))
     return done, failures

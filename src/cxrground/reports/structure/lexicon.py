@@ -20,7 +20,8 @@ cardiomegaly           cardiomegaly; enlarged heart / cardiac silhouette / cardi
 pneumonia              pneumonia, bronchopneumonia, pneumonitis, infection, infectious process, aspiration,
                        aspiration pneumonia. *Added*: pneumonitis, aspiration (radiographically an
                        aspiration pneumonitis/pneumonia; hedges still apply: "concerning for aspiration").
-atelectasis            atelectasis, atelectatic (changes), collapse(d), volume loss.
+atelectasis            atelectasis, atelectatic (changes), collapse(d). *Changed*: "volume loss" (ILS §7.1 proposal) is
+                       a non-target finding: it is a sign, not atelectasis (MeSH codes it apart).
 opacity                opacity, opacities, opacification, opacified, airspace / air space disease, airspace
                        process, infiltrate(s), infiltration, infiltrative process, haziness, hazy opacity,
                        ground-glass (opacity). *Not* "density" (also used for bones and masses).
@@ -35,7 +36,8 @@ None (non-target)      lung: pneumothorax, hydropneumothorax, nodule, mass, mass
                        emphysema, bulla(e), bullous disease, bronchiectasis, cyst, cavity/cavitation, interstitial
                        markings,
                        interstitial lung disease, interstitial prominence, reticular markings, pleural
-                       thickening, pleural plaque, (pulmonary) vascular congestion, metastasis/metastases.
+                       thickening, pleural plaque, (pulmonary) vascular congestion, metastasis/metastases,
+                       volume loss.
                        other: fracture, (hiatal) hernia, (lymph)adenopathy, pericardial effusion,
                        pneumomediastinum, subcutaneous emphysema, pneumoperitoneum / free air, heart failure.
 =====================  =========================================================================================
@@ -52,7 +54,11 @@ kind               cues
 =================  ==============================================================================================
 pseudo (ignored)   no (significant / interval / ...) change / increase / decrease / progression / worsening /
                    improvement / difference; not (significantly) changed / increased / decreased / improved /
-                   worse(ned) / different; without (significant / interval) change; not only; gram negative
+                   worse(ned) / different; without (significant / interval) change; not only; gram negative;
+                   to document / confirm / ensure / assess ... (complete) resolution, until / for resolution
+                   (a recommendation to follow a finding: it stays present)
+history            (known / remote / past / prior) history of, hx of, h/o: the phrase is not a finding of this
+                   image and gives no tuple ("history of pneumonia")
 negation, before   no, without, free of, clear of, negative for, absence of, neither, nor, not (a/an/any),
                    no longer, (interval) resolution of. ("rule out" is *not* a negation: it is uncertain)
 negation, after    (is / are) not seen / visible / present / identified / evident / appreciated /
@@ -61,18 +67,25 @@ negation, after    (is / are) not seen / visible / present / identified / eviden
 negation, both     (has since completely) resolved, (has) cleared (within 4 words)
 uncertain, before  possible, possibly, possibility of, probable, probably, questionable, question of, likely,
                    most likely, presumed, presumably, may (be / represent / reflect), might, could (be / represent /
-                   reflect), cannot / can not / can't exclude, cannot rule out, difficult to exclude, not
-                   excluded, suspected, suspect, suspicion of, suspicious for, concerning for, worrisome for,
-                   suggestive of, suggest(s / ing), to suggest, indicating, borderline, equivocal,
-                   indeterminate, versus / vs, differential (diagnosis) includes, consider(ed), rule out / r/o
+                   reflect), cannot / can not / can't (completely) exclude, cannot rule out, difficult / hard /
+                   impossible to (completely) exclude, not excluded, suspected, suspect, suspicion of,
+                   suspicious for, concerning for, worrisome for, suggestive of, suggest(s / ing / ion of), to
+                   suggest, indicating, raises concern / the possibility / the question for / of, concern for,
+                   borderline, equivocal, indeterminate, perhaps, unlikely, doubtful, differential (diagnosis)
+                   includes, consider(ed), rule out / r/o, (please) correlate (clinically) for, clinical
+                   correlation for, evaluate / assess (further) for, to exclude, to rule out
 uncertain, after   cannot / can not / can't / could not be excluded / ruled out, (is / are) not (entirely)
-                   excluded / ruled out, (is / are) possible / likely / probable / suspected / questioned /
-                   favored, difficult to exclude, may be present, is (another) consideration / possibility
-uncertain, both    ``?`` (within 3 words)
+                   excluded / ruled out, (is / are / seems) possible / likely / unlikely / probable / suspected /
+                   questioned / favored / doubtful, (is) difficult to (completely) exclude, may be present,
+                   is / would be / could be (another) consideration / possibility, should / could be considered
+uncertain, both    ``?`` (within 3 words); versus / vs (within 6 words: "atelectasis versus small amount of
+                   fluid" hedges the atelectasis)
 link hedges        suggest*, concerning / suspicious / worrisome for, indicat*: inside the scope of an
                    earlier negation they are transparent ("no opacity to suggest pneumonia" negates both)
 scope end          ``;``, but, however, although, though, whereas, while, except, aside from, apart from,
-                   other than, with (not in "consistent / compatible / in keeping with"), "and" before
+                   other than, with (not in "consistent / compatible / in keeping / associated / seen /
+                   concerning / suspicious / related / correlate(ion) with", and a hedge before the phrase
+                   reaches across "with": "possible small effusion with adjacent atelectasis"), "and" before
                    "there / the / a / an / this / these / it", ", the / there / this / it"
 =================  ==============================================================================================
 
@@ -124,6 +137,7 @@ from functools import lru_cache
 from typing import Final
 
 from cxrground.vocab import HEART, LESIONS, SIDES
+from cxrground.vocab.lesions import HEART_MASK_LESIONS
 from cxrground.vocab.locations import lung_label, zone_label
 
 __all__ = [
@@ -214,7 +228,7 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
         r"infectious\s+(?:process|etiology|infiltrates?)", r"infections?", r"aspiration",
     )),
     (EntityKind("atelectasis", ATELECTASIS), (
-        r"atelectatic(?:\s+changes?)?", r"atelectases", r"atelectasis", r"volume\s+loss", r"collapsed?",
+        r"atelectatic(?:\s+changes?)?", r"atelectases", r"atelectasis", r"collapsed?",
     )),
     (EntityKind("consolidation", CONSOLIDATION, observation=True), (
         r"consolidative\s+(?:opacity|opacities|process|changes?)", r"consolidations?", r"consolidative",
@@ -237,6 +251,7 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
     (EntityKind("emphysema", None), (r"emphysema(?:tous\s+changes?)?", r"bullae", r"bulla", r"bullous\s+disease",
                                      r"bronchiectasis", r"cysts?", r"cavitary\s+lesions?", r"cavitation", r"cavity")),
     (EntityKind("pleural thickening", None), (r"pleural\s+(?:thickening|plaques?)",)),
+    (EntityKind("volume loss", None), (r"volume\s+loss",)),
     (EntityKind("metastasis", None), (r"metastas[ie]s", r"metastatic\s+disease")),
     (EntityKind("fracture", None, lung=False), (r"fractures?",)),
     (EntityKind("hernia", None, lung=False), (r"hiatal\s+hernia", r"hernia")),
@@ -280,11 +295,22 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
     ("pseudo", r"without\s+(?:(?:significant|interval|substantial|appreciable)\s+)*(?:change|increase|decrease|"
                r"progression)"),
     ("pseudo", r"not\s+only|gram[- ]negative"),
+    ("hist", r"(?:(?:a|known|remote|past|prior|previous|clinical)\s+)?(?:history|hx)\s+of|h/o"),
+    ("pseudo", r"(?:to\s+(?:document|confirm|ensure|assess|evaluate|demonstrate|show|verify|follow|monitor)|until|"
+               r"for|await(?:ing)?)\s+(?:the\s+|its\s+)?(?:complete\s+|full\s+|radiographic\s+|eventual\s+)*"
+               r"(?:resolution|clearing)"),
     ("unc_post", r"(?:cannot|can\s*not|can't|could\s+not|may\s+not)\s+be\s+(?:entirely\s+|completely\s+)?"
                  r"(?:excluded|ruled\s+out)"),
     ("unc_post", r"(?:(?:is|are)\s+)?not\s+(?:entirely\s+|completely\s+|definitely\s+)?(?:excluded|ruled\s+out)"),
-    ("unc_pre", r"(?:cannot|can\s*not|can't|could\s+not)\s+(?:entirely\s+|completely\s+)?(?:exclude|rule\s+out)"),
-    ("unc_pre", r"difficult\s+to\s+(?:exclude|rule\s+out)"),
+    ("unc_post", r"(?:(?:is|are|was|would\s+be|may\s+be|remains?)\s+)?(?:difficult|impossible|hard)\s+to\s+"
+                 r"(?:entirely\s+|completely\s+|definitely\s+)?(?:exclude|rule\s+out)(?=\s*(?:$|[.,;:)]|\band\b))"),
+    ("unc_pre", r"(?:cannot|can\s*not|can't|could\s+not)\s+(?:entirely\s+|completely\s+|definitely\s+)?"
+                r"(?:exclude|rule\s+out)"),
+    ("unc_pre", r"(?:difficult|impossible|hard)\s+to\s+(?:entirely\s+|completely\s+|definitely\s+)?"
+                r"(?:exclude|rule\s+out)"),
+    ("unc_pre", r"(?:please\s+)?(?:correlate|correlation)\s+(?:clinically\s+)?(?:for|to\s+(?:exclude|rule\s+out))|"
+                r"clinical(?:ly)?\s+correlat\w*\s+(?:for|to\s+(?:exclude|rule\s+out))|"
+                r"(?:evaluate|evaluation|assess|assessment)\s+(?:further\s+)?for|to\s+(?:exclude|rule\s+out)"),
     ("neg_post", rf"(?:(?:is|are|was|were)\s+)?no\s+longer\s+(?:(?:well|clearly)\s+)?{_NEG_SEEN}"),
     ("neg_post", rf"(?:(?:is|are|was|were|has|have)\s+)?not\s+(?:been\s+)?(?:(?:well|clearly|definitely|"
                  rf"convincingly|clearly)\s+)?{_NEG_SEEN}"),
@@ -295,35 +321,47 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                  r"(?:resolved|cleared)"),
     ("neg_pre", r"(?:interval\s+)?resolution\s+of|no\s+longer|negative\s+for|free\s+of|clear\s+of|absence\s+of|"
                 r"without|neither|nor|no|not\s+(?:a|an|any)"),
-    ("link", r"(?:to\s+)?suggest(?:s|ed|ing|ive\s+of)?|concerning\s+for|suspicious\s+for|worrisome\s+for|"
-             r"indicat(?:es|ing|ive\s+of)"),
-    ("unc_post", r"(?:(?:is|are)\s+(?:(?:also|more|most|less)\s+)?(?:possible|likely|probable|suspected|questioned|"
-                 r"favou?red|questionable)|may\s+be\s+present|could\s+be\s+present|(?:is|are)\s+(?:also\s+)?"
-                 r"(?:an?\s+|another\s+)?(?:consideration|possibility|concern))"
+    ("link", r"(?:to\s+)?suggest(?:s|ed|ing|ive\s+of|ion\s+of)?|concerning\s+for|suspicious\s+for|worrisome\s+for|"
+             r"indicat(?:es|ing|ive\s+of)|(?:raises?|raising|raised)\s+(?:the\s+)?(?:concern|possibility|question|"
+             r"suspicion)\s+(?:for|of)|concern\s+for"),
+    ("unc_post", r"(?:(?:is|are|seems?|appears?)\s+(?:(?:also|more|most|less|felt\s+to\s+be|thought\s+to\s+be)\s+)?"
+                 r"(?:possible|likely|unlikely|probable|suspected|questioned|favou?red|questionable|doubtful)|"
+                 r"(?:may|might|could)\s+be\s+present|(?:is|are|would\s+be|could\s+be|may\s+be|might\s+be|remains?)\s+"
+                 r"(?:also\s+)?(?:an?\s+|another\s+)?(?:(?:diagnostic\s+)?consideration|possibility|concern)|"
+                 r"(?:should|could|would|may|might)\s+(?:also\s+)?be\s+considered)"
                  r"(?=\s*(?:$|[.,;:)]|\b(?:and|but|given|in|at|on|with|though|although|if|as|clinically)\b))"),
     ("unc_pre", r"(?:most\s+|more\s+)?(?:likely|probable|probably|possible|possibly)|possibility\s+of|questionable|"
                 r"question\s+of|presumed|presumably|may(?:\s+(?:be|represent|reflect))?|might|could(?:\s+(?:be|represent|"
                 r"reflect))?|suspected|suspect|suspicion\s+(?:of|for)|borderline|equivocal|indeterminate|"
-                r"versus|vs\.?|differential(?:\s+diagnosis)?(?:\s+(?:includes?|considerations?))?|"
-                r"consider(?:ed)?|rule\s+out|r/o|worrisome|concerning"),
+                r"differential(?:\s+diagnosis)?(?:\s+(?:includes?|considerations?))?|"
+                r"consider(?:ed)?|rule\s+out|r/o|worrisome|concerning|perhaps|unlikely|doubtful"),
+    ("unc_vs", r"versus|vs\.?"),
     ("unc_both", r"\?"),
-    ("term", r";|\bbut\b|\bhowever\b|\balthough\b|\bthough\b|\bwhereas\b|\bwhile\b|\bexcept\b|\baside\s+from\b|"
-             r"\bapart\s+from\b|\bother\s+than\b|(?<!consistent )(?<!compatible )(?<!keeping )(?<!or )\bwith\b|"
-             r"\band\s+(?=(?:there|the|a|an|this|these|it)\b)|,\s+(?=(?:the|there|this|it)\b)"),
+    ("term", r"\bbut\b|\bhowever\b|\balthough\b|\bthough\b|\bwhereas\b|\bwhile\b|\bexcept\b|\baside\s+from\b|"
+             r"\bapart\s+from\b|\bother\s+than\b|(?<!consistent )(?<!compatible )(?<!keeping )(?<!or )(?<!associated )"
+             r"(?<!seen )(?<!concerning )(?<!suspicious )(?<!correlate )(?<!correlation )(?<!related )\bwith\b|"
+             r"\band\s+(?=(?:there|the|a|an|this|these|it)\b)"),
+    ("term", r";|,\s+(?=(?:the|there|this|it)\b)"),
 )
-_cue_parts: list[str] = []
+_word_cues: list[str] = []
+_other_cues: list[str] = []
 #: Group name -> cue kind, for :data:`CUE_RE`.
 CUE_KINDS: Final[dict[str, str]] = {}
 for _i, (_ckind, _pat) in enumerate(_CUES):
     _gname = f"c{_i}"
     CUE_KINDS[_gname] = _ckind
-    body = _pat if _ckind in ("term", "unc_both") else rf"\b(?:{_pat})(?![\w-])"
-    _cue_parts.append(f"(?P<{_gname}>{body})")
-#: Every assertion cue; ``CUE_KINDS[m.lastgroup]`` is its kind.
-CUE_RE: Final[re.Pattern[str]] = re.compile("|".join(_cue_parts))
+    if _ckind == "unc_both" or _pat.startswith(";"):  # punctuation cues
+        _other_cues.append(f"(?P<{_gname}>{_pat})")
+    elif _ckind == "term":  # scope-end words carry their own boundaries
+        _word_cues.append(f"(?P<{_gname}>{_pat})")
+    else:
+        _word_cues.append(f"(?P<{_gname}>{_pat})(?![\\w-])")
+#: Every assertion cue; ``CUE_KINDS[m.lastgroup]`` is its kind. Word cues (scope-end words last) share one
+#: leading word boundary, so that positions inside words fail at once; then the punctuation cues.
+CUE_RE: Final[re.Pattern[str]] = re.compile(r"\b(?:" + "|".join(_word_cues) + ")|" + "|".join(_other_cues))
 
-#: Window (in words between cue and finding phrase) of the ``*_both`` cues.
-BOTH_WINDOW: Final[dict[str, int]] = {"neg_both": 4, "unc_both": 3}
+#: Window (in words between cue and finding phrase) of the cues that apply both before and after a phrase.
+BOTH_WINDOW: Final[dict[str, int]] = {"neg_both": 4, "unc_both": 3, "unc_vs": 6}
 
 #: Link phrases that attribute an observation to a lesion ("opacity ... is consistent with pneumonia").
 LINK_RE: Final[re.Pattern[str]] = re.compile(
@@ -331,7 +369,8 @@ LINK_RE: Final[re.Pattern[str]] = re.compile(
     r"in\s+keeping\s+with|concerning\s+for|suspicious\s+for|worrisome\s+for|suggest(?:s|ing|ive\s+of)?|"
     r"likely|probably|possibly|may|might|could|due\s+to|secondary\s+to|related\s+to|favou?ring|favou?rs?|"
     r"indicat(?:es|ing|ive\s+of)|diagnostic\s+of|characteristic\s+of|typical\s+of|question\s+of|"
-    r"most\s+likely|presumably|presumed)\b"
+    r"most\s+likely|presumably|presumed|probable|possible|suggestion\s+of|concern\s+for|"
+    r"(?:raises?|raising|raised)\s+(?:the\s+)?(?:concern|possibility|question|suspicion)\s+(?:for|of))\b"
 )
 #: Words that stop an attribution (after link phrases are removed from the gap).
 ATTRIBUTION_BLOCK_RE: Final[re.Pattern[str]] = re.compile(
@@ -459,7 +498,7 @@ def location_labels(kind: str, text: str) -> tuple[str, ...]:
 
 def default_location(kind: EntityKind) -> tuple[str, ...]:
     """Labels of a finding without a location phrase (see the module docstring)."""
-    if kind.lesion == CARDIOMEGALY:
+    if kind.lesion in HEART_MASK_LESIONS:
         return (HEART,)
     if kind.lung:
         return _BOTH

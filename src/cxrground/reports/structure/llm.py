@@ -2,7 +2,7 @@
 
 Two steps per report, as in ILS §7.2 (the reference used two models; here both steps use ``model``):
 
-1. **Structuring** (prompt ``prompts/structure_v1.md``): the numbered section (``section_content``) ->
+1. **Structuring** (prompt ``prompts/structure_v2.md``): the numbered section (``section_content``) ->
    findings ``{entity, sent_idx, assertion, lesion, location_phrases}``.
 2. **Location mapping** (prompt ``prompts/location_v1.md``): the location phrases of every finding except
    cardiomegaly -> ILS labels. Skipped when no finding has a location phrase. Cardiomegaly always maps to
@@ -17,13 +17,15 @@ Answers are validated with pydantic. Values outside the vocabulary are **rejecte
 kept as a non-target finding), a location label that is not an ILS label is dropped, a finding whose
 ``sent_idx`` is not a sentence number is dropped.
 
-Responses are cached in SQLite (:mod:`.cache`), keyed by the SHA-256 of model + decoding settings + exact
-messages: a rerun makes zero requests. Batches run on one asyncio loop with an ``httpx.AsyncClient``;
-at most ``concurrency`` requests are in flight. HTTP 429 and 5xx, timeouts and connection errors are
-retried up to ``max_retries`` times with exponential backoff and jitter (retry ``k`` waits between half
-and all of ``min(max_backoff, backoff * 2**k)`` seconds), honouring ``Retry-After`` instead when the server
-sends it (seconds or an HTTP date, capped at ``max_retry_after``). A report that still fails becomes a
-:class:`~cxrground.errors.Failure` (stage ``structure``) and the batch goes on.
+Responses are cached in SQLite (:class:`cxrground.llm.ResponseCache`), keyed by the SHA-256 of the model's
+identity (model, endpoint) + decoding settings + sample index 0 + exact messages (:func:`cxrground.llm.cache_key`):
+a rerun makes zero requests. Requests go through :class:`cxrground.llm.ChatClient`; batches run on one asyncio
+loop with at most ``concurrency`` reports (hence requests) in flight (:func:`cxrground.llm.bounded_map`).
+HTTP 408/409/425/429 and 5xx, timeouts and connection errors are retried by
+:func:`cxrground.llm.call_with_retries` under a :class:`cxrground.llm.RetryPolicy` (``max_retries`` + 1
+attempts; backoff with jitter, or ``Retry-After`` capped at ``max_retry_after``; unset options take the
+policy's defaults). A report that still fails becomes a :class:`~cxrground.errors.Failure` (stage
+``structure``) and the batch goes on.
 
 The API key is read from the environment variable named by ``api_key_env`` (never passed as a literal);
 without it no ``Authorization`` header is sent (local servers). Every output records its provenance
@@ -31,19 +33,16 @@ without it no ``Authorization`` header is sent (local servers). Every output rec
 each rendered prompt); findings carry ``source = "llm:<model>"``.
 
 The synchronous :meth:`LLMStructurer.structure` runs its own event loop (in a worker thread when the
-calling thread already runs one); inside a running loop :meth:`LLMStructurer.structure_async` is cheaper.
+calling thread already runs one); inside a running loop :meth:`LLMStructurer.structure_async` is cheaper
+(its connections stay open for later calls on that loop until :meth:`LLMStructurer.aclose`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import email.utils
 import hashlib
 import json
-import os
 import random
 import re
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -55,12 +54,22 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cxrground.errors import ConfigError, CXRGroundError, Failure
+from cxrground.llm import (
+    ChatClient,
+    ClientError,
+    PermanentError,
+    ResponseCache,
+    RetryPolicy,
+    bounded_map,
+    cache_key,
+    call_with_retries,
+    run_sync,
+)
 from cxrground.reports.findings import Finding, StructuredReport
 from cxrground.reports.model import SectionChoice
-from cxrground.reports.structure.aio import run_sync
-from cxrground.reports.structure.cache import ResponseCache, cache_key
 from cxrground.reports.structure.lexicon import EntityKind, default_location
 from cxrground.vocab import HEART, ILS_LOCATION_LABELS, LESIONS
+from cxrground.vocab.lesions import HEART_MASK_LESIONS
 
 __all__ = [
     "LOCATION_PROMPT",
@@ -75,10 +84,9 @@ __all__ = [
 #: Stage name of the :class:`~cxrground.errors.Failure` records.
 STAGE: Final[str] = "structure"
 #: Prompt versions (file stems under ``prompts/``).
-STRUCTURE_PROMPT: Final[str] = "structure_v1"
+STRUCTURE_PROMPT: Final[str] = "structure_v2"
 LOCATION_PROMPT: Final[str] = "location_v1"
 
-_RETRY_STATUS: Final[frozenset[int]] = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 _FENCE_RE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
 
 
@@ -204,25 +212,12 @@ def extract_json(text: str) -> Any:
     raise LLMError("answer contains no JSON object")
 
 
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
 class LLMStructurer:
     """:class:`~cxrground.reports.findings.Structurer` backed by an OpenAI-compatible chat-completions API.
 
     ``base_url`` is the API root (``http://host:port/v1``); requests go to ``{base_url}/chat/completions``.
-    ``cache`` is a :class:`.cache.ResponseCache`, a path to its SQLite file, or None (in-memory cache).
+    ``cache`` is a :class:`~cxrground.llm.ResponseCache`, a path to its SQLite file, or None (in-memory cache).
+    Retry options left as None take the defaults of :class:`~cxrground.llm.RetryPolicy`.
     """
 
     name: str = "llm"
@@ -237,11 +232,11 @@ class LLMStructurer:
         max_tokens: int = 2048,
         top_p: float | None = None,
         seed: int | None = 0,
-        timeout: float = 120.0,
-        max_retries: int = 5,
-        backoff: float = 1.0,
-        max_backoff: float = 60.0,
-        max_retry_after: float = 120.0,
+        timeout: float | None = None,
+        max_retries: int | None = None,
+        backoff: float | None = None,
+        max_backoff: float | None = None,
+        max_retry_after: float | None = None,
         concurrency: int = 4,
         cache: ResponseCache | str | Path | None = None,
         json_schema: bool = True,
@@ -255,21 +250,16 @@ class LLMStructurer:
             raise ConfigError("the LLM structurer needs --model")
         if concurrency < 1:
             raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
-        if max_retries < 0:
+        if max_retries is not None and max_retries < 0:
             raise ConfigError(f"max_retries must be >= 0, got {max_retries}")
-        self._api_key: str | None = None
-        if api_key_env:
-            if api_key_env not in os.environ:
-                raise ConfigError(f"environment variable {api_key_env!r} (the API key) is not set")
-            self._api_key = os.environ[api_key_env]
-        self.base_url = base_url.rstrip("/")
+        given = {"max_attempts": None if max_retries is None else max_retries + 1, "backoff": backoff,
+                 "max_backoff": max_backoff, "max_retry_after": max_retry_after, "timeout": timeout}
+        self.retry = RetryPolicy(**{k: v for k, v in given.items() if v is not None})
+        self._chat = ChatClient(base_url, model, api_key_env=api_key_env, timeout=self.retry.timeout,
+                                concurrency=concurrency, transport=transport)
+        self.base_url = self._chat.base_url
         self.model = model
         self.api_key_env = api_key_env
-        self.timeout = float(timeout)
-        self.max_retries = int(max_retries)
-        self.backoff = float(backoff)
-        self.max_backoff = float(max_backoff)
-        self.max_retry_after = float(max_retry_after)
         self.concurrency = int(concurrency)
         self.json_schema = bool(json_schema)
         self.decoding: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens}
@@ -283,8 +273,17 @@ class LLMStructurer:
         self.stats: Counter[str] = Counter()
         #: Values outside the vocabulary that were rejected: report id, field, value, reason.
         self.rejections: list[dict[str, Any]] = []
-        self._transport = transport
         self._random = random.Random()
+
+    @property
+    def timeout(self) -> float:
+        """Seconds per request."""
+        return self.retry.timeout
+
+    @property
+    def max_retries(self) -> int:
+        """Retries after the first attempt."""
+        return self.retry.max_attempts - 1
 
     # -- provenance ---------------------------------------------------------------------------------------------
 
@@ -306,12 +305,13 @@ class LLMStructurer:
         """Structured findings of ``section``; raises :class:`LLMError` when the report fails."""
         return run_sync(self._run_one(report_id, section))
 
-    async def structure_async(self, report_id: str, section: SectionChoice,
-                              client: httpx.AsyncClient | None = None) -> StructuredReport:
-        """Async form of :meth:`structure` (with an optional shared client)."""
-        if client is not None:
-            return await self._structure(client, asyncio.Semaphore(self.concurrency), report_id, section)
-        return await self._run_one(report_id, section)
+    async def structure_async(self, report_id: str, section: SectionChoice) -> StructuredReport:
+        """Async form of :meth:`structure` (connections stay pooled on this loop until :meth:`aclose`)."""
+        return await self._structure(report_id, section)
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections opened by :meth:`structure_async` on the running loop."""
+        await self._chat.aclose()
 
     def structure_many(
         self,
@@ -328,103 +328,70 @@ class LLMStructurer:
 
     # -- batch machinery -----------------------------------------------------------------------------------------
 
-    def _client(self) -> httpx.AsyncClient:
-        headers = {"Content-Type": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
-        return httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(self.timeout), limits=limits,
-                                 transport=self._transport)
-
     async def _run_one(self, report_id: str, section: SectionChoice) -> StructuredReport:
-        async with self._client() as client:
-            return await self._structure(client, asyncio.Semaphore(self.concurrency), report_id, section)
+        try:
+            return await self._structure(report_id, section)
+        finally:
+            await self._chat.aclose()
 
     async def _run_many(
         self, items: list[tuple[str, SectionChoice]], progress: bool, on_done: Callable[[], None] | None
     ) -> tuple[list[StructuredReport], list[Failure]]:
         from tqdm.auto import tqdm
 
-        results: list[StructuredReport | Failure | None] = [None] * len(items)
-        sem = asyncio.Semaphore(self.concurrency)
         bar = tqdm(total=len(items), desc="structure", unit="report", disable=not progress)
-        todo = iter(enumerate(items))
 
-        async def worker() -> None:  # `concurrency` workers, each one report at a time (bounded memory)
-            for k, (report_id, section) in todo:
-                try:
-                    results[k] = await self._structure(client, sem, report_id, section)
-                except LLMError as exc:
-                    self.stats["failures"] += 1
-                    results[k] = Failure(path=report_id, stage=STAGE, reason=exc.reason, error=type(exc).__name__)
-                bar.update(1)
-                if on_done is not None:
-                    on_done()
+        async def one(item: tuple[str, SectionChoice]) -> StructuredReport | Failure:
+            report_id, section = item
+            try:
+                return await self._structure(report_id, section)
+            except LLMError as exc:
+                self.stats["failures"] += 1
+                return Failure(path=report_id, stage=STAGE, reason=exc.reason, error=type(exc).__name__)
+
+        def done_one(_: object) -> None:
+            bar.update(1)
+            if on_done is not None:
+                on_done()
 
         try:
-            async with self._client() as client:
-                await asyncio.gather(*(worker() for _ in range(min(self.concurrency, max(len(items), 1)))))
+            results = await bounded_map(one, items, self.concurrency, done_one)
         finally:
             bar.close()
+            await self._chat.aclose()
         done = [r for r in results if isinstance(r, StructuredReport)]
         failed = [r for r in results if isinstance(r, Failure)]
         return done, failed
 
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        """Seconds to wait before retry ``attempt`` (0-based): exponential backoff with jitter, or Retry-After."""
-        if retry_after is not None:
-            return min(retry_after, self.max_retry_after)
-        base = min(self.max_backoff, self.backoff * (2**attempt))
-        return base / 2 + self._random.uniform(0.0, base / 2)
+    def _count_retry(self, *_: object) -> None:
+        self.stats["retries"] += 1
 
-    async def _post(self, client: httpx.AsyncClient, sem: asyncio.Semaphore, body: dict[str, Any]) -> str:
-        """POST one chat completion with retries; returns the assistant message text."""
-        url = f"{self.base_url}/chat/completions"
-        attempt = 0
-        while True:
-            retry_after: float | None = None
-            try:
-                async with sem:
-                    self.stats["requests"] += 1
-                    response = await client.post(url, json=body)
-            except httpx.TimeoutException:
-                last = f"timed out after {self.timeout:g} s"
-            except httpx.TransportError as exc:
-                last = f"connection error: {type(exc).__name__}: {exc}"
-            else:
-                if response.status_code == 200:
-                    return self._content(response)
-                if response.status_code in (400, 422) and "response_format" in body:
-                    # no JSON-schema output on this server: ask again without it (not counted as a retry)
-                    self.json_schema = False
-                    self.stats["json_schema_fallbacks"] += 1
-                    body = {k: v for k, v in body.items() if k != "response_format"}
-                    continue
-                last = f"HTTP {response.status_code}: {response.text[:200]}"
-                if response.status_code not in _RETRY_STATUS and response.status_code < 500:
-                    raise LLMError(last)
-                retry_after = _retry_after(response.headers.get("retry-after"))
-            if attempt >= self.max_retries:
-                raise LLMError(f"{last} (after {attempt + 1} attempts)")
-            self.stats["retries"] += 1
-            await asyncio.sleep(self._delay(attempt, retry_after))
-            attempt += 1
+    async def _send(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> str:
+        """One chat completion with retries (and the JSON-schema fallback); returns the assistant text."""
 
-    @staticmethod
-    def _content(response: httpx.Response) -> str:
+        async def attempt() -> str | None:
+            self.stats["requests"] += 1
+            return (await self._chat.complete(messages, params)).content
+
         try:
-            data = response.json()
-            content = data["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise LLMError(f"malformed chat-completion response: {response.text[:200]}") from None
-        if not isinstance(content, str):
+            try:
+                text, _ = await call_with_retries(attempt, self.retry, rng=self._random, on_retry=self._count_retry)
+            except PermanentError as exc:
+                if exc.status not in (400, 422) or "response_format" not in params:
+                    raise
+                # no JSON-schema output on this server: ask again without it (and stop sending it)
+                self.json_schema = False
+                self.stats["json_schema_fallbacks"] += 1
+                params = {k: v for k, v in params.items() if k != "response_format"}
+                text, _ = await call_with_retries(attempt, self.retry, rng=self._random, on_retry=self._count_retry)
+        except ClientError as exc:
+            raise LLMError(exc.reason) from None
+        if text is None:
             raise LLMError("chat-completion message has no text content")
-        return content
+        return text
 
     async def _ask(
         self,
-        client: httpx.AsyncClient,
-        sem: asyncio.Semaphore,
         step: str,
         user: str,
         schema_name: str,
@@ -433,24 +400,24 @@ class LLMStructurer:
     ) -> Any:
         """One step: cached answer or a request; returns the validated pydantic object."""
         messages = [{"role": "system", "content": self.prompts[step].text}, {"role": "user", "content": user}]
-        key = cache_key(self.model, self.decoding, messages)
+        key = cache_key(self._chat.identity, self.decoding, messages)
         cached = self.cache.get(key)
         if cached is not None:
             self.stats["cache_hits"] += 1
             return model_cls.model_validate(json.loads(cached))
-        body: dict[str, Any] = {"model": self.model, "messages": messages, **self.decoding}
+        params: dict[str, Any] = dict(self.decoding)
         if self.json_schema:
-            body["response_format"] = {
+            params["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {"name": schema_name, "strict": True, "schema": schema},
             }
-        text = await self._post(client, sem, body)
+        text = await self._send(messages, params)
         try:
             answer = model_cls.model_validate(extract_json(text))
         except ValidationError as exc:
             raise LLMError(f"{step} answer does not match the schema: {exc.errors()[0]['msg']}") from None
-        self.cache.put(key, self.model, {"model": self.model, "decoding": self.decoding, "messages": messages},
-                       answer.model_dump_json())
+        self.cache.put(key, self.model, {"model": self._chat.identity, "decoding": self.decoding, "sample": 0,
+                                         "messages": messages}, answer.model_dump_json())
         return answer
 
     # -- one report ---------------------------------------------------------------------------------------------
@@ -459,10 +426,9 @@ class LLMStructurer:
         self.stats["rejections"] += 1
         self.rejections.append({"report_id": report_id, "field": field, "value": value, "reason": reason})
 
-    async def _structure(self, client: httpx.AsyncClient, sem: asyncio.Semaphore, report_id: str,
-                         section: SectionChoice) -> StructuredReport:
+    async def _structure(self, report_id: str, section: SectionChoice) -> StructuredReport:
         user = f"Report section ({section.name}):\n{section.section_content}"
-        answer: _StructureAnswer = await self._ask(client, sem, "structure", user, "ils_findings",
+        answer: _StructureAnswer = await self._ask("structure", user, "ils_findings",
                                                    _structure_schema(), _StructureAnswer)
         n = len(section.sentences)
         kept: list[tuple[_LLMFinding, str | None]] = []
@@ -481,12 +447,12 @@ class LLMStructurer:
             {"id": k, "entity": f.entity, "lesion": lesion, "sentence": section.sentence(f.sent_idx).text,
              "location_phrases": [p for p in f.location_phrases if p.strip()]}
             for k, (f, lesion) in enumerate(kept)
-            if lesion != "cardiomegaly" and any(p.strip() for p in f.location_phrases)
+            if lesion not in HEART_MASK_LESIONS and any(p.strip() for p in f.location_phrases)
         ]
         mapped: dict[int, list[str]] = {}
         if items:
             loc: _LocationAnswer = await self._ask(
-                client, sem, "location", json.dumps(items, ensure_ascii=False), "ils_locations",
+                "location", json.dumps(items, ensure_ascii=False), "ils_locations",
                 _location_schema(), _LocationAnswer)
             wanted = {item["id"] for item in items}
             for m in loc.mappings:
@@ -505,7 +471,7 @@ class LLMStructurer:
         findings = []
         for k, (f, lesion) in enumerate(kept):
             phrases = tuple(p for p in f.location_phrases if p.strip())
-            if lesion == "cardiomegaly":
+            if lesion in HEART_MASK_LESIONS:
                 labels: tuple[str, ...] = (HEART,)
                 phrases = ()
             else:

@@ -17,8 +17,12 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
    present. Hedged cues that contain a negation word ("cannot exclude", "not excluded") are hedges: an
    uncertain finding never becomes absent.
 3. **Alternatives**: phrases joined by "or", "versus", "vs", "/" or "and/or" ("atelectasis versus
-   pneumonia", "atelectasis/infiltrate") become uncertain, each one a finding, unless negated (a negated
-   list such as "no effusion or pneumothorax" stays absent).
+   pneumonia", "atelectasis/infiltrate") are each one finding. The *alternatives policy* (``alternatives=``,
+   CLI ``--alternatives``) decides their assertion: ``uncertain`` (default, ILS.md §7.1: a differential is a
+   hedge) makes every member of the group uncertain; ``present`` leaves each member the assertion its own cues
+   give, so "atelectasis or scarring" is two present findings while "atelectasis versus pneumonia" stays
+   uncertain through the hedge "versus". Negated groups ("no effusion or pneumothorax") stay absent under
+   both policies.
 4. **Attribution** (predicted lesion type): an observation (opacity-class phrase or consolidation, not
    absent) followed in its clause by a link phrase ("is", "consistent with", "may represent", "likely",
    "concerning for", ...; :data:`~.lexicon.LINK_RE`) and a lesion of
@@ -38,6 +42,14 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
    phrases' labels in order of first mention without repeats; a finding without phrases gets the default of
    :func:`~.lexicon.default_location` (both lungs for lung findings; ``heart`` for cardiomegaly, always).
    Absent findings get labels by the same rules.
+   A location phrase followed by "is clear / normal / unremarkable" describes a normal statement and belongs to
+   no finding; a phrase introduced by "adjacent", "associated", "superimposed", ... without a location of its
+   own takes the location of the finding before it ("small left effusion with adjacent atelectasis").
+6. **History**: a phrase in the scope of "history of" / "h/o" ("history of pneumonia") describes the past and
+   gives no finding.
+7. **Report level** (:mod:`.resolve`): a positive lesion finding without a location phrase takes the labels of
+   the located positive findings of the same lesion; in a merged findings + impression section a lesion +
+   location repeated in the impression counts once.
 """
 
 from __future__ import annotations
@@ -46,6 +58,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Final
 
+from cxrground.errors import ConfigError
 from cxrground.reports.findings import Assertion, Finding, StructuredReport
 from cxrground.reports.model import SectionChoice
 from cxrground.reports.sections import make_section_choice
@@ -65,22 +78,39 @@ from cxrground.reports.structure.lexicon import (
     default_location,
     location_labels,
 )
+from cxrground.reports.structure.resolve import resolve_findings
 from cxrground.vocab import HEART
+from cxrground.vocab.lesions import HEART_MASK_LESIONS
 
-__all__ = ["RuleStructurer", "structure_text"]
+__all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RuleStructurer", "structure_text"]
+
+#: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
+ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
+DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
 
 _NEG = frozenset({"neg_pre", "neg_post", "neg_both"})
-_UNC = frozenset({"unc_pre", "unc_post", "unc_both", "link"})
-_PRE = frozenset({"neg_pre", "unc_pre", "link", "neg_both", "unc_both"})
-_POST = frozenset({"neg_post", "unc_post", "neg_both", "unc_both"})
+_UNC = frozenset({"unc_pre", "unc_post", "unc_both", "unc_vs", "link"})
+_PRE = frozenset({"neg_pre", "unc_pre", "link", "neg_both", "unc_both", "unc_vs"})
+_POST = frozenset({"neg_post", "unc_post", "neg_both", "unc_both", "unc_vs"})
 _CLOSING = frozenset({"neg_post", "unc_post"})
+_HEDGE_PRE = frozenset({"unc_pre", "unc_both", "unc_vs"})
 _COORD_GAP: Final[re.Pattern[str]] = re.compile(r"\s*,?\s*(?:and|or|nor|/|,)\s*(?:[\w-]+\s+){0,2}")
 _INSIDE_NEG: Final[re.Pattern[str]] = re.compile(r"\b(?:not|no)\b")
 _AND: Final[re.Pattern[str]] = re.compile(r"\band\b")
 _PREPOSITIONS: Final[re.Pattern[str]] = re.compile(r"\b(?:in|at|of|the|within|on|involving|over|along|near)\b")
+#: Words that may stand between an observation's comma and its alternatives ("opacities, XXXX subsegmental
+#: atelectasis or scarring"): de-identification blanks and descriptive modifiers.
+_APPOSITION_FILLER: Final[re.Pattern[str]] = re.compile(
+    r"\b(?:xxxx|subsegmental|segmental|mild|minimal|small|patchy|streaky|linear|bandlike|band-like|plate-?like|"
+    r"discoid|focal|early|developing|chronic|acute|some|mild-moderate)\b")
 _AND_VERB: Final[re.Pattern[str]] = re.compile(
     r"\b(?:is|are|may|might|could|likely|probably|represents?|reflects?|suggests?)\b")
 _WORD: Final[re.Pattern[str]] = re.compile(r"[\w-]+")
+_ADJACENT: Final[re.Pattern[str]] = re.compile(
+    r"\b(?:adjacent|associated|accompanying|surrounding|subjacent|overlying|superimposed)\s+(?:[\w-]+\s+)?$")
+_NORMAL_AFTER: Final[re.Pattern[str]] = re.compile(
+    r"\s+(?:is|are|remains?|appears?)\s+(?:otherwise\s+|now\s+|again\s+)?(?:clear|normal|unremarkable|"
+    r"well[- ]aerated|well[- ]expanded)\b")
 _MAX_LINK_WORDS: Final[int] = 15
 _LOCATION_SCOPE_SKIP: Final[str] = "with"
 
@@ -93,6 +123,7 @@ class _Mention:
     assertion: Assertion = "present"
     group: int = -1
     absorbed: bool = False
+    historical: bool = False
     entity_span: tuple[int, int] | None = None
     locations: list[tuple[int, str, tuple[str, ...]]] = field(default_factory=list)
 
@@ -113,17 +144,26 @@ class RuleStructurer:
 
     name: str = "rules"
 
-    def __init__(self, source: str = "rules") -> None:
+    def __init__(self, source: str = "rules", alternatives: str = DEFAULT_ALTERNATIVES) -> None:
+        if alternatives not in ALTERNATIVE_POLICIES:
+            raise ConfigError(f"unknown alternatives policy {alternatives!r}; expected one of "
+                              f"{', '.join(ALTERNATIVE_POLICIES)}")
         self.source = source
+        self.alternatives = alternatives
+
+    @property
+    def provenance(self) -> dict[str, str]:
+        """Name and settings, recorded with every output (as :attr:`.LLMStructurer.provenance`)."""
+        return {"name": self.name, "alternatives": self.alternatives}
 
     # -- public API ------------------------------------------------------------------------------------------
 
     def structure(self, report_id: str, section: SectionChoice) -> StructuredReport:
-        """Structured findings of every sentence of ``section``."""
+        """Structured findings of every sentence of ``section``, with the report-level rules of :mod:`.resolve`."""
         findings: list[Finding] = []
         for sentence in section.sentences:
             findings.extend(self.structure_sentence(sentence.index, sentence.text))
-        return StructuredReport(report_id=report_id, section=section, findings=tuple(findings))
+        return resolve_findings(StructuredReport(report_id=report_id, section=section, findings=tuple(findings)))
 
     def structure_sentence(self, index: int, text: str) -> list[Finding]:
         """Findings of one sentence numbered ``index`` (1-based)."""
@@ -141,11 +181,16 @@ class RuleStructurer:
         cues = [c for c in cues if not any(c.start < mm.end and mm.start < c.end and not (
             mm.start <= c.start and c.end <= mm.end) for mm in mentions)]
         terms = [c for c in cues if c.kind == "term"]
+        groups = self._groups(low, mentions)
+        if self.alternatives == "present":  # "versus" joining two alternatives is no hedge under this policy
+            joins = [(mentions[g[k - 1]].end, mentions[g[k]].start) for g in groups for k in range(1, len(g))]
+            cues = [c for c in cues if c.kind != "unc_vs" or not any(a <= c.start and c.end <= b for a, b in joins)]
         for i, mention in enumerate(mentions):
             mention.assertion = self._assertion(low, mention, i, mentions, cues, terms)
-        groups = self._alternatives(low, mentions)
+        self._alternatives(mentions, groups)
         self._attribute(low, mentions, groups, cues, terms)
         self._locate(low, text, mentions, terms)
+        self._adjacent(low, mentions)
         return self._findings(index, text, mentions)
 
     # -- steps -------------------------------------------------------------------------------------------------
@@ -173,13 +218,20 @@ class RuleStructurer:
             if m.start <= c.start and c.end <= m.end:
                 neg |= c.kind in _NEG
                 unc |= c.kind in _UNC
-        if m.kind.lesion == "cardiomegaly" and _INSIDE_NEG.search(low, m.start, m.end):
+        if m.kind.lesion in HEART_MASK_LESIONS and _INSIDE_NEG.search(low, m.start, m.end):
             neg = True
-        # before: the nearest applicable cue of the clause
-        before = [c for c in cues if lo <= c.start and c.end <= m.start and c.kind != "term"]
+        # before: the nearest applicable cue of the clause; a hedge also reaches across "with" ("possible small
+        # effusion with adjacent atelectasis"), a negation does not ("no cardiomegaly with bilateral effusions")
+        lo_hedge = self._scope(terms, m.start, m.end, len(low), skip=_LOCATION_SCOPE_SKIP, low=low)[0]
+        before = [c for c in cues if lo_hedge <= c.start and c.end <= m.start and c.kind != "term"]
         for c in reversed(before):
+            if c.start < lo and c.kind not in _HEDGE_PRE:
+                break
             if c.kind in _CLOSING:
                 break  # "no effusion is seen and ..." closed the earlier cue's scope
+            if c.kind == "hist":
+                m.historical = True  # "history of pneumonia": not a finding of this image
+                break
             if c.kind not in _PRE:
                 continue
             if c.kind in BOTH_WINDOW and _nwords(low[c.end:m.start]) > BOTH_WINDOW[c.kind]:
@@ -218,8 +270,8 @@ class RuleStructurer:
         return "uncertain" if unc else "present"
 
     @staticmethod
-    def _alternatives(low: str, mentions: list[_Mention]) -> list[list[int]]:
-        """Group phrases joined by or/versus//; a group of two or more becomes uncertain unless negated."""
+    def _groups(low: str, mentions: list[_Mention]) -> list[list[int]]:
+        """Indices of the phrases joined by or / versus / "/" / and/or, group by group (single phrases alone)."""
         groups: list[list[int]] = [[0]]
         for i in range(1, len(mentions)):
             if ALTERNATIVE_GAP_RE.fullmatch(low, mentions[i - 1].end, mentions[i].start):
@@ -229,10 +281,16 @@ class RuleStructurer:
         for g, members in enumerate(groups):
             for i in members:
                 mentions[i].group = g
+        return groups
+
+    def _alternatives(self, mentions: list[_Mention], groups: list[list[int]]) -> None:
+        """Under the ``uncertain`` policy a group of two or more alternatives becomes uncertain unless negated."""
+        if self.alternatives != "uncertain":
+            return
+        for members in groups:
             if len(members) > 1 and not any(mentions[i].assertion == "absent" for i in members):
                 for i in members:
                     mentions[i].assertion = "uncertain"
-        return groups
 
     @staticmethod
     def _attributable(kind: EntityKind) -> bool:
@@ -259,7 +317,7 @@ class RuleStructurer:
             gap_start, gap_end = obs.end, targets[0].start
             if not self._is_link(low, gap_start, gap_end, len(targets) > 1):
                 continue
-            hedged = obs.assertion == "uncertain" or len(targets) > 1 or any(
+            hedged = obs.assertion == "uncertain" or (len(targets) > 1 and self.alternatives == "uncertain") or any(
                 gap_start <= c.start and c.end <= gap_end and c.kind in _UNC for c in cues)
             if hedged:
                 for t in others:
@@ -281,7 +339,7 @@ class RuleStructurer:
             return False
         links = list(LINK_RE.finditer(gap))
         if not links:  # a bare comma (with a location phrase) links to alternatives: "opacity at the base, X vs Y"
-            return alternatives and _PREPOSITIONS.sub(" ", gap).strip() in (",", "")
+            return alternatives and _APPOSITION_FILLER.sub(" ", _PREPOSITIONS.sub(" ", gap)).strip() in (",", "")
         rest = LINK_RE.sub(" ", gap)
         if ATTRIBUTION_BLOCK_RE.search(rest):
             return False
@@ -297,10 +355,12 @@ class RuleStructurer:
             s, e = m.start(), m.end()
             if any(mm.start < e and s < mm.end for mm in mentions):
                 continue  # part of a finding phrase
+            if _NORMAL_AFTER.match(low, e):
+                continue  # "..., the left lower lobe is clear": the location of a normal statement
             lo, hi = self._scope(terms, s, e, len(low), skip=_LOCATION_SCOPE_SKIP, low=low)
             best: tuple[int, int, int] | None = None  # (distance, after-penalty, group)
             for mm in mentions:
-                if mm.kind.lesion == "cardiomegaly" or mm.start < lo or mm.end > hi:
+                if mm.kind.lesion in HEART_MASK_LESIONS or mm.start < lo or mm.end > hi:
                     continue
                 key = (mm.start - e, 0, mm.group) if e <= mm.start else (s - mm.end, 1, mm.group)
                 if best is None or key[:2] < best[:2]:
@@ -311,13 +371,23 @@ class RuleStructurer:
                 if mm.group == best[2]:
                     mm.locations.append((s, text[s:e], labels))
 
+    @staticmethod
+    def _adjacent(low: str, mentions: list[_Mention]) -> None:
+        """An unlocated phrase introduced by "adjacent" / "associated" / ... lies where the phrase before it lies."""
+        for k, mm in enumerate(mentions):
+            if mm.locations or k == 0 or not _ADJACENT.search(low, max(0, mm.start - 40), mm.start):
+                continue
+            previous = [p for p in mentions[:k] if p.locations and p.group != mm.group]
+            if previous:
+                mm.locations = list(previous[-1].locations)
+
     def _findings(self, index: int, text: str, mentions: list[_Mention]) -> list[Finding]:
         out: list[Finding] = []
         for mm in mentions:
-            if mm.absorbed:
+            if mm.absorbed or mm.historical:
                 continue
             lesion = mm.kind.lesion
-            if lesion == "cardiomegaly":
+            if lesion in HEART_MASK_LESIONS:
                 phrases: tuple[str, ...] = ()
                 labels: tuple[str, ...] = (HEART,)
             else:

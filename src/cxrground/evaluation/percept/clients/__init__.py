@@ -5,17 +5,19 @@ A client answers one request (OpenAI-format messages) with a :class:`Completion`
 built-in baselines ``random``, ``first-option``, ``always-yes``, ``oracle`` (:mod:`.baselines`).
 
 Baselines get the question (options and GT) through the ``question`` side channel of
-:meth:`Client.complete`; it is never part of the messages. Errors: :class:`TransientError` (retried by
-the runner, optionally with a server-given ``retry_after``) and :class:`PermanentError` (the case fails).
+:meth:`Client.complete`; it is never part of the messages (:meth:`Client.cache_context` puts what they read
+of it in the cache key). Every client goes through the runner's response cache, keyed by its ``identity``.
+Errors (:mod:`cxrground.llm`): :class:`TransientError` (retried by the runner, optionally with a
+server-given ``retry_after``) and :class:`PermanentError` (the case fails).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from cxrground.errors import ConfigError, CXRGroundError
+from cxrground.errors import ConfigError
+from cxrground.llm import ClientError, Completion, PermanentError, TransientError
 from cxrground.registry import Registry
 
 if TYPE_CHECKING:
@@ -25,32 +27,6 @@ __all__ = ["CLIENTS", "HARNESS_OPTIONS", "Client", "ClientError", "Completion", 
            "make_client", "spec_forms"]
 
 
-class ClientError(CXRGroundError):
-    """A request failed; ``reason`` says why."""
-
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
-        self.reason = reason
-        self.retry_after = retry_after
-        super().__init__(reason)
-
-
-class TransientError(ClientError):
-    """429, 5xx, timeout or connection error: worth retrying."""
-
-
-class PermanentError(ClientError):
-    """Any other failure (4xx, malformed response): not retried."""
-
-
-@dataclass(frozen=True)
-class Completion:
-    """One response: the assistant text (None when the server sent none), token usage and model version."""
-
-    content: str | None
-    usage: dict[str, int] = field(default_factory=dict)
-    model_version: str | None = None
-
-
 class Client(Protocol):
     """What the runner needs from a model client."""
 
@@ -58,10 +34,22 @@ class Client(Protocol):
     model: str
     decoding: dict[str, Any]
     max_images: int
-    cacheable: bool
 
-    async def complete(self, messages: Sequence[dict[str, Any]], question: Question, case_id: str = "") -> Completion:
-        """Answer the last user message of ``messages`` (``question``/``case_id``: side channel for baselines)."""
+    @property
+    def identity(self) -> dict[str, Any]:
+        """What makes two clients answer alike (the model part of the cache key)."""
+        ...
+
+    def cache_context(self, question: Question, case_id: str) -> dict[str, Any] | None:
+        """Inputs outside the messages that shape the answer (None for model clients)."""
+        ...
+
+    async def complete(self, messages: Sequence[dict[str, Any]], question: Question, case_id: str = "",
+                       seed: int | None = None) -> Completion:
+        """Answer the last user message of ``messages`` (``question``/``case_id``: side channel for baselines).
+
+        ``seed`` is the sample's seed: sent with the request (or used locally) when sampling.
+        """
         ...
 
     async def aclose(self) -> None:
@@ -72,7 +60,7 @@ class Client(Protocol):
 #: Options the harness passes to every client (:func:`~cxrground.evaluation.percept.runner.run_eval`); each
 #: client uses those it needs. Any other option is refused by :data:`CLIENTS`.
 HARNESS_OPTIONS: Final[tuple[str, ...]] = ("base_url", "api_key_env", "temperature", "max_tokens", "top_p", "seed",
-                                           "max_images", "timeout", "concurrency")
+                                           "max_images", "timeout", "concurrency", "extra_body")
 
 #: Model clients by spec prefix. Prefixed specs are ``prefix:NAME`` (the name goes to the factory as ``model``);
 #: the baselines take no name.

@@ -6,11 +6,15 @@ in the system prompt's format (``Answer: 1`` / ``Answer: 1,3``).
 - ``random``: uniform over the valid answers of §16, seeded per (seed, case conversation, question):
   single answer → one of the ``n`` options; expansion / contraction with ``k`` points → one of the ``2^k``
   answers (a non-empty subset of the points, or None alone); location → one of the 8 answers (a non-empty
-  subset of options 1-3, or option 4 alone). The draw depends only on ``seed``, the case id and the
-  question id, so it is the same at any concurrency and on resume.
+  subset of options 1-3, or option 4 alone). The draw depends only on the sample's seed (the run's
+  ``seed`` for the first repeat), the case id and the question id, so it is the same at any concurrency
+  and on resume, and differs between repeats.
 - ``first-option``: option 1.
 - ``always-yes``: the ``Yes`` option where present, else option 1.
 - ``oracle``: the ground truth.
+
+They go through the response cache like model clients: identity ``{kind, seed}``, and the case id and
+question id (what they read of the side channel) as the key's context.
 """
 
 from __future__ import annotations
@@ -41,7 +45,6 @@ def random_answer(q: Question, rng: random.Random) -> tuple[int, ...]:
 class BaselineClient:
     """A model-free answerer; ``max_images`` is unbounded (it looks at no image)."""
 
-    cacheable = False
     max_images = 10**6
 
     def __init__(self, kind: str, seed: int = 0) -> None:
@@ -50,19 +53,30 @@ class BaselineClient:
         self.seed = int(seed)
         self.decoding: dict[str, Any] = {"seed": self.seed} if kind == "random" else {}
 
-    def _answer(self, q: Question, case_id: str) -> tuple[int, ...]:
+    @property
+    def identity(self) -> dict[str, Any]:
+        """Kind and seed."""
+        return {"kind": self.kind, "seed": self.seed}
+
+    def cache_context(self, question: Question, case_id: str) -> dict[str, Any]:
+        """The case id and question id (the answer depends on them, not only on the messages)."""
+        return {"case_id": case_id, "qid": question.qid}
+
+    def _answer(self, q: Question, case_id: str, seed: int) -> tuple[int, ...]:
         if self.kind == "oracle":
             return q.gt
         if self.kind == "first-option":
             return (1,)
         if self.kind == "always-yes":
             return (q.options.index(YES_NO[0]) + 1,) if YES_NO[0] in q.options else (1,)
-        digest = hashlib.sha256(f"{self.seed}|{case_id}|{q.qid}".encode()).digest()
+        digest = hashlib.sha256(f"{seed}|{case_id}|{q.qid}".encode()).digest()
         return random_answer(q, random.Random(int.from_bytes(digest[:8], "big")))
 
-    async def complete(self, messages: Sequence[dict[str, Any]], question: Question, case_id: str = "") -> Completion:
-        """``Answer: {numbers}`` of this baseline."""
-        return Completion(IMPLICIT_ANSWER.format(gt=format_gt(self._answer(question, case_id))), {}, self.kind)
+    async def complete(self, messages: Sequence[dict[str, Any]], question: Question, case_id: str = "",
+                       seed: int | None = None) -> Completion:
+        """``Answer: {numbers}`` of this baseline (``random`` draws with ``seed``, default the client's)."""
+        answer = self._answer(question, case_id, self.seed if seed is None else int(seed))
+        return Completion(IMPLICIT_ANSWER.format(gt=format_gt(answer)), {}, self.kind)
 
     async def aclose(self) -> None:
         """Nothing to release."""

@@ -4,7 +4,8 @@ transformers and torch are imported on first use only, with ``local_files_only=T
 downloaded). OpenAI-format messages are converted by :func:`to_hf_messages` (data URLs decoded to PIL
 images, ``{"type": "image"}`` parts, system text kept as a system turn); the processor's chat template
 renders them. Generation runs in a worker thread, one request at a time (one model in memory), greedy when
-``temperature`` is 0, else sampled; ``max_tokens`` becomes ``max_new_tokens``. ``max_images`` (default 7)
+``temperature`` is 0, else sampled with torch's generators seeded from the sample's ``seed`` (forked, so
+the global random state is left as it was); ``max_tokens`` becomes ``max_new_tokens``. ``max_images`` (default 7)
 must cover the 7 images of an RR conversation; the runner refuses to start otherwise.
 
 The model runs on ``device`` (default: ``cuda`` when available, else ``cpu``), in bfloat16 on CUDA and float32
@@ -12,6 +13,9 @@ on CPU; the processor's floating-point outputs (pixel values) are cast to the mo
 lacks ``config.json`` is refused when the client is made; one that transformers cannot load as a processor +
 image-text-to-text model raises :class:`~cxrground.errors.ConfigError` on the first request, which stops the
 run (rather than failing every case one by one).
+
+Cache identity: ``{"kind": "hf", "fingerprint"}`` with :func:`cxrground.llm.model_fingerprint` of the folder
+(weights, config, tokenizer; not its path), computed when the client is made.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 
 from cxrground.errors import ConfigError
 from cxrground.evaluation.percept.clients import Completion, PermanentError
+from cxrground.llm import model_fingerprint
 
 __all__ = ["HFClient", "to_hf_messages"]
 
@@ -63,7 +68,6 @@ class HFClient:
     """A local transformers VLM; the model is loaded on the first request."""
 
     kind = "hf"
-    cacheable = True
 
     def __init__(self, model_dir: str, *, temperature: float = 0.0, max_tokens: int = 8192,
                  top_p: float | None = None, max_images: int = 7, device: str | None = None, **_: Any) -> None:
@@ -77,8 +81,18 @@ class HFClient:
         if top_p is not None:
             self.decoding["top_p"] = float(top_p)
         self.device = device
+        self.fingerprint = model_fingerprint(model_dir)
         self._loaded: tuple[Any, Any] | None = None
         self._lock = asyncio.Lock()
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """Kind and the fingerprint of the model folder."""
+        return {"kind": self.kind, "fingerprint": self.fingerprint}
+
+    def cache_context(self, question: Any, case_id: str) -> None:
+        """None: the answer depends on the messages only."""
+        return None
 
     def _load(self) -> tuple[Any, Any]:
         if self._loaded is None:
@@ -126,11 +140,22 @@ class HFClient:
         text = processor.decode(new, skip_special_tokens=True)
         return Completion(text, {"prompt_tokens": n_in, "completion_tokens": int(new.shape[0])}, self.model)
 
-    async def complete(self, messages: Sequence[dict[str, Any]], question: Any = None,
-                       case_id: str = "") -> Completion:
+    def _seeded(self, messages: Sequence[dict[str, Any]], seed: int | None) -> Completion:
+        """:meth:`_generate`, with torch's generators forked and seeded when sampling with a seed."""
+        if seed is None or self.decoding["temperature"] <= 0:
+            return self._generate(messages)
+        import torch
+
+        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(int(seed))
+            return self._generate(messages)
+
+    async def complete(self, messages: Sequence[dict[str, Any]], question: Any = None, case_id: str = "",
+                       seed: int | None = None) -> Completion:
         """Generate the answer to the last user message (one generation at a time)."""
         async with self._lock:
-            return await asyncio.to_thread(self._generate, messages)
+            return await asyncio.to_thread(self._seeded, messages, seed)
 
     async def aclose(self) -> None:
         """Drop the model."""

@@ -1,93 +1,94 @@
 """``openai:MODEL``: any OpenAI-compatible chat-completions server (vLLM, SGLang, OpenAI, Azure, Gemini, serve).
 
-Async over ``httpx``. The API key is read from the environment variable named by ``api_key_env`` (never
-from a file or the command line); without it no ``Authorization`` header is sent (local servers).
+A thin adapter over :class:`cxrground.llm.ChatClient` (async httpx; the API key from the environment variable
+named by ``api_key_env``, never from a file or the command line; no ``Authorization`` header without it).
 HTTP 429 / 5xx / 408 / 409 / 425, timeouts and connection errors raise :class:`TransientError` (with the
-server's ``Retry-After``, seconds or HTTP date, parsed by the structurer's helper); other statuses and
-malformed bodies raise :class:`PermanentError`. A ``null`` message content is returned as None (the
-runner records it as an unparseable answer). Decoding settings are sent as given (``temperature``,
-``max_tokens``, optional ``top_p``); ``max_images`` (default 7) is what the server is configured to accept.
+server's ``Retry-After``); other statuses and malformed bodies raise :class:`PermanentError`. A ``null``
+message content is returned as None (the runner records it as an unparseable answer). Decoding settings
+are sent as given (``temperature``, ``max_tokens``, optional ``top_p``), plus the sample's ``seed`` when
+sampling (temperature > 0); ``max_images`` (default 7) is what the server is configured to accept.
+``extra_body`` (``--extra-body``) is merged into every request, e.g. ``reasoning_effort``,
+``max_completion_tokens`` or ``chat_template_kwargs: {enable_thinking: false}``; it is part of ``decoding``,
+hence of the cache key and of ``config.json``. It may not set ``model``, ``messages`` or ``stream``, nor the
+keys that have their own option (``temperature``, ``top_p``, ``seed``, ``max_tokens``), except
+``"max_tokens": null``, which leaves ``max_tokens`` out of the request (OpenAI reasoning models accept only
+``max_completion_tokens``). Cache identity: kind, model name and base URL.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 import httpx
 
 from cxrground.errors import ConfigError
-from cxrground.evaluation.percept.clients import Completion, PermanentError, TransientError
-from cxrground.reports.structure.llm import _RETRY_STATUS, _retry_after
+from cxrground.llm import ChatClient, Completion, RetryPolicy, check_extra_body
 
-__all__ = ["OpenAIClient"]
+__all__ = ["OWN_OPTIONS", "OpenAIClient", "merge_extra_body"]
+
+#: Request keys set from the harness's own options (``--temperature``, ...) and its per-sample seed.
+OWN_OPTIONS: Final[dict[str, str]] = {"temperature": "--temperature", "top_p": "--top-p", "max_tokens": "--max-tokens",
+                                      "seed": "--seed (the sample's seed is sent when sampling)"}
+
+
+def merge_extra_body(decoding: Mapping[str, Any], extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``decoding`` with the extra body merged in (see the module docstring); raises :class:`ConfigError`."""
+    out = dict(decoding)
+    if not extra:
+        return out
+    body = check_extra_body(extra, "--extra-body")
+    for key, value in body.items():
+        if key == "max_tokens" and value is None:
+            out.pop("max_tokens", None)
+        elif key in OWN_OPTIONS:
+            raise ConfigError(f"--extra-body may not set {key!r}: use {OWN_OPTIONS[key]}"
+                              + (' (or "max_tokens": null to leave it out)' if key == "max_tokens" else ""))
+        else:
+            out[key] = value
+    return out
 
 
 class OpenAIClient:
     """Chat completions at ``{base_url}/chat/completions``."""
 
     kind = "openai"
-    cacheable = True
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str | None = None,
                  temperature: float = 0.0, max_tokens: int = 8192, top_p: float | None = None,
-                 timeout: float = 600.0, max_images: int = 7, concurrency: int = 8,
-                 transport: httpx.AsyncBaseTransport | None = None, **_: Any) -> None:
+                 timeout: float = RetryPolicy.timeout, max_images: int = 7, concurrency: int = 8,
+                 extra_body: Mapping[str, Any] | None = None, transport: httpx.AsyncBaseTransport | None = None,
+                 **_: Any) -> None:
         if not base_url:
             raise ConfigError("openai:MODEL needs --base-url (the API root, e.g. http://host:8000/v1)")
-        headers = {"Content-Type": "application/json"}
-        if api_key_env:
-            key = os.environ.get(api_key_env)
-            if not key:
-                raise ConfigError(f"environment variable {api_key_env!r} (the API key) is not set")
-            headers["Authorization"] = f"Bearer {key}"
+        self._chat = ChatClient(base_url, model, api_key_env=api_key_env, timeout=timeout,
+                                concurrency=max(1, concurrency), transport=transport)
         self.model = model
-        self.base_url = base_url.rstrip("/")
+        self.base_url = self._chat.base_url
         self.max_images = int(max_images)
         self.decoding: dict[str, Any] = {"temperature": float(temperature), "max_tokens": int(max_tokens)}
         if top_p is not None:
             self.decoding["top_p"] = float(top_p)
-        self.timeout = float(timeout)
-        limits = httpx.Limits(max_connections=max(1, concurrency), max_keepalive_connections=max(1, concurrency))
-        self._http = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(self.timeout), limits=limits,
-                                       transport=transport)
+        self.decoding = merge_extra_body(self.decoding, extra_body)
+        self.timeout = self._chat.timeout
 
-    async def complete(self, messages: Sequence[dict[str, Any]], question: Any = None,
-                       case_id: str = "") -> Completion:
+    @property
+    def identity(self) -> dict[str, Any]:
+        """Kind, model name and base URL."""
+        return self._chat.identity
+
+    def cache_context(self, question: Any, case_id: str) -> None:
+        """None: the answer depends on the messages only."""
+        return None
+
+    async def complete(self, messages: Sequence[dict[str, Any]], question: Any = None, case_id: str = "",
+                       seed: int | None = None) -> Completion:
         """POST one request; raises :class:`TransientError` / :class:`PermanentError`."""
-        body = {"model": self.model, "messages": list(messages), **self.decoding}
-        try:
-            response = await self._http.post(f"{self.base_url}/chat/completions", json=body)
-        except httpx.TimeoutException:
-            raise TransientError(f"timed out after {self.timeout:g} s") from None
-        except httpx.TransportError as exc:
-            raise TransientError(f"connection error: {type(exc).__name__}: {exc}") from None
-        if response.status_code != 200:
-            reason = f"HTTP {response.status_code}: {response.text[:200]}"
-            if response.status_code in _RETRY_STATUS or response.status_code >= 500:
-                raise TransientError(reason, _retry_after(response.headers.get("retry-after")))
-            raise PermanentError(reason)
-        try:
-            data = response.json()
-            message = data["choices"][0]["message"]
-            content = message.get("content")
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            raise PermanentError(f"malformed chat-completion response: {response.text[:200]}") from None
-        if content is not None and not isinstance(content, str):
-            raise PermanentError("chat-completion content is not text")
-        return Completion(content, _usage(data.get("usage")), data.get("model"))
+        params = dict(self.decoding)
+        if seed is not None and self.decoding["temperature"] > 0:
+            params["seed"] = int(seed)
+        return await self._chat.complete(messages, params)
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""
-        await self._http.aclose()
-
-
-def _usage(usage: Any) -> dict[str, int]:
-    if not isinstance(usage, dict):
-        return {}
-    out = {k: int(usage[k]) for k in ("prompt_tokens", "completion_tokens") if isinstance(usage.get(k), int)}
-    details = usage.get("prompt_tokens_details")
-    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
-        out["cached_tokens"] = int(details["cached_tokens"])
-    return out
+        await self._chat.aclose()

@@ -1,9 +1,20 @@
-"""SQLite cache of LLM chat-completion responses.
+"""SQLite cache of chat-completion responses, keyed for sampled decoding as well as greedy decoding.
 
-The key is the SHA-256 of the canonical JSON of ``{"model", "decoding", "messages"}`` (:func:`cache_key`):
-the same model, decoding settings and exact messages give the same key, so a rerun makes no request.
-Only responses that parsed and validated are stored (a malformed answer is asked again next time).
-The file is created on first use; ``":memory:"`` (the default) keeps the cache for the life of the object.
+:func:`cache_key` is the SHA-256 of the canonical JSON (sorted keys, no spaces) of
+``{"model": identity, "decoding": params, "sample": k, "messages": [...]}`` (+ ``"context"`` when given):
+
+- ``identity``: what makes two models answer alike. Remote servers: ``{"kind": "openai", "model", "base_url"}``;
+  local folders: ``{"kind": "hf", "fingerprint"}`` (:func:`cxrground.llm.fingerprint.model_fingerprint`, not
+  the path); built-in baselines: ``{"kind", "seed"}``.
+- ``params``: the decoding settings sent (temperature, max_tokens, top_p, ...), with the request's ``seed``
+  when sampling (temperature > 0), so another seed is another key.
+- ``k``: the sample index (repeat). It is in the key at every temperature: repeat ``k`` is always ``k``, a
+  second repeat never reuses the first one's answer, and a rerun reuses both.
+- ``context``: inputs that are not in the messages but shape the answer (the baselines' side channel).
+
+Only responses that parsed and validated are stored (a malformed answer is asked again next time). The file
+is created on first use; ``":memory:"`` (the default) keeps the cache for the life of the object. Several
+processes may share one file (WAL mode; a writer waits up to 60 s for the lock).
 """
 
 from __future__ import annotations
@@ -30,9 +41,23 @@ CREATE TABLE IF NOT EXISTS responses (
 """
 
 
-def cache_key(model: str, decoding: Mapping[str, Any], messages: Sequence[Mapping[str, Any]]) -> str:
-    """SHA-256 (hex) of the canonical JSON of model, decoding settings and messages."""
-    payload = {"model": model, "decoding": dict(decoding), "messages": [dict(m) for m in messages]}
+def cache_key(
+    model: str | Mapping[str, Any],
+    decoding: Mapping[str, Any],
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    sample: int = 0,
+    context: Mapping[str, Any] | None = None,
+) -> str:
+    """SHA-256 (hex) of the canonical JSON of model identity, decoding settings, sample index and messages."""
+    payload: dict[str, Any] = {
+        "model": model if isinstance(model, str) else dict(model),
+        "decoding": dict(decoding),
+        "sample": int(sample),
+        "messages": [dict(m) for m in messages],
+    }
+    if context is not None:
+        payload["context"] = dict(context)
     text = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -45,7 +70,6 @@ class ResponseCache:
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        # several processes may share one file (WAL mode; wait up to 60 s for a writer's lock)
         self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=60.0)
         if self.path != ":memory:":
             self._conn.execute("PRAGMA journal_mode=WAL")
@@ -58,7 +82,7 @@ class ResponseCache:
         return None if row is None else str(row[0])
 
     def put(self, key: str, model: str, request: Mapping[str, Any], response: str) -> None:
-        """Store ``response`` under ``key`` (replacing an older entry)."""
+        """Store ``response`` under ``key`` (replacing an older entry); ``model`` and ``request`` are for reading."""
         blob = json.dumps(dict(request), sort_keys=True, ensure_ascii=False)
         with self._lock:
             self._conn.execute(

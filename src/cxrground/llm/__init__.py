@@ -1,0 +1,44 @@
+"""The client layer for OpenAI-compatible chat servers, shared by report structuring and the benchmark harness.
+
+- :mod:`.chat`: :class:`ChatClient`, one async chat-completions request over httpx -> :class:`Completion`,
+  errors split into :class:`TransientError` (retried) and :class:`PermanentError`; :func:`parse_extra_body`
+  validates user-given request options.
+- :mod:`.retry`: :class:`RetryPolicy` (the one set of defaults) and :func:`call_with_retries` (backoff with
+  jitter, Retry-After), the only retry loop of the code base.
+- :mod:`.aio`: :func:`run_sync` and :func:`bounded_map` (N workers, input order kept).
+- :mod:`.cache`: :class:`ResponseCache` (SQLite) and :func:`cache_key` (model identity, decoding settings,
+  sample index, exact messages); :mod:`.fingerprint`: :func:`model_fingerprint` of local model folders.
+
+Stage: after ``io``; imports only ``errors`` (and the standard library, httpx).
+"""
+
+from __future__ import annotations
+
+from cxrground.llm.aio import bounded_map, run_sync
+from cxrground.llm.cache import ResponseCache, cache_key
+from cxrground.llm.chat import RESERVED_KEYS, ChatClient, Completion, check_extra_body, parse_extra_body, parse_usage
+from cxrground.llm.errors import ClientError, PermanentError, TransientError
+from cxrground.llm.fingerprint import model_fingerprint
+from cxrground.llm.retry import RETRY_STATUS, RetryPolicy, call_with_retries, is_retry_status, parse_retry_after
+
+__all__ = [
+    "RESERVED_KEYS",
+    "RETRY_STATUS",
+    "ChatClient",
+    "ClientError",
+    "Completion",
+    "PermanentError",
+    "ResponseCache",
+    "RetryPolicy",
+    "TransientError",
+    "bounded_map",
+    "cache_key",
+    "call_with_retries",
+    "check_extra_body",
+    "is_retry_status",
+    "model_fingerprint",
+    "parse_extra_body",
+    "parse_retry_after",
+    "parse_usage",
+    "run_sync",
+]

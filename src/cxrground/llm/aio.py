@@ -1,0 +1,58 @@
+"""asyncio helpers: run a coroutine from synchronous code, and map an async function with N workers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+__all__ = ["bounded_map", "run_sync"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(coro)``; in a worker thread when this thread has a running loop (notebooks, Playwright)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+async def bounded_map(
+    fn: Callable[[T], Awaitable[R]],
+    items: Iterable[T],
+    concurrency: int,
+    on_done: Callable[[R], None] | None = None,
+) -> list[R]:
+    """``[await fn(x) for x in items]`` with at most ``concurrency`` calls in flight; results in input order.
+
+    Each of the ``concurrency`` workers takes the next item when its previous call is done (memory stays
+    bounded). ``on_done(result)`` runs after every call (progress bars). The first exception cancels the
+    other workers and is raised.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    todo = list(items)
+    results: list[Any] = [None] * len(todo)
+    queue = iter(enumerate(todo))
+
+    async def worker() -> None:
+        for k, item in queue:
+            results[k] = await fn(item)
+            if on_done is not None:
+                on_done(results[k])
+
+    tasks = [asyncio.ensure_future(worker()) for _ in range(min(concurrency, max(1, len(todo))))]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    return results

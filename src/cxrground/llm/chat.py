@@ -1,0 +1,167 @@
+"""An async client for the chat-completions endpoint of any OpenAI-compatible server (vLLM, SGLang, OpenAI, ...).
+
+One request per :meth:`ChatClient.complete` (no retries here: see :mod:`.retry`). The API key is read from the
+environment variable named by ``api_key_env`` (never passed as a literal); without it no ``Authorization``
+header is sent (local servers). Connections are pooled per event loop (at most ``concurrency``) and closed
+by :meth:`ChatClient.aclose`; ``transport`` replaces the network (tests).
+
+Outcomes: HTTP 200 -> :class:`Completion` (the message text, None when the server sent ``null``; token usage;
+the server's model version). Timeouts, connection errors and the statuses of
+:func:`~.retry.is_retry_status` raise :class:`~.errors.TransientError` (with the parsed ``Retry-After``);
+other statuses and malformed bodies raise :class:`~.errors.PermanentError`. Both carry the HTTP status.
+
+Request options beyond the decoding settings (``reasoning_effort``, ``max_completion_tokens``,
+``chat_template_kwargs``, ...) travel in ``params`` too; :func:`parse_extra_body` / :func:`check_extra_body`
+validate a user-given extra body: a JSON object that does not set :data:`RESERVED_KEYS` (``model`` and
+``messages`` belong to the client, and ``stream`` would break response parsing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import httpx
+
+from cxrground.errors import ConfigError
+from cxrground.llm.errors import PermanentError, TransientError
+from cxrground.llm.retry import RetryPolicy, is_retry_status, parse_retry_after
+
+__all__ = ["RESERVED_KEYS", "ChatClient", "Completion", "check_extra_body", "parse_extra_body", "parse_usage"]
+
+#: Request keys an extra body may not set.
+RESERVED_KEYS: Final[tuple[str, ...]] = ("model", "messages", "stream")
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One response: the assistant text (None when the server sent none), token usage and model version."""
+
+    content: str | None
+    usage: dict[str, int] = field(default_factory=dict)
+    model_version: str | None = None
+
+
+def parse_usage(usage: Any) -> dict[str, int]:
+    """``prompt_tokens``, ``completion_tokens`` and ``cached_tokens`` (when reported) of a response's usage."""
+    if not isinstance(usage, dict):
+        return {}
+    out = {k: int(usage[k]) for k in ("prompt_tokens", "completion_tokens") if isinstance(usage.get(k), int)}
+    details = usage.get("prompt_tokens_details")
+    if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+        out["cached_tokens"] = int(details["cached_tokens"])
+    return out
+
+
+def check_extra_body(extra: Any, what: str = "extra body") -> dict[str, Any]:
+    """A JSON-ready copy of ``extra``; raises :class:`ConfigError` unless it is an object of JSON values that
+    does not set :data:`RESERVED_KEYS`."""
+    if not isinstance(extra, Mapping):
+        raise ConfigError(f"{what} must be a JSON object {{...}}, got {type(extra).__name__}")
+    try:
+        copy = json.loads(json.dumps(dict(extra), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{what} holds a value that is not JSON ({exc})") from None
+    bad = [k for k in RESERVED_KEYS if k in copy]
+    if bad:
+        raise ConfigError(f"{what} may not set {', '.join(map(repr, bad))} (the client sets "
+                          f"{', '.join(RESERVED_KEYS[:2])}; streaming is not supported)")
+    return copy
+
+
+def parse_extra_body(text: str, what: str = "--extra-body") -> dict[str, Any]:
+    """The extra body given as JSON text (see :func:`check_extra_body`)."""
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except ValueError as exc:
+        raise ConfigError(f"{what} is not valid JSON ({exc})") from None
+    return check_extra_body(value, what)
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+class ChatClient:
+    """Chat completions of ``model`` at ``{base_url}/chat/completions``."""
+
+    kind = "openai"
+
+    def __init__(self, base_url: str, model: str, *, api_key_env: str | None = None,
+                 timeout: float = RetryPolicy.timeout, concurrency: int = 8,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        if not base_url:
+            raise ConfigError("a chat client needs a base URL (the API root, e.g. http://host:8000/v1)")
+        if not model:
+            raise ConfigError("a chat client needs a model name")
+        if concurrency < 1:
+            raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
+        if timeout <= 0:
+            raise ConfigError(f"timeout must be > 0 seconds, got {timeout}")
+        self.headers = {"Content-Type": "application/json"}
+        if api_key_env:
+            key = os.environ.get(api_key_env)
+            if not key:
+                raise ConfigError(f"environment variable {api_key_env!r} (the API key) is not set")
+            self.headers["Authorization"] = f"Bearer {key}"
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key_env = api_key_env
+        self.timeout = float(timeout)
+        self.concurrency = int(concurrency)
+        self._transport = transport
+        self._http: httpx.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """The model's identity in cache keys: kind, model name and endpoint."""
+        return {"kind": self.kind, "model": self.model, "base_url": self.base_url}
+
+    def _client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._http is None or self._loop is not loop:  # a pool belongs to one event loop
+            limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+            self._http = httpx.AsyncClient(headers=self.headers, timeout=httpx.Timeout(self.timeout), limits=limits,
+                                           transport=self._transport)
+            self._loop = loop
+        return self._http
+
+    async def complete(self, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None,
+                       ) -> Completion:
+        """POST ``{"model", "messages", **params}`` once; raises :class:`TransientError` / :class:`PermanentError`
+        (and :class:`ConfigError` when ``params`` sets one of :data:`RESERVED_KEYS`)."""
+        params = dict(params or {})
+        if any(k in params for k in RESERVED_KEYS):
+            check_extra_body(params, "request parameters")
+        body = {"model": self.model, "messages": list(messages), **params}
+        try:
+            response = await self._client().post(f"{self.base_url}/chat/completions", json=body)
+        except httpx.TimeoutException:
+            raise TransientError(f"timed out after {self.timeout:g} s") from None
+        except httpx.TransportError as exc:
+            raise TransientError(f"connection error: {type(exc).__name__}: {exc}") from None
+        status = response.status_code
+        if status != 200:
+            reason = f"HTTP {status}: {response.text[:200]}"
+            if is_retry_status(status):
+                raise TransientError(reason, parse_retry_after(response.headers.get("retry-after")), status)
+            raise PermanentError(reason, status=status)
+        try:
+            data = response.json()
+            content = data["choices"][0]["message"].get("content")
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            raise PermanentError(f"malformed chat-completion response: {response.text[:200]}", status=status) from None
+        if content is not None and not isinstance(content, str):
+            raise PermanentError("chat-completion content is not text", status=status)
+        return Completion(content, parse_usage(data.get("usage")), data.get("model"))
+
+    async def aclose(self) -> None:
+        """Close the connections of the current event loop's pool."""
+        http, self._http, self._loop = self._http, None, None
+        if http is not None:
+            await http.aclose()

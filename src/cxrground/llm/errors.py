@@ -1,0 +1,28 @@
+"""Errors of a chat-completions request: worth retrying (:class:`TransientError`) or not (:class:`PermanentError`)."""
+
+from __future__ import annotations
+
+from cxrground.errors import CXRGroundError
+
+__all__ = ["ClientError", "PermanentError", "TransientError"]
+
+
+class ClientError(CXRGroundError):
+    """A request failed; ``reason`` says why, ``status`` is the HTTP status when there was one.
+
+    ``retry_after`` is the server's ``Retry-After`` in seconds (None when it sent none).
+    """
+
+    def __init__(self, reason: str, retry_after: float | None = None, status: int | None = None) -> None:
+        self.reason = reason
+        self.retry_after = retry_after
+        self.status = status
+        super().__init__(reason)
+
+
+class TransientError(ClientError):
+    """408 / 409 / 425 / 429 / 5xx, a timeout or a connection error: worth retrying."""
+
+
+class PermanentError(ClientError):
+    """Any other failure (other 4xx, a malformed response): not retried."""

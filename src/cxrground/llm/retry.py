@@ -1,0 +1,100 @@
+"""The one retry policy of the code base: exponential backoff with jitter, or the server's ``Retry-After``.
+
+:func:`call_with_retries` awaits a request until it succeeds, retrying :class:`~.errors.TransientError` up to
+``max_attempts`` attempts in all. Retry ``k`` (0-based) waits ``Retry-After`` when the error carries one
+(capped at ``max_retry_after``), else a uniform draw between half and all of
+``min(max_backoff, backoff * 2**k)`` seconds. :class:`~.errors.PermanentError` and every other exception
+pass through at once. ``timeout`` is the limit of one attempt (applied by the HTTP client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final, TypeVar
+
+from cxrground.errors import ConfigError
+from cxrground.llm.errors import ClientError, TransientError
+
+__all__ = ["RETRY_STATUS", "RetryPolicy", "call_with_retries", "is_retry_status", "parse_retry_after"]
+
+T = TypeVar("T")
+
+#: HTTP statuses that are retried (every other 5xx too, see :func:`is_retry_status`).
+RETRY_STATUS: Final[frozenset[int]] = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
+def is_retry_status(status: int) -> bool:
+    """True for the statuses worth retrying: :data:`RETRY_STATUS` and any 5xx."""
+    return status in RETRY_STATUS or status >= 500
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (seconds or an HTTP date); None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Attempts, backoff and per-attempt timeout of every request to a chat server (one set of defaults)."""
+
+    max_attempts: int = 6
+    backoff: float = 1.0
+    max_backoff: float = 60.0
+    max_retry_after: float = 300.0
+    timeout: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ConfigError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        if min(self.backoff, self.max_backoff, self.max_retry_after) < 0:
+            raise ConfigError("backoff, max_backoff and max_retry_after must be >= 0")
+        if self.timeout <= 0:
+            raise ConfigError(f"timeout must be > 0 seconds, got {self.timeout}")
+
+    def delay(self, retry: int, retry_after: float | None, rng: random.Random) -> float:
+        """Seconds to wait before retry ``retry`` (0-based): capped Retry-After, else backoff with jitter."""
+        if retry_after is not None:
+            return min(retry_after, self.max_retry_after)
+        full = min(self.max_backoff, self.backoff * 2.0**retry)
+        return rng.uniform(full / 2, full)
+
+
+async def call_with_retries(
+    call: Callable[[], Awaitable[T]],
+    policy: RetryPolicy,
+    *,
+    rng: random.Random | None = None,
+    on_retry: Callable[[TransientError, float], None] | None = None,
+) -> tuple[T, int]:
+    """``(result, attempts)`` of ``call()``; after ``max_attempts`` transient failures a :class:`ClientError`.
+
+    The final error's reason ends with ``(after N attempts)``. ``on_retry(error, delay)`` runs before each wait.
+    """
+    rng = rng or random.Random()
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return await call(), attempt
+        except TransientError as exc:
+            if attempt >= policy.max_attempts:
+                raise ClientError(f"{exc.reason} (after {attempt} attempts)", status=exc.status) from None
+            wait = policy.delay(attempt - 1, exc.retry_after, rng)
+            if on_retry is not None:
+                on_retry(exc, wait)
+            await asyncio.sleep(wait)

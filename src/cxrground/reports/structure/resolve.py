@@ -1,0 +1,81 @@
+"""Report-level rules applied after any structurer has read the sentences (rules and LLM alike).
+
+1. **Location anaphora.** A positive (present or uncertain) finding of a lesion that has no location phrase of
+   its own ("The effusion is small.", "Pneumonia." in the impression) refers back to the located positive
+   findings of the same lesion in the section, when there are any: it takes their labels (in order of first
+   mention) instead of the both-lungs default. Without this a repeated bare mention adds the other lung to a
+   one-sided lesion. Cardiomegaly (always ``heart``), absent findings and non-target findings are left alone;
+   the finding's ``location_phrases`` stay empty (nothing was written in its sentence).
+2. **Merged sections** (section policy ``findings+impression``): a finding from a later part of the section
+   whose lesion (or, for a non-target finding, lower-cased entity), presence and reported location equal those
+   of a finding from an earlier part is dropped: one lesion + location reported in both the findings and the
+   impression counts once, and the findings sentence keeps its index. When the earlier finding is uncertain and
+   the repeated one present ("opacity, probable atelectasis" ... impression "Basilar atelectasis."), the kept
+   finding becomes present: the definitive statement wins, the findings sentence keeps the index. Findings
+   within one part are never merged.
+
+:func:`resolve_findings` is idempotent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cxrground.reports.findings import Finding, StructuredReport
+from cxrground.vocab.lesions import HEART_MASK_LESIONS
+
+__all__ = ["inherit_locations", "merge_duplicates", "resolve_findings"]
+
+_NO_INHERIT = frozenset(HEART_MASK_LESIONS)  # the heart mask has no side to inherit
+
+
+def inherit_locations(findings: tuple[Finding, ...]) -> tuple[Finding, ...]:
+    """Rule 1 of the module docstring: unlocated positive lesion findings take the labels of located ones."""
+    located: dict[str, list[str]] = {}
+    for f in findings:
+        if f.lesion is not None and f.lesion not in _NO_INHERIT and f.presence == "positive" and f.location_phrases:
+            located.setdefault(f.lesion, []).extend(f.reported_location)
+    if not located:
+        return findings
+    out = []
+    for f in findings:
+        labels = located.get(f.lesion or "")
+        if labels and f.presence == "positive" and not f.location_phrases:
+            f = replace(f, reported_location=tuple(dict.fromkeys(labels)))
+        out.append(f)
+    return tuple(out)
+
+
+def _key(f: Finding) -> tuple[str, str, tuple[str, ...]]:
+    what = f.lesion if f.lesion is not None else "~" + " ".join(f.entity.lower().split())
+    return what, f.presence, f.reported_location
+
+
+def merge_duplicates(report: StructuredReport, findings: tuple[Finding, ...]) -> tuple[Finding, ...]:
+    """Rule 2 of the module docstring: a finding repeated in a later part of a merged section counts once."""
+    parts = report.section.parts
+    if len(parts) < 2:
+        return findings
+    first: dict[tuple[str, str, tuple[str, ...]], int] = {}  # key -> position in ``out`` of its first part's finding
+    first_part: dict[tuple[str, str, tuple[str, ...]], str] = {}
+    out: list[Finding] = []
+    for f in sorted(findings, key=lambda x: x.sent_idx):
+        part, key = report.section.part_of(f.sent_idx), _key(f)
+        if key not in first_part or first_part[key] == part:
+            first_part.setdefault(key, part)
+            first.setdefault(key, len(out))
+            out.append(f)
+            continue
+        kept = out[first[key]]
+        if kept.assertion == "uncertain" and f.assertion == "present":
+            # the impression states definitively what the findings hedged: keep the findings sentence, made present
+            out[first[key]] = replace(kept, assertion="present")
+    return tuple(out)
+
+
+def resolve_findings(report: StructuredReport) -> StructuredReport:
+    """``report`` with the report-level rules of this module applied."""
+    findings = merge_duplicates(report, inherit_locations(report.findings))
+    if findings == report.findings:
+        return report
+    return replace(report, findings=findings)

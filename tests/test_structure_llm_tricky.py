@@ -1,0 +1,134 @@
+"""The LLM structurer's prompt and plumbing on the hand-checked tricky sentences, through the mock OpenAI server.
+
+The scripted "model" behind the mock server reads the numbered section of each request, looks the sentences up
+in :data:`tricky_sentences.TRICKY` and answers with the expected findings (step 1) and the expected labels
+(step 2). The point is the prompt and the plumbing, not a model's intelligence: the test checks that the
+prompt carries the guidance for each tricky class, that every request holds the numbered sentences, and
+that the answers come back through sentence numbers, location mapping, defaults and the report-level rules
+as the expected findings, also for a merged findings + impression section.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from cxrground.evaluation.percept.mock_server import MockServer
+from cxrground.reports import make_section_choice, parse_numbered, parse_report_text
+from cxrground.reports.structure import LLMStructurer, load_prompt, structure_reports
+from cxrground.reports.structure.llm import STRUCTURE_PROMPT
+from cxrground.vocab import LESIONS
+from tricky_sentences import BOTH, TRICKY
+
+#: Phrases the structuring prompt must hold for each class of tricky sentence.
+GUIDANCE: dict[str, tuple[str, ...]] = {
+    "negation": ("explicit negation", '"no effusion or pneumothorax" makes both `absent`', "no change in"),
+    "hedge": ("NEVER `absent`", "raises concern for", "please correlate clinically for", "would be a consideration",
+              "difficult to completely exclude", "unlikely", '"versus" on either side of the term',
+              'what "with" attaches to it'),
+    "alternatives": ('"or", "/", "and/or" or "versus"', "one entry per alternative, each `uncertain`"),
+    "laterality": ("small right and moderate left pleural", '"Left greater than right"', '"adjacent"',
+                   "left lower lobe is clear", "Never copy a location from another sentence"),
+    "history": ("history of pneumonia", "describe the past, not this image: no entry"),
+    "recommendation": ("to exclude an underlying mass", "document resolution of the pneumonia",
+                       "further evaluation of the nodule"),
+    "splitting": ("numbered sentences",),
+}
+_EXPECTED = {" ".join(s.split()): (kind, expected) for kind, s, expected in TRICKY}
+
+
+def _entity(name: str) -> tuple[str, str | None]:
+    """(entity phrase, lesion or None) of an expected row's first element."""
+    return (name, name) if name in LESIONS else (name, None)
+
+
+def _answer(body: dict[str, Any]) -> dict[str, Any]:
+    """The scripted model: step 1 from the table by sentence text, step 2 from the labels carried as phrases."""
+    system, user = body["messages"][0]["content"], body["messages"][1]["content"]
+    if system.startswith("# ILS report structuring"):
+        assert system == load_prompt(STRUCTURE_PROMPT).text
+        content = user.split("\n", 1)[1]
+        numbered = parse_numbered(content)
+        findings = []
+        # a table row may span several sentences (one finding per sentence); a request may hold several rows
+        k = 0
+        while k < len(numbered):
+            for n in range(len(numbered) - k, 0, -1):
+                text = " ".join(t for _, t in numbered[k:k + n])
+                if text in _EXPECTED:
+                    break
+            else:
+                raise AssertionError(f"sentence not in the table: {numbered[k][1]!r}")
+            for j, (name, assertion, labels) in enumerate(_EXPECTED[text][1]):
+                entity, lesion = _entity(name)
+                phrases = [] if labels in (BOTH, ("heart",)) else [" and ".join(labels)]
+                findings.append({"entity": entity, "sent_idx": numbered[min(k + j, k + n - 1)][0],
+                                 "assertion": assertion, "lesion": lesion, "location_phrases": phrases})
+            k += n
+        return {"findings": findings}
+    items = json.loads(user)
+    return {"mappings": [{"id": item["id"], "labels": item["location_phrases"][0].split(" and ")} for item in items]}
+
+
+@pytest.fixture
+def server():
+    with MockServer(lambda body: json.dumps(_answer(body)), keep_bodies=True) as srv:
+        yield srv
+
+
+def _read(rep) -> list[tuple[str, str, tuple[str, ...]]]:
+    return [(f.lesion or f.entity.lower(), f.assertion, f.reported_location) for f in rep.findings]
+
+
+def test_prompt_carries_guidance_for_every_tricky_class() -> None:
+    text = " ".join(load_prompt(STRUCTURE_PROMPT).text.split())
+    assert {k for k, _, _ in TRICKY} <= set(GUIDANCE)
+    for kind, phrases in GUIDANCE.items():
+        for phrase in phrases:
+            assert phrase in text, (kind, phrase)
+    assert "findings+impression" in text and "{{" not in text
+    assert all(f"`{lesion}`" in text for lesion in LESIONS)
+
+
+def test_llm_structurer_on_the_tricky_sentences(server: MockServer) -> None:
+    llm = LLMStructurer(server.base_url, "scripted", concurrency=4, max_retries=0)
+    reports = [parse_report_text(f"FINDINGS: {sentence}\n", f"t{i}") for i, (_, sentence, _) in enumerate(TRICKY)]
+    done, failed = structure_reports(reports, llm, progress=False)
+    assert not failed and not llm.rejections
+    assert len(done) == len(TRICKY)
+    for rep, (kind, sentence, expected) in zip(done, TRICKY, strict=True):
+        assert _read(rep) == expected, (kind, sentence)
+        assert all(f.source == "llm:scripted" for f in rep.findings)
+    # every structuring request carried its numbered section
+    first = [b for b in server.bodies if b["messages"][0]["content"].startswith("# ILS report structuring")]
+    assert len(first) == len(TRICKY)
+    assert all(b["messages"][1]["content"].startswith("Report section (findings):\n(1) ") for b in first)
+
+
+def test_llm_structurer_on_a_merged_section(server: MockServer) -> None:
+    """Findings and impression in one request, numbered on; the impression's repeats count once, the findings
+    sentence keeps its index and becomes present because the impression states it plainly."""
+    report = parse_report_text("FINDINGS: Possible small left effusion with adjacent atelectasis.\n\n"
+                               "IMPRESSION: Small left pleural effusion. The effusion is unchanged in size.\n", "m1")
+    llm = LLMStructurer(server.base_url, "scripted", max_retries=0)
+    done, failed = structure_reports([report], llm, progress=False, sections="findings+impression")
+    assert not failed
+    (rep,) = done
+    assert rep.section.name == "findings+impression"
+    assert [(f.sent_idx, f.lesion, f.assertion, f.reported_location) for f in rep.findings] == [
+        (1, "effusion", "present", ("left lung",)),
+        (1, "atelectasis", "uncertain", ("left lung",)),
+    ]
+    user = next(b for b in server.bodies if b["messages"][0]["content"].startswith("# ILS report"))["messages"][1]
+    assert user["content"] == ("Report section (findings+impression):\n(1) Possible small left effusion with adjacent "
+                               "atelectasis. (2) Small left pleural effusion. (3) The effusion is unchanged in size.")
+
+
+def test_single_sentence_sections_match_the_table_through_the_plain_api(server: MockServer) -> None:
+    llm = LLMStructurer(server.base_url, "scripted", max_retries=0)
+    _, sentence, expected = next(row for row in TRICKY if row[0] == "history" and row[2])
+    section = make_section_choice("findings", sentence)
+    assert section is not None
+    assert _read(llm.structure("h", section)) == expected

@@ -1,0 +1,48 @@
+"""The rule structurer on the hand-checked tricky sentences (negation, hedges, alternatives, laterality, history,
+recommendations, splitting) of :mod:`tricky_sentences`, under both alternatives policies."""
+
+from __future__ import annotations
+
+import pytest
+
+from cxrground.errors import ConfigError
+from cxrground.reports import make_section_choice
+from cxrground.reports.structure import ALTERNATIVE_POLICIES, RuleStructurer, get_structurer
+from tricky_sentences import ALTERNATIVES_PRESENT, TRICKY
+
+
+def _read(structurer: RuleStructurer, sentence: str) -> list[tuple[str, str, tuple[str, ...]]]:
+    section = make_section_choice("findings", sentence)
+    assert section is not None
+    return [(f.lesion or f.entity.lower(), f.assertion, f.reported_location)
+            for f in structurer.structure("t", section).findings]
+
+
+@pytest.mark.parametrize(("kind", "sentence", "expected"), TRICKY, ids=[f"{k}:{s[:40]}" for k, s, _ in TRICKY])
+def test_tricky_sentence_default_policy(kind: str, sentence: str, expected: list) -> None:
+    assert _read(RuleStructurer(), sentence) == expected
+
+
+@pytest.mark.parametrize("sentence", sorted(ALTERNATIVES_PRESENT))
+def test_tricky_sentence_alternatives_present(sentence: str) -> None:
+    assert _read(RuleStructurer(alternatives="present"), sentence) == ALTERNATIVES_PRESENT[sentence]
+
+
+def test_table_covers_every_kind_and_is_large_enough() -> None:
+    kinds = {k for k, _, _ in TRICKY}
+    assert kinds >= {"negation", "hedge", "alternatives", "laterality", "history", "recommendation"}
+    assert len(TRICKY) >= 40
+    assert all(s in {t for _, t, _ in TRICKY} for s in ALTERNATIVES_PRESENT)
+
+
+def test_alternatives_policy_is_validated_and_recorded() -> None:
+    assert ALTERNATIVE_POLICIES == ("uncertain", "present")
+    assert RuleStructurer().provenance == {"name": "rules", "alternatives": "uncertain"}
+    assert get_structurer("rules", alternatives="present").provenance["alternatives"] == "present"
+    with pytest.raises(ConfigError, match="alternatives"):
+        RuleStructurer(alternatives="maybe")
+    # a negated list stays absent under both policies
+    for policy in ALTERNATIVE_POLICIES:
+        both = ("right lung", "left lung")
+        assert _read(RuleStructurer(alternatives=policy), "No effusion or pneumothorax.") == [
+            ("effusion", "absent", both), ("pneumothorax", "absent", both)]
