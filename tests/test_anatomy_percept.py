@@ -126,6 +126,23 @@ def test_core_size_with_an_explicit_kernel() -> None:
         lung_core(right, np.zeros((100, 99), dtype=bool))
 
 
+def test_even_kernel_is_anchored_like_the_reference_skimage_erosion() -> None:
+    # an 8 x 8 square (rows/cols 10..17) eroded by a 4 x 4 square. The reference (scikit-image >= 0.23) pads
+    # the even footprint in front, so the square covers offsets -1..2: y - 1 >= 10 and y + 2 <= 17 -> 11..15.
+    # scipy's default covers -2..1: y - 2 >= 10 and y + 1 <= 17 -> 12..16.
+    right = rect((30, 30), (10, 17), (10, 17))
+    none = np.zeros_like(right)
+    reference = lung_core(right, none, kernel=4)
+    assert rows_of(reference) == cols_of(reference) == list(range(11, 16))
+    scipy_default = lung_core(right, none, kernel=4, anchor="scipy")
+    assert rows_of(scipy_default) == cols_of(scipy_default) == list(range(12, 17))
+    # an odd square has a centre: both anchorings agree (offsets -2..2 -> 12..15)
+    assert np.array_equal(lung_core(right, none, kernel=5), lung_core(right, none, kernel=5, anchor="scipy"))
+    assert rows_of(lung_core(right, none, kernel=5)) == list(range(12, 16))
+    with pytest.raises(ValueError, match="anchor"):
+        lung_core(right, none, kernel=4, anchor="centre")
+
+
 def test_largest_component_prefers_the_bigger_one_and_is_8_connected() -> None:
     m = np.zeros((10, 10), dtype=bool)
     m[0, 0] = m[1, 1] = m[2, 2] = True  # a diagonal: one 8-connected component of 3
@@ -303,6 +320,20 @@ def test_geometry_lungs_intersects_and_merges_touching_lesion_components() -> No
     # without CXAS masks the HybridGNet lungs are used as they are
     right, left = geometry_lungs(hyb_r, hyb_l)
     assert np.array_equal(right, hyb_r) and np.array_equal(left, hyb_l)
+
+
+def test_geometry_lungs_merges_4_connected_lesion_pieces_like_the_reference() -> None:
+    shape = (40, 40)
+    r, lft = rect(shape, (10, 29), (5, 14)), rect(shape, (10, 29), (25, 34))
+    touching = rect(shape, (27, 33), (8, 11))  # overlaps the right lung on rows 27..29
+    corner = rect(shape, (34, 36), (12, 14))  # meets ``touching`` only at a corner (33, 11) / (34, 12)
+    lesion = touching | corner
+    right, left = geometry_lungs(r, lft, lesion=lesion)
+    assert np.array_equal(right, r | touching) and np.array_equal(left, lft)  # the corner piece is its own
+    right8, _ = geometry_lungs(r, lft, lesion=lesion, connectivity=8)
+    assert np.array_equal(right8, r | touching | corner)
+    with pytest.raises(ValueError, match="connectivity"):
+        geometry_lungs(r, lft, lesion=lesion, connectivity=6)
 
 
 def test_geometry_lungs_merges_a_heart_into_both_lungs() -> None:

@@ -48,3 +48,38 @@ def test_flat_folder_with_jsonl_and_csv_index(tmp_path):
     csv_index.write_text("image,study_id,report\na.png,1,FINDINGS: ok.\n")
     studies, failures = scan_folder(tmp_path / "img", index=csv_index)
     assert [s.study_id for s in studies] == ["s1"] and not failures
+
+
+def test_symlink_loops_dangling_links_and_empty_images_are_failures(tmp_path):
+    files = tmp_path / "files"
+    study = files / "p10/p10000032/s50414267"
+    _img(study / "good.jpg")
+    (study / "loop.jpg").symlink_to(study / "loop.jpg")
+    (study / "a.jpg").symlink_to(study / "b.jpg")
+    (study / "b.jpg").symlink_to(study / "a.jpg")
+    (study / "dangling.jpg").symlink_to(study / "gone.jpg")
+    (study / "empty.jpg").write_bytes(b"")
+    (study / "linked.jpg").symlink_to(study / "good.jpg")  # a good link is an image like any other
+    (files / "p10/p10000032/s50414267.txt").write_text("FINDINGS: Clear.")
+    studies, failures = scan_folder(files)
+    assert sorted(s.image_path.name for s in studies) == ["good.jpg", "linked.jpg"]
+    reasons = {f.path.rsplit("/", 1)[-1]: f.reason for f in failures}
+    assert set(reasons) == {"loop.jpg", "a.jpg", "b.jpg", "dangling.jpg", "empty.jpg"}
+    assert all("symbolic link loop" in reasons[n] for n in ("loop.jpg", "a.jpg", "b.jpg"))
+    assert "target does not exist" in reasons["dangling.jpg"] and "empty (0 bytes)" in reasons["empty.jpg"]
+    assert all(f.stage == "scan" for f in failures)
+
+
+def test_index_rows_name_loops_and_empty_images(tmp_path):
+    img = tmp_path / "img"
+    _img(img / "a.png")
+    (img / "loop.png").symlink_to(img / "loop.png")
+    (img / "empty.png").write_bytes(b"")
+    rows = [{"image": n, "study_id": str(i), "report": "FINDINGS: ok."}
+            for i, n in enumerate(("a.png", "loop.png", "empty.png"))]
+    index = tmp_path / "index.jsonl"
+    index.write_text("\n".join(json.dumps(r) for r in rows))
+    studies, failures = scan_folder(img, index=index)
+    assert [s.study_id for s in studies] == ["s0"]
+    assert "symbolic link loop" in failures[0].reason and failures[0].path.endswith("loop.png")
+    assert "empty (0 bytes)" in failures[1].reason and failures[1].path.endswith("empty.png")

@@ -98,3 +98,32 @@ def test_segmentation_cross_check():
     assert segmentation_disagreement(masks(), masks(shift=5), cfg) is None  # exactly 5 % of the width passes
     assert "outer right lung border" in segmentation_disagreement(masks(), masks(shift=6), cfg)
     assert "lowest heart row" in segmentation_disagreement(masks(), masks(heart_bottom=86), cfg)
+
+
+def test_a_study_whose_first_image_is_empty_uses_its_next_image(tmp_path):
+    files = tmp_path / "files"
+    (files / "p10/p10000001/s50000001").mkdir(parents=True)
+    (files / "p10/p10000001/s50000001/aaa.jpg").write_bytes(b"")  # PA rank and name would pick it first
+    _img(files / "p10/p10000001/s50000001/bbb.jpg")
+    (files / "p10/p10000002/s50000002").mkdir(parents=True)
+    (files / "p10/p10000002/s50000002/ccc.jpg").write_bytes(b"")  # the study's only image
+    (files / "p10/p10000001/s50000001.txt").write_text("FINDINGS: Clear.")
+    (files / "p10/p10000002/s50000002.txt").write_text("FINDINGS: Clear.")
+    tasks, failures = build_tasks(files)
+    assert [(t.study_key, t.dicom_id) for t in tasks] == [("s50000001", "bbb")]
+    reasons = {f.path.rsplit("/", 1)[-1]: f.reason for f in failures}
+    assert set(reasons) == {"aaa.jpg", "ccc.jpg"} and all("empty (0 bytes)" in r for r in reasons.values())
+
+
+def test_card_tables_survive_multi_line_and_pipe_reasons():
+    rejections = {"input: cannot decode\nTraceback line 2\r\n  line 3": 2, "a | b": 1}
+    grounding = {"qc failed:\nsecond line": 3}
+    card = render_card({}, [], rejections, {"seed": 0}, grounding_reasons=grounding)
+    lines = card.splitlines()
+    assert "| input: cannot decode Traceback line 2 line 3 | 2 |" in lines
+    assert r"| a \| b | 1 |" in lines and "| qc failed: second line | 3 |" in lines
+    for title in ("## Studies not in the dataset, by reason", "## Reported positive findings without a mask"):
+        start = next(i for i, line in enumerate(lines) if line.startswith(title))
+        end = lines.index("", start + 2)
+        rows = lines[start + 2:end]
+        assert len(rows) >= 3 and all(len(row.replace(r"\|", "").split("|")) == 4 for row in rows), rows

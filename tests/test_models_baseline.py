@@ -304,6 +304,61 @@ def test_resume_after_kill_equals_uninterrupted_run(trained, tiny, tmp_path):
     assert _same(_weights(out, "weights.safetensors"), _weights(trained, "weights.safetensors"))
 
 
+class _Kill(Exception):
+    """Stands for the process being killed."""
+
+
+def _optimizer_tensors(path: Path) -> list:
+    state = torch.load(path / "train_state.pt", weights_only=True)["optimizer"]["state"]
+    return [t for k in sorted(state) for _, t in sorted(state[k].items()) if torch.is_tensor(t)]
+
+
+@pytest.fixture(scope="module")
+def trained_no_val(tiny, tmp_path_factory) -> Path:
+    """Two epochs without a validation split: every epoch end writes all four checkpoint files."""
+    return _train(tiny, tmp_path_factory.mktemp("ck") / "noval", epochs=2, val_split=None)
+
+
+@pytest.mark.parametrize("kill_before_write", [5, 6, 7, 8])
+def test_resume_is_exact_at_every_kill_point_of_the_epoch_end_save(trained_no_val, tiny, tmp_path, monkeypatch,
+                                                                   kill_before_write):
+    """A kill between any two files written at the end of epoch 2 (4 writes per epoch) resumes exactly."""
+    from cxrground.models.baseline import training
+
+    real, calls = training._atomic, []
+
+    def dying(path, write):
+        calls.append(path.name)
+        if len(calls) == kill_before_write:
+            raise _Kill(path.name)
+        real(path, write)
+
+    out = tmp_path / "killed"
+    monkeypatch.setattr(training, "_atomic", dying)
+    with pytest.raises(_Kill):
+        _train(tiny, out, epochs=2, val_split=None)
+    assert len(calls) == kill_before_write
+    monkeypatch.setattr(training, "_atomic", real)
+    _train(tiny, out, epochs=2, val_split=None)
+    info = json.loads((out / "checkpoint.json").read_text())
+    assert info["epoch"] == 2 and [h["epoch"] for h in info["history"]] == [1, 2]
+    for name in ("weights_last.safetensors", "weights.safetensors"):
+        assert _same(_weights(out, name), _weights(trained_no_val, name)), name
+    mine, ref = _optimizer_tensors(out), _optimizer_tensors(trained_no_val)
+    assert len(mine) == len(ref) > 0 and all(torch.equal(a, b) for a, b in zip(mine, ref, strict=True))
+
+
+def test_resume_from_a_train_state_without_the_record(trained, tiny, tmp_path):
+    """A checkpoint written before train_state.pt held the record resumes from checkpoint.json + weights_last."""
+    out = tmp_path / "old"
+    _train(tiny, out, epochs=2, stop_after_epoch=1)
+    state = torch.load(out / "train_state.pt", weights_only=True)
+    torch.save({k: state[k] for k in ("optimizer", "torch_rng", "epoch")}, out / "train_state.pt")
+    _train(tiny, out, epochs=2)
+    assert _same(_weights(out), _weights(trained))
+    assert _same(_weights(out, "weights.safetensors"), _weights(trained, "weights.safetensors"))
+
+
 def test_resume_refuses_other_dataset_or_config(trained, tiny, tmp_path):
     ck = tmp_path / "ck"
     shutil.copytree(trained, ck)

@@ -8,6 +8,7 @@ import pytest
 from cxrground.anatomy.overlap import ComponentOverlap, LungOverlap, RegionOverlap, component_overlap
 from cxrground.anatomy.percept_regions import PERCEPT_ZONE_NAMES, SUBREGION_NAMES, percept_geometry
 from cxrground.percept.attributes import attribute_qas, draw_location, negative_coverage, severity_side
+from cxrground.percept.schema import SEVERITY_KEY
 from cxrground.vocab.percept_templates import (
     COMPARISON,
     COMPARISON_OPTIONS,
@@ -51,7 +52,7 @@ def test_one_zone_and_severity_two_from_masks() -> None:
     assert dist["answer_zones"] == ["right upper zone lung"]
     assert dist["answer_index"] == 1 and dist["answer"] == "1 zone"
     assert dist["question"] == format_question(DISTRIBUTION.format(lesion="opacity"), DISTRIBUTION_OPTIONS)
-    sev = res.qa["severity"]
+    sev = res.qa[SEVERITY_KEY]
     assert sev["selected_lung"] == "right lung"  # the only overlapping side
     assert sev["overlap_ratio"] == pytest.approx(930 / 2700)
     assert sev["answer_index"] == 2
@@ -118,8 +119,8 @@ def test_comparison_one_and_a_half_rule(left: int, right: int, expected: int) ->
 def test_severity_thresholds(ratio: float, expected: int) -> None:
     res = attribute_qas([rec(left_ratio=ratio, left_size=10)], "opacity", np.random.default_rng(0))
     assert res is not None
-    assert res.qa["severity"]["selected_lung"] == "left lung"
-    assert res.qa["severity"]["answer_index"] == expected
+    assert res.qa[SEVERITY_KEY]["selected_lung"] == "left lung"
+    assert res.qa[SEVERITY_KEY]["answer_index"] == expected
 
 
 def test_severity_sums_components_with_overlap() -> None:
@@ -127,8 +128,8 @@ def test_severity_sums_components_with_overlap() -> None:
     recs = [rec(left_ratio=0.2, left_size=5), rec(right_ratio=0.005, left_ratio=0.15, left_size=5)]
     res = attribute_qas(recs, "opacity", np.random.default_rng(0))
     assert res is not None
-    assert res.qa["severity"]["overlap_ratio"] == pytest.approx(0.35)
-    assert res.qa["severity"]["answer_index"] == 2
+    assert res.qa[SEVERITY_KEY]["overlap_ratio"] == pytest.approx(0.35)
+    assert res.qa[SEVERITY_KEY]["answer_index"] == 2
 
 
 def test_severity_side_choice() -> None:
@@ -147,8 +148,8 @@ def test_severity_side_choice() -> None:
     assert severity_side(only_right, ["left costophrenic angle"], rng) == "right"
     # no side overlaps → left lung, ratio 0
     res = attribute_qas([rec()], "opacity", np.random.default_rng(0))
-    assert res is not None and res.qa["severity"]["selected_lung"] == "left lung"
-    assert res.qa["severity"]["overlap_ratio"] == 0.0 and res.qa["severity"]["answer_index"] == 1
+    assert res is not None and res.qa[SEVERITY_KEY]["selected_lung"] == "left lung"
+    assert res.qa[SEVERITY_KEY]["overlap_ratio"] == 0.0 and res.qa[SEVERITY_KEY]["answer_index"] == 1
 
 
 def test_location_without_positives_is_none_of_the_above() -> None:
@@ -214,3 +215,20 @@ def test_negative_coverage_and_strict_switch() -> None:
 
 def test_cardiomegaly_has_no_attributes() -> None:
     assert attribute_qas([rec(0.3, 0.3, 5, 5)], "cardiomegaly", np.random.default_rng(0)) is None
+
+
+def test_severity_is_written_under_the_spec_key_and_read_under_both():
+    """CHEXPERCEPT.md §12 names the key ``severity/measurement``; benchmarks with ``severity`` still load."""
+    from cxrground.percept.schema import AttributeQA
+
+    lesion, _ = lungs()
+    lesion = lesion.copy()
+    lesion[31:] = False
+    res = attribute_qas([record(lesion)], "opacity", np.random.default_rng(0))
+    assert list(res.qa) == ["distribution", "location", "severity/measurement", "comparison"]
+    written = AttributeQA.model_validate(res.qa)
+    assert written.severity.answer_index == res.qa["severity/measurement"]["answer_index"]
+    assert list(written.model_dump(by_alias=True)) == ["distribution", "location", "severity/measurement",
+                                                       "comparison"]
+    old = {("severity" if k == "severity/measurement" else k): v for k, v in res.qa.items()}
+    assert AttributeQA.model_validate(old).severity == written.severity

@@ -130,13 +130,20 @@ def test_score_run_writes_reference_csvs(tmp_path):
     rows = list(csv.DictReader((run / "model_performance_summary.csv").open()))
     assert list(rows[0]) == ["path", "model", "setting", "acc(stage1)", "acc(stage2)", "acc(stage3)", "acc(stage4)",
                              "depth"]
-    rr = [r for r in rows if r["path"] == "RR"]
+    rr = [r for r in rows if r["path"] == "revision_required"]
     assert [r["setting"] for r in rr] == ["end_to_end", "oracle_passed"]
     assert rr[0]["acc(stage4)"] == "0.0000" and rr[0]["depth"] == "3.0000"
-    lf = next(r for r in rows if r["path"] == "LF")
+    lf = next(r for r in rows if r["path"] == "lesion_free")
     assert lf["acc(stage1)"] == "0.0000"
+    # the reference writes the mean of nothing as 0.0, never an empty cell (LF asks no Stage 2-4)
+    assert (lf["acc(stage2)"], lf["acc(stage3)"], lf["acc(stage4)"]) == ("0.0000", "0.0000", "0.0000")
+    assert all(v != "" for r in rows for v in r.values())
     det = list(csv.DictReader((run / "model_performance_detail_contour_revision.csv").open()))
+    assert list(det[0])[:2] == ["path", "model"] and det[0]["path"] == "revision_required"
     assert det[0]["acc(expansion)"] == "1.0000"
     attr = list(csv.DictReader((run / "model_performance_detail_attribute_extraction.csv").open()))
-    assert attr[0]["acc(severity)"] == "0.0000"
+    assert list(attr[0])[:2] == ["path", "model"] and attr[0]["path"] == "revision_required+revision_free"
+    assert attr[0]["acc(severity/measurement)"] == "0.0000" and "acc(severity)" not in attr[0]
+    assert [k for k in attr[0] if k.startswith("acc(")] == ["acc(distribution)", "acc(location)",
+                                                          "acc(severity/measurement)", "acc(comparison)"]
     assert json.loads((run / "score.json").read_text())["run"]["label"] == "m [none]"

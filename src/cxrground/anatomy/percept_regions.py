@@ -3,10 +3,21 @@ medial/lateral halves, the peripheral rim, the costophrenic angle and the 20 sub
 
 Choices where the spec is silent (documented here and in the summary of the module's API):
 
-* Connectivity is 8 (ILS.md §9 proposed default) for every connected-component step.
+* Connectivity is 8 (ILS.md §9 proposed default) for the connected-component steps of §5.4 (the reference's
+  ``cv2.connectedComponents`` default), except the §5.1 merge below.
+* §5.1 lesion pieces are 4-connected components (:data:`LESION_MERGE_CONNECTIVITY`), as in the reference,
+  which labels them with ``scipy.ndimage.label``'s default cross; two pieces touching only at a corner stay
+  two pieces, so one may be merged into a lung and the other not. ``geometry_lungs(connectivity=8)`` gives
+  the ILS.md §9 convention instead.
 * §5.1 "touches a lung" means the lesion component shares at least one pixel with that lung
   (``HybridGNet ∧ CXAS``), tested before any component is merged; a component touching both lungs
   is merged into both.
+* §5.4 erosion by an even ``k×k`` square has no centre pixel; it is anchored as the reference's
+  ``skimage.morphology.erosion`` does (scikit-image ≥ 0.23 pads an even footprint with a zero row and column
+  *in front*): the square covers offsets ``−(k/2 − 1) … k/2`` around each pixel, one pixel further right and
+  down than ``scipy.ndimage.grey_erosion``'s default ``−k/2 … k/2 − 1``. ``lung_core(anchor="scipy")`` gives the
+  latter (the audit of issue 11 counted 121 of 3,740 peripheral and costophrenic overlap ratios of the real
+  pack that change slightly between the two).
 * §5.4 the "largest connected component" breaks size ties by raster order (first component met
   scanning rows top to bottom); the middle-band rule ("rows containing core pixels") reads the core
   pixels of that largest component ``c`` of the side, the same set ``top`` and ``bot`` come from.
@@ -29,6 +40,8 @@ from cxrground.vocab.locations import PERCEPT_AXIAL, PERCEPT_ZONES, SIDES, lung_
 __all__ = [
     "CPA_FRACTION",
     "DEFAULT_EROSION_KERNEL",
+    "EROSION_ANCHORS",
+    "LESION_MERGE_CONNECTIVITY",
     "PERCEPT_ZONE_NAMES",
     "SUBREGION_NAMES",
     "SUBREGION_ZONE",
@@ -53,8 +66,16 @@ DEFAULT_EROSION_KERNEL: Final[int] = 50
 #: §5.4: the costophrenic angle keeps the rim rows ``y ≥ ly0 + int(0.75·(ly1 − ly0))``.
 CPA_FRACTION: Final[float] = 0.75
 
+#: §5.1: connectivity of the lesion pieces merged into the lungs (the reference's; see the module docstring).
+LESION_MERGE_CONNECTIVITY: Final[int] = 4
+#: §5.4: anchorings of an even erosion square: ``reference`` (scikit-image, the default) or ``scipy``.
+EROSION_ANCHORS: Final[tuple[str, str]] = ("reference", "scipy")
+
 #: 8-connectivity structuring element for :func:`scipy.ndimage.label`.
 _EIGHT: Final[np.ndarray] = np.ones((3, 3), dtype=bool)
+#: Structuring elements by connectivity.
+_STRUCTURE: Final[Mapping[int, np.ndarray]] = MappingProxyType(
+    {4: ndimage.generate_binary_structure(2, 1), 8: _EIGHT})
 
 _MEDIAL, _LATERAL, _PERIPHERAL = PERCEPT_AXIAL
 _UPPER, _MID, _BASE = PERCEPT_ZONES
@@ -178,17 +199,21 @@ def erosion_kernel_size(right_lung: np.ndarray) -> int:
     return max(1, int(w / 2))
 
 
-def lung_core(right_lung: np.ndarray, left_lung: np.ndarray, kernel: int | None = None) -> np.ndarray:
+def lung_core(right_lung: np.ndarray, left_lung: np.ndarray, kernel: int | None = None,
+              anchor: str = "reference") -> np.ndarray:
     """Return ``right ∪ left`` eroded by a ``k×k`` square with reflected borders (``k`` defaults to
-    :func:`erosion_kernel_size` of the right lung)."""
+    :func:`erosion_kernel_size` of the right lung); ``anchor`` places an even square (module docstring)."""
     right = as_mask(right_lung, "right lung mask")
     left = as_mask(left_lung, "left lung mask")
     check_same_shape(("right lung mask", right), ("left lung mask", left))
     k = erosion_kernel_size(right) if kernel is None else int(kernel)
     if k < 1:
         raise ValueError(f"erosion kernel must be ≥ 1, got {kernel}")
+    if anchor not in EROSION_ANCHORS:
+        raise ValueError(f"anchor must be one of {EROSION_ANCHORS}, got {anchor!r}")
+    origin = -1 if anchor == "reference" and k % 2 == 0 else 0
     union = (right | left).astype(np.uint8)
-    return ndimage.grey_erosion(union, size=(k, k), mode="reflect") > 0
+    return ndimage.grey_erosion(union, size=(k, k), mode="reflect", origin=(origin, origin)) > 0
 
 
 def largest_component(mask: np.ndarray) -> np.ndarray:
@@ -264,10 +289,13 @@ def geometry_lungs(
     cxas_right: np.ndarray | None = None,
     cxas_left: np.ndarray | None = None,
     lesion: np.ndarray | None = None,
+    connectivity: int = LESION_MERGE_CONNECTIVITY,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Return the §5.1 geometry lungs ``(right, left)``: ``HybridGNet ∧ CXAS`` per side (a missing CXAS mask
-    leaves that side's HybridGNet mask), then every 8-connected lesion component sharing a pixel with a lung
-    OR-ed into that lung (into both when it touches both)."""
+    leaves that side's HybridGNet mask), then every lesion component (``connectivity`` 4 or 8) sharing a pixel
+    with a lung OR-ed into that lung (into both when it touches both)."""
+    if connectivity not in _STRUCTURE:
+        raise ValueError(f"connectivity must be 4 or 8, got {connectivity!r}")
     named: list[tuple[str, np.ndarray]] = [
         ("HybridGNet right lung", as_mask(hybrid_right, "HybridGNet right lung")),
         ("HybridGNet left lung", as_mask(hybrid_left, "HybridGNet left lung")),
@@ -285,7 +313,7 @@ def geometry_lungs(
     if "CXAS left lung" in masks:
         left &= masks["CXAS left lung"]
     if "lesion mask" in masks:
-        labels, n = ndimage.label(masks["lesion mask"], structure=_EIGHT)
+        labels, n = ndimage.label(masks["lesion mask"], structure=_STRUCTURE[connectivity])
         if n:
             keep_right = np.unique(labels[right & (labels > 0)])
             keep_left = np.unique(labels[left & (labels > 0)])

@@ -1,4 +1,4 @@
-"""``cxrground percept``: the CheXpercept group, and ``build | validate | gallery`` to make, check and browse one.
+"""``cxrground percept`` and its ``build | validate | gallery | export``: make, check, browse, export a benchmark.
 
 The evaluation commands (:mod:`cxrground.cli.percept_eval_cmds`) attach themselves to the same group.
 """
@@ -110,7 +110,24 @@ def gallery(bench: Path, out_html: Path) -> None:
     click.echo(f"wrote {out_html} ({n} cases)")
 
 
-for _cmd in (build, validate, gallery):
+@click.command("export")
+@click.argument("bench", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("out", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--layout", type=click.Choice(["reference"]), default="reference", show_default=True,
+              help="reference: the reference repository's chexpercept.json + chexpercept/<key_id>/ stage folders.")
+@click.option("--neutral-keys", is_flag=True,
+              help="Key the export {lesion}_{case_id}: no folder name reveals an answer (key_ids do).")
+@click.option("--overwrite", is_flag=True, help="Replace an earlier export in OUT.")
+@clean_errors()
+def export(bench: Path, out: Path, layout: str, neutral_keys: bool, overwrite: bool) -> None:
+    """Write BENCH to OUT in another folder layout (images copied, JSON paths rewritten)."""
+    from cxrground.percept.export import export_benchmark
+
+    s = export_benchmark(bench, out, layout, neutral_keys=neutral_keys, overwrite=overwrite)
+    click.echo(f"exported {s.cases} cases ({s.images} images) to {s.out_dir} in the {s.layout} layout")
+
+
+for _cmd in (build, validate, gallery, export):
     percept.add_command(_cmd)
 
 COMMANDS: list[click.Command] = [percept]

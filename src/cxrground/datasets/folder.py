@@ -8,13 +8,17 @@ Recognised layouts:
   image folder) and ``study_id``, plus either ``report_path`` or ``report`` (the text); optional
   ``subject_id``, ``dicom_id``, ``view``.
 
-Images are not opened here; reading happens in the stages that need the pixels.
+Images are not opened here; reading happens in the stages that need the pixels. Only what a file-system
+check shows is refused here, each with a :class:`~cxrground.errors.Failure` naming the file: a 0-byte image
+(so a study's next image is chosen instead), a symbolic link loop and a link whose target does not exist.
 """
 
 from __future__ import annotations
 
 import csv
+import errno
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +26,7 @@ from pathlib import Path
 from cxrground.errors import Failure, InputError
 from cxrground.io.image import IMAGE_SUFFIXES
 
-__all__ = ["MIMIC_IMAGE_RE", "StudyInput", "read_index", "scan_folder"]
+__all__ = ["MIMIC_IMAGE_RE", "StudyInput", "image_file_problem", "read_index", "scan_folder"]
 
 MIMIC_IMAGE_RE = re.compile(r"(?:^|/)(p\d{2})/(p\d+)/(s\d+)/([^/]+)\.(?:jpe?g|png|dcm|dicom)$", re.IGNORECASE)
 
@@ -58,11 +62,15 @@ def scan_folder(
     studies: list[StudyInput] = []
     failures: list[Failure] = []
     report_root = Path(reports) if reports is not None else None
-    for path in sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()):
+    for path in sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and not p.is_dir()):
         rel = path.relative_to(root).as_posix()
         match = MIMIC_IMAGE_RE.search(rel)
         if match is None:
             failures.append(Failure(str(path), "scan", "not in the MIMIC-CXR layout and no index given", "InputError"))
+            continue
+        problem = image_file_problem(path)
+        if problem is not None:
+            failures.append(Failure(str(path), "scan", problem, "InputError"))
             continue
         group, subject, study, dicom = match.groups()
         report = _find_mimic_report(path, group, subject, study, report_root) if require_reports else None
@@ -88,8 +96,9 @@ def read_index(index: str | Path, image_root: str | Path) -> tuple[list[StudyInp
             failures.append(Failure(where, "scan", "row needs 'image' and 'study_id'", "InputError"))
             continue
         path = root / image
-        if not path.is_file():
-            failures.append(Failure(str(path), "scan", f"image listed in {where} not found", "InputError"))
+        problem = image_file_problem(path)
+        if problem is not None:
+            failures.append(Failure(str(path), "scan", f"image listed in {where}: {problem}", "InputError"))
             continue
         report_path = str(row.get("report_path") or "").strip()
         text = row.get("report")
@@ -111,6 +120,23 @@ def read_index(index: str | Path, image_root: str | Path) -> tuple[list[StudyInp
             relative_image_path=image,
         ))
     return studies, failures
+
+
+def image_file_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be an image, as far as the file system tells (None: a non-empty regular file)."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symbolic link loop (the link never reaches a file)"
+        if path.is_symlink():
+            return f"symbolic link whose target does not exist ({os.readlink(path)})"
+        return "not found" if exc.errno == errno.ENOENT else f"cannot be read ({exc.strerror})"
+    if not path.is_file():
+        return "not a regular file"
+    if info.st_size == 0:
+        return "image file is empty (0 bytes)"
+    return None
 
 
 def _find_mimic_report(image: Path, group: str, subject: str, study: str, report_root: Path | None) -> Path | None:

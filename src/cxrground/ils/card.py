@@ -49,11 +49,17 @@ def recall_table(reported: Iterable[tuple[str, bool]]) -> dict[str, dict[str, fl
     return out
 
 
+def _cell(text: object) -> str:
+    """``text`` as one Markdown table cell: whitespace runs (line breaks included) become one space, ``|`` is
+    escaped."""
+    return " ".join(str(text).split()).replace("|", r"\|")
+
+
 def _md_counts(title: str, table: Mapping[str, Mapping[str, int]]) -> list[str]:
     lines = [f"### {title}", "", "| lesion | " + " | ".join(COUNT_COLUMNS) + " |",
              "|---|" + "---|" * len(COUNT_COLUMNS)]
     for name, row in table.items():
-        lines.append(f"| {name} | " + " | ".join(f"{row[c]:,}" for c in COUNT_COLUMNS) + " |")
+        lines.append(f"| {_cell(name)} | " + " | ".join(f"{row[c]:,}" for c in COUNT_COLUMNS) + " |")
     return [*lines, ""]
 
 
@@ -114,13 +120,13 @@ def render_card(
               "cons. 31.9, avg 28.3.", ""]
     lines += ["## Studies not in the dataset, by reason", "", "| reason | studies |", "|---|---|"]
     for reason, n in sorted(rejections.items(), key=lambda kv: (-kv[1], kv[0])):
-        lines.append(f"| {reason} | {n:,} |")
+        lines.append(f"| {_cell(reason)} | {n:,} |")
     if not rejections:
         lines.append("| (none) | 0 |")
     lines += ["", "## Reported positive findings without a mask, by reason (Algorithm 1 and QC)", "",
               "| reason | findings |", "|---|---|"]
     for reason, n in sorted((grounding_reasons or {}).items(), key=lambda kv: (-kv[1], kv[0])):
-        lines.append(f"| {reason} | {n:,} |")
+        lines.append(f"| {_cell(reason)} | {n:,} |")
     if not grounding_reasons:
         lines.append("| (none) | 0 |")
     lines += [""]

@@ -191,6 +191,8 @@ def _read_raster(path: Path, window: Window, source: io.BytesIO | None = None) -
             arr = _raster_to_array(im)
     except UnidentifiedImageError as exc:
         raise ImageReadError("not a recognised image format (PNG, JPEG or DICOM expected)", path) from exc
+    except Image.DecompressionBombError as exc:
+        raise ImageReadError(f"too many pixels to decode safely ({exc})", path) from exc
     except (OSError, SyntaxError, ValueError) as exc:
         raise ImageReadError(f"truncated or corrupt image data ({exc})", path) from exc
     bits = 8

@@ -37,6 +37,7 @@ from cxrground.anatomy.overlap import (
     side_sizes,
     sides_with_overlap,
 )
+from cxrground.percept.schema import SEVERITY_KEY
 from cxrground.vocab.locations import lung_label, side_of
 from cxrground.vocab.percept_templates import (
     COMPARISON,
@@ -147,5 +148,5 @@ def attribute_qas(records: Sequence[ComponentOverlap], lesion: str, rng: np.rand
     comparison = _choice(COMPARISON, COMPARISON_OPTIONS, comparison_answer_index(records))
     comparison.update(left_size=float(sizes[lung_label("left")]), right_size=float(sizes[lung_label("right")]),
                       left_has_overlap="left" in present, right_has_overlap="right" in present)
-    qa = {"distribution": distribution, "location": location, "severity": severity, "comparison": comparison}
+    qa = {"distribution": distribution, "location": location, SEVERITY_KEY: severity, "comparison": comparison}
     return AttributeResult(qa=qa, max_negative_coverage=cover)

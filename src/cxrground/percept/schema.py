@@ -7,6 +7,13 @@ Implementations may add fields; consumers ignore unknown ones (``extra="allow"``
 ``detection_qa`` (the plain CXR), all optional so that a benchmark in the reference layout also loads.
 
 Image paths (``relative_path``) are relative to the benchmark folder.
+
+**Reference layout** (the reference repository's ``data/chexpercept/``, what its evaluator reads): the
+images live under ``chexpercept/<key_id>/`` in fixed stage sub-folders (:data:`REFERENCE_CXR`,
+``contour_qa/`` + ``contour_eval_qa.relative_path``, :data:`REFERENCE_POINTS`, ``contour_qa/contour_revision_qa/``
++ each revision option's ``relative_path``) and ``detection_qa`` has no ``relative_path``. A case without
+``detection_qa.relative_path`` is read as a reference-layout case: :func:`with_root_paths` rewrites its image
+paths relative to the benchmark folder when the file is parsed, so every consumer sees one convention.
 """
 
 from __future__ import annotations
@@ -23,6 +30,13 @@ from cxrground.errors import InputError
 __all__ = [
     "BENCHMARK_FILE",
     "PATHS",
+    "REFERENCE_CONTOUR_DIR",
+    "REFERENCE_CXR",
+    "REFERENCE_IMAGE_DIR",
+    "REFERENCE_OVERLAY",
+    "REFERENCE_POINTS",
+    "REFERENCE_REVISION_DIR",
+    "SEVERITY_KEY",
     "AttributeQA",
     "Benchmark",
     "Case",
@@ -39,11 +53,28 @@ __all__ = [
     "RevisionResultQA",
     "SeverityQA",
     "case_path",
+    "is_reference_case",
     "load_benchmark",
     "parse_benchmark",
+    "with_root_paths",
 ]
 
 BENCHMARK_FILE: Final[str] = "chexpercept.json"
+#: §12 key of the third Stage-4 question (the reference evaluator asks it only under this key).
+SEVERITY_KEY: Final[str] = "severity/measurement"
+
+#: Reference layout: folder (beside ``chexpercept.json``) holding one image folder per ``key_id``.
+REFERENCE_IMAGE_DIR: Final[str] = "chexpercept"
+#: Reference layout, relative to ``chexpercept/<key_id>/``: the plain CXR (Stage 1).
+REFERENCE_CXR: Final[str] = "detection_qa/xray.png"
+#: Reference layout: folder ``contour_eval_qa.relative_path`` is relative to.
+REFERENCE_CONTOUR_DIR: Final[str] = "contour_qa"
+#: Reference layout, relative to :data:`REFERENCE_CONTOUR_DIR`: the Stage-2 overlay.
+REFERENCE_OVERLAY: Final[str] = "contour_eval_qa/xray_with_mask.png"
+#: Reference layout: folder of the Stage-3 images; revision options' ``relative_path`` is relative to it.
+REFERENCE_REVISION_DIR: Final[str] = "contour_qa/contour_revision_qa"
+#: Reference layout, relative to :data:`REFERENCE_REVISION_DIR`: the overlay with the coloured points.
+REFERENCE_POINTS: Final[str] = "xray_with_mask_and_points.png"
 #: qa_path values (§1.3).
 PATHS: Final[tuple[str, str, str]] = ("lesion_free", "revision_free", "revision_required")
 QAPath = Literal["lesion_free", "revision_free", "revision_required"]
@@ -146,13 +177,15 @@ class ComparisonQA(ChoiceQA):
 class AttributeQA(_Record):
     """Stage 4 questions, asked in this order: distribution, location, severity, comparison.
 
-    §12 names the third one ``severity/measurement``; this toolkit writes the key ``severity`` and reads
-    ``severity``, ``measurement`` or ``severity/measurement``.
+    §12 names the third one ``severity/measurement`` (:data:`SEVERITY_KEY`): it is written under that key
+    (``model_dump(by_alias=True)``) and read from it or from ``severity`` / ``measurement`` (benchmarks
+    written before); the attribute is ``severity``.
     """
 
     distribution: DistributionQA
     location: LocationQA
-    severity: SeverityQA = Field(validation_alias=AliasChoices("severity", "measurement", "severity/measurement"))
+    severity: SeverityQA = Field(validation_alias=AliasChoices(SEVERITY_KEY, "severity", "measurement"),
+                                 serialization_alias=SEVERITY_KEY)
     comparison: ComparisonQA
 
 
@@ -204,6 +237,32 @@ def case_path(case: Case) -> str:
     return "revision_free" if case.contour_qa.no_deformation else "revision_required"
 
 
+def is_reference_case(case: Case) -> bool:
+    """True for a case in the reference layout (its ``detection_qa`` names no image)."""
+    return case.detection_qa.relative_path is None
+
+
+def with_root_paths(key: str, case: Case) -> Case:
+    """``case`` with its image paths relative to the benchmark folder: a reference-layout case gets a copy with
+    ``chexpercept/<key>/…`` paths (module docstring); any other case is returned as it is."""
+    if not is_reference_case(case):
+        return case
+    base = f"{REFERENCE_IMAGE_DIR}/{key}"
+    out = case.model_copy(deep=True)
+    out.detection_qa.relative_path = f"{base}/{REFERENCE_CXR}"
+    cq = out.contour_qa
+    if cq is None:
+        return out
+    cq.contour_eval_qa.relative_path = f"{base}/{REFERENCE_CONTOUR_DIR}/{cq.contour_eval_qa.relative_path}"
+    revision = f"{base}/{REFERENCE_REVISION_DIR}"
+    if cq.contour_revision_qa_expansion is not None:
+        cq.contour_revision_qa_expansion.relative_path = f"{revision}/{REFERENCE_POINTS}"
+    if cq.contour_revision_qa_revision_result is not None:
+        for option in cq.contour_revision_qa_revision_result.answer_options:
+            option.relative_path = f"{revision}/{option.relative_path}"
+    return out
+
+
 class Benchmark(BaseModel):
     """The whole file: ``cases`` keyed by ``key_id``, and the folder the image paths are relative to."""
 
@@ -218,17 +277,18 @@ class Benchmark(BaseModel):
 
     def dump(self) -> dict[str, Any]:
         """The JSON object ``{key_id: case}``."""
-        return {k: c.model_dump(exclude_none=False) for k, c in self.cases.items()}
+        return {k: c.model_dump(exclude_none=False, by_alias=True) for k, c in self.cases.items()}
 
 
 def parse_benchmark(data: Mapping[str, Any], root: Path | None = None, source: Path | None = None) -> Benchmark:
-    """Validate a ``{key_id: case}`` mapping; errors name the case and the field."""
+    """Validate a ``{key_id: case}`` mapping (either layout; image paths come out relative to the benchmark
+    folder); errors name the case and the field."""
     if not isinstance(data, Mapping):
         raise InputError("benchmark JSON must be an object {key_id: case}", source)
     cases: dict[str, Case] = {}
     for key, value in data.items():
         try:
-            cases[key] = Case.model_validate(value)
+            cases[key] = with_root_paths(key, Case.model_validate(value))
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])

@@ -16,7 +16,8 @@ Routes:
   ``/static/*``.
 
 Errors are JSON ``{"error": {"type", "message", "code", "param"}}`` (the OpenAI error shape) with
-status 400 (bad input, named), 404/405 (routing), 413 (body or image too large, too many pixels),
+status 400 (bad input, named), 401 (API key missing or wrong, see :mod:`cxrground.serve.access`),
+404/405 (routing), 413 (body or image too large, too many pixels),
 415 (unsupported image or body type), 422 (validation), 500 (the model failed) and 503 (no model
 loaded). Limits: :class:`~cxrground.serve.limits.Limits`; the request body is bounded by
 :attr:`Limits.max_body_bytes` before any parsing.
@@ -53,6 +54,7 @@ from cxrground.io.image import CXRImage
 from cxrground.io.masks import as_mask, encode_rle
 from cxrground.io.overlay import PALETTE, overlay_masks
 from cxrground.models.base import IlsModel, IlsOutput
+from cxrground.serve.access import AccessPolicy, install_access
 from cxrground.serve.decode import decode_image_bytes, decode_image_string
 from cxrground.serve.limits import ApiError, Limits
 from cxrground.serve.openai_compat import chat_input, completion_body
@@ -147,13 +149,18 @@ def example_instructions() -> list[str]:
     return examples
 
 
-def create_app(model: IlsModel | None, limits: Limits | None = None, *, checkpoint: str | None = None) -> FastAPI:
-    """The server for ``model`` (None: every prediction answers 503 until ``app.state.cxr.model`` is set)."""
+def create_app(model: IlsModel | None, limits: Limits | None = None, *, checkpoint: str | None = None,
+               access: AccessPolicy | None = None) -> FastAPI:
+    """The server for ``model`` (None: every prediction answers 503 until ``app.state.cxr.model`` is set).
+
+    ``access``: API key and CORS origins (:mod:`cxrground.serve.access`; default: no key, no CORS).
+    """
     state = _ServerState(model, limits or Limits(), checkpoint)
     app = FastAPI(title="cxrground", version=__version__,
                   description="Lesion grounding in chest X-rays: instruction + image → answer + mask.")
     app.state.cxr = state
     app.add_middleware(_BodyLimit, max_bytes=state.limits.max_body_bytes)
+    install_access(app, access or AccessPolicy())  # outside the body limit: unauthorised bodies are not read
     _add_error_handlers(app)
     _add_info_routes(app, state)
     _add_predict_routes(app, state)

@@ -2,8 +2,9 @@
 
 The type is sniffed from the content (PNG signature, JPEG SOI marker, DICOM ``DICM`` marker), never
 taken from a file name or a declared content type. The pixel count is read from the header before
-the pixels are decoded. Strings may carry an image as plain base64 or as a ``data:`` URL; remote
-URLs (``http(s)://``) are never fetched and anything that looks like a file-system path
+the pixels are decoded (by the format's header parser, so an image over PIL's decompression-bomb limit
+is refused with 413 like any other, never decoded). Strings may carry an image as plain base64 or as a
+``data:`` URL; remote URLs (``http(s)://``) are never fetched and anything that looks like a file-system path
 (``/x/y.png``, ``./y.png``, ``C:\\y.png``, ``file:...``) is refused: the server reads no files named
 by clients.
 """
@@ -14,12 +15,13 @@ import base64
 import binascii
 import io
 import re
+import struct
 
 from cxrground.errors import ImageReadError
 from cxrground.io.image import CXRImage, read_image_bytes
 from cxrground.serve.limits import ApiError, Limits
 
-__all__ = ["decode_image_bytes", "decode_image_string", "image_header_size", "sniff_type"]
+__all__ = ["decode_image_bytes", "decode_image_string", "image_header_size", "pixel_limit", "sniff_type"]
 
 _PATH_LIKE = re.compile(r"^(file:|~|\.{0,2}/|\\\\|[A-Za-z]:[\\/])|\.(png|jpe?g|dcm|dicom|tiff?|bmp)$", re.IGNORECASE)
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[\w.+-]+)*)(?P<b64>;base64)?,",
@@ -47,13 +49,24 @@ def image_header_size(data: bytes, kind: str) -> tuple[int, int]:
             return int(ds.Rows), int(ds.Columns)
         except Exception as exc:  # pydicom raises many types on damaged headers
             raise ImageReadError(f"cannot parse DICOM header ({type(exc).__name__}: {exc})") from exc
-    from PIL import Image, UnidentifiedImageError
+    from PIL import JpegImagePlugin, PngImagePlugin
 
+    # the format's own header parser: ``Image.open`` would refuse a decompression bomb with an error of its
+    # own before the size is known; the plugin reads only the header and leaves the pixels alone
+    parser = {"png": PngImagePlugin.PngImageFile, "jpeg": JpegImagePlugin.JpegImageFile}[kind]
     try:
-        with Image.open(io.BytesIO(data)) as im:
+        with parser(io.BytesIO(data)) as im:
             return int(im.height), int(im.width)
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+    except (OSError, SyntaxError, ValueError, struct.error) as exc:
         raise ImageReadError(f"cannot parse {kind.upper()} header ({exc})") from exc
+
+
+def pixel_limit(limits: Limits) -> int:
+    """Most pixels an image may state: ``limits.max_pixels``, capped by PIL's decompression-bomb error limit."""
+    from PIL import Image
+
+    pil = Image.MAX_IMAGE_PIXELS
+    return limits.max_pixels if pil is None else min(limits.max_pixels, 2 * int(pil))
 
 
 def decode_image_bytes(data: bytes, limits: Limits) -> CXRImage:
@@ -73,9 +86,9 @@ def decode_image_bytes(data: bytes, limits: Limits) -> CXRImage:
         raise ApiError(415, "unsupported_media_type", f"the image is {what}; this server accepts {allowed}")
     try:
         h, w = image_header_size(data, kind)
-        if h * w > limits.max_pixels:
+        if h * w > pixel_limit(limits):
             raise ApiError(413, "too_many_pixels",
-                           f"image is {w}x{h} = {h * w} pixels; the limit is {limits.max_pixels} pixels")
+                           f"image is {w}x{h} = {h * w} pixels; the limit is {pixel_limit(limits)} pixels")
         return read_image_bytes(data)
     except ImageReadError as exc:
         raise ApiError(400, "invalid_image", f"cannot decode the {kind.upper()} image: {exc.reason}") from exc

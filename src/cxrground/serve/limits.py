@@ -5,8 +5,9 @@ status code and a message that names the limit:
 
 * **413** ``payload_too_large`` — the request body or the decoded image is over ``max_upload_bytes``
   (the raw body may be up to :attr:`Limits.max_body_bytes`, which leaves room for base64 and JSON);
-  ``too_many_pixels`` — the image header states more than ``max_pixels`` pixels (checked before the
-  pixels are decoded, so a decompression bomb is refused cheaply).
+  ``too_many_pixels`` — the image header states more than ``max_pixels`` pixels, or more than PIL's own
+  decompression-bomb limit (checked before the pixels are decoded, so a bomb is refused cheaply).
+* **401** ``invalid_api_key`` — see :mod:`cxrground.serve.access`.
 * **415** ``unsupported_media_type`` — the bytes are none of the ``allowed_types`` (sniffed from the
   content, never from a file name or a client's content type).
 * **400** ``invalid_request`` — empty or over-long instruction (``max_instruction_chars``), undecodable

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cxrground.models.base import CHECKPOINT_FILE, IlsModel, load_model
+from cxrground.serve.access import AccessPolicy, read_api_key
 from cxrground.serve.limits import Limits
 
 __all__ = ["BackgroundServer", "app_from_env", "checkpoint_id", "is_loopback", "load_and_create", "serve"]
@@ -25,6 +26,9 @@ __all__ = ["BackgroundServer", "app_from_env", "checkpoint_id", "is_loopback", "
 _ENV_CHECKPOINT = "CXRGROUND_SERVE_CHECKPOINT"
 _ENV_DEVICE = "CXRGROUND_SERVE_DEVICE"
 _ENV_LIMITS = "CXRGROUND_SERVE_LIMITS"
+_ENV_ACCESS = "CXRGROUND_SERVE_ACCESS"
+#: Holds a key given to :func:`serve` without the name of the variable it came from (multi-worker only).
+_ENV_API_KEY = "CXRGROUND_SERVE_API_KEY"
 
 
 def checkpoint_id(checkpoint: str | Path) -> str:
@@ -53,21 +57,30 @@ def serve(
     *,
     device: str = "cpu",
     limits: Limits | None = None,
+    access: AccessPolicy | None = None,
     workers: int = 1,
     log_level: str = "info",
 ) -> None:
-    """Load ``checkpoint`` and serve it with uvicorn until interrupted."""
+    """Load ``checkpoint`` and serve it with uvicorn until interrupted (``access``: API key and CORS)."""
     import uvicorn
 
     limits = limits or Limits()
+    access = access or AccessPolicy()
     if workers > 1:
         os.environ[_ENV_CHECKPOINT] = str(Path(checkpoint).resolve())
         os.environ[_ENV_DEVICE] = device
         os.environ[_ENV_LIMITS] = json.dumps(asdict(limits))
+        key_env = access.api_key_env
+        if access.api_key is not None and key_env is None:
+            key_env = _ENV_API_KEY
+            os.environ[key_env] = access.api_key
+        # the key itself stays in its own variable; the workers get its name
+        os.environ[_ENV_ACCESS] = json.dumps({"api_key_env": key_env if access.api_key is not None else None,
+                                              "cors_origins": list(access.cors_origins)})
         uvicorn.run("cxrground.serve.run:app_from_env", factory=True, host=host, port=port, workers=workers,
                     log_level=log_level)
         return
-    app, _ = load_and_create(checkpoint, device=device, limits=limits)
+    app, _ = load_and_create(checkpoint, device=device, limits=limits, access=access)
     uvicorn.run(app, host=host, port=port, log_level=log_level)
 
 
@@ -76,8 +89,12 @@ def app_from_env() -> Any:
     limits_data = json.loads(os.environ.get(_ENV_LIMITS, "{}"))
     if "allowed_types" in limits_data:
         limits_data["allowed_types"] = tuple(limits_data["allowed_types"])
+    access_data = json.loads(os.environ.get(_ENV_ACCESS, "{}"))
+    key_env = access_data.get("api_key_env")
+    access = AccessPolicy(api_key=read_api_key(key_env) if key_env else None, api_key_env=key_env,
+                          cors_origins=tuple(access_data.get("cors_origins", ())))
     app, _ = load_and_create(os.environ[_ENV_CHECKPOINT], device=os.environ.get(_ENV_DEVICE, "cpu"),
-                             limits=Limits(**limits_data))
+                             limits=Limits(**limits_data), access=access)
     return app
 
 
@@ -134,9 +151,10 @@ class BackgroundServer:
         self.stop()
 
 
-def load_and_create(checkpoint: str | Path, device: str = "cpu", limits: Limits | None = None) -> tuple[Any, IlsModel]:
+def load_and_create(checkpoint: str | Path, device: str = "cpu", limits: Limits | None = None,
+                    access: AccessPolicy | None = None) -> tuple[Any, IlsModel]:
     """The app for ``checkpoint`` and its model (what ``serve`` runs), for tests and embedding."""
     from cxrground.serve.app import create_app
 
     model = load_model(checkpoint, device=device)
-    return create_app(model, limits, checkpoint=checkpoint_id(checkpoint)), model
+    return create_app(model, limits, checkpoint=checkpoint_id(checkpoint), access=access), model

@@ -39,7 +39,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Final, Literal
 
 from cxrground.errors import ImageReadError, InputError
-from cxrground.percept.schema import Benchmark, Case
+from cxrground.percept.schema import Benchmark, Case, with_root_paths
 from cxrground.vocab import percept_templates as pt
 from cxrground.vocab.lesions import LESIONS
 from cxrground.vocab.traits import lesions_where
@@ -70,11 +70,8 @@ QIDS: Final[tuple[str, ...]] = ("detection", "contour_eval", *REVISION_QIDS, *AT
 STAGE_OF: Final[dict[str, int]] = {"detection": 1, "contour_eval": 2, **dict.fromkeys(REVISION_QIDS, 3),
                                    **dict.fromkeys(ATTRIBUTE_QIDS, 4)}
 MULTI_SELECT: Final[frozenset[str]] = frozenset({"expansion", "contraction", "location"})
-#: Reference-layout image paths (§10.2), used when a benchmark has no ``relative_path`` for these images.
 #: Lesions whose RF/RR cases have no Stage 4 (cardiomegaly).
 _NO_STAGE4: Final[tuple[str, ...]] = lesions_where(lambda t: not t.percept.attributes)
-_REF_CXR: Final[str] = "{key}/detection_qa/xray.png"
-_REF_POINTS: Final[str] = "{key}/contour_qa/contour_revision_qa/xray_with_mask_and_points.png"
 #: Offending cases named in the message of a refused benchmark.
 MAX_LISTED: Final[int] = 5
 
@@ -179,14 +176,18 @@ def _check_question(key: str, q: Question) -> None:
 def plan_case(key: str, case: Case) -> CasePlan:
     """Turn plan of ``case`` (§13.2); the path is the ground-truth path (§1.3).
 
-    Raises :class:`InputError` naming the case when its lesion is unknown, when it lacks a question of its
-    path or when a ground truth is outside its options.
+    Image paths are relative to the benchmark folder (a reference-layout case is resolved by
+    :func:`~cxrground.percept.schema.with_root_paths`). Raises :class:`InputError` naming the case when its
+    lesion is unknown, when it lacks a question of its path or when a ground truth is outside its options.
     """
+    case = with_root_paths(key, case)
     lesion = _lesion(key, case)
     path = _path(key, case)
     det = case.detection_qa
-    qs = [Question("detection", 1, det.question, (det.relative_path or _REF_CXR.format(key=key),),
-                   tuple(det.answer_options), (det.answer_index,))]
+    if det.relative_path is None:  # with_root_paths fills it for reference-layout cases
+        raise _case_error(key, "detection question names no image")
+    qs = [Question("detection", 1, det.question, (det.relative_path,), tuple(det.answer_options),
+                   (det.answer_index,))]
     if path != "LF":
         cq = case.contour_qa
         if cq is None:
@@ -200,7 +201,9 @@ def plan_case(key: str, case: Case) -> CasePlan:
             if exp is None or con is None or rev is None:
                 raise _case_error(key, "RR case lacks a revision question (expansion, contraction or revision "
                                        "result)")
-            qs.append(Question("expansion", 3, exp.question, (exp.relative_path or _REF_POINTS.format(key=key),),
+            if exp.relative_path is None:
+                raise _case_error(key, "RR expansion question names no image")
+            qs.append(Question("expansion", 3, exp.question, (exp.relative_path,),
                                _point_texts(exp.answer_options), tuple(sorted(exp.answer_index)),
                                prefix=cq.initial_context))
             qs.append(Question("contraction", 3, con.question, (), _point_texts(con.answer_options),

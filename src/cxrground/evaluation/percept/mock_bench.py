@@ -134,7 +134,7 @@ def make_benchmark(root: Path, counts: dict[str, int] | None = None,
         for path in ("LF", "RF", "RR"):
             for i in range(counts.get(path, 0)):
                 key = f"{lesion}_p{path.lower()}{i}"
-                data = make_case(root, key, lesion, path, number, rng, size).model_dump()
+                data = make_case(root, key, lesion, path, number, rng, size).model_dump(by_alias=True)
                 cases[key] = {k: v for k, v in data.items() if v is not None}  # LF: no contour / attribute QAs
                 number += 1
     (root / "chexpercept.json").write_text(json.dumps(cases, indent=1), encoding="utf-8")

@@ -44,6 +44,8 @@ from cxrground.errors import InputError
 from cxrground.evaluation.ils_metrics import bootstrap_ci
 from cxrground.evaluation.percept.conversation import ATTRIBUTE_QIDS, QIDS, REVISION_QIDS
 from cxrground.evaluation.percept.runner import CASES_FILE, CONFIG_FILE, RESULTS_FILE, USAGE_FILE, load_all_results
+from cxrground.percept.schema import SEVERITY_KEY
+from cxrground.vocab.percept_templates import PATH_ABBREVIATIONS
 from cxrground.vocab.traits import LESION_TRAITS, traits
 
 __all__ = ["PATH_ORDER", "SCORE_FILE", "score_records", "score_repeats", "score_run", "spread_rows", "write_csvs"]
@@ -56,6 +58,12 @@ ATTRIBUTE_CSV: Final[str] = "model_performance_detail_attribute_extraction.csv"
 SUMMARY_COLUMNS: Final[tuple[str, ...]] = ("path", "model", "setting", "acc(stage1)", "acc(stage2)", "acc(stage3)",
                                            "acc(stage4)", "depth")
 LABELS: Final[tuple[str, ...]] = ("parsed", "matched-by-text", "unparseable", "failed")
+#: The reference CSVs name paths in full (``revision_required`` …) and the severity question by its §12 key.
+CSV_PATH_NAMES: Final[dict[str, str]] = {short: full for full, short in PATH_ABBREVIATIONS.items()}
+CSV_QUESTION_NAMES: Final[dict[str, str]] = {"severity": SEVERITY_KEY}
+#: ``path`` of the two detail CSVs: the paths each sub-task is pooled over (as the reference writes it).
+DETAIL_PATHS: Final[dict[str, str]] = {REVISION_CSV: "revision_required",
+                                       ATTRIBUTE_CSV: "revision_required+revision_free"}
 
 
 def _chance(q: dict[str, Any]) -> float:
@@ -279,7 +287,8 @@ def score_run(run: str | Path, n_boot: int = 1000) -> dict[str, Any]:
 
 
 def _fmt(x: float | None) -> str:
-    return "" if x is None else f"{x:.4f}"
+    """A CSV accuracy: 4 decimals; no item to score is 0.0, as the reference writes it (mean of nothing)."""
+    return f"{0.0 if x is None else x:.4f}"
 
 
 def summary_rows(score: dict[str, Any]) -> list[dict[str, str]]:
@@ -320,11 +329,14 @@ def write_csvs(folder: Path, scores: Sequence[dict[str, Any]], summary_name: str
             w.writeheader()
             w.writerows(rows)
 
-    write(summary_name, SUMMARY_COLUMNS, [r for s in scores for r in summary_rows(s)])
+    write(summary_name, SUMMARY_COLUMNS, [{**r, "path": CSV_PATH_NAMES.get(r["path"], r["path"])}
+                                          for s in scores for r in summary_rows(s)])
     if summary_name != SUMMARY_CSV:
         return
     for name, qids in ((REVISION_CSV, REVISION_QIDS), (ATTRIBUTE_CSV, ATTRIBUTE_QIDS)):
-        cols = ["model", "setting", "n", *(f"acc({q})" for q in qids)]
-        rows = [{"model": s["run"]["label"], "setting": "oracle_passed", "n": str(s["subtasks"][qids[0]]["n"]),
-                 **{f"acc({q})": _fmt(s["subtasks"][q]["acc"]) for q in qids}} for s in scores]
+        acc = {q: f"acc({CSV_QUESTION_NAMES.get(q, q)})" for q in qids}
+        cols = ["path", "model", "setting", "n", *acc.values()]
+        rows = [{"path": DETAIL_PATHS[name], "model": s["run"]["label"], "setting": "oracle_passed",
+                 "n": str(s["subtasks"][qids[0]]["n"]), **{acc[q]: _fmt(s["subtasks"][q]["acc"]) for q in qids}}
+                for s in scores]
         write(name, cols, rows)

@@ -18,10 +18,18 @@ Checkpoint folder (written atomically after every epoch):
   "val_split", "epoch", "step", "history", "best", "created_by"}``;
 - ``weights.safetensors``: the selected weights (best validation positive gIoU on the working canvas, or the
   last epoch when there is no validation split) — what :func:`~cxrground.models.baseline.load_model` loads;
-- ``weights_last.safetensors`` and ``train_state.pt`` (optimizer state, torch RNG state): what a re-run with
-  the same arguments resumes from. It continues after the last finished epoch and ends with the same weights
-  as an uninterrupted run. A different dataset file (sha256), configuration, seed or split is refused (fields
-  an older checkpoint lacks take their defaults; the inference-only ``global_location`` may differ).
+- ``weights_last.safetensors``: the weights after the last finished epoch;
+- ``train_state.pt``: what a re-run with the same arguments resumes from (the checkpoint record, the last
+  weights, optimizer state, torch RNG state). It continues after the last finished epoch and ends with the
+  same tensors as an uninterrupted run. A different dataset file (sha256), configuration, seed or split is
+  refused (fields an older checkpoint lacks take their defaults; the inference-only ``global_location`` may
+  differ).
+
+Kill safety: an epoch is committed by one atomic write, ``train_state.pt`` (it holds everything a resume
+needs); the other three files are derived from it and written after it. A resume first rewrites them from
+the committed state, so a kill between any two writes (or inside one) resumes to the same tensors as an
+uninterrupted run. A ``train_state.pt`` from before this rule (no record inside) resumes from
+``checkpoint.json`` and ``weights_last.safetensors`` as it used to.
 """
 
 from __future__ import annotations
@@ -127,9 +135,42 @@ def _atomic(path: Path, write: Callable[[Path], None]) -> None:
     os.replace(tmp, path)
 
 
-def _save_weights(net: CondUNet, path: Path) -> None:
-    state = {k: v.detach().contiguous().clone() for k, v in net.state_dict().items()}
+def _save_weights(state: dict[str, torch.Tensor], path: Path) -> None:
     _atomic(path, lambda p: save_file(state, str(p), metadata={"model": MODEL_NAME}))
+
+
+def _commit_epoch(out: Path, net: CondUNet, opt: torch.optim.Optimizer, meta: dict[str, Any]) -> None:
+    """Commit a finished epoch (one atomic write of the resume state), then write the files derived from it."""
+    state = {
+        "meta": json.loads(json.dumps(meta)),
+        "net": {k: v.detach().contiguous().clone() for k, v in net.state_dict().items()},
+        "optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state(), "epoch": meta["epoch"],
+    }
+    _atomic(out / TRAIN_STATE, lambda p: torch.save(state, p))
+    _write_derived(out, state["meta"], state["net"])
+
+
+def _write_derived(out: Path, meta: dict[str, Any], weights: dict[str, torch.Tensor]) -> None:
+    """The selected and last weights and ``checkpoint.json`` of the committed epoch ``meta["epoch"]``."""
+    best = meta.get("best")
+    if best is not None and best.get("epoch") == meta["epoch"]:
+        _save_weights(weights, out / BEST_WEIGHTS)
+    _save_weights(weights, out / LAST_WEIGHTS)
+    _atomic(out / CHECKPOINT_FILE, lambda p: p.write_text(json.dumps(meta, indent=2), encoding="utf-8"))
+
+
+def _load_resume_state(out: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, Any]] | None:
+    """The committed record, weights and train state of ``out`` (``None`` when there is nothing to resume)."""
+    if not (out / TRAIN_STATE).is_file():
+        return None
+    state = torch.load(out / TRAIN_STATE, weights_only=True)
+    if "meta" in state:
+        return state["meta"], state["net"], state
+    # written before the state held the record: checkpoint.json and weights_last are the committed epoch
+    meta_path = out / CHECKPOINT_FILE
+    if not meta_path.is_file():
+        return None
+    return json.loads(meta_path.read_text(encoding="utf-8")), load_file(str(out / LAST_WEIGHTS)), state
 
 
 #: Configuration fields that only affect inference (a resumed run may change them).
@@ -189,11 +230,12 @@ def train(
         "seed": seed, "split": split, "val_split": val_split, "epoch": 0, "step": 0, "history": [],
         "best": None, "created_by": f"cxrground {__version__}",
     }
-    meta_path = out / CHECKPOINT_FILE
-    resuming = resume and meta_path.is_file() and (out / TRAIN_STATE).is_file()
-    if resuming:
-        info = json.loads(meta_path.read_text(encoding="utf-8"))
+    saved = _load_resume_state(out) if resume else None
+    if saved is not None:
+        info, saved_weights, saved_state = saved
         _check_resume(info, meta, out)
+        if "meta" in saved_state:
+            _write_derived(out, info, saved_weights)  # repairs a kill after the commit
         if info["epoch"] >= config.epochs:
             say(f"{out}: training already finished ({info['epoch']} epochs)")
             return out
@@ -215,11 +257,10 @@ def train(
 
     net = build_net(config)
     opt = torch.optim.AdamW(net.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay)
-    if resuming:
-        net.load_state_dict(load_file(str(out / LAST_WEIGHTS)))
-        state = torch.load(out / TRAIN_STATE, weights_only=True)
-        opt.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
+    if saved is not None:
+        net.load_state_dict(saved_weights)
+        opt.load_state_dict(saved_state["optimizer"])
+        torch.set_rng_state(saved_state["torch_rng"])
         meta.update({k: info[k] for k in ("epoch", "step", "history", "best")})
         say(f"resuming {out} after epoch {meta['epoch']}")
     say(f"baseline: {count_parameters(net):,} parameters; {len(train_data)} {split} pairs "
@@ -260,11 +301,7 @@ def train(
         best = meta["best"]
         if best is None or score is None or (best.get("val_gIoU") is not None and score > best["val_gIoU"]):
             meta["best"] = {"epoch": epoch + 1, "val_gIoU": score}
-            _save_weights(net, out / BEST_WEIGHTS)
-        _save_weights(net, out / LAST_WEIGHTS)
-        state = {"optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state(), "epoch": epoch + 1}
-        _atomic(out / TRAIN_STATE, lambda p, s=state: torch.save(s, p))
-        _atomic(meta_path, lambda p: p.write_text(json.dumps(meta, indent=2), encoding="utf-8"))
+        _commit_epoch(out, net, opt, meta)
         val = f", val gIoU {score:.3f}" if score is not None else ""
         say(f"epoch {epoch + 1}/{config.epochs}: loss {record['loss']:.4f}{val} ({record['seconds']:.1f} s)")
         if stop_after_epoch is not None and epoch + 1 >= stop_after_epoch and epoch + 1 < config.epochs:

@@ -1,0 +1,166 @@
+"""``cxrground percept export --layout reference``: a benchmark in the reference repository's layout.
+
+The reference evaluator (its Stage 03) reads ``BENCH/chexpercept.json`` and finds the images by fixed names
+under ``BENCH/chexpercept/<key_id>/`` (:mod:`cxrground.percept.schema`, reference layout)::
+
+    chexpercept.json
+    chexpercept/<key_id>/detection_qa/xray.png                                    every case
+    chexpercept/<key_id>/contour_qa/contour_eval_qa/xray_with_mask.png            RF, RR
+    chexpercept/<key_id>/contour_qa/contour_revision_qa/xray_with_mask_and_points.png      RR (RF: when built)
+    chexpercept/<key_id>/contour_qa/contour_revision_qa/option_<k>.png                     RR (RF: when built)
+
+The export copies every image byte for byte and rewrites the JSON's image paths to that layout:
+``contour_eval_qa.relative_path`` becomes ``contour_eval_qa/xray_with_mask.png`` (relative to ``contour_qa/``),
+each revision option's ``relative_path`` becomes ``option_<k>.png`` (relative to ``contour_revision_qa/``), and
+the toolkit's own root-relative paths (``detection_qa`` and the expansion / contraction ``relative_path``) are
+left out, which is how a reader tells the layout apart. Everything else is kept, with the attribute key
+``severity/measurement`` (§12). ``card.md`` is copied and ``MANIFEST.sha256`` rewritten, so
+``cxrground percept validate`` and ``percept eval`` read the export like the original.
+
+Names (choice): the option files are neutral (``option_<k>.png``; the reference's ``option_<k>_mask_answer.png``
+/ ``_fake.png`` would reveal the answer and its evaluator reads option names from the JSON anyway). The case
+folders are the JSON keys, as the reference requires; a ``key_id`` contains the source ``pair_id``, whose
+``positive`` / ``negative`` reveals the detection answer to anyone who can read the paths (validate reports
+this). ``neutral_keys=True`` keys the export by ``{lesion}_{case_id}`` instead (the lesion prefix is kept: the
+reference's analysis gives cardiomegaly its extra depth by the ``cardiomegaly_`` prefix); the original
+``key_id`` stays recoverable from ``pair_id`` in the JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from cxrground.errors import ConfigError, InputError
+from cxrground.percept.schema import (
+    BENCHMARK_FILE,
+    REFERENCE_CONTOUR_DIR,
+    REFERENCE_CXR,
+    REFERENCE_IMAGE_DIR,
+    REFERENCE_OVERLAY,
+    REFERENCE_POINTS,
+    REFERENCE_REVISION_DIR,
+    Benchmark,
+    Case,
+    load_benchmark,
+)
+
+__all__ = ["LAYOUTS", "ExportSummary", "export_benchmark", "reference_case"]
+
+#: Layouts ``percept export`` writes.
+LAYOUTS: Final[tuple[str, ...]] = ("reference",)
+_OPTION: Final[str] = "option_{k}.png"
+_TOP_LEVEL_OPTIONAL: Final[tuple[str, ...]] = ("contour_qa", "case_id", "lesion", "qa_path", "image_size")
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    """What an export wrote: the folder, the number of cases and of images."""
+
+    out_dir: str
+    layout: str
+    cases: int
+    images: int
+
+
+def _export_key(key: str, case: Case, neutral_keys: bool) -> str:
+    if not neutral_keys:
+        return key
+    if not case.case_id:
+        raise InputError(f"case {key} has no case_id to build a neutral key from")
+    return f"{case.lesion_of(key)}_{case.case_id}"
+
+
+def reference_case(key: str, case: Case) -> tuple[dict[str, Any], list[tuple[str, str, bool]]]:
+    """The JSON entry of ``case`` in the reference layout and its images as ``(source path, target path,
+    asked)``, paths relative to their benchmark folders (``key``: the case's folder name in the export;
+    ``asked``: shown to a model, so it must exist; the unasked revision images of an RF case are optional)."""
+    base = f"{REFERENCE_IMAGE_DIR}/{key}"
+    entry = case.model_dump(by_alias=True, exclude_none=False)
+    entry["detection_qa"].pop("relative_path", None)
+    if case.detection_qa.relative_path is None:
+        raise InputError(f"case {key}: detection_qa names no image")
+    images = [(case.detection_qa.relative_path, f"{base}/{REFERENCE_CXR}", True)]
+    cq = case.contour_qa
+    if cq is not None:
+        contour = entry["contour_qa"]
+        images.append((cq.contour_eval_qa.relative_path, f"{base}/{REFERENCE_CONTOUR_DIR}/{REFERENCE_OVERLAY}",
+                       True))
+        asked = not cq.no_deformation
+        contour["contour_eval_qa"]["relative_path"] = REFERENCE_OVERLAY
+        for name in ("contour_revision_qa_expansion", "contour_revision_qa_contraction"):
+            if contour.get(name) is not None:
+                contour[name].pop("relative_path", None)
+        exp = cq.contour_revision_qa_expansion
+        if exp is not None and exp.relative_path is not None:
+            images.append((exp.relative_path, f"{base}/{REFERENCE_REVISION_DIR}/{REFERENCE_POINTS}", asked))
+        rev = cq.contour_revision_qa_revision_result
+        if rev is not None:
+            for k, (option, out) in enumerate(zip(rev.answer_options, contour["contour_revision_qa_revision_result"]
+                                                  ["answer_options"], strict=True), start=1):
+                out["relative_path"] = _OPTION.format(k=k)
+                images.append((option.relative_path, f"{base}/{REFERENCE_REVISION_DIR}/{_OPTION.format(k=k)}",
+                               asked))
+    for name in _TOP_LEVEL_OPTIONAL:
+        if entry.get(name) is None:
+            entry.pop(name, None)
+    if cq is None:
+        entry.pop("attribute_extraction_qa", None)  # §12: a lesion-free case holds no attribute QAs
+    return entry, images
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise ConfigError(f"{out} is not empty; choose another folder or pass --overwrite")
+        for name in (BENCHMARK_FILE, REFERENCE_IMAGE_DIR):
+            target = out / name
+            if target.is_dir():
+                shutil.rmtree(target)
+            elif target.exists():
+                target.unlink()
+
+
+def export_benchmark(bench: str | Path, out: str | Path, layout: str = "reference", *, neutral_keys: bool = False,
+                     overwrite: bool = False) -> ExportSummary:
+    """Write the benchmark folder ``bench`` (either layout) to ``out`` in ``layout`` (module docstring)."""
+    from cxrground.percept.build import CARD_FILE, MANIFEST_FILE, manifest_lines
+
+    if layout not in LAYOUTS:
+        raise ConfigError(f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
+    src, out = Path(bench), Path(out)
+    benchmark: Benchmark = load_benchmark(src)
+    root = benchmark.root
+    assert root is not None
+    if out.resolve() == root.resolve():
+        raise ConfigError(f"export into the benchmark's own folder {out} is refused")
+    _check_out(out, overwrite)
+    entries: dict[str, dict[str, Any]] = {}
+    copies: list[tuple[Path, Path]] = []
+    for key, case in benchmark.cases.items():
+        new_key = _export_key(key, case, neutral_keys)
+        if new_key in entries:
+            raise InputError(f"two cases map to the export key {new_key}", root / BENCHMARK_FILE)
+        entries[new_key], images = reference_case(new_key, case)
+        for rel_src, rel_dst, asked in images:
+            source = root / rel_src
+            if source.is_file():
+                copies.append((source, out / rel_dst))
+            elif asked:
+                raise InputError(f"case {key}: image {rel_src} does not exist", source)
+    out.mkdir(parents=True, exist_ok=True)
+    for source, target in copies:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    (out / BENCHMARK_FILE).write_text(json.dumps(entries, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    if (root / CARD_FILE).is_file():
+        shutil.copyfile(root / CARD_FILE, out / CARD_FILE)
+    manifest = out / MANIFEST_FILE
+    manifest.unlink(missing_ok=True)
+    manifest.write_text("".join(line + "\n" for line in manifest_lines(out)), encoding="utf-8")
+    return ExportSummary(str(out), layout, len(entries), len(copies))
