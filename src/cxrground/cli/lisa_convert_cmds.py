@@ -28,13 +28,16 @@ from cxrground.errors import CXRGroundError
               help="Tokenizer folder (default: the source folder).")
 @click.option("--allow-missing", multiple=True, type=click.Choice(["text_hidden_fcs", "visual_model.mask_decoder"]),
               help="Parts that may stay at their initialisation (e.g. starting from a plain LLaVA).")
+@click.option("--dtype", type=click.Choice(["source", "float32", "bfloat16", "float16"]), default="source",
+              show_default=True, help="Dtype of the written weights (source = keep the release's, e.g. bf16).")
 def convert_lisa(source: Path, out: Path, sam: Path | None, clip: Path | None, tokenizer: Path | None,
-                 allow_missing: tuple[str, ...]) -> None:
+                 allow_missing: tuple[str, ...], dtype: str) -> None:
     """Map every weight of a released LISA/ROSALIA checkpoint onto the cxrground LISA model and save it."""
     from cxrground.models.lisa.convert import convert_released
 
     try:
-        path = convert_released(source, out, sam=sam, clip=clip, tokenizer=tokenizer, allow_missing=allow_missing)
+        path = convert_released(source, out, sam=sam, clip=clip, tokenizer=tokenizer, allow_missing=allow_missing,
+                                dtype=dtype)
     except CXRGroundError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"wrote {path}")
