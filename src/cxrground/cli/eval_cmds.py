@@ -31,7 +31,8 @@ from cxrground.errors import CXRGroundError
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--limit", type=int, default=None, help="Score only the first N pairs (default: the full split).")
 @click.option("--seg-mode", default="unspecified", show_default=True,
-              help="How the masks were produced, stated in the report (teacher-forced | free).")
+              help="How the masks were produced, stated in the report (teacher-forced | free); default: the mode "
+                   "the predictions file records (ils predict --mode).")
 def evaluate(dataset: Path, predictions: Path, split: str, out: Path | None, images: Path | None, n_boot: int,
              seed: int, limit: int | None, seg_mode: str) -> None:
     """Score predictions: gIoU, cIoU, N-Acc, Dice and text accuracy, printed as Markdown."""

@@ -54,8 +54,11 @@ def train_cmd(model_name: str, dataset: Path, images: Path | None, out: Path, se
 
 
 def predict_split(model: Any, dataset: Path, images: Path, split: str, out: Path, limit: int | None = None,
-                  batch_size: int = 8, progress: bool = True) -> dict[str, Any]:
+                  batch_size: int = 8, progress: bool = True, mode: str = "free") -> dict[str, Any]:
     """Predict every pair of ``split`` (or the first ``limit``) into the JSONL ``out``; resumable.
+
+    ``mode`` (``free`` | ``teacher-forced``, recorded on every line) picks the model's ``predict_batch`` or its
+    ``predict_teacher_forced`` (masks from the ground-truth answers' ``[SEG]``, ILS.md §15.1).
 
     Pairs already in ``out`` are skipped. An unreadable image (or a failing batch) is appended to
     ``<out>.failures.jsonl`` and the remaining pairs go on. Returns counts of written, skipped and failed pairs.
@@ -84,7 +87,8 @@ def predict_split(model: Any, dataset: Path, images: Path, split: str, out: Path
             jobs.append((study["image_path"], study.get("dicom_id", ""), items))
     failures_path = out.with_name(out.name + ".failures.jsonl")
     counts = {"pairs": n, "written": 0, "skipped": 0, "failed": 0}
-    with PredictionWriter(out) as writer:
+    run = _mode_runner(model, mode)
+    with PredictionWriter(out, seg_mode=mode) as writer:
         todo = [(rel, [p for p in items if p["pair_id"] not in writer.done]) for rel, _d, items in jobs]
         counts["skipped"] = n - sum(len(items) for _r, items in todo)
         bar = tqdm(total=n - counts["skipped"], desc="predict", unit="pair", disable=not progress)
@@ -95,7 +99,7 @@ def predict_split(model: Any, dataset: Path, images: Path, split: str, out: Path
                 image = read_image(images / rel)
                 for b in range(0, len(items), batch_size):
                     chunk = items[b:b + batch_size]
-                    results = model.predict_batch([image] * len(chunk), [p["instruction"] for p in chunk])
+                    results = run([image] * len(chunk), chunk)
                     for pair, res in zip(chunk, results, strict=True):
                         writer.write(pair["pair_id"], res.answer, res.mask)
                         counts["written"] += 1
@@ -112,6 +116,21 @@ def predict_split(model: Any, dataset: Path, images: Path, split: str, out: Path
     return counts
 
 
+def _mode_runner(model: Any, mode: str) -> Any:
+    """``(images, pairs) -> outputs`` for a segmentation mode; a backend without teacher forcing is refused."""
+    from cxrground.errors import ConfigError
+
+    if mode == "free":
+        return lambda images, pairs: model.predict_batch(images, [p["instruction"] for p in pairs])
+    if mode != "teacher-forced":
+        raise ConfigError(f"mode must be 'free' or 'teacher-forced', got {mode!r}")
+    if not hasattr(model, "predict_teacher_forced"):
+        raise ConfigError(f"the {getattr(model, 'name', '?')} backend has no teacher-forced mode (its masks do not "
+                          "come from a generated [SEG]); use --mode free")
+    return lambda images, pairs: model.predict_teacher_forced(images, [p["instruction"] for p in pairs],
+                                                              [p["answer"] for p in pairs])
+
+
 @click.command("predict")
 @click.option("--checkpoint", type=click.Path(path_type=Path, exists=True), required=True,
               help="Checkpoint folder (checkpoint.json names the backend).")
@@ -125,9 +144,12 @@ def predict_split(model: Any, dataset: Path, images: Path, split: str, out: Path
 @click.option("--limit", type=int, default=None, help="Predict only the first N pairs of the split.")
 @click.option("--batch-size", type=int, default=8, show_default=True, help="Pairs per forward pass.")
 @click.option("--device", default="cpu", show_default=True)
+@click.option("--mode", type=click.Choice(["free", "teacher-forced"]), default="free", show_default=True,
+              help="Masks from the generated [SEG] (free) or from the ground-truth answer's [SEG] (teacher-forced, "
+                   "the paper's segmentation protocol; LISA only). Recorded in the predictions file.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def predict_cmd(checkpoint: Path, dataset: Path, images: Path | None, split: str, out: Path, limit: int | None,
-                batch_size: int, device: str, quiet: bool) -> None:
+                batch_size: int, device: str, mode: str, quiet: bool) -> None:
     """Answer every pair of a split with a trained model, as predictions JSONL for ``ils evaluate``."""
     from cxrground.models.base import load_model
 
@@ -135,11 +157,11 @@ def predict_cmd(checkpoint: Path, dataset: Path, images: Path | None, split: str
         model = load_model(checkpoint, device=device)
         root = images if images is not None else (dataset.parent if dataset.is_file() else dataset)
         counts = predict_split(model, dataset, root, split, out, limit=limit, batch_size=max(1, batch_size),
-                               progress=not quiet)
+                               progress=not quiet, mode=mode)
     except (CXRGroundError, ImportError) as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"{out}: {counts['written']} written, {counts['skipped']} already there, "
-               f"{counts['failed']} failed (of {counts['pairs']} pairs)")
+               f"{counts['failed']} failed (of {counts['pairs']} pairs; mode {mode})")
 
 
 ils.add_command(train_cmd)

@@ -37,7 +37,7 @@ import numpy as np
 
 from cxrground.errors import InputError
 from cxrground.ils.build import DATASET_FILE, MASK_DIR
-from cxrground.ils.predictions import Prediction, load_predictions
+from cxrground.ils.predictions import Prediction, load_predictions, resolve_seg_mode
 from cxrground.ils.schema import load_dataset
 from cxrground.io.masks import as_mask, check_same_shape, check_shape, read_mask_png
 from cxrground.vocab.ils_templates import (
@@ -459,13 +459,15 @@ def evaluate_dataset(
 
     Every pair of the split (or the first ``limit`` pairs in file order, when given) is scored;
     pairs without a prediction are counted wrong and listed under ``missing``. ``seg_mode`` records
-    how the masks were produced (``teacher-forced`` / ``free``), as reports must state it.
+    how the masks were produced (``teacher-forced`` / ``free``), as reports must state it; the mode the predictions
+    file records is used when none is stated, and a stated mode contradicting it is an error.
     """
     json_path, mask_root = _locate(dataset_dir)
     data = load_dataset(json_path)
     if split not in data:
         raise InputError(f"split {split!r} not in the dataset (has {', '.join(data) or 'none'})", json_path)
     preds = load_predictions(predictions_path)
+    seg_mode = resolve_seg_mode(seg_mode, preds, predictions_path)
     seg = SegmentationMetric(n_boot=n_boot, seed=seed)
     text = TextAccuracyMetric()
     evaluated: list[str] = []

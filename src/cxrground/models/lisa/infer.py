@@ -11,11 +11,14 @@ for lesion-inference answers ``lesion`` and ``certainty`` are read from the gene
 template.
 
 Teacher-forced segmentation: the mask from the ``[SEG]`` of the ground-truth answer (the reference evaluation
-protocol for segmentation metrics).
+protocol for segmentation metrics). :meth:`LisaPredictor.predict_teacher_forced` (``ils predict --mode
+teacher-forced``) gives that mask with the freely generated answer text (text accuracy is always free
+generation, ILS.md §15.2), so one predictions file serves both metrics.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -107,6 +110,22 @@ class LisaPredictor:
                          lesion=lesion, locations=list(parsed.locations) if parsed else [],
                          kind=parsed.kind if parsed else None, certainty=certainty,
                          extra={"seg_generated": low is not None, "generated_tokens": len(ids)})
+
+    def predict_teacher_forced(self, images: list[CXRImage], instructions: list[str],
+                               answers: list[str]) -> list[IlsOutput]:
+        """Masks from the ``[SEG]`` of the ground-truth ``answers`` (one batch), text from free generation."""
+        if not len(images) == len(instructions) == len(answers):
+            raise ValueError(f"{len(images)} images, {len(instructions)} instructions, {len(answers)} answers")
+        masks = teacher_forced_masks(self.model, self.tokenizer, self.config,
+                                     [(im.pixels, ins, ans) for im, ins, ans in zip(images, instructions, answers,
+                                                                                    strict=True)], self.device)
+        out = []
+        for image, instruction, mask in zip(images, instructions, masks, strict=True):
+            free = self.predict(image, instruction)
+            present = bool(mask.any())
+            out.append(dataclasses.replace(free, mask=mask, present=present, presence=float(present),
+                                           extra={**free.extra, "seg_mode": "teacher-forced"}))
+        return out
 
     def predict_batch(self, images: list[CXRImage], instructions: list[str]) -> list[IlsOutput]:
         """One :meth:`predict` per pair (greedy decoding of right-padded batches would differ)."""
