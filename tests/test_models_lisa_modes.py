@@ -1,4 +1,4 @@
-"""``ils predict --mode teacher-forced|free`` (issue 12 item 4): the mode is recorded and ``ils evaluate`` reports it."""
+"""``ils predict --mode teacher-forced|free`` (issue 12 item 4): the mode is recorded, ``ils evaluate`` reports it."""
 
 from __future__ import annotations
 

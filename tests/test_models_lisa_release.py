@@ -18,8 +18,6 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 spm = pytest.importorskip("sentencepiece")
 
-from test_models_lisa_convert import _outputs, _write_folder, to_released  # noqa: E402
-
 from cxrground.errors import ConfigError  # noqa: E402
 from cxrground.models.lisa.convert import convert_released, source_dtype  # noqa: E402
 from cxrground.models.lisa.model import LisaForSegmentation, tiny_arch  # noqa: E402
@@ -32,6 +30,7 @@ from cxrground.models.lisa.text import (  # noqa: E402
     seg_token_id,
 )
 from cxrground.vocab import ils_templates as T  # noqa: E402
+from test_models_lisa_convert import _outputs, _write_folder, to_released  # noqa: E402
 
 SPM_VOCAB = 420
 ADDED = {T.SEG_TOKEN: SPM_VOCAB, T.IM_START: SPM_VOCAB + 1, T.IM_END: SPM_VOCAB + 2}
@@ -106,7 +105,8 @@ def test_missing_sentencepiece_is_a_clear_error(spm_dir, monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sentencepiece" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "sentencepiece" else real(name, *a))
     with pytest.raises(ConfigError, match=r"tokenizer\.model.*sentencepiece"):
         load_tokenizer(spm_dir)
 

@@ -49,9 +49,9 @@ from cxrground.models.lisa.model import build_arch, sam_config
 
 __all__ = [
     "ALLOWED_MISSING",
+    "DTYPES",
     "IGNORED_KEYS",
     "KEY_RULES",
-    "DTYPES",
     "ConversionReport",
     "convert_released",
     "infer_sam_config",
