@@ -19,6 +19,7 @@ def _register() -> None:
         data_cmds,
         eval_cmds,
         ils_cmds,
+        ils_export_cmds,
         ils_model_cmds,
         lisa_convert_cmds,
         percept_build_cmds,
@@ -32,7 +33,7 @@ def _register() -> None:
     )
 
     for module in (synth_cmds, data_cmds, report_cmds, structure_cmds, anatomy_cmds, segment_cmds, ils_cmds,
-                   eval_cmds, ils_model_cmds, lisa_convert_cmds, percept_cmds, percept_build_cmds,
+                   eval_cmds, ils_model_cmds, lisa_convert_cmds, ils_export_cmds, percept_cmds, percept_build_cmds,
                    percept_eval_cmds, serve_cmds):
         for command in module.COMMANDS:
             main.add_command(command)
