@@ -21,7 +21,7 @@ from cxrground.llm import RetryPolicy
 @click.option("--bench", type=click.Path(path_type=Path, exists=True), required=True,
               help="Benchmark folder (chexpercept.json + images) or the JSON file.")
 @click.option("--model", "spec", required=True,
-              help="openai:MODEL | hf:MODEL_DIR | random | first-option | always-yes | oracle.")
+              help="openai:MODEL | hf:MODEL_DIR | ils:CHECKPOINT | random | first-option | always-yes | oracle.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Run folder.")
 @click.option("--oracle", type=click.Choice(["none", "implicit", "explicit"]), default="implicit", show_default=True)
 @click.option("--concurrency", type=int, default=8, show_default=True, help="Cases in flight at once.")

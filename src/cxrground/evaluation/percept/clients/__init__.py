@@ -1,7 +1,8 @@
 """Model clients of the CheXpercept harness and their registry.
 
 A client answers one request (OpenAI-format messages) with a :class:`Completion`. ``SPEC`` strings:
-``openai:MODEL`` (:mod:`.openai`), ``hf:MODEL_DIR`` (:mod:`.hf`, transformers imported lazily) and the
+``openai:MODEL`` (:mod:`.openai`), ``hf:MODEL_DIR`` (:mod:`.hf`, transformers imported lazily),
+``ils:CHECKPOINT`` (:mod:`.ils_agent`: an ILS model answering from its own mask and the geometry) and the
 built-in baselines ``random``, ``first-option``, ``always-yes``, ``oracle`` (:mod:`.baselines`).
 
 Baselines get the question (options and GT) through the ``question`` side channel of
@@ -67,6 +68,12 @@ def _hf(name: str, **opts: Any) -> Client:
     return HFClient(name, **opts)
 
 
+def _ils(name: str, **opts: Any) -> Client:
+    from cxrground.evaluation.percept.clients.ils_agent import IlsAgentClient
+
+    return IlsAgentClient(name)
+
+
 def _baseline(kind: str) -> Callable[..., Client]:
     def make(name: str, **opts: Any) -> Client:
         from cxrground.evaluation.percept.clients.baselines import BaselineClient
@@ -80,19 +87,20 @@ def _baseline(kind: str) -> Callable[..., Client]:
 CLIENTS: Final[dict[str, Callable[..., Client]]] = {
     "openai": _openai,
     "hf": _hf,
+    "ils": _ils,
     "random": _baseline("random"),
     "first-option": _baseline("first-option"),
     "always-yes": _baseline("always-yes"),
     "oracle": _baseline("oracle"),
 }
-_NEEDS_NAME: Final[frozenset[str]] = frozenset({"openai", "hf"})
+_NEEDS_NAME: Final[frozenset[str]] = frozenset({"openai", "hf", "ils"})
 
 
 def make_client(spec: str, **opts: Any) -> Client:
     """Build the client of ``spec``; options a client does not use are ignored."""
     prefix, _, name = spec.partition(":")
     if prefix not in CLIENTS:
-        raise ConfigError(f"unknown model spec {spec!r}; use one of openai:MODEL, hf:MODEL_DIR, "
+        raise ConfigError(f"unknown model spec {spec!r}; use one of openai:MODEL, hf:MODEL_DIR, ils:CHECKPOINT, "
                           + ", ".join(k for k in CLIENTS if k not in _NEEDS_NAME))
     if prefix in _NEEDS_NAME and not name:
         raise ConfigError(f"model spec {spec!r} needs a name after '{prefix}:'")
