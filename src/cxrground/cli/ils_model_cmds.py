@@ -147,14 +147,19 @@ def _mode_runner(model: Any, mode: str) -> Any:
 @click.option("--mode", type=click.Choice(["free", "teacher-forced"]), default="free", show_default=True,
               help="Masks from the generated [SEG] (free) or from the ground-truth answer's [SEG] (teacher-forced, "
                    "the paper's segmentation protocol; LISA only). Recorded in the predictions file.")
+@click.option("--quantize", type=click.Choice(["none", "8bit", "4bit"]), default="none", show_default=True,
+              help="LISA: load the language model in 8-bit or 4-bit (bitsandbytes; needs CUDA).")
+@click.option("--device-map", default=None, help="LISA: 'auto' or a JSON {module prefix: device} to spread a "
+              "large checkpoint over devices (accelerate).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def predict_cmd(checkpoint: Path, dataset: Path, images: Path | None, split: str, out: Path, limit: int | None,
-                batch_size: int, device: str, mode: str, quiet: bool) -> None:
+                batch_size: int, device: str, mode: str, quantize: str, device_map: str | None, quiet: bool) -> None:
     """Answer every pair of a split with a trained model, as predictions JSONL for ``ils evaluate``."""
     from cxrground.models.base import load_model
 
     try:
-        model = load_model(checkpoint, device=device)
+        options = {k: v for k, v in (("quantize", quantize), ("device_map", device_map)) if v not in (None, "none")}
+        model = load_model(checkpoint, device=device, **options)
         root = images if images is not None else (dataset.parent if dataset.is_file() else dataset)
         counts = predict_split(model, dataset, root, split, out, limit=limit, batch_size=max(1, batch_size),
                                progress=not quiet, mode=mode)

@@ -134,11 +134,29 @@ class LisaPredictor:
         return [self.predict(im, ins) for im, ins in zip(images, instructions, strict=True)]
 
 
-def load_model(checkpoint_dir: Path, device: str = "cpu") -> LisaPredictor:
-    """Load a LISA checkpoint folder (trained or converted) as an :class:`IlsModel`."""
-    from cxrground.models.lisa.checkpoint import load_checkpoint
+def load_model(checkpoint_dir: Path, device: str = "cpu", quantize: str = "none",
+               device_map: str | dict[str, Any] | None = None) -> LisaPredictor:
+    """Load a LISA checkpoint folder (trained or converted) as an :class:`IlsModel`.
 
-    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    model, tok, info = load_checkpoint(Path(checkpoint_dir), device=device, dtype=dtype)
+    ``quantize`` (``8bit``/``4bit``, bitsandbytes) and ``device_map`` (``auto`` or ``{prefix: device}``) are the
+    large-checkpoint options of :mod:`.loading`; options this machine cannot honour are a :class:`ConfigError`.
+    """
+    from cxrground.models.lisa.checkpoint import load_checkpoint
+    from cxrground.models.lisa.loading import check_loading, dispatch, parse_device_map, quantize_language_model
+
+    device_map = parse_device_map(device_map)
+    check_loading(device, quantize, device_map)
+    gpu = device.startswith("cuda") or (device_map is not None and torch.cuda.is_available())
+    dtype = torch.bfloat16 if gpu else torch.float32
+    model, tok, info = load_checkpoint(Path(checkpoint_dir), device="cpu", dtype=dtype)
+    replaced = quantize_language_model(model, quantize, dtype)
+    if device_map is not None:
+        used = dispatch(model, device_map, dtype)
+        device = str(next(iter(used.values()))) if used else "cpu"
+        device = f"cuda:{device}" if device.isdigit() else device
+    else:
+        model.to(device)
     config = LisaConfig.from_overrides(info.get("config") or {})
+    info = {**info, "loading": {"quantize": quantize, "quantized_layers": len(replaced),
+                                "device_map": device_map, "device": device}}
     return LisaPredictor(model, tok, config, device=device, info=info)
