@@ -49,7 +49,8 @@ def _positives(ils: Path) -> list[tuple[str, str]]:
     return sorted(out.items())
 
 
-def _perfect(ils: Path, out: Path) -> Path:
+def _perfect(ils: Path, out: Path, sizes: dict[str, tuple[int, int]]) -> Path:
+    """Perfect predictions (``sizes``: native size per image, for studies without a positive mask)."""
     from cxrground.ils.predictions import prediction_line
     from cxrground.io.masks import read_mask_png
 
@@ -58,7 +59,7 @@ def _perfect(ils: Path, out: Path) -> Path:
     for studies in data.values():
         for study in studies.values():
             pairs = study["instruction_answer_pairs"]
-            shape = (8, 8)
+            shape = sizes.get(study["image_path"], (8, 8))
             for p in pairs["positive_pairs"]:
                 mask = read_mask_png(ils / "lesion_mask" / p["seg_mask_path"])
                 shape = mask.shape
@@ -71,7 +72,7 @@ def _perfect(ils: Path, out: Path) -> Path:
 
 def main() -> None:
     from cxrground.evaluation.ils_metrics import evaluate_dataset
-    from cxrground.ils.frames import RELEASED_SIZE, export_dataset, reference_protocol_iou, stretch
+    from cxrground.ils.frames import RELEASED_SIZE, export_dataset, read_frame, reference_protocol_iou, stretch
     from cxrground.io.masks import read_mask_png
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -95,12 +96,13 @@ def main() -> None:
             big = stretch(native, MIMIC_HW)
             scores["native@mimic"].append(reference_protocol_iou(big, big))
             scores["released@mimic"].append(reference_protocol_iou(stretch(big, (RELEASED_SIZE,) * 2), big))
-        print(f"dataset: {ils} ({len(masks)} positive masks; image sizes {sorted(sizes)})")
+        hs, ws = sorted(h for h, _ in sizes), sorted(w for _, w in sizes)
+        print(f"dataset: {ils} ({len(masks)} positive masks; image H {hs[0]}-{hs[-1]}, W {ws[0]}-{ws[-1]})")
         print("reference protocol, perfect prediction, gIoU over masks (%):")
         for k, v in scores.items():
             print(f"  GT file in the {k.split('@')[0]:8s} frame{' at 3056x2544' if '@' in k else '':14s}: "
                   f"{100 * float(np.mean(v)):.1f}")
-        preds = _perfect(ils, root / "perfect.jsonl")
+        preds = _perfect(ils, root / "perfect.jsonl", read_frame(released).native_hw)
         for name, folder in (("native", ils), ("released export", released)):
             per_split = []
             for split in ("train", "val", "test"):
@@ -109,6 +111,8 @@ def main() -> None:
                     per_split.append((split, res["segmentation"]["gIoU"], res["segmentation"]["n_positive"]))
             text = ", ".join(f"{s} {100 * g:.1f} (n={n})" for s, g, n in per_split)
             print(f"ils evaluate (native resolution), perfect prediction, {name}: gIoU {text}")
+            if per_split and name != "native":
+                print("  (GT read back to native with the recorded transform; the loss is the 512² quantisation)")
 
 
 if __name__ == "__main__":
