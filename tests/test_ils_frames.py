@@ -146,3 +146,17 @@ def test_export_cli_and_errors(ils_dir, tmp_path):
     (tmp_path / "r" / FRAME_FILE).write_text(json.dumps({"frame": "released", "mask_size": [256, 256]}))
     with pytest.raises(InputError, match="native size"):
         export_dataset(tmp_path / "r", tmp_path / "n", frame="native")
+
+
+def test_percept_build_maps_a_released_candidate_mask_to_the_image(tmp_path):
+    from types import SimpleNamespace
+
+    from cxrground.io.masks import write_mask_png
+    from cxrground.percept.build import _read_candidate
+
+    native = _lesion()
+    path = write_mask_png(tmp_path / "m.png", stretch(native, (512, 512)))
+    got = _read_candidate(SimpleNamespace(mask_ref=str(path), cand=None), native.shape)
+    assert got.shape == native.shape
+    assert np.array_equal(got, to_native(stretch(native, (512, 512)), native.shape))
+    assert (got & native).sum() / (got | native).sum() > 0.97
