@@ -147,4 +147,26 @@ def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: 
     click.echo(f"wrote {target} ({n} studies)")
 
 
+@ils.command("export")
+@click.option("--frame", type=click.Choice(["released", "native"]), default="released", show_default=True,
+              help="released: 512x512 masks, the whole image stretched to the square (MIMIC-ILS as published, "
+                   "what the ROSALIA code trains on); native: each image's own size.")
+@click.option("--dataset", type=click.Path(path_type=Path, exists=True), required=True,
+              help="ILS dataset folder (mimic_ils_instruction_answer.json + lesion_mask/) or the JSON file.")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Folder to write.")
+@click.option("--size", type=int, default=512, show_default=True, help="Side of the released-frame masks.")
+@click.option("--images", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+              help="Image root, for native sizes the dataset does not record (e.g. a downloaded MIMIC-ILS).")
+@clean_errors()
+def export_cmd(frame: str, dataset: Path, out: Path, size: int, images: Path | None) -> None:
+    """Write the dataset (same JSON) with its masks in FRAME, the frame recorded in mask_frame.json and card.md."""
+    from cxrground.ils.frames import export_dataset
+    from cxrground.io.image import read_image
+
+    sizes = None if images is None else (lambda rel: read_image(images / rel).shape)
+    counts = export_dataset(dataset, out, frame=frame, size=size, image_size=sizes)
+    click.echo(f"{out}: {counts['masks']} masks in the {frame} frame, {counts['studies']} studies "
+               f"({counts['native_sizes']} native sizes recorded)")
+
+
 COMMANDS: list[click.Command] = [ils]

@@ -57,19 +57,27 @@ def train_cmd(model: str, dataset: Path, images: Path | None, out: Path, seed: i
 @click.option("--limit", type=int, default=None, help="Predict only the first N pairs of the split.")
 @click.option("--batch-size", type=int, default=8, show_default=True, help="Pairs per forward pass.")
 @click.option("--device", default="cpu", show_default=True)
+@click.option("--mode", type=click.Choice(["free", "teacher-forced"]), default="free", show_default=True,
+              help="Masks from the generated [SEG] (free) or from the ground-truth answer's [SEG] (teacher-forced, "
+                   "the paper's segmentation protocol; LISA only). Recorded in the predictions file.")
+@click.option("--quantize", type=click.Choice(["none", "8bit", "4bit"]), default="none", show_default=True,
+              help="LISA: load the language model in 8-bit or 4-bit (bitsandbytes; needs CUDA).")
+@click.option("--device-map", default=None, help="LISA: 'auto' or a JSON {module prefix: device} to spread a "
+              "large checkpoint over devices (accelerate).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @clean_errors(ImportError)
 def predict_cmd(checkpoint: Path, dataset: Path, images: Path | None, split: str, out: Path, limit: int | None,
-                batch_size: int, device: str, quiet: bool) -> None:
+                batch_size: int, device: str, mode: str, quantize: str, device_map: str | None, quiet: bool) -> None:
     """Answer every pair of a split with a trained model, as predictions JSONL for ``ils evaluate``."""
     from cxrground.models.base import load_model
     from cxrground.models.predict import predict_split
 
-    model = load_model(checkpoint, device=device)
+    options = {k: v for k, v in (("quantize", quantize), ("device_map", device_map)) if v not in (None, "none")}
+    model = load_model(checkpoint, device=device, **options)
     counts = predict_split(model, dataset, images, split, out, limit=limit, batch_size=max(1, batch_size),
-                           progress=not quiet)
+                           progress=not quiet, mode=mode)
     click.echo(f"{out}: {counts['written']} written, {counts['skipped']} already there, "
-               f"{counts['failed']} failed (of {counts['pairs']} pairs)")
+               f"{counts['failed']} failed (of {counts['pairs']} pairs; mode {mode})")
 
 
 @click.command("convert-lisa")
@@ -86,13 +94,16 @@ def predict_cmd(checkpoint: Path, dataset: Path, images: Path | None, split: str
               help="Tokenizer folder (default: the source folder).")
 @click.option("--allow-missing", multiple=True, type=click.Choice(["text_hidden_fcs", "visual_model.mask_decoder"]),
               help="Parts that may stay at their initialisation (e.g. starting from a plain LLaVA).")
+@click.option("--dtype", type=click.Choice(["source", "float32", "bfloat16", "float16"]), default="source",
+              show_default=True, help="Dtype of the written weights (source = keep the release's, e.g. bf16).")
 @clean_errors()
 def convert_lisa(source: Path, out: Path, sam: Path | None, clip: Path | None, tokenizer: Path | None,
-                 allow_missing: tuple[str, ...]) -> None:
+                 allow_missing: tuple[str, ...], dtype: str) -> None:
     """Map every weight of a released LISA/ROSALIA checkpoint onto the cxrground LISA model and save it."""
     from cxrground.models.lisa.convert import convert_released
 
-    path = convert_released(source, out, sam=sam, clip=clip, tokenizer=tokenizer, allow_missing=allow_missing)
+    path = convert_released(source, out, sam=sam, clip=clip, tokenizer=tokenizer, allow_missing=allow_missing,
+                            dtype=dtype)
     click.echo(f"wrote {path}")
 
 
@@ -112,7 +123,8 @@ def convert_lisa(source: Path, out: Path, sam: Path | None, clip: Path | None, t
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--limit", type=int, default=None, help="Score only the first N pairs (default: the full split).")
 @click.option("--seg-mode", default="unspecified", show_default=True,
-              help="How the masks were produced, stated in the report (teacher-forced | free).")
+              help="How the masks were produced, stated in the report (teacher-forced | free); default: the mode "
+                   "the predictions file records (ils predict --mode).")
 @clean_errors()
 def evaluate(dataset: Path, predictions: Path, split: str, out: Path | None, images: Path | None, n_boot: int,
              seed: int, limit: int | None, seg_mode: str) -> None:

@@ -37,7 +37,8 @@ import numpy as np
 
 from cxrground.errors import InputError
 from cxrground.ils.build import DATASET_FILE, MASK_DIR
-from cxrground.ils.predictions import Prediction, load_predictions
+from cxrground.ils.frames import read_frame
+from cxrground.ils.predictions import Prediction, load_predictions, resolve_seg_mode
 from cxrground.ils.schema import load_dataset
 from cxrground.io.masks import as_mask, check_same_shape, check_shape, read_mask_png
 from cxrground.vocab.ils_templates import (
@@ -459,13 +460,16 @@ def evaluate_dataset(
 
     Every pair of the split (or the first ``limit`` pairs in file order, when given) is scored;
     pairs without a prediction are counted wrong and listed under ``missing``. ``seg_mode`` records
-    how the masks were produced (``teacher-forced`` / ``free``), as reports must state it.
+    how the masks were produced (``teacher-forced`` / ``free``), as reports must state it; the mode the predictions
+    file records is used when none is stated, and a stated mode contradicting it is an error.
     """
     json_path, mask_root = _locate(dataset_dir)
     data = load_dataset(json_path)
+    frame = read_frame(json_path)  # released-frame masks map back to the recorded native sizes
     if split not in data:
         raise InputError(f"split {split!r} not in the dataset (has {', '.join(data) or 'none'})", json_path)
     preds = load_predictions(predictions_path)
+    seg_mode = resolve_seg_mode(seg_mode, preds, predictions_path)
     seg = SegmentationMetric(n_boot=n_boot, seed=seed)
     text = TextAccuracyMetric()
     evaluated: list[str] = []
@@ -485,6 +489,8 @@ def evaluate_dataset(
             native = _image_size(Path(images_root) / study["image_path"])
         elif isinstance(study.get("height"), int) and isinstance(study.get("width"), int):
             native = (study["height"], study["width"])
+        elif (recorded := frame.native_of(study["image_path"])) is not None:
+            native = recorded
         native_known = native is not None
         for pair, is_pos in items:
             pid = pair["pair_id"]
@@ -523,6 +529,7 @@ def evaluate_dataset(
         "split": split,
         "limit": limit,
         "seg_mode": seg_mode,
+        "mask_frame": frame.frame,
         "n_pairs": len(evaluated),
         "counts": counts,
         "n_predictions_unused": len(set(preds) - set(evaluated)),
@@ -564,6 +571,7 @@ def format_report(result: dict[str, Any]) -> str:
         f"- evaluated pairs: {result['n_pairs']}"
         + (f" (limited to the first {result['limit']})" if result.get("limit") is not None else " (full split)"),
         f"- segmentation mode: {result.get('seg_mode', 'unspecified')}",
+        f"- GT mask frame: {result.get('mask_frame', 'native')} (scored at each image's native size)",
         f"- missing predictions (counted wrong): {len(result['missing'])}; without mask: "
         f"{len(result['missing_mask'])}; without answer: {len(result['missing_answer'])}",
         "",

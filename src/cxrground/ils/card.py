@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from cxrground.ils.frames import FRAME_TEXT
 from cxrground.vocab.lesions import ABBREVIATIONS, LESIONS
 from cxrground.vocab.traits import lives_in
 
@@ -131,11 +132,7 @@ def render_card(
         lines.append("| (none) | 0 |")
     lines += [""]
     lines += list(extra_sections)
-    lines += ["", "## Masks", "",
-              "PNG, 8-bit, one channel, values 0/255, **at each image's native size**; the frame is the image's "
-              "own pixel grid (no padding, no stretching). Loaders written for the released 512×512 masks "
-              "resize with nearest neighbour first; ours need no resize. `masks.jsonl` holds every mask as "
-              "COCO RLE.", ""]
+    lines += ["", "## Masks", "", FRAME_TEXT["native"], ""]
     lines += ["## Backends and settings", "", "```json"]
     lines += [json.dumps({k: provenance[k] for k in sorted(provenance)}, indent=2, sort_keys=True), "```", ""]
     lines += ["## Review status", "",

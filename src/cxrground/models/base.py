@@ -130,9 +130,10 @@ def checkpoint_info(checkpoint: str | Path) -> dict[str, Any]:
     return info
 
 
-def load_model(checkpoint: str | Path, device: str = "cpu") -> IlsModel:
-    """Load any checkpoint folder with the backend its ``checkpoint.json`` names."""
+def load_model(checkpoint: str | Path, device: str = "cpu", **options: Any) -> IlsModel:
+    """Load any checkpoint folder with the backend its ``checkpoint.json`` names (``options``: backend loading
+    options, e.g. LISA's ``quantize`` / ``device_map``; only passed when given)."""
     path = Path(checkpoint)
     info = checkpoint_info(path)
     folder = path if path.is_dir() else path.parent
-    return model_module(info["model"]).load_model(folder, device=device)
+    return model_module(info["model"]).load_model(folder, device=device, **options)

@@ -12,7 +12,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from cxrground.errors import Failure, InputError
+from cxrground.errors import ConfigError, Failure, InputError
 from cxrground.ils.build import DATASET_FILE
 from cxrground.ils.predictions import PredictionWriter
 from cxrground.ils.schema import load_dataset
@@ -41,8 +41,12 @@ def _split_jobs(data: dict[str, Any], split: str, limit: int | None) -> tuple[li
 
 
 def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: str, out: Path,
-                  limit: int | None = None, batch_size: int = 8, progress: bool = True) -> dict[str, Any]:
+                  limit: int | None = None, batch_size: int = 8, progress: bool = True,
+                  mode: str = "free") -> dict[str, Any]:
     """Predict every pair of ``split`` (or the first ``limit``) into the JSONL ``out``; resumable.
+
+    ``mode`` (``free`` | ``teacher-forced``, recorded on every line) picks the model's ``predict_batch`` or its
+    ``predict_teacher_forced`` (masks from the ground-truth answers' ``[SEG]``, ILS.md §15.1).
 
     ``images``: the root the pairs' image paths are relative to (None: the dataset's folder). Pairs already in
     ``out`` are skipped. An unreadable image (or a failing batch) is appended to
@@ -56,7 +60,8 @@ def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: st
     jobs, n = _split_jobs(data, split, limit)
     failures_path = out.with_name(out.name + ".failures.jsonl")
     counts = {"pairs": n, "written": 0, "skipped": 0, "failed": 0}
-    with PredictionWriter(out) as writer:
+    run = _mode_runner(model, mode)
+    with PredictionWriter(out, seg_mode=mode) as writer:
         todo = [(rel, [p for p in items if p["pair_id"] not in writer.done]) for rel, items in jobs]
         counts["skipped"] = n - sum(len(items) for _r, items in todo)
         bar = tqdm(total=n - counts["skipped"], desc="predict", unit="pair", disable=not progress)
@@ -67,7 +72,7 @@ def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: st
                 image = read_image(images / rel)
                 for b in range(0, len(items), batch_size):
                     chunk = items[b:b + batch_size]
-                    results = model.predict_batch([image] * len(chunk), [p["instruction"] for p in chunk])
+                    results = run([image] * len(chunk), chunk)
                     for pair, res in zip(chunk, results, strict=True):
                         writer.write(pair["pair_id"], res.answer, res.mask)
                         counts["written"] += 1
@@ -82,3 +87,16 @@ def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: st
                     fh.write(json.dumps(record) + "\n")
         bar.close()
     return counts
+
+
+def _mode_runner(model: IlsModel, mode: str) -> Any:
+    """``(images, pairs) -> outputs`` for a segmentation mode; a backend without teacher forcing is refused."""
+    if mode == "free":
+        return lambda images, pairs: model.predict_batch(images, [p["instruction"] for p in pairs])
+    if mode != "teacher-forced":
+        raise ConfigError(f"mode must be 'free' or 'teacher-forced', got {mode!r}")
+    if not hasattr(model, "predict_teacher_forced"):
+        raise ConfigError(f"the {getattr(model, 'name', '?')} backend has no teacher-forced mode (its masks do not "
+                          "come from a generated [SEG]); use --mode free")
+    return lambda images, pairs: model.predict_teacher_forced(images, [p["instruction"] for p in pairs],
+                                                              [p["answer"] for p in pairs])

@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
-from PIL import Image
 from tqdm.auto import tqdm
 
 from cxrground.errors import ConfigError, InputError
+from cxrground.ils.frames import to_native
 from cxrground.ils.predictions import load_predictions
 from cxrground.ils.schema import load_dataset
 from cxrground.io.image import read_image
@@ -243,9 +243,8 @@ def _read_candidate(task: _PlanTask, shape: tuple[int, int]) -> np.ndarray:
     if isinstance(task.mask_ref, dict):
         return decode_rle(task.mask_ref, shape)
     mask = read_mask_png(task.mask_ref)
-    if mask.shape != shape:  # e.g. released 512×512 masks: nearest-neighbour to the image size
-        im = Image.fromarray(mask.astype(np.uint8) * 255).resize((shape[1], shape[0]), Image.Resampling.NEAREST)
-        mask = np.asarray(im) >= 128
+    if mask.shape != shape:  # released-frame masks (512² stretched): the recorded inverse transform, ils.frames
+        mask = to_native(mask, shape)
     return mask
 
 

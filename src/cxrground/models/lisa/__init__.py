@@ -5,7 +5,7 @@ and :func:`load_model` (a checkpoint folder → :class:`~cxrground.models.base.I
 are imported only when these are called. Modules: :mod:`.config` (defaults = §17.4), :mod:`.text` (LLaVA v1
 conversation, ``[SEG]``), :mod:`.preprocess` (SAM/CLIP branches, native frames), :mod:`.model`, :mod:`.train`,
 :mod:`.infer` (free generation, teacher-forced segmentation), :mod:`.convert` (released LISA/ROSALIA layout),
-:mod:`.checkpoint` (folder format).
+:mod:`.checkpoint` (folder format), :mod:`.loading` (8-/4-bit, ``device_map``, multi-GPU launch configuration).
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ def train(dataset: Path, out: Path, *, images: Path | None = None, seed: int = 0
                   val_split=val_split, progress=progress)
 
 
-def load_model(checkpoint_dir: Path, device: str = "cpu") -> Any:
-    """Load a LISA checkpoint folder as an ``IlsModel``; see :func:`cxrground.models.lisa.infer.load_model`."""
+def load_model(checkpoint_dir: Path, device: str = "cpu", **options: Any) -> Any:
+    """Load a LISA checkpoint folder as an ``IlsModel``; see :func:`cxrground.models.lisa.infer.load_model`
+    (``options``: ``quantize``, ``device_map``)."""
     from cxrground.models.lisa.infer import load_model as _load
 
-    return _load(Path(checkpoint_dir), device=device)
+    return _load(Path(checkpoint_dir), device=device, **options)

@@ -1,7 +1,8 @@
 """Model clients of the CheXpercept harness and their registry.
 
 A client answers one request (OpenAI-format messages) with a :class:`Completion`. ``SPEC`` strings:
-``openai:MODEL`` (:mod:`.openai`), ``hf:MODEL_DIR`` (:mod:`.hf`, transformers imported lazily) and the
+``openai:MODEL`` (:mod:`.openai`), ``hf:MODEL_DIR`` (:mod:`.hf`, transformers imported lazily),
+``ils:CHECKPOINT`` (:mod:`.ils_agent`: an ILS model answering from its own mask and the geometry) and the
 built-in baselines ``random``, ``first-option``, ``always-yes``, ``oracle`` (:mod:`.baselines`).
 
 Baselines get the question (options and GT) through the ``question`` side channel of
@@ -83,6 +84,14 @@ def _hf(model: str, **opts: Any) -> Client:
     return HFClient(model, **opts)
 
 
+@CLIENTS.register("ils", help="an ILS model checkpoint answering from its own mask (ils:CHECKPOINT)",
+                  options=("model", *HARNESS_OPTIONS))
+def _ils(model: str, **opts: Any) -> Client:
+    from cxrground.evaluation.percept.clients.ils_agent import IlsAgentClient
+
+    return IlsAgentClient(model)
+
+
 def _baseline(kind: str, help: str) -> None:
     def make(**opts: Any) -> Client:
         from cxrground.evaluation.percept.clients.baselines import BaselineClient
@@ -98,7 +107,7 @@ _baseline("always-yes", "baseline: 'Yes' where offered, else the first option")
 _baseline("oracle", "baseline: the ground truth (upper bound, checks the scoring)")
 
 #: The placeholder after ``prefix:`` for the clients that need a name.
-_NAME_ARG: Final[dict[str, str]] = {"openai": "MODEL", "hf": "MODEL_DIR"}
+_NAME_ARG: Final[dict[str, str]] = {"openai": "MODEL", "hf": "MODEL_DIR", "ils": "CHECKPOINT"}
 
 
 def spec_forms() -> str:
