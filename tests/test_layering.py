@@ -20,6 +20,7 @@ STAGES = [
     "models",
     "percept",
     "evaluation",
+    "review",
     "serve",
     "cli",
 ]

@@ -25,6 +25,7 @@ def _register() -> None:
         percept_cmds,
         percept_eval_cmds,
         report_cmds,
+        review_cmds,
         segment_cmds,
         serve_cmds,
         structure_cmds,
@@ -33,7 +34,7 @@ def _register() -> None:
 
     for module in (synth_cmds, data_cmds, report_cmds, structure_cmds, anatomy_cmds, segment_cmds, ils_cmds,
                    eval_cmds, ils_model_cmds, lisa_convert_cmds, percept_cmds, percept_build_cmds,
-                   percept_eval_cmds, serve_cmds):
+                   percept_eval_cmds, serve_cmds, review_cmds):
         for command in module.COMMANDS:
             main.add_command(command)
 
