@@ -100,7 +100,8 @@ def _page(title: str, body: str, principal: _Principal | None = None, body_attrs
                f"value='{html.escape(principal.csrf or '')}'><button id='logout'>Log out</button></form></nav>")
     csrf_meta = f"<meta name='csrf-token' content='{html.escape(principal.csrf or '')}'>" if principal else ""
     doc = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)} · cxrground "
-           f"review</title>{csrf_meta}<link rel='stylesheet' href='/static/review.css'></head>"
+           f"review</title>{csrf_meta}<link rel='icon' href='data:,'><link rel='stylesheet' href='/static/review.css'>"
+           "</head>"
            f"<body {body_attrs}>{nav}{body}<footer>cxrground {__version__}</footer></body></html>")
     return HTMLResponse(doc)
 

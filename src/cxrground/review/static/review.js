@@ -41,6 +41,12 @@ function goNext(result) {
   window.location.href = result.next_open ? '/review/' + result.next_open : '/queue';
 }
 
+function typing(target) {
+  // keys typed into a text field or a list are not shortcuts; checkboxes and sliders leave letters free
+  return target instanceof HTMLTextAreaElement || target instanceof HTMLSelectElement ||
+    (target instanceof HTMLInputElement && ['text', 'password', 'search', 'number'].includes(target.type));
+}
+
 function reasonSelect(reasons, idName) {
   const select = el('select', {id: idName});
   for (const r of reasons) select.append(el('option', {value: r, text: r}));
@@ -85,12 +91,12 @@ function ilsPage(data) {
   const generated = data.generated_mask ? decodeRuns(data.generated_mask, h, w) : new Uint8Array(h * w);
   let mask = data.mask ? decodeRuns(data.mask, h, w) : generated.slice();
   let edited = false;
-  const view = {scale: 1, tx: 0, ty: 0, level: 128, width: 255, opacity: 0.45, show: true, tool: 'brush',
+  const view = {scale: 1, tx: 0, ty: 0, level: 127.5, width: 255, opacity: 0.45, show: true, tool: 'brush',
                 radius: Math.max(2, Math.round(Math.min(h, w) / 40))};
 
   const show = el('input', {type: 'checkbox', id: 'show-mask', checked: ''});
   const opacity = el('input', {type: 'range', id: 'opacity', min: '0', max: '100', value: '45'});
-  const level = el('input', {type: 'range', id: 'level', min: '0', max: '255', value: '128'});
+  const level = el('input', {type: 'range', id: 'level', min: '0', max: '255', step: '0.5', value: '127.5'});
   const width = el('input', {type: 'range', id: 'window', min: '1', max: '255', value: '255'});
   const radius = el('input', {type: 'range', id: 'brush-size', min: '1', max: '60', value: String(view.radius)});
   const tools = {};
@@ -238,7 +244,7 @@ function ilsPage(data) {
   width.addEventListener('input', () => { view.width = Number(width.value); renderAll(); });
   radius.addEventListener('input', () => { view.radius = Number(radius.value); });
   resetView.addEventListener('click', () => {
-    level.value = '128'; width.value = '255'; view.level = 128; view.width = 255; fit(); renderAll();
+    level.value = '127.5'; width.value = '255'; view.level = 127.5; view.width = 255; fit(); renderAll();
   });
   resetMask.addEventListener('click', () => { mask = generated.slice(); edited = false; renderAll(); });
 
@@ -260,7 +266,7 @@ function ilsPage(data) {
   save.addEventListener('click', () => decideWith('correct'));
 
   document.addEventListener('keydown', (ev) => {
-    if (ev.target instanceof HTMLInputElement || ev.target instanceof HTMLSelectElement || ev.ctrlKey || ev.metaKey) return;
+    if (typing(ev.target) || ev.ctrlKey || ev.metaKey || ev.altKey) return;
     const box = stage.getBoundingClientRect();
     const key = ev.key.toLowerCase();
     const actions = {
@@ -348,7 +354,7 @@ function benchPage(data) {
   nextLink.hidden = !Object.keys(data.decisions).length;
   content.append(nextLink);
   document.addEventListener('keydown', (ev) => {
-    if (ev.key.toLowerCase() === 'n' && !(ev.target instanceof HTMLSelectElement)) window.location.href = nextLink.href;
+    if (ev.key.toLowerCase() === 'n' && !typing(ev.target)) window.location.href = nextLink.href;
   });
   setStatus('open', 'open');
   document.body.dataset.ready = 'true';
