@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import shutil
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,8 +32,6 @@ class ReviewSetup:
         folder.mkdir(parents=True, exist_ok=True)
         target = folder / "review.sqlite"
         src = ReviewDB(self.db_path)
-        import sqlite3
-
         with sqlite3.connect(src.path) as a, sqlite3.connect(target) as b:
             a.backup(b)
         return ReviewDB(target)
@@ -72,8 +70,3 @@ def login(http: httpx.Client, name: str, token: str) -> str:
     assert done.status_code == 303 and done.headers["location"] == "/queue", done.text
     queue = http.get("/queue")
     return queue.text.split("name='csrf-token' content='", 1)[1].split("'", 1)[0]
-
-
-def remove_tree(path: Path) -> None:
-    """Remove a folder tree if it exists."""
-    shutil.rmtree(path, ignore_errors=True)
