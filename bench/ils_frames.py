@@ -26,16 +26,14 @@ MIMIC_HW = (3056, 2544)
 
 
 def _build(root: Path, studies: int) -> Path:
-    from click.testing import CliRunner
+    from cxrground.datasets.synthetic import write_cohort
+    from cxrground.ils.build import BackendSpec, build_dataset
+    from cxrground.ils.config import IlsConfig
+    from cxrground.ils.tasks import build_tasks
 
-    from cxrground.cli import main
-
-    for args in (["synth", "--out", str(root / "cohort"), "--studies", str(studies), "--seed", "0"],
-                 ["ils", "build", "--images", str(root / "cohort" / "files"), "--out", str(root / "ils"), "--seed",
-                  "0"]):
-        res = CliRunner().invoke(main, args)
-        if res.exit_code:
-            raise SystemExit(res.output)
+    write_cohort(root / "cohort", studies, seed=0, progress=False)
+    tasks, failures = build_tasks(root / "cohort" / "files")
+    build_dataset(tasks, root / "ils", IlsConfig(seed=0), BackendSpec(), scan_failures=failures, progress=False)
     return root / "ils"
 
 

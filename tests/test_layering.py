@@ -21,6 +21,7 @@ STAGES = [
     "models",
     "percept",
     "evaluation",
+    "review",
     "serve",
     "cli",
 ]

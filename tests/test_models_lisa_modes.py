@@ -56,9 +56,9 @@ def _pairs(data, split):
 
 
 def test_teacher_forced_predictions_record_their_mode_and_evaluate_reports_it(setup, tmp_path):
-    from cxrground.models.predict import predict_split
     from cxrground.models.base import load_model
     from cxrground.models.lisa.infer import teacher_forced_masks
+    from cxrground.models.predict import predict_split
 
     root, split, data = setup
     images = root / "cohort" / "files"

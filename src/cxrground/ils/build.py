@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from cxrground import __version__
 from cxrground.errors import ConfigError, Failure
-from cxrground.ils.card import render_card
+from cxrground.ils.card import read_review_summary, render_card
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.schema import SPLITS, validate_dataset
 from cxrground.ils.tasks import StudyTask
@@ -255,7 +255,7 @@ def assemble(out: Path, tasks: Sequence[StudyTask], config: IlsConfig, spec: Bac
                  "Structured findings vs the report truth (present/uncertain findings per study and lesion):", "",
                  format_findings_quality(score_findings(out, truth_cohort)), ""]
     _write_atomic(out / "card.md", render_card(dataset, reported, rejections, provenance, extra,
-                                               dict(grounding_reasons)))
+                                               dict(grounding_reasons), read_review_summary(out)))
     return {"dataset": dataset, "failures": failures, "reported": reported, "rejections": dict(rejections)}
 
 
