@@ -40,11 +40,14 @@ demo: $(STAMP)
 	rm -rf $(DEMO_OUT)/runs
 	$(BIN)/cxrground percept eval --bench $(DEMO_OUT)/percept --model oracle --oracle none --out $(DEMO_OUT)/runs/oracle --no-progress
 	$(BIN)/cxrground percept eval --bench $(DEMO_OUT)/percept --model random --oracle none --out $(DEMO_OUT)/runs/random --no-progress
-	$(BIN)/cxrground percept report $(DEMO_OUT)/runs/oracle $(DEMO_OUT)/runs/random --out $(DEMO_OUT)/runs/report.html
+	$(BIN)/cxrground percept eval --bench $(DEMO_OUT)/percept --model ils:$(DEMO_OUT)/baseline --oracle none \
+	  --out $(DEMO_OUT)/runs/ils-baseline --concurrency 1 --no-progress
+	$(BIN)/cxrground percept report $(DEMO_OUT)/runs/oracle $(DEMO_OUT)/runs/random $(DEMO_OUT)/runs/ils-baseline \
+	  --out $(DEMO_OUT)/runs/report.html
 	@echo "look at: $(DEMO_OUT)/cohort/preview.png (cohort with lesion masks), $(DEMO_OUT)/anatomy.png (geometry),"
 	@echo "         $(DEMO_OUT)/ils/gallery.html, card.md and mimic_ils_instruction_answer.json (the ILS dataset),"
 	@echo "         $(DEMO_OUT)/percept/gallery.html and card.md (the CheXpercept benchmark),"
-	@echo "         $(DEMO_OUT)/runs/report.html (oracle vs random on it)"
+	@echo "         $(DEMO_OUT)/runs/report.html (oracle, random and the baseline ILS model as an agent on it)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

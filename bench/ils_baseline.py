@@ -113,7 +113,6 @@ def main() -> None:
     parser.add_argument("--set", dest="settings", action="append", default=[], help="KEY=VALUE config override.")
     args = parser.parse_args()
 
-    from cxrground.cli.ils_model_cmds import predict_split
     from cxrground.datasets.synthetic import write_cohort
     from cxrground.evaluation.ils import evaluate_dataset, format_report
     from cxrground.ils.build import BackendSpec, build_dataset
@@ -123,6 +122,7 @@ def main() -> None:
     from cxrground.models.baseline import load_model, train
     from cxrground.models.baseline.config import BaselineConfig
     from cxrground.models.baseline.data import load_pairs
+    from cxrground.models.predict import predict_split
 
     t_all = time.perf_counter()
     work = args.work or Path(tempfile.mkdtemp(prefix="cxrground-baseline-bench-"))

@@ -381,8 +381,8 @@ def test_load_predictions_rejects_duplicates(tmp_path):
 
 
 def test_cli_evaluate(tmp_path):
-    from cxrground.cli.eval_cmds import evaluate
     from cxrground.cli.ils_cmds import ils
+    from cxrground.cli.ils_model_cmds import evaluate
 
     assert ils.commands["evaluate"] is evaluate
     gt, answers = _make_dataset(tmp_path / "ds")

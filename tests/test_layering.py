@@ -11,6 +11,7 @@ import cxrground
 #: The data flow, earliest first. Every top-level module or package of cxrground must be listed.
 STAGES = [
     "errors",
+    "registry",
     "vocab",
     "io",
     "llm",
@@ -21,6 +22,7 @@ STAGES = [
     "models",
     "percept",
     "evaluation",
+    "review",
     "serve",
     "cli",
     "testing",
@@ -66,6 +68,25 @@ def test_no_import_from_a_later_stage():
             if imported in order and order[imported] > order[stage]:
                 problems.append(f"{path.relative_to(ROOT)}:{line} ({stage}) imports {imported}")
     assert not problems, problems
+
+
+def test_bench_scripts_use_the_library_not_the_cli():
+    """``bench/`` measures the library: it must not import ``cxrground.cli`` (whose logic lives in the stages)."""
+    bench = ROOT.parents[1] / "bench"
+    offenders = []
+    for path in sorted(bench.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            if any(n == "cxrground.cli" or n.startswith("cxrground.cli.") for n in names):
+                offenders.append(f"bench/{path.name}:{node.lineno}")
+    assert bench.is_dir(), f"bench/ not found at {bench}"
+    assert not offenders, f"bench scripts import cxrground.cli: {offenders}"
 
 
 # --- no import cycles between modules -------------------------------------------------------------

@@ -32,7 +32,13 @@ from cxrground.models.lisa.preprocess import (  # noqa: E402
     sam_frame,
     sam_pixels,
 )
-from cxrground.models.lisa.text import IGNORE_INDEX, encode, seg_token_id, tiny_tokenizer  # noqa: E402
+from cxrground.models.lisa.text import (  # noqa: E402
+    IGNORE_INDEX,
+    answer_text,
+    encode,
+    seg_token_id,
+    tiny_tokenizer,
+)
 from cxrground.models.losses import dice_loss, sigmoid_bce  # noqa: E402
 from cxrground.vocab import ils_templates as T  # noqa: E402
 
@@ -120,7 +126,9 @@ def test_labels_cover_only_the_answer(tok):
     enc = encode(tok, *NEG, 500)
     supervised = [t for t, lab in zip(enc.input_ids, enc.labels, strict=True) if lab != IGNORE_INDEX]
     assert supervised[-1] == tok.eos_token_id
-    assert tok.decode(supervised, skip_special_tokens=False).strip() == NEG[1] + T.EOS
+    # the reference strips the whitespace after [SEG] when tokenising (issue 12); answer_text puts it back
+    assert tok.decode(supervised, skip_special_tokens=False).strip() == NEG[1].replace("[SEG] ", "[SEG]") + T.EOS
+    assert answer_text(tok, supervised) == NEG[1]
     prompt = encode(tok, NEG[0], None, 500)
     assert enc.input_ids[:len(prompt.input_ids)] == prompt.input_ids
     # truncation to max_text tokens

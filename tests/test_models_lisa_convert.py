@@ -266,7 +266,7 @@ def test_unmapped_and_missing_keys_are_reported(source, tmp_path):
 def test_convert_lisa_cli(source, tmp_path):
     from click.testing import CliRunner
 
-    import cxrground.cli.lisa_convert_cmds  # noqa: F401  (attaches the command to the ils group)
+    import cxrground.cli.ils_model_cmds  # noqa: F401  (attaches the command to the ils group)
     from cxrground.cli import main
 
     model, tok = source

@@ -183,7 +183,7 @@ def test_registry():
     assert {"unet", "given", "cxas", "hybridgnet"} <= set(SEGMENTERS)
     with pytest.raises(ConfigError, match="unknown segmenter"):
         get_segmenter("sam")
-    with pytest.raises(ConfigError, match="bad options"):
+    with pytest.raises(ConfigError, match="does not accept option 'nonsense'"):
         get_segmenter("unet", nonsense=1)
     with pytest.raises(ConfigError, match="not found"):
         get_segmenter("hybridgnet", weights_path="/nonexistent/hybridgnet.pt")

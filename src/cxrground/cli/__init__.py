@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
 from cxrground import __version__
@@ -13,29 +15,12 @@ def main() -> None:
     """cxrground: lesion grounding in chest X-rays (ILS datasets and models, the CheXpercept benchmark)."""
 
 
-def _register() -> None:
-    from cxrground.cli import (
-        anatomy_cmds,
-        data_cmds,
-        eval_cmds,
-        ils_cmds,
-        ils_model_cmds,
-        lisa_convert_cmds,
-        percept_build_cmds,
-        percept_cmds,
-        percept_eval_cmds,
-        report_cmds,
-        segment_cmds,
-        serve_cmds,
-        structure_cmds,
-        synth_cmds,
-    )
+#: Command modules, in the order their commands are listed; each exports ``COMMANDS`` (top-level commands and
+#: groups) and may attach subcommands to a group of an earlier module when imported.
+_MODULES = ("data_cmds", "report_cmds", "structure_cmds", "anatomy_cmds", "segment_cmds", "ils_cmds",
+            "ils_model_cmds", "percept_build_cmds", "percept_eval_cmds", "serve_cmds",
+            "review_cmds")
 
-    for module in (synth_cmds, data_cmds, report_cmds, structure_cmds, anatomy_cmds, segment_cmds, ils_cmds,
-                   eval_cmds, ils_model_cmds, lisa_convert_cmds, percept_cmds, percept_build_cmds,
-                   percept_eval_cmds, serve_cmds):
-        for command in module.COMMANDS:
-            main.add_command(command)
-
-
-_register()
+for _name in _MODULES:
+    for _command in importlib.import_module(f"cxrground.cli.{_name}").COMMANDS:
+        main.add_command(_command)

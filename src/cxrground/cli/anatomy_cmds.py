@@ -5,13 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-import numpy as np
 
-from cxrground.anatomy import cardiothoracic_ratio, ils_location_masks, percept_geometry
-from cxrground.errors import InputError
-from cxrground.io.image import read_image, write_image
-from cxrground.io.masks import read_mask_png
-from cxrground.io.overlay import contact_sheet, label_panel, overlay_masks
+from cxrground.cli.common import clean_errors
 
 
 @click.group("anatomy")
@@ -27,42 +22,22 @@ def anatomy() -> None:
 @click.option("--heart", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None)
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True, help="PNG to write.")
 @click.option("--width", type=int, default=384, show_default=True, help="Panel width in pixels.")
+@clean_errors()
 def show(image: Path, right: Path, left: Path, heart: Path | None, out: Path, width: int) -> None:
     """Draw ILS location labels, CheXpercept zones / rims / angles and the 20 sub-regions on the image."""
-    try:
-        im = read_image(image)
-        r, lft = read_mask_png(right, im.shape), read_mask_png(left, im.shape)
-        h = read_mask_png(heart, im.shape) if heart else None
-    except InputError as exc:
-        raise click.ClickException(str(exc)) from exc
-    ils = ils_location_masks(r, lft)
-    geo = percept_geometry(r, lft)
-    panels = []
-    zones = [ils[f"{s} {z}"] for s in ("right", "left") for z in ("upper zone lung", "mid zone lung", "lung base")]
-    apical = [ils["right apical zone lung"], ils["left apical zone lung"]]
-    panels.append(label_panel(overlay_masks(im.pixels, zones + apical, alpha=0.35), "ILS location labels",
-                              ["upper / mid / base per side, apical outlined"], width))
-    percept = [*geo.zones.values()]
-    panels.append(label_panel(overlay_masks(im.pixels, percept, alpha=0.35), "CheXpercept zones (thirds)",
-                              [f"erosion kernel k={geo.kernel}"], width))
-    rims = [*geo.halves.values(), *geo.peripheral.values(), *geo.cpa.values()]
-    panels.append(label_panel(overlay_masks(im.pixels, rims, alpha=0.3), "medial/lateral, rim, CPA",
-                              ["halves, peripheral rim, costophrenic angles"], width))
-    lines = []
-    if h is not None:
-        ctr = cardiothoracic_ratio(h, r, lft)
-        lines.append(f"CTR = {ctr:.3f}")
-    sub = [m for m in geo.subregions.values() if m.any()]
-    panels.append(label_panel(overlay_masks(im.pixels, sub, alpha=0.4), "20 sub-regions",
-                              [f"{len(sub)} non-empty", *lines], width))
-    if h is not None:
-        panels.append(label_panel(overlay_masks(im.pixels, [h], alpha=0.4), "heart", lines, width))
-    write_image(out, contact_sheet(panels, columns=len(panels)))
+    from cxrground.anatomy.figure import geometry_figure
+    from cxrground.io.image import read_image, write_image
+    from cxrground.io.masks import read_mask_png
+
+    im = read_image(image)
+    fig = geometry_figure(im.pixels, read_mask_png(right, im.shape), read_mask_png(left, im.shape),
+                          read_mask_png(heart, im.shape) if heart else None, width)
+    write_image(out, fig.sheet)
     click.echo(f"wrote {out}")
-    for name, mask in geo.subregions.items():
-        click.echo(f"  {name}: {int(np.count_nonzero(mask))} px")
-    for line in lines:
-        click.echo(f"  {line}")
+    for name, area in fig.subregion_areas.items():
+        click.echo(f"  {name}: {area} px")
+    if fig.ctr is not None:
+        click.echo(f"  CTR = {fig.ctr:.3f}")
 
 
 COMMANDS: list[click.Command] = [anatomy]

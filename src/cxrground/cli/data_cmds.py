@@ -1,16 +1,53 @@
-"""Commands on real data: the shared pack and a user's own folders."""
+"""Data commands: the synthetic cohort (``synth``, ``synth-info``), the shared pack and a user's own folders."""
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 
 import click
 
+from cxrground.cli.common import clean_errors
 from cxrground.datasets.folder import scan_folder
 from cxrground.datasets.pack import Pack
-from cxrground.errors import InputError
+from cxrground.datasets.synthetic import SynthConfig, format_summary, summarize, write_cohort
+
+
+@click.command("synth")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder to write the cohort to (created if missing).")
+@click.option("--studies", "n_studies", default=24, show_default=True, type=click.IntRange(min=0),
+              help="Number of studies (indices 0..N-1).")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Cohort seed.")
+@click.option("--format", "fmt", default="jpg", show_default=True, type=click.Choice(["jpg", "png"]),
+              help="Image file format.")
+@click.option("--width", default=512, show_default=True, type=click.IntRange(64, 4096),
+              help="Image width in pixels; heights vary per study (0.875..1.125 x width).")
+@click.option("--overwrite", is_flag=True, help="Regenerate studies that already exist.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@clean_errors()
+def synth(out_dir: Path, n_studies: int, seed: int, fmt: str, width: int, overwrite: bool, quiet: bool) -> None:
+    """Generate the synthetic cohort: CXR phantoms, MIMIC-style reports and exact ground truth (TEST DATA)."""
+    summary = write_cohort(out_dir, n_studies, seed=seed, config=SynthConfig(width=width, format=fmt),
+                           overwrite=overwrite, progress=not quiet)
+    click.echo("\n".join(summary.describe()))
+
+
+@click.command("synth-info")
+@click.argument("cohort_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@clean_errors(FileNotFoundError)
+def synth_info(cohort_dir: Path, as_json: bool) -> None:
+    """Per-lesion counts (present, definitive, tentative, unreported, negated), sizes and CTR range."""
+    summary = summarize(cohort_dir)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    head = f"{cohort_dir}: synthetic cohort"
+    if summary.get("seed") is not None:
+        head += f", seed {summary['seed']}, generator {summary.get('generator_version')}"
+    click.echo(head)
+    click.echo(format_summary(summary))
 
 
 @click.group("pack")
@@ -22,24 +59,11 @@ def pack() -> None:
 @click.option("--path", "path", type=click.Path(path_type=Path), default=None,
               help="Pack folder (default: $CXRGROUND_PACK or ../shared/data/cxr-pack-v1).")
 @click.option("--verify", is_flag=True, help="Also check every file against MANIFEST.sha256.")
+@clean_errors()
 def pack_info(path: Path | None, verify: bool) -> None:
     """Print what the pack holds: images, masks, labels, licences, reports."""
-    try:
-        p = Pack(path)
-    except InputError as exc:
-        raise click.ClickException(str(exc)) from exc
-    nih, cohen = p.nih(), p.cohen()
-    labels = Counter(lab for r in nih for lab in r.labels)
-    click.echo(f"pack: {p.root}")
-    click.echo(f"nih: {len(nih)} images, {sum(len(r.boxes) for r in nih)} boxes")
-    click.echo("  labels: " + ", ".join(f"{k} {v}" for k, v in labels.most_common()))
-    click.echo(f"cohen: {len(cohen)} images with right/left lung masks, "
-               f"{sum(r.ignore_mask_path is not None for r in cohen)} ignore masks, "
-               f"{sum(bool(r.notes) for r in cohen)} with notes, {sum(r.brixia is not None for r in cohen)} Brixia, "
-               f"{sum(bool(r.severity) for r in cohen)} severity scores")
-    click.echo("  licences: " + ", ".join(f"{k} {v}" for k, v in Counter(r.license for r in cohen).most_common()))
-    click.echo(f"  shippable (may train shipped weights): {sum(r.shippable for r in cohen)}")
-    click.echo(f"iu_reports: {len(p.iu_report_paths())} Open-i XML reports")
+    p = Pack(path)
+    click.echo("\n".join(p.describe()))
     if verify:
         bad = p.verify()
         click.echo("manifest: OK" if not bad else f"manifest: {len(bad)} files differ: {', '.join(bad[:10])}")
@@ -53,12 +77,10 @@ def pack_info(path: Path | None, verify: bool) -> None:
 @click.option("--index", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
               help="CSV/JSONL with image, study_id and report_path or report columns.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line per study and per failure.")
+@clean_errors()
 def scan(images: Path, reports: Path | None, index: Path | None, as_json: bool) -> None:
     """List the studies (image + report) found in a folder and every file that could not be used."""
-    try:
-        studies, failures = scan_folder(images, reports, index)
-    except InputError as exc:
-        raise click.ClickException(str(exc)) from exc
+    studies, failures = scan_folder(images, reports, index)
     if as_json:
         for s in studies:
             click.echo(json.dumps({"study_id": s.study_id, "image": str(s.image_path),
@@ -71,4 +93,4 @@ def scan(images: Path, reports: Path | None, index: Path | None, as_json: bool) 
         click.echo(f"  failed: {f.path}: {f.reason}")
 
 
-COMMANDS: list[click.Command] = [pack, scan]
+COMMANDS: list[click.Command] = [synth, synth_info, pack, scan]

@@ -7,24 +7,17 @@ from pathlib import Path
 
 import click
 
-from cxrground.errors import CXRGroundError
+from cxrground.anatomy.segment import SEGMENTERS
+from cxrground.cli.common import backend_options, clean_errors, kv
+from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
+from cxrground.reports.structure import STRUCTURERS
 from cxrground.reports.structure.rules import ALTERNATIVE_POLICIES
 
 
 @click.group("ils")
 def ils() -> None:
     """Instruction-guided lesion segmentation datasets (ILS.md)."""
-
-
-def _kv(pairs: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for item in pairs:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
 
 
 @ils.command("build")
@@ -38,23 +31,19 @@ def _kv(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True)
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--workers", type=int, default=1, show_default=True)
-@click.option("--structurer", type=click.Choice(["rules", "llm"]), default="rules", show_default=True)
-@click.option("--structurer-opt", multiple=True, help="KEY=VALUE for the structurer (llm: base_url, model, "
-              "api_key_env, cache_path, concurrency).")
+@click.option("--structurer", type=click.Choice(list(STRUCTURERS)), default="rules", show_default=True)
+@click.option("--structurer-opt", multiple=True, callback=lambda _c, _p, v: kv(v), help="KEY=VALUE for the "
+              "structurer (llm: base_url, model, api_key_env, cache_path, concurrency).")
 @click.option("--sections", type=click.Choice(SECTION_POLICIES), default=DEFAULT_SECTION_POLICY, show_default=True,
               help="Report section policy: findings (ILS §6: findings, else impression), impression (impression "
                    "first), findings+impression (both, numbered on; repeats counted once).")
 @click.option("--alternatives", type=click.Choice(ALTERNATIVE_POLICIES), default=None,
               help="Rule structurer: 'atelectasis or scarring' is uncertain (default, ILS.md §7.1) or present.")
-@click.option("--segmenter", default="unet", show_default=True, help="unet | given | cxas | hybridgnet")
-@click.option("--segmenter-opt", multiple=True, help="KEY=VALUE for the segmenter (e.g. weights=PATH).")
-@click.option("--qc-segmenter", default=None, help="Second segmenter for the §6 cross-check (e.g. cxas with "
-              "--segmenter hybridgnet); studies whose lung borders or heart bottom disagree by > 5 % are dropped.")
-@click.option("--qc-segmenter-opt", multiple=True)
-@click.option("--synthesizer", default="pseudo-normal", show_default=True, help="pseudo-normal | radedit")
-@click.option("--synthesizer-opt", multiple=True)
-@click.option("--detector", default="anomaly", show_default=True, help="anomaly | yolo")
-@click.option("--detector-opt", multiple=True)
+@backend_options("segmenter", SEGMENTERS, "unet", opt_help=", e.g. weights=PATH")
+@backend_options("qc-segmenter", SEGMENTERS, None, "Second segmenter for the §6 cross-check (e.g. cxas with "
+                 "--segmenter hybridgnet); studies whose lung borders or heart bottom disagree by > 5 % are dropped. ")
+@backend_options("synthesizer", SYNTHESIZERS, "pseudo-normal")
+@backend_options("detector", DETECTORS, "anomaly")
 @click.option("--split-file", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
               help="CSV with study_id,split (e.g. mimic-cxr-2.0.0-split.csv). Default: by subject hash.")
 @click.option("--split-ratios", default="0.8,0.1,0.1", show_default=True)
@@ -66,39 +55,36 @@ def _kv(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--overwrite", is_flag=True, help="Discard a previous build in OUT made with other settings.")
 @click.option("--quiet", is_flag=True)
+@clean_errors()
 def build(images: Path, reports: Path | None, index: Path | None, out: Path, engine: str, workers: int,
-          structurer: str, structurer_opt: tuple[str, ...], sections: str, alternatives: str | None,
-          segmenter: str, segmenter_opt: tuple[str, ...],
-          qc_segmenter: str | None, qc_segmenter_opt: tuple[str, ...], synthesizer: str,
-          synthesizer_opt: tuple[str, ...], detector: str, detector_opt: tuple[str, ...],
+          structurer: str, structurer_opt: dict[str, str], sections: str, alternatives: str | None,
+          segmenter: str, segmenter_opt: dict[str, str], qc_segmenter: str | None, qc_segmenter_opt: dict[str, str],
+          synthesizer: str, synthesizer_opt: dict[str, str], detector: str, detector_opt: dict[str, str],
           split_file: Path | None, split_ratios: str, exclude: Path | None, threshold_scale: float,
           limit: int | None, seed: int, overwrite: bool, quiet: bool) -> None:
     """Build a MIMIC-ILS-format dataset from images and reports (resumable: rerun to continue)."""
-    from cxrground.ils.build import BackendSpec, build_dataset
+    from cxrground.datasets.synthetic import cohort_of_images
+    from cxrground.ils.build import BackendSpec, build_dataset, check_backends
     from cxrground.ils.config import IlsConfig
     from cxrground.ils.tasks import build_tasks
 
-    try:
-        excluded = tuple(line.strip() for line in exclude.read_text().splitlines() if line.strip()) if exclude else ()
-        ratios = tuple(float(v) for v in split_ratios.split(","))
-        config = IlsConfig(seed=seed, exclude_studies=excluded, sections=sections)
-        if threshold_scale != 1.0:
-            config = config.with_threshold_scale(threshold_scale)
-        structurer_kwargs: dict[str, str] = _kv(structurer_opt)
-        if alternatives is not None:
-            if structurer != "rules":
-                raise click.UsageError("--alternatives applies to the rules structurer only")
-            structurer_kwargs["alternatives"] = alternatives
-        spec = BackendSpec(structurer, structurer_kwargs, segmenter, _kv(segmenter_opt), synthesizer,
-                           _kv(synthesizer_opt), detector, _kv(detector_opt), qc_segmenter, _kv(qc_segmenter_opt))
-        tasks, failures = build_tasks(images, reports, index, split_file, ratios, excluded, limit)
-        if not tasks:
-            raise click.ClickException(f"no studies found under {images} ({len(failures)} inputs failed)")
-        cohort = images.parent if (images.parent / "truth").is_dir() and (images.parent / "cohort.json").is_file() \
-            else None
-        summary = build_dataset(tasks, out, config, spec, engine, workers, failures, overwrite, not quiet, cohort)
-    except CXRGroundError as exc:
-        raise click.ClickException(str(exc)) from exc
+    excluded = tuple(line.strip() for line in exclude.read_text().splitlines() if line.strip()) if exclude else ()
+    ratios = tuple(float(v) for v in split_ratios.split(","))
+    config = IlsConfig(seed=seed, exclude_studies=excluded, sections=sections)
+    if threshold_scale != 1.0:
+        config = config.with_threshold_scale(threshold_scale)
+    if alternatives is not None:
+        if structurer != "rules":
+            raise click.UsageError("--alternatives applies to the rules structurer only")
+        structurer_opt["alternatives"] = alternatives
+    spec = BackendSpec(structurer, structurer_opt, segmenter, segmenter_opt, synthesizer, synthesizer_opt, detector,
+                       detector_opt, qc_segmenter, qc_segmenter_opt)
+    check_backends(spec)  # before scanning a large folder
+    tasks, failures = build_tasks(images, reports, index, split_file, ratios, excluded, limit)
+    if not tasks:
+        raise click.ClickException(f"no studies found under {images} ({len(failures)} inputs failed)")
+    summary = build_dataset(tasks, out, config, spec, engine, workers, failures, overwrite, not quiet,
+                            cohort_of_images(images))
     click.echo(f"ILS dataset in {summary.out_dir}: {summary.studies_in_dataset} studies, {summary.pairs} pairs "
                f"({summary.processed} processed, {summary.skipped} already done, {summary.failures} failures) "
                f"in {summary.seconds:.1f} s")
@@ -108,6 +94,7 @@ def build(images: Path, reports: Path | None, index: Path | None, out: Path, eng
 @ils.command("stats")
 @click.argument("out", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Counts as JSON instead of the card's tables.")
+@clean_errors()
 def stats(out: Path, as_json: bool) -> None:
     """Print the dataset card's tables of a built dataset (or counts of any MIMIC-ILS JSON folder)."""
     from cxrground.ils.build import DATASET_FILE
@@ -133,6 +120,7 @@ def stats(out: Path, as_json: bool) -> None:
 @click.option("--cohort", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
               help="The synthetic cohort the dataset was built from (its truth/ folder is read).")
 @click.option("--json", "as_json", is_flag=True)
+@clean_errors()
 def quality(out: Path, cohort: Path, as_json: bool) -> None:
     """Score a dataset built from a synthetic cohort against the cohort's exact truth."""
     from cxrground.ils.quality import format_quality, score_against_truth
@@ -149,16 +137,36 @@ def quality(out: Path, cohort: Path, as_json: bool) -> None:
               help="Output page (default OUT/gallery.html).")
 @click.option("--limit", type=int, default=50, show_default=True)
 @click.option("--split", type=click.Choice(["train", "val", "test"]), default=None)
+@clean_errors()
 def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: str | None) -> None:
     """Write a self-contained HTML page: images with their lesion masks and all instruction-answer pairs."""
     from cxrground.ils.gallery import render_gallery
 
     target = html_path or out / "gallery.html"
-    try:
-        n = render_gallery(out, images, target, limit, split)
-    except CXRGroundError as exc:
-        raise click.ClickException(str(exc)) from exc
+    n = render_gallery(out, images, target, limit, split)
     click.echo(f"wrote {target} ({n} studies)")
+
+
+@ils.command("export")
+@click.option("--frame", type=click.Choice(["released", "native"]), default="released", show_default=True,
+              help="released: 512x512 masks, the whole image stretched to the square (MIMIC-ILS as published, "
+                   "what the ROSALIA code trains on); native: each image's own size.")
+@click.option("--dataset", type=click.Path(path_type=Path, exists=True), required=True,
+              help="ILS dataset folder (mimic_ils_instruction_answer.json + lesion_mask/) or the JSON file.")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Folder to write.")
+@click.option("--size", type=int, default=512, show_default=True, help="Side of the released-frame masks.")
+@click.option("--images", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+              help="Image root, for native sizes the dataset does not record (e.g. a downloaded MIMIC-ILS).")
+@clean_errors()
+def export_cmd(frame: str, dataset: Path, out: Path, size: int, images: Path | None) -> None:
+    """Write the dataset (same JSON) with its masks in FRAME, the frame recorded in mask_frame.json and card.md."""
+    from cxrground.ils.frames import export_dataset
+    from cxrground.io.image import read_image
+
+    sizes = None if images is None else (lambda rel: read_image(images / rel).shape)
+    counts = export_dataset(dataset, out, frame=frame, size=size, image_size=sizes)
+    click.echo(f"{out}: {counts['masks']} masks in the {frame} frame, {counts['studies']} studies "
+               f"({counts['native_sizes']} native sizes recorded)")
 
 
 COMMANDS: list[click.Command] = [ils]

@@ -1,30 +1,25 @@
-"""``cxrground ils train`` / ``cxrground ils predict``: train an ILS model and write predictions JSONL.
+"""``cxrground ils train | predict | evaluate | convert-lisa``: ILS models, their predictions and scores (§15).
 
-Both commands are added to the ``ils`` group at import time; ``COMMANDS`` is empty because the group itself
-is registered by :mod:`cxrground.cli.ils_cmds`. ``train`` dispatches to the backend module registered in
-:data:`cxrground.models.base.MODEL_MODULES`; ``predict`` loads any checkpoint through
-:func:`cxrground.models.base.load_model`. Predictions are resumable (a re-run skips pairs already written);
-an image that cannot be read is recorded in ``<PRED>.failures.jsonl`` and its pairs get no line (they count as
-missing, i.e. wrong, in ``ils evaluate``).
+The commands attach themselves to the ``ils`` group of :mod:`cxrground.cli.ils_cmds`. Backends come from
+:data:`cxrground.models.base.MODELS`; ``torch``/``transformers`` are imported only when a command runs.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import click
 
-from cxrground.cli.ils_cmds import _kv, ils
-from cxrground.errors import CXRGroundError
+from cxrground.cli.common import backend_option, clean_errors, kv
+from cxrground.cli.ils_cmds import ils
+from cxrground.models.base import MODELS
 
-__all__ = ["COMMANDS", "predict_split"]
+__all__ = ["COMMANDS"]
 
 
 @click.command("train")
-@click.option("--model", "model_name", type=click.Choice(["baseline", "lisa"]), default="baseline",
-              show_default=True, help="Model backend.")
+@backend_option("--model", MODELS, "baseline", "Model backend. ")
 @click.option("--dataset", type=click.Path(path_type=Path, exists=True), required=True,
               help="ILS dataset folder (mimic_ils_instruction_answer.json + lesion_mask/) or the JSON file.")
 @click.option("--images", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
@@ -38,78 +33,15 @@ __all__ = ["COMMANDS", "predict_split"]
 @click.option("--val-split", default="val", show_default=True, help="Split for model selection ('' = none).")
 @click.option("--no-resume", is_flag=True, help="Start from scratch even if --out holds a checkpoint.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def train_cmd(model_name: str, dataset: Path, images: Path | None, out: Path, seed: int, settings: tuple[str, ...],
+@clean_errors(ImportError)
+def train_cmd(model: str, dataset: Path, images: Path | None, out: Path, seed: int, settings: tuple[str, ...],
               split: str, val_split: str, no_resume: bool, quiet: bool) -> None:
     """Train an ILS model (resumable: rerun the same command to continue after a kill)."""
-    from cxrground.models.base import model_module
+    from cxrground.models.base import train_model
 
-    try:
-        module = model_module(model_name)
-        path = module.train(dataset, out, images=images, seed=seed, overrides=_kv(settings) or None,
-                            resume=not no_resume, split=split, val_split=val_split or None,
-                            **({"progress": not quiet} if model_name == "baseline" else {}))
-    except (CXRGroundError, ImportError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    path = train_model(model, dataset, out, images=images, seed=seed, overrides=kv(settings) or None,
+                       resume=not no_resume, split=split, val_split=val_split or None, progress=not quiet)
     click.echo(f"checkpoint: {path}")
-
-
-def predict_split(model: Any, dataset: Path, images: Path, split: str, out: Path, limit: int | None = None,
-                  batch_size: int = 8, progress: bool = True) -> dict[str, Any]:
-    """Predict every pair of ``split`` (or the first ``limit``) into the JSONL ``out``; resumable.
-
-    Pairs already in ``out`` are skipped. An unreadable image (or a failing batch) is appended to
-    ``<out>.failures.jsonl`` and the remaining pairs go on. Returns counts of written, skipped and failed pairs.
-    """
-    from tqdm.auto import tqdm
-
-    from cxrground.errors import Failure, InputError
-    from cxrground.ils.build import DATASET_FILE
-    from cxrground.ils.predictions import PredictionWriter
-    from cxrground.ils.schema import load_dataset
-    from cxrground.io.image import read_image
-
-    json_path = dataset if dataset.is_file() else dataset / DATASET_FILE
-    data = load_dataset(json_path)
-    if split not in data:
-        raise InputError(f"split {split!r} not in the dataset", json_path)
-    jobs: list[tuple[str, str, list[dict[str, Any]]]] = []
-    n = 0
-    for study in data[split].values():
-        pairs = study["instruction_answer_pairs"]
-        items = list(pairs.get("positive_pairs", [])) + list(pairs.get("negative_pairs", []))
-        if limit is not None:
-            items = items[: max(0, limit - n)]
-        n += len(items)
-        if items:
-            jobs.append((study["image_path"], study.get("dicom_id", ""), items))
-    failures_path = out.with_name(out.name + ".failures.jsonl")
-    counts = {"pairs": n, "written": 0, "skipped": 0, "failed": 0}
-    with PredictionWriter(out) as writer:
-        todo = [(rel, [p for p in items if p["pair_id"] not in writer.done]) for rel, _d, items in jobs]
-        counts["skipped"] = n - sum(len(items) for _r, items in todo)
-        bar = tqdm(total=n - counts["skipped"], desc="predict", unit="pair", disable=not progress)
-        for rel, items in todo:
-            if not items:
-                continue
-            try:
-                image = read_image(images / rel)
-                for b in range(0, len(items), batch_size):
-                    chunk = items[b:b + batch_size]
-                    results = model.predict_batch([image] * len(chunk), [p["instruction"] for p in chunk])
-                    for pair, res in zip(chunk, results, strict=True):
-                        writer.write(pair["pair_id"], res.answer, res.mask)
-                        counts["written"] += 1
-                    bar.update(len(chunk))
-            except InputError as exc:
-                left = [p for p in items if p["pair_id"] not in writer.done]
-                counts["failed"] += len(left)
-                bar.update(len(left))
-                record = {**Failure.from_exception(images / rel, "predict", exc).to_dict(),
-                          "pair_ids": [p["pair_id"] for p in left]}
-                with failures_path.open("a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(record) + "\n")
-        bar.close()
-    return counts
 
 
 @click.command("predict")
@@ -125,24 +57,90 @@ def predict_split(model: Any, dataset: Path, images: Path, split: str, out: Path
 @click.option("--limit", type=int, default=None, help="Predict only the first N pairs of the split.")
 @click.option("--batch-size", type=int, default=8, show_default=True, help="Pairs per forward pass.")
 @click.option("--device", default="cpu", show_default=True)
+@click.option("--mode", type=click.Choice(["free", "teacher-forced"]), default="free", show_default=True,
+              help="Masks from the generated [SEG] (free) or from the ground-truth answer's [SEG] (teacher-forced, "
+                   "the paper's segmentation protocol; LISA only). Recorded in the predictions file.")
+@click.option("--quantize", type=click.Choice(["none", "8bit", "4bit"]), default="none", show_default=True,
+              help="LISA: load the language model in 8-bit or 4-bit (bitsandbytes; needs CUDA).")
+@click.option("--device-map", default=None, help="LISA: 'auto' or a JSON {module prefix: device} to spread a "
+              "large checkpoint over devices (accelerate).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@clean_errors(ImportError)
 def predict_cmd(checkpoint: Path, dataset: Path, images: Path | None, split: str, out: Path, limit: int | None,
-                batch_size: int, device: str, quiet: bool) -> None:
+                batch_size: int, device: str, mode: str, quantize: str, device_map: str | None, quiet: bool) -> None:
     """Answer every pair of a split with a trained model, as predictions JSONL for ``ils evaluate``."""
     from cxrground.models.base import load_model
+    from cxrground.models.predict import predict_split
 
-    try:
-        model = load_model(checkpoint, device=device)
-        root = images if images is not None else (dataset.parent if dataset.is_file() else dataset)
-        counts = predict_split(model, dataset, root, split, out, limit=limit, batch_size=max(1, batch_size),
-                               progress=not quiet)
-    except (CXRGroundError, ImportError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    options = {k: v for k, v in (("quantize", quantize), ("device_map", device_map)) if v not in (None, "none")}
+    model = load_model(checkpoint, device=device, **options)
+    counts = predict_split(model, dataset, images, split, out, limit=limit, batch_size=max(1, batch_size),
+                           progress=not quiet, mode=mode)
     click.echo(f"{out}: {counts['written']} written, {counts['skipped']} already there, "
-               f"{counts['failed']} failed (of {counts['pairs']} pairs)")
+               f"{counts['failed']} failed (of {counts['pairs']} pairs; mode {mode})")
 
 
-ils.add_command(train_cmd)
-ils.add_command(predict_cmd)
+@click.command("convert-lisa")
+@click.option("--source", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
+              help="Local folder in the released layout (xinlai/LISA-7B-v1, checkone/ROSALIA-7B-v1).")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="Checkpoint folder to write (checkpoint.json + model.safetensors + tokenizer).")
+@click.option("--sam", type=click.Path(path_type=Path, exists=True), default=None,
+              help="SAM weights when the source has none: sam_vit_h_4b8939.pth or a transformers SAM folder.")
+@click.option("--clip", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+              help="Local CLIP ViT-L/14 folder: its config, and its weights when the source does not store the "
+                   "vision tower.")
+@click.option("--tokenizer", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+              help="Tokenizer folder (default: the source folder).")
+@click.option("--allow-missing", multiple=True, type=click.Choice(["text_hidden_fcs", "visual_model.mask_decoder"]),
+              help="Parts that may stay at their initialisation (e.g. starting from a plain LLaVA).")
+@click.option("--dtype", type=click.Choice(["source", "float32", "bfloat16", "float16"]), default="source",
+              show_default=True, help="Dtype of the written weights (source = keep the release's, e.g. bf16).")
+@clean_errors()
+def convert_lisa(source: Path, out: Path, sam: Path | None, clip: Path | None, tokenizer: Path | None,
+                 allow_missing: tuple[str, ...], dtype: str) -> None:
+    """Map every weight of a released LISA/ROSALIA checkpoint onto the cxrground LISA model and save it."""
+    from cxrground.models.lisa.convert import convert_released
+
+    path = convert_released(source, out, sam=sam, clip=clip, tokenizer=tokenizer, allow_missing=allow_missing,
+                            dtype=dtype)
+    click.echo(f"wrote {path}")
+
+
+@click.command("evaluate")
+@click.option("--dataset", type=click.Path(path_type=Path, exists=True), required=True,
+              help="Dataset folder (mimic_ils_instruction_answer.json + lesion_mask/) or the JSON file.")
+@click.option("--predictions", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True,
+              help="Predictions JSONL: {pair_id, answer, mask (COCO RLE) | mask_path (PNG)} per line.")
+@click.option("--split", type=click.Choice(["train", "val", "test"]), default="test", show_default=True)
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Write the full result as JSON here.")
+@click.option("--images", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+              help="Image root (MIMIC-CXR-JPG files/) to read native sizes; GT masks of another size "
+                   "(e.g. released 512x512) are resized nearest-neighbour to it.")
+@click.option("--bootstrap", "n_boot", type=int, default=1000, show_default=True,
+              help="Bootstrap resamples for the 95 % CIs (0 = none).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--limit", type=int, default=None, help="Score only the first N pairs (default: the full split).")
+@click.option("--seg-mode", default="unspecified", show_default=True,
+              help="How the masks were produced, stated in the report (teacher-forced | free); default: the mode "
+                   "the predictions file records (ils predict --mode).")
+@clean_errors()
+def evaluate(dataset: Path, predictions: Path, split: str, out: Path | None, images: Path | None, n_boot: int,
+             seed: int, limit: int | None, seg_mode: str) -> None:
+    """Score predictions: gIoU, cIoU, N-Acc, Dice and text accuracy, printed as Markdown."""
+    from cxrground.evaluation.ils import evaluate_dataset, format_report
+
+    result = evaluate_dataset(dataset, predictions, split=split, limit=limit, n_boot=n_boot, seed=seed,
+                              images_root=images, seg_mode=seg_mode, log=lambda m: click.echo(m, err=True))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2), encoding="utf-8")
+        click.echo(f"wrote {out}", err=True)
+    click.echo(format_report(result))
+
+
+for _cmd in (train_cmd, predict_cmd, evaluate, convert_lisa):
+    ils.add_command(_cmd)
 
 COMMANDS: list[click.Command] = []

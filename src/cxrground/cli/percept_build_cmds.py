@@ -1,7 +1,6 @@
-"""``cxrground percept build | validate | gallery | export``: make, check, browse and export a CheXpercept benchmark.
+"""``cxrground percept`` and its ``build | validate | gallery | export``: make, check, browse, export a benchmark.
 
-The commands are added to the ``percept`` group at import time; ``COMMANDS`` is empty because the group
-itself is registered by :mod:`cxrground.cli.percept_cmds`.
+The evaluation commands (:mod:`cxrground.cli.percept_eval_cmds`) attach themselves to the same group.
 """
 
 from __future__ import annotations
@@ -11,8 +10,13 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.percept_cmds import percept
-from cxrground.errors import CXRGroundError
+from cxrground.cli.common import backend_option, clean_errors
+from cxrground.percept.deform import DEFORMERS
+
+
+@click.group("percept")
+def percept() -> None:
+    """CheXpercept: build, validate and browse the benchmark; evaluate VLMs on it and report."""
 
 
 def _per_lesion(value: str) -> tuple[int, int, int]:
@@ -38,7 +42,7 @@ def _per_lesion(value: str) -> tuple[int, int, int]:
 @click.option("--per-lesion", default="100,100,100", show_default=True, help="Cases per lesion: LF,RF,RR.")
 @click.option("--rf-ratio", type=float, default=0.5, show_default=True,
               help="Share of deformation-successful positives that become revision-free.")
-@click.option("--deformer", type=click.Choice(["builtin", "sam"]), default="builtin", show_default=True)
+@backend_option("--deformer", DEFORMERS, "builtin")
 @click.option("--sam-model", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
               help="Local SAM checkpoint folder (transformers SamModel) for --deformer sam.")
 @click.option("--anatomy", type=click.Path(path_type=Path, exists=True), default=None,
@@ -57,6 +61,7 @@ def _per_lesion(value: str) -> tuple[int, int, int]:
               help="Location distractors must cover ≤ 0.05 of their sub-region (§9.4).")
 @click.option("--overwrite", is_flag=True, help="Replace a build made with other settings in --out.")
 @click.option("--keep-work", is_flag=True, help="Keep the resumption cache BENCH/.work after a complete build.")
+@clean_errors()
 def build(ils_dir: Path, images: Path, out: Path, candidates: Path | None, review: Path | None, per_lesion: str,
           rf_ratio: float, deformer: str, sam_model: Path | None, anatomy: Path | None, splits: str, seed: int,
           workers: int, max_candidates: int, max_negatives: int, exclude_positive_cxrs: bool,
@@ -72,10 +77,7 @@ def build(ils_dir: Path, images: Path, out: Path, candidates: Path | None, revie
                         max_candidates=max_candidates, max_negatives=max_negatives,
                         exclude_positive_cxrs=exclude_positive_cxrs,
                         strict_negatives=strict_negatives)
-    try:
-        s = build_benchmark(opts, out, workers=workers, overwrite=overwrite, keep_work=keep_work)
-    except CXRGroundError as exc:
-        raise click.ClickException(str(exc)) from exc
+    s = build_benchmark(opts, out, workers=workers, overwrite=overwrite, keep_work=keep_work)
     click.echo(f"CheXpercept benchmark in {s.out_dir}: {s.cases} cases, {s.items} items "
                f"({s.planned} positives planned, {s.reused} reused, {s.failures} dropped) in {s.seconds} s")
     click.echo(f"  card: {Path(s.out_dir) / 'card.md'}   failures: {Path(s.out_dir) / 'failures.jsonl'}")
@@ -99,14 +101,12 @@ def validate(bench: Path) -> None:
 @click.command("gallery")
 @click.argument("bench", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--out", "out_html", type=click.Path(path_type=Path, dir_okay=False), required=True)
+@clean_errors()
 def gallery(bench: Path, out_html: Path) -> None:
     """Write a static HTML page to browse the benchmark stage by stage."""
     from cxrground.percept.gallery import render_gallery
 
-    try:
-        n = render_gallery(bench, out_html)
-    except CXRGroundError as exc:
-        raise click.ClickException(str(exc)) from exc
+    n = render_gallery(bench, out_html)
     click.echo(f"wrote {out_html} ({n} cases)")
 
 
@@ -118,18 +118,16 @@ def gallery(bench: Path, out_html: Path) -> None:
 @click.option("--neutral-keys", is_flag=True,
               help="Key the export {lesion}_{case_id}: no folder name reveals an answer (key_ids do).")
 @click.option("--overwrite", is_flag=True, help="Replace an earlier export in OUT.")
+@clean_errors()
 def export(bench: Path, out: Path, layout: str, neutral_keys: bool, overwrite: bool) -> None:
     """Write BENCH to OUT in another folder layout (images copied, JSON paths rewritten)."""
     from cxrground.percept.export import export_benchmark
 
-    try:
-        s = export_benchmark(bench, out, layout, neutral_keys=neutral_keys, overwrite=overwrite)
-    except CXRGroundError as exc:
-        raise click.ClickException(str(exc)) from exc
+    s = export_benchmark(bench, out, layout, neutral_keys=neutral_keys, overwrite=overwrite)
     click.echo(f"exported {s.cases} cases ({s.images} images) to {s.out_dir} in the {s.layout} layout")
 
 
 for _cmd in (build, validate, gallery, export):
     percept.add_command(_cmd)
 
-COMMANDS: list[click.Command] = []
+COMMANDS: list[click.Command] = [percept]

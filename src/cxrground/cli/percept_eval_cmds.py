@@ -1,6 +1,6 @@
 """``cxrground percept eval | score | report``: run VLMs on CheXpercept, score the runs, compare them in HTML.
 
-The commands are added to the ``percept`` group (:mod:`cxrground.cli.percept_cmds`) at import time;
+The commands are added to the ``percept`` group (:mod:`cxrground.cli.percept_build_cmds`) at import time;
 ``COMMANDS`` is empty because the group is registered there. API keys come only from the environment
 variable named by ``--api-key-env``; there is no option that takes a key.
 """
@@ -12,16 +12,16 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.percept_cmds import percept
+from cxrground.cli.percept_build_cmds import percept
 from cxrground.errors import CXRGroundError
+from cxrground.evaluation.percept.clients import spec_forms
 from cxrground.llm import RetryPolicy, parse_extra_body
 
 
 @click.command("eval")
 @click.option("--bench", type=click.Path(path_type=Path, exists=True), required=True,
               help="Benchmark folder (chexpercept.json + images) or the JSON file.")
-@click.option("--model", "spec", required=True,
-              help="openai:MODEL | hf:MODEL_DIR | random | first-option | always-yes | oracle.")
+@click.option("--model", "spec", required=True, help=f"{spec_forms()}.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Run folder.")
 @click.option("--oracle", type=click.Choice(["none", "implicit", "explicit"]), default="implicit", show_default=True)
 @click.option("--concurrency", type=int, default=8, show_default=True, help="Cases in flight at once.")

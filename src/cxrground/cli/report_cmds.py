@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from cxrground.reports import NO_SECTION_REASON, choose_section, list_report_files, read_reports
+from cxrground.reports import NO_SECTION_REASON, choose_section, expand_report_paths, read_reports
 
 
 @click.group("reports")
@@ -20,9 +20,7 @@ def reports() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per report (and per failure).")
 def sections(paths: tuple[Path, ...], as_json: bool) -> None:
     """Parse report files (or folders of them) and print the chosen section as numbered sentences."""
-    files: list[Path] = []
-    for p in paths:
-        files.extend(list_report_files(p) if p.is_dir() else [p])
+    files = expand_report_paths(paths)
     parsed, failures = read_reports(files, progress=len(files) > 50)
     for rep in parsed:
         choice = choose_section(rep)

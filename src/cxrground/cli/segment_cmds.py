@@ -2,26 +2,24 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from cxrground.anatomy import cardiothoracic_ratio
+from cxrground.anatomy.segment import SEGMENTERS
+from cxrground.cli.common import backend_option, clean_errors, kv
 from cxrground.errors import ConfigError, InputError
-
-BACKENDS = ("unet", "given", "cxas", "hybridgnet")
 
 
 @click.group("segment")
 def segment() -> None:
-    """Lung/heart segmentation: built-in lung U-Net (heart estimated), given masks, CXAS, HybridGNet."""
+    """Lung/heart segmentation: built-in lung U-Net (heart estimated), given masks, mask folders, CXAS, HybridGNet."""
 
 
 @segment.command("lungs")
 @click.option("--image", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True)
 @click.option("--out-dir", type=click.Path(path_type=Path, file_okay=False), required=True)
-@click.option("--backend", type=click.Choice(BACKENDS), default="unet", show_default=True)
+@backend_option("--backend", SEGMENTERS, "unet")
 @click.option("--weights", type=click.Path(path_type=Path), default=None,
               help="unet: .safetensors (default: the shipped lung_unet_v1); hybridgnet: checkpoint; "
                    "cxas: folder holding the .pth.")
@@ -32,69 +30,29 @@ def segment() -> None:
 @click.option("--heart", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
               help="given: heart mask PNG (else the heart is estimated from the lungs).")
 @click.option("--allow-pickle", is_flag=True, help="hybridgnet: allow a pickled model file you trust.")
+@click.option("--backend-opt", multiple=True, help="KEY=VALUE for the backend (e.g. masks: root=DIR).")
+@clean_errors()
 def lungs(image: Path, out_dir: Path, backend: str, weights: Path | None, right: Path | None, left: Path | None,
-          heart: Path | None, allow_pickle: bool) -> None:
+          heart: Path | None, allow_pickle: bool, backend_opt: tuple[str, ...]) -> None:
     """Write right_lung.png, left_lung.png, heart.png, overlay.png and masks.json; print the CTR."""
-    from cxrground.anatomy.segment import get_segmenter
-    from cxrground.io.image import read_image, write_image
-    from cxrground.io.masks import read_mask_png, write_mask_png
-    from cxrground.io.overlay import overlay_masks
+    from cxrground.anatomy.segment import weights_options, write_segmentation
+    from cxrground.io.image import read_image
+    from cxrground.io.masks import read_mask_png
 
-    try:
-        im = read_image(image)
-        if backend == "given":
-            if right is None or left is None:
-                raise click.UsageError("--backend given needs --right and --left")
-            given = (read_mask_png(right, im.shape), read_mask_png(left, im.shape),
-                     read_mask_png(heart, im.shape) if heart else None)
-            seg = get_segmenter("given", masks=lambda _im: given, label="cli")
-        elif backend == "unet":
-            seg = get_segmenter("unet", weights=weights)
-        elif backend == "hybridgnet":
-            seg = get_segmenter("hybridgnet", weights_path=weights, allow_pickle=allow_pickle)
-        else:
-            seg = get_segmenter("cxas", weights_dir=weights)
-        masks = seg.segment(im)
-    except (InputError, ConfigError) as exc:
-        raise click.ClickException(str(exc)) from exc
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_mask_png(out_dir / "right_lung.png", masks.right_lung)
-    write_mask_png(out_dir / "left_lung.png", masks.left_lung)
-    layers = [masks.right_lung, masks.left_lung]
-    ctr = None
-    if masks.heart is not None:
-        write_mask_png(out_dir / "heart.png", masks.heart)
-        layers.append(masks.heart)
-        ctr = cardiothoracic_ratio(masks.heart, masks.right_lung, masks.left_lung)
-    write_image(out_dir / "overlay.png", overlay_masks(im.pixels, layers, alpha=0.35))
-    record = {
-        "image": str(image),
-        "shape": list(im.shape),
-        "backend": masks.source,
-        "heart_source": masks.heart_source,
-        "ctr": None if ctr is None else round(ctr, 4),
-        "areas": {"right_lung": int(masks.right_lung.sum()), "left_lung": int(masks.left_lung.sum()),
-                  "heart": None if masks.heart is None else int(masks.heart.sum())},
-        "extra": {k: v for k, v in masks.extra.items() if k != "landmarks_canvas"},
-        "provenance": seg.provenance(),
-    }
-    (out_dir / "masks.json").write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
-    click.echo(f"wrote {out_dir}/right_lung.png, left_lung.png{', heart.png' if ctr is not None else ''}, overlay.png")
-    if ctr is None:
-        click.echo("heart: none (no heart mask); CTR undefined")
-    else:
-        note = {
-            "estimate": "ESTIMATE from the lung masks' medial borders, not segmented from the image",
-            "truth": "given",
-            "model": f"segmented by {masks.source}",
-        }.get(masks.heart_source, masks.heart_source)
-        click.echo(f"CTR = {ctr:.3f}")
-        click.echo(f"heart: {note}")
-        info = masks.extra.get("heart_estimate") or {}
-        if masks.heart_source == "estimate" and info.get("ctr_plausible") is False:
-            click.echo("warning: the estimated heart is implausibly narrow (CTR < 0.30): the lung masks probably "
-                       "overlap the heart shadow; do not use this CTR for cardiomegaly decisions")
+    im = read_image(image)
+    options: dict[str, object] = {**kv(backend_opt), **weights_options(backend, weights)}
+    if allow_pickle:
+        options["allow_pickle"] = True
+    if backend == "given":
+        if right is None or left is None:
+            raise click.UsageError("--backend given needs --right and --left")
+        given = (read_mask_png(right, im.shape), read_mask_png(left, im.shape),
+                 read_mask_png(heart, im.shape) if heart else None)
+        options.update(masks=lambda _im: given, label="cli")
+    seg = SEGMENTERS.create(backend, **options)
+    masks = seg.segment(im)
+    for line in write_segmentation(out_dir, image, im, masks, seg.provenance()).summary_lines(masks):
+        click.echo(line)
 
 
 @segment.command("train-lungs")

@@ -1,21 +1,17 @@
-"""``cxrground reports structure``: structured findings (ILS §7) of report files, one JSON line per finding.
-
-The command is added to the ``reports`` group of :mod:`cxrground.cli.report_cmds` when this module is
-imported; :data:`COMMANDS` is therefore empty (nothing to add at the top level).
-"""
+"""``cxrground reports structure`` (attached to the ``reports`` group): findings (ILS §7) as JSON lines."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from cxrground.errors import ConfigError, Failure
+from cxrground.errors import ConfigError
 from cxrground.llm import RetryPolicy
-from cxrground.reports import DEFAULT_SECTION_POLICY, SECTION_POLICIES, list_report_files, read_reports
+from cxrground.reports import DEFAULT_SECTION_POLICY, SECTION_POLICIES, expand_report_paths, read_reports
+from cxrground.reports.findings import finding_lines, write_finding_lines
 from cxrground.reports.structure import ALTERNATIVE_POLICIES, STRUCTURERS, get_structurer, structure_reports
 
 from .report_cmds import reports
@@ -46,22 +42,10 @@ __all__ = ["COMMANDS", "structure"]
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False),
               help="Write the finding lines here (failures go to OUT.failures.jsonl) instead of stdout.")
 @click.option("--progress/--no-progress", default=True, help="Progress bar on stderr for large batches.")
-def structure(
-    paths: tuple[Path, ...],
-    structurer_name: str,
-    sections: str,
-    alternatives: str | None,
-    base_url: str | None,
-    model: str | None,
-    api_key_env: str | None,
-    cache_path: Path | None,
-    concurrency: int,
-    timeout: float,
-    max_retries: int,
-    temperature: float,
-    out: Path | None,
-    progress: bool,
-) -> None:
+def structure(paths: tuple[Path, ...], structurer_name: str, sections: str, alternatives: str | None,
+              base_url: str | None, model: str | None, api_key_env: str | None, cache_path: Path | None,
+              concurrency: int, timeout: float, max_retries: int, temperature: float, out: Path | None,
+              progress: bool) -> None:
     """Structure report files (or folders of them) into findings: one JSON line per finding.
 
     Each line holds the report id, the chosen section, the sentence, and the finding (entity, sent_idx,
@@ -69,9 +53,7 @@ def structure(
     carry the provenance (model, decoding settings, prompt versions and hashes). Reports that cannot be
     structured are printed as {"failure": ...} lines (or written to OUT.failures.jsonl with --out).
     """
-    files: list[Path] = []
-    for p in paths:
-        files.extend(list_report_files(p) if p.is_dir() else [p])
+    files = expand_report_paths(paths)
     show = progress and len(files) > 50
     parsed, failures = read_reports(files, progress=show)
     kwargs: dict[str, Any] = {}
@@ -90,38 +72,17 @@ def structure(
     done, failed = structure_reports(parsed, structurer, progress=show, sections=sections)
     failures.extend(failed)
     provenance = getattr(structurer, "provenance", None)
-
-    lines: list[str] = []
-    n_findings = 0
-    for rep in done:
-        for f in rep.findings:
-            row: dict[str, Any] = {"report_id": rep.report_id, "section": rep.section.name,
-                                   "sentence": rep.section.sentence(f.sent_idx).text, **f.to_dict()}
-            if provenance is not None:
-                row["provenance"] = provenance
-            lines.append(json.dumps(row, ensure_ascii=False))
-            n_findings += 1
-    failure_lines = [json.dumps({"failure": f.to_dict()}, ensure_ascii=False) for f in failures]
+    rows = [row for rep in done for row in rep.finding_rows(provenance)]
     if out is None:
-        for line in lines + failure_lines:
+        for line in finding_lines(rows, failures):
             click.echo(line)
     else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        fail_path = out.with_name(out.name + ".failures.jsonl")
-        if failures:
-            fail_path.write_text("".join(line + "\n" for line in failure_lines), encoding="utf-8")
-        elif fail_path.exists():
-            fail_path.unlink()
-        where = f"; failures in {fail_path}" if failures else ""
-        click.echo(f"{len(done)} reports, {n_findings} findings -> {out}; {len(failures)} failures{where}", err=True)
+        fail_path = write_finding_lines(out, rows, failures)
+        where = f"; failures in {fail_path}" if fail_path else ""
+        click.echo(f"{len(done)} reports, {len(rows)} findings -> {out}; {len(failures)} failures{where}", err=True)
     rejections = getattr(structurer, "rejections", None)
     if rejections:
         click.echo(f"{len(rejections)} out-of-vocabulary values rejected by the LLM structurer", err=True)
-    _exit_code(done, failures)
-
-
-def _exit_code(done: list[Any], failures: list[Failure]) -> None:
     if failures and not done:
         sys.exit(1)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import os
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,6 +209,22 @@ class Pack:
             if rec.shippable or not shippable_only:
                 out.append(rec)
         return out
+
+    def describe(self) -> list[str]:
+        """What the pack holds, as lines: images, boxes, labels, masks, notes, scores, licences, reports."""
+        nih, cohen = self.nih(), self.cohen()
+        labels = Counter(lab for r in nih for lab in r.labels)
+        licences = Counter(r.license for r in cohen)
+        return [f"pack: {self.root}",
+                f"nih: {len(nih)} images, {sum(len(r.boxes) for r in nih)} boxes",
+                "  labels: " + ", ".join(f"{k} {v}" for k, v in labels.most_common()),
+                f"cohen: {len(cohen)} images with right/left lung masks, "
+                f"{sum(r.ignore_mask_path is not None for r in cohen)} ignore masks, "
+                f"{sum(bool(r.notes) for r in cohen)} with notes, {sum(r.brixia is not None for r in cohen)} Brixia, "
+                f"{sum(bool(r.severity) for r in cohen)} severity scores",
+                "  licences: " + ", ".join(f"{k} {v}" for k, v in licences.most_common()),
+                f"  shippable (may train shipped weights): {sum(r.shippable for r in cohen)}",
+                f"iu_reports: {len(self.iu_report_paths())} Open-i XML reports"]
 
     def iu_report_paths(self) -> list[Path]:
         """Paths of the Open-i XML reports, sorted by numeric id."""

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from cxrground import __version__
 from cxrground.errors import ConfigError, Failure
 from cxrground.ils.backend_spec import BackendSpec
-from cxrground.ils.card import render_card
+from cxrground.ils.card import read_review_summary, render_card
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
 from cxrground.ils.pipeline import backend_provenance, process_study
@@ -36,7 +36,7 @@ from cxrground.ils.schema import SPLITS, validate_dataset
 from cxrground.ils.tasks import StudyTask
 from cxrground.io.files import atomic_write_text
 
-__all__ = ["DATASET_FILE", "BackendSpec", "BuildSummary", "assemble", "build_dataset", "run_units"]
+__all__ = ["DATASET_FILE", "BackendSpec", "BuildSummary", "assemble", "build_dataset", "check_backends", "run_units"]
 
 @dataclass(frozen=True)
 class BuildSummary:
@@ -221,8 +221,20 @@ def assemble(out: Path, tasks: Sequence[StudyTask], config: IlsConfig, spec: Bac
                  "Structured findings vs the report truth (present/uncertain findings per study and lesion):", "",
                  format_findings_quality(score_findings(out, truth_cohort)), ""]
     atomic_write_text(out / "card.md", render_card(dataset, reported, rejections, provenance, extra,
-                                                   dict(grounding_reasons)))
+                                                   dict(grounding_reasons), read_review_summary(out)))
     return {"dataset": dataset, "failures": failures, "reported": reported, "rejections": dict(rejections)}
+
+
+def check_backends(spec: BackendSpec) -> None:
+    """Raise :class:`ConfigError` for an unknown segmenter, synthesizer or detector, or an option it does not take."""
+    from cxrground.anatomy.segment import SEGMENTERS
+    from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
+
+    SEGMENTERS.check(spec.segmenter, spec.segmenter_kwargs)
+    SYNTHESIZERS.check(spec.synthesizer, spec.synthesizer_kwargs)
+    DETECTORS.check(spec.detector, spec.detector_kwargs)
+    if spec.qc_segmenter is not None:
+        SEGMENTERS.check(spec.qc_segmenter, spec.qc_segmenter_kwargs)
 
 
 def build_dataset(
@@ -244,6 +256,7 @@ def build_dataset(
     """
     config = config or IlsConfig()
     spec = spec or BackendSpec()
+    check_backends(spec)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()

@@ -13,6 +13,11 @@ Format (one JSON object per line, one line per evaluated pair; blank lines are i
 - ``mask`` (optional): COCO RLE of the binary prediction at the image's **native** ``H×W``
   (compressed string or uncompressed list counts), or
 - ``mask_path`` (optional): a 0/255 (or 0/1) single-channel PNG, path relative to the predictions file.
+- ``seg_mode`` (optional): how the mask was made, one of :data:`SEG_MODES`: ``free`` (from the ``[SEG]`` the
+  model generated) or ``teacher-forced`` (from the ``[SEG]`` of the ground-truth answer, the paper's
+  segmentation protocol, ILS.md §15.1). ``cxrground ils predict`` writes it on every line; one file holds one
+  mode (:class:`PredictionWriter` refuses to append another) and ``ils evaluate`` reports it
+  (:func:`resolve_seg_mode`).
 
 A mask whose size differs from the native image size raises :class:`~cxrground.errors.MaskShapeError`
 naming the pair. A pair without a line (or a line without mask / answer) is listed as missing and
@@ -32,7 +37,13 @@ import numpy as np
 from cxrground.errors import InputError, MaskError
 from cxrground.io.masks import check_shape, decode_rle, encode_rle, read_mask_png
 
-__all__ = ["Prediction", "PredictionWriter", "load_predictions", "prediction_line"]
+__all__ = ["SEG_MODES", "Prediction", "PredictionWriter", "load_predictions", "prediction_line", "recorded_seg_mode",
+           "resolve_seg_mode"]
+
+#: How a prediction's mask was made (ILS.md §15.1): free generation or the teacher-forced pass.
+SEG_MODES: tuple[str, str] = ("free", "teacher-forced")
+#: The mode stated when neither the user nor the predictions file says.
+UNSPECIFIED = "unspecified"
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,7 @@ class Prediction:
     answer: str | None = None
     rle: Mapping[str, Any] | None = None
     mask_path: Path | None = None
+    seg_mode: str | None = None
 
     @property
     def has_mask(self) -> bool:
@@ -101,31 +113,61 @@ def load_predictions(path: str | Path) -> dict[str, Prediction]:
             raise InputError(f"line {lineno}: 'mask' of pair {pid} must be a COCO RLE object", path)
         if mask_path is not None and not isinstance(mask_path, str):
             raise InputError(f"line {lineno}: 'mask_path' of pair {pid} must be a string", path)
+        seg_mode = obj.get("seg_mode")
+        if seg_mode is not None and seg_mode not in SEG_MODES:
+            raise InputError(f"line {lineno}: 'seg_mode' of pair {pid} must be one of {SEG_MODES}", path)
         out[pid] = Prediction(
             pair_id=pid,
             answer=answer,
             rle=rle,
             mask_path=(path.parent / mask_path) if mask_path is not None else None,
+            seg_mode=seg_mode,
         )
     return out
 
 
-def prediction_line(pair_id: str, answer: str | None, mask: np.ndarray | None) -> dict[str, Any]:
-    """One predictions-file record: the pair id, the answer text and the native-size mask as COCO RLE."""
+def recorded_seg_mode(preds: Mapping[str, Prediction], path: str | Path | None = None) -> str | None:
+    """The one segmentation mode the predictions record (None when no line records one; mixed modes are an error)."""
+    modes = sorted({p.seg_mode for p in preds.values() if p.seg_mode is not None})
+    if len(modes) > 1:
+        raise InputError(f"predictions mix segmentation modes {modes}; write each mode to its own file", path)
+    return modes[0] if modes else None
+
+
+def resolve_seg_mode(stated: str | None, preds: Mapping[str, Prediction], path: str | Path | None = None) -> str:
+    """The mode a report states: the recorded one, else ``stated``; a stated mode contradicting the file is an error."""
+    recorded = recorded_seg_mode(preds, path)
+    if stated in (None, "", UNSPECIFIED):
+        return recorded or UNSPECIFIED
+    if recorded is not None and stated != recorded:
+        raise InputError(f"segmentation mode {stated!r} stated, but the predictions were made in mode "
+                         f"{recorded!r}", path)
+    return str(stated)
+
+
+def prediction_line(pair_id: str, answer: str | None, mask: np.ndarray | None,
+                    seg_mode: str | None = None) -> dict[str, Any]:
+    """One predictions-file record: the pair id, the answer text, the native-size mask as COCO RLE and the mode."""
     line: dict[str, Any] = {"pair_id": pair_id, "answer": answer}
     if mask is not None:
         line["mask"] = encode_rle(np.asarray(mask, dtype=bool))
+    if seg_mode is not None:
+        line["seg_mode"] = seg_mode
     return line
 
 
 class PredictionWriter:
     """Append-only predictions JSONL writer; reopening an existing file resumes after its last full line.
 
-    ``done`` holds the pair ids already written, so a killed ``predict`` run skips them on restart.
+    ``done`` holds the pair ids already written, so a killed ``predict`` run skips them on restart. With
+    ``seg_mode`` every line records it, and a file already holding another mode is refused.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, seg_mode: str | None = None) -> None:
+        if seg_mode is not None and seg_mode not in SEG_MODES:
+            raise ValueError(f"seg_mode must be one of {SEG_MODES}, got {seg_mode!r}")
         self.path = Path(path)
+        self.seg_mode = seg_mode
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.done: set[str] = set()
         if self.path.exists():
@@ -133,14 +175,19 @@ class PredictionWriter:
             keep = raw[: raw.rfind(b"\n") + 1]  # drop a partial last line left by a kill
             if len(keep) != len(raw):
                 self.path.write_bytes(keep)
-            self.done = set(load_predictions(self.path))
+            existing = load_predictions(self.path)
+            recorded = recorded_seg_mode(existing, self.path)
+            if recorded is not None and seg_mode != recorded:
+                raise InputError(f"holds predictions of segmentation mode {recorded!r}; cannot append mode "
+                                 f"{seg_mode or UNSPECIFIED!r} (write to another file)", self.path)
+            self.done = set(existing)
         self._fh = self.path.open("a", encoding="utf-8")
 
     def write(self, pair_id: str, answer: str | None, mask: np.ndarray | None) -> None:
         """Write one prediction and flush it to disk."""
         if pair_id in self.done:
             raise InputError(f"pair {pair_id} already has a prediction", self.path)
-        self._fh.write(json.dumps(prediction_line(pair_id, answer, mask)) + "\n")
+        self._fh.write(json.dumps(prediction_line(pair_id, answer, mask, self.seg_mode)) + "\n")
         self._fh.flush()
         self.done.add(pair_id)
 

@@ -2,7 +2,7 @@
 
 A model answers one instruction on one image with an :class:`IlsOutput`: the answer text, a mask at
 the image's **native** size and the structured reading of the result. Backends live in one module each
-(``cxrground.models.<name>``) and are looked up lazily through :data:`MODEL_MODULES`, so that heavy
+(``cxrground.models.<name>``) and are looked up lazily through the registry :data:`MODELS`, so that heavy
 libraries (``transformers``, ``peft``) are imported only when their backend is used.
 
 A checkpoint is a folder with ``checkpoint.json`` (at least ``{"model": "<backend name>", ...}``);
@@ -15,29 +15,40 @@ import importlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Final, Protocol, runtime_checkable
 
 import numpy as np
 
-from cxrground.errors import ConfigError, InputError
+from cxrground.errors import InputError
 from cxrground.io.image import CXRImage
+from cxrground.registry import Registry
 
 __all__ = [
     "CHECKPOINT_FILE",
-    "MODEL_MODULES",
+    "MODELS",
     "IlsModel",
     "IlsOutput",
     "checkpoint_info",
     "load_model",
     "model_module",
+    "train_model",
 ]
 
-#: Backend name -> module that provides ``load_model(checkpoint_dir, device=...) -> IlsModel`` and
-#: ``train(...)``. Adding a backend = one module + one line here.
-MODEL_MODULES: Final[dict[str, str]] = {
-    "baseline": "cxrground.models.baseline",
-    "lisa": "cxrground.models.lisa",
-}
+#: ILS model backends by name; each factory imports the backend's module, which provides
+#: ``load_model(checkpoint_dir, device=...) -> IlsModel`` and ``train(dataset, out, *, images, seed, overrides,
+#: resume, split, val_split, progress) -> Path``. Adding a backend = one module + one registration here.
+MODELS: Final[Registry[ModuleType]] = Registry("model")
+
+
+@MODELS.register("baseline", help="the CPU baseline: FiLM-conditioned U-Net with presence and answer heads")
+def _baseline() -> ModuleType:
+    return importlib.import_module("cxrground.models.baseline")
+
+
+@MODELS.register("lisa", help="LISA / ROSALIA (LLaVA + SAM + [SEG]); transformers, a GPU for real sizes")
+def _lisa() -> ModuleType:
+    return importlib.import_module("cxrground.models.lisa")
 
 #: Name of the JSON file that identifies a checkpoint folder and its backend.
 CHECKPOINT_FILE: Final[str] = "checkpoint.json"
@@ -91,12 +102,17 @@ class IlsModel(Protocol):
 
 
 def model_module(name: str) -> Any:
-    """Import the backend module registered under ``name``."""
-    try:
-        module_name = MODEL_MODULES[name]
-    except KeyError:
-        raise ConfigError(f"unknown model {name!r}; choose from {sorted(MODEL_MODULES)}") from None
-    return importlib.import_module(module_name)
+    """Import the backend module registered under ``name`` (unknown names raise ``ConfigError``)."""
+    return MODELS.create(name)
+
+
+def train_model(name: str, dataset: str | Path, out: str | Path, **kwargs: Any) -> Path:
+    """Train backend ``name`` on an ILS dataset into the checkpoint folder ``out``; returns the folder.
+
+    ``kwargs`` are the common training arguments (``images``, ``seed``, ``overrides``, ``resume``, ``split``,
+    ``val_split``, ``progress``) that every backend's ``train`` accepts.
+    """
+    return Path(model_module(name).train(Path(dataset), Path(out), **kwargs))
 
 
 def checkpoint_info(checkpoint: str | Path) -> dict[str, Any]:
@@ -114,9 +130,10 @@ def checkpoint_info(checkpoint: str | Path) -> dict[str, Any]:
     return info
 
 
-def load_model(checkpoint: str | Path, device: str = "cpu") -> IlsModel:
-    """Load any checkpoint folder with the backend its ``checkpoint.json`` names."""
+def load_model(checkpoint: str | Path, device: str = "cpu", **options: Any) -> IlsModel:
+    """Load any checkpoint folder with the backend its ``checkpoint.json`` names (``options``: backend loading
+    options, e.g. LISA's ``quantize`` / ``device_map``; only passed when given)."""
     path = Path(checkpoint)
     info = checkpoint_info(path)
     folder = path if path.is_dir() else path.parent
-    return model_module(info["model"]).load_model(folder, device=device)
+    return model_module(info["model"]).load_model(folder, device=device, **options)

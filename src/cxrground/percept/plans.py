@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
-from PIL import Image
 
 from cxrground.errors import InputError
+from cxrground.ils.frames import to_native
 from cxrground.io.files import atomic_write_text
 from cxrground.io.image import read_image
 from cxrground.io.masks import decode_rle, encode_rle, read_mask_png
@@ -126,9 +126,8 @@ def _read_candidate(task: PlanTask, shape: tuple[int, int]) -> np.ndarray:
     if isinstance(task.mask_ref, dict):
         return decode_rle(task.mask_ref, shape)
     mask = read_mask_png(task.mask_ref)
-    if mask.shape != shape:  # e.g. released 512×512 masks: nearest-neighbour to the image size
-        im = Image.fromarray(mask.astype(np.uint8) * 255).resize((shape[1], shape[0]), Image.Resampling.NEAREST)
-        mask = np.asarray(im) >= 128
+    if mask.shape != shape:  # released-frame masks (512² stretched): the recorded inverse transform, ils.frames
+        mask = to_native(mask, shape)
     return mask
 
 

@@ -20,6 +20,7 @@ from cxrground.reports.model import (
 from cxrground.reports.readers import (
     REPORT_SUFFIXES,
     STAGE,
+    expand_report_paths,
     list_report_files,
     parse_report_text,
     read_report,
@@ -72,6 +73,7 @@ __all__ = [
     "Sentence",
     "check_section_policy",
     "choose_section",
+    "expand_report_paths",
     "find_headings",
     "last_paragraph",
     "list_report_files",

@@ -8,16 +8,21 @@ uncertain maps to ``presence="positive", certainty="tentative"`` and never to ab
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from cxrground.errors import Failure
 from cxrground.reports.model import SectionChoice
 
 Assertion = Literal["present", "absent", "uncertain"]
 Presence = Literal["positive", "negative"]
 Certainty = Literal["definitive", "tentative"]
 
-__all__ = ["Assertion", "Certainty", "Finding", "Presence", "StructuredReport", "Structurer"]
+__all__ = ["Assertion", "Certainty", "Finding", "Presence", "StructuredReport", "Structurer", "finding_lines",
+           "write_finding_lines"]
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,12 @@ class StructuredReport:
         """Findings attributed to one of the seven lesions."""
         return [f for f in self.findings if f.lesion is not None]
 
+    def finding_rows(self, provenance: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """One JSON-ready row per finding: report id, section name, sentence text, the finding (+ provenance)."""
+        rows = [{"report_id": self.report_id, "section": self.section.name,
+                 "sentence": self.section.sentence(f.sent_idx).text, **f.to_dict()} for f in self.findings]
+        return rows if provenance is None else [{**row, "provenance": provenance} for row in rows]
+
 
 class Structurer(Protocol):
     """Turns a chosen report section into findings (rule-based, LLM, ...)."""
@@ -94,3 +105,23 @@ class Structurer(Protocol):
     def structure(self, report_id: str, section: SectionChoice) -> StructuredReport:
         """Structured findings of ``section``."""
         ...
+
+
+def finding_lines(rows: Sequence[dict[str, Any]], failures: Sequence[Failure] = ()) -> list[str]:
+    """JSON lines (UTF-8 kept) of finding rows, then one ``{"failure": ...}`` line per failure."""
+    return [json.dumps(item, ensure_ascii=False) for item in [*rows, *({"failure": f.to_dict()} for f in failures)]]
+
+
+def write_finding_lines(out: Path, rows: Sequence[dict[str, Any]], failures: Sequence[Failure]) -> Path | None:
+    """Write ``rows`` to ``out`` and the failures to ``OUT.failures.jsonl`` (removed when there are none).
+
+    Returns the failures file, or None when there were no failures.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(line + "\n" for line in finding_lines(rows)), encoding="utf-8")
+    fail_path = out.with_name(out.name + ".failures.jsonl")
+    if not failures:
+        fail_path.unlink(missing_ok=True)
+        return None
+    fail_path.write_text("".join(line + "\n" for line in finding_lines((), failures)), encoding="utf-8")
+    return fail_path

@@ -25,6 +25,7 @@ from cxrground.reports.sections import find_headings, parse_sections
 __all__ = [
     "REPORT_SUFFIXES",
     "STAGE",
+    "expand_report_paths",
     "list_report_files",
     "parse_report_text",
     "read_report",
@@ -117,6 +118,11 @@ def list_report_files(folder: str | Path, suffixes: Iterable[str] = REPORT_SUFFI
         raise ReportError("report folder does not exist", folder)
     wanted = {s.lower() for s in suffixes}
     return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in wanted)
+
+
+def expand_report_paths(paths: Iterable[str | Path]) -> list[Path]:
+    """Report files named by ``paths``: a file stands for itself, a folder for its report files."""
+    return [f for p in map(Path, paths) for f in (list_report_files(p) if p.is_dir() else [p])]
 
 
 def _jsonl_rows(text: str, path: Path) -> Iterator[tuple[str, dict[str, Any] | ReportError]]:

@@ -5,6 +5,10 @@
 - ``given`` (:class:`GivenMasksSegmenter`): masks supplied per image (oracle, synthetic truth, pack masks).
 - ``cxas`` (:class:`CXASSegmenter`) and ``hybridgnet`` (:class:`HybridGNetSegmenter`): external models the
   user installs / downloads; missing pieces raise :class:`~cxrground.errors.ConfigError`.
+- ``masks`` (:class:`MaskFolderSegmenter`): mask PNGs found in a folder by a name pattern.
+
+Backends are registered in :data:`SEGMENTERS` (names, help, option checks); :func:`write_segmentation`
+writes the files of ``cxrground segment lungs``.
 
 torch and safetensors are imported only inside the functions that run a network.
 """
@@ -18,10 +22,12 @@ from cxrground.anatomy.segment.builtin import (
     postprocess_lungs,
 )
 from cxrground.anatomy.segment.heart import HeartEstimateParams, estimate_heart, score_heart_estimates
-from cxrground.anatomy.segment.registry import SEGMENTERS, get_segmenter
+from cxrground.anatomy.segment.output import SegmentationOutput, write_segmentation
+from cxrground.anatomy.segment.registry import SEGMENTERS, WEIGHTS_OPTION, get_segmenter, weights_options
 
 __all__ = [
     "SEGMENTERS",
+    "WEIGHTS_OPTION",
     "CXASSegmenter",
     "GivenMasksSegmenter",
     "HeartEstimateParams",
@@ -29,6 +35,7 @@ __all__ = [
     "HybridGNetSegmenter",
     "LungHeartMasks",
     "LungHeartSegmenter",
+    "SegmentationOutput",
     "UNetLungSegmenter",
     "decode_landmarks",
     "default_weights_path",
@@ -36,4 +43,6 @@ __all__ = [
     "get_segmenter",
     "postprocess_lungs",
     "score_heart_estimates",
+    "weights_options",
+    "write_segmentation",
 ]

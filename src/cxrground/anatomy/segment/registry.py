@@ -2,35 +2,41 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
 from cxrground.anatomy.segment.adapters import CXASSegmenter, HybridGNetSegmenter
 from cxrground.anatomy.segment.base import LungHeartSegmenter
 from cxrground.anatomy.segment.builtin import GivenMasksSegmenter, UNetLungSegmenter
 from cxrground.anatomy.segment.folder import MaskFolderSegmenter
 from cxrground.errors import ConfigError
+from cxrground.registry import Registry
 
-__all__ = ["SEGMENTERS", "get_segmenter"]
+__all__ = ["SEGMENTERS", "WEIGHTS_OPTION", "get_segmenter", "weights_options"]
 
-#: Name → backend class. ``unet``: the shipped lung U-Net (heart estimated); ``given``: supplied masks;
-#: ``masks``: PNG masks found by a name pattern;
-#: ``cxas``: the CXAS package; ``hybridgnet``: a CheXmask HybridGNet checkpoint supplied by the user.
-SEGMENTERS: dict[str, type] = {
-    "unet": UNetLungSegmenter,
-    "given": GivenMasksSegmenter,
-    "masks": MaskFolderSegmenter,
-    "cxas": CXASSegmenter,
-    "hybridgnet": HybridGNetSegmenter,
-}
+#: Lung/heart segmentation backends by name (the classes load their networks lazily).
+SEGMENTERS: Final[Registry[LungHeartSegmenter]] = Registry("segmenter")
+SEGMENTERS.register("unet", UNetLungSegmenter, help="the shipped lung U-Net, heart estimated from the lungs")
+SEGMENTERS.register("given", GivenMasksSegmenter,
+                    help="masks supplied per image (Python API; segment lungs --right/--left)")
+SEGMENTERS.register("masks", MaskFolderSegmenter, help="mask PNGs found in a folder by a name pattern (root=DIR)")
+SEGMENTERS.register("cxas", CXASSegmenter, help="the CXAS package with a local weights folder")
+SEGMENTERS.register("hybridgnet", HybridGNetSegmenter, help="a CheXmask HybridGNet checkpoint supplied by the user")
+
+#: The option through which a backend takes its weights file or folder (``segment lungs --weights``).
+WEIGHTS_OPTION: Final[dict[str, str]] = {"unet": "weights", "hybridgnet": "weights_path", "cxas": "weights_dir"}
 
 
 def get_segmenter(name: str, **kwargs: Any) -> LungHeartSegmenter:
-    """Construct the backend called ``name`` with ``kwargs``; unknown names raise :class:`ConfigError`."""
-    try:
-        cls = SEGMENTERS[name]
-    except KeyError:
-        raise ConfigError(f"unknown segmenter {name!r}; choose one of {sorted(SEGMENTERS)}") from None
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:
-        raise ConfigError(f"bad options for segmenter {name!r}: {exc}") from exc
+    """Construct the backend called ``name`` with ``kwargs`` (checked by :data:`SEGMENTERS`)."""
+    return SEGMENTERS.create(name, **kwargs)
+
+
+def weights_options(name: str, weights: str | Path | None) -> dict[str, Any]:
+    """``{option: weights}`` for backend ``name`` (empty without weights); a backend without weights is refused."""
+    if weights is None:
+        return {}
+    SEGMENTERS.get(name)
+    if name not in WEIGHTS_OPTION:
+        raise ConfigError(f"segmenter {name!r} takes no weights; backends with weights: {', '.join(WEIGHTS_OPTION)}")
+    return {WEIGHTS_OPTION[name]: weights}

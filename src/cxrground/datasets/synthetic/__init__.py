@@ -12,6 +12,7 @@ with exact masks (``lesions``), a MIMIC-CXR style report (``report``) and a grou
 
 from cxrground.datasets.synthetic.cohort import (
     CohortSummary,
+    cohort_of_images,
     format_summary,
     load_truth,
     read_truth,
@@ -35,6 +36,7 @@ __all__ = [
     "StudyTruth",
     "SynthConfig",
     "SyntheticStudy",
+    "cohort_of_images",
     "format_summary",
     "generate_study",
     "load_truth",

@@ -63,6 +63,17 @@ class CohortSummary:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def describe(self) -> list[str]:
+        """What was generated and which files the folder holds, as lines (``cxrground synth``)."""
+        f, out = self.files, Path(self.out_dir)
+        present = ", ".join(f"{k} {v['present']}" for k, v in self.lesions.items())
+        return [f"synthetic cohort (TEST DATA) in {self.out_dir}: {self.n_studies} studies (generated "
+                f"{self.n_generated}, skipped {self.n_skipped} existing) in {self.seconds:.1f} s, seed {self.seed}",
+                f"  files: {f['images']} images, {f['reports']} reports, {f['truth']} truth records, "
+                f"{f['anatomy_masks']} anatomy masks, {f['lesion_masks']} lesion masks",
+                f"  lesions present: {present}",
+                *(f"  {out / name}" for name in ("index.csv", "cohort.json", "README.md", "preview.png"))]
+
 
 # --- file writing ---------------------------------------------------------------------------------
 
@@ -377,6 +388,12 @@ def summarize(out_dir: str | Path) -> dict[str, Any]:
         summary["seed"] = meta.get("seed")
         summary["generator_version"] = meta.get("generator_version")
     return summary
+
+
+def cohort_of_images(images: str | Path) -> Path | None:
+    """The synthetic cohort an image folder (``COHORT/files``) belongs to, or None for any other folder."""
+    root = Path(images).parent
+    return root if (root / "truth").is_dir() and (root / "cohort.json").is_file() else None
 
 
 def format_summary(summary: dict[str, Any]) -> str:

@@ -18,8 +18,9 @@ import numpy as np
 from cxrground.errors import InputError
 from cxrground.evaluation.ils.segmentation import SegmentationMetric
 from cxrground.evaluation.ils.text import TextAccuracyMetric
+from cxrground.ils.frames import read_frame
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
-from cxrground.ils.predictions import Prediction, load_predictions
+from cxrground.ils.predictions import Prediction, load_predictions, resolve_seg_mode
 from cxrground.ils.schema import load_dataset
 from cxrground.io.masks import check_shape, read_mask_png
 
@@ -71,13 +72,16 @@ def evaluate_dataset(
 
     Every pair of the split (or the first ``limit`` pairs in file order, when given) is scored;
     pairs without a prediction are counted wrong and listed under ``missing``. ``seg_mode`` records
-    how the masks were produced (``teacher-forced`` / ``free``), as reports must state it.
+    how the masks were produced (``teacher-forced`` / ``free``), as reports must state it; the mode the predictions
+    file records is used when none is stated, and a stated mode contradicting it is an error.
     """
     json_path, mask_root = _locate(dataset_dir)
     data = load_dataset(json_path)
+    frame = read_frame(json_path)  # released-frame masks map back to the recorded native sizes
     if split not in data:
         raise InputError(f"split {split!r} not in the dataset (has {', '.join(data) or 'none'})", json_path)
     preds = load_predictions(predictions_path)
+    seg_mode = resolve_seg_mode(seg_mode, preds, predictions_path)
     seg = SegmentationMetric(n_boot=n_boot, seed=seed)
     text = TextAccuracyMetric()
     evaluated: list[str] = []
@@ -97,6 +101,8 @@ def evaluate_dataset(
             native = _image_size(Path(images_root) / study["image_path"])
         elif isinstance(study.get("height"), int) and isinstance(study.get("width"), int):
             native = (study["height"], study["width"])
+        elif (recorded := frame.native_of(study["image_path"])) is not None:
+            native = recorded
         native_known = native is not None
         for pair, is_pos in items:
             pid = pair["pair_id"]
@@ -135,6 +141,7 @@ def evaluate_dataset(
         "split": split,
         "limit": limit,
         "seg_mode": seg_mode,
+        "mask_frame": frame.frame,
         "n_pairs": len(evaluated),
         "counts": counts,
         "n_predictions_unused": len(set(preds) - set(evaluated)),

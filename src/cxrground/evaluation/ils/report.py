@@ -27,6 +27,7 @@ def format_report(result: dict[str, Any]) -> str:
         f"- evaluated pairs: {result['n_pairs']}"
         + (f" (limited to the first {result['limit']})" if result.get("limit") is not None else " (full split)"),
         f"- segmentation mode: {result.get('seg_mode', 'unspecified')}",
+        f"- GT mask frame: {result.get('mask_frame', 'native')} (scored at each image's native size)",
         f"- missing predictions (counted wrong): {len(result['missing'])}; without mask: "
         f"{len(result['missing_mask'])}; without answer: {len(result['missing_answer'])}",
         "",

@@ -10,9 +10,8 @@ Backends by name (``get_synthesizer`` / ``get_detector``):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
-from cxrground.errors import ConfigError
 from cxrground.ils.spatial.base import Box, BoxDetector, NormalSynthesizer
 from cxrground.ils.spatial.boxes import (
     KEPT_CLASSES,
@@ -23,6 +22,7 @@ from cxrground.ils.spatial.boxes import (
 )
 from cxrground.ils.spatial.pseudo_normal import PseudoNormalSynthesizer, anomaly_map, anomaly_mask
 from cxrground.ils.spatial.radedit import RadEditSynthesizer
+from cxrground.registry import Registry
 
 __all__ = [
     "DETECTORS",
@@ -43,24 +43,23 @@ __all__ = [
     "normalize_class_name",
 ]
 
-SYNTHESIZERS: dict[str, type] = {"pseudo-normal": PseudoNormalSynthesizer, "radedit": RadEditSynthesizer}
-DETECTORS: dict[str, type] = {"anomaly": AnomalyBoxDetector, "yolo": YOLOBoxDetector}
+#: Normal-image synthesizers by name.
+SYNTHESIZERS: Final[Registry[NormalSynthesizer]] = Registry("synthesizer")
+SYNTHESIZERS.register("pseudo-normal", PseudoNormalSynthesizer,
+                      help="built-in CPU estimate: per-region background fit, coarse excess removed")
+SYNTHESIZERS.register("radedit", RadEditSynthesizer, help="RadEdit (diffusers), local model folder (model_dir=DIR)")
 
-
-def _build(kind: str, table: dict[str, type], name: str, kwargs: dict[str, Any]) -> Any:
-    if name not in table:
-        raise ConfigError(f"unknown {kind} {name!r}; expected one of {', '.join(sorted(table))}")
-    try:
-        return table[name](**kwargs)
-    except TypeError as exc:
-        raise ConfigError(f"bad options for the {name} {kind}: {exc}") from exc
+#: Lesion box detectors by name.
+DETECTORS: Final[Registry[BoxDetector]] = Registry("detector")
+DETECTORS.register("anomaly", AnomalyBoxDetector, help="built-in: components of the anomaly map with a confidence")
+DETECTORS.register("yolo", YOLOBoxDetector, help="an ultralytics YOLO VinDr-CXR checkpoint (weights_path=FILE)")
 
 
 def get_synthesizer(name: str = "pseudo-normal", **kwargs: Any) -> NormalSynthesizer:
-    """A normal-image synthesizer by name."""
-    return _build("synthesizer", SYNTHESIZERS, name, kwargs)
+    """A normal-image synthesizer by name (options checked by :data:`SYNTHESIZERS`)."""
+    return SYNTHESIZERS.create(name, **kwargs)
 
 
 def get_detector(name: str = "anomaly", **kwargs: Any) -> BoxDetector:
-    """A box detector by name."""
-    return _build("detector", DETECTORS, name, kwargs)
+    """A box detector by name (options checked by :data:`DETECTORS`)."""
+    return DETECTORS.create(name, **kwargs)

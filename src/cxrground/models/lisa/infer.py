@@ -11,11 +11,14 @@ for lesion-inference answers ``lesion`` and ``certainty`` are read from the gene
 template.
 
 Teacher-forced segmentation: the mask from the ``[SEG]`` of the ground-truth answer (the reference evaluation
-protocol for segmentation metrics).
+protocol for segmentation metrics). :meth:`LisaPredictor.predict_teacher_forced` (``ils predict --mode
+teacher-forced``) gives that mask with the freely generated answer text (text accuracy is always free
+generation, ILS.md §15.2), so one predictions file serves both metrics.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -108,6 +111,22 @@ class LisaPredictor:
                          kind=parsed.kind if parsed else None, certainty=certainty,
                          extra={"seg_generated": low is not None, "generated_tokens": len(ids)})
 
+    def predict_teacher_forced(self, images: list[CXRImage], instructions: list[str],
+                               answers: list[str]) -> list[IlsOutput]:
+        """Masks from the ``[SEG]`` of the ground-truth ``answers`` (one batch), text from free generation."""
+        if not len(images) == len(instructions) == len(answers):
+            raise ValueError(f"{len(images)} images, {len(instructions)} instructions, {len(answers)} answers")
+        masks = teacher_forced_masks(self.model, self.tokenizer, self.config,
+                                     [(im.pixels, ins, ans) for im, ins, ans in zip(images, instructions, answers,
+                                                                                    strict=True)], self.device)
+        out = []
+        for image, instruction, mask in zip(images, instructions, masks, strict=True):
+            free = self.predict(image, instruction)
+            present = bool(mask.any())
+            out.append(dataclasses.replace(free, mask=mask, present=present, presence=float(present),
+                                           extra={**free.extra, "seg_mode": "teacher-forced"}))
+        return out
+
     def predict_batch(self, images: list[CXRImage], instructions: list[str]) -> list[IlsOutput]:
         """One :meth:`predict` per pair (greedy decoding of right-padded batches would differ)."""
         if len(images) != len(instructions):
@@ -115,11 +134,29 @@ class LisaPredictor:
         return [self.predict(im, ins) for im, ins in zip(images, instructions, strict=True)]
 
 
-def load_model(checkpoint_dir: Path, device: str = "cpu") -> LisaPredictor:
-    """Load a LISA checkpoint folder (trained or converted) as an :class:`IlsModel`."""
-    from cxrground.models.lisa.checkpoint import load_checkpoint
+def load_model(checkpoint_dir: Path, device: str = "cpu", quantize: str = "none",
+               device_map: str | dict[str, Any] | None = None) -> LisaPredictor:
+    """Load a LISA checkpoint folder (trained or converted) as an :class:`IlsModel`.
 
-    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    model, tok, info = load_checkpoint(Path(checkpoint_dir), device=device, dtype=dtype)
+    ``quantize`` (``8bit``/``4bit``, bitsandbytes) and ``device_map`` (``auto`` or ``{prefix: device}``) are the
+    large-checkpoint options of :mod:`.loading`; options this machine cannot honour are a :class:`ConfigError`.
+    """
+    from cxrground.models.lisa.checkpoint import load_checkpoint
+    from cxrground.models.lisa.loading import check_loading, dispatch, parse_device_map, quantize_language_model
+
+    device_map = parse_device_map(device_map)
+    check_loading(device, quantize, device_map)
+    gpu = device.startswith("cuda") or (device_map is not None and torch.cuda.is_available())
+    dtype = torch.bfloat16 if gpu else torch.float32
+    model, tok, info = load_checkpoint(Path(checkpoint_dir), device="cpu", dtype=dtype)
+    replaced = quantize_language_model(model, quantize, dtype)
+    if device_map is not None:
+        used = dispatch(model, device_map, dtype)
+        device = str(next(iter(used.values()))) if used else "cpu"
+        device = f"cuda:{device}" if device.isdigit() else device
+    else:
+        model.to(device)
     config = LisaConfig.from_overrides(info.get("config") or {})
+    info = {**info, "loading": {"quantize": quantize, "quantized_layers": len(replaced),
+                                "device_map": device_map, "device": device}}
     return LisaPredictor(model, tok, config, device=device, info=info)

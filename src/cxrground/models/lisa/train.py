@@ -171,8 +171,11 @@ def _trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 @restores_torch_settings
 def train(dataset: Path, out: Path, *, images: Path | None = None, seed: int = 0,
           overrides: dict[str, Any] | None = None, resume: bool = True, split: str = "train",
-          val_split: str | None = "val") -> Path:
-    """Train (or resume) and write the checkpoint folder ``out``; returns ``out`` (see the module docstring)."""
+          val_split: str | None = "val", progress: bool = True) -> Path:
+    """Train (or resume) and write the checkpoint folder ``out``; returns ``out`` (see the module docstring).
+
+    ``progress``: show the step progress bar.
+    """
     config = LisaConfig.from_overrides(overrides)
     dataset, out = Path(dataset), Path(out)
     json_path = _dataset_json(dataset)
@@ -229,7 +232,7 @@ def train(dataset: Path, out: Path, *, images: Path | None = None, seed: int = 0
     model.train()
     model.visual_model.vision_encoder.eval()
     weights = (config.w_txt, config.w_bce, config.w_dice)
-    bar = tqdm(total=total, initial=step, desc="lisa train", unit="step", dynamic_ncols=True)
+    bar = tqdm(total=total, initial=step, desc="lisa train", unit="step", dynamic_ncols=True, disable=not progress)
     while step < total:
         epoch, in_epoch = divmod(step, steps_per_epoch)
         order = sampler.indices(epoch)

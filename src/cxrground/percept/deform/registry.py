@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
-from cxrground.errors import ConfigError
 from cxrground.percept.deform.base import Deformer
 from cxrground.percept.deform.builtin import BuiltinDeformer
 from cxrground.percept.deform.sam import SamDeformer
+from cxrground.registry import Registry
 
 __all__ = ["DEFORMERS", "get_deformer"]
 
-DEFORMERS: dict[str, type] = {"builtin": BuiltinDeformer, "sam": SamDeformer}
+#: Deformers by name (``sam`` loads its model lazily, on the first deformation).
+DEFORMERS: Final[Registry[Deformer]] = Registry("deformer")
+DEFORMERS.register("builtin", BuiltinDeformer, help="CPU geodesic grow / disc shrink (the §7.3 non-SAM deformer)")
+DEFORMERS.register("sam", SamDeformer, help="transformers SamModel, local folder (model_path=DIR), prompted as §7.3")
 
 
 def get_deformer(name: str = "builtin", **kwargs: Any) -> Deformer:
     """Return a deformer by name; keyword arguments go to its constructor (``sam`` needs ``model_path``)."""
-    if name not in DEFORMERS:
-        raise ConfigError(f"unknown deformer {name!r}; expected one of {', '.join(sorted(DEFORMERS))}")
-    return DEFORMERS[name](**kwargs)
+    return DEFORMERS.create(name, **kwargs)

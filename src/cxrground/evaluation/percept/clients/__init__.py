@@ -1,7 +1,8 @@
 """Model clients of the CheXpercept harness and their registry.
 
 A client answers one request (OpenAI-format messages) with a :class:`Completion`. ``SPEC`` strings:
-``openai:MODEL`` (:mod:`.openai`), ``hf:MODEL_DIR`` (:mod:`.hf`, transformers imported lazily) and the
+``openai:MODEL`` (:mod:`.openai`), ``hf:MODEL_DIR`` (:mod:`.hf`, transformers imported lazily),
+``ils:CHECKPOINT`` (:mod:`.ils_agent`: an ILS model answering from its own mask and the geometry) and the
 built-in baselines ``random``, ``first-option``, ``always-yes``, ``oracle`` (:mod:`.baselines`).
 
 Baselines get the question (options and GT) through the ``question`` side channel of
@@ -13,16 +14,18 @@ server-given ``retry_after``) and :class:`PermanentError` (the case fails).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from cxrground.errors import ConfigError
 from cxrground.llm import ClientError, Completion, PermanentError, TransientError
+from cxrground.registry import Registry
 
 if TYPE_CHECKING:
     from cxrground.evaluation.percept.conversation import Question
 
-__all__ = ["CLIENTS", "Client", "ClientError", "Completion", "PermanentError", "TransientError", "make_client"]
+__all__ = ["CLIENTS", "HARNESS_OPTIONS", "Client", "ClientError", "Completion", "PermanentError", "TransientError",
+           "make_client", "spec_forms"]
 
 
 class Client(Protocol):
@@ -55,47 +58,69 @@ class Client(Protocol):
         ...
 
 
-def _openai(name: str, **opts: Any) -> Client:
+#: Options the harness passes to every client (:func:`~cxrground.evaluation.percept.runner.run_eval`); each
+#: client uses those it needs. Any other option is refused by :data:`CLIENTS`.
+HARNESS_OPTIONS: Final[tuple[str, ...]] = ("base_url", "api_key_env", "temperature", "max_tokens", "top_p", "seed",
+                                           "max_images", "timeout", "concurrency", "extra_body")
+
+#: Model clients by spec prefix. Prefixed specs are ``prefix:NAME`` (the name goes to the factory as ``model``);
+#: the baselines take no name.
+CLIENTS: Final[Registry[Client]] = Registry("model client")
+
+
+@CLIENTS.register("openai", help="any OpenAI-compatible server (openai:MODEL with --base-url)",
+                  options=("model", *HARNESS_OPTIONS, "transport"))
+def _openai(model: str, **opts: Any) -> Client:
     from cxrground.evaluation.percept.clients.openai import OpenAIClient
 
-    return OpenAIClient(name, **opts)
+    return OpenAIClient(model, **opts)
 
 
-def _hf(name: str, **opts: Any) -> Client:
+@CLIENTS.register("hf", help="a local transformers model folder (hf:MODEL_DIR)",
+                  options=("model", *HARNESS_OPTIONS, "device"))
+def _hf(model: str, **opts: Any) -> Client:
     from cxrground.evaluation.percept.clients.hf import HFClient
 
-    return HFClient(name, **opts)
+    return HFClient(model, **opts)
 
 
-def _baseline(kind: str) -> Callable[..., Client]:
-    def make(name: str, **opts: Any) -> Client:
+@CLIENTS.register("ils", help="an ILS model checkpoint answering from its own mask (ils:CHECKPOINT)",
+                  options=("model", *HARNESS_OPTIONS))
+def _ils(model: str, **opts: Any) -> Client:
+    from cxrground.evaluation.percept.clients.ils_agent import IlsAgentClient
+
+    return IlsAgentClient(model)
+
+
+def _baseline(kind: str, help: str) -> None:
+    def make(**opts: Any) -> Client:
         from cxrground.evaluation.percept.clients.baselines import BaselineClient
 
         return BaselineClient(kind, seed=int(opts.get("seed", 0)))
 
-    return make
+    CLIENTS.register(kind, make, help=help, options=HARNESS_OPTIONS)
 
 
-#: ``prefix`` -> factory(name, **options). Prefixed specs are ``prefix:NAME``; baselines have no name.
-CLIENTS: Final[dict[str, Callable[..., Client]]] = {
-    "openai": _openai,
-    "hf": _hf,
-    "random": _baseline("random"),
-    "first-option": _baseline("first-option"),
-    "always-yes": _baseline("always-yes"),
-    "oracle": _baseline("oracle"),
-}
-_NEEDS_NAME: Final[frozenset[str]] = frozenset({"openai", "hf"})
+_baseline("random", "baseline: a seeded random valid answer")
+_baseline("first-option", "baseline: always the first option")
+_baseline("always-yes", "baseline: 'Yes' where offered, else the first option")
+_baseline("oracle", "baseline: the ground truth (upper bound, checks the scoring)")
+
+#: The placeholder after ``prefix:`` for the clients that need a name.
+_NAME_ARG: Final[dict[str, str]] = {"openai": "MODEL", "hf": "MODEL_DIR", "ils": "CHECKPOINT"}
+
+
+def spec_forms() -> str:
+    """The accepted ``--model`` forms, e.g. ``openai:MODEL | hf:MODEL_DIR | random | ...`` (CLI help)."""
+    return " | ".join(f"{name}:{_NAME_ARG[name]}" if name in _NAME_ARG else name for name in CLIENTS.names())
 
 
 def make_client(spec: str, **opts: Any) -> Client:
-    """Build the client of ``spec``; options a client does not use are ignored."""
+    """Build the client of ``spec`` (``prefix:NAME`` or a baseline name); options are checked by :data:`CLIENTS`."""
     prefix, _, name = spec.partition(":")
-    if prefix not in CLIENTS:
-        raise ConfigError(f"unknown model spec {spec!r}; use one of openai:MODEL, hf:MODEL_DIR, "
-                          + ", ".join(k for k in CLIENTS if k not in _NEEDS_NAME))
-    if prefix in _NEEDS_NAME and not name:
+    CLIENTS.get(prefix)
+    if prefix in _NAME_ARG and not name:
         raise ConfigError(f"model spec {spec!r} needs a name after '{prefix}:'")
-    if prefix not in _NEEDS_NAME and name:
+    if prefix not in _NAME_ARG and name:
         raise ConfigError(f"baseline {prefix!r} takes no name")
-    return CLIENTS[prefix](name, **opts)
+    return CLIENTS.create(prefix, **({"model": name} if prefix in _NAME_ARG else {}), **opts)

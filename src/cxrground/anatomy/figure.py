@@ -1,0 +1,52 @@
+"""A contact sheet of the location geometry of one image (``cxrground anatomy show``).
+
+Panels: ILS location labels (upper / mid / base per side, apical), CheXpercept zones, medial/lateral halves
+with the peripheral rim and costophrenic angles, the non-empty sub-regions and, with a heart mask, the heart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cxrground.anatomy.ctr import cardiothoracic_ratio
+from cxrground.anatomy.ils_locations import ils_location_masks
+from cxrground.anatomy.percept_regions import percept_geometry
+from cxrground.io.overlay import contact_sheet, label_panel, overlay_masks
+
+__all__ = ["GeometryFigure", "geometry_figure"]
+
+
+@dataclass(frozen=True)
+class GeometryFigure:
+    """The sheet (RGB), the pixel count of each of the 20 sub-regions and the CTR (None without a heart)."""
+
+    sheet: np.ndarray
+    subregion_areas: dict[str, int]
+    ctr: float | None
+
+
+def geometry_figure(pixels: np.ndarray, right: np.ndarray, left: np.ndarray, heart: np.ndarray | None = None,
+                    width: int = 384) -> GeometryFigure:
+    """Draw the ILS labels, CheXpercept zones / rims / angles, sub-regions (and heart) over ``pixels``."""
+    ils = ils_location_masks(right, left)
+    geo = percept_geometry(right, left)
+    zones = [ils[f"{s} {z}"] for s in ("right", "left") for z in ("upper zone lung", "mid zone lung", "lung base")]
+    apical = [ils["right apical zone lung"], ils["left apical zone lung"]]
+    panels = [label_panel(overlay_masks(pixels, zones + apical, alpha=0.35), "ILS location labels",
+                          ["upper / mid / base per side, apical outlined"], width),
+              label_panel(overlay_masks(pixels, [*geo.zones.values()], alpha=0.35), "CheXpercept zones (thirds)",
+                          [f"erosion kernel k={geo.kernel}"], width)]
+    rims = [*geo.halves.values(), *geo.peripheral.values(), *geo.cpa.values()]
+    panels.append(label_panel(overlay_masks(pixels, rims, alpha=0.3), "medial/lateral, rim, CPA",
+                              ["halves, peripheral rim, costophrenic angles"], width))
+    ctr = cardiothoracic_ratio(heart, right, left) if heart is not None else None
+    lines = [f"CTR = {ctr:.3f}"] if ctr is not None else []
+    sub = [m for m in geo.subregions.values() if m.any()]
+    panels.append(label_panel(overlay_masks(pixels, sub, alpha=0.4), "20 sub-regions",
+                              [f"{len(sub)} non-empty", *lines], width))
+    if heart is not None:
+        panels.append(label_panel(overlay_masks(pixels, [heart], alpha=0.4), "heart", lines, width))
+    areas = {name: int(np.count_nonzero(mask)) for name, mask in geo.subregions.items()}
+    return GeometryFigure(contact_sheet(panels, columns=len(panels)), areas, ctr)

@@ -1,0 +1,77 @@
+"""The files ``cxrground segment lungs`` writes for one image, and the lines it prints about the heart.
+
+``OUT/right_lung.png``, ``left_lung.png`` (0/255 at native size), ``heart.png`` when there is a heart,
+``overlay.png`` (the masks over the image) and ``masks.json`` (shape, backend, heart source, CTR, areas,
+the backend's extra information and provenance).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cxrground.anatomy.ctr import cardiothoracic_ratio
+from cxrground.anatomy.segment.base import LungHeartMasks
+from cxrground.io.image import CXRImage, write_image
+from cxrground.io.masks import write_mask_png
+from cxrground.io.overlay import overlay_masks
+
+__all__ = ["SegmentationOutput", "write_segmentation"]
+
+#: What the printed summary says about each heart source.
+_HEART_NOTES = {"estimate": "ESTIMATE from the lung masks' medial borders, not segmented from the image",
+                "truth": "given"}
+
+
+@dataclass(frozen=True)
+class SegmentationOutput:
+    """What :func:`write_segmentation` wrote: the folder, the CTR (None without a heart) and ``masks.json``."""
+
+    out_dir: Path
+    ctr: float | None
+    record: dict[str, Any]
+
+    def summary_lines(self, masks: LungHeartMasks) -> list[str]:
+        """The human-readable summary: files written, CTR, where the heart comes from, plausibility warning."""
+        heart = ", heart.png" if self.ctr is not None else ""
+        lines = [f"wrote {self.out_dir}/right_lung.png, left_lung.png{heart}, overlay.png"]
+        if self.ctr is None:
+            return [*lines, "heart: none (no heart mask); CTR undefined"]
+        notes = {**_HEART_NOTES, "model": f"segmented by {masks.source}"}
+        note = notes.get(masks.heart_source, masks.heart_source)
+        lines += [f"CTR = {self.ctr:.3f}", f"heart: {note}"]
+        info = masks.extra.get("heart_estimate") or {}
+        if masks.heart_source == "estimate" and info.get("ctr_plausible") is False:
+            lines.append("warning: the estimated heart is implausibly narrow (CTR < 0.30): the lung masks probably "
+                         "overlap the heart shadow; do not use this CTR for cardiomegaly decisions")
+        return lines
+
+
+def write_segmentation(out_dir: Path, image_path: Path, image: CXRImage, masks: LungHeartMasks,
+                       provenance: dict[str, Any]) -> SegmentationOutput:
+    """Write the mask PNGs, the overlay and ``masks.json`` of one segmented image into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_mask_png(out_dir / "right_lung.png", masks.right_lung)
+    write_mask_png(out_dir / "left_lung.png", masks.left_lung)
+    layers = [masks.right_lung, masks.left_lung]
+    ctr = None
+    if masks.heart is not None:
+        write_mask_png(out_dir / "heart.png", masks.heart)
+        layers.append(masks.heart)
+        ctr = cardiothoracic_ratio(masks.heart, masks.right_lung, masks.left_lung)
+    write_image(out_dir / "overlay.png", overlay_masks(image.pixels, layers, alpha=0.35))
+    record = {
+        "image": str(image_path),
+        "shape": list(image.shape),
+        "backend": masks.source,
+        "heart_source": masks.heart_source,
+        "ctr": None if ctr is None else round(ctr, 4),
+        "areas": {"right_lung": int(masks.right_lung.sum()), "left_lung": int(masks.left_lung.sum()),
+                  "heart": None if masks.heart is None else int(masks.heart.sum())},
+        "extra": {k: v for k, v in masks.extra.items() if k != "landmarks_canvas"},
+        "provenance": provenance,
+    }
+    (out_dir / "masks.json").write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+    return SegmentationOutput(out_dir, ctr, record)

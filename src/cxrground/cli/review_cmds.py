@@ -1,0 +1,148 @@
+"""``cxrground review``: users, import, the review web app, statistics and export (logic in cxrground.review)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from cxrground.errors import CXRGroundError
+
+_DB = click.option("--db", "db_path", type=click.Path(path_type=Path, dir_okay=False), required=True,
+                   help="The review database (SQLite; created by the first add-user).")
+
+
+@click.group("review")
+def review() -> None:
+    """Expert review of ILS pairs and CheXpercept items: users, import, web app, statistics, export."""
+
+
+@review.command("add-user")
+@click.argument("name")
+@_DB
+@click.option("--role", type=click.Choice(["reviewer", "admin"]), default="reviewer", show_default=True)
+def add_user(name: str, db_path: Path, role: str) -> None:
+    """Create a user; prints the token once (last word of the last line); only its hash is stored."""
+    from cxrground.review.db import ReviewDB
+
+    try:
+        user, token = ReviewDB.create(db_path).add_user(name, role)
+    except CXRGroundError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"created {user.role} {user.name} in {db_path}; the token is shown only now, keep it secret.")
+    click.echo(f"token: {token}")
+
+
+@review.command("import")
+@_DB
+@click.option("--ils", "ils_dir", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+              help="An ILS dataset folder: one item per instruction-answer pair.")
+@click.option("--images", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+              help="With --ils: the image root its image_path values are relative to.")
+@click.option("--split", "splits", type=click.Choice(["train", "val", "test"]), multiple=True,
+              help="With --ils: splits to import (repeatable; default all).")
+@click.option("--bench", "bench_dir", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+              help="A CheXpercept benchmark folder: one item per case, one decision per question.")
+@click.option("--sample", type=click.IntRange(min=1), default=None, help="Import N items drawn at random (seeded).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--per-item", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Reviewers per item (K); needs at least K reviewers in the database.")
+def import_cmd(db_path: Path, ils_dir: Path | None, images: Path | None, splits: tuple[str, ...],
+               bench_dir: Path | None, sample: int | None, seed: int, per_item: int) -> None:
+    """Load ILS pairs or CheXpercept cases and assign each to K reviewers (items already there are skipped)."""
+    from cxrground.review.db import ReviewDB
+    from cxrground.review.importers import bench_items, ils_items, import_items
+
+    if (ils_dir is None) == (bench_dir is None):
+        raise click.UsageError("give exactly one of --ils DIR or --bench DIR")
+    if ils_dir is not None and images is None:
+        raise click.UsageError("--ils needs --images (the folder the dataset's image_path values are relative to)")
+    try:
+        db = ReviewDB(db_path)
+        items = (ils_items(ils_dir, images, splits or ("train", "val", "test")) if ils_dir is not None
+                 else bench_items(bench_dir))
+        counts = import_items(db, items, sample, seed, per_item)
+    except CXRGroundError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"{counts['found']} items found, {counts['sampled']} sampled, {counts['added']} added "
+               f"({counts['already_there']} already there), {counts['assignments']} assignments")
+
+
+@review.command("serve")
+@_DB
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind; anything but loopback exposes the app to the network (use HTTPS in front).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
+def serve(db_path: Path, host: str, port: int) -> None:
+    """The review web app: /login, /queue, /review/ID, /stats and the /api (GET /healthz is public)."""
+    try:
+        from cxrground.review.app import serve as run_app
+    except ImportError as exc:
+        raise click.ClickException(f"the review app needs the 'serve' extra (pip install 'cxrground[serve]'): "
+                                   f"{exc}") from exc
+    from cxrground.review.db import ReviewDB
+
+    try:
+        ReviewDB(db_path)
+    except CXRGroundError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        click.secho(f"warning: binding to {host} exposes the review app beyond this machine; put HTTPS in front.",
+                    fg="yellow", err=True)
+    click.echo(f"review app for {db_path} on http://{host}:{port}/", err=True)
+    run_app(db_path, host=host, port=port)
+
+
+@review.command("stats")
+@_DB
+@click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Also write the statistics page (self-contained HTML).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def stats(db_path: Path, html_path: Path | None, as_json: bool) -> None:
+    """Acceptance per lesion and item type, Cohen's and Fleiss' kappa, Dice of corrected vs generated masks."""
+    from cxrground.review.db import ReviewDB
+    from cxrground.review.stats import format_stats, review_stats, stats_page
+
+    try:
+        figures = review_stats(ReviewDB(db_path))
+    except CXRGroundError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(json.dumps(figures, indent=2) if as_json else format_stats(figures))
+    if html_path is not None:
+        html_path.parent.mkdir(parents=True, exist_ok=True)
+        html_path.write_text(stats_page(figures), encoding="utf-8")
+        click.echo(f"statistics page: {html_path}")
+
+
+@review.command("export")
+@_DB
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="decisions.csv (key_id,decision,reviewer,...: what `percept build --review` reads).")
+@click.option("--masks", "masks_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Write corrected masks (PNG + masks.jsonl) and candidates.jsonl for `percept build --candidates`.")
+@click.option("--card", "card_dir", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+              help="An imported ILS dataset folder: write its review.json and the card's review section.")
+def export(db_path: Path, out: Path, masks_dir: Path | None, card_dir: Path | None) -> None:
+    """Export consensus decisions (and corrected masks, and the ILS card's review figures)."""
+    from cxrground.review.db import ReviewDB
+    from cxrground.review.export import write_card, write_decisions, write_masks
+
+    try:
+        db = ReviewDB(db_path)
+        rows = write_decisions(db, out)
+        click.echo(f"{out}: {len(rows)} items, {sum(r['decision'] == 'accept' for r in rows)} accepted, "
+                   f"{sum(r['decision'] == 'reject' for r in rows)} rejected, "
+                   f"{sum(not r['decision'] for r in rows)} undecided")
+        if masks_dir is not None:
+            counts = write_masks(db, masks_dir)
+            click.echo(f"{masks_dir}: {counts['corrected']} corrected masks, candidates.jsonl with "
+                       f"{counts['candidates']} pairs")
+        if card_dir is not None:
+            summary = write_card(db, card_dir, out.name)
+            click.echo(f"{card_dir / 'card.md'}: review section updated ({summary['reviewed']} pairs reviewed)")
+    except CXRGroundError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+COMMANDS: list[click.Command] = [review]

@@ -1,0 +1,248 @@
+"""Mask frames of an ILS dataset (ILS.md §12.1): ``native`` (ours) and ``released`` (MIMIC-ILS as published).
+
+- **native**: every mask PNG has its image's own ``H×W``; the frame is the image's pixel grid.
+- **released**: every mask PNG is ``size×size`` (512 in MIMIC-ILS), the **whole image stretched to the square**
+  (no padding), nearest neighbour. The ROSALIA/LISA training and evaluation code reads masks in this frame: it
+  resizes a mask's longest side to the SAM canvas (a square mask fills the canvas) and stretches its predictions
+  from the un-padded region to the GT grid, so a native-size mask (letterboxed by that code) disagrees with its
+  own stretched prediction (see ``bench/ils_frames.py``).
+
+:func:`export_dataset` writes a dataset in the other frame: the same JSON (byte for byte), every mask mapped
+(:func:`stretch`), the card's mask section restated, and :data:`FRAME_FILE` recording the frame and each image's
+native size, so that readers (``ils evaluate``, ``percept build``) map released masks back to the native grid with
+:func:`to_native` without the images. A folder without :data:`FRAME_FILE` is in the native frame (what ``ils
+build`` writes); a downloaded MIMIC-ILS folder is read with ``--images`` for the native sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from cxrground.errors import InputError
+from cxrground.ils.layout import DATASET_FILE, MASK_DIR
+from cxrground.io.masks import as_mask, read_mask_png, write_mask_png
+
+__all__ = [
+    "FRAMES",
+    "FRAME_FILE",
+    "FRAME_TEXT",
+    "RELEASED_SIZE",
+    "MaskFrame",
+    "export_dataset",
+    "read_frame",
+    "reference_protocol_iou",
+    "stretch",
+    "to_native",
+]
+
+#: The two mask frames.
+FRAMES: Final[tuple[str, str]] = ("native", "released")
+#: Side of the released MIMIC-ILS masks (the single configuration point of the released frame, ILS.md §18.4).
+RELEASED_SIZE: Final[int] = 512
+#: The frame record written beside ``mimic_ils_instruction_answer.json`` by :func:`export_dataset`.
+FRAME_FILE: Final[str] = "mask_frame.json"
+#: The card's statement of each frame (``## Masks`` section).
+FRAME_TEXT: Final[dict[str, str]] = {
+    "native": ("PNG, 8-bit, one channel, values 0/255, **at each image's native size**; the frame is the image's "
+               "own pixel grid (no padding, no stretching). Loaders written for the released 512×512 masks "
+               "resize with nearest neighbour first; ours need no resize. `masks.jsonl` holds every mask as "
+               "COCO RLE."),
+    "released": ("PNG, 8-bit, one channel, values 0/255, **{size}×{size}, the released MIMIC-ILS frame**: the whole "
+                 "image stretched to the square (no padding), nearest neighbour; the layout the ROSALIA/LISA "
+                 "training and evaluation code reads. `" + FRAME_FILE + "` records the frame and every image's "
+                 "native size; `cxrground ils evaluate` and `percept build` map each mask back to its image's "
+                 "native grid with nearest neighbour (the recorded transform), and metrics stay native."),
+}
+
+
+@dataclass(frozen=True)
+class MaskFrame:
+    """The frame of a dataset's masks and the native ``(H, W)`` of each image (keyed by ``image_path``)."""
+
+    frame: str = "native"
+    size: int | None = None
+    native_hw: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def native_of(self, image_path: str) -> tuple[int, int] | None:
+        """The recorded native size of an image (None when not recorded)."""
+        hw = self.native_hw.get(image_path)
+        return (int(hw[0]), int(hw[1])) if hw is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready record (the content of :data:`FRAME_FILE`)."""
+        return {"frame": self.frame, "mask_size": [self.size, self.size] if self.size else None,
+                "mapping": "whole image stretched to the square, nearest neighbour" if self.frame == "released"
+                else "identity (native pixel grid)",
+                "native_hw": {k: list(v) for k, v in sorted(self.native_hw.items())}}
+
+
+def read_frame(dataset: str | Path) -> MaskFrame:
+    """The frame of a dataset folder (or its JSON file): :data:`FRAME_FILE` when present, else native."""
+    folder = Path(dataset)
+    folder = folder.parent if folder.is_file() else folder
+    path = folder / FRAME_FILE
+    if not path.is_file():
+        return MaskFrame()
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        frame = raw["frame"]
+        size = raw.get("mask_size")
+        native = {str(k): (int(v[0]), int(v[1])) for k, v in (raw.get("native_hw") or {}).items()}
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, IndexError) as exc:
+        raise InputError(f"unreadable mask-frame record ({exc})", path) from exc
+    if frame not in FRAMES:
+        raise InputError(f"frame must be one of {FRAMES}, got {frame!r}", path)
+    if frame == "released" and (not isinstance(size, list) or len(size) != 2 or size[0] != size[1]):
+        raise InputError(f"a released frame needs a square mask_size, got {size!r}", path)
+    return MaskFrame(frame, int(size[0]) if frame == "released" else None, native)
+
+
+def stretch(mask: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """A bool mask resized to ``shape`` with nearest neighbour over the whole grid (no padding, aspect not kept)."""
+    from PIL import Image
+
+    mask = as_mask(mask)
+    if mask.shape == tuple(shape):
+        return mask.copy()
+    im = Image.fromarray(mask.astype(np.uint8) * 255, mode="L")
+    return np.asarray(im.resize((int(shape[1]), int(shape[0])), Image.Resampling.NEAREST)) >= 128
+
+
+def to_native(mask: np.ndarray, native_hw: tuple[int, int]) -> np.ndarray:
+    """A released-frame mask (any square size) mapped to its image's native ``H×W`` (the inverse stretch)."""
+    return stretch(mask, native_hw)
+
+
+def _longest_side(hw: tuple[int, int], side: int) -> tuple[int, int]:
+    """SAM's ``ResizeLongestSide`` output shape (round half up)."""
+    scale = side / max(hw)
+    return int(hw[0] * scale + 0.5), int(hw[1] * scale + 0.5)
+
+
+def reference_protocol_iou(gt_file_mask: np.ndarray, pred_native: np.ndarray, canvas: int = 1024) -> float:
+    """The per-sample IoU the ROSALIA/LISA evaluation code computes (a measurement of the frames, not our metric).
+
+    The GT mask *as stored* (native or released frame) is resized longest side to ``canvas`` and padded
+    bottom/right; the prediction, made on the letterboxed image, is cropped to the image's un-padded region and
+    stretched to that padded GT grid (nearest neighbour stands in for the bilinear resize of ±logits). IoU =
+    I / (U + 1e-5), 1.0 when both are empty (as the reference).
+    """
+    gt_file_mask = as_mask(gt_file_mask)
+    nh, nw = _longest_side(gt_file_mask.shape, canvas)
+    gt = np.zeros((canvas, canvas), bool)
+    gt[:nh, :nw] = stretch(gt_file_mask, (nh, nw))
+    pred = stretch(stretch(pred_native, _longest_side(as_mask(pred_native).shape, canvas)), gt.shape)
+    inter, union = float((gt & pred).sum()), float((gt | pred).sum())
+    return 1.0 if union == 0 else inter / (union + 1e-5)
+
+
+def _dataset_paths(dataset: Path) -> tuple[Path, Path]:
+    json_path = dataset if dataset.is_file() else dataset / DATASET_FILE
+    if not json_path.is_file():
+        raise InputError(f"no {DATASET_FILE} here", dataset)
+    return json_path, json_path.parent / MASK_DIR
+
+
+def _anatomy_sizes(folder: Path) -> dict[str, tuple[int, int]]:
+    """Native sizes from ``anatomy.jsonl`` (keyed by study key), when the dataset has it."""
+    path = folder / "anatomy.jsonl"
+    out: dict[str, tuple[int, int]] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                key = row.get("study_key") or row.get("study")
+                if key and isinstance(row.get("height"), int) and isinstance(row.get("width"), int):
+                    out[str(key)] = (row["height"], row["width"])
+    return out
+
+
+def _native_sizes(data: dict[str, Any], mask_root: Path, source: MaskFrame, folder: Path,
+                  image_size: Callable[[str], tuple[int, int]] | None) -> dict[str, tuple[int, int]]:
+    """Native ``(H, W)`` per ``image_path``: the frame record, the images, native masks, then ``anatomy.jsonl``."""
+    anatomy = _anatomy_sizes(folder)
+    sizes: dict[str, tuple[int, int]] = {}
+    for split in data.values():
+        for key, study in split.items():
+            rel = study["image_path"]
+            hw = source.native_of(rel)
+            if hw is None and image_size is not None:
+                hw = image_size(rel)
+            if hw is None and source.frame == "native":
+                pos = study["instruction_answer_pairs"].get("positive_pairs", [])
+                if pos:
+                    hw = read_mask_png(mask_root / pos[0]["seg_mask_path"]).shape
+            hw = hw or anatomy.get(key)
+            if hw is not None:
+                sizes[rel] = (int(hw[0]), int(hw[1]))
+    return sizes
+
+
+def _card(folder: Path, out: Path, frame: str, size: int) -> None:
+    """Copy ``card.md`` with its mask section stating ``frame`` (a section is appended when it has none)."""
+    src = folder / "card.md"
+    if not src.is_file():
+        return
+    text = src.read_text(encoding="utf-8")
+    new = FRAME_TEXT[frame].format(size=size)
+    for old in (FRAME_TEXT[f].format(size=size) for f in FRAMES):
+        if old in text:
+            text = text.replace(old, new)
+            break
+    else:
+        text += f"\n## Masks\n\n{new}\n"
+    (out / "card.md").write_text(text, encoding="utf-8")
+
+
+def export_dataset(dataset: str | Path, out: str | Path, frame: str = "released", size: int = RELEASED_SIZE,
+                   image_size: Callable[[str], tuple[int, int]] | None = None) -> dict[str, Any]:
+    """Write ``dataset`` with its masks in ``frame`` to ``out`` (see the module docstring); returns counts.
+
+    ``image_size(image_path) -> (H, W)`` gives native sizes the dataset does not record (needed to export a
+    released-frame folder without :data:`FRAME_FILE` to the native frame).
+    """
+    from cxrground.ils.schema import load_dataset
+
+    if frame not in FRAMES:
+        raise InputError(f"frame must be one of {FRAMES}, got {frame!r}")
+    json_path, mask_root = _dataset_paths(Path(dataset))
+    out = Path(out)
+    if out.resolve() == json_path.parent.resolve():
+        raise InputError("the export must go to another folder than the dataset", out)
+    source = read_frame(json_path)
+    data = load_dataset(json_path)
+    sizes = _native_sizes(data, mask_root, source, json_path.parent, image_size)
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(json_path, out / DATASET_FILE)
+    written: set[str] = set()
+    for split in data.values():
+        for study in split.values():
+            hw = sizes.get(study["image_path"])
+            for pair in study["instruction_answer_pairs"].get("positive_pairs", []):
+                rel = pair["seg_mask_path"]
+                if rel in written:
+                    continue
+                mask = read_mask_png(mask_root / rel)
+                if source.frame == "native" and hw is not None and mask.shape != hw:
+                    raise InputError(f"native mask is {mask.shape}, its image {hw}", mask_root / rel)
+                if frame == "released":
+                    target: tuple[int, int] = (size, size)
+                elif hw is None:
+                    raise InputError(f"native size of {study['image_path']} unknown: pass the images",
+                                     mask_root / rel)
+                else:
+                    target = hw
+                write_mask_png(out / MASK_DIR / rel, stretch(mask, target))
+                written.add(rel)
+    record = MaskFrame(frame, size if frame == "released" else None, sizes)
+    (out / FRAME_FILE).write_text(json.dumps(record.to_dict(), indent=1), encoding="utf-8")
+    _card(json_path.parent, out, frame, size)
+    return {"frame": frame, "masks": len(written), "studies": sum(len(s) for s in data.values()),
+            "native_sizes": len(sizes)}

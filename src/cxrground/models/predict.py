@@ -1,0 +1,102 @@
+"""Predictions of an ILS model for a whole split, as the predictions JSONL read by ``ils evaluate``.
+
+Resumable: pairs already in the output file are skipped. An image that cannot be read is recorded in
+``<out>.failures.jsonl`` and its pairs get no line (they count as missing, i.e. wrong, in ``ils evaluate``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from cxrground.errors import ConfigError, Failure, InputError
+from cxrground.ils.layout import DATASET_FILE
+from cxrground.ils.predictions import PredictionWriter
+from cxrground.ils.schema import load_dataset
+from cxrground.io.image import read_image
+from cxrground.models.base import IlsModel
+
+__all__ = ["predict_split"]
+
+
+_Job = tuple[str, list[dict[str, Any]]]
+
+
+def _split_jobs(data: dict[str, Any], split: str, limit: int | None) -> tuple[list[_Job], int]:
+    """(image path, pairs) per study of ``split`` in dataset order, cut after ``limit`` pairs; and the pair count."""
+    jobs: list[_Job] = []
+    n = 0
+    for study in data[split].values():
+        pairs = study["instruction_answer_pairs"]
+        items = list(pairs.get("positive_pairs", [])) + list(pairs.get("negative_pairs", []))
+        if limit is not None:
+            items = items[: max(0, limit - n)]
+        n += len(items)
+        if items:
+            jobs.append((study["image_path"], items))
+    return jobs, n
+
+
+def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: str, out: Path,
+                  limit: int | None = None, batch_size: int = 8, progress: bool = True,
+                  mode: str = "free") -> dict[str, Any]:
+    """Predict every pair of ``split`` (or the first ``limit``) into the JSONL ``out``; resumable.
+
+    ``mode`` (``free`` | ``teacher-forced``, recorded on every line) picks the model's ``predict_batch`` or its
+    ``predict_teacher_forced`` (masks from the ground-truth answers' ``[SEG]``, ILS.md §15.1).
+
+    ``images``: the root the pairs' image paths are relative to (None: the dataset's folder). Pairs already in
+    ``out`` are skipped. An unreadable image (or a failing batch) is appended to
+    ``<out>.failures.jsonl`` and the remaining pairs go on. Returns counts of written, skipped and failed pairs.
+    """
+    json_path = dataset if dataset.is_file() else dataset / DATASET_FILE
+    images = images if images is not None else json_path.parent
+    data = load_dataset(json_path)
+    if split not in data:
+        raise InputError(f"split {split!r} not in the dataset", json_path)
+    jobs, n = _split_jobs(data, split, limit)
+    failures_path = out.with_name(out.name + ".failures.jsonl")
+    counts = {"pairs": n, "written": 0, "skipped": 0, "failed": 0}
+    run = _mode_runner(model, mode)
+    with PredictionWriter(out, seg_mode=mode) as writer:
+        todo = [(rel, [p for p in items if p["pair_id"] not in writer.done]) for rel, items in jobs]
+        counts["skipped"] = n - sum(len(items) for _r, items in todo)
+        bar = tqdm(total=n - counts["skipped"], desc="predict", unit="pair", disable=not progress)
+        for rel, items in todo:
+            if not items:
+                continue
+            try:
+                image = read_image(images / rel)
+                for b in range(0, len(items), batch_size):
+                    chunk = items[b:b + batch_size]
+                    results = run([image] * len(chunk), chunk)
+                    for pair, res in zip(chunk, results, strict=True):
+                        writer.write(pair["pair_id"], res.answer, res.mask)
+                        counts["written"] += 1
+                    bar.update(len(chunk))
+            except InputError as exc:
+                left = [p for p in items if p["pair_id"] not in writer.done]
+                counts["failed"] += len(left)
+                bar.update(len(left))
+                record = {**Failure.from_exception(images / rel, "predict", exc).to_dict(),
+                          "pair_ids": [p["pair_id"] for p in left]}
+                with failures_path.open("a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(record) + "\n")
+        bar.close()
+    return counts
+
+
+def _mode_runner(model: IlsModel, mode: str) -> Any:
+    """``(images, pairs) -> outputs`` for a segmentation mode; a backend without teacher forcing is refused."""
+    if mode == "free":
+        return lambda images, pairs: model.predict_batch(images, [p["instruction"] for p in pairs])
+    if mode != "teacher-forced":
+        raise ConfigError(f"mode must be 'free' or 'teacher-forced', got {mode!r}")
+    if not hasattr(model, "predict_teacher_forced"):
+        raise ConfigError(f"the {getattr(model, 'name', '?')} backend has no teacher-forced mode (its masks do not "
+                          "come from a generated [SEG]); use --mode free")
+    return lambda images, pairs: model.predict_teacher_forced(images, [p["instruction"] for p in pairs],
+                                                              [p["answer"] for p in pairs])

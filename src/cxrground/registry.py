@@ -1,0 +1,122 @@
+"""Named backends of one kind (segmenters, detectors, deformers, models, clients ...) behind one helper.
+
+A :class:`Registry` maps a name to a *factory* (a class or a function) with a one-line help text. Factories
+stay lazy: a factory that needs a heavy library imports it inside itself, so listing names or help for
+the command line imports nothing heavy. :meth:`Registry.create` builds a backend by name and checks its
+options first, with the same wording in every registry:
+
+- an unknown name: ``unknown segmenter 'x'; choose one of: unet, given, masks``;
+- an option the factory does not take: ``segmenter 'unet' does not accept option 'x'; accepted: ...``;
+- a required option left out: ``segmenter 'masks' needs option 'root'``.
+
+The accepted options are read from the factory's signature. A factory that takes ``**kwargs`` must
+declare its options explicitly (``register(..., options=[...])``), so that a misspelt option is never
+swallowed silently.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, overload
+
+from cxrground.errors import ConfigError
+
+__all__ = ["Backend", "Registry"]
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Backend(Generic[T]):
+    """One registered backend: its name, factory, help line, accepted and required option names."""
+
+    name: str
+    factory: Callable[..., T]
+    help: str
+    options: tuple[str, ...]
+    required: tuple[str, ...] = ()
+
+
+def _signature_options(name: str, factory: Callable[..., Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Accepted and required keyword options of ``factory``; refuses ``**kwargs`` (options must be declared)."""
+    params = inspect.signature(factory).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        raise TypeError(f"backend {name!r}: its factory takes **kwargs, so register it with options=[...]")
+    named = [p for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    return (tuple(p.name for p in named), tuple(p.name for p in named if p.default is inspect.Parameter.empty))
+
+
+class Registry(Generic[T]):
+    """Backends of one ``kind`` (e.g. ``"segmenter"``) by name, in registration order."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._backends: dict[str, Backend[T]] = {}
+
+    @overload
+    def register(self, name: str, factory: None = None, *, help: str,
+                 options: Iterable[str] | None = None) -> Callable[[F], F]: ...
+
+    @overload
+    def register(self, name: str, factory: F, *, help: str, options: Iterable[str] | None = None) -> F: ...
+
+    def register(self, name: str, factory: Callable[..., Any] | None = None, *, help: str,
+                 options: Iterable[str] | None = None) -> Any:
+        """Add backend ``name``; without ``factory`` this is a decorator. ``options``: for ``**kwargs`` factories."""
+
+        def add(fn: F) -> F:
+            if name in self._backends:
+                raise ValueError(f"{self.kind} {name!r} is registered twice")
+            accepted, required = ((tuple(options), ()) if options is not None else _signature_options(name, fn))
+            self._backends[name] = Backend(name, fn, help, accepted, required)
+            return fn
+
+        return add if factory is None else add(factory)  # type: ignore[arg-type]
+
+    def names(self) -> tuple[str, ...]:
+        """Registered names in registration order (the CLI's choices)."""
+        return tuple(self._backends)
+
+    def help(self, sep: str = "\n") -> str:
+        """One ``name: help`` line per backend, joined by ``sep`` (for CLI help)."""
+        return sep.join(f"{b.name}: {b.help}" for b in self._backends.values())
+
+    def get(self, name: str) -> Backend[T]:
+        """The registered backend ``name``; an unknown name raises :class:`ConfigError`."""
+        try:
+            return self._backends[name]
+        except KeyError:
+            raise ConfigError(f"unknown {self.kind} {name!r}; choose one of: {', '.join(self._backends)}") from None
+
+    def options(self, name: str) -> tuple[str, ...]:
+        """Option names backend ``name`` accepts."""
+        return self.get(name).options
+
+    def check(self, name: str, options: Iterable[str] = ()) -> None:
+        """Raise :class:`ConfigError` for an unknown ``name``, an unaccepted option or a missing required one."""
+        backend = self.get(name)
+        given = list(options)
+        for option in given:
+            if option not in backend.options:
+                accepted = ", ".join(backend.options) if backend.options else "no options"
+                raise ConfigError(f"{self.kind} {name!r} does not accept option {option!r}; accepted: {accepted}")
+        missing = [r for r in backend.required if r not in given]
+        if missing:
+            raise ConfigError(f"{self.kind} {name!r} needs option {', '.join(repr(m) for m in missing)}")
+
+    def create(self, name: str, /, **options: Any) -> T:
+        """Build backend ``name`` with ``options`` after :meth:`check`."""
+        self.check(name, options)
+        return self._backends[name].factory(**options)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._backends
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._backends)
+
+    def __len__(self) -> int:
+        return len(self._backends)

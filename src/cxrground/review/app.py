@@ -1,0 +1,446 @@
+"""The review web app (FastAPI): login, a queue per reviewer, the ILS pair and CheXpercept case pages, statistics,
+and the JSON API behind them.
+
+Routes (everything but ``GET /healthz``, the login page and its stylesheet needs a signed-in user):
+
+* pages (session cookie; without one they redirect to ``/login``): ``GET /queue`` (progress, resume link),
+  ``GET /review/{assignment id}`` (pair or case page; its script reads the API), ``GET /stats`` (admins),
+  ``GET /login`` / ``POST /login`` (name + token), ``POST /logout``;
+* API (``Authorization: Bearer TOKEN`` or the session cookie; 401 JSON without): ``GET /api/me``,
+  ``GET /api/queue`` (the signed-in user's assignments, queue order), ``GET /api/assignments`` (own; an admin's:
+  all), ``GET /api/assignments/{id}``, ``GET /api/assignments/{id}/image/{n}`` (the item's n-th stored image as
+  PNG), ``POST /api/assignments/{id}/decision`` (JSON ``{part, decision, reason, mask}``), ``GET /api/stats``
+  (admins).
+
+Rules: a reviewer sees only their own assignments (another's id answers 404, as an unknown one); an admin sees
+every assignment but decides only on their own. A cookie-authenticated POST needs the session's CSRF token (the
+``csrf`` form field or the ``X-CSRF-Token`` header; the login form has its own double-submit token); a bearer
+request needs none (no ambient credential). Images are looked up by assignment id and index in the database:
+no request value is ever used as a file path. A decision is committed to SQLite (WAL, ``synchronous=FULL``)
+before the response is sent. Request bodies are limited to :data:`MAX_BODY_BYTES`. Every response carries a
+strict Content-Security-Policy (nothing loaded from elsewhere, no inline script) and ``Cache-Control:
+no-store`` (images and static files: private caching).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import html
+import io
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from cxrground import __version__
+from cxrground.errors import InputError
+from cxrground.io.image import read_image
+from cxrground.io.masks import decode_rle, encode_rle
+from cxrground.review.db import DECISIONS, REJECT_REASONS, Assignment, ReviewDB, User
+from cxrground.review.stats import review_stats, stats_html
+
+__all__ = ["MAX_BODY_BYTES", "STATIC_DIR", "create_app", "rle_runs", "serve"]
+
+STATIC_DIR: Final[Path] = Path(__file__).resolve().parent / "static"
+MAX_BODY_BYTES: Final[int] = 16 * 1024 * 1024
+SESSION_COOKIE: Final[str] = "crg_review_session"
+LOGIN_COOKIE: Final[str] = "crg_review_login"
+PAGE_CSP: Final[str] = ("default-src 'self'; img-src 'self' data: blob:; style-src 'self'; script-src 'self'; "
+                        "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+                        "frame-ancestors 'none'")
+_STATIC_FILES: Final[dict[str, str]] = {"review.js": "text/javascript", "review.css": "text/css"}
+_PUBLIC_STATIC: Final[frozenset[str]] = frozenset({"review.css"})
+_TOKEN_CACHE_SECONDS: Final[float] = 300.0
+
+
+class _AuthError(Exception):
+    """No (valid) credentials: 401 for the API, a redirect to the login page for pages."""
+
+
+class _Forbidden(Exception):
+    """Signed in, but not allowed (CSRF token missing or wrong, admin-only page)."""
+
+
+class _BadRequest(Exception):
+    """A request the app refuses with 400 and a reason."""
+
+
+@dataclass(frozen=True)
+class _Principal:
+    user: User
+    csrf: str | None  # None for bearer requests
+    session: str | None = None
+
+
+def rle_runs(mask: np.ndarray) -> list[int]:
+    """Uncompressed COCO RLE counts (column-major runs, starting with a run of zeros) of a boolean mask."""
+    flat = np.asarray(mask, dtype=bool).ravel(order="F")
+    change = np.flatnonzero(flat[1:] != flat[:-1]) + 1
+    bounds = np.concatenate([[0], change, [flat.size]])
+    runs = np.diff(bounds).tolist()
+    return [0, *runs] if flat.size and flat[0] else runs
+
+
+def _page(title: str, body: str, principal: _Principal | None = None, body_attrs: str = "") -> HTMLResponse:
+    nav = ""
+    if principal is not None:
+        links = "<a href='/queue'>Queue</a>" + (" <a href='/stats'>Statistics</a>" if principal.user.is_admin else "")
+        nav = (f"<nav>{links} <span class='who' id='who'>{html.escape(principal.user.name)} "
+               f"({html.escape(principal.user.role)})</span>"
+               f"<form method='post' action='/logout' class='inline'><input type='hidden' name='csrf' "
+               f"value='{html.escape(principal.csrf or '')}'><button id='logout'>Log out</button></form></nav>")
+    csrf_meta = f"<meta name='csrf-token' content='{html.escape(principal.csrf or '')}'>" if principal else ""
+    doc = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)} · cxrground "
+           f"review</title>{csrf_meta}<link rel='icon' href='data:,'><link rel='stylesheet' href='/static/review.css'>"
+           "</head>"
+           f"<body {body_attrs}>{nav}{body}<footer>cxrground {__version__}</footer></body></html>")
+    return HTMLResponse(doc)
+
+
+def _progress(assignments: list[Assignment]) -> tuple[int, int, Assignment | None]:
+    done = sum(a.done for a in assignments)
+    nxt = next((a for a in assignments if not a.done), None)
+    return done, len(assignments), nxt
+
+
+def _queue_entry(a: Assignment) -> dict[str, Any]:
+    return {"id": a.id, "key": a.item.key, "kind": a.item.kind, "lesion": a.item.lesion,
+            "item_type": a.item.item_type, "reviewer": a.user_name, "position": a.position, "done": a.done,
+            "parts": a.item.parts, "decided": sorted(a.decisions)}
+
+
+@functools.lru_cache(maxsize=32)
+def _cxr_png(path: str) -> bytes:
+    """The 8-bit grey PNG of a stored CXR path (any readable format: PNG, JPEG, DICOM)."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(read_image(path).pixels).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _stored_png(path: str) -> bytes:
+    data = Path(path).read_bytes()
+    if not data.startswith(b"\x89PNG\r\n\x1a\n"):
+        raise InputError("stored benchmark image is not a PNG", path)
+    return data
+
+
+def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False) -> FastAPI:
+    """The app over the review database ``db`` (``secure_cookies``: mark cookies Secure, behind HTTPS)."""
+    db = db if isinstance(db, ReviewDB) else ReviewDB(db)
+    app = FastAPI(title="cxrground review", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
+    token_cache: dict[str, tuple[User, float]] = {}
+
+    def bearer_user(header: str) -> User:
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise _AuthError("expected Authorization: Bearer TOKEN")
+        digest = hashlib.sha256(token.strip().encode("utf-8")).hexdigest()
+        hit = token_cache.get(digest)
+        if hit and hit[1] > time.monotonic():
+            return hit[0]
+        user = db.user_by_token(token.strip())
+        if user is None:
+            raise _AuthError("unknown or wrong token")
+        token_cache[digest] = (user, time.monotonic() + _TOKEN_CACHE_SECONDS)
+        return user
+
+    def principal(request: Request, *, allow_bearer: bool) -> _Principal:
+        header = request.headers.get("authorization")
+        if header and allow_bearer:
+            return _Principal(bearer_user(header), None)
+        session = request.cookies.get(SESSION_COOKIE, "")
+        found = db.session_user(session) if session else None
+        if found is None:
+            raise _AuthError("not signed in")
+        return _Principal(found[0], found[1], session)
+
+    def check_csrf(p: _Principal, supplied: str | None) -> None:
+        if p.csrf is None:
+            return  # bearer: no ambient credential to abuse
+        if not supplied or not hmac.compare_digest(supplied.encode(), p.csrf.encode()):
+            raise _Forbidden("CSRF token missing or wrong")
+
+    def visible(p: _Principal, assignment_id: int) -> Assignment:
+        found = db.assignment(assignment_id, p.user)
+        if found is None:
+            raise StarletteHTTPException(404, "no such assignment")
+        return found
+
+    async def bounded_body(request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            raise StarletteHTTPException(413, f"body over {MAX_BODY_BYTES} bytes")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise StarletteHTTPException(413, f"body over {MAX_BODY_BYTES} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def form_fields(request: Request) -> dict[str, str]:
+        from urllib.parse import parse_qs
+
+        if request.headers.get("content-type", "").split(";")[0].strip() != "application/x-www-form-urlencoded":
+            raise _BadRequest("expected a form post (application/x-www-form-urlencoded)")
+        parsed = parse_qs((await bounded_body(request)).decode("utf-8", "replace"), keep_blank_values=True)
+        return {k: v[0] for k, v in parsed.items()}
+
+    @app.middleware("http")
+    async def security_headers(request: Request, call_next: Any) -> Response:
+        response = await call_next(request)
+        response.headers.setdefault("Content-Security-Policy", PAGE_CSP)
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["X-Frame-Options"] = "DENY"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        response.headers.setdefault("Cache-Control", "no-store")
+        return response
+
+    @app.exception_handler(_AuthError)
+    async def on_auth(request: Request, exc: _AuthError) -> Response:
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": {"type": "unauthorized", "message": str(exc)}}, status_code=401,
+                                headers={"WWW-Authenticate": "Bearer"})
+        return RedirectResponse("/login", status_code=303)
+
+    @app.exception_handler(_Forbidden)
+    async def on_forbidden(request: Request, exc: _Forbidden) -> Response:
+        return JSONResponse({"error": {"type": "forbidden", "message": str(exc)}}, status_code=403)
+
+    @app.exception_handler(_BadRequest)
+    async def on_bad(request: Request, exc: _BadRequest) -> Response:
+        return JSONResponse({"error": {"type": "bad_request", "message": str(exc)}}, status_code=400)
+
+    @app.exception_handler(InputError)
+    async def on_input(request: Request, exc: InputError) -> Response:
+        return JSONResponse({"error": {"type": "bad_request", "message": exc.reason}}, status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http(request: Request, exc: StarletteHTTPException) -> Response:
+        return JSONResponse({"error": {"type": "http", "message": str(exc.detail)}}, status_code=exc.status_code)
+
+    # --- public ------------------------------------------------------------------------------------
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok", "version": __version__}
+
+    def login_page(error: str = "", status: int = 200) -> Response:
+        token = secrets.token_urlsafe(24)
+        body = ("<main class='login'><h1>cxrground review</h1>"
+                + (f"<p class='error' id='login-error'>{html.escape(error)}</p>" if error else "")
+                + "<form method='post' action='/login' id='login-form'>"
+                f"<input type='hidden' name='csrf' value='{token}'>"
+                "<label for='name'>Name</label><input id='name' name='name' autocomplete='username' required>"
+                "<label for='token'>Token</label><input id='token' name='token' type='password' "
+                "autocomplete='current-password' required><button id='login-button'>Sign in</button></form></main>")
+        response = _page("Sign in", body)
+        response.status_code = status
+        response.set_cookie(LOGIN_COOKIE, token, httponly=True, samesite="strict", secure=secure_cookies,
+                            max_age=3600)
+        return response
+
+    @app.get("/login")
+    def login_get() -> Response:
+        return login_page()
+
+    @app.post("/login")
+    async def login_post(request: Request) -> Response:
+        fields = await form_fields(request)
+        expected = request.cookies.get(LOGIN_COOKIE, "")
+        if not expected or not hmac.compare_digest(fields.get("csrf", "").encode(), expected.encode()):
+            raise _Forbidden("login form token missing or wrong (reload the login page)")
+        made = db.login(fields.get("name", ""), fields.get("token", "").strip())
+        if made is None:
+            return login_page("Unknown name or wrong token.", 401)
+        response = RedirectResponse("/queue", status_code=303)
+        response.set_cookie(SESSION_COOKIE, made[0], httponly=True, samesite="strict", secure=secure_cookies)
+        response.delete_cookie(LOGIN_COOKIE)
+        return response
+
+    @app.get("/static/{name}")
+    def static(name: str, request: Request) -> Response:
+        if name not in _STATIC_FILES:
+            raise StarletteHTTPException(404, "not found")
+        if name not in _PUBLIC_STATIC:
+            principal(request, allow_bearer=True)
+        return Response((STATIC_DIR / name).read_bytes(), media_type=_STATIC_FILES[name],
+                        headers={"Cache-Control": "private, max-age=60"})
+
+    # --- pages -------------------------------------------------------------------------------------
+
+    @app.post("/logout")
+    async def logout(request: Request) -> Response:
+        p = principal(request, allow_bearer=False)
+        check_csrf(p, (await form_fields(request)).get("csrf"))
+        db.logout(p.session or "")
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(SESSION_COOKIE)
+        return response
+
+    @app.get("/")
+    def root(request: Request) -> Response:
+        principal(request, allow_bearer=False)
+        return RedirectResponse("/queue", status_code=303)
+
+    @app.get("/queue")
+    def queue_page(request: Request) -> Response:
+        p = principal(request, allow_bearer=False)
+        mine = db.assignments(p.user)
+        done, total, nxt = _progress(mine)
+        pct = 100 * done / total if total else 100
+        body = [f"<main><h1>Review queue of {html.escape(p.user.name)}</h1>",
+                f"<p id='progress-text'>{done} of {total} done</p>"
+                f"<progress id='progress' max='{total}' value='{done}'>{pct:.0f} %</progress>"]
+        body.append(f"<p><a class='button' id='resume' href='/review/{nxt.id}'>Resume</a></p>" if nxt else
+                    "<p id='all-done'>Everything in this queue is reviewed.</p>")
+        rows = mine if not p.user.is_admin else db.assignments()
+        body.append("<table id='queue'><thead><tr><th>#</th><th>item</th><th>kind</th><th>lesion</th><th>type</th>"
+                    "<th>reviewer</th><th>status</th></tr></thead><tbody>")
+        for a in rows:
+            state = "done" if a.done else (f"{len(a.decisions)}/{len(a.item.parts)}" if a.decisions else "open")
+            body.append(f"<tr data-id='{a.id}' data-state='{'done' if a.done else 'open'}'><td>{a.position + 1}</td>"
+                        f"<td><a href='/review/{a.id}'>{html.escape(a.item.key)}</a></td>"
+                        f"<td>{a.item.kind}</td><td>{html.escape(a.item.lesion)}</td>"
+                        f"<td>{html.escape(a.item.item_type)}</td><td>{html.escape(a.user_name)}</td>"
+                        f"<td>{state}</td></tr>")
+        body.append("</tbody></table></main>")
+        return _page("Queue", "".join(body), p)
+
+    @app.get("/review/{assignment_id}")
+    def review_page(assignment_id: int, request: Request) -> Response:
+        p = principal(request, allow_bearer=False)
+        a = visible(p, assignment_id)
+        body = (f"<main id='app' data-assignment='{a.id}' data-kind='{a.item.kind}'>"
+                f"<h1 id='title'>{html.escape(a.item.key)}</h1><p id='status' class='sub'>loading…</p>"
+                f"<div id='content'></div></main><script src='/static/review.js'></script>")
+        return _page(a.item.key, body, p, "data-ready='false'")
+
+    @app.get("/stats")
+    def stats_page(request: Request) -> Response:
+        p = principal(request, allow_bearer=False)
+        if not p.user.is_admin:
+            raise _Forbidden("the statistics page is for admins")
+        return _page("Statistics", f"<main><h1>Review statistics</h1>{stats_html(review_stats(db))}</main>", p)
+
+    # --- API ---------------------------------------------------------------------------------------
+
+    @app.get("/api/me")
+    def me(request: Request) -> dict[str, Any]:
+        p = principal(request, allow_bearer=True)
+        return {"name": p.user.name, "role": p.user.role}
+
+    @app.get("/api/queue")
+    def api_queue(request: Request) -> dict[str, Any]:
+        p = principal(request, allow_bearer=True)
+        mine = db.assignments(p.user)
+        done, total, nxt = _progress(mine)
+        return {"user": p.user.name, "done": done, "total": total, "next": nxt.id if nxt else None,
+                "assignments": [_queue_entry(a) for a in mine]}
+
+    @app.get("/api/assignments")
+    def api_assignments(request: Request) -> dict[str, Any]:
+        p = principal(request, allow_bearer=True)
+        rows = db.assignments() if p.user.is_admin else db.assignments(p.user)
+        return {"assignments": [_queue_entry(a) for a in rows]}
+
+    @app.get("/api/assignments/{assignment_id}")
+    def api_assignment(assignment_id: int, request: Request) -> dict[str, Any]:
+        p = principal(request, allow_bearer=True)
+        a = visible(p, assignment_id)
+        item = a.item
+        shape = (item.height, item.width)
+        own = a.decisions.get("pair", {})
+        mask = own.get("mask") if own.get("decision") == "correct" and own.get("mask") else item.mask
+        queue = db.assignments(p.user) if a.user_id == p.user.id else [a]
+        pos = next((i for i, q in enumerate(queue) if q.id == a.id), 0)
+        later = [q for q in queue[pos + 1:] + queue[:pos] if not q.done]
+        return {
+            "id": a.id, "key": item.key, "kind": item.kind, "lesion": item.lesion, "item_type": item.item_type,
+            "positive": item.positive, "height": item.height, "width": item.width, "reviewer": a.user_name,
+            "editable": a.user_id == p.user.id, "images": [{"index": i, "label": im.get("label", "")}
+                                                            for i, im in enumerate(item.images)],
+            "payload": item.payload, "parts": item.parts, "reasons": list(REJECT_REASONS[item.kind]),
+            "decisions": {k: {"decision": v["decision"], "reason": v["reason"]} for k, v in a.decisions.items()},
+            "mask": {"size": list(shape), "counts": rle_runs(decode_rle(mask, shape))} if mask else None,
+            "generated_mask": ({"size": list(shape), "counts": rle_runs(decode_rle(item.mask, shape))}
+                               if item.mask else None),
+            "position": pos, "total": len(queue), "prev": queue[pos - 1].id if pos > 0 else None,
+            "next_open": later[0].id if later else None,
+        }
+
+    @app.get("/api/assignments/{assignment_id}/image/{index}")
+    def api_image(assignment_id: int, index: int, request: Request) -> Response:
+        p = principal(request, allow_bearer=True)
+        a = visible(p, assignment_id)
+        if not 0 <= index < len(a.item.images):
+            raise StarletteHTTPException(404, "no such image")
+        stored = a.item.images[index]
+        data = _cxr_png(stored["path"]) if stored.get("role") == "cxr" else _stored_png(stored["path"])
+        return Response(data, media_type="image/png", headers={"Cache-Control": "private, max-age=600"})
+
+    @app.post("/api/assignments/{assignment_id}/decision")
+    async def api_decision(assignment_id: int, request: Request) -> dict[str, Any]:
+        p = principal(request, allow_bearer=True)
+        check_csrf(p, request.headers.get("x-csrf-token"))
+        a = visible(p, assignment_id)
+        if a.user_id != p.user.id:
+            raise _Forbidden("only the assigned reviewer decides on an assignment")
+        try:
+            body = json.loads(await bounded_body(request))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise _BadRequest(f"body is not JSON ({exc})") from exc
+        if not isinstance(body, dict):
+            raise _BadRequest("body must be a JSON object {part, decision, reason, mask}")
+        part, decision, reason = body.get("part"), body.get("decision"), body.get("reason") or ""
+        if part not in a.item.parts:
+            raise _BadRequest(f"part must be one of {a.item.parts}, got {part!r}")
+        if decision not in DECISIONS:
+            raise _BadRequest(f"decision must be one of {list(DECISIONS)}, got {decision!r}")
+        rle = None
+        if decision == "reject":
+            if reason not in REJECT_REASONS[a.item.kind]:
+                raise _BadRequest(f"a rejection needs a reason from {list(REJECT_REASONS[a.item.kind])}")
+        else:
+            reason = ""
+        if decision == "correct":
+            if a.item.kind != "ils" or not a.item.positive:
+                raise _BadRequest("only the mask of a positive ILS pair can be corrected")
+            if not isinstance(body.get("mask"), dict):
+                raise _BadRequest("a correction needs 'mask': {size: [H, W], counts: [...]} at the native size")
+            rle = encode_rle(decode_rle(body["mask"], (a.item.height, a.item.width)))
+        decision_id = db.record(a.id, str(part), decision, reason, rle)  # committed before we answer
+        after = db.assignment(a.id, p.user)
+        queue = db.assignments(p.user)
+        done, total, nxt = _progress(queue)
+        return {"ok": True, "decision_id": decision_id, "assignment_done": bool(after and after.done),
+                "done": done, "total": total, "next_open": nxt.id if nxt else None}
+
+    @app.get("/api/stats")
+    def api_stats(request: Request) -> dict[str, Any]:
+        p = principal(request, allow_bearer=True)
+        if not p.user.is_admin:
+            raise _Forbidden("statistics are for admins")
+        return review_stats(db)
+
+    return app
+
+
+def serve(db_path: str | Path, host: str = "127.0.0.1", port: int = 8765, *, log_level: str = "info",
+          limit_concurrency: int = 32) -> None:
+    """Run the app with uvicorn until interrupted (bounded: ``limit_concurrency`` open requests at most)."""
+    import uvicorn
+
+    uvicorn.run(create_app(db_path), host=host, port=port, log_level=log_level, limit_concurrency=limit_concurrency,
+                timeout_keep_alive=5)

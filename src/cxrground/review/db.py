@@ -1,0 +1,362 @@
+"""The review database: one SQLite file in WAL mode holding users, review items, assignments and decisions.
+
+* **Durability**: every write is its own transaction committed (``synchronous=FULL``) before the function
+  returns, so a server killed after answering keeps every acknowledged decision. One connection per call
+  (:meth:`ReviewDB.connect`): connections are never shared between threads; concurrent writers wait on
+  SQLite's lock (``busy_timeout``).
+* **Users and tokens**: a token is ``rv<user id>_<secret>`` (the secret: 32 random bytes, URL-safe); only a
+  salted PBKDF2-SHA256 hash of the secret is stored and it is compared with :func:`hmac.compare_digest`.
+  Sessions (browser login) are random tokens stored as their SHA-256 (they are 256-bit random, so a fast
+  hash is enough), with a per-session CSRF token.
+* **Items**: ``kind`` ``ils`` (one MIMIC-ILS pair, one decision part :data:`ILS_PART`) or ``bench`` (one
+  CheXpercept case; one decision part per question, named as the §1.4 task rows of
+  :data:`cxrground.percept.cases.TASKS`). ``key`` is the CheXpercept ``key_id`` ``{lesion}_{pair_id}``, the key
+  ``percept build --review`` reads. Image files are stored as absolute paths at import time and served by
+  item id and index: nothing a request carries ever becomes a path.
+* **Decisions**: ``accept``, ``reject`` (with a reason from :data:`REJECT_REASONS`) or, for a positive ILS pair,
+  ``correct`` with the reviewer's mask (COCO RLE at the image's native size). A reviewer's later decision on
+  the same part replaces the earlier one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from cxrground.errors import ConfigError, InputError
+
+__all__ = [
+    "DECISIONS",
+    "ILS_PART",
+    "KINDS",
+    "REJECT_REASONS",
+    "ROLES",
+    "SESSION_SECONDS",
+    "Assignment",
+    "Item",
+    "ReviewDB",
+    "User",
+]
+
+ROLES: Final[tuple[str, str]] = ("reviewer", "admin")
+KINDS: Final[tuple[str, str]] = ("ils", "bench")
+DECISIONS: Final[tuple[str, str, str]] = ("accept", "reject", "correct")
+#: The single decision part of an ILS pair.
+ILS_PART: Final[str] = "pair"
+#: The short lists of rejection reasons offered by the pages, per item kind.
+REJECT_REASONS: Final[dict[str, tuple[str, ...]]] = {
+    "ils": ("wrong lesion", "wrong location", "mask inaccurate", "not supported by the report",
+            "image unreadable", "other"),
+    "bench": ("wrong answer key", "ambiguous question", "image unclear", "overlay or points wrong", "other"),
+}
+SESSION_SECONDS: Final[int] = 12 * 3600
+_PBKDF2_ITERATIONS: Final[int] = 120_000
+_SCHEMA: Final[str] = """
+CREATE TABLE IF NOT EXISTS users(
+  id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, role TEXT NOT NULL CHECK(role IN ('reviewer', 'admin')),
+  salt BLOB NOT NULL, token_hash BLOB NOT NULL, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions(
+  id_hash TEXT PRIMARY KEY, user_id INTEGER NOT NULL REFERENCES users(id), csrf TEXT NOT NULL,
+  expires REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS items(
+  id INTEGER PRIMARY KEY, kind TEXT NOT NULL CHECK(kind IN ('ils', 'bench')), key TEXT NOT NULL UNIQUE,
+  lesion TEXT NOT NULL, item_type TEXT NOT NULL, positive INTEGER NOT NULL, source TEXT NOT NULL,
+  height INTEGER NOT NULL, width INTEGER NOT NULL, images TEXT NOT NULL, payload TEXT NOT NULL, mask TEXT);
+CREATE TABLE IF NOT EXISTS assignments(
+  id INTEGER PRIMARY KEY, item_id INTEGER NOT NULL REFERENCES items(id),
+  user_id INTEGER NOT NULL REFERENCES users(id), position INTEGER NOT NULL, UNIQUE(item_id, user_id));
+CREATE TABLE IF NOT EXISTS decisions(
+  id INTEGER PRIMARY KEY, assignment_id INTEGER NOT NULL REFERENCES assignments(id), part TEXT NOT NULL,
+  decision TEXT NOT NULL CHECK(decision IN ('accept', 'reject', 'correct')), reason TEXT NOT NULL DEFAULT '',
+  mask TEXT, updated REAL NOT NULL, UNIQUE(assignment_id, part));
+CREATE INDEX IF NOT EXISTS assignments_user ON assignments(user_id, position);
+"""
+
+
+@dataclass(frozen=True)
+class User:
+    """A reviewer or an admin."""
+
+    id: int
+    name: str
+    role: str
+
+    @property
+    def is_admin(self) -> bool:
+        """True for the ``admin`` role."""
+        return self.role == "admin"
+
+
+@dataclass(frozen=True)
+class Item:
+    """One thing to review: an ILS pair or a CheXpercept case."""
+
+    id: int
+    kind: str
+    key: str
+    lesion: str
+    item_type: str
+    positive: bool
+    source: str
+    height: int
+    width: int
+    images: list[dict[str, str]]
+    """``[{"path": absolute path, "role": "cxr" | "png", "label": ...}]``; served by index."""
+    payload: dict[str, Any]
+    mask: dict[str, Any] | None
+    """The generated mask (COCO RLE, native size), ILS positives only."""
+
+    @property
+    def parts(self) -> list[str]:
+        """The decision parts of this item."""
+        return list(self.payload.get("parts") or [ILS_PART])
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One item in one reviewer's queue, with that reviewer's decisions ``{part: row}``."""
+
+    id: int
+    item: Item
+    user_id: int
+    user_name: str
+    position: int
+    decisions: dict[str, dict[str, Any]]
+
+    @property
+    def done(self) -> bool:
+        """True when every part of the item has a decision."""
+        return all(p in self.decisions for p in self.item.parts)
+
+
+def _hash_secret(secret: str, salt: bytes) -> bytes:
+    return hashlib.pbkdf2_hmac("sha256", secret.encode("utf-8"), salt, _PBKDF2_ITERATIONS)
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _item(row: sqlite3.Row) -> Item:
+    return Item(id=row["id"], kind=row["kind"], key=row["key"], lesion=row["lesion"], item_type=row["item_type"],
+                positive=bool(row["positive"]), source=row["source"], height=row["height"], width=row["width"],
+                images=json.loads(row["images"]), payload=json.loads(row["payload"]),
+                mask=json.loads(row["mask"]) if row["mask"] else None)
+
+
+class ReviewDB:
+    """The review database at ``path`` (created with :meth:`create`, opened with the constructor)."""
+
+    def __init__(self, path: str | Path, *, must_exist: bool = True) -> None:
+        self.path = Path(path)
+        if must_exist and not self.path.is_file():
+            raise InputError("review database not found (create it with `cxrground review add-user`)", self.path)
+        try:
+            con = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise InputError(f"cannot open the review database ({exc})", self.path) from exc
+        try:
+            mode = con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise ConfigError(f"{self.path}: SQLite refused WAL mode (got {mode})")
+            con.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise InputError(f"not a review database ({exc})", self.path) from exc
+        finally:
+            con.close()
+
+    @classmethod
+    def create(cls, path: str | Path) -> ReviewDB:
+        """Open ``path``, creating the file and its schema when missing."""
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return cls(path, must_exist=False)
+
+    @contextmanager
+    def connect(self) -> Iterator[sqlite3.Connection]:
+        """A fresh connection; the block is one transaction, committed (durably) on success."""
+        con = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        con.row_factory = sqlite3.Row
+        try:
+            con.execute("PRAGMA busy_timeout=30000")
+            con.execute("PRAGMA synchronous=FULL")
+            con.execute("PRAGMA foreign_keys=ON")
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                yield con
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            raise InputError(f"review database error ({exc})", self.path) from exc
+        finally:
+            con.close()
+
+    # --- users, tokens, sessions ------------------------------------------------------------------
+
+    def add_user(self, name: str, role: str = "reviewer") -> tuple[User, str]:
+        """Create a user; returns it and its token (shown once, only its hash is stored)."""
+        name = name.strip()
+        if not name or len(name) > 64 or not all(c.isalnum() or c in "._-" for c in name):
+            raise ConfigError(f"user name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
+        if role not in ROLES:
+            raise ConfigError(f"role {role!r} is not one of {', '.join(ROLES)}")
+        secret = secrets.token_urlsafe(32)
+        salt = secrets.token_bytes(16)
+        with self.connect() as con:
+            if con.execute("SELECT 1 FROM users WHERE name = ?", (name,)).fetchone():
+                raise ConfigError(f"user {name!r} already exists in {self.path}")
+            cur = con.execute("INSERT INTO users(name, role, salt, token_hash, created) VALUES (?, ?, ?, ?, ?)",
+                              (name, role, salt, _hash_secret(secret, salt), time.time()))
+            user = User(int(cur.lastrowid or 0), name, role)
+        return user, f"rv{user.id}_{secret}"
+
+    def users(self) -> list[User]:
+        """Every user, by id."""
+        with self.connect() as con:
+            rows = con.execute("SELECT id, name, role FROM users ORDER BY id").fetchall()
+        return [User(r["id"], r["name"], r["role"]) for r in rows]
+
+    def user_by_token(self, token: str) -> User | None:
+        """The user holding ``token``, or None (malformed, unknown or wrong)."""
+        head, sep, secret = token.partition("_")
+        if not sep or not head.startswith("rv") or not head[2:].isdigit() or not secret or len(token) > 200:
+            return None
+        with self.connect() as con:
+            row = con.execute("SELECT id, name, role, salt, token_hash FROM users WHERE id = ?",
+                              (int(head[2:]),)).fetchone()
+        if row is None or not hmac.compare_digest(_hash_secret(secret, row["salt"]), row["token_hash"]):
+            return None
+        return User(row["id"], row["name"], row["role"])
+
+    def login(self, name: str, token: str) -> tuple[str, str] | None:
+        """Check ``name`` + ``token``; a new session ``(session token, csrf token)`` or None."""
+        user = self.user_by_token(token)
+        if user is None or not hmac.compare_digest(user.name.encode(), name.strip().encode()):
+            return None
+        session, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+        with self.connect() as con:
+            con.execute("DELETE FROM sessions WHERE expires < ?", (time.time(),))
+            con.execute("INSERT INTO sessions(id_hash, user_id, csrf, expires) VALUES (?, ?, ?, ?)",
+                        (_sha256(session), user.id, csrf, time.time() + SESSION_SECONDS))
+        return session, csrf
+
+    def session_user(self, session: str) -> tuple[User, str] | None:
+        """``(user, csrf token)`` of a live session, or None."""
+        if not session or len(session) > 200:
+            return None
+        with self.connect() as con:
+            row = con.execute("SELECT u.id, u.name, u.role, s.csrf FROM sessions s JOIN users u ON u.id = s.user_id "
+                              "WHERE s.id_hash = ? AND s.expires > ?", (_sha256(session), time.time())).fetchone()
+        return (User(row["id"], row["name"], row["role"]), row["csrf"]) if row else None
+
+    def logout(self, session: str) -> None:
+        """End a session."""
+        with self.connect() as con:
+            con.execute("DELETE FROM sessions WHERE id_hash = ?", (_sha256(session),))
+
+    # --- items and assignments ----------------------------------------------------------------------
+
+    def add_items(self, items: Sequence[dict[str, Any]]) -> list[int]:
+        """Insert new items (dicts with :class:`Item`'s fields but ``id``); keys already present are skipped.
+
+        Returns the ids of the inserted items, in order."""
+        ids: list[int] = []
+        with self.connect() as con:
+            for it in items:
+                if it["kind"] not in KINDS:
+                    raise ConfigError(f"item kind {it['kind']!r} is not one of {KINDS}")
+                if con.execute("SELECT 1 FROM items WHERE key = ?", (it["key"],)).fetchone():
+                    continue
+                cur = con.execute(
+                    "INSERT INTO items(kind, key, lesion, item_type, positive, source, height, width, images, "
+                    "payload, mask) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (it["kind"], it["key"], it["lesion"], it["item_type"], int(it["positive"]), it["source"],
+                     int(it["height"]), int(it["width"]), json.dumps(it["images"]),
+                     json.dumps(it["payload"], ensure_ascii=False),
+                     json.dumps(it["mask"]) if it.get("mask") else None))
+                ids.append(int(cur.lastrowid or 0))
+        return ids
+
+    def assign(self, item_ids: Sequence[int], per_item: int) -> int:
+        """Give each item to ``per_item`` distinct reviewers, least-loaded first (ties by user id);
+        returns the number of assignments made."""
+        with self.connect() as con:
+            reviewers = [r["id"] for r in con.execute("SELECT id FROM users WHERE role = 'reviewer' ORDER BY id")]
+            if per_item < 1:
+                raise ConfigError(f"--per-item must be at least 1, got {per_item}")
+            if len(reviewers) < per_item:
+                raise ConfigError(f"{per_item} reviewers per item requested but {self.path} has "
+                                  f"{len(reviewers)} reviewer(s); add them with `cxrground review add-user`")
+            load = {uid: 0 for uid in reviewers}
+            nxt = dict.fromkeys(reviewers, 0)
+            for r in con.execute("SELECT user_id, COUNT(*) AS n, MAX(position) AS last FROM assignments "
+                                 "GROUP BY user_id"):
+                if r["user_id"] in load:
+                    load[r["user_id"]], nxt[r["user_id"]] = r["n"], r["last"] + 1
+            made = 0
+            for item_id in item_ids:
+                chosen = sorted(reviewers, key=lambda u: (load[u], u))[:per_item]
+                for uid in chosen:
+                    con.execute("INSERT OR IGNORE INTO assignments(item_id, user_id, position) VALUES (?, ?, ?)",
+                                (item_id, uid, nxt[uid]))
+                    load[uid] += 1
+                    nxt[uid] += 1
+                    made += 1
+        return made
+
+    def items(self) -> list[Item]:
+        """Every item, by id."""
+        with self.connect() as con:
+            return [_item(r) for r in con.execute("SELECT * FROM items ORDER BY id")]
+
+    def _assignments(self, where: str, args: tuple[Any, ...]) -> list[Assignment]:
+        with self.connect() as con:
+            rows = con.execute("SELECT a.id AS aid, a.user_id, a.position, u.name AS uname, i.* FROM assignments a "
+                               "JOIN items i ON i.id = a.item_id JOIN users u ON u.id = a.user_id "
+                               f"WHERE {where} ORDER BY a.user_id, a.position", args).fetchall()
+            ids = [r["aid"] for r in rows]
+            decided: dict[int, dict[str, dict[str, Any]]] = {i: {} for i in ids}
+            for d in con.execute("SELECT assignment_id, part, decision, reason, mask, updated FROM decisions"):
+                if d["assignment_id"] in decided:
+                    decided[d["assignment_id"]][d["part"]] = {
+                        "decision": d["decision"], "reason": d["reason"], "updated": d["updated"],
+                        "mask": json.loads(d["mask"]) if d["mask"] else None}
+        return [Assignment(r["aid"], _item(r), r["user_id"], r["uname"], r["position"], decided[r["aid"]])
+                for r in rows]
+
+    def assignments(self, user: User | None = None) -> list[Assignment]:
+        """The assignments of ``user`` in queue order, or every assignment when ``user`` is None."""
+        if user is None:
+            return self._assignments("1 = 1", ())
+        return self._assignments("a.user_id = ?", (user.id,))
+
+    def assignment(self, assignment_id: int, viewer: User) -> Assignment | None:
+        """Assignment ``assignment_id`` if ``viewer`` may see it (their own, or any for an admin), else None."""
+        if viewer.is_admin:
+            found = self._assignments("a.id = ?", (assignment_id,))
+        else:
+            found = self._assignments("a.id = ? AND a.user_id = ?", (assignment_id, viewer.id))
+        return found[0] if found else None
+
+    def record(self, assignment_id: int, part: str, decision: str, reason: str = "",
+               mask: dict[str, Any] | None = None) -> int:
+        """Store (or replace) one decision and commit it before returning; returns the decision row id."""
+        with self.connect() as con:
+            con.execute(
+                "INSERT INTO decisions(assignment_id, part, decision, reason, mask, updated) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT(assignment_id, part) DO UPDATE SET decision = excluded.decision, "
+                "reason = excluded.reason, mask = excluded.mask, updated = excluded.updated",
+                (assignment_id, part, decision, reason, json.dumps(mask) if mask else None, time.time()))
+            row = con.execute("SELECT id FROM decisions WHERE assignment_id = ? AND part = ?",
+                              (assignment_id, part)).fetchone()
+        return int(row["id"])

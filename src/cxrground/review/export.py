@@ -1,0 +1,183 @@
+"""Export of review decisions: ``decisions.csv`` for ``percept build --review``, corrected masks, and the ILS
+card's review section.
+
+* ``decisions.csv`` has the header and first three columns that :func:`cxrground.percept.cases.read_review`
+  reads (``key_id,decision,reviewer``; one row per item, extra columns are ignored by that reader): ``key_id`` is
+  the CheXpercept key ``{lesion}_{pair_id}``, ``decision`` the consensus (:func:`cxrground.review.stats.consensus`;
+  for a benchmark case ``reject`` when any question's consensus rejects, ``accept`` when every question's
+  accepts, blank while a question is undecided; blank for an item nobody decided) and ``reviewer`` the names of
+  the reviewers who decided, joined by ``;``. Extra columns: ``kind, lesion, item_type, pair_id, ratings,
+  accepted, corrected, rejected, reasons, corrected_mask``.
+* **Corrected masks** (``--masks DIR``): for an ILS pair kept by consensus and corrected by at least one
+  reviewer, a pixelwise vote over the masks of the reviewers who kept it (``accept`` votes for the generated
+  mask; a pixel is set when at least half the votes set it), written as ``DIR/<key_id>.png`` (0/255, native
+  size) and indexed in ``DIR/masks.jsonl`` (COCO RLE). ``DIR/candidates.jsonl`` is in the predictions format
+  that ``percept build --candidates`` reads: every imported positive pair with its corrected mask when there is
+  one, else its generated mask, so the benchmark is built from the corrected masks.
+* **ILS card** (``--card ILS_DIR``): ``ILS_DIR/review.json`` (:data:`cxrground.ils.card.REVIEW_FILE`) with the
+  reviewed share per split, the acceptance and the agreement, and the "Review status" section of
+  ``ILS_DIR/card.md`` rewritten from it (a later ``ils build`` resume keeps it).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cxrground.errors import InputError
+from cxrground.ils.card import REVIEW_FILE, with_review_section
+from cxrground.ils.layout import DATASET_FILE
+from cxrground.ils.schema import SPLITS, load_dataset
+from cxrground.io.files import atomic_write_text
+from cxrground.io.masks import decode_rle, encode_rle, write_mask_png
+from cxrground.review.db import Assignment, Item, ReviewDB
+from cxrground.review.stats import consensus, fleiss_of, pairwise_cohen, ratings_of
+
+__all__ = ["CSV_COLUMNS", "corrected_mask", "decision_rows", "ils_card_summary", "write_card", "write_decisions",
+           "write_masks"]
+
+CSV_COLUMNS = ("key_id", "decision", "reviewer", "kind", "lesion", "item_type", "pair_id", "ratings", "accepted",
+               "corrected", "rejected", "reasons", "corrected_mask")
+
+
+def _by_item(db: ReviewDB) -> tuple[list[Item], dict[int, list[Assignment]]]:
+    groups: dict[int, list[Assignment]] = defaultdict(list)
+    for a in db.assignments():
+        groups[a.item.id].append(a)
+    return db.items(), groups
+
+
+def _item_decision(item: Item, assignments: Sequence[Assignment]) -> str:
+    per_part = [consensus(a.decisions[p]["decision"] for a in assignments if p in a.decisions) for p in item.parts]
+    if "reject" in per_part:
+        return "reject"
+    return "accept" if per_part and all(d == "accept" for d in per_part) else ""
+
+
+def corrected_mask(item: Item, assignments: Sequence[Assignment]) -> np.ndarray | None:
+    """The vote over the keepers' masks (module docstring), or None when nobody corrected the pair."""
+    shape = (item.height, item.width)
+    votes = []
+    for a in assignments:
+        d = a.decisions.get("pair")
+        if d is None or d["decision"] == "reject":
+            continue
+        if d["decision"] == "correct" and d["mask"]:
+            votes.append(("correct", decode_rle(d["mask"], shape)))
+        elif item.mask:
+            votes.append(("accept", decode_rle(item.mask, shape)))
+    if not any(kind == "correct" for kind, _ in votes):
+        return None
+    stack = np.stack([m for _, m in votes])
+    return stack.sum(axis=0) * 2 >= len(votes)
+
+
+def decision_rows(db: ReviewDB) -> list[dict[str, Any]]:
+    """One export row per item (columns :data:`CSV_COLUMNS`), in import order."""
+    items, groups = _by_item(db)
+    rows = []
+    for item in items:
+        assigned = groups.get(item.id, [])
+        decided = [(a.user_name, p, a.decisions[p]) for a in assigned for p in item.parts if p in a.decisions]
+        decision = _item_decision(item, assigned)
+        reasons = sorted({(f"{p}: " if item.kind == "bench" else "") + d["reason"]
+                          for _, p, d in decided if d["decision"] == "reject" and d["reason"]})
+        has_fix = item.kind == "ils" and decision == "accept" and any(d["decision"] == "correct" for *_, d in decided)
+        rows.append({
+            "key_id": item.key, "decision": decision, "reviewer": ";".join(sorted({n for n, _, _ in decided})),
+            "kind": item.kind, "lesion": item.lesion, "item_type": item.item_type,
+            "pair_id": item.payload.get("pair_id", ""), "ratings": len(decided),
+            "accepted": sum(d["decision"] == "accept" for *_, d in decided),
+            "corrected": sum(d["decision"] == "correct" for *_, d in decided),
+            "rejected": sum(d["decision"] == "reject" for *_, d in decided),
+            "reasons": "; ".join(reasons), "corrected_mask": f"{item.key}.png" if has_fix else ""})
+    return rows
+
+
+def write_decisions(db: ReviewDB, out: str | Path) -> list[dict[str, Any]]:
+    """Write ``decisions.csv`` (atomically); returns its rows."""
+    rows = decision_rows(db)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(Path(out), buf.getvalue())
+    return rows
+
+
+def write_masks(db: ReviewDB, folder: str | Path) -> dict[str, int]:
+    """Write the corrected masks, ``masks.jsonl`` and ``candidates.jsonl`` into ``folder``; returns counts."""
+    folder = Path(folder)
+    items, groups = _by_item(db)
+    index, candidates = [], []
+    for item in items:
+        if item.kind != "ils" or not item.positive:
+            continue
+        assigned = groups.get(item.id, [])
+        fixed = corrected_mask(item, assigned) if _item_decision(item, assigned) == "accept" else None
+        if fixed is not None:
+            write_mask_png(folder / f"{item.key}.png", fixed)
+            rle = encode_rle(fixed)
+            index.append({"key_id": item.key, "pair_id": item.payload["pair_id"], "path": f"{item.key}.png",
+                          "rle": rle})
+        else:
+            rle = item.mask
+        candidates.append({"pair_id": item.payload["pair_id"], "answer": item.payload["answer"], "mask": rle})
+    atomic_write_text(folder / "masks.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in index))
+    atomic_write_text(folder / "candidates.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in candidates))
+    return {"corrected": len(index), "candidates": len(candidates)}
+
+
+def ils_card_summary(db: ReviewDB, ils_dir: str | Path) -> dict[str, Any]:
+    """The ILS card's review figures for the dataset in ``ils_dir`` (items imported from it only)."""
+    ils_dir = Path(ils_dir).resolve()
+    data = load_dataset(ils_dir / DATASET_FILE)
+    items, groups = _by_item(db)
+    mine = [i for i in items if i.kind == "ils" and Path(i.source) == ils_dir]
+    if not mine:
+        raise InputError("no review item of the database was imported from this ILS folder", ils_dir)
+    assignments = [a for i in mine for a in groups.get(i.id, [])]
+    ratings = ratings_of(assignments)
+    decided = {i.id: _item_decision(i, groups.get(i.id, [])) for i in mine}
+    splits = {}
+    for split in SPLITS:
+        total = sum(len(s["instruction_answer_pairs"].get("positive_pairs", []))
+                    + len(s["instruction_answer_pairs"].get("negative_pairs", []))
+                    for s in (data.get(split) or {}).values())
+        in_split = [i for i in mine if i.payload.get("split") == split]
+        reviewed = [i for i in in_split if decided[i.id]]
+        accepted = sum(decided[i.id] == "accept" for i in reviewed)
+        splits[split] = {"pairs": total, "imported": len(in_split), "reviewed": len(reviewed),
+                         "reviewed_share": len(reviewed) / total if total else None,
+                         "accepted": accepted, "acceptance": accepted / len(reviewed) if reviewed else None}
+    fk, fk_units = fleiss_of(ratings)
+    cohen = [p for p in pairwise_cohen(ratings) if p["kappa"] == p["kappa"]]
+    reviewed_all = [i for i in mine if decided[i.id]]
+    return {
+        "reviewers": sorted({r.reviewer for r in ratings}), "ratings": len(ratings), "splits": splits,
+        "reviewed": len(reviewed_all),
+        "accepted": sum(decided[i.id] == "accept" for i in reviewed_all),
+        "corrected": sum(1 for i in mine if i.positive and decided[i.id] == "accept"
+                         and corrected_mask(i, groups.get(i.id, [])) is not None),
+        "fleiss_kappa": None if fk != fk else fk, "fleiss_units": fk_units,
+        "mean_cohen_kappa": sum(p["kappa"] for p in cohen) / len(cohen) if cohen else None,
+        "consensus_rule": "strict majority of the ratings keeps (accept or correct); ties reject",
+    }
+
+
+def write_card(db: ReviewDB, ils_dir: str | Path, source: str) -> dict[str, Any]:
+    """Write ``ILS_DIR/review.json`` and rewrite the card's review section; returns the summary."""
+    ils_dir = Path(ils_dir)
+    summary = {"source": source, **ils_card_summary(db, ils_dir)}
+    atomic_write_text(ils_dir / REVIEW_FILE, json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    card = ils_dir / "card.md"
+    if card.is_file():
+        atomic_write_text(card, with_review_section(card.read_text(encoding="utf-8"), summary))
+    return summary

@@ -1,0 +1,150 @@
+"""Review items from an ILS dataset folder (one item per instruction-answer pair) or a CheXpercept benchmark
+(one item per case, one decision part per question as the model is asked it).
+
+Both give item dicts for :meth:`cxrground.review.db.ReviewDB.add_items`. Every image is located, checked to
+exist (benchmark images also to lie inside the benchmark folder) and measured here, at import time; the server
+later reads only these stored paths. ``--sample N`` draws N items without replacement with a NumPy generator
+seeded by ``--seed`` and keeps them in dataset order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cxrground.errors import InputError
+from cxrground.evaluation.percept.conversation import plan_case, safe_image_path
+from cxrground.ils.layout import DATASET_FILE, MASK_DIR
+from cxrground.ils.schema import SPLITS, load_dataset
+from cxrground.io.image import read_image
+from cxrground.io.masks import encode_rle, read_mask_png
+from cxrground.percept.cases import key_id
+from cxrground.percept.schema import load_benchmark
+from cxrground.reports.sentences import parse_numbered
+
+__all__ = ["STAGE_TITLES", "bench_items", "ils_items", "import_items", "sample_items"]
+
+#: Part labels shown on the case page, by the harness's question id.
+STAGE_TITLES = {
+    "detection": "Stage 1: detection", "contour_eval": "Stage 2: contour evaluation",
+    "expansion": "Stage 3a: expansion points", "contraction": "Stage 3b: contraction points",
+    "revision_result": "Stage 3c: revision result", "distribution": "Stage 4: distribution",
+    "location": "Stage 4: location", "severity": "Stage 4: severity/measurement", "comparison": "Stage 4: comparison",
+}
+
+
+def sample_items(items: Sequence[dict[str, Any]], n: int | None, seed: int) -> list[dict[str, Any]]:
+    """``n`` items drawn without replacement (seeded), in their original order; all when ``n`` is None."""
+    if n is None or n >= len(items):
+        return list(items)
+    if n < 1:
+        raise ValueError(f"--sample must be at least 1, got {n}")
+    keep = sorted(np.random.default_rng(seed).choice(len(items), size=n, replace=False).tolist())
+    return [items[i] for i in keep]
+
+
+def _sentence(section_content: str, sent_idx: str | None) -> str:
+    """The numbered report sentence ``sent_idx`` (empty when absent or when the section is not numbered)."""
+    if not sent_idx:
+        return ""
+    try:
+        numbered = parse_numbered(section_content)
+    except ValueError:
+        return ""
+    return next((text for k, text in numbered if str(k) == str(sent_idx)), "")
+
+
+def ils_items(ils_dir: str | Path, images: str | Path, splits: Sequence[str] = SPLITS) -> list[dict[str, Any]]:
+    """One item per pair of the chosen splits: image, instruction, answer, report sentence, generated mask."""
+    ils_dir, images = Path(ils_dir).resolve(), Path(images).resolve()
+    data = load_dataset(ils_dir / DATASET_FILE)
+    unknown = [s for s in splits if s not in SPLITS]
+    if unknown:
+        raise InputError(f"unknown split(s) {unknown}; expected {', '.join(SPLITS)}", ils_dir)
+    out: list[dict[str, Any]] = []
+    for split in splits:
+        for study_key, study in (data.get(split) or {}).items():
+            image = images / study["image_path"]
+            if not image.is_file():
+                raise InputError(f"image of {study_key} not found under the --images folder", image)
+            h, w = read_image(image).shape
+            pairs = study["instruction_answer_pairs"]
+            for positive, group in ((True, pairs.get("positive_pairs", [])), (False, pairs.get("negative_pairs", []))):
+                for p in group:
+                    mask = None
+                    if positive:
+                        mask = encode_rle(read_mask_png(ils_dir / MASK_DIR / p["seg_mask_path"], shape=(h, w)))
+                    out.append({
+                        "kind": "ils", "key": key_id(p["target"], p["pair_id"]), "lesion": p["target"],
+                        "item_type": f"{p['type']} {'positive' if positive else 'negative'}", "positive": positive,
+                        "source": str(ils_dir), "height": h, "width": w,
+                        "images": [{"path": str(image), "role": "cxr", "label": "CXR"}], "mask": mask,
+                        "payload": {
+                            "pair_id": p["pair_id"], "study": study_key, "split": split, "dicom_id": study["dicom_id"],
+                            "instruction": p["instruction"], "answer": p["answer"], "type": p["type"],
+                            "locations": p.get("grounded_location") or p.get("location") or [],
+                            "sentence": _sentence(study.get("section_content", ""), p.get("sent_idx")),
+                            "section_name": study.get("section_name", ""),
+                            "section_content": study.get("section_content", ""),
+                            "seg_mask_path": p.get("seg_mask_path"), "parts": ["pair"]},
+                    })
+    return out
+
+
+def _size(root: Path, rel: str) -> tuple[int, int]:
+    from PIL import Image
+
+    path = safe_image_path(root, rel)
+    try:
+        with Image.open(path) as im:
+            return int(im.height), int(im.width)
+    except OSError as exc:
+        raise InputError(f"benchmark image unreadable ({exc})", path) from exc
+
+
+def bench_items(bench_dir: str | Path) -> list[dict[str, Any]]:
+    """One item per case; its questions as the model is asked them (text, images, options) with the key."""
+    bench = load_benchmark(bench_dir)
+    root = Path(bench.root or bench_dir).resolve()
+    out: list[dict[str, Any]] = []
+    for key, case in bench.cases.items():
+        plan = plan_case(key, case)
+        images: list[dict[str, str]] = []
+        index: dict[str, int] = {}
+        questions = []
+        for q in plan.questions:
+            refs = []
+            for rel in q.images:
+                if rel not in index:
+                    path = safe_image_path(root, rel)
+                    if not path.is_file():
+                        raise InputError(f"case {key}: image {rel!r} not found", root)
+                    index[rel] = len(images)
+                    images.append({"path": str(path.resolve()), "role": "png", "label": Path(rel).name})
+                refs.append(index[rel])
+            questions.append({"part": q.qid, "title": STAGE_TITLES.get(q.qid, q.qid), "stage": q.stage,
+                              "prefix": q.prefix, "question": q.text, "options": list(q.options),
+                              "answer_index": list(q.gt), "answer": [q.options[i - 1] for i in q.gt],
+                              "images": refs})
+        h, w = case.image_size or _size(root, plan.questions[0].images[0])
+        out.append({
+            "kind": "bench", "key": key, "lesion": plan.lesion, "item_type": plan.path,
+            "positive": plan.path != "LF", "source": str(root), "height": int(h), "width": int(w),
+            "images": images, "mask": None,
+            "payload": {"pair_id": case.pair_id, "dicom_id": case.dicom_id, "case_id": case.case_id or key,
+                        "path": plan.path, "questions": questions, "parts": [q.qid for q in plan.questions]},
+        })
+    return out
+
+
+def import_items(db: Any, items: Sequence[dict[str, Any]], sample: int | None, seed: int,
+                 per_item: int) -> dict[str, int]:
+    """Sample ``items``, add the new ones to ``db`` and give each to ``per_item`` reviewers; returns counts."""
+    chosen = sample_items(items, sample, seed)
+    ids = db.add_items(chosen)
+    made = db.assign(ids, per_item)
+    return {"found": len(items), "sampled": len(chosen), "added": len(ids), "already_there": len(chosen) - len(ids),
+            "assignments": made}
