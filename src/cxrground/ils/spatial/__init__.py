@@ -2,7 +2,8 @@
 
 Backends by name (``get_synthesizer`` / ``get_detector``):
 
-- synthesizers: ``pseudo-normal`` (built-in, CPU; :class:`PseudoNormalSynthesizer`), ``radedit``
+- synthesizers: ``normative`` (built-in default, CPU; :class:`NormativeSynthesizer`, a model of normal films),
+  ``pseudo-normal`` (built-in, CPU; :class:`PseudoNormalSynthesizer`), ``radedit``
   (:class:`RadEditSynthesizer`, local weights);
 - detectors: ``anomaly`` (built-in, CPU; :class:`AnomalyBoxDetector`), ``yolo`` (:class:`YOLOBoxDetector`,
   local VinDr-CXR checkpoint).
@@ -21,6 +22,7 @@ from cxrground.ils.spatial.boxes import (
     boxes_from_yolo_result,
     normalize_class_name,
 )
+from cxrground.ils.spatial.normative import NormativeSynthesizer
 from cxrground.ils.spatial.pseudo_normal import PseudoNormalSynthesizer, anomaly_map, anomaly_mask
 from cxrground.ils.spatial.radedit import RadEditSynthesizer
 
@@ -32,6 +34,7 @@ __all__ = [
     "Box",
     "BoxDetector",
     "NormalSynthesizer",
+    "NormativeSynthesizer",
     "PseudoNormalSynthesizer",
     "RadEditSynthesizer",
     "YOLOBoxDetector",
@@ -44,6 +47,7 @@ __all__ = [
 ]
 
 SYNTHESIZERS: dict[str, type] = {"pseudo-normal": PseudoNormalSynthesizer, "radedit": RadEditSynthesizer}
+SYNTHESIZERS["normative"] = NormativeSynthesizer
 DETECTORS: dict[str, type] = {"anomaly": AnomalyBoxDetector, "yolo": YOLOBoxDetector}
 
 
