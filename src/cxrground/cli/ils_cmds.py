@@ -44,7 +44,7 @@ def _kv(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--qc-segmenter", default=None, help="Second segmenter for the §6 cross-check (e.g. cxas with "
               "--segmenter hybridgnet); studies whose lung borders or heart bottom disagree by > 5 % are dropped.")
 @click.option("--qc-segmenter-opt", multiple=True)
-@click.option("--synthesizer", default="pseudo-normal", show_default=True, help="pseudo-normal | radedit")
+@click.option("--synthesizer", default="normative", show_default=True, help="normative | pseudo-normal | radedit")
 @click.option("--synthesizer-opt", multiple=True)
 @click.option("--detector", default="anomaly", show_default=True, help="anomaly | yolo")
 @click.option("--detector-opt", multiple=True)

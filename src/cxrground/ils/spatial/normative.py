@@ -64,13 +64,13 @@ class NormativeSynthesizer:
         x = np.asarray(image)
         edit = as_mask(edit_mask, "edit mask")
         check_same_shape(("image", x), ("edit mask", edit))
-        base = PseudoNormalSynthesizer().synthesize(x, edit, regions)
         if regions is None or len(regions) < 2:
-            return base
+            return PseudoNormalSynthesizer().synthesize(x, edit, regions)
         right = as_mask(regions[0], "right lung") & edit
         left = as_mask(regions[1], "left lung") & edit & ~right
         if not right.any() or not left.any():
-            return base
+            return PseudoNormalSynthesizer().synthesize(x, edit, regions)
+        base = PseudoNormalSynthesizer().synthesize(x, edit & ~(right | left), regions[2:])
         upper = self._ensure().normal_upper(x, right, left, self.band)
         lungs = right | left
         smooth = ndimage.gaussian_filter(x.astype(np.float64), SMOOTH_FRACTION * max(x.shape))
