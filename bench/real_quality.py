@@ -230,7 +230,8 @@ def nested_heart(films: list, cm: np.ndarray, folds: np.ndarray, ok: np.ndarray)
         held[te] = ctrs[best, te]
     fin = np.isfinite(held)
     print(f"Nested (settings chosen on 4 folds, scored on the 5th): CTR AUROC "
-          f"{auroc(held[fin & cm], held[fin & ~cm]):.3f}; chosen: {[(g.alpha, g.row_range, g.width_percentile) for g in chosen]}")
+          f"{auroc(held[fin & cm], held[fin & ~cm]):.3f}; chosen: "
+          f"{[(g.alpha, g.row_range, g.width_percentile) for g in chosen]}")
 
 
 def main() -> None:
