@@ -325,3 +325,21 @@ def test_ils_build_with_radedit_on_true_masks_and_cxas_qc(cohort, radedit_dir, c
     assert json.dumps(prov).count("cxas") >= 1
     data = json.loads((out / DATASET_FILE).read_text())
     assert data  # true lung masks + the tiny RadEdit: a dataset with studies
+
+
+# --- SAM deformer ---------------------------------------------------------------------------------------------
+
+def test_sam_deformer_in_bfloat16(tmp_path):
+    pytest.importorskip("transformers")
+    from cxrground.percept.deform import get_deformer
+    from cxrground.percept.deform.sam import save_tiny_sam
+
+    deformer = get_deformer("sam", model_path=save_tiny_sam(tmp_path), device="cpu", dtype="bfloat16")
+    shape = (60, 64)
+    image = (np.random.default_rng(0).random(shape) * 255).astype(np.uint8)
+    yy, xx = np.mgrid[: shape[0], : shape[1]]
+    mask = (yy - 30) ** 2 + (xx - 30) ** 2 <= 14**2
+    res = deformer.deform(image, mask, np.ones(shape, bool), np.ones(shape, bool), [(50, 30)], [(22, 30)],
+                          np.random.default_rng(0))
+    assert deformer._model.dtype == torch.bfloat16
+    assert res.mask.shape == shape and res.logits.dtype == np.float32 and res.logits.shape == (32, 32)

@@ -44,7 +44,8 @@ from cxrground.percept.refine import Point, clean_mask, lattice_points
 #: Floating-point types the SAM deformer may run in.
 SAM_DTYPES = ("float32", "bfloat16", "float16")
 
-__all__ = ["SAM_DTYPES", "SamDeformer", "SamPrompts", "build_prompts", "organic_kernel", "sam_frame", "to_lowres"]
+__all__ = ["SAM_DTYPES", "SamDeformer", "SamPrompts", "build_prompts", "organic_kernel", "sam_frame", "save_tiny_sam",
+           "to_lowres"]
 
 
 def organic_kernel(radius: float, rng: np.random.Generator, config: DeformConfig | None = None) -> np.ndarray:
@@ -261,3 +262,30 @@ class SamDeformer(Deformer):
         )[0][0, 0]
         deformed = clean_mask(full.numpy() > 0, scale)
         return DeformResult(mask=deformed, logits=low[0, 0, 0].cpu().numpy().astype(np.float32))
+
+
+def save_tiny_sam(folder: str | Path, seed: int = 0) -> Path:
+    """Save a random tiny transformers SAM (64-px input, 16-px low-res masks) with its processor in ``folder``.
+
+    The real ``SamModel`` / ``SamProcessor`` classes at a few thousand parameters, for tests and smoke checks.
+    """
+    import torch
+    import transformers
+    from transformers.models.sam import SamMaskDecoderConfig, SamPromptEncoderConfig, SamVisionConfig
+
+    vc = SamVisionConfig(hidden_size=32, output_channels=16, num_hidden_layers=1, num_attention_heads=2,
+                         image_size=64, patch_size=8, mlp_dim=32, global_attn_indexes=[0], num_pos_feats=8,
+                         window_size=0)
+    pc = SamPromptEncoderConfig(hidden_size=16, image_size=64, patch_size=8, mask_input_channels=4)
+    mc = SamMaskDecoderConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, mlp_dim=32,
+                              iou_head_hidden_dim=16)
+    cfg = transformers.SamConfig(vision_config=vc.to_dict(), prompt_encoder_config=pc.to_dict(),
+                                 mask_decoder_config=mc.to_dict())
+    torch.manual_seed(seed)
+    transformers.SamModel(cfg).save_pretrained(folder)
+    image_processor = transformers.SamImageProcessor(
+        size={"longest_edge": 64}, pad_size={"height": 64, "width": 64},
+        mask_size={"longest_edge": 16}, mask_pad_size={"height": 16, "width": 16},
+    )
+    transformers.SamProcessor(image_processor=image_processor).save_pretrained(folder)
+    return Path(folder)
