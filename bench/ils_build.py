@@ -1,9 +1,15 @@
 """ILS build on the synthetic cohort: throughput per core and quality against the exact truth.
 
-Run: ``.venv/bin/python bench/ils_build.py [--studies 40]``. Builds the same cohort four ways
-(lung U-Net vs the cohort's exact anatomy masks; Table 7 τ vs half τ), one worker each, and prints
-studies/s/core with the backends named, then gIoU / cIoU of the generated masks, recall of reported
-findings and the share of negatives that are truly lesion-free (``cxrground.ils.quality``).
+Run: ``.venv/bin/python bench/ils_build.py [--studies 40] [--speed-studies 8] [--skip-quality]``.
+
+1. **Speed at real size**: the same cohort generated 512 px wide and 2800 px wide (MIMIC size), built with
+   the default built-in backends (U-Net lungs + seen heart, normative normal image, anomaly boxes), one
+   worker, one thread; prints studies/s/core at each size and the 2800/512 time ratio (targets: ≥ 1.5
+   studies/s/core at 2800 px, ratio ≤ 2).
+2. **Quality**: builds the 512-px cohort with the default (normative) and the former default
+   (pseudo-normal) normal image, with the U-Net and with the cohort's exact anatomy masks, and prints
+   studies/s/core, gIoU / cIoU of the generated masks, recall of reported findings and the share of
+   negatives that are truly lesion-free (``cxrground.ils.quality``).
 """
 
 from __future__ import annotations
@@ -14,27 +20,62 @@ import time
 from pathlib import Path
 
 from cxrground.datasets.synthetic import write_cohort
+from cxrground.datasets.synthetic.config import SynthConfig
 from cxrground.ils.build import BackendSpec, build_dataset
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.quality import format_quality, score_against_truth
 from cxrground.ils.tasks import build_tasks
 
 
+def speed(work: Path, studies: int, seed: int) -> None:
+    """Studies/s/core of the default build at 512 and 2800 px wide (backends loaded before timing)."""
+    import os
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from cxrground.ils.pipeline import get_backends
+
+    spec = BackendSpec(segmenter_kwargs={"threads": 1})
+    get_backends(spec).segmenter.segment  # noqa: B018 - the backends are built once per process
+    seconds = {}
+    for width in (512, 2800):
+        cohort = work / f"cohort{width}"
+        write_cohort(cohort, studies, seed=seed, config=SynthConfig(width=width), progress=False)
+        tasks, failures = build_tasks(cohort / "files")
+        warm = work / f"warm{width}"
+        build_dataset(tasks[:1], warm, IlsConfig(seed=0), spec, scan_failures=failures, progress=False)
+        start = time.perf_counter()
+        summary = build_dataset(tasks, work / f"speed{width}", IlsConfig(seed=0), spec, scan_failures=failures,
+                                progress=False)
+        seconds[width] = (time.perf_counter() - start) / len(tasks)
+        print(f"{width} px wide: {1 / seconds[width]:.2f} studies/s/core ({1000 * seconds[width]:.0f} ms/study, "
+              f"{summary.studies_in_dataset} studies, {summary.pairs} pairs; default backends, 1 worker, 1 thread)")
+    print(f"2800 px / 512 px time per study: {seconds[2800] / seconds[512]:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--studies", type=int, default=40)
+    parser.add_argument("--speed-studies", type=int, default=8)
     parser.add_argument("--seed", type=int, default=23)
+    parser.add_argument("--skip-quality", action="store_true")
+    parser.add_argument("--skip-speed", action="store_true")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="cxrground-ils-bench-"))
+    if not args.skip_speed:
+        speed(work, args.speed_studies, args.seed)
+    if args.skip_quality:
+        return
     cohort = work / "cohort"
     write_cohort(cohort, args.studies, seed=args.seed, progress=False)
     tasks, failures = build_tasks(cohort / "files")
+    truth = {"root": str(cohort / "masks")}
     runs = [
-        ("unet", 1.0, BackendSpec()),
-        ("truth anatomy", 1.0, BackendSpec(segmenter="masks", segmenter_kwargs={"root": str(cohort / "masks")})),
-        ("unet, half τ", 0.5, BackendSpec()),
-        ("truth anatomy, half τ", 0.5, BackendSpec(segmenter="masks",
-                                                   segmenter_kwargs={"root": str(cohort / "masks")})),
+        ("unet, normative", 1.0, BackendSpec()),
+        ("unet, pseudo-normal (former default)", 1.0, BackendSpec(synthesizer="pseudo-normal")),
+        ("truth anatomy, normative", 1.0, BackendSpec(segmenter="masks", segmenter_kwargs=truth)),
+        ("truth anatomy, pseudo-normal", 1.0, BackendSpec(segmenter="masks", segmenter_kwargs=truth,
+                                                          synthesizer="pseudo-normal")),
+        ("unet, normative, half τ", 0.5, BackendSpec()),
     ]
     for i, (name, scale, spec) in enumerate(runs):
         out = work / f"run{i}"
@@ -45,7 +86,7 @@ def main() -> None:
         print(f"\n## {name}: {summary.studies_in_dataset} studies, {summary.pairs} pairs, "
               f"{summary.failures} failures; {len(tasks) / seconds:.2f} studies/s on 1 worker "
               f"({1000 * seconds / len(tasks):.0f} ms/study; backends: rules structurer, {spec.segmenter} "
-              f"segmenter, pseudo-normal synthesizer, anomaly boxes; working size 512)")
+              f"segmenter, {spec.synthesizer} synthesizer, anomaly boxes; working size 512)")
         print(format_quality(score_against_truth(out, cohort)))
 
 

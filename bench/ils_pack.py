@@ -46,7 +46,8 @@ def scores(truth: np.ndarray, pred: np.ndarray) -> str:
             f"kappa {kappa(truth, pred):5.2f}  (n={truth.size}, abnormal {int(truth.sum())})")
 
 
-def cohen_ils_dataset(pack: Pack, work: Path, segmenter: str, limit: int | None = None) -> dict[str, Any]:
+def cohen_ils_dataset(pack: Pack, work: Path, segmenter: str, limit: int | None = None, synthesizer: str = "normative",
+                      synthesizer_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
     """Build ``work/dataset`` from the COVID-19 collection rows with notes (the first ``limit``); returns
     ``{study_id: row}``. The notes are the reports; ``segmenter`` masks = the pack's lung masks."""
     rows = [r for r in pack.cohen() if r.notes][:limit]
@@ -58,12 +59,14 @@ def cohen_ils_dataset(pack: Pack, work: Path, segmenter: str, limit: int | None 
     tasks, failures = build_tasks(pack.root / "cohen" / "images", index=index)
     kwargs = ({"root": str(pack.root / "cohen" / "masks"), "pattern": "{stem}_{name}.png"}
               if segmenter == "masks" else {})
-    spec = BackendSpec(segmenter=segmenter, segmenter_kwargs=kwargs)
+    spec = BackendSpec(segmenter=segmenter, segmenter_kwargs=kwargs, synthesizer=synthesizer,
+                       synthesizer_kwargs=synthesizer_kwargs or {})
     start = time.perf_counter()
     summary = build_dataset(tasks, work / "dataset", IlsConfig(), spec, scan_failures=failures, progress=False,
                             overwrite=True)
     print(f"built {summary.studies_in_dataset} studies / {summary.pairs} pairs from {len(rows)} noted rows "
-          f"({summary.failures} failures) in {time.perf_counter() - start:.1f} s, segmenter={segmenter}")
+          f"({summary.failures} failures) in {time.perf_counter() - start:.1f} s, segmenter={segmenter}, "
+          f"synthesizer={synthesizer} {synthesizer_kwargs or ''}")
     return ids
 
 
@@ -71,11 +74,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--segmenter", default="masks", choices=["masks", "unet"],
                         help="masks = the pack's own lung masks; unet = the shipped lung U-Net")
+    parser.add_argument("--synthesizer", default="normative", choices=["normative", "pseudo-normal"])
+    parser.add_argument("--band", type=float, default=None, help="normative: top of the normal band (robust SDs)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     pack = Pack()
     work = args.out or Path(tempfile.mkdtemp(prefix="cxrground-ils-pack-"))
-    ids = cohen_ils_dataset(pack, work, args.segmenter)
+    kwargs = {"band": args.band} if args.band is not None else {}
+    ids = cohen_ils_dataset(pack, work, args.segmenter, synthesizer=args.synthesizer, synthesizer_kwargs=kwargs)
     data = json.loads((work / "dataset" / "mimic_ils_instruction_answer.json").read_text())
     studies = {k: v for split in data.values() for k, v in split.items()}
     anatomy = {json.loads(line)["study"]: json.loads(line)

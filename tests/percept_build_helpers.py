@@ -39,23 +39,6 @@ def synthetic_bench(tmp_path_factory) -> tuple[Path, BuildOptions]:
 
 def tiny_sam_folder(folder: Path) -> Path:
     """Save a random tiny transformers SAM (64-px input, 16-px low-res masks) with its processor in ``folder``."""
-    import torch
-    import transformers
-    from transformers.models.sam import SamMaskDecoderConfig, SamPromptEncoderConfig, SamVisionConfig
+    from cxrground.percept.deform.sam import save_tiny_sam
 
-    vc = SamVisionConfig(hidden_size=32, output_channels=16, num_hidden_layers=1, num_attention_heads=2,
-                         image_size=64, patch_size=8, mlp_dim=32, global_attn_indexes=[0], num_pos_feats=8,
-                         window_size=0)
-    pc = SamPromptEncoderConfig(hidden_size=16, image_size=64, patch_size=8, mask_input_channels=4)
-    mc = SamMaskDecoderConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, mlp_dim=32,
-                              iou_head_hidden_dim=16)
-    cfg = transformers.SamConfig(vision_config=vc.to_dict(), prompt_encoder_config=pc.to_dict(),
-                                 mask_decoder_config=mc.to_dict())
-    torch.manual_seed(0)
-    transformers.SamModel(cfg).save_pretrained(folder)
-    image_processor = transformers.SamImageProcessor(
-        size={"longest_edge": 64}, pad_size={"height": 64, "width": 64},
-        mask_size={"longest_edge": 16}, mask_pad_size={"height": 16, "width": 16},
-    )
-    transformers.SamProcessor(image_processor=image_processor).save_pretrained(folder)
-    return folder
+    return save_tiny_sam(folder)

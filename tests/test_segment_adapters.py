@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -154,12 +153,13 @@ def test_hybridgnet_checkpoint_forms(tmp_path: Path):
     assert trusted.provenance()["checkpoint_kind"] == "pickled-module"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("cxas") is not None, reason="cxas is installed here")
-def test_cxas_without_the_package_names_what_to_install(tmp_path: Path):
-    with pytest.raises(ConfigError, match="pip install cxas"):
+def test_cxas_without_weights_names_what_to_download(tmp_path: Path):
+    with pytest.raises(ConfigError, match="CXAS weights not found"):
         CXASSegmenter(tmp_path)
-    with pytest.raises(ConfigError, match="pip install cxas"):
+    with pytest.raises(ConfigError, match=r"UNet_ResNet50_default\.pth"):
         get_segmenter("cxas", weights_dir=tmp_path)
+    with pytest.raises(ConfigError, match="weights_dir="):
+        CXASSegmenter()
 
 
 def test_cxas_with_an_injected_predictor():

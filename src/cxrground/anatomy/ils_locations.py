@@ -28,13 +28,19 @@ def lung_zone_bands(lung: np.ndarray) -> dict[str, np.ndarray]:
         return {z: empty.copy() for z in ("apical zone lung", "upper zone lung", "mid zone lung", "lung base")}
     y0, y1 = int(rows[0]), int(rows[-1])
     h = y1 - y0
-    y = np.arange(lung.shape[0])[:, None]
-    return {
-        "apical zone lung": lung & (y <= y0 + APICAL_FRACTION * h),
-        "upper zone lung": lung & (y <= y0 + UPPER_FRACTION * h),
-        "mid zone lung": lung & (y > y0 + UPPER_FRACTION * h) & (y <= y0 + MID_FRACTION * h),
-        "lung base": lung & (y > y0 + MID_FRACTION * h),
-    }
+    y = np.arange(lung.shape[0])
+    bounds = {"apical zone lung": (y <= y0 + APICAL_FRACTION * h),
+              "upper zone lung": (y <= y0 + UPPER_FRACTION * h),
+              "mid zone lung": (y > y0 + UPPER_FRACTION * h) & (y <= y0 + MID_FRACTION * h),
+              "lung base": (y > y0 + MID_FRACTION * h)}
+    out = {}
+    for zone, in_rows in bounds.items():  # copy the band's rows only (fast on large images)
+        band = np.zeros_like(lung)
+        sel = np.flatnonzero(in_rows)
+        if sel.size:
+            band[sel[0] : sel[-1] + 1] = lung[sel[0] : sel[-1] + 1]
+        out[zone] = band
+    return out
 
 
 def ils_location_masks(right_lung: np.ndarray, left_lung: np.ndarray) -> dict[str, np.ndarray]:

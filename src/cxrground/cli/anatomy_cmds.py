@@ -40,4 +40,44 @@ def show(image: Path, right: Path, left: Path, heart: Path | None, out: Path, wi
         click.echo(f"  CTR = {fig.ctr:.3f}")
 
 
+@anatomy.command("zones")
+@click.option("--images", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
+              help="Folder of PNG / JPEG / DICOM films (searched recursively).")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True)
+@click.option("--normative", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="Normative model .npz (default: the shipped normative_v1).")
+@click.option("--no-overlays", is_flag=True, help="Write zones.csv only.")
+@clean_errors()
+def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool) -> None:
+    """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every film: OUT/zones.csv."""
+    from cxrground.anatomy.normative import NormativeModel
+    from cxrground.anatomy.segment import get_segmenter
+    from cxrground.anatomy.zones import find_images, write_zones
+
+    model = NormativeModel.load(normative)
+    readings, failures = write_zones(find_images(images), out, get_segmenter("unet"), model,
+                                     overlays=not no_overlays, root=images)
+    flagged = sum(sum(r.flags.values()) for r in readings)
+    click.echo(f"wrote {out / 'zones.csv'}: {len(readings)} images, {flagged} zones flagged, "
+               f"{len(failures)} failures (threshold z {model.zone_threshold:.2f})")
+
+
+@anatomy.command("fit-normative")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="Folder for normative_v1.npz + normative_v1.json.")
+@click.option("--pack", "pack_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="cxr-pack-v1 folder (default: $CXRGROUND_PACK or ../shared/data/cxr-pack-v1).")
+@clean_errors()
+def fit_normative_cmd(out: Path, pack_dir: Path | None) -> None:
+    """Rebuild the shipped normative model from the pack's NIH No Finding films (recipe:
+    cxrground.models.normative_fit)."""
+    from cxrground.anatomy.segment import get_segmenter
+    from cxrground.datasets.pack import Pack
+    from cxrground.models.normative_fit import fit_from_pack
+
+    model = fit_from_pack(Pack(pack_dir), get_segmenter("unet", threads=1))
+    path = model.save(out / "normative_v1.npz")
+    click.echo(f"wrote {path} ({model.meta.get('summary')}; zone threshold {model.zone_threshold:.3f})")
+
+
 COMMANDS: list[click.Command] = [anatomy]

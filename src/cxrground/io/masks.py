@@ -71,7 +71,7 @@ def encode_rle(mask: np.ndarray) -> dict[str, Any]:
     from pycocotools import mask as coco_mask
 
     m = as_mask(mask)
-    rle = coco_mask.encode(np.asfortranarray(m.astype(np.uint8)))
+    rle = coco_mask.encode(np.asfortranarray(m.view(np.uint8)))
     return {"size": [int(rle["size"][0]), int(rle["size"][1])], "counts": rle["counts"].decode("ascii")}
 
 

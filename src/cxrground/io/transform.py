@@ -130,7 +130,7 @@ class Letterbox:
         """Nearest-neighbour mapping of a canvas mask back to native pixels (padding is discarded)."""
         m = check_shape(as_mask(mask), self.canvas_hw, "canvas mask")
         rows, cols = self._native_to_canvas_index()
-        return m[np.ix_(rows, cols)]
+        return m.take(rows, axis=0).take(cols, axis=1)  # = m[np.ix_(rows, cols)], faster on large images
 
     def logits_to_native(self, logits: np.ndarray) -> np.ndarray:
         """Crop the un-padded region of canvas-sized float logits and resize bilinearly to native."""

@@ -1,22 +1,26 @@
 """Adapters to external lung/heart segmenters: CXAS and CheXmask's HybridGNet (the ILS reference, §8).
 
-Neither model is shipped or downloaded (no network access, ever): the user installs the package and/or
-puts the weights on disk, and a missing piece raises :class:`~cxrground.errors.ConfigError` saying what
-to install or download and where to put it.
+Neither model is shipped or downloaded (no network access, ever): the user puts the weights on disk, and a
+missing piece raises :class:`~cxrground.errors.ConfigError` saying what to download and where to put it. Both
+networks are implemented here in plain torch with the parameter names of their released weights, so only torch
+(the ``models`` extra) is needed:
 
 - :class:`HybridGNetSegmenter`: a HybridGNet (Gaggion et al., CheXmask) predicts 120 landmarks on a
   1024² letterboxed image: right lung 0–43, left lung 44–93, heart 94–119 (``x, y`` per point). The
-  landmark → mask decoding (:func:`decode_landmarks`: polygons filled at native size) is complete and
-  tested; the network comes from the user (see the class docstring for the accepted checkpoint forms).
-- :class:`CXASSegmenter`: the ``cxas`` package (Seibold et al., 159 anatomy classes); its ``right lung``,
-  ``left lung`` and ``heart`` classes. The package is not installed in this project's test environment,
-  so the call into it follows the package's documented interface and is untested against it; a
-  ``predictor`` callable can stand in for it.
+  landmark → mask decoding (:func:`decode_landmarks`: polygons filled at native size) is shared by every
+  checkpoint form; the released state dict (``bestMSE.pt``) loads into
+  :class:`~cxrground.anatomy.segment.hybridgnet_net.HybridGNet`.
+- :class:`CXASSegmenter`: the CXAS network (Seibold et al., 159 anatomy classes;
+  :class:`~cxrground.anatomy.segment.cxas_net.CXASUNet`), its ``right lung``, ``left lung`` and ``heart``
+  classes. The ``cxas`` package itself is not needed (it pins ``pydicom<3`` and needs torchvision); a
+  ``predictor`` callable can stand in for the network.
+
+Both take ``device`` (``cuda``, ``cuda:1``, ``cpu``; default ``cuda`` when available) and ``dtype`` (``float32``,
+``bfloat16``, ``float16``; default ``float32``); options may be strings (``--segmenter-opt dtype=bfloat16``).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 import zipfile
 from collections.abc import Callable, Mapping
@@ -34,6 +38,7 @@ from cxrground.io.transform import Letterbox
 
 __all__ = [
     "CXAS_CLASSES",
+    "DTYPES",
     "HYBRIDGNET_INPUT_SIZE",
     "HYBRIDGNET_SLICES",
     "N_LANDMARKS",
@@ -55,6 +60,32 @@ HYBRIDGNET_SOURCE: Final[str] = "https://github.com/ngaggion/CheXmask-Database (
 #: CXAS class names used for the three structures.
 CXAS_CLASSES: Final[dict[str, str]] = {"right_lung": "right lung", "left_lung": "left lung", "heart": "heart"}
 CXAS_SOURCE: Final[str] = "https://github.com/ConstantinSeibold/ChestXRayAnatomySegmentation"
+#: Floating-point types a network may run in (``dtype=`` option).
+DTYPES: Final[tuple[str, ...]] = ("float32", "bfloat16", "float16")
+
+
+def _flag(value: bool | str) -> bool:
+    """A boolean option given as a bool or a command-line string (true/false, 1/0, yes/no)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"expected true or false, got {value!r}")
+
+
+def _device_dtype(backend: str, device: str | None, dtype: str) -> tuple[str | None, str]:
+    if dtype not in DTYPES:
+        raise ConfigError(f"{backend} dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    return (str(device) if device else None), dtype
+
+
+def _torch_device(device: str | None) -> Any:
+    import torch
+
+    return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
 
 # --- landmarks -> masks -----------------------------------------------------------------------------
@@ -114,19 +145,17 @@ class HybridGNetSegmenter:
     returning landmarks ``(1, 120, 2)`` or a tuple/list whose first item is that, in canvas pixels or
     normalised to [0, 1]), or ``weights_path=`` to one of:
 
+    - the released state dict (CheXmask's ``Weights/SegmentationModel/bestMSE.pt``, ``torch.save`` of
+      ``Hybrid.state_dict()``): loaded into :class:`~cxrground.anatomy.segment.hybridgnet_net.HybridGNet`, sized
+      from the weights (its input side then replaces ``input_size``); its output is normalised to [0, 1];
     - a ``torch.export`` archive (``.pt2``, ``torch.export.save``): loaded with ``torch.export.load``;
     - a TorchScript file (``torch.jit.save`` of the model): loaded with ``torch.jit.load``;
     - a pickled full model object (``torch.save(model)``): refused unless ``allow_pickle=True``, since
       unpickling runs code from the file; then loaded with ``torch.load(path, weights_only=False)`` and
       checked to be a ``torch.nn.Module``.
 
-    A plain state dict is refused with a :class:`ConfigError`: the HybridGNet architecture (CheXmask's
-    ``models/HybridGNet2IGSC.py``: ``Hybrid(config, D_t, U_t, A_t)``, graph convolutions over the 120-node
-    lungs+heart graph, encoder channels in ``config``) is not part of cxrground. Build it with the CheXmask
-    code, ``load_state_dict`` the file, and pass ``model=``, or export it (``torch.export`` / TorchScript).
-
     Pre-processing follows CheXmask's inference: grey image letterboxed (centred) to ``input_size``² and
-    scaled to [0, 1].
+    scaled to [0, 1]. A ``torch.nn.Module`` network runs on ``device`` in ``dtype``.
     """
 
     name = "hybridgnet"
@@ -136,12 +165,18 @@ class HybridGNetSegmenter:
         weights_path: str | Path | None = None,
         *,
         model: Callable[[Any], Any] | None = None,
-        allow_pickle: bool = False,
-        input_size: int = HYBRIDGNET_INPUT_SIZE,
+        allow_pickle: bool | str = False,
+        input_size: int | str = HYBRIDGNET_INPUT_SIZE,
+        device: str | None = None,
+        dtype: str = "float32",
     ) -> None:
         self.weights_path = Path(weights_path) if weights_path is not None else None
-        self.allow_pickle = allow_pickle
-        self.input_size = int(input_size)
+        self.allow_pickle = _flag(allow_pickle)
+        try:
+            self.input_size = int(input_size)
+        except ValueError:
+            raise ConfigError(f"HybridGNet input_size must be an integer, got {input_size!r}") from None
+        self.device, self.dtype = _device_dtype("HybridGNet", device, dtype)
         self._model = model
         self._kind = "object" if model is not None else None
         self._lock = threading.Lock()
@@ -151,7 +186,7 @@ class HybridGNetSegmenter:
     def _check_path(self) -> Path:
         if self.weights_path is None:
             raise ConfigError(
-                "HybridGNet needs weights_path= (a TorchScript or pickled HybridGNet checkpoint on disk) or "
+                "HybridGNet needs weights_path= (the released state dict bestMSE.pt, or an exported model) or "
                 f"model=; get the weights and code from {HYBRIDGNET_SOURCE}; cxrground never downloads them"
             )
         if not self.weights_path.is_file():
@@ -195,19 +230,35 @@ class HybridGNetSegmenter:
             obj.eval()
             return obj
         if isinstance(obj, Mapping):
-            keys = list(obj)[:5]
-            raise ConfigError(
-                f"{path} is a state dict (keys {keys}...), not a model: the HybridGNet architecture is not part "
-                "of cxrground. Build CheXmask's Hybrid model (models/HybridGNet2IGSC.py), load_state_dict this "
-                "file and pass model=..., or export it (torch.export.save to a .pt2, or TorchScript) and pass that file"
-            )
+            return self._from_state_dict(path, obj)
         raise ConfigError(f"{path}: unexpected checkpoint content {type(obj).__name__}")
+
+    def _from_state_dict(self, path: Path, state: Mapping[str, Any]) -> Callable[[Any], Any]:
+        from cxrground.anatomy.segment.hybridgnet_net import HybridGNet
+
+        try:
+            net = HybridGNet.from_state_dict(state)
+        except (KeyError, ValueError, RuntimeError) as exc:
+            keys = list(state)[:5]
+            raise ConfigError(
+                f"{path} is a state dict (keys {keys}...) but not of the CheXmask lungs + heart HybridGNet "
+                f"({type(exc).__name__}: {str(exc)[:300]}); pass the released bestMSE.pt, or model=..., or an "
+                "exported model (torch.export .pt2 or TorchScript)"
+            ) from exc
+        self._kind = "state-dict"
+        self.input_size = net.config.input_size
+        return net
 
     def _ensure(self) -> Callable[[Any], Any]:
         if self._model is None:
             with self._lock:
                 if self._model is None:
-                    self._model = self._load()
+                    model = self._load()
+                    import torch
+
+                    if isinstance(model, torch.nn.Module):
+                        model = model.to(_torch_device(self.device), getattr(torch, self.dtype))
+                    self._model = model
         return self._model
 
     def predict_landmarks(self, image: CXRImage) -> tuple[np.ndarray, Letterbox]:
@@ -217,15 +268,25 @@ class HybridGNetSegmenter:
         model = self._ensure()
         box = Letterbox.fit(image.shape, self.input_size)
         canvas = box.image_to_canvas(image.pixels).astype(np.float32) / 255.0
+        x = torch.from_numpy(canvas)[None, None]
+        if isinstance(model, torch.nn.Module):
+            ref = next(iter(model.parameters()), None)
+            if ref is None:
+                ref = next(iter(model.buffers()), None)
+            if ref is not None:
+                x = x.to(ref.device, ref.dtype if ref.is_floating_point() else torch.float32)
         with torch.inference_mode():
-            out = model(torch.from_numpy(canvas)[None, None])
+            out = model(x)
         if isinstance(out, tuple | list):
             out = out[0]
-        pts = np.asarray(out.detach().cpu().numpy() if hasattr(out, "detach") else out, dtype=np.float64)
-        pts = pts.reshape(-1, 2)
+        if hasattr(out, "detach"):
+            out = out.detach().float().cpu().numpy()
+        pts = np.asarray(out, dtype=np.float64).reshape(-1, 2)
         if pts.shape[0] != N_LANDMARKS:
             raise InputError(f"HybridGNet returned {pts.shape[0]} landmarks, expected {N_LANDMARKS}", image.path)
-        if np.nanmax(np.abs(pts)) <= 1.5:  # normalised output (CheXmask multiplies by the input size)
+        # the released network is normalised to [0, 1] (CheXmask multiplies by the input size); other forms are
+        # read as normalised when every value is within 1.5
+        if self._kind == "state-dict" or np.nanmax(np.abs(pts)) <= 1.5:
             pts = pts * self.input_size
         return pts, box
 
@@ -248,6 +309,8 @@ class HybridGNetSegmenter:
             "weights_sha256": sha256_file(path) if path and path.is_file() else None,
             "checkpoint_kind": self._kind,
             "input_size": self.input_size,
+            "device": self.device,
+            "dtype": self.dtype,
             "letterbox": "fit-center",
             "landmarks": {k: [s.start, s.stop - 1] for k, s in HYBRIDGNET_SLICES.items()},
         }
@@ -267,12 +330,15 @@ CXASPredictor = Callable[[np.ndarray], Mapping[str, np.ndarray]]
 
 
 class CXASSegmenter:
-    """CXAS (``pip install cxas``) right lung, left lung and heart classes at native size.
+    """CXAS right lung, left lung and heart classes at native size.
 
-    ``weights_dir`` must hold ``<model_name>.pth`` (the file the cxas package fetches on a machine with
-    internet; this project never downloads). ``predictor`` replaces the package: a callable taking the
-    grey ``(H, W)`` uint8 pixels and returning a mapping from CXAS class names (at least ``right lung``,
-    ``left lung``, ``heart``) to masks of any size (resized to native by nearest neighbour).
+    ``weights_dir`` must hold ``<model_name>.pth``: the checkpoint the cxas package fetches into
+    ``~/.cxas/weights/`` on a machine with internet (``{"model": state_dict}``; this project never downloads).
+    It is loaded into :class:`~cxrground.anatomy.segment.cxas_net.CXASUNet` (sized from the weights) and run as
+    the package's ``CXAS.process_file`` does; ``allow_pickle=True`` reads a checkpoint holding other pickled
+    objects (it runs code from the file). ``predictor`` replaces the network: a callable taking the grey
+    ``(H, W)`` uint8 pixels and returning a mapping from CXAS class names (at least ``right lung``, ``left lung``,
+    ``heart``) to masks of any size (resized to native by nearest neighbour).
     """
 
     name = "cxas"
@@ -282,27 +348,29 @@ class CXASSegmenter:
         weights_dir: str | Path | None = None,
         model_name: str = "UNet_ResNet50_default",
         predictor: CXASPredictor | None = None,
+        device: str | None = None,
+        dtype: str = "float32",
+        allow_pickle: bool | str = False,
     ) -> None:
         self.weights_dir = Path(weights_dir) if weights_dir is not None else None
         self.model_name = model_name
+        self.device, self.dtype = _device_dtype("CXAS", device, dtype)
+        self.allow_pickle = _flag(allow_pickle)
         self._predictor = predictor
+        self._ignored_keys: list[str] | None = None
         self._lock = threading.Lock()
         if predictor is None:
             self._check()
 
     def _check(self) -> Path:
-        if importlib.util.find_spec("cxas") is None:
-            raise ConfigError(
-                f"the CXAS backend needs the 'cxas' package, which is not installed: pip install cxas "
-                f"(see {CXAS_SOURCE}), then download its '{self.model_name}' weights"
-            )
         if self.weights_dir is None:
-            raise ConfigError(f"CXAS needs weights_dir=, a folder holding {self.model_name}.pth")
+            raise ConfigError(f"CXAS needs weights_dir=, a folder holding {self.model_name}.pth (see {CXAS_SOURCE})")
         weights = self.weights_dir / f"{self.model_name}.pth"
         if not weights.is_file():
             raise ConfigError(
                 f"CXAS weights not found at {weights}: on a machine with internet, let the cxas package download "
-                f"'{self.model_name}' (or take it from {CXAS_SOURCE}) and copy the .pth file to {self.weights_dir}/"
+                f"'{self.model_name}' (it saves ~/.cxas/weights/{self.model_name}.pth; or take it from {CXAS_SOURCE}) "
+                f"and copy the .pth file to {self.weights_dir}/"
             )
         return weights
 
@@ -310,33 +378,47 @@ class CXASSegmenter:
         if self._predictor is None:
             with self._lock:
                 if self._predictor is None:
-                    self._predictor = self._package_predictor()
+                    self._predictor = self._network_predictor()
         return self._predictor
 
-    def _package_predictor(self) -> CXASPredictor:  # pragma: no cover - needs the cxas package
+    def _read_checkpoint(self, weights: Path) -> Any:
+        import pickle
+
+        import torch
+
+        try:
+            return torch.load(str(weights), map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as exc:
+            if not _looks_like_pickled_object(exc):
+                raise ConfigError(f"{weights}: not a readable torch checkpoint ({exc})") from exc
+            if not self.allow_pickle:
+                raise ConfigError(
+                    f"{weights} holds pickled objects besides the weights; loading it runs code from the file. "
+                    "Pass allow_pickle=true only for a checkpoint you trust"
+                ) from exc
+            return torch.load(str(weights), map_location="cpu", weights_only=False)
+        except Exception as exc:
+            raise ConfigError(f"{weights}: not a readable torch checkpoint ({exc})") from exc
+
+    def _network_predictor(self) -> CXASPredictor:
         weights = self._check()
         try:
             import torch
-            from cxas import CXAS
-            from cxas.label_mapper import id2label_dict
-        except ImportError as exc:
-            raise ConfigError(f"the cxas package could not be imported ({exc}); pip install cxas") from exc
-        model = CXAS(model_name=self.model_name, gpus="cpu")
-        net = getattr(model, "model", None)
-        if isinstance(net, torch.nn.Module):
-            state = torch.load(str(weights), map_location="cpu", weights_only=True)
-            net.load_state_dict(state.get("model", state) if isinstance(state, Mapping) else state)
-        names = {int(k): str(v) for k, v in id2label_dict.items()}
+
+            from cxrground.anatomy.segment.cxas_net import CXAS_LABEL_IDS, CXASUNet, checkpoint_state
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ConfigError(f"CXAS needs torch ({exc}); pip install 'cxrground[models]'") from exc
+        try:
+            net, ignored = CXASUNet.from_state_dict(checkpoint_state(self._read_checkpoint(weights)))
+        except (KeyError, ValueError, RuntimeError) as exc:
+            raise ConfigError(f"{weights} is not a CXAS U-Net checkpoint ({type(exc).__name__}: "
+                              f"{str(exc)[:300]})") from exc
+        self._ignored_keys = ignored
+        net = net.to(_torch_device(self.device), getattr(torch, self.dtype))
 
         def predict(pixels: np.ndarray) -> Mapping[str, np.ndarray]:
-            import tempfile
-
-            with tempfile.TemporaryDirectory() as tmp:
-                src = Path(tmp) / "image.png"
-                Image.fromarray(pixels).save(src)
-                out = model.process_file(filename=str(src), do_store=False)
-            preds = np.asarray(out["segmentation_preds"][0] if isinstance(out, Mapping) else out)
-            return {names[i]: preds[i] > 0.5 for i in range(min(len(names), preds.shape[0]))}
+            masks = net.predict(torch.from_numpy(np.array(pixels, dtype=np.uint8)))
+            return {name: masks[i].cpu().numpy() for name, i in CXAS_LABEL_IDS.items()}
 
         return predict
 
@@ -357,7 +439,7 @@ class CXASSegmenter:
                               {"model_name": self.model_name})
 
     def provenance(self) -> dict[str, Any]:
-        """Backend, model name, weights path and sha256."""
+        """Backend, model name, weights path and sha256, device and dtype."""
         from cxrground.io.files import sha256_file
 
         weights = self.weights_dir / f"{self.model_name}.pth" if self.weights_dir else None
@@ -367,5 +449,8 @@ class CXASSegmenter:
             "weights": str(weights) if weights else None,
             "weights_sha256": sha256_file(weights) if weights and weights.is_file() else None,
             "classes": dict(CXAS_CLASSES),
-            "predictor": "injected" if self._predictor is not None and self.weights_dir is None else "cxas package",
+            "predictor": "injected" if self._predictor is not None and self.weights_dir is None else "network",
+            "ignored_checkpoint_keys": self._ignored_keys,
+            "device": self.device,
+            "dtype": self.dtype,
         }

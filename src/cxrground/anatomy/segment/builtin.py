@@ -20,14 +20,17 @@ from cxrground.anatomy.ctr import EmptyAnatomyError, cardiothoracic_ratio
 from cxrground.anatomy.percept_regions import largest_component
 from cxrground.anatomy.segment.base import HeartSource, LungHeartMasks
 from cxrground.anatomy.segment.heart import HEART_METHOD, HeartEstimateParams, estimate_heart
+from cxrground.anatomy.segment.heart_image import SEEN_HEART_METHOD, seen_cardiac_borders
 from cxrground.errors import ConfigError, InputError
 from cxrground.io.image import CXRImage
 from cxrground.io.masks import as_mask, check_shape
+from cxrground.io.transform import Letterbox
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 __all__ = [
+    "ANATOMY_WORK_SIZE",
     "DEFAULT_WEIGHTS",
     "PLAUSIBLE_CTR_MIN",
     "GivenMasksSegmenter",
@@ -35,6 +38,7 @@ __all__ = [
     "default_weights_path",
     "heart_from_lungs",
     "postprocess_lungs",
+    "work_box",
 ]
 
 #: File stem of the shipped weights under ``cxrground/anatomy/segment/weights/``.
@@ -42,6 +46,22 @@ DEFAULT_WEIGHTS: Final[str] = "lung_unet_v1"
 #: Estimated hearts narrower than this CTR are flagged ``ctr_plausible: False`` in ``extra``: a CTR below
 #: 0.3 is rare in adults, so it more likely means the lung masks run over the heart shadow.
 PLAUSIBLE_CTR_MIN: Final[float] = 0.30
+#: Lung post-processing and the heart estimate run on a grid whose longest side is at most this many
+#: pixels; a larger image's masks are mapped back to native pixels exactly (nearest neighbour, see
+#: :func:`work_box`). Images up to this size are processed at native size, as before.
+ANATOMY_WORK_SIZE: Final[int] = 640
+
+
+def work_box(shape: tuple[int, int], work_size: int = ANATOMY_WORK_SIZE) -> Letterbox | None:
+    """The native → working-grid transform for an image of ``shape`` (None: small enough to stay native).
+
+    The grid keeps the aspect ratio, has no padding and a longest side of ``work_size``; a working mask
+    maps to native with :meth:`Letterbox.mask_to_native` (each native pixel takes the grid pixel holding its
+    centre), so working → native → working gives the working mask back.
+    """
+    if max(shape) <= work_size:
+        return None
+    return Letterbox.stretch(shape, Letterbox.fit(shape, work_size).resized_hw)
 
 
 def default_weights_path() -> Path:
@@ -66,19 +86,35 @@ def postprocess_lungs(
 
 
 def heart_from_lungs(
-    right: np.ndarray, left: np.ndarray, params: HeartEstimateParams | None = None
+    right: np.ndarray, left: np.ndarray, params: HeartEstimateParams | None = None,
+    pixels: np.ndarray | None = None, work_size: int = ANATOMY_WORK_SIZE,
 ) -> tuple[np.ndarray | None, dict[str, Any]]:
-    """The heart estimate plus a provenance record (method, CTR, plausibility); None when a lung is empty."""
-    info: dict[str, Any] = {"method": HEART_METHOD}
+    """The heart estimate plus a provenance record (method, CTR, plausibility); None when a lung is empty.
+
+    With ``pixels`` (the image), the cardiac borders seen in the image widen the estimate
+    (:mod:`.heart_image`); without, the heart comes from the lungs' medial borders alone. Images larger
+    than ``work_size`` are estimated on the working grid and the mask mapped back to native pixels.
+    """
+    info: dict[str, Any] = {"method": HEART_METHOD if pixels is None else f"{HEART_METHOD}+{SEEN_HEART_METHOD}"}
+    box = work_box(right.shape, work_size)
+    r_w, l_w = (right, left) if box is None else (box.mask_to_canvas(right), box.mask_to_canvas(left))
+    px_w = None if pixels is None else (pixels if box is None else box.image_to_canvas(pixels))
     try:
-        heart = estimate_heart(right, left, params)
+        borders = None
+        if px_w is not None:
+            borders, info["seen"] = seen_cardiac_borders(px_w, r_w, l_w)
+        heart = estimate_heart(r_w, l_w, params, seen_borders=borders)
     except EmptyAnatomyError as exc:
         return None, {**info, "error": str(exc)}
     if not heart.any():
         return None, {**info, "error": "the lungs leave no room for a heart between them"}
+    if box is not None:
+        heart = box.mask_to_native(heart)
     ctr = cardiothoracic_ratio(heart, right, left)
+    seen = px_w is not None and info["seen"].get("error") is None
     info.update(ctr=round(float(ctr), 4), ctr_plausible=bool(ctr >= PLAUSIBLE_CTR_MIN),
-                note="heart estimated from the lungs' medial borders, not segmented from the image")
+                note="heart width seen in the image (cardiac silhouette), outline estimated" if seen else
+                "heart estimated from the lungs' medial borders, not segmented from the image")
     return heart, info
 
 
@@ -100,9 +136,13 @@ class UNetLungSegmenter:
         estimate_heart: bool = True,
         heart_params: HeartEstimateParams | None = None,
         threads: int | None = None,
+        seen_heart: bool = True,
+        work_size: int = ANATOMY_WORK_SIZE,
     ) -> None:
         self.weights = Path(weights) if weights is not None else default_weights_path()
         self.threads = threads
+        self.seen_heart = seen_heart
+        self.work_size = int(work_size)
         self._threshold = threshold
         self.estimate_heart = estimate_heart
         self.heart_params = heart_params
@@ -148,8 +188,11 @@ class UNetLungSegmenter:
         return float(self._meta.get("threshold", 0.5)) if self._meta else 0.5
 
     # --- inference -------------------------------------------------------------------------------
-    def probabilities(self, image: CXRImage) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-        """Right- and left-lung probabilities at native size, and the letterbox record."""
+    def probabilities(
+        self, image: CXRImage, size_hw: tuple[int, int] | None = None
+    ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+        """Right- and left-lung probabilities at native size (or on a ``size_hw`` grid), and the letterbox
+        record."""
         from cxrground.anatomy.segment.unet import predict_logits, prepare_input
 
         model, meta = self._ensure()
@@ -158,21 +201,33 @@ class UNetLungSegmenter:
         logits = predict_logits(model, canvas[None], threads=self.threads)[0]
         classes = list(meta.get("classes", ["right_lung", "left_lung"]))
         out = []
+        to = box if size_hw is None else Letterbox(tuple(size_hw), box.canvas_hw, box.resized_hw, box.offset_yx)
         for name in ("right_lung", "left_lung"):
-            native = box.logits_to_native(logits[classes.index(name)])
+            native = to.logits_to_native(logits[classes.index(name)])
             out.append(1.0 / (1.0 + np.exp(-np.clip(native, -60.0, 60.0))))
         return out[0], out[1], {"letterbox": box.to_dict()}
 
     def segment(self, image: CXRImage) -> LungHeartMasks:
-        """Right/left lungs from the U-Net at native size; the heart estimated from them."""
-        p_r, p_l, extra = self.probabilities(image)
+        """Right/left lungs from the U-Net at native size; the heart estimated from them and the image.
+
+        Post-processing and the heart run on the working grid (:func:`work_box`) and are mapped back.
+        """
+        box = work_box(image.shape, self.work_size)
+        p_r, p_l, extra = self.probabilities(image, None if box is None else box.canvas_hw)
         right, left = postprocess_lungs(p_r, p_l, self.threshold)
+        pixels = image.pixels if box is None else box.image_to_canvas(image.pixels)
         heart: np.ndarray | None = None
         source: HeartSource = "none"
         if self.estimate_heart:
-            heart, info = heart_from_lungs(right, left, self.heart_params)
+            heart, info = heart_from_lungs(right, left, self.heart_params, pixels if self.seen_heart else None)
             extra["heart_estimate"] = info
             source = "estimate" if heart is not None else "none"
+        if box is not None:
+            right, left = box.mask_to_native(right), box.mask_to_native(left)
+            heart = box.mask_to_native(heart) if heart is not None else None
+            extra["work_letterbox"] = box.to_dict()
+            if heart is not None:  # the CTR of the native masks (the same up to the grid's rounding)
+                extra["heart_estimate"]["ctr"] = round(float(cardiothoracic_ratio(heart, right, left)), 4)
         extra["weights_sha256"] = self._meta.get("sha256") if self._meta else None
         return LungHeartMasks(right, left, heart, source, self.name, extra)
 
@@ -190,7 +245,9 @@ class UNetLungSegmenter:
             "normalisation": meta.get("normalisation"),
             "threshold": self.threshold,
             "postprocess": "exclusive argmax where both > threshold, largest 8-component per lung, holes filled",
-            "heart": {"source": "estimate" if self.estimate_heart else "none", "method": HEART_METHOD},
+            "heart": {"source": "estimate" if self.estimate_heart else "none",
+                      "method": f"{HEART_METHOD}+{SEEN_HEART_METHOD}" if self.seen_heart else HEART_METHOD},
+            "work_size": self.work_size,
             "metrics": meta.get("metrics"),
             "training_data": (meta.get("data") or {}).get("summary"),
         }
@@ -218,8 +275,10 @@ class GivenMasksSegmenter:
         estimate_heart: bool = True,
         label: str = "given",
         heart_params: HeartEstimateParams | None = None,
+        seen_heart: bool = True,
     ) -> None:
         self._masks = masks
+        self.seen_heart = seen_heart
         self.estimate_heart = estimate_heart
         self.label = label
         self.heart_params = heart_params
@@ -263,12 +322,13 @@ class GivenMasksSegmenter:
             heart = check_shape(as_mask(heart, "heart mask"), image.shape, "heart mask", image.path)
             source = "truth"
         elif self.estimate_heart:
-            heart, info = heart_from_lungs(right, left, self.heart_params)
+            heart, info = heart_from_lungs(right, left, self.heart_params, image.pixels if self.seen_heart else None)
             extra["heart_estimate"] = info
             source = "estimate" if heart is not None else "none"
         return LungHeartMasks(right, left, heart, source, f"{self.name}:{self.label}", extra)
 
     def provenance(self) -> dict[str, Any]:
         """Backend name and label (the masks' origin is the caller's to record)."""
+        method = f"{HEART_METHOD}+{SEEN_HEART_METHOD}" if self.seen_heart else HEART_METHOD
         return {"backend": self.name, "label": self.label, "estimate_heart": self.estimate_heart,
-                "heart_method": HEART_METHOD if self.estimate_heart else None}
+                "heart_method": method if self.estimate_heart else None}

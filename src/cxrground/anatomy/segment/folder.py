@@ -16,6 +16,7 @@ from typing import Any
 from cxrground.anatomy.segment.base import HeartSource, LungHeartMasks
 from cxrground.anatomy.segment.builtin import heart_from_lungs
 from cxrground.anatomy.segment.heart import HEART_METHOD
+from cxrground.anatomy.segment.heart_image import SEEN_HEART_METHOD
 from cxrground.errors import InputError
 from cxrground.io.image import CXRImage
 from cxrground.io.masks import read_mask_png
@@ -28,12 +29,14 @@ class MaskFolderSegmenter:
 
     name = "masks"
 
-    def __init__(self, root: str | Path, pattern: str = "{study}/{name}.png", estimate_heart: bool = True) -> None:
+    def __init__(self, root: str | Path, pattern: str = "{study}/{name}.png", estimate_heart: bool = True,
+                 seen_heart: bool = True) -> None:
         self.root = Path(root)
         if not self.root.is_dir():
             raise InputError("mask folder not found", self.root)
         self.pattern = pattern
         self.estimate_heart = estimate_heart if not isinstance(estimate_heart, str) else estimate_heart != "false"
+        self.seen_heart = seen_heart if not isinstance(seen_heart, str) else seen_heart != "false"
 
     def _path(self, image: CXRImage, name: str) -> Path:
         if image.path is None:
@@ -50,7 +53,7 @@ class MaskFolderSegmenter:
         if heart_path.is_file():
             heart, source = read_mask_png(heart_path, image.shape), "truth"
         elif self.estimate_heart:
-            heart, info = heart_from_lungs(right, left)
+            heart, info = heart_from_lungs(right, left, pixels=image.pixels if self.seen_heart else None)
             source, extra = ("estimate" if heart is not None else "none"), {"heart_estimate": info}
         src: HeartSource = source  # type: ignore[assignment]
         return LungHeartMasks(right, left, heart, src, f"masks:{self.root.name}", extra)
@@ -58,4 +61,5 @@ class MaskFolderSegmenter:
     def provenance(self) -> dict[str, Any]:
         """Backend, folder and pattern."""
         return {"backend": self.name, "root": str(self.root), "pattern": self.pattern,
-                "heart_method": HEART_METHOD if self.estimate_heart else None}
+                "heart_method": (f"{HEART_METHOD}+{SEEN_HEART_METHOD}" if self.seen_heart else HEART_METHOD)
+                if self.estimate_heart else None}

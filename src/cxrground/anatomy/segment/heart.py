@@ -165,8 +165,14 @@ def estimate_heart(
     right_lung: np.ndarray,
     left_lung: np.ndarray,
     params: HeartEstimateParams | None = None,
+    seen_borders: tuple[float, float] | None = None,
 ) -> np.ndarray:
     """Estimate the heart mask from the lung masks (method in the module docstring); bool ``(H, W)``.
+
+    ``seen_borders`` = ``(x_right, x_left)``: the cardiac borders seen in the image
+    (:func:`~.heart_image.seen_cardiac_borders`). The heart then spans those borders instead of the lungs'
+    medial borders (taking the wider of the two lowered the held-out CTR AUROC against the NIH Cardiomegaly
+    label from 0.84 to 0.79), and it may overlap the lung masks (which include the lung behind the heart).
 
     Raises :class:`~cxrground.anatomy.ctr.EmptyAnatomyError` when a lung is empty and
     :class:`~cxrground.errors.MaskShapeError` when the shapes differ. The result may be empty when the
@@ -197,6 +203,8 @@ def estimate_heart(
     seg_r, seg_l = seg_r[~np.isnan(seg_r)], seg_l[~np.isnan(seg_l)]
     x_right = float(_running_median(seg_r, smooth).min()) + 1.0 if seg_r.size else x_rb + 1.0
     x_left = float(_running_median(seg_l, smooth).max()) - 1.0 if seg_l.size else x_lb - 1.0
+    if seen_borders is not None:
+        x_right, x_left = float(seen_borders[0]), float(seen_borders[1])
     if x_left <= x_right:
         return np.zeros((h, w), dtype=bool)
 
@@ -218,7 +226,9 @@ def estimate_heart(
     between = (xx[None, :] > med_r_f) & (xx[None, :] < med_l_f)
     band = between & (yy >= y_w) & (xx[None, :] >= x_right) & (xx[None, :] <= x_left)
 
-    heart = (ellipse | band) & (yy <= floor[None, :]) & ~lungs
+    heart = (ellipse | band) & (yy <= floor[None, :])
+    if seen_borders is None:
+        heart &= ~lungs
     if not heart.any():
         return heart
     lab, n = ndimage.label(heart)

@@ -20,8 +20,9 @@ SEGMENTERS.register("unet", UNetLungSegmenter, help="the shipped lung U-Net, hea
 SEGMENTERS.register("given", GivenMasksSegmenter,
                     help="masks supplied per image (Python API; segment lungs --right/--left)")
 SEGMENTERS.register("masks", MaskFolderSegmenter, help="mask PNGs found in a folder by a name pattern (root=DIR)")
-SEGMENTERS.register("cxas", CXASSegmenter, help="the CXAS package with a local weights folder")
-SEGMENTERS.register("hybridgnet", HybridGNetSegmenter, help="a CheXmask HybridGNet checkpoint supplied by the user")
+SEGMENTERS.register("cxas", CXASSegmenter, help="the CXAS network, local weights folder (weights_dir=DIR)")
+SEGMENTERS.register("hybridgnet", HybridGNetSegmenter,
+                    help="CheXmask HybridGNet, local weights (weights_path=FILE: bestMSE.pt or an exported model)")
 
 #: The option through which a backend takes its weights file or folder (``segment lungs --weights``).
 WEIGHTS_OPTION: Final[dict[str, str]] = {"unet": "weights", "hybridgnet": "weights_path", "cxas": "weights_dir"}

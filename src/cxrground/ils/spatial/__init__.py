@@ -2,7 +2,8 @@
 
 Backends by name (``get_synthesizer`` / ``get_detector``):
 
-- synthesizers: ``pseudo-normal`` (built-in, CPU; :class:`PseudoNormalSynthesizer`), ``radedit``
+- synthesizers: ``pseudo-normal`` (built-in default, CPU; :class:`PseudoNormalSynthesizer`), ``normative``
+  (built-in, CPU; :class:`NormativeSynthesizer`, a model of normal films), ``radedit``
   (:class:`RadEditSynthesizer`, local weights);
 - detectors: ``anomaly`` (built-in, CPU; :class:`AnomalyBoxDetector`), ``yolo`` (:class:`YOLOBoxDetector`,
   local VinDr-CXR checkpoint).
@@ -20,6 +21,7 @@ from cxrground.ils.spatial.boxes import (
     boxes_from_yolo_result,
     normalize_class_name,
 )
+from cxrground.ils.spatial.normative import NormativeSynthesizer
 from cxrground.ils.spatial.pseudo_normal import PseudoNormalSynthesizer, anomaly_map, anomaly_mask
 from cxrground.ils.spatial.radedit import RadEditSynthesizer
 from cxrground.registry import Registry
@@ -32,6 +34,7 @@ __all__ = [
     "Box",
     "BoxDetector",
     "NormalSynthesizer",
+    "NormativeSynthesizer",
     "PseudoNormalSynthesizer",
     "RadEditSynthesizer",
     "YOLOBoxDetector",
@@ -48,6 +51,9 @@ SYNTHESIZERS: Final[Registry[NormalSynthesizer]] = Registry("synthesizer")
 SYNTHESIZERS.register("pseudo-normal", PseudoNormalSynthesizer,
                       help="built-in CPU estimate: per-region background fit, coarse excess removed")
 SYNTHESIZERS.register("radedit", RadEditSynthesizer, help="RadEdit (diffusers), local model folder (model_dir=DIR)")
+SYNTHESIZERS.register("normative", NormativeSynthesizer,
+                      help="built-in CPU normative model of the normal chest (learned from NIH normal films); "
+                           "model=NPZ, band, noise_floor")
 
 #: Lesion box detectors by name.
 DETECTORS: Final[Registry[BoxDetector]] = Registry("detector")

@@ -52,13 +52,22 @@ __all__ = [
     "BOX_CLASS_LESIONS",
     "DROPPED_CLASSES",
     "KEPT_CLASSES",
+    "VINDR_CXR_CLASSES",
     "AnomalyBoxDetector",
     "YOLOBoxDetector",
     "box_matches_lesion",
     "boxes_from_yolo_result",
     "ellipse_kernel",
     "normalize_class_name",
+    "save_tiny_yolo",
 ]
+
+#: The 14 VinDr-CXR (VinBigData challenge) classes in their class-id order, then "No finding" (id 14).
+VINDR_CXR_CLASSES: Final[tuple[str, ...]] = (
+    "Aortic enlargement", "Atelectasis", "Calcification", "Cardiomegaly", "Consolidation", "ILD", "Infiltration",
+    "Lung Opacity", "Nodule/Mass", "Other lesion", "Pleural effusion", "Pleural thickening", "Pneumothorax",
+    "Pulmonary fibrosis", "No finding",
+)
 
 #: VinDr-CXR classes kept by ILS §8 (hyperintense findings), in the spelling of this package.
 KEPT_CLASSES: Final[tuple[str, ...]] = (
@@ -294,8 +303,11 @@ class YOLOBoxDetector:
 
     ``weights_path`` is a local ``.pt`` file. Prediction runs on the grey canvas replicated to three
     channels at ``imgsz`` with a low confidence floor (``predict_conf``) and NMS IoU ``iou``, so that
-    Algorithm 1 applies τ_conf itself. Only :data:`KEPT_CLASSES` survive. ``ultralytics`` is imported on
-    first use; a missing package or file is a :class:`~cxrground.errors.ConfigError` saying what to do.
+    Algorithm 1 applies τ_conf itself. Only :data:`KEPT_CLASSES` survive. ``device`` goes to ultralytics
+    (``cpu``, ``cuda``, ``0``...; default: its own choice); ``dtype`` is ``float32`` or ``float16`` (ultralytics'
+    ``half``; it has no bfloat16 inference). Options may be strings (``--detector-opt imgsz=640``).
+    ``ultralytics`` (the ``yolo`` extra) is imported on first use; a missing package or file is a
+    :class:`~cxrground.errors.ConfigError` saying what to do.
     """
 
     name = "yolo"
@@ -303,17 +315,24 @@ class YOLOBoxDetector:
     def __init__(
         self,
         weights_path: str | Path,
-        imgsz: int = 1024,
-        predict_conf: float = 0.01,
-        iou: float = 0.5,
+        imgsz: int | str = 1024,
+        predict_conf: float | str = 0.01,
+        iou: float | str = 0.5,
         device: str | None = None,
         kept: Sequence[str] = KEPT_CLASSES,
         model: Any = None,
+        dtype: str = "float32",
     ) -> None:
         self.weights_path = Path(weights_path)
-        self.imgsz = int(imgsz)
-        self.predict_conf = float(predict_conf)
-        self.iou = float(iou)
+        try:
+            self.imgsz = int(imgsz)
+            self.predict_conf = float(predict_conf)
+            self.iou = float(iou)
+        except ValueError as exc:
+            raise ConfigError(f"YOLO imgsz must be an integer, predict_conf and iou numbers: {exc}") from None
+        if dtype not in ("float32", "float16"):
+            raise ConfigError(f"YOLO dtype must be float32 or float16 (ultralytics' half), got {dtype!r}")
+        self.dtype = dtype
         self.device = device
         self.kept = tuple(kept)
         self._model = model
@@ -332,7 +351,7 @@ class YOLOBoxDetector:
             except ImportError as exc:
                 raise ConfigError(
                     "the YOLO detector needs the 'ultralytics' package: pip install ultralytics "
-                    f"(weights: {self.weights_path})"
+                    f"(or 'cxrground[yolo]'; it needs torchvision; weights: {self.weights_path})"
                 ) from exc
             self._model = YOLO(str(self.weights_path))
         return self._model
@@ -347,6 +366,8 @@ class YOLOBoxDetector:
         kwargs: dict[str, Any] = {"imgsz": self.imgsz, "conf": self.predict_conf, "iou": self.iou, "verbose": False}
         if self.device is not None:
             kwargs["device"] = self.device
+        if self.dtype == "float16":
+            kwargs["half"] = True
         results = model.predict(rgb, **kwargs)
         if not results:
             return []
@@ -361,5 +382,23 @@ class YOLOBoxDetector:
             "weights_path": str(self.weights_path),
             "weights_sha256": self._sha256,
             "settings": {"imgsz": self.imgsz, "predict_conf": self.predict_conf, "iou": self.iou,
-                         "device": self.device, "kept": list(self.kept)},
+                         "device": self.device, "dtype": self.dtype, "kept": list(self.kept)},
         }
+
+
+def save_tiny_yolo(path: str | Path, model_yaml: str = "yolov8n.yaml") -> Path:
+    """Save a random YOLO detector built from an ultralytics model yaml with the VinDr-CXR class names (a ``.pt``).
+
+    The architecture is the yaml's (default YOLOv8-n, about 3 M parameters) with a 15-class head; for tests and
+    smoke checks (its boxes are noise). Needs ``ultralytics``.
+    """
+    from ultralytics import YOLO
+    from ultralytics.nn.tasks import DetectionModel
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    yolo = YOLO(model_yaml)
+    yolo.model = DetectionModel(model_yaml, nc=len(VINDR_CXR_CLASSES), verbose=False)
+    yolo.model.names = dict(enumerate(VINDR_CXR_CLASSES))
+    yolo.save(str(out))
+    return out

@@ -21,9 +21,15 @@ diffusion), so only lungs ∪ heart are edited; finally the decoded image is res
 outside the edit mask is copied from the input, so ``x̂ = x`` there exactly. Same inputs + seed ⇒ same
 ``x̂`` on the same hardware and library versions.
 
-Without ``diffusers`` / ``transformers`` / ``torch`` or without the weights, the adapter raises
-:class:`~cxrground.errors.ConfigError` saying what to install or download and where. This path is
-untested here (no weights); the argument plumbing is tested with an injected editor.
+Device and dtype: ``device`` (``cuda``, ``cuda:1``, ``cpu``; default ``cuda`` when available) and ``dtype``
+(``float32``, ``bfloat16``, ``float16``; default ``float32``) apply to the UNet, the VAE and the text encoder;
+the latents blend and the scheduler run in that dtype, the seeded noise is drawn on the CPU in float32 (same
+noise on every device). Options may come as strings (``--synthesizer-opt steps=50``).
+
+Without ``diffusers`` / ``transformers`` / ``torch`` (the ``gen`` extra) or without the weights, the adapter
+raises :class:`~cxrground.errors.ConfigError` saying what to install or download and where. The real-library
+path is tested on a random tiny model of the same architecture saved in this layout (:func:`save_tiny_radedit`):
+a diffusers ``UNet2DConditionModel`` and ``AutoencoderKL`` and a BERT text encoder with its tokenizer.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from cxrground.errors import ConfigError
 from cxrground.io.masks import as_mask, check_same_shape
 from cxrground.vocab.ils_templates import RADEDIT_PROMPT
 
-__all__ = ["RADEDIT_SUBFOLDERS", "RadEditSynthesizer"]
+__all__ = ["DTYPES", "RADEDIT_SUBFOLDERS", "RadEditSynthesizer", "save_tiny_radedit"]
 
 #: Sub-folders the local model directory must contain, with where each comes from.
 RADEDIT_SUBFOLDERS: Final[dict[str, str]] = {
@@ -48,6 +54,9 @@ RADEDIT_SUBFOLDERS: Final[dict[str, str]] = {
     "text_encoder": "microsoft/BiomedVLP-BioViL-T",
     "tokenizer": "microsoft/BiomedVLP-BioViL-T",
 }
+
+#: The floating-point types an adapter may run in (``dtype=`` option).
+DTYPES: Final[tuple[str, ...]] = ("float32", "bfloat16", "float16")
 
 #: ``editor(image, mask, *, prompt, steps, guidance, seed, strength) -> image`` on ``size``² uint8 arrays.
 Editor = Callable[..., np.ndarray]
@@ -61,16 +70,22 @@ class RadEditSynthesizer:
     def __init__(
         self,
         model_dir: str | Path,
-        steps: int = 100,
-        guidance: float = 7.5,
-        seed: int = 0,
-        strength: float = 0.6,
-        size: int = 512,
+        steps: int | str = 100,
+        guidance: float | str = 7.5,
+        seed: int | str = 0,
+        strength: float | str = 0.6,
+        size: int | str = 512,
         device: str | None = None,
         dtype: str = "float32",
         prompt: str = RADEDIT_PROMPT,
         editor: Editor | None = None,
     ) -> None:
+        try:
+            steps, seed, size = int(steps), int(seed), int(size)
+            guidance, strength = float(guidance), float(strength)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"RadEdit options steps/seed/size must be integers, guidance/strength numbers: {exc}"
+                              ) from None
         if steps < 1:
             raise ConfigError(f"RadEdit steps must be >= 1, got {steps}")
         if not 0.0 < strength <= 1.0:
@@ -79,6 +94,10 @@ class RadEditSynthesizer:
             raise ConfigError(f"RadEdit guidance must be >= 0, got {guidance}")
         if seed < 0:
             raise ConfigError(f"RadEdit seed must be >= 0, got {seed}")
+        if size < 8 or size % 8:
+            raise ConfigError(f"RadEdit size must be a positive multiple of 8, got {size}")
+        if dtype not in DTYPES:
+            raise ConfigError(f"RadEdit dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         self.model_dir = Path(model_dir)
         self.steps = int(steps)
         self.guidance = float(guidance)
@@ -124,7 +143,7 @@ class RadEditSynthesizer:
             "name": self.name,
             "model_dir": str(self.model_dir),
             "settings": {"steps": self.steps, "guidance": self.guidance, "seed": self.seed,
-                         "strength": self.strength, "size": self.size, "dtype": self.dtype,
+                         "strength": self.strength, "size": self.size, "dtype": self.dtype, "device": self.device,
                          "prompt": self.prompt, "scheduler": "DDIM linear trailing eps, blended latents"},
         }
 
@@ -155,12 +174,20 @@ def _check_packages(model_dir: Path) -> None:
     missing = [p for p in ("diffusers", "transformers", "torch") if importlib.util.find_spec(p) is None]
     if missing:
         raise ConfigError(
-            f"RadEdit needs {', '.join(missing)}: pip install 'diffusers>=0.27' 'transformers>=4.40' torch "
+            f"RadEdit needs {', '.join(missing)}: pip install 'cxrground[gen]' (diffusers, transformers, torch) "
             f"(weights are read from {model_dir})"
         )
 
 
-class _DiffusersEditor:  # pragma: no cover - needs diffusers, transformers, torch and the weights
+def _transformers_dtype(dtype: Any) -> dict[str, Any]:
+    """``{"dtype": dtype}`` for transformers ≥ 4.56, ``{"torch_dtype": dtype}`` before (the argument's old name)."""
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype" if (major, minor) >= (4, 56) else "torch_dtype": dtype}
+
+
+class _DiffusersEditor:
     """The blended-latent DDIM editor built from the local RadEdit components."""
 
     def __init__(self, model_dir: Path, device: str | None, dtype: str) -> None:
@@ -170,17 +197,18 @@ class _DiffusersEditor:  # pragma: no cover - needs diffusers, transformers, tor
             from transformers import AutoModel, AutoTokenizer
         except ImportError as exc:
             raise ConfigError(
-                "RadEdit needs diffusers, transformers and torch: pip install 'diffusers>=0.27' "
-                f"'transformers>=4.40' torch (missing: {exc.name}); weights are read from {model_dir}"
+                "RadEdit needs diffusers, transformers and torch: pip install 'cxrground[gen]' "
+                f"(missing: {exc.name}); weights are read from {model_dir}"
             ) from exc
         self.torch = torch
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = getattr(torch, dtype)
         kw: dict[str, Any] = {"local_files_only": True}
-        self.unet = UNet2DConditionModel.from_pretrained(model_dir / "unet", **kw).to(self.device, self.dtype)
-        self.vae = AutoencoderKL.from_pretrained(model_dir / "vae", **kw).to(self.device, self.dtype)
-        self.text_encoder = AutoModel.from_pretrained(model_dir / "text_encoder", trust_remote_code=True, **kw).to(
-            self.device, self.dtype)
+        self.unet = UNet2DConditionModel.from_pretrained(model_dir / "unet", torch_dtype=self.dtype, **kw).to(
+            self.device)
+        self.vae = AutoencoderKL.from_pretrained(model_dir / "vae", torch_dtype=self.dtype, **kw).to(self.device)
+        self.text_encoder = AutoModel.from_pretrained(model_dir / "text_encoder", trust_remote_code=True,
+                                                      **_transformers_dtype(self.dtype), **kw).to(self.device)
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir / "tokenizer", model_max_length=128,
                                                        trust_remote_code=True, **kw)
         self.scheduler = DDIMScheduler(beta_schedule="linear", clip_sample=False, prediction_type="epsilon",
@@ -224,3 +252,46 @@ class _DiffusersEditor:  # pragma: no cover - needs diffusers, transformers, tor
             out = self.vae.decode(z / self.vae.config.scaling_factor).sample
             grey = out.float().mean(dim=1)[0].clamp(-1, 1)
             return ((grey.cpu().numpy() + 1.0) * 127.5).round().astype(np.uint8)
+
+
+#: Words of the tiny test tokenizer's vocabulary (BERT WordPiece; the prompt's words and the special tokens).
+_TINY_WORDS: Final[tuple[str, ...]] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "no", "acute",
+                                       "cardiopulmonary", "process", "normal", "chest", "x", "-", "ray", ".")
+
+
+def save_tiny_radedit(model_dir: str | Path, *, seed: int = 0, text_hidden: int = 32) -> Path:
+    """Save a random tiny RadEdit in the documented layout (the real classes, a few thousand parameters).
+
+    ``unet/``: a diffusers ``UNet2DConditionModel`` (4 latent channels, cross-attention on the text states);
+    ``vae/``: an ``AutoencoderKL`` (3 channels in and out, 4 latent channels, down-sampling ×2);
+    ``text_encoder/`` and ``tokenizer/``: a BERT ``BertModel`` and WordPiece tokenizer (the BioViL-T text model
+    is a BERT; its 128-token prompt length is kept). For tests and smoke checks: the output is noise.
+    """
+    import torch
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    root = Path(model_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        UNet2DConditionModel(
+            sample_size=32, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(8, 16),
+            down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+            up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+            cross_attention_dim=text_hidden, attention_head_dim=4, norm_num_groups=4,
+        ).save_pretrained(root / "unet")
+        AutoencoderKL(
+            in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8, 16), layers_per_block=1,
+            down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2, norm_num_groups=4,
+            sample_size=64,
+        ).save_pretrained(root / "vae")
+        BertModel(BertConfig(vocab_size=len(_TINY_WORDS), hidden_size=text_hidden, num_hidden_layers=1,
+                             num_attention_heads=2, intermediate_size=2 * text_hidden, max_position_embeddings=128),
+                  ).save_pretrained(root / "text_encoder")
+    (root / "tokenizer").mkdir(exist_ok=True)
+    vocab = root / "tokenizer" / "vocab.txt"
+    vocab.write_text("\n".join(_TINY_WORDS) + "\n", encoding="utf-8")
+    BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True, model_max_length=128).save_pretrained(
+        root / "tokenizer")
+    return root

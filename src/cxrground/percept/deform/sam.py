@@ -17,6 +17,10 @@ transformers are imported only when the model is first used. Prompts (:func:`bui
 Prediction keeps the top-scoring of the three multimask outputs and its low-res logits; the up-sampled mask
 (logit > 0) gets the §6 clean-up. The caller checks the validity rule (random or weak weights may fail it,
 which is then reported as an invalid step).
+
+The model runs on ``device`` (default ``cpu``; ``cuda``, ``cuda:1``...) in ``dtype`` (``float32`` default,
+``bfloat16``, ``float16``): pixel values, points and the mask prompt are cast to it, and the logits are read back
+in float32.
 """
 
 from __future__ import annotations
@@ -37,7 +41,11 @@ from cxrground.percept.config import DeformConfig
 from cxrground.percept.deform.base import Deformer, DeformRequest, DeformResult
 from cxrground.percept.refine import Point, clean_mask, lattice_points
 
-__all__ = ["SamDeformer", "SamPrompts", "build_prompts", "organic_kernel", "sam_frame", "to_lowres"]
+#: Floating-point types the SAM deformer may run in.
+SAM_DTYPES = ("float32", "bfloat16", "float16")
+
+__all__ = ["SAM_DTYPES", "SamDeformer", "SamPrompts", "build_prompts", "organic_kernel", "sam_frame", "save_tiny_sam",
+           "to_lowres"]
 
 
 def organic_kernel(radius: float, rng: np.random.Generator, config: DeformConfig | None = None) -> np.ndarray:
@@ -170,11 +178,15 @@ class SamDeformer(Deformer):
 
     name = "sam"
 
-    def __init__(self, model_path: str | Path, device: str = "cpu", config: DeformConfig | None = None) -> None:
+    def __init__(self, model_path: str | Path, device: str = "cpu", config: DeformConfig | None = None,
+                 dtype: str = "float32") -> None:
         self.model_path = Path(model_path)
         if not (self.model_path / "config.json").is_file():
             raise InputError("not a SAM checkpoint folder (config.json missing)", self.model_path)
+        if dtype not in SAM_DTYPES:
+            raise InputError(f"SAM dtype must be one of {', '.join(SAM_DTYPES)}, got {dtype!r}", self.model_path)
         self.device = device
+        self.dtype = dtype
         self.config = config or DeformConfig()
         self._model: Any = None
         self._processor: Any = None
@@ -186,7 +198,10 @@ class SamDeformer(Deformer):
         from transformers import SamModel, SamProcessor
 
         self._processor = SamProcessor.from_pretrained(str(self.model_path), local_files_only=True)
-        self._model = SamModel.from_pretrained(str(self.model_path), local_files_only=True).to(self.device).eval()
+        import torch
+
+        model = SamModel.from_pretrained(str(self.model_path), local_files_only=True)
+        self._model = model.to(self.device, getattr(torch, self.dtype)).eval()
 
     @property
     def image_size(self) -> int:
@@ -209,7 +224,7 @@ class SamDeformer(Deformer):
             rgb = np.repeat(img[..., None], 3, axis=2) if img.ndim == 2 else img
             inputs = self._processor(images=rgb.astype(np.uint8), return_tensors="pt")
             with torch.no_grad():
-                emb = self._model.get_image_embeddings(inputs["pixel_values"].to(self.device))
+                emb = self._model.get_image_embeddings(inputs["pixel_values"].to(self.device, self._model.dtype))
             self._cached = (key, emb, inputs)
         return self._cached[1], self._cached[2]
 
@@ -231,18 +246,46 @@ class SamDeformer(Deformer):
         emb, inputs = self._embed(request.image)
         rh, rw = sam_frame(m.shape, size)
         pts = [[x * rw / m.shape[1], y * rh / m.shape[0]] for x, y in prompts.points]
+        dtype = self._model.dtype
         with torch.no_grad():
             out = self._model(
                 image_embeddings=emb,
-                input_points=torch.tensor([[pts]], dtype=torch.float32, device=self.device),
+                input_points=torch.tensor([[pts]], dtype=torch.float32, device=self.device).to(dtype),
                 input_labels=torch.tensor([[prompts.labels]], dtype=torch.long, device=self.device),
-                input_masks=torch.from_numpy(prompts.mask_prompt)[None, None].to(self.device),
+                input_masks=torch.from_numpy(prompts.mask_prompt)[None, None].to(self.device, dtype),
                 multimask_output=True,
             )
-        best = int(torch.argmax(out.iou_scores[0, 0]).item())
-        low = out.pred_masks[:, :, best : best + 1]
+        best = int(torch.argmax(out.iou_scores[0, 0].float()).item())
+        low = out.pred_masks[:, :, best : best + 1].float()
         full = self._processor.post_process_masks(
             low.cpu(), inputs["original_sizes"], inputs["reshaped_input_sizes"], binarize=False
         )[0][0, 0]
         deformed = clean_mask(full.numpy() > 0, scale)
         return DeformResult(mask=deformed, logits=low[0, 0, 0].cpu().numpy().astype(np.float32))
+
+
+def save_tiny_sam(folder: str | Path, seed: int = 0) -> Path:
+    """Save a random tiny transformers SAM (64-px input, 16-px low-res masks) with its processor in ``folder``.
+
+    The real ``SamModel`` / ``SamProcessor`` classes at a few thousand parameters, for tests and smoke checks.
+    """
+    import torch
+    import transformers
+    from transformers.models.sam import SamMaskDecoderConfig, SamPromptEncoderConfig, SamVisionConfig
+
+    vc = SamVisionConfig(hidden_size=32, output_channels=16, num_hidden_layers=1, num_attention_heads=2,
+                         image_size=64, patch_size=8, mlp_dim=32, global_attn_indexes=[0], num_pos_feats=8,
+                         window_size=0)
+    pc = SamPromptEncoderConfig(hidden_size=16, image_size=64, patch_size=8, mask_input_channels=4)
+    mc = SamMaskDecoderConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, mlp_dim=32,
+                              iou_head_hidden_dim=16)
+    cfg = transformers.SamConfig(vision_config=vc.to_dict(), prompt_encoder_config=pc.to_dict(),
+                                 mask_decoder_config=mc.to_dict())
+    torch.manual_seed(seed)
+    transformers.SamModel(cfg).save_pretrained(folder)
+    image_processor = transformers.SamImageProcessor(
+        size={"longest_edge": 64}, pad_size={"height": 64, "width": 64},
+        mask_size={"longest_edge": 16}, mask_pad_size={"height": 16, "width": 16},
+    )
+    transformers.SamProcessor(image_processor=image_processor).save_pretrained(folder)
+    return Path(folder)

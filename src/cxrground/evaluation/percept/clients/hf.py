@@ -8,6 +8,12 @@ renders them. Generation runs in a worker thread, one request at a time (one mod
 the global random state is left as it was); ``max_tokens`` becomes ``max_new_tokens``. ``max_images`` (default 7)
 must cover the 7 images of an RR conversation; the runner refuses to start otherwise.
 
+Families tested on tiny random models of their real classes with a 7-image RR conversation
+(``tests/test_percept_eval_hf_families.py``): LLaVA, Qwen2-VL and Qwen2.5-VL (image tokens follow each image's
+size), Gemma 3 and MedGemma (same architecture), Idefics3 and SmolVLM, InternVL in the transformers layout
+(``*-hf`` checkpoints; the original ``trust_remote_code`` InternVL with its own ``chat()`` is not supported). Their
+video processors need torchvision; without it :func:`load_processor` builds the image-only processor.
+
 The model runs on ``device`` (default: ``cuda`` when available, else ``cpu``), in bfloat16 on CUDA and float32
 on CPU; the processor's floating-point outputs (pixel values) are cast to the model's dtype. A folder that
 lacks ``config.json`` is refused when the client is made; one that transformers cannot load as a processor +
@@ -30,7 +36,7 @@ from typing import Any
 from cxrground.errors import ConfigError
 from cxrground.llm import Completion, PermanentError, model_fingerprint
 
-__all__ = ["HFClient", "to_hf_messages"]
+__all__ = ["HFClient", "load_processor", "to_hf_messages"]
 
 
 def _decode_image(url: str) -> Any:
@@ -61,6 +67,85 @@ def to_hf_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                     raise PermanentError(f"unsupported message part {p.get('type')!r}")
         out.append({"role": m["role"], "content": parts})
     return out
+
+
+def load_processor(folder: str) -> Any:
+    """The folder's ``AutoProcessor``; without torchvision, the image-only form of a processor that also handles video.
+
+    transformers' video processors (Qwen2-VL / Qwen2.5-VL, InternVL, SmolVLM) need torchvision, and
+    ``AutoProcessor`` refuses the whole processor without it. The harness sends images only, so the processor
+    is then built from its tokenizer, image processor, settings (``processor_config.json``) and chat template
+    with no video processor; a request with a video would fail.
+    """
+    from transformers import AutoProcessor
+
+    try:
+        return AutoProcessor.from_pretrained(folder, local_files_only=True)
+    except ImportError as exc:
+        if "torchvision" not in str(exc).lower():
+            raise
+        return _image_only_processor(Path(folder), exc)
+
+
+def _processor_settings(root: Path) -> dict[str, Any]:
+    """The saved processor settings (``processor_config.json``, else the ``processor_class`` in the image config)."""
+    import json
+
+    for name in ("processor_config.json", "preprocessor_config.json"):
+        path = root / name
+        if path.is_file():
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data.get("processor_class"):
+                return data
+    return {}
+
+
+def _chat_template(root: Path, tokenizer: Any) -> str | None:
+    import json
+
+    if (root / "chat_template.jinja").is_file():
+        return (root / "chat_template.jinja").read_text(encoding="utf-8")
+    if (root / "chat_template.json").is_file():
+        return json.loads((root / "chat_template.json").read_text(encoding="utf-8")).get("chat_template")
+    return getattr(tokenizer, "chat_template", None)
+
+
+class _NoVideoProcessor:
+    """Stands in for a video processor that needs torchvision: no frame defaults, and any other use is an error."""
+
+    num_frames = None
+    fps = None
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"video input needs the model's video processor, which needs torchvision ({name})")
+
+
+def _image_only_processor(root: Path, exc: ImportError) -> Any:
+    import inspect
+
+    import transformers
+    from transformers import AutoImageProcessor, AutoTokenizer
+
+    settings = _processor_settings(root)
+    cls = getattr(transformers, str(settings.get("processor_class", "")), None)
+    parts = set(cls.get_attributes()) if cls is not None else set()
+    if "video_processor" not in parts or parts - {"image_processor", "tokenizer", "video_processor"}:
+        raise exc
+
+    class ImageOnlyProcessor(cls):  # type: ignore[misc, valid-type]
+        """The processor with :class:`_NoVideoProcessor` in place of its video processor."""
+
+        def check_argument_for_proper_class(self, argument_name: str, argument: Any) -> Any:
+            if argument_name == "video_processor" and isinstance(argument, _NoVideoProcessor):
+                return _NoVideoProcessor
+            return super().check_argument_for_proper_class(argument_name, argument)
+
+    tokenizer = AutoTokenizer.from_pretrained(root, local_files_only=True)
+    image_processor = AutoImageProcessor.from_pretrained(root, local_files_only=True)
+    accepted = set(inspect.signature(cls.__init__).parameters) - parts - {"self", "chat_template", "kwargs"}
+    options = {k: v for k, v in settings.items() if k in accepted}
+    return ImageOnlyProcessor(image_processor=image_processor, tokenizer=tokenizer, video_processor=_NoVideoProcessor(),
+                              chat_template=_chat_template(root, tokenizer), **options)
 
 
 class HFClient:
@@ -98,7 +183,7 @@ class HFClient:
             try:
                 import torch
                 import transformers
-                from transformers import AutoModelForImageTextToText, AutoProcessor
+                from transformers import AutoModelForImageTextToText
             except ImportError as exc:
                 raise ConfigError(f"hf: models need torch and transformers (the 'vlm' extra): {exc}") from None
 
@@ -108,7 +193,7 @@ class HFClient:
             major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
             dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
             try:
-                processor = AutoProcessor.from_pretrained(self.model, local_files_only=True)
+                processor = load_processor(self.model)
                 model = AutoModelForImageTextToText.from_pretrained(self.model, local_files_only=True,
                                                                     **{dtype_kw: dtype})
             except Exception as exc:  # any loading failure means the folder is unusable: stop the run
