@@ -29,8 +29,8 @@ from PIL import Image  # noqa: E402
 from cxrground.cli import main  # noqa: E402
 from cxrground.evaluation.percept.clients.hf import HFClient, load_processor, to_hf_messages  # noqa: E402
 from cxrground.evaluation.percept.conversation import Conversation, plan_benchmark  # noqa: E402
-from cxrground.evaluation.percept.mock_bench import make_benchmark  # noqa: E402
 from cxrground.percept.schema import load_benchmark  # noqa: E402
+from cxrground.testing.mock_bench import make_benchmark  # noqa: E402
 from vlm_families import FAMILIES  # noqa: E402
 
 MAX_TOKENS = 3
