@@ -84,11 +84,11 @@ def test_registration_mistakes_are_programming_errors():
 
 REGISTRIES = {
     "segmenter": (SEGMENTERS, {"unet", "given", "masks", "cxas", "hybridgnet"}),
-    "synthesizer": (SYNTHESIZERS, {"pseudo-normal", "radedit"}),
+    "synthesizer": (SYNTHESIZERS, {"pseudo-normal", "normative", "radedit"}),
     "detector": (DETECTORS, {"anomaly", "yolo"}),
     "deformer": (DEFORMERS, {"builtin", "sam"}),
     "model": (MODELS, {"baseline", "lisa"}),
-    "model client": (CLIENTS, {"openai", "hf", "random", "first-option", "always-yes", "oracle"}),
+    "model client": (CLIENTS, {"openai", "hf", "ils", "random", "first-option", "always-yes", "oracle"}),
 }
 
 
@@ -129,7 +129,7 @@ def test_model_clients_accept_the_harness_options_and_refuse_others():
         make_client("gpt:4")
     with pytest.raises(ConfigError, match="needs a name"):
         make_client("hf:")
-    assert spec_forms() == "openai:MODEL | hf:MODEL_DIR | random | first-option | always-yes | oracle"
+    assert spec_forms() == "openai:MODEL | hf:MODEL_DIR | ils:CHECKPOINT | random | first-option | always-yes | oracle"
 
 
 # --- CLI choices and help come from the registries -------------------------------------------------------
