@@ -6,23 +6,21 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import clean_errors
+from cxrground.cli.common import DIR, FILE, OUT_DIR, OUT_FILE, group
 
 
-@click.group("anatomy")
+@group("anatomy")
 def anatomy() -> None:
     """Anatomy geometry: ILS location labels, CheXpercept zones and sub-regions, CTR."""
 
 
 @anatomy.command("show")
-@click.option("--image", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True)
-@click.option("--right", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True,
-              help="Right-lung mask PNG (patient's right = image left).")
-@click.option("--left", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True)
-@click.option("--heart", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None)
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True, help="PNG to write.")
+@click.option("--image", type=FILE, required=True)
+@click.option("--right", type=FILE, required=True, help="Right-lung mask PNG (patient's right = image left).")
+@click.option("--left", type=FILE, required=True)
+@click.option("--heart", type=FILE, default=None)
+@click.option("--out", type=OUT_FILE, required=True, help="PNG to write.")
 @click.option("--width", type=int, default=384, show_default=True, help="Panel width in pixels.")
-@clean_errors()
 def show(image: Path, right: Path, left: Path, heart: Path | None, out: Path, width: int) -> None:
     """Draw ILS location labels, CheXpercept zones / rims / angles and the 20 sub-regions on the image."""
     from cxrground.anatomy.figure import geometry_figure
@@ -41,13 +39,10 @@ def show(image: Path, right: Path, left: Path, heart: Path | None, out: Path, wi
 
 
 @anatomy.command("zones")
-@click.option("--images", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
-              help="Folder of PNG / JPEG / DICOM films (searched recursively).")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True)
-@click.option("--normative", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
-              help="Normative model .npz (default: the shipped normative_v1).")
+@click.option("--images", type=DIR, required=True, help="Folder of PNG / JPEG / DICOM films (searched recursively).")
+@click.option("--out", type=OUT_DIR, required=True)
+@click.option("--normative", type=FILE, default=None, help="Normative model .npz (default: the shipped normative_v1).")
 @click.option("--no-overlays", is_flag=True, help="Write zones.csv only.")
-@clean_errors()
 def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool) -> None:
     """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every film: OUT/zones.csv."""
     from cxrground.anatomy.normative import NormativeModel
@@ -63,11 +58,9 @@ def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool) ->
 
 
 @anatomy.command("fit-normative")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
-              help="Folder for normative_v1.npz + normative_v1.json.")
-@click.option("--pack", "pack_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+@click.option("--out", type=OUT_DIR, required=True, help="Folder for normative_v1.npz + normative_v1.json.")
+@click.option("--pack", "pack_dir", type=OUT_DIR, default=None,
               help="cxr-pack-v1 folder (default: $CXRGROUND_PACK or ../shared/data/cxr-pack-v1).")
-@clean_errors()
 def fit_normative_cmd(out: Path, pack_dir: Path | None) -> None:
     """Rebuild the shipped normative model from the pack's NIH No Finding films (recipe:
     cxrground.models.normative_fit)."""

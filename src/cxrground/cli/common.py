@@ -1,9 +1,10 @@
-"""Helpers shared by the command modules: KEY=VALUE options, backend choices from a registry, clean errors."""
+"""Helpers shared by the command modules: path types, KEY=VALUE options, backend choices, the clean-error group."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -12,6 +13,13 @@ from cxrground.errors import CXRGroundError
 from cxrground.registry import Registry
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: Path types of the options and arguments (click hands the commands a :class:`~pathlib.Path`).
+DIR = click.Path(path_type=Path, exists=True, file_okay=False)  # an existing folder
+FILE = click.Path(path_type=Path, exists=True, dir_okay=False)  # an existing file
+EXISTING = click.Path(path_type=Path, exists=True)  # an existing file or folder
+OUT_DIR = click.Path(path_type=Path, file_okay=False)  # a folder to write (may exist)
+OUT_FILE = click.Path(path_type=Path, dir_okay=False)  # a file to write (may exist)
 
 
 def kv(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -44,7 +52,7 @@ def backend_options(stage: str, registry: Registry[Any], default: str | None, wh
 
 
 def clean_errors(*extra: type[Exception]) -> Callable[[F], F]:
-    """Report cxrground's errors (and ``extra``) raised by a command as ``Error: <message>``, exit status 1."""
+    """Report ``extra`` errors (and cxrground's) raised by a command as ``Error: <message>``, exit status 1."""
 
     def wrap(fn: F) -> F:
         @functools.wraps(fn)
@@ -57,3 +65,19 @@ def clean_errors(*extra: type[Exception]) -> Callable[[F], F]:
         return run  # type: ignore[return-value]
 
     return wrap
+
+
+class CleanGroup(click.Group):
+    """A command group that reports cxrground's errors raised by its commands as ``Error: <message>``, exit 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the chosen subcommand; a :class:`CXRGroundError` becomes a :class:`click.ClickException`."""
+        try:
+            return super().invoke(ctx)
+        except CXRGroundError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+def group(name: str) -> Callable[[Callable[..., Any]], CleanGroup]:
+    """``@click.group(name)`` with :class:`CleanGroup` (the clean error reports of every command in it)."""
+    return click.group(name, cls=CleanGroup)

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import clean_errors
+from cxrground.cli.common import DIR, FILE, OUT_DIR, clean_errors, group
 from cxrground.datasets.folder import scan_folder
 from cxrground.datasets.pack import Pack
 from cxrground.datasets.synthetic import SynthConfig, format_summary, summarize, write_cohort
 
 
 @click.command("synth")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", "out_dir", required=True, type=OUT_DIR,
               help="Folder to write the cohort to (created if missing).")
 @click.option("--studies", "n_studies", default=24, show_default=True, type=click.IntRange(min=0),
               help="Number of studies (indices 0..N-1).")
@@ -25,7 +25,6 @@ from cxrground.datasets.synthetic import SynthConfig, format_summary, summarize,
               help="Image width in pixels; heights vary per study (0.875..1.125 x width).")
 @click.option("--overwrite", is_flag=True, help="Regenerate studies that already exist.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-@clean_errors()
 def synth(out_dir: Path, n_studies: int, seed: int, fmt: str, width: int, overwrite: bool, quiet: bool) -> None:
     """Generate the synthetic cohort: CXR phantoms, MIMIC-style reports and exact ground truth (TEST DATA)."""
     summary = write_cohort(out_dir, n_studies, seed=seed, config=SynthConfig(width=width, format=fmt),
@@ -34,7 +33,7 @@ def synth(out_dir: Path, n_studies: int, seed: int, fmt: str, width: int, overwr
 
 
 @click.command("synth-info")
-@click.argument("cohort_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("cohort_dir", type=DIR)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @clean_errors(FileNotFoundError)
 def synth_info(cohort_dir: Path, as_json: bool) -> None:
@@ -50,7 +49,7 @@ def synth_info(cohort_dir: Path, as_json: bool) -> None:
     click.echo(format_summary(summary))
 
 
-@click.group("pack")
+@group("pack")
 def pack() -> None:
     """The shared real-data pack cxr-pack-v1 (read in place, never copied)."""
 
@@ -59,7 +58,6 @@ def pack() -> None:
 @click.option("--path", "path", type=click.Path(path_type=Path), default=None,
               help="Pack folder (default: $CXRGROUND_PACK or ../shared/data/cxr-pack-v1).")
 @click.option("--verify", is_flag=True, help="Also check every file against MANIFEST.sha256.")
-@clean_errors()
 def pack_info(path: Path | None, verify: bool) -> None:
     """Print what the pack holds: images, masks, labels, licences, reports."""
     p = Pack(path)
@@ -72,12 +70,11 @@ def pack_info(path: Path | None, verify: bool) -> None:
 
 
 @click.command("scan")
-@click.option("--images", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True)
-@click.option("--reports", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None)
-@click.option("--index", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+@click.option("--images", type=DIR, required=True)
+@click.option("--reports", type=DIR, default=None)
+@click.option("--index", type=FILE, default=None,
               help="CSV/JSONL with image, study_id and report_path or report columns.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line per study and per failure.")
-@clean_errors()
 def scan(images: Path, reports: Path | None, index: Path | None, as_json: bool) -> None:
     """List the studies (image + report) found in a folder and every file that could not be used."""
     studies, failures = scan_folder(images, reports, index)

@@ -8,27 +8,27 @@ from pathlib import Path
 import click
 
 from cxrground.anatomy.segment import SEGMENTERS
-from cxrground.cli.common import backend_options, clean_errors, kv
+from cxrground.cli.common import DIR, EXISTING, FILE, OUT_DIR, OUT_FILE, backend_options, group, kv
 from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
 from cxrground.reports.structure import STRUCTURERS
 from cxrground.reports.structure.rules import ALTERNATIVE_POLICIES
 
 
-@click.group("ils")
+@group("ils")
 def ils() -> None:
     """Instruction-guided lesion segmentation datasets (ILS.md)."""
 
 
 @ils.command("build")
-@click.option("--images", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
+@click.option("--images", type=DIR, required=True,
               help="Image folder (MIMIC-CXR-JPG files/ layout, or flat with --index).")
-@click.option("--reports", type=click.Path(path_type=Path, exists=True), default=None,
+@click.option("--reports", type=EXISTING, default=None,
               help="Report folder (MIMIC-CXR layout) or a JSONL/CSV table with study_id and report columns. "
                    "Default: reports beside the study folders.")
-@click.option("--index", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+@click.option("--index", type=FILE, default=None,
               help="CSV/JSONL index for a flat folder: image, study_id, report_path or report.")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True)
+@click.option("--out", type=OUT_DIR, required=True)
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--workers", type=int, default=1, show_default=True)
 @click.option("--structurer", type=click.Choice(list(STRUCTURERS)), default="rules", show_default=True)
@@ -44,10 +44,10 @@ def ils() -> None:
                  "--segmenter hybridgnet); studies whose lung borders or heart bottom disagree by > 5 % are dropped. ")
 @backend_options("synthesizer", SYNTHESIZERS, "pseudo-normal")
 @backend_options("detector", DETECTORS, "anomaly")
-@click.option("--split-file", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+@click.option("--split-file", type=FILE, default=None,
               help="CSV with study_id,split (e.g. mimic-cxr-2.0.0-split.csv). Default: by subject hash.")
 @click.option("--split-ratios", default="0.8,0.1,0.1", show_default=True)
-@click.option("--exclude", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+@click.option("--exclude", type=FILE, default=None,
               help="File with one study id per line to leave out (e.g. MS-CXR studies).")
 @click.option("--threshold-scale", type=float, default=1.0, show_default=True,
               help="Multiply every Table 7 threshold (0.5 = the paper's half-τ setting).")
@@ -55,7 +55,6 @@ def ils() -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--overwrite", is_flag=True, help="Discard a previous build in OUT made with other settings.")
 @click.option("--quiet", is_flag=True)
-@clean_errors()
 def build(images: Path, reports: Path | None, index: Path | None, out: Path, engine: str, workers: int,
           structurer: str, structurer_opt: dict[str, str], sections: str, alternatives: str | None,
           segmenter: str, segmenter_opt: dict[str, str], qc_segmenter: str | None, qc_segmenter_opt: dict[str, str],
@@ -92,9 +91,8 @@ def build(images: Path, reports: Path | None, index: Path | None, out: Path, eng
 
 
 @ils.command("stats")
-@click.argument("out", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("out", type=DIR)
 @click.option("--json", "as_json", is_flag=True, help="Counts as JSON instead of the card's tables.")
-@clean_errors()
 def stats(out: Path, as_json: bool) -> None:
     """Print the dataset card's tables of a built dataset (or counts of any MIMIC-ILS JSON folder)."""
     from cxrground.ils.build import DATASET_FILE
@@ -116,11 +114,10 @@ def stats(out: Path, as_json: bool) -> None:
 
 
 @ils.command("quality")
-@click.argument("out", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--cohort", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
+@click.argument("out", type=DIR)
+@click.option("--cohort", type=DIR, required=True,
               help="The synthetic cohort the dataset was built from (its truth/ folder is read).")
 @click.option("--json", "as_json", is_flag=True)
-@clean_errors()
 def quality(out: Path, cohort: Path, as_json: bool) -> None:
     """Score a dataset built from a synthetic cohort against the cohort's exact truth."""
     from cxrground.ils.quality import format_quality, score_against_truth
@@ -130,14 +127,12 @@ def quality(out: Path, cohort: Path, as_json: bool) -> None:
 
 
 @ils.command("gallery")
-@click.argument("out", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--images", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
+@click.argument("out", type=DIR)
+@click.option("--images", type=DIR, required=True,
               help="The image root the dataset's image_path values are relative to.")
-@click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Output page (default OUT/gallery.html).")
+@click.option("--html", "html_path", type=OUT_FILE, default=None, help="Output page (default OUT/gallery.html).")
 @click.option("--limit", type=int, default=50, show_default=True)
 @click.option("--split", type=click.Choice(["train", "val", "test"]), default=None)
-@clean_errors()
 def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: str | None) -> None:
     """Write a self-contained HTML page: images with their lesion masks and all instruction-answer pairs."""
     from cxrground.ils.gallery import render_gallery
@@ -151,13 +146,12 @@ def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: 
 @click.option("--frame", type=click.Choice(["released", "native"]), default="released", show_default=True,
               help="released: 512x512 masks, the whole image stretched to the square (MIMIC-ILS as published, "
                    "what the ROSALIA code trains on); native: each image's own size.")
-@click.option("--dataset", type=click.Path(path_type=Path, exists=True), required=True,
+@click.option("--dataset", type=EXISTING, required=True,
               help="ILS dataset folder (mimic_ils_instruction_answer.json + lesion_mask/) or the JSON file.")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Folder to write.")
+@click.option("--out", type=OUT_DIR, required=True, help="Folder to write.")
 @click.option("--size", type=int, default=512, show_default=True, help="Side of the released-frame masks.")
-@click.option("--images", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+@click.option("--images", type=DIR, default=None,
               help="Image root, for native sizes the dataset does not record (e.g. a downloaded MIMIC-ILS).")
-@clean_errors()
 def export_cmd(frame: str, dataset: Path, out: Path, size: int, images: Path | None) -> None:
     """Write the dataset (same JSON) with its masks in FRAME, the frame recorded in mask_frame.json and card.md."""
     from cxrground.ils.frames import export_dataset

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import backend_option, clean_errors, kv
+from cxrground.cli.common import DIR, EXISTING, FILE, OUT_DIR, OUT_FILE, backend_option, clean_errors, kv
 from cxrground.cli.ils_cmds import ils
 from cxrground.models.base import MODELS
 
@@ -20,12 +20,12 @@ __all__ = ["COMMANDS"]
 
 @click.command("train")
 @backend_option("--model", MODELS, "baseline", "Model backend. ")
-@click.option("--dataset", type=click.Path(path_type=Path, exists=True), required=True,
+@click.option("--dataset", type=EXISTING, required=True,
               help="ILS dataset folder (mimic_ils_instruction_answer.json + lesion_mask/) or the JSON file.")
-@click.option("--images", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+@click.option("--images", type=DIR, default=None,
               help="Image root the pairs' image_path is relative to (MIMIC-CXR-JPG files/). "
                    "Default: the dataset folder.")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Checkpoint folder.")
+@click.option("--out", type=OUT_DIR, required=True, help="Checkpoint folder.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--set", "settings", multiple=True, help="KEY=VALUE configuration override (repeatable), "
               "e.g. --set epochs=30 --set size=160.")
@@ -45,14 +45,13 @@ def train_cmd(model: str, dataset: Path, images: Path | None, out: Path, seed: i
 
 
 @click.command("predict")
-@click.option("--checkpoint", type=click.Path(path_type=Path, exists=True), required=True,
+@click.option("--checkpoint", type=EXISTING, required=True,
               help="Checkpoint folder (checkpoint.json names the backend).")
-@click.option("--dataset", type=click.Path(path_type=Path, exists=True), required=True,
-              help="ILS dataset folder or its JSON file.")
-@click.option("--images", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+@click.option("--dataset", type=EXISTING, required=True, help="ILS dataset folder or its JSON file.")
+@click.option("--images", type=DIR, default=None,
               help="Image root (MIMIC-CXR-JPG files/). Default: the dataset folder.")
 @click.option("--split", type=click.Choice(["train", "val", "test"]), default="test", show_default=True)
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True,
+@click.option("--out", type=OUT_FILE, required=True,
               help="Predictions JSONL (appended to; pairs already there are skipped).")
 @click.option("--limit", type=int, default=None, help="Predict only the first N pairs of the split.")
 @click.option("--batch-size", type=int, default=8, show_default=True, help="Pairs per forward pass.")
@@ -81,22 +80,20 @@ def predict_cmd(checkpoint: Path, dataset: Path, images: Path | None, split: str
 
 
 @click.command("convert-lisa")
-@click.option("--source", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
+@click.option("--source", type=DIR, required=True,
               help="Local folder in the released layout (xinlai/LISA-7B-v1, checkone/ROSALIA-7B-v1).")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
+@click.option("--out", type=OUT_DIR, required=True,
               help="Checkpoint folder to write (checkpoint.json + model.safetensors + tokenizer).")
-@click.option("--sam", type=click.Path(path_type=Path, exists=True), default=None,
+@click.option("--sam", type=EXISTING, default=None,
               help="SAM weights when the source has none: sam_vit_h_4b8939.pth or a transformers SAM folder.")
-@click.option("--clip", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+@click.option("--clip", type=DIR, default=None,
               help="Local CLIP ViT-L/14 folder: its config, and its weights when the source does not store the "
                    "vision tower.")
-@click.option("--tokenizer", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
-              help="Tokenizer folder (default: the source folder).")
+@click.option("--tokenizer", type=DIR, default=None, help="Tokenizer folder (default: the source folder).")
 @click.option("--allow-missing", multiple=True, type=click.Choice(["text_hidden_fcs", "visual_model.mask_decoder"]),
               help="Parts that may stay at their initialisation (e.g. starting from a plain LLaVA).")
 @click.option("--dtype", type=click.Choice(["source", "float32", "bfloat16", "float16"]), default="source",
               show_default=True, help="Dtype of the written weights (source = keep the release's, e.g. bf16).")
-@clean_errors()
 def convert_lisa(source: Path, out: Path, sam: Path | None, clip: Path | None, tokenizer: Path | None,
                  allow_missing: tuple[str, ...], dtype: str) -> None:
     """Map every weight of a released LISA/ROSALIA checkpoint onto the cxrground LISA model and save it."""
@@ -108,14 +105,13 @@ def convert_lisa(source: Path, out: Path, sam: Path | None, clip: Path | None, t
 
 
 @click.command("evaluate")
-@click.option("--dataset", type=click.Path(path_type=Path, exists=True), required=True,
+@click.option("--dataset", type=EXISTING, required=True,
               help="Dataset folder (mimic_ils_instruction_answer.json + lesion_mask/) or the JSON file.")
-@click.option("--predictions", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True,
+@click.option("--predictions", type=FILE, required=True,
               help="Predictions JSONL: {pair_id, answer, mask (COCO RLE) | mask_path (PNG)} per line.")
 @click.option("--split", type=click.Choice(["train", "val", "test"]), default="test", show_default=True)
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Write the full result as JSON here.")
-@click.option("--images", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+@click.option("--out", type=OUT_FILE, default=None, help="Write the full result as JSON here.")
+@click.option("--images", type=DIR, default=None,
               help="Image root (MIMIC-CXR-JPG files/) to read native sizes; GT masks of another size "
                    "(e.g. released 512x512) are resized nearest-neighbour to it.")
 @click.option("--bootstrap", "n_boot", type=int, default=1000, show_default=True,
@@ -125,7 +121,6 @@ def convert_lisa(source: Path, out: Path, sam: Path | None, clip: Path | None, t
 @click.option("--seg-mode", default="unspecified", show_default=True,
               help="How the masks were produced, stated in the report (teacher-forced | free); default: the mode "
                    "the predictions file records (ils predict --mode).")
-@clean_errors()
 def evaluate(dataset: Path, predictions: Path, split: str, out: Path | None, images: Path | None, n_boot: int,
              seed: int, limit: int | None, seg_mode: str) -> None:
     """Score predictions: gIoU, cIoU, N-Acc, Dice and text accuracy, printed as Markdown."""

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import backend_option, clean_errors
+from cxrground.cli.common import DIR, EXISTING, FILE, OUT_DIR, OUT_FILE, backend_option, group
 from cxrground.percept.deform import DEFORMERS
 
 
-@click.group("percept")
+@group("percept")
 def percept() -> None:
     """CheXpercept: build, validate and browse the benchmark; evaluate VLMs on it and report."""
 
@@ -30,22 +30,21 @@ def _per_lesion(value: str) -> tuple[int, int, int]:
 
 
 @click.command("build")
-@click.option("--ils", "ils_dir", type=click.Path(path_type=Path, exists=True), required=True,
+@click.option("--ils", "ils_dir", type=EXISTING, required=True,
               help="ILS dataset folder (mimic_ils_instruction_answer.json, lesion_mask/, anatomy.jsonl) or the JSON.")
-@click.option("--images", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True,
-              help="Image root the dataset's image_path values are relative to.")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Benchmark folder.")
-@click.option("--candidates", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+@click.option("--images", type=DIR, required=True, help="Image root the dataset's image_path values are relative to.")
+@click.option("--out", type=OUT_DIR, required=True, help="Benchmark folder.")
+@click.option("--candidates", type=FILE, default=None,
               help="ILS-model predictions JSONL (pair_id → mask); default: the dataset's own masks.")
-@click.option("--review", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+@click.option("--review", type=FILE, default=None,
               help="Expert decisions CSV: key_id,decision,reviewer with decision accept|reject.")
 @click.option("--per-lesion", default="100,100,100", show_default=True, help="Cases per lesion: LF,RF,RR.")
 @click.option("--rf-ratio", type=float, default=0.5, show_default=True,
               help="Share of deformation-successful positives that become revision-free.")
 @backend_option("--deformer", DEFORMERS, "builtin")
-@click.option("--sam-model", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+@click.option("--sam-model", type=DIR, default=None,
               help="Local SAM checkpoint folder (transformers SamModel) for --deformer sam.")
-@click.option("--anatomy", type=click.Path(path_type=Path, exists=True), default=None,
+@click.option("--anatomy", type=EXISTING, default=None,
               help="Anatomy masks: a JSONL in the anatomy.jsonl format, or a folder of {study|dicom_id|image stem}"
                    "_right_lung.png / _left_lung.png (/ _heart.png). Default: the ILS folder's anatomy.jsonl.")
 @click.option("--split", "splits", default="train", show_default=True,
@@ -61,7 +60,6 @@ def _per_lesion(value: str) -> tuple[int, int, int]:
               help="Location distractors must cover ≤ 0.05 of their sub-region (§9.4).")
 @click.option("--overwrite", is_flag=True, help="Replace a build made with other settings in --out.")
 @click.option("--keep-work", is_flag=True, help="Keep the resumption cache BENCH/.work after a complete build.")
-@clean_errors()
 def build(ils_dir: Path, images: Path, out: Path, candidates: Path | None, review: Path | None, per_lesion: str,
           rf_ratio: float, deformer: str, sam_model: Path | None, anatomy: Path | None, splits: str, seed: int,
           workers: int, max_candidates: int, max_negatives: int, exclude_positive_cxrs: bool,
@@ -84,7 +82,7 @@ def build(ils_dir: Path, images: Path, out: Path, candidates: Path | None, revie
 
 
 @click.command("validate")
-@click.argument("bench", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("bench", type=DIR)
 def validate(bench: Path) -> None:
     """Check a benchmark folder; exit 1 with the list of problems."""
     from cxrground.percept.validate import validate_benchmark
@@ -99,9 +97,8 @@ def validate(bench: Path) -> None:
 
 
 @click.command("gallery")
-@click.argument("bench", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--out", "out_html", type=click.Path(path_type=Path, dir_okay=False), required=True)
-@clean_errors()
+@click.argument("bench", type=DIR)
+@click.option("--out", "out_html", type=OUT_FILE, required=True)
 def gallery(bench: Path, out_html: Path) -> None:
     """Write a static HTML page to browse the benchmark stage by stage."""
     from cxrground.percept.gallery import render_gallery
@@ -111,14 +108,13 @@ def gallery(bench: Path, out_html: Path) -> None:
 
 
 @click.command("export")
-@click.argument("bench", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.argument("out", type=click.Path(path_type=Path, file_okay=False))
+@click.argument("bench", type=DIR)
+@click.argument("out", type=OUT_DIR)
 @click.option("--layout", type=click.Choice(["reference"]), default="reference", show_default=True,
               help="reference: the reference repository's chexpercept.json + chexpercept/<key_id>/ stage folders.")
 @click.option("--neutral-keys", is_flag=True,
               help="Key the export {lesion}_{case_id}: no folder name reveals an answer (key_ids do).")
 @click.option("--overwrite", is_flag=True, help="Replace an earlier export in OUT.")
-@clean_errors()
 def export(bench: Path, out: Path, layout: str, neutral_keys: bool, overwrite: bool) -> None:
     """Write BENCH to OUT in another folder layout (images copied, JSON paths rewritten)."""
     from cxrground.percept.export import export_benchmark

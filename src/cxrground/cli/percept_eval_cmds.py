@@ -12,17 +12,17 @@ from pathlib import Path
 
 import click
 
+from cxrground.cli.common import DIR, EXISTING, OUT_DIR, OUT_FILE
 from cxrground.cli.percept_build_cmds import percept
-from cxrground.errors import CXRGroundError
 from cxrground.evaluation.percept.clients import spec_forms
 from cxrground.llm import RetryPolicy, parse_extra_body
 
 
 @click.command("eval")
-@click.option("--bench", type=click.Path(path_type=Path, exists=True), required=True,
+@click.option("--bench", type=EXISTING, required=True,
               help="Benchmark folder (chexpercept.json + images) or the JSON file.")
 @click.option("--model", "spec", required=True, help=f"{spec_forms()}.")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, help="Run folder.")
+@click.option("--out", type=OUT_DIR, required=True, help="Run folder.")
 @click.option("--oracle", type=click.Choice(["none", "implicit", "explicit"]), default="implicit", show_default=True)
 @click.option("--concurrency", type=int, default=8, show_default=True, help="Cases in flight at once.")
 @click.option("--limit", type=int, default=None, help="Evaluate only N cases (deterministic selection).")
@@ -35,7 +35,7 @@ from cxrground.llm import RetryPolicy, parse_extra_body
 @click.option("--base-url", default=None, help="API root of an OpenAI-compatible server (http://host:8000/v1).")
 @click.option("--api-key-env", default=None, help="Name of the environment variable holding the API key.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Case selection, random baseline, bootstrap.")
-@click.option("--cache", type=click.Path(path_type=Path, dir_okay=False), default=None,
+@click.option("--cache", type=OUT_FILE, default=None,
               help="Response cache (SQLite); default: percept_cache.sqlite next to the run folder.")
 @click.option("--timeout", type=float, default=RetryPolicy.timeout, show_default=True, help="Seconds per request.")
 @click.option("--max-attempts", type=int, default=RetryPolicy.max_attempts, show_default=True,
@@ -47,7 +47,7 @@ from cxrground.llm import RetryPolicy, parse_extra_body
                    'e.g. \'{"reasoning_effort": "medium"}\' or '
                    '\'{"chat_template_kwargs": {"enable_thinking": false}}\'; "max_tokens": null leaves max_tokens '
                    'out (for servers that take max_completion_tokens only).')
-@click.option("--prices", type=click.Path(path_type=Path, dir_okay=False), default=None,
+@click.option("--prices", type=OUT_FILE, default=None,
               help="Price table (CSV model,input,cached_input,output or JSON; USD per 1M tokens) merged over the "
                    "built-in one for the cost in usage.json.")
 @click.option("--retry-failed", is_flag=True, help="Re-run cases recorded as failed.")
@@ -60,24 +60,21 @@ def eval_cmd(bench: Path, spec: str, out: Path, oracle: str, concurrency: int, l
     """Run one model on a benchmark (resumable: rerun the same command after a kill)."""
     from cxrground.evaluation.percept.runner import EvalSettings, run_eval
 
-    try:
-        extra = parse_extra_body(extra_body) if extra_body is not None else None
-        settings = EvalSettings(bench=bench, model=spec, oracle=oracle, temperature=temperature,
-                                max_tokens=max_tokens, top_p=top_p, seed=seed, limit=limit,
-                                per_path_limit=per_path_limit, max_images=max_images, repeats=repeats,
-                                extra_body=extra)
-        summary = run_eval(settings, out, concurrency=concurrency, cache=cache, base_url=base_url,
-                           api_key_env=api_key_env, retry=RetryPolicy(max_attempts=max_attempts, timeout=timeout),
-                           retry_failed=retry_failed, progress=progress, prices=prices)
-    except CXRGroundError as exc:
-        raise click.ClickException(str(exc)) from exc
+    extra = parse_extra_body(extra_body) if extra_body is not None else None
+    settings = EvalSettings(bench=bench, model=spec, oracle=oracle, temperature=temperature,
+                            max_tokens=max_tokens, top_p=top_p, seed=seed, limit=limit,
+                            per_path_limit=per_path_limit, max_images=max_images, repeats=repeats,
+                            extra_body=extra)
+    summary = run_eval(settings, out, concurrency=concurrency, cache=cache, base_url=base_url,
+                       api_key_env=api_key_env, retry=RetryPolicy(max_attempts=max_attempts, timeout=timeout),
+                       retry_failed=retry_failed, progress=progress, prices=prices)
     total = f"{summary['n_cases']} cases" if repeats == 1 else f"{summary['n_cases']} cases × {repeats} repeats"
     click.echo(f"{summary['n_run']} of {total} run ({summary['failed_this_run']} failed), "
                f"{summary['requests_sent']} requests sent, {summary['cache_hits']} cache hits -> {out}")
 
 
 @click.command("score")
-@click.argument("run", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument("run", type=DIR)
 @click.option("--bootstrap", "n_boot", type=int, default=1000, show_default=True,
               help="Bootstrap resamples (0 = none).")
 def score_cmd(run: Path, n_boot: int) -> None:
@@ -85,10 +82,7 @@ def score_cmd(run: Path, n_boot: int) -> None:
     runs with several repeats)."""
     from cxrground.evaluation.percept.scoring import score_run, spread_rows, summary_rows
 
-    try:
-        score = score_run(run, n_boot=n_boot)
-    except CXRGroundError as exc:
-        raise click.ClickException(str(exc)) from exc
+    score = score_run(run, n_boot=n_boot)
     for row in summary_rows(score) + spread_rows(score):  # mean rows; with --repeats, spread rows follow
         click.echo(json.dumps(row))
     if score["failed_cases"] or score["missing_cases"]:
@@ -97,17 +91,14 @@ def score_cmd(run: Path, n_boot: int) -> None:
 
 
 @click.command("report")
-@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True, help="HTML file to write.")
+@click.argument("runs", nargs=-1, required=True, type=DIR)
+@click.option("--out", type=OUT_FILE, required=True, help="HTML file to write.")
 @click.option("--bootstrap", "n_boot", type=int, default=1000, show_default=True)
 def report_cmd(runs: tuple[Path, ...], out: Path, n_boot: int) -> None:
     """Compare runs in one self-contained HTML page (+ all_models_summary.csv next to it)."""
     from cxrground.evaluation.percept.report import build_report
 
-    try:
-        path = build_report(list(runs), out, n_boot=n_boot)
-    except CXRGroundError as exc:
-        raise click.ClickException(str(exc)) from exc
+    path = build_report(list(runs), out, n_boot=n_boot)
     click.echo(f"wrote {path}")
 
 

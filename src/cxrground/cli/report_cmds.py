@@ -7,16 +7,17 @@ from pathlib import Path
 
 import click
 
+from cxrground.cli.common import EXISTING, group
 from cxrground.reports import NO_SECTION_REASON, choose_section, expand_report_paths, read_reports
 
 
-@click.group("reports")
+@group("reports")
 def reports() -> None:
     """Radiology reports: sections, section choice, sentence numbering."""
 
 
 @reports.command("sections")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
+@click.argument("paths", nargs=-1, required=True, type=EXISTING)
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per report (and per failure).")
 def sections(paths: tuple[Path, ...], as_json: bool) -> None:
     """Parse report files (or folders of them) and print the chosen section as numbered sentences."""

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import click
 
-from cxrground.errors import CXRGroundError
+from cxrground.cli.common import DIR, OUT_DIR, OUT_FILE, group
 
-_DB = click.option("--db", "db_path", type=click.Path(path_type=Path, dir_okay=False), required=True,
+_DB = click.option("--db", "db_path", type=OUT_FILE, required=True,
                    help="The review database (SQLite; created by the first add-user).")
 
 
-@click.group("review")
+@group("review")
 def review() -> None:
     """Expert review of ILS pairs and CheXpercept items: users, import, web app, statistics, export."""
 
@@ -26,23 +26,20 @@ def add_user(name: str, db_path: Path, role: str) -> None:
     """Create a user; prints the token once (last word of the last line); only its hash is stored."""
     from cxrground.review.db import ReviewDB
 
-    try:
-        user, token = ReviewDB.create(db_path).add_user(name, role)
-    except CXRGroundError as exc:
-        raise click.ClickException(str(exc)) from exc
+    user, token = ReviewDB.create(db_path).add_user(name, role)
     click.echo(f"created {user.role} {user.name} in {db_path}; the token is shown only now, keep it secret.")
     click.echo(f"token: {token}")
 
 
 @review.command("import")
 @_DB
-@click.option("--ils", "ils_dir", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+@click.option("--ils", "ils_dir", type=DIR, default=None,
               help="An ILS dataset folder: one item per instruction-answer pair.")
-@click.option("--images", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+@click.option("--images", type=DIR, default=None,
               help="With --ils: the image root its image_path values are relative to.")
 @click.option("--split", "splits", type=click.Choice(["train", "val", "test"]), multiple=True,
               help="With --ils: splits to import (repeatable; default all).")
-@click.option("--bench", "bench_dir", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+@click.option("--bench", "bench_dir", type=DIR, default=None,
               help="A CheXpercept benchmark folder: one item per case, one decision per question.")
 @click.option("--sample", type=click.IntRange(min=1), default=None, help="Import N items drawn at random (seeded).")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -58,13 +55,10 @@ def import_cmd(db_path: Path, ils_dir: Path | None, images: Path | None, splits:
         raise click.UsageError("give exactly one of --ils DIR or --bench DIR")
     if ils_dir is not None and images is None:
         raise click.UsageError("--ils needs --images (the folder the dataset's image_path values are relative to)")
-    try:
-        db = ReviewDB(db_path)
-        items = (ils_items(ils_dir, images, splits or ("train", "val", "test")) if ils_dir is not None
-                 else bench_items(bench_dir))
-        counts = import_items(db, items, sample, seed, per_item)
-    except CXRGroundError as exc:
-        raise click.ClickException(str(exc)) from exc
+    db = ReviewDB(db_path)
+    items = (ils_items(ils_dir, images, splits or ("train", "val", "test")) if ils_dir is not None
+             else bench_items(bench_dir))
+    counts = import_items(db, items, sample, seed, per_item)
     click.echo(f"{counts['found']} items found, {counts['sampled']} sampled, {counts['added']} added "
                f"({counts['already_there']} already there), {counts['assignments']} assignments")
 
@@ -83,10 +77,7 @@ def serve(db_path: Path, host: str, port: int) -> None:
                                    f"{exc}") from exc
     from cxrground.review.db import ReviewDB
 
-    try:
-        ReviewDB(db_path)
-    except CXRGroundError as exc:
-        raise click.ClickException(str(exc)) from exc
+    ReviewDB(db_path)
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.secho(f"warning: binding to {host} exposes the review app beyond this machine; put HTTPS in front.",
                     fg="yellow", err=True)
@@ -96,7 +87,7 @@ def serve(db_path: Path, host: str, port: int) -> None:
 
 @review.command("stats")
 @_DB
-@click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
+@click.option("--html", "html_path", type=OUT_FILE, default=None,
               help="Also write the statistics page (self-contained HTML).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def stats(db_path: Path, html_path: Path | None, as_json: bool) -> None:
@@ -104,10 +95,7 @@ def stats(db_path: Path, html_path: Path | None, as_json: bool) -> None:
     from cxrground.review.db import ReviewDB
     from cxrground.review.stats import format_stats, review_stats, stats_page
 
-    try:
-        figures = review_stats(ReviewDB(db_path))
-    except CXRGroundError as exc:
-        raise click.ClickException(str(exc)) from exc
+    figures = review_stats(ReviewDB(db_path))
     click.echo(json.dumps(figures, indent=2) if as_json else format_stats(figures))
     if html_path is not None:
         html_path.parent.mkdir(parents=True, exist_ok=True)
@@ -117,32 +105,29 @@ def stats(db_path: Path, html_path: Path | None, as_json: bool) -> None:
 
 @review.command("export")
 @_DB
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True,
+@click.option("--out", type=OUT_FILE, required=True,
               help="decisions.csv (key_id,decision,reviewer,...: what `percept build --review` reads).")
-@click.option("--masks", "masks_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+@click.option("--masks", "masks_dir", type=OUT_DIR, default=None,
               help="Write corrected masks (PNG + masks.jsonl) and candidates.jsonl for `percept build --candidates`.")
-@click.option("--card", "card_dir", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
+@click.option("--card", "card_dir", type=DIR, default=None,
               help="An imported ILS dataset folder: write its review.json and the card's review section.")
 def export(db_path: Path, out: Path, masks_dir: Path | None, card_dir: Path | None) -> None:
     """Export consensus decisions (and corrected masks, and the ILS card's review figures)."""
     from cxrground.review.db import ReviewDB
     from cxrground.review.export import write_card, write_decisions, write_masks
 
-    try:
-        db = ReviewDB(db_path)
-        rows = write_decisions(db, out)
-        click.echo(f"{out}: {len(rows)} items, {sum(r['decision'] == 'accept' for r in rows)} accepted, "
-                   f"{sum(r['decision'] == 'reject' for r in rows)} rejected, "
-                   f"{sum(not r['decision'] for r in rows)} undecided")
-        if masks_dir is not None:
-            counts = write_masks(db, masks_dir)
-            click.echo(f"{masks_dir}: {counts['corrected']} corrected masks, candidates.jsonl with "
-                       f"{counts['candidates']} pairs")
-        if card_dir is not None:
-            summary = write_card(db, card_dir, out.name)
-            click.echo(f"{card_dir / 'card.md'}: review section updated ({summary['reviewed']} pairs reviewed)")
-    except CXRGroundError as exc:
-        raise click.ClickException(str(exc)) from exc
+    db = ReviewDB(db_path)
+    rows = write_decisions(db, out)
+    click.echo(f"{out}: {len(rows)} items, {sum(r['decision'] == 'accept' for r in rows)} accepted, "
+               f"{sum(r['decision'] == 'reject' for r in rows)} rejected, "
+               f"{sum(not r['decision'] for r in rows)} undecided")
+    if masks_dir is not None:
+        counts = write_masks(db, masks_dir)
+        click.echo(f"{masks_dir}: {counts['corrected']} corrected masks, candidates.jsonl with "
+                   f"{counts['candidates']} pairs")
+    if card_dir is not None:
+        summary = write_card(db, card_dir, out.name)
+        click.echo(f"{card_dir / 'card.md'}: review section updated ({summary['reviewed']} pairs reviewed)")
 
 
 COMMANDS: list[click.Command] = [review]

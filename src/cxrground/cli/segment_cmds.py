@@ -7,31 +7,28 @@ from pathlib import Path
 import click
 
 from cxrground.anatomy.segment import SEGMENTERS
-from cxrground.cli.common import backend_option, clean_errors, kv
+from cxrground.cli.common import FILE, OUT_DIR, OUT_FILE, backend_option, group, kv
 from cxrground.errors import ConfigError, InputError
 
 
-@click.group("segment")
+@group("segment")
 def segment() -> None:
     """Lung/heart segmentation: built-in lung U-Net (heart estimated), given masks, mask folders, CXAS, HybridGNet."""
 
 
 @segment.command("lungs")
-@click.option("--image", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True)
-@click.option("--out-dir", type=click.Path(path_type=Path, file_okay=False), required=True)
+@click.option("--image", type=FILE, required=True)
+@click.option("--out-dir", type=OUT_DIR, required=True)
 @backend_option("--backend", SEGMENTERS, "unet")
 @click.option("--weights", type=click.Path(path_type=Path), default=None,
               help="unet: .safetensors (default: the shipped lung_unet_v1); hybridgnet: checkpoint; "
                    "cxas: folder holding the .pth.")
-@click.option("--right", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
-              help="given: right-lung mask PNG (patient's right = image left).")
-@click.option("--left", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
-              help="given: left-lung mask PNG.")
-@click.option("--heart", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+@click.option("--right", type=FILE, default=None, help="given: right-lung mask PNG (patient's right = image left).")
+@click.option("--left", type=FILE, default=None, help="given: left-lung mask PNG.")
+@click.option("--heart", type=FILE, default=None,
               help="given: heart mask PNG (else the heart is estimated from the lungs).")
 @click.option("--allow-pickle", is_flag=True, help="hybridgnet: allow a pickled model file you trust.")
 @click.option("--backend-opt", multiple=True, help="KEY=VALUE for the backend (e.g. masks: root=DIR).")
-@clean_errors()
 def lungs(image: Path, out_dir: Path, backend: str, weights: Path | None, right: Path | None, left: Path | None,
           heart: Path | None, allow_pickle: bool, backend_opt: tuple[str, ...]) -> None:
     """Write right_lung.png, left_lung.png, heart.png, overlay.png and masks.json; print the CTR."""
@@ -56,11 +53,10 @@ def lungs(image: Path, out_dir: Path, backend: str, weights: Path | None, right:
 
 
 @segment.command("train-lungs")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
-              help="Folder for lung_unet_v1.safetensors + lung_unet_v1.json.")
+@click.option("--out", type=OUT_DIR, required=True, help="Folder for lung_unet_v1.safetensors + lung_unet_v1.json.")
 @click.option("--epochs", type=click.IntRange(min=1), default=40, show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--pack", "pack_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+@click.option("--pack", "pack_dir", type=OUT_DIR, default=None,
               help="cxr-pack-v1 folder (default: $CXRGROUND_PACK or ../shared/data/cxr-pack-v1).")
 @click.option("--name", default="lung_unet_v1", show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True)
@@ -69,7 +65,7 @@ def lungs(image: Path, out_dir: Path, backend: str, weights: Path | None, right:
               help="Synthetic phantoms mixed into the training split.")
 @click.option("--synthetic-seed", type=click.IntRange(min=0), default=1, show_default=True,
               help="Seed of the training phantoms (the evaluation phantoms use seed 1000).")
-@click.option("--init", "init_weights", type=click.Path(path_type=Path, dir_okay=False), default=None,
+@click.option("--init", "init_weights", type=OUT_FILE, default=None,
               help="Fine-tune from these weights (.safetensors with its .json).")
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True)
 def train_lungs(out: Path, epochs: int, seed: int, pack_dir: Path | None, name: str, threads: int,

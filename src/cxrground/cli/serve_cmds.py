@@ -6,11 +6,11 @@ from pathlib import Path
 
 import click
 
-from cxrground.errors import CXRGroundError
+from cxrground.cli.common import EXISTING
 
 
 @click.command("serve")
-@click.option("--checkpoint", type=click.Path(path_type=Path, exists=True), required=True,
+@click.option("--checkpoint", type=EXISTING, required=True,
               help="Checkpoint folder (checkpoint.json names the backend).")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind; anything but loopback exposes the server to the network.")
@@ -37,21 +37,14 @@ def serve(checkpoint: Path, host: str, port: int, device: str, max_upload_mb: fl
         from cxrground.serve.run import serve as run_server
     except ImportError as exc:
         raise click.ClickException(f"serving needs the 'serve' extra (pip install 'cxrground[serve]'): {exc}") from exc
-    try:
-        key = read_api_key(api_key_env) if api_key_env else None
-    except CXRGroundError as exc:
-        raise click.ClickException(str(exc)) from exc
+    key = read_api_key(api_key_env) if api_key_env else None
     access = AccessPolicy(api_key=key, api_key_env=api_key_env, cors_origins=cors_origins)
     if not is_loopback(host) and key is None:
         click.secho(f"warning: binding to {host} exposes the server beyond this machine; it has no "
                     "authentication (see --api-key-env). Put it behind an authenticating proxy.", fg="yellow", err=True)
     limits = Limits(max_upload_bytes=int(max_upload_mb * 1024 * 1024), max_pixels=max_pixels)
-    click.echo(f"serving {checkpoint} on http://{host}:{port}/ (web page), /v1/segment, /v1/chat/completions",
-               err=True)
-    try:
-        run_server(checkpoint, host=host, port=port, device=device, limits=limits, access=access, workers=workers)
-    except CXRGroundError as exc:
-        raise click.ClickException(str(exc)) from exc
+    click.echo(f"serving {checkpoint} on http://{host}:{port}/ (web page), /v1/segment, /v1/chat/completions", err=True)
+    run_server(checkpoint, host=host, port=port, device=device, limits=limits, access=access, workers=workers)
 
 
 COMMANDS: list[click.Command] = [serve]

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from cxrground.cli.common import EXISTING, OUT_FILE
 from cxrground.errors import ConfigError
 from cxrground.llm import RetryPolicy
 from cxrground.reports import DEFAULT_SECTION_POLICY, SECTION_POLICIES, expand_report_paths, read_reports
@@ -20,7 +21,7 @@ __all__ = ["COMMANDS", "structure"]
 
 
 @click.command("structure")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
+@click.argument("paths", nargs=-1, required=True, type=EXISTING)
 @click.option("--structurer", "structurer_name", type=click.Choice(sorted(STRUCTURERS)), default="rules",
               show_default=True, help="Rule-based (built in) or an LLM behind an OpenAI-compatible API.")
 @click.option("--sections", type=click.Choice(SECTION_POLICIES), default=DEFAULT_SECTION_POLICY, show_default=True,
@@ -30,7 +31,7 @@ __all__ = ["COMMANDS", "structure"]
 @click.option("--base-url", envvar="CXRGROUND_LLM_BASE_URL", help="API root, e.g. http://localhost:8000/v1 (llm).")
 @click.option("--model", envvar="CXRGROUND_LLM_MODEL", help="Model name sent to the API (llm).")
 @click.option("--api-key-env", metavar="VAR", help="Name of the environment variable holding the API key (llm).")
-@click.option("--cache", "cache_path", type=click.Path(path_type=Path, dir_okay=False), envvar="CXRGROUND_LLM_CACHE",
+@click.option("--cache", "cache_path", type=OUT_FILE, envvar="CXRGROUND_LLM_CACHE",
               help="SQLite response cache (llm); reruns with the same prompts make no request. Default: in memory.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
               help="Requests in flight at most (llm).")
@@ -39,7 +40,7 @@ __all__ = ["COMMANDS", "structure"]
 @click.option("--max-retries", type=click.IntRange(min=0), default=RetryPolicy.max_attempts - 1, show_default=True,
               help="Retries on 429 / 5xx / timeouts (llm).")
 @click.option("--temperature", type=float, default=0.0, show_default=True, help="Sampling temperature (llm).")
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("--out", type=OUT_FILE,
               help="Write the finding lines here (failures go to OUT.failures.jsonl) instead of stdout.")
 @click.option("--progress/--no-progress", default=True, help="Progress bar on stderr for large batches.")
 def structure(paths: tuple[Path, ...], structurer_name: str, sections: str, alternatives: str | None,
