@@ -7,12 +7,11 @@ ILS.md unless said otherwise).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from cxrground.errors import ConfigError
+from cxrground.io.files import sha256_json
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
 from cxrground.vocab.traits import traits
 
@@ -126,4 +125,4 @@ class IlsConfig:
 
     def config_hash(self) -> str:
         """Short hash of the settings (seed included)."""
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+        return sha256_json(self.to_dict())[:12]

@@ -62,6 +62,7 @@ from cxrground.evaluation.percept.conversation import (
 )
 from cxrground.evaluation.percept.parsing import is_correct, parse_answer
 from cxrground.evaluation.percept.prices import PRICES, Price, cost_usd, price_of, price_table
+from cxrground.io.files import atomic_write_text, sha256_file, sha256_json
 from cxrground.llm import RetryPolicy, bounded_map, call_with_retries, run_sync
 from cxrground.percept.schema import BENCHMARK_FILE, load_benchmark
 
@@ -169,7 +170,7 @@ def _config(settings: EvalSettings, client: Client, n_cases: int) -> dict[str, A
     if not settings.extra_body:
         del cfg["extra_body"]  # likewise for runs made before --extra-body existed
     cfg["bench"] = str(bench_file.resolve().parent)
-    cfg["bench_sha256"] = hashlib.sha256(bench_file.read_bytes()).hexdigest()
+    cfg["bench_sha256"] = sha256_file(bench_file)
     cfg["client"] = {"kind": client.kind, "model": client.model, "decoding": client.decoding}
     cfg["n_cases"] = n_cases
     cfg["harness_version"] = HARNESS_VERSION
@@ -177,13 +178,11 @@ def _config(settings: EvalSettings, client: Client, n_cases: int) -> dict[str, A
 
 
 def _config_hash(cfg: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()
+    return sha256_json(cfg)
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True))
 
 
 class _Runner:

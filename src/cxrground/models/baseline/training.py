@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,7 +50,7 @@ from tqdm.auto import tqdm
 from cxrground import __version__
 from cxrground.errors import ConfigError, InputError
 from cxrground.ils.schema import load_dataset
-from cxrground.io.files import sha256_file
+from cxrground.io.files import atomic_path, atomic_write_text, sha256_file
 from cxrground.models.base import CHECKPOINT_FILE
 from cxrground.models.baseline.config import BaselineConfig
 from cxrground.models.baseline.data import PairTensors, dataset_paths, load_pairs, make_segmenter
@@ -129,14 +128,9 @@ def validate(net: CondUNet, data: PairTensors, batch_size: int) -> dict[str, flo
     }
 
 
-def _atomic(path: Path, write: Callable[[Path], None]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, path)
-
-
 def _save_weights(state: dict[str, torch.Tensor], path: Path) -> None:
-    _atomic(path, lambda p: save_file(state, str(p), metadata={"model": MODEL_NAME}))
+    with atomic_path(path) as tmp:
+        save_file(state, str(tmp), metadata={"model": MODEL_NAME})
 
 
 def _commit_epoch(out: Path, net: CondUNet, opt: torch.optim.Optimizer, meta: dict[str, Any]) -> None:
@@ -146,7 +140,8 @@ def _commit_epoch(out: Path, net: CondUNet, opt: torch.optim.Optimizer, meta: di
         "net": {k: v.detach().contiguous().clone() for k, v in net.state_dict().items()},
         "optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state(), "epoch": meta["epoch"],
     }
-    _atomic(out / TRAIN_STATE, lambda p: torch.save(state, p))
+    with atomic_path(out / TRAIN_STATE) as tmp:
+        torch.save(state, tmp)
     _write_derived(out, state["meta"], state["net"])
 
 
@@ -156,7 +151,7 @@ def _write_derived(out: Path, meta: dict[str, Any], weights: dict[str, torch.Ten
     if best is not None and best.get("epoch") == meta["epoch"]:
         _save_weights(weights, out / BEST_WEIGHTS)
     _save_weights(weights, out / LAST_WEIGHTS)
-    _atomic(out / CHECKPOINT_FILE, lambda p: p.write_text(json.dumps(meta, indent=2), encoding="utf-8"))
+    atomic_write_text(out / CHECKPOINT_FILE, json.dumps(meta, indent=2))
 
 
 def _load_resume_state(out: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, Any]] | None:

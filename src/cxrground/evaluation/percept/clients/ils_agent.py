@@ -39,6 +39,7 @@ import numpy as np
 
 from cxrground.errors import ConfigError, InputError
 from cxrground.evaluation.percept.conversation import format_gt
+from cxrground.io.files import sha256_file
 from cxrground.io.overlay import blend
 from cxrground.llm import Completion, PermanentError
 from cxrground.vocab import ils_templates as T
@@ -228,7 +229,7 @@ class IlsAgentClient:
         self.model = f"ils:{self.checkpoint}"
         self.device = device
         self.decoding: dict[str, Any] = {}
-        self._sha = hashlib.sha256(meta.read_bytes()).hexdigest()
+        self._sha = sha256_file(meta)
         self._ils: Any = None
         self._segmenter = segmenter
         self._readings: dict[str, Reading] = {}
