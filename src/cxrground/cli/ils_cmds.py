@@ -9,9 +9,10 @@ import click
 
 from cxrground.anatomy.segment import SEGMENTERS
 from cxrground.cli.common import DIR, EXISTING, FILE, OUT_DIR, OUT_FILE, backend_options, group, kv
+from cxrground.errors import ConfigError
 from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
-from cxrground.reports.structure import STRUCTURERS
+from cxrground.reports.structure import STRUCTURERS, structurer_options
 from cxrground.reports.structure.rules import ALTERNATIVE_POLICIES
 
 
@@ -72,10 +73,10 @@ def build(images: Path, reports: Path | None, index: Path | None, out: Path, eng
     config = IlsConfig(seed=seed, exclude_studies=excluded, sections=sections)
     if threshold_scale != 1.0:
         config = config.with_threshold_scale(threshold_scale)
-    if alternatives is not None:
-        if structurer != "rules":
-            raise click.UsageError("--alternatives applies to the rules structurer only")
-        structurer_opt["alternatives"] = alternatives
+    try:
+        structurer_opt.update(structurer_options(structurer, {"alternatives": alternatives}))
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
     spec = BackendSpec(structurer, structurer_opt, segmenter, segmenter_opt, synthesizer, synthesizer_opt, detector,
                        detector_opt, qc_segmenter, qc_segmenter_opt)
     check_backends(spec)  # before scanning a large folder

@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from cxrground.cli.common import EXISTING, group
-from cxrground.reports import NO_SECTION_REASON, choose_section, expand_report_paths, read_reports
+from cxrground.reports import expand_report_paths, read_reports
+from cxrground.reports.sections import describe_choice
 
 
 @group("reports")
@@ -24,23 +25,7 @@ def sections(paths: tuple[Path, ...], as_json: bool) -> None:
     files = expand_report_paths(paths)
     parsed, failures = read_reports(files, progress=len(files) > 50)
     for rep in parsed:
-        choice = choose_section(rep)
-        if as_json:
-            click.echo(json.dumps({
-                "report_id": rep.report_id,
-                "source": rep.source,
-                "sections": list(rep.sections),
-                "mesh_major": list(rep.mesh_major),
-                "choice": choice.to_dict() if choice else None,
-            }))
-            continue
-        click.echo(f"{rep.report_id} [{rep.format}] sections: {', '.join(rep.sections) or '-'}")
-        if choice is None:
-            click.echo(f"  {NO_SECTION_REASON}")
-        else:
-            click.echo(f"  {choice.name}: {choice.section_content}")
-        if rep.mesh_major:
-            click.echo(f"  MeSH major: {'; '.join(rep.mesh_major)}")
+        click.echo(describe_choice(rep, as_json))
     for f in failures:
         line = json.dumps({"failure": f.to_dict()}) if as_json else f"failed: {f.path}: {f.reason}"
         click.echo(line, err=not as_json)

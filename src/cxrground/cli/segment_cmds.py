@@ -8,7 +8,6 @@ import click
 
 from cxrground.anatomy.segment import SEGMENTERS
 from cxrground.cli.common import FILE, OUT_DIR, OUT_FILE, backend_option, group, kv
-from cxrground.errors import ConfigError, InputError
 
 
 @group("segment")
@@ -78,28 +77,12 @@ def train_lungs(out: Path, epochs: int, seed: int, pack_dir: Path | None, name: 
     from cxrground.datasets.pack import Pack
     from cxrground.models.lung_unet import TrainRecipe, train_lung_unet
 
-    try:
-        pack = Pack(pack_dir)
-        result = train_lung_unet(pack, out, epochs=epochs, seed=seed, name=name,
-                                 recipe=TrainRecipe(threads=threads, lr=lr, synthetic_count=synthetic,
-                                                    synthetic_seed=synthetic_seed,
-                                                    warmup_epochs=0.5 if init_weights else 1.0,
-                                                    init_weights=str(init_weights) if init_weights else None),
-                                 evaluate=not no_eval)
-    except (InputError, ConfigError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    click.echo(f"wrote {result.weights_path} and {result.sidecar_path}")
-    click.echo(f"training: {len(result.history)} epochs, {result.train_seconds:.0f} s")
-    m = result.metrics
-    click.echo(f"validation (shippable hold-out) canvas Dice: {m.get('val_canvas_dice_best')}")
-    nc = m.get("nc_eval")
-    if nc:
-        click.echo(f"NC evaluation rows ({nc['n']}): Dice mean {nc['dice_mean']:.4f} "
-                   f"(right {nc['dice_right_mean']:.4f}, left {nc['dice_left_mean']:.4f})")
-    syn = m.get("synthetic_eval")
-    if syn:
-        click.echo(f"synthetic phantoms ({syn['n']}, never trained on): Dice mean {syn['dice_mean']:.4f} "
-                   f"(right {syn['dice_right_mean']:.4f}, left {syn['dice_left_mean']:.4f})")
+    recipe = TrainRecipe(threads=threads, lr=lr, synthetic_count=synthetic, synthetic_seed=synthetic_seed,
+                         warmup_epochs=0.5 if init_weights else 1.0,
+                         init_weights=str(init_weights) if init_weights else None)
+    result = train_lung_unet(Pack(pack_dir), out, epochs=epochs, seed=seed, name=name, recipe=recipe,
+                             evaluate=not no_eval)
+    click.echo("\n".join(result.summary_lines()))
 
 
 COMMANDS: list[click.Command] = [segment]

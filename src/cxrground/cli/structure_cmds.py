@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -13,7 +12,13 @@ from cxrground.errors import ConfigError
 from cxrground.llm import RetryPolicy
 from cxrground.reports import DEFAULT_SECTION_POLICY, SECTION_POLICIES, expand_report_paths, read_reports
 from cxrground.reports.findings import finding_lines, write_finding_lines
-from cxrground.reports.structure import ALTERNATIVE_POLICIES, STRUCTURERS, get_structurer, structure_reports
+from cxrground.reports.structure import (
+    ALTERNATIVE_POLICIES,
+    STRUCTURERS,
+    get_structurer,
+    structure_reports,
+    structurer_options,
+)
 
 from .report_cmds import reports
 
@@ -57,17 +62,11 @@ def structure(paths: tuple[Path, ...], structurer_name: str, sections: str, alte
     files = expand_report_paths(paths)
     show = progress and len(files) > 50
     parsed, failures = read_reports(files, progress=show)
-    kwargs: dict[str, Any] = {}
-    if alternatives is not None:
-        if structurer_name != "rules":
-            raise click.UsageError("--alternatives applies to the rules structurer only")
-        kwargs["alternatives"] = alternatives
-    if structurer_name == "llm":
-        kwargs = {"base_url": base_url or "", "model": model or "", "api_key_env": api_key_env,
-                  "cache": cache_path, "concurrency": concurrency, "timeout": timeout, "max_retries": max_retries,
-                  "temperature": temperature}
+    given = {"alternatives": alternatives, "base_url": base_url or "", "model": model or "", "api_key_env": api_key_env,
+             "cache": cache_path, "concurrency": concurrency, "timeout": timeout, "max_retries": max_retries,
+             "temperature": temperature}
     try:
-        structurer = get_structurer(structurer_name, **kwargs)
+        structurer = get_structurer(structurer_name, **structurer_options(structurer_name, given))
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     done, failed = structure_reports(parsed, structurer, progress=show, sections=sections)

@@ -43,6 +43,7 @@ Section policies (:func:`select_section`, ``--sections`` of ``ils build`` and ``
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,6 +68,7 @@ __all__ = [
     "Heading",
     "check_section_policy",
     "choose_section",
+    "describe_choice",
     "find_headings",
     "last_paragraph",
     "make_section_choice",
@@ -383,3 +385,16 @@ def select_section(report: Report, policy: str = DEFAULT_SECTION_POLICY) -> Sect
     if found:
         return merge_sections(found)
     return choose_section(report, ("last_paragraph",))
+
+
+def describe_choice(report: Report, as_json: bool = False) -> str:
+    """The sections of ``report`` and the one ILS reads (:func:`choose_section`): one JSON line, or indented text."""
+    choice = choose_section(report)
+    if as_json:
+        return json.dumps({"report_id": report.report_id, "source": report.source, "sections": list(report.sections),
+                           "mesh_major": list(report.mesh_major), "choice": choice.to_dict() if choice else None})
+    lines = [f"{report.report_id} [{report.format}] sections: {', '.join(report.sections) or '-'}",
+             f"  {NO_SECTION_REASON}" if choice is None else f"  {choice.name}: {choice.section_content}"]
+    if report.mesh_major:
+        lines.append(f"  MeSH major: {'; '.join(report.mesh_major)}")
+    return "\n".join(lines)

@@ -42,6 +42,22 @@ class TrainResult:
     train_seconds: float
     sidecar: dict[str, Any]
 
+    def summary_lines(self) -> list[str]:
+        """What was written, the training time and the Dice figures (validation, NC rows, phantoms)."""
+        m = self.metrics
+        lines = [f"wrote {self.weights_path} and {self.sidecar_path}",
+                 f"training: {len(self.history)} epochs, {self.train_seconds:.0f} s",
+                 f"validation (shippable hold-out) canvas Dice: {m.get('val_canvas_dice_best')}"]
+        nc = m.get("nc_eval")
+        if nc:
+            lines.append(f"NC evaluation rows ({nc['n']}): Dice mean {nc['dice_mean']:.4f} "
+                         f"(right {nc['dice_right_mean']:.4f}, left {nc['dice_left_mean']:.4f})")
+        syn = m.get("synthetic_eval")
+        if syn:
+            lines.append(f"synthetic phantoms ({syn['n']}, never trained on): Dice mean {syn['dice_mean']:.4f} "
+                         f"(right {syn['dice_right_mean']:.4f}, left {syn['dice_left_mean']:.4f})")
+        return lines
+
 
 def _synthetic_entry(seed: int, n: int, config: Any, use: str) -> dict[str, Any]:
     from cxrground.datasets.synthetic import SynthConfig

@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from cxrground.errors import ConfigError, Failure
 from cxrground.llm import ResponseCache, cache_key
+from cxrground.registry import Registry
 from cxrground.reports.findings import StructuredReport, Structurer
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, Report, SectionChoice
 from cxrground.reports.sections import NO_SECTION_REASON, select_section
@@ -43,19 +44,29 @@ __all__ = [
     "structure_reports",
     "structure_section",
     "structure_text",
+    "structurer_options",
 ]
 
-#: Structurer name -> class.
-STRUCTURERS: Final[dict[str, type]] = {"rules": RuleStructurer, "llm": LLMStructurer}
+#: The structurers by name (the rule-based default first).
+STRUCTURERS: Final[Registry[Structurer]] = Registry("structurer")
+STRUCTURERS.register("rules", RuleStructurer, help="built-in rules and lexicon (ILS §7)")
+STRUCTURERS.register("llm", LLMStructurer, help="an LLM behind an OpenAI-compatible chat-completions API")
 
 
 def get_structurer(name: str, **kwargs: Any) -> Structurer:
-    """Build the structurer ``name`` (a key of :data:`STRUCTURERS`) with ``kwargs``."""
-    try:
-        cls = STRUCTURERS[name]
-    except KeyError:
-        raise ConfigError(f"unknown structurer {name!r}; expected one of {', '.join(STRUCTURERS)}") from None
-    return cls(**kwargs)
+    """Build the structurer ``name`` (one of :data:`STRUCTURERS`) with ``kwargs``, checked against its options."""
+    return STRUCTURERS.create(name, **kwargs)
+
+
+def structurer_options(name: str, given: dict[str, Any]) -> dict[str, Any]:
+    """The options of ``given`` (None values left out) that structurer ``name`` takes, for :func:`get_structurer`.
+
+    ``alternatives`` set for a structurer without that option is a :class:`ConfigError` (it would change nothing).
+    """
+    accepted = STRUCTURERS.options(name)
+    if given.get("alternatives") is not None and "alternatives" not in accepted:
+        raise ConfigError("--alternatives applies to the rules structurer only")
+    return {k: v for k, v in given.items() if v is not None and k in accepted}
 
 
 def _failure_path(report: Report) -> str:
