@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from cxrground.cli.common import DIR, FILE, OUT_DIR, clean_errors, group
-from cxrground.datasets.folder import scan_folder
+from cxrground.datasets.folder import scan_folder, scan_lines
 from cxrground.datasets.pack import Pack
 from cxrground.datasets.synthetic import SynthConfig, format_summary, summarize, write_cohort
 
@@ -42,11 +42,7 @@ def synth_info(cohort_dir: Path, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    head = f"{cohort_dir}: synthetic cohort"
-    if summary.get("seed") is not None:
-        head += f", seed {summary['seed']}, generator {summary.get('generator_version')}"
-    click.echo(head)
-    click.echo(format_summary(summary))
+    click.echo(format_summary(summary, cohort_dir))
 
 
 @group("pack")
@@ -77,17 +73,8 @@ def pack_info(path: Path | None, verify: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line per study and per failure.")
 def scan(images: Path, reports: Path | None, index: Path | None, as_json: bool) -> None:
     """List the studies (image + report) found in a folder and every file that could not be used."""
-    studies, failures = scan_folder(images, reports, index)
-    if as_json:
-        for s in studies:
-            click.echo(json.dumps({"study_id": s.study_id, "image": str(s.image_path),
-                                   "report": str(s.report_path) if s.report_path else None}))
-        for f in failures:
-            click.echo(json.dumps({"failure": f.to_dict()}))
-        return
-    click.echo(f"{len(studies)} studies, {len(failures)} failures")
-    for f in failures:
-        click.echo(f"  failed: {f.path}: {f.reason}")
+    for line in scan_lines(*scan_folder(images, reports, index), as_json=as_json):
+        click.echo(line)
 
 
 COMMANDS: list[click.Command] = [synth, synth_info, pack, scan]

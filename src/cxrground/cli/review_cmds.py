@@ -114,20 +114,10 @@ def stats(db_path: Path, html_path: Path | None, as_json: bool) -> None:
 def export(db_path: Path, out: Path, masks_dir: Path | None, card_dir: Path | None) -> None:
     """Export consensus decisions (and corrected masks, and the ILS card's review figures)."""
     from cxrground.review.db import ReviewDB
-    from cxrground.review.export import write_card, write_decisions, write_masks
+    from cxrground.review.export import export_review
 
-    db = ReviewDB(db_path)
-    rows = write_decisions(db, out)
-    click.echo(f"{out}: {len(rows)} items, {sum(r['decision'] == 'accept' for r in rows)} accepted, "
-               f"{sum(r['decision'] == 'reject' for r in rows)} rejected, "
-               f"{sum(not r['decision'] for r in rows)} undecided")
-    if masks_dir is not None:
-        counts = write_masks(db, masks_dir)
-        click.echo(f"{masks_dir}: {counts['corrected']} corrected masks, candidates.jsonl with "
-                   f"{counts['candidates']} pairs")
-    if card_dir is not None:
-        summary = write_card(db, card_dir, out.name)
-        click.echo(f"{card_dir / 'card.md'}: review section updated ({summary['reviewed']} pairs reviewed)")
+    for line in export_review(ReviewDB(db_path), out, masks_dir, card_dir):
+        click.echo(line)
 
 
 COMMANDS: list[click.Command] = [review]

@@ -26,7 +26,7 @@ from pathlib import Path
 from cxrground.errors import Failure, InputError
 from cxrground.io.image import IMAGE_SUFFIXES
 
-__all__ = ["MIMIC_IMAGE_RE", "StudyInput", "image_file_problem", "read_index", "scan_folder"]
+__all__ = ["MIMIC_IMAGE_RE", "StudyInput", "image_file_problem", "read_index", "scan_folder", "scan_lines"]
 
 MIMIC_IMAGE_RE = re.compile(r"(?:^|/)(p\d{2})/(p\d+)/(s\d+)/([^/]+)\.(?:jpe?g|png|dcm|dicom)$", re.IGNORECASE)
 
@@ -167,3 +167,12 @@ def _index_rows(index: Path) -> list[dict[str, object]]:
 def _opt(value: object) -> str | None:
     text = str(value).strip() if value is not None else ""
     return text or None
+
+
+def scan_lines(studies: list[StudyInput], failures: list[Failure], as_json: bool = False) -> list[str]:
+    """What :func:`scan_folder` found: one JSON line per study and per failure, or a count and the failures."""
+    if as_json:
+        return ([json.dumps({"study_id": s.study_id, "image": str(s.image_path),
+                             "report": str(s.report_path) if s.report_path else None}) for s in studies]
+                + [json.dumps({"failure": f.to_dict()}) for f in failures])
+    return [f"{len(studies)} studies, {len(failures)} failures"] + [f"  failed: {f.path}: {f.reason}" for f in failures]

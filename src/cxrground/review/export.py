@@ -40,8 +40,8 @@ from cxrground.io.masks import decode_rle, encode_rle, write_mask_png
 from cxrground.review.db import Assignment, Item, ReviewDB
 from cxrground.review.stats import consensus, fleiss_of, pairwise_cohen, ratings_of
 
-__all__ = ["CSV_COLUMNS", "corrected_mask", "decision_rows", "ils_card_summary", "write_card", "write_decisions",
-           "write_masks"]
+__all__ = ["CSV_COLUMNS", "corrected_mask", "decision_rows", "export_review", "ils_card_summary", "write_card",
+           "write_decisions", "write_masks"]
 
 CSV_COLUMNS = ("key_id", "decision", "reviewer", "kind", "lesion", "item_type", "pair_id", "ratings", "accepted",
                "corrected", "rejected", "reasons", "corrected_mask")
@@ -181,3 +181,21 @@ def write_card(db: ReviewDB, ils_dir: str | Path, source: str) -> dict[str, Any]
     if card.is_file():
         atomic_write_text(card, with_review_section(card.read_text(encoding="utf-8"), summary))
     return summary
+
+
+def export_review(db: ReviewDB, out: str | Path, masks_dir: str | Path | None = None,
+                  card_dir: str | Path | None = None) -> list[str]:
+    """Write the decisions CSV (and the corrected masks, and the ILS card's review section); one line per file."""
+    out = Path(out)
+    rows = write_decisions(db, out)
+    lines = [f"{out}: {len(rows)} items, {sum(r['decision'] == 'accept' for r in rows)} accepted, "
+             f"{sum(r['decision'] == 'reject' for r in rows)} rejected, "
+             f"{sum(not r['decision'] for r in rows)} undecided"]
+    if masks_dir is not None:
+        counts = write_masks(db, masks_dir)
+        lines.append(f"{masks_dir}: {counts['corrected']} corrected masks, candidates.jsonl with "
+                     f"{counts['candidates']} pairs")
+    if card_dir is not None:
+        summary = write_card(db, card_dir, out.name)
+        lines.append(f"{Path(card_dir) / 'card.md'}: review section updated ({summary['reviewed']} pairs reviewed)")
+    return lines

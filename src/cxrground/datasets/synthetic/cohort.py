@@ -396,10 +396,15 @@ def cohort_of_images(images: str | Path) -> Path | None:
     return root if (root / "truth").is_dir() and (root / "cohort.json").is_file() else None
 
 
-def format_summary(summary: dict[str, Any]) -> str:
-    """A plain-text table of :func:`summarize` output."""
+def format_summary(summary: dict[str, Any], cohort_dir: str | Path | None = None) -> str:
+    """A plain-text table of :func:`summarize` output; with ``cohort_dir``, a title line (folder, seed) first."""
     head = f"{'lesion':<14}{'studies':>8}{'present':>8}{'defin.':>8}{'tent.':>8}{'unrep.':>8}{'negated':>8}"
     lines = [head, "-" * len(head)]
+    if cohort_dir is not None:
+        title = f"{cohort_dir}: synthetic cohort"
+        if summary.get("seed") is not None:
+            title += f", seed {summary['seed']}, generator {summary.get('generator_version')}"
+        lines.insert(0, title)
     for lesion, c in summary["lesions"].items():
         lines.append(f"{lesion:<14}{c['studies']:>8}{c['present']:>8}{c['definitive']:>8}{c['tentative']:>8}"
                      f"{c['unreported']:>8}{c['negated']:>8}")
