@@ -10,7 +10,7 @@ from cxrground import __version__
 from cxrground.cli.common import CleanGroup
 
 
-@click.group(cls=CleanGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=CleanGroup, context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
 @click.version_option(__version__, prog_name="cxrground")
 def main() -> None:
     """cxrground: lesion grounding in chest X-rays (ILS datasets and models, the CheXpercept benchmark)."""

@@ -20,7 +20,7 @@ def anatomy() -> None:
 @click.option("--left", type=FILE, required=True)
 @click.option("--heart", type=FILE, default=None)
 @click.option("--out", type=OUT_FILE, required=True, help="PNG to write.")
-@click.option("--width", type=int, default=384, show_default=True, help="Panel width in pixels.")
+@click.option("--width", type=int, default=384, help="Panel width in pixels.")
 def show(image: Path, right: Path, left: Path, heart: Path | None, out: Path, width: int) -> None:
     """Draw ILS location labels, CheXpercept zones / rims / angles and the 20 sub-regions on the image."""
     from cxrground.anatomy.figure import geometry_figure

@@ -80,4 +80,4 @@ class CleanGroup(click.Group):
 
 def group(name: str) -> Callable[[Callable[..., Any]], CleanGroup]:
     """``@click.group(name)`` with :class:`CleanGroup` (the clean error reports of every command in it)."""
-    return click.group(name, cls=CleanGroup)
+    return click.group(name, cls=CleanGroup, context_settings={"show_default": True})

@@ -16,12 +16,11 @@ from cxrground.datasets.synthetic import SynthConfig, format_summary, summarize,
 @click.command("synth")
 @click.option("--out", "out_dir", required=True, type=OUT_DIR,
               help="Folder to write the cohort to (created if missing).")
-@click.option("--studies", "n_studies", default=24, show_default=True, type=click.IntRange(min=0),
+@click.option("--studies", "n_studies", default=24, type=click.IntRange(min=0),
               help="Number of studies (indices 0..N-1).")
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Cohort seed.")
-@click.option("--format", "fmt", default="jpg", show_default=True, type=click.Choice(["jpg", "png"]),
-              help="Image file format.")
-@click.option("--width", default=512, show_default=True, type=click.IntRange(64, 4096),
+@click.option("--seed", default=0, type=click.IntRange(min=0), help="Cohort seed.")
+@click.option("--format", "fmt", default="jpg", type=click.Choice(["jpg", "png"]), help="Image file format.")
+@click.option("--width", default=512, type=click.IntRange(64, 4096),
               help="Image width in pixels; heights vary per study (0.875..1.125 x width).")
 @click.option("--overwrite", is_flag=True, help="Regenerate studies that already exist.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")

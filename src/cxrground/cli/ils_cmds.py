@@ -30,12 +30,12 @@ def ils() -> None:
 @click.option("--index", type=FILE, default=None,
               help="CSV/JSONL index for a flat folder: image, study_id, report_path or report.")
 @click.option("--out", type=OUT_DIR, required=True)
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
-@click.option("--workers", type=int, default=1, show_default=True)
-@click.option("--structurer", type=click.Choice(list(STRUCTURERS)), default="rules", show_default=True)
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local")
+@click.option("--workers", type=int, default=1)
+@click.option("--structurer", type=click.Choice(list(STRUCTURERS)), default="rules")
 @click.option("--structurer-opt", multiple=True, callback=lambda _c, _p, v: kv(v), help="KEY=VALUE for the "
               "structurer (llm: base_url, model, api_key_env, cache_path, concurrency).")
-@click.option("--sections", type=click.Choice(SECTION_POLICIES), default=DEFAULT_SECTION_POLICY, show_default=True,
+@click.option("--sections", type=click.Choice(SECTION_POLICIES), default=DEFAULT_SECTION_POLICY,
               help="Report section policy: findings (ILS §6: findings, else impression), impression (impression "
                    "first), findings+impression (both, numbered on; repeats counted once).")
 @click.option("--alternatives", type=click.Choice(ALTERNATIVE_POLICIES), default=None,
@@ -47,13 +47,13 @@ def ils() -> None:
 @backend_options("detector", DETECTORS, "anomaly")
 @click.option("--split-file", type=FILE, default=None,
               help="CSV with study_id,split (e.g. mimic-cxr-2.0.0-split.csv). Default: by subject hash.")
-@click.option("--split-ratios", default="0.8,0.1,0.1", show_default=True)
+@click.option("--split-ratios", default="0.8,0.1,0.1")
 @click.option("--exclude", type=FILE, default=None,
               help="File with one study id per line to leave out (e.g. MS-CXR studies).")
-@click.option("--threshold-scale", type=float, default=1.0, show_default=True,
+@click.option("--threshold-scale", type=float, default=1.0,
               help="Multiply every Table 7 threshold (0.5 = the paper's half-τ setting).")
 @click.option("--limit", type=int, default=None, help="Process only the first N studies (by study id).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0)
 @click.option("--overwrite", is_flag=True, help="Discard a previous build in OUT made with other settings.")
 @click.option("--quiet", is_flag=True)
 def build(images: Path, reports: Path | None, index: Path | None, out: Path, engine: str, workers: int,
@@ -132,7 +132,7 @@ def quality(out: Path, cohort: Path, as_json: bool) -> None:
 @click.option("--images", type=DIR, required=True,
               help="The image root the dataset's image_path values are relative to.")
 @click.option("--html", "html_path", type=OUT_FILE, default=None, help="Output page (default OUT/gallery.html).")
-@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--limit", type=int, default=50)
 @click.option("--split", type=click.Choice(["train", "val", "test"]), default=None)
 def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: str | None) -> None:
     """Write a self-contained HTML page: images with their lesion masks and all instruction-answer pairs."""
@@ -144,13 +144,13 @@ def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: 
 
 
 @ils.command("export")
-@click.option("--frame", type=click.Choice(["released", "native"]), default="released", show_default=True,
+@click.option("--frame", type=click.Choice(["released", "native"]), default="released",
               help="released: 512x512 masks, the whole image stretched to the square (MIMIC-ILS as published, "
                    "what the ROSALIA code trains on); native: each image's own size.")
 @click.option("--dataset", type=EXISTING, required=True,
               help="ILS dataset folder (mimic_ils_instruction_answer.json + lesion_mask/) or the JSON file.")
 @click.option("--out", type=OUT_DIR, required=True, help="Folder to write.")
-@click.option("--size", type=int, default=512, show_default=True, help="Side of the released-frame masks.")
+@click.option("--size", type=int, default=512, help="Side of the released-frame masks.")
 @click.option("--images", type=DIR, default=None,
               help="Image root, for native sizes the dataset does not record (e.g. a downloaded MIMIC-ILS).")
 def export_cmd(frame: str, dataset: Path, out: Path, size: int, images: Path | None) -> None:

@@ -26,11 +26,11 @@ __all__ = ["COMMANDS"]
               help="Image root the pairs' image_path is relative to (MIMIC-CXR-JPG files/). "
                    "Default: the dataset folder.")
 @click.option("--out", type=OUT_DIR, required=True, help="Checkpoint folder.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0)
 @click.option("--set", "settings", multiple=True, help="KEY=VALUE configuration override (repeatable), "
               "e.g. --set epochs=30 --set size=160.")
-@click.option("--split", default="train", show_default=True, help="Split to train on.")
-@click.option("--val-split", default="val", show_default=True, help="Split for model selection ('' = none).")
+@click.option("--split", default="train", help="Split to train on.")
+@click.option("--val-split", default="val", help="Split for model selection ('' = none).")
 @click.option("--no-resume", is_flag=True, help="Start from scratch even if --out holds a checkpoint.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @clean_errors(ImportError)
@@ -50,16 +50,16 @@ def train_cmd(model: str, dataset: Path, images: Path | None, out: Path, seed: i
 @click.option("--dataset", type=EXISTING, required=True, help="ILS dataset folder or its JSON file.")
 @click.option("--images", type=DIR, default=None,
               help="Image root (MIMIC-CXR-JPG files/). Default: the dataset folder.")
-@click.option("--split", type=click.Choice(["train", "val", "test"]), default="test", show_default=True)
+@click.option("--split", type=click.Choice(["train", "val", "test"]), default="test")
 @click.option("--out", type=OUT_FILE, required=True,
               help="Predictions JSONL (appended to; pairs already there are skipped).")
 @click.option("--limit", type=int, default=None, help="Predict only the first N pairs of the split.")
-@click.option("--batch-size", type=int, default=8, show_default=True, help="Pairs per forward pass.")
-@click.option("--device", default="cpu", show_default=True)
-@click.option("--mode", type=click.Choice(["free", "teacher-forced"]), default="free", show_default=True,
+@click.option("--batch-size", type=int, default=8, help="Pairs per forward pass.")
+@click.option("--device", default="cpu")
+@click.option("--mode", type=click.Choice(["free", "teacher-forced"]), default="free",
               help="Masks from the generated [SEG] (free) or from the ground-truth answer's [SEG] (teacher-forced, "
                    "the paper's segmentation protocol; LISA only). Recorded in the predictions file.")
-@click.option("--quantize", type=click.Choice(["none", "8bit", "4bit"]), default="none", show_default=True,
+@click.option("--quantize", type=click.Choice(["none", "8bit", "4bit"]), default="none",
               help="LISA: load the language model in 8-bit or 4-bit (bitsandbytes; needs CUDA).")
 @click.option("--device-map", default=None, help="LISA: 'auto' or a JSON {module prefix: device} to spread a "
               "large checkpoint over devices (accelerate).")
@@ -93,7 +93,7 @@ def predict_cmd(checkpoint: Path, dataset: Path, images: Path | None, split: str
 @click.option("--allow-missing", multiple=True, type=click.Choice(["text_hidden_fcs", "visual_model.mask_decoder"]),
               help="Parts that may stay at their initialisation (e.g. starting from a plain LLaVA).")
 @click.option("--dtype", type=click.Choice(["source", "float32", "bfloat16", "float16"]), default="source",
-              show_default=True, help="Dtype of the written weights (source = keep the release's, e.g. bf16).")
+              help="Dtype of the written weights (source = keep the release's, e.g. bf16).")
 def convert_lisa(source: Path, out: Path, sam: Path | None, clip: Path | None, tokenizer: Path | None,
                  allow_missing: tuple[str, ...], dtype: str) -> None:
     """Map every weight of a released LISA/ROSALIA checkpoint onto the cxrground LISA model and save it."""
@@ -109,16 +109,15 @@ def convert_lisa(source: Path, out: Path, sam: Path | None, clip: Path | None, t
               help="Dataset folder (mimic_ils_instruction_answer.json + lesion_mask/) or the JSON file.")
 @click.option("--predictions", type=FILE, required=True,
               help="Predictions JSONL: {pair_id, answer, mask (COCO RLE) | mask_path (PNG)} per line.")
-@click.option("--split", type=click.Choice(["train", "val", "test"]), default="test", show_default=True)
+@click.option("--split", type=click.Choice(["train", "val", "test"]), default="test")
 @click.option("--out", type=OUT_FILE, default=None, help="Write the full result as JSON here.")
 @click.option("--images", type=DIR, default=None,
               help="Image root (MIMIC-CXR-JPG files/) to read native sizes; GT masks of another size "
                    "(e.g. released 512x512) are resized nearest-neighbour to it.")
-@click.option("--bootstrap", "n_boot", type=int, default=1000, show_default=True,
-              help="Bootstrap resamples for the 95 % CIs (0 = none).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--bootstrap", "n_boot", type=int, default=1000, help="Bootstrap resamples for the 95 % CIs (0 = none).")
+@click.option("--seed", type=int, default=0)
 @click.option("--limit", type=int, default=None, help="Score only the first N pairs (default: the full split).")
-@click.option("--seg-mode", default="unspecified", show_default=True,
+@click.option("--seg-mode", default="unspecified",
               help="How the masks were produced, stated in the report (teacher-forced | free); default: the mode "
                    "the predictions file records (ils predict --mode).")
 def evaluate(dataset: Path, predictions: Path, split: str, out: Path | None, images: Path | None, n_boot: int,

@@ -38,8 +38,8 @@ def _per_lesion(value: str) -> tuple[int, int, int]:
               help="ILS-model predictions JSONL (pair_id → mask); default: the dataset's own masks.")
 @click.option("--review", type=FILE, default=None,
               help="Expert decisions CSV: key_id,decision,reviewer with decision accept|reject.")
-@click.option("--per-lesion", default="100,100,100", show_default=True, help="Cases per lesion: LF,RF,RR.")
-@click.option("--rf-ratio", type=float, default=0.5, show_default=True,
+@click.option("--per-lesion", default="100,100,100", help="Cases per lesion: LF,RF,RR.")
+@click.option("--rf-ratio", type=float, default=0.5,
               help="Share of deformation-successful positives that become revision-free.")
 @backend_option("--deformer", DEFORMERS, "builtin")
 @click.option("--sam-model", type=DIR, default=None,
@@ -47,13 +47,12 @@ def _per_lesion(value: str) -> tuple[int, int, int]:
 @click.option("--anatomy", type=EXISTING, default=None,
               help="Anatomy masks: a JSONL in the anatomy.jsonl format, or a folder of {study|dicom_id|image stem}"
                    "_right_lung.png / _left_lung.png (/ _heart.png). Default: the ILS folder's anatomy.jsonl.")
-@click.option("--split", "splits", default="train", show_default=True,
-              help="Source split(s), comma-separated (train,val,test) or 'all'.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--workers", type=int, default=1, show_default=True)
-@click.option("--max-candidates", type=int, default=3000, show_default=True,
+@click.option("--split", "splits", default="train", help="Source split(s), comma-separated (train,val,test) or 'all'.")
+@click.option("--seed", type=int, default=0)
+@click.option("--workers", type=int, default=1)
+@click.option("--max-candidates", type=int, default=3000,
               help="Positive candidates per lesion (global positives first, §11).")
-@click.option("--max-negatives", type=int, default=100, show_default=True,
+@click.option("--max-negatives", type=int, default=100,
               help="Negative candidates per lesion (first N global negatives in JSON order).")
 @click.option("--exclude-positive-cxrs", is_flag=True, help="Never use a CXR of a positive candidate as a negative.")
 @click.option("--strict-negatives", is_flag=True,
@@ -110,7 +109,7 @@ def gallery(bench: Path, out_html: Path) -> None:
 @click.command("export")
 @click.argument("bench", type=DIR)
 @click.argument("out", type=OUT_DIR)
-@click.option("--layout", type=click.Choice(["reference"]), default="reference", show_default=True,
+@click.option("--layout", type=click.Choice(["reference"]), default="reference",
               help="reference: the reference repository's chexpercept.json + chexpercept/<key_id>/ stage folders.")
 @click.option("--neutral-keys", is_flag=True,
               help="Key the export {lesion}_{case_id}: no folder name reveals an answer (key_ids do).")

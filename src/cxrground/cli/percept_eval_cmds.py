@@ -23,24 +23,23 @@ from cxrground.llm import RetryPolicy, parse_extra_body
               help="Benchmark folder (chexpercept.json + images) or the JSON file.")
 @click.option("--model", "spec", required=True, help=f"{spec_forms()}.")
 @click.option("--out", type=OUT_DIR, required=True, help="Run folder.")
-@click.option("--oracle", type=click.Choice(["none", "implicit", "explicit"]), default="implicit", show_default=True)
-@click.option("--concurrency", type=int, default=8, show_default=True, help="Cases in flight at once.")
+@click.option("--oracle", type=click.Choice(["none", "implicit", "explicit"]), default="implicit")
+@click.option("--concurrency", type=int, default=8, help="Cases in flight at once.")
 @click.option("--limit", type=int, default=None, help="Evaluate only N cases (deterministic selection).")
 @click.option("--per-path-limit", type=int, default=None, help="At most N cases per path (RR/RF/LF).")
-@click.option("--temperature", type=float, default=0.0, show_default=True)
+@click.option("--temperature", type=float, default=0.0)
 @click.option("--top-p", type=float, default=None)
-@click.option("--max-tokens", type=int, default=8192, show_default=True)
-@click.option("--max-images", type=int, default=7, show_default=True,
+@click.option("--max-tokens", type=int, default=8192)
+@click.option("--max-images", type=int, default=7,
               help="Images per request the model accepts (an RR conversation needs 7).")
 @click.option("--base-url", default=None, help="API root of an OpenAI-compatible server (http://host:8000/v1).")
 @click.option("--api-key-env", default=None, help="Name of the environment variable holding the API key.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Case selection, random baseline, bootstrap.")
+@click.option("--seed", type=int, default=0, help="Case selection, random baseline, bootstrap.")
 @click.option("--cache", type=OUT_FILE, default=None,
               help="Response cache (SQLite); default: percept_cache.sqlite next to the run folder.")
-@click.option("--timeout", type=float, default=RetryPolicy.timeout, show_default=True, help="Seconds per request.")
-@click.option("--max-attempts", type=int, default=RetryPolicy.max_attempts, show_default=True,
-              help="Attempts per request (retries + 1).")
-@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--timeout", type=float, default=RetryPolicy.timeout, help="Seconds per request.")
+@click.option("--max-attempts", type=int, default=RetryPolicy.max_attempts, help="Attempts per request (retries + 1).")
+@click.option("--repeats", type=click.IntRange(min=1), default=1,
               help="Samples per question at the run's temperature (score: mean and spread over repeats).")
 @click.option("--extra-body", "extra_body", default=None, metavar="JSON",
               help='JSON object merged into every request of openai:MODEL (part of the cache key and config.json), '
@@ -51,7 +50,7 @@ from cxrground.llm import RetryPolicy, parse_extra_body
               help="Price table (CSV model,input,cached_input,output or JSON; USD per 1M tokens) merged over the "
                    "built-in one for the cost in usage.json.")
 @click.option("--retry-failed", is_flag=True, help="Re-run cases recorded as failed.")
-@click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option("--progress/--no-progress", default=True)
 def eval_cmd(bench: Path, spec: str, out: Path, oracle: str, concurrency: int, limit: int | None,
              per_path_limit: int | None, temperature: float, top_p: float | None, max_tokens: int, max_images: int,
              base_url: str | None, api_key_env: str | None, seed: int, cache: Path | None, timeout: float,
@@ -75,8 +74,7 @@ def eval_cmd(bench: Path, spec: str, out: Path, oracle: str, concurrency: int, l
 
 @click.command("score")
 @click.argument("run", type=DIR)
-@click.option("--bootstrap", "n_boot", type=int, default=1000, show_default=True,
-              help="Bootstrap resamples (0 = none).")
+@click.option("--bootstrap", "n_boot", type=int, default=1000, help="Bootstrap resamples (0 = none).")
 def score_cmd(run: Path, n_boot: int) -> None:
     """Score a run: score.json and the reference CSVs in RUN/; prints the summary rows (and the spread rows of
     runs with several repeats)."""
@@ -93,7 +91,7 @@ def score_cmd(run: Path, n_boot: int) -> None:
 @click.command("report")
 @click.argument("runs", nargs=-1, required=True, type=DIR)
 @click.option("--out", type=OUT_FILE, required=True, help="HTML file to write.")
-@click.option("--bootstrap", "n_boot", type=int, default=1000, show_default=True)
+@click.option("--bootstrap", "n_boot", type=int, default=1000)
 def report_cmd(runs: tuple[Path, ...], out: Path, n_boot: int) -> None:
     """Compare runs in one self-contained HTML page (+ all_models_summary.csv next to it)."""
     from cxrground.evaluation.percept.report import build_report

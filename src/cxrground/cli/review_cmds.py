@@ -21,7 +21,7 @@ def review() -> None:
 @review.command("add-user")
 @click.argument("name")
 @_DB
-@click.option("--role", type=click.Choice(["reviewer", "admin"]), default="reviewer", show_default=True)
+@click.option("--role", type=click.Choice(["reviewer", "admin"]), default="reviewer")
 def add_user(name: str, db_path: Path, role: str) -> None:
     """Create a user; prints the token once (last word of the last line); only its hash is stored."""
     from cxrground.review.db import ReviewDB
@@ -42,8 +42,8 @@ def add_user(name: str, db_path: Path, role: str) -> None:
 @click.option("--bench", "bench_dir", type=DIR, default=None,
               help="A CheXpercept benchmark folder: one item per case, one decision per question.")
 @click.option("--sample", type=click.IntRange(min=1), default=None, help="Import N items drawn at random (seeded).")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--per-item", type=click.IntRange(min=1), default=2, show_default=True,
+@click.option("--seed", type=int, default=0)
+@click.option("--per-item", type=click.IntRange(min=1), default=2,
               help="Reviewers per item (K); needs at least K reviewers in the database.")
 def import_cmd(db_path: Path, ils_dir: Path | None, images: Path | None, splits: tuple[str, ...],
                bench_dir: Path | None, sample: int | None, seed: int, per_item: int) -> None:
@@ -65,9 +65,9 @@ def import_cmd(db_path: Path, ils_dir: Path | None, images: Path | None, splits:
 
 @review.command("serve")
 @_DB
-@click.option("--host", default="127.0.0.1", show_default=True,
+@click.option("--host", default="127.0.0.1",
               help="Address to bind; anything but loopback exposes the app to the network (use HTTPS in front).")
-@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8765)
 def serve(db_path: Path, host: str, port: int) -> None:
     """The review web app: /login, /queue, /review/ID, /stats and the /api (GET /healthz is public)."""
     try:

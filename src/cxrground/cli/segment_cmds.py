@@ -53,20 +53,20 @@ def lungs(image: Path, out_dir: Path, backend: str, weights: Path | None, right:
 
 @segment.command("train-lungs")
 @click.option("--out", type=OUT_DIR, required=True, help="Folder for lung_unet_v1.safetensors + lung_unet_v1.json.")
-@click.option("--epochs", type=click.IntRange(min=1), default=40, show_default=True)
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--epochs", type=click.IntRange(min=1), default=40)
+@click.option("--seed", type=click.IntRange(min=0), default=0)
 @click.option("--pack", "pack_dir", type=OUT_DIR, default=None,
               help="cxr-pack-v1 folder (default: $CXRGROUND_PACK or ../shared/data/cxr-pack-v1).")
-@click.option("--name", default="lung_unet_v1", show_default=True)
-@click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--name", default="lung_unet_v1")
+@click.option("--threads", type=click.IntRange(min=1), default=2)
 @click.option("--no-eval", is_flag=True, help="Skip the evaluation on the CC BY-NC-SA rows.")
-@click.option("--synthetic", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--synthetic", type=click.IntRange(min=0), default=0,
               help="Synthetic phantoms mixed into the training split.")
-@click.option("--synthetic-seed", type=click.IntRange(min=0), default=1, show_default=True,
+@click.option("--synthetic-seed", type=click.IntRange(min=0), default=1,
               help="Seed of the training phantoms (the evaluation phantoms use seed 1000).")
 @click.option("--init", "init_weights", type=OUT_FILE, default=None,
               help="Fine-tune from these weights (.safetensors with its .json).")
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=3e-3, show_default=True)
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=3e-3)
 def train_lungs(out: Path, epochs: int, seed: int, pack_dir: Path | None, name: str, threads: int,
                 no_eval: bool, synthetic: int, synthetic_seed: int, init_weights: Path | None, lr: float) -> None:
     """Train the lung U-Net on the pack's shippable rows (plus optional phantoms); evaluate on the NC rows.

@@ -12,15 +12,15 @@ from cxrground.cli.common import EXISTING
 @click.command("serve")
 @click.option("--checkpoint", type=EXISTING, required=True,
               help="Checkpoint folder (checkpoint.json names the backend).")
-@click.option("--host", default="127.0.0.1", show_default=True,
+@click.option("--host", default="127.0.0.1",
               help="Address to bind; anything but loopback exposes the server to the network.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
-@click.option("--device", default="cpu", show_default=True, help="Device for the model (cpu, cuda, cuda:1 ...).")
-@click.option("--max-upload-mb", type=click.FloatRange(min=0, min_open=True), default=32.0, show_default=True,
+@click.option("--port", type=click.IntRange(0, 65535), default=8000)
+@click.option("--device", default="cpu", help="Device for the model (cpu, cuda, cuda:1 ...).")
+@click.option("--max-upload-mb", type=click.FloatRange(min=0, min_open=True), default=32.0,
               help="Largest image accepted, in MiB (413 beyond).")
-@click.option("--max-pixels", type=click.IntRange(min=1), default=40_000_000, show_default=True,
+@click.option("--max-pixels", type=click.IntRange(min=1), default=40_000_000,
               help="Largest image accepted, in pixels (413 beyond).")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--workers", type=click.IntRange(min=1), default=1,
               help="Server processes, each with its own copy of the model.")
 @click.option("--api-key-env", metavar="NAME", default=None,
               help="Require the API key held by environment variable NAME on every route but /health "

@@ -28,8 +28,8 @@ __all__ = ["COMMANDS", "structure"]
 @click.command("structure")
 @click.argument("paths", nargs=-1, required=True, type=EXISTING)
 @click.option("--structurer", "structurer_name", type=click.Choice(sorted(STRUCTURERS)), default="rules",
-              show_default=True, help="Rule-based (built in) or an LLM behind an OpenAI-compatible API.")
-@click.option("--sections", type=click.Choice(SECTION_POLICIES), default=DEFAULT_SECTION_POLICY, show_default=True,
+              help="Rule-based (built in) or an LLM behind an OpenAI-compatible API.")
+@click.option("--sections", type=click.Choice(SECTION_POLICIES), default=DEFAULT_SECTION_POLICY,
               help="Report section policy: findings (ILS §6), impression, or findings+impression (both, numbered on).")
 @click.option("--alternatives", type=click.Choice(ALTERNATIVE_POLICIES), default=None,
               help="Rule structurer: alternatives ('atelectasis or scarring') uncertain (default) or present.")
@@ -38,13 +38,12 @@ __all__ = ["COMMANDS", "structure"]
 @click.option("--api-key-env", metavar="VAR", help="Name of the environment variable holding the API key (llm).")
 @click.option("--cache", "cache_path", type=OUT_FILE, envvar="CXRGROUND_LLM_CACHE",
               help="SQLite response cache (llm); reruns with the same prompts make no request. Default: in memory.")
-@click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
-              help="Requests in flight at most (llm).")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=RetryPolicy.timeout, show_default=True,
+@click.option("--concurrency", type=click.IntRange(min=1), default=4, help="Requests in flight at most (llm).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=RetryPolicy.timeout,
               help="Seconds per request (llm).")
-@click.option("--max-retries", type=click.IntRange(min=0), default=RetryPolicy.max_attempts - 1, show_default=True,
+@click.option("--max-retries", type=click.IntRange(min=0), default=RetryPolicy.max_attempts - 1,
               help="Retries on 429 / 5xx / timeouts (llm).")
-@click.option("--temperature", type=float, default=0.0, show_default=True, help="Sampling temperature (llm).")
+@click.option("--temperature", type=float, default=0.0, help="Sampling temperature (llm).")
 @click.option("--out", type=OUT_FILE,
               help="Write the finding lines here (failures go to OUT.failures.jsonl) instead of stdout.")
 @click.option("--progress/--no-progress", default=True, help="Progress bar on stderr for large batches.")
