@@ -26,6 +26,11 @@ class GeometryFigure:
     subregion_areas: dict[str, int]
     ctr: float | None
 
+    def summary_lines(self) -> list[str]:
+        """The pixel count of each sub-region and the CTR, one indented line each."""
+        lines = [f"  {name}: {area} px" for name, area in self.subregion_areas.items()]
+        return lines if self.ctr is None else [*lines, f"  CTR = {self.ctr:.3f}"]
+
 
 def geometry_figure(pixels: np.ndarray, right: np.ndarray, left: np.ndarray, heart: np.ndarray | None = None,
                     width: int = 384) -> GeometryFigure:

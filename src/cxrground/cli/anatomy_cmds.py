@@ -31,11 +31,7 @@ def show(image: Path, right: Path, left: Path, heart: Path | None, out: Path, wi
     fig = geometry_figure(im.pixels, read_mask_png(right, im.shape), read_mask_png(left, im.shape),
                           read_mask_png(heart, im.shape) if heart else None, width)
     write_image(out, fig.sheet)
-    click.echo(f"wrote {out}")
-    for name, area in fig.subregion_areas.items():
-        click.echo(f"  {name}: {area} px")
-    if fig.ctr is not None:
-        click.echo(f"  CTR = {fig.ctr:.3f}")
+    click.echo("\n".join([f"wrote {out}", *fig.summary_lines()]))
 
 
 @anatomy.command("zones")

@@ -96,22 +96,9 @@ def build(images: Path, reports: Path | None, index: Path | None, out: Path, eng
 @click.option("--json", "as_json", is_flag=True, help="Counts as JSON instead of the card's tables.")
 def stats(out: Path, as_json: bool) -> None:
     """Print the dataset card's tables of a built dataset (or counts of any MIMIC-ILS JSON folder)."""
-    from cxrground.ils.build import DATASET_FILE
-    from cxrground.ils.card import count_table
-    from cxrground.ils.schema import SPLITS, load_dataset
+    from cxrground.ils.card import stats_text
 
-    data = load_dataset(out / DATASET_FILE)
-    if as_json:
-        click.echo(json.dumps({s: count_table(data.get(s, {})) for s in SPLITS}, indent=2))
-        return
-    card = out / "card.md"
-    if card.is_file():
-        text = card.read_text(encoding="utf-8")
-        click.echo(text.split("## Backends and settings")[0].rstrip())
-        return
-    for split in SPLITS:
-        table = count_table(data.get(split, {}))
-        click.echo(f"{split}: {table['total']['#IA']} pairs")
+    click.echo(stats_text(out, as_json))
 
 
 @ils.command("quality")

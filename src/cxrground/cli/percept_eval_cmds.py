@@ -57,7 +57,7 @@ def eval_cmd(bench: Path, spec: str, out: Path, oracle: str, concurrency: int, l
              max_attempts: int, repeats: int, extra_body: str | None, prices: Path | None, retry_failed: bool,
              progress: bool) -> None:
     """Run one model on a benchmark (resumable: rerun the same command after a kill)."""
-    from cxrground.evaluation.percept.runner import EvalSettings, run_eval
+    from cxrground.evaluation.percept.runner import EvalSettings, run_eval, run_summary_line
 
     extra = parse_extra_body(extra_body) if extra_body is not None else None
     settings = EvalSettings(bench=bench, model=spec, oracle=oracle, temperature=temperature,
@@ -67,9 +67,7 @@ def eval_cmd(bench: Path, spec: str, out: Path, oracle: str, concurrency: int, l
     summary = run_eval(settings, out, concurrency=concurrency, cache=cache, base_url=base_url,
                        api_key_env=api_key_env, retry=RetryPolicy(max_attempts=max_attempts, timeout=timeout),
                        retry_failed=retry_failed, progress=progress, prices=prices)
-    total = f"{summary['n_cases']} cases" if repeats == 1 else f"{summary['n_cases']} cases × {repeats} repeats"
-    click.echo(f"{summary['n_run']} of {total} run ({summary['failed_this_run']} failed), "
-               f"{summary['requests_sent']} requests sent, {summary['cache_hits']} cache hits -> {out}")
+    click.echo(run_summary_line(summary, repeats, out))
 
 
 @click.command("score")

@@ -31,24 +31,18 @@ def segment() -> None:
 def lungs(image: Path, out_dir: Path, backend: str, weights: Path | None, right: Path | None, left: Path | None,
           heart: Path | None, allow_pickle: bool, backend_opt: tuple[str, ...]) -> None:
     """Write right_lung.png, left_lung.png, heart.png, overlay.png and masks.json; print the CTR."""
-    from cxrground.anatomy.segment import weights_options, write_segmentation
-    from cxrground.io.image import read_image
-    from cxrground.io.masks import read_mask_png
+    from cxrground.anatomy.segment.output import segment_file
+    from cxrground.anatomy.segment.registry import weights_options
 
-    im = read_image(image)
     options: dict[str, object] = {**kv(backend_opt), **weights_options(backend, weights)}
     if allow_pickle:
         options["allow_pickle"] = True
+    given = None
     if backend == "given":
         if right is None or left is None:
             raise click.UsageError("--backend given needs --right and --left")
-        given = (read_mask_png(right, im.shape), read_mask_png(left, im.shape),
-                 read_mask_png(heart, im.shape) if heart else None)
-        options.update(masks=lambda _im: given, label="cli")
-    seg = SEGMENTERS.create(backend, **options)
-    masks = seg.segment(im)
-    for line in write_segmentation(out_dir, image, im, masks, seg.provenance()).summary_lines(masks):
-        click.echo(line)
+        given = (right, left, heart)
+    click.echo("\n".join(segment_file(image, out_dir, backend, options, given)))
 
 
 @segment.command("train-lungs")

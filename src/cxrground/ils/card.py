@@ -15,7 +15,7 @@ from cxrground.vocab.lesions import ABBREVIATIONS, LESIONS
 from cxrground.vocab.traits import lives_in
 
 __all__ = ["COUNT_COLUMNS", "REVIEW_FILE", "count_table", "read_review_summary", "recall_table", "render_card",
-           "review_lines", "with_review_section"]
+           "review_lines", "stats_text", "with_review_section"]
 
 #: Expert review figures of a dataset (``OUT/review.json``, written by ``cxrground review export --card OUT``);
 #: the card's "Review status" section is rendered from it when present.
@@ -201,3 +201,18 @@ def with_review_section(card: str, review: Mapping[str, Any] | None) -> str:
     end = next((i for i, line in enumerate(old[1:], start=1) if line.startswith("## ")), len(old))
     tail = "\n".join(old[end:])
     return head + "\n".join(review_lines(review, excluded)) + ("\n" + tail if tail else "")
+
+
+def stats_text(folder: str | Path, as_json: bool = False) -> str:
+    """The counts of a dataset folder: JSON per split, else the card's tables (or one pairs line per split)."""
+    from cxrground.ils.layout import DATASET_FILE
+    from cxrground.ils.schema import SPLITS, load_dataset
+
+    folder = Path(folder)
+    data = load_dataset(folder / DATASET_FILE)
+    if as_json:
+        return json.dumps({s: count_table(data.get(s, {})) for s in SPLITS}, indent=2)
+    card = folder / "card.md"
+    if card.is_file():
+        return card.read_text(encoding="utf-8").split("## Backends and settings")[0].rstrip()
+    return "\n".join(f"{split}: {count_table(data.get(split, {}))['total']['#IA']} pairs" for split in SPLITS)

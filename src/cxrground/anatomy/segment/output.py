@@ -14,11 +14,11 @@ from typing import Any
 
 from cxrground.anatomy.ctr import cardiothoracic_ratio
 from cxrground.anatomy.segment.base import LungHeartMasks
-from cxrground.io.image import CXRImage, write_image
-from cxrground.io.masks import write_mask_png
+from cxrground.io.image import CXRImage, read_image, write_image
+from cxrground.io.masks import read_mask_png, write_mask_png
 from cxrground.io.overlay import overlay_masks
 
-__all__ = ["SegmentationOutput", "write_segmentation"]
+__all__ = ["SegmentationOutput", "segment_file", "write_segmentation"]
 
 #: What the printed summary says about each heart source.
 _HEART_NOTES = {"estimate": "ESTIMATE from the lung masks' medial borders, not segmented from the image",
@@ -75,3 +75,22 @@ def write_segmentation(out_dir: Path, image_path: Path, image: CXRImage, masks: 
     }
     (out_dir / "masks.json").write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
     return SegmentationOutput(out_dir, ctr, record)
+
+
+def segment_file(image: Path, out_dir: Path, backend: str, options: dict[str, Any],
+                 given: tuple[Path, Path, Path | None] | None = None) -> list[str]:
+    """Segment the film ``image`` with ``backend`` (``given``: right, left, heart mask PNGs) into ``out_dir``.
+
+    Returns :meth:`SegmentationOutput.summary_lines`.
+    """
+    from cxrground.anatomy.segment.registry import SEGMENTERS
+
+    im = read_image(image)
+    if given is not None:
+        right, left, heart = given
+        masks = (read_mask_png(right, im.shape), read_mask_png(left, im.shape),
+                 read_mask_png(heart, im.shape) if heart else None)
+        options = {**options, "masks": lambda _im: masks, "label": "cli"}
+    seg = SEGMENTERS.create(backend, **options)
+    found = seg.segment(im)
+    return write_segmentation(out_dir, image, im, found, seg.provenance()).summary_lines(found)

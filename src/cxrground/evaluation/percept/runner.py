@@ -66,8 +66,8 @@ from cxrground.io.files import atomic_write_text, sha256_file, sha256_json
 from cxrground.llm import RetryPolicy, bounded_map, call_with_retries, run_sync
 from cxrground.percept.schema import BENCHMARK_FILE, load_benchmark
 
-__all__ = ["CACHE_FILE", "EvalSettings", "RetryPolicy", "load_all_results", "load_results", "run_eval", "sample_seed",
-           "select_cases"]
+__all__ = ["CACHE_FILE", "EvalSettings", "RetryPolicy", "load_all_results", "load_results", "run_eval",
+           "run_summary_line", "sample_seed", "select_cases"]
 
 CACHE_FILE: Final[str] = "percept_cache.sqlite"
 CONFIG_FILE: Final[str] = "config.json"
@@ -409,3 +409,10 @@ async def _run_all(runner: _Runner, todo: list[tuple[CasePlan, int]], concurrenc
     finally:
         bar.close()
         await runner.client.aclose()
+
+
+def run_summary_line(summary: dict[str, Any], repeats: int, out: str | Path) -> str:
+    """One line about a :func:`run_eval` summary: cases run and failed, requests sent, cache hits, run folder."""
+    total = f"{summary['n_cases']} cases" if repeats == 1 else f"{summary['n_cases']} cases × {repeats} repeats"
+    return (f"{summary['n_run']} of {total} run ({summary['failed_this_run']} failed), "
+            f"{summary['requests_sent']} requests sent, {summary['cache_hits']} cache hits -> {out}")
