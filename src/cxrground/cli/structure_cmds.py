@@ -46,7 +46,8 @@ __all__ = ["COMMANDS", "structure"]
 @click.option("--temperature", type=float, default=0.0, help="Sampling temperature (llm).")
 @click.option("--out", type=OUT_FILE,
               help="Write the finding lines here (failures go to OUT.failures.jsonl) instead of stdout.")
-@click.option("--progress/--no-progress", default=True, help="Progress bar on stderr for large batches.")
+@click.option("--progress/--no-progress", default=True, show_default=False,
+              help="Progress bar on stderr for large batches.")
 def structure(paths: tuple[Path, ...], structurer_name: str, sections: str, alternatives: str | None,
               base_url: str | None, model: str | None, api_key_env: str | None, cache_path: Path | None,
               concurrency: int, timeout: float, max_retries: int, temperature: float, out: Path | None,
