@@ -50,7 +50,7 @@ from tqdm.auto import tqdm
 from cxrground import __version__
 from cxrground.errors import ConfigError, InputError
 from cxrground.ils.schema import load_dataset
-from cxrground.io.files import atomic_path, atomic_write_text, sha256_file
+from cxrground.io.files import atomic_path, sha256_file
 from cxrground.models.base import CHECKPOINT_FILE
 from cxrground.models.baseline.config import BaselineConfig
 from cxrground.models.baseline.data import PairTensors, dataset_paths, load_pairs, make_segmenter
@@ -128,9 +128,14 @@ def validate(net: CondUNet, data: PairTensors, batch_size: int) -> dict[str, flo
     }
 
 
-def _save_weights(state: dict[str, torch.Tensor], path: Path) -> None:
+def _atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """Write ``path`` atomically: ``write`` fills a temporary path (:func:`cxrground.io.files.atomic_path`)."""
     with atomic_path(path) as tmp:
-        save_file(state, str(tmp), metadata={"model": MODEL_NAME})
+        write(tmp)
+
+
+def _save_weights(state: dict[str, torch.Tensor], path: Path) -> None:
+    _atomic(path, lambda p: save_file(state, str(p), metadata={"model": MODEL_NAME}))
 
 
 def _commit_epoch(out: Path, net: CondUNet, opt: torch.optim.Optimizer, meta: dict[str, Any]) -> None:
@@ -140,8 +145,7 @@ def _commit_epoch(out: Path, net: CondUNet, opt: torch.optim.Optimizer, meta: di
         "net": {k: v.detach().contiguous().clone() for k, v in net.state_dict().items()},
         "optimizer": opt.state_dict(), "torch_rng": torch.get_rng_state(), "epoch": meta["epoch"],
     }
-    with atomic_path(out / TRAIN_STATE) as tmp:
-        torch.save(state, tmp)
+    _atomic(out / TRAIN_STATE, lambda p: torch.save(state, p))
     _write_derived(out, state["meta"], state["net"])
 
 
@@ -151,7 +155,7 @@ def _write_derived(out: Path, meta: dict[str, Any], weights: dict[str, torch.Ten
     if best is not None and best.get("epoch") == meta["epoch"]:
         _save_weights(weights, out / BEST_WEIGHTS)
     _save_weights(weights, out / LAST_WEIGHTS)
-    atomic_write_text(out / CHECKPOINT_FILE, json.dumps(meta, indent=2))
+    _atomic(out / CHECKPOINT_FILE, lambda p: p.write_text(json.dumps(meta, indent=2), encoding="utf-8"))
 
 
 def _load_resume_state(out: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, Any]] | None:
