@@ -18,7 +18,7 @@ from cxrground.models.base import MODELS
 __all__ = ["COMMANDS"]
 
 
-@click.command("train")
+@ils.command("train")
 @backend_option("--model", MODELS, "baseline", "Model backend. ")
 @click.option("--dataset", type=EXISTING, required=True,
               help="ILS dataset folder (mimic_ils_instruction_answer.json + lesion_mask/) or the JSON file.")
@@ -79,7 +79,7 @@ def predict_cmd(checkpoint: Path, dataset: Path, images: Path | None, split: str
                f"{counts['failed']} failed (of {counts['pairs']} pairs; mode {mode})")
 
 
-@click.command("convert-lisa")
+@ils.command("convert-lisa")
 @click.option("--source", type=DIR, required=True,
               help="Local folder in the released layout (xinlai/LISA-7B-v1, checkone/ROSALIA-7B-v1).")
 @click.option("--out", type=OUT_DIR, required=True,
@@ -104,7 +104,7 @@ def convert_lisa(source: Path, out: Path, sam: Path | None, clip: Path | None, t
     click.echo(f"wrote {path}")
 
 
-@click.command("evaluate")
+@ils.command("evaluate")
 @click.option("--dataset", type=EXISTING, required=True,
               help="Dataset folder (mimic_ils_instruction_answer.json + lesion_mask/) or the JSON file.")
 @click.option("--predictions", type=FILE, required=True,
@@ -134,7 +134,6 @@ def evaluate(dataset: Path, predictions: Path, split: str, out: Path | None, ima
     click.echo(format_report(result))
 
 
-for _cmd in (train_cmd, predict_cmd, evaluate, convert_lisa):
-    ils.add_command(_cmd)
+ils.add_command(predict_cmd)
 
 COMMANDS: list[click.Command] = []

@@ -29,7 +29,7 @@ def _per_lesion(value: str) -> tuple[int, int, int]:
     return parts  # type: ignore[return-value]
 
 
-@click.command("build")
+@percept.command("build")
 @click.option("--ils", "ils_dir", type=EXISTING, required=True,
               help="ILS dataset folder (mimic_ils_instruction_answer.json, lesion_mask/, anatomy.jsonl) or the JSON.")
 @click.option("--images", type=DIR, required=True, help="Image root the dataset's image_path values are relative to.")
@@ -80,7 +80,7 @@ def build(ils_dir: Path, images: Path, out: Path, candidates: Path | None, revie
     click.echo(f"  card: {Path(s.out_dir) / 'card.md'}   failures: {Path(s.out_dir) / 'failures.jsonl'}")
 
 
-@click.command("validate")
+@percept.command("validate")
 @click.argument("bench", type=DIR)
 def validate(bench: Path) -> None:
     """Check a benchmark folder; exit 1 with the list of problems."""
@@ -95,7 +95,7 @@ def validate(bench: Path) -> None:
     click.echo(f"{bench}: valid")
 
 
-@click.command("gallery")
+@percept.command("gallery")
 @click.argument("bench", type=DIR)
 @click.option("--out", "out_html", type=OUT_FILE, required=True)
 def gallery(bench: Path, out_html: Path) -> None:
@@ -106,7 +106,7 @@ def gallery(bench: Path, out_html: Path) -> None:
     click.echo(f"wrote {out_html} ({n} cases)")
 
 
-@click.command("export")
+@percept.command("export")
 @click.argument("bench", type=DIR)
 @click.argument("out", type=OUT_DIR)
 @click.option("--layout", type=click.Choice(["reference"]), default="reference",
@@ -120,9 +120,5 @@ def export(bench: Path, out: Path, layout: str, neutral_keys: bool, overwrite: b
 
     s = export_benchmark(bench, out, layout, neutral_keys=neutral_keys, overwrite=overwrite)
     click.echo(f"exported {s.cases} cases ({s.images} images) to {s.out_dir} in the {s.layout} layout")
-
-
-for _cmd in (build, validate, gallery, export):
-    percept.add_command(_cmd)
 
 COMMANDS: list[click.Command] = [percept]

@@ -18,7 +18,7 @@ from cxrground.evaluation.percept.clients import spec_forms
 from cxrground.llm import RetryPolicy, parse_extra_body
 
 
-@click.command("eval")
+@percept.command("eval")
 @click.option("--bench", type=EXISTING, required=True,
               help="Benchmark folder (chexpercept.json + images) or the JSON file.")
 @click.option("--model", "spec", required=True, help=f"{spec_forms()}.")
@@ -70,7 +70,7 @@ def eval_cmd(bench: Path, spec: str, out: Path, oracle: str, concurrency: int, l
     click.echo(run_summary_line(summary, repeats, out))
 
 
-@click.command("score")
+@percept.command("score")
 @click.argument("run", type=DIR)
 @click.option("--bootstrap", "n_boot", type=int, default=1000, help="Bootstrap resamples (0 = none).")
 def score_cmd(run: Path, n_boot: int) -> None:
@@ -86,7 +86,7 @@ def score_cmd(run: Path, n_boot: int) -> None:
                    "(counted wrong)", err=True)
 
 
-@click.command("report")
+@percept.command("report")
 @click.argument("runs", nargs=-1, required=True, type=DIR)
 @click.option("--out", type=OUT_FILE, required=True, help="HTML file to write.")
 @click.option("--bootstrap", "n_boot", type=int, default=1000)
@@ -96,10 +96,5 @@ def report_cmd(runs: tuple[Path, ...], out: Path, n_boot: int) -> None:
 
     path = build_report(list(runs), out, n_boot=n_boot)
     click.echo(f"wrote {path}")
-
-
-percept.add_command(eval_cmd)
-percept.add_command(score_cmd)
-percept.add_command(report_cmd)
 
 COMMANDS: list[click.Command] = []

@@ -25,7 +25,7 @@ from .report_cmds import reports
 __all__ = ["COMMANDS", "structure"]
 
 
-@click.command("structure")
+@reports.command("structure")
 @click.argument("paths", nargs=-1, required=True, type=EXISTING)
 @click.option("--structurer", "structurer_name", type=click.Choice(sorted(STRUCTURERS)), default="rules",
               help="Rule-based (built in) or an LLM behind an OpenAI-compatible API.")
@@ -85,8 +85,5 @@ def structure(paths: tuple[Path, ...], structurer_name: str, sections: str, alte
         click.echo(f"{len(rejections)} out-of-vocabulary values rejected by the LLM structurer", err=True)
     if failures and not done:
         sys.exit(1)
-
-
-reports.add_command(structure)
 
 COMMANDS: list[click.Command] = []
