@@ -11,7 +11,7 @@ from cxrground.cli.common import EXISTING, OUT_FILE
 from cxrground.errors import ConfigError
 from cxrground.llm import RetryPolicy
 from cxrground.reports import DEFAULT_SECTION_POLICY, SECTION_POLICIES, expand_report_paths, read_reports
-from cxrground.reports.findings import finding_lines, write_finding_lines
+from cxrground.reports.findings import finding_output
 from cxrground.reports.structure import (
     ALTERNATIVE_POLICIES,
     STRUCTURERS,
@@ -71,18 +71,11 @@ def structure(paths: tuple[Path, ...], structurer_name: str, sections: str, alte
         raise click.UsageError(str(exc)) from None
     done, failed = structure_reports(parsed, structurer, progress=show, sections=sections)
     failures.extend(failed)
-    provenance = getattr(structurer, "provenance", None)
-    rows = [row for rep in done for row in rep.finding_rows(provenance)]
-    if out is None:
-        for line in finding_lines(rows, failures):
-            click.echo(line)
-    else:
-        fail_path = write_finding_lines(out, rows, failures)
-        where = f"; failures in {fail_path}" if fail_path else ""
-        click.echo(f"{len(done)} reports, {len(rows)} findings -> {out}; {len(failures)} failures{where}", err=True)
-    rejections = getattr(structurer, "rejections", None)
-    if rejections:
-        click.echo(f"{len(rejections)} out-of-vocabulary values rejected by the LLM structurer", err=True)
+    lines, notes = finding_output(done, failures, structurer, out)
+    for line in lines:
+        click.echo(line)
+    for note in notes:
+        click.echo(note, err=True)
     if failures and not done:
         sys.exit(1)
 

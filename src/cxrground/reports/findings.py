@@ -22,7 +22,7 @@ Presence = Literal["positive", "negative"]
 Certainty = Literal["definitive", "tentative"]
 
 __all__ = ["Assertion", "Certainty", "Finding", "Presence", "StructuredReport", "Structurer", "finding_lines",
-           "write_finding_lines"]
+           "finding_output", "write_finding_lines"]
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,26 @@ class Structurer(Protocol):
 def finding_lines(rows: Sequence[dict[str, Any]], failures: Sequence[Failure] = ()) -> list[str]:
     """JSON lines (UTF-8 kept) of finding rows, then one ``{"failure": ...}`` line per failure."""
     return [json.dumps(item, ensure_ascii=False) for item in [*rows, *({"failure": f.to_dict()} for f in failures)]]
+
+
+def finding_output(done: Sequence[StructuredReport], failures: Sequence[Failure], structurer: Structurer,
+                   out: Path | None = None) -> tuple[list[str], list[str]]:
+    """The finding lines of ``done`` (with the structurer's provenance), written to ``out`` when given.
+
+    Returns (lines for stdout: the JSON lines, or none when written; notes for stderr: what was written, and how
+    many out-of-vocabulary values the structurer rejected).
+    """
+    rows = [row for rep in done for row in rep.finding_rows(getattr(structurer, "provenance", None))]
+    notes: list[str] = []
+    lines = finding_lines(rows, failures) if out is None else []
+    if out is not None:
+        fail_path = write_finding_lines(out, rows, failures)
+        where = f"; failures in {fail_path}" if fail_path else ""
+        notes.append(f"{len(done)} reports, {len(rows)} findings -> {out}; {len(failures)} failures{where}")
+    rejections = getattr(structurer, "rejections", None)
+    if rejections:
+        notes.append(f"{len(rejections)} out-of-vocabulary values rejected by the LLM structurer")
+    return lines, notes
 
 
 def write_finding_lines(out: Path, rows: Sequence[dict[str, Any]], failures: Sequence[Failure]) -> Path | None:
