@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DIR, FILE, OUT_DIR, OUT_FILE, group
+from cxrground.cli.common import DIR, FILE, OUT_DIR, OUT_FILE, PACK_OPT, group
 
 
 @group("anatomy")
@@ -55,8 +55,7 @@ def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool) ->
 
 @anatomy.command("fit-normative")
 @click.option("--out", type=OUT_DIR, required=True, help="Folder for normative_v1.npz + normative_v1.json.")
-@click.option("--pack", "pack_dir", type=OUT_DIR, default=None,
-              help="cxr-pack-v1 folder (default: $CXRGROUND_PACK or ../shared/data/cxr-pack-v1).")
+@PACK_OPT
 def fit_normative_cmd(out: Path, pack_dir: Path | None) -> None:
     """Rebuild the shipped normative model from the pack's NIH No Finding films (recipe:
     cxrground.models.normative_fit)."""

@@ -18,8 +18,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 DIR = click.Path(path_type=Path, exists=True, file_okay=False)  # an existing folder
 FILE = click.Path(path_type=Path, exists=True, dir_okay=False)  # an existing file
 EXISTING = click.Path(path_type=Path, exists=True)  # an existing file or folder
-OUT_DIR = click.Path(path_type=Path, file_okay=False)  # a folder to write (may exist)
+OUT_DIR = click.Path(path_type=Path, file_okay=False)  # a folder, not checked for existence (to write, mostly)
 OUT_FILE = click.Path(path_type=Path, dir_okay=False)  # a file to write (may exist)
+
+#: Options that several commands share (same flag, type and help everywhere).
+PACK_OPT = click.option("--pack", "pack_dir", type=OUT_DIR, default=None,
+                        help="cxr-pack-v1 folder (default: $CXRGROUND_PACK or ../shared/data/cxr-pack-v1).")
+DATASET_OPT = click.option("--dataset", type=EXISTING, required=True, help="ILS dataset folder "
+                           "(mimic_ils_instruction_answer.json + lesion_mask/) or the JSON file.")
 
 
 def kv(pairs: tuple[str, ...]) -> dict[str, str]:

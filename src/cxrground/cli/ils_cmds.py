@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from cxrground.anatomy.segment import SEGMENTERS
-from cxrground.cli.common import DIR, EXISTING, FILE, OUT_DIR, OUT_FILE, backend_options, group, kv
+from cxrground.cli.common import DATASET_OPT, DIR, EXISTING, FILE, OUT_DIR, OUT_FILE, backend_options, group, kv
 from cxrground.errors import ConfigError
 from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
@@ -134,8 +134,7 @@ def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: 
 @click.option("--frame", type=click.Choice(["released", "native"]), default="released",
               help="released: 512x512 masks, the whole image stretched to the square (MIMIC-ILS as published, "
                    "what the ROSALIA code trains on); native: each image's own size.")
-@click.option("--dataset", type=EXISTING, required=True,
-              help="ILS dataset folder (mimic_ils_instruction_answer.json + lesion_mask/) or the JSON file.")
+@DATASET_OPT
 @click.option("--out", type=OUT_DIR, required=True, help="Folder to write.")
 @click.option("--size", type=int, default=512, help="Side of the released-frame masks.")
 @click.option("--images", type=DIR, default=None,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DIR, EXISTING, FILE, OUT_DIR, OUT_FILE, backend_option, clean_errors, kv
+from cxrground.cli.common import DATASET_OPT, DIR, EXISTING, FILE, OUT_DIR, OUT_FILE, backend_option, clean_errors, kv
 from cxrground.cli.ils_cmds import ils
 from cxrground.models.base import MODELS
 
@@ -20,8 +20,7 @@ __all__ = ["COMMANDS"]
 
 @ils.command("train")
 @backend_option("--model", MODELS, "baseline", "Model backend. ")
-@click.option("--dataset", type=EXISTING, required=True,
-              help="ILS dataset folder (mimic_ils_instruction_answer.json + lesion_mask/) or the JSON file.")
+@DATASET_OPT
 @click.option("--images", type=DIR, default=None,
               help="Image root the pairs' image_path is relative to (MIMIC-CXR-JPG files/). "
                    "Default: the dataset folder.")

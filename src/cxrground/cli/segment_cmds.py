@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from cxrground.anatomy.segment import SEGMENTERS
-from cxrground.cli.common import FILE, OUT_DIR, OUT_FILE, backend_option, group, kv
+from cxrground.cli.common import FILE, OUT_DIR, OUT_FILE, PACK_OPT, backend_option, group, kv
 
 
 @group("segment")
@@ -49,8 +49,7 @@ def lungs(image: Path, out_dir: Path, backend: str, weights: Path | None, right:
 @click.option("--out", type=OUT_DIR, required=True, help="Folder for lung_unet_v1.safetensors + lung_unet_v1.json.")
 @click.option("--epochs", type=click.IntRange(min=1), default=40)
 @click.option("--seed", type=click.IntRange(min=0), default=0)
-@click.option("--pack", "pack_dir", type=OUT_DIR, default=None,
-              help="cxr-pack-v1 folder (default: $CXRGROUND_PACK or ../shared/data/cxr-pack-v1).")
+@PACK_OPT
 @click.option("--name", default="lung_unet_v1")
 @click.option("--threads", type=click.IntRange(min=1), default=2)
 @click.option("--no-eval", is_flag=True, help="Skip the evaluation on the CC BY-NC-SA rows.")
