@@ -7,7 +7,6 @@ variable named by ``--api-key-env``; there is no option that takes a key.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -76,14 +75,13 @@ def eval_cmd(bench: Path, spec: str, out: Path, oracle: str, concurrency: int, l
 def score_cmd(run: Path, n_boot: int) -> None:
     """Score a run: score.json and the reference CSVs in RUN/; prints the summary rows (and the spread rows of
     runs with several repeats)."""
-    from cxrground.evaluation.percept.scoring import score_run, spread_rows, summary_rows
+    from cxrground.evaluation.percept.scoring import score_lines, score_run
 
-    score = score_run(run, n_boot=n_boot)
-    for row in summary_rows(score) + spread_rows(score):  # mean rows; with --repeats, spread rows follow
-        click.echo(json.dumps(row))
-    if score["failed_cases"] or score["missing_cases"]:
-        click.echo(f"failed: {len(score['failed_cases'])}, missing: {len(score['missing_cases'])} "
-                   "(counted wrong)", err=True)
+    lines, note = score_lines(score_run(run, n_boot=n_boot))
+    for line in lines:
+        click.echo(line)
+    if note:
+        click.echo(note, err=True)
 
 
 @percept.command("report")

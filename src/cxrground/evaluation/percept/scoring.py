@@ -48,7 +48,8 @@ from cxrground.percept.schema import SEVERITY_KEY
 from cxrground.vocab.percept_templates import PATH_ABBREVIATIONS
 from cxrground.vocab.traits import LESION_TRAITS, traits
 
-__all__ = ["PATH_ORDER", "SCORE_FILE", "score_records", "score_repeats", "score_run", "spread_rows", "write_csvs"]
+__all__ = ["PATH_ORDER", "SCORE_FILE", "score_lines", "score_records", "score_repeats", "score_run", "spread_rows",
+           "write_csvs"]
 
 PATH_ORDER: Final[tuple[str, ...]] = ("RR", "RF", "LF")
 SCORE_FILE: Final[str] = "score.json"
@@ -319,6 +320,15 @@ def spread_rows(score: dict[str, Any]) -> list[dict[str, str]]:
                     row[f"{stat}({name})"] = _fmt(sp[stat] if sp else None)
             rows.append(row)
     return rows
+
+
+def score_lines(score: dict[str, Any]) -> tuple[list[str], str | None]:
+    """The summary rows, then the spread rows (runs with repeats), as JSON lines; and a note on failed or missing
+    cases (None when there are none)."""
+    lines = [json.dumps(row) for row in summary_rows(score) + spread_rows(score)]
+    if not (score["failed_cases"] or score["missing_cases"]):
+        return lines, None
+    return lines, f"failed: {len(score['failed_cases'])}, missing: {len(score['missing_cases'])} (counted wrong)"
 
 
 def write_csvs(folder: Path, scores: Sequence[dict[str, Any]], summary_name: str = SUMMARY_CSV) -> None:
