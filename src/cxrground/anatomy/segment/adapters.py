@@ -213,19 +213,11 @@ class HybridGNetSegmenter:
             model = torch.jit.load(str(path), map_location="cpu")
             model.eval()
             return model
-        try:
-            obj = torch.load(str(path), map_location="cpu", weights_only=True)
-        except Exception as exc:  # weights_only refuses pickled classes, or the file is not a torch file
-            if not _looks_like_pickled_object(exc):
-                raise ConfigError(f"{path}: not a readable torch checkpoint ({exc})") from exc
-            if not self.allow_pickle:
-                raise ConfigError(
-                    f"{path} holds a pickled model object; loading it runs code from the file. Pass "
-                    "allow_pickle=True only for a checkpoint you trust, or export it (torch.export .pt2 or TorchScript)"
-                ) from exc
-            obj = torch.load(str(path), map_location="cpu", weights_only=False)
+        obj, pickled = _torch_load(path, self.allow_pickle, "a pickled model object", "allow_pickle=True only for a "
+                                   "checkpoint you trust, or export it (torch.export .pt2 or TorchScript)")
+        if pickled:
             if not isinstance(obj, torch.nn.Module):
-                raise ConfigError(f"{path}: unpickled a {type(obj).__name__}, expected a torch.nn.Module") from exc
+                raise ConfigError(f"{path}: unpickled a {type(obj).__name__}, expected a torch.nn.Module")
             self._kind = "pickled-module"
             obj.eval()
             return obj
@@ -316,6 +308,24 @@ class HybridGNetSegmenter:
         }
 
 
+def _torch_load(path: Path, allow_pickle: bool, what: str, advice: str) -> tuple[Any, bool]:
+    """``(object, unpickled)`` of a torch file: weights-only first; a file holding ``what`` (pickled classes) is
+    loaded in full only when ``allow_pickle``, else refused with ``advice``; any other failure is a ConfigError."""
+    import torch
+
+    try:
+        return torch.load(str(path), map_location="cpu", weights_only=True), False
+    except Exception as exc:  # weights_only refuses pickled classes, or the file is not a torch file
+        if not _looks_like_pickled_object(exc):
+            raise ConfigError(f"{path}: not a readable torch checkpoint ({exc})") from exc
+        if not allow_pickle:
+            raise ConfigError(f"{path} holds {what}; loading it runs code from the file. Pass {advice}") from exc
+    try:
+        return torch.load(str(path), map_location="cpu", weights_only=False), True
+    except Exception as exc:
+        raise ConfigError(f"{path}: not a readable torch checkpoint ({exc})") from exc
+
+
 def _looks_like_pickled_object(exc: Exception) -> bool:
     import pickle
 
@@ -382,23 +392,8 @@ class CXASSegmenter:
         return self._predictor
 
     def _read_checkpoint(self, weights: Path) -> Any:
-        import pickle
-
-        import torch
-
-        try:
-            return torch.load(str(weights), map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError as exc:
-            if not _looks_like_pickled_object(exc):
-                raise ConfigError(f"{weights}: not a readable torch checkpoint ({exc})") from exc
-            if not self.allow_pickle:
-                raise ConfigError(
-                    f"{weights} holds pickled objects besides the weights; loading it runs code from the file. "
-                    "Pass allow_pickle=true only for a checkpoint you trust"
-                ) from exc
-            return torch.load(str(weights), map_location="cpu", weights_only=False)
-        except Exception as exc:
-            raise ConfigError(f"{weights}: not a readable torch checkpoint ({exc})") from exc
+        return _torch_load(weights, self.allow_pickle, "pickled objects besides the weights",
+                           "allow_pickle=true only for a checkpoint you trust")[0]
 
     def _network_predictor(self) -> CXASPredictor:
         weights = self._check()
