@@ -106,7 +106,7 @@ def check_pixel_limit(path: str | Path, max_pixels: int | None = DEFAULT_MAX_PIX
     except (OSError, ImageReadError):
         return
     if h * w > max_pixels:
-        raise ImageReadError(f"image is {w}x{h} = {h * w} pixels, over the limit of {max_pixels} pixels "
+        raise ImageReadError(f"too many pixels: image is {w}x{h} = {h * w}, over the limit of {max_pixels} pixels "
                              "(checked from the header, not decoded; see --max-pixels)", path)
 
 def is_dicom(path: str | Path) -> bool:
