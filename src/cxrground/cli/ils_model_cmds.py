@@ -116,7 +116,8 @@ def convert_lisa(source: Path, out: Path, sam: Path | None, clip: Path | None, t
               help="Dataset folder (mimic_ils_instruction_answer.json + lesion_mask/) or the JSON file.")
 @click.option("--predictions", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True,
               help="Predictions JSONL: {pair_id, answer, mask (COCO RLE) | mask_path (PNG)} per line.")
-@click.option("--split", type=click.Choice(["train", "val", "test"]), default="test", show_default=True)
+@click.option("--split", type=click.Choice(["train", "val", "test", "all"]), default="test", show_default=True,
+              help="Split to score ('all': every split together).")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Write the full result as JSON here.")
 @click.option("--images", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
