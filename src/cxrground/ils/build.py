@@ -261,7 +261,8 @@ def assemble(out: Path, tasks: Sequence[StudyTask], config: IlsConfig, spec: Bac
         if u["status"] != "ok":
             rejections[u["reason"]] += 1
             failures.append({"path": u.get("image_path", key), "stage": u.get("stage", "build"),
-                             "reason": u["reason"], "error": u.get("error", u["status"]), "study": key})
+                             "reason": u["reason"], "error": u.get("error", u["status"]), "study": key,
+                             **({"file": u["file"]} if u.get("file") else {})})
             continue
         study = u["study"]
         pairs = study["instruction_answer_pairs"]

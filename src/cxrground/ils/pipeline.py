@@ -149,7 +149,9 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
         }
         return unit
     except InputError as exc:
-        return {**unit, "status": "failed", "stage": stage, "reason": exc.reason, "error": type(exc).__name__}
+        named = {"file": exc.path} if exc.path and exc.path != task.image_path else {}  # e.g. the report
+        return {**unit, "status": "failed", "stage": stage, "reason": exc.reason, "error": type(exc).__name__,
+                **named}
     except CXRGroundError as exc:
         return {**unit, "status": "failed", "stage": stage, "reason": str(exc), "error": type(exc).__name__}
     except Exception as exc:  # a bug must not stop the batch: record it with its traceback tail

@@ -203,6 +203,8 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
                 ok.append(c)
             else:
                 drop(c, "deformation", u["reason"])
+                if u.get("path"):
+                    failures[-1]["path"] = u["path"]
         rf, rr = split_rf_rr(ok, opts.rf_ratio)
         pools[(lesion, PATH_REVISION_FREE)] = rf
         pools[(lesion, PATH_REVISION_REQUIRED)] = rr

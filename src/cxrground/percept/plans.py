@@ -191,7 +191,8 @@ def make_plan(task: PlanTask) -> dict[str, Any]:
             raise RevisionFailure("deformation failed: no deformation step was made")
     except (InputError, RevisionFailure) as exc:
         reason = getattr(exc, "reason", None) or str(exc)
-        return {"status": "failed", "reason": str(reason), "stage": type(exc).__name__}
+        named = {"path": exc.path} if getattr(exc, "path", None) else {}  # the file at fault, when known
+        return {"status": "failed", "reason": str(reason), "stage": type(exc).__name__, **named}
     unit = plan_unit(plan, candidate)
     records = [ComponentOverlap.from_dict(o) for o in unit["overlaps"]]
     attrs = attribute_qas(records, task.cand.lesion, seeded_rng(task.seed, task.cand.key_id, "attributes"),
