@@ -220,3 +220,55 @@ def test_section_policy_and_alternatives_are_used_and_recorded(cohort, built, tm
     bad = CliRunner().invoke(main, ["ils", "build", "--images", str(cohort / "files"), "--out", str(tmp_path / "x"),
                                     "--structurer", "llm", "--alternatives", "present"])
     assert bad.exit_code != 0 and "rules structurer only" in bad.output
+
+
+def _die_on(keys: frozenset[str], task, out, config, spec, max_pixels):
+    """A study runner that SIGKILLs its own worker process on the studies ``keys`` (the OOM killer's way)."""
+    from cxrground.ils.build import _run_one
+
+    if task.study_key in keys:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _run_one(task, out, config, spec, max_pixels)
+
+
+def test_a_dead_worker_is_recorded_and_the_rest_finishes(cohort, built, tmp_path):
+    import functools
+
+    from cxrground.ils.build import run_units
+
+    tasks, failures = build_tasks(cohort / "files")
+    victim = sorted(t.study_key for t in tasks)[1]
+    spec, config = BackendSpec(), IlsConfig(seed=3)
+    out = tmp_path / "oom"
+    out.mkdir()
+    processed, skipped = run_units(tasks, out, config, spec, "local", 2, progress=False,
+                                   runner=functools.partial(_die_on, frozenset({victim})))
+    assert (processed, skipped) == (len(tasks), 0)
+    units = {p.stem: json.loads(p.read_text()) for p in (out / "units").glob("*.json")}
+    assert set(units) == {t.study_key for t in tasks} and not list((out / "units").glob("*.running"))
+    assert units[victim]["status"] == "failed" and "worker died" in units[victim]["reason"]
+    assert all(u["status"] == built_status for k, u in units.items() if k != victim
+               for built_status in [json.loads((built / "units" / f"{k}.json").read_text())["status"]])
+    summary = build_dataset(tasks, out, config, spec, workers=2, scan_failures=failures, progress=False)
+    assert summary.processed == 0  # the rerun does not retry the study that killed its worker
+    recorded = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+    assert [f["study"] for f in recorded if "worker died" in f["reason"]] == [victim]
+
+
+def test_max_pixels_refuses_a_big_image_from_its_header(cohort, tmp_path):
+    images = tmp_path / "files"
+    shutil.copytree(cohort / "files", images)
+    tasks, _ = build_tasks(images)
+    big = Path(tasks[0].image_path)
+    pixels = read_image(big).pixels
+    from cxrground.io.image import write_image
+
+    write_image(big, np.pad(pixels, ((0, 0), (0, 300))))  # a little over the limit set below
+    limit = pixels.shape[0] * (pixels.shape[1] + 299)
+    result = CliRunner().invoke(main, ["ils", "build", "--images", str(images), "--out", str(tmp_path / "o"),
+                                       "--quiet", "--seed", "3", "--max-pixels", str(limit)])
+    assert result.exit_code == 0, result.output
+    recorded = [json.loads(line) for line in (tmp_path / "o" / "failures.jsonl").read_text().splitlines()]
+    over = [f for f in recorded if "too many pixels" in f["reason"]]
+    assert [f["study"] for f in over] == [tasks[0].study_key] and str(limit) in over[0]["reason"]
+    assert len(recorded) == 1

@@ -393,3 +393,78 @@ def test_cli_evaluate(tmp_path):
     assert res.exit_code == 0, res.output
     assert "# ILS evaluation" in res.output
     assert json.loads(out.read_text())["segmentation"]["N-Acc"] == 1.0
+
+
+def _rle_line(pid: str, answer: str, rle: dict | None) -> str:
+    return json.dumps({"pair_id": pid, "answer": answer, "mask": rle})
+
+
+def _with_line(tmp_path, gt, answers, pid: str, rle) -> tuple:
+    """The oracle predictions with pair ``pid``'s mask replaced by ``rle``; returns (file, its line number)."""
+    path = _write_preds(tmp_path / "preds.jsonl", gt, answers)
+    lines = path.read_text().splitlines()
+    n = next(i for i, line in enumerate(lines) if json.loads(line)["pair_id"] == pid)
+    lines[n] = _rle_line(pid, answers[pid], rle)
+    path.write_text("\n".join(lines) + "\n")
+    return path, n + 1
+
+
+def test_declared_size_is_checked_before_decoding(tmp_path, monkeypatch):
+    from pycocotools import mask as coco_mask
+
+    gt, answers = _make_dataset(tmp_path / "ds")
+    pred, lineno = _with_line(tmp_path, gt, answers, "s1_positive_0", {"size": [40000, 40000], "counts": "0"})
+    monkeypatch.setattr(coco_mask, "decode", lambda *_a: pytest.fail("decoded before the size check"))
+    with pytest.raises(MaskShapeError, match=rf"line {lineno}: prediction mask of pair s1_positive_0.*40000"):
+        evaluate_dataset(tmp_path / "ds", pred, n_boot=0)
+
+
+@pytest.mark.parametrize("counts, reason", [
+    (None, "sum to 300, expected 600"),  # a valid RLE of the top half only
+    ([-5, 605], "negative run length"),
+    ("0é1", "not ASCII"),
+    ([1.5, 598.5], "must be integers"),
+    ("!!", "outside"),
+])
+def test_inconsistent_rle_is_an_error_naming_the_line(tmp_path, counts, reason):
+    from cxrground.errors import MaskError
+
+    gt, answers = _make_dataset(tmp_path / "ds")
+    if counts is None:
+        half = encode_rle(np.ones((10, 30), bool))
+        rle = {"size": list(SHAPE), "counts": half["counts"]}
+    else:
+        rle = {"size": list(SHAPE), "counts": counts}
+    pred, lineno = _with_line(tmp_path, gt, answers, "s1_positive_1", rle)
+    with pytest.raises(MaskError, match=rf"line {lineno}: prediction mask of pair s1_positive_1: .*{reason}") as info:
+        evaluate_dataset(tmp_path / "ds", pred, n_boot=0)
+    assert info.value.path == str(pred)
+
+
+def test_null_mask_on_a_negative_is_an_empty_prediction(tmp_path):
+    gt, answers = _make_dataset(tmp_path / "ds")
+    pred, _ = _with_line(tmp_path, gt, answers, "s1_negative_0", None)
+    r = evaluate_dataset(tmp_path / "ds", pred, n_boot=0)
+    assert r["missing_mask"] == [] and r["segmentation"]["N-Acc"] == 1.0
+    pred, _ = _with_line(tmp_path, gt, answers, "s1_positive_0", None)  # on a positive it stays missing
+    assert evaluate_dataset(tmp_path / "ds", pred, n_boot=0)["missing_mask"] == ["s1_positive_0"]
+
+
+def test_split_all_scores_every_split(tmp_path):
+    from click.testing import CliRunner
+
+    from cxrground.cli import main
+
+    gt, answers = _make_dataset(tmp_path / "ds")
+    data_file = tmp_path / "ds" / "mimic_ils_instruction_answer.json"
+    data = json.loads(data_file.read_text())
+    study = data["test"]["s1"]
+    data["train"]["s1"] = study  # the same study in two splits: twice the pairs
+    data_file.write_text(json.dumps(data))
+    pred = _write_preds(tmp_path / "preds.jsonl", gt, answers)
+    r = evaluate_dataset(tmp_path / "ds", pred, split="all", n_boot=0)
+    assert r["n_pairs"] == 2 * len(gt) and r["split"] == "all" and r["missing"] == []
+    out = CliRunner().invoke(main, ["ils", "evaluate", "--dataset", str(tmp_path / "ds"), "--predictions", str(pred),
+                                    "--split", "all", "--bootstrap", "0"])
+    assert out.exit_code == 0, out.output
+    assert f"evaluated {2 * len(gt)} pairs of split all" in out.output

@@ -434,3 +434,44 @@ def test_predict_records_unreadable_image_and_goes_on(trained, tiny, tmp_path):
     assert len(failures) == 1 and failures[0]["path"].endswith(bad) and set(failures[0]["pair_ids"]) == bad_ids
     result = evaluate_dataset(tiny / "ils", pred, split="train", n_boot=0)
     assert set(result["missing"]) == bad_ids
+
+
+def _png_of_zeros(path: Path, width: int, height: int) -> None:
+    """A valid, well-compressed all-black 8-bit PNG of ``width`` x ``height`` (a big one stays small on disk)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    comp = zlib.compressobj(9)
+    row = b"\0" * (width + 1)
+    body = b"".join(comp.compress(row) for _ in range(height)) + comp.flush()
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", body) + chunk(b"IEND", b""))
+
+
+def test_predict_records_every_per_image_failure_and_reruns_cleanly(trained, tiny, tmp_path):
+    """A huge PNG and an image over --max-pixels are recorded; the rest (a 1-pixel image too) is predicted; a rerun
+    adds no duplicate failure lines."""
+    images = tmp_path / "files"
+    shutil.copytree(tiny / "cohort" / "files", images)
+    pairs = load_pairs(tiny / "ils", "train")
+    rels = sorted({p.image_path for p in pairs})
+    assert len(rels) >= 4
+    _png_of_zeros(images / rels[0], 20_000, 20_000)
+    _png_of_zeros(images / rels[1], 3_000, 2_000)  # 6 MP: over the --max-pixels given below
+    _png_of_zeros(images / rels[2], 1, 1)  # tiny but valid: predicted
+    pred = tmp_path / "pred.jsonl"
+    args = ["ils", "predict", "--checkpoint", str(trained), "--dataset", str(tiny / "ils"), "--images", str(images),
+            "--split", "train", "--out", str(pred), "--quiet", "--max-pixels", "5000000"]
+    for _ in range(2):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 0, r.output
+        assert r.exception is None or isinstance(r.exception, SystemExit)
+    bad_ids = {p.pair_id for p in pairs if p.image_path in rels[:2]}
+    assert set(load_predictions(pred)) == {p.pair_id for p in pairs} - bad_ids
+    failures = [json.loads(line) for line in (tmp_path / "pred.jsonl.failures.jsonl").read_text().splitlines()]
+    assert sorted(f["path"] for f in failures) == sorted(str(images / r) for r in rels[:2])
+    reasons = {f["path"]: f["reason"] for f in failures}
+    assert "20000x20000" in reasons[str(images / rels[0])] and "5000000" in reasons[str(images / rels[1])]

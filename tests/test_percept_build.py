@@ -28,6 +28,7 @@ from cxrground.percept.validate import validate_benchmark
 from cxrground.vocab.percept_templates import (
     CONTRACTION,
     EXPANSION,
+    PATH_LESION_FREE,
     REVISION_RESULT,
     YES_NO,
     contour_eval_stem,
@@ -390,3 +391,37 @@ def test_anatomy_from_a_mask_folder(synth_ils, tmp_path) -> None:
     bench = load_benchmark(tmp_path / "b")
     assert studies[0] not in {c.pair_id.split("_")[0] for c in bench.cases.values()
                               if c.qa_path != "lesion_free"}
+
+
+def test_unreadable_lesion_free_image_is_recorded_and_the_build_goes_on(synth_bench, synth_ils, tmp_path) -> None:
+    import shutil
+
+    out, opts = synth_bench
+    ils, images = synth_ils
+    bench = load_benchmark(out)
+    lf_key = sorted(k for k, c in bench.cases.items() if c.path(k) == PATH_LESION_FREE)[0]
+    data = json.loads((ils / "mimic_ils_instruction_answer.json").read_text())
+    rel = next(s["image_path"] for split in data.values() for s in split.values()
+               if s["dicom_id"] == bench.cases[lf_key].dicom_id)
+    copy = tmp_path / "files"
+    shutil.copytree(images, copy)
+    (copy / rel).write_bytes(b"not an image at all")
+    summary = build_benchmark(replace(opts, images=str(copy)), tmp_path / "b", progress=False)
+    built = load_benchmark(tmp_path / "b")
+    assert set(built.cases) == set(bench.cases) - {lf_key} and summary.cases == len(built.cases)
+    failures = [json.loads(x) for x in (tmp_path / "b" / "failures.jsonl").read_text().splitlines()]
+    [failure] = [f for f in failures if f["key_id"] == lf_key]
+    assert failure["path"] == str(copy / rel) and "not a recognised image format" in failure["reason"]
+    assert validate_benchmark(tmp_path / "b") == []
+
+
+def test_a_wrong_size_lesion_mask_is_an_error_naming_both_shapes(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from cxrground.io.masks import write_mask_png
+    from cxrground.percept.plans import _read_candidate
+
+    path = write_mask_png(tmp_path / "m.png", np.ones((40, 30), bool))
+    with pytest.raises(InputError, match=r"m\.png.*40x30.*100x80"):
+        _read_candidate(SimpleNamespace(mask_ref=str(path), cand=None), (100, 80))
+    assert _read_candidate(SimpleNamespace(mask_ref=str(path), cand=None), (40, 30)).shape == (40, 30)

@@ -57,3 +57,28 @@ def test_gallery_in_browser_filters(gallery, page) -> None:
     # the right answers are highlighted
     assert page.locator("li.right").count() >= len(b.cases)
     assert page.console_errors == []
+
+
+def test_gallery_never_links_a_file_outside_the_benchmark(gallery, tmp_path) -> None:
+    import json
+    import shutil
+
+    bench, _ = gallery
+    copy = tmp_path / "bench"
+    shutil.copytree(bench, copy, ignore=shutil.ignore_patterns(".work"))
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(b"\x89PNG secret")
+    data = json.loads((copy / "chexpercept.json").read_text())
+    keys = sorted(data)
+    data[keys[0]]["detection_qa"]["relative_path"] = str(secret)
+    data[keys[1]]["detection_qa"]["relative_path"] = "../secret.png"
+    (copy / "cases" / "link.png").symlink_to(secret)
+    data[keys[2]]["detection_qa"]["relative_path"] = "cases/link.png"
+    (copy / "chexpercept.json").write_text(json.dumps(data))
+    out = copy / "gallery.html"
+    render_gallery(copy, out)
+    text = out.read_text()
+    srcs = re.findall(r"src='([^']*)'", text)
+    assert srcs and all((out.parent / html.unescape(s)).resolve().is_relative_to(copy.resolve()) for s in srcs)
+    assert "secret.png" not in " ".join(srcs) and "link.png" not in " ".join(srcs)
+    assert text.count("not shown") == 3

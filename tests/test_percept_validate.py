@@ -143,3 +143,34 @@ def test_schema_and_path_rules(bench: Path) -> None:
     _save(bench, data)
     problems = validate_benchmark(bench)
     assert len(problems) == 1 and "detection_qa" in problems[0]
+
+
+def test_gallery_page_in_the_folder_keeps_it_valid(bench: Path) -> None:
+    """``make demo`` writes gallery.html into the benchmark after the build; validate still accepts it."""
+    from cxrground.percept.gallery import render_gallery
+
+    render_gallery(bench, bench / "gallery.html")
+    assert validate_benchmark(bench) == []
+    manifest = (bench / "MANIFEST.sha256").read_text()
+    (bench / "MANIFEST.sha256").write_text(manifest + "0" * 64 + "  gallery.html\n")  # an older manifest
+    assert validate_benchmark(bench) == []
+
+
+@pytest.mark.parametrize("kind", ["absolute", "dotdot", "symlink"])
+def test_image_path_outside_the_benchmark_is_a_problem(bench: Path, tmp_path: Path, kind: str) -> None:
+    data = _data(bench)
+    case = _first(data, _rr)
+    inside = bench / case["detection_qa"]["relative_path"]
+    outside = tmp_path / "secret.png"
+    shutil.copy(inside, outside)
+    if kind == "absolute":
+        rel = str(outside)
+    elif kind == "dotdot":
+        rel = "../secret.png"
+    else:
+        (bench / "cases" / "link.png").symlink_to(outside)
+        rel = "cases/link.png"
+    case["detection_qa"]["relative_path"] = rel
+    _save(bench, data)
+    problems = validate_benchmark(bench)
+    assert any(repr(rel) in p and ("absolute" in p or "'..'" in p or "outside" in p) for p in problems), problems

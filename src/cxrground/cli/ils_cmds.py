@@ -11,6 +11,7 @@ from cxrground.anatomy.segment import SEGMENTERS
 from cxrground.cli.common import DATASET_OPT, DIR, EXISTING, FILE, OUT_DIR, OUT_FILE, backend_options, group, kv
 from cxrground.errors import ConfigError
 from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
+from cxrground.io.image import DEFAULT_MAX_PIXELS
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
 from cxrground.reports.structure import STRUCTURERS, structurer_options
 from cxrground.reports.structure.rules import ALTERNATIVE_POLICIES
@@ -55,13 +56,15 @@ def ils() -> None:
 @click.option("--limit", type=int, default=None, help="Process only the first N studies (by study id).")
 @click.option("--seed", type=int, default=0)
 @click.option("--overwrite", is_flag=True, help="Discard a previous build in OUT made with other settings.")
+@click.option("--max-pixels", type=click.IntRange(min=1), default=DEFAULT_MAX_PIXELS, show_default=True,
+              help="Images whose header states more pixels are recorded as failures without being decoded.")
 @click.option("--quiet", is_flag=True)
 def build(images: Path, reports: Path | None, index: Path | None, out: Path, engine: str, workers: int,
           structurer: str, structurer_opt: dict[str, str], sections: str, alternatives: str | None,
           segmenter: str, segmenter_opt: dict[str, str], qc_segmenter: str | None, qc_segmenter_opt: dict[str, str],
           synthesizer: str, synthesizer_opt: dict[str, str], detector: str, detector_opt: dict[str, str],
           split_file: Path | None, split_ratios: str, exclude: Path | None, threshold_scale: float,
-          limit: int | None, seed: int, overwrite: bool, quiet: bool) -> None:
+          limit: int | None, seed: int, overwrite: bool, max_pixels: int, quiet: bool) -> None:
     """Build a MIMIC-ILS-format dataset from images and reports (resumable: rerun to continue)."""
     from cxrground.datasets.synthetic import cohort_of_images
     from cxrground.ils.build import BackendSpec, build_dataset, check_backends
@@ -84,7 +87,7 @@ def build(images: Path, reports: Path | None, index: Path | None, out: Path, eng
     if not tasks:
         raise click.ClickException(f"no studies found under {images} ({len(failures)} inputs failed)")
     summary = build_dataset(tasks, out, config, spec, engine, workers, failures, overwrite, not quiet,
-                            cohort_of_images(images))
+                            cohort_of_images(images), max_pixels=max_pixels)
     click.echo(f"ILS dataset in {summary.out_dir}: {summary.studies_in_dataset} studies, {summary.pairs} pairs "
                f"({summary.processed} processed, {summary.skipped} already done, {summary.failures} failures) "
                f"in {summary.seconds:.1f} s")

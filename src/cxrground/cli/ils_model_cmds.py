@@ -13,6 +13,7 @@ import click
 
 from cxrground.cli.common import DATASET_OPT, DIR, EXISTING, FILE, OUT_DIR, OUT_FILE, backend_option, clean_errors, kv
 from cxrground.cli.ils_cmds import ils
+from cxrground.io.image import DEFAULT_MAX_PIXELS
 from cxrground.models.base import MODELS
 
 __all__ = ["COMMANDS"]
@@ -62,10 +63,13 @@ def train_cmd(model: str, dataset: Path, images: Path | None, out: Path, seed: i
               help="LISA: load the language model in 8-bit or 4-bit (bitsandbytes; needs CUDA).")
 @click.option("--device-map", default=None, help="LISA: 'auto' or a JSON {module prefix: device} to spread a "
               "large checkpoint over devices (accelerate).")
+@click.option("--max-pixels", type=click.IntRange(min=1), default=DEFAULT_MAX_PIXELS, show_default=True,
+              help="Images whose header states more pixels are recorded as failures without being decoded.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @clean_errors(ImportError)
 def predict_cmd(checkpoint: Path, dataset: Path, images: Path | None, split: str, out: Path, limit: int | None,
-                batch_size: int, device: str, mode: str, quantize: str, device_map: str | None, quiet: bool) -> None:
+                batch_size: int, device: str, mode: str, quantize: str, device_map: str | None, max_pixels: int,
+                quiet: bool) -> None:
     """Answer every pair of a split with a trained model, as predictions JSONL for ``ils evaluate``."""
     from cxrground.models.base import load_model
     from cxrground.models.predict import predict_split
@@ -73,7 +77,7 @@ def predict_cmd(checkpoint: Path, dataset: Path, images: Path | None, split: str
     options = {k: v for k, v in (("quantize", quantize), ("device_map", device_map)) if v not in (None, "none")}
     model = load_model(checkpoint, device=device, **options)
     counts = predict_split(model, dataset, images, split, out, limit=limit, batch_size=max(1, batch_size),
-                           progress=not quiet, mode=mode)
+                           progress=not quiet, mode=mode, max_pixels=max_pixels)
     click.echo(f"{out}: {counts['written']} written, {counts['skipped']} already there, "
                f"{counts['failed']} failed (of {counts['pairs']} pairs; mode {mode})")
 
@@ -108,7 +112,8 @@ def convert_lisa(source: Path, out: Path, sam: Path | None, clip: Path | None, t
               help="Dataset folder (mimic_ils_instruction_answer.json + lesion_mask/) or the JSON file.")
 @click.option("--predictions", type=FILE, required=True,
               help="Predictions JSONL: {pair_id, answer, mask (COCO RLE) | mask_path (PNG)} per line.")
-@click.option("--split", type=click.Choice(["train", "val", "test"]), default="test")
+@click.option("--split", type=click.Choice(["train", "val", "test", "all"]), default="test",
+              help="Split to score ('all': every split together).")
 @click.option("--out", type=OUT_FILE, default=None, help="Write the full result as JSON here.")
 @click.option("--images", type=DIR, default=None,
               help="Image root (MIMIC-CXR-JPG files/) to read native sizes; GT masks of another size "

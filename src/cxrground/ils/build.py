@@ -3,8 +3,11 @@
 Each study is processed independently (:func:`cxrground.ils.pipeline.process_study`) with its own
 seeded RNG; its mask PNGs are written first and its unit record ``units/{study}.json`` last and
 atomically, so a study is done iff its unit file exists. A killed run started again with the same
-command processes the remaining studies only. Assembly reads the unit files in study order, so
-the output is byte-identical whatever the engine, the number of workers or the interruptions.
+command processes the remaining studies only. A study whose worker process dies (the OOM killer, SIGKILL) is
+recorded as failed ("worker died") in its unit file, the pool is restarted and the rest goes on; while a study
+runs in the pool, ``units/{study}.running`` marks it, which is how the dead worker's study is found. Assembly
+reads the unit files in study order, so the output is byte-identical whatever the engine, the number of workers
+or the interruptions.
 :class:`~cxrground.ils.backend_spec.BackendSpec` and ``DATASET_FILE`` (:mod:`cxrground.ils.layout`) are
 re-exported here, the build's inputs and output name.
 """
@@ -17,8 +20,9 @@ import platform
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +39,7 @@ from cxrground.ils.pipeline import backend_provenance, process_study
 from cxrground.ils.schema import SPLITS, validate_dataset
 from cxrground.ils.tasks import StudyTask
 from cxrground.io.files import atomic_write_text
+from cxrground.io.image import DEFAULT_MAX_PIXELS
 
 __all__ = ["DATASET_FILE", "BackendSpec", "BuildSummary", "assemble", "build_dataset", "check_backends", "run_units"]
 
@@ -55,13 +60,88 @@ def _unit_path(out: Path, key: str) -> Path:
     return out / UNITS_DIR / f"{key}.json"
 
 
-def _run_one(task: StudyTask, out: str, config: IlsConfig, spec: BackendSpec) -> tuple[str, str]:
-    """Process one study in the current process and write its outputs; returns (study, status)."""
-    unit = process_study(task, Path(out), config, spec)
+def _running_path(out: Path, key: str) -> Path:
+    return out / UNITS_DIR / f"{key}.running"
+
+
+def _write_unit(out: Path, unit: dict[str, Any], config: IlsConfig, spec: BackendSpec) -> None:
     unit["config_hash"] = config.config_hash()
     unit["spec_hash"] = spec.spec_hash()
-    atomic_write_text(_unit_path(Path(out), task.study_key), json.dumps(unit, sort_keys=True))
+    atomic_write_text(_unit_path(out, unit["study_key"]), json.dumps(unit, sort_keys=True))
+
+
+def _run_one(task: StudyTask, out: str, config: IlsConfig, spec: BackendSpec,
+             max_pixels: int | None = DEFAULT_MAX_PIXELS) -> tuple[str, str]:
+    """Process one study in the current process and write its outputs; returns (study, status)."""
+    unit = process_study(task, Path(out), config, spec, max_pixels=max_pixels)
+    _write_unit(Path(out), unit, config, spec)
     return task.study_key, unit["status"]
+
+
+Runner = Callable[[StudyTask, str, IlsConfig, BackendSpec, "int | None"], tuple[str, str]]
+
+
+def _run_marked(runner: Runner, task: StudyTask, out: str, config: IlsConfig, spec: BackendSpec,
+                max_pixels: int | None) -> tuple[str, str]:
+    """``runner`` on one study in a pool worker, with ``units/{study}.running`` present while it runs."""
+    marker = _running_path(Path(out), task.study_key)
+    atomic_write_text(marker, str(os.getpid()))
+    result = runner(task, out, config, spec, max_pixels)
+    marker.unlink(missing_ok=True)
+    return result
+
+
+def _record_worker_death(out: Path, task: StudyTask, config: IlsConfig, spec: BackendSpec) -> None:
+    """Write the failed unit of a study whose worker process died while processing it."""
+    _write_unit(out, {"study_key": task.study_key, "split": task.split, "image_path": task.image_path,
+                      "status": "failed", "stage": "worker", "error": "WorkerDied",
+                      "reason": "worker died (the process was killed, e.g. by the out-of-memory killer)"}, config, spec)
+    _running_path(out, task.study_key).unlink(missing_ok=True)
+
+
+def _pool_round(todo: Sequence[StudyTask], out: Path, config: IlsConfig, spec: BackendSpec, workers: int,
+                max_pixels: int | None, runner: Runner, bar: Any) -> list[StudyTask] | None:
+    """Run ``todo`` in one process pool; None when all finished, else the studies running when a worker died."""
+    import multiprocessing as mp
+
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                             initializer=_init_worker, initargs=(1,)) as pool:
+        futures = [pool.submit(_run_marked, runner, t, str(out), config, spec, max_pixels) for t in todo]
+        try:
+            for fut in as_completed(futures):
+                fut.result()
+                bar.update()
+        except BrokenProcessPool:
+            return [t for t in todo if _running_path(out, t.study_key).is_file()
+                    and not _unit_path(out, t.study_key).is_file()]
+    return None
+
+
+def _run_pool(todo: Sequence[StudyTask], out: Path, config: IlsConfig, spec: BackendSpec, workers: int,
+              max_pixels: int | None, runner: Runner, bar: Any) -> None:
+    """Process ``todo`` in process pools, recording a study whose worker dies and restarting the pool.
+
+    When several studies were running as the pool broke, each is retried alone to find the one that kills its
+    worker; a study is recorded as failed only after its own worker died.
+    """
+    for t in todo:
+        _running_path(out, t.study_key).unlink(missing_ok=True)  # stale markers of a killed build
+    while todo:
+        suspects = _pool_round(todo, out, config, spec, workers, max_pixels, runner, bar)
+        if suspects is None:
+            return
+        if not suspects:
+            raise ConfigError("a worker process died before it started a study; rerun with --workers 1 to see why")
+        if len(suspects) == 1:
+            _record_worker_death(out, suspects[0], config, spec)
+            bar.update()
+        else:
+            for t in suspects:
+                _running_path(out, t.study_key).unlink(missing_ok=True)
+                if _pool_round([t], out, config, spec, 1, max_pixels, runner, bar) is not None:
+                    _record_worker_death(out, t, config, spec)
+                    bar.update()
+        todo = [t for t in todo if not _unit_path(out, t.study_key).is_file()]
 
 
 def _init_worker(threads: int) -> None:
@@ -82,26 +162,25 @@ def run_units(
     engine: str = "local",
     workers: int = 1,
     progress: bool = True,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    runner: Runner = _run_one,
 ) -> tuple[int, int]:
-    """Process every task whose unit file is missing; returns (processed, skipped)."""
+    """Process every task whose unit file is missing; returns (processed, skipped).
+
+    ``max_pixels``: images whose header states more pixels fail without being decoded. ``runner``: the per-study
+    function of the local engine (picklable; it writes the unit file), ``_run_one`` unless a test injects faults.
+    """
     todo = [t for t in tasks if not _unit_path(out, t.study_key).is_file()]
     skipped = len(tasks) - len(todo)
     bar = tqdm(total=len(todo), desc="ils build", unit="study", disable=not progress, dynamic_ncols=True)
     if engine == "local" and workers <= 1:
         for t in todo:
-            _run_one(t, str(out), config, spec)
+            runner(t, str(out), config, spec, max_pixels)
             bar.update()
     elif engine == "local":
-        import multiprocessing as mp
-
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                                 initializer=_init_worker, initargs=(1,)) as pool:
-            futures = [pool.submit(_run_one, t, str(out), config, spec) for t in todo]
-            for fut in as_completed(futures):
-                fut.result()
-                bar.update()
+        _run_pool(todo, out, config, spec, workers, max_pixels, runner, bar)
     elif engine == "ray":
-        _run_ray(todo, out, config, spec, workers, bar)
+        _run_ray(todo, out, config, spec, workers, bar, max_pixels)
     else:
         raise ConfigError(f"unknown engine {engine!r}; use 'local' or 'ray'")
     bar.close()
@@ -109,7 +188,7 @@ def run_units(
 
 
 def _run_ray(todo: Sequence[StudyTask], out: Path, config: IlsConfig, spec: BackendSpec, workers: int,
-             bar: Any) -> None:
+             bar: Any, max_pixels: int | None) -> None:
     try:
         import ray
     except ImportError as exc:
@@ -124,7 +203,7 @@ def _run_ray(todo: Sequence[StudyTask], out: Path, config: IlsConfig, spec: Back
                      runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
     try:
         remote = ray.remote(num_cpus=1)(_run_one)
-        pending = [remote.remote(t, str(out), config, spec) for t in todo]
+        pending = [remote.remote(t, str(out), config, spec, max_pixels) for t in todo]
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             ray.get(done)
@@ -182,7 +261,8 @@ def assemble(out: Path, tasks: Sequence[StudyTask], config: IlsConfig, spec: Bac
         if u["status"] != "ok":
             rejections[u["reason"]] += 1
             failures.append({"path": u.get("image_path", key), "stage": u.get("stage", "build"),
-                             "reason": u["reason"], "error": u.get("error", u["status"]), "study": key})
+                             "reason": u["reason"], "error": u.get("error", u["status"]), "study": key,
+                             **({"file": u["file"]} if u.get("file") else {})})
             continue
         study = u["study"]
         pairs = study["instruction_answer_pairs"]
@@ -248,8 +328,11 @@ def build_dataset(
     overwrite: bool = False,
     progress: bool = True,
     truth_cohort: str | Path | None = None,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
 ) -> BuildSummary:
     """Process all studies (resuming) and assemble the dataset in ``out_dir``.
+
+    ``max_pixels``: images whose header states more pixels are recorded as failures without being decoded.
 
     ``truth_cohort``: the synthetic cohort the inputs come from; its exact truth then scores the dataset
     in the card.
@@ -271,7 +354,7 @@ def build_dataset(
         for folder in (out / UNITS_DIR, out / MASK_DIR):
             shutil.rmtree(folder, ignore_errors=True)
     atomic_write_text(stamp, json.dumps(settings, sort_keys=True))
-    processed, skipped = run_units(tasks, out, config, spec, engine, workers, progress)
+    processed, skipped = run_units(tasks, out, config, spec, engine, workers, progress, max_pixels)
     result = assemble(out, tasks, config, spec, scan_failures, backend_provenance(spec),
                       Path(truth_cohort) if truth_cohort is not None else None)
     n_pairs = sum(len(s["instruction_answer_pairs"]["positive_pairs"]) + len(s["instruction_answer_pairs"]

@@ -20,7 +20,7 @@ from cxrground.ils.compose import GroundedFinding, compose_pairs
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.layout import MASK_DIR
 from cxrground.ils.tasks import StudyTask
-from cxrground.io.image import read_image
+from cxrground.io.image import DEFAULT_MAX_PIXELS, read_image
 from cxrground.io.masks import encode_rle, write_mask_png
 from cxrground.io.transform import Letterbox
 from cxrground.reports import parse_report_text, read_report, select_section
@@ -76,8 +76,12 @@ def backend_provenance(spec: BackendSpec) -> dict[str, Any]:
     return get_backends(spec).provenance()
 
 
-def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSpec) -> dict[str, Any]:
-    """The unit record of one study (masks already written under ``out/lesion_mask``)."""
+def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSpec,
+                  max_pixels: int | None = DEFAULT_MAX_PIXELS) -> dict[str, Any]:
+    """The unit record of one study (masks already written under ``out/lesion_mask``).
+
+    An image whose header states more than ``max_pixels`` pixels fails the study without being decoded.
+    """
     unit: dict[str, Any] = {"study_key": task.study_key, "split": task.split, "image_path": task.image_path,
                             "status": "ok"}
     stage = "reports"
@@ -92,7 +96,7 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
         structured = structure_section(backends.structurer, task.study_key, section)
         unit["findings"] = [f.to_dict() for f in structured.findings]
         stage = "images"
-        image = read_image(task.image_path)
+        image = read_image(task.image_path, max_pixels=max_pixels)
         view = (image.view or task.view or "").upper() or None
         if view is not None and not _frontal(view, config.qc.views):
             return {**unit, "status": "rejected", "stage": "qc", "reason": f"view {view} is not frontal (PA/AP)"}
@@ -145,7 +149,9 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
         }
         return unit
     except InputError as exc:
-        return {**unit, "status": "failed", "stage": stage, "reason": exc.reason, "error": type(exc).__name__}
+        named = {"file": exc.path} if exc.path and exc.path != task.image_path else {}  # e.g. the report
+        return {**unit, "status": "failed", "stage": stage, "reason": exc.reason, "error": type(exc).__name__,
+                **named}
     except CXRGroundError as exc:
         return {**unit, "status": "failed", "stage": stage, "reason": str(exc), "error": type(exc).__name__}
     except Exception as exc:  # a bug must not stop the batch: record it with its traceback tail

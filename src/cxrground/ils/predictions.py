@@ -11,7 +11,9 @@ Format (one JSON object per line, one line per evaluated pair; blank lines are i
 - ``answer`` (optional): the generated text. Either the bare answer or the whole decoded sequence;
   the part after the last ``ASSISTANT:`` and before ``</s>`` is used (ILS.md §15.2).
 - ``mask`` (optional): COCO RLE of the binary prediction at the image's **native** ``H×W``
-  (compressed string or uncompressed list counts), or
+  (compressed string or uncompressed list counts; its declared size is checked against the image before it is
+  decoded, and runs that are negative or do not cover exactly ``H×W`` are an error naming the line), or
+  ``null``: an empty prediction on a negative pair (on a positive pair it counts as missing), or
 - ``mask_path`` (optional): a 0/255 (or 0/1) single-channel PNG, path relative to the predictions file.
 - ``seg_mode`` (optional): how the mask was made, one of :data:`SEG_MODES`: ``free`` (from the ``[SEG]`` the
   model generated) or ``teacher-forced`` (from the ``[SEG]`` of the ground-truth answer, the paper's
@@ -34,8 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from cxrground.errors import InputError, MaskError
-from cxrground.io.masks import check_shape, decode_rle, encode_rle, read_mask_png
+from cxrground.errors import InputError, MaskError, MaskShapeError
+from cxrground.io.image import DEFAULT_MAX_PIXELS
+from cxrground.io.masks import decode_rle, encode_rle, read_mask_png, rle_size
 
 __all__ = ["SEG_MODES", "Prediction", "PredictionWriter", "load_predictions", "prediction_line", "recorded_seg_mode",
            "resolve_seg_mode"]
@@ -55,6 +58,11 @@ class Prediction:
     rle: Mapping[str, Any] | None = None
     mask_path: Path | None = None
     seg_mode: str | None = None
+    null_mask: bool = False
+    """The line states ``"mask": null`` (an empty prediction on a negative pair)."""
+    line: int | None = None
+    """Line number in ``source`` (named in errors)."""
+    source: Path | None = None
 
     @property
     def has_mask(self) -> bool:
@@ -62,22 +70,29 @@ class Prediction:
         return self.rle is not None or self.mask_path is not None
 
     def mask_array(self, shape: Sequence[int] | None = None) -> np.ndarray | None:
-        """The predicted bool mask (None when the line has none); checks ``shape`` when given."""
+        """The predicted bool mask (None when the line has none); checks ``shape`` when given, before decoding.
+
+        Without ``shape``, an RLE declaring more than :data:`~cxrground.io.image.DEFAULT_MAX_PIXELS` is refused.
+        """
         what = f"prediction mask of pair {self.pair_id}"
+        if self.line is not None:
+            what = f"line {self.line}: {what}"
         if self.rle is not None:
             try:
-                mask = decode_rle(self.rle)
+                if shape is None and (size := rle_size(self.rle))[0] * size[1] > DEFAULT_MAX_PIXELS:
+                    raise MaskError(f"declares {size[0]}x{size[1]} pixels, over the limit of {DEFAULT_MAX_PIXELS} "
+                                    "(not decoded)")
+                return decode_rle(self.rle, shape)
+            except MaskShapeError as exc:
+                raise MaskShapeError(exc.expected, exc.got, what, self.source) from exc
             except MaskError as exc:
-                raise MaskError(f"{what}: {exc.reason}", exc.path) from exc
-            path = None
-        elif self.mask_path is not None:
-            mask = read_mask_png(self.mask_path)
-            path = self.mask_path
-        else:
-            return None
-        if shape is not None:
-            check_shape(mask, shape, what, path)
-        return mask
+                raise MaskError(f"{what}: {exc.reason}", self.source) from exc
+        if self.mask_path is not None:
+            try:
+                return read_mask_png(self.mask_path, shape)
+            except MaskShapeError as exc:
+                raise MaskShapeError(exc.expected, exc.got, what, self.mask_path) from exc
+        return None
 
 
 def load_predictions(path: str | Path) -> dict[str, Prediction]:
@@ -122,6 +137,9 @@ def load_predictions(path: str | Path) -> dict[str, Prediction]:
             rle=rle,
             mask_path=(path.parent / mask_path) if mask_path is not None else None,
             seg_mode=seg_mode,
+            null_mask="mask" in obj and rle is None and mask_path is None,
+            line=lineno,
+            source=path,
         )
     return out
 

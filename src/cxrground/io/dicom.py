@@ -9,6 +9,9 @@ MONOCHROME1 is inverted last so that dense is white.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,18 @@ from cxrground.errors import ImageReadError
 from cxrground.io.cxr_image import CXRImage, Window, to_uint8
 
 __all__ = ["apply_window", "read_dicom", "write_dicom"]
+
+
+@contextlib.contextmanager
+def _quiet_pydicom() -> Iterator[None]:
+    """Silence pydicom's logger: a decoder failure is raised as :class:`ImageReadError`, not logged as a traceback."""
+    logger = logging.getLogger("pydicom")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def read_dicom(path: str | Path, window: Window = "auto") -> CXRImage:
@@ -36,7 +51,8 @@ def read_dicom(path: str | Path, window: Window = "auto") -> CXRImage:
         raise ImageReadError("DICOM has no pixel data (a structured report or presentation state?)", path)
     photometric = str(ds.get("PhotometricInterpretation", "MONOCHROME2")).strip()
     try:
-        arr = ds.pixel_array
+        with _quiet_pydicom():
+            arr = ds.pixel_array
     except Exception as exc:
         syntax = getattr(getattr(ds, "file_meta", None), "TransferSyntaxUID", None)
         name = getattr(syntax, "name", str(syntax))

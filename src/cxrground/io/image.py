@@ -11,10 +11,12 @@ view are kept on the record. The record, :data:`Window` and :func:`to_uint8` liv
 from __future__ import annotations
 
 import io
+import struct
 import tempfile
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
@@ -25,18 +27,87 @@ from cxrground.io.cxr_image import CXRImage, Window, to_uint8
 from cxrground.io.dicom import read_dicom
 
 __all__ = [
+    "DEFAULT_MAX_PIXELS",
     "IMAGE_SUFFIXES",
     "CXRImage",
     "Window",
+    "check_pixel_limit",
+    "image_header_size",
     "is_dicom",
     "read_image",
     "read_image_bytes",
     "read_images",
+    "sniff_type",
     "to_uint8",
     "write_image",
 ]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".dcm", ".dicom")
+
+#: Most pixels (H x W, stated by the header) a file may have before it is decoded: 50 MP. MIMIC-CXR films are
+#: about 8 MP (e.g. 2544 x 3056) and the largest digital chest radiographs about 4300 x 4300 = 18.5 MP, so 50 MP
+#: leaves room for any real film while a decompression bomb (100 MP took 2.7 GB and 56 s) is refused from its
+#: header. ``ils build`` / ``ils predict`` set it with ``--max-pixels``; ``None`` switches the check off.
+DEFAULT_MAX_PIXELS = 50_000_000
+
+
+def sniff_type(data: bytes) -> str | None:
+    """``png``, ``jpeg`` or ``dicom`` from the first bytes (at least 132 for DICOM), else None."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "jpeg"
+    if len(data) >= 132 and data[128:132] == b"DICM":
+        return "dicom"
+    return None
+
+
+def image_header_size(data: bytes | BinaryIO, kind: str) -> tuple[int, int]:
+    """``(H, W)`` stated by the header of a ``kind`` image (bytes or a binary file); pixels are not decoded.
+
+    Raises :class:`ImageReadError` (without a path) when the header cannot be parsed.
+    """
+    source = io.BytesIO(data) if isinstance(data, bytes | bytearray) else data
+    if kind == "dicom":
+        import pydicom
+
+        try:
+            ds = pydicom.dcmread(source, stop_before_pixels=True)
+            return int(ds.Rows), int(ds.Columns)
+        except Exception as exc:  # pydicom raises many types on damaged headers
+            raise ImageReadError(f"cannot parse DICOM header ({type(exc).__name__}: {exc})") from exc
+    from PIL import JpegImagePlugin, PngImagePlugin
+
+    # the format's own header parser: ``Image.open`` would refuse a decompression bomb with an error of its
+    # own before the size is known; the plugin reads only the header and leaves the pixels alone
+    parser = {"png": PngImagePlugin.PngImageFile, "jpeg": JpegImagePlugin.JpegImageFile}[kind]
+    try:
+        with parser(source) as im:
+            return int(im.height), int(im.width)
+    except (OSError, SyntaxError, ValueError, struct.error) as exc:
+        raise ImageReadError(f"cannot parse {kind.upper()} header ({exc})") from exc
+
+
+def check_pixel_limit(path: str | Path, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> None:
+    """Raise :class:`ImageReadError` naming the file when its header states more than ``max_pixels`` pixels.
+
+    Files whose type or header is not recognised pass: the decoder then reports them.
+    """
+    if max_pixels is None:
+        return
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            kind = sniff_type(fh.read(132))
+            if kind is None:
+                return
+            fh.seek(0)
+            h, w = image_header_size(fh, kind)
+    except (OSError, ImageReadError):
+        return
+    if h * w > max_pixels:
+        raise ImageReadError(f"too many pixels: image is {w}x{h} = {h * w}, over the limit of {max_pixels} pixels "
+                             "(checked from the header, not decoded; see --max-pixels)", path)
 
 def is_dicom(path: str | Path) -> bool:
     """True when the file has a DICOM suffix or the ``DICM`` preamble marker."""
@@ -51,13 +122,17 @@ def is_dicom(path: str | Path) -> bool:
     return len(head) == 132 and head[128:132] == b"DICM"
 
 
-def read_image(path: str | Path, window: Window = "auto") -> CXRImage:
-    """Read a PNG, JPEG or DICOM chest X-ray; raises :class:`ImageReadError` naming file and reason."""
+def read_image(path: str | Path, window: Window = "auto", max_pixels: int | None = DEFAULT_MAX_PIXELS) -> CXRImage:
+    """Read a PNG, JPEG or DICOM chest X-ray; raises :class:`ImageReadError` naming file and reason.
+
+    A file whose header states more than ``max_pixels`` pixels is refused before decoding (None: no limit).
+    """
     path = Path(path)
     if not path.is_file():
         raise ImageReadError("file not found" if not path.exists() else "not a regular file", path)
     if path.stat().st_size == 0:
         raise ImageReadError("file is empty (0 bytes)", path)
+    check_pixel_limit(path, max_pixels)
     if is_dicom(path):
         return read_dicom(path, window=window)
     return _read_raster(path, window)
@@ -86,7 +161,8 @@ def read_image_bytes(data: bytes, name: str | None = None, window: Window = "aut
 
 
 def read_images(
-    paths: Iterable[str | Path], window: Window = "auto", progress: bool = True
+    paths: Iterable[str | Path], window: Window = "auto", progress: bool = True,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
 ) -> tuple[list[CXRImage], list[Failure]]:
     """Read many images; unreadable ones become :class:`Failure` records and the rest go on."""
     paths = list(paths)
@@ -94,7 +170,7 @@ def read_images(
     failures: list[Failure] = []
     for p in tqdm(paths, desc="images", unit="img", disable=not progress):
         try:
-            images.append(read_image(p, window=window))
+            images.append(read_image(p, window=window, max_pixels=max_pixels))
         except InputError as exc:
             failures.append(Failure.from_exception(p, "images", exc))
     return images, failures

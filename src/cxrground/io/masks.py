@@ -25,6 +25,8 @@ __all__ = [
     "encode_chexmask_rle",
     "encode_rle",
     "read_mask_png",
+    "rle_size",
+    "rle_string_counts",
     "write_mask_png",
 ]
 
@@ -75,23 +77,84 @@ def encode_rle(mask: np.ndarray) -> dict[str, Any]:
     return {"size": [int(rle["size"][0]), int(rle["size"][1])], "counts": rle["counts"].decode("ascii")}
 
 
-def decode_rle(rle: Mapping[str, Any], shape: Sequence[int] | None = None) -> np.ndarray:
-    """Bool mask from COCO RLE (compressed string or uncompressed list counts); checks ``shape``."""
-    from pycocotools import mask as coco_mask
-
+def rle_size(rle: Mapping[str, Any]) -> tuple[int, int]:
+    """The ``(H, W)`` a COCO RLE object declares (two non-negative integers); raises :class:`MaskError`."""
     try:
-        size = [int(rle["size"][0]), int(rle["size"][1])]
-        counts = rle["counts"]
+        size = rle["size"]
+        if isinstance(size, str | bytes) or len(size) != 2:
+            raise TypeError(f"size must be [H, W], got {size!r}")
+        h, w = size
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in (h, w)):
+            raise ValueError(f"size must be two non-negative integers, got {list(size)!r}")
     except (KeyError, TypeError, IndexError, ValueError) as exc:
         raise MaskError(f"not a COCO RLE object ({exc})") from exc
-    if shape is not None and tuple(size) != tuple(int(v) for v in shape):
-        raise MaskShapeError(tuple(shape), tuple(size), "RLE mask")
+    return int(h), int(w)
+
+
+def rle_string_counts(counts: str | bytes) -> list[int]:
+    """The run lengths of a compressed COCO RLE string (pycocotools' ``rleFrString``); raises :class:`MaskError`."""
+    if isinstance(counts, str):
+        try:
+            data = counts.encode("ascii")
+        except UnicodeEncodeError as exc:
+            raise MaskError(f"RLE counts string is not ASCII ({exc})") from exc
+    else:
+        data = counts
+    runs: list[int] = []
+    p = 0
+    while p < len(data):
+        x, k, more = 0, 0, True
+        while more:
+            if p >= len(data):
+                raise MaskError("corrupt RLE counts (the string ends inside a run length)")
+            c = data[p] - 48
+            if not 0 <= c < 64:
+                raise MaskError(f"corrupt RLE counts (character {chr(data[p])!r} at {p} is outside '0'..'o')")
+            x |= (c & 0x1F) << (5 * k)
+            more = bool(c & 0x20)
+            p += 1
+            k += 1
+            if not more and c & 0x10:
+                x |= -1 << (5 * k)
+        if len(runs) > 2:
+            x += runs[-2]
+        runs.append(x)
+    return runs
+
+
+def _check_runs(runs: Sequence[int], size: tuple[int, int]) -> None:
+    """Raise :class:`MaskError` unless the run lengths are non-negative and cover exactly ``H*W`` pixels."""
+    negative = [r for r in runs if r < 0]
+    if negative:
+        raise MaskError(f"RLE has a negative run length ({negative[0]})")
+    total = sum(runs)
+    if total != size[0] * size[1]:
+        raise MaskError(f"RLE counts sum to {total}, expected {size[0] * size[1]} for size {list(size)} "
+                        f"(the runs cover {'less' if total < size[0] * size[1] else 'more'} than the image)")
+
+
+def decode_rle(rle: Mapping[str, Any], shape: Sequence[int] | None = None) -> np.ndarray:
+    """Bool mask from COCO RLE (compressed string or uncompressed list counts); checks ``shape``.
+
+    The declared size is checked against ``shape`` and the run lengths (non-negative, covering exactly ``H*W``)
+    before anything is decoded.
+    """
+    from pycocotools import mask as coco_mask
+
+    if not isinstance(rle, Mapping) or "counts" not in rle:
+        raise MaskError("not a COCO RLE object (it needs 'size' and 'counts')")
+    size = rle_size(rle)
+    if shape is not None and size != tuple(int(v) for v in shape):
+        raise MaskShapeError(tuple(shape), size, "RLE mask")
+    counts = rle["counts"]
     if isinstance(counts, list):
-        if sum(int(c) for c in counts) != size[0] * size[1]:
-            raise MaskError(f"RLE counts sum to {sum(counts)}, expected {size[0] * size[1]} for size {size}")
-        obj = coco_mask.frPyObjects({"size": size, "counts": [int(c) for c in counts]}, size[0], size[1])
+        if any(isinstance(c, bool) or not isinstance(c, int) for c in counts):
+            raise MaskError("RLE list counts must be integers")
+        _check_runs(counts, size)
+        obj = coco_mask.frPyObjects({"size": list(size), "counts": [int(c) for c in counts]}, size[0], size[1])
     elif isinstance(counts, str | bytes):
-        obj = {"size": size, "counts": counts.encode("ascii") if isinstance(counts, str) else counts}
+        _check_runs(rle_string_counts(counts), size)
+        obj = {"size": list(size), "counts": counts.encode("ascii") if isinstance(counts, str) else counts}
     else:
         raise MaskError(f"RLE counts must be a string or a list, got {type(counts).__name__}")
     try:
@@ -136,16 +199,21 @@ def decode_chexmask_rle(text: str, shape: Sequence[int]) -> np.ndarray:
 # --- PNG -----------------------------------------------------------------------------------------
 
 def read_mask_png(path: str | Path, shape: Sequence[int] | None = None, threshold: int = 255) -> np.ndarray:
-    """Read a single-channel 0/255 PNG as a bool mask (``value >= threshold``); checks ``shape``."""
+    """Read a single-channel 0/255 PNG as a bool mask (``value >= threshold``); checks ``shape`` (from the header,
+    before decoding)."""
     path = Path(path)
     try:
         with Image.open(path) as im:
+            if shape is not None and (im.height, im.width) != tuple(int(v) for v in shape):
+                raise MaskShapeError(tuple(shape), (im.height, im.width), "mask", path)
             im.load()
             if im.mode not in ("L", "1", "P", "I", "I;16"):
                 im = im.convert("L")
             arr = np.asarray(im)
     except FileNotFoundError as exc:
         raise MaskError("mask file not found", path) from exc
+    except Image.DecompressionBombError as exc:
+        raise MaskError(f"too many pixels to decode safely ({exc})", path) from exc
     except OSError as exc:
         raise MaskError(f"cannot decode mask image ({exc})", path) from exc
     if arr.ndim != 2:

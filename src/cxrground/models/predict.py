@@ -1,7 +1,9 @@
 """Predictions of an ILS model for a whole split, as the predictions JSONL read by ``ils evaluate``.
 
-Resumable: pairs already in the output file are skipped. An image that cannot be read is recorded in
-``<out>.failures.jsonl`` and its pairs get no line (they count as missing, i.e. wrong, in ``ils evaluate``).
+Resumable: pairs already in the output file are skipped. An image that cannot be read (decode error, over the
+pixel limit, too small for the model) is recorded in ``<out>.failures.jsonl`` and its pairs get no line (they
+count as missing, i.e. wrong, in ``ils evaluate``). A rerun retries those images and replaces their records, so the
+failures file holds one line per image that still fails.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from cxrground.errors import ConfigError, Failure, InputError
 from cxrground.ils.layout import DATASET_FILE
 from cxrground.ils.predictions import PredictionWriter
 from cxrground.ils.schema import load_dataset
-from cxrground.io.image import read_image
+from cxrground.io.files import atomic_write_text
+from cxrground.io.image import DEFAULT_MAX_PIXELS, read_image
 from cxrground.models.base import IlsModel
 
 __all__ = ["predict_split"]
@@ -42,15 +45,16 @@ def _split_jobs(data: dict[str, Any], split: str, limit: int | None) -> tuple[li
 
 def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: str, out: Path,
                   limit: int | None = None, batch_size: int = 8, progress: bool = True,
-                  mode: str = "free") -> dict[str, Any]:
+                  mode: str = "free", max_pixels: int | None = DEFAULT_MAX_PIXELS) -> dict[str, Any]:
     """Predict every pair of ``split`` (or the first ``limit``) into the JSONL ``out``; resumable.
 
     ``mode`` (``free`` | ``teacher-forced``, recorded on every line) picks the model's ``predict_batch`` or its
     ``predict_teacher_forced`` (masks from the ground-truth answers' ``[SEG]``, ILS.md §15.1).
 
     ``images``: the root the pairs' image paths are relative to (None: the dataset's folder). Pairs already in
-    ``out`` are skipped. An unreadable image (or a failing batch) is appended to
-    ``<out>.failures.jsonl`` and the remaining pairs go on. Returns counts of written, skipped and failed pairs.
+    ``out`` are skipped. An unreadable image (or one over ``max_pixels``, or one the model refuses) is recorded
+    in ``<out>.failures.jsonl`` (replacing its record from an earlier run) and the remaining pairs go on.
+    Returns counts of written, skipped and failed pairs.
     """
     json_path = dataset if dataset.is_file() else dataset / DATASET_FILE
     images = images if images is not None else json_path.parent
@@ -64,12 +68,13 @@ def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: st
     with PredictionWriter(out, seg_mode=mode) as writer:
         todo = [(rel, [p for p in items if p["pair_id"] not in writer.done]) for rel, items in jobs]
         counts["skipped"] = n - sum(len(items) for _r, items in todo)
+        _forget_failures(failures_path, {str(images / rel) for rel, items in todo if items})
         bar = tqdm(total=n - counts["skipped"], desc="predict", unit="pair", disable=not progress)
         for rel, items in todo:
             if not items:
                 continue
             try:
-                image = read_image(images / rel)
+                image = read_image(images / rel, max_pixels=max_pixels)
                 for b in range(0, len(items), batch_size):
                     chunk = items[b:b + batch_size]
                     results = run([image] * len(chunk), chunk)
@@ -77,7 +82,7 @@ def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: st
                         writer.write(pair["pair_id"], res.answer, res.mask)
                         counts["written"] += 1
                     bar.update(len(chunk))
-            except InputError as exc:
+            except (InputError, ValueError, RuntimeError, MemoryError) as exc:  # one image's failure, not the run's
                 left = [p for p in items if p["pair_id"] not in writer.done]
                 counts["failed"] += len(left)
                 bar.update(len(left))
@@ -87,6 +92,21 @@ def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: st
                     fh.write(json.dumps(record) + "\n")
         bar.close()
     return counts
+
+
+def _forget_failures(path: Path, retried: set[str]) -> None:
+    """Drop the records of ``path`` for the images this run retries (they are recorded again if they fail)."""
+    if not path.is_file():
+        return
+    keep = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a partial line left by a kill
+        if isinstance(record, dict) and record.get("path") not in retried:
+            keep.append(json.dumps(record) + "\n")
+    atomic_write_text(path, "".join(keep))
 
 
 def _mode_runner(model: IlsModel, mode: str) -> Any:

@@ -42,7 +42,7 @@ from cxrground.ils.predictions import load_predictions
 from cxrground.ils.schema import load_dataset
 from cxrground.io.files import atomic_write_text
 from cxrground.percept.card import render_card
-from cxrground.percept.case_files import CaseTask, render_case
+from cxrground.percept.case_files import CaseTask, case_failure, render_case
 from cxrground.percept.cases import (
     SAMPLE_PATHS,
     Candidate,
@@ -203,6 +203,8 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
                 ok.append(c)
             else:
                 drop(c, "deformation", u["reason"])
+                if u.get("path"):
+                    failures[-1]["path"] = u["path"]
         rf, rr = split_rf_rr(ok, opts.rf_ratio)
         pools[(lesion, PATH_REVISION_FREE)] = rf
         pools[(lesion, PATH_REVISION_REQUIRED)] = rr
@@ -215,6 +217,14 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     ctodo = [t for t in case_tasks if not (work / "cases" / f"{t.case_id}.json").is_file()]
     _run_pool(render_case, ctodo, str(out), workers, "percept cases", progress)
 
+    entries = {t.case_id: json.loads((work / "cases" / f"{t.case_id}.json").read_text(encoding="utf-8"))
+               for t in case_tasks}
+    for t in case_tasks:
+        failure = case_failure(entries[t.case_id])
+        if failure is not None:
+            drop(t.cand, failure["stage"], failure["reason"])
+            failures[-1]["path"] = failure["path"]
+    case_tasks = [t for t in case_tasks if case_failure(entries[t.case_id]) is None]
     keep = {t.case_id for t in case_tasks}
     if (out / CASES_DIR).is_dir():
         for folder in (out / CASES_DIR).iterdir():
@@ -227,7 +237,7 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     covers: list[float] = []
     mask_sources: set[str] = set()
     for t in case_tasks:
-        bench[t.cand.key_id] = json.loads((work / "cases" / f"{t.case_id}.json").read_text(encoding="utf-8"))
+        bench[t.cand.key_id] = entries[t.case_id]
         achieved[t.cand.lesion][t.path] += 1
         if t.path != PATH_LESION_FREE:
             u = units[t.cand.key_id]
@@ -236,7 +246,7 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
             mask_sources.add(u.get("mask_source", ""))
             if u.get("max_negative_coverage") is not None:
                 covers.append(float(u["max_negative_coverage"]))
-    split_of = Counter(c.split for cs in sample.values() for c in cs)
+    split_of = Counter(t.cand.split for t in case_tasks)
     pool_sizes = {lesion: {p: len(pools[(lesion, p)]) for p in SAMPLE_PATHS} for lesion in LESIONS}
     atomic_write_text(out / BENCHMARK_FILE, stable_json(bench))
     atomic_write_text(out / DEFORMATION_FILE, stable_json(deformation))

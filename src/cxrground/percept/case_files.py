@@ -2,15 +2,18 @@
 
 Images go to ``cases/{case_id}/`` under neutral names (§10.3: ``stage1.png``, ``stage2.png``,
 ``stage3_points.png``, ``stage3_option_{k}.png``); positive cases are drawn from their plan unit
-(:mod:`cxrground.percept.plans`). The entry is written atomically to ``BENCH/.work/cases/{case_id}.json``.
+(:mod:`cxrground.percept.plans`). The entry is written atomically to ``BENCH/.work/cases/{case_id}.json``; a case
+whose image cannot be read gets ``{"failure": {"path", "reason", "stage"}}`` there instead (and no folder).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from cxrground.errors import InputError
 from cxrground.io.files import atomic_write_text
 from cxrground.io.image import read_image
 from cxrground.io.masks import decode_rle
@@ -20,7 +23,7 @@ from cxrground.percept.qa import CaseImages, lesion_free_case, positive_case
 from cxrground.percept.render import draw_points, gray_rgb, mask_overlay, write_png
 from cxrground.vocab.percept_templates import PATH_LESION_FREE, PATH_REVISION_REQUIRED
 
-__all__ = ["CaseTask", "render_case"]
+__all__ = ["CaseTask", "case_failure", "render_case"]
 
 
 @dataclass(frozen=True)
@@ -33,12 +36,27 @@ class CaseTask:
     image: str
 
 
+def case_failure(entry: dict) -> dict | None:
+    """The failure record of a rendered case's ``.work`` entry, or None for a real entry."""
+    failure = entry.get("failure")
+    return failure if isinstance(failure, dict) and "reason" in failure else None
+
+
 def render_case(task: CaseTask, out: str) -> tuple[str, str]:
-    """Write the case's PNGs under ``{out}/cases/{case_id}/`` and its JSON entry under ``.work``; returns (id, path)."""
+    """Write the case's PNGs under ``{out}/cases/{case_id}/`` and its JSON entry under ``.work``; returns (id, path).
+
+    An unreadable image is recorded as the case's failure (see the module docstring) instead of raising.
+    """
     root = Path(out)
     folder = root / CASES_DIR / task.case_id
+    try:
+        image = read_image(task.image).pixels
+    except InputError as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        failure = {"failure": {"path": task.image, "reason": exc.reason, "stage": "images"}}
+        atomic_write_text(root / WORK_DIR / "cases" / f"{task.case_id}.json", stable_json(failure, indent=None))
+        return task.case_id, task.path
     rel = f"{CASES_DIR}/{task.case_id}"
-    image = read_image(task.image).pixels
     shape = (int(image.shape[0]), int(image.shape[1]))
     write_png(folder / "stage1.png", gray_rgb(image))
     c = task.cand

@@ -3,8 +3,10 @@
 Cases are grouped by lesion and path; each case shows its stages in question order with the images
 (relative links to the benchmark's PNGs, so the page works from ``file://`` next to the benchmark), the full
 question text, the options and the right answer highlighted. Two ``<select>`` filters (lesion, path) drive a
-little inline script. No external URLs. The reviewer sees ``key_id`` (it reveals the Stage-1 answer; the
-gallery is for people who review the benchmark, never for models).
+little inline script. No external URLs, and no link to a file outside the benchmark folder: an image path that is
+absolute, has ``..`` or resolves outside (:mod:`cxrground.percept.paths`) is shown as refused. The reviewer
+sees ``key_id`` (it reveals the Stage-1 answer; the gallery is for people who review the benchmark, never for
+models).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cxrground.percept.paths import unsafe_reason
 from cxrground.percept.schema import Benchmark, Case, load_benchmark
 from cxrground.vocab.lesions import LESIONS
 from cxrground.vocab.percept_templates import PATH_ABBREVIATIONS, PATHS, POINT_RGB
@@ -49,11 +52,17 @@ applyFilter();
 """
 
 
+#: Prefix of a link that was refused (the rest is the reason shown instead of the image).
+_REFUSED = "\0refused:"
+
+
 def _hex(colour: tuple[float, float, float]) -> str:
     return "#" + "".join(f"{round(c * 255):02x}" for c in colour)
 
 
 def _img(link: str, alt: str) -> str:
+    if link.startswith(_REFUSED):
+        return f"<span class='meta'>{html.escape(alt)}: {html.escape(link[len(_REFUSED):])}</span>"
     return f"<img loading='lazy' src='{html.escape(link)}' alt='{html.escape(alt)}'>"
 
 
@@ -123,6 +132,9 @@ def render_gallery(bench: str | Path | Benchmark, out_html: str | Path) -> int:
     def link(rel: str | None) -> str:
         if rel is None:
             return ""
+        reason = unsafe_reason(root.resolve(), rel)
+        if reason is not None:
+            return f"{_REFUSED}image path {rel!r} {reason}; not shown"
         return Path(os.path.relpath((root / rel).resolve(), out.parent.resolve())).as_posix()
 
     lesions = [lesion for lesion in LESIONS if any(c.lesion_of(k) == lesion for k, c in benchmark.cases.items())]

@@ -19,6 +19,7 @@ __all__ = [
     "CASES_DIR",
     "DEFORMATION_FILE",
     "FAILURES_FILE",
+    "GALLERY_FILE",
     "MANIFEST_FILE",
     "WORK_DIR",
     "case_folder",
@@ -29,6 +30,8 @@ CARD_FILE: Final[str] = "card.md"
 MANIFEST_FILE: Final[str] = "MANIFEST.sha256"
 DEFORMATION_FILE: Final[str] = "deformation_results.json"
 FAILURES_FILE: Final[str] = "failures.jsonl"
+#: The review page ``percept gallery`` writes into the benchmark folder by default (not in the manifest).
+GALLERY_FILE: Final[str] = "gallery.html"
 #: Plan units and finished cases of a build in progress (deleted after a complete build unless kept).
 WORK_DIR: Final[str] = ".work"
 CASES_DIR: Final[str] = "cases"

@@ -17,7 +17,7 @@ from typing import Any, Final
 import numpy as np
 
 from cxrground.errors import InputError
-from cxrground.ils.frames import to_native
+from cxrground.ils.frames import RELEASED_SIZE, to_native
 from cxrground.io.files import atomic_write_text
 from cxrground.io.image import read_image
 from cxrground.io.masks import decode_rle, encode_rle, read_mask_png
@@ -126,9 +126,12 @@ def _read_candidate(task: PlanTask, shape: tuple[int, int]) -> np.ndarray:
     if isinstance(task.mask_ref, dict):
         return decode_rle(task.mask_ref, shape)
     mask = read_mask_png(task.mask_ref)
-    if mask.shape != shape:  # released-frame masks (512² stretched): the recorded inverse transform, ils.frames
-        mask = to_native(mask, shape)
-    return mask
+    if mask.shape == shape:
+        return mask
+    if mask.shape == (RELEASED_SIZE, RELEASED_SIZE):  # a released-frame mask: the recorded inverse stretch
+        return to_native(mask, shape)
+    raise InputError(f"lesion mask is {mask.shape[0]}x{mask.shape[1]} (HxW) but its image is {shape[0]}x{shape[1]}; "
+                     f"only native-size or released {RELEASED_SIZE}x{RELEASED_SIZE} masks are accepted", task.mask_ref)
 
 
 def plan_unit(plan: Any, candidate: np.ndarray) -> dict[str, Any]:
@@ -188,7 +191,8 @@ def make_plan(task: PlanTask) -> dict[str, Any]:
             raise RevisionFailure("deformation failed: no deformation step was made")
     except (InputError, RevisionFailure) as exc:
         reason = getattr(exc, "reason", None) or str(exc)
-        return {"status": "failed", "reason": str(reason), "stage": type(exc).__name__}
+        named = {"path": exc.path} if getattr(exc, "path", None) else {}  # the file at fault, when known
+        return {"status": "failed", "reason": str(reason), "stage": type(exc).__name__, **named}
     unit = plan_unit(plan, candidate)
     records = [ComponentOverlap.from_dict(o) for o in unit["overlaps"]]
     attrs = attribute_qas(records, task.cand.lesion, seeded_rng(task.seed, task.cand.key_id, "attributes"),

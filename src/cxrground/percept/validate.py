@@ -5,7 +5,8 @@ Checks: the JSON schema; every referenced image exists, is a PNG without text ch
 multi-select answers are sorted sets without duplicates; option counts (2 for detection / contour evaluation,
 ≤ 9 points with ``None`` last, 3-4 mask options, 4 location options); path rules (LF: detection only);
 no leakage (no path, folder or file name containing ``answer``, ``fake``, ``true``, ``positive``, ``negative``,
-``correct``); counts in ``card.md`` match the JSON; ``MANIFEST.sha256`` lists every file with its hash.
+``correct``); counts in ``card.md`` match the JSON; ``MANIFEST.sha256`` lists every file with its hash (except
+the review page ``gallery.html``); no image path leaves the benchmark folder (:mod:`cxrground.percept.paths`).
 Returns a list of human-readable problems (empty = valid).
 """
 
@@ -19,6 +20,7 @@ from typing import Any, Final
 from PIL import Image
 
 from cxrground.errors import InputError
+from cxrground.percept.paths import unsafe_reason
 from cxrground.percept.schema import BENCHMARK_FILE, Case, load_benchmark
 from cxrground.vocab.lesions import LESIONS
 from cxrground.vocab.percept_templates import (
@@ -56,6 +58,10 @@ def _png_chunks(path: Path) -> list[bytes]:
 def _check_image(root: Path, rel: str | None, size: list[int] | None, where: str, problems: list[str]) -> None:
     if rel is None:
         problems.append(f"{where}: no image path")
+        return
+    reason = unsafe_reason(root.resolve(), rel)
+    if reason is not None:
+        problems.append(f"{where}: image path {rel!r} {reason}")
         return
     path = root / rel
     if not path.is_file():
@@ -184,7 +190,7 @@ def _card_counts(text: str) -> dict[str, dict[str, int]]:
 
 def _check_manifest(root: Path, problems: list[str]) -> None:
     from cxrground.percept.layout import MANIFEST_FILE
-    from cxrground.percept.manifest import manifest_lines
+    from cxrground.percept.manifest import UNLISTED, manifest_lines
 
     manifest = root / MANIFEST_FILE
     if not manifest.is_file():
@@ -193,7 +199,8 @@ def _check_manifest(root: Path, problems: list[str]) -> None:
     listed: dict[str, str] = {}
     for line in manifest.read_text(encoding="utf-8").splitlines():
         digest, _, rel = line.partition("  ")
-        listed[rel] = digest
+        if rel not in UNLISTED:  # an older manifest may list the gallery page
+            listed[rel] = digest
     actual = dict(reversed(line.split("  ", 1)) for line in manifest_lines(root))
     for rel in sorted(set(listed) | set(actual)):
         if rel not in actual:

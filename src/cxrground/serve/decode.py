@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import io
 import re
-import struct
 
 from cxrground.errors import ImageReadError
-from cxrground.io.image import CXRImage, read_image_bytes
+from cxrground.io.image import CXRImage, image_header_size, read_image_bytes, sniff_type
 from cxrground.serve.limits import ApiError, Limits
 
 __all__ = ["decode_image_bytes", "decode_image_string", "image_header_size", "pixel_limit", "sniff_type"]
@@ -26,39 +24,6 @@ __all__ = ["decode_image_bytes", "decode_image_string", "image_header_size", "pi
 _PATH_LIKE = re.compile(r"^(file:|~|\.{0,2}/|\\\\|[A-Za-z]:[\\/])|\.(png|jpe?g|dcm|dicom|tiff?|bmp)$", re.IGNORECASE)
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[\w.+-]+)*)(?P<b64>;base64)?,",
                        re.IGNORECASE)
-
-
-def sniff_type(data: bytes) -> str | None:
-    """``png``, ``jpeg`` or ``dicom`` from the first bytes, else None."""
-    if data.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "png"
-    if data.startswith(b"\xff\xd8\xff"):
-        return "jpeg"
-    if len(data) >= 132 and data[128:132] == b"DICM":
-        return "dicom"
-    return None
-
-
-def image_header_size(data: bytes, kind: str) -> tuple[int, int]:
-    """``(H, W)`` stated by the image header (pixels are not decoded); raises ImageReadError."""
-    if kind == "dicom":
-        import pydicom
-
-        try:
-            ds = pydicom.dcmread(io.BytesIO(data), stop_before_pixels=True)
-            return int(ds.Rows), int(ds.Columns)
-        except Exception as exc:  # pydicom raises many types on damaged headers
-            raise ImageReadError(f"cannot parse DICOM header ({type(exc).__name__}: {exc})") from exc
-    from PIL import JpegImagePlugin, PngImagePlugin
-
-    # the format's own header parser: ``Image.open`` would refuse a decompression bomb with an error of its
-    # own before the size is known; the plugin reads only the header and leaves the pixels alone
-    parser = {"png": PngImagePlugin.PngImageFile, "jpeg": JpegImagePlugin.JpegImageFile}[kind]
-    try:
-        with parser(io.BytesIO(data)) as im:
-            return int(im.height), int(im.width)
-    except (OSError, SyntaxError, ValueError, struct.error) as exc:
-        raise ImageReadError(f"cannot parse {kind.upper()} header ({exc})") from exc
 
 
 def pixel_limit(limits: Limits) -> int:

@@ -1,7 +1,8 @@
 """Whole-dataset ILS evaluation (:func:`evaluate_dataset`): one predictions file scored on one split.
 
 A pair without a prediction is never dropped: it is listed and scored wrong (IoU 0 on a positive, "not
-empty" on a negative, text wrong). Masks are compared at each image's native ``H×W`` (GT masks of another
+empty" on a negative, text wrong); ``"mask": null`` on a negative pair is an empty prediction. ``split="all"``
+scores every split together. Masks are compared at each image's native ``H×W`` (GT masks of another
 size are resized nearest-neighbour to the native size, which is read from ``images_root`` or the study's
 ``height``/``width`` fields when given, else taken from the study's GT masks — right for our generator,
 which writes native-size masks).
@@ -24,7 +25,10 @@ from cxrground.ils.predictions import Prediction, load_predictions, resolve_seg_
 from cxrground.ils.schema import load_dataset
 from cxrground.io.masks import check_shape, read_mask_png
 
-__all__ = ["evaluate_dataset"]
+__all__ = ["ALL_SPLITS", "evaluate_dataset"]
+
+#: The ``split`` value that scores every split of the dataset together.
+ALL_SPLITS = "all"
 
 
 def _resize_nearest(mask: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
@@ -78,8 +82,9 @@ def evaluate_dataset(
     json_path, mask_root = _locate(dataset_dir)
     data = load_dataset(json_path)
     frame = read_frame(json_path)  # released-frame masks map back to the recorded native sizes
-    if split not in data:
+    if split != ALL_SPLITS and split not in data:
         raise InputError(f"split {split!r} not in the dataset (has {', '.join(data) or 'none'})", json_path)
+    studies = [s for name in (data if split == ALL_SPLITS else [split]) for s in data[name].values()]
     preds = load_predictions(predictions_path)
     seg_mode = resolve_seg_mode(seg_mode, preds, predictions_path)
     seg = SegmentationMetric(n_boot=n_boot, seed=seed)
@@ -88,7 +93,7 @@ def evaluate_dataset(
     missing: list[str] = []
     missing_mask: list[str] = []
     missing_answer: list[str] = []
-    for study in data[split].values():
+    for study in studies:
         if limit is not None and len(evaluated) >= limit:
             break
         pairs = study["instruction_answer_pairs"]
@@ -119,6 +124,8 @@ def evaluate_dataset(
             if not is_pos:
                 shape = native or (pred_mask.shape if pred_mask is not None else (1, 1))
                 gt = np.zeros(shape, bool)
+                if pred is not None and pred.null_mask:
+                    pred_mask = np.zeros(shape, bool)
             if pred is None:
                 missing.append(pid)
             else:

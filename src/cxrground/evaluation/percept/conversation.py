@@ -35,10 +35,11 @@ import functools
 import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from pathlib import Path
 from typing import Any, Final, Literal
 
 from cxrground.errors import ImageReadError, InputError
+from cxrground.percept.paths import safe_image_path, unsafe_reason
 from cxrground.percept.schema import Benchmark, Case, with_root_paths
 from cxrground.vocab import percept_templates as pt
 from cxrground.vocab.lesions import LESIONS
@@ -224,31 +225,6 @@ def plan_case(key: str, case: Case) -> CasePlan:
     return CasePlan(key, path, lesion, tuple(qs))
 
 
-def safe_image_path(root: Path, rel: str) -> Path:
-    """The file ``root/rel``; raises :class:`InputError` unless ``rel`` is a relative path without ``..``
-    components that resolves (symlinks followed) inside ``root``."""
-    reason = _unsafe_reason(Path(root).resolve(), rel)
-    if reason is not None:
-        raise InputError(f"image path {rel!r} {reason}; refusing to read it", root)
-    return Path(root) / rel
-
-
-def _unsafe_reason(base: Path, rel: str) -> str | None:
-    """Why ``rel`` must not be read below the resolved folder ``base`` (None when it may)."""
-    if not rel or "\x00" in rel:
-        return "is empty or holds a NUL byte"
-    pure = PurePosixPath(rel)
-    if pure.is_absolute() or PureWindowsPath(rel).is_absolute() or PureWindowsPath(rel).drive:
-        return "is absolute"
-    if ".." in pure.parts or ".." in PureWindowsPath(rel).parts:
-        return "has a '..' component"
-    try:
-        inside = (base / rel).resolve().is_relative_to(base)
-    except (OSError, RuntimeError):  # a symlink loop
-        return "cannot be resolved (symlink loop)"
-    return None if inside else "resolves outside the benchmark folder (symlink)"
-
-
 @functools.lru_cache(maxsize=64)
 def image_data_url(path: Path) -> str:
     """``data:image/png;base64,...`` of an image file (PNG bytes as stored; other formats re-encoded to PNG)."""
@@ -405,7 +381,7 @@ def plan_benchmark(bench: Benchmark, source: str | Path | None = None) -> list[C
     if bench.root is not None:
         base = bench.root.resolve()
         unsafe = [f"case {p.case_id}: {rel!r} {reason}" for p in plans for q in p.questions for rel in q.images
-                  if (reason := _unsafe_reason(base, rel)) is not None]
+                  if (reason := unsafe_reason(base, rel)) is not None]
         if unsafe:
             raise InputError(_listing(f"refusing the benchmark: {len(unsafe)} image path(s) point outside the "
                                       f"benchmark folder {bench.root}", unsafe), source)

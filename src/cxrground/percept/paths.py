@@ -1,0 +1,39 @@
+"""Containment of a benchmark's image paths: a path from ``chexpercept.json`` is read only inside the benchmark.
+
+Shared by the builder's readers (:mod:`cxrground.percept.validate`, :mod:`cxrground.percept.gallery`) and the
+evaluation harness (:mod:`cxrground.evaluation.percept.conversation`), so that no benchmark file can make any of
+them read, send or embed a file outside the benchmark folder (absolute paths, ``..`` components, symlinks out).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath, PureWindowsPath
+
+from cxrground.errors import InputError
+
+__all__ = ["safe_image_path", "unsafe_reason"]
+
+
+def safe_image_path(root: Path, rel: str) -> Path:
+    """The file ``root/rel``; raises :class:`InputError` unless ``rel`` is a relative path without ``..``
+    components that resolves (symlinks followed) inside ``root``."""
+    reason = unsafe_reason(Path(root).resolve(), rel)
+    if reason is not None:
+        raise InputError(f"image path {rel!r} {reason}; refusing to read it", root)
+    return Path(root) / rel
+
+
+def unsafe_reason(base: Path, rel: str) -> str | None:
+    """Why ``rel`` must not be read below the resolved folder ``base`` (None when it may)."""
+    if not rel or "\x00" in rel:
+        return "is empty or holds a NUL byte"
+    pure = PurePosixPath(rel)
+    if pure.is_absolute() or PureWindowsPath(rel).is_absolute() or PureWindowsPath(rel).drive:
+        return "is absolute"
+    if ".." in pure.parts or ".." in PureWindowsPath(rel).parts:
+        return "has a '..' component"
+    try:
+        inside = (base / rel).resolve().is_relative_to(base)
+    except (OSError, RuntimeError):  # a symlink loop
+        return "cannot be resolved (symlink loop)"
+    return None if inside else "resolves outside the benchmark folder (symlink)"
