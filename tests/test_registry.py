@@ -263,3 +263,26 @@ def test_cohort_of_images(tmp_path: Path):
     (tmp_path / "cohort.json").write_text("{}")
     assert cohort_of_images(tmp_path / "files") == tmp_path
 
+
+
+def test_text_options_are_converted_to_the_factorys_annotated_types():
+    reg: Registry[dict] = Registry("widget")
+
+    @reg.register("w", help="test widget")
+    def make(size: int = 1, scale: float | None = None, fast: bool = False, name: str = "x") -> dict:
+        return {"size": size, "scale": scale, "fast": fast, "name": name}
+
+    got = reg.create("w", size="3", scale="0.5", fast="true", name="7")
+    assert got == {"size": 3, "scale": 0.5, "fast": True, "name": "7"}
+    assert reg.create("w", size=4, fast=False) == {"size": 4, "scale": None, "fast": False, "name": "x"}
+    with pytest.raises(ConfigError, match="widget 'w': option 'size' must be int, got 'big'"):
+        reg.create("w", size="big")
+    with pytest.raises(ConfigError, match="option 'fast' must be bool"):
+        reg.create("w", fast="maybe")
+
+
+def test_llm_structurer_options_from_the_command_line_are_typed():
+    from cxrground.reports.structure import STRUCTURERS
+
+    s = STRUCTURERS.create("llm", base_url="http://127.0.0.1:9/v1", model="m", concurrency="3", temperature="0.5")
+    assert s.concurrency == 3 and s.decoding["temperature"] == 0.5

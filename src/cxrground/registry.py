@@ -17,9 +17,10 @@ swallowed silently.
 from __future__ import annotations
 
 import inspect
+import typing
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Final, Generic, TypeVar, overload
 
 from cxrground.errors import ConfigError
 
@@ -108,9 +109,11 @@ class Registry(Generic[T]):
             raise ConfigError(f"{self.kind} {name!r} needs option {', '.join(repr(m) for m in missing)}")
 
     def create(self, name: str, /, **options: Any) -> T:
-        """Build backend ``name`` with ``options`` after :meth:`check`."""
+        """Build backend ``name`` with ``options`` after :meth:`check`; text values (``--X-opt key=value``) of
+        options the factory annotates as ``int``, ``float`` or ``bool`` are converted first."""
         self.check(name, options)
-        return self._backends[name].factory(**options)
+        factory = self._backends[name].factory
+        return factory(**_coerce_text_options(f"{self.kind} {name!r}", factory, options))
 
     def __contains__(self, name: object) -> bool:
         return name in self._backends
@@ -120,3 +123,39 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._backends)
+
+
+_TRUE: Final[frozenset[str]] = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final[frozenset[str]] = frozenset({"0", "false", "no", "off"})
+
+
+def _scalar_type(annotation: Any) -> type | None:
+    """``int``, ``float`` or ``bool`` when ``annotation`` is one of them (or it ``| None``), else None."""
+    if annotation in (int, float, bool):
+        return annotation
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    return args[0] if len(args) == 1 and args[0] in (int, float, bool) else None
+
+
+def _coerce_text_options(owner: str, factory: Callable[..., Any], options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with text values converted to the factory's annotated ``int`` / ``float`` / ``bool``."""
+    try:
+        params = inspect.signature(factory, eval_str=True).parameters
+    except (NameError, TypeError, ValueError):  # annotations that cannot be resolved: pass values as given
+        return options
+    out = dict(options)
+    for key, value in options.items():
+        kind = _scalar_type(params[key].annotation) if key in params and isinstance(value, str) else None
+        if kind is None:
+            continue
+        text = value.strip().lower()
+        try:
+            if kind is bool:
+                if text not in _TRUE | _FALSE:
+                    raise ValueError(value)
+                out[key] = text in _TRUE
+            else:
+                out[key] = kind(text)
+        except ValueError:
+            raise ConfigError(f"{owner}: option {key!r} must be {kind.__name__}, got {value!r}") from None
+    return out

@@ -35,7 +35,7 @@ def ils() -> None:
 @click.option("--workers", type=int, default=1)
 @click.option("--structurer", type=click.Choice(list(STRUCTURERS)), default="rules")
 @click.option("--structurer-opt", multiple=True, callback=lambda _c, _p, v: kv(v), help="KEY=VALUE for the "
-              "structurer (llm: base_url, model, api_key_env, cache_path, concurrency).")
+              "structurer (llm: base_url, model, api_key_env, cache, concurrency).")
 @click.option("--sections", type=click.Choice(SECTION_POLICIES), default=DEFAULT_SECTION_POLICY,
               help="Report section policy: findings (ILS §6: findings, else impression), impression (impression "
                    "first), findings+impression (both, numbered on; repeats counted once).")
