@@ -2,8 +2,8 @@
 
 Run after ``make demo`` (which evaluates the three on ``demo_out/percept``, oracle setting ``none``):
 ``.venv/bin/python bench/percept_ils_agent.py [demo_out/runs/oracle demo_out/runs/random demo_out/runs/ils-baseline]``.
-Prints, per run, path (RR / RF / LF) and scoring view (``end_to_end``; ``oracle_passed``: the stage's accuracy
-over the cases whose earlier stages were right, CHEXPERCEPT.md §15), the accuracy of each stage and the mean
+Prints, per run, path (RR / RF / LF) and scoring view (``end_to_end``; ``oracle_passed``: the raw correctness of
+each stage, whatever the earlier stages answered, CHEXPERCEPT.md §15), the accuracy of each stage and the mean
 depth, from :func:`cxrground.evaluation.percept.scoring.score_run` (no bootstrap).
 """
 
