@@ -195,6 +195,8 @@ _CARDIO_PATTERNS: Final[tuple[str, ...]] = (
     r"enlargement\s+of\s+the\s+(?:heart|cardiac\s+silhouette)",
     r"enlarged\s+(?:heart|cardiac\s+(?:silhouette|shadow)|cardiomediastinal\s+silhouette)",
     rf"{_CARDIO_SUBJECT}(?:\s*{_CARDIO_FILLER}){{0,8}}\s+(?:enlarged|enlargement|large|increased)",
+    rf"{_CARDIO_SUBJECT}\s+(?:is|are|appears?|remains?|seems?)\s+(?:(?:again|still|now|stably)\s+)?borderline"
+    r"(?:\s+in\s+size)?(?!\s+(?:normal|to|in\s+(?:contour|configuration)))",
 )
 
 _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
@@ -203,6 +205,21 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
     (EntityKind("pericardial effusion", None, lung=False), (r"pericardial\s+effusions?",)),
     (EntityKind("subcutaneous emphysema", None, lung=False), (r"subcutaneous\s+(?:emphysema|air|gas)",)),
     (EntityKind("hydropneumothorax", None), (r"hydropneumothora(?:x|ces)",)),
+    (EntityKind("soft tissue edema", None, lung=False), (
+        r"(?:soft[- ]tissues?|subcutaneous|chest\s+wall|body\s+wall|mucosal)\s+o?edema", r"anasarca",
+    )),
+    (EntityKind("vertebral collapse", None, lung=False), (
+        r"(?:compression|vertebral(?:\s+body)?)\s+(?:collapse|deformit(?:y|ies))",
+        r"collapse\s+of\s+(?:the\s+|an?\s+)?(?:[ctl]\d{1,2}\b|(?:[\w-]+\s+){0,2}vertebra)(?:[\w-]*)"
+        r"(?:\s+bod(?:y|ies))?",
+    )),
+    (EntityKind("radiation changes", None), (
+        r"(?:post[- ]?)?radiation\s+(?:pneumonitis|fibrosis|changes?|injury|scarring)",
+    )),
+    (EntityKind("bronchovascular crowding", None), (
+        r"(?:bronchovascular|vascular)\s+crowding",
+        r"crowding\s+of\s+(?:the\s+)?(?:bronchovascular|vascular|pulmonary|lung)\s+(?:markings|structures|vessels)",
+    )),
     (EntityKind("vascular congestion", None), (
         r"(?:pulmonary\s+)?(?:vascular|venous)\s+(?:congestion|engorgement)", r"pulmonary\s+congestion",
         r"congestion",
@@ -319,7 +336,8 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                  r"(?:normal\s+limits|limits\s+of\s+normal)"),
     ("neg_both", r"(?:(?:has|have)\s+)?(?:been\s+)?(?:since\s+)?(?:completely\s+|nearly\s+completely\s+)?"
                  r"(?:resolved|cleared)"),
-    ("neg_pre", r"(?:interval\s+)?resolution\s+of|no\s+longer|negative\s+for|free\s+of|clear\s+of|absence\s+of|"
+    ("neg_pre", r"(?:interval\s+)?resolution\s+of|(?:(?:interval|complete|total)\s+)+clearing\s+of|no\s+longer|"
+                r"negative\s+for|free\s+of|clear\s+of|absence\s+of|"
                 r"without|neither|nor|no|not\s+(?:a|an|any)"),
     ("link", r"(?:to\s+)?suggest(?:s|ed|ing|ive\s+of|ion\s+of)?|concerning\s+for|suspicious\s+for|worrisome\s+for|"
              r"indicat(?:es|ing|ive\s+of)|(?:raises?|raising|raised)\s+(?:the\s+)?(?:concern|possibility|question|"
@@ -330,11 +348,14 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                  r"(?:also\s+)?(?:an?\s+|another\s+)?(?:(?:diagnostic\s+)?consideration|possibility|concern)|"
                  r"(?:should|could|would|may|might)\s+(?:also\s+)?be\s+considered)"
                  r"(?=\s*(?:$|[.,;:)]|\b(?:and|but|given|in|at|on|with|though|although|if|as|clinically)\b))"),
+    ("unc_vs", r"(?:more|less)\s+(?:likely|probable)\s+than|favou?red\s+over"),
     ("unc_pre", r"(?:most\s+|more\s+)?(?:likely|probable|probably|possible|possibly)|possibility\s+of|questionable|"
-                r"question\s+of|presumed|presumably|may(?:\s+(?:be|represent|reflect))?|might|could(?:\s+(?:be|represent|"
-                r"reflect))?|suspected|suspect|suspicion\s+(?:of|for)|borderline|equivocal|indeterminate|"
+                r"question(?:\s+of)?|presumed|presumably|may(?:\s+(?:be|represent|reflect))?|might|"
+                r"could(?:\s+(?:be|represent|reflect))?|suspected|suspect|suspicion\s+(?:of|for)|borderline|equivocal|"
+                r"indeterminate|"
                 r"differential(?:\s+diagnosis)?(?:\s+(?:includes?|considerations?))?|"
-                r"consider(?:ed)?|rule\s+out|r/o|worrisome|concerning|perhaps|unlikely|doubtful"),
+                r"consider(?:ed)?|rule\s+out|r/o|worrisome|concerning|perhaps|unlikely|doubtful|"
+                r"(?:in\s+)?favou?r(?:s|ed|ing)?(?:\s+of)?"),
     ("unc_vs", r"versus|vs\.?"),
     ("unc_both", r"\?"),
     ("term", r"\bbut\b|\bhowever\b|\balthough\b|\bthough\b|\bwhereas\b|\bwhile\b|\bexcept\b|\baside\s+from\b|"
@@ -405,6 +426,7 @@ _NOOP_ANATOMY = (
 )
 _LOCATIONS: Final[tuple[tuple[str, str], ...]] = (
     ("border", r"(?:right|left)\s+heart\s+border"),
+    ("retro", r"(?:behind|posterior\s+to)\s+the\s+(?:(?:right|left)\s+)?heart"),
     ("abbr", r"rll|lll|rml|rul|lul"),
     ("noop", r"(?:right|left)\s+(?:(?:slightly|much|somewhat)\s+)?(?:greater|worse|larger|more|less|bigger|"
              r"smaller)\s+than\s+(?:the\s+)?(?:right|left)"),
@@ -479,6 +501,8 @@ def location_labels(kind: str, text: str) -> tuple[str, ...]:
         return (zone_label(side, zone),)
     if kind == "border":
         return (zone_label("right" if text.startswith("right") else "left", "mid zone lung"),)
+    if kind == "retro":  # behind the heart = retrocardiac: the left base unless the right heart is named
+        return (zone_label("right" if re.search(r"\bright\b", text) else "left", "lung base"),)
     if kind == "whole":
         return tuple(lung_label(s) for s in _sides(text, SIDES))
     # zoned: zones in order of mention, sides from the side words or the zone's default side
