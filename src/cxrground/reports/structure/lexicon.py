@@ -13,33 +13,46 @@ lesion                 surface forms (regular expressions simplified; plurals ac
 cardiomegaly           cardiomegaly; enlarged heart / cardiac silhouette / cardiac shadow / cardiomediastinal
                        silhouette; cardiac enlargement; enlargement of the heart / cardiac silhouette;
                        "<heart | heart size | cardiac silhouette | cardiomediastinal silhouette> <is, mildly,
-                       moderately, borderline, may be, likely, not, ...> <enlarged | large | increased>".
-                       *Decision*: "borderline cardiomegaly" / "borderline enlarged" = uncertain (``borderline``
-                       is a hedge); "top normal", "at the upper limits of normal", "normal heart size" are no
-                       finding at all (not negations: ILS §7.1 allows only explicit negation).
+                       moderately, borderline, may be, likely, not, ...> <enlarged | large | increased>";
+                       "<heart | ...> is borderline (in size)" (not "borderline normal").
+                       *Decision*: "borderline cardiomegaly" / "borderline enlarged" / "heart size is
+                       borderline" = uncertain (``borderline`` is a hedge); "top normal", "at the upper limits of
+                       normal", "normal heart size" are no finding at all (not negations: ILS §7.1 allows only
+                       explicit negation).
 pneumonia              pneumonia, bronchopneumonia, pneumonitis, infection, infectious process, aspiration,
                        aspiration pneumonia. *Added*: pneumonitis, aspiration (radiographically an
                        aspiration pneumonitis/pneumonia; hedges still apply: "concerning for aspiration").
+                       *Not* radiation pneumonitis / fibrosis / changes (treatment injury, not infection: the
+                       non-target finding "radiation changes").
 atelectasis            atelectasis, atelectatic (changes), collapse(d). *Changed*: "volume loss" (ILS §7.1 proposal) is
-                       a non-target finding: it is a sign, not atelectasis (MeSH codes it apart).
+                       a non-target finding: it is a sign, not atelectasis (MeSH codes it apart). *Not* vertebral
+                       collapse ("compression collapse", "collapse of the T12 vertebral body": a non-target
+                       finding outside the lungs).
 opacity                opacity, opacities, opacification, opacified, airspace / air space disease, airspace
                        process, infiltrate(s), infiltration, infiltrative process, haziness, hazy opacity,
                        ground-glass (opacity). *Not* "density" (also used for bones and masses).
 consolidation          consolidation, consolidative (opacity/process), consolidated.
 edema                  edema / oedema, pulmonary / interstitial / alveolar edema, fluid overload. *Decision*:
                        "(pulmonary) vascular congestion" is **not** edema (ILS §2: the congestion category was
-                       dropped); it is a non-target finding.
+                       dropped; MeSH codes ``Pulmonary Congestion`` apart from ``Pulmonary Edema``); it is a
+                       non-target finding. *Not* soft-tissue / subcutaneous / chest-wall / mucosal edema,
+                       anasarca (edema outside the lungs: a non-target finding).
 effusion               effusion(s), pleural effusion(s), pleural fluid (collection), layering fluid / effusion,
-                       hydrothorax. *Not* "pericardial effusion" (a non-target finding).
+                       hydrothorax. *Not* "pericardial effusion" (a non-target finding). *Decision* (ILS §7.1 is
+                       silent): "blunting of the costophrenic angle" is **no** effusion phrase: blunting is a sign
+                       that a small effusion, pleural thickening or scarring can give (MeSH codes it apart, as
+                       ``Costophrenic Angle/blunted``); "blunting ... may represent a small effusion" still names
+                       the effusion.
 None (non-target)      lung: pneumothorax, hydropneumothorax, nodule, mass, masslike, granuloma(s), calcified
                        granuloma, granulomatous disease / infection, scar(ring), fibrosis, fibrotic changes,
                        emphysema, bulla(e), bullous disease, bronchiectasis, cyst, cavity/cavitation, interstitial
                        markings,
                        interstitial lung disease, interstitial prominence, reticular markings, pleural
                        thickening, pleural plaque, (pulmonary) vascular congestion, metastasis/metastases,
-                       volume loss.
+                       volume loss, radiation pneumonitis / fibrosis / changes, (broncho)vascular crowding.
                        other: fracture, (hiatal) hernia, (lymph)adenopathy, pericardial effusion,
-                       pneumomediastinum, subcutaneous emphysema, pneumoperitoneum / free air, heart failure.
+                       pneumomediastinum, subcutaneous emphysema, pneumoperitoneum / free air, heart failure,
+                       soft-tissue edema, vertebral collapse / compression deformity.
 =====================  =========================================================================================
 
 Observations (the opacity-class phrases and consolidation) can be *attributed* to another finding
@@ -60,12 +73,13 @@ pseudo (ignored)   no (significant / interval / ...) change / increase / decreas
 history            (known / remote / past / prior) history of, hx of, h/o: the phrase is not a finding of this
                    image and gives no tuple ("history of pneumonia")
 negation, before   no, without, free of, clear of, negative for, absence of, neither, nor, not (a/an/any),
-                   no longer, (interval) resolution of. ("rule out" is *not* a negation: it is uncertain)
+                   no longer, (interval) resolution of, interval / complete clearing of. ("rule out" is *not* a
+                   negation: it is uncertain; "clearing of" alone may be partial and is not one either)
 negation, after    (is / are) not seen / visible / present / identified / evident / appreciated /
                    demonstrated / visualized / noted / detected / apparent / observed; (is) absent; no longer
                    seen / visible / present; ruled out; is gone; (appears) within normal limits
 negation, both     (has since completely) resolved, (has) cleared (within 4 words)
-uncertain, before  possible, possibly, possibility of, probable, probably, questionable, question of, likely,
+uncertain, before  possible, possibly, possibility of, probable, probably, questionable, question (of), likely,
                    most likely, presumed, presumably, may (be / represent / reflect), might, could (be / represent /
                    reflect), cannot / can not / can't (completely) exclude, cannot rule out, difficult / hard /
                    impossible to (completely) exclude, not excluded, suspected, suspect, suspicion of,
@@ -73,13 +87,15 @@ uncertain, before  possible, possibly, possibility of, probable, probably, quest
                    suggest, indicating, raises concern / the possibility / the question for / of, concern for,
                    borderline, equivocal, indeterminate, perhaps, unlikely, doubtful, differential (diagnosis)
                    includes, consider(ed), rule out / r/o, (please) correlate (clinically) for, clinical
-                   correlation for, evaluate / assess (further) for, to exclude, to rule out
+                   correlation for, evaluate / assess (further) for, to exclude, to rule out, (in) favor (of),
+                   favors / favored / favoring
 uncertain, after   cannot / can not / can't / could not be excluded / ruled out, (is / are) not (entirely)
                    excluded / ruled out, (is / are / seems) possible / likely / unlikely / probable / suspected /
                    questioned / favored / doubtful, (is) difficult to (completely) exclude, may be present,
                    is / would be / could be (another) consideration / possibility, should / could be considered
 uncertain, both    ``?`` (within 3 words); versus / vs (within 6 words: "atelectasis versus small amount of
-                   fluid" hedges the atelectasis)
+                   fluid" hedges the atelectasis); more / less likely (probable) than, favored over (a comparison
+                   of two candidates hedges both: "atelectasis is more likely than pneumonia")
 link hedges        suggest*, concerning / suspicious / worrisome for, indicat*: inside the scope of an
                    earlier negation they are transparent ("no opacity to suggest pneumonia" negates both)
 scope end          ``;``, but, however, although, though, whereas, while, except, aside from, apart from,
@@ -110,6 +126,7 @@ zone, RLL / LLL, S costophrenic angle / sulcus, retrocardiac
 (left when no side)
 right middle lobe / middle lobe / RML, S heart border             ``right mid zone lung`` / ``S mid zone lung``
 lingula, lingular (left)                                          ``left mid zone lung``
+behind / posterior to the (S) heart (retrocardiac)                ``left lung base`` (``S lung base``)
 S mid lung / midlung / mid zone, S (peri / para / infra)hilar,    ``S mid zone lung``
 S hilum
 perihilar / hilar / mid lungs (no side, or bilateral)             ``right mid zone lung``, ``left mid zone lung``

@@ -11,13 +11,19 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
    pneumonia" negates both; a closing cue such as "is not seen" between an earlier cue and the phrase ends
    that cue's scope). After the phrase the nearest post-cue of the clause applies ("... cannot be
    excluded", "... is not seen", "... has resolved") when every phrase in between is coordinated with it
-   ("effusion or pneumothorax is not seen"). Cues inside the phrase count too ("the heart is *not*
+   ("effusion or pneumothorax is not seen"), and not across a comma that opens a new subject ("heart size is
+   enlarged, pulmonary vascularity within normal limits": the vascularity is normal, the heart is not). A
+   negation before a list ends where a bare comma opens a new item with a size / side word ("no pneumothorax,
+   small right effusion") unless the list goes on with "or" / "nor" ("no pneumothorax, large effusion, or
+   consolidation"). Cues inside the phrase count too ("the heart is *not*
    enlarged", "heart size *may be* enlarged"). Pseudo-negations ("no change in", "not significantly
    changed") are matched first and ignored. Any negation -> absent; else any hedge -> uncertain; else
    present. Hedged cues that contain a negation word ("cannot exclude", "not excluded") are hedges: an
    uncertain finding never becomes absent.
 3. **Alternatives**: phrases joined by "or", "versus", "vs", "/" or "and/or" ("atelectasis versus
-   pneumonia", "atelectasis/infiltrate") are each one finding. The *alternatives policy* (``alternatives=``,
+   pneumonia", "atelectasis/infiltrate"), and the comma-joined members of a list that ends with such a join
+   ("atelectasis, aspiration, or pneumonia"; not after an observation, whose comma may link it to its
+   alternatives), are each one finding. The *alternatives policy* (``alternatives=``,
    CLI ``--alternatives``) decides their assertion: ``uncertain`` (default, ILS.md §7.1: a differential is a
    hedge) makes every member of the group uncertain; ``present`` leaves each member the assertion its own cues
    give, so "atelectasis or scarring" is two present findings while "atelectasis versus pneumonia" stays
@@ -44,7 +50,8 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
    Absent findings get labels by the same rules.
    A location phrase followed by "is clear / normal / unremarkable" describes a normal statement and belongs to
    no finding; a phrase introduced by "adjacent", "associated", "superimposed", ... without a location of its
-   own takes the location of the finding before it ("small left effusion with adjacent atelectasis").
+   own takes the location of the finding before it ("small left effusion with adjacent atelectasis"; also
+   "compressive / passive / relaxation atelectasis", which lies next to the effusion that causes it).
 6. **History**: a phrase in the scope of "history of" / "h/o" ("history of pneumonia") describes the past and
    gives no finding.
 7. **Report level** (:mod:`.resolve`): a positive lesion finding without a location phrase takes the labels of
