@@ -62,6 +62,8 @@ TRICKY: list[tuple[str, str, Expected]] = [
     ("hedge", "Atelectasis is more likely than pneumonia.",
      [("atelectasis", "uncertain", BOTH), ("pneumonia", "uncertain", BOTH)]),
     ("hedge", "Question right upper lobe pneumonia.", [("pneumonia", "uncertain", (RU,))]),
+    # a hedged explanation of a finding still states the finding
+    ("hedge", "Shallow inspiration probably accounts for the bibasilar opacities.", [("opacity", "present", (RB, LB))]),
     # --- alternatives (default policy: uncertain) -------------------------------------------------------------
     ("alternatives", "Atelectasis or scarring at the right base.",
      [("atelectasis", "uncertain", (RB,)), ("scarring", "uncertain", (RB,))]),

@@ -102,7 +102,10 @@ scope end          ``;``, but, however, although, though, whereas, while, except
                    other than, with (not in "consistent / compatible / in keeping / associated / seen /
                    concerning / suspicious / related / correlate(ion) with", and a hedge before the phrase
                    reaches across "with": "possible small effusion with adjacent atelectasis"), "and" before
-                   "there / the / a / an / this / these / it", ", the / there / this / it"
+                   "there / the / a / an / this / these / it", ", the / there / this / it", a hedged
+                   explanation: may / could / likely account for / explain / contribute to (the hedge is about
+                   the cause: "a hiatal hernia which may account for the retrocardiac opacity" states the
+                   opacity)
 =================  ==============================================================================================
 
 *Decision*: "lungs are clear" (and "normal heart size") produce no finding: ILS §7.1 allows only explicit
@@ -330,6 +333,9 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                r"progression)"),
     ("pseudo", r"not\s+only|gram[- ]negative"),
     ("hist", r"(?:(?:a|known|remote|past|prior|previous|clinical)\s+)?(?:history|hx)\s+of|h/o"),
+    # a hedged explanation of a finding asserts the finding: "a hernia which may account for the opacity"
+    ("term", r"\b(?:may|might|could|likely|probably|possibly)\s+(?:account(?:s)?\s+for|explain(?:s)?|"
+             r"be\s+responsible\s+for|contribute(?:s)?\s+to)\b"),
     ("pseudo", r"(?:to\s+(?:document|confirm|ensure|assess|evaluate|demonstrate|show|verify|follow|monitor)|until|"
                r"for|await(?:ing)?)\s+(?:the\s+|its\s+)?(?:complete\s+|full\s+|radiographic\s+|eventual\s+)*"
                r"(?:resolution|clearing)"),
