@@ -2,8 +2,8 @@
 
 Floors are below the measured values (bench/structure.py: 1.000 on 500 report-only synthetic reports; on the
 297 IU reports with text, findings+impression, default alternatives: MeSH recall cardiomegaly 0.96, atelectasis
-1.00, effusion 1.00; macro F1 0.772 counting present + uncertain findings, 0.905 counting present findings,
-0.733 with the findings-only section policy; side agreement 0.886).
+1.00, effusion 1.00; macro F1 0.772 counting present + uncertain findings, 0.918 counting present findings,
+0.750 with the findings-only section policy; side agreement 0.886).
 """
 
 from __future__ import annotations
