@@ -2,8 +2,8 @@
 
 Floors are below the measured values (bench/structure.py: 1.000 on 500 report-only synthetic reports; on the
 297 IU reports with text, findings+impression, default alternatives: MeSH recall cardiomegaly 0.96, atelectasis
-1.00, effusion 1.00; macro F1 0.772 counting present + uncertain findings, 0.905 counting present findings,
-0.733 with the findings-only section policy; side agreement 0.886).
+1.00, effusion 1.00; macro F1 0.772 counting present + uncertain findings, 0.918 counting present findings,
+0.750 with the findings-only section policy; side agreement 0.886).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from cxrground.evaluation.report_quality import (
     cases_from_truth,
     format_scores,
     mesh_cases,
+    mesh_hedged,
     mesh_lesions,
     mesh_sides,
     mesh_split,
@@ -68,6 +69,28 @@ def test_mesh_sides() -> None:
     assert mesh_sides(["Pleural Effusion/bilateral/small", "Pulmonary Atelectasis/lingula"]) == {
         "effusion": frozenset({"left", "right"}), "atelectasis": frozenset({"left"})}
     assert mesh_sides(["Opacity/lung/base", "Cardiomegaly/mild", "Nodule/right"]) == {}
+
+
+def test_mesh_hedged_lesions() -> None:
+    assert mesh_hedged(["Cardiomegaly/borderline", "Opacity/lung/base/left"]) == {"cardiomegaly"}
+    # a lesion coded both hedged and plain is not hedged; unmapped terms are ignored
+    assert mesh_hedged(["Cardiomegaly/borderline", "Cardiomegaly/mild", "Aorta/borderline"]) == frozenset()
+    assert mesh_hedged(["Cardiomegaly"]) == frozenset()
+
+
+def test_hedged_truth_counts_uncertain_findings_under_present() -> None:
+    heart = frozenset()
+    hedged = MeshCase("h", "dev", "findings", frozenset({"cardiomegaly"}), {},
+                      (MeshMention("cardiomegaly", False, "uncertain", heart, "Borderline cardiomegaly."),),
+                      "", ("Cardiomegaly/borderline",), truth_hedged=frozenset({"cardiomegaly"}))
+    plain = MeshCase("p", "dev", "findings", frozenset({"cardiomegaly"}), {},
+                     (MeshMention("cardiomegaly", False, "uncertain", heart, "Possible cardiomegaly."),),
+                     "", ("Cardiomegaly",))
+    unhedged_fp = _case("f", set(), MeshMention("cardiomegaly", False, "uncertain", heart, "Possible cardiomegaly."))
+    rows = score_mesh_cases([hedged, plain, unhedged_fp], count="present")["per_lesion"]["cardiomegaly"]
+    assert (rows["tp"], rows["n_true"], rows["n_pred"]) == (1, 2, 1)
+    rows = score_mesh_cases([hedged, plain, unhedged_fp], count="positive")["per_lesion"]["cardiomegaly"]
+    assert (rows["tp"], rows["n_true"], rows["n_pred"]) == (2, 2, 3)
 
 
 def test_mesh_split_is_fixed() -> None:

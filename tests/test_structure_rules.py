@@ -301,7 +301,9 @@ def test_each_finding_gets_its_own_location() -> None:
 
 def test_location_labels_helper() -> None:
     kinds = set(LOCATION_KINDS.values())
-    assert kinds == {"border", "abbr", "noop", "zoned", "both", "whole"}
+    assert kinds == {"border", "retro", "abbr", "noop", "zoned", "both", "whole"}
+    assert location_labels("retro", "behind the heart") == (LB,)
+    assert location_labels("retro", "posterior to the right heart") == (RB,)
     assert location_labels("zoned", "bibasilar") == (RB, LB)
     assert location_labels("noop", "right hemidiaphragm") == ()
     assert set(CUE_KINDS.values()) >= {"pseudo", "neg_pre", "neg_post", "unc_pre", "unc_post", "link", "term"}

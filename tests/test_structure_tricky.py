@@ -8,7 +8,7 @@ import pytest
 from cxrground.errors import ConfigError
 from cxrground.reports import make_section_choice
 from cxrground.reports.structure import ALTERNATIVE_POLICIES, RuleStructurer, get_structurer
-from tricky_sentences import ALTERNATIVES_PRESENT, TRICKY
+from tricky_sentences import ALTERNATIVES_PRESENT, LOOKALIKES, TRICKY
 
 
 def _read(structurer: RuleStructurer, sentence: str) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -20,6 +20,11 @@ def _read(structurer: RuleStructurer, sentence: str) -> list[tuple[str, str, tup
 
 @pytest.mark.parametrize(("kind", "sentence", "expected"), TRICKY, ids=[f"{k}:{s[:40]}" for k, s, _ in TRICKY])
 def test_tricky_sentence_default_policy(kind: str, sentence: str, expected: list) -> None:
+    assert _read(RuleStructurer(), sentence) == expected
+
+
+@pytest.mark.parametrize(("kind", "sentence", "expected"), LOOKALIKES, ids=[s[:40] for _, s, _ in LOOKALIKES])
+def test_lookalike_phrases_are_not_lesions(kind: str, sentence: str, expected: list) -> None:
     assert _read(RuleStructurer(), sentence) == expected
 
 

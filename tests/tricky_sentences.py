@@ -34,6 +34,15 @@ TRICKY: list[tuple[str, str, Expected]] = [
      [("pneumothorax", "absent", BOTH), ("effusion", "present", (RL,))]),
     ("negation", "No change in the moderate left pleural effusion.", [("effusion", "present", (LL,))]),
     ("negation", "Pleural effusions are not seen on the lateral view.", [("effusion", "absent", BOTH)]),
+    # a negated list ends at a bare comma that opens a new item; it goes on when the list ends with "or"
+    ("negation", "No pneumothorax, small right pleural effusion.",
+     [("pneumothorax", "absent", BOTH), ("effusion", "present", (RL,))]),
+    ("negation", "No pneumothorax, large effusion, or consolidation.",
+     [("pneumothorax", "absent", BOTH), ("effusion", "absent", BOTH), ("consolidation", "absent", BOTH)]),
+    ("negation", "Interval clearing of the right basilar opacity.", [("opacity", "absent", (RB,))]),
+    # a post-negation does not reach back across a comma that opens a new subject
+    ("negation", "Cardiac silhouette is enlarged, lung volumes within normal limits.",
+     [("cardiomegaly", "present", (HEART,))]),
     # --- hedges -----------------------------------------------------------------------------------------------
     ("hedge", "Left lower lobe opacity raises concern for pneumonia.", [("pneumonia", "uncertain", (LB,))]),
     ("hedge", "Please correlate clinically for pneumonia.", [("pneumonia", "uncertain", BOTH)]),
@@ -48,6 +57,13 @@ TRICKY: list[tuple[str, str, Expected]] = [
     ("hedge", "Possible small left effusion with adjacent atelectasis.",
      [("effusion", "uncertain", (LL,)), ("atelectasis", "uncertain", (LL,))]),
     ("hedge", "Borderline cardiomegaly.", [("cardiomegaly", "uncertain", (HEART,))]),
+    ("hedge", "The cardiac silhouette is borderline in size.", [("cardiomegaly", "uncertain", (HEART,))]),
+    ("hedge", "Patchy left basilar opacity, favor atelectasis.", [("atelectasis", "uncertain", (LB,))]),
+    ("hedge", "Atelectasis is more likely than pneumonia.",
+     [("atelectasis", "uncertain", BOTH), ("pneumonia", "uncertain", BOTH)]),
+    ("hedge", "Question right upper lobe pneumonia.", [("pneumonia", "uncertain", (RU,))]),
+    # a hedged explanation of a finding still states the finding
+    ("hedge", "Shallow inspiration probably accounts for the bibasilar opacities.", [("opacity", "present", (RB, LB))]),
     # --- alternatives (default policy: uncertain) -------------------------------------------------------------
     ("alternatives", "Atelectasis or scarring at the right base.",
      [("atelectasis", "uncertain", (RB,)), ("scarring", "uncertain", (RB,))]),
@@ -58,6 +74,11 @@ TRICKY: list[tuple[str, str, Expected]] = [
     ("alternatives", "Bibasilar atelectasis versus small amount of fluid.", [("atelectasis", "uncertain", (RB, LB))]),
     ("alternatives", "Pneumonia versus atelectasis in the left lower lobe.",
      [("pneumonia", "uncertain", (LB,)), ("atelectasis", "uncertain", (LB,))]),
+    # a series comma list that ends with "or" is one group of alternatives (sharing the location)
+    ("alternatives", "Scarring, atelectasis, or pneumonia in the lingula.",
+     [("scarring", "uncertain", (LM,)), ("atelectasis", "uncertain", (LM,)), ("pneumonia", "uncertain", (LM,))]),
+    ("alternatives", "Left basilar opacity may reflect atelectasis, aspiration, or early pneumonia.",
+     [("atelectasis", "uncertain", (LB,)), ("pneumonia", "uncertain", (LB,)), ("pneumonia", "uncertain", (LB,))]),
     # --- laterality -------------------------------------------------------------------------------------------
     ("laterality", "Small right and moderate left pleural effusions.", [("effusion", "present", (RL, LL))]),
     ("laterality", "Left greater than right basilar atelectasis.", [("atelectasis", "present", (RB, LB))]),
@@ -70,6 +91,9 @@ TRICKY: list[tuple[str, str, Expected]] = [
      [("pneumonia", "present", (RB,)), ("pneumonia", "present", (RB,))]),
     ("laterality", "Elevated left hemidiaphragm with retrocardiac atelectasis.", [("atelectasis", "present", (LB,))]),
     ("laterality", "Volume loss in the left hemithorax.", [("volume loss", "present", (LL,))]),
+    ("laterality", "Subsegmental atelectasis behind the heart.", [("atelectasis", "present", (LB,))]),
+    ("laterality", "Moderate left pleural effusion with compressive atelectasis.",
+     [("effusion", "present", (LL,)), ("atelectasis", "present", (LL,))]),
     # --- history ----------------------------------------------------------------------------------------------
     ("history", "History of pneumonia.", []),
     ("history", "Patient with a history of congestive heart failure, now with bilateral pleural effusions.",
@@ -100,4 +124,19 @@ ALTERNATIVES_PRESENT: dict[str, Expected] = {
     "Left basilar opacity may reflect atelectasis or aspiration.":
         [("atelectasis", "uncertain", (LB,)), ("pneumonia", "uncertain", (LB,))],
     "Bibasilar atelectasis versus small amount of fluid.": [("atelectasis", "uncertain", (RB, LB))],
+    "Scarring, atelectasis, or pneumonia in the lingula.":
+        [("scarring", "present", (LM,)), ("atelectasis", "present", (LM,)), ("pneumonia", "present", (LM,))],
+    "Left basilar opacity may reflect atelectasis, aspiration, or early pneumonia.":
+        [("atelectasis", "uncertain", (LB,)), ("pneumonia", "uncertain", (LB,)), ("pneumonia", "uncertain", (LB,))],
 }
+
+#: Phrases that share a word with a lesion's phrase but name something else (rule lexicon only: the LLM prompt
+#: carries no word list for them). Same row format as :data:`TRICKY`; non-target entities lower-cased.
+LOOKALIKES: list[tuple[str, str, Expected]] = [
+    ("lookalike", "Soft tissue edema along the left chest wall.", [("soft tissue edema", "present", ())]),
+    ("lookalike", "Compression collapse of a lower thoracic vertebral body.",
+     [("compression collapse", "present", ())]),
+    ("lookalike", "Radiation fibrosis in the left upper lobe.", [("radiation fibrosis", "present", (LU,))]),
+    ("lookalike", "Radiation pneumonitis is not excluded.", [("radiation pneumonitis", "uncertain", BOTH)]),
+    ("lookalike", "Low lung volumes with bronchovascular crowding.", [("bronchovascular crowding", "present", BOTH)]),
+]

@@ -24,8 +24,14 @@ MeSH (:func:`mesh_lesions`, :func:`mesh_sides`, :func:`mesh_cases`, :func:`score
 a report is positive for a lesion when one of its MeSH major terms maps to it (:data:`MESH_TO_LESION`, on the
 term before the first ``/``); ``Airspace Disease`` and ``Infiltrate`` count as opacity (opacity phrases of the
 lexicon); ``Pulmonary Congestion``, ``Volume Loss``, ``Heart Failure``, ``Density``, ``Cardiac Shadow`` and
-``Costophrenic Angle`` map to nothing. The sides of a lesion are the ``right`` / ``left`` / ``bilateral``
-qualifiers of its terms (lingula = left, middle lobe = right when no side is written). The prediction reads the
+``Costophrenic Angle`` map to nothing, each for the reason the lexicon gives its phrase (congestion is not edema,
+volume loss not atelectasis, "density" names bones and masses too, blunting of the angle is a sign that an
+effusion or pleural thickening can give); ``Cardiac Shadow/enlarged`` is what the coders write for a silhouette
+that looks large without being called cardiomegaly ("prominent, probably accentuated by low volumes"), so it is
+not cardiomegaly either. A qualifier of :data:`MESH_HEDGE_QUALIFIERS` (``Cardiomegaly/borderline``) records that
+the report hedged the term; see :func:`score_mesh_cases` for how it is counted. The sides of a lesion are the
+``right`` / ``left`` / ``bilateral`` qualifiers of its terms (lingula = left, middle lobe = right when no side is
+written). The prediction reads the
 sections of a section policy (default ``findings+impression``, as the MeSH coders read the whole report) with
 the report-level rules applied, and counts either present and uncertain findings (``positive``, the ILS
 presence) or present findings only (``present``). Per lesion: precision, recall, F1 and side agreement; macro F1
@@ -55,6 +61,7 @@ from cxrground.vocab import LESIONS
 
 __all__ = [
     "MESH_COUNTS",
+    "MESH_HEDGE_QUALIFIERS",
     "MESH_SIDE_OF",
     "MESH_SPLITS",
     "MESH_SPLIT_SALT",
@@ -67,6 +74,7 @@ __all__ = [
     "cases_from_truth",
     "format_scores",
     "mesh_cases",
+    "mesh_hedged",
     "mesh_lesions",
     "mesh_section",
     "mesh_sides",
@@ -91,6 +99,8 @@ MESH_TO_LESION: Final[dict[str, str]] = {
     "Edema": "edema",
     "Pleural Effusion": "effusion",
 }
+#: MeSH qualifiers that record the report's own hedge: "borderline cardiomegaly" is coded ``Cardiomegaly/borderline``.
+MESH_HEDGE_QUALIFIERS: Final[frozenset[str]] = frozenset({"borderline"})
 #: Side-less MeSH qualifiers that name a side by anatomy (the lingula is left, the middle lobe right).
 MESH_SIDE_OF: Final[dict[str, str]] = {"lingula": "left", "middle lobe": "right"}
 #: Row of :func:`score_mesh_cases` that also counts opacity-class phrases attributed to another lesion.
@@ -287,6 +297,17 @@ def mesh_lesions(mesh_major: Sequence[str]) -> set[str]:
     return {lesion for term in mesh_major if (lesion := _mesh_lesion(term)) is not None}
 
 
+def mesh_hedged(mesh_major: Sequence[str]) -> frozenset[str]:
+    """Lesions every MeSH major term of which carries a hedge qualifier (:data:`MESH_HEDGE_QUALIFIERS`)."""
+    by_lesion: dict[str, bool] = {}
+    for term in mesh_major:
+        lesion = _mesh_lesion(term)
+        if lesion is not None:
+            hedged = any(q in MESH_HEDGE_QUALIFIERS for q in _mesh_head(term)[1])
+            by_lesion[lesion] = by_lesion.get(lesion, True) and hedged
+    return frozenset(lesion for lesion, hedged in by_lesion.items() if hedged)
+
+
 def mesh_sides(mesh_major: Sequence[str]) -> dict[str, frozenset[str]]:
     """Sides (``right`` / ``left``) the MeSH major terms give each lesion; lesions coded without a side are left out.
 
@@ -347,7 +368,10 @@ class MeshMention:
 
 @dataclass(frozen=True)
 class MeshCase:
-    """One IU report under one section policy: its MeSH truth and the structurer's positive findings."""
+    """One IU report under one section policy: its MeSH truth and the structurer's positive findings.
+
+    ``truth_hedged``: the lesions of ``truth`` that the coders marked as hedged (:func:`mesh_hedged`).
+    """
 
     report_id: str
     split: str
@@ -357,6 +381,7 @@ class MeshCase:
     mentions: tuple[MeshMention, ...]
     text: str
     mesh_major: tuple[str, ...]
+    truth_hedged: frozenset[str] = frozenset()
 
 
 def _sides_of(labels: Iterable[str]) -> frozenset[str]:
@@ -389,6 +414,7 @@ def mesh_cases(structurer: Structurer, reports: Iterable[Report], sections: str 
             report_id=report.report_id, split=mesh_split(report.report_id), section=section.name,
             truth=frozenset(mesh_lesions(report.mesh_major)), truth_sides=mesh_sides(report.mesh_major),
             mentions=tuple(mentions), text=section.section_content, mesh_major=report.mesh_major,
+            truth_hedged=mesh_hedged(report.mesh_major),
         ))
     return out
 
@@ -401,7 +427,11 @@ def score_mesh_cases(cases: Iterable[MeshCase], split: str | None = None, count:
     """Per-lesion precision / recall / F1, side agreement and macro F1 of ``cases`` (only ``split`` when given).
 
     ``count``: ``positive`` (present or uncertain findings make a report positive: ILS presence) or ``present``
-    (definitive findings only: MeSH coders rarely code a hedged diagnosis). Rows: the seven lesions on the lesion
+    (definitive findings only: MeSH coders rarely code a hedged diagnosis). The exception is a lesion the coders
+    coded *as hedged* (``Cardiomegaly/borderline`` for "borderline cardiomegaly", :attr:`MeshCase.truth_hedged`):
+    the truth itself is the hedged statement, which the structurer reports as uncertain (ILS §7.1), so for that
+    lesion an uncertain finding counts under ``present`` too. Comparing a hedged truth with definitive findings
+    only would score the structurer wrong exactly when it reads the hedge right. Rows: the seven lesions on the lesion
     field, and ``opacity (incl. attributed)``. ``macro_f1`` averages the F1 of the lesions with at least one
     MeSH-positive report, opacity taken with its attributed observations; ``macro_f1_lesion_field`` uses the
     plain opacity row instead. ``side_exact``: over true positives whose MeSH terms give a side, the share whose
@@ -418,7 +448,8 @@ def score_mesh_cases(cases: Iterable[MeshCase], split: str | None = None, count:
         n += 1
         for row, c in rows.items():
             key = "opacity" if row == OPACITY_OBSERVED else row
-            hits = [m for m in case.mentions if m.counts_for(row, count)]
+            row_count = "positive" if key in case.truth_hedged else count
+            hits = [m for m in case.mentions if m.counts_for(row, row_count)]
             is_true, is_pred = key in case.truth, bool(hits)
             c["tp"] += is_true and is_pred
             c["fp"] += is_pred and not is_true

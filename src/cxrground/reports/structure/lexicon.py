@@ -13,33 +13,46 @@ lesion                 surface forms (regular expressions simplified; plurals ac
 cardiomegaly           cardiomegaly; enlarged heart / cardiac silhouette / cardiac shadow / cardiomediastinal
                        silhouette; cardiac enlargement; enlargement of the heart / cardiac silhouette;
                        "<heart | heart size | cardiac silhouette | cardiomediastinal silhouette> <is, mildly,
-                       moderately, borderline, may be, likely, not, ...> <enlarged | large | increased>".
-                       *Decision*: "borderline cardiomegaly" / "borderline enlarged" = uncertain (``borderline``
-                       is a hedge); "top normal", "at the upper limits of normal", "normal heart size" are no
-                       finding at all (not negations: ILS §7.1 allows only explicit negation).
+                       moderately, borderline, may be, likely, not, ...> <enlarged | large | increased>";
+                       "<heart | ...> is borderline (in size)" (not "borderline normal").
+                       *Decision*: "borderline cardiomegaly" / "borderline enlarged" / "heart size is
+                       borderline" = uncertain (``borderline`` is a hedge); "top normal", "at the upper limits of
+                       normal", "normal heart size" are no finding at all (not negations: ILS §7.1 allows only
+                       explicit negation).
 pneumonia              pneumonia, bronchopneumonia, pneumonitis, infection, infectious process, aspiration,
                        aspiration pneumonia. *Added*: pneumonitis, aspiration (radiographically an
                        aspiration pneumonitis/pneumonia; hedges still apply: "concerning for aspiration").
+                       *Not* radiation pneumonitis / fibrosis / changes (treatment injury, not infection: the
+                       non-target finding "radiation changes").
 atelectasis            atelectasis, atelectatic (changes), collapse(d). *Changed*: "volume loss" (ILS §7.1 proposal) is
-                       a non-target finding: it is a sign, not atelectasis (MeSH codes it apart).
+                       a non-target finding: it is a sign, not atelectasis (MeSH codes it apart). *Not* vertebral
+                       collapse ("compression collapse", "collapse of the T12 vertebral body": a non-target
+                       finding outside the lungs).
 opacity                opacity, opacities, opacification, opacified, airspace / air space disease, airspace
                        process, infiltrate(s), infiltration, infiltrative process, haziness, hazy opacity,
                        ground-glass (opacity). *Not* "density" (also used for bones and masses).
 consolidation          consolidation, consolidative (opacity/process), consolidated.
 edema                  edema / oedema, pulmonary / interstitial / alveolar edema, fluid overload. *Decision*:
                        "(pulmonary) vascular congestion" is **not** edema (ILS §2: the congestion category was
-                       dropped); it is a non-target finding.
+                       dropped; MeSH codes ``Pulmonary Congestion`` apart from ``Pulmonary Edema``); it is a
+                       non-target finding. *Not* soft-tissue / subcutaneous / chest-wall / mucosal edema,
+                       anasarca (edema outside the lungs: a non-target finding).
 effusion               effusion(s), pleural effusion(s), pleural fluid (collection), layering fluid / effusion,
-                       hydrothorax. *Not* "pericardial effusion" (a non-target finding).
+                       hydrothorax. *Not* "pericardial effusion" (a non-target finding). *Decision* (ILS §7.1 is
+                       silent): "blunting of the costophrenic angle" is **no** effusion phrase: blunting is a sign
+                       that a small effusion, pleural thickening or scarring can give (MeSH codes it apart, as
+                       ``Costophrenic Angle/blunted``); "blunting ... may represent a small effusion" still names
+                       the effusion.
 None (non-target)      lung: pneumothorax, hydropneumothorax, nodule, mass, masslike, granuloma(s), calcified
                        granuloma, granulomatous disease / infection, scar(ring), fibrosis, fibrotic changes,
                        emphysema, bulla(e), bullous disease, bronchiectasis, cyst, cavity/cavitation, interstitial
                        markings,
                        interstitial lung disease, interstitial prominence, reticular markings, pleural
                        thickening, pleural plaque, (pulmonary) vascular congestion, metastasis/metastases,
-                       volume loss.
+                       volume loss, radiation pneumonitis / fibrosis / changes, (broncho)vascular crowding.
                        other: fracture, (hiatal) hernia, (lymph)adenopathy, pericardial effusion,
-                       pneumomediastinum, subcutaneous emphysema, pneumoperitoneum / free air, heart failure.
+                       pneumomediastinum, subcutaneous emphysema, pneumoperitoneum / free air, heart failure,
+                       soft-tissue edema, vertebral collapse / compression deformity.
 =====================  =========================================================================================
 
 Observations (the opacity-class phrases and consolidation) can be *attributed* to another finding
@@ -60,12 +73,13 @@ pseudo (ignored)   no (significant / interval / ...) change / increase / decreas
 history            (known / remote / past / prior) history of, hx of, h/o: the phrase is not a finding of this
                    image and gives no tuple ("history of pneumonia")
 negation, before   no, without, free of, clear of, negative for, absence of, neither, nor, not (a/an/any),
-                   no longer, (interval) resolution of. ("rule out" is *not* a negation: it is uncertain)
+                   no longer, (interval) resolution of, interval / complete clearing of. ("rule out" is *not* a
+                   negation: it is uncertain; "clearing of" alone may be partial and is not one either)
 negation, after    (is / are) not seen / visible / present / identified / evident / appreciated /
                    demonstrated / visualized / noted / detected / apparent / observed; (is) absent; no longer
                    seen / visible / present; ruled out; is gone; (appears) within normal limits
 negation, both     (has since completely) resolved, (has) cleared (within 4 words)
-uncertain, before  possible, possibly, possibility of, probable, probably, questionable, question of, likely,
+uncertain, before  possible, possibly, possibility of, probable, probably, questionable, question (of), likely,
                    most likely, presumed, presumably, may (be / represent / reflect), might, could (be / represent /
                    reflect), cannot / can not / can't (completely) exclude, cannot rule out, difficult / hard /
                    impossible to (completely) exclude, not excluded, suspected, suspect, suspicion of,
@@ -73,20 +87,25 @@ uncertain, before  possible, possibly, possibility of, probable, probably, quest
                    suggest, indicating, raises concern / the possibility / the question for / of, concern for,
                    borderline, equivocal, indeterminate, perhaps, unlikely, doubtful, differential (diagnosis)
                    includes, consider(ed), rule out / r/o, (please) correlate (clinically) for, clinical
-                   correlation for, evaluate / assess (further) for, to exclude, to rule out
+                   correlation for, evaluate / assess (further) for, to exclude, to rule out, (in) favor (of),
+                   favors / favored / favoring
 uncertain, after   cannot / can not / can't / could not be excluded / ruled out, (is / are) not (entirely)
                    excluded / ruled out, (is / are / seems) possible / likely / unlikely / probable / suspected /
                    questioned / favored / doubtful, (is) difficult to (completely) exclude, may be present,
                    is / would be / could be (another) consideration / possibility, should / could be considered
 uncertain, both    ``?`` (within 3 words); versus / vs (within 6 words: "atelectasis versus small amount of
-                   fluid" hedges the atelectasis)
+                   fluid" hedges the atelectasis); more / less likely (probable) than, favored over (a comparison
+                   of two candidates hedges both: "atelectasis is more likely than pneumonia")
 link hedges        suggest*, concerning / suspicious / worrisome for, indicat*: inside the scope of an
                    earlier negation they are transparent ("no opacity to suggest pneumonia" negates both)
 scope end          ``;``, but, however, although, though, whereas, while, except, aside from, apart from,
                    other than, with (not in "consistent / compatible / in keeping / associated / seen /
                    concerning / suspicious / related / correlate(ion) with", and a hedge before the phrase
                    reaches across "with": "possible small effusion with adjacent atelectasis"), "and" before
-                   "there / the / a / an / this / these / it", ", the / there / this / it"
+                   "there / the / a / an / this / these / it", ", the / there / this / it", a hedged
+                   explanation: may / could / likely account for / explain / contribute to (the hedge is about
+                   the cause: "a hiatal hernia which may account for the retrocardiac opacity" states the
+                   opacity)
 =================  ==============================================================================================
 
 *Decision*: "lungs are clear" (and "normal heart size") produce no finding: ILS §7.1 allows only explicit
@@ -110,6 +129,7 @@ zone, RLL / LLL, S costophrenic angle / sulcus, retrocardiac
 (left when no side)
 right middle lobe / middle lobe / RML, S heart border             ``right mid zone lung`` / ``S mid zone lung``
 lingula, lingular (left)                                          ``left mid zone lung``
+behind / posterior to the (S) heart (retrocardiac)                ``left lung base`` (``S lung base``)
 S mid lung / midlung / mid zone, S (peri / para / infra)hilar,    ``S mid zone lung``
 S hilum
 perihilar / hilar / mid lungs (no side, or bilateral)             ``right mid zone lung``, ``left mid zone lung``
@@ -195,6 +215,8 @@ _CARDIO_PATTERNS: Final[tuple[str, ...]] = (
     r"enlargement\s+of\s+the\s+(?:heart|cardiac\s+silhouette)",
     r"enlarged\s+(?:heart|cardiac\s+(?:silhouette|shadow)|cardiomediastinal\s+silhouette)",
     rf"{_CARDIO_SUBJECT}(?:\s*{_CARDIO_FILLER}){{0,8}}\s+(?:enlarged|enlargement|large|increased)",
+    rf"{_CARDIO_SUBJECT}\s+(?:is|are|appears?|remains?|seems?)\s+(?:(?:again|still|now|stably)\s+)?borderline"
+    r"(?:\s+in\s+size)?(?!\s+(?:normal|to|in\s+(?:contour|configuration)))",
 )
 
 _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
@@ -203,6 +225,21 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
     (EntityKind("pericardial effusion", None, lung=False), (r"pericardial\s+effusions?",)),
     (EntityKind("subcutaneous emphysema", None, lung=False), (r"subcutaneous\s+(?:emphysema|air|gas)",)),
     (EntityKind("hydropneumothorax", None), (r"hydropneumothora(?:x|ces)",)),
+    (EntityKind("soft tissue edema", None, lung=False), (
+        r"(?:soft[- ]tissues?|subcutaneous|chest\s+wall|body\s+wall|mucosal)\s+o?edema", r"anasarca",
+    )),
+    (EntityKind("vertebral collapse", None, lung=False), (
+        r"(?:compression|vertebral(?:\s+body)?)\s+(?:collapse|deformit(?:y|ies))",
+        r"collapse\s+of\s+(?:the\s+|an?\s+)?(?:[ctl]\d{1,2}\b|(?:[\w-]+\s+){0,2}vertebra)(?:[\w-]*)"
+        r"(?:\s+bod(?:y|ies))?",
+    )),
+    (EntityKind("radiation changes", None), (
+        r"(?:post[- ]?)?radiation\s+(?:pneumonitis|fibrosis|changes?|injury|scarring)",
+    )),
+    (EntityKind("bronchovascular crowding", None), (
+        r"(?:bronchovascular|vascular)\s+crowding",
+        r"crowding\s+of\s+(?:the\s+)?(?:bronchovascular|vascular|pulmonary|lung)\s+(?:markings|structures|vessels)",
+    )),
     (EntityKind("vascular congestion", None), (
         r"(?:pulmonary\s+)?(?:vascular|venous)\s+(?:congestion|engorgement)", r"pulmonary\s+congestion",
         r"congestion",
@@ -296,6 +333,9 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                r"progression)"),
     ("pseudo", r"not\s+only|gram[- ]negative"),
     ("hist", r"(?:(?:a|known|remote|past|prior|previous|clinical)\s+)?(?:history|hx)\s+of|h/o"),
+    # a hedged explanation of a finding asserts the finding: "a hernia which may account for the opacity"
+    ("term", r"\b(?:may|might|could|likely|probably|possibly)\s+(?:account(?:s)?\s+for|explain(?:s)?|"
+             r"be\s+responsible\s+for|contribute(?:s)?\s+to)\b"),
     ("pseudo", r"(?:to\s+(?:document|confirm|ensure|assess|evaluate|demonstrate|show|verify|follow|monitor)|until|"
                r"for|await(?:ing)?)\s+(?:the\s+|its\s+)?(?:complete\s+|full\s+|radiographic\s+|eventual\s+)*"
                r"(?:resolution|clearing)"),
@@ -319,7 +359,8 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                  r"(?:normal\s+limits|limits\s+of\s+normal)"),
     ("neg_both", r"(?:(?:has|have)\s+)?(?:been\s+)?(?:since\s+)?(?:completely\s+|nearly\s+completely\s+)?"
                  r"(?:resolved|cleared)"),
-    ("neg_pre", r"(?:interval\s+)?resolution\s+of|no\s+longer|negative\s+for|free\s+of|clear\s+of|absence\s+of|"
+    ("neg_pre", r"(?:interval\s+)?resolution\s+of|(?:(?:interval|complete|total)\s+)+clearing\s+of|no\s+longer|"
+                r"negative\s+for|free\s+of|clear\s+of|absence\s+of|"
                 r"without|neither|nor|no|not\s+(?:a|an|any)"),
     ("link", r"(?:to\s+)?suggest(?:s|ed|ing|ive\s+of|ion\s+of)?|concerning\s+for|suspicious\s+for|worrisome\s+for|"
              r"indicat(?:es|ing|ive\s+of)|(?:raises?|raising|raised)\s+(?:the\s+)?(?:concern|possibility|question|"
@@ -330,11 +371,14 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                  r"(?:also\s+)?(?:an?\s+|another\s+)?(?:(?:diagnostic\s+)?consideration|possibility|concern)|"
                  r"(?:should|could|would|may|might)\s+(?:also\s+)?be\s+considered)"
                  r"(?=\s*(?:$|[.,;:)]|\b(?:and|but|given|in|at|on|with|though|although|if|as|clinically)\b))"),
+    ("unc_vs", r"(?:more|less)\s+(?:likely|probable)\s+than|favou?red\s+over"),
     ("unc_pre", r"(?:most\s+|more\s+)?(?:likely|probable|probably|possible|possibly)|possibility\s+of|questionable|"
-                r"question\s+of|presumed|presumably|may(?:\s+(?:be|represent|reflect))?|might|could(?:\s+(?:be|represent|"
-                r"reflect))?|suspected|suspect|suspicion\s+(?:of|for)|borderline|equivocal|indeterminate|"
+                r"question(?:\s+of)?|presumed|presumably|may(?:\s+(?:be|represent|reflect))?|might|"
+                r"could(?:\s+(?:be|represent|reflect))?|suspected|suspect|suspicion\s+(?:of|for)|borderline|equivocal|"
+                r"indeterminate|"
                 r"differential(?:\s+diagnosis)?(?:\s+(?:includes?|considerations?))?|"
-                r"consider(?:ed)?|rule\s+out|r/o|worrisome|concerning|perhaps|unlikely|doubtful"),
+                r"consider(?:ed)?|rule\s+out|r/o|worrisome|concerning|perhaps|unlikely|doubtful|"
+                r"(?:in\s+)?favou?r(?:s|ed|ing)?(?:\s+of)?"),
     ("unc_vs", r"versus|vs\.?"),
     ("unc_both", r"\?"),
     ("term", r"\bbut\b|\bhowever\b|\balthough\b|\bthough\b|\bwhereas\b|\bwhile\b|\bexcept\b|\baside\s+from\b|"
@@ -405,6 +449,7 @@ _NOOP_ANATOMY = (
 )
 _LOCATIONS: Final[tuple[tuple[str, str], ...]] = (
     ("border", r"(?:right|left)\s+heart\s+border"),
+    ("retro", r"(?:behind|posterior\s+to)\s+the\s+(?:(?:right|left)\s+)?heart"),
     ("abbr", r"rll|lll|rml|rul|lul"),
     ("noop", r"(?:right|left)\s+(?:(?:slightly|much|somewhat)\s+)?(?:greater|worse|larger|more|less|bigger|"
              r"smaller)\s+than\s+(?:the\s+)?(?:right|left)"),
@@ -479,6 +524,8 @@ def location_labels(kind: str, text: str) -> tuple[str, ...]:
         return (zone_label(side, zone),)
     if kind == "border":
         return (zone_label("right" if text.startswith("right") else "left", "mid zone lung"),)
+    if kind == "retro":  # behind the heart = retrocardiac: the left base unless the right heart is named
+        return (zone_label("right" if re.search(r"\bright\b", text) else "left", "lung base"),)
     if kind == "whole":
         return tuple(lung_label(s) for s in _sides(text, SIDES))
     # zoned: zones in order of mention, sides from the side words or the zone's default side

@@ -11,13 +11,19 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
    pneumonia" negates both; a closing cue such as "is not seen" between an earlier cue and the phrase ends
    that cue's scope). After the phrase the nearest post-cue of the clause applies ("... cannot be
    excluded", "... is not seen", "... has resolved") when every phrase in between is coordinated with it
-   ("effusion or pneumothorax is not seen"). Cues inside the phrase count too ("the heart is *not*
+   ("effusion or pneumothorax is not seen"), and not across a comma that opens a new subject ("heart size is
+   enlarged, pulmonary vascularity within normal limits": the vascularity is normal, the heart is not). A
+   negation before a list ends where a bare comma opens a new item with a size / side word ("no pneumothorax,
+   small right effusion") unless the list goes on with "or" / "nor" ("no pneumothorax, large effusion, or
+   consolidation"). Cues inside the phrase count too ("the heart is *not*
    enlarged", "heart size *may be* enlarged"). Pseudo-negations ("no change in", "not significantly
    changed") are matched first and ignored. Any negation -> absent; else any hedge -> uncertain; else
    present. Hedged cues that contain a negation word ("cannot exclude", "not excluded") are hedges: an
    uncertain finding never becomes absent.
 3. **Alternatives**: phrases joined by "or", "versus", "vs", "/" or "and/or" ("atelectasis versus
-   pneumonia", "atelectasis/infiltrate") are each one finding. The *alternatives policy* (``alternatives=``,
+   pneumonia", "atelectasis/infiltrate"), and the comma-joined members of a list that ends with such a join
+   ("atelectasis, aspiration, or pneumonia"; not after an observation, whose comma may link it to its
+   alternatives), are each one finding. The *alternatives policy* (``alternatives=``,
    CLI ``--alternatives``) decides their assertion: ``uncertain`` (default, ILS.md §7.1: a differential is a
    hedge) makes every member of the group uncertain; ``present`` leaves each member the assertion its own cues
    give, so "atelectasis or scarring" is two present findings while "atelectasis versus pneumonia" stays
@@ -44,7 +50,8 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
    Absent findings get labels by the same rules.
    A location phrase followed by "is clear / normal / unremarkable" describes a normal statement and belongs to
    no finding; a phrase introduced by "adjacent", "associated", "superimposed", ... without a location of its
-   own takes the location of the finding before it ("small left effusion with adjacent atelectasis").
+   own takes the location of the finding before it ("small left effusion with adjacent atelectasis"; also
+   "compressive / passive / relaxation atelectasis", which lies next to the effusion that causes it).
 6. **History**: a phrase in the scope of "history of" / "h/o" ("history of pneumonia") describes the past and
    gives no finding.
 7. **Report level** (:mod:`.resolve`): a positive lesion finding without a location phrase takes the labels of
@@ -107,10 +114,27 @@ _AND_VERB: Final[re.Pattern[str]] = re.compile(
     r"\b(?:is|are|may|might|could|likely|probably|represents?|reflects?|suggests?)\b")
 _WORD: Final[re.Pattern[str]] = re.compile(r"[\w-]+")
 _ADJACENT: Final[re.Pattern[str]] = re.compile(
-    r"\b(?:adjacent|associated|accompanying|surrounding|subjacent|overlying|superimposed)\s+(?:[\w-]+\s+)?$")
+    r"\b(?:adjacent|associated|accompanying|surrounding|subjacent|overlying|superimposed|compressive|passive|"
+    r"relaxation)\s+(?:[\w-]+\s+)?$")
 _NORMAL_AFTER: Final[re.Pattern[str]] = re.compile(
     r"\s+(?:is|are|remains?|appears?)\s+(?:otherwise\s+|now\s+|again\s+)?(?:clear|normal|unremarkable|"
     r"well[- ]aerated|well[- ]expanded)\b")
+#: A bare comma and a size / extent / side word: a new statement after a list ("no pneumothorax, small effusion").
+_NEW_ITEM: Final[re.Pattern[str]] = re.compile(
+    r"\s*,\s*(?:an?\s+)?(?:small|trace|tiny|minimal|mild|moderate|large|severe|massive|persistent|new|"
+    r"increasing|increased|decreasing|decreased|stable|unchanged|right|left|bilateral|bibasilar)\b")
+#: A later "or" / "nor" of the clause: the phrase belongs to a list that goes on ("no A, small B, or C").
+_LIST_GOES_ON: Final[re.Pattern[str]] = re.compile(r"\b(?:or|nor)\b")
+#: A bare comma between two phrases: a list member when the list ends with "or" ("atelectasis, aspiration, or
+#: pneumonia"); modifiers of the next phrase may follow.
+_SERIES_COMMA: Final[re.Pattern[str]] = re.compile(
+    r"\s*,\s*(?:(?:xxxx|an?|early|developing|superimposed|underlying|mild|small|focal|subsegmental|chronic|acute|"
+    r"lobar|segmental|bibasilar)\s+)*")
+#: Words that may follow a comma without starting a new subject ("effusion, previously seen, is no longer seen").
+_CLAUSE_CONTINUES: Final[re.Pattern[str]] = re.compile(
+    r"(?:\s*\b(?:is|are|was|were|has|have|had|been|be|now|also|again|still|which|that|then|previously|"
+    r"otherwise)\b)*\s*")
+_AND_OR: Final[re.Pattern[str]] = re.compile(r"\b(?:and|or|nor)\b|/")
 _MAX_LINK_WORDS: Final[int] = 15
 _LOCATION_SCOPE_SKIP: Final[str] = "with"
 
@@ -137,6 +161,28 @@ class _Cue:
 
 def _nwords(text: str) -> int:
     return len(_WORD.findall(text))
+
+
+def _new_subject(low: str, start: int, end: int) -> bool:
+    """Whether ``low[start:end]`` (between a phrase and a later cue) holds a comma followed by a new subject."""
+    k = low.rfind(",", start, end)
+    return k >= 0 and _CLAUSE_CONTINUES.fullmatch(low, k + 1, end) is None
+
+
+def _starts_new_item(low: str, cue: _Cue, i: int, mentions: list[_Mention], hi: int) -> bool:
+    """Whether a bare comma and a size / side word between ``cue`` and phrase ``i`` start a new statement.
+
+    "No pneumothorax, small right effusion": the effusion is a new statement. Not when the list goes on with
+    "or" / "nor" ("no pneumothorax, large effusion, or consolidation") or a conjunction joins the two phrases.
+    """
+    for j in range(i, 0, -1):
+        prev = mentions[j - 1]
+        if prev.start < cue.end:
+            return False
+        gap = _NEW_ITEM.match(low, prev.end, mentions[j].start)
+        if gap is not None and not _AND_OR.search(low, prev.end, mentions[j].start):
+            return _LIST_GOES_ON.search(low, mentions[j].end, max(hi, mentions[j].end)) is None
+    return False
 
 
 class RuleStructurer:
@@ -242,6 +288,8 @@ class RuleStructurer:
                 else:
                     unc = True
             elif c.kind in _NEG:
+                if _starts_new_item(low, c, i, mentions, hi):
+                    break  # "no pneumothorax, small right effusion": the negation ended with the first phrase
                 neg = True
             else:
                 unc = True
@@ -261,6 +309,8 @@ class RuleStructurer:
                     ok = False
                     break
                 prev_end = other.end
+            if ok and _new_subject(low, prev_end, c.start):
+                ok = False  # "heart size is enlarged, pulmonary vascularity within normal limits"
             if ok:
                 neg |= c.kind in _NEG
                 unc |= c.kind in _UNC
@@ -271,10 +321,22 @@ class RuleStructurer:
 
     @staticmethod
     def _groups(low: str, mentions: list[_Mention]) -> list[list[int]]:
-        """Indices of the phrases joined by or / versus / "/" / and/or, group by group (single phrases alone)."""
+        """Indices of the phrases joined by or / versus / "/" / and/or, group by group (single phrases alone).
+
+        A bare comma joins too when the list ends with such a join ("atelectasis, aspiration, or pneumonia"),
+        unless the phrase before the comma is an observation (then the comma may link it to its alternatives:
+        "opacity, atelectasis or pneumonia").
+        """
+        n = len(mentions)
+        joined = [False] * n  # joined[i]: mention i joins the group of mention i - 1
+        for i in range(n - 1, 0, -1):
+            a, b = mentions[i - 1].end, mentions[i].start
+            joined[i] = ALTERNATIVE_GAP_RE.fullmatch(low, a, b) is not None or (
+                i + 1 < n and joined[i + 1] and not mentions[i - 1].kind.observation
+                and _SERIES_COMMA.fullmatch(low, a, b) is not None)
         groups: list[list[int]] = [[0]]
-        for i in range(1, len(mentions)):
-            if ALTERNATIVE_GAP_RE.fullmatch(low, mentions[i - 1].end, mentions[i].start):
+        for i in range(1, n):
+            if joined[i]:
                 groups[-1].append(i)
             else:
                 groups.append([i])
