@@ -10,6 +10,8 @@ conversation, ``[SEG]``), :mod:`.preprocess` (SAM/CLIP branches, native frames),
 
 from __future__ import annotations
 
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -32,3 +34,16 @@ def load_model(checkpoint_dir: Path, device: str = "cpu", **options: Any) -> Any
     from cxrground.models.lisa.infer import load_model as _load
 
     return _load(Path(checkpoint_dir), device=device, **options)
+
+
+class _LisaPackage(types.ModuleType):
+    """This package, whose ``train`` stays the function above: Python's import of the submodule :mod:`.train`
+    would otherwise rebind the name to that module (and ``train_model("lisa", …)`` would then call a module)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "train" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _LisaPackage
