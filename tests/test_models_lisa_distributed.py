@@ -50,10 +50,10 @@ def _guard(event, args):
         wrote = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
             isinstance(flags, int) and flags & writes)
         if wrote and _inside(args[0]):
-            os.write(2, f"rank {rank} wrote {args[0]}\n".encode())
+            os.write(2, f"WRITE-GUARD: rank {rank} wrote {args[0]}\n".encode())
             os._exit(17)
     elif event in ("os.rename", "os.remove", "os.mkdir", "os.rmdir", "os.truncate") and _inside(args[0]):
-        os.write(2, f"rank {rank} changed {args[0]} ({event})\n".encode())
+        os.write(2, f"WRITE-GUARD: rank {rank} changed {args[0]} ({event})\n".encode())
         os._exit(17)
 
 if rank != 0:
@@ -170,7 +170,7 @@ def _state(folder: Path) -> dict:
 
 def test_two_processes_take_the_one_process_steps(killed, single_at_2):
     out, rc, logs = killed
-    assert "rank 1 " not in _rank_log(logs, 1), _rank_log(logs, 1)[-2000:]  # the write guard did not fire
+    assert "WRITE-GUARD" not in _rank_log(logs, 1), _rank_log(logs, 1)[-2000:]  # the write guard did not fire
     assert rc != 0 and not (out / "checkpoint.json").exists()  # killed before the end: only the resume state
     mine, ref = _state(out), single_at_2
     assert mine["step"] == ref["step"] == 2
