@@ -5,7 +5,8 @@ and :func:`load_model` (a checkpoint folder → :class:`~cxrground.models.base.I
 are imported only when these are called. Modules: :mod:`.config` (defaults = §17.4), :mod:`.text` (LLaVA v1
 conversation, ``[SEG]``), :mod:`.preprocess` (SAM/CLIP branches, native frames), :mod:`.model`, :mod:`.train`,
 :mod:`.infer` (free generation, teacher-forced segmentation), :mod:`.convert` (released LISA/ROSALIA layout),
-:mod:`.checkpoint` (folder format), :mod:`.loading` (8-/4-bit, ``device_map``, multi-GPU launch configuration).
+:mod:`.checkpoint` (folder format), :mod:`.loading` (8-/4-bit, ``device_map``, multi-GPU launch configuration),
+:mod:`.distributed` (data-parallel training under ``torchrun`` / ``accelerate launch``).
 """
 
 from __future__ import annotations
