@@ -21,7 +21,7 @@ import cxrground  # noqa: E402
 from cxrground.errors import ConfigError  # noqa: E402
 from cxrground.models.lisa.config import LisaConfig  # noqa: E402
 from cxrground.models.lisa.distributed import check_deepspeed, setup_distributed  # noqa: E402
-from cxrground.models.lisa.train import RESUME_FILE, train  # noqa: E402
+from cxrground.models.lisa.training import RESUME_FILE, train  # noqa: E402
 
 # 11 positives + 1 negative → 22 samples per epoch; batches of 10, 10, 2 in micro-batches of 2: with 2 ranks the
 # micro-batches split 3/2, 3/2 and 1/0 (rank 1 has nothing in the last step); validation: 3 micro-batches.
@@ -61,7 +61,7 @@ if rank != 0:
 kill_at = int(os.environ.get("KILL_AT", "0"))
 if kill_at and rank == 0:
     import importlib
-    T = importlib.import_module("cxrground.models.lisa.train")
+    T = importlib.import_module("cxrground.models.lisa.training")
     real = T._micro_seed
     def _micro_seed(seed, step, micro):
         if step == kill_at:
@@ -100,7 +100,7 @@ def single(ils_dataset, tmp_path_factory):
 @pytest.fixture(scope="module")
 def single_at_2(ils_dataset, tmp_path_factory):
     """The one-process resume state after 2 steps (the run stopped by an error when step 3 starts)."""
-    train_module = sys.modules["cxrground.models.lisa.train"]
+    train_module = sys.modules["cxrground.models.lisa.training"]
 
     def stop(seed, step, micro):
         if step == 2:
@@ -225,10 +225,11 @@ def test_one_process_without_launcher_and_ddp_needs_the_launcher_environment(mon
         setup_distributed("ddp", cuda=False)
 
 
-def test_package_train_stays_the_function_after_the_submodule_is_imported():
+
+def test_package_train_is_the_function_after_the_training_module_is_imported():
     import importlib
 
     import cxrground.models.lisa as lisa
 
-    module = importlib.import_module("cxrground.models.lisa.train")
+    module = importlib.import_module("cxrground.models.lisa.training")
     assert callable(lisa.train) and lisa.train is not module and module.train is train

@@ -1,4 +1,4 @@
-"""Data-parallel training support for :func:`cxrground.models.lisa.train.train` (issue 12 item 6).
+"""Data-parallel training support for :func:`cxrground.models.lisa.training.train` (issue 12 item 6).
 
 A run is data-parallel when it is launched by ``torchrun`` / ``accelerate launch`` (``WORLD_SIZE`` > 1 in the
 environment) or when ``distributed="ddp"`` is set explicitly. Each process (rank) joins the
