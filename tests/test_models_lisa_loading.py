@@ -118,3 +118,5 @@ def test_deepspeed_and_accelerate_launch_configuration(tmp_path):
 
     parsed = ClusterConfig.from_json_file(str(files["accelerate"]))
     assert parsed.num_processes == 2 and str(parsed.distributed_type).endswith("DEEPSPEED")
+    ddp = ClusterConfig.from_json_file(str(files["accelerate_ddp"]))  # the built-in data-parallel trainer's launch
+    assert ddp.num_processes == 2 and str(ddp.distributed_type).endswith("MULTI_GPU") and not ddp.deepspeed_config

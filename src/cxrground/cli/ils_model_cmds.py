@@ -36,7 +36,11 @@ __all__ = ["COMMANDS"]
 @clean_errors(ImportError)
 def train_cmd(model: str, dataset: Path, images: Path | None, out: Path, seed: int, settings: tuple[str, ...],
               split: str, val_split: str, no_resume: bool, quiet: bool) -> None:
-    """Train an ILS model (resumable: rerun the same command to continue after a kill)."""
+    """Train an ILS model (resumable: rerun the same command to continue after a kill).
+
+    LISA on several GPUs (data-parallel, one process per GPU): torchrun --nproc_per_node N -m cxrground ils train
+    --model lisa ..., or accelerate launch --config_file accelerate_ddp.json -m cxrground ils train ... (README).
+    """
     from cxrground.models.base import train_model
 
     path = train_model(model, dataset, out, images=images, seed=seed, overrides=kv(settings) or None,

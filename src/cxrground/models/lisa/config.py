@@ -25,11 +25,16 @@ from typing import Any
 
 from cxrground.errors import ConfigError
 
-__all__ = ["CLIP_MODES", "TINY_DEFAULTS", "LisaConfig"]
+__all__ = ["CLIP_MODES", "DISTRIBUTED_MODES", "TINY_DEFAULTS", "LisaConfig"]
 
 #: CLIP-branch geometry: ``center_crop`` (shortest side to the CLIP size, centre crop; the released
 #: weights' preprocessing) or ``pad`` (pad to a square with the CLIP mean colour, then resize).
 CLIP_MODES: tuple[str, str] = ("center_crop", "pad")
+
+#: Training process layout (:mod:`cxrground.models.lisa.distributed`): ``auto`` = data-parallel when launched
+#: with ``WORLD_SIZE`` > 1 (torchrun / accelerate launch), ``ddp`` = always join a process group, ``deepspeed``
+#: = refused with a clear error. Results do not depend on it, so it is not part of a resume state's identity.
+DISTRIBUTED_MODES: tuple[str, str, str] = ("auto", "ddp", "deepspeed")
 
 #: Defaults replaced when ``tiny=True`` (random tiny architecture on CPU).
 TINY_DEFAULTS: dict[str, Any] = {
@@ -81,6 +86,7 @@ class LisaConfig:
     save_every_steps: int = 200
     val_limit: int | None = None
     threads: int | None = None
+    distributed: str = "auto"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
@@ -95,6 +101,8 @@ class LisaConfig:
         if self.batch_size % self.micro_batch_size:
             raise ConfigError(f"batch_size {self.batch_size} must be a multiple of micro_batch_size "
                               f"{self.micro_batch_size}")
+        if self.distributed not in DISTRIBUTED_MODES:
+            raise ConfigError(f"distributed must be one of {DISTRIBUTED_MODES}, got {self.distributed!r}")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ConfigError(f"dtype must be auto/float32/bfloat16/float16, got {self.dtype!r}")
         if not self.tiny and self.base_model is None:

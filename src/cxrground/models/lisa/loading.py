@@ -8,11 +8,13 @@
 - **device_map** (``auto`` or a JSON object ``{"module prefix": device}``): the model is spread over the
   devices with accelerate (``infer_auto_device_map`` with the decoder / encoder layers kept whole, then
   ``dispatch_model``), whose hooks move activations between devices. A map naming ``cuda`` devices needs CUDA.
-- **Multi-GPU training**: :func:`deepspeed_config` is the DeepSpeed ZeRO stage-2 configuration of ILS.md §17.4
-  (bf16, contiguous gradients, overlapped communication, 5e8 buckets, clipping 1.0; micro batch × accumulation ×
-  GPUs = the global batch) and :func:`accelerate_config` the ``accelerate launch`` configuration that points at
-  it; :func:`write_launch_files` writes both. ``cxrground ils train`` itself runs one process (the files are for
-  launching the reference-style multi-GPU run; see the README).
+- **Multi-GPU training**: ``cxrground ils train`` runs data-parallel when launched by ``torchrun`` or
+  ``accelerate launch`` (:mod:`cxrground.models.lisa.distributed`); :func:`accelerate_ddp_config` is the
+  ``accelerate launch`` configuration for that (one process per GPU, no DeepSpeed). :func:`deepspeed_config` is
+  the DeepSpeed ZeRO stage-2 configuration of ILS.md §17.4 (bf16, contiguous gradients, overlapped
+  communication, 5e8 buckets, clipping 1.0; micro batch × accumulation × GPUs = the global batch) and
+  :func:`accelerate_config` the ``accelerate launch`` configuration that points at it, for a DeepSpeed trainer
+  (the built-in one refuses DeepSpeed with a clear error); :func:`write_launch_files` writes all three.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ __all__ = [
     "NO_SPLIT_MODULES",
     "QUANTIZATIONS",
     "accelerate_config",
+    "accelerate_ddp_config",
     "check_loading",
     "deepspeed_config",
     "dispatch",
@@ -163,12 +166,22 @@ def accelerate_config(num_gpus: int, deepspeed_file: str) -> dict[str, Any]:
             "use_cpu": False}
 
 
+def accelerate_ddp_config(num_gpus: int) -> dict[str, Any]:
+    """The ``accelerate launch --config_file`` content for the built-in data-parallel trainer on one machine."""
+    return {"compute_environment": "LOCAL_MACHINE", "distributed_type": "MULTI_GPU", "num_machines": 1,
+            "num_processes": int(num_gpus), "machine_rank": 0, "mixed_precision": "no", "gpu_ids": "all",
+            "use_cpu": False}
+
+
 def write_launch_files(out: str | Path, config: Any, num_gpus: int) -> dict[str, Path]:
-    """Write ``ds_config.json`` and ``accelerate_config.json`` (accelerate reads JSON configs) into ``out``."""
+    """Write ``ds_config.json``, ``accelerate_config.json`` (DeepSpeed) and ``accelerate_ddp.json`` (data-parallel,
+    for ``cxrground ils train``) into ``out`` (accelerate reads JSON configs)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     ds = out / "ds_config.json"
     ds.write_text(json.dumps(deepspeed_config(config, num_gpus), indent=1), encoding="utf-8")
     acc = out / "accelerate_config.json"
     acc.write_text(json.dumps(accelerate_config(num_gpus, str(ds.resolve())), indent=1), encoding="utf-8")
-    return {"deepspeed": ds, "accelerate": acc}
+    ddp = out / "accelerate_ddp.json"
+    ddp.write_text(json.dumps(accelerate_ddp_config(num_gpus), indent=1), encoding="utf-8")
+    return {"deepspeed": ds, "accelerate": acc, "accelerate_ddp": ddp}

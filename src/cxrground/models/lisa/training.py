@@ -8,8 +8,14 @@
   ``batch_size`` by accumulation over ``micro_batch_size``; bf16 + gradient checkpointing on CUDA, float32 on CPU.
 - Sampling: :class:`~cxrground.models.sampling.BalancedSampler` seeded with ``seed`` (1:1, epoch = 2 × #positives);
   step ``s`` of epoch ``e`` takes positions ``[s·B, (s+1)·B)`` of that epoch's order. Histogram equalisation
-  (p = ``hist_eq_p``) and dropout draw from generators seeded by ``(seed, step, position)``, so a resumed run
-  repeats the uninterrupted one.
+  (p = ``hist_eq_p``) draws from a generator seeded by ``(seed, step, position)`` and dropout from one seeded by
+  ``(seed, step, micro-batch)``, so a resumed run repeats the uninterrupted one.
+- Data parallelism (:mod:`~cxrground.models.lisa.distributed`): launched by ``torchrun`` / ``accelerate launch``
+  (``WORLD_SIZE`` > 1) or with ``distributed=ddp``, rank ``r`` of ``W`` computes micro-batches ``r, r+W, …`` of
+  every global batch and the gradients are summed over the ranks before the one optimiser step, so ``W``
+  processes give the one-process result (up to float summation order). Validation is sharded by micro-batch
+  and gathered. Only rank 0 writes checkpoints and the resume state and shows the progress bar; every rank
+  resumes from the same state.
 - Checkpoints: ``out/`` = last (written at the end), ``out/best/`` = best val positive gIoU (teacher-forced,
   native resolution) over the epoch ends, ``out/resume/state.pt`` = trainable weights + optimiser + scheduler +
   step, written every ``save_every_steps`` steps and at each epoch end. A different dataset hash, seed or
@@ -36,6 +42,14 @@ from cxrground.io.masks import read_mask_png
 from cxrground.models.base import CHECKPOINT_FILE
 from cxrground.models.lisa.checkpoint import load_checkpoint, save_checkpoint
 from cxrground.models.lisa.config import LisaConfig
+from cxrground.models.lisa.distributed import (
+    DistContext,
+    all_reduce_gradients,
+    all_reduce_sum,
+    broadcast_parameters,
+    gather_in_order,
+    setup_distributed,
+)
 from cxrground.models.lisa.infer import model_inputs, teacher_forced_masks
 from cxrground.models.lisa.model import LisaForSegmentation, prepare_for_training, tiny_arch
 from cxrground.models.lisa.preprocess import equalize, gt_mask_canvas
@@ -112,11 +126,15 @@ def build_model(config: LisaConfig, seed: int) -> tuple[LisaForSegmentation, Any
     return model, tok, {"arch": report["arch"]}
 
 
-def _device_dtype(config: LisaConfig) -> tuple[str, torch.dtype]:
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+def _dtype(config: LisaConfig, device: str) -> torch.dtype:
     if config.dtype != "auto":
-        return device, getattr(torch, config.dtype)
-    return device, torch.bfloat16 if device == "cuda" else torch.float32
+        return getattr(torch, config.dtype)
+    return torch.bfloat16 if device.startswith("cuda") else torch.float32
+
+
+def _micro_seed(seed: int, step: int, micro: int) -> int:
+    """Torch seed of micro-batch ``micro`` of optimiser step ``step`` (dropout), the same on any rank."""
+    return int(np.random.SeedSequence((seed, step, micro)).generate_state(1)[0])
 
 
 def _batch(model: LisaForSegmentation, tok: Any, config: LisaConfig, samples: list[Sample], seed: int, step: int,
@@ -138,28 +156,44 @@ def _batch(model: LisaForSegmentation, tok: Any, config: LisaConfig, samples: li
     return enc, as_t(clips), as_t(sams), as_t(gts)
 
 
-def validate(model: LisaForSegmentation, tok: Any, config: LisaConfig, samples: list[Sample], device: str
-             ) -> dict[str, float | int | None]:
-    """Teacher-forced validation at native resolution: positive gIoU, cIoU and negative N-Acc."""
+def _chunk_scores(model: LisaForSegmentation, tok: Any, config: LisaConfig, chunk: list[Sample], device: str
+                  ) -> list[tuple[int, int] | bool]:
+    """Per sample of one validation micro-batch: ``(intersection, union)`` for a positive, "mask empty" for a
+    negative."""
+    greys = [read_image(s.image).pixels for s in chunk]
+    preds = teacher_forced_masks(model, tok, config, [(g, s.instruction, s.answer) for g, s in
+                                                      zip(greys, chunk, strict=True)], device)
+    scores: list[tuple[int, int] | bool] = []
+    for s, g, p in zip(chunk, greys, preds, strict=True):
+        if s.mask is None:
+            scores.append(not bool(p.any()))
+            continue
+        gt = read_mask_png(s.mask, shape=g.shape)
+        scores.append((int((p & gt).sum()), int((p | gt).sum())))
+    return scores
+
+
+def validate(model: LisaForSegmentation, tok: Any, config: LisaConfig, samples: list[Sample], device: str,
+             ctx: DistContext | None = None) -> dict[str, float | int | None]:
+    """Teacher-forced validation at native resolution: positive gIoU, cIoU and negative N-Acc.
+
+    ``ctx``: in a data-parallel run each rank scores micro-batches ``r, r+W, …`` and every rank gets the
+    metrics of the whole set (the same micro-batches as in one process, hence the same numbers).
+    """
+    ctx = ctx or DistContext(device=device)
     was_training = model.training
     model.eval()
-    ious, inter_sum, union_sum, neg_ok, n_neg = [], 0, 0, 0, 0
-    for start in range(0, len(samples), config.micro_batch_size):
-        chunk = samples[start:start + config.micro_batch_size]
-        greys = [read_image(s.image).pixels for s in chunk]
-        preds = teacher_forced_masks(model, tok, config, [(g, s.instruction, s.answer) for g, s in
-                                                          zip(greys, chunk, strict=True)], device)
-        for s, g, p in zip(chunk, greys, preds, strict=True):
-            if s.mask is None:
-                n_neg += 1
-                neg_ok += int(not p.any())
-                continue
-            gt = read_mask_png(s.mask, shape=g.shape)
-            inter, union = int((p & gt).sum()), int((p | gt).sum())
-            ious.append(inter / union if union else 1.0)
-            inter_sum += inter
-            union_sum += union
+    mb = config.micro_batch_size
+    n_chunks = math.ceil(len(samples) / mb)
+    mine = {c: _chunk_scores(model, tok, config, samples[c * mb:(c + 1) * mb], device)
+            for c in ctx.micro_batches(n_chunks)}
     model.train(was_training)
+    scores = [x for chunk in gather_in_order(ctx, mine, n_chunks) for x in chunk]
+    pos = [x for x in scores if isinstance(x, tuple)]
+    negs = [x for x in scores if not isinstance(x, tuple)]
+    ious = [inter / union if union else 1.0 for inter, union in pos]
+    inter_sum, union_sum = sum(i for i, _ in pos), sum(u for _, u in pos)
+    neg_ok, n_neg = sum(negs), len(negs)
     return {"giou": float(np.mean(ious)) if ious else None, "ciou": inter_sum / union_sum if union_sum else None,
             "n_acc": neg_ok / n_neg if n_neg else None, "n_pos": len(ious), "n_neg": n_neg}
 
@@ -168,19 +202,50 @@ def _trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
+def _accumulate(model: LisaForSegmentation, tok: Any, config: LisaConfig, samples: list[Sample], chosen: list[int],
+                first: int, seed: int, step: int, ctx: DistContext) -> torch.Tensor:
+    """Forward/backward this rank's micro-batches of one global batch (gradients accumulate in ``.grad``, each
+    micro-batch weighted by its share of the global batch); returns the summed ``len × (total, txt, bce, dice)``."""
+    weights = (config.w_txt, config.w_bce, config.w_dice)
+    mb = config.micro_batch_size
+    parts = torch.zeros(4, dtype=torch.float64)
+    for micro in ctx.micro_batches(math.ceil(len(chosen) / mb)):
+        m0 = micro * mb
+        idx = chosen[m0:m0 + mb]
+        torch.manual_seed(_micro_seed(seed, step, micro))
+        batch = _batch(model, tok, config, [samples[i] for i in idx], seed, step,
+                       range(first + m0, first + m0 + len(idx)), ctx.device)
+        loss = model(*batch, weights=weights)
+        (loss.total * len(idx) / len(chosen)).backward()
+        parts += torch.tensor([float(t.detach()) for t in (loss.total, loss.txt, loss.bce, loss.dice)],
+                              dtype=torch.float64) * len(idx)
+    return parts
+
+
 @restores_torch_settings
 def train(dataset: Path, out: Path, *, images: Path | None = None, seed: int = 0,
           overrides: dict[str, Any] | None = None, resume: bool = True, split: str = "train",
           val_split: str | None = "val", progress: bool = True) -> Path:
     """Train (or resume) and write the checkpoint folder ``out``; returns ``out`` (see the module docstring).
 
-    ``progress``: show the step progress bar.
+    ``progress``: show the step progress bar (rank 0 only in a data-parallel run).
     """
     config = LisaConfig.from_overrides(overrides)
     dataset, out = Path(dataset), Path(out)
     json_path = _dataset_json(dataset)
     if not json_path.is_file():
         raise InputError("dataset JSON not found", json_path)
+    ctx = setup_distributed(config.distributed, torch.cuda.is_available())
+    try:
+        return _train(ctx, config, json_path, dataset, out, images=images, seed=seed, resume=resume, split=split,
+                      val_split=val_split, progress=progress)
+    finally:
+        ctx.close()
+
+
+def _train(ctx: DistContext, config: LisaConfig, json_path: Path, dataset: Path, out: Path, *, images: Path | None,
+           seed: int, resume: bool, split: str, val_split: str | None, progress: bool) -> Path:
+    """The training run of :func:`train` in this process (one rank of ``ctx``)."""
     images = Path(images) if images is not None else json_path.parent
     dataset_hash = sha256_file(json_path)
     samples, failures = load_samples(dataset, images, split)
@@ -196,17 +261,20 @@ def train(dataset: Path, out: Path, *, images: Path | None = None, seed: int = 0
 
     model, tok, extra = build_model(config, seed)
     targets = prepare_for_training(model, config.lora_r, config.lora_alpha, config.lora_dropout)
-    device, dtype = _device_dtype(config)
-    model.to(device=device, dtype=dtype)
-    if config.gradient_checkpointing and device == "cuda":
+    device = ctx.device
+    model.to(device=device, dtype=_dtype(config, device))
+    if config.gradient_checkpointing and device.startswith("cuda"):
         model.language_model.gradient_checkpointing_enable()
     params = [p for p in model.parameters() if p.requires_grad]
+    broadcast_parameters(ctx, params)
     optim = torch.optim.AdamW(params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
     sampler = BalancedSampler(positives, negatives, seed=seed)
     steps_per_epoch = math.ceil(len(sampler) / config.batch_size)
     total = config.max_steps or config.epochs * steps_per_epoch
     sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: lr_factor(s, config.warmup_steps, total))
-    identity = {"dataset_hash": dataset_hash, "seed": seed, "config": config.to_dict(), "split": split}
+    # the process layout does not change the result, so a run may resume with another one
+    config_id = {k: v for k, v in config.to_dict().items() if k != "distributed"}
+    identity = {"dataset_hash": dataset_hash, "seed": seed, "config": config_id, "split": split}
     step, best, history = 0, None, []
     state_path = out / RESUME_FILE
     if resume and state_path.is_file():
@@ -220,50 +288,49 @@ def train(dataset: Path, out: Path, *, images: Path | None = None, seed: int = 0
         step, best, history = state["step"], state["best"], state["history"]
 
     def info(at_step: int) -> dict[str, Any]:
-        return {**extra, **identity, "step": at_step, "total_steps": total, "select_layer": model.select_layer,
-                "lora_targets": targets, "best_val": best, "history": history,
-                "failures": [f.to_dict() for f in failures], "train_pairs": len(samples)}
+        return {**extra, **identity, "config": config.to_dict(), "step": at_step, "total_steps": total,
+                "select_layer": model.select_layer, "lora_targets": targets, "best_val": best, "history": history,
+                "failures": [f.to_dict() for f in failures], "train_pairs": len(samples),
+                "world_size": ctx.world_size}
 
     def save_state() -> None:
+        if not ctx.is_main:
+            return
         with atomic_path(state_path) as tmp:
             torch.save({"identity": identity, "trainable": _trainable_state(model), "optim": optim.state_dict(),
                         "sched": sched.state_dict(), "step": step, "best": best, "history": history}, tmp)
 
     model.train()
     model.visual_model.vision_encoder.eval()
-    weights = (config.w_txt, config.w_bce, config.w_dice)
-    bar = tqdm(total=total, initial=step, desc="lisa train", unit="step", dynamic_ncols=True, disable=not progress)
+    bar = tqdm(total=total, initial=step, desc="lisa train", unit="step", dynamic_ncols=True,
+               disable=not (progress and ctx.is_main))
     while step < total:
         epoch, in_epoch = divmod(step, steps_per_epoch)
         order = sampler.indices(epoch)
         first = in_epoch * config.batch_size
         chosen = order[first:first + config.batch_size]
-        torch.manual_seed(seed * 1_000_003 + step)
         optim.zero_grad(set_to_none=True)
-        parts = np.zeros(4)
-        for m0 in range(0, len(chosen), config.micro_batch_size):
-            idx = chosen[m0:m0 + config.micro_batch_size]
-            batch = _batch(model, tok, config, [samples[i] for i in idx], seed, step,
-                           range(first + m0, first + m0 + len(idx)), device)
-            loss = model(*batch, weights=weights)
-            (loss.total * len(idx) / len(chosen)).backward()
-            parts += np.array([float(t.detach()) for t in (loss.total, loss.txt, loss.bce, loss.dice)]) * len(idx)
+        parts = _accumulate(model, tok, config, samples, chosen, first, seed, step, ctx)
+        all_reduce_gradients(ctx, params)
+        parts = (all_reduce_sum(ctx, parts) / len(chosen)).tolist()
         torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
         optim.step()
         sched.step()
         step += 1
-        parts /= len(chosen)
         bar.set_postfix(loss=f"{parts[0]:.4f}", txt=f"{parts[1]:.3f}", bce=f"{parts[2]:.3f}", dice=f"{parts[3]:.3f}")
         bar.update(1)
         end_of_epoch = step % steps_per_epoch == 0 or step == total
         if end_of_epoch and val_samples:
-            metrics = validate(model, tok, config, val_samples, device)
+            metrics = validate(model, tok, config, val_samples, device, ctx)
             history.append({"step": step, "epoch": epoch, "loss": float(parts[0]), **metrics})
             if metrics["giou"] is not None and (best is None or metrics["giou"] > best["giou"]):
                 best = {"step": step, **metrics}
-                save_checkpoint(out / "best", model, tok, info(step))
+                if ctx.is_main:
+                    save_checkpoint(out / "best", model, tok, info(step))
         if end_of_epoch or step % config.save_every_steps == 0:
             save_state()
     bar.close()
-    save_checkpoint(out, model, tok, info(step))
+    if ctx.is_main:
+        save_checkpoint(out, model, tok, info(step))
+    ctx.barrier()
     return out
