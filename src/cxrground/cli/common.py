@@ -1,15 +1,19 @@
-"""Helpers shared by the command modules: path types, KEY=VALUE options, backend choices, the clean-error group."""
+"""Helpers shared by the command modules: path types, KEY=VALUE options, backend choices, options from a request
+dataclass, the clean-error group."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import types
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from cxrground.errors import CXRGroundError
+from cxrground.errors import CXRGroundError, OptionError, OptionValueError
 from cxrground.registry import Registry
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -20,6 +24,8 @@ FILE = click.Path(path_type=Path, exists=True, dir_okay=False)  # an existing fi
 EXISTING = click.Path(path_type=Path, exists=True)  # an existing file or folder
 OUT_DIR = click.Path(path_type=Path, file_okay=False)  # a folder, not checked for existence (to write, mostly)
 OUT_FILE = click.Path(path_type=Path, dir_okay=False)  # a file to write (may exist)
+PATH_TYPES = {"dir": DIR, "file": FILE, "existing": EXISTING, "out_dir": OUT_DIR, "out_file": OUT_FILE,
+              "path": click.Path(path_type=Path)}  # by :data:`cxrground.fields.PathKind`
 
 #: Options that several commands share (same flag, type and help everywhere).
 PACK_OPT = click.option("--pack", "pack_dir", type=OUT_DIR, default=None,
@@ -57,6 +63,51 @@ def backend_options(stage: str, registry: Registry[Any], default: str | None, wh
     return add
 
 
+def _field_option(f: dataclasses.Field[Any], hint: Any) -> Callable[[F], F]:
+    """The option of one request field declared with :func:`cxrground.fields.option`."""
+    meta, flag = f.metadata, f.metadata.get("flag", f"--{f.name.replace('_', '-')}")
+    default = None if f.default is dataclasses.MISSING else f.default
+    if "registry" in meta:
+        return backend_option(flag, meta["registry"], default, meta.get("help", ""))
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    base = args[0] if typing.get_origin(hint) in (typing.Union, types.UnionType, tuple, dict) else hint
+    kw: dict[str, Any] = {k: meta[k] for k in ("help", "metavar", "envvar", "show_default") if k in meta}
+    if typing.get_origin(hint) in (tuple, dict):
+        kw["multiple"] = True
+    if typing.get_origin(hint) is dict:
+        kw["callback"] = lambda _ctx, _param, value: kv(value)
+    elif base is bool:
+        kw.update({} if "/" in flag else {"is_flag": True})
+    elif "path" in meta:
+        kw["type"] = PATH_TYPES[meta["path"]]
+    elif "choices" in meta:
+        kw["type"] = click.Choice(meta["choices"])
+    elif "low" in meta or "high" in meta:
+        bounds = click.IntRange if base is int else click.FloatRange
+        kw["type"] = bounds(meta.get("low"), meta.get("high"), min_open=meta.get("low_open", False))
+    else:
+        kw["type"] = base
+    required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    return click.option(flag, f.name, required=required, **({} if required else {"default": default}), **kw)
+
+
+def request_options(cls: type[Any]) -> Callable[[F], F]:
+    """One option per field of the dataclass ``cls`` (see :func:`cxrground.fields.option`), in field order; the
+    command receives them as one ``request``, an instance of ``cls``, before its other options."""
+    hints, fields = typing.get_type_hints(cls), dataclasses.fields(cls)
+
+    def add(fn: F) -> F:
+        @functools.wraps(fn)
+        def run(**kwargs: Any) -> Any:
+            return fn(cls(**{f.name: kwargs.pop(f.name) for f in fields}), **kwargs)
+
+        for f in reversed(fields):
+            run = _field_option(f, hints[f.name])(run)
+        return run  # type: ignore[return-value]
+
+    return add
+
+
 def clean_errors(*extra: type[Exception]) -> Callable[[F], F]:
     """Report ``extra`` errors (and cxrground's) raised by a command as ``Error: <message>``, exit status 1."""
 
@@ -73,8 +124,23 @@ def clean_errors(*extra: type[Exception]) -> Callable[[F], F]:
     return wrap
 
 
+class CleanCommand(click.Command):
+    """A command that reports an :class:`OptionError` as a usage error of the command (exit 2)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; an :class:`OptionError` becomes a :class:`click.UsageError` (or ``BadParameter``)."""
+        try:
+            return super().invoke(ctx)
+        except OptionValueError as exc:
+            raise click.BadParameter(str(exc), ctx) from exc
+        except OptionError as exc:
+            raise click.UsageError(str(exc), ctx) from exc
+
+
 class CleanGroup(click.Group):
     """A command group that reports cxrground's errors raised by its commands as ``Error: <message>``, exit 1."""
+
+    command_class = CleanCommand
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the chosen subcommand; a :class:`CXRGroundError` becomes a :class:`click.ClickException`."""
