@@ -51,24 +51,12 @@ def backend_option(flag: str, registry: Registry[Any], default: str | None, what
                         help=f"{what}{registry.help('; ')}.")
 
 
-def backend_options(stage: str, registry: Registry[Any], default: str | None, what: str = "",
-                    opt_help: str = "") -> Callable[[F], F]:
-    """``--STAGE`` (see :func:`backend_option`) and ``--STAGE-opt KEY=VALUE`` (repeatable, passed on as a dict)."""
-
-    def add(fn: F) -> F:
-        fn = click.option(f"--{stage}-opt", multiple=True, callback=lambda _ctx, _param, value: kv(value),
-                          help=f"KEY=VALUE for the {stage} (repeatable){opt_help}.")(fn)
-        return backend_option(f"--{stage}", registry, default, what)(fn)
-
-    return add
-
-
 def _field_option(f: dataclasses.Field[Any], hint: Any) -> Callable[[F], F]:
     """The option of one request field declared with :func:`cxrground.fields.option`."""
     meta, flag = f.metadata, f.metadata.get("flag", f"--{f.name.replace('_', '-')}")
-    default = None if f.default is dataclasses.MISSING else f.default
+    given = {} if f.default is dataclasses.MISSING else {"default": f.default}
     if "registry" in meta:
-        return backend_option(flag, meta["registry"], default, meta.get("help", ""))
+        return backend_option(flag, meta["registry"], given.get("default"), meta.get("help", ""))
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     base = args[0] if typing.get_origin(hint) in (typing.Union, types.UnionType, tuple, dict) else hint
     kw: dict[str, Any] = {k: meta[k] for k in ("help", "metavar", "envvar", "show_default") if k in meta}
@@ -88,7 +76,7 @@ def _field_option(f: dataclasses.Field[Any], hint: Any) -> Callable[[F], F]:
     else:
         kw["type"] = base
     required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    return click.option(flag, f.name, required=required, **({} if required else {"default": default}), **kw)
+    return click.option(flag, f.name, required=required, **given, **kw)
 
 
 def request_options(cls: type[Any]) -> Callable[[F], F]:
