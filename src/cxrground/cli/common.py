@@ -7,7 +7,7 @@ import dataclasses
 import functools
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -94,6 +94,12 @@ def request_options(cls: type[Any]) -> Callable[[F], F]:
         return run  # type: ignore[return-value]
 
     return add
+
+
+def echo_lines(lines: Iterable[str], err: bool = False) -> None:
+    """Print each line (nothing for none), on stderr with ``err``."""
+    for line in lines:
+        click.echo(line, err=err)
 
 
 def clean_errors(*extra: type[Exception]) -> Callable[[F], F]:
