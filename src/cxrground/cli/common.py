@@ -102,6 +102,16 @@ def echo_lines(lines: Iterable[str], err: bool = False) -> None:
         click.echo(line, err=err)
 
 
+def note(message: str) -> None:
+    """Print ``message`` on stderr."""
+    click.echo(message, err=True)
+
+
+def warn(message: str) -> None:
+    """Print ``message`` in yellow on stderr."""
+    click.secho(message, fg="yellow", err=True)
+
+
 def clean_errors(*extra: type[Exception]) -> Callable[[F], F]:
     """Report ``extra`` errors (and cxrground's) raised by a command as ``Error: <message>``, exit status 1."""
 
