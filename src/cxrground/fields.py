@@ -12,7 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import MISSING, field
 from typing import Any, Literal
 
-__all__ = ["PathKind", "option"]
+from cxrground.errors import OptionValueError
+
+__all__ = ["PathKind", "key_values", "option"]
 
 #: What a path field holds: an existing folder / file / either, a folder or file to write, or any path.
 PathKind = Literal["dir", "file", "existing", "out_dir", "out_file", "path"]
@@ -34,3 +36,15 @@ def option(default: Any = MISSING, *, help: str = "", flag: str | None = None, p
     if default_factory is not None:
         return field(default_factory=default_factory, metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def key_values(pairs: Sequence[str]) -> dict[str, str]:
+    """``("a=1", "b=2")`` → ``{"a": "1", "b": "2"}`` (keys and values stripped); an item without ``=`` is an
+    :class:`OptionValueError`."""
+    out = {}
+    for item in pairs:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise OptionValueError(f"expected KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out

@@ -13,7 +13,9 @@ from typing import Any, TypeVar
 
 import click
 
+from cxrground.datasets.pack import PACK_HELP
 from cxrground.errors import CXRGroundError, OptionError, OptionValueError
+from cxrground.fields import key_values
 from cxrground.registry import Registry
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -28,21 +30,17 @@ PATH_TYPES = {"dir": DIR, "file": FILE, "existing": EXISTING, "out_dir": OUT_DIR
               "path": click.Path(path_type=Path)}  # by :data:`cxrground.fields.PathKind`
 
 #: Options that several commands share (same flag, type and help everywhere).
-PACK_OPT = click.option("--pack", "pack_dir", type=OUT_DIR, default=None,
-                        help="cxr-pack-v1 folder (default: $CXRGROUND_PACK or ../shared/data/cxr-pack-v1).")
+PACK_OPT = click.option("--pack", "pack_dir", type=OUT_DIR, default=None, help=PACK_HELP)
 DATASET_OPT = click.option("--dataset", type=EXISTING, required=True, help="ILS dataset folder "
                            "(mimic_ils_instruction_answer.json + lesion_mask/) or the JSON file.")
 
 
 def kv(pairs: tuple[str, ...]) -> dict[str, str]:
-    """``("a=1", "b=2")`` → ``{"a": "1", "b": "2"}``; an item without ``=`` is a usage error."""
-    out = {}
-    for item in pairs:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
+    """:func:`cxrground.fields.key_values` for a click callback or command: a malformed item is a usage error."""
+    try:
+        return key_values(pairs)
+    except OptionValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def backend_option(flag: str, registry: Registry[Any], default: str | None, what: str = "") -> Callable[[F], F]:
