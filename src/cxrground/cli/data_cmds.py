@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DIR, FILE, clean_errors, group, request_options
+from cxrground.cli.common import DIR, FILE, clean_errors, echo_lines, group, request_options
 from cxrground.datasets.folder import scan_folder, scan_lines
 from cxrground.datasets.pack import Pack
 from cxrground.datasets.synthetic import format_summary, summarize
@@ -63,8 +63,7 @@ def pack_info(path: Path | None, verify: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line per study and per failure.")
 def scan(images: Path, reports: Path | None, index: Path | None, as_json: bool) -> None:
     """List the studies (image + report) found in a folder and every file that could not be used."""
-    for line in scan_lines(*scan_folder(images, reports, index), as_json=as_json):
-        click.echo(line)
+    echo_lines(scan_lines(*scan_folder(images, reports, index), as_json=as_json))
 
 
 COMMANDS: list[click.Command] = [synth, synth_info, pack, scan]

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DATASET_OPT, DIR, EXISTING, OUT_DIR, backend_option, clean_errors, kv, request_options
+from cxrground.cli.common import DATASET_OPT, DIR, OUT_DIR, backend_option, clean_errors, kv, request_options
 from cxrground.cli.ils_cmds import ils
 from cxrground.evaluation.ils.request import EvaluateRequest, evaluate_request
 from cxrground.models.base import MODELS
+from cxrground.models.lisa.request import ConvertRequest, convert_request
 from cxrground.models.predict import PredictRequest, predict_request
 
 __all__ = ["COMMANDS"]
@@ -54,28 +55,10 @@ def predict_cmd(request: PredictRequest, quiet: bool) -> None:
 
 
 @ils.command("convert-lisa")
-@click.option("--source", type=DIR, required=True,
-              help="Local folder in the released layout (xinlai/LISA-7B-v1, checkone/ROSALIA-7B-v1).")
-@click.option("--out", type=OUT_DIR, required=True,
-              help="Checkpoint folder to write (checkpoint.json + model.safetensors + tokenizer).")
-@click.option("--sam", type=EXISTING, default=None,
-              help="SAM weights when the source has none: sam_vit_h_4b8939.pth or a transformers SAM folder.")
-@click.option("--clip", type=DIR, default=None,
-              help="Local CLIP ViT-L/14 folder: its config, and its weights when the source does not store the "
-                   "vision tower.")
-@click.option("--tokenizer", type=DIR, default=None, help="Tokenizer folder (default: the source folder).")
-@click.option("--allow-missing", multiple=True, type=click.Choice(["text_hidden_fcs", "visual_model.mask_decoder"]),
-              help="Parts that may stay at their initialisation (e.g. starting from a plain LLaVA).")
-@click.option("--dtype", type=click.Choice(["source", "float32", "bfloat16", "float16"]), default="source",
-              help="Dtype of the written weights (source = keep the release's, e.g. bf16).")
-def convert_lisa(source: Path, out: Path, sam: Path | None, clip: Path | None, tokenizer: Path | None,
-                 allow_missing: tuple[str, ...], dtype: str) -> None:
+@request_options(ConvertRequest)
+def convert_lisa(request: ConvertRequest) -> None:
     """Map every weight of a released LISA/ROSALIA checkpoint onto the cxrground LISA model and save it."""
-    from cxrground.models.lisa.convert import convert_released
-
-    path = convert_released(source, out, sam=sam, clip=clip, tokenizer=tokenizer, allow_missing=allow_missing,
-                            dtype=dtype)
-    click.echo(f"wrote {path}")
+    click.echo(f"wrote {convert_request(request)}")
 
 
 @ils.command("evaluate")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DIR, OUT_DIR, OUT_FILE, group, request_options
+from cxrground.cli.common import DIR, OUT_DIR, OUT_FILE, echo_lines, group, note, request_options
 from cxrground.percept.request import BuildRequest, build_lines, run_build
 
 
@@ -33,10 +33,9 @@ def validate(bench: Path) -> None:
     from cxrground.percept.validate import validate_benchmark
 
     problems = validate_benchmark(bench)
+    echo_lines(problems)
     if problems:
-        for p in problems:
-            click.echo(p)
-        click.echo(f"{len(problems)} problem(s) in {bench}", err=True)
+        note(f"{len(problems)} problem(s) in {bench}")
         sys.exit(1)
     click.echo(f"{bench}: valid")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DIR, OUT_FILE, request_options
+from cxrground.cli.common import DIR, OUT_FILE, echo_lines, request_options
 from cxrground.cli.percept_build_cmds import percept
 from cxrground.evaluation.percept.request import EvalRequest, run_request
 
@@ -31,11 +31,9 @@ def score_cmd(run: Path, n_boot: int) -> None:
     runs with several repeats)."""
     from cxrground.evaluation.percept.scoring import score_lines, score_run
 
-    lines, note = score_lines(score_run(run, n_boot=n_boot))
-    for line in lines:
-        click.echo(line)
-    if note:
-        click.echo(note, err=True)
+    lines, remark = score_lines(score_run(run, n_boot=n_boot))
+    echo_lines(lines)
+    echo_lines([remark] if remark else [], err=True)
 
 
 @percept.command("report")

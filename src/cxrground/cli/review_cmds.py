@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DIR, OUT_DIR, OUT_FILE, group, note, request_options, warn
+from cxrground.cli.common import DIR, OUT_DIR, OUT_FILE, echo_lines, group, note, request_options, warn
 from cxrground.review.importers import ImportRequest, import_request
 
 _DB = click.option("--db", "db_path", type=OUT_FILE, required=True,
@@ -47,18 +46,9 @@ def import_cmd(request: ImportRequest, db_path: Path) -> None:
 @click.option("--port", type=click.IntRange(0, 65535), default=8765)
 def serve(db_path: Path, host: str, port: int) -> None:
     """The review web app: /login, /queue, /review/ID, /stats and the /api (GET /healthz is public)."""
-    try:
-        from cxrground.review.app import serve as run_app
-    except ImportError as exc:
-        raise click.ClickException(f"the review app needs the 'serve' extra (pip install 'cxrground[serve]'): "
-                                   f"{exc}") from exc
-    from cxrground.review.db import ReviewDB
+    from cxrground.review.launch import launch_app
 
-    ReviewDB(db_path)
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        warn(f"warning: binding to {host} exposes the review app beyond this machine; put HTTPS in front.")
-    note(f"review app for {db_path} on http://{host}:{port}/")
-    run_app(db_path, host=host, port=port)
+    launch_app(db_path, host, port, warn=warn, note=note)
 
 
 @review.command("stats")
@@ -68,15 +58,9 @@ def serve(db_path: Path, host: str, port: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def stats(db_path: Path, html_path: Path | None, as_json: bool) -> None:
     """Acceptance per lesion and item type, Cohen's and Fleiss' kappa, Dice of corrected vs generated masks."""
-    from cxrground.review.db import ReviewDB
-    from cxrground.review.stats import format_stats, review_stats, stats_page
+    from cxrground.review.stats import stats_report
 
-    figures = review_stats(ReviewDB(db_path))
-    click.echo(json.dumps(figures, indent=2) if as_json else format_stats(figures))
-    if html_path is not None:
-        html_path.parent.mkdir(parents=True, exist_ok=True)
-        html_path.write_text(stats_page(figures), encoding="utf-8")
-        click.echo(f"statistics page: {html_path}")
+    echo_lines(stats_report(db_path, html_path, as_json))
 
 
 @review.command("export")
@@ -92,8 +76,7 @@ def export(db_path: Path, out: Path, masks_dir: Path | None, card_dir: Path | No
     from cxrground.review.db import ReviewDB
     from cxrground.review.export import export_review
 
-    for line in export_review(ReviewDB(db_path), out, masks_dir, card_dir):
-        click.echo(line)
+    echo_lines(export_review(ReviewDB(db_path), out, masks_dir, card_dir))
 
 
 COMMANDS: list[click.Command] = [review]
