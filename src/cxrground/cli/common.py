@@ -16,6 +16,7 @@ import click
 from cxrground.datasets.pack import PACK_HELP
 from cxrground.errors import CXRGroundError, OptionError, OptionValueError
 from cxrground.fields import key_values
+from cxrground.ils.layout import DATASET_HELP
 from cxrground.registry import Registry
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -31,8 +32,7 @@ PATH_TYPES = {"dir": DIR, "file": FILE, "existing": EXISTING, "out_dir": OUT_DIR
 
 #: Options that several commands share (same flag, type and help everywhere).
 PACK_OPT = click.option("--pack", "pack_dir", type=OUT_DIR, default=None, help=PACK_HELP)
-DATASET_OPT = click.option("--dataset", type=EXISTING, required=True, help="ILS dataset folder "
-                           "(mimic_ils_instruction_answer.json + lesion_mask/) or the JSON file.")
+DATASET_OPT = click.option("--dataset", type=EXISTING, required=True, help=DATASET_HELP)
 
 
 def kv(pairs: tuple[str, ...]) -> dict[str, str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -10,8 +9,7 @@ import click
 from cxrground.cli.common import DIR, FILE, clean_errors, echo_lines, group, request_options
 from cxrground.datasets.folder import scan_folder, scan_lines
 from cxrground.datasets.pack import Pack
-from cxrground.datasets.synthetic import format_summary, summarize
-from cxrground.datasets.synthetic.cohort import CohortRequest, write_requested_cohort
+from cxrground.datasets.synthetic.cohort import CohortRequest, summary_text, write_requested_cohort
 
 
 @click.command("synth")
@@ -28,11 +26,7 @@ def synth(request: CohortRequest, quiet: bool) -> None:
 @clean_errors(FileNotFoundError)
 def synth_info(cohort_dir: Path, as_json: bool) -> None:
     """Per-lesion counts (present, definitive, tentative, unreported, negated), sizes and CTR range."""
-    summary = summarize(cohort_dir)
-    if as_json:
-        click.echo(json.dumps(summary, indent=2))
-        return
-    click.echo(format_summary(summary, cohort_dir))
+    click.echo(summary_text(cohort_dir, as_json))
 
 
 @group("pack")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DATASET_OPT, DIR, OUT_DIR, OUT_FILE, group, request_options
+from cxrground.cli.common import DIR, OUT_FILE, group, request_options
+from cxrground.ils.frames import ExportRequest, export_request
 from cxrground.ils.request import BuildRequest, build_lines, run_build
 
 
@@ -41,10 +41,9 @@ def stats(out: Path, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def quality(out: Path, cohort: Path, as_json: bool) -> None:
     """Score a dataset built from a synthetic cohort against the cohort's exact truth."""
-    from cxrground.ils.quality import format_quality, score_against_truth
+    from cxrground.ils.quality import quality_text
 
-    scores = score_against_truth(out, cohort)
-    click.echo(json.dumps(scores, indent=2) if as_json else format_quality(scores))
+    click.echo(quality_text(out, cohort, as_json))
 
 
 @ils.command("gallery")
@@ -64,23 +63,10 @@ def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: 
 
 
 @ils.command("export")
-@click.option("--frame", type=click.Choice(["released", "native"]), default="released",
-              help="released: 512x512 masks, the whole image stretched to the square (MIMIC-ILS as published, "
-                   "what the ROSALIA code trains on); native: each image's own size.")
-@DATASET_OPT
-@click.option("--out", type=OUT_DIR, required=True, help="Folder to write.")
-@click.option("--size", type=int, default=512, help="Side of the released-frame masks.")
-@click.option("--images", type=DIR, default=None,
-              help="Image root, for native sizes the dataset does not record (e.g. a downloaded MIMIC-ILS).")
-def export_cmd(frame: str, dataset: Path, out: Path, size: int, images: Path | None) -> None:
+@request_options(ExportRequest)
+def export_cmd(request: ExportRequest) -> None:
     """Write the dataset (same JSON) with its masks in FRAME, the frame recorded in mask_frame.json and card.md."""
-    from cxrground.ils.frames import export_dataset
-    from cxrground.io.image import read_image
-
-    sizes = None if images is None else (lambda rel: read_image(images / rel).shape)
-    counts = export_dataset(dataset, out, frame=frame, size=size, image_size=sizes)
-    click.echo(f"{out}: {counts['masks']} masks in the {frame} frame, {counts['studies']} studies "
-               f"({counts['native_sizes']} native sizes recorded)")
+    click.echo(export_request(request))
 
 
 COMMANDS: list[click.Command] = [ils]

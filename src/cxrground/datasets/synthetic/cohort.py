@@ -412,6 +412,12 @@ def summarize(out_dir: str | Path) -> dict[str, Any]:
     return summary
 
 
+def summary_text(out_dir: str | Path, as_json: bool = False) -> str:
+    """:func:`summarize` of the cohort in ``out_dir`` as JSON, or as :func:`format_summary`'s titled table."""
+    summary = summarize(out_dir)
+    return json.dumps(summary, indent=2) if as_json else format_summary(summary, out_dir)
+
+
 def cohort_of_images(images: str | Path) -> Path | None:
     """The synthetic cohort an image folder (``COHORT/files``) belongs to, or None for any other folder."""
     root = Path(images).parent
