@@ -12,6 +12,7 @@ import cxrground
 STAGES = [
     "errors",
     "registry",
+    "fields",
     "vocab",
     "io",
     "llm",

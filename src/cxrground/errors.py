@@ -56,6 +56,14 @@ class ConfigError(CXRGroundError):
     """A configuration value or a command-line option is invalid."""
 
 
+class OptionError(ConfigError):
+    """Options that do not go together, or one given without its companion (a usage error on the command line)."""
+
+
+class OptionValueError(OptionError):
+    """One option's value is malformed (an invalid-value usage error on the command line)."""
+
+
 @dataclass(frozen=True)
 class Failure:
     """One input a batch job could not process, with the stage and the reason."""

@@ -7,15 +7,19 @@ with the peripheral rim and costophrenic angles, the non-empty sub-regions and, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from cxrground.anatomy.ctr import cardiothoracic_ratio
 from cxrground.anatomy.ils_locations import ils_location_masks
 from cxrground.anatomy.percept_regions import percept_geometry
+from cxrground.fields import option
+from cxrground.io.image import read_image, write_image
+from cxrground.io.masks import read_mask_png
 from cxrground.io.overlay import contact_sheet, label_panel, overlay_masks
 
-__all__ = ["GeometryFigure", "geometry_figure"]
+__all__ = ["GeometryFigure", "GeometryRequest", "draw_geometry", "geometry_figure"]
 
 
 @dataclass(frozen=True)
@@ -55,3 +59,27 @@ def geometry_figure(pixels: np.ndarray, right: np.ndarray, left: np.ndarray, hea
         panels.append(label_panel(overlay_masks(pixels, [heart], alpha=0.4), "heart", lines, width))
     areas = {name: int(np.count_nonzero(mask)) for name, mask in geo.subregions.items()}
     return GeometryFigure(contact_sheet(panels, columns=len(panels)), areas, ctr)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GeometryRequest:
+    """A film, its lung (and heart) mask PNGs, and the sheet to draw (each field documents itself,
+    :func:`cxrground.fields.option`; ``cxrground anatomy show`` offers one option per field)."""
+
+    image: Path = option(path="file")
+    right: Path = option(path="file", help="Right-lung mask PNG (patient's right = image left).")
+    left: Path = option(path="file")
+    heart: Path | None = option(None, path="file")
+    out: Path = option(path="out_file", help="PNG to write.")
+    width: int = option(384, help="Panel width in pixels.")
+
+
+def draw_geometry(request: GeometryRequest) -> list[str]:
+    """Write the geometry sheet of the request's film to ``request.out``; returns what was written and the
+    :meth:`GeometryFigure.summary_lines`."""
+    r = request
+    im = read_image(r.image)
+    fig = geometry_figure(im.pixels, read_mask_png(r.right, im.shape), read_mask_png(r.left, im.shape),
+                          read_mask_png(r.heart, im.shape) if r.heart else None, r.width)
+    write_image(r.out, fig.sheet)
+    return [f"wrote {r.out}", *fig.summary_lines()]

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DIR, FILE, OUT_DIR, OUT_FILE, PACK_OPT, group
+from cxrground.anatomy.figure import GeometryRequest, draw_geometry
+from cxrground.cli.common import DIR, FILE, OUT_DIR, PACK_OPT, group, request_options
 
 
 @group("anatomy")
@@ -15,23 +16,10 @@ def anatomy() -> None:
 
 
 @anatomy.command("show")
-@click.option("--image", type=FILE, required=True)
-@click.option("--right", type=FILE, required=True, help="Right-lung mask PNG (patient's right = image left).")
-@click.option("--left", type=FILE, required=True)
-@click.option("--heart", type=FILE, default=None)
-@click.option("--out", type=OUT_FILE, required=True, help="PNG to write.")
-@click.option("--width", type=int, default=384, help="Panel width in pixels.")
-def show(image: Path, right: Path, left: Path, heart: Path | None, out: Path, width: int) -> None:
+@request_options(GeometryRequest)
+def show(request: GeometryRequest) -> None:
     """Draw ILS location labels, CheXpercept zones / rims / angles and the 20 sub-regions on the image."""
-    from cxrground.anatomy.figure import geometry_figure
-    from cxrground.io.image import read_image, write_image
-    from cxrground.io.masks import read_mask_png
-
-    im = read_image(image)
-    fig = geometry_figure(im.pixels, read_mask_png(right, im.shape), read_mask_png(left, im.shape),
-                          read_mask_png(heart, im.shape) if heart else None, width)
-    write_image(out, fig.sheet)
-    click.echo("\n".join([f"wrote {out}", *fig.summary_lines()]))
+    click.echo("\n".join(draw_geometry(request)))
 
 
 @anatomy.command("zones")

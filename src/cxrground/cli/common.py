@@ -1,15 +1,22 @@
-"""Helpers shared by the command modules: path types, KEY=VALUE options, backend choices, the clean-error group."""
+"""Helpers shared by the command modules: path types, KEY=VALUE options, backend choices, options from a request
+dataclass, the clean-error group."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections.abc import Callable
+import types
+import typing
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from cxrground.errors import CXRGroundError
+from cxrground.datasets.pack import PACK_HELP
+from cxrground.errors import CXRGroundError, OptionError, OptionValueError
+from cxrground.fields import key_values
+from cxrground.ils.layout import DATASET_HELP
 from cxrground.registry import Registry
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -20,23 +27,20 @@ FILE = click.Path(path_type=Path, exists=True, dir_okay=False)  # an existing fi
 EXISTING = click.Path(path_type=Path, exists=True)  # an existing file or folder
 OUT_DIR = click.Path(path_type=Path, file_okay=False)  # a folder, not checked for existence (to write, mostly)
 OUT_FILE = click.Path(path_type=Path, dir_okay=False)  # a file to write (may exist)
+PATH_TYPES = {"dir": DIR, "file": FILE, "existing": EXISTING, "out_dir": OUT_DIR, "out_file": OUT_FILE,
+              "path": click.Path(path_type=Path)}  # by :data:`cxrground.fields.PathKind`
 
 #: Options that several commands share (same flag, type and help everywhere).
-PACK_OPT = click.option("--pack", "pack_dir", type=OUT_DIR, default=None,
-                        help="cxr-pack-v1 folder (default: $CXRGROUND_PACK or ../shared/data/cxr-pack-v1).")
-DATASET_OPT = click.option("--dataset", type=EXISTING, required=True, help="ILS dataset folder "
-                           "(mimic_ils_instruction_answer.json + lesion_mask/) or the JSON file.")
+PACK_OPT = click.option("--pack", "pack_dir", type=OUT_DIR, default=None, help=PACK_HELP)
+DATASET_OPT = click.option("--dataset", type=EXISTING, required=True, help=DATASET_HELP)
 
 
 def kv(pairs: tuple[str, ...]) -> dict[str, str]:
-    """``("a=1", "b=2")`` → ``{"a": "1", "b": "2"}``; an item without ``=`` is a usage error."""
-    out = {}
-    for item in pairs:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
+    """:func:`cxrground.fields.key_values` for a click callback or command: a malformed item is a usage error."""
+    try:
+        return key_values(pairs)
+    except OptionValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def backend_option(flag: str, registry: Registry[Any], default: str | None, what: str = "") -> Callable[[F], F]:
@@ -45,16 +49,65 @@ def backend_option(flag: str, registry: Registry[Any], default: str | None, what
                         help=f"{what}{registry.help('; ')}.")
 
 
-def backend_options(stage: str, registry: Registry[Any], default: str | None, what: str = "",
-                    opt_help: str = "") -> Callable[[F], F]:
-    """``--STAGE`` (see :func:`backend_option`) and ``--STAGE-opt KEY=VALUE`` (repeatable, passed on as a dict)."""
+def _field_option(f: dataclasses.Field[Any], hint: Any) -> Callable[[F], F]:
+    """The option of one request field declared with :func:`cxrground.fields.option`."""
+    meta, flag = f.metadata, f.metadata.get("flag", f"--{f.name.replace('_', '-')}")
+    given = {} if f.default is dataclasses.MISSING else {"default": f.default}
+    if "registry" in meta:
+        return backend_option(flag, meta["registry"], given.get("default"), meta.get("help", ""))
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    base = args[0] if typing.get_origin(hint) in (typing.Union, types.UnionType, tuple, dict) else hint
+    kw: dict[str, Any] = {k: meta[k] for k in ("help", "metavar", "envvar", "show_default") if k in meta}
+    if typing.get_origin(hint) in (tuple, dict):
+        kw["multiple"] = True
+    if typing.get_origin(hint) is dict:
+        kw["callback"] = lambda _ctx, _param, value: kv(value)
+    elif base is bool:
+        kw.update({} if "/" in flag else {"is_flag": True})
+    elif "path" in meta:
+        kw["type"] = PATH_TYPES[meta["path"]]
+    elif "choices" in meta:
+        kw["type"] = click.Choice(meta["choices"])
+    elif "low" in meta or "high" in meta:
+        bounds = click.IntRange if base is int else click.FloatRange
+        kw["type"] = bounds(meta.get("low"), meta.get("high"), min_open=meta.get("low_open", False))
+    else:
+        kw["type"] = base
+    required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    return click.option(flag, f.name, required=required, **given, **kw)
+
+
+def request_options(cls: type[Any]) -> Callable[[F], F]:
+    """One option per field of the dataclass ``cls`` (see :func:`cxrground.fields.option`), in field order; the
+    command receives them as one ``request``, an instance of ``cls``, before its other options."""
+    hints, fields = typing.get_type_hints(cls), dataclasses.fields(cls)
 
     def add(fn: F) -> F:
-        fn = click.option(f"--{stage}-opt", multiple=True, callback=lambda _ctx, _param, value: kv(value),
-                          help=f"KEY=VALUE for the {stage} (repeatable){opt_help}.")(fn)
-        return backend_option(f"--{stage}", registry, default, what)(fn)
+        @functools.wraps(fn)
+        def run(**kwargs: Any) -> Any:
+            return fn(cls(**{f.name: kwargs.pop(f.name) for f in fields}), **kwargs)
+
+        for f in reversed(fields):
+            run = _field_option(f, hints[f.name])(run)
+        return run  # type: ignore[return-value]
 
     return add
+
+
+def echo_lines(lines: Iterable[str], err: bool = False) -> None:
+    """Print each line (nothing for none), on stderr with ``err``."""
+    for line in lines:
+        click.echo(line, err=err)
+
+
+def note(message: str) -> None:
+    """Print ``message`` on stderr."""
+    click.echo(message, err=True)
+
+
+def warn(message: str) -> None:
+    """Print ``message`` in yellow on stderr."""
+    click.secho(message, fg="yellow", err=True)
 
 
 def clean_errors(*extra: type[Exception]) -> Callable[[F], F]:
@@ -73,8 +126,23 @@ def clean_errors(*extra: type[Exception]) -> Callable[[F], F]:
     return wrap
 
 
+class CleanCommand(click.Command):
+    """A command that reports an :class:`OptionError` as a usage error of the command (exit 2)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; an :class:`OptionError` becomes a :class:`click.UsageError` (or ``BadParameter``)."""
+        try:
+            return super().invoke(ctx)
+        except OptionValueError as exc:
+            raise click.BadParameter(str(exc), ctx) from exc
+        except OptionError as exc:
+            raise click.UsageError(str(exc), ctx) from exc
+
+
 class CleanGroup(click.Group):
     """A command group that reports cxrground's errors raised by its commands as ``Error: <message>``, exit 1."""
+
+    command_class = CleanCommand
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the chosen subcommand; a :class:`CXRGroundError` becomes a :class:`click.ClickException`."""

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from cxrground.cli.common import EXISTING, group
-from cxrground.reports import expand_report_paths, read_reports
-from cxrground.reports.sections import describe_choice
+from cxrground.cli.common import EXISTING, echo_lines, group
+from cxrground.reports.readers import section_choices
 
 
 @group("reports")
@@ -22,14 +20,10 @@ def reports() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per report (and per failure).")
 def sections(paths: tuple[Path, ...], as_json: bool) -> None:
     """Parse report files (or folders of them) and print the chosen section as numbered sentences."""
-    files = expand_report_paths(paths)
-    parsed, failures = read_reports(files, progress=len(files) > 50)
-    for rep in parsed:
-        click.echo(describe_choice(rep, as_json))
-    for f in failures:
-        line = json.dumps({"failure": f.to_dict()}) if as_json else f"failed: {f.path}: {f.reason}"
-        click.echo(line, err=not as_json)
-    if failures and not parsed:
+    choices = section_choices(paths, as_json)
+    echo_lines(choices.lines)
+    echo_lines(choices.failure_lines, err=not as_json)
+    if choices.failed:
         raise SystemExit(1)
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DIR, OUT_DIR, OUT_FILE, group
+from cxrground.cli.common import DIR, OUT_DIR, OUT_FILE, echo_lines, group, note, request_options, warn
+from cxrground.review.importers import ImportRequest, import_request
 
 _DB = click.option("--db", "db_path", type=OUT_FILE, required=True,
                    help="The review database (SQLite; created by the first add-user).")
@@ -33,34 +33,10 @@ def add_user(name: str, db_path: Path, role: str) -> None:
 
 @review.command("import")
 @_DB
-@click.option("--ils", "ils_dir", type=DIR, default=None,
-              help="An ILS dataset folder: one item per instruction-answer pair.")
-@click.option("--images", type=DIR, default=None,
-              help="With --ils: the image root its image_path values are relative to.")
-@click.option("--split", "splits", type=click.Choice(["train", "val", "test"]), multiple=True,
-              help="With --ils: splits to import (repeatable; default all).")
-@click.option("--bench", "bench_dir", type=DIR, default=None,
-              help="A CheXpercept benchmark folder: one item per case, one decision per question.")
-@click.option("--sample", type=click.IntRange(min=1), default=None, help="Import N items drawn at random (seeded).")
-@click.option("--seed", type=int, default=0)
-@click.option("--per-item", type=click.IntRange(min=1), default=2,
-              help="Reviewers per item (K); needs at least K reviewers in the database.")
-def import_cmd(db_path: Path, ils_dir: Path | None, images: Path | None, splits: tuple[str, ...],
-               bench_dir: Path | None, sample: int | None, seed: int, per_item: int) -> None:
+@request_options(ImportRequest)
+def import_cmd(request: ImportRequest, db_path: Path) -> None:
     """Load ILS pairs or CheXpercept cases and assign each to K reviewers (items already there are skipped)."""
-    from cxrground.review.db import ReviewDB
-    from cxrground.review.importers import bench_items, ils_items, import_items
-
-    if (ils_dir is None) == (bench_dir is None):
-        raise click.UsageError("give exactly one of --ils DIR or --bench DIR")
-    if ils_dir is not None and images is None:
-        raise click.UsageError("--ils needs --images (the folder the dataset's image_path values are relative to)")
-    db = ReviewDB(db_path)
-    items = (ils_items(ils_dir, images, splits or ("train", "val", "test")) if ils_dir is not None
-             else bench_items(bench_dir))
-    counts = import_items(db, items, sample, seed, per_item)
-    click.echo(f"{counts['found']} items found, {counts['sampled']} sampled, {counts['added']} added "
-               f"({counts['already_there']} already there), {counts['assignments']} assignments")
+    click.echo(import_request(db_path, request))
 
 
 @review.command("serve")
@@ -70,19 +46,9 @@ def import_cmd(db_path: Path, ils_dir: Path | None, images: Path | None, splits:
 @click.option("--port", type=click.IntRange(0, 65535), default=8765)
 def serve(db_path: Path, host: str, port: int) -> None:
     """The review web app: /login, /queue, /review/ID, /stats and the /api (GET /healthz is public)."""
-    try:
-        from cxrground.review.app import serve as run_app
-    except ImportError as exc:
-        raise click.ClickException(f"the review app needs the 'serve' extra (pip install 'cxrground[serve]'): "
-                                   f"{exc}") from exc
-    from cxrground.review.db import ReviewDB
+    from cxrground.review.launch import launch_app
 
-    ReviewDB(db_path)
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        click.secho(f"warning: binding to {host} exposes the review app beyond this machine; put HTTPS in front.",
-                    fg="yellow", err=True)
-    click.echo(f"review app for {db_path} on http://{host}:{port}/", err=True)
-    run_app(db_path, host=host, port=port)
+    launch_app(db_path, host, port, warn=warn, note=note)
 
 
 @review.command("stats")
@@ -92,15 +58,9 @@ def serve(db_path: Path, host: str, port: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def stats(db_path: Path, html_path: Path | None, as_json: bool) -> None:
     """Acceptance per lesion and item type, Cohen's and Fleiss' kappa, Dice of corrected vs generated masks."""
-    from cxrground.review.db import ReviewDB
-    from cxrground.review.stats import format_stats, review_stats, stats_page
+    from cxrground.review.stats import stats_report
 
-    figures = review_stats(ReviewDB(db_path))
-    click.echo(json.dumps(figures, indent=2) if as_json else format_stats(figures))
-    if html_path is not None:
-        html_path.parent.mkdir(parents=True, exist_ok=True)
-        html_path.write_text(stats_page(figures), encoding="utf-8")
-        click.echo(f"statistics page: {html_path}")
+    echo_lines(stats_report(db_path, html_path, as_json))
 
 
 @review.command("export")
@@ -116,8 +76,7 @@ def export(db_path: Path, out: Path, masks_dir: Path | None, card_dir: Path | No
     from cxrground.review.db import ReviewDB
     from cxrground.review.export import export_review
 
-    for line in export_review(ReviewDB(db_path), out, masks_dir, card_dir):
-        click.echo(line)
+    echo_lines(export_review(ReviewDB(db_path), out, masks_dir, card_dir))
 
 
 COMMANDS: list[click.Command] = [review]

@@ -23,6 +23,7 @@ from cxrground.io.masks import read_mask_png
 
 __all__ = [
     "PACK_ENV",
+    "PACK_HELP",
     "SHIPPABLE_LICENCES",
     "BrixiaScore",
     "CohenRecord",
@@ -35,6 +36,7 @@ __all__ = [
 
 PACK_ENV = "CXRGROUND_PACK"
 PACK_NAME = "cxr-pack-v1"
+PACK_HELP = "cxr-pack-v1 folder (default: $CXRGROUND_PACK or ../shared/data/cxr-pack-v1)."  # where find_pack looks
 SHIPPABLE_LICENCES: frozenset[str] = frozenset({"CC BY 3.0", "CC BY 4.0", "listed as authorized for everyone"})
 BRIXIA_ZONES: tuple[str, ...] = ("A", "B", "C", "D", "E", "F")
 """Brixia zones: A/B/C = right upper/mid/lower, D/E/F = left upper/mid/lower."""

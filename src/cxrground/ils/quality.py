@@ -29,7 +29,7 @@ from cxrground.vocab.lesions import LESIONS, LUNG_LESIONS
 from cxrground.vocab.locations import BOTH_LUNGS, HEART
 from cxrground.vocab.traits import traits
 
-__all__ = ["format_findings_quality", "format_quality", "score_against_truth", "score_findings"]
+__all__ = ["format_findings_quality", "format_quality", "quality_text", "score_against_truth", "score_findings"]
 
 _VIOLATORS = {"opacity": set(LUNG_LESIONS), "consolidation": {"consolidation", "pneumonia"}}
 
@@ -129,6 +129,12 @@ def _negative_correct(pair: dict[str, Any], truth: Any, lesion_masks: list, regi
         if label != HEART:
             area |= regions[label]
     return not any(f.lesion in violators and (m & area).any() for f, m in lesion_masks)
+
+
+def quality_text(dataset_dir: str | Path, cohort_dir: str | Path, as_json: bool = False) -> str:
+    """:func:`score_against_truth` as JSON, or as :func:`format_quality`'s table."""
+    scores = score_against_truth(dataset_dir, cohort_dir)
+    return json.dumps(scores, indent=2) if as_json else format_quality(scores)
 
 
 def format_quality(scores: dict[str, Any]) -> str:

@@ -9,20 +9,22 @@ failures file holds one line per image that still fails.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from cxrground.errors import ConfigError, Failure, InputError
+from cxrground.fields import option
 from cxrground.ils.layout import DATASET_FILE
 from cxrground.ils.predictions import PredictionWriter
 from cxrground.ils.schema import load_dataset
 from cxrground.io.files import atomic_write_text
 from cxrground.io.image import DEFAULT_MAX_PIXELS, read_image
-from cxrground.models.base import IlsModel
+from cxrground.models.base import IlsModel, load_model
 
-__all__ = ["predict_split"]
+__all__ = ["PredictRequest", "predict_request", "predict_split"]
 
 
 _Job = tuple[str, list[dict[str, Any]]]
@@ -92,6 +94,42 @@ def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: st
                     fh.write(json.dumps(record) + "\n")
         bar.close()
     return counts
+
+
+@dataclass(frozen=True, kw_only=True)
+class PredictRequest:
+    """A split to predict with a checkpoint, how to load the model, and where the predictions go (each field
+    documents itself, :func:`cxrground.fields.option`; ``cxrground ils predict`` offers one option per field)."""
+
+    checkpoint: Path = option(path="existing", help="Checkpoint folder (checkpoint.json names the backend).")
+    dataset: Path = option(path="existing", help="ILS dataset folder or its JSON file.")
+    images: Path | None = option(None, path="dir",
+                                 help="Image root (MIMIC-CXR-JPG files/). Default: the dataset folder.")
+    split: str = option("test", choices=("train", "val", "test"))
+    out: Path = option(path="out_file", help="Predictions JSONL (appended to; pairs already there are skipped).")
+    limit: int | None = option(None, help="Predict only the first N pairs of the split.")
+    batch_size: int = option(8, help="Pairs per forward pass.")
+    device: str = option("cpu")
+    mode: str = option("free", choices=("free", "teacher-forced"), help="Masks from the generated [SEG] (free) or "
+                       "from the ground-truth answer's [SEG] (teacher-forced, the paper's segmentation protocol; LISA "
+                       "only). Recorded in the predictions file.")
+    quantize: str = option("none", choices=("none", "8bit", "4bit"),
+                           help="LISA: load the language model in 8-bit or 4-bit (bitsandbytes; needs CUDA).")
+    device_map: str | None = option(None, help="LISA: 'auto' or a JSON {module prefix: device} to spread a large "
+                                    "checkpoint over devices (accelerate).")
+    max_pixels: int = option(DEFAULT_MAX_PIXELS, low=1, show_default=True, help="Images whose header states more "
+                             "pixels are recorded as failures without being decoded.")
+
+
+def predict_request(request: PredictRequest, progress: bool = True) -> str:
+    """Load the checkpoint, predict the split into ``request.out`` (resuming) and say what was written."""
+    r = request
+    options = {k: v for k, v in (("quantize", r.quantize), ("device_map", r.device_map)) if v not in (None, "none")}
+    model = load_model(r.checkpoint, device=r.device, **options)
+    counts = predict_split(model, r.dataset, r.images, r.split, r.out, limit=r.limit, batch_size=max(1, r.batch_size),
+                           progress=progress, mode=r.mode, max_pixels=r.max_pixels)
+    return (f"{r.out}: {counts['written']} written, {counts['skipped']} already there, {counts['failed']} failed "
+            f"(of {counts['pairs']} pairs; mode {r.mode})")
 
 
 def _forget_failures(path: Path, retried: set[str]) -> None:

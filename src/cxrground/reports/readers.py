@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -20,17 +21,19 @@ from tqdm.auto import tqdm
 from cxrground.errors import Failure, ReportError
 from cxrground.reports.iu_xml import decode_utf8, parse_iu_xml
 from cxrground.reports.model import Report
-from cxrground.reports.sections import find_headings, parse_sections
+from cxrground.reports.sections import describe_choice, find_headings, parse_sections
 
 __all__ = [
     "REPORT_SUFFIXES",
     "STAGE",
+    "SectionChoices",
     "expand_report_paths",
     "list_report_files",
     "parse_report_text",
     "read_report",
     "read_report_table",
     "read_reports",
+    "section_choices",
 ]
 
 #: Stage name written into :class:`~cxrground.errors.Failure` records.
@@ -207,3 +210,24 @@ def read_report_table(
         seen[report_id] = where
         reports.append(report)
     return reports, failures
+
+
+@dataclass(frozen=True)
+class SectionChoices:
+    """:func:`describe_choice` of each report read, the failures as lines, and whether nothing could be read while
+    something failed."""
+
+    lines: list[str]
+    failure_lines: list[str]
+    failed: bool
+
+
+def section_choices(paths: Iterable[str | Path], as_json: bool = False) -> SectionChoices:
+    """Read the report files (or folders of them) and describe the section ILS reads of each (JSON lines with
+    ``as_json``, failures then as ``{"failure": ...}`` lines); a progress bar above 50 files."""
+    files = expand_report_paths(paths)
+    parsed, failures = read_reports(files, progress=len(files) > 50)
+    failure_lines = [json.dumps({"failure": f.to_dict()}) if as_json else f"failed: {f.path}: {f.reason}"
+                     for f in failures]
+    return SectionChoices([describe_choice(rep, as_json) for rep in parsed], failure_lines,
+                          bool(failures) and not parsed)

@@ -10,13 +10,15 @@ seeded by ``--seed`` and keeps them in dataset order.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from cxrground.errors import InputError
+from cxrground.errors import InputError, OptionError
 from cxrground.evaluation.percept.conversation import plan_case, safe_image_path
+from cxrground.fields import option
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.schema import SPLITS, load_dataset
 from cxrground.io.image import read_image
@@ -25,7 +27,8 @@ from cxrground.percept.cases import key_id
 from cxrground.percept.schema import load_benchmark
 from cxrground.reports.sentences import parse_numbered
 
-__all__ = ["STAGE_TITLES", "bench_items", "ils_items", "import_items", "sample_items"]
+__all__ = ["STAGE_TITLES", "ImportRequest", "bench_items", "ils_items", "import_items", "import_request",
+           "sample_items"]
 
 #: Part labels shown on the case page, by the harness's question id.
 STAGE_TITLES = {
@@ -148,3 +151,39 @@ def import_items(db: Any, items: Sequence[dict[str, Any]], sample: int | None, s
     made = db.assign(ids, per_item)
     return {"found": len(items), "sampled": len(chosen), "added": len(ids), "already_there": len(chosen) - len(ids),
             "assignments": made}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImportRequest:
+    """What to import into a review database (an ILS dataset or a benchmark), how much, and for how many reviewers
+    (each field documents itself, :func:`cxrground.fields.option`; ``cxrground review import`` offers them)."""
+
+    ils_dir: Path | None = option(None, flag="--ils", path="dir",
+                                  help="An ILS dataset folder: one item per instruction-answer pair.")
+    images: Path | None = option(None, path="dir",
+                                 help="With --ils: the image root its image_path values are relative to.")
+    splits: tuple[str, ...] = option((), flag="--split", choices=("train", "val", "test"),
+                                     help="With --ils: splits to import (repeatable; default all).")
+    bench_dir: Path | None = option(None, flag="--bench", path="dir", help="A CheXpercept benchmark folder: one item "
+                                    "per case, one decision per question.")
+    sample: int | None = option(None, low=1, help="Import N items drawn at random (seeded).")
+    seed: int = option(0)
+    per_item: int = option(2, low=1, help="Reviewers per item (K); needs at least K reviewers in the database.")
+
+
+def import_request(db_path: Path, request: ImportRequest) -> str:
+    """Import the request's items into the database at ``db_path`` (new ones only) and assign them; returns the
+    counts as one line. Neither or both of ``ils_dir`` and ``bench_dir``, or ``ils_dir`` without ``images``, is an
+    :class:`OptionError`."""
+    from cxrground.review.db import ReviewDB
+
+    r = request
+    if (r.ils_dir is None) == (r.bench_dir is None):
+        raise OptionError("give exactly one of --ils DIR or --bench DIR")
+    if r.ils_dir is not None and r.images is None:
+        raise OptionError("--ils needs --images (the folder the dataset's image_path values are relative to)")
+    db = ReviewDB(db_path)
+    items = ils_items(r.ils_dir, r.images, r.splits or SPLITS) if r.ils_dir is not None else bench_items(r.bench_dir)
+    counts = import_items(db, items, r.sample, r.seed, r.per_item)
+    return (f"{counts['found']} items found, {counts['sampled']} sampled, {counts['added']} added "
+            f"({counts['already_there']} already there), {counts['assignments']} assignments")

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import html
 import itertools
+import json
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,6 +48,7 @@ __all__ = [
     "review_stats",
     "stats_html",
     "stats_page",
+    "stats_report",
 ]
 
 CATEGORIES: tuple[str, str, str] = ("accept", "correct", "reject")
@@ -277,3 +280,16 @@ def stats_page(stats: Mapping[str, Any], title: str = "Review statistics") -> st
     """A self-contained HTML document of the statistics (``review stats --html``)."""
     return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_PAGE_CSS}</style></head><body><h1>{html.escape(title)}</h1>{stats_html(stats)}</body></html>\n")
+
+
+def stats_report(db_path: Path, html_path: Path | None = None, as_json: bool = False) -> Iterator[str]:
+    """The statistics of the review database at ``db_path`` as text (tables, or JSON with ``as_json``), then, with
+    ``html_path``, the statistics page written there and a line saying so (lines are produced in that order)."""
+    from cxrground.review.db import ReviewDB
+
+    figures = review_stats(ReviewDB(db_path))
+    yield json.dumps(figures, indent=2) if as_json else format_stats(figures)
+    if html_path is not None:
+        html_path.parent.mkdir(parents=True, exist_ok=True)
+        html_path.write_text(stats_page(figures), encoding="utf-8")
+        yield f"statistics page: {html_path}"

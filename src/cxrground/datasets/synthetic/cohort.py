@@ -31,6 +31,7 @@ from cxrground.datasets.synthetic.config import GENERATOR_NAME, GENERATOR_VERSIO
 from cxrground.datasets.synthetic.records import StudyTruth
 from cxrground.datasets.synthetic.study import SyntheticStudy, generate_study, study_ids
 from cxrground.errors import ConfigError
+from cxrground.fields import option
 from cxrground.io.files import atomic_write_bytes
 from cxrground.io.masks import decode_rle, write_mask_png
 from cxrground.vocab import LESIONS
@@ -142,6 +143,27 @@ def _remove_study(out: Path, t: StudyTruth) -> None:
 
 
 # --- the cohort -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class CohortRequest:
+    """Where to write how many studies of which seed, image format and width (each field documents itself,
+    :func:`cxrground.fields.option`; ``cxrground synth`` offers one option per field)."""
+
+    out_dir: Path = option(flag="--out", path="out_dir", help="Folder to write the cohort to (created if missing).")
+    n_studies: int = option(24, flag="--studies", low=0, help="Number of studies (indices 0..N-1).")
+    seed: int = option(0, low=0, help="Cohort seed.")
+    fmt: str = option("jpg", flag="--format", choices=("jpg", "png"), help="Image file format.")
+    width: int = option(512, low=64, high=4096,
+                        help="Image width in pixels; heights vary per study (0.875..1.125 x width).")
+    overwrite: bool = option(False, help="Regenerate studies that already exist.")
+
+
+def write_requested_cohort(request: CohortRequest, progress: bool = True) -> CohortSummary:
+    """:func:`write_cohort` with the request's folder, size, seed, image format and width."""
+    return write_cohort(request.out_dir, request.n_studies, seed=request.seed,
+                        config=SynthConfig(width=request.width, format=request.fmt), overwrite=request.overwrite,
+                        progress=progress)
+
 
 def write_cohort(
     out_dir: str | Path,
@@ -388,6 +410,12 @@ def summarize(out_dir: str | Path) -> dict[str, Any]:
         summary["seed"] = meta.get("seed")
         summary["generator_version"] = meta.get("generator_version")
     return summary
+
+
+def summary_text(out_dir: str | Path, as_json: bool = False) -> str:
+    """:func:`summarize` of the cohort in ``out_dir`` as JSON, or as :func:`format_summary`'s titled table."""
+    summary = summarize(out_dir)
+    return json.dumps(summary, indent=2) if as_json else format_summary(summary, out_dir)
 
 
 def cohort_of_images(images: str | Path) -> Path | None:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
+
+from cxrground.datasets.pack import PACK_HELP
+from cxrground.fields import option
 
 __all__ = ["Augment", "TrainRecipe"]
 
@@ -53,3 +57,29 @@ class TrainRecipe:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LungTrainRequest:
+    """One training of the lung U-Net: where it goes, how long, from which data and weights (each field documents
+    itself, :func:`cxrground.fields.option`; ``cxrground segment train-lungs`` offers one option per field)."""
+
+    out: Path = option(path="out_dir", help="Folder for lung_unet_v1.safetensors + lung_unet_v1.json.")
+    epochs: int = option(40, low=1)
+    seed: int = option(0, low=0)
+    pack_dir: Path | None = option(None, flag="--pack", path="out_dir", help=PACK_HELP)
+    name: str = option("lung_unet_v1")
+    threads: int = option(2, low=1)
+    no_eval: bool = option(False, help="Skip the evaluation on the CC BY-NC-SA rows.")
+    synthetic: int = option(0, low=0, help="Synthetic phantoms mixed into the training split.")
+    synthetic_seed: int = option(1, low=0, help="Seed of the training phantoms (the evaluation phantoms use seed "
+                                 "1000).")
+    init_weights: Path | None = option(None, flag="--init", path="out_file",
+                                       help="Fine-tune from these weights (.safetensors with its .json).")
+    lr: float = option(3e-3, low=0, low_open=True)
+
+    def recipe(self) -> TrainRecipe:
+        """The optimisation settings (half a warm-up epoch when fine-tuning from ``init_weights``)."""
+        return TrainRecipe(threads=self.threads, lr=self.lr, synthetic_count=self.synthetic,
+                           synthetic_seed=self.synthetic_seed, warmup_epochs=0.5 if self.init_weights else 1.0,
+                           init_weights=str(self.init_weights) if self.init_weights else None)

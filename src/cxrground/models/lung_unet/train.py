@@ -16,7 +16,7 @@ from typing import Any
 
 from cxrground.anatomy.segment.unet import UNetConfig
 from cxrground.errors import ConfigError
-from cxrground.models.lung_unet.config import TrainRecipe
+from cxrground.models.lung_unet.config import LungTrainRequest, TrainRecipe
 from cxrground.models.lung_unet.data import (
     LungPack,
     LungRecord,
@@ -28,7 +28,7 @@ from cxrground.models.lung_unet.data import (
 from cxrground.models.lung_unet.evaluate import evaluate_records, evaluate_synthetic, without_per_image
 from cxrground.models.lung_unet.loop import train_on_samples
 
-__all__ = ["TrainResult", "train_lung_unet"]
+__all__ = ["TrainResult", "train_lung_unet", "train_request"]
 
 
 @dataclass
@@ -219,3 +219,11 @@ def train_lung_unet(
             metrics["synthetic_eval"] = syn
     final = update_sidecar(json_path, {"metrics": metrics})
     return TrainResult(weights_path, json_path, metrics, history, train_seconds, final)
+
+
+def train_request(request: LungTrainRequest) -> TrainResult:
+    """Train (and, unless ``no_eval``, evaluate) the lung U-Net as the request says, on the pack it names."""
+    from cxrground.datasets.pack import Pack
+
+    return train_lung_unet(Pack(request.pack_dir), request.out, epochs=request.epochs, seed=request.seed,
+                           name=request.name, recipe=request.recipe(), evaluate=not request.no_eval)

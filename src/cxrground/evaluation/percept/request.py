@@ -1,0 +1,70 @@
+"""One evaluation run as a request (:class:`EvalRequest`) and :func:`run_request`.
+
+Each field documents itself (:func:`cxrground.fields.option`); ``cxrground percept eval`` offers one option per
+field. The request splits into the settings that determine the results
+(:class:`~cxrground.evaluation.percept.runner.EvalSettings`) and how the run goes (concurrency, cache, retries,
+server); the runner is imported when a run starts. API keys come only from the environment variable the request
+names, never from a field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from cxrground.evaluation.percept.clients import spec_forms
+from cxrground.fields import option
+from cxrground.llm import RetryPolicy, parse_extra_body
+
+__all__ = ["EvalRequest", "run_request"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalRequest:
+    """Everything one run of one model on a benchmark needs."""
+
+    bench: Path = option(path="existing", help="Benchmark folder (chexpercept.json + images) or the JSON file.")
+    spec: str = option(flag="--model", help=f"{spec_forms()}.")
+    out: Path = option(path="out_dir", help="Run folder.")
+    oracle: str = option("implicit", choices=("none", "implicit", "explicit"))
+    concurrency: int = option(8, help="Cases in flight at once.")
+    limit: int | None = option(None, help="Evaluate only N cases (deterministic selection).")
+    per_path_limit: int | None = option(None, help="At most N cases per path (RR/RF/LF).")
+    temperature: float = option(0.0)
+    top_p: float | None = option(None)
+    max_tokens: int = option(8192)
+    max_images: int = option(7, help="Images per request the model accepts (an RR conversation needs 7).")
+    base_url: str | None = option(None, help="API root of an OpenAI-compatible server (http://host:8000/v1).")
+    api_key_env: str | None = option(None, help="Name of the environment variable holding the API key.")
+    seed: int = option(0, help="Case selection, random baseline, bootstrap.")
+    cache: Path | None = option(None, path="out_file",
+                                help="Response cache (SQLite); default: percept_cache.sqlite next to the run folder.")
+    timeout: float = option(RetryPolicy.timeout, help="Seconds per request.")
+    max_attempts: int = option(RetryPolicy.max_attempts, help="Attempts per request (retries + 1).")
+    repeats: int = option(1, low=1, help="Samples per question at the run's temperature (score: mean and spread "
+                          "over repeats).")
+    extra_body: str | None = option(None, metavar="JSON", help='JSON object merged into every request of '
+                                    'openai:MODEL (part of the cache key and config.json), e.g. '
+                                    '\'{"reasoning_effort": "medium"}\' or \'{"chat_template_kwargs": '
+                                    '{"enable_thinking": false}}\'; "max_tokens": null leaves max_tokens out (for '
+                                    'servers that take max_completion_tokens only).')
+    prices: Path | None = option(None, path="out_file", help="Price table (CSV model,input,cached_input,output or "
+                                 "JSON; USD per 1M tokens) merged over the built-in one for the cost in usage.json.")
+    retry_failed: bool = option(False, help="Re-run cases recorded as failed.")
+    progress: bool = option(True, flag="--progress/--no-progress")
+
+
+def run_request(request: EvalRequest) -> str:
+    """Run (or resume) the evaluation into ``request.out``; returns the one-line summary of the run."""
+    from cxrground.evaluation.percept.runner import EvalSettings, run_eval, run_summary_line
+
+    r = request
+    extra = parse_extra_body(r.extra_body) if r.extra_body is not None else None
+    settings = EvalSettings(bench=r.bench, model=r.spec, oracle=r.oracle, temperature=r.temperature,
+                            max_tokens=r.max_tokens, top_p=r.top_p, seed=r.seed, limit=r.limit,
+                            per_path_limit=r.per_path_limit, max_images=r.max_images, repeats=r.repeats,
+                            extra_body=extra)
+    summary = run_eval(settings, r.out, concurrency=r.concurrency, cache=r.cache, base_url=r.base_url,
+                       api_key_env=r.api_key_env, retry=RetryPolicy(max_attempts=r.max_attempts, timeout=r.timeout),
+                       retry_failed=r.retry_failed, progress=r.progress, prices=r.prices)
+    return run_summary_line(summary, r.repeats, r.out)

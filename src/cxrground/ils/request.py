@@ -1,0 +1,119 @@
+"""One ILS build as a request (:class:`BuildRequest`: inputs, backends, split, thresholds) and :func:`run_build`.
+
+Each field documents itself (:func:`cxrground.fields.option`); ``cxrground ils build`` offers one option per field.
+The build engine itself is :mod:`cxrground.ils.build`, imported only when a build runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cxrground.anatomy.segment import SEGMENTERS
+from cxrground.errors import ConfigError, InputError, OptionError
+from cxrground.fields import option
+from cxrground.ils.backend_spec import BackendSpec
+from cxrground.ils.config import IlsConfig
+from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
+from cxrground.io.image import DEFAULT_MAX_PIXELS
+from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
+from cxrground.reports.structure import STRUCTURERS, structurer_options
+from cxrground.reports.structure.rules import ALTERNATIVE_POLICIES
+
+if TYPE_CHECKING:
+    from cxrground.ils.build import BuildSummary
+
+__all__ = ["BuildRequest", "build_lines", "run_build"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRequest:
+    """Everything one ILS build needs besides its progress display."""
+
+    images: Path = option(path="dir", help="Image folder (MIMIC-CXR-JPG files/ layout, or flat with --index).")
+    reports: Path | None = option(None, path="existing", help="Report folder (MIMIC-CXR layout) or a JSONL/CSV "
+                                  "table with study_id and report columns. Default: reports beside the study folders.")
+    index: Path | None = option(None, path="file",
+                                help="CSV/JSONL index for a flat folder: image, study_id, report_path or report.")
+    out: Path = option(path="out_dir")
+    engine: str = option("local", choices=("local", "ray"))
+    workers: int = option(1)
+    structurer: str = option("rules", choices=tuple(STRUCTURERS))
+    structurer_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the structurer (llm: "
+                                            "base_url, model, api_key_env, cache, concurrency).")
+    sections: str = option(DEFAULT_SECTION_POLICY, choices=SECTION_POLICIES, help="Report section policy: findings "
+                           "(ILS §6: findings, else impression), impression (impression first), findings+impression "
+                           "(both, numbered on; repeats counted once).")
+    alternatives: str | None = option(None, choices=ALTERNATIVE_POLICIES, help="Rule structurer: 'atelectasis or "
+                                      "scarring' is uncertain (default, ILS.md §7.1) or present.")
+    segmenter: str = option("unet", registry=SEGMENTERS)
+    segmenter_opt: dict[str, str] = option(default_factory=dict,
+                                           help="KEY=VALUE for the segmenter (repeatable), e.g. weights=PATH.")
+    qc_segmenter: str | None = option(None, registry=SEGMENTERS, help="Second segmenter for the §6 cross-check (e.g. "
+                                      "cxas with --segmenter hybridgnet); studies whose lung borders or heart bottom "
+                                      "disagree by > 5 % are dropped. ")
+    qc_segmenter_opt: dict[str, str] = option(default_factory=dict,
+                                              help="KEY=VALUE for the qc-segmenter (repeatable).")
+    synthesizer: str = option("pseudo-normal", registry=SYNTHESIZERS)
+    synthesizer_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the synthesizer (repeatable).")
+    detector: str = option("anomaly", registry=DETECTORS)
+    detector_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the detector (repeatable).")
+    split_file: Path | None = option(None, path="file", help="CSV with study_id,split (e.g. "
+                                     "mimic-cxr-2.0.0-split.csv). Default: by subject hash.")
+    split_ratios: str = option("0.8,0.1,0.1")
+    exclude: Path | None = option(None, path="file",
+                                  help="File with one study id per line to leave out (e.g. MS-CXR studies).")
+    threshold_scale: float = option(1.0, help="Multiply every Table 7 threshold (0.5 = the paper's half-τ setting).")
+    limit: int | None = option(None, help="Process only the first N studies (by study id).")
+    seed: int = option(0)
+    overwrite: bool = option(False, help="Discard a previous build in OUT made with other settings.")
+    max_pixels: int = option(DEFAULT_MAX_PIXELS, low=1, show_default=True, help="Images whose header states more "
+                             "pixels are recorded as failures without being decoded.")
+
+    def excluded(self) -> tuple[str, ...]:
+        """The study ids of the ``exclude`` file (one per line, blank lines skipped); none without the file."""
+        if self.exclude is None:
+            return ()
+        return tuple(line.strip() for line in self.exclude.read_text().splitlines() if line.strip())
+
+    def backend_spec(self) -> BackendSpec:
+        """The backends with their options; structurer options that do not fit the structurer are an
+        :class:`OptionError`."""
+        try:
+            structurer_kwargs = {**self.structurer_opt,
+                                 **structurer_options(self.structurer, {"alternatives": self.alternatives})}
+        except ConfigError as exc:
+            raise OptionError(str(exc)) from None
+        return BackendSpec(self.structurer, structurer_kwargs, self.segmenter, self.segmenter_opt, self.synthesizer,
+                           self.synthesizer_opt, self.detector, self.detector_opt, self.qc_segmenter,
+                           self.qc_segmenter_opt)
+
+
+def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
+    """Check the backends, scan the inputs and build (or resume) the dataset in ``request.out``."""
+    from cxrground.datasets.synthetic import cohort_of_images
+    from cxrground.ils.build import build_dataset, check_backends
+    from cxrground.ils.tasks import build_tasks
+
+    excluded = request.excluded()
+    ratios = tuple(float(v) for v in request.split_ratios.split(","))
+    config = IlsConfig(seed=request.seed, exclude_studies=excluded, sections=request.sections)
+    if request.threshold_scale != 1.0:
+        config = config.with_threshold_scale(request.threshold_scale)
+    spec = request.backend_spec()
+    check_backends(spec)  # before scanning a large folder
+    tasks, failures = build_tasks(request.images, request.reports, request.index, request.split_file, ratios,
+                                  excluded, request.limit)
+    if not tasks:
+        raise InputError(f"no studies found under {request.images} ({len(failures)} inputs failed)")
+    return build_dataset(tasks, request.out, config, spec, request.engine, request.workers, failures,
+                         request.overwrite, progress, cohort_of_images(request.images), max_pixels=request.max_pixels)
+
+
+def build_lines(summary: BuildSummary) -> list[str]:
+    """What a finished build reports: counts and time, then where its card and failure list are."""
+    out = Path(summary.out_dir)
+    return [f"ILS dataset in {summary.out_dir}: {summary.studies_in_dataset} studies, {summary.pairs} pairs "
+            f"({summary.processed} processed, {summary.skipped} already done, {summary.failures} failures) "
+            f"in {summary.seconds:.1f} s", f"  card: {out / 'card.md'}   failures: {out / 'failures.jsonl'}"]

@@ -1,0 +1,93 @@
+"""One CheXpercept build as a request (:class:`BuildRequest`) and :func:`run_build`.
+
+Each field documents itself (:func:`cxrground.fields.option`); ``cxrground percept build`` offers one option per
+field. The request becomes the build's settings record (:class:`~cxrground.percept.options.BuildOptions`) plus the
+output folder and the run controls; the builder itself (:mod:`cxrground.percept.build`) is imported when it runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cxrground.errors import OptionValueError
+from cxrground.fields import option
+from cxrground.percept.deform import DEFORMERS
+from cxrground.percept.options import BuildOptions
+
+if TYPE_CHECKING:
+    from cxrground.percept.build import BuildSummary
+
+__all__ = ["BuildRequest", "build_lines", "parse_per_lesion", "run_build"]
+
+
+def parse_per_lesion(value: str) -> tuple[int, int, int]:
+    """``"LF,RF,RR"`` → three non-negative case counts; anything else is an :class:`OptionValueError`."""
+    try:
+        parts = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        parts = ()
+    if len(parts) != 3 or min(parts) < 0:
+        raise OptionValueError(f"expected LF,RF,RR (three non-negative integers), got {value!r}")
+    return parts  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRequest:
+    """Everything one benchmark build needs: its inputs and settings, the output folder and the run controls."""
+
+    ils_dir: Path = option(flag="--ils", path="existing", help="ILS dataset folder (mimic_ils_instruction_answer.json,"
+                           " lesion_mask/, anatomy.jsonl) or the JSON.")
+    images: Path = option(path="dir", help="Image root the dataset's image_path values are relative to.")
+    out: Path = option(path="out_dir", help="Benchmark folder.")
+    candidates: Path | None = option(None, path="file", help="ILS-model predictions JSONL (pair_id → mask); default: "
+                                     "the dataset's own masks.")
+    review: Path | None = option(None, path="file",
+                                 help="Expert decisions CSV: key_id,decision,reviewer with decision accept|reject.")
+    per_lesion: str = option("100,100,100", help="Cases per lesion: LF,RF,RR.")
+    rf_ratio: float = option(0.5, help="Share of deformation-successful positives that become revision-free.")
+    deformer: str = option("builtin", registry=DEFORMERS)
+    sam_model: Path | None = option(None, path="dir",
+                                    help="Local SAM checkpoint folder (transformers SamModel) for --deformer sam.")
+    anatomy: Path | None = option(None, path="existing", help="Anatomy masks: a JSONL in the anatomy.jsonl format, or "
+                                  "a folder of {study|dicom_id|image stem}_right_lung.png / _left_lung.png (/ "
+                                  "_heart.png). Default: the ILS folder's anatomy.jsonl.")
+    splits: str = option("train", flag="--split",
+                         help="Source split(s), comma-separated (train,val,test) or 'all'.")
+    seed: int = option(0)
+    workers: int = option(1)
+    max_candidates: int = option(3000, help="Positive candidates per lesion (global positives first, §11).")
+    max_negatives: int = option(100, help="Negative candidates per lesion (first N global negatives in JSON order).")
+    exclude_positive_cxrs: bool = option(False, help="Never use a CXR of a positive candidate as a negative.")
+    strict_negatives: bool = option(False, help="Location distractors must cover ≤ 0.05 of their sub-region (§9.4).")
+    overwrite: bool = option(False, help="Replace a build made with other settings in --out.")
+    keep_work: bool = option(False, help="Keep the resumption cache BENCH/.work after a complete build.")
+
+    def options(self) -> BuildOptions:
+        """The build's settings record (paths as text, splits and per-lesion counts parsed)."""
+        chosen = ("train", "val", "test") if self.splits == "all" else tuple(s.strip() for s in self.splits.split(","))
+        return BuildOptions(ils=str(self.ils_dir), images=str(self.images),
+                            candidates=str(self.candidates) if self.candidates else None,
+                            review=str(self.review) if self.review else None,
+                            per_lesion=parse_per_lesion(self.per_lesion), rf_ratio=self.rf_ratio,
+                            deformer=self.deformer, sam_model=str(self.sam_model) if self.sam_model else None,
+                            anatomy=str(self.anatomy) if self.anatomy else None, splits=chosen, seed=self.seed,
+                            max_candidates=self.max_candidates, max_negatives=self.max_negatives,
+                            exclude_positive_cxrs=self.exclude_positive_cxrs, strict_negatives=self.strict_negatives)
+
+
+def run_build(request: BuildRequest) -> BuildSummary:
+    """Build (or resume) the benchmark the request describes in ``request.out``."""
+    from cxrground.percept.build import build_benchmark
+
+    return build_benchmark(request.options(), request.out, workers=request.workers, overwrite=request.overwrite,
+                           keep_work=request.keep_work)
+
+
+def build_lines(summary: BuildSummary) -> list[str]:
+    """What a finished build reports: counts and time, then where its card and failure list are."""
+    s, out = summary, Path(summary.out_dir)
+    return [f"CheXpercept benchmark in {s.out_dir}: {s.cases} cases, {s.items} items ({s.planned} positives planned, "
+            f"{s.reused} reused, {s.failures} dropped) in {s.seconds} s",
+            f"  card: {out / 'card.md'}   failures: {out / 'failures.jsonl'}"]

@@ -1,0 +1,88 @@
+"""Structuring report files as a request (:class:`StructureRequest`) and :func:`structure_files`.
+
+Each field documents itself (:func:`cxrground.fields.option`); ``cxrground reports structure`` offers one option
+per field. The structurers themselves are in :mod:`cxrground.reports.structure`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cxrground.errors import ConfigError, OptionError
+from cxrground.fields import option
+from cxrground.llm import RetryPolicy
+from cxrground.reports.findings import finding_output
+from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
+from cxrground.reports.readers import expand_report_paths, read_reports
+from cxrground.reports.structure import (
+    ALTERNATIVE_POLICIES,
+    STRUCTURERS,
+    get_structurer,
+    structure_reports,
+    structurer_options,
+)
+
+__all__ = ["StructureOutput", "StructureRequest", "structure_files"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StructureRequest:
+    """Which structurer, with which settings, structures which section of each report, and where the lines go."""
+
+    structurer_name: str = option("rules", flag="--structurer", choices=sorted(STRUCTURERS),
+                                  help="Rule-based (built in) or an LLM behind an OpenAI-compatible API.")
+    sections: str = option(DEFAULT_SECTION_POLICY, choices=SECTION_POLICIES, help="Report section policy: findings "
+                           "(ILS §6), impression, or findings+impression (both, numbered on).")
+    alternatives: str | None = option(None, choices=ALTERNATIVE_POLICIES, help="Rule structurer: alternatives "
+                                      "('atelectasis or scarring') uncertain (default) or present.")
+    base_url: str | None = option(None, envvar="CXRGROUND_LLM_BASE_URL",
+                                  help="API root, e.g. http://localhost:8000/v1 (llm).")
+    model: str | None = option(None, envvar="CXRGROUND_LLM_MODEL", help="Model name sent to the API (llm).")
+    api_key_env: str | None = option(None, metavar="VAR",
+                                     help="Name of the environment variable holding the API key (llm).")
+    cache_path: Path | None = option(None, flag="--cache", path="out_file", envvar="CXRGROUND_LLM_CACHE",
+                                     help="SQLite response cache (llm); reruns with the same prompts make no request. "
+                                          "Default: in memory.")
+    concurrency: int = option(4, low=1, help="Requests in flight at most (llm).")
+    timeout: float = option(RetryPolicy.timeout, low=0, low_open=True, help="Seconds per request (llm).")
+    max_retries: int = option(RetryPolicy.max_attempts - 1, low=0, help="Retries on 429 / 5xx / timeouts (llm).")
+    temperature: float = option(0.0, help="Sampling temperature (llm).")
+    out: Path | None = option(None, path="out_file", help="Write the finding lines here (failures go to "
+                              "OUT.failures.jsonl) instead of stdout.")
+    progress: bool = option(True, flag="--progress/--no-progress", show_default=False,
+                            help="Progress bar on stderr for large batches.")
+
+    def structurer_settings(self) -> dict[str, object]:
+        """The settings given for the structurer, for :func:`~cxrground.reports.structure.structurer_options`."""
+        return {"alternatives": self.alternatives, "base_url": self.base_url or "", "model": self.model or "",
+                "api_key_env": self.api_key_env, "cache": self.cache_path, "concurrency": self.concurrency,
+                "timeout": self.timeout, "max_retries": self.max_retries, "temperature": self.temperature}
+
+
+@dataclass(frozen=True)
+class StructureOutput:
+    """What structuring produced: finding lines for stdout, notes for stderr, and whether nothing was structured
+    while something failed."""
+
+    lines: list[str]
+    notes: list[str]
+    failed: bool
+
+
+def structure_files(paths: Sequence[Path], request: StructureRequest) -> StructureOutput:
+    """Read the report files (or folders of them) and structure each into findings; settings that do not fit the
+    structurer are an :class:`OptionError`."""
+    files = expand_report_paths(paths)
+    show = request.progress and len(files) > 50
+    parsed, failures = read_reports(files, progress=show)
+    name = request.structurer_name
+    try:
+        structurer = get_structurer(name, **structurer_options(name, request.structurer_settings()))
+    except ConfigError as exc:
+        raise OptionError(str(exc)) from None
+    done, failed = structure_reports(parsed, structurer, progress=show, sections=request.sections)
+    failures.extend(failed)
+    lines, notes = finding_output(done, failures, structurer, request.out)
+    return StructureOutput(lines, notes, bool(failures) and not done)

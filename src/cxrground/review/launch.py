@@ -1,0 +1,31 @@
+"""Starting the review web app (:func:`launch_app`) without importing it before it is needed.
+
+The app itself (:mod:`cxrground.review.app`) needs the ``serve`` extra (FastAPI, uvicorn); this module does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from cxrground.errors import ConfigError
+from cxrground.review.db import ReviewDB
+
+__all__ = ["LOOPBACK_HOSTS", "launch_app"]
+
+#: Host names that keep the app on this machine.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def launch_app(db_path: Path, host: str, port: int, warn: Callable[[str], None], note: Callable[[str], None]) -> None:
+    """Check the database and serve the review app until interrupted; ``warn`` is told when ``host`` reaches
+    beyond this machine, ``note`` where the app listens. Without the ``serve`` extra this is a :class:`ConfigError`."""
+    try:
+        from cxrground.review.app import serve
+    except ImportError as exc:
+        raise ConfigError(f"the review app needs the 'serve' extra (pip install 'cxrground[serve]'): {exc}") from exc
+    ReviewDB(db_path)
+    if host not in LOOPBACK_HOSTS:
+        warn(f"warning: binding to {host} exposes the review app beyond this machine; put HTTPS in front.")
+    note(f"review app for {db_path} on http://{host}:{port}/")
+    serve(db_path, host=host, port=port)
