@@ -31,7 +31,7 @@ from cxrground.reports.structure import (
     structure_reports,
 )
 from cxrground.reports.structure.lexicon import LOCATION_KINDS, LOCATION_RE, location_labels
-from cxrground.reports.structure.llm import extract_json
+from cxrground.reports.structure.llm import LOCATION_PROMPT, STRUCTURE_PROMPT, extract_json
 from cxrground.testing.mock_server import MockServer
 from cxrground.vocab import ILS_LOCATION_LABELS, LESIONS
 
@@ -131,17 +131,19 @@ def test_llm_matches_rules_and_records_provenance(fake: FakeLLM) -> None:
     assert body["model"] == "fake-model" and body["temperature"] == 0.0
     assert body["response_format"]["type"] == "json_schema"
     assert body["response_format"]["json_schema"]["strict"] is True
-    assert body["messages"][0]["content"] == load_prompt("structure_v2").text
+    assert body["messages"][0]["content"] == load_prompt(STRUCTURE_PROMPT).text
     prov = llm.provenance
-    assert prov["prompts"]["structure"]["version"] == "structure_v2"
-    assert prov["prompts"]["location"]["sha256"] == load_prompt("location_v1").sha256
+    assert prov["prompts"]["structure"]["version"] == STRUCTURE_PROMPT == "structure_v3"
+    assert prov["prompts"]["location"]["sha256"] == load_prompt(LOCATION_PROMPT).sha256
     assert len(prov["prompts"]["structure"]["sha256"]) == 64
     # step 2 only for reports with location phrases: r0, r1, r3 (two calls each) and r2 (one call)
     assert llm.stats["requests"] == fake.requests == 7
 
 
 def test_prompts_name_the_vocabulary() -> None:
-    structure, location = load_prompt("structure_v2"), load_prompt("location_v1")
+    structure, location = load_prompt(STRUCTURE_PROMPT), load_prompt(LOCATION_PROMPT)
+    # the earlier versions stay loadable, so cached runs with them can be reproduced
+    assert load_prompt("structure_v2").sha256 != structure.sha256 and load_prompt("location_v1").text
     assert all(f"`{lesion}`" in structure.text for lesion in LESIONS)
     assert all(f"`{label}`" in location.text for label in ILS_LOCATION_LABELS)
     assert "{{" not in structure.text + location.text

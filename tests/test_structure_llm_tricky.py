@@ -20,23 +20,30 @@ from cxrground.reports.structure import LLMStructurer, load_prompt, structure_re
 from cxrground.reports.structure.llm import STRUCTURE_PROMPT
 from cxrground.testing.mock_server import MockServer
 from cxrground.vocab import LESIONS
-from tricky_sentences import BOTH, TRICKY
+from tricky_sentences import BOTH, LOOKALIKES, TRICKY
 
 #: Phrases the structuring prompt must hold for each class of tricky sentence.
 GUIDANCE: dict[str, tuple[str, ...]] = {
-    "negation": ("explicit negation", '"no effusion or pneumothorax" makes both `absent`', "no change in"),
+    "negation": ("explicit negation", '"no effusion or pneumothorax" makes both `absent`', "no change in",
+                 "interval clearing of", '"no pneumothorax, small right pleural effusion" has a `present` effusion',
+                 "does not reach back across a comma that opens a new subject"),
     "hedge": ("NEVER `absent`", "raises concern for", "please correlate clinically for", "would be a consideration",
               "difficult to completely exclude", "unlikely", '"versus" on either side of the term',
-              'what "with" attaches to it'),
-    "alternatives": ('"or", "/", "and/or" or "versus"', "one entry per alternative, each `uncertain`"),
+              'what "with" attaches to it', '"favor"', '"question"', '"more likely than"',
+              '"the cardiac silhouette is borderline in size"', "A hedged EXPLANATION of a finding"),
+    "alternatives": ('"or", "/", "and/or" or "versus"', "one entry per alternative, each `uncertain`",
+                     'a comma series that ends with "or"'),
     "laterality": ("small right and moderate left pleural", '"Left greater than right"', '"adjacent"',
-                   "left lower lobe is clear", "Never copy a location from another sentence"),
+                   "left lower lobe is clear", "Never copy a location from another sentence",
+                   "compressive, passive or relaxation atelectasis", '"Behind the heart"'),
+    "lookalike": ("soft-tissue or chest-wall edema", "compression collapse of a vertebral body",
+                  "radiation pneumonitis or radiation fibrosis", "bronchovascular crowding"),
     "history": ("history of pneumonia", "describe the past, not this image: no entry"),
     "recommendation": ("to exclude an underlying mass", "document resolution of the pneumonia",
                        "further evaluation of the nodule"),
     "splitting": ("numbered sentences",),
 }
-_EXPECTED = {" ".join(s.split()): (kind, expected) for kind, s, expected in TRICKY}
+_EXPECTED = {" ".join(s.split()): (kind, expected) for kind, s, expected in TRICKY + LOOKALIKES}
 
 
 def _entity(name: str) -> tuple[str, str | None]:
@@ -132,3 +139,13 @@ def test_single_sentence_sections_match_the_table_through_the_plain_api(server: 
     section = make_section_choice("findings", sentence)
     assert section is not None
     assert _read(llm.structure("h", section)) == expected
+
+
+def test_llm_structurer_keeps_lookalikes_out_of_the_lesions(server: MockServer) -> None:
+    llm = LLMStructurer(server.base_url, "scripted", concurrency=4, max_retries=0)
+    reports = [parse_report_text(f"FINDINGS: {s}\n", f"l{i}") for i, (_, s, _) in enumerate(LOOKALIKES)]
+    done, failed = structure_reports(reports, llm, progress=False)
+    assert not failed and len(done) == len(LOOKALIKES)
+    for rep, (_, sentence, expected) in zip(done, LOOKALIKES, strict=True):
+        assert all(f.lesion is None for f in rep.findings), sentence
+        assert [(f.entity.lower(), f.assertion) for f in rep.findings] == [(e, a) for e, a, _ in expected], sentence

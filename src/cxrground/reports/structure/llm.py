@@ -2,9 +2,9 @@
 
 Two steps per report, as in ILS §7.2 (the reference used two models; here both steps use ``model``):
 
-1. **Structuring** (prompt ``prompts/structure_v2.md``): the numbered section (``section_content``) ->
+1. **Structuring** (prompt ``prompts/structure_v3.md``): the numbered section (``section_content``) ->
    findings ``{entity, sent_idx, assertion, lesion, location_phrases}``.
-2. **Location mapping** (prompt ``prompts/location_v1.md``): the location phrases of every finding except
+2. **Location mapping** (prompt ``prompts/location_v2.md``): the location phrases of every finding except
    cardiomegaly -> ILS labels. Skipped when no finding has a location phrase. Cardiomegaly always maps to
    ``heart``; a finding without phrases gets the default of :func:`.lexicon.default_location`
    (both lungs for lung lesions and effusion).
@@ -84,8 +84,8 @@ __all__ = [
 #: Stage name of the :class:`~cxrground.errors.Failure` records.
 STAGE: Final[str] = "structure"
 #: Prompt versions (file stems under ``prompts/``).
-STRUCTURE_PROMPT: Final[str] = "structure_v2"
-LOCATION_PROMPT: Final[str] = "location_v1"
+STRUCTURE_PROMPT: Final[str] = "structure_v3"
+LOCATION_PROMPT: Final[str] = "location_v2"
 
 _FENCE_RE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
 
