@@ -1,7 +1,7 @@
 """Real-film quality of the built-in chain without reports: zone abnormality vs Brixia, NIH labels and
 boxes, and the CTR of the seen heart. No film is scored by a model that saw it.
 
-Run: ``.venv/bin/python bench/real_quality.py [--lungs masks|unet]``.
+Run: ``.venv/bin/python bench/real_quality.py [--lungs masks|unet] [--no-nested] [--no-brixia-classifiers]``.
 
 1. **Brixia** (COVID-19 collection rows with Brixia scores; none trained the normative model, which saw
    NIH normal films only): a zone is abnormal when the senior reader scored it > 0. Compared with it:
@@ -28,6 +28,22 @@ Run: ``.venv/bin/python bench/real_quality.py [--lungs masks|unet]``.
    alone = the lower zones), its labels rule, features and penalty chosen by NIH patient-grouped CV AUROC and
    its threshold by Youden's J on NIH out-of-fold probabilities: no Brixia film involved, then scored on the
    Brixia films.
+5. **Shippable COVID-19 transfer** (issue 14, item 4): the pack's shippable COVID-19 films (CC BY 3.0 / CC BY
+   4.0 / "authorized for everyone"), minus every Brixia-scored film and every film of a Brixia patient
+   (counts printed), as positive films; NIH No Finding films as negatives; optionally NIH lung-opacity films
+   as extra positives. Zone classifiers from film labels: zone label = film label ("zone-copy"), or
+   multiple-instance learning with a noisy-OR or mean pool over the six zones
+   (:meth:`ZoneClassifier.fit_films`). Features (with / without the lungs' grey level) and penalty too.
+   Every candidate is scored by 5-fold CV grouped by patient on these rows only; **the choice rule was fixed
+   before any Brixia score was read**: the highest min(film AUROC COVID vs normal, film AUROC NIH opacity vs
+   normal) (film score = mean zone probability; the second AUROC is within one source, so a source detector
+   cannot win it), flag threshold by Youden's J between the COVID films' zones and the normal films' zones
+   (out-of-fold). Source guards printed per candidate: AUROC COVID vs NIH opacity films (both abnormal:
+   high = source or severity) and AP Supine vs PA among the COVID films. Also the normative zone score with
+   its threshold re-chosen the same way (a recalibration on the shippable portables). The chosen classifier
+   is then scored once on the Brixia films. Afterwards (labelled as such): every candidate's Brixia κ, and a
+   localisation check on shippable data (NIH films whose only opacity label is effusion: AUROC lower vs
+   upper zones) that explains the failure of the blind pick.
 """
 
 from __future__ import annotations
@@ -172,7 +188,7 @@ def _choices(chosen: list[tuple[str, bool, float]]) -> str:
     return ", ".join(f"{n}{'+junior' if j else ''} l2={l2:g} ×{c}" for (n, j, l2), c in Counter(chosen).most_common(4))
 
 
-def brixia(pack: Pack, lungs: str, model: NormativeModel) -> dict[str, np.ndarray]:
+def brixia(pack: Pack, lungs: str, model: NormativeModel, classifiers: bool = True) -> dict[str, np.ndarray]:
     seg = get_segmenter("unet", threads=1)
     structurer = get_structurer("rules")
     rows = [r for r in pack.cohen() if r.brixia is not None]
@@ -212,6 +228,8 @@ def brixia(pack: Pack, lungs: str, model: NormativeModel) -> dict[str, np.ndarra
     print(line("zones named by the notes (text only)", t, np.array(text)))
     print(line("trivial: zone mean intensity, per zone LOPO", t, lopo_threshold(np.array(means), t, g, True)))
     x, j = np.array(feats), np.array(junior)
+    if not classifiers:
+        return {"features": x, "truth": t}
     print("Zone classifier (logistic), leave-one-patient-out; penalty and threshold chosen inside (nested):")
     for label, options in (("all features", [("all", False)]),
                            ("all features, +junior labels", [("all", True)]),
@@ -225,7 +243,7 @@ def brixia(pack: Pack, lungs: str, model: NormativeModel) -> dict[str, np.ndarra
     return {"features": x, "truth": t}
 
 
-def nih(pack: Pack, params_grid: bool) -> tuple[np.ndarray, list[tuple[str, ...]], np.ndarray]:
+def nih(pack: Pack, params_grid: bool) -> tuple[np.ndarray, list[tuple[str, ...]], np.ndarray, list[str]]:
     seg = get_segmenter("unet", threads=1)
     records = pack.nih()
     films, keep = [], []
@@ -297,7 +315,7 @@ def nih(pack: Pack, params_grid: bool) -> tuple[np.ndarray, list[tuple[str, ...]
     print(f"Pointing game on the NIH boxes: {hits} of {n} hits")
     if params_grid:
         nested_heart(films, cm & ok, folds, ok)
-    return zone_feats, [r.labels for r in keep], folds
+    return zone_feats, [r.labels for r in keep], folds, [nih_patient(r) for r in keep]
 
 
 #: NIH labels read as opacity over the whole film (the others of :data:`OPACITY_LABELS` are film-level too,
@@ -356,6 +374,141 @@ def nih_trained(nih_feats: np.ndarray, labels: list[tuple[str, ...]], folds: np.
         print(f"    AUROC on the Brixia zones {auroc(p[t], p[~t]):.3f}")
 
 
+SHIPPABLE_POSITIVES = ("zone-copy", "mil-noisy-or", "mil-mean")
+
+
+def covid_training_rows(pack: Pack, model: NormativeModel) -> tuple[np.ndarray, list[str], list[str]]:
+    """Zone features (U-Net lungs), patient groups and views of the shippable COVID-19 films that are neither
+    Brixia-scored nor of a Brixia patient; prints the exclusion counts."""
+    seg = get_segmenter("unet", threads=1)
+    rows = pack.cohen()
+    brixia_images = {r.image_id for r in rows if r.brixia is not None}
+    brixia_patients = {r.patient_id for r in rows if r.brixia is not None}
+    ship = [r for r in rows if r.shippable]
+    keep = [r for r in ship if r.image_id not in brixia_images and r.patient_id not in brixia_patients]
+    feats, groups, views = [], [], []
+    for rec in keep:
+        im = rec.read()
+        s = seg.segment(im)
+        if s.right_lung.any() and s.left_lung.any():
+            feats.append(work_features(model, im.pixels, s.right_lung, s.left_lung))
+            groups.append(f"cohen-{rec.patient_id}")
+            views.append(rec.view)
+    assert not {g.removeprefix("cohen-") for g in groups} & brixia_patients
+    print(f"\n## Shippable COVID-19 transfer: {len(ship)} shippable COVID-19 films; Brixia-scored among them "
+          f"{sum(r.image_id in brixia_images for r in ship)}, of a Brixia patient (scored or not) "
+          f"{sum(r.patient_id in brixia_patients for r in ship)}; all of those excluded; {len(keep)} training films of "
+          f"{len({r.patient_id for r in keep})} patients, {len(feats)} with both lungs (U-Net); overlap with the "
+          f"Brixia films: {len({r.image_id for r in keep} & brixia_images)} images, "
+          f"{len({r.patient_id for r in keep} & brixia_patients)} patients; views "
+          + ", ".join(f"{v} {views.count(v)}" for v in sorted(set(views))))
+    return np.array(feats), groups, views
+
+
+def _film_fit(x: np.ndarray, y: np.ndarray, method: str, cols: list[int], l2: float) -> ZoneClassifier:
+    """A zone classifier from film labels ``y`` (one per film of ``x``: films × 6 × features)."""
+    names = [FEATURE_NAMES[c] for c in cols]
+    if method == "zone-copy":
+        return ZoneClassifier.fit(x[:, :, cols].reshape(-1, len(cols)), np.repeat(y, 6), names, l2)
+    return ZoneClassifier.fit_films(x[:, :, cols], y, names, l2, pool=method.removeprefix("mil-"))
+
+
+def _youden_prob(pos: np.ndarray, neg: np.ndarray) -> float:
+    """Probability threshold (flag when ≥) with the highest sensitivity + specificity − 1."""
+    cands = np.unique(np.round(np.concatenate([pos.ravel(), neg.ravel()]), 4))
+    return float(max(cands, key=lambda t: (pos >= t).mean() - (neg >= t).mean()))
+
+
+def covid_transfer(pack: Pack, model: NormativeModel, nih_feats: np.ndarray, labels: list[tuple[str, ...]],
+                   patients: list[str], brixia_sets: dict[str, dict[str, np.ndarray]]) -> None:
+    """Section 5: shippable zone flaggers trained on COVID-19 films + NIH, chosen blind, scored on Brixia.
+
+    ``nih_feats``, ``labels``, ``patients``: the NIH films' out-of-fold zone features, labels and patient ids.
+    """
+    cov, cov_groups, views = covid_training_rows(pack, model)
+    labs = [set(lab) for lab in labels]
+    normal = np.array([lab == {"No Finding"} for lab in labs])
+    opac = np.array([bool(lab & OPACITY_LABELS) for lab in labs])
+    x = np.concatenate([cov, nih_feats[normal], nih_feats[opac]])
+    kind = np.array(["cov"] * len(cov) + ["norm"] * int(normal.sum()) + ["opac"] * int(opac.sum()))
+    groups = cov_groups + [f"nih-{p}" for p, n in zip(patients, normal, strict=True) if n] + \
+        [f"nih-{p}" for p, o in zip(patients, opac, strict=True) if o]
+    folds = patient_folds(groups)
+    view = np.array(views)
+    effusion = np.array([lab & OPACITY_LABELS == {"Effusion"} for lab in labs])[opac]
+    y_all = (kind != "norm").astype(float)
+    print("Candidates, 5-fold CV grouped by patient on these rows (film score = mean zone probability); "
+          "crit = min(cov/norm, opac/norm); loc = NIH effusion-only films, AUROC lower vs upper zones:")
+    cands = []
+    for method in SHIPPABLE_POSITIVES:
+        for extra in (False, True):
+            use = (kind != "opac") | extra
+            for fs in ("all", "no-grey"):
+                cols = feature_columns(FEATURE_SETS[fs])
+                for l2 in (1.0, 10.0, 100.0):
+                    oof = np.zeros((len(x), 6))
+                    for k in range(FOLDS):
+                        tr, te = use & (folds != k), folds == k
+                        oof[te] = _prob(_film_fit(x[tr], y_all[tr], method, cols, l2), x[te], cols)
+                    film = oof.mean(axis=1)
+                    a = {"cov/norm": auroc(film[kind == "cov"], film[kind == "norm"]),
+                         "opac/norm": auroc(film[kind == "opac"], film[kind == "norm"]),
+                         "cov/opac": auroc(film[kind == "cov"], film[kind == "opac"]),
+                         "APsup/PA": auroc(film[kind == "cov"][view == "AP Supine"], film[kind == "cov"][view == "PA"])}
+                    e = oof[kind == "opac"][effusion]
+                    loc = auroc(e[:, [2, 5]].ravel(), e[:, [0, 3]].ravel())
+                    th = _youden_prob(oof[kind == "cov"], oof[kind == "norm"])
+                    crit = min(a["cov/norm"], a["opac/norm"])
+                    cands.append((crit, method, extra, fs, l2, th, loc))
+                    print(f"  {method:<12} {'+NIH opacity' if extra else 'COVID only  '} {fs:<7} l2 {l2:<4g} "
+                          + " ".join(f"{k} {v:.3f}" for k, v in a.items()) + f"  crit {crit:.3f}  loc {loc:.3f}  "
+                          f"threshold {th:.3f}")
+    zcol = FEATURE_NAMES.index("z_p75")
+    zth = _youden_prob(x[kind == "cov"][:, :, zcol], x[kind == "norm"][:, :, zcol])
+
+    grey = x[:, 0, FEATURE_NAMES.index("film_lung_grey")]
+    g_norm, g_opac = auroc(grey[kind == "cov"], grey[kind == "norm"]), auroc(grey[kind == "cov"], grey[kind == "opac"])
+    print(f"Source guard: the lungs' grey level alone, film AUROC COVID vs normal {g_norm:.3f}, COVID vs NIH "
+          f"opacity {g_opac:.3f}")
+
+    def score(c: tuple, label: str) -> None:
+        _, method, extra, fs, l2, th, loc = c
+        cols = feature_columns(FEATURE_SETS[fs])
+        use = (kind != "opac") | extra
+        clf = _film_fit(x[use], y_all[use], method, cols, l2)
+        top = sorted(zip(clf.coef, clf.feature_names, strict=True), key=lambda t: -abs(t[0]))[:5]
+        print(f"  largest coefficients: {', '.join(f'{n} {c:+.2f}' for c, n in top)}; NIH effusion-only films, "
+              f"AUROC lower vs upper zones (CV) {loc:.3f}")
+        for lungs, data in brixia_sets.items():
+            p, t = _prob(clf, data["features"], cols), data["truth"]
+            print(line(f"{label}, lungs = {lungs}", t, p >= th) + f"  AUROC {auroc(p[t], p[~t]):.3f}")
+
+    best = max(cands, key=lambda c: c[0])
+    print(f"Chosen blind (highest crit): {best[1]}, {'+NIH opacity' if best[2] else 'COVID only'}, {best[3]}, "
+          f"l2 {best[4]:g}, threshold {best[5]:.3f}; scored once on the Brixia films:")
+    score(best, "shippable COVID+NIH, blind pick")
+    for lungs, data in brixia_sets.items():
+        z, t = data["features"][:, :, zcol], data["truth"]
+        print(line(f"normative z > {zth:.3f} (recalibrated), lungs = {lungs}", t, z > zth))
+    print("AFTER the Brixia look (not a choice rule): every candidate's Brixia κ")
+    for c in cands:
+        _, method, extra, fs, l2, th, loc = c
+        cols = feature_columns(FEATURE_SETS[fs])
+        use = (kind != "opac") | extra
+        clf = _film_fit(x[use], y_all[use], method, cols, l2)
+        res = []
+        for lungs, data in brixia_sets.items():
+            p, t = _prob(clf, data["features"], cols), data["truth"]
+            res.append(f"{lungs} κ {kappa(t, p >= th):5.2f} AUROC {auroc(p[t], p[~t]):.3f}")
+        print(f"  {method:<12} {'+NIH opacity' if extra else 'COVID only  '} {fs:<7} l2 {l2:<4g} crit {c[0]:.3f} "
+              f"loc {loc:.3f} -> " + "  ".join(res))
+    revised = max((c for c in cands if c[6] >= 0.6), key=lambda c: c[0], default=None)
+    if revised is not None:
+        print(f"Revised rule written AFTER the look (highest crit among loc >= 0.6): {revised[1]}, "
+              f"{'+NIH opacity' if revised[2] else 'COVID only'}, {revised[3]}, l2 {revised[4]:g}")
+        score(revised, "after-look revised pick (optimistic)")
+
+
 def nested_heart(films: list, cm: np.ndarray, folds: np.ndarray, ok: np.ndarray) -> None:
     """CTR AUROC with the seen-heart settings chosen on the other folds (grid of 18 settings)."""
     base = SeenHeartParams()
@@ -396,13 +549,17 @@ def main() -> None:
                         help="Brixia films: the pack's lung masks, the U-Net's lungs, or both")
     parser.add_argument("--skip-nih", action="store_true")
     parser.add_argument("--no-nested", action="store_true")
+    parser.add_argument("--no-brixia-classifiers", action="store_true",
+                        help="skip section 4a (the Brixia-trained leave-one-patient-out classifiers)")
     args = parser.parse_args()
     pack = Pack()
     model = NormativeModel.load()
-    brixia_sets = {lungs: brixia(pack, lungs, model)
+    brixia_sets = {lungs: brixia(pack, lungs, model, not args.no_brixia_classifiers)
                    for lungs in (("masks", "unet") if args.lungs == "both" else (args.lungs,))}
     if not args.skip_nih:
-        nih_trained(*nih(pack, not args.no_nested), brixia_sets)
+        feats, labels, folds, patients = nih(pack, not args.no_nested)
+        nih_trained(feats, labels, folds, brixia_sets)
+        covid_transfer(pack, model, feats, labels, patients, brixia_sets)
 
 
 if __name__ == "__main__":

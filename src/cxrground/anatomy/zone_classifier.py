@@ -5,6 +5,11 @@ log-likelihood is maximised by Newton's method (the problem is convex and small:
 few dozen features). A zone is flagged when its probability is at least :attr:`ZoneClassifier.threshold`.
 :meth:`ZoneClassifier.save` writes an ``.npz`` with a ``.json`` sidecar (meta + sha256), like the
 normative model; :meth:`ZoneClassifier.load` checks it.
+
+Without zone labels, :func:`fit_mil_logistic` (:meth:`ZoneClassifier.fit_films`) fits the same zone model
+from **film** labels by multiple-instance learning: a film's probability pools its zones' probabilities
+(``noisy-or``: abnormal when any zone is; ``mean``: the share of abnormal zones), and the film-level
+log-likelihood is maximised (L-BFGS).
 """
 
 from __future__ import annotations
@@ -20,11 +25,14 @@ import numpy as np
 from cxrground.errors import ConfigError, InputError
 from cxrground.io.files import sha256_file
 
-__all__ = ["ZONE_CLASSIFIER_METHOD", "ZoneClassifier", "fit_logistic"]
+__all__ = ["MIL_POOLS", "ZONE_CLASSIFIER_METHOD", "ZoneClassifier", "fit_logistic", "fit_mil_logistic"]
 
 ZONE_CLASSIFIER_METHOD: Final[str] = "zone-logistic/1"
 _MAX_ITER: Final[int] = 100
 _TOL: Final[float] = 1e-8
+#: How :func:`fit_mil_logistic` pools a film's zone probabilities into the film's probability.
+MIL_POOLS: Final[tuple[str, ...]] = ("noisy-or", "mean")
+_EPS: Final[float] = 1e-9
 
 
 def _sigmoid(t: np.ndarray) -> np.ndarray:
@@ -59,6 +67,53 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1.0,
         if float(np.abs(step).max()) < _TOL:
             break
     return beta[1:], float(beta[0])
+
+
+def _mil_loss(beta: np.ndarray, a: np.ndarray, y: np.ndarray, w: np.ndarray, pool: str,
+              penalty: np.ndarray) -> tuple[float, np.ndarray]:
+    """Negative penalised film log-likelihood and its gradient; ``a`` is (films, zones, 1 + d)."""
+    s = a @ beta  # (films, zones)
+    p = _sigmoid(s)
+    if pool == "noisy-or":
+        soft = np.logaddexp(0.0, s).sum(axis=1)  # -log P(no zone abnormal)
+        log_pos = np.log(-np.expm1(-np.maximum(soft, _EPS)))
+        ll = w * (y * log_pos - (1 - y) * soft)
+        dsoft = w * (y / np.expm1(np.maximum(soft, _EPS)) - (1 - y))  # d ll / d soft
+        ds = dsoft[:, None] * p
+    else:
+        film = np.clip(p.mean(axis=1), _EPS, 1 - _EPS)
+        ll = w * (y * np.log(film) + (1 - y) * np.log1p(-film))
+        dfilm = w * (y / film - (1 - y) / (1 - film))
+        ds = dfilm[:, None] * p * (1 - p) / p.shape[1]
+    grad = np.einsum("nz,nzd->d", ds, a) - penalty * beta
+    return float(-ll.sum() + 0.5 * float(penalty @ beta**2)), -grad
+
+
+def fit_mil_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1.0, pool: str = "noisy-or",
+                     sample_weight: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """Zone coefficients and intercept from film labels: ``x`` is (films, zones, d), ``y`` one 0/1 per film.
+
+    Maximises the weighted film log-likelihood under ``pool`` (:data:`MIL_POOLS`) minus ``l2/2 · |coef|²``.
+    Raises :class:`ValueError` on mismatched shapes, a negative ``l2``, an unknown pool or labels not 0/1.
+    """
+    from scipy.optimize import minimize
+
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    if x.ndim != 3 or y.shape != (x.shape[0],):
+        raise ValueError(f"need x (films, zones, d) and y (films,), got {x.shape} and {y.shape}")
+    if l2 < 0:
+        raise ValueError(f"l2 must be >= 0, got {l2}")
+    if pool not in MIL_POOLS:
+        raise ValueError(f"pool must be one of {MIL_POOLS}, got {pool!r}")
+    if not np.isin(y, (0.0, 1.0)).all():
+        raise ValueError("labels must be 0 or 1")
+    w = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, np.float64)
+    a = np.concatenate([np.ones((*x.shape[:2], 1)), x], axis=2)
+    penalty = np.full(a.shape[2], float(l2))
+    penalty[0] = 0.0
+    res = minimize(_mil_loss, np.zeros(a.shape[2]), args=(a, y, w, pool, penalty), jac=True, method="L-BFGS-B",
+                   options={"maxiter": 1000, "gtol": 1e-7})
+    return res.x[1:], float(res.x[0])
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,6 +153,21 @@ class ZoneClassifier:
         coef, intercept = fit_logistic((x - mean) / std, y, l2)
         return cls(tuple(feature_names), mean, std, coef, intercept, threshold,
                    {**(meta or {}), "l2": l2, "zones": len(y), "positives": int(np.sum(y))})
+
+    @classmethod
+    def fit_films(cls, x: np.ndarray, y: np.ndarray, feature_names: Sequence[str], l2: float = 1.0,
+                  pool: str = "noisy-or", threshold: float = 0.5, sample_weight: np.ndarray | None = None,
+                  meta: dict[str, Any] | None = None) -> ZoneClassifier:
+        """Standardise the zones of ``x`` (films, zones, d) and fit :func:`fit_mil_logistic` on film labels."""
+        x = np.asarray(x, np.float64)
+        if x.ndim != 3 or x.shape[2] != len(feature_names):
+            raise ValueError(f"x has shape {x.shape}, expected (films, zones, {len(feature_names)})")
+        flat = x.reshape(-1, x.shape[2])
+        mean, std = flat.mean(axis=0), flat.std(axis=0)
+        std = np.where(std > 1e-12, std, 1.0)
+        coef, intercept = fit_mil_logistic((x - mean) / std, y, l2, pool, sample_weight)
+        return cls(tuple(feature_names), mean, std, coef, intercept, threshold,
+                   {**(meta or {}), "l2": l2, "pool": pool, "films": len(y), "positive_films": int(np.sum(y))})
 
     def probability(self, x: np.ndarray) -> np.ndarray:
         """Probability that each row (a zone's features, columns :attr:`feature_names`) is abnormal."""
