@@ -3,11 +3,12 @@
 Run: ``.venv/bin/python bench/ils_build.py [--studies 40] [--speed-studies 8] [--skip-quality]``.
 
 1. **Speed at real size**: the same cohort generated 512 px wide and 2800 px wide (MIMIC size), built with
-   the default built-in backends (U-Net lungs + seen heart, normative normal image, anomaly boxes), one
+   the default built-in backends (U-Net lungs + seen heart, pseudo-normal normal image, anomaly boxes), one
    worker, one thread; prints studies/s/core at each size and the 2800/512 time ratio (targets: ≥ 1.5
    studies/s/core at 2800 px, ratio ≤ 2).
-2. **Quality**: builds the 512-px cohort with the default (normative) and the former default
-   (pseudo-normal) normal image, with the U-Net and with the cohort's exact anatomy masks, and prints
+2. **Quality**: builds the 512-px cohort with the default pseudo-normal image and the normative model (the
+   shipped ``normative_v1``, and fitted on the build's own report-normal studies, shrunk toward
+   ``normative_v1`` or not), with the U-Net and with the cohort's exact anatomy masks, and prints
    studies/s/core, gIoU / cIoU of the generated masks, recall of reported findings and the share of
    negatives that are truly lesion-free (``cxrground.ils.quality``).
 """
@@ -15,6 +16,7 @@ Run: ``.venv/bin/python bench/ils_build.py [--studies 40] [--speed-studies 8] [-
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -69,13 +71,21 @@ def main() -> None:
     write_cohort(cohort, args.studies, seed=args.seed, progress=False)
     tasks, failures = build_tasks(cohort / "files")
     truth = {"root": str(cohort / "masks")}
+    shipped, cohort_fit = {"model": "shipped"}, {"model": "cohort"}
     runs = [
-        ("unet, normative", 1.0, BackendSpec()),
-        ("unet, pseudo-normal (former default)", 1.0, BackendSpec(synthesizer="pseudo-normal")),
-        ("truth anatomy, normative", 1.0, BackendSpec(segmenter="masks", segmenter_kwargs=truth)),
+        ("unet, pseudo-normal (default)", 1.0, BackendSpec(synthesizer="pseudo-normal")),
+        ("unet, normative shipped normative_v1", 1.0, BackendSpec(synthesizer="normative", synthesizer_kwargs=shipped)),
+        ("unet, normative fitted on the cohort's report-normal studies, shrunk", 1.0,
+         BackendSpec(synthesizer="normative", synthesizer_kwargs=cohort_fit)),
+        ("unet, normative fitted on the cohort's report-normal studies, not shrunk", 1.0,
+         BackendSpec(synthesizer="normative", synthesizer_kwargs={**cohort_fit, "shrink": "false"})),
         ("truth anatomy, pseudo-normal", 1.0, BackendSpec(segmenter="masks", segmenter_kwargs=truth,
                                                           synthesizer="pseudo-normal")),
-        ("unet, normative, half τ", 0.5, BackendSpec()),
+        ("truth anatomy, normative fitted, shrunk", 1.0, BackendSpec(segmenter="masks", segmenter_kwargs=truth,
+                                                                     synthesizer="normative",
+                                                                     synthesizer_kwargs=cohort_fit)),
+        ("unet, normative fitted, shrunk, half τ", 0.5, BackendSpec(synthesizer="normative",
+                                                                    synthesizer_kwargs=cohort_fit)),
     ]
     for i, (name, scale, spec) in enumerate(runs):
         out = work / f"run{i}"
@@ -87,6 +97,11 @@ def main() -> None:
               f"{summary.failures} failures; {len(tasks) / seconds:.2f} studies/s on 1 worker "
               f"({1000 * seconds / len(tasks):.0f} ms/study; backends: rules structurer, {spec.segmenter} "
               f"segmenter, {spec.synthesizer} synthesizer, anomaly boxes; working size 512)")
+        fitted = out / "normative_fitted.json"
+        if fitted.is_file():
+            meta = json.loads(fitted.read_text())
+            print(f"normative model: {meta['source']}, {meta['films']} films ({meta['report_normal']} report-normal "
+                  f"of {meta['visited']} visited); prior weight {meta.get('shrinkage', {}).get('mean_prior_weight')}")
         print(format_quality(score_against_truth(out, cohort)))
 
 

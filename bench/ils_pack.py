@@ -67,6 +67,11 @@ def cohen_ils_dataset(pack: Pack, work: Path, segmenter: str, limit: int | None 
     print(f"built {summary.studies_in_dataset} studies / {summary.pairs} pairs from {len(rows)} noted rows "
           f"({summary.failures} failures) in {time.perf_counter() - start:.1f} s, segmenter={segmenter}, "
           f"synthesizer={synthesizer} {synthesizer_kwargs or ''}")
+    fitted = work / "dataset" / "normative_fitted.json"
+    if fitted.is_file():
+        meta = json.loads(fitted.read_text())
+        print(f"normative model fitted on the build's report-normal studies: {meta['source']}, {meta['films']} films "
+              f"({meta['report_normal']} report-normal of {meta['visited']} visited)")
     return ids
 
 
@@ -76,11 +81,14 @@ def main() -> None:
                         help="masks = the pack's own lung masks; unet = the shipped lung U-Net")
     parser.add_argument("--synthesizer", default="normative", choices=["normative", "pseudo-normal"])
     parser.add_argument("--band", type=float, default=None, help="normative: top of the normal band (robust SDs)")
+    parser.add_argument("--synthesizer-opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="more synthesizer options, e.g. model=shipped or shrink=false (normative)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     pack = Pack()
     work = args.out or Path(tempfile.mkdtemp(prefix="cxrground-ils-pack-"))
     kwargs = {"band": args.band} if args.band is not None else {}
+    kwargs.update(opt.split("=", 1) for opt in args.synthesizer_opt)
     ids = cohen_ils_dataset(pack, work, args.segmenter, synthesizer=args.synthesizer, synthesizer_kwargs=kwargs)
     data = json.loads((work / "dataset" / "mimic_ils_instruction_answer.json").read_text())
     studies = {k: v for split in data.values() for k, v in split.items()}

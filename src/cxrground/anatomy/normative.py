@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -49,9 +49,12 @@ __all__ = [
     "NORMATIVE_METHOD",
     "NormativeModel",
     "default_normative_path",
+    "film_cells",
+    "fit_cells",
     "fit_normative",
     "lung_coordinates",
     "normalise_intensity",
+    "shrink_toward",
 ]
 
 NORMATIVE_METHOD: Final[str] = "normative-lung-grid/1"
@@ -256,6 +259,36 @@ class NormativeModel:
                 "training_data": self.meta.get("summary")}
 
 
+def film_cells(pixels: np.ndarray, right: np.ndarray, left: np.ndarray, grid: tuple[int, int] = (16, 8)) -> np.ndarray:
+    """One film's mean normalised intensity per lung and ``(v, u)`` cell, ``(2, nv, nu)`` (NaN where no pixel).
+
+    Raises :class:`~cxrground.errors.InputError` when a lung is empty.
+    """
+    nv, nu = grid
+    norm = normalise_intensity(pixels, right, left)
+    return np.stack([_cell_means(norm, as_mask(m), s, nv, nu) for s, m in zip(_SIDES, (right, left), strict=True)])
+
+
+def fit_cells(cells: Sequence[np.ndarray], zone_threshold: float = 1.0,
+              meta: dict[str, Any] | None = None) -> NormativeModel:
+    """The per-cell median / scaled MAD over per-film :func:`film_cells` arrays.
+
+    A cell no film covers takes the median of its lung's covered cells. Raises :class:`ValueError` with
+    fewer than 3 films.
+    """
+    if len(cells) < 3:
+        raise ValueError(f"a normative model needs at least 3 normal films, got {len(cells)}")
+    arr = np.stack(list(cells))
+    with warnings.catch_warnings():  # cells no film covers are all-NaN; filled below
+        warnings.simplefilter("ignore", RuntimeWarning)
+        median = np.nanmedian(arr, axis=0)
+        scale = np.maximum(1.4826 * np.nanmedian(np.abs(arr - median), axis=0), MIN_SCALE)
+        for k in range(2):
+            median[k][~np.isfinite(median[k])] = np.nanmedian(median[k])
+            scale[k][~np.isfinite(scale[k])] = np.nanmedian(scale[k])
+    return NormativeModel(median, scale, zone_threshold, {**(meta or {}), "films": len(cells)})
+
+
 def fit_normative(
     films: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]],
     grid: tuple[int, int] = (16, 8),
@@ -267,20 +300,43 @@ def fit_normative(
     A cell no film covers takes the median of its lung's covered cells. Raises :class:`ValueError` with
     fewer than 3 films.
     """
-    nv, nu = grid
-    per_film: list[np.ndarray] = []
-    for pixels, right, left in films:
-        norm = normalise_intensity(pixels, right, left)
-        per_film.append(np.stack([_cell_means(norm, as_mask(m), s, nv, nu) for s, m in zip(_SIDES, (right, left),
-                                                                                           strict=True)]))
-    if len(per_film) < 3:
-        raise ValueError(f"a normative model needs at least 3 normal films, got {len(per_film)}")
-    arr = np.stack(per_film)
-    with warnings.catch_warnings():  # cells no film covers are all-NaN; filled below
-        warnings.simplefilter("ignore", RuntimeWarning)
-        median = np.nanmedian(arr, axis=0)
-        scale = np.maximum(1.4826 * np.nanmedian(np.abs(arr - median), axis=0), MIN_SCALE)
-        for k in range(2):
-            median[k][~np.isfinite(median[k])] = np.nanmedian(median[k])
-            scale[k][~np.isfinite(scale[k])] = np.nanmedian(scale[k])
-    return NormativeModel(median, scale, zone_threshold, {**(meta or {}), "films": len(per_film)})
+    return fit_cells([film_cells(pixels, right, left, grid) for pixels, right, left in films], zone_threshold, meta)
+
+
+#: Sampling variance of the log of a scaled MAD, times the number of films (normal data: 1 / (2 · 0.3675),
+#: the MAD's asymptotic efficiency being 36.75 %).
+_LOG_MAD_VARIANCE: Final[float] = 1.36
+
+
+def _shrink(estimate: np.ndarray, prior: np.ndarray, noise: np.ndarray) -> tuple[np.ndarray, float]:
+    """``estimate`` pulled toward ``prior`` cell by cell with weight ``noise / (noise + τ²)`` on the prior, τ² the
+    mean squared estimate−prior gap beyond the noise (empirical Bayes); returns the result and the mean weight."""
+    tau2 = max(float(np.mean((estimate - prior) ** 2 - noise)), 0.0)
+    weight = noise / (noise + tau2) if tau2 > 0 else np.ones_like(estimate)
+    return weight * prior + (1.0 - weight) * estimate, float(np.mean(weight))
+
+
+def shrink_toward(cohort: NormativeModel, prior: NormativeModel, films: int) -> NormativeModel:
+    """``cohort`` (fitted on ``films`` films) shrunk toward ``prior``, per lung.
+
+    The median of each cell has sampling variance ``(π/2) · scale² / n``, the log of its scale ``1.36 / n``;
+    each is pulled toward the prior by how small the cohort's gap to the prior is compared with that noise.
+    A few films that look like the prior's films keep mostly the prior; a cohort that clearly differs from them
+    (another population, other scanners) keeps its own statistics. The weights go into ``meta["shrinkage"]``.
+    """
+    if cohort.grid != prior.grid:
+        raise ConfigError(f"cannot shrink a {cohort.grid} normative grid toward a {prior.grid} one")
+    n = int(films)
+    if n < 1:
+        raise ConfigError(f"shrinking needs a cohort of at least one film, got {films}")
+    median, scale = np.empty_like(cohort.median), np.empty_like(cohort.scale)
+    weights: dict[str, dict[str, float]] = {}
+    for k, side in enumerate(_SIDES):
+        median[k], w_med = _shrink(cohort.median[k], prior.median[k], (np.pi / 2) * cohort.scale[k] ** 2 / n)
+        log_scale, w_sc = _shrink(np.log(cohort.scale[k]), np.log(prior.scale[k]),
+                                  np.full(cohort.scale[k].shape, _LOG_MAD_VARIANCE / n))
+        scale[k] = np.maximum(np.exp(log_scale), MIN_SCALE)
+        weights[side] = {"median": round(w_med, 4), "scale": round(w_sc, 4)}
+    meta = {**cohort.meta, "shrinkage": {"prior": prior.meta.get("name", prior.meta.get("path")),
+                                         "mean_prior_weight": weights}}
+    return NormativeModel(median, scale, cohort.zone_threshold, meta)

@@ -33,6 +33,7 @@ from cxrground import __version__
 from cxrground.errors import ConfigError, Failure
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.card import read_review_summary, render_card
+from cxrground.ils.cohort_normative import FITTED_FILE, resolve_spec
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
 from cxrground.ils.pipeline import backend_provenance, process_study
@@ -332,6 +333,10 @@ def build_dataset(
 ) -> BuildSummary:
     """Process all studies (resuming) and assemble the dataset in ``out_dir``.
 
+    What the backends need from the whole cohort is prepared once, before the workers start
+    (:func:`~cxrground.ils.cohort_normative.resolve_spec`: the ``normative`` synthesizer's model fitted on the
+    build's report-normal studies, kept in ``out_dir`` for a resumed run).
+
     ``max_pixels``: images whose header states more pixels are recorded as failures without being decoded.
 
     ``truth_cohort``: the synthetic cohort the inputs come from; its exact truth then scores the dataset
@@ -353,9 +358,12 @@ def build_dataset(
 
         for folder in (out / UNITS_DIR, out / MASK_DIR):
             shutil.rmtree(folder, ignore_errors=True)
+        for fitted in (out / FITTED_FILE, (out / FITTED_FILE).with_suffix(".json")):
+            fitted.unlink(missing_ok=True)
     atomic_write_text(stamp, json.dumps(settings, sort_keys=True))
-    processed, skipped = run_units(tasks, out, config, spec, engine, workers, progress, max_pixels)
-    result = assemble(out, tasks, config, spec, scan_failures, backend_provenance(spec),
+    run_spec = resolve_spec(spec, tasks, out, config)  # once, before the workers: e.g. the cohort normative model
+    processed, skipped = run_units(tasks, out, config, run_spec, engine, workers, progress, max_pixels)
+    result = assemble(out, tasks, config, spec, scan_failures, backend_provenance(run_spec),
                       Path(truth_cohort) if truth_cohort is not None else None)
     n_pairs = sum(len(s["instruction_answer_pairs"]["positive_pairs"]) + len(s["instruction_answer_pairs"]
                   ["negative_pairs"]) for split in result["dataset"].values() for s in split.values())

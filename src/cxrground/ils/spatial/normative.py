@@ -1,8 +1,10 @@
-"""The default normal-image estimate of ``ils build``: the normative model of the normal chest.
+"""A normal-image estimate from a normative model of the normal chest (``--synthesizer normative``).
 
-:class:`NormativeSynthesizer` (``normative``) uses :class:`cxrground.anatomy.normative.NormativeModel`,
-learned from real normal films: inside each lung, the normal image ``x̂`` is the film with everything
-brighter than the top of the normal band removed,
+:class:`NormativeSynthesizer` (``normative``) uses a :class:`cxrground.anatomy.normative.NormativeModel`: by
+default (``model=cohort``) the one ``ils build`` fits on the build's own report-normal studies before any study
+is processed (:mod:`cxrground.ils.cohort_normative`), else the shipped ``normative_v1`` (``model=shipped``,
+learned from NIH normal films) or a model file (``model=PATH``). Inside each lung, the normal image ``x̂`` is
+the film with everything brighter than the top of the normal band removed,
 
 ``x̂ = x − E``, ``E = max(0, S − U)``, ``U = lo + (median(v, u) + k · scale(v, u)) · span``,
 
@@ -27,32 +29,61 @@ import numpy as np
 from scipy import ndimage
 
 from cxrground.anatomy.normative import NORMATIVE_METHOD, SMOOTH_FRACTION, NormativeModel
+from cxrground.errors import ConfigError
 from cxrground.ils.spatial.pseudo_normal import PseudoNormalSynthesizer
 from cxrground.io.masks import as_mask, check_same_shape
 
-__all__ = ["NormativeSynthesizer"]
+__all__ = ["COHORT", "SHIPPED", "NormativeSynthesizer"]
+
+#: ``model`` values: fitted by the build on its report-normal studies, or the shipped ``normative_v1``.
+COHORT = "cohort"
+SHIPPED = "shipped"
 
 
 @dataclass
 class NormativeSynthesizer:
     """Normal image from the normative model inside the lungs; pseudo-normal elsewhere."""
 
-    model: str | None = None
-    """Path of a normative ``.npz`` (None: the shipped ``normative_v1``)."""
+    model: str = COHORT
+    """``cohort``: fitted by ``ils build`` on the build's report-normal studies (``OUT/normative_fitted.npz``);
+    ``shipped``: ``normative_v1``; else the path of a normative ``.npz``."""
     band: float = 2.0
     """Top of the normal band in robust standard deviations above the per-location median."""
     noise_floor: float = 3.0
     """Excess below this many grey levels counts as normal (x̂ = x there)."""
+    min_normals: int = 10
+    """``cohort``: fewer report-normal studies with both lungs than this and the build uses the shipped model."""
+    max_normals: int = 200
+    """``cohort``: at most this many report-normal studies are read (drawn in a seeded order)."""
+    shrink: bool = True
+    """``cohort``: shrink the cohort statistics toward the shipped model by their noise (empirical Bayes)."""
+    fitted: str | None = None
+    """Set by the build for ``cohort``: the fitted model file."""
+    sha256: str | None = None
+    """When set, the model file must have this sha256 (the build pins the file it fitted)."""
     _model: NormativeModel | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     name = "normative"
 
+    def model_path(self) -> Path | None:
+        """The model file to read (None: the shipped one); ``cohort`` before the build fitted it is an error."""
+        if self.model == COHORT:
+            if self.fitted is None:
+                raise ConfigError("normative model=cohort is fitted by `ils build` on the build's report-normal "
+                                  "studies; outside a build use model=shipped or model=PATH")
+            return Path(self.fitted)
+        return None if self.model == SHIPPED else Path(self.model)
+
     def _ensure(self) -> NormativeModel:
         if self._model is None:
             with self._lock:
                 if self._model is None:
-                    self._model = NormativeModel.load(Path(self.model) if self.model else None)
+                    model = NormativeModel.load(self.model_path())
+                    if self.sha256 and model.meta.get("sha256") != self.sha256:
+                        raise ConfigError(f"normative model {model.meta.get('path')} is not the file this build "
+                                          f"fitted (sha256 {model.meta.get('sha256')} != {self.sha256})")
+                    self._model = model
         return self._model
 
     def synthesize(self, image: np.ndarray, edit_mask: np.ndarray,
@@ -80,7 +111,14 @@ class NormativeSynthesizer:
         return np.clip(np.round(out), 0, 255).astype(np.uint8)
 
     def provenance(self) -> dict[str, Any]:
-        """Backend name, method, settings and the model file's sha256 and training summary."""
-        return {"name": self.name, "method": NORMATIVE_METHOD, "settings": {"band": self.band,
-                "noise_floor": self.noise_floor, "model": self.model}, "model": self._ensure().provenance(),
+        """Backend name, method, settings and the model file's sha256 and training summary (a fitted cohort
+        model is named by its file name, so the record does not depend on the output folder)."""
+        model = self._ensure().provenance()
+        if self.model == COHORT:
+            model = {**model, "path": Path(model["path"]).name if model.get("path") else None,
+                     "source": self._model.meta.get("source") if self._model else None}
+        settings: dict[str, Any] = {"band": self.band, "noise_floor": self.noise_floor, "model": self.model}
+        if self.model == COHORT:
+            settings.update(min_normals=self.min_normals, max_normals=self.max_normals, shrink=self.shrink)
+        return {"name": self.name, "method": NORMATIVE_METHOD, "settings": settings, "model": model,
                 "fallback": "pseudo-normal outside the lungs"}

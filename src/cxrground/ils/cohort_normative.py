@@ -1,0 +1,192 @@
+"""The normative model of a build's own normal films: fitted once, before the per-study workers.
+
+With ``--synthesizer normative`` and ``model=cohort`` (the synthesizer's default), :func:`resolve_spec` runs in
+the build's main process, before any study is processed and whatever the engine:
+
+1. **Report-normal studies.** The studies are visited in an order drawn from the build's seed; each report is
+   structured (the build's structurer and section policy, as the workers will) and the study is *report-normal*
+   when no finding is asserted present or uncertain, except a heart-only one (cardiomegaly: the lungs are
+   normal). Known before any pixel is read.
+2. **Their lungs.** The image is read, must be frontal, and the build's segmenter must find both lungs; the film
+   and its lungs are taken onto the build's working canvas (:class:`~cxrground.io.transform.Letterbox`), exactly
+   as the synthesizer sees them. At most ``max_normals`` films are read.
+3. **Fit.** With at least ``min_normals`` films, the per-location statistics are fitted on them
+   (:func:`~cxrground.anatomy.normative.fit_cells`) and, with ``shrink`` (default), shrunk toward the shipped
+   ``normative_v1`` by their own noise (:func:`~cxrground.anatomy.normative.shrink_toward`). With fewer, the
+   shipped model is used and the note says why.
+4. **Saved in the output folder.** ``OUT/normative_fitted.npz`` + ``.json`` (the studies used, counts, note); the
+   workers get a spec whose synthesizer reads that file with its sha256 pinned. A resumed build reuses the file
+   (``--overwrite`` with other settings removes it), so a killed build finishes with byte-identical output.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from cxrground.anatomy.normative import NormativeModel, film_cells, fit_cells, shrink_toward
+from cxrground.errors import CXRGroundError
+from cxrground.ils.backend_spec import BackendSpec
+from cxrground.ils.config import IlsConfig
+from cxrground.ils.tasks import StudyTask
+from cxrground.reports.findings import Finding
+
+__all__ = ["FITTED_FILE", "CohortNormals", "collect_normals", "fit_cohort_model", "is_report_normal", "resolve_spec"]
+
+#: The fitted model in the build's output folder (its sidecar is ``normative_fitted.json``).
+FITTED_FILE: Final[str] = "normative_fitted.npz"
+
+
+def is_report_normal(findings: Sequence[Finding]) -> bool:
+    """No finding asserted present or uncertain, except heart-only ones (cardiomegaly leaves the lungs normal)."""
+    from cxrground.vocab.traits import traits
+
+    return not any(f.assertion != "absent" and not (f.lesion is not None and traits(f.lesion).heart_mask)
+                   for f in findings)
+
+
+@dataclass(frozen=True)
+class CohortNormals:
+    """The report-normal studies read for the fit and their per-film cell statistics."""
+
+    studies: tuple[str, ...]
+    cells: tuple[np.ndarray, ...]
+    visited: int
+    """Studies whose report was structured before the cap was reached (or all)."""
+    report_normal: int
+    """Of those, the report-normal ones (before the image checks)."""
+
+
+def _seeded_order(tasks: Sequence[StudyTask], seed: int) -> list[StudyTask]:
+    ordered = sorted(tasks, key=lambda t: t.study_key)
+    return [ordered[i] for i in np.random.default_rng(seed).permutation(len(ordered))]
+
+
+def _report_normal_tasks(tasks: Sequence[StudyTask], spec: BackendSpec, config: IlsConfig,
+                         counts: dict[str, int]) -> Iterator[StudyTask]:
+    """The report-normal studies of ``tasks`` in the seeded order (``counts``: visited, report_normal)."""
+    from cxrground.ils.pipeline import get_backends
+    from cxrground.reports import parse_report_text, read_report, select_section
+    from cxrground.reports.structure import structure_section
+
+    structurer = get_backends(spec).structurer
+    for task in _seeded_order(tasks, config.seed):
+        counts["visited"] += 1
+        try:
+            report = (read_report(task.report_path) if task.report_path
+                      else parse_report_text(task.report_text or "", report_id=task.study_key))
+            section = select_section(report, config.sections)
+            if section is None:
+                continue
+            findings = structure_section(structurer, task.study_key, section).findings
+        except CXRGroundError:  # the study's own unit records the failure
+            continue
+        if is_report_normal(findings):
+            counts["report_normal"] += 1
+            yield task
+
+
+def _canvas_cells(task: StudyTask, spec: BackendSpec, config: IlsConfig, grid: tuple[int, int]) -> np.ndarray | None:
+    """The study's cell statistics on the working canvas; None when it is not frontal or a lung is missing."""
+    from cxrground.ils.pipeline import _frontal, get_backends
+    from cxrground.io.image import read_image
+    from cxrground.io.transform import Letterbox
+
+    try:
+        image = read_image(task.image_path)
+        view = (image.view or task.view or "").upper()
+        if view and not _frontal(view, config.qc.views):
+            return None
+        anatomy = get_backends(spec).segmenter.segment(image)
+    except CXRGroundError:
+        return None
+    right, left = anatomy.right_lung, anatomy.left_lung
+    if not right.any() or not left.any() or float((right | left).mean()) < config.qc.min_lung_fraction:
+        return None
+    box = Letterbox.fit(image.pixels.shape, config.working_size)
+    r_c, l_c = box.mask_to_canvas(right), box.mask_to_canvas(left)
+    l_c = l_c & ~r_c
+    if not r_c.any() or not l_c.any():
+        return None
+    return film_cells(box.image_to_canvas(image.pixels), r_c, l_c, grid)
+
+
+def collect_normals(tasks: Sequence[StudyTask], spec: BackendSpec, config: IlsConfig, cap: int,
+                    grid: tuple[int, int]) -> CohortNormals:
+    """Up to ``cap`` report-normal studies with both lungs, in the seeded order (steps 1-2 of the module)."""
+    counts = {"visited": 0, "report_normal": 0}
+    studies: list[str] = []
+    cells: list[np.ndarray] = []
+    for task in _report_normal_tasks(tasks, spec, config, counts):
+        film = _canvas_cells(task, spec, config, grid)
+        if film is not None:
+            studies.append(task.study_key)
+            cells.append(film)
+            if len(studies) >= cap:
+                break
+    return CohortNormals(tuple(studies), tuple(cells), counts["visited"], counts["report_normal"])
+
+
+def fit_cohort_model(normals: CohortNormals, prior: NormativeModel, min_normals: int, shrink: bool,
+                     settings: dict[str, Any]) -> NormativeModel:
+    """The cohort model (step 3 of the module), or ``prior`` with a note when there are too few films."""
+    n = len(normals.studies)
+    meta: dict[str, Any] = {"name": "normative_fitted", "studies": sorted(normals.studies), "films": n,
+                            "visited": normals.visited, "report_normal": normals.report_normal, "settings": settings,
+                            "prior": prior.meta.get("name", "normative_v1")}
+    if n < max(min_normals, 3):
+        note = (f"{n} report-normal studies with both lungs (fewer than min_normals={min_normals}): the shipped "
+                "normative_v1 is used")
+        return NormativeModel(prior.median, prior.scale, prior.zone_threshold,
+                              {**meta, "source": "shipped (fallback)", "note": note,
+                               "summary": f"shipped normative_v1 (fallback: {note})"})
+    model = fit_cells(list(normals.cells), prior.zone_threshold)
+    source = "cohort"
+    if shrink:
+        model = shrink_toward(model, prior, n)
+        source = "cohort, shrunk toward normative_v1"
+    summary = (f"{n} report-normal studies of this build (of {normals.report_normal} report-normal among "
+               f"{normals.visited} visited), lungs from the build's segmenter, working canvas; "
+               f"{'shrunk toward' if shrink else 'not blended with'} normative_v1; zone threshold of normative_v1")
+    return NormativeModel(model.median, model.scale, prior.zone_threshold,
+                          {**meta, **{k: v for k, v in model.meta.items() if k == "shrinkage"}, "source": source,
+                           "summary": summary})
+
+
+def _fitted_ready(path: Path) -> bool:
+    """Both files of a fitted model are there (the sidecar, with the sha256, is written last)."""
+    sidecar = path.with_suffix(".json")
+    if not (path.is_file() and sidecar.is_file()):
+        return False
+    try:
+        return bool(json.loads(sidecar.read_text(encoding="utf-8")).get("sha256"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+
+
+def resolve_spec(spec: BackendSpec, tasks: Sequence[StudyTask], out: Path, config: IlsConfig) -> BackendSpec:
+    """``spec`` with a ``normative`` ``model=cohort`` synthesizer pointed at its fitted file (fitted now, or the one
+    a previous run of this build left in ``out``); any other spec unchanged."""
+    from cxrground.ils.spatial import get_synthesizer
+    from cxrground.ils.spatial.normative import COHORT, NormativeSynthesizer
+
+    if spec.synthesizer != "normative":
+        return spec
+    synth = get_synthesizer(spec.synthesizer, **spec.synthesizer_kwargs)
+    if not isinstance(synth, NormativeSynthesizer) or synth.model != COHORT:
+        return spec
+    path = out / FITTED_FILE
+    if not _fitted_ready(path):
+        prior = NormativeModel.load()
+        settings = {"min_normals": synth.min_normals, "max_normals": synth.max_normals, "shrink": synth.shrink,
+                    "seed": config.seed, "working_size": config.working_size}
+        normals = collect_normals(tasks, spec, config, synth.max_normals, prior.grid)
+        fit_cohort_model(normals, prior, synth.min_normals, synth.shrink, settings).save(path)
+    sha = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))["sha256"]
+    return replace(spec, synthesizer_kwargs={**spec.synthesizer_kwargs, "fitted": str(path.resolve()),
+                                             "sha256": sha})

@@ -1,0 +1,124 @@
+"""The normative model fitted on a build's own report-normal studies: selection, shrinkage, fit once before the
+workers, saved in the output folder, reused on resume, recorded on the card, fallback and pinning."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cxrground.anatomy.normative import NormativeModel, shrink_toward
+from cxrground.errors import ConfigError
+from cxrground.ils.build import BackendSpec, build_dataset
+from cxrground.ils.cohort_normative import FITTED_FILE, is_report_normal
+from cxrground.ils.config import IlsConfig
+from cxrground.ils.spatial import get_synthesizer
+from cxrground.ils.tasks import build_tasks
+from cxrground.reports.findings import Finding
+
+OUTPUTS = ("mimic_ils_instruction_answer.json", "masks.jsonl", "card.md", FITTED_FILE, "normative_fitted.json")
+
+
+@pytest.fixture(scope="module")
+def cohort(tmp_path_factory) -> Path:
+    from cxrground.datasets.synthetic import SynthConfig, write_cohort
+
+    out = tmp_path_factory.mktemp("cohort")
+    write_cohort(out, 10, seed=5, config=SynthConfig(width=320, normal_fraction=0.6), progress=False)
+    return out
+
+
+def _spec(**options: str) -> BackendSpec:
+    return BackendSpec(synthesizer="normative", synthesizer_kwargs={"min_normals": "3", **options})
+
+
+def _build(cohort: Path, out: Path, spec: BackendSpec, **kwargs) -> None:
+    tasks, failures = build_tasks(cohort / "files")
+    build_dataset(tasks, out, IlsConfig(seed=3), spec, scan_failures=failures, progress=False, **kwargs)
+
+
+def test_report_normal_means_no_finding_but_a_heart_only_one():
+    def f(assertion: str, lesion: str | None) -> Finding:
+        return Finding(entity="x", sent_idx=1, assertion=assertion, lesion=lesion)
+
+    assert is_report_normal([]) and is_report_normal([f("absent", "opacity"), f("absent", None)])
+    assert is_report_normal([f("present", "cardiomegaly"), f("absent", "edema")])
+    assert not is_report_normal([f("uncertain", "opacity")])
+    assert not is_report_normal([f("present", None)])  # a nodule, a pneumothorax: not normal lungs
+
+
+def test_shrinkage_keeps_the_prior_for_a_look_alike_cohort_and_the_cohort_when_it_differs():
+    prior = NormativeModel.load()
+    rng = np.random.default_rng(0)
+    alike = NormativeModel(prior.median + rng.normal(0, 0.01, prior.median.shape), prior.scale, 1.0)
+    kept = shrink_toward(alike, prior, films=5)
+    assert np.abs(kept.median - prior.median).max() < 0.005
+    other = NormativeModel(prior.median - 0.2, np.maximum(prior.scale / 3, 0.02), 1.0)
+    moved = shrink_toward(other, prior, films=30)
+    assert np.abs(moved.median - other.median).max() < 0.01
+    assert np.allclose(moved.scale, other.scale, rtol=0.1)
+    weights = moved.meta["shrinkage"]["mean_prior_weight"]
+    assert set(weights) == {"right", "left"} and all(0 <= w["median"] < 0.05 for w in weights.values())
+    with pytest.raises(ConfigError, match="grid"):
+        shrink_toward(NormativeModel(prior.median[:, :4], prior.scale[:, :4]), prior, films=5)
+
+
+def test_cohort_model_outside_a_build_and_a_wrong_pin_are_errors(tmp_path):
+    with pytest.raises(ConfigError, match="fitted by `ils build`"):
+        get_synthesizer("normative").provenance()
+    shipped = get_synthesizer("normative", model="shipped").provenance()
+    assert shipped["model"]["training_data"].startswith("100 NIH")
+    with pytest.raises(ConfigError, match="not the file this build fitted"):
+        get_synthesizer("normative", model="shipped", sha256="0" * 64).provenance()
+
+
+def test_build_fits_on_report_normal_studies_saves_reuses_and_records(cohort, tmp_path):
+    out = tmp_path / "a"
+    _build(cohort, out, _spec())
+    meta = json.loads((out / "normative_fitted.json").read_text())
+    assert meta["source"] == "cohort, shrunk toward normative_v1" and meta["films"] == len(meta["studies"]) >= 3
+    assert meta["visited"] == 10 and meta["report_normal"] >= meta["films"]
+    for study in meta["studies"]:  # report-normal: no reported lung finding in the cohort's truth
+        truth = json.loads((cohort / "truth" / f"{study}.json").read_text())
+        assert all(f["lesion"] == "cardiomegaly" for f in truth["findings"] if f["present"] and f["reported"])
+    model = NormativeModel.load(out / FITTED_FILE)
+    assert model.grid == (16, 8) and not np.allclose(model.median, NormativeModel.load().median)
+    prov = json.loads((out / "provenance.json").read_text())
+    synth = prov["backends"]["synthesizer"]
+    assert synth["model"]["path"] == FITTED_FILE and synth["model"]["sha256"] == meta["sha256"]
+    assert synth["settings"]["model"] == "cohort" and prov["backend_spec"]["synthesizer_kwargs"] == {"min_normals": "3"}
+    assert f"Normal image: normative model `cohort, shrunk toward normative_v1`: {meta['films']} report-normal" in (
+        out / "card.md").read_text()
+    # elsewhere, with two workers: the same model and the same dataset, byte for byte
+    pool = tmp_path / "pool"
+    _build(cohort, pool, _spec(), workers=2)
+    assert all((pool / name).read_bytes() == (out / name).read_bytes() for name in OUTPUTS)
+    # a resumed build reuses the saved model instead of fitting again
+    (out / "units" / f"{meta['studies'][0]}.json").unlink()
+    stamp = (out / FITTED_FILE).stat().st_mtime_ns
+    _build(cohort, out, _spec())
+    assert (out / FITTED_FILE).stat().st_mtime_ns == stamp
+    assert all((pool / name).read_bytes() == (out / name).read_bytes() for name in OUTPUTS)
+
+
+def test_too_few_normals_fall_back_to_the_shipped_model_and_pins_skip_the_fit(cohort, tmp_path):
+    out = tmp_path / "few"
+    _build(cohort, out, _spec(min_normals="50", max_normals="4"))
+    meta = json.loads((out / "normative_fitted.json").read_text())
+    assert meta["source"] == "shipped (fallback)" and "fewer than min_normals=50" in meta["note"]
+    assert meta["films"] == 4  # the cap stops the reading
+    assert np.allclose(NormativeModel.load(out / FITTED_FILE).median, NormativeModel.load().median, atol=1e-6)
+    assert "fallback" in (out / "card.md").read_text()
+    unshrunk = tmp_path / "unshrunk"
+    _build(cohort, unshrunk, _spec(shrink="false"))
+    assert json.loads((unshrunk / "normative_fitted.json").read_text())["source"] == "cohort"
+    pinned = tmp_path / "pinned"
+    _build(cohort, pinned, BackendSpec(synthesizer="normative", synthesizer_kwargs={"model": str(out / FITTED_FILE)}))
+    assert not (pinned / FITTED_FILE).exists()
+    assert json.loads((pinned / "provenance.json").read_text())["backends"]["synthesizer"]["model"]["sha256"] == \
+        meta["sha256"]
+    pseudo = tmp_path / "pseudo"
+    _build(cohort, pseudo, BackendSpec())
+    assert not (pseudo / FITTED_FILE).exists() and "Normal image" not in (pseudo / "card.md").read_text()
