@@ -95,6 +95,10 @@ def test_build_fits_on_report_normal_studies_saves_reuses_and_records(cohort, tm
     pool = tmp_path / "pool"
     _build(cohort, pool, _spec(), workers=2)
     assert all((pool / name).read_bytes() == (out / name).read_bytes() for name in OUTPUTS)
+    pytest.importorskip("ray")
+    ray_out = tmp_path / "ray"
+    _build(cohort, ray_out, _spec(), engine="ray", workers=2)
+    assert all((ray_out / name).read_bytes() == (out / name).read_bytes() for name in OUTPUTS)
     # a resumed build reuses the saved model instead of fitting again
     (out / "units" / f"{meta['studies'][0]}.json").unlink()
     stamp = (out / FITTED_FILE).stat().st_mtime_ns

@@ -3,7 +3,8 @@
 Backends by name (``get_synthesizer`` / ``get_detector``):
 
 - synthesizers: ``pseudo-normal`` (built-in default, CPU; :class:`PseudoNormalSynthesizer`), ``normative``
-  (built-in, CPU; :class:`NormativeSynthesizer`, a model of normal films), ``radedit``
+  (built-in, CPU; :class:`NormativeSynthesizer`, a model of normal films: by default fitted by ``ils build`` on
+  the build's report-normal studies, or the shipped ``normative_v1``), ``radedit``
   (:class:`RadEditSynthesizer`, local weights);
 - detectors: ``anomaly`` (built-in, CPU; :class:`AnomalyBoxDetector`), ``yolo`` (:class:`YOLOBoxDetector`,
   local VinDr-CXR checkpoint).
@@ -52,8 +53,9 @@ SYNTHESIZERS.register("pseudo-normal", PseudoNormalSynthesizer,
                       help="built-in CPU estimate: per-region background fit, coarse excess removed")
 SYNTHESIZERS.register("radedit", RadEditSynthesizer, help="RadEdit (diffusers), local model folder (model_dir=DIR)")
 SYNTHESIZERS.register("normative", NormativeSynthesizer,
-                      help="built-in CPU normative model of the normal chest (learned from NIH normal films); "
-                           "model=NPZ, band, noise_floor")
+                      help="built-in CPU normative model of the normal chest: model=cohort (default: fitted on the "
+                           "build's report-normal studies; min_normals, max_normals, shrink), model=shipped (NIH "
+                           "normal films) or model=NPZ; band, noise_floor")
 
 #: Lesion box detectors by name.
 DETECTORS: Final[Registry[BoxDetector]] = Registry("detector")
