@@ -235,10 +235,13 @@ def test_a_dead_worker_is_recorded_and_the_rest_finishes(cohort, built, tmp_path
     import functools
 
     from cxrground.ils.build import run_units
+    from cxrground.ils.cohort_normative import resolve_spec
 
     tasks, failures = build_tasks(cohort / "files")
     victim = sorted(t.study_key for t in tasks)[1]
-    spec, config = BackendSpec(), IlsConfig(seed=3)
+    config = IlsConfig(seed=3)
+    # the default normative synthesizer reads the model fitted by the build of ``built`` (run_units is below the fit)
+    spec = resolve_spec(BackendSpec(), tasks, built, config)
     out = tmp_path / "oom"
     out.mkdir()
     processed, skipped = run_units(tasks, out, config, spec, "local", 2, progress=False,

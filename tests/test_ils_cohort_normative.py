@@ -124,5 +124,14 @@ def test_too_few_normals_fall_back_to_the_shipped_model_and_pins_skip_the_fit(co
     assert json.loads((pinned / "provenance.json").read_text())["backends"]["synthesizer"]["model"]["sha256"] == \
         meta["sha256"]
     pseudo = tmp_path / "pseudo"
-    _build(cohort, pseudo, BackendSpec())
+    _build(cohort, pseudo, BackendSpec(synthesizer="pseudo-normal"))
     assert not (pseudo / FITTED_FILE).exists() and "Normal image" not in (pseudo / "card.md").read_text()
+
+
+def test_the_default_build_fits_the_cohort_model(cohort, tmp_path):
+    """``ils build``'s default synthesizer is the normative model fitted on the build's report-normal studies."""
+    assert BackendSpec().synthesizer == "normative"
+    out = tmp_path / "default"
+    _build(cohort, out, BackendSpec())
+    meta = json.loads((out / "normative_fitted.json").read_text())
+    assert meta["films"] > 0 and (out / FITTED_FILE).exists() and "Normal image" in (out / "card.md").read_text()

@@ -22,7 +22,7 @@ class BackendSpec:
     structurer_kwargs: dict[str, Any] = field(default_factory=dict)
     segmenter: str = "unet"
     segmenter_kwargs: dict[str, Any] = field(default_factory=dict)
-    synthesizer: str = "pseudo-normal"
+    synthesizer: str = "normative"
     synthesizer_kwargs: dict[str, Any] = field(default_factory=dict)
     detector: str = "anomaly"
     detector_kwargs: dict[str, Any] = field(default_factory=dict)

@@ -55,7 +55,7 @@ class BuildRequest:
                                       "disagree by > 5 % are dropped. ")
     qc_segmenter_opt: dict[str, str] = option(default_factory=dict,
                                               help="KEY=VALUE for the qc-segmenter (repeatable).")
-    synthesizer: str = option("pseudo-normal", registry=SYNTHESIZERS)
+    synthesizer: str = option("normative", registry=SYNTHESIZERS)
     synthesizer_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the synthesizer (repeatable).")
     detector: str = option("anomaly", registry=DETECTORS)
     detector_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the detector (repeatable).")

@@ -2,9 +2,10 @@
 
 Backends by name (``get_synthesizer`` / ``get_detector``):
 
-- synthesizers: ``pseudo-normal`` (built-in default, CPU; :class:`PseudoNormalSynthesizer`), ``normative``
-  (built-in, CPU; :class:`NormativeSynthesizer`, a model of normal films: by default fitted by ``ils build`` on
-  the build's report-normal studies, or the shipped ``normative_v1``), ``radedit``
+- synthesizers: ``normative`` (built-in default of ``ils build``, CPU; :class:`NormativeSynthesizer`, a model
+  of normal films: by default fitted by ``ils build`` on the build's report-normal studies, or the shipped
+  ``normative_v1``), ``pseudo-normal`` (built-in, CPU; :class:`PseudoNormalSynthesizer`, also the
+  normative estimate's fallback outside the lungs), ``radedit``
   (:class:`RadEditSynthesizer`, local weights);
 - detectors: ``anomaly`` (built-in, CPU; :class:`AnomalyBoxDetector`), ``yolo`` (:class:`YOLOBoxDetector`,
   local VinDr-CXR checkpoint).

@@ -1,4 +1,4 @@
-"""A normal-image estimate from a normative model of the normal chest (``--synthesizer normative``).
+"""The default normal-image estimate of ``ils build``: a normative model of the normal chest (``normative``).
 
 :class:`NormativeSynthesizer` (``normative``) uses a :class:`cxrground.anatomy.normative.NormativeModel`: by
 default (``model=cohort``) the one ``ils build`` fits on the build's own report-normal studies before any study
