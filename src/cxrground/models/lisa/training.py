@@ -231,12 +231,12 @@ def _accumulate(model: LisaForSegmentation, tok: Any, config: LisaConfig, sample
         torch.manual_seed(_micro_seed(seed, step, micro or 0))
         batch = _batch(model, tok, config, [samples[i] for i in idx], seed, step,
                        range(first + m0, first + m0 + len(idx)), ctx.device)
-        share = len(idx) / len(chosen) if micro is not None else 0.0
         if zero is None:
             loss = model(*batch, weights=weights)
-            (loss.total * share).backward()
+            (loss.total * len(idx) / len(chosen)).backward()
         else:
             loss = zero.forward(batch, weights)
+            share = len(idx) / len(chosen) if micro is not None else 0.0
             zero.backward(loss.total, share, last=k == len(mine) - 1)
         if micro is not None:
             parts += torch.tensor([float(t.detach()) for t in (loss.total, loss.txt, loss.bce, loss.dice)],
