@@ -30,12 +30,14 @@ SETTINGS = {"tiny": "true", "batch_size": "10", "micro_batch_size": "2", "save_e
 TOL = 1e-5
 
 # Runs the `ils train` command in a torchrun worker. Rank != 0 may not write under the output folder (an audit
-# hook ends the process on any Python-level write there); with KILL_AT set, rank 0 kills itself (SIGKILL) when
-# it starts that step, i.e. after the resume state of the previous step is on disk.
+# hook, and a wrapper of torch.save, whose zip writer is C++, end the process on any write there) except the paths
+# the regex TEST_ALLOW matches (relative to the output folder, "{rank}" = the worker's rank); with KILL_AT set,
+# rank 0 kills itself (SIGKILL) when it starts that step, i.e. after the resume state of the previous step is on disk.
 WORKER = r'''
-import os, signal, sys
+import os, re, signal, sys
 out = os.path.realpath(os.environ["TEST_OUT"])
 rank = int(os.environ["RANK"])
+allow = os.environ.get("TEST_ALLOW", "").replace("{rank}", str(rank))
 
 def _inside(path):
     try:
@@ -43,21 +45,34 @@ def _inside(path):
     except (TypeError, ValueError):
         return False
 
+def _deny(path, what):
+    if not _inside(path):
+        return
+    rel = os.path.relpath(os.path.realpath(os.fsdecode(path)), out)
+    if not (allow and re.fullmatch(allow, rel)):
+        os.write(2, f"WRITE-GUARD: rank {rank} {what} {path}\n".encode())
+        os._exit(17)
+
 def _guard(event, args):
     writes = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
     if event == "open" and not isinstance(args[0], int):
         mode, flags = args[1], args[2]
         wrote = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
             isinstance(flags, int) and flags & writes)
-        if wrote and _inside(args[0]):
-            os.write(2, f"WRITE-GUARD: rank {rank} wrote {args[0]}\n".encode())
-            os._exit(17)
-    elif event in ("os.rename", "os.remove", "os.mkdir", "os.rmdir", "os.truncate") and _inside(args[0]):
-        os.write(2, f"WRITE-GUARD: rank {rank} changed {args[0]} ({event})\n".encode())
-        os._exit(17)
+        if wrote:
+            _deny(args[0], "wrote")
+    elif event in ("os.rename", "os.remove", "os.mkdir", "os.rmdir", "os.truncate"):
+        _deny(args[0], f"changed ({event})")
 
 if rank != 0:
     sys.addaudithook(_guard)
+    import torch
+    real_save = torch.save
+    def _save(obj, f, *args, **kwargs):
+        if isinstance(f, (str, os.PathLike)):
+            _deny(f, "torch.save")
+        return real_save(obj, f, *args, **kwargs)
+    torch.save = _save
 kill_at = int(os.environ.get("KILL_AT", "0"))
 if kill_at and rank == 0:
     import importlib
@@ -126,21 +141,24 @@ def killed(ils_dataset, tmp_path_factory):
     return tmp / "ckpt", rc, logs
 
 
-def _torchrun(tmp: Path, out: Path, dataset: Path, images: Path, kill_at: int = 0) -> tuple[int, Path]:
-    """Launch ``ils train`` in 2 gloo processes; returns the exit code and the per-rank log folder."""
+def _torchrun(tmp: Path, out: Path, dataset: Path, images: Path, kill_at: int = 0, settings: dict | None = None,
+              allow: str = "") -> tuple[int, Path]:
+    """Launch ``ils train`` in 2 gloo processes (``settings``: the ``--set`` options, default :data:`SETTINGS`;
+    ``allow``: the worker's ``TEST_ALLOW``); returns the exit code and the per-rank log folder."""
     worker = tmp / "worker.py"
     worker.write_text(WORKER, encoding="utf-8")
     logs = tmp / f"logs-{out.name}-{kill_at}"
     src = str(Path(cxrground.__file__).resolve().parents[1])
-    env = {**os.environ, "TEST_OUT": str(out), "KILL_AT": str(kill_at), "OMP_NUM_THREADS": "1",
+    env = {**os.environ, "TEST_OUT": str(out), "KILL_AT": str(kill_at), "OMP_NUM_THREADS": "1", "TEST_ALLOW": allow,
            "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
-    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "ACCELERATE_USE_DEEPSPEED"):
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "ACCELERATE_USE_DEEPSPEED",
+                "CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE"):
         env.pop(var, None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "--monitor-interval", "0.2", "--log-dir", str(logs), "--redirects", "3", str(worker),
            "ils", "train", "--model", "lisa", "--dataset", str(dataset), "--images", str(images), "--out", str(out),
            "--seed", "0", "--val-split", "train"]
-    for key, value in SETTINGS.items():
+    for key, value in (SETTINGS if settings is None else settings).items():
         cmd += ["--set", f"{key}={value}"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     if kill_at == 0:

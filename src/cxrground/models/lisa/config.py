@@ -32,8 +32,9 @@ __all__ = ["CLIP_MODES", "DISTRIBUTED_MODES", "TINY_DEFAULTS", "LisaConfig"]
 CLIP_MODES: tuple[str, str] = ("center_crop", "pad")
 
 #: Training process layout (:mod:`cxrground.models.lisa.distributed`): ``auto`` = data-parallel when launched
-#: with ``WORLD_SIZE`` > 1 (torchrun / accelerate launch), ``ddp`` = always join a process group, ``deepspeed``
-#: = refused with a clear error. Results do not depend on it, so it is not part of a resume state's identity.
+#: with ``WORLD_SIZE`` > 1 (torchrun / accelerate launch), DeepSpeed ZeRO-2 under a DeepSpeed launch, ``ddp`` = always
+#: join a process group, ``deepspeed`` = DeepSpeed ZeRO-2 (:mod:`cxrground.models.lisa.zero`). Results do not depend
+#: on it (up to float rounding), so it is not part of a resume state's identity.
 DISTRIBUTED_MODES: tuple[str, str, str] = ("auto", "ddp", "deepspeed")
 
 #: Defaults replaced when ``tiny=True`` (random tiny architecture on CPU).

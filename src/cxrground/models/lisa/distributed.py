@@ -10,17 +10,21 @@ batch and takes the same optimiser step. This is what ``DistributedDataParallel`
 accumulation does, done by hand because a rank may have no micro-batch at all (the short last batch of an
 epoch) or a parameter no gradient (the SAM IoU head), where DDP's hooks would hang or refuse.
 
-DeepSpeed (``distributed="deepspeed"``, or ``accelerate launch`` with the DeepSpeed configuration of
-:func:`cxrground.models.lisa.loading.write_launch_files`) is refused with a :class:`ConfigError`: a clear
-install message when deepspeed is not importable, and otherwise the statement that the built-in trainer
-does not run ZeRO-2 (use ``ddp``; the written ``ds_config.json`` is the paper's ZeRO-2 setting for a
-DeepSpeed trainer).
+DeepSpeed ZeRO stage 2 (:mod:`cxrground.models.lisa.zero`) is used with ``distributed="deepspeed"``, or with
+``distributed="auto"`` under ``accelerate launch`` with the DeepSpeed configuration of
+:func:`cxrground.models.lisa.loading.write_launch_files` (``ACCELERATE_USE_DEEPSPEED``) or under the ``deepspeed``
+launcher (``CROSS_RANK`` / ``CROSS_SIZE`` / ``LOCAL_SIZE``); ``distributed="ddp"`` is data-parallel whatever the
+launcher. It joins the same process group, and a clear :class:`ConfigError` says so when deepspeed is not
+importable. DeepSpeed picks its accelerator when it is first imported: on a machine without CUDA
+:func:`setup_distributed` sets ``DS_ACCELERATOR=cpu`` (gloo) and refuses any other value; with CUDA DeepSpeed's
+own detection is left alone.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -54,6 +58,7 @@ class DistContext:
     local_rank: int = 0
     device: str = "cpu"
     owns_group: bool = False
+    deepspeed: bool = False
 
     @property
     def active(self) -> bool:
@@ -69,14 +74,24 @@ class DistContext:
         """Indices of this rank's micro-batches among ``n`` (``rank, rank + W, …``)."""
         return range(self.rank, n, self.world_size)
 
+    def micro_rounds(self, n: int) -> int:
+        """Micro-batches every rank runs in lock-step among ``n`` (the most any rank has: ``ceil(n / W)``)."""
+        return -(-n // self.world_size)
+
     def barrier(self) -> None:
         """Wait for every rank (no-op in one process)."""
         if self.active:
             torch.distributed.barrier()
 
     def close(self) -> None:
-        """Leave the process group if this context created it."""
-        if self.owns_group and torch.distributed.is_initialized():
+        """Leave the process group if this context created it (through DeepSpeed once it has used the group, so that
+        it drops its cached copies and a later run in this process can start DeepSpeed again)."""
+        if not (self.owns_group and torch.distributed.is_initialized()):
+            return
+        ds_comm = sys.modules.get("deepspeed.comm.comm") if self.deepspeed else None
+        if ds_comm is not None and getattr(ds_comm, "cdb", None) is not None:
+            ds_comm.destroy_process_group()
+        else:
             torch.distributed.destroy_process_group()
 
 
@@ -90,23 +105,39 @@ def _env_int(name: str, default: int) -> int:
         raise ConfigError(f"environment variable {name}={value!r} is not an integer") from None
 
 
-def _deepspeed_requested(mode: str) -> bool:
-    return mode == "deepspeed" or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true", "yes")
+_DEEPSPEED_LAUNCHER_VARS: Final[tuple[str, ...]] = ("CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE")
 
 
-def check_deepspeed(mode: str) -> None:
-    """Refuse DeepSpeed with a clear :class:`ConfigError` (see the module docstring); other modes pass."""
+def _deepspeed_launch() -> bool:
+    """The process was started by ``accelerate launch`` with a DeepSpeed configuration or by ``deepspeed``."""
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true", "yes"):
+        return True
+    return all(os.environ.get(v) for v in _DEEPSPEED_LAUNCHER_VARS)
+
+
+def check_deepspeed(mode: str) -> bool:
+    """Whether this run trains with DeepSpeed ZeRO-2 (see the module docstring); a clear :class:`ConfigError` when it
+    should but deepspeed is not importable, or when ``mode`` is unknown."""
     if mode not in DISTRIBUTED_MODES:
         raise ConfigError(f"distributed must be one of {DISTRIBUTED_MODES}, got {mode!r}")
-    if not _deepspeed_requested(mode):
-        return
+    if not (mode == "deepspeed" or (mode == "auto" and _deepspeed_launch())):
+        return False
     if importlib.util.find_spec("deepspeed") is None:
-        raise ConfigError("DeepSpeed training was asked for (distributed=deepspeed or an accelerate DeepSpeed "
-                          "config) but deepspeed is not importable: pip install deepspeed (needs CUDA), or launch "
-                          "with torchrun / accelerate's multi-GPU config for data-parallel training "
-                          "(distributed=auto)")
-    raise ConfigError("the built-in LISA trainer runs data-parallel (distributed=auto/ddp) and not DeepSpeed ZeRO-2; "
-                      "launch with torchrun or accelerate's multi-GPU config (accelerate_ddp.json)")
+        raise ConfigError("DeepSpeed training was asked for (distributed=deepspeed, an accelerate DeepSpeed config or "
+                          "the deepspeed launcher) but deepspeed is not importable: pip install deepspeed "
+                          "(cxrground's 'deepspeed' extra), or launch with torchrun / accelerate's multi-GPU config "
+                          "for data-parallel training (distributed=auto or ddp)")
+    return True
+
+
+def _deepspeed_accelerator(cuda: bool) -> None:
+    """Without CUDA, make DeepSpeed use its CPU accelerator (``DS_ACCELERATOR=cpu``) before it is imported."""
+    if cuda:
+        return
+    name = os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    if name != "cpu":
+        raise ConfigError(f"DS_ACCELERATOR={name!r} but this machine has no CUDA GPU and the LISA trainer runs on the "
+                          "CPU: unset DS_ACCELERATOR or set it to cpu")
 
 
 def setup_distributed(mode: str, cuda: bool) -> DistContext:
@@ -114,9 +145,11 @@ def setup_distributed(mode: str, cuda: bool) -> DistContext:
 
     ``cuda``: train on GPUs (NCCL, device ``cuda:LOCAL_RANK``) rather than on the CPU (gloo).
     """
-    check_deepspeed(mode)
+    zero = check_deepspeed(mode)
+    if zero:
+        _deepspeed_accelerator(cuda)
     world = _env_int("WORLD_SIZE", 1)
-    if mode == "auto" and world <= 1:
+    if mode == "auto" and world <= 1 and not zero:
         return DistContext(device="cuda" if cuda else "cpu")
     if not torch.distributed.is_available():
         raise ConfigError("data-parallel training needs torch.distributed, which this torch build lacks")
@@ -128,14 +161,14 @@ def setup_distributed(mode: str, cuda: bool) -> DistContext:
                               "launch at most one process per GPU")
         torch.cuda.set_device(local)
     if torch.distributed.is_initialized():
-        return DistContext(torch.distributed.get_rank(), torch.distributed.get_world_size(), local, device, False)
+        return DistContext(torch.distributed.get_rank(), torch.distributed.get_world_size(), local, device, False, zero)
     missing = [v for v in _LAUNCH_VARS if not os.environ.get(v)]
     if missing:
         raise ConfigError(f"distributed={mode} needs the launcher's environment ({', '.join(missing)} unset): "
                           "start the run with torchrun or accelerate launch")
     torch.distributed.init_process_group("nccl" if cuda else "gloo", init_method="env://", rank=rank,
                                          world_size=world)
-    return DistContext(rank, world, local, device, True)
+    return DistContext(rank, world, local, device, True, zero)
 
 
 def broadcast_parameters(ctx: DistContext, params: list[torch.nn.Parameter]) -> None:

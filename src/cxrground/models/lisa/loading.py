@@ -13,8 +13,9 @@
   ``accelerate launch`` configuration for that (one process per GPU, no DeepSpeed). :func:`deepspeed_config` is
   the DeepSpeed ZeRO stage-2 configuration of ILS.md §17.4 (bf16, contiguous gradients, overlapped
   communication, 5e8 buckets, clipping 1.0; micro batch × accumulation × GPUs = the global batch) and
-  :func:`accelerate_config` the ``accelerate launch`` configuration that points at it, for a DeepSpeed trainer
-  (the built-in one refuses DeepSpeed with a clear error); :func:`write_launch_files` writes all three.
+  :func:`accelerate_config` the ``accelerate launch`` configuration that points at it, under which the trainer
+  runs ZeRO-2 (:mod:`cxrground.models.lisa.zero`, which derives the same settings from the training
+  configuration and the world size rather than reading the file); :func:`write_launch_files` writes all three.
 """
 
 from __future__ import annotations

@@ -16,16 +16,22 @@
   processes give the one-process result (up to float summation order). Validation is sharded by micro-batch
   and gathered. Only rank 0 writes checkpoints and the resume state and shows the progress bar; every rank
   resumes from the same state.
+- DeepSpeed ZeRO-2 (:mod:`~cxrground.models.lisa.zero`; ``distributed=deepspeed`` or a DeepSpeed launch): the same
+  batches, order and seeding through a ZeRO-2 engine (gradients and AdamW state sharded over the ranks), each rank
+  running the same number of micro-batches; the resume state is DeepSpeed's, under ``out/resume/ds/``, written
+  by every rank (its own shard).
 - Checkpoints: ``out/`` = last (written at the end), ``out/best/`` = best val positive gIoU (teacher-forced,
   native resolution) over the epoch ends, ``out/resume/state.pt`` = trainable weights + optimiser + scheduler +
-  step, written every ``save_every_steps`` steps and at each epoch end. A different dataset hash, seed or
-  configuration than the saved state's refuses to resume (:class:`ConfigError`).
+  step, written every ``save_every_steps`` steps and at each epoch end (``out/resume/ds/`` with DeepSpeed). A
+  different dataset hash, seed or configuration than the saved state's, or the other kind of resume state
+  (DeepSpeed or not), refuses to resume (:class:`ConfigError`); a run with ``resume=False`` removes the other kind.
 - Missing or unreadable images are recorded (``failures`` in ``checkpoint.json``) and their pairs left out.
 """
 
 from __future__ import annotations
 
 import math
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,10 +60,12 @@ from cxrground.models.lisa.infer import model_inputs, teacher_forced_masks
 from cxrground.models.lisa.model import LisaForSegmentation, prepare_for_training, tiny_arch
 from cxrground.models.lisa.preprocess import equalize, gt_mask_canvas
 from cxrground.models.lisa.text import encode, seg_token_id, tiny_tokenizer
+from cxrground.models.lisa.zero import RESUME_DIR as ZERO_RESUME_DIR
+from cxrground.models.lisa.zero import ZeroEngine
 from cxrground.models.sampling import BalancedSampler
 from cxrground.models.torch_state import restores_torch_settings
 
-__all__ = ["RESUME_FILE", "Sample", "build_model", "load_samples", "lr_factor", "train", "validate"]
+__all__ = ["RESUME_FILE", "ZERO_RESUME_DIR", "Sample", "build_model", "load_samples", "lr_factor", "train", "validate"]
 
 RESUME_FILE = "resume/state.pt"
 
@@ -203,23 +211,52 @@ def _trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _accumulate(model: LisaForSegmentation, tok: Any, config: LisaConfig, samples: list[Sample], chosen: list[int],
-                first: int, seed: int, step: int, ctx: DistContext) -> torch.Tensor:
+                first: int, seed: int, step: int, ctx: DistContext, zero: ZeroEngine | None = None) -> torch.Tensor:
     """Forward/backward this rank's micro-batches of one global batch (gradients accumulate in ``.grad``, each
-    micro-batch weighted by its share of the global batch); returns the summed ``len × (total, txt, bce, dice)``."""
+    micro-batch weighted by its share of the global batch); returns the summed ``len × (total, txt, bce, dice)``.
+
+    ``zero``: through the DeepSpeed ZeRO-2 engine, every rank running ``ctx.micro_rounds`` micro-batches, a rank short
+    of one repeating micro-batch 0 with weight 0 (:mod:`~cxrground.models.lisa.zero`).
+    """
     weights = (config.w_txt, config.w_bce, config.w_dice)
     mb = config.micro_batch_size
+    n_micro = math.ceil(len(chosen) / mb)
+    mine: list[int | None] = list(ctx.micro_batches(n_micro))
+    if zero is not None:
+        mine += [None] * (ctx.micro_rounds(n_micro) - len(mine))
     parts = torch.zeros(4, dtype=torch.float64)
-    for micro in ctx.micro_batches(math.ceil(len(chosen) / mb)):
-        m0 = micro * mb
+    for k, micro in enumerate(mine):
+        m0 = (micro or 0) * mb
         idx = chosen[m0:m0 + mb]
-        torch.manual_seed(_micro_seed(seed, step, micro))
+        torch.manual_seed(_micro_seed(seed, step, micro or 0))
         batch = _batch(model, tok, config, [samples[i] for i in idx], seed, step,
                        range(first + m0, first + m0 + len(idx)), ctx.device)
-        loss = model(*batch, weights=weights)
-        (loss.total * len(idx) / len(chosen)).backward()
-        parts += torch.tensor([float(t.detach()) for t in (loss.total, loss.txt, loss.bce, loss.dice)],
-                              dtype=torch.float64) * len(idx)
+        if zero is None:
+            loss = model(*batch, weights=weights)
+            (loss.total * len(idx) / len(chosen)).backward()
+        else:
+            loss = zero.forward(batch, weights)
+            share = len(idx) / len(chosen) if micro is not None else 0.0
+            zero.backward(loss.total, share, last=k == len(mine) - 1)
+        if micro is not None:
+            parts += torch.tensor([float(t.detach()) for t in (loss.total, loss.txt, loss.bce, loss.dice)],
+                                  dtype=torch.float64) * len(idx)
     return parts
+
+
+def _check_resume_kind(out: Path, zero: bool, resume: bool, is_main: bool) -> None:
+    """Refuse to resume from the other kind of resume state (DeepSpeed or not); without resuming, rank 0 removes it."""
+    plain, ds = out / RESUME_FILE, out / ZERO_RESUME_DIR
+    other = plain if zero else ds
+    if not other.exists():
+        return
+    if resume:
+        raise ConfigError(f"{other} is the resume state of a run {'without' if zero else 'with'} DeepSpeed; resume it "
+                          f"with distributed={'auto/ddp' if zero else 'deepspeed'}, or use a new --out or resume=False")
+    if is_main and other.is_dir():
+        shutil.rmtree(other)
+    elif is_main:
+        other.unlink()
 
 
 @restores_torch_settings
@@ -272,12 +309,18 @@ def _train(ctx: DistContext, config: LisaConfig, json_path: Path, dataset: Path,
     steps_per_epoch = math.ceil(len(sampler) / config.batch_size)
     total = config.max_steps or config.epochs * steps_per_epoch
     sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: lr_factor(s, config.warmup_steps, total))
+    zero = ZeroEngine.create(model, optim, sched, config, ctx) if ctx.deepspeed else None
     # the process layout does not change the result, so a run may resume with another one
     config_id = {k: v for k, v in config.to_dict().items() if k != "distributed"}
     identity = {"dataset_hash": dataset_hash, "seed": seed, "config": config_id, "split": split}
     step, best, history = 0, None, []
     state_path = out / RESUME_FILE
-    if resume and state_path.is_file():
+    _check_resume_kind(out, zero is not None, resume, ctx.is_main)
+    if resume and zero is not None:
+        state = zero.load(out / ZERO_RESUME_DIR, identity)
+        if state is not None:
+            step, best, history = state["step"], state["best"], state["history"]
+    elif resume and state_path.is_file():
         state = torch.load(state_path, map_location="cpu", weights_only=False)
         if state["identity"] != identity:
             raise ConfigError(f"{state_path} was written for another dataset/seed/configuration; "
@@ -291,9 +334,13 @@ def _train(ctx: DistContext, config: LisaConfig, json_path: Path, dataset: Path,
         return {**extra, **identity, "config": config.to_dict(), "step": at_step, "total_steps": total,
                 "select_layer": model.select_layer, "lora_targets": targets, "best_val": best, "history": history,
                 "failures": [f.to_dict() for f in failures], "train_pairs": len(samples),
-                "world_size": ctx.world_size}
+                "world_size": ctx.world_size, "zero_stage": 2 if zero is not None else 0}
 
     def save_state() -> None:
+        if zero is not None:
+            trainer = {"step": step, "epoch": (step - 1) // steps_per_epoch, "best": best, "history": history}
+            zero.save(out / ZERO_RESUME_DIR, step, trainer, identity)
+            return
         if not ctx.is_main:
             return
         with atomic_path(state_path) as tmp:
@@ -309,13 +356,18 @@ def _train(ctx: DistContext, config: LisaConfig, json_path: Path, dataset: Path,
         order = sampler.indices(epoch)
         first = in_epoch * config.batch_size
         chosen = order[first:first + config.batch_size]
-        optim.zero_grad(set_to_none=True)
-        parts = _accumulate(model, tok, config, samples, chosen, first, seed, step, ctx)
-        all_reduce_gradients(ctx, params)
-        parts = (all_reduce_sum(ctx, parts) / len(chosen)).tolist()
-        torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
-        optim.step()
-        sched.step()
+        if zero is None:
+            optim.zero_grad(set_to_none=True)
+            parts = _accumulate(model, tok, config, samples, chosen, first, seed, step, ctx)
+            all_reduce_gradients(ctx, params)
+            parts = (all_reduce_sum(ctx, parts) / len(chosen)).tolist()
+            torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
+            optim.step()
+            sched.step()
+        else:
+            parts = _accumulate(model, tok, config, samples, chosen, first, seed, step, ctx, zero)
+            parts = (all_reduce_sum(ctx, parts) / len(chosen)).tolist()
+            zero.step()
         step += 1
         bar.set_postfix(loss=f"{parts[0]:.4f}", txt=f"{parts[1]:.3f}", bce=f"{parts[2]:.3f}", dice=f"{parts[3]:.3f}")
         bar.update(1)
