@@ -361,7 +361,8 @@ def build_dataset(
         for fitted in (out / FITTED_FILE, (out / FITTED_FILE).with_suffix(".json")):
             fitted.unlink(missing_ok=True)
     atomic_write_text(stamp, json.dumps(settings, sort_keys=True))
-    run_spec = resolve_spec(spec, tasks, out, config)  # once, before the workers: e.g. the cohort normative model
+    # once, before the workers: e.g. the cohort normative model
+    run_spec = resolve_spec(spec, tasks, out, config, progress)
     processed, skipped = run_units(tasks, out, config, run_spec, engine, workers, progress, max_pixels)
     result = assemble(out, tasks, config, spec, scan_failures, backend_provenance(run_spec),
                       Path(truth_cohort) if truth_cohort is not None else None)

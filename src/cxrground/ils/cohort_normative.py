@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from cxrground.anatomy.normative import NormativeModel, film_cells, fit_cells, shrink_toward
 from cxrground.errors import CXRGroundError
@@ -117,18 +118,23 @@ def _canvas_cells(task: StudyTask, spec: BackendSpec, config: IlsConfig, grid: t
 
 
 def collect_normals(tasks: Sequence[StudyTask], spec: BackendSpec, config: IlsConfig, cap: int,
-                    grid: tuple[int, int]) -> CohortNormals:
-    """Up to ``cap`` report-normal studies with both lungs, in the seeded order (steps 1-2 of the module)."""
+                    grid: tuple[int, int], progress: bool = False) -> CohortNormals:
+    """Up to ``cap`` report-normal studies with both lungs, in the seeded order (steps 1-2 of the module);
+    ``progress`` shows a bar of the films collected."""
     counts = {"visited": 0, "report_normal": 0}
     studies: list[str] = []
     cells: list[np.ndarray] = []
-    for task in _report_normal_tasks(tasks, spec, config, counts):
-        film = _canvas_cells(task, spec, config, grid)
-        if film is not None:
-            studies.append(task.study_key)
-            cells.append(film)
-            if len(studies) >= cap:
-                break
+    with tqdm(total=min(cap, len(tasks)), desc="normative fit", unit="film", disable=not progress,
+              dynamic_ncols=True) as bar:
+        for task in _report_normal_tasks(tasks, spec, config, counts):
+            film = _canvas_cells(task, spec, config, grid)
+            if film is not None:
+                studies.append(task.study_key)
+                cells.append(film)
+                bar.update(1)
+                bar.set_postfix(visited=counts["visited"], refresh=False)
+                if len(studies) >= cap:
+                    break
     return CohortNormals(tuple(studies), tuple(cells), counts["visited"], counts["report_normal"])
 
 
@@ -169,9 +175,11 @@ def _fitted_ready(path: Path) -> bool:
         return False
 
 
-def resolve_spec(spec: BackendSpec, tasks: Sequence[StudyTask], out: Path, config: IlsConfig) -> BackendSpec:
-    """``spec`` with a ``normative`` ``model=cohort`` synthesizer pointed at its fitted file (fitted now, or the one
-    a previous run of this build left in ``out``); any other spec unchanged."""
+def resolve_spec(spec: BackendSpec, tasks: Sequence[StudyTask], out: Path, config: IlsConfig,
+                 progress: bool = False) -> BackendSpec:
+    """``spec`` with a ``normative`` ``model=cohort`` synthesizer pointed at its fitted file (fitted now, with a
+    progress bar when ``progress``, or the one a previous run of this build left in ``out``); any other spec
+    unchanged."""
     from cxrground.ils.spatial import get_synthesizer
     from cxrground.ils.spatial.normative import COHORT, NormativeSynthesizer
 
@@ -185,7 +193,7 @@ def resolve_spec(spec: BackendSpec, tasks: Sequence[StudyTask], out: Path, confi
         prior = NormativeModel.load()
         settings = {"min_normals": synth.min_normals, "max_normals": synth.max_normals, "shrink": synth.shrink,
                     "seed": config.seed, "working_size": config.working_size}
-        normals = collect_normals(tasks, spec, config, synth.max_normals, prior.grid)
+        normals = collect_normals(tasks, spec, config, synth.max_normals, prior.grid, progress)
         fit_cohort_model(normals, prior, synth.min_normals, synth.shrink, settings).save(path)
     sha = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))["sha256"]
     return replace(spec, synthesizer_kwargs={**spec.synthesizer_kwargs, "fitted": str(path.resolve()),

@@ -6,7 +6,8 @@ are imported only when these are called. Modules: :mod:`.config` (defaults = §1
 conversation, ``[SEG]``), :mod:`.preprocess` (SAM/CLIP branches, native frames), :mod:`.model`, :mod:`.training`,
 :mod:`.infer` (free generation, teacher-forced segmentation), :mod:`.convert` (released LISA/ROSALIA layout),
 :mod:`.checkpoint` (folder format), :mod:`.loading` (8-/4-bit, ``device_map``, multi-GPU launch configuration),
-:mod:`.distributed` (data-parallel training under ``torchrun`` / ``accelerate launch``), :mod:`.zero` (DeepSpeed ZeRO-2).
+:mod:`.distributed` (data-parallel training under ``torchrun`` / ``accelerate launch``),
+:mod:`.zero` (DeepSpeed ZeRO-2).
 """
 
 from __future__ import annotations
