@@ -25,7 +25,7 @@ from cxrground.testing.fuzz import (
     wrong_size_mask,
 )
 
-N_STUDIES = 18
+N_STUDIES = 24
 
 
 def _clean(result: Result) -> None:
@@ -40,7 +40,7 @@ def _lines(path: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    """A fuzzed 18-study cohort and its ILS build: (root, inputs, build result)."""
+    """A fuzzed 24-study cohort and its ILS build: (root, inputs, build result)."""
     root = tmp_path_factory.mktemp("fuzz")
     write_cohort(root / "cohort", N_STUDIES, seed=1, config=SynthConfig(width=128), progress=False)
     files = root / "files"
