@@ -72,11 +72,11 @@ def test_count_table_and_recall():
 
 
 def test_frontal_view_rule():
-    from cxrground.ils.pipeline import _frontal
+    from cxrground.ils.pipeline import is_frontal
 
     views = ("PA", "AP")
-    assert _frontal("PA", views) and _frontal("AP SUPINE", views) and _frontal("AP ERECT", views)
-    assert not _frontal("LATERAL", views) and not _frontal("AP AXIAL", views) and not _frontal("PA LLD", views)
+    assert is_frontal("PA", views) and is_frontal("AP SUPINE", views) and is_frontal("AP ERECT", views)
+    assert not is_frontal("LATERAL", views) and not is_frontal("AP AXIAL", views) and not is_frontal("PA LLD", views)
 
 
 def test_segmentation_cross_check():

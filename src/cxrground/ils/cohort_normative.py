@@ -94,14 +94,14 @@ def _report_normal_tasks(tasks: Sequence[StudyTask], spec: BackendSpec, config: 
 
 def _canvas_cells(task: StudyTask, spec: BackendSpec, config: IlsConfig, grid: tuple[int, int]) -> np.ndarray | None:
     """The study's cell statistics on the working canvas; None when it is not frontal or a lung is missing."""
-    from cxrground.ils.pipeline import _frontal, get_backends
+    from cxrground.ils.pipeline import get_backends, is_frontal
     from cxrground.io.image import read_image
     from cxrground.io.transform import Letterbox
 
     try:
         image = read_image(task.image_path)
         view = (image.view or task.view or "").upper()
-        if view and not _frontal(view, config.qc.views):
+        if view and not is_frontal(view, config.qc.views):
             return None
         anatomy = get_backends(spec).segmenter.segment(image)
     except CXRGroundError:

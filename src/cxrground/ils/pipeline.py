@@ -28,7 +28,7 @@ from cxrground.reports.structure import structure_section
 from cxrground.vocab.locations import HEART
 from cxrground.vocab.traits import traits
 
-__all__ = ["Backends", "backend_provenance", "get_backends", "process_study", "segmentation_disagreement"]
+__all__ = ["Backends", "backend_provenance", "get_backends", "is_frontal", "process_study", "segmentation_disagreement"]
 
 _CACHE: dict[str, Backends] = {}
 
@@ -98,7 +98,7 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
         stage = "images"
         image = read_image(task.image_path, max_pixels=max_pixels)
         view = (image.view or task.view or "").upper() or None
-        if view is not None and not _frontal(view, config.qc.views):
+        if view is not None and not is_frontal(view, config.qc.views):
             return {**unit, "status": "rejected", "stage": "qc", "reason": f"view {view} is not frontal (PA/AP)"}
         stage = "segment"
         anatomy = backends.segmenter.segment(image)
@@ -187,7 +187,7 @@ def segmentation_disagreement(a: Any, b: Any, config: IlsConfig) -> str | None:
 _POSITION_WORDS = frozenset({"SUPINE", "ERECT", "UPRIGHT", "SEMI-ERECT", "SEMIERECT", "PORTABLE", "SITTING"})
 
 
-def _frontal(view: str, accepted: tuple[str, ...]) -> bool:
+def is_frontal(view: str, accepted: tuple[str, ...]) -> bool:
     """PA/AP, also with a patient-position word (``AP SUPINE``, ``AP ERECT``); ``AP AXIAL``/``LLD`` are not."""
     words = view.replace("_", " ").split()
     return bool(words) and words[0] in accepted and all(w in _POSITION_WORDS for w in words[1:])
