@@ -1,5 +1,6 @@
 """The rule structurer on the hand-checked tricky sentences (negation, hedges, alternatives, laterality, history,
-recommendations, splitting) of :mod:`tricky_sentences`, under both alternatives policies."""
+recommendations, splitting) of :mod:`tricky_sentences`, under both alternatives policies, and on its broad set of
+common phrasings (:data:`tricky_sentences.BROAD`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from cxrground.errors import ConfigError
 from cxrground.reports import make_section_choice
 from cxrground.reports.structure import ALTERNATIVE_POLICIES, RuleStructurer, get_structurer
-from tricky_sentences import ALTERNATIVES_PRESENT, LOOKALIKES, TRICKY
+from tricky_sentences import ALTERNATIVES_PRESENT, BROAD, LOOKALIKES, TRICKY
 
 
 def _read(structurer: RuleStructurer, sentence: str) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -21,6 +22,24 @@ def _read(structurer: RuleStructurer, sentence: str) -> list[tuple[str, str, tup
 @pytest.mark.parametrize(("kind", "sentence", "expected"), TRICKY, ids=[f"{k}:{s[:40]}" for k, s, _ in TRICKY])
 def test_tricky_sentence_default_policy(kind: str, sentence: str, expected: list) -> None:
     assert _read(RuleStructurer(), sentence) == expected
+
+
+@pytest.mark.parametrize(("kind", "sentence", "expected"), BROAD, ids=[f"{k}:{s[:40]}" for k, s, _ in BROAD])
+def test_broad_phrasing_default_policy(kind: str, sentence: str, expected: list) -> None:
+    assert _read(RuleStructurer(), sentence) == expected
+
+
+def test_broad_set_is_large_weighted_and_distinct() -> None:
+    kinds = [k for k, _, _ in BROAD]
+    assert len(BROAD) >= 50
+    # weighted toward the lesions the pack's reports can hardly test
+    assert min(kinds.count(k) for k in ("pneumonia", "edema", "consolidation")) >= 10
+    sentences = [s for _, s, _ in TRICKY + LOOKALIKES + BROAD]
+    assert len(set(sentences)) == len(sentences)
+    # every assertion value occurs for the under-represented lesions
+    for lesion in ("pneumonia", "edema", "consolidation"):
+        seen = {a for _, _, exp in BROAD for name, a, _ in exp if name == lesion}
+        assert seen == {"present", "uncertain", "absent"}, lesion
 
 
 @pytest.mark.parametrize(("kind", "sentence", "expected"), LOOKALIKES, ids=[s[:40] for _, s, _ in LOOKALIKES])

@@ -241,8 +241,11 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
         r"crowding\s+of\s+(?:the\s+)?(?:bronchovascular|vascular|pulmonary|lung)\s+(?:markings|structures|vessels)",
     )),
     (EntityKind("vascular congestion", None), (
-        r"(?:pulmonary\s+)?(?:vascular|venous)\s+(?:congestion|engorgement)", r"pulmonary\s+congestion",
-        r"congestion",
+        r"(?:pulmonary\s+)?(?:vascular|venous)\s+(?:congestion|engorgement|redistribution)", r"pulmonary\s+congestion",
+        r"congestion", r"cephali[sz]ation",
+    )),
+    (EntityKind("septal lines", None), (
+        r"kerley\s+(?:[abc]\s+)?lines?", r"(?:interlobular\s+)?septal\s+(?:lines?|thickening)",
     )),
     (EntityKind("interstitial markings", None), (
         r"interstitial\s+(?:lung\s+disease|markings?|prominence|thickening|pattern|disease|changes?)",
@@ -257,7 +260,8 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
     )),
     (EntityKind("effusion", EFFUSION), (
         r"pleural\s+(?:effusions?|fluid(?:\s+collections?)?)",
-        r"layering\s+(?:pleural\s+)?(?:effusions?|fluid)",
+        r"layering\s+(?:pleural\s+)?(?:effusions?|fluid)", r"(?:loculated|subpulmonic|fissural)\s+fluid",
+        r"fluid(?=\s+(?:with)?in\s+the\s+(?:(?:right|left)\s+)?(?:major|minor|horizontal|oblique)\s+fissures?\b)",
         r"effusions?", r"hydrothora(?:x|ces)",
     )),
     (EntityKind("pneumonia", PNEUMONIA), (
@@ -332,7 +336,15 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
     ("pseudo", r"without\s+(?:(?:significant|interval|substantial|appreciable)\s+)*(?:change|increase|decrease|"
                r"progression)"),
     ("pseudo", r"not\s+only|gram[- ]negative"),
-    ("hist", r"(?:(?:a|known|remote|past|prior|previous|clinical)\s+)?(?:history|hx)\s+of|h/o"),
+    # incomplete resolution leaves the finding present: "partially resolved", "has not resolved", "near complete
+    # resolution of"
+    ("pseudo", r"(?:(?:has|have|had)\s+)?(?:not\s+(?:yet\s+)?(?:(?:completely|entirely|fully|totally)\s+)?|"
+               r"(?:partially|partly|incompletely|largely|mostly|nearly|almost|substantially|slowly|gradually)\s+"
+               r"(?:(?:completely|entirely)\s+)?)(?:resolved|cleared)|(?:partial|incomplete|near(?:ly)?[- ]?complete|"
+               r"near[- ]total|slow|gradual|ongoing|continued|continuing)\s+(?:interval\s+)?(?:resolution|clearing)"
+               r"(?:\s+of)?"),
+    ("hist", r"(?:(?:a|known|remote|past|prior|previous|clinical)\s+)?(?:history|hx)\s+of|h/o|sequelae?\s+of|"
+             r"(?:from|due\s+to|related\s+to|secondary\s+to)\s+(?:an?\s+)?(?:prior|previous|old|remote|past|healed)"),
     # a hedged explanation of a finding asserts the finding: "a hernia which may account for the opacity"
     ("term", r"\b(?:may|might|could|likely|probably|possibly)\s+(?:account(?:s)?\s+for|explain(?:s)?|"
              r"be\s+responsible\s+for|contribute(?:s)?\s+to)\b"),
@@ -354,10 +366,10 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
     ("neg_post", rf"(?:(?:is|are|was|were)\s+)?no\s+longer\s+(?:(?:well|clearly)\s+)?{_NEG_SEEN}"),
     ("neg_post", rf"(?:(?:is|are|was|were|has|have)\s+)?not\s+(?:been\s+)?(?:(?:well|clearly|definitely|"
                  rf"convincingly|clearly)\s+)?{_NEG_SEEN}"),
-    ("neg_post", r"(?:(?:is|are|has|have)\s+)?(?:been\s+)?(?:since\s+)?(?:completely\s+|nearly\s+completely\s+)?"
+    ("neg_post", r"(?:(?:is|are|has|have)\s+)?(?:been\s+)?(?:since\s+)?(?:completely\s+)?"
                  r"(?:gone|ruled\s+out)|(?:is|are)\s+absent|(?:(?:appears?|is|are|remains?)\s+)?within\s+(?:the\s+)?"
                  r"(?:normal\s+limits|limits\s+of\s+normal)"),
-    ("neg_both", r"(?:(?:has|have)\s+)?(?:been\s+)?(?:since\s+)?(?:completely\s+|nearly\s+completely\s+)?"
+    ("neg_both", r"(?:(?:has|have)\s+)?(?:been\s+)?(?:since\s+)?(?:completely\s+)?"
                  r"(?:resolved|cleared)"),
     ("neg_pre", r"(?:interval\s+)?resolution\s+of|(?:(?:interval|complete|total)\s+)+clearing\s+of|no\s+longer|"
                 r"negative\s+for|free\s+of|clear\s+of|absence\s+of|"
@@ -365,13 +377,16 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
     ("link", r"(?:to\s+)?suggest(?:s|ed|ing|ive\s+of|ion\s+of)?|concerning\s+for|suspicious\s+for|worrisome\s+for|"
              r"indicat(?:es|ing|ive\s+of)|(?:raises?|raising|raised)\s+(?:the\s+)?(?:concern|possibility|question|"
              r"suspicion)\s+(?:for|of)|concern\s+for"),
-    ("unc_post", r"(?:(?:is|are|seems?|appears?)\s+(?:(?:also|more|most|less|felt\s+to\s+be|thought\s+to\s+be)\s+)?"
+    ("unc_post", r"in\s+(?:the|an?)\s+(?:appropriate|proper|right|correct|suggestive)\s+clinical\s+"
+                 r"(?:setting|context|scenario|situation)"),
+    ("unc_post", r"(?:(?:is|are|seems?|appears?)\s+(?:(?:also|more|most|less|not|felt\s+to\s+be|thought\s+to\s+be)\s+)?"
                  r"(?:possible|likely|unlikely|probable|suspected|questioned|favou?red|questionable|doubtful)|"
                  r"(?:may|might|could)\s+be\s+present|(?:is|are|would\s+be|could\s+be|may\s+be|might\s+be|remains?)\s+"
                  r"(?:also\s+)?(?:an?\s+|another\s+)?(?:(?:diagnostic\s+)?consideration|possibility|concern)|"
                  r"(?:should|could|would|may|might)\s+(?:also\s+)?be\s+considered)"
                  r"(?=\s*(?:$|[.,;:)]|\b(?:and|but|given|in|at|on|with|though|although|if|as|clinically)\b))"),
     ("unc_vs", r"(?:more|less)\s+(?:likely|probable)\s+than|favou?red\s+over"),
+    ("unc_pre", r"(?:not\s+clear|unclear|uncertain|unsure)\s+(?:whether|if)|whether(?:\s+or\s+not)?"),
     ("unc_pre", r"(?:most\s+|more\s+)?(?:likely|probable|probably|possible|possibly)|possibility\s+of|questionable|"
                 r"question(?:\s+of)?|presumed|presumably|may(?:\s+(?:be|represent|reflect))?|might|"
                 r"could(?:\s+(?:be|represent|reflect))?|suspected|suspect|suspicion\s+(?:of|for)|borderline|equivocal|"

@@ -51,7 +51,9 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
    A location phrase followed by "is clear / normal / unremarkable" describes a normal statement and belongs to
    no finding; a phrase introduced by "adjacent", "associated", "superimposed", ... without a location of its
    own takes the location of the finding before it ("small left effusion with adjacent atelectasis"; also
-   "compressive / passive / relaxation atelectasis", which lies next to the effusion that causes it).
+   "compressive / passive / relaxation atelectasis", which lies next to the effusion that causes it, and a
+   "parapneumonic" effusion next to its pneumonia); the phrase's alternatives share that location ("adjacent
+   atelectasis or consolidation").
 6. **History**: a phrase in the scope of "history of" / "h/o" ("history of pneumonia") describes the past and
    gives no finding.
 7. **Report level** (:mod:`.resolve`): a positive lesion finding without a location phrase takes the labels of
@@ -115,7 +117,7 @@ _AND_VERB: Final[re.Pattern[str]] = re.compile(
 _WORD: Final[re.Pattern[str]] = re.compile(r"[\w-]+")
 _ADJACENT: Final[re.Pattern[str]] = re.compile(
     r"\b(?:adjacent|associated|accompanying|surrounding|subjacent|overlying|superimposed|compressive|passive|"
-    r"relaxation)\s+(?:[\w-]+\s+)?$")
+    r"relaxation|parapneumonic)\s+(?:[\w-]+\s+)?$")
 _NORMAL_AFTER: Final[re.Pattern[str]] = re.compile(
     r"\s+(?:is|are|remains?|appears?)\s+(?:otherwise\s+|now\s+|again\s+)?(?:clear|normal|unremarkable|"
     r"well[- ]aerated|well[- ]expanded)\b")
@@ -440,8 +442,10 @@ class RuleStructurer:
             if mm.locations or k == 0 or not _ADJACENT.search(low, max(0, mm.start - 40), mm.start):
                 continue
             previous = [p for p in mentions[:k] if p.locations and p.group != mm.group]
-            if previous:
-                mm.locations = list(previous[-1].locations)
+            if previous:  # the whole group of alternatives lies there ("adjacent atelectasis or consolidation")
+                for other in mentions[k:]:
+                    if other.group == mm.group and not other.locations:
+                        other.locations = list(previous[-1].locations)
 
     def _findings(self, index: int, text: str, mentions: list[_Mention]) -> list[Finding]:
         out: list[Finding] = []
