@@ -61,6 +61,12 @@ def test_mesh_mapping() -> None:
         "opacity", "effusion"}
     assert mesh_lesions(["normal"]) == set()
     assert mesh_lesions(["Volume Loss/lung/left", "Cardiac Shadow/enlarged", "Density/lung/base"]) == set()
+    # kinds of a lesion count as the lesion; signs, low volumes and treatment injury do not
+    assert mesh_lesions(["Pneumonia, Aspiration/lung/base/right", "Hydrothorax/right"]) == {"pneumonia", "effusion"}
+    assert mesh_lesions(["Bronchopneumonia", "Pleural Effusion, Malignant/left"]) == {"pneumonia", "effusion"}
+    assert mesh_lesions(["Lung/hypoinflation/mild", "Heart Failure", "Radiation Pneumonitis/lung/upper lobe/left",
+                         "Lung Diseases, Interstitial", "Markings/lung/interstitial/prominent"]) == set()
+    assert mesh_sides(["Pneumonia, Aspiration/lung/lower lobe/right"]) == {"pneumonia": frozenset({"right"})}
 
 
 def test_mesh_sides() -> None:

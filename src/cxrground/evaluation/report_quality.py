@@ -23,10 +23,12 @@ overall:
 MeSH (:func:`mesh_lesions`, :func:`mesh_sides`, :func:`mesh_cases`, :func:`score_mesh_cases`, :func:`score_mesh`):
 a report is positive for a lesion when one of its MeSH major terms maps to it (:data:`MESH_TO_LESION`, on the
 term before the first ``/``); ``Airspace Disease`` and ``Infiltrate`` count as opacity (opacity phrases of the
-lexicon); ``Pulmonary Congestion``, ``Volume Loss``, ``Heart Failure``, ``Density``, ``Cardiac Shadow`` and
-``Costophrenic Angle`` map to nothing, each for the reason the lexicon gives its phrase (congestion is not edema,
-volume loss not atelectasis, "density" names bones and masses too, blunting of the angle is a sign that an
-effusion or pleural thickening can give); ``Cardiac Shadow/enlarged`` is what the coders write for a silhouette
+lexicon); the MeSH descriptors that are kinds of a lesion (``Pneumonia, Aspiration``, ``Bronchopneumonia``,
+``Hydrothorax``, ...) count as that lesion; ``Pulmonary Congestion``, ``Volume Loss``, ``Heart Failure``,
+``Lung/hypoinflation``, ``Density``, ``Cardiac Shadow`` and ``Costophrenic Angle`` map to nothing, each for the reason
+the lexicon gives its phrase (congestion is not edema, volume loss and low lung volumes are not atelectasis,
+"density" names bones and masses too, blunting of the angle is a sign that an effusion or pleural thickening can
+give); ``Cardiac Shadow/enlarged`` is what the coders write for a silhouette
 that looks large without being called cardiomegaly ("prominent, probably accentuated by low volumes"), so it is
 not cardiomegaly either. A qualifier of :data:`MESH_HEDGE_QUALIFIERS` (``Cardiomegaly/borderline``) records that
 the report hedged the term; see :func:`score_mesh_cases` for how it is counted. The sides of a lesion are the
@@ -85,10 +87,23 @@ __all__ = [
     "synthetic_cases",
 ]
 
-#: MeSH major term (text before the first ``/``) -> lesion.
+#: MeSH major term (text before the first ``/``) -> lesion, by meaning (the lexicon's phrase for the same thing maps
+#: to the same lesion). Round 4 added the MeSH descriptors that are kinds of a lesion: ``Pneumonia, Aspiration`` /
+#: ``Bacterial`` / ``Viral``, ``Bronchopneumonia``, ``Pleuropneumonia`` (pneumonia: the lexicon reads aspiration
+#: pneumonia and bronchopneumonia as pneumonia), ``Hydrothorax`` and ``Pleural Effusion, Malignant`` (effusion: the
+#: lexicon reads hydrothorax as effusion). Deliberately unmapped (see the module docstring): ``Pulmonary Congestion``
+#: (congestion is not edema), ``Lung/hypoinflation`` (low lung volumes: neither atelectasis nor any other lesion;
+#: head ``Lung``), ``Volume Loss``, ``Heart Failure``, ``Lung Diseases, Interstitial`` and ``Markings`` (interstitial
+#: signs, not edema), ``Radiation Pneumonitis`` (treatment injury, not infection), ``Density``, ``Cardiac Shadow``,
+#: ``Costophrenic Angle``.
 MESH_TO_LESION: Final[dict[str, str]] = {
     "Cardiomegaly": "cardiomegaly",
     "Pneumonia": "pneumonia",
+    "Pneumonia, Aspiration": "pneumonia",
+    "Pneumonia, Bacterial": "pneumonia",
+    "Pneumonia, Viral": "pneumonia",
+    "Bronchopneumonia": "pneumonia",
+    "Pleuropneumonia": "pneumonia",
     "Pulmonary Atelectasis": "atelectasis",
     "Atelectasis": "atelectasis",
     "Opacity": "opacity",
@@ -98,6 +113,8 @@ MESH_TO_LESION: Final[dict[str, str]] = {
     "Pulmonary Edema": "edema",
     "Edema": "edema",
     "Pleural Effusion": "effusion",
+    "Pleural Effusion, Malignant": "effusion",
+    "Hydrothorax": "effusion",
 }
 #: MeSH qualifiers that record the report's own hedge: "borderline cardiomegaly" is coded ``Cardiomegaly/borderline``.
 MESH_HEDGE_QUALIFIERS: Final[frozenset[str]] = frozenset({"borderline"})

@@ -31,15 +31,24 @@ atelectasis            atelectasis, atelectatic (changes), collapse(d). *Changed
 opacity                opacity, opacities, opacification, opacified, airspace / air space disease, airspace
                        process, infiltrate(s), infiltration, infiltrative process, haziness, hazy opacity,
                        ground-glass (opacity). *Not* "density" (also used for bones and masses).
-consolidation          consolidation, consolidative (opacity/process), consolidated.
+consolidation          consolidation, consolidative (opacity/process), consolidated. *Decision*: "air bronchograms"
+                       are a sign inside the opacity or consolidation they are seen in, not a finding of their own
+                       (no phrase).
 edema                  edema / oedema, pulmonary / interstitial / alveolar edema, fluid overload. *Decision*:
                        "(pulmonary) vascular congestion" is **not** edema (ILS §2: the congestion category was
                        dropped; MeSH codes ``Pulmonary Congestion`` apart from ``Pulmonary Edema``); it is a
-                       non-target finding. *Not* soft-tissue / subcutaneous / chest-wall / mucosal edema,
-                       anasarca (edema outside the lungs: a non-target finding).
+                       non-target finding; so are its signs cephalization / vascular redistribution (round 4) and
+                       Kerley / septal lines (round 4: septal lines are a sign that edema, lymphangitic spread or
+                       fibrosis can give; "Kerley B lines suggesting interstitial edema" still names the edema).
+                       "CHF" / "(congestive) heart failure" is a clinical diagnosis, the non-target heart failure.
+                       *Not* soft-tissue / subcutaneous / chest-wall / mucosal edema, anasarca (edema outside the
+                       lungs: a non-target finding).
 effusion               effusion(s), pleural effusion(s), pleural fluid (collection), layering fluid / effusion,
-                       hydrothorax. *Not* "pericardial effusion" (a non-target finding). *Decision* (ILS §7.1 is
-                       silent): "blunting of the costophrenic angle" is **no** effusion phrase: blunting is a sign
+                       hydrothorax; *added* (round 4): loculated / subpulmonic / fissural fluid, "fluid in the
+                       (right) minor / major fissure" (fissural fluid is pleural fluid; a bare "fluid" is not:
+                       "atelectasis versus small amount of fluid"). *Not* "pericardial effusion" (a non-target
+                       finding). *Decision* (ILS §7.1 is silent): "blunting of the costophrenic angle" is **no**
+                       effusion phrase: blunting is a sign
                        that a small effusion, pleural thickening or scarring can give (MeSH codes it apart, as
                        ``Costophrenic Angle/blunted``); "blunting ... may represent a small effusion" still names
                        the effusion.
@@ -49,7 +58,8 @@ None (non-target)      lung: pneumothorax, hydropneumothorax, nodule, mass, mass
                        markings,
                        interstitial lung disease, interstitial prominence, reticular markings, pleural
                        thickening, pleural plaque, (pulmonary) vascular congestion, metastasis/metastases,
-                       volume loss, radiation pneumonitis / fibrosis / changes, (broncho)vascular crowding.
+                       volume loss, radiation pneumonitis / fibrosis / changes, (broncho)vascular crowding,
+                       cephalization, vascular redistribution, Kerley / septal lines, septal thickening.
                        other: fracture, (hiatal) hernia, (lymph)adenopathy, pericardial effusion,
                        pneumomediastinum, subcutaneous emphysema, pneumoperitoneum / free air, heart failure,
                        soft-tissue edema, vertebral collapse / compression deformity.
@@ -69,9 +79,15 @@ pseudo (ignored)   no (significant / interval / ...) change / increase / decreas
                    improvement / difference; not (significantly) changed / increased / decreased / improved /
                    worse(ned) / different; without (significant / interval) change; not only; gram negative;
                    to document / confirm / ensure / assess ... (complete) resolution, until / for resolution
-                   (a recommendation to follow a finding: it stays present)
-history            (known / remote / past / prior) history of, hx of, h/o: the phrase is not a finding of this
-                   image and gives no tuple ("history of pneumonia")
+                   (a recommendation to follow a finding: it stays present); incomplete resolution: partially /
+                   partly / largely / mostly / nearly / almost / slowly resolved / cleared, has not (completely)
+                   resolved / cleared, partial / incomplete / near(-)complete / slow / ongoing resolution / clearing
+                   (of) (the finding is still there: present; round 4 also moved "nearly completely resolved"
+                   here from the negations)
+history            (known / remote / past / prior) history of, hx of, h/o, sequela(e) of, from / due to / related
+                   to / secondary to a prior / previous / old / remote / past / healed ...: the phrase is not a
+                   finding of this image and gives no tuple ("history of pneumonia", "scarring, sequela of prior
+                   infection")
 negation, before   no, without, free of, clear of, negative for, absence of, neither, nor, not (a/an/any),
                    no longer, (interval) resolution of, interval / complete clearing of. ("rule out" is *not* a
                    negation: it is uncertain; "clearing of" alone may be partial and is not one either)
@@ -88,11 +104,15 @@ uncertain, before  possible, possibly, possibility of, probable, probably, quest
                    borderline, equivocal, indeterminate, perhaps, unlikely, doubtful, differential (diagnosis)
                    includes, consider(ed), rule out / r/o, (please) correlate (clinically) for, clinical
                    correlation for, evaluate / assess (further) for, to exclude, to rule out, (in) favor (of),
-                   favors / favored / favoring
+                   favors / favored / favoring, unclear / not clear / uncertain whether / if, whether (or not)
 uncertain, after   cannot / can not / can't / could not be excluded / ruled out, (is / are) not (entirely)
-                   excluded / ruled out, (is / are / seems) possible / likely / unlikely / probable / suspected /
-                   questioned / favored / doubtful, (is) difficult to (completely) exclude, may be present,
-                   is / would be / could be (another) consideration / possibility, should / could be considered
+                   excluded / ruled out, (is / are / seems) (not) possible / likely / unlikely / probable /
+                   suspected / questioned / favored / doubtful ("pneumonia is not favored" is a hedge, as
+                   "unlikely"), in the appropriate / proper clinical setting / context (*decision*, round 4: the
+                   statement is conditional on clinical facts the image does not show: "compatible with pneumonia
+                   in the appropriate clinical setting" is uncertain), (is) difficult to (completely) exclude,
+                   may be present, is / would be / could be (another) consideration / possibility, should /
+                   could be considered
 uncertain, both    ``?`` (within 3 words); versus / vs (within 6 words: "atelectasis versus small amount of
                    fluid" hedges the atelectasis); more / less likely (probable) than, favored over (a comparison
                    of two candidates hedges both: "atelectasis is more likely than pneumonia")
@@ -111,7 +131,9 @@ scope end          ``;``, but, however, although, though, whereas, while, except
 *Decision*: "lungs are clear" (and "normal heart size") produce no finding: ILS §7.1 allows only explicit
 negation to yield ``negative``, and ILS §11.2 treats unmentioned and negated lesions alike. "clear of X"
 is an explicit negation of X. "decreased / improved / resolving X" is present; "resolved X" /
-"resolution of X" is absent; "no change in X" is present (pseudo-negation).
+"resolution of X" is absent, but "partially / nearly resolved X", "X has not resolved" and "partial / near-complete
+resolution of X" are present (only a complete resolution is an explicit negation); "no change in X" is present
+(pseudo-negation).
 
 Locations (ILS §7.2 table, extended). ``S`` = right/left; ``R``/``L`` below abbreviate the labels
 ----------------------------------------------------------------------------------------------------
