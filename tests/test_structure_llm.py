@@ -133,7 +133,7 @@ def test_llm_matches_rules_and_records_provenance(fake: FakeLLM) -> None:
     assert body["response_format"]["json_schema"]["strict"] is True
     assert body["messages"][0]["content"] == load_prompt(STRUCTURE_PROMPT).text
     prov = llm.provenance
-    assert prov["prompts"]["structure"]["version"] == STRUCTURE_PROMPT == "structure_v3"
+    assert prov["prompts"]["structure"]["version"] == STRUCTURE_PROMPT == "structure_v4"
     assert prov["prompts"]["location"]["sha256"] == load_prompt(LOCATION_PROMPT).sha256
     assert len(prov["prompts"]["structure"]["sha256"]) == 64
     # step 2 only for reports with location phrases: r0, r1, r3 (two calls each) and r2 (one call)
@@ -144,6 +144,7 @@ def test_prompts_name_the_vocabulary() -> None:
     structure, location = load_prompt(STRUCTURE_PROMPT), load_prompt(LOCATION_PROMPT)
     # the earlier versions stay loadable, so cached runs with them can be reproduced
     assert load_prompt("structure_v2").sha256 != structure.sha256 and load_prompt("location_v1").text
+    assert load_prompt("structure_v3").sha256 != structure.sha256
     assert all(f"`{lesion}`" in structure.text for lesion in LESIONS)
     assert all(f"`{label}`" in location.text for label in ILS_LOCATION_LABELS)
     assert "{{" not in structure.text + location.text

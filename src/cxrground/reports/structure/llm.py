@@ -2,7 +2,7 @@
 
 Two steps per report, as in ILS §7.2 (the reference used two models; here both steps use ``model``):
 
-1. **Structuring** (prompt ``prompts/structure_v3.md``): the numbered section (``section_content``) ->
+1. **Structuring** (prompt ``prompts/structure_v4.md``): the numbered section (``section_content``) ->
    findings ``{entity, sent_idx, assertion, lesion, location_phrases}``.
 2. **Location mapping** (prompt ``prompts/location_v2.md``): the location phrases of every finding except
    cardiomegaly -> ILS labels. Skipped when no finding has a location phrase. Cardiomegaly always maps to
@@ -84,7 +84,7 @@ __all__ = [
 #: Stage name of the :class:`~cxrground.errors.Failure` records.
 STAGE: Final[str] = "structure"
 #: Prompt versions (file stems under ``prompts/``).
-STRUCTURE_PROMPT: Final[str] = "structure_v3"
+STRUCTURE_PROMPT: Final[str] = "structure_v4"
 LOCATION_PROMPT: Final[str] = "location_v2"
 
 _FENCE_RE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
