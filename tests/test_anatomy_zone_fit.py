@@ -128,7 +128,9 @@ def test_zones_with_the_model_round_trip(fitted, cohort, tmp_path):
     for row in rows:
         for z in ZONES:
             p = float(row[f"{z}_score"])
-            assert 0.0 <= p <= 1.0 and row[z] == str(int(p >= clf.threshold - 5e-4))
+            assert 0.0 <= p <= 1.0
+            if abs(p - clf.threshold) > 1e-3:  # the CSV rounds the probability to 3 decimals
+                assert row[z] == str(int(p >= clf.threshold))
     prov = json.loads((tmp_path / "zones.json").read_text())
     assert prov["reader"].startswith("zone-model zones_site.npz") and prov["zone_model"]["cv"]["kappa"] is not None
     assert all(r.reader == prov["reader"] for r in readings)
@@ -165,10 +167,11 @@ def test_bad_rows_are_recorded_and_skipped(cohort, tmp_path):
            {"image": "oneLung.png", "patient": "x4", **zeros},
            {"image": "f01.png", "patient": "", **zeros}]
     rows = [r for r in cohort["rows"] if r["image"] != "f01.png"]
-    rows = rows[:1] + [{**rows[1], "C": "5"}, {**rows[2], "D": "x"}] + rows[3:] + bad
+    rows = [*rows[:1], {**rows[1], "C": "5"}, {**rows[2], "D": "x"}, *rows[3:], *bad]
     csv_path = _write_csv(tmp_path / "labels.csv", rows, ["image", "patient", *ZONES])
     films, failures = read_zone_labels(csv_path, images, patients_col="patient")
     reasons = " | ".join(f.reason for f in failures)
+    assert len(films) == len(cohort["rows"]) - 3 + 2  # broken.png and oneLung.png fail only when read
     assert "out of range" in reasons and "not a number" in reasons and "image not found" in reasons
     assert "listed twice" in reasons and "has no patient" in reasons and len(failures) == 5
     result = fit_zone_reader(_request(cohort, tmp_path / "m.npz", images=images, labels=csv_path, bootstrap=0),
@@ -249,33 +252,25 @@ def test_cli_round_trip_with_the_default_segmenter(cohort, tmp_path):
 
 @pytest.mark.pack
 def test_brixia_fit_beats_the_shipped_flags(pack_dir, tmp_path):
-    """Fit on the pack's Brixia films (NC-SA labels: a test, nothing shipped) with the senior reader's columns;
-    the nested CV κ must beat the shipped normative flags' κ on the same films. Films are copied at 512 px so the
-    U-Net is fast; a subset of patients keeps the test short."""
-    from PIL import Image
-
+    """Fit on the pack's 71 Brixia films (NC-SA labels: a test, nothing shipped) with the senior reader's columns,
+    as README's measurement does; the nested CV κ must beat the shipped normative flags' κ on the same films."""
     base = Path(pack_dir) / "cohen"
     meta = {r["image"]: r for r in csv.DictReader((base / "metadata.csv").open(encoding="utf-8"))}
     by_source = {r["source_filename"]: r for r in meta.values()}
-    brixia = list(csv.DictReader((base / "brixia_scores.csv").open(encoding="utf-8")))
     images = tmp_path / "films"
     images.mkdir()
     rows = []
-    for b in brixia:
+    for b in csv.DictReader((base / "brixia_scores.csv").open(encoding="utf-8")):
         m = by_source.get(b["filename"]) or meta.get(b["filename"])
         assert m is not None, b["filename"]
-        if int(m["patientid"]) % 4 == 3:  # a subset of patients (about three quarters of the films)
-            continue
-        im = Image.open(base / "images" / m["image"]).convert("L")
-        im.thumbnail((512, 512))
-        im.save(images / (Path(m["image"]).stem + ".png"))
-        rows.append({"image": Path(m["image"]).stem + ".png", "patientid": m["patientid"],
-                     **{f"S-{z}": b[f"S-{z}"] for z in ZONES}})
+        (images / m["image"]).symlink_to(base / "images" / m["image"])
+        rows.append({"image": m["image"], "patientid": m["patientid"], **{f"S-{z}": b[f"S-{z}"] for z in ZONES}})
     csv_path = _write_csv(tmp_path / "brixia.csv", rows, ["image", "patientid", *(f"S-{z}" for z in ZONES)])
     result = CliRunner().invoke(main, ["anatomy", "fit-zones", "--images", str(images), "--labels", str(csv_path),
                                        "--out", str(tmp_path / "brixia.npz"), "--label-prefix", "S-",
-                                       "--patients-col", "patientid", "--folds", "3", "--bootstrap", "200"])
+                                       "--patients-col", "patientid", "--bootstrap", "200"])
     assert result.exit_code == 0, result.output
+    print(result.output)
     sidecar = json.loads((tmp_path / "brixia.json").read_text())
-    assert sidecar["training"]["films"] >= 40
+    assert sidecar["training"]["films"] == 71 and sidecar["training"]["failures"] == 0
     assert sidecar["cv"]["kappa"] > sidecar["normative_flags_kappa"], result.output

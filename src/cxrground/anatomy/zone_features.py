@@ -129,7 +129,8 @@ def normative_hash(model: NormativeModel) -> str:
 def check_same_normative(zone_model: ZoneClassifier, model: NormativeModel) -> None:
     """Raise :class:`~cxrground.errors.InputError` (naming the classifier's file) unless ``zone_model`` was trained
     on features read from ``model`` (its sidecar's ``normative.sha256`` equals :func:`normative_hash`)."""
-    fitted = (zone_model.meta.get("normative") or {}).get("sha256")
+    recorded = zone_model.meta.get("normative") or {}
+    fitted = recorded.get("sha256")
     here = normative_hash(model)
     where = zone_model.meta.get("path")
     if not fitted:
@@ -138,4 +139,5 @@ def check_same_normative(zone_model: ZoneClassifier, model: NormativeModel) -> N
     if fitted != here:
         raise InputError(f"zone classifier was trained on features of the normative model sha256 {fitted[:12]}…, "
                          f"but the films would be read with {model.meta.get('path') or 'an unsaved model'} "
-                         f"(sha256 {here[:12]}…); pass the same --normative it was fitted with", where)
+                         f"(sha256 {here[:12]}…); pass the same --normative it was fitted with "
+                         f"({recorded.get('path') or 'unsaved'})", where)

@@ -58,6 +58,7 @@ __all__ = [
     "auroc",
     "choose_threshold",
     "cohen_kappa",
+    "fit_segmenter",
     "fit_zone_reader",
     "nested_cv",
     "patient_bootstrap",
@@ -208,7 +209,8 @@ class ZoneFitResult:
             f"spec {100 * cv.specificity:.1f} [{cv.scheme}]",
             f"  per zone κ: {zk}",
             f"  per zone AUROC: {za}",
-            f"  per fold κ: {' '.join(_fmt(f.kappa) for f in cv.folds)}",
+            f"  per fold κ: {' '.join(_fmt(f.kappa) for f in cv.folds)}" if len(cv.folds) <= 10 else
+            f"  per fold κ: {len(cv.folds)} outer folds, listed in the sidecar",
             f"normative flags on the same films (z > {self.normative_threshold:.2f}): κ {self.normative_kappa:.3f}",
             f"wrote {self.model_path} (+ {self.model_path.with_suffix('.json').name})",
         ]
@@ -470,6 +472,15 @@ def _check_usable(read: Sequence[ReadFilm], folds: int, leave_one_patient_out: b
     if one_class:
         raise InputError(f"zone(s) {', '.join(one_class)} have one class only among the usable films; a zone "
                          "reader needs normal and abnormal examples of every zone", labels)
+
+
+def fit_segmenter() -> LungHeartSegmenter:
+    """The segmenter ``anatomy fit-zones`` reads films with: the lungs of ``anatomy zones``' default (the shipped lung
+    U-Net); the heart is not a zone feature, and one torch thread is the fast choice on a busy CPU
+    (:func:`cxrground.anatomy.segment.unet.predict_logits`)."""
+    from cxrground.anatomy.segment import get_segmenter
+
+    return get_segmenter("unet", threads=1, estimate_heart=False)
 
 
 def fit_zone_reader(request: ZoneFitRequest, segmenter: LungHeartSegmenter, progress: bool = False) -> ZoneFitResult:

@@ -53,10 +53,9 @@ def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool, zo
 def fit_zones_cmd(request: ZoneFitRequest) -> None:
     """Train a zone reader on your own labelled films (per-zone 0-3 or 0/1 labels in a CSV): penalty and flag
     threshold by patient-grouped CV, nested CV kappa printed; use it with `anatomy zones --zone-model`."""
-    from cxrground.anatomy.segment import get_segmenter
-    from cxrground.anatomy.zone_fit import fit_zone_reader
+    from cxrground.anatomy.zone_fit import fit_segmenter, fit_zone_reader
 
-    echo_lines(fit_zone_reader(request, get_segmenter("unet"), progress=True).summary_lines())
+    echo_lines(fit_zone_reader(request, fit_segmenter(), progress=True).summary_lines())
 
 
 @anatomy.command("fit-normative")
