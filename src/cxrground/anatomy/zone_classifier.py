@@ -4,7 +4,8 @@ Features are standardised with the training set's mean and standard deviation, t
 log-likelihood is maximised by Newton's method (the problem is convex and small: a few hundred zones, a
 few dozen features). A zone is flagged when its probability is at least :attr:`ZoneClassifier.threshold`.
 :meth:`ZoneClassifier.save` writes an ``.npz`` with a ``.json`` sidecar (meta + sha256), like the
-normative model; :meth:`ZoneClassifier.load` checks it.
+normative model; :meth:`ZoneClassifier.load` checks it. :mod:`cxrground.anatomy.zone_fit` trains one on a
+site's own per-zone labels (``cxrground anatomy fit-zones``).
 
 Without zone labels, :func:`fit_mil_logistic` (:meth:`ZoneClassifier.fit_films`) fits the same zone model
 from **film** labels by multiple-instance learning: a film's probability pools its zones' probabilities

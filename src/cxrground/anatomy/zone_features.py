@@ -8,21 +8,28 @@ whole film (``z`` over both lungs, which sets the scale of a film with diffuse d
 level of the lungs). The zone's position (upper / mid / lower) is one-hot and its share of its lung's area a
 number, so one classifier serves all six zones.
 
-:func:`zone_feature_matrix` returns a ``(6, len(FEATURE_NAMES))`` array, rows in zone order A–F.
+:func:`zone_feature_matrix` returns a ``(6, len(FEATURE_NAMES))`` array, rows in zone order A–F. Features
+depend on the normative model whose z-map they read: :func:`normative_hash` identifies that model and
+:func:`check_same_normative` refuses a zone classifier trained on another one's features.
 """
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Final
 
 import numpy as np
 
 from cxrground.anatomy.ils_locations import lung_zone_bands
 from cxrground.anatomy.normative import BRIXIA_ZONE_LABELS, NormativeModel, lung_coordinates, normalise_intensity
+from cxrground.anatomy.zone_classifier import ZoneClassifier
 from cxrground.errors import InputError
+from cxrground.io.files import sha256_file
 from cxrground.io.masks import as_mask, check_same_shape
 
-__all__ = ["FEATURE_NAMES", "Z_LEVELS", "feature_columns", "film_zone_features", "zone_feature_matrix"]
+__all__ = ["FEATURE_NAMES", "Z_LEVELS", "check_same_normative", "feature_columns", "film_zone_features",
+           "normative_hash", "zone_feature_matrix"]
 
 ZONES: Final[tuple[str, ...]] = tuple(BRIXIA_ZONE_LABELS)
 _BANDS: Final[tuple[str, str, str]] = ("upper zone lung", "mid zone lung", "lung base")
@@ -103,3 +110,34 @@ def feature_columns(names: tuple[str, ...] | list[str]) -> list[int]:
     if unknown:
         raise InputError(f"unknown zone feature(s) {unknown}; known: {', '.join(FEATURE_NAMES)}")
     return [FEATURE_NAMES.index(n) for n in names]
+
+
+def normative_hash(model: NormativeModel) -> str:
+    """sha256 of the normative model's ``.npz`` (its sidecar's, else the file's; an unsaved model: of its arrays)."""
+    if model.meta.get("sha256"):
+        return str(model.meta["sha256"])
+    path = model.meta.get("path")
+    if path and Path(path).is_file():
+        return sha256_file(path)
+    digest = hashlib.sha256()
+    for arr in (model.median.astype(np.float32), model.scale.astype(np.float32),
+                np.float32(model.zone_threshold)):
+        digest.update(np.ascontiguousarray(arr).tobytes())
+    return "arrays:" + digest.hexdigest()
+
+
+def check_same_normative(zone_model: ZoneClassifier, model: NormativeModel) -> None:
+    """Raise :class:`~cxrground.errors.InputError` (naming the classifier's file) unless ``zone_model`` was trained
+    on features read from ``model`` (its sidecar's ``normative.sha256`` equals :func:`normative_hash`)."""
+    recorded = zone_model.meta.get("normative") or {}
+    fitted = recorded.get("sha256")
+    here = normative_hash(model)
+    where = zone_model.meta.get("path")
+    if not fitted:
+        raise InputError("zone classifier does not record the normative model it was trained with "
+                         "(fit it with `cxrground anatomy fit-zones`)", where)
+    if fitted != here:
+        raise InputError(f"zone classifier was trained on features of the normative model sha256 {fitted[:12]}…, "
+                         f"but the films would be read with {model.meta.get('path') or 'an unsaved model'} "
+                         f"(sha256 {here[:12]}…); pass the same --normative it was fitted with "
+                         f"({recorded.get('path') or 'unsaved'})", where)

@@ -6,7 +6,13 @@ the lungs and heart; the normative model (:mod:`cxrground.anatomy.normative`) gi
 working grid (longest side at most :data:`~cxrground.anatomy.segment.builtin.ANATOMY_WORK_SIZE`) and each
 zone's score (75th percentile of z in the zone) and flag (score above the model's threshold).
 ``OUT/zones.csv`` has the columns :data:`CSV_COLUMNS`; ``OUT/overlays/<stem>.png`` shows the lungs, heart,
-flagged zones and the z-map; ``OUT/failures.jsonl`` lists images that could not be read or segmented.
+flagged zones and the z-map; ``OUT/failures.jsonl`` lists images that could not be read or segmented;
+``OUT/zones.json`` says which reader produced the flags.
+
+With a zone classifier (``zone_model``, trained by :mod:`cxrground.anatomy.zone_fit` on a site's own labelled
+films), each zone's ``*_score`` is the classifier's probability that the zone is abnormal (features of
+:mod:`cxrground.anatomy.zone_features` on the same working grid) and its flag is probability ≥ the
+classifier's threshold; the classifier must have been trained with the same normative model.
 """
 
 from __future__ import annotations
@@ -16,34 +22,41 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
 from cxrground.anatomy.ctr import cardiothoracic_ratio
 from cxrground.anatomy.ils_locations import ils_location_masks
-from cxrground.anatomy.normative import BRIXIA_ZONE_LABELS, NormativeModel
+from cxrground.anatomy.normative import BRIXIA_ZONE_LABELS, NormativeModel, normalise_intensity
 from cxrground.anatomy.segment.base import LungHeartMasks, LungHeartSegmenter
 from cxrground.anatomy.segment.builtin import work_box
+from cxrground.anatomy.zone_classifier import ZoneClassifier
+from cxrground.anatomy.zone_features import check_same_normative, normative_hash, zone_feature_matrix
 from cxrground.errors import CXRGroundError, Failure, InputError
 from cxrground.io.image import IMAGE_SUFFIXES, CXRImage, read_image, write_image
 from cxrground.io.overlay import contact_sheet, label_panel, overlay_masks
 
-__all__ = ["CSV_COLUMNS", "ZoneReading", "find_images", "read_zones", "write_zones", "zones_overlay"]
+__all__ = ["CSV_COLUMNS", "NORMATIVE_READER", "ZoneReading", "film_features", "find_images", "read_zones",
+           "reader_name", "write_zones", "zones_overlay", "zones_provenance"]
 
 ZONES: Final[tuple[str, ...]] = tuple(BRIXIA_ZONE_LABELS)
 CSV_COLUMNS: Final[tuple[str, ...]] = ("image", "ctr", *ZONES, *(f"{z}_score" for z in ZONES))
+#: The reader of the flags without a zone classifier: the normative model's zone score above its threshold.
+NORMATIVE_READER: Final[str] = "normative"
 
 
 @dataclass(frozen=True)
 class ZoneReading:
-    """One film's reading: CTR (None without a heart), zone scores (z units) and 0/1 flags."""
+    """One film's reading: CTR (None without a heart), zone scores (z units, or the zone classifier's probability
+    when ``reader`` is not :data:`NORMATIVE_READER`) and 0/1 flags."""
 
     image: str
     ctr: float | None
     scores: dict[str, float]
     flags: dict[str, bool]
     heart_source: str
+    reader: str = NORMATIVE_READER
 
     def csv_row(self) -> dict[str, str]:
         """The row of ``zones.csv``."""
@@ -63,25 +76,57 @@ def find_images(folder: Path) -> list[Path]:
     return paths
 
 
-def read_zones(
-    image: CXRImage, segmenter: LungHeartSegmenter, model: NormativeModel, name: str | None = None
-) -> tuple[ZoneReading, LungHeartMasks, np.ndarray]:
-    """The reading of one film, its masks (native size) and its z-map (on the working grid)."""
+def reader_name(zone_model: ZoneClassifier | None) -> str:
+    """Who flags the zones: :data:`NORMATIVE_READER`, or ``zone-model <file> (p >= threshold)``."""
+    if zone_model is None:
+        return NORMATIVE_READER
+    name = Path(str(zone_model.meta.get("path", "in-memory"))).name
+    return f"zone-model {name} (p >= {zone_model.threshold:.2f})"
+
+
+def _segment_on_work_grid(image: CXRImage, segmenter: LungHeartSegmenter
+                          ) -> tuple[LungHeartMasks, np.ndarray, np.ndarray, np.ndarray]:
+    """The film's masks (native size) and its pixels and lungs on the working grid; one lung only is an error."""
     seg = segmenter.segment(image)
     right, left = seg.right_lung, seg.left_lung
     if not right.any() or not left.any():
         raise InputError("the segmenter found only one lung", image.path)
     box = work_box(image.shape)
     if box is None:
-        px, r_w, l_w = image.pixels, right, left
-    else:
-        px, r_w, l_w = box.image_to_canvas(image.pixels), box.mask_to_canvas(right), box.mask_to_canvas(left)
+        return seg, image.pixels, right, left
+    return seg, box.image_to_canvas(image.pixels), box.mask_to_canvas(right), box.mask_to_canvas(left)
+
+
+def film_features(image: CXRImage, segmenter: LungHeartSegmenter,
+                  model: NormativeModel) -> tuple[np.ndarray, dict[str, float]]:
+    """The film's zone feature matrix (:func:`~cxrground.anatomy.zone_features.zone_feature_matrix`, rows A–F)
+    and its normative zone scores, both on the working grid exactly as :func:`read_zones` reads them."""
+    _, px, r_w, l_w = _segment_on_work_grid(image, segmenter)
     z = model.z_map(px, r_w, l_w)
-    scores = model.zone_scores(z, r_w, l_w)
+    feats = zone_feature_matrix(px, z, normalise_intensity(px, r_w, l_w), r_w, l_w)
+    return feats, model.zone_scores(z, r_w, l_w)
+
+
+def read_zones(
+    image: CXRImage, segmenter: LungHeartSegmenter, model: NormativeModel, name: str | None = None,
+    zone_model: ZoneClassifier | None = None,
+) -> tuple[ZoneReading, LungHeartMasks, np.ndarray]:
+    """The reading of one film, its masks (native size) and its z-map (on the working grid); flags from
+    ``zone_model`` when given (scores = its probabilities), else from the normative threshold."""
+    seg, px, r_w, l_w = _segment_on_work_grid(image, segmenter)
+    right, left = seg.right_lung, seg.left_lung
+    z = model.z_map(px, r_w, l_w)
+    if zone_model is None:
+        scores = model.zone_scores(z, r_w, l_w)
+        flags = model.zone_flags(scores)
+    else:
+        prob = zone_model.probability(zone_feature_matrix(px, z, normalise_intensity(px, r_w, l_w), r_w, l_w))
+        scores = {k: float(p) for k, p in zip(ZONES, prob, strict=True)}
+        flags = {k: bool(p >= zone_model.threshold) for k, p in scores.items()}
     ctr = cardiothoracic_ratio(seg.heart, right, left) if seg.heart is not None and seg.heart.any() else None
     label = name or (Path(image.path).name if image.path else "image")
-    reading = ZoneReading(label, None if ctr is None else float(ctr), scores, model.zone_flags(scores),
-                          seg.heart_source)
+    reading = ZoneReading(label, None if ctr is None else float(ctr), scores, flags, seg.heart_source,
+                          reader_name(zone_model))
     return reading, seg, z
 
 
@@ -109,20 +154,28 @@ def zones_overlay(image: CXRImage, seg: LungHeartMasks, z: np.ndarray, reading: 
     grey = np.repeat((px.astype(np.float64) / 255.0)[:, :, None], 3, axis=2)
     red = np.stack([np.ones_like(heat), np.zeros_like(heat), np.zeros_like(heat)], axis=2)
     zimg = np.clip(255 * (grey * (1 - 0.7 * heat[:, :, None]) + red * 0.7 * heat[:, :, None]), 0, 255)
-    panels = [label_panel(anat, f"{reading.image}", [f"CTR {ctr} (heart: {reading.heart_source})", flags], width),
+    normative = reading.reader == NORMATIVE_READER
+    scores = " ".join(f"{k} {reading.scores[k]:.1f}" if normative else f"{k} {reading.scores[k]:.2f}" for k in ZONES)
+    panels = [label_panel(anat, f"{reading.image}", [f"CTR {ctr} (heart: {reading.heart_source})", flags,
+                                                     f"flags: {reading.reader}"], width),
               label_panel(zimg.astype(np.uint8), "deviation from normal (z, 0-4)",
-                          [" ".join(f"{k} {reading.scores[k]:.1f}" for k in ZONES)], width)]
+                          [scores if normative else f"p(abnormal) {scores}"], width)]
     return contact_sheet(panels, columns=2)
 
 
 def write_zones(
     images: Iterable[Path], out: Path, segmenter: LungHeartSegmenter, model: NormativeModel,
-    overlays: bool = True, root: Path | None = None,
+    overlays: bool = True, root: Path | None = None, zone_model: ZoneClassifier | None = None,
 ) -> tuple[list[ZoneReading], list[Failure]]:
-    """Read every image, write ``out/zones.csv`` (+ overlays, failures); returns readings and failures.
+    """Read every image, write ``out/zones.csv`` (+ overlays, failures, ``zones.json`` provenance); returns
+    readings and failures.
 
-    ``root``: names in the CSV are paths relative to it (default: the file name).
+    ``root``: names in the CSV are paths relative to it (default: the file name). ``zone_model``: flags from
+    that classifier; refused (:class:`~cxrground.errors.InputError`) when it was trained with another
+    normative model.
     """
+    if zone_model is not None:
+        check_same_normative(zone_model, model)
     out.mkdir(parents=True, exist_ok=True)
     readings: list[ZoneReading] = []
     failures: list[Failure] = []
@@ -130,7 +183,7 @@ def write_zones(
         name = str(path.relative_to(root)) if root is not None else path.name
         try:
             im = read_image(path)
-            reading, seg, z = read_zones(im, segmenter, model, name)
+            reading, seg, z = read_zones(im, segmenter, model, name, zone_model)
         except (InputError, CXRGroundError) as exc:
             failures.append(Failure.from_exception(path, "zones", exc))
             continue
@@ -140,7 +193,24 @@ def write_zones(
             write_image(out / "overlays" / f"{stem}.png", zones_overlay(im, seg, z, reading))
     _write_csv(out / "zones.csv", readings)
     (out / "failures.jsonl").write_text("".join(json.dumps(asdict(f)) + "\n" for f in failures), encoding="utf-8")
+    provenance = zones_provenance(model, zone_model, len(readings), len(failures))
+    (out / "zones.json").write_text(json.dumps(provenance, indent=1) + "\n", encoding="utf-8")
     return readings, failures
+
+
+def zones_provenance(model: NormativeModel, zone_model: ZoneClassifier | None, images: int,
+                     failures: int) -> dict[str, Any]:
+    """The content of ``zones.json``: which reader produced the flags, what the scores mean, the models."""
+    normative = {**model.provenance(), "sha256": normative_hash(model)}
+    if zone_model is None:
+        return {"reader": NORMATIVE_READER, "flag": f"zone score > {model.zone_threshold:.4g}",
+                "score": "75th percentile of the normative z in the zone", "normative": normative,
+                "zone_model": None, "images": images, "failures": failures}
+    meta = zone_model.meta
+    keep = ("path", "sha256", "method", "reader", "threshold_rule", "l2", "label_source", "cv", "code_version")
+    return {"reader": reader_name(zone_model), "flag": f"probability >= {zone_model.threshold:.4g}",
+            "score": "zone classifier probability that the zone is abnormal", "normative": normative,
+            "zone_model": {k: meta[k] for k in keep if k in meta}, "images": images, "failures": failures}
 
 
 def _write_csv(path: Path, readings: Sequence[ZoneReading]) -> None:

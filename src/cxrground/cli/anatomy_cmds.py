@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from cxrground.anatomy.figure import GeometryRequest, draw_geometry
-from cxrground.cli.common import DIR, FILE, OUT_DIR, PACK_OPT, group, request_options
+from cxrground.anatomy.zone_fit import ZoneFitRequest
+from cxrground.cli.common import DIR, FILE, OUT_DIR, PACK_OPT, echo_lines, group, request_options
 
 
 @group("anatomy")
@@ -27,18 +28,34 @@ def show(request: GeometryRequest) -> None:
 @click.option("--out", type=OUT_DIR, required=True)
 @click.option("--normative", type=FILE, default=None, help="Normative model .npz (default: the shipped normative_v1).")
 @click.option("--no-overlays", is_flag=True, help="Write zones.csv only.")
-def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool) -> None:
+@click.option("--zone-model", type=FILE, default=None,
+              help="Zone classifier .npz from `anatomy fit-zones`: flags and *_score (probability) from it instead of "
+                   "the normative threshold; it must have been fitted with the same --normative.")
+def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool, zone_model: Path | None) -> None:
     """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every film: OUT/zones.csv."""
     from cxrground.anatomy.normative import NormativeModel
     from cxrground.anatomy.segment import get_segmenter
-    from cxrground.anatomy.zones import find_images, write_zones
+    from cxrground.anatomy.zone_classifier import ZoneClassifier
+    from cxrground.anatomy.zones import find_images, reader_name, write_zones
 
     model = NormativeModel.load(normative)
+    reader = ZoneClassifier.load(zone_model) if zone_model is not None else None
     readings, failures = write_zones(find_images(images), out, get_segmenter("unet"), model,
-                                     overlays=not no_overlays, root=images)
+                                     overlays=not no_overlays, root=images, zone_model=reader)
     flagged = sum(sum(r.flags.values()) for r in readings)
+    how = f"threshold z {model.zone_threshold:.2f}" if reader is None else reader_name(reader)
     click.echo(f"wrote {out / 'zones.csv'}: {len(readings)} images, {flagged} zones flagged, "
-               f"{len(failures)} failures (threshold z {model.zone_threshold:.2f})")
+               f"{len(failures)} failures ({how})")
+
+
+@anatomy.command("fit-zones")
+@request_options(ZoneFitRequest)
+def fit_zones_cmd(request: ZoneFitRequest) -> None:
+    """Train a zone reader on your own labelled films (per-zone 0-3 or 0/1 labels in a CSV): penalty and flag
+    threshold by patient-grouped CV, nested CV kappa printed; use it with `anatomy zones --zone-model`."""
+    from cxrground.anatomy.zone_fit import fit_segmenter, fit_zone_reader
+
+    echo_lines(fit_zone_reader(request, fit_segmenter(), progress=True).summary_lines())
 
 
 @anatomy.command("fit-normative")
