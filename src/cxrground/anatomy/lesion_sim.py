@@ -257,7 +257,8 @@ def simulate_lesions(pixels: np.ndarray, right: np.ndarray, left: np.ndarray, pa
                 field += _opacity(rng, p, zone, u, height, gg)
                 drawn.append("ground-glass" if gg else "airspace")
             kinds[zi] = tuple(drawn)
-    soft_lungs = ndimage.gaussian_filter((r | lft).astype(np.float32), _BLEND) * ndimage.binary_dilation(r | lft, iterations=2)
+    lungs = r | lft
+    soft_lungs = ndimage.gaussian_filter(lungs.astype(np.float32), _BLEND) * ndimage.binary_dilation(lungs, None, 2)
     field = (field * soft_lungs).astype(np.float32)
     gamma = float(rng.uniform(*p.gamma))
     base = np.clip(np.rint(255.0 * (img.astype(np.float64) / 255.0) ** gamma), 0, 255).astype(np.uint8)

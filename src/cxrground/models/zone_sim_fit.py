@@ -36,8 +36,8 @@ from cxrground.datasets.pack import Pack
 from cxrground.errors import ConfigError
 from cxrground.models.normative_fit import FOLDS, nih_patient, normal_rows, patient_folds
 
-__all__ = ["ZONE_SIM_NAME", "ZoneSimRecipe", "fit_from_pack", "fit_zone_sim", "oof_probability", "sim_seed",
-           "simulated_zone_rows", "working_film", "youden_probability"]
+__all__ = ["ZONE_SIM_NAME", "ZoneSimRecipe", "fit_from_pack", "fit_zone_sim", "fold_models", "oof_probability",
+           "sim_seed", "simulated_zone_rows", "working_film", "youden_probability"]
 
 ZONE_SIM_NAME: Final[str] = "zone_sim_v1"
 
