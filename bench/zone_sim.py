@@ -49,13 +49,20 @@ import numpy as np
 from real_quality import ZONES, auroc, kappa, work_features
 
 from cxrground.anatomy.lesion_sim import LesionSimParams
-from cxrground.anatomy.normative import NormativeModel, fit_normative
+from cxrground.anatomy.normative import NormativeModel
 from cxrground.anatomy.segment import get_segmenter
 from cxrground.anatomy.zone_classifier import ZoneClassifier
 from cxrground.anatomy.zone_features import FEATURE_NAMES, feature_columns
 from cxrground.datasets.pack import Pack
-from cxrground.models.normative_fit import FOLDS, OPACITY_LABELS, nih_patient, patient_folds
-from cxrground.models.zone_sim_fit import ZoneSimRecipe, fit_zone_sim, oof_probability, simulated_zone_rows
+from cxrground.models.normative_fit import FOLDS, OPACITY_LABELS, nih_patient
+from cxrground.models.zone_sim_fit import (
+    ZoneSimRecipe,
+    default_zone_sim_path,
+    fit_zone_sim,
+    fold_models,
+    oof_probability,
+    simulated_zone_rows,
+)
 
 COPIES = 8
 SEED = 0
@@ -118,11 +125,8 @@ def brixia_rows(pack: Pack, model: NormativeModel, cache: Path) -> dict[str, np.
 
 def fold_features(nih: dict[str, np.ndarray]) -> tuple[list[NormativeModel], np.ndarray, np.ndarray]:
     """Per NIH film: the normative model of its fold (fitted without the fold), its fold, its real zone features."""
-    folds = patient_folds(list(nih["patients"]))
-    normal = nih["labels"] == "No Finding"
     films = list(zip(nih["pixels"], nih["right"], nih["left"], strict=True))
-    fitted = {k: fit_normative([films[i] for i in np.flatnonzero(normal & (folds != k))]) for k in range(FOLDS)}
-    models = [fitted[int(k)] for k in folds]
+    models, folds = fold_models(films, list(nih["patients"]), list(nih["labels"] == "No Finding"))
     feats = np.array([work_features(m, *f) for m, f in zip(models, films, strict=True)])
     return models, folds, feats
 
@@ -245,6 +249,11 @@ def main() -> None:
           + ", ".join(f"{n} {c:+.2f}" for c, n in top))
     if args.save is not None:
         print(f"  saved {clf.save(args.save)}")
+    if default_zone_sim_path().is_file():
+        shipped_reader = ZoneClassifier.load(default_zone_sim_path())
+        same = shipped_reader.feature_names == clf.feature_names and np.allclose(shipped_reader.coef, clf.coef) \
+            and np.isclose(shipped_reader.threshold, clf.threshold)
+        print(f"  the shipped {default_zone_sim_path().name} is this reader: {'yes' if same else 'NO'}")
     if args.no_brixia:
         return
     shipped = NormativeModel.load()

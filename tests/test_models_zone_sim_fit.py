@@ -17,6 +17,7 @@ from cxrground.models.zone_sim_fit import (
     simulated_zone_rows,
     working_film,
     youden_probability,
+    zone_probabilities,
 )
 
 H, W = 120, 140
@@ -53,6 +54,10 @@ def test_simulated_rows_train_a_reader_that_finds_the_lesions() -> None:
     ids = [f"f{i}" for i in range(10)]
     models, folds = fold_models(films, [f"p{i}" for i in range(10)])
     assert sorted(set(folds.tolist())) == list(range(5))
+    normal = [i != 3 for i in range(10)]
+    only, _ = fold_models(films, [f"p{i}" for i in range(10)], normal)
+    for i, m in enumerate(only):  # fitted on the other folds' normal films only
+        assert m.meta["films"] == sum(1 for j in range(10) if folds[j] != folds[i] and normal[j])
     params = LesionSimParams(p_negative=0.3, p_all_zones=0.2)
     x, y, src = simulated_zone_rows(films, ids, models, params, copies=4, seed=1)
     assert x.shape == (40, 6, len(FEATURE_NAMES)) and y.shape == (40, 6) and y.dtype == bool
@@ -67,6 +72,8 @@ def test_simulated_rows_train_a_reader_that_finds_the_lesions() -> None:
     prob = clf.probability(x[:, :, cols].reshape(-1, len(cols))).reshape(-1, 6)
     assert prob[y].mean() > prob[~y].mean() + 0.2  # inserted lesions are what the reader flags
     assert recipe.as_dict()["params"]["p_negative"] == 0.3
+    read = zone_probabilities(clf, models[0], *films[0])
+    assert list(read) == ["A", "B", "C", "D", "E", "F"] and all(0.0 <= v <= 1.0 for v in read.values())
 
 
 def test_youden_probability_separates() -> None:
@@ -82,3 +89,17 @@ def test_recipe_checks() -> None:
         ZoneSimRecipe(l2=-1.0)
     with pytest.raises(InputError, match="unknown zone feature"):
         ZoneSimRecipe(features=("nope",))
+
+
+def test_shipped_reader_loads_with_its_recipe_and_nih_normal_films(pack_dir) -> None:
+    import json
+
+    from cxrground.datasets.pack import Pack
+    from cxrground.models.zone_sim_fit import ZONE_SIM_V1, default_zone_sim_path
+
+    reader = ZoneClassifier.load(default_zone_sim_path())
+    assert reader.feature_names == FEATURE_NAMES and 0.0 < reader.threshold < 1.0
+    assert reader.meta["recipe"] == json.loads(json.dumps(ZONE_SIM_V1.as_dict()))
+    assert "NIH" in reader.meta["licence"] and "Brixia" in reader.meta["summary"]
+    normal = {r.image_id for r in Pack(pack_dir).nih() if r.labels == ("No Finding",)}
+    assert reader.meta["films"] and set(reader.meta["films"]) <= normal
