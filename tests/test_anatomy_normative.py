@@ -178,6 +178,38 @@ def test_zones_command_on_real_films(pack_dir, tmp_path):
         (folder / rec.image_path.name).write_bytes(rec.image_path.read_bytes())
     result = CliRunner().invoke(main, ["anatomy", "zones", "--images", str(folder), "--out", str(tmp_path / "o")])
     assert result.exit_code == 0, result.output
+    assert "zone_sim_v1" in result.output
     rows = list(csv.DictReader((tmp_path / "o" / "zones.csv").open()))
     assert len(rows) == 2 and all(0.25 < float(r["ctr"]) < 0.8 for r in rows)
     assert all(r[z] in ("0", "1") and r[f"{z}_score"] for r in rows for z in "ABCDEF")
+    # the default reader is the shipped simulated-lesion classifier: scores are probabilities, flags p >= threshold
+    prov = json.loads((tmp_path / "o" / "zones.json").read_text())
+    assert prov["reader"].startswith("zone-model zone_sim_v1") and prov["zone_model"]["sha256"]
+    threshold = float(prov["flag"].split(">=")[1])
+    for r in rows:
+        for z in "ABCDEF":
+            p = float(r[f"{z}_score"])
+            assert 0.0 <= p <= 1.0 and r[z] == str(int(p >= threshold))
+    # `--zone-model normative`: the normative z score and its threshold, as before the shipped reader
+    result = CliRunner().invoke(main, ["anatomy", "zones", "--images", str(folder), "--out", str(tmp_path / "n"),
+                                       "--zone-model", "normative", "--no-overlays"])
+    assert result.exit_code == 0, result.output
+    prov = json.loads((tmp_path / "n" / "zones.json").read_text())
+    assert prov["reader"] == "normative" and prov["zone_model"] is None
+    model = NormativeModel.load()
+    for r in csv.DictReader((tmp_path / "n" / "zones.csv").open()):
+        assert all(r[z] == str(int(float(r[f"{z}_score"]) > model.zone_threshold)) for z in "ABCDEF")
+
+
+def test_zone_reader_names(tmp_path) -> None:
+    from cxrground.anatomy.zone_classifier import SHIPPED_ZONE_READER
+    from cxrground.anatomy.zone_features import check_same_normative
+    from cxrground.anatomy.zones import resolve_zone_reader
+
+    assert resolve_zone_reader("normative") is None
+    shipped = resolve_zone_reader(None)
+    assert shipped is not None and shipped.meta["name"] == SHIPPED_ZONE_READER
+    assert resolve_zone_reader(SHIPPED_ZONE_READER).meta["sha256"] == shipped.meta["sha256"]
+    check_same_normative(shipped, NormativeModel.load())  # fitted on the shipped normative model's z-map
+    with pytest.raises(InputError, match="not found"):
+        resolve_zone_reader(tmp_path / "missing.npz")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
@@ -26,14 +27,23 @@ import numpy as np
 from cxrground.errors import ConfigError, InputError
 from cxrground.io.files import sha256_file
 
-__all__ = ["MIL_POOLS", "ZONE_CLASSIFIER_METHOD", "ZoneClassifier", "fit_logistic", "fit_mil_logistic"]
+__all__ = ["MIL_POOLS", "SHIPPED_ZONE_READER", "ZONE_CLASSIFIER_METHOD", "ZoneClassifier", "fit_logistic",
+           "fit_mil_logistic", "shipped_zone_reader_path"]
 
 ZONE_CLASSIFIER_METHOD: Final[str] = "zone-logistic/1"
+#: The shipped zone reader (trained on simulated lesions in NIH normal films by
+#: :mod:`cxrground.models.zone_sim_fit`), the default reader of ``anatomy zones``.
+SHIPPED_ZONE_READER: Final[str] = "zone_sim_v1"
 _MAX_ITER: Final[int] = 100
 _TOL: Final[float] = 1e-8
 #: How :func:`fit_mil_logistic` pools a film's zone probabilities into the film's probability.
 MIL_POOLS: Final[tuple[str, ...]] = ("noisy-or", "mean")
 _EPS: Final[float] = 1e-9
+
+
+def shipped_zone_reader_path() -> Path:
+    """Path of the shipped :data:`SHIPPED_ZONE_READER` ``.npz`` (inside the package, next to ``normative_v1``)."""
+    return Path(str(resources.files("cxrground.anatomy.segment") / "weights" / f"{SHIPPED_ZONE_READER}.npz"))
 
 
 def _sigmoid(t: np.ndarray) -> np.ndarray:

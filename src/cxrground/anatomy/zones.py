@@ -9,10 +9,13 @@ zone's score (75th percentile of z in the zone) and flag (score above the model'
 flagged zones and the z-map; ``OUT/failures.jsonl`` lists images that could not be read or segmented;
 ``OUT/zones.json`` says which reader produced the flags.
 
-With a zone classifier (``zone_model``, trained by :mod:`cxrground.anatomy.zone_fit` on a site's own labelled
-films), each zone's ``*_score`` is the classifier's probability that the zone is abnormal (features of
-:mod:`cxrground.anatomy.zone_features` on the same working grid) and its flag is probability ≥ the
-classifier's threshold; the classifier must have been trained with the same normative model.
+With a zone classifier (``zone_model``: the shipped
+:data:`~cxrground.anatomy.zone_classifier.SHIPPED_ZONE_READER`, the default of ``anatomy zones``, trained on
+simulated lesions in NIH normal films; or one trained by :mod:`cxrground.anatomy.zone_fit` on a site's own
+labelled films; see :func:`resolve_zone_reader`), each zone's ``*_score`` is the classifier's probability that
+the zone is abnormal (features of :mod:`cxrground.anatomy.zone_features` on the same working grid) and its flag
+is probability ≥ the classifier's threshold; the classifier must have been trained with the same normative
+model. Without one (the library default, or ``--zone-model normative``) the normative flags above are used.
 """
 
 from __future__ import annotations
@@ -31,14 +34,14 @@ from cxrground.anatomy.ils_locations import ils_location_masks
 from cxrground.anatomy.normative import BRIXIA_ZONE_LABELS, NormativeModel, normalise_intensity
 from cxrground.anatomy.segment.base import LungHeartMasks, LungHeartSegmenter
 from cxrground.anatomy.segment.builtin import work_box
-from cxrground.anatomy.zone_classifier import ZoneClassifier
-from cxrground.anatomy.zone_features import check_same_normative, normative_hash, zone_feature_matrix
+from cxrground.anatomy.zone_classifier import SHIPPED_ZONE_READER, ZoneClassifier, shipped_zone_reader_path
+from cxrground.anatomy.zone_features import check_same_normative, feature_columns, normative_hash, zone_feature_matrix
 from cxrground.errors import CXRGroundError, Failure, InputError
 from cxrground.io.image import IMAGE_SUFFIXES, CXRImage, read_image, write_image
 from cxrground.io.overlay import contact_sheet, label_panel, overlay_masks
 
 __all__ = ["CSV_COLUMNS", "NORMATIVE_READER", "ZoneReading", "film_features", "find_images", "read_zones",
-           "reader_name", "write_zones", "zones_overlay", "zones_provenance"]
+           "reader_name", "resolve_zone_reader", "write_zones", "zones_overlay", "zones_provenance"]
 
 ZONES: Final[tuple[str, ...]] = tuple(BRIXIA_ZONE_LABELS)
 CSV_COLUMNS: Final[tuple[str, ...]] = ("image", "ctr", *ZONES, *(f"{z}_score" for z in ZONES))
@@ -74,6 +77,17 @@ def find_images(folder: Path) -> list[Path]:
     if not paths:
         raise InputError("no PNG, JPEG or DICOM images in the folder", folder)
     return paths
+
+
+def resolve_zone_reader(reader: str | Path | None) -> ZoneClassifier | None:
+    """The zone classifier named by ``reader``: :data:`NORMATIVE_READER` → None (the normative threshold flags),
+    None or :data:`~cxrground.anatomy.zone_classifier.SHIPPED_ZONE_READER` → the shipped reader, else a ``.npz``
+    path written by ``anatomy fit-zones`` (or :meth:`ZoneClassifier.save`)."""
+    if str(reader) == NORMATIVE_READER:
+        return None
+    if reader is None or str(reader) == SHIPPED_ZONE_READER:
+        return ZoneClassifier.load(shipped_zone_reader_path())
+    return ZoneClassifier.load(Path(reader))
 
 
 def reader_name(zone_model: ZoneClassifier | None) -> str:
@@ -120,7 +134,8 @@ def read_zones(
         scores = model.zone_scores(z, r_w, l_w)
         flags = model.zone_flags(scores)
     else:
-        prob = zone_model.probability(zone_feature_matrix(px, z, normalise_intensity(px, r_w, l_w), r_w, l_w))
+        feats = zone_feature_matrix(px, z, normalise_intensity(px, r_w, l_w), r_w, l_w)
+        prob = zone_model.probability(feats[:, feature_columns(zone_model.feature_names)])
         scores = {k: float(p) for k, p in zip(ZONES, prob, strict=True)}
         flags = {k: bool(p >= zone_model.threshold) for k, p in scores.items()}
     ctr = cardiothoracic_ratio(seg.heart, right, left) if seg.heart is not None and seg.heart.any() else None

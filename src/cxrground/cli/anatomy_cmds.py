@@ -28,18 +28,19 @@ def show(request: GeometryRequest) -> None:
 @click.option("--out", type=OUT_DIR, required=True)
 @click.option("--normative", type=FILE, default=None, help="Normative model .npz (default: the shipped normative_v1).")
 @click.option("--no-overlays", is_flag=True, help="Write zones.csv only.")
-@click.option("--zone-model", type=FILE, default=None,
-              help="Zone classifier .npz from `anatomy fit-zones`: flags and *_score (probability) from it instead of "
-                   "the normative threshold; it must have been fitted with the same --normative.")
-def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool, zone_model: Path | None) -> None:
+@click.option("--zone-model", default="zone_sim_v1", show_default=True,
+              help="Who flags the zones: the shipped reader `zone_sim_v1` (trained on simulated lesions in NIH normal "
+                   "films; *_score = probability), `normative` (the normative z score and its threshold), or a zone "
+                   "classifier .npz from `anatomy fit-zones`; a classifier must have been fitted with the same "
+                   "--normative.")
+def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool, zone_model: str) -> None:
     """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every film: OUT/zones.csv."""
     from cxrground.anatomy.normative import NormativeModel
     from cxrground.anatomy.segment import get_segmenter
-    from cxrground.anatomy.zone_classifier import ZoneClassifier
-    from cxrground.anatomy.zones import find_images, reader_name, write_zones
+    from cxrground.anatomy.zones import find_images, reader_name, resolve_zone_reader, write_zones
 
     model = NormativeModel.load(normative)
-    reader = ZoneClassifier.load(zone_model) if zone_model is not None else None
+    reader = resolve_zone_reader(zone_model)
     readings, failures = write_zones(find_images(images), out, get_segmenter("unet"), model,
                                      overlays=not no_overlays, root=images, zone_model=reader)
     flagged = sum(sum(r.flags.values()) for r in readings)

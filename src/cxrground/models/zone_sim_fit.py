@@ -22,18 +22,17 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 
 from cxrground.anatomy.lesion_sim import LesionSimParams, simulate_lesions
-from cxrground.anatomy.normative import BRIXIA_ZONE_LABELS, NormativeModel, fit_normative
+from cxrground.anatomy.normative import BRIXIA_ZONE_LABELS, NORMATIVE_METHOD, NormativeModel, fit_normative
 from cxrground.anatomy.segment.base import LungHeartSegmenter
 from cxrground.anatomy.segment.builtin import work_box
-from cxrground.anatomy.zone_classifier import ZoneClassifier
-from cxrground.anatomy.zone_features import FEATURE_NAMES, feature_columns, film_zone_features
+from cxrground.anatomy.zone_classifier import SHIPPED_ZONE_READER, ZoneClassifier, shipped_zone_reader_path
+from cxrground.anatomy.zone_features import FEATURE_NAMES, feature_columns, film_zone_features, normative_hash
 from cxrground.datasets.pack import Pack
 from cxrground.errors import ConfigError
 from cxrground.models.normative_fit import FOLDS, nih_patient, patient_folds
@@ -42,7 +41,7 @@ __all__ = ["ZONE_SIM_NAME", "ZONE_SIM_V1", "ZoneSimRecipe", "default_zone_sim_pa
            "fold_models", "oof_probability", "sim_seed", "simulated_zone_rows", "working_film", "youden_probability",
            "zone_probabilities"]
 
-ZONE_SIM_NAME: Final[str] = "zone_sim_v1"
+ZONE_SIM_NAME: Final[str] = SHIPPED_ZONE_READER
 
 Film = tuple[np.ndarray, np.ndarray, np.ndarray]
 
@@ -154,7 +153,14 @@ def fold_models(films: Sequence[Film], patients: Sequence[str],
 
 def default_zone_sim_path() -> Path:
     """Path of the shipped ``zone_sim_v1.npz`` (inside the installed package, next to ``normative_v1``)."""
-    return Path(str(resources.files("cxrground.anatomy.segment") / "weights" / f"{ZONE_SIM_NAME}.npz"))
+    return shipped_zone_reader_path()
+
+
+def _shipped_normative_record() -> dict[str, Any]:
+    """The normative model whose z-map the reader reads at inference (``anatomy zones`` checks its sha256)."""
+    shipped = NormativeModel.load()
+    return {"path": Path(str(shipped.meta.get("path", "normative_v1.npz"))).name, "sha256": normative_hash(shipped),
+            "method": NORMATIVE_METHOD}
 
 
 def fit_from_pack(pack: Pack, segmenter: LungHeartSegmenter, recipe: ZoneSimRecipe | None = None) -> ZoneClassifier:
@@ -192,5 +198,6 @@ def fit_from_pack(pack: Pack, segmenter: LungHeartSegmenter, recipe: ZoneSimReci
         "features_from": "normative z-map: per fold, the No Finding films of the other folds (inference: the "
                          "shipped normative_v1); anatomy working grid",
         "rebuild": "cxrground.models.zone_sim_fit.fit_from_pack(Pack(), get_segmenter('unet')).save(PATH)",
+        "normative": _shipped_normative_record(),
     }
     return fit_zone_sim(x, y, folds[idx][src], recipe, meta)
