@@ -84,12 +84,14 @@ def main() -> None:
     parser.add_argument("--synthesizer-opt", action="append", default=[], metavar="KEY=VALUE",
                         help="more synthesizer options, e.g. model=shipped or shrink=false (normative)")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--limit", type=int, default=None, help="only the first N noted rows (exploration)")
     args = parser.parse_args()
     pack = Pack()
     work = args.out or Path(tempfile.mkdtemp(prefix="cxrground-ils-pack-"))
     kwargs = {"band": args.band} if args.band is not None else {}
     kwargs.update(opt.split("=", 1) for opt in args.synthesizer_opt)
-    ids = cohen_ils_dataset(pack, work, args.segmenter, synthesizer=args.synthesizer, synthesizer_kwargs=kwargs)
+    ids = cohen_ils_dataset(pack, work, args.segmenter, limit=args.limit, synthesizer=args.synthesizer,
+                             synthesizer_kwargs=kwargs)
     data = json.loads((work / "dataset" / "mimic_ils_instruction_answer.json").read_text())
     studies = {k: v for split in data.values() for k, v in split.items()}
     anatomy = {json.loads(line)["study"]: json.loads(line)
