@@ -135,3 +135,35 @@ def test_the_default_build_fits_the_cohort_model(cohort, tmp_path):
     _build(cohort, out, BackendSpec())
     meta = json.loads((out / "normative_fitted.json").read_text())
     assert meta["films"] > 0 and (out / FITTED_FILE).exists() and "Normal image" in (out / "card.md").read_text()
+
+
+def test_film_score_flags_an_opacity_the_shipped_model_has_never_seen_in_normal_lungs():
+    """The trim rule's score: the highest zone score under normative_v1; a dense patch lifts it over the threshold."""
+    from cxrground.ils.cohort_normative import film_score
+
+    prior = NormativeModel.load()
+    yy, xx = np.mgrid[0:256, 0:256]
+    right = ((yy - 128) / 90) ** 2 + ((xx - 70) / 40) ** 2 <= 1
+    left = ((yy - 128) / 90) ** 2 + ((xx - 186) / 40) ** 2 <= 1
+    image = np.full((256, 256), 200.0)  # mediastinum 200, evenly aerated lungs 40
+    image[right | left] = 40.0
+    base = film_score(prior, image, right, left)
+    patch = right & (yy > 150)
+    dense = image.copy()
+    dense[patch] = 170.0
+    assert film_score(prior, dense, right, left) > prior.zone_threshold > base
+
+
+def test_trimmed_report_normal_films_are_left_out_of_the_fit_and_listed(cohort, tmp_path):
+    out, untrimmed = tmp_path / "trim", tmp_path / "untrimmed"
+    _build(cohort, out, _spec())
+    _build(cohort, untrimmed, _spec(trim="false"))
+    meta = json.loads((out / "normative_fitted.json").read_text())
+    plain = json.loads((untrimmed / "normative_fitted.json").read_text())
+    threshold = NormativeModel.load().zone_threshold
+    assert plain["trimmed"]["films"] == 0 and plain["settings"]["trim"] is False and meta["settings"]["trim"] is True
+    trimmed = {t["study"] for t in meta["trimmed"]["studies"]}
+    assert len(trimmed) == meta["trimmed"]["films"] and all(t["film_score"] > threshold
+                                                            for t in meta["trimmed"]["studies"])
+    assert trimmed.isdisjoint(meta["studies"]) and set(meta["studies"]) | trimmed == set(plain["studies"])
+    assert "threshold" in meta["trimmed"]["rule"]

@@ -58,6 +58,9 @@ class NormativeSynthesizer:
     """``cohort``: at most this many report-normal studies are read (drawn in a seeded order)."""
     shrink: bool = True
     """``cohort``: shrink the cohort statistics toward the shipped model by their noise (empirical Bayes)."""
+    trim: bool = True
+    """``cohort``: leave out report-normal films whose film score under the shipped model exceeds its zone
+    threshold (they do not look normal)."""
     fitted: str | None = None
     """Set by the build for ``cohort``: the fitted model file."""
     sha256: str | None = None
@@ -120,6 +123,7 @@ class NormativeSynthesizer:
                      "source": self._model.meta.get("source") if self._model else None}
         settings: dict[str, Any] = {"band": self.band, "noise_floor": self.noise_floor, "model": self.model}
         if self.model == COHORT:
-            settings.update(min_normals=self.min_normals, max_normals=self.max_normals, shrink=self.shrink)
+            settings.update(min_normals=self.min_normals, max_normals=self.max_normals, shrink=self.shrink,
+                            trim=self.trim)
         return {"name": self.name, "method": NORMATIVE_METHOD, "settings": settings, "model": model,
                 "fallback": "pseudo-normal outside the lungs"}
