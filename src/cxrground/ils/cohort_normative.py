@@ -10,11 +10,15 @@ the build's main process, before any study is processed and whatever the engine:
 2. **Their lungs.** The image is read, must be frontal, and the build's segmenter must find both lungs; the film
    and its lungs are taken onto the build's working canvas (:class:`~cxrground.io.transform.Letterbox`), exactly
    as the synthesizer sees them. At most ``max_normals`` films are read.
-3. **Trim** (``trim``, default on). Report-normal is not the same as normal (notes that describe another exam,
-   a report that misses a finding): a film whose film score under the shipped ``normative_v1`` (the highest of
-   its six zone scores, :meth:`~cxrground.anatomy.normative.NormativeModel.zone_scores`, on the canvas) exceeds
-   ``normative_v1``'s zone threshold (the NIH Youden threshold) does not look normal and is left out; the
-   sidecar counts and lists the films left out. The cap counts the films kept.
+3. **Trim** (``trim``). Report-normal is not the same as normal (notes that describe another exam, a report
+   that misses a finding), so films that do not look normal are left out before the fit. ``trim=cohort``
+   (default): the statistics are fitted (and shrunk) on all the films first, and a film whose highest zone score
+   under that fit, from its cells (:meth:`~cxrground.anatomy.normative.NormativeModel.cell_film_score`), exceeds
+   ``normative_v1``'s zone threshold (the NIH Youden threshold) is left out; one pass. ``trim=prior``: the
+   film's highest zone score under the shipped ``normative_v1`` itself, on the canvas
+   (:meth:`~cxrground.anatomy.normative.NormativeModel.zone_scores`), decides (this trims every film of a
+   population unlike NIH's, e.g. the synthetic phantoms). ``trim=off``: no trim. The sidecar counts and lists the
+   films left out with their scores.
 4. **Fit.** With at least ``min_normals`` films, the per-location statistics are fitted on them
    (:func:`~cxrground.anatomy.normative.fit_cells`) and, with ``shrink`` (default), shrunk toward the shipped
    ``normative_v1`` by their own noise (:func:`~cxrground.anatomy.normative.shrink_toward`). With fewer, the
@@ -36,14 +40,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from cxrground.anatomy.normative import NormativeModel, film_cells, fit_cells, shrink_toward
-from cxrground.errors import CXRGroundError
+from cxrground.errors import ConfigError, CXRGroundError
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.tasks import StudyTask
 from cxrground.reports.findings import Finding
 
-__all__ = ["FITTED_FILE", "CohortNormals", "collect_normals", "film_score", "fit_cohort_model", "is_report_normal",
-           "resolve_spec"]
+__all__ = ["FITTED_FILE", "TRIM_MODES", "CohortNormals", "collect_normals", "film_score", "fit_cohort_model",
+           "is_report_normal", "resolve_spec", "trim_against_cohort"]
 
 #: The fitted model in the build's output folder (its sidecar is ``normative_fitted.json``).
 FITTED_FILE: Final[str] = "normative_fitted.npz"
@@ -162,16 +166,48 @@ def collect_normals(tasks: Sequence[StudyTask], spec: BackendSpec, config: IlsCo
     return CohortNormals(tuple(studies), tuple(cells), counts["visited"], counts["report_normal"], tuple(trimmed))
 
 
+_TRIM_RULES: Final[dict[str, str]] = {
+    "cohort": "cell film score (highest zone score) under the fit on all report-normal films above {:.4g}",
+    "prior": "film score (highest zone score) under normative_v1 above its zone threshold {:.4g}",
+    "off": "no trim (threshold {:.4g} unused)",
+}
+#: ``trim`` values (step 3 of the module).
+TRIM_MODES: Final[tuple[str, ...]] = ("cohort", "prior", "off")
+
+
+def _fit(cells: Sequence[np.ndarray], prior: NormativeModel, shrink: bool) -> NormativeModel:
+    model = fit_cells(list(cells), prior.zone_threshold)
+    return shrink_toward(model, prior, len(cells)) if shrink else model
+
+
+def trim_against_cohort(normals: CohortNormals, prior: NormativeModel, shrink: bool) -> CohortNormals:
+    """``normals`` without the films whose cell film score under the fit on all of them exceeds the prior's zone
+    threshold (``trim=cohort``, one pass); those join ``trimmed``."""
+    if len(normals.cells) < 3:
+        return normals
+    first = _fit(normals.cells, prior, shrink)
+    scores = [first.cell_film_score(c) for c in normals.cells]
+    keep = [v <= prior.zone_threshold for v in scores]
+    out = tuple((k, round(v, 4)) for k, v, ok in zip(normals.studies, scores, keep, strict=True) if not ok)
+    return replace(normals, studies=tuple(k for k, ok in zip(normals.studies, keep, strict=True) if ok),
+                   cells=tuple(c for c, ok in zip(normals.cells, keep, strict=True) if ok),
+                   trimmed=normals.trimmed + out)
+
+
 def fit_cohort_model(normals: CohortNormals, prior: NormativeModel, min_normals: int, shrink: bool,
-                     settings: dict[str, Any]) -> NormativeModel:
-    """The cohort model (step 4 of the module), or ``prior`` with a note when there are too few films."""
+                     settings: dict[str, Any], trim: str = "off") -> NormativeModel:
+    """The cohort model (steps 3-4 of the module; ``trim=prior`` was applied when the films were collected), or
+    ``prior`` with a note when there are too few films."""
+    if trim not in TRIM_MODES:
+        raise ConfigError(f"normative trim must be one of {', '.join(TRIM_MODES)}, got {trim!r}")
+    if trim == "cohort":
+        normals = trim_against_cohort(normals, prior, shrink)
     n = len(normals.studies)
     meta: dict[str, Any] = {"name": "normative_fitted", "studies": sorted(normals.studies), "films": n,
                             "visited": normals.visited, "report_normal": normals.report_normal, "settings": settings,
                             "prior": prior.meta.get("name", "normative_v1"),
-                            "trimmed": {"films": len(normals.trimmed),
-                                        "rule": "film score (highest zone score) under normative_v1 above its zone "
-                                                f"threshold {prior.zone_threshold:.4g}",
+                            "trimmed": {"films": len(normals.trimmed), "mode": trim,
+                                        "rule": _TRIM_RULES[trim].format(prior.zone_threshold),
                                         "studies": [{"study": k, "film_score": v} for k, v in normals.trimmed]}}
     if n < max(min_normals, 3):
         note = (f"{n} report-normal studies with both lungs that look normal under normative_v1 "
@@ -180,11 +216,8 @@ def fit_cohort_model(normals: CohortNormals, prior: NormativeModel, min_normals:
         return NormativeModel(prior.median, prior.scale, prior.zone_threshold,
                               {**meta, "source": "shipped (fallback)", "note": note,
                                "summary": f"shipped normative_v1 (fallback: {note})"})
-    model = fit_cells(list(normals.cells), prior.zone_threshold)
-    source = "cohort"
-    if shrink:
-        model = shrink_toward(model, prior, n)
-        source = "cohort, shrunk toward normative_v1"
+    model = _fit(normals.cells, prior, shrink)
+    source = "cohort, shrunk toward normative_v1" if shrink else "cohort"
     summary = (f"{n} report-normal studies of this build (of {normals.report_normal} report-normal among "
                f"{normals.visited} visited; {len(normals.trimmed)} trimmed as not normal under normative_v1), "
                "lungs from the build's segmenter, working canvas; "
@@ -223,9 +256,11 @@ def resolve_spec(spec: BackendSpec, tasks: Sequence[StudyTask], out: Path, confi
         prior = NormativeModel.load()
         settings = {"min_normals": synth.min_normals, "max_normals": synth.max_normals, "shrink": synth.shrink,
                     "trim": synth.trim, "seed": config.seed, "working_size": config.working_size}
+        if synth.trim not in TRIM_MODES:
+            raise ConfigError(f"normative trim must be one of {', '.join(TRIM_MODES)}, got {synth.trim!r}")
         normals = collect_normals(tasks, spec, config, synth.max_normals, prior.grid, progress,
-                                  trim_with=prior if synth.trim else None)
-        fit_cohort_model(normals, prior, synth.min_normals, synth.shrink, settings).save(path)
+                                  trim_with=prior if synth.trim == "prior" else None)
+        fit_cohort_model(normals, prior, synth.min_normals, synth.shrink, settings, synth.trim).save(path)
     sha = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))["sha256"]
     return replace(spec, synthesizer_kwargs={**spec.synthesizer_kwargs, "fitted": str(path.resolve()),
                                              "sha256": sha})

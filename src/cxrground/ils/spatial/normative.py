@@ -58,9 +58,9 @@ class NormativeSynthesizer:
     """``cohort``: at most this many report-normal studies are read (drawn in a seeded order)."""
     shrink: bool = True
     """``cohort``: shrink the cohort statistics toward the shipped model by their noise (empirical Bayes)."""
-    trim: bool = True
-    """``cohort``: leave out report-normal films whose film score under the shipped model exceeds its zone
-    threshold (they do not look normal)."""
+    trim: str = "cohort"
+    """``cohort``: leave out report-normal films that do not look normal: ``cohort`` (their zone score under the
+    fit on all of them exceeds the shipped zone threshold), ``prior`` (under the shipped model), ``off``."""
     fitted: str | None = None
     """Set by the build for ``cohort``: the fitted model file."""
     sha256: str | None = None
