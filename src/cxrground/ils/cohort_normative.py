@@ -14,7 +14,8 @@ the build's main process, before any study is processed and whatever the engine:
    that misses a finding), so films that do not look normal are left out before the fit. ``trim=cohort``
    (default): the statistics are fitted (and shrunk) on all the films first, and a film whose highest zone score
    under that fit, from its cells (:meth:`~cxrground.anatomy.normative.NormativeModel.cell_film_score`), exceeds
-   ``normative_v1``'s zone threshold (the NIH Youden threshold) is left out; one pass. ``trim=prior``: the
+   ``normative_v1``'s zone threshold (the NIH Youden threshold) is left out, highest score first, but never
+   below ``min_normals`` films (a trimmed fit keeps the precision the fit needs); one pass. ``trim=prior``: the
    film's highest zone score under the shipped ``normative_v1`` itself, on the canvas
    (:meth:`~cxrground.anatomy.normative.NormativeModel.zone_scores`), decides (this trims every film of a
    population unlike NIH's, e.g. the synthetic phantoms). ``trim=off``: no trim. The sidecar counts and lists the
@@ -167,7 +168,8 @@ def collect_normals(tasks: Sequence[StudyTask], spec: BackendSpec, config: IlsCo
 
 
 _TRIM_RULES: Final[dict[str, str]] = {
-    "cohort": "cell film score (highest zone score) under the fit on all report-normal films above {:.4g}",
+    "cohort": "cell film score (highest zone score) under the fit on all report-normal films above {:.4g}, "
+              "highest first, keeping at least min_normals films",
     "prior": "film score (highest zone score) under normative_v1 above its zone threshold {:.4g}",
     "off": "no trim (threshold {:.4g} unused)",
 }
@@ -180,17 +182,20 @@ def _fit(cells: Sequence[np.ndarray], prior: NormativeModel, shrink: bool) -> No
     return shrink_toward(model, prior, len(cells)) if shrink else model
 
 
-def trim_against_cohort(normals: CohortNormals, prior: NormativeModel, shrink: bool) -> CohortNormals:
+def trim_against_cohort(normals: CohortNormals, prior: NormativeModel, shrink: bool,
+                        keep_at_least: int = 0) -> CohortNormals:
     """``normals`` without the films whose cell film score under the fit on all of them exceeds the prior's zone
-    threshold (``trim=cohort``, one pass); those join ``trimmed``."""
+    threshold (``trim=cohort``, one pass), highest score first, never below ``keep_at_least`` films; the films
+    left out join ``trimmed``."""
     if len(normals.cells) < 3:
         return normals
     first = _fit(normals.cells, prior, shrink)
     scores = [first.cell_film_score(c) for c in normals.cells]
-    keep = [v <= prior.zone_threshold for v in scores]
-    out = tuple((k, round(v, 4)) for k, v, ok in zip(normals.studies, scores, keep, strict=True) if not ok)
-    return replace(normals, studies=tuple(k for k, ok in zip(normals.studies, keep, strict=True) if ok),
-                   cells=tuple(c for c, ok in zip(normals.cells, keep, strict=True) if ok),
+    flagged = sorted((i for i, v in enumerate(scores) if v > prior.zone_threshold), key=lambda i: -scores[i])
+    drop = set(flagged[: max(0, len(scores) - max(keep_at_least, 3))])
+    out = tuple((normals.studies[i], round(scores[i], 4)) for i in sorted(drop))
+    return replace(normals, studies=tuple(k for i, k in enumerate(normals.studies) if i not in drop),
+                   cells=tuple(c for i, c in enumerate(normals.cells) if i not in drop),
                    trimmed=normals.trimmed + out)
 
 
@@ -201,7 +206,7 @@ def fit_cohort_model(normals: CohortNormals, prior: NormativeModel, min_normals:
     if trim not in TRIM_MODES:
         raise ConfigError(f"normative trim must be one of {', '.join(TRIM_MODES)}, got {trim!r}")
     if trim == "cohort":
-        normals = trim_against_cohort(normals, prior, shrink)
+        normals = trim_against_cohort(normals, prior, shrink, keep_at_least=min_normals)
     n = len(normals.studies)
     meta: dict[str, Any] = {"name": "normative_fitted", "studies": sorted(normals.studies), "films": n,
                             "visited": normals.visited, "report_normal": normals.report_normal, "settings": settings,
