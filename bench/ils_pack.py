@@ -71,7 +71,8 @@ def scores(truth: np.ndarray, pred: np.ndarray) -> str:
 
 
 def cohen_ils_dataset(pack: Pack, work: Path, segmenter: str, limit: int | None = None, synthesizer: str = "normative",
-                      synthesizer_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+                      synthesizer_kwargs: dict[str, Any] | None = None,
+                      detector_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
     """Build ``work/dataset`` from the COVID-19 collection rows with notes (the first ``limit``); returns
     ``{study_id: row}``. The notes are the reports; ``segmenter`` masks = the pack's lung masks."""
     rows = [r for r in pack.cohen() if r.notes][:limit]
@@ -84,20 +85,20 @@ def cohen_ils_dataset(pack: Pack, work: Path, segmenter: str, limit: int | None 
     kwargs = ({"root": str(pack.root / "cohen" / "masks"), "pattern": "{stem}_{name}.png"}
               if segmenter == "masks" else {})
     spec = BackendSpec(segmenter=segmenter, segmenter_kwargs=kwargs, synthesizer=synthesizer,
-                       synthesizer_kwargs=synthesizer_kwargs or {})
+                       synthesizer_kwargs=synthesizer_kwargs or {}, detector_kwargs=detector_kwargs or {})
     start = time.perf_counter()
     summary = build_dataset(tasks, work / "dataset", IlsConfig(), spec, scan_failures=failures, progress=False,
                             overwrite=True)
     print(f"built {summary.studies_in_dataset} studies / {summary.pairs} pairs from {len(rows)} noted rows "
           f"({summary.failures} failures) in {time.perf_counter() - start:.1f} s, segmenter={segmenter}, "
-          f"synthesizer={synthesizer} {synthesizer_kwargs or ''}")
+          f"synthesizer={synthesizer} {synthesizer_kwargs or ''}, detector options {detector_kwargs or 'default'}")
     fitted = work / "dataset" / "normative_fitted.json"
     if fitted.is_file():
         meta = json.loads(fitted.read_text())
         trimmed = meta.get("trimmed", {}).get("films", 0)
         print(f"normative model fitted on the build's report-normal studies: {meta['source']}, {meta['films']} films "
-              f"({meta['report_normal']} report-normal of {meta['visited']} visited, {trimmed} trimmed as not normal "
-              "under normative_v1)")
+              f"({meta['report_normal']} report-normal of {meta['visited']} visited, {trimmed} trimmed, "
+              f"trim={meta.get('trimmed', {}).get('mode', 'off')})")
     return ids
 
 
@@ -122,6 +123,8 @@ def main() -> None:
     parser.add_argument("--band", type=float, default=None, help="normative: top of the normal band (robust SDs)")
     parser.add_argument("--synthesizer-opt", action="append", default=[], metavar="KEY=VALUE",
                         help="more synthesizer options, e.g. model=shipped or shrink=false (normative)")
+    parser.add_argument("--detector-opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="built-in detector options, e.g. strength_mid=0.26 (the pre-issue-14 calibration)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--limit", type=int, default=None, help="only the first N noted rows (exploration)")
     args = parser.parse_args()
@@ -129,8 +132,9 @@ def main() -> None:
     work = args.out or Path(tempfile.mkdtemp(prefix="cxrground-ils-pack-"))
     kwargs = {"band": args.band} if args.band is not None else {}
     kwargs.update(opt.split("=", 1) for opt in args.synthesizer_opt)
+    detector = dict(opt.split("=", 1) for opt in args.detector_opt)
     ids = cohen_ils_dataset(pack, work, args.segmenter, limit=args.limit, synthesizer=args.synthesizer,
-                             synthesizer_kwargs=kwargs)
+                            synthesizer_kwargs=kwargs, detector_kwargs=detector)
     data = json.loads((work / "dataset" / "mimic_ils_instruction_answer.json").read_text())
     studies = {k: v for split in data.values() for k, v in split.items()}
     anatomy = {json.loads(line)["study"]: json.loads(line)
