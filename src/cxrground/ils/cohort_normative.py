@@ -24,9 +24,10 @@ the build's main process, before any study is processed and whatever the engine:
    (:func:`~cxrground.anatomy.normative.fit_cells`) and, with ``shrink`` (default), shrunk toward the shipped
    ``normative_v1`` by their own noise (:func:`~cxrground.anatomy.normative.shrink_toward`). With fewer, the
    shipped model is used and the note says why.
-5. **Saved in the output folder.** ``OUT/normative_fitted.npz`` + ``.json`` (the studies used and trimmed, counts, note); the
-   workers get a spec whose synthesizer reads that file with its sha256 pinned. A resumed build reuses the file
-   (``--overwrite`` with other settings removes it), so a killed build finishes with byte-identical output.
+5. **Saved in the output folder.** ``OUT/normative_fitted.npz`` + ``.json`` (the studies used and trimmed,
+   counts, note); the workers get a spec whose synthesizer reads that file with its sha256 pinned. A resumed
+   build reuses the file (``--overwrite`` with other settings removes it), so a killed build finishes with
+   byte-identical output.
 """
 
 from __future__ import annotations
