@@ -3,12 +3,13 @@
 Run: ``.venv/bin/python bench/ils_build.py [--studies 40] [--speed-studies 8] [--skip-quality]``.
 
 1. **Speed at real size**: the same cohort generated 512 px wide and 2800 px wide (MIMIC size), built with
-   the default built-in backends (U-Net lungs + seen heart, pseudo-normal normal image, anomaly boxes), one
+   the default built-in backends (U-Net lungs + seen heart, normative normal image, anomaly boxes), one
    worker, one thread; prints studies/s/core at each size and the 2800/512 time ratio (targets: ≥ 1.5
    studies/s/core at 2800 px, ratio ≤ 2).
-2. **Quality**: builds the 512-px cohort with the default pseudo-normal image and the normative model (the
-   shipped ``normative_v1``, and fitted on the build's own report-normal studies, shrunk toward
-   ``normative_v1`` or not), with the U-Net and with the cohort's exact anatomy masks, and prints
+2. **Quality**: builds the 512-px cohort with the default (the normative model fitted on the build's own
+   report-normal studies, trimmed, band 0, detector strength 0.14), the default before issue 14's real-film
+   changes, the pseudo-normal image, the shipped ``normative_v1``, an unshrunk fit and the ``trim=prior`` fit,
+   with the U-Net and with the cohort's exact anatomy masks, and prints
    studies/s/core, gIoU / cIoU of the generated masks, recall of reported findings and the share of
    negatives that are truly lesion-free (``cxrground.ils.quality``).
 """
@@ -72,20 +73,21 @@ def main() -> None:
     tasks, failures = build_tasks(cohort / "files")
     truth = {"root": str(cohort / "masks")}
     shipped, cohort_fit = {"model": "shipped"}, {"model": "cohort"}
+    before = {"synthesizer_kwargs": {"band": "2", "trim": "off"}, "detector_kwargs": {"strength_mid": "0.26"}}
     runs = [
-        ("unet, pseudo-normal (default)", 1.0, BackendSpec(synthesizer="pseudo-normal")),
+        ("unet, normative fitted, trim=cohort, band 0, detector strength 0.14 (default)", 1.0, BackendSpec()),
+        ("unet, normative fitted, trim=off, band 2, detector strength 0.26 (default before issue 14's real-film "
+         "changes)", 1.0, BackendSpec(synthesizer="normative", **before)),
+        ("unet, pseudo-normal", 1.0, BackendSpec(synthesizer="pseudo-normal")),
         ("unet, normative shipped normative_v1", 1.0, BackendSpec(synthesizer="normative", synthesizer_kwargs=shipped)),
-        ("unet, normative fitted on the cohort's report-normal studies, shrunk", 1.0,
-         BackendSpec(synthesizer="normative", synthesizer_kwargs=cohort_fit)),
-        ("unet, normative fitted on the cohort's report-normal studies, not shrunk", 1.0,
+        ("unet, normative fitted, not shrunk", 1.0,
          BackendSpec(synthesizer="normative", synthesizer_kwargs={**cohort_fit, "shrink": "false"})),
+        ("unet, normative fitted, trim=prior", 1.0,
+         BackendSpec(synthesizer="normative", synthesizer_kwargs={**cohort_fit, "trim": "prior"})),
         ("truth anatomy, pseudo-normal", 1.0, BackendSpec(segmenter="masks", segmenter_kwargs=truth,
                                                           synthesizer="pseudo-normal")),
-        ("truth anatomy, normative fitted, shrunk", 1.0, BackendSpec(segmenter="masks", segmenter_kwargs=truth,
-                                                                     synthesizer="normative",
-                                                                     synthesizer_kwargs=cohort_fit)),
-        ("unet, normative fitted, shrunk, half τ", 0.5, BackendSpec(synthesizer="normative",
-                                                                    synthesizer_kwargs=cohort_fit)),
+        ("truth anatomy, normative default", 1.0, BackendSpec(segmenter="masks", segmenter_kwargs=truth)),
+        ("unet, normative default, half τ", 0.5, BackendSpec()),
     ]
     for i, (name, scale, spec) in enumerate(runs):
         out = work / f"run{i}"
@@ -96,12 +98,14 @@ def main() -> None:
         print(f"\n## {name}: {summary.studies_in_dataset} studies, {summary.pairs} pairs, "
               f"{summary.failures} failures; {len(tasks) / seconds:.2f} studies/s on 1 worker "
               f"({1000 * seconds / len(tasks):.0f} ms/study; backends: rules structurer, {spec.segmenter} "
-              f"segmenter, {spec.synthesizer} synthesizer, anomaly boxes; working size 512)")
+              f"segmenter, {spec.synthesizer} synthesizer {spec.synthesizer_kwargs or ''}, anomaly boxes "
+              f"{spec.detector_kwargs or ''}; working size 512)")
         fitted = out / "normative_fitted.json"
         if fitted.is_file():
             meta = json.loads(fitted.read_text())
             print(f"normative model: {meta['source']}, {meta['films']} films ({meta['report_normal']} report-normal "
-                  f"of {meta['visited']} visited); prior weight {meta.get('shrinkage', {}).get('mean_prior_weight')}")
+                  f"of {meta['visited']} visited, {meta.get('trimmed', {}).get('films', 0)} trimmed); prior weight "
+                  f"{meta.get('shrinkage', {}).get('mean_prior_weight')}")
         print(format_quality(score_against_truth(out, cohort)))
 
 

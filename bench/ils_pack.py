@@ -6,7 +6,9 @@ not full reports; each becomes the study's report. For the 68 rows with both not
 a zone (right/left × upper/mid/lower = Brixia A-F) counts as abnormal when the senior reader scored it
 > 0, and as *grounded* when a lung-lesion mask of the built dataset covers ≥ 1 % of that ILS zone
 (upper zone / mid zone / lung base). The reported locations (text only, no pixels) are scored the same
-way for comparison. Prints sensitivity, specificity, accuracy and Cohen's kappa per zone and overall.
+way for comparison. Prints sensitivity, specificity, accuracy and Cohen's kappa per zone and overall, the
+all-zone kappa's 95 % interval from a bootstrap over patients (studies of one patient are resampled together),
+and, before any Brixia number, how the positive lung findings fared in Algorithm 1.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import json
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,8 @@ from cxrground.io.masks import decode_rle, read_mask_png
 ZONES = {"A": "right upper zone lung", "B": "right mid zone lung", "C": "right lung base",
          "D": "left upper zone lung", "E": "left mid zone lung", "F": "left lung base"}
 COVER = 0.01
+#: Patient-grouped bootstrap resamples for the kappa's 95 % interval.
+BOOTSTRAP = 2000
 
 
 def kappa(truth: np.ndarray, pred: np.ndarray) -> float:
@@ -36,6 +41,25 @@ def kappa(truth: np.ndarray, pred: np.ndarray) -> float:
     po = float((truth == pred).mean())
     pe = float(truth.mean() * pred.mean() + (1 - truth.mean()) * (1 - pred.mean()))
     return (po - pe) / (1 - pe) if pe < 1 else float("nan")
+
+
+def kappa_ci(truth: np.ndarray, pred: np.ndarray, groups: list[str], resamples: int = BOOTSTRAP,
+             seed: int = 0) -> tuple[float, float]:
+    """95 % percentile interval of the all-zone kappa over bootstrap resamples of patients (``groups``: one
+    patient per row of ``truth`` / ``pred``, which are studies × zones)."""
+    patients = sorted(set(groups))
+    rows = {p: [i for i, g in enumerate(groups) if g == p] for p in patients}
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(resamples):
+        idx = [i for k in rng.integers(0, len(patients), len(patients)) for i in rows[patients[k]]]
+        t, m = truth[idx].ravel(), pred[idx].ravel()
+        if 0 < t.mean() < 1 and 0 < m.mean() < 1:
+            values.append(kappa(t, m))
+        else:
+            values.append(0.0)  # a constant rater agrees no better than chance
+    lo, hi = np.percentile(values, [2.5, 97.5])
+    return float(lo), float(hi)
 
 
 def scores(truth: np.ndarray, pred: np.ndarray) -> str:
@@ -47,7 +71,8 @@ def scores(truth: np.ndarray, pred: np.ndarray) -> str:
 
 
 def cohen_ils_dataset(pack: Pack, work: Path, segmenter: str, limit: int | None = None, synthesizer: str = "normative",
-                      synthesizer_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+                      synthesizer_kwargs: dict[str, Any] | None = None,
+                      detector_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
     """Build ``work/dataset`` from the COVID-19 collection rows with notes (the first ``limit``); returns
     ``{study_id: row}``. The notes are the reports; ``segmenter`` masks = the pack's lung masks."""
     rows = [r for r in pack.cohen() if r.notes][:limit]
@@ -60,19 +85,34 @@ def cohen_ils_dataset(pack: Pack, work: Path, segmenter: str, limit: int | None 
     kwargs = ({"root": str(pack.root / "cohen" / "masks"), "pattern": "{stem}_{name}.png"}
               if segmenter == "masks" else {})
     spec = BackendSpec(segmenter=segmenter, segmenter_kwargs=kwargs, synthesizer=synthesizer,
-                       synthesizer_kwargs=synthesizer_kwargs or {})
+                       synthesizer_kwargs=synthesizer_kwargs or {}, detector_kwargs=detector_kwargs or {})
     start = time.perf_counter()
     summary = build_dataset(tasks, work / "dataset", IlsConfig(), spec, scan_failures=failures, progress=False,
                             overwrite=True)
     print(f"built {summary.studies_in_dataset} studies / {summary.pairs} pairs from {len(rows)} noted rows "
           f"({summary.failures} failures) in {time.perf_counter() - start:.1f} s, segmenter={segmenter}, "
-          f"synthesizer={synthesizer} {synthesizer_kwargs or ''}")
+          f"synthesizer={synthesizer} {synthesizer_kwargs or ''}, detector options {detector_kwargs or 'default'}")
     fitted = work / "dataset" / "normative_fitted.json"
     if fitted.is_file():
         meta = json.loads(fitted.read_text())
+        trimmed = meta.get("trimmed", {}).get("films", 0)
         print(f"normative model fitted on the build's report-normal studies: {meta['source']}, {meta['films']} films "
-              f"({meta['report_normal']} report-normal of {meta['visited']} visited)")
+              f"({meta['report_normal']} report-normal of {meta['visited']} visited, {trimmed} trimmed, "
+              f"trim={meta.get('trimmed', {}).get('mode', 'off')})")
     return ids
+
+
+def grounding_summary(dataset: Path) -> None:
+    """Print how the positive lung findings fared (grounded or why not) and why boxes were stopped (no Brixia)."""
+    status: Counter[str] = Counter()
+    failed: Counter[str] = Counter()
+    for unit in sorted((dataset / "units").glob("*.json")):
+        for rec in json.loads(unit.read_text()).get("grounding", []):
+            if rec.get("lesion") == "cardiomegaly":
+                continue
+            status[rec["status"] if rec["status"] == "grounded" else f"{rec['status']}:{rec.get('reason')}"] += 1
+            failed.update(rec.get("failure_counts", {}))
+    print(f"positive lung findings: {dict(sorted(status.items()))}; boxes stopped by: {dict(sorted(failed.items()))}")
 
 
 def main() -> None:
@@ -83,18 +123,24 @@ def main() -> None:
     parser.add_argument("--band", type=float, default=None, help="normative: top of the normal band (robust SDs)")
     parser.add_argument("--synthesizer-opt", action="append", default=[], metavar="KEY=VALUE",
                         help="more synthesizer options, e.g. model=shipped or shrink=false (normative)")
+    parser.add_argument("--detector-opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="built-in detector options, e.g. strength_mid=0.26 (the pre-issue-14 calibration)")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--limit", type=int, default=None, help="only the first N noted rows (exploration)")
     args = parser.parse_args()
     pack = Pack()
     work = args.out or Path(tempfile.mkdtemp(prefix="cxrground-ils-pack-"))
     kwargs = {"band": args.band} if args.band is not None else {}
     kwargs.update(opt.split("=", 1) for opt in args.synthesizer_opt)
-    ids = cohen_ils_dataset(pack, work, args.segmenter, synthesizer=args.synthesizer, synthesizer_kwargs=kwargs)
+    detector = dict(opt.split("=", 1) for opt in args.detector_opt)
+    ids = cohen_ils_dataset(pack, work, args.segmenter, limit=args.limit, synthesizer=args.synthesizer,
+                            synthesizer_kwargs=kwargs, detector_kwargs=detector)
     data = json.loads((work / "dataset" / "mimic_ils_instruction_answer.json").read_text())
     studies = {k: v for split in data.values() for k, v in split.items()}
     anatomy = {json.loads(line)["study"]: json.loads(line)
                for line in (work / "dataset" / "anatomy.jsonl").read_text().splitlines()}
-    truth_rows, mask_rows, text_rows = [], [], []
+    grounding_summary(work / "dataset")
+    truth_rows, mask_rows, text_rows, patients = [], [], [], []
     for sid, rec in ids.items():
         if rec.brixia is None or sid not in anatomy:
             continue
@@ -114,6 +160,7 @@ def main() -> None:
             m.append(bool(zone.any()) and (lesion & zone).sum() >= COVER * zone.sum())
             side = label.split(" ")[0]
             x.append(label in reported or f"{side} lung" in reported)
+        patients.append(rec.patient_id)
         truth_rows.append(t)
         mask_rows.append(m)
         text_rows.append(x)
@@ -122,7 +169,10 @@ def main() -> None:
     for j, (z, label) in enumerate(ZONES.items()):
         print(f"  {z} {label:<22} masks: {scores(truth[:, j], pred[:, j])}")
     print(f"  all zones, grounded masks:        {scores(truth.ravel(), pred.ravel())}")
+    ci = "kappa 95 % CI (bootstrap of {} patients, {} resamples): [{:.2f}, {:.2f}]"
+    print("    " + ci.format(len(set(patients)), BOOTSTRAP, *kappa_ci(truth, pred, patients)))
     print(f"  all zones, reported locations:    {scores(truth.ravel(), text.ravel())}")
+    print("    " + ci.format(len(set(patients)), BOOTSTRAP, *kappa_ci(truth, text, patients)))
     print(f"  studies with any lung-lesion mask: {int(pred.any(axis=1).sum())} of {len(pred)}")
 
 

@@ -135,3 +135,59 @@ def test_the_default_build_fits_the_cohort_model(cohort, tmp_path):
     _build(cohort, out, BackendSpec())
     meta = json.loads((out / "normative_fitted.json").read_text())
     assert meta["films"] > 0 and (out / FITTED_FILE).exists() and "Normal image" in (out / "card.md").read_text()
+
+
+def test_film_score_flags_an_opacity_the_shipped_model_has_never_seen_in_normal_lungs():
+    """The trim rule's score: the highest zone score under normative_v1; a dense patch lifts it over the threshold."""
+    from cxrground.ils.cohort_normative import film_score
+
+    prior = NormativeModel.load()
+    yy, xx = np.mgrid[0:256, 0:256]
+    right = ((yy - 128) / 90) ** 2 + ((xx - 70) / 40) ** 2 <= 1
+    left = ((yy - 128) / 90) ** 2 + ((xx - 186) / 40) ** 2 <= 1
+    image = np.full((256, 256), 200.0)  # mediastinum 200, evenly aerated lungs 40
+    image[right | left] = 40.0
+    base = film_score(prior, image, right, left)
+    patch = right & (yy > 150)
+    dense = image.copy()
+    dense[patch] = 170.0
+    assert film_score(prior, dense, right, left) > prior.zone_threshold > base
+
+
+def test_trimmed_report_normal_films_are_left_out_of_the_fit_and_listed(cohort, tmp_path):
+    out, untrimmed, prior_trim = tmp_path / "trim", tmp_path / "untrimmed", tmp_path / "prior"
+    _build(cohort, out, _spec())
+    _build(cohort, untrimmed, _spec(trim="off"))
+    _build(cohort, prior_trim, _spec(trim="prior", min_normals="1"))
+    meta = json.loads((out / "normative_fitted.json").read_text())
+    plain = json.loads((untrimmed / "normative_fitted.json").read_text())
+    threshold = NormativeModel.load().zone_threshold
+    assert plain["trimmed"]["films"] == 0 and plain["settings"]["trim"] == "off"
+    assert meta["settings"]["trim"] == "cohort" and meta["trimmed"]["mode"] == "cohort"
+    for m in (meta, json.loads((prior_trim / "normative_fitted.json").read_text())):
+        trimmed = {t["study"] for t in m["trimmed"]["studies"]}
+        assert len(trimmed) == m["trimmed"]["films"]
+        assert all(t["film_score"] > threshold for t in m["trimmed"]["studies"])
+        assert trimmed.isdisjoint(m["studies"]) and set(m["studies"]) | trimmed == set(plain["studies"])
+    with pytest.raises(ConfigError, match="trim must be one of"):
+        _build(cohort, tmp_path / "bad", _spec(trim="sometimes"))
+
+
+def test_the_cohort_trim_drops_the_films_its_own_fit_flags():
+    """trim=cohort on cell arrays: 12 films near the prior and 2 with dense bases; the 2 are trimmed."""
+    from cxrground.ils.cohort_normative import CohortNormals, trim_against_cohort
+
+    prior = NormativeModel.load()
+    rng = np.random.default_rng(1)
+    cells = [prior.median + rng.normal(0, 0.3, prior.median.shape) * prior.scale for _ in range(12)]
+    dense = [c.copy() for c in cells[:2]]
+    for c in dense:
+        c[:, 11:, :] += 6 * prior.scale[:, 11:, :]
+    normals = CohortNormals(tuple(f"s{i}" for i in range(14)), tuple(cells + dense), 20, 14)
+    kept = trim_against_cohort(normals, prior, shrink=True)
+    assert kept.studies == tuple(f"s{i}" for i in range(12)) and [k for k, _ in kept.trimmed] == ["s12", "s13"]
+    assert all(v > prior.zone_threshold for _, v in kept.trimmed)
+    few = CohortNormals(("a", "b"), tuple(dense), 2, 2)
+    assert trim_against_cohort(few, prior, shrink=True) == few
+    with pytest.raises(ConfigError, match="do not fit"):
+        prior.cell_film_score(prior.median[:, :4])

@@ -271,3 +271,36 @@ def test_backend_registry():
         get_detector("anomaly", nonsense=1)
     with pytest.raises(ConfigError):
         get_detector("yolo", weights_path="/no/such.pt")
+
+
+def test_normative_synthesizer_takes_the_normal_median_by_default_and_sets_the_detector_strength():
+    """Band 0 (default) removes more of a bright patch than band 2; the built-in detector gets strength_mid 0.14
+    with the normative synthesizer only, and the user's detector options win."""
+    from cxrground.ils.build import BackendSpec
+    from cxrground.ils.pipeline import Backends
+    from cxrground.ils.spatial import detector_defaults
+    from cxrground.ils.spatial.normative import NormativeSynthesizer
+
+    yy, xx = np.mgrid[0:128, 0:128]
+    right = ((yy - 64) / 45) ** 2 + ((xx - 35) / 20) ** 2 <= 1
+    left = ((yy - 64) / 45) ** 2 + ((xx - 93) / 20) ** 2 <= 1
+    image = np.full((128, 128), 200, np.uint8)
+    image[right | left] = 60
+    patch = right & (yy > 80)
+    image[patch] = 170
+    lungs = right | left
+    median = NormativeSynthesizer(model="shipped")
+    assert median.band == 0.0
+    x0 = median.synthesize(image, lungs, regions=(right, left))
+    x2 = NormativeSynthesizer(model="shipped", band=2.0).synthesize(image, lungs, regions=(right, left))
+    assert (x0[~lungs] == image[~lungs]).all() and (x0 <= x2).all()
+    removed0, removed2 = (image[patch] - x0[patch].astype(int)).mean(), (image[patch] - x2[patch].astype(int)).mean()
+    assert removed0 > removed2 > 0
+    assert detector_defaults(median, "anomaly") == {"strength_mid": 0.14}
+    assert detector_defaults(median, "yolo") == {} and detector_defaults(PseudoNormalSynthesizer(), "anomaly") == {}
+    normative = Backends(BackendSpec(synthesizer="normative", synthesizer_kwargs={"model": "shipped"}))
+    assert normative.detector.strength_mid == 0.14
+    assert Backends(BackendSpec(synthesizer="pseudo-normal")).detector.strength_mid == 0.26
+    pinned = Backends(BackendSpec(synthesizer="normative", synthesizer_kwargs={"model": "shipped"},
+                                  detector_kwargs={"strength_mid": "0.3"}))
+    assert pinned.detector.strength_mid == 0.3

@@ -38,7 +38,7 @@ from typing import Any, Final
 import numpy as np
 from scipy import ndimage
 
-from cxrground.anatomy.ils_locations import lung_zone_bands
+from cxrground.anatomy.ils_locations import MID_FRACTION, UPPER_FRACTION, lung_zone_bands
 from cxrground.errors import ConfigError, InputError
 from cxrground.io.files import sha256_file
 from cxrground.io.masks import as_mask, check_same_shape
@@ -247,6 +247,20 @@ class NormativeModel:
                 vals = z[bands[band]]
                 out[next(letters)] = float(np.percentile(vals, ZONE_PERCENTILE)) if vals.size else float("nan")
         return out
+
+    def cell_film_score(self, cells: np.ndarray) -> float:
+        """A film's highest zone score from its :func:`film_cells` array: per lung and ILS band (cell rows by
+        their centre's ``v``), the 75th percentile of the cells' z; NaN when no cell has a value. The cell-level
+        counterpart of the highest of :meth:`zone_scores` (cell means are less noisy than pixels)."""
+        arr = np.asarray(cells, dtype=np.float64)
+        if arr.shape != self.median.shape:
+            raise ConfigError(f"film cells of shape {arr.shape} do not fit a {self.median.shape} normative grid")
+        z = (arr - self.median) / self.scale
+        v = (np.arange(self.grid[0]) + 0.5) / self.grid[0]
+        bands = (v <= UPPER_FRACTION, (v > UPPER_FRACTION) & (v <= MID_FRACTION), v > MID_FRACTION)
+        scores = [float(np.percentile(vals, ZONE_PERCENTILE)) for k in range(2) for rows in bands
+                  if (vals := z[k][rows][np.isfinite(z[k][rows])]).size]
+        return max(scores) if scores else float("nan")
 
     def zone_flags(self, scores: dict[str, float]) -> dict[str, bool]:
         """Zone → abnormal (score above the model's threshold; an empty zone is not flagged)."""

@@ -38,14 +38,15 @@ class Backends:
 
     def __init__(self, spec: BackendSpec) -> None:
         from cxrground.anatomy.segment import get_segmenter
-        from cxrground.ils.spatial import get_detector, get_synthesizer
+        from cxrground.ils.spatial import detector_defaults, get_detector, get_synthesizer
         from cxrground.reports.structure import get_structurer
 
         self.spec = spec
         self.structurer = get_structurer(spec.structurer, **spec.structurer_kwargs)
         self.segmenter = get_segmenter(spec.segmenter, **spec.segmenter_kwargs)
         self.synthesizer = get_synthesizer(spec.synthesizer, **spec.synthesizer_kwargs)
-        self.detector = get_detector(spec.detector, **spec.detector_kwargs)
+        self.detector = get_detector(spec.detector, **{**detector_defaults(self.synthesizer, spec.detector),
+                                                       **spec.detector_kwargs})
         self.qc_segmenter = (get_segmenter(spec.qc_segmenter, **spec.qc_segmenter_kwargs)
                              if spec.qc_segmenter else None)
 

@@ -43,6 +43,7 @@ __all__ = [
     "anomaly_map",
     "anomaly_mask",
     "boxes_from_yolo_result",
+    "detector_defaults",
     "get_detector",
     "get_synthesizer",
     "normalize_class_name",
@@ -55,7 +56,7 @@ SYNTHESIZERS.register("pseudo-normal", PseudoNormalSynthesizer,
 SYNTHESIZERS.register("radedit", RadEditSynthesizer, help="RadEdit (diffusers), local model folder (model_dir=DIR)")
 SYNTHESIZERS.register("normative", NormativeSynthesizer,
                       help="built-in CPU normative model of the normal chest: model=cohort (default: fitted on the "
-                           "build's report-normal studies; min_normals, max_normals, shrink), model=shipped (NIH "
+                           "build's report-normal studies; min_normals, max_normals, shrink, trim), model=shipped (NIH "
                            "normal films) or model=NPZ; band, noise_floor")
 
 #: Lesion box detectors by name.
@@ -67,6 +68,12 @@ DETECTORS.register("yolo", YOLOBoxDetector, help="an ultralytics YOLO VinDr-CXR 
 def get_synthesizer(name: str = "pseudo-normal", **kwargs: Any) -> NormalSynthesizer:
     """A normal-image synthesizer by name (options checked by :data:`SYNTHESIZERS`)."""
     return SYNTHESIZERS.create(name, **kwargs)
+
+
+def detector_defaults(synthesizer: NormalSynthesizer, detector: str) -> dict[str, Any]:
+    """Detector settings that go with this synthesizer's anomaly map (the user's detector options override them):
+    the normative synthesizer's ``DETECTOR_DEFAULTS`` for the built-in detector, else none."""
+    return dict(getattr(synthesizer, "DETECTOR_DEFAULTS", {}).get(detector, {}))
 
 
 def get_detector(name: str = "anomaly", **kwargs: Any) -> BoxDetector:

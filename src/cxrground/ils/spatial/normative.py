@@ -9,7 +9,9 @@ the film with everything brighter than the top of the normal band removed,
 ``x̂ = x − E``, ``E = max(0, S − U)``, ``U = lo + (median(v, u) + k · scale(v, u)) · span``,
 
 where ``S`` is the smoothed film, ``(v, u)`` the lung-shape coordinates, ``lo`` / ``span`` the film's
-aerated-lung level and lung-to-mediastinum span, and ``k`` = ``band`` (2 robust standard deviations).
+aerated-lung level and lung-to-mediastinum span, and ``k`` = ``band`` (default 0: the normal image is the
+per-location normal median wherever the film is brighter; before issue 14 it was 2 robust standard deviations).
+The built-in ``anomaly`` detector gets a strength midpoint of 0.14 with this synthesizer (``DETECTOR_DEFAULTS``).
 Excess below ``noise_floor`` grey levels is set to 0, so ``x̂ = x`` wherever the lung is within normal
 limits, and the ILS §8 anomaly map ``(x − x̂)/255`` is the part of the film that no normal film shows at
 that place. Regions that are not lung (the heart) and films without both lungs fall back to the
@@ -23,7 +25,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy import ndimage
@@ -47,8 +49,9 @@ class NormativeSynthesizer:
     model: str = COHORT
     """``cohort``: fitted by ``ils build`` on the build's report-normal studies (``OUT/normative_fitted.npz``);
     ``shipped``: ``normative_v1``; else the path of a normative ``.npz``."""
-    band: float = 2.0
-    """Top of the normal band in robust standard deviations above the per-location median."""
+    band: float = 0.0
+    """Top of the normal band in robust standard deviations above the per-location median (0: the median, a
+    normal film's typical level; chosen with the detector's strength on NIH films, ``bench/ils_normal_band.py``)."""
     noise_floor: float = 3.0
     """Excess below this many grey levels counts as normal (x̂ = x there)."""
     min_normals: int = 10
@@ -58,6 +61,9 @@ class NormativeSynthesizer:
     """``cohort``: at most this many report-normal studies are read (drawn in a seeded order)."""
     shrink: bool = True
     """``cohort``: shrink the cohort statistics toward the shipped model by their noise (empirical Bayes)."""
+    trim: str = "cohort"
+    """``cohort``: leave out report-normal films that do not look normal: ``cohort`` (their zone score under the
+    fit on all of them exceeds the shipped zone threshold), ``prior`` (under the shipped model), ``off``."""
     fitted: str | None = None
     """Set by the build for ``cohort``: the fitted model file."""
     sha256: str | None = None
@@ -66,6 +72,11 @@ class NormativeSynthesizer:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     name = "normative"
+    #: Built-in detector settings for this anomaly map (:func:`cxrground.ils.spatial.detector_defaults`; the user's
+    #: detector options win): the excess over the normal median is weaker than the pseudo-normal residue the
+    #: detector was calibrated on, so its strength midpoint is lower (Youden's J on NIH opacity-labelled vs
+    #: out-of-fold No Finding films, ``bench/ils_normal_band.py``; 0.14 and 0.10 tie, the one nearer 0.26 kept).
+    DETECTOR_DEFAULTS: ClassVar[dict[str, dict[str, Any]]] = {"anomaly": {"strength_mid": 0.14}}
 
     def model_path(self) -> Path | None:
         """The model file to read (None: the shipped one); ``cohort`` before the build fitted it is an error."""
@@ -120,6 +131,7 @@ class NormativeSynthesizer:
                      "source": self._model.meta.get("source") if self._model else None}
         settings: dict[str, Any] = {"band": self.band, "noise_floor": self.noise_floor, "model": self.model}
         if self.model == COHORT:
-            settings.update(min_normals=self.min_normals, max_normals=self.max_normals, shrink=self.shrink)
+            settings.update(min_normals=self.min_normals, max_normals=self.max_normals, shrink=self.shrink,
+                            trim=self.trim)
         return {"name": self.name, "method": NORMATIVE_METHOD, "settings": settings, "model": model,
                 "fallback": "pseudo-normal outside the lungs"}
