@@ -52,12 +52,20 @@ import numpy as np
 from real_quality import ZONES, auroc, kappa
 from zone_sim import SEED, VARIANTS, bootstrap_kappa, brixia_rows, evaluate, fold_features, nih_films, row
 
+from cxrground.anatomy.lesion_sim import simulate_lesions
 from cxrground.anatomy.normative import NormativeModel
 from cxrground.anatomy.segment import get_segmenter
 from cxrground.anatomy.zone_classifier import ZoneClassifier
 from cxrground.anatomy.zone_features import FEATURE_NAMES, feature_columns
 from cxrground.datasets.pack import Pack
-from cxrground.models.zone_sim_fit import ZoneSimRecipe, default_zone_sim_path, fit_zone_sim, simulated_zone_rows
+from cxrground.io.cxr_image import CXRImage
+from cxrground.models.zone_sim_fit import (
+    ZoneSimRecipe,
+    default_zone_sim_path,
+    fit_zone_sim,
+    sim_seed,
+    simulated_zone_rows,
+)
 
 COPIES = 8
 L2_GRID = (1.0, 10.0, 100.0)
@@ -105,6 +113,28 @@ def sim_rows(nih: dict[str, np.ndarray], models: list[NormativeModel], rows: str
         return d["x"], d["y"], d["src"]
 
 
+def lung_area_check(nih: dict[str, np.ndarray], films: int = CHUNK) -> None:
+    """Print how much lung the U-Net finds on simulated copies relative to the clean film's lungs (the first
+    ``films`` No Finding films' copies; a diagnostic, not a choice)."""
+    seg = get_segmenter("unet", threads=1, estimate_heart=False)
+    idx = np.flatnonzero(nih["labels"] == "No Finding")[:films]
+    for rows in ("reseg", "reseg+spill"):
+        params = ROWS[rows][0]
+        base, other = [], []
+        for i in idx:
+            px, right, left = nih["pixels"][i], nih["right"][i], nih["left"][i]
+            for c in range(COPIES):
+                sim = simulate_lesions(px, right, left, params, sim_seed(SEED, str(nih["ids"][i]), c))
+                s = seg.segment(CXRImage(sim.pixels))
+                for lung, new, zone in ((right, s.right_lung, 2), (left, s.left_lung, 5)):
+                    ratio = float(new.sum()) / max(int(lung.sum()), 1)
+                    (base if sim.labels[zone] else other).append(ratio)
+        print(f"  {rows}: lung area the U-Net finds on the copy / clean lung ({len(idx)} films x {COPIES} copies), "
+              f"median [IQR]: lungs with an abnormal base {np.median(base):.3f} [{np.percentile(base, 25):.3f}, "
+              f"{np.percentile(base, 75):.3f}] (n {len(base)}), other lungs {np.median(other):.3f} "
+              f"[{np.percentile(other, 25):.3f}, {np.percentile(other, 75):.3f}] (n {len(other)})", flush=True)
+
+
 def choose(cands: list[dict]) -> dict:
     """Round 1's pre-registered rule (module docstring)."""
     ok = [c for c in cands if c["loc"] >= 0.60 and c["sim"] >= 0.70]
@@ -149,6 +179,7 @@ def main() -> None:
         print(f"  {rows:<11}: {len(x)} copies ({n_norm * COPIES - len(x)} dropped: the "
               f"U-Net lost a lung), {int(y.sum())} of {y.size} zones abnormal; abnormal share per zone "
               + " ".join(f"{z} {m:.2f}" for z, m in zip(ZONES, y.mean(axis=0), strict=True)))
+    lung_area_check(nih)
     cands = []
     print("Candidates (default lesions, all features), 5-fold CV grouped by NIH patient (sim = simulated zone AUROC; "
           "loc = NIH effusion-only films, lower vs upper zones; opac = NIH opacity vs No Finding film AUROC):")
