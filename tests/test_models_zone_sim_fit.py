@@ -139,3 +139,6 @@ def test_resegmented_rows_keep_the_labels_and_drop_copies_that_lose_a_lung() -> 
     assert not np.allclose(xr, x[kept])  # features read with the re-segmented lungs
     assert ZoneSimRecipe(resegment=True).as_dict()["resegment"] is True
     assert "resegment" not in ZoneSimRecipe().as_dict()  # round-1 recipes (zone_sim_v1's sidecar) unchanged
+    assert "effusion_spill" not in ZoneSimRecipe().as_dict()["params"]
+    spilled = ZoneSimRecipe(LesionSimParams(effusion_spill=(0.03, 0.1)), resegment=True).as_dict()
+    assert spilled["params"]["effusion_spill"] == (0.03, 0.1)

@@ -70,9 +70,13 @@ class ZoneSimRecipe:
         feature_columns(self.features)
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready description (for the sidecar)."""
-        out = {"params": asdict(self.params), "copies": self.copies, "features": list(self.features),
-               "l2": self.l2, "seed": self.seed}
+        """JSON-ready description (for the sidecar); round-2 settings appear only when used, so round-1 recipes
+        (``zone_sim_v1``'s sidecar) read as before."""
+        params = asdict(self.params)
+        if params["effusion_spill"] == (0.0, 0.0):
+            params.pop("effusion_spill")
+        out = {"params": params, "copies": self.copies, "features": list(self.features), "l2": self.l2,
+               "seed": self.seed}
         return {**out, "resegment": True} if self.resegment else out
 
 
