@@ -126,6 +126,27 @@ def test_effusion_sits_at_the_base() -> None:
     pytest.fail("no effusion-only lower zone was drawn in 8 seeds")
 
 
+def test_effusion_spill_reaches_below_the_lung_and_is_off_by_default() -> None:
+    right, left = _lungs()
+    base = LesionSimParams(p_negative=0.0, p_all_zones=1.0, p_effusion=1.0, gamma=(1.0, 1.0))
+    spill = LesionSimParams(p_negative=0.0, p_all_zones=1.0, p_effusion=1.0, gamma=(1.0, 1.0),
+                            effusion_spill=(0.1, 0.1))
+    below = np.zeros_like(right)
+    bottom = int(np.flatnonzero(right.any(axis=1))[-1])
+    below[bottom + 1: bottom + 4] = right[bottom - 3: bottom].any(axis=0)  # just under the right lung's base
+    above = np.zeros_like(right)
+    above[: int(np.flatnonzero(right.any(axis=1))[0]) - 3] = True  # above the apex (past the blend)
+    for seed in range(8):
+        dry = simulate_lesions(_film(), right, left, base, seed=seed)
+        wet = simulate_lesions(_film(), right, left, spill, seed=seed)
+        if "effusion" in dry.kinds[2]:
+            assert wet.attenuation[below].max() > 3 * max(dry.attenuation[below].max(), 1e-3)
+            assert wet.attenuation[above].max() == 0.0  # never above the fluid
+            assert wet.labels[2]
+            return
+    pytest.fail("no right-base effusion was drawn in 8 seeds")
+
+
 def test_bad_input_and_parameters_are_named() -> None:
     right, left = _lungs()
     with pytest.raises(InputError, match="lung mask is empty"):
@@ -136,3 +157,5 @@ def test_bad_input_and_parameters_are_named() -> None:
         LesionSimParams(p_negative=1.5)
     with pytest.raises(ConfigError, match="airspace_cover"):
         LesionSimParams(airspace_cover=(0.8, 0.2))
+    with pytest.raises(ConfigError, match="effusion_spill"):
+        LesionSimParams(effusion_spill=(0.2, 0.1))

@@ -103,3 +103,42 @@ def test_shipped_reader_loads_with_its_recipe_and_nih_normal_films(pack_dir) -> 
     assert "NIH" in reader.meta["licence"] and "Brixia" in reader.meta["summary"]
     normal = {r.image_id for r in Pack(pack_dir).nih() if r.labels == ("No Finding",)}
     assert reader.meta["films"] and set(reader.meta["films"]) <= normal
+
+
+class _ShrinkingSegmenter:
+    """Test double: the films' lungs with the base cut off where the copy is bright; loses the left lung on every
+    third call."""
+
+    name = "shrinking"
+
+    def __init__(self, right: np.ndarray, left: np.ndarray) -> None:
+        self.right, self.left, self.calls = right, left, 0
+
+    def segment(self, image):
+        from cxrground.anatomy.segment.base import LungHeartMasks
+
+        self.calls += 1
+        dense = image.pixels > 120
+        left = np.zeros_like(self.left) if self.calls % 3 == 0 else self.left & ~dense
+        return LungHeartMasks(self.right & ~dense, left, None, "none", self.name)
+
+
+def test_resegmented_rows_keep_the_labels_and_drop_copies_that_lose_a_lung() -> None:
+    films = _films(6)
+    right, left = films[0][1], films[0][2]
+    films = [(px, right, left) for px, _, _ in films]
+    ids = [f"f{i}" for i in range(6)]
+    models, _ = fold_models(films, [f"p{i}" for i in range(6)])
+    params = LesionSimParams(p_negative=0.2, effusion_attenuation=(1.5, 2.0), p_effusion=1.0)
+    x, y, src = simulated_zone_rows(films, ids, models, params, copies=3, seed=2)
+    seg = _ShrinkingSegmenter(right, left)
+    xr, yr, srcr = simulated_zone_rows(films, ids, models, params, copies=3, seed=2, segmenter=seg)
+    assert seg.calls == 18 and len(xr) == 18 - 6 and xr.shape[1:] == x.shape[1:]
+    kept = np.array([k % 3 != 2 for k in range(18)])  # calls 3, 6, ... lost the left lung
+    assert np.array_equal(yr, y[kept]) and np.array_equal(srcr, src[kept])  # labels from the clean lungs
+    assert not np.allclose(xr, x[kept])  # features read with the re-segmented lungs
+    assert ZoneSimRecipe(resegment=True).as_dict()["resegment"] is True
+    assert "resegment" not in ZoneSimRecipe().as_dict()  # round-1 recipes (zone_sim_v1's sidecar) unchanged
+    assert "effusion_spill" not in ZoneSimRecipe().as_dict()["params"]
+    spilled = ZoneSimRecipe(LesionSimParams(effusion_spill=(0.03, 0.1)), resegment=True).as_dict()
+    assert spilled["params"]["effusion_spill"] == (0.03, 0.1)

@@ -16,7 +16,9 @@ aerated lung brightens most and already dense places (ribs, heart, fluid) little
   is covered, higher contrast;
 - either may be stronger laterally (a random gradient along the lung-shape coordinate ``u``, peripheral
   predominance as in viral pneumonia);
-- *effusion*: dense homogeneous fluid at the base of one lung below a meniscus that rises laterally.
+- *effusion*: dense homogeneous fluid at the base of one lung below a meniscus that rises laterally; optionally
+  (``effusion_spill``) the fluid also spreads beyond the lung mask, below and beside the fluid, so that it hides
+  the costophrenic angle and the diaphragm's edge as pleural fluid does (the labels are still read on the lung).
 
 **Zones.** A film is a negative (no lesion, ``p_negative``), or gets all six zones (``p_all_zones``, diffuse
 disease as on portables), or 1–5 zones drawn without replacement, lower zones ``lower_bias`` times as likely as
@@ -92,6 +94,8 @@ class LesionSimParams:
     """Smoothing (Gaussian σ) of the opacity's borders."""
     gamma: tuple[float, float] = (0.85, 1.2)
     """Global gamma of the film (every film, negatives too)."""
+    effusion_spill: tuple[float, float] = (0.0, 0.0)
+    """How far an effusion spreads outside the lung mask (fraction of the lung's height; (0, 0): not at all)."""
     label_attenuation: float = 0.05
     min_zone_cover: float = 0.1
 
@@ -103,7 +107,7 @@ class LesionSimParams:
             raise ConfigError("lesion simulation lower_bias, cell and label_attenuation must be positive, edge >= 0")
         for name in ("ground_glass_attenuation", "airspace_attenuation", "effusion_attenuation"):
             _check_range(name, getattr(self, name), 0.0, 5.0)
-        for name in ("airspace_cover", "effusion_height", "lateral_gradient", "texture"):
+        for name in ("airspace_cover", "effusion_height", "lateral_gradient", "texture", "effusion_spill"):
             _check_range(name, getattr(self, name), 0.0, 1.0)
         _check_range("gamma", self.gamma, 0.2, 5.0)
 
@@ -217,6 +221,20 @@ def _effusion(rng: np.random.Generator, p: LesionSimParams, lung: np.ndarray, si
     return (rng.uniform(*p.effusion_attenuation) * fluid * lung).astype(np.float32)
 
 
+def _spill(rng: np.random.Generator, p: LesionSimParams, fluid: np.ndarray, height: float) -> np.ndarray:
+    """The effusion ``fluid`` carried beyond its edge and out of the lung (not above the fluid's top), fading to 0
+    over the drawn reach: each pixel takes the nearest fluid pixel's attenuation times ``(1 − distance / reach)²``
+    (the fluid itself inside)."""
+    reach = max(1.0, rng.uniform(*p.effusion_spill) * height)
+    wet = fluid > 0.5 * fluid.max() if fluid.max() > 0 else np.zeros(fluid.shape, bool)
+    if not wet.any():
+        return np.zeros(fluid.shape, np.float32)
+    dist, (iy, ix) = ndimage.distance_transform_edt(~wet, return_indices=True)
+    spread = fluid[iy, ix] * np.clip(1.0 - dist / reach, 0.0, 1.0) ** 2
+    spread[: int(np.flatnonzero(wet.any(axis=1))[0])] = 0.0
+    return spread.astype(np.float32)
+
+
 def simulate_lesions(pixels: np.ndarray, right: np.ndarray, left: np.ndarray, params: LesionSimParams | None = None,
                      seed: int = 0) -> SimulatedFilm:
     """Insert lesions into chosen zones of a (normal) film; deterministic for ``seed``.
@@ -235,6 +253,7 @@ def simulate_lesions(pixels: np.ndarray, right: np.ndarray, left: np.ndarray, pa
     rng = np.random.default_rng(seed)
     chosen = _choose_zones(rng, p)
     field = np.zeros(img.shape, np.float32)
+    outside = np.zeros(img.shape, np.float32)
     kinds: list[tuple[str, ...]] = [() for _ in ZONES]
     for k, (side, lung) in enumerate(zip(_SIDES, (r, lft), strict=True)):
         rows = np.flatnonzero(lung.any(axis=1))
@@ -248,7 +267,10 @@ def simulate_lesions(pixels: np.ndarray, right: np.ndarray, left: np.ndarray, pa
             drawn: list[str] = []
             effusion = j == 2 and rng.random() < p.p_effusion
             if effusion:
-                field = np.maximum(field, _effusion(rng, p, lung, side))
+                fluid = _effusion(rng, p, lung, side)
+                field = np.maximum(field, fluid)
+                if p.effusion_spill[1] > 0:
+                    outside = np.maximum(outside, _spill(rng, p, fluid, height))
                 drawn.append("effusion")
             if not effusion or rng.random() < 0.5:
                 gg = bool(rng.random() < p.p_ground_glass)
@@ -259,7 +281,7 @@ def simulate_lesions(pixels: np.ndarray, right: np.ndarray, left: np.ndarray, pa
             kinds[zi] = tuple(drawn)
     lungs = r | lft
     soft_lungs = ndimage.gaussian_filter(lungs.astype(np.float32), _BLEND) * ndimage.binary_dilation(lungs, None, 2)
-    field = (field * soft_lungs).astype(np.float32)
+    field = np.maximum(field * soft_lungs, outside).astype(np.float32)
     gamma = float(rng.uniform(*p.gamma))
     base = np.clip(np.rint(255.0 * (img.astype(np.float64) / 255.0) ** gamma), 0, 255).astype(np.uint8)
     labels, cover = zone_labels_from_field(field, r, lft, p.label_attenuation, p.min_zone_cover)

@@ -6,9 +6,12 @@
   (:func:`cxrground.anatomy.lesion_sim.simulate_lesions`, seeds from the recipe's seed and the film id), the six
   zone labels read off the inserted lesions; some copies stay negative.
 - **Features**: :func:`cxrground.anatomy.zone_features.film_zone_features` under a normative model that never saw
-  the film: the NIH films are split into :data:`~cxrground.models.normative_fit.FOLDS` patient-grouped folds
-  and each film's copies are read by the normative model fitted on the other folds' No Finding films (at
-  inference the shipped ``normative_v1``, fitted on all of them, reads films it never saw either).
+  the film, read with the clean film's lungs or, when :attr:`ZoneSimRecipe.resegment` is set, with the lungs the
+  shipped U-Net finds on the simulated copy (as ``anatomy zones`` reads an abnormal film; a copy on which it loses
+  a lung is dropped), while the zone labels stay those of the inserted field on the clean lung zones. The NIH
+  films are split into :data:`~cxrground.models.normative_fit.FOLDS` patient-grouped folds and each film's copies
+  are read by the normative model fitted on the other folds' No Finding films (at inference the shipped
+  ``normative_v1``, fitted on all of them, reads films it never saw either).
 - **Classifier**: :meth:`cxrground.anatomy.zone_classifier.ZoneClassifier.fit` (L2 logistic) on the recipe's
   feature columns; the flag threshold is Youden's J on the out-of-fold probabilities of the simulated zones (same
   folds). No COVID-19 or Brixia-scored film is used.
@@ -35,6 +38,7 @@ from cxrground.anatomy.zone_classifier import SHIPPED_ZONE_READER, ZoneClassifie
 from cxrground.anatomy.zone_features import FEATURE_NAMES, feature_columns, film_zone_features, normative_hash
 from cxrground.datasets.pack import Pack
 from cxrground.errors import ConfigError
+from cxrground.io.cxr_image import CXRImage
 from cxrground.models.normative_fit import FOLDS, nih_patient, patient_folds
 
 __all__ = ["ZONE_SIM_NAME", "ZONE_SIM_V1", "ZoneSimRecipe", "default_zone_sim_path", "fit_from_pack", "fit_zone_sim",
@@ -55,6 +59,8 @@ class ZoneSimRecipe:
     features: tuple[str, ...] = FEATURE_NAMES
     l2: float = 1.0
     seed: int = 0
+    resegment: bool = False
+    """Read each copy's features with the lungs the U-Net segments on the copy (round 2; labels unchanged)."""
 
     def __post_init__(self) -> None:
         if self.copies < 1:
@@ -64,9 +70,14 @@ class ZoneSimRecipe:
         feature_columns(self.features)
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready description (for the sidecar)."""
-        return {"params": asdict(self.params), "copies": self.copies, "features": list(self.features),
-                "l2": self.l2, "seed": self.seed}
+        """JSON-ready description (for the sidecar); round-2 settings appear only when used, so round-1 recipes
+        (``zone_sim_v1``'s sidecar) read as before."""
+        params = asdict(self.params)
+        if params["effusion_spill"] == (0.0, 0.0):
+            params.pop("effusion_spill")
+        out = {"params": params, "copies": self.copies, "features": list(self.features), "l2": self.l2,
+               "seed": self.seed}
+        return {**out, "resegment": True} if self.resegment else out
 
 
 #: The shipped reader's recipe: chosen by the pre-registered rule of ``bench/zone_sim.py`` (default lesions, all
@@ -88,14 +99,25 @@ def working_film(pixels: np.ndarray, right: np.ndarray, left: np.ndarray) -> Fil
 
 
 def simulated_zone_rows(films: Sequence[Film], film_ids: Sequence[str], models: Sequence[NormativeModel],
-                        params: LesionSimParams, copies: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                        params: LesionSimParams, copies: int, seed: int,
+                        segmenter: LungHeartSegmenter | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(x, y, film)``: all :data:`FEATURE_NAMES` of every simulated copy (copies × 6 × d), its zone labels and
-    the index of its source film. ``films`` are on the working grid; ``models[i]`` reads film ``i``."""
+    the index of its source film. ``films`` are on the working grid; ``models[i]`` reads film ``i``.
+
+    With ``segmenter`` the features of a copy are read with the lungs it segments on the copy (the labels stay
+    those of the clean film's zones); a copy on which it finds no right or no left lung is left out, so
+    ``len(films) * copies - len(x)`` copies were dropped."""
     xs, ys, src = [], [], []
     for i, ((pixels, right, left), fid, model) in enumerate(zip(films, film_ids, models, strict=True)):
         for c in range(copies):
             sim = simulate_lesions(pixels, right, left, params, sim_seed(seed, fid, c))
-            xs.append(film_zone_features(model, sim.pixels, right, left)[0])
+            r, lft = right, left
+            if segmenter is not None:
+                seg = segmenter.segment(CXRImage(sim.pixels))
+                r, lft = seg.right_lung, seg.left_lung
+                if not (r.any() and lft.any()):
+                    continue
+            xs.append(film_zone_features(model, sim.pixels, r, lft)[0])
             ys.append(sim.labels)
             src.append(i)
     return np.array(xs), np.array(ys, dtype=bool), np.array(src, dtype=np.int64)
@@ -182,13 +204,16 @@ def fit_from_pack(pack: Pack, segmenter: LungHeartSegmenter, recipe: ZoneSimReci
     models, folds = fold_models(films, patients, normal)
     idx = np.flatnonzero(normal)
     x, y, src = simulated_zone_rows([films[i] for i in idx], [ids[i] for i in idx], [models[i] for i in idx],
-                                    recipe.params, recipe.copies, recipe.seed)
+                                    recipe.params, recipe.copies, recipe.seed,
+                                    segmenter if recipe.resegment else None)
+    lungs = "features read with the lungs the U-Net segments on each copy (copies losing a lung dropped), " \
+        if recipe.resegment else ""
     meta: dict[str, Any] = {
         "name": ZONE_SIM_NAME,
         "summary": f"L2 logistic zone reader trained on {len(x)} simulated-lesion copies of {len(idx)} NIH "
                    "ChestX-ray14 films labelled No Finding (cxr-pack-v1 nih/), lungs from the shipped lung U-Net, "
-                   "zone labels from the inserted lesions (cxrground.anatomy.lesion_sim); threshold by Youden's J "
-                   "on out-of-fold simulated zones. No COVID-19 film, no Brixia score used.",
+                   f"{lungs}zone labels from the inserted lesions (cxrground.anatomy.lesion_sim); threshold by "
+                   "Youden's J on out-of-fold simulated zones. No COVID-19 film, no Brixia score used.",
         "licence": "NIH ChestX-ray14: no restriction on use, attribution required",
         "attribution": "NIH Clinical Center, https://nihcc.app.box.com/v/ChestXray-NIHCC; Wang et al., "
                        "ChestX-ray8, CVPR 2017",
