@@ -18,7 +18,8 @@ from click.testing import CliRunner
 
 from cxrground.cli import main
 from cxrground.datasets.synthetic import SynthConfig, write_cohort
-from cxrground.ils.build import DATASET_FILE, BackendSpec, build_dataset
+from cxrground.errors import ConfigError
+from cxrground.ils.build import DATASET_FILE, BackendSpec, backends_identity, build_dataset
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.quality import score_against_truth
 from cxrground.ils.schema import load_dataset, validate_dataset
@@ -138,6 +139,39 @@ def test_resume_after_kill_gives_identical_output(cohort, built, tmp_path):
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     assert _bytes(out) == _bytes(built)
+
+
+def test_resume_refuses_other_effective_backends(cohort, built, tmp_path):
+    """Same options but other backends (e.g. new defaults after an upgrade): the build is not mixed."""
+    out = tmp_path / "b"
+    shutil.copytree(built, out)
+    stamp = json.loads((out / "settings.json").read_text())
+    tasks, failures = build_tasks(cohort / "files")
+    assert len(stamp["backends_hash"]) == 12
+    # an unchanged rerun resumes: nothing processed again
+    summary = build_dataset(tasks, out, IlsConfig(seed=3), BackendSpec(), scan_failures=failures, progress=False,
+                            truth_cohort=cohort)
+    assert summary.processed == 0 and summary.skipped == N_STUDIES
+    # a stamp from other backends (here: an older version's) is refused, and --overwrite rebuilds from scratch
+    (out / "settings.json").write_text(json.dumps({**stamp, "backends_hash": "0123456789ab"}))
+    with pytest.raises(ConfigError, match="other backends"):
+        build_dataset(tasks, out, IlsConfig(seed=3), BackendSpec(), scan_failures=failures, progress=False)
+    summary = build_dataset(tasks, out, IlsConfig(seed=3), BackendSpec(), scan_failures=failures, progress=False,
+                            overwrite=True, truth_cohort=cohort)
+    assert summary.processed == N_STUDIES and summary.skipped == 0
+    assert json.loads((out / "settings.json").read_text())["backends_hash"] == stamp["backends_hash"]
+    assert _bytes(out) == _bytes(built)
+
+
+def test_backends_identity_ignores_paths_and_follows_settings() -> None:
+    from cxrground.ils import build as ils_build
+
+    assert ils_build._without_paths({"a": "/x/y.npz", "b": ["/z", 1, "rel/p"], "c": {"d": "/q", "e": 2}}) == \
+        {"b": [1, "rel/p"], "c": {"e": 2}}
+    shipped = BackendSpec(synthesizer_kwargs={"model": "shipped"})
+    assert backends_identity(shipped) == backends_identity(BackendSpec(synthesizer_kwargs={"model": "shipped"}))
+    assert backends_identity(shipped) != backends_identity(BackendSpec(synthesizer_kwargs={"model": "shipped",
+                                                                                          "band": 1.0}))
 
 
 def test_bad_inputs_are_recorded_and_the_rest_finishes(cohort, tmp_path):

@@ -39,7 +39,7 @@ from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
 from cxrground.ils.pipeline import backend_provenance, process_study
 from cxrground.ils.schema import SPLITS, validate_dataset
 from cxrground.ils.tasks import StudyTask
-from cxrground.io.files import atomic_write_text
+from cxrground.io.files import atomic_write_text, sha256_json
 from cxrground.io.image import DEFAULT_MAX_PIXELS
 
 __all__ = ["DATASET_FILE", "BackendSpec", "BuildSummary", "assemble", "build_dataset", "check_backends", "run_units"]
@@ -306,6 +306,39 @@ def assemble(out: Path, tasks: Sequence[StudyTask], config: IlsConfig, spec: Bac
     return {"dataset": dataset, "failures": failures, "reported": reported, "rejections": dict(rejections)}
 
 
+def backends_identity(spec: BackendSpec) -> str:
+    """Short hash of what the backends of ``spec`` actually are (:func:`backend_provenance`: settings with their
+    defaults, weights' sha256, methods); file-system paths are left out, so a moved folder or install keeps it."""
+    return sha256_json(_without_paths(backend_provenance(spec)), default=str)[:12]
+
+
+def _without_paths(value: Any) -> Any:
+    """``value`` with every absolute file-system path string removed (recursively)."""
+    if isinstance(value, dict):
+        return {k: _without_paths(v) for k, v in value.items() if not _is_abs_path(v)}
+    if isinstance(value, list | tuple):
+        return [_without_paths(v) for v in value if not _is_abs_path(v)]
+    return value
+
+
+def _is_abs_path(value: Any) -> bool:
+    return isinstance(value, str) and Path(value).is_absolute()
+
+
+def _clear_build(out: Path, stamp: Path, overwrite: bool, what: str = "settings") -> None:
+    """Remove a previous build's units, masks, fitted model and settings stamp from ``out`` (only with
+    ``overwrite``; else an error naming the folder and the stored settings)."""
+    if not overwrite:
+        raise ConfigError(f"{out} holds a build with other {what} ({stamp.read_text().strip()}); "
+                          "use another folder or --overwrite")
+    import shutil
+
+    for folder in (out / UNITS_DIR, out / MASK_DIR):
+        shutil.rmtree(folder, ignore_errors=True)
+    for stale in (out / FITTED_FILE, (out / FITTED_FILE).with_suffix(".json"), stamp):
+        stale.unlink(missing_ok=True)
+
+
 def check_backends(spec: BackendSpec) -> None:
     """Raise :class:`ConfigError` for an unknown segmenter, synthesizer or detector, or an option it does not take."""
     from cxrground.anatomy.segment import SEGMENTERS
@@ -337,6 +370,10 @@ def build_dataset(
     (:func:`~cxrground.ils.cohort_normative.resolve_spec`: the ``normative`` synthesizer's model fitted on the
     build's report-normal studies, kept in ``out_dir`` for a resumed run).
 
+    A resume needs the same settings and the same effective backends (``settings.json``: config and spec hashes
+    and :func:`backends_identity`, which changes with new defaults or weights after an upgrade); otherwise a
+    :class:`ConfigError`, or with ``overwrite`` a fresh build in the same folder.
+
     ``max_pixels``: images whose header states more pixels are recorded as failures without being decoded.
 
     ``truth_cohort``: the synthetic cohort the inputs come from; its exact truth then scores the dataset
@@ -350,19 +387,19 @@ def build_dataset(
     started = time.perf_counter()
     settings = {"config_hash": config.config_hash(), "spec_hash": spec.spec_hash()}
     stamp = out / "settings.json"
-    if stamp.is_file() and json.loads(stamp.read_text()) != settings:
-        if not overwrite:
-            raise ConfigError(f"{out} holds a build with other settings ({stamp.read_text().strip()}); "
-                              "use another folder or --overwrite")
-        import shutil
-
-        for folder in (out / UNITS_DIR, out / MASK_DIR):
-            shutil.rmtree(folder, ignore_errors=True)
-        for fitted in (out / FITTED_FILE, (out / FITTED_FILE).with_suffix(".json")):
-            fitted.unlink(missing_ok=True)
-    atomic_write_text(stamp, json.dumps(settings, sort_keys=True))
+    previous = json.loads(stamp.read_text()) if stamp.is_file() else None
+    if previous is not None and {k: previous.get(k) for k in settings} != settings:
+        _clear_build(out, stamp, overwrite)
+        previous = None
     # once, before the workers: e.g. the cohort normative model
     run_spec = resolve_spec(spec, tasks, out, config, progress)
+    settings["backends_hash"] = backends_identity(run_spec)
+    if previous is not None and previous.get("backends_hash") != settings["backends_hash"]:
+        # same options, other effective backends (new defaults or weights after an upgrade): never mix the two
+        _clear_build(out, stamp, overwrite, "backends")
+        run_spec = resolve_spec(spec, tasks, out, config, progress)
+        settings["backends_hash"] = backends_identity(run_spec)
+    atomic_write_text(stamp, json.dumps(settings, sort_keys=True))
     processed, skipped = run_units(tasks, out, config, run_spec, engine, workers, progress, max_pixels)
     result = assemble(out, tasks, config, spec, scan_failures, backend_provenance(run_spec),
                       Path(truth_cohort) if truth_cohort is not None else None)
