@@ -14,15 +14,10 @@ from cxrground.anatomy.lesion_sim import (
     zone_labels_from_field,
 )
 from cxrground.errors import ConfigError, InputError
+from masks_helpers import TOY_H, TOY_W, toy_lungs
 
-H, W = 120, 140
-
-
-def _lungs() -> tuple[np.ndarray, np.ndarray]:
-    yy, xx = np.mgrid[:H, :W]
-    right = ((xx - 38) / 26.0) ** 2 + ((yy - 62) / 48.0) ** 4 <= 1.0
-    left = ((xx - 102) / 26.0) ** 2 + ((yy - 62) / 48.0) ** 4 <= 1.0
-    return right, left
+H, W = TOY_H, TOY_W
+_lungs = toy_lungs
 
 
 def _film(seed: int = 0) -> np.ndarray:
