@@ -391,6 +391,11 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
     ("neg_post", r"(?:(?:is|are|has|have)\s+)?(?:been\s+)?(?:since\s+)?(?:completely\s+)?"
                  r"(?:gone|ruled\s+out)|(?:is|are)\s+absent|(?:(?:appears?|is|are|remains?)\s+)?within\s+(?:the\s+)?"
                  r"(?:normal\s+limits|limits\s+of\s+normal)"),
+    # round 5: a clause-final "have / has (since) resolved / cleared" negates its whole subject, however long the
+    # list ("consolidation, atelectasis, and blunting at the left base have cleared in the interval"); see rules
+    ("neg_subj", r"(?:has|have)\s+(?:now\s+|since\s+|also\s+)*(?:(?:completely|entirely|fully)\s+)?"
+                 r"(?:resolved|cleared)(?=\s*(?:$|[.;,)]|\b(?:in\s+the\s+interval|since|on|compared|from|"
+                 r"and)\b))"),
     ("neg_both", r"(?:(?:has|have)\s+)?(?:been\s+)?(?:since\s+)?(?:completely\s+)?"
                  r"(?:resolved|cleared)"),
     ("neg_pre", r"(?:interval\s+)?resolution\s+of|(?:(?:interval|complete|total)\s+)+clearing\s+of|no\s+longer|"
@@ -457,6 +462,31 @@ LINK_RE: Final[re.Pattern[str]] = re.compile(
 ATTRIBUTION_BLOCK_RE: Final[re.Pattern[str]] = re.compile(
     r";|\b(?:but|however|although|no|not|without|there|while|whereas|with|new|also)\b"
 )
+#: A de-identification blank standing where the link word was ("opacity XXXX atelectasis", "opacities, XXXX
+#: atelectatic changes"): an attribution whose link word is unknown; no hedge is seen, so the lesion keeps the
+#: observation's assertion (round 5; before, the lesion was a second finding without the observation's location).
+MASKED_LINK_RE: Final[re.Pattern[str]] = re.compile(r"\s*,?\s*(?:xxxx\s*)+")
+#: A sentence about an earlier examination ("On the prior outside CT, the right upper lobe was consolidated."):
+#: its findings are history when it is told in the past tense (:data:`PRIOR_EXAM_PAST_RE`) and compares nothing
+#: with today (:data:`PRIOR_EXAM_NOW_RE`; "on the prior study the effusion was larger" still reports the effusion).
+PRIOR_EXAM_RE: Final[re.Pattern[str]] = re.compile(
+    r"\s*(?:on|in|at|per)\s+(?:the\s+|a\s+|an\s+)?(?:(?:previous|prior|outside|old|earlier|remote|preceding)\s+)+"
+    r"(?:[\w-]+\s+){0,3}?(?:study|studies|exam(?:ination)?s?|scans?|ct|cts|films?|radiographs?|x-?rays?|images?|"
+    r"cxrs?|mri)\b"
+)
+PRIOR_EXAM_PAST_RE: Final[re.Pattern[str]] = re.compile(r"\b(?:was|were|had|showed|demonstrated|revealed)\b")
+PRIOR_EXAM_NOW_RE: Final[re.Pattern[str]] = re.compile(
+    r"\b(?:larger|smaller|more|less|greater|bigger|better|worse|improv\w*|increas\w*|decreas\w*|again|still|"
+    r"persist\w*|unchanged|stable|similar|same|now|today|current\w*|remains?|since|compared|resolv\w*|new)\b"
+)
+#: A sentence that opens by pointing back ("This may represent atelectasis.", "The appearance suggests scarring or
+#: atelectasis."): its unlocated lesions lie where the located findings of the sentence before lie (see
+#: :mod:`.resolve`).
+ANAPHOR_RE: Final[re.Pattern[str]] = re.compile(
+    r"\s*(?:this|these|that|those|it|they|the\s+(?:appearance|findings?|latter|abnormality|abnormalities))\b"
+    r"(?:\s+(?:findings?|appearance|abnormalit(?:y|ies)|opacit(?:y|ies)|densit(?:y|ies)|changes?))?",
+    re.IGNORECASE,
+)
 #: Gap between two finding phrases that makes them alternatives ("atelectasis versus pneumonia").
 ALTERNATIVE_GAP_RE: Final[re.Pattern[str]] = re.compile(
     r"\s*,?\s*(?:or|versus|vs\.?|/|and\s*/\s*or)\s*(?:(?:xxxx|an?|early|developing|superimposed|underlying|"
@@ -497,6 +527,20 @@ _LOCATIONS: Final[tuple[tuple[str, str], ...]] = (
     ("whole", rf"{_SIDED}\s+(?:lung|hemithorax|chest|side|pleural\s+space|pleura|lung\s+field)s?|"
               rf"(?:right|left)[- ]sided|right|left"),
 )
+#: Extent words of the "both" kind: both lungs only when nothing more specific is said (ILS §7.2 "diffuse,
+#: multifocal (no side)"); with a sided or zoned phrase ("diffuse right lower lobe opacity") they add no label.
+EXTENT_RE: Final[re.Pattern[str]] = re.compile(r"diffuse(?:ly)?|multifocal|widespread|scattered")
+#: Side words of a location phrase; a zoned phrase without one may take the side of the phrase right before it.
+SIDE_WORD_RE: Final[re.Pattern[str]] = re.compile(r"\b(?:right|left|bilateral(?:ly)?|both)\b|^bi|\bbi(?=\w)")
+#: The gap that lets a zoned phrase take the side of the phrase before it ("left perihilar upper lobe").
+SIDE_CARRY_GAP_RE: Final[re.Pattern[str]] = re.compile(r"\s*(?:(?:,|/|and)\s*)?")
+
+
+def is_extent_phrase(phrase: str) -> bool:
+    """Whether a location phrase is only an extent word ("diffuse", "scattered", ...), not a place."""
+    return EXTENT_RE.fullmatch(phrase.strip().lower()) is not None
+
+
 _loc_parts: list[str] = []
 #: Group name -> location kind, for :data:`LOCATION_RE`.
 LOCATION_KINDS: Final[dict[str, str]] = {}

@@ -5,7 +5,12 @@
    findings of the same lesion in the section, when there are any: it takes their labels (in order of first
    mention) instead of the both-lungs default. Without this a repeated bare mention adds the other lung to a
    one-sided lesion. Cardiomegaly (always ``heart``), absent findings and non-target findings are left alone;
-   the finding's ``location_phrases`` stay empty (nothing was written in its sentence).
+   the finding's ``location_phrases`` stay empty (nothing was written in its sentence). Round 5: a finding whose
+   only location phrases are extent words ("scattered", "diffuse": :func:`~.lexicon.is_extent_phrase`) counts as
+   unlocated here, and a lesion finding of a sentence that opens by pointing back ("This may represent
+   atelectasis.", "The appearance suggests scarring or atelectasis.": :data:`~.lexicon.ANAPHOR_RE`) takes the labels
+   of the located positive lung findings of the sentence before it, whatever their lesion; this direct reference
+   comes before the same-lesion rule.
 2. **Merged sections** (section policy ``findings+impression``): a finding from a later part of the section
    whose lesion (or, for a non-target finding, lower-cased entity), presence and reported location equal those
    of a finding from an earlier part is dropped: one lesion + location reported in both the findings and the
@@ -22,6 +27,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cxrground.reports.findings import Finding, StructuredReport
+from cxrground.reports.structure.lexicon import ANAPHOR_RE, is_extent_phrase
+from cxrground.vocab import HEART
 from cxrground.vocab.lesions import HEART_MASK_LESIONS
 
 __all__ = ["inherit_locations", "merge_duplicates", "resolve_findings"]
@@ -29,19 +36,43 @@ __all__ = ["inherit_locations", "merge_duplicates", "resolve_findings"]
 _NO_INHERIT = frozenset(HEART_MASK_LESIONS)  # the heart mask has no side to inherit
 
 
-def inherit_locations(findings: tuple[Finding, ...]) -> tuple[Finding, ...]:
-    """Rule 1 of the module docstring: unlocated positive lesion findings take the labels of located ones."""
+def _placed(f: Finding) -> bool:
+    """Whether the finding's own sentence names a place for it (not only an extent word)."""
+    return any(not is_extent_phrase(p) for p in f.location_phrases)
+
+
+def _points_back(report: StructuredReport | None, sent_idx: int) -> bool:
+    if report is None or sent_idx <= 1:
+        return False
+    try:
+        text = report.section.sentence(sent_idx).text
+    except (IndexError, KeyError, ValueError):
+        return False
+    return ANAPHOR_RE.match(text) is not None
+
+
+def inherit_locations(findings: tuple[Finding, ...], report: StructuredReport | None = None) -> tuple[Finding, ...]:
+    """Rule 1 of the module docstring: unlocated positive lesion findings take the labels of located ones.
+
+    ``report`` (its sentences) is needed for the pointing-back sentences; without it only the same-lesion rule
+    applies.
+    """
     located: dict[str, list[str]] = {}
+    by_sentence: dict[int, list[str]] = {}
     for f in findings:
-        if f.lesion is not None and f.lesion not in _NO_INHERIT and f.presence == "positive" and f.location_phrases:
-            located.setdefault(f.lesion, []).extend(f.reported_location)
-    if not located:
+        if f.lesion not in _NO_INHERIT and f.presence == "positive" and _placed(f) and HEART not in f.reported_location:
+            by_sentence.setdefault(f.sent_idx, []).extend(f.reported_location)
+            if f.lesion is not None:
+                located.setdefault(f.lesion, []).extend(f.reported_location)
+    if not by_sentence:
         return findings
     out = []
     for f in findings:
-        labels = located.get(f.lesion or "")
-        if labels and f.presence == "positive" and not f.location_phrases:
-            f = replace(f, reported_location=tuple(dict.fromkeys(labels)))
+        if f.lesion is not None and f.lesion not in _NO_INHERIT and f.presence == "positive" and not _placed(f):
+            labels = by_sentence.get(f.sent_idx - 1) if _points_back(report, f.sent_idx) else None
+            labels = labels or located.get(f.lesion)
+            if labels:
+                f = replace(f, reported_location=tuple(dict.fromkeys(labels)))
         out.append(f)
     return tuple(out)
 
@@ -75,7 +106,7 @@ def merge_duplicates(report: StructuredReport, findings: tuple[Finding, ...]) ->
 
 def resolve_findings(report: StructuredReport) -> StructuredReport:
     """``report`` with the report-level rules of this module applied."""
-    findings = merge_duplicates(report, inherit_locations(report.findings))
+    findings = merge_duplicates(report, inherit_locations(report.findings, report))
     if findings == report.findings:
         return report
     return replace(report, findings=findings)

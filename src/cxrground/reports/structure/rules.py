@@ -54,10 +54,24 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
    "compressive / passive / relaxation atelectasis", which lies next to the effusion that causes it, and a
    "parapneumonic" effusion next to its pneumonia); the phrase's alternatives share that location ("adjacent
    atelectasis or consolidation").
+   Round 5: extent words ("diffuse", "scattered", "multifocal", "widespread") give both lungs only when the
+   finding has no other location phrase (ILS §7.2 "(no side)": "diffuse right lower lobe opacity" is the right
+   base); a zoned phrase without a side word right after a sided one (only a space, comma, "/" or "and" between)
+   takes that side ("left perihilar upper lobe"; not a plural place such as "lower lobes", not a zone with a
+   side of its own such as the lingula); a location phrase reaches a finding across "with" only when nothing in
+   the finding's own clause places it ("improved aeration of the lung bases with small left basilar effusion").
 6. **History**: a phrase in the scope of "history of" / "h/o" ("history of pneumonia") describes the past and
-   gives no finding.
+   gives no finding; so does a whole sentence that tells in the past tense what an earlier examination showed
+   and compares nothing with today ("On the prior outside CT, the right upper lobe was consolidated."; round 5).
+   A clause-final "have / has (since) resolved / cleared" negates every phrase of its subject, however long the
+   list, when no verb stands between ("consolidation, atelectasis, and blunting at the left base have cleared in
+   the interval"; round 5); a phrase that is a clause of its own ("heart size is enlarged") is never reached by a
+   post-cue of a later subject. A de-identification blank between an observation and a lesion ("opacity XXXX
+   atelectasis") is an attribution whose link word is unknown: no hedge is seen, the lesion keeps the
+   observation's assertion and location (round 5).
 7. **Report level** (:mod:`.resolve`): a positive lesion finding without a location phrase takes the labels of
-   the located positive findings of the same lesion; in a merged findings + impression section a lesion +
+   the located positive findings of the sentence before when its sentence points back ("This may represent
+   atelectasis."), else of the same lesion; in a merged findings + impression section a lesion +
    location repeated in the impression counts once.
 """
 
@@ -83,8 +97,15 @@ from cxrground.reports.structure.lexicon import (
     LINK_RE,
     LOCATION_KINDS,
     LOCATION_RE,
+    MASKED_LINK_RE,
+    PRIOR_EXAM_NOW_RE,
+    PRIOR_EXAM_PAST_RE,
+    PRIOR_EXAM_RE,
+    SIDE_CARRY_GAP_RE,
+    SIDE_WORD_RE,
     EntityKind,
     default_location,
+    is_extent_phrase,
     location_labels,
 )
 from cxrground.reports.structure.resolve import resolve_findings
@@ -97,15 +118,18 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RuleStructurer", "st
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
 
-_NEG = frozenset({"neg_pre", "neg_post", "neg_both"})
+_NEG = frozenset({"neg_pre", "neg_post", "neg_both", "neg_subj"})
 _UNC = frozenset({"unc_pre", "unc_post", "unc_both", "unc_vs", "link"})
 _PRE = frozenset({"neg_pre", "unc_pre", "link", "neg_both", "unc_both", "unc_vs"})
-_POST = frozenset({"neg_post", "unc_post", "neg_both", "unc_both", "unc_vs"})
+_POST = frozenset({"neg_post", "unc_post", "neg_both", "unc_both", "unc_vs", "neg_subj"})
 _CLOSING = frozenset({"neg_post", "unc_post"})
 _HEDGE_PRE = frozenset({"unc_pre", "unc_both", "unc_vs"})
 _COORD_GAP: Final[re.Pattern[str]] = re.compile(r"\s*,?\s*(?:and|or|nor|/|,)\s*(?:[\w-]+\s+){0,2}")
 _INSIDE_NEG: Final[re.Pattern[str]] = re.compile(r"\b(?:not|no)\b")
 _AND: Final[re.Pattern[str]] = re.compile(r"\band\b")
+#: A verb in or after a phrase before a clause-final "have resolved": the phrase is not part of that verb's subject.
+_VERB: Final[re.Pattern[str]] = re.compile(
+    r"\b(?:is|are|was|were|has|have|had|appears?|remains?|seems?|shows?|demonstrates?)\b")
 _PREPOSITIONS: Final[re.Pattern[str]] = re.compile(r"\b(?:in|at|of|the|within|on|involving|over|along|near)\b")
 #: Words that may stand between an observation's comma and its alternatives ("opacities, XXXX subsegmental
 #: atelectasis or scarring"): de-identification blanks and descriptive modifiers.
@@ -139,6 +163,8 @@ _CLAUSE_CONTINUES: Final[re.Pattern[str]] = re.compile(
 _AND_OR: Final[re.Pattern[str]] = re.compile(r"\b(?:and|or|nor)\b|/")
 _MAX_LINK_WORDS: Final[int] = 15
 _LOCATION_SCOPE_SKIP: Final[str] = "with"
+#: A plural place ("upper lobes", "bases") names both sides and takes no side from the phrase before it.
+_PLURAL_PLACE: Final[re.Pattern[str]] = re.compile(r"\b(?:lobes|zones|fields|lungs|bases|apices|hila|regions)\b")
 
 
 @dataclass
@@ -224,6 +250,8 @@ class RuleStructurer:
         ]
         if not mentions:
             return []
+        if self._about_prior_exam(low):
+            return []  # "On the prior outside CT, the right upper lobe was consolidated.": history
         cues = [_Cue(m.start(), m.end(), CUE_KINDS[m.lastgroup]) for m in CUE_RE.finditer(low)]  # type: ignore[index]
         # cues that overlap a phrase without lying inside it are parts of words of the phrase: drop them
         cues = [c for c in cues if not any(c.start < mm.end and mm.start < c.end and not (
@@ -242,6 +270,15 @@ class RuleStructurer:
         return self._findings(index, text, mentions)
 
     # -- steps -------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _about_prior_exam(low: str) -> bool:
+        """Whether the sentence tells, in the past tense, what an earlier examination showed (history, step 6)."""
+        m = PRIOR_EXAM_RE.match(low)
+        if m is None:
+            return False
+        rest = low[m.end():]
+        return PRIOR_EXAM_PAST_RE.search(rest) is not None and PRIOR_EXAM_NOW_RE.search(rest) is None
 
     @staticmethod
     def _scope(terms: list[_Cue], start: int, end: int, n: int, skip: str | None = None,
@@ -300,14 +337,18 @@ class RuleStructurer:
         for c in cues:
             if c.start < m.end or c.end > hi or c.kind not in _POST:
                 continue
+            if c.kind == "neg_subj" and not _VERB.search(low, m.start, c.start):
+                neg = True  # part of the subject of "... have resolved" ("consolidation, atelectasis, and X have")
+                break
             if c.kind in BOTH_WINDOW and _nwords(low[m.end:c.start]) > BOTH_WINDOW[c.kind]:
                 break
             prev_end = m.end
             ok = True
+            clause = _VERB.search(low, m.start, m.end) is not None  # "heart size is enlarged": a clause of its own
             for other in mentions[i + 1:]:
                 if other.start >= c.start:
                     break
-                if not _COORD_GAP.fullmatch(low, prev_end, other.start):
+                if clause or not _COORD_GAP.fullmatch(low, prev_end, other.start):
                     ok = False
                     break
                 prev_end = other.end
@@ -379,7 +420,9 @@ class RuleStructurer:
             if any(t.assertion == "absent" for t in targets):
                 continue
             gap_start, gap_end = obs.end, targets[0].start
-            if not self._is_link(low, gap_start, gap_end, len(targets) > 1):
+            # a blank where the link word was ("opacity XXXX atelectasis"): a link of unknown strength, no hedge seen
+            masked = MASKED_LINK_RE.fullmatch(low, gap_start, gap_end) is not None and "xxxx" in low[gap_start:gap_end]
+            if not masked and not self._is_link(low, gap_start, gap_end, len(targets) > 1):
                 continue
             hedged = obs.assertion == "uncertain" or (len(targets) > 1 and self.alternatives == "uncertain") or any(
                 gap_start <= c.start and c.end <= gap_end and c.kind in _UNC for c in cues)
@@ -412,28 +455,59 @@ class RuleStructurer:
         return not ands or _AND_VERB.search(gap, ands[-1].end()) is not None
 
     def _locate(self, low: str, text: str, mentions: list[_Mention], terms: list[_Cue]) -> None:
+        pending: list[tuple[int, int, tuple[str, ...]]] = []  # phrases whose finding lies only across "with"
+        prev: tuple[int, str] | None = None  # (end, side) of the previous sided location phrase
         for m in LOCATION_RE.finditer(low):
-            labels = location_labels(LOCATION_KINDS[m.lastgroup], m.group())  # type: ignore[index]
+            kind = LOCATION_KINDS[m.lastgroup]  # type: ignore[index]
+            s, e = m.start(), m.end()
+            phrase = m.group()
+            labels = location_labels(kind, phrase)
+            side = SIDE_WORD_RE.search(phrase)
+            if side is not None:  # a side word of a no-op phrase ("left greater than right") is no side to carry
+                prev = (e, side.group()) if side.group() in ("right", "left") and labels else None
+            elif (kind == "zoned" and prev is not None and SIDE_CARRY_GAP_RE.fullmatch(low, prev[0], s)
+                  and _PLURAL_PLACE.search(phrase) is None and {lab.split()[0] for lab in labels} >= {"right", "left"}):
+                labels = location_labels(kind, f"{prev[1]} {phrase}")  # "left perihilar upper lobe": left
+                prev = (e, prev[1])
+            else:
+                prev = None
             if not labels:
                 continue
-            s, e = m.start(), m.end()
             if any(mm.start < e and s < mm.end for mm in mentions):
                 continue  # part of a finding phrase
             if _NORMAL_AFTER.match(low, e):
                 continue  # "..., the left lower lobe is clear": the location of a normal statement
-            lo, hi = self._scope(terms, s, e, len(low), skip=_LOCATION_SCOPE_SKIP, low=low)
-            best: tuple[int, int, int] | None = None  # (distance, after-penalty, group)
-            for mm in mentions:
-                if mm.kind.lesion in HEART_MASK_LESIONS or mm.start < lo or mm.end > hi:
-                    continue
-                key = (mm.start - e, 0, mm.group) if e <= mm.start else (s - mm.end, 1, mm.group)
-                if best is None or key[:2] < best[:2]:
-                    best = key
+            best = self._nearest(mentions, terms, low, s, e)
             if best is None:
+                pending.append((s, e, labels))
                 continue
             for mm in mentions:
-                if mm.group == best[2]:
+                if mm.group == best:
                     mm.locations.append((s, text[s:e], labels))
+        # across "with" a phrase goes only to a finding with no place of its own ("improved aeration of the lung
+        # bases with small residual left basilar effusion": the effusion is left basilar)
+        for s, e, labels in pending:
+            best = self._nearest(mentions, terms, low, s, e, skip=_LOCATION_SCOPE_SKIP)
+            if best is None:
+                continue
+            group = [mm for mm in mentions if mm.group == best]
+            if any(loc for mm in group for loc in mm.locations if not is_extent_phrase(loc[1])):
+                continue
+            for mm in group:
+                mm.locations.append((s, text[s:e], labels))
+
+    def _nearest(self, mentions: list[_Mention], terms: list[_Cue], low: str, s: int, e: int,
+                 skip: str | None = None) -> int | None:
+        """Group of the finding nearest to the location phrase ``low[s:e]`` within its clause (before wins ties)."""
+        lo, hi = self._scope(terms, s, e, len(low), skip=skip, low=low)
+        best: tuple[int, int, int] | None = None  # (distance, after-penalty, group)
+        for mm in mentions:
+            if mm.kind.lesion in HEART_MASK_LESIONS or mm.start < lo or mm.end > hi:
+                continue
+            key = (mm.start - e, 0, mm.group) if e <= mm.start else (s - mm.end, 1, mm.group)
+            if best is None or key[:2] < best[:2]:
+                best = key
+        return None if best is None else best[2]
 
     @staticmethod
     def _adjacent(low: str, mentions: list[_Mention]) -> None:
@@ -459,7 +533,10 @@ class RuleStructurer:
             else:
                 locs = sorted(mm.locations)
                 phrases = tuple(dict.fromkeys(p for _, p, _ in locs))
-                labels = tuple(dict.fromkeys(lab for _, _, labs in locs for lab in labs)) or default_location(mm.kind)
+                # extent words ("diffuse", "scattered") give both lungs only when no place is named with them
+                placed = [labs for _, p, labs in locs if not is_extent_phrase(p)]
+                labels = tuple(dict.fromkeys(lab for labs in (placed or [labs for _, _, labs in locs])
+                                             for lab in labs)) or default_location(mm.kind)
             start, end = mm.entity_span or (mm.start, mm.end)
             entity = text[start:end]
             out.append(Finding(
