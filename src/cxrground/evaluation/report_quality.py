@@ -443,7 +443,9 @@ def score_mesh_cases(cases: Iterable[MeshCase], split: str | None = None, count:
     field, and ``opacity (incl. attributed)``. ``macro_f1`` averages the F1 of the lesions with at least one
     MeSH-positive report, opacity taken with its attributed observations; ``macro_f1_lesion_field`` uses the
     plain opacity row instead. ``side_exact``: over true positives whose MeSH terms give a side, the share whose
-    predicted sides (of the counted findings) are exactly the MeSH sides.
+    predicted sides (of the counted findings) are exactly the MeSH sides. A row is predicted, with the sides of the
+    counted findings, by the roll-up of :func:`cxrground.reports.labels.roll_up` (uncertain findings counted as
+    present under ``positive``): the report labels of ``cxrground reports label`` are what this scores.
     """
     if count not in MESH_COUNTS:
         raise ValueError(f"unknown count {count!r}; expected one of {MESH_COUNTS}")

@@ -247,12 +247,10 @@ class ReportLabels:
 
     def csv_row(self) -> dict[str, str]:
         """One CSV row (:data:`LABEL_COLUMNS`): codes and sides, blank where a field is not mentioned."""
-        row = {"report_id": self.report_id, "section": self.section}
-        for name in LABEL_FIELDS:
-            label = self.label(name)
-            row[name] = "" if label is None else str(label.code())
-            row[f"{name}_sides"] = "" if label is None else label.sides_text()
-        return row
+        codes = {name: "" if (label := self.label(name)) is None else str(label.code()) for name in LABEL_FIELDS}
+        sides = {f"{name}_sides": "" if (label := self.label(name)) is None else label.sides_text()
+                 for name in LABEL_FIELDS}
+        return {"report_id": self.report_id, "section": self.section, **codes, **sides}
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: report id, section, and per field its label (:meth:`LesionLabel.to_dict`) or null."""
