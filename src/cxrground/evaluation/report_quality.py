@@ -445,7 +445,8 @@ def score_mesh_cases(cases: Iterable[MeshCase], split: str | None = None, count:
     plain opacity row instead. ``side_exact``: over true positives whose MeSH terms give a side, the share whose
     predicted sides (of the counted findings) are exactly the MeSH sides. A row is predicted, with the sides of the
     counted findings, by the roll-up of :func:`cxrground.reports.labels.roll_up` (uncertain findings counted as
-    present under ``positive``): the report labels of ``cxrground reports label`` are what this scores.
+    present under ``positive``): the statuses of ``cxrground reports label`` are what this counts (code 1 under
+    ``present``, 1 or -1 under ``positive``; there the sides also take those of the uncertain findings).
     """
     if count not in MESH_COUNTS:
         raise ValueError(f"unknown count {count!r}; expected one of {MESH_COUNTS}")
