@@ -1,4 +1,5 @@
-"""``cxrground reports structure`` (attached to the ``reports`` group): findings (ILS §7) as JSON lines."""
+"""``cxrground reports structure`` and ``reports label`` (attached to the ``reports`` group): findings (ILS §7) as
+JSON lines, and per-report lesion labels (CheXpert-labeler style) rolled up from them."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from pathlib import Path
 import click
 
 from cxrground.cli.common import EXISTING, echo_lines, request_options
+from cxrground.reports.labels import LabelRequest, label_files
 from cxrground.reports.request import StructureRequest, structure_files
 
 from .report_cmds import reports
 
-__all__ = ["COMMANDS", "structure"]
+__all__ = ["COMMANDS", "label", "structure"]
 
 
 @reports.command("structure")
@@ -27,6 +29,24 @@ def structure(request: StructureRequest, paths: tuple[Path, ...]) -> None:
     structured are printed as {"failure": ...} lines (or written to OUT.failures.jsonl with --out).
     """
     output = structure_files(paths, request)
+    echo_lines(output.lines)
+    echo_lines(output.notes, err=True)
+    if output.failed:
+        sys.exit(1)
+
+
+@reports.command("label")
+@click.argument("paths", nargs=-1, required=True, type=EXISTING)
+@request_options(LabelRequest)
+def label(request: LabelRequest, paths: tuple[Path, ...]) -> None:
+    """Label report files (or folders of them) per lesion: 1 present, -1 uncertain, 0 negated, blank not mentioned.
+
+    CSV: report_id, section, one column per lesion and opacity_observed (opacity findings plus opacity-class
+    phrases attributed to another lesion), then a <lesion>_sides column each (right / left / right+left). JSONL: one
+    object per report with status, code, sides and sentence numbers per lesion. Failures go to OUT.failures.jsonl
+    with --out, else to stdout as {"failure": ...} lines (JSONL) or to stderr (CSV, so stdout stays one table).
+    """
+    output = label_files(paths, request)
     echo_lines(output.lines)
     echo_lines(output.notes, err=True)
     if output.failed:

@@ -53,12 +53,13 @@ from typing import Any, Final
 import numpy as np
 
 from cxrground.reports.findings import Finding, Structurer
+from cxrground.reports.labels import OPACITY_OBSERVED as OPACITY_FIELD
+from cxrground.reports.labels import label_mentions, mention_assertion, roll_up
 from cxrground.reports.model import MERGED_SECTION, Report, SectionChoice
 from cxrground.reports.readers import parse_report_text
 from cxrground.reports.sections import choose_section, select_section
 from cxrground.reports.sentences import normalise_whitespace
 from cxrground.reports.structure import structure_reports
-from cxrground.reports.structure.lexicon import ENTITY_KINDS, ENTITY_RE
 from cxrground.vocab import LESIONS
 
 __all__ = [
@@ -357,14 +358,19 @@ def mesh_section(report: Report, sections: str = MERGED_SECTION) -> SectionChoic
     return select_section(report, sections)
 
 
+def _label_field(row: str) -> str:
+    """The label field of :mod:`cxrground.reports.labels` that the score row ``row`` counts."""
+    return OPACITY_FIELD if row == OPACITY_OBSERVED else row
+
+
 @dataclass(frozen=True)
 class MeshMention:
     """One positive (present or uncertain) finding of a structured report, as the MeSH scoring sees it.
 
-    ``names``: the lesion, plus ``opacity (incl. attributed)`` when the phrase is an opacity-class phrase
-    (``opacity`` itself, or an observation attributed to another lesion). ``observation_present``: the opacity
-    phrase itself is stated without a hedge of its own (an attributed observation whose *cause* is hedged,
-    "opacities, likely atelectasis", still states the opacity).
+    ``lesion``: the finding's lesion (None: an opacity-class phrase of no target lesion); ``opacity_phrase``: the
+    phrase is opacity-class, so the finding also counts on the ``opacity (incl. attributed)`` row. What a mention
+    states about a row, and how the mentions of a report roll up, are the rules of :mod:`cxrground.reports.labels`
+    (an attributed observation whose *cause* is hedged, "opacities, likely atelectasis", still states the opacity).
     """
 
     lesion: str | None
@@ -375,12 +381,8 @@ class MeshMention:
 
     def counts_for(self, row: str, count: str) -> bool:
         """Whether this mention makes the report positive for ``row`` when counting ``count`` findings."""
-        if row == OPACITY_OBSERVED:
-            if not self.opacity_phrase and self.lesion != "opacity":
-                return False
-            attributed = self.opacity_phrase and self.lesion not in (None, "opacity")
-            return count == "positive" or self.assertion == "present" or attributed
-        return self.lesion == row and (count == "positive" or self.assertion == "present")
+        said = mention_assertion(self, _label_field(row))
+        return said == "present" or (said == "uncertain" and count == "positive")
 
 
 @dataclass(frozen=True)
@@ -401,15 +403,12 @@ class MeshCase:
     truth_hedged: frozenset[str] = frozenset()
 
 
-def _sides_of(labels: Iterable[str]) -> frozenset[str]:
-    return frozenset(side for label in labels for side in ("right", "left") if label.startswith(side))
-
-
 def mesh_cases(structurer: Structurer, reports: Iterable[Report], sections: str = MERGED_SECTION) -> list[MeshCase]:
     """One :class:`MeshCase` per report structured under the section policy ``sections``.
 
     Reports without a usable section (neither findings nor impression), and reports the structurer fails on (an
-    LLM request that fails after its retries), are left out; compare ``len(result)`` with the input.
+    LLM request that fails after its retries), are left out; compare ``len(result)`` with the input. The mentions
+    are the positive ones of :func:`cxrground.reports.labels.label_mentions`.
     """
     reports = list(reports)
     by_id = {r.report_id: r for r in reports}
@@ -417,16 +416,8 @@ def mesh_cases(structurer: Structurer, reports: Iterable[Report], sections: str 
     out = []
     for structured in done:
         report, section = by_id[structured.report_id], structured.section
-        mentions = []
-        for f in structured.findings:
-            if f.assertion == "absent":
-                continue
-            m = ENTITY_RE.fullmatch(f.entity.lower())
-            opacity_phrase = m is not None and ENTITY_KINDS[m.lastgroup].lesion == "opacity"  # type: ignore[index]
-            if f.lesion is None and not opacity_phrase:
-                continue
-            mentions.append(MeshMention(f.lesion, opacity_phrase, f.assertion, _sides_of(f.reported_location),
-                                        section.sentence(f.sent_idx).text))
+        mentions = [MeshMention(m.lesion, m.opacity_phrase, m.assertion, m.sides, section.sentence(m.sent_idx).text)
+                    for m in label_mentions(structured) if m.assertion != "absent"]
         out.append(MeshCase(
             report_id=report.report_id, split=mesh_split(report.report_id), section=section.name,
             truth=frozenset(mesh_lesions(report.mesh_major)), truth_sides=mesh_sides(report.mesh_major),
@@ -452,7 +443,10 @@ def score_mesh_cases(cases: Iterable[MeshCase], split: str | None = None, count:
     field, and ``opacity (incl. attributed)``. ``macro_f1`` averages the F1 of the lesions with at least one
     MeSH-positive report, opacity taken with its attributed observations; ``macro_f1_lesion_field`` uses the
     plain opacity row instead. ``side_exact``: over true positives whose MeSH terms give a side, the share whose
-    predicted sides (of the counted findings) are exactly the MeSH sides.
+    predicted sides (of the counted findings) are exactly the MeSH sides. A row is predicted, with the sides of the
+    counted findings, by the roll-up of :func:`cxrground.reports.labels.roll_up` (uncertain findings counted as
+    present under ``positive``): the statuses of ``cxrground reports label`` are what this counts (code 1 under
+    ``present``, 1 or -1 under ``positive``; there the sides also take those of the uncertain findings).
     """
     if count not in MESH_COUNTS:
         raise ValueError(f"unknown count {count!r}; expected one of {MESH_COUNTS}")
@@ -466,7 +460,8 @@ def score_mesh_cases(cases: Iterable[MeshCase], split: str | None = None, count:
         for row, c in rows.items():
             key = "opacity" if row == OPACITY_OBSERVED else row
             row_count = "positive" if key in case.truth_hedged else count
-            hits = [m for m in case.mentions if m.counts_for(row, row_count)]
+            rolled = roll_up(case.mentions, _label_field(row), "present" if row_count == "positive" else "uncertain")
+            hits = rolled[1] if rolled is not None and rolled[0] == "present" else ()
             is_true, is_pred = key in case.truth, bool(hits)
             c["tp"] += is_true and is_pred
             c["fp"] += is_pred and not is_true

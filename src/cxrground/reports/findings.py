@@ -22,7 +22,7 @@ Presence = Literal["positive", "negative"]
 Certainty = Literal["definitive", "tentative"]
 
 __all__ = ["Assertion", "Certainty", "Finding", "Presence", "StructuredReport", "Structurer", "finding_lines",
-           "finding_output", "write_finding_lines"]
+           "finding_output", "write_failure_lines", "write_finding_lines"]
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,14 @@ def write_finding_lines(out: Path, rows: Sequence[dict[str, Any]], failures: Seq
     """
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(line + "\n" for line in finding_lines(rows)), encoding="utf-8")
+    return write_failure_lines(out, failures)
+
+
+def write_failure_lines(out: Path, failures: Sequence[Failure]) -> Path | None:
+    """Write ``failures`` beside the output file ``out`` as ``OUT.failures.jsonl`` (removed when there are none).
+
+    Returns the failures file, or None when there were no failures.
+    """
     fail_path = out.with_name(out.name + ".failures.jsonl")
     if not failures:
         fail_path.unlink(missing_ok=True)

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cxrground.errors import ConfigError, OptionError
+from cxrground.errors import ConfigError, Failure, OptionError
 from cxrground.fields import option
 from cxrground.llm import RetryPolicy
-from cxrground.reports.findings import finding_output
+from cxrground.reports.findings import StructuredReport, Structurer, finding_output
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
 from cxrground.reports.readers import expand_report_paths, read_reports
 from cxrground.reports.structure import (
@@ -24,7 +24,7 @@ from cxrground.reports.structure import (
     structurer_options,
 )
 
-__all__ = ["StructureOutput", "StructureRequest", "structure_files"]
+__all__ = ["StructureOutput", "StructureRequest", "structure_files", "structure_paths"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,9 +71,11 @@ class StructureOutput:
     failed: bool
 
 
-def structure_files(paths: Sequence[Path], request: StructureRequest) -> StructureOutput:
-    """Read the report files (or folders of them) and structure each into findings; settings that do not fit the
-    structurer are an :class:`OptionError`."""
+def structure_paths(paths: Sequence[Path], request: StructureRequest,
+                    ) -> tuple[list[StructuredReport], list[Failure], Structurer]:
+    """Read the report files (or folders of them) and structure each as ``request`` says; returns (structured
+    reports, read and structuring failures, the structurer). Settings that do not fit the structurer are an
+    :class:`OptionError`."""
     files = expand_report_paths(paths)
     show = request.progress and len(files) > 50
     parsed, failures = read_reports(files, progress=show)
@@ -83,6 +85,12 @@ def structure_files(paths: Sequence[Path], request: StructureRequest) -> Structu
     except ConfigError as exc:
         raise OptionError(str(exc)) from None
     done, failed = structure_reports(parsed, structurer, progress=show, sections=request.sections)
-    failures.extend(failed)
+    return done, [*failures, *failed], structurer
+
+
+def structure_files(paths: Sequence[Path], request: StructureRequest) -> StructureOutput:
+    """Read the report files (or folders of them) and structure each into findings; settings that do not fit the
+    structurer are an :class:`OptionError`."""
+    done, failures, structurer = structure_paths(paths, request)
     lines, notes = finding_output(done, failures, structurer, request.out)
     return StructureOutput(lines, notes, bool(failures) and not done)
