@@ -15,10 +15,12 @@ Prints
    (:mod:`cxrground.evaluation.report_quality`: term mapping ``MESH_TO_LESION``, sides ``mesh_sides``): macro F1
    over the lesions with MeSH-positive reports and side agreement, for every section policy
    (``findings`` = ILS §6, ``impression``, ``findings+impression``) and alternatives policy (``uncertain`` =
-   ILS.md §7.1, ``present``), counting present + uncertain findings (``positive``) or present findings only
-   (``present``), on the ``dev`` half, the ``held-out`` half (fixed salted-hash halves; only dev errors are
-   ever read) and all reports; then per-lesion precision / recall / F1 on all reports for findings+impression.
-   ``--errors N`` prints N disagreements of the dev half (never of the held-out half).
+   ILS.md §7.1, ``present``), counting present + uncertain findings (``positive``), present findings only
+   (``present``), or present findings and those hedged with a ``likely``-grade hedge (``likely``), on the ``dev``
+   half, the ``held-out`` half (fixed salted-hash halves; rounds 1-4 read dev errors only; round 5 read the
+   held-out disagreements too, so since then neither half is unseen) and all reports; then per-lesion precision /
+   recall / F1 on all reports for findings+impression, and how often MeSH codes a lesion the report only hedges,
+   per hedge grade. ``--errors N`` prints N disagreements of the dev half.
    ``--llm-base-url URL --llm-model M [--llm-cache FILE]`` adds the LLM structurer (any OpenAI-compatible server,
    e.g. a local vLLM) on the findings+impression policy.
 Real-data rows need the pack (``CXRGROUND_PACK`` or ``../shared/data/cxr-pack-v1``) and are skipped with a
@@ -37,6 +39,7 @@ from cxrground.evaluation.report_quality import (
     MESH_SPLITS,
     cases_from_truth,
     format_scores,
+    hedge_coding,
     mesh_cases,
     score_mesh_cases,
     score_synthetic,
@@ -189,6 +192,12 @@ def mesh_report(reports: list, n_errors: int) -> None:
                   f"{scores['n_reports']} reports (macro F1 {_cell(scores['macro_f1'])}, lesion field only "
                   f"{_cell(scores['macro_f1_lesion_field'])}) --")
             print(format_scores(scores, MESH_COLUMNS))
+    print(f"\n-- hedged-only lesions ({MERGED_SECTION}): how often MeSH codes a lesion the report only hedges, "
+          "by hedge grade (the evidence for the 'likely' count) --")
+    for alternatives in ALTERNATIVE_POLICIES:
+        tally = hedge_coding(cases_by[(MERGED_SECTION, alternatives)])
+        print(f"alternatives {alternatives:<10} " + "   ".join(
+            f"{grade}: {t['coded']}/{t['n']} coded" for grade, t in tally.items() if t["n"]))
     if n_errors:
         dev = score_mesh_cases(cases_by[(MERGED_SECTION, ALTERNATIVE_POLICIES[0])], "dev", "present")
         print(f"\n-- dev-half disagreements ({MERGED_SECTION}, default alternatives, counting present) --")

@@ -286,3 +286,43 @@ def test_cli_llm_structurer_gives_the_rule_labels(tmp_path: Path) -> None:
     assert rules.exit_code == 0 and llm.exit_code == 0, llm.output
     assert json.loads(llm.stdout) == json.loads(rules.stdout)
     assert json.loads(rules.stdout)["labels"]["atelectasis"]["code"] == 1
+
+
+def test_likely_policy_promotes_only_likely_hedges() -> None:
+    findings = (
+        Finding("pneumonia", 1, "uncertain", "pneumonia", reported_location=(RB,), hedge="likely"),
+        Finding("edema", 2, "uncertain", "edema", reported_location=(RL, LL), hedge="possible"),
+        Finding("effusion", 3, "uncertain", "effusion", reported_location=(LL,)),  # ungraded (LLM): stays uncertain
+    )
+    default = label_report(_structured(*findings))
+    likely = label_report(_structured(*findings), uncertain="likely")
+    every = label_report(_structured(*findings), uncertain="present")
+    assert [default.code(x) for x in ("pneumonia", "edema", "effusion")] == [-1, -1, -1]
+    assert [likely.code(x) for x in ("pneumonia", "edema", "effusion")] == [1, -1, -1]
+    assert [every.code(x) for x in ("pneumonia", "edema", "effusion")] == [1, 1, 1]
+    with pytest.raises(ValueError, match="uncertain policy"):
+        label_report(_structured(*findings), uncertain="sometimes")
+
+
+def test_hedge_grade_needs_an_uncertain_finding() -> None:
+    with pytest.raises(ValueError, match="hedge"):
+        Finding("pneumonia", 1, "present", "pneumonia", hedge="likely")
+    with pytest.raises(ValueError, match="hedge"):
+        Finding("pneumonia", 1, "uncertain", "pneumonia", hedge="maybe")  # type: ignore[arg-type]
+    f = Finding("pneumonia", 1, "uncertain", "pneumonia", hedge="likely")
+    assert Finding.from_dict(f.to_dict()) == f
+
+
+def test_label_command_uncertain_option(tmp_path: Path) -> None:
+    from cxrground.cli import main
+
+    (tmp_path / "a.txt").write_text("FINDINGS: Probable right lower lobe pneumonia. Possible small left effusion.\n")
+    rows = {}
+    for policy in ("uncertain", "likely", "present"):
+        result = CliRunner().invoke(main, ["reports", "label", str(tmp_path / "a.txt"), "--uncertain", policy])
+        assert result.exit_code == 0, result.output
+        rows[policy] = next(csv.DictReader(io.StringIO(result.stdout)))
+    assert (rows["uncertain"]["pneumonia"], rows["uncertain"]["effusion"]) == ("-1", "-1")
+    assert (rows["likely"]["pneumonia"], rows["likely"]["effusion"]) == ("1", "-1")
+    assert (rows["present"]["pneumonia"], rows["present"]["effusion"]) == ("1", "1")
+    assert rows["likely"]["pneumonia_sides"] == "right"

@@ -156,3 +156,23 @@ def test_agreement_with_iu_mesh(pack_dir) -> None:
     # reading the impression too is what recovers the findings the single-section choice loses
     assert present_merged >= score_mesh_cases(single, count="present")["macro_f1"] + 0.1
     assert {c.split for c in merged} == set(MESH_SPLITS)
+
+
+def test_hedge_coding_tallies_hedged_only_lesions_by_grade() -> None:
+    from cxrground.evaluation.report_quality import MeshCase, MeshMention, hedge_coding
+
+    def case(rid: str, truth: set[str], *mentions: MeshMention) -> MeshCase:
+        return MeshCase(rid, "dev", "findings", frozenset(truth), {}, tuple(mentions), "", ())
+
+    likely = MeshMention("pneumonia", False, "uncertain", frozenset(), "Probable pneumonia.", "likely")
+    possible = MeshMention("edema", False, "uncertain", frozenset(), "May be edema.", "possible")
+    present = MeshMention("edema", False, "present", frozenset(), "Edema.")
+    ungraded = MeshMention("effusion", False, "uncertain", frozenset(), "Effusion?")
+    tally = hedge_coding([
+        case("a", {"pneumonia"}, likely),
+        case("b", set(), possible),
+        case("c", {"edema"}, possible, present),  # stated present too: not hedged-only
+        case("d", {"effusion"}, ungraded),
+    ])
+    assert tally == {"likely": {"n": 1, "coded": 1}, "possible": {"n": 1, "coded": 0},
+                     "ungraded": {"n": 1, "coded": 1}}

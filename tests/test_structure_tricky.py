@@ -9,7 +9,7 @@ import pytest
 from cxrground.errors import ConfigError
 from cxrground.reports import make_section_choice
 from cxrground.reports.structure import ALTERNATIVE_POLICIES, RuleStructurer, get_structurer
-from tricky_sentences import ALTERNATIVES_PRESENT, BROAD, LOOKALIKES, ROUND5, TRICKY
+from tricky_sentences import ALTERNATIVES_PRESENT, BROAD, HEDGE_GRADES, LOOKALIKES, ROUND5, TRICKY
 
 
 def _read(structurer: RuleStructurer, sentence: str) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -45,6 +45,16 @@ def test_broad_set_is_large_weighted_and_distinct() -> None:
 @pytest.mark.parametrize(("kind", "sentence", "expected"), ROUND5, ids=[f"{k}:{s[:40]}" for k, s, _ in ROUND5])
 def test_round5_rules_default_policy(kind: str, sentence: str, expected: list) -> None:
     assert _read(RuleStructurer(), sentence) == expected
+
+
+@pytest.mark.parametrize(("sentence", "expected"), HEDGE_GRADES, ids=[s[:40] for s, _ in HEDGE_GRADES])
+def test_hedge_grades(sentence: str, expected: list) -> None:
+    section = make_section_choice("findings", sentence)
+    assert section is not None
+    findings = RuleStructurer().structure("t", section).findings
+    assert [(f.lesion or f.entity.lower(), f.hedge) for f in findings] == expected
+    # the grade is extra information: the ILS assertion of every graded finding is uncertain
+    assert all((f.hedge is not None) == (f.assertion == "uncertain") for f in findings)
 
 
 @pytest.mark.parametrize(("kind", "sentence", "expected"), LOOKALIKES, ids=[s[:40] for _, s, _ in LOOKALIKES])

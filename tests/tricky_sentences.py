@@ -462,3 +462,25 @@ ROUND5: list[tuple[str, str, Expected]] = [
     ("masked link", "Patchy retrocardiac opacity XXXX atelectasis.", [("atelectasis", "present", (LB,))]),
     ("masked link", "Bibasilar opacities, XXXX pneumonia.", [("pneumonia", "present", (RB, LB))]),
 ]
+
+#: Hedge grades of the rule structurer (round 5; :data:`cxrground.reports.findings.HEDGES`): ``likely`` for the
+#: reader's best guess ("probable", "likely", "most suggestive of", "favored", "presumed"), ``possible`` for every
+#: other hedge and for each member of a differential. Rows: (sentence, [(lesion or entity, hedge grade or None)]).
+HEDGE_GRADES: list[tuple[str, list[tuple[str, str | None]]]] = [
+    ("Probable left lower lobe pneumonia.", [("pneumonia", "likely")]),
+    ("Right basilar opacity, most likely atelectasis.", [("atelectasis", "likely")]),
+    ("Patchy opacity most suggestive of multifocal pneumonia.", [("pneumonia", "likely")]),
+    ("Patchy opacity suggestive of pneumonia.", [("pneumonia", "possible")]),
+    ("Findings favor mild interstitial edema.", [("edema", "likely")]),
+    ("Presumed small bilateral effusions.", [("effusion", "likely")]),
+    ("Pulmonary edema is likely.", [("edema", "likely")]),
+    ("Pulmonary edema is not likely.", [("edema", "possible")]),
+    ("Possible small right effusion.", [("effusion", "possible")]),
+    ("The opacity may represent atelectasis.", [("atelectasis", "possible")]),
+    ("Early pneumonia cannot be excluded.", [("pneumonia", "possible")]),
+    ("Likely atelectasis or pneumonia at the left base.", [("atelectasis", "possible"), ("pneumonia", "possible")]),
+    ("Atelectasis is more likely than pneumonia.", [("atelectasis", "possible"), ("pneumonia", "possible")]),
+    ("Borderline cardiomegaly.", [("cardiomegaly", "possible")]),
+    ("Right lower lobe pneumonia.", [("pneumonia", None)]),
+    ("No pleural effusion.", [("effusion", None)]),
+]

@@ -36,10 +36,12 @@ the report hedged the term; see :func:`score_mesh_cases` for how it is counted. 
 written). The prediction reads the
 sections of a section policy (default ``findings+impression``, as the MeSH coders read the whole report) with
 the report-level rules applied, and counts either present and uncertain findings (``positive``, the ILS
-presence) or present findings only (``present``). Per lesion: precision, recall, F1 and side agreement; macro F1
-over the lesions with MeSH-positive reports. The reports are split once into two fixed halves by a salted hash
-of the report id (:func:`mesh_split`): errors are read on ``dev`` only, ``held-out`` measures what the fixes
-made on dev are worth on reports nobody looked at.
+presence), present findings only (``present``), or present findings and those hedged with a ``likely``-grade
+hedge (``likely``: "probable pneumonia"; :data:`cxrground.reports.findings.HEDGES`). Per lesion: precision,
+recall, F1 and side agreement; macro F1 over the lesions with MeSH-positive reports. The reports are split once
+into two fixed halves by a salted hash of the report id (:func:`mesh_split`): rounds 1-4 of issue 16 read errors
+on ``dev`` only, so that ``held-out`` measured what the fixes made on dev are worth on reports nobody looked at;
+round 5 read the held-out disagreements too, so neither half is unseen since.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ __all__ = [
     "TruthItem",
     "cases_from_truth",
     "format_scores",
+    "hedge_coding",
     "mesh_cases",
     "mesh_hedged",
     "mesh_lesions",
@@ -126,7 +129,7 @@ OPACITY_OBSERVED: Final[str] = "opacity (incl. attributed)"
 #: The two fixed halves of the MeSH evaluation: errors are read on ``dev`` only; ``held-out`` is never looked at.
 MESH_SPLITS: Final[tuple[str, str]] = ("dev", "held-out")
 #: What makes a report positive for a lesion in :func:`score_mesh_cases`.
-MESH_COUNTS: Final[tuple[str, str]] = ("positive", "present")
+MESH_COUNTS: Final[tuple[str, ...]] = ("positive", "present", "likely")
 #: Salt of :func:`mesh_split` (fixed once, before any error was read).
 MESH_SPLIT_SALT: Final[str] = "cxrground-mesh-split"
 
@@ -378,11 +381,13 @@ class MeshMention:
     assertion: str
     sides: frozenset[str]
     sentence: str
+    hedge: str | None = None
 
     def counts_for(self, row: str, count: str) -> bool:
         """Whether this mention makes the report positive for ``row`` when counting ``count`` findings."""
         said = mention_assertion(self, _label_field(row))
-        return said == "present" or (said == "uncertain" and count == "positive")
+        return said == "present" or (said == "uncertain" and (
+            count == "positive" or (count == "likely" and self.hedge == "likely")))
 
 
 @dataclass(frozen=True)
@@ -416,8 +421,8 @@ def mesh_cases(structurer: Structurer, reports: Iterable[Report], sections: str 
     out = []
     for structured in done:
         report, section = by_id[structured.report_id], structured.section
-        mentions = [MeshMention(m.lesion, m.opacity_phrase, m.assertion, m.sides, section.sentence(m.sent_idx).text)
-                    for m in label_mentions(structured) if m.assertion != "absent"]
+        mentions = [MeshMention(m.lesion, m.opacity_phrase, m.assertion, m.sides, section.sentence(m.sent_idx).text,
+                                m.hedge) for m in label_mentions(structured) if m.assertion != "absent"]
         out.append(MeshCase(
             report_id=report.report_id, split=mesh_split(report.report_id), section=section.name,
             truth=frozenset(mesh_lesions(report.mesh_major)), truth_sides=mesh_sides(report.mesh_major),
@@ -427,6 +432,10 @@ def mesh_cases(structurer: Structurer, reports: Iterable[Report], sections: str 
     return out
 
 
+#: The roll-up policy (:data:`cxrground.reports.labels.UNCERTAIN_POLICIES`) of each count of :data:`MESH_COUNTS`.
+_COUNT_POLICY: Final[dict[str, str]] = {"positive": "present", "present": "uncertain", "likely": "likely"}
+
+
 def _f1(tp: int, fp: int, fn: int) -> float | None:
     return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else None
 
@@ -434,19 +443,21 @@ def _f1(tp: int, fp: int, fn: int) -> float | None:
 def score_mesh_cases(cases: Iterable[MeshCase], split: str | None = None, count: str = "positive") -> dict[str, Any]:
     """Per-lesion precision / recall / F1, side agreement and macro F1 of ``cases`` (only ``split`` when given).
 
-    ``count``: ``positive`` (present or uncertain findings make a report positive: ILS presence) or ``present``
-    (definitive findings only: MeSH coders rarely code a hedged diagnosis). The exception is a lesion the coders
-    coded *as hedged* (``Cardiomegaly/borderline`` for "borderline cardiomegaly", :attr:`MeshCase.truth_hedged`):
-    the truth itself is the hedged statement, which the structurer reports as uncertain (ILS §7.1), so for that
-    lesion an uncertain finding counts under ``present`` too. Comparing a hedged truth with definitive findings
-    only would score the structurer wrong exactly when it reads the hedge right. Rows: the seven lesions on the lesion
-    field, and ``opacity (incl. attributed)``. ``macro_f1`` averages the F1 of the lesions with at least one
-    MeSH-positive report, opacity taken with its attributed observations; ``macro_f1_lesion_field`` uses the
-    plain opacity row instead. ``side_exact``: over true positives whose MeSH terms give a side, the share whose
-    predicted sides (of the counted findings) are exactly the MeSH sides. A row is predicted, with the sides of the
-    counted findings, by the roll-up of :func:`cxrground.reports.labels.roll_up` (uncertain findings counted as
-    present under ``positive``): the statuses of ``cxrground reports label`` are what this counts (code 1 under
-    ``present``, 1 or -1 under ``positive``; there the sides also take those of the uncertain findings).
+    ``count``: ``positive`` (present or uncertain findings make a report positive: ILS presence), ``present``
+    (definitive findings only: MeSH coders rarely code a hedged diagnosis) or ``likely`` (definitive findings and
+    findings hedged with a ``likely``-grade hedge, "probable pneumonia": what the coders do code). The exception is
+    a lesion the coders coded *as hedged* (``Cardiomegaly/borderline`` for "borderline cardiomegaly",
+    :attr:`MeshCase.truth_hedged`): the truth itself is the hedged statement, which the structurer reports as
+    uncertain (ILS §7.1), so for that lesion an uncertain finding counts under ``present`` too. Comparing a hedged
+    truth with definitive findings only would score the structurer wrong exactly when it reads the hedge right.
+    Rows: the seven lesions on the lesion field, and ``opacity (incl. attributed)``. ``macro_f1`` averages the F1 of
+    the lesions with at least one MeSH-positive report, opacity taken with its attributed observations;
+    ``macro_f1_lesion_field`` uses the plain opacity row instead. ``side_exact``: over true positives whose MeSH
+    terms give a side, the share whose predicted sides (of the counted findings) are exactly the MeSH sides. A row
+    is predicted, with the sides of the counted findings, by the roll-up of :func:`cxrground.reports.labels.roll_up`
+    (uncertain findings counted as present under ``positive``): the statuses of ``cxrground reports label`` are what
+    this counts (code 1 under ``present``, 1 or -1 under ``positive``; there the sides also take those of the
+    uncertain findings).
     """
     if count not in MESH_COUNTS:
         raise ValueError(f"unknown count {count!r}; expected one of {MESH_COUNTS}")
@@ -460,7 +471,7 @@ def score_mesh_cases(cases: Iterable[MeshCase], split: str | None = None, count:
         for row, c in rows.items():
             key = "opacity" if row == OPACITY_OBSERVED else row
             row_count = "positive" if key in case.truth_hedged else count
-            rolled = roll_up(case.mentions, _label_field(row), "present" if row_count == "positive" else "uncertain")
+            rolled = roll_up(case.mentions, _label_field(row), _COUNT_POLICY[row_count])
             hits = rolled[1] if rolled is not None and rolled[0] == "present" else ()
             is_true, is_pred = key in case.truth, bool(hits)
             c["tp"] += is_true and is_pred
@@ -500,6 +511,29 @@ def score_mesh_cases(cases: Iterable[MeshCase], split: str | None = None, count:
     side_ok = sum(c["side_ok"] for name, c in rows.items() if name != "opacity")
     out["side_exact"] = side_ok / side_n if side_n else None
     out["side_n"] = side_n
+    return out
+
+
+def hedge_coding(cases: Iterable[MeshCase], split: str | None = None) -> dict[str, dict[str, int]]:
+    """How often the coders coded a lesion that the report only hedged, per hedge grade.
+
+    Per report and lesion (opacity on its lesion field) whose findings are all uncertain (no present one): grade
+    ``likely`` when one of them carries a ``likely``-grade hedge, ``possible`` when all are graded ``possible``,
+    ``ungraded`` otherwise (LLM findings). Returns ``{grade: {"n": hedged-only lesions, "coded": of those with the
+    lesion among the MeSH terms}}``: the evidence for what the ``likely`` count assumes.
+    """
+    out = {grade: {"n": 0, "coded": 0} for grade in ("likely", "possible", "ungraded")}
+    for case in cases:
+        if split is not None and case.split != split:
+            continue
+        for lesion in LESIONS:
+            said = [m for m in case.mentions if mention_assertion(m, lesion) is not None]
+            if not said or any(m.assertion == "present" for m in said):
+                continue
+            hedges = {m.hedge for m in said}
+            grade = "likely" if "likely" in hedges else "possible" if hedges == {"possible"} else "ungraded"
+            out[grade]["n"] += 1
+            out[grade]["coded"] += lesion in case.truth
     return out
 
 

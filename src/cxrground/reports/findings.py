@@ -20,9 +20,13 @@ from cxrground.reports.model import SectionChoice
 Assertion = Literal["present", "absent", "uncertain"]
 Presence = Literal["positive", "negative"]
 Certainty = Literal["definitive", "tentative"]
+#: Grade of an uncertain finding's hedge: ``likely`` ("probable pneumonia", "opacity, likely atelectasis") or
+#: ``possible`` (every other hedge: "may represent", "cannot exclude", a differential, ...).
+Hedge = Literal["likely", "possible"]
+HEDGES: tuple[str, ...] = ("likely", "possible")
 
-__all__ = ["Assertion", "Certainty", "Finding", "Presence", "StructuredReport", "Structurer", "finding_lines",
-           "finding_output", "write_failure_lines", "write_finding_lines"]
+__all__ = ["HEDGES", "Assertion", "Certainty", "Finding", "Hedge", "Presence", "StructuredReport", "Structurer",
+           "finding_lines", "finding_output", "write_failure_lines", "write_finding_lines"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,14 @@ class Finding:
     """RL: the phrases mapped to ILS location labels (``heart`` for cardiomegaly), ordered, no repeats."""
     source: str = "rules"
     """Which structurer produced it (``rules``, ``llm:<model>``, ``truth``)."""
+    hedge: Hedge | None = None
+    """Grade of the hedge of an uncertain finding (:data:`HEDGES`); None when not uncertain or not graded (the LLM
+    structurer and the synthetic truth do not grade). Extra information: the ILS assertion is uncertain either way."""
+
+    def __post_init__(self) -> None:
+        if self.hedge is not None and (self.hedge not in HEDGES or self.assertion != "uncertain"):
+            raise ValueError(f"hedge {self.hedge!r} needs an uncertain finding and one of {HEDGES} "
+                             f"(assertion {self.assertion!r})")
 
     @property
     def presence(self) -> Presence:
@@ -75,6 +87,7 @@ class Finding:
             location_phrases=tuple(data.get("location_phrases") or ()),
             reported_location=tuple(data.get("reported_location") or ()),
             source=str(data.get("source", "rules")),
+            hedge=data.get("hedge"),
         )
 
 

@@ -82,8 +82,11 @@ STATUS_CODES: Final[dict[str, int]] = {"present": 1, "uncertain": -1, "absent": 
 OPACITY_OBSERVED: Final[str] = "opacity_observed"
 #: Label fields of :class:`ReportLabels`, in column order: the seven lesions, then :data:`OPACITY_OBSERVED`.
 LABEL_FIELDS: Final[tuple[str, ...]] = (*LESIONS, OPACITY_OBSERVED)
-#: What an uncertain mention counts as in :func:`roll_up`: itself (CheXpert's -1), or present (the "U-Ones" view).
-UNCERTAIN_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
+#: What an uncertain mention counts as in :func:`roll_up`: itself (CheXpert's -1; the default), present when its
+#: hedge is of the ``likely`` grade ("probable pneumonia", "opacity, likely atelectasis": the reader's best guess;
+#: human coders such as Open-i's MeSH coders code these, and not the "may represent" kind), or present whatever
+#: its hedge (the "U-Ones" view).
+UNCERTAIN_POLICIES: Final[tuple[str, ...]] = ("uncertain", "likely", "present")
 #: Output formats of :func:`label_lines` / :func:`write_labels`.
 LABEL_FORMATS: Final[tuple[str, ...]] = get_args(LabelFormat)
 #: Columns of the CSV output: report id, section read, one code per field, then one sides column per field.
@@ -118,6 +121,9 @@ class Observation(Protocol):
     @property
     def sides(self) -> frozenset[str]: ...
 
+    @property
+    def hedge(self) -> str | None: ...
+
 
 M = TypeVar("M", bound=Observation)
 
@@ -132,6 +138,7 @@ class LabelMention:
     assertion: Assertion
     sides: frozenset[str]
     sent_idx: int
+    hedge: str | None = None
 
     @classmethod
     def from_finding(cls, finding: Finding) -> LabelMention | None:
@@ -140,7 +147,7 @@ class LabelMention:
         if finding.lesion is None and not opacity_phrase:
             return None
         return cls(finding.lesion, opacity_phrase, finding.assertion, finding_sides(finding.reported_location),
-                   finding.sent_idx)
+                   finding.sent_idx, finding.hedge)
 
 
 def mention_assertion(mention: Observation, name: str) -> str | None:
@@ -159,14 +166,17 @@ def mention_assertion(mention: Observation, name: str) -> str | None:
 def roll_up(mentions: Iterable[M], name: str, uncertain: str = "uncertain") -> tuple[str, tuple[M, ...]] | None:
     """The status of the label field ``name`` over ``mentions`` and the mentions that state it (in input order), or
     None when none mentions it. Present beats uncertain beats absent; ``uncertain="present"`` counts uncertain
-    mentions as present (:data:`UNCERTAIN_POLICIES`)."""
+    mentions as present, ``uncertain="likely"`` only those whose hedge is of the ``likely`` grade
+    (:data:`UNCERTAIN_POLICIES`)."""
     if uncertain not in UNCERTAIN_POLICIES:
         raise ValueError(f"unknown uncertain policy {uncertain!r}; expected one of {UNCERTAIN_POLICIES}")
     stated: list[tuple[M, str]] = []
     for m in mentions:
         said = mention_assertion(m, name)
         if said is not None:
-            stated.append((m, "present" if said == "uncertain" and uncertain == "present" else said))
+            promoted = said == "uncertain" and (
+                uncertain == "present" or (uncertain == "likely" and m.hedge == "likely"))
+            stated.append((m, "present" if promoted else said))
     for status in LABEL_STATUSES:
         support = tuple(m for m, said in stated if said == status)
         if support:
@@ -263,7 +273,7 @@ def label_mentions(structured: StructuredReport) -> tuple[LabelMention, ...]:
     return tuple(m for f in structured.findings if (m := LabelMention.from_finding(f)) is not None)
 
 
-def label_report(structured: StructuredReport) -> ReportLabels:
+def label_report(structured: StructuredReport, uncertain: str = "uncertain") -> ReportLabels:
     """The report-level labels of ``structured``, by the rules of the module docstring.
 
     Per lesion: the strongest assertion of the findings of that lesion (present > uncertain > absent; a lesion only
@@ -271,12 +281,14 @@ def label_report(structured: StructuredReport) -> ReportLabels:
     it. :attr:`ReportLabels.opacity_observed` rolls up the same way over opacity findings and opacity-class phrases,
     an attributed phrase counting as present whatever the hedge on its cause. The section policy and the
     alternatives policy are the structurer's business: they decide which sentences there are and how an
-    "atelectasis or scarring" is asserted, before the roll-up.
+    "atelectasis or scarring" is asserted, before the roll-up. ``uncertain`` (:data:`UNCERTAIN_POLICIES`) decides
+    what an uncertain finding counts as: uncertain (-1, the default), present when hedged with a ``likely``-grade
+    hedge, or always present.
     """
     mentions = label_mentions(structured)
 
     def label(name: str) -> LesionLabel | None:
-        rolled = roll_up(mentions, name)
+        rolled = roll_up(mentions, name, uncertain)
         return None if rolled is None else LesionLabel.from_support(*rolled)
 
     return ReportLabels(structured.report_id, structured.section.name, {lesion: label(lesion) for lesion in LESIONS},
@@ -318,6 +330,10 @@ class LabelRequest(StructureRequest):
                            "(ILS §6), impression, or findings+impression (both; the default for labels).")
     out: Path | None = option(None, path="out_file", help="Write the labels here (failures go to "
                               "OUT.failures.jsonl) instead of stdout.")
+    uncertain: str = option("uncertain", choices=UNCERTAIN_POLICIES,
+                            help="What a hedged finding counts as: uncertain (-1, default), likely (present when "
+                                 "the hedge is 'likely' / 'probable' / 'favored'; -1 for 'may' / 'possible' / "
+                                 "'cannot exclude'), or present (every hedge).")
     label_format: str = option("csv", flag="--format", choices=LABEL_FORMATS,
                                help="CSV (one row per report: a 1/-1/0/blank column and a sides column per lesion) "
                                     "or JSON lines (one object per report).")
@@ -331,7 +347,7 @@ def label_files(paths: Sequence[Path], request: LabelRequest) -> StructureOutput
     stays one CSV table). ``failed``: something failed and nothing was labelled.
     """
     done, failures, structurer = structure_paths(paths, request)
-    labels = [label_report(s) for s in done]
+    labels = [label_report(s, request.uncertain) for s in done]
     lines: list[str] = []
     notes: list[str] = []
     if request.out is not None:

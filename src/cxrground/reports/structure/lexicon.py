@@ -462,6 +462,15 @@ LINK_RE: Final[re.Pattern[str]] = re.compile(
 ATTRIBUTION_BLOCK_RE: Final[re.Pattern[str]] = re.compile(
     r";|\b(?:but|however|although|no|not|without|there|while|whereas|with|new|also)\b"
 )
+#: Hedge cues of the ``likely`` grade (round 5): the reader thinks the finding more probable than not ("probable
+#: pneumonia", "opacity, likely atelectasis", "most suggestive of pneumonia", "presumed", "favored"). Every other
+#: hedge ("may", "possible", "cannot exclude", "suspicious for", "suggestive of", a differential, "?") is of the
+#: ``possible`` grade. The grade never changes the ILS assertion (uncertain, tentative: ILS §7.1 lists "likely"
+#: as a hedge); report labels may count likely-hedged findings as present (``reports label --uncertain likely``).
+LIKELY_HEDGE_RE: Final[re.Pattern[str]] = re.compile(
+    r"(?:(?:most|more)\s+)?(?:likely|probable|probably)|presum(?:ed|ably|ptive)|most\s+suggestive\s+of|"
+    r"(?:in\s+)?favou?r(?:s|ed|ing)?(?:\s+of)?|(?:is|are|seems?|appears?)\s+(?:(?:most|more)\s+)?(?:likely|probable)"
+)
 #: A de-identification blank standing where the link word was ("opacity XXXX atelectasis", "opacities, XXXX
 #: atelectatic changes"): an attribution whose link word is unknown; no hedge is seen, so the lesion keeps the
 #: observation's assertion (round 5; before, the lesion was a second finding without the observation's location).

@@ -100,7 +100,7 @@ def merge_duplicates(report: StructuredReport, findings: tuple[Finding, ...]) ->
         kept = out[first[key]]
         if kept.assertion == "uncertain" and f.assertion == "present":
             # the impression states definitively what the findings hedged: keep the findings sentence, made present
-            out[first[key]] = replace(kept, assertion="present")
+            out[first[key]] = replace(kept, assertion="present", hedge=None)
     return tuple(out)
 
 

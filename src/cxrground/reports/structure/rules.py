@@ -82,7 +82,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from cxrground.errors import ConfigError
-from cxrground.reports.findings import Assertion, Finding, StructuredReport
+from cxrground.reports.findings import Assertion, Finding, Hedge, StructuredReport
 from cxrground.reports.model import SectionChoice
 from cxrground.reports.sections import make_section_choice
 from cxrground.reports.structure.lexicon import (
@@ -94,6 +94,7 @@ from cxrground.reports.structure.lexicon import (
     CUE_RE,
     ENTITY_KINDS,
     ENTITY_RE,
+    LIKELY_HEDGE_RE,
     LINK_RE,
     LOCATION_KINDS,
     LOCATION_RE,
@@ -176,6 +177,7 @@ class _Mention:
     group: int = -1
     absorbed: bool = False
     historical: bool = False
+    hedge: Hedge | None = None
     entity_span: tuple[int, int] | None = None
     locations: list[tuple[int, str, tuple[str, ...]]] = field(default_factory=list)
 
@@ -189,6 +191,15 @@ class _Cue:
 
 def _nwords(text: str) -> int:
     return len(_WORD.findall(text))
+
+
+def _grade(low: str, hedges: list[_Cue]) -> Hedge:
+    """The hedge grade of an uncertain phrase: ``likely`` when every cue that hedged it is a likely-hedge."""
+    def likely(c: _Cue) -> bool:
+        start = c.start - 5 if low.endswith("most ", 0, c.start) else c.start  # "most suggestive of"
+        return c.kind != "unc_vs" and LIKELY_HEDGE_RE.fullmatch(low, start, c.end) is not None
+
+    return "likely" if hedges and all(likely(c) for c in hedges) else "possible"
 
 
 def _new_subject(low: str, start: int, end: int) -> bool:
@@ -298,11 +309,14 @@ class RuleStructurer:
                    terms: list[_Cue]) -> Assertion:
         lo, hi = self._scope(terms, m.start, m.end, len(low))
         neg = unc = False
+        hedges: list[_Cue] = []  # the cues that made the phrase uncertain, for its hedge grade
         # inside the phrase (the heart-size construction)
         for c in cues:
             if m.start <= c.start and c.end <= m.end:
                 neg |= c.kind in _NEG
-                unc |= c.kind in _UNC
+                if c.kind in _UNC:
+                    unc = True
+                    hedges.append(c)
         if m.kind.lesion in HEART_MASK_LESIONS and _INSIDE_NEG.search(low, m.start, m.end):
             neg = True
         # before: the nearest applicable cue of the clause; a hedge also reaches across "with" ("possible small
@@ -326,12 +340,14 @@ class RuleStructurer:
                     neg = True
                 else:
                     unc = True
+                    hedges.append(c)
             elif c.kind in _NEG:
                 if _starts_new_item(low, c, i, mentions, hi):
                     break  # "no pneumothorax, small right effusion": the negation ended with the first phrase
                 neg = True
             else:
                 unc = True
+                hedges.append(c)
             break
         # after: the nearest post-cue of the clause, across coordinated phrases only
         for c in cues:
@@ -356,11 +372,16 @@ class RuleStructurer:
                 ok = False  # "heart size is enlarged, pulmonary vascularity within normal limits"
             if ok:
                 neg |= c.kind in _NEG
-                unc |= c.kind in _UNC
+                if c.kind in _UNC:
+                    unc = True
+                    hedges.append(c)
             break
         if neg:
             return "absent"
-        return "uncertain" if unc else "present"
+        if unc:
+            m.hedge = _grade(low, hedges)
+            return "uncertain"
+        return "present"
 
     @staticmethod
     def _groups(low: str, mentions: list[_Mention]) -> list[list[int]]:
@@ -394,8 +415,8 @@ class RuleStructurer:
             return
         for members in groups:
             if len(members) > 1 and not any(mentions[i].assertion == "absent" for i in members):
-                for i in members:
-                    mentions[i].assertion = "uncertain"
+                for i in members:  # a differential: each member is one of several candidates
+                    mentions[i].assertion, mentions[i].hedge = "uncertain", "possible"
 
     @staticmethod
     def _attributable(kind: EntityKind) -> bool:
@@ -424,11 +445,21 @@ class RuleStructurer:
             masked = MASKED_LINK_RE.fullmatch(low, gap_start, gap_end) is not None and "xxxx" in low[gap_start:gap_end]
             if not masked and not self._is_link(low, gap_start, gap_end, len(targets) > 1):
                 continue
-            hedged = obs.assertion == "uncertain" or (len(targets) > 1 and self.alternatives == "uncertain") or any(
-                gap_start <= c.start and c.end <= gap_end and c.kind in _UNC for c in cues)
-            if hedged:
+            gap_hedges = [c for c in cues if gap_start <= c.start and c.end <= gap_end and c.kind in _UNC]
+            several = len(targets) > 1 and self.alternatives == "uncertain"
+            if obs.assertion == "uncertain" or several or gap_hedges:
+                grades = {_grade(low, gap_hedges)} if gap_hedges else set()
+                if obs.assertion == "uncertain":
+                    grades.add(obs.hedge or "possible")
+                if several:
+                    grades.add("possible")
+                for t in others:
+                    if t.assertion == "uncertain":
+                        grades.add(t.hedge or "possible")
+                grade: Hedge = "likely" if grades == {"likely"} else "possible"
                 for t in others:
                     t.assertion = "uncertain"
+                    t.hedge = grade
             for t in same:
                 t.absorbed = True
             if any(t.kind.lesion is not None for t in others):
@@ -547,6 +578,7 @@ class RuleStructurer:
                 location_phrases=phrases,
                 reported_location=labels,
                 source=self.source,
+                hedge=mm.hedge if mm.assertion == "uncertain" else None,
             ))
         return out
 
