@@ -30,7 +30,7 @@ from cxrground.reports.structure import (
     load_prompt,
     structure_reports,
 )
-from cxrground.reports.structure.lexicon import LOCATION_KINDS, LOCATION_RE, location_labels
+from cxrground.reports.structure.lexicon import LOCATION_KINDS, LOCATION_RE, is_extent_phrase, location_labels
 from cxrground.reports.structure.llm import LOCATION_PROMPT, STRUCTURE_PROMPT, extract_json
 from cxrground.testing.mock_server import MockServer
 from cxrground.vocab import ILS_LOCATION_LABELS, LESIONS
@@ -46,13 +46,15 @@ def _rule_answer(body: dict[str, Any]) -> dict[str, Any]:
         for idx, text in parse_numbered(content):
             for f in RULES.structure_sentence(idx, text):
                 findings.append({"entity": f.entity, "sent_idx": f.sent_idx, "assertion": f.assertion,
-                                 "lesion": f.lesion, "location_phrases": list(f.location_phrases)})
+                                 "lesion": f.lesion, "location_phrases": list(f.location_phrases),
+                                 "hedge": f.hedge})
         return {"findings": findings}
     items = json.loads(user)
     mappings = []
     for item in items:
         labels: list[str] = []
-        for phrase in item["location_phrases"]:
+        placed = [p for p in item["location_phrases"] if not is_extent_phrase(p)]  # location_v3: extent words
+        for phrase in placed or item["location_phrases"]:
             for m in LOCATION_RE.finditer(phrase.lower()):
                 labels.extend(location_labels(LOCATION_KINDS[m.lastgroup], m.group()))
         mappings.append({"id": item["id"], "labels": list(dict.fromkeys(labels))})
@@ -118,9 +120,9 @@ def test_llm_matches_rules_and_records_provenance(fake: FakeLLM) -> None:
     for (rid, section), rep in zip(_items(), done, strict=True):
         expected = RULES.structure(rid, section).findings
         got = rep.findings
-        assert [(f.entity, f.sent_idx, f.assertion, f.lesion, f.location_phrases, f.reported_location)
+        assert [(f.entity, f.sent_idx, f.assertion, f.lesion, f.location_phrases, f.reported_location, f.hedge)
                 for f in got] == [
-            (f.entity, f.sent_idx, f.assertion, f.lesion, f.location_phrases, f.reported_location)
+            (f.entity, f.sent_idx, f.assertion, f.lesion, f.location_phrases, f.reported_location, f.hedge)
             for f in expected]
         assert all(f.source == "llm:fake-model" for f in got)
     # the paper example through the LLM path
@@ -133,7 +135,12 @@ def test_llm_matches_rules_and_records_provenance(fake: FakeLLM) -> None:
     assert body["response_format"]["json_schema"]["strict"] is True
     assert body["messages"][0]["content"] == load_prompt(STRUCTURE_PROMPT).text
     prov = llm.provenance
-    assert prov["prompts"]["structure"]["version"] == STRUCTURE_PROMPT == "structure_v4"
+    assert prov["prompts"]["structure"]["version"] == STRUCTURE_PROMPT == "structure_v5"
+    assert prov["prompts"]["location"]["version"] == LOCATION_PROMPT == "location_v3"
+    # structure_v5 asks for the hedge grade: the schema requires it (null allowed), and it comes back
+    item = body["response_format"]["json_schema"]["schema"]["properties"]["findings"]["items"]
+    assert "hedge" in item["required"] and item["properties"]["hedge"]["enum"] == ["likely", "possible", None]
+    assert any(f.hedge == "possible" for rep in done for f in rep.findings)
     assert prov["prompts"]["location"]["sha256"] == load_prompt(LOCATION_PROMPT).sha256
     assert len(prov["prompts"]["structure"]["sha256"]) == 64
     # step 2 only for reports with location phrases: r0, r1, r3 (two calls each) and r2 (one call)
@@ -145,6 +152,7 @@ def test_prompts_name_the_vocabulary() -> None:
     # the earlier versions stay loadable, so cached runs with them can be reproduced
     assert load_prompt("structure_v2").sha256 != structure.sha256 and load_prompt("location_v1").text
     assert load_prompt("structure_v3").sha256 != structure.sha256
+    assert load_prompt("structure_v4").sha256 != structure.sha256 and load_prompt("location_v2").text
     assert all(f"`{lesion}`" in structure.text for lesion in LESIONS)
     assert all(f"`{label}`" in location.text for label in ILS_LOCATION_LABELS)
     assert "{{" not in structure.text + location.text
@@ -310,3 +318,26 @@ def test_cache_is_per_endpoint_and_retry_defaults_are_shared(tmp_path: Path) -> 
         llm = LLMStructurer(a.base_url, "m")
     assert llm.retry == RetryPolicy() and llm.max_retries == RetryPolicy().max_attempts - 1
     assert llm.timeout == RetryPolicy().timeout
+
+
+def test_hedge_grades_outside_the_rules_are_rejected_and_recorded() -> None:
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        if body["messages"][0]["content"].startswith("# ILS report structuring"):
+            return {"findings": [
+                {"entity": "pneumonia", "sent_idx": 1, "assertion": "present", "lesion": "pneumonia",
+                 "location_phrases": [], "hedge": "likely"},  # a grade on a present finding
+                {"entity": "effusion", "sent_idx": 2, "assertion": "uncertain", "lesion": "effusion",
+                 "location_phrases": [], "hedge": "surely"},  # not a grade
+                {"entity": "edema", "sent_idx": 3, "assertion": "uncertain", "lesion": "edema",
+                 "location_phrases": [], "hedge": "Likely"},
+            ]}
+        return {"mappings": []}
+
+    with FakeLLM(answer) as server:
+        llm = _llm(server)
+        section = make_section_choice("findings", "Pneumonia. Possible effusion. Probable edema.")
+        assert section is not None
+        rep = llm.structure("h", section)
+    assert [(f.lesion, f.assertion, f.hedge) for f in rep.findings] == [
+        ("pneumonia", "present", None), ("effusion", "uncertain", None), ("edema", "uncertain", "likely")]
+    assert [(r["field"], r["value"]) for r in llm.rejections] == [("hedge", "likely"), ("hedge", "surely")]

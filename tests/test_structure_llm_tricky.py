@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from cxrground.reports import make_section_choice, parse_numbered, parse_report_text
-from cxrground.reports.structure import LLMStructurer, load_prompt, structure_reports
+from cxrground.reports.structure import LLMStructurer, load_prompt, structure_reports, structure_section
 from cxrground.reports.structure.llm import STRUCTURE_PROMPT
 from cxrground.testing.mock_server import MockServer
 from cxrground.vocab import LESIONS
-from tricky_sentences import BOTH, BROAD, LOOKALIKES, TRICKY
+from tricky_sentences import BOTH, BROAD, LOOKALIKES, ROUND5, TRICKY
 
 #: Phrases the structuring prompt must hold for each class of tricky sentence.
 GUIDANCE: dict[str, tuple[str, ...]] = {
@@ -51,7 +51,15 @@ BROAD_GUIDANCE: tuple[str, ...] = (
     "Kerley B lines", '"CHF"', '"Air bronchograms"', '"fluid in the right minor fissure"', '"parapneumonic"',
     '"sequela of prior infection"', "Alternatives after \"adjacent\" share that location",
 )
-_EXPECTED = {" ".join(s.split()): (kind, expected) for kind, s, expected in TRICKY + LOOKALIKES + BROAD}
+#: Phrases the structuring prompt must hold for round 5's rules (:data:`tricky_sentences.ROUND5`) and hedge grades.
+ROUND5_GUIDANCE: tuple[str, ...] = (
+    '"have resolved" / "have cleared" negates its whole subject', '"heart size is enlarged, right effusion has '
+    'resolved" only the effusion', "are extent words", "diffuse right lower lobe airspace opacity",
+    'A location across "with" belongs to a finding only', "what an earlier examination showed is history",
+    '"on the prior study the right effusion was larger"', "de-identification blank", '"left perihilar upper lobe"',
+    "`hedge`", '"most suggestive of"', "for each member of alternatives",
+)
+_EXPECTED = {" ".join(s.split()): (kind, expected) for kind, s, expected in TRICKY + LOOKALIKES + BROAD + ROUND5}
 #: Broad rows the scripted model can answer through the LLM path: a non-target finding outside the lungs (no
 #: labels: "CHF") has no lung default there, so those rows are left to the rule test.
 _BROAD_LLM = [row for row in BROAD if all(labels for _, _, labels in row[2])]
@@ -177,3 +185,46 @@ def test_llm_structurer_keeps_lookalikes_out_of_the_lesions(server: MockServer) 
     for rep, (_, sentence, expected) in zip(done, LOOKALIKES, strict=True):
         assert all(f.lesion is None for f in rep.findings), sentence
         assert [(f.entity.lower(), f.assertion) for f in rep.findings] == [(e, a) for e, a, _ in expected], sentence
+
+
+def test_prompt_carries_the_round5_rules() -> None:
+    text = " ".join(load_prompt(STRUCTURE_PROMPT).text.split())
+    for phrase in ROUND5_GUIDANCE:
+        assert phrase in text, phrase
+
+
+def test_llm_structurer_on_the_round5_sentences(server: MockServer) -> None:
+    llm = LLMStructurer(server.base_url, "scripted", concurrency=4, max_retries=0)
+    reports = [parse_report_text(f"FINDINGS: {sentence}\n", f"r{i}") for i, (_, sentence, _) in enumerate(ROUND5)]
+    done, failed = structure_reports(reports, llm, progress=False)
+    assert not failed and not llm.rejections and len(done) == len(ROUND5)
+    for rep, (kind, sentence, expected) in zip(done, ROUND5, strict=True):
+        assert _read(rep) == expected, (kind, sentence)
+
+
+def test_pointing_back_sentence_takes_the_previous_location_on_the_llm_path() -> None:
+    """The model gives the second sentence's atelectasis no location (as the prompt tells it: never copy one from
+    another sentence); the report-level rule places it where the sentence before placed its opacity."""
+    answer = {"findings": [
+        {"entity": "opacity", "sent_idx": 1, "assertion": "present", "lesion": "opacity",
+         "location_phrases": ["left base"], "hedge": None},
+        {"entity": "atelectasis", "sent_idx": 2, "assertion": "uncertain", "lesion": "atelectasis",
+         "location_phrases": [], "hedge": "likely"},
+    ]}
+
+    def reply(body: dict[str, Any]) -> str:
+        if body["messages"][0]["content"].startswith("# ILS report structuring"):
+            return json.dumps(answer)
+        return json.dumps({"mappings": [{"id": item["id"], "labels": ["left lung base"]}
+                                        for item in json.loads(body["messages"][1]["content"])]})
+
+    with MockServer(reply) as srv:
+        llm = LLMStructurer(srv.base_url, "scripted", max_retries=0)
+        section = make_section_choice("findings", "There is a bandlike opacity at the left base. This likely "
+                                                  "represents atelectasis.")
+        assert section is not None
+        rep = structure_section(llm, "p", section)  # the report-level rules, as every batch path applies them
+    assert [(f.lesion, f.assertion, f.reported_location, f.hedge) for f in rep.findings] == [
+        ("opacity", "present", ("left lung base",), None),
+        ("atelectasis", "uncertain", ("left lung base",), "likely"),
+    ]

@@ -2,9 +2,11 @@
 
 Two steps per report, as in ILS §7.2 (the reference used two models; here both steps use ``model``):
 
-1. **Structuring** (prompt ``prompts/structure_v4.md``): the numbered section (``section_content``) ->
-   findings ``{entity, sent_idx, assertion, lesion, location_phrases}``.
-2. **Location mapping** (prompt ``prompts/location_v2.md``): the location phrases of every finding except
+1. **Structuring** (prompt ``prompts/structure_v5.md``): the numbered section (``section_content``) ->
+   findings ``{entity, sent_idx, assertion, lesion, location_phrases, hedge}`` (``hedge``, the grade of an
+   uncertain finding's hedge, only with prompts that ask for it: structure_v5 on; a grade on a finding that is not
+   uncertain, or one outside ``likely`` / ``possible``, is rejected and recorded, the finding kept ungraded).
+2. **Location mapping** (prompt ``prompts/location_v3.md``): the location phrases of every finding except
    cardiomegaly -> ILS labels. Skipped when no finding has a location phrase. Cardiomegaly always maps to
    ``heart``; a finding without phrases gets the default of :func:`.lexicon.default_location`
    (both lungs for lung lesions and effusion).
@@ -65,7 +67,7 @@ from cxrground.llm import (
     call_with_retries,
     run_sync,
 )
-from cxrground.reports.findings import Finding, StructuredReport
+from cxrground.reports.findings import HEDGES, Finding, StructuredReport
 from cxrground.reports.model import SectionChoice
 from cxrground.reports.structure.lexicon import EntityKind, default_location
 from cxrground.vocab import HEART, ILS_LOCATION_LABELS, LESIONS
@@ -84,8 +86,8 @@ __all__ = [
 #: Stage name of the :class:`~cxrground.errors.Failure` records.
 STAGE: Final[str] = "structure"
 #: Prompt versions (file stems under ``prompts/``).
-STRUCTURE_PROMPT: Final[str] = "structure_v4"
-LOCATION_PROMPT: Final[str] = "location_v2"
+STRUCTURE_PROMPT: Final[str] = "structure_v5"
+LOCATION_PROMPT: Final[str] = "location_v3"
 
 _FENCE_RE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
 
@@ -133,6 +135,7 @@ class _LLMFinding(BaseModel):
     assertion: Literal["present", "absent", "uncertain"]
     lesion: str | None = None
     location_phrases: list[str] = Field(default_factory=list)
+    hedge: str | None = None
 
 
 class _StructureAnswer(BaseModel):
@@ -154,8 +157,8 @@ class _LocationAnswer(BaseModel):
     mappings: list[_Mapping]
 
 
-def _structure_schema() -> dict[str, Any]:
-    return {
+def _structure_schema(hedge: bool = False) -> dict[str, Any]:
+    schema = {
         "type": "object",
         "additionalProperties": False,
         "required": ["findings"],
@@ -172,6 +175,11 @@ def _structure_schema() -> dict[str, Any]:
             },
         }}},
     }  # fmt: skip
+    if hedge:  # prompts from structure_v5 on ask for the grade of an uncertain finding's hedge
+        item = schema["properties"]["findings"]["items"]  # type: ignore[index]
+        item["properties"]["hedge"] = {"type": ["string", "null"], "enum": [*HEDGES, None]}
+        item["required"].append("hedge")
+    return schema
 
 
 def _location_schema() -> dict[str, Any]:
@@ -428,8 +436,9 @@ class LLMStructurer:
 
     async def _structure(self, report_id: str, section: SectionChoice) -> StructuredReport:
         user = f"Report section ({section.name}):\n{section.section_content}"
+        graded = "`hedge`" in self.prompts["structure"].text
         answer: _StructureAnswer = await self._ask("structure", user, "ils_findings",
-                                                   _structure_schema(), _StructureAnswer)
+                                                   _structure_schema(graded), _StructureAnswer)
         n = len(section.sentences)
         kept: list[tuple[_LLMFinding, str | None]] = []
         for f in answer.findings:
@@ -478,8 +487,13 @@ class LLMStructurer:
                 labels = tuple(mapped.get(k) or ())
                 if not labels:  # non-target findings default to both lungs too (the conservative choice for EL)
                     labels = default_location(EntityKind("llm", lesion, lung=True))
+            hedge = f.hedge.strip().lower() if isinstance(f.hedge, str) and f.hedge.strip() else None
+            if hedge is not None and (hedge not in HEDGES or f.assertion != "uncertain"):
+                self._reject(report_id, "hedge", f.hedge, f"not a hedge grade of an uncertain finding ({f.assertion})")
+                hedge = None
             findings.append(Finding(
                 entity=f.entity, sent_idx=f.sent_idx, assertion=f.assertion, lesion=lesion,
                 location_phrases=phrases, reported_location=labels, source=self.source,
+                hedge=hedge,  # type: ignore[arg-type]
             ))
         return StructuredReport(report_id=report_id, section=section, findings=tuple(findings))
