@@ -169,6 +169,13 @@ phrase says "left and right". Defaults when a finding has no location phrase: lu
 non-target findings -> ``right lung``, ``left lung``; effusion -> ``right lung``, ``left lung`` (both
 pleural spaces; a side-only effusion maps to ``S lung``); cardiomegaly -> ``heart`` always; other
 non-target findings -> no label.
+
+*Changed* (round 5): the extent words diffuse(ly), multifocal, widespread and scattered give both lungs only when
+the finding has no other location phrase (ILS §7.2 "(no side)"; :data:`EXTENT_RE`); a side-less zoned phrase
+right after a sided one takes its side ("left perihilar upper lobe"), unless it is plural or has a side of its own
+(lingula). Hedge grades (round 5, :data:`LIKELY_HEDGE_RE`): an uncertain finding is graded ``likely`` when every
+cue that hedged it is a likely-hedge (probable, probably, (most) likely, presumed / presumably, most suggestive
+of, favor(ed)), else ``possible``; each member of a differential is ``possible``.
 """
 
 from __future__ import annotations
