@@ -77,9 +77,9 @@ from cxrground.reports.structure.lexicon import (
     ATTRIBUTION_BLOCK_RE,
     BOTH_WINDOW,
     CUE_KINDS,
-    CUE_RE,
+    CUE_MATCHER,
     ENTITY_KINDS,
-    ENTITY_RE,
+    ENTITY_MATCHER,
     LINK_RE,
     LOCATION_KINDS,
     LOCATION_RE,
@@ -220,11 +220,11 @@ class RuleStructurer:
             text = low
         mentions = [
             _Mention(m.start(), m.end(), ENTITY_KINDS[m.lastgroup])  # type: ignore[index]
-            for m in ENTITY_RE.finditer(low)
+            for m in ENTITY_MATCHER.matches(low)
         ]
         if not mentions:
             return []
-        cues = [_Cue(m.start(), m.end(), CUE_KINDS[m.lastgroup]) for m in CUE_RE.finditer(low)]  # type: ignore[index]
+        cues = [_Cue(m.start(), m.end(), CUE_KINDS[m.lastgroup]) for m in CUE_MATCHER.matches(low)]  # type: ignore[index]
         # cues that overlap a phrase without lying inside it are parts of words of the phrase: drop them
         cues = [c for c in cues if not any(c.start < mm.end and mm.start < c.end and not (
             mm.start <= c.start and c.end <= mm.end) for mm in mentions)]
