@@ -75,6 +75,7 @@ __all__ = [
     "merge_sections",
     "normalise_heading",
     "parse_sections",
+    "sections_and_headings",
     "select_section",
 ]
 
@@ -173,8 +174,10 @@ _VIEW_WORDS = re.compile(
 )
 _LINE_HEADING = re.compile(r"^[ \t]*(?P<name>[A-Za-z][A-Za-z0-9 ()/,&'\-]{0,59}?)[ \t]*:(?=\s|$)", re.M)
 _BARE_HEADING = re.compile(r"^[ \t]*(?P<name>[A-Za-z][A-Za-z ()/]{2,40}?)[ \t]*$", re.M)
+# "(?:(?<=[.!?;])[ \t]+|[ \t]{2,})" with the first blank taken out in front: the same matches, and the leading
+# character class lets the search skip to the next blank
 _INLINE_HEADING = re.compile(
-    r"(?:(?<=[.!?;])[ \t]+|[ \t]{2,})(?P<name>"
+    r"[ \t](?:(?<=[.!?;][ \t])[ \t]*|[ \t]+)(?P<name>"
     + "|".join(re.escape(k.upper()) for k in sorted(HEADINGS, key=len, reverse=True))
     + r")[ \t]*:(?=\s|$)"
 )
@@ -311,6 +314,11 @@ def parse_sections(text: str) -> dict[str, str]:
     neither findings nor impression is present); empty sections are left out. A text without
     any heading yields at most ``{"last_paragraph": ...}``.
     """
+    return sections_and_headings(text)[0]
+
+
+def sections_and_headings(text: str) -> tuple[dict[str, str], list[Heading]]:
+    """``(parse_sections(text), find_headings(text))``, finding the headings once."""
     cleaned = _clean(text)
     headings = _find_headings(cleaned)
     sections: dict[str, str] = {}
@@ -327,7 +335,7 @@ def parse_sections(text: str) -> dict[str, str]:
         paragraph = _last_paragraph(cleaned, headings)
         if paragraph:
             sections["last_paragraph"] = paragraph
-    return sections
+    return sections, headings
 
 
 def make_section_choice(name: str, text: str) -> SectionChoice | None:
