@@ -29,12 +29,23 @@ except ImportError:  # pragma: no cover - older layouts
     import sre_constants as _sre  # type: ignore[no-redef]
     import sre_parse as _sre_parse  # type: ignore[no-redef]
 
-__all__ = ["Alternation", "Branch", "first_chars", "split_alternatives"]
+__all__ = ["Alternation", "Branch", "first_chars", "prefixes", "split_alternatives"]
 
-_ANY = None  #: first-character set meaning "any character"
+_PREFIX_LEN = 3  #: characters of each match the scan checks (fewer when the prefix sets grow too large)
+_MAX_PREFIXES = 4096
 _MAX_RANGE = 256  #: character ranges wider than this count as any character
 _REPEATS = (_sre.MAX_REPEAT, _sre.MIN_REPEAT, getattr(_sre, "POSSESSIVE_REPEAT", _sre.MAX_REPEAT))
 _ZERO_WIDTH = (_sre.AT, _sre.ASSERT, _sre.ASSERT_NOT)
+
+#: A prefix: (text, closed). Every match starts with the text of one prefix of its set; an open prefix shorter
+#: than the prefix length may be continued by what follows, a closed one may not (any character may follow).
+Prefix = tuple[str, bool]
+_EMPTY: frozenset[Prefix] = frozenset({("", False)})  # matches the empty string
+_UNKNOWN: frozenset[Prefix] = frozenset({("", True)})  # may start with any character
+
+
+class _TooMany(Exception):
+    """A prefix set outgrew :data:`_MAX_PREFIXES`."""
 
 
 @dataclass(frozen=True)
@@ -56,10 +67,25 @@ class Branch:
         return f"{self.prefix}{group}{self.suffix}"
 
 
-def _first_item(op: object, av: object) -> tuple[frozenset[str] | None, bool]:
-    """(first characters, can be empty) of one parsed regular-expression item."""
+def _concat(head: frozenset[Prefix], tail: frozenset[Prefix], k: int) -> frozenset[Prefix]:
+    """Prefixes of a match of ``head`` followed by a match of ``tail``, cut at ``k`` characters."""
+    out: set[Prefix] = set()
+    for text, closed in head:
+        if closed or len(text) >= k:
+            out.add((text, True))
+            continue
+        for more, more_closed in tail:
+            joined = text + more
+            out.add((joined[:k], True) if len(joined) >= k else (joined, more_closed))
+    if len(out) > _MAX_PREFIXES:
+        raise _TooMany
+    return frozenset(out)
+
+
+def _item_prefixes(op: object, av: object, k: int) -> frozenset[Prefix]:
+    """Prefixes of the matches of one parsed regular-expression item."""
     if op is _sre.LITERAL:
-        return frozenset(chr(av)), False  # type: ignore[arg-type]
+        return frozenset({(chr(av), False)})  # type: ignore[arg-type]
     if op is _sre.IN:
         chars: set[str] = set()
         for iop, iav in av:  # type: ignore[attr-defined]
@@ -68,55 +94,68 @@ def _first_item(op: object, av: object) -> tuple[frozenset[str] | None, bool]:
             elif iop is _sre.RANGE and iav[1] - iav[0] <= _MAX_RANGE:
                 chars.update(chr(c) for c in range(iav[0], iav[1] + 1))
             else:  # NEGATE, CATEGORY (\w, \s, ...), wide ranges
-                return _ANY, False
-        return frozenset(chars), False
+                return _UNKNOWN
+        return frozenset((c, False) for c in chars)
     if op in _ZERO_WIDTH:
-        return frozenset(), True
+        return _EMPTY
     if op is _sre.SUBPATTERN:
         _group, add_flags, _del_flags, sub = av  # type: ignore[misc]
-        if add_flags & re.IGNORECASE:
-            return _ANY, False
-        return _first_seq(sub)
+        return _UNKNOWN if add_flags & re.IGNORECASE else _seq_prefixes(sub, k)
     if op is getattr(_sre, "ATOMIC_GROUP", None):
-        return _first_seq(av)  # type: ignore[arg-type]
+        return _seq_prefixes(av, k)  # type: ignore[arg-type]
     if op is _sre.BRANCH:
-        out: set[str] = set()
-        empty = False
+        out: set[Prefix] = set()
         for sub in av[1]:  # type: ignore[index]
-            first, sub_empty = _first_seq(sub)
-            if first is _ANY:
-                return _ANY, False
-            out |= first
-            empty |= sub_empty
-        return frozenset(out), empty
+            out |= _seq_prefixes(sub, k)
+        return frozenset(out)
     if op in _REPEATS:
         low, high, sub = av  # type: ignore[misc]
-        if high == 0:
-            return frozenset(), True
-        first, sub_empty = _first_seq(sub)
-        return first, sub_empty or low == 0
-    return _ANY, False  # ANY, NOT_LITERAL, group references, ...
+        once = _seq_prefixes(sub, k)
+        # n repetitions for n in low..high; beyond k repetitions the first k characters are those of k of them
+        # (a repetition that matches nothing adds nothing, and those of k repetitions include that case)
+        power, out = _EMPTY, set()
+        for n in range(min(high, k) + 1):
+            if n >= min(low, k):
+                out |= power
+            power = _concat(power, once, k)
+        return frozenset(out)
+    return _UNKNOWN  # ANY, NOT_LITERAL, group references, ...
 
 
-def _first_seq(items: Sequence[tuple[object, object]]) -> tuple[frozenset[str] | None, bool]:
-    """(first characters, can be empty) of a parsed sequence; first characters None = any character."""
-    out: set[str] = set()
+def _seq_prefixes(items: Sequence[tuple[object, object]], k: int) -> frozenset[Prefix]:
+    """Prefixes of the matches of a parsed sequence."""
+    acc = _EMPTY
     for op, av in items:
-        first, empty = _first_item(op, av)
-        if first is _ANY:
-            return _ANY, False
-        out |= first
-        if not empty:
-            return frozenset(out), False
-    return frozenset(out), True
+        if all(closed or len(text) >= k for text, closed in acc):
+            break
+        acc = _concat(acc, _item_prefixes(op, av, k), k)
+    return acc
+
+
+def prefixes(pattern: str, k: int = _PREFIX_LEN) -> frozenset[Prefix]:
+    """(text, closed) pairs, at most ``k`` characters: every match of ``pattern`` starts with one of the texts.
+
+    The set has ``("", True)`` when a match may start with any character, and ``("", False)`` when ``pattern``
+    can match the empty string. ``k`` shrinks when the set would grow beyond a few thousand prefixes.
+    """
+    parsed = _sre_parse.parse(pattern)
+    if parsed.state.flags & re.IGNORECASE:
+        return _UNKNOWN
+    for size in range(k, 0, -1):
+        try:
+            return _seq_prefixes(list(parsed), size)
+        except _TooMany:
+            continue
+    return _UNKNOWN
 
 
 def first_chars(pattern: str) -> tuple[frozenset[str] | None, bool]:
     """(characters a match of ``pattern`` can start with or None for any, whether it can match the empty string)."""
-    parsed = _sre_parse.parse(pattern)
-    if parsed.state.flags & re.IGNORECASE:
-        return _ANY, False
-    return _first_seq(list(parsed))
+    found = prefixes(pattern, 1)
+    empty = ("", False) in found
+    if empty or ("", True) in found:
+        return None, empty
+    return frozenset(text for text, _ in found), False
 
 
 def _starts_with_boundary(source: str) -> bool:
@@ -129,45 +168,73 @@ def _starts_with_boundary(source: str) -> bool:
     return False
 
 
+def _trie(texts: set[str]) -> str:
+    """A regular expression that matches each of ``texts`` (non-empty strings) and nothing shorter."""
+    by_first: dict[str, set[str]] = {}
+    for text in texts:
+        by_first.setdefault(text[0], set()).add(text[1:])
+    arms = []
+    for first in sorted(by_first):
+        rests = by_first[first]
+        if "" in rests:  # a shorter prefix covers the longer ones
+            arms.append(re.escape(first))
+        else:
+            arms.append(re.escape(first) + "(?:" + _trie(rests) + ")")
+    return "|".join(arms)
+
+
+def _scan_source(texts: set[str]) -> str:
+    """Alternation matching the first character of each of ``texts`` when the rest follows (lookahead)."""
+    by_first: dict[str, set[str]] = {}
+    for text in texts:
+        by_first.setdefault(text[0], set()).add(text[1:])
+    arms = []
+    for first in sorted(by_first):
+        rests = by_first[first]
+        arms.append(re.escape(first) if "" in rests else re.escape(first) + "(?=" + _trie(rests) + ")")
+    return "|".join(arms)
+
+
 _WORD_CHAR = re.compile(r"\w")
 
 
 class Alternation:
     """``|``-joined :class:`Branch` es compiled once in full (:attr:`regex`) and once per first character."""
 
-    def __init__(self, branches: Sequence[Branch]) -> None:
+    def __init__(self, branches: Sequence[Branch], prefix_len: int = _PREFIX_LEN) -> None:
         self.branches = tuple(Branch(b.name, _split_patterns(b.patterns), b.prefix, b.suffix) for b in branches)
         self.regex = re.compile("|".join(b.source() for b in self.branches))
         # per branch and phrase pattern: first characters (None = any)
         firsts: list[list[frozenset[str] | None]] = []
-        self._dispatch = True
-        for b in self.branches:
-            row = []
-            for p in b.patterns:
-                chars, empty = first_chars(b.prefix + f"(?:{p})" + b.suffix)
-                if empty:
-                    self._dispatch = False  # an empty match: leave it to the full pattern
-                row.append(chars)
-            firsts.append(row)
-        self._firsts = firsts
-        bounded: set[str] = set()  # first characters of branches that begin with \b and a word character
+        bounded: set[str] = set()  # prefixes of branches that begin with \b and a word character
         other: set[str] = set()
+        self._dispatch = True
         self._wild = False
-        for b, row in zip(self.branches, firsts, strict=True):
-            if any(chars is _ANY for chars in row):
-                self._wild = True
-                continue
-            chars = set().union(*row)
-            if _starts_with_boundary(b.source()) and all(_WORD_CHAR.fullmatch(c) for c in chars):
-                bounded |= chars
+        for b in self.branches:
+            row: list[frozenset[str] | None] = []
+            texts: set[str] = set()
+            for p in b.patterns:
+                found = prefixes(b.prefix + f"(?:{p})" + b.suffix, prefix_len)
+                if ("", False) in found:
+                    self._dispatch = False  # an empty match: leave it to the full pattern
+                if any(not text for text, _ in found):
+                    row.append(None)
+                    self._wild = True
+                else:
+                    row.append(frozenset(text[0] for text, _ in found))
+                    texts |= {text for text, _ in found}
+            firsts.append(row)
+            if _starts_with_boundary(b.source()) and all(_WORD_CHAR.fullmatch(t[0]) for t in texts):
+                bounded |= texts
             else:
-                other |= chars
-        self._chars = frozenset(bounded | other)
+                other |= texts
+        self._firsts = firsts
+        self._chars = frozenset(t[0] for t in bounded | other)
         if self._wild:
             scan = r"(?s:.)"
         else:
-            scan = "|".join(([rf"\b[{_char_class(bounded)}]"] if bounded else [])
-                            + ([f"[{_char_class(other)}]"] if other else [])) or r"(?!)"
+            scan = "|".join(([rf"\b(?:{_scan_source(bounded)})"] if bounded else [])
+                            + ([f"(?:{_scan_source(other)})"] if other else [])) or r"(?!)"
         self._scan = re.compile(scan)
         self._by_char: dict[str, re.Pattern[str] | None] = {}
 
@@ -179,7 +246,7 @@ class Alternation:
         parts = []
         for b, row in zip(self.branches, self._firsts, strict=True):
             keep = [p for p, chars in zip(b.patterns, row, strict=True)
-                    if chars is _ANY or (key is not None and key in chars)]
+                    if chars is None or (key is not None and key in chars)]
             if keep:
                 parts.append(b.source(keep))
         pattern = re.compile("|".join(parts)) if parts else None
@@ -204,10 +271,19 @@ class Alternation:
                 pos = m.end()
         return out
 
-
-def _char_class(chars: set[str]) -> str:
-    """The characters ``chars`` escaped for use inside ``[...]``."""
-    return "".join(re.escape(c) for c in sorted(chars))
+    def sub(self, repl: str, text: str) -> str:
+        """``regex.sub(repl, text)`` for a plain replacement text ``repl`` (no group references)."""
+        if "\\" in repl:
+            raise ValueError(f"replacement {repl!r} has a backslash: use regex.sub")
+        pieces, pos = [], 0
+        for m in self.matches(text):
+            pieces.append(text[pos:m.start()])
+            pieces.append(repl)
+            pos = m.end()
+        if not pieces:
+            return text
+        pieces.append(text[pos:])
+        return "".join(pieces)
 
 
 def _split_patterns(patterns: Sequence[str]) -> tuple[str, ...]:

@@ -82,7 +82,7 @@ from cxrground.reports.structure.lexicon import (
     ENTITY_MATCHER,
     LINK_RE,
     LOCATION_KINDS,
-    LOCATION_RE,
+    LOCATION_MATCHER,
     EntityKind,
     default_location,
     location_labels,
@@ -398,7 +398,7 @@ class RuleStructurer:
 
     @staticmethod
     def _is_link(low: str, start: int, end: int, alternatives: bool) -> bool:
-        gap = LOCATION_RE.sub(" ", low[start:end])
+        gap = LOCATION_MATCHER.sub(" ", low[start:end])
         if _nwords(gap) > _MAX_LINK_WORDS:
             return False
         links = list(LINK_RE.finditer(gap))
@@ -412,7 +412,7 @@ class RuleStructurer:
         return not ands or _AND_VERB.search(gap, ands[-1].end()) is not None
 
     def _locate(self, low: str, text: str, mentions: list[_Mention], terms: list[_Cue]) -> None:
-        for m in LOCATION_RE.finditer(low):
+        for m in LOCATION_MATCHER.matches(low):
             labels = location_labels(LOCATION_KINDS[m.lastgroup], m.group())  # type: ignore[index]
             if not labels:
                 continue
