@@ -5,10 +5,14 @@ Run: ``.venv/bin/python bench/structure_identity.py [--synthetic 400] [--seed 0]
 Structures the 300 Open-i reports of the pack (``CXRGROUND_PACK``; skipped with a note when missing) and
 ``--synthetic`` report texts of the generator's report-only route (parsed with
 :func:`~cxrground.reports.parse_report_text`, as ``bench/structure.py`` does) under every section policy x
-alternatives policy, plus the hand-checked sentences of ``tests/tricky_sentences.py`` (when the tests folder is
-there), and prints one sha256 per kind of output: the parsed sections of the synthetic texts, the section choices
-(``SectionChoice.to_dict``), the finding rows (``StructuredReport.finding_rows``, as JSON lines) and the tricky
-sentences' rows, then one hash over all. A speed change of the structurer must leave every hash as it was.
+alternatives policy, plus every hand-checked sentence of ``tests/tricky_sentences.py`` (when the tests folder is
+there) under every alternatives policy, and prints one sha256 per kind of output: the parsed sections of the
+synthetic texts, the section choices (``SectionChoice.to_dict``), the finding rows
+(``StructuredReport.finding_rows``, as JSON lines) and the tricky sentences' rows, then one hash over all. A speed
+change of the structurer must leave every hash as it was.
+
+Hashes of the code before the speed work of issue 16 (commit abd84ea, seed 0, 400 synthetic reports, pack
+cxr-pack-v1): all ``ed51659c4d13f95952b6fbbace1028329280b0ed4f6be23d175a26add8c9d305``.
 """
 
 from __future__ import annotations
@@ -22,9 +26,9 @@ from pathlib import Path
 
 from cxrground.datasets.pack import Pack, PackMissingError
 from cxrground.evaluation.report_quality import synthetic_cases
-from cxrground.reports import SECTION_POLICIES, parse_report_text, read_report, select_section
+from cxrground.reports import SECTION_POLICIES, make_section_choice, parse_report_text, read_report, select_section
 from cxrground.reports.model import Report
-from cxrground.reports.structure import ALTERNATIVE_POLICIES, RuleStructurer, structure_text
+from cxrground.reports.structure import ALTERNATIVE_POLICIES, RuleStructurer
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 
@@ -67,16 +71,28 @@ def finding_lines(reports: list[Report]) -> list[str]:
     return out
 
 
-def tricky_lines() -> list[str]:
-    """Finding rows of every sentence of ``tests/tricky_sentences.py`` (empty when the file is not there)."""
+def tricky_sentences() -> list[str]:
+    """Every sentence of ``tests/tricky_sentences.py`` (none when the file is not there)."""
     if not (TESTS / "tricky_sentences.py").is_file():
         return []
     sys.path.insert(0, str(TESTS))
-    from tricky_sentences import TRICKY  # type: ignore[import-not-found]
+    import tricky_sentences as tricky  # type: ignore[import-not-found]
 
+    rows = [*tricky.TRICKY, *tricky.LOOKALIKES, *tricky.BROAD]
+    return [sentence for _kind, sentence, _expected in rows] + list(tricky.ALTERNATIVES_PRESENT)
+
+
+def tricky_lines() -> list[str]:
+    """Finding rows of every hand-checked sentence as a one-sentence findings section, for every alternatives
+    policy."""
     out = []
-    for n, (_kind, sentence, _expected) in enumerate(TRICKY):
-        out.extend(_dump([n, row]) for row in structure_text(sentence, f"tricky-{n}").finding_rows())
+    for alternatives in ALTERNATIVE_POLICIES:
+        structurer = RuleStructurer(alternatives=alternatives)
+        for n, sentence in enumerate(tricky_sentences()):
+            choice = make_section_choice("findings", sentence)
+            if choice is not None:
+                rows = structurer.structure(f"tricky-{n}", choice).finding_rows()
+                out.extend(_dump([alternatives, row]) for row in rows)
     return out
 
 
