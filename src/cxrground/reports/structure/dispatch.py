@@ -1,19 +1,21 @@
 """First-character dispatch of a large regular-expression alternation: the same matches, found faster.
 
 Python's ``re`` tries every alternative of a pattern such as ``\\b(?:(?P<e0>...)|(?P<e1>...)|...)\\b`` at every
-position of the text. :class:`Alternation` builds the same pattern from its alternatives (each a named group of
-phrase patterns with an optional prefix and suffix), works out from the parsed patterns which characters a match
-of each phrase pattern can start with, and keeps one smaller pattern per first character that holds only the
-phrase patterns (and groups) that can start with it, in their original order. :meth:`Alternation.matches` visits
-only the positions where some alternative can start (found by one character-class scan, with the word boundary
-when every such alternative begins with ``\\b``) and matches there the pattern of that position's character.
+position of the text. :class:`Alternation` takes the same pattern as :class:`Branch` es (each a named group of
+phrase patterns with an optional prefix and suffix; a phrase pattern with top-level ``|`` is split into its
+alternatives) and works out from the parsed patterns (:func:`prefixes`) the first three characters a match of each
+phrase pattern can start with. :meth:`Alternation.matches` then
+
+1. scans the text once for the positions where some phrase can start (one compiled pattern: a trie of the
+   prefixes behind a lookahead, with ``\\b`` in front when the branches begin with ``\\b``), and
+2. at each such position matches the smaller pattern of that position's first character, which holds only the
+   phrase patterns (and groups) that can start with it, in their original order (compiled on first use).
 
 Dropping alternatives that cannot match at a position never changes which alternative matches first, so the
 result equals ``Alternation.regex.finditer`` match for match (span, text and ``lastgroup``). Everything is derived
-from the pattern strings: a phrase added to a lexicon list is covered without further code. Phrase patterns
-whose first character cannot be bounded (``.``, ``\\w``, a negated class, an empty match) go into every
-dispatch pattern; if one of them can match the empty string the dispatch is switched off and
-:meth:`~Alternation.matches` runs the full pattern.
+from the pattern strings: a phrase added to a lexicon list is covered without further code. A phrase pattern
+whose start cannot be bounded (``.``, ``\\w``, a negated class) is tried at every position; if one can match the
+empty string the dispatch is switched off and :meth:`~Alternation.matches` runs the full pattern.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 try:  # Python >= 3.11
     from re import _constants as _sre  # type: ignore[attr-defined]
@@ -37,8 +40,9 @@ _MAX_RANGE = 256  #: character ranges wider than this count as any character
 _REPEATS = (_sre.MAX_REPEAT, _sre.MIN_REPEAT, getattr(_sre, "POSSESSIVE_REPEAT", _sre.MAX_REPEAT))
 _ZERO_WIDTH = (_sre.AT, _sre.ASSERT, _sre.ASSERT_NOT)
 
-#: A prefix: (text, closed). Every match starts with the text of one prefix of its set; an open prefix shorter
-#: than the prefix length may be continued by what follows, a closed one may not (any character may follow).
+#: A prefix: (text, closed). Every match starts with the text of one prefix of its set. An open prefix is all the
+#: match has read so far (what follows in the pattern continues it); a closed one is final: it reached the prefix
+#: length, or the next character is unknown (``\\s``, ``.``, ...).
 Prefix = tuple[str, bool]
 _EMPTY: frozenset[Prefix] = frozenset({("", False)})  # matches the empty string
 _UNKNOWN: frozenset[Prefix] = frozenset({("", True)})  # may start with any character
@@ -199,22 +203,22 @@ _WORD_CHAR = re.compile(r"\w")
 
 
 class Alternation:
-    """``|``-joined :class:`Branch` es compiled once in full (:attr:`regex`) and once per first character."""
+    """``|``-joined :class:`Branch` es: a prefix scan and one pattern per first character (module docstring)."""
 
     def __init__(self, branches: Sequence[Branch], prefix_len: int = _PREFIX_LEN) -> None:
-        self.branches = tuple(Branch(b.name, _split_patterns(b.patterns), b.prefix, b.suffix) for b in branches)
-        self.regex = re.compile("|".join(b.source() for b in self.branches))
         # per branch and phrase pattern: first characters (None = any)
         firsts: list[list[frozenset[str] | None]] = []
         bounded: set[str] = set()  # prefixes of branches that begin with \b and a word character
         other: set[str] = set()
         self._dispatch = True
         self._wild = False
-        for b in self.branches:
+        split: list[Branch] = []
+        for b in branches:
             row: list[frozenset[str] | None] = []
             texts: set[str] = set()
-            for p in b.patterns:
-                found = prefixes(b.prefix + f"(?:{p})" + b.suffix, prefix_len)
+            patterns, found_sets = _split_with_prefixes(b, prefix_len)
+            split.append(Branch(b.name, patterns, b.prefix, b.suffix))
+            for found in found_sets:
                 if ("", False) in found:
                     self._dispatch = False  # an empty match: leave it to the full pattern
                 if any(not text for text, _ in found):
@@ -224,10 +228,11 @@ class Alternation:
                     row.append(frozenset(text[0] for text, _ in found))
                     texts |= {text for text, _ in found}
             firsts.append(row)
-            if _starts_with_boundary(b.source()) and all(_WORD_CHAR.fullmatch(t[0]) for t in texts):
+            if _starts_with_boundary(b.prefix) and all(_WORD_CHAR.fullmatch(t[0]) for t in texts):
                 bounded |= texts
             else:
                 other |= texts
+        self.branches = tuple(split)
         self._firsts = firsts
         self._chars = frozenset(t[0] for t in bounded | other)
         if self._wild:
@@ -237,6 +242,11 @@ class Alternation:
                             + ([f"(?:{_scan_source(other)})"] if other else [])) or r"(?!)"
         self._scan = re.compile(scan)
         self._by_char: dict[str, re.Pattern[str] | None] = {}
+
+    @cached_property
+    def regex(self) -> re.Pattern[str]:
+        """The full pattern: the branches joined by ``|``."""
+        return re.compile("|".join(b.source() for b in self.branches))
 
     def _pattern_for(self, char: str) -> re.Pattern[str] | None:
         """The alternation of the branches / phrase patterns that can start with ``char`` (None if there is none)."""
@@ -286,18 +296,20 @@ class Alternation:
         return "".join(pieces)
 
 
-def _split_patterns(patterns: Sequence[str]) -> tuple[str, ...]:
-    """``patterns`` with each one split into its top-level alternatives (kept whole if a part does not compile)."""
-    out: list[str] = []
-    for p in patterns:
+def _split_with_prefixes(branch: Branch, k: int) -> tuple[tuple[str, ...], list[frozenset[Prefix]]]:
+    """The phrase patterns of ``branch``, each split into its top-level alternatives (kept whole when a part is no
+    pattern on its own), and the :func:`prefixes` of each in the branch."""
+    patterns: list[str] = []
+    found: list[frozenset[Prefix]] = []
+    for p in branch.patterns:
         parts = split_alternatives(p)
         try:
-            for part in parts:
-                re.compile(part)
+            sets = [prefixes(f"{branch.prefix}(?:{part}){branch.suffix}", k) for part in parts]
         except re.error:
-            parts = (p,)
-        out.extend(parts)
-    return tuple(out)
+            parts, sets = (p,), [prefixes(f"{branch.prefix}(?:{p}){branch.suffix}", k)]
+        patterns.extend(parts)
+        found.extend(sets)
+    return tuple(patterns), found
 
 
 def split_alternatives(pattern: str) -> tuple[str, ...]:
