@@ -125,6 +125,15 @@ def test_a_phrase_added_to_a_lexicon_list_is_found_without_other_changes() -> No
 
 
 @pytest.mark.parametrize(("name", "regex", "matcher"), LEXICON, ids=[n for n, _, _ in LEXICON])
+def test_lexicon_phrases_have_bounded_starts(name, regex, matcher) -> None:
+    """Speed guard: a lexicon phrase that can start with any character (``\\w...``, ``.``) or match nothing makes
+    the dispatch try every position; start such a phrase with its literal words instead."""
+    assert matcher.prefiltered, f"the {name} dispatch tries every position: see Alternation.prefiltered"
+    assert not Alternation([Branch("x", (r"\w+ing",))]).prefiltered
+    assert not Alternation([Branch("x", (r"a?",))]).prefiltered
+
+
+@pytest.mark.parametrize(("name", "regex", "matcher"), LEXICON, ids=[n for n, _, _ in LEXICON])
 def test_lexicon_matchers_equal_the_lexicon_patterns_on_the_hand_checked_sentences(name, regex, matcher) -> None:
     for sentence in SENTENCES:
         low = sentence.lower()

@@ -243,6 +243,11 @@ class Alternation:
         self._scan = re.compile(scan)
         self._by_char: dict[str, re.Pattern[str] | None] = {}
 
+    @property
+    def prefiltered(self) -> bool:
+        """Whether :meth:`matches` skips positions (False: some phrase can start anywhere or match nothing)."""
+        return self._dispatch and not self._wild
+
     @cached_property
     def regex(self) -> re.Pattern[str]:
         """The full pattern: the branches joined by ``|``."""
