@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from cxrground.errors import Failure, ReportError
 from cxrground.reports.iu_xml import decode_utf8, parse_iu_xml
 from cxrground.reports.model import Report
-from cxrground.reports.sections import describe_choice, find_headings, parse_sections
+from cxrground.reports.sections import describe_choice, sections_and_headings
 
 __all__ = [
     "REPORT_SUFFIXES",
@@ -60,10 +60,10 @@ def parse_report_text(text: str, report_id: str | None = None, source: str | Pat
     report_id = str(report_id).strip()
     if not report_id:
         raise ReportError("empty report id", source)
-    sections = parse_sections(text)
+    sections, headings = sections_and_headings(text)
     return Report(
         report_id=report_id,
-        format="mimic" if find_headings(text) else "text",
+        format="mimic" if headings else "text",
         sections=sections,
         source=str(source) if source is not None else None,
         text=text,

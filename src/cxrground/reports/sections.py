@@ -58,7 +58,7 @@ from cxrground.reports.model import (
     SectionPart,
     Sentence,
 )
-from cxrground.reports.sentences import make_sentences, number_sentences
+from cxrground.reports.sentences import number_sentences, split_sentences
 
 __all__ = [
     "HEADINGS",
@@ -75,6 +75,7 @@ __all__ = [
     "merge_sections",
     "normalise_heading",
     "parse_sections",
+    "sections_and_headings",
     "select_section",
 ]
 
@@ -173,14 +174,17 @@ _VIEW_WORDS = re.compile(
 )
 _LINE_HEADING = re.compile(r"^[ \t]*(?P<name>[A-Za-z][A-Za-z0-9 ()/,&'\-]{0,59}?)[ \t]*:(?=\s|$)", re.M)
 _BARE_HEADING = re.compile(r"^[ \t]*(?P<name>[A-Za-z][A-Za-z ()/]{2,40}?)[ \t]*$", re.M)
+# "(?:(?<=[.!?;])[ \t]+|[ \t]{2,})" with the first blank taken out in front: the same matches, and the leading
+# character class lets the search skip to the next blank
 _INLINE_HEADING = re.compile(
-    r"(?:(?<=[.!?;])[ \t]+|[ \t]{2,})(?P<name>"
+    r"[ \t](?:(?<=[.!?;][ \t])[ \t]*|[ \t]+)(?P<name>"
     + "|".join(re.escape(k.upper()) for k in sorted(HEADINGS, key=len, reverse=True))
     + r")[ \t]*:(?=\s|$)"
 )
 _TITLE_OR_RULE = re.compile(r"^[ \t]*(?:(?:FINAL|PRELIMINARY) REPORT|[_=*\-]{10,})[ \t]*$", re.M | re.I)
 _BLANKS = re.compile(r"_{2,}|\bX{2,}\b")
 _WORD = re.compile(r"[A-Za-z0-9]")
+_WORD_NOT_X = re.compile(r"[A-WYZa-z0-9]")  # a word character no blank (runs of "_" or "X") can hold
 
 
 @dataclass(frozen=True)
@@ -265,6 +269,8 @@ def _tidy(text: str) -> str:
 
 def _has_words(text: str) -> bool:
     """True when ``text`` has a letter or digit outside de-identification blanks."""
+    if _WORD_NOT_X.search(text):
+        return True
     return bool(_WORD.search(_BLANKS.sub(" ", text)))
 
 
@@ -311,6 +317,11 @@ def parse_sections(text: str) -> dict[str, str]:
     neither findings nor impression is present); empty sections are left out. A text without
     any heading yields at most ``{"last_paragraph": ...}``.
     """
+    return sections_and_headings(text)[0]
+
+
+def sections_and_headings(text: str) -> tuple[dict[str, str], list[Heading]]:
+    """``(parse_sections(text), find_headings(text))``, finding the headings once."""
     cleaned = _clean(text)
     headings = _find_headings(cleaned)
     sections: dict[str, str] = {}
@@ -327,17 +338,26 @@ def parse_sections(text: str) -> dict[str, str]:
         paragraph = _last_paragraph(cleaned, headings)
         if paragraph:
             sections["last_paragraph"] = paragraph
-    return sections
+    return sections, headings
+
+
+def _section_sentences(text: str) -> list[str]:
+    """The sentences of section text ``text``; none when it has no usable words."""
+    if not text or not _has_words(text):
+        return []
+    return split_sentences(text)
+
+
+def _choice(name: str, text: str, sentences: Sequence[str]) -> SectionChoice:
+    """The :class:`SectionChoice` of section ``name`` with ``text`` split into ``sentences`` (numbered from 1)."""
+    numbered = tuple(Sentence(i, s) for i, s in enumerate(sentences, start=1))
+    return SectionChoice(name, text, numbered, number_sentences(numbered))  # type: ignore[arg-type]
 
 
 def make_section_choice(name: str, text: str) -> SectionChoice | None:
     """Return the :class:`SectionChoice` for section ``name`` with ``text``, or None when it has no usable words."""
-    if not text or not _has_words(text):
-        return None
-    sentences = make_sentences(text)
-    if not sentences:
-        return None
-    return SectionChoice(name, text, sentences, number_sentences(sentences))  # type: ignore[arg-type]
+    sentences = _section_sentences(text)
+    return _choice(name, text, sentences) if sentences else None
 
 
 def choose_section(report: Report, order: Sequence[str] = SECTION_ORDER) -> SectionChoice | None:
@@ -362,13 +382,18 @@ def merge_sections(choices: Sequence[SectionChoice]) -> SectionChoice:
     """Return ``choices`` (single sections, in order) as one section: sentences numbered on, ``parts`` recorded."""
     if len(choices) == 1:
         return choices[0]
+    return _merged([(c.name, c.text, [s.text for s in c.sentences]) for c in choices])
+
+
+def _merged(sections: Sequence[tuple[str, str, Sequence[str]]]) -> SectionChoice:
+    """The merged :class:`SectionChoice` of (name, text, sentences) of two or more sections, numbered on."""
     sentences: list[Sentence] = []
     parts: list[SectionPart] = []
-    for choice in choices:
+    for name, _text, texts in sections:
         first = len(sentences) + 1
-        sentences.extend(Sentence(len(sentences) + 1, s.text) for s in choice.sentences)
-        parts.append(SectionPart(choice.name, first, len(sentences)))
-    text = "\n\n".join(c.text for c in choices)
+        sentences.extend(Sentence(len(sentences) + 1, t) for t in texts)
+        parts.append(SectionPart(name, first, len(sentences)))
+    text = "\n\n".join(t for _, t, _ in sections)
     return SectionChoice(MERGED_SECTION, text, tuple(sentences), number_sentences(sentences),  # type: ignore[arg-type]
                          tuple(parts))
 
@@ -380,10 +405,12 @@ def select_section(report: Report, policy: str = DEFAULT_SECTION_POLICY) -> Sect
     """
     if check_section_policy(policy) in POLICY_ORDERS:
         return choose_section(report, POLICY_ORDERS[policy])
-    found = [c for name in ("findings", "impression")
-             if (c := make_section_choice(name, report.sections.get(name, ""))) is not None]
-    if found:
-        return merge_sections(found)
+    found = [(name, text, sentences) for name in ("findings", "impression")
+             if (sentences := _section_sentences(text := report.sections.get(name, "")))]
+    if len(found) == 1:
+        return _choice(*found[0])
+    if found:  # merged without numbering each section on its own first
+        return _merged(found)
     return choose_section(report, ("last_paragraph",))
 
 

@@ -185,16 +185,20 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
 
+from cxrground.reports.structure.dispatch import Alternation, Branch
 from cxrground.vocab import HEART, LESIONS, SIDES
 from cxrground.vocab.lesions import HEART_MASK_LESIONS
 from cxrground.vocab.locations import lung_label, zone_label
 
 __all__ = [
     "ATTRIBUTABLE",
+    "CUE_MATCHER",
     "CUE_RE",
     "ENTITY_KINDS",
+    "ENTITY_MATCHER",
     "ENTITY_RE",
     "LINK_RE",
+    "LOCATION_MATCHER",
     "LOCATION_RE",
     "EntityKind",
     "default_location",
@@ -333,13 +337,17 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
 #: Group name -> kind, for every group of :data:`ENTITY_RE`.
 ENTITY_KINDS: Final[dict[str, EntityKind]] = {}
 _group_patterns: list[str] = []
+_entity_branches: list[Branch] = []
 for _kind, _patterns in _ENTITY_GROUPS:
     _gname = "e" + str(len(ENTITY_KINDS))
     ENTITY_KINDS[_gname] = _kind
     _group_patterns.append(f"(?P<{_gname}>{'|'.join(_patterns)})")
+    _entity_branches.append(Branch(_gname, _patterns, r"\b", r"\b"))
 
 #: Every finding phrase; ``m.lastgroup`` names the group (see :func:`entity_kind`).
 ENTITY_RE: Final[re.Pattern[str]] = re.compile(r"\b(?:" + "|".join(_group_patterns) + r")\b")
+#: The matches of :data:`ENTITY_RE`, found faster (``ENTITY_MATCHER.matches(low)``; see :mod:`.dispatch`).
+ENTITY_MATCHER: Final[Alternation] = Alternation(_entity_branches)
 
 
 def entity_kind(group: str) -> EntityKind:
@@ -438,6 +446,7 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
 )
 _word_cues: list[str] = []
 _other_cues: list[str] = []
+_cue_branches: list[Branch] = []
 #: Group name -> cue kind, for :data:`CUE_RE`.
 CUE_KINDS: Final[dict[str, str]] = {}
 for _i, (_ckind, _pat) in enumerate(_CUES):
@@ -445,13 +454,19 @@ for _i, (_ckind, _pat) in enumerate(_CUES):
     CUE_KINDS[_gname] = _ckind
     if _ckind == "unc_both" or _pat.startswith(";"):  # punctuation cues
         _other_cues.append(f"(?P<{_gname}>{_pat})")
+        _cue_branches.append(Branch(_gname, (_pat,)))
     elif _ckind == "term":  # scope-end words carry their own boundaries
         _word_cues.append(f"(?P<{_gname}>{_pat})")
+        _cue_branches.append(Branch(_gname, (_pat,), r"\b"))
     else:
         _word_cues.append(f"(?P<{_gname}>{_pat})(?![\\w-])")
+        _cue_branches.append(Branch(_gname, (_pat,), r"\b", r"(?![\w-])"))
 #: Every assertion cue; ``CUE_KINDS[m.lastgroup]`` is its kind. Word cues (scope-end words last) share one
 #: leading word boundary, so that positions inside words fail at once; then the punctuation cues.
 CUE_RE: Final[re.Pattern[str]] = re.compile(r"\b(?:" + "|".join(_word_cues) + ")|" + "|".join(_other_cues))
+#: The matches of :data:`CUE_RE`, found faster: word cues first (each after the shared ``\b``), then punctuation.
+CUE_MATCHER: Final[Alternation] = Alternation(
+    [b for b in _cue_branches if b.prefix] + [b for b in _cue_branches if not b.prefix])
 
 #: Window (in words between cue and finding phrase) of the cues that apply both before and after a phrase.
 BOTH_WINDOW: Final[dict[str, int]] = {"neg_both": 4, "unc_both": 3, "unc_vs": 6}
@@ -558,14 +573,18 @@ def is_extent_phrase(phrase: str) -> bool:
 
 
 _loc_parts: list[str] = []
+_loc_branches: list[Branch] = []
 #: Group name -> location kind, for :data:`LOCATION_RE`.
 LOCATION_KINDS: Final[dict[str, str]] = {}
 for _i, (_lkind, _pat) in enumerate(_LOCATIONS):
     _gname = f"l{_i}"
     LOCATION_KINDS[_gname] = _lkind
     _loc_parts.append(f"(?P<{_gname}>{_pat})")
+    _loc_branches.append(Branch(_gname, (_pat,), r"\b", r"\b"))
 #: Every location phrase; ``LOCATION_KINDS[m.lastgroup]`` is its kind.
 LOCATION_RE: Final[re.Pattern[str]] = re.compile(r"\b(?:" + "|".join(_loc_parts) + r")\b")
+#: The matches of :data:`LOCATION_RE`, found faster (see :mod:`.dispatch`).
+LOCATION_MATCHER: Final[Alternation] = Alternation(_loc_branches)
 
 _ZONE_WORD_RE = re.compile(
     r"upper|suprahilar|lower|midlung|mid-lung|middle|mid|apex|apices|biapical|apical\w*|bibasilar\w*|bibasal\w*|"
