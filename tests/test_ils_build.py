@@ -26,6 +26,7 @@ from cxrground.ils.schema import load_dataset, validate_dataset
 from cxrground.ils.tasks import build_tasks
 from cxrground.io.image import read_image
 from cxrground.io.masks import decode_rle, read_mask_png
+from cxrground.reports.structure import RULES_VERSION
 
 N_STUDIES = 8
 OUTPUTS = (DATASET_FILE, "findings.jsonl", "masks.jsonl", "anatomy.jsonl", "failures.jsonl", "card.md",
@@ -234,7 +235,7 @@ def test_section_policy_and_alternatives_are_used_and_recorded(cohort, built, tm
     assert result.exit_code == 0, result.output
     prov = json.loads((out / "provenance.json").read_text())
     assert prov["config"]["sections"] == "findings+impression"
-    assert prov["backends"]["structurer"] == {"name": "rules", "alternatives": "present"}
+    assert prov["backends"]["structurer"] == {"name": "rules", "version": RULES_VERSION, "alternatives": "present"}
     assert prov["backend_spec"]["structurer_kwargs"] == {"alternatives": "present"}
     card = (out / "card.md").read_text()
     assert "Report sections: `findings+impression`" in card and "alternatives present" in card

@@ -370,3 +370,48 @@ def test_cli_rules(tmp_path: Path) -> None:
     # LLM options are checked before any work
     result = CliRunner().invoke(main, ["reports", "structure", str(tmp_path / "s1.txt"), "--structurer", "llm"])
     assert result.exit_code == 2 and "--base-url" in result.output
+
+
+#: A fixed corpus for the rules-version guard (never extend it: a new sentence would move the pinned hash).
+_VERSION_CORPUS = (
+    "No focal consolidation, pleural effusion or pneumothorax.",
+    "Small right and moderate left pleural effusions with adjacent atelectasis.",
+    "Right lower lobe opacity concerning for pneumonia.",
+    "Probable left lower lobe pneumonia.",
+    "Atelectasis or scarring at the right base.",
+    "The heart is mildly enlarged.",
+    "Borderline cardiomegaly.",
+    "Mild pulmonary edema cannot be excluded.",
+    "History of pneumonia.",
+    "Diffuse right lower lobe airspace opacity.",
+    "Patchy opacity in the left perihilar upper lobe.",
+    "Consolidation, atelectasis, and blunting at the left base have cleared in the interval.",
+    "On the prior outside CT, the left lower lobe was consolidated.",
+    "There is a bandlike opacity at the left base. This likely represents atelectasis.",
+    "Patchy retrocardiac opacity XXXX atelectasis.",
+    "Improved aeration of the lung bases with a small residual left basilar effusion.",
+    "Bilateral interstitial opacities, which may represent edema or atypical infection.",
+    "No pneumothorax, small right pleural effusion.",
+)
+#: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
+_PINNED_OUTPUT = {"5": "604dfbb1a88aa12af616dadc57ddcb7d24cce32f88f2258d5d0c2734d2886222"}
+
+
+def test_rules_version_is_bumped_when_the_output_changes() -> None:
+    """``ils build`` resumes only a build made by the same rules (the version is in the backends identity): if
+    this fails, the rules now read reports differently, so bump ``RULES_VERSION`` and pin the new hash."""
+    import hashlib
+
+    from cxrground.reports import make_section_choice
+    from cxrground.reports.structure import ALTERNATIVE_POLICIES, RULES_VERSION
+
+    h = hashlib.sha256()
+    for policy in ALTERNATIVE_POLICIES:
+        structurer = RuleStructurer(alternatives=policy)
+        for i, text in enumerate(_VERSION_CORPUS):
+            section = make_section_choice("findings", text)
+            assert section is not None
+            for row in structurer.structure(f"v{i}", section).finding_rows():
+                h.update(json.dumps(row, sort_keys=True).encode() + b"\n")
+    assert _PINNED_OUTPUT.get(RULES_VERSION) == h.hexdigest(), (
+        f"rule output changed under RULES_VERSION {RULES_VERSION!r}: bump it and pin {h.hexdigest()}")

@@ -23,7 +23,13 @@ from cxrground.reports import (
     select_section,
 )
 from cxrground.reports.findings import Finding, StructuredReport
-from cxrground.reports.structure import RuleStructurer, resolve_findings, structure_report, structure_reports
+from cxrground.reports.structure import (
+    RULES_VERSION,
+    RuleStructurer,
+    resolve_findings,
+    structure_report,
+    structure_reports,
+)
 
 RL, LL, RB, LB = "right lung", "left lung", "right lung base", "left lung base"
 
@@ -139,7 +145,7 @@ def test_structure_reports_and_cli_options(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in result.output.splitlines()]
     assert [(r["section"], r["sent_idx"], r["lesion"] or r["entity"], r["assertion"]) for r in rows] == [
         ("findings+impression", 1, "atelectasis", "present"), ("findings+impression", 1, "scarring", "uncertain")]
-    assert rows[0]["provenance"] == {"name": "rules", "alternatives": "uncertain"}
+    assert rows[0]["provenance"] == {"name": "rules", "version": RULES_VERSION, "alternatives": "uncertain"}
     result = runner.invoke(main, ["reports", "structure", str(path), "--alternatives", "present"])
     rows = [json.loads(line) for line in result.output.splitlines()]
     assert [(r["section"], r["assertion"]) for r in rows] == [("findings", "present"), ("findings", "present")]

@@ -8,7 +8,7 @@ import pytest
 
 from cxrground.errors import ConfigError
 from cxrground.reports import make_section_choice
-from cxrground.reports.structure import ALTERNATIVE_POLICIES, RuleStructurer, get_structurer
+from cxrground.reports.structure import ALTERNATIVE_POLICIES, RULES_VERSION, RuleStructurer, get_structurer
 from tricky_sentences import ALTERNATIVES_PRESENT, BROAD, HEDGE_GRADES, LOOKALIKES, ROUND5, TRICKY
 
 
@@ -76,7 +76,7 @@ def test_table_covers_every_kind_and_is_large_enough() -> None:
 
 def test_alternatives_policy_is_validated_and_recorded() -> None:
     assert ALTERNATIVE_POLICIES == ("uncertain", "present")
-    assert RuleStructurer().provenance == {"name": "rules", "alternatives": "uncertain"}
+    assert RuleStructurer().provenance == {"name": "rules", "version": RULES_VERSION, "alternatives": "uncertain"}
     assert get_structurer("rules", alternatives="present").provenance["alternatives"] == "present"
     with pytest.raises(ConfigError, match="alternatives"):
         RuleStructurer(alternatives="maybe")

@@ -26,10 +26,11 @@ from cxrground.reports.model import DEFAULT_SECTION_POLICY, Report, SectionChoic
 from cxrground.reports.sections import NO_SECTION_REASON, select_section
 from cxrground.reports.structure.llm import STAGE, LLMError, LLMStructurer, load_prompt
 from cxrground.reports.structure.resolve import resolve_findings
-from cxrground.reports.structure.rules import ALTERNATIVE_POLICIES, RuleStructurer, structure_text
+from cxrground.reports.structure.rules import ALTERNATIVE_POLICIES, RULES_VERSION, RuleStructurer, structure_text
 
 __all__ = [
     "ALTERNATIVE_POLICIES",
+    "RULES_VERSION",
     "STAGE",
     "STRUCTURERS",
     "LLMError",

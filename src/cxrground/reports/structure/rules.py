@@ -114,8 +114,13 @@ from cxrground.reports.structure.resolve import resolve_findings
 from cxrground.vocab import HEART
 from cxrground.vocab.lesions import HEART_MASK_LESIONS
 
-__all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RuleStructurer", "structure_text"]
+__all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "RuleStructurer", "structure_text"]
 
+#: Version of the rules' output, recorded in :attr:`RuleStructurer.provenance` (so in every build's backends
+#: identity: ``ils build`` refuses to resume a build structured by other rules). Bump it with every change that
+#: changes what the rules read from a report; ``tests/test_structure_rules.py`` pins the output of a fixed corpus
+#: to it and fails when the output moves without a bump. 5 = issue 16 round 5 (hedge grades, round 5 rules).
+RULES_VERSION: Final[str] = "5"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -239,8 +244,8 @@ class RuleStructurer:
 
     @property
     def provenance(self) -> dict[str, str]:
-        """Name and settings, recorded with every output (as :attr:`.LLMStructurer.provenance`)."""
-        return {"name": self.name, "alternatives": self.alternatives}
+        """Name, rules version and settings, recorded with every output (as :attr:`.LLMStructurer.provenance`)."""
+        return {"name": self.name, "version": RULES_VERSION, "alternatives": self.alternatives}
 
     # -- public API ------------------------------------------------------------------------------------------
 
