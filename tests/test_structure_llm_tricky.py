@@ -57,7 +57,8 @@ ROUND5_GUIDANCE: tuple[str, ...] = (
     'resolved" only the effusion', "are extent words", "diffuse right lower lobe airspace opacity",
     'A location across "with" belongs to a finding only', "what an earlier examination showed is history",
     '"on the prior study the right effusion was larger"', "de-identification blank", '"left perihilar upper lobe"',
-    "`hedge`", '"most suggestive of"', "for each member of alternatives",
+    "`hedge`", '"most suggestive of"', "for each member of alternatives", "adjacent atelectasis\" gives the "
+    "atelectasis `right hemidiaphragm`",
 )
 _EXPECTED = {" ".join(s.split()): (kind, expected) for kind, s, expected in TRICKY + LOOKALIKES + BROAD + ROUND5}
 #: Broad rows the scripted model can answer through the LLM path: a non-target finding outside the lungs (no

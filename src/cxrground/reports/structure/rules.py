@@ -113,6 +113,7 @@ from cxrground.reports.structure.lexicon import (
 from cxrground.reports.structure.resolve import resolve_findings
 from cxrground.vocab import HEART
 from cxrground.vocab.lesions import HEART_MASK_LESIONS
+from cxrground.vocab.locations import zone_label
 
 __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "RuleStructurer", "structure_text"]
 
@@ -170,6 +171,8 @@ _CLAUSE_CONTINUES: Final[re.Pattern[str]] = re.compile(
 _AND_OR: Final[re.Pattern[str]] = re.compile(r"\b(?:and|or|nor)\b|/")
 _MAX_LINK_WORDS: Final[int] = 15
 _LOCATION_SCOPE_SKIP: Final[str] = "with"
+#: A sided hemidiaphragm: what lies "adjacent" to it lies at that side's lung base.
+_SIDED_DIAPHRAGM: Final[re.Pattern[str]] = re.compile(r"\b(right|left)\s+hemidiaphragm\b")
 #: A plural place ("upper lobes", "bases") names both sides and takes no side from the phrase before it.
 _PLURAL_PLACE: Final[re.Pattern[str]] = re.compile(r"\b(?:lobes|zones|fields|lungs|bases|apices|hila|regions)\b")
 
@@ -283,7 +286,7 @@ class RuleStructurer:
         self._alternatives(mentions, groups)
         self._attribute(low, mentions, groups, cues, terms)
         self._locate(low, text, mentions, terms)
-        self._adjacent(low, mentions)
+        self._adjacent(low, text, mentions)
         return self._findings(index, text, mentions)
 
     # -- steps -------------------------------------------------------------------------------------------------
@@ -547,16 +550,25 @@ class RuleStructurer:
         return None if best is None else best[2]
 
     @staticmethod
-    def _adjacent(low: str, mentions: list[_Mention]) -> None:
-        """An unlocated phrase introduced by "adjacent" / "associated" / ... lies where the phrase before it lies."""
+    def _adjacent(low: str, text: str, mentions: list[_Mention]) -> None:
+        """An unlocated phrase introduced by "adjacent" / "associated" / ... lies where the phrase before it lies;
+        after a sided hemidiaphragm and no located phrase, at that side's base ("elevated right hemidiaphragm with
+        adjacent atelectasis")."""
         for k, mm in enumerate(mentions):
-            if mm.locations or k == 0 or not _ADJACENT.search(low, max(0, mm.start - 40), mm.start):
+            if mm.locations or not _ADJACENT.search(low, max(0, mm.start - 40), mm.start):
                 continue
             previous = [p for p in mentions[:k] if p.locations and p.group != mm.group]
-            if previous:  # the whole group of alternatives lies there ("adjacent atelectasis or consolidation")
-                for other in mentions[k:]:
-                    if other.group == mm.group and not other.locations:
-                        other.locations = list(previous[-1].locations)
+            if previous:
+                where = list(previous[-1].locations)
+            else:
+                diaphragm = list(_SIDED_DIAPHRAGM.finditer(low, 0, mm.start))
+                if not diaphragm:
+                    continue
+                d = diaphragm[-1]
+                where = [(d.start(), text[d.start():d.end()], (zone_label(d.group(1), "lung base"),))]
+            for other in mentions[k:]:  # the whole group of alternatives lies there ("adjacent atelectasis or ...")
+                if other.group == mm.group and not other.locations:
+                    other.locations = list(where)
 
     def _findings(self, index: int, text: str, mentions: list[_Mention]) -> list[Finding]:
         out: list[Finding] = []
