@@ -172,11 +172,17 @@ def _starts_with_boundary(source: str) -> bool:
     return False
 
 
-def _trie(texts: set[str]) -> str:
-    """A regular expression that matches each of ``texts`` (non-empty strings) and nothing shorter."""
+def _by_first(texts: set[str]) -> dict[str, set[str]]:
+    """``texts`` (non-empty strings) grouped by their first character: first character -> the rests."""
     by_first: dict[str, set[str]] = {}
     for text in texts:
         by_first.setdefault(text[0], set()).add(text[1:])
+    return by_first
+
+
+def _trie(texts: set[str]) -> str:
+    """A regular expression that matches each of ``texts`` (non-empty strings) and nothing shorter."""
+    by_first = _by_first(texts)
     arms = []
     for first in sorted(by_first):
         rests = by_first[first]
@@ -189,9 +195,7 @@ def _trie(texts: set[str]) -> str:
 
 def _scan_source(texts: set[str]) -> str:
     """Alternation matching the first character of each of ``texts`` when the rest follows (lookahead)."""
-    by_first: dict[str, set[str]] = {}
-    for text in texts:
-        by_first.setdefault(text[0], set()).add(text[1:])
+    by_first = _by_first(texts)
     arms = []
     for first in sorted(by_first):
         rests = by_first[first]
