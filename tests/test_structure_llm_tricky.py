@@ -119,15 +119,21 @@ def test_prompt_carries_guidance_for_every_tricky_class() -> None:
     assert all(f"`{lesion}`" in text for lesion in LESIONS)
 
 
-def test_llm_structurer_on_the_tricky_sentences(server: MockServer) -> None:
+def _run_rows(server: MockServer, rows: list, prefix: str) -> list:
+    """Structure each row's sentence as a findings section through the scripted model; check every row's findings
+    and return the structured reports."""
     llm = LLMStructurer(server.base_url, "scripted", concurrency=4, max_retries=0)
-    reports = [parse_report_text(f"FINDINGS: {sentence}\n", f"t{i}") for i, (_, sentence, _) in enumerate(TRICKY)]
+    reports = [parse_report_text(f"FINDINGS: {sentence}\n", f"{prefix}{i}") for i, (_, sentence, _) in enumerate(rows)]
     done, failed = structure_reports(reports, llm, progress=False)
-    assert not failed and not llm.rejections
-    assert len(done) == len(TRICKY)
-    for rep, (kind, sentence, expected) in zip(done, TRICKY, strict=True):
+    assert not failed and not llm.rejections and len(done) == len(rows)
+    for rep, (kind, sentence, expected) in zip(done, rows, strict=True):
         assert _read(rep) == expected, (kind, sentence)
         assert all(f.source == "llm:scripted" for f in rep.findings)
+    return done
+
+
+def test_llm_structurer_on_the_tricky_sentences(server: MockServer) -> None:
+    _run_rows(server, TRICKY, "t")
     # every structuring request carried its numbered section
     first = [b for b in server.bodies if b["messages"][0]["content"].startswith("# ILS report structuring")]
     assert len(first) == len(TRICKY)
@@ -142,13 +148,7 @@ def test_prompt_carries_the_broad_set_decisions() -> None:
 
 def test_llm_structurer_on_the_broad_set(server: MockServer) -> None:
     assert len(_BROAD_LLM) >= len(BROAD) - 5
-    llm = LLMStructurer(server.base_url, "scripted", concurrency=4, max_retries=0)
-    reports = [parse_report_text(f"FINDINGS: {sentence}\n", f"b{i}") for i, (_, sentence, _) in enumerate(_BROAD_LLM)]
-    done, failed = structure_reports(reports, llm, progress=False)
-    assert not failed and not llm.rejections
-    assert len(done) == len(_BROAD_LLM)
-    for rep, (kind, sentence, expected) in zip(done, _BROAD_LLM, strict=True):
-        assert _read(rep) == expected, (kind, sentence)
+    _run_rows(server, _BROAD_LLM, "b")
 
 
 def test_llm_structurer_on_a_merged_section(server: MockServer) -> None:
@@ -195,12 +195,7 @@ def test_prompt_carries_the_round5_rules() -> None:
 
 
 def test_llm_structurer_on_the_round5_sentences(server: MockServer) -> None:
-    llm = LLMStructurer(server.base_url, "scripted", concurrency=4, max_retries=0)
-    reports = [parse_report_text(f"FINDINGS: {sentence}\n", f"r{i}") for i, (_, sentence, _) in enumerate(ROUND5)]
-    done, failed = structure_reports(reports, llm, progress=False)
-    assert not failed and not llm.rejections and len(done) == len(ROUND5)
-    for rep, (kind, sentence, expected) in zip(done, ROUND5, strict=True):
-        assert _read(rep) == expected, (kind, sentence)
+    _run_rows(server, ROUND5, "r")
 
 
 def test_pointing_back_sentence_takes_the_previous_location_on_the_llm_path() -> None:

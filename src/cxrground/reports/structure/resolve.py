@@ -46,7 +46,7 @@ def _points_back(report: StructuredReport | None, sent_idx: int) -> bool:
         return False
     try:
         text = report.section.sentence(sent_idx).text
-    except (IndexError, KeyError, ValueError):
+    except IndexError:  # a finding numbered outside the section (a hand-made report): nothing to point back from
         return False
     return ANAPHOR_RE.match(text) is not None
 
