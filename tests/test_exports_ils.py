@@ -1,0 +1,83 @@
+"""ILS dataset exports to other tools: Hugging Face datasets, COCO (pycocotools) and DICOM-SEG (highdicom)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cxrground.cli import main
+from cxrground.errors import ConfigError
+from cxrground.ils.export_hf import ils_json_from_rows
+from cxrground.ils.frames import ExportRequest, export_request
+from cxrground.io.masks import read_mask_png
+
+datasets = pytest.importorskip("datasets")
+
+
+@pytest.fixture(scope="module")
+def ils(tmp_path_factory) -> tuple[Path, Path]:
+    """(ILS folder, image root) of a 4-study synthetic cohort."""
+    root = tmp_path_factory.mktemp("exports")
+    runner = CliRunner()
+    r = runner.invoke(main, ["synth", "--out", str(root / "cohort"), "--studies", "4", "--seed", "2", "--quiet"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(main, ["ils", "build", "--images", str(root / "cohort" / "files"), "--out", str(root / "ils"),
+                             "--seed", "0"])
+    assert r.exit_code == 0, r.output
+    return root / "ils", root / "cohort" / "files"
+
+
+def _source(ils_dir: Path) -> dict:
+    return json.loads((ils_dir / "mimic_ils_instruction_answer.json").read_text())
+
+
+def _masks_by_pair(data: dict, ils_dir: Path) -> dict[str, np.ndarray]:
+    return {p["pair_id"]: read_mask_png(ils_dir / "lesion_mask" / p["seg_mask_path"])
+            for split in data.values() for s in split.values()
+            for p in s["instruction_answer_pairs"]["positive_pairs"]}
+
+
+def test_hf_export_round_trips_every_pair_and_mask(ils, tmp_path):
+    ils_dir, images = ils
+    out = tmp_path / "hf"
+    r = CliRunner().invoke(main, ["ils", "export", "--format", "hf", "--dataset", str(ils_dir), "--images",
+                                  str(images), "--out", str(out), "--shard-rows", "4", "--arrow"])
+    assert r.exit_code == 0, r.output
+    source = _source(ils_dir)
+    n_pairs = {s: sum(len(v["instruction_answer_pairs"][k]) for v in source[s].values()
+                      for k in ("positive_pairs", "negative_pairs")) for s in source}
+    splits = [s for s, n in n_pairs.items() if n]
+    files = {s: sorted(str(p) for p in (out / "data").glob(f"{s}-*.parquet")) for s in splits}
+    assert len(files["train"]) == -(-n_pairs["train"] // 4)  # sharded by --shard-rows
+    loaded = datasets.load_dataset("parquet", data_files=files, cache_dir=str(tmp_path / "cache"))
+    from_disk = datasets.load_from_disk(str(out / "arrow"))
+    single = datasets.Dataset.from_parquet(files["train"], cache_dir=str(tmp_path / "cache"))
+    assert len(single) == n_pairs["train"]
+    masks = _masks_by_pair(source, ils_dir)
+    for ds in (loaded, from_disk):
+        assert {s: len(ds[s]) for s in splits} == {s: n_pairs[s] for s in splits}
+        assert isinstance(ds["train"].features["image"], datasets.Image)
+        assert isinstance(ds["train"].features["mask"], datasets.Image)
+        back = ils_json_from_rows({s: ds[s] for s in splits})
+        assert back == {s: source[s] for s in splits}  # every pair, every field, every answer
+        for split in splits:
+            for row in ds[split]:
+                if row["polarity"] == "positive":
+                    assert np.array_equal(np.asarray(row["mask"]) >= 255, masks[row["pair_id"]])
+                    assert row["mask"].size == row["image"].size  # native frame
+                else:
+                    assert row["mask"] is None
+    card = (out / "README.md").read_text()
+    header = card.split("---")[1]
+    assert "license:" in header and "configs:" in header and "dataset_info:" in header
+    assert f"num_examples: {n_pairs['train']}" in header and "dtype: image" in header
+    assert "## How it was built" in card
+
+
+def test_hf_export_needs_images(ils, tmp_path):
+    with pytest.raises(ConfigError, match="needs --images"):
+        export_request(ExportRequest(format="hf", dataset=ils[0], out=tmp_path / "x"))
