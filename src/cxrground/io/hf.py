@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from cxrground.errors import ConfigError
 
-__all__ = ["DATA_DIR", "ARROW_DIR", "image_cell", "png_cell", "require_datasets", "write_card", "write_splits"]
+__all__ = ["ARROW_DIR", "DATA_DIR", "image_cell", "png_cell", "require_datasets", "write_card", "write_splits"]
 
 #: Folder of the Parquet shards inside an export.
 DATA_DIR: Final[str] = "data"
@@ -64,7 +64,8 @@ def _chunks(rows: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str
 def write_splits(out: Path, features: Any, splits: dict[str, tuple[int, Callable[[], Iterable[dict[str, Any]]]]],
                  shard_rows: int = 500, arrow: bool = False) -> dict[str, dict[str, int]]:
     """Write each split ``name -> (row count, rows())`` as Parquet shards under ``out/data``; returns
-    ``{split: {"num_examples", "num_bytes", "shards"}}`` of the splits with rows (an empty split is left out). ``arrow``: also ``save_to_disk`` under ``out/arrow``."""
+    ``{split: {"num_examples", "num_bytes", "shards"}}`` of the splits with rows (an empty split is left out).
+    ``arrow``: also ``save_to_disk`` under ``out/arrow``."""
     datasets = require_datasets()
     if shard_rows < 1:
         raise ConfigError(f"shard_rows must be >= 1, got {shard_rows}")
