@@ -81,3 +81,43 @@ def test_hf_export_round_trips_every_pair_and_mask(ils, tmp_path):
 def test_hf_export_needs_images(ils, tmp_path):
     with pytest.raises(ConfigError, match="needs --images"):
         export_request(ExportRequest(format="hf", dataset=ils[0], out=tmp_path / "x"))
+
+
+def test_coco_export_reads_back_with_pycocotools(ils, tmp_path):
+    from pycocotools.coco import COCO
+
+    from cxrground.vocab.lesions import LESIONS
+
+    ils_dir, _ = ils
+    out = tmp_path / "coco"
+    r = CliRunner().invoke(main, ["ils", "export", "--format", "coco", "--dataset", str(ils_dir), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    source = _source(ils_dir)
+    masks = _masks_by_pair(source, ils_dir)
+    pairs = [json.loads(line) for line in (out / "pairs.jsonl").read_text().splitlines()]
+    assert len(pairs) == sum(len(s["instruction_answer_pairs"][k]) for split in source.values()
+                             for s in split.values() for k in ("positive_pairs", "negative_pairs"))
+    checked = 0
+    for split in [s for s in source if source[s]]:
+        coco = COCO(str(out / "annotations" / f"instances_{split}.json"))
+        assert [c["name"] for c in coco.loadCats(coco.getCatIds())] == list(LESIONS)
+        assert len(coco.getImgIds()) == len(source[split])
+        for p in (p for p in pairs if p["split"] == split):
+            original = source[split][p["study_key"]]["instruction_answer_pairs"]
+            kept = {k: v for k, v in p.items() if k not in ("split", "study_key", "image_id", "annotation_id")}
+            assert kept in original["positive_pairs"] + original["negative_pairs"]
+            if p["annotation_id"] is None:
+                assert p["seg"] is False
+                continue
+            ann = coco.loadAnns(p["annotation_id"])[0]
+            img = coco.loadImgs(ann["image_id"])[0]
+            assert img["file_name"] == source[split][p["study_key"]]["image_path"]
+            mask = coco.annToMask(ann).astype(bool)
+            assert np.array_equal(mask, masks[p["pair_id"]])
+            assert (img["height"], img["width"]) == mask.shape
+            assert coco.loadCats(ann["category_id"])[0]["name"] == p["target"]
+            assert ann["area"] == mask.sum() and p["pair_id"] in ann["pair_ids"]
+            ys, xs = np.nonzero(mask)
+            assert ann["bbox"] == [xs.min(), ys.min(), xs.max() - xs.min() + 1, ys.max() - ys.min() + 1]
+            checked += 1
+    assert checked == len(masks)
