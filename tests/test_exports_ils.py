@@ -121,3 +121,66 @@ def test_coco_export_reads_back_with_pycocotools(ils, tmp_path):
             assert ann["bbox"] == [xs.min(), ys.min(), xs.max() - xs.min() + 1, ys.max() - ys.min() + 1]
             checked += 1
     assert checked == len(masks)
+
+
+@pytest.fixture(scope="module")
+def dicom_ils(ils, tmp_path_factory) -> tuple[Path, Path]:
+    """The dataset with its first two studies' images rewritten as DICOM (``write_dicom``), the rest as JPEG."""
+    import shutil
+
+    from cxrground.io.dicom import write_dicom
+    from cxrground.io.image import read_image
+
+    ils_dir, images = ils
+    root = tmp_path_factory.mktemp("dicom_ils")
+    shutil.copytree(ils_dir, root / "ils")
+    shutil.copytree(images, root / "files")
+    data = _source(ils_dir)
+    studies = [s for split in data.values() for s in split.values()]
+    for study in studies[:2]:
+        rel = study["image_path"]
+        dcm = str(Path(rel).with_suffix(".dcm"))
+        write_dicom(root / "files" / dcm, read_image(images / rel).pixels)
+        study["image_path"] = dcm
+    (root / "ils" / "mimic_ils_instruction_answer.json").write_text(json.dumps(data))
+    return root / "ils", root / "files"
+
+
+def test_dicom_seg_export_reads_back_into_our_masks(dicom_ils, tmp_path):
+    import highdicom as hd
+    import pydicom
+
+    from cxrground.vocab.codes import LESION_CODES
+
+    ils_dir, images = dicom_ils
+    out = tmp_path / "seg"
+    r = CliRunner().invoke(main, ["ils", "export", "--format", "dicom-seg", "--dataset", str(ils_dir), "--images",
+                                  str(images), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    data = _source(ils_dir)
+    masks = _masks_by_pair(data, ils_dir)
+    records = {json.loads(x)["study_key"]: json.loads(x) for x in (out / "dicom_seg.jsonl").read_text().splitlines()}
+    assert len(records) == sum(len(s) for s in data.values())  # every study recorded, none dropped
+    written = [r for r in records.values() if r["status"] == "written"]
+    assert len(written) == 2 and len(list(out.glob("*.seg.dcm"))) == 2
+    for rec in records.values():
+        if rec["status"] == "skipped":
+            assert "not DICOM" in rec["reason"] and rec["image_path"].endswith(".jpg")
+    for rec in written:
+        source = pydicom.dcmread(images / rec["image_path"])
+        seg = hd.seg.segread(out / rec["file"])
+        assert seg.Modality == "SEG" and seg.StudyInstanceUID == source.StudyInstanceUID
+        ref = seg.ReferencedSeriesSequence[0].ReferencedInstanceSequence[0]
+        assert ref.ReferencedSOPInstanceUID == source.SOPInstanceUID == rec["source_sop_instance_uid"]
+        numbers = [s["number"] for s in rec["segments"]]
+        assert seg.get_segment_numbers() == numbers
+        pixels = seg.get_pixels_by_source_instance(source_sop_instance_uids=[source.SOPInstanceUID],
+                                                   segment_numbers=numbers, combine_segments=False)[0]
+        for k, s in enumerate(rec["segments"]):
+            desc = seg.get_segment_description(s["number"])
+            scheme, value, _ = LESION_CODES[s["lesion"]]
+            assert (desc.segmented_property_type.value, desc.segmented_property_type.scheme_designator) == (
+                value, scheme)
+            assert desc.segment_label == s["label"]
+            for pair_id in s["pair_ids"]:
+                assert np.array_equal(pixels[..., k].astype(bool), masks[pair_id])
