@@ -84,11 +84,11 @@ class _FakeClient:
     """The fake model as a ``percept eval`` client."""
 
     kind, model, max_images = "fake", "fake", 100
-    decoding: dict = {}
-    identity = {"kind": "fake"}
 
     def __init__(self) -> None:
         self.seen: list[str] = []
+        self.decoding: dict = {}
+        self.identity = {"kind": "fake"}
 
     def cache_context(self, question, case_id):
         return None
@@ -151,18 +151,18 @@ def test_lmms_eval_task_scores_like_percept_eval(bench, tmp_path, monkeypatch):
 
     from lmms_eval import evaluator
     from lmms_eval.evaluator import simple_evaluate
+    from lmms_eval.tasks import TaskManager
+
+    from cxrground.evaluation.percept.lmms import metric_value
+    from cxrground.evaluation.percept.runner import EvalSettings, run_eval
+    from cxrground.evaluation.percept.scoring import score_run
+    from cxrground.percept.lmms_task import METRICS
 
     if importlib.util.find_spec("filelock._api") is None:
         # lmms-eval 0.7.3 patches filelock 3.x's internals before loading datasets (to avoid nested-lock deadlocks
         # across ranks); filelock 4 has no filelock._api (the export extra pins filelock<4). One process needs
         # no patch.
         monkeypatch.setattr(evaluator._enable_reentrant_filelocks, "_patched", True, raising=False)
-    from lmms_eval.tasks import TaskManager
-
-    from cxrground.evaluation.percept.runner import EvalSettings, run_eval
-    from cxrground.evaluation.percept.scoring import score_run
-    from cxrground.percept.lmms_task import METRICS
-    from cxrground.evaluation.percept.lmms import metric_value
 
     out = tmp_path / "task"
     r = CliRunner().invoke(main, ["percept", "export", str(bench), str(out), "--format", "lmms-eval"])
