@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from cxrground.cli import main
 from cxrground.errors import ConfigError
+from cxrground.ils.export import ExportRequest, export_request
 from cxrground.ils.export_hf import ils_json_from_rows
-from cxrground.ils.frames import ExportRequest, export_request
 from cxrground.io.masks import read_mask_png
 
 datasets = pytest.importorskip("datasets")

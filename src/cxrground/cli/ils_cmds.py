@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from cxrground.cli.common import DIR, OUT_FILE, group, request_options
-from cxrground.ils.frames import ExportRequest, export_request
+from cxrground.ils.export import ExportRequest, export_request
 from cxrground.ils.request import BuildRequest, build_lines, run_build
 
 

@@ -4,13 +4,14 @@ The task reads the Hugging Face export (:mod:`cxrground.percept.export_hf`, one 
 as lmms-eval's multi-round generation (``output_type: generate_until_multi_round``) with the harness's own
 pieces, so that prompts, oracle settings, parsing and scoring are those of ``percept eval``:
 
-- :func:`doc_to_messages` (chat models, ``is_simple = False``: ``async_openai``, ``vllm_chat``, ``huggingface``,
-  ``sglang`` ...): round ``k`` replays the case's :class:`~.conversation.Conversation` over the model's first
-  ``k`` answers (each parsed and judged by :func:`~.runner.record_answer`, which drives the oracle of the
-  setting) and returns :meth:`~.conversation.Conversation.next_request` as lmms-eval chat messages: the system
-  prompt, every earlier turn re-sent with its images and the stored (or oracle-replaced) assistant text, then
-  the current turn (text first, then its images, as PIL images from the row). After the last planned turn it
-  returns the terminal signal.
+- :func:`doc_to_messages` (chat models that implement multi-round generation: ``vllm_chat`` in lmms-eval
+  0.7.3; its other chat adapters raise ``NotImplementedError`` for it): round ``k`` replays the case's
+  :class:`~.conversation.Conversation` over the model's first ``k`` answers (each parsed and judged by
+  :func:`~.runner.record_answer`, which drives the oracle of the setting) and returns
+  :meth:`~.conversation.Conversation.next_request` as lmms-eval chat messages: the system prompt, every
+  earlier turn re-sent with its images and the stored (or oracle-replaced) assistant text, then the current
+  turn (text first, then its images, as PIL images from the row). After the last planned turn it returns the
+  terminal signal.
 - :func:`process_results`: replays the conversation over all answers into the ``results.jsonl`` record of
   ``percept eval`` (:func:`~.runner.case_record`); every metric receives it.
 - :data:`METRICS` / :func:`aggregator`: each metric is one number of :func:`~.scoring.score_records` over all the
