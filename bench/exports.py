@@ -3,7 +3,8 @@
 Run: ``.venv/bin/python bench/exports.py [--limit 40] [--out DIR]``. Builds the dataset as ``bench/ils_pack.py``
 does (the noted rows, the pack's lung masks as segmenter), writes every study image again as a DICOM file
 (``write_dicom``, same pixels) for the dicom-seg export, then for each format prints the time, the size on disk
-(and, for hf, the size relative to the dataset's images + masks: the study image is repeated on each pair row)
+(and, for hf, the size relative to the dataset's images + masks: pair rows repeat the study image on each pair
+row, study rows hold it once)
 and whether everything reads back identical: every pair and mask through ``datasets``, every mask through
 pycocotools' ``annToMask``, every segment through highdicom.
 """
@@ -67,8 +68,19 @@ def main() -> None:
     same_json = ils_json_from_rows({s: ds[s] for s in splits}) == {s: data[s] for s in splits}
     same_masks = all(np.array_equal(np.asarray(r["mask"]) >= 255, masks[r["pair_id"]])
                      for s in splits for r in ds[s] if r["polarity"] == "positive")
-    print(f"hf: {t_hf:.2f} s, {size_mb(work / 'hf'):.1f} MB ({size_mb(work / 'hf') / source_mb:.2f}x the source "
-          f"images + masks, {source_mb:.1f} MB); JSON identical: {same_json}; masks identical: {same_masks}")
+    print(f"hf (pair rows): {t_hf:.2f} s, {size_mb(work / 'hf'):.1f} MB ({size_mb(work / 'hf') / source_mb:.2f}x "
+          f"the source images + masks, {source_mb:.1f} MB); JSON identical: {same_json}; masks identical: "
+          f"{same_masks}")
+    t0 = time.perf_counter()
+    export_hf(dataset, images, work / "hf_study", rows="study")
+    t_study = time.perf_counter() - t0
+    ds = datasets.load_dataset(str(work / "hf_study"), cache_dir=str(work / "hf_cache"))
+    same_json = ils_json_from_rows({s: ds[s] for s in splits}) == {s: data[s] for s in splits}
+    same_masks = all(np.array_equal(np.asarray(p["mask"]) >= 255, masks[p["pair_id"]])
+                     for s in splits for r in ds[s] for p in r["pairs"] if p["mask"] is not None)
+    print(f"hf (study rows): {t_study:.2f} s, {size_mb(work / 'hf_study'):.1f} MB "
+          f"({size_mb(work / 'hf_study') / source_mb:.2f}x); JSON identical: {same_json}; masks identical: "
+          f"{same_masks}")
 
     from pycocotools.coco import COCO
 

@@ -78,6 +78,24 @@ def test_hf_export_round_trips_every_pair_and_mask(ils, tmp_path):
     assert "## How it was built" in card
 
 
+def test_hf_export_study_rows_hold_each_image_once(ils, tmp_path):
+    ils_dir, images = ils
+    out = tmp_path / "hf_study"
+    export_request(ExportRequest(format="hf", hf_rows="study", dataset=ils_dir, images=images, out=out))
+    source = _source(ils_dir)
+    splits = [s for s in source if source[s]]
+    ds = datasets.load_dataset(str(out), cache_dir=str(tmp_path / "cache"))  # the card's configs
+    assert {s: len(ds[s]) for s in splits} == {s: len(source[s]) for s in splits}
+    assert ils_json_from_rows({s: ds[s] for s in splits}) == {s: source[s] for s in splits}
+    masks = _masks_by_pair(source, ils_dir)
+    for split in splits:
+        for study in ds[split]:
+            for p in study["pairs"]:
+                if p["mask"] is not None:
+                    assert np.array_equal(np.asarray(p["mask"]) >= 255, masks[p["pair_id"]])
+                    assert p["mask"].size == study["image"].size
+
+
 def test_hf_export_needs_images(ils, tmp_path):
     with pytest.raises(ConfigError, match="needs --images"):
         export_request(ExportRequest(format="hf", dataset=ils[0], out=tmp_path / "x"))

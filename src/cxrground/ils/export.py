@@ -44,6 +44,8 @@ class ExportRequest:
                                  "images of the hf format, the DICOM sources of dicom-seg.")
     shard_rows: int = option(500, low=1, help="hf format: rows per Parquet shard.")
     arrow: bool = option(False, help="hf format: also write arrow/ (datasets.save_to_disk) for load_from_disk.")
+    hf_rows: str = option("pair", choices=("pair", "study"), help="hf format: one row per instruction-answer pair "
+                          "(the study image repeated on each) or one per study (its pairs as a list).")
 
 
 def export_request(request: ExportRequest) -> str:
@@ -57,9 +59,9 @@ def export_request(request: ExportRequest) -> str:
     if r.format == "hf":
         from cxrground.ils.export_hf import export_hf
 
-        s = export_hf(r.dataset, r.images, r.out, shard_rows=r.shard_rows, arrow=r.arrow)
+        s = export_hf(r.dataset, r.images, r.out, shard_rows=r.shard_rows, arrow=r.arrow, rows=r.hf_rows)
         parts = ", ".join(f"{k}: {v['num_examples']}" for k, v in s["splits"].items())
-        return f"{r.out}: Hugging Face dataset, {s['rows']} pair rows ({parts}), README.md dataset card"
+        return f"{r.out}: Hugging Face dataset, {s['rows']} {r.hf_rows} rows ({parts}), README.md dataset card"
     if r.format == "coco":
         from cxrground.ils.export_coco import export_coco
 
