@@ -51,7 +51,10 @@ def test_hf_export_round_trips_every_case_and_image(bench, tmp_path):
             for got, rel in zip(row["revision_options"], paths["revision_options"], strict=True):
                 assert np.array_equal(np.asarray(got), np.asarray(Image.open(bench / rel)))
             if case.attribute_extraction_qa is not None:
-                assert row["location_answer_index"] == case.attribute_extraction_qa.location.answer_index
+                attrs = case.attribute_extraction_qa
+                assert row["location_answer_index"] == attrs.location.answer_index
+                assert row["severity_overlap_ratio"] == attrs.severity.overlap_ratio
+                assert row["comparison_left_size"] == attrs.comparison.left_size
             else:
                 assert row["location_question"] is None and row["location_answer_index"] == []
     header = (out / "README.md").read_text().split("---")[1]

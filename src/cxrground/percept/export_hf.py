@@ -10,6 +10,10 @@ One row per case (one CXR × one lesion × one conversation), split ``test``, co
 - per question (:data:`QUESTIONS`): ``{q}_question``, ``{q}_options`` (option texts; point options by colour,
   revision options by number), ``{q}_answer`` and ``{q}_answer_index`` (a list; single-answer questions hold
   one index); empty where the case does not hold the question;
+- the attributes behind the answers: ``no_deformation``, ``revision_before_masks``, ``revision_after_masks``,
+  ``true_combination`` (Stages 2-3), ``distribution_answer_zones``, ``location_answer_zones``,
+  ``severity_overlap_ratio``, ``severity_selected_lung``, ``comparison_left_size`` / ``_right_size`` /
+  ``_left_has_overlap`` / ``_right_has_overlap`` (Stage 4);
 - ``case_json``: the whole case as in ``chexpercept.json`` (every attribute, the masks' provenance), so that
   :func:`benchmark_json_from_rows` gives the benchmark JSON back exactly.
 
@@ -34,6 +38,8 @@ __all__ = ["IMAGE_COLUMNS", "QUESTIONS", "SPLIT", "benchmark_json_from_rows", "c
 #: The one split of an exported benchmark.
 SPLIT: Final[str] = "test"
 IMAGE_COLUMNS: Final[tuple[str, ...]] = ("image", "contour_overlay", "points_overlay", "revision_options")
+#: List fields of ``contour_qa`` kept as columns (the masks behind the revision options).
+_CONTOUR_LISTS: Final[tuple[str, ...]] = ("revision_before_masks", "revision_after_masks", "true_combination")
 QUESTIONS: Final[tuple[str, ...]] = ("detection", "contour_eval", "expansion", "contraction", "revision_result",
                                      "distribution", "location", "severity", "comparison")
 
@@ -49,6 +55,11 @@ def percept_features() -> Any:
     return d.Features({
         "key_id": string, "case_id": string, "pair_id": string, "dicom_id": string, "lesion": string,
         "qa_path": string, "image_size": d.List(d.Value("int32")), "initial_context": string,
+        "no_deformation": d.Value("bool"), **{c: d.List(string) for c in _CONTOUR_LISTS},
+        "distribution_answer_zones": d.List(string), "location_answer_zones": d.List(string),
+        "severity_overlap_ratio": d.Value("float64"), "severity_selected_lung": string,
+        "comparison_left_size": d.Value("float64"), "comparison_right_size": d.Value("float64"),
+        "comparison_left_has_overlap": d.Value("bool"), "comparison_right_has_overlap": d.Value("bool"),
         "image": d.Image(), "contour_overlay": d.Image(), "points_overlay": d.Image(),
         "revision_options": d.List(d.Image()), **questions, "case_json": string,
     })
@@ -98,6 +109,24 @@ def _question_columns(case: Case) -> dict[str, Any]:
     return out
 
 
+def _attribute_columns(case: Case) -> dict[str, Any]:
+    """The contour and Stage-4 attributes beyond question and answer (None / [] where the case has none)."""
+    cq, attrs = case.contour_qa, case.attribute_extraction_qa
+    out: dict[str, Any] = {"no_deformation": cq.no_deformation if cq is not None else None,
+                           **{c: list(getattr(cq, c)) if cq is not None else [] for c in _CONTOUR_LISTS}}
+    if attrs is None:
+        return out | {"distribution_answer_zones": [], "location_answer_zones": [], "severity_overlap_ratio": None,
+                      "severity_selected_lung": None, "comparison_left_size": None, "comparison_right_size": None,
+                      "comparison_left_has_overlap": None, "comparison_right_has_overlap": None}
+    c = attrs.comparison
+    return out | {"distribution_answer_zones": list(attrs.distribution.answer_zones),
+                  "location_answer_zones": list(attrs.location.answer_zones),
+                  "severity_overlap_ratio": attrs.severity.overlap_ratio,
+                  "severity_selected_lung": attrs.severity.selected_lung, "comparison_left_size": c.left_size,
+                  "comparison_right_size": c.right_size, "comparison_left_has_overlap": c.left_has_overlap,
+                  "comparison_right_has_overlap": c.right_has_overlap}
+
+
 def case_row(key: str, case: Case, raw: Mapping[str, Any], root: Path) -> dict[str, Any]:
     """The row of one case (``raw``: its entry as stored in ``chexpercept.json``)."""
     def cell(rel: str | None) -> dict[str, Any] | None:
@@ -116,7 +145,7 @@ def case_row(key: str, case: Case, raw: Mapping[str, Any], root: Path) -> dict[s
             "image_size": list(case.image_size) if case.image_size else [],
             "initial_context": case.contour_qa.initial_context if case.contour_qa is not None else None,
             **{c: cell(images[c]) for c in ("image", "contour_overlay", "points_overlay")},  # type: ignore[arg-type]
-            "revision_options": [cell(p) for p in revision], **_question_columns(case),
+            "revision_options": [cell(p) for p in revision], **_question_columns(case), **_attribute_columns(case),
             "case_json": json.dumps(raw, ensure_ascii=False, sort_keys=True)}
 
 
