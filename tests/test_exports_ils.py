@@ -96,9 +96,11 @@ def test_hf_export_study_rows_hold_each_image_once(ils, tmp_path):
                     assert p["mask"].size == study["image"].size
 
 
-def test_hf_export_needs_images(ils, tmp_path):
+def test_export_refuses_missing_images_and_its_own_folder(ils, tmp_path):
     with pytest.raises(ConfigError, match="needs --images"):
         export_request(ExportRequest(format="hf", dataset=ils[0], out=tmp_path / "x"))
+    with pytest.raises(ConfigError, match="own folder"):
+        export_request(ExportRequest(format="coco", dataset=ils[0], out=ils[0]))
 
 
 def test_coco_export_reads_back_with_pycocotools(ils, tmp_path):

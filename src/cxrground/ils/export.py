@@ -54,6 +54,9 @@ def export_request(request: ExportRequest) -> str:
     from cxrground.io.image import read_image
 
     r = request
+    folder = r.dataset if r.dataset.is_dir() else r.dataset.parent
+    if r.out.resolve() == folder.resolve():
+        raise ConfigError(f"--out {r.out} is the dataset's own folder; export to another folder")
     if r.format in ("hf", "dicom-seg") and r.images is None:
         raise ConfigError(f"--format {r.format} needs --images (the image root of the dataset)")
     if r.format == "hf":
