@@ -13,7 +13,10 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,models,ray,vlm,serve,gen,deepspeed]'
+	# export: datasets, highdicom and lmms-eval (ils/percept export --format hf|dicom-seg|lmms-eval). lmms-eval pulls
+	# PyPI's torchvision, a CUDA build that breaks transformers beside the CPU torch pin; nothing here needs it.
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,models,ray,vlm,serve,gen,deepspeed,export]'
+	$(BIN)/python -m pip uninstall --quiet --disable-pip-version-check -y torchvision
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from cxrground.cli.common import DIR, OUT_FILE, group, request_options
-from cxrground.ils.frames import ExportRequest, export_request
+from cxrground.ils.export import ExportRequest, export_request
 from cxrground.ils.request import BuildRequest, build_lines, run_build
 
 
@@ -65,7 +65,7 @@ def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: 
 @ils.command("export")
 @request_options(ExportRequest)
 def export_cmd(request: ExportRequest) -> None:
-    """Write the dataset (same JSON) with its masks in FRAME, the frame recorded in mask_frame.json and card.md."""
+    """Write the dataset in another format: mimic-ils (same JSON, masks in FRAME), hf, coco or dicom-seg."""
     click.echo(export_request(request))
 
 

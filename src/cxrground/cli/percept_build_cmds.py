@@ -54,16 +54,38 @@ def gallery(bench: Path, out_html: Path) -> None:
 @percept.command("export")
 @click.argument("bench", type=DIR)
 @click.argument("out", type=OUT_DIR)
+@click.option("--format", "fmt", type=click.Choice(["reference", "hf", "lmms-eval"]), default="reference",
+              help="reference: the reference repository's layout (--layout); hf: Hugging Face Parquet shards + "
+                   "dataset card; lmms-eval: an lmms-eval task folder (YAML + utils.py) over the hf export.")
 @click.option("--layout", type=click.Choice(["reference"]), default="reference",
               help="reference: the reference repository's chexpercept.json + chexpercept/<key_id>/ stage folders.")
 @click.option("--neutral-keys", is_flag=True,
               help="Key the export {lesion}_{case_id}: no folder name reveals an answer (key_ids do).")
 @click.option("--overwrite", is_flag=True, help="Replace an earlier export in OUT.")
-def export(bench: Path, out: Path, layout: str, neutral_keys: bool, overwrite: bool) -> None:
-    """Write BENCH to OUT in another folder layout (images copied, JSON paths rewritten)."""
+@click.option("--shard-rows", type=click.IntRange(1), default=500, help="hf, lmms-eval: rows per Parquet shard.")
+@click.option("--arrow", is_flag=True, help="hf: also write arrow/ (datasets.save_to_disk) for load_from_disk.")
+@click.option("--task-name", default="chexpercept", show_default=True,
+              help="lmms-eval: the task group name (tasks are NAME_none, NAME_implicit, NAME_explicit).")
+def export(bench: Path, out: Path, fmt: str, layout: str, neutral_keys: bool, overwrite: bool, shard_rows: int,
+           arrow: bool, task_name: str) -> None:
+    """Write BENCH to OUT in another layout or format (reference layout, Hugging Face dataset, lmms-eval task)."""
+    if fmt == "hf":
+        from cxrground.percept.export_hf import export_hf
+
+        h = export_hf(bench, out, shard_rows=shard_rows, arrow=arrow)
+        click.echo(f"exported {h['cases']} cases to {out} as a Hugging Face dataset (README.md dataset card)")
+        return
+    if fmt == "lmms-eval":
+        from cxrground.percept.lmms_task import export_lmms_task
+
+        t = export_lmms_task(bench, out, name=task_name, shard_rows=shard_rows)
+        click.echo(f"wrote the lmms-eval tasks {', '.join(t['tasks'])} ({t['cases']} cases) to {out}; run with "
+                   f"lmms-eval --include_path {out} --tasks {task_name}")
+        return
     from cxrground.percept.export import export_benchmark
 
     s = export_benchmark(bench, out, layout, neutral_keys=neutral_keys, overwrite=overwrite)
     click.echo(f"exported {s.cases} cases ({s.images} images) to {s.out_dir} in the {s.layout} layout")
+
 
 COMMANDS: list[click.Command] = [percept]

@@ -26,8 +26,7 @@ from typing import Any, Final
 import numpy as np
 
 from cxrground.errors import InputError
-from cxrground.fields import option
-from cxrground.ils.layout import DATASET_FILE, DATASET_HELP, MASK_DIR
+from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.io.masks import as_mask, read_mask_png, write_mask_png
 
 __all__ = [
@@ -35,10 +34,8 @@ __all__ = [
     "FRAME_FILE",
     "FRAME_TEXT",
     "RELEASED_SIZE",
-    "ExportRequest",
     "MaskFrame",
     "export_dataset",
-    "export_request",
     "read_frame",
     "reference_protocol_iou",
     "stretch",
@@ -249,30 +246,3 @@ def export_dataset(dataset: str | Path, out: str | Path, frame: str = "released"
     _card(json_path.parent, out, frame, size)
     return {"frame": frame, "masks": len(written), "studies": sum(len(s) for s in data.values()),
             "native_sizes": len(sizes)}
-
-
-@dataclass(frozen=True, kw_only=True)
-class ExportRequest:
-    """A dataset to write again with its masks in a frame (each field documents itself,
-    :func:`cxrground.fields.option`; ``cxrground ils export`` offers one option per field)."""
-
-    frame: str = option("released", choices=("released", "native"), help="released: 512x512 masks, the whole image "
-                        "stretched to the square (MIMIC-ILS as published, what the ROSALIA code trains on); native: "
-                        "each image's own size.")
-    dataset: Path = option(path="existing", help=DATASET_HELP)
-    out: Path = option(path="out_dir", help="Folder to write.")
-    size: int = option(RELEASED_SIZE, help="Side of the released-frame masks.")
-    images: Path | None = option(None, path="dir", help="Image root, for native sizes the dataset does not record "
-                                 "(e.g. a downloaded MIMIC-ILS).")
-
-
-def export_request(request: ExportRequest) -> str:
-    """:func:`export_dataset` as requested (native sizes read from the images under ``request.images`` when given);
-    returns what was written, as one line."""
-    from cxrground.io.image import read_image
-
-    r = request
-    sizes = None if r.images is None else (lambda rel: read_image(r.images / rel).shape)
-    counts = export_dataset(r.dataset, r.out, frame=r.frame, size=r.size, image_size=sizes)
-    return (f"{r.out}: {counts['masks']} masks in the {r.frame} frame, {counts['studies']} studies "
-            f"({counts['native_sizes']} native sizes recorded)")

@@ -66,8 +66,8 @@ from cxrground.io.files import atomic_write_text, sha256_file, sha256_json
 from cxrground.llm import RetryPolicy, bounded_map, call_with_retries, run_sync
 from cxrground.percept.schema import BENCHMARK_FILE, load_benchmark
 
-__all__ = ["CACHE_FILE", "EvalSettings", "RetryPolicy", "load_all_results", "load_results", "run_eval",
-           "run_summary_line", "sample_seed", "select_cases"]
+__all__ = ["CACHE_FILE", "EvalSettings", "RetryPolicy", "case_record", "load_all_results", "load_results",
+           "record_answer", "run_eval", "run_summary_line", "sample_seed", "select_cases"]
 
 CACHE_FILE: Final[str] = "percept_cache.sqlite"
 CONFIG_FILE: Final[str] = "config.json"
@@ -246,12 +246,7 @@ class _Runner:
                     raise ConfigError(f"request needs {n_images} images, the model accepts {self.client.max_images}")
                 t0 = time.perf_counter()
                 completion, cached, attempts = await self.ask(messages, q, plan.case_id, sample)
-                parsed = parse_answer(completion.content, q.options, q.multi)
-                correct = is_correct(parsed.numbers, q.gt, q.multi)
-                conv.record(completion.content, correct)
-                meta.append({"numbers": list(parsed.numbers), "label": parsed.label,
-                             "matched": list(parsed.matched) if parsed.matched else None,
-                             "correct_lenient": is_correct(parsed.effective, q.gt, q.multi),
+                meta.append({**record_answer(conv, completion.content),
                              "usage": completion.usage, "model_version": completion.model_version,
                              "cached": cached, "attempts": attempts,
                              "latency_s": round(time.perf_counter() - t0, 4)})
@@ -260,35 +255,48 @@ class _Runner:
         except (CXRGroundError, OSError, ValueError) as exc:
             error = f"{type(exc).__name__}: {getattr(exc, 'reason', None) or exc}"
             self.stats.failed_cases += 1
-        record = self._record(plan, conv, meta, error, time.perf_counter() - started)
+        record = case_record(plan, conv, meta, error, time.perf_counter() - started)
         if self.repeats > 1:
             record["repeat"] = sample
         with self.results.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(record, sort_keys=True) + "\n")
         return record
 
-    @staticmethod
-    def _record(plan: CasePlan, conv: Conversation, meta: list[dict[str, Any]], error: str | None,
+
+def record_answer(conv: Conversation, content: str | None) -> dict[str, Any]:
+    """Parse ``content`` as the answer to the current turn of ``conv`` (§14), record it in ``conv``; returns the
+    turn's parse record (``numbers``, ``label``, ``matched``, ``correct_lenient``)."""
+    q = conv.current
+    parsed = parse_answer(content, q.options, q.multi)
+    conv.record(content, is_correct(parsed.numbers, q.gt, q.multi))
+    return {"numbers": list(parsed.numbers), "label": parsed.label,
+            "matched": list(parsed.matched) if parsed.matched else None,
+            "correct_lenient": is_correct(parsed.effective, q.gt, q.multi)}
+
+
+def case_record(plan: CasePlan, conv: Conversation, meta: list[dict[str, Any]], error: str | None,
                 latency: float) -> dict[str, Any]:
-        questions = []
-        for k, q in enumerate(plan.questions):
-            base = {"qid": q.qid, "stage": q.stage, "gt": list(q.gt), "multi": q.multi, "n_options": q.n_options}
-            if k < len(conv.turns):
-                t = conv.turns[k]
-                base.update({"raw": t.raw, "correct": t.correct, "oracle_prefix": t.oracle_prefix,
-                             "history_text": t.history_text if t.replaced else None, **meta[k]})
-            else:
-                base.update({"raw": None, "numbers": [], "label": "failed", "matched": None, "correct": False,
-                             "correct_lenient": False, "oracle_prefix": None, "history_text": None,
-                             "usage": {}, "cached": False, "attempts": 0, "latency_s": None})
-            questions.append(base)
-        usage: dict[str, int] = {}
-        for m in meta:
-            for k2, v in m["usage"].items():
-                usage[k2] = usage.get(k2, 0) + int(v)
-        return {"case_id": plan.case_id, "path": plan.path, "lesion": plan.lesion,
-                "status": "failed" if error else "ok", "error": error, "questions": questions,
-                "usage": usage, "latency_s": round(latency, 4)}
+    """The ``results.jsonl`` line of one conversation: every planned question (unanswered ones as ``failed``),
+    token usage, status. ``meta``: per answered turn, :func:`record_answer`'s record plus usage and timing."""
+    questions = []
+    for k, q in enumerate(plan.questions):
+        base = {"qid": q.qid, "stage": q.stage, "gt": list(q.gt), "multi": q.multi, "n_options": q.n_options}
+        if k < len(conv.turns):
+            t = conv.turns[k]
+            base.update({"raw": t.raw, "correct": t.correct, "oracle_prefix": t.oracle_prefix,
+                         "history_text": t.history_text if t.replaced else None, **meta[k]})
+        else:
+            base.update({"raw": None, "numbers": [], "label": "failed", "matched": None, "correct": False,
+                         "correct_lenient": False, "oracle_prefix": None, "history_text": None,
+                         "usage": {}, "cached": False, "attempts": 0, "latency_s": None})
+        questions.append(base)
+    usage: dict[str, int] = {}
+    for m in meta:
+        for k2, v in m["usage"].items():
+            usage[k2] = usage.get(k2, 0) + int(v)
+    return {"case_id": plan.case_id, "path": plan.path, "lesion": plan.lesion,
+            "status": "failed" if error else "ok", "error": error, "questions": questions,
+            "usage": usage, "latency_s": round(latency, 4)}
 
 
 def _usage_summary(results: dict[tuple[str, int], dict[str, Any]], client: Client, stats: _Stats,

@@ -1,0 +1,120 @@
+"""``cxrground ils export --format coco``: an ILS dataset as COCO instance annotations (pycocotools reads them).
+
+Per split with studies, ``annotations/instances_{split}.json``:
+
+- ``images``: one per study (``id``, ``file_name`` = ``image_path``, ``width``, ``height`` of the image's native
+  grid, plus ``study_key``, ``dicom_id``, ``subject_id``);
+- ``categories``: the seven lesions of :data:`cxrground.vocab.lesions.LESIONS`, ids 1-7 in that order,
+  supercategory ``lesion``;
+- ``annotations``: one per lesion mask of a study (several pairs may share one mask file): ``segmentation`` as
+  compressed COCO RLE on the native grid (a released-frame dataset is mapped back with
+  :func:`cxrground.ils.frames.to_native`), ``area`` and ``bbox`` ``[x, y, w, h]`` computed by pycocotools,
+  ``iscrowd`` 0, ``category_id`` of the mask's lesion, plus ``seg_mask_path`` and the ``pair_ids`` grounded to it.
+
+``pairs.jsonl`` (the side file): one line per instruction-answer pair of every split, the pair as in the
+MIMIC-ILS JSON plus ``split``, ``study_key``, ``image_id`` and ``annotation_id`` (None for a negative pair), so
+that a detection or segmentation pipeline joins instructions to its annotations by id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from cxrground.errors import InputError
+from cxrground.ils.frames import _native_sizes, read_frame, to_native
+from cxrground.ils.layout import DATASET_FILE, MASK_DIR
+from cxrground.ils.schema import SPLITS, load_dataset
+from cxrground.io.masks import encode_rle, read_mask_png
+from cxrground.vocab.lesions import LESIONS
+
+__all__ = ["ANNOTATION_DIR", "CATEGORIES", "PAIRS_FILE", "export_coco"]
+
+ANNOTATION_DIR: Final[str] = "annotations"
+PAIRS_FILE: Final[str] = "pairs.jsonl"
+#: COCO categories: the seven lesions, ids 1..7 in the paper's table order.
+CATEGORIES: Final[list[dict[str, Any]]] = [{"id": i, "name": lesion, "supercategory": "lesion"}
+                                           for i, lesion in enumerate(LESIONS, start=1)]
+_CATEGORY_ID: Final[dict[str, int]] = {c["name"]: c["id"] for c in CATEGORIES}
+
+
+def _annotation(ann_id: int, image_id: int, lesion: str, mask: np.ndarray, rel: str) -> dict[str, Any]:
+    from pycocotools import mask as coco_mask
+
+    rle = encode_rle(mask)
+    coded = {"size": rle["size"], "counts": rle["counts"].encode("ascii")}
+    return {"id": ann_id, "image_id": image_id, "category_id": _CATEGORY_ID[lesion], "segmentation": rle,
+            "area": float(coco_mask.area(coded)), "bbox": [float(v) for v in coco_mask.toBbox(coded)],
+            "iscrowd": 0, "seg_mask_path": rel, "pair_ids": []}
+
+
+def export_coco(dataset: str | Path, out: str | Path, images: str | Path | None = None) -> dict[str, int]:
+    """Write ``dataset`` as COCO annotations + ``pairs.jsonl`` in ``out`` (module docstring); returns counts.
+
+    Image sizes come from the dataset (its frame record, native masks, ``anatomy.jsonl``) or, when given, from
+    the images under ``images``; a study whose size is unknown is an error naming it.
+    """
+    from cxrground.io.image import read_image
+
+    dataset = Path(dataset)
+    json_path = dataset if dataset.is_file() else dataset / DATASET_FILE
+    if not json_path.is_file():
+        raise InputError(f"no {DATASET_FILE} here", dataset)
+    out = Path(out)
+    data = load_dataset(json_path)
+    mask_root = json_path.parent / MASK_DIR
+    frame = read_frame(json_path)
+    size_of: Callable[[str], tuple[int, int]] | None = (
+        None if images is None else (lambda rel: read_image(Path(images) / rel).shape))
+    sizes = _native_sizes(data, mask_root, frame, json_path.parent, size_of)
+    (out / ANNOTATION_DIR).mkdir(parents=True, exist_ok=True)
+    pair_lines: list[str] = []
+    counts = {"images": 0, "annotations": 0, "pairs": 0}
+    image_id = ann_id = 0
+    for split in SPLITS:
+        studies = data.get(split, {})
+        if not studies:
+            continue
+        coco: dict[str, Any] = {"info": {"description": f"ILS dataset {json_path.parent.name}, split {split}",
+                                         "version": "1.0"},
+                                "licenses": [], "images": [], "annotations": [], "categories": CATEGORIES}
+        for key, study in studies.items():
+            image_id += 1
+            hw = sizes.get(study["image_path"])
+            if hw is None:
+                raise InputError(f"{split}.{key}: size of {study['image_path']} unknown; pass --images",
+                                 json_path)
+            coco["images"].append({"id": image_id, "file_name": study["image_path"], "height": hw[0],
+                                   "width": hw[1], "study_key": key, "dicom_id": study["dicom_id"],
+                                   "subject_id": study["subject_id"]})
+            by_mask: dict[str, dict[str, Any]] = {}
+            pairs = study["instruction_answer_pairs"]
+            for polarity in ("positive", "negative"):
+                for pair in pairs.get(f"{polarity}_pairs", []):
+                    ann = None
+                    rel = pair.get("seg_mask_path")
+                    if rel is not None:
+                        ann = by_mask.get(rel)
+                        if ann is None:
+                            mask = read_mask_png(mask_root / rel)
+                            if mask.shape != hw:
+                                if frame.frame != "released":
+                                    raise InputError(f"mask is {mask.shape}, its image {hw}", mask_root / rel)
+                                mask = to_native(mask, hw)
+                            ann_id += 1
+                            ann = by_mask[rel] = _annotation(ann_id, image_id, pair["target"], mask, rel)
+                            coco["annotations"].append(ann)
+                        ann["pair_ids"].append(pair["pair_id"])
+                    pair_lines.append(json.dumps({**pair, "split": split, "study_key": key, "image_id": image_id,
+                                                  "annotation_id": None if ann is None else ann["id"]},
+                                                 ensure_ascii=False))
+        (out / ANNOTATION_DIR / f"instances_{split}.json").write_text(json.dumps(coco), encoding="utf-8")
+        counts["images"] += len(coco["images"])
+        counts["annotations"] += len(coco["annotations"])
+    (out / PAIRS_FILE).write_text("".join(line + "\n" for line in pair_lines), encoding="utf-8")
+    counts["pairs"] = len(pair_lines)
+    return counts

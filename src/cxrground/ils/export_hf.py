@@ -1,0 +1,217 @@
+"""``cxrground ils export --format hf``: an ILS dataset as a Hugging Face dataset (Parquet shards + card).
+
+One row per instruction-answer pair (``rows="pair"``, the default) or per study (``rows="study"``), one split per
+dataset split (``train``, ``val``, ``test``; config ``default``). Pair rows have the columns: the study
+(``study_key``, ``subject_id``, ``dicom_id``, ``image_path``, ``section_name``, ``section_content``, ``image``),
+the pair (``pair_id``, ``polarity`` positive/negative, ``instruction``, ``answer``, ``type``, ``target``,
+``seg``, ``reported_location``, ``grounded_location``, ``location``, ``sent_idx``, ``seg_mask_path``,
+``certainty``, ``kind``, ``mask``) and, as JSON objects, any other field of the pair (``pair_extra``) and of the
+study (``study_extra``), so that :func:`ils_json_from_rows` gives back the MIMIC-ILS JSON exactly.
+
+``image`` holds the source file's bytes when it is a PNG or JPEG and an 8-bit PNG of the display pixels
+(:func:`cxrground.io.image.read_image`) when it is a DICOM; ``mask`` holds the mask PNG's bytes as stored (the
+dataset's frame, :mod:`cxrground.ils.frames`; None for a negative pair). The study image is repeated on every
+pair row of the study (self-contained rows, what VLM trainers read; the export is then several times the size of
+the images). Study rows hold each image once: the study columns, ``image``, ``study_extra`` and ``pairs``, a list
+of the pair columns (``mask`` included) in file order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from cxrground.errors import ImageReadError, InputError
+from cxrground.ils.frames import read_frame
+from cxrground.ils.layout import DATASET_FILE, MASK_DIR
+from cxrground.ils.schema import SPLITS, load_dataset
+from cxrground.io.hf import image_cell, png_cell, require_datasets, write_card, write_splits
+from cxrground.io.image import is_dicom, read_image
+
+__all__ = ["ROWS", "STUDY_COLUMNS", "export_hf", "ils_features", "ils_json_from_rows", "pair_rows", "study_row"]
+
+#: Row layouts of the export: one row per pair, or one per study with its pairs as a list.
+ROWS: Final[tuple[str, str]] = ("pair", "study")
+
+STUDY_COLUMNS: Final[tuple[str, ...]] = ("subject_id", "dicom_id", "image_path", "section_name", "section_content")
+_LISTS: Final[tuple[str, ...]] = ("reported_location", "grounded_location", "location")
+_OPTIONAL: Final[tuple[str, ...]] = ("sent_idx", "seg_mask_path", "certainty", "kind")
+_PAIR_CORE: Final[tuple[str, ...]] = ("pair_id", "instruction", "answer", "type", "target", "seg")
+_PAIR_KNOWN: Final[frozenset[str]] = frozenset((*_PAIR_CORE, *_LISTS, *_OPTIONAL))
+_STUDY_KNOWN: Final[frozenset[str]] = frozenset((*STUDY_COLUMNS, "instruction_answer_pairs"))
+
+
+def ils_features(rows: str = "pair") -> Any:
+    """The :class:`datasets.Features` of a pair row or of a study row (module docstring)."""
+    d = require_datasets()
+    string = d.Value("string")
+    study = {"study_key": string, **{c: string for c in STUDY_COLUMNS}, "image": d.Image()}
+    pair = {"pair_id": string, "polarity": string, "instruction": string, "answer": string, "type": string,
+            "target": string, "seg": d.Value("bool"), **{c: d.List(string) for c in _LISTS},
+            **{c: string for c in _OPTIONAL}, "mask": d.Image(), "pair_extra": string}
+    if rows == "study":
+        return d.Features({**study, "study_extra": string, "pairs": d.List(pair)})
+    return d.Features({**study, **pair, "study_extra": string})
+
+
+def _dataset_json(dataset: Path) -> Path:
+    path = dataset if dataset.is_file() else dataset / DATASET_FILE
+    if not path.is_file():
+        raise InputError(f"no {DATASET_FILE} here", dataset)
+    return path
+
+
+def _image(images: Path, rel: str) -> dict[str, Any]:
+    path = images / rel
+    if not path.is_file():
+        raise ImageReadError("image not found under --images", path)
+    if is_dicom(path):
+        return png_cell(read_image(path).pixels, Path(rel).with_suffix(".png").name)
+    return image_cell(path)
+
+
+def _pair_extra(pair: Mapping[str, Any]) -> dict[str, Any]:
+    """Fields of a pair the columns do not give back exactly: unknown ones, and optional ones that are not strings
+    (an explicit null, a number)."""
+    return {k: v for k, v in pair.items() if k not in _PAIR_KNOWN or (k in _OPTIONAL and not isinstance(v, str))}
+
+
+def pair_rows(key: str, study: Mapping[str, Any], images: Path, masks: Path) -> Iterator[dict[str, Any]]:
+    """The rows of one study (positive pairs first, in file order)."""
+    base = {"study_key": key, **{c: study[c] for c in STUDY_COLUMNS}, "image": _image(images, study["image_path"]),
+            "study_extra": json.dumps({k: v for k, v in study.items() if k not in _STUDY_KNOWN}, sort_keys=True)}
+    pairs = study["instruction_answer_pairs"]
+    for polarity in ("positive", "negative"):
+        for pair in pairs.get(f"{polarity}_pairs", []):
+            row = {**base, "polarity": polarity, **{c: pair[c] for c in _PAIR_CORE},
+                   **{c: list(pair[c]) if c in pair else None for c in _LISTS},
+                   **{c: (None if pair.get(c) is None else str(pair[c])) for c in _OPTIONAL},
+                   "pair_extra": json.dumps(_pair_extra(pair), sort_keys=True)}
+            mask = pair.get("seg_mask_path")
+            if mask is not None:
+                path = masks / mask
+                if not path.is_file():
+                    raise InputError(f"mask of {pair['pair_id']} not found", path)
+                row["mask"] = image_cell(path)
+            else:
+                row["mask"] = None
+            yield row
+
+
+def study_row(key: str, study: Mapping[str, Any], images: Path, masks: Path) -> dict[str, Any]:
+    """The study row of one study: its columns, image and pairs (module docstring)."""
+    rows = list(pair_rows(key, study, images, masks))
+    if not rows:
+        base = {"study_key": key, **{c: study[c] for c in STUDY_COLUMNS}, "image": _image(images, study["image_path"]),
+                "study_extra": json.dumps({k: v for k, v in study.items() if k not in _STUDY_KNOWN}, sort_keys=True)}
+        return {**base, "pairs": []}
+    shared = ("study_key", *STUDY_COLUMNS, "image", "study_extra")
+    return {**{c: rows[0][c] for c in shared}, "pairs": [{k: v for k, v in r.items() if k not in shared}
+                                                         for r in rows]}
+
+
+def _flat(rows: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+    """Pair rows of pair or study rows."""
+    for r in rows:
+        if "pairs" in r:
+            base = {k: v for k, v in r.items() if k != "pairs"}
+            for p in r["pairs"]:
+                yield {**base, **p}
+        else:
+            yield r
+
+
+def ils_json_from_rows(rows_by_split: Mapping[str, Iterable[Mapping[str, Any]]]) -> dict[str, Any]:
+    """The MIMIC-ILS JSON (``{split: {study_key: study}}``) of exported pair or study rows (images and masks
+    ignored; a study row without pairs gives back a study without pairs)."""
+    out: dict[str, Any] = {}
+    for split, rows in rows_by_split.items():
+        studies: dict[str, Any] = {}
+        rows = list(rows)
+        for r in rows:
+            if "pairs" in r and not r["pairs"]:
+                studies[r["study_key"]] = {**{c: r[c] for c in STUDY_COLUMNS}, **json.loads(r["study_extra"]),
+                                           "instruction_answer_pairs": {"positive_pairs": [], "negative_pairs": []}}
+        for r in _flat(rows):
+            study = studies.get(r["study_key"])
+            if study is None:
+                study = {**{c: r[c] for c in STUDY_COLUMNS}, **json.loads(r["study_extra"]),
+                         "instruction_answer_pairs": {"positive_pairs": [], "negative_pairs": []}}
+                studies[r["study_key"]] = study
+            pair = {**{c: r[c] for c in _PAIR_CORE}, **{c: list(r[c]) for c in _LISTS if r[c] is not None},
+                    **{c: r[c] for c in _OPTIONAL if r[c] is not None}, **json.loads(r["pair_extra"])}
+            study["instruction_answer_pairs"][f"{r['polarity']}_pairs"].append(pair)
+        out[split] = studies
+    return out
+
+
+def _card_body(source: Path, frame: str, info: dict[str, dict[str, int]], rows: str) -> str:
+    counts = ", ".join(f"{s}: {v['num_examples']} {rows}s" for s, v in info.items())
+    if rows == "pair":
+        layout = "every pair of the source JSON as one row, with the study image (`image`"
+        where = ""
+        example = "row = ds['train'][0]  # row['image'], row['mask']: PIL images; row['instruction'], row['answer']"
+    else:
+        layout = "every study as one row with its image (`image`"
+        where = " in the list `pairs`"
+        example = "study = ds['train'][0]  # study['image']: PIL image; study['pairs'][0]['instruction'], ['mask']"
+    files = ", ".join(f'"{s}": "data/{s}-*.parquet"' for s in info)
+    return f"""# ILS dataset (instruction-guided lesion segmentation)
+
+Instruction-answer pairs over chest X-rays, each grounded to a lesion mask (MIMIC-ILS format), exported with
+`cxrground ils export --format hf` from `{source.name}` ({counts}).
+
+## How it was built
+
+`cxrground ils build` generated the pairs from the reports and the images (see the source dataset's `card.md` for
+its sources, models and quality numbers); this export writes {layout}; DICOM images as 8-bit PNG of their display
+pixels) and each pair's lesion mask{where} (`mask`, the PNG as stored, {frame} frame; empty for negative pairs).
+`pair_extra` / `study_extra` hold any other field as a JSON object. The source JSON is recovered exactly with
+`cxrground.ils.export_hf.ils_json_from_rows`.
+
+## Load
+
+```python
+from datasets import load_dataset
+ds = load_dataset("parquet", data_files={{{files}}})
+{example}
+```
+
+## Licence
+
+Fill in the `license` field above with the licence of the source images and reports before publishing.
+"""
+
+
+def export_hf(dataset: str | Path, images: str | Path, out: str | Path, *, shard_rows: int = 500,
+              arrow: bool = False, rows: str = "pair") -> dict[str, Any]:
+    """Write ``dataset`` (a folder or its JSON) with the images under ``images`` as a Hugging Face dataset in
+    ``out`` with one row per pair or per study (module docstring); returns ``{split: {num_examples, num_bytes,
+    shards}}`` and the row total."""
+    if rows not in ROWS:
+        raise InputError(f"rows must be one of {ROWS}, got {rows!r}")
+    json_path = _dataset_json(Path(dataset))
+    images, out = Path(images), Path(out)
+    data = load_dataset(json_path)
+    masks = json_path.parent / MASK_DIR
+    features = ils_features(rows)
+
+    def count(split: str) -> int:
+        if rows == "study":
+            return len(data.get(split, {}))
+        return sum(len(s["instruction_answer_pairs"].get(p, [])) for s in data.get(split, {}).values()
+                   for p in ("positive_pairs", "negative_pairs"))
+
+    def split_rows(split: str) -> Any:
+        if rows == "study":
+            return lambda: (study_row(key, s, images, masks) for key, s in data.get(split, {}).items())
+        return lambda: (r for key, s in data.get(split, {}).items() for r in pair_rows(key, s, images, masks))
+
+    out.mkdir(parents=True, exist_ok=True)
+    info = write_splits(out, features, {s: (count(s), split_rows(s)) for s in SPLITS}, shard_rows, arrow)
+    body = _card_body(json_path.parent, read_frame(json_path).frame, info, rows)
+    write_card(out, features, info, "ILS dataset", body,
+               tags=("medical", "chest-x-ray", "segmentation", "referring-segmentation"))
+    return {"splits": info, "rows": sum(v["num_examples"] for v in info.values())}

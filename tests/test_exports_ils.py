@@ -1,0 +1,206 @@
+"""ILS dataset exports to other tools: Hugging Face datasets, COCO (pycocotools) and DICOM-SEG (highdicom)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cxrground.cli import main
+from cxrground.errors import ConfigError
+from cxrground.ils.export import ExportRequest, export_request
+from cxrground.ils.export_hf import ils_json_from_rows
+from cxrground.io.masks import read_mask_png
+
+datasets = pytest.importorskip("datasets")
+
+
+@pytest.fixture(scope="module")
+def ils(tmp_path_factory) -> tuple[Path, Path]:
+    """(ILS folder, image root) of a 4-study synthetic cohort."""
+    root = tmp_path_factory.mktemp("exports")
+    runner = CliRunner()
+    r = runner.invoke(main, ["synth", "--out", str(root / "cohort"), "--studies", "4", "--seed", "2", "--quiet"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(main, ["ils", "build", "--images", str(root / "cohort" / "files"), "--out", str(root / "ils"),
+                             "--seed", "0"])
+    assert r.exit_code == 0, r.output
+    return root / "ils", root / "cohort" / "files"
+
+
+def _source(ils_dir: Path) -> dict:
+    return json.loads((ils_dir / "mimic_ils_instruction_answer.json").read_text())
+
+
+def _masks_by_pair(data: dict, ils_dir: Path) -> dict[str, np.ndarray]:
+    return {p["pair_id"]: read_mask_png(ils_dir / "lesion_mask" / p["seg_mask_path"])
+            for split in data.values() for s in split.values()
+            for p in s["instruction_answer_pairs"]["positive_pairs"]}
+
+
+def test_hf_export_round_trips_every_pair_and_mask(ils, tmp_path):
+    ils_dir, images = ils
+    out = tmp_path / "hf"
+    r = CliRunner().invoke(main, ["ils", "export", "--format", "hf", "--dataset", str(ils_dir), "--images",
+                                  str(images), "--out", str(out), "--shard-rows", "4", "--arrow"])
+    assert r.exit_code == 0, r.output
+    source = _source(ils_dir)
+    n_pairs = {s: sum(len(v["instruction_answer_pairs"][k]) for v in source[s].values()
+                      for k in ("positive_pairs", "negative_pairs")) for s in source}
+    splits = [s for s, n in n_pairs.items() if n]
+    files = {s: sorted(str(p) for p in (out / "data").glob(f"{s}-*.parquet")) for s in splits}
+    assert len(files["train"]) == -(-n_pairs["train"] // 4)  # sharded by --shard-rows
+    loaded = datasets.load_dataset("parquet", data_files=files, cache_dir=str(tmp_path / "cache"))
+    from_disk = datasets.load_from_disk(str(out / "arrow"))
+    single = datasets.Dataset.from_parquet(files["train"], cache_dir=str(tmp_path / "cache"))
+    assert len(single) == n_pairs["train"]
+    masks = _masks_by_pair(source, ils_dir)
+    for ds in (loaded, from_disk):
+        assert {s: len(ds[s]) for s in splits} == {s: n_pairs[s] for s in splits}
+        assert isinstance(ds["train"].features["image"], datasets.Image)
+        assert isinstance(ds["train"].features["mask"], datasets.Image)
+        back = ils_json_from_rows({s: ds[s] for s in splits})
+        assert back == {s: source[s] for s in splits}  # every pair, every field, every answer
+        for split in splits:
+            for row in ds[split]:
+                if row["polarity"] == "positive":
+                    assert np.array_equal(np.asarray(row["mask"]) >= 255, masks[row["pair_id"]])
+                    assert row["mask"].size == row["image"].size  # native frame
+                else:
+                    assert row["mask"] is None
+    card = (out / "README.md").read_text()
+    header = card.split("---")[1]
+    assert "license:" in header and "configs:" in header and "dataset_info:" in header
+    assert f"num_examples: {n_pairs['train']}" in header and "dtype: image" in header
+    assert "## How it was built" in card
+
+
+def test_hf_export_study_rows_hold_each_image_once(ils, tmp_path):
+    ils_dir, images = ils
+    out = tmp_path / "hf_study"
+    export_request(ExportRequest(format="hf", hf_rows="study", dataset=ils_dir, images=images, out=out))
+    source = _source(ils_dir)
+    splits = [s for s in source if source[s]]
+    ds = datasets.load_dataset(str(out), cache_dir=str(tmp_path / "cache"))  # the card's configs
+    assert {s: len(ds[s]) for s in splits} == {s: len(source[s]) for s in splits}
+    assert ils_json_from_rows({s: ds[s] for s in splits}) == {s: source[s] for s in splits}
+    masks = _masks_by_pair(source, ils_dir)
+    for split in splits:
+        for study in ds[split]:
+            for p in study["pairs"]:
+                if p["mask"] is not None:
+                    assert np.array_equal(np.asarray(p["mask"]) >= 255, masks[p["pair_id"]])
+                    assert p["mask"].size == study["image"].size
+
+
+def test_export_refuses_missing_images_and_its_own_folder(ils, tmp_path):
+    with pytest.raises(ConfigError, match="needs --images"):
+        export_request(ExportRequest(format="hf", dataset=ils[0], out=tmp_path / "x"))
+    with pytest.raises(ConfigError, match="own folder"):
+        export_request(ExportRequest(format="coco", dataset=ils[0], out=ils[0]))
+
+
+def test_coco_export_reads_back_with_pycocotools(ils, tmp_path):
+    from pycocotools.coco import COCO
+
+    from cxrground.vocab.lesions import LESIONS
+
+    ils_dir, _ = ils
+    out = tmp_path / "coco"
+    r = CliRunner().invoke(main, ["ils", "export", "--format", "coco", "--dataset", str(ils_dir), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    source = _source(ils_dir)
+    masks = _masks_by_pair(source, ils_dir)
+    pairs = [json.loads(line) for line in (out / "pairs.jsonl").read_text().splitlines()]
+    assert len(pairs) == sum(len(s["instruction_answer_pairs"][k]) for split in source.values()
+                             for s in split.values() for k in ("positive_pairs", "negative_pairs"))
+    checked = 0
+    for split in [s for s in source if source[s]]:
+        coco = COCO(str(out / "annotations" / f"instances_{split}.json"))
+        assert [c["name"] for c in coco.loadCats(coco.getCatIds())] == list(LESIONS)
+        assert len(coco.getImgIds()) == len(source[split])
+        for p in (p for p in pairs if p["split"] == split):
+            original = source[split][p["study_key"]]["instruction_answer_pairs"]
+            kept = {k: v for k, v in p.items() if k not in ("split", "study_key", "image_id", "annotation_id")}
+            assert kept in original["positive_pairs"] + original["negative_pairs"]
+            if p["annotation_id"] is None:
+                assert p["seg"] is False
+                continue
+            ann = coco.loadAnns(p["annotation_id"])[0]
+            img = coco.loadImgs(ann["image_id"])[0]
+            assert img["file_name"] == source[split][p["study_key"]]["image_path"]
+            mask = coco.annToMask(ann).astype(bool)
+            assert np.array_equal(mask, masks[p["pair_id"]])
+            assert (img["height"], img["width"]) == mask.shape
+            assert coco.loadCats(ann["category_id"])[0]["name"] == p["target"]
+            assert ann["area"] == mask.sum() and p["pair_id"] in ann["pair_ids"]
+            ys, xs = np.nonzero(mask)
+            assert ann["bbox"] == [xs.min(), ys.min(), xs.max() - xs.min() + 1, ys.max() - ys.min() + 1]
+            checked += 1
+    assert checked == len(masks)
+
+
+@pytest.fixture(scope="module")
+def dicom_ils(ils, tmp_path_factory) -> tuple[Path, Path]:
+    """The dataset with its first two studies' images rewritten as DICOM (``write_dicom``), the rest as JPEG."""
+    import shutil
+
+    from cxrground.io.dicom import write_dicom
+    from cxrground.io.image import read_image
+
+    ils_dir, images = ils
+    root = tmp_path_factory.mktemp("dicom_ils")
+    shutil.copytree(ils_dir, root / "ils")
+    shutil.copytree(images, root / "files")
+    data = _source(ils_dir)
+    studies = [s for split in data.values() for s in split.values()]
+    for study in studies[:2]:
+        rel = study["image_path"]
+        dcm = str(Path(rel).with_suffix(".dcm"))
+        write_dicom(root / "files" / dcm, read_image(images / rel).pixels)
+        study["image_path"] = dcm
+    (root / "ils" / "mimic_ils_instruction_answer.json").write_text(json.dumps(data))
+    return root / "ils", root / "files"
+
+
+def test_dicom_seg_export_reads_back_into_our_masks(dicom_ils, tmp_path):
+    import highdicom as hd
+    import pydicom
+
+    from cxrground.vocab.codes import LESION_CODES
+
+    ils_dir, images = dicom_ils
+    out = tmp_path / "seg"
+    r = CliRunner().invoke(main, ["ils", "export", "--format", "dicom-seg", "--dataset", str(ils_dir), "--images",
+                                  str(images), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    data = _source(ils_dir)
+    masks = _masks_by_pair(data, ils_dir)
+    records = {json.loads(x)["study_key"]: json.loads(x) for x in (out / "dicom_seg.jsonl").read_text().splitlines()}
+    assert len(records) == sum(len(s) for s in data.values())  # every study recorded, none dropped
+    written = [r for r in records.values() if r["status"] == "written"]
+    assert len(written) == 2 and len(list(out.glob("*.seg.dcm"))) == 2
+    for rec in records.values():
+        if rec["status"] == "skipped":
+            assert "not DICOM" in rec["reason"] and rec["image_path"].endswith(".jpg")
+    for rec in written:
+        source = pydicom.dcmread(images / rec["image_path"])
+        seg = hd.seg.segread(out / rec["file"])
+        assert seg.Modality == "SEG" and seg.StudyInstanceUID == source.StudyInstanceUID
+        ref = seg.ReferencedSeriesSequence[0].ReferencedInstanceSequence[0]
+        assert ref.ReferencedSOPInstanceUID == source.SOPInstanceUID == rec["source_sop_instance_uid"]
+        numbers = [s["number"] for s in rec["segments"]]
+        assert seg.get_segment_numbers() == numbers
+        pixels = seg.get_pixels_by_source_instance(source_sop_instance_uids=[source.SOPInstanceUID],
+                                                   segment_numbers=numbers, combine_segments=False)[0]
+        for k, s in enumerate(rec["segments"]):
+            desc = seg.get_segment_description(s["number"])
+            scheme, value, _ = LESION_CODES[s["lesion"]]
+            assert (desc.segmented_property_type.value, desc.segmented_property_type.scheme_designator) == (
+                value, scheme)
+            assert desc.segment_label == s["label"]
+            for pair_id in s["pair_ids"]:
+                assert np.array_equal(pixels[..., k].astype(bool), masks[pair_id])

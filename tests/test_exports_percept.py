@@ -1,0 +1,197 @@
+"""CheXpercept exports to other tools: a Hugging Face dataset and an lmms-eval task."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+from cxrground.cli import main
+from cxrground.percept.export_hf import benchmark_json_from_rows, case_image_columns
+from cxrground.percept.schema import load_benchmark
+from cxrground.testing.mock_bench import make_benchmark
+
+datasets = pytest.importorskip("datasets")
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory) -> Path:
+    """A mock benchmark with every path (LF, RF, RR) for a lung lesion and cardiomegaly (no Stage 4)."""
+    return make_benchmark(tmp_path_factory.mktemp("bench"), {"LF": 2, "RF": 2, "RR": 3}, seed=5, size=12)
+
+
+def test_hf_export_round_trips_every_case_and_image(bench, tmp_path):
+    out = tmp_path / "hf"
+    r = CliRunner().invoke(main, ["percept", "export", str(bench), str(out), "--format", "hf", "--shard-rows", "5",
+                                  "--arrow"])
+    assert r.exit_code == 0, r.output
+    source = json.loads((bench / "chexpercept.json").read_text())
+    files = sorted(str(p) for p in (out / "data").glob("test-*.parquet"))
+    assert len(files) == -(-len(source) // 5)
+    loaded = datasets.load_dataset("parquet", data_files={"test": files}, cache_dir=str(tmp_path / "c"))["test"]
+    from_disk = datasets.load_from_disk(str(out / "arrow"))["test"]
+    b = load_benchmark(bench)
+    for ds in (loaded, from_disk):
+        assert benchmark_json_from_rows(ds) == source  # every case, question, option and answer
+        for row in ds:
+            case = b.cases[row["key_id"]]
+            assert row["detection_answer"] == case.detection_qa.answer
+            assert row["detection_answer_index"] == [case.detection_qa.answer_index]
+            paths = case_image_columns(row["key_id"], case)
+            for col in ("image", "contour_overlay", "points_overlay"):
+                if paths[col] is None:
+                    assert row[col] is None
+                else:
+                    assert np.array_equal(np.asarray(row[col]), np.asarray(Image.open(bench / paths[col])))
+            assert len(row["revision_options"]) == len(paths["revision_options"])
+            for got, rel in zip(row["revision_options"], paths["revision_options"], strict=True):
+                assert np.array_equal(np.asarray(got), np.asarray(Image.open(bench / rel)))
+            if case.attribute_extraction_qa is not None:
+                attrs = case.attribute_extraction_qa
+                assert row["location_answer_index"] == attrs.location.answer_index
+                assert row["severity_overlap_ratio"] == attrs.severity.overlap_ratio
+                assert row["comparison_left_size"] == attrs.comparison.left_size
+            else:
+                assert row["location_question"] is None and row["location_answer_index"] == []
+    header = (out / "README.md").read_text().split("---")[1]
+    assert f"num_examples: {len(source)}" in header and "config_name: default" in header
+
+
+def _policy(turns: list[tuple[str, str, int]]) -> str:
+    """A fake model whose answers are known: a fixed function of the whole conversation (role, text, images per
+    message), so that two harnesses sending the same prompts get the same answers, and answers vary enough that
+    every oracle fires and every parse label occurs."""
+    import hashlib
+
+    h = int(hashlib.sha256(json.dumps(turns).encode()).hexdigest(), 16)
+    return ["Answer: 1", "Answer: 2", "Answer: 1,2", "Answer: 3", "Yes", "<think>hm</think>Answer: 4",
+            "no idea"][h % 7]
+
+
+def _openai_turns(messages) -> list[tuple[str, str, int]]:
+    out = []
+    for m in messages:
+        if isinstance(m["content"], str):
+            out.append((m["role"], m["content"], 0))
+        else:
+            texts = [p["text"] for p in m["content"] if p["type"] == "text"]
+            out.append((m["role"], "".join(texts), sum(p["type"] != "text" for p in m["content"])))
+    return out
+
+
+class _FakeClient:
+    """The fake model as a ``percept eval`` client."""
+
+    kind, model, max_images = "fake", "fake", 100
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self.decoding: dict = {}
+        self.identity = {"kind": "fake"}
+
+    def cache_context(self, question, case_id):
+        return None
+
+    async def complete(self, messages, question, case_id="", seed=None):
+        from cxrground.llm import Completion
+
+        turns = _openai_turns(messages)
+        self.seen.append(json.dumps(turns))
+        return Completion(_policy(turns), {}, None)
+
+    async def aclose(self):
+        return None
+
+
+def _fake_lmms_model():
+    from lmms_eval.api.model import lmms
+
+    class FakeChat(lmms):
+        """The fake model as an lmms-eval chat model (multi-round through the task's doc_to_messages)."""
+
+        is_simple = False
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[str] = []
+
+        def loglikelihood(self, requests):
+            raise NotImplementedError
+
+        def generate_until(self, requests):
+            raise NotImplementedError
+
+        def generate_until_multi_round(self, requests):
+            out = []
+            for req in requests:
+                _, doc_to_messages, _, doc_id, task, split = req.arguments
+                doc = self.task_dict[task][split][doc_id]
+                rounds: list[str] = []
+                messages = doc_to_messages(doc)
+                for _ in range(20):  # bounded: a case has at most 9 turns
+                    turns = [(m["role"], "".join(p["text"] for p in m["content"] if p["type"] == "text"),
+                              sum(p["type"] == "image" for p in m["content"])) for m in messages]
+                    self.seen.append(json.dumps(turns))
+                    rounds.append(_policy(turns))
+                    messages, done, _, _ = doc_to_messages(doc, round_idx=len(rounds), previous_output=list(rounds),
+                                                           previous_round_info=None)
+                    if done:
+                        break
+                out.append(rounds)
+            return out
+
+    return FakeChat()
+
+
+def test_lmms_eval_task_scores_like_percept_eval(bench, tmp_path, monkeypatch):
+    pytest.importorskip("lmms_eval")
+    import importlib.util
+    import math
+
+    from lmms_eval import evaluator
+    from lmms_eval.evaluator import simple_evaluate
+    from lmms_eval.tasks import TaskManager
+
+    from cxrground.evaluation.percept.lmms import metric_value
+    from cxrground.evaluation.percept.runner import EvalSettings, run_eval
+    from cxrground.evaluation.percept.scoring import score_run
+    from cxrground.percept.lmms_task import METRICS
+
+    if importlib.util.find_spec("filelock._api") is None:
+        # lmms-eval 0.7.3 patches filelock 3.x's internals before loading datasets (to avoid nested-lock deadlocks
+        # across ranks); filelock 4 has no filelock._api (the export extra pins filelock<4). One process needs
+        # no patch.
+        monkeypatch.setattr(evaluator._enable_reentrant_filelocks, "_patched", True, raising=False)
+
+    out = tmp_path / "task"
+    r = CliRunner().invoke(main, ["percept", "export", str(bench), str(out), "--format", "lmms-eval"])
+    assert r.exit_code == 0, r.output
+    assert {p.name for p in out.glob("*.yaml")} == {"chexpercept.yaml", "chexpercept_none.yaml",
+                                                     "chexpercept_implicit.yaml", "chexpercept_explicit.yaml"}
+    fake = _fake_lmms_model()
+    settings = ("none", "implicit", "explicit")
+    results = simple_evaluate(model=fake, tasks=[f"chexpercept_{s}" for s in settings],
+                              task_manager=TaskManager(include_path=str(out)), bootstrap_iters=0,
+                              log_samples=False)["results"]
+    client = _FakeClient()
+    fired = 0
+    for setting in settings:
+        run = tmp_path / f"run_{setting}"
+        run_eval(EvalSettings(bench=bench, model="fake", oracle=setting), run, client=client, concurrency=1,
+                 progress=False, cache=tmp_path / f"cache_{setting}.sqlite")
+        score = score_run(run, n_boot=0)
+        got = results[f"chexpercept_{setting}"]
+        for metric in METRICS:
+            want, have = metric_value(score, metric), got[f"{metric},none"]
+            assert (math.isnan(want) and math.isnan(have)) or want == pytest.approx(have, abs=1e-12), (setting,
+                                                                                                      metric)
+        lines = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
+        fired += sum(bool(q["oracle_prefix"] or q["history_text"]) for rec in lines for q in rec["questions"])
+    assert sorted(fake.seen) == sorted(client.seen)  # the same prompts, turn by turn, under every setting
+    assert fired > 0  # the oracles were exercised
+    assert 0 < results["chexpercept_none"]["oracle_stage1,none"] < 1
+
