@@ -194,11 +194,26 @@ def test_ils_view_counts_grounding_boxes():
 
 # --- through ultralytics ---------------------------------------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def cohort12(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("cohort12")
+    write_cohort(out, 12, seed=4, config=SynthConfig(width=192), progress=False)
+    return out
+
+
+def _seed_with_three_splits(cohort: Path, val: float, test: float) -> int:
+    """The first split seed that gives the cohort's subjects a train, a val and a test split."""
+    subjects = {t.subject_id for t in load_truth(cohort)}
+    return next(s for s in range(100) if {assign_split(p, s, val, test) for p in subjects} == {"train", "val", "test"})
+
+
 @pytest.mark.yolo
-def test_train_evaluate_and_ils_build_with_the_trained_detector(cohort, tmp_path):
+def test_train_evaluate_and_ils_build_with_the_trained_detector(cohort12, tmp_path):
     from cxrground.ils.build import DATASET_FILE
     from cxrground.ils.quality import score_against_truth
 
+    cohort = cohort12
+    seed = _seed_with_three_splits(cohort, 0.25, 0.25)
     runner = CliRunner()
     res = runner.invoke(main, ["detector", "export-synthetic", "--cohort", str(cohort), "--out",
                                str(tmp_path / "vindr")])
@@ -206,13 +221,13 @@ def test_train_evaluate_and_ils_build_with_the_trained_detector(cohort, tmp_path
     out = tmp_path / "det"
     args = ["detector", "train", "--annotations", str(tmp_path / "vindr" / "train.csv"), "--images",
             str(cohort / "files"), "--patients", str(tmp_path / "vindr" / "patients.csv"), "--out", str(out),
-            "--imgsz", "64", "--epochs", "1", "--batch", "4", "--model", "yolov8n.yaml", "--device", "cpu",
-            "--workers", "0", "--threads", "1", "--val", "0.3", "--test", "0.3", "--seed", "2"]
+            "--imgsz", "64", "--epochs", "2", "--batch", "4", "--model", "yolov8n.yaml", "--device", "cpu",
+            "--workers", "0", "--threads", "1", "--val", "0.25", "--test", "0.25", "--seed", str(seed)]
     res = runner.invoke(main, args)
     assert res.exit_code == 0, res.output
     weights = out / "vindr_yolo.pt"
     prov = json.loads((out / "vindr_yolo.json").read_text())
-    assert prov["weights_sha256"] and prov["training"]["epochs_done"] == 1 and prov["split"]["by"] == "patient"
+    assert prov["weights_sha256"] and prov["training"]["epochs_done"] == 2 and prov["split"]["by"] == "patient"
     assert prov["classes"] == list(class_list("kept")) and len(prov["data"]["data_sha256"]) == 64
     assert 0.0 <= prov["metrics"]["test"]["mAP50"] <= 1.0 and f"weights_path={weights}" in prov["use"]
     assert "already trained" in runner.invoke(main, args).output  # a finished run is reported, not redone

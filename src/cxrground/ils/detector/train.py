@@ -36,7 +36,8 @@ from cxrground.fields import option
 from cxrground.ils.detector.prepare import PreparedData, PrepareSettings, prepare_dataset
 from cxrground.io.files import atomic_write_text, sha256_file
 
-__all__ = ["WEIGHTS_NAME", "DetectorTrainRequest", "TrainedDetector", "train_detector", "ultralytics_offline"]
+__all__ = ["MANAGED_ARGS", "WEIGHTS_NAME", "DetectorTrainRequest", "TrainedDetector", "train_detector",
+           "ultralytics_args", "ultralytics_offline"]
 
 WEIGHTS_NAME = "vindr_yolo.pt"
 
@@ -71,6 +72,9 @@ class DetectorTrainRequest:
     amp: str = option("auto", choices=("auto", "bf16", "fp16", "off"), help="Mixed precision on a GPU (auto: "
                       "bf16; fp16 runs ultralytics' AMP self-check, which downloads yolo26n.pt).")
     plots: bool = option(False, help="Let ultralytics draw its training plots.")
+    train_set: dict[str, str] = option(default_factory=dict, flag="--set", metavar="KEY=VALUE",
+                                       help="Another ultralytics training argument (repeatable), e.g. lr0=0.01, "
+                                       "mosaic=0, cos_lr=true.")
     max_images: int | None = option(None, low=1, help="Use only the first N images by id (quick runs).")
     overwrite: bool = option(False, help="Delete OUT's run and weights and train again (data/ is reused when "
                              "its settings match).")
@@ -80,6 +84,34 @@ class DetectorTrainRequest:
         classes: Literal["kept", "all"] = "all" if self.classes == "all" else "kept"
         return PrepareSettings(classes=classes, imgsz=self.imgsz, val=self.val, test=self.test, seed=self.seed,
                                fusion_iou=self.fusion_iou, min_readers=self.min_readers)
+
+
+#: ultralytics arguments that ``detector train`` sets itself (a ``--set`` of one of these is refused).
+MANAGED_ARGS = frozenset({"data", "epochs", "imgsz", "batch", "device", "workers", "seed", "project", "name",
+                          "exist_ok", "resume", "pretrained", "amp", "plots", "patience", "model", "mode", "task"})
+
+
+def ultralytics_args(pairs: dict[str, str]) -> dict[str, Any]:
+    """``--set`` values typed as YAML would type them (int, float, true/false, none, else the string)."""
+    bad = sorted(set(pairs) & MANAGED_ARGS)
+    if bad:
+        raise ConfigError(f"--set {', '.join(bad)}: set by detector train itself (use its own option)")
+    out: dict[str, Any] = {}
+    for key, text in pairs.items():
+        low = text.lower()
+        if low in ("true", "false"):
+            out[key] = low == "true"
+        elif low in ("none", "null"):
+            out[key] = None
+        else:
+            try:
+                out[key] = int(text)
+            except ValueError:
+                try:
+                    out[key] = float(text)
+                except ValueError:
+                    out[key] = text
+    return out
 
 
 @dataclass
@@ -165,6 +197,7 @@ def train_detector(request: DetectorTrainRequest) -> TrainedDetector:
         for path in (weights, prov_file):
             path.unlink(missing_ok=True)
         shutil.rmtree(run_dir, ignore_errors=True)
+    extra = ultralytics_args(request.train_set)
     if weights.is_file() and prov_file.is_file():
         return TrainedDetector(weights, json.loads(prov_file.read_text()), already_done=True)
     data = prepare_dataset(request.annotations, request.images, out / "data", request.prepare_settings(),
@@ -194,7 +227,7 @@ def train_detector(request: DetectorTrainRequest) -> TrainedDetector:
         model.train(data=str(data.yaml), epochs=request.epochs, imgsz=request.imgsz, batch=request.batch,
                     device=request.device, workers=request.workers, seed=request.seed, deterministic=True,
                     project=str(out), name="run", exist_ok=True, pretrained=request.model.endswith(".pt"),
-                    amp=_amp(request), plots=request.plots, patience=request.patience, verbose=False)
+                    amp=_amp(request), plots=request.plots, patience=request.patience, verbose=False, **extra)
     seconds = time.perf_counter() - start
     trainer = getattr(model, "trainer", None)
     best = run_dir / "weights" / "best.pt"
