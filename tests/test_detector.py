@@ -231,6 +231,10 @@ def test_train_evaluate_and_ils_build_with_the_trained_detector(cohort12, tmp_pa
     assert prov["classes"] == list(class_list("kept")) and len(prov["data"]["data_sha256"]) == 64
     assert 0.0 <= prov["metrics"]["test"]["mAP50"] <= 1.0 and f"weights_path={weights}" in prov["use"]
     assert "already trained" in runner.invoke(main, args).output  # a finished run is reported, not redone
+    weights.unlink()  # stopped after ultralytics finished, before the weights were written: taken up from run/
+    (out / "vindr_yolo.json").unlink()
+    res = runner.invoke(main, args)
+    assert res.exit_code == 0 and "(resumed)" in res.output and weights.is_file(), res.output
     res = runner.invoke(main, ["detector", "evaluate", "--weights", str(weights), "--data", str(out),
                                "--split", "test", "--device", "cpu", "--out", str(tmp_path / "eval.json")])
     assert res.exit_code == 0, res.output
@@ -248,4 +252,25 @@ def test_train_evaluate_and_ils_build_with_the_trained_detector(cohort12, tmp_pa
     data = json.loads((build / DATASET_FILE).read_text())
     assert sum(len(s) for s in data.values()) >= 1
     scores = score_against_truth(build, cohort)["total"]
-    assert scores["negatives"] > 0 and (scores["masks"] == 0 or scores["gIoU"] > 0)
+    assert scores["negatives"] > 0 and scores["negative_correct"] > 0.8
+    # A 2-epoch YOLO from scratch emits no box above the adapter's 0.01 floor, so lung lesions get no mask here
+    # (bench/detector.py trains longer and scores the masks); what comes out is right where it exists:
+    assert scores["masks"] == 0 or scores["gIoU"] > 0.3
+
+
+def test_set_passes_typed_ultralytics_arguments():
+    from cxrground.ils.detector.train import ultralytics_args
+
+    assert ultralytics_args({"lr0": "0.005", "mosaic": "0", "cos_lr": "true", "optimizer": "AdamW", "x": "none"}) == {
+        "lr0": 0.005, "mosaic": 0, "cos_lr": True, "optimizer": "AdamW", "x": None}
+    with pytest.raises(ConfigError, match="--set epochs"):
+        ultralytics_args({"epochs": "3"})
+
+
+def test_train_without_ultralytics_or_images_says_why(tmp_path):
+    ann = _csv(tmp_path / "train.csv", [["a", "ILD", 1, 1, 9, 9, "R1"]])
+    (tmp_path / "films").mkdir()
+    res = CliRunner().invoke(main, ["detector", "train", "--annotations", str(ann), "--images", str(tmp_path / "films"),
+                                    "--out", str(tmp_path / "out"), "--imgsz", "64"])
+    assert res.exit_code == 1 and "the train and val splits need images" in res.output
+    assert "no image file" in (tmp_path / "out" / "data" / "failures.jsonl").read_text()
