@@ -69,7 +69,7 @@ lint: $(STAMP)
 
 test: lint $(YOLO_STAMP)
 	$(BIN)/python -m pytest -q -m "not yolo"
-	YOLO_OFFLINE=1 $(YOLO_BIN)/python -m pytest -q -m yolo $(YOLO_TESTS)
+	YOLO_OFFLINE=1 YOLO_CONFIG_DIR=$(CURDIR)/.pytest_cache/ultralytics $(YOLO_BIN)/python -m pytest -q -m yolo $(YOLO_TESTS)
 
 clean:
 	rm -rf $(VENV) $(YOLO_VENV) $(DEMO_OUT) .pytest_cache .ruff_cache
