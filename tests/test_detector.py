@@ -127,20 +127,30 @@ def test_prepare_letterboxes_films_and_boxes(tmp_path):
     small = np.asarray(Image.fromarray(film).resize((100, 50)))  # a half-size copy of the same film
     Image.fromarray(small).save(images / "half.png")
     Image.fromarray(film[:, :100]).save(images / "plain.png")
+    from cxrground.io.dicom import write_dicom
+
+    tall = np.full((120, 60), 400, np.uint16)
+    tall[20:80, 10:50] = 3500
+    write_dicom(images / "sub" / "tall.dicom", tall, bits_stored=12)  # VinDr's own file type, in a subfolder
     rows = [["wide", "Lung Opacity", 40, 20, 120, 60, "R1", 200, 100], ["half", "Lung Opacity", 40, 20, 120, 60, "R1",
                                                                           200, 100],
             ["plain", "No finding", "", "", "", "", "R1", "", ""], ["gone", "ILD", 1, 1, 5, 5, "R1", "", ""],
-            ["wide", "Aortic enlargement", 0, 0, 10, 10, "R1", 200, 100]]
+            ["wide", "Aortic enlargement", 0, 0, 10, 10, "R1", 200, 100],
+            ["tall", "Nodule/Mass", 10, 20, 50, 80, "R2", "", ""]]
     ann = _csv(tmp_path / "train.csv", rows, [*COLUMNS, "width", "height"])
     settings = PrepareSettings(imgsz=64, val=0.0, test=0.0)
     data = prepare_dataset(ann, images, tmp_path / "data", settings)
-    assert data.images == {"train": 3, "val": 0, "test": 0} and data.failures == 1
+    assert data.images == {"train": 4, "val": 0, "test": 0} and data.failures == 1
     assert "no image file" in (tmp_path / "data" / "failures.jsonl").read_text()
     metas = {m["image_id"]: m for m in load_manifest(tmp_path / "data")}
     for key in ("wide", "half"):  # 200x100 → 64x32 centred at y 16..48; the resized copy maps to the same canvas box
         (b,) = metas[key]["boxes"]
         assert b["class_name"] == "Lung Opacity"
         assert (b["x0"], b["y0"], b["x1"], b["y1"]) == pytest.approx((12.8, 22.4, 38.4, 35.2), abs=0.01)
+    (b,) = metas["tall"]["boxes"]  # 120x60 → 64x32 centred at x 16..48
+    assert (b["x0"], b["y0"], b["x1"], b["y1"]) == pytest.approx((21.33, 10.67, 42.67, 42.67), abs=0.01)
+    tall_png = np.asarray(Image.open(tmp_path / "data" / metas["tall"]["image"]))
+    assert tall_png[:, :16].max() == 0 and tall_png[25, 30] > tall_png[5, 20] + 100  # dense stays white
     label = (tmp_path / "data" / "labels" / "train" / "wide.txt").read_text().split()
     assert label[0] == "5" and float(label[1]) == pytest.approx((12.8 + 38.4) / 2 / 64, abs=1e-5)
     assert (tmp_path / "data" / "labels" / "train" / "plain.txt").read_text() == ""
