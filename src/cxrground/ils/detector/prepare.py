@@ -209,6 +209,8 @@ def _run(jobs: list[tuple], workers: int) -> list[dict[str, Any] | BaseException
         futures = [pool.submit(_prepare_one, j) for j in jobs]
         for f in futures:
             exc = f.exception()
+            if exc is not None and not isinstance(exc, InputError | OSError | ValueError):
+                raise exc
             results.append(f.result() if exc is None else exc)
     return results
 
