@@ -164,6 +164,8 @@ def test_prepare_letterboxes_films_and_boxes(tmp_path):
     assert (tmp_path / "data" / "meta" / "wide.json").stat().st_mtime_ns == stamp
     with pytest.raises(ConfigError, match="other settings"):
         prepare_dataset(ann, images, tmp_path / "data", PrepareSettings(imgsz=96, val=0.0, test=0.0))
+    held_out = prepare_dataset(ann, images, tmp_path / "held_out", PrepareSettings(imgsz=64, only_split="test"))
+    assert held_out.images == {"train": 0, "val": 0, "test": 4}  # a separately annotated evaluation set
     with pytest.raises(ConfigError, match="multiple of 32"):
         prepare_dataset(ann, images, tmp_path / "other", PrepareSettings(imgsz=50))
 
@@ -251,6 +253,11 @@ def test_train_evaluate_and_ils_build_with_the_trained_detector(cohort12, tmp_pa
     assert "mAP@0.5" in res.output and "| Lung Opacity |" in res.output and "ILS view" in res.output
     report = json.loads((tmp_path / "eval.json").read_text())
     assert report["mAP50"] == pytest.approx(prov["metrics"]["test"]["mAP50"])
+    res = runner.invoke(main, ["detector", "evaluate", "--weights", str(weights), "--data", str(tmp_path / "all"),
+                               "--annotations", str(tmp_path / "vindr" / "train.csv"), "--images",
+                               str(cohort / "files"), "--device", "cpu", "--workers", "1"])
+    assert res.exit_code == 0 and "test split (12 films)" in res.output, res.output  # every film, prepared at 64 px
+    assert json.loads((tmp_path / "all" / "settings.json").read_text())["imgsz"] == 64
     build = tmp_path / "ils"
     res = runner.invoke(main, ["ils", "build", "--images", str(cohort / "files"), "--out", str(build), "--quiet",
                                "--segmenter", "masks", "--segmenter-opt", f"root={cohort / 'masks'}",

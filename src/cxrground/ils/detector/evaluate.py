@@ -42,7 +42,13 @@ class DetectorEvalRequest:
     """One evaluation (``cxrground detector evaluate`` offers one option per field)."""
 
     weights: Path = option(path="file", help="The detector checkpoint (vindr_yolo.pt).")
-    data: Path = option(path="dir", help="The prepared dataset: the training output folder or its data/.")
+    data: Path = option(path="out_dir", help="The prepared dataset: the training output folder or its data/; with "
+                        "--annotations, the folder to prepare the evaluation films in.")
+    annotations: Path | None = option(None, path="file", help="Evaluate on these annotations instead (e.g. VinDr-CXR's "
+                                      "annotations_test.csv): all their films form the split, prepared like the "
+                                      "training films.")
+    images: Path | None = option(None, path="dir", help="Film folder of --annotations.")
+    workers: int = option(2, low=1, help="Processes that prepare the --annotations films.")
     split: str = option("test", choices=("test", "val", "train"))
     imgsz: int | None = option(None, low=32, help="Prediction size (default: the training size of data/).")
     device: str | None = option(None)
@@ -181,10 +187,27 @@ def _data_folder(path: Path) -> Path:
     return path / "data" if (path / "data" / "manifest.jsonl").is_file() else path
 
 
+def _prepare_evaluation_set(request: DetectorEvalRequest) -> None:
+    """Prepare ``--annotations`` films into ``--data``, all in ``--split``, with the weights' training settings."""
+    from cxrground.ils.detector.prepare import PrepareSettings, prepare_dataset
+
+    if request.images is None:
+        raise ConfigError("--annotations needs --images (the folder of its films)")
+    sidecar = request.weights.with_suffix(".json")
+    trained = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
+    settings = trained.get("data", {}).get("settings", {})
+    prepare_dataset(request.annotations, request.images, request.data, PrepareSettings(
+        classes=settings.get("classes", "kept"), imgsz=request.imgsz or int(settings.get("imgsz", 1024)),
+        fusion_iou=settings.get("fusion_iou", 0.4), min_readers=settings.get("min_readers", 1),
+        only_split=request.split), workers=request.workers)
+
+
 def evaluate_detector(request: DetectorEvalRequest) -> DetectionReport:
     """Both views of the detector on ``request.split`` of a prepared dataset (module docstring)."""
     from cxrground.ils.spatial.boxes import YOLOBoxDetector
 
+    if request.annotations is not None:
+        _prepare_evaluation_set(request)
     folder = _data_folder(request.data)
     settings = json.loads((folder / "settings.json").read_text()) if (folder / "settings.json").is_file() else {}
     records = [m for m in load_manifest(folder) if m["split"] == request.split]

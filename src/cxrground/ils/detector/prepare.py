@@ -59,6 +59,8 @@ class PrepareSettings:
     fusion_iou: float = 0.4
     min_readers: int = 1
     by_patient: bool = False
+    only_split: str | None = None
+    """Put every film in this split (a separately annotated evaluation set, e.g. VinDr-CXR's test files)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -148,6 +150,8 @@ def prepare_dataset(annotations: str | Path, images: str | Path, folder: str | P
     if settings.imgsz < 32 or settings.imgsz % 32:
         raise ConfigError(f"image size must be a multiple of 32 (YOLO's stride), got {settings.imgsz}")
     settings = PrepareSettings(**{**settings.to_dict(), "by_patient": patients is not None})
+    if settings.only_split not in (None, *SPLITS):
+        raise ConfigError(f"only_split must be one of {', '.join(SPLITS)}, got {settings.only_split!r}")
     settings_file = out / "settings.json"
     if settings_file.is_file():
         old = json.loads(settings_file.read_text())
@@ -172,7 +176,7 @@ def prepare_dataset(annotations: str | Path, images: str | Path, folder: str | P
                                     "image_id (.dicom, .dcm, .png, .jpg)", "InputError"))
             continue
         group = groups.get(image_id, image_id)
-        split = assign_split(group, settings.seed, settings.val, settings.test)
+        split = settings.only_split or assign_split(group, settings.seed, settings.val, settings.test)
         jobs.append((image_id, str(found[image_id]), split, group, boxes.get(image_id, []),
                      max(1, len(readers[image_id])), sizes.get(image_id), str(out), settings, classes))
     for job, result in zip(jobs, _run(jobs, workers), strict=True):
