@@ -1,15 +1,23 @@
 # cxrground: the two commands of the README.
 #   make demo  - build the virtual environment if needed, then run the main job on the synthetic cohort
-#   make test  - build the virtual environment if needed, then lint and run the test suite
+#   make test  - build the virtual environments if needed, then lint and run the test suite
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_OUT ?= demo_out
 STAMP := $(VENV)/.cxrground-installed
+# The YOLO detector (ultralytics) and the cxas comparison need torchvision. Each torchvision pairs with one torch
+# (0.28.0 <-> 2.13.0, 0.29.1 <-> 2.14.1), and PyPI's 0.28.0 is a CUDA build whose ops do not load beside the CPU
+# torch 2.13.0 of $(VENV). So they live in a second environment with torch 2.14.1 + torchvision 0.29.1 (the 'yolo'
+# extra; CUDA builds that also run on the CPU, about 5.5 GB), and `make test` runs the tests marked 'yolo' there.
+YOLO_VENV ?= .venv-yolo
+YOLO_BIN := $(YOLO_VENV)/bin
+YOLO_STAMP := $(YOLO_VENV)/.cxrground-installed
+YOLO_TESTS := tests/test_detector.py tests/test_backends_real.py
 
 .PHONY: install demo test lint clean
 
-install: $(STAMP)
+install: $(STAMP) $(YOLO_STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +26,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,models,ray,vlm,serve,gen,deepspeed,export]'
 	$(BIN)/python -m pip uninstall --quiet --disable-pip-version-check -y torchvision
 	touch $(STAMP)
+
+# cxas 0.0.20 only for its network code in one comparison test: --no-deps, as it pins pydicom<3 (cxrground: >=3).
+$(YOLO_STAMP): pyproject.toml
+	test -x $(YOLO_BIN)/python || $(PYTHON) -m venv $(YOLO_VENV)
+	$(YOLO_BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,yolo]'
+	$(YOLO_BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps 'cxas==0.0.20'
+	touch $(YOLO_STAMP)
 
 demo: $(STAMP)
 	$(BIN)/cxrground synth --out $(DEMO_OUT)/cohort --studies 64 --seed 0
@@ -55,8 +70,9 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 
-test: lint
-	$(BIN)/python -m pytest -q
+test: lint $(YOLO_STAMP)
+	$(BIN)/python -m pytest -q -m "not yolo"
+	YOLO_OFFLINE=1 YOLO_CONFIG_DIR=$(CURDIR)/.pytest_cache/ultralytics $(YOLO_BIN)/python -m pytest -q -m yolo $(YOLO_TESTS)
 
 clean:
-	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(YOLO_VENV) $(DEMO_OUT) .pytest_cache .ruff_cache

@@ -8,15 +8,19 @@
   definitions;
 - CXAS: the package's checkpoint layout (``{"model": {"module.…": …}}``) loaded into our torch implementation, and
   compared with the ``cxas`` package's own network where that package is installed;
-- YOLO: an ultralytics model built from its model yaml with the VinDr-CXR class names, saved as a ``.pt``;
-  ultralytics needs torchvision, which this project's CPU torch pin (2.13.0) cannot have, so these tests are
-  skipped here with that reason and run where ultralytics is installed.
+- YOLO: an ultralytics model built from its model yaml with the VinDr-CXR class names, saved as a ``.pt``.
+
+The tests marked ``yolo`` (ultralytics, torchvision, the cxas package) run in ``.venv-yolo`` (``make test``), whose
+torch 2.14.1 pairs with PyPI's torchvision; the main environment's CPU torch 2.13.0 cannot load it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -46,8 +50,6 @@ from cxrground.ils.spatial import KEPT_CLASSES, get_detector, get_synthesizer  #
 from cxrground.ils.spatial.boxes import normalize_class_name, save_tiny_yolo  # noqa: E402
 from cxrground.ils.spatial.radedit import RADEDIT_SUBFOLDERS, save_tiny_radedit  # noqa: E402
 from cxrground.io.image import CXRImage  # noqa: E402
-
-YOLO_SKIP = "ultralytics needs torchvision, which needs torch 2.14.1; this project pins the CPU torch 2.13.0"
 
 
 @pytest.fixture(scope="module")
@@ -264,10 +266,25 @@ def test_cxas_errors_name_the_file(tmp_path, cxas_dir):
         CXASSegmenter(tmp_path).segment(_image())
 
 
+def _cxas_network_module() -> types.ModuleType:
+    """``cxas.models.UNet.backbone_unet`` of the installed cxas package, without running the package's
+    ``__init__`` files: those import its DICOM-SEG writer (pydicom_seg), which needs pydicom < 3, while cxrground
+    needs pydicom 3. The network files themselves import only torch and torchvision."""
+    spec = importlib.util.find_spec("cxas")
+    assert spec is not None and spec.submodule_search_locations, "the cxas package is not installed"
+    root = Path(next(iter(spec.submodule_search_locations)))
+    shells = (("cxas", root), ("cxas.models", root / "models"), ("cxas.models.UNet", root / "models" / "UNet"))
+    for name, folder in shells:
+        if name not in sys.modules:
+            shell = types.ModuleType(name)
+            shell.__path__ = [str(folder)]
+            sys.modules[name] = shell
+    return importlib.import_module("cxas.models.UNet.backbone_unet")
+
+
+@pytest.mark.yolo
 def test_cxas_network_matches_the_cxas_package():
-    pytest.importorskip("torchvision", reason="the cxas package's network is built from torchvision's ResNet-50; "
-                                              "torchvision needs torch 2.14.1 and this project pins 2.13.0")
-    unet = pytest.importorskip("cxas.models.UNet.backbone_unet", reason="the cxas package is not installed")
+    unet = _cxas_network_module()
     ref = unet.BackboneUNet("UNet_ResNet50_default", 159).eval()
     ours, ignored = CXASUNet.from_state_dict(ref.state_dict())
     assert ignored == [] and ours.config.blocks == (3, 4, 6, 3)
@@ -280,10 +297,10 @@ def test_cxas_network_matches_the_cxas_package():
 
 @pytest.fixture(scope="module")
 def yolo_file(tmp_path_factory) -> Path:
-    pytest.importorskip("ultralytics", reason=YOLO_SKIP)
     return save_tiny_yolo(tmp_path_factory.mktemp("yolo") / "vindr_tiny.pt")
 
 
+@pytest.mark.yolo
 def test_yolo_through_ultralytics(yolo_file):
     det = get_detector("yolo", weights_path=str(yolo_file), imgsz="64", predict_conf="0.001", device="cpu")
     canvas = (np.random.default_rng(0).random((96, 80)) * 255).astype(np.uint8)
@@ -294,6 +311,7 @@ def test_yolo_through_ultralytics(yolo_file):
     assert det._load().names[12] == "Pneumothorax" and det.provenance()["weights_sha256"]
 
 
+@pytest.mark.yolo
 def test_ils_build_with_yolo(cohort, yolo_file, tmp_path):
     prov = _build(cohort, tmp_path / "ils", "--segmenter", "masks", "--segmenter-opt", f"root={cohort / 'masks'}",
                   "--detector", "yolo", "--detector-opt", f"weights_path={yolo_file}", "--detector-opt", "imgsz=64")

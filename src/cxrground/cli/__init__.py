@@ -19,7 +19,7 @@ def main() -> None:
 #: Command modules, in the order their commands are listed; each exports ``COMMANDS`` (top-level commands and
 #: groups) and may attach subcommands to a group of an earlier module when imported.
 _MODULES = ("data_cmds", "report_cmds", "structure_cmds", "anatomy_cmds", "segment_cmds", "ils_cmds",
-            "ils_model_cmds", "percept_build_cmds", "percept_eval_cmds", "serve_cmds",
+            "ils_model_cmds", "detector_cmds", "percept_build_cmds", "percept_eval_cmds", "serve_cmds",
             "review_cmds")
 
 for _name in _MODULES:

@@ -34,6 +34,7 @@ not kept is dropped, including ``aortic enlargement``, ``other lesion``, ``pneum
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -302,10 +303,11 @@ class YOLOBoxDetector:
     """An ultralytics YOLO checkpoint trained on VinDr-CXR (e.g. a VinBigData competition solution).
 
     ``weights_path`` is a local ``.pt`` file. Prediction runs on the grey canvas replicated to three
-    channels at ``imgsz`` with a low confidence floor (``predict_conf``) and NMS IoU ``iou``, so that
-    Algorithm 1 applies τ_conf itself. Only :data:`KEPT_CLASSES` survive. ``device`` goes to ultralytics
-    (``cpu``, ``cuda``, ``0``...; default: its own choice); ``dtype`` is ``float32`` or ``float16`` (ultralytics'
-    ``half``; it has no bfloat16 inference). Options may be strings (``--detector-opt imgsz=640``).
+    channels at ``imgsz`` (default: the training size recorded in the ``.json`` sidecar that ``cxrground detector
+    train`` writes next to the weights, else 1024) with a low confidence floor (``predict_conf``) and NMS IoU
+    ``iou``, so that Algorithm 1 applies τ_conf itself. Only :data:`KEPT_CLASSES` survive. ``device`` goes to
+    ultralytics (``cpu``, ``cuda``, ``0``...; default: its own choice); ``dtype`` is ``float32`` or ``float16``
+    (ultralytics' ``half``; it has no bfloat16 inference). Options may be strings (``--detector-opt imgsz=640``).
     ``ultralytics`` (the ``yolo`` extra) is imported on first use; a missing package or file is a
     :class:`~cxrground.errors.ConfigError` saying what to do.
     """
@@ -315,7 +317,7 @@ class YOLOBoxDetector:
     def __init__(
         self,
         weights_path: str | Path,
-        imgsz: int | str = 1024,
+        imgsz: int | str | None = None,
         predict_conf: float | str = 0.01,
         iou: float | str = 0.5,
         device: str | None = None,
@@ -325,7 +327,7 @@ class YOLOBoxDetector:
     ) -> None:
         self.weights_path = Path(weights_path)
         try:
-            self.imgsz = int(imgsz)
+            self.imgsz = int(imgsz) if imgsz is not None else _trained_size(self.weights_path)
             self.predict_conf = float(predict_conf)
             self.iou = float(iou)
         except ValueError as exc:
@@ -384,6 +386,15 @@ class YOLOBoxDetector:
             "settings": {"imgsz": self.imgsz, "predict_conf": self.predict_conf, "iou": self.iou,
                          "device": self.device, "dtype": self.dtype, "kept": list(self.kept)},
         }
+
+
+def _trained_size(weights: Path) -> int:
+    """The training image size of the sidecar ``weights.json`` written by ``cxrground detector train``, else 1024."""
+    sidecar = weights.with_suffix(".json")
+    try:
+        return int(json.loads(sidecar.read_text())["training"]["imgsz"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 1024
 
 
 def save_tiny_yolo(path: str | Path, model_yaml: str = "yolov8n.yaml") -> Path:

@@ -1,0 +1,55 @@
+"""``cxrground detector``: train and evaluate the VinDr-CXR YOLO lesion detector; the synthetic VinDr export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from cxrground.cli.common import DIR, OUT_DIR, echo_lines, group, request_options
+from cxrground.ils.detector.evaluate import DetectorEvalRequest
+from cxrground.ils.detector.train import DetectorTrainRequest
+
+
+@group("detector")
+def detector() -> None:
+    """The YOLO lesion detector of ILS §8: train it on VinDr-CXR, evaluate it (weights for --detector yolo)."""
+
+
+@detector.command("train")
+@request_options(DetectorTrainRequest)
+def train(request: DetectorTrainRequest) -> None:
+    """Train on VinDr-CXR's train.csv and films; write OUT/vindr_yolo.pt and its provenance OUT/vindr_yolo.json."""
+    from cxrground.ils.detector.train import train_detector
+
+    echo_lines(train_detector(request).summary_lines())
+
+
+@detector.command("evaluate")
+@request_options(DetectorEvalRequest)
+def evaluate(request: DetectorEvalRequest) -> None:
+    """mAP@0.5 per class on a held-out split, and the ILS view (hit rate and boxes per reported lesion)."""
+    from cxrground.ils.detector.evaluate import evaluate_detector
+
+    echo_lines(evaluate_detector(request).lines())
+
+
+@detector.command("export-synthetic")
+@click.option("--cohort", type=DIR, required=True, help="A synthetic cohort folder (cxrground synth).")
+@click.option("--out", type=OUT_DIR, required=True, help="Folder for train.csv (VinDr-CXR format) and patients.csv.")
+@click.option("--readers", type=click.IntRange(1), default=3, help="Simulated radiologists per film.")
+@click.option("--jitter", type=click.FloatRange(0), default=0.03, help="Reader error of each box edge (share of "
+              "the box side, standard deviation).")
+@click.option("--miss", type=click.FloatRange(0, 1, max_open=True), default=0.1, help="Chance a reader leaves a "
+              "lesion out (never all readers).")
+@click.option("--seed", type=click.IntRange(0), default=0)
+def export_synthetic(cohort: Path, out: Path, readers: int, jitter: float, miss: float, seed: int) -> None:
+    """Write the synthetic cohort's drawn lesions as VinDr-CXR box annotations (test data for detector train)."""
+    from cxrground.ils.detector.synthetic import export_synthetic_vindr
+
+    counts = export_synthetic_vindr(cohort, out, readers=readers, jitter=jitter, miss=miss, seed=seed)
+    click.echo(f"{out / 'train.csv'}: {counts['boxes']} boxes on {counts['images']} films ({counts['rows']} rows); "
+               f"{out / 'patients.csv'}")
+
+
+COMMANDS: list[click.Command] = [detector]

@@ -1,0 +1,94 @@
+"""The synthetic cohort's drawn lesions as a VinDr-CXR annotations file (TEST DATA for the detector commands).
+
+Each drawn lesion (present, with a mask; reported or not, as a radiologist reading the film would see it) gives
+one box per simulated reader: the bounding box of its mask in pixel edges, each edge moved by a normal error of
+``jitter`` × the box side, and left out by a reader with probability ``miss`` (never by every reader). An
+enlarged heart gives a ``Cardiomegaly`` box around the heart mask. Films without any box get one ``No finding``
+row per reader, as in VinDr-CXR. Lesion → VinDr class (:data:`SYNTHETIC_CLASS`) follows what a VinDr reader
+would call the drawn pattern and is one of the classes that may ground that lesion
+(:data:`~cxrground.ils.spatial.boxes.BOX_CLASS_LESIONS`). ``patients.csv`` maps each image to its subject.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+
+from cxrground.datasets.synthetic import load_truth
+from cxrground.io.files import atomic_write_text
+from cxrground.io.masks import decode_rle
+
+__all__ = ["ANNOTATION_COLUMNS", "SYNTHETIC_CLASS", "export_synthetic_vindr"]
+
+#: Column order of the written file (VinDr-CXR's columns; readers find them by name).
+ANNOTATION_COLUMNS: Final = ("image_id", "class_name", "x_min", "y_min", "x_max", "y_max", "rad_id")
+
+#: VinDr-CXR class of each drawn ILS lesion.
+SYNTHETIC_CLASS: Final[dict[str, str]] = {
+    "effusion": "Pleural effusion",
+    "atelectasis": "Atelectasis",
+    "consolidation": "Consolidation",
+    "pneumonia": "Consolidation",
+    "opacity": "Lung Opacity",
+    "edema": "Infiltration",
+    "cardiomegaly": "Cardiomegaly",
+}
+
+
+def _edges(mask: np.ndarray) -> tuple[int, int, int, int]:
+    rows = np.flatnonzero(mask.any(axis=1))
+    cols = np.flatnonzero(mask.any(axis=0))
+    return int(cols[0]), int(rows[0]), int(cols[-1]) + 1, int(rows[-1]) + 1
+
+
+def export_synthetic_vindr(cohort: str | Path, out: str | Path, readers: int = 3, jitter: float = 0.03,
+                           miss: float = 0.1, seed: int = 0) -> dict[str, int]:
+    """Write ``out/train.csv`` (VinDr-CXR format) and ``out/patients.csv``; return row and image counts."""
+    if readers < 1 or not 0 <= miss < 1 or jitter < 0:
+        raise ValueError(f"need readers >= 1, 0 <= miss < 1, jitter >= 0; got {readers}, {miss}, {jitter}")
+    rng = np.random.default_rng(seed)
+    rad_ids = [f"R{i + 1}" for i in range(readers)]
+    rows: list[list[object]] = []
+    patients: list[tuple[str, str]] = []
+    boxes_written = 0
+    for t in load_truth(cohort):
+        shape = (t.height, t.width)
+        found = [(SYNTHETIC_CLASS[f.lesion], decode_rle(f.mask.rle, shape)) for f in t.present_findings
+                 if f.mask is not None and f.lesion in SYNTHETIC_CLASS]
+        if t.heart_status == "enlarged" and "heart" in t.anatomy:
+            found.append((SYNTHETIC_CLASS["cardiomegaly"], decode_rle(t.anatomy["heart"].rle, shape)))
+        patients.append((t.dicom_id, t.subject_id))
+        image_rows = []
+        for name, mask in found:
+            if not mask.any():
+                continue
+            x0, y0, x1, y1 = _edges(mask)
+            seen = rng.random(readers) >= miss
+            seen[int(rng.integers(readers))] = True
+            for rad, keep in zip(rad_ids, seen, strict=True):
+                err = rng.normal(0.0, jitter, 4) * np.array([x1 - x0, y1 - y0, x1 - x0, y1 - y0])
+                if not keep:
+                    continue
+                bx0, by0 = max(0.0, x0 + err[0]), max(0.0, y0 + err[1])
+                bx1, by1 = min(float(t.width), x1 + err[2]), min(float(t.height), y1 + err[3])
+                if bx1 - bx0 >= 1 and by1 - by0 >= 1:
+                    image_rows.append([t.dicom_id, name, f"{bx0:.1f}", f"{by0:.1f}", f"{bx1:.1f}", f"{by1:.1f}", rad])
+        rows += image_rows or [[t.dicom_id, "No finding", "", "", "", "", rad] for rad in rad_ids]
+        boxes_written += len(image_rows)
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(ANNOTATION_COLUMNS)
+    writer.writerows(rows)
+    atomic_write_text(folder / "train.csv", buf.getvalue())
+    pbuf = io.StringIO()
+    pw = csv.writer(pbuf, lineterminator="\n")
+    pw.writerow(("image_id", "patient_id"))
+    pw.writerows(patients)
+    atomic_write_text(folder / "patients.csv", pbuf.getvalue())
+    return {"images": len(patients), "rows": len(rows), "boxes": boxes_written}
