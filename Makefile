@@ -1,19 +1,22 @@
 # cxrground: the two commands of the README.
 #   make demo  - build the virtual environment if needed, then run the main job on the synthetic cohort
-#   make test  - build the virtual environment if needed, then lint and run the test suite
+#   make test  - build the virtual environment if needed, then lint and run the test suite (which also builds the
+#                documentation site with mkdocs --strict and runs the runnable blocks of its pages)
+#   make docs  - serve the documentation site on http://127.0.0.1:8000/
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_OUT ?= demo_out
 STAMP := $(VENV)/.cxrground-installed
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test lint docs clean
 
 install: $(STAMP)
 
+# every extra but yolo (ultralytics needs a torchvision that matches torch); docs: the site the tests build
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,models,ray,vlm,serve,gen,deepspeed]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,docs,models,ray,vlm,serve,gen,deepspeed]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -54,6 +57,9 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+docs: $(STAMP)
+	$(BIN)/mkdocs serve
 
 clean:
 	rm -rf $(VENV) $(DEMO_OUT) .pytest_cache .ruff_cache
