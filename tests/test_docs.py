@@ -137,3 +137,22 @@ def test_site_validation_fails_on_a_broken_link(tmp_path, link):
                           cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert proc.returncode != 0 and link.split("#")[0] in proc.stderr
+
+
+def test_configuration_tables_come_from_the_dataclasses():
+    sys.path.insert(0, str(DOCS / "_hooks"))
+    try:
+        import config_tables
+    finally:
+        sys.path.pop(0)
+    page = (DOCS / "reference" / "configuration.md").read_text(encoding="utf-8")
+    markers = config_tables.MARKER.findall(page)
+    assert len(markers) >= 10
+    expanded = config_tables.expand(page)
+    assert "<!-- config-table" not in expanded
+    rows = {r[0]: r for r in config_tables.config_rows("cxrground.percept.config", "DeformConfig")}
+    assert rows["`kernel`"][2] == "`32`" and "§7.2" in rows["`kernel`"][3]
+    ils = {r[0]: r for r in config_tables.config_rows("cxrground.ils.config", "IlsConfig")}
+    assert ils["`ctr_negative_max`"][2] == "`0.45`" and "§9.4" in ils["`ctr_negative_max`"][3]
+    build = {r[0]: r for r in config_tables.config_rows("cxrground.ils.request", "BuildRequest")}
+    assert "choices: `local`, `ray`" in build["`engine`"][3]
