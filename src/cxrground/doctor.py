@@ -216,7 +216,7 @@ def _torch_checks(probe: Probe) -> list[Check]:
         build = f"CUDA {extra['cuda_version']} build" if extra.get("cuda_version") else "CPU build"
         out = [Check("extra: models", "torch CUDA", False,
                      f"no GPU visible ({build}); everything runs on the CPU, LISA/RadEdit slowly",
-                     "pip install torch --index-url https://download.pytorch.org/whl/cu124  # on a GPU machine")]
+                     "pip install torch==2.13.0  # on a GPU machine: PyPI's Linux wheel is a CUDA build")]
     return out
 
 
