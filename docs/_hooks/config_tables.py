@@ -95,7 +95,10 @@ def config_rows(module: str, name: str) -> list[tuple[str, str, str, str]]:
             extras.append(f"option `{meta['flag'].split('/')[0]}`")
         if extras:
             text = (text + " (" + "; ".join(extras) + ")").strip()
-        rows.append((f"`{f.name}`", _type_name(f), _show(_default(f)), " ".join(text.split()).replace("|", "\\|")))
+        default = _default(f)
+        if not text and dataclasses.is_dataclass(default) and not isinstance(default, type):
+            text = f"a `{type(default).__name__}`: its fields are in their own table"
+        rows.append((f"`{f.name}`", _type_name(f), _show(default), " ".join(text.split()).replace("|", "\\|")))
     return rows
 
 
