@@ -186,3 +186,12 @@ def test_doctor_command_on_an_environment_without_the_extras(tmp_path):
         assert not checks[name]["ok"] and "No module named" in checks[name]["detail"], checks[name]
         assert checks[name]["fix"].startswith("pip install")
     assert checks["torch"]["required"] and not checks["transformers"]["required"]
+
+
+def test_backends_are_ready_only_when_all_their_libraries_import(tmp_path):
+    checks = _by_name(_run(tmp_path, missing=("diffusers",), broken=("torchvision",)))
+    assert checks["built-in chain"].ok and checks["model lisa"].ok
+    radedit = checks["synthesizer radedit"]
+    assert not radedit.ok and "needs diffusers" in radedit.detail and radedit.fix == "pip install -e '.[gen]'"
+    yolo = checks["detector yolo"]
+    assert not yolo.ok and "torchvision" in yolo.detail and "torchvision" in yolo.fix

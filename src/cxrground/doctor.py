@@ -87,6 +87,22 @@ EXTRAS: Final[tuple[ModuleSpec, ...]] = (
     ModuleSpec("mkdocstrings", "mkdocstrings", "docs", "the generated Python API reference"),
 )
 
+#: Backends and what they import: (backend, how it is chosen, the import names it needs).
+BACKENDS: Final[tuple[tuple[str, str, tuple[str, ...]], ...]] = (
+    ("built-in chain", "make demo (U-Net, normative model, anomaly boxes, baseline)", ("torch", "safetensors")),
+    ("segmenter cxas / hybridgnet", "ils build --segmenter cxas|hybridgnet", ("torch",)),
+    ("synthesizer radedit", "ils build --synthesizer radedit", ("diffusers", "transformers", "torch")),
+    ("detector yolo", "ils build --detector yolo", ("ultralytics", "torchvision", "torch")),
+    ("deformer sam", "percept build --deformer sam", ("transformers", "torch")),
+    ("model lisa", "ils train|predict --model lisa", ("transformers", "peft", "accelerate", "sentencepiece", "torch")),
+    ("LISA 8/4-bit", "ils predict --quantize 8bit|4bit (CUDA)", ("bitsandbytes", "transformers")),
+    ("DeepSpeed ZeRO-2", "ils train --set distributed=deepspeed", ("deepspeed", "torch")),
+    ("VLM client hf:", "percept eval --model hf:DIR", ("transformers", "torch")),
+    ("VLM client openai:", "percept eval --model openai:NAME", ("httpx",)),
+    ("engine ray", "ils build --engine ray", ("ray",)),
+    ("HTTP servers", "cxrground serve, cxrground review serve", ("fastapi", "uvicorn", "python_multipart")),
+)
+
 #: Libraries the built-in chain (``make demo``) cannot run without, besides :data:`CORE`.
 REQUIRED_EXTRAS: Final[frozenset[str]] = frozenset({"torch", "safetensors"})
 
@@ -330,6 +346,14 @@ def run_checks(*, weights: str | Path | None = None, env: Mapping[str, str] | No
         report.checks.append(_module_check(spec, result, installed(spec.dist), required))
         if spec.module == "torch":
             report.checks.extend(_torch_checks(result))
+    importable = {spec.module: result.importable for spec, result in zip(specs, probes, strict=True)}
+    by_module = {spec.module: spec for spec in specs}
+    for backend, how, modules in BACKENDS:
+        lacking = [m for m in modules if not importable.get(m, False)]
+        fixes = sorted({by_module[m].fix or _INSTALL.format(extra=by_module[m].extra) for m in lacking})
+        report.checks.append(Check("backends", backend, not lacking,
+                                   how if not lacking else f"{how}: needs {', '.join(lacking)}",
+                                   "; ".join(fixes) or None))
     report.checks.extend(_shipped_checks(Path(cxrground.__file__).parent))
     report.checks.extend(_weights_checks(Path(weights) if weights else None, env, home or Path.home()))
     report.checks.append(_chromium_check(which))
