@@ -194,4 +194,7 @@ def test_backends_are_ready_only_when_all_their_libraries_import(tmp_path):
     radedit = checks["synthesizer radedit"]
     assert not radedit.ok and "needs diffusers" in radedit.detail and radedit.fix == "pip install -e '.[gen]'"
     yolo = checks["detector yolo"]
-    assert not yolo.ok and "torchvision" in yolo.detail and "torchvision" in yolo.fix
+    assert not yolo.ok and "torchvision" in yolo.detail
+    assert yolo.fix == "pip install torchvision  # the build that matches your torch (see the install guide)"
+    both = _by_name(_run(tmp_path, missing=("diffusers", "transformers")))["synthesizer radedit"]
+    assert both.fix == "pip install -e '.[gen,vlm]'"

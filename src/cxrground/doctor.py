@@ -218,6 +218,23 @@ def _module_check(spec: ModuleSpec, probe: Probe, installed: str | None, require
     return Check(group, spec.module, False, detail, fix, required)
 
 
+def _backend_fix(lacking: list[ModuleSpec]) -> str | None:
+    """One line for the missing libraries of a backend: the extras in one ``pip install``, or a library's own line
+    (the first such library of each extra)."""
+    if not lacking:
+        return None
+    extras: list[str] = []
+    own: list[str] = []
+    for spec in lacking:
+        if spec.fix is not None:
+            if not any(other.extra == spec.extra and other.fix in own for other in lacking):
+                own.append(spec.fix)
+        elif spec.extra not in extras:
+            extras.append(spec.extra)
+    parts = ([_INSTALL.format(extra=",".join(extras))] if extras else []) + own
+    return "; ".join(parts)
+
+
 def _torch_checks(probe: Probe) -> list[Check]:
     if not probe.importable:
         return []
@@ -350,10 +367,9 @@ def run_checks(*, weights: str | Path | None = None, env: Mapping[str, str] | No
     by_module = {spec.module: spec for spec in specs}
     for backend, how, modules in BACKENDS:
         lacking = [m for m in modules if not importable.get(m, False)]
-        fixes = sorted({by_module[m].fix or _INSTALL.format(extra=by_module[m].extra) for m in lacking})
         report.checks.append(Check("backends", backend, not lacking,
                                    how if not lacking else f"{how}: needs {', '.join(lacking)}",
-                                   "; ".join(fixes) or None))
+                                   _backend_fix([by_module[m] for m in lacking])))
     report.checks.extend(_shipped_checks(Path(cxrground.__file__).parent))
     report.checks.extend(_weights_checks(Path(weights) if weights else None, env, home or Path.home()))
     report.checks.append(_chromium_check(which))
