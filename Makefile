@@ -1,6 +1,8 @@
 # cxrground: the two commands of the README.
 #   make demo  - build the virtual environment if needed, then run the main job on the synthetic cohort
-#   make test  - build the virtual environments if needed, then lint and run the test suite
+#   make test  - build the virtual environments if needed, then lint and run the test suite (which also builds
+#                the documentation site with mkdocs --strict and runs the runnable blocks of its pages)
+#   make docs  - serve the documentation site on http://127.0.0.1:8000/
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -15,15 +17,16 @@ YOLO_BIN := $(YOLO_VENV)/bin
 YOLO_STAMP := $(YOLO_VENV)/.cxrground-installed
 YOLO_TESTS := tests/test_detector.py tests/test_backends_real.py
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test lint docs clean
 
 install: $(STAMP) $(YOLO_STAMP)
 
+# every extra but yolo (ultralytics needs a torchvision that matches torch); docs: the site the tests build
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# export: datasets, highdicom and lmms-eval (ils/percept export --format hf|dicom-seg|lmms-eval). lmms-eval pulls
 	# PyPI's torchvision, a CUDA build that breaks transformers beside the CPU torch pin; nothing here needs it.
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,models,ray,vlm,serve,gen,deepspeed,export]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,docs,models,ray,vlm,serve,gen,deepspeed,export]'
 	$(BIN)/python -m pip uninstall --quiet --disable-pip-version-check -y torchvision
 	touch $(STAMP)
 
@@ -73,6 +76,9 @@ lint: $(STAMP)
 test: lint $(YOLO_STAMP)
 	$(BIN)/python -m pytest -q -m "not yolo"
 	YOLO_OFFLINE=1 YOLO_CONFIG_DIR=$(CURDIR)/.pytest_cache/ultralytics $(YOLO_BIN)/python -m pytest -q -m yolo $(YOLO_TESTS)
+
+docs: $(STAMP)
+	$(BIN)/mkdocs serve
 
 clean:
 	rm -rf $(VENV) $(YOLO_VENV) $(DEMO_OUT) .pytest_cache .ruff_cache

@@ -25,6 +25,7 @@ STAGES = [
     "evaluation",
     "review",
     "serve",
+    "doctor",
     "cli",
     "testing",
 ]
@@ -75,7 +76,7 @@ def test_bench_scripts_use_the_library_not_the_cli():
     """``bench/`` measures the library: it must not import ``cxrground.cli`` (whose logic lives in the stages)."""
     bench = ROOT.parents[1] / "bench"
     offenders = []
-    for path in sorted(bench.glob("*.py")):
+    for path in sorted(bench.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -85,7 +86,7 @@ def test_bench_scripts_use_the_library_not_the_cli():
             else:
                 continue
             if any(n == "cxrground.cli" or n.startswith("cxrground.cli.") for n in names):
-                offenders.append(f"bench/{path.name}:{node.lineno}")
+                offenders.append(f"bench/{path.relative_to(bench)}:{node.lineno}")
     assert bench.is_dir(), f"bench/ not found at {bench}"
     assert not offenders, f"bench scripts import cxrground.cli: {offenders}"
 

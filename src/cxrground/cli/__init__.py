@@ -20,7 +20,7 @@ def main() -> None:
 #: groups) and may attach subcommands to a group of an earlier module when imported.
 _MODULES = ("data_cmds", "report_cmds", "structure_cmds", "anatomy_cmds", "segment_cmds", "ils_cmds",
             "ils_model_cmds", "detector_cmds", "percept_build_cmds", "percept_eval_cmds", "serve_cmds",
-            "review_cmds")
+            "review_cmds", "doctor_cmds")
 
 for _name in _MODULES:
     for _command in importlib.import_module(f"cxrground.cli.{_name}").COMMANDS:

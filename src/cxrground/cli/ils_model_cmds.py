@@ -40,7 +40,8 @@ def train_cmd(model: str, dataset: Path, images: Path | None, out: Path, seed: i
     """Train an ILS model (resumable: rerun the same command to continue after a kill).
 
     LISA on several GPUs (data-parallel, one process per GPU): torchrun --nproc_per_node N -m cxrground ils train
-    --model lisa ..., or accelerate launch --config_file accelerate_ddp.json -m cxrground ils train ... (README).
+    --model lisa ..., or accelerate launch --config_file accelerate_ddp.json -m cxrground ils train ...
+    (docs/guides/ils-model.md).
     """
     from cxrground.models.base import train_model
 

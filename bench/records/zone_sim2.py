@@ -1,6 +1,6 @@
 """Simulated-lesion zone reader, round 2 (issue 14): features read with lungs re-segmented on each copy.
 
-Run: ``.venv/bin/python bench/zone_sim2.py [--cache DIR] [--no-brixia]`` (caches lungs, features, copies in DIR;
+Run: ``.venv/bin/python bench/records/zone_sim2.py [--cache DIR] [--no-brixia]`` (caches lungs, features, copies in DIR;
 the round-1 caches of ``bench/zone_sim.py`` are reused when DIR holds them).
 
 **Why.** In round 1 (``bench/zone_sim.py``, shipped as ``zone_sim_v1``) a lesion is inserted under the CLEAN film's
@@ -44,11 +44,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import sys
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the bench/ scripts this study builds on
 from real_quality import ZONES, auroc, kappa
 from zone_sim import SEED, VARIANTS, bootstrap_kappa, brixia_rows, evaluate, fold_features, nih_films, row
 
