@@ -24,6 +24,7 @@ no-store`` (images and static files: private caching).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import hmac
@@ -68,10 +69,18 @@ MAX_CONNECTIONS: Final[int] = 1000
 #: Requests the app works on at once (idle connections do not count); more get 503 with ``Retry-After``.
 MAX_IN_FLIGHT: Final[int] = 64
 _MAX_JSON_DEPTH: Final[int] = 64
+#: A wrong token is answered after this delay (an async sleep: no thread, no CPU), which slows a flood of
+#: guesses to a few requests per second per connection; at most :data:`_TARPIT_SLOTS` wait at once.
+_TARPIT_SECONDS: Final[float] = 0.25
+_TARPIT_SLOTS: Final[int] = 32
 
 
 class _AuthError(Exception):
     """No (valid) credentials: 401 for the API, a redirect to the login page for pages."""
+
+
+class _WrongCredential(_AuthError):
+    """A token was presented and is wrong: answered 401 after a short delay (:data:`_TARPIT_SECONDS`)."""
 
 
 class _Forbidden(Exception):
@@ -240,7 +249,7 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
             raise _AuthError("expected Authorization: Bearer TOKEN")
         user = checked_token(token.strip())
         if user is None:
-            raise _AuthError("unknown or wrong token")
+            raise _WrongCredential("unknown or wrong token")
         return user
 
     def principal(request: Request, *, allow_bearer: bool) -> _Principal:
@@ -295,8 +304,20 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
         response.headers.setdefault("Cache-Control", "no-store")
         return response
 
+    tarpit = {"waiting": 0}
+
+    async def slow_down() -> None:
+        if tarpit["waiting"] < _TARPIT_SLOTS:
+            tarpit["waiting"] += 1
+            try:
+                await asyncio.sleep(_TARPIT_SECONDS)
+            finally:
+                tarpit["waiting"] -= 1
+
     @app.exception_handler(_AuthError)
     async def on_auth(request: Request, exc: _AuthError) -> Response:
+        if isinstance(exc, _WrongCredential):
+            await slow_down()
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": {"type": "unauthorized", "message": str(exc)}}, status_code=401,
                                 headers={"WWW-Authenticate": "Bearer"})
@@ -351,6 +372,7 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
             raise _Forbidden("login form token missing or wrong (reload the login page)")
         made = await run_in_threadpool(db.login, fields.get("name", ""), fields.get("token", "").strip())
         if made is None:
+            await slow_down()
             return login_page("Unknown name or wrong token.", 401)
         response = RedirectResponse("/queue", status_code=303)
         response.set_cookie(SESSION_COOKIE, made[0], httponly=True, samesite="strict", secure=secure_cookies)
@@ -411,9 +433,10 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
         p = principal(request, allow_bearer=False)
         a = visible(p, assignment_id)
         body = (f"<main id='app' data-assignment='{a.id}' data-kind='{a.item.kind}'>"
-                f"<h1 id='title'>{html.escape(a.item.key)}</h1><p id='status' class='sub'>loading…</p>"
+                f"<header class='title'><h1 id='title'>{html.escape(a.item.key)}</h1>"
+                f"<p id='status' class='sub' role='status'>loading…</p></header>"
                 f"<div id='content'></div></main><script src='/static/review.js'></script>")
-        return _page(a.item.key, body, p, "data-ready='false'")
+        return _page(a.item.key, body, p, "data-ready='false' class='wide'")
 
     @app.get("/stats")
     def stats_page(request: Request) -> Response:

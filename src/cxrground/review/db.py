@@ -64,6 +64,7 @@ REJECT_REASONS: Final[dict[str, tuple[str, ...]]] = {
 }
 SESSION_SECONDS: Final[int] = 12 * 3600
 _PBKDF2_ITERATIONS: Final[int] = 120_000
+_USER_CACHE_SECONDS: Final[float] = 5.0
 _SCHEMA: Final[str] = """
 CREATE TABLE IF NOT EXISTS users(
   id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, role TEXT NOT NULL CHECK(role IN ('reviewer', 'admin')),
@@ -202,6 +203,8 @@ class ReviewDB:
 
     def __init__(self, path: str | Path, *, must_exist: bool = True) -> None:
         self.path = Path(path)
+        self._token_rows: dict[int, dict[str, Any]] = {}
+        self._token_rows_until = self._token_rows_read = 0.0
         if must_exist and not self.path.is_file():
             raise InputError("review database not found (create it with `cxrground review add-user`)", self.path)
         try:
@@ -226,15 +229,16 @@ class ReviewDB:
         return cls(path, must_exist=False)
 
     @contextmanager
-    def connect(self) -> Iterator[sqlite3.Connection]:
-        """A fresh connection; the block is one transaction, committed (durably) on success."""
+    def connect(self, *, write: bool = True) -> Iterator[sqlite3.Connection]:
+        """A fresh connection; the block is one transaction, committed (durably) on success. ``write=False``:
+        a read transaction (WAL readers wait for no writer and hold no write lock)."""
         con = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         con.row_factory = sqlite3.Row
         try:
             con.execute("PRAGMA busy_timeout=30000")
             con.execute("PRAGMA synchronous=FULL")
             con.execute("PRAGMA foreign_keys=ON")
-            con.execute("BEGIN IMMEDIATE")
+            con.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 yield con
             except BaseException:
@@ -268,7 +272,7 @@ class ReviewDB:
 
     def users(self) -> list[User]:
         """Every user, by id."""
-        with self.connect() as con:
+        with self.connect(write=False) as con:
             rows = con.execute("SELECT id, name, role FROM users ORDER BY id").fetchall()
         return [User(r["id"], r["name"], r["role"]) for r in rows]
 
@@ -279,9 +283,7 @@ class ReviewDB:
         if (len(token) > 200 or not sep or not head.startswith("rv") or not secret or not digits.isascii()
                 or not digits.isdigit() or len(digits) > 18):
             return None
-        with self.connect() as con:
-            row = con.execute("SELECT id, name, role, salt, token_hash, hash_kind FROM users WHERE id = ?",
-                              (int(digits),)).fetchone()
+        row = self._token_row(int(digits))
         if row is None:
             return None
         if row["hash_kind"] == "sha256":
@@ -293,7 +295,21 @@ class ReviewDB:
             with self.connect() as con:  # re-hash with the cheap check once the slow one passed
                 con.execute("UPDATE users SET token_hash = ?, hash_kind = 'sha256' WHERE id = ? AND hash_kind = ?",
                             (_fast_hash(secret, row["salt"]), row["id"], row["hash_kind"]))
+            self._token_rows.clear()
         return User(row["id"], row["name"], row["role"])
+
+    def _token_row(self, user_id: int) -> dict[str, Any] | None:
+        """The id, name, role and token hash of a user, from a copy of the users table kept in memory for
+        :data:`_USER_CACHE_SECONDS` (re-read early, at most once a second, for an id it does not hold), so
+        checking a token opens no database connection."""
+        now = time.monotonic()
+        stale = now > self._token_rows_until
+        if stale or (user_id not in self._token_rows and now > self._token_rows_read + 1.0):
+            with self.connect(write=False) as con:
+                rows = con.execute("SELECT id, name, role, salt, token_hash, hash_kind FROM users").fetchall()
+            self._token_rows = {r["id"]: dict(r) for r in rows}
+            self._token_rows_read, self._token_rows_until = now, now + _USER_CACHE_SECONDS
+        return self._token_rows.get(user_id)
 
     def login(self, name: str, token: str) -> tuple[str, str] | None:
         """Check ``name`` + ``token``; a new session ``(session token, csrf token)`` or None."""
@@ -311,7 +327,7 @@ class ReviewDB:
         """``(user, csrf token)`` of a live session, or None."""
         if not session or len(session) > 200:
             return None
-        with self.connect() as con:
+        with self.connect(write=False) as con:
             row = con.execute("SELECT u.id, u.name, u.role, s.csrf FROM sessions s JOIN users u ON u.id = s.user_id "
                               "WHERE s.id_hash = ? AND s.expires > ?", (_sha256(session), time.time())).fetchone()
         return (User(row["id"], row["name"], row["role"]), row["csrf"]) if row else None
@@ -399,11 +415,11 @@ class ReviewDB:
 
     def items(self) -> list[Item]:
         """Every item, by id."""
-        with self.connect() as con:
+        with self.connect(write=False) as con:
             return [_item(r) for r in con.execute("SELECT * FROM items ORDER BY id")]
 
     def _assignments(self, where: str, args: tuple[Any, ...]) -> list[Assignment]:
-        with self.connect() as con:
+        with self.connect(write=False) as con:
             rows = con.execute("SELECT a.id AS aid, a.user_id, a.position, u.name AS uname, i.* FROM assignments a "
                                "JOIN items i ON i.id = a.item_id JOIN users u ON u.id = a.user_id "
                                f"WHERE {where} ORDER BY a.user_id, a.position", args).fetchall()
@@ -427,7 +443,7 @@ class ReviewDB:
 
     def progress(self, user: User) -> tuple[int, int, int | None]:
         """``(done, total, next open assignment id)`` of ``user``'s queue, from two small queries."""
-        with self.connect() as con:
+        with self.connect(write=False) as con:
             rows = con.execute(
                 "SELECT a.id, json_array_length(json_extract(i.payload, '$.parts')) AS nparts, "
                 "(SELECT COUNT(*) FROM decisions d WHERE d.assignment_id = a.id) AS ndec FROM assignments a "
