@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from cxrground.cli import main
 from cxrground.errors import ConfigError, InputError
+from cxrground.llm import run_sync
 from cxrground.review import app as app_module
 from cxrground.review import db as db_module
 from cxrground.review.app import create_app, rle_runs, server_config
@@ -105,7 +106,7 @@ def test_in_flight_limit_answers_503_with_retry_after() -> None:
         await asyncio.gather(*waiting)
         assert limited.active == 0
 
-    asyncio.run(main_())
+    run_sync(main_())  # its own loop even when a test before left one running (the browser fixture)
     statuses = [m["status"] for m in sent if m["type"] == "http.response.start"]
     assert statuses == [503, 200, 200]
     assert (b"retry-after", b"1") in sent[0]["headers"]

@@ -295,7 +295,7 @@ class ReviewDB:
             with self.connect() as con:  # re-hash with the cheap check once the slow one passed
                 con.execute("UPDATE users SET token_hash = ?, hash_kind = 'sha256' WHERE id = ? AND hash_kind = ?",
                             (_fast_hash(secret, row["salt"]), row["id"], row["hash_kind"]))
-            self._token_rows.clear()
+            self._token_rows_until = 0.0  # read the table again on the next check
         return User(row["id"], row["name"], row["role"])
 
     def _token_row(self, user_id: int) -> dict[str, Any] | None:
