@@ -20,6 +20,13 @@ no request value is ever used as a file path. A decision is committed to SQLite 
 before the response is sent. Request bodies are limited to :data:`MAX_BODY_BYTES`. Every response carries a
 strict Content-Security-Policy (nothing loaded from elsewhere, no inline script) and ``Cache-Control:
 no-store`` (images and static files: private caching).
+
+Availability: uvicorn takes up to :data:`MAX_CONNECTIONS` connections (idle keep-alive ones included); the app
+works on at most :data:`MAX_IN_FLIGHT` requests at once and answers one more with 503 and ``Retry-After``, so
+idle sockets never lock reviewers out. Token checks, JSON and RLE decoding and SQLite run in the thread pool;
+checked tokens (right or wrong) are remembered by their SHA-256 for a few minutes, and a wrong one is answered
+after a short async delay. Odd request values (an id beyond 64 bits, a body nested deeper than
+:data:`_MAX_JSON_DEPTH`) get a 4xx, never a 500.
 """
 
 from __future__ import annotations
