@@ -167,3 +167,62 @@ def test_percept_eval_names_a_broken_benchmark_file(tmp_path, kind):
                                        "--out", str(tmp_path / "run"), "--no-progress"])
     _clean(result)
     assert result.exit_code != 0 and "chexpercept.json" in result.output, result.output
+
+
+def test_percept_validate_names_a_gigapixel_png(tmp_path, tmp_path_factory):
+    from cxrground.testing.fuzz import png_bytes
+    from percept_build_helpers import synthetic_bench
+
+    bench = tmp_path / "bench"
+    shutil.copytree(synthetic_bench(tmp_path_factory)[0], bench, ignore=shutil.ignore_patterns(".work"))
+    victim = sorted(p for p in bench.rglob("*.png") if ".work" not in p.parts)[0]
+    victim.write_bytes(png_bytes(20000, 20000))  # the header claims 400 megapixels
+    result = CliRunner().invoke(main, ["percept", "validate", str(bench)])
+    _clean(result)
+    assert result.exit_code == 1 and victim.name in result.output, result.output
+
+
+# review import: bad inputs the importer must refuse naming the file, with no traceback and nothing half-imported
+def _review_import_case(kind: str, ils: Path, files: Path, tmp_path: Path) -> None:
+    data_file = ils / "mimic_ils_instruction_answer.json"
+    data = json.loads(data_file.read_text())
+    study = next(s for split in data.values() for s in split.values()
+                 if s["instruction_answer_pairs"].get("positive_pairs"))
+    outside = tmp_path / "outside.png"
+    outside.write_bytes((files / study["image_path"]).read_bytes())
+    if kind == "dataset is a list":
+        data = list(data.values())
+    elif kind == "study without pairs":
+        del study["instruction_answer_pairs"]
+    elif kind == "split not an object":
+        data[next(iter(data))] = ["x"]
+    elif kind == "image path outside the image root":
+        study["image_path"] = "../" * 16 + str(outside).lstrip("/")
+    elif kind == "mask path outside the dataset":
+        shutil.copy(ils / "lesion_mask" / study["instruction_answer_pairs"]["positive_pairs"][0]["seg_mask_path"],
+                    tmp_path / "m.png")
+        study["instruction_answer_pairs"]["positive_pairs"][0]["seg_mask_path"] = "../../m.png"
+    data_file.write_text(json.dumps(data))
+
+
+REVIEW_IMPORT_KINDS = ["dataset is a list", "study without pairs", "split not an object",
+                       "image path outside the image root", "mask path outside the dataset"]
+
+
+@pytest.mark.parametrize("kind", REVIEW_IMPORT_KINDS)
+def test_review_import_refuses_bad_datasets(corpus, tmp_path, kind):
+    pytest.importorskip("fastapi")
+    from cxrground.review.db import ReviewDB
+
+    root, _inputs, _ = corpus
+    ils = tmp_path / "ils"
+    shutil.copytree(root / "ils", ils)
+    files = root / "files"
+    _review_import_case(kind, ils, files, tmp_path)
+    db = tmp_path / "r.sqlite"
+    ReviewDB.create(db).add_user("a")
+    result = CliRunner().invoke(main, ["review", "import", "--db", str(db), "--ils", str(ils), "--images",
+                                       str(files), "--per-item", "1"])
+    _clean(result)
+    assert result.exit_code != 0 and str(ils) in result.output, (kind, result.output)
+    assert ReviewDB(db).items() == []

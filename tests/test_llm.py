@@ -177,7 +177,7 @@ def test_chat_client_parses_completion_and_sends_key(monkeypatch):
     (408, {}, {}, TransientError, None),
     (400, {}, {"error": "bad"}, PermanentError, None),
     (401, {}, {"error": "key"}, PermanentError, None),
-    (200, {}, {"choices": []}, PermanentError, None),
+    (200, {}, {"choices": []}, TransientError, None),
     (200, {}, {"choices": [{"message": {"content": 7}}]}, PermanentError, None),
 ])
 def test_chat_client_errors(status, headers, body, error, retry_after):
@@ -185,6 +185,14 @@ def test_chat_client_errors(status, headers, body, error, retry_after):
     with pytest.raises(error) as info:
         run_sync(chat.complete([{"role": "user", "content": "x"}]))
     assert type(info.value) is error and info.value.retry_after == retry_after and info.value.status == status
+
+
+def test_a_malformed_200_is_asked_again():
+    answers = [httpx.Response(200, content=b'{"choices": [{"mess'), httpx.Response(200, text="<html>proxy</html>"),
+               httpx.Response(200, json={"choices": [{"message": {"content": "Answer: 1"}}]})]
+    chat = _client(lambda request: answers.pop(0))
+    got, attempts = run_sync(call_with_retries(lambda: chat.complete([{"role": "user", "content": "x"}]), NO_WAIT))
+    assert got.content == "Answer: 1" and attempts == 3
 
 
 def test_chat_client_null_content_timeouts_and_connection_errors():

@@ -204,3 +204,15 @@ def test_prices_file_gives_the_cost_in_usage_json(bench, tmp_path):
         res = _eval(bench, tmp_path / "run-bad", server, "--prices", str(bad))
         assert res.exit_code == 1 and "row 2 (mock-vlm) input must be a number" in res.output
         assert server.requests == before and not (tmp_path / "run-bad").exists()
+
+
+def test_a_rerun_prints_what_it_sent_not_the_folder_totals(bench, tmp_path):
+    with MockServer(hash_policy(0)) as server:
+        first = _eval(bench, tmp_path / "run", server)
+        assert first.exit_code == 0, first.output
+        sent = server.requests
+        assert f"{sent} requests sent, 0 cache hits ->" in first.output
+        again = _eval(bench, tmp_path / "run", server)
+        assert again.exit_code == 0 and server.requests == sent, again.output
+        assert "0 requests sent, 0 cache hits (this folder in all: " in again.output, again.output
+        assert f"{sent} sent" in again.output

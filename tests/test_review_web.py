@@ -83,7 +83,8 @@ def test_review_a_pair_correct_a_mask_and_see_statistics(page, live, setup, tmp_
     assert page.url.endswith(f"/review/{first.id}")
     payload = first.item.payload
     assert page.inner_text("#instruction") == payload["instruction"]
-    assert page.inner_text("#answer") == payload["answer"]
+    assert page.get_attribute("#answer", "data-raw") == payload["answer"]
+    assert "[SEG]" not in page.inner_text("#answer") and "[mask: the overlay]" in page.inner_text("#answer")
     assert page.inner_text("#sentence") == payload["sentence"] and payload["sentence"]
 
     h, w = first.item.height, first.item.width

@@ -44,11 +44,14 @@ def import_cmd(request: ImportRequest, db_path: Path) -> None:
 @click.option("--host", default="127.0.0.1",
               help="Address to bind; anything but loopback exposes the app to the network (use HTTPS in front).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8765)
-def serve(db_path: Path, host: str, port: int) -> None:
+@click.option("--secure-cookies", is_flag=True,
+              help="Mark the session and login cookies Secure (the app sits behind HTTPS; browsers then send them "
+                   "over HTTPS only).")
+def serve(db_path: Path, host: str, port: int, secure_cookies: bool) -> None:
     """The review web app: /login, /queue, /review/ID, /stats and the /api (GET /healthz is public)."""
     from cxrground.review.launch import launch_app
 
-    launch_app(db_path, host, port, warn=warn, note=note)
+    launch_app(db_path, host, port, warn=warn, note=note, secure_cookies=secure_cookies)
 
 
 @review.command("stats")

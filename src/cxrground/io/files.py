@@ -26,6 +26,7 @@ __all__ = [
     "atomic_path",
     "atomic_write_bytes",
     "atomic_write_text",
+    "remove_stale_temps",
     "sha256_bytes",
     "sha256_file",
     "sha256_json",
@@ -72,6 +73,32 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, fsync: bool = False) ->
 def atomic_write_text(path: str | Path, text: str, *, encoding: str = "utf-8", fsync: bool = False) -> Path:
     """Write ``text`` to ``path`` atomically, encoded as ``encoding`` with no newline translation."""
     return atomic_write_bytes(path, text.encode(encoding), fsync=fsync)
+
+
+def remove_stale_temps(folder: str | Path) -> list[Path]:
+    """Delete the temporary files ``.{name}.{pid}.tmp`` under ``folder`` (recursively) that a killed writer left:
+    those whose pid is not a running process. Returns the removed paths (a rerun calls this before writing)."""
+    removed: list[Path] = []
+    folder = Path(folder)
+    if not folder.is_dir():
+        return removed
+    for tmp in folder.rglob(".*.tmp"):
+        pid = tmp.name[:-4].rsplit(".", 1)[-1]
+        if not (pid.isascii() and pid.isdigit()) or int(pid) == os.getpid() or _running(int(pid)):
+            continue
+        tmp.unlink(missing_ok=True)
+        removed.append(tmp)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # exists (another user's) or cannot tell: leave its file alone
+    return True
 
 
 def sha256_file(path: str | Path) -> str:

@@ -6,9 +6,10 @@ header is sent (local servers). Connections are pooled per event loop (at most `
 by :meth:`ChatClient.aclose`; ``transport`` replaces the network (tests).
 
 Outcomes: HTTP 200 -> :class:`Completion` (the message text, None when the server sent ``null``; token usage;
-the server's model version). Timeouts, connection errors and the statuses of
-:func:`~.retry.is_retry_status` raise :class:`~.errors.TransientError` (with the parsed ``Retry-After``);
-other statuses and malformed bodies raise :class:`~.errors.PermanentError`. Both carry the HTTP status.
+the server's model version). Timeouts, connection errors, the statuses of :func:`~.retry.is_retry_status` and
+a 200 whose body is not a chat completion (truncated, not JSON, no choices) raise
+:class:`~.errors.TransientError` (with the parsed ``Retry-After``); other statuses and content that is not text
+raise :class:`~.errors.PermanentError`. Both carry the HTTP status.
 
 Request options beyond the decoding settings (``reasoning_effort``, ``max_completion_tokens``,
 ``chat_template_kwargs``, ...) travel in ``params`` too; :func:`parse_extra_body` / :func:`check_extra_body`
@@ -154,8 +155,8 @@ class ChatClient:
         try:
             data = response.json()
             content = data["choices"][0]["message"].get("content")
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            raise PermanentError(f"malformed chat-completion response: {response.text[:200]}", status=status) from None
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):  # cut short by a proxy, a glitch: retried
+            raise TransientError(f"malformed chat-completion response: {response.text[:200]}", status=status) from None
         if content is not None and not isinstance(content, str):
             raise PermanentError("chat-completion content is not text", status=status)
         return Completion(content, parse_usage(data.get("usage")), data.get("model"))

@@ -25,4 +25,4 @@ class TransientError(ClientError):
 
 
 class PermanentError(ClientError):
-    """Any other failure (other 4xx, a malformed response): not retried."""
+    """Any other failure (other 4xx, content that is not text): not retried."""

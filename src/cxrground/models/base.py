@@ -110,8 +110,12 @@ def train_model(name: str, dataset: str | Path, out: str | Path, **kwargs: Any) 
     """Train backend ``name`` on an ILS dataset into the checkpoint folder ``out``; returns the folder.
 
     ``kwargs`` are the common training arguments (``images``, ``seed``, ``overrides``, ``resume``, ``split``,
-    ``val_split``, ``progress``) that every backend's ``train`` accepts.
+    ``val_split``, ``progress``) that every backend's ``train`` accepts. Temporary files a killed earlier run
+    left in ``out`` (an atomic write cut short) are removed first.
     """
+    from cxrground.io.files import remove_stale_temps
+
+    remove_stale_temps(out)
     return Path(model_module(name).train(Path(dataset), Path(out), **kwargs))
 
 

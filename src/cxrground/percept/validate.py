@@ -72,7 +72,7 @@ def _check_image(root: Path, rel: str | None, size: list[int] | None, where: str
         with Image.open(path) as im:
             got = [im.height, im.width]
             mode = im.mode
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:  # the last: a header claiming gigapixels
         problems.append(f"{where}: image {rel} cannot be read as PNG ({exc})")
         return
     if any(c in _TEXT_CHUNKS for c in chunks):

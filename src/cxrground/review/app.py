@@ -20,10 +20,18 @@ no request value is ever used as a file path. A decision is committed to SQLite 
 before the response is sent. Request bodies are limited to :data:`MAX_BODY_BYTES`. Every response carries a
 strict Content-Security-Policy (nothing loaded from elsewhere, no inline script) and ``Cache-Control:
 no-store`` (images and static files: private caching).
+
+Availability: uvicorn takes up to :data:`MAX_CONNECTIONS` connections (idle keep-alive ones included); the app
+works on at most :data:`MAX_IN_FLIGHT` requests at once and answers one more with 503 and ``Retry-After``, so
+idle sockets never lock reviewers out. Token checks, JSON and RLE decoding and SQLite run in the thread pool;
+checked tokens (right or wrong) are remembered by their SHA-256 for a few minutes, and a wrong one is answered
+after a short async delay. Odd request values (an id beyond 64 bits, a body nested deeper than
+:data:`_MAX_JSON_DEPTH`) get a 4xx, never a 500.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import hmac
@@ -39,6 +47,7 @@ from typing import Any, Final
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cxrground import __version__
@@ -48,7 +57,8 @@ from cxrground.io.masks import decode_rle, encode_rle
 from cxrground.review.db import DECISIONS, REJECT_REASONS, Assignment, ReviewDB, User
 from cxrground.review.stats import review_stats, stats_html
 
-__all__ = ["MAX_BODY_BYTES", "STATIC_DIR", "create_app", "rle_runs", "serve"]
+__all__ = ["MAX_BODY_BYTES", "MAX_CONNECTIONS", "MAX_IN_FLIGHT", "STATIC_DIR", "create_app", "rle_runs", "serve",
+           "server_config"]
 
 STATIC_DIR: Final[Path] = Path(__file__).resolve().parent / "static"
 MAX_BODY_BYTES: Final[int] = 16 * 1024 * 1024
@@ -60,10 +70,24 @@ PAGE_CSP: Final[str] = ("default-src 'self'; img-src 'self' data: blob:; style-s
 _STATIC_FILES: Final[dict[str, str]] = {"review.js": "text/javascript", "review.css": "text/css"}
 _PUBLIC_STATIC: Final[frozenset[str]] = frozenset({"review.css"})
 _TOKEN_CACHE_SECONDS: Final[float] = 300.0
+_TOKEN_CACHE_SIZE: Final[int] = 4096
+#: Open connections uvicorn accepts (idle keep-alive sockets included) before it answers 503.
+MAX_CONNECTIONS: Final[int] = 1000
+#: Requests the app works on at once (idle connections do not count); more get 503 with ``Retry-After``.
+MAX_IN_FLIGHT: Final[int] = 64
+_MAX_JSON_DEPTH: Final[int] = 64
+#: A wrong token is answered after this delay (an async sleep: no thread, no CPU), which slows a flood of
+#: guesses to a few requests per second per connection; at most :data:`_TARPIT_SLOTS` wait at once.
+_TARPIT_SECONDS: Final[float] = 0.25
+_TARPIT_SLOTS: Final[int] = 32
 
 
 class _AuthError(Exception):
     """No (valid) credentials: 401 for the API, a redirect to the login page for pages."""
+
+
+class _WrongCredential(_AuthError):
+    """A token was presented and is wrong: answered 401 after a short delay (:data:`_TARPIT_SECONDS`)."""
 
 
 class _Forbidden(Exception):
@@ -118,6 +142,21 @@ def _queue_entry(a: Assignment) -> dict[str, Any]:
             "parts": a.item.parts, "decided": sorted(a.decisions)}
 
 
+def _queue_table(table_id: str, rows: list[Assignment], *, with_reviewer: bool) -> str:
+    """A queue table: position, item, kind, lesion, type, (reviewer), status."""
+    out = [f"<table id='{table_id}'><thead><tr><th>#</th><th>item</th><th>kind</th><th>lesion</th><th>type</th>"
+           + ("<th>reviewer</th>" if with_reviewer else "") + "<th>status</th></tr></thead><tbody>"]
+    for a in rows:
+        state = "done" if a.done else (f"{len(a.decisions)}/{len(a.item.parts)}" if a.decisions else "open")
+        out.append(f"<tr data-id='{a.id}' data-state='{'done' if a.done else 'open'}'><td>{a.position + 1}</td>"
+                   f"<td><a href='/review/{a.id}'>{html.escape(a.item.key)}</a></td>"
+                   f"<td>{a.item.kind}</td><td>{html.escape(a.item.lesion)}</td>"
+                   f"<td>{html.escape(a.item.item_type)}</td>"
+                   + (f"<td>{html.escape(a.user_name)}</td>" if with_reviewer else "") + f"<td>{state}</td></tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
 @functools.lru_cache(maxsize=32)
 def _cxr_png(path: str) -> bytes:
     """The 8-bit grey PNG of a stored CXR path (any readable format: PNG, JPEG, DICOM)."""
@@ -135,24 +174,89 @@ def _stored_png(path: str) -> bytes:
     return data
 
 
-def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False) -> FastAPI:
-    """The app over the review database ``db`` (``secure_cookies``: mark cookies Secure, behind HTTPS)."""
+def _json_body(raw: bytes) -> Any:
+    """The parsed JSON body; refused (``_BadRequest``) when not JSON or nested deeper than
+    :data:`_MAX_JSON_DEPTH` (checked on the text before parsing, so no parser recursion ever runs out)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > _MAX_JSON_DEPTH:
+                raise _BadRequest(f"body is nested deeper than {_MAX_JSON_DEPTH} levels")
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise _BadRequest(f"body is not JSON ({exc})") from exc
+
+
+class _InFlightLimit:
+    """ASGI middleware: at most ``limit`` HTTP requests in progress; one more is answered 503 at once (idle
+    keep-alive connections hold no slot, unlike uvicorn's ``limit_concurrency``)."""
+
+    def __init__(self, app: Any, limit: int = MAX_IN_FLIGHT) -> None:
+        self.app, self.limit, self.active = app, limit, 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.active >= self.limit:
+            busy = JSONResponse({"error": {"type": "busy", "message": "server busy, retry in a second"}},
+                                status_code=503, headers={"Retry-After": "1", "Cache-Control": "no-store"})
+            await busy(scope, receive, send)
+            return
+        self.active += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.active -= 1
+
+
+def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
+               max_in_flight: int = MAX_IN_FLIGHT) -> FastAPI:
+    """The app over the review database ``db`` (``secure_cookies``: mark cookies Secure, behind HTTPS;
+    ``max_in_flight``: requests worked on at once). Token checks, RLE decoding and database work run in the
+    thread pool (sync handlers, or :func:`run_in_threadpool`), never on the event loop."""
     db = db if isinstance(db, ReviewDB) else ReviewDB(db)
     app = FastAPI(title="cxrground review", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
-    token_cache: dict[str, tuple[User, float]] = {}
+    app.add_middleware(_InFlightLimit, limit=max_in_flight)
+    token_cache: dict[str, tuple[User | None, float]] = {}
+
+    def checked_token(token: str) -> User | None:
+        """The token's user (None: wrong), remembered by the token's SHA-256 for a while, both ways, so a
+        repeated wrong token costs one hash."""
+        digest = hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()
+        now = time.monotonic()
+        hit = token_cache.get(digest)
+        if hit and hit[1] > now:
+            return hit[0]
+        user = db.user_by_token(token)
+        if len(token_cache) >= _TOKEN_CACHE_SIZE:
+            for k in [k for k, (_, until) in token_cache.items() if until <= now] or list(token_cache)[:1024]:
+                token_cache.pop(k, None)
+        token_cache[digest] = (user, now + _TOKEN_CACHE_SECONDS)
+        return user
 
     def bearer_user(header: str) -> User:
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise _AuthError("expected Authorization: Bearer TOKEN")
-        digest = hashlib.sha256(token.strip().encode("utf-8")).hexdigest()
-        hit = token_cache.get(digest)
-        if hit and hit[1] > time.monotonic():
-            return hit[0]
-        user = db.user_by_token(token.strip())
+        user = checked_token(token.strip())
         if user is None:
-            raise _AuthError("unknown or wrong token")
-        token_cache[digest] = (user, time.monotonic() + _TOKEN_CACHE_SECONDS)
+            raise _WrongCredential("unknown or wrong token")
         return user
 
     def principal(request: Request, *, allow_bearer: bool) -> _Principal:
@@ -172,14 +276,14 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False) -> Fa
             raise _Forbidden("CSRF token missing or wrong")
 
     def visible(p: _Principal, assignment_id: int) -> Assignment:
-        found = db.assignment(assignment_id, p.user)
+        found = db.assignment(assignment_id, p.user) if 0 < assignment_id < 2**63 else None
         if found is None:
             raise StarletteHTTPException(404, "no such assignment")
         return found
 
     async def bounded_body(request: Request) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        declared = request.headers.get("content-length", "")
+        if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
             raise StarletteHTTPException(413, f"body over {MAX_BODY_BYTES} bytes")
         chunks, size = [], 0
         async for chunk in request.stream():
@@ -207,8 +311,20 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False) -> Fa
         response.headers.setdefault("Cache-Control", "no-store")
         return response
 
+    tarpit = {"waiting": 0}
+
+    async def slow_down() -> None:
+        if tarpit["waiting"] < _TARPIT_SLOTS:
+            tarpit["waiting"] += 1
+            try:
+                await asyncio.sleep(_TARPIT_SECONDS)
+            finally:
+                tarpit["waiting"] -= 1
+
     @app.exception_handler(_AuthError)
     async def on_auth(request: Request, exc: _AuthError) -> Response:
+        if isinstance(exc, _WrongCredential):
+            await slow_down()
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": {"type": "unauthorized", "message": str(exc)}}, status_code=401,
                                 headers={"WWW-Authenticate": "Bearer"})
@@ -261,8 +377,9 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False) -> Fa
         expected = request.cookies.get(LOGIN_COOKIE, "")
         if not expected or not hmac.compare_digest(fields.get("csrf", "").encode(), expected.encode()):
             raise _Forbidden("login form token missing or wrong (reload the login page)")
-        made = db.login(fields.get("name", ""), fields.get("token", "").strip())
+        made = await run_in_threadpool(db.login, fields.get("name", ""), fields.get("token", "").strip())
         if made is None:
+            await slow_down()
             return login_page("Unknown name or wrong token.", 401)
         response = RedirectResponse("/queue", status_code=303)
         response.set_cookie(SESSION_COOKIE, made[0], httponly=True, samesite="strict", secure=secure_cookies)
@@ -282,9 +399,9 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False) -> Fa
 
     @app.post("/logout")
     async def logout(request: Request) -> Response:
-        p = principal(request, allow_bearer=False)
+        p = await run_in_threadpool(principal, request, allow_bearer=False)
         check_csrf(p, (await form_fields(request)).get("csrf"))
-        db.logout(p.session or "")
+        await run_in_threadpool(db.logout, p.session or "")
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(SESSION_COOKIE)
         return response
@@ -305,17 +422,17 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False) -> Fa
                 f"<progress id='progress' max='{total}' value='{done}'>{pct:.0f} %</progress>"]
         body.append(f"<p><a class='button' id='resume' href='/review/{nxt.id}'>Resume</a></p>" if nxt else
                     "<p id='all-done'>Everything in this queue is reviewed.</p>")
-        rows = mine if not p.user.is_admin else db.assignments()
-        body.append("<table id='queue'><thead><tr><th>#</th><th>item</th><th>kind</th><th>lesion</th><th>type</th>"
-                    "<th>reviewer</th><th>status</th></tr></thead><tbody>")
-        for a in rows:
-            state = "done" if a.done else (f"{len(a.decisions)}/{len(a.item.parts)}" if a.decisions else "open")
-            body.append(f"<tr data-id='{a.id}' data-state='{'done' if a.done else 'open'}'><td>{a.position + 1}</td>"
-                        f"<td><a href='/review/{a.id}'>{html.escape(a.item.key)}</a></td>"
-                        f"<td>{a.item.kind}</td><td>{html.escape(a.item.lesion)}</td>"
-                        f"<td>{html.escape(a.item.item_type)}</td><td>{html.escape(a.user_name)}</td>"
-                        f"<td>{state}</td></tr>")
-        body.append("</tbody></table></main>")
+        body.append(_queue_table("queue", mine, with_reviewer=False))
+        if p.user.is_admin:  # everyone's assignments in a table of their own, with each reviewer's progress
+            everyone = db.assignments()
+            by_user: dict[str, list[Assignment]] = {}
+            for a in everyone:
+                by_user.setdefault(a.user_name, []).append(a)
+            summary = ", ".join(f"{html.escape(n)} {sum(a.done for a in rows)}/{len(rows)}"
+                                for n, rows in by_user.items())
+            body.append(f"<h2>All assignments (admin view)</h2><p class='sub' id='team-progress'>{summary}</p>")
+            body.append(_queue_table("all-assignments", everyone, with_reviewer=True))
+        body.append("</main>")
         return _page("Queue", "".join(body), p)
 
     @app.get("/review/{assignment_id}")
@@ -323,9 +440,10 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False) -> Fa
         p = principal(request, allow_bearer=False)
         a = visible(p, assignment_id)
         body = (f"<main id='app' data-assignment='{a.id}' data-kind='{a.item.kind}'>"
-                f"<h1 id='title'>{html.escape(a.item.key)}</h1><p id='status' class='sub'>loading…</p>"
+                f"<header class='title'><h1 id='title'>{html.escape(a.item.key)}</h1>"
+                f"<p id='status' class='sub' role='status'>loading…</p></header>"
                 f"<div id='content'></div></main><script src='/static/review.js'></script>")
-        return _page(a.item.key, body, p, "data-ready='false'")
+        return _page(a.item.key, body, p, "data-ready='false' class='wide'")
 
     @app.get("/stats")
     def stats_page(request: Request) -> Response:
@@ -392,25 +510,27 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False) -> Fa
 
     @app.post("/api/assignments/{assignment_id}/decision")
     async def api_decision(assignment_id: int, request: Request) -> dict[str, Any]:
-        p = principal(request, allow_bearer=True)
+        p = await run_in_threadpool(principal, request, allow_bearer=True)
         check_csrf(p, request.headers.get("x-csrf-token"))
+        raw = await bounded_body(request)
+        return await run_in_threadpool(decide, p, assignment_id, raw)
+
+    def decide(p: _Principal, assignment_id: int, raw: bytes) -> dict[str, Any]:
+        """Validate and commit one decision (in the thread pool: JSON, RLE, SQLite)."""
         a = visible(p, assignment_id)
         if a.user_id != p.user.id:
             raise _Forbidden("only the assigned reviewer decides on an assignment")
-        try:
-            body = json.loads(await bounded_body(request))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise _BadRequest(f"body is not JSON ({exc})") from exc
+        body = _json_body(raw)
         if not isinstance(body, dict):
             raise _BadRequest("body must be a JSON object {part, decision, reason, mask}")
         part, decision, reason = body.get("part"), body.get("decision"), body.get("reason") or ""
-        if part not in a.item.parts:
-            raise _BadRequest(f"part must be one of {a.item.parts}, got {part!r}")
-        if decision not in DECISIONS:
-            raise _BadRequest(f"decision must be one of {list(DECISIONS)}, got {decision!r}")
+        if not isinstance(part, str) or part not in a.item.parts:
+            raise _BadRequest(f"part must be one of {a.item.parts}, got {part!r}"[:300])
+        if not isinstance(decision, str) or decision not in DECISIONS:
+            raise _BadRequest(f"decision must be one of {list(DECISIONS)}, got {decision!r}"[:300])
         rle = None
         if decision == "reject":
-            if reason not in REJECT_REASONS[a.item.kind]:
+            if not isinstance(reason, str) or reason not in REJECT_REASONS[a.item.kind]:
                 raise _BadRequest(f"a rejection needs a reason from {list(REJECT_REASONS[a.item.kind])}")
         else:
             reason = ""
@@ -420,12 +540,11 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False) -> Fa
             if not isinstance(body.get("mask"), dict):
                 raise _BadRequest("a correction needs 'mask': {size: [H, W], counts: [...]} at the native size")
             rle = encode_rle(decode_rle(body["mask"], (a.item.height, a.item.width)))
-        decision_id = db.record(a.id, str(part), decision, reason, rle)  # committed before we answer
-        after = db.assignment(a.id, p.user)
-        queue = db.assignments(p.user)
-        done, total, nxt = _progress(queue)
-        return {"ok": True, "decision_id": decision_id, "assignment_done": bool(after and after.done),
-                "done": done, "total": total, "next_open": nxt.id if nxt else None}
+        decision_id = db.record(a.id, part, decision, reason, rle)  # committed before we answer
+        done, total, nxt = db.progress(p.user)
+        parts_done = len(a.decisions.keys() | {part})
+        return {"ok": True, "decision_id": decision_id, "assignment_done": parts_done >= len(a.item.parts),
+                "done": done, "total": total, "next_open": nxt}
 
     @app.get("/api/stats")
     def api_stats(request: Request) -> dict[str, Any]:
@@ -437,10 +556,20 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False) -> Fa
     return app
 
 
-def serve(db_path: str | Path, host: str = "127.0.0.1", port: int = 8765, *, log_level: str = "info",
-          limit_concurrency: int = 32) -> None:
-    """Run the app with uvicorn until interrupted (bounded: ``limit_concurrency`` open requests at most)."""
+def server_config(app: Any, host: str = "127.0.0.1", port: int = 8765, *, log_level: str = "info") -> Any:
+    """The uvicorn configuration ``review serve`` runs ``app`` with: up to :data:`MAX_CONNECTIONS` open
+    connections (idle keep-alive ones closed after 5 s without a request), the in-flight limit inside the app."""
     import uvicorn
 
-    uvicorn.run(create_app(db_path), host=host, port=port, log_level=log_level, limit_concurrency=limit_concurrency,
-                timeout_keep_alive=5)
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, limit_concurrency=MAX_CONNECTIONS,
+                          timeout_keep_alive=5, lifespan="off")
+
+
+def serve(db_path: str | Path, host: str = "127.0.0.1", port: int = 8765, *, log_level: str = "info",
+          secure_cookies: bool = False) -> None:
+    """Run the app with uvicorn until interrupted (``secure_cookies``: the session cookie is ``Secure``, for a
+    deployment behind HTTPS)."""
+    import uvicorn
+
+    uvicorn.Server(server_config(create_app(db_path, secure_cookies=secure_cookies), host, port,
+                                 log_level=log_level)).run()

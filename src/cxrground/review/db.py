@@ -5,14 +5,18 @@
   (:meth:`ReviewDB.connect`): connections are never shared between threads; concurrent writers wait on
   SQLite's lock (``busy_timeout``).
 * **Users and tokens**: a token is ``rv<user id>_<secret>`` (the secret: 32 random bytes, URL-safe); only a
-  salted PBKDF2-SHA256 hash of the secret is stored and it is compared with :func:`hmac.compare_digest`.
+  salted SHA-256 of the secret is stored and compared with :func:`hmac.compare_digest` (a 256-bit random
+  secret needs no key stretching, and a cheap check keeps a flood of wrong tokens from costing CPU). Users
+  created with the older salted PBKDF2-SHA256 hash are checked with it once and re-hashed on success.
   Sessions (browser login) are random tokens stored as their SHA-256 (they are 256-bit random, so a fast
   hash is enough), with a per-session CSRF token.
 * **Items**: ``kind`` ``ils`` (one MIMIC-ILS pair, one decision part :data:`ILS_PART`) or ``bench`` (one
   CheXpercept case; one decision part per question, named as the §1.4 task rows of
   :data:`cxrground.percept.cases.TASKS`). ``key`` is the CheXpercept ``key_id`` ``{lesion}_{pair_id}``, the key
-  ``percept build --review`` reads. Image files are stored as absolute paths at import time and served by
-  item id and index: nothing a request carries ever becomes a path.
+  ``percept build --review`` reads; an item is identified by ``(kind, key)``, so a benchmark case and the ILS
+  pair it was built from are two items (older databases keyed by ``key`` alone are migrated when opened).
+  Image files are stored as absolute paths at import time and served by item id and index: nothing a request
+  carries ever becomes a path.
 * **Decisions**: ``accept``, ``reject`` (with a reason from :data:`REJECT_REASONS`) or, for a positive ILS pair,
   ``correct`` with the reviewer's mask (COCO RLE at the image's native size). A reviewer's later decision on
   the same part replaces the earlier one.
@@ -60,17 +64,19 @@ REJECT_REASONS: Final[dict[str, tuple[str, ...]]] = {
 }
 SESSION_SECONDS: Final[int] = 12 * 3600
 _PBKDF2_ITERATIONS: Final[int] = 120_000
+_USER_CACHE_SECONDS: Final[float] = 5.0
 _SCHEMA: Final[str] = """
 CREATE TABLE IF NOT EXISTS users(
   id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, role TEXT NOT NULL CHECK(role IN ('reviewer', 'admin')),
-  salt BLOB NOT NULL, token_hash BLOB NOT NULL, created REAL NOT NULL);
+  salt BLOB NOT NULL, token_hash BLOB NOT NULL, created REAL NOT NULL, hash_kind TEXT NOT NULL DEFAULT 'pbkdf2');
 CREATE TABLE IF NOT EXISTS sessions(
   id_hash TEXT PRIMARY KEY, user_id INTEGER NOT NULL REFERENCES users(id), csrf TEXT NOT NULL,
   expires REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS items(
-  id INTEGER PRIMARY KEY, kind TEXT NOT NULL CHECK(kind IN ('ils', 'bench')), key TEXT NOT NULL UNIQUE,
+  id INTEGER PRIMARY KEY, kind TEXT NOT NULL CHECK(kind IN ('ils', 'bench')), key TEXT NOT NULL,
   lesion TEXT NOT NULL, item_type TEXT NOT NULL, positive INTEGER NOT NULL, source TEXT NOT NULL,
-  height INTEGER NOT NULL, width INTEGER NOT NULL, images TEXT NOT NULL, payload TEXT NOT NULL, mask TEXT);
+  height INTEGER NOT NULL, width INTEGER NOT NULL, images TEXT NOT NULL, payload TEXT NOT NULL, mask TEXT,
+  UNIQUE(kind, key));
 CREATE TABLE IF NOT EXISTS assignments(
   id INTEGER PRIMARY KEY, item_id INTEGER NOT NULL REFERENCES items(id),
   user_id INTEGER NOT NULL REFERENCES users(id), position INTEGER NOT NULL, UNIQUE(item_id, user_id));
@@ -79,6 +85,18 @@ CREATE TABLE IF NOT EXISTS decisions(
   decision TEXT NOT NULL CHECK(decision IN ('accept', 'reject', 'correct')), reason TEXT NOT NULL DEFAULT '',
   mask TEXT, updated REAL NOT NULL, UNIQUE(assignment_id, part));
 CREATE INDEX IF NOT EXISTS assignments_user ON assignments(user_id, position);
+"""
+#: The items table with ``UNIQUE(kind, key)`` (databases made before keyed ``key`` alone are rebuilt to it).
+_ITEMS_MIGRATION: Final[str] = """
+CREATE TABLE items_by_kind(
+  id INTEGER PRIMARY KEY, kind TEXT NOT NULL CHECK(kind IN ('ils', 'bench')), key TEXT NOT NULL,
+  lesion TEXT NOT NULL, item_type TEXT NOT NULL, positive INTEGER NOT NULL, source TEXT NOT NULL,
+  height INTEGER NOT NULL, width INTEGER NOT NULL, images TEXT NOT NULL, payload TEXT NOT NULL, mask TEXT,
+  UNIQUE(kind, key));
+INSERT INTO items_by_kind SELECT id, kind, key, lesion, item_type, positive, source, height, width, images, payload,
+  mask FROM items;
+DROP TABLE items;
+ALTER TABLE items_by_kind RENAME TO items;
 """
 
 
@@ -146,6 +164,33 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def _fast_hash(secret: str, salt: bytes) -> bytes:
+    return hashlib.sha256(salt + secret.encode("utf-8")).digest()
+
+
+def _migrate(con: sqlite3.Connection) -> None:
+    """Bring a database made by an older version to the current schema (idempotent; one transaction each)."""
+    columns = {r[1] for r in con.execute("PRAGMA table_info(users)")}
+    if "hash_kind" not in columns:
+        con.execute("ALTER TABLE users ADD COLUMN hash_kind TEXT NOT NULL DEFAULT 'pbkdf2'")
+    key_only = False
+    for index in con.execute("PRAGMA index_list(items)").fetchall():
+        if index[2]:  # unique
+            cols = [r[2] for r in con.execute(f"PRAGMA index_info('{index[1]}')")]
+            key_only = key_only or cols == ["key"]
+    if key_only:
+        con.execute("PRAGMA foreign_keys=OFF")
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _ITEMS_MIGRATION.split(";"):
+                if statement.strip():
+                    con.execute(statement)
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        con.execute("COMMIT")
+
+
 def _item(row: sqlite3.Row) -> Item:
     return Item(id=row["id"], kind=row["kind"], key=row["key"], lesion=row["lesion"], item_type=row["item_type"],
                 positive=bool(row["positive"]), source=row["source"], height=row["height"], width=row["width"],
@@ -158,6 +203,8 @@ class ReviewDB:
 
     def __init__(self, path: str | Path, *, must_exist: bool = True) -> None:
         self.path = Path(path)
+        self._token_rows: dict[int, dict[str, Any]] = {}
+        self._token_rows_until = self._token_rows_read = 0.0
         if must_exist and not self.path.is_file():
             raise InputError("review database not found (create it with `cxrground review add-user`)", self.path)
         try:
@@ -169,6 +216,7 @@ class ReviewDB:
             if str(mode).lower() != "wal":
                 raise ConfigError(f"{self.path}: SQLite refused WAL mode (got {mode})")
             con.executescript(_SCHEMA)
+            _migrate(con)
         except sqlite3.DatabaseError as exc:
             raise InputError(f"not a review database ({exc})", self.path) from exc
         finally:
@@ -181,15 +229,16 @@ class ReviewDB:
         return cls(path, must_exist=False)
 
     @contextmanager
-    def connect(self) -> Iterator[sqlite3.Connection]:
-        """A fresh connection; the block is one transaction, committed (durably) on success."""
+    def connect(self, *, write: bool = True) -> Iterator[sqlite3.Connection]:
+        """A fresh connection; the block is one transaction, committed (durably) on success. ``write=False``:
+        a read transaction (WAL readers wait for no writer and hold no write lock)."""
         con = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         con.row_factory = sqlite3.Row
         try:
             con.execute("PRAGMA busy_timeout=30000")
             con.execute("PRAGMA synchronous=FULL")
             con.execute("PRAGMA foreign_keys=ON")
-            con.execute("BEGIN IMMEDIATE")
+            con.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 yield con
             except BaseException:
@@ -215,28 +264,52 @@ class ReviewDB:
         with self.connect() as con:
             if con.execute("SELECT 1 FROM users WHERE name = ?", (name,)).fetchone():
                 raise ConfigError(f"user {name!r} already exists in {self.path}")
-            cur = con.execute("INSERT INTO users(name, role, salt, token_hash, created) VALUES (?, ?, ?, ?, ?)",
-                              (name, role, salt, _hash_secret(secret, salt), time.time()))
+            cur = con.execute("INSERT INTO users(name, role, salt, token_hash, created, hash_kind) "
+                              "VALUES (?, ?, ?, ?, ?, 'sha256')", (name, role, salt, _fast_hash(secret, salt),
+                                                                   time.time()))
             user = User(int(cur.lastrowid or 0), name, role)
         return user, f"rv{user.id}_{secret}"
 
     def users(self) -> list[User]:
         """Every user, by id."""
-        with self.connect() as con:
+        with self.connect(write=False) as con:
             rows = con.execute("SELECT id, name, role FROM users ORDER BY id").fetchall()
         return [User(r["id"], r["name"], r["role"]) for r in rows]
 
     def user_by_token(self, token: str) -> User | None:
         """The user holding ``token``, or None (malformed, unknown or wrong)."""
         head, sep, secret = token.partition("_")
-        if not sep or not head.startswith("rv") or not head[2:].isdigit() or not secret or len(token) > 200:
+        digits = head[2:]
+        if (len(token) > 200 or not sep or not head.startswith("rv") or not secret or not digits.isascii()
+                or not digits.isdigit() or len(digits) > 18):
             return None
-        with self.connect() as con:
-            row = con.execute("SELECT id, name, role, salt, token_hash FROM users WHERE id = ?",
-                              (int(head[2:]),)).fetchone()
-        if row is None or not hmac.compare_digest(_hash_secret(secret, row["salt"]), row["token_hash"]):
+        row = self._token_row(int(digits))
+        if row is None:
             return None
+        if row["hash_kind"] == "sha256":
+            if not hmac.compare_digest(_fast_hash(secret, row["salt"]), row["token_hash"]):
+                return None
+        else:
+            if not hmac.compare_digest(_hash_secret(secret, row["salt"]), row["token_hash"]):
+                return None
+            with self.connect() as con:  # re-hash with the cheap check once the slow one passed
+                con.execute("UPDATE users SET token_hash = ?, hash_kind = 'sha256' WHERE id = ? AND hash_kind = ?",
+                            (_fast_hash(secret, row["salt"]), row["id"], row["hash_kind"]))
+            self._token_rows_until = 0.0  # read the table again on the next check
         return User(row["id"], row["name"], row["role"])
+
+    def _token_row(self, user_id: int) -> dict[str, Any] | None:
+        """The id, name, role and token hash of a user, from a copy of the users table kept in memory for
+        :data:`_USER_CACHE_SECONDS` (re-read early, at most once a second, for an id it does not hold), so
+        checking a token opens no database connection."""
+        now = time.monotonic()
+        stale = now > self._token_rows_until
+        if stale or (user_id not in self._token_rows and now > self._token_rows_read + 1.0):
+            with self.connect(write=False) as con:
+                rows = con.execute("SELECT id, name, role, salt, token_hash, hash_kind FROM users").fetchall()
+            self._token_rows = {r["id"]: dict(r) for r in rows}
+            self._token_rows_read, self._token_rows_until = now, now + _USER_CACHE_SECONDS
+        return self._token_rows.get(user_id)
 
     def login(self, name: str, token: str) -> tuple[str, str] | None:
         """Check ``name`` + ``token``; a new session ``(session token, csrf token)`` or None."""
@@ -254,7 +327,7 @@ class ReviewDB:
         """``(user, csrf token)`` of a live session, or None."""
         if not session or len(session) > 200:
             return None
-        with self.connect() as con:
+        with self.connect(write=False) as con:
             row = con.execute("SELECT u.id, u.name, u.role, s.csrf FROM sessions s JOIN users u ON u.id = s.user_id "
                               "WHERE s.id_hash = ? AND s.expires > ?", (_sha256(session), time.time())).fetchone()
         return (User(row["id"], row["name"], row["role"]), row["csrf"]) if row else None
@@ -267,48 +340,74 @@ class ReviewDB:
     # --- items and assignments ----------------------------------------------------------------------
 
     def add_items(self, items: Sequence[dict[str, Any]]) -> list[int]:
-        """Insert new items (dicts with :class:`Item`'s fields but ``id``); keys already present are skipped.
-
-        Returns the ids of the inserted items, in order."""
-        ids: list[int] = []
+        """Insert new items (dicts with :class:`Item`'s fields but ``id``); ``(kind, key)`` pairs already present
+        are skipped. Returns the ids of the inserted items, in order."""
         with self.connect() as con:
-            for it in items:
-                if it["kind"] not in KINDS:
-                    raise ConfigError(f"item kind {it['kind']!r} is not one of {KINDS}")
-                if con.execute("SELECT 1 FROM items WHERE key = ?", (it["key"],)).fetchone():
-                    continue
-                cur = con.execute(
-                    "INSERT INTO items(kind, key, lesion, item_type, positive, source, height, width, images, "
-                    "payload, mask) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (it["kind"], it["key"], it["lesion"], it["item_type"], int(it["positive"]), it["source"],
-                     int(it["height"]), int(it["width"]), json.dumps(it["images"]),
-                     json.dumps(it["payload"], ensure_ascii=False),
-                     json.dumps(it["mask"]) if it.get("mask") else None))
-                ids.append(int(cur.lastrowid or 0))
-        return ids
+            return self._insert(con, items)
 
     def assign(self, item_ids: Sequence[int], per_item: int) -> int:
         """Give each item to ``per_item`` distinct reviewers, least-loaded first (ties by user id);
         returns the number of assignments made."""
         with self.connect() as con:
-            reviewers = [r["id"] for r in con.execute("SELECT id FROM users WHERE role = 'reviewer' ORDER BY id")]
-            if per_item < 1:
-                raise ConfigError(f"--per-item must be at least 1, got {per_item}")
-            if len(reviewers) < per_item:
-                raise ConfigError(f"{per_item} reviewers per item requested but {self.path} has "
-                                  f"{len(reviewers)} reviewer(s); add them with `cxrground review add-user`")
-            load = {uid: 0 for uid in reviewers}
-            nxt = dict.fromkeys(reviewers, 0)
-            for r in con.execute("SELECT user_id, COUNT(*) AS n, MAX(position) AS last FROM assignments "
-                                 "GROUP BY user_id"):
-                if r["user_id"] in load:
-                    load[r["user_id"]], nxt[r["user_id"]] = r["n"], r["last"] + 1
-            made = 0
-            for item_id in item_ids:
-                chosen = sorted(reviewers, key=lambda u: (load[u], u))[:per_item]
-                for uid in chosen:
-                    con.execute("INSERT OR IGNORE INTO assignments(item_id, user_id, position) VALUES (?, ?, ?)",
-                                (item_id, uid, nxt[uid]))
+            return self._assign(con, item_ids, per_item)
+
+    def add_and_assign(self, items: Sequence[dict[str, Any]], per_item: int) -> tuple[int, int, int]:
+        """In one transaction: insert the new ``items`` and give every one of ``items`` that is in no queue (new,
+        or left unassigned by an earlier import) to ``per_item`` reviewers. Returns ``(added, picked up,
+        assignments)``; too few reviewers is a :class:`ConfigError` and changes nothing."""
+        with self.connect() as con:
+            self._reviewers(con, per_item)
+            added = self._insert(con, items)
+            queued = {(r["kind"], r["key"]) for r in con.execute(
+                "SELECT DISTINCT i.kind, i.key FROM items i JOIN assignments a ON a.item_id = i.id")}
+            wanted = [(it["kind"], it["key"]) for it in items if (it["kind"], it["key"]) not in queued]
+            ids = [con.execute("SELECT id FROM items WHERE kind = ? AND key = ?", k).fetchone()["id"]
+                   for k in dict.fromkeys(wanted)]
+            made = self._assign(con, ids, per_item)
+        return len(added), len(ids) - len(added), made
+
+    def _insert(self, con: sqlite3.Connection, items: Sequence[dict[str, Any]]) -> list[int]:
+        ids: list[int] = []
+        for it in items:
+            if it["kind"] not in KINDS:
+                raise ConfigError(f"item kind {it['kind']!r} is not one of {KINDS}")
+            if con.execute("SELECT 1 FROM items WHERE kind = ? AND key = ?", (it["kind"], it["key"])).fetchone():
+                continue
+            cur = con.execute(
+                "INSERT INTO items(kind, key, lesion, item_type, positive, source, height, width, images, "
+                "payload, mask) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (it["kind"], it["key"], it["lesion"], it["item_type"], int(it["positive"]), it["source"],
+                 int(it["height"]), int(it["width"]), json.dumps(it["images"]),
+                 json.dumps(it["payload"], ensure_ascii=False),
+                 json.dumps(it["mask"]) if it.get("mask") else None))
+            ids.append(int(cur.lastrowid or 0))
+        return ids
+
+    def _reviewers(self, con: sqlite3.Connection, per_item: int) -> list[int]:
+        reviewers = [r["id"] for r in con.execute("SELECT id FROM users WHERE role = 'reviewer' ORDER BY id")]
+        if per_item < 1:
+            raise ConfigError(f"--per-item must be at least 1, got {per_item}")
+        if len(reviewers) < per_item:
+            raise ConfigError(f"{per_item} reviewers per item requested but {self.path} has "
+                              f"{len(reviewers)} reviewer(s); add them with `cxrground review add-user` "
+                              "(nothing was imported)")
+        return reviewers
+
+    def _assign(self, con: sqlite3.Connection, item_ids: Sequence[int], per_item: int) -> int:
+        reviewers = self._reviewers(con, per_item)
+        load = {uid: 0 for uid in reviewers}
+        nxt = dict.fromkeys(reviewers, 0)
+        for r in con.execute("SELECT user_id, COUNT(*) AS n, MAX(position) AS last FROM assignments "
+                             "GROUP BY user_id"):
+            if r["user_id"] in load:
+                load[r["user_id"]], nxt[r["user_id"]] = r["n"], r["last"] + 1
+        made = 0
+        for item_id in item_ids:
+            chosen = sorted(reviewers, key=lambda u: (load[u], u))[:per_item]
+            for uid in chosen:
+                cur = con.execute("INSERT OR IGNORE INTO assignments(item_id, user_id, position) VALUES (?, ?, ?)",
+                                  (item_id, uid, nxt[uid]))
+                if cur.rowcount:
                     load[uid] += 1
                     nxt[uid] += 1
                     made += 1
@@ -316,17 +415,19 @@ class ReviewDB:
 
     def items(self) -> list[Item]:
         """Every item, by id."""
-        with self.connect() as con:
+        with self.connect(write=False) as con:
             return [_item(r) for r in con.execute("SELECT * FROM items ORDER BY id")]
 
     def _assignments(self, where: str, args: tuple[Any, ...]) -> list[Assignment]:
-        with self.connect() as con:
+        with self.connect(write=False) as con:
             rows = con.execute("SELECT a.id AS aid, a.user_id, a.position, u.name AS uname, i.* FROM assignments a "
                                "JOIN items i ON i.id = a.item_id JOIN users u ON u.id = a.user_id "
                                f"WHERE {where} ORDER BY a.user_id, a.position", args).fetchall()
             ids = [r["aid"] for r in rows]
             decided: dict[int, dict[str, dict[str, Any]]] = {i: {} for i in ids}
-            for d in con.execute("SELECT assignment_id, part, decision, reason, mask, updated FROM decisions"):
+            for d in con.execute("SELECT d.assignment_id, d.part, d.decision, d.reason, d.mask, d.updated "
+                                 "FROM decisions d JOIN assignments a ON a.id = d.assignment_id "
+                                 f"JOIN items i ON i.id = a.item_id WHERE {where}", args):
                 if d["assignment_id"] in decided:
                     decided[d["assignment_id"]][d["part"]] = {
                         "decision": d["decision"], "reason": d["reason"], "updated": d["updated"],
@@ -340,8 +441,20 @@ class ReviewDB:
             return self._assignments("1 = 1", ())
         return self._assignments("a.user_id = ?", (user.id,))
 
+    def progress(self, user: User) -> tuple[int, int, int | None]:
+        """``(done, total, next open assignment id)`` of ``user``'s queue, from two small queries."""
+        with self.connect(write=False) as con:
+            rows = con.execute(
+                "SELECT a.id, json_array_length(json_extract(i.payload, '$.parts')) AS nparts, "
+                "(SELECT COUNT(*) FROM decisions d WHERE d.assignment_id = a.id) AS ndec FROM assignments a "
+                "JOIN items i ON i.id = a.item_id WHERE a.user_id = ? ORDER BY a.position", (user.id,)).fetchall()
+        open_ids = [r["id"] for r in rows if r["ndec"] < (r["nparts"] or 1)]
+        return len(rows) - len(open_ids), len(rows), open_ids[0] if open_ids else None
+
     def assignment(self, assignment_id: int, viewer: User) -> Assignment | None:
         """Assignment ``assignment_id`` if ``viewer`` may see it (their own, or any for an admin), else None."""
+        if not -(2**63) <= assignment_id < 2**63:
+            return None
         if viewer.is_admin:
             found = self._assignments("a.id = ?", (assignment_id,))
         else:

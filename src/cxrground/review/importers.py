@@ -24,6 +24,7 @@ from cxrground.ils.schema import SPLITS, load_dataset
 from cxrground.io.image import read_image
 from cxrground.io.masks import encode_rle, read_mask_png
 from cxrground.percept.cases import key_id
+from cxrground.percept.paths import unsafe_reason
 from cxrground.percept.schema import load_benchmark
 from cxrground.reports.sentences import parse_numbered
 
@@ -60,52 +61,90 @@ def _sentence(section_content: str, sent_idx: str | None) -> str:
     return next((text for k, text in numbered if str(k) == str(sent_idx)), "")
 
 
+def _inside(root: Path, rel: str, what: str, where: Path) -> Path:
+    """``root/rel`` when ``rel`` stays inside ``root`` (no absolute path, no ``..``, no symlink out)."""
+    reason = unsafe_reason(root, rel)
+    if reason is not None:
+        reason = reason.replace("the benchmark folder", str(root))
+        raise InputError(f"{what} {rel!r} {reason}; refusing to read it", where)
+    return root / rel
+
+
+def _mapping(value: Any, what: str, where: Path) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InputError(f"{what} must be a JSON object, got {type(value).__name__}", where)
+    return value
+
+
 def ils_items(ils_dir: str | Path, images: str | Path, splits: Sequence[str] = SPLITS) -> list[dict[str, Any]]:
-    """One item per pair of the chosen splits: image, instruction, answer, report sentence, generated mask."""
+    """One item per pair of the chosen splits: image, instruction, answer, report sentence, generated mask.
+
+    Image paths must lie inside ``images`` and mask paths inside the dataset's mask folder; a malformed dataset
+    (not an object, a study without pairs, a pair without its fields) is an :class:`InputError` naming the file."""
     ils_dir, images = Path(ils_dir).resolve(), Path(images).resolve()
-    data = load_dataset(ils_dir / DATASET_FILE)
+    dataset_file = ils_dir / DATASET_FILE
+    data = _mapping(load_dataset(dataset_file), "the dataset JSON", dataset_file)
     unknown = [s for s in splits if s not in SPLITS]
     if unknown:
         raise InputError(f"unknown split(s) {unknown}; expected {', '.join(SPLITS)}", ils_dir)
     out: list[dict[str, Any]] = []
     for split in splits:
-        for study_key, study in (data.get(split) or {}).items():
-            image = images / study["image_path"]
-            if not image.is_file():
-                raise InputError(f"image of {study_key} not found under the --images folder", image)
-            h, w = read_image(image).shape
-            pairs = study["instruction_answer_pairs"]
-            for positive, group in ((True, pairs.get("positive_pairs", [])), (False, pairs.get("negative_pairs", []))):
-                for p in group:
-                    mask = None
-                    if positive:
-                        mask = encode_rle(read_mask_png(ils_dir / MASK_DIR / p["seg_mask_path"], shape=(h, w)))
-                    out.append({
-                        "kind": "ils", "key": key_id(p["target"], p["pair_id"]), "lesion": p["target"],
-                        "item_type": f"{p['type']} {'positive' if positive else 'negative'}", "positive": positive,
-                        "source": str(ils_dir), "height": h, "width": w,
-                        "images": [{"path": str(image), "role": "cxr", "label": "CXR"}], "mask": mask,
-                        "payload": {
-                            "pair_id": p["pair_id"], "study": study_key, "split": split, "dicom_id": study["dicom_id"],
-                            "instruction": p["instruction"], "answer": p["answer"], "type": p["type"],
-                            "locations": p.get("grounded_location") or p.get("location") or [],
-                            "sentence": _sentence(study.get("section_content", ""), p.get("sent_idx")),
-                            "section_name": study.get("section_name", ""),
-                            "section_content": study.get("section_content", ""),
-                            "seg_mask_path": p.get("seg_mask_path"), "parts": ["pair"]},
-                    })
+        for study_key, study in _mapping(data.get(split) or {}, f"split {split!r}", dataset_file).items():
+            try:
+                out.extend(_study_items(ils_dir, images, split, study_key, study))
+            except (KeyError, TypeError, AttributeError) as exc:
+                raise InputError(f"study {study_key} of split {split} is malformed ({type(exc).__name__}: {exc})",
+                                 dataset_file) from exc
     return out
 
 
-def _size(root: Path, rel: str) -> tuple[int, int]:
+def _study_items(ils_dir: Path, images: Path, split: str, study_key: str, study: Any) -> list[dict[str, Any]]:
+    study = _mapping(study, f"study {study_key}", ils_dir / DATASET_FILE)
+    image = _inside(images, str(study["image_path"]), f"image_path of {study_key}", ils_dir / DATASET_FILE)
+    if not image.is_file():
+        raise InputError(f"image of {study_key} not found under the --images folder", image)
+    h, w = read_image(image).shape
+    pairs = _mapping(study["instruction_answer_pairs"], f"instruction_answer_pairs of {study_key}",
+                     ils_dir / DATASET_FILE)
+    out: list[dict[str, Any]] = []
+    for positive, group in ((True, pairs.get("positive_pairs", [])), (False, pairs.get("negative_pairs", []))):
+        for p in group:
+            mask = None
+            if positive:
+                mask_path = _inside(ils_dir / MASK_DIR, str(p["seg_mask_path"]),
+                                    f"seg_mask_path of {p['pair_id']}", ils_dir / DATASET_FILE)
+                mask = encode_rle(read_mask_png(mask_path, shape=(h, w)))
+            out.append({
+                "kind": "ils", "key": key_id(p["target"], p["pair_id"]), "lesion": p["target"],
+                "item_type": f"{p['type']} {'positive' if positive else 'negative'}", "positive": positive,
+                "source": str(ils_dir), "height": h, "width": w,
+                "images": [{"path": str(image.resolve()), "role": "cxr", "label": "CXR"}], "mask": mask,
+                "payload": {
+                    "pair_id": p["pair_id"], "study": study_key, "split": split, "dicom_id": study["dicom_id"],
+                    "instruction": p["instruction"], "answer": p["answer"], "type": p["type"],
+                    "locations": p.get("grounded_location") or p.get("location") or [],
+                    "sentence": _sentence(study.get("section_content", ""), p.get("sent_idx")),
+                    "section_name": study.get("section_name", ""),
+                    "section_content": study.get("section_content", ""),
+                    "seg_mask_path": p.get("seg_mask_path"), "parts": ["pair"]},
+            })
+    return out
+
+
+def _decoded_size(path: Path) -> tuple[int, int]:
+    """Height and width of a benchmark PNG after decoding it fully (a file that does not decode is refused)."""
     from PIL import Image
 
-    path = safe_image_path(root, rel)
     try:
         with Image.open(path) as im:
+            if im.format != "PNG":
+                raise InputError(f"benchmark image is {im.format}, not a PNG", path)
+            if im.width * im.height > Image.MAX_IMAGE_PIXELS:
+                raise InputError(f"benchmark image is {im.width}x{im.height}, too large to review", path)
+            im.load()
             return int(im.height), int(im.width)
-    except OSError as exc:
-        raise InputError(f"benchmark image unreadable ({exc})", path) from exc
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+        raise InputError(f"benchmark image does not decode ({exc})", path) from exc
 
 
 def bench_items(bench_dir: str | Path) -> list[dict[str, Any]]:
@@ -117,6 +156,7 @@ def bench_items(bench_dir: str | Path) -> list[dict[str, Any]]:
         plan = plan_case(key, case)
         images: list[dict[str, str]] = []
         index: dict[str, int] = {}
+        sizes: dict[str, tuple[int, int]] = {}
         questions = []
         for q in plan.questions:
             refs = []
@@ -125,6 +165,7 @@ def bench_items(bench_dir: str | Path) -> list[dict[str, Any]]:
                     path = safe_image_path(root, rel)
                     if not path.is_file():
                         raise InputError(f"case {key}: image {rel!r} not found", root)
+                    sizes[rel] = _decoded_size(path)
                     index[rel] = len(images)
                     images.append({"path": str(path.resolve()), "role": "png", "label": Path(rel).name})
                 refs.append(index[rel])
@@ -132,7 +173,7 @@ def bench_items(bench_dir: str | Path) -> list[dict[str, Any]]:
                               "prefix": q.prefix, "question": q.text, "options": list(q.options),
                               "answer_index": list(q.gt), "answer": [q.options[i - 1] for i in q.gt],
                               "images": refs})
-        h, w = case.image_size or _size(root, plan.questions[0].images[0])
+        h, w = case.image_size or sizes[plan.questions[0].images[0]]
         out.append({
             "kind": "bench", "key": key, "lesion": plan.lesion, "item_type": plan.path,
             "positive": plan.path != "LF", "source": str(root), "height": int(h), "width": int(w),
@@ -145,12 +186,12 @@ def bench_items(bench_dir: str | Path) -> list[dict[str, Any]]:
 
 def import_items(db: Any, items: Sequence[dict[str, Any]], sample: int | None, seed: int,
                  per_item: int) -> dict[str, int]:
-    """Sample ``items``, add the new ones to ``db`` and give each to ``per_item`` reviewers; returns counts."""
+    """Sample ``items``, add the new ones to ``db`` and give each item in no queue yet to ``per_item`` reviewers,
+    all in one transaction; returns counts."""
     chosen = sample_items(items, sample, seed)
-    ids = db.add_items(chosen)
-    made = db.assign(ids, per_item)
-    return {"found": len(items), "sampled": len(chosen), "added": len(ids), "already_there": len(chosen) - len(ids),
-            "assignments": made}
+    added, picked_up, made = db.add_and_assign(chosen, per_item)
+    return {"found": len(items), "sampled": len(chosen), "added": added, "already_there": len(chosen) - added,
+            "picked_up": picked_up, "assignments": made}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,4 +227,6 @@ def import_request(db_path: Path, request: ImportRequest) -> str:
     items = ils_items(r.ils_dir, r.images, r.splits or SPLITS) if r.ils_dir is not None else bench_items(r.bench_dir)
     counts = import_items(db, items, r.sample, r.seed, r.per_item)
     return (f"{counts['found']} items found, {counts['sampled']} sampled, {counts['added']} added "
-            f"({counts['already_there']} already there), {counts['assignments']} assignments")
+            f"({counts['already_there']} already there"
+            + (f", {counts['picked_up']} of them in no queue until now" if counts["picked_up"] else "")
+            + f"), {counts['assignments']} assignments")

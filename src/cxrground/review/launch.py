@@ -17,15 +17,19 @@ __all__ = ["LOOPBACK_HOSTS", "launch_app"]
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
-def launch_app(db_path: Path, host: str, port: int, warn: Callable[[str], None], note: Callable[[str], None]) -> None:
+def launch_app(db_path: Path, host: str, port: int, warn: Callable[[str], None], note: Callable[[str], None], *,
+               secure_cookies: bool = False) -> None:
     """Check the database and serve the review app until interrupted; ``warn`` is told when ``host`` reaches
-    beyond this machine, ``note`` where the app listens. Without the ``serve`` extra this is a :class:`ConfigError`."""
+    beyond this machine (without ``secure_cookies``), ``note`` where the app listens. Without the ``serve`` extra
+    this is a :class:`ConfigError`."""
     try:
         from cxrground.review.app import serve
     except ImportError as exc:
         raise ConfigError(f"the review app needs the 'serve' extra (pip install 'cxrground[serve]'): {exc}") from exc
     ReviewDB(db_path)
-    if host not in LOOPBACK_HOSTS:
-        warn(f"warning: binding to {host} exposes the review app beyond this machine; put HTTPS in front.")
-    note(f"review app for {db_path} on http://{host}:{port}/")
-    serve(db_path, host=host, port=port)
+    if host not in LOOPBACK_HOSTS and not secure_cookies:
+        warn(f"warning: binding to {host} exposes the review app beyond this machine; put HTTPS in front "
+             "and pass --secure-cookies.")
+    note(f"review app for {db_path} on http://{host}:{port}/" + (" (Secure cookies: reach it over HTTPS)"
+                                                                   if secure_cookies else ""))
+    serve(db_path, host=host, port=port, secure_cookies=secure_cookies)

@@ -401,7 +401,8 @@ def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: 
                              str(prices) if prices is not None else None)
     _write_json(usage_file, summary)
     return {**summary, "n_run": len(todo), "n_cases": len(plans), "repeats": settings.repeats,
-            "failed_this_run": runner.stats.failed_cases}
+            "failed_this_run": runner.stats.failed_cases, "sent_this_run": runner.stats.requests,
+            "cache_hits_this_run": runner.stats.cache_hits, "retries_this_run": runner.stats.retries}
 
 
 async def _run_all(runner: _Runner, todo: list[tuple[CasePlan, int]], concurrency: int, progress: bool) -> None:
@@ -420,7 +421,12 @@ async def _run_all(runner: _Runner, todo: list[tuple[CasePlan, int]], concurrenc
 
 
 def run_summary_line(summary: dict[str, Any], repeats: int, out: str | Path) -> str:
-    """One line about a :func:`run_eval` summary: cases run and failed, requests sent, cache hits, run folder."""
+    """One line about a :func:`run_eval` summary: cases run and failed, requests sent and cache hits by this run
+    (the run folder's totals over every run into it in brackets when they differ), run folder."""
     total = f"{summary['n_cases']} cases" if repeats == 1 else f"{summary['n_cases']} cases × {repeats} repeats"
+    sent = summary.get("sent_this_run", summary["requests_sent"])
+    hits = summary.get("cache_hits_this_run", summary["cache_hits"])
+    earlier = ("" if (sent, hits) == (summary["requests_sent"], summary["cache_hits"]) else
+               f" (this folder in all: {summary['requests_sent']} sent, {summary['cache_hits']} cache hits)")
     return (f"{summary['n_run']} of {total} run ({summary['failed_this_run']} failed), "
-            f"{summary['requests_sent']} requests sent, {summary['cache_hits']} cache hits -> {out}")
+            f"{sent} requests sent, {hits} cache hits{earlier} -> {out}")

@@ -2,8 +2,8 @@
 
 A thin adapter over :class:`cxrground.llm.ChatClient` (async httpx; the API key from the environment variable
 named by ``api_key_env``, never from a file or the command line; no ``Authorization`` header without it).
-HTTP 429 / 5xx / 408 / 409 / 425, timeouts and connection errors raise :class:`TransientError` (with the
-server's ``Retry-After``); other statuses and malformed bodies raise :class:`PermanentError`. A ``null``
+HTTP 429 / 5xx / 408 / 409 / 425, timeouts, connection errors and a malformed 200 body raise
+:class:`TransientError` (with the server's ``Retry-After``); other statuses raise :class:`PermanentError`. A ``null``
 message content is returned as None (the runner records it as an unparseable answer). Decoding settings
 are sent as given (``temperature``, ``max_tokens``, optional ``top_p``), plus the sample's ``seed`` when
 sampling (temperature > 0); ``max_images`` (default 7) is what the server is configured to accept.
