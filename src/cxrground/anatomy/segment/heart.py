@@ -59,6 +59,7 @@ __all__ = [
     "TOP_FRACTION",
     "HeartEstimateParams",
     "HeartEstimateScore",
+    "diaphragm_line",
     "estimate_heart",
     "score_heart_estimates",
 ]
@@ -66,7 +67,7 @@ __all__ = [
 #: Version tag of the method, written into provenance records.
 HEART_METHOD: Final[str] = "lung-medial-border-ellipse/1"
 #: Default top of the heart as a fraction of the apex-to-cardiophrenic height (about the hilum level).
-TOP_FRACTION: Final[float] = 0.38
+TOP_FRACTION: Final[float] = 0.5
 
 
 @dataclass(frozen=True)
@@ -76,10 +77,13 @@ class HeartEstimateParams:
     top_fraction: float = TOP_FRACTION
     widest_fraction: float = 0.6
     """Row of the ellipse's widest point between the top and the floor (0 = top, 1 = floor)."""
-    bottom_stretch: float = 1.3
-    """Lower semi-axis over the widest-row-to-floor distance (> 1: the floor cuts the ellipse)."""
-    floor_drop: float = 0.03
+    bottom_stretch: float = 1.25
+    """Lower semi-axis over the widest-row-to-floor distance (> 1: the diaphragm cuts the outline, leaving a
+    rounded apex on it)."""
     smooth_fraction: float = 0.02
+    max_right_share: float = 0.9
+    """The heart's reach right of the midline is at most this share of its reach to the left (a seen right border
+    further out lies in opacified lung, not on the right atrium)."""
 
 
 def _medial_edges(mask: np.ndarray, side: str) -> np.ndarray:
@@ -161,6 +165,34 @@ def _running_median(values: np.ndarray, size: int) -> np.ndarray:
     return ndimage.median_filter(values, size=min(size, values.size), mode="nearest")
 
 
+def diaphragm_line(right_lung: np.ndarray, left_lung: np.ndarray, smooth_fraction: float = 0.03,
+                   min_row: float | None = None) -> np.ndarray:
+    """Per column, the row of the hemidiaphragm: the lowest lung row of that column where it lies at or below
+    ``min_row`` (default: half-way down the lungs), interpolated linearly across the other columns (the
+    mediastinum between the lungs, where a column may hold only the medial tip of an upper lobe, or lung above
+    a heart the masks leave out) and held flat beyond them, then a running median over ``smooth_fraction`` of
+    the thoracic width. Nothing of the heart lies below it."""
+    lungs = right_lung | left_lung
+    h, w = lungs.shape
+    rows = np.flatnonzero(lungs.any(axis=1))
+    low = (h - 1 - np.argmax(lungs[::-1], axis=0)).astype(np.float64)
+    min_row = rows[0] + 0.5 * (rows[-1] - rows[0]) if min_row is None else min_row
+    cols = np.flatnonzero(lungs.any(axis=0) & (low >= min_row))
+    if cols.size == 0:
+        cols = np.flatnonzero(lungs.any(axis=0))
+    line = np.interp(np.arange(w, dtype=np.float64), cols, low[cols])
+    size = max(1, round(smooth_fraction * (cols[-1] - cols[0] + 1))) | 1
+    return _running_median(line, size)
+
+
+def _midline(right: np.ndarray, left: np.ndarray, y0: int, y1: int) -> float | None:
+    """Median over rows ``y0..y1`` of the point halfway between the two lungs' medial edges (None: no row
+    holds both lungs)."""
+    med_r, med_l = _medial_edges(right, "right")[y0:y1], _medial_edges(left, "left")[y0:y1]
+    both = ~np.isnan(med_r) & ~np.isnan(med_l)
+    return float(np.median(0.5 * (med_r[both] + med_l[both]))) if both.any() else None
+
+
 def estimate_heart(
     right_lung: np.ndarray,
     left_lung: np.ndarray,
@@ -173,6 +205,9 @@ def estimate_heart(
     (:func:`~.heart_image.seen_cardiac_borders`). The heart then spans those borders instead of the lungs'
     medial borders (taking the wider of the two lowered the held-out CTR AUROC against the NIH Cardiomegaly
     label from 0.84 to 0.79), and it may overlap the lung masks (which include the lung behind the heart).
+
+    Whatever the borders, the outline stays inside the thorax (the filled convex hull of the lungs) and on or
+    above the hemidiaphragm line of every column (:func:`diaphragm_line`).
 
     Raises :class:`~cxrground.anatomy.ctr.EmptyAnatomyError` when a lung is empty and
     :class:`~cxrground.errors.MaskShapeError` when the shapes differ. The result may be empty when the
@@ -190,10 +225,8 @@ def estimate_heart(
     (y_rb, x_rb), (y_lb, x_lb) = _cardiophrenic_point(r, conc_r, "right"), _cardiophrenic_point(lft, conc_l, "left")
     height = max(0.5 * (y_rb + y_lb) - y_apex, 1.0)
     y_top = y_apex + p.top_fraction * height
-
     xx = np.arange(w, dtype=np.float64)
-    slope = (y_lb - y_rb) / (x_lb - x_rb) if x_lb != x_rb else 0.0
-    floor = y_rb + slope * (xx - x_rb) + p.floor_drop * height
+    floor = diaphragm_line(r, lft, min_row=min(y_rb, y_lb) - 0.02 * height)
 
     # lateral-most reach of each lung's medial border between the top and its cardiophrenic point
     smooth = max(1, round(p.smooth_fraction * height)) | 1
@@ -208,25 +241,21 @@ def estimate_heart(
     if x_left <= x_right:
         return np.zeros((h, w), dtype=bool)
 
-    cx = 0.5 * (x_right + x_left)
-    ax = 0.5 * (x_left - x_right) + 0.5
-    y_floor_c = float(np.interp(cx, xx, floor))
-    y_w = y_top + p.widest_fraction * max(y_floor_c - y_top, 1.0)
+    # the heart hangs from the mediastinum: its vertical axis is the midline above it, one third of it (or
+    # less) on the patient's right; a right border further out than the left one is not the heart's
+    mid = _midline(r, lft, int(y_apex + 0.2 * height), int(y_top)) or 0.5 * (x_right + x_left)
+    mid = float(np.clip(mid, x_right + 0.1 * (x_left - x_right), x_left - 0.1 * (x_left - x_right)))
+    w_left = x_left - mid + 0.5
+    w_right = min(mid - x_right, p.max_right_share * w_left) + 0.5
+    y_floor = float(np.median(floor[int(max(0, mid - w_right)) : int(min(w, mid + w_left)) + 1]))
+    y_w = y_top + p.widest_fraction * max(y_floor - y_top, 1.0)
     b_top = max(y_w - y_top, 1.0)
-    b_bot = max(p.bottom_stretch * (y_floor_c - y_w), 1.0)
+    b_bot = max(p.bottom_stretch * (y_floor - y_w), 1.0)
 
     yy = np.arange(h, dtype=np.float64)[:, None]
     ey = (yy - y_w) / np.where(yy < y_w, b_top, b_bot)
-    ex = (xx[None, :] - cx) / ax
-    ellipse = ex * ex + ey * ey <= 1.0
-
-    # below the widest row the heart fills the space between the medial borders (cardiophrenic angles)
-    med_r_f = np.where(np.isnan(med_r), -np.inf, med_r)[:, None]
-    med_l_f = np.where(np.isnan(med_l), np.inf, med_l)[:, None]
-    between = (xx[None, :] > med_r_f) & (xx[None, :] < med_l_f)
-    band = between & (yy >= y_w) & (xx[None, :] >= x_right) & (xx[None, :] <= x_left)
-
-    heart = (ellipse | band) & (yy <= floor[None, :])
+    ex = (xx[None, :] - mid) / np.where(xx[None, :] < mid, w_right, w_left)
+    heart = (ex * ex + ey * ey <= 1.0) & (yy <= floor[None, :]) & _hull_mask(lungs)
     if seen_borders is None:
         heart &= ~lungs
     if not heart.any():
