@@ -8,20 +8,25 @@ wrap around, so the estimate reads it off those borders:
    lung, the component on the medial side): the hull vertex where the medial border meets the diaphragm.
    When that point is not in the lowest 30 % of the lung (the mask does not wrap the heart), the lowest
    lung pixel within the medial third of the lung's columns.
-2. **Floor.** The straight line through the two cardiophrenic points, taken one ``floor_drop`` (a
-   fraction of the lung height) lower, since the heart sits on the diaphragm *between* the angles,
-   where the domes dip towards the midline.
+2. **Floor: the hemidiaphragm line** (:func:`diaphragm_line`): per column, the lowest lung row where it lies
+   at most :data:`DOME_FRACTION` of the lung height above the cardiophrenic level, interpolated across the
+   columns between the lungs. The heart rests on it and never reaches below it.
 3. **Top.** ``y_top = apex + top_fraction * (base - apex)`` with ``base`` the mean row of the two
-   cardiophrenic points (about the hilum level; ``top_fraction`` defaults to :data:`TOP_FRACTION`).
+   cardiophrenic points: half-way (:data:`TOP_FRACTION`), where the cardiac silhouette starts below the aortic
+   knob and the hila.
 4. **Width.** Over the rows from ``y_top`` down to each cardiophrenic point, the most lateral position
    of each lung's medial border (right lung: its smallest medial-edge column; left lung: its largest),
-   after a running median over ``~2 %`` of the lung height to ignore single-row spikes. The heart spans
-   between the two; so the CTR of the estimate follows the medial borders, and a heart that pushes the
-   lungs apart (cardiomegaly) widens the estimate.
-5. **Shape.** An ellipse with those horizontal extents, its widest row at ``widest_fraction`` of the way
-   from ``y_top`` to the floor, upper semi-axis up to ``y_top``, lower semi-axis ``bottom_stretch`` times
-   the remaining distance (so the floor cuts it flat, as the diaphragm cuts the heart). The estimate is
-   ``(ellipse ∪ between-the-lungs band below the widest row) ∩ above the floor ∩ not lung``.
+   after a running median over ``~2 %`` of the lung height to ignore single-row spikes; or the borders seen in
+   the image (:mod:`.heart_image`). The heart spans between the two; so the CTR of the estimate follows the
+   medial borders (or the seen borders), and a heart that pushes the lungs apart (cardiomegaly) widens it.
+5. **Shape.** The heart hangs from the mediastinum: its vertical axis is the midline between the lungs above
+   it. Its reach right of that axis is at most ``max_right_share`` of its reach to the left (a right border
+   further out is opacified lung, not the right atrium). The outline is two half-ellipses joined on the axis
+   (right and left reach), widest at ``widest_fraction`` of the way from ``y_top`` to the hemidiaphragm line,
+   the lower semi-axis ``bottom_stretch`` times the remaining distance, so the diaphragm cuts the outline low
+   on its curve and leaves a rounded apex sitting on it. The estimate is that outline ∩ above the
+   hemidiaphragm line ∩ inside the thorax (the filled convex hull of the lungs), minus the lungs when the
+   width comes from their medial borders.
 
 The left-ward bias of the heart (patient's left = image right) is not imposed: it comes from the left
 lung's medial border lying further from the midline than the right one.
@@ -65,9 +70,15 @@ __all__ = [
 ]
 
 #: Version tag of the method, written into provenance records.
-HEART_METHOD: Final[str] = "lung-medial-border-ellipse/1"
-#: Default top of the heart as a fraction of the apex-to-cardiophrenic height (about the hilum level).
+HEART_METHOD: Final[str] = "lung-medial-border-ellipse/2"
+#: Default top of the heart as a fraction of the apex-to-cardiophrenic height (below the aortic knob and hila).
 TOP_FRACTION: Final[float] = 0.5
+
+
+#: A hemidiaphragm dome rises at most this fraction of the lung height above the cardiophrenic angles; a column
+#: whose lowest lung row lies higher holds lung above something else (a heart the masks leave out, the
+#: mediastinum), and the diaphragm line is interpolated across it.
+DOME_FRACTION: Final[float] = 0.15
 
 
 @dataclass(frozen=True)
@@ -226,7 +237,7 @@ def estimate_heart(
     height = max(0.5 * (y_rb + y_lb) - y_apex, 1.0)
     y_top = y_apex + p.top_fraction * height
     xx = np.arange(w, dtype=np.float64)
-    floor = diaphragm_line(r, lft, min_row=min(y_rb, y_lb) - 0.02 * height)
+    floor = diaphragm_line(r, lft, min_row=min(y_rb, y_lb) - DOME_FRACTION * height)
 
     # lateral-most reach of each lung's medial border between the top and its cardiophrenic point
     smooth = max(1, round(p.smooth_fraction * height)) | 1
