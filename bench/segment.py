@@ -115,6 +115,7 @@ def real_films(threads: int, cache: str | None, overlays: str | None) -> None:
         right, left = d["R"].astype(bool), d["L"].astype(bool)
         heart, info = heart_from_lungs(right, left, pixels=d["px"])
         row = {"src": src, "rec": rec, "ctr": info.get("ctr", np.nan), "heart": heart is not None,
+               "rctr": info.get("ctr_radiological", np.nan),
                "plaus": heart_plausibility(heart, right, left) if heart is not None else {}}
         if src == "cohen":
             gr, gl = d["GR"].astype(bool), d["GL"].astype(bool)
@@ -156,6 +157,15 @@ def real_films(threads: int, cache: str | None, overlays: str | None) -> None:
     q = np.percentile(ctr[cm], [25, 50, 75])
     print(f"  Cardiomegaly films (n {int(cm.sum())}): median CTR {q[1]:.3f} (IQR {q[0]:.3f}-{q[2]:.3f}); "
           f"{100 * np.mean(ctr[cm] <= 0.45):.0f} % pass the ILS negative rule CTR <= 0.45")
+    rctr = np.asarray([r["rctr"] for r in nih])
+    ok = np.isfinite(rctr)
+    print(f"radiological CTR (MRD + MLD over the maximal internal thoracic diameter), {int(ok.sum())} NIH films: "
+          f"AUROC Cardiomegaly vs all other {_auroc(rctr[cm & ok], rctr[~cm & ok]):.3f}")
+    q = np.percentile(rctr[normal & ok], [25, 50, 75])
+    print(f"  No Finding: median {q[1]:.3f} (IQR {q[0]:.3f}-{q[2]:.3f}); "
+          f"{100 * np.mean((rctr[normal & ok] >= 0.42) & (rctr[normal & ok] <= 0.48)):.0f} % in 0.42-0.48, "
+          f"{100 * np.mean(rctr[normal & ok] >= 0.5):.0f} % at or above 0.50; Cardiomegaly: median "
+          f"{np.median(rctr[cm & ok]):.3f}, {100 * np.mean(rctr[cm & ok] <= 0.45):.0f} % at or below 0.45")
 
 
 def _overlay(path, px: np.ndarray, right: np.ndarray, left: np.ndarray, heart: np.ndarray | None,

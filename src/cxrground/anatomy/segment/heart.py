@@ -8,9 +8,9 @@ wrap around, so the estimate reads it off those borders:
    lung, the component on the medial side): the hull vertex where the medial border meets the diaphragm.
    When that point is not in the lowest 30 % of the lung (the mask does not wrap the heart), the lowest
    lung pixel within the medial third of the lung's columns.
-2. **Floor: the hemidiaphragm line** (:func:`diaphragm_line`): per column, the lowest lung row where it lies
-   at most :data:`DOME_FRACTION` of the lung height above the cardiophrenic level, interpolated across the
-   columns between the lungs. The heart rests on it and never reaches below it.
+2. **Floor: the diaphragm line** (:func:`diaphragm_line`): lateral of each cardiophrenic point, that lung's
+   lowest row per column (its hemidiaphragm, domes up to :data:`DOME_FRACTION` of the lung height above the
+   angle); between the two points, the line joining them. The heart rests on it and never reaches below it.
 3. **Top.** ``y_top = apex + top_fraction * (base - apex)`` with ``base`` the mean row of the two
    cardiophrenic points: half-way (:data:`TOP_FRACTION`), where the cardiac silhouette starts below the aortic
    knob and the hila.
@@ -64,8 +64,10 @@ __all__ = [
     "TOP_FRACTION",
     "HeartEstimateParams",
     "HeartEstimateScore",
+    "cardiophrenic_points",
     "diaphragm_line",
     "estimate_heart",
+    "midline",
     "score_heart_estimates",
 ]
 
@@ -176,27 +178,54 @@ def _running_median(values: np.ndarray, size: int) -> np.ndarray:
     return ndimage.median_filter(values, size=min(size, values.size), mode="nearest")
 
 
-def diaphragm_line(right_lung: np.ndarray, left_lung: np.ndarray, smooth_fraction: float = 0.03,
-                   min_row: float | None = None) -> np.ndarray:
-    """Per column, the row of the hemidiaphragm: the lowest lung row of that column where it lies at or below
-    ``min_row`` (default: half-way down the lungs), interpolated linearly across the other columns (the
-    mediastinum between the lungs, where a column may hold only the medial tip of an upper lobe, or lung above
-    a heart the masks leave out) and held flat beyond them, then a running median over ``smooth_fraction`` of
-    the thoracic width. Nothing of the heart lies below it."""
-    lungs = right_lung | left_lung
+def diaphragm_line(right_lung: np.ndarray, left_lung: np.ndarray, smooth_fraction: float = 0.03) -> np.ndarray:
+    """Per column, the row of the diaphragm under the lungs and the heart (``(W,)`` floats).
+
+    Lateral of each cardiophrenic angle (:func:`cardiophrenic_points`) it is that lung's lowest row in the
+    column (the hemidiaphragm), where that row lies at most :data:`DOME_FRACTION` of the lung height above the
+    angle; between the two angles it is the straight line joining them (the heart's inferior border rests on the
+    diaphragm there), and never above it; columns with no usable lung row are interpolated, columns beyond the
+    lungs held flat; then a running median over ``smooth_fraction`` of the thoracic width. Nothing of the
+    heart lies below it. Raises :class:`~cxrground.anatomy.ctr.EmptyAnatomyError` when a lung is empty.
+    """
+    r, lft = as_mask(right_lung, "right lung mask"), as_mask(left_lung, "left lung mask")
+    lungs = r | lft
     h, w = lungs.shape
+    (y_rb, x_rb), (y_lb, x_lb) = cardiophrenic_points(r, lft)
     rows = np.flatnonzero(lungs.any(axis=1))
-    low = (h - 1 - np.argmax(lungs[::-1], axis=0)).astype(np.float64)
-    min_row = rows[0] + 0.5 * (rows[-1] - rows[0]) if min_row is None else min_row
-    cols = np.flatnonzero(lungs.any(axis=0) & (low >= min_row))
-    if cols.size == 0:
-        cols = np.flatnonzero(lungs.any(axis=0))
-    line = np.interp(np.arange(w, dtype=np.float64), cols, low[cols])
-    size = max(1, round(smooth_fraction * (cols[-1] - cols[0] + 1))) | 1
+    min_row = min(y_rb, y_lb) - DOME_FRACTION * (0.5 * (y_rb + y_lb) - rows[0])
+    xx = np.arange(w, dtype=np.float64)
+    low_r = (h - 1 - np.argmax(r[::-1], axis=0)).astype(np.float64)
+    low_l = (h - 1 - np.argmax(lft[::-1], axis=0)).astype(np.float64)
+    use_r = r.any(axis=0) & (xx <= x_rb) & (low_r >= min_row)
+    use_l = lft.any(axis=0) & (xx >= x_lb) & (low_l >= min_row)
+    low = np.where(use_r, low_r, low_l)
+    cols = np.flatnonzero(use_r | use_l)
+    chord_x, chord_y = np.array([x_rb, x_lb]), np.array([y_rb, y_lb])
+    if x_lb < x_rb:
+        chord_x, chord_y = chord_x[::-1], chord_y[::-1]
+    between = (xx > min(x_rb, x_lb)) & (xx < max(x_rb, x_lb))
+    chord = np.interp(xx, chord_x, chord_y)
+    cols = cols[~between[cols]]
+    keep_x = np.concatenate([cols, chord_x]).astype(np.float64)
+    keep_y = np.concatenate([low[cols], chord_y])
+    order = np.argsort(keep_x, kind="mergesort")
+    line = np.interp(xx, keep_x[order], keep_y[order])
+    line = np.where(between, np.maximum(line, chord), line)
+    size = max(1, round(smooth_fraction * (np.ptp(np.flatnonzero(lungs.any(axis=0))) + 1))) | 1
     return _running_median(line, size)
 
 
-def _midline(right: np.ndarray, left: np.ndarray, y0: int, y1: int) -> float | None:
+def cardiophrenic_points(right_lung: np.ndarray, left_lung: np.ndarray) -> tuple[tuple[float, float],
+                                                                                   tuple[float, float]]:
+    """``((row, col) right, (row, col) left)`` cardiophrenic angles (step 1 of the module docstring)."""
+    if not right_lung.any() or not left_lung.any():
+        raise EmptyAnatomyError("both lungs are needed to estimate the heart; one lung mask is empty")
+    return (_cardiophrenic_point(right_lung, _medial_concavity(right_lung, "right"), "right"),
+            _cardiophrenic_point(left_lung, _medial_concavity(left_lung, "left"), "left"))
+
+
+def midline(right: np.ndarray, left: np.ndarray, y0: int, y1: int) -> float | None:
     """Median over rows ``y0..y1`` of the point halfway between the two lungs' medial edges (None: no row
     holds both lungs)."""
     med_r, med_l = _medial_edges(right, "right")[y0:y1], _medial_edges(left, "left")[y0:y1]
@@ -232,12 +261,11 @@ def estimate_heart(
         raise EmptyAnatomyError("both lungs are needed to estimate the heart; one lung mask is empty")
     lungs = r | lft
     y_apex = float(np.flatnonzero(lungs.any(axis=1))[0])
-    conc_r, conc_l = _medial_concavity(r, "right"), _medial_concavity(lft, "left")
-    (y_rb, x_rb), (y_lb, x_lb) = _cardiophrenic_point(r, conc_r, "right"), _cardiophrenic_point(lft, conc_l, "left")
+    (y_rb, x_rb), (y_lb, x_lb) = cardiophrenic_points(r, lft)
     height = max(0.5 * (y_rb + y_lb) - y_apex, 1.0)
     y_top = y_apex + p.top_fraction * height
     xx = np.arange(w, dtype=np.float64)
-    floor = diaphragm_line(r, lft, min_row=min(y_rb, y_lb) - DOME_FRACTION * height)
+    floor = diaphragm_line(r, lft)
 
     # lateral-most reach of each lung's medial border between the top and its cardiophrenic point
     smooth = max(1, round(p.smooth_fraction * height)) | 1
@@ -254,7 +282,7 @@ def estimate_heart(
 
     # the heart hangs from the mediastinum: its vertical axis is the midline above it, one third of it (or
     # less) on the patient's right; a right border further out than the left one is not the heart's
-    mid = _midline(r, lft, int(y_apex + 0.2 * height), int(y_top)) or 0.5 * (x_right + x_left)
+    mid = midline(r, lft, int(y_apex + 0.2 * height), int(y_top)) or 0.5 * (x_right + x_left)
     mid = float(np.clip(mid, x_right + 0.1 * (x_left - x_right), x_left - 0.1 * (x_left - x_right)))
     w_left = x_left - mid + 0.5
     w_right = min(mid - x_right, p.max_right_share * w_left) + 0.5
