@@ -105,3 +105,21 @@ def test_apex_is_rounded_not_cut():
     # the widest row lies above the bottom, and the outline narrows towards the diaphragm
     assert np.argmax(widths) < ys.max() - 5
     assert widths[ys.max()] < 0.8 * widths.max()
+
+
+def test_radiological_ctr_is_mrd_plus_mld_over_the_widest_thoracic_row():
+    from cxrground.anatomy.segment.heart_image import internal_thoracic_diameter, radiological_ctr
+
+    right, left = _retrocardiac_lungs()
+    assert internal_thoracic_diameter(right, left) == 239 - 21 + 1  # lateral edges 21 and 239, same row
+    # seen rows [y, x_right_border, x_left_border] about a midline at 130: MRD 30 and MLD 60 at their 90th pct
+    rows = np.array([[150 + i, 130 - 20 - i, 130 + 40 + 2 * i] for i in range(11)], dtype=float)
+    ctr, info = radiological_ctr(rows, 130.0, right, left)
+    assert info["mrd_px"] == 29.0 and info["mld_px"] == 58.0
+    assert ctr == pytest.approx((29 + 58) / 219)
+    # a right reach beyond 0.9 x the left one is opacified lung: capped
+    wide = rows.copy()
+    wide[:, 1] = 20.0
+    ctr_wide, info = radiological_ctr(wide, 130.0, right, left)
+    assert info["mrd_px"] == pytest.approx(0.9 * 58.0) and ctr_wide < (110 + 58) / 219
+    assert radiological_ctr(rows[:3], 130.0, right, left)[0] is None
