@@ -178,7 +178,8 @@ def _running_median(values: np.ndarray, size: int) -> np.ndarray:
     return ndimage.median_filter(values, size=min(size, values.size), mode="nearest")
 
 
-def diaphragm_line(right_lung: np.ndarray, left_lung: np.ndarray, smooth_fraction: float = 0.03) -> np.ndarray:
+def diaphragm_line(right_lung: np.ndarray, left_lung: np.ndarray, smooth_fraction: float = 0.03,
+                   angles: tuple[tuple[float, float], tuple[float, float]] | None = None) -> np.ndarray:
     """Per column, the row of the diaphragm under the lungs and the heart (``(W,)`` floats).
 
     Lateral of each cardiophrenic angle (:func:`cardiophrenic_points`) it is that lung's lowest row in the
@@ -186,12 +187,13 @@ def diaphragm_line(right_lung: np.ndarray, left_lung: np.ndarray, smooth_fractio
     angle; between the two angles it is the straight line joining them (the heart's inferior border rests on the
     diaphragm there), and never above it; columns with no usable lung row are interpolated, columns beyond the
     lungs held flat; then a running median over ``smooth_fraction`` of the thoracic width. Nothing of the
-    heart lies below it. Raises :class:`~cxrground.anatomy.ctr.EmptyAnatomyError` when a lung is empty.
+    heart lies below it. ``angles``: the :func:`cardiophrenic_points` when already known. Raises
+    :class:`~cxrground.anatomy.ctr.EmptyAnatomyError` when a lung is empty.
     """
     r, lft = as_mask(right_lung, "right lung mask"), as_mask(left_lung, "left lung mask")
     lungs = r | lft
     h, w = lungs.shape
-    (y_rb, x_rb), (y_lb, x_lb) = cardiophrenic_points(r, lft)
+    (y_rb, x_rb), (y_lb, x_lb) = angles or cardiophrenic_points(r, lft)
     rows = np.flatnonzero(lungs.any(axis=1))
     min_row = min(y_rb, y_lb) - DOME_FRACTION * (0.5 * (y_rb + y_lb) - rows[0])
     xx = np.arange(w, dtype=np.float64)
@@ -265,7 +267,7 @@ def estimate_heart(
     height = max(0.5 * (y_rb + y_lb) - y_apex, 1.0)
     y_top = y_apex + p.top_fraction * height
     xx = np.arange(w, dtype=np.float64)
-    floor = diaphragm_line(r, lft)
+    floor = diaphragm_line(r, lft, angles=((y_rb, x_rb), (y_lb, x_lb)))
 
     # lateral-most reach of each lung's medial border between the top and its cardiophrenic point
     smooth = max(1, round(p.smooth_fraction * height)) | 1
