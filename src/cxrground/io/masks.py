@@ -82,13 +82,14 @@ def column_major_runs(mask: np.ndarray) -> np.ndarray:
     rows = np.flatnonzero(m[:, x0 : x1 + 1].any(axis=1))
     y0, y1 = int(rows[0]), int(rows[-1])
     crop = m[y0 : y1 + 1, x0 : x1 + 1].T  # one row per image column
-    padded = np.zeros((crop.shape[0], crop.shape[1] + 2), dtype=np.int8)
+    period = crop.shape[1] + 2  # a 0 above and below each column: no run crosses a column in the crop
+    padded = np.zeros((crop.shape[0], period), dtype=bool)
     padded[:, 1:-1] = crop
-    step = np.diff(padded, axis=1)
-    js, rs = np.nonzero(step == 1)  # run starts, ordered by column then row (= column-major)
-    je, re = np.nonzero(step == -1)  # run ends (exclusive)
-    starts = (x0 + js.astype(np.int64)) * h + y0 + rs
-    ends = (x0 + je.astype(np.int64)) * h + y0 + re
+    flat = padded.ravel()
+    edges = np.flatnonzero(flat[1:] != flat[:-1]) + 1  # start, end, start, end, ... (column-major order)
+    col, row = np.divmod(edges, period)
+    at = (x0 + col.astype(np.int64)) * h + y0 + row - 1
+    starts, ends = at[0::2], at[1::2]  # ends exclusive
     join = ends[:-1] == starts[1:]  # a run that leaves one column at the bottom and goes on at the next top
     starts, ends = starts[np.concatenate([[True], ~join])], ends[np.concatenate([~join, [True]])]
     bounds = np.empty(2 * starts.size + 2, dtype=np.int64)
