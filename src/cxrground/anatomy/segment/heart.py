@@ -35,9 +35,9 @@ What it cannot do: see a heart border the lungs do not show. The width is the ca
 when the lung masks stop at the silhouette. Measured (``bench/segment.py``):
 
 - synthetic phantoms (their lungs are the thoracic cavity minus the heart, so the medial borders ARE the
-  heart borders): 50 phantoms of seed 0 (22 normal, 1 borderline, 27 enlarged; defaults chosen on seed 1):
-  Dice 0.963 mean (normal 0.968, enlarged 0.959), CTR MAE 0.0003, Pearson r(estimated, true CTR) 0.9999.
-  That is an upper bound: the phantom hearts are ellipses cut by the diaphragm, like the estimate.
+  heart borders): 50 phantoms of seed 0 (22 normal, 1 borderline, 27 enlarged): Dice 0.854 mean, CTR MAE
+  0.0008, Pearson r(estimated, true CTR) 0.9998. The width is exact; the overlap is not, because the phantom
+  hearts are ellipses that reach up to the hila, where the outline of real films does not start.
 - real images (cxr-pack-v1, no heart truth; 69 images): the pack's V7 lung masks, and the U-Net trained
   on them, appear to run over the heart shadow (they include lung behind the heart), so the gap between
   the lungs is mostly mediastinum: the estimated CTR has median 0.21 (IQR 0.19–0.26) on the pack's masks
