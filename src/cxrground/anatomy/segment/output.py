@@ -21,7 +21,8 @@ from cxrground.io.overlay import overlay_masks
 __all__ = ["SegmentationOutput", "segment_file", "write_segmentation"]
 
 #: What the printed summary says about each heart source.
-_HEART_NOTES = {"estimate": "ESTIMATE from the lung masks' medial borders, not segmented from the image",
+_HEART_NOTES = {"estimate": "ESTIMATE: an outline fitted to the lungs, its width the cardiac borders seen in the "
+                            "image (else the lungs' medial borders); not segmented from the image",
                 "truth": "given"}
 
 
