@@ -4,7 +4,16 @@ heart estimate against the synthetic phantoms' exact hearts.
 Also the U-Net's lung Dice on synthetic phantoms (exact masks; seed 1000, never trained on).
 
 Run: ``.venv/bin/python bench/segment.py [--phantoms 50] [--nc 0] [--synthetic 40] [--threads 2]``
-(``--nc 0`` = all CC BY-NC-SA rows; ``--synthetic 0`` skips the phantom Dice). Rows that need the pack
+(``--nc 0`` = all CC BY-NC-SA rows; ``--synthetic 0`` skips the phantom Dice).
+
+``--real [--only-real] [--cache DIR] [--overlays DIR]``: the anatomy of every pack film (826: 621 NIH, 205
+COVID-19 collection), on the working grid of the built-in segmenter (U-Net lungs; seen-border heart):
+plausibility counts of the heart outline (top above the carina level, any heart pixel below the lung bases or
+below the hemidiaphragm line, outside the thorax, apex cut flat), the U-Net's lung-base coverage of the pack's
+masks on the Brixia-scored films and its per-lung Dice on all 205 annotated films, the CTR AUROC of the NIH
+Cardiomegaly label against all other NIH films (nothing tuned on them in this script) and the CTR distribution of
+the No Finding films against adult PA norms. ``--cache`` keeps the U-Net's lungs per film (rerun is fast);
+``--overlays`` writes one overlay PNG per film of a fixed list. Rows that need the pack
 (``CXRGROUND_PACK`` or ``../shared/data/cxr-pack-v1``) are skipped with a note when it is missing.
 Prints one line per measurement.
 """
@@ -18,6 +27,168 @@ import time
 import numpy as np
 from foundation import timed  # the bench scripts share one timing helper
 
+#: Approximate level of the carina, as a fraction of the lung height (apex 0, lowest lung row 1): about the 5th
+#: thoracic vertebra on an adult PA film. A heart top above it is the aortic knob or the hila, not the heart.
+CARINA_FRACTION = 0.35
+
+
+def heart_plausibility(heart: np.ndarray, right: np.ndarray, left: np.ndarray) -> dict[str, bool]:
+    """The implausibilities of one heart outline (see the module docstring); True = the defect is present."""
+    from cxrground.anatomy.segment.heart import _hull_mask, diaphragm_line
+
+    lungs = right | left
+    rows = np.flatnonzero(lungs.any(axis=1))
+    y0, y1 = int(rows[0]), int(rows[-1])
+    ys, xs = np.nonzero(heart)
+    tol = 0.01 * (y1 - y0)
+    floor = diaphragm_line(right, left)
+    outside = int((heart & ~_hull_mask(lungs)).sum())
+    x_far = xs.max()  # the apex side (patient's left = image right)
+    apex_rows = ys[xs >= x_far - 1]
+    return {
+        "top above carina": bool(ys.min() < y0 + CARINA_FRACTION * (y1 - y0)),
+        "below the lung bases": bool(ys.max() > y1 + tol),
+        "below the hemidiaphragm": bool((ys > floor[xs] + tol).any()),
+        "outside the thorax": bool(outside > 0.005 * ys.size),
+        "apex cut flat": bool(apex_rows.max() >= ys.max() - 0.03 * (ys.max() - ys.min())),
+    }
+
+
+def _auroc(pos: np.ndarray, neg: np.ndarray) -> float:
+    allv = np.concatenate([pos, neg])
+    ranks = np.argsort(np.argsort(allv, kind="mergesort"), kind="mergesort") + 1.0
+    for v in np.unique(allv):  # mid-ranks for ties
+        sel = allv == v
+        ranks[sel] = ranks[sel].mean()
+    return float((ranks[: pos.size].sum() - pos.size * (pos.size + 1) / 2) / (pos.size * neg.size))
+
+
+def _dice(a: np.ndarray, b: np.ndarray) -> float:
+    total = int(a.sum()) + int(b.sum())
+    return 1.0 if total == 0 else 2.0 * int((a & b).sum()) / total
+
+
+#: Films drawn by ``--overlays`` (image ids): normal, cardiomegaly, portable and consolidated-base films.
+OVERLAY_FILMS = (
+    "00000129_000", "00000427_000", "00000550_000", "00000679_000",  # NIH No Finding
+    "00000075_000", "00000211_000", "00000442_000", "00003015_000", "00007164_000", "00025631_000",  # Cardiomegaly
+    "covid-19-pneumonia-mild", "jkms-35-e79-g001-l-a", "covid-19-pneumonia-24-day12",  # portable AP
+    "covid-19-pneumonia-evolution-over-a-week-1-day3",
+    "covid-19-rapidly-progressive-acute-respiratory-distress-syndrome-ards-day-2",  # consolidated bases
+    "covid-19-rapidly-progressive-acute-respiratory-distress-syndrome-ards-day-3",
+    "covid-19-pneumonia-40", "covid-19-pneumonia-23-day3", "covid-19-pneumonia-58-day-9", "16708_4_1",
+)
+
+
+def real_films(threads: int, cache: str | None, overlays: str | None) -> None:
+    """The ``--real`` rows (module docstring)."""
+    import tempfile
+    from pathlib import Path
+
+    from cxrground.anatomy.ils_locations import lung_zone_bands
+    from cxrground.anatomy.segment import UNetLungSegmenter
+    from cxrground.anatomy.segment.builtin import heart_from_lungs, postprocess_lungs, work_box
+    from cxrground.datasets.pack import Pack
+
+    pack = Pack()
+    seg = UNetLungSegmenter(threads=threads)
+    folder = Path(cache or tempfile.mkdtemp(prefix="cxrground-real-anatomy-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    recs = [("nih", r) for r in pack.nih()] + [("cohen", r) for r in pack.cohen()]
+    start = time.perf_counter()
+    rows = []
+    for src, rec in recs:
+        path = folder / f"{src}_{rec.image_id}.npz"
+        if not path.is_file():
+            im = rec.read()
+            box = work_box(im.shape)
+            p_r, p_l, _ = seg.probabilities(im, None if box is None else box.canvas_hw)
+            right, left = postprocess_lungs(p_r, p_l, seg.threshold)
+            px = im.pixels if box is None else box.image_to_canvas(im.pixels)
+            data = {"px": px.astype(np.float32), "R": right, "L": left}
+            if src == "cohen":
+                gr, gl = rec.lungs(im.shape)
+                data.update(GR=gr if box is None else box.mask_to_canvas(gr),
+                            GL=gl if box is None else box.mask_to_canvas(gl))
+            np.savez_compressed(path, **data)
+        d = np.load(path)
+        right, left = d["R"].astype(bool), d["L"].astype(bool)
+        heart, info = heart_from_lungs(right, left, pixels=d["px"])
+        row = {"src": src, "rec": rec, "ctr": info.get("ctr", np.nan), "heart": heart is not None,
+               "rctr": info.get("ctr_radiological", np.nan),
+               "plaus": heart_plausibility(heart, right, left) if heart is not None else {}}
+        if src == "cohen":
+            gr, gl = d["GR"].astype(bool), d["GL"].astype(bool)
+            row["dice"] = (_dice(right, gr), _dice(left, gl))
+            row["base"] = tuple(float((pred & lung_zone_bands(gt)["lung base"] & gt).sum() /
+                                      max(1, (lung_zone_bands(gt)["lung base"] & gt).sum()))
+                                for pred, gt in ((right, gr), (left, gl)))
+        if overlays and rec.image_id in OVERLAY_FILMS:
+            _overlay(Path(overlays) / f"{rec.image_id}.png", d["px"], right, left, heart, info)
+        rows.append(row)
+    print(f"\n## Real films: {len(rows)} pack films ({time.perf_counter() - start:.0f} s; lungs cached in {folder})")
+    hearts = [r for r in rows if r["heart"]]
+    print(f"heart outline on {len(hearts)} of {len(rows)} films; implausible outlines:")
+    for key in ("top above carina", "below the lung bases", "below the hemidiaphragm", "outside the thorax",
+                "apex cut flat"):
+        n_nih = sum(r["plaus"][key] for r in hearts if r["src"] == "nih")
+        n_all = sum(r["plaus"][key] for r in hearts)
+        print(f"  {key:<26} {n_all:4d} of {len(hearts)}  (NIH {n_nih}, COVID-19 collection {n_all - n_nih})")
+    cohen = [r for r in rows if r["src"] == "cohen"]
+    dice = np.asarray([d for r in cohen for d in r["dice"]])
+    print(f"lung U-Net vs the pack's masks, {len(cohen)} films (per lung, working grid, no ignore region): Dice median "
+          f"{np.median(dice):.4f} mean {dice.mean():.4f}, lungs < 0.8: {int((dice < 0.8).sum())}")
+    brixia = [r for r in cohen if r["rec"].brixia is not None]
+    base = np.asarray([r["base"] for r in brixia])
+    low = [(r["rec"].image_id, round(min(r["base"]), 2)) for r in brixia if min(r["base"]) < 0.7]
+    print(f"lung-base coverage of the pack's masks on the {len(brixia)} Brixia-scored films: median right "
+          f"{np.median(base[:, 0]):.3f} left {np.median(base[:, 1]):.3f}; films with a base < 70 % covered: "
+          f"{len(low)} {low}")
+    nih = [r for r in hearts if r["src"] == "nih"]
+    ctr = np.asarray([r["ctr"] for r in nih])
+    cm = np.asarray(["Cardiomegaly" in r["rec"].labels for r in nih])
+    normal = np.asarray([r["rec"].labels == ("No Finding",) for r in nih])
+    print(f"CTR AUROC, NIH Cardiomegaly vs all other NIH films: {_auroc(ctr[cm], ctr[~cm]):.3f} "
+          f"(n+ {int(cm.sum())}, n- {int((~cm).sum())}); vs No Finding only {_auroc(ctr[cm], ctr[normal]):.3f}")
+    q = np.percentile(ctr[normal], [25, 50, 75])
+    print(f"  No Finding films (n {int(normal.sum())}): median CTR {q[1]:.3f} (IQR {q[0]:.3f}-{q[2]:.3f}); "
+          f"{100 * np.mean((ctr[normal] >= 0.42) & (ctr[normal] <= 0.48)):.0f} % in 0.42-0.48, "
+          f"{100 * np.mean(ctr[normal] >= 0.5):.0f} % at or above 0.50 (adult PA norm: < 0.50, typical 0.42-0.48)")
+    q = np.percentile(ctr[cm], [25, 50, 75])
+    print(f"  Cardiomegaly films (n {int(cm.sum())}): median CTR {q[1]:.3f} (IQR {q[0]:.3f}-{q[2]:.3f}); "
+          f"{100 * np.mean(ctr[cm] <= 0.45):.0f} % pass the ILS negative rule CTR <= 0.45")
+    rctr = np.asarray([r["rctr"] for r in nih])
+    ok = np.isfinite(rctr)
+    print(f"radiological CTR (MRD + MLD over the maximal internal thoracic diameter), {int(ok.sum())} NIH films: "
+          f"AUROC Cardiomegaly vs all other {_auroc(rctr[cm & ok], rctr[~cm & ok]):.3f}")
+    q = np.percentile(rctr[normal & ok], [25, 50, 75])
+    print(f"  No Finding: median {q[1]:.3f} (IQR {q[0]:.3f}-{q[2]:.3f}); "
+          f"{100 * np.mean((rctr[normal & ok] >= 0.42) & (rctr[normal & ok] <= 0.48)):.0f} % in 0.42-0.48, "
+          f"{100 * np.mean(rctr[normal & ok] >= 0.5):.0f} % at or above 0.50; Cardiomegaly: median "
+          f"{np.median(rctr[cm & ok]):.3f}, {100 * np.mean(rctr[cm & ok] <= 0.45):.0f} % at or below 0.45")
+
+
+def _overlay(path, px: np.ndarray, right: np.ndarray, left: np.ndarray, heart: np.ndarray | None,
+             info: dict) -> None:
+    """A small RGB overlay: lungs blue/green outlines, heart red outline, CTR written in the corner."""
+    from PIL import Image, ImageDraw
+    from scipy import ndimage
+
+    g = px.astype(np.float64)
+    g = np.clip(255 * (g - np.percentile(g, 1)) / max(1e-6, np.percentile(g, 99) - np.percentile(g, 1)), 0, 255)
+    rgb = np.repeat(g.astype(np.uint8)[:, :, None], 3, axis=2)
+    for mask, colour in ((right, (60, 140, 255)), (left, (60, 220, 90)), (heart, (255, 60, 60))):
+        if mask is None:
+            continue
+        edge = mask & ~ndimage.binary_erosion(mask, iterations=2)
+        rgb[edge] = colour
+    im = Image.fromarray(rgb)
+    if max(im.size) > 384:
+        im = im.resize((round(im.width * 384 / max(im.size)), round(im.height * 384 / max(im.size))))
+    ImageDraw.Draw(im).text((4, 4), f"{path.stem}  CTR {info.get('ctr', float('nan')):.2f}", fill=(255, 255, 0))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    im.save(path, optimize=True)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
@@ -26,9 +197,19 @@ def main() -> None:
     parser.add_argument("--synthetic", type=int, default=40, help="phantoms (seed 1000) for the U-Net lung Dice")
     parser.add_argument("--synthetic-seed", type=int, default=1000, help="seed of those phantoms")
     parser.add_argument("--threads", type=int, default=2, help="torch threads for the U-Net")
+    parser.add_argument("--real", action="store_true", help="the real-film anatomy rows (all 826 pack films)")
+    parser.add_argument("--only-real", action="store_true", help="only the real-film anatomy rows")
+    parser.add_argument("--cache", default=None, help="folder keeping the U-Net lungs of each film (--real)")
+    parser.add_argument("--overlays", default=None, help="folder for the overlays of OVERLAY_FILMS (--real)")
     args = parser.parse_args()
 
     import torch
+
+    if args.real or args.only_real:
+        torch.set_num_threads(args.threads)
+        real_films(args.threads, args.cache, args.overlays)
+        if args.only_real:
+            return
 
     from cxrground.anatomy import cardiothoracic_ratio
     from cxrground.anatomy.segment import UNetLungSegmenter, score_heart_estimates

@@ -56,6 +56,7 @@ def test_lungs_with_the_unet(study_files, tmp_path: Path):
     assert "heart: ESTIMATE" in res.output
     record = json.loads((out / "masks.json").read_text())
     assert record["backend"] == "unet" and record["provenance"]["weights_sha256"]
+    assert "--threads" in CliRunner().invoke(segment, ["lungs", "--help"]).output
     assert read_mask_png(out / "heart.png").shape == tuple(record["shape"])
 
 

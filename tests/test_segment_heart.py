@@ -63,6 +63,63 @@ def test_estimate_matches_phantom_hearts():
         cases.append((m["right_lung"], m["left_lung"], m["heart"]))
     score = score_heart_estimates(cases)
     assert score.n == 3
-    assert score.dice_mean > 0.85
+    # the phantoms' hearts are ellipses reaching up to the hila; the estimate starts lower, at the cardiac
+    # silhouette of real films, so the overlap is high but not complete; the width (CTR) is exact
+    assert score.dice_mean > 0.8
     assert score.ctr_mae < 0.02
-    assert score_heart_estimates(cases, HeartEstimateParams(top_fraction=0.5)).dice_mean < score.dice_mean + 0.05
+    assert score_heart_estimates(cases, HeartEstimateParams(top_fraction=0.75)).dice_mean < score.dice_mean - 0.05
+
+
+def _retrocardiac_lungs(h: int = 240, w: int = 260) -> tuple[np.ndarray, np.ndarray]:
+    """Lungs as the U-Net draws them on real films: each includes the lung behind the heart, domed bases (the
+    left dome lower), a mediastinum band between them."""
+    yy, xx = np.mgrid[:h, :w].astype(float)
+    right = (xx > 20) & (xx < 122) & (yy > 20) & (yy < 190 - 25 * np.exp(-((xx - 70) / 40) ** 2))
+    left = (xx > 138) & (xx < 240) & (yy > 20) & (yy < 205 - 25 * np.exp(-((xx - 190) / 40) ** 2))
+    return right, left
+
+
+@pytest.mark.parametrize("borders", [(90.0, 200.0), (30.0, 235.0), (121.0, 139.0)])
+def test_outline_stays_in_the_thorax_and_on_the_diaphragm(borders):
+    from cxrground.anatomy.segment.heart import _hull_mask, diaphragm_line
+
+    right, left = _retrocardiac_lungs()
+    heart = estimate_heart(right, left, seen_borders=borders)
+    assert heart.any()
+    ys, xs = np.nonzero(heart)
+    floor = diaphragm_line(right, left)
+    assert (ys <= floor[xs] + 1).all()  # nothing below the hemidiaphragm line
+    assert not (heart & ~_hull_mask(right | left)).any()  # nothing outside the thorax
+    lung_rows = np.flatnonzero((right | left).any(axis=1))
+    # the top is the cardiac silhouette, below the upper third of the lungs (carina, aortic knob)
+    assert ys.min() > lung_rows[0] + 0.4 * (lung_rows[-1] - lung_rows[0])
+    mid = 130.0
+    assert mid - xs.min() <= 0.9 * (xs.max() - mid) + 2  # a right reach beyond the left one is capped
+
+
+def test_apex_is_rounded_not_cut():
+    right, left = _retrocardiac_lungs()
+    heart = estimate_heart(right, left, seen_borders=(95.0, 205.0))
+    ys, _ = np.nonzero(heart)
+    widths = np.bincount(ys, minlength=heart.shape[0])
+    # the widest row lies above the bottom, and the outline narrows towards the diaphragm
+    assert np.argmax(widths) < ys.max() - 5
+    assert widths[ys.max()] < 0.8 * widths.max()
+
+
+def test_radiological_ctr_is_mrd_plus_mld_over_the_widest_thoracic_row():
+    from cxrground.anatomy.segment.heart_image import internal_thoracic_diameter, radiological_ctr
+
+    right, left = _retrocardiac_lungs()
+    assert internal_thoracic_diameter(right, left) == 239 - 21 + 1  # lateral edges 21 and 239, same row
+    # seen rows [y, x_right_border, x_left_border] about a midline at 130: MRD 30 and MLD 60 at their 90th pct
+    rows = np.array([[150 + i, 130 - 20 - i, 130 + 40 + 2 * i] for i in range(11)], dtype=float)
+    ctr, info = radiological_ctr(rows, 130.0, right, left)
+    assert info["mrd_px"] == 29.0 and info["mld_px"] == 58.0
+    assert ctr == pytest.approx((29 + 58) / 219)
+    # a right reach beyond 0.9 x the left one is opacified lung: capped
+    wide = rows.copy()
+    wide[:, 1] = 20.0
+    ctr_wide, info = radiological_ctr(wide, 130.0, right, left)
+    assert info["mrd_px"] == pytest.approx(0.9 * 58.0) and ctr_wide < (110 + 58) / 219
+    assert radiological_ctr(rows[:3], 130.0, right, left)[0] is None

@@ -8,7 +8,7 @@ import click
 
 from cxrground.anatomy.figure import GeometryRequest, draw_geometry
 from cxrground.anatomy.zone_fit import ZoneFitRequest
-from cxrground.cli.common import DIR, FILE, OUT_DIR, PACK_OPT, echo_lines, group, request_options
+from cxrground.cli.common import DIR, FILE, OUT_DIR, PACK_OPT, echo_lines, group, request_options, threads_option
 
 
 @group("anatomy")
@@ -24,6 +24,7 @@ def show(request: GeometryRequest) -> None:
 
 
 @anatomy.command("zones")
+@threads_option
 @click.option("--images", type=DIR, required=True, help="Folder of PNG / JPEG / DICOM films (searched recursively).")
 @click.option("--out", type=OUT_DIR, required=True)
 @click.option("--normative", type=FILE, default=None, help="Normative model .npz (default: the shipped normative_v1).")
@@ -50,16 +51,20 @@ def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool, zo
 
 
 @anatomy.command("fit-zones")
+@threads_option
 @request_options(ZoneFitRequest)
 def fit_zones_cmd(request: ZoneFitRequest) -> None:
     """Train a zone reader on your own labelled films (per-zone 0-3 or 0/1 labels in a CSV): penalty and flag
     threshold by patient-grouped CV, nested CV kappa printed; use it with `anatomy zones --zone-model`."""
-    from cxrground.anatomy.zone_fit import fit_segmenter, fit_zone_reader
+    from cxrground.anatomy.segment import get_segmenter
+    from cxrground.anatomy.zone_fit import fit_zone_reader
 
-    echo_lines(fit_zone_reader(request, fit_segmenter(), progress=True).summary_lines())
+    # the reader's segmenter (lungs only), on the threads of --threads
+    echo_lines(fit_zone_reader(request, get_segmenter("unet", estimate_heart=False), progress=True).summary_lines())
 
 
 @anatomy.command("fit-normative")
+@threads_option
 @click.option("--out", type=OUT_DIR, required=True, help="Folder for normative_v1.npz + normative_v1.json.")
 @PACK_OPT
 def fit_normative_cmd(out: Path, pack_dir: Path | None) -> None:
@@ -69,7 +74,7 @@ def fit_normative_cmd(out: Path, pack_dir: Path | None) -> None:
     from cxrground.datasets.pack import Pack
     from cxrground.models.normative_fit import fit_from_pack
 
-    model = fit_from_pack(Pack(pack_dir), get_segmenter("unet", threads=1))
+    model = fit_from_pack(Pack(pack_dir), get_segmenter("unet"))
     path = model.save(out / "normative_v1.npz")
     click.echo(f"wrote {path} ({model.meta.get('summary')}; zone threshold {model.zone_threshold:.3f})")
 

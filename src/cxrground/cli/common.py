@@ -94,6 +94,25 @@ def request_options(cls: type[Any]) -> Callable[[F], F]:
     return add
 
 
+#: Help of ``--threads`` (:func:`threads_option`).
+THREADS_HELP = ("torch intra-op threads of this command (of each worker, where it has workers). One is the "
+                "fastest per core when several processes share the CPU; give more to one process on an idle machine.")
+
+
+def threads_option(fn: F) -> F:
+    """Add ``--threads N`` (default 1) to a command that runs torch; the command runs with torch and OpenMP
+    set to N threads (:func:`cxrground.models.torch_state.use_threads`) and does not receive the value."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, threads: int, **kwargs: Any) -> Any:
+        from cxrground.models.torch_state import use_threads
+
+        use_threads(threads)
+        return fn(*args, **kwargs)
+
+    return click.option("--threads", type=click.IntRange(1), default=1, help=THREADS_HELP)(run)  # type: ignore[return-value]
+
+
 def echo_lines(lines: Iterable[str], err: bool = False) -> None:
     """Print each line (nothing for none), on stderr with ``err``."""
     for line in lines:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DIR, OUT_FILE, group, request_options
+from cxrground.cli.common import DIR, OUT_FILE, group, request_options, threads_option
 from cxrground.ils.export import ExportRequest, export_request
 from cxrground.ils.request import BuildRequest, build_lines, run_build
 
@@ -17,6 +17,7 @@ def ils() -> None:
 
 
 @ils.command("build")
+@threads_option
 @request_options(BuildRequest)
 @click.option("--quiet", is_flag=True)
 def build(request: BuildRequest, quiet: bool) -> None:

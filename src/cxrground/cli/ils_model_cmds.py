@@ -10,7 +10,16 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DATASET_OPT, DIR, OUT_DIR, backend_option, clean_errors, kv, request_options
+from cxrground.cli.common import (
+    DATASET_OPT,
+    DIR,
+    OUT_DIR,
+    backend_option,
+    clean_errors,
+    kv,
+    request_options,
+    threads_option,
+)
 from cxrground.cli.ils_cmds import ils
 from cxrground.evaluation.ils.request import EvaluateRequest, evaluate_request
 from cxrground.models.base import MODELS
@@ -51,6 +60,7 @@ def train_cmd(model: str, dataset: Path, images: Path | None, out: Path, seed: i
 
 
 @click.command("predict")
+@threads_option
 @request_options(PredictRequest)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @clean_errors(ImportError)
@@ -60,6 +70,7 @@ def predict_cmd(request: PredictRequest, quiet: bool) -> None:
 
 
 @ils.command("convert-lisa")
+@threads_option
 @request_options(ConvertRequest)
 def convert_lisa(request: ConvertRequest) -> None:
     """Map every weight of a released LISA/ROSALIA checkpoint onto the cxrground LISA model and save it."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DIR, OUT_DIR, OUT_FILE, echo_lines, group, note, request_options
+from cxrground.cli.common import DIR, OUT_DIR, OUT_FILE, echo_lines, group, note, request_options, threads_option
 from cxrground.percept.request import BuildRequest, build_lines, run_build
 
 
@@ -20,6 +20,7 @@ def percept() -> None:
 
 
 @percept.command("build")
+@threads_option
 @request_options(BuildRequest)
 def build(request: BuildRequest) -> None:
     """Build a CheXpercept benchmark from an ILS dataset (resumable; byte-identical for a seed)."""

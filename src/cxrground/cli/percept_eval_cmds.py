@@ -11,12 +11,13 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DIR, OUT_FILE, echo_lines, request_options
+from cxrground.cli.common import DIR, OUT_FILE, echo_lines, request_options, threads_option
 from cxrground.cli.percept_build_cmds import percept
 from cxrground.evaluation.percept.request import EvalRequest, run_request
 
 
 @percept.command("eval")
+@threads_option
 @request_options(EvalRequest)
 def eval_cmd(request: EvalRequest) -> None:
     """Run one model on a benchmark (resumable: rerun the same command after a kill)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from cxrground.anatomy.segment.request import SegmentRequest, segment_request
-from cxrground.cli.common import group, request_options
+from cxrground.cli.common import group, request_options, threads_option
 from cxrground.models.lung_unet.config import LungTrainRequest
 
 
@@ -15,6 +15,7 @@ def segment() -> None:
 
 
 @segment.command("lungs")
+@threads_option
 @request_options(SegmentRequest)
 def lungs(request: SegmentRequest) -> None:
     """Write right_lung.png, left_lung.png, heart.png, overlay.png and masks.json; print the CTR."""

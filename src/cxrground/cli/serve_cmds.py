@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import click
 
-from cxrground.cli.common import note, request_options, warn
+from cxrground.cli.common import note, request_options, threads_option, warn
 from cxrground.serve.request import ServeRequest, serve_request
 
 
 @click.command("serve")
+@threads_option
 @request_options(ServeRequest)
 def serve(request: ServeRequest) -> None:
     """Serve a checkpoint over HTTP: POST /v1/segment, POST /v1/chat/completions (OpenAI), web page at /."""

@@ -106,7 +106,7 @@ def _pool_round(todo: Sequence[StudyTask], out: Path, config: IlsConfig, spec: B
     import multiprocessing as mp
 
     with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                             initializer=_init_worker, initargs=(1,)) as pool:
+                             initializer=_init_worker, initargs=(worker_threads(),)) as pool:
         futures = [pool.submit(_run_marked, runner, t, str(out), config, spec, max_pixels) for t in todo]
         try:
             for fut in as_completed(futures):
@@ -145,8 +145,17 @@ def _run_pool(todo: Sequence[StudyTask], out: Path, config: IlsConfig, spec: Bac
         todo = [t for t in todo if not _unit_path(out, t.study_key).is_file()]
 
 
+def worker_threads() -> int:
+    """torch threads of each local worker process: ``OMP_NUM_THREADS`` (what the CLI's ``--threads`` sets),
+    else 1."""
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS") or 1))
+    except ValueError:
+        return 1
+
+
 def _init_worker(threads: int) -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    os.environ["OMP_NUM_THREADS"] = str(threads)
     try:
         import torch
 

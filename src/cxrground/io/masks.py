@@ -20,6 +20,7 @@ __all__ = [
     "as_mask",
     "check_same_shape",
     "check_shape",
+    "column_major_runs",
     "decode_chexmask_rle",
     "decode_rle",
     "encode_chexmask_rle",
@@ -68,13 +69,45 @@ def check_same_shape(*named: tuple[str, np.ndarray]) -> tuple[int, int]:
 
 # --- COCO RLE ------------------------------------------------------------------------------------
 
+def column_major_runs(mask: np.ndarray) -> np.ndarray:
+    """The uncompressed COCO run lengths of a bool mask: alternating 0- and 1-runs in column-major order, the
+    first a (possibly empty) 0-run. Only the mask's bounding box is read pixel by pixel (a large film's
+    masks are mostly empty rows and columns), so no column-major copy of the whole image is made."""
+    m = as_mask(mask)
+    h, w = m.shape
+    cols = np.flatnonzero(m.any(axis=0))
+    if cols.size == 0:
+        return np.asarray([h * w], dtype=np.int64)
+    x0, x1 = int(cols[0]), int(cols[-1])
+    rows = np.flatnonzero(m[:, x0 : x1 + 1].any(axis=1))
+    y0, y1 = int(rows[0]), int(rows[-1])
+    crop = m[y0 : y1 + 1, x0 : x1 + 1].T  # one row per image column
+    period = crop.shape[1] + 2  # a 0 above and below each column: no run crosses a column in the crop
+    padded = np.zeros((crop.shape[0], period), dtype=bool)
+    padded[:, 1:-1] = crop
+    flat = padded.ravel()
+    edges = np.flatnonzero(flat[1:] != flat[:-1]) + 1  # start, end, start, end, ... (column-major order)
+    col, row = np.divmod(edges, period)
+    at = (x0 + col.astype(np.int64)) * h + y0 + row - 1
+    starts, ends = at[0::2], at[1::2]  # ends exclusive
+    join = ends[:-1] == starts[1:]  # a run that leaves one column at the bottom and goes on at the next top
+    starts, ends = starts[np.concatenate([[True], ~join])], ends[np.concatenate([~join, [True]])]
+    bounds = np.empty(2 * starts.size + 2, dtype=np.int64)
+    bounds[0], bounds[-1] = 0, h * w
+    bounds[1:-1:2], bounds[2:-1:2] = starts, ends
+    runs = np.diff(bounds)
+    return runs[:-1] if runs[-1] == 0 else runs  # a mask ending in a 1-run has no closing 0-run
+
+
 def encode_rle(mask: np.ndarray) -> dict[str, Any]:
-    """COCO RLE ``{"size": [H, W], "counts": str}`` of a bool mask (column-major, pycocotools)."""
+    """COCO RLE ``{"size": [H, W], "counts": str}`` of a bool mask (column-major; the compressed string of
+    pycocotools, made from :func:`column_major_runs`)."""
     from pycocotools import mask as coco_mask
 
     m = as_mask(mask)
-    rle = coco_mask.encode(np.asfortranarray(m.view(np.uint8)))
-    return {"size": [int(rle["size"][0]), int(rle["size"][1])], "counts": rle["counts"].decode("ascii")}
+    h, w = m.shape
+    rle = coco_mask.frPyObjects({"size": [h, w], "counts": column_major_runs(m).tolist()}, h, w)
+    return {"size": [int(h), int(w)], "counts": rle["counts"].decode("ascii")}
 
 
 def rle_size(rle: Mapping[str, Any]) -> tuple[int, int]:

@@ -19,8 +19,13 @@ from scipy import ndimage
 from cxrground.anatomy.ctr import EmptyAnatomyError, cardiothoracic_ratio
 from cxrground.anatomy.percept_regions import largest_component
 from cxrground.anatomy.segment.base import HeartSource, LungHeartMasks
-from cxrground.anatomy.segment.heart import HEART_METHOD, HeartEstimateParams, estimate_heart
-from cxrground.anatomy.segment.heart_image import SEEN_HEART_METHOD, seen_cardiac_borders
+from cxrground.anatomy.segment.heart import HEART_METHOD, HeartEstimateParams, estimate_heart, midline
+from cxrground.anatomy.segment.heart_image import (
+    SEEN_HEART_METHOD,
+    cardiac_row_widths,
+    radiological_ctr,
+    seen_cardiac_borders,
+)
 from cxrground.errors import ConfigError, InputError
 from cxrground.io.image import CXRImage
 from cxrground.io.masks import as_mask, check_shape
@@ -100,9 +105,11 @@ def heart_from_lungs(
     r_w, l_w = (right, left) if box is None else (box.mask_to_canvas(right), box.mask_to_canvas(left))
     px_w = None if pixels is None else (pixels if box is None else box.image_to_canvas(pixels))
     try:
-        borders = None
+        borders, rctr = None, None
         if px_w is not None:
-            borders, info["seen"] = seen_cardiac_borders(px_w, r_w, l_w)
+            rows = cardiac_row_widths(px_w, r_w, l_w)
+            borders, info["seen"] = seen_cardiac_borders(px_w, r_w, l_w, rows=rows)
+            rctr, info["radiological"] = _radiological(rows, r_w, l_w, params)
         heart = estimate_heart(r_w, l_w, params, seen_borders=borders)
     except EmptyAnatomyError as exc:
         return None, {**info, "error": str(exc)}
@@ -112,10 +119,25 @@ def heart_from_lungs(
         heart = box.mask_to_native(heart)
     ctr = cardiothoracic_ratio(heart, right, left)
     seen = px_w is not None and info["seen"].get("error") is None
+    if rctr is not None:
+        info["ctr_radiological"] = round(float(rctr), 4)
     info.update(ctr=round(float(ctr), 4), ctr_plausible=bool(ctr >= PLAUSIBLE_CTR_MIN),
                 note="heart width seen in the image (cardiac silhouette), outline estimated" if seen else
                 "heart estimated from the lungs' medial borders, not segmented from the image")
     return heart, info
+
+
+def _radiological(rows: np.ndarray, right: np.ndarray, left: np.ndarray,
+                  params: HeartEstimateParams | None) -> tuple[float | None, dict[str, Any]]:
+    """:func:`~.heart_image.radiological_ctr` about the mediastinal midline (rows 20-45 % down the lungs)."""
+    lung_rows = np.flatnonzero((right | left).any(axis=1))
+    if lung_rows.size == 0:
+        return None, {"error": "no lungs"}
+    y0, height = int(lung_rows[0]), int(lung_rows[-1] - lung_rows[0])
+    mid = midline(right, left, y0 + round(0.2 * height), y0 + round(0.45 * height))
+    if mid is None:
+        return None, {"error": "no row holds both lungs above the heart"}
+    return radiological_ctr(rows, mid, right, left, (params or HeartEstimateParams()).max_right_share)
 
 
 class UNetLungSegmenter:

@@ -32,9 +32,21 @@ from scipy import ndimage
 
 from cxrground.io.masks import as_mask, check_same_shape
 
-__all__ = ["SEEN_HEART_METHOD", "SeenHeartParams", "cardiac_row_widths", "seen_cardiac_borders"]
+__all__ = [
+    "RADIOLOGICAL_CTR_METHOD",
+    "SEEN_HEART_METHOD",
+    "SeenHeartParams",
+    "cardiac_row_widths",
+    "internal_thoracic_diameter",
+    "radiological_ctr",
+    "seen_cardiac_borders",
+]
 
 SEEN_HEART_METHOD: Final[str] = "cardiac-silhouette-rows/1"
+RADIOLOGICAL_CTR_METHOD: Final[str] = "mrd+mld-over-internal-thoracic/1"
+#: The "maximal" right and left cardiac diameters are this percentile of the seen rows (a robust maximum: a
+#: single row can catch a vessel or a rib edge).
+MAX_PERCENTILE: Final[float] = 90.0
 
 
 @dataclass(frozen=True)
@@ -95,12 +107,14 @@ def cardiac_row_widths(
 
 
 def seen_cardiac_borders(
-    pixels: np.ndarray, right: np.ndarray, left: np.ndarray, params: SeenHeartParams | None = None
+    pixels: np.ndarray, right: np.ndarray, left: np.ndarray, params: SeenHeartParams | None = None,
+    rows: np.ndarray | None = None,
 ) -> tuple[tuple[float, float] | None, dict[str, Any]]:
     """``((x_right_border, x_left_border), info)`` of the row with the chosen transverse diameter, or
-    ``(None, info)`` when fewer than ``min_rows`` rows show both borders."""
+    ``(None, info)`` when fewer than ``min_rows`` rows show both borders. ``rows``: the
+    :func:`cardiac_row_widths` of the film when already computed."""
     p = params or SeenHeartParams()
-    rows = cardiac_row_widths(pixels, right, left, p)
+    rows = cardiac_row_widths(pixels, right, left, p) if rows is None else rows
     info: dict[str, Any] = {"method": SEEN_HEART_METHOD, "rows_seen": len(rows)}
     if len(rows) < p.min_rows:
         return None, {**info, "error": f"the cardiac borders were seen in fewer than {p.min_rows} rows"}
@@ -108,3 +122,38 @@ def seen_cardiac_borders(
     target = float(np.percentile(widths, p.width_percentile))
     k = int(np.argmin(np.abs(widths - target)))
     return (float(rows[k, 1]), float(rows[k, 2])), {**info, "row": int(rows[k, 0])}
+
+
+def internal_thoracic_diameter(right: np.ndarray, left: np.ndarray) -> float:
+    """The maximal internal thoracic diameter in pixels: the widest row between the right lung's lateral edge and
+    the left lung's lateral edge, both in the same row (on a PA film the lungs' lateral edges lie on the inner
+    margins of the ribs). 0 when no row holds both lungs."""
+    r, lft = as_mask(right, "right lung mask"), as_mask(left, "left lung mask")
+    both = r.any(axis=1) & lft.any(axis=1)
+    if not both.any():
+        return 0.0
+    x_r = np.argmax(r[both], axis=1)  # lateral edge of the right lung (image left)
+    x_l = lft.shape[1] - 1 - np.argmax(lft[both][:, ::-1], axis=1)
+    return float((x_l - x_r + 1).max())
+
+
+def radiological_ctr(
+    rows: np.ndarray, midline: float, right: np.ndarray, left: np.ndarray, max_right_share: float = 0.9,
+    min_rows: int = 5,
+) -> tuple[float | None, dict[str, Any]]:
+    """The CTR as radiologists measure it on a PA film: (MRD + MLD) / maximal internal thoracic diameter.
+
+    MRD and MLD are the maximal distances of the right and left cardiac borders from the ``midline``
+    (:data:`MAX_PERCENTILE` of the seen ``rows`` of :func:`cardiac_row_widths`, each side on its own, so they
+    may come from different rows), MRD at most ``max_right_share`` x MLD as in the heart outline; the thoracic
+    diameter is :func:`internal_thoracic_diameter`. ``(None, info)`` with fewer than ``min_rows`` rows."""
+    info: dict[str, Any] = {"method": RADIOLOGICAL_CTR_METHOD}
+    thorax = internal_thoracic_diameter(right, left)
+    if len(rows) < min_rows or thorax <= 0:
+        return None, {**info, "error": "too few rows show both cardiac borders"}
+    mld = float(np.percentile(rows[:, 2] - midline, MAX_PERCENTILE))
+    mrd = min(float(np.percentile(midline - rows[:, 1], MAX_PERCENTILE)), max_right_share * mld)
+    if mld <= 0:
+        return None, {**info, "error": "the left cardiac border lies right of the midline"}
+    return (mrd + mld) / thorax, {**info, "mrd_px": round(mrd, 1), "mld_px": round(mld, 1),
+                                  "thoracic_px": round(thorax, 1)}

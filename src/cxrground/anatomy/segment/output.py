@@ -21,7 +21,8 @@ from cxrground.io.overlay import overlay_masks
 __all__ = ["SegmentationOutput", "segment_file", "write_segmentation"]
 
 #: What the printed summary says about each heart source.
-_HEART_NOTES = {"estimate": "ESTIMATE from the lung masks' medial borders, not segmented from the image",
+_HEART_NOTES = {"estimate": "ESTIMATE: an outline fitted to the lungs, its width the cardiac borders seen in the "
+                            "image (else the lungs' medial borders); not segmented from the image",
                 "truth": "given"}
 
 
@@ -43,6 +44,9 @@ class SegmentationOutput:
         note = notes.get(masks.heart_source, masks.heart_source)
         lines += [f"CTR = {self.ctr:.3f}", f"heart: {note}"]
         info = masks.extra.get("heart_estimate") or {}
+        if info.get("ctr_radiological") is not None:
+            lines.append(f"radiological CTR (MRD + MLD over the maximal internal thoracic diameter) = "
+                         f"{info['ctr_radiological']:.3f}")
         if masks.heart_source == "estimate" and info.get("ctr_plausible") is False:
             lines.append("warning: the estimated heart is implausibly narrow (CTR < 0.30): the lung masks probably "
                          "overlap the heart shadow; do not use this CTR for cardiomegaly decisions")
