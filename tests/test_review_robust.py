@@ -9,6 +9,7 @@ import shutil
 import socket
 import sqlite3
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -339,7 +340,8 @@ def test_review_import_refuses_malformed_ils_datasets_without_a_traceback(setup,
 def test_benchmark_images_that_do_not_decode_are_refused(setup, tmp_path) -> None:
     bench = tmp_path / "bench"
     shutil.copytree(setup.bench_dir, bench)
-    png = next(p for p in sorted(bench.rglob("*.png")) if "images" in p.parts or p.parent != bench)
+    first = Path(bench_items(setup.bench_dir)[0]["images"][0]["path"])  # a PNG the import reads
+    png = bench / first.relative_to(Path(setup.bench_dir).resolve())
     png.write_bytes(png.read_bytes()[:200])  # truncated: the header reads, the pixels do not
     db_path = tmp_path / "r.sqlite"
     ReviewDB.create(db_path).add_user("a")
