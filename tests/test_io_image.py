@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cxrground.errors import ImageReadError
+from cxrground.errors import ImageReadError, MaskError
 from cxrground.io.dicom import apply_window, write_dicom
 from cxrground.io.image import CXRImage, read_image, read_images, to_uint8, write_image
 
@@ -159,3 +159,20 @@ def test_cxrimage_validates_pixels():
         CXRImage(pixels=np.zeros((4, 4), np.float32))
     im = CXRImage(pixels=np.zeros((3, 5), np.uint8))
     assert im.rgb().shape == (3, 5, 3) and (im.height, im.width) == (3, 5)
+
+
+def test_truncated_png_is_an_error_even_when_pillow_is_told_to_tolerate_it(tmp_path, monkeypatch) -> None:
+    """lmms-eval switches on Pillow's process-wide LOAD_TRUNCATED_IMAGES; our readers still refuse a cut file."""
+    from PIL import ImageFile
+
+    from cxrground.io.masks import read_mask_png
+
+    path = tmp_path / "cut.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 64), dtype=np.uint8)).save(path)
+    path.write_bytes(path.read_bytes()[:200])
+    monkeypatch.setattr(ImageFile, "LOAD_TRUNCATED_IMAGES", True)
+    with pytest.raises(ImageReadError, match="truncated or corrupt"):
+        read_image(path)
+    with pytest.raises(MaskError):
+        read_mask_png(path)
+    assert ImageFile.LOAD_TRUNCATED_IMAGES is True  # the caller's setting is left as it was

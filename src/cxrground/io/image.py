@@ -34,6 +34,7 @@ __all__ = [
     "check_pixel_limit",
     "image_header_size",
     "is_dicom",
+    "load_pixels",
     "read_image",
     "read_image_bytes",
     "read_images",
@@ -194,10 +195,23 @@ def write_image(path: str | Path, pixels: np.ndarray, quality: int = 95) -> Path
     return path
 
 
+def load_pixels(im: Image.Image) -> None:
+    """Decode every pixel of ``im``; a truncated file raises ``OSError`` even where another library (lmms-eval
+    does) has switched on Pillow's process-wide ``ImageFile.LOAD_TRUNCATED_IMAGES``."""
+    from PIL import ImageFile
+
+    tolerant = ImageFile.LOAD_TRUNCATED_IMAGES
+    ImageFile.LOAD_TRUNCATED_IMAGES = False
+    try:
+        im.load()
+    finally:
+        ImageFile.LOAD_TRUNCATED_IMAGES = tolerant
+
+
 def _read_raster(path: Path, window: Window, source: io.BytesIO | None = None) -> CXRImage:
     try:
         with Image.open(path if source is None else source) as im:
-            im.load()
+            load_pixels(im)
             mode = im.mode
             fmt = (im.format or path.suffix.lstrip(".")).lower()
             info = {k: v for k, v in im.info.items() if isinstance(v, str | int | float)}

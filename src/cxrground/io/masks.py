@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image
 
 from cxrground.errors import MaskError, MaskShapeError
+from cxrground.io.image import load_pixels
 
 __all__ = [
     "as_mask",
@@ -239,7 +240,7 @@ def read_mask_png(path: str | Path, shape: Sequence[int] | None = None, threshol
         with Image.open(path) as im:
             if shape is not None and (im.height, im.width) != tuple(int(v) for v in shape):
                 raise MaskShapeError(tuple(shape), (im.height, im.width), "mask", path)
-            im.load()
+            load_pixels(im)
             if im.mode not in ("L", "1", "P", "I", "I;16"):
                 im = im.convert("L")
             arr = np.asarray(im)

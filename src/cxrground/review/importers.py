@@ -21,7 +21,7 @@ from cxrground.evaluation.percept.conversation import plan_case, safe_image_path
 from cxrground.fields import option
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.schema import SPLITS, load_dataset
-from cxrground.io.image import read_image
+from cxrground.io.image import load_pixels, read_image
 from cxrground.io.masks import encode_rle, read_mask_png
 from cxrground.percept.cases import key_id
 from cxrground.percept.paths import unsafe_reason
@@ -141,7 +141,7 @@ def _decoded_size(path: Path) -> tuple[int, int]:
                 raise InputError(f"benchmark image is {im.format}, not a PNG", path)
             if im.width * im.height > Image.MAX_IMAGE_PIXELS:
                 raise InputError(f"benchmark image is {im.width}x{im.height}, too large to review", path)
-            im.load()
+            load_pixels(im)
             return int(im.height), int(im.width)
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise InputError(f"benchmark image does not decode ({exc})", path) from exc
