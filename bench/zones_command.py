@@ -1,5 +1,5 @@
 """`cxrground anatomy zones` end to end on the pack's 71 Brixia-scored films: the command's own library path
-(:func:`cxrground.anatomy.zones.write_zones` with the shipped lung U-Net and the reader resolved by name, as the CLI
+(:func:`cxrground.lesions.zones.write_zones` with the shipped lung U-Net and the reader resolved by name, as the CLI
 does), its ``zones.csv`` read back and compared with the senior radiologist (zone abnormal when scored > 0).
 
 Prints, for each reader (the default ``zone_sim_v1`` and ``normative``), the zones flagged, Cohen's κ overall and
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from cxrground.anatomy.normative import BRIXIA_ZONE_LABELS, NormativeModel
 from cxrground.anatomy.segment import get_segmenter
-from cxrground.anatomy.zone_classifier import SHIPPED_ZONE_READER
-from cxrground.anatomy.zone_fit import cohen_kappa
-from cxrground.anatomy.zones import NORMATIVE_READER, find_images, resolve_zone_reader, write_zones
 from cxrground.datasets.pack import Pack
+from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel
+from cxrground.lesions.zone_classifier import SHIPPED_ZONE_READER
+from cxrground.lesions.zone_fit import cohen_kappa
+from cxrground.lesions.zones import NORMATIVE_READER, find_images, resolve_zone_reader, write_zones
 
 ZONES = tuple(BRIXIA_ZONE_LABELS)
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from cxrground.anatomy.figure import GeometryRequest, draw_geometry
-from cxrground.anatomy.zone_fit import ZoneFitRequest
 from cxrground.cli.common import DIR, FILE, OUT_DIR, PACK_OPT, echo_lines, group, request_options
+from cxrground.lesions.zone_fit import ZoneFitRequest
 
 
 @group("anatomy")
@@ -35,9 +35,9 @@ def show(request: GeometryRequest) -> None:
                    "--normative.")
 def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool, zone_model: str) -> None:
     """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every film: OUT/zones.csv."""
-    from cxrground.anatomy.normative import NormativeModel
     from cxrground.anatomy.segment import get_segmenter
-    from cxrground.anatomy.zones import find_images, reader_name, resolve_zone_reader, write_zones
+    from cxrground.lesions.normative import NormativeModel
+    from cxrground.lesions.zones import find_images, reader_name, resolve_zone_reader, write_zones
 
     model = NormativeModel.load(normative)
     reader = resolve_zone_reader(zone_model)
@@ -54,7 +54,7 @@ def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool, zo
 def fit_zones_cmd(request: ZoneFitRequest) -> None:
     """Train a zone reader on your own labelled films (per-zone 0-3 or 0/1 labels in a CSV): penalty and flag
     threshold by patient-grouped CV, nested CV kappa printed; use it with `anatomy zones --zone-model`."""
-    from cxrground.anatomy.zone_fit import fit_segmenter, fit_zone_reader
+    from cxrground.lesions.zone_fit import fit_segmenter, fit_zone_reader
 
     echo_lines(fit_zone_reader(request, fit_segmenter(), progress=True).summary_lines())
 
@@ -64,10 +64,10 @@ def fit_zones_cmd(request: ZoneFitRequest) -> None:
 @PACK_OPT
 def fit_normative_cmd(out: Path, pack_dir: Path | None) -> None:
     """Rebuild the shipped normative model from the pack's NIH No Finding films (recipe:
-    cxrground.models.normative_fit)."""
+    cxrground.lesions.normative_fit)."""
     from cxrground.anatomy.segment import get_segmenter
     from cxrground.datasets.pack import Pack
-    from cxrground.models.normative_fit import fit_from_pack
+    from cxrground.lesions.normative_fit import fit_from_pack
 
     model = fit_from_pack(Pack(pack_dir), get_segmenter("unet", threads=1))
     path = model.save(out / "normative_v1.npz")

@@ -2,7 +2,7 @@
 for each of the six lung zones (the ILS bands = Brixia zones A–F), with overlays.
 
 Per image: the segmenter (default: the shipped lung U-Net with the heart width seen in the image) gives
-the lungs and heart; the normative model (:mod:`cxrground.anatomy.normative`) gives the z-map on the
+the lungs and heart; the normative model (:mod:`cxrground.lesions.normative`) gives the z-map on the
 working grid (longest side at most :data:`~cxrground.anatomy.segment.builtin.ANATOMY_WORK_SIZE`) and each
 zone's score (75th percentile of z in the zone) and flag (score above the model's threshold).
 ``OUT/zones.csv`` has the columns :data:`CSV_COLUMNS`; ``OUT/overlays/<stem>.png`` shows the lungs, heart,
@@ -10,10 +10,10 @@ flagged zones and the z-map; ``OUT/failures.jsonl`` lists images that could not 
 ``OUT/zones.json`` says which reader produced the flags.
 
 With a zone classifier (``zone_model``: the shipped
-:data:`~cxrground.anatomy.zone_classifier.SHIPPED_ZONE_READER`, the default of ``anatomy zones``, trained on
-simulated lesions in NIH normal films; or one trained by :mod:`cxrground.anatomy.zone_fit` on a site's own
+:data:`~cxrground.lesions.zone_classifier.SHIPPED_ZONE_READER`, the default of ``anatomy zones``, trained on
+simulated lesions in NIH normal films; or one trained by :mod:`cxrground.lesions.zone_fit` on a site's own
 labelled films; see :func:`resolve_zone_reader`), each zone's ``*_score`` is the classifier's probability that
-the zone is abnormal (features of :mod:`cxrground.anatomy.zone_features` on the same working grid) and its flag
+the zone is abnormal (features of :mod:`cxrground.lesions.zone_features` on the same working grid) and its flag
 is probability ≥ the classifier's threshold; the classifier must have been trained with the same normative
 model. Without one (the library default, or ``--zone-model normative``) the normative flags above are used.
 """
@@ -31,14 +31,14 @@ import numpy as np
 
 from cxrground.anatomy.ctr import cardiothoracic_ratio
 from cxrground.anatomy.ils_locations import ils_location_masks
-from cxrground.anatomy.normative import BRIXIA_ZONE_LABELS, NormativeModel, normalise_intensity
 from cxrground.anatomy.segment.base import LungHeartMasks, LungHeartSegmenter
 from cxrground.anatomy.segment.builtin import work_box
-from cxrground.anatomy.zone_classifier import SHIPPED_ZONE_READER, ZoneClassifier, shipped_zone_reader_path
-from cxrground.anatomy.zone_features import check_same_normative, feature_columns, normative_hash, zone_feature_matrix
 from cxrground.errors import CXRGroundError, Failure, InputError
 from cxrground.io.image import IMAGE_SUFFIXES, CXRImage, read_image, write_image
 from cxrground.io.overlay import contact_sheet, label_panel, overlay_masks
+from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel, normalise_intensity
+from cxrground.lesions.zone_classifier import SHIPPED_ZONE_READER, ZoneClassifier, shipped_zone_reader_path
+from cxrground.lesions.zone_features import check_same_normative, feature_columns, normative_hash, zone_feature_matrix
 
 __all__ = ["CSV_COLUMNS", "NORMATIVE_READER", "ZoneReading", "film_features", "find_images", "read_zones",
            "reader_name", "resolve_zone_reader", "write_zones", "zones_overlay", "zones_provenance"]
@@ -81,7 +81,7 @@ def find_images(folder: Path) -> list[Path]:
 
 def resolve_zone_reader(reader: str | Path | None) -> ZoneClassifier | None:
     """The zone classifier named by ``reader``: :data:`NORMATIVE_READER` → None (the normative threshold flags),
-    None or :data:`~cxrground.anatomy.zone_classifier.SHIPPED_ZONE_READER` → the shipped reader, else a ``.npz``
+    None or :data:`~cxrground.lesions.zone_classifier.SHIPPED_ZONE_READER` → the shipped reader, else a ``.npz``
     path written by ``anatomy fit-zones`` (or :meth:`ZoneClassifier.save`)."""
     if str(reader) == NORMATIVE_READER:
         return None
@@ -113,7 +113,7 @@ def _segment_on_work_grid(image: CXRImage, segmenter: LungHeartSegmenter
 
 def film_features(image: CXRImage, segmenter: LungHeartSegmenter,
                   model: NormativeModel) -> tuple[np.ndarray, dict[str, float]]:
-    """The film's zone feature matrix (:func:`~cxrground.anatomy.zone_features.zone_feature_matrix`, rows A–F)
+    """The film's zone feature matrix (:func:`~cxrground.lesions.zone_features.zone_feature_matrix`, rows A–F)
     and its normative zone scores, both on the working grid exactly as :func:`read_zones` reads them."""
     _, px, r_w, l_w = _segment_on_work_grid(image, segmenter)
     z = model.z_map(px, r_w, l_w)
