@@ -131,6 +131,8 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
         unit["masks"] = [{"path": m.path, "lesion": m.lesion, "area": int(m.mask.sum()), "rle": encode_rle(m.mask)}
                          for m in composed.masks]
         unit["reported"] = [[lesion, got] for lesion, got in composed.reported]
+        if composed.dropped:
+            unit["dropped_pairs"] = dict(composed.dropped)
         unit["anatomy"] = {
             "height": image.height, "width": image.width, "ctr": ctr,
             "segmenter": anatomy.source, "heart_source": anatomy.heart_source,
