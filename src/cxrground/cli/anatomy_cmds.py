@@ -30,9 +30,10 @@ def show(request: GeometryRequest) -> None:
 @click.option("--no-overlays", is_flag=True, help="Write zones.csv only.")
 @click.option("--zone-model", default="zone_sim_v1", show_default=True,
               help="Who flags the zones: the shipped reader `zone_sim_v1` (trained on simulated lesions in NIH normal "
-                   "films; *_score = probability), `normative` (the normative z score and its threshold), or a zone "
-                   "classifier .npz from `anatomy fit-zones`; a classifier must have been fitted with the same "
-                   "--normative.")
+                   "films; *_score = probability), `lesion-unet` (the lesion segmenter; *_score = share of the "
+                   "zone's lung, heart and mediastinum removed, with a lesion), `normative` (the normative z score "
+                   "and its threshold), or a zone classifier .npz from `anatomy fit-zones`; a classifier must have "
+                   "been fitted with the same --normative.")
 def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool, zone_model: str) -> None:
     """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every film: OUT/zones.csv."""
     from cxrground.anatomy.segment import get_segmenter

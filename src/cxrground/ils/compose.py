@@ -175,10 +175,19 @@ def _drop_duplicates(study_key: str, out: ComposedStudy) -> None:
             a, b = first.get("seg_mask_path"), pair.get("seg_mask_path")
             if a and b and a != b:
                 masks[a] = MaskOut(a, masks[a].lesion, masks[a].mask | masks[b].mask)
+        setattr(out, name, list(kept.values()))
+    out.masks = list(masks.values())
+    renumber(study_key, out)
+
+
+def renumber(study_key: str, out: ComposedStudy) -> None:
+    """Pair ids numbered again from 0 in list order, and the masks no positive pair uses dropped (after pairs were
+    left out)."""
+    for name in ("positive_pairs", "negative_pairs"):
         setattr(out, name, [{**p, "pair_id": f"{study_key}_{name.split('_')[0]}_{i}"}
-                            for i, p in enumerate(kept.values())])
+                            for i, p in enumerate(getattr(out, name))])
     used = {p["seg_mask_path"] for p in out.positive_pairs}
-    out.masks = [masks[m.path] for m in out.masks if m.path in used]
+    out.masks = [m for m in out.masks if m.path in used]
 
 
 def _heart_positive(study_key: str, lesion: str, g: GroundedFinding, heart: np.ndarray | None, config: IlsConfig,
