@@ -185,3 +185,27 @@ def test_shipped_weights_load_with_their_sidecar():
     assert seg.meta["name"] == "lesion_unet_v1" and 0 < seg.threshold < 1
     assert seg.meta["training_films"] and "NIH" in seg.meta["licence"]
     assert shipped_lesion_unet_path().stat().st_size < 5_000_000
+
+
+def test_ils_build_with_the_lesion_unet_synthesizer_checks_pairs(tiny_weights, tmp_path):
+    from cxrground.datasets.synthetic import SynthConfig, write_cohort
+    from cxrground.ils.build import BackendSpec, build_dataset
+    from cxrground.ils.config import IlsConfig
+    from cxrground.ils.tasks import build_tasks
+
+    cohort = tmp_path / "cohort"
+    write_cohort(cohort, 4, seed=7, config=SynthConfig(width=256), progress=False)
+    tasks, failures = build_tasks(cohort / "files")
+    spec = BackendSpec(synthesizer="lesion-unet", synthesizer_kwargs={"weights": str(tiny_weights), "floor": "0"})
+    out = tmp_path / "ils"
+    summary = build_dataset(tasks, out, IlsConfig(seed=0), spec, scan_failures=failures, progress=False)
+    assert summary.failures == 0 and summary.studies_in_dataset > 0
+    card = (out / "card.md").read_text()
+    assert "## Pairs left out by checks, by reason" in card
+    import json
+
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["backends"]["synthesizer"]["name"] == "lesion-unet"
+    # floor 0 and a random model: the segmenter "finds" lesions in many zones, so negatives get dropped
+    units = [json.loads(p.read_text()) for p in (out / "units").glob("*.json")]
+    assert sum(sum(u.get("dropped_pairs", {}).values()) for u in units) > 0

@@ -122,15 +122,15 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
                 return {**unit, "status": "rejected", "stage": "qc", "reason": problem}
         ctr = cardiothoracic_ratio(heart, right, left) if heart is not None and heart.any() else None
         stage = "spatial"
-        grounded, empty, records, check = _ground(structured.findings, image.pixels, right, left, heart, backends,
-                                                  config)
+        grounded, empty, records, pair_check = _ground(structured.findings, image.pixels, right, left, heart,
+                                                       backends, config)
         unit["grounding"] = records
         stage = "compose"
         composed = compose_pairs(task.study_key, structured.findings, grounded, empty, ctr, heart, config)
-        if check is not None:
+        if pair_check is not None:
             from cxrground.ils.image_check import check_pairs
 
-            check_pairs(task.study_key, composed, *check)
+            check_pairs(task.study_key, composed, *pair_check)
         for m in composed.masks:
             write_mask_png(out / MASK_DIR / m.path, m.mask)
         unit["masks"] = [{"path": m.path, "lesion": m.lesion, "area": int(m.mask.sum()), "rle": encode_rle(m.mask)}
@@ -227,7 +227,7 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
     boxes = backends.detector.detect(canvas, anomaly)
     evidence = getattr(backends.synthesizer, "evidence", None)
     ev = evidence(canvas, (r_c, l_c, h_c)) if callable(evidence) else None
-    check = (locations, box, ev.probability, ev.threshold, ev.centre) if ev is not None else None
+    pair_check = (locations, box, ev.probability, ev.threshold, ev.centre) if ev is not None else None
     grounded: list[GroundedFinding] = []
     records: list[dict[str, Any]] = []
     for f in findings:
@@ -253,5 +253,5 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
         grounded.append(GroundedFinding(f, native, tuple(check.grounded), check.complete))
     el = empty_locations(findings, locations)
     if any(findings[i].assertion != "absent" for i in el.unlocated):
-        return grounded, [], records, check
-    return grounded, list(el.labels), records, check
+        return grounded, [], records, pair_check
+    return grounded, list(el.labels), records, pair_check
