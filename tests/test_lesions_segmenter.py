@@ -209,3 +209,11 @@ def test_ils_build_with_the_lesion_unet_synthesizer_checks_pairs(tiny_weights, t
     # floor 0 and a random model: the segmenter "finds" lesions in many zones, so negatives get dropped
     units = [json.loads(p.read_text()) for p in (out / "units").glob("*.json")]
     assert sum(sum(u.get("dropped_pairs", {}).values()) for u in units) > 0
+
+
+def test_mediastinum_does_not_span_the_chest_where_a_lung_ends_laterally():
+    right, left = toy_lungs()
+    right[100:110, 30:] = False  # the right lung's base row ends laterally (a costophrenic angle only)
+    right[100:110, 12:30] = True
+    med = mediastinum_mask(right, left)
+    assert not med[105, 40] and med[105, 70]

@@ -1,7 +1,7 @@
 """Where a lung lesion may be, and the lesion segmenter's reading of the six lung zones.
 
 - :func:`central_mask`: the heart outline and the mediastinum (per row, the gap between the two lungs' medial
-  edges), widened by :data:`CENTRAL_MARGIN` of the thorax width. Lung masks include the lung behind the heart and
+  edges, each edge held near its median over the rows), widened by :data:`CENTRAL_MARGIN` of the thorax width. Lung masks include the lung behind the heart and
   beside the aortic knob; a lung-lesion mask must not lie there, because the heart and mediastinum read as
   "brighter than lung" to every lesion reader.
 - :func:`lesion_field`: the segmenter's probability map with the centre removed (the pixels a lesion may occupy).
@@ -23,13 +23,15 @@ from cxrground.io.masks import as_mask, check_same_shape
 from cxrground.lesions.normative import BRIXIA_ZONE_LABELS
 from cxrground.lesions.segmenter import LESION_UNET, LesionSegmenter, load_lesion_segmenter
 
-__all__ = ["CENTRAL_MARGIN", "LESION_ZONE_READER", "ZONE_COVER", "LesionZoneReader", "central_mask",
+__all__ = ["CENTRAL_MARGIN", "LESION_ZONE_READER", "MEDIAL_SLACK", "ZONE_COVER", "LesionZoneReader", "central_mask",
            "lesion_field", "location_share", "mediastinum_mask", "zone_scores"]
 
 #: Name of the zone reader built on the shipped lesion segmenter (``anatomy zones --zone-model lesion-unet``).
 LESION_ZONE_READER: Final[str] = "lesion-unet"
 #: A zone is abnormal when at least this share of its lung pixels (centre removed) has ``p ≥ t``.
 ZONE_COVER: Final[float] = 0.10
+#: How far (fraction of the thorax width) a row's medial lung edge may lie lateral to its median for the mediastinum.
+MEDIAL_SLACK: Final[float] = 0.08
 #: Widening of the heart + mediastinum region, as a fraction of the thorax (both lungs') width.
 CENTRAL_MARGIN: Final[float] = 0.03
 _BANDS: Final[tuple[str, str, str]] = ("upper zone lung", "mid zone lung", "lung base")
@@ -37,15 +39,22 @@ _BANDS: Final[tuple[str, str, str]] = ("upper zone lung", "mid zone lung", "lung
 
 def mediastinum_mask(right: np.ndarray, left: np.ndarray) -> np.ndarray:
     """Per row where both lungs are present, the columns strictly between the right lung's medial edge (its
-    largest column: the patient's right is the image's left) and the left lung's medial edge (smallest column)."""
+    largest column: the patient's right is the image's left) and the left lung's medial edge (smallest column);
+    each edge is kept within :data:`MEDIAL_SLACK` of the thorax width of its median over the rows, so a row where
+    a lung ends laterally (a costophrenic angle) does not make the gap span the chest."""
     r, lft = as_mask(right, "right lung mask"), as_mask(left, "left lung mask")
     check_same_shape(("right lung mask", r), ("left lung mask", lft))
     out = np.zeros(r.shape, bool)
     cols = np.arange(r.shape[1])
     rows = np.flatnonzero(r.any(axis=1) & lft.any(axis=1))
-    for y in rows:
-        a = int(np.flatnonzero(r[y])[-1])
-        b = int(np.flatnonzero(lft[y])[0])
+    if not rows.size:
+        return out
+    medial_r = np.array([np.flatnonzero(r[y])[-1] for y in rows])
+    medial_l = np.array([np.flatnonzero(lft[y])[0] for y in rows])
+    lungs = np.flatnonzero((r | lft).any(axis=0))
+    slack = MEDIAL_SLACK * (lungs[-1] - lungs[0] + 1)
+    lo, hi = np.median(medial_r) - slack, np.median(medial_l) + slack
+    for y, a, b in zip(rows, np.maximum(medial_r, lo), np.minimum(medial_l, hi), strict=True):
         if b > a + 1:
             out[y] = (cols > a) & (cols < b)
     return out
