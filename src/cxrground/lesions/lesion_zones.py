@@ -1,8 +1,8 @@
 """Where a lung lesion may be, and the lesion segmenter's reading of the six lung zones.
 
 - :func:`central_mask`: the heart outline and the mediastinum (per row, the gap between the two lungs' medial
-  edges, each edge held near its median over the rows), widened by :data:`CENTRAL_MARGIN` of the thorax width. Lung masks include the lung behind the heart and
-  beside the aortic knob; a lung-lesion mask must not lie there, because the heart and mediastinum read as
+  edges, each edge held near its median over the rows), widened by :data:`CENTRAL_MARGIN` of the thorax width.
+  Lung masks include the lung behind the heart and beside the aortic knob; a lung-lesion mask must not lie there, because the heart and mediastinum read as
   "brighter than lung" to every lesion reader.
 - :func:`lesion_field`: the segmenter's probability map with the centre removed (the pixels a lesion may occupy).
 - :func:`zone_scores`: per Brixia zone A–F, the share of its lung pixels outside the centre with ``p ≥ t``;
