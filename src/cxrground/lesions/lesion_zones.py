@@ -2,8 +2,8 @@
 
 - :func:`central_mask`: the heart outline and the mediastinum (per row, the gap between the two lungs' medial
   edges, each edge held near its median over the rows), widened by :data:`CENTRAL_MARGIN` of the thorax width.
-  Lung masks include the lung behind the heart and beside the aortic knob; a lung-lesion mask must not lie there, because the heart and mediastinum read as
-  "brighter than lung" to every lesion reader.
+  Lung masks include the lung behind the heart and beside the aortic knob; a lung-lesion mask must not lie
+  there, because the heart and mediastinum read as "brighter than lung" to every lesion reader.
 - :func:`lesion_field`: the segmenter's probability map with the centre removed (the pixels a lesion may occupy).
 - :func:`zone_scores`: per Brixia zone A–F, the share of its lung pixels outside the centre with ``p ≥ t``;
   :class:`LesionZoneReader` flags a zone when that share is at least :data:`ZONE_COVER` (the lesion simulator's
