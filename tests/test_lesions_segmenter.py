@@ -217,3 +217,14 @@ def test_mediastinum_does_not_span_the_chest_where_a_lung_ends_laterally():
     right[100:110, 12:30] = True
     med = mediastinum_mask(right, left)
     assert not med[105, 40] and med[105, 70]
+
+
+@pytest.mark.skipif(not shipped_lesion_unet_path().is_file(), reason="lesion_unet_v1 not built")
+def test_anatomy_zones_resolves_the_lesion_reader_by_name():
+    from cxrground.lesions.normative import NormativeModel
+    from cxrground.lesions.zones import reader_name, resolve_zone_reader, zones_provenance
+
+    reader = resolve_zone_reader("lesion-unet")
+    assert isinstance(reader, LesionZoneReader) and reader_name(reader).startswith("lesion-unet lesion_unet_v1")
+    prov = zones_provenance(NormativeModel.load(), reader, 1, 0)
+    assert prov["zone_model"]["sha256"] == reader.segmenter.meta["sha256"] and prov["flag"] == "zone share >= 0.1"
