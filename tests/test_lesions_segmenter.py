@@ -228,3 +228,19 @@ def test_anatomy_zones_resolves_the_lesion_reader_by_name():
     assert isinstance(reader, LesionZoneReader) and reader_name(reader).startswith("lesion-unet lesion_unet_v1")
     prov = zones_provenance(NormativeModel.load(), reader, 1, 0)
     assert prov["zone_model"]["sha256"] == reader.segmenter.meta["sha256"] and prov["flag"] == "zone share >= 0.1"
+
+
+def test_image_check_with_zone_reader_flags_drops_negatives_in_flagged_zones():
+    from cxrground.ils.image_check import DROPPED_NEGATIVE_ZONES
+
+    right, left = toy_lungs()
+    locations = ils_location_masks(right, left)
+    out = ComposedStudy(negative_pairs=[_pair("basic", "opacity", ["left lung"]),
+                                        _pair("basic", "opacity", ["right upper zone lung"])])
+    p = np.zeros((H, W), np.float32)
+    flags = {z: z == "F" for z in "ABCDEF"}
+    check_pairs("s", out, locations, Letterbox.fit((H, W), (H, W)), p, 0.5, central_mask(right, left, None), flags)
+    assert [q["location"] for q in out.negative_pairs] == [["right upper zone lung"]]
+    assert out.dropped == {DROPPED_NEGATIVE_ZONES: 1}
+    with pytest.raises(ConfigError, match="zone_reader"):
+        get_synthesizer("lesion-unet", zone_reader="other")

@@ -7,6 +7,8 @@ written (rules fixed in ``bench/lesion_unet_preregistration.md``):
   finds a lesion there: some zone of the location (a whole-lung label: each of its upper / mid / base zones; "both
   lungs": all six) has at least :data:`~cxrground.lesions.lesion_zones.ZONE_COVER` of its pixels, heart and
   mediastinum removed, at ``p ≥ t``;
+- with a zone reader's flags (``--synthesizer-opt zone_reader=zone_sim_v1``), a negative naming a flagged Brixia
+  zone is dropped as well;
 - **positives**: a pair is dropped when its mask covers less than :data:`MIN_LOCATION_COVER` of a location it
   names (the answer would point where the mask is not);
 - **masks**: lung-lesion and effusion masks are clipped off the heart outline and the mediastinum
@@ -36,6 +38,11 @@ __all__ = ["DROPPED_NEGATIVE", "DROPPED_POSITIVE", "MIN_LOCATION_COVER", "check_
 MIN_LOCATION_COVER: Final[float] = 0.01
 DROPPED_NEGATIVE: Final[str] = "negative contradicted by the image (lesion segmenter)"
 DROPPED_POSITIVE: Final[str] = "positive mask misses a named location"
+DROPPED_NEGATIVE_ZONES: Final[str] = "negative contradicted by the image (zone reader)"
+#: Brixia zone of each zone label a negative is checked on.
+BRIXIA_OF: Final[dict[str, str]] = {
+    "right apical zone lung": "A", "right upper zone lung": "A", "right mid zone lung": "B", "right lung base": "C",
+    "left apical zone lung": "D", "left upper zone lung": "D", "left mid zone lung": "E", "left lung base": "F"}
 #: Targets whose negatives the segmenter can check (it reads opacities and fluid, not the heart).
 CHECKED_TARGETS: Final[frozenset[str]] = frozenset({*LUNG_LESIONS, "effusion", TENTATIVE_WORD})
 _BANDS: Final[tuple[str, str, str]] = ("upper zone lung", "mid zone lung", "lung base")
@@ -57,9 +64,11 @@ def clip_centre(mask: np.ndarray, centre: np.ndarray) -> np.ndarray:
 
 
 def check_pairs(study_key: str, out: ComposedStudy, locations: Mapping[str, np.ndarray], box: Letterbox,
-                probability: np.ndarray, threshold: float, centre: np.ndarray) -> None:
+                probability: np.ndarray, threshold: float, centre: np.ndarray,
+                zone_flags: Mapping[str, bool] | None = None) -> None:
     """Drop the pairs of ``out`` the image contradicts (rules in the module docstring), counting them in
-    ``out.dropped``; ``locations``, ``probability`` and ``centre`` are on the canvas of ``box``."""
+    ``out.dropped``; ``locations``, ``probability`` and ``centre`` are on the canvas of ``box``. ``zone_flags``
+    (Brixia A–F, from a zone reader) also contradict a negative that names a flagged zone."""
     canvas_masks = {m.path: box.mask_to_canvas(m.mask) for m in out.masks}
     keep_pos = []
     for pair in out.positive_pairs:
@@ -76,6 +85,9 @@ def check_pairs(study_key: str, out: ComposedStudy, locations: Mapping[str, np.n
             zones = [z for lab in pair.get("location") or [] for z in zones_of(lab) if z in locations]
             if any(location_share(probability, locations[z], threshold, centre) >= ZONE_COVER for z in zones):
                 out.dropped[DROPPED_NEGATIVE] += 1
+                continue
+            if zone_flags and any(zone_flags.get(BRIXIA_OF.get(z, ""), False) for z in zones):
+                out.dropped[DROPPED_NEGATIVE_ZONES] += 1
                 continue
         keep_neg.append(pair)
     out.positive_pairs, out.negative_pairs = keep_pos, keep_neg

@@ -227,7 +227,7 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
     boxes = backends.detector.detect(canvas, anomaly)
     evidence = getattr(backends.synthesizer, "evidence", None)
     ev = evidence(canvas, (r_c, l_c, h_c)) if callable(evidence) else None
-    pair_check = (locations, box, ev.probability, ev.threshold, ev.centre) if ev is not None else None
+    pair_check = (locations, box, ev.probability, ev.threshold, ev.centre, ev.zone_flags) if ev is not None else None
     grounded: list[GroundedFinding] = []
     records: list[dict[str, Any]] = []
     for f in findings:

@@ -9,11 +9,13 @@ Pixels outside the lungs, on the heart and in the mediastinum keep ``x̂ = x``: 
 built-in ``anomaly`` detector gets a strength midpoint of 0.10 with this map (``DETECTOR_DEFAULTS``).
 
 The build also asks this backend (:meth:`LesionUNetSynthesizer.evidence`) for the image check of its pairs and clips
-lung-lesion masks off the heart and mediastinum (``EXCLUDES_CENTRE``); see :mod:`cxrground.ils.image_check`.
+lung-lesion masks off the heart and mediastinum (``EXCLUDES_CENTRE``); see :mod:`cxrground.ils.image_check`. With
+``zone_reader=zone_sim_v1`` the check of negatives also uses the shipped zone reader's flags.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 from collections.abc import Sequence
@@ -25,9 +27,18 @@ import numpy as np
 from cxrground.errors import ConfigError
 from cxrground.io.masks import as_mask, check_same_shape
 from cxrground.lesions.lesion_zones import central_mask
+from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel
 from cxrground.lesions.segmenter import LesionSegmenter, load_lesion_segmenter
+from cxrground.lesions.zone_classifier import SHIPPED_ZONE_READER, ZoneClassifier, shipped_zone_reader_path
+from cxrground.lesions.zone_features import feature_columns, film_zone_features
 
 __all__ = ["LesionEvidence", "LesionUNetSynthesizer"]
+
+
+@functools.cache
+def _zone_models() -> tuple[NormativeModel, ZoneClassifier]:
+    """The shipped normative model and zone reader (loaded once per process)."""
+    return NormativeModel.load(), ZoneClassifier.load(shipped_zone_reader_path())
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,6 +48,8 @@ class LesionEvidence:
     probability: np.ndarray
     threshold: float
     centre: np.ndarray
+    zone_flags: dict[str, bool] | None = None
+    """Brixia zones A–F flagged by the optional zone reader (``zone_reader``); None when not used."""
 
 
 @dataclass
@@ -50,6 +63,8 @@ class LesionUNetSynthesizer:
     floor: float = 0.5
     """Probabilities below ``floor · t`` give no anomaly."""
     threads: int = 1
+    zone_reader: str = "none"
+    """``none``, or ``zone_sim_v1``: negatives are also checked against the shipped zone reader's flags."""
     _last: tuple[str, LesionEvidence] | None = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
@@ -61,6 +76,9 @@ class LesionUNetSynthesizer:
     def __post_init__(self) -> None:
         if self.scale <= 0 or not 0 <= self.floor <= 1:
             raise ConfigError(f"lesion-unet needs scale > 0 and floor in [0, 1], got {self.scale}, {self.floor}")
+        if self.zone_reader not in ("none", SHIPPED_ZONE_READER):
+            raise ConfigError(f"lesion-unet zone_reader must be none or {SHIPPED_ZONE_READER}, "
+                              f"got {self.zone_reader!r}")
 
     def _segmenter(self) -> LesionSegmenter:
         return load_lesion_segmenter(self.weights, self.threads)
@@ -77,10 +95,18 @@ class LesionUNetSynthesizer:
             if self._last is not None and self._last[0] == key:
                 return self._last[1]
         seg = self._segmenter()
-        ev = LesionEvidence(seg.probability(x), seg.threshold, central_mask(right, left, heart))
+        flags = self._zone_flags(x, right, left) if self.zone_reader != "none" else None
+        ev = LesionEvidence(seg.probability(x), seg.threshold, central_mask(right, left, heart), flags)
         with self._lock:
             self._last = (key, ev)
         return ev
+
+    def _zone_flags(self, x: np.ndarray, right: np.ndarray, left: np.ndarray) -> dict[str, bool]:
+        """The shipped zone reader's flags A–F on this canvas (shipped normative model)."""
+        model, clf = _zone_models()
+        feats, _ = film_zone_features(model, x, right, left)
+        prob = clf.probability(feats[:, feature_columns(clf.feature_names)])
+        return {z: bool(p >= clf.threshold) for z, p in zip(BRIXIA_ZONE_LABELS, prob, strict=True)}
 
     def synthesize(self, image: np.ndarray, edit_mask: np.ndarray,
                    regions: Sequence[np.ndarray] | None = None) -> np.ndarray:
@@ -100,6 +126,7 @@ class LesionUNetSynthesizer:
 
     def provenance(self) -> dict[str, Any]:
         """Backend name, settings and the segmenter's weights (name, sha256, threshold)."""
-        return {"name": self.name, "settings": {"scale": self.scale, "floor": self.floor},
+        return {"name": self.name, "settings": {"scale": self.scale, "floor": self.floor,
+                                                "zone_reader": self.zone_reader},
                 "model": self._segmenter().provenance(),
                 "method": "x̂ = x − 255·scale·p/t in the lungs minus heart and mediastinum (p ≥ floor·t)"}
