@@ -94,6 +94,8 @@ def main() -> None:
         ("unet, normative default, half τ", 0.5, BackendSpec()),
         ("unet, lesion-unet (lesion segmenter; pairs checked against the image)", 1.0,
          BackendSpec(synthesizer="lesion-unet")),
+        ("unet, lesion-unet + zone_sim_v1 check of negatives (exploratory)", 1.0,
+         BackendSpec(synthesizer="lesion-unet", synthesizer_kwargs={"zone_reader": "zone_sim_v1"})),
     ]
     for i, (name, scale, spec) in enumerate(runs):
         if args.only and not any(text in name for text in args.only):
