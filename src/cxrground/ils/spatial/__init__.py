@@ -63,7 +63,8 @@ SYNTHESIZERS.register("normative", NormativeSynthesizer,
                            "normal films) or model=NPZ; band, noise_floor")
 SYNTHESIZERS.register("lesion-unet", LesionUNetSynthesizer,
                       help="built-in CPU: the film minus the shipped lesion U-Net's lesions (lungs, not heart or "
-                           "mediastinum); pairs checked against its reading; weights=PATH, scale, floor, threads")
+                           "mediastinum); pairs checked against its reading; weights=PATH, scale, floor, threads, "
+                           "zone_reader=none|zone_sim_v1")
 
 #: Lesion box detectors by name.
 DETECTORS: Final[Registry[BoxDetector]] = Registry("detector")
