@@ -1,6 +1,7 @@
 """ILS build on the synthetic cohort: throughput per core and quality against the exact truth.
 
-Run: ``.venv/bin/python bench/ils_build.py [--studies 40] [--speed-studies 8] [--real-films 20] [--skip-quality]``.
+Run: ``.venv/bin/python bench/ils_build.py [--studies 40] [--speed-studies 8] [--real-films 20] [--skip-quality]
+[--skip-speed] [--only TEXT]``.
 
 1. **Speed at real size**: the same cohort generated 512 px wide and 2800 px wide (MIMIC size), built with
    the default built-in backends (U-Net lungs + seen heart, normative normal image, anomaly boxes), one
@@ -13,7 +14,8 @@ Run: ``.venv/bin/python bench/ils_build.py [--studies 40] [--speed-studies 8] [-
 2. **Quality**: builds the 512-px cohort with the default (the normative model fitted on the build's own
    report-normal studies, trimmed, band 0, detector strength 0.14), the default before issue 14's real-film
    changes, the pseudo-normal image, the shipped ``normative_v1``, an unshrunk fit and the ``trim=prior`` fit,
-   with the U-Net and with the cohort's exact anatomy masks, and prints
+   with the U-Net and with the cohort's exact anatomy masks, and the learned lesion segmenter (``lesion-unet``,
+   pairs checked against the image), and prints
    studies/s/core, gIoU / cIoU of the generated masks, recall of reported findings and the share of
    negatives that are truly lesion-free (``cxrground.ils.quality``).
 """
@@ -128,6 +130,8 @@ def main() -> None:
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--real-films", type=int, default=20, help="pack films for the real-film speed rows (0: none)")
     parser.add_argument("--no-profile", action="store_true", help="real-film rows without the cProfile table")
+    parser.add_argument("--only", action="append", default=[], metavar="TEXT",
+                        help="quality: only the runs whose name contains TEXT (repeatable)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="cxrground-ils-bench-"))
     if not args.skip_speed:
@@ -157,8 +161,14 @@ def main() -> None:
                                                           synthesizer="pseudo-normal")),
         ("truth anatomy, normative default", 1.0, BackendSpec(segmenter="masks", segmenter_kwargs=truth)),
         ("unet, normative default, half τ", 0.5, BackendSpec()),
+        ("unet, lesion-unet (lesion segmenter; pairs checked against the image)", 1.0,
+         BackendSpec(synthesizer="lesion-unet")),
+        ("unet, lesion-unet + zone_sim_v1 check of negatives (exploratory)", 1.0,
+         BackendSpec(synthesizer="lesion-unet", synthesizer_kwargs={"zone_reader": "zone_sim_v1"})),
     ]
     for i, (name, scale, spec) in enumerate(runs):
+        if args.only and not any(text in name for text in args.only):
+            continue
         out = work / f"run{i}"
         start = time.perf_counter()
         summary = build_dataset(tasks, out, IlsConfig(seed=0).with_threshold_scale(scale), spec,

@@ -20,7 +20,6 @@ import time
 import numpy as np
 from scipy import ndimage
 
-from cxrground.anatomy.normative import SMOOTH_FRACTION, NormativeModel, film_cells, fit_cells
 from cxrground.anatomy.segment import get_segmenter
 from cxrground.datasets.pack import Pack
 from cxrground.ils.config import IlsConfig
@@ -28,7 +27,8 @@ from cxrground.ils.grounding import algorithm1
 from cxrground.ils.spatial.boxes import AnomalyBoxDetector
 from cxrground.ils.spatial.pseudo_normal import anomaly_map, anomaly_mask
 from cxrground.io.transform import Letterbox
-from cxrground.models.normative_fit import FOLDS, OPACITY_LABELS, nih_patient, patient_folds
+from cxrground.lesions.normative import SMOOTH_FRACTION, NormativeModel, film_cells, fit_cells
+from cxrground.lesions.normative_fit import FOLDS, OPACITY_LABELS, nih_patient, patient_folds
 
 CANDIDATES = (("band", 2.0), ("band", 1.0), ("band", 0.0), ("gate", None))
 MIDPOINTS = (0.26, 0.18, 0.14, 0.10)

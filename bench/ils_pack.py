@@ -8,7 +8,12 @@ a zone (right/left × upper/mid/lower = Brixia A-F) counts as abnormal when the 
 (upper zone / mid zone / lung base). The reported locations (text only, no pixels) are scored the same
 way for comparison. Prints sensitivity, specificity, accuracy and Cohen's kappa per zone and overall, the
 all-zone kappa's 95 % interval from a bootstrap over patients (studies of one patient are resampled together),
-and, before any Brixia number, how the positive lung findings fared in Algorithm 1.
+and, before any Brixia number, how the positive lung findings fared in Algorithm 1. Then the image checks:
+the share of lung-lesion negative pairs (target a lung lesion or the tentative "opacity") that name a zone the
+senior scored abnormal (a whole-lung label names its three zones, "lung" all six), the median share of each
+lung-lesion mask's pixels on the heart outline (the build's) or the mediastinum (per row, the gap between the
+lungs), and the pairs the build left out by reason (``--synthesizer lesion-unet`` checks pairs against the image).
+``--gallery DIR`` writes one PNG overlay per scored study (masks over the film, Brixia scores in the file name).
 """
 
 from __future__ import annotations
@@ -28,10 +33,17 @@ from cxrground.ils.build import BackendSpec, build_dataset
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.tasks import build_tasks
 from cxrground.io.masks import decode_rle, read_mask_png
+from cxrground.lesions.lesion_zones import mediastinum_mask
+from cxrground.vocab.ils_templates import TENTATIVE_WORD
+from cxrground.vocab.lesions import LUNG_LESIONS
 
 ZONES = {"A": "right upper zone lung", "B": "right mid zone lung", "C": "right lung base",
          "D": "left upper zone lung", "E": "left mid zone lung", "F": "left lung base"}
 COVER = 0.01
+#: Brixia zones a location label names.
+LABEL_ZONES = {**{label: [z] for z, label in ZONES.items()}, "right apical zone lung": ["A"],
+               "left apical zone lung": ["D"], "right lung": ["A", "B", "C"], "left lung": ["D", "E", "F"],
+               "lung": list(ZONES)}
 #: Patient-grouped bootstrap resamples for the kappa's 95 % interval.
 BOOTSTRAP = 2000
 
@@ -119,7 +131,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--segmenter", default="masks", choices=["masks", "unet"],
                         help="masks = the pack's own lung masks; unet = the shipped lung U-Net")
-    parser.add_argument("--synthesizer", default="normative", choices=["normative", "pseudo-normal"])
+    parser.add_argument("--synthesizer", default="normative", choices=["normative", "pseudo-normal", "lesion-unet"])
+    parser.add_argument("--gallery", type=Path, default=None, help="write one PNG overlay per scored study here")
     parser.add_argument("--band", type=float, default=None, help="normative: top of the normal band (robust SDs)")
     parser.add_argument("--synthesizer-opt", action="append", default=[], metavar="KEY=VALUE",
                         help="more synthesizer options, e.g. model=shipped or shrink=false (normative)")
@@ -141,6 +154,8 @@ def main() -> None:
                for line in (work / "dataset" / "anatomy.jsonl").read_text().splitlines()}
     grounding_summary(work / "dataset")
     truth_rows, mask_rows, text_rows, patients = [], [], [], []
+    neg_total, neg_abnormal, centre_shares = 0, 0, []
+    images = {sid: rec.image_path for sid, rec in ids.items()}
     for sid, rec in ids.items():
         if rec.brixia is None or sid not in anatomy:
             continue
@@ -148,11 +163,28 @@ def main() -> None:
         shape = (anat["height"], anat["width"])
         lesion = np.zeros(shape, bool)
         reported: set[str] = set()
-        for p in studies.get(sid, {}).get("instruction_answer_pairs", {}).get("positive_pairs", []):
+        right, left = decode_rle(anat["right_lung"], shape), decode_rle(anat["left_lung"], shape)
+        centre = mediastinum_mask(right, left)
+        if anat.get("heart"):
+            centre |= decode_rle(anat["heart"], shape)
+        pairs = studies.get(sid, {}).get("instruction_answer_pairs", {})
+        seen_masks: set[str] = set()
+        for p in pairs.get("positive_pairs", []):
             if p["target"] == "cardiomegaly":
                 continue
-            lesion |= read_mask_png(work / "dataset" / "lesion_mask" / p["seg_mask_path"], shape)
+            m = read_mask_png(work / "dataset" / "lesion_mask" / p["seg_mask_path"], shape)
+            lesion |= m
             reported |= set(p["reported_location"])
+            if p["target"] in LUNG_LESIONS and p["seg_mask_path"] not in seen_masks and m.any():
+                seen_masks.add(p["seg_mask_path"])
+                centre_shares.append(float((m & centre).sum()) / float(m.sum()))
+        for n in pairs.get("negative_pairs", []):
+            if n["target"] in LUNG_LESIONS or n["target"] == TENTATIVE_WORD:
+                zones = {z for lab in n["location"] for z in LABEL_ZONES.get(lab, [])}
+                neg_total += 1
+                neg_abnormal += any(rec.brixia.senior[z] > 0 for z in zones)
+        if args.gallery is not None:
+            _gallery_panel(args.gallery, sid, rec, images[sid], lesion, centre, pairs)
         t, m, x = [], [], []
         for z, label in ZONES.items():
             zone = decode_rle(anat["locations"][label], shape)
@@ -174,6 +206,34 @@ def main() -> None:
     print(f"  all zones, reported locations:    {scores(truth.ravel(), text.ravel())}")
     print("    " + ci.format(len(set(patients)), BOOTSTRAP, *kappa_ci(truth, text, patients)))
     print(f"  studies with any lung-lesion mask: {int(pred.any(axis=1).sum())} of {len(pred)}")
+    share = 100 * neg_abnormal / neg_total if neg_total else float("nan")
+    print(f"  lung-lesion negative pairs naming a senior-abnormal zone: {neg_abnormal} of {neg_total} ({share:.1f} %); "
+          f"zone prevalence {100 * truth.mean():.1f} %")
+    med = 100 * float(np.median(centre_shares)) if centre_shares else float("nan")
+    print(f"  lung-lesion masks: {len(centre_shares)}, median share of pixels on heart or mediastinum {med:.1f} % "
+          f"(share > 5 %: {sum(c > 0.05 for c in centre_shares)})")
+    dropped: Counter[str] = Counter()
+    for unit in (work / "dataset" / "units").glob("*.json"):
+        dropped.update(json.loads(unit.read_text()).get("dropped_pairs", {}))
+    print(f"  pairs left out by checks: {dict(sorted(dropped.items())) or 'none'}")
+
+
+def _gallery_panel(folder: Path, sid: str, rec: Any, image_path: Path, lesion: np.ndarray, centre: np.ndarray,
+                   pairs: dict[str, Any]) -> None:
+    """One PNG: the film with the study's lung-lesion masks (red) and heart + mediastinum (yellow outline)."""
+    from cxrground.io.image import read_image, write_image
+    from cxrground.io.overlay import label_panel, overlay_masks
+
+    im = read_image(image_path)
+    rgb = overlay_masks(im.pixels, [centre], [(1.0, 0.85, 0.1)], alpha=0.15)
+    if lesion.any():
+        rgb = overlay_masks(rgb, [lesion], [(1.0, 0.1, 0.1)], alpha=0.4)
+    senior = "".join(f"{z}{rec.brixia.senior[z]}" for z in ZONES)
+    lines = [f"Brixia senior {senior}"]
+    lines += [f"+ {p['instruction'][:70]}" for p in pairs.get("positive_pairs", []) if p["type"] == "basic"][:3]
+    lines += [f"- {n['instruction'][:70]}" for n in pairs.get("negative_pairs", [])][:3]
+    folder.mkdir(parents=True, exist_ok=True)
+    write_image(folder / f"{rec.image_path.stem}_{sid}.png", label_panel(rgb, rec.image_path.stem, lines, 420))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ Run: ``.venv/bin/python bench/real_quality.py [--lungs masks|unet] [--no-nested]
    findings: the z-map's maximum; cardiomegaly: the heart mask's centroid).
 3. **Heart parameters, nested**: the seen-heart settings were chosen on these NIH films; the nested
    estimate picks them from a small grid on 4 folds (best AUROC) and scores the 5th, in turn.
-4. **Zone classifier** (:mod:`cxrground.anatomy.zone_features`, :mod:`cxrground.anatomy.zone_classifier`):
+4. **Zone classifier** (:mod:`cxrground.lesions.zone_features`, :mod:`cxrground.lesions.zone_classifier`):
    several statistics per zone from the shipped normative z-map on the working grid, and a logistic
    regression. (a) Trained on the Brixia films (senior labels; "+junior" also the junior reader's labels of
    the training films), leave-one-patient-out: the tested patient's films never train the classifier, and
@@ -57,14 +57,14 @@ import numpy as np
 
 from cxrground.anatomy import cardiothoracic_ratio
 from cxrground.anatomy.ils_locations import lung_zone_bands
-from cxrground.anatomy.normative import BRIXIA_ZONE_LABELS, NormativeModel, fit_normative, normalise_intensity
 from cxrground.anatomy.segment import get_segmenter
 from cxrground.anatomy.segment.builtin import work_box
 from cxrground.anatomy.segment.heart_image import SeenHeartParams, cardiac_row_widths
-from cxrground.anatomy.zone_classifier import ZoneClassifier
-from cxrground.anatomy.zone_features import FEATURE_NAMES, feature_columns, film_zone_features
 from cxrground.datasets.pack import Pack
-from cxrground.models.normative_fit import FOLDS, OPACITY_LABELS, nih_patient, patient_folds
+from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel, fit_normative, normalise_intensity
+from cxrground.lesions.normative_fit import FOLDS, OPACITY_LABELS, nih_patient, patient_folds
+from cxrground.lesions.zone_classifier import ZoneClassifier
+from cxrground.lesions.zone_features import FEATURE_NAMES, feature_columns, film_zone_features
 from cxrground.reports import choose_section, parse_report_text
 from cxrground.reports.structure import get_structurer
 

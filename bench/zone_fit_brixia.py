@@ -1,5 +1,5 @@
 """`cxrground anatomy fit-zones` on the pack's 71 Brixia-scored films, as a user with zone labels would run it (the
-command's library call, :func:`cxrground.anatomy.zone_fit.fit_zone_reader`, with the command's segmenter).
+command's library call, :func:`cxrground.lesions.zone_fit.fit_zone_reader`, with the command's segmenter).
 
 The Brixia scores are CC BY-NC-SA: this measures the feature, it ships nothing (the model files go to a
 temporary folder unless ``--out`` is given). The films are the pack's originals (symlinked into one folder);
@@ -17,9 +17,9 @@ import csv
 import tempfile
 from pathlib import Path
 
-from cxrground.anatomy.normative import BRIXIA_ZONE_LABELS
-from cxrground.anatomy.zone_fit import ZoneFitRequest, fit_segmenter, fit_zone_reader
 from cxrground.datasets.pack import Pack
+from cxrground.lesions.normative import BRIXIA_ZONE_LABELS
+from cxrground.lesions.zone_fit import ZoneFitRequest, fit_segmenter, fit_zone_reader
 
 ZONES = tuple(BRIXIA_ZONE_LABELS)
 

@@ -4,14 +4,14 @@ Run: ``.venv/bin/python bench/zone_sim.py [--cache DIR] [--copies 8]`` (caches l
 
 **Training rows (all shippable).** The pack's NIH ChestX-ray14 films labelled ``No Finding`` (U-Net lungs, 512 px
 = the working grid), each copied :data:`COPIES` times with simulated lesions
-(:func:`cxrground.anatomy.lesion_sim.simulate_lesions`; zone labels read off the inserted field, some copies
-negative). Features: :data:`cxrground.anatomy.zone_features.FEATURE_NAMES` under a normative model that never saw
+(:func:`cxrground.lesions.lesion_sim.simulate_lesions`; zone labels read off the inserted field, some copies
+negative). Features: :data:`cxrground.lesions.zone_features.FEATURE_NAMES` under a normative model that never saw
 the film (NIH films in 5 patient-grouped folds; a fold's films are read by the model fitted on the other folds'
 No Finding films). No COVID-19 film and no Brixia score enters any training or choice below.
 
 **Candidates** (fixed before running): lesion variant × feature set × penalty.
 
-- lesion variants: ``default`` (:class:`~cxrground.anatomy.lesion_sim.LesionSimParams` defaults), ``subtle`` (all
+- lesion variants: ``default`` (:class:`~cxrground.lesions.lesion_sim.LesionSimParams` defaults), ``subtle`` (all
   attenuation ranges halved: fainter disease), ``no-gamma`` (no global gamma augmentation);
 - feature sets: ``all`` (27), ``no-grey`` (without the lungs' grey level, a possible source marker), ``local``
   (the zone's own statistics, its asymmetry and position; no whole-film feature);
@@ -22,13 +22,13 @@ copies of the other folds' films and scores fold k's simulated copies and fold k
 ``sim`` = zone AUROC on the held-out simulated copies; ``loc`` = the fixed localisation sanity check: NIH films
 whose only opacity-type label is Effusion, AUROC of the lower zones' (C, F) probabilities against the upper
 zones' (A, D); ``opac`` = film AUROC (mean zone probability) of the NIH films with a lung-opacity label
-(:data:`~cxrground.models.normative_fit.OPACITY_LABELS`) against the No Finding films.
+(:data:`~cxrground.lesions.normative_fit.OPACITY_LABELS`) against the No Finding films.
 
 **Pre-registered choice rule (written before any Brixia score of these readers was computed).** Keep the
 candidates with ``loc ≥ 0.60`` and ``sim ≥ 0.70``; among them take the highest ``opac`` (real, shippable transfer);
 within 0.005 of it, the larger penalty, then the ``default`` lesions, then the feature set in the order all,
 no-grey, local. Its flag threshold: Youden's J on its out-of-fold probabilities of the simulated zones. The final
-reader is trained on all simulated copies (:func:`cxrground.models.zone_sim_fit.fit_zone_sim`). It is scored ONCE
+reader is trained on all simulated copies (:func:`cxrground.lesions.zone_sim_fit.fit_zone_sim`). It is scored ONCE
 on the 71 Brixia films (senior reader > 0 = abnormal; NC-SA: evaluation only) with the pack's lung masks, the
 comparison of the README table: Cohen's κ overall and per zone, with a 95 % bootstrap CI over patients (2000
 resamples); the U-Net lungs row of the same reader is printed as well. **Ship rule**: ship only if that κ
@@ -48,14 +48,14 @@ from pathlib import Path
 import numpy as np
 from real_quality import ZONES, auroc, kappa, work_features
 
-from cxrground.anatomy.lesion_sim import LesionSimParams
-from cxrground.anatomy.normative import NormativeModel
 from cxrground.anatomy.segment import get_segmenter
-from cxrground.anatomy.zone_classifier import ZoneClassifier
-from cxrground.anatomy.zone_features import FEATURE_NAMES, feature_columns
 from cxrground.datasets.pack import Pack
-from cxrground.models.normative_fit import FOLDS, OPACITY_LABELS, nih_patient
-from cxrground.models.zone_sim_fit import (
+from cxrground.lesions.lesion_sim import LesionSimParams
+from cxrground.lesions.normative import NormativeModel
+from cxrground.lesions.normative_fit import FOLDS, OPACITY_LABELS, nih_patient
+from cxrground.lesions.zone_classifier import ZoneClassifier
+from cxrground.lesions.zone_features import FEATURE_NAMES, feature_columns
+from cxrground.lesions.zone_sim_fit import (
     ZoneSimRecipe,
     default_zone_sim_path,
     fit_zone_sim,

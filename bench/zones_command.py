@@ -1,35 +1,68 @@
 """`cxrground anatomy zones` end to end on the pack's 71 Brixia-scored films: the command's own library path
-(:func:`cxrground.anatomy.zones.write_zones` with the shipped lung U-Net and the reader resolved by name, as the CLI
+(:func:`cxrground.lesions.zones.write_zones` with the shipped lung U-Net and the reader resolved by name, as the CLI
 does), its ``zones.csv`` read back and compared with the senior radiologist (zone abnormal when scored > 0).
 
-Prints, for each reader (the default ``zone_sim_v1`` and ``normative``), the zones flagged, Cohen's κ overall and
-per zone, and the wall time; and the junior radiologist's κ (the ceiling). The films are symlinked into a
-temporary folder; nothing is trained.
+Prints, for each reader (the default ``zone_sim_v1``, the lesion segmenter's ``lesion-unet`` and ``normative``),
+the zones flagged, Cohen's κ overall and per zone, the **within-film zone AUROC** (on the films with both normal and
+abnormal zones: the share of (abnormal zone, normal zone) pairs of the same film that the reader's zone scores
+order correctly, ties half, pooled over films) and the wall time; and the junior radiologist's κ (the ceiling) and
+the **position-only baseline** AUROC (a zone's score = how often that zone is abnormal in the other patients'
+films). The films are symlinked into a temporary folder; nothing is trained.
 
-Run: ``.venv/bin/python bench/zones_command.py``.
+Run: ``.venv/bin/python bench/zones_command.py [--overlays DIR]`` (``--overlays``: keep the lesion-unet overlays).
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
+import shutil
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from cxrground.anatomy.normative import BRIXIA_ZONE_LABELS, NormativeModel
 from cxrground.anatomy.segment import get_segmenter
-from cxrground.anatomy.zone_classifier import SHIPPED_ZONE_READER
-from cxrground.anatomy.zone_fit import cohen_kappa
-from cxrground.anatomy.zones import NORMATIVE_READER, find_images, resolve_zone_reader, write_zones
 from cxrground.datasets.pack import Pack
+from cxrground.lesions.lesion_zones import LESION_ZONE_READER
+from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel
+from cxrground.lesions.zone_classifier import SHIPPED_ZONE_READER
+from cxrground.lesions.zone_fit import cohen_kappa
+from cxrground.lesions.zones import NORMATIVE_READER, find_images, resolve_zone_reader, write_zones
 
 ZONES = tuple(BRIXIA_ZONE_LABELS)
 
 
+def within_film_auroc(truth: np.ndarray, score: np.ndarray) -> tuple[float, int]:
+    """Pooled within-film AUROC over the films (rows) with both normal and abnormal zones, and their number."""
+    good, pairs, films = 0.0, 0, 0
+    for t, s in zip(truth, score, strict=True):
+        pos, neg = s[t], s[~t]
+        if not len(pos) or not len(neg):
+            continue
+        films += 1
+        diff = pos[:, None] - neg[None, :]
+        good += float((diff > 0).sum() + 0.5 * (diff == 0).sum())
+        pairs += diff.size
+    return (good / pairs if pairs else float("nan")), films
+
+
+def position_scores(truth: np.ndarray, patients: list[str]) -> np.ndarray:
+    """Each zone's abnormal rate among the films of the other patients (the position-only baseline)."""
+    out = np.zeros(truth.shape)
+    ids = np.array(patients)
+    for i, p in enumerate(patients):
+        out[i] = truth[ids != p].mean(axis=0)
+    return out
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--overlays", type=Path, default=None, help="copy the lesion-unet overlays here")
+    args = parser.parse_args()
     records = [r for r in Pack().cohen() if r.brixia is not None]
+    patient = {r.image_path.name: r.patient_id for r in records}
     senior = {r.image_path.name: [r.brixia.senior[z] > 0 for z in ZONES] for r in records}
     junior = {r.image_path.name: [r.brixia.junior[z] > 0 for z in ZONES] for r in records}
     names = sorted(senior)
@@ -37,24 +70,34 @@ def main() -> None:
           f"{int(np.sum([senior[n] for n in names]))} of {6 * len(names)} zones)")
     ceiling = cohen_kappa(np.array([senior[n] for n in names]), np.array([junior[n] for n in names]))
     print(f"junior radiologist: κ {ceiling:.3f}")
+    truth_all = np.array([senior[n] for n in names])
+    auc, mixed = within_film_auroc(truth_all, position_scores(truth_all, [patient[n] for n in names]))
+    print(f"position-only baseline: within-film zone AUROC {auc:.3f} on {mixed} mixed films")
     segmenter, model = get_segmenter("unet"), NormativeModel.load()
     with tempfile.TemporaryDirectory() as tmp:
         films = Path(tmp) / "films"
         films.mkdir()
         for r in records:
             (films / r.image_path.name).symlink_to(r.image_path.resolve())
-        for reader in (SHIPPED_ZONE_READER, NORMATIVE_READER):
+        for reader in (SHIPPED_ZONE_READER, LESION_ZONE_READER, NORMATIVE_READER):
             out = Path(tmp) / reader
             t0 = time.perf_counter()
-            _, failures = write_zones(find_images(films), out, segmenter, model, overlays=False, root=films,
+            overlays = reader == LESION_ZONE_READER and args.overlays is not None
+            _, failures = write_zones(find_images(films), out, segmenter, model, overlays=overlays, root=films,
                                       zone_model=resolve_zone_reader(reader))
+            if overlays:
+                shutil.copytree(out / "overlays", args.overlays, dirs_exist_ok=True)
             seconds = time.perf_counter() - t0
-            rows = {row["image"]: [row[z] == "1" for z in ZONES] for row in csv.DictReader((out / "zones.csv").open())}
+            table = list(csv.DictReader((out / "zones.csv").open()))
+            rows = {row["image"]: [row[z] == "1" for z in ZONES] for row in table}
+            score = {row["image"]: [float(row[f"{z}_score"] or "nan") for z in ZONES] for row in table}
             read = [n for n in names if n in rows]
             truth, pred = np.array([senior[n] for n in read]), np.array([rows[n] for n in read])
+            auc, mixed = within_film_auroc(truth, np.array([score[n] for n in read]))
             per_zone = " ".join(f"{z} {cohen_kappa(truth[:, i], pred[:, i]):.2f}" for i, z in enumerate(ZONES))
             print(f"{reader:12s} {len(read)} films, {len(failures)} failures, {int(pred.sum())} zones flagged, "
-                  f"κ {cohen_kappa(truth, pred):.3f} ({per_zone}); {seconds:.1f} s")
+                  f"κ {cohen_kappa(truth, pred):.3f} ({per_zone}); within-film AUROC {auc:.3f} ({mixed} mixed "
+                  f"films); {seconds:.1f} s")
 
 
 if __name__ == "__main__":

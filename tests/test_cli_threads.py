@@ -46,8 +46,8 @@ def test_threads_reach_torch_and_the_environment(restore_threads, monkeypatch, t
         seen["torch"], seen["env"] = torch.get_num_threads(), os.environ["OMP_NUM_THREADS"]
         return [], []
 
-    monkeypatch.setattr("cxrground.anatomy.zones.write_zones", fake_write_zones)
-    monkeypatch.setattr("cxrground.anatomy.zones.find_images", lambda root: [])
+    monkeypatch.setattr("cxrground.lesions.zones.write_zones", fake_write_zones)
+    monkeypatch.setattr("cxrground.lesions.zones.find_images", lambda root: [])
     res = CliRunner().invoke(main, ["anatomy", "zones", "--images", str(tmp_path), "--out", str(tmp_path / "o"),
                                     "--zone-model", "normative", "--threads", "3"])
     assert res.exit_code == 0, res.output

@@ -213,6 +213,14 @@ def test_gallery_page(built, cohort, tmp_path):
     assert text.count("data:image/png;base64,") == 3 and "Segment the" in text and "[SEG]" in text
 
 
+def test_gallery_page_in_a_missing_folder(built, cohort, tmp_path):
+    page = tmp_path / "new" / "deeper" / "gallery.html"
+    result = CliRunner().invoke(main, ["ils", "gallery", str(built), "--images", str(cohort / "files"),
+                                       "--html", str(page), "--limit", "1"])
+    assert result.exit_code == 0, result.output
+    assert result.exception is None and page.read_text().count("data:image/png;base64,") == 1
+
+
 def test_qc_cross_check_runs_and_is_recorded(cohort, tmp_path):
     out = tmp_path / "qc"
     result = CliRunner().invoke(main, ["ils", "build", "--images", str(cohort / "files"), "--out", str(out),

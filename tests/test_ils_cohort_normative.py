@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cxrground.anatomy.normative import NormativeModel, shrink_toward
 from cxrground.errors import ConfigError
 from cxrground.ils.build import BackendSpec, build_dataset
 from cxrground.ils.cohort_normative import FITTED_FILE, is_report_normal
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.spatial import get_synthesizer
 from cxrground.ils.tasks import build_tasks
+from cxrground.lesions.normative import NormativeModel, shrink_toward
 from cxrground.reports.findings import Finding
 
 OUTPUTS = ("mimic_ils_instruction_answer.json", "masks.jsonl", "card.md", FITTED_FILE, "normative_fitted.json")

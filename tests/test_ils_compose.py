@@ -159,3 +159,18 @@ def test_deterministic_per_study_and_valid_schema():
     broken = {**study, "instruction_answer_pairs": {"positive_pairs": [{**a.positive_pairs[0], "answer": "x"}]}}
     assert validate_dataset({"train": {"s5": broken}})
     assert set(LESIONS) >= {n["target"] for n in a.negative_pairs}
+
+
+def test_exact_duplicate_pairs_are_dropped_and_masks_merged():
+    a = f("opacity", rl=("right lung base",), sent=1)
+    b = f("opacity", rl=("right lung base",), sent=3)
+    other = np.zeros(SHAPE, bool)
+    other[12:15, 12:15] = True
+    gb = GroundedFinding(b, other, ("right lung base",), True)
+    out = compose_pairs("s1", [a, b], [g(a), gb], [], None, None, IlsConfig())
+    pairs = out.positive_pairs + out.negative_pairs
+    keys = [(p["instruction"], p["answer"]) for p in pairs]
+    assert len(keys) == len(set(keys)) and sum(out.dropped.values()) >= 1
+    assert [p["pair_id"] for p in out.positive_pairs] == [f"s1_positive_{i}" for i in range(len(out.positive_pairs))]
+    assert len(out.masks) == 1 and out.masks[0].mask.sum() == mask().sum() + other.sum()
+    assert {p["seg_mask_path"] for p in out.positive_pairs} == {out.masks[0].path}

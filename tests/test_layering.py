@@ -19,6 +19,7 @@ STAGES = [
     "reports",
     "anatomy",
     "datasets",
+    "lesions",
     "ils",
     "models",
     "percept",

@@ -144,3 +144,15 @@ def test_parse_numbered_rejects_unnumbered_text() -> None:
     assert parse_numbered("  ") == []
     with pytest.raises(ValueError, match=r"must start with '\(1\) '"):
         parse_numbered("(2) B.")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Bilateral opacities (Fig. 4) demonstrated on day 3. No effusion.",
+     ["Bilateral opacities (Fig. 4) demonstrated on day 3.", "No effusion."]),
+    ("Opacity (see Fig. 2). 3) Effusion.", ["Opacity (see Fig. 2).", "Effusion."]),
+    ("Findings: 1) opacity 2) effusion.", ["Findings:", "opacity", "effusion."]),
+])
+def test_figure_numbers_in_parentheses_are_not_list_markers(text: str, expected: list[str]) -> None:
+    sentences = split_sentences(text)
+    assert sentences == expected
+    assert "(Fig. (" not in number_sentences(sentences)

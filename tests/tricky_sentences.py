@@ -96,6 +96,11 @@ TRICKY: list[tuple[str, str, Expected]] = [
      [("effusion", "present", (LL,)), ("atelectasis", "present", (LL,))]),
     # --- history ----------------------------------------------------------------------------------------------
     ("history", "History of pneumonia.", []),
+    # a risk is no finding of this image
+    ("history", "The patient was deemed high risk for COVID-19 pneumonia.", []),
+    ("history", "Patient at risk of aspiration pneumonia; right basal consolidation.",
+     [("consolidation", "present", (RB,))]),
+    ("history", "Risk factors for pneumonia include smoking.", []),
     ("history", "Patient with a history of congestive heart failure, now with bilateral pleural effusions.",
      [("effusion", "present", BOTH)]),
     ("history", "Prior right lower lobe pneumonia has cleared.", [("pneumonia", "absent", (RB,))]),

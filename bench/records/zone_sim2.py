@@ -9,7 +9,7 @@ on portables with basal consolidation or effusion the segmented lung shrinks or 
 the features see something training never showed. Round 2 re-segments every simulated copy with the shipped lung
 U-Net (``get_segmenter("unet", threads=1, estimate_heart=False)``, as ``fit-zones`` reads films) and reads the zone
 features with those lungs; the zone LABELS still come from the inserted field on the clean film's zones
-(:func:`cxrground.models.zone_sim_fit.simulated_zone_rows` with a segmenter). A copy on which the U-Net loses a lung
+(:func:`cxrground.lesions.zone_sim_fit.simulated_zone_rows` with a segmenter). A copy on which the U-Net loses a lung
 is dropped (the count is printed).
 
 **Training rows, folds, sanity numbers**: exactly those of round 1 (see ``bench/zone_sim.py``): the pack's 100 NIH
@@ -30,7 +30,7 @@ considered and left out for time.)
 was computed).** Keep the candidates with ``loc ≥ 0.60`` and ``sim ≥ 0.70``; among them take the highest ``opac``;
 within 0.005 of it, the larger penalty, then the re-segmented rows, then re-segmented + spill, then round 1's. Its
 flag threshold: Youden's J on its out-of-fold probabilities of the simulated zones; the final reader is trained on
-all rows (:func:`cxrground.models.zone_sim_fit.fit_zone_sim`). It is scored ONCE on the 71 Brixia films (senior
+all rows (:func:`cxrground.lesions.zone_sim_fit.fit_zone_sim`). It is scored ONCE on the 71 Brixia films (senior
 reader > 0 = abnormal; NC-SA: evaluation only) with the pack's lung masks AND with U-Net lungs (``anatomy zones``
 uses U-Net lungs, so that is the number that matters for users): Cohen's κ overall and per zone, 95 % bootstrap CI
 over patients (2000 resamples). This is the project's SECOND pre-registered look at these Brixia films (round 1 was
@@ -55,14 +55,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the bench/ scrip
 from real_quality import ZONES, auroc, kappa
 from zone_sim import SEED, VARIANTS, bootstrap_kappa, brixia_rows, evaluate, fold_features, nih_films, row
 
-from cxrground.anatomy.lesion_sim import simulate_lesions
-from cxrground.anatomy.normative import NormativeModel
 from cxrground.anatomy.segment import get_segmenter
-from cxrground.anatomy.zone_classifier import ZoneClassifier
-from cxrground.anatomy.zone_features import FEATURE_NAMES, feature_columns
 from cxrground.datasets.pack import Pack
 from cxrground.io.cxr_image import CXRImage
-from cxrground.models.zone_sim_fit import (
+from cxrground.lesions.lesion_sim import simulate_lesions
+from cxrground.lesions.normative import NormativeModel
+from cxrground.lesions.zone_classifier import ZoneClassifier
+from cxrground.lesions.zone_features import FEATURE_NAMES, feature_columns
+from cxrground.lesions.zone_sim_fit import (
     ZoneSimRecipe,
     default_zone_sim_path,
     fit_zone_sim,

@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from cxrground.anatomy.figure import GeometryRequest, draw_geometry
-from cxrground.anatomy.zone_fit import ZoneFitRequest
 from cxrground.cli.common import DIR, FILE, OUT_DIR, PACK_OPT, echo_lines, group, request_options, threads_option
+from cxrground.lesions.zone_fit import ZoneFitRequest
 
 
 @group("anatomy")
@@ -31,14 +31,15 @@ def show(request: GeometryRequest) -> None:
 @click.option("--no-overlays", is_flag=True, help="Write zones.csv only.")
 @click.option("--zone-model", default="zone_sim_v1", show_default=True,
               help="Who flags the zones: the shipped reader `zone_sim_v1` (trained on simulated lesions in NIH normal "
-                   "films; *_score = probability), `normative` (the normative z score and its threshold), or a zone "
-                   "classifier .npz from `anatomy fit-zones`; a classifier must have been fitted with the same "
-                   "--normative.")
+                   "films; *_score = probability), `lesion-unet` (the lesion segmenter; *_score = share of the "
+                   "zone's lung, heart and mediastinum removed, with a lesion), `normative` (the normative z score "
+                   "and its threshold), or a zone classifier .npz from `anatomy fit-zones`; a classifier must have "
+                   "been fitted with the same --normative.")
 def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool, zone_model: str) -> None:
     """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every film: OUT/zones.csv."""
-    from cxrground.anatomy.normative import NormativeModel
     from cxrground.anatomy.segment import get_segmenter
-    from cxrground.anatomy.zones import find_images, reader_name, resolve_zone_reader, write_zones
+    from cxrground.lesions.normative import NormativeModel
+    from cxrground.lesions.zones import find_images, reader_name, resolve_zone_reader, write_zones
 
     model = NormativeModel.load(normative)
     reader = resolve_zone_reader(zone_model)
@@ -56,11 +57,9 @@ def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool, zo
 def fit_zones_cmd(request: ZoneFitRequest) -> None:
     """Train a zone reader on your own labelled films (per-zone 0-3 or 0/1 labels in a CSV): penalty and flag
     threshold by patient-grouped CV, nested CV kappa printed; use it with `anatomy zones --zone-model`."""
-    from cxrground.anatomy.segment import get_segmenter
-    from cxrground.anatomy.zone_fit import fit_zone_reader
+    from cxrground.lesions.zone_fit import fit_segmenter, fit_zone_reader
 
-    # the reader's segmenter (lungs only), on the threads of --threads
-    echo_lines(fit_zone_reader(request, get_segmenter("unet", estimate_heart=False), progress=True).summary_lines())
+    echo_lines(fit_zone_reader(request, fit_segmenter(), progress=True).summary_lines())
 
 
 @anatomy.command("fit-normative")
@@ -69,10 +68,10 @@ def fit_zones_cmd(request: ZoneFitRequest) -> None:
 @PACK_OPT
 def fit_normative_cmd(out: Path, pack_dir: Path | None) -> None:
     """Rebuild the shipped normative model from the pack's NIH No Finding films (recipe:
-    cxrground.models.normative_fit)."""
+    cxrground.lesions.normative_fit)."""
     from cxrground.anatomy.segment import get_segmenter
     from cxrground.datasets.pack import Pack
-    from cxrground.models.normative_fit import fit_from_pack
+    from cxrground.lesions.normative_fit import fit_from_pack
 
     model = fit_from_pack(Pack(pack_dir), get_segmenter("unet"))
     path = model.save(out / "normative_v1.npz")

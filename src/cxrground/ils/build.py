@@ -250,6 +250,7 @@ def assemble(out: Path, tasks: Sequence[StudyTask], config: IlsConfig, spec: Bac
     reported: list[tuple[str, bool]] = []
     rejections: Counter = Counter()
     grounding_reasons: Counter = Counter()
+    dropped_pairs: Counter = Counter()
     failures = [f.to_dict() for f in scan_failures]
     for f in scan_failures:
         rejections[f"input: {f.reason.split(' (')[0]}"] += 1
@@ -268,6 +269,7 @@ def assemble(out: Path, tasks: Sequence[StudyTask], config: IlsConfig, spec: Bac
                 grounding_reasons[f"{g.get('lesion')}: {g.get('reason') or g.get('status')}"] += 1
         if u.get("heart_note"):
             grounding_reasons["cardiomegaly: heart estimate implausible"] += 1
+        dropped_pairs.update(u.get("dropped_pairs", {}))
         if u["status"] != "ok":
             rejections[u["reason"]] += 1
             failures.append({"path": u.get("image_path", key), "stage": u.get("stage", "build"),
@@ -311,7 +313,8 @@ def assemble(out: Path, tasks: Sequence[StudyTask], config: IlsConfig, spec: Bac
                  "Structured findings vs the report truth (present/uncertain findings per study and lesion):", "",
                  format_findings_quality(score_findings(out, truth_cohort)), ""]
     atomic_write_text(out / "card.md", render_card(dataset, reported, rejections, provenance, extra,
-                                                   dict(grounding_reasons), read_review_summary(out)))
+                                                   dict(grounding_reasons), read_review_summary(out),
+                                                   dict(dropped_pairs)))
     return {"dataset": dataset, "failures": failures, "reported": reported, "rejections": dict(rejections)}
 
 

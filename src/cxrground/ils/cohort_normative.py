@@ -13,16 +13,16 @@ the build's main process, before any study is processed and whatever the engine:
 3. **Trim** (``trim``). Report-normal is not the same as normal (notes that describe another exam, a report
    that misses a finding), so films that do not look normal are left out before the fit. ``trim=cohort``
    (default): the statistics are fitted (and shrunk) on all the films first, and a film whose highest zone score
-   under that fit, from its cells (:meth:`~cxrground.anatomy.normative.NormativeModel.cell_film_score`), exceeds
+   under that fit, from its cells (:meth:`~cxrground.lesions.normative.NormativeModel.cell_film_score`), exceeds
    ``normative_v1``'s zone threshold (the NIH Youden threshold) is left out, highest score first, but never
    below ``min_normals`` films (a trimmed fit keeps the precision the fit needs); one pass. ``trim=prior``: the
    film's highest zone score under the shipped ``normative_v1`` itself, on the canvas
-   (:meth:`~cxrground.anatomy.normative.NormativeModel.zone_scores`), decides (this trims every film of a
+   (:meth:`~cxrground.lesions.normative.NormativeModel.zone_scores`), decides (this trims every film of a
    population unlike NIH's, e.g. the synthetic phantoms). ``trim=off``: no trim. The sidecar counts and lists the
    films left out with their scores.
 4. **Fit.** With at least ``min_normals`` films, the per-location statistics are fitted on them
-   (:func:`~cxrground.anatomy.normative.fit_cells`) and, with ``shrink`` (default), shrunk toward the shipped
-   ``normative_v1`` by their own noise (:func:`~cxrground.anatomy.normative.shrink_toward`). With fewer, the
+   (:func:`~cxrground.lesions.normative.fit_cells`) and, with ``shrink`` (default), shrunk toward the shipped
+   ``normative_v1`` by their own noise (:func:`~cxrground.lesions.normative.shrink_toward`). With fewer, the
    shipped model is used and the note says why.
 5. **Saved in the output folder.** ``OUT/normative_fitted.npz`` + ``.json`` (the studies used and trimmed,
    counts, note); the workers get a spec whose synthesizer reads that file with its sha256 pinned. A resumed
@@ -41,11 +41,11 @@ from typing import Any, Final
 import numpy as np
 from tqdm.auto import tqdm
 
-from cxrground.anatomy.normative import NormativeModel, film_cells, fit_cells, shrink_toward
 from cxrground.errors import ConfigError, CXRGroundError
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.tasks import StudyTask
+from cxrground.lesions.normative import NormativeModel, film_cells, fit_cells, shrink_toward
 from cxrground.reports.findings import Finding
 
 __all__ = ["FITTED_FILE", "TRIM_MODES", "CohortNormals", "collect_normals", "film_score", "fit_cohort_model",

@@ -30,6 +30,7 @@ Choices where the spec is silent (documented, switchable through :class:`IlsConf
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +60,8 @@ KIND_GROUNDED = "grounded_major_lesion"
 KIND_NEGATED = "negative_reported_major_lesion"
 KIND_NOT_REPORTED = "not_reported_major_lesion"
 KIND_NO_LOCATION_EXTENSION = "grounding_no_location_extension"
+#: Reason (card) of a pair left out because the study already has the same (instruction, answer).
+DROPPED_DUPLICATE = "duplicate (instruction, answer) in the study"
 BILATERAL = ("right lung", "left lung")
 
 
@@ -98,6 +101,8 @@ class ComposedStudy:
     masks: list[MaskOut] = field(default_factory=list)
     reported: list[tuple[str, bool]] = field(default_factory=list)
     """(lesion, received a mask) for every reported positive lesion finding (card recall)."""
+    dropped: Counter[str] = field(default_factory=Counter)
+    """Pairs left out by the checks, by reason (e.g. an exact duplicate (instruction, answer) in the study)."""
 
 
 def study_rng(seed: int, study_key: str) -> np.random.Generator:
@@ -151,7 +156,38 @@ def compose_pairs(
                       "lesion_inference", common)
 
     _negatives(study_key, findings, empty_locations, ctr, config, rng, out)
+    _drop_duplicates(study_key, out)
     return out
+
+
+def _drop_duplicates(study_key: str, out: ComposedStudy) -> None:
+    """Keep the first pair of each exact (instruction, answer) in the study: a later positive twin adds its mask to
+    the kept pair's mask (same question, one answer region); pair ids are renumbered and unused masks dropped."""
+    masks = {m.path: m for m in out.masks}
+    for name in ("positive_pairs", "negative_pairs"):
+        kept: dict[tuple[str, str], dict[str, Any]] = {}
+        for pair in getattr(out, name):
+            key = (pair["instruction"], pair["answer"])
+            first = kept.setdefault(key, pair)
+            if first is pair:
+                continue
+            out.dropped[DROPPED_DUPLICATE] += 1
+            a, b = first.get("seg_mask_path"), pair.get("seg_mask_path")
+            if a and b and a != b:
+                masks[a] = MaskOut(a, masks[a].lesion, masks[a].mask | masks[b].mask)
+        setattr(out, name, list(kept.values()))
+    out.masks = list(masks.values())
+    renumber(study_key, out)
+
+
+def renumber(study_key: str, out: ComposedStudy) -> None:
+    """Pair ids numbered again from 0 in list order, and the masks no positive pair uses dropped (after pairs were
+    left out)."""
+    for name in ("positive_pairs", "negative_pairs"):
+        setattr(out, name, [{**p, "pair_id": f"{study_key}_{name.split('_')[0]}_{i}"}
+                            for i, p in enumerate(getattr(out, name))])
+    used = {p["seg_mask_path"] for p in out.positive_pairs}
+    out.masks = [m for m in out.masks if m.path in used]
 
 
 def _heart_positive(study_key: str, lesion: str, g: GroundedFinding, heart: np.ndarray | None, config: IlsConfig,

@@ -45,7 +45,8 @@ def _hex(colour: tuple[float, float, float]) -> str:
 
 def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: str | Path, limit: int = 50,
                    split: str | None = None, width: int = 360) -> int:
-    """Write the gallery of the first ``limit`` studies (optionally of one split); returns the number shown."""
+    """Write the gallery of the first ``limit`` studies (optionally of one split); returns the number shown.
+    The page's folder is created when missing."""
     root, images_root = Path(dataset_dir), Path(images_root)
     data: dict[str, Any] = json.loads((root / "mimic_ils_instruction_answer.json").read_text(encoding="utf-8"))
     parts = [f"<!doctype html><meta charset='utf-8'><title>ILS dataset: {html.escape(root.name)}</title>"
@@ -81,5 +82,7 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
                 "<table><tr><th>type</th><th>instruction</th><th>answer</th><th>target</th></tr>"
                 + "".join(rows) + "</table></div></div>")
             shown += 1
-    Path(out_html).write_text("".join(parts), encoding="utf-8")
+    out = Path(out_html)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(parts), encoding="utf-8")
     return shown

@@ -122,15 +122,22 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
                 return {**unit, "status": "rejected", "stage": "qc", "reason": problem}
         ctr = cardiothoracic_ratio(heart, right, left) if heart is not None and heart.any() else None
         stage = "spatial"
-        grounded, empty, records = _ground(structured.findings, image.pixels, right, left, heart, backends, config)
+        grounded, empty, records, pair_check = _ground(structured.findings, image.pixels, right, left, heart,
+                                                       backends, config)
         unit["grounding"] = records
         stage = "compose"
         composed = compose_pairs(task.study_key, structured.findings, grounded, empty, ctr, heart, config)
+        if pair_check is not None:
+            from cxrground.ils.image_check import check_pairs
+
+            check_pairs(task.study_key, composed, *pair_check)
         for m in composed.masks:
             write_mask_png(out / MASK_DIR / m.path, m.mask)
         unit["masks"] = [{"path": m.path, "lesion": m.lesion, "area": int(m.mask.sum()), "rle": encode_rle(m.mask)}
                          for m in composed.masks]
         unit["reported"] = [[lesion, got] for lesion, got in composed.reported]
+        if composed.dropped:
+            unit["dropped_pairs"] = dict(composed.dropped)
         unit["anatomy"] = {
             "height": image.height, "width": image.width, "ctr": ctr,
             "segmenter": anatomy.source, "heart_source": anatomy.heart_source,
@@ -195,10 +202,14 @@ def is_frontal(view: str, accepted: tuple[str, ...]) -> bool:
 
 
 def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, heart: np.ndarray | None,
-            backends: Backends, config: IlsConfig) -> tuple[list[GroundedFinding], list[str], list[dict[str, Any]]]:
+            backends: Backends, config: IlsConfig
+            ) -> tuple[list[GroundedFinding], list[str], list[dict[str, Any]], tuple[Any, ...] | None]:
     """Steps 2-4 on the working canvas; lesion masks mapped back to native pixels.
 
-    Returns the grounded findings, EL, and one grounding record per positive lesion finding (for the card).
+    Returns the grounded findings, EL, one grounding record per positive lesion finding (for the card) and, when
+    the synthesizer reads lesions (``evidence``), the arguments of :func:`~cxrground.ils.image_check.check_pairs`
+    after the study key and pairs (locations, letterbox, probability, threshold, heart + mediastinum); such a
+    synthesizer's lung-lesion and effusion masks are clipped off the heart and mediastinum.
     A positive finding without any reported location blocks every empty location (we cannot know where it is).
     """
     from cxrground.ils.grounding import ground_finding
@@ -214,6 +225,9 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
     x_hat = backends.synthesizer.synthesize(canvas, edit, regions=(r_c, l_c, h_c))
     anomaly = anomaly_map(canvas, x_hat, edit)
     boxes = backends.detector.detect(canvas, anomaly)
+    evidence = getattr(backends.synthesizer, "evidence", None)
+    ev = evidence(canvas, (r_c, l_c, h_c)) if callable(evidence) else None
+    pair_check = (locations, box, ev.probability, ev.threshold, ev.centre, ev.zone_flags) if ev is not None else None
     grounded: list[GroundedFinding] = []
     records: list[dict[str, Any]] = []
     for f in findings:
@@ -227,7 +241,10 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
         result = ground_finding(f, canvas, anomaly, locations, r_c, l_c, h_c, boxes, config)
         records.append({"lesion": f.lesion, "sent_idx": f.sent_idx, "status": result.status, "reason": result.reason,
                         "failure_counts": result.failure_counts(), "selected": len(result.selected)})
-        native = box.mask_to_native(result.mask) if result.grounded else None
+        lesion_mask = result.mask
+        if ev is not None and result.grounded and getattr(backends.synthesizer, "EXCLUDES_CENTRE", False):
+            lesion_mask = lesion_mask & ~ev.centre
+        native = box.mask_to_native(lesion_mask) if result.grounded else None
         if native is None or not native.any():
             grounded.append(GroundedFinding(f, None, (), False))
             continue
@@ -236,5 +253,5 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
         grounded.append(GroundedFinding(f, native, tuple(check.grounded), check.complete))
     el = empty_locations(findings, locations)
     if any(findings[i].assertion != "absent" for i in el.unlocated):
-        return grounded, [], records
-    return grounded, list(el.labels), records
+        return grounded, [], records, pair_check
+    return grounded, list(el.labels), records, pair_check

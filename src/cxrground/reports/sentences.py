@@ -5,7 +5,8 @@ Rules of :func:`split_sentences`, in order:
 1. A blank line (paragraph break) always ends a sentence.
 2. Numbered-list markers (``1.``, ``2)``) and bullets (``-``, ``*``, ``•``) start a new sentence and are
    removed from its text. A number counts as a list marker at the start of a line or paragraph,
-   after sentence punctuation, or when it continues the previous marker (``1. a 2. b``).
+   after sentence punctuation (not after an abbreviation such as ``Fig.``), or when it continues the previous
+   marker (``1. a 2. b``); a ``4)`` that closes an open parenthesis (``(Fig. 4)``) is never a marker.
 3. Otherwise a sentence ends at ``.``, ``!`` or ``?`` that is attached to a word and followed by
    whitespace (so ``1.5 cm`` and ``? pneumonia`` never split), or at a period that stands alone between spaces
    (``No effusion . Heart is normal.``), except after abbreviations:
@@ -74,7 +75,11 @@ def _marker_starts(block: str) -> list[tuple[int, int]]:
                 spans.append((start, m.end()))
             continue
         number = int(m.group("num"))
-        after_punct = bool(_SENTENCE_END.search(block[:start].rstrip()))
+        before = block[:start].rstrip()
+        if m.group(0).rstrip().endswith(")") and before.count("(") > before.count(")"):
+            continue  # "(Fig. 4) shows": the number closes an open parenthesis, it is no list marker
+        last_word = before[before.rfind(" ") + 1 :].lstrip("([\"'").lower().removesuffix(".")
+        after_punct = bool(_SENTENCE_END.search(before)) and last_word not in NEVER_SPLIT
         continues = last_number is not None and number == last_number + 1
         if at_line_start or after_punct or continues:
             spans.append((start, m.end()))

@@ -5,7 +5,8 @@ Backends by name (``get_synthesizer`` / ``get_detector``):
 - synthesizers: ``normative`` (built-in default of ``ils build``, CPU; :class:`NormativeSynthesizer`, a model
   of normal films: by default fitted by ``ils build`` on the build's report-normal studies, or the shipped
   ``normative_v1``), ``pseudo-normal`` (built-in, CPU; :class:`PseudoNormalSynthesizer`, also the
-  normative estimate's fallback outside the lungs), ``radedit``
+  normative estimate's fallback outside the lungs), ``lesion-unet`` (built-in, CPU;
+  :class:`LesionUNetSynthesizer`: the film minus the learned lesion segmenter's lesions), ``radedit``
   (:class:`RadEditSynthesizer`, local weights);
 - detectors: ``anomaly`` (built-in, CPU; :class:`AnomalyBoxDetector`), ``yolo`` (:class:`YOLOBoxDetector`,
   local VinDr-CXR checkpoint).
@@ -23,6 +24,7 @@ from cxrground.ils.spatial.boxes import (
     boxes_from_yolo_result,
     normalize_class_name,
 )
+from cxrground.ils.spatial.lesion_unet import LesionUNetSynthesizer
 from cxrground.ils.spatial.normative import NormativeSynthesizer
 from cxrground.ils.spatial.pseudo_normal import PseudoNormalSynthesizer, anomaly_map, anomaly_mask
 from cxrground.ils.spatial.radedit import RadEditSynthesizer
@@ -35,6 +37,7 @@ __all__ = [
     "AnomalyBoxDetector",
     "Box",
     "BoxDetector",
+    "LesionUNetSynthesizer",
     "NormalSynthesizer",
     "NormativeSynthesizer",
     "PseudoNormalSynthesizer",
@@ -58,6 +61,10 @@ SYNTHESIZERS.register("normative", NormativeSynthesizer,
                       help="built-in CPU normative model of the normal chest: model=cohort (default: fitted on the "
                            "build's report-normal studies; min_normals, max_normals, shrink, trim), model=shipped (NIH "
                            "normal films) or model=NPZ; band, noise_floor")
+SYNTHESIZERS.register("lesion-unet", LesionUNetSynthesizer,
+                      help="built-in CPU: the film minus the shipped lesion U-Net's lesions (lungs, not heart or "
+                           "mediastinum); pairs checked against its reading; weights=PATH, scale, floor, threads, "
+                           "zone_reader=none|zone_sim_v1")
 
 #: Lesion box detectors by name.
 DETECTORS: Final[Registry[BoxDetector]] = Registry("detector")

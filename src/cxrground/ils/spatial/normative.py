@@ -1,6 +1,6 @@
 """The default normal-image estimate of ``ils build``: a normative model of the normal chest (``normative``).
 
-:class:`NormativeSynthesizer` (``normative``) uses a :class:`cxrground.anatomy.normative.NormativeModel`: by
+:class:`NormativeSynthesizer` (``normative``) uses a :class:`cxrground.lesions.normative.NormativeModel`: by
 default (``model=cohort``) the one ``ils build`` fits on the build's own report-normal studies before any study
 is processed (:mod:`cxrground.ils.cohort_normative`), else the shipped ``normative_v1`` (``model=shipped``,
 learned from NIH normal films) or a model file (``model=PATH``). Inside each lung, the normal image ``x̂`` is
@@ -30,10 +30,10 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy import ndimage
 
-from cxrground.anatomy.normative import NORMATIVE_METHOD, SMOOTH_FRACTION, NormativeModel
 from cxrground.errors import ConfigError
 from cxrground.ils.spatial.pseudo_normal import PseudoNormalSynthesizer
 from cxrground.io.masks import as_mask, check_same_shape
+from cxrground.lesions.normative import NORMATIVE_METHOD, SMOOTH_FRACTION, NormativeModel
 
 __all__ = ["COHORT", "SHIPPED", "NormativeSynthesizer"]
 

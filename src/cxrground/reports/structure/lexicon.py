@@ -87,7 +87,8 @@ pseudo (ignored)   no (significant / interval / ...) change / increase / decreas
 history            (known / remote / past / prior) history of, hx of, h/o, sequela(e) of, from / due to / related
                    to / secondary to a prior / previous / old / remote / past / healed ...: the phrase is not a
                    finding of this image and gives no tuple ("history of pneumonia", "scarring, sequela of prior
-                   infection")
+                   infection"); so is a risk: (high / increased / low ...) risk for / of ("deemed high risk for
+                   COVID-19 pneumonia", "at risk of aspiration pneumonia")
 negation, before   no, without, free of, clear of, negative for, absence of, neither, nor, not (a/an/any),
                    no longer, (interval) resolution of, interval / complete clearing of. ("rule out" is *not* a
                    negation: it is uncertain; "clearing of" alone may be partial and is not one either)
@@ -381,7 +382,9 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                r"near[- ]total|slow|gradual|ongoing|continued|continuing)\s+(?:interval\s+)?(?:resolution|clearing)"
                r"(?:\s+of)?"),
     ("hist", r"(?:(?:a|known|remote|past|prior|previous|clinical)\s+)?(?:history|hx)\s+of|h/o|sequelae?\s+of|"
-             r"(?:from|due\s+to|related\s+to|secondary\s+to)\s+(?:an?\s+)?(?:prior|previous|old|remote|past|healed)"),
+             r"(?:from|due\s+to|related\s+to|secondary\s+to)\s+(?:an?\s+)?(?:prior|previous|old|remote|past|healed)|"
+             # a risk is no finding: "deemed high risk for COVID-19 pneumonia", "at risk of aspiration"
+             r"(?:(?:high|higher|increased|elevated|low|moderate|significant)[- ]+)?risk(?:\s+factors?)?\s+(?:for|of)"),
     # a hedged explanation of a finding asserts the finding: "a hernia which may account for the opacity"
     ("term", r"\b(?:may|might|could|likely|probably|possibly)\s+(?:account(?:s)?\s+for|explain(?:s)?|"
              r"be\s+responsible\s+for|contribute(?:s)?\s+to)\b"),

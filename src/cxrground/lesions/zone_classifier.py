@@ -4,7 +4,7 @@ Features are standardised with the training set's mean and standard deviation, t
 log-likelihood is maximised by Newton's method (the problem is convex and small: a few hundred zones, a
 few dozen features). A zone is flagged when its probability is at least :attr:`ZoneClassifier.threshold`.
 :meth:`ZoneClassifier.save` writes an ``.npz`` with a ``.json`` sidecar (meta + sha256), like the
-normative model; :meth:`ZoneClassifier.load` checks it. :mod:`cxrground.anatomy.zone_fit` trains one on a
+normative model; :meth:`ZoneClassifier.load` checks it. :mod:`cxrground.lesions.zone_fit` trains one on a
 site's own per-zone labels (``cxrground anatomy fit-zones``).
 
 Without zone labels, :func:`fit_mil_logistic` (:meth:`ZoneClassifier.fit_films`) fits the same zone model
@@ -32,7 +32,7 @@ __all__ = ["MIL_POOLS", "SHIPPED_ZONE_READER", "ZONE_CLASSIFIER_METHOD", "ZoneCl
 
 ZONE_CLASSIFIER_METHOD: Final[str] = "zone-logistic/1"
 #: The shipped zone reader (trained on simulated lesions in NIH normal films by
-#: :mod:`cxrground.models.zone_sim_fit`), the default reader of ``anatomy zones``.
+#: :mod:`cxrground.lesions.zone_sim_fit`), the default reader of ``anatomy zones``.
 SHIPPED_ZONE_READER: Final[str] = "zone_sim_v1"
 _MAX_ITER: Final[int] = 100
 _TOL: Final[float] = 1e-8
@@ -43,7 +43,7 @@ _EPS: Final[float] = 1e-9
 
 def shipped_zone_reader_path() -> Path:
     """Path of the shipped :data:`SHIPPED_ZONE_READER` ``.npz`` (inside the package, next to ``normative_v1``)."""
-    return Path(str(resources.files("cxrground.anatomy.segment") / "weights" / f"{SHIPPED_ZONE_READER}.npz"))
+    return Path(str(resources.files("cxrground.lesions") / "weights" / f"{SHIPPED_ZONE_READER}.npz"))
 
 
 def _sigmoid(t: np.ndarray) -> np.ndarray:

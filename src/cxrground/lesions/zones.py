@@ -2,7 +2,7 @@
 for each of the six lung zones (the ILS bands = Brixia zones A–F), with overlays.
 
 Per image: the segmenter (default: the shipped lung U-Net with the heart width seen in the image) gives
-the lungs and heart; the normative model (:mod:`cxrground.anatomy.normative`) gives the z-map on the
+the lungs and heart; the normative model (:mod:`cxrground.lesions.normative`) gives the z-map on the
 working grid (longest side at most :data:`~cxrground.anatomy.segment.builtin.ANATOMY_WORK_SIZE`) and each
 zone's score (75th percentile of z in the zone) and flag (score above the model's threshold).
 ``OUT/zones.csv`` has the columns :data:`CSV_COLUMNS`; ``OUT/overlays/<stem>.png`` shows the lungs, heart,
@@ -10,10 +10,10 @@ flagged zones and the z-map; ``OUT/failures.jsonl`` lists images that could not 
 ``OUT/zones.json`` says which reader produced the flags.
 
 With a zone classifier (``zone_model``: the shipped
-:data:`~cxrground.anatomy.zone_classifier.SHIPPED_ZONE_READER`, the default of ``anatomy zones``, trained on
-simulated lesions in NIH normal films; or one trained by :mod:`cxrground.anatomy.zone_fit` on a site's own
+:data:`~cxrground.lesions.zone_classifier.SHIPPED_ZONE_READER`, the default of ``anatomy zones``, trained on
+simulated lesions in NIH normal films; or one trained by :mod:`cxrground.lesions.zone_fit` on a site's own
 labelled films; see :func:`resolve_zone_reader`), each zone's ``*_score`` is the classifier's probability that
-the zone is abnormal (features of :mod:`cxrground.anatomy.zone_features` on the same working grid) and its flag
+the zone is abnormal (features of :mod:`cxrground.lesions.zone_features` on the same working grid) and its flag
 is probability ≥ the classifier's threshold; the classifier must have been trained with the same normative
 model. Without one (the library default, or ``--zone-model normative``) the normative flags above are used.
 """
@@ -31,14 +31,15 @@ import numpy as np
 
 from cxrground.anatomy.ctr import cardiothoracic_ratio
 from cxrground.anatomy.ils_locations import ils_location_masks
-from cxrground.anatomy.normative import BRIXIA_ZONE_LABELS, NormativeModel, normalise_intensity
 from cxrground.anatomy.segment.base import LungHeartMasks, LungHeartSegmenter
 from cxrground.anatomy.segment.builtin import work_box
-from cxrground.anatomy.zone_classifier import SHIPPED_ZONE_READER, ZoneClassifier, shipped_zone_reader_path
-from cxrground.anatomy.zone_features import check_same_normative, feature_columns, normative_hash, zone_feature_matrix
 from cxrground.errors import CXRGroundError, Failure, InputError
 from cxrground.io.image import IMAGE_SUFFIXES, CXRImage, read_image, write_image
 from cxrground.io.overlay import contact_sheet, label_panel, overlay_masks
+from cxrground.lesions.lesion_zones import LESION_ZONE_READER, LesionZoneReader
+from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel, normalise_intensity
+from cxrground.lesions.zone_classifier import SHIPPED_ZONE_READER, ZoneClassifier, shipped_zone_reader_path
+from cxrground.lesions.zone_features import check_same_normative, feature_columns, normative_hash, zone_feature_matrix
 
 __all__ = ["CSV_COLUMNS", "NORMATIVE_READER", "ZoneReading", "film_features", "find_images", "read_zones",
            "reader_name", "resolve_zone_reader", "write_zones", "zones_overlay", "zones_provenance"]
@@ -79,21 +80,29 @@ def find_images(folder: Path) -> list[Path]:
     return paths
 
 
-def resolve_zone_reader(reader: str | Path | None) -> ZoneClassifier | None:
-    """The zone classifier named by ``reader``: :data:`NORMATIVE_READER` → None (the normative threshold flags),
-    None or :data:`~cxrground.anatomy.zone_classifier.SHIPPED_ZONE_READER` → the shipped reader, else a ``.npz``
+ZoneReader = ZoneClassifier | LesionZoneReader
+
+
+def resolve_zone_reader(reader: str | Path | None) -> ZoneReader | None:
+    """The zone reader named by ``reader``: :data:`NORMATIVE_READER` → None (the normative threshold flags),
+    ``lesion-unet`` → the lesion segmenter's zone reader (:class:`~cxrground.lesions.lesion_zones.LesionZoneReader`),
+    None or :data:`~cxrground.lesions.zone_classifier.SHIPPED_ZONE_READER` → the shipped reader, else a ``.npz``
     path written by ``anatomy fit-zones`` (or :meth:`ZoneClassifier.save`)."""
     if str(reader) == NORMATIVE_READER:
         return None
+    if str(reader) == LESION_ZONE_READER:
+        return LesionZoneReader.shipped()
     if reader is None or str(reader) == SHIPPED_ZONE_READER:
         return ZoneClassifier.load(shipped_zone_reader_path())
     return ZoneClassifier.load(Path(reader))
 
 
-def reader_name(zone_model: ZoneClassifier | None) -> str:
-    """Who flags the zones: :data:`NORMATIVE_READER`, or ``zone-model <file> (p >= threshold)``."""
+def reader_name(zone_model: ZoneReader | None) -> str:
+    """Who flags the zones: :data:`NORMATIVE_READER`, the lesion reader, or ``zone-model <file> (p >= threshold)``."""
     if zone_model is None:
         return NORMATIVE_READER
+    if isinstance(zone_model, LesionZoneReader):
+        return zone_model.name()
     name = Path(str(zone_model.meta.get("path", "in-memory"))).name
     return f"zone-model {name} (p >= {zone_model.threshold:.2f})"
 
@@ -113,7 +122,7 @@ def _segment_on_work_grid(image: CXRImage, segmenter: LungHeartSegmenter
 
 def film_features(image: CXRImage, segmenter: LungHeartSegmenter,
                   model: NormativeModel) -> tuple[np.ndarray, dict[str, float]]:
-    """The film's zone feature matrix (:func:`~cxrground.anatomy.zone_features.zone_feature_matrix`, rows A–F)
+    """The film's zone feature matrix (:func:`~cxrground.lesions.zone_features.zone_feature_matrix`, rows A–F)
     and its normative zone scores, both on the working grid exactly as :func:`read_zones` reads them."""
     _, px, r_w, l_w = _segment_on_work_grid(image, segmenter)
     z = model.z_map(px, r_w, l_w)
@@ -123,17 +132,23 @@ def film_features(image: CXRImage, segmenter: LungHeartSegmenter,
 
 def read_zones(
     image: CXRImage, segmenter: LungHeartSegmenter, model: NormativeModel, name: str | None = None,
-    zone_model: ZoneClassifier | None = None,
+    zone_model: ZoneReader | None = None,
 ) -> tuple[ZoneReading, LungHeartMasks, np.ndarray]:
-    """The reading of one film, its masks (native size) and its z-map (on the working grid); flags from
-    ``zone_model`` when given (scores = its probabilities), else from the normative threshold."""
+    """The reading of one film, its masks (native size) and its map on the working grid (the z-map; the lesion
+    probability for the lesion reader); flags from ``zone_model`` when given (scores = its probabilities or, for
+    the lesion reader, zone shares), else from the normative threshold."""
     seg, px, r_w, l_w = _segment_on_work_grid(image, segmenter)
     right, left = seg.right_lung, seg.left_lung
-    z = model.z_map(px, r_w, l_w)
-    if zone_model is None:
+    if isinstance(zone_model, LesionZoneReader):
+        box = work_box(image.shape)
+        heart = seg.heart if box is None or seg.heart is None else box.mask_to_canvas(seg.heart)
+        scores, flags, z = zone_model.read(px, r_w, l_w, heart)
+    elif zone_model is None:
+        z = model.z_map(px, r_w, l_w)
         scores = model.zone_scores(z, r_w, l_w)
         flags = model.zone_flags(scores)
     else:
+        z = model.z_map(px, r_w, l_w)
         feats = zone_feature_matrix(px, z, normalise_intensity(px, r_w, l_w), r_w, l_w)
         prob = zone_model.probability(feats[:, feature_columns(zone_model.feature_names)])
         scores = {k: float(p) for k, p in zip(ZONES, prob, strict=True)}
@@ -165,7 +180,8 @@ def zones_overlay(image: CXRImage, seg: LungHeartMasks, z: np.ndarray, reading: 
         anat = overlay_masks(anat, flagged, [(1.0, 0.1, 0.1)] * len(flagged), alpha=0.35, outline=False)
     ctr = "n/a" if reading.ctr is None else f"{reading.ctr:.2f}"
     flags = " ".join(f"{k}{'+' if reading.flags[k] else '-'}" for k in ZONES)
-    heat = np.clip(z / 4.0, 0.0, 1.0)
+    lesion = reading.reader.startswith(LESION_ZONE_READER)
+    heat = np.clip(z if lesion else z / 4.0, 0.0, 1.0)
     grey = np.repeat((px.astype(np.float64) / 255.0)[:, :, None], 3, axis=2)
     red = np.stack([np.ones_like(heat), np.zeros_like(heat), np.zeros_like(heat)], axis=2)
     zimg = np.clip(255 * (grey * (1 - 0.7 * heat[:, :, None]) + red * 0.7 * heat[:, :, None]), 0, 255)
@@ -173,14 +189,15 @@ def zones_overlay(image: CXRImage, seg: LungHeartMasks, z: np.ndarray, reading: 
     scores = " ".join(f"{k} {reading.scores[k]:.1f}" if normative else f"{k} {reading.scores[k]:.2f}" for k in ZONES)
     panels = [label_panel(anat, f"{reading.image}", [f"CTR {ctr} (heart: {reading.heart_source})", flags,
                                                      f"flags: {reading.reader}"], width),
-              label_panel(zimg.astype(np.uint8), "deviation from normal (z, 0-4)",
-                          [scores if normative else f"p(abnormal) {scores}"], width)]
+              label_panel(zimg.astype(np.uint8), "lesion probability (0-1)" if lesion else
+                          "deviation from normal (z, 0-4)",
+                          [scores if normative else f"{'zone share' if lesion else 'p(abnormal)'} {scores}"], width)]
     return contact_sheet(panels, columns=2)
 
 
 def write_zones(
     images: Iterable[Path], out: Path, segmenter: LungHeartSegmenter, model: NormativeModel,
-    overlays: bool = True, root: Path | None = None, zone_model: ZoneClassifier | None = None,
+    overlays: bool = True, root: Path | None = None, zone_model: ZoneReader | None = None,
 ) -> tuple[list[ZoneReading], list[Failure]]:
     """Read every image, write ``out/zones.csv`` (+ overlays, failures, ``zones.json`` provenance); returns
     readings and failures.
@@ -189,7 +206,7 @@ def write_zones(
     that classifier; refused (:class:`~cxrground.errors.InputError`) when it was trained with another
     normative model.
     """
-    if zone_model is not None:
+    if isinstance(zone_model, ZoneClassifier):
         check_same_normative(zone_model, model)
     out.mkdir(parents=True, exist_ok=True)
     readings: list[ZoneReading] = []
@@ -213,10 +230,15 @@ def write_zones(
     return readings, failures
 
 
-def zones_provenance(model: NormativeModel, zone_model: ZoneClassifier | None, images: int,
+def zones_provenance(model: NormativeModel, zone_model: ZoneReader | None, images: int,
                      failures: int) -> dict[str, Any]:
     """The content of ``zones.json``: which reader produced the flags, what the scores mean, the models."""
     normative = {**model.provenance(), "sha256": normative_hash(model)}
+    if isinstance(zone_model, LesionZoneReader):
+        prov = zone_model.provenance()
+        return {"reader": reader_name(zone_model), "flag": f"zone share >= {zone_model.cover:.4g}",
+                "score": prov["score"], "normative": None, "zone_model": prov, "images": images,
+                "failures": failures}
     if zone_model is None:
         return {"reader": NORMATIVE_READER, "flag": f"zone score > {model.zone_threshold:.4g}",
                 "score": "75th percentile of the normative z in the zone", "normative": normative,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cxrground.anatomy.lesion_sim import LesionSimParams
-from cxrground.anatomy.zone_classifier import ZoneClassifier
-from cxrground.anatomy.zone_features import FEATURE_NAMES
 from cxrground.errors import ConfigError, InputError
-from cxrground.models.zone_sim_fit import (
+from cxrground.lesions.lesion_sim import LesionSimParams
+from cxrground.lesions.zone_classifier import ZoneClassifier
+from cxrground.lesions.zone_features import FEATURE_NAMES
+from cxrground.lesions.zone_sim_fit import (
     ZoneSimRecipe,
     fit_zone_sim,
     fold_models,
@@ -95,7 +95,7 @@ def test_shipped_reader_loads_with_its_recipe_and_nih_normal_films(pack_dir) -> 
     import json
 
     from cxrground.datasets.pack import Pack
-    from cxrground.models.zone_sim_fit import ZONE_SIM_V1, default_zone_sim_path
+    from cxrground.lesions.zone_sim_fit import ZONE_SIM_V1, default_zone_sim_path
 
     reader = ZoneClassifier.load(default_zone_sim_path())
     assert reader.feature_names == FEATURE_NAMES and 0.0 < reader.threshold < 1.0

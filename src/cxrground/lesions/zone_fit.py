@@ -1,4 +1,4 @@
-"""Train a zone reader on a site's own labelled films: a :class:`~cxrground.anatomy.zone_classifier.ZoneClassifier`
+"""Train a zone reader on a site's own labelled films: a :class:`~cxrground.lesions.zone_classifier.ZoneClassifier`
 fitted to per-zone labels, with its penalty and flag threshold chosen by patient-grouped cross-validation.
 
 Input: a folder of films (PNG / JPEG / DICOM) and a CSV with an image column (file name relative to the folder)
@@ -7,8 +7,8 @@ pack's Brixia scores); values are integers 0–3 (Brixia scores) or 0/1, and a z
 is > 0. An optional patient column groups films of one patient into one fold (without it every film is its
 own patient).
 
-Per film: lungs from the given segmenter, zone features (:mod:`cxrground.anatomy.zone_features`) from the
-normative model's z-map on the working grid, read by :func:`cxrground.anatomy.zones.film_features` exactly as
+Per film: lungs from the given segmenter, zone features (:mod:`cxrground.lesions.zone_features`) from the
+normative model's z-map on the working grid, read by :func:`cxrground.lesions.zones.film_features` exactly as
 ``anatomy zones --zone-model`` reads them. A row that cannot be used (image missing or unreadable, a label out
 of range, no lungs) is a :class:`~cxrground.errors.Failure` written to ``MODEL.failures.jsonl`` and skipped.
 
@@ -34,15 +34,15 @@ from typing import Any, Final
 
 import numpy as np
 
-from cxrground.anatomy.normative import BRIXIA_ZONE_LABELS, NORMATIVE_METHOD, NormativeModel
 from cxrground.anatomy.segment.base import LungHeartSegmenter
-from cxrground.anatomy.zone_classifier import ZoneClassifier
-from cxrground.anatomy.zone_features import FEATURE_NAMES, normative_hash
-from cxrground.anatomy.zones import film_features
 from cxrground.errors import ConfigError, CXRGroundError, Failure, InputError
 from cxrground.fields import option
 from cxrground.io.files import sha256_file
 from cxrground.io.image import read_image
+from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NORMATIVE_METHOD, NormativeModel
+from cxrground.lesions.zone_classifier import ZoneClassifier
+from cxrground.lesions.zone_features import FEATURE_NAMES, normative_hash
+from cxrground.lesions.zones import film_features
 
 __all__ = [
     "L2_GRID",
@@ -476,11 +476,10 @@ def _check_usable(read: Sequence[ReadFilm], folds: int, leave_one_patient_out: b
 
 def fit_segmenter() -> LungHeartSegmenter:
     """The segmenter ``anatomy fit-zones`` reads films with: the lungs of ``anatomy zones``' default (the shipped lung
-    U-Net); the heart is not a zone feature, and one torch thread is the fast choice on a busy CPU
-    (:func:`cxrground.anatomy.segment.unet.predict_logits`)."""
+    U-Net), on the process's torch threads (``--threads``); the heart is not a zone feature."""
     from cxrground.anatomy.segment import get_segmenter
 
-    return get_segmenter("unet", threads=1, estimate_heart=False)
+    return get_segmenter("unet", estimate_heart=False)
 
 
 def fit_zone_reader(request: ZoneFitRequest, segmenter: LungHeartSegmenter, progress: bool = False) -> ZoneFitResult:

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 from cxrground.anatomy.ils_locations import lung_zone_bands
-from cxrground.anatomy.lesion_sim import (
+from cxrground.errors import ConfigError, InputError
+from cxrground.lesions.lesion_sim import (
     LesionSimParams,
     add_attenuation,
     simulate_lesions,
     smooth_noise,
     zone_labels_from_field,
 )
-from cxrground.errors import ConfigError, InputError
 from masks_helpers import TOY_H, TOY_W, toy_lungs
 
 H, W = TOY_H, TOY_W

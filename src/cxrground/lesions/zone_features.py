@@ -22,11 +22,11 @@ from typing import Final
 import numpy as np
 
 from cxrground.anatomy.ils_locations import lung_zone_bands
-from cxrground.anatomy.normative import BRIXIA_ZONE_LABELS, NormativeModel, lung_coordinates, normalise_intensity
-from cxrground.anatomy.zone_classifier import ZoneClassifier
 from cxrground.errors import InputError
 from cxrground.io.files import sha256_file
 from cxrground.io.masks import as_mask, check_same_shape
+from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel, lung_coordinates, normalise_intensity
+from cxrground.lesions.zone_classifier import ZoneClassifier
 
 __all__ = ["FEATURE_NAMES", "Z_LEVELS", "check_same_normative", "feature_columns", "film_zone_features",
            "normative_hash", "zone_feature_matrix"]

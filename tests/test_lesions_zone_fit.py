@@ -13,10 +13,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from cxrground.anatomy.normative import BRIXIA_ZONE_LABELS, NormativeModel, fit_normative
 from cxrground.anatomy.segment.builtin import GivenMasksSegmenter
-from cxrground.anatomy.zone_classifier import ZoneClassifier
-from cxrground.anatomy.zone_fit import (
+from cxrground.cli import main
+from cxrground.datasets.synthetic import SynthConfig, generate_study
+from cxrground.errors import InputError
+from cxrground.io.image import write_image
+from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel, fit_normative
+from cxrground.lesions.zone_classifier import ZoneClassifier
+from cxrground.lesions.zone_fit import (
     ZoneFitRequest,
     auroc,
     choose_threshold,
@@ -25,11 +29,7 @@ from cxrground.anatomy.zone_fit import (
     patient_folds,
     read_zone_labels,
 )
-from cxrground.anatomy.zones import CSV_COLUMNS, find_images, write_zones
-from cxrground.cli import main
-from cxrground.datasets.synthetic import SynthConfig, generate_study
-from cxrground.errors import InputError
-from cxrground.io.image import write_image
+from cxrground.lesions.zones import CSV_COLUMNS, find_images, write_zones
 
 ZONES = tuple(BRIXIA_ZONE_LABELS)
 FILMS = 40

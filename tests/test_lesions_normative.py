@@ -9,19 +9,19 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from cxrground.anatomy.normative import (
+from cxrground.anatomy.segment.builtin import heart_from_lungs, work_box
+from cxrground.anatomy.segment.heart import estimate_heart
+from cxrground.anatomy.segment.heart_image import seen_cardiac_borders
+from cxrground.errors import InputError
+from cxrground.io.image import write_image
+from cxrground.lesions.normative import (
     BRIXIA_ZONE_LABELS,
     NormativeModel,
     fit_normative,
     lung_coordinates,
     normalise_intensity,
 )
-from cxrground.anatomy.segment.builtin import heart_from_lungs, work_box
-from cxrground.anatomy.segment.heart import estimate_heart
-from cxrground.anatomy.segment.heart_image import seen_cardiac_borders
-from cxrground.anatomy.zones import CSV_COLUMNS, find_images, write_zones
-from cxrground.errors import InputError
-from cxrground.io.image import write_image
+from cxrground.lesions.zones import CSV_COLUMNS, find_images, write_zones
 
 H, W = 220, 260
 
@@ -202,9 +202,9 @@ def test_zones_command_on_real_films(pack_dir, tmp_path):
 
 
 def test_zone_reader_names(tmp_path) -> None:
-    from cxrground.anatomy.zone_classifier import SHIPPED_ZONE_READER
-    from cxrground.anatomy.zone_features import check_same_normative
-    from cxrground.anatomy.zones import resolve_zone_reader
+    from cxrground.lesions.zone_classifier import SHIPPED_ZONE_READER
+    from cxrground.lesions.zone_features import check_same_normative
+    from cxrground.lesions.zones import resolve_zone_reader
 
     assert resolve_zone_reader("normative") is None
     shipped = resolve_zone_reader(None)

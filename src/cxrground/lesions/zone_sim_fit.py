@@ -3,16 +3,16 @@
 - **Films**: the pack's NIH ChestX-ray14 films labelled ``No Finding`` (NIH: no restriction on use, attribution
   required), lungs from the shipped lung U-Net, on the anatomy working grid.
 - **Zone labels**: each film gets :attr:`ZoneSimRecipe.copies` simulated versions
-  (:func:`cxrground.anatomy.lesion_sim.simulate_lesions`, seeds from the recipe's seed and the film id), the six
+  (:func:`cxrground.lesions.lesion_sim.simulate_lesions`, seeds from the recipe's seed and the film id), the six
   zone labels read off the inserted lesions; some copies stay negative.
-- **Features**: :func:`cxrground.anatomy.zone_features.film_zone_features` under a normative model that never saw
+- **Features**: :func:`cxrground.lesions.zone_features.film_zone_features` under a normative model that never saw
   the film, read with the clean film's lungs or, when :attr:`ZoneSimRecipe.resegment` is set, with the lungs the
   shipped U-Net finds on the simulated copy (as ``anatomy zones`` reads an abnormal film; a copy on which it loses
   a lung is dropped), while the zone labels stay those of the inserted field on the clean lung zones. The NIH
-  films are split into :data:`~cxrground.models.normative_fit.FOLDS` patient-grouped folds and each film's copies
+  films are split into :data:`~cxrground.lesions.normative_fit.FOLDS` patient-grouped folds and each film's copies
   are read by the normative model fitted on the other folds' No Finding films (at inference the shipped
   ``normative_v1``, fitted on all of them, reads films it never saw either).
-- **Classifier**: :meth:`cxrground.anatomy.zone_classifier.ZoneClassifier.fit` (L2 logistic) on the recipe's
+- **Classifier**: :meth:`cxrground.lesions.zone_classifier.ZoneClassifier.fit` (L2 logistic) on the recipe's
   feature columns; the flag threshold is Youden's J on the out-of-fold probabilities of the simulated zones (same
   folds). No COVID-19 or Brixia-scored film is used.
 
@@ -30,16 +30,16 @@ from typing import Any, Final
 
 import numpy as np
 
-from cxrground.anatomy.lesion_sim import LesionSimParams, simulate_lesions
-from cxrground.anatomy.normative import BRIXIA_ZONE_LABELS, NORMATIVE_METHOD, NormativeModel, fit_normative
 from cxrground.anatomy.segment.base import LungHeartSegmenter
 from cxrground.anatomy.segment.builtin import work_box
-from cxrground.anatomy.zone_classifier import SHIPPED_ZONE_READER, ZoneClassifier, shipped_zone_reader_path
-from cxrground.anatomy.zone_features import FEATURE_NAMES, feature_columns, film_zone_features, normative_hash
 from cxrground.datasets.pack import Pack
 from cxrground.errors import ConfigError
 from cxrground.io.cxr_image import CXRImage
-from cxrground.models.normative_fit import FOLDS, nih_patient, patient_folds
+from cxrground.lesions.lesion_sim import LesionSimParams, simulate_lesions
+from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NORMATIVE_METHOD, NormativeModel, fit_normative
+from cxrground.lesions.normative_fit import FOLDS, nih_patient, patient_folds
+from cxrground.lesions.zone_classifier import SHIPPED_ZONE_READER, ZoneClassifier, shipped_zone_reader_path
+from cxrground.lesions.zone_features import FEATURE_NAMES, feature_columns, film_zone_features, normative_hash
 
 __all__ = ["ZONE_SIM_NAME", "ZONE_SIM_V1", "ZoneSimRecipe", "default_zone_sim_path", "fit_from_pack", "fit_zone_sim",
            "fold_models", "oof_probability", "sim_seed", "simulated_zone_rows", "working_film", "youden_probability",
@@ -165,7 +165,7 @@ def zone_probabilities(reader: ZoneClassifier, normative: NormativeModel, pixels
 def fold_models(films: Sequence[Film], patients: Sequence[str],
                 normal: Sequence[bool] | None = None) -> tuple[list[NormativeModel], np.ndarray]:
     """Per film, the normative model fitted on the ``normal`` films (default: all) of the other folds; and the
-    fold of each film (:func:`~cxrground.models.normative_fit.patient_folds`)."""
+    fold of each film (:func:`~cxrground.lesions.normative_fit.patient_folds`)."""
     folds = patient_folds(list(patients))
     ok = np.ones(len(films), bool) if normal is None else np.asarray(normal, bool)
     fitted = {k: fit_normative([f for f, fk, n in zip(films, folds, ok, strict=True) if fk != k and n])
@@ -212,7 +212,7 @@ def fit_from_pack(pack: Pack, segmenter: LungHeartSegmenter, recipe: ZoneSimReci
         "name": ZONE_SIM_NAME,
         "summary": f"L2 logistic zone reader trained on {len(x)} simulated-lesion copies of {len(idx)} NIH "
                    "ChestX-ray14 films labelled No Finding (cxr-pack-v1 nih/), lungs from the shipped lung U-Net, "
-                   f"{lungs}zone labels from the inserted lesions (cxrground.anatomy.lesion_sim); threshold by "
+                   f"{lungs}zone labels from the inserted lesions (cxrground.lesions.lesion_sim); threshold by "
                    "Youden's J on out-of-fold simulated zones. No COVID-19 film, no Brixia score used.",
         "licence": "NIH ChestX-ray14: no restriction on use, attribution required",
         "attribution": "NIH Clinical Center, https://nihcc.app.box.com/v/ChestXray-NIHCC; Wang et al., "
@@ -222,7 +222,7 @@ def fit_from_pack(pack: Pack, segmenter: LungHeartSegmenter, recipe: ZoneSimReci
         "segmenter": segmenter.provenance().get("model_name", segmenter.name),
         "features_from": "normative z-map: per fold, the No Finding films of the other folds (inference: the "
                          "shipped normative_v1); anatomy working grid",
-        "rebuild": "cxrground.models.zone_sim_fit.fit_from_pack(Pack(), get_segmenter('unet')).save(PATH)",
+        "rebuild": "cxrground.lesions.zone_sim_fit.fit_from_pack(Pack(), get_segmenter('unet')).save(PATH)",
         "normative": _shipped_normative_record(),
     }
     return fit_zone_sim(x, y, folds[idx][src], recipe, meta)

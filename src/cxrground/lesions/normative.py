@@ -22,7 +22,7 @@ Method (``normative-lung-grid/1``):
 
 The shipped statistics come from the pack's NIH ChestX-ray14 films labelled ``No Finding`` (NIH's terms
 allow any use with attribution) with lungs from the shipped lung U-Net; ``cxrground anatomy fit-normative``
-rebuilds them (:mod:`cxrground.models.normative_fit` is the recipe) and the sidecar lists the films.
+rebuilds them (:mod:`cxrground.lesions.normative_fit` is the recipe) and the sidecar lists the films.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ __all__ = [
 ]
 
 NORMATIVE_METHOD: Final[str] = "normative-lung-grid/1"
-#: File stem of the shipped statistics under ``cxrground/anatomy/segment/weights/``.
+#: File stem of the shipped statistics under ``cxrground/lesions/weights/``.
 DEFAULT_NORMATIVE: Final[str] = "normative_v1"
 #: Gaussian smoothing of the film before normalisation, as a fraction of the longest side (1.5 px at 512).
 SMOOTH_FRACTION: Final[float] = 1.5 / 512
@@ -78,7 +78,7 @@ _BANDS: Final[tuple[str, str, str]] = ("upper zone lung", "mid zone lung", "lung
 
 def default_normative_path() -> Path:
     """Path of the shipped ``normative_v1.npz`` (inside the installed package)."""
-    return Path(str(resources.files("cxrground.anatomy.segment") / "weights" / f"{DEFAULT_NORMATIVE}.npz"))
+    return Path(str(resources.files("cxrground.lesions") / "weights" / f"{DEFAULT_NORMATIVE}.npz"))
 
 
 def lung_coordinates(lung: np.ndarray, side: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -7,15 +7,15 @@ import json
 import numpy as np
 import pytest
 
-from cxrground.anatomy.normative import fit_normative, normalise_intensity
-from cxrground.anatomy.zone_classifier import MIL_POOLS, ZoneClassifier, _mil_loss, fit_logistic, fit_mil_logistic
-from cxrground.anatomy.zone_features import (
+from cxrground.errors import ConfigError, InputError
+from cxrground.lesions.normative import fit_normative, normalise_intensity
+from cxrground.lesions.zone_classifier import MIL_POOLS, ZoneClassifier, _mil_loss, fit_logistic, fit_mil_logistic
+from cxrground.lesions.zone_features import (
     FEATURE_NAMES,
     feature_columns,
     film_zone_features,
     zone_feature_matrix,
 )
-from cxrground.errors import ConfigError, InputError
 from masks_helpers import TOY_H, TOY_W, toy_lungs
 
 H, W = TOY_H, TOY_W

@@ -39,9 +39,9 @@ import numpy as np
 from scipy import ndimage
 
 from cxrground.anatomy.ils_locations import lung_zone_bands
-from cxrground.anatomy.normative import BRIXIA_ZONE_LABELS, lung_coordinates
 from cxrground.errors import ConfigError, InputError
 from cxrground.io.masks import as_mask, check_same_shape
+from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, lung_coordinates
 
 __all__ = ["LESION_KINDS", "LesionSimParams", "SimulatedFilm", "add_attenuation", "simulate_lesions",
            "smooth_noise", "zone_labels_from_field"]

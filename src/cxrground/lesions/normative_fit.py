@@ -20,9 +20,9 @@ from typing import Any, Final
 
 import numpy as np
 
-from cxrground.anatomy.normative import NORMATIVE_METHOD, NormativeModel, fit_normative
 from cxrground.anatomy.segment.base import LungHeartSegmenter
 from cxrground.datasets.pack import NIHRecord, Pack
+from cxrground.lesions.normative import NORMATIVE_METHOD, NormativeModel, fit_normative
 
 __all__ = ["FOLDS", "OPACITY_LABELS", "fit_from_pack", "nih_patient", "normal_rows", "patient_folds",
            "youden_threshold"]

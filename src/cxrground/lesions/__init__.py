@@ -1,0 +1,13 @@
+"""How lesions are found on a film: the stage between anatomy geometry and ILS generation.
+
+- :mod:`~cxrground.lesions.lesion_sim`: lesions inserted into normal films with exact pixel truth.
+- :mod:`~cxrground.lesions.normative`: the per-position normal-lung model and its z-map
+  (recipe: :mod:`~cxrground.lesions.normative_fit`).
+- :mod:`~cxrground.lesions.zone_features`, :mod:`~cxrground.lesions.zone_classifier`: the zone reader's features
+  and logistic model (recipes: :mod:`~cxrground.lesions.zone_sim_fit` on simulated lesions,
+  :mod:`~cxrground.lesions.zone_fit` on the user's labelled films).
+- :mod:`~cxrground.lesions.zones`: ``anatomy zones``, six lung zones read as normal or abnormal.
+
+Shipped statistics and weights live in ``cxrground/lesions/weights/``. This stage imports from anatomy, io,
+vocab and datasets only; ILS generation imports from it.
+"""
