@@ -10,7 +10,9 @@ Recognised layouts:
 
 Images are not opened here; reading happens in the stages that need the pixels. Only what a file-system
 check shows is refused here, each with a :class:`~cxrground.errors.Failure` naming the file: a 0-byte image
-(so a study's next image is chosen instead), a symbolic link loop and a link whose target does not exist.
+(so a study's next image is chosen instead), a symbolic link loop and a link whose target does not exist, and in
+the MIMIC-CXR layout every skipped item: a study folder without an image, a folder named like an image, and an
+image in a format the build does not read (GIF, BMP, TIFF, WebP).
 """
 
 from __future__ import annotations
@@ -26,7 +28,12 @@ from pathlib import Path
 from cxrground.errors import Failure, InputError
 from cxrground.io.image import IMAGE_SUFFIXES
 
-__all__ = ["MIMIC_IMAGE_RE", "StudyInput", "image_file_problem", "read_index", "scan_folder", "scan_lines"]
+__all__ = ["MIMIC_IMAGE_RE", "UNSUPPORTED_IMAGE_SUFFIXES", "StudyInput", "image_file_problem", "read_index",
+           "scan_folder", "scan_lines"]
+
+#: Image formats a user may have but the build does not read: recorded as scan failures, never skipped silently.
+UNSUPPORTED_IMAGE_SUFFIXES = (".gif", ".bmp", ".tif", ".tiff", ".webp")
+_STUDY_DIR_RE = re.compile(r"(?:^|/)p\d{2}/p\d+/s\d+$")
 
 MIMIC_IMAGE_RE = re.compile(r"(?:^|/)(p\d{2})/(p\d+)/(s\d+)/([^/]+)\.(?:jpe?g|png|dcm|dicom)$", re.IGNORECASE)
 
@@ -62,7 +69,20 @@ def scan_folder(
     studies: list[StudyInput] = []
     failures: list[Failure] = []
     report_root = Path(reports) if reports is not None else None
-    for path in sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and not p.is_dir()):
+    images_found: set[Path] = set()
+    for path in sorted(root.rglob("*")):
+        suffix = path.suffix.lower()
+        if suffix in UNSUPPORTED_IMAGE_SUFFIXES and not path.is_dir():
+            failures.append(Failure(str(path), "scan", f"unsupported image format {suffix} (use JPEG, PNG or "
+                                    "DICOM)", "InputError"))
+            images_found.add(path.parent)
+            continue
+        if suffix not in IMAGE_SUFFIXES:
+            continue
+        images_found.add(path.parent)
+        if path.is_dir():
+            failures.append(Failure(str(path), "scan", "a folder named like an image (not a file)", "InputError"))
+            continue
         rel = path.relative_to(root).as_posix()
         match = MIMIC_IMAGE_RE.search(rel)
         if match is None:
@@ -79,7 +99,17 @@ def scan_folder(
             continue
         mimic_rel = f"{group}/{subject}/{study}/{path.name}"
         studies.append(StudyInput(study, path, subject, dicom, None, report, None, mimic_rel))
+    for folder in _study_folders(root):
+        if folder not in images_found:
+            failures.append(Failure(str(folder), "scan", "study folder holds no image (JPEG, PNG or DICOM)",
+                                    "InputError"))
     return studies, failures
+
+
+def _study_folders(root: Path) -> list[Path]:
+    """The ``pXX/pXXXXXXXX/sXXXXXXXX`` folders under ``root`` (MIMIC-CXR layout)."""
+    return sorted(p for p in root.glob("**/p[0-9][0-9]/p*/s*") if p.is_dir() and _STUDY_DIR_RE.search(
+        p.relative_to(root).as_posix()))
 
 
 def read_index(index: str | Path, image_root: str | Path) -> tuple[list[StudyInput], list[Failure]]:
