@@ -310,3 +310,102 @@ def test_max_pixels_refuses_a_big_image_from_its_header(cohort, tmp_path):
     over = [f for f in recorded if "too many pixels" in f["reason"]]
     assert [f["study"] for f in over] == [tasks[0].study_key] and str(limit) in over[0]["reason"]
     assert len(recorded) == 1
+
+
+def test_streamed_dataset_json_is_the_whole_dict_dump(built):
+    """The driver writes the dataset JSON one study at a time: the bytes are those of ``json.dumps`` of the whole
+    dict (the format before streaming), studies in key order within each split."""
+    from cxrground.ils.schema import SPLITS
+
+    dataset: dict = {s: {} for s in SPLITS}
+    for path in sorted((built / "units").glob("*.json")):
+        unit = json.loads(path.read_text())
+        pairs = unit.get("study", {}).get("instruction_answer_pairs", {})
+        if unit["status"] == "ok" and (pairs["positive_pairs"] or pairs["negative_pairs"]):
+            dataset[unit["split"]][unit["study_key"]] = unit["study"]
+    assert sum(len(v) for v in dataset.values()) > 1
+    assert (built / DATASET_FILE).read_bytes() == json.dumps(dataset, ensure_ascii=False).encode()
+    assert not list(built.glob(".assemble*"))
+
+
+def test_assemble_refuses_tasks_out_of_order(built, cohort):
+    from cxrground.ils.build import assemble
+
+    tasks, _ = build_tasks(cohort / "files")
+    with pytest.raises(ConfigError, match="study-key order"):
+        assemble(built, iter(reversed(tasks)), IlsConfig(seed=3), BackendSpec(), (), {})
+
+
+def _die_once(flag_dir: str, task, out, config, spec, max_pixels):
+    """A study runner whose worker dies the first time it meets each study (a node lost, a transient OOM)."""
+    from cxrground.ils.build import _run_one
+
+    flag = Path(flag_dir) / task.study_key
+    if not flag.exists():
+        flag.write_text("died once")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _run_one(task, out, config, spec, max_pixels)
+
+
+def test_a_worker_death_is_retried_once_and_retry_failed_redoes_failed_units(cohort, built, tmp_path):
+    import functools
+
+    from cxrground.ils.build import run_units
+    from cxrground.ils.cohort_normative import resolve_spec
+
+    tasks, failures = build_tasks(cohort / "files")
+    config = IlsConfig(seed=3)
+    spec = resolve_spec(BackendSpec(), tasks, built, config)
+    victim = tasks[2]
+    out = tmp_path / "once"
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    # the worker dies under the victim once: the retry alone finishes it, nothing is recorded as failed
+    processed, _ = run_units([victim], out, config, spec, "local", 2, progress=False,
+                             runner=functools.partial(_die_once, str(flags)))
+    unit = json.loads((out / "units" / f"{victim.study_key}.json").read_text())
+    assert processed == 1 and unit["status"] != "failed"
+    assert unit == json.loads((built / "units" / f"{victim.study_key}.json").read_text())
+    # an earlier run recorded a failure (a dead worker): a plain rerun keeps it, --retry-failed redoes it
+    again = tmp_path / "again"
+    shutil.copytree(built, again)
+    (again / "units" / f"{victim.study_key}.json").write_text(json.dumps(
+        {"study_key": victim.study_key, "split": victim.split, "image_path": victim.image_path, "status": "failed",
+         "stage": "worker", "error": "WorkerDied", "reason": "worker died (the process was killed)"}))
+    assert build_dataset(tasks, again, config, BackendSpec(), scan_failures=failures, progress=False).processed == 0
+    result = CliRunner().invoke(main, ["ils", "build", "--images", str(cohort / "files"), "--out", str(again),
+                                       "--quiet", "--seed", "3", "--retry-failed"])
+    assert result.exit_code == 0, result.output
+    assert "(1 processed, 7 already done" in result.output
+    assert _bytes(again) == _bytes(built)
+
+
+def test_every_skipped_study_folder_is_recorded(cohort, tmp_path):
+    """An empty study folder, a folder named like an image and GIF/BMP/TIFF images: each a scan failure naming
+    it and why, in `scan` and in failures.jsonl; the valid studies are built."""
+    from cxrground.datasets.folder import scan_folder
+
+    files = tmp_path / "files"
+    shutil.copytree(cohort / "files", files)
+    base = files / "p19" / "p19000000"
+    (base / "s59000001").mkdir(parents=True)  # empty study folder
+    (base / "s59000002" / "view1.jpg").mkdir(parents=True)  # a folder named like an image
+    for n, ext in enumerate(("gif", "bmp", "tif", "tiff"), start=3):
+        (base / f"s5900000{n}").mkdir()
+        (base / f"s5900000{n}" / f"img.{ext}").write_bytes(b"GIF89a" if ext == "gif" else b"BM")
+        (base / f"s5900000{n}.txt").write_text("FINDINGS: Clear lungs.")
+    studies, failures = scan_folder(files)
+    by_path = {f.path: f.reason for f in failures}
+    assert by_path[str(base / "s59000001")] == "study folder holds no image (JPEG, PNG or DICOM)"
+    assert by_path[str(base / "s59000002" / "view1.jpg")] == "a folder named like an image (not a file)"
+    for n, ext in enumerate(("gif", "bmp", "tif", "tiff"), start=3):
+        assert by_path[str(base / f"s5900000{n}" / f"img.{ext}")].startswith(f"unsupported image format .{ext}")
+    assert len(failures) == 6 and len(studies) == N_STUDIES
+    scan = CliRunner().invoke(main, ["scan", "--images", str(files)])
+    assert scan.exit_code == 0 and scan.output.count("failed:") == 6 and "s59000001" in scan.output
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["ils", "build", "--images", str(files), "--out", str(out), "--quiet",
+                                       "--limit", "1"])
+    assert result.exit_code == 0, result.output
+    recorded = {f["path"]: f["reason"] for f in map(json.loads, (out / "failures.jsonl").read_text().splitlines())}
+    assert recorded == by_path
