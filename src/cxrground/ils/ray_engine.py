@@ -12,6 +12,7 @@ that folder (a shared file system mounted at the same path).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections import Counter, deque
 from collections.abc import Iterator
@@ -32,6 +33,8 @@ GPU_BACKENDS: dict[str, frozenset[str]] = {
     "detector": frozenset({"yolo"}),
     "qc_segmenter": frozenset({"cxas", "hybridgnet"}),
 }
+
+_LOG = logging.getLogger(__name__)
 
 #: Times a study's actor may die under it before the study is recorded as failed ("worker died").
 MAX_ATTEMPTS = 2
@@ -191,12 +194,14 @@ class _Scheduler:
                 self.ray.get(ref)
             except RayTaskError:
                 raise
-            except RayError:  # the actor's process or node died under the study
+            except RayError as exc:  # the actor's process or node died under the study
                 self._lose(slot)
                 if _unit_path(self.out, task.study_key).is_file():
                     self.bar.update()  # it finished just before
                     continue
                 self.deaths[task.study_key] += 1
+                _LOG.warning("Ray worker lost under study %s (attempt %d): %s", task.study_key,
+                             self.deaths[task.study_key], type(exc).__name__)
                 if self.deaths[task.study_key] >= MAX_ATTEMPTS:
                     _record_worker_death(self.out, task, self.config, self.spec)
                     self.bar.update()
