@@ -13,7 +13,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,models,ray,vlm,serve,gen,deepspeed]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,models,ray,store,vlm,serve,gen,deepspeed]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -29,7 +29,7 @@ from cxrground.errors import Failure, InputError
 from cxrground.io.image import IMAGE_SUFFIXES
 
 __all__ = ["MIMIC_IMAGE_RE", "UNSUPPORTED_IMAGE_SUFFIXES", "StudyInput", "image_file_problem", "read_index",
-           "scan_folder", "scan_lines"]
+           "scan_folder", "scan_lines", "scan_store"]
 
 #: Image formats a user may have but the build does not read: recorded as scan failures, never skipped silently.
 UNSUPPORTED_IMAGE_SUFFIXES = (".gif", ".bmp", ".tif", ".tiff", ".webp")
@@ -103,6 +103,51 @@ def scan_folder(
         if folder not in images_found:
             failures.append(Failure(str(folder), "scan", "study folder holds no image (JPEG, PNG or DICOM)",
                                     "InputError"))
+    return studies, failures
+
+
+def scan_store(images: str, reports: str | None = None, require_reports: bool = True
+               ) -> tuple[list[StudyInput], list[Failure]]:
+    """:func:`scan_folder` for an image folder on object storage (an fsspec URL, MIMIC-CXR layout), from one
+    listing of ``images`` (and one of ``reports``); image and report paths become URLs."""
+    from cxrground.io.store import Store
+
+    store = Store(images)
+    files = store.find()
+    if not files:
+        raise InputError("image folder not found or empty", images)
+    report_store = Store(reports) if reports is not None else None
+    report_files = report_store.find() if report_store is not None else {}
+    studies: list[StudyInput] = []
+    failures: list[Failure] = []
+    for rel, size in files.items():
+        suffix = Path(rel).suffix.lower()
+        url = store.url(rel)
+        if suffix in UNSUPPORTED_IMAGE_SUFFIXES:
+            failures.append(Failure(url, "scan", f"unsupported image format {suffix} (use JPEG, PNG or DICOM)",
+                                    "InputError"))
+            continue
+        if suffix not in IMAGE_SUFFIXES:
+            continue
+        match = MIMIC_IMAGE_RE.search(rel)
+        if match is None:
+            failures.append(Failure(url, "scan", "not in the MIMIC-CXR layout and no index given", "InputError"))
+            continue
+        if size == 0:
+            failures.append(Failure(url, "scan", "image file is empty (0 bytes)", "InputError"))
+            continue
+        group, subject, study, dicom = match.groups()
+        report = None
+        if require_reports:
+            beside = rel.rsplit("/", 2)[0] + f"/{study}.txt"
+            named = [f"{base}{group}/{subject}/{study}.txt" for base in ("", "files/")]
+            report = next((report_store.url(c) for c in named if c in report_files), None) if report_store else None
+            report = report or (store.url(beside) if beside in files else None)
+            if report is None:
+                failures.append(Failure(url, "scan", f"no report {subject}/{study}.txt found", "InputError"))
+                continue
+        studies.append(StudyInput(study, url, subject, dicom, None, report, None,  # type: ignore[arg-type]
+                                  f"{group}/{subject}/{study}/{Path(rel).name}"))
     return studies, failures
 
 

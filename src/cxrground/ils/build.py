@@ -14,12 +14,14 @@ re-exported here, the build's inputs and output name.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
 import platform
 import shutil
 import subprocess
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -35,15 +37,16 @@ from tqdm.auto import tqdm
 from cxrground import __version__
 from cxrground.errors import ConfigError, Failure
 from cxrground.ils.backend_spec import BackendSpec
-from cxrground.ils.card import DatasetCounts, read_review_summary, render_card
+from cxrground.ils.card import REVIEW_FILE, DatasetCounts, read_review_summary, render_card
 from cxrground.ils.cohort_normative import FITTED_FILE, resolve_spec
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
 from cxrground.ils.pipeline import backend_provenance, process_study
 from cxrground.ils.schema import SPLITS, validate_dataset
 from cxrground.ils.tasks import StudyTask
-from cxrground.io.files import atomic_path, atomic_write_text, sha256_json
+from cxrground.io.files import atomic_path, atomic_write_bytes, atomic_write_text, sha256_json
 from cxrground.io.image import DEFAULT_MAX_PIXELS
+from cxrground.io.store import Store
 
 __all__ = ["DATASET_FILE", "IN_FLIGHT_PER_WORKER", "BackendSpec", "BuildSummary", "assemble", "build_dataset",
            "check_backends", "clear_failed", "run_units"]
@@ -61,25 +64,47 @@ class BuildSummary:
     seconds: float
 
 
-def _unit_path(out: Path, key: str) -> Path:
-    return out / UNITS_DIR / f"{key}.json"
+@functools.lru_cache(maxsize=8)
+def _store(out: str) -> Store:
+    """The output folder ``out`` (a local path or an fsspec URL) as a :class:`Store`, one per process."""
+    return Store(out)
 
 
-def _running_path(out: Path, key: str) -> Path:
-    return out / UNITS_DIR / f"{key}.running"
+def _unit_rel(key: str) -> str:
+    return f"{UNITS_DIR}/{key}.json"
 
 
-def _write_unit(out: Path, unit: dict[str, Any], config: IlsConfig, spec: BackendSpec) -> None:
+def _running_rel(key: str) -> str:
+    return f"{UNITS_DIR}/{key}.running"
+
+
+def _has_unit(out: str | Path, key: str) -> bool:
+    return _store(str(out)).exists(_unit_rel(key))
+
+
+def _is_running(out: str | Path, key: str) -> bool:
+    return _store(str(out)).exists(_running_rel(key))
+
+
+def _write_unit(out: str | Path, unit: dict[str, Any], config: IlsConfig, spec: BackendSpec) -> None:
     unit["config_hash"] = config.config_hash()
     unit["spec_hash"] = spec.spec_hash()
-    atomic_write_text(_unit_path(out, unit["study_key"]), json.dumps(unit, sort_keys=True))
+    _store(str(out)).write_text(_unit_rel(unit["study_key"]), json.dumps(unit, sort_keys=True))
 
 
 def _run_one(task: StudyTask, out: str, config: IlsConfig, spec: BackendSpec,
              max_pixels: int | None = DEFAULT_MAX_PIXELS) -> tuple[str, str]:
-    """Process one study in the current process and write its outputs; returns (study, status)."""
-    unit = process_study(task, Path(out), config, spec, max_pixels=max_pixels)
-    _write_unit(Path(out), unit, config, spec)
+    """Process one study in the current process and write its outputs (masks, then the unit); returns (study,
+    status). On object storage the masks are made in a local temporary folder and uploaded before the unit."""
+    store = _store(str(out))
+    if store.local:
+        unit = process_study(task, Path(store.root), config, spec, max_pixels=max_pixels)
+    else:
+        with tempfile.TemporaryDirectory(prefix="cxrground-unit-") as tmp:
+            unit = process_study(task, Path(tmp), config, spec, max_pixels=max_pixels)
+            for m in unit.get("masks", []):
+                store.put_file(Path(tmp) / MASK_DIR / m["path"], f"{MASK_DIR}/{m['path']}")
+    _write_unit(out, unit, config, spec)
     return task.study_key, unit["status"]
 
 
@@ -89,19 +114,19 @@ Runner = Callable[[StudyTask, str, IlsConfig, BackendSpec, "int | None"], tuple[
 def _run_marked(runner: Runner, task: StudyTask, out: str, config: IlsConfig, spec: BackendSpec,
                 max_pixels: int | None) -> tuple[str, str]:
     """``runner`` on one study in a pool worker, with ``units/{study}.running`` present while it runs."""
-    marker = _running_path(Path(out), task.study_key)
-    atomic_write_text(marker, str(os.getpid()))
+    store = _store(str(out))
+    store.write_text(_running_rel(task.study_key), str(os.getpid()))
     result = runner(task, out, config, spec, max_pixels)
-    marker.unlink(missing_ok=True)
+    store.remove(_running_rel(task.study_key))
     return result
 
 
-def _record_worker_death(out: Path, task: StudyTask, config: IlsConfig, spec: BackendSpec) -> None:
+def _record_worker_death(out: str | Path, task: StudyTask, config: IlsConfig, spec: BackendSpec) -> None:
     """Write the failed unit of a study whose worker process died while processing it (twice)."""
     _write_unit(out, {"study_key": task.study_key, "split": task.split, "image_path": task.image_path,
                       "status": "failed", "stage": "worker", "error": "WorkerDied",
                       "reason": "worker died (the process was killed, e.g. by the out-of-memory killer)"}, config, spec)
-    _running_path(out, task.study_key).unlink(missing_ok=True)
+    _store(str(out)).remove(_running_rel(task.study_key))
 
 
 #: Studies in flight per worker (pool process or Ray actor): enough to keep each busy, few enough that the driver
@@ -109,7 +134,7 @@ def _record_worker_death(out: Path, task: StudyTask, config: IlsConfig, spec: Ba
 IN_FLIGHT_PER_WORKER = 2
 
 
-def _pool_round(todo: Iterator[StudyTask], out: Path, config: IlsConfig, spec: BackendSpec, workers: int,
+def _pool_round(todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, spec: BackendSpec, workers: int,
                 max_pixels: int | None, runner: Runner, bar: Any) -> tuple[list[StudyTask], list[StudyTask]] | None:
     """Run the studies of ``todo`` in one process pool, at most :data:`IN_FLIGHT_PER_WORKER` per worker in flight.
 
@@ -134,12 +159,12 @@ def _pool_round(todo: Iterator[StudyTask], out: Path, config: IlsConfig, spec: B
                     del inflight[fut]
                     bar.update()
         except BrokenProcessPool:
-            left = [t for t in inflight.values() if not _unit_path(out, t.study_key).is_file()]
-            running = [t for t in left if _running_path(out, t.study_key).is_file()]
-            return running, [t for t in left if not _running_path(out, t.study_key).is_file()]
+            left = [t for t in inflight.values() if not _has_unit(out, t.study_key)]
+            running = [t for t in left if _is_running(out, t.study_key)]
+            return running, [t for t in left if t not in running]
 
 
-def _run_pool(todo: Iterable[StudyTask], out: Path, config: IlsConfig, spec: BackendSpec, workers: int,
+def _run_pool(todo: Iterable[StudyTask], out: str | Path, config: IlsConfig, spec: BackendSpec, workers: int,
               max_pixels: int | None, runner: Runner, bar: Any) -> None:
     """Process ``todo`` in process pools, restarting the pool when a worker dies.
 
@@ -155,7 +180,7 @@ def _run_pool(todo: Iterable[StudyTask], out: Path, config: IlsConfig, spec: Bac
         if not running:
             raise ConfigError("a worker process died before it started a study; rerun with --workers 1 to see why")
         for t in running:
-            _running_path(out, t.study_key).unlink(missing_ok=True)
+            _store(str(out)).remove(_running_rel(t.study_key))
             if _pool_round(iter([t]), out, config, spec, 1, max_pixels, runner, bar) is not None:
                 _record_worker_death(out, t, config, spec)
                 bar.update()
@@ -188,32 +213,32 @@ def _checked_order(tasks: Iterable[StudyTask]) -> Iterator[StudyTask]:
         yield t
 
 
-def _pending(tasks: Iterable[StudyTask], out: Path) -> Iterator[StudyTask]:
+def _pending(tasks: Iterable[StudyTask], out: str | Path) -> Iterator[StudyTask]:
     """The tasks whose unit file is missing, one at a time."""
-    return (t for t in tasks if not _unit_path(out, t.study_key).is_file())
+    return (t for t in tasks if not _has_unit(out, t.study_key))
 
 
-def clear_failed(tasks: Iterable[StudyTask], out: Path) -> int:
+def clear_failed(tasks: Iterable[StudyTask], out: str | Path) -> int:
     """Remove the unit files of ``tasks`` whose study failed (not those rejected by QC), so that the next run
     processes them again; returns how many."""
     n = 0
+    store = _store(str(out))
     for t in tasks:
-        path = _unit_path(out, t.study_key)
         try:
-            status = json.loads(path.read_text(encoding="utf-8")).get("status")
+            status = json.loads(store.read_text(_unit_rel(t.study_key))).get("status")
         except FileNotFoundError:
             continue
         except (json.JSONDecodeError, UnicodeDecodeError):
             status = "failed"  # a torn unit cannot come from an atomic write; redo it
         if status == "failed":
-            path.unlink(missing_ok=True)
+            store.remove(_unit_rel(t.study_key))
             n += 1
     return n
 
 
 def run_units(
     tasks: Iterable[StudyTask],
-    out: Path,
+    out: str | Path,
     config: IlsConfig,
     spec: BackendSpec,
     engine: str = "local",
@@ -234,7 +259,7 @@ def run_units(
     total = n_todo = 0
     for t in tasks:
         total += 1
-        n_todo += not _unit_path(out, t.study_key).is_file()
+        n_todo += not _has_unit(out, t.study_key)
     bar = tqdm(total=n_todo, desc="ils build", unit="study", disable=not progress, dynamic_ncols=True)
     todo = _pending(tasks, out)
     if engine == "local" and workers <= 1:
@@ -262,12 +287,12 @@ def _code_version() -> str:
     return f"{__version__}+g{rev}" if rev else __version__
 
 
-def _units(out: Path, tasks: Iterable[StudyTask]) -> Iterator[dict[str, Any]]:
+def _units(out: str | Path, tasks: Iterable[StudyTask]) -> Iterator[dict[str, Any]]:
     """The unit records of ``tasks`` that have one, read one at a time in the order of ``tasks``."""
+    store = _store(str(out))
     for t in tasks:
-        path = _unit_path(out, t.study_key)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = store.read_text(_unit_rel(t.study_key))
         except FileNotFoundError:
             continue
         yield json.loads(text)
@@ -321,26 +346,47 @@ def _jsonl_writer(stack: ExitStack, path: Path) -> Any:
     return stack.enter_context(tmp.open("w", encoding="utf-8"))
 
 
-def assemble(out: Path, tasks: Iterable[StudyTask], config: IlsConfig, spec: BackendSpec,
+#: What :func:`assemble` writes beside the units and masks.
+OUTPUT_FILES = (DATASET_FILE, "findings.jsonl", "masks.jsonl", "anatomy.jsonl", "failures.jsonl", "provenance.json",
+                "card.md")
+
+
+def assemble(out: str | Path, tasks: Iterable[StudyTask], config: IlsConfig, spec: BackendSpec,
              scan_failures: Iterable[Failure], backend_provenance: dict[str, Any],
              truth_cohort: Path | None = None) -> dict[str, Any]:
     """Write the JSON, mask index, findings, anatomy, failures, provenance and card from the unit files.
 
     Streams: one unit is read, checked and written out at a time, and only counters stay in memory, so the
-    driver's memory does not grow with the number of studies. Returns the counts (``studies``, ``pairs``,
-    ``failures``, ``rejections``).
+    driver's memory does not grow with the number of studies. ``out``: a local folder or an fsspec URL (the files
+    are then written in a local temporary folder and each uploaded in one piece). Returns the counts
+    (``studies``, ``pairs``, ``failures``, ``rejections``).
     """
+    store = _store(str(out))
+    if store.local:
+        return _assemble(out, Path(store.root), tasks, config, spec, scan_failures, backend_provenance, truth_cohort)
+    with tempfile.TemporaryDirectory(prefix="cxrground-assemble-") as tmp:
+        result = _assemble(out, Path(tmp), tasks, config, spec, scan_failures, backend_provenance, None)
+        for name in OUTPUT_FILES:
+            store.put_file(Path(tmp) / name, name)
+    return result
+
+
+def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: IlsConfig, spec: BackendSpec,
+              scan_failures: Iterable[Failure], backend_provenance: dict[str, Any],
+              truth_cohort: Path | None) -> dict[str, Any]:
+    """:func:`assemble`, the files written to the local folder ``stage`` (the output folder itself when local)."""
+    store = _store(str(out))
     counts = DatasetCounts()
     reported: Counter = Counter()
     rejections: Counter = Counter()
     grounding_reasons: Counter = Counter()
     problems: list[str] = []
     n_failures = 0
-    dataset = _DatasetWriter(out / f".assemble.{os.getpid()}")
+    dataset = _DatasetWriter(stage / f".assemble.{os.getpid()}")
     try:
         with ExitStack() as stack:
             findings_fh, masks_fh, anatomy_fh, failures_fh = (
-                _jsonl_writer(stack, out / name) for name in ("findings.jsonl", "masks.jsonl", "anatomy.jsonl",
+                _jsonl_writer(stack, stage / name) for name in ("findings.jsonl", "masks.jsonl", "anatomy.jsonl",
                                                              "failures.jsonl"))
             for f in scan_failures:
                 rejections[f"input: {f.reason.split(' (')[0]}"] += 1
@@ -374,12 +420,14 @@ def assemble(out: Path, tasks: Iterable[StudyTask], config: IlsConfig, spec: Bac
                     rejections["no pairs"] += 1
                     continue
                 if len(problems) < 5:
-                    problems += validate_dataset({u["split"]: {key: study}}, out / MASK_DIR)
+                    # masks on object storage were uploaded before their unit: not checked one by one
+                    problems += validate_dataset({u["split"]: {key: study}},
+                                                 stage / MASK_DIR if store.local else None)
                 counts.add(u["split"], study)
                 dataset.add(u["split"], key, study)
             if problems:
                 raise ConfigError("generated dataset fails its own schema check: " + "; ".join(problems[:5]))
-        dataset.finish(out / DATASET_FILE)
+        dataset.finish(stage / DATASET_FILE)
     finally:
         dataset.close()
     provenance = {
@@ -394,19 +442,21 @@ def assemble(out: Path, tasks: Iterable[StudyTask], config: IlsConfig, spec: Bac
         "mask_frame": "native image pixels (no padding, no resize)",
         "image_source": "as given (MIMIC-CXR-JPG paths are files/-relative)",
     }
-    atomic_write_text(out / "provenance.json", json.dumps(provenance, indent=2, sort_keys=True))
+    atomic_write_text(stage / "provenance.json", json.dumps(provenance, indent=2, sort_keys=True))
     extra: list[str] = []
     if truth_cohort is not None:
         from cxrground.ils.quality import format_findings_quality, format_quality, score_against_truth, score_findings
 
         extra = ["## Quality against the synthetic cohort's exact truth (test data)", "",
                  f"Cohort: `{truth_cohort}`. Masks vs the drawn lesions, negatives vs lesion-free truth:", "",
-                 format_quality(score_against_truth(out, truth_cohort)), "",
+                 format_quality(score_against_truth(stage, truth_cohort)), "",
                  "Structured findings vs the report truth (present/uncertain findings per study and lesion):", "",
-                 format_findings_quality(score_findings(out, truth_cohort)), ""]
+                 format_findings_quality(score_findings(stage, truth_cohort)), ""]
     reported_pairs = (pair for pair, n in sorted(reported.items()) for _ in range(n))
-    atomic_write_text(out / "card.md", render_card(counts, reported_pairs, rejections, provenance, extra,
-                                                   dict(grounding_reasons), read_review_summary(out)))
+    review = read_review_summary(stage) if store.local else (
+        json.loads(store.read_text(REVIEW_FILE)) if store.exists(REVIEW_FILE) else None)
+    atomic_write_text(stage / "card.md", render_card(counts, reported_pairs, rejections, provenance, extra,
+                                                     dict(grounding_reasons), review))
     return {"studies": sum(counts.studies.values()), "pairs": counts.pairs(), "failures": n_failures,
             "rejections": dict(rejections)}
 
@@ -430,16 +480,39 @@ def _is_abs_path(value: Any) -> bool:
     return isinstance(value, str) and Path(value).is_absolute()
 
 
-def _clear_build(out: Path, stamp: Path, overwrite: bool, what: str = "settings") -> None:
-    """Remove a previous build's units, masks, fitted model and settings stamp from ``out`` (only with
-    ``overwrite``; else an error naming the folder and the stored settings)."""
+def _clear_build(out: Path, stamp: Path, overwrite: bool, what: str = "settings", store: Store | None = None) -> None:
+    """Remove a previous build's units, masks, fitted model and settings stamp from ``out`` and ``store`` (its
+    object-storage copy, if any) (only with ``overwrite``; else an error naming the folder and the stored
+    settings)."""
     if not overwrite:
-        raise ConfigError(f"{out} holds a build with other {what} ({stamp.read_text().strip()}); "
-                          "use another folder or --overwrite")
+        raise ConfigError(f"{store.url() if store else out} holds a build with other {what} "
+                          f"({stamp.read_text().strip()}); use another folder or --overwrite")
     for folder in (out / UNITS_DIR, out / MASK_DIR):
         shutil.rmtree(folder, ignore_errors=True)
     for stale in (out / FITTED_FILE, (out / FITTED_FILE).with_suffix(".json"), stamp):
         stale.unlink(missing_ok=True)
+    if store is not None:
+        for folder in (UNITS_DIR, MASK_DIR):
+            store.remove_tree(folder)
+        for name in _STATE_FILES:
+            store.remove(name)
+
+
+#: The build's own state beside the units, copied between an object-storage output and the local stage.
+_STATE_FILES = ("settings.json", FITTED_FILE, str(Path(FITTED_FILE).with_suffix(".json")))
+
+
+def _stage_for(store: Store) -> Path:
+    """The local folder of a build whose output is on object storage (its settings and fitted model), filled
+    from the store's copy."""
+    stage = Path(tempfile.gettempdir()) / "cxrground-ils-stage" / sha256_json(store.url())[:16]
+    stage.mkdir(parents=True, exist_ok=True)
+    for name in _STATE_FILES:
+        try:
+            atomic_write_bytes(stage / name, store.read_bytes(name))
+        except FileNotFoundError:
+            (stage / name).unlink(missing_ok=True)
+    return stage
 
 
 def check_backends(spec: BackendSpec) -> None:
@@ -492,29 +565,36 @@ def build_dataset(
     config = config or IlsConfig()
     spec = spec or BackendSpec()
     check_backends(spec)
-    out = Path(out_dir)
+    store = _store(str(out_dir))
+    remote = None if store.local else store
+    out = Path(store.root) if store.local else _stage_for(store)  # settings and fitted model live here
+    dest: str | Path = out if store.local else store.url()  # units, masks and outputs go here
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     settings = {"config_hash": config.config_hash(), "spec_hash": spec.spec_hash()}
     stamp = out / "settings.json"
     previous = json.loads(stamp.read_text()) if stamp.is_file() else None
     if previous is not None and {k: previous.get(k) for k in settings} != settings:
-        _clear_build(out, stamp, overwrite)
+        _clear_build(out, stamp, overwrite, store=remote)
         previous = None
     # once, before the workers: e.g. the cohort normative model
     run_spec = resolve_spec(spec, tasks, out, config, progress)
     settings["backends_hash"] = backends_identity(run_spec)
     if previous is not None and previous.get("backends_hash") != settings["backends_hash"]:
         # same options, other effective backends (new defaults or weights after an upgrade): never mix the two
-        _clear_build(out, stamp, overwrite, "backends")
+        _clear_build(out, stamp, overwrite, "backends", remote)
         run_spec = resolve_spec(spec, tasks, out, config, progress)
         settings["backends_hash"] = backends_identity(run_spec)
     atomic_write_text(stamp, json.dumps(settings, sort_keys=True))
+    if remote is not None:
+        for name in _STATE_FILES:
+            if (out / name).is_file():
+                remote.write_bytes(name, (out / name).read_bytes())
     if retry_failed:
-        clear_failed(tasks, out)
-    processed, skipped = run_units(tasks, out, config, run_spec, engine, workers, progress, max_pixels,
+        clear_failed(tasks, dest)
+    processed, skipped = run_units(tasks, dest, config, run_spec, engine, workers, progress, max_pixels,
                                    ray_address=ray_address)
-    result = assemble(out, tasks, config, spec, scan_failures, backend_provenance(run_spec),
+    result = assemble(dest, tasks, config, spec, scan_failures, backend_provenance(run_spec),
                       Path(truth_cohort) if truth_cohort is not None else None)
-    return BuildSummary(str(out), processed, skipped, result["studies"], result["pairs"], result["failures"],
+    return BuildSummary(str(dest), processed, skipped, result["studies"], result["pairs"], result["failures"],
                         round(time.perf_counter() - started, 2))

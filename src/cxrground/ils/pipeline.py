@@ -22,6 +22,7 @@ from cxrground.ils.layout import MASK_DIR
 from cxrground.ils.tasks import StudyTask
 from cxrground.io.image import DEFAULT_MAX_PIXELS, read_image
 from cxrground.io.masks import encode_rle, write_mask_png
+from cxrground.io.store import local_copy
 from cxrground.io.transform import Letterbox
 from cxrground.reports import parse_report_text, read_report, select_section
 from cxrground.reports.structure import structure_section
@@ -88,8 +89,11 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
     stage = "reports"
     try:
         backends = get_backends(spec)
-        report = (read_report(task.report_path) if task.report_path
-                  else parse_report_text(task.report_text or "", report_id=task.study_key))
+        if task.report_path:
+            with local_copy(task.report_path) as report_file:
+                report = read_report(report_file)
+        else:
+            report = parse_report_text(task.report_text or "", report_id=task.study_key)
         section = select_section(report, config.sections)
         if section is None:
             return {**unit, "status": "rejected", "stage": stage, "reason": "no usable report section"}
@@ -97,7 +101,8 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
         structured = structure_section(backends.structurer, task.study_key, section)
         unit["findings"] = [f.to_dict() for f in structured.findings]
         stage = "images"
-        image = read_image(task.image_path, max_pixels=max_pixels)
+        with local_copy(task.image_path) as image_file:  # an object-storage image is fetched first
+            image = read_image(image_file, max_pixels=max_pixels)
         view = (image.view or task.view or "").upper() or None
         if view is not None and not is_frontal(view, config.qc.views):
             return {**unit, "status": "rejected", "stage": "qc", "reason": f"view {view} is not frontal (PA/AP)"}

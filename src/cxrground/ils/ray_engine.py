@@ -84,7 +84,7 @@ def _connect(ray: Any, address: str | None, workers: int) -> bool:
     return True
 
 
-def run_ray(todo: Iterator[StudyTask], out: Path, config: IlsConfig, spec: BackendSpec, workers: int, bar: Any,
+def run_ray(todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, spec: BackendSpec, workers: int, bar: Any,
             max_pixels: int | None, runner: Any, address: str | None = None) -> None:
     """Process the studies of ``todo`` on ``workers`` Ray actors (see the module docstring)."""
     try:
@@ -102,7 +102,7 @@ def run_ray(todo: Iterator[StudyTask], out: Path, config: IlsConfig, spec: Backe
 class _Scheduler:
     """The driver's side of a Ray build: actors, the studies in flight on each, retries after a death."""
 
-    def __init__(self, ray: Any, todo: Iterator[StudyTask], out: Path, config: IlsConfig, spec: BackendSpec,
+    def __init__(self, ray: Any, todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, spec: BackendSpec,
                  workers: int, bar: Any, max_pixels: int | None, runner: Any) -> None:
         from cxrground.ils.build import IN_FLIGHT_PER_WORKER
 
@@ -167,7 +167,7 @@ class _Scheduler:
         """Until every study is done or recorded."""
         from ray.exceptions import RayError, RayTaskError
 
-        from cxrground.ils.build import _record_worker_death, _unit_path
+        from cxrground.ils.build import _has_unit, _record_worker_death
 
         while True:
             self._dispatch()
@@ -196,7 +196,7 @@ class _Scheduler:
                 raise
             except RayError as exc:  # the actor's process or node died under the study
                 self._lose(slot)
-                if _unit_path(self.out, task.study_key).is_file():
+                if _has_unit(self.out, task.study_key):
                     self.bar.update()  # it finished just before
                     continue
                 self.deaths[task.study_key] += 1

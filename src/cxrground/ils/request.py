@@ -31,12 +31,15 @@ __all__ = ["BuildRequest", "build_lines", "run_build"]
 class BuildRequest:
     """Everything one ILS build needs besides its progress display."""
 
-    images: Path = option(path="dir", help="Image folder (MIMIC-CXR-JPG files/ layout, or flat with --index).")
-    reports: Path | None = option(None, path="existing", help="Report folder (MIMIC-CXR layout) or a JSONL/CSV "
-                                  "table with study_id and report columns. Default: reports beside the study folders.")
+    images: Path | str = option(path="dir_or_url", help="Image folder (MIMIC-CXR-JPG files/ layout, or flat with "
+                                "--index), a local path or an s3:// / gs:// / file:// URL.")
+    reports: Path | str | None = option(None, path="existing_or_url", help="Report folder (MIMIC-CXR layout) or a "
+                                        "JSONL/CSV table with study_id and report columns, a path or URL. Default: "
+                                        "reports beside the study folders.")
     index: Path | None = option(None, path="file",
                                 help="CSV/JSONL index for a flat folder: image, study_id, report_path or report.")
-    out: Path = option(path="out_dir")
+    out: Path | str = option(path="out_dir_or_url", help="Output folder, a local path or an s3:// / gs:// / "
+                             "file:// URL (units and masks written there atomically; resumable).")
     engine: str = option("local", choices=("local", "ray"))
     workers: int = option(1, help="Worker processes (local) or Ray actors (ray), each processing one study at a "
                           "time.")
