@@ -41,7 +41,7 @@ from cxrground.ils.card import REVIEW_FILE, DatasetCounts, read_review_summary, 
 from cxrground.ils.cohort_normative import FITTED_FILE, resolve_spec
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
-from cxrground.ils.pipeline import backend_provenance, process_study
+from cxrground.ils.pipeline import backend_provenance, prestructure, process_study
 from cxrground.ils.schema import SPLITS, validate_dataset
 from cxrground.ils.tasks import StudyTask
 from cxrground.io.files import atomic_path, atomic_write_bytes, atomic_write_text, sha256_json
@@ -592,6 +592,7 @@ def build_dataset(
                 remote.write_bytes(name, (out / name).read_bytes())
     if retry_failed:
         clear_failed(tasks, dest)
+    prestructure(_pending(tasks, dest), config, run_spec, progress)  # LLM structurer: all reports, concurrently
     processed, skipped = run_units(tasks, dest, config, run_spec, engine, workers, progress, max_pixels,
                                    ray_address=ray_address)
     result = assemble(dest, tasks, config, spec, scan_failures, backend_provenance(run_spec),

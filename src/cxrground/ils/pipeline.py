@@ -8,6 +8,8 @@ stage and the reason) instead of an exception, so a batch always finishes.
 from __future__ import annotations
 
 import traceback
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,8 @@ from cxrground.reports.structure import structure_section
 from cxrground.vocab.locations import HEART
 from cxrground.vocab.traits import traits
 
-__all__ = ["Backends", "backend_provenance", "get_backends", "is_frontal", "process_study", "segmentation_disagreement"]
+__all__ = ["Backends", "backend_provenance", "get_backends", "is_frontal", "prestructure", "process_study",
+           "segmentation_disagreement"]
 
 _CACHE: dict[str, Backends] = {}
 
@@ -76,6 +79,38 @@ def get_backends(spec: BackendSpec) -> Backends:
 def backend_provenance(spec: BackendSpec) -> dict[str, Any]:
     """Provenance of the backends of ``spec``."""
     return get_backends(spec).provenance()
+
+
+def prestructure(tasks: Iterable[StudyTask], config: IlsConfig, spec: BackendSpec,
+                 progress: bool = False) -> Counter[str] | None:
+    """With the ``llm`` structurer and a response-cache file: structure the reports of ``tasks`` first, on the
+    driver, with the structurer's ``concurrency`` requests in flight (:meth:`LLMStructurer.warm_cache`), so that
+    the workers' per-study calls are answered from the cache. Streams over ``tasks``; a report that cannot be read
+    or fails is left for its study to record. None (nothing done) for any other structurer."""
+    from cxrground.reports.structure import get_structurer
+
+    if spec.structurer != "llm" or not spec.structurer_kwargs.get("cache"):
+        return None
+    structurer = get_structurer(spec.structurer, **spec.structurer_kwargs)
+
+    def sections() -> Iterator[tuple[str, Any]]:
+        for task in tasks:
+            try:
+                if task.report_path:
+                    with local_copy(task.report_path) as report_file:
+                        report = read_report(report_file)
+                else:
+                    report = parse_report_text(task.report_text or "", report_id=task.study_key)
+            except CXRGroundError:
+                continue
+            section = select_section(report, config.sections)
+            if section is not None:
+                yield task.study_key, section
+
+    try:
+        return structurer.warm_cache(sections(), progress)
+    finally:
+        structurer.cache.close()
 
 
 def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSpec,
