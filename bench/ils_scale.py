@@ -3,7 +3,7 @@ assembly, on cheap fake work units (no images are read; the per-study work is a 
 of realistic size).
 
 Run: ``.venv/bin/python bench/ils_scale.py [--sizes 1000,10000,100000] [--workers 2] [--engine local|ray]
-[--task-list]``.
+[--task-list]``, and ``.venv/bin/python bench/ils_scale.py --llm 5000 [--latency 0.05]`` for the LLM structurer.
 
 Each size runs in its own process (so each peak RSS is its own) and prints one row:
 
@@ -12,6 +12,12 @@ Each size runs in its own process (so each peak RSS is its own) and prints one r
   ``--engine ray``), each study a fake runner writing a ~14 KB unit with a ~6.5 KB anatomy record;
 - **assemble**: ``assemble`` reading every unit and writing the dataset JSON, the JSONL files and the card;
 - **peak RSS**: the driver process's own (``ru_maxrss``), workers excluded.
+
+``--llm N``: N distinct reports through :meth:`LLMStructurer.warm_cache` against the project's mock
+OpenAI-compatible server (``cxrground.testing.mock_server``, each answer after ``--latency`` seconds, 1 % of requests
+answered 500 and 1 % 429, retried), at several concurrencies, then again from the response cache (a resumed run):
+reports/s and the driver's peak RSS. The mock answers instantly apart from the latency, so this measures the client
+side (concurrency, retries, cache), not an LLM.
 
 The tasks come from a lazy source by default (the driver's own memory); ``--task-list`` holds them in one Python
 list as ``ils build`` does after scanning a folder, to show what the list itself costs. Targets: peak RSS within
@@ -114,6 +120,42 @@ def one_size(n: int, workers: int, engine: str, task_list: bool) -> dict:
             "rss_base_mb": base, "rss_schedule_mb": rss_schedule, "rss_peak_mb": _rss_mb(), "output_mb": size / 2**20}
 
 
+def llm_throughput(n: int, latency: float, concurrencies: list[int]) -> None:
+    """Reports/s of the LLM structurer's cache warm-up against the mock server, then from the cache."""
+    from cxrground.reports import parse_report_text, select_section
+    from cxrground.reports.structure.llm import LLMStructurer
+    from cxrground.testing.mock_server import MockServer
+
+    def sections(tag: str):
+        for k in range(n):
+            text = f"FINDINGS: Study {tag}-{k}. Small left pleural effusion. No pneumothorax.\n"
+            yield f"s{k}", select_section(parse_report_text(text, report_id=f"s{k}"), "findings")
+
+    print(f"LLM structurer, {n:,} reports, mock server latency {latency * 1000:.0f} ms, 1 % 500 + 1 % 429 faults")
+    print("| concurrency | reports/s | retries | failed | from the cache: reports/s | driver peak RSS MB |")
+    print("|---|---|---|---|---|---|")
+    answer = json.dumps({"findings": []})
+    for concurrency in concurrencies:
+        with tempfile.TemporaryDirectory() as tmp, MockServer(lambda body: answer, latency=latency,
+                                                              fault_rates={"500": 0.01, "429": 0.01},
+                                                              max_requests=10 * n) as server:
+            cache = Path(tmp) / "llm.sqlite"
+            structurer = LLMStructurer(server.base_url, "mock", cache=cache, concurrency=concurrency,
+                                       backoff=0.05)
+            t0 = time.perf_counter()
+            counts = structurer.warm_cache(sections(str(concurrency)))
+            first = n / (time.perf_counter() - t0)
+            structurer.cache.close()
+            again = LLMStructurer(server.base_url, "mock", cache=cache, concurrency=concurrency)
+            t0 = time.perf_counter()
+            cached = again.warm_cache(sections(str(concurrency)))
+            second = n / (time.perf_counter() - t0)
+            again.cache.close()
+            assert cached["cache_hits"] >= n - counts["failed"]
+        print(f"| {concurrency} | {first:.0f} | {counts['retries']} | {counts['failed']} | {second:.0f} | "
+              f"{_rss_mb():.0f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1000,10000,100000")
@@ -121,7 +163,13 @@ def main() -> None:
     parser.add_argument("--engine", default="local", choices=("local", "ray"))
     parser.add_argument("--task-list", action="store_true", help="hold the tasks in one list (as after a scan)")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--llm", type=int, help="measure the LLM structurer on this many reports instead")
+    parser.add_argument("--latency", type=float, default=0.05, help="mock server seconds per answer (--llm)")
+    parser.add_argument("--concurrency", default="1,8,32,64", help="LLM concurrencies to measure (--llm)")
     args = parser.parse_args()
+    if args.llm:
+        llm_throughput(args.llm, args.latency, [int(c) for c in args.concurrency.split(",")])
+        return
     if args.one:
         print(json.dumps(one_size(args.one, args.workers, args.engine, args.task_list)))
         return

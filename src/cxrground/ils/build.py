@@ -2,19 +2,25 @@
 
 Each study is processed independently (:func:`cxrground.ils.pipeline.process_study`) with its own
 seeded RNG; its mask PNGs are written first and its unit record ``units/{study}.json`` last and
-atomically, so a study is done iff its unit file exists. A killed run started again with the same
-command processes the remaining studies only. A study whose worker process dies (the OOM killer, SIGKILL) is
-recorded as failed ("worker died") in its unit file, the pool is restarted and the rest goes on; while a study
-runs in the pool, ``units/{study}.running`` marks it, which is how the dead worker's study is found. Assembly
-reads the unit files in study order, so the output is byte-identical whatever the engine, the number of workers
-or the interruptions.
+atomically (:mod:`cxrground.ils.units`), so a study is done iff its unit file exists. A killed run started again
+with the same command processes the remaining studies only; ``retry_failed`` also redoes the failed ones.
+
+The driver streams: the resume check, the scheduling and :func:`assemble` take the studies one at a time, the
+engines keep a bounded number in flight (:data:`~cxrground.ils.units.IN_FLIGHT_PER_WORKER` per worker), and the
+dataset JSON is written study by study in the same bytes as a dump of the whole dict; only counters stay in
+memory. The output folder may be local or on object storage (an fsspec URL, :mod:`cxrground.io.store`).
+
+A study whose worker process dies (the OOM killer, SIGKILL, a lost Ray node) is retried once alone; when its
+worker dies again it is recorded as failed ("worker died") in its unit file and the rest goes on. While a study
+runs in the local pool, ``units/{study}.running`` marks it, which is how the dead worker's study is found.
+Assembly reads the unit files in study order, so the output is byte-identical whatever the engine, the number of
+workers, the storage or the interruptions.
 :class:`~cxrground.ils.backend_spec.BackendSpec` and ``DATASET_FILE`` (:mod:`cxrground.ils.layout`) are
 re-exported here, the build's inputs and output name.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import os
@@ -41,9 +47,20 @@ from cxrground.ils.card import REVIEW_FILE, DatasetCounts, read_review_summary, 
 from cxrground.ils.cohort_normative import FITTED_FILE, resolve_spec
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
-from cxrground.ils.pipeline import backend_provenance, prestructure, process_study
+from cxrground.ils.pipeline import backend_provenance, prestructure
 from cxrground.ils.schema import SPLITS, validate_dataset
 from cxrground.ils.tasks import StudyTask
+from cxrground.ils.units import (
+    IN_FLIGHT_PER_WORKER,
+    _is_running,
+    _running_rel,
+    _unit_rel,
+    has_unit,
+    init_worker,
+    record_worker_death,
+    run_one,
+    unit_store,
+)
 from cxrground.io.files import atomic_path, atomic_write_bytes, atomic_write_text, sha256_json
 from cxrground.io.image import DEFAULT_MAX_PIXELS
 from cxrground.io.store import Store
@@ -64,74 +81,18 @@ class BuildSummary:
     seconds: float
 
 
-@functools.lru_cache(maxsize=8)
-def _store(out: str) -> Store:
-    """The output folder ``out`` (a local path or an fsspec URL) as a :class:`Store`, one per process."""
-    return Store(out)
-
-
-def _unit_rel(key: str) -> str:
-    return f"{UNITS_DIR}/{key}.json"
-
-
-def _running_rel(key: str) -> str:
-    return f"{UNITS_DIR}/{key}.running"
-
-
-def _has_unit(out: str | Path, key: str) -> bool:
-    return _store(str(out)).exists(_unit_rel(key))
-
-
-def _is_running(out: str | Path, key: str) -> bool:
-    return _store(str(out)).exists(_running_rel(key))
-
-
-def _write_unit(out: str | Path, unit: dict[str, Any], config: IlsConfig, spec: BackendSpec) -> None:
-    unit["config_hash"] = config.config_hash()
-    unit["spec_hash"] = spec.spec_hash()
-    _store(str(out)).write_text(_unit_rel(unit["study_key"]), json.dumps(unit, sort_keys=True))
-
-
-def _run_one(task: StudyTask, out: str, config: IlsConfig, spec: BackendSpec,
-             max_pixels: int | None = DEFAULT_MAX_PIXELS) -> tuple[str, str]:
-    """Process one study in the current process and write its outputs (masks, then the unit); returns (study,
-    status). On object storage the masks are made in a local temporary folder and uploaded before the unit."""
-    store = _store(str(out))
-    if store.local:
-        unit = process_study(task, Path(store.root), config, spec, max_pixels=max_pixels)
-    else:
-        with tempfile.TemporaryDirectory(prefix="cxrground-unit-") as tmp:
-            unit = process_study(task, Path(tmp), config, spec, max_pixels=max_pixels)
-            for m in unit.get("masks", []):
-                store.put_file(Path(tmp) / MASK_DIR / m["path"], f"{MASK_DIR}/{m['path']}")
-    _write_unit(out, unit, config, spec)
-    return task.study_key, unit["status"]
-
-
 Runner = Callable[[StudyTask, str, IlsConfig, BackendSpec, "int | None"], tuple[str, str]]
+_run_one = run_one  # the default runner (tests wrap it)
 
 
 def _run_marked(runner: Runner, task: StudyTask, out: str, config: IlsConfig, spec: BackendSpec,
                 max_pixels: int | None) -> tuple[str, str]:
     """``runner`` on one study in a pool worker, with ``units/{study}.running`` present while it runs."""
-    store = _store(str(out))
+    store = unit_store(str(out))
     store.write_text(_running_rel(task.study_key), str(os.getpid()))
     result = runner(task, out, config, spec, max_pixels)
     store.remove(_running_rel(task.study_key))
     return result
-
-
-def _record_worker_death(out: str | Path, task: StudyTask, config: IlsConfig, spec: BackendSpec) -> None:
-    """Write the failed unit of a study whose worker process died while processing it (twice)."""
-    _write_unit(out, {"study_key": task.study_key, "split": task.split, "image_path": task.image_path,
-                      "status": "failed", "stage": "worker", "error": "WorkerDied",
-                      "reason": "worker died (the process was killed, e.g. by the out-of-memory killer)"}, config, spec)
-    _store(str(out)).remove(_running_rel(task.study_key))
-
-
-#: Studies in flight per worker (pool process or Ray actor): enough to keep each busy, few enough that the driver
-#: holds a bounded number of tasks and futures whatever the cohort size.
-IN_FLIGHT_PER_WORKER = 2
 
 
 def _pool_round(todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, spec: BackendSpec, workers: int,
@@ -146,7 +107,7 @@ def _pool_round(todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, s
     limit = max(1, workers) * IN_FLIGHT_PER_WORKER
     inflight: dict[Future, StudyTask] = {}
     with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                             initializer=_init_worker, initargs=(1,)) as pool:
+                             initializer=init_worker, initargs=(1,)) as pool:
         try:
             while True:
                 while len(inflight) < limit and (t := next(todo, None)) is not None:
@@ -159,7 +120,7 @@ def _pool_round(todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, s
                     del inflight[fut]
                     bar.update()
         except BrokenProcessPool:
-            left = [t for t in inflight.values() if not _has_unit(out, t.study_key)]
+            left = [t for t in inflight.values() if not has_unit(out, t.study_key)]
             running = [t for t in left if _is_running(out, t.study_key)]
             return running, [t for t in left if t not in running]
 
@@ -180,21 +141,11 @@ def _run_pool(todo: Iterable[StudyTask], out: str | Path, config: IlsConfig, spe
         if not running:
             raise ConfigError("a worker process died before it started a study; rerun with --workers 1 to see why")
         for t in running:
-            _store(str(out)).remove(_running_rel(t.study_key))
+            unit_store(str(out)).remove(_running_rel(t.study_key))
             if _pool_round(iter([t]), out, config, spec, 1, max_pixels, runner, bar) is not None:
-                _record_worker_death(out, t, config, spec)
+                record_worker_death(out, t, config, spec)
                 bar.update()
         queue = itertools.chain(others, queue)
-
-
-def _init_worker(threads: int) -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    try:
-        import torch
-
-        torch.set_num_threads(threads)
-    except ImportError:
-        pass
 
 
 def _in_key_order(tasks: Iterable[StudyTask]) -> Iterable[StudyTask]:
@@ -215,14 +166,14 @@ def _checked_order(tasks: Iterable[StudyTask]) -> Iterator[StudyTask]:
 
 def _pending(tasks: Iterable[StudyTask], out: str | Path) -> Iterator[StudyTask]:
     """The tasks whose unit file is missing, one at a time."""
-    return (t for t in tasks if not _has_unit(out, t.study_key))
+    return (t for t in tasks if not has_unit(out, t.study_key))
 
 
 def clear_failed(tasks: Iterable[StudyTask], out: str | Path) -> int:
     """Remove the unit files of ``tasks`` whose study failed (not those rejected by QC), so that the next run
     processes them again; returns how many."""
     n = 0
-    store = _store(str(out))
+    store = unit_store(str(out))
     for t in tasks:
         try:
             status = json.loads(store.read_text(_unit_rel(t.study_key))).get("status")
@@ -245,7 +196,7 @@ def run_units(
     workers: int = 1,
     progress: bool = True,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
-    runner: Runner = _run_one,
+    runner: Runner = run_one,
     ray_address: str | None = None,
 ) -> tuple[int, int]:
     """Process every task whose unit file is missing; returns (processed, skipped).
@@ -259,7 +210,7 @@ def run_units(
     total = n_todo = 0
     for t in tasks:
         total += 1
-        n_todo += not _has_unit(out, t.study_key)
+        n_todo += not has_unit(out, t.study_key)
     bar = tqdm(total=n_todo, desc="ils build", unit="study", disable=not progress, dynamic_ncols=True)
     todo = _pending(tasks, out)
     if engine == "local" and workers <= 1:
@@ -289,7 +240,7 @@ def _code_version() -> str:
 
 def _units(out: str | Path, tasks: Iterable[StudyTask]) -> Iterator[dict[str, Any]]:
     """The unit records of ``tasks`` that have one, read one at a time in the order of ``tasks``."""
-    store = _store(str(out))
+    store = unit_store(str(out))
     for t in tasks:
         try:
             text = store.read_text(_unit_rel(t.study_key))
@@ -361,7 +312,7 @@ def assemble(out: str | Path, tasks: Iterable[StudyTask], config: IlsConfig, spe
     are then written in a local temporary folder and each uploaded in one piece). Returns the counts
     (``studies``, ``pairs``, ``failures``, ``rejections``).
     """
-    store = _store(str(out))
+    store = unit_store(str(out))
     if store.local:
         return _assemble(out, Path(store.root), tasks, config, spec, scan_failures, backend_provenance, truth_cohort)
     with tempfile.TemporaryDirectory(prefix="cxrground-assemble-") as tmp:
@@ -375,7 +326,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
               scan_failures: Iterable[Failure], backend_provenance: dict[str, Any],
               truth_cohort: Path | None) -> dict[str, Any]:
     """:func:`assemble`, the files written to the local folder ``stage`` (the output folder itself when local)."""
-    store = _store(str(out))
+    store = unit_store(str(out))
     counts = DatasetCounts()
     reported: Counter = Counter()
     rejections: Counter = Counter()
@@ -565,7 +516,7 @@ def build_dataset(
     config = config or IlsConfig()
     spec = spec or BackendSpec()
     check_backends(spec)
-    store = _store(str(out_dir))
+    store = unit_store(str(out_dir))
     remote = None if store.local else store
     out = Path(store.root) if store.local else _stage_for(store)  # settings and fitted model live here
     dest: str | Path = out if store.local else store.url()  # units, masks and outputs go here

@@ -1,7 +1,7 @@
 """The Ray engine of the ILS build: a pool of actors on a local Ray instance or an existing cluster.
 
 Each actor loads the backends once (its state) from the build's settings, which are put in the object store once;
-the driver hands out studies one at a time, at most :data:`~cxrground.ils.build.IN_FLIGHT_PER_WORKER` per actor, so
+the driver hands out studies one at a time, at most :data:`~cxrground.ils.units.IN_FLIGHT_PER_WORKER` per actor, so
 it holds a bounded number of tasks and object refs whatever the cohort size, and each ``ray.wait`` looks at that
 bounded set only. An actor whose process or node dies is replaced; the studies it had in flight are handed to the
 others, and a study whose actor died under it twice is recorded as failed ("worker died"), as the local engine does.
@@ -55,11 +55,11 @@ class StudyWorker:
     """A Ray actor's state: the build's settings and backends, loaded once; :meth:`run` processes one study."""
 
     def __init__(self, settings: tuple[str, IlsConfig, BackendSpec, int | None, Any]) -> None:
-        from cxrground.ils.build import _init_worker
         from cxrground.ils.pipeline import get_backends
+        from cxrground.ils.units import init_worker
 
         self.out, self.config, self.spec, self.max_pixels, self.runner = settings
-        _init_worker(1)
+        init_worker(1)
         get_backends(self.spec)  # once per actor, before the first study
 
     def ready(self) -> int:
@@ -104,7 +104,7 @@ class _Scheduler:
 
     def __init__(self, ray: Any, todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, spec: BackendSpec,
                  workers: int, bar: Any, max_pixels: int | None, runner: Any) -> None:
-        from cxrground.ils.build import IN_FLIGHT_PER_WORKER
+        from cxrground.ils.units import IN_FLIGHT_PER_WORKER
 
         self.ray, self.todo, self.out, self.config, self.spec, self.bar = ray, todo, out, config, spec, bar
         self.per_actor = IN_FLIGHT_PER_WORKER
@@ -121,6 +121,7 @@ class _Scheduler:
         self.retry: deque[StudyTask] = deque()
         self.deaths: Counter = Counter()
         self.exhausted = False
+        self.ever_ready = False
         self.next_slot = 0
         for _ in range(workers):
             self._start_actor()
@@ -167,7 +168,7 @@ class _Scheduler:
         """Until every study is done or recorded."""
         from ray.exceptions import RayError, RayTaskError
 
-        from cxrground.ils.build import _has_unit, _record_worker_death
+        from cxrground.ils.units import has_unit, record_worker_death
 
         while True:
             self._dispatch()
@@ -179,11 +180,12 @@ class _Scheduler:
                 slot = self.starting.pop(ref)
                 try:
                     self.ray.get(ref)
-                except RayTaskError as exc:  # the backends fail to load: no worker ever will
-                    raise ConfigError(f"a Ray worker could not load the backends: {exc}") from exc
-                except RayError:
+                except RayError as exc:
+                    if not self.ever_ready:  # no actor has started at all: the backends cannot load, say why
+                        raise ConfigError(f"a Ray worker could not start (loading the backends): {exc}") from exc
                     self._lose(slot)
                     continue
+                self.ever_ready = True
                 if slot in self.actors:
                     self.live[slot] = 0
                 continue
@@ -196,14 +198,14 @@ class _Scheduler:
                 raise
             except RayError as exc:  # the actor's process or node died under the study
                 self._lose(slot)
-                if _has_unit(self.out, task.study_key):
+                if has_unit(self.out, task.study_key):
                     self.bar.update()  # it finished just before
                     continue
                 self.deaths[task.study_key] += 1
                 _LOG.warning("Ray worker lost under study %s (attempt %d): %s", task.study_key,
                              self.deaths[task.study_key], type(exc).__name__)
                 if self.deaths[task.study_key] >= MAX_ATTEMPTS:
-                    _record_worker_death(self.out, task, self.config, self.spec)
+                    record_worker_death(self.out, task, self.config, self.spec)
                     self.bar.update()
                 else:
                     self.retry.append(task)
