@@ -504,3 +504,13 @@ def test_build_from_and_to_s3_is_byte_identical_and_resumes(cohort, built, s3_en
     again = CliRunner().invoke(main, cmd)
     assert again.exit_code == 0 and f"(0 processed, {N_STUDIES} already done" in again.output, again.output
     assert fs.cat_file(f"ils-test/build/{DATASET_FILE}") == local[DATASET_FILE]
+
+
+def test_ray_actors_ask_for_a_gpu_only_for_gpu_backends():
+    from cxrground.ils.ray_engine import gpus_per_worker
+
+    assert gpus_per_worker(BackendSpec()) == 0  # built-ins: CPU actors
+    assert gpus_per_worker(BackendSpec(synthesizer="radedit")) == 1
+    assert gpus_per_worker(BackendSpec(synthesizer="radedit", synthesizer_kwargs={"device": "cpu"})) == 0
+    assert gpus_per_worker(BackendSpec(detector="yolo")) == 1
+    assert gpus_per_worker(BackendSpec(qc_segmenter="cxas")) == 1
