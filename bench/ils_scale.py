@@ -63,7 +63,7 @@ class FakeTasks:
 
 def fake_runner(task, out, config, spec, max_pixels):
     """A stand-in for one study's work: writes a unit file of realistic size and content, reads no image."""
-    from cxrground.ils.units import _write_unit
+    from cxrground.ils.units import write_unit
 
     i = int(task.study_key[1:]) - 50_000_000
     negatives = [{"pair_id": f"{task.study_key}_negative_{k}", "instruction": "Segment the effusion.",
@@ -81,7 +81,7 @@ def fake_runner(task, out, config, spec, max_pixels):
                   "section_name": "findings", "section_content": "(1) No pleural effusion. " * 8,
                   "instruction_answer_pairs": {"positive_pairs": [], "negative_pairs": negatives}},
     }
-    _write_unit(Path(out), unit, config, spec)
+    write_unit(Path(out), unit, config, spec)
     return task.study_key, "ok"
 
 

@@ -259,11 +259,11 @@ def test_section_policy_and_alternatives_are_used_and_recorded(cohort, built, tm
 
 def _die_on(keys: frozenset[str], task, out, config, spec, max_pixels):
     """A study runner that SIGKILLs its own worker process on the studies ``keys`` (the OOM killer's way)."""
-    from cxrground.ils.build import _run_one
+    from cxrground.ils.units import run_one
 
     if task.study_key in keys:
         os.kill(os.getpid(), signal.SIGKILL)
-    return _run_one(task, out, config, spec, max_pixels)
+    return run_one(task, out, config, spec, max_pixels)
 
 
 def test_a_dead_worker_is_recorded_and_the_rest_finishes(cohort, built, tmp_path):
@@ -338,13 +338,13 @@ def test_assemble_refuses_tasks_out_of_order(built, cohort):
 
 def _die_once(flag_dir: str, task, out, config, spec, max_pixels):
     """A study runner whose worker dies the first time it meets each study (a node lost, a transient OOM)."""
-    from cxrground.ils.build import _run_one
+    from cxrground.ils.units import run_one
 
     flag = Path(flag_dir) / task.study_key
     if not flag.exists():
         flag.write_text("died once")
         os.kill(os.getpid(), signal.SIGKILL)
-    return _run_one(task, out, config, spec, max_pixels)
+    return run_one(task, out, config, spec, max_pixels)
 
 
 def test_a_worker_death_is_retried_once_and_retry_failed_redoes_failed_units(cohort, built, tmp_path):

@@ -52,13 +52,13 @@ from cxrground.ils.schema import SPLITS, validate_dataset
 from cxrground.ils.tasks import StudyTask
 from cxrground.ils.units import (
     IN_FLIGHT_PER_WORKER,
-    _is_running,
-    _running_rel,
-    _unit_rel,
     has_unit,
     init_worker,
+    is_running,
     record_worker_death,
     run_one,
+    running_rel,
+    unit_rel,
     unit_store,
 )
 from cxrground.io.files import atomic_path, atomic_write_bytes, atomic_write_text, sha256_json
@@ -82,16 +82,15 @@ class BuildSummary:
 
 
 Runner = Callable[[StudyTask, str, IlsConfig, BackendSpec, "int | None"], tuple[str, str]]
-_run_one = run_one  # the default runner (tests wrap it)
 
 
 def _run_marked(runner: Runner, task: StudyTask, out: str, config: IlsConfig, spec: BackendSpec,
                 max_pixels: int | None) -> tuple[str, str]:
     """``runner`` on one study in a pool worker, with ``units/{study}.running`` present while it runs."""
     store = unit_store(str(out))
-    store.write_text(_running_rel(task.study_key), str(os.getpid()))
+    store.write_text(running_rel(task.study_key), str(os.getpid()))
     result = runner(task, out, config, spec, max_pixels)
-    store.remove(_running_rel(task.study_key))
+    store.remove(running_rel(task.study_key))
     return result
 
 
@@ -121,7 +120,7 @@ def _pool_round(todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, s
                     bar.update()
         except BrokenProcessPool:
             left = [t for t in inflight.values() if not has_unit(out, t.study_key)]
-            running = [t for t in left if _is_running(out, t.study_key)]
+            running = [t for t in left if is_running(out, t.study_key)]
             return running, [t for t in left if t not in running]
 
 
@@ -141,7 +140,7 @@ def _run_pool(todo: Iterable[StudyTask], out: str | Path, config: IlsConfig, spe
         if not running:
             raise ConfigError("a worker process died before it started a study; rerun with --workers 1 to see why")
         for t in running:
-            unit_store(str(out)).remove(_running_rel(t.study_key))
+            unit_store(str(out)).remove(running_rel(t.study_key))
             if _pool_round(iter([t]), out, config, spec, 1, max_pixels, runner, bar) is not None:
                 record_worker_death(out, t, config, spec)
                 bar.update()
@@ -176,13 +175,13 @@ def clear_failed(tasks: Iterable[StudyTask], out: str | Path) -> int:
     store = unit_store(str(out))
     for t in tasks:
         try:
-            status = json.loads(store.read_text(_unit_rel(t.study_key))).get("status")
+            status = json.loads(store.read_text(unit_rel(t.study_key))).get("status")
         except FileNotFoundError:
             continue
         except (json.JSONDecodeError, UnicodeDecodeError):
             status = "failed"  # a torn unit cannot come from an atomic write; redo it
         if status == "failed":
-            store.remove(_unit_rel(t.study_key))
+            store.remove(unit_rel(t.study_key))
             n += 1
     return n
 
@@ -204,8 +203,9 @@ def run_units(
     ``tasks``: a list, or any iterable that can be iterated again (it is read twice: counting, then running);
     the tasks are streamed, the driver holds only those in flight. ``max_pixels``: images whose header states more
     pixels fail without being decoded. ``runner``: the per-study function (picklable; it writes the unit file),
-    ``_run_one`` unless a test injects faults. ``ray_address``: the Ray cluster of ``engine='ray'`` (``auto``,
-    ``ray://host:10001``, ``host:6379``; default ``RAY_ADDRESS``, else a local Ray instance with ``workers`` CPUs).
+    :func:`~cxrground.ils.units.run_one` unless a test injects faults. ``ray_address``: the Ray cluster of
+    ``engine='ray'`` (``auto``, ``ray://host:10001``, ``host:6379``; default ``RAY_ADDRESS``, else a local Ray
+    instance with ``workers`` CPUs).
     """
     total = n_todo = 0
     for t in tasks:
@@ -243,7 +243,7 @@ def _units(out: str | Path, tasks: Iterable[StudyTask]) -> Iterator[dict[str, An
     store = unit_store(str(out))
     for t in tasks:
         try:
-            text = store.read_text(_unit_rel(t.study_key))
+            text = store.read_text(unit_rel(t.study_key))
         except FileNotFoundError:
             continue
         yield json.loads(text)

@@ -18,7 +18,8 @@ from cxrground.ils.tasks import StudyTask
 from cxrground.io.image import DEFAULT_MAX_PIXELS
 from cxrground.io.store import Store
 
-__all__ = ["IN_FLIGHT_PER_WORKER", "has_unit", "record_worker_death", "run_one", "unit_store"]
+__all__ = ["IN_FLIGHT_PER_WORKER", "has_unit", "init_worker", "is_running", "record_worker_death", "run_one",
+           "running_rel", "unit_rel", "unit_store", "write_unit"]
 
 
 #: Studies in flight per worker (pool process or Ray actor): enough to keep each busy, few enough that the driver
@@ -32,26 +33,31 @@ def unit_store(out: str) -> Store:
     return Store(out)
 
 
-def _unit_rel(key: str) -> str:
+def unit_rel(key: str) -> str:
+    """Where the unit record of study ``key`` lives, relative to the output folder."""
     return f"{UNITS_DIR}/{key}.json"
 
 
-def _running_rel(key: str) -> str:
+def running_rel(key: str) -> str:
+    """The marker of study ``key`` while a local-pool worker processes it."""
     return f"{UNITS_DIR}/{key}.running"
 
 
 def has_unit(out: str | Path, key: str) -> bool:
-    return unit_store(str(out)).exists(_unit_rel(key))
+    """Whether study ``key`` is done (its unit record exists)."""
+    return unit_store(str(out)).exists(unit_rel(key))
 
 
-def _is_running(out: str | Path, key: str) -> bool:
-    return unit_store(str(out)).exists(_running_rel(key))
+def is_running(out: str | Path, key: str) -> bool:
+    """Whether study ``key`` has a running marker."""
+    return unit_store(str(out)).exists(running_rel(key))
 
 
-def _write_unit(out: str | Path, unit: dict[str, Any], config: IlsConfig, spec: BackendSpec) -> None:
+def write_unit(out: str | Path, unit: dict[str, Any], config: IlsConfig, spec: BackendSpec) -> None:
+    """Write a study's unit record (with the settings hashes) atomically."""
     unit["config_hash"] = config.config_hash()
     unit["spec_hash"] = spec.spec_hash()
-    unit_store(str(out)).write_text(_unit_rel(unit["study_key"]), json.dumps(unit, sort_keys=True))
+    unit_store(str(out)).write_text(unit_rel(unit["study_key"]), json.dumps(unit, sort_keys=True))
 
 
 def run_one(task: StudyTask, out: str, config: IlsConfig, spec: BackendSpec,
@@ -66,16 +72,16 @@ def run_one(task: StudyTask, out: str, config: IlsConfig, spec: BackendSpec,
             unit = process_study(task, Path(tmp), config, spec, max_pixels=max_pixels)
             for m in unit.get("masks", []):
                 store.put_file(Path(tmp) / MASK_DIR / m["path"], f"{MASK_DIR}/{m['path']}")
-    _write_unit(out, unit, config, spec)
+    write_unit(out, unit, config, spec)
     return task.study_key, unit["status"]
 
 
 def record_worker_death(out: str | Path, task: StudyTask, config: IlsConfig, spec: BackendSpec) -> None:
     """Write the failed unit of a study whose worker process died while processing it (twice)."""
-    _write_unit(out, {"study_key": task.study_key, "split": task.split, "image_path": task.image_path,
+    write_unit(out, {"study_key": task.study_key, "split": task.split, "image_path": task.image_path,
                       "status": "failed", "stage": "worker", "error": "WorkerDied",
                       "reason": "worker died (the process was killed, e.g. by the out-of-memory killer)"}, config, spec)
-    unit_store(str(out)).remove(_running_rel(task.study_key))
+    unit_store(str(out)).remove(running_rel(task.study_key))
 
 
 def init_worker(threads: int) -> None:
