@@ -29,9 +29,9 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -163,9 +163,22 @@ def _checked_order(tasks: Iterable[StudyTask]) -> Iterator[StudyTask]:
         yield t
 
 
-def _pending(tasks: Iterable[StudyTask], out: str | Path) -> Iterator[StudyTask]:
-    """The tasks whose unit file is missing, one at a time."""
-    return (t for t in tasks if not has_unit(out, t.study_key))
+def _pending(tasks: Iterable[StudyTask], out: str | Path, done: Callable[[str], bool] | None = None
+             ) -> Iterator[StudyTask]:
+    """The tasks whose unit file is missing, one at a time (``done``: a :func:`_done_check` made beforehand)."""
+    done = done or _done_check(out)
+    return (t for t in tasks if not done(t.study_key))
+
+
+def _done_check(out: str | Path) -> Callable[[str], bool]:
+    """``study -> has a unit``: a file check per study locally; on object storage one listing of ``units/`` made
+    now (a set of study keys, a few tens of MB at MIMIC size) instead of a request per study."""
+    store = unit_store(str(out))
+    if store.local:
+        return lambda key: has_unit(out, key)
+    start, end = len(UNITS_DIR) + 1, -len(".json")
+    keys = {rel[start:end] for rel in store.find(UNITS_DIR) if rel.endswith(".json")}
+    return keys.__contains__
 
 
 def clear_failed(tasks: Iterable[StudyTask], out: str | Path) -> int:
@@ -208,11 +221,12 @@ def run_units(
     instance with ``workers`` CPUs).
     """
     total = n_todo = 0
+    done = _done_check(out)
     for t in tasks:
         total += 1
-        n_todo += not has_unit(out, t.study_key)
+        n_todo += not done(t.study_key)
     bar = tqdm(total=n_todo, desc="ils build", unit="study", disable=not progress, dynamic_ncols=True)
-    todo = _pending(tasks, out)
+    todo = _pending(tasks, out, done)
     if engine == "local" and workers <= 1:
         for t in todo:
             runner(t, str(out), config, spec, max_pixels)
@@ -238,15 +252,40 @@ def _code_version() -> str:
     return f"{__version__}+g{rev}" if rev else __version__
 
 
+#: Unit records read ahead on object storage (in order, by a few threads), so that assembly is not one
+#: round trip per study.
+READ_AHEAD = 64
+
+
 def _units(out: str | Path, tasks: Iterable[StudyTask]) -> Iterator[dict[str, Any]]:
-    """The unit records of ``tasks`` that have one, read one at a time in the order of ``tasks``."""
+    """The unit records of ``tasks`` that have one, one at a time in the order of ``tasks`` (on object storage
+    read :data:`READ_AHEAD` ahead by 16 threads)."""
     store = unit_store(str(out))
-    for t in tasks:
-        try:
-            text = store.read_text(unit_rel(t.study_key))
-        except FileNotFoundError:
-            continue
-        yield json.loads(text)
+    if store.local:
+        for t in tasks:
+            text = _read_unit(store, t.study_key)
+            if text is not None:
+                yield json.loads(text)
+        return
+    with ThreadPoolExecutor(16) as pool:
+        window: deque[Future] = deque()
+        for t in tasks:
+            window.append(pool.submit(_read_unit, store, t.study_key))
+            if len(window) >= READ_AHEAD:
+                text = window.popleft().result()
+                if text is not None:
+                    yield json.loads(text)
+        while window:
+            text = window.popleft().result()
+            if text is not None:
+                yield json.loads(text)
+
+
+def _read_unit(store: Store, key: str) -> str | None:
+    try:
+        return store.read_text(unit_rel(key))
+    except FileNotFoundError:
+        return None
 
 
 class _DatasetWriter:
