@@ -28,9 +28,9 @@ __all__ = ["StudyTask", "assign_split", "build_tasks", "read_split_file"]
 _VIEW_RANK = {"PA": 0, "AP": 1}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StudyTask:
-    """Everything a worker needs to process one study (picklable)."""
+    """Everything a worker needs to process one study (picklable; slots keep a MIMIC-size list small)."""
 
     study_key: str
     subject_id: str
