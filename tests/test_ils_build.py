@@ -483,8 +483,8 @@ def s3_endpoint(monkeypatch):
 
 def test_build_from_and_to_s3_is_byte_identical_and_resumes(cohort, built, s3_endpoint):
     """`ils build --images s3://… --out s3://… --workers 2` on moto's server: the same bytes as the local build
-    (the card's synthetic-truth section aside, which needs the local cohort), units and masks as objects, and a rerun
-    resumes."""
+    (the card's synthetic-truth section aside, which needs the local cohort), units and masks as objects, a rerun
+    resumes, and a Ray build from and to the bucket gives the same bytes too."""
     fs = s3_endpoint
     fs.put(str(cohort / "files"), "ils-test/files", recursive=True)
     url = "s3://ils-test/build"
@@ -504,6 +504,15 @@ def test_build_from_and_to_s3_is_byte_identical_and_resumes(cohort, built, s3_en
     again = CliRunner().invoke(main, cmd)
     assert again.exit_code == 0 and f"(0 processed, {N_STUDIES} already done" in again.output, again.output
     assert fs.cat_file(f"ils-test/build/{DATASET_FILE}") == local[DATASET_FILE]
+    # the cluster setup: Ray actors reading the images from and writing the units to the bucket
+    pytest.importorskip("ray")
+    tasks, failures = build_tasks("s3://ils-test/files")
+    assert tasks[0].image_path.startswith("s3://ils-test/files/")
+    summary = build_dataset(tasks, "s3://ils-test/ray", IlsConfig(seed=3), BackendSpec(), engine="ray", workers=2,
+                            scan_failures=failures, progress=False)
+    assert summary.processed == N_STUDIES
+    for name in (DATASET_FILE, "findings.jsonl", "masks.jsonl", "anatomy.jsonl", "failures.jsonl"):
+        assert fs.cat_file(f"ils-test/ray/{name}") == local[name], name
 
 
 def test_ray_actors_ask_for_a_gpu_only_for_gpu_backends():
