@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# export: datasets, highdicom and lmms-eval (ils/percept export --format hf|dicom-seg|lmms-eval). lmms-eval pulls
 	# PyPI's torchvision, a CUDA build that breaks transformers beside the CPU torch pin; nothing here needs it.
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,docs,models,ray,vlm,serve,gen,deepspeed,export]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,docs,models,ray,store,vlm,serve,gen,deepspeed,export]'
 	$(BIN)/python -m pip uninstall --quiet --disable-pip-version-check -y torchvision
 	touch $(STAMP)
 

@@ -267,11 +267,11 @@ def test_section_policy_and_alternatives_are_used_and_recorded(cohort, built, tm
 
 def _die_on(keys: frozenset[str], task, out, config, spec, max_pixels):
     """A study runner that SIGKILLs its own worker process on the studies ``keys`` (the OOM killer's way)."""
-    from cxrground.ils.build import _run_one
+    from cxrground.ils.units import run_one
 
     if task.study_key in keys:
         os.kill(os.getpid(), signal.SIGKILL)
-    return _run_one(task, out, config, spec, max_pixels)
+    return run_one(task, out, config, spec, max_pixels)
 
 
 def test_a_dead_worker_is_recorded_and_the_rest_finishes(cohort, built, tmp_path):
@@ -318,3 +318,216 @@ def test_max_pixels_refuses_a_big_image_from_its_header(cohort, tmp_path):
     over = [f for f in recorded if "too many pixels" in f["reason"]]
     assert [f["study"] for f in over] == [tasks[0].study_key] and str(limit) in over[0]["reason"]
     assert len(recorded) == 1
+
+
+def test_streamed_dataset_json_is_the_whole_dict_dump(built):
+    """The driver writes the dataset JSON one study at a time: the bytes are those of ``json.dumps`` of the whole
+    dict (the format before streaming), studies in key order within each split."""
+    from cxrground.ils.schema import SPLITS
+
+    dataset: dict = {s: {} for s in SPLITS}
+    for path in sorted((built / "units").glob("*.json")):
+        unit = json.loads(path.read_text())
+        pairs = unit.get("study", {}).get("instruction_answer_pairs", {})
+        if unit["status"] == "ok" and (pairs["positive_pairs"] or pairs["negative_pairs"]):
+            dataset[unit["split"]][unit["study_key"]] = unit["study"]
+    assert sum(len(v) for v in dataset.values()) > 1
+    assert (built / DATASET_FILE).read_bytes() == json.dumps(dataset, ensure_ascii=False).encode()
+    assert not list(built.glob(".assemble*"))
+
+
+def test_assemble_refuses_tasks_out_of_order(built, cohort):
+    from cxrground.ils.build import assemble
+
+    tasks, _ = build_tasks(cohort / "files")
+    with pytest.raises(ConfigError, match="study-key order"):
+        assemble(built, iter(reversed(tasks)), IlsConfig(seed=3), BackendSpec(), (), {})
+
+
+def _die_once(flag_dir: str, task, out, config, spec, max_pixels):
+    """A study runner whose worker dies the first time it meets each study (a node lost, a transient OOM)."""
+    from cxrground.ils.units import run_one
+
+    flag = Path(flag_dir) / task.study_key
+    if not flag.exists():
+        flag.write_text("died once")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return run_one(task, out, config, spec, max_pixels)
+
+
+def test_a_worker_death_is_retried_once_and_retry_failed_redoes_failed_units(cohort, built, tmp_path):
+    import functools
+
+    from cxrground.ils.build import run_units
+    from cxrground.ils.cohort_normative import resolve_spec
+
+    tasks, failures = build_tasks(cohort / "files")
+    config = IlsConfig(seed=3)
+    spec = resolve_spec(BackendSpec(), tasks, built, config)
+    victim = tasks[2]
+    out = tmp_path / "once"
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    # the worker dies under the victim once: the retry alone finishes it, nothing is recorded as failed
+    processed, _ = run_units([victim], out, config, spec, "local", 2, progress=False,
+                             runner=functools.partial(_die_once, str(flags)))
+    unit = json.loads((out / "units" / f"{victim.study_key}.json").read_text())
+    assert processed == 1 and unit["status"] != "failed"
+    assert unit == json.loads((built / "units" / f"{victim.study_key}.json").read_text())
+    # an earlier run recorded a failure (a dead worker): a plain rerun keeps it, --retry-failed redoes it
+    again = tmp_path / "again"
+    shutil.copytree(built, again)
+    (again / "units" / f"{victim.study_key}.json").write_text(json.dumps(
+        {"study_key": victim.study_key, "split": victim.split, "image_path": victim.image_path, "status": "failed",
+         "stage": "worker", "error": "WorkerDied", "reason": "worker died (the process was killed)"}))
+    assert build_dataset(tasks, again, config, BackendSpec(), scan_failures=failures, progress=False).processed == 0
+    result = CliRunner().invoke(main, ["ils", "build", "--images", str(cohort / "files"), "--out", str(again),
+                                       "--quiet", "--seed", "3", "--retry-failed"])
+    assert result.exit_code == 0, result.output
+    assert "(1 processed, 7 already done" in result.output
+    assert _bytes(again) == _bytes(built)
+
+
+def test_every_skipped_study_folder_is_recorded(cohort, tmp_path):
+    """An empty study folder, a folder named like an image and GIF/BMP/TIFF images: each a scan failure naming
+    it and why, in `scan` and in failures.jsonl; the valid studies are built."""
+    from cxrground.datasets.folder import scan_folder
+
+    files = tmp_path / "files"
+    shutil.copytree(cohort / "files", files)
+    base = files / "p19" / "p19000000"
+    (base / "s59000001").mkdir(parents=True)  # empty study folder
+    (base / "s59000002" / "view1.jpg").mkdir(parents=True)  # a folder named like an image
+    for n, ext in enumerate(("gif", "bmp", "tif", "tiff"), start=3):
+        (base / f"s5900000{n}").mkdir()
+        (base / f"s5900000{n}" / f"img.{ext}").write_bytes(b"GIF89a" if ext == "gif" else b"BM")
+        (base / f"s5900000{n}.txt").write_text("FINDINGS: Clear lungs.")
+    studies, failures = scan_folder(files)
+    by_path = {f.path: f.reason for f in failures}
+    assert by_path[str(base / "s59000001")] == "study folder holds no image (JPEG, PNG or DICOM)"
+    assert by_path[str(base / "s59000002" / "view1.jpg")] == "a folder named like an image (not a file)"
+    for n, ext in enumerate(("gif", "bmp", "tif", "tiff"), start=3):
+        assert by_path[str(base / f"s5900000{n}" / f"img.{ext}")].startswith(f"unsupported image format .{ext}")
+    assert len(failures) == 6 and len(studies) == N_STUDIES
+    scan = CliRunner().invoke(main, ["scan", "--images", str(files)])
+    assert scan.exit_code == 0 and scan.output.count("failed:") == 6 and "s59000001" in scan.output
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["ils", "build", "--images", str(files), "--out", str(out), "--quiet",
+                                       "--limit", "1"])
+    assert result.exit_code == 0, result.output
+    recorded = {f["path"]: f["reason"] for f in map(json.loads, (out / "failures.jsonl").read_text().splitlines())}
+    assert recorded == by_path
+
+
+def test_ray_cluster_with_a_node_killed_mid_build(cohort, built, tmp_path, caplog):
+    """A Ray cluster of three nodes on this machine (a head without CPUs, two one-CPU workers), one actor on each
+    worker; one worker node is killed once two studies are done: the studies it had in flight rerun on the other
+    node, nothing is lost, and the output is byte-identical to the local build's."""
+    import threading
+
+    pytest.importorskip("ray")
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    victim = cluster.add_node(num_cpus=1)
+    cluster.add_node(num_cpus=1)
+    out = tmp_path / "cluster"
+    killed = threading.Event()
+
+    def kill_a_node() -> None:
+        deadline = time.time() + 240
+        while time.time() < deadline and len(list((out / "units").glob("*.json"))) < 2:
+            time.sleep(0.05)
+        cluster.remove_node(victim, allow_graceful=False)
+        killed.set()
+
+    tasks, failures = build_tasks(cohort / "files")
+    killer = threading.Thread(target=kill_a_node, daemon=True)
+    caplog.set_level("WARNING", logger="cxrground.ils.ray_engine")
+    try:
+        cluster.wait_for_nodes()
+        killer.start()
+        summary = build_dataset(tasks, out, IlsConfig(seed=3), BackendSpec(), engine="ray", workers=2,
+                                scan_failures=failures, progress=False, truth_cohort=cohort,
+                                ray_address=cluster.address)
+        killer.join(timeout=60)
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.shutdown()
+    assert killed.is_set() and summary.processed == N_STUDIES
+    lost = [r.getMessage() for r in caplog.records if "Ray worker lost" in r.getMessage()]
+    assert lost and all("attempt 1" in m for m in lost), lost  # each rerun once, on the surviving node
+    assert _bytes(out) == _bytes(built)
+
+
+@pytest.fixture
+def s3_endpoint(monkeypatch):
+    """moto's S3-compatible server on 127.0.0.1 (a real HTTP server speaking the S3 protocol) with one bucket."""
+    pytest.importorskip("s3fs")
+    moto_server = pytest.importorskip("moto.server")
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint}.items():
+        monkeypatch.setenv(key, value)
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": endpoint})
+    fs.mkdir("ils-test")
+    try:
+        yield fs
+    finally:
+        server.stop()
+
+
+def test_build_from_and_to_s3_is_byte_identical_and_resumes(cohort, built, s3_endpoint):
+    """`ils build --images s3://… --out s3://… --workers 2` on moto's server: the same bytes as the local build
+    (the card's synthetic-truth section aside, which needs the local cohort), units and masks as objects, a rerun
+    resumes, and a Ray build from and to the bucket gives the same bytes too."""
+    fs = s3_endpoint
+    fs.put(str(cohort / "files"), "ils-test/files", recursive=True)
+    url = "s3://ils-test/build"
+    cmd = ["ils", "build", "--images", "s3://ils-test/files", "--out", url, "--quiet", "--seed", "3",
+           "--workers", "2"]
+    result = CliRunner().invoke(main, cmd)
+    assert result.exit_code == 0, result.output
+    assert f"({N_STUDIES} processed, 0 already done, 0 failures)" in result.output
+    assert len(fs.find("ils-test/build/units")) == N_STUDIES
+    assert len(fs.find("ils-test/build/lesion_mask")) == len(list((built / "lesion_mask").rglob("*.png"))) > 0
+    local = _bytes(built)
+    for name, data in local.items():
+        if name != "card.md":
+            assert fs.cat_file(f"ils-test/build/{name}") == data, name
+    assert "# ILS dataset card" in fs.cat_file("ils-test/build/card.md").decode()
+    assert not [p for p in fs.find("ils-test/build") if p.endswith(".running")]
+    again = CliRunner().invoke(main, cmd)
+    assert again.exit_code == 0 and f"(0 processed, {N_STUDIES} already done" in again.output, again.output
+    assert fs.cat_file(f"ils-test/build/{DATASET_FILE}") == local[DATASET_FILE]
+    # the cluster setup: Ray actors reading the images from and writing the units to the bucket
+    pytest.importorskip("ray")
+    tasks, failures = build_tasks("s3://ils-test/files")
+    assert tasks[0].image_path.startswith("s3://ils-test/files/")
+    summary = build_dataset(tasks, "s3://ils-test/ray", IlsConfig(seed=3), BackendSpec(), engine="ray", workers=2,
+                            scan_failures=failures, progress=False)
+    assert summary.processed == N_STUDIES
+    for name in (DATASET_FILE, "findings.jsonl", "masks.jsonl", "anatomy.jsonl", "failures.jsonl"):
+        assert fs.cat_file(f"ils-test/ray/{name}") == local[name], name
+
+
+def test_ray_actors_ask_for_a_gpu_only_for_gpu_backends():
+    from cxrground.ils.ray_engine import gpus_per_worker
+
+    assert gpus_per_worker(BackendSpec()) == 0  # built-ins: CPU actors
+    assert gpus_per_worker(BackendSpec(synthesizer="radedit")) == 1
+    assert gpus_per_worker(BackendSpec(synthesizer="radedit", synthesizer_kwargs={"device": "cpu"})) == 0
+    assert gpus_per_worker(BackendSpec(detector="yolo")) == 1
+    assert gpus_per_worker(BackendSpec(qc_segmenter="cxas")) == 1

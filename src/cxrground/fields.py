@@ -16,8 +16,10 @@ from cxrground.errors import OptionValueError
 
 __all__ = ["PathKind", "key_values", "option"]
 
-#: What a path field holds: an existing folder / file / either, a folder or file to write, or any path.
-PathKind = Literal["dir", "file", "existing", "out_dir", "out_file", "path"]
+#: What a path field holds: an existing folder / file / either, a folder or file to write, or any path; the
+#: ``_or_url`` kinds also take an fsspec URL (``s3://``, ``gs://``, ``file://``), handed on as a string.
+PathKind = Literal["dir", "file", "existing", "out_dir", "out_file", "path", "dir_or_url", "existing_or_url",
+                   "out_dir_or_url"]
 
 
 def option(default: Any = MISSING, *, help: str = "", flag: str | None = None, path: PathKind | None = None,

@@ -27,8 +27,25 @@ FILE = click.Path(path_type=Path, exists=True, dir_okay=False)  # an existing fi
 EXISTING = click.Path(path_type=Path, exists=True)  # an existing file or folder
 OUT_DIR = click.Path(path_type=Path, file_okay=False)  # a folder, not checked for existence (to write, mostly)
 OUT_FILE = click.Path(path_type=Path, dir_okay=False)  # a file to write (may exist)
+
+
+class _OrUrl(click.ParamType):
+    """A local path of type ``path`` (checked as it checks), or an fsspec URL (``s3://``, ``gs://``,
+    ``file://``) passed on as a string."""
+
+    def __init__(self, path: click.Path) -> None:
+        self.path = path
+        self.name = f"{path.name} or URL"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and "://" in value:
+            return value
+        return self.path.convert(value, param, ctx)
+
+
 PATH_TYPES = {"dir": DIR, "file": FILE, "existing": EXISTING, "out_dir": OUT_DIR, "out_file": OUT_FILE,
-              "path": click.Path(path_type=Path)}  # by :data:`cxrground.fields.PathKind`
+              "path": click.Path(path_type=Path), "dir_or_url": _OrUrl(DIR), "existing_or_url": _OrUrl(EXISTING),
+              "out_dir_or_url": _OrUrl(OUT_DIR)}  # by :data:`cxrground.fields.PathKind`
 
 #: Options that several commands share (same flag, type and help everywhere).
 PACK_OPT = click.option("--pack", "pack_dir", type=OUT_DIR, default=None, help=PACK_HELP)

@@ -10,7 +10,9 @@ Recognised layouts:
 
 Images are not opened here; reading happens in the stages that need the pixels. Only what a file-system
 check shows is refused here, each with a :class:`~cxrground.errors.Failure` naming the file: a 0-byte image
-(so a study's next image is chosen instead), a symbolic link loop and a link whose target does not exist.
+(so a study's next image is chosen instead), a symbolic link loop and a link whose target does not exist, and in
+the MIMIC-CXR layout every skipped item: a study folder without an image, a folder named like an image, and an
+image in a format the build does not read (GIF, BMP, TIFF, WebP).
 """
 
 from __future__ import annotations
@@ -26,7 +28,12 @@ from pathlib import Path
 from cxrground.errors import Failure, InputError
 from cxrground.io.image import IMAGE_SUFFIXES
 
-__all__ = ["MIMIC_IMAGE_RE", "StudyInput", "image_file_problem", "read_index", "scan_folder", "scan_lines"]
+__all__ = ["MIMIC_IMAGE_RE", "UNSUPPORTED_IMAGE_SUFFIXES", "StudyInput", "image_file_problem", "read_index",
+           "scan_folder", "scan_lines", "scan_store"]
+
+#: Image formats a user may have but the build does not read: recorded as scan failures, never skipped silently.
+UNSUPPORTED_IMAGE_SUFFIXES = (".gif", ".bmp", ".tif", ".tiff", ".webp")
+_STUDY_DIR_RE = re.compile(r"(?:^|/)p\d{2}/p\d+/s\d+$")
 
 MIMIC_IMAGE_RE = re.compile(r"(?:^|/)(p\d{2})/(p\d+)/(s\d+)/([^/]+)\.(?:jpe?g|png|dcm|dicom)$", re.IGNORECASE)
 
@@ -62,7 +69,20 @@ def scan_folder(
     studies: list[StudyInput] = []
     failures: list[Failure] = []
     report_root = Path(reports) if reports is not None else None
-    for path in sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and not p.is_dir()):
+    images_found: set[Path] = set()
+    for path in sorted(root.rglob("*")):
+        suffix = path.suffix.lower()
+        if suffix in UNSUPPORTED_IMAGE_SUFFIXES and not path.is_dir():
+            failures.append(Failure(str(path), "scan", f"unsupported image format {suffix} (use JPEG, PNG or "
+                                    "DICOM)", "InputError"))
+            images_found.add(path.parent)
+            continue
+        if suffix not in IMAGE_SUFFIXES:
+            continue
+        images_found.add(path.parent)
+        if path.is_dir():
+            failures.append(Failure(str(path), "scan", "a folder named like an image (not a file)", "InputError"))
+            continue
         rel = path.relative_to(root).as_posix()
         match = MIMIC_IMAGE_RE.search(rel)
         if match is None:
@@ -79,7 +99,62 @@ def scan_folder(
             continue
         mimic_rel = f"{group}/{subject}/{study}/{path.name}"
         studies.append(StudyInput(study, path, subject, dicom, None, report, None, mimic_rel))
+    for folder in _study_folders(root):
+        if folder not in images_found:
+            failures.append(Failure(str(folder), "scan", "study folder holds no image (JPEG, PNG or DICOM)",
+                                    "InputError"))
     return studies, failures
+
+
+def scan_store(images: str, reports: str | None = None, require_reports: bool = True
+               ) -> tuple[list[StudyInput], list[Failure]]:
+    """:func:`scan_folder` for an image folder on object storage (an fsspec URL, MIMIC-CXR layout), from one
+    listing of ``images`` (and one of ``reports``); image and report paths become URLs."""
+    from cxrground.io.store import Store
+
+    store = Store(images)
+    files = store.find()
+    if not files:
+        raise InputError("image folder not found or empty", images)
+    report_store = Store(reports) if reports is not None else None
+    report_files = report_store.find() if report_store is not None else {}
+    studies: list[StudyInput] = []
+    failures: list[Failure] = []
+    for rel, size in files.items():
+        suffix = Path(rel).suffix.lower()
+        url = store.url(rel)
+        if suffix in UNSUPPORTED_IMAGE_SUFFIXES:
+            failures.append(Failure(url, "scan", f"unsupported image format {suffix} (use JPEG, PNG or DICOM)",
+                                    "InputError"))
+            continue
+        if suffix not in IMAGE_SUFFIXES:
+            continue
+        match = MIMIC_IMAGE_RE.search(rel)
+        if match is None:
+            failures.append(Failure(url, "scan", "not in the MIMIC-CXR layout and no index given", "InputError"))
+            continue
+        if size == 0:
+            failures.append(Failure(url, "scan", "image file is empty (0 bytes)", "InputError"))
+            continue
+        group, subject, study, dicom = match.groups()
+        report = None
+        if require_reports:
+            beside = rel.rsplit("/", 2)[0] + f"/{study}.txt"
+            named = [f"{base}{group}/{subject}/{study}.txt" for base in ("", "files/")]
+            report = next((report_store.url(c) for c in named if c in report_files), None) if report_store else None
+            report = report or (store.url(beside) if beside in files else None)
+            if report is None:
+                failures.append(Failure(url, "scan", f"no report {subject}/{study}.txt found", "InputError"))
+                continue
+        studies.append(StudyInput(study, url, subject, dicom, None, report, None,  # type: ignore[arg-type]
+                                  f"{group}/{subject}/{study}/{Path(rel).name}"))
+    return studies, failures
+
+
+def _study_folders(root: Path) -> list[Path]:
+    """The ``pXX/pXXXXXXXX/sXXXXXXXX`` folders under ``root`` (MIMIC-CXR layout)."""
+    return sorted(p for p in root.glob("**/p[0-9][0-9]/p*/s*") if p.is_dir() and _STUDY_DIR_RE.search(
+        p.relative_to(root).as_posix()))
 
 
 def read_index(index: str | Path, image_root: str | Path) -> tuple[list[StudyInput], list[Failure]]:

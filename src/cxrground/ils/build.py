@@ -2,27 +2,38 @@
 
 Each study is processed independently (:func:`cxrground.ils.pipeline.process_study`) with its own
 seeded RNG; its mask PNGs are written first and its unit record ``units/{study}.json`` last and
-atomically, so a study is done iff its unit file exists. A killed run started again with the same
-command processes the remaining studies only. A study whose worker process dies (the OOM killer, SIGKILL) is
-recorded as failed ("worker died") in its unit file, the pool is restarted and the rest goes on; while a study
-runs in the pool, ``units/{study}.running`` marks it, which is how the dead worker's study is found. Assembly
-reads the unit files in study order, so the output is byte-identical whatever the engine, the number of workers
-or the interruptions.
+atomically (:mod:`cxrground.ils.units`), so a study is done iff its unit file exists. A killed run started again
+with the same command processes the remaining studies only; ``retry_failed`` also redoes the failed ones.
+
+The driver streams: the resume check, the scheduling and :func:`assemble` take the studies one at a time, the
+engines keep a bounded number in flight (:data:`~cxrground.ils.units.IN_FLIGHT_PER_WORKER` per worker), and the
+dataset JSON is written study by study in the same bytes as a dump of the whole dict; only counters stay in
+memory. The output folder may be local or on object storage (an fsspec URL, :mod:`cxrground.io.store`).
+
+A study whose worker process dies (the OOM killer, SIGKILL, a lost Ray node) is retried once alone; when its
+worker dies again it is recorded as failed ("worker died") in its unit file and the rest goes on. While a study
+runs in the local pool, ``units/{study}.running`` marks it, which is how the dead worker's study is found.
+Assembly reads the unit files in study order, so the output is byte-identical whatever the engine, the number of
+workers, the storage or the interruptions.
 :class:`~cxrground.ils.backend_spec.BackendSpec` and ``DATASET_FILE`` (:mod:`cxrground.ils.layout`) are
 re-exported here, the build's inputs and output name.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import platform
+import shutil
 import subprocess
+import tempfile
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,17 +43,31 @@ from tqdm.auto import tqdm
 from cxrground import __version__
 from cxrground.errors import ConfigError, Failure
 from cxrground.ils.backend_spec import BackendSpec
-from cxrground.ils.card import read_review_summary, render_card
+from cxrground.ils.card import REVIEW_FILE, DatasetCounts, read_review_summary, render_card
 from cxrground.ils.cohort_normative import FITTED_FILE, resolve_spec
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
-from cxrground.ils.pipeline import backend_provenance, process_study
+from cxrground.ils.pipeline import backend_provenance, prestructure
 from cxrground.ils.schema import SPLITS, validate_dataset
 from cxrground.ils.tasks import StudyTask
-from cxrground.io.files import atomic_write_text, sha256_json
+from cxrground.ils.units import (
+    IN_FLIGHT_PER_WORKER,
+    has_unit,
+    init_worker,
+    is_running,
+    record_worker_death,
+    run_one,
+    running_rel,
+    unit_rel,
+    unit_store,
+    worker_threads,
+)
+from cxrground.io.files import atomic_path, atomic_write_bytes, atomic_write_text, sha256_json
 from cxrground.io.image import DEFAULT_MAX_PIXELS
+from cxrground.io.store import Store
 
-__all__ = ["DATASET_FILE", "BackendSpec", "BuildSummary", "assemble", "build_dataset", "check_backends", "run_units"]
+__all__ = ["DATASET_FILE", "IN_FLIGHT_PER_WORKER", "BackendSpec", "BuildSummary", "assemble", "build_dataset",
+           "check_backends", "clear_failed", "run_units"]
 
 @dataclass(frozen=True)
 class BuildSummary:
@@ -57,132 +82,152 @@ class BuildSummary:
     seconds: float
 
 
-def _unit_path(out: Path, key: str) -> Path:
-    return out / UNITS_DIR / f"{key}.json"
-
-
-def _running_path(out: Path, key: str) -> Path:
-    return out / UNITS_DIR / f"{key}.running"
-
-
-def _write_unit(out: Path, unit: dict[str, Any], config: IlsConfig, spec: BackendSpec) -> None:
-    unit["config_hash"] = config.config_hash()
-    unit["spec_hash"] = spec.spec_hash()
-    atomic_write_text(_unit_path(out, unit["study_key"]), json.dumps(unit, sort_keys=True))
-
-
-def _run_one(task: StudyTask, out: str, config: IlsConfig, spec: BackendSpec,
-             max_pixels: int | None = DEFAULT_MAX_PIXELS) -> tuple[str, str]:
-    """Process one study in the current process and write its outputs; returns (study, status)."""
-    unit = process_study(task, Path(out), config, spec, max_pixels=max_pixels)
-    _write_unit(Path(out), unit, config, spec)
-    return task.study_key, unit["status"]
-
-
 Runner = Callable[[StudyTask, str, IlsConfig, BackendSpec, "int | None"], tuple[str, str]]
 
 
 def _run_marked(runner: Runner, task: StudyTask, out: str, config: IlsConfig, spec: BackendSpec,
                 max_pixels: int | None) -> tuple[str, str]:
     """``runner`` on one study in a pool worker, with ``units/{study}.running`` present while it runs."""
-    marker = _running_path(Path(out), task.study_key)
-    atomic_write_text(marker, str(os.getpid()))
+    store = unit_store(str(out))
+    store.write_text(running_rel(task.study_key), str(os.getpid()))
     result = runner(task, out, config, spec, max_pixels)
-    marker.unlink(missing_ok=True)
+    store.remove(running_rel(task.study_key))
     return result
 
 
-def _record_worker_death(out: Path, task: StudyTask, config: IlsConfig, spec: BackendSpec) -> None:
-    """Write the failed unit of a study whose worker process died while processing it."""
-    _write_unit(out, {"study_key": task.study_key, "split": task.split, "image_path": task.image_path,
-                      "status": "failed", "stage": "worker", "error": "WorkerDied",
-                      "reason": "worker died (the process was killed, e.g. by the out-of-memory killer)"}, config, spec)
-    _running_path(out, task.study_key).unlink(missing_ok=True)
+def _pool_round(todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, spec: BackendSpec, workers: int,
+                max_pixels: int | None, runner: Runner, bar: Any) -> tuple[list[StudyTask], list[StudyTask]] | None:
+    """Run the studies of ``todo`` in one process pool, at most :data:`IN_FLIGHT_PER_WORKER` per worker in flight.
 
-
-def _pool_round(todo: Sequence[StudyTask], out: Path, config: IlsConfig, spec: BackendSpec, workers: int,
-                max_pixels: int | None, runner: Runner, bar: Any) -> list[StudyTask] | None:
-    """Run ``todo`` in one process pool; None when all finished, else the studies running when a worker died."""
+    None when ``todo`` is exhausted and all finished; else, the pool having broken, the studies that were running
+    (their marker present, no unit) and the other unfinished ones that had been submitted.
+    """
     import multiprocessing as mp
 
+    limit = max(1, workers) * IN_FLIGHT_PER_WORKER
+    inflight: dict[Future, StudyTask] = {}
     with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                             initializer=_init_worker, initargs=(worker_threads(),)) as pool:
-        futures = [pool.submit(_run_marked, runner, t, str(out), config, spec, max_pixels) for t in todo]
+                             initializer=init_worker, initargs=(worker_threads(),)) as pool:
         try:
-            for fut in as_completed(futures):
-                fut.result()
-                bar.update()
-        except BrokenProcessPool:
-            return [t for t in todo if _running_path(out, t.study_key).is_file()
-                    and not _unit_path(out, t.study_key).is_file()]
-    return None
-
-
-def _run_pool(todo: Sequence[StudyTask], out: Path, config: IlsConfig, spec: BackendSpec, workers: int,
-              max_pixels: int | None, runner: Runner, bar: Any) -> None:
-    """Process ``todo`` in process pools, recording a study whose worker dies and restarting the pool.
-
-    When several studies were running as the pool broke, each is retried alone to find the one that kills its
-    worker; a study is recorded as failed only after its own worker died.
-    """
-    for t in todo:
-        _running_path(out, t.study_key).unlink(missing_ok=True)  # stale markers of a killed build
-    while todo:
-        suspects = _pool_round(todo, out, config, spec, workers, max_pixels, runner, bar)
-        if suspects is None:
-            return
-        if not suspects:
-            raise ConfigError("a worker process died before it started a study; rerun with --workers 1 to see why")
-        if len(suspects) == 1:
-            _record_worker_death(out, suspects[0], config, spec)
-            bar.update()
-        else:
-            for t in suspects:
-                _running_path(out, t.study_key).unlink(missing_ok=True)
-                if _pool_round([t], out, config, spec, 1, max_pixels, runner, bar) is not None:
-                    _record_worker_death(out, t, config, spec)
+            while True:
+                while len(inflight) < limit and (t := next(todo, None)) is not None:
+                    inflight[pool.submit(_run_marked, runner, t, str(out), config, spec, max_pixels)] = t
+                if not inflight:
+                    return None
+                done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    fut.result()
+                    del inflight[fut]
                     bar.update()
-        todo = [t for t in todo if not _unit_path(out, t.study_key).is_file()]
+        except BrokenProcessPool:
+            left = [t for t in inflight.values() if not has_unit(out, t.study_key)]
+            running = [t for t in left if is_running(out, t.study_key)]
+            return running, [t for t in left if t not in running]
 
 
-def worker_threads() -> int:
-    """torch threads of each local worker process: ``OMP_NUM_THREADS`` (what the CLI's ``--threads`` sets),
-    else 1."""
-    try:
-        return max(1, int(os.environ.get("OMP_NUM_THREADS") or 1))
-    except ValueError:
-        return 1
+def _run_pool(todo: Iterable[StudyTask], out: str | Path, config: IlsConfig, spec: BackendSpec, workers: int,
+              max_pixels: int | None, runner: Runner, bar: Any) -> None:
+    """Process ``todo`` in process pools, restarting the pool when a worker dies.
+
+    The studies that were running when the pool broke are each retried once alone: one that kills its worker
+    again is recorded as failed ("worker died"), the others (killed beside it) finish normally.
+    """
+    queue: Iterator[StudyTask] = iter(todo)
+    while True:
+        broke = _pool_round(queue, out, config, spec, workers, max_pixels, runner, bar)
+        if broke is None:
+            return
+        running, others = broke
+        if not running:
+            raise ConfigError("a worker process died before it started a study; rerun with --workers 1 to see why")
+        for t in running:
+            unit_store(str(out)).remove(running_rel(t.study_key))
+            if _pool_round(iter([t]), out, config, spec, 1, max_pixels, runner, bar) is not None:
+                record_worker_death(out, t, config, spec)
+                bar.update()
+        queue = itertools.chain(others, queue)
 
 
-def _init_worker(threads: int) -> None:
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    try:
-        import torch
+def _in_key_order(tasks: Iterable[StudyTask]) -> Iterable[StudyTask]:
+    """``tasks`` in study-key order: a list is sorted (references only); any other iterable must already be."""
+    if isinstance(tasks, Sequence):
+        return sorted(tasks, key=lambda t: t.study_key)
+    return _checked_order(tasks)
 
-        torch.set_num_threads(threads)
-    except ImportError:
-        pass
+
+def _checked_order(tasks: Iterable[StudyTask]) -> Iterator[StudyTask]:
+    last = None
+    for t in tasks:
+        if last is not None and t.study_key <= last:
+            raise ConfigError(f"build tasks must come in study-key order: {t.study_key} after {last}")
+        last = t.study_key
+        yield t
+
+
+def _pending(tasks: Iterable[StudyTask], out: str | Path, done: Callable[[str], bool] | None = None
+             ) -> Iterator[StudyTask]:
+    """The tasks whose unit file is missing, one at a time (``done``: a :func:`_done_check` made beforehand)."""
+    done = done or _done_check(out)
+    return (t for t in tasks if not done(t.study_key))
+
+
+def _done_check(out: str | Path) -> Callable[[str], bool]:
+    """``study -> has a unit``: a file check per study locally; on object storage one listing of ``units/`` made
+    now (a set of study keys, a few tens of MB at MIMIC size) instead of a request per study."""
+    store = unit_store(str(out))
+    if store.local:
+        return lambda key: has_unit(out, key)
+    start, end = len(UNITS_DIR) + 1, -len(".json")
+    keys = {rel[start:end] for rel in store.find(UNITS_DIR) if rel.endswith(".json")}
+    return keys.__contains__
+
+
+def clear_failed(tasks: Iterable[StudyTask], out: str | Path) -> int:
+    """Remove the unit files of ``tasks`` whose study failed (not those rejected by QC), so that the next run
+    processes them again; returns how many."""
+    n = 0
+    store = unit_store(str(out))
+    for t in tasks:
+        try:
+            status = json.loads(store.read_text(unit_rel(t.study_key))).get("status")
+        except FileNotFoundError:
+            continue
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            status = "failed"  # a torn unit cannot come from an atomic write; redo it
+        if status == "failed":
+            store.remove(unit_rel(t.study_key))
+            n += 1
+    return n
 
 
 def run_units(
-    tasks: Sequence[StudyTask],
-    out: Path,
+    tasks: Iterable[StudyTask],
+    out: str | Path,
     config: IlsConfig,
     spec: BackendSpec,
     engine: str = "local",
     workers: int = 1,
     progress: bool = True,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
-    runner: Runner = _run_one,
+    runner: Runner = run_one,
+    ray_address: str | None = None,
 ) -> tuple[int, int]:
     """Process every task whose unit file is missing; returns (processed, skipped).
 
-    ``max_pixels``: images whose header states more pixels fail without being decoded. ``runner``: the per-study
-    function of the local engine (picklable; it writes the unit file), ``_run_one`` unless a test injects faults.
+    ``tasks``: a list, or any iterable that can be iterated again (it is read twice: counting, then running);
+    the tasks are streamed, the driver holds only those in flight. ``max_pixels``: images whose header states more
+    pixels fail without being decoded. ``runner``: the per-study function (picklable; it writes the unit file),
+    :func:`~cxrground.ils.units.run_one` unless a test injects faults. ``ray_address``: the Ray cluster of
+    ``engine='ray'`` (``auto``, ``ray://host:10001``, ``host:6379``; default ``RAY_ADDRESS``, else a local Ray
+    instance with ``workers`` CPUs).
     """
-    todo = [t for t in tasks if not _unit_path(out, t.study_key).is_file()]
-    skipped = len(tasks) - len(todo)
-    bar = tqdm(total=len(todo), desc="ils build", unit="study", disable=not progress, dynamic_ncols=True)
+    total = n_todo = 0
+    done = _done_check(out)
+    for t in tasks:
+        total += 1
+        n_todo += not done(t.study_key)
+    bar = tqdm(total=n_todo, desc="ils build", unit="study", disable=not progress, dynamic_ncols=True)
+    todo = _pending(tasks, out, done)
     if engine == "local" and workers <= 1:
         for t in todo:
             runner(t, str(out), config, spec, max_pixels)
@@ -190,37 +235,13 @@ def run_units(
     elif engine == "local":
         _run_pool(todo, out, config, spec, workers, max_pixels, runner, bar)
     elif engine == "ray":
-        _run_ray(todo, out, config, spec, workers, bar, max_pixels)
+        from cxrground.ils.ray_engine import run_ray
+
+        run_ray(todo, out, config, spec, workers, bar, max_pixels, runner, ray_address)
     else:
         raise ConfigError(f"unknown engine {engine!r}; use 'local' or 'ray'")
     bar.close()
-    return len(todo), skipped
-
-
-def _run_ray(todo: Sequence[StudyTask], out: Path, config: IlsConfig, spec: BackendSpec, workers: int,
-             bar: Any, max_pixels: int | None) -> None:
-    try:
-        import ray
-    except ImportError as exc:
-        raise ConfigError("--engine ray needs the 'ray' package: pip install 'cxrground[ray]'") from exc
-    started = not ray.is_initialized()
-    if started:
-        address = os.environ.get("RAY_ADDRESS")
-        if address:
-            ray.init(address=address, log_to_driver=False)
-        else:
-            ray.init(num_cpus=max(1, workers), include_dashboard=False, log_to_driver=False,
-                     runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
-    try:
-        remote = ray.remote(num_cpus=1)(_run_one)
-        pending = [remote.remote(t, str(out), config, spec, max_pixels) for t in todo]
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            ray.get(done)
-            bar.update(len(done))
-    finally:
-        if started:
-            ray.shutdown()
+    return n_todo, total - n_todo
 
 
 def _code_version() -> str:
@@ -232,59 +253,176 @@ def _code_version() -> str:
     return f"{__version__}+g{rev}" if rev else __version__
 
 
-def _read_units(out: Path, tasks: Iterable[StudyTask]) -> list[dict[str, Any]]:
-    units = []
-    for t in tasks:
-        path = _unit_path(out, t.study_key)
-        if path.is_file():
-            units.append(json.loads(path.read_text(encoding="utf-8")))
-    return units
+#: Unit records read ahead on object storage (in order, by a few threads), so that assembly is not one
+#: round trip per study.
+READ_AHEAD = 64
 
 
-def assemble(out: Path, tasks: Sequence[StudyTask], config: IlsConfig, spec: BackendSpec,
-             scan_failures: Sequence[Failure], backend_provenance: dict[str, Any],
+def _units(out: str | Path, tasks: Iterable[StudyTask]) -> Iterator[dict[str, Any]]:
+    """The unit records of ``tasks`` that have one, one at a time in the order of ``tasks`` (on object storage
+    read :data:`READ_AHEAD` ahead by 16 threads)."""
+    store = unit_store(str(out))
+    if store.local:
+        for t in tasks:
+            text = _read_unit(store, t.study_key)
+            if text is not None:
+                yield json.loads(text)
+        return
+    with ThreadPoolExecutor(16) as pool:
+        window: deque[Future] = deque()
+        for t in tasks:
+            window.append(pool.submit(_read_unit, store, t.study_key))
+            if len(window) >= READ_AHEAD:
+                text = window.popleft().result()
+                if text is not None:
+                    yield json.loads(text)
+        while window:
+            text = window.popleft().result()
+            if text is not None:
+                yield json.loads(text)
+
+
+def _read_unit(store: Store, key: str) -> str | None:
+    try:
+        return store.read_text(unit_rel(key))
+    except FileNotFoundError:
+        return None
+
+
+class _DatasetWriter:
+    """Writes the dataset JSON one study at a time, byte for byte what ``json.dumps(dataset, ensure_ascii=False)``
+    gives for the dict ``{split: {study: record}}`` (splits in :data:`SPLITS` order, studies in arrival order).
+
+    Each split's studies go to their own part file under ``folder``; :meth:`finish` joins the parts into ``path``
+    atomically.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+        self.parts = {s: (folder / f"{s}.part").open("w", encoding="utf-8") for s in SPLITS}
+        self.count = dict.fromkeys(SPLITS, 0)
+
+    def add(self, split: str, key: str, study: dict[str, Any]) -> None:
+        """Append one study to ``split``."""
+        fh = self.parts[split]
+        fh.write((", " if self.count[split] else "") + json.dumps(key, ensure_ascii=False) + ": "
+                 + json.dumps(study, ensure_ascii=False))
+        self.count[split] += 1
+
+    def finish(self, path: Path) -> None:
+        """Write ``path`` from the parts (atomically) and remove them."""
+        for fh in self.parts.values():
+            fh.close()
+        with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as out:
+            out.write("{")
+            for i, split in enumerate(SPLITS):
+                out.write((", " if i else "") + json.dumps(split) + ": {")
+                with (self.folder / f"{split}.part").open(encoding="utf-8") as part:
+                    shutil.copyfileobj(part, out, 1 << 20)
+                out.write("}")
+            out.write("}")
+        self.close()
+
+    def close(self) -> None:
+        """Remove the part files (after :meth:`finish` or an error)."""
+        for fh in self.parts.values():
+            fh.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _jsonl_writer(stack: ExitStack, path: Path) -> Any:
+    """A text file handle whose content replaces ``path`` atomically when ``stack`` closes without an error."""
+    tmp = stack.enter_context(atomic_path(path))
+    return stack.enter_context(tmp.open("w", encoding="utf-8"))
+
+
+#: What :func:`assemble` writes beside the units and masks.
+OUTPUT_FILES = (DATASET_FILE, "findings.jsonl", "masks.jsonl", "anatomy.jsonl", "failures.jsonl", "provenance.json",
+                "card.md")
+
+
+def assemble(out: str | Path, tasks: Iterable[StudyTask], config: IlsConfig, spec: BackendSpec,
+             scan_failures: Iterable[Failure], backend_provenance: dict[str, Any],
              truth_cohort: Path | None = None) -> dict[str, Any]:
-    """Write the JSON, mask index, findings, anatomy, failures, provenance and card from the unit files."""
-    units = _read_units(out, sorted(tasks, key=lambda t: t.study_key))
-    dataset: dict[str, dict[str, Any]] = {s: {} for s in SPLITS}
-    reported: list[tuple[str, bool]] = []
+    """Write the JSON, mask index, findings, anatomy, failures, provenance and card from the unit files.
+
+    Streams: one unit is read, checked and written out at a time, and only counters stay in memory, so the
+    driver's memory does not grow with the number of studies. ``out``: a local folder or an fsspec URL (the files
+    are then written in a local temporary folder and each uploaded in one piece). Returns the counts
+    (``studies``, ``pairs``, ``failures``, ``rejections``).
+    """
+    store = unit_store(str(out))
+    if store.local:
+        return _assemble(out, Path(store.root), tasks, config, spec, scan_failures, backend_provenance, truth_cohort)
+    with tempfile.TemporaryDirectory(prefix="cxrground-assemble-") as tmp:
+        result = _assemble(out, Path(tmp), tasks, config, spec, scan_failures, backend_provenance, None)
+        for name in OUTPUT_FILES:
+            store.put_file(Path(tmp) / name, name)
+    return result
+
+
+def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: IlsConfig, spec: BackendSpec,
+              scan_failures: Iterable[Failure], backend_provenance: dict[str, Any],
+              truth_cohort: Path | None) -> dict[str, Any]:
+    """:func:`assemble`, the files written to the local folder ``stage`` (the output folder itself when local)."""
+    store = unit_store(str(out))
+    counts = DatasetCounts()
+    reported: Counter = Counter()
     rejections: Counter = Counter()
     grounding_reasons: Counter = Counter()
     dropped_pairs: Counter = Counter()
-    failures = [f.to_dict() for f in scan_failures]
-    for f in scan_failures:
-        rejections[f"input: {f.reason.split(' (')[0]}"] += 1
-    findings_lines, mask_lines, anatomy_lines = [], [], []
-    for u in units:
-        key = u["study_key"]
-        for finding in u.get("findings", []):
-            findings_lines.append(json.dumps({"study": key, **finding}, sort_keys=True))
-        for m in u.get("masks", []):
-            mask_lines.append(json.dumps({"study": key, **m}, sort_keys=True))
-        if u.get("anatomy"):
-            anatomy_lines.append(json.dumps({"study": key, **u["anatomy"]}, sort_keys=True))
-        reported.extend((lesion, bool(got)) for lesion, got in u.get("reported", []))
-        for g in u.get("grounding", []):
-            if g.get("status") != "grounded":
-                grounding_reasons[f"{g.get('lesion')}: {g.get('reason') or g.get('status')}"] += 1
-        if u.get("heart_note"):
-            grounding_reasons["cardiomegaly: heart estimate implausible"] += 1
-        dropped_pairs.update(u.get("dropped_pairs", {}))
-        if u["status"] != "ok":
-            rejections[u["reason"]] += 1
-            failures.append({"path": u.get("image_path", key), "stage": u.get("stage", "build"),
-                             "reason": u["reason"], "error": u.get("error", u["status"]), "study": key,
-                             **({"file": u["file"]} if u.get("file") else {})})
-            continue
-        study = u["study"]
-        pairs = study["instruction_answer_pairs"]
-        if not pairs["positive_pairs"] and not pairs["negative_pairs"]:
-            rejections["no pairs"] += 1
-            continue
-        dataset[u["split"]][key] = study
-    problems = validate_dataset(dataset, out / MASK_DIR)
-    if problems:
-        raise ConfigError("generated dataset fails its own schema check: " + "; ".join(problems[:5]))
+    problems: list[str] = []
+    n_failures = 0
+    dataset = _DatasetWriter(stage / f".assemble.{os.getpid()}")
+    try:
+        with ExitStack() as stack:
+            findings_fh, masks_fh, anatomy_fh, failures_fh = (
+                _jsonl_writer(stack, stage / name) for name in ("findings.jsonl", "masks.jsonl", "anatomy.jsonl",
+                                                             "failures.jsonl"))
+            for f in scan_failures:
+                rejections[f"input: {f.reason.split(' (')[0]}"] += 1
+                failures_fh.write(json.dumps(f.to_dict(), sort_keys=True) + "\n")
+                n_failures += 1
+            for u in _units(out, _in_key_order(tasks)):
+                key = u["study_key"]
+                for finding in u.get("findings", []):
+                    findings_fh.write(json.dumps({"study": key, **finding}, sort_keys=True) + "\n")
+                for m in u.get("masks", []):
+                    masks_fh.write(json.dumps({"study": key, **m}, sort_keys=True) + "\n")
+                if u.get("anatomy"):
+                    anatomy_fh.write(json.dumps({"study": key, **u["anatomy"]}, sort_keys=True) + "\n")
+                reported.update((lesion, bool(got)) for lesion, got in u.get("reported", []))
+                for g in u.get("grounding", []):
+                    if g.get("status") != "grounded":
+                        grounding_reasons[f"{g.get('lesion')}: {g.get('reason') or g.get('status')}"] += 1
+                if u.get("heart_note"):
+                    grounding_reasons["cardiomegaly: heart estimate implausible"] += 1
+                dropped_pairs.update(u.get("dropped_pairs", {}))
+                if u["status"] != "ok":
+                    rejections[u["reason"]] += 1
+                    failure = {"path": u.get("image_path", key), "stage": u.get("stage", "build"),
+                               "reason": u["reason"], "error": u.get("error", u["status"]), "study": key,
+                               **({"file": u["file"]} if u.get("file") else {})}
+                    failures_fh.write(json.dumps(failure, sort_keys=True) + "\n")
+                    n_failures += 1
+                    continue
+                study = u["study"]
+                pairs = study["instruction_answer_pairs"]
+                if not pairs["positive_pairs"] and not pairs["negative_pairs"]:
+                    rejections["no pairs"] += 1
+                    continue
+                if len(problems) < 5:
+                    # masks on object storage were uploaded before their unit: not checked one by one
+                    problems += validate_dataset({u["split"]: {key: study}},
+                                                 stage / MASK_DIR if store.local else None)
+                counts.add(u["split"], study)
+                dataset.add(u["split"], key, study)
+            if problems:
+                raise ConfigError("generated dataset fails its own schema check: " + "; ".join(problems[:5]))
+        dataset.finish(stage / DATASET_FILE)
+    finally:
+        dataset.close()
     provenance = {
         "code_version": _code_version(),
         "python": platform.python_version(),
@@ -297,25 +435,24 @@ def assemble(out: Path, tasks: Sequence[StudyTask], config: IlsConfig, spec: Bac
         "mask_frame": "native image pixels (no padding, no resize)",
         "image_source": "as given (MIMIC-CXR-JPG paths are files/-relative)",
     }
-    atomic_write_text(out / DATASET_FILE, json.dumps(dataset, ensure_ascii=False))
-    atomic_write_text(out / "findings.jsonl", "".join(line + "\n" for line in findings_lines))
-    atomic_write_text(out / "masks.jsonl", "".join(line + "\n" for line in mask_lines))
-    atomic_write_text(out / "anatomy.jsonl", "".join(line + "\n" for line in anatomy_lines))
-    atomic_write_text(out / "failures.jsonl", "".join(json.dumps(f, sort_keys=True) + "\n" for f in failures))
-    atomic_write_text(out / "provenance.json", json.dumps(provenance, indent=2, sort_keys=True))
+    atomic_write_text(stage / "provenance.json", json.dumps(provenance, indent=2, sort_keys=True))
     extra: list[str] = []
     if truth_cohort is not None:
         from cxrground.ils.quality import format_findings_quality, format_quality, score_against_truth, score_findings
 
         extra = ["## Quality against the synthetic cohort's exact truth (test data)", "",
                  f"Cohort: `{truth_cohort}`. Masks vs the drawn lesions, negatives vs lesion-free truth:", "",
-                 format_quality(score_against_truth(out, truth_cohort)), "",
+                 format_quality(score_against_truth(stage, truth_cohort)), "",
                  "Structured findings vs the report truth (present/uncertain findings per study and lesion):", "",
-                 format_findings_quality(score_findings(out, truth_cohort)), ""]
-    atomic_write_text(out / "card.md", render_card(dataset, reported, rejections, provenance, extra,
-                                                   dict(grounding_reasons), read_review_summary(out),
-                                                   dict(dropped_pairs)))
-    return {"dataset": dataset, "failures": failures, "reported": reported, "rejections": dict(rejections)}
+                 format_findings_quality(score_findings(stage, truth_cohort)), ""]
+    reported_pairs = (pair for pair, n in sorted(reported.items()) for _ in range(n))
+    review = read_review_summary(stage) if store.local else (
+        json.loads(store.read_text(REVIEW_FILE)) if store.exists(REVIEW_FILE) else None)
+    atomic_write_text(stage / "card.md", render_card(counts, reported_pairs, rejections, provenance, extra,
+                                                     dict(grounding_reasons), review,
+                                                     dict(dropped_pairs)))
+    return {"studies": sum(counts.studies.values()), "pairs": counts.pairs(), "failures": n_failures,
+            "rejections": dict(rejections)}
 
 
 def backends_identity(spec: BackendSpec) -> str:
@@ -337,18 +474,39 @@ def _is_abs_path(value: Any) -> bool:
     return isinstance(value, str) and Path(value).is_absolute()
 
 
-def _clear_build(out: Path, stamp: Path, overwrite: bool, what: str = "settings") -> None:
-    """Remove a previous build's units, masks, fitted model and settings stamp from ``out`` (only with
-    ``overwrite``; else an error naming the folder and the stored settings)."""
+def _clear_build(out: Path, stamp: Path, overwrite: bool, what: str = "settings", store: Store | None = None) -> None:
+    """Remove a previous build's units, masks, fitted model and settings stamp from ``out`` and ``store`` (its
+    object-storage copy, if any) (only with ``overwrite``; else an error naming the folder and the stored
+    settings)."""
     if not overwrite:
-        raise ConfigError(f"{out} holds a build with other {what} ({stamp.read_text().strip()}); "
-                          "use another folder or --overwrite")
-    import shutil
-
+        raise ConfigError(f"{store.url() if store else out} holds a build with other {what} "
+                          f"({stamp.read_text().strip()}); use another folder or --overwrite")
     for folder in (out / UNITS_DIR, out / MASK_DIR):
         shutil.rmtree(folder, ignore_errors=True)
     for stale in (out / FITTED_FILE, (out / FITTED_FILE).with_suffix(".json"), stamp):
         stale.unlink(missing_ok=True)
+    if store is not None:
+        for folder in (UNITS_DIR, MASK_DIR):
+            store.remove_tree(folder)
+        for name in _STATE_FILES:
+            store.remove(name)
+
+
+#: The build's own state beside the units, copied between an object-storage output and the local stage.
+_STATE_FILES = ("settings.json", FITTED_FILE, str(Path(FITTED_FILE).with_suffix(".json")))
+
+
+def _stage_for(store: Store) -> Path:
+    """The local folder of a build whose output is on object storage (its settings and fitted model), filled
+    from the store's copy."""
+    stage = Path(tempfile.gettempdir()) / "cxrground-ils-stage" / sha256_json(store.url())[:16]
+    stage.mkdir(parents=True, exist_ok=True)
+    for name in _STATE_FILES:
+        try:
+            atomic_write_bytes(stage / name, store.read_bytes(name))
+        except FileNotFoundError:
+            (stage / name).unlink(missing_ok=True)
+    return stage
 
 
 def check_backends(spec: BackendSpec) -> None:
@@ -364,7 +522,7 @@ def check_backends(spec: BackendSpec) -> None:
 
 
 def build_dataset(
-    tasks: Sequence[StudyTask],
+    tasks: Iterable[StudyTask],
     out_dir: str | Path,
     config: IlsConfig | None = None,
     spec: BackendSpec | None = None,
@@ -375,8 +533,12 @@ def build_dataset(
     progress: bool = True,
     truth_cohort: str | Path | None = None,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    retry_failed: bool = False,
+    ray_address: str | None = None,
 ) -> BuildSummary:
     """Process all studies (resuming) and assemble the dataset in ``out_dir``.
+
+    ``tasks``: a list, or an iterable in study-key order that can be iterated again; the driver streams it.
 
     What the backends need from the whole cohort is prepared once, before the workers start
     (:func:`~cxrground.ils.cohort_normative.resolve_spec`: the ``normative`` synthesizer's model fitted on the
@@ -390,32 +552,44 @@ def build_dataset(
 
     ``truth_cohort``: the synthetic cohort the inputs come from; its exact truth then scores the dataset
     in the card.
+
+    ``retry_failed``: process again the studies whose unit records a failure (a worker that died twice, a file
+    unreadable at the time); studies rejected by QC stay as they are. ``ray_address``: see :func:`run_units`.
     """
     config = config or IlsConfig()
     spec = spec or BackendSpec()
     check_backends(spec)
-    out = Path(out_dir)
+    store = unit_store(str(out_dir))
+    remote = None if store.local else store
+    out = Path(store.root) if store.local else _stage_for(store)  # settings and fitted model live here
+    dest: str | Path = out if store.local else store.url()  # units, masks and outputs go here
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     settings = {"config_hash": config.config_hash(), "spec_hash": spec.spec_hash()}
     stamp = out / "settings.json"
     previous = json.loads(stamp.read_text()) if stamp.is_file() else None
     if previous is not None and {k: previous.get(k) for k in settings} != settings:
-        _clear_build(out, stamp, overwrite)
+        _clear_build(out, stamp, overwrite, store=remote)
         previous = None
     # once, before the workers: e.g. the cohort normative model
     run_spec = resolve_spec(spec, tasks, out, config, progress)
     settings["backends_hash"] = backends_identity(run_spec)
     if previous is not None and previous.get("backends_hash") != settings["backends_hash"]:
         # same options, other effective backends (new defaults or weights after an upgrade): never mix the two
-        _clear_build(out, stamp, overwrite, "backends")
+        _clear_build(out, stamp, overwrite, "backends", remote)
         run_spec = resolve_spec(spec, tasks, out, config, progress)
         settings["backends_hash"] = backends_identity(run_spec)
     atomic_write_text(stamp, json.dumps(settings, sort_keys=True))
-    processed, skipped = run_units(tasks, out, config, run_spec, engine, workers, progress, max_pixels)
-    result = assemble(out, tasks, config, spec, scan_failures, backend_provenance(run_spec),
+    if remote is not None:
+        for name in _STATE_FILES:
+            if (out / name).is_file():
+                remote.write_bytes(name, (out / name).read_bytes())
+    if retry_failed:
+        clear_failed(tasks, dest)
+    prestructure(_pending(tasks, dest), config, run_spec, progress)  # LLM structurer: all reports, concurrently
+    processed, skipped = run_units(tasks, dest, config, run_spec, engine, workers, progress, max_pixels,
+                                   ray_address=ray_address)
+    result = assemble(dest, tasks, config, spec, scan_failures, backend_provenance(run_spec),
                       Path(truth_cohort) if truth_cohort is not None else None)
-    n_pairs = sum(len(s["instruction_answer_pairs"]["positive_pairs"]) + len(s["instruction_answer_pairs"]
-                  ["negative_pairs"]) for split in result["dataset"].values() for s in split.values())
-    return BuildSummary(str(out), processed, skipped, sum(len(v) for v in result["dataset"].values()), n_pairs,
-                        len(result["failures"]), round(time.perf_counter() - started, 2))
+    return BuildSummary(str(dest), processed, skipped, result["studies"], result["pairs"], result["failures"],
+                        round(time.perf_counter() - started, 2))

@@ -8,6 +8,8 @@ stage and the reason) instead of an exception, so a batch always finishes.
 from __future__ import annotations
 
 import traceback
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +24,15 @@ from cxrground.ils.layout import MASK_DIR
 from cxrground.ils.tasks import StudyTask
 from cxrground.io.image import DEFAULT_MAX_PIXELS, read_image
 from cxrground.io.masks import encode_rle, write_mask_png
+from cxrground.io.store import local_copy
 from cxrground.io.transform import Letterbox
 from cxrground.reports import parse_report_text, read_report, select_section
 from cxrground.reports.structure import structure_section
 from cxrground.vocab.locations import HEART
 from cxrground.vocab.traits import traits
 
-__all__ = ["Backends", "backend_provenance", "get_backends", "is_frontal", "process_study", "segmentation_disagreement"]
+__all__ = ["Backends", "backend_provenance", "get_backends", "is_frontal", "prestructure", "process_study",
+           "segmentation_disagreement"]
 
 _CACHE: dict[str, Backends] = {}
 
@@ -77,6 +81,38 @@ def backend_provenance(spec: BackendSpec) -> dict[str, Any]:
     return get_backends(spec).provenance()
 
 
+def prestructure(tasks: Iterable[StudyTask], config: IlsConfig, spec: BackendSpec,
+                 progress: bool = False) -> Counter[str] | None:
+    """With the ``llm`` structurer and a response-cache file: structure the reports of ``tasks`` first, on the
+    driver, with the structurer's ``concurrency`` requests in flight (:meth:`LLMStructurer.warm_cache`), so that
+    the workers' per-study calls are answered from the cache. Streams over ``tasks``; a report that cannot be read
+    or fails is left for its study to record. None (nothing done) for any other structurer."""
+    from cxrground.reports.structure import get_structurer
+
+    if spec.structurer != "llm" or not spec.structurer_kwargs.get("cache"):
+        return None
+    structurer = get_structurer(spec.structurer, **spec.structurer_kwargs)
+
+    def sections() -> Iterator[tuple[str, Any]]:
+        for task in tasks:
+            try:
+                if task.report_path:
+                    with local_copy(task.report_path) as report_file:
+                        report = read_report(report_file)
+                else:
+                    report = parse_report_text(task.report_text or "", report_id=task.study_key)
+            except CXRGroundError:
+                continue
+            section = select_section(report, config.sections)
+            if section is not None:
+                yield task.study_key, section
+
+    try:
+        return structurer.warm_cache(sections(), progress)
+    finally:
+        structurer.cache.close()
+
+
 def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSpec,
                   max_pixels: int | None = DEFAULT_MAX_PIXELS) -> dict[str, Any]:
     """The unit record of one study (masks already written under ``out/lesion_mask``).
@@ -88,8 +124,11 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
     stage = "reports"
     try:
         backends = get_backends(spec)
-        report = (read_report(task.report_path) if task.report_path
-                  else parse_report_text(task.report_text or "", report_id=task.study_key))
+        if task.report_path:
+            with local_copy(task.report_path) as report_file:
+                report = read_report(report_file)
+        else:
+            report = parse_report_text(task.report_text or "", report_id=task.study_key)
         section = select_section(report, config.sections)
         if section is None:
             return {**unit, "status": "rejected", "stage": stage, "reason": "no usable report section"}
@@ -97,7 +136,8 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
         structured = structure_section(backends.structurer, task.study_key, section)
         unit["findings"] = [f.to_dict() for f in structured.findings]
         stage = "images"
-        image = read_image(task.image_path, max_pixels=max_pixels)
+        with local_copy(task.image_path) as image_file:  # an object-storage image is fetched first
+            image = read_image(image_file, max_pixels=max_pixels)
         view = (image.view or task.view or "").upper() or None
         if view is not None and not is_frontal(view, config.qc.views):
             return {**unit, "status": "rejected", "stage": "qc", "reason": f"view {view} is not frontal (PA/AP)"}

@@ -31,14 +31,24 @@ __all__ = ["BuildRequest", "build_lines", "run_build"]
 class BuildRequest:
     """Everything one ILS build needs besides its progress display."""
 
-    images: Path = option(path="dir", help="Image folder (MIMIC-CXR-JPG files/ layout, or flat with --index).")
-    reports: Path | None = option(None, path="existing", help="Report folder (MIMIC-CXR layout) or a JSONL/CSV "
-                                  "table with study_id and report columns. Default: reports beside the study folders.")
+    images: Path | str = option(path="dir_or_url", help="Image folder (MIMIC-CXR-JPG files/ layout, or flat with "
+                                "--index), a local path or an s3:// / gs:// / file:// URL.")
+    reports: Path | str | None = option(None, path="existing_or_url", help="Report folder (MIMIC-CXR layout) or a "
+                                        "JSONL/CSV table with study_id and report columns, a path or URL. Default: "
+                                        "reports beside the study folders.")
     index: Path | None = option(None, path="file",
                                 help="CSV/JSONL index for a flat folder: image, study_id, report_path or report.")
-    out: Path = option(path="out_dir")
+    out: Path | str = option(path="out_dir_or_url", help="Output folder, a local path or an s3:// / gs:// / "
+                             "file:// URL (units and masks written there atomically; resumable).")
     engine: str = option("local", choices=("local", "ray"))
-    workers: int = option(1)
+    workers: int = option(1, help="Worker processes (local) or Ray actors (ray), each processing one study at a "
+                          "time.")
+    ray_address: str | None = option(None, help="Ray cluster of --engine ray: 'auto' (the cluster this node "
+                                     "belongs to), HOST:6379 or ray://HOST:10001. Default: $RAY_ADDRESS, else a "
+                                     "local Ray instance with --workers CPUs. Every node must see --out (a shared "
+                                     "mount or an object-storage URL).")
+    retry_failed: bool = option(False, help="Process again the studies whose earlier attempt failed (a worker that "
+                                "died, a file unreadable then); studies rejected by QC stay rejected.")
     structurer: str = option("rules", choices=tuple(STRUCTURERS))
     structurer_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the structurer (llm: "
                                             "base_url, model, api_key_env, cache, concurrency).")
@@ -108,7 +118,8 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
     if not tasks:
         raise InputError(f"no studies found under {request.images} ({len(failures)} inputs failed)")
     return build_dataset(tasks, request.out, config, spec, request.engine, request.workers, failures,
-                         request.overwrite, progress, cohort_of_images(request.images), max_pixels=request.max_pixels)
+                         request.overwrite, progress, cohort_of_images(request.images), max_pixels=request.max_pixels,
+                         retry_failed=request.retry_failed, ray_address=request.ray_address)
 
 
 def build_lines(summary: BuildSummary) -> list[str]:

@@ -18,8 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cxrground.datasets.folder import StudyInput, scan_folder
+from cxrground.datasets.folder import StudyInput, scan_folder, scan_store
 from cxrground.errors import ConfigError, Failure, InputError
+from cxrground.io.store import is_url, local_copy
 from cxrground.reports import read_report_table
 
 __all__ = ["StudyTask", "assign_split", "build_tasks", "read_split_file"]
@@ -27,9 +28,9 @@ __all__ = ["StudyTask", "assign_split", "build_tasks", "read_split_file"]
 _VIEW_RANK = {"PA": 0, "AP": 1}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StudyTask:
-    """Everything a worker needs to process one study (picklable)."""
+    """Everything a worker needs to process one study (picklable; slots keep a MIMIC-size list small)."""
 
     study_key: str
     subject_id: str
@@ -40,6 +41,13 @@ class StudyTask:
     report_path: str | None = None
     report_text: str | None = None
     view: str | None = None
+
+
+def _is_table(reports: str | Path) -> bool:
+    """Whether ``reports`` names a report table (a file) rather than a folder of report files."""
+    if is_url(reports):
+        return str(reports).rstrip("/").lower().endswith((".jsonl", ".ndjson", ".csv", ".tsv"))
+    return Path(reports).is_file()
 
 
 def read_split_file(path: str | Path) -> dict[str, str]:
@@ -82,13 +90,23 @@ def build_tasks(
     table: dict[str, str] = {}
     failures: list[Failure] = []
     reports_dir = None
-    if reports is not None and Path(reports).is_file():
-        parsed, bad = read_report_table(reports, "study_id", "report", progress=False)
+    remote = is_url(images) and not str(images).startswith("file://")
+    if reports is not None and _is_table(reports):
+        with local_copy(reports) as local:
+            parsed, bad = read_report_table(local, "study_id", "report", progress=False)
         failures.extend(bad)
         table = {(r.report_id if r.report_id.startswith("s") else f"s{r.report_id}"): r.text or "" for r in parsed}
     elif reports is not None:
         reports_dir = reports
-    studies, bad = scan_folder(images, reports_dir, index, require_reports=not table)
+    if remote:
+        if index is not None:
+            raise ConfigError("--index works with a local image folder only; use the MIMIC-CXR layout on object "
+                              "storage")
+        studies, bad = scan_store(str(images), None if reports_dir is None else str(reports_dir),
+                                  require_reports=not table)
+    else:
+        studies, bad = scan_folder(str(images).removeprefix("file://"), reports_dir, index,
+                                   require_reports=not table)
     failures.extend(bad)
     splits = read_split_file(split_file) if split_file else {}
     excluded = {s if s.startswith("s") else f"s{s}" for s in exclude}
@@ -113,7 +131,7 @@ def build_tasks(
             study_key=key,
             subject_id=subject,
             dicom_id=chosen.dicom_id or Path(chosen.image_path).stem,
-            image_path=str(Path(chosen.image_path).resolve()),
+            image_path=str(chosen.image_path) if remote else str(Path(chosen.image_path).resolve()),
             relative_image_path=chosen.relative_image_path or Path(chosen.image_path).name,
             split=splits.get(key) or assign_split(subject, split_ratios),
             report_path=str(chosen.report_path) if chosen.report_path and not table else None,

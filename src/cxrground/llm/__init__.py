@@ -5,7 +5,8 @@
   validates user-given request options.
 - :mod:`.retry`: :class:`RetryPolicy` (the one set of defaults) and :func:`call_with_retries` (backoff with
   jitter, Retry-After), the only retry loop of the code base.
-- :mod:`.aio`: :func:`run_sync` and :func:`bounded_map` (N workers, input order kept).
+- :mod:`.aio`: :func:`run_sync`, :func:`bounded_map` (N workers, input order kept) and :func:`bounded_each`
+  (N workers over a lazy stream, nothing kept).
 - :mod:`.cache`: :class:`ResponseCache` (SQLite) and :func:`cache_key` (model identity, decoding settings,
   sample index, exact messages); :mod:`.fingerprint`: :func:`model_fingerprint` of local model folders.
 
@@ -14,7 +15,7 @@ Stage: after ``io``; imports only ``errors`` (and the standard library, httpx).
 
 from __future__ import annotations
 
-from cxrground.llm.aio import bounded_map, run_sync
+from cxrground.llm.aio import bounded_each, bounded_map, run_sync
 from cxrground.llm.cache import ResponseCache, cache_key
 from cxrground.llm.chat import RESERVED_KEYS, ChatClient, Completion, check_extra_body, parse_extra_body, parse_usage
 from cxrground.llm.errors import ClientError, PermanentError, TransientError
@@ -31,6 +32,7 @@ __all__ = [
     "ResponseCache",
     "RetryPolicy",
     "TransientError",
+    "bounded_each",
     "bounded_map",
     "cache_key",
     "call_with_retries",

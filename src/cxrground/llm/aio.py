@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["bounded_map", "run_sync"]
+__all__ = ["bounded_each", "bounded_map", "run_sync"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -56,3 +56,38 @@ async def bounded_map(
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
     return results
+
+
+async def bounded_each(
+    fn: Callable[[T], Awaitable[R]],
+    items: Iterable[T],
+    concurrency: int,
+    on_done: Callable[[R], None] | None = None,
+) -> int:
+    """``await fn(x)`` for each ``x`` of ``items`` with at most ``concurrency`` calls in flight; returns how many.
+
+    Unlike :func:`bounded_map`, ``items`` is read lazily and no result is kept (``on_done(result)`` sees each), so
+    memory stays flat over any number of items. The first exception cancels the other workers and is raised.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    queue = iter(items)
+    count = 0
+
+    async def worker() -> None:
+        nonlocal count
+        for item in queue:  # one shared iterator: each worker takes the next item when it is free
+            result = await fn(item)
+            count += 1
+            if on_done is not None:
+                on_done(result)
+
+    tasks = [asyncio.ensure_future(worker()) for _ in range(concurrency)]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    return count

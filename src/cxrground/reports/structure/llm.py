@@ -46,7 +46,7 @@ import json
 import random
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -62,6 +62,7 @@ from cxrground.llm import (
     PermanentError,
     ResponseCache,
     RetryPolicy,
+    bounded_each,
     bounded_map,
     cache_key,
     call_with_retries,
@@ -333,6 +334,34 @@ class LLMStructurer:
         id, stage ``structure``). ``on_done`` is called after each report (progress bars).
         """
         return run_sync(self._run_many(list(items), progress, on_done))
+
+    def warm_cache(self, items: Iterable[tuple[str, SectionChoice]], progress: bool = False) -> Counter[str]:
+        """Structure every ``(report_id, section)`` of ``items`` with :attr:`concurrency` requests in flight, for
+        the cache only: ``items`` is read lazily and no result is kept, so any number of reports fits in memory, and
+        a later :meth:`structure` of the same section is answered from the cache. Interrupted and run again, it
+        sends only what the cache does not hold yet. Returns counts: ``reports``, ``failed`` (after the retries;
+        left for the per-report call to record) and this structurer's request counters."""
+        return run_sync(self._warm(items, progress))
+
+    async def _warm(self, items: Iterable[tuple[str, SectionChoice]], progress: bool) -> Counter[str]:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(desc="structure (LLM)", unit="report", disable=not progress)
+        counts: Counter[str] = Counter()
+
+        async def one(item: tuple[str, SectionChoice]) -> None:
+            counts["reports"] += 1
+            try:
+                await self._structure(*item)
+            except LLMError:
+                counts["failed"] += 1
+
+        try:
+            await bounded_each(one, items, self.concurrency, lambda _: bar.update(1))
+        finally:
+            bar.close()
+            await self._chat.aclose()
+        return counts + Counter({k: v for k, v in self.stats.items() if v})
 
     # -- batch machinery -----------------------------------------------------------------------------------------
 

@@ -1,0 +1,213 @@
+"""The Ray engine of the ILS build: a pool of actors on a local Ray instance or an existing cluster.
+
+Each actor loads the backends once (its state) from the build's settings, which are put in the object store once;
+the driver hands out studies one at a time, at most :data:`~cxrground.ils.units.IN_FLIGHT_PER_WORKER` per actor, so
+it holds a bounded number of tasks and object refs whatever the cohort size, and each ``ray.wait`` looks at that
+bounded set only. An actor whose process or node dies is replaced; the studies it had in flight are handed to the
+others, and a study whose actor died under it twice is recorded as failed ("worker died"), as the local engine does.
+
+The actors write the study's masks and unit file themselves, under the build's output folder: every node must see
+that folder (a shared file system mounted at the same path).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter, deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from cxrground.errors import ConfigError
+from cxrground.ils.backend_spec import BackendSpec
+from cxrground.ils.config import IlsConfig
+from cxrground.ils.tasks import StudyTask
+
+__all__ = ["GPU_BACKENDS", "StudyWorker", "gpus_per_worker", "run_ray"]
+
+#: The backends that run on a GPU when one is there (``device=cpu`` in their options keeps them on the CPU).
+GPU_BACKENDS: dict[str, frozenset[str]] = {
+    "segmenter": frozenset({"cxas", "hybridgnet"}),
+    "synthesizer": frozenset({"radedit"}),
+    "detector": frozenset({"yolo"}),
+    "qc_segmenter": frozenset({"cxas", "hybridgnet"}),
+}
+
+_LOG = logging.getLogger(__name__)
+
+#: Times a study's actor may die under it before the study is recorded as failed ("worker died").
+MAX_ATTEMPTS = 2
+
+
+def gpus_per_worker(spec: BackendSpec) -> int:
+    """1 when a backend of ``spec`` runs on a GPU (:data:`GPU_BACKENDS`, unless its ``device`` option is ``cpu``),
+    else 0."""
+    for stage, names in GPU_BACKENDS.items():
+        name = getattr(spec, stage)
+        kwargs = getattr(spec, f"{stage}_kwargs") or {}
+        if name in names and str(kwargs.get("device", "cuda")).lower() != "cpu":
+            return 1
+    return 0
+
+
+class StudyWorker:
+    """A Ray actor's state: the build's settings and backends, loaded once; :meth:`run` processes one study."""
+
+    def __init__(self, settings: tuple[str, IlsConfig, BackendSpec, int | None, Any]) -> None:
+        from cxrground.ils.pipeline import get_backends
+        from cxrground.ils.units import init_worker
+
+        self.out, self.config, self.spec, self.max_pixels, self.runner = settings
+        init_worker(1)
+        get_backends(self.spec)  # once per actor, before the first study
+
+    def ready(self) -> int:
+        """The actor's process id, once its backends are loaded."""
+        return os.getpid()
+
+    def run(self, task: StudyTask) -> tuple[str, str]:
+        """Process one study and write its unit; returns (study, status)."""
+        return self.runner(task, self.out, self.config, self.spec, self.max_pixels)
+
+
+def _connect(ray: Any, address: str | None, workers: int) -> bool:
+    """Connect to ``address`` (or ``RAY_ADDRESS``), else start a local Ray instance; True when this call did."""
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS")
+    env = {"env_vars": {"OMP_NUM_THREADS": "1"}}
+    if address:
+        ray.init(address=address, log_to_driver=False, runtime_env=env)
+    else:
+        ray.init(num_cpus=max(1, workers), include_dashboard=False, log_to_driver=False, runtime_env=env)
+    return True
+
+
+def run_ray(todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, spec: BackendSpec, workers: int, bar: Any,
+            max_pixels: int | None, runner: Any, address: str | None = None) -> None:
+    """Process the studies of ``todo`` on ``workers`` Ray actors (see the module docstring)."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError("--engine ray needs the 'ray' package: pip install 'cxrground[ray]'") from exc
+    started = _connect(ray, address, workers)
+    try:
+        _Scheduler(ray, todo, out, config, spec, max(1, workers), bar, max_pixels, runner).run()
+    finally:
+        if started:
+            ray.shutdown()
+
+
+class _Scheduler:
+    """The driver's side of a Ray build: actors, the studies in flight on each, retries after a death."""
+
+    def __init__(self, ray: Any, todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, spec: BackendSpec,
+                 workers: int, bar: Any, max_pixels: int | None, runner: Any) -> None:
+        from cxrground.ils.units import IN_FLIGHT_PER_WORKER
+
+        self.ray, self.todo, self.out, self.config, self.spec, self.bar = ray, todo, out, config, spec, bar
+        self.per_actor = IN_FLIGHT_PER_WORKER
+        settings = ray.put((str(out), config, spec, max_pixels, runner))  # shipped once, shared by every actor
+        self.actor_class = ray.remote(StudyWorker).options(num_cpus=1, num_gpus=gpus_per_worker(spec),
+                                                           max_restarts=0, max_task_retries=0)
+        self.settings = settings
+        self.workers = workers
+        self.replacements_left = 10 * workers
+        self.starting: dict[Any, int] = {}      # ready() ref -> actor slot
+        self.actors: dict[int, Any] = {}        # slot -> handle (started or starting)
+        self.live: dict[int, int] = {}          # slot -> studies in flight (started actors only)
+        self.inflight: dict[Any, tuple[StudyTask, int]] = {}
+        self.retry: deque[StudyTask] = deque()
+        self.deaths: Counter = Counter()
+        self.exhausted = False
+        self.ever_ready = False
+        self.next_slot = 0
+        for _ in range(workers):
+            self._start_actor()
+
+    def _start_actor(self) -> None:
+        slot, self.next_slot = self.next_slot, self.next_slot + 1
+        handle = self.actor_class.remote(self.settings)
+        self.actors[slot] = handle
+        self.starting[handle.ready.remote()] = slot
+
+    def _next_task(self) -> StudyTask | None:
+        if self.retry:
+            return self.retry.popleft()
+        if self.exhausted:
+            return None
+        task = next(self.todo, None)
+        self.exhausted = task is None
+        return task
+
+    def _dispatch(self) -> None:
+        for slot in list(self.live):
+            while self.live[slot] < self.per_actor:
+                task = self._next_task()
+                if task is None:
+                    return
+                self.inflight[self.actors[slot].run.remote(task)] = (task, slot)
+                self.live[slot] += 1
+
+    def _lose(self, slot: int) -> None:
+        """Forget a dead actor and start another in its place (within a budget, so a crash loop ends)."""
+        if slot not in self.actors:
+            return
+        handle = self.actors.pop(slot)
+        self.live.pop(slot, None)
+        self.ray.kill(handle, no_restart=True)
+        if self.replacements_left <= 0:
+            if not self.actors:
+                raise ConfigError("every Ray worker died and the replacement budget is spent; see the Ray logs")
+            return
+        self.replacements_left -= 1
+        self._start_actor()
+
+    def run(self) -> None:
+        """Until every study is done or recorded."""
+        from ray.exceptions import RayError, RayTaskError
+
+        from cxrground.ils.units import has_unit, record_worker_death
+
+        while True:
+            self._dispatch()
+            if not self.inflight and self.exhausted and not self.retry:
+                break
+            done, _ = self.ray.wait([*self.inflight, *self.starting], num_returns=1)
+            ref = done[0]
+            if ref in self.starting:
+                slot = self.starting.pop(ref)
+                try:
+                    self.ray.get(ref)
+                except RayError as exc:
+                    if not self.ever_ready:  # no actor has started at all: the backends cannot load, say why
+                        raise ConfigError(f"a Ray worker could not start (loading the backends): {exc}") from exc
+                    self._lose(slot)
+                    continue
+                self.ever_ready = True
+                if slot in self.actors:
+                    self.live[slot] = 0
+                continue
+            task, slot = self.inflight.pop(ref)
+            if slot in self.live:
+                self.live[slot] -= 1
+            try:
+                self.ray.get(ref)
+            except RayTaskError:
+                raise
+            except RayError as exc:  # the actor's process or node died under the study
+                self._lose(slot)
+                if has_unit(self.out, task.study_key):
+                    self.bar.update()  # it finished just before
+                    continue
+                self.deaths[task.study_key] += 1
+                _LOG.warning("Ray worker lost under study %s (attempt %d): %s", task.study_key,
+                             self.deaths[task.study_key], type(exc).__name__)
+                if self.deaths[task.study_key] >= MAX_ATTEMPTS:
+                    record_worker_death(self.out, task, self.config, self.spec)
+                    self.bar.update()
+                else:
+                    self.retry.append(task)
+                continue
+            self.bar.update()

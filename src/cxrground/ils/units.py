@@ -1,0 +1,104 @@
+"""One study's work unit on disk or object storage: where its record lives, how a worker writes it (masks first,
+the record last and atomically), and the worker-side helpers shared by the local pool and the Ray engine."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from cxrground.ils.backend_spec import BackendSpec
+from cxrground.ils.config import IlsConfig
+from cxrground.ils.layout import MASK_DIR, UNITS_DIR
+from cxrground.ils.pipeline import process_study
+from cxrground.ils.tasks import StudyTask
+from cxrground.io.image import DEFAULT_MAX_PIXELS
+from cxrground.io.store import Store
+
+__all__ = ["IN_FLIGHT_PER_WORKER", "has_unit", "init_worker", "is_running", "record_worker_death", "run_one",
+           "running_rel", "unit_rel", "unit_store", "worker_threads", "write_unit"]
+
+
+#: Studies in flight per worker (pool process or Ray actor): enough to keep each busy, few enough that the driver
+#: holds a bounded number of tasks and futures whatever the cohort size.
+IN_FLIGHT_PER_WORKER = 2
+
+
+@functools.lru_cache(maxsize=8)
+def unit_store(out: str) -> Store:
+    """The output folder ``out`` (a local path or an fsspec URL) as a :class:`Store`, one per process."""
+    return Store(out)
+
+
+def unit_rel(key: str) -> str:
+    """Where the unit record of study ``key`` lives, relative to the output folder."""
+    return f"{UNITS_DIR}/{key}.json"
+
+
+def running_rel(key: str) -> str:
+    """The marker of study ``key`` while a local-pool worker processes it."""
+    return f"{UNITS_DIR}/{key}.running"
+
+
+def has_unit(out: str | Path, key: str) -> bool:
+    """Whether study ``key`` is done (its unit record exists)."""
+    return unit_store(str(out)).exists(unit_rel(key))
+
+
+def is_running(out: str | Path, key: str) -> bool:
+    """Whether study ``key`` has a running marker."""
+    return unit_store(str(out)).exists(running_rel(key))
+
+
+def write_unit(out: str | Path, unit: dict[str, Any], config: IlsConfig, spec: BackendSpec) -> None:
+    """Write a study's unit record (with the settings hashes) atomically."""
+    unit["config_hash"] = config.config_hash()
+    unit["spec_hash"] = spec.spec_hash()
+    unit_store(str(out)).write_text(unit_rel(unit["study_key"]), json.dumps(unit, sort_keys=True))
+
+
+def run_one(task: StudyTask, out: str, config: IlsConfig, spec: BackendSpec,
+             max_pixels: int | None = DEFAULT_MAX_PIXELS) -> tuple[str, str]:
+    """Process one study in the current process and write its outputs (masks, then the unit); returns (study,
+    status). On object storage the masks are made in a local temporary folder and uploaded before the unit."""
+    store = unit_store(str(out))
+    if store.local:
+        unit = process_study(task, Path(store.root), config, spec, max_pixels=max_pixels)
+    else:
+        with tempfile.TemporaryDirectory(prefix="cxrground-unit-") as tmp:
+            unit = process_study(task, Path(tmp), config, spec, max_pixels=max_pixels)
+            for m in unit.get("masks", []):
+                store.put_file(Path(tmp) / MASK_DIR / m["path"], f"{MASK_DIR}/{m['path']}")
+    write_unit(out, unit, config, spec)
+    return task.study_key, unit["status"]
+
+
+def record_worker_death(out: str | Path, task: StudyTask, config: IlsConfig, spec: BackendSpec) -> None:
+    """Write the failed unit of a study whose worker process died while processing it (twice)."""
+    write_unit(out, {"study_key": task.study_key, "split": task.split, "image_path": task.image_path,
+                      "status": "failed", "stage": "worker", "error": "WorkerDied",
+                      "reason": "worker died (the process was killed, e.g. by the out-of-memory killer)"}, config, spec)
+    unit_store(str(out)).remove(running_rel(task.study_key))
+
+
+def worker_threads() -> int:
+    """torch threads of each local worker process: ``OMP_NUM_THREADS`` (what the CLI's ``--threads`` sets),
+    else 1."""
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS") or 1))
+    except ValueError:
+        return 1
+
+
+def init_worker(threads: int) -> None:
+    """Limit a worker process to ``threads`` BLAS/torch threads."""
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+    except ImportError:
+        pass

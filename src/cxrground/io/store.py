@@ -1,0 +1,167 @@
+"""Object storage for build inputs and outputs: fsspec URLs (``s3://``, ``gs://``, ``file://``) beside local paths.
+
+:func:`is_url` tells a URL from a local path; :class:`Store` is a folder in an fsspec file system (the ``store``
+extra: fsspec, s3fs, gcsfs), addressed by paths relative to its root. Writes are atomic as each backend allows: a
+local or ``file://`` folder writes a temporary file and renames it; S3 and GCS publish an object only when its
+single PUT (or multipart upload) completes, so a reader sees the whole object or none. Larger outputs are written to
+a local temporary file first and uploaded in one piece (:meth:`Store.put_file`). Credentials come from the usual
+places of each backend (``AWS_*`` variables, ``~/.aws``, ``GOOGLE_APPLICATION_CREDENTIALS``); an S3-compatible
+server is named with ``AWS_ENDPOINT_URL`` (or ``FSSPEC_S3_ENDPOINT_URL``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from cxrground.errors import ConfigError, InputError
+from cxrground.io.files import atomic_write_bytes
+
+__all__ = ["Store", "is_url", "local_copy"]
+
+
+def is_url(location: str | Path | None) -> bool:
+    """True for an fsspec URL (``scheme://...``), False for a local path or None."""
+    return isinstance(location, str) and "://" in location
+
+
+def _filesystem(url: str) -> tuple[Any, str]:
+    try:
+        import fsspec
+    except ImportError as exc:
+        raise ConfigError(f"{url}: object storage needs fsspec: pip install 'cxrground[store]'") from exc
+    options: dict[str, Any] = {}
+    endpoint = os.environ.get("FSSPEC_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
+    if url.startswith(("s3://", "s3a://")) and endpoint:
+        options["client_kwargs"] = {"endpoint_url": endpoint}
+    try:
+        fs, root = fsspec.core.url_to_fs(url, **options)
+    except (ImportError, ValueError) as exc:
+        raise ConfigError(f"{url}: no file system for this URL ({exc}); for s3:// and gs:// install "
+                          "'cxrground[store]'") from exc
+    return fs, root.rstrip("/")
+
+
+class Store:
+    """A folder at a local path or an fsspec URL; paths below are relative to it, with ``/``."""
+
+    def __init__(self, location: str | Path) -> None:
+        self.location = str(location)
+        self.local = not is_url(self.location) or self.location.startswith("file://")
+        if self.local:
+            self.root = self.location.removeprefix("file://")
+            self.fs = None
+        else:
+            self.fs, self.root = _filesystem(self.location)
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return Store, (self.location,)  # workers open their own connection
+
+    def path(self, rel: str) -> str:
+        """The full path (local) or bucket key (remote) of ``rel``."""
+        return f"{self.root}/{rel}" if rel else self.root
+
+    def url(self, rel: str = "") -> str:
+        """``rel`` as the user would name it (a local path or a URL)."""
+        if self.local:
+            return self.path(rel)
+        return self.location.rstrip("/") + (f"/{rel}" if rel else "")
+
+    def exists(self, rel: str) -> bool:
+        """Whether the file ``rel`` exists."""
+        if self.local:
+            return Path(self.path(rel)).is_file()
+        return bool(self.fs.isfile(self.path(rel)))
+
+    def read_bytes(self, rel: str) -> bytes:
+        """The content of ``rel``; :class:`FileNotFoundError` when it does not exist."""
+        if self.local:
+            return Path(self.path(rel)).read_bytes()
+        try:
+            return self.fs.cat_file(self.path(rel))
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise InputError(f"cannot be read ({exc})", self.url(rel)) from exc
+
+    def read_text(self, rel: str) -> str:
+        """The UTF-8 text of ``rel``."""
+        return self.read_bytes(rel).decode("utf-8")
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Write ``rel`` atomically (a rename locally, one PUT on object storage)."""
+        if self.local:
+            atomic_write_bytes(self.path(rel), data)
+        else:
+            self.fs.pipe_file(self.path(rel), data)
+
+    def write_text(self, rel: str, text: str) -> None:
+        """Write ``rel`` as UTF-8 text, atomically."""
+        self.write_bytes(rel, text.encode("utf-8"))
+
+    def put_file(self, local: str | Path, rel: str) -> None:
+        """Upload (or move, locally) the finished file ``local`` to ``rel`` in one piece."""
+        if self.local:
+            Path(self.path(rel)).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(local, self.path(rel))
+        else:
+            self.fs.put_file(str(local), self.path(rel))
+
+    def remove(self, rel: str) -> None:
+        """Delete ``rel`` if it exists."""
+        if self.local:
+            Path(self.path(rel)).unlink(missing_ok=True)
+        elif self.fs.exists(self.path(rel)):
+            self.fs.rm_file(self.path(rel))
+
+    def remove_tree(self, rel: str) -> None:
+        """Delete the folder ``rel`` with everything under it."""
+        if self.local:
+            import shutil
+
+            shutil.rmtree(self.path(rel), ignore_errors=True)
+        elif self.fs.exists(self.path(rel)):
+            self.fs.rm(self.path(rel), recursive=True)
+
+    def find(self, rel: str = "") -> dict[str, int]:
+        """Every file under ``rel`` with its size in bytes, keyed by its path relative to the store's root, in
+        sorted order (one listing call on object storage)."""
+        if self.local:
+            base = Path(self.path(rel))
+            return {p.relative_to(self.root).as_posix(): p.stat().st_size
+                    for p in sorted(base.rglob("*")) if p.is_file()}
+        prefix = self.root + "/"
+        found = self.fs.find(self.path(rel), detail=True)
+        return {k.removeprefix(prefix): int(found[k].get("size") or 0) for k in sorted(found)}
+
+
+@contextmanager
+def local_copy(location: str | Path) -> Iterator[Path]:
+    """``location`` as a local file: the path itself, or a URL's object downloaded to a temporary folder under its
+    own file name (removed afterwards). A missing object is :class:`InputError` naming the URL, and so is an
+    :class:`InputError` about the copy raised in the block."""
+    if not is_url(location) or str(location).startswith("file://"):
+        yield Path(str(location).removeprefix("file://"))
+        return
+    url = str(location)
+    base, _, name = url.rpartition("/")
+    store = Store(base)
+    try:
+        data = store.read_bytes(name)
+    except FileNotFoundError as exc:
+        raise InputError("not found", url) from exc
+    with tempfile.TemporaryDirectory(prefix="cxrground-fetch-") as tmp:
+        path = Path(tmp) / name
+        path.write_bytes(data)
+        try:
+            yield path
+        except InputError as exc:
+            if exc.path != str(path):
+                raise
+            exc.path = url  # name the object, not its temporary copy
+            exc.args = (f"{url}: {exc.reason}",)
+            raise
