@@ -25,9 +25,12 @@ install: $(STAMP) $(YOLO_STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# export: datasets, highdicom and lmms-eval (ils/percept export --format hf|dicom-seg|lmms-eval). lmms-eval pulls
-	# PyPI's torchvision, a CUDA build that breaks transformers beside the CPU torch pin; nothing here needs it.
+	# PyPI's torchvision, a CUDA build that breaks transformers beside the CPU torch pin, and wandb, which holds
+	# protobuf below 7, where transformers cannot read a SentencePiece tokenizer.model (the LISA release's). Neither
+	# is needed here (lmms-eval imports wandb only for its W&B logger): both go, and protobuf is raised again.
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,docs,models,ray,store,vlm,serve,gen,deepspeed,export]'
-	$(BIN)/python -m pip uninstall --quiet --disable-pip-version-check -y torchvision
+	$(BIN)/python -m pip uninstall --quiet --disable-pip-version-check -y torchvision wandb
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check 'protobuf>=7,<8'
 	touch $(STAMP)
 
 # cxas 0.0.20 only for its network code in one comparison test: --no-deps, as it pins pydicom<3 (cxrground: >=3).

@@ -20,8 +20,10 @@ from cxrground.testing.fuzz import (
     BAD_BENCHMARK_JSON,
     BAD_PREDICTION_LINES,
     IMAGE_KINDS,
+    REPORT_KINDS,
     corrupt_images,
     corrupt_reports,
+    corrupt_study_folders,
     wrong_size_mask,
 )
 
@@ -40,12 +42,14 @@ def _lines(path: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    """A fuzzed 24-study cohort and its ILS build: (root, inputs, build result)."""
+    """A fuzzed 24-study cohort (bad images, reports and study folders) and its ILS build: (root, inputs,
+    build result)."""
     root = tmp_path_factory.mktemp("fuzz")
     write_cohort(root / "cohort", N_STUDIES, seed=1, config=SynthConfig(width=128), progress=False)
     files = root / "files"
     shutil.copytree(root / "cohort" / "files", files)
-    inputs = corrupt_images(files) + corrupt_reports(files, start=len(IMAGE_KINDS))
+    inputs = (corrupt_images(files) + corrupt_reports(files, start=len(IMAGE_KINDS))
+              + corrupt_study_folders(files, start=len(IMAGE_KINDS) + len(REPORT_KINDS)))
     result = CliRunner().invoke(main, ["ils", "build", "--images", str(files), "--out", str(root / "ils"),
                                        "--quiet", "--seed", "0"])
     return root, inputs, result

@@ -136,6 +136,26 @@ def test_review_explicit_values_only(tmp_path: Path) -> None:
         read_review(f)
 
 
+def test_review_of_one_key_as_a_pair_and_as_a_case_is_combined(tmp_path: Path) -> None:
+    """review export writes one row per item: a key imported as an ILS pair and as a benchmark case has two rows
+    of different kinds; the case is kept only when both keep it."""
+    f = tmp_path / "review.csv"
+    f.write_text("key_id,decision,reviewer,kind\n"
+                 "a_s1_negative_0,accept,A,ils\na_s1_negative_0,accept,B;C,bench\n"
+                 "b_s2_negative_0,accept,A,ils\nb_s2_negative_0,reject,B,bench\n"
+                 "c_s3_positive_0,accept,A,bench\nc_s3_positive_0,,,ils\n")
+    review = read_review(f)
+    assert review.status("a_s1_negative_0") == "accept" and review.decisions["a_s1_negative_0"][1] == "A;B;C"
+    assert review.status("b_s2_negative_0") == "reject"
+    assert review.status("c_s3_positive_0") == "blank"  # the pair is not reviewed yet
+    f.write_text("key_id,decision,reviewer,kind\nx_s1_positive_0,accept,A,bench\nx_s1_positive_0,accept,B,bench\n")
+    with pytest.raises(InputError, match="reviewed twice"):
+        read_review(f)
+    f.write_text("key_id,decision,reviewer\nx_s1_positive_0,accept,A\nx_s1_positive_0,reject,B\n")
+    with pytest.raises(InputError, match="reviewed twice"):
+        read_review(f)
+
+
 def test_rf_rr_split_first_round_n_ratio() -> None:
     assert split_rf_rr(list("abcde"), 0.5) == (["a", "b"], ["c", "d", "e"])  # round(2.5) = 2
     assert split_rf_rr(list("abc"), 0.5) == (["a", "b"], ["c"])

@@ -84,7 +84,7 @@ def test_registration_mistakes_are_programming_errors():
 
 REGISTRIES = {
     "segmenter": (SEGMENTERS, {"unet", "given", "masks", "cxas", "hybridgnet"}),
-    "synthesizer": (SYNTHESIZERS, {"pseudo-normal", "normative", "radedit"}),
+    "synthesizer": (SYNTHESIZERS, {"pseudo-normal", "normative", "radedit", "lesion-unet"}),
     "detector": (DETECTORS, {"anomaly", "yolo"}),
     "deformer": (DEFORMERS, {"builtin", "sam"}),
     "model": (MODELS, {"baseline", "lisa"}),

@@ -117,8 +117,15 @@ WEIGHTS_LAYOUT: Final[tuple[tuple[str, str, str], ...]] = (
     ("lisa", "LISA / ROSALIA checkpoints", "ils predict --checkpoint {path}/<name> (after ils convert-lisa)"),
 )
 
-#: The weights shipped inside the package (the built-in chain reads them).
-SHIPPED: Final[tuple[str, ...]] = ("lung_unet_v1.safetensors", "normative_v1.npz", "zone_sim_v1.npz")
+def shipped_weights() -> tuple[Path, ...]:
+    """The weights shipped inside the package, where the code that reads them looks for them: the lung U-Net, the
+    normative model, the zone reader and the lesion segmenter."""
+    from cxrground.anatomy.segment.builtin import default_weights_path
+    from cxrground.lesions.normative import default_normative_path
+    from cxrground.lesions.segmenter import shipped_lesion_unet_path
+    from cxrground.lesions.zone_classifier import shipped_zone_reader_path
+
+    return (default_weights_path(), default_normative_path(), shipped_zone_reader_path(), shipped_lesion_unet_path())
 
 _STATUS_OK: Final[str] = "ok"
 
@@ -253,12 +260,10 @@ def _torch_checks(probe: Probe) -> list[Check]:
     return out
 
 
-def _shipped_checks(package_dir: Path) -> list[Check]:
-    weights = package_dir / "anatomy" / "segment" / "weights"
+def _shipped_checks() -> list[Check]:
     out = []
-    for name in SHIPPED:
-        path = weights / name
-        out.append(Check("weights", f"shipped {name}", path.is_file(), str(path) if path.is_file() else "missing",
+    for path in shipped_weights():
+        out.append(Check("weights", f"shipped {path.name}", path.is_file(), str(path) if path.is_file() else "missing",
                          None if path.is_file() else "reinstall the package: pip install -e .", required=True))
     return out
 
@@ -370,7 +375,7 @@ def run_checks(*, weights: str | Path | None = None, env: Mapping[str, str] | No
         report.checks.append(Check("backends", backend, not lacking,
                                    how if not lacking else f"{how}: needs {', '.join(lacking)}",
                                    _backend_fix([by_module[m] for m in lacking])))
-    report.checks.extend(_shipped_checks(Path(cxrground.__file__).parent))
+    report.checks.extend(_shipped_checks())
     report.checks.extend(_weights_checks(Path(weights) if weights else None, env, home or Path.home()))
     report.checks.append(_chromium_check(which))
     ray = _ray_check(env, connect, tmp)

@@ -53,6 +53,7 @@ __all__ = [
     "CountTable",
     "Review",
     "balanced_sample",
+    "combined_decision",
     "count_arithmetic",
     "key_id",
     "negative_candidates",
@@ -180,7 +181,12 @@ class Review:
 
 
 def read_review(path: str | Path) -> Review:
-    """Read ``key_id,decision,reviewer`` rows; a decision other than accept/reject/empty is an error naming the row."""
+    """Read ``key_id,decision,reviewer`` rows; a decision other than accept/reject/empty is an error naming the row.
+
+    A key may appear twice only with two different values in an optional fourth column ``kind`` (what
+    ``review export`` writes: the same ``{lesion}_{pair_id}`` reviewed as an ILS pair and as a benchmark case);
+    its decision is then :func:`combined_decision` of the rows and its reviewers the union.
+    """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -189,7 +195,8 @@ def read_review(path: str | Path) -> Review:
     rows = list(csv.reader(text.splitlines()))
     if not rows or [c.strip().lower() for c in rows[0][:3]] != ["key_id", "decision", "reviewer"]:
         raise InputError("review CSV must start with the header key_id,decision,reviewer", path)
-    decisions: dict[str, tuple[str, str]] = {}
+    has_kind = len(rows[0]) > 3 and rows[0][3].strip().lower() == "kind"
+    seen: dict[str, list[tuple[str, str, str]]] = {}
     for lineno, row in enumerate(rows[1:], start=2):
         if not any(c.strip() for c in row):
             continue
@@ -197,12 +204,26 @@ def read_review(path: str | Path) -> Review:
             raise InputError(f"row {lineno}: expected key_id,decision,reviewer, got {row!r}", path)
         key, decision = row[0].strip(), row[1].strip().lower()
         reviewer = row[2].strip() if len(row) > 2 else ""
+        kind = row[3].strip() if has_kind and len(row) > 3 else ""
         if decision and decision not in DECISIONS:
             raise InputError(f"row {lineno} ({key}): decision {row[1]!r} is not 'accept' or 'reject'", path)
-        if key in decisions:
+        earlier = seen.setdefault(key, [])
+        if earlier and (not kind or any(k in ("", kind) for k, _, _ in earlier)):
             raise InputError(f"row {lineno}: key_id {key} is reviewed twice", path)
-        decisions[key] = (decision, reviewer)
+        earlier.append((kind, decision, reviewer))
+    decisions = {key: (got[0][1], got[0][2]) if len(got) == 1 else
+                 (combined_decision([d for _, d, _ in got]),
+                  ";".join(sorted({n for _, _, r in got for n in r.split(";") if n})))
+                 for key, got in seen.items()}
     return Review(decisions, str(path))
+
+
+def combined_decision(decisions: Sequence[str]) -> str:
+    """One key's decision from its reviews as different kinds of item: ``reject`` when any rejects, ``accept``
+    when all accept, blank (not fully reviewed) otherwise."""
+    if "reject" in decisions:
+        return "reject"
+    return "accept" if decisions and all(d == "accept" for d in decisions) else ""
 
 
 def split_rf_rr(successful: Sequence[str], rf_ratio: float) -> tuple[list[str], list[str]]:

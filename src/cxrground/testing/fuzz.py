@@ -27,11 +27,13 @@ from cxrground.io.image import read_image
 __all__ = [
     "BAD_BENCHMARK_JSON",
     "BAD_PREDICTION_LINES",
+    "FOLDER_KINDS",
     "IMAGE_KINDS",
     "REPORT_KINDS",
     "FuzzInput",
     "corrupt_images",
     "corrupt_reports",
+    "corrupt_study_folders",
     "png_bytes",
     "wrong_size_mask",
 ]
@@ -155,6 +157,41 @@ REPORT_KINDS: dict[str, bytes] = {
 }
 
 
+def _empty_study_folder(image: Path) -> Path:
+    for path in image.parent.iterdir():
+        path.unlink()
+    return image.parent
+
+
+def _folder_named_like_image(image: Path) -> Path:
+    image.unlink()
+    image.mkdir()
+    return image
+
+
+def _other_format(suffix: str, pil_format: str) -> Callable[[Path], Path]:
+    def write(image: Path) -> Path:
+        from PIL import Image
+
+        out = image.with_suffix(suffix)
+        Image.fromarray(read_image(image).pixels).save(out, format=pil_format)
+        image.unlink()
+        return out
+
+    return write
+
+
+#: Study-folder kinds a scan must record (each once, naming the returned path) rather than skip without a word:
+#: name → writer taking a study's image and returning the path the failure names.
+FOLDER_KINDS: dict[str, Callable[[Path], Path]] = {
+    "empty study folder": _empty_study_folder,
+    "folder named like an image": _folder_named_like_image,
+    "gif image": _other_format(".gif", "GIF"),
+    "bmp image": _other_format(".bmp", "BMP"),
+    "tiff image": _other_format(".tiff", "TIFF"),
+}
+
+
 def _study_images(files: Path) -> list[Path]:
     """The images of a MIMIC-layout folder, one per study, sorted by study folder."""
     studies = sorted(p for p in files.glob("p*/p*/s*") if p.is_dir())
@@ -171,6 +208,15 @@ def corrupt_images(files: Path, kinds: Sequence[str] = tuple(IMAGE_KINDS), start
         writer, bad = IMAGE_KINDS[kind]
         out.append(FuzzInput(kind, writer(image), bad))
     return out
+
+
+def corrupt_study_folders(files: Path, kinds: Sequence[str] = tuple(FOLDER_KINDS), start: int = 0
+                          ) -> list[FuzzInput]:
+    """Apply each study-folder kind to one study of ``files`` (studies ``start``, ``start + 1`` ...); all bad."""
+    images = _study_images(files)[start:]
+    if len(images) < len(kinds):
+        raise ValueError(f"{files} has {len(images)} studies after {start}; {len(kinds)} folder kinds need one each")
+    return [FuzzInput(kind, FOLDER_KINDS[kind](image), True) for kind, image in zip(kinds, images, strict=False)]
 
 
 def corrupt_reports(files: Path, kinds: Sequence[str] = tuple(REPORT_KINDS), start: int = 0) -> list[FuzzInput]:
