@@ -70,3 +70,13 @@ def login(http: httpx.Client, name: str, token: str) -> str:
     assert done.status_code == 303 and done.headers["location"] == "/queue", done.text
     queue = http.get("/queue")
     return queue.text.split("name='csrf-token' content='", 1)[1].split("'", 1)[0]
+
+
+def browser_login(page, url: str, name: str, token: str) -> None:
+    """Sign in through the login form in a Playwright ``page`` (the queue redirects there first)."""
+    page.goto(url + "/queue")
+    assert page.url.endswith("/login")
+    page.fill("#name", name)
+    page.fill("#token", token)
+    page.click("#login-button")
+    page.wait_for_url(url + "/queue")

@@ -13,7 +13,7 @@ pytest.importorskip("fastapi")
 from cxrground.io.masks import decode_rle
 from cxrground.review.app import create_app
 from cxrground.serve.run import BackgroundServer
-from review_helpers import review_setup
+from review_helpers import browser_login, review_setup
 
 SIZES = [(1920, 1080), (1366, 768)]
 
@@ -30,14 +30,6 @@ def live(setup, tmp_path):
         yield srv, db
 
 
-def _login(page, url: str, name: str, token: str) -> None:
-    page.goto(url + "/login")
-    page.fill("#name", name)
-    page.fill("#token", token)
-    page.click("#login-button")
-    page.wait_for_url(url + "/queue")
-
-
 def _open(page, url: str, assignment_id: int) -> None:
     page.goto(f"{url}/review/{assignment_id}")
     page.wait_for_selector("body[data-ready='true']")
@@ -52,7 +44,7 @@ def test_the_image_fills_the_window_and_zooms_to_full_resolution(page, live, set
     srv, db = live
     vw, vh = size
     page.set_viewport_size({"width": vw, "height": vh})
-    _login(page, srv.url, "alice", setup.tokens["alice"])
+    browser_login(page, srv.url, "alice", setup.tokens["alice"])
     alice = next(u for u in db.users() if u.name == "alice")
     pair = next(a for a in db.assignments(alice) if a.item.kind == "ils" and a.item.positive)
     _open(page, srv.url, pair.id)
@@ -80,7 +72,7 @@ def test_the_image_fills_the_window_and_zooms_to_full_resolution(page, live, set
 def test_generated_and_corrected_masks_side_by_side(page, live, setup) -> None:
     srv, db = live
     page.set_viewport_size({"width": 1920, "height": 1080})
-    _login(page, srv.url, "alice", setup.tokens["alice"])
+    browser_login(page, srv.url, "alice", setup.tokens["alice"])
     alice = next(u for u in db.users() if u.name == "alice")
     pair = next(a for a in db.assignments(alice) if a.item.kind == "ils" and a.item.positive)
     _open(page, srv.url, pair.id)
@@ -117,7 +109,7 @@ def test_keyboard_flow_never_loses_an_edit_nor_invents_a_reason(page, live, setu
     page.set_viewport_size({"width": 1366, "height": 768})
     dialogs: list[str] = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-    _login(page, srv.url, "alice", setup.tokens["alice"])
+    browser_login(page, srv.url, "alice", setup.tokens["alice"])
     alice = next(u for u in db.users() if u.name == "alice")
     queue = db.assignments(alice)
     pair = next(a for a in queue if a.item.kind == "ils" and a.item.positive)
@@ -168,7 +160,7 @@ def test_benchmark_cases_get_the_same_viewer(page, live, setup, size, tmp_path) 
     srv, db = live
     vw, vh = size
     page.set_viewport_size({"width": vw, "height": vh})
-    _login(page, srv.url, "alice", setup.tokens["alice"])
+    browser_login(page, srv.url, "alice", setup.tokens["alice"])
     alice = next(u for u in db.users() if u.name == "alice")
     case = next(a for a in db.assignments(alice) if a.item.kind == "bench")
     _open(page, srv.url, case.id)

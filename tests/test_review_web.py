@@ -11,7 +11,7 @@ pytest.importorskip("fastapi")
 from cxrground.io.masks import decode_rle
 from cxrground.review.app import create_app
 from cxrground.serve.run import BackgroundServer
-from review_helpers import review_setup
+from review_helpers import browser_login, review_setup
 
 READ_CANVAS = """() => {
   const c = document.getElementById('view');
@@ -41,15 +41,6 @@ def live(setup, tmp_path):
         yield srv, db
 
 
-def _login(page, url: str, name: str, token: str) -> None:
-    page.goto(url + "/queue")
-    assert page.url.endswith("/login")
-    page.fill("#name", name)
-    page.fill("#token", token)
-    page.click("#login-button")
-    page.wait_for_url(url + "/queue")
-
-
 def _canvas(page) -> np.ndarray:
     c = page.evaluate(READ_CANVAS)
     return np.asarray(c["data"], dtype=np.int32).reshape(c["height"], c["width"], 4)
@@ -71,7 +62,7 @@ def test_review_a_pair_correct_a_mask_and_see_statistics(page, live, setup, tmp_
     page.click("#login-button")
     assert "wrong token" in page.inner_text("#login-error")
     page.console_errors.clear()  # the refused login's 401 is logged by the browser
-    _login(page, srv.url, "alice", setup.tokens["alice"])
+    browser_login(page, srv.url, "alice", setup.tokens["alice"])
     alice = next(u for u in db.users() if u.name == "alice")
     queue = db.assignments(alice)
     assert page.inner_text("#progress-text") == f"0 of {len(queue)} done"
@@ -189,7 +180,7 @@ def test_review_a_pair_correct_a_mask_and_see_statistics(page, live, setup, tmp_
     page.wait_for_url(srv.url + "/login")
 
     # the admin's statistics page
-    _login(page, srv.url, "boss", setup.tokens["boss"])
+    browser_login(page, srv.url, "boss", setup.tokens["boss"])
     page.goto(srv.url + "/stats")
     assert "Review statistics" in page.inner_text("h1")
     lesion_rows = page.locator("#by-lesion tbody tr")

@@ -35,26 +35,15 @@ async def bounded_map(
     bounded). ``on_done(result)`` runs after every call (progress bars). The first exception cancels the
     other workers and is raised.
     """
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     todo = list(items)
     results: list[Any] = [None] * len(todo)
-    queue = iter(enumerate(todo))
 
-    async def worker() -> None:
-        for k, item in queue:
-            results[k] = await fn(item)
-            if on_done is not None:
-                on_done(results[k])
+    async def call(numbered: tuple[int, T]) -> R:
+        k, item = numbered
+        results[k] = await fn(item)
+        return results[k]
 
-    tasks = [asyncio.ensure_future(worker()) for _ in range(min(concurrency, max(1, len(todo))))]
-    try:
-        await asyncio.gather(*tasks)
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
+    await bounded_each(call, enumerate(todo), min(concurrency, max(1, len(todo))), on_done)
     return results
 
 
