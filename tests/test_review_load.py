@@ -1,19 +1,15 @@
 """The review app under load, as ``review serve`` runs it (own process, 127.0.0.1 only): 8 reviewers with
 keep-alive clients and 32 idle connections decide 400 items, then the same beside a flood of wrong-token requests.
-Nothing refused, nothing lost, p95 latency under the bound (300 ms; ``CXRGROUND_REVIEW_LOAD_P95_MS`` raises it
-on a machine that is busy with other work). ``bench/review_load.py`` prints the same numbers."""
+Nothing refused, nothing lost, every assignment done. Latency is a speed goal, so it is measured by
+``bench/review_load.py`` (p50/p95/max), not asserted here."""
 
 from __future__ import annotations
-
-import os
 
 import pytest
 
 pytest.importorskip("fastapi")
 
 from cxrground.testing.review_load import load_db, run_load, served
-
-P95_MS = float(os.environ.get("CXRGROUND_REVIEW_LOAD_P95_MS", "300"))
 
 
 @pytest.mark.parametrize("flood", [0, 8], ids=["reviewers", "with-wrong-token-flood"])
@@ -27,4 +23,3 @@ def test_eight_reviewers_beside_idle_connections(tmp_path, flood) -> None:
     assert all(a.done for a in db.assignments())
     if flood:
         assert result.flood_requests > 0 and result.flood_other == 0, result.summary()  # 401s, never a 503
-    assert result.percentile(95) < P95_MS, result.summary()
