@@ -26,6 +26,7 @@ from cxrground.ils.schema import load_dataset, validate_dataset
 from cxrground.ils.tasks import build_tasks
 from cxrground.io.image import read_image
 from cxrground.io.masks import decode_rle, read_mask_png
+from cxrground.lesions.lesion_zones import central_mask
 from cxrground.reports.structure import RULES_VERSION
 
 N_STUDIES = 8
@@ -87,6 +88,23 @@ def test_outputs_schema_and_masks(built, cohort):
     prov = json.loads((built / "provenance.json").read_text())
     assert prov["seed"] == 3 and prov["config"]["general"]["tau_ano"] == 0.10
     assert prov["backends"]["segmenter"]
+
+
+def test_lung_lesion_masks_stay_off_heart_and_mediastinum(built):
+    """Every lung-lesion mask lies outside the heart outline and the mediastinum of its study's anatomy (up to
+    the resampling from the working canvas to native pixels); cardiomegaly masks are the heart itself."""
+    anatomy = {r["study"]: r for r in map(json.loads, (built / "anatomy.jsonl").read_text().splitlines())}
+    shares = []
+    for split in load_dataset(built / DATASET_FILE).values():
+        for sid, study in split.items():
+            a = anatomy[sid]
+            centre = central_mask(decode_rle(a["right_lung"]), decode_rle(a["left_lung"]),
+                                  decode_rle(a["heart"]) if a.get("heart") else None, margin=0.0)
+            for p in study["instruction_answer_pairs"]["positive_pairs"]:
+                if p["target"] != "cardiomegaly":
+                    mask = read_mask_png(built / "lesion_mask" / p["seg_mask_path"])
+                    shares.append((mask & centre).sum() / mask.sum())
+    assert shares and max(shares) <= 0.01, shares
 
 
 def test_stats_command_prints_tables(built):

@@ -78,6 +78,8 @@ def test_mediastinum_and_centre_exclude_the_middle_and_the_heart():
     heart[80:105, 50:100] = True
     centre = central_mask(right, left, heart)
     assert centre[90, 95] and centre[62, 70] and not centre[62, 20] and not centre[62, 120]
+    bare = central_mask(right, left, heart, margin=0.0)
+    assert np.array_equal(bare, mediastinum_mask(right, left) | heart) and centre.sum() > bare.sum()
     p = np.ones((H, W), np.float32)
     field = lesion_field(p, right, left, heart)
     assert field[90, 95] == 0 and field[62, 20] == 1 and field[5, 5] == 0

@@ -86,6 +86,10 @@ class IlsConfig:
     refine_whole_lung_grounding: bool = True
     """ILS §10 proposed default: a grounded whole-lung label is refined into that side's zone labels that
     intersect the selected boxes."""
+    lung_lesions_off_centre: bool = True
+    """A lung-lesion mask never covers the heart outline or the mediastinum (per row, the gap between the lungs'
+    medial edges; :func:`cxrground.lesions.lesion_zones.central_mask` with no margin): lung masks include the
+    lung behind the heart, and every lesion reader sees the heart and mediastinum as brighter than lung."""
     tentative_cardiomegaly_pairs: bool = False
     """ILS §9.4 proposed default: a tentative cardiomegaly yields no pair at all."""
     negative_global_share: dict[str, float] = field(default_factory=lambda: {

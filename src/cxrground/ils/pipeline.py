@@ -26,6 +26,7 @@ from cxrground.io.image import DEFAULT_MAX_PIXELS, read_image
 from cxrground.io.masks import encode_rle, write_mask_png
 from cxrground.io.store import local_copy
 from cxrground.io.transform import Letterbox
+from cxrground.lesions.lesion_zones import central_mask
 from cxrground.reports import parse_report_text, read_report, select_section
 from cxrground.reports.structure import structure_section
 from cxrground.vocab.locations import HEART
@@ -241,6 +242,18 @@ def is_frontal(view: str, accepted: tuple[str, ...]) -> bool:
     return bool(words) and words[0] in accepted and all(w in _POSITION_WORDS for w in words[1:])
 
 
+def _lesion_free_centre(config: IlsConfig, backends: Backends, ev: Any, right: np.ndarray, left: np.ndarray,
+                        heart: np.ndarray | None) -> np.ndarray | None:
+    """Where no lung-lesion mask may lie: the heart outline ∪ the mediastinum (widened as the synthesizer's own
+    evidence widens it, when it reads lesions), or None when masks are not clipped (``lung_lesions_off_centre``
+    off and a synthesizer that does not ask for it)."""
+    if getattr(backends.synthesizer, "EXCLUDES_CENTRE", False) and ev is not None:
+        return ev.centre
+    if not config.lung_lesions_off_centre:
+        return None
+    return central_mask(right, left, heart, margin=0.0)
+
+
 def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, heart: np.ndarray | None,
             backends: Backends, config: IlsConfig
             ) -> tuple[list[GroundedFinding], list[str], list[dict[str, Any]], tuple[Any, ...] | None]:
@@ -268,6 +281,7 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
     evidence = getattr(backends.synthesizer, "evidence", None)
     ev = evidence(canvas, (r_c, l_c, h_c)) if callable(evidence) else None
     pair_check = (locations, box, ev.probability, ev.threshold, ev.centre, ev.zone_flags) if ev is not None else None
+    centre = _lesion_free_centre(config, backends, ev, r_c, l_c, h_c if heart is not None else None)
     grounded: list[GroundedFinding] = []
     records: list[dict[str, Any]] = []
     for f in findings:
@@ -282,8 +296,8 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
         records.append({"lesion": f.lesion, "sent_idx": f.sent_idx, "status": result.status, "reason": result.reason,
                         "failure_counts": result.failure_counts(), "selected": len(result.selected)})
         lesion_mask = result.mask
-        if ev is not None and result.grounded and getattr(backends.synthesizer, "EXCLUDES_CENTRE", False):
-            lesion_mask = lesion_mask & ~ev.centre
+        if centre is not None and result.grounded:
+            lesion_mask = lesion_mask & ~centre
         native = box.mask_to_native(lesion_mask) if result.grounded else None
         if native is None or not native.any():
             grounded.append(GroundedFinding(f, None, (), False))

@@ -60,8 +60,10 @@ def mediastinum_mask(right: np.ndarray, left: np.ndarray) -> np.ndarray:
     return out
 
 
-def central_mask(right: np.ndarray, left: np.ndarray, heart: np.ndarray | None) -> np.ndarray:
-    """Heart outline ∪ mediastinum, dilated by :data:`CENTRAL_MARGIN` of the thorax width (bool)."""
+def central_mask(right: np.ndarray, left: np.ndarray, heart: np.ndarray | None,
+                 margin: float = CENTRAL_MARGIN) -> np.ndarray:
+    """Heart outline ∪ mediastinum, dilated by ``margin`` (default :data:`CENTRAL_MARGIN`) of the thorax width
+    (bool; ``margin`` 0: not dilated)."""
     r, lft = as_mask(right, "right lung mask"), as_mask(left, "left lung mask")
     centre = mediastinum_mask(r, lft)
     if heart is not None:
@@ -69,10 +71,10 @@ def central_mask(right: np.ndarray, left: np.ndarray, heart: np.ndarray | None) 
         check_same_shape(("right lung mask", r), ("heart mask", h))
         centre |= h
     lungs = r | lft
-    if not centre.any() or not lungs.any():
+    if margin <= 0 or not centre.any() or not lungs.any():
         return centre
     cols = np.flatnonzero(lungs.any(axis=0))
-    radius = max(1, round(CENTRAL_MARGIN * (cols[-1] - cols[0] + 1)))
+    radius = max(1, round(margin * (cols[-1] - cols[0] + 1)))
     return ndimage.binary_dilation(centre, ndimage.generate_binary_structure(2, 1), iterations=radius)
 
 
