@@ -1,8 +1,10 @@
-"""Train the lesion segmenter ``lesion_unet_v1`` on the pack's NIH films (recipe:
-:mod:`cxrground.lesions.segmenter_fit`), one CPU thread.
+"""Train the lesion segmenter on the pack's NIH films (recipe: :mod:`cxrground.lesions.segmenter_fit`), one CPU
+thread.
 
 Run: ``.venv/bin/python bench/lesion_unet_fit.py --out src/cxrground/lesions/weights/lesion_unet_v1 [--steps N]``
 (progress lines on stdout; the sidecar beside the weights lists the films, the recipe and the held-out Dice).
+With ``--mil-weight W`` the real NIH films with image-level labels add a multiple-instance loss (lung-lesion
+label vs No Finding; ``--init`` starts from trained weights), and the held-out film AUROC is printed as well.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shlex
 import sys
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -20,17 +23,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True, help="output stem (.safetensors + .json)")
     ap.add_argument("--steps", type=int, default=None, help="override the recipe's step count")
+    ap.add_argument("--lr", type=float, default=None, help="override the recipe's learning rate")
+    ap.add_argument("--mil-weight", type=float, default=None, help="weight of the multiple-instance loss")
+    ap.add_argument("--init", default=None, help="start from these weights (.safetensors)")
     args = ap.parse_args()
     from cxrground.anatomy.segment import get_segmenter
     from cxrground.datasets.pack import Pack
     from cxrground.lesions.segmenter_fit import LesionUNetRecipe, fit_from_pack
 
-    recipe = LesionUNetRecipe()
-    if args.steps:
-        recipe = dataclasses.replace(recipe, steps=args.steps)
+    overrides = {k: v for k, v in (("steps", args.steps), ("lr", args.lr), ("mil_weight", args.mil_weight),
+                                   ("init", args.init)) if v is not None}
+    recipe = dataclasses.replace(LesionUNetRecipe(), **overrides)
+    rebuild = "python bench/lesion_unet_fit.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     meta = fit_from_pack(Pack(), get_segmenter("unet", threads=1), args.out, recipe,
-                         log=lambda s: print(s, flush=True))
-    print(f"wrote {args.out}: threshold {meta['threshold']}, held-out Dice {meta['held_out_dice']}")
+                         log=lambda s: print(s, flush=True), rebuild=rebuild)
+    print(f"wrote {args.out}: threshold {meta['threshold']}, held-out Dice {meta['held_out_dice']}"
+          + (f", held-out film AUROC {meta['held_out_film_auroc']}" if "held_out_film_auroc" in meta else ""))
     sys.stdout.flush()
 
 

@@ -40,13 +40,18 @@ from cxrground.lesions.lesion_sim import LesionSimParams, simulate_lesions
 from cxrground.lesions.normative_fit import FOLDS, nih_patient, patient_folds
 from cxrground.lesions.segmenter import LESION_UNET
 
-__all__ = ["BASE_EXCLUDED_LABELS", "PORTABLE_PARAMS", "BaseFilm", "LesionUNetRecipe", "base_films",
-           "choose_threshold", "fit_from_pack", "simulated_sample", "train_segmenter"]
+__all__ = ["BASE_EXCLUDED_LABELS", "MIL_POSITIVE_LABELS", "PORTABLE_PARAMS", "BaseFilm", "LabelledFilm",
+           "LesionUNetRecipe", "base_films", "choose_threshold", "film_score", "fit_from_pack", "labelled_films",
+           "labelled_sample", "simulated_sample", "split_labelled", "train_segmenter"]
 
 #: NIH labels that put lesions into the lungs; films carrying one are not used as base films.
 BASE_EXCLUDED_LABELS: Final[frozenset[str]] = frozenset(
     {"Infiltration", "Consolidation", "Pneumonia", "Edema", "Atelectasis", "Effusion", "Mass", "Nodule",
      "Fibrosis", "Pleural_Thickening"})
+
+#: NIH labels taken as "this film has a lung lesion of an ILS kind" for the multiple-instance loss.
+MIL_POSITIVE_LABELS: Final[frozenset[str]] = frozenset(
+    {"Infiltration", "Consolidation", "Pneumonia", "Edema", "Atelectasis", "Effusion"})
 
 #: Lesions as on portable films: basal and diffuse disease more often, peripheral gradients, spilling effusions.
 PORTABLE_PARAMS: Final[LesionSimParams] = LesionSimParams(
@@ -74,10 +79,20 @@ class LesionUNetRecipe:
     affine: tuple[float, float, float] = (0.12, 0.05, 6.0)
     """Random scale (±), shift (± fraction of the canvas) and rotation (± degrees)."""
     thresholds: tuple[float, ...] = (0.3, 0.4, 0.5, 0.6, 0.7)
+    mil_weight: float = 0.0
+    """Weight of the multiple-instance loss on real NIH films with image-level labels (0: simulated lesions only)."""
+    mil_batch: int = 4
+    """Real labelled films per step when ``mil_weight`` > 0 (half lung-lesion-labelled, half No Finding)."""
+    mil_top: float = 0.02
+    """The film's score is the mean probability of its top ``mil_top`` share of lung pixels (centre removed)."""
+    init: str | None = None
+    """Start from these weights (a lesion U-Net ``.safetensors``) instead of a random initialisation."""
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch < 1 or self.lr <= 0:
             raise ConfigError("lesion U-Net recipe needs steps >= 1, batch >= 1 and lr > 0")
+        if self.mil_weight < 0 or self.mil_batch < 2 or not 0 < self.mil_top <= 1:
+            raise ConfigError("lesion U-Net recipe needs mil_weight >= 0, mil_batch >= 2 and mil_top in (0, 1]")
         if not 0 <= self.val_fold < FOLDS:
             raise ConfigError(f"val_fold must be in [0, {FOLDS}), got {self.val_fold}")
 
@@ -98,25 +113,59 @@ class BaseFilm:
     valid: np.ndarray = field(repr=False)
 
 
+@dataclass(frozen=True, eq=False)
+class LabelledFilm:
+    """A real NIH film with its image-level label (1: a lung-lesion label, 0: No Finding) on the training canvas;
+    ``region`` is where a lung lesion may be (lungs minus heart and mediastinum)."""
+
+    film: BaseFilm
+    label: int
+    region: np.ndarray = field(repr=False)
+
+
 def base_records(records: Sequence[NIHRecord]) -> list[NIHRecord]:
     """NIH records usable as base films (no label in :data:`BASE_EXCLUDED_LABELS`)."""
     return [r for r in records if not BASE_EXCLUDED_LABELS & set(r.labels)]
 
 
+def _canvas_film(rec: NIHRecord, segmenter: LungHeartSegmenter, size: int) -> tuple[BaseFilm, np.ndarray | None] | None:
+    """One record on the ``size`` canvas with the segmenter's lungs (and heart), or None without both lungs."""
+    im = rec.read()
+    seg = segmenter.segment(im)
+    box = Letterbox.fit(im.pixels.shape[:2], size)
+    r, lft = box.mask_to_canvas(seg.right_lung), box.mask_to_canvas(seg.left_lung)
+    if not (r.any() and lft.any()):
+        return None
+    valid = np.zeros(box.canvas_hw, bool)
+    valid[box.valid_region()] = True
+    pix = np.clip(np.rint(box.image_to_canvas(im.pixels)), 0, 255).astype(np.uint8)
+    heart = box.mask_to_canvas(seg.heart) if seg.heart is not None else None
+    return BaseFilm(rec.image_id, nih_patient(rec), pix, r, lft, valid), heart
+
+
 def base_films(records: Sequence[NIHRecord], segmenter: LungHeartSegmenter, size: int) -> list[BaseFilm]:
     """The base films on the ``size`` canvas with the segmenter's lungs; a film without both lungs is skipped."""
+    films = (_canvas_film(rec, segmenter, size) for rec in base_records(records))
+    return [f[0] for f in films if f is not None]
+
+
+def labelled_films(records: Sequence[NIHRecord], segmenter: LungHeartSegmenter, size: int) -> list[LabelledFilm]:
+    """The NIH films with a label of :data:`MIL_POSITIVE_LABELS` (label 1) or only ``No Finding`` (label 0), on
+    the ``size`` canvas; films without both lungs are skipped."""
+    from cxrground.lesions.lesion_zones import central_mask
+
     out = []
-    for rec in base_records(records):
-        im = rec.read()
-        seg = segmenter.segment(im)
-        box = Letterbox.fit(im.pixels.shape[:2], size)
-        r, lft = box.mask_to_canvas(seg.right_lung), box.mask_to_canvas(seg.left_lung)
-        if not (r.any() and lft.any()):
+    for rec in records:
+        labels = set(rec.labels)
+        label = 1 if MIL_POSITIVE_LABELS & labels else 0 if labels == {"No Finding"} else None
+        if label is None:
             continue
-        valid = np.zeros(box.canvas_hw, bool)
-        valid[box.valid_region()] = True
-        pix = np.clip(np.rint(box.image_to_canvas(im.pixels)), 0, 255).astype(np.uint8)
-        out.append(BaseFilm(rec.image_id, nih_patient(rec), pix, r, lft, valid))
+        made = _canvas_film(rec, segmenter, size)
+        if made is None:
+            continue
+        film, heart = made
+        region = (film.right | film.left) & ~central_mask(film.right, film.left, heart)
+        out.append(LabelledFilm(film, label, region))
     return out
 
 
@@ -160,19 +209,94 @@ def simulated_sample(film: BaseFilm, recipe: LesionUNetRecipe, seed: int,
     return normalise_canvas(img / 255.0, v), (truth > 0.5) & v
 
 
+def labelled_sample(item: LabelledFilm, recipe: LesionUNetRecipe, seed: int,
+                    augment: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """``(input, region)``: the normalised canvas of one real labelled film (augmented as the simulated copies)
+    and the pixels its film score pools over."""
+    img = item.film.pixels.astype(np.float32)
+    region, valid = item.region.astype(np.float32), item.film.valid.astype(np.float32)
+    if augment:
+        rng = np.random.default_rng(seed ^ 0x5EED)
+        img, region, valid = _affine(rng, recipe, [img, region, valid], [1, 0, 0])
+        if rng.random() < recipe.p_portable:
+            img = _portable(rng, img, valid > 0.5)
+    v = valid > 0.5
+    return normalise_canvas(img / 255.0, v), (region > 0.5) & v
+
+
+def film_score(prob: Any, region: Any, top: float) -> Any:
+    """Per film, the mean of the top ``top`` share of ``prob`` inside ``region`` (torch tensors ``(B, H, W)``;
+    a film with an empty region scores 0)."""
+    import torch
+
+    scores = []
+    for p, m in zip(prob, region, strict=True):
+        vals = p[m]
+        if vals.numel() == 0:
+            scores.append(p.sum() * 0)
+            continue
+        k = max(1, round(top * vals.numel()))
+        scores.append(torch.topk(vals, k).values.mean())
+    return torch.stack(scores)
+
+
 def _seed(recipe: LesionUNetRecipe, film_id: str, step: int) -> int:
     return zlib.crc32(f"{recipe.seed}/{film_id}/{step}".encode())
 
 
-def train_segmenter(films: Sequence[BaseFilm], recipe: LesionUNetRecipe,
-                    log: Callable[[str], None] = print) -> Any:
-    """The trained U-Net (eval mode) on ``films``; progress every 25 steps through ``log``."""
+def split_labelled(labelled: Sequence[LabelledFilm], held: Sequence[BaseFilm],
+                   val_fold: int) -> tuple[list[LabelledFilm], list[LabelledFilm]]:
+    """``(train, held_out)`` labelled films: a film is held out when its patient has a held-out base film or
+    falls in ``val_fold`` of the patient folds over the labelled films, so no held-out patient trains."""
+    held_patients = {f.patient for f in held}
+    folds = patient_folds([f.film.patient for f in labelled]) if labelled else np.zeros(0, np.int64)
+    out: tuple[list[LabelledFilm], list[LabelledFilm]] = ([], [])
+    for f, k in zip(labelled, folds, strict=True):
+        out[int(f.film.patient in held_patients or k == val_fold)].append(f)
+    return out
+
+
+def _mil_pick(rng: np.random.Generator, labelled: Sequence[LabelledFilm], n: int) -> list[int]:
+    """``n`` labelled films, half with label 1 and half with label 0 (with replacement when a class is short)."""
+    out: list[int] = []
+    for label, count in ((1, n - n // 2), (0, n // 2)):
+        idx = [i for i, f in enumerate(labelled) if f.label == label]
+        if not idx:
+            raise ConfigError(f"the multiple-instance loss needs films with label {label}")
+        out += [int(i) for i in rng.choice(idx, size=count, replace=len(idx) < count)]
+    return out
+
+
+def _mil_loss(model: Any, labelled: Sequence[LabelledFilm], recipe: LesionUNetRecipe, rng: np.random.Generator,
+              step: int) -> Any:
+    """Binary cross-entropy of the pooled film scores of a balanced batch of real labelled films."""
     import torch
     import torch.nn.functional as F
 
+    pick = _mil_pick(rng, labelled, recipe.mil_batch)
+    xs, regions = zip(*(labelled_sample(labelled[i], recipe, _seed(recipe, labelled[i].film.film_id, step))
+                        for i in pick), strict=True)
+    prob = torch.sigmoid(model(torch.from_numpy(np.stack(xs))[:, None]))[:, 0]
+    score = film_score(prob, torch.from_numpy(np.stack(regions)), recipe.mil_top).clamp(1e-4, 1 - 1e-4)
+    target = torch.tensor([float(labelled[i].label) for i in pick])
+    return F.binary_cross_entropy(score, target)
+
+
+def train_segmenter(films: Sequence[BaseFilm], recipe: LesionUNetRecipe,
+                    log: Callable[[str], None] = print, labelled: Sequence[LabelledFilm] = ()) -> Any:
+    """The trained U-Net (eval mode) on ``films`` (and, with ``recipe.mil_weight`` > 0, the image-level labels of
+    ``labelled``); progress every 25 steps through ``log``."""
+    import torch
+    import torch.nn.functional as F
+
+    from cxrground.anatomy.segment.unet import load_model
+
     torch.manual_seed(recipe.seed)
     config = UNetConfig(channels=recipe.channels, out_channels=1, input_size=recipe.size, classes=("lesion",))
-    model = build_unet(config)
+    if recipe.init:
+        model, _ = load_model(recipe.init)
+    else:
+        model = build_unet(config)
     opt = torch.optim.Adam(model.parameters(), lr=recipe.lr)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=recipe.lr, total_steps=recipe.steps, pct_start=0.1)
     rng = np.random.default_rng(recipe.seed)
@@ -188,6 +312,8 @@ def train_segmenter(films: Sequence[BaseFilm], recipe: LesionUNetRecipe,
         prob = torch.sigmoid(logits)
         dice = 1 - (2 * (prob * y).sum() + 1) / (prob.sum() + y.sum() + 1)
         loss = F.binary_cross_entropy_with_logits(logits, y) + dice
+        if recipe.mil_weight > 0:
+            loss = loss + recipe.mil_weight * _mil_loss(model, labelled, recipe, rng, step)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -197,6 +323,29 @@ def train_segmenter(films: Sequence[BaseFilm], recipe: LesionUNetRecipe,
             log(f"step {step + 1}/{recipe.steps} loss {np.mean(run[-25:]):.4f} {time.time() - t0:.0f}s")
     model.eval()
     return model, config
+
+
+def film_scores(model: Any, labelled: Sequence[LabelledFilm], recipe: LesionUNetRecipe) -> np.ndarray:
+    """The pooled film score (:func:`film_score`) of each labelled film, unaugmented."""
+    import torch
+
+    from cxrground.anatomy.segment.unet import predict_logits
+
+    out = []
+    for item in labelled:
+        x, region = labelled_sample(item, recipe, 0, augment=False)
+        p = torch.sigmoid(torch.from_numpy(predict_logits(model, x[None], 1)[0]))
+        out.append(float(film_score(p, torch.from_numpy(region[None]), recipe.mil_top)[0]))
+    return np.array(out)
+
+
+def film_auroc(model: Any, labelled: Sequence[LabelledFilm], recipe: LesionUNetRecipe) -> float:
+    """AUROC of the pooled film score, lung-lesion-labelled films against No Finding films (nan without both)."""
+    from cxrground.lesions.zone_fit import auroc
+
+    scores = film_scores(model, labelled, recipe)
+    labels = np.array([f.label for f in labelled])
+    return auroc(scores, labels.astype(bool)) if 0 < labels.sum() < len(labels) else float("nan")
 
 
 def choose_threshold(model: Any, films: Sequence[BaseFilm], recipe: LesionUNetRecipe) -> tuple[float, dict[str, float]]:
@@ -220,9 +369,10 @@ def choose_threshold(model: Any, films: Sequence[BaseFilm], recipe: LesionUNetRe
 
 
 def fit_from_pack(pack: Pack, segmenter: LungHeartSegmenter, out: str | Path,
-                  recipe: LesionUNetRecipe | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Train ``lesion_unet_v1`` as the module docstring says and write ``out.safetensors`` + ``out.json``;
-    returns the sidecar's extra fields."""
+                  recipe: LesionUNetRecipe | None = None, log: Callable[[str], None] = print,
+                  rebuild: str | None = None) -> dict[str, Any]:
+    """Train a lesion U-Net as the module docstring says and write ``out.safetensors`` + ``out.json`` (``rebuild``:
+    the command recorded in the sidecar); returns the sidecar's extra fields."""
     import torch
 
     r = recipe or LesionUNetRecipe()
@@ -232,9 +382,20 @@ def fit_from_pack(pack: Pack, segmenter: LungHeartSegmenter, out: str | Path,
     train = [f for f, k in zip(films, folds, strict=True) if k != r.val_fold]
     held = [f for f, k in zip(films, folds, strict=True) if k == r.val_fold]
     log(f"{len(train)} training films, {len(held)} held-out films")
-    model, config = train_segmenter(train, r, log)
+    labelled = labelled_films(pack.nih(), segmenter, r.size) if r.mil_weight > 0 else []
+    mil_train, mil_held = split_labelled(labelled, held, r.val_fold)
+    if labelled:
+        log(f"multiple-instance loss: {len(mil_train)} labelled training films "
+            f"({sum(f.label for f in mil_train)} lung-lesion), {len(mil_held)} held out")
+    model, config = train_segmenter(train, r, log, mil_train)
     threshold, dice = choose_threshold(model, held, r)
     log(f"held-out pooled Dice by threshold: {dice}; chosen {threshold}")
+    weak: dict[str, Any] = {}
+    if labelled:
+        auroc = film_auroc(model, mil_held, r)
+        log(f"held-out film AUROC (lung-lesion label vs No Finding, {len(mil_held)} films): {auroc:.3f}")
+        weak = {"mil_training_films": [f.film.film_id for f in mil_train],
+                "mil_held_out_films": [f.film.film_id for f in mil_held], "held_out_film_auroc": round(auroc, 4)}
     meta = {
         "name": Path(out).stem or LESION_UNET, "threshold": threshold,
         "summary": f"lesion U-Net trained on simulated lesions in {len(train)} NIH ChestX-ray14 films without lung "
@@ -246,7 +407,8 @@ def fit_from_pack(pack: Pack, segmenter: LungHeartSegmenter, out: str | Path,
         "recipe": r.as_dict(), "held_out_dice": dice,
         "training_films": [f.film_id for f in train], "held_out_films": [f.film_id for f in held],
         "segmenter": segmenter.provenance().get("model_name", segmenter.name),
-        "rebuild": "python bench/lesion_unet_fit.py --out src/cxrground/lesions/weights/lesion_unet_v1",
+        "rebuild": rebuild or "python bench/lesion_unet_fit.py --out src/cxrground/lesions/weights/lesion_unet_v1",
+        **weak,
     }
     save_model(model, config, out, meta)
     return meta
