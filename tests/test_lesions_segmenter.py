@@ -15,6 +15,7 @@ from cxrground.ils.compose import ComposedStudy, MaskOut
 from cxrground.ils.image_check import DROPPED_NEGATIVE, DROPPED_POSITIVE, check_pairs, zones_of
 from cxrground.ils.spatial import get_synthesizer
 from cxrground.io.transform import Letterbox
+from cxrground.lesions import segmenter_fit
 from cxrground.lesions.lesion_zones import (
     LesionZoneReader,
     central_mask,
@@ -25,9 +26,14 @@ from cxrground.lesions.lesion_zones import (
 from cxrground.lesions.segmenter import LesionSegmenter, load_lesion_segmenter, shipped_lesion_unet_path
 from cxrground.lesions.segmenter_fit import (
     BaseFilm,
+    LabelledFilm,
     LesionUNetRecipe,
     choose_threshold,
+    film_score,
+    film_scores,
+    labelled_sample,
     simulated_sample,
+    split_labelled,
     train_segmenter,
 )
 from masks_helpers import TOY_H, TOY_W, toy_lungs
@@ -104,16 +110,21 @@ def test_zone_reader_flags_by_zone_share(tiny_weights):
     assert reader.name().startswith("lesion-unet")
 
 
-def test_simulated_sample_truth_and_a_short_training_run():
+def _toy_canvas_films(n: int) -> list[BaseFilm]:
     right, left = toy_lungs()
     pad = np.zeros((128, 128), np.uint8)
     films = []
-    for i in range(3):
+    for i in range(n):
         px = pad.copy()
         px[4:124, :] = _film(i)[:, 6:134]
         r, lft = np.zeros_like(pad, bool), np.zeros_like(pad, bool)
         r[4:124, :], lft[4:124, :] = right[:, 6:134], left[:, 6:134]
         films.append(BaseFilm(f"f{i}", f"p{i}", px, r, lft, np.ones_like(pad, bool)))
+    return films
+
+
+def test_simulated_sample_truth_and_a_short_training_run():
+    films = _toy_canvas_films(3)
     recipe = LesionUNetRecipe(channels=(4, 8), size=128, steps=2, batch=2, val_copies=1)
     x, y = simulated_sample(films[0], recipe, seed=3)
     assert x.shape == y.shape == (128, 128) and y.dtype == bool
@@ -127,6 +138,43 @@ def test_simulated_sample_truth_and_a_short_training_run():
     assert config.classes == ("lesion",) and logs and "step 2/2" in logs[-1]
     t, dice = choose_threshold(model, films[2:], recipe)
     assert t in recipe.thresholds and set(dice) == {str(v) for v in recipe.thresholds}
+
+
+def test_film_score_pools_the_top_share_inside_the_region():
+    import torch
+
+    p = torch.zeros(2, 10, 10)
+    p[0, 0, :4] = torch.tensor([0.9, 0.8, 0.1, 0.1])
+    p[1, 9, 9] = 1.0  # outside the region: never counted
+    region = torch.zeros(2, 10, 10, dtype=torch.bool)
+    region[:, :5] = True
+    score = film_score(p, region, top=0.04)  # 2 of 50 pixels
+    assert torch.allclose(score, torch.tensor([0.85, 0.0]))
+    assert film_score(p, torch.zeros_like(region), top=0.04).tolist() == [0.0, 0.0]
+
+
+def test_labelled_films_split_by_patient_and_train_with_the_multiple_instance_loss(monkeypatch):
+    films = _toy_canvas_films(6)
+    labelled = [LabelledFilm(f, i % 2, f.right | f.left) for i, f in enumerate(films)]
+    train, held = split_labelled(labelled, held=[films[0]], val_fold=4)
+    assert labelled[0] in held and {f.film.patient for f in train}.isdisjoint({f.film.patient for f in held})
+    assert len(train) + len(held) == 6
+    x, region = labelled_sample(labelled[1], LesionUNetRecipe(size=128), seed=1)
+    assert x.shape == region.shape == (128, 128) and region.any()
+    base = LesionUNetRecipe(channels=(4, 8), size=128, steps=3, batch=1, val_copies=1, mil_batch=2)
+    model, _ = train_segmenter(films[:2], base, lambda s: None)
+    loss = segmenter_fit._mil_loss(model.train(), labelled, base, np.random.default_rng(0), step=0)
+    loss.backward()  # the film labels reach the weights
+    assert loss.item() > 0 and any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+    calls = []
+    real = segmenter_fit._mil_loss
+    monkeypatch.setattr(segmenter_fit, "_mil_loss", lambda *a: calls.append(a[-1]) or real(*a))
+    weak, _ = train_segmenter(films[:2], dataclasses.replace(base, mil_weight=1.0), lambda s: None, labelled)
+    assert calls == [0, 1, 2]
+    assert np.isfinite(film_scores(weak, labelled, base)).all()
+    with pytest.raises(ConfigError, match="label 0"):
+        train_segmenter(films[:2], dataclasses.replace(base, mil_weight=1.0, mil_batch=2), lambda s: None,
+                        [lf for lf in labelled if lf.label == 1])
 
 
 def test_lesion_unet_synthesizer_only_edits_lungs_outside_the_centre(tiny_weights):
