@@ -1,4 +1,5 @@
-"""The pre-registered CTR definitions (``bench/records/ctr_preregistration.md``) on every NIH film of the pack.
+"""The pre-registered CTR definitions (``bench/records/ctr_preregistration.md``) on every NIH film of the pack,
+and the exploratory definition E of its addendum.
 
 For each definition: AUROC of the NIH Cardiomegaly label against all other NIH films and against the No Finding
 films, the No Finding median (IQR), shares of No Finding films in 0.42-0.48 and at or above 0.50, and the share of
@@ -24,6 +25,27 @@ DEFINITIONS: dict[str, tuple[str, str]] = {
     "C p75 row / internal thoracic": ("percentile", "internal"),
     "D MRD+MLD / internal thoracic": ("mrd+mld", "internal"),
 }
+
+
+EXPLORATORY = "E max-width above the cardiophrenic angles / internal thoracic (exploratory)"
+
+
+def heart_above_angles(px: np.ndarray, right: np.ndarray, left: np.ndarray):
+    """Definition E (exploratory addendum): the outline from the robust maximal seen width over the seen rows
+    above both cardiophrenic angles (the lungs' medial borders when fewer than ``min_rows`` remain)."""
+    from cxrground.anatomy.ctr import EmptyAnatomyError
+    from cxrground.anatomy.segment.heart import cardiophrenic_points, estimate_heart
+    from cxrground.anatomy.segment.heart_image import SeenHeartParams, cardiac_row_widths, seen_cardiac_borders
+
+    try:
+        (y_r, _), (y_l, _) = cardiophrenic_points(right, left)
+        rows = cardiac_row_widths(px, right, left)
+        rows = rows[rows[:, 0] < min(y_r, y_l)]
+        borders, _ = seen_cardiac_borders(px, right, left, SeenHeartParams(transverse="robust-max"), rows=rows)
+        heart = estimate_heart(right, left, seen_borders=borders)
+    except EmptyAnatomyError:
+        return None
+    return heart if heart.any() else None
 
 
 def ratio(heart, right: np.ndarray, left: np.ndarray, thorax: str) -> float:
@@ -88,7 +110,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    values: dict[str, list[float]] = {name: [] for name in (REFERENCE, *DEFINITIONS)}
+    values: dict[str, list[float]] = {name: [] for name in (REFERENCE, *DEFINITIONS, EXPLORATORY)}
     cm, normal = [], []
     for rec, px, right, left in nih_lungs(args.cache, args.threads):
         cm.append("Cardiomegaly" in rec.labels)
@@ -99,6 +121,7 @@ def main() -> None:
             values[name].append(ratio(hearts[rule], right, left, thorax))
         heart = hearts["percentile"]
         values[REFERENCE].append(np.nan if heart is None else cardiothoracic_ratio(heart, right, left))
+        values[EXPLORATORY].append(ratio(heart_above_angles(px, right, left), right, left, "internal"))
     cm_a, normal_a = np.asarray(cm), np.asarray(normal)
     seen = np.isfinite(np.asarray(values[REFERENCE]))
     print(f"{len(cm)} NIH films, {int(seen.sum())} with a heart outline ({int((cm_a & seen).sum())} Cardiomegaly, "
