@@ -184,3 +184,20 @@ def test_segmentation_output_records_and_draws_the_ctr_diameters(tmp_path):
     rgb = np.asarray(Image.open(tmp_path / "overlay.png").convert("RGB"))
     orange = np.asarray(DIAMETER_COLOURS[0]) * 255
     assert np.abs(rgb[d["cardiac"]["y"], 150].astype(float) - orange).max() <= 1
+
+
+def test_heart_from_lungs_takes_the_seen_width_rule():
+    from cxrground.anatomy.segment.builtin import heart_from_lungs
+    from cxrground.datasets.synthetic import SynthConfig, generate_study
+
+    study = generate_study(0, 2, SynthConfig(width=256))
+    px = np.asarray(study.image, dtype=np.float64)
+    right, left = study.anatomy_masks["right_lung"], study.anatomy_masks["left_lung"]
+    widths = {}
+    for rule in ("percentile", "robust-max", "mrd+mld"):
+        heart, info = heart_from_lungs(right, left, pixels=px, seen_params=SeenHeartParams(transverse=rule))
+        assert heart is not None and info["seen"]["transverse"] == rule and "error" not in info["seen"]
+        widths[rule] = maximal_transverse_diameter(heart)
+    default, _ = heart_from_lungs(right, left, pixels=px)
+    assert maximal_transverse_diameter(default) == widths["percentile"]
+    assert widths["robust-max"] >= widths["percentile"]

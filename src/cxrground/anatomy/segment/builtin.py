@@ -99,8 +99,10 @@ def heart_from_lungs(
     """The heart estimate plus a provenance record (method, CTR, plausibility); None when a lung is empty.
 
     With ``pixels`` (the image), the cardiac borders seen in the image widen the estimate
-    (:mod:`.heart_image`); without, the heart comes from the lungs' medial borders alone. Images larger
-    than ``work_size`` are estimated on the working grid and the mask mapped back to native pixels.
+    (:mod:`.heart_image`); without, the heart comes from the lungs' medial borders alone. ``seen_params``: how
+    the seen rows are found and give the transverse diameter (:class:`~.heart_image.SeenHeartParams`, default
+    the 75th-percentile row). Images larger than ``work_size`` are estimated on the working grid and the mask
+    mapped back to native pixels.
     """
     info: dict[str, Any] = {"method": HEART_METHOD if pixels is None else f"{HEART_METHOD}+{SEEN_HEART_METHOD}"}
     box = work_box(right.shape, work_size)
@@ -110,9 +112,9 @@ def heart_from_lungs(
         borders, rctr = None, None
         if px_w is not None:
             rows = cardiac_row_widths(px_w, r_w, l_w, seen_params)
-            borders, info["seen"] = seen_cardiac_borders(px_w, r_w, l_w, seen_params, rows=rows,
-                                                         midline=_mediastinal_midline(r_w, l_w))
-            rctr, info["radiological"] = _radiological(rows, r_w, l_w, params)
+            mid = _mediastinal_midline(r_w, l_w)
+            borders, info["seen"] = seen_cardiac_borders(px_w, r_w, l_w, seen_params, rows=rows, midline=mid)
+            rctr, info["radiological"] = _radiological(rows, mid, r_w, l_w, params)
         heart = estimate_heart(r_w, l_w, params, seen_borders=borders)
     except EmptyAnatomyError as exc:
         return None, {**info, "error": str(exc)}
@@ -139,10 +141,10 @@ def _mediastinal_midline(right: np.ndarray, left: np.ndarray) -> float | None:
     return midline(right, left, y0 + round(0.2 * height), y0 + round(0.45 * height))
 
 
-def _radiological(rows: np.ndarray, right: np.ndarray, left: np.ndarray,
+def _radiological(rows: np.ndarray, mid: float | None, right: np.ndarray, left: np.ndarray,
                   params: HeartEstimateParams | None) -> tuple[float | None, dict[str, Any]]:
-    """:func:`~.heart_image.radiological_ctr` about the mediastinal midline (rows 20-45 % down the lungs)."""
-    mid = _mediastinal_midline(right, left)
+    """:func:`~.heart_image.radiological_ctr` about the mediastinal midline ``mid``
+    (:func:`_mediastinal_midline`)."""
     if mid is None:
         return None, {"error": "no row holds both lungs above the heart"}
     return radiological_ctr(rows, mid, right, left, (params or HeartEstimateParams()).max_right_share)
