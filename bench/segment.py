@@ -170,9 +170,14 @@ def real_films(threads: int, cache: str | None, overlays: str | None) -> None:
 
 def _overlay(path, px: np.ndarray, right: np.ndarray, left: np.ndarray, heart: np.ndarray | None,
              info: dict) -> None:
-    """A small RGB overlay: lungs blue/green outlines, heart red outline, CTR written in the corner."""
+    """A small RGB overlay: lungs blue/green outlines, heart red outline, the CTR's diameters (heart orange,
+    thorax magenta), CTR written in the corner."""
     from PIL import Image, ImageDraw
     from scipy import ndimage
+
+    from cxrground.anatomy.ctr import measure_ctr
+    from cxrground.anatomy.segment.output import DIAMETER_COLOURS
+    from cxrground.io.overlay import draw_rows
 
     g = px.astype(np.float64)
     g = np.clip(255 * (g - np.percentile(g, 1)) / max(1e-6, np.percentile(g, 99) - np.percentile(g, 1)), 0, 255)
@@ -182,6 +187,9 @@ def _overlay(path, px: np.ndarray, right: np.ndarray, left: np.ndarray, heart: n
             continue
         edge = mask & ~ndimage.binary_erosion(mask, iterations=2)
         rgb[edge] = colour
+    if heart is not None:  # the two diameters of ``ctr``: heart orange, thorax magenta
+        m = measure_ctr(heart, right, left)
+        rgb = draw_rows(rgb, [(d.y, d.x0, d.x1) for d in (m.cardiac, m.thoracic)], DIAMETER_COLOURS)
     im = Image.fromarray(rgb)
     if max(im.size) > 384:
         im = im.resize((round(im.width * 384 / max(im.size)), round(im.height * 384 / max(im.size))))

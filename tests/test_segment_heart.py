@@ -108,7 +108,8 @@ def test_apex_is_rounded_not_cut():
 
 
 def test_radiological_ctr_is_mrd_plus_mld_over_the_widest_thoracic_row():
-    from cxrground.anatomy.segment.heart_image import internal_thoracic_diameter, radiological_ctr
+    from cxrground.anatomy.ctr import internal_thoracic_diameter
+    from cxrground.anatomy.segment.heart_image import radiological_ctr
 
     right, left = _retrocardiac_lungs()
     assert internal_thoracic_diameter(right, left) == 239 - 21 + 1  # lateral edges 21 and 239, same row

@@ -13,7 +13,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from cxrground.io.masks import as_mask, check_shape
 
-__all__ = ["PALETTE", "blend", "contact_sheet", "label_panel", "overlay_masks"]
+__all__ = ["PALETTE", "blend", "contact_sheet", "draw_rows", "label_panel", "overlay_masks"]
 
 #: Distinct colours (RGB in [0, 1]) for drawing several masks at once.
 PALETTE: tuple[tuple[float, float, float], ...] = (
@@ -65,6 +65,29 @@ def overlay_masks(
             m = as_mask(mask)
             edge = m & ~ndimage.binary_erosion(m)
             out[edge] = np.clip(np.asarray(colour) * 255, 0, 255).astype(np.uint8)
+    return out
+
+
+def draw_rows(
+    rgb: np.ndarray, segments: Sequence[tuple[int, int, int]], colours: Sequence[Sequence[float]],
+    thickness: int | None = None,
+) -> np.ndarray:
+    """Horizontal segments ``(y, x0, x1)`` (inclusive, pixels of ``rgb``) drawn in turn over an RGB uint8 image,
+    each ``thickness`` rows thick (default: 0.4 % of the longer side, at least 1) with end ticks three times as
+    tall; returns a copy. Segments with a negative row are skipped."""
+    out = np.array(rgb, dtype=np.uint8, copy=True)
+    if out.ndim != 3 or out.shape[2] != 3:
+        raise ValueError(f"expected (H, W, 3) RGB pixels, got {out.shape}")
+    h, w = out.shape[:2]
+    t = thickness or max(1, round(0.004 * max(h, w)))
+    for (y, x0, x1), colour in zip(segments, colours, strict=True):
+        if y < 0:
+            continue
+        col = np.clip(np.rint(np.asarray(colour, dtype=np.float64) * 255), 0, 255).astype(np.uint8)
+        a, b = max(0, min(x0, x1)), min(w - 1, max(x0, x1))
+        out[max(0, y - t // 2) : min(h, y - t // 2 + t), a : b + 1] = col
+        for x in (a, b):
+            out[max(0, y - 3 * t // 2) : min(h, y + 3 * t // 2 + 1), max(0, x - t // 2) : min(w, x - t // 2 + t)] = col
     return out
 
 

@@ -22,6 +22,7 @@ from cxrground.anatomy.segment.base import HeartSource, LungHeartMasks
 from cxrground.anatomy.segment.heart import HEART_METHOD, HeartEstimateParams, estimate_heart, midline
 from cxrground.anatomy.segment.heart_image import (
     SEEN_HEART_METHOD,
+    SeenHeartParams,
     cardiac_row_widths,
     radiological_ctr,
     seen_cardiac_borders,
@@ -93,12 +94,15 @@ def postprocess_lungs(
 def heart_from_lungs(
     right: np.ndarray, left: np.ndarray, params: HeartEstimateParams | None = None,
     pixels: np.ndarray | None = None, work_size: int = ANATOMY_WORK_SIZE,
+    seen_params: SeenHeartParams | None = None,
 ) -> tuple[np.ndarray | None, dict[str, Any]]:
     """The heart estimate plus a provenance record (method, CTR, plausibility); None when a lung is empty.
 
     With ``pixels`` (the image), the cardiac borders seen in the image widen the estimate
-    (:mod:`.heart_image`); without, the heart comes from the lungs' medial borders alone. Images larger
-    than ``work_size`` are estimated on the working grid and the mask mapped back to native pixels.
+    (:mod:`.heart_image`); without, the heart comes from the lungs' medial borders alone. ``seen_params``: how
+    the seen rows are found and give the transverse diameter (:class:`~.heart_image.SeenHeartParams`, default
+    the 75th-percentile row). Images larger than ``work_size`` are estimated on the working grid and the mask
+    mapped back to native pixels.
     """
     info: dict[str, Any] = {"method": HEART_METHOD if pixels is None else f"{HEART_METHOD}+{SEEN_HEART_METHOD}"}
     box = work_box(right.shape, work_size)
@@ -107,9 +111,10 @@ def heart_from_lungs(
     try:
         borders, rctr = None, None
         if px_w is not None:
-            rows = cardiac_row_widths(px_w, r_w, l_w)
-            borders, info["seen"] = seen_cardiac_borders(px_w, r_w, l_w, rows=rows)
-            rctr, info["radiological"] = _radiological(rows, r_w, l_w, params)
+            rows = cardiac_row_widths(px_w, r_w, l_w, seen_params)
+            mid = _mediastinal_midline(r_w, l_w)
+            borders, info["seen"] = seen_cardiac_borders(px_w, r_w, l_w, seen_params, rows=rows, midline=mid)
+            rctr, info["radiological"] = _radiological(rows, mid, r_w, l_w, params)
         heart = estimate_heart(r_w, l_w, params, seen_borders=borders)
     except EmptyAnatomyError as exc:
         return None, {**info, "error": str(exc)}
@@ -127,14 +132,19 @@ def heart_from_lungs(
     return heart, info
 
 
-def _radiological(rows: np.ndarray, right: np.ndarray, left: np.ndarray,
-                  params: HeartEstimateParams | None) -> tuple[float | None, dict[str, Any]]:
-    """:func:`~.heart_image.radiological_ctr` about the mediastinal midline (rows 20-45 % down the lungs)."""
+def _mediastinal_midline(right: np.ndarray, left: np.ndarray) -> float | None:
+    """:func:`~.heart.midline` over the rows 20-45 % down the lungs (above the heart); None without lungs."""
     lung_rows = np.flatnonzero((right | left).any(axis=1))
     if lung_rows.size == 0:
-        return None, {"error": "no lungs"}
+        return None
     y0, height = int(lung_rows[0]), int(lung_rows[-1] - lung_rows[0])
-    mid = midline(right, left, y0 + round(0.2 * height), y0 + round(0.45 * height))
+    return midline(right, left, y0 + round(0.2 * height), y0 + round(0.45 * height))
+
+
+def _radiological(rows: np.ndarray, mid: float | None, right: np.ndarray, left: np.ndarray,
+                  params: HeartEstimateParams | None) -> tuple[float | None, dict[str, Any]]:
+    """:func:`~.heart_image.radiological_ctr` about the mediastinal midline ``mid``
+    (:func:`_mediastinal_midline`)."""
     if mid is None:
         return None, {"error": "no row holds both lungs above the heart"}
     return radiological_ctr(rows, mid, right, left, (params or HeartEstimateParams()).max_right_share)

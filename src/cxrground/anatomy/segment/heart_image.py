@@ -14,8 +14,13 @@ midline over the lower lung. Per row this module finds where that silhouette end
    half of that lung in the row); going outward from the midline, the border is the first pixel darker
    than ``a + alpha · (m − a)`` (``alpha`` = 0.3). A row whose border reaches the lung's lateral edge is
    dropped (no silhouette edge in it);
-4. the transverse diameter is the ``width_percentile`` (75th) of the row widths; the borders returned are
-   those of the row with that width (nearest rank), so a heart mask drawn with them has that diameter.
+4. the transverse diameter (``transverse``): ``"percentile"``, the ``width_percentile`` (75th) of the row
+   widths; ``"robust-max"``, the maximal transverse diameter, the maximum of the running median of the row widths
+   over :func:`~cxrground.anatomy.ctr.row_window` rows (2 % of the lungs' height; rows in order, rows without
+   both borders skipped). The borders returned are those of the row with the width nearest that diameter, so a
+   heart mask drawn with them has that diameter. ``"mrd+mld"``: the maximal right and left diameters (MRD,
+   MLD), each the same robust maximum of one border's distance from the mediastinal midline (each side on its
+   own, so they may come from different rows); the borders are ``midline − MRD`` and ``midline + MLD``.
 
 Chosen on the pack's NIH films with patient-grouped cross-validation over a small grid (``bench/heart_ctr.py``
 reports the held-out AUROC against the NIH Cardiomegaly label and the CTR distribution of normal films).
@@ -25,19 +30,20 @@ It is still an estimate: no heart mask exists in the pack to measure its outline
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import numpy as np
 from scipy import ndimage
 
+from cxrground.anatomy.ctr import internal_thoracic_diameter, robust_max, row_window
 from cxrground.io.masks import as_mask, check_same_shape
 
 __all__ = [
     "RADIOLOGICAL_CTR_METHOD",
     "SEEN_HEART_METHOD",
     "SeenHeartParams",
+    "Transverse",
     "cardiac_row_widths",
-    "internal_thoracic_diameter",
     "radiological_ctr",
     "seen_cardiac_borders",
 ]
@@ -49,12 +55,16 @@ RADIOLOGICAL_CTR_METHOD: Final[str] = "mrd+mld-over-internal-thoracic/1"
 MAX_PERCENTILE: Final[float] = 90.0
 
 
+Transverse = Literal["percentile", "robust-max", "mrd+mld"]
+
+
 @dataclass(frozen=True)
 class SeenHeartParams:
     """Knobs of :func:`seen_cardiac_borders` (see the module docstring)."""
 
     alpha: float = 0.3
     row_range: tuple[float, float] = (0.50, 0.80)
+    transverse: Transverse = "percentile"
     width_percentile: float = 75.0
     smooth_fraction: float = 0.01
     midline_fraction: float = 0.03
@@ -108,33 +118,39 @@ def cardiac_row_widths(
 
 def seen_cardiac_borders(
     pixels: np.ndarray, right: np.ndarray, left: np.ndarray, params: SeenHeartParams | None = None,
-    rows: np.ndarray | None = None,
+    rows: np.ndarray | None = None, midline: float | None = None,
 ) -> tuple[tuple[float, float] | None, dict[str, Any]]:
-    """``((x_right_border, x_left_border), info)`` of the row with the chosen transverse diameter, or
-    ``(None, info)`` when fewer than ``min_rows`` rows show both borders. ``rows``: the
-    :func:`cardiac_row_widths` of the film when already computed."""
+    """``((x_right_border, x_left_border), info)`` with the chosen transverse diameter (module docstring,
+    step 4), or ``(None, info)`` when fewer than ``min_rows`` rows show both borders. ``rows``: the
+    :func:`cardiac_row_widths` of the film when already computed; ``midline``: the mediastinal midline column,
+    needed by ``transverse="mrd+mld"`` (without it: ``(None, info)``)."""
     p = params or SeenHeartParams()
     rows = cardiac_row_widths(pixels, right, left, p) if rows is None else rows
-    info: dict[str, Any] = {"method": SEEN_HEART_METHOD, "rows_seen": len(rows)}
+    info: dict[str, Any] = {"method": SEEN_HEART_METHOD, "transverse": p.transverse, "rows_seen": len(rows)}
     if len(rows) < p.min_rows:
         return None, {**info, "error": f"the cardiac borders were seen in fewer than {p.min_rows} rows"}
+    window = row_window(_lung_height(right, left))
+    if p.transverse == "mrd+mld":
+        if midline is None:
+            return None, {**info, "error": "no mediastinal midline (no row holds both lungs above the heart)"}
+        mrd = robust_max(midline - rows[:, 1], window)
+        mld = robust_max(rows[:, 2] - midline, window)
+        if mld <= 0 or mrd + mld <= 0:
+            return None, {**info, "error": "the left cardiac border lies right of the midline"}
+        return (midline - mrd, midline + mld), {**info, "mrd_px": round(mrd, 1), "mld_px": round(mld, 1),
+                                                "midline": round(float(midline), 1)}
     widths = rows[:, 2] - rows[:, 1]
-    target = float(np.percentile(widths, p.width_percentile))
+    if p.transverse == "robust-max":
+        target = robust_max(widths, window)
+    else:
+        target = float(np.percentile(widths, p.width_percentile))
     k = int(np.argmin(np.abs(widths - target)))
     return (float(rows[k, 1]), float(rows[k, 2])), {**info, "row": int(rows[k, 0])}
 
 
-def internal_thoracic_diameter(right: np.ndarray, left: np.ndarray) -> float:
-    """The maximal internal thoracic diameter in pixels: the widest row between the right lung's lateral edge and
-    the left lung's lateral edge, both in the same row (on a PA film the lungs' lateral edges lie on the inner
-    margins of the ribs). 0 when no row holds both lungs."""
-    r, lft = as_mask(right, "right lung mask"), as_mask(left, "left lung mask")
-    both = r.any(axis=1) & lft.any(axis=1)
-    if not both.any():
-        return 0.0
-    x_r = np.argmax(r[both], axis=1)  # lateral edge of the right lung (image left)
-    x_l = lft.shape[1] - 1 - np.argmax(lft[both][:, ::-1], axis=1)
-    return float((x_l - x_r + 1).max())
+def _lung_height(right: np.ndarray, left: np.ndarray) -> int:
+    rows = np.flatnonzero((np.asarray(right, dtype=bool) | np.asarray(left, dtype=bool)).any(axis=1))
+    return int(rows[-1] - rows[0] + 1) if rows.size else 0
 
 
 def radiological_ctr(
@@ -146,7 +162,8 @@ def radiological_ctr(
     MRD and MLD are the maximal distances of the right and left cardiac borders from the ``midline``
     (:data:`MAX_PERCENTILE` of the seen ``rows`` of :func:`cardiac_row_widths`, each side on its own, so they
     may come from different rows), MRD at most ``max_right_share`` x MLD as in the heart outline; the thoracic
-    diameter is :func:`internal_thoracic_diameter`. ``(None, info)`` with fewer than ``min_rows`` rows."""
+    diameter is :func:`~cxrground.anatomy.ctr.internal_thoracic_diameter` (its single widest row).
+    ``(None, info)`` with fewer than ``min_rows`` rows."""
     info: dict[str, Any] = {"method": RADIOLOGICAL_CTR_METHOD}
     thorax = internal_thoracic_diameter(right, left)
     if len(rows) < min_rows or thorax <= 0:

@@ -1,8 +1,9 @@
 """The files ``cxrground segment lungs`` writes for one image, and the lines it prints about the heart.
 
 ``OUT/right_lung.png``, ``left_lung.png`` (0/255 at native size), ``heart.png`` when there is a heart,
-``overlay.png`` (the masks over the image) and ``masks.json`` (shape, backend, heart source, CTR, areas,
-the backend's extra information and provenance).
+``overlay.png`` (the masks over the image; with a heart, the CTR's two diameters drawn on it: the heart's
+width in orange, the thorax's in magenta) and ``masks.json`` (shape, backend, heart source, CTR and where its
+diameters lie, areas, the backend's extra information and provenance).
 """
 
 from __future__ import annotations
@@ -12,13 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cxrground.anatomy.ctr import cardiothoracic_ratio
+from cxrground.anatomy.ctr import CtrMeasurement, measure_ctr
 from cxrground.anatomy.segment.base import LungHeartMasks
 from cxrground.io.image import CXRImage, read_image, write_image
 from cxrground.io.masks import read_mask_png, write_mask_png
-from cxrground.io.overlay import overlay_masks
+from cxrground.io.overlay import draw_rows, overlay_masks
 
-__all__ = ["SegmentationOutput", "segment_file", "write_segmentation"]
+__all__ = ["DIAMETER_COLOURS", "SegmentationOutput", "segment_file", "write_segmentation"]
+
+#: Colours (RGB in [0, 1]) of the cardiac and the thoracic diameter drawn on ``overlay.png``.
+DIAMETER_COLOURS: tuple[tuple[float, float, float], tuple[float, float, float]] = ((1.0, 0.55, 0.0), (1.0, 0.3, 1.0))
 
 #: What the printed summary says about each heart source.
 _HEART_NOTES = {"estimate": "ESTIMATE: an outline fitted to the lungs, its width the cardiac borders seen in the "
@@ -60,18 +64,24 @@ def write_segmentation(out_dir: Path, image_path: Path, image: CXRImage, masks: 
     write_mask_png(out_dir / "right_lung.png", masks.right_lung)
     write_mask_png(out_dir / "left_lung.png", masks.left_lung)
     layers = [masks.right_lung, masks.left_lung]
-    ctr = None
+    measured: CtrMeasurement | None = None
     if masks.heart is not None:
         write_mask_png(out_dir / "heart.png", masks.heart)
         layers.append(masks.heart)
-        ctr = cardiothoracic_ratio(masks.heart, masks.right_lung, masks.left_lung)
-    write_image(out_dir / "overlay.png", overlay_masks(image.pixels, layers, alpha=0.35))
+        measured = measure_ctr(masks.heart, masks.right_lung, masks.left_lung)
+    rgb = overlay_masks(image.pixels, layers, alpha=0.35)
+    if measured is not None:
+        rgb = draw_rows(rgb, [(d.y, d.x0, d.x1) for d in (measured.cardiac, measured.thoracic)], DIAMETER_COLOURS)
+    write_image(out_dir / "overlay.png", rgb)
+    ctr = None if measured is None else measured.ctr
     record = {
         "image": str(image_path),
         "shape": list(image.shape),
         "backend": masks.source,
         "heart_source": masks.heart_source,
         "ctr": None if ctr is None else round(ctr, 4),
+        "ctr_diameters": None if measured is None else {"cardiac": measured.cardiac.to_dict(),
+                                                         "thoracic": measured.thoracic.to_dict()},
         "areas": {"right_lung": int(masks.right_lung.sum()), "left_lung": int(masks.left_lung.sum()),
                   "heart": None if masks.heart is None else int(masks.heart.sum())},
         "extra": {k: v for k, v in masks.extra.items() if k != "landmarks_canvas"},
