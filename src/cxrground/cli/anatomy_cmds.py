@@ -31,7 +31,9 @@ def show(request: GeometryRequest) -> None:
 @click.option("--no-overlays", is_flag=True, help="Write zones.csv only.")
 @click.option("--zone-model", default="zone_sim_v1", show_default=True,
               help="Who flags the zones: the shipped reader `zone_sim_v1` (trained on simulated lesions in NIH normal "
-                   "films; *_score = probability), `lesion-unet` (the lesion segmenter; *_score = share of the "
+                   "films; *_score = probability), `zone_prior_v1` (zone_sim_v1's film severity placed by a position "
+                   "prior and both image readers' zone evidence; *_score = probability), `lesion-unet` (the lesion "
+                   "segmenter; *_score = share of the "
                    "zone's lung, heart and mediastinum removed, with a lesion), `normative` (the normative z score "
                    "and its threshold), or a zone classifier .npz from `anatomy fit-zones`; a classifier must have "
                    "been fitted with the same --normative.")
