@@ -101,7 +101,7 @@ def test_shipped_prior_is_from_nih_films_and_orders_the_bands():
 class _FakeReader(PriorZoneReader):
     """A reader whose film reading is given (no models)."""
 
-    def __init__(self, probability: np.ndarray, lesion_found: bool) -> None:  # noqa: D107 - test double
+    def __init__(self, probability: np.ndarray, lesion_found: bool) -> None:
         self.flag = 0.5
         self._reading = PriorReading(probability, probability, np.zeros(6), np.zeros((2, 2)), lesion_found)
 

@@ -9,8 +9,12 @@ zone's score (75th percentile of z in the zone) and flag (score above the model'
 flagged zones and the z-map; ``OUT/failures.jsonl`` lists images that could not be read or segmented;
 ``OUT/zones.json`` says which reader produced the flags.
 
+The default of ``anatomy zones`` is the position-prior reader ``zone_prior_v1``
+(:class:`~cxrground.lesions.zone_prior.PriorZoneReader`): ``zone_sim_v1``'s film severity placed over the zones by a
+position prior and both image readers' within-film zone evidence; each ``*_score`` is its probability.
+
 With a zone classifier (``zone_model``: the shipped
-:data:`~cxrground.lesions.zone_classifier.SHIPPED_ZONE_READER`, the default of ``anatomy zones``, trained on
+:data:`~cxrground.lesions.zone_classifier.SHIPPED_ZONE_READER`, trained on
 simulated lesions in NIH normal films; or one trained by :mod:`cxrground.lesions.zone_fit` on a site's own
 labelled films; see :func:`resolve_zone_reader`), each zone's ``*_score`` is the classifier's probability that
 the zone is abnormal (features of :mod:`cxrground.lesions.zone_features` on the same working grid) and its flag
@@ -219,6 +223,8 @@ def write_zones(
     """
     if isinstance(zone_model, ZoneClassifier):
         check_same_normative(zone_model, model)
+    if isinstance(zone_model, PriorZoneReader):
+        check_same_normative(zone_model.classifier, model)
     out.mkdir(parents=True, exist_ok=True)
     readings: list[ZoneReading] = []
     failures: list[Failure] = []
