@@ -126,13 +126,14 @@ def test_check_negatives_drops_only_negatives_in_flagged_zones_and_counts_them()
     locations = ils_location_masks(right, left)
     out = ComposedStudy(negative_pairs=[_neg("opacity", ["right lung base"]), _neg("consolidation", ["left lung"]),
                                         _neg("opacity", ["right upper zone lung"]), _neg("cardiomegaly", ["heart"]),
-                                        _neg("effusion", ["left lung base"])])
+                                        _neg("effusion", ["left lung base"]), _neg("effusion", ["right lung base"])])
     flags = {z: z in ("C", "E") for z in "ABCDEF"}
     check_negatives("s", out, locations, flags, ZONE_PRIOR_READER)
     assert [(q["target"], q["location"]) for q in out.negative_pairs] == [
-        ("opacity", ["right upper zone lung"]), ("cardiomegaly", ["heart"]), ("effusion", ["left lung base"])]
+        ("opacity", ["right upper zone lung"]), ("cardiomegaly", ["heart"]), ("effusion", ["left lung base"]),
+        ("effusion", ["right lung base"])]  # an opacity reader does not contradict "no effusion"
     assert out.dropped == {dropped_by_reader(ZONE_PRIOR_READER): 2}
-    assert [q["pair_id"] for q in out.negative_pairs] == ["s_negative_0", "s_negative_1", "s_negative_2"]
+    assert [q["pair_id"] for q in out.negative_pairs] == [f"s_negative_{i}" for i in range(4)]
     kept = ComposedStudy(negative_pairs=[_neg("opacity", ["right lung base"])])
     check_negatives("s", kept, locations, dict.fromkeys("ABCDEF", False), ZONE_PRIOR_READER)
     assert len(kept.negative_pairs) == 1 and not kept.dropped

@@ -108,8 +108,8 @@ class IlsConfig:
     ``findings+impression`` (both, numbered on; a lesion + location in both counts once, findings first)."""
 
     negative_check: str = "none"
-    """Image check of lung-lesion and effusion negatives for every synthesizer: ``none``, or ``zone_prior_v1`` (a
-    negative naming a zone that the position-prior zone reader flags, in a film where the lesion segmenter finds a
+    """Image check of lung-lesion negatives for every synthesizer: ``none``, or ``zone_prior_v1`` (a negative naming
+    a zone that the position-prior zone reader flags, in a film where the lesion segmenter finds a
     lesion, is dropped and counted on the card; :mod:`cxrground.lesions.zone_prior`)."""
 
     def __post_init__(self) -> None:

@@ -9,9 +9,9 @@ written (rules fixed in ``bench/records/lesion_unet_preregistration.md``):
   mediastinum removed, at ``p ≥ t``;
 - with a zone reader's flags (``--synthesizer-opt zone_reader=zone_sim_v1``), a negative naming a flagged Brixia
   zone is dropped as well;
-- with ``ils build --negative-check zone_prior_v1`` (any synthesizer), :func:`check_negatives` drops a negative
-  naming a Brixia zone that the position-prior zone reader (:mod:`cxrground.lesions.zone_prior`) flags in a film
-  where the lesion segmenter finds a lesion;
+- with ``ils build --negative-check zone_prior_v1`` (any synthesizer), :func:`check_negatives` drops a lung-lesion
+  negative (not effusion) naming a Brixia zone that the position-prior zone reader
+  (:mod:`cxrground.lesions.zone_prior`) flags in a film where the lesion segmenter finds a lesion;
 - **positives**: a pair is dropped when its mask covers less than :data:`MIN_LOCATION_COVER` of a location it
   names (the answer would point where the mask is not);
 - **masks**: lung-lesion and effusion masks are clipped off the heart outline and the mediastinum
@@ -48,6 +48,9 @@ BRIXIA_OF: Final[dict[str, str]] = {
     "left apical zone lung": "D", "left upper zone lung": "D", "left mid zone lung": "E", "left lung base": "F"}
 #: Targets whose negatives the segmenter can check (it reads opacities and fluid, not the heart).
 CHECKED_TARGETS: Final[frozenset[str]] = frozenset({*LUNG_LESIONS, "effusion", TENTATIVE_WORD})
+#: Targets whose negatives a zone reader of lung opacity checks (:func:`check_negatives`): not effusion, since an
+#: opacity in a zone does not contradict "no effusion" there.
+OPACITY_TARGETS: Final[frozenset[str]] = frozenset({*LUNG_LESIONS, TENTATIVE_WORD})
 _BANDS: Final[tuple[str, str, str]] = ("upper zone lung", "mid zone lung", "lung base")
 
 
@@ -102,10 +105,10 @@ def dropped_by_reader(reader: str) -> str:
     return f"negative contradicted by the image ({reader} zone reader)"
 
 
-def _names_flagged(pair: Mapping[str, object], locations: Mapping[str, np.ndarray],
-                   zone_flags: Mapping[str, bool]) -> bool:
-    """A checked-target negative whose locations include a zone flagged in ``zone_flags`` (Brixia A–F)."""
-    if pair["target"] not in CHECKED_TARGETS:
+def _names_flagged(pair: Mapping[str, object], locations: Mapping[str, np.ndarray], zone_flags: Mapping[str, bool],
+                   targets: frozenset[str] = CHECKED_TARGETS) -> bool:
+    """A negative about one of ``targets`` whose locations include a zone flagged in ``zone_flags`` (Brixia A–F)."""
+    if pair["target"] not in targets:
         return False
     labels: Sequence[str] = pair.get("location") or []  # type: ignore[assignment]
     zones = [z for lab in labels for z in zones_of(lab) if z in locations]
@@ -114,11 +117,11 @@ def _names_flagged(pair: Mapping[str, object], locations: Mapping[str, np.ndarra
 
 def check_negatives(study_key: str, out: ComposedStudy, locations: Mapping[str, np.ndarray],
                     zone_flags: Mapping[str, bool], reader: str) -> None:
-    """Drop the lung-lesion and effusion negatives of ``out`` that name a zone flagged in ``zone_flags`` (Brixia
-    A–F, from the zone reader ``reader``), counting them in ``out.dropped``; other pairs are kept."""
+    """Drop the lung-lesion negatives (:data:`OPACITY_TARGETS`) of ``out`` that name a zone flagged in ``zone_flags``
+    (Brixia A–F, from the zone reader ``reader``), counting them in ``out.dropped``; other pairs are kept."""
     keep = []
     for pair in out.negative_pairs:
-        if _names_flagged(pair, locations, zone_flags):
+        if _names_flagged(pair, locations, zone_flags, OPACITY_TARGETS):
             out.dropped[dropped_by_reader(reader)] += 1
             continue
         keep.append(pair)

@@ -69,8 +69,8 @@ class BuildRequest:
     synthesizer_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the synthesizer (repeatable).")
     detector: str = option("anomaly", registry=DETECTORS)
     detector_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the detector (repeatable).")
-    negative_check: str = option("none", choices=NEGATIVE_CHECKS, help="Image check of lung-lesion and effusion "
-                                 "negatives: zone_prior_v1 drops a negative naming a zone the position-prior zone "
+    negative_check: str = option("none", choices=NEGATIVE_CHECKS, help="Image check of lung-lesion negatives: "
+                                 "zone_prior_v1 drops a negative naming a zone the position-prior zone "
                                  "reader flags in a film where the lesion segmenter finds a lesion (counted on the "
                                  "card).")
     split_file: Path | None = option(None, path="file", help="CSV with study_id,split (e.g. "

@@ -19,7 +19,7 @@ reader ``zone_prior_v1`` (``anatomy zones --zone-model zone_prior_v1``) combines
 probability is at least :data:`FLAG_PROBABILITY`. All numbers are fixed
 (``bench/records/zone_prior_preregistration.md``); nothing is fitted on COVID-19 films or Brixia scores.
 
-For the ILS negative check (:meth:`PriorZoneReader.negative_flags`), a zone contradicts a "no lesion here" pair
+For the ILS negative check (:meth:`PriorZoneReader.negative_flags`), a zone contradicts a "no lung lesion here" pair
 only when it is flagged **and** the lesion segmenter finds a lesion somewhere in the film (some zone with a lesion
 share ≥ :data:`~cxrground.lesions.lesion_zones.ZONE_COVER`): two image readers must agree that the film is
 diseased before the position prior may overrule a report's negative.
