@@ -195,3 +195,49 @@ def test_anatomy_zones_resolves_the_prior_reader_and_reads_a_film():
     again, _, _ = reader.read(film, right, left, None)
     assert list(scores) == list("ABCDEF") and scores == again and lesion_map.shape == film.shape
     assert all(0 < v < 1 for v in scores.values()) and flags == {z: v >= 0.5 for z, v in scores.items()}
+
+
+class _StubClassifier:
+    """zone_sim_v1 stand-in: fixed zone probabilities and threshold."""
+
+    feature_names = ("z_mean",)
+    threshold = 0.5
+
+    def __init__(self, probability: np.ndarray) -> None:
+        self.p = probability
+
+    def probability(self, x: np.ndarray) -> np.ndarray:
+        return self.p
+
+
+class _StubLesion:
+    """lesion-unet stand-in: fixed zone shares."""
+
+    def __init__(self, share: np.ndarray) -> None:
+        self.share = share
+
+    def read(self, pixels, right, left, heart):
+        scores = dict(zip("ABCDEF", (float(v) for v in self.share), strict=True))
+        return scores, {z: v >= 0.1 for z, v in scores.items()}, np.zeros(np.shape(pixels), np.float32)
+
+
+def test_the_reader_uses_its_prior_and_both_image_readers():
+    from cxrground.lesions.normative import NormativeModel
+
+    right, left = toy_lungs()
+    film = np.where(right | left, 60, 190).astype(np.uint8)
+    sim = np.array([0.6, 0.5, 0.5, 0.5, 0.5, 0.4])
+    share = np.array([0.0, 0.0, 0.2, 0.0, 0.0, 0.0])
+
+    def reader(prior, sim_p=sim, les=share):
+        return PriorZoneReader(ZonePrior(dict(zip("ABCDEF", prior / prior.sum(), strict=True))), _StubLesion(les),
+                               NormativeModel.load(), _StubClassifier(sim_p))
+
+    base = reader(BASAL).read_film(film, right, left, None)
+    assert base.lesion_found and np.allclose(base.sim_probability, sim) and np.allclose(base.lesion_share, share)
+    assert np.allclose(base.probability, combine(sim, share, 0.5, BASAL))
+    assert not np.allclose(reader(UNIFORM).read_film(film, right, left, None).probability, base.probability)
+    assert not np.allclose(reader(BASAL, sim_p=sim + 0.2).read_film(film, right, left, None).probability,
+                           base.probability)
+    assert not np.allclose(reader(BASAL, les=share[::-1]).read_film(film, right, left, None).probability,
+                           base.probability)
