@@ -15,7 +15,8 @@ Run: ``.venv/bin/python bench/ils_build.py [--studies 40] [--speed-studies 8] [-
    report-normal studies, trimmed, band 0, detector strength 0.14), the default before issue 14's real-film
    changes, the pseudo-normal image, the shipped ``normative_v1``, an unshrunk fit and the ``trim=prior`` fit,
    with the U-Net and with the cohort's exact anatomy masks, and the learned lesion segmenter (``lesion-unet``,
-   pairs checked against the image), and prints
+   pairs checked against the image), the default with the ``zone_prior_v1`` check of negatives
+   (``--negative-check zone_prior_v1``), and prints
    studies/s/core, gIoU / cIoU of the generated masks, recall of reported findings and the share of
    negatives that are truly lesion-free (``cxrground.ils.quality``).
 """
@@ -165,13 +166,15 @@ def main() -> None:
          BackendSpec(synthesizer="lesion-unet")),
         ("unet, lesion-unet + zone_sim_v1 check of negatives (exploratory)", 1.0,
          BackendSpec(synthesizer="lesion-unet", synthesizer_kwargs={"zone_reader": "zone_sim_v1"})),
+        ("unet, normative default + zone_prior_v1 check of negatives", 1.0, BackendSpec()),
     ]
     for i, (name, scale, spec) in enumerate(runs):
         if args.only and not any(text in name for text in args.only):
             continue
         out = work / f"run{i}"
         start = time.perf_counter()
-        summary = build_dataset(tasks, out, IlsConfig(seed=0).with_threshold_scale(scale), spec,
+        check = "zone_prior_v1" if "zone_prior_v1 check" in name else "none"
+        summary = build_dataset(tasks, out, IlsConfig(seed=0, negative_check=check).with_threshold_scale(scale), spec,
                                 scan_failures=failures, progress=False)
         seconds = time.perf_counter() - start
         print(f"\n## {name}: {summary.studies_in_dataset} studies, {summary.pairs} pairs, "

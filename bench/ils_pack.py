@@ -84,7 +84,7 @@ def scores(truth: np.ndarray, pred: np.ndarray) -> str:
 
 def cohen_ils_dataset(pack: Pack, work: Path, segmenter: str, limit: int | None = None, synthesizer: str = "normative",
                       synthesizer_kwargs: dict[str, Any] | None = None,
-                      detector_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+                      detector_kwargs: dict[str, Any] | None = None, negative_check: str = "none") -> dict[str, Any]:
     """Build ``work/dataset`` from the COVID-19 collection rows with notes (the first ``limit``); returns
     ``{study_id: row}``. The notes are the reports; ``segmenter`` masks = the pack's lung masks."""
     rows = [r for r in pack.cohen() if r.notes][:limit]
@@ -99,11 +99,13 @@ def cohen_ils_dataset(pack: Pack, work: Path, segmenter: str, limit: int | None 
     spec = BackendSpec(segmenter=segmenter, segmenter_kwargs=kwargs, synthesizer=synthesizer,
                        synthesizer_kwargs=synthesizer_kwargs or {}, detector_kwargs=detector_kwargs or {})
     start = time.perf_counter()
-    summary = build_dataset(tasks, work / "dataset", IlsConfig(), spec, scan_failures=failures, progress=False,
+    summary = build_dataset(tasks, work / "dataset", IlsConfig(negative_check=negative_check), spec,
+                            scan_failures=failures, progress=False,
                             overwrite=True)
     print(f"built {summary.studies_in_dataset} studies / {summary.pairs} pairs from {len(rows)} noted rows "
           f"({summary.failures} failures) in {time.perf_counter() - start:.1f} s, segmenter={segmenter}, "
-          f"synthesizer={synthesizer} {synthesizer_kwargs or ''}, detector options {detector_kwargs or 'default'}")
+          f"synthesizer={synthesizer} {synthesizer_kwargs or ''}, detector options {detector_kwargs or 'default'}, "
+          f"negative check {negative_check}")
     fitted = work / "dataset" / "normative_fitted.json"
     if fitted.is_file():
         meta = json.loads(fitted.read_text())
@@ -138,6 +140,8 @@ def main() -> None:
                         help="more synthesizer options, e.g. model=shipped or shrink=false (normative)")
     parser.add_argument("--detector-opt", action="append", default=[], metavar="KEY=VALUE",
                         help="built-in detector options, e.g. strength_mid=0.26 (the pre-issue-14 calibration)")
+    parser.add_argument("--negative-check", default="none", choices=["none", "zone_prior_v1"],
+                        help="image check of negatives (ils build --negative-check)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--limit", type=int, default=None, help="only the first N noted rows (exploration)")
     args = parser.parse_args()
@@ -147,7 +151,7 @@ def main() -> None:
     kwargs.update(opt.split("=", 1) for opt in args.synthesizer_opt)
     detector = dict(opt.split("=", 1) for opt in args.detector_opt)
     ids = cohen_ils_dataset(pack, work, args.segmenter, limit=args.limit, synthesizer=args.synthesizer,
-                            synthesizer_kwargs=kwargs, detector_kwargs=detector)
+                            synthesizer_kwargs=kwargs, detector_kwargs=detector, negative_check=args.negative_check)
     data = json.loads((work / "dataset" / "mimic_ils_instruction_answer.json").read_text())
     studies = {k: v for split in data.values() for k, v in split.items()}
     anatomy = {json.loads(line)["study"]: json.loads(line)

@@ -8,7 +8,7 @@ ILS.md unless said otherwise).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Final
 
 from cxrground.errors import ConfigError
 from cxrground.io.files import sha256_json
@@ -69,6 +69,10 @@ class QCConfig:
     """A study whose lungs cover less than this share of the image is rejected (truncation, non-chest)."""
 
 
+#: Image checks of negative pairs ``IlsConfig.negative_check`` accepts.
+NEGATIVE_CHECKS: Final[tuple[str, ...]] = ("none", "zone_prior_v1")
+
+
 @dataclass(frozen=True)
 class IlsConfig:
     """The whole generation configuration; ``config_hash`` identifies a dataset's settings."""
@@ -107,7 +111,15 @@ class IlsConfig:
     choice: findings, else impression, else the last paragraph), ``impression`` (impression first) or
     ``findings+impression`` (both, numbered on; a lesion + location in both counts once, findings first)."""
 
+    negative_check: str = "none"
+    """Image check of lung-lesion negatives for every synthesizer: ``none``, or ``zone_prior_v1`` (a negative naming
+    a zone that the position-prior zone reader flags, in a film where the lesion segmenter finds a
+    lesion, is dropped and counted on the card; :mod:`cxrground.lesions.zone_prior`)."""
+
     def __post_init__(self) -> None:
+        if self.negative_check not in NEGATIVE_CHECKS:
+            raise ConfigError(f"unknown negative check {self.negative_check!r}; expected one of "
+                              f"{', '.join(NEGATIVE_CHECKS)}")
         if self.sections not in SECTION_POLICIES:
             raise ConfigError(f"unknown report section policy {self.sections!r}; expected one of "
                               f"{', '.join(SECTION_POLICIES)}")

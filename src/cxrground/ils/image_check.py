@@ -9,6 +9,9 @@ written (rules fixed in ``bench/records/lesion_unet_preregistration.md``):
   mediastinum removed, at ``p ≥ t``;
 - with a zone reader's flags (``--synthesizer-opt zone_reader=zone_sim_v1``), a negative naming a flagged Brixia
   zone is dropped as well;
+- with ``ils build --negative-check zone_prior_v1`` (any synthesizer), :func:`check_negatives` drops a lung-lesion
+  negative (not effusion) naming a Brixia zone that the position-prior zone reader
+  (:mod:`cxrground.lesions.zone_prior`) flags in a film where the lesion segmenter finds a lesion;
 - **positives**: a pair is dropped when its mask covers less than :data:`MIN_LOCATION_COVER` of a location it
   names (the answer would point where the mask is not);
 - **masks**: lung-lesion and effusion masks are clipped off the heart outline and the mediastinum
@@ -31,8 +34,8 @@ from cxrground.vocab.ils_templates import TENTATIVE_WORD
 from cxrground.vocab.lesions import LUNG_LESIONS
 from cxrground.vocab.locations import BOTH_LUNGS
 
-__all__ = ["DROPPED_NEGATIVE", "DROPPED_POSITIVE", "MIN_LOCATION_COVER", "check_pairs", "clip_centre",
-           "zones_of"]
+__all__ = ["DROPPED_NEGATIVE", "DROPPED_POSITIVE", "MIN_LOCATION_COVER", "check_negatives", "check_pairs",
+           "clip_centre", "dropped_by_reader", "zones_of"]
 
 #: A positive's mask must cover at least this share of every location its pair names.
 MIN_LOCATION_COVER: Final[float] = 0.01
@@ -45,6 +48,9 @@ BRIXIA_OF: Final[dict[str, str]] = {
     "left apical zone lung": "D", "left upper zone lung": "D", "left mid zone lung": "E", "left lung base": "F"}
 #: Targets whose negatives the segmenter can check (it reads opacities and fluid, not the heart).
 CHECKED_TARGETS: Final[frozenset[str]] = frozenset({*LUNG_LESIONS, "effusion", TENTATIVE_WORD})
+#: Targets whose negatives a zone reader of lung opacity checks (:func:`check_negatives`): not effusion, since an
+#: opacity in a zone does not contradict "no effusion" there.
+OPACITY_TARGETS: Final[frozenset[str]] = frozenset({*LUNG_LESIONS, TENTATIVE_WORD})
 _BANDS: Final[tuple[str, str, str]] = ("upper zone lung", "mid zone lung", "lung base")
 
 
@@ -86,12 +92,42 @@ def check_pairs(study_key: str, out: ComposedStudy, locations: Mapping[str, np.n
             if any(location_share(probability, locations[z], threshold, centre) >= ZONE_COVER for z in zones):
                 out.dropped[DROPPED_NEGATIVE] += 1
                 continue
-            if zone_flags and any(zone_flags.get(BRIXIA_OF.get(z, ""), False) for z in zones):
+            if zone_flags and _names_flagged(pair, locations, zone_flags):
                 out.dropped[DROPPED_NEGATIVE_ZONES] += 1
                 continue
         keep_neg.append(pair)
     out.positive_pairs, out.negative_pairs = keep_pos, keep_neg
     renumber(study_key, out)
+
+
+def dropped_by_reader(reader: str) -> str:
+    """The card's reason for a negative dropped by the zone reader ``reader``."""
+    return f"negative contradicted by the image ({reader} zone reader)"
+
+
+def _names_flagged(pair: Mapping[str, object], locations: Mapping[str, np.ndarray], zone_flags: Mapping[str, bool],
+                   targets: frozenset[str] = CHECKED_TARGETS) -> bool:
+    """A negative about one of ``targets`` whose locations include a zone flagged in ``zone_flags`` (Brixia A–F)."""
+    if pair["target"] not in targets:
+        return False
+    labels: Sequence[str] = pair.get("location") or []  # type: ignore[assignment]
+    zones = [z for lab in labels for z in zones_of(lab) if z in locations]
+    return any(zone_flags.get(BRIXIA_OF.get(z, ""), False) for z in zones)
+
+
+def check_negatives(study_key: str, out: ComposedStudy, locations: Mapping[str, np.ndarray],
+                    zone_flags: Mapping[str, bool], reader: str) -> None:
+    """Drop the lung-lesion negatives (:data:`OPACITY_TARGETS`) of ``out`` that name a zone flagged in ``zone_flags``
+    (Brixia A–F, from the zone reader ``reader``), counting them in ``out.dropped``; other pairs are kept."""
+    keep = []
+    for pair in out.negative_pairs:
+        if _names_flagged(pair, locations, zone_flags, OPACITY_TARGETS):
+            out.dropped[dropped_by_reader(reader)] += 1
+            continue
+        keep.append(pair)
+    if len(keep) != len(out.negative_pairs):
+        out.negative_pairs = keep
+        renumber(study_key, out)
 
 
 def _cover(mask: np.ndarray, location: np.ndarray | None) -> float:

@@ -14,7 +14,7 @@ from cxrground.anatomy.segment import SEGMENTERS
 from cxrground.errors import ConfigError, InputError, OptionError
 from cxrground.fields import option
 from cxrground.ils.backend_spec import BackendSpec
-from cxrground.ils.config import IlsConfig
+from cxrground.ils.config import NEGATIVE_CHECKS, IlsConfig
 from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
 from cxrground.io.image import DEFAULT_MAX_PIXELS
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
@@ -69,6 +69,10 @@ class BuildRequest:
     synthesizer_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the synthesizer (repeatable).")
     detector: str = option("anomaly", registry=DETECTORS)
     detector_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the detector (repeatable).")
+    negative_check: str = option("none", choices=NEGATIVE_CHECKS, help="Image check of lung-lesion negatives: "
+                                 "zone_prior_v1 drops a negative naming a zone the position-prior zone "
+                                 "reader flags in a film where the lesion segmenter finds a lesion (counted on the "
+                                 "card).")
     split_file: Path | None = option(None, path="file", help="CSV with study_id,split (e.g. "
                                      "mimic-cxr-2.0.0-split.csv). Default: by subject hash.")
     split_ratios: str = option("0.8,0.1,0.1")
@@ -108,7 +112,8 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
 
     excluded = request.excluded()
     ratios = tuple(float(v) for v in request.split_ratios.split(","))
-    config = IlsConfig(seed=request.seed, exclude_studies=excluded, sections=request.sections)
+    config = IlsConfig(seed=request.seed, exclude_studies=excluded, sections=request.sections,
+                       negative_check=request.negative_check)
     if request.threshold_scale != 1.0:
         config = config.with_threshold_scale(request.threshold_scale)
     spec = request.backend_spec()

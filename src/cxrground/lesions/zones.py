@@ -9,8 +9,12 @@ zone's score (75th percentile of z in the zone) and flag (score above the model'
 flagged zones and the z-map; ``OUT/failures.jsonl`` lists images that could not be read or segmented;
 ``OUT/zones.json`` says which reader produced the flags.
 
+The default of ``anatomy zones`` is the position-prior reader ``zone_prior_v1``
+(:class:`~cxrground.lesions.zone_prior.PriorZoneReader`): ``zone_sim_v1``'s film severity placed over the zones by a
+position prior and both image readers' within-film zone evidence; each ``*_score`` is its probability.
+
 With a zone classifier (``zone_model``: the shipped
-:data:`~cxrground.lesions.zone_classifier.SHIPPED_ZONE_READER`, the default of ``anatomy zones``, trained on
+:data:`~cxrground.lesions.zone_classifier.SHIPPED_ZONE_READER`, trained on
 simulated lesions in NIH normal films; or one trained by :mod:`cxrground.lesions.zone_fit` on a site's own
 labelled films; see :func:`resolve_zone_reader`), each zone's ``*_score`` is the classifier's probability that
 the zone is abnormal (features of :mod:`cxrground.lesions.zone_features` on the same working grid) and its flag
@@ -40,6 +44,7 @@ from cxrground.lesions.lesion_zones import LESION_ZONE_READER, LesionZoneReader
 from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel, normalise_intensity
 from cxrground.lesions.zone_classifier import SHIPPED_ZONE_READER, ZoneClassifier, shipped_zone_reader_path
 from cxrground.lesions.zone_features import check_same_normative, feature_columns, normative_hash, zone_feature_matrix
+from cxrground.lesions.zone_prior import ZONE_PRIOR_READER, PriorZoneReader
 
 __all__ = ["CSV_COLUMNS", "NORMATIVE_READER", "ZoneReading", "film_features", "find_images", "read_zones",
            "reader_name", "resolve_zone_reader", "write_zones", "zones_overlay", "zones_provenance"]
@@ -80,18 +85,23 @@ def find_images(folder: Path) -> list[Path]:
     return paths
 
 
-ZoneReader = ZoneClassifier | LesionZoneReader
+ZoneReader = ZoneClassifier | LesionZoneReader | PriorZoneReader
+#: Readers whose map is the lesion segmenter's probability (0-1) rather than the normative z-map.
+_LESION_MAP_READERS: Final[tuple[type, ...]] = (LesionZoneReader, PriorZoneReader)
 
 
 def resolve_zone_reader(reader: str | Path | None) -> ZoneReader | None:
     """The zone reader named by ``reader``: :data:`NORMATIVE_READER` → None (the normative threshold flags),
     ``lesion-unet`` → the lesion segmenter's zone reader (:class:`~cxrground.lesions.lesion_zones.LesionZoneReader`),
+    ``zone_prior_v1`` → severity + position prior (:class:`~cxrground.lesions.zone_prior.PriorZoneReader`),
     None or :data:`~cxrground.lesions.zone_classifier.SHIPPED_ZONE_READER` → the shipped reader, else a ``.npz``
     path written by ``anatomy fit-zones`` (or :meth:`ZoneClassifier.save`)."""
     if str(reader) == NORMATIVE_READER:
         return None
     if str(reader) == LESION_ZONE_READER:
         return LesionZoneReader.shipped()
+    if str(reader) == ZONE_PRIOR_READER:
+        return PriorZoneReader.shipped()
     if reader is None or str(reader) == SHIPPED_ZONE_READER:
         return ZoneClassifier.load(shipped_zone_reader_path())
     return ZoneClassifier.load(Path(reader))
@@ -101,7 +111,7 @@ def reader_name(zone_model: ZoneReader | None) -> str:
     """Who flags the zones: :data:`NORMATIVE_READER`, the lesion reader, or ``zone-model <file> (p >= threshold)``."""
     if zone_model is None:
         return NORMATIVE_READER
-    if isinstance(zone_model, LesionZoneReader):
+    if isinstance(zone_model, _LESION_MAP_READERS):
         return zone_model.name()
     name = Path(str(zone_model.meta.get("path", "in-memory"))).name
     return f"zone-model {name} (p >= {zone_model.threshold:.2f})"
@@ -139,7 +149,7 @@ def read_zones(
     the lesion reader, zone shares), else from the normative threshold."""
     seg, px, r_w, l_w = _segment_on_work_grid(image, segmenter)
     right, left = seg.right_lung, seg.left_lung
-    if isinstance(zone_model, LesionZoneReader):
+    if isinstance(zone_model, _LESION_MAP_READERS):
         box = work_box(image.shape)
         heart = seg.heart if box is None or seg.heart is None else box.mask_to_canvas(seg.heart)
         scores, flags, z = zone_model.read(px, r_w, l_w, heart)
@@ -180,7 +190,7 @@ def zones_overlay(image: CXRImage, seg: LungHeartMasks, z: np.ndarray, reading: 
         anat = overlay_masks(anat, flagged, [(1.0, 0.1, 0.1)] * len(flagged), alpha=0.35, outline=False)
     ctr = "n/a" if reading.ctr is None else f"{reading.ctr:.2f}"
     flags = " ".join(f"{k}{'+' if reading.flags[k] else '-'}" for k in ZONES)
-    lesion = reading.reader.startswith(LESION_ZONE_READER)
+    lesion = reading.reader.startswith((LESION_ZONE_READER, ZONE_PRIOR_READER))
     heat = np.clip(z if lesion else z / 4.0, 0.0, 1.0)
     grey = np.repeat((px.astype(np.float64) / 255.0)[:, :, None], 3, axis=2)
     red = np.stack([np.ones_like(heat), np.zeros_like(heat), np.zeros_like(heat)], axis=2)
@@ -191,8 +201,13 @@ def zones_overlay(image: CXRImage, seg: LungHeartMasks, z: np.ndarray, reading: 
                                                      f"flags: {reading.reader}"], width),
               label_panel(zimg.astype(np.uint8), "lesion probability (0-1)" if lesion else
                           "deviation from normal (z, 0-4)",
-                          [scores if normative else f"{'zone share' if lesion else 'p(abnormal)'} {scores}"], width)]
+                          [scores if normative else f"{_score_word(reading.reader)} {scores}"], width)]
     return contact_sheet(panels, columns=2)
+
+
+def _score_word(reader: str) -> str:
+    """What a non-normative reader's zone scores are, for the overlay caption."""
+    return "zone share" if reader.startswith(LESION_ZONE_READER) else "p(abnormal)"
 
 
 def write_zones(
@@ -208,6 +223,8 @@ def write_zones(
     """
     if isinstance(zone_model, ZoneClassifier):
         check_same_normative(zone_model, model)
+    if isinstance(zone_model, PriorZoneReader):
+        check_same_normative(zone_model.classifier, model)
     out.mkdir(parents=True, exist_ok=True)
     readings: list[ZoneReading] = []
     failures: list[Failure] = []
@@ -234,6 +251,12 @@ def zones_provenance(model: NormativeModel, zone_model: ZoneReader | None, image
                      failures: int) -> dict[str, Any]:
     """The content of ``zones.json``: which reader produced the flags, what the scores mean, the models."""
     normative = {**model.provenance(), "sha256": normative_hash(model)}
+    if isinstance(zone_model, PriorZoneReader):
+        return {"reader": reader_name(zone_model), "flag": f"probability >= {zone_model.flag:.4g}",
+                "score": "probability that the zone is abnormal: zone_sim_v1 film severity + position prior + "
+                         "within-film zone evidence of zone_sim_v1 and lesion-unet",
+                "normative": normative, "zone_model": zone_model.provenance(), "images": images,
+                "failures": failures}
     if isinstance(zone_model, LesionZoneReader):
         prov = zone_model.provenance()
         return {"reader": reader_name(zone_model), "flag": f"zone share >= {zone_model.cover:.4g}",
