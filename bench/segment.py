@@ -6,8 +6,8 @@ Also the U-Net's lung Dice on synthetic phantoms (exact masks; seed 1000, never 
 Run: ``.venv/bin/python bench/segment.py [--phantoms 50] [--nc 0] [--synthetic 40] [--threads 2]``
 (``--nc 0`` = all CC BY-NC-SA rows; ``--synthetic 0`` skips the phantom Dice).
 
-``--real [--only-real] [--cache DIR] [--overlays DIR]``: the anatomy of every pack film (826: 621 NIH, 205
-COVID-19 collection), on the working grid of the built-in segmenter (U-Net lungs; seen-border heart):
+``--real [--only-real] [--cache DIR] [--overlays DIR] [--weights FILE]``: the anatomy of every pack film (826:
+621 NIH, 205 COVID-19 collection), on the working grid of the built-in segmenter (U-Net lungs; seen-border heart):
 plausibility counts of the heart outline (top above the carina level, any heart pixel below the lung bases or
 below the hemidiaphragm line, outside the thorax, apex cut flat), the U-Net's lung-base coverage of the pack's
 masks on the Brixia-scored films and its per-lung Dice on all 205 annotated films, the CTR AUROC of the NIH
@@ -77,10 +77,22 @@ OVERLAY_FILMS = (
     "covid-19-rapidly-progressive-acute-respiratory-distress-syndrome-ards-day-2",  # consolidated bases
     "covid-19-rapidly-progressive-acute-respiratory-distress-syndrome-ards-day-3",
     "covid-19-pneumonia-40", "covid-19-pneumonia-23-day3", "covid-19-pneumonia-58-day-9", "16708_4_1",
+    "16708_5_1", "covid-19-pneumonia-30-PA",
 )
 
 
-def real_films(threads: int, cache: str | None, overlays: str | None) -> None:
+def below_base(pred: np.ndarray, gt: np.ndarray) -> float:
+    """Share of the annotated lung's area that ``pred`` puts below it: predicted pixels under the annotation's
+    lowest row in their column (the diaphragm / costophrenic angle), in the columns the annotation covers."""
+    cols = gt.any(axis=0)
+    if not cols.any():
+        return 0.0
+    rows = np.arange(gt.shape[0])[:, None]
+    lowest = np.where(cols, gt.shape[0] - 1 - np.argmax(gt[::-1], axis=0), -1)
+    return float((pred & (rows > lowest[None, :]) & cols[None, :]).sum() / max(1, int(gt.sum())))
+
+
+def real_films(threads: int, cache: str | None, overlays: str | None, weights: str | None = None) -> None:
     """The ``--real`` rows (module docstring)."""
     import tempfile
     from pathlib import Path
@@ -91,7 +103,7 @@ def real_films(threads: int, cache: str | None, overlays: str | None) -> None:
     from cxrground.datasets.pack import Pack
 
     pack = Pack()
-    seg = UNetLungSegmenter(threads=threads)
+    seg = UNetLungSegmenter(weights, threads=threads)
     folder = Path(cache or tempfile.mkdtemp(prefix="cxrground-real-anatomy-"))
     folder.mkdir(parents=True, exist_ok=True)
     recs = [("nih", r) for r in pack.nih()] + [("cohen", r) for r in pack.cohen()]
@@ -123,6 +135,7 @@ def real_films(threads: int, cache: str | None, overlays: str | None) -> None:
             row["base"] = tuple(float((pred & lung_zone_bands(gt)["lung base"] & gt).sum() /
                                       max(1, (lung_zone_bands(gt)["lung base"] & gt).sum()))
                                 for pred, gt in ((right, gr), (left, gl)))
+            row["below"] = (below_base(right, gr), below_base(left, gl))
         if overlays and rec.image_id in OVERLAY_FILMS:
             _overlay(Path(overlays) / f"{rec.image_id}.png", d["px"], right, left, heart, info)
         rows.append(row)
@@ -144,6 +157,12 @@ def real_films(threads: int, cache: str | None, overlays: str | None) -> None:
     print(f"lung-base coverage of the pack's masks on the {len(brixia)} Brixia-scored films: median right "
           f"{np.median(base[:, 0]):.3f} left {np.median(base[:, 1]):.3f}; films with a base < 70 % covered: "
           f"{len(low)} {low}")
+    below = np.asarray([b for r in cohen for b in r["below"]])
+    leaks = sorted(((r["rec"].image_id, round(max(r["below"]), 3)) for r in cohen if max(r["below"]) > 0.05),
+                   key=lambda t: -t[1])
+    print(f"lung below the pack mask's base (share of the annotated lung's area, per lung, {len(cohen)} films): "
+          f"median {np.median(below):.4f}, 95th percentile {np.percentile(below, 95):.4f}; films with a lung > 5 %: "
+          f"{len(leaks)}, the worst {leaks[:8]}")
     nih = [r for r in hearts if r["src"] == "nih"]
     ctr = np.asarray([r["ctr"] for r in nih])
     cm = np.asarray(["Cardiomegaly" in r["rec"].labels for r in nih])
@@ -209,13 +228,14 @@ def main() -> None:
     parser.add_argument("--only-real", action="store_true", help="only the real-film anatomy rows")
     parser.add_argument("--cache", default=None, help="folder keeping the U-Net lungs of each film (--real)")
     parser.add_argument("--overlays", default=None, help="folder for the overlays of OVERLAY_FILMS (--real)")
+    parser.add_argument("--weights", default=None, help="U-Net .safetensors (default: the shipped lung weights)")
     args = parser.parse_args()
 
     import torch
 
     if args.real or args.only_real:
         torch.set_num_threads(args.threads)
-        real_films(args.threads, args.cache, args.overlays)
+        real_films(args.threads, args.cache, args.overlays, args.weights)
         if args.only_real:
             return
 
@@ -228,7 +248,7 @@ def main() -> None:
     from cxrground.models.lung_unet import evaluate_records, evaluate_synthetic
 
     torch.set_num_threads(args.threads)
-    seg = UNetLungSegmenter(threads=args.threads)
+    seg = UNetLungSegmenter(args.weights, threads=args.threads)
     model, meta = seg._ensure()
     print(f"model {meta['name']}  sha256 {meta['sha256'][:16]}...  params {meta['parameters']:,}  "
           f"torch threads {torch.get_num_threads()}")

@@ -245,3 +245,54 @@ def test_train_lung_unet_mixes_phantoms_and_fine_tunes(tmp_path: Path):
     again = train_lung_unet(_FakePack(), tmp_path / "c", epochs=1, recipe=recipe, config=TINY, name="tiny",
                             progress=False, synth_config=cfg, evaluate=False)
     assert again.sidecar["sha256"] == meta["sha256"]  # same seed, same data, same init: identical weights
+
+
+def _pack_like_samples(n: int = 3, size: int = 96) -> Samples:
+    """Letterbox-like samples with two lung ellipses on a soft-tissue background (dark lungs)."""
+    yy, xx = np.mgrid[:size, :size]
+    images, targets = [], []
+    for k in range(n):
+        r = ((xx - 30) / 16) ** 2 + ((yy - 48) / (30 - k)) ** 2 <= 1
+        lft = ((xx - 66) / 16) ** 2 + ((yy - 48) / 30) ** 2 <= 1
+        images.append(np.where(r | lft, 0.25, 0.75).astype(np.float32))
+        targets.append(np.stack([r, lft]).astype(np.float32))
+    valid = np.ones((n, size, size), dtype=bool)
+    valid[:, :4] = False  # a padded strip stays 0
+    imgs = np.stack(images) * valid
+    return Samples(imgs, np.stack(targets), np.ones((n, size, size), np.float32), valid, [f"s{k}" for k in range(n)])
+
+
+def test_lesioned_samples_whiten_the_lungs_and_keep_the_labels():
+    from cxrground.models.lung_unet import lesioned_samples
+    from cxrground.models.lung_unet.config import dense_bases_params
+
+    s = _pack_like_samples()
+    out = lesioned_samples(s, 2, seed=3, params=dense_bases_params())
+    assert len(out) == 6 and out.ids[:2] == ["s0#lesion0", "s0#lesion1"]
+    np.testing.assert_array_equal(out.targets, s.targets[[0, 0, 1, 1, 2, 2]])  # the lung stays lung
+    np.testing.assert_array_equal(out.valid, s.valid[[0, 0, 1, 1, 2, 2]])
+    assert (out.images[:, :4] == 0).all() and out.images.max() <= 1.0
+    lungs = out.targets.max(axis=1) > 0.5
+    base = np.zeros_like(lungs)
+    base[:, 60:] = True  # lower third of the ellipses
+    gain = out.images - s.images[[0, 0, 1, 1, 2, 2]]
+    # dense basal disease: the lung bases brighten on average by more than a fifth of the range
+    assert gain[lungs & base].mean() > 0.2
+    np.testing.assert_array_equal(lesioned_samples(s, 2, seed=3, params=dense_bases_params()).images, out.images)
+    assert not np.array_equal(lesioned_samples(s, 2, seed=4, params=dense_bases_params()).images, out.images)
+
+
+def test_train_lung_unet_records_the_lesion_augmentation(tmp_path: Path):
+    from cxrground.models.lung_unet import train_lung_unet
+    from cxrground.models.lung_unet.config import DENSE_BASES, LungTrainRequest
+
+    recipe = TrainRecipe(batch_size=4, val_count=2, threads=1, synthetic_eval_count=0, lesion_copies=1, lesion_seed=5)
+    res = train_lung_unet(_FakePack(), tmp_path, epochs=1, recipe=recipe, config=TINY, name="tiny", progress=False,
+                          evaluate=False)
+    meta = json.loads(res.sidecar_path.read_text())
+    aug = meta["data"]["lesion_augment"]
+    assert aug["copies"] == 1 and aug["seed"] == 5 and aug["params"]["lower_bias"] == DENSE_BASES["lower_bias"]
+    assert meta["training"]["recipe"]["lesion_copies"] == 1
+    assert "lesioned copies" in meta["data"]["summary"]
+    req = LungTrainRequest(out=tmp_path, lesion_copies=2, lesion_seed=1, max_minutes=3.0)
+    assert (req.recipe().lesion_copies, req.recipe().lesion_seed, req.recipe().max_minutes) == (2, 1, 3.0)

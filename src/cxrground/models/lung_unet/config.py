@@ -9,7 +9,28 @@ from typing import Any
 from cxrground.datasets.pack import PACK_HELP
 from cxrground.fields import option
 
-__all__ = ["Augment", "TrainRecipe"]
+__all__ = ["DENSE_BASES", "Augment", "TrainRecipe", "dense_bases_params"]
+
+
+def dense_bases_params() -> Any:
+    """:class:`~cxrground.lesions.lesion_sim.LesionSimParams` of dense basal disease as on portable ARDS films.
+
+    Every film gets lesions, lower zones six times as likely as upper ones; opacities are mostly dense
+    airspace (attenuation 0.5–1.3: aerated lung turns as dense as soft tissue), half the chosen bases get an
+    effusion up to 40 % of the lung's height with a laterally rising meniscus and fluid spilling up to 15 % of
+    the lung's height beyond the lung mask, so that the costophrenic angle and the hemidiaphragm disappear.
+    """
+    from cxrground.lesions.lesion_sim import LesionSimParams
+
+    return LesionSimParams(**DENSE_BASES)
+
+
+#: Keyword arguments of :func:`dense_bases_params` (recorded in the sidecar with the recipe).
+DENSE_BASES: dict[str, Any] = {
+    "p_negative": 0.0, "p_all_zones": 0.15, "lower_bias": 6.0, "p_effusion": 0.5, "p_ground_glass": 0.15,
+    "ground_glass_attenuation": (0.2, 0.5), "airspace_attenuation": (0.5, 1.3), "effusion_attenuation": (0.7, 1.4),
+    "airspace_cover": (0.5, 1.0), "effusion_height": (0.1, 0.4), "effusion_spill": (0.02, 0.15), "edge": 0.05,
+}
 
 
 @dataclass(frozen=True)
@@ -53,6 +74,10 @@ class TrainRecipe:
     synthetic_eval_count: int = 40
     init_weights: str | None = None
     """Fine-tune from these weights (a model file name, recorded with its sha256) instead of a fresh init."""
+    lesion_copies: int = 0
+    """Copies of every real training film with simulated dense basal consolidation / effusion inserted
+    (:func:`dense_bases_params`, lung labels unchanged), added to the training split (never to validation)."""
+    lesion_seed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -77,9 +102,15 @@ class LungTrainRequest:
     init_weights: Path | None = option(None, flag="--init", path="out_file",
                                        help="Fine-tune from these weights (.safetensors with its .json).")
     lr: float = option(3e-3, low=0, low_open=True)
+    lesion_copies: int = option(0, low=0, help="Copies of each real training film with simulated dense basal "
+                                "consolidation/effusion inside the annotated lungs (labels unchanged).")
+    lesion_seed: int = option(0, low=0, help="Seed of the simulated lesions.")
+    max_minutes: float | None = option(None, help="Stop after the epoch that crosses this many minutes.")
 
     def recipe(self) -> TrainRecipe:
         """The optimisation settings (half a warm-up epoch when fine-tuning from ``init_weights``)."""
         return TrainRecipe(threads=self.threads, lr=self.lr, synthetic_count=self.synthetic,
                            synthetic_seed=self.synthetic_seed, warmup_epochs=0.5 if self.init_weights else 1.0,
-                           init_weights=str(self.init_weights) if self.init_weights else None)
+                           init_weights=str(self.init_weights) if self.init_weights else None,
+                           lesion_copies=self.lesion_copies, lesion_seed=self.lesion_seed,
+                           max_minutes=self.max_minutes)

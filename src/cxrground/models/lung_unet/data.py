@@ -25,6 +25,7 @@ __all__ = [
     "PhantomRecord",
     "Samples",
     "concat_samples",
+    "lesioned_samples",
     "phantom_records",
     "prepare_samples",
     "split_by_patient",
@@ -164,6 +165,35 @@ def concat_samples(*parts: Samples) -> Samples:
     return Samples(np.concatenate([p.images for p in parts]), np.concatenate([p.targets for p in parts]),
                    np.concatenate([p.weights for p in parts]), np.concatenate([p.valid for p in parts]),
                    [i for p in parts for i in p.ids])
+
+
+def lesioned_samples(samples: Samples, copies: int, seed: int, params: Any = None) -> Samples:
+    """``copies`` variants of every sample with simulated lesions inside its lungs, targets unchanged.
+
+    Lesions come from :func:`cxrground.lesions.lesion_sim.simulate_lesions` (``params``: its
+    ``LesionSimParams``) on the letterboxed canvas, seed ``seed * 1_000_003 + sample * 101 + copy``; the
+    padding stays 0. A sample with an empty lung is skipped. Ids get ``#lesionK``.
+    """
+    from cxrground.errors import InputError
+    from cxrground.lesions.lesion_sim import simulate_lesions
+
+    images, keep, ids = [], [], []
+    for i in range(len(samples)):
+        right, left = samples.targets[i, 0] > 0.5, samples.targets[i, 1] > 0.5
+        px = np.clip(np.rint(samples.images[i] * 255.0), 0, 255).astype(np.uint8)
+        for c in range(int(copies)):
+            try:
+                film = simulate_lesions(px, right, left, params, seed=int(seed) * 1_000_003 + i * 101 + c)
+            except InputError:
+                continue
+            images.append((film.pixels.astype(np.float32) / 255.0) * samples.valid[i])
+            keep.append(i)
+            ids.append(f"{samples.ids[i] if samples.ids else i}#lesion{c}")
+    if not images:
+        raise ConfigError("no lesioned samples (every sample has an empty lung)")
+    ix = np.asarray(keep, dtype=np.int64)
+    return Samples(np.stack(images).astype(np.float32), samples.targets[ix].copy(), samples.weights[ix].copy(),
+                   samples.valid[ix].copy(), ids)
 
 
 def split_by_patient(records: Sequence[LungRecord], val_count: int, seed: int) -> tuple[list[int], list[int]]:

@@ -16,11 +16,12 @@ from typing import Any
 
 from cxrground.anatomy.segment.unet import UNetConfig
 from cxrground.errors import ConfigError
-from cxrground.models.lung_unet.config import LungTrainRequest, TrainRecipe
+from cxrground.models.lung_unet.config import DENSE_BASES, LungTrainRequest, TrainRecipe, dense_bases_params
 from cxrground.models.lung_unet.data import (
     LungPack,
     LungRecord,
     concat_samples,
+    lesioned_samples,
     prepare_samples,
     split_by_patient,
     synthetic_samples,
@@ -139,6 +140,9 @@ def train_lung_unet(
     t0 = time.perf_counter()
     samples = prepare_samples(shippable, config.input_size, progress=progress)
     train_s, val_s = samples.subset(train_idx), samples.subset(val_idx)
+    if recipe.lesion_copies:
+        train_s = concat_samples(train_s, lesioned_samples(train_s, recipe.lesion_copies, recipe.lesion_seed,
+                                                           dense_bases_params()))
     if recipe.synthetic_count:
         synth = synthetic_samples(recipe.synthetic_count, recipe.synthetic_seed, synth_config, config.input_size,
                                   progress=progress)
@@ -174,6 +178,8 @@ def train_lung_unet(
                         f"rows with licences {sorted(_licence_counts(shippable))}"
                         + (f" + {recipe.synthetic_count} synthetic phantoms (train only)" if recipe.synthetic_count
                            else "")
+                        + (f" + {recipe.lesion_copies} lesioned copies of each real training film (train only)"
+                           if recipe.lesion_copies else "")
                         + "; NC rows for evaluation only"),
             "collection": "COVID-19 image data collection, Cohen, Morrison, Dao, arXiv:2003.11597 (2020)",
             "masks": "V7 Labs COVID-19 X-ray annotations (lung masks), CC BY 4.0; split into right/left lungs",
@@ -185,6 +191,13 @@ def train_lung_unet(
                 "licences": _licence_counts(eval_records),
                 "use": "evaluation only (non-commercial licences); never used for training or model selection",
             },
+            "lesion_augment": ({
+                "copies": recipe.lesion_copies, "seed": recipe.lesion_seed,
+                "simulator": "cxrground.lesions.lesion_sim.simulate_lesions on the 256-px canvas",
+                "params": {k: list(v) if isinstance(v, tuple) else v for k, v in DENSE_BASES.items()},
+                "use": "training split only: the real training films again with simulated dense basal "
+                       "consolidation / effusion inside the annotated lungs, lung labels unchanged",
+            } if recipe.lesion_copies else None),
             "synthetic_train": (_synthetic_entry(recipe.synthetic_seed, recipe.synthetic_count, synth_config,
                                                  "training split only (not validation / model selection)")
                                 if recipe.synthetic_count else None),
