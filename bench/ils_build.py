@@ -167,14 +167,18 @@ def main() -> None:
         ("unet, lesion-unet + zone_sim_v1 check of negatives (exploratory)", 1.0,
          BackendSpec(synthesizer="lesion-unet", synthesizer_kwargs={"zone_reader": "zone_sim_v1"})),
         ("unet, normative default + zone_prior_v1 check of negatives", 1.0, BackendSpec()),
+        ("unet, normative default, masks not clipped off the heart and mediastinum", 1.0, BackendSpec()),
+        ("truth anatomy, normative default, masks not clipped off the heart and mediastinum", 1.0,
+         BackendSpec(segmenter="masks", segmenter_kwargs=truth)),
     ]
     for i, (name, scale, spec) in enumerate(runs):
         if args.only and not any(text in name for text in args.only):
             continue
         out = work / f"run{i}"
         start = time.perf_counter()
-        check = "zone_prior_v1" if "zone_prior_v1 check" in name else "none"
-        summary = build_dataset(tasks, out, IlsConfig(seed=0, negative_check=check).with_threshold_scale(scale), spec,
+        config = IlsConfig(seed=0, negative_check="zone_prior_v1" if "zone_prior_v1 check" in name else "none",
+                           lung_lesions_off_centre="not clipped" not in name)
+        summary = build_dataset(tasks, out, config.with_threshold_scale(scale), spec,
                                 scan_failures=failures, progress=False)
         seconds = time.perf_counter() - start
         print(f"\n## {name}: {summary.studies_in_dataset} studies, {summary.pairs} pairs, "
