@@ -15,7 +15,7 @@ import argparse
 import time
 
 import numpy as np
-from segment import _auroc  # the bench scripts share one AUROC
+from segment import _auroc, cached_lungs  # the bench scripts share one AUROC and one lung cache
 
 REFERENCE = "ctr now: p75 row / lungs' extent (reference)"
 #: name -> (outline border rule, thoracic diameter), as in the pre-registration.
@@ -63,26 +63,18 @@ def ratio(heart, right: np.ndarray, left: np.ndarray, thorax: str) -> float:
 
 
 def nih_lungs(cache: str, threads: int):
-    """``(record, pixels, right, left)`` of every NIH film on the working grid (U-Net lungs, cached)."""
+    """``(record, pixels, right, left)`` of every NIH film on the working grid (U-Net lungs, cached as
+    ``bench/segment.py`` caches them)."""
     from pathlib import Path
 
     from cxrground.anatomy.segment import UNetLungSegmenter
-    from cxrground.anatomy.segment.builtin import postprocess_lungs, work_box
     from cxrground.datasets.pack import Pack
 
     seg = UNetLungSegmenter(threads=threads)
     folder = Path(cache)
     folder.mkdir(parents=True, exist_ok=True)
     for rec in Pack().nih():
-        path = folder / f"nih_{rec.image_id}.npz"
-        if not path.is_file():
-            im = rec.read()
-            box = work_box(im.shape)
-            p_r, p_l, _ = seg.probabilities(im, None if box is None else box.canvas_hw)
-            right, left = postprocess_lungs(p_r, p_l, seg.threshold)
-            px = im.pixels if box is None else box.image_to_canvas(im.pixels)
-            np.savez_compressed(path, px=px.astype(np.float32), R=right, L=left)
-        d = np.load(path)
+        d = cached_lungs(seg, folder, "nih", rec)
         yield rec, d["px"], d["R"].astype(bool), d["L"].astype(bool)
 
 

@@ -152,7 +152,6 @@ def complete(variant: str, right: np.ndarray, left: np.ndarray, pixels: np.ndarr
     if variant.startswith("hp"):
         return _with_highpass(variant, right, left, pixels, priors, lesion)
     out = []
-    h = right.shape[0]
     for mask, prior, other in ((right, priors[0], left), (left, priors[1], right)):
         rows = np.flatnonzero(mask.any(axis=1))
         keep = int(rows[0] + RELIABLE * (rows[-1] - rows[0]))
@@ -172,21 +171,33 @@ def complete(variant: str, right: np.ndarray, left: np.ndarray, pixels: np.ndarr
             out.append(mask)
             continue
         if variant == "shape+edge" and add.any():
-            air = np.percentile(pixels[mask & (np.arange(h)[:, None] < keep)], 20)
-            span = max(1.0, float(np.median(pixels[add]) - air))
-            w = max(2, int(0.015 * h))
-            for c in np.flatnonzero(add.any(axis=0)):
-                if not mask[:, c].any():
-                    continue
-                yb = h - 1 - int(np.argmax(mask[::-1, c]))
-                if yb < keep:
-                    continue
-                above = (pixels[max(0, yb - 5 * w): yb - w + 1, c].mean() - air) / span
-                below = (pixels[yb + w: yb + 3 * w + 1, c].mean() - air) / span if yb + w < h else above
-                if above < EDGE_DARK and below - above > EDGE_STEP:
-                    add[:, c] = False
+            for c, _ in _diaphragm_edge_columns(add, mask, pixels, keep, lowest_row=keep):
+                add[:, c] = False
         out.append(_largest_filled(mask | add))
     return out[0], out[1] & ~out[0]
+
+
+def _diaphragm_edge_columns(add: np.ndarray, mask: np.ndarray, pixels: np.ndarray, keep: int,
+                            lowest_row: int) -> list[tuple[int, int]]:
+    """``(column, lowest lung row)`` of the columns of ``add`` where the lung ``mask`` ends (at or below
+    ``lowest_row``) on a diaphragm edge: dark aerated lung just above, a step up in brightness just below (air
+    level from the lung above row ``keep``)."""
+    h = mask.shape[0]
+    air = np.percentile(pixels[mask & (np.arange(h)[:, None] < keep)], 20)
+    span = max(1.0, float(np.median(pixels[add]) - air))
+    w = max(2, int(0.015 * h))
+    out = []
+    for c in np.flatnonzero(add.any(axis=0)):
+        if not mask[:, c].any():
+            continue
+        yb = h - 1 - int(np.argmax(mask[::-1, c]))
+        if yb < lowest_row:
+            continue
+        above = (pixels[max(0, yb - 5 * w): yb - w + 1, c].mean() - air) / span
+        below = (pixels[yb + w: yb + 3 * w + 1, c].mean() - air) / span if yb + w < h else above
+        if above < EDGE_DARK and below - above > EDGE_STEP:
+            out.append((int(c), yb))
+    return out
 
 
 def _with_highpass(variant: str, right: np.ndarray, left: np.ndarray, pixels: np.ndarray,
@@ -196,7 +207,6 @@ def _with_highpass(variant: str, right: np.ndarray, left: np.ndarray, pixels: np
     pixels inside the shape prior are added; ``hp@prior+edge``: and none in columns where the U-Net lung ends on a
     diaphragm edge (as ``shape+edge``)."""
     out = []
-    h = right.shape[0]
     for mask, prior, extra in ((right, priors[0], hp_lungs[0]), (left, priors[1], hp_lungs[1])):
         add = extra & ~mask
         if variant != "hp":
@@ -204,17 +214,8 @@ def _with_highpass(variant: str, right: np.ndarray, left: np.ndarray, pixels: np
         if variant == "hp@prior+edge" and add.any():
             rows = np.flatnonzero(mask.any(axis=1))
             keep = int(rows[0] + RELIABLE * (rows[-1] - rows[0]))
-            air = np.percentile(pixels[mask & (np.arange(h)[:, None] < keep)], 20)
-            span = max(1.0, float(np.median(pixels[add]) - air))
-            w = max(2, int(0.015 * h))
-            for c in np.flatnonzero(add.any(axis=0)):
-                if not mask[:, c].any():
-                    continue
-                yb = h - 1 - int(np.argmax(mask[::-1, c]))
-                above = (pixels[max(0, yb - 5 * w): yb - w + 1, c].mean() - air) / span
-                below = (pixels[yb + w: yb + 3 * w + 1, c].mean() - air) / span if yb + w < h else above
-                if above < EDGE_DARK and below - above > EDGE_STEP:
-                    add[yb + 1:, c] = False
+            for c, yb in _diaphragm_edge_columns(add, mask, pixels, keep, lowest_row=0):
+                add[yb + 1:, c] = False
         out.append(_largest_filled(mask | add))
     return out[0], out[1] & ~out[0]
 

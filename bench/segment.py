@@ -92,6 +92,27 @@ def below_base(pred: np.ndarray, gt: np.ndarray) -> float:
     return float((pred & (rows > lowest[None, :]) & cols[None, :]).sum() / max(1, int(gt.sum())))
 
 
+def cached_lungs(seg, folder, src: str, rec):
+    """The film on the working grid (``px``), the U-Net's lungs (``R``, ``L``) and, for COVID-19 rows, the pack's
+    lungs (``GR``, ``GL``), from ``folder/{src}_{id}.npz`` (written on first use)."""
+    from cxrground.anatomy.segment.builtin import postprocess_lungs, work_box
+
+    path = folder / f"{src}_{rec.image_id}.npz"
+    if not path.is_file():
+        im = rec.read()
+        box = work_box(im.shape)
+        p_r, p_l, _ = seg.probabilities(im, None if box is None else box.canvas_hw)
+        right, left = postprocess_lungs(p_r, p_l, seg.threshold)
+        px = im.pixels if box is None else box.image_to_canvas(im.pixels)
+        data = {"px": px.astype(np.float32), "R": right, "L": left}
+        if src == "cohen":
+            gr, gl = rec.lungs(im.shape)
+            data.update(GR=gr if box is None else box.mask_to_canvas(gr),
+                        GL=gl if box is None else box.mask_to_canvas(gl))
+        np.savez_compressed(path, **data)
+    return np.load(path)
+
+
 def real_films(threads: int, cache: str | None, overlays: str | None, weights: str | None = None) -> None:
     """The ``--real`` rows (module docstring)."""
     import tempfile
@@ -99,7 +120,7 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
 
     from cxrground.anatomy.ils_locations import lung_zone_bands
     from cxrground.anatomy.segment import UNetLungSegmenter
-    from cxrground.anatomy.segment.builtin import heart_from_lungs, postprocess_lungs, work_box
+    from cxrground.anatomy.segment.builtin import heart_from_lungs
     from cxrground.datasets.pack import Pack
 
     pack = Pack()
@@ -110,20 +131,7 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
     start = time.perf_counter()
     rows = []
     for src, rec in recs:
-        path = folder / f"{src}_{rec.image_id}.npz"
-        if not path.is_file():
-            im = rec.read()
-            box = work_box(im.shape)
-            p_r, p_l, _ = seg.probabilities(im, None if box is None else box.canvas_hw)
-            right, left = postprocess_lungs(p_r, p_l, seg.threshold)
-            px = im.pixels if box is None else box.image_to_canvas(im.pixels)
-            data = {"px": px.astype(np.float32), "R": right, "L": left}
-            if src == "cohen":
-                gr, gl = rec.lungs(im.shape)
-                data.update(GR=gr if box is None else box.mask_to_canvas(gr),
-                            GL=gl if box is None else box.mask_to_canvas(gl))
-            np.savez_compressed(path, **data)
-        d = np.load(path)
+        d = cached_lungs(seg, folder, src, rec)
         right, left = d["R"].astype(bool), d["L"].astype(bool)
         heart, info = heart_from_lungs(right, left, pixels=d["px"])
         row = {"src": src, "rec": rec, "ctr": info.get("ctr", np.nan), "heart": heart is not None,

@@ -197,31 +197,29 @@ def simulated_sample(film: BaseFilm, recipe: LesionUNetRecipe, seed: int,
                      augment: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """``(input, truth)``: the normalised canvas of one simulated copy and its lesion pixels (bool)."""
     sim = simulate_lesions(film.pixels, film.right, film.left, recipe.params, seed)
-    img = sim.pixels.astype(np.float32)
-    truth = (sim.attenuation >= recipe.label_attenuation).astype(np.float32)
-    valid = film.valid.astype(np.float32)
+    truth = sim.attenuation >= recipe.label_attenuation
+    return _network_input(sim.pixels, truth, film.valid, recipe, seed, augment)
+
+
+def _network_input(pixels: np.ndarray, mask: np.ndarray, valid: np.ndarray, recipe: LesionUNetRecipe, seed: int,
+                   augment: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(input, mask)`` of a canvas: the same random affine for image, mask and valid region, the portable look on
+    :attr:`LesionUNetRecipe.p_portable` of the copies, then normalisation over the valid region."""
+    img, m, v = pixels.astype(np.float32), mask.astype(np.float32), valid.astype(np.float32)
     if augment:
         rng = np.random.default_rng(seed ^ 0x5EED)
-        img, truth, valid = _affine(rng, recipe, [img, truth, valid], [1, 0, 0])
+        img, m, v = _affine(rng, recipe, [img, m, v], [1, 0, 0])
         if rng.random() < recipe.p_portable:
-            img = _portable(rng, img, valid > 0.5)
-    v = valid > 0.5
-    return normalise_canvas(img / 255.0, v), (truth > 0.5) & v
+            img = _portable(rng, img, v > 0.5)
+    inside = v > 0.5
+    return normalise_canvas(img / 255.0, inside), (m > 0.5) & inside
 
 
 def labelled_sample(item: LabelledFilm, recipe: LesionUNetRecipe, seed: int,
                     augment: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """``(input, region)``: the normalised canvas of one real labelled film (augmented as the simulated copies)
     and the pixels its film score pools over."""
-    img = item.film.pixels.astype(np.float32)
-    region, valid = item.region.astype(np.float32), item.film.valid.astype(np.float32)
-    if augment:
-        rng = np.random.default_rng(seed ^ 0x5EED)
-        img, region, valid = _affine(rng, recipe, [img, region, valid], [1, 0, 0])
-        if rng.random() < recipe.p_portable:
-            img = _portable(rng, img, valid > 0.5)
-    v = valid > 0.5
-    return normalise_canvas(img / 255.0, v), (region > 0.5) & v
+    return _network_input(item.film.pixels, item.region, item.film.valid, recipe, seed, augment)
 
 
 def film_score(prob: Any, region: Any, top: float) -> Any:
