@@ -28,6 +28,7 @@ $(STAMP): pyproject.toml
 	# PyPI's torchvision, a CUDA build that breaks transformers beside the CPU torch pin, and wandb, which holds
 	# protobuf below 7, where transformers cannot read a SentencePiece tokenizer.model (the LISA release's). Neither
 	# is needed here (lmms-eval imports wandb only for its W&B logger): both go, and protobuf is raised again.
+	# store: fsspec, s3fs, gcsfs, and the S3 (moto) and GCS (gcp-storage-emulator) servers the object-storage tests use.
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,docs,models,ray,store,vlm,serve,gen,deepspeed,export]'
 	$(BIN)/python -m pip uninstall --quiet --disable-pip-version-check -y torchvision wandb
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check 'protobuf>=7,<8'

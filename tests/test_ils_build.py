@@ -541,6 +541,189 @@ def test_build_from_and_to_s3_is_byte_identical_and_resumes(cohort, built, s3_en
         assert fs.cat_file(f"ils-test/ray/{name}") == local[name], name
 
 
+@pytest.fixture
+def gcs_endpoint(monkeypatch):
+    """gcp-storage-emulator (a real HTTP server speaking the GCS JSON API, in memory) on 127.0.0.1 with one bucket,
+    run as its own process; gcsfs reaches it through ``STORAGE_EMULATOR_HOST``."""
+    pytest.importorskip("gcsfs")
+    pytest.importorskip("gcp_storage_emulator")
+    import socket
+    import urllib.error
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
+                               "--port", str(port), "--in-memory", "--default-bucket", "ils-test", "--quiet"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{endpoint}/storage/v1/b/ils-test", timeout=2):
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                if time.time() > deadline or server.poll() is not None:
+                    pytest.fail(f"GCS emulator did not start on {endpoint}")
+                time.sleep(0.1)
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", endpoint)
+        from gcsfs.core import GCSFileSystem
+
+        GCSFileSystem.clear_instance_cache()
+        yield GCSFileSystem(token="anon")
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=10)
+
+
+def _put_tree(fs, local: Path, bucket_prefix: str, suffix: str) -> int:
+    """Upload the files under ``local`` ending in ``suffix`` to ``bucket_prefix``, keeping relative paths."""
+    files = sorted(p for p in local.rglob(f"*{suffix}") if p.is_file())
+    for p in files:
+        fs.put_file(str(p), f"{bucket_prefix}/{p.relative_to(local).as_posix()}")
+    return len(files)
+
+
+def test_build_from_and_to_gcs_is_byte_identical_and_resumes(cohort, built, gcs_endpoint):
+    """`ils build --images gs://… --reports gs://… --out gs://… --workers 2` on a GCS emulator: the same bytes as the
+    local build (the card's synthetic-truth section aside), units and masks as objects, a rerun resumes, and a Ray
+    build from and to the bucket gives the same bytes too."""
+    fs = gcs_endpoint
+    assert _put_tree(fs, cohort / "files", "ils-test/images", ".jpg") == N_STUDIES
+    assert _put_tree(fs, cohort / "files", "ils-test/reports", ".txt") == N_STUDIES
+    url = "gs://ils-test/build"
+    cmd = ["ils", "build", "--images", "gs://ils-test/images", "--reports", "gs://ils-test/reports", "--out", url,
+           "--quiet", "--seed", "3", "--workers", "2"]
+    result = CliRunner().invoke(main, cmd)
+    assert result.exit_code == 0, result.output
+    assert f"({N_STUDIES} processed, 0 already done, 0 failures)" in result.output
+    assert len(fs.find("ils-test/build/units")) == N_STUDIES
+    assert len(fs.find("ils-test/build/lesion_mask")) == len(list((built / "lesion_mask").rglob("*.png"))) > 0
+    local = _bytes(built)
+    for name, data in local.items():
+        if name != "card.md":
+            assert fs.cat_file(f"ils-test/build/{name}") == data, name
+    assert "# ILS dataset card" in fs.cat_file("ils-test/build/card.md").decode()
+    assert not [p for p in fs.find("ils-test/build") if p.endswith(".running")]
+    again = CliRunner().invoke(main, cmd)
+    assert again.exit_code == 0 and f"(0 processed, {N_STUDIES} already done" in again.output, again.output
+    assert fs.cat_file(f"ils-test/build/{DATASET_FILE}") == local[DATASET_FILE]
+    # the cluster setup: Ray actors reading the images from and writing the units to the bucket
+    pytest.importorskip("ray")
+    tasks, failures = build_tasks("gs://ils-test/images", "gs://ils-test/reports")
+    assert tasks[0].image_path.startswith("gs://ils-test/images/")
+    assert tasks[0].report_path.startswith("gs://ils-test/reports/")
+    summary = build_dataset(tasks, "gs://ils-test/ray", IlsConfig(seed=3), BackendSpec(), engine="ray", workers=2,
+                            scan_failures=failures, progress=False)
+    assert summary.processed == N_STUDIES
+    for name in (DATASET_FILE, "findings.jsonl", "masks.jsonl", "anatomy.jsonl", "failures.jsonl"):
+        assert fs.cat_file(f"ils-test/ray/{name}") == local[name], name
+
+
+def test_gcs_build_killed_midway_resumes_from_the_bucket(cohort, built, gcs_endpoint):
+    """A `gs://` build killed (SIGKILL) after its first units reach the bucket: the bucket holds whole units and no
+    dataset file, and a rerun (a new process) does only the studies left and gives the local build's bytes."""
+    fs = gcs_endpoint
+    _put_tree(fs, cohort / "files", "ils-test/files", "")
+    cmd = [sys.executable, "-m", "cxrground", "ils", "build", "--images", "gs://ils-test/files", "--out",
+           "gs://ils-test/killed", "--quiet", "--seed", "3"]
+
+    def units() -> list[str]:
+        return fs.find("ils-test/killed/units") if fs.exists("ils-test/killed/units") else []
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        fs.invalidate_cache()
+        if len(units()) >= 2:
+            break
+        time.sleep(0.1)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    fs.invalidate_cache()
+    done = len(units())
+    assert 0 < done < N_STUDIES, f"{done} units after the kill (exit {proc.returncode}): the kill came too late"
+    assert not fs.exists(f"ils-test/killed/{DATASET_FILE}")
+    for unit in units():
+        json.loads(fs.cat_file(unit))  # every unit in the bucket is whole
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"({N_STUDIES - done} processed, {done} already done, 0 failures)" in result.stdout + result.stderr
+    fs.invalidate_cache()
+    assert len(units()) == N_STUDIES
+    for name, data in _bytes(built).items():
+        if name != "card.md":
+            assert fs.cat_file(f"ils-test/killed/{name}") == data, name
+
+
+def test_gcs_without_credentials_is_a_clear_error(tmp_path, monkeypatch):
+    """`ils build --images gs://…` with no Google Cloud credentials anywhere: gcsfs falls back to anonymous requests,
+    and the bucket answers as GCS does (401 for an anonymous caller, here from a server on 127.0.0.1); the error
+    names the URL, GCS's reason and how to give credentials, for the input listing and for an output upload."""
+    pytest.importorskip("gcsfs")
+    import http.server
+    import threading
+
+    import fsspec.config
+    from gcsfs.core import GCSFileSystem
+
+    from cxrground.errors import InputError
+    from cxrground.io.store import Store
+
+    body = json.dumps({"error": {"code": 401, "message": "Anonymous caller does not have storage.objects.list access "
+                                 "to the Google Cloud Storage bucket.", "errors": [{"reason": "required"}]}}).encode()
+
+    class Unauthorized(http.server.BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_PUT = do_DELETE = answer
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Unauthorized)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    for key in ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST"):
+        monkeypatch.delenv(key, raising=False)
+    for key in ("HOME", "CLOUDSDK_CONFIG"):  # no gcloud login, no cached gcsfs token
+        monkeypatch.setenv(key, str(tmp_path))
+    monkeypatch.setenv("NO_GCE_CHECK", "true")  # not on a GCE machine: no metadata-server probe
+    monkeypatch.setitem(fsspec.config.conf, "gs", {"endpoint_url": f"http://127.0.0.1:{server.server_port}"})
+    GCSFileSystem.clear_instance_cache()
+    try:
+        result = CliRunner().invoke(main, ["ils", "build", "--images", "gs://private-bucket/files", "--out",
+                                           str(tmp_path / "out"), "--quiet"])
+        assert result.exit_code != 0
+        message = " ".join(result.output.split())
+        assert "gs://private-bucket/files: cannot be read (Anonymous caller does not have" in message, message
+        assert "no Google Cloud credentials were found" in message and "GOOGLE_APPLICATION_CREDENTIALS" in message
+        assert "Traceback" not in result.output
+        store = Store("gs://private-bucket/out")
+        with pytest.raises(ConfigError, match=r"gs://private-bucket/out/units/s1\.json: cannot be written .*"
+                                              "GOOGLE_APPLICATION_CREDENTIALS"):
+            store.write_text("units/s1.json", "{}")
+        with pytest.raises(InputError, match="no Google Cloud credentials"):
+            store.read_bytes("settings.json")
+    finally:
+        GCSFileSystem.clear_instance_cache()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
 def test_ray_actors_ask_for_a_gpu_only_for_gpu_backends():
     from cxrground.ils.ray_engine import gpus_per_worker
 

@@ -6,11 +6,13 @@ local or ``file://`` folder writes a temporary file and renames it; S3 and GCS p
 single PUT (or multipart upload) completes, so a reader sees the whole object or none. Larger outputs are written to
 a local temporary file first and uploaded in one piece (:meth:`Store.put_file`). Credentials come from the usual
 places of each backend (``AWS_*`` variables, ``~/.aws``, ``GOOGLE_APPLICATION_CREDENTIALS``); an S3-compatible
-server is named with ``AWS_ENDPOINT_URL`` (or ``FSSPEC_S3_ENDPOINT_URL``).
+server is named with ``AWS_ENDPOINT_URL`` (or ``FSSPEC_S3_ENDPOINT_URL``), a GCS emulator with
+``STORAGE_EMULATOR_HOST`` (then ``gs://`` goes to it anonymously, through gcsfs's JSON-API file system).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from collections.abc import Iterator
@@ -34,6 +36,8 @@ def _filesystem(url: str) -> tuple[Any, str]:
         import fsspec
     except ImportError as exc:
         raise ConfigError(f"{url}: object storage needs fsspec: pip install 'cxrground[store]'") from exc
+    if url.startswith(("gs://", "gcs://")) and _gcs_emulator():
+        return _emulated_gcs(url)
     options: dict[str, Any] = {}
     endpoint = os.environ.get("FSSPEC_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
     if url.startswith(("s3://", "s3a://")) and endpoint:
@@ -44,6 +48,43 @@ def _filesystem(url: str) -> tuple[Any, str]:
         raise ConfigError(f"{url}: no file system for this URL ({exc}); for s3:// and gs:// install "
                           "'cxrground[store]'") from exc
     return fs, root.rstrip("/")
+
+
+def _gcs_emulator() -> bool:
+    """Whether ``STORAGE_EMULATOR_HOST`` names a GCS emulator."""
+    return os.environ.get("STORAGE_EMULATOR_HOST", "") not in ("", "default")
+
+
+@functools.lru_cache(maxsize=1)
+def _backend_errors() -> tuple[type[BaseException], ...]:
+    """What a backend raises for a request that failed: :class:`OSError` (s3fs, fsspec, gcsfs's 403 and lost
+    connections) and gcsfs's ``HttpError`` (a 401, among others)."""
+    errors: list[type[BaseException]] = [OSError]
+    try:
+        from gcsfs.retry import HttpError
+    except ImportError:
+        pass
+    else:
+        errors.append(HttpError)
+    return tuple(errors)
+
+
+_NO_GCS_CREDENTIALS = ("; no Google Cloud credentials were found, so the request went out anonymously: set "
+                       "GOOGLE_APPLICATION_CREDENTIALS to a service-account key file, or run "
+                       "'gcloud auth application-default login'")
+
+
+def _emulated_gcs(url: str) -> tuple[Any, str]:
+    """``url`` on the GCS emulator at ``STORAGE_EMULATOR_HOST``: anonymous (an emulator checks no credentials, and
+    the usual search would probe the GCE metadata server), and gcsfs's JSON-API file system, because its default
+    one asks each bucket's layout over the gRPC Storage Control API, which emulators do not serve (every call would
+    wait out its 60 s retry)."""
+    try:
+        from gcsfs.core import GCSFileSystem
+    except ImportError as exc:
+        raise ConfigError(f"{url}: gs:// needs gcsfs: pip install 'cxrground[store]'") from exc
+    fs = GCSFileSystem(token="anon")
+    return fs, fs._strip_protocol(url).rstrip("/")
 
 
 class Store:
@@ -71,6 +112,33 @@ class Store:
             return self.path(rel)
         return self.location.rstrip("/") + (f"/{rel}" if rel else "")
 
+    def _failure(self, rel: str, doing: str, exc: BaseException) -> str:
+        """Why ``doing`` on ``rel`` failed, in one line, with a hint when a ``gs://`` request was anonymous for
+        want of credentials."""
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        anonymous = getattr(getattr(self.fs, "credentials", None), "method", None) == "anon"
+        hint = _NO_GCS_CREDENTIALS if anonymous and not _gcs_emulator() else ""
+        return f"cannot be {doing} ({reason}){hint}"
+
+    @contextmanager
+    def _reading(self, rel: str) -> Iterator[None]:
+        """Turn a failed request for ``rel`` into :class:`InputError` naming its URL (a missing object stays
+        :class:`FileNotFoundError`)."""
+        try:
+            yield
+        except FileNotFoundError:
+            raise
+        except _backend_errors() as exc:
+            raise InputError(self._failure(rel, "read", exc), self.url(rel)) from exc
+
+    @contextmanager
+    def _writing(self, rel: str) -> Iterator[None]:
+        """Turn a failed upload of ``rel`` into :class:`ConfigError` naming its URL."""
+        try:
+            yield
+        except _backend_errors() as exc:
+            raise ConfigError(f"{self.url(rel)}: {self._failure(rel, 'written', exc)}") from exc
+
     def exists(self, rel: str) -> bool:
         """Whether the file ``rel`` exists."""
         if self.local:
@@ -81,12 +149,8 @@ class Store:
         """The content of ``rel``; :class:`FileNotFoundError` when it does not exist."""
         if self.local:
             return Path(self.path(rel)).read_bytes()
-        try:
+        with self._reading(rel):
             return self.fs.cat_file(self.path(rel))
-        except FileNotFoundError:
-            raise
-        except OSError as exc:
-            raise InputError(f"cannot be read ({exc})", self.url(rel)) from exc
 
     def read_text(self, rel: str) -> str:
         """The UTF-8 text of ``rel``."""
@@ -97,7 +161,8 @@ class Store:
         if self.local:
             atomic_write_bytes(self.path(rel), data)
         else:
-            self.fs.pipe_file(self.path(rel), data)
+            with self._writing(rel):
+                self.fs.pipe_file(self.path(rel), data)
 
     def write_text(self, rel: str, text: str) -> None:
         """Write ``rel`` as UTF-8 text, atomically."""
@@ -109,7 +174,8 @@ class Store:
             Path(self.path(rel)).parent.mkdir(parents=True, exist_ok=True)
             os.replace(local, self.path(rel))
         else:
-            self.fs.put_file(str(local), self.path(rel))
+            with self._writing(rel):
+                self.fs.put_file(str(local), self.path(rel))
 
     def remove(self, rel: str) -> None:
         """Delete ``rel`` if it exists."""
@@ -135,7 +201,8 @@ class Store:
             return {p.relative_to(self.root).as_posix(): p.stat().st_size
                     for p in sorted(base.rglob("*")) if p.is_file()}
         prefix = self.root + "/"
-        found = self.fs.find(self.path(rel), detail=True)
+        with self._reading(rel):
+            found = self.fs.find(self.path(rel), detail=True)
         return {k.removeprefix(prefix): int(found[k].get("size") or 0) for k in sorted(found)}
 
 
