@@ -15,7 +15,7 @@ import argparse
 import time
 
 import numpy as np
-from segment import _auroc, cached_lungs  # the bench scripts share one AUROC and one lung cache
+from segment import _auroc, _claim_cache, cached_lungs  # the bench scripts share one AUROC and one lung cache
 
 REFERENCE = "ctr now: p75 row / lungs' extent (reference)"
 #: name -> (outline border rule, thoracic diameter), as in the pre-registration.
@@ -73,6 +73,7 @@ def nih_lungs(cache: str, threads: int):
     seg = UNetLungSegmenter(threads=threads)
     folder = Path(cache)
     folder.mkdir(parents=True, exist_ok=True)
+    _claim_cache(folder, seg.weights)
     for rec in Pack().nih():
         d = cached_lungs(seg, folder, "nih", rec)
         yield rec, d["px"], d["R"].astype(bool), d["L"].astype(bool)

@@ -12,7 +12,8 @@ plausibility counts of the heart outline (top above the carina level, any heart 
 below the hemidiaphragm line, outside the thorax, apex cut flat), the U-Net's lung-base coverage of the pack's
 masks on the Brixia-scored films and its per-lung Dice on all 205 annotated films, the CTR AUROC of the NIH
 Cardiomegaly label against all other NIH films (nothing tuned on them in this script) and the CTR distribution of
-the No Finding films against adult PA norms. ``--cache`` keeps the U-Net's lungs per film (rerun is fast);
+the No Finding films against adult PA norms. ``--cache`` keeps the U-Net's lungs per film (rerun is fast; the
+folder is tied to the sha256 of the weights, and lungs of other weights are never reused);
 ``--overlays`` writes one overlay PNG per film of a fixed list. Rows that need the pack
 (``CXRGROUND_PACK`` or ``../shared/data/cxr-pack-v1``) are skipped with a note when it is missing.
 Prints one line per measurement.
@@ -113,6 +114,22 @@ def cached_lungs(seg, folder, src: str, rec):
     return np.load(path)
 
 
+def _claim_cache(folder, weights) -> None:
+    """Tie a ``--cache`` folder to one weights file (its sha256 in ``weights.sha256``): lungs cached with other
+    weights are never reused; a folder holding lungs but no record is refused too (its weights are unknown)."""
+    import hashlib
+
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()
+    mark = folder / "weights.sha256"
+    if mark.is_file():
+        if mark.read_text().split()[0] != digest:
+            raise SystemExit(f"{folder}: cached lungs of other weights ({mark.read_text().strip()}); use a new --cache")
+    elif any(folder.glob("*.npz")):
+        raise SystemExit(f"{folder}: cached lungs without a weights record; use a new --cache")
+    else:
+        mark.write_text(f"{digest}  {weights.name}\n")
+
+
 def real_films(threads: int, cache: str | None, overlays: str | None, weights: str | None = None) -> None:
     """The ``--real`` rows (module docstring)."""
     import tempfile
@@ -127,6 +144,7 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
     seg = UNetLungSegmenter(weights, threads=threads)
     folder = Path(cache or tempfile.mkdtemp(prefix="cxrground-real-anatomy-"))
     folder.mkdir(parents=True, exist_ok=True)
+    _claim_cache(folder, seg.weights)
     recs = [("nih", r) for r in pack.nih()] + [("cohen", r) for r in pack.cohen()]
     start = time.perf_counter()
     rows = []

@@ -296,3 +296,73 @@ def test_train_lung_unet_records_the_lesion_augmentation(tmp_path: Path):
     assert "lesioned copies" in meta["data"]["summary"]
     req = LungTrainRequest(out=tmp_path, lesion_copies=2, lesion_seed=1, max_minutes=3.0)
     assert (req.recipe().lesion_copies, req.recipe().lesion_seed, req.recipe().max_minutes) == (2, 1, 3.0)
+
+
+def _striped_film(n: int = 3, size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Films with rib-like stripes everywhere; the lower half is bright (a dense base), a 4-px padding band."""
+    yy, xx = np.mgrid[:size, :size]
+    stripes = 0.08 * np.sin(2 * np.pi * yy / 8.0)
+    base = np.where(yy >= size // 2, 0.75, 0.25)
+    img = np.clip(base + stripes + 0.01 * (xx / size), 0, 1)
+    val = np.ones((size, size), dtype=np.float32)
+    val[:4] = 0
+    img = img * val
+    return (torch.from_numpy(np.repeat(img[None, None], n, 0).astype(np.float32)),
+            torch.from_numpy(np.repeat(val[None, None], n, 0)))
+
+
+def test_texture_augment_is_seeded_keeps_padding_and_flattens_a_dense_base():
+    from cxrground.models.lung_unet.loop import texture_augment
+
+    img, val = _striped_film()
+    aug = Augment(texture_p=1.0, unsharp_amount=(4.0, 4.0), local_mix=(1.0, 1.0))
+    out = texture_augment(img, val, aug, torch.Generator().manual_seed(7))
+    again = texture_augment(img, val, aug, torch.Generator().manual_seed(7))
+    torch.testing.assert_close(out, again, rtol=0, atol=0)
+    other = texture_augment(img, val, Augment(texture_p=1.0), torch.Generator().manual_seed(8))
+    assert not torch.equal(out, other)
+    assert out.shape == img.shape and float(out.min()) >= 0.0 and float(out.max()) <= 1.0
+    assert float((out * (1 - val)).abs().max()) == 0.0  # the padding stays 0
+    x = out[0, 0].numpy()
+    top, bottom = x[8:28], x[36:60]  # away from the step between the halves
+    stripe_amp = np.std(x[36:60, 32]), np.std(img[0, 0, 36:60, 32].numpy())
+    # the bright base is no longer brighter by many stripe amplitudes; the stripes survive
+    before = (img[0, 0, 36:60].mean() - img[0, 0, 8:28].mean()) / stripe_amp[1]
+    after = (bottom.mean() - top.mean()) / stripe_amp[0]
+    assert before > 5 and abs(after) < 0.5 * before
+    assert stripe_amp[0] > 0.05
+    # texture_p = 0 leaves every film as it is (the batch augmentation does not even call it then)
+    gen = torch.Generator().manual_seed(7)
+    assert torch.equal(texture_augment(img, val, Augment(texture_p=0.0), gen), img.clamp(0, 1))
+
+
+def test_augment_batch_with_texture_keeps_the_geometry_of_the_masks():
+    from cxrground.models.lung_unet.loop import _augment_batch
+
+    img, val = _striped_film(n=4)
+    tgt = torch.zeros(4, 2, 64, 64)
+    tgt[:, 0, 20:50, 8:28], tgt[:, 1, 20:50, 36:56] = 1.0, 1.0
+    wgt = torch.ones(4, 1, 64, 64)
+    plain = _augment_batch(img, tgt, wgt, val, Augment(), torch.Generator().manual_seed(3))
+    tex = _augment_batch(img, tgt, wgt, val, Augment(texture_p=1.0), torch.Generator().manual_seed(3))
+    for a, b in zip(plain[1:], tex[1:], strict=True):  # targets, weights, valid: the same affine
+        assert torch.equal(a, b)
+    assert not torch.equal(plain[0], tex[0])
+    again = _augment_batch(img, tgt, wgt, val, Augment(texture_p=1.0), torch.Generator().manual_seed(3))
+    assert torch.equal(again[0], tex[0])
+
+
+def test_train_request_texture_option_reaches_the_recipe_and_sidecar(tmp_path: Path):
+    from cxrground.models.lung_unet import train_lung_unet
+    from cxrground.models.lung_unet.config import LungTrainRequest
+
+    req = LungTrainRequest(out=tmp_path, texture_p=0.5)
+    assert req.recipe().augment.texture_p == 0.5 and req.recipe().augment.gamma == Augment().gamma
+    assert LungTrainRequest(out=tmp_path).recipe().augment == Augment()
+    recipe = TrainRecipe(batch_size=4, val_count=2, threads=1, synthetic_eval_count=0,
+                         augment=Augment(texture_p=1.0))
+    res = train_lung_unet(_FakePack(), tmp_path, epochs=1, recipe=recipe, config=TINY, name="tiny", progress=False,
+                          evaluate=False)
+    meta = json.loads(res.sidecar_path.read_text())
+    assert meta["training"]["recipe"]["augment"]["texture_p"] == 1.0
+    assert meta["training"]["recipe"]["augment"]["unsharp_amount"] == [0.5, 4.0]

@@ -25,6 +25,12 @@ is still lung. Validation stays on the unmodified real films. Measured with ``be
 lung_unet_v1.safetensors --lr 1e-3 --synthetic 100 --lesion-copies 2 --epochs 12 --threads 1`` (12 min) is not
 better at the bases than ``lung_unet_v1`` and is not shipped.
 
+Texture augmentation (``Augment.texture_p``, ``train-lungs --texture-p``; default 0, off): per training image an
+unsharp / high-pass filter and a local-contrast normalisation (:func:`.loop.texture_augment`), so that dense
+basal opacity is not told from lung by brightness alone. A fine-tune of ``lung_unet_v1`` with ``--texture-p 0.5
+--lesion-copies 2 --synthetic 100`` keeps more opacified bases but fails the heart/CTR checks of its
+pre-registration (``bench/records/lung_unet_texture_preregistration.md``) and is not shipped.
+
 Recipe (defaults of :class:`TrainRecipe`): images letterboxed to 256² (``zscore-valid`` normalisation);
 on-the-fly augmentation per sample: random affine (rotation ±10°, scale 0.88–1.12, shift ±6 % of the
 canvas; never a flip: right and left matter), then gamma 0.7–1.45, contrast 0.8–1.25, brightness ±0.08;

@@ -45,6 +45,17 @@ class Augment:
     contrast: tuple[float, float] = (0.8, 1.25)
     brightness: float = 0.08
     enabled: bool = True
+    texture_p: float = 0.0
+    """Probability per image of each texture augmentation (0: off, the batch's random stream unchanged):
+    unsharp / high-pass filtering, then local-contrast normalisation (CLAHE-like), both before the gamma."""
+    unsharp_sigma: tuple[float, float] = (0.03, 0.12)
+    """Gaussian sigma of the unsharp mask, as a fraction of the canvas side."""
+    unsharp_amount: tuple[float, float] = (0.5, 4.0)
+    """``x + amount * (x - blur(x))``; at the top of the range the film is mostly its high-pass."""
+    local_sigma: tuple[float, float] = (0.04, 0.12)
+    """Gaussian sigma of the local mean / standard deviation, as a fraction of the canvas side."""
+    local_mix: tuple[float, float] = (0.3, 1.0)
+    """Blend of the local-contrast image into the film (1: the local-contrast image alone)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +117,8 @@ class LungTrainRequest:
                                 "consolidation/effusion inside the annotated lungs (labels unchanged).")
     lesion_seed: int = option(0, low=0, help="Seed of the simulated lesions.")
     max_minutes: float | None = option(None, help="Stop after the epoch that crosses this many minutes.")
+    texture_p: float = option(0.0, low=0, high=1, help="Probability per training image of each texture "
+                              "augmentation (unsharp/high-pass filtering, local-contrast normalisation).")
 
     def recipe(self) -> TrainRecipe:
         """The optimisation settings (half a warm-up epoch when fine-tuning from ``init_weights``)."""
@@ -113,4 +126,4 @@ class LungTrainRequest:
                            synthetic_seed=self.synthetic_seed, warmup_epochs=0.5 if self.init_weights else 1.0,
                            init_weights=str(self.init_weights) if self.init_weights else None,
                            lesion_copies=self.lesion_copies, lesion_seed=self.lesion_seed,
-                           max_minutes=self.max_minutes)
+                           max_minutes=self.max_minutes, augment=Augment(texture_p=self.texture_p))
