@@ -507,15 +507,9 @@ def s3_endpoint(monkeypatch):
         server.stop()
 
 
-def test_build_from_and_to_s3_is_byte_identical_and_resumes(cohort, built, s3_endpoint):
-    """`ils build --images s3://… --out s3://… --workers 2` on moto's server: the same bytes as the local build
-    (the card's synthetic-truth section aside, which needs the local cohort), units and masks as objects, a rerun
-    resumes, and a Ray build from and to the bucket gives the same bytes too."""
-    fs = s3_endpoint
-    fs.put(str(cohort / "files"), "ils-test/files", recursive=True)
-    url = "s3://ils-test/build"
-    cmd = ["ils", "build", "--images", "s3://ils-test/files", "--out", url, "--quiet", "--seed", "3",
-           "--workers", "2"]
+def _bucket_build_matches_local(fs, cmd: list[str], built: Path) -> dict[str, bytes]:
+    """Run ``cmd`` (an ``ils build`` to ``…/ils-test/build``) twice: the first build's objects equal the local
+    build's bytes (the card's synthetic-truth section aside), the rerun resumes everything; the local bytes."""
     result = CliRunner().invoke(main, cmd)
     assert result.exit_code == 0, result.output
     assert f"({N_STUDIES} processed, 0 already done, 0 failures)" in result.output
@@ -530,15 +524,34 @@ def test_build_from_and_to_s3_is_byte_identical_and_resumes(cohort, built, s3_en
     again = CliRunner().invoke(main, cmd)
     assert again.exit_code == 0 and f"(0 processed, {N_STUDIES} already done" in again.output, again.output
     assert fs.cat_file(f"ils-test/build/{DATASET_FILE}") == local[DATASET_FILE]
+    return local
+
+
+def _ray_bucket_build_matches_local(fs, tasks, failures, out: str, local: dict[str, bytes]) -> None:
+    """A Ray build of ``tasks`` to the bucket URL ``out`` gives the local build's bytes."""
+    summary = build_dataset(tasks, out, IlsConfig(seed=3), BackendSpec(), engine="ray", workers=2,
+                            scan_failures=failures, progress=False)
+    assert summary.processed == N_STUDIES
+    prefix = out.split("://", 1)[1]
+    for name in (DATASET_FILE, "findings.jsonl", "masks.jsonl", "anatomy.jsonl", "failures.jsonl"):
+        assert fs.cat_file(f"{prefix}/{name}") == local[name], name
+
+
+def test_build_from_and_to_s3_is_byte_identical_and_resumes(cohort, built, s3_endpoint):
+    """`ils build --images s3://… --out s3://… --workers 2` on moto's server: the same bytes as the local build
+    (the card's synthetic-truth section aside, which needs the local cohort), units and masks as objects, a rerun
+    resumes, and a Ray build from and to the bucket gives the same bytes too."""
+    fs = s3_endpoint
+    fs.put(str(cohort / "files"), "ils-test/files", recursive=True)
+    url = "s3://ils-test/build"
+    cmd = ["ils", "build", "--images", "s3://ils-test/files", "--out", url, "--quiet", "--seed", "3",
+           "--workers", "2"]
+    local = _bucket_build_matches_local(fs, cmd, built)
     # the cluster setup: Ray actors reading the images from and writing the units to the bucket
     pytest.importorskip("ray")
     tasks, failures = build_tasks("s3://ils-test/files")
     assert tasks[0].image_path.startswith("s3://ils-test/files/")
-    summary = build_dataset(tasks, "s3://ils-test/ray", IlsConfig(seed=3), BackendSpec(), engine="ray", workers=2,
-                            scan_failures=failures, progress=False)
-    assert summary.processed == N_STUDIES
-    for name in (DATASET_FILE, "findings.jsonl", "masks.jsonl", "anatomy.jsonl", "failures.jsonl"):
-        assert fs.cat_file(f"ils-test/ray/{name}") == local[name], name
+    _ray_bucket_build_matches_local(fs, tasks, failures, "s3://ils-test/ray", local)
 
 
 @pytest.fixture
@@ -600,30 +613,13 @@ def test_build_from_and_to_gcs_is_byte_identical_and_resumes(cohort, built, gcs_
     url = "gs://ils-test/build"
     cmd = ["ils", "build", "--images", "gs://ils-test/images", "--reports", "gs://ils-test/reports", "--out", url,
            "--quiet", "--seed", "3", "--workers", "2"]
-    result = CliRunner().invoke(main, cmd)
-    assert result.exit_code == 0, result.output
-    assert f"({N_STUDIES} processed, 0 already done, 0 failures)" in result.output
-    assert len(fs.find("ils-test/build/units")) == N_STUDIES
-    assert len(fs.find("ils-test/build/lesion_mask")) == len(list((built / "lesion_mask").rglob("*.png"))) > 0
-    local = _bytes(built)
-    for name, data in local.items():
-        if name != "card.md":
-            assert fs.cat_file(f"ils-test/build/{name}") == data, name
-    assert "# ILS dataset card" in fs.cat_file("ils-test/build/card.md").decode()
-    assert not [p for p in fs.find("ils-test/build") if p.endswith(".running")]
-    again = CliRunner().invoke(main, cmd)
-    assert again.exit_code == 0 and f"(0 processed, {N_STUDIES} already done" in again.output, again.output
-    assert fs.cat_file(f"ils-test/build/{DATASET_FILE}") == local[DATASET_FILE]
+    local = _bucket_build_matches_local(fs, cmd, built)
     # the cluster setup: Ray actors reading the images from and writing the units to the bucket
     pytest.importorskip("ray")
     tasks, failures = build_tasks("gs://ils-test/images", "gs://ils-test/reports")
     assert tasks[0].image_path.startswith("gs://ils-test/images/")
     assert tasks[0].report_path.startswith("gs://ils-test/reports/")
-    summary = build_dataset(tasks, "gs://ils-test/ray", IlsConfig(seed=3), BackendSpec(), engine="ray", workers=2,
-                            scan_failures=failures, progress=False)
-    assert summary.processed == N_STUDIES
-    for name in (DATASET_FILE, "findings.jsonl", "masks.jsonl", "anatomy.jsonl", "failures.jsonl"):
-        assert fs.cat_file(f"ils-test/ray/{name}") == local[name], name
+    _ray_bucket_build_matches_local(fs, tasks, failures, "gs://ils-test/ray", local)
 
 
 def test_gcs_build_killed_midway_resumes_from_the_bucket(cohort, built, gcs_endpoint):
