@@ -439,8 +439,8 @@ def test_every_skipped_study_folder_is_recorded(cohort, tmp_path):
 
 def test_ray_cluster_with_a_node_killed_mid_build(cohort, built, tmp_path, caplog):
     """A Ray cluster of three nodes on this machine (a head without CPUs, two one-CPU workers), one actor on each
-    worker; one worker node is killed once two studies are done: the studies it had in flight rerun on the other
-    node, nothing is lost, and the output is byte-identical to the local build's."""
+    worker; one worker node is killed once two studies are done and while it has a study in flight: that study
+    reruns on the other node, nothing is lost, and the output is byte-identical to the local build's."""
     import threading
 
     pytest.importorskip("ray")
@@ -453,16 +453,22 @@ def test_ray_cluster_with_a_node_killed_mid_build(cohort, built, tmp_path, caplo
     out = tmp_path / "cluster"
     killed = threading.Event()
 
+    def in_flight_on_victim() -> list[str]:
+        """Studies the scheduler sent to the victim node whose unit is not written yet."""
+        sent = [r.args[0] for r in list(caplog.records)
+                if r.msg.startswith("study %s sent to Ray worker") and r.args[2] == victim.node_id]
+        return [key for key in sent if not (out / "units" / f"{key}.json").exists()]
+
     def kill_a_node() -> None:
         deadline = time.time() + 240
-        while time.time() < deadline and len(list((out / "units").glob("*.json"))) < 2:
-            time.sleep(0.05)
+        while time.time() < deadline and (len(list((out / "units").glob("*.json"))) < 2 or not in_flight_on_victim()):
+            time.sleep(0.02)
         cluster.remove_node(victim, allow_graceful=False)
         killed.set()
 
     tasks, failures = build_tasks(cohort / "files")
     killer = threading.Thread(target=kill_a_node, daemon=True)
-    caplog.set_level("WARNING", logger="cxrground.ils.ray_engine")
+    caplog.set_level("DEBUG", logger="cxrground.ils.ray_engine")
     try:
         cluster.wait_for_nodes()
         killer.start()

@@ -62,9 +62,11 @@ class StudyWorker:
         init_worker(1)
         get_backends(self.spec)  # once per actor, before the first study
 
-    def ready(self) -> int:
-        """The actor's process id, once its backends are loaded."""
-        return os.getpid()
+    def ready(self) -> str:
+        """The id of the Ray node this actor runs on, once its backends are loaded."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
     def run(self, task: StudyTask) -> tuple[str, str]:
         """Process one study and write its unit; returns (study, status)."""
@@ -117,6 +119,7 @@ class _Scheduler:
         self.starting: dict[Any, int] = {}      # ready() ref -> actor slot
         self.actors: dict[int, Any] = {}        # slot -> handle (started or starting)
         self.live: dict[int, int] = {}          # slot -> studies in flight (started actors only)
+        self.nodes: dict[int, str] = {}         # slot -> Ray node id (started actors only)
         self.inflight: dict[Any, tuple[StudyTask, int]] = {}
         self.retry: deque[StudyTask] = deque()
         self.deaths: Counter = Counter()
@@ -149,6 +152,7 @@ class _Scheduler:
                     return
                 self.inflight[self.actors[slot].run.remote(task)] = (task, slot)
                 self.live[slot] += 1
+                _LOG.debug("study %s sent to Ray worker %d on node %s", task.study_key, slot, self.nodes[slot])
 
     def _lose(self, slot: int) -> None:
         """Forget a dead actor and start another in its place (within a budget, so a crash loop ends)."""
@@ -156,6 +160,7 @@ class _Scheduler:
             return
         handle = self.actors.pop(slot)
         self.live.pop(slot, None)
+        self.nodes.pop(slot, None)
         self.ray.kill(handle, no_restart=True)
         if self.replacements_left <= 0:
             if not self.actors:
@@ -179,7 +184,7 @@ class _Scheduler:
             if ref in self.starting:
                 slot = self.starting.pop(ref)
                 try:
-                    self.ray.get(ref)
+                    node = self.ray.get(ref)
                 except RayError as exc:
                     if not self.ever_ready:  # no actor has started at all: the backends cannot load, say why
                         raise ConfigError(f"a Ray worker could not start (loading the backends): {exc}") from exc
@@ -188,6 +193,7 @@ class _Scheduler:
                 self.ever_ready = True
                 if slot in self.actors:
                     self.live[slot] = 0
+                    self.nodes[slot] = node
                 continue
             task, slot = self.inflight.pop(ref)
             if slot in self.live:
