@@ -67,6 +67,10 @@ class QCConfig:
     """Cross-check: max |Δ lowest heart y| as a share of the image height."""
     min_lung_fraction: float = 0.05
     """A study whose lungs cover less than this share of the image is rejected (truncation, non-chest)."""
+    lung_shape_min_iou: float = 0.50
+    """A study whose lungs overlap the mean annotated lung shape less than this (IoU of the shape descriptors,
+    :mod:`cxrground.anatomy.segment.plausibility`) is rejected: the segmenter took the arm, the abdomen or a marker
+    for lung. 0 turns the shape check off."""
 
 
 #: Image checks of negative pairs ``IlsConfig.negative_check`` accepts.

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from cxrground.anatomy import cardiothoracic_ratio, ils_location_masks
+from cxrground.anatomy.segment.plausibility import lung_problems
 from cxrground.errors import CXRGroundError, InputError
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.compose import GroundedFinding, compose_pairs
@@ -151,12 +152,10 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
             # cardiomegaly masks or CTR-based negatives from it
             heart = None
             unit["heart_note"] = "heart estimate implausible (CTR below 0.30): no cardiomegaly pairs"
-        lung_share = float((right | left).mean())
-        if lung_share < config.qc.min_lung_fraction:
-            return {**unit, "status": "rejected", "stage": "qc",
-                    "reason": f"lungs cover less than {config.qc.min_lung_fraction:.0%} of the image"}
-        if not right.any() or not left.any():
-            return {**unit, "status": "rejected", "stage": "qc", "reason": "one lung not found"}
+        problems = lung_problems(right, left, min_iou=config.qc.lung_shape_min_iou,
+                                 min_fraction=config.qc.min_lung_fraction)
+        if problems:
+            return {**unit, "status": "rejected", "stage": "qc", "reason": "implausible lungs: " + "; ".join(problems)}
         if backends.qc_segmenter is not None:
             problem = segmentation_disagreement(anatomy, backends.qc_segmenter.segment(image), config)
             if problem:

@@ -37,6 +37,7 @@ from cxrground.anatomy.ctr import cardiothoracic_ratio
 from cxrground.anatomy.ils_locations import ils_location_masks
 from cxrground.anatomy.segment.base import LungHeartMasks, LungHeartSegmenter
 from cxrground.anatomy.segment.builtin import work_box
+from cxrground.anatomy.segment.plausibility import lung_problems
 from cxrground.errors import CXRGroundError, Failure, InputError
 from cxrground.io.image import IMAGE_SUFFIXES, CXRImage, read_image, write_image
 from cxrground.io.overlay import contact_sheet, label_panel, overlay_masks
@@ -119,11 +120,14 @@ def reader_name(zone_model: ZoneReader | None) -> str:
 
 def _segment_on_work_grid(image: CXRImage, segmenter: LungHeartSegmenter
                           ) -> tuple[LungHeartMasks, np.ndarray, np.ndarray, np.ndarray]:
-    """The film's masks (native size) and its pixels and lungs on the working grid; one lung only is an error."""
+    """The film's masks (native size) and its pixels and lungs on the working grid; implausible lungs (one lung
+    only, too small, on the wrong sides or shaped unlike any annotated lung:
+    :func:`~cxrground.anatomy.segment.plausibility.lung_problems`) are an error naming the reasons."""
     seg = segmenter.segment(image)
     right, left = seg.right_lung, seg.left_lung
-    if not right.any() or not left.any():
-        raise InputError("the segmenter found only one lung", image.path)
+    problems = lung_problems(right, left)
+    if problems:
+        raise InputError(f"implausible lungs from the {seg.source} segmenter: {'; '.join(problems)}", image.path)
     box = work_box(image.shape)
     if box is None:
         return seg, image.pixels, right, left

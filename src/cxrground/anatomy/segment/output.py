@@ -3,7 +3,8 @@
 ``OUT/right_lung.png``, ``left_lung.png`` (0/255 at native size), ``heart.png`` when there is a heart,
 ``overlay.png`` (the masks over the image; with a heart, the CTR's two diameters drawn on it: the heart's
 width in orange, the thorax's in magenta) and ``masks.json`` (shape, backend, heart source, CTR and where its
-diameters lie, areas, the backend's extra information and provenance).
+diameters lie, areas, ``lung_problems``: why the lungs look implausible, empty when they do not
+(:func:`~cxrground.anatomy.segment.plausibility.lung_problems`), the backend's extra information and provenance).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from cxrground.anatomy.ctr import CtrMeasurement, measure_ctr
 from cxrground.anatomy.segment.base import LungHeartMasks
+from cxrground.anatomy.segment.plausibility import lung_problems
 from cxrground.io.image import CXRImage, read_image, write_image
 from cxrground.io.masks import read_mask_png, write_mask_png
 from cxrground.io.overlay import draw_rows, overlay_masks
@@ -42,6 +44,9 @@ class SegmentationOutput:
         """The human-readable summary: files written, CTR, where the heart comes from, plausibility warning."""
         heart = ", heart.png" if self.ctr is not None else ""
         lines = [f"wrote {self.out_dir}/right_lung.png, left_lung.png{heart}, overlay.png"]
+        if self.record.get("lung_problems"):
+            lines.append("warning: implausible lungs (" + "; ".join(self.record["lung_problems"]) + "): check "
+                         "overlay.png before using these masks, the CTR or anything measured on them")
         if self.ctr is None:
             return [*lines, "heart: none (no heart mask); CTR undefined"]
         notes = {**_HEART_NOTES, "model": f"segmented by {masks.source}"}
@@ -84,6 +89,7 @@ def write_segmentation(out_dir: Path, image_path: Path, image: CXRImage, masks: 
                                                          "thoracic": measured.thoracic.to_dict()},
         "areas": {"right_lung": int(masks.right_lung.sum()), "left_lung": int(masks.left_lung.sum()),
                   "heart": None if masks.heart is None else int(masks.heart.sum())},
+        "lung_problems": lung_problems(masks.right_lung, masks.left_lung),
         "extra": {k: v for k, v in masks.extra.items() if k != "landmarks_canvas"},
         "provenance": provenance,
     }

@@ -1,0 +1,136 @@
+"""Are these lungs plausible? A check of a lung segmentation before anything is measured on it.
+
+A lung segmenter can fail without an error: on a rotated paediatric portable it may call the arm, the body outline
+or a film marker "lung", or run into the abdomen or over the shoulder. Every later number (zones, CTR, the heart
+estimate, ILS location masks) would then be measured on that. :func:`lung_problems` returns the reasons a pair of
+lung masks is implausible (empty list: plausible):
+
+- a lung is missing, or the two lungs together cover less than :data:`MIN_LUNG_FRACTION` of the image;
+- the lungs are on the wrong sides (the patient's right lung is on the image left on a frontal film);
+- **shape**: the two masks, resampled into their common bounding box (:data:`GRID` × :data:`GRID` per lung), overlap
+  the mean annotated lung shape (:class:`LungShape`, ``lung_shape_v1.npz``) with an IoU below
+  :data:`MIN_SHAPE_IOU`. The mean shape is the average of the human lung annotations of the shippable COVID-19
+  collection rows of cxr-pack-v1 (CC BY; recipe ``bench/lung_shape_fit.py``); the lowest IoU of any of those
+  annotations with it is 0.59, so the threshold leaves a margin for unusual but real lungs (children, large
+  effusions) while it catches lungs that leak into the abdomen, the shoulder or outside the body.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+from scipy import ndimage
+
+from cxrground.errors import InputError
+
+__all__ = ["GRID", "MIN_LUNG_FRACTION", "MIN_SHAPE_IOU", "LungShape", "lung_problems", "shape_descriptor",
+           "shipped_lung_shape"]
+
+#: Side of the per-lung grid the masks are resampled to inside their common bounding box.
+GRID: Final[int] = 32
+#: The two lungs together must cover at least this share of the image.
+MIN_LUNG_FRACTION: Final[float] = 0.05
+#: Lungs whose shape descriptor overlaps the mean annotated shape less than this are implausible.
+MIN_SHAPE_IOU: Final[float] = 0.50
+SHAPE_NAME: Final[str] = "lung_shape_v1"
+
+
+def shape_descriptor(right: np.ndarray, left: np.ndarray) -> np.ndarray:
+    """``(2, GRID, GRID)`` booleans: each lung resampled into the bounding box of both (right lung first)."""
+    r, lft = np.asarray(right, bool), np.asarray(left, bool)
+    ys, xs = np.nonzero(r | lft)
+    if not len(ys):
+        raise ValueError("no lung pixel")
+    y0, y1, x0, x1 = ys.min(), ys.max() + 1, xs.min(), xs.max() + 1
+    out = []
+    for m in (r, lft):
+        crop = m[y0:y1, x0:x1].astype(np.float32)
+        zoomed = ndimage.zoom(crop, (GRID / crop.shape[0], GRID / crop.shape[1]), order=1, grid_mode=True,
+                              mode="nearest")
+        out.append(zoomed[:GRID, :GRID] > 0.5)
+    return np.stack(out)
+
+
+@dataclass(frozen=True)
+class LungShape:
+    """The mean annotated lung shape: ``mean`` ``(2, GRID, GRID)`` in [0, 1] (share of annotations covering each
+    cell), and its provenance."""
+
+    mean: np.ndarray
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        m = np.asarray(self.mean)
+        if m.shape != (2, GRID, GRID) or not np.all(np.isfinite(m)) or m.min() < 0 or m.max() > 1:
+            raise ValueError(f"a lung shape is a (2, {GRID}, {GRID}) array in [0, 1], got {m.shape}")
+
+    @classmethod
+    def fit(cls, pairs: list[tuple[np.ndarray, np.ndarray]], meta: dict[str, Any] | None = None) -> LungShape:
+        """The mean of the descriptors of annotated ``(right, left)`` lung masks."""
+        if not pairs:
+            raise ValueError("need at least one annotated pair of lungs")
+        mean = np.mean([shape_descriptor(r, lft) for r, lft in pairs], axis=0)
+        return cls(mean, {**(meta or {}), "annotations": len(pairs)})
+
+    def iou(self, right: np.ndarray, left: np.ndarray) -> float:
+        """IoU of the lungs' descriptor with the mean shape (thresholded at one half)."""
+        d = shape_descriptor(right, left)
+        t = self.mean > 0.5
+        return float((d & t).sum() / max(1, (d | t).sum()))
+
+    def save(self, path: str | Path) -> Path:
+        """Write ``mean`` (float16) and the provenance (JSON) to an ``.npz``."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(path, mean=self.mean.astype(np.float16), meta=np.array(json.dumps(self.meta)))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> LungShape:
+        """Read a shape written by :meth:`save`."""
+        path = Path(path)
+        if not path.is_file():
+            raise InputError("lung shape file not found", path)
+        try:
+            with np.load(path) as data:
+                return cls(data["mean"].astype(np.float32), {**json.loads(str(data["meta"])), "path": str(path)})
+        except (ValueError, KeyError, OSError) as exc:
+            raise InputError(f"not a lung shape file ({exc})", path) from exc
+
+
+def shipped_shape_path() -> Path:
+    """Path of the shipped ``lung_shape_v1.npz``."""
+    return Path(str(resources.files("cxrground.anatomy.segment") / "weights" / f"{SHAPE_NAME}.npz"))
+
+
+@functools.cache
+def shipped_lung_shape() -> LungShape:
+    """The shipped mean annotated lung shape, loaded once per process."""
+    return LungShape.load(shipped_shape_path())
+
+
+def lung_problems(right: np.ndarray, left: np.ndarray, shape: LungShape | None = None,
+                  min_iou: float = MIN_SHAPE_IOU, min_fraction: float = MIN_LUNG_FRACTION) -> list[str]:
+    """Why the lung masks ``right`` and ``left`` (same grid, right lung = image left) are implausible (module
+    docstring); an empty list when they are plausible. ``shape``: the mean shape (default: the shipped one);
+    ``min_iou`` 0 skips the shape check."""
+    r, lft = np.asarray(right, bool), np.asarray(left, bool)
+    if not r.any() or not lft.any():
+        return ["one lung not found"]
+    share = float((r | lft).mean())
+    if share < min_fraction:
+        return [f"lungs cover {share:.1%} of the image (less than {min_fraction:.0%})"]
+    problems = []
+    if np.nonzero(r)[1].mean() >= np.nonzero(lft)[1].mean():
+        problems.append("the right lung is not on the image left of the left lung")
+    iou = (shape or shipped_lung_shape()).iou(r, lft) if min_iou > 0 else 1.0
+    if iou < min_iou:
+        problems.append(f"lung shape unlike annotated lungs (IoU {iou:.2f} with the mean annotated shape, "
+                        f"below {min_iou:.2f})")
+    return problems

@@ -1,0 +1,141 @@
+"""The lung plausibility check: shipped mean shape, each reason, and its use by `ils build` and `anatomy zones`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cxrground.anatomy.segment.plausibility import (
+    MIN_SHAPE_IOU,
+    LungShape,
+    lung_problems,
+    shape_descriptor,
+    shipped_lung_shape,
+)
+from cxrground.cli import main
+from cxrground.datasets.synthetic import write_cohort
+from cxrground.datasets.synthetic.config import SynthConfig
+from cxrground.errors import InputError
+from cxrground.io.masks import read_mask_png, write_mask_png
+
+
+def _lungs(h: int = 200, w: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    """Two lung-like ellipses (right lung on the image left), a plausible pair."""
+    yy, xx = np.mgrid[:h, :w]
+    right = ((yy - 95) / 70) ** 2 + ((xx - 60) / 32) ** 2 <= 1
+    left = ((yy - 100) / 72) ** 2 + ((xx - 140) / 30) ** 2 <= 1
+    return right, left
+
+
+def test_shipped_shape_comes_from_shippable_annotations():
+    shape = shipped_lung_shape()
+    assert shape.mean.shape == (2, 32, 32)
+    assert shape.meta["annotations"] == 97
+    assert all(lic.startswith("CC BY") or "authorized" in lic for lic in shape.meta["licences"])
+    assert not any("NC" in lic for lic in shape.meta["licences"])
+
+
+def test_plausible_lungs_have_no_problem():
+    right, left = _lungs()
+    assert lung_problems(right, left) == []
+
+
+def test_each_reason():
+    right, left = _lungs()
+    empty = np.zeros_like(right)
+    assert lung_problems(right, empty) == ["one lung not found"]
+    small = np.zeros((1000, 1000), bool)
+    small[:200, :200] = np.pad(right, 0)
+    small_left = np.zeros_like(small)
+    small_left[:200, :200] = left
+    assert "less than 5%" in lung_problems(small, small_left)[0]
+    swapped = lung_problems(left, right)
+    assert any("not on the image left" in p for p in swapped)
+    leak = right.copy()
+    leak[150:, :110] = True  # the right lung runs on into the abdomen and the body wall
+    problems = lung_problems(leak, left)
+    assert len(problems) == 1 and "shape unlike annotated lungs" in problems[0]
+    assert lung_problems(leak, left, min_iou=0) == []  # the shape check can be turned off
+
+
+def test_shape_fit_save_load_and_bad_files(tmp_path):
+    right, left = _lungs()
+    shape = LungShape.fit([(right, left), (right, left)], {"source": "test"})
+    assert shape.meta["annotations"] == 2 and shape.iou(right, left) == pytest.approx(1.0)
+    loaded = LungShape.load(shape.save(tmp_path / "s.npz"))
+    assert np.allclose(loaded.mean, shape.mean, atol=1e-3) and loaded.meta["source"] == "test"
+    with pytest.raises(InputError, match="not found"):
+        LungShape.load(tmp_path / "missing.npz")
+    (tmp_path / "bad.npz").write_bytes(b"not an npz")
+    with pytest.raises(InputError, match="not a lung shape file"):
+        LungShape.load(tmp_path / "bad.npz")
+    with pytest.raises(ValueError):
+        LungShape(np.zeros((2, 8, 8)))
+    assert shape_descriptor(right, left).shape == (2, 32, 32)
+
+
+def test_pack_annotations_all_pass(pack_dir):
+    """Every human lung annotation of the pack (shippable or not) passes the shape threshold."""
+    from cxrground.datasets.pack import Pack
+
+    records = Pack(pack_dir).cohen()
+    ious = [shipped_lung_shape().iou(*r.lungs()) for r in records[::4]]
+    assert min(ious) > MIN_SHAPE_IOU, min(ious)
+
+
+@pytest.fixture(scope="module")
+def small_cohort(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("cohort")
+    write_cohort(out, 3, seed=11, config=SynthConfig(width=256), progress=False)
+    return out
+
+
+def test_ils_build_rejects_swapped_lungs_with_the_reason(small_cohort, tmp_path):
+    masks = tmp_path / "masks"
+    shutil.copytree(small_cohort / "masks", masks)
+    victim = sorted(p.parent for p in masks.rglob("right_lung.png"))[0]
+    r, lft = victim / "right_lung.png", victim / "left_lung.png"
+    shape = read_mask_png(r).shape
+    right, left = read_mask_png(r, shape), read_mask_png(lft, shape)
+    write_mask_png(r, left)
+    write_mask_png(lft, right)
+    out = tmp_path / "ils"
+    result = CliRunner().invoke(main, ["ils", "build", "--images", str(small_cohort / "files"), "--out", str(out),
+                                       "--segmenter", "masks", "--segmenter-opt", f"root={masks}", "--quiet"])
+    assert result.exit_code == 0, result.output
+    units = {u["study_key"]: u for u in (json.loads(p.read_text()) for p in (out / "units").glob("*.json"))}
+    rejected = [u for u in units.values() if u["status"] == "rejected"]
+    assert len(units) == 3 and len(rejected) == 1, [u.get("reason") for u in units.values()]
+    assert rejected[0]["stage"] == "qc" and rejected[0]["reason"].startswith("implausible lungs: ")
+    assert "not on the image left" in rejected[0]["reason"] and victim.name in rejected[0]["study_key"]
+
+
+def test_anatomy_zones_records_implausible_lungs_as_failures(small_cohort, tmp_path):
+    from cxrground.anatomy.segment.base import LungHeartMasks
+    from cxrground.io.image import read_image
+    from cxrground.lesions.normative import NormativeModel
+    from cxrground.lesions.zones import find_images, write_zones
+
+    images = sorted(find_images(small_cohort / "files"))[:2]
+
+    class Swapping:
+        """Segments by the cohort's truth masks, with the lungs of the first film swapped."""
+
+        name = "swapping"
+
+        def segment(self, image):
+            right, left = _lungs(*image.shape)
+            if Path(image.path) == images[0]:
+                right, left = left, right
+            return LungHeartMasks(right, left, None, "estimate", "swapping")
+
+    readings, failures = write_zones(images, tmp_path / "out", Swapping(), NormativeModel.load(), overlays=False)
+    assert len(readings) == 1 and len(failures) == 1
+    assert "implausible lungs from the swapping segmenter" in failures[0].reason
+    assert str(images[0]) in (tmp_path / "out" / "failures.jsonl").read_text()
+    assert read_image(images[1]).shape  # the other film was read
