@@ -13,7 +13,9 @@ the share of lung-lesion negative pairs (target a lung lesion or the tentative "
 senior scored abnormal (a whole-lung label names its three zones, "lung" all six), the median share of each
 lung-lesion mask's pixels on the heart outline (the build's) or the mediastinum (per row, the gap between the
 lungs), and the pairs the build left out by reason (``--synthesizer lesion-unet`` checks pairs against the image).
-``--gallery DIR`` writes one PNG overlay per scored study (masks over the film, Brixia scores in the file name).
+``--gallery DIR`` writes one PNG overlay per scored study (masks red, heart + mediastinum yellow, the zones the
+lung-lesion negatives name green; Brixia scores in the panel). Also printed: the negatives placed away from flagged
+zones (``--negative-check``).
 """
 
 from __future__ import annotations
@@ -182,13 +184,16 @@ def main() -> None:
             if p["target"] in LUNG_LESIONS and p["seg_mask_path"] not in seen_masks and m.any():
                 seen_masks.add(p["seg_mask_path"])
                 centre_shares.append(float((m & centre).sum()) / float(m.sum()))
+        named = np.zeros(shape, bool)
         for n in pairs.get("negative_pairs", []):
             if n["target"] in LUNG_LESIONS or n["target"] == TENTATIVE_WORD:
                 zones = {z for lab in n["location"] for z in LABEL_ZONES.get(lab, [])}
                 neg_total += 1
                 neg_abnormal += any(rec.brixia.senior[z] > 0 for z in zones)
+                for z in zones:
+                    named |= decode_rle(anat["locations"][ZONES[z]], shape)
         if args.gallery is not None:
-            _gallery_panel(args.gallery, sid, rec, images[sid], lesion, centre, pairs)
+            _gallery_panel(args.gallery, sid, rec, images[sid], lesion, centre, pairs, named)
         t, m, x = [], [], []
         for z, label in ZONES.items():
             zone = decode_rle(anat["locations"][label], shape)
@@ -220,22 +225,29 @@ def main() -> None:
     for unit in (work / "dataset" / "units").glob("*.json"):
         dropped.update(json.loads(unit.read_text()).get("dropped_pairs", {}))
     print(f"  pairs left out by checks: {dict(sorted(dropped.items())) or 'none'}")
+    placed: Counter[str] = Counter()
+    for unit in (work / "dataset" / "units").glob("*.json"):
+        placed.update(json.loads(unit.read_text()).get("placed_negatives", {}))
+    print(f"  negatives placed away from flagged zones: {dict(sorted(placed.items())) or 'none'}")
 
 
 def _gallery_panel(folder: Path, sid: str, rec: Any, image_path: Path, lesion: np.ndarray, centre: np.ndarray,
-                   pairs: dict[str, Any]) -> None:
-    """One PNG: the film with the study's lung-lesion masks (red) and heart + mediastinum (yellow outline)."""
+                   pairs: dict[str, Any], named: np.ndarray | None = None) -> None:
+    """One PNG: the film with the study's lung-lesion masks (red), heart + mediastinum (yellow) and the zones its
+    lung-lesion negatives name (green)."""
     from cxrground.io.image import read_image, write_image
     from cxrground.io.overlay import label_panel, overlay_masks
 
     im = read_image(image_path)
     rgb = overlay_masks(im.pixels, [centre], [(1.0, 0.85, 0.1)], alpha=0.15)
+    if named is not None and named.any():
+        rgb = overlay_masks(rgb, [named], [(0.1, 0.9, 0.2)], alpha=0.25)
     if lesion.any():
         rgb = overlay_masks(rgb, [lesion], [(1.0, 0.1, 0.1)], alpha=0.4)
     senior = "".join(f"{z}{rec.brixia.senior[z]}" for z in ZONES)
     lines = [f"Brixia senior {senior}"]
     lines += [f"+ {p['instruction'][:70]}" for p in pairs.get("positive_pairs", []) if p["type"] == "basic"][:3]
-    lines += [f"- {n['instruction'][:70]}" for n in pairs.get("negative_pairs", [])][:3]
+    lines += [f"- {n['instruction'][:70]}" for n in pairs.get("negative_pairs", [])][:6]
     folder.mkdir(parents=True, exist_ok=True)
     write_image(folder / f"{rec.image_path.stem}_{sid}.png", label_panel(rgb, rec.image_path.stem, lines, 420))
 

@@ -372,6 +372,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
     rejections: Counter = Counter()
     grounding_reasons: Counter = Counter()
     dropped_pairs: Counter = Counter()
+    placed_negatives: Counter = Counter()
     problems: list[str] = []
     n_failures = 0
     dataset = _DatasetWriter(stage / f".assemble.{os.getpid()}")
@@ -399,6 +400,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                 if u.get("heart_note"):
                     grounding_reasons["cardiomegaly: heart estimate implausible"] += 1
                 dropped_pairs.update(u.get("dropped_pairs", {}))
+                placed_negatives.update(u.get("placed_negatives", {}))
                 if u["status"] != "ok":
                     rejections[u["reason"]] += 1
                     failure = {"path": u.get("image_path", key), "stage": u.get("stage", "build"),
@@ -450,7 +452,9 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
         json.loads(store.read_text(REVIEW_FILE)) if store.exists(REVIEW_FILE) else None)
     atomic_write_text(stage / "card.md", render_card(counts, reported_pairs, rejections, provenance, extra,
                                                      dict(grounding_reasons), review,
-                                                     dict(dropped_pairs)))
+                                                     dict(dropped_pairs),
+                                                     dict(placed_negatives) if config.negative_check != "none"
+                                                     else None))
     return {"studies": sum(counts.studies.values()), "pairs": counts.pairs(), "failures": n_failures,
             "rejections": dict(rejections)}
 

@@ -25,19 +25,29 @@ Choices where the spec is silent (documented, switchable through :class:`IlsConf
   with the §11.2 share;
 - **random regions**: uniform over the 10 labels plus the bilateral pair, the pair's order drawn by
   the seeded RNG; restricted to EL when the report mentions any finding; no region → no negative.
+- **placement by the image** (only with a :class:`NegativePlacement`, i.e. ``IlsConfig.negative_check`` set): a
+  negative whose target a lung-opacity zone reader speaks to (:data:`~cxrground.ils.zone_map.OPACITY_TARGETS`: the
+  lung lesions and the tentative "opacity"; not effusion, not cardiomegaly) never names a Brixia zone the reader
+  flags. The region is drawn as without flags; when it names a flagged zone it is drawn again, uniformly among the
+  allowed labels (those naming no flagged zone), from a second RNG of the study (so the result is uniform over the
+  allowed labels and every other negative is the one a build without flags composes). A global negative of such a
+  target ("There is no opacity.", both lungs) becomes a basic negative over an allowed label while any zone is
+  flagged. A negative is left out only when no allowed label remains. Both outcomes are counted per reason
+  (:attr:`ComposedStudy.placed`, :attr:`ComposedStudy.dropped`).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from cxrground.ils.config import IlsConfig
+from cxrground.ils.zone_map import OPACITY_TARGETS, dropped_by_reader, names_flagged_zone, placed_by_reader
 from cxrground.reports.findings import Finding
 from cxrground.vocab import ils_templates as tpl
 from cxrground.vocab.lesions import LESIONS, LUNG_LESIONS
@@ -52,6 +62,7 @@ __all__ = [
     "ComposedStudy",
     "GroundedFinding",
     "MaskOut",
+    "NegativePlacement",
     "compose_pairs",
     "study_rng",
 ]
@@ -103,6 +114,28 @@ class ComposedStudy:
     """(lesion, received a mask) for every reported positive lesion finding (card recall)."""
     dropped: Counter[str] = field(default_factory=Counter)
     """Pairs left out by the checks, by reason (e.g. an exact duplicate (instruction, answer) in the study)."""
+    placed: Counter[str] = field(default_factory=Counter)
+    """Negatives placed away from the zones an image reader flags, by reason (:class:`NegativePlacement`)."""
+
+
+@dataclass(frozen=True)
+class NegativePlacement:
+    """The Brixia zones (A–F) an image zone reader flags in the study's film, known before the pairs are composed:
+    negatives about a lung opacity are placed where none is flagged (module docstring)."""
+
+    zone_flags: Mapping[str, bool]
+    """Brixia zone letter → flagged."""
+    reader: str
+    """Name of the zone reader (the card's reasons)."""
+
+    @property
+    def active(self) -> bool:
+        """Some zone is flagged."""
+        return any(self.zone_flags.values())
+
+    def allows(self, labels: Sequence[str]) -> bool:
+        """The location labels ``labels`` name no flagged zone."""
+        return not names_flagged_zone(labels, self.zone_flags)
 
 
 def study_rng(seed: int, study_key: str) -> np.random.Generator:
@@ -119,8 +152,10 @@ def compose_pairs(
     ctr: float | None,
     heart: np.ndarray | None,
     config: IlsConfig,
+    placement: NegativePlacement | None = None,
 ) -> ComposedStudy:
-    """All pairs of one study (positives in finding order, then ≤ 1 negative per lesion in LESIONS order)."""
+    """All pairs of one study (positives in finding order, then ≤ 1 negative per lesion in LESIONS order); with
+    ``placement``, lung-opacity negatives avoid the zones it flags (module docstring)."""
     rng = study_rng(config.seed, study_key)
     out = ComposedStudy()
     positives_by_lesion: dict[str, int] = {}
@@ -155,7 +190,9 @@ def compose_pairs(
                       tpl.positive_answer("lesion_inference", lesion, gl, f.certainty or "definitive"),
                       "lesion_inference", common)
 
-    _negatives(study_key, findings, empty_locations, ctr, config, rng, out)
+    placer = _Placer(placement, study_rng(config.seed, f"{study_key}#negative-placement"), out) \
+        if placement is not None and placement.active else None
+    _negatives(study_key, findings, empty_locations, ctr, config, rng, out, placer)
     _drop_duplicates(study_key, out)
     return out
 
@@ -207,8 +244,36 @@ def _heart_positive(study_key: str, lesion: str, g: GroundedFinding, heart: np.n
                          "certainty": f.certainty, "kind": KIND_GROUNDED})
 
 
+@dataclass
+class _Placer:
+    """Moves lung-opacity negatives off flagged zones, with its own RNG so the study's main draws do not change."""
+
+    placement: NegativePlacement
+    rng: np.random.Generator
+    out: ComposedStudy
+
+    def region(self, region: list[str], labels: Sequence[str]) -> list[str] | None:
+        """``region`` when it names no flagged zone, else a region drawn among the allowed ``labels`` (None, and
+        counted as dropped, when there is none)."""
+        if self.placement.allows(region):
+            return region
+        return self.fresh(labels)
+
+    def fresh(self, labels: Sequence[str]) -> list[str] | None:
+        """A region drawn among the ``labels`` that name no flagged zone, counted as placed; None (counted as
+        dropped) when none is left."""
+        allowed = [lab for lab in labels if self.placement.allows([lab])]
+        region = _draw_region(self.rng, allowed)
+        if region is None:
+            self.out.dropped[dropped_by_reader(self.placement.reader)] += 1
+        else:
+            self.out.placed[placed_by_reader(self.placement.reader)] += 1
+        return region
+
+
 def _negatives(study_key: str, findings: Sequence[Finding], empty_locations: Sequence[str], ctr: float | None,
-               config: IlsConfig, rng: np.random.Generator, out: ComposedStudy) -> None:
+               config: IlsConfig, rng: np.random.Generator, out: ComposedStudy, placer: _Placer | None = None
+               ) -> None:
     reported = {f.lesion for f in findings if f.lesion is not None and f.assertion != "absent"}
     negated = {f.lesion for f in findings if f.lesion is not None and f.assertion == "absent"} - reported
     sided_negation = {f.lesion for f in findings
@@ -226,11 +291,14 @@ def _negatives(study_key: str, findings: Sequence[Finding], empty_locations: Seq
                 kind = KIND_NEGATED if lesion in negated else KIND_NOT_REPORTED
                 _negative(out, study_key, "global", lesion, [HEART], kind)
             continue
+        checker = placer if lesion in OPACITY_TARGETS else None
         blocked = lesion in reported or (t.umbrella and any_lung_lesion)
         u = float(rng.random())
         li_share = config.opacity_lesion_inference_share if t.li_negative_target else 0.0
         if blocked:
             region = _draw_region(rng, el)
+            if region is not None and checker is not None:
+                region = checker.region(region, el)
             if region is None:
                 continue
             kind = "lesion_inference" if u < li_share else "basic"
@@ -239,9 +307,14 @@ def _negatives(study_key: str, findings: Sequence[Finding], empty_locations: Seq
         kind_name = KIND_NEGATED if lesion in negated else KIND_NOT_REPORTED
         global_share = config.negative_global_share.get(lesion, 0.0) if lesion not in sided_negation else 0.0
         if u < global_share:
-            _negative(out, study_key, "global", lesion, [BOTH_LUNGS], kind_name)
+            if checker is None:
+                _negative(out, study_key, "global", lesion, [BOTH_LUNGS], kind_name)
+            elif (region := checker.fresh(space)) is not None:
+                _negative(out, study_key, "basic", lesion, region, kind_name)
             continue
         region = _draw_region(rng, space)
+        if region is not None and checker is not None:
+            region = checker.region(region, space)
         if region is None:
             continue
         kind = "lesion_inference" if u < global_share + li_share else "basic"

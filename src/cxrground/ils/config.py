@@ -116,9 +116,11 @@ class IlsConfig:
     ``findings+impression`` (both, numbered on; a lesion + location in both counts once, findings first)."""
 
     negative_check: str = "none"
-    """Image check of lung-lesion negatives for every synthesizer: ``none``, or ``zone_prior_v1`` (a negative naming
-    a zone that the position-prior zone reader flags, in a film where the lesion segmenter finds a
-    lesion, is dropped and counted on the card; :mod:`cxrground.lesions.zone_prior`)."""
+    """Image check of lung-lesion negatives for every synthesizer: ``none``, or ``zone_prior_v1`` (the zones that
+    the position-prior zone reader flags, in a film where the lesion segmenter finds a lesion, are read before the
+    pairs are composed; a lung-lesion negative is placed in a region naming no flagged zone, and dropped only when
+    none is left; both counted on the card; :mod:`cxrground.lesions.zone_prior`,
+    :class:`cxrground.ils.compose.NegativePlacement`)."""
 
     def __post_init__(self) -> None:
         if self.negative_check not in NEGATIVE_CHECKS:

@@ -9,9 +9,9 @@ written (rules fixed in ``bench/records/lesion_unet_preregistration.md``):
   mediastinum removed, at ``p ≥ t``;
 - with a zone reader's flags (``--synthesizer-opt zone_reader=zone_sim_v1``), a negative naming a flagged Brixia
   zone is dropped as well;
-- with ``ils build --negative-check zone_prior_v1`` (any synthesizer), :func:`check_negatives` drops a lung-lesion
-  negative (not effusion) naming a Brixia zone that the position-prior zone reader
-  (:mod:`cxrground.lesions.zone_prior`) flags in a film where the lesion segmenter finds a lesion;
+- :func:`check_negatives` drops a composed lung-lesion negative (not effusion) naming a Brixia zone that a zone
+  reader flags (``ils build --negative-check zone_prior_v1`` does not need it: the build passes the flags to
+  :func:`~cxrground.ils.compose.compose_pairs`, which places such negatives in unflagged zones);
 - **positives**: a pair is dropped when its mask covers less than :data:`MIN_LOCATION_COVER` of a location it
   names (the answer would point where the mask is not);
 - **masks**: lung-lesion and effusion masks are clipped off the heart outline and the mediastinum
@@ -28,11 +28,11 @@ from typing import Final
 import numpy as np
 
 from cxrground.ils.compose import ComposedStudy, renumber
+from cxrground.ils.zone_map import BRIXIA_OF, OPACITY_TARGETS, dropped_by_reader, zones_of
 from cxrground.io.transform import Letterbox
 from cxrground.lesions.lesion_zones import ZONE_COVER, location_share
 from cxrground.vocab.ils_templates import TENTATIVE_WORD
 from cxrground.vocab.lesions import LUNG_LESIONS
-from cxrground.vocab.locations import BOTH_LUNGS
 
 __all__ = ["DROPPED_NEGATIVE", "DROPPED_POSITIVE", "MIN_LOCATION_COVER", "check_negatives", "check_pairs",
            "clip_centre", "dropped_by_reader", "zones_of"]
@@ -42,26 +42,8 @@ MIN_LOCATION_COVER: Final[float] = 0.01
 DROPPED_NEGATIVE: Final[str] = "negative contradicted by the image (lesion segmenter)"
 DROPPED_POSITIVE: Final[str] = "positive mask misses a named location"
 DROPPED_NEGATIVE_ZONES: Final[str] = "negative contradicted by the image (zone reader)"
-#: Brixia zone of each zone label a negative is checked on.
-BRIXIA_OF: Final[dict[str, str]] = {
-    "right apical zone lung": "A", "right upper zone lung": "A", "right mid zone lung": "B", "right lung base": "C",
-    "left apical zone lung": "D", "left upper zone lung": "D", "left mid zone lung": "E", "left lung base": "F"}
 #: Targets whose negatives the segmenter can check (it reads opacities and fluid, not the heart).
 CHECKED_TARGETS: Final[frozenset[str]] = frozenset({*LUNG_LESIONS, "effusion", TENTATIVE_WORD})
-#: Targets whose negatives a zone reader of lung opacity checks (:func:`check_negatives`): not effusion, since an
-#: opacity in a zone does not contradict "no effusion" there.
-OPACITY_TARGETS: Final[frozenset[str]] = frozenset({*LUNG_LESIONS, TENTATIVE_WORD})
-_BANDS: Final[tuple[str, str, str]] = ("upper zone lung", "mid zone lung", "lung base")
-
-
-def zones_of(label: str) -> list[str]:
-    """The location labels a negative about ``label`` is checked on: a zone itself, a lung's three zones."""
-    if label == BOTH_LUNGS:
-        return [f"{side} {b}" for side in ("right", "left") for b in _BANDS]
-    for side in ("right", "left"):
-        if label == f"{side} lung":
-            return [f"{side} {b}" for b in _BANDS]
-    return [label]
 
 
 def clip_centre(mask: np.ndarray, centre: np.ndarray) -> np.ndarray:
@@ -98,11 +80,6 @@ def check_pairs(study_key: str, out: ComposedStudy, locations: Mapping[str, np.n
         keep_neg.append(pair)
     out.positive_pairs, out.negative_pairs = keep_pos, keep_neg
     renumber(study_key, out)
-
-
-def dropped_by_reader(reader: str) -> str:
-    """The card's reason for a negative dropped by the zone reader ``reader``."""
-    return f"negative contradicted by the image ({reader} zone reader)"
 
 
 def _names_flagged(pair: Mapping[str, object], locations: Mapping[str, np.ndarray], zone_flags: Mapping[str, bool],

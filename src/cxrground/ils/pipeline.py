@@ -19,7 +19,7 @@ from cxrground.anatomy import cardiothoracic_ratio, ils_location_masks
 from cxrground.anatomy.segment.plausibility import lung_problems
 from cxrground.errors import CXRGroundError, InputError
 from cxrground.ils.backend_spec import BackendSpec
-from cxrground.ils.compose import GroundedFinding, compose_pairs
+from cxrground.ils.compose import GroundedFinding, NegativePlacement, compose_pairs
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.layout import MASK_DIR
 from cxrground.ils.tasks import StudyTask
@@ -162,19 +162,16 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
                 return {**unit, "status": "rejected", "stage": "qc", "reason": problem}
         ctr = cardiothoracic_ratio(heart, right, left) if heart is not None and heart.any() else None
         stage = "spatial"
-        grounded, empty, records, pair_check, negative_check = _ground(structured.findings, image.pixels, right,
+        grounded, empty, records, pair_check, placement = _ground(structured.findings, image.pixels, right,
                                                                        left, heart, backends, config)
         unit["grounding"] = records
         stage = "compose"
-        composed = compose_pairs(task.study_key, structured.findings, grounded, empty, ctr, heart, config)
+        composed = compose_pairs(task.study_key, structured.findings, grounded, empty, ctr, heart, config,
+                                 placement)
         if pair_check is not None:
             from cxrground.ils.image_check import check_pairs
 
             check_pairs(task.study_key, composed, *pair_check)
-        if negative_check is not None:
-            from cxrground.ils.image_check import check_negatives
-
-            check_negatives(task.study_key, composed, *negative_check)
         for m in composed.masks:
             write_mask_png(out / MASK_DIR / m.path, m.mask)
         unit["masks"] = [{"path": m.path, "lesion": m.lesion, "area": int(m.mask.sum()), "rle": encode_rle(m.mask)}
@@ -182,6 +179,8 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
         unit["reported"] = [[lesion, got] for lesion, got in composed.reported]
         if composed.dropped:
             unit["dropped_pairs"] = dict(composed.dropped)
+        if composed.placed:
+            unit["placed_negatives"] = dict(composed.placed)
         unit["anatomy"] = {
             "height": image.height, "width": image.width, "ctr": ctr,
             "segmenter": anatomy.source, "heart_source": anatomy.heart_source,
@@ -260,15 +259,15 @@ def _lesion_free_centre(config: IlsConfig, backends: Backends, ev: Any, right: n
 def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, heart: np.ndarray | None,
             backends: Backends, config: IlsConfig
             ) -> tuple[list[GroundedFinding], list[str], list[dict[str, Any]], tuple[Any, ...] | None,
-                       tuple[Any, ...] | None]:
+                       NegativePlacement | None]:
     """Steps 2-4 on the working canvas; lesion masks mapped back to native pixels.
 
     Returns the grounded findings, EL, one grounding record per positive lesion finding (for the card) and, when
     the synthesizer reads lesions (``evidence``), the arguments of :func:`~cxrground.ils.image_check.check_pairs`
     after the study key and pairs (locations, letterbox, probability, threshold, heart + mediastinum); such a
     synthesizer's lung-lesion and effusion masks are clipped off the heart and mediastinum. Last, with
-    ``config.negative_check`` set, the arguments of :func:`~cxrground.ils.image_check.check_negatives` (locations
-    and the zone reader's flags on the canvas), else None.
+    ``config.negative_check`` set, the zone reader's flags (read on the canvas) for placing the negatives
+    (:class:`~cxrground.ils.compose.NegativePlacement`), else None.
     A positive finding without any reported location blocks every empty location (we cannot know where it is).
     """
     from cxrground.ils.grounding import ground_finding
@@ -288,12 +287,12 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
     ev = evidence(canvas, (r_c, l_c, h_c)) if callable(evidence) else None
     pair_check = (locations, box, ev.probability, ev.threshold, ev.centre, ev.zone_flags) if ev is not None else None
     centre = _lesion_free_centre(config, backends, ev, r_c, l_c, h_c if heart is not None else None)
-    negative_check = None
+    placement = None
     if config.negative_check != "none":
         from cxrground.lesions.zone_prior import shipped_reader
 
         flags = shipped_reader().negative_flags(canvas, r_c, l_c, h_c if heart is not None else None)
-        negative_check = (locations, flags, config.negative_check)
+        placement = NegativePlacement(flags, config.negative_check)
     grounded: list[GroundedFinding] = []
     records: list[dict[str, Any]] = []
     for f in findings:
@@ -319,5 +318,5 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
         grounded.append(GroundedFinding(f, native, tuple(check.grounded), check.complete))
     el = empty_locations(findings, locations)
     if any(findings[i].assertion != "absent" for i in el.unlocated):
-        return grounded, [], records, pair_check, negative_check
-    return grounded, list(el.labels), records, pair_check, negative_check
+        return grounded, [], records, pair_check, placement
+    return grounded, list(el.labels), records, pair_check, placement

@@ -70,9 +70,9 @@ class BuildRequest:
     detector: str = option("anomaly", registry=DETECTORS)
     detector_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the detector (repeatable).")
     negative_check: str = option("none", choices=NEGATIVE_CHECKS, help="Image check of lung-lesion negatives: "
-                                 "zone_prior_v1 drops a negative naming a zone the position-prior zone "
-                                 "reader flags in a film where the lesion segmenter finds a lesion (counted on the "
-                                 "card).")
+                                 "zone_prior_v1 places them away from the zones the position-prior zone reader "
+                                 "flags in a film where the lesion segmenter finds a lesion (dropped only when no "
+                                 "unflagged region is left; counted on the card).")
     split_file: Path | None = option(None, path="file", help="CSV with study_id,split (e.g. "
                                      "mimic-cxr-2.0.0-split.csv). Default: by subject hash.")
     split_ratios: str = option("0.8,0.1,0.1")
