@@ -81,7 +81,7 @@ def main() -> None:
         print(f"  {s:.3f} {name}")
     if args.sheet is not None:
         above = [n for n, s in ranked if s >= MIN_SHAPE_IOU][: args.sheet_next]
-        names = [n for n in flagged if n in scores and n.startswith("nih_")] + [n for n in above if n.startswith("nih_")]
+        names = [n for n in [*flagged, *above] if n in scores and n.startswith("nih_")]
         write_sheet(args.cache, names, scores, args.sheet)
         print(f"wrote {args.sheet} ({len(names)} films)")
 
