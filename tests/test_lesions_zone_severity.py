@@ -92,7 +92,10 @@ def test_combine_takes_a_given_severity():
 class _StubClassifier:
     feature_names = ("z_mean",)
     threshold = 0.5
-    meta: dict = {}
+
+    @property
+    def meta(self) -> dict:
+        return {}
 
     def probability(self, x: np.ndarray) -> np.ndarray:
         return SIM
