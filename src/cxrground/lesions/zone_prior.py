@@ -19,6 +19,13 @@ reader ``zone_prior_v1`` (``anatomy zones --zone-model zone_prior_v1``) combines
 probability is at least :data:`FLAG_PROBABILITY`. All numbers are fixed
 (``bench/records/zone_prior_preregistration.md``); nothing is fitted on COVID-19 films or Brixia scores.
 
+The reader ``zone_prior_v2`` (``anatomy zones --zone-model zone_prior_v2``) is the same combination with another
+film severity: ``S`` from a film-level logistic model on both image readers (``zone_sim_v1``'s mean probability and
+the lesion segmenter's zone shares; :class:`~cxrground.lesions.zone_severity.SeverityModel`, shipped
+``zone_prior_v2_severity.json``, recipe ``bench/zone_prior_v2_fit.py``, rule
+``bench/records/zone_prior_v2_preregistration.md``), its logit minus the logit of its own operating threshold,
+clipped to ±4. ``P_z``, ``E_z``, ``w`` and the flag are those of ``zone_prior_v1``.
+
 For the ILS negative check (:meth:`PriorZoneReader.negative_flags`), a zone contradicts a "no lung lesion here" pair
 only when it is flagged **and** the lesion segmenter finds a lesion somewhere in the film (some zone with a lesion
 share ≥ :data:`~cxrground.lesions.lesion_zones.ZONE_COVER`): two image readers must agree that the film is
@@ -41,13 +48,17 @@ from cxrground.lesions.lesion_zones import LesionZoneReader
 from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel
 from cxrground.lesions.zone_classifier import ZoneClassifier, shipped_zone_reader_path
 from cxrground.lesions.zone_features import feature_columns, film_zone_features
+from cxrground.lesions.zone_severity import SeverityModel
 
-__all__ = ["EVIDENCE_WEIGHT", "FLAG_PROBABILITY", "PRIOR_LABELS", "ZONE_PRIOR_READER", "PriorReading",
-           "PriorZoneReader", "ZonePrior", "combine", "prior_from_shares", "shipped_prior_path", "standardise"]
+__all__ = ["EVIDENCE_WEIGHT", "FLAG_PROBABILITY", "PRIOR_LABELS", "ZONE_PRIOR_READER", "ZONE_PRIOR_V2_READER",
+           "PriorReading", "PriorZoneReader", "ZonePrior", "combine", "prior_from_shares", "shipped_prior_path",
+           "standardise"]
 
 ZONES: Final[tuple[str, ...]] = tuple(BRIXIA_ZONE_LABELS)
 #: Name of the reader (``anatomy zones --zone-model zone_prior_v1``) and of its shipped prior file.
 ZONE_PRIOR_READER: Final[str] = "zone_prior_v1"
+#: Name of the reader whose film severity also listens to the lesion segmenter (``--zone-model zone_prior_v2``).
+ZONE_PRIOR_V2_READER: Final[str] = "zone_prior_v2"
 #: NIH ChestX-ray14 labels whose films count as "lung lesion" for the prior.
 PRIOR_LABELS: Final[tuple[str, ...]] = ("Pneumonia", "Consolidation", "Infiltration", "Effusion", "Atelectasis",
                                         "Edema")
@@ -91,18 +102,24 @@ def _logit(p: np.ndarray | float) -> np.ndarray:
 
 
 def combine(sim_probability: np.ndarray, lesion_share: np.ndarray, sim_threshold: float, prior: np.ndarray,
-            weight: float = EVIDENCE_WEIGHT) -> np.ndarray:
+            weight: float = EVIDENCE_WEIGHT, severity: np.ndarray | float | None = None) -> np.ndarray:
     """Zone probabilities ``sigmoid(S + log(6·prior) + weight·E)`` (module docstring) of one film (six values each)
-    or of films ``(n, 6)``."""
+    or of films ``(n, 6)``. ``severity``: the film severity ``S`` (one value per film) to use instead of
+    ``zone_prior_v1``'s ``logit(mean p) − logit(sim_threshold)``."""
     p, s, q = (np.asarray(a, np.float64) for a in (sim_probability, lesion_share, prior))
     if p.shape[-1] != 6 or s.shape != p.shape or q.shape != (6,):
         raise ValueError(f"need six zones per film, got {p.shape}, {s.shape} and a prior of shape {q.shape}")
     if not np.all(q > 0):
         raise ValueError("prior weights must be positive")
-    severity = _logit(p.mean(axis=-1, keepdims=True)) - _logit(sim_threshold)
+    if severity is None:
+        film = _logit(p.mean(axis=-1, keepdims=True)) - _logit(sim_threshold)
+    else:
+        film = np.asarray(severity, np.float64)[..., None]
+        if film.shape[:-1] != p.shape[:-1]:
+            raise ValueError(f"need one severity per film, got {np.shape(severity)} for {p.shape[:-1]} films")
     position = np.log(6.0 * q / q.sum())
     evidence = 0.5 * (standardise(_logit(p)) + standardise(s))
-    return 1.0 / (1.0 + np.exp(-(severity + position + weight * evidence)))
+    return 1.0 / (1.0 + np.exp(-(film + position + weight * evidence)))
 
 
 @dataclass(frozen=True)
@@ -156,6 +173,8 @@ class PriorReading:
     lesion_map: np.ndarray
     lesion_found: bool
     """The lesion segmenter flags some zone of the film (share ≥ ZONE_COVER)."""
+    severity: float = float("nan")
+    """The film severity ``S`` the zones' probabilities were placed from."""
 
     def flags(self, threshold: float = FLAG_PROBABILITY) -> dict[str, bool]:
         """Zone → probability ≥ ``threshold``."""
@@ -164,7 +183,8 @@ class PriorReading:
 
 @dataclass
 class PriorZoneReader:
-    """``zone_prior_v1``: ``zone_sim_v1`` severity + position prior + both readers' within-film zone evidence."""
+    """``zone_prior_v1``: ``zone_sim_v1`` severity + position prior + both readers' within-film zone evidence;
+    ``zone_prior_v2`` when ``severity`` is given: the film severity from that model instead."""
 
     prior: ZonePrior
     lesion: LesionZoneReader
@@ -172,12 +192,24 @@ class PriorZoneReader:
     classifier: ZoneClassifier
     weight: float = EVIDENCE_WEIGHT
     flag: float = FLAG_PROBABILITY
+    severity: SeverityModel | None = None
 
     @classmethod
     def shipped(cls, threads: int | None = 1) -> PriorZoneReader:
-        """The reader on the shipped prior, ``zone_sim_v1``, ``normative_v1`` and ``lesion_unet_v1``."""
+        """``zone_prior_v1`` on the shipped prior, ``zone_sim_v1``, ``normative_v1`` and ``lesion_unet_v1``."""
         return cls(ZonePrior.load(), LesionZoneReader.shipped(threads), NormativeModel.load(),
                    ZoneClassifier.load(shipped_zone_reader_path()))
+
+    @classmethod
+    def shipped_v2(cls, threads: int | None = 1) -> PriorZoneReader:
+        """``zone_prior_v2``: :meth:`shipped` with the shipped severity model ``zone_prior_v2_severity.json``."""
+        return cls(ZonePrior.load(), LesionZoneReader.shipped(threads), NormativeModel.load(),
+                   ZoneClassifier.load(shipped_zone_reader_path()), severity=SeverityModel.load())
+
+    @property
+    def reader_id(self) -> str:
+        """:data:`ZONE_PRIOR_V2_READER` with a severity model, else :data:`ZONE_PRIOR_READER`."""
+        return ZONE_PRIOR_READER if self.severity is None else ZONE_PRIOR_V2_READER
 
     @property
     def threshold(self) -> float:
@@ -191,8 +223,12 @@ class PriorZoneReader:
         sim = self.classifier.probability(feats[:, feature_columns(self.classifier.feature_names)])
         scores, flags, p = self.lesion.read(pixels, right, left, heart)
         share = np.array([scores[z] for z in ZONES])
-        prob = combine(sim, share, self.classifier.threshold, self.prior.vector, self.weight)
-        return PriorReading(prob, sim, share, p, any(flags.values()))
+        if self.severity is None:
+            film = float(_logit(np.mean(sim)) - _logit(self.classifier.threshold))
+        else:
+            film = float(self.severity.severity(sim, share))
+        prob = combine(sim, share, self.classifier.threshold, self.prior.vector, self.weight, film)
+        return PriorReading(prob, sim, share, p, any(flags.values()), film)
 
     def read(self, pixels: np.ndarray, right: np.ndarray, left: np.ndarray,
              heart: np.ndarray | None) -> tuple[dict[str, float], dict[str, bool], np.ndarray]:
@@ -209,15 +245,22 @@ class PriorZoneReader:
 
     def name(self) -> str:
         """Who flags the zones, for the CSV provenance and the overlays."""
-        return f"{ZONE_PRIOR_READER} (severity + position prior + zone evidence, p >= {self.flag:.2f})"
+        return f"{self.reader_id} (severity + position prior + zone evidence, p >= {self.flag:.2f})"
 
     def provenance(self) -> dict[str, Any]:
         """The prior, the two image readers and the combination rule."""
-        return {"name": ZONE_PRIOR_READER, "prior": {**self.prior.weights, "meta": self.prior.meta},
+        severity: dict[str, Any] = {
+            "from": "zone_sim_v1", "rule": "logit(mean zone_sim p) - logit(tau)"} if self.severity is None else {
+            "from": "zone_sim_v1 and lesion-unet", "features": list(self.severity.features),
+            "coef": list(self.severity.coef), "intercept": self.severity.intercept,
+            "threshold": self.severity.threshold, "clip": self.severity.clip,
+            "rule": "clip(b0 + b.x - logit(threshold), -clip, clip)",
+            "path": self.severity.meta.get("path"), "data": self.severity.meta.get("data")}
+        return {"name": self.reader_id, "severity": severity, "prior": {**self.prior.weights, "meta": self.prior.meta},
                 "evidence_weight": self.weight, "flag": self.flag,
                 "zone_sim": {k: self.classifier.meta.get(k) for k in ("path", "sha256", "threshold")},
                 "lesion": self.lesion.provenance(),
-                "score": "sigmoid(logit(mean zone_sim p) - logit(tau) + log(6 prior_z) + w * E_z)"}
+                "score": "sigmoid(S + log(6 prior_z) + w * E_z)"}
 
 
 @functools.cache

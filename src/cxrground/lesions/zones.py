@@ -12,6 +12,8 @@ flagged zones and the z-map; ``OUT/failures.jsonl`` lists images that could not 
 The default of ``anatomy zones`` is the position-prior reader ``zone_prior_v1``
 (:class:`~cxrground.lesions.zone_prior.PriorZoneReader`): ``zone_sim_v1``'s film severity placed over the zones by a
 position prior and both image readers' within-film zone evidence; each ``*_score`` is its probability.
+``zone_prior_v2`` is the same reader with the film severity from a model on both image readers
+(:mod:`cxrground.lesions.zone_severity`).
 
 With a zone classifier (``zone_model``: the shipped
 :data:`~cxrground.lesions.zone_classifier.SHIPPED_ZONE_READER`, trained on
@@ -45,10 +47,11 @@ from cxrground.lesions.lesion_zones import LESION_ZONE_READER, LesionZoneReader
 from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel, normalise_intensity
 from cxrground.lesions.zone_classifier import SHIPPED_ZONE_READER, ZoneClassifier, shipped_zone_reader_path
 from cxrground.lesions.zone_features import check_same_normative, feature_columns, normative_hash, zone_feature_matrix
-from cxrground.lesions.zone_prior import ZONE_PRIOR_READER, PriorZoneReader
+from cxrground.lesions.zone_prior import ZONE_PRIOR_READER, ZONE_PRIOR_V2_READER, PriorZoneReader
 
 __all__ = ["CSV_COLUMNS", "NORMATIVE_READER", "ZoneReading", "film_features", "find_images", "read_zones",
-           "reader_name", "resolve_zone_reader", "write_zones", "zones_overlay", "zones_provenance"]
+           "reader_name", "resolve_zone_reader", "work_grid_inputs", "write_zones", "zones_overlay",
+           "zones_provenance"]
 
 ZONES: Final[tuple[str, ...]] = tuple(BRIXIA_ZONE_LABELS)
 CSV_COLUMNS: Final[tuple[str, ...]] = ("image", "ctr", *ZONES, *(f"{z}_score" for z in ZONES))
@@ -95,6 +98,7 @@ def resolve_zone_reader(reader: str | Path | None) -> ZoneReader | None:
     """The zone reader named by ``reader``: :data:`NORMATIVE_READER` → None (the normative threshold flags),
     ``lesion-unet`` → the lesion segmenter's zone reader (:class:`~cxrground.lesions.lesion_zones.LesionZoneReader`),
     ``zone_prior_v1`` → severity + position prior (:class:`~cxrground.lesions.zone_prior.PriorZoneReader`),
+    ``zone_prior_v2`` → the same with the film severity of both image readers,
     None or :data:`~cxrground.lesions.zone_classifier.SHIPPED_ZONE_READER` → the shipped reader, else a ``.npz``
     path written by ``anatomy fit-zones`` (or :meth:`ZoneClassifier.save`)."""
     if str(reader) == NORMATIVE_READER:
@@ -103,6 +107,8 @@ def resolve_zone_reader(reader: str | Path | None) -> ZoneReader | None:
         return LesionZoneReader.shipped()
     if str(reader) == ZONE_PRIOR_READER:
         return PriorZoneReader.shipped()
+    if str(reader) == ZONE_PRIOR_V2_READER:
+        return PriorZoneReader.shipped_v2()
     if reader is None or str(reader) == SHIPPED_ZONE_READER:
         return ZoneClassifier.load(shipped_zone_reader_path())
     return ZoneClassifier.load(Path(reader))
@@ -134,6 +140,16 @@ def _segment_on_work_grid(image: CXRImage, segmenter: LungHeartSegmenter
     return seg, box.image_to_canvas(image.pixels), box.mask_to_canvas(right), box.mask_to_canvas(left)
 
 
+def work_grid_inputs(image: CXRImage, segmenter: LungHeartSegmenter
+                     ) -> tuple[LungHeartMasks, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """The film's masks (native size) and what a lesion-map reader reads on the working grid: pixels, right lung,
+    left lung and heart (None without one), exactly as :func:`read_zones` passes them."""
+    seg, px, r_w, l_w = _segment_on_work_grid(image, segmenter)
+    box = work_box(image.shape)
+    heart = seg.heart if box is None or seg.heart is None else box.mask_to_canvas(seg.heart)
+    return seg, px, r_w, l_w, heart
+
+
 def film_features(image: CXRImage, segmenter: LungHeartSegmenter,
                   model: NormativeModel) -> tuple[np.ndarray, dict[str, float]]:
     """The film's zone feature matrix (:func:`~cxrground.lesions.zone_features.zone_feature_matrix`, rows A–F)
@@ -151,11 +167,9 @@ def read_zones(
     """The reading of one film, its masks (native size) and its map on the working grid (the z-map; the lesion
     probability for the lesion reader); flags from ``zone_model`` when given (scores = its probabilities or, for
     the lesion reader, zone shares), else from the normative threshold."""
-    seg, px, r_w, l_w = _segment_on_work_grid(image, segmenter)
+    seg, px, r_w, l_w, heart = work_grid_inputs(image, segmenter)
     right, left = seg.right_lung, seg.left_lung
     if isinstance(zone_model, _LESION_MAP_READERS):
-        box = work_box(image.shape)
-        heart = seg.heart if box is None or seg.heart is None else box.mask_to_canvas(seg.heart)
         scores, flags, z = zone_model.read(px, r_w, l_w, heart)
     elif zone_model is None:
         z = model.z_map(px, r_w, l_w)
@@ -194,7 +208,7 @@ def zones_overlay(image: CXRImage, seg: LungHeartMasks, z: np.ndarray, reading: 
         anat = overlay_masks(anat, flagged, [(1.0, 0.1, 0.1)] * len(flagged), alpha=0.35, outline=False)
     ctr = "n/a" if reading.ctr is None else f"{reading.ctr:.2f}"
     flags = " ".join(f"{k}{'+' if reading.flags[k] else '-'}" for k in ZONES)
-    lesion = reading.reader.startswith((LESION_ZONE_READER, ZONE_PRIOR_READER))
+    lesion = reading.reader.startswith((LESION_ZONE_READER, ZONE_PRIOR_READER, ZONE_PRIOR_V2_READER))
     heat = np.clip(z if lesion else z / 4.0, 0.0, 1.0)
     grey = np.repeat((px.astype(np.float64) / 255.0)[:, :, None], 3, axis=2)
     red = np.stack([np.ones_like(heat), np.zeros_like(heat), np.zeros_like(heat)], axis=2)
@@ -256,8 +270,9 @@ def zones_provenance(model: NormativeModel, zone_model: ZoneReader | None, image
     """The content of ``zones.json``: which reader produced the flags, what the scores mean, the models."""
     normative = {**model.provenance(), "sha256": normative_hash(model)}
     if isinstance(zone_model, PriorZoneReader):
+        severity = "zone_sim_v1" if zone_model.severity is None else "zone_sim_v1 + lesion-unet"
         return {"reader": reader_name(zone_model), "flag": f"probability >= {zone_model.flag:.4g}",
-                "score": "probability that the zone is abnormal: zone_sim_v1 film severity + position prior + "
+                "score": f"probability that the zone is abnormal: {severity} film severity + position prior + "
                          "within-film zone evidence of zone_sim_v1 and lesion-unet",
                 "normative": normative, "zone_model": zone_model.provenance(), "images": images,
                 "failures": failures}
