@@ -439,8 +439,9 @@ def test_every_skipped_study_folder_is_recorded(cohort, tmp_path):
 
 def test_ray_cluster_with_a_node_killed_mid_build(cohort, built, tmp_path, caplog):
     """A Ray cluster of three nodes on this machine (a head without CPUs, two one-CPU workers), one actor on each
-    worker; one worker node is killed once two studies are done and while it has a study in flight: that study
-    reruns on the other node, nothing is lost, and the output is byte-identical to the local build's."""
+    worker; one worker node is killed once two studies are done and while it has a study in flight (each study
+    takes a second longer than usual): that study reruns on the other node, nothing is lost, and the dataset is
+    byte-identical to the local build's (its card aside, which names the fitted model it was given)."""
     import threading
 
     pytest.importorskip("ray")
@@ -468,22 +469,39 @@ def test_ray_cluster_with_a_node_killed_mid_build(cohort, built, tmp_path, caplo
 
     tasks, failures = build_tasks(cohort / "files")
     killer = threading.Thread(target=kill_a_node, daemon=True)
+    def slow(task, out, config, spec, max_pixels):
+        """The real runner, one second slower, so that the node is killed while a study of it is running."""
+        import time as clock
+
+        from cxrground.ils.units import run_one
+
+        clock.sleep(1.0)
+        return run_one(task, out, config, spec, max_pixels)
+
+    from cxrground.ils.build import run_units
+    from cxrground.ils.cohort_normative import resolve_spec
+
+    config = IlsConfig(seed=3)
+    spec = resolve_spec(BackendSpec(), tasks, built, config)  # the normative model the build of ``built`` fitted
     caplog.set_level("DEBUG", logger="cxrground.ils.ray_engine")
     try:
         cluster.wait_for_nodes()
         killer.start()
-        summary = build_dataset(tasks, out, IlsConfig(seed=3), BackendSpec(), engine="ray", workers=2,
-                                scan_failures=failures, progress=False, truth_cohort=cohort,
-                                ray_address=cluster.address)
+        processed, _ = run_units(tasks, out, config, spec, "ray", 2, progress=False, runner=slow,
+                                 ray_address=cluster.address)
         killer.join(timeout=60)
     finally:
         if ray.is_initialized():
             ray.shutdown()
         cluster.shutdown()
-    assert killed.is_set() and summary.processed == N_STUDIES
+    assert killed.is_set() and processed == N_STUDIES
+    summary = build_dataset(tasks, out, config, spec, scan_failures=failures, progress=False, truth_cohort=cohort)
+    assert summary.processed == 0  # every study was done on the cluster; this only assembles the dataset
     lost = [r.getMessage() for r in caplog.records if "Ray worker lost" in r.getMessage()]
     assert lost and all("attempt 1" in m for m in lost), lost  # each rerun once, on the surviving node
-    assert _bytes(out) == _bytes(built)
+    got, want = _bytes(out), _bytes(built)
+    assert got.pop("card.md") != b"" and want.pop("card.md")  # the card names the fitted model's path it was given
+    assert got == want
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from cxrground.errors import ConfigError, InputError
 from cxrground.io.files import sha256_file
 
 __all__ = ["MIL_POOLS", "SHIPPED_ZONE_READER", "ZONE_CLASSIFIER_METHOD", "ZoneClassifier", "fit_logistic",
-           "fit_mil_logistic", "shipped_zone_reader_path"]
+           "fit_mil_logistic", "patient_folds", "shipped_zone_reader_path"]
 
 ZONE_CLASSIFIER_METHOD: Final[str] = "zone-logistic/1"
 #: The shipped zone reader (trained on simulated lesions in NIH normal films by
@@ -224,3 +224,11 @@ class ZoneClassifier:
             raise InputError(f"not a zone classifier file ({exc})", path) from exc
         return cls(tuple(meta.get("feature_names", ())), arrays["mean"], arrays["std"], arrays["coef"], intercept,
                    threshold, {**meta, "path": str(path)})
+
+
+def patient_folds(patients: Sequence[str], folds: int, seed: int | Sequence[int]) -> np.ndarray:
+    """Fold index per film: the patients, shuffled by ``seed``, dealt round-robin into ``folds`` folds."""
+    unique = sorted(set(patients))
+    order = np.random.default_rng(seed).permutation(len(unique))
+    fold_of = {unique[j]: i % folds for i, j in enumerate(order)}
+    return np.array([fold_of[p] for p in patients], dtype=np.int64)

@@ -40,7 +40,7 @@ from cxrground.fields import option
 from cxrground.io.files import sha256_file
 from cxrground.io.image import read_image
 from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NORMATIVE_METHOD, NormativeModel
-from cxrground.lesions.zone_classifier import ZoneClassifier
+from cxrground.lesions.zone_classifier import ZoneClassifier, patient_folds
 from cxrground.lesions.zone_features import FEATURE_NAMES, normative_hash
 from cxrground.lesions.zones import film_features
 
@@ -293,14 +293,6 @@ def choose_threshold(prob: np.ndarray, truth: np.ndarray, rule: str) -> tuple[fl
 
 
 # --- folds and fits --------------------------------------------------------------------------------
-def patient_folds(patients: Sequence[str], folds: int, seed: int | Sequence[int]) -> np.ndarray:
-    """Fold index per film: the patients, shuffled by ``seed``, dealt round-robin into ``folds`` folds."""
-    unique = sorted(set(patients))
-    order = np.random.default_rng(seed).permutation(len(unique))
-    fold_of = {unique[j]: i % folds for i, j in enumerate(order)}
-    return np.array([fold_of[p] for p in patients], dtype=np.int64)
-
-
 def _fit(x: np.ndarray, t: np.ndarray, l2: float, threshold: float = 0.5,
          meta: dict[str, Any] | None = None) -> ZoneClassifier:
     """The classifier on the zones of ``x`` (films × 6 × features) with labels ``t`` (films × 6)."""

@@ -23,7 +23,7 @@ from typing import Any, Final
 import numpy as np
 
 from cxrground.errors import ConfigError, InputError
-from cxrground.lesions.zone_classifier import fit_logistic
+from cxrground.lesions.zone_classifier import fit_logistic, patient_folds
 
 __all__ = ["SEVERITY_CLIP", "SEVERITY_FEATURES", "SEVERITY_MODEL", "CandidateScore", "SeverityModel",
            "cross_validate", "fit_severity", "logit", "select_model", "severity_features", "shipped_severity_path",
@@ -176,7 +176,6 @@ def _fit_standardised(x: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float) ->
 def cross_validate(x: np.ndarray, y: np.ndarray, w: np.ndarray, patients: Sequence[str], l2: float,
                    folds: int = 5, seed: int = 0) -> np.ndarray:
     """Out-of-fold probabilities of the standardised logistic fit, folds grouped by patient."""
-    from cxrground.lesions.zone_fit import patient_folds  # zone_fit imports zones, which imports this module
 
     fold = patient_folds(patients, folds, seed)
     oof = np.zeros(len(y))
