@@ -8,8 +8,9 @@ Run: ``.venv/bin/python bench/segment.py [--phantoms 50] [--nc 0] [--synthetic 4
 
 ``--real [--only-real] [--cache DIR] [--overlays DIR] [--weights FILE]``: the anatomy of every pack film (826:
 621 NIH, 205 COVID-19 collection), on the working grid of the built-in segmenter (U-Net lungs; seen-border heart):
-plausibility counts of the heart outline (top above the carina level, any heart pixel below the lung bases or
-below the hemidiaphragm line, outside the thorax, apex cut flat), the U-Net's lung-base coverage of the pack's
+the films whose lungs fail the lung plausibility check, plausibility counts of the heart outline (top above the
+carina level, any heart pixel below the lung bases or below the hemidiaphragm line, outside the thorax, apex cut
+flat), the U-Net's lung-base coverage of the pack's
 masks on the Brixia-scored films and its per-lung Dice on all 205 annotated films, the CTR AUROC of the NIH
 Cardiomegaly label against all other NIH films (nothing tuned on them in this script) and the CTR distribution of
 the No Finding films against adult PA norms. ``--cache`` keeps the U-Net's lungs per film (rerun is fast; the
@@ -138,6 +139,7 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
     from cxrground.anatomy.ils_locations import lung_zone_bands
     from cxrground.anatomy.segment import UNetLungSegmenter
     from cxrground.anatomy.segment.builtin import heart_from_lungs
+    from cxrground.anatomy.segment.plausibility import lung_problems
     from cxrground.datasets.pack import Pack
 
     pack = Pack()
@@ -153,6 +155,7 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
         right, left = d["R"].astype(bool), d["L"].astype(bool)
         heart, info = heart_from_lungs(right, left, pixels=d["px"])
         row = {"src": src, "rec": rec, "ctr": info.get("ctr", np.nan), "heart": heart is not None,
+               "lung_problems": lung_problems(right, left),
                "rctr": info.get("ctr_radiological", np.nan),
                "plaus": heart_plausibility(heart, right, left) if heart is not None else {}}
         if src == "cohen":
@@ -166,6 +169,10 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
             _overlay(Path(overlays) / f"{rec.image_id}.png", d["px"], right, left, heart, info)
         rows.append(row)
     print(f"\n## Real films: {len(rows)} pack films ({time.perf_counter() - start:.0f} s; lungs cached in {folder})")
+    lungs_bad = [r for r in rows if r["lung_problems"]]
+    n_bad_nih = sum(r["src"] == "nih" for r in lungs_bad)
+    print(f"implausible lungs (anatomy.segment.plausibility): {len(lungs_bad)} of {len(rows)} films (NIH {n_bad_nih}, "
+          f"COVID-19 collection {len(lungs_bad) - n_bad_nih}): {', '.join(r['rec'].image_id for r in lungs_bad)}")
     hearts = [r for r in rows if r["heart"]]
     print(f"heart outline on {len(hearts)} of {len(rows)} films; implausible outlines:")
     for key in ("top above carina", "below the lung bases", "below the hemidiaphragm", "outside the thorax",
