@@ -139,7 +139,7 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
     from cxrground.anatomy.ils_locations import lung_zone_bands
     from cxrground.anatomy.segment import UNetLungSegmenter
     from cxrground.anatomy.segment.builtin import heart_from_lungs
-    from cxrground.anatomy.segment.plausibility import lung_problems
+    from cxrground.anatomy.segment.plausibility import lung_problems, segment_checked
     from cxrground.datasets.pack import Pack
 
     pack = Pack()
@@ -173,6 +173,9 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
     n_bad_nih = sum(r["src"] == "nih" for r in lungs_bad)
     print(f"implausible lungs (anatomy.segment.plausibility): {len(lungs_bad)} of {len(rows)} films (NIH {n_bad_nih}, "
           f"COVID-19 collection {len(lungs_bad) - n_bad_nih}): {', '.join(r['rec'].image_id for r in lungs_bad)}")
+    negatives = [r["rec"].image_id for r in lungs_bad if not segment_checked(seg, r["rec"].read())[2]]
+    print(f"  of which plausible as the film's grey-level negative (read that way by the commands): {len(negatives)} "
+          f"{negatives}")
     hearts = [r for r in rows if r["heart"]]
     print(f"heart outline on {len(hearts)} of {len(rows)} films; implausible outlines:")
     for key in ("top above carina", "below the lung bases", "below the hemidiaphragm", "outside the thorax",

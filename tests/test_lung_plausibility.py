@@ -139,3 +139,54 @@ def test_anatomy_zones_records_implausible_lungs_as_failures(small_cohort, tmp_p
     assert "implausible lungs from the swapping segmenter" in failures[0].reason
     assert str(images[0]) in (tmp_path / "out" / "failures.jsonl").read_text()
     assert read_image(images[1]).shape  # the other film was read
+
+
+class _PolaritySegmenter:
+    """Finds plausible lungs only on a film whose mean grey level is above 128 (stands in for a U-Net that reads
+    only the right polarity), nothing otherwise."""
+
+    name = "polarity"
+
+    def segment(self, image):
+        from cxrground.anatomy.segment.base import LungHeartMasks
+
+        right, left = _lungs(*image.shape)
+        if image.pixels.mean() <= 128:
+            right, left = np.zeros_like(right), np.zeros_like(left)
+        return LungHeartMasks(right, left, None, "estimate", "polarity")
+
+
+def test_segment_checked_reads_a_negative_film_the_right_way_round():
+    from cxrground.anatomy.segment.plausibility import INVERTED_NOTE, segment_checked
+    from cxrground.io.cxr_image import CXRImage
+
+    bright = CXRImage(np.full((200, 200), 200, np.uint8), path="bright.png")
+    dark = CXRImage(np.full((200, 200), 40, np.uint8), path="dark.png")
+    image, masks, problems = segment_checked(_PolaritySegmenter(), bright)
+    assert image is bright and problems == [] and "polarity" not in masks.extra
+    image, masks, problems = segment_checked(_PolaritySegmenter(), dark)
+    assert problems == [] and int(image.pixels[0, 0]) == 215 and image.path == "dark.png"
+    assert image.metadata["polarity"] == INVERTED_NOTE and masks.extra["polarity"] == INVERTED_NOTE
+
+    class Blind(_PolaritySegmenter):
+        def segment(self, image):
+            return super().segment(CXRImage(np.zeros_like(image.pixels)))
+
+    image, masks, problems = segment_checked(Blind(), dark)  # neither way round: the film as it is, with reasons
+    assert image is dark and problems == ["one lung not found"]
+
+
+def test_an_inverted_pack_film_is_read_as_its_negative(pack_dir):
+    """NIH 00017999 is stored with inverted grey levels (bones dark): the U-Net finds no lung in it, and plausible
+    lungs in its negative."""
+    from cxrground.anatomy.segment import get_segmenter
+    from cxrground.anatomy.segment.plausibility import segment_checked
+    from cxrground.io.image import read_image
+
+    film = read_image(pack_dir / "nih" / "images" / "00017999_000.png")
+    seg = get_segmenter("unet")
+    stored = seg.segment(film)
+    assert lung_problems(stored.right_lung, stored.left_lung)
+    image, masks, problems = segment_checked(seg, film)
+    assert problems == [] and "polarity" in image.metadata and "polarity" in masks.extra
+    assert np.array_equal(image.pixels, 255 - film.pixels)

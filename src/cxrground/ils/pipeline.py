@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from cxrground.anatomy import cardiothoracic_ratio, ils_location_masks
-from cxrground.anatomy.segment.plausibility import lung_problems
+from cxrground.anatomy.segment.plausibility import segment_checked
 from cxrground.errors import CXRGroundError, InputError
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.compose import GroundedFinding, NegativePlacement, compose_pairs
@@ -144,7 +144,11 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
         if view is not None and not is_frontal(view, config.qc.views):
             return {**unit, "status": "rejected", "stage": "qc", "reason": f"view {view} is not frontal (PA/AP)"}
         stage = "segment"
-        anatomy = backends.segmenter.segment(image)
+        image, anatomy, problems = segment_checked(backends.segmenter, image,
+                                                   min_iou=config.qc.lung_shape_min_iou,
+                                                   min_fraction=config.qc.min_lung_fraction)
+        if anatomy.extra.get("polarity"):
+            unit["image_note"] = anatomy.extra["polarity"]
         right, left, heart = anatomy.right_lung, anatomy.left_lung, anatomy.heart
         estimate = anatomy.extra.get("heart_estimate") or {}
         if anatomy.heart_source == "estimate" and not estimate.get("ctr_plausible", True):
@@ -152,8 +156,6 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
             # cardiomegaly masks or CTR-based negatives from it
             heart = None
             unit["heart_note"] = "heart estimate implausible (CTR below 0.30): no cardiomegaly pairs"
-        problems = lung_problems(right, left, min_iou=config.qc.lung_shape_min_iou,
-                                 min_fraction=config.qc.min_lung_fraction)
         if problems:
             return {**unit, "status": "rejected", "stage": "qc", "reason": "implausible lungs: " + "; ".join(problems)}
         if backends.qc_segmenter is not None:

@@ -39,7 +39,7 @@ from cxrground.anatomy.ctr import cardiothoracic_ratio
 from cxrground.anatomy.ils_locations import ils_location_masks
 from cxrground.anatomy.segment.base import LungHeartMasks, LungHeartSegmenter
 from cxrground.anatomy.segment.builtin import work_box
-from cxrground.anatomy.segment.plausibility import lung_problems
+from cxrground.anatomy.segment.plausibility import segment_checked
 from cxrground.errors import CXRGroundError, Failure, InputError
 from cxrground.io.image import IMAGE_SUFFIXES, CXRImage, read_image, write_image
 from cxrground.io.overlay import contact_sheet, label_panel, overlay_masks
@@ -128,10 +128,11 @@ def _segment_on_work_grid(image: CXRImage, segmenter: LungHeartSegmenter
                           ) -> tuple[LungHeartMasks, np.ndarray, np.ndarray, np.ndarray]:
     """The film's masks (native size) and its pixels and lungs on the working grid; implausible lungs (one lung
     only, too small, on the wrong sides or shaped unlike any annotated lung:
-    :func:`~cxrground.anatomy.segment.plausibility.lung_problems`) are an error naming the reasons."""
-    seg = segmenter.segment(image)
+    :func:`~cxrground.anatomy.segment.plausibility.lung_problems`) are an error naming the reasons; a film whose
+    negative has plausible lungs is read as its negative
+    (:func:`~cxrground.anatomy.segment.plausibility.segment_checked`)."""
+    image, seg, problems = segment_checked(segmenter, image)
     right, left = seg.right_lung, seg.left_lung
-    problems = lung_problems(right, left)
     if problems:
         raise InputError(f"implausible lungs from the {seg.source} segmenter: {'; '.join(problems)}", image.path)
     box = work_box(image.shape)
@@ -190,13 +191,15 @@ def read_zones(
 
 def zones_overlay(image: CXRImage, seg: LungHeartMasks, z: np.ndarray, reading: ZoneReading,
                   width: int = 384) -> np.ndarray:
-    """Two panels: lungs + heart with the flagged zones, and the z-map (red = brighter than normal)."""
+    """Two panels: lungs + heart with the flagged zones, and the z-map (red = brighter than normal); a film read as
+    its negative is drawn as read."""
     box = work_box(image.shape)
+    pixels = 255 - image.pixels if seg.extra.get("polarity") else image.pixels
     if box is None:
-        px, r, lft = image.pixels, seg.right_lung, seg.left_lung
+        px, r, lft = pixels, seg.right_lung, seg.left_lung
         heart = seg.heart
     else:
-        px, r, lft = box.image_to_canvas(image.pixels), box.mask_to_canvas(seg.right_lung), \
+        px, r, lft = box.image_to_canvas(pixels), box.mask_to_canvas(seg.right_lung), \
             box.mask_to_canvas(seg.left_lung)
         heart = box.mask_to_canvas(seg.heart) if seg.heart is not None else None
     locations = ils_location_masks(r, lft)
@@ -215,8 +218,10 @@ def zones_overlay(image: CXRImage, seg: LungHeartMasks, z: np.ndarray, reading: 
     zimg = np.clip(255 * (grey * (1 - 0.7 * heat[:, :, None]) + red * 0.7 * heat[:, :, None]), 0, 255)
     normative = reading.reader == NORMATIVE_READER
     scores = " ".join(f"{k} {reading.scores[k]:.1f}" if normative else f"{k} {reading.scores[k]:.2f}" for k in ZONES)
-    panels = [label_panel(anat, f"{reading.image}", [f"CTR {ctr} (heart: {reading.heart_source})", flags,
-                                                     f"flags: {reading.reader}"], width),
+    caption = [f"CTR {ctr} (heart: {reading.heart_source})", flags, f"flags: {reading.reader}"]
+    if seg.extra.get("polarity"):
+        caption.append("grey levels inverted (read as the film's negative)")
+    panels = [label_panel(anat, f"{reading.image}", caption, width),
               label_panel(zimg.astype(np.uint8), "lesion probability (0-1)" if lesion else
                           "deviation from normal (z, 0-4)",
                           [scores if normative else f"{_score_word(reading.reader)} {scores}"], width)]

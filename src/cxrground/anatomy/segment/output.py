@@ -16,7 +16,7 @@ from typing import Any
 
 from cxrground.anatomy.ctr import CtrMeasurement, measure_ctr
 from cxrground.anatomy.segment.base import LungHeartMasks
-from cxrground.anatomy.segment.plausibility import lung_problems
+from cxrground.anatomy.segment.plausibility import lung_problems, segment_checked
 from cxrground.io.image import CXRImage, read_image, write_image
 from cxrground.io.masks import read_mask_png, write_mask_png
 from cxrground.io.overlay import draw_rows, overlay_masks
@@ -44,6 +44,8 @@ class SegmentationOutput:
         """The human-readable summary: files written, CTR, where the heart comes from, plausibility warning."""
         heart = ", heart.png" if self.ctr is not None else ""
         lines = [f"wrote {self.out_dir}/right_lung.png, left_lung.png{heart}, overlay.png"]
+        if masks.extra.get("polarity"):
+            lines.append(f"note: {masks.extra['polarity']}; overlay.png shows the negative")
         if self.record.get("lung_problems"):
             lines.append("warning: implausible lungs (" + "; ".join(self.record["lung_problems"]) + "): check "
                          "overlay.png before using these masks, the CTR or anything measured on them")
@@ -112,5 +114,5 @@ def segment_file(image: Path, out_dir: Path, backend: str, options: dict[str, An
                  read_mask_png(heart, im.shape) if heart else None)
         options = {**options, "masks": lambda _im: masks, "label": "cli"}
     seg = SEGMENTERS.create(backend, **options)
-    found = seg.segment(im)
+    im, found, _ = segment_checked(seg, im)
     return write_segmentation(out_dir, image, im, found, seg.provenance()).summary_lines(found)

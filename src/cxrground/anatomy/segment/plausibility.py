@@ -13,10 +13,15 @@ lung masks is implausible (empty list: plausible):
   collection rows of cxr-pack-v1 (CC BY; recipe ``bench/lung_shape_fit.py``); the lowest IoU of any of those
   annotations with it is 0.59, so the threshold leaves a margin for unusual but real lungs (children, large
   effusions) while it catches lungs that leak into the abdomen, the shoulder or outside the body.
+
+:func:`segment_checked` segments a film and, when its lungs are implausible but those of its grey-level negative are
+not, returns the negative and its masks: a film exported with inverted grey levels (bones dark, lungs bright; a PNG
+or JPEG cannot say so, unlike a DICOM's MONOCHROME1) is then read the right way round, and says so in its metadata.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from dataclasses import dataclass, field
@@ -27,10 +32,12 @@ from typing import Any, Final
 import numpy as np
 from scipy import ndimage
 
+from cxrground.anatomy.segment.base import LungHeartMasks, LungHeartSegmenter
 from cxrground.errors import InputError
+from cxrground.io.cxr_image import CXRImage
 
-__all__ = ["GRID", "MIN_LUNG_FRACTION", "MIN_SHAPE_IOU", "LungShape", "lung_problems", "shape_descriptor",
-           "shipped_lung_shape"]
+__all__ = ["GRID", "INVERTED_NOTE", "MIN_LUNG_FRACTION", "MIN_SHAPE_IOU", "LungShape", "lung_problems",
+           "segment_checked", "shape_descriptor", "shipped_lung_shape"]
 
 #: Side of the per-lung grid the masks are resampled to inside their common bounding box.
 GRID: Final[int] = 32
@@ -39,6 +46,9 @@ MIN_LUNG_FRACTION: Final[float] = 0.05
 #: Lungs whose shape descriptor overlaps the mean annotated shape less than this are implausible.
 MIN_SHAPE_IOU: Final[float] = 0.50
 SHAPE_NAME: Final[str] = "lung_shape_v1"
+#: ``CXRImage.metadata["polarity"]`` of a film :func:`segment_checked` read as its negative.
+INVERTED_NOTE: Final[str] = ("grey levels inverted by cxrground: the film's lungs were implausible as stored and "
+                             "plausible in its negative")
 
 
 def shape_descriptor(right: np.ndarray, left: np.ndarray) -> np.ndarray:
@@ -134,3 +144,21 @@ def lung_problems(right: np.ndarray, left: np.ndarray, shape: LungShape | None =
         problems.append(f"lung shape unlike annotated lungs (IoU {iou:.2f} with the mean annotated shape, "
                         f"below {min_iou:.2f})")
     return problems
+
+
+def segment_checked(segmenter: LungHeartSegmenter, image: CXRImage, min_iou: float = MIN_SHAPE_IOU,
+                    min_fraction: float = MIN_LUNG_FRACTION) -> tuple[CXRImage, LungHeartMasks, list[str]]:
+    """Segment ``image``; returns the film to read (``image``, or its grey-level negative when only the negative's
+    lungs are plausible: ``metadata["polarity"]`` = :data:`INVERTED_NOTE`), its masks and their problems
+    (:func:`lung_problems`; empty when plausible); the negative's masks carry the note in ``extra["polarity"]``."""
+    masks = segmenter.segment(image)
+    problems = lung_problems(masks.right_lung, masks.left_lung, min_iou=min_iou, min_fraction=min_fraction)
+    if not problems:
+        return image, masks, problems
+    negative = dataclasses.replace(image, pixels=255 - image.pixels,
+                                   metadata={**image.metadata, "polarity": INVERTED_NOTE})
+    flipped = segmenter.segment(negative)
+    if lung_problems(flipped.right_lung, flipped.left_lung, min_iou=min_iou, min_fraction=min_fraction):
+        return image, masks, problems
+    flipped.extra["polarity"] = INVERTED_NOTE
+    return negative, flipped, []
