@@ -131,7 +131,35 @@ def _claim_cache(folder, weights) -> None:
         mark.write_text(f"{digest}  {weights.name}\n")
 
 
-def real_films(threads: int, cache: str | None, overlays: str | None, weights: str | None = None) -> None:
+def monotone_lateral_border(mask: np.ndarray, side: str) -> np.ndarray:
+    """``mask`` (one lung; ``side`` ``right`` = image left, or ``left``) without what lies lateral to its lateral
+    border above its widest row, where the border may only move medially going up (a lung narrows towards its
+    apex; a blob over the shoulder does not); then the largest 8-connected component, holes filled."""
+    if side not in ("right", "left"):
+        raise ValueError(f"side must be 'right' or 'left', got {side!r}")
+    m = np.asarray(mask, bool).copy()
+    rows = np.flatnonzero(m.any(axis=1))
+    if not len(rows):
+        return m
+    flip = side == "left"
+    work = m[:, ::-1] if flip else m  # the lateral side on the left of ``work``
+    lateral = np.array([int(np.argmax(work[y])) if work[y].any() else work.shape[1] for y in range(work.shape[0])])
+    widest = int(rows[np.flatnonzero(lateral[rows] == lateral[rows].min())[-1]])
+    limit = int(lateral[widest])
+    for y in range(widest - 1, int(rows[0]) - 1, -1):
+        if work[y].any():
+            limit = max(limit, int(lateral[y]))
+            work[y, :limit] = False
+    out = work[:, ::-1] if flip else work
+    from scipy import ndimage
+
+    from cxrground.anatomy.percept_regions import largest_component
+
+    return ndimage.binary_fill_holes(largest_component(out))
+
+
+def real_films(threads: int, cache: str | None, overlays: str | None, weights: str | None = None,
+               repair_apex: bool = False) -> None:
     """The ``--real`` rows (module docstring)."""
     import tempfile
     from pathlib import Path
@@ -153,6 +181,9 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
     for src, rec in recs:
         d = cached_lungs(seg, folder, src, rec)
         right, left = d["R"].astype(bool), d["L"].astype(bool)
+        if repair_apex:  # bench/records/lung_apex_preregistration.md
+            right = monotone_lateral_border(right, "right")
+            left = monotone_lateral_border(left, "left") & ~right
         heart, info = heart_from_lungs(right, left, pixels=d["px"])
         row = {"src": src, "rec": rec, "ctr": info.get("ctr", np.nan), "heart": heart is not None,
                "lung_problems": lung_problems(right, left),
@@ -265,13 +296,15 @@ def main() -> None:
     parser.add_argument("--cache", default=None, help="folder keeping the U-Net lungs of each film (--real)")
     parser.add_argument("--overlays", default=None, help="folder for the overlays of OVERLAY_FILMS (--real)")
     parser.add_argument("--weights", default=None, help="U-Net .safetensors (default: the shipped lung weights)")
+    parser.add_argument("--repair-apex", action="store_true",
+                        help="measure the lateral-border repair of bench/records/lung_apex_preregistration.md")
     args = parser.parse_args()
 
     import torch
 
     if args.real or args.only_real:
         torch.set_num_threads(args.threads)
-        real_films(args.threads, args.cache, args.overlays, args.weights)
+        real_films(args.threads, args.cache, args.overlays, args.weights, args.repair_apex)
         if args.only_real:
             return
 
