@@ -131,7 +131,7 @@ def _claim_cache(folder, weights) -> None:
         mark.write_text(f"{digest}  {weights.name}\n")
 
 
-def monotone_lateral_border(mask: np.ndarray, side: str) -> np.ndarray:
+def monotone_lateral_border(mask: np.ndarray, side: str, anchor: str = "widest") -> np.ndarray:
     """``mask`` (one lung; ``side`` ``right`` = image left, or ``left``) without what lies lateral to its lateral
     border above its widest row, where the border may only move medially going up (a lung narrows towards its
     apex; a blob over the shoulder does not); then the largest 8-connected component, holes filled."""
@@ -144,7 +144,8 @@ def monotone_lateral_border(mask: np.ndarray, side: str) -> np.ndarray:
     flip = side == "left"
     work = m[:, ::-1] if flip else m  # the lateral side on the left of ``work``
     lateral = np.array([int(np.argmax(work[y])) if work[y].any() else work.shape[1] for y in range(work.shape[0])])
-    widest = int(rows[np.flatnonzero(lateral[rows] == lateral[rows].min())[-1]])
+    candidates = rows if anchor == "widest" else rows[rows > (rows[0] + rows[-1]) // 2]  # "lower": lower half
+    widest = int(candidates[np.flatnonzero(lateral[candidates] == lateral[candidates].min())[-1]])
     limit = int(lateral[widest])
     for y in range(widest - 1, int(rows[0]) - 1, -1):
         if work[y].any():
@@ -159,7 +160,7 @@ def monotone_lateral_border(mask: np.ndarray, side: str) -> np.ndarray:
 
 
 def real_films(threads: int, cache: str | None, overlays: str | None, weights: str | None = None,
-               repair_apex: bool = False) -> None:
+               repair_apex: str | None = None) -> None:
     """The ``--real`` rows (module docstring)."""
     import tempfile
     from pathlib import Path
@@ -182,8 +183,8 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
         d = cached_lungs(seg, folder, src, rec)
         right, left = d["R"].astype(bool), d["L"].astype(bool)
         if repair_apex:  # bench/records/lung_apex_preregistration.md
-            right = monotone_lateral_border(right, "right")
-            left = monotone_lateral_border(left, "left") & ~right
+            right = monotone_lateral_border(right, "right", repair_apex)
+            left = monotone_lateral_border(left, "left", repair_apex) & ~right
         heart, info = heart_from_lungs(right, left, pixels=d["px"])
         row = {"src": src, "rec": rec, "ctr": info.get("ctr", np.nan), "heart": heart is not None,
                "lung_problems": lung_problems(right, left),
@@ -296,8 +297,9 @@ def main() -> None:
     parser.add_argument("--cache", default=None, help="folder keeping the U-Net lungs of each film (--real)")
     parser.add_argument("--overlays", default=None, help="folder for the overlays of OVERLAY_FILMS (--real)")
     parser.add_argument("--weights", default=None, help="U-Net .safetensors (default: the shipped lung weights)")
-    parser.add_argument("--repair-apex", action="store_true",
-                        help="measure the lateral-border repair of bench/records/lung_apex_preregistration.md")
+    parser.add_argument("--repair-apex", nargs="?", const="widest", choices=("widest", "lower"), default=None,
+                        help="measure the lateral-border repair of bench/records/lung_apex_preregistration.md "
+                             "(anchor: the widest row, or the widest row of the lower half)")
     args = parser.parse_args()
 
     import torch
