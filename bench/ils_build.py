@@ -16,7 +16,7 @@ Run: ``.venv/bin/python bench/ils_build.py [--studies 40] [--speed-studies 8] [-
    changes, the pseudo-normal image, the shipped ``normative_v1``, an unshrunk fit and the ``trim=prior`` fit,
    with the U-Net and with the cohort's exact anatomy masks, and the learned lesion segmenter (``lesion-unet``,
    pairs checked against the image), the default with the ``zone_prior_v1`` check of negatives
-   (``--negative-check zone_prior_v1``), and prints
+   (``--negative-check zone_prior_v1``, ``zone_prior_v2``), and prints
    studies/s/core, gIoU / cIoU of the generated masks, recall of reported findings and the share of
    negatives that are truly lesion-free (``cxrground.ils.quality``).
 """
@@ -167,6 +167,7 @@ def main() -> None:
         ("unet, lesion-unet + zone_sim_v1 check of negatives (exploratory)", 1.0,
          BackendSpec(synthesizer="lesion-unet", synthesizer_kwargs={"zone_reader": "zone_sim_v1"})),
         ("unet, normative default + zone_prior_v1 check of negatives", 1.0, BackendSpec()),
+        ("unet, normative default + zone_prior_v2 check of negatives", 1.0, BackendSpec()),
         ("unet, normative default, masks not clipped off the heart and mediastinum", 1.0, BackendSpec()),
         ("truth anatomy, normative default, masks not clipped off the heart and mediastinum", 1.0,
          BackendSpec(segmenter="masks", segmenter_kwargs=truth)),
@@ -176,7 +177,8 @@ def main() -> None:
             continue
         out = work / f"run{i}"
         start = time.perf_counter()
-        config = IlsConfig(seed=0, negative_check="zone_prior_v1" if "zone_prior_v1 check" in name else "none",
+        check = next((r for r in ("zone_prior_v1", "zone_prior_v2") if f"{r} check" in name), "none")
+        config = IlsConfig(seed=0, negative_check=check,
                            lung_lesions_off_centre="not clipped" not in name)
         summary = build_dataset(tasks, out, config.with_threshold_scale(scale), spec,
                                 scan_failures=failures, progress=False)

@@ -142,7 +142,7 @@ def main() -> None:
                         help="more synthesizer options, e.g. model=shipped or shrink=false (normative)")
     parser.add_argument("--detector-opt", action="append", default=[], metavar="KEY=VALUE",
                         help="built-in detector options, e.g. strength_mid=0.26 (the pre-issue-14 calibration)")
-    parser.add_argument("--negative-check", default="none", choices=["none", "zone_prior_v1"],
+    parser.add_argument("--negative-check", default="none", choices=["none", "zone_prior_v1", "zone_prior_v2"],
                         help="image check of negatives (ils build --negative-check)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--limit", type=int, default=None, help="only the first N noted rows (exploration)")

@@ -149,7 +149,7 @@ def test_ils_build_places_negatives_counts_them_on_the_card_and_none_is_unchange
     assert (plain / "mimic_ils_instruction_answer.json").read_bytes() == \
         (again / "mimic_ils_instruction_answer.json").read_bytes()
     assert "placed away" not in (plain / "card.md").read_text()
-    monkeypatch.setattr(zone_prior, "shipped_reader", lambda: _FlagReader("BCEF"))
+    monkeypatch.setattr(zone_prior, "shipped_reader", lambda name="zone_prior_v1": _FlagReader("BCEF"))
     placed_dir, twice = build("placed", "zone_prior_v1"), build("twice", "zone_prior_v1")
     assert (placed_dir / "mimic_ils_instruction_answer.json").read_bytes() == \
         (twice / "mimic_ils_instruction_answer.json").read_bytes()
@@ -161,3 +161,16 @@ def test_ils_build_places_negatives_counts_them_on_the_card_and_none_is_unchange
     assert n_placed > 0
     card = (placed_dir / "card.md").read_text()
     assert f"| {placed_by_reader(READER)} | {n_placed} |" in card
+
+
+def test_the_negative_check_reader_follows_the_option():
+    from cxrground.errors import ConfigError
+    from cxrground.lesions.zone_prior import shipped_reader
+
+    assert IlsConfig(negative_check="zone_prior_v2").negative_check == "zone_prior_v2"
+    with pytest.raises(ConfigError, match="unknown negative check"):
+        IlsConfig(negative_check="zone_prior_v3")
+    assert shipped_reader("zone_prior_v1").severity is None
+    assert shipped_reader("zone_prior_v2").severity is not None
+    with pytest.raises(ConfigError, match="unknown position-prior zone reader"):
+        shipped_reader("zone_sim_v1")

@@ -74,7 +74,7 @@ class QCConfig:
 
 
 #: Image checks of negative pairs ``IlsConfig.negative_check`` accepts.
-NEGATIVE_CHECKS: Final[tuple[str, ...]] = ("none", "zone_prior_v1")
+NEGATIVE_CHECKS: Final[tuple[str, ...]] = ("none", "zone_prior_v1", "zone_prior_v2")
 
 
 @dataclass(frozen=True)

@@ -293,7 +293,8 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
     if config.negative_check != "none":
         from cxrground.lesions.zone_prior import shipped_reader
 
-        flags = shipped_reader().negative_flags(canvas, r_c, l_c, h_c if heart is not None else None)
+        reader = shipped_reader(config.negative_check)
+        flags = reader.negative_flags(canvas, r_c, l_c, h_c if heart is not None else None)
         placement = NegativePlacement(flags, config.negative_check)
     grounded: list[GroundedFinding] = []
     records: list[dict[str, Any]] = []

@@ -72,7 +72,9 @@ class BuildRequest:
     negative_check: str = option("none", choices=NEGATIVE_CHECKS, help="Image check of lung-lesion negatives: "
                                  "zone_prior_v1 places them away from the zones the position-prior zone reader "
                                  "flags in a film where the lesion segmenter finds a lesion (dropped only when no "
-                                 "unflagged region is left; counted on the card).")
+                                 "unflagged region is left; counted on the card); zone_prior_v2 does the same with "
+                                 "the reader whose film severity also reads the lesion segmenter (flags more "
+                                 "zones).")
     split_file: Path | None = option(None, path="file", help="CSV with study_id,split (e.g. "
                                      "mimic-cxr-2.0.0-split.csv). Default: by subject hash.")
     split_ratios: str = option("0.8,0.1,0.1")
