@@ -120,6 +120,8 @@ def test_site_builds_strict(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "NO_MKDOCS_2_WARNING": "1"})
     assert proc.returncode == 0, proc.stderr[-4000:]
+    cli = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
+    assert "--negative-check" in cli and "Sentinel" not in cli  # options without a default read "None"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None, reason="the docs extra is not installed")
@@ -154,5 +156,9 @@ def test_configuration_tables_come_from_the_dataclasses():
     assert rows["`kernel`"][2] == "`32`" and "§7.2" in rows["`kernel`"][3]
     ils = {r[0]: r for r in config_tables.config_rows("cxrground.ils.config", "IlsConfig")}
     assert ils["`ctr_negative_max`"][2] == "`0.45`" and "§9.4" in ils["`ctr_negative_max`"][3]
+    qc = {r[0]: r for r in config_tables.config_rows("cxrground.ils.config", "QCConfig")}
+    shape = qc["`lung_shape_min_iou`"]
+    assert shape[2] == "`0.5`" and "`cxrground.anatomy.segment.plausibility`" in shape[3]
+    assert ":mod:" not in shape[3]  # a docstring's cross-reference role is shown as plain code
     build = {r[0]: r for r in config_tables.config_rows("cxrground.ils.request", "BuildRequest")}
     assert "choices: `local`, `ray`" in build["`engine`"][3]

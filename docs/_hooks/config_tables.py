@@ -17,6 +17,8 @@ import textwrap
 from typing import Any
 
 MARKER = re.compile(r"^<!-- config-table: ([\w.]+):(\w+) -->$", re.MULTILINE)
+#: A Sphinx cross-reference role in a docstring (``:mod:`a.b```, ``:func:`~a.b```): shown as the code ``a.b``.
+ROLE = re.compile(r":(?:mod|func|class|data|meth|attr|obj):`~?([^`]+)`")
 
 
 def _source_notes(cls: type) -> dict[str, str]:
@@ -98,6 +100,7 @@ def config_rows(module: str, name: str) -> list[tuple[str, str, str, str]]:
         default = _default(f)
         if not text and dataclasses.is_dataclass(default) and not isinstance(default, type):
             text = f"a `{type(default).__name__}`: its fields are in their own table"
+        text = ROLE.sub(lambda m: f"`{m.group(1)}`", text)
         rows.append((f"`{f.name}`", _type_name(f), _show(default), " ".join(text.split()).replace("|", "\\|")))
     return rows
 
