@@ -157,7 +157,7 @@ def test_ils_build_with_the_negative_check_drops_flagged_negatives_and_says_so(t
     tasks, failures = build_tasks(cohort / "files")
     spec = BackendSpec(synthesizer="pseudo-normal")
     plain = build_dataset(tasks, tmp_path / "plain", IlsConfig(seed=0), spec, scan_failures=failures, progress=False)
-    monkeypatch.setattr(zone_prior, "shipped_reader", lambda: _FakeReader(np.full(6, 0.9), True))
+    monkeypatch.setattr(zone_prior, "shipped_reader", lambda name="zone_prior_v1": _FakeReader(np.full(6, 0.9), True))
     out = tmp_path / "checked"
     checked = build_dataset(tasks, out, IlsConfig(seed=0, negative_check="zone_prior_v1"), spec,
                             scan_failures=failures, progress=False)
