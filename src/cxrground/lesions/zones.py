@@ -2,12 +2,12 @@
 for each of the six lung zones (the ILS bands = Brixia zones A–F), with overlays.
 
 Per image: the segmenter (default: the shipped lung U-Net with the heart width seen in the image) gives
-the lungs and heart; the normative model (:mod:`cxrground.lesions.normative`) gives the z-map on the
-working grid (longest side at most :data:`~cxrground.anatomy.segment.builtin.ANATOMY_WORK_SIZE`) and each
-zone's score (75th percentile of z in the zone) and flag (score above the model's threshold).
+the lungs and heart, which must pass the lung plausibility check
+(:func:`~cxrground.anatomy.segment.plausibility.segment_checked`); a zone reader gives each zone's score and flag
+on the working grid (longest side at most :data:`~cxrground.anatomy.segment.builtin.ANATOMY_WORK_SIZE`).
 ``OUT/zones.csv`` has the columns :data:`CSV_COLUMNS`; ``OUT/overlays/<stem>.png`` shows the lungs, heart,
-flagged zones and the z-map; ``OUT/failures.jsonl`` lists images that could not be read or segmented;
-``OUT/zones.json`` says which reader produced the flags.
+flagged zones and the reader's map; ``OUT/failures.jsonl`` lists images that could not be read or segmented or
+whose lungs are implausible, with the reason; ``OUT/zones.json`` says which reader produced the flags.
 
 The default of ``anatomy zones`` is the position-prior reader ``zone_prior_v1``
 (:class:`~cxrground.lesions.zone_prior.PriorZoneReader`): ``zone_sim_v1``'s film severity placed over the zones by a
@@ -21,7 +21,9 @@ simulated lesions in NIH normal films; or one trained by :mod:`cxrground.lesions
 labelled films; see :func:`resolve_zone_reader`), each zone's ``*_score`` is the classifier's probability that
 the zone is abnormal (features of :mod:`cxrground.lesions.zone_features` on the same working grid) and its flag
 is probability ≥ the classifier's threshold; the classifier must have been trained with the same normative
-model. Without one (the library default, or ``--zone-model normative``) the normative flags above are used.
+model. Without one (the library default, or ``--zone-model normative``) the normative model
+(:mod:`cxrground.lesions.normative`) flags a zone whose score (75th percentile of its z-map in the zone) is above
+the model's threshold.
 """
 
 from __future__ import annotations
