@@ -8,11 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from cxrground.anatomy.ils_locations import ils_location_masks
 from cxrground.errors import ConfigError, InputError
-from cxrground.ils.compose import ComposedStudy
 from cxrground.ils.config import IlsConfig
-from cxrground.ils.image_check import check_negatives, dropped_by_reader
+from cxrground.ils.image_check import dropped_by_reader
 from cxrground.lesions.zone_prior import (
     ZONE_PRIOR_READER,
     PriorReading,
@@ -114,29 +112,6 @@ def test_negative_flags_need_the_lesion_segmenter_to_find_a_lesion():
     flagged = _FakeReader(probability, True).negative_flags(None, None, None, None)
     assert flagged == {"A": False, "B": True, "C": True, "D": False, "E": False, "F": True}
     assert not any(_FakeReader(probability, False).negative_flags(None, None, None, None).values())
-
-
-def _neg(target: str, location: list[str]) -> dict:
-    return {"instruction": f"Is there {target} in {location}?", "answer": "No.", "type": "basic", "target": target,
-            "location": location, "seg": False, "seg_mask_path": None, "pair_id": "x"}
-
-
-def test_check_negatives_drops_only_negatives_in_flagged_zones_and_counts_them():
-    right, left = toy_lungs()
-    locations = ils_location_masks(right, left)
-    out = ComposedStudy(negative_pairs=[_neg("opacity", ["right lung base"]), _neg("consolidation", ["left lung"]),
-                                        _neg("opacity", ["right upper zone lung"]), _neg("cardiomegaly", ["heart"]),
-                                        _neg("effusion", ["left lung base"]), _neg("effusion", ["right lung base"])])
-    flags = {z: z in ("C", "E") for z in "ABCDEF"}
-    check_negatives("s", out, locations, flags, ZONE_PRIOR_READER)
-    assert [(q["target"], q["location"]) for q in out.negative_pairs] == [
-        ("opacity", ["right upper zone lung"]), ("cardiomegaly", ["heart"]), ("effusion", ["left lung base"]),
-        ("effusion", ["right lung base"])]  # an opacity reader does not contradict "no effusion"
-    assert out.dropped == {dropped_by_reader(ZONE_PRIOR_READER): 2}
-    assert [q["pair_id"] for q in out.negative_pairs] == [f"s_negative_{i}" for i in range(4)]
-    kept = ComposedStudy(negative_pairs=[_neg("opacity", ["right lung base"])])
-    check_negatives("s", kept, locations, dict.fromkeys("ABCDEF", False), ZONE_PRIOR_READER)
-    assert len(kept.negative_pairs) == 1 and not kept.dropped
 
 
 def test_negative_check_setting_is_validated():

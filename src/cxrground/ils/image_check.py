@@ -9,9 +9,8 @@ written (rules fixed in ``bench/records/lesion_unet_preregistration.md``):
   mediastinum removed, at ``p ≥ t``;
 - with a zone reader's flags (``--synthesizer-opt zone_reader=zone_sim_v1``), a negative naming a flagged Brixia
   zone is dropped as well;
-- :func:`check_negatives` drops a composed lung-lesion negative (not effusion) naming a Brixia zone that a zone
-  reader flags (``ils build --negative-check zone_prior_v1`` does not need it: the build passes the flags to
-  :func:`~cxrground.ils.compose.compose_pairs`, which places such negatives in unflagged zones);
+- ``ils build --negative-check`` is not a check here: the build passes the zone reader's flags to
+  :func:`~cxrground.ils.compose.compose_pairs`, which places lung-lesion negatives in unflagged zones;
 - **positives**: a pair is dropped when its mask covers less than :data:`MIN_LOCATION_COVER` of a location it
   names (the answer would point where the mask is not);
 - **masks**: lung-lesion and effusion masks are clipped off the heart outline and the mediastinum
@@ -28,14 +27,14 @@ from typing import Final
 import numpy as np
 
 from cxrground.ils.compose import ComposedStudy, renumber
-from cxrground.ils.zone_map import BRIXIA_OF, OPACITY_TARGETS, dropped_by_reader, zones_of
+from cxrground.ils.zone_map import dropped_by_reader, names_flagged_zone, zones_of
 from cxrground.io.transform import Letterbox
 from cxrground.lesions.lesion_zones import ZONE_COVER, location_share
 from cxrground.vocab.ils_templates import TENTATIVE_WORD
 from cxrground.vocab.lesions import LUNG_LESIONS
 
-__all__ = ["DROPPED_NEGATIVE", "DROPPED_POSITIVE", "MIN_LOCATION_COVER", "check_negatives", "check_pairs",
-           "clip_centre", "dropped_by_reader", "zones_of"]
+__all__ = ["DROPPED_NEGATIVE", "DROPPED_POSITIVE", "MIN_LOCATION_COVER", "check_pairs", "clip_centre",
+           "dropped_by_reader", "zones_of"]
 
 #: A positive's mask must cover at least this share of every location its pair names.
 MIN_LOCATION_COVER: Final[float] = 0.01
@@ -74,7 +73,7 @@ def check_pairs(study_key: str, out: ComposedStudy, locations: Mapping[str, np.n
             if any(location_share(probability, locations[z], threshold, centre) >= ZONE_COVER for z in zones):
                 out.dropped[DROPPED_NEGATIVE] += 1
                 continue
-            if zone_flags and _names_flagged(pair, locations, zone_flags):
+            if zone_flags and _names_flagged(pair, zone_flags):
                 out.dropped[DROPPED_NEGATIVE_ZONES] += 1
                 continue
         keep_neg.append(pair)
@@ -82,29 +81,11 @@ def check_pairs(study_key: str, out: ComposedStudy, locations: Mapping[str, np.n
     renumber(study_key, out)
 
 
-def _names_flagged(pair: Mapping[str, object], locations: Mapping[str, np.ndarray], zone_flags: Mapping[str, bool],
-                   targets: frozenset[str] = CHECKED_TARGETS) -> bool:
-    """A negative about one of ``targets`` whose locations include a zone flagged in ``zone_flags`` (Brixia A–F)."""
-    if pair["target"] not in targets:
-        return False
+def _names_flagged(pair: Mapping[str, object], zone_flags: Mapping[str, bool]) -> bool:
+    """A negative about a :data:`CHECKED_TARGETS` target whose locations name a zone flagged in ``zone_flags``
+    (Brixia A–F)."""
     labels: Sequence[str] = pair.get("location") or []  # type: ignore[assignment]
-    zones = [z for lab in labels for z in zones_of(lab) if z in locations]
-    return any(zone_flags.get(BRIXIA_OF.get(z, ""), False) for z in zones)
-
-
-def check_negatives(study_key: str, out: ComposedStudy, locations: Mapping[str, np.ndarray],
-                    zone_flags: Mapping[str, bool], reader: str) -> None:
-    """Drop the lung-lesion negatives (:data:`OPACITY_TARGETS`) of ``out`` that name a zone flagged in ``zone_flags``
-    (Brixia A–F, from the zone reader ``reader``), counting them in ``out.dropped``; other pairs are kept."""
-    keep = []
-    for pair in out.negative_pairs:
-        if _names_flagged(pair, locations, zone_flags, OPACITY_TARGETS):
-            out.dropped[dropped_by_reader(reader)] += 1
-            continue
-        keep.append(pair)
-    if len(keep) != len(out.negative_pairs):
-        out.negative_pairs = keep
-        renumber(study_key, out)
+    return pair["target"] in CHECKED_TARGETS and names_flagged_zone(labels, zone_flags)
 
 
 def _cover(mask: np.ndarray, location: np.ndarray | None) -> float:

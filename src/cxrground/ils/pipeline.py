@@ -165,7 +165,7 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
         ctr = cardiothoracic_ratio(heart, right, left) if heart is not None and heart.any() else None
         stage = "spatial"
         grounded, empty, records, pair_check, placement = _ground(structured.findings, image.pixels, right,
-                                                                       left, heart, backends, config)
+                                                                  left, heart, backends, config)
         unit["grounding"] = records
         stage = "compose"
         composed = compose_pairs(task.study_key, structured.findings, grounded, empty, ctr, heart, config,

@@ -268,6 +268,7 @@ def shipped_reader(name: str = ZONE_PRIOR_READER) -> PriorZoneReader:
     """The shipped reader ``zone_prior_v1`` (or ``zone_prior_v2``), loaded once per process."""
     if name == ZONE_PRIOR_READER:
         return PriorZoneReader.shipped()
-    if name == "zone_prior_v2":
+    if name == ZONE_PRIOR_V2_READER:
         return PriorZoneReader.shipped_v2()
-    raise ConfigError(f"unknown position-prior zone reader {name!r}; expected {ZONE_PRIOR_READER} or zone_prior_v2")
+    raise ConfigError(f"unknown position-prior zone reader {name!r}; expected {ZONE_PRIOR_READER} or "
+                      f"{ZONE_PRIOR_V2_READER}")

@@ -65,8 +65,9 @@ class SegmentationOutput:
 
 
 def write_segmentation(out_dir: Path, image_path: Path, image: CXRImage, masks: LungHeartMasks,
-                       provenance: dict[str, Any]) -> SegmentationOutput:
-    """Write the mask PNGs, the overlay and ``masks.json`` of one segmented image into ``out_dir``."""
+                       provenance: dict[str, Any], problems: list[str] | None = None) -> SegmentationOutput:
+    """Write the mask PNGs, the overlay and ``masks.json`` of one segmented image into ``out_dir``; ``problems``:
+    the lungs' :func:`~cxrground.anatomy.segment.plausibility.lung_problems` when already known."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_mask_png(out_dir / "right_lung.png", masks.right_lung)
     write_mask_png(out_dir / "left_lung.png", masks.left_lung)
@@ -91,7 +92,7 @@ def write_segmentation(out_dir: Path, image_path: Path, image: CXRImage, masks: 
                                                          "thoracic": measured.thoracic.to_dict()},
         "areas": {"right_lung": int(masks.right_lung.sum()), "left_lung": int(masks.left_lung.sum()),
                   "heart": None if masks.heart is None else int(masks.heart.sum())},
-        "lung_problems": lung_problems(masks.right_lung, masks.left_lung),
+        "lung_problems": lung_problems(masks.right_lung, masks.left_lung) if problems is None else problems,
         "extra": {k: v for k, v in masks.extra.items() if k != "landmarks_canvas"},
         "provenance": provenance,
     }
@@ -114,5 +115,5 @@ def segment_file(image: Path, out_dir: Path, backend: str, options: dict[str, An
                  read_mask_png(heart, im.shape) if heart else None)
         options = {**options, "masks": lambda _im: masks, "label": "cli"}
     seg = SEGMENTERS.create(backend, **options)
-    im, found, _ = segment_checked(seg, im)
-    return write_segmentation(out_dir, image, im, found, seg.provenance()).summary_lines(found)
+    im, found, problems = segment_checked(seg, im)
+    return write_segmentation(out_dir, image, im, found, seg.provenance(), problems).summary_lines(found)
