@@ -1,4 +1,5 @@
-"""GPU smoke check: the tiny RadEdit, the SAM deformer, the LISA model, the baseline and the YOLO detector.
+"""GPU smoke check: the tiny RadEdit, the SAM deformer, the LISA model, the baseline, the shipped U-Nets and the
+YOLO detector.
 
 Each stage builds a random tiny model of the real architecture (nothing is downloaded), runs it once to warm up,
 then ``--repeats`` times, and prints the mean wall time per call and the peak device memory of the stage
@@ -8,6 +9,10 @@ then ``--repeats`` times, and prints the mean wall time per call and the peak de
     python bench/gpu_smoke.py --device cpu --dtype float32 --size 64 --repeats 1   # CPU smoke check
 
 RadEdit needs diffusers (the ``gen`` extra); a stage whose library is missing prints why and is skipped.
+
+``lung-unet`` and ``lesion-unet`` run the shipped weights (the built-in lung segmenter and lesion segmenter, not
+tiny models) on ``--unet-batch`` random 256-px canvases per call and print canvases per second and the time of
+the network alone over MIMIC-ILS's 192K films (reading, letterboxing and post-processing not included).
 
 The two YOLO stages need ultralytics (the ``yolo`` extra, ``.venv-yolo``; run the script with that Python and
 ``--stages yolo,yolo-train`` there): ``yolo`` is one prediction of a random ``--yolo-model`` through the
@@ -134,6 +139,30 @@ def _baseline(args: argparse.Namespace, work: Path) -> Callable[[], Any]:
     return call
 
 
+def _shipped_unet(args: argparse.Namespace, weights: str) -> Callable[[], Any]:
+    """One forward pass of a shipped U-Net (real weights) over ``--unet-batch`` random 256-px canvases."""
+    from cxrground.anatomy.segment.unet import load_model
+
+    model, meta = load_model(Path(__file__).resolve().parents[1] / "src" / "cxrground" / weights)
+    size = int(meta["input"]["size"])
+    model = model.to(args.device, getattr(torch, args.dtype))
+    batch = torch.randn(args.unet_batch, 1, size, size, device=args.device, dtype=getattr(torch, args.dtype))
+
+    def call() -> Any:
+        with torch.inference_mode():
+            return model(batch)
+
+    return call
+
+
+def _lung_unet(args: argparse.Namespace, work: Path) -> Callable[[], Any]:
+    return _shipped_unet(args, "anatomy/segment/weights/lung_unet_v1.safetensors")
+
+
+def _lesion_unet(args: argparse.Namespace, work: Path) -> Callable[[], Any]:
+    return _shipped_unet(args, "lesions/weights/lesion_unet_v1.safetensors")
+
+
 def _yolo(args: argparse.Namespace, work: Path) -> Callable[[], Any]:
     import ultralytics  # noqa: F401  (ImportError → stage skipped)
 
@@ -178,7 +207,8 @@ def _yolo_train(args: argparse.Namespace, work: Path) -> Callable[[], Any]:
     return epoch
 
 
-STAGES = {"radedit": _radedit, "sam": _sam, "lisa": _lisa, "baseline": _baseline, "yolo": _yolo,
+STAGES = {"radedit": _radedit, "sam": _sam, "lisa": _lisa, "baseline": _baseline, "lung-unet": _lung_unet,
+          "lesion-unet": _lesion_unet, "yolo": _yolo,
           "yolo-train": _yolo_train}
 
 
@@ -190,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=20, help="RadEdit DDIM steps")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--stages", default=",".join(STAGES))
+    p.add_argument("--unet-batch", type=int, default=64, help="canvases per call of the shipped U-Net stages")
     p.add_argument("--yolo-model", default="yolov8s.yaml", help="ultralytics model yaml of the YOLO stages")
     p.add_argument("--yolo-imgsz", type=int, default=1024)
     p.add_argument("--yolo-films", type=int, default=64, help="synthetic films in the yolo-train epoch")
@@ -205,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.stages.split(","):
             result = _stage(name, args.device, args.repeats, lambda n=name: STAGES[n](args, Path(tmp)))
+            if name.endswith("-unet") and "per_call_s" in result:
+                rate = args.unet_batch / result["per_call_s"]
+                print(f"{'':10s} {rate:.0f} canvases/s at batch {args.unet_batch} (network only): about "
+                      f"{192000 / rate / 60:.1f} min for MIMIC-ILS's 192K films")
             if name == "yolo-train" and "per_call_s" in result:
                 rate = args.yolo_films / result["per_call_s"]
                 print(f"{'':10s} {rate:.1f} films/s in a {args.yolo_imgsz} px epoch (model build, loader start, "
