@@ -361,3 +361,29 @@ def test_sam_deformer_in_bfloat16(tmp_path):
                           np.random.default_rng(0))
     assert deformer._model.dtype == torch.bfloat16
     assert res.mask.shape == shape and res.logits.dtype == np.float32 and res.logits.shape == (32, 32)
+
+
+# --- offline loading: no Hub kernels ----------------------------------------------------------------------------
+
+def test_models_load_without_the_kernels_package(radedit_dir, tmp_path, monkeypatch):
+    """transformers >= 4.54 loads Hub kernels by default and, on a machine without the ``kernels`` package,
+    refuses the model ("Kernels are not available": RadEdit on an H200). Our loaders switch them off."""
+    transformers = pytest.importorskip("transformers")
+    from packaging.version import Version
+
+    from cxrground.hf_offline import KERNELS_SINCE, model_kwargs
+    from cxrground.percept.deform.sam import SamDeformer, save_tiny_sam
+
+    if Version(transformers.__version__) < Version(KERNELS_SINCE):
+        assert "use_kernels" not in model_kwargs()
+        pytest.skip("this transformers has no Hub kernels")
+    import transformers.modeling_utils as mu
+
+    monkeypatch.setattr(mu, "is_kernels_available", lambda: False)
+    with pytest.raises(ValueError, match="Kernels are not available"):
+        transformers.AutoModel.from_pretrained(radedit_dir / "text_encoder", local_files_only=True)
+    editor = get_synthesizer("radedit", model_dir=str(radedit_dir), steps=2, size=64, device="cpu")._load()
+    assert not editor.text_encoder.use_kernels
+    deformer = SamDeformer(model_path=save_tiny_sam(tmp_path), device="cpu")
+    deformer._load()
+    assert not deformer._model.use_kernels

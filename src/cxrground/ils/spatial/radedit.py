@@ -42,6 +42,7 @@ import numpy as np
 from PIL import Image
 
 from cxrground.errors import ConfigError
+from cxrground.hf_offline import model_kwargs
 from cxrground.io.masks import as_mask, check_same_shape
 from cxrground.vocab.ils_templates import RADEDIT_PROMPT
 
@@ -208,7 +209,8 @@ class _DiffusersEditor:
             self.device)
         self.vae = AutoencoderKL.from_pretrained(model_dir / "vae", torch_dtype=self.dtype, **kw).to(self.device)
         self.text_encoder = AutoModel.from_pretrained(model_dir / "text_encoder", trust_remote_code=True,
-                                                      **_transformers_dtype(self.dtype), **kw).to(self.device)
+                                                      **_transformers_dtype(self.dtype), **model_kwargs()
+                                                      ).to(self.device)
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir / "tokenizer", model_max_length=128,
                                                        trust_remote_code=True, **kw)
         self.scheduler = DDIMScheduler(beta_schedule="linear", clip_sample=False, prediction_type="epsilon",

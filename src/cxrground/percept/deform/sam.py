@@ -36,6 +36,7 @@ from PIL import Image
 from scipy import ndimage
 
 from cxrground.errors import InputError
+from cxrground.hf_offline import model_kwargs
 from cxrground.io.masks import as_mask
 from cxrground.percept.config import DeformConfig
 from cxrground.percept.deform.base import Deformer, DeformRequest, DeformResult
@@ -200,7 +201,7 @@ class SamDeformer(Deformer):
         self._processor = SamProcessor.from_pretrained(str(self.model_path), local_files_only=True)
         import torch
 
-        model = SamModel.from_pretrained(str(self.model_path), local_files_only=True)
+        model = SamModel.from_pretrained(str(self.model_path), **model_kwargs())
         self._model = model.to(self.device, getattr(torch, self.dtype)).eval()
 
     @property

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from cxrground.errors import ConfigError
+from cxrground.hf_offline import model_kwargs
 from cxrground.llm import Completion, PermanentError, model_fingerprint
 
 __all__ = ["HFClient", "load_processor", "to_hf_messages"]
@@ -194,7 +195,7 @@ class HFClient:
             dtype_kw = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
             try:
                 processor = load_processor(self.model)
-                model = AutoModelForImageTextToText.from_pretrained(self.model, local_files_only=True,
+                model = AutoModelForImageTextToText.from_pretrained(self.model, **model_kwargs(),
                                                                     **{dtype_kw: dtype})
             except Exception as exc:  # any loading failure means the folder is unusable: stop the run
                 raise ConfigError(f"cannot load {self.model} as a transformers chat VLM (AutoProcessor + "
