@@ -86,7 +86,8 @@ def scores(truth: np.ndarray, pred: np.ndarray) -> str:
 
 def cohen_ils_dataset(pack: Pack, work: Path, segmenter: str, limit: int | None = None, synthesizer: str = "normative",
                       synthesizer_kwargs: dict[str, Any] | None = None,
-                      detector_kwargs: dict[str, Any] | None = None, negative_check: str = "none") -> dict[str, Any]:
+                      detector_kwargs: dict[str, Any] | None = None, negative_check: str = "none",
+                      negative_exclusion: str = "location") -> dict[str, Any]:
     """Build ``work/dataset`` from the COVID-19 collection rows with notes (the first ``limit``); returns
     ``{study_id: row}``. The notes are the reports; ``segmenter`` masks = the pack's lung masks."""
     rows = [r for r in pack.cohen() if r.notes][:limit]
@@ -101,13 +102,14 @@ def cohen_ils_dataset(pack: Pack, work: Path, segmenter: str, limit: int | None 
     spec = BackendSpec(segmenter=segmenter, segmenter_kwargs=kwargs, synthesizer=synthesizer,
                        synthesizer_kwargs=synthesizer_kwargs or {}, detector_kwargs=detector_kwargs or {})
     start = time.perf_counter()
-    summary = build_dataset(tasks, work / "dataset", IlsConfig(negative_check=negative_check), spec,
+    config = IlsConfig(negative_check=negative_check, negative_exclusion=negative_exclusion)
+    summary = build_dataset(tasks, work / "dataset", config, spec,
                             scan_failures=failures, progress=False,
                             overwrite=True)
     print(f"built {summary.studies_in_dataset} studies / {summary.pairs} pairs from {len(rows)} noted rows "
           f"({summary.failures} failures) in {time.perf_counter() - start:.1f} s, segmenter={segmenter}, "
           f"synthesizer={synthesizer} {synthesizer_kwargs or ''}, detector options {detector_kwargs or 'default'}, "
-          f"negative check {negative_check}")
+          f"negative check {negative_check}, negative exclusion {negative_exclusion}")
     fitted = work / "dataset" / "normative_fitted.json"
     if fitted.is_file():
         meta = json.loads(fitted.read_text())
@@ -144,6 +146,9 @@ def main() -> None:
                         help="built-in detector options, e.g. strength_mid=0.26 (the pre-issue-14 calibration)")
     parser.add_argument("--negative-check", default="none", choices=["none", "zone_prior_v1", "zone_prior_v2"],
                         help="image check of negatives (ils build --negative-check)")
+    parser.add_argument("--negative-exclusion", default="location", choices=["location", "lung"],
+                        help="where a reported finding keeps lung-lesion negatives away "
+                             "(ils build --negative-exclusion)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--limit", type=int, default=None, help="only the first N noted rows (exploration)")
     args = parser.parse_args()
@@ -153,7 +158,8 @@ def main() -> None:
     kwargs.update(opt.split("=", 1) for opt in args.synthesizer_opt)
     detector = dict(opt.split("=", 1) for opt in args.detector_opt)
     ids = cohen_ils_dataset(pack, work, args.segmenter, limit=args.limit, synthesizer=args.synthesizer,
-                            synthesizer_kwargs=kwargs, detector_kwargs=detector, negative_check=args.negative_check)
+                            synthesizer_kwargs=kwargs, detector_kwargs=detector, negative_check=args.negative_check,
+                            negative_exclusion=args.negative_exclusion)
     data = json.loads((work / "dataset" / "mimic_ils_instruction_answer.json").read_text())
     studies = {k: v for split in data.values() for k, v in split.items()}
     anatomy = {json.loads(line)["study"]: json.loads(line)

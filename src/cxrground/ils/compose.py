@@ -51,7 +51,7 @@ from cxrground.ils.zone_map import OPACITY_TARGETS, dropped_by_reader, names_fla
 from cxrground.reports.findings import Finding
 from cxrground.vocab import ils_templates as tpl
 from cxrground.vocab.lesions import LESIONS, LUNG_LESIONS
-from cxrground.vocab.locations import BOTH_LUNGS, HEART, ILS_LOCATION_LABELS
+from cxrground.vocab.locations import BOTH_LUNGS, HEART, ILS_LOCATION_LABELS, SIDES, lung_label
 from cxrground.vocab.traits import traits
 
 __all__ = [
@@ -307,8 +307,11 @@ def _negatives(study_key: str, findings: Sequence[Finding], empty_locations: Seq
         kind_name = KIND_NEGATED if lesion in negated else KIND_NOT_REPORTED
         global_share = config.negative_global_share.get(lesion, 0.0) if lesion not in sided_negation else 0.0
         if u < global_share:
-            if checker is None:
+            if checker is None and _global_allowed(config, any_finding, el):
                 _negative(out, study_key, "global", lesion, [BOTH_LUNGS], kind_name)
+            elif checker is None:
+                if (region := _draw_region(rng, space)) is not None:
+                    _negative(out, study_key, "basic", lesion, region, kind_name)
             elif (region := checker.fresh(space)) is not None:
                 _negative(out, study_key, "basic", lesion, region, kind_name)
             continue
@@ -319,6 +322,12 @@ def _negatives(study_key: str, findings: Sequence[Finding], empty_locations: Seq
             continue
         kind = "lesion_inference" if u < global_share + li_share else "basic"
         _negative(out, study_key, kind, lesion, region, kind_name)
+
+
+def _global_allowed(config: IlsConfig, any_finding: bool, el: Sequence[str]) -> bool:
+    """Whether a global lung negative may be drawn: always under the ILS exclusion; under ``lung`` only when the
+    report mentions no finding or both lungs are empty."""
+    return config.negative_exclusion != "lung" or not any_finding or all(lung_label(s) in el for s in SIDES)
 
 
 def _draw_region(rng: np.random.Generator, labels: Sequence[str]) -> list[str] | None:

@@ -76,6 +76,9 @@ class QCConfig:
 #: Image checks of negative pairs ``IlsConfig.negative_check`` accepts.
 NEGATIVE_CHECKS: Final[tuple[str, ...]] = ("none", "zone_prior_v1", "zone_prior_v2")
 
+#: How far a finding the report mentions keeps lung-lesion negatives away (``IlsConfig.negative_exclusion``).
+NEGATIVE_EXCLUSIONS: Final[tuple[str, ...]] = ("location", "lung")
+
 
 @dataclass(frozen=True)
 class IlsConfig:
@@ -122,7 +125,17 @@ class IlsConfig:
     none is left; both counted on the card; :mod:`cxrground.lesions.zone_prior`,
     :class:`cxrground.ils.compose.NegativePlacement`)."""
 
+    negative_exclusion: str = "location"
+    """Where a finding the report mentions keeps lung-lesion negatives away. ``location`` (ILS §10): the labels
+    whose mask overlaps its reported location. ``lung``: the whole lung of each side it is reported in (``right
+    lung base`` blocks the right lung), and a global lung negative ("There is no edema.") only when no finding is
+    reported in either lung (otherwise a basic negative over the empty labels). Reports name where disease is worst,
+    not everywhere it is."""
+
     def __post_init__(self) -> None:
+        if self.negative_exclusion not in NEGATIVE_EXCLUSIONS:
+            raise ConfigError(f"unknown negative exclusion {self.negative_exclusion!r}; expected one of "
+                              f"{', '.join(NEGATIVE_EXCLUSIONS)}")
         if self.negative_check not in NEGATIVE_CHECKS:
             raise ConfigError(f"unknown negative check {self.negative_check!r}; expected one of "
                               f"{', '.join(NEGATIVE_CHECKS)}")

@@ -274,7 +274,7 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
     """
     from cxrground.ils.grounding import ground_finding
     from cxrground.ils.spatial import anomaly_map
-    from cxrground.ils.verify import empty_locations, verify_location
+    from cxrground.ils.verify import empty_locations, verify_location, widen_to_lungs
 
     box = Letterbox.fit(pixels.shape, config.working_size)
     canvas = box.image_to_canvas(pixels)
@@ -319,7 +319,7 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
         check = verify_location(f.reported_location or ("right lung", "left lung"), locations, result.selected,
                                 config)
         grounded.append(GroundedFinding(f, native, tuple(check.grounded), check.complete))
-    el = empty_locations(findings, locations)
+    el = empty_locations(widen_to_lungs(findings) if config.negative_exclusion == "lung" else findings, locations)
     if any(findings[i].assertion != "absent" for i in el.unlocated):
         return grounded, [], records, pair_check, placement
     return grounded, list(el.labels), records, pair_check, placement

@@ -21,7 +21,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import numpy as np
@@ -30,9 +30,10 @@ from cxrground.ils.config import IlsConfig
 from cxrground.ils.spatial.base import Box
 from cxrground.io.masks import as_mask, check_same_shape
 from cxrground.reports.findings import Finding
-from cxrground.vocab.locations import BOTH_LUNGS, ILS_LOCATION_LABELS, SIDES, lung_label, zone_label
+from cxrground.vocab.locations import BOTH_LUNGS, ILS_LOCATION_LABELS, SIDES, lung_label, side_of, zone_label
 
-__all__ = ["REFINEMENT_ZONES", "EmptyLocations", "LocationCheck", "empty_locations", "verify_location"]
+__all__ = ["REFINEMENT_ZONES", "EmptyLocations", "LocationCheck", "empty_locations", "verify_location",
+           "widen_to_lungs"]
 
 #: Zones a grounded whole-lung label is refined into (they partition a lung; apical ⊂ upper is left out).
 REFINEMENT_ZONES: Final[tuple[str, str, str]] = ("upper zone lung", "mid zone lung", "lung base")
@@ -197,3 +198,18 @@ def empty_locations(
         else:
             free.append(lab)
     return EmptyLocations(tuple(free), blocked_by, tuple(unlocated), tuple(unknown))
+
+
+def widen_to_lungs(findings: Sequence[Finding]) -> list[Finding]:
+    """The findings with every lung location of a present or uncertain finding widened to its whole lung
+    (``right lung base`` → ``right lung``, ``lung`` → both lungs); absent findings and other locations as given."""
+    out: list[Finding] = []
+    for f in findings:
+        sides = set(SIDES) if BOTH_LUNGS in f.reported_location else {side_of(lab) for lab in f.reported_location}
+        sides.discard(None)
+        if f.assertion == "absent" or not sides:
+            out.append(f)
+            continue
+        others = tuple(lab for lab in f.reported_location if lab != BOTH_LUNGS and side_of(lab) is None)
+        out.append(replace(f, reported_location=tuple(lung_label(s) for s in SIDES if s in sides) + others))
+    return out
