@@ -174,3 +174,23 @@ def test_exact_duplicate_pairs_are_dropped_and_masks_merged():
     assert [p["pair_id"] for p in out.positive_pairs] == [f"s1_positive_{i}" for i in range(len(out.positive_pairs))]
     assert len(out.masks) == 1 and out.masks[0].mask.sum() == mask().sum() + other.sum()
     assert {p["seg_mask_path"] for p in out.positive_pairs} == {out.masks[0].path}
+
+
+def test_global_lung_negatives_need_both_lungs_free_under_lung_exclusion():
+    ef = f("effusion", rl=("left lung base",))
+    left_free = [lab for lab in ILS_LOCATION_LABELS if lab.startswith("right")]
+    kinds: Counter = Counter()
+    for seed in range(300):
+        ils = compose_pairs(f"s{seed}", [ef], [g(ef)], left_free, 0.3, mask(), IlsConfig(seed=seed))
+        lung = compose_pairs(f"s{seed}", [ef], [g(ef)], left_free, 0.3, mask(),
+                             IlsConfig(seed=seed, negative_exclusion="lung"))
+        kinds.update(n["type"] for n in ils.negative_pairs if n["target"] != "cardiomegaly")
+        for n in lung.negative_pairs:
+            if n["target"] != "cardiomegaly":
+                assert n["type"] != "global" and set(n["location"]) <= set(left_free), n
+        assert len(lung.negative_pairs) == len(ils.negative_pairs)  # the global ones became basic ones
+    assert kinds["global"] > 0  # the ILS exclusion does draw global lung negatives here
+    clear = compose_pairs("s1", [], [], list(ILS_LOCATION_LABELS), 0.3, mask(),
+                          IlsConfig(seed=0, negative_exclusion="lung"))
+    default = compose_pairs("s1", [], [], list(ILS_LOCATION_LABELS), 0.3, mask(), IlsConfig(seed=0))
+    assert clear.negative_pairs == default.negative_pairs  # a clear report: nothing changes

@@ -114,3 +114,27 @@ def test_el_skips_labels_without_pixels_and_checks_shapes():
     bad["left lung"] = np.zeros((10, 10), bool)
     with pytest.raises(Exception, match="shape"):
         empty_locations([_f(["left lung"])], bad)
+
+
+def test_widen_to_lungs_blocks_the_whole_lung_of_a_reported_finding():
+    from cxrground.ils.verify import widen_to_lungs
+
+    found = [_f(["right lung base"]), _f(["lung"], lesion="edema"), _f(["left upper zone lung"], assertion="absent"),
+             _f([], lesion="opacity"), _f(["heart"], lesion="cardiomegaly")]
+    wide = widen_to_lungs(found)
+    assert [w.reported_location for w in wide] == [("right lung",), ("right lung", "left lung"),
+                                                   ("left upper zone lung",), (), ("heart",)]
+    # the ILS EL keeps the right upper zone free; the widened findings block the whole right lung
+    ils = empty_locations([found[0]], LOC)
+    lung = empty_locations(widen_to_lungs([found[0]]), LOC)
+    assert "right upper zone lung" in ils.labels and "right lung" not in ils.labels
+    assert set(lung.labels) == {"left apical zone lung", "left upper zone lung", "left mid zone lung",
+                                "left lung base", "left lung"}
+    assert empty_locations(widen_to_lungs(found[:2]), LOC).labels == ()
+
+
+def test_unknown_negative_exclusion_is_refused():
+    from cxrground.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="negative exclusion 'side'"):
+        IlsConfig(negative_exclusion="side")
