@@ -10,6 +10,10 @@ then ``--repeats`` times, and prints the mean wall time per call and the peak de
 
 RadEdit needs diffusers (the ``gen`` extra); a stage whose library is missing prints why and is skipped.
 
+``radedit-full`` times one RadEdit edit at full size with random weights (a Stable-Diffusion-2-sized UNet, an
+SDXL-sized VAE, a BERT-base text encoder; 100 DDIM steps at strength 0.6, 512 px, classifier-free guidance);
+it is not in the default stages (GPU only: about 870M parameters).
+
 ``lung-unet`` and ``lesion-unet`` run the shipped weights (the built-in lung segmenter and lesion segmenter, not
 tiny models) on ``--unet-batch`` random 256-px canvases per call and print canvases per second and the time of
 the network alone over MIMIC-ILS's 192K films (reading, letterboxing and post-processing not included).
@@ -84,6 +88,39 @@ def _radedit(args: argparse.Namespace, work: Path) -> Callable[[], Any]:
     image = (rng.random((args.size, args.size)) * 255).astype(np.uint8)
     edit = np.zeros(image.shape, bool)
     edit[args.size // 8 : -args.size // 8, args.size // 8 : -args.size // 8] = True
+    return lambda: synth.synthesize(image, edit)
+
+
+def _radedit_full(args: argparse.Namespace, work: Path) -> Callable[[], Any]:
+    """RadEdit at full size with random weights: the time of one edit, not its quality. The UNet has Stable
+    Diffusion 2's layout (about 870M parameters) with 768-wide cross-attention (BioViL-T's width; RadEdit's own UNet
+    config is not at hand offline), the VAE SDXL-VAE's layout (8x down-sampling), the text encoder BERT-base."""
+    import diffusers  # noqa: F401  (ImportError → stage skipped)
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+    from transformers import BertConfig, BertModel
+
+    from cxrground.ils.spatial.radedit import RadEditSynthesizer, save_tiny_radedit
+
+    folder = save_tiny_radedit(work / "radedit_full", text_hidden=768)
+    torch.manual_seed(0)
+    UNet2DConditionModel(
+        sample_size=64, in_channels=4, out_channels=4, layers_per_block=2, block_out_channels=(320, 640, 1280, 1280),
+        down_block_types=("CrossAttnDownBlock2D",) * 3 + ("DownBlock2D",),
+        up_block_types=("UpBlock2D",) + ("CrossAttnUpBlock2D",) * 3, cross_attention_dim=768,
+        attention_head_dim=(5, 10, 20, 20), use_linear_projection=True,
+    ).to(torch.bfloat16).save_pretrained(folder / "unet")
+    AutoencoderKL(
+        in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(128, 256, 512, 512), layers_per_block=2,
+        down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4, sample_size=1024,
+    ).to(torch.bfloat16).save_pretrained(folder / "vae")
+    tokenizer_words = len((folder / "tokenizer" / "vocab.txt").read_text().split())
+    BertModel(BertConfig(vocab_size=tokenizer_words, max_position_embeddings=512)).to(torch.bfloat16).save_pretrained(
+        folder / "text_encoder")
+    synth = RadEditSynthesizer(folder, size=512, device=args.device, dtype=args.dtype)  # 100 steps, strength 0.6
+    rng = np.random.default_rng(0)
+    image = (rng.random((1024, 1024)) * 255).astype(np.uint8)
+    edit = np.zeros(image.shape, bool)
+    edit[128:-128, 128:-128] = True
     return lambda: synth.synthesize(image, edit)
 
 
@@ -207,7 +244,8 @@ def _yolo_train(args: argparse.Namespace, work: Path) -> Callable[[], Any]:
     return epoch
 
 
-STAGES = {"radedit": _radedit, "sam": _sam, "lisa": _lisa, "baseline": _baseline, "lung-unet": _lung_unet,
+STAGES = {"radedit": _radedit, "radedit-full": _radedit_full, "sam": _sam, "lisa": _lisa, "baseline": _baseline,
+          "lung-unet": _lung_unet,
           "lesion-unet": _lesion_unet, "yolo": _yolo,
           "yolo-train": _yolo_train}
 
@@ -219,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=512, help="image side (RadEdit canvas, SAM/LISA/baseline inputs)")
     p.add_argument("--steps", type=int, default=20, help="RadEdit DDIM steps")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--stages", default=",".join(STAGES))
+    p.add_argument("--stages", default=",".join(n for n in STAGES if n != "radedit-full"))
     p.add_argument("--unet-batch", type=int, default=64, help="canvases per call of the shipped U-Net stages")
     p.add_argument("--yolo-model", default="yolov8s.yaml", help="ultralytics model yaml of the YOLO stages")
     p.add_argument("--yolo-imgsz", type=int, default=1024)
