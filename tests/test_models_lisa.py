@@ -357,3 +357,18 @@ def test_train_then_load_model_smoke(ils_dataset, tmp_path):
     with pytest.raises(ConfigError):
         train(dataset, tmp_path / "ckpt", images=images, seed=1, overrides={"tiny": True, "max_steps": 1},
               val_split=None)
+
+
+def test_pairs_whose_seg_token_is_cut_off_are_refused_before_training(tok, tmp_path):
+    from cxrground.errors import InputError
+    from cxrground.models.lisa.training import Sample, check_fit
+
+    model = _fresh(tok)
+    short = Sample("p0", tmp_path / "a.png", *POS, None)
+    long = Sample("p1", tmp_path / "a.png", "Segment the opacity in the " + "right upper zone lung, " * 20 + "lung.",
+                  "[SEG] There is no opacity.", None)
+    cfg = LisaConfig.tiny_defaults()
+    check_fit(tok, cfg, model.n_image_tokens, [short], tmp_path / "d.json")
+    with pytest.raises(InputError, match=r"1 distinct .*\[SEG\] token at max_length=160.*pair p1.*max_length"):
+        check_fit(tok, cfg, model.n_image_tokens, [short, long], tmp_path / "d.json")
+    check_fit(tok, LisaConfig.tiny_defaults(max_length=1024), model.n_image_tokens, [short, long], tmp_path / "d.json")

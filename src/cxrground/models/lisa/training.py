@@ -65,7 +65,8 @@ from cxrground.models.lisa.zero import ZeroEngine
 from cxrground.models.sampling import BalancedSampler
 from cxrground.models.torch_state import restores_torch_settings
 
-__all__ = ["RESUME_FILE", "ZERO_RESUME_DIR", "Sample", "build_model", "load_samples", "lr_factor", "train", "validate"]
+__all__ = ["RESUME_FILE", "ZERO_RESUME_DIR", "Sample", "build_model", "check_fit", "load_samples", "lr_factor", "train",
+           "validate"]
 
 RESUME_FILE = "resume/state.pt"
 
@@ -162,6 +163,19 @@ def _batch(model: LisaForSegmentation, tok: Any, config: LisaConfig, samples: li
         gts.append(gt_mask_canvas(mask, box))
     as_t = lambda arrays: torch.as_tensor(np.stack(arrays), device=device)  # noqa: E731
     return enc, as_t(clips), as_t(sams), as_t(gts)
+
+
+def check_fit(tok: Any, config: LisaConfig, n_image_tokens: int, samples: list[Sample], where: Path) -> None:
+    """Refuse pairs whose [SEG] token falls beyond ``config.max_length`` (with the image tokens): the mask decoder
+    reads the [SEG] embedding, so such a pair can be neither trained nor scored."""
+    max_text = config.max_length - (n_image_tokens - 1)
+    seg = seg_token_id(tok)
+    texts = {(s.instruction, s.answer): s.pair_id for s in samples}
+    cut = [pid for (ins, ans), pid in texts.items() if seg not in encode(tok, ins, ans, max_text).input_ids]
+    if cut:
+        raise InputError(f"{len(cut)} distinct instruction-answer texts lose their [SEG] token at max_length="
+                         f"{config.max_length} ({n_image_tokens} image tokens), e.g. pair {cut[0]}; raise max_length "
+                         f"(--set max_length=N)", where)
 
 
 def _chunk_scores(model: LisaForSegmentation, tok: Any, config: LisaConfig, chunk: list[Sample], device: str
@@ -297,6 +311,7 @@ def _train(ctx: DistContext, config: LisaConfig, json_path: Path, dataset: Path,
         torch.set_num_threads(config.threads)
 
     model, tok, extra = build_model(config, seed)
+    check_fit(tok, config, model.n_image_tokens, samples + val_samples, json_path)
     targets = prepare_for_training(model, config.lora_r, config.lora_alpha, config.lora_dropout)
     device = ctx.device
     model.to(device=device, dtype=_dtype(config, device))
