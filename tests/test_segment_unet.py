@@ -366,3 +366,16 @@ def test_train_request_texture_option_reaches_the_recipe_and_sidecar(tmp_path: P
     meta = json.loads(res.sidecar_path.read_text())
     assert meta["training"]["recipe"]["augment"]["texture_p"] == 1.0
     assert meta["training"]["recipe"]["augment"]["unsharp_amount"] == [0.5, 4.0]
+
+
+def test_train_device_option_is_checked_and_recorded(tmp_path: Path):
+    from cxrground.errors import ConfigError
+    from cxrground.models.lung_unet.config import LungTrainRequest
+
+    assert LungTrainRequest(out=tmp_path, device="cuda:1").recipe().device == "cuda:1"
+    assert LungTrainRequest(out=tmp_path).recipe().device == "cpu"
+    with pytest.raises(ConfigError, match="device must be cpu or a CUDA device"):
+        TrainRecipe(device="tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="sees no CUDA device"):
+            train_on_samples(_tiny_samples(), None, TINY, TrainRecipe(epochs=1, device="cuda"), progress=False)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from cxrground.datasets.pack import PACK_HELP
+from cxrground.errors import ConfigError
 from cxrground.fields import option
 
 __all__ = ["DENSE_BASES", "Augment", "TrainRecipe", "dense_bases_params"]
@@ -89,6 +90,14 @@ class TrainRecipe:
     """Copies of every real training film with simulated dense basal consolidation / effusion inserted
     (:func:`dense_bases_params`, lung labels unchanged), added to the training split (never to validation)."""
     lesion_seed: int = 0
+    device: str = "cpu"
+    """``cpu`` or a CUDA device (``cuda``, ``cuda:1``): the model and its batches run there; augmentation draws stay
+    on the seeded CPU generator, so the same batches are drawn. Bit-for-bit reruns (``deterministic``) hold on the
+    CPU only."""
+
+    def __post_init__(self) -> None:
+        if self.device != "cpu" and not self.device.startswith("cuda"):
+            raise ConfigError(f"device must be cpu or a CUDA device (cuda, cuda:N), got {self.device!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -119,6 +128,8 @@ class LungTrainRequest:
     max_minutes: float | None = option(None, help="Stop after the epoch that crosses this many minutes.")
     texture_p: float = option(0.0, low=0, high=1, help="Probability per training image of each texture "
                               "augmentation (unsharp/high-pass filtering, local-contrast normalisation).")
+    device: str = option("cpu", help="Where the network trains: cpu, or a CUDA device (cuda, cuda:1); bit-for-bit "
+                         "reruns hold on the CPU only.")
 
     def recipe(self) -> TrainRecipe:
         """The optimisation settings (half a warm-up epoch when fine-tuning from ``init_weights``)."""
@@ -126,4 +137,5 @@ class LungTrainRequest:
                            synthetic_seed=self.synthetic_seed, warmup_epochs=0.5 if self.init_weights else 1.0,
                            init_weights=str(self.init_weights) if self.init_weights else None,
                            lesion_copies=self.lesion_copies, lesion_seed=self.lesion_seed,
-                           max_minutes=self.max_minutes, augment=Augment(texture_p=self.texture_p))
+                           max_minutes=self.max_minutes, augment=Augment(texture_p=self.texture_p),
+                           device=self.device)

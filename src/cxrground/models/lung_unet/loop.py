@@ -148,7 +148,7 @@ def _loss(logits: torch.Tensor, tgt: torch.Tensor, wgt: torch.Tensor, recipe: Tr
     return recipe.bce_weight * bce + recipe.dice_weight * (1.0 - soft_dice.mean())
 
 
-def _canvas_dice(model: torch.nn.Module, samples: Samples, batch: int = 8) -> float:
+def _canvas_dice(model: torch.nn.Module, samples: Samples, batch: int = 8, device: str = "cpu") -> float:
     """Mean Dice over images and lungs on the canvas (logit > 0), ignore regions left out."""
     import torch
 
@@ -157,9 +157,9 @@ def _canvas_dice(model: torch.nn.Module, samples: Samples, batch: int = 8) -> fl
     with torch.inference_mode():
         for start in range(0, len(samples), batch):
             sl = slice(start, start + batch)
-            img = torch.from_numpy(samples.images[sl])[:, None]
-            val = torch.from_numpy(samples.valid[sl].astype(np.float32))[:, None]
-            logits = model(_normalise(img, val)).numpy()
+            img = torch.from_numpy(samples.images[sl])[:, None].to(device)
+            val = torch.from_numpy(samples.valid[sl].astype(np.float32))[:, None].to(device)
+            logits = model(_normalise(img, val)).float().cpu().numpy()
             for k in range(logits.shape[0]):
                 ign = samples.weights[sl][k] == 0
                 for c in range(logits.shape[1]):
@@ -194,7 +194,10 @@ def train_on_samples(
     prev_det = torch.are_deterministic_algorithms_enabled()
     if recipe.threads > 0:
         torch.set_num_threads(recipe.threads)
-    if recipe.deterministic:
+    on_cpu = recipe.device == "cpu"
+    if not on_cpu and not torch.cuda.is_available():
+        raise ConfigError(f"device {recipe.device!r} asked for, but torch sees no CUDA device")
+    if recipe.deterministic and on_cpu:
         torch.use_deterministic_algorithms(True)
     try:
         torch.manual_seed(seed)
@@ -202,6 +205,7 @@ def train_on_samples(
         model = build_unet(config)
         if init_state is not None:
             model.load_state_dict(init_state)
+        model.to(recipe.device)
         model.train()
         opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
         steps_per_epoch = max(1, math.ceil(len(train) / recipe.batch_size))
@@ -232,6 +236,8 @@ def train_on_samples(
                 img, tgt, wgt, val_ = images[idx], targets[idx], weights[idx], valid[idx]
                 if recipe.augment.enabled:
                     img, tgt, wgt, val_ = _augment_batch(img, tgt, wgt, val_, recipe.augment, gen)
+                if not on_cpu:
+                    img, tgt, wgt, val_ = (t.to(recipe.device, non_blocking=True) for t in (img, tgt, wgt, val_))
                 logits = model(_normalise(img, val_))
                 loss = _loss(logits, tgt, wgt, recipe)
                 opt.zero_grad(set_to_none=True)
@@ -244,7 +250,7 @@ def train_on_samples(
             row: dict[str, float] = {"epoch": epoch + 1, "loss": float(np.mean(losses)),
                                      "seconds": time.perf_counter() - start}
             if val is not None and len(val):
-                score = _canvas_dice(model, val)
+                score = _canvas_dice(model, val, device=recipe.device)
                 row["val_dice"] = score
                 if score > best_score:
                     best_score, since_best = score, 0
@@ -263,6 +269,7 @@ def train_on_samples(
         bar.close()
         if best_state is not None:
             model.load_state_dict(best_state)
+        model.to("cpu")
         model.eval()
         return model, history
     finally:

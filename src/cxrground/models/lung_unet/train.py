@@ -169,8 +169,8 @@ def train_lung_unet(
             "history": [{k: round(v, 5) for k, v in h.items()} for h in history],
             "loss": "BCE + soft Dice (per image and channel), ignore regions weighted 0",
             "selection": "weights of the epoch with the best validation Dice (canvas, logit > 0)",
-            "deterministic": recipe.deterministic,
-            "hardware": f"CPU, {recipe.threads} threads, {platform.machine()}",
+            "deterministic": recipe.deterministic and recipe.device == "cpu",
+            "hardware": _hardware(recipe),
             "init": init_info or "fresh initialisation (torch defaults, seeded)",
         },
         "data": {
@@ -240,3 +240,12 @@ def train_request(request: LungTrainRequest) -> TrainResult:
 
     return train_lung_unet(Pack(request.pack_dir), request.out, epochs=request.epochs, seed=request.seed,
                            name=request.name, recipe=request.recipe(), evaluate=not request.no_eval)
+
+
+def _hardware(recipe: TrainRecipe) -> str:
+    """Where the network trained, for the sidecar."""
+    import torch
+
+    if recipe.device == "cpu":
+        return f"CPU, {recipe.threads} threads, {platform.machine()}"
+    return f"{torch.cuda.get_device_name(torch.device(recipe.device))} ({recipe.device}), torch {torch.__version__}"
