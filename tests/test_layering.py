@@ -13,6 +13,7 @@ STAGES = [
     "errors",
     "registry",
     "fields",
+    "hf_offline",
     "vocab",
     "io",
     "llm",

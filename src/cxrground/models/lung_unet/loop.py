@@ -32,14 +32,15 @@ __all__ = ["train_on_samples"]
 def _augment_batch(
     img: torch.Tensor, tgt: torch.Tensor, wgt: torch.Tensor, val: torch.Tensor, aug: Augment, gen: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Random affine (image bilinear, masks bilinear then > 0.5, weights/valid nearest) + intensity."""
+    """Random affine (image bilinear, masks bilinear then > 0.5, weights/valid nearest) + intensity, on the batch's
+    device; the draws come from ``gen`` on the CPU (the same draws on every device)."""
     import torch
     import torch.nn.functional as F
 
     b = img.shape[0]
 
     def uni(lo: float, hi: float) -> torch.Tensor:
-        return lo + (hi - lo) * torch.rand(b, generator=gen)
+        return (lo + (hi - lo) * torch.rand(b, generator=gen)).to(img.device)
 
     ang = uni(-aug.rotate_deg, aug.rotate_deg) * (math.pi / 180.0)
     scale = torch.exp(uni(math.log(aug.scale[0]), math.log(aug.scale[1])))
@@ -70,7 +71,7 @@ def _blur(img: torch.Tensor, val: torch.Tensor, sigma_px: float) -> torch.Tensor
     import torch.nn.functional as F
 
     radius = max(1, min(math.ceil(3.0 * sigma_px), img.shape[-1] - 1))
-    x = torch.arange(-radius, radius + 1, dtype=img.dtype)
+    x = torch.arange(-radius, radius + 1, dtype=img.dtype, device=img.device)
     k = torch.exp(-0.5 * (x / sigma_px) ** 2)
     k = k / k.sum()
     kh, kv = k.view(1, 1, 1, -1), k.view(1, 1, -1, 1)
@@ -89,7 +90,7 @@ def _rescale(img: torch.Tensor, val: torch.Tensor) -> torch.Tensor:
     inside = img[val > 0.5]
     if inside.numel() < 2:
         return img.clamp(0.0, 1.0)
-    lo, hi = torch.quantile(inside, torch.tensor([0.01, 0.99], dtype=img.dtype))
+    lo, hi = torch.quantile(inside, torch.tensor([0.01, 0.99], dtype=img.dtype, device=img.device))
     return ((img - lo) / (hi - lo).clamp_min(1e-6)).clamp(0.0, 1.0)
 
 
@@ -233,11 +234,9 @@ def train_on_samples(
             losses = []
             for s in range(steps_per_epoch):
                 idx = perm[s * recipe.batch_size : (s + 1) * recipe.batch_size]
-                img, tgt, wgt, val_ = images[idx], targets[idx], weights[idx], valid[idx]
+                img, tgt, wgt, val_ = (t[idx].to(recipe.device) for t in (images, targets, weights, valid))
                 if recipe.augment.enabled:
                     img, tgt, wgt, val_ = _augment_batch(img, tgt, wgt, val_, recipe.augment, gen)
-                if not on_cpu:
-                    img, tgt, wgt, val_ = (t.to(recipe.device, non_blocking=True) for t in (img, tgt, wgt, val_))
                 logits = model(_normalise(img, val_))
                 loss = _loss(logits, tgt, wgt, recipe)
                 opt.zero_grad(set_to_none=True)
