@@ -387,3 +387,19 @@ def test_models_load_without_the_kernels_package(radedit_dir, tmp_path, monkeypa
     deformer = SamDeformer(model_path=save_tiny_sam(tmp_path), device="cpu")
     deformer._load()
     assert not deformer._model.use_kernels
+
+
+@pytest.mark.parametrize(("preset", "expected"), [(None, "1"), ("0", "0")])
+def test_the_command_line_keeps_the_hub_offline(preset, expected):
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("huggingface_hub")
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    if preset is not None:
+        env["HF_HUB_OFFLINE"] = preset
+    code = ("import os, cxrground.cli, huggingface_hub.constants as c; "
+            "print(os.environ['HF_HUB_OFFLINE'], c.HF_HUB_OFFLINE)")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == [expected, str(expected == "1")]

@@ -8,6 +8,9 @@ import click
 
 from cxrground import __version__
 from cxrground.cli.common import CleanGroup
+from cxrground.hf_offline import keep_hub_offline
+
+keep_hub_offline()  # before any command module imports a Hugging Face library
 
 
 @click.group(cls=CleanGroup, context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
