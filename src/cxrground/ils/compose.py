@@ -309,10 +309,9 @@ def _negatives(study_key: str, findings: Sequence[Finding], empty_locations: Seq
         if u < global_share:
             if checker is None and _global_allowed(config, any_finding, el):
                 _negative(out, study_key, "global", lesion, [BOTH_LUNGS], kind_name)
-            elif checker is None:
-                if (region := _draw_region(rng, space)) is not None:
-                    _negative(out, study_key, "basic", lesion, region, kind_name)
-            elif (region := checker.fresh(space)) is not None:
+                continue
+            region = checker.fresh(space) if checker is not None else _draw_region(rng, space)
+            if region is not None:
                 _negative(out, study_key, "basic", lesion, region, kind_name)
             continue
         region = _draw_region(rng, space)
