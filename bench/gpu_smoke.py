@@ -224,8 +224,7 @@ def _lisa_train(args: argparse.Namespace, work: Path) -> Callable[[], Any]:
                     overrides={"tiny": True, "max_steps": args.train_steps, "max_length": 256},
                     val_split="train", progress=False)
         info = json.loads((out / "checkpoint.json").read_text())
-        print(f"{'':10s} trained {info['step']} steps on {info.get('device', args.device)}; last loss "
-              f"{info['history'][-1].get('loss', info['history'][-1])}")
+        print(f"{'':10s} trained {info['step']} steps on {args.device}; last loss {info['history'][-1]['loss']:.4f}")
         return out
 
     return call
