@@ -138,3 +138,29 @@ def test_unknown_negative_exclusion_is_refused():
 
     with pytest.raises(ConfigError, match="negative exclusion 'side'"):
         IlsConfig(negative_exclusion="side")
+
+
+def test_ils_build_offers_the_negative_exclusion():
+    from click.testing import CliRunner
+
+    from cxrground.cli import main
+    from cxrground.ils.request import BuildRequest
+
+    runner = CliRunner()
+    assert "--negative-exclusion" in runner.invoke(main, ["ils", "build", "--help"]).output
+    bad = runner.invoke(main, ["ils", "build", "--images", ".", "--out", "x", "--negative-exclusion", "side"])
+    assert bad.exit_code != 0 and "negative-exclusion" in bad.output
+    assert BuildRequest.__dataclass_fields__["negative_exclusion"].default == "location"
+
+
+def test_build_request_hands_the_exclusion_to_the_build(tmp_path, monkeypatch):
+    import cxrground.ils.build as build
+    import cxrground.ils.tasks as tasks
+    from cxrground.ils.request import BuildRequest, run_build
+
+    seen = {}
+    monkeypatch.setattr(build, "check_backends", lambda spec: None)
+    monkeypatch.setattr(tasks, "build_tasks", lambda *a, **k: (["one study"], []))
+    monkeypatch.setattr(build, "build_dataset", lambda tasks, out, config, *a, **k: seen.setdefault("config", config))
+    run_build(BuildRequest(images=tmp_path, out=tmp_path / "out", negative_exclusion="lung"), progress=False)
+    assert seen["config"].negative_exclusion == "lung"
