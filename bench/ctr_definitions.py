@@ -1,12 +1,13 @@
-"""The pre-registered CTR definitions (``bench/records/ctr_preregistration.md``) on every NIH film of the pack,
-and the exploratory definition E of its addendum.
+"""The pre-registered CTR definitions on every NIH film of the pack: A-D of ``bench/records/ctr_preregistration.md``
+(and the exploratory E of its addendum), F and G of ``bench/records/ctr_smooth_preregistration.md``.
 
 For each definition: AUROC of the NIH Cardiomegaly label against all other NIH films and against the No Finding
 films, the No Finding median (IQR), shares of No Finding films in 0.42-0.48 and at or above 0.50, and the share of
 Cardiomegaly films at or below 0.45 (the ILS negative rule). Nothing is tuned here.
 
 Run (after ``bench/segment.py --only-real --cache DIR`` has filled the cache of U-Net lungs):
-``python bench/ctr_definitions.py --cache DIR``. Films missing from the cache are segmented and added to it.
+``python bench/ctr_definitions.py --cache DIR [--weights FILE]``. Films missing from the cache are segmented and
+added to it.
 """
 
 from __future__ import annotations
@@ -28,20 +29,36 @@ DEFINITIONS: dict[str, tuple[str, str]] = {
 
 
 EXPLORATORY = "E max-width above the cardiophrenic angles / internal thoracic (exploratory)"
+#: Round 2 (smooth borders): the outline's width from quadratic border curves; CTR as ``ctr`` (lungs' extent).
+SMOOTH = "F quadratic-max borders / lungs' extent"
+SMOOTH_ABOVE = "G quadratic-max borders above the angles / lungs' extent"
+
+
+def rows_above_angles(px: np.ndarray, right: np.ndarray, left: np.ndarray) -> np.ndarray:
+    """The seen cardiac rows above both cardiophrenic angles (definitions E and G)."""
+    from cxrground.anatomy.segment.heart import cardiophrenic_points
+    from cxrground.anatomy.segment.heart_image import cardiac_row_widths
+
+    (y_r, _), (y_l, _) = cardiophrenic_points(right, left)
+    rows = cardiac_row_widths(px, right, left)
+    return rows[rows[:, 0] < min(y_r, y_l)]
 
 
 def heart_above_angles(px: np.ndarray, right: np.ndarray, left: np.ndarray):
     """Definition E (exploratory addendum): the outline from the robust maximal seen width over the seen rows
     above both cardiophrenic angles (the lungs' medial borders when fewer than ``min_rows`` remain)."""
+    return _outline_from_rows(px, right, left, "robust-max")
+
+
+def _outline_from_rows(px: np.ndarray, right: np.ndarray, left: np.ndarray, rule: str):
+    """The outline whose width follows ``rule`` over the seen rows above the cardiophrenic angles (None without)."""
     from cxrground.anatomy.ctr import EmptyAnatomyError
-    from cxrground.anatomy.segment.heart import cardiophrenic_points, estimate_heart
-    from cxrground.anatomy.segment.heart_image import SeenHeartParams, cardiac_row_widths, seen_cardiac_borders
+    from cxrground.anatomy.segment.heart import estimate_heart
+    from cxrground.anatomy.segment.heart_image import SeenHeartParams, seen_cardiac_borders
 
     try:
-        (y_r, _), (y_l, _) = cardiophrenic_points(right, left)
-        rows = cardiac_row_widths(px, right, left)
-        rows = rows[rows[:, 0] < min(y_r, y_l)]
-        borders, _ = seen_cardiac_borders(px, right, left, SeenHeartParams(transverse="robust-max"), rows=rows)
+        rows = rows_above_angles(px, right, left)
+        borders, _ = seen_cardiac_borders(px, right, left, SeenHeartParams(transverse=rule), rows=rows)
         heart = estimate_heart(right, left, seen_borders=borders)
     except EmptyAnatomyError:
         return None
@@ -62,7 +79,7 @@ def ratio(heart, right: np.ndarray, left: np.ndarray, thorax: str) -> float:
     return width / measure_ctr(heart, right, left, "extent").thoracic.length
 
 
-def nih_lungs(cache: str, threads: int):
+def nih_lungs(cache: str, threads: int, weights: str | None = None):
     """``(record, pixels, right, left)`` of every NIH film on the working grid (U-Net lungs, cached as
     ``bench/segment.py`` caches them)."""
     from pathlib import Path
@@ -70,7 +87,7 @@ def nih_lungs(cache: str, threads: int):
     from cxrground.anatomy.segment import UNetLungSegmenter
     from cxrground.datasets.pack import Pack
 
-    seg = UNetLungSegmenter(threads=threads)
+    seg = UNetLungSegmenter(weights=Path(weights) if weights else None, threads=threads)
     folder = Path(cache)
     folder.mkdir(parents=True, exist_ok=True)
     _claim_cache(folder, seg.weights)
@@ -93,6 +110,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", required=True, help="folder of cached U-Net lungs (bench/segment.py --cache)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--weights", default=None, help="lung U-Net .safetensors (default: the shipped weights)")
     args = parser.parse_args()
 
     import torch
@@ -103,18 +121,22 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    values: dict[str, list[float]] = {name: [] for name in (REFERENCE, *DEFINITIONS, EXPLORATORY)}
+    values: dict[str, list[float]] = {name: [] for name in (REFERENCE, *DEFINITIONS, EXPLORATORY, SMOOTH, SMOOTH_ABOVE)}
     cm, normal = [], []
-    for rec, px, right, left in nih_lungs(args.cache, args.threads):
+    for rec, px, right, left in nih_lungs(args.cache, args.threads, args.weights):
         cm.append("Cardiomegaly" in rec.labels)
         normal.append(rec.labels == ("No Finding",))
         hearts = {rule: heart_from_lungs(right, left, pixels=px, seen_params=SeenHeartParams(transverse=rule))[0]
-                  for rule in ("percentile", "robust-max", "mrd+mld")}
+                  for rule in ("percentile", "robust-max", "mrd+mld", "quadratic-max")}
         for name, (rule, thorax) in DEFINITIONS.items():
             values[name].append(ratio(hearts[rule], right, left, thorax))
         heart = hearts["percentile"]
         values[REFERENCE].append(np.nan if heart is None else cardiothoracic_ratio(heart, right, left))
         values[EXPLORATORY].append(ratio(heart_above_angles(px, right, left), right, left, "internal"))
+        smooth = hearts["quadratic-max"]
+        values[SMOOTH].append(np.nan if smooth is None else cardiothoracic_ratio(smooth, right, left))
+        above = _outline_from_rows(px, right, left, "quadratic-max")
+        values[SMOOTH_ABOVE].append(np.nan if above is None else cardiothoracic_ratio(above, right, left))
     cm_a, normal_a = np.asarray(cm), np.asarray(normal)
     seen = np.isfinite(np.asarray(values[REFERENCE]))
     print(f"{len(cm)} NIH films, {int(seen.sum())} with a heart outline ({int((cm_a & seen).sum())} Cardiomegaly, "

@@ -21,6 +21,8 @@ midline over the lower lung. Per row this module finds where that silhouette end
    heart mask drawn with them has that diameter. ``"mrd+mld"``: the maximal right and left diameters (MRD,
    MLD), each the same robust maximum of one border's distance from the mediastinal midline (each side on its
    own, so they may come from different rows); the borders are ``midline − MRD`` and ``midline + MLD``.
+   ``"quadratic-max"``: each border fitted over the seen rows by a robust quadratic in ``y``
+   (:func:`smooth_border`), the diameter the widest gap between the two curves over the seen rows' span.
 
 Chosen on the pack's NIH films with patient-grouped cross-validation over a small grid (``bench/heart_ctr.py``
 reports the held-out AUROC against the NIH Cardiomegaly label and the CTR distribution of normal films).
@@ -46,6 +48,7 @@ __all__ = [
     "cardiac_row_widths",
     "radiological_ctr",
     "seen_cardiac_borders",
+    "smooth_border",
 ]
 
 SEEN_HEART_METHOD: Final[str] = "cardiac-silhouette-rows/1"
@@ -55,7 +58,13 @@ RADIOLOGICAL_CTR_METHOD: Final[str] = "mrd+mld-over-internal-thoracic/1"
 MAX_PERCENTILE: Final[float] = 90.0
 
 
-Transverse = Literal["percentile", "robust-max", "mrd+mld"]
+Transverse = Literal["percentile", "robust-max", "mrd+mld", "quadratic-max"]
+#: Rows whose residual from a border's fitted curve exceeds this many robust standard deviations (1.4826 x
+#: the median absolute residual, at least :data:`OUTLIER_MIN_PX`) are dropped before the curve is refitted.
+OUTLIER_SIGMAS: Final[float] = 3.0
+OUTLIER_MIN_PX: Final[float] = 2.0
+#: Refits after dropping outlier rows.
+REFITS: Final[int] = 2
 
 
 @dataclass(frozen=True)
@@ -139,6 +148,17 @@ def seen_cardiac_borders(
             return None, {**info, "error": "the left cardiac border lies right of the midline"}
         return (midline - mrd, midline + mld), {**info, "mrd_px": round(mrd, 1), "mld_px": round(mld, 1),
                                                 "midline": round(float(midline), 1)}
+    if p.transverse == "quadratic-max":
+        fit_r = smooth_border(rows[:, 0], rows[:, 1], p.min_rows)
+        fit_l = smooth_border(rows[:, 0], rows[:, 2], p.min_rows)
+        if fit_r is None or fit_l is None:
+            return None, {**info, "error": f"fewer than {p.min_rows} rows fit a smooth cardiac border"}
+        ys = np.arange(int(rows[:, 0].min()), int(rows[:, 0].max()) + 1, dtype=np.float64)
+        gap = np.polyval(fit_l, ys) - np.polyval(fit_r, ys)
+        k = int(np.argmax(gap))
+        if gap[k] <= 0:
+            return None, {**info, "error": "the fitted cardiac borders do not enclose the heart"}
+        return (float(np.polyval(fit_r, ys[k])), float(np.polyval(fit_l, ys[k]))), {**info, "row": int(ys[k])}
     widths = rows[:, 2] - rows[:, 1]
     if p.transverse == "robust-max":
         target = robust_max(widths, window)
@@ -146,6 +166,29 @@ def seen_cardiac_borders(
         target = float(np.percentile(widths, p.width_percentile))
     k = int(np.argmin(np.abs(widths - target)))
     return (float(rows[k, 1]), float(rows[k, 2])), {**info, "row": int(rows[k, 0])}
+
+
+def smooth_border(ys: np.ndarray, xs: np.ndarray, min_rows: int = 5) -> np.ndarray | None:
+    """Coefficients (``np.polyval`` order) of a quadratic ``x(y)`` fitted to one cardiac border's seen rows,
+    robust to single rows: rows farther than :data:`OUTLIER_SIGMAS` robust standard deviations from the curve
+    are dropped and the curve refitted (:data:`REFITS` times at most). None when fewer than ``min_rows`` rows
+    remain or the rows span fewer than three distinct ``y``."""
+    y = np.asarray(ys, dtype=np.float64)
+    x = np.asarray(xs, dtype=np.float64)
+    keep = np.ones(y.size, dtype=bool)
+    coef = None
+    for fit in range(REFITS + 1):
+        if keep.sum() < max(min_rows, 3) or np.unique(y[keep]).size < 3:
+            return None
+        coef = np.polyfit(y[keep], x[keep], 2)
+        if fit == REFITS:
+            break
+        resid = np.abs(x - np.polyval(coef, y))
+        limit = max(OUTLIER_SIGMAS * 1.4826 * float(np.median(resid[keep])), OUTLIER_MIN_PX)
+        if np.array_equal(resid <= limit, keep):
+            break
+        keep = resid <= limit
+    return coef
 
 
 def _lung_height(right: np.ndarray, left: np.ndarray) -> int:
