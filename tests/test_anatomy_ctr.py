@@ -15,7 +15,7 @@ from cxrground.anatomy.ctr import (
     robust_max,
     row_window,
 )
-from cxrground.anatomy.segment.heart_image import SeenHeartParams, seen_cardiac_borders
+from cxrground.anatomy.segment.heart_image import SeenHeartParams, seen_cardiac_borders, smooth_border
 from cxrground.errors import MaskShapeError
 
 
@@ -149,6 +149,34 @@ def test_seen_borders_mrd_mld_take_each_side_from_the_midline():
     assert (x_r, x_l) == (150.0 - info["mrd_px"], 150.0 + info["mld_px"])
     none, info = seen_cardiac_borders(px, right, left, SeenHeartParams(transverse="mrd+mld"), rows=rows)
     assert none is None and "midline" in info["error"]
+
+
+def test_smooth_border_fits_a_curve_through_the_rows_and_ignores_a_far_row():
+    y = np.arange(100, 160, dtype=float)
+    x = 200 + 0.02 * (y - 130) ** 2
+    x_noisy = x.copy()
+    x_noisy[5] += 60.0
+    coef = smooth_border(y, x_noisy)
+    assert coef is not None
+    assert np.abs(np.polyval(coef, y) - x).max() < 0.5
+    # without the outlier rejection the far row would pull the curve by several pixels
+    assert np.abs(np.polyval(np.polyfit(y, x_noisy, 2), y) - x).max() > 2.0
+    assert smooth_border(y[:4], x[:4]) is None  # fewer than min_rows
+    assert smooth_border(np.full(8, 120.0), np.arange(8.0), min_rows=5) is None  # one distinct row
+
+
+def test_seen_borders_quadratic_max_is_the_widest_gap_between_the_fitted_borders():
+    right, left = _staggered_lungs()
+    px = np.zeros(right.shape)
+    rows = _rows()
+    (x_r, x_l), info = seen_cardiac_borders(px, right, left, SeenHeartParams(transverse="quadratic-max"),
+                                            rows=rows)
+    # the borders run straight (slopes -1/2 and +1) and widen downwards: the widest gap is at the lowest row,
+    # 19.5 + 39 + 80 wide (about 138), not the noisy row's 230
+    assert info["row"] == 139 and 136 <= x_l - x_r <= 140
+    few = rows[:3]
+    none, info = seen_cardiac_borders(px, right, left, SeenHeartParams(transverse="quadratic-max"), rows=few)
+    assert none is None and "fewer than" in info["error"]
 
 
 def test_draw_rows_draws_each_segment_with_end_ticks():
