@@ -90,7 +90,8 @@ def load_films(cache: Path):
         r, lft = d["R"].astype(bool), d["L"].astype(bool)
         if not r.any() or not lft.any() or lung_problems(r, lft):
             continue
-        films.append((f"nih/{rec.image_id}", "val-nih" if rec.image_id.split("_")[0] in held else "train", d["px"], r, lft))
+        split = "val-nih" if rec.image_id.split("_")[0] in held else "train"
+        films.append((f"nih/{rec.image_id}", split, d["px"], r, lft))
     shippable = [r for r in pack.cohen(shippable_only=True) if r.shippable]
     _, val_idx = split_by_patient(shippable, min(10, len(shippable) // 2), 0)
     for i, rec in enumerate(shippable):

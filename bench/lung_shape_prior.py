@@ -25,6 +25,12 @@ for training the U-Net or building the prior and are reported separately.
   united with the first ones: all of them (``hp``), only inside the shape prior (``hp@prior``), and not below a
   U-Net border on a diaphragm edge (``hp@prior+edge``).
 
+* ``depth``, ``depth+edge`` (``--depth-weights FILE``, round 3, ``bench/records/lung_depth_preregistration.md``):
+  the ``shape`` prior with each lung stretched vertically about its top row to the lowest row a CNN predicts for
+  that lung from the whole film (``bench/lung_depth_fit.py``), then the ``shape`` (``shape+edge``) rule. With
+  ``--nih`` each variant is also applied to the NIH films' U-Net lungs and the heart outline built from them is
+  measured (CTR AUROC for NIH Cardiomegaly, No Finding median, heart plausibility, films completed).
+
 Run: ``python bench/lung_shape_prior.py --cache /tmp/anatomy-cache`` (after ``bench/segment.py --only-real
 --cache /tmp/anatomy-cache``; about 3 minutes per variant on one thread; ``--variants shape,shape+edge``).
 """
@@ -137,6 +143,47 @@ def shape_prior(right: np.ndarray, left: np.ndarray, templates: list[np.ndarray]
     return votes[0] >= NEIGHBOURS / 2, votes[1] >= NEIGHBOURS / 2
 
 
+def stretch_to(mask: np.ndarray, bottom: float) -> np.ndarray:
+    """``mask`` stretched or compressed vertically about its top row so that its lowest row is ``bottom``
+    (nearest-row resampling; rows past the canvas are dropped)."""
+    rows = np.flatnonzero(mask.any(axis=1))
+    if rows.size < 2:
+        return mask
+    top, low = int(rows[0]), int(rows[-1])
+    new_low = int(np.clip(round(bottom), top + 1, mask.shape[0] - 1))
+    ys = np.arange(top, new_low + 1)
+    src = np.clip(np.rint(top + (ys - top) * (low - top) / (new_low - top)).astype(int), top, low)
+    out = np.zeros_like(mask)
+    out[ys] = mask[src]
+    return out
+
+
+class DepthModel:
+    """The lung-depth regressor of ``bench/lung_depth_fit.py``: each lung's lowest canvas row for a film."""
+
+    def __init__(self, path: str) -> None:
+        import torch
+        from lung_depth_fit import build_net
+
+        blob = torch.load(path, map_location="cpu", weights_only=False)
+        self.net = build_net()
+        self.net.load_state_dict(blob["state_dict"])
+        self.net.eval()
+        self.size = int(blob["size"])
+
+    def bottoms(self, pixels: np.ndarray) -> tuple[float, float]:
+        """Predicted lowest rows (canvas pixels) of the right and left lung of a 0-255 canvas."""
+        import torch
+        from lung_depth_fit import _resize
+
+        x = _resize(np.asarray(pixels, dtype=np.float32), self.size) / 255.0
+        with torch.no_grad():
+            pred = self.net(torch.from_numpy(x[None, None].astype(np.float32)))[0].numpy()
+        n = max(pixels.shape)
+        y0 = (n - pixels.shape[0]) // 2
+        return float(pred[1] * n - y0 - 1), float(pred[3] * n - y0 - 1)
+
+
 def _largest_filled(mask: np.ndarray) -> np.ndarray:
     mask = ndimage.binary_fill_holes(mask)
     lab, n = ndimage.label(mask)
@@ -146,9 +193,12 @@ def _largest_filled(mask: np.ndarray) -> np.ndarray:
 
 
 def complete(variant: str, right: np.ndarray, left: np.ndarray, pixels: np.ndarray, templates: list[np.ndarray],
-             lesion: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The lungs completed by ``variant`` (module docstring)."""
+             lesion: np.ndarray | None = None, depth: tuple[float, float] | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """The lungs completed by ``variant`` (module docstring); ``depth``: the predicted lowest rows (``depth*``)."""
     priors = shape_prior(right, left, templates)
+    if variant.startswith("depth"):
+        priors = (stretch_to(priors[0], depth[0]), stretch_to(priors[1], depth[1]))
     if variant.startswith("hp"):
         return _with_highpass(variant, right, left, pixels, priors, lesion)
     out = []
@@ -170,7 +220,7 @@ def complete(variant: str, right: np.ndarray, left: np.ndarray, pixels: np.ndarr
         if (mask & base).sum() >= GATE * max(1, base.sum()):
             out.append(mask)
             continue
-        if variant == "shape+edge" and add.any():
+        if variant in ("shape+edge", "depth+edge") and add.any():
             for c, _ in _diaphragm_edge_columns(add, mask, pixels, keep, lowest_row=keep):
                 add[:, c] = False
         out.append(_largest_filled(mask | add))
@@ -255,6 +305,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cache", required=True, help="folder written by bench/segment.py --only-real --cache")
     parser.add_argument("--variants", default="unet,shape,shape+edge,shape+lesion,hp,hp@prior,hp@prior+edge")
+    parser.add_argument("--depth-weights", default=None, help="lung-depth regressor of bench/lung_depth_fit.py")
+    parser.add_argument("--nih", action="store_true", help="also apply the variants to the NIH films (heart, CTR)")
     args = parser.parse_args()
 
     import torch
@@ -284,6 +336,22 @@ def main() -> None:
 
         seg = LesionSegmenter(threads=1)
         lesions = {i: seg.probability(np.clip(f["px"], 0, 255).astype(np.uint8)) for i, f in films.items()}
+    depth = DepthModel(args.depth_weights) if any(v.startswith("depth") for v in variants) else None
+    if depth is None and any(v.startswith("depth") for v in variants):
+        raise SystemExit("the depth variants need --depth-weights")
+    bottoms = {} if depth is None else {i: depth.bottoms(f["px"]) for i, f in films.items()}
+    if bottoms:
+        err = []
+        for rec in recs:
+            if rec.shippable:
+                continue
+            f = films[rec.image_id]
+            for k, truth in enumerate((f["GR"], f["GL"])):
+                rows = np.flatnonzero(truth.any(axis=1))
+                err.append(abs(bottoms[rec.image_id][k] - rows[-1]) / (rows[-1] - rows[0] + 1))
+        e = 100 * np.asarray(err)
+        print(f"depth regressor on the CC BY-NC-SA films: lowest-row error median {np.median(e):.1f} %, 90th "
+              f"percentile {np.percentile(e, 90):.1f} % of the annotated lung's height ({e.size} lungs)")
     for variant in variants:
         rows = []
         for rec in recs:
@@ -292,11 +360,47 @@ def main() -> None:
             if variant != "unet":
                 tm = [t for k, t in templates.items() if k != rec.image_id]
                 right, left = complete(variant, right, left, f["px"].astype(float), tm,
-                                       (hp_lungs if variant.startswith("hp") else lesions).get(rec.image_id))
+                                       (hp_lungs if variant.startswith("hp") else lesions).get(rec.image_id),
+                                       bottoms.get(rec.image_id))
             rows.append({"id": rec.image_id, "shippable": rec.shippable, "brixia": rec.brixia is not None,
                          "dice": (_dice(right, gr), _dice(left, gl)), "below": (_below(right, gr), _below(left, gl)),
                          "base": (_base_coverage(right, gr), _base_coverage(left, gl))})
         _report(variant, rows)
+        if args.nih:
+            _nih_report(variant, Path(args.cache), list(templates.values()), depth)
+
+
+def _nih_report(variant: str, cache: Path, templates: list[np.ndarray], depth: DepthModel | None) -> None:
+    """The heart outline on the NIH films with ``variant``'s lungs: CTR AUROC, No Finding median, plausibility."""
+    from segment import _auroc, heart_plausibility
+
+    from cxrground.anatomy.ctr import cardiothoracic_ratio
+    from cxrground.anatomy.segment.builtin import heart_from_lungs
+    from cxrground.datasets.pack import Pack
+
+    ctr, cm, nf, changed, bad = [], [], [], 0, {}
+    for rec in Pack().nih():
+        f = np.load(cache / f"nih_{rec.image_id}.npz")
+        right, left = f["R"].astype(bool), f["L"].astype(bool)
+        if not right.any() or not left.any():
+            continue
+        if variant != "unet":
+            b = depth.bottoms(f["px"]) if depth is not None else None
+            new_r, new_l = complete(variant, right, left, f["px"].astype(float), templates, None, b)
+            changed += int(not (np.array_equal(new_r, right) and np.array_equal(new_l, left)))
+            right, left = new_r, new_l
+        heart, _ = heart_from_lungs(right, left, pixels=f["px"])
+        if heart is None:
+            continue
+        for k, v in heart_plausibility(heart, right, left).items():
+            bad[k] = bad.get(k, 0) + int(v)
+        ctr.append(cardiothoracic_ratio(heart, right, left))
+        cm.append("Cardiomegaly" in rec.labels)
+        nf.append(rec.labels == ("No Finding",))
+    c, cm_a, nf_a = np.asarray(ctr), np.asarray(cm), np.asarray(nf)
+    print(f"{variant:<13} NIH: {len(c)} films with a heart, {changed} with a lung completed; CTR AUROC Cardiomegaly "
+          f"vs all other {_auroc(c[cm_a], c[~cm_a]):.3f}; No Finding median {np.median(c[nf_a]):.3f}; "
+          f"implausible outlines {bad}", flush=True)
 
 
 if __name__ == "__main__":
