@@ -25,10 +25,12 @@ for training the U-Net or building the prior and are reported separately.
   united with the first ones: all of them (``hp``), only inside the shape prior (``hp@prior``), and not below a
   U-Net border on a diaphragm edge (``hp@prior+edge``).
 
-* ``depth``, ``depth+edge`` (``--depth-weights FILE``, round 3, ``bench/records/lung_depth_preregistration.md``):
-  the ``shape`` prior with each lung stretched vertically about its top row to the lowest row a CNN predicts for
-  that lung from the whole film (``bench/lung_depth_fit.py``), then the ``shape`` (``shape+edge``) rule. With
-  ``--nih`` each variant is also applied to the NIH films' U-Net lungs and the heart outline built from them is
+* ``depth``, ``depth+edge``, ``depth-gated`` (``--depth-weights FILE``, rounds 3 and 4,
+  ``bench/records/lung_depth_preregistration.md``): the ``shape`` prior with each lung stretched vertically about
+  its top row to the lowest row a CNN predicts for that lung from the whole film (``bench/lung_depth_fit.py``),
+  then the ``shape`` (``shape+edge``) rule; ``depth-gated`` completes only a lung whose predicted lowest row lies
+  more than ``DEPTH_GATE`` of its height below the U-Net's. With ``--nih`` each variant is also applied to the
+  NIH films' U-Net lungs and the heart outline built from them is
   measured (CTR AUROC for NIH Cardiomegaly, No Finding median, heart plausibility, films completed).
 
 Run: ``python bench/lung_shape_prior.py --cache /tmp/anatomy-cache`` (after ``bench/segment.py --only-real
@@ -48,6 +50,7 @@ RELIABLE = 0.55  # upper share of each U-Net lung's height used for matching and
 NEIGHBOURS = 7  # templates that vote
 SCALES = np.linspace(0.7, 1.5, 21)  # template scale, times the U-Net lungs' width
 GATE = 0.9  # complete a lung whose U-Net mask covers less than this share of the prior's lower third
+DEPTH_GATE = 0.12  # depth-gated: complete a lung whose predicted lowest row is this share of its height lower
 EDGE_DARK, EDGE_STEP = 0.4, 0.25  # shape+edge: diaphragm edge below the U-Net border
 LESION_THRESHOLD = 0.4  # shape+lesion: the lesion segmenter's pixel threshold (its sidecar's)
 HIGHPASS_SIGMA = 0.08  # hp*: Gaussian sigma of the subtracted background, times the film's longest side
@@ -202,7 +205,7 @@ def complete(variant: str, right: np.ndarray, left: np.ndarray, pixels: np.ndarr
     if variant.startswith("hp"):
         return _with_highpass(variant, right, left, pixels, priors, lesion)
     out = []
-    for mask, prior, other in ((right, priors[0], left), (left, priors[1], right)):
+    for side, (mask, prior, other) in enumerate(((right, priors[0], left), (left, priors[1], right))):
         rows = np.flatnonzero(mask.any(axis=1))
         keep = int(rows[0] + RELIABLE * (rows[-1] - rows[0]))
         add = prior & ~mask & ~other
@@ -213,6 +216,13 @@ def complete(variant: str, right: np.ndarray, left: np.ndarray, pixels: np.ndarr
             touch = np.unique(lab[ndimage.binary_dilation(mask, iterations=2) & cand])
             new = mask | np.isin(lab, touch[touch > 0])
             out.append(_largest_filled(ndimage.binary_closing(new, iterations=3) & (prior | mask) & ~other))
+            continue
+        if variant == "depth-gated":
+            bottom = depth[side]
+            if bottom - rows[-1] > DEPTH_GATE * (rows[-1] - rows[0] + 1):
+                out.append(_largest_filled(mask | add))
+            else:
+                out.append(mask)
             continue
         prow = np.flatnonzero(prior.any(axis=1))
         base = prior.copy()
