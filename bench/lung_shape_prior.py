@@ -25,11 +25,12 @@ for training the U-Net or building the prior and are reported separately.
   united with the first ones: all of them (``hp``), only inside the shape prior (``hp@prior``), and not below a
   U-Net border on a diaphragm edge (``hp@prior+edge``).
 
-* ``depth``, ``depth+edge``, ``depth-gated`` (``--depth-weights FILE``, rounds 3 and 4,
+* ``depth``, ``depth+edge``, ``depth-gated``, ``depth-gated+edge`` (``--depth-weights FILE``, rounds 3-5,
   ``bench/records/lung_depth_preregistration.md``): the ``shape`` prior with each lung stretched vertically about
   its top row to the lowest row a CNN predicts for that lung from the whole film (``bench/lung_depth_fit.py``),
   then the ``shape`` (``shape+edge``) rule; ``depth-gated`` completes only a lung whose predicted lowest row lies
-  more than ``DEPTH_GATE`` of its height below the U-Net's. With ``--nih`` each variant is also applied to the
+  more than ``DEPTH_GATE`` of its height below the U-Net's (``+edge``: not in columns ending on a diaphragm edge).
+  With ``--nih`` each variant is also applied to the
   NIH films' U-Net lungs and the heart outline built from them is
   measured (CTR AUROC for NIH Cardiomegaly, No Finding median, heart plausibility, films completed).
 
@@ -217,9 +218,12 @@ def complete(variant: str, right: np.ndarray, left: np.ndarray, pixels: np.ndarr
             new = mask | np.isin(lab, touch[touch > 0])
             out.append(_largest_filled(ndimage.binary_closing(new, iterations=3) & (prior | mask) & ~other))
             continue
-        if variant == "depth-gated":
+        if variant in ("depth-gated", "depth-gated+edge"):
             bottom = depth[side]
             if bottom - rows[-1] > DEPTH_GATE * (rows[-1] - rows[0] + 1):
+                if variant == "depth-gated+edge" and add.any():
+                    for c, _ in _diaphragm_edge_columns(add, mask, pixels, keep, lowest_row=keep):
+                        add[:, c] = False
                 out.append(_largest_filled(mask | add))
             else:
                 out.append(mask)
