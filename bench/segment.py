@@ -241,6 +241,14 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
     print(f"  No Finding films (n {int(normal.sum())}): median CTR {q[1]:.3f} (IQR {q[0]:.3f}-{q[2]:.3f}); "
           f"{100 * np.mean((ctr[normal] >= 0.42) & (ctr[normal] <= 0.48)):.0f} % in 0.42-0.48, "
           f"{100 * np.mean(ctr[normal] >= 0.5):.0f} % at or above 0.50 (adult PA norm: < 0.50, typical 0.42-0.48)")
+    views = np.asarray([r["rec"].view for r in nih])
+    for view in ("PA", "AP"):  # the adult norms are PA norms; an AP film magnifies the heart
+        v = views == view
+        if (v & normal).any() and (v & cm).any() and (v & ~cm).any():
+            q = np.percentile(ctr[v & normal], [25, 50, 75])
+            print(f"  {view} films only (n {int(v.sum())}): No Finding (n {int((v & normal).sum())}) median CTR "
+                  f"{q[1]:.3f} (IQR {q[0]:.3f}-{q[2]:.3f}); AUROC Cardiomegaly (n {int((v & cm).sum())}) vs all other "
+                  f"{view} films {_auroc(ctr[v & cm], ctr[v & ~cm]):.3f}")
     q = np.percentile(ctr[cm], [25, 50, 75])
     print(f"  Cardiomegaly films (n {int(cm.sum())}): median CTR {q[1]:.3f} (IQR {q[0]:.3f}-{q[2]:.3f}); "
           f"{100 * np.mean(ctr[cm] <= 0.45):.0f} % pass the ILS negative rule CTR <= 0.45")
