@@ -168,6 +168,7 @@ def main() -> None:
          BackendSpec(synthesizer="lesion-unet", synthesizer_kwargs={"zone_reader": "zone_sim_v1"})),
         ("unet, normative default + zone_prior_v1 check of negatives", 1.0, BackendSpec()),
         ("unet, normative default + zone_prior_v2 check of negatives", 1.0, BackendSpec()),
+        ("unet, normative default + algorithm1 check of negatives", 1.0, BackendSpec()),
         ("unet, normative default, negatives kept off lungs with a reported finding", 1.0, BackendSpec()),
         ("unet, normative default, masks not clipped off the heart and mediastinum", 1.0, BackendSpec()),
         ("truth anatomy, normative default, masks not clipped off the heart and mediastinum", 1.0,
@@ -178,7 +179,7 @@ def main() -> None:
             continue
         out = work / f"run{i}"
         start = time.perf_counter()
-        check = next((r for r in ("zone_prior_v1", "zone_prior_v2") if f"{r} check" in name), "none")
+        check = next((r for r in ("zone_prior_v1", "zone_prior_v2", "algorithm1") if f"{r} check" in name), "none")
         config = IlsConfig(seed=0, negative_check=check, lung_lesions_off_centre="not clipped" not in name,
                            negative_exclusion="lung" if "negatives kept off lungs" in name else "location")
         summary = build_dataset(tasks, out, config.with_threshold_scale(scale), spec,

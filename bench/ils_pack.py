@@ -134,6 +134,8 @@ def grounding_summary(dataset: Path) -> None:
 
 
 def main() -> None:
+    from cxrground.ils.config import NEGATIVE_CHECKS
+
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--segmenter", default="masks", choices=["masks", "unet"],
                         help="masks = the pack's own lung masks; unet = the shipped lung U-Net")
@@ -144,7 +146,7 @@ def main() -> None:
                         help="more synthesizer options, e.g. model=shipped or shrink=false (normative)")
     parser.add_argument("--detector-opt", action="append", default=[], metavar="KEY=VALUE",
                         help="built-in detector options, e.g. strength_mid=0.26 (the pre-issue-14 calibration)")
-    parser.add_argument("--negative-check", default="none", choices=["none", "zone_prior_v1", "zone_prior_v2"],
+    parser.add_argument("--negative-check", default="none", choices=list(NEGATIVE_CHECKS),
                         help="image check of negatives (ils build --negative-check)")
     parser.add_argument("--negative-exclusion", default="location", choices=["location", "lung"],
                         help="where a reported finding keeps lung-lesion negatives away "

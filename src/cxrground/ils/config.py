@@ -74,7 +74,9 @@ class QCConfig:
 
 
 #: Image checks of negative pairs ``IlsConfig.negative_check`` accepts.
-NEGATIVE_CHECKS: Final[tuple[str, ...]] = ("none", "zone_prior_v1", "zone_prior_v2")
+NEGATIVE_CHECKS: Final[tuple[str, ...]] = ("none", "algorithm1", "zone_prior_v1", "zone_prior_v2")
+#: The negative check that asks Algorithm 1 itself (no zone reader), :mod:`cxrground.ils.negative_flags`.
+ALGORITHM1_CHECK: Final[str] = "algorithm1"
 
 #: How far a finding the report mentions keeps lung-lesion negatives away (``IlsConfig.negative_exclusion``).
 NEGATIVE_EXCLUSIONS: Final[tuple[str, ...]] = ("location", "lung")
@@ -123,7 +125,10 @@ class IlsConfig:
     the position-prior zone reader flags, in a film where the lesion segmenter finds a lesion, are read before the
     pairs are composed; a lung-lesion negative is placed in a region naming no flagged zone, and dropped only when
     none is left; both counted on the card; :mod:`cxrground.lesions.zone_prior`,
-    :class:`cxrground.ils.compose.NegativePlacement`)."""
+    :class:`cxrground.ils.compose.NegativePlacement`), ``zone_prior_v2`` (the same with the reader whose film
+    severity also reads the lesion segmenter) or ``algorithm1`` (a zone is flagged when Algorithm 1, asked to
+    ground an opacity reported in that zone, draws a mask there: the chain's own anomaly map and boxes, no zone
+    reader; :mod:`cxrground.ils.negative_flags`)."""
 
     negative_exclusion: str = "location"
     """Where a finding the report mentions keeps lung-lesion negatives away. ``location`` (ILS §10): the labels

@@ -20,7 +20,7 @@ from cxrground.anatomy.segment.plausibility import segment_checked
 from cxrground.errors import CXRGroundError, InputError
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.compose import GroundedFinding, NegativePlacement, compose_pairs
-from cxrground.ils.config import IlsConfig
+from cxrground.ils.config import ALGORITHM1_CHECK, IlsConfig
 from cxrground.ils.layout import MASK_DIR
 from cxrground.ils.tasks import StudyTask
 from cxrground.io.image import DEFAULT_MAX_PIXELS, read_image
@@ -290,7 +290,12 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
     pair_check = (locations, box, ev.probability, ev.threshold, ev.centre, ev.zone_flags) if ev is not None else None
     centre = _lesion_free_centre(config, backends, ev, r_c, l_c, h_c if heart is not None else None)
     placement = None
-    if config.negative_check != "none":
+    if config.negative_check == ALGORITHM1_CHECK:
+        from cxrground.ils.negative_flags import algorithm1_flags
+
+        flags = algorithm1_flags(canvas, anomaly, locations, r_c, l_c, h_c, boxes, config, centre)
+        placement = NegativePlacement(flags, config.negative_check)
+    elif config.negative_check != "none":
         from cxrground.lesions.zone_prior import shipped_reader
 
         reader = shipped_reader(config.negative_check)

@@ -1,0 +1,58 @@
+"""Zone flags for placing negatives, read by Algorithm 1 itself (``IlsConfig.negative_check = "algorithm1"``).
+
+A negative pair ("There is no opacity in the left lung base.") claims that a mask drawn there would be empty. This
+module asks the chain's own evidence that question: for each Brixia zone (A–F) it grounds a present ``opacity``
+finding reported in that zone's ILS label, with the study's anomaly map, detector boxes, Table 7 thresholds,
+refinement and the clip off the heart and mediastinum, exactly as a positive finding is grounded
+(:func:`cxrground.ils.grounding.ground_finding`). A zone is flagged when that mask is non-empty. The flags go to
+:class:`cxrground.ils.compose.NegativePlacement`, which places the negatives that a lung-opacity reader speaks to
+away from flagged zones. No zone reader and no fitted threshold are involved, so the check reads a film the way
+the chain reads it for its positives (pre-registered in ``bench/records/negative_check_algorithm1_preregistration.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+import numpy as np
+
+from cxrground.ils.config import IlsConfig
+from cxrground.ils.spatial.base import Box
+from cxrground.reports.findings import Finding
+
+__all__ = ["ZONE_LABELS", "algorithm1_flags"]
+
+#: The ILS label asked for each Brixia zone (patient's right: A–C, left: D–F; upper, mid, base).
+ZONE_LABELS: Final[dict[str, str]] = {
+    "A": "right upper zone lung", "B": "right mid zone lung", "C": "right lung base",
+    "D": "left upper zone lung", "E": "left mid zone lung", "F": "left lung base"}
+_PROBE_LESION: Final[str] = "opacity"
+
+
+def algorithm1_flags(
+    canvas_image: np.ndarray,
+    anomaly: np.ndarray,
+    location_masks: dict[str, np.ndarray],
+    right_lung: np.ndarray,
+    left_lung: np.ndarray,
+    heart: np.ndarray | None,
+    boxes: Sequence[Box],
+    config: IlsConfig,
+    centre: np.ndarray | None = None,
+) -> dict[str, bool]:
+    """Brixia zone letter → True when Algorithm 1 grounds an opacity reported in that zone (its mask minus
+    ``centre``, the heart + mediastinum region the chain clips lung-lesion masks off, is non-empty)."""
+    from cxrground.ils.grounding import ground_finding
+
+    flags: dict[str, bool] = {}
+    for zone, label in ZONE_LABELS.items():
+        probe = Finding(entity=_PROBE_LESION, sent_idx=0, assertion="present", lesion=_PROBE_LESION,
+                        reported_location=(label,), source="negative-check")
+        result = ground_finding(probe, canvas_image, anomaly, location_masks, right_lung, left_lung, heart, boxes,
+                                config)
+        mask = result.mask if result.grounded else None
+        if mask is not None and centre is not None:
+            mask = mask & ~centre
+        flags[zone] = bool(mask is not None and mask.any())
+    return flags

@@ -1,0 +1,94 @@
+"""The ``algorithm1`` negative check: a Brixia zone is flagged exactly where Algorithm 1, asked to ground an opacity
+reported in that zone, draws a mask (the chain's own anomaly map and boxes), and not where the mask would lie on
+the heart or mediastinum the chain clips lung-lesion masks off."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cxrground.anatomy.ils_locations import ils_location_masks
+from cxrground.ils.config import NEGATIVE_CHECKS, IlsConfig
+from cxrground.ils.negative_flags import ZONE_LABELS, algorithm1_flags
+from cxrground.ils.spatial.base import Box
+from cxrground.ils.zone_map import BRIXIA_OF
+
+
+def _film(lesion_rows: slice, lesion_cols: slice):
+    """A 200 x 200 canvas: right lung (image left) columns 20-89, left lung columns 110-179, rows 20-179; one
+    bright patch (anomaly 0.3) and a detector box around it."""
+    shape = (200, 200)
+    right = np.zeros(shape, bool)
+    left = np.zeros(shape, bool)
+    right[20:180, 20:90] = True
+    left[20:180, 110:180] = True
+    canvas = np.full(shape, 60.0)
+    anomaly = np.zeros(shape)
+    anomaly[lesion_rows, lesion_cols] = 0.3
+    canvas[lesion_rows, lesion_cols] += 0.3 * 255
+    box = Box(lesion_cols.start - 2, lesion_rows.start - 2, lesion_cols.stop + 1, lesion_rows.stop + 1, 0.9,
+              "lung opacity")
+    return canvas, anomaly, right, left, [box]
+
+
+def test_zone_labels_are_the_brixia_zones_of_the_placement():
+    assert {BRIXIA_OF[label]: zone for zone, label in ZONE_LABELS.items()} == {z: z for z in "ABCDEF"}
+    assert "algorithm1" in NEGATIVE_CHECKS
+    IlsConfig(negative_check="algorithm1")  # accepted
+
+
+@pytest.mark.parametrize(("rows", "cols", "zone"), [
+    (slice(140, 175), slice(30, 80), "C"),   # right base
+    (slice(30, 60), slice(120, 170), "D"),   # left upper zone
+    (slice(85, 115), slice(120, 170), "E"),  # left mid zone
+])
+def test_a_zone_is_flagged_where_algorithm1_grounds_an_opacity(rows, cols, zone):
+    canvas, anomaly, right, left, boxes = _film(rows, cols)
+    locations = ils_location_masks(right, left)
+    flags = algorithm1_flags(canvas, anomaly, locations, right, left, None, boxes, IlsConfig())
+    assert flags == {z: z == zone for z in "ABCDEF"}
+
+
+def test_no_box_or_no_anomaly_flags_nothing_and_the_centre_clip_is_applied():
+    canvas, anomaly, right, left, boxes = _film(slice(140, 175), slice(30, 80))
+    locations = ils_location_masks(right, left)
+    assert not any(algorithm1_flags(canvas, anomaly, locations, right, left, None, [], IlsConfig()).values())
+    assert not any(algorithm1_flags(canvas, np.zeros_like(anomaly), locations, right, left, None, boxes,
+                                    IlsConfig()).values())
+    centre = np.zeros_like(right)
+    centre[130:180, 20:90] = True  # the whole patch lies in the region masks are clipped off
+    assert not any(algorithm1_flags(canvas, anomaly, locations, right, left, None, boxes, IlsConfig(),
+                                    centre).values())
+
+
+def test_ils_build_with_the_algorithm1_check_places_negatives_and_leaves_positives_alone(tmp_path, monkeypatch):
+    import json
+
+    from cxrground.datasets.synthetic import SynthConfig, write_cohort
+    from cxrground.ils import negative_flags
+    from cxrground.ils.build import BackendSpec, build_dataset
+    from cxrground.ils.tasks import build_tasks
+    from cxrground.ils.zone_map import OPACITY_TARGETS, brixia_zones, placed_by_reader
+
+    cohort = tmp_path / "cohort"
+    write_cohort(cohort, 4, seed=7, config=SynthConfig(width=256), progress=False)
+    tasks, failures = build_tasks(cohort / "files")
+    spec = BackendSpec(synthesizer="pseudo-normal")
+
+    def pairs(name, check):
+        build_dataset(tasks, tmp_path / name, IlsConfig(seed=0, negative_check=check), spec, scan_failures=failures,
+                      progress=False)
+        data = json.loads((tmp_path / name / "mimic_ils_instruction_answer.json").read_text())
+        studies = [s for split in data.values() for s in split.values()]
+        return ([p for s in studies for p in s["instruction_answer_pairs"]["positive_pairs"]],
+                [p for s in studies for p in s["instruction_answer_pairs"]["negative_pairs"]])
+
+    plain_pos, _ = pairs("plain", "none")
+    real_pos, _ = pairs("real", "algorithm1")
+    assert real_pos == plain_pos  # the check reads the film; it never touches a positive
+    monkeypatch.setattr(negative_flags, "algorithm1_flags", lambda *a, **k: {z: z in "BCEF" for z in "ABCDEF"})
+    pos, negs = pairs("placed", "algorithm1")
+    assert pos == plain_pos and negs
+    assert not any(n["target"] in OPACITY_TARGETS and set(brixia_zones(n["location"])) & set("BCEF") for n in negs)
+    card = (tmp_path / "placed" / "card.md").read_text()
+    assert placed_by_reader("algorithm1") in card
