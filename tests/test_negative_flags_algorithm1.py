@@ -92,3 +92,18 @@ def test_ils_build_with_the_algorithm1_check_places_negatives_and_leaves_positiv
     assert not any(n["target"] in OPACITY_TARGETS and set(brixia_zones(n["location"])) & set("BCEF") for n in negs)
     card = (tmp_path / "placed" / "card.md").read_text()
     assert placed_by_reader("algorithm1") in card
+
+
+def test_a_mask_selected_through_a_zone_but_lying_outside_it_does_not_flag_it(monkeypatch):
+    from cxrground.ils import negative_flags
+
+    canvas, anomaly, right, left, _ = _film(slice(0, 0), slice(0, 0))
+    locations = ils_location_masks(right, left)
+    top = int(np.flatnonzero(locations["right lung base"].any(axis=1))[0])
+    anomaly[top - 30 : top, 22:81] = 0.3  # in the right mid zone, ending one row above the base
+    canvas = np.full(canvas.shape, 60.0) + anomaly * 255
+    box = Box(20, top - 30, 80, top + 30, 0.9, "lung opacity")  # half mid zone, half base: passes c1 for the base
+    flags = algorithm1_flags(canvas, anomaly, locations, right, left, None, [box], IlsConfig())
+    assert flags["B"] and not flags["C"]
+    monkeypatch.setattr(negative_flags, "MIN_ZONE_COVER", 0.0)  # any mask at all: Algorithm 1 did select it
+    assert algorithm1_flags(canvas, anomaly, locations, right, left, None, [box], IlsConfig())["C"]

@@ -4,7 +4,9 @@ A negative pair ("There is no opacity in the left lung base.") claims that a mas
 module asks the chain's own evidence that question: for each Brixia zone (A–F) it grounds a present ``opacity``
 finding reported in that zone's ILS label, with the study's anomaly map, detector boxes, Table 7 thresholds,
 refinement and the clip off the heart and mediastinum, exactly as a positive finding is grounded
-(:func:`cxrground.ils.grounding.ground_finding`). A zone is flagged when that mask is non-empty. The flags go to
+(:func:`cxrground.ils.grounding.ground_finding`). A zone is flagged when that mask covers at least
+:data:`MIN_ZONE_COVER` of the zone's own pixels: Algorithm 1 keeps whole anomaly components, so a component
+selected through a box overlapping the zone may lie mostly in a neighbouring one. The flags go to
 :class:`cxrground.ils.compose.NegativePlacement`, which places the negatives that a lung-opacity reader speaks to
 away from flagged zones. No zone reader and no fitted threshold are involved, so the check reads a film the way
 the chain reads it for its positives (pre-registered in ``bench/records/negative_check_algorithm1_preregistration.md``).
@@ -21,13 +23,15 @@ from cxrground.ils.config import IlsConfig
 from cxrground.ils.spatial.base import Box
 from cxrground.reports.findings import Finding
 
-__all__ = ["ZONE_LABELS", "algorithm1_flags"]
+__all__ = ["MIN_ZONE_COVER", "ZONE_LABELS", "algorithm1_flags"]
 
 #: The ILS label asked for each Brixia zone (patient's right: A–C, left: D–F; upper, mid, base).
 ZONE_LABELS: Final[dict[str, str]] = {
     "A": "right upper zone lung", "B": "right mid zone lung", "C": "right lung base",
     "D": "left upper zone lung", "E": "left mid zone lung", "F": "left lung base"}
 _PROBE_LESION: Final[str] = "opacity"
+#: A zone is flagged when the mask covers at least this share of its pixels (the benchmarks' "grounded zone").
+MIN_ZONE_COVER: Final[float] = 0.01
 
 
 def algorithm1_flags(
@@ -41,8 +45,9 @@ def algorithm1_flags(
     config: IlsConfig,
     centre: np.ndarray | None = None,
 ) -> dict[str, bool]:
-    """Brixia zone letter → True when Algorithm 1 grounds an opacity reported in that zone (its mask minus
-    ``centre``, the heart + mediastinum region the chain clips lung-lesion masks off, is non-empty)."""
+    """Brixia zone letter → True when Algorithm 1 grounds an opacity reported in that zone: its mask minus
+    ``centre`` (the heart + mediastinum region the chain clips lung-lesion masks off) covers at least
+    :data:`MIN_ZONE_COVER` of the zone's location mask."""
     from cxrground.ils.grounding import ground_finding
 
     flags: dict[str, bool] = {}
@@ -54,5 +59,9 @@ def algorithm1_flags(
         mask = result.mask if result.grounded else None
         if mask is not None and centre is not None:
             mask = mask & ~centre
-        flags[zone] = bool(mask is not None and mask.any())
+        zone_mask = location_masks.get(label)
+        if mask is None or zone_mask is None or not zone_mask.any():
+            flags[zone] = False
+            continue
+        flags[zone] = bool((mask & zone_mask).sum() >= MIN_ZONE_COVER * zone_mask.sum())
     return flags
