@@ -107,3 +107,19 @@ def test_a_mask_selected_through_a_zone_but_lying_outside_it_does_not_flag_it(mo
     assert flags["B"] and not flags["C"]
     monkeypatch.setattr(negative_flags, "MIN_ZONE_COVER", 0.0)  # any mask at all: Algorithm 1 did select it
     assert algorithm1_flags(canvas, anomaly, locations, right, left, None, [box], IlsConfig())["C"]
+
+
+def test_zones_the_report_explains_do_not_count():
+    from cxrground.ils.negative_flags import explained_zones, unexplained
+    from cxrground.reports.findings import Finding
+
+    def finding(lesion, assertion, *where):
+        return Finding(entity=lesion, sent_idx=1, assertion=assertion, lesion=lesion, reported_location=where)
+
+    report = [finding("edema", "present", "right lung"), finding("effusion", "uncertain", "left lung base"),
+              finding("pneumonia", "absent", "left upper zone lung"), finding("cardiomegaly", "present", "heart")]
+    assert explained_zones(report) == {"A", "B", "C", "F"}
+    flags = {z: True for z in "ABCDEF"}
+    assert unexplained(flags, report) == {"A": False, "B": False, "C": False, "D": True, "E": True, "F": False}
+    assert explained_zones([finding("opacity", "present")]) == set("ABCDEF")  # no location: every zone
+    assert unexplained(flags, []) == flags

@@ -10,6 +10,10 @@ selected through a box overlapping the zone may lie mostly in a neighbouring one
 :class:`cxrground.ils.compose.NegativePlacement`, which places the negatives that a lung-opacity reader speaks to
 away from flagged zones. No zone reader and no fitted threshold are involved, so the check reads a film the way
 the chain reads it for its positives (pre-registered in ``bench/records/negative_check_algorithm1_preregistration.md``).
+
+A flagged zone counts only where the report does not already explain it (:func:`unexplained`): an opacity in a zone
+the report attributes to edema does not contradict "There is no atelectasis.". Basic negatives are drawn from the
+report-free labels anyway, so this decides whether a global negative stays global.
 """
 
 from __future__ import annotations
@@ -21,15 +25,19 @@ import numpy as np
 
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.spatial.base import Box
+from cxrground.ils.zone_map import brixia_zones
 from cxrground.reports.findings import Finding
+from cxrground.vocab.lesions import LUNG_LESIONS
 
-__all__ = ["MIN_ZONE_COVER", "ZONE_LABELS", "algorithm1_flags"]
+__all__ = ["MIN_ZONE_COVER", "ZONE_LABELS", "algorithm1_flags", "explained_zones", "unexplained"]
 
 #: The ILS label asked for each Brixia zone (patient's right: A–C, left: D–F; upper, mid, base).
 ZONE_LABELS: Final[dict[str, str]] = {
     "A": "right upper zone lung", "B": "right mid zone lung", "C": "right lung base",
     "D": "left upper zone lung", "E": "left mid zone lung", "F": "left lung base"}
 _PROBE_LESION: Final[str] = "opacity"
+#: Reported findings that explain an opacity in the zones they name: the lung lesions and pleural effusion.
+_EXPLAINING: Final[frozenset[str]] = frozenset({*LUNG_LESIONS, "effusion"})
 #: A zone is flagged when the mask covers at least this share of its pixels (the benchmarks' "grounded zone").
 MIN_ZONE_COVER: Final[float] = 0.01
 
@@ -65,3 +73,20 @@ def algorithm1_flags(
             continue
         flags[zone] = bool((mask & zone_mask).sum() >= MIN_ZONE_COVER * zone_mask.sum())
     return flags
+
+
+def explained_zones(findings: Sequence[Finding]) -> set[str]:
+    """The Brixia zones that a present or uncertain lung finding of the report names (a lung lesion or an effusion;
+    one without a location names every zone)."""
+    zones: set[str] = set()
+    for f in findings:
+        if f.lesion not in _EXPLAINING or f.assertion == "absent":
+            continue
+        zones |= set(brixia_zones(f.reported_location)) if f.reported_location else set(ZONE_LABELS)
+    return zones
+
+
+def unexplained(flags: dict[str, bool], findings: Sequence[Finding]) -> dict[str, bool]:
+    """``flags`` with every zone the report explains (:func:`explained_zones`) cleared."""
+    explained = explained_zones(findings)
+    return {zone: flag and zone not in explained for zone, flag in flags.items()}

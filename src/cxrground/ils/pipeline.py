@@ -291,9 +291,10 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
     centre = _lesion_free_centre(config, backends, ev, r_c, l_c, h_c if heart is not None else None)
     placement = None
     if config.negative_check == ALGORITHM1_CHECK:
-        from cxrground.ils.negative_flags import algorithm1_flags
+        from cxrground.ils.negative_flags import algorithm1_flags, unexplained
 
-        flags = algorithm1_flags(canvas, anomaly, locations, r_c, l_c, h_c, boxes, config, centre)
+        raw = algorithm1_flags(canvas, anomaly, locations, r_c, l_c, h_c, boxes, config, centre)
+        flags = unexplained(raw, findings)
         placement = NegativePlacement(flags, config.negative_check)
     elif config.negative_check != "none":
         from cxrground.lesions.zone_prior import shipped_reader
