@@ -54,6 +54,17 @@ CHROMIUM_ARGS = [
 
 
 @pytest.fixture(scope="session")
+def tiny_ils_tasks(tmp_path_factory):
+    """``(tasks, scan_failures)`` of a 4-study synthetic cohort (seed 7, 256 px wide) for quick ``ils build`` runs."""
+    from cxrground.datasets.synthetic import SynthConfig, write_cohort
+    from cxrground.ils.tasks import build_tasks
+
+    cohort = tmp_path_factory.mktemp("tiny-ils-cohort")
+    write_cohort(cohort, 4, seed=7, config=SynthConfig(width=256), progress=False)
+    return build_tasks(cohort / "files")
+
+
+@pytest.fixture(scope="session")
 def browser():
     """A headless Debian Chromium driven by Playwright; skips (outside CI) or fails (in CI) without it."""
     if not CHROMIUM.is_file():

@@ -1,6 +1,7 @@
 """The ``algorithm1`` negative check: a Brixia zone is flagged exactly where Algorithm 1, asked to ground an opacity
 reported in that zone, draws a mask (the chain's own anomaly map and boxes), and not where the mask would lie on
-the heart or mediastinum the chain clips lung-lesion masks off."""
+the heart or mediastinum the chain clips lung-lesion masks off, and zones the report explains do not count (the
+``ils build`` run is in ``test_negative_placement.py``)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,14 @@ def _film(lesion_rows: slice, lesion_cols: slice):
     return canvas, anomaly, right, left, [box]
 
 
+def _flags(canvas, anomaly, locations, right, left, boxes, centre=None):
+    from cxrground.ils.grounding import ground_finding
+
+    return algorithm1_flags(
+        lambda probe: ground_finding(probe, canvas, anomaly, locations, right, left, None, boxes, IlsConfig()),
+        locations, centre)
+
+
 def test_zone_labels_are_the_brixia_zones_of_the_placement():
     assert {BRIXIA_OF[label]: zone for zone, label in ZONE_LABELS.items()} == {z: z for z in "ABCDEF"}
     assert "algorithm1" in NEGATIVE_CHECKS
@@ -45,53 +54,18 @@ def test_zone_labels_are_the_brixia_zones_of_the_placement():
 def test_a_zone_is_flagged_where_algorithm1_grounds_an_opacity(rows, cols, zone):
     canvas, anomaly, right, left, boxes = _film(rows, cols)
     locations = ils_location_masks(right, left)
-    flags = algorithm1_flags(canvas, anomaly, locations, right, left, None, boxes, IlsConfig())
+    flags = _flags(canvas, anomaly, locations, right, left, boxes)
     assert flags == {z: z == zone for z in "ABCDEF"}
 
 
 def test_no_box_or_no_anomaly_flags_nothing_and_the_centre_clip_is_applied():
     canvas, anomaly, right, left, boxes = _film(slice(140, 175), slice(30, 80))
     locations = ils_location_masks(right, left)
-    assert not any(algorithm1_flags(canvas, anomaly, locations, right, left, None, [], IlsConfig()).values())
-    assert not any(algorithm1_flags(canvas, np.zeros_like(anomaly), locations, right, left, None, boxes,
-                                    IlsConfig()).values())
+    assert not any(_flags(canvas, anomaly, locations, right, left, []).values())
+    assert not any(_flags(canvas, np.zeros_like(anomaly), locations, right, left, boxes).values())
     centre = np.zeros_like(right)
     centre[130:180, 20:90] = True  # the whole patch lies in the region masks are clipped off
-    assert not any(algorithm1_flags(canvas, anomaly, locations, right, left, None, boxes, IlsConfig(),
-                                    centre).values())
-
-
-def test_ils_build_with_the_algorithm1_check_places_negatives_and_leaves_positives_alone(tmp_path, monkeypatch):
-    import json
-
-    from cxrground.datasets.synthetic import SynthConfig, write_cohort
-    from cxrground.ils import negative_flags
-    from cxrground.ils.build import BackendSpec, build_dataset
-    from cxrground.ils.tasks import build_tasks
-    from cxrground.ils.zone_map import OPACITY_TARGETS, brixia_zones, placed_by_reader
-
-    cohort = tmp_path / "cohort"
-    write_cohort(cohort, 4, seed=7, config=SynthConfig(width=256), progress=False)
-    tasks, failures = build_tasks(cohort / "files")
-    spec = BackendSpec(synthesizer="pseudo-normal")
-
-    def pairs(name, check):
-        build_dataset(tasks, tmp_path / name, IlsConfig(seed=0, negative_check=check), spec, scan_failures=failures,
-                      progress=False)
-        data = json.loads((tmp_path / name / "mimic_ils_instruction_answer.json").read_text())
-        studies = [s for split in data.values() for s in split.values()]
-        return ([p for s in studies for p in s["instruction_answer_pairs"]["positive_pairs"]],
-                [p for s in studies for p in s["instruction_answer_pairs"]["negative_pairs"]])
-
-    plain_pos, _ = pairs("plain", "none")
-    real_pos, _ = pairs("real", "algorithm1")
-    assert real_pos == plain_pos  # the check reads the film; it never touches a positive
-    monkeypatch.setattr(negative_flags, "algorithm1_flags", lambda *a, **k: {z: z in "BCEF" for z in "ABCDEF"})
-    pos, negs = pairs("placed", "algorithm1")
-    assert pos == plain_pos and negs
-    assert not any(n["target"] in OPACITY_TARGETS and set(brixia_zones(n["location"])) & set("BCEF") for n in negs)
-    card = (tmp_path / "placed" / "card.md").read_text()
-    assert placed_by_reader("algorithm1") in card
+    assert not any(_flags(canvas, anomaly, locations, right, left, boxes, centre).values())
 
 
 def test_a_mask_selected_through_a_zone_but_lying_outside_it_does_not_flag_it(monkeypatch):
@@ -103,10 +77,10 @@ def test_a_mask_selected_through_a_zone_but_lying_outside_it_does_not_flag_it(mo
     anomaly[top - 30 : top, 22:81] = 0.3  # in the right mid zone, ending one row above the base
     canvas = np.full(canvas.shape, 60.0) + anomaly * 255
     box = Box(20, top - 30, 80, top + 30, 0.9, "lung opacity")  # half mid zone, half base: passes c1 for the base
-    flags = algorithm1_flags(canvas, anomaly, locations, right, left, None, [box], IlsConfig())
+    flags = _flags(canvas, anomaly, locations, right, left, [box])
     assert flags["B"] and not flags["C"]
     monkeypatch.setattr(negative_flags, "MIN_ZONE_COVER", 0.0)  # any mask at all: Algorithm 1 did select it
-    assert algorithm1_flags(canvas, anomaly, locations, right, left, None, [box], IlsConfig())["C"]
+    assert _flags(canvas, anomaly, locations, right, left, [box])["C"]
 
 
 def test_zones_the_report_explains_do_not_count():

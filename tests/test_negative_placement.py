@@ -129,21 +129,30 @@ def _units(out):
     return [json.loads(p.read_text()) for p in sorted((out / "units").glob("*.json"))]
 
 
-def test_ils_build_places_negatives_counts_them_on_the_card_and_none_is_unchanged(tmp_path, monkeypatch):
-    from cxrground.datasets.synthetic import SynthConfig, write_cohort
+def _build(tiny_ils_tasks, out, check: str):
+    """``ils build`` of the tiny cohort into ``out`` (pseudo-normal synthesizer) with the negative check ``check``."""
     from cxrground.ils.build import BackendSpec, build_dataset
-    from cxrground.ils.tasks import build_tasks
+
+    tasks, failures = tiny_ils_tasks
+    build_dataset(tasks, out, IlsConfig(seed=0, negative_check=check), BackendSpec(synthesizer="pseudo-normal"),
+                  scan_failures=failures, progress=False)
+    return out
+
+
+def _pairs(out):
+    """(positive pairs, negative pairs) of a build, in dataset order."""
+    data = json.loads((out / "mimic_ils_instruction_answer.json").read_text())
+    studies = [s for split in data.values() for s in split.values()]
+    return ([p for s in studies for p in s["instruction_answer_pairs"]["positive_pairs"]],
+            [p for s in studies for p in s["instruction_answer_pairs"]["negative_pairs"]])
+
+
+def test_ils_build_places_negatives_counts_them_on_the_card_and_none_is_unchanged(tmp_path, monkeypatch,
+                                                                                  tiny_ils_tasks):
     from cxrground.lesions import zone_prior
 
-    cohort = tmp_path / "cohort"
-    write_cohort(cohort, 4, seed=7, config=SynthConfig(width=256), progress=False)
-    tasks, failures = build_tasks(cohort / "files")
-    spec = BackendSpec(synthesizer="pseudo-normal")
-
     def build(name, check):
-        build_dataset(tasks, tmp_path / name, IlsConfig(seed=0, negative_check=check), spec, scan_failures=failures,
-                      progress=False)
-        return tmp_path / name
+        return _build(tiny_ils_tasks, tmp_path / name, check)
 
     plain, again = build("plain", "none"), build("again", "none")
     assert (plain / "mimic_ils_instruction_answer.json").read_bytes() == \
@@ -153,9 +162,7 @@ def test_ils_build_places_negatives_counts_them_on_the_card_and_none_is_unchange
     placed_dir, twice = build("placed", "zone_prior_v1"), build("twice", "zone_prior_v1")
     assert (placed_dir / "mimic_ils_instruction_answer.json").read_bytes() == \
         (twice / "mimic_ils_instruction_answer.json").read_bytes()
-    data = json.loads((placed_dir / "mimic_ils_instruction_answer.json").read_text())
-    negs = [n for split in data.values() for s in split.values()
-            for n in s["instruction_answer_pairs"]["negative_pairs"]]
+    _, negs = _pairs(placed_dir)
     assert negs and not any(checked(n) and set(brixia_zones(n["location"])) & set("BCEF") for n in negs)
     n_placed = sum(u.get("placed_negatives", {}).get(placed_by_reader(READER), 0) for u in _units(placed_dir))
     assert n_placed > 0
@@ -174,3 +181,18 @@ def test_the_negative_check_reader_follows_the_option():
     assert shipped_reader("zone_prior_v2").severity is not None
     with pytest.raises(ConfigError, match="unknown position-prior zone reader"):
         shipped_reader("zone_sim_v1")
+
+
+def test_ils_build_with_the_algorithm1_check_places_negatives_and_leaves_positives_alone(tmp_path, monkeypatch,
+                                                                                     tiny_ils_tasks):
+    from cxrground.ils import negative_flags
+
+    plain_pos, _ = _pairs(_build(tiny_ils_tasks, tmp_path / "plain", "none"))
+    real_pos, _ = _pairs(_build(tiny_ils_tasks, tmp_path / "real", "algorithm1"))
+    assert real_pos == plain_pos  # the check reads the film; it never touches a positive
+    monkeypatch.setattr(negative_flags, "algorithm1_flags", lambda *a, **k: {z: z in "BCEF" for z in "ABCDEF"})
+    placed = _build(tiny_ils_tasks, tmp_path / "placed", "algorithm1")
+    pos, negs = _pairs(placed)
+    assert pos == plain_pos and negs
+    assert not any(checked(n) and set(brixia_zones(n["location"])) & set("BCEF") for n in negs)
+    assert placed_by_reader("algorithm1") in (placed / "card.md").read_text()

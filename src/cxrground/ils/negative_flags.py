@@ -18,16 +18,17 @@ report-free labels anyway, so this decides whether a global negative stays globa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from cxrground.ils.config import IlsConfig
-from cxrground.ils.spatial.base import Box
 from cxrground.ils.zone_map import brixia_zones
 from cxrground.reports.findings import Finding
 from cxrground.vocab.lesions import LUNG_LESIONS
+
+if TYPE_CHECKING:
+    from cxrground.ils.grounding import GroundingResult
 
 __all__ = ["MIN_ZONE_COVER", "ZONE_LABELS", "algorithm1_flags", "explained_zones", "unexplained"]
 
@@ -43,34 +44,26 @@ MIN_ZONE_COVER: Final[float] = 0.01
 
 
 def algorithm1_flags(
-    canvas_image: np.ndarray,
-    anomaly: np.ndarray,
+    ground: Callable[[Finding], GroundingResult],
     location_masks: dict[str, np.ndarray],
-    right_lung: np.ndarray,
-    left_lung: np.ndarray,
-    heart: np.ndarray | None,
-    boxes: Sequence[Box],
-    config: IlsConfig,
     centre: np.ndarray | None = None,
 ) -> dict[str, bool]:
-    """Brixia zone letter → True when Algorithm 1 grounds an opacity reported in that zone: its mask minus
-    ``centre`` (the heart + mediastinum region the chain clips lung-lesion masks off) covers at least
-    :data:`MIN_ZONE_COVER` of the zone's location mask."""
-    from cxrground.ils.grounding import ground_finding
-
+    """Brixia zone letter → True when ``ground`` (the study's :func:`~cxrground.ils.grounding.ground_finding` on
+    its canvas, anomaly map and boxes) grounds an opacity reported in that zone: its mask minus ``centre`` (the
+    heart + mediastinum region the chain clips lung-lesion masks off) covers at least :data:`MIN_ZONE_COVER` of the
+    zone's location mask."""
     flags: dict[str, bool] = {}
     for zone, label in ZONE_LABELS.items():
         probe = Finding(entity=_PROBE_LESION, sent_idx=0, assertion="present", lesion=_PROBE_LESION,
                         reported_location=(label,), source="negative-check")
-        result = ground_finding(probe, canvas_image, anomaly, location_masks, right_lung, left_lung, heart, boxes,
-                                config)
+        result = ground(probe)
         mask = result.mask if result.grounded else None
-        if mask is not None and centre is not None:
-            mask = mask & ~centre
         zone_mask = location_masks.get(label)
         if mask is None or zone_mask is None or not zone_mask.any():
             flags[zone] = False
             continue
+        if centre is not None:
+            mask = mask & ~centre
         flags[zone] = bool((mask & zone_mask).sum() >= MIN_ZONE_COVER * zone_mask.sum())
     return flags
 

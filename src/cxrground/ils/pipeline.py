@@ -293,8 +293,10 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
     if config.negative_check == ALGORITHM1_CHECK:
         from cxrground.ils.negative_flags import algorithm1_flags, unexplained
 
-        raw = algorithm1_flags(canvas, anomaly, locations, r_c, l_c, h_c, boxes, config, centre)
-        flags = unexplained(raw, findings)
+        def ground_probe(probe):
+            return ground_finding(probe, canvas, anomaly, locations, r_c, l_c, h_c, boxes, config)
+
+        flags = unexplained(algorithm1_flags(ground_probe, locations, centre), findings)
         placement = NegativePlacement(flags, config.negative_check)
     elif config.negative_check != "none":
         from cxrground.lesions.zone_prior import shipped_reader
