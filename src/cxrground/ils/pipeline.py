@@ -299,10 +299,11 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
         flags = unexplained(algorithm1_flags(ground_probe, locations, centre), findings)
         placement = NegativePlacement(flags, config.negative_check)
     elif config.negative_check != "none":
+        from cxrground.ils.negative_flags import unexplained
         from cxrground.lesions.zone_prior import shipped_reader
 
         reader = shipped_reader(config.negative_check)
-        flags = reader.negative_flags(canvas, r_c, l_c, h_c if heart is not None else None)
+        flags = unexplained(reader.negative_flags(canvas, r_c, l_c, h_c if heart is not None else None), findings)
         placement = NegativePlacement(flags, config.negative_check)
     grounded: list[GroundedFinding] = []
     records: list[dict[str, Any]] = []
