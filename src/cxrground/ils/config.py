@@ -127,9 +127,9 @@ class IlsConfig:
     none is left; both counted on the card; :mod:`cxrground.lesions.zone_prior`,
     :class:`cxrground.ils.compose.NegativePlacement`), ``zone_prior_v2`` (the same with the reader whose film
     severity also reads the lesion segmenter) or ``algorithm1`` (a zone is flagged when Algorithm 1, asked to
-    ground an opacity reported in that zone, draws a mask covering at least 1 % of it and no present or uncertain
-    lung finding of the report names the zone: the chain's own anomaly map and boxes, no zone reader;
-    :mod:`cxrground.ils.negative_flags`)."""
+    ground an opacity reported in that zone, draws a mask covering at least 1 % of it: the chain's own anomaly map
+    and boxes, no zone reader; :mod:`cxrground.ils.negative_flags`). Every check clears the zones that a present
+    or uncertain lung finding of the report names (:func:`cxrground.ils.negative_flags.unexplained`)."""
 
     negative_exclusion: str = "location"
     """Where a finding the report mentions keeps lung-lesion negatives away. ``location`` (ILS §10): the labels

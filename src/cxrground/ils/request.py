@@ -75,8 +75,8 @@ class BuildRequest:
                                  "unflagged region is left; counted on the card); zone_prior_v2 does the same with "
                                  "the reader whose film severity also reads the lesion segmenter (flags more "
                                  "zones); algorithm1 flags a zone where Algorithm 1, asked to ground an opacity "
-                                 "reported there, draws a mask (the chain's own anomaly map and boxes) that no "
-                                 "lung finding of the report explains.")
+                                 "reported there, draws a mask (the chain's own anomaly map and boxes). Zones the "
+                                 "report's own lung findings name are never flagged.")
     negative_exclusion: str = option("location", choices=NEGATIVE_EXCLUSIONS, help="Where a reported finding keeps "
                                      "lung-lesion negatives away: location (ILS: the labels overlapping its "
                                      "reported location) or lung (the whole lung it is reported in; a global "
