@@ -29,7 +29,7 @@ DEFINITIONS: dict[str, tuple[str, str]] = {
 
 
 EXPLORATORY = "E max-width above the cardiophrenic angles / internal thoracic (exploratory)"
-#: Round 2 (smooth borders): the outline's width from quadratic border curves; CTR as ``ctr`` (lungs' extent).
+#: ``ctr_smooth_preregistration.md``: the outline's width from quadratic border curves; CTR as ``ctr``.
 SMOOTH = "F quadratic-max borders / lungs' extent"
 SMOOTH_ABOVE = "G quadratic-max borders above the angles / lungs' extent"
 

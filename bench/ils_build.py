@@ -32,7 +32,7 @@ from pathlib import Path
 from cxrground.datasets.synthetic import write_cohort
 from cxrground.datasets.synthetic.config import SynthConfig
 from cxrground.ils.build import BackendSpec, build_dataset
-from cxrground.ils.config import IlsConfig
+from cxrground.ils.config import NEGATIVE_CHECKS, IlsConfig
 from cxrground.ils.quality import format_quality, score_against_truth
 from cxrground.ils.tasks import build_tasks
 
@@ -179,7 +179,7 @@ def main() -> None:
             continue
         out = work / f"run{i}"
         start = time.perf_counter()
-        check = next((r for r in ("zone_prior_v1", "zone_prior_v2", "algorithm1") if f"{r} check" in name), "none")
+        check = next((r for r in NEGATIVE_CHECKS if f"{r} check" in name), "none")
         config = IlsConfig(seed=0, negative_check=check, lung_lesions_off_centre="not clipped" not in name,
                            negative_exclusion="lung" if "negatives kept off lungs" in name else "location")
         summary = build_dataset(tasks, out, config.with_threshold_scale(scale), spec,

@@ -134,7 +134,7 @@ def grounding_summary(dataset: Path) -> None:
 
 
 def main() -> None:
-    from cxrground.ils.config import NEGATIVE_CHECKS
+    from cxrground.ils.config import NEGATIVE_CHECKS, NEGATIVE_EXCLUSIONS
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--segmenter", default="masks", choices=["masks", "unet"],
@@ -148,7 +148,7 @@ def main() -> None:
                         help="built-in detector options, e.g. strength_mid=0.26 (the pre-issue-14 calibration)")
     parser.add_argument("--negative-check", default="none", choices=list(NEGATIVE_CHECKS),
                         help="image check of negatives (ils build --negative-check)")
-    parser.add_argument("--negative-exclusion", default="location", choices=["location", "lung"],
+    parser.add_argument("--negative-exclusion", default="location", choices=list(NEGATIVE_EXCLUSIONS),
                         help="where a reported finding keeps lung-lesion negatives away "
                              "(ils build --negative-exclusion)")
     parser.add_argument("--out", type=Path, default=None)

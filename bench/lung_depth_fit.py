@@ -48,7 +48,7 @@ def to_square(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def _resize(a: np.ndarray, size: int = SIZE, order: int = 1) -> np.ndarray:
+def square_resize(a: np.ndarray, size: int = SIZE, order: int = 1) -> np.ndarray:
     """``a`` letterboxed to a square (:func:`to_square`) and resampled to ``size`` x ``size``."""
     from scipy import ndimage
 
@@ -99,7 +99,8 @@ def load_films(cache: Path):
         films.append((f"cohen/{rec.image_id}", "val-cohen" if i in val_idx else "train", d["px"], d["GR"], d["GL"]))
     out = []
     for name, split, px, r, lft in films:
-        out.append((name, split, _resize(px) / 255.0, _resize(r, order=0) > 0.5, _resize(lft, order=0) > 0.5))
+        out.append((name, split, square_resize(px) / 255.0, square_resize(r, order=0) > 0.5,
+                    square_resize(lft, order=0) > 0.5))
     return out
 
 

@@ -30,9 +30,8 @@ for training the U-Net or building the prior and are reported separately.
   its top row to the lowest row a CNN predicts for that lung from the whole film (``bench/lung_depth_fit.py``),
   then the ``shape`` (``shape+edge``) rule; ``depth-gated`` completes only a lung whose predicted lowest row lies
   more than ``DEPTH_GATE`` of its height below the U-Net's (``+edge``: not in columns ending on a diaphragm edge).
-  With ``--nih`` each variant is also applied to the
-  NIH films' U-Net lungs and the heart outline built from them is
-  measured (CTR AUROC for NIH Cardiomegaly, No Finding median, heart plausibility, films completed).
+  With ``--nih`` each variant is also applied to the NIH films' U-Net lungs and the heart outline built from them
+  is measured (CTR AUROC for NIH Cardiomegaly, No Finding median, heart plausibility, films completed).
 
 Run: ``python bench/lung_shape_prior.py --cache /tmp/anatomy-cache`` (after ``bench/segment.py --only-real
 --cache /tmp/anatomy-cache``; about 3 minutes per variant on one thread; ``--variants shape,shape+edge``).
@@ -178,9 +177,9 @@ class DepthModel:
     def bottoms(self, pixels: np.ndarray) -> tuple[float, float]:
         """Predicted lowest rows (canvas pixels) of the right and left lung of a 0-255 canvas."""
         import torch
-        from lung_depth_fit import _resize
+        from lung_depth_fit import square_resize
 
-        x = _resize(np.asarray(pixels, dtype=np.float32), self.size) / 255.0
+        x = square_resize(np.asarray(pixels, dtype=np.float32), self.size) / 255.0
         with torch.no_grad():
             pred = self.net(torch.from_numpy(x[None, None].astype(np.float32)))[0].numpy()
         n = max(pixels.shape)
@@ -221,9 +220,8 @@ def complete(variant: str, right: np.ndarray, left: np.ndarray, pixels: np.ndarr
         if variant in ("depth-gated", "depth-gated+edge"):
             bottom = depth[side]
             if bottom - rows[-1] > DEPTH_GATE * (rows[-1] - rows[0] + 1):
-                if variant == "depth-gated+edge" and add.any():
-                    for c, _ in _diaphragm_edge_columns(add, mask, pixels, keep, lowest_row=keep):
-                        add[:, c] = False
+                if variant == "depth-gated+edge":
+                    _spare_diaphragm_columns(add, mask, pixels, keep)
                 out.append(_largest_filled(mask | add))
             else:
                 out.append(mask)
@@ -234,11 +232,17 @@ def complete(variant: str, right: np.ndarray, left: np.ndarray, pixels: np.ndarr
         if (mask & base).sum() >= GATE * max(1, base.sum()):
             out.append(mask)
             continue
-        if variant in ("shape+edge", "depth+edge") and add.any():
-            for c, _ in _diaphragm_edge_columns(add, mask, pixels, keep, lowest_row=keep):
-                add[:, c] = False
+        if variant in ("shape+edge", "depth+edge"):
+            _spare_diaphragm_columns(add, mask, pixels, keep)
         out.append(_largest_filled(mask | add))
     return out[0], out[1] & ~out[0]
+
+
+def _spare_diaphragm_columns(add: np.ndarray, mask: np.ndarray, pixels: np.ndarray, keep: int) -> None:
+    """Clear ``add`` (in place) in every column whose U-Net border lies on a visible diaphragm edge."""
+    if add.any():
+        for c, _ in _diaphragm_edge_columns(add, mask, pixels, keep, lowest_row=keep):
+            add[:, c] = False
 
 
 def _diaphragm_edge_columns(add: np.ndarray, mask: np.ndarray, pixels: np.ndarray, keep: int,
@@ -350,9 +354,10 @@ def main() -> None:
 
         seg = LesionSegmenter(threads=1)
         lesions = {i: seg.probability(np.clip(f["px"], 0, 255).astype(np.uint8)) for i, f in films.items()}
-    depth = DepthModel(args.depth_weights) if any(v.startswith("depth") for v in variants) else None
-    if depth is None and any(v.startswith("depth") for v in variants):
+    wants_depth = any(v.startswith("depth") for v in variants)
+    if wants_depth and not args.depth_weights:
         raise SystemExit("the depth variants need --depth-weights")
+    depth = DepthModel(args.depth_weights) if wants_depth else None
     bottoms = {} if depth is None else {i: depth.bottoms(f["px"]) for i, f in films.items()}
     if bottoms:
         err = []

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from cxrground.ils.zone_map import brixia_zones
+from cxrground.ils.zone_map import BRIXIA_OF, brixia_zones
 from cxrground.reports.findings import Finding
 from cxrground.vocab.lesions import LUNG_LESIONS
 
@@ -32,10 +32,9 @@ if TYPE_CHECKING:
 
 __all__ = ["MIN_ZONE_COVER", "ZONE_LABELS", "algorithm1_flags", "explained_zones", "unexplained"]
 
-#: The ILS label asked for each Brixia zone (patient's right: A–C, left: D–F; upper, mid, base).
-ZONE_LABELS: Final[dict[str, str]] = {
-    "A": "right upper zone lung", "B": "right mid zone lung", "C": "right lung base",
-    "D": "left upper zone lung", "E": "left mid zone lung", "F": "left lung base"}
+#: The ILS label asked for each Brixia zone: the zone label of :data:`~cxrground.ils.zone_map.BRIXIA_OF` (the apical
+#: label, a part of the upper zone, is not asked).
+ZONE_LABELS: Final[dict[str, str]] = {zone: label for label, zone in BRIXIA_OF.items() if "apical" not in label}
 _PROBE_LESION: Final[str] = "opacity"
 #: Reported findings that explain an opacity in the zones they name: the lung lesions and pleural effusion.
 _EXPLAINING: Final[frozenset[str]] = frozenset({*LUNG_LESIONS, "effusion"})

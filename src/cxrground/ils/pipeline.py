@@ -290,21 +290,20 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
     pair_check = (locations, box, ev.probability, ev.threshold, ev.centre, ev.zone_flags) if ev is not None else None
     centre = _lesion_free_centre(config, backends, ev, r_c, l_c, h_c if heart is not None else None)
     placement = None
-    if config.negative_check == ALGORITHM1_CHECK:
+    if config.negative_check != "none":
         from cxrground.ils.negative_flags import algorithm1_flags, unexplained
 
-        def ground_probe(probe):
-            return ground_finding(probe, canvas, anomaly, locations, r_c, l_c, h_c, boxes, config)
+        if config.negative_check == ALGORITHM1_CHECK:
+            def ground_probe(probe):
+                return ground_finding(probe, canvas, anomaly, locations, r_c, l_c, h_c, boxes, config)
 
-        flags = unexplained(algorithm1_flags(ground_probe, locations, centre), findings)
-        placement = NegativePlacement(flags, config.negative_check)
-    elif config.negative_check != "none":
-        from cxrground.ils.negative_flags import unexplained
-        from cxrground.lesions.zone_prior import shipped_reader
+            flags = algorithm1_flags(ground_probe, locations, centre)
+        else:
+            from cxrground.lesions.zone_prior import shipped_reader
 
-        reader = shipped_reader(config.negative_check)
-        flags = unexplained(reader.negative_flags(canvas, r_c, l_c, h_c if heart is not None else None), findings)
-        placement = NegativePlacement(flags, config.negative_check)
+            reader = shipped_reader(config.negative_check)
+            flags = reader.negative_flags(canvas, r_c, l_c, h_c if heart is not None else None)
+        placement = NegativePlacement(unexplained(flags, findings), config.negative_check)
     grounded: list[GroundedFinding] = []
     records: list[dict[str, Any]] = []
     for f in findings:
