@@ -32,7 +32,7 @@ from pathlib import Path
 from cxrground.datasets.synthetic import write_cohort
 from cxrground.datasets.synthetic.config import SynthConfig
 from cxrground.ils.build import BackendSpec, build_dataset
-from cxrground.ils.config import NEGATIVE_CHECKS, IlsConfig
+from cxrground.ils.config import NEGATIVE_CHECKS, ZONE_GUIDES, IlsConfig
 from cxrground.ils.quality import format_quality, score_against_truth
 from cxrground.ils.tasks import build_tasks
 
@@ -169,6 +169,8 @@ def main() -> None:
         ("unet, normative default + zone_prior_v1 check of negatives", 1.0, BackendSpec()),
         ("unet, normative default + zone_prior_v2 check of negatives", 1.0, BackendSpec()),
         ("unet, normative default + algorithm1 check of negatives", 1.0, BackendSpec()),
+        ("unet, normative default + zone guide zone_prior_v2 of lung-lesion masks", 1.0, BackendSpec()),
+        ("unet, normative default + zone guide zone_prior_v1 of lung-lesion masks", 1.0, BackendSpec()),
         ("unet, normative default, negatives kept off lungs with a reported finding", 1.0, BackendSpec()),
         ("unet, normative default, masks not clipped off the heart and mediastinum", 1.0, BackendSpec()),
         ("truth anatomy, normative default, masks not clipped off the heart and mediastinum", 1.0,
@@ -180,8 +182,10 @@ def main() -> None:
         out = work / f"run{i}"
         start = time.perf_counter()
         check = next((r for r in NEGATIVE_CHECKS if f"{r} check" in name), "none")
+        guide = next((r for r in ZONE_GUIDES if f"zone guide {r}" in name), "none")
         config = IlsConfig(seed=0, negative_check=check, lung_lesions_off_centre="not clipped" not in name,
-                           negative_exclusion="lung" if "negatives kept off lungs" in name else "location")
+                           negative_exclusion="lung" if "negatives kept off lungs" in name else "location",
+                           zone_guide=guide)
         summary = build_dataset(tasks, out, config.with_threshold_scale(scale), spec,
                                 scan_failures=failures, progress=False)
         seconds = time.perf_counter() - start

@@ -87,7 +87,7 @@ def scores(truth: np.ndarray, pred: np.ndarray) -> str:
 def cohen_ils_dataset(pack: Pack, work: Path, segmenter: str, limit: int | None = None, synthesizer: str = "normative",
                       synthesizer_kwargs: dict[str, Any] | None = None,
                       detector_kwargs: dict[str, Any] | None = None, negative_check: str = "none",
-                      negative_exclusion: str = "location") -> dict[str, Any]:
+                      negative_exclusion: str = "location", zone_guide: str = "none") -> dict[str, Any]:
     """Build ``work/dataset`` from the COVID-19 collection rows with notes (the first ``limit``); returns
     ``{study_id: row}``. The notes are the reports; ``segmenter`` masks = the pack's lung masks."""
     rows = [r for r in pack.cohen() if r.notes][:limit]
@@ -102,14 +102,14 @@ def cohen_ils_dataset(pack: Pack, work: Path, segmenter: str, limit: int | None 
     spec = BackendSpec(segmenter=segmenter, segmenter_kwargs=kwargs, synthesizer=synthesizer,
                        synthesizer_kwargs=synthesizer_kwargs or {}, detector_kwargs=detector_kwargs or {})
     start = time.perf_counter()
-    config = IlsConfig(negative_check=negative_check, negative_exclusion=negative_exclusion)
+    config = IlsConfig(negative_check=negative_check, negative_exclusion=negative_exclusion, zone_guide=zone_guide)
     summary = build_dataset(tasks, work / "dataset", config, spec,
                             scan_failures=failures, progress=False,
                             overwrite=True)
     print(f"built {summary.studies_in_dataset} studies / {summary.pairs} pairs from {len(rows)} noted rows "
           f"({summary.failures} failures) in {time.perf_counter() - start:.1f} s, segmenter={segmenter}, "
           f"synthesizer={synthesizer} {synthesizer_kwargs or ''}, detector options {detector_kwargs or 'default'}, "
-          f"negative check {negative_check}, negative exclusion {negative_exclusion}")
+          f"negative check {negative_check}, negative exclusion {negative_exclusion}, zone guide {zone_guide}")
     fitted = work / "dataset" / "normative_fitted.json"
     if fitted.is_file():
         meta = json.loads(fitted.read_text())
@@ -134,7 +134,7 @@ def grounding_summary(dataset: Path) -> None:
 
 
 def main() -> None:
-    from cxrground.ils.config import NEGATIVE_CHECKS, NEGATIVE_EXCLUSIONS
+    from cxrground.ils.config import NEGATIVE_CHECKS, NEGATIVE_EXCLUSIONS, ZONE_GUIDES
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--segmenter", default="masks", choices=["masks", "unet"],
@@ -151,6 +151,8 @@ def main() -> None:
     parser.add_argument("--negative-exclusion", default="location", choices=list(NEGATIVE_EXCLUSIONS),
                         help="where a reported finding keeps lung-lesion negatives away "
                              "(ils build --negative-exclusion)")
+    parser.add_argument("--zone-guide", default="none", choices=list(ZONE_GUIDES),
+                        help="zone reader guiding lung-lesion masks (ils build --zone-guide)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--limit", type=int, default=None, help="only the first N noted rows (exploration)")
     args = parser.parse_args()
@@ -161,7 +163,7 @@ def main() -> None:
     detector = dict(opt.split("=", 1) for opt in args.detector_opt)
     ids = cohen_ils_dataset(pack, work, args.segmenter, limit=args.limit, synthesizer=args.synthesizer,
                             synthesizer_kwargs=kwargs, detector_kwargs=detector, negative_check=args.negative_check,
-                            negative_exclusion=args.negative_exclusion)
+                            negative_exclusion=args.negative_exclusion, zone_guide=args.zone_guide)
     data = json.loads((work / "dataset" / "mimic_ils_instruction_answer.json").read_text())
     studies = {k: v for split in data.values() for k, v in split.items()}
     anatomy = {json.loads(line)["study"]: json.loads(line)

@@ -121,7 +121,15 @@ class _FlagReader:
     def __init__(self, zones: str) -> None:
         self.zones = zones
 
-    def negative_flags(self, pixels, right, left, heart):
+    def read_film(self, pixels, right, left, heart):
+        return _FlagReading(self.zones)
+
+
+class _FlagReading:
+    def __init__(self, zones: str) -> None:
+        self.zones = zones
+
+    def negative_flags(self):
         return flags(*self.zones)
 
 

@@ -78,6 +78,9 @@ NEGATIVE_CHECKS: Final[tuple[str, ...]] = ("none", "algorithm1", "zone_prior_v1"
 #: The negative check that asks Algorithm 1 itself (no zone reader), :mod:`cxrground.ils.negative_flags`.
 ALGORITHM1_CHECK: Final[str] = "algorithm1"
 
+#: Zone readers that can guide lung-lesion masks (``IlsConfig.zone_guide``; ``none`` = Algorithm 1 alone).
+ZONE_GUIDES: Final[tuple[str, ...]] = ("none", "zone_prior_v1", "zone_prior_v2")
+
 #: How far a finding the report mentions keeps lung-lesion negatives away (``IlsConfig.negative_exclusion``).
 NEGATIVE_EXCLUSIONS: Final[tuple[str, ...]] = ("location", "lung")
 
@@ -138,7 +141,16 @@ class IlsConfig:
     reported in either lung (otherwise a basic negative over the empty labels). Reports name where disease is worst,
     not everywhere it is."""
 
+    zone_guide: str = "none"
+    """Lung-lesion masks guided by a zone reader: ``none`` (Algorithm 1 alone), or ``zone_prior_v1`` /
+    ``zone_prior_v2``: a reported lung lesion keeps a mask only in the zones of its reported location that the
+    reader flags (Algorithm 1's mask cut to them, a flagged zone it leaves empty filled where the lesion
+    segmenter's smoothed probability is highest), and gets no pair when the reader flags none of them
+    (:mod:`cxrground.ils.zone_guide`)."""
+
     def __post_init__(self) -> None:
+        if self.zone_guide not in ZONE_GUIDES:
+            raise ConfigError(f"unknown zone guide {self.zone_guide!r}; expected one of {', '.join(ZONE_GUIDES)}")
         if self.negative_exclusion not in NEGATIVE_EXCLUSIONS:
             raise ConfigError(f"unknown negative exclusion {self.negative_exclusion!r}; expected one of "
                               f"{', '.join(NEGATIVE_EXCLUSIONS)}")

@@ -258,6 +258,28 @@ def _lesion_free_centre(config: IlsConfig, backends: Backends, ev: Any, right: n
     return central_mask(right, left, heart, margin=0.0)
 
 
+def _guided(f: Any, result: Any, lesion_mask: np.ndarray | None, guide: Any, locations: dict[str, np.ndarray],
+            centre: np.ndarray | None, box: Letterbox, record: dict[str, Any], config: IlsConfig) -> GroundedFinding:
+    """The finding ``f`` grounded with a zone guide (:mod:`cxrground.ils.zone_guide`); ``record`` (its grounding
+    record) says which zones were guided and filled, or why no mask was left."""
+    from cxrground.ils.verify import verify_location
+    from cxrground.ils.zone_guide import UNFLAGGED, guide_mask
+
+    zones = guide.guided_zones(f)
+    record["zone_guide"] = {"reader": guide.reader, "zones": zones}
+    if not zones:
+        record.update(status="empty", reason=UNFLAGGED)
+        return GroundedFinding(f, None, (), False)
+    mask = guide_mask(lesion_mask if result.grounded else None, zones, locations, guide.probability, centre)
+    native = box.mask_to_native(mask) if mask.any() else None
+    if native is None or not native.any():
+        record.update(status="empty", reason="zone_guide_empty")
+        return GroundedFinding(f, None, (), False)
+    record.update(status="grounded", reason=None)
+    check = verify_location(f.reported_location or ("right lung", "left lung"), locations, (), config, covered=mask)
+    return GroundedFinding(f, native, tuple(check.grounded), check.complete)
+
+
 def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, heart: np.ndarray | None,
             backends: Backends, config: IlsConfig
             ) -> tuple[list[GroundedFinding], list[str], list[dict[str, Any]], tuple[Any, ...] | None,
@@ -289,6 +311,16 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
     ev = evidence(canvas, (r_c, l_c, h_c)) if callable(evidence) else None
     pair_check = (locations, box, ev.probability, ev.threshold, ev.centre, ev.zone_flags) if ev is not None else None
     centre = _lesion_free_centre(config, backends, ev, r_c, l_c, h_c if heart is not None else None)
+    readings: dict[str, Any] = {}
+
+    def read_zones(name: str) -> Any:
+        """The zone reader ``name``'s reading of the canvas (read once per study)."""
+        if name not in readings:
+            from cxrground.lesions.zone_prior import shipped_reader
+
+            readings[name] = shipped_reader(name).read_film(canvas, r_c, l_c, h_c if heart is not None else None)
+        return readings[name]
+
     placement = None
     if config.negative_check != "none":
         from cxrground.ils.negative_flags import algorithm1_flags, unexplained
@@ -299,11 +331,14 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
 
             flags = algorithm1_flags(ground_probe, locations, centre)
         else:
-            from cxrground.lesions.zone_prior import shipped_reader
-
-            reader = shipped_reader(config.negative_check)
-            flags = reader.negative_flags(canvas, r_c, l_c, h_c if heart is not None else None)
+            flags = read_zones(config.negative_check).negative_flags()
         placement = NegativePlacement(unexplained(flags, findings), config.negative_check)
+    guide = None
+    if config.zone_guide != "none":
+        from cxrground.ils.zone_guide import ZoneGuide
+
+        reading = read_zones(config.zone_guide)
+        guide = ZoneGuide(config.zone_guide, reading.flags(), reading.lesion_map)
     grounded: list[GroundedFinding] = []
     records: list[dict[str, Any]] = []
     for f in findings:
@@ -320,6 +355,9 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
         lesion_mask = result.mask
         if centre is not None and result.grounded:
             lesion_mask = lesion_mask & ~centre
+        if guide is not None and guide.guides(f):
+            grounded.append(_guided(f, result, lesion_mask, guide, locations, centre, box, records[-1], config))
+            continue
         native = box.mask_to_native(lesion_mask) if result.grounded else None
         if native is None or not native.any():
             grounded.append(GroundedFinding(f, None, (), False))

@@ -14,7 +14,7 @@ from cxrground.anatomy.segment import SEGMENTERS
 from cxrground.errors import ConfigError, InputError, OptionError
 from cxrground.fields import option
 from cxrground.ils.backend_spec import BackendSpec
-from cxrground.ils.config import NEGATIVE_CHECKS, NEGATIVE_EXCLUSIONS, IlsConfig
+from cxrground.ils.config import NEGATIVE_CHECKS, NEGATIVE_EXCLUSIONS, ZONE_GUIDES, IlsConfig
 from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
 from cxrground.io.image import DEFAULT_MAX_PIXELS
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
@@ -81,6 +81,11 @@ class BuildRequest:
                                      "lung-lesion negatives away: location (ILS: the labels overlapping its "
                                      "reported location) or lung (the whole lung it is reported in; a global "
                                      "lung negative only when both lungs are free).")
+    zone_guide: str = option("none", choices=ZONE_GUIDES, help="Guide lung-lesion masks by a zone reader: a "
+                             "reported lung lesion keeps a mask only in the zones of its reported location that "
+                             "the reader flags (Algorithm 1's mask cut to them, an empty flagged zone filled where "
+                             "the lesion segmenter's smoothed probability is highest) and gets no pair when the "
+                             "reader flags none of them.")
     split_file: Path | None = option(None, path="file", help="CSV with study_id,split (e.g. "
                                      "mimic-cxr-2.0.0-split.csv). Default: by subject hash.")
     split_ratios: str = option("0.8,0.1,0.1")
@@ -121,7 +126,8 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
     excluded = request.excluded()
     ratios = tuple(float(v) for v in request.split_ratios.split(","))
     config = IlsConfig(seed=request.seed, exclude_studies=excluded, sections=request.sections,
-                       negative_check=request.negative_check, negative_exclusion=request.negative_exclusion)
+                       negative_check=request.negative_check, negative_exclusion=request.negative_exclusion,
+                       zone_guide=request.zone_guide)
     if request.threshold_scale != 1.0:
         config = config.with_threshold_scale(request.threshold_scale)
     spec = request.backend_spec()

@@ -82,10 +82,12 @@ def verify_location(
     config: IlsConfig | None = None,
     *,
     refine_whole_lung: bool | None = None,
+    covered: np.ndarray | None = None,
 ) -> LocationCheck:
     """GL of a finding from its RL, the canvas location masks and the boxes Algorithm 1 selected.
 
-    ``refine_whole_lung`` overrides ``config.refine_whole_lung_grounding`` when given.
+    ``refine_whole_lung`` overrides ``config.refine_whole_lung_grounding`` when given. ``covered`` (a canvas mask)
+    replaces the selected boxes' area, for masks drawn without boxes (:mod:`cxrground.ils.zone_guide`).
     """
     refine = (config or IlsConfig()).refine_whole_lung_grounding if refine_whole_lung is None else refine_whole_lung
     rl = tuple(dict.fromkeys(reported))
@@ -93,7 +95,7 @@ def verify_location(
         raise ValueError("no location masks given")
     first = next(iter(location_masks.values()))
     shape = (int(first.shape[0]), int(first.shape[1]))
-    covered = _boxes_mask(selected, shape)
+    covered = _boxes_mask(selected, shape) if covered is None else np.asarray(covered, bool)
 
     def hits(label: str) -> bool:
         m = as_mask(location_masks[label], f"location mask {label!r}")

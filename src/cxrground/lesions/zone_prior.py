@@ -180,6 +180,11 @@ class PriorReading:
         """Zone → probability ≥ ``threshold``."""
         return {z: bool(p >= threshold) for z, p in zip(ZONES, self.probability, strict=True)}
 
+    def negative_flags(self, threshold: float = FLAG_PROBABILITY) -> dict[str, bool]:
+        """Zones that contradict a "no lung lesion here" pair: flagged, in a film where the lesion segmenter finds
+        a lesion (module docstring); all False otherwise."""
+        return {z: bool(self.lesion_found and f) for z, f in self.flags(threshold).items()}
+
 
 @dataclass
 class PriorZoneReader:
@@ -240,8 +245,7 @@ class PriorZoneReader:
                        heart: np.ndarray | None) -> dict[str, bool]:
         """Zones that contradict a "no lung lesion here" pair: flagged, in a film where the lesion segmenter finds
         a lesion (module docstring); all False otherwise."""
-        r = self.read_film(pixels, right, left, heart)
-        return {z: bool(r.lesion_found and f) for z, f in r.flags(self.flag).items()}
+        return self.read_film(pixels, right, left, heart).negative_flags(self.flag)
 
     def name(self) -> str:
         """Who flags the zones, for the CSV provenance and the overlays."""

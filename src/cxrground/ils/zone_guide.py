@@ -1,0 +1,100 @@
+"""Lung-lesion masks guided by a zone reader (``ils build --zone-guide zone_prior_v1|zone_prior_v2``).
+
+Algorithm 1 draws a mask for a reported lesion where the anomaly map and a detector box agree with the reported
+location. On real films its masks agree with radiologists' zone scores only weakly, while a zone reader
+(:mod:`cxrground.lesions.zone_prior`) agrees better at zone level. With a zone guide, the report still decides
+*what* is grounded and *where it may be*, the reader decides *which of those zones* hold it, and the pixels decide
+the shape:
+
+1. a finding's zones are the Brixia zones (A–F) its reported location names (all six without a location); its
+   *guided* zones are those the reader flags;
+2. no guided zone: the finding gets no mask, so no positive pair (recorded as ``zone_guide_unflagged``);
+3. otherwise Algorithm 1's mask is cut to the guided zones, and a guided zone it covers less than
+   :data:`MIN_ZONE_COVER` of is filled by :func:`fill_zone` from the lesion segmenter's probability map.
+
+Masks stay off the heart outline and the mediastinum as in every build. Rules fixed in
+``bench/records/zone_guide_preregistration.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+from scipy import ndimage
+
+from cxrground.ils.negative_flags import ZONE_LABELS
+from cxrground.ils.zone_map import brixia_zones
+from cxrground.reports.findings import Finding
+from cxrground.vocab.lesions import LUNG_LESIONS
+
+__all__ = ["FILL_MIN_COMPONENT", "FILL_SIGMA", "MIN_ZONE_COVER", "UNFLAGGED", "ZoneGuide", "fill_zone",
+           "finding_zones", "guide_mask"]
+
+#: A guided zone counts as covered by Algorithm 1's mask at this share of its pixels; below it, it is filled.
+MIN_ZONE_COVER: Final[float] = 0.01
+#: Gaussian σ of the probability smoothing before a fill, as a share of the canvas side.
+FILL_SIGMA: Final[float] = 0.02
+#: A fill keeps only connected parts of at least this share of the zone's pixels.
+FILL_MIN_COMPONENT: Final[float] = 0.005
+#: Grounding record reason of a finding whose named zones the reader flags none of.
+UNFLAGGED: Final[str] = "zone_guide_unflagged"
+
+
+def finding_zones(finding: Finding) -> list[str]:
+    """The Brixia zones a finding's reported location names (all six when it has none)."""
+    return brixia_zones(finding.reported_location) if finding.reported_location else list(ZONE_LABELS)
+
+
+def fill_zone(zone: np.ndarray, probability: np.ndarray, centre: np.ndarray | None = None,
+              sigma: float = FILL_SIGMA, min_component: float = FILL_MIN_COMPONENT) -> np.ndarray:
+    """The part of ``zone`` (``centre`` removed) where the smoothed ``probability`` is at or above the zone's
+    median, without connected parts smaller than ``min_component`` of the zone (empty for an empty zone)."""
+    region = np.asarray(zone, bool) & (~np.asarray(centre, bool) if centre is not None else True)
+    n = int(region.sum())
+    if n == 0:
+        return np.zeros(region.shape, bool)
+    smooth = ndimage.gaussian_filter(np.asarray(probability, np.float32), sigma * max(region.shape))
+    fill = region & (smooth >= np.median(smooth[region]))
+    labels, count = ndimage.label(fill)
+    if count:
+        sizes = ndimage.sum_labels(fill, labels, index=np.arange(1, count + 1))
+        fill = np.isin(labels, 1 + np.flatnonzero(sizes >= min_component * n))
+    return fill
+
+
+def guide_mask(mask: np.ndarray | None, guided: list[str], locations: Mapping[str, np.ndarray],
+               probability: np.ndarray, centre: np.ndarray | None = None) -> np.ndarray:
+    """Algorithm 1's ``mask`` (None when it drew none) cut to the ``guided`` zones' location masks, each guided zone
+    it covers less than :data:`MIN_ZONE_COVER` of filled by :func:`fill_zone` (all on one canvas)."""
+    first = next(iter(locations.values()))
+    out = np.zeros(first.shape, bool)
+    base = np.asarray(mask, bool) if mask is not None else out
+    for zone in guided:
+        region = np.asarray(locations[ZONE_LABELS[zone]], bool)
+        if centre is not None:
+            region = region & ~np.asarray(centre, bool)
+        part = base & region
+        if region.any() and part.sum() < MIN_ZONE_COVER * region.sum():
+            part = fill_zone(region, probability)
+        out |= part
+    return out
+
+
+@dataclass(frozen=True)
+class ZoneGuide:
+    """One film's zone reading: the reader's flags (A–F) and the lesion probability map on the canvas."""
+
+    reader: str
+    flags: Mapping[str, bool]
+    probability: np.ndarray
+
+    def guides(self, finding: Finding) -> bool:
+        """True for findings the guide shapes: present or uncertain lung lesions."""
+        return finding.lesion in LUNG_LESIONS and finding.assertion != "absent"
+
+    def guided_zones(self, finding: Finding) -> list[str]:
+        """The zones of ``finding`` the reader flags."""
+        return [z for z in finding_zones(finding) if self.flags.get(z, False)]
