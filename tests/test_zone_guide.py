@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from cxrground.errors import ConfigError
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.negative_flags import ZONE_LABELS
 from cxrground.ils.verify import verify_location
-from cxrground.ils.zone_guide import UNFLAGGED, ZoneGuide, fill_zone, finding_zones, guide_mask
+from cxrground.ils.zone_guide import UNFLAGGED, ZoneGuide, fill_zone, finding_zones, guide_mask, guide_outcome
 from cxrground.reports.findings import Finding
 
 
@@ -78,15 +79,16 @@ def test_guide_mask_cuts_algorithm1_to_guided_zones_and_fills_empty_ones():
     algo = np.zeros_like(right)
     algo[20:40, 15:50] = True   # right upper zone
     algo[20:40, 70:100] = True  # left upper zone
-    out = guide_mask(algo, ["A", "C"], loc, prob)
+    out, filled = guide_mask(algo, ["A", "C"], loc, prob)
+    assert filled == ["C"]
     upper, base = loc[ZONE_LABELS["A"]], loc[ZONE_LABELS["C"]]
     assert not (out & ~(upper | base)).any()  # the left-upper part of Algorithm 1's mask is cut
     assert (out & upper).sum() == (algo & upper).sum()  # A was covered: Algorithm 1's pixels kept as they were
     assert (out & base).sum() > 0.2 * base.sum()  # C was empty: filled
-    assert np.array_equal(guide_mask(None, ["C"], loc, prob), fill_zone(base, prob))
+    assert np.array_equal(guide_mask(None, ["C"], loc, prob)[0], fill_zone(base, prob))
     centre = np.zeros_like(right)
     centre[:, 40:] = True
-    assert not (guide_mask(algo, ["A", "C"], loc, prob, centre) & centre).any()
+    assert not (guide_mask(algo, ["A", "C"], loc, prob, centre)[0] & centre).any()
 
 
 def test_verify_location_reads_a_covered_mask_instead_of_boxes():
@@ -177,3 +179,20 @@ def test_ils_build_with_a_zone_guide_keeps_lung_lesion_masks_in_flagged_named_zo
     unflagged = [r for r in guided if r["reason"] == UNFLAGGED]
     assert all(r["status"] == "empty" and not r["zone_guide"]["zones"] for r in unflagged)
     assert all(set(r["zone_guide"]["zones"]) <= set("BC") for r in guided)
+    card = (out / "card.md").read_text()
+    assert "## Lung-lesion masks guided by the zone reader `zone_prior_v2`" in card
+    outcomes = Counter(guide_outcome(r) for r in guided)
+    assert all(f"| {k} | {n} |" in card for k, n in outcomes.items())
+    plain = _build(tiny_ils_tasks, tmp_path / "plain", "none")
+    assert "guided by the zone reader" not in (plain / "card.md").read_text()
+
+
+def test_guide_outcomes_name_what_drew_the_mask():
+    assert guide_outcome({"status": "grounded"}) is None
+    base = {"zone_guide": {"reader": "zone_prior_v2", "zones": ["C"], "filled": []}}
+    assert guide_outcome({**base, "status": "empty", "reason": UNFLAGGED}).startswith("no mask: the reader flags no")
+    assert guide_outcome({**base, "status": "grounded", "algorithm1": True}) == \
+        "Algorithm 1's mask, cut to the flagged zones"
+    filled = {"zone_guide": {**base["zone_guide"], "filled": ["C"]}, "status": "grounded"}
+    assert "completed by fills" in guide_outcome({**filled, "algorithm1": True})
+    assert guide_outcome({**filled, "algorithm1": False}).startswith("fills alone")

@@ -62,6 +62,7 @@ from cxrground.ils.units import (
     unit_store,
     worker_threads,
 )
+from cxrground.ils.zone_guide import guide_outcome
 from cxrground.io.files import atomic_path, atomic_write_bytes, atomic_write_text, sha256_json
 from cxrground.io.image import DEFAULT_MAX_PIXELS
 from cxrground.io.store import Store
@@ -373,6 +374,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
     grounding_reasons: Counter = Counter()
     dropped_pairs: Counter = Counter()
     placed_negatives: Counter = Counter()
+    guided: Counter = Counter()
     problems: list[str] = []
     n_failures = 0
     dataset = _DatasetWriter(stage / f".assemble.{os.getpid()}")
@@ -397,6 +399,9 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                 for g in u.get("grounding", []):
                     if g.get("status") != "grounded":
                         grounding_reasons[f"{g.get('lesion')}: {g.get('reason') or g.get('status')}"] += 1
+                    outcome = guide_outcome(g)
+                    if outcome is not None:
+                        guided[outcome] += 1
                 if u.get("heart_note"):
                     grounding_reasons["cardiomegaly: heart estimate implausible"] += 1
                 dropped_pairs.update(u.get("dropped_pairs", {}))
@@ -454,6 +459,8 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                                                      dict(grounding_reasons), review,
                                                      dict(dropped_pairs),
                                                      dict(placed_negatives) if config.negative_check != "none"
+                                                     else None,
+                                                     (config.zone_guide, dict(guided)) if config.zone_guide != "none"
                                                      else None))
     return {"studies": sum(counts.studies.values()), "pairs": counts.pairs(), "failures": n_failures,
             "rejections": dict(rejections)}

@@ -270,7 +270,9 @@ def _guided(f: Any, result: Any, lesion_mask: np.ndarray | None, guide: Any, loc
     if not zones:
         record.update(status="empty", reason=UNFLAGGED)
         return GroundedFinding(f, None, (), False)
-    mask = guide_mask(lesion_mask if result.grounded else None, zones, locations, guide.probability, centre)
+    mask, filled = guide_mask(lesion_mask if result.grounded else None, zones, locations, guide.probability, centre)
+    record["zone_guide"]["filled"] = filled
+    record["algorithm1"] = bool(result.grounded)
     native = box.mask_to_native(mask) if mask.any() else None
     if native is None or not native.any():
         record.update(status="empty", reason="zone_guide_empty")

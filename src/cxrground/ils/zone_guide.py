@@ -31,7 +31,7 @@ from cxrground.reports.findings import Finding
 from cxrground.vocab.lesions import LUNG_LESIONS
 
 __all__ = ["FILL_MIN_COMPONENT", "FILL_SIGMA", "MIN_ZONE_COVER", "UNFLAGGED", "ZoneGuide", "fill_zone",
-           "finding_zones", "guide_mask"]
+           "finding_zones", "guide_mask", "guide_outcome"]
 
 #: A guided zone counts as covered by Algorithm 1's mask at this share of its pixels; below it, it is filled.
 MIN_ZONE_COVER: Final[float] = 0.01
@@ -66,12 +66,14 @@ def fill_zone(zone: np.ndarray, probability: np.ndarray, centre: np.ndarray | No
 
 
 def guide_mask(mask: np.ndarray | None, guided: list[str], locations: Mapping[str, np.ndarray],
-               probability: np.ndarray, centre: np.ndarray | None = None) -> np.ndarray:
+               probability: np.ndarray, centre: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
     """Algorithm 1's ``mask`` (None when it drew none) cut to the ``guided`` zones' location masks, each guided zone
-    it covers less than :data:`MIN_ZONE_COVER` of filled by :func:`fill_zone` (all on one canvas)."""
+    it covers less than :data:`MIN_ZONE_COVER` of filled by :func:`fill_zone` (all on one canvas); also the zones
+    that were filled."""
     first = next(iter(locations.values()))
     out = np.zeros(first.shape, bool)
     base = np.asarray(mask, bool) if mask is not None else out
+    filled: list[str] = []
     for zone in guided:
         region = np.asarray(locations[ZONE_LABELS[zone]], bool)
         if centre is not None:
@@ -79,8 +81,24 @@ def guide_mask(mask: np.ndarray | None, guided: list[str], locations: Mapping[st
         part = base & region
         if region.any() and part.sum() < MIN_ZONE_COVER * region.sum():
             part = fill_zone(region, probability)
+            filled.append(zone)
         out |= part
-    return out
+    return out, filled
+
+
+def guide_outcome(record: Mapping[str, object]) -> str | None:
+    """The card's line for one grounding record of a guided finding (None for an unguided one)."""
+    guide = record.get("zone_guide")
+    if not isinstance(guide, Mapping):
+        return None
+    if record.get("status") != "grounded":
+        return "no mask: the reader flags no zone the report names" if record.get("reason") == UNFLAGGED \
+            else "no mask: nothing left in the flagged zones"
+    if not guide.get("filled"):
+        return "Algorithm 1's mask, cut to the flagged zones"
+    if record.get("algorithm1"):
+        return "Algorithm 1's mask, cut to the flagged zones and completed by fills"
+    return "fills alone (Algorithm 1 drew no mask)"
 
 
 @dataclass(frozen=True)
