@@ -21,6 +21,10 @@ it is not in the default stages (GPU only: about 870M parameters).
 tiny models) on ``--unet-batch`` random 256-px canvases per call and print canvases per second and the time of
 the network alone over MIMIC-ILS's 192K films (reading, letterboxing and post-processing not included).
 
+``hybridgnet`` and ``cxas`` run the released-size networks of the two segmenter adapters (our own torch code of
+HybridGNet and of CXAS's UNet-ResNet50, random weights saved in the released checkpoint forms) through
+``get_segmenter`` on one random ``--film``-px film, letterboxing and mask post-processing included.
+
 The two YOLO stages need ultralytics (the ``yolo`` extra, ``.venv-yolo``; run the script with that Python and
 ``--stages yolo,yolo-train`` there): ``yolo`` is one prediction of a random ``--yolo-model`` through the
 pipeline's adapter on a ``--yolo-imgsz`` canvas (float16 on CUDA, ultralytics has no bfloat16 inference);
@@ -274,10 +278,48 @@ def _yolo_train(args: argparse.Namespace, work: Path) -> Callable[[], Any]:
     return epoch
 
 
+def _random_film(side: int) -> Any:
+    from cxrground.io.image import CXRImage
+
+    pixels = (np.random.default_rng(5).random((side, side)) * 255).astype(np.uint8)
+    return CXRImage(pixels=pixels, path="random.png")
+
+
+def _hybridgnet(args: argparse.Namespace, work: Path) -> Callable[[], Any]:
+    """The released-size HybridGNet (random weights, saved in the released state-dict form ``bestMSE.pt``) through
+    the ``hybridgnet`` segmenter adapter on one random ``--film``-px film (landmarks, then rasterised masks)."""
+    from cxrground.anatomy.segment import get_segmenter
+    from cxrground.anatomy.segment.hybridgnet_net import HybridGNet
+
+    torch.manual_seed(0)
+    path = work / "hybridgnet" / "bestMSE.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(HybridGNet().state_dict(), path)
+    seg = get_segmenter("hybridgnet", weights_path=str(path), device=args.device, dtype=args.dtype)
+    film = _random_film(args.film)
+    return lambda: seg.segment(film)
+
+
+def _cxas(args: argparse.Namespace, work: Path) -> Callable[[], Any]:
+    """The released-size CXAS UNet-ResNet50 (random weights, saved in the cxas package's checkpoint form) through the
+    ``cxas`` segmenter adapter on one random ``--film``-px film."""
+    from cxrground.anatomy.segment import get_segmenter
+    from cxrground.anatomy.segment.cxas_net import CXASUNet
+
+    torch.manual_seed(0)
+    folder = work / "cxas"
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {f"module.{k}": v for k, v in CXASUNet().state_dict().items()}
+    torch.save({"model": state}, folder / "UNet_ResNet50_default.pth")
+    seg = get_segmenter("cxas", weights_dir=str(folder), device=args.device, dtype=args.dtype)
+    film = _random_film(args.film)
+    return lambda: seg.segment(film)
+
+
 STAGES = {"radedit": _radedit, "radedit-full": _radedit_full, "sam": _sam, "lisa": _lisa, "baseline": _baseline,
           "lisa-train": _lisa_train, "lung-unet": _lung_unet,
           "lesion-unet": _lesion_unet, "yolo": _yolo,
-          "yolo-train": _yolo_train}
+          "yolo-train": _yolo_train, "hybridgnet": _hybridgnet, "cxas": _cxas}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stages", default=",".join(n for n in STAGES if n != "radedit-full"))
     p.add_argument("--train-steps", type=int, default=20, help="steps of the lisa-train stage")
     p.add_argument("--unet-batch", type=int, default=64, help="canvases per call of the shipped U-Net stages")
+    p.add_argument("--film", type=int, default=2048, help="side of the random film of the hybridgnet and cxas stages")
     p.add_argument("--yolo-model", default="yolov8s.yaml", help="ultralytics model yaml of the YOLO stages")
     p.add_argument("--yolo-imgsz", type=int, default=1024)
     p.add_argument("--yolo-films", type=int, default=64, help="synthetic films in the yolo-train epoch")
