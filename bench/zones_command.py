@@ -32,7 +32,7 @@ from cxrground.lesions.lesion_zones import LESION_ZONE_READER
 from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel
 from cxrground.lesions.zone_classifier import SHIPPED_ZONE_READER
 from cxrground.lesions.zone_fit import cohen_kappa
-from cxrground.lesions.zone_prior import ZONE_PRIOR_READER, ZONE_PRIOR_V2_READER
+from cxrground.lesions.zone_prior import ZONE_PRIOR_READER, ZONE_PRIOR_V2_READER, ZonePrior
 from cxrground.lesions.zones import NORMATIVE_READER, find_images, resolve_zone_reader, write_zones
 
 ZONES = tuple(BRIXIA_ZONE_LABELS)
@@ -97,6 +97,15 @@ def main() -> None:
     truth_all = np.array([senior[n] for n in names])
     auc, mixed = within_film_auroc(truth_all, position_scores(truth_all, [patient[n] for n in names]))
     print(f"position-only baseline: within-film zone AUROC {auc:.3f} on {mixed} mixed films")
+    grade = {r.image_path.name: [float(r.brixia.junior[z]) for z in ZONES] for r in records}
+    junior_auc = within_film_auroc(truth_all, np.array([grade[n] for n in names]))[0]
+    junior_normal = ~np.array([junior[n] for n in names])
+    print(f"junior radiologist's 0-3 grades: within-film zone AUROC {junior_auc:.3f}; of the "
+          f"{int(junior_normal.sum())} zones the junior graded 0, the senior scored "
+          f"{truth_all[junior_normal].mean():.1%} abnormal")
+    prior = np.tile(ZonePrior.load().vector, (len(names), 1))
+    print(f"NIH position prior alone (zone_prior_v1 without the image): within-film zone AUROC "
+          f"{within_film_auroc(truth_all, prior)[0]:.3f}")
     segmenter, model = get_segmenter("unet"), NormativeModel.load()
     with tempfile.TemporaryDirectory() as tmp:
         films = Path(tmp) / "films"
