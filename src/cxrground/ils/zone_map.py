@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Final
 
+from cxrground.ils.config import ALGORITHM1_CHECK
 from cxrground.vocab.ils_templates import TENTATIVE_WORD
 from cxrground.vocab.lesions import LUNG_LESIONS
 from cxrground.vocab.locations import BOTH_LUNGS
@@ -48,11 +49,16 @@ def names_flagged_zone(labels: Iterable[str], zone_flags: Mapping[str, bool]) ->
     return any(zone_flags.get(z, False) for z in brixia_zones(labels))
 
 
+def _reader_words(reader: str) -> str:
+    """How the card names who flags the zones: Algorithm 1's own opacity probe, or a zone reader by name."""
+    return "Algorithm 1 opacity probe" if reader == ALGORITHM1_CHECK else f"{reader} zone reader"
+
+
 def dropped_by_reader(reader: str) -> str:
     """The card's reason for a negative left out because of the zone reader ``reader``."""
-    return f"negative contradicted by the image ({reader} zone reader)"
+    return f"negative contradicted by the image ({_reader_words(reader)})"
 
 
 def placed_by_reader(reader: str) -> str:
     """The card's reason for a negative placed away from the zones the zone reader ``reader`` flags."""
-    return f"negative placed away from zones the {reader} zone reader flags"
+    return f"negative placed away from zones the {_reader_words(reader)} flags"
