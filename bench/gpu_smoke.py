@@ -25,6 +25,9 @@ the network alone over MIMIC-ILS's 192K films (reading, letterboxing and post-pr
 HybridGNet and of CXAS's UNet-ResNet50, random weights saved in the released checkpoint forms) through
 ``get_segmenter`` on one random ``--film``-px film, letterboxing and mask post-processing included.
 
+``hf-vlm`` answers one two-image question through the ``hf:`` client with a tiny random model of each open chat-VLM
+family (Qwen2-VL, Qwen2.5-VL, Gemma 3, Idefics3, SmolVLM, InternVL; transformers' real classes).
+
 The two YOLO stages need ultralytics (the ``yolo`` extra, ``.venv-yolo``; run the script with that Python and
 ``--stages yolo,yolo-train`` there): ``yolo`` is one prediction of a random ``--yolo-model`` through the
 pipeline's adapter on a ``--yolo-imgsz`` canvas (float16 on CUDA, ultralytics has no bfloat16 inference);
@@ -316,10 +319,55 @@ def _cxas(args: argparse.Namespace, work: Path) -> Callable[[], Any]:
     return lambda: seg.segment(film)
 
 
+def _hf_vlm(args: argparse.Namespace, work: Path) -> Callable[[], Any]:
+    """The ``hf:`` client on tiny random chat VLMs of each open family (:mod:`cxrground.testing.vlm_families`): one
+    call answers one two-image question with every family's model, each on ``--device`` (bfloat16 on CUDA)."""
+    import asyncio
+    import base64
+    import io
+
+    from PIL import Image
+
+    from cxrground.evaluation.percept.clients.hf import HFClient
+    from cxrground.testing.vlm_families import FAMILIES
+
+    def data_url(h: int, w: int) -> str:
+        buf = io.BytesIO()
+        Image.fromarray((np.random.default_rng(h * w).random((h, w)) * 255).astype(np.uint8)).save(buf, "PNG")
+        return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+    messages = [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": data_url(56, 84)}},
+        {"type": "image_url", "image_url": {"url": data_url(112, 56)}},
+        {"type": "text", "text": "Is there an opacity in the left lung? Options: Yes No"}]}]
+    clients, shown = {}, []
+    for family, (build, _) in sorted(FAMILIES.items()):
+        try:
+            clients[family] = HFClient(str(build(work / family.replace(".", "_"))), max_tokens=8, device=args.device)
+        except Exception as exc:  # a family this transformers cannot build is reported, the others run
+            print(f"{'':10s} {family}: not built ({type(exc).__name__}: {exc})")
+
+    def call() -> Any:
+        async def ask() -> dict[str, str]:
+            return {f: (await c.complete(messages)).content for f, c in clients.items()}
+
+        replies = asyncio.run(ask())
+        if not shown:
+            shown.append(True)
+            for family, client in clients.items():
+                model = client._load()[1]
+                print(f"{'':10s} {family:11s} on {model.device} {str(model.dtype).removeprefix('torch.')}: "
+                      f"{len(replies[family])}-character reply")
+        return replies
+
+    return call
+
+
 STAGES = {"radedit": _radedit, "radedit-full": _radedit_full, "sam": _sam, "lisa": _lisa, "baseline": _baseline,
           "lisa-train": _lisa_train, "lung-unet": _lung_unet,
           "lesion-unet": _lesion_unet, "yolo": _yolo,
-          "yolo-train": _yolo_train, "hybridgnet": _hybridgnet, "cxas": _cxas}
+          "yolo-train": _yolo_train, "hybridgnet": _hybridgnet, "cxas": _cxas,
+          "hf-vlm": _hf_vlm}
 
 
 def main(argv: list[str] | None = None) -> int:

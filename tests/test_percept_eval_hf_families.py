@@ -1,8 +1,8 @@
 """``hf:FOLDER`` on tiny random VLMs of the families people benchmark, each through a 7-image RR conversation.
 
-Families (``tests/vlm_families.py``): Qwen2-VL and Qwen2.5-VL (image tokens depend on the image size), Gemma 3 /
-MedGemma, Idefics3 and SmolVLM (tiles + global view), InternVL (transformers layout). Every model folder is built
-offline with the family's real classes. The RR case's 7 images are given different sizes (multiples of 28), so
+Families (``cxrground.testing.vlm_families``): Qwen2-VL and Qwen2.5-VL (image tokens depend on the image size),
+Gemma 3 / MedGemma, Idefics3 and SmolVLM (tiles + global view), InternVL (transformers layout). Every model folder
+is built offline with the family's real classes. The RR case's 7 images are given different sizes (multiples of 28), so
 each family's processor must expand every image into its own token count; the count in each of the 9 requests
 is checked against the family's rule computed from the sizes alone. Without torchvision (this project's test
 environment), Qwen, InternVL and SmolVLM load through the image-only processor of
@@ -31,7 +31,7 @@ from cxrground.evaluation.percept.clients.hf import HFClient, load_processor, to
 from cxrground.evaluation.percept.conversation import Conversation, plan_benchmark  # noqa: E402
 from cxrground.percept.schema import load_benchmark  # noqa: E402
 from cxrground.testing.mock_bench import make_benchmark  # noqa: E402
-from vlm_families import FAMILIES  # noqa: E402
+from cxrground.testing.vlm_families import FAMILIES  # noqa: E402
 
 MAX_TOKENS = 3
 #: Sizes (h, w) given to the RR case's images in the order the conversation first shows them.

@@ -1,4 +1,5 @@
-"""Tiny random chat VLMs of the open families people benchmark, built offline in the transformers layout.
+"""Tiny random chat VLMs of the open families people benchmark, built offline in the transformers layout (needs
+the ``vlm`` extra: transformers and tokenizers).
 
 Each builder saves a folder that ``hf:FOLDER`` loads like a released checkpoint: ``config.json`` + weights of the
 family's real ``*ForConditionalGeneration`` class (1-2 layers, hidden size 16-32), its tokenizer with the family's
