@@ -196,3 +196,26 @@ def test_guide_outcomes_name_what_drew_the_mask():
     filled = {"zone_guide": {**base["zone_guide"], "filled": ["C"]}, "status": "grounded"}
     assert "completed by fills" in guide_outcome({**filled, "algorithm1": True})
     assert guide_outcome({**filled, "algorithm1": False}).startswith("fills alone")
+
+
+def test_cli_ils_build_with_the_shipped_zone_reader(tmp_path):
+    """The real ``zone_prior_v2`` reader through ``cxrground ils build --zone-guide``: guided records on the card."""
+    from click.testing import CliRunner
+
+    from cxrground.cli import main
+    from cxrground.datasets.synthetic import SynthConfig, write_cohort
+
+    cohort = tmp_path / "cohort"
+    write_cohort(cohort, 3, seed=11, config=SynthConfig(width=256), progress=False)
+    out = tmp_path / "ils"
+    res = CliRunner().invoke(main, ["ils", "build", "--images", str(cohort / "files"), "--out", str(out), "--quiet",
+                                    "--zone-guide", "zone_prior_v2"])
+    assert res.exit_code == 0, res.output
+    settings = json.loads((out / "provenance.json").read_text())
+    assert settings["config"]["zone_guide"] == "zone_prior_v2"
+    guided = [r for u in _units(out) for r in u.get("grounding", []) if "zone_guide" in r]
+    assert guided and all(set(r["zone_guide"]["zones"]) <= set("ABCDEF") for r in guided)
+    assert "## Lung-lesion masks guided by the zone reader `zone_prior_v2`" in (out / "card.md").read_text()
+    res = CliRunner().invoke(main, ["ils", "build", "--images", str(cohort / "files"), "--out", str(out), "--quiet",
+                                    "--zone-guide", "zone_prior_v3"])
+    assert res.exit_code != 0 and "zone_prior_v3" in res.output
