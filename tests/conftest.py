@@ -65,6 +65,22 @@ def tiny_ils_tasks(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def build_tiny_ils(tiny_ils_tasks):
+    """``build(out, **IlsConfig fields)``: ``ils build`` of the tiny cohort into ``out`` (pseudo-normal synthesizer,
+    seed 0); returns ``out``."""
+    from cxrground.ils.build import BackendSpec, build_dataset
+    from cxrground.ils.config import IlsConfig
+
+    def build(out, **config):
+        tasks, failures = tiny_ils_tasks
+        build_dataset(tasks, out, IlsConfig(seed=0, **config), BackendSpec(synthesizer="pseudo-normal"),
+                      scan_failures=failures, progress=False)
+        return out
+
+    return build
+
+
+@pytest.fixture(scope="session")
 def browser():
     """A headless Debian Chromium driven by Playwright; skips (outside CI) or fails (in CI) without it."""
     if not CHROMIUM.is_file():

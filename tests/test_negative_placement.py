@@ -137,16 +137,6 @@ def _units(out):
     return [json.loads(p.read_text()) for p in sorted((out / "units").glob("*.json"))]
 
 
-def _build(tiny_ils_tasks, out, check: str):
-    """``ils build`` of the tiny cohort into ``out`` (pseudo-normal synthesizer) with the negative check ``check``."""
-    from cxrground.ils.build import BackendSpec, build_dataset
-
-    tasks, failures = tiny_ils_tasks
-    build_dataset(tasks, out, IlsConfig(seed=0, negative_check=check), BackendSpec(synthesizer="pseudo-normal"),
-                  scan_failures=failures, progress=False)
-    return out
-
-
 def _pairs(out):
     """(positive pairs, negative pairs) of a build, in dataset order."""
     data = json.loads((out / "mimic_ils_instruction_answer.json").read_text())
@@ -156,11 +146,11 @@ def _pairs(out):
 
 
 def test_ils_build_places_negatives_counts_them_on_the_card_and_none_is_unchanged(tmp_path, monkeypatch,
-                                                                                  tiny_ils_tasks):
+                                                                                  build_tiny_ils):
     from cxrground.lesions import zone_prior
 
     def build(name, check):
-        return _build(tiny_ils_tasks, tmp_path / name, check)
+        return build_tiny_ils(tmp_path / name, negative_check=check)
 
     plain, again = build("plain", "none"), build("again", "none")
     assert (plain / "mimic_ils_instruction_answer.json").read_bytes() == \
@@ -192,14 +182,14 @@ def test_the_negative_check_reader_follows_the_option():
 
 
 def test_ils_build_with_the_algorithm1_check_places_negatives_and_leaves_positives_alone(tmp_path, monkeypatch,
-                                                                                     tiny_ils_tasks):
+                                                                                     build_tiny_ils):
     from cxrground.ils import negative_flags
 
-    plain_pos, _ = _pairs(_build(tiny_ils_tasks, tmp_path / "plain", "none"))
-    real_pos, _ = _pairs(_build(tiny_ils_tasks, tmp_path / "real", "algorithm1"))
+    plain_pos, _ = _pairs(build_tiny_ils(tmp_path / "plain", negative_check="none"))
+    real_pos, _ = _pairs(build_tiny_ils(tmp_path / "real", negative_check="algorithm1"))
     assert real_pos == plain_pos  # the check reads the film; it never touches a positive
     monkeypatch.setattr(negative_flags, "algorithm1_flags", lambda *a, **k: {z: z in "BCEF" for z in "ABCDEF"})
-    placed = _build(tiny_ils_tasks, tmp_path / "placed", "algorithm1")
+    placed = build_tiny_ils(tmp_path / "placed", negative_check="algorithm1")
     pos, negs = _pairs(placed)
     assert pos == plain_pos and negs
     assert not any(checked(n) and set(brixia_zones(n["location"])) & set("BCEF") for n in negs)

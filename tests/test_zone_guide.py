@@ -131,28 +131,19 @@ class _Reader:
         return _Reading(self.zones, pixels.shape)
 
 
-def _build(tiny_ils_tasks, out, guide: str):
-    from cxrground.ils.build import BackendSpec, build_dataset
-
-    tasks, failures = tiny_ils_tasks
-    build_dataset(tasks, out, IlsConfig(seed=0, zone_guide=guide), BackendSpec(synthesizer="pseudo-normal"),
-                  scan_failures=failures, progress=False)
-    return out
-
-
 def _units(out):
     return [json.loads(p.read_text()) for p in sorted((out / "units").glob("*.json"))]
 
 
 def test_ils_build_with_a_zone_guide_keeps_lung_lesion_masks_in_flagged_named_zones(tmp_path, monkeypatch,
-                                                                                  tiny_ils_tasks):
+                                                                                  build_tiny_ils):
     from cxrground.io.masks import decode_rle, read_mask_png
     from cxrground.lesions import zone_prior
     from cxrground.vocab.lesions import LUNG_LESIONS
 
     monkeypatch.setattr(zone_prior, "shipped_reader", lambda name="zone_prior_v1": _Reader("BC"))
-    out = _build(tiny_ils_tasks, tmp_path / "guided", "zone_prior_v2")
-    again = _build(tiny_ils_tasks, tmp_path / "again", "zone_prior_v2")
+    out = build_tiny_ils(tmp_path / "guided", zone_guide="zone_prior_v2")
+    again = build_tiny_ils(tmp_path / "again", zone_guide="zone_prior_v2")
     assert (out / "mimic_ils_instruction_answer.json").read_bytes() == \
         (again / "mimic_ils_instruction_answer.json").read_bytes()
     data = json.loads((out / "mimic_ils_instruction_answer.json").read_text())
@@ -183,7 +174,7 @@ def test_ils_build_with_a_zone_guide_keeps_lung_lesion_masks_in_flagged_named_zo
     assert "## Lung-lesion masks guided by the zone reader `zone_prior_v2`" in card
     outcomes = Counter(guide_outcome(r) for r in guided)
     assert all(f"| {k} | {n} |" in card for k, n in outcomes.items())
-    plain = _build(tiny_ils_tasks, tmp_path / "plain", "none")
+    plain = build_tiny_ils(tmp_path / "plain", zone_guide="none")
     assert "guided by the zone reader" not in (plain / "card.md").read_text()
 
 

@@ -190,51 +190,33 @@ def render_card(
         lines.append(f"| {label} | {row['reported']:,} | {row['masked']:,} | {pct} |")
     lines += ["", "Reference (paper, default τ): atel. 13.4, pneu. 28.5, effu. 16.0, opac. 21.6, edem. 58.0, "
               "cons. 31.9, avg 28.3.", ""]
-    lines += ["## Studies not in the dataset, by reason", "", "| reason | studies |", "|---|---|"]
-    for reason, n in sorted(rejections.items(), key=lambda kv: (-kv[1], kv[0])):
-        lines.append(f"| {_cell(reason)} | {n:,} |")
-    if not rejections:
-        lines.append("| (none) | 0 |")
-    lines += ["", "## Reported positive findings without a mask, by reason (Algorithm 1 and QC)", "",
-              "| reason | findings |", "|---|---|"]
-    for reason, n in sorted((grounding_reasons or {}).items(), key=lambda kv: (-kv[1], kv[0])):
-        lines.append(f"| {_cell(reason)} | {n:,} |")
-    if not grounding_reasons:
-        lines.append("| (none) | 0 |")
-    lines += [""]
-    lines += ["## Pairs left out by checks, by reason", "", "| reason | pairs |", "|---|---|"]
-    for reason, n in sorted((dropped_pairs or {}).items(), key=lambda kv: (-kv[1], kv[0])):
-        lines.append(f"| {_cell(reason)} | {n:,} |")
-    if not dropped_pairs:
-        lines.append("| (none) | 0 |")
-    lines += [""]
+    lines += ["## Studies not in the dataset, by reason", "", *_count_table("reason", "studies", rejections), ""]
+    lines += ["## Reported positive findings without a mask, by reason (Algorithm 1 and QC)", "",
+              *_count_table("reason", "findings", grounding_reasons), ""]
+    lines += ["## Pairs left out by checks, by reason", "", *_count_table("reason", "pairs", dropped_pairs), ""]
     if placed_negatives is not None:
         lines += ["## Negatives placed away from zones the image reader flags, by reason", "",
                   "A lung-lesion negative whose random region named a flagged zone, or whose global form would name "
                   "both lungs, drawn again among the unflagged regions (left out, and counted above, when none is "
-                  "left).", "", "| reason | negatives |", "|---|---|"]
-        for reason, n in sorted(placed_negatives.items(), key=lambda kv: (-kv[1], kv[0])):
-            lines.append(f"| {_cell(reason)} | {n:,} |")
-        if not placed_negatives:
-            lines.append("| (none) | 0 |")
-        lines += [""]
+                  "left).", "", *_count_table("reason", "negatives", placed_negatives), ""]
     if zone_guide is not None:
         reader, outcomes = zone_guide
         lines += [f"## Lung-lesion masks guided by the zone reader `{reader}`", "",
                   "Reported lung lesions keep a mask only in the zones of their reported location that the reader "
                   "flags; a flagged zone Algorithm 1 left empty is filled where the lesion segmenter's smoothed "
-                  "probability is highest.", "", "| outcome | findings |", "|---|---|"]
-        for outcome, n in sorted(outcomes.items(), key=lambda kv: (-kv[1], kv[0])):
-            lines.append(f"| {_cell(outcome)} | {n:,} |")
-        if not outcomes:
-            lines.append("| (none) | 0 |")
-        lines += [""]
+                  "probability is highest.", "", *_count_table("outcome", "findings", outcomes), ""]
     lines += list(extra_sections)
     lines += ["", "## Masks", "", FRAME_TEXT["native"], ""]
     lines += ["## Backends and settings", "", "```json"]
     lines += [json.dumps({k: provenance[k] for k in sorted(provenance)}, indent=2, sort_keys=True), "```", ""]
     lines += review_lines(review, len(provenance.get("exclude_studies", []) or []))
     return "\n".join(lines)
+
+
+def _count_table(key: str, counted: str, counts: Mapping[str, int] | None) -> list[str]:
+    """A two-column Markdown table of ``counts``, largest first (one "(none)" row when empty)."""
+    rows = [f"| {_cell(k)} | {n:,} |" for k, n in sorted((counts or {}).items(), key=lambda kv: (-kv[1], kv[0]))]
+    return [f"| {key} | {counted} |", "|---|---|", *(rows or ["| (none) | 0 |"])]
 
 
 def _share(x: float | None) -> str:
