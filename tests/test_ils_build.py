@@ -229,6 +229,7 @@ def test_gallery_page(built, cohort, tmp_path):
     assert result.exit_code == 0, result.output
     text = page.read_text()
     assert text.count("data:image/png;base64,") == 3 and "Segment the" in text and "[SEG]" in text
+    assert "<ul class='sec grounding'><li>" in text  # how each reported finding was grounded
 
 
 def test_gallery_page_in_a_missing_folder(built, cohort, tmp_path):

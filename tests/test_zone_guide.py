@@ -174,6 +174,12 @@ def test_ils_build_with_a_zone_guide_keeps_lung_lesion_masks_in_flagged_named_zo
     assert "## Lung-lesion masks guided by the zone reader `zone_prior_v2`" in card
     outcomes = Counter(guide_outcome(r) for r in guided)
     assert all(f"| {k} | {n} |" in card for k, n in outcomes.items())
+    from cxrground.ils.gallery import grounding_lines
+
+    lines = [line for f in sorted((out / "units").glob("*.json")) for line in grounding_lines(f)]
+    assert any("(flagged zones " in line for line in lines)
+    assert all(" flagged zones " not in line for f in sorted((again / "units").glob("*.json"))
+               for line in grounding_lines(f) if line.split(": ")[0] in ("effusion", "cardiomegaly"))
     plain = build_tiny_ils(tmp_path / "plain", zone_guide="none")
     assert "guided by the zone reader" not in (plain / "card.md").read_text()
 

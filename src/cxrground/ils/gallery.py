@@ -1,6 +1,7 @@
 """A self-contained HTML page to browse a built ILS dataset: per study the image with every lesion mask
-overlaid, the chosen report section, and every instruction-answer pair (positives with their mask's
-colour, negatives with their location). Images are embedded as PNG data URLs; no server needed."""
+overlaid, the chosen report section, how each reported finding was grounded (from the study's unit record: grounded
+or why not, and what a zone guide did), and every instruction-answer pair (positives with their mask's colour,
+negatives with their location). Images are embedded as PNG data URLs; no server needed."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from cxrground.ils.layout import UNITS_DIR
+from cxrground.ils.zone_guide import guide_outcome
 from cxrground.io.image import read_image
 from cxrground.io.masks import read_mask_png
 from cxrground.io.overlay import PALETTE, overlay_masks
 
-__all__ = ["render_gallery"]
+__all__ = ["grounding_lines", "render_gallery"]
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:16px;background:#111;color:#ddd}
@@ -41,6 +44,24 @@ def _png_data_url(rgb: np.ndarray, width: int) -> str:
 
 def _hex(colour: tuple[float, float, float]) -> str:
     return "#" + "".join(f"{round(c * 255):02x}" for c in colour)
+
+
+def grounding_lines(unit_file: Path) -> list[str]:
+    """One line per reported positive finding of a study's unit record: lesion, outcome (grounded, or the reason it
+    got no mask) and, with a zone guide, the guided and filled zones; none without the record."""
+    if not unit_file.is_file():
+        return []
+    lines = []
+    for g in json.loads(unit_file.read_text(encoding="utf-8")).get("grounding", []):
+        outcome = guide_outcome(g)
+        if outcome is None:
+            outcome = "grounded" if g.get("status") == "grounded" else f"no mask: {g.get('reason') or g.get('status')}"
+        guide = g.get("zone_guide") or {}
+        if "zones" in guide:
+            filled = f"; filled {' '.join(guide['filled'])}" if guide.get("filled") else ""
+            outcome += f" (flagged zones {' '.join(guide['zones']) or 'none'}{filled})"
+        lines.append(f"{g.get('lesion')}: {outcome}")
+    return lines
 
 
 def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: str | Path, limit: int = 50,
@@ -75,10 +96,13 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
             for n in pairs["negative_pairs"]:
                 rows.append(f"<tr class='neg'><td>{html.escape(n['type'])}</td><td>{html.escape(n['instruction'])}"
                             f"</td><td>{html.escape(n['answer'])}</td><td>{html.escape(n['target'])}</td></tr>")
+            grounding = "".join(f"<li>{html.escape(line)}</li>"
+                                for line in grounding_lines(root / UNITS_DIR / f"{key}.json"))
             parts.append(
                 f"<div class='study'><img alt='{html.escape(key)}' src='{_png_data_url(rgb, width)}'>"
                 f"<div><h2>{html.escape(key)} · {html.escape(split_name)} · {html.escape(study['section_name'])}</h2>"
                 f"<div class='sec'>{html.escape(study['section_content'])}</div>"
+                + (f"<ul class='sec grounding'>{grounding}</ul>" if grounding else "") +
                 "<table><tr><th>type</th><th>instruction</th><th>answer</th><th>target</th></tr>"
                 + "".join(rows) + "</table></div></div>")
             shown += 1
