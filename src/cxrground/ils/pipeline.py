@@ -263,7 +263,7 @@ def _guided(f: Any, result: Any, lesion_mask: np.ndarray | None, guide: Any, loc
     """The finding ``f`` grounded with a zone guide (:mod:`cxrground.ils.zone_guide`); ``record`` (its grounding
     record) says which zones were guided and filled, or why no mask was left."""
     from cxrground.ils.verify import verify_location
-    from cxrground.ils.zone_guide import UNFLAGGED, guide_mask
+    from cxrground.ils.zone_guide import NOTHING_LEFT, UNFLAGGED, guide_mask
 
     zones = guide.guided_zones(f)
     record["zone_guide"] = {"reader": guide.reader, "zones": zones}
@@ -275,7 +275,7 @@ def _guided(f: Any, result: Any, lesion_mask: np.ndarray | None, guide: Any, loc
     record["algorithm1"] = bool(result.grounded)
     native = box.mask_to_native(mask) if mask.any() else None
     if native is None or not native.any():
-        record.update(status="empty", reason="zone_guide_empty")
+        record.update(status="empty", reason=NOTHING_LEFT)
         return GroundedFinding(f, None, (), False)
     record.update(status="grounded", reason=None)
     check = verify_location(f.reported_location or ("right lung", "left lung"), locations, (), config, covered=mask)
@@ -293,7 +293,8 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
     after the study key and pairs (locations, letterbox, probability, threshold, heart + mediastinum); such a
     synthesizer's lung-lesion and effusion masks are clipped off the heart and mediastinum. Last, with
     ``config.negative_check`` set, the zone reader's flags (read on the canvas) for placing the negatives
-    (:class:`~cxrground.ils.compose.NegativePlacement`), else None.
+    (:class:`~cxrground.ils.compose.NegativePlacement`), else None. With ``config.zone_guide`` set, lung-lesion
+    masks are shaped by that zone reader (:mod:`cxrground.ils.zone_guide`); each reader reads the canvas once.
     A positive finding without any reported location blocks every empty location (we cannot know where it is).
     """
     from cxrground.ils.grounding import ground_finding

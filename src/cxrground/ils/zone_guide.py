@@ -30,8 +30,8 @@ from cxrground.ils.zone_map import brixia_zones
 from cxrground.reports.findings import Finding
 from cxrground.vocab.lesions import LUNG_LESIONS
 
-__all__ = ["FILL_MIN_COMPONENT", "FILL_SIGMA", "MIN_ZONE_COVER", "UNFLAGGED", "ZoneGuide", "fill_zone",
-           "finding_zones", "guide_mask", "guide_outcome"]
+__all__ = ["FILL_MIN_COMPONENT", "FILL_SIGMA", "MIN_ZONE_COVER", "NOTHING_LEFT", "UNFLAGGED", "ZoneGuide",
+           "fill_zone", "finding_zones", "guide_mask", "guide_outcome"]
 
 #: A guided zone counts as covered by Algorithm 1's mask at this share of its pixels; below it, it is filled.
 MIN_ZONE_COVER: Final[float] = 0.01
@@ -41,6 +41,8 @@ FILL_SIGMA: Final[float] = 0.02
 FILL_MIN_COMPONENT: Final[float] = 0.005
 #: Grounding record reason of a finding whose named zones the reader flags none of.
 UNFLAGGED: Final[str] = "zone_guide_unflagged"
+#: Grounding record reason of a finding whose guided mask came out empty (flagged zones with no pixel left).
+NOTHING_LEFT: Final[str] = "zone_guide_empty"
 
 
 def finding_zones(finding: Finding) -> list[str]:
