@@ -28,7 +28,7 @@ from cxrground.evaluation.percept.clients.hf import HFClient  # noqa: E402
 from cxrground.evaluation.percept.conversation import Conversation, image_data_url, plan_benchmark  # noqa: E402
 from cxrground.percept.schema import load_benchmark  # noqa: E402
 from cxrground.testing.mock_bench import make_benchmark  # noqa: E402
-from cxrground.vocab import percept_templates as pt  # noqa: E402
+from cxrground.testing.vlm_families import chat_tokenizer  # noqa: E402
 
 IMAGE_SIZE, PATCH = 16, 8
 TOKENS_PER_IMAGE = (IMAGE_SIZE // PATCH) ** 2  # CLS dropped ("default" feature selection)
@@ -47,21 +47,7 @@ CHAT_TEMPLATE = (
 
 
 def _tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    corpus = [pt.SYSTEM_PROMPT, pt.CONTOUR_EVAL, pt.INITIAL_CONTEXT, pt.EXPANSION, pt.CONTRACTION,
-              pt.REVISION_RESULT, pt.DISTRIBUTION, pt.LOCATION, pt.SEVERITY, pt.COMPARISON,
-              "Options: Yes No None Answer: USER: ASSISTANT: SYSTEM: edema lung"] * 3
-    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(corpus, trainer=trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<unk>", "<s>", "</s>", "<image>"], show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    return PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                                   pad_token="<unk>", extra_special_tokens={"image_token": "<image>"},
-                                   model_max_length=1 << 15)
+    return chat_tokenizer(["<image>"], {"image_token": "<image>"}, roles="USER: ASSISTANT: SYSTEM:")
 
 
 def build_tiny_llava(folder: Path) -> Path:

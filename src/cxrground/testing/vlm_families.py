@@ -27,13 +27,16 @@ IDEFICS_SIDE, IDEFICS_SEQ = 32, 4  # sub-image side and its tokens: (32/8)^2 / s
 INTERNVL_SEQ = 4  # (32/8)^2 * downsample_ratio^2
 
 
-def _tokenizer(specials: Sequence[str], named: dict[str, str], bos: str = "<s>", eos: str = "</s>") -> Any:
+def chat_tokenizer(specials: Sequence[str], named: dict[str, str], bos: str = "<s>", eos: str = "</s>",
+                   roles: str = "user assistant system model User Assistant") -> Any:
+    """A byte-level BPE tokenizer (400 tokens) trained on the CheXpercept templates and the chat ``roles``, with the
+    family's special tokens (``specials``; ``named``: the processor's named ones, e.g. ``image_token``)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     corpus = [pt.SYSTEM_PROMPT, pt.CONTOUR_EVAL, pt.INITIAL_CONTEXT, pt.EXPANSION, pt.CONTRACTION,
               pt.REVISION_RESULT, pt.DISTRIBUTION, pt.LOCATION, pt.SEVERITY, pt.COMPARISON,
-              "Options: Yes No None Answer: user assistant system model User Assistant edema lung"] * 3
+              f"Options: Yes No None Answer: {roles} edema lung"] * 3
     bpe = Tokenizer(models.BPE(unk_token="<unk>"))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
@@ -108,7 +111,7 @@ _QWEN_SPECIALS = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_en
 def _qwen(folder: Path, version: str) -> Path:
     import transformers
 
-    tok = _tokenizer(_QWEN_SPECIALS, {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"})
+    tok = chat_tokenizer(_QWEN_SPECIALS, {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"})
     ids = tok.convert_tokens_to_ids
     image_processor = transformers.Qwen2VLImageProcessor(min_pixels=QWEN_PIXELS[0], max_pixels=QWEN_PIXELS[1],
                                                          patch_size=14, merge_size=2, temporal_patch_size=2)
@@ -153,9 +156,10 @@ def build_gemma3(folder: Path) -> Path:
     """Gemma 3 (``Gemma3ForConditionalGeneration``; MedGemma is the same architecture): SigLIP + pooled tokens."""
     import transformers
 
-    tok = _tokenizer(["<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>", "<image_soft_token>"],
-                     {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
-                      "image_token": "<image_soft_token>"}, bos="<bos>", eos="<eos>")
+    tok = chat_tokenizer(
+        ["<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>", "<image_soft_token>"],
+        {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"},
+        bos="<bos>", eos="<eos>")
     ids = tok.convert_tokens_to_ids
     config = transformers.Gemma3Config(
         text_config=_llm(tok, head_dim=16, sliding_window=64),
@@ -184,9 +188,9 @@ _IDEFICS_SPECIALS = ["<|im_start|>", "<fake_token_around_image>", "<image>", "<e
 def _idefics(folder: Path, family: str) -> Path:
     import transformers
 
-    tok = _tokenizer(_IDEFICS_SPECIALS, {"image_token": "<image>", "fake_image_token": "<fake_token_around_image>",
-                                         "end_of_utterance_token": "<end_of_utterance>",
-                                         "global_image_token": "<global-img>"})
+    tok = chat_tokenizer(_IDEFICS_SPECIALS, {"image_token": "<image>", "fake_image_token": "<fake_token_around_image>",
+                                             "end_of_utterance_token": "<end_of_utterance>",
+                                             "global_image_token": "<global-img>"})
     vision = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
               "image_size": IDEFICS_SIDE, "patch_size": 8}
     common = {"text_config": _llm(tok), "vision_config": vision, "scale_factor": 2,
@@ -234,9 +238,9 @@ def build_internvl(folder: Path) -> Path:
     """InternVL 3 in the transformers layout (``InternVLForConditionalGeneration``, ``OpenGVLab/InternVL3-*-hf``)."""
     import transformers
 
-    tok = _tokenizer(["<|im_start|>", "<|im_end|>", "<img>", "</img>", "<IMG_CONTEXT>", "<video>"],
-                     {"start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
-                      "video_token": "<video>"})
+    tok = chat_tokenizer(["<|im_start|>", "<|im_end|>", "<img>", "</img>", "<IMG_CONTEXT>", "<video>"],
+                         {"start_image_token": "<img>", "end_image_token": "</img>",
+                          "context_image_token": "<IMG_CONTEXT>", "video_token": "<video>"})
     config = transformers.InternVLConfig(
         text_config={"model_type": "qwen2", **_llm(tok)},
         vision_config={"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
