@@ -118,6 +118,8 @@ def test_no_flags_or_no_placement_composes_as_without_the_check():
 class _FlagReader:
     """Stands in for the shipped ``zone_prior_v1`` reader: fixed negative flags."""
 
+    flag = 0.5
+
     def __init__(self, zones: str) -> None:
         self.zones = zones
 
@@ -129,7 +131,7 @@ class _FlagReading:
     def __init__(self, zones: str) -> None:
         self.zones = zones
 
-    def negative_flags(self):
+    def negative_flags(self, threshold):
         return flags(*self.zones)
 
 

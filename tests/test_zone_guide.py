@@ -116,14 +116,16 @@ class _Reading:
         self.lesion_map = np.zeros(shape, np.float32)
         self.lesion_map[:, : shape[1] // 2] = 1.0
 
-    def flags(self):
+    def flags(self, threshold):
         return {z: z in self.zones for z in "ABCDEF"}
 
-    def negative_flags(self):
-        return self.flags()
+    def negative_flags(self, threshold):
+        return self.flags(threshold)
 
 
 class _Reader:
+    flag = 0.5
+
     def __init__(self, zones: str) -> None:
         self.zones = zones
 

@@ -270,7 +270,8 @@ def _guided(f: Any, result: Any, lesion_mask: np.ndarray | None, guide: Any, loc
     if not zones:
         record.update(status="empty", reason=UNFLAGGED)
         return GroundedFinding(f, None, (), False)
-    mask, filled = guide_mask(lesion_mask if result.grounded else None, zones, locations, guide.probability, centre)
+    mask, filled = guide_mask(lesion_mask if result.grounded else None, zones, locations, guide.smoothed, centre,
+                              sigma=0.0)
     record["zone_guide"]["filled"] = filled
     record["algorithm1"] = bool(result.grounded)
     native = box.mask_to_native(mask) if mask.any() else None
@@ -316,12 +317,13 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
     centre = _lesion_free_centre(config, backends, ev, r_c, l_c, h_c if heart is not None else None)
     readings: dict[str, Any] = {}
 
-    def read_zones(name: str) -> Any:
-        """The zone reader ``name``'s reading of the canvas (read once per study)."""
+    def read_zones(name: str) -> tuple[Any, float]:
+        """The zone reader ``name``'s reading of the canvas (read once per study) and the reader's flag threshold."""
         if name not in readings:
             from cxrground.lesions.zone_prior import shipped_reader
 
-            readings[name] = shipped_reader(name).read_film(canvas, r_c, l_c, h_c if heart is not None else None)
+            reader = shipped_reader(name)
+            readings[name] = (reader.read_film(canvas, r_c, l_c, h_c if heart is not None else None), reader.flag)
         return readings[name]
 
     placement = None
@@ -334,14 +336,15 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
 
             flags = algorithm1_flags(ground_probe, locations, centre)
         else:
-            flags = read_zones(config.negative_check).negative_flags()
+            reading, flag = read_zones(config.negative_check)
+            flags = reading.negative_flags(flag)
         placement = NegativePlacement(unexplained(flags, findings), config.negative_check)
     guide = None
     if config.zone_guide != "none":
         from cxrground.ils.zone_guide import ZoneGuide
 
-        reading = read_zones(config.zone_guide)
-        guide = ZoneGuide(config.zone_guide, reading.flags(), reading.lesion_map)
+        reading, flag = read_zones(config.zone_guide)
+        guide = ZoneGuide(config.zone_guide, reading.flags(flag), reading.lesion_map)
     grounded: list[GroundedFinding] = []
     records: list[dict[str, Any]] = []
     for f in findings:

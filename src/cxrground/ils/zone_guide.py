@@ -18,6 +18,7 @@ Masks stay off the heart outline and the mediastinum as in every build. Rules fi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -25,16 +26,16 @@ from typing import Final
 import numpy as np
 from scipy import ndimage
 
-from cxrground.ils.negative_flags import ZONE_LABELS
+from cxrground.ils.negative_flags import MIN_ZONE_COVER, ZONE_LABELS
 from cxrground.ils.zone_map import brixia_zones
 from cxrground.reports.findings import Finding
 from cxrground.vocab.lesions import LUNG_LESIONS
 
 __all__ = ["FILL_MIN_COMPONENT", "FILL_SIGMA", "MIN_ZONE_COVER", "NOTHING_LEFT", "UNFLAGGED", "ZoneGuide",
-           "fill_zone", "finding_zones", "guide_mask", "guide_outcome"]
+           "fill_zone", "finding_zones", "guide_mask", "guide_outcome", "smooth_probability"]
 
-#: A guided zone counts as covered by Algorithm 1's mask at this share of its pixels; below it, it is filled.
-MIN_ZONE_COVER: Final[float] = 0.01
+#: A guided zone counts as covered by Algorithm 1's mask at :data:`MIN_ZONE_COVER` of its pixels (the share at which
+#: the negative checks and the benchmarks call a zone grounded); below it, it is filled.
 #: Gaussian σ of the probability smoothing before a fill, as a share of the canvas side.
 FILL_SIGMA: Final[float] = 0.02
 #: A fill keeps only connected parts of at least this share of the zone's pixels.
@@ -50,15 +51,23 @@ def finding_zones(finding: Finding) -> list[str]:
     return brixia_zones(finding.reported_location) if finding.reported_location else list(ZONE_LABELS)
 
 
+def smooth_probability(probability: np.ndarray, sigma: float = FILL_SIGMA) -> np.ndarray:
+    """``probability`` smoothed with a Gaussian of σ = ``sigma`` × the map's longer side (float32; unchanged for
+    ``sigma`` 0)."""
+    p = np.asarray(probability, np.float32)
+    return ndimage.gaussian_filter(p, sigma * max(p.shape)) if sigma > 0 else p
+
+
 def fill_zone(zone: np.ndarray, probability: np.ndarray, centre: np.ndarray | None = None,
               sigma: float = FILL_SIGMA, min_component: float = FILL_MIN_COMPONENT) -> np.ndarray:
-    """The part of ``zone`` (``centre`` removed) where the smoothed ``probability`` is at or above the zone's
-    median, without connected parts smaller than ``min_component`` of the zone (empty for an empty zone)."""
+    """The part of ``zone`` (``centre`` removed) where the smoothed ``probability`` (:func:`smooth_probability`;
+    ``sigma`` 0 for a map smoothed already) is at or above the zone's median, without connected parts smaller than
+    ``min_component`` of the zone (empty for an empty zone)."""
     region = np.asarray(zone, bool) & (~np.asarray(centre, bool) if centre is not None else True)
     n = int(region.sum())
     if n == 0:
         return np.zeros(region.shape, bool)
-    smooth = ndimage.gaussian_filter(np.asarray(probability, np.float32), sigma * max(region.shape))
+    smooth = smooth_probability(probability, sigma)
     fill = region & (smooth >= np.median(smooth[region]))
     labels, count = ndimage.label(fill)
     if count:
@@ -68,13 +77,14 @@ def fill_zone(zone: np.ndarray, probability: np.ndarray, centre: np.ndarray | No
 
 
 def guide_mask(mask: np.ndarray | None, guided: list[str], locations: Mapping[str, np.ndarray],
-               probability: np.ndarray, centre: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
+               probability: np.ndarray, centre: np.ndarray | None = None,
+               sigma: float = FILL_SIGMA) -> tuple[np.ndarray, list[str]]:
     """Algorithm 1's ``mask`` (None when it drew none) cut to the ``guided`` zones' location masks, each guided zone
-    it covers less than :data:`MIN_ZONE_COVER` of filled by :func:`fill_zone` (all on one canvas); also the zones
-    that were filled."""
-    first = next(iter(locations.values()))
-    out = np.zeros(first.shape, bool)
-    base = np.asarray(mask, bool) if mask is not None else out
+    it covers less than :data:`MIN_ZONE_COVER` of filled by :func:`fill_zone` (all on one canvas; ``sigma`` as
+    there); also the zones that were filled."""
+    shape = next(iter(locations.values())).shape
+    out = np.zeros(shape, bool)
+    base = np.asarray(mask, bool) if mask is not None else np.zeros(shape, bool)
     filled: list[str] = []
     for zone in guided:
         region = np.asarray(locations[ZONE_LABELS[zone]], bool)
@@ -82,7 +92,7 @@ def guide_mask(mask: np.ndarray | None, guided: list[str], locations: Mapping[st
             region = region & ~np.asarray(centre, bool)
         part = base & region
         if region.any() and part.sum() < MIN_ZONE_COVER * region.sum():
-            part = fill_zone(region, probability)
+            part = fill_zone(region, probability, sigma=sigma)
             filled.append(zone)
         out |= part
     return out, filled
@@ -110,6 +120,11 @@ class ZoneGuide:
     reader: str
     flags: Mapping[str, bool]
     probability: np.ndarray
+
+    @functools.cached_property
+    def smoothed(self) -> np.ndarray:
+        """The probability map smoothed for fills (:func:`smooth_probability`), computed once per film."""
+        return smooth_probability(self.probability)
 
     def guides(self, finding: Finding) -> bool:
         """True for findings the guide shapes: present or uncertain lung lesions."""
