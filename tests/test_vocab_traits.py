@@ -41,7 +41,7 @@ FORMER_COLOURS = {"cardiomegaly": (255, 200, 0), "pneumonia": (255, 60, 60), "at
 PNEUMOTHORAX = LesionTraits(
     name="pneumothorax", abbreviation="PX", anatomy="pleura", extent="focal", contrast="darker",
     lesion_inference=False, umbrella=False, li_negative_target=False, heart_mask=False, ctr_rule=False,
-    base_completion=False, thresholds="general", colour=(200, 200, 200),
+    base_completion=False, zone_fill=False, thresholds="general", colour=(200, 200, 200),
     percept=PerceptTraits(stages=PERCEPT_STAGES, detection="suggestive", heart_note=True, deform="lung"),
 )
 

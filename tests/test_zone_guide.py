@@ -89,6 +89,17 @@ def test_guide_mask_cuts_algorithm1_to_guided_zones_and_fills_empty_ones():
     centre = np.zeros_like(right)
     centre[:, 40:] = True
     assert not (guide_mask(algo, ["A", "C"], loc, prob, centre)[0] & centre).any()
+    cut, none_filled = guide_mask(algo, ["A", "C"], loc, prob, fill=False)
+    assert none_filled == [] and np.array_equal(cut, algo & upper)  # no fill: only the cut
+    assert not guide_mask(None, ["C"], loc, prob, fill=False)[0].any()
+
+
+def test_only_airspace_lesions_are_filled():
+    from cxrground.vocab.lesions import LUNG_LESIONS
+    from cxrground.vocab.traits import traits
+
+    assert [le for le in LUNG_LESIONS if traits(le).zone_fill] == ["pneumonia", "opacity", "consolidation", "edema"]
+    assert not traits("atelectasis").zone_fill
 
 
 def test_verify_location_reads_a_covered_mask_instead_of_boxes():
@@ -172,6 +183,7 @@ def test_ils_build_with_a_zone_guide_keeps_lung_lesion_masks_in_flagged_named_zo
     unflagged = [r for r in guided if r["reason"] == UNFLAGGED]
     assert all(r["status"] == "empty" and not r["zone_guide"]["zones"] for r in unflagged)
     assert all(set(r["zone_guide"]["zones"]) <= set("BC") for r in guided)
+    assert all(not r["zone_guide"].get("filled") for r in guided if r["lesion"] == "atelectasis")
     card = (out / "card.md").read_text()
     assert "## Lung-lesion masks guided by the zone reader `zone_prior_v2`" in card
     outcomes = Counter(guide_outcome(r) for r in guided)

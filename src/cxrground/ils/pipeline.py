@@ -271,7 +271,7 @@ def _guided(f: Any, result: Any, lesion_mask: np.ndarray | None, guide: Any, loc
         record.update(status="empty", reason=UNFLAGGED)
         return GroundedFinding(f, None, (), False)
     mask, filled = guide_mask(lesion_mask if result.grounded else None, zones, locations, guide.smoothed, centre,
-                              sigma=0.0)
+                              sigma=0.0, fill=traits(f.lesion).zone_fill)
     record["zone_guide"]["filled"] = filled
     record["algorithm1"] = bool(result.grounded)
     native = box.mask_to_native(mask) if mask.any() else None

@@ -10,10 +10,11 @@ the shape:
    *guided* zones are those the reader flags;
 2. no guided zone: the finding gets no mask, so no positive pair (recorded as ``zone_guide_unflagged``);
 3. otherwise Algorithm 1's mask is cut to the guided zones, and a guided zone it covers less than
-   :data:`MIN_ZONE_COVER` of is filled by :func:`fill_zone` from the lesion segmenter's probability map.
+   :data:`MIN_ZONE_COVER` of is filled by :func:`fill_zone` from the lesion segmenter's probability map, for
+   lesions whose trait ``zone_fill`` allows it (airspace disease; atelectasis is only cut).
 
 Masks stay off the heart outline and the mediastinum as in every build. Rules fixed in
-``bench/records/zone_guide_preregistration.md``.
+``bench/records/zone_guide_preregistration.md`` and ``bench/records/zone_guide_fill_preregistration.md``.
 """
 
 from __future__ import annotations
@@ -78,10 +79,10 @@ def fill_zone(zone: np.ndarray, probability: np.ndarray, centre: np.ndarray | No
 
 def guide_mask(mask: np.ndarray | None, guided: list[str], locations: Mapping[str, np.ndarray],
                probability: np.ndarray, centre: np.ndarray | None = None,
-               sigma: float = FILL_SIGMA) -> tuple[np.ndarray, list[str]]:
+               sigma: float = FILL_SIGMA, fill: bool = True) -> tuple[np.ndarray, list[str]]:
     """Algorithm 1's ``mask`` (None when it drew none) cut to the ``guided`` zones' location masks, each guided zone
-    it covers less than :data:`MIN_ZONE_COVER` of filled by :func:`fill_zone` (all on one canvas; ``sigma`` as
-    there); also the zones that were filled."""
+    it covers less than :data:`MIN_ZONE_COVER` of filled by :func:`fill_zone` unless ``fill`` is False (all on one
+    canvas; ``sigma`` as there); also the zones that were filled."""
     shape = next(iter(locations.values())).shape
     out = np.zeros(shape, bool)
     base = np.asarray(mask, bool) if mask is not None else np.zeros(shape, bool)
@@ -91,7 +92,7 @@ def guide_mask(mask: np.ndarray | None, guided: list[str], locations: Mapping[st
         if centre is not None:
             region = region & ~np.asarray(centre, bool)
         part = base & region
-        if region.any() and part.sum() < MIN_ZONE_COVER * region.sum():
+        if fill and region.any() and part.sum() < MIN_ZONE_COVER * region.sum():
             part = fill_zone(region, probability, sigma=sigma)
             filled.append(zone)
         out |= part

@@ -125,6 +125,11 @@ class LesionTraits:
     """Negatives only when the cardiothoracic ratio is ≤ ``IlsConfig.ctr_negative_max`` (0.45, ILS §9.4)."""
     base_completion: bool
     """Algorithm 1's mask is completed down to the costophrenic angle (ILS §9.3 effusion base completion)."""
+    zone_fill: bool
+    """Under a zone guide (``ils build --zone-guide``), a flagged zone its Algorithm 1 mask leaves empty may be filled
+    from the lesion probability map: airspace disease fills the part of a zone it occupies; atelectasis is a band,
+    a plate or a collapsed lobe, so it is only cut to the flagged zones (rule in
+    ``bench/records/zone_guide_fill_preregistration.md``)."""
     thresholds: ThresholdGroup
     """Column of ILS Table 7 (``IlsConfig.general`` or ``IlsConfig.edema``)."""
     colour: tuple[int, int, int]
@@ -147,6 +152,9 @@ class LesionTraits:
             raise ValueError(f"lesion traits of {owner!r}: colour must be three integers 0-255, got {self.colour}")
         if self.ctr_rule and not self.heart_mask:
             raise ValueError(f"lesion traits of {owner!r}: the CTR rule needs heart_mask (the CTR measures the heart)")
+        if self.zone_fill and self.anatomy != "lung":
+            raise ValueError(f"lesion traits of {owner!r}: zone_fill is for lung lesions (the zone guide shapes "
+                             "only those)")
         if self.heart_mask and (self.lesion_inference or self.li_negative_target or self.umbrella):
             raise ValueError(f"lesion traits of {owner!r}: a heart-mask lesion has global pairs only "
                              "(no lesion inference, no umbrella negatives)")
@@ -166,32 +174,32 @@ LESION_TRAITS: Final[dict[str, LesionTraits]] = {
     for t in (
         LesionTraits(name="cardiomegaly", abbreviation="CA", anatomy="heart", extent="focal", contrast="brighter",
                      lesion_inference=False, umbrella=False, li_negative_target=False, heart_mask=True,
-                     ctr_rule=True, base_completion=False, thresholds="general", colour=(255, 200, 0),
-                     percept=_ORGAN),
+                     ctr_rule=True, base_completion=False, zone_fill=False, thresholds="general",
+                     colour=(255, 200, 0), percept=_ORGAN),
         LesionTraits(name="pneumonia", abbreviation="PN", anatomy="lung", extent="focal", contrast="brighter",
                      lesion_inference=True, umbrella=False, li_negative_target=False, heart_mask=False,
-                     ctr_rule=False, base_completion=False, thresholds="general", colour=(255, 60, 60),
-                     percept=_LUNG),
+                     ctr_rule=False, base_completion=False, zone_fill=True, thresholds="general",
+                     colour=(255, 60, 60), percept=_LUNG),
         LesionTraits(name="atelectasis", abbreviation="AT", anatomy="lung", extent="focal", contrast="brighter",
                      lesion_inference=True, umbrella=False, li_negative_target=False, heart_mask=False,
-                     ctr_rule=False, base_completion=False, thresholds="general", colour=(0, 200, 255),
-                     percept=_LUNG),
+                     ctr_rule=False, base_completion=False, zone_fill=False, thresholds="general",
+                     colour=(0, 200, 255), percept=_LUNG),
         LesionTraits(name="opacity", abbreviation="OP", anatomy="lung", extent="focal", contrast="brighter",
                      lesion_inference=False, umbrella=True, li_negative_target=True, heart_mask=False,
-                     ctr_rule=False, base_completion=False, thresholds="general", colour=(255, 120, 255),
-                     percept=_LUNG_PLAIN),
+                     ctr_rule=False, base_completion=False, zone_fill=True, thresholds="general",
+                     colour=(255, 120, 255), percept=_LUNG_PLAIN),
         LesionTraits(name="consolidation", abbreviation="CO", anatomy="lung", extent="focal", contrast="brighter",
                      lesion_inference=False, umbrella=True, li_negative_target=False, heart_mask=False,
-                     ctr_rule=False, base_completion=False, thresholds="general", colour=(255, 140, 0),
-                     percept=_LUNG_PLAIN),
+                     ctr_rule=False, base_completion=False, zone_fill=True, thresholds="general",
+                     colour=(255, 140, 0), percept=_LUNG_PLAIN),
         LesionTraits(name="edema", abbreviation="ED", anatomy="lung", extent="diffuse", contrast="brighter",
                      lesion_inference=True, umbrella=False, li_negative_target=False, heart_mask=False,
-                     ctr_rule=False, base_completion=False, thresholds="edema", colour=(80, 255, 80),
-                     percept=_LUNG),
+                     ctr_rule=False, base_completion=False, zone_fill=True, thresholds="edema",
+                     colour=(80, 255, 80), percept=_LUNG),
         LesionTraits(name="effusion", abbreviation="EF", anatomy="pleura", extent="focal", contrast="brighter",
                      lesion_inference=False, umbrella=False, li_negative_target=False, heart_mask=False,
-                     ctr_rule=False, base_completion=True, thresholds="general", colour=(60, 110, 255),
-                     percept=_LUNG),
+                     ctr_rule=False, base_completion=True, zone_fill=False, thresholds="general",
+                     colour=(60, 110, 255), percept=_LUNG),
     )
 }
 
