@@ -41,7 +41,8 @@ def copy_shippable(pack: Pack, out: Path) -> int:
         for path in (rec.image_path, rec.right_mask_path, rec.left_mask_path, rec.ignore_mask_path):
             if path is not None:
                 shutil.copy2(path, out / "cohen" / path.parent.name / path.name)
-    for name, header in (("labels.csv", "image,labels,view,age,sex,orig_size"), ("boxes_512.csv", "image,label,x,y,w,h")):
+    nih_headers = {"labels.csv": "image,labels,view,age,sex,orig_size", "boxes_512.csv": "image,label,x,y,w,h"}
+    for name, header in nih_headers.items():
         (out / "nih" / name).write_text(header + "\n")
     return len(rows)
 

@@ -12,10 +12,11 @@ Run: ``.venv/bin/python bench/ils_build.py [--studies 40] [--speed-studies 8] [-
    as MIMIC-CXR-JPG), built the same way; prints the same numbers and where the 2800-px time goes
    (``cProfile``, top functions by own time).
 2. **Quality**: builds the 512-px cohort with the default (the normative model fitted on the build's own
-   report-normal studies, trimmed, band 0, detector strength 0.14), the default before issue 14's real-film
-   changes, the pseudo-normal image, the shipped ``normative_v1``, an unshrunk fit and the ``trim=prior`` fit,
-   with the U-Net and with the cohort's exact anatomy masks, and the learned lesion segmenter (``lesion-unet``,
-   pairs checked against the image), the default with the ``zone_prior_v1`` check of negatives
+   report-normal studies, trimmed, band 0, detector strength 0.14, lung-lesion masks guided by ``zone_prior_v2``),
+   the default without the zone guide (Algorithm 1 alone) and with ``zone_prior_v1`` guiding, the former default
+   of the normative model, the pseudo-normal image, the shipped ``normative_v1``, an unshrunk fit and the
+   ``trim=prior`` fit, with the U-Net and with the cohort's exact anatomy masks, and the learned lesion segmenter
+   (``lesion-unet``, pairs checked against the image), the default with the ``zone_prior_v1`` check of negatives
    (``--negative-check zone_prior_v1``, ``zone_prior_v2``), and prints
    studies/s/core, gIoU / cIoU of the generated masks, recall of reported findings and the share of
    negatives that are truly lesion-free (``cxrground.ils.quality``).
@@ -149,9 +150,10 @@ def main() -> None:
     shipped, cohort_fit = {"model": "shipped"}, {"model": "cohort"}
     before = {"synthesizer_kwargs": {"band": "2", "trim": "off"}, "detector_kwargs": {"strength_mid": "0.26"}}
     runs = [
-        ("unet, normative fitted, trim=cohort, band 0, detector strength 0.14 (default)", 1.0, BackendSpec()),
-        ("unet, normative fitted, trim=off, band 2, detector strength 0.26 (default before issue 14's real-film "
-         "changes)", 1.0, BackendSpec(synthesizer="normative", **before)),
+        ("unet, normative fitted, trim=cohort, band 0, detector strength 0.14, zone guide zone_prior_v2 (default)", 1.0,
+         BackendSpec()),
+        ("unet, normative fitted, trim=off, band 2, detector strength 0.26 (former normative default)", 1.0,
+         BackendSpec(synthesizer="normative", **before)),
         ("unet, pseudo-normal", 1.0, BackendSpec(synthesizer="pseudo-normal")),
         ("unet, normative shipped normative_v1", 1.0, BackendSpec(synthesizer="normative", synthesizer_kwargs=shipped)),
         ("unet, normative fitted, not shrunk", 1.0,
@@ -169,8 +171,8 @@ def main() -> None:
         ("unet, normative default + zone_prior_v1 check of negatives", 1.0, BackendSpec()),
         ("unet, normative default + zone_prior_v2 check of negatives", 1.0, BackendSpec()),
         ("unet, normative default + algorithm1 check of negatives", 1.0, BackendSpec()),
-        ("unet, normative default + zone guide zone_prior_v2 of lung-lesion masks", 1.0, BackendSpec()),
-        ("unet, normative default + zone guide zone_prior_v1 of lung-lesion masks", 1.0, BackendSpec()),
+        ("unet, normative default, no zone guide (Algorithm 1 alone)", 1.0, BackendSpec()),
+        ("unet, normative default, zone guide zone_prior_v1 instead of zone_prior_v2", 1.0, BackendSpec()),
         ("unet, normative default, negatives kept off lungs with a reported finding", 1.0, BackendSpec()),
         ("unet, normative default, masks not clipped off the heart and mediastinum", 1.0, BackendSpec()),
         ("truth anatomy, normative default, masks not clipped off the heart and mediastinum", 1.0,
@@ -182,7 +184,8 @@ def main() -> None:
         out = work / f"run{i}"
         start = time.perf_counter()
         check = next((r for r in NEGATIVE_CHECKS if f"{r} check" in name), "none")
-        guide = next((r for r in ZONE_GUIDES if f"zone guide {r}" in name), "none")
+        guide = "none" if "no zone guide" in name else \
+            next((r for r in ZONE_GUIDES if f"zone guide {r}" in name), IlsConfig().zone_guide)
         config = IlsConfig(seed=0, negative_check=check, lung_lesions_off_centre="not clipped" not in name,
                            negative_exclusion="lung" if "negatives kept off lungs" in name else "location",
                            zone_guide=guide)

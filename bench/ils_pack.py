@@ -87,7 +87,7 @@ def scores(truth: np.ndarray, pred: np.ndarray) -> str:
 def cohen_ils_dataset(pack: Pack, work: Path, segmenter: str, limit: int | None = None, synthesizer: str = "normative",
                       synthesizer_kwargs: dict[str, Any] | None = None,
                       detector_kwargs: dict[str, Any] | None = None, negative_check: str = "none",
-                      negative_exclusion: str = "location", zone_guide: str = "none") -> dict[str, Any]:
+                      negative_exclusion: str = "location", zone_guide: str = IlsConfig().zone_guide) -> dict[str, Any]:
     """Build ``work/dataset`` from the COVID-19 collection rows with notes (the first ``limit``); returns
     ``{study_id: row}``. The notes are the reports; ``segmenter`` masks = the pack's lung masks."""
     rows = [r for r in pack.cohen() if r.notes][:limit]
@@ -151,8 +151,9 @@ def main() -> None:
     parser.add_argument("--negative-exclusion", default="location", choices=list(NEGATIVE_EXCLUSIONS),
                         help="where a reported finding keeps lung-lesion negatives away "
                              "(ils build --negative-exclusion)")
-    parser.add_argument("--zone-guide", default="none", choices=list(ZONE_GUIDES),
-                        help="zone reader guiding lung-lesion masks (ils build --zone-guide)")
+    parser.add_argument("--zone-guide", default=IlsConfig().zone_guide, choices=list(ZONE_GUIDES),
+                        help="zone reader guiding lung-lesion masks (ils build --zone-guide; none: Algorithm 1 "
+                             "alone)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--limit", type=int, default=None, help="only the first N noted rows (exploration)")
     args = parser.parse_args()

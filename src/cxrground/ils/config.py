@@ -141,12 +141,12 @@ class IlsConfig:
     reported in either lung (otherwise a basic negative over the empty labels). Reports name where disease is worst,
     not everywhere it is."""
 
-    zone_guide: str = "none"
-    """Lung-lesion masks guided by a zone reader: ``none`` (Algorithm 1 alone), or ``zone_prior_v1`` /
-    ``zone_prior_v2``: a reported lung lesion keeps a mask only in the zones of its reported location that the
-    reader flags (Algorithm 1's mask cut to them, a flagged zone it leaves empty filled where the lesion
+    zone_guide: str = "zone_prior_v2"
+    """Lung-lesion masks guided by a zone reader, ``zone_prior_v2`` (default) or ``zone_prior_v1``: a reported lung
+    lesion keeps a mask only in the zones of its reported location that the reader flags (Algorithm 1's mask cut
+    to them; for airspace lesions, trait ``zone_fill``, a flagged zone it leaves empty is filled where the lesion
     segmenter's smoothed probability is highest), and gets no pair when the reader flags none of them
-    (:mod:`cxrground.ils.zone_guide`)."""
+    (:mod:`cxrground.ils.zone_guide`). ``none``: Algorithm 1 alone, as ILS.md describes it."""
 
     def __post_init__(self) -> None:
         if self.zone_guide not in ZONE_GUIDES:

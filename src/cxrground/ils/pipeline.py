@@ -340,7 +340,9 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
             flags = reading.negative_flags(flag)
         placement = NegativePlacement(unexplained(flags, findings), config.negative_check)
     guide = None
-    if config.zone_guide != "none":
+    from cxrground.ils.zone_guide import guided
+
+    if config.zone_guide != "none" and any(guided(f) for f in findings):
         from cxrground.ils.zone_guide import ZoneGuide
 
         reading, flag = read_zones(config.zone_guide)

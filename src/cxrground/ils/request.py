@@ -81,11 +81,11 @@ class BuildRequest:
                                      "lung-lesion negatives away: location (ILS: the labels overlapping its "
                                      "reported location) or lung (the whole lung it is reported in; a global "
                                      "lung negative only when both lungs are free).")
-    zone_guide: str = option("none", choices=ZONE_GUIDES, help="Guide lung-lesion masks by a zone reader: a "
-                             "reported lung lesion keeps a mask only in the zones of its reported location that "
-                             "the reader flags (Algorithm 1's mask cut to them, an empty flagged zone filled where "
-                             "the lesion segmenter's smoothed probability is highest) and gets no pair when the "
-                             "reader flags none of them.")
+    zone_guide: str = option("zone_prior_v2", choices=ZONE_GUIDES, help="Guide lung-lesion masks by a zone "
+                             "reader: a reported lung lesion keeps a mask only in the zones of its reported location "
+                             "that the reader flags (Algorithm 1's mask cut to them; for airspace lesions an empty "
+                             "flagged zone is filled where the lesion segmenter's smoothed probability is highest) "
+                             "and gets no pair when the reader flags none of them. none: Algorithm 1 alone.")
     split_file: Path | None = option(None, path="file", help="CSV with study_id,split (e.g. "
                                      "mimic-cxr-2.0.0-split.csv). Default: by subject hash.")
     split_ratios: str = option("0.8,0.1,0.1")

@@ -33,7 +33,7 @@ from cxrground.reports.findings import Finding
 from cxrground.vocab.lesions import LUNG_LESIONS
 
 __all__ = ["FILL_MIN_COMPONENT", "FILL_SIGMA", "MIN_ZONE_COVER", "NOTHING_LEFT", "UNFLAGGED", "ZoneGuide",
-           "fill_zone", "finding_zones", "guide_mask", "guide_outcome", "smooth_probability"]
+           "fill_zone", "finding_zones", "guide_mask", "guide_outcome", "guided", "smooth_probability"]
 
 #: A guided zone counts as covered by Algorithm 1's mask at :data:`MIN_ZONE_COVER` of its pixels (the share at which
 #: the negative checks and the benchmarks call a zone grounded); below it, it is filled.
@@ -45,6 +45,11 @@ FILL_MIN_COMPONENT: Final[float] = 0.005
 UNFLAGGED: Final[str] = "zone_guide_unflagged"
 #: Grounding record reason of a finding whose guided mask came out empty (flagged zones with no pixel left).
 NOTHING_LEFT: Final[str] = "zone_guide_empty"
+
+
+def guided(finding: Finding) -> bool:
+    """True for findings a zone guide shapes: present or uncertain lung lesions."""
+    return finding.lesion in LUNG_LESIONS and finding.assertion != "absent"
 
 
 def finding_zones(finding: Finding) -> list[str]:
@@ -128,8 +133,8 @@ class ZoneGuide:
         return smooth_probability(self.probability)
 
     def guides(self, finding: Finding) -> bool:
-        """True for findings the guide shapes: present or uncertain lung lesions."""
-        return finding.lesion in LUNG_LESIONS and finding.assertion != "absent"
+        """True for findings the guide shapes (:func:`guided`)."""
+        return guided(finding)
 
     def guided_zones(self, finding: Finding) -> list[str]:
         """The zones of ``finding`` the reader flags."""
