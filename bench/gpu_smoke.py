@@ -204,7 +204,7 @@ def _shipped_unet(args: argparse.Namespace, weights: str) -> Callable[[], Any]:
 
 
 def _lung_unet(args: argparse.Namespace, work: Path) -> Callable[[], Any]:
-    return _shipped_unet(args, "anatomy/segment/weights/lung_unet_v1.safetensors")
+    return _shipped_unet(args, "anatomy/segment/weights/lung_unet_v2.safetensors")
 
 
 def _lesion_unet(args: argparse.Namespace, work: Path) -> Callable[[], Any]:

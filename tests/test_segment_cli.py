@@ -27,7 +27,7 @@ def study_files(tmp_path_factory) -> dict[str, Path]:
 
 def test_commands_list():
     assert [c.name for c in COMMANDS] == ["segment"]
-    assert set(segment.commands) == {"lungs", "train-lungs"}
+    assert set(segment.commands) == {"lungs", "train-lungs", "eval-lungs"}
 
 
 def test_lungs_with_given_masks(study_files, tmp_path: Path):
@@ -69,3 +69,12 @@ def test_missing_backend_pieces_are_click_errors(study_files, tmp_path: Path):
 def test_train_lungs_help():
     res = CliRunner().invoke(segment, ["train-lungs", "--help"])
     assert res.exit_code == 0 and "--epochs" in res.output and "shippable" in res.output
+
+
+def test_eval_lungs_refuses_weights_without_a_sidecar(tmp_path: Path):
+    res = CliRunner().invoke(segment, ["eval-lungs", str(tmp_path / "none.safetensors")])
+    assert res.exit_code == 2 and "does not exist" in res.output
+    lone = tmp_path / "lone.safetensors"
+    lone.write_bytes(b"")
+    res = CliRunner().invoke(segment, ["eval-lungs", str(lone)])
+    assert res.exit_code == 1 and "lone.json" in res.output and "not found" in res.output

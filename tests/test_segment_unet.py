@@ -201,6 +201,27 @@ def test_train_lung_unet_writes_model_and_sidecar(tmp_path: Path):
     assert meta2["sha256"] == meta["sha256"]
 
 
+def test_weights_trained_without_evaluation_are_evaluated_afterwards(tmp_path: Path):
+    from cxrground.models.lung_unet import train_lung_unet
+    from cxrground.models.lung_unet.train import evaluate_weights
+
+    recipe = TrainRecipe(batch_size=4, val_count=2, threads=1, synthetic_eval_count=0)
+    blind = train_lung_unet(_FakePack(), tmp_path / "blind", epochs=1, seed=0, recipe=recipe, config=TINY,
+                            name="tiny", progress=False, evaluate=False)
+    assert set(json.loads(blind.sidecar_path.read_text())["metrics"]) == {"val_canvas_dice_best", "best_epoch"}
+    seen = train_lung_unet(_FakePack(), tmp_path / "seen", epochs=1, seed=0, recipe=recipe, config=TINY,
+                           name="tiny", progress=False)
+    metrics = evaluate_weights(_FakePack(), blind.weights_path, progress=False)
+    meta = json.loads(blind.sidecar_path.read_text())
+    assert meta["metrics"] == metrics and metrics["best_epoch"] == 1
+    assert metrics["nc_eval"]["n"] == 1 and "img9" in metrics["nc_eval"]["per_image"]
+    # the same validation films and the same numbers as an evaluation during training (same weights: CPU, seed 0)
+    assert metrics["val_native"] == seen.metrics["val_native"]
+    assert metrics["nc_eval"]["per_image"] == seen.metrics["nc_eval"]["per_image"]
+    _, again = load_model(blind.weights_path)  # the weights' sha256 still matches the updated sidecar
+    assert again["sha256"] == meta["sha256"]
+
+
 def test_synthetic_samples_are_letterboxed_phantoms():
     from cxrground.datasets.synthetic import SynthConfig, generate_study
     from cxrground.models.lung_unet import concat_samples, synthetic_samples

@@ -27,12 +27,35 @@ def lungs(request: SegmentRequest) -> None:
 def train_lungs(request: LungTrainRequest) -> None:
     """Train the lung U-Net on the pack's shippable rows (plus optional phantoms); evaluate on the NC rows.
 
-    The shipped lung_unet_v1 was fine-tuned with --init (the previous v1) --lr 1e-3 --synthetic 200
-    --epochs 16 (see its sidecar's training.recipe).
+    The shipped lung_unet_v2 was fine-tuned on a GPU from lung_unet_v1 with --lr 1e-3 --synthetic 100
+    --lesion-copies 3 --texture-p 0.5 --epochs 60 --max-minutes 3.5 --device cuda (its sidecar's training.recipe;
+    bench/records/lung_unet_gpu_preregistration.md), then evaluated with eval-lungs.
     """
     from cxrground.models.lung_unet.train import train_request
 
     click.echo("\n".join(train_request(request).summary_lines()))
+
+
+@segment.command("eval-lungs")
+@click.argument("weights", type=click.Path(exists=True, dir_okay=False))
+@click.option("--pack", "pack_dir", type=click.Path(file_okay=False), default=None,
+              help="The data pack (default: CXRGROUND_PACK or ../shared/data/cxr-pack-v1).")
+@threads_option
+def eval_lungs(weights: str, pack_dir: str | None) -> None:
+    """Evaluate lung U-Net WEIGHTS as train-lungs does (validation, CC BY-NC-SA rows, phantoms) and add the metrics
+    to their sidecar: for weights trained with --no-eval, e.g. on a GPU machine given only the shippable rows."""
+    from cxrground.anatomy.segment.unet import read_sidecar
+    from cxrground.datasets.pack import Pack
+    from cxrground.models.lung_unet.train import evaluate_weights
+
+    read_sidecar(weights)  # a missing or broken sidecar is reported before the pack is opened
+    metrics = evaluate_weights(Pack(pack_dir), weights)
+    for key in ("val_native", "nc_eval", "synthetic_eval"):
+        if key in metrics:
+            m = metrics[key]
+            click.echo(f"{key}: {m['n']} images, Dice median {m['dice_median']}, mean {m['dice_mean']}, "
+                       f"lungs < 0.8: {m['below_0_8']}")
+    click.echo(f"metrics written to {weights.removesuffix('.safetensors')}.json")
 
 
 COMMANDS: list[click.Command] = [segment]

@@ -1,6 +1,6 @@
 """Lung/heart segmentation backends behind one interface (:class:`LungHeartSegmenter`).
 
-- ``unet`` (:class:`UNetLungSegmenter`): the shipped lung U-Net (``weights/lung_unet_v1``), trained on the
+- ``unet`` (:class:`UNetLungSegmenter`): the shipped lung U-Net (``weights/lung_unet_v2``), trained on the
   pack's shippable rows only; the heart is an ESTIMATE from the lungs (``heart_source="estimate"``).
 - ``given`` (:class:`GivenMasksSegmenter`): masks supplied per image (oracle, synthetic truth, pack masks).
 - ``cxas`` (:class:`CXASSegmenter`) and ``hybridgnet`` (:class:`HybridGNetSegmenter`): external models the

@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 #: File stem of the shipped weights under ``cxrground/anatomy/segment/weights/``.
-DEFAULT_WEIGHTS: Final[str] = "lung_unet_v1"
+DEFAULT_WEIGHTS: Final[str] = "lung_unet_v2"
 #: Estimated hearts narrower than this CTR are flagged ``ctr_plausible: False`` in ``extra``: a CTR below
 #: 0.3 is rare in adults, so it more likely means the lung masks run over the heart shadow.
 PLAUSIBLE_CTR_MIN: Final[float] = 0.30
@@ -71,7 +71,7 @@ def work_box(shape: tuple[int, int], work_size: int = ANATOMY_WORK_SIZE) -> Lett
 
 
 def default_weights_path() -> Path:
-    """Path of the shipped ``lung_unet_v1.safetensors`` (inside the installed package)."""
+    """Path of the shipped lung U-Net, ``lung_unet_v2.safetensors`` (inside the installed package)."""
     return Path(str(resources.files("cxrground.anatomy.segment") / "weights" / f"{DEFAULT_WEIGHTS}.safetensors"))
 
 
@@ -154,7 +154,7 @@ class UNetLungSegmenter:
     """The shipped lung U-Net (right/left lungs) with the heart estimated from the lungs.
 
     ``weights``: a ``.safetensors`` path (its ``.json`` sidecar next to it); None = the shipped
-    ``lung_unet_v1``. Loads lazily on the first :meth:`segment`; CPU only; thread-safe loading.
+    ``lung_unet_v2``. Loads lazily on the first :meth:`segment`; CPU only; thread-safe loading.
     ``threads``: torch intra-op threads during inference (None: torch's setting; 1 is the safe choice
     on a CPU shared with other busy processes, see :func:`.unet.predict_logits`).
     """

@@ -24,7 +24,7 @@ class SegmentRequest:
     image: Path = option(path="file")
     out_dir: Path = option(path="out_dir")
     backend: str = option("unet", registry=SEGMENTERS)
-    weights: Path | None = option(None, path="path", help="unet: .safetensors (default: the shipped lung_unet_v1); "
+    weights: Path | None = option(None, path="path", help="unet: .safetensors (default: the shipped lung_unet_v2); "
                                   "hybridgnet: checkpoint; cxas: folder holding the .pth.")
     right: Path | None = option(None, path="file", help="given: right-lung mask PNG (patient's right = image left).")
     left: Path | None = option(None, path="file", help="given: left-lung mask PNG.")

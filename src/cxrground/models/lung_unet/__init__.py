@@ -38,15 +38,21 @@ loss = BCE + soft Dice (per image and channel), the annotators' "ignore" regions
 (lr 3e-3, weight decay 1e-4), one warm-up epoch then cosine decay to 1 %; batch 8; 40 epochs; keep the
 weights of the epoch with the best validation Dice, stop after ``patience`` (15) epochs without improvement.
 These defaults, seed 0 and 2 threads made the first ``lung_unet_v1`` (best epoch 27 of 40; about 8–10 s
-per epoch on 2 idle cores, i.e. 5.5–7 min; slower when other processes share the cores). The shipped
+per epoch on 2 idle cores, i.e. 5.5–7 min; slower when other processes share the cores).
 ``lung_unet_v1`` fine-tunes that model (``init_weights``, sha256 ``5de8d3e6…``) with lr 1e-3, warm-up 0.5
 epoch, 16 epochs, seed 0, on the same 87 real training rows + 200 phantoms (seed 1, indices 0–199; ~27 s
 per epoch, 8.3 min; best real-validation epoch 12): NC Dice 0.915 → 0.932, phantom (seed 1000) left-lung
-Dice 0.771 → 0.986.
+Dice 0.771 → 0.986. The shipped ``lung_unet_v2`` fine-tunes ``lung_unet_v1`` on one GPU (``device="cuda"``)
+with lr 1e-3, 100 phantoms, 3 copies of each real training film with simulated dense bases (lesion seed 0),
+texture augmentation p 0.5, 60-epoch cosine schedule, 8 threads, at most 3.5 minutes (33 epochs run in 60 s,
+stopped by ``patience``; best validation epoch 18), given only the shippable rows (``bench/devpack.py``), then
+evaluated on the CPU (:func:`~cxrground.models.lung_unet.train.evaluate_weights`, ``segment eval-lungs``):
+NC Dice median 0.953 (native size). Rule and results: ``bench/records/lung_unet_gpu_preregistration.md``.
 
 Determinism: ``torch.manual_seed(seed)``, a seeded ``torch.Generator`` for augmentation, a seeded numpy
 generator for the split, ``torch.use_deterministic_algorithms(True)`` (it works for these CPU ops) and a
-fixed thread count: the same seed on the same machine and thread count gives identical weights.
+fixed thread count: the same seed on the same machine and thread count gives identical weights (on the CPU; a
+GPU run is not bit-for-bit repeatable).
 
 The ``pack`` argument is duck-typed (anything with ``cohen(shippable_only=...)`` returning records with
 ``read()``, ``lungs(shape)``, ``ignore(shape)``, ``image_id``, ``patient_id``, ``license``, ``shippable``)

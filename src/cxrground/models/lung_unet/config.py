@@ -109,7 +109,7 @@ class LungTrainRequest:
     """One training of the lung U-Net: where it goes, how long, from which data and weights (each field documents
     itself, :func:`cxrground.fields.option`; ``cxrground segment train-lungs`` offers one option per field)."""
 
-    out: Path = option(path="out_dir", help="Folder for lung_unet_v1.safetensors + lung_unet_v1.json.")
+    out: Path = option(path="out_dir", help="Folder for NAME.safetensors + NAME.json.")
     epochs: int = option(40, low=1)
     seed: int = option(0, low=0)
     pack_dir: Path | None = option(None, flag="--pack", path="out_dir", help=PACK_HELP)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import platform
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,7 +108,6 @@ def train_lung_unet(
     """
     import torch
 
-    from cxrground.anatomy.segment.builtin import UNetLungSegmenter
     from cxrground.anatomy.segment.heart import HEART_METHOD
     from cxrground.anatomy.segment.unet import save_model, update_sidecar
 
@@ -212,26 +211,65 @@ def train_lung_unet(
     out = Path(out_dir)
     weights_path, json_path = save_model(model, config, out / name, sidecar, storage_dtype=storage_dtype)
 
-    # metrics of the weights as stored (float16 storage), through the segmenter users get
-    segmenter = UNetLungSegmenter(weights_path, estimate_heart=False)
     metrics: dict[str, Any] = {
         "val_canvas_dice_best": round(best["val_dice"], 4) if best else None,
         "best_epoch": int(best["epoch"]) if best else None,
     }
     if evaluate:
-        metrics["val_native"] = without_per_image(evaluate_records(segmenter, [shippable[i] for i in val_idx]))
-        t1 = time.perf_counter()
-        nc = evaluate_records(segmenter, eval_records, progress=progress)
-        nc["seconds"] = round(time.perf_counter() - t1, 1)
-        metrics["nc_eval"] = nc
-        if recipe.synthetic_eval_count:
-            t1 = time.perf_counter()
-            syn = evaluate_synthetic(segmenter, recipe.synthetic_eval_count, recipe.synthetic_eval_seed,
-                                     synth_config, progress=progress)
-            syn["seconds"] = round(time.perf_counter() - t1, 1)
-            metrics["synthetic_eval"] = syn
+        metrics.update(_evaluation(weights_path, [shippable[i] for i in val_idx], eval_records, recipe,
+                                   synth_config, progress))
     final = update_sidecar(json_path, {"metrics": metrics})
     return TrainResult(weights_path, json_path, metrics, history, train_seconds, final)
+
+
+def _evaluation(weights_path: Path, val_records: Sequence[LungRecord], eval_records: Sequence[LungRecord],
+                recipe: TrainRecipe, synth_config: Any, progress: bool) -> dict[str, Any]:
+    """``val_native``, ``nc_eval`` and ``synthetic_eval`` of the weights as stored (float16 storage), through the
+    segmenter users get."""
+    from cxrground.anatomy.segment.builtin import UNetLungSegmenter
+
+    segmenter = UNetLungSegmenter(weights_path, estimate_heart=False)
+    metrics: dict[str, Any] = {"val_native": without_per_image(evaluate_records(segmenter, val_records))}
+    t1 = time.perf_counter()
+    nc = evaluate_records(segmenter, eval_records, progress=progress)
+    nc["seconds"] = round(time.perf_counter() - t1, 1)
+    metrics["nc_eval"] = nc
+    if recipe.synthetic_eval_count:
+        t1 = time.perf_counter()
+        syn = evaluate_synthetic(segmenter, recipe.synthetic_eval_count, recipe.synthetic_eval_seed, synth_config,
+                                 progress=progress)
+        syn["seconds"] = round(time.perf_counter() - t1, 1)
+        metrics["synthetic_eval"] = syn
+    return metrics
+
+
+def evaluate_weights(pack: LungPack, weights: str | Path, progress: bool = True,
+                     synth_config: Any = None) -> dict[str, Any]:
+    """Evaluate trained lung weights as training does (a run with ``--no-eval``, e.g. on a GPU machine without the
+    CC BY-NC-SA rows) and add the metrics to their sidecar; returns the metrics.
+
+    The validation films are the training run's own (same split, seed and ``val_count`` from the sidecar's
+    recipe); the evaluation films are the pack's rows whose licence forbids training (``nc_eval``); the phantoms
+    are ``synthetic_eval_count`` of ``synthetic_eval_seed``. Metrics already in the sidecar are kept unless
+    recomputed."""
+    from cxrground.anatomy.segment.unet import read_sidecar, update_sidecar
+
+    weights_path = Path(weights)
+    json_path = weights_path.with_suffix(".json")
+    meta = read_sidecar(json_path)
+    training = meta.get("training", {})
+    fields = {f.name for f in dataclasses.fields(TrainRecipe)}
+    raw = {k: v for k, v in training.get("recipe", {}).items() if k in fields and k != "augment"}
+    recipe = TrainRecipe(**raw)
+    shippable = [r for r in pack.cohen(shippable_only=True) if r.shippable]
+    seed = int(training.get("seed", 0))
+    _, val_idx = split_by_patient(shippable, min(recipe.val_count, len(shippable) // 2), seed)
+    eval_records = [r for r in pack.cohen(shippable_only=False) if not r.shippable]
+    metrics = {**meta.get("metrics", {}),
+               **_evaluation(weights_path, [shippable[i] for i in val_idx], eval_records, recipe, synth_config,
+                             progress)}
+    update_sidecar(json_path, {"metrics": metrics})
+    return metrics
 
 
 def train_request(request: LungTrainRequest) -> TrainResult:
