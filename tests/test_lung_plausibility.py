@@ -174,6 +174,9 @@ def test_segment_checked_reads_a_negative_film_the_right_way_round():
 
     image, masks, problems = segment_checked(Blind(), dark)  # neither way round: the film as it is, with reasons
     assert image is dark and problems == ["one lung not found"]
+    # the negative must be clearly lung-shaped, not merely plausible
+    image, masks, problems = segment_checked(_PolaritySegmenter(), dark, invert_min_iou=1.0)
+    assert image is dark and problems == ["one lung not found"] and "polarity" not in masks.extra
 
 
 def test_an_inverted_pack_film_is_read_as_its_negative(pack_dir):
@@ -190,3 +193,17 @@ def test_an_inverted_pack_film_is_read_as_its_negative(pack_dir):
     image, masks, problems = segment_checked(seg, film)
     assert problems == [] and "polarity" in image.metadata and "polarity" in masks.extra
     assert np.array_equal(image.pixels, 255 - film.pixels)
+
+
+@pytest.mark.parametrize("path", ["nih/images/00020218_000.png", "cohen/images/covid-19-pneumonia-8.jpg"])
+def test_correctly_stored_pack_films_are_not_read_inverted(pack_dir, path):
+    """Two films stored the right way round whose lungs the U-Net gets wrong, and whose negatives hold lung-like
+    shapes (shape IoU 0.55-0.62): they stay as stored, with their problems."""
+    from cxrground.anatomy.segment import get_segmenter
+    from cxrground.anatomy.segment.plausibility import INVERT_MIN_SHAPE_IOU, MIN_SHAPE_IOU, segment_checked
+    from cxrground.io.image import read_image
+
+    assert MIN_SHAPE_IOU < INVERT_MIN_SHAPE_IOU
+    film = read_image(pack_dir / path)
+    image, masks, problems = segment_checked(get_segmenter("unet"), film)
+    assert image is film and "polarity" not in masks.extra and problems
