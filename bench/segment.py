@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 from foundation import timed  # the bench scripts share one timing helper
@@ -163,7 +164,6 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
                repair_apex: str | None = None) -> None:
     """The ``--real`` rows (module docstring)."""
     import tempfile
-    from pathlib import Path
 
     from cxrground.anatomy.ils_locations import lung_zone_bands
     from cxrground.anatomy.segment import UNetLungSegmenter
@@ -200,6 +200,9 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
         if overlays and rec.image_id in OVERLAY_FILMS:
             _overlay(Path(overlays) / f"{rec.image_id}.png", d["px"], right, left, heart, info)
         rows.append(row)
+    if overlays:
+        _overlay_sheet(Path(overlays))
+        _random_sheet(seg, folder, Path(overlays), rows)
     print(f"\n## Real films: {len(rows)} pack films ({time.perf_counter() - start:.0f} s; lungs cached in {folder})")
     lungs_bad = [r for r in rows if r["lung_problems"]]
     n_bad_nih = sum(r["src"] == "nih" for r in lungs_bad)
@@ -263,6 +266,41 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
           f"{np.median(rctr[cm & ok]):.3f}, {100 * np.mean(rctr[cm & ok] <= 0.45):.0f} % at or below 0.45")
 
 
+def _overlay_sheet(folder: Path, count: int = 20, columns: int = 5) -> None:
+    """``folder/overlays-20.png``: the first ``count`` overlays of :data:`OVERLAY_FILMS` in a grid (the anatomy
+    benchmark page's figure)."""
+    from PIL import Image
+
+    from cxrground.io.overlay import contact_sheet
+
+    panels = [np.asarray(Image.open(folder / f"{name}.png").convert("RGB")) for name in OVERLAY_FILMS[:count]
+              if (folder / f"{name}.png").is_file()]
+    if panels:
+        Image.fromarray(contact_sheet(panels, columns=columns)).save(folder / f"overlays-{count}.png", optimize=True)
+
+
+def _random_sheet(seg, folder: Path, out: Path, rows: list[dict], seed: int = 1) -> None:
+    """``out/nih-random-10-and-high-tops.png``: overlays of ten NIH films drawn at random (``seed``) and of the
+    first five NIH films whose heart outline starts above the carina level (rows of five)."""
+    from PIL import Image
+
+    from cxrground.anatomy.segment.builtin import heart_from_lungs
+    from cxrground.io.overlay import contact_sheet
+
+    nih = [r for r in rows if r["src"] == "nih" and r["heart"]]
+    drawn = [nih[i] for i in sorted(np.random.default_rng(seed).choice(len(nih), 10, replace=False))]
+    high = [r for r in nih if r["plaus"].get("top above carina")][:5]
+    panels = []
+    for r in drawn + high:
+        d = cached_lungs(seg, folder, "nih", r["rec"])
+        right, left = d["R"].astype(bool), d["L"].astype(bool)
+        heart, info = heart_from_lungs(right, left, pixels=d["px"])
+        path = out / "sheet-panels" / f"{r['rec'].image_id}.png"
+        _overlay(path, d["px"], right, left, heart, info)
+        panels.append(np.asarray(Image.open(path).convert("RGB")))
+    Image.fromarray(contact_sheet(panels, columns=5)).save(out / "nih-random-10-and-high-tops.png", optimize=True)
+
+
 def _overlay(path, px: np.ndarray, right: np.ndarray, left: np.ndarray, heart: np.ndarray | None,
              info: dict) -> None:
     """A small RGB overlay: lungs blue/green outlines, heart red outline, the CTR's diameters (heart orange,
@@ -303,7 +341,8 @@ def main() -> None:
     parser.add_argument("--real", action="store_true", help="the real-film anatomy rows (all 826 pack films)")
     parser.add_argument("--only-real", action="store_true", help="only the real-film anatomy rows")
     parser.add_argument("--cache", default=None, help="folder keeping the U-Net lungs of each film (--real)")
-    parser.add_argument("--overlays", default=None, help="folder for the overlays of OVERLAY_FILMS (--real)")
+    parser.add_argument("--overlays", default=None, help="folder for the overlays of OVERLAY_FILMS and their sheet "
+                        "overlays-20.png (--real)")
     parser.add_argument("--weights", default=None, help="U-Net .safetensors (default: the shipped lung weights)")
     parser.add_argument("--repair-apex", nargs="?", const="widest", choices=("widest", "lower"), default=None,
                         help="measure the lateral-border repair of bench/records/lung_apex_preregistration.md "
