@@ -131,11 +131,14 @@ def test_ils_build_with_the_negative_check_drops_flagged_negatives_and_says_so(t
     write_cohort(cohort, 4, seed=7, config=SynthConfig(width=256), progress=False)
     tasks, failures = build_tasks(cohort / "files")
     spec = BackendSpec(synthesizer="pseudo-normal")
-    plain = build_dataset(tasks, tmp_path / "plain", IlsConfig(seed=0), spec, scan_failures=failures, progress=False)
+    # the fake reader stands in for the negative check only: masks come from Algorithm 1 alone in both builds
+    plain = build_dataset(tasks, tmp_path / "plain", IlsConfig(seed=0, zone_guide="none"), spec,
+                          scan_failures=failures, progress=False)
     monkeypatch.setattr(zone_prior, "shipped_reader", lambda name="zone_prior_v1": _FakeReader(np.full(6, 0.9), True))
     out = tmp_path / "checked"
-    checked = build_dataset(tasks, out, IlsConfig(seed=0, negative_check="zone_prior_v1"), spec,
+    checked = build_dataset(tasks, out, IlsConfig(seed=0, negative_check="zone_prior_v1", zone_guide="none"), spec,
                             scan_failures=failures, progress=False)
+    assert checked.failures == plain.failures == 0
     units = [json.loads(p.read_text()) for p in (out / "units").glob("*.json")]
     dropped = sum(u.get("dropped_pairs", {}).get(dropped_by_reader(ZONE_PRIOR_READER), 0) for u in units)
     assert dropped > 0 and checked.pairs == plain.pairs - dropped

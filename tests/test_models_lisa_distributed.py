@@ -4,6 +4,7 @@ the one-process result, only rank 0 writes, and a killed 2-process run resumes t
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -211,9 +212,14 @@ def test_killed_two_process_run_resumes_to_the_uninterrupted_result(ils_dataset,
     _assert_close(_weights(out), _weights(single))
     _assert_close(_weights(out / "best"), _weights(single / "best"))
     _assert_close(_state(out)["trainable"], _state(single)["trainable"])
-    # sharded validation gathers the one-process metrics exactly
-    history = _state(single)["history"]
-    assert _state(out)["history"] == history and history[0]["n_pos"] == 5
+    # sharded validation gathers the one-process metrics. The weights agree to float rounding, so a mask pixel on
+    # the threshold can flip: counts match exactly, the loss to 1e-6 and the mask scores to 1e-4
+    history, got = _state(single)["history"], _state(out)["history"]
+    assert history[0]["n_pos"] == 5 and [h.keys() for h in got] == [h.keys() for h in history]
+    close = {"loss": 1e-6, "giou": 1e-4, "ciou": 1e-4}
+    for mine, want in zip(got, history, strict=True):
+        assert {k: v for k, v in mine.items() if k not in close} == {k: v for k, v in want.items() if k not in close}
+        assert all(math.isclose(mine[k], want[k], rel_tol=tol) for k, tol in close.items() if want[k] is not None)
     # rank 1 never wrote under the output folder (its audit hook would have failed the run); rank 0's bar only
     assert "lisa train" in _rank_log(logs, 0) and "lisa train" not in _rank_log(logs, 1)
 

@@ -139,11 +139,15 @@ def test_killed_zero2_run_resumes_to_the_uninterrupted_result(zero_resumed, plai
     assert mine["step"] == 3 and mine["epoch"] == 0
     _assert_close(mine["module"], ref_state["trainable"])
     _assert_moments(mine, ref_state)
-    # the sharded validation gathers the one-process metrics; the loss agrees to float rounding
+    # the sharded validation gathers the one-process metrics. The weights agree to float rounding, so a mask pixel
+    # on the threshold can flip: counts match exactly, the loss to 1e-6 and the mask scores to 1e-4
     assert [h.keys() for h in mine["history"]] == [h.keys() for h in ref_state["history"]]
+    scores = ("giou", "ciou")
     for got, want in zip(mine["history"], ref_state["history"], strict=True):
-        assert {k: v for k, v in got.items() if k != "loss"} == {k: v for k, v in want.items() if k != "loss"}
+        assert {k: v for k, v in got.items() if k not in ("loss", *scores)} == \
+            {k: v for k, v in want.items() if k not in ("loss", *scores)}
         assert math.isclose(got["loss"], want["loss"], rel_tol=1e-6)
+        assert all(math.isclose(got[k], want[k], rel_tol=1e-4) for k in scores if got[k] is not None)
 
 
 def test_only_rank_0_exports_and_every_rank_writes_only_its_own_shard(zero_killed, zero_resumed):
