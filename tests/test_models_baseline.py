@@ -383,6 +383,33 @@ def test_resume_refuses_other_dataset_or_config(trained, tiny, tmp_path):
                    overrides={**TINY, "epochs": "2", "global_location": "head"}, progress=False, log=None)
 
 
+def test_checkpoints_keep_the_lungs_they_were_trained_with(trained, tiny, tmp_path):
+    from cxrground.anatomy.segment.builtin import default_weights_path
+
+    info = json.loads((trained / "checkpoint.json").read_text())
+    shipped = json.loads(default_weights_path().with_suffix(".json").read_text())
+    assert info["lungs"] == {"name": shipped["name"], "sha256": shipped["sha256"]}
+    ck = tmp_path / "ck"
+    shutil.copytree(trained, ck)
+    info["lungs"] = {"name": "lung_unet_v0", "sha256": "0" * 64}
+    (ck / "checkpoint.json").write_text(json.dumps(info))
+    with pytest.raises(ConfigError, match="trained with the lung U-Net lung_unet_v0"):
+        baseline.load_model(ck)
+    state = torch.load(ck / "train_state.pt", weights_only=True)  # the record a resume reads
+    state["meta"]["lungs"] = info["lungs"]
+    torch.save(state, ck / "train_state.pt")
+    with pytest.raises(ConfigError, match="lung_unet_v0"):
+        _train(tiny, ck, epochs=2)
+    # the weights it was trained with, named explicitly: another lung file is another configuration
+    older = default_weights_path().with_name("lung_unet_v1.safetensors")
+    with pytest.raises(ConfigError, match="configuration"):
+        baseline.train(tiny / "ils", trained, images=tiny / "cohort" / "files",
+                       overrides={**TINY, "epochs": "3", "lung_weights": str(older)}, progress=False, log=None)
+    del info["lungs"]  # a checkpoint written before the record: loaded with the configured lungs
+    (ck / "checkpoint.json").write_text(json.dumps(info))
+    assert baseline.load_model(ck).segmenter is not None
+
+
 def test_model_module_dispatch():
     assert model_module("baseline") is baseline
     with pytest.raises(ConfigError, match="unknown model"):

@@ -5,7 +5,9 @@ channels) with FiLM conditioning, AdamW (lr 2e-3, weight decay 1e-4, betas 0.9/0
 cosine decay to 1 %, gradient clipping 1.0, batch 16, 2 intra-op threads. Loss weights: ``w_bce`` 5.0 and
 ``w_dice`` 1.0 as in ILS.md §17.3, presence BCE 1.0, lesion-type / certainty CE and location BCE 0.5 each.
 Global positives name the location labels read off the predicted mask (``global_location="mask"``, default;
-``"head"`` uses the multi-label location head instead).
+``"head"`` uses the multi-label location head instead). ``lung_weights``: the lung U-Net ``.safetensors`` whose
+lungs feed the anatomy channels (empty: the shipped lung U-Net); ``checkpoint.json`` records which one was used
+(``lungs``), and a checkpoint is neither resumed nor loaded with other lungs.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class BaselineConfig:
     cond_hidden: int = 64
     head_hidden: int = 64
     anatomy: str = "unet"
+    lung_weights: str = ""  # lung U-Net .safetensors for the anatomy channels; empty: the shipped one
     global_location: str = "mask"
     epochs: int = 20
     batch_size: int = 16

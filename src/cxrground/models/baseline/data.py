@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from cxrground.anatomy.ils_locations import ils_location_masks
 from cxrground.anatomy.segment.builtin import UNetLungSegmenter, postprocess_lungs
 from cxrground.anatomy.segment.unet import prepare_input
-from cxrground.errors import Failure, InputError
+from cxrground.errors import ConfigError, Failure, InputError
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.schema import load_dataset
 from cxrground.io.image import CXRImage, read_image
@@ -36,8 +36,8 @@ from cxrground.models.baseline.config import BaselineConfig
 from cxrground.vocab.ils_templates import positive_answer
 from cxrground.vocab.locations import ILS_LOCATION_LABELS
 
-__all__ = ["PairRecord", "PairTensors", "WorkingImage", "dataset_paths", "load_pairs", "make_segmenter",
-           "prepare_image"]
+__all__ = ["PairRecord", "PairTensors", "WorkingImage", "check_lungs", "dataset_paths", "load_pairs", "lungs_identity",
+           "make_segmenter", "prepare_image"]
 
 #: Anatomy planes: right lung, left lung, then the ILS labels in vocabulary order.
 N_ANATOMY = 2 + len(ILS_LOCATION_LABELS)
@@ -54,7 +54,28 @@ class WorkingImage:
 
 def make_segmenter(config: BaselineConfig) -> UNetLungSegmenter | None:
     """The lung segmenter the configuration asks for (None for ``anatomy="none"``)."""
-    return UNetLungSegmenter(threads=config.threads, estimate_heart=False) if config.anatomy == "unet" else None
+    if config.anatomy != "unet":
+        return None
+    return UNetLungSegmenter(config.lung_weights or None, threads=config.threads, estimate_heart=False)
+
+
+def lungs_identity(segmenter: UNetLungSegmenter | None) -> dict[str, str] | None:
+    """Name and sha256 of the lung U-Net weights behind ``segmenter`` (None without one), for ``checkpoint.json``."""
+    if segmenter is None:
+        return None
+    meta = segmenter.meta
+    return {"name": str(meta.get("name")), "sha256": str(meta.get("sha256"))}
+
+
+def check_lungs(recorded: Mapping[str, Any] | None, segmenter: UNetLungSegmenter | None, where: str) -> None:
+    """Raise :class:`~cxrground.errors.ConfigError` when a checkpoint's recorded lungs (``recorded``; None for
+    checkpoints that predate the record) are not those of ``segmenter``."""
+    have = lungs_identity(segmenter)
+    if recorded is None or have is None or recorded.get("sha256") == have["sha256"]:
+        return
+    raise ConfigError(f"{where} was trained with the lung U-Net {recorded.get('name')} (sha256 "
+                      f"{str(recorded.get('sha256'))[:12]}…), not {have['name']} ({have['sha256'][:12]}…); set "
+                      f"lung_weights to the weights it was trained with")
 
 
 def prepare_image(pixels: np.ndarray, config: BaselineConfig, segmenter: UNetLungSegmenter | None) -> WorkingImage:

@@ -42,7 +42,7 @@ from cxrground.io.image import CXRImage
 from cxrground.models.base import CHECKPOINT_FILE, IlsOutput
 from cxrground.models.baseline.conditioning import CERTAINTIES, LI_LESIONS, encode, parse, render_answer
 from cxrground.models.baseline.config import BaselineConfig
-from cxrground.models.baseline.data import WorkingImage, make_segmenter, prepare_image
+from cxrground.models.baseline.data import WorkingImage, check_lungs, make_segmenter, prepare_image
 from cxrground.models.baseline.net import build_net
 from cxrground.models.baseline.training import BEST_WEIGHTS, LAST_WEIGHTS, MODEL_NAME
 from cxrground.vocab.ils_templates import TENTATIVE_WORD
@@ -102,6 +102,7 @@ class BaselineModel:
         self.net.load_state_dict(state)
         self.net.to(self.device).eval()
         self.segmenter = make_segmenter(config)
+        check_lungs(self.info.get("lungs"), self.segmenter, "this checkpoint")
 
     def prepare(self, image: CXRImage) -> WorkingImage:
         """The image on the working canvas with its anatomy planes."""

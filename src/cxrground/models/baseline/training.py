@@ -53,7 +53,14 @@ from cxrground.ils.schema import load_dataset
 from cxrground.io.files import atomic_path, sha256_file
 from cxrground.models.base import CHECKPOINT_FILE
 from cxrground.models.baseline.config import BaselineConfig
-from cxrground.models.baseline.data import PairTensors, dataset_paths, load_pairs, make_segmenter
+from cxrground.models.baseline.data import (
+    PairTensors,
+    check_lungs,
+    dataset_paths,
+    load_pairs,
+    lungs_identity,
+    make_segmenter,
+)
 from cxrground.models.baseline.net import CondUNet, build_net, count_parameters
 from cxrground.models.losses import dice_loss, sigmoid_bce
 from cxrground.models.sampling import BalancedSampler
@@ -229,10 +236,13 @@ def train(
         "seed": seed, "split": split, "val_split": val_split, "epoch": 0, "step": 0, "history": [],
         "best": None, "created_by": f"cxrground {__version__}",
     }
+    segmenter = make_segmenter(config)
+    meta["lungs"] = lungs_identity(segmenter)
     saved = _load_resume_state(out) if resume else None
     if saved is not None:
         info, saved_weights, saved_state = saved
         _check_resume(info, meta, out)
+        check_lungs(info.get("lungs"), segmenter, f"the checkpoint in {out}")
         if "meta" in saved_state:
             _write_derived(out, info, saved_weights)  # repairs a kill after the commit
         if info["epoch"] >= config.epochs:
@@ -244,7 +254,6 @@ def train(
     torch.use_deterministic_algorithms(True)
     torch.manual_seed(seed)
     data = load_dataset(json_path)
-    segmenter = make_segmenter(config)
     train_data = PairTensors(load_pairs(json_path, split, data), images_root, config, segmenter, progress, say)
     if not train_data.positives:
         raise InputError(f"split {split!r} has no usable positive pair to train on", json_path)
