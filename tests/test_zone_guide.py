@@ -13,7 +13,15 @@ from cxrground.errors import ConfigError
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.negative_flags import ZONE_LABELS
 from cxrground.ils.verify import verify_location
-from cxrground.ils.zone_guide import UNFLAGGED, ZoneGuide, fill_zone, finding_zones, guide_mask, guide_outcome
+from cxrground.ils.zone_guide import (
+    NOTHING_LEFT,
+    UNFLAGGED,
+    ZoneGuide,
+    fill_zone,
+    finding_zones,
+    guide_mask,
+    guide_outcome,
+)
 from cxrground.reports.findings import Finding
 
 
@@ -207,6 +215,9 @@ def test_guide_outcomes_name_what_drew_the_mask():
     filled = {"zone_guide": {**base["zone_guide"], "filled": ["C"]}, "status": "grounded"}
     assert "completed by fills" in guide_outcome({**filled, "algorithm1": True})
     assert guide_outcome({**filled, "algorithm1": False}).startswith("fills alone")
+    assert "outside the flagged zones" in guide_outcome({**base, "status": "empty", "reason": NOTHING_LEFT})
+    # an unfilled lesion (atelectasis) Algorithm 1 did not ground keeps Algorithm 1's own reason
+    assert "not filled" in guide_outcome({**base, "status": "empty", "reason": "no_box_passed"})
 
 
 def test_cli_ils_build_with_the_shipped_zone_reader(tmp_path):

@@ -276,8 +276,9 @@ def _guided(f: Any, result: Any, lesion_mask: np.ndarray | None, guide: Any, loc
     record["algorithm1"] = bool(result.grounded)
     native = box.mask_to_native(mask) if mask.any() else None
     if native is None or not native.any():
-        record.update(status="empty", reason=NOTHING_LEFT)
-        return GroundedFinding(f, None, (), False)
+        if result.grounded:  # Algorithm 1's mask lay outside the flagged zones
+            record.update(status="empty", reason=NOTHING_LEFT)
+        return GroundedFinding(f, None, (), False)  # else Algorithm 1's own reason stands (nothing was filled)
     record.update(status="grounded", reason=None)
     check = verify_location(f.reported_location or ("right lung", "left lung"), locations, (), config, covered=mask)
     return GroundedFinding(f, native, tuple(check.grounded), check.complete)

@@ -110,8 +110,11 @@ def guide_outcome(record: Mapping[str, object]) -> str | None:
     if not isinstance(guide, Mapping):
         return None
     if record.get("status") != "grounded":
-        return "no mask: the reader flags no zone the report names" if record.get("reason") == UNFLAGGED \
-            else "no mask: nothing left in the flagged zones"
+        if record.get("reason") == UNFLAGGED:
+            return "no mask: the reader flags no zone the report names"
+        if record.get("reason") == NOTHING_LEFT:
+            return "no mask: Algorithm 1's mask lies outside the flagged zones"
+        return "no mask: Algorithm 1 drew none, and the lesion is not filled"
     if not guide.get("filled"):
         return "Algorithm 1's mask, cut to the flagged zones"
     if record.get("algorithm1"):
