@@ -340,12 +340,10 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
             reading, flag = read_zones(config.negative_check)
             flags = reading.negative_flags(flag)
         placement = NegativePlacement(unexplained(flags, findings), config.negative_check)
+    from cxrground.ils.zone_guide import ZoneGuide, guided
+
     guide = None
-    from cxrground.ils.zone_guide import guided
-
     if config.zone_guide != "none" and any(guided(f) for f in findings):
-        from cxrground.ils.zone_guide import ZoneGuide
-
         reading, flag = read_zones(config.zone_guide)
         guide = ZoneGuide(config.zone_guide, reading.flags(flag), reading.lesion_map)
     grounded: list[GroundedFinding] = []

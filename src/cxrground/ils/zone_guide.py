@@ -35,8 +35,9 @@ from cxrground.vocab.lesions import LUNG_LESIONS
 __all__ = ["FILL_MIN_COMPONENT", "FILL_SIGMA", "MIN_ZONE_COVER", "NOTHING_LEFT", "UNFLAGGED", "ZoneGuide",
            "fill_zone", "finding_zones", "guide_mask", "guide_outcome", "guided", "smooth_probability"]
 
-#: A guided zone counts as covered by Algorithm 1's mask at :data:`MIN_ZONE_COVER` of its pixels (the share at which
-#: the negative checks and the benchmarks call a zone grounded); below it, it is filled.
+# A guided zone counts as covered by Algorithm 1's mask at MIN_ZONE_COVER of its pixels (the share at which the
+# negative checks and the benchmarks call a zone grounded); below it, it is filled.
+
 #: Gaussian σ of the probability smoothing before a fill, as a share of the canvas side.
 FILL_SIGMA: Final[float] = 0.02
 #: A fill keeps only connected parts of at least this share of the zone's pixels.
@@ -82,17 +83,17 @@ def fill_zone(zone: np.ndarray, probability: np.ndarray, centre: np.ndarray | No
     return fill
 
 
-def guide_mask(mask: np.ndarray | None, guided: list[str], locations: Mapping[str, np.ndarray],
+def guide_mask(mask: np.ndarray | None, zones: list[str], locations: Mapping[str, np.ndarray],
                probability: np.ndarray, centre: np.ndarray | None = None,
                sigma: float = FILL_SIGMA, fill: bool = True) -> tuple[np.ndarray, list[str]]:
-    """Algorithm 1's ``mask`` (None when it drew none) cut to the ``guided`` zones' location masks, each guided zone
+    """Algorithm 1's ``mask`` (None when it drew none) cut to the guided ``zones``' location masks, each guided zone
     it covers less than :data:`MIN_ZONE_COVER` of filled by :func:`fill_zone` unless ``fill`` is False (all on one
     canvas; ``sigma`` as there); also the zones that were filled."""
     shape = next(iter(locations.values())).shape
     out = np.zeros(shape, bool)
     base = np.asarray(mask, bool) if mask is not None else np.zeros(shape, bool)
     filled: list[str] = []
-    for zone in guided:
+    for zone in zones:
         region = np.asarray(locations[ZONE_LABELS[zone]], bool)
         if centre is not None:
             region = region & ~np.asarray(centre, bool)

@@ -70,8 +70,10 @@ def lungs_identity(segmenter: UNetLungSegmenter | None) -> dict[str, str] | None
 def check_lungs(recorded: Mapping[str, Any] | None, segmenter: UNetLungSegmenter | None, where: str) -> None:
     """Raise :class:`~cxrground.errors.ConfigError` when a checkpoint's recorded lungs (``recorded``; None for
     checkpoints that predate the record) are not those of ``segmenter``."""
+    if recorded is None or segmenter is None:
+        return
     have = lungs_identity(segmenter)
-    if recorded is None or have is None or recorded.get("sha256") == have["sha256"]:
+    if have is None or recorded.get("sha256") == have["sha256"]:
         return
     raise ConfigError(f"{where} was trained with the lung U-Net {recorded.get('name')} (sha256 "
                       f"{str(recorded.get('sha256'))[:12]}…), not {have['name']} ({have['sha256'][:12]}…); set "
