@@ -33,6 +33,11 @@ for training the U-Net or building the prior and are reported separately.
   With ``--nih`` each variant is also applied to the NIH films' U-Net lungs and the heart outline built from them
   is measured (CTR AUROC for NIH Cardiomegaly, No Finding median, heart plausibility, films completed).
 
+* ``hyst@L`` (``bench/records/lung_hysteresis_preregistration.md``): the U-Net's probabilities on the cached
+  working-grid pixels, post-processed with hysteresis (pixels above ``L`` connected to the largest component above
+  0.5 join it, :func:`cxrground.anatomy.segment.builtin.postprocess_lungs`); ``unet@px`` is the plain 0.5 rule on
+  the same probabilities (the control).
+
 Run: ``python bench/lung_shape_prior.py --cache /tmp/anatomy-cache`` (after ``bench/segment.py --only-real
 --cache /tmp/anatomy-cache``; about 3 minutes per variant on one thread; ``--variants shape,shape+edge``).
 """
@@ -371,12 +376,17 @@ def main() -> None:
         e = 100 * np.asarray(err)
         print(f"depth regressor on the CC BY-NC-SA films: lowest-row error median {np.median(e):.1f} %, 90th "
               f"percentile {np.percentile(e, 90):.1f} % of the annotated lung's height ({e.size} lungs)")
+    probs: dict = {}
+    if any(_is_prob_variant(v) for v in variants):
+        probs = {i: _lung_probabilities(f["px"]) for i, f in films.items()}
     for variant in variants:
         rows = []
         for rec in recs:
             f = films[rec.image_id]
             right, left, gr, gl = (f[k].astype(bool) for k in ("R", "L", "GR", "GL"))
-            if variant != "unet":
+            if _is_prob_variant(variant):
+                right, left = _from_probabilities(variant, *probs[rec.image_id])
+            elif variant != "unet":
                 tm = [t for k, t in templates.items() if k != rec.image_id]
                 right, left = complete(variant, right, left, f["px"].astype(float), tm,
                                        (hp_lungs if variant.startswith("hp") else lesions).get(rec.image_id),
@@ -387,6 +397,32 @@ def main() -> None:
         _report(variant, rows)
         if args.nih:
             _nih_report(variant, Path(args.cache), list(templates.values()), depth)
+
+
+def _is_prob_variant(variant: str) -> bool:
+    return variant == "unet@px" or variant.startswith("hyst@")
+
+
+_UNET: list = []
+
+
+def _lung_probabilities(px: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The shipped lung U-Net's right and left probabilities on working-grid pixels."""
+    from cxrground.anatomy.segment import UNetLungSegmenter
+    from cxrground.io.cxr_image import CXRImage
+
+    if not _UNET:
+        _UNET.append(UNetLungSegmenter(threads=1))
+    p_r, p_l, _ = _UNET[0].probabilities(CXRImage(np.clip(px, 0, 255).astype(np.uint8)))
+    return p_r, p_l
+
+
+def _from_probabilities(variant: str, p_r: np.ndarray, p_l: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``unet@px``: the plain 0.5 rule; ``hyst@L``: hysteresis down to ``L``."""
+    from cxrground.anatomy.segment.builtin import postprocess_lungs
+
+    low = None if variant == "unet@px" else float(variant.split("@", 1)[1])
+    return postprocess_lungs(p_r, p_l, 0.5, low)
 
 
 def _nih_report(variant: str, cache: Path, templates: list[np.ndarray], depth: DepthModel | None) -> None:
@@ -403,7 +439,11 @@ def _nih_report(variant: str, cache: Path, templates: list[np.ndarray], depth: D
         right, left = f["R"].astype(bool), f["L"].astype(bool)
         if not right.any() or not left.any():
             continue
-        if variant != "unet":
+        if _is_prob_variant(variant):
+            new_r, new_l = _from_probabilities(variant, *_lung_probabilities(f["px"]))
+            changed += int(not (np.array_equal(new_r, right) and np.array_equal(new_l, left)))
+            right, left = new_r, new_l
+        elif variant != "unet":
             b = depth.bottoms(f["px"]) if depth is not None else None
             new_r, new_l = complete(variant, right, left, f["px"].astype(float), templates, None, b)
             changed += int(not (np.array_equal(new_r, right) and np.array_equal(new_l, left)))

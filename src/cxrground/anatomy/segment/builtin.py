@@ -76,19 +76,35 @@ def default_weights_path() -> Path:
 
 
 def postprocess_lungs(
-    prob_right: np.ndarray, prob_left: np.ndarray, threshold: float = 0.5
+    prob_right: np.ndarray, prob_left: np.ndarray, threshold: float = 0.5, low: float | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Probabilities → exclusive masks: threshold, the larger probability wins where both pass, keep the
-    largest 8-connected component per lung, fill holes (a pixel the other lung holds stays there)."""
-    r = prob_right > threshold
-    lft = prob_left > threshold
+    largest 8-connected component per lung, fill holes (a pixel the other lung holds stays there).
+
+    With ``low`` (< ``threshold``): hysteresis. The pixels above ``low`` that are 8-connected to that largest
+    component join it (the exclusive assignment is made at ``low``); ``low=None`` or ``low >= threshold`` is the
+    plain rule."""
+    floor = threshold if low is None or low >= threshold else float(low)
+    r = prob_right > floor
+    lft = prob_left > floor
     both = r & lft
     r_wins = prob_right >= prob_left
     r &= ~both | r_wins
     lft &= ~both | ~r_wins
-    r = ndimage.binary_fill_holes(largest_component(r))
-    lft = ndimage.binary_fill_holes(largest_component(lft)) & ~r
+    r = ndimage.binary_fill_holes(_grown(r, prob_right > threshold, floor < threshold))
+    lft = ndimage.binary_fill_holes(_grown(lft, prob_left > threshold, floor < threshold)) & ~r
     return r, lft
+
+
+def _grown(candidates: np.ndarray, strong: np.ndarray, hysteresis: bool) -> np.ndarray:
+    """The largest 8-connected component of ``candidates & strong``, grown (hysteresis) through the 8-connected
+    ``candidates`` that touch it."""
+    seed = largest_component(candidates & strong)
+    if not hysteresis or not seed.any():
+        return seed
+    labels, _ = ndimage.label(candidates, structure=np.ones((3, 3), bool))
+    keep = np.unique(labels[seed])
+    return np.isin(labels, keep[keep > 0])
 
 
 def heart_from_lungs(
