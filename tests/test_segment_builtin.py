@@ -101,6 +101,26 @@ def test_postprocess_keeps_largest_component_fills_holes_and_is_exclusive():
     assert r[10, 16] and not lft[10, 16]  # the higher probability wins
 
 
+def test_postprocess_hysteresis_grows_only_through_connected_low_pixels():
+    rng = np.random.default_rng(3)
+    p_r = rng.uniform(0.0, 0.6, (40, 40))
+    p_l = rng.uniform(0.0, 0.6, (40, 40))
+    for low in (None, 0.5, 0.7):  # no hysteresis: the plain rule
+        plain = postprocess_lungs(p_r, p_l)
+        assert all(np.array_equal(a, b) for a, b in zip(plain, postprocess_lungs(p_r, p_l, 0.5, low)))
+    p_r = np.zeros((40, 40))
+    p_l = np.zeros((40, 40))
+    p_r[5:20, 3:15] = 0.9
+    p_r[20:30, 3:15] = 0.3  # an unsure base below the sure lung
+    p_r[33:38, 3:15] = 0.3  # unsure, not connected
+    p_l[5:30, 20:36] = 0.9
+    r, _ = postprocess_lungs(p_r, p_l)
+    assert not r[25, 8]
+    r, lft = postprocess_lungs(p_r, p_l, 0.5, 0.25)
+    assert r[25, 8] and r[29, 14] and not r[35, 8]
+    assert not (r & lft).any()
+
+
 # --- given masks -----------------------------------------------------------------------------------
 
 def test_given_masks_with_truth_heart_and_with_estimate():
