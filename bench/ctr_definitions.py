@@ -1,5 +1,6 @@
 """The pre-registered CTR definitions on every NIH film of the pack: A-D of ``bench/records/ctr_preregistration.md``
-(and the exploratory E of its addendum), F and G of ``bench/records/ctr_smooth_preregistration.md``.
+(and the exploratory E of its addendum), F and G of ``bench/records/ctr_smooth_preregistration.md``, H of
+``bench/records/ctr_calibrated_preregistration.md``.
 
 For each definition: AUROC of the NIH Cardiomegaly label against all other NIH films and against the No Finding
 films, the No Finding median (IQR), shares of No Finding films in 0.42-0.48 and at or above 0.50, and the share of
@@ -32,6 +33,8 @@ EXPLORATORY = "E max-width above the cardiophrenic angles / internal thoracic (e
 #: ``ctr_smooth_preregistration.md``: the outline's width from quadratic border curves; CTR as ``ctr``.
 SMOOTH = "F quadratic-max borders / lungs' extent"
 SMOOTH_ABOVE = "G quadratic-max borders above the angles / lungs' extent"
+#: ``ctr_calibrated_preregistration.md``: the p75 row's width mapped to the expected maximal width.
+CALIBRATED = "H calibrated p75 -> expected maximal width / lungs' extent"
 
 
 def rows_above_angles(px: np.ndarray, right: np.ndarray, left: np.ndarray) -> np.ndarray:
@@ -121,13 +124,14 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    values: dict[str, list[float]] = {name: [] for name in (REFERENCE, *DEFINITIONS, EXPLORATORY, SMOOTH, SMOOTH_ABOVE)}
+    values: dict[str, list[float]] = {name: [] for name in (REFERENCE, *DEFINITIONS, EXPLORATORY, SMOOTH, SMOOTH_ABOVE,
+                                                                CALIBRATED)}
     cm, normal = [], []
     for rec, px, right, left in nih_lungs(args.cache, args.threads, args.weights):
         cm.append("Cardiomegaly" in rec.labels)
         normal.append(rec.labels == ("No Finding",))
         hearts = {rule: heart_from_lungs(right, left, pixels=px, seen_params=SeenHeartParams(transverse=rule))[0]
-                  for rule in ("percentile", "robust-max", "mrd+mld", "quadratic-max")}
+                  for rule in ("percentile", "robust-max", "mrd+mld", "quadratic-max", "calibrated")}
         for name, (rule, thorax) in DEFINITIONS.items():
             values[name].append(ratio(hearts[rule], right, left, thorax))
         heart = hearts["percentile"]
@@ -137,6 +141,8 @@ def main() -> None:
         values[SMOOTH].append(np.nan if smooth is None else cardiothoracic_ratio(smooth, right, left))
         above = _outline_from_rows(px, right, left, "quadratic-max")
         values[SMOOTH_ABOVE].append(np.nan if above is None else cardiothoracic_ratio(above, right, left))
+        calibrated = hearts["calibrated"]
+        values[CALIBRATED].append(np.nan if calibrated is None else cardiothoracic_ratio(calibrated, right, left))
     cm_a, normal_a = np.asarray(cm), np.asarray(normal)
     seen = np.isfinite(np.asarray(values[REFERENCE]))
     print(f"{len(cm)} NIH films, {int(seen.sum())} with a heart outline ({int((cm_a & seen).sum())} Cardiomegaly, "

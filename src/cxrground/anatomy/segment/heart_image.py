@@ -23,6 +23,11 @@ midline over the lower lung. Per row this module finds where that silhouette end
    own, so they may come from different rows); the borders are ``midline − MRD`` and ``midline + MLD``.
    ``"quadratic-max"``: each border fitted over the seen rows by a robust quadratic in ``y``
    (:func:`smooth_border`), the diameter the widest gap between the two curves over the seen rows' span.
+   ``"calibrated"``: the expected maximal diameter given the 75th-percentile width (regression calibration):
+   with ``D`` the lungs' x-extent and ``(a, b)`` = ``calibration``, the width ``(a + b · w75 / D) · D``, the
+   75th-percentile row's borders widened (or narrowed) symmetrically about their midpoint to it. ``(a, b)``
+   come from a least-squares fit of the ``"quadratic-max"`` width on the 75th-percentile width, both over
+   ``D``, across unlabelled films (``bench/ctr_calibration_fit.py``); ``b > 0``, so films keep their order.
 
 Chosen on the pack's NIH films with patient-grouped cross-validation over a small grid (``bench/heart_ctr.py``
 reports the held-out AUROC against the NIH Cardiomegaly label and the CTR distribution of normal films).
@@ -41,6 +46,7 @@ from cxrground.anatomy.ctr import internal_thoracic_diameter, robust_max, row_wi
 from cxrground.io.masks import as_mask, check_same_shape
 
 __all__ = [
+    "CTR_CALIBRATION",
     "RADIOLOGICAL_CTR_METHOD",
     "SEEN_HEART_METHOD",
     "SeenHeartParams",
@@ -58,7 +64,12 @@ RADIOLOGICAL_CTR_METHOD: Final[str] = "mrd+mld-over-internal-thoracic/1"
 MAX_PERCENTILE: Final[float] = 90.0
 
 
-Transverse = Literal["percentile", "robust-max", "mrd+mld", "quadratic-max"]
+Transverse = Literal["percentile", "robust-max", "mrd+mld", "quadratic-max", "calibrated"]
+#: ``(a, b)`` of ``transverse="calibrated"``: least squares of the ``"quadratic-max"`` width on the 75th-percentile
+#: width (both over the lungs' x-extent) over 618 NIH ChestX-ray14 films of cxr-pack-v1 with ``lung_unet_v2``'s
+#: lungs, no label read (``python bench/ctr_calibration_fit.py --cache DIR``;
+#: ``bench/records/ctr_calibrated_preregistration.md``).
+CTR_CALIBRATION: Final[tuple[float, float]] = (0.0189, 1.0710)
 #: Rows whose residual from a border's fitted curve exceeds this many robust standard deviations (1.4826 x
 #: the median absolute residual, at least :data:`OUTLIER_MIN_PX`) are dropped before the curve is refitted.
 OUTLIER_SIGMAS: Final[float] = 3.0
@@ -79,10 +90,16 @@ class SeenHeartParams:
     midline_fraction: float = 0.03
     lung_percentile: float = 30.0
     min_rows: int = 5
+    calibration: tuple[float, float] = CTR_CALIBRATION
+    """``(a, b)`` of ``transverse="calibrated"``: width over the lungs' extent = ``a + b ·`` the percentile row's."""
+
+    def __post_init__(self) -> None:
+        if self.transverse == "calibrated" and not self.calibration[1] > 0:
+            raise ValueError(f"calibration slope must be positive, got {self.calibration}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {**asdict(self), "row_range": list(self.row_range)}
+        return {**asdict(self), "row_range": list(self.row_range), "calibration": list(self.calibration)}
 
 
 def cardiac_row_widths(
@@ -165,7 +182,22 @@ def seen_cardiac_borders(
     else:
         target = float(np.percentile(widths, p.width_percentile))
     k = int(np.argmin(np.abs(widths - target)))
-    return (float(rows[k, 1]), float(rows[k, 2])), {**info, "row": int(rows[k, 0])}
+    x_r, x_l = float(rows[k, 1]), float(rows[k, 2])
+    if p.transverse == "calibrated":
+        extent = _lungs_extent(right, left)
+        width = (p.calibration[0] + p.calibration[1] * (x_l - x_r) / extent) * extent
+        if width <= 0:
+            return None, {**info, "error": "the calibrated cardiac width is not positive"}
+        centre = 0.5 * (x_r + x_l)
+        return (centre - 0.5 * width, centre + 0.5 * width), {**info, "row": int(rows[k, 0]),
+                                                               "row_width_px": round(x_l - x_r, 1)}
+    return (x_r, x_l), {**info, "row": int(rows[k, 0])}
+
+
+def _lungs_extent(right: np.ndarray, left: np.ndarray) -> float:
+    """Columns from the lungs' leftmost to their rightmost pixel, inclusive."""
+    cols = np.flatnonzero((np.asarray(right, bool) | np.asarray(left, bool)).any(axis=0))
+    return float(cols[-1] - cols[0] + 1)
 
 
 def smooth_border(ys: np.ndarray, xs: np.ndarray, min_rows: int = 5) -> np.ndarray | None:

@@ -1,0 +1,77 @@
+"""Recipe of the heart outline's width calibration (``SeenHeartParams(transverse="calibrated")``), rule fixed in
+``bench/records/ctr_calibrated_preregistration.md``.
+
+On every NIH film of the pack (U-Net lungs on the working grid, cached as ``bench/segment.py`` caches them), with
+``D`` the lungs' x-extent: ``r75`` = the 75th-percentile seen row's cardiac width over ``D`` (the shipped rule) and
+``rF`` = the ``quadratic-max`` width (the widest gap between the smooth border curves) over ``D``. Prints the
+least-squares line ``rF = a + b · r75`` over the films where both exist, the through-origin ratio for reference,
+and the same line fitted on each half of the patients and applied to the other half. No label is read, except
+for the held-out halves' No Finding medians, which are printed and decide nothing.
+
+Run: ``python bench/ctr_calibration_fit.py --cache DIR [--weights FILE]`` (about 2 minutes on one thread).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+from ctr_definitions import nih_lungs
+
+
+def widths(px: np.ndarray, right: np.ndarray, left: np.ndarray) -> tuple[float, float]:
+    """``(r75, rF)`` of one film (NaN where a rule sees too few rows)."""
+    from cxrground.anatomy.segment.heart_image import SeenHeartParams, cardiac_row_widths, seen_cardiac_borders
+
+    rows = cardiac_row_widths(px, right, left)
+    cols = np.flatnonzero((right | left).any(axis=0))
+    extent = float(cols[-1] - cols[0] + 1)
+    out = []
+    for rule in ("percentile", "quadratic-max"):
+        borders, _ = seen_cardiac_borders(px, right, left, SeenHeartParams(transverse=rule), rows=rows)
+        out.append(np.nan if borders is None else (borders[1] - borders[0]) / extent)
+    return out[0], out[1]
+
+
+def fit_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Least-squares ``(a, b)`` of ``y = a + b x``."""
+    b, a = np.polyfit(x, y, 1)
+    return float(a), float(b)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", required=True, help="folder of cached U-Net lungs (bench/segment.py --cache)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--weights", default=None, help="lung U-Net .safetensors (default: the shipped weights)")
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    ids, r75, rf, normal = [], [], [], []
+    for rec, px, right, left in nih_lungs(args.cache, args.threads, args.weights):
+        if not right.any() or not left.any():
+            continue
+        a, b = widths(px, right, left)
+        ids.append(rec.image_id)
+        r75.append(a)
+        rf.append(b)
+        normal.append(rec.labels == ("No Finding",))
+    x, y, nf = np.asarray(r75), np.asarray(rf), np.asarray(normal)
+    ok = np.isfinite(x) & np.isfinite(y)
+    a, b = fit_line(x[ok], y[ok])
+    print(f"{int(ok.sum())} of {len(ids)} NIH films with both widths; r75 median {np.median(x[ok]):.4f}, "
+          f"rF median {np.median(y[ok]):.4f}, Pearson r {np.corrcoef(x[ok], y[ok])[0, 1]:.3f}")
+    print(f"least squares rF = a + b * r75: a = {a:.4f}, b = {b:.4f}  (calibration=({a:.4f}, {b:.4f}))")
+    print(f"through the origin: rF / r75 = {float(np.sum(x[ok] * y[ok]) / np.sum(x[ok] ** 2)):.4f} (reference)")
+    half = np.asarray([int(i[:8]) % 2 for i in ids])
+    for h in (0, 1):
+        fit, test = ok & (half == h), ok & (half != h) & nf
+        ha, hb = fit_line(x[fit], y[fit])
+        print(f"fitted on patient half {h} ({int(fit.sum())} films): a = {ha:.4f}, b = {hb:.4f}; other half's "
+              f"No Finding median calibrated width {np.median(ha + hb * x[test]):.4f} ({int(test.sum())} films)")
+
+
+if __name__ == "__main__":
+    main()
