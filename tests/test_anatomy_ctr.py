@@ -179,6 +179,24 @@ def test_seen_borders_quadratic_max_is_the_widest_gap_between_the_fitted_borders
     assert none is None and "fewer than" in info["error"]
 
 
+def test_seen_borders_calibrated_maps_the_percentile_width_about_its_midpoint():
+    right, left = _staggered_lungs()
+    px = np.zeros(right.shape)
+    rows = _rows()
+    cols = np.flatnonzero((right | left).any(axis=0))
+    extent = cols[-1] - cols[0] + 1
+    (p_r, p_l), base = seen_cardiac_borders(px, right, left, SeenHeartParams(transverse="percentile"), rows=rows)
+    same, _ = seen_cardiac_borders(px, right, left, SeenHeartParams(transverse="calibrated", calibration=(0.0, 1.0)),
+                                   rows=rows)
+    assert same == pytest.approx((p_r, p_l))
+    (x_r, x_l), info = seen_cardiac_borders(
+        px, right, left, SeenHeartParams(transverse="calibrated", calibration=(0.05, 1.1)), rows=rows)
+    assert x_l - x_r == pytest.approx((0.05 + 1.1 * (p_l - p_r) / extent) * extent)
+    assert 0.5 * (x_r + x_l) == pytest.approx(0.5 * (p_r + p_l)) and info["row"] == base["row"]
+    with pytest.raises(ValueError, match="slope"):
+        SeenHeartParams(transverse="calibrated", calibration=(0.1, 0.0))
+
+
 def test_draw_rows_draws_each_segment_with_end_ticks():
     from cxrground.io.overlay import draw_rows
 
