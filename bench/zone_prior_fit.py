@@ -38,6 +38,7 @@ def main() -> None:
     from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel
     from cxrground.lesions.zone_prior import PRIOR_LABELS, ZonePrior, prior_from_shares, shipped_prior_path
     from cxrground.lesions.zones import read_zones
+    from zone_prior_v2_fit import lungs_record
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=shipped_prior_path())
@@ -75,6 +76,7 @@ def main() -> None:
                                                                        strict=True)},
         "recipe": "PYTHONPATH=src python bench/zone_prior_fit.py",
         "brixia_used": False,
+        "lungs": lungs_record(segmenter),
     }
     prior = ZonePrior(dict(zip(zones, (float(v) for v in q), strict=True)), meta)
     prior.save(args.out)

@@ -78,6 +78,12 @@ def training_films(pack: Any) -> list[tuple[str, str, str, str, Any]]:
     return sorted(out, key=lambda t: (t[2], t[0]))
 
 
+def lungs_record(segmenter: Any) -> dict[str, Any]:
+    """Name and weights sha256 of the lung model the readings were taken through."""
+    prov = segmenter.provenance()
+    return {"name": prov.get("model_name"), "sha256": prov.get("weights_sha256")}
+
+
 def read_rows(films: list) -> tuple[list[Row], list[str]]:
     """Each film's ``zone_sim_v1`` probabilities and ``lesion-unet`` shares; the films that failed."""
     from cxrground.anatomy.segment import get_segmenter
@@ -130,6 +136,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
+    from cxrground.anatomy.segment import get_segmenter
     from cxrground.datasets.pack import Pack
     from cxrground.lesions.zone_fit import auroc
     from cxrground.lesions.zone_severity import fit_severity, select_model, shipped_severity_path, weighted_youden
@@ -169,6 +176,7 @@ def main() -> None:
         "brixia_used": False,
         "preregistration": "bench/records/zone_prior_v2_preregistration.md",
         "recipe": "PYTHONPATH=src python bench/zone_prior_v2_fit.py",
+        "lungs": lungs_record(get_segmenter("unet")),
     }
     model = fit_severity(sim, share, y, w, chosen.features, chosen.l2, threshold, meta)
     model.save(args.out)
