@@ -31,6 +31,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
+    from zone_prior_v2_fit import lungs_record
+
     from cxrground.anatomy.segment import get_segmenter
     from cxrground.datasets.pack import Pack
     from cxrground.errors import CXRGroundError
@@ -38,7 +40,6 @@ def main() -> None:
     from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel
     from cxrground.lesions.zone_prior import PRIOR_LABELS, ZonePrior, prior_from_shares, shipped_prior_path
     from cxrground.lesions.zones import read_zones
-    from zone_prior_v2_fit import lungs_record
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=shipped_prior_path())

@@ -107,7 +107,7 @@ def test_postprocess_hysteresis_grows_only_through_connected_low_pixels():
     p_l = rng.uniform(0.0, 0.6, (40, 40))
     for low in (None, 0.5, 0.7):  # no hysteresis: the plain rule
         plain = postprocess_lungs(p_r, p_l)
-        assert all(np.array_equal(a, b) for a, b in zip(plain, postprocess_lungs(p_r, p_l, 0.5, low)))
+        assert all(np.array_equal(a, b) for a, b in zip(plain, postprocess_lungs(p_r, p_l, 0.5, low), strict=True))
     p_r = np.zeros((40, 40))
     p_l = np.zeros((40, 40))
     p_r[5:20, 3:15] = 0.9
