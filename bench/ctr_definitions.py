@@ -35,6 +35,8 @@ SMOOTH = "F quadratic-max borders / lungs' extent"
 SMOOTH_ABOVE = "G quadratic-max borders above the angles / lungs' extent"
 #: ``ctr_calibrated_preregistration.md``: the p75 row's width mapped to the expected maximal width.
 CALIBRATED = "H calibrated p75 -> expected maximal width / lungs' extent"
+#: Round 4 of the same record (post hoc): the shipped outline redrawn to the calibrated CTR about the midline.
+OUTLINE = "I calibrated outline (post hoc) / lungs' extent"
 
 
 def rows_above_angles(px: np.ndarray, right: np.ndarray, left: np.ndarray) -> np.ndarray:
@@ -120,12 +122,13 @@ def main() -> None:
 
     from cxrground.anatomy.ctr import cardiothoracic_ratio
     from cxrground.anatomy.segment.builtin import heart_from_lungs
+    from cxrground.anatomy.segment.heart import OUTLINE_CALIBRATION, HeartEstimateParams
     from cxrground.anatomy.segment.heart_image import SeenHeartParams
 
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     values: dict[str, list[float]] = {name: [] for name in (REFERENCE, *DEFINITIONS, EXPLORATORY, SMOOTH, SMOOTH_ABOVE,
-                                                                CALIBRATED)}
+                                                                CALIBRATED, OUTLINE)}
     cm, normal = [], []
     for rec, px, right, left in nih_lungs(args.cache, args.threads, args.weights):
         cm.append("Cardiomegaly" in rec.labels)
@@ -143,6 +146,9 @@ def main() -> None:
         values[SMOOTH_ABOVE].append(np.nan if above is None else cardiothoracic_ratio(above, right, left))
         calibrated = hearts["calibrated"]
         values[CALIBRATED].append(np.nan if calibrated is None else cardiothoracic_ratio(calibrated, right, left))
+        outline, _ = heart_from_lungs(right, left, HeartEstimateParams(outline_calibration=OUTLINE_CALIBRATION),
+                                      pixels=px)
+        values[OUTLINE].append(np.nan if outline is None else cardiothoracic_ratio(outline, right, left))
     cm_a, normal_a = np.asarray(cm), np.asarray(normal)
     seen = np.isfinite(np.asarray(values[REFERENCE]))
     print(f"{len(cm)} NIH films, {int(seen.sum())} with a heart outline ({int((cm_a & seen).sum())} Cardiomegaly, "

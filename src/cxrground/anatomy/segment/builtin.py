@@ -132,6 +132,8 @@ def heart_from_lungs(
             borders, info["seen"] = seen_cardiac_borders(px_w, r_w, l_w, seen_params, rows=rows, midline=mid)
             rctr, info["radiological"] = _radiological(rows, mid, r_w, l_w, params)
         heart = estimate_heart(r_w, l_w, params, seen_borders=borders)
+        if params is not None and params.outline_calibration is not None and heart.any():
+            heart, info["outline_calibration"] = _calibrated_outline(heart, r_w, l_w, params, borders)
     except EmptyAnatomyError as exc:
         return None, {**info, "error": str(exc)}
     if not heart.any():
@@ -146,6 +148,20 @@ def heart_from_lungs(
                 note="heart width seen in the image (cardiac silhouette), outline estimated" if seen else
                 "heart estimated from the lungs' medial borders, not segmented from the image")
     return heart, info
+
+
+def _calibrated_outline(heart: np.ndarray, right: np.ndarray, left: np.ndarray, params: HeartEstimateParams,
+                        borders: tuple[float, float] | None) -> tuple[np.ndarray, dict[str, Any]]:
+    """The outline redrawn with the width scale that maps its CTR ``c`` to ``a + b·c``
+    (``params.outline_calibration``); the scale and both CTRs."""
+    a, b = params.outline_calibration or (0.0, 1.0)
+    drawn = cardiothoracic_ratio(heart, right, left)
+    scale = (a + b * drawn) / drawn
+    redrawn = estimate_heart(right, left, params, seen_borders=borders, width_scale=scale)
+    if not redrawn.any():
+        return heart, {"ctr_drawn": round(drawn, 4), "error": "the redrawn outline is empty"}
+    return redrawn, {"ctr_drawn": round(drawn, 4), "width_scale": round(scale, 4),
+                     "target_ctr": round(a + b * drawn, 4)}
 
 
 def _mediastinal_midline(right: np.ndarray, left: np.ndarray) -> float | None:

@@ -83,6 +83,13 @@ TOP_FRACTION: Final[float] = 0.5
 DOME_FRACTION: Final[float] = 0.15
 
 
+#: ``(a, b)`` of ``HeartEstimateParams(outline_calibration=...)``: least squares of the ``quadratic-max`` outline's CTR
+#: on the shipped outline's CTR over 619 NIH ChestX-ray14 films of cxr-pack-v1 with ``lung_unet_v2``'s lungs, no label
+#: read (``python bench/ctr_calibration_fit.py --cache DIR --outline``;
+#: ``bench/records/ctr_calibrated_preregistration.md``, round 4).
+OUTLINE_CALIBRATION: Final[tuple[float, float]] = (0.0836, 0.9088)
+
+
 @dataclass(frozen=True)
 class HeartEstimateParams:
     """Knobs of :func:`estimate_heart` (fractions of the lung height unless stated)."""
@@ -97,6 +104,9 @@ class HeartEstimateParams:
     max_right_share: float = 0.9
     """The heart's reach right of the midline is at most this share of its reach to the left (a seen right border
     further out lies in opacified lung, not on the right atrium)."""
+    outline_calibration: tuple[float, float] | None = None
+    """``(a, b)``: redraw the outline with both half-widths about the midline scaled so that its CTR becomes
+    ``a + b ·`` the CTR it was drawn with (:func:`~.builtin.heart_from_lungs`); None: off."""
 
 
 def _medial_edges(mask: np.ndarray, side: str) -> np.ndarray:
@@ -240,8 +250,11 @@ def estimate_heart(
     left_lung: np.ndarray,
     params: HeartEstimateParams | None = None,
     seen_borders: tuple[float, float] | None = None,
+    width_scale: float = 1.0,
 ) -> np.ndarray:
     """Estimate the heart mask from the lung masks (method in the module docstring); bool ``(H, W)``.
+
+    ``width_scale``: both half-widths about the midline multiplied by it (after the right-reach cap).
 
     ``seen_borders`` = ``(x_right, x_left)``: the cardiac borders seen in the image
     (:func:`~.heart_image.seen_cardiac_borders`). The heart then spans those borders instead of the lungs'
@@ -288,6 +301,7 @@ def estimate_heart(
     mid = float(np.clip(mid, x_right + 0.1 * (x_left - x_right), x_left - 0.1 * (x_left - x_right)))
     w_left = x_left - mid + 0.5
     w_right = min(mid - x_right, p.max_right_share * w_left) + 0.5
+    w_left, w_right = w_left * width_scale, w_right * width_scale
     y_floor = float(np.median(floor[int(max(0, mid - w_right)) : int(min(w, mid + w_left)) + 1]))
     y_w = y_top + p.widest_fraction * max(y_floor - y_top, 1.0)
     b_top = max(y_w - y_top, 1.0)
