@@ -247,3 +247,22 @@ def test_heart_from_lungs_takes_the_seen_width_rule():
     default, _ = heart_from_lungs(right, left, pixels=px)
     assert maximal_transverse_diameter(default) == widths["percentile"]
     assert widths["robust-max"] >= widths["percentile"]
+
+
+def test_outline_calibration_redraws_the_outline_to_the_target_ctr():
+    from cxrground.anatomy.ctr import cardiothoracic_ratio
+    from cxrground.anatomy.segment.builtin import heart_from_lungs
+    from cxrground.anatomy.segment.heart import HeartEstimateParams
+    from cxrground.datasets.synthetic import SynthConfig, generate_study
+
+    study = generate_study(0, 2, SynthConfig(width=256))
+    px = np.asarray(study.image, dtype=np.float64)
+    right, left = study.anatomy_masks["right_lung"], study.anatomy_masks["left_lung"]
+    plain, _ = heart_from_lungs(right, left, HeartEstimateParams(outline_calibration=None), pixels=px)
+    same, info = heart_from_lungs(right, left, HeartEstimateParams(outline_calibration=(0.0, 1.0)), pixels=px)
+    assert np.array_equal(plain, same) and info["outline_calibration"]["width_scale"] == 1.0
+    c = cardiothoracic_ratio(plain, right, left)
+    wider, info = heart_from_lungs(right, left, HeartEstimateParams(outline_calibration=(0.05, 1.0)), pixels=px)
+    assert info["outline_calibration"]["target_ctr"] == pytest.approx(c + 0.05, abs=1e-4)
+    assert cardiothoracic_ratio(wider, right, left) == pytest.approx(c + 0.05, abs=0.01)
+    assert info["ctr"] == pytest.approx(cardiothoracic_ratio(wider, right, left), abs=1e-4)

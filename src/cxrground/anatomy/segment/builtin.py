@@ -132,8 +132,9 @@ def heart_from_lungs(
             borders, info["seen"] = seen_cardiac_borders(px_w, r_w, l_w, seen_params, rows=rows, midline=mid)
             rctr, info["radiological"] = _radiological(rows, mid, r_w, l_w, params)
         heart = estimate_heart(r_w, l_w, params, seen_borders=borders)
-        if params is not None and params.outline_calibration is not None and heart.any():
-            heart, info["outline_calibration"] = _calibrated_outline(heart, r_w, l_w, params, borders)
+        calibrated = (params or HeartEstimateParams()).outline_calibration
+        if px_w is not None and calibrated is not None and heart.any():
+            heart, info["outline_calibration"] = _calibrated_outline(heart, r_w, l_w, params, calibrated, borders)
     except EmptyAnatomyError as exc:
         return None, {**info, "error": str(exc)}
     if not heart.any():
@@ -150,11 +151,12 @@ def heart_from_lungs(
     return heart, info
 
 
-def _calibrated_outline(heart: np.ndarray, right: np.ndarray, left: np.ndarray, params: HeartEstimateParams,
-                        borders: tuple[float, float] | None) -> tuple[np.ndarray, dict[str, Any]]:
-    """The outline redrawn with the width scale that maps its CTR ``c`` to ``a + b·c``
-    (``params.outline_calibration``); the scale and both CTRs."""
-    a, b = params.outline_calibration or (0.0, 1.0)
+def _calibrated_outline(heart: np.ndarray, right: np.ndarray, left: np.ndarray, params: HeartEstimateParams | None,
+                        calibration: tuple[float, float], borders: tuple[float, float] | None
+                        ) -> tuple[np.ndarray, dict[str, Any]]:
+    """The outline redrawn with the width scale that maps its CTR ``c`` to ``a + b·c`` (``calibration``); the scale
+    and both CTRs."""
+    a, b = calibration
     drawn = cardiothoracic_ratio(heart, right, left)
     scale = (a + b * drawn) / drawn
     redrawn = estimate_heart(right, left, params, seen_borders=borders, width_scale=scale)

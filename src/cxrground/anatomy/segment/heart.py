@@ -105,8 +105,9 @@ class HeartEstimateParams:
     """The heart's reach right of the midline is at most this share of its reach to the left (a seen right border
     further out lies in opacified lung, not on the right atrium)."""
     outline_calibration: tuple[float, float] | None = None
-    """``(a, b)``: redraw the outline with both half-widths about the midline scaled so that its CTR becomes
-    ``a + b ·`` the CTR it was drawn with (:func:`~.builtin.heart_from_lungs`); None: off."""
+    """``(a, b)``, e.g. :data:`OUTLINE_CALIBRATION`: when the cardiac borders are read from the image
+    (:func:`~.builtin.heart_from_lungs` with pixels), the outline is redrawn with both half-widths about the midline
+    scaled so that its CTR becomes ``a + b ·`` the CTR it was drawn with; None (default): off."""
 
 
 def _medial_edges(mask: np.ndarray, side: str) -> np.ndarray:
