@@ -164,3 +164,20 @@ def test_unet_with_missing_weights_is_a_config_error(tmp_path: Path):
     seg = UNetLungSegmenter(tmp_path / "nope.safetensors")  # lazy: nothing loaded yet
     with pytest.raises(ConfigError, match="not found"):
         seg.segment(CXRImage(np.zeros((64, 64), dtype=np.uint8)))
+
+
+def test_unet_ctr_calibration_option_reaches_the_heart_outline():
+    from cxrground.anatomy.segment import get_segmenter
+    from cxrground.anatomy.segment.heart import OUTLINE_CALIBRATION
+
+    study = generate_study(0, 2, SynthConfig(width=256))
+    im = CXRImage(study.image, path="/data/x/study.png")
+    plain = get_segmenter("unet", threads=1)
+    calibrated = get_segmenter("unet", threads=1, ctr_calibration="true")  # as --backend-opt gives it
+    assert "outline_calibration" not in plain.provenance()["heart"]
+    assert calibrated.provenance()["heart"]["outline_calibration"] == list(OUTLINE_CALIBRATION)
+    a, b = plain.segment(im), calibrated.segment(im)
+    drawn = a.extra["heart_estimate"]["ctr"]
+    assert b.extra["heart_estimate"]["outline_calibration"]["ctr_drawn"] == pytest.approx(drawn, abs=0.01)
+    assert b.extra["heart_estimate"]["ctr"] == pytest.approx(OUTLINE_CALIBRATION[0] + OUTLINE_CALIBRATION[1] * drawn,
+                                                             abs=0.02)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -19,7 +20,13 @@ from scipy import ndimage
 from cxrground.anatomy.ctr import EmptyAnatomyError, cardiothoracic_ratio
 from cxrground.anatomy.percept_regions import largest_component
 from cxrground.anatomy.segment.base import HeartSource, LungHeartMasks
-from cxrground.anatomy.segment.heart import HEART_METHOD, HeartEstimateParams, estimate_heart, midline
+from cxrground.anatomy.segment.heart import (
+    HEART_METHOD,
+    OUTLINE_CALIBRATION,
+    HeartEstimateParams,
+    estimate_heart,
+    midline,
+)
 from cxrground.anatomy.segment.heart_image import (
     SEEN_HEART_METHOD,
     SeenHeartParams,
@@ -190,7 +197,9 @@ class UNetLungSegmenter:
     ``weights``: a ``.safetensors`` path (its ``.json`` sidecar next to it); None = the shipped
     ``lung_unet_v2``. Loads lazily on the first :meth:`segment`; CPU only; thread-safe loading.
     ``threads``: torch intra-op threads during inference (None: torch's setting; 1 is the safe choice
-    on a CPU shared with other busy processes, see :func:`.unet.predict_logits`).
+    on a CPU shared with other busy processes, see :func:`.unet.predict_logits`). ``ctr_calibration``: draw the
+    heart outline with :data:`~.heart.OUTLINE_CALIBRATION` (its CTR read in the adult range on NIH films; off by
+    default, see ``HeartEstimateParams.outline_calibration``).
     """
 
     name = "unet"
@@ -204,7 +213,10 @@ class UNetLungSegmenter:
         threads: int | None = None,
         seen_heart: bool = True,
         work_size: int = ANATOMY_WORK_SIZE,
+        ctr_calibration: bool = False,
     ) -> None:
+        if ctr_calibration:
+            heart_params = replace(heart_params or HeartEstimateParams(), outline_calibration=OUTLINE_CALIBRATION)
         self.weights = Path(weights) if weights is not None else default_weights_path()
         self.threads = threads
         self.seen_heart = seen_heart
@@ -297,6 +309,10 @@ class UNetLungSegmenter:
         extra["weights_sha256"] = self._meta.get("sha256") if self._meta else None
         return LungHeartMasks(right, left, heart, source, self.name, extra)
 
+    def _calibration(self) -> tuple[float, float] | None:
+        """The heart outline's CTR calibration, when on."""
+        return self.heart_params.outline_calibration if self.heart_params is not None else None
+
     def provenance(self) -> dict[str, Any]:
         """Backend, weights path and sha256, architecture, training data summary and metrics."""
         _, meta = self._ensure()
@@ -312,7 +328,8 @@ class UNetLungSegmenter:
             "threshold": self.threshold,
             "postprocess": "exclusive argmax where both > threshold, largest 8-component per lung, holes filled",
             "heart": {"source": "estimate" if self.estimate_heart else "none",
-                      "method": f"{HEART_METHOD}+{SEEN_HEART_METHOD}" if self.seen_heart else HEART_METHOD},
+                      "method": f"{HEART_METHOD}+{SEEN_HEART_METHOD}" if self.seen_heart else HEART_METHOD,
+                      **({"outline_calibration": list(calibration)} if (calibration := self._calibration()) else {})},
             "work_size": self.work_size,
             "metrics": meta.get("metrics"),
             "training_data": (meta.get("data") or {}).get("summary"),
