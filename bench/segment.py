@@ -160,6 +160,10 @@ def monotone_lateral_border(mask: np.ndarray, side: str, anchor: str = "widest")
     return ndimage.binary_fill_holes(largest_component(out))
 
 
+#: The heart outline's parameters for the real-film rows (None: the defaults; ``--ctr-calibration`` sets them).
+HEART_PARAMS: list = [None]
+
+
 def real_films(threads: int, cache: str | None, overlays: str | None, weights: str | None = None,
                repair_apex: str | None = None) -> None:
     """The ``--real`` rows (module docstring)."""
@@ -185,7 +189,7 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
         if repair_apex:  # bench/records/lung_apex_preregistration.md
             right = monotone_lateral_border(right, "right", repair_apex)
             left = monotone_lateral_border(left, "left", repair_apex) & ~right
-        heart, info = heart_from_lungs(right, left, pixels=d["px"])
+        heart, info = heart_from_lungs(right, left, HEART_PARAMS[0], pixels=d["px"])
         row = {"src": src, "rec": rec, "ctr": info.get("ctr", np.nan), "heart": heart is not None,
                "lung_problems": lung_problems(right, left),
                "rctr": info.get("ctr_radiological", np.nan),
@@ -294,7 +298,7 @@ def _random_sheet(seg, folder: Path, out: Path, rows: list[dict], seed: int = 1)
     for r in drawn + high:
         d = cached_lungs(seg, folder, "nih", r["rec"])
         right, left = d["R"].astype(bool), d["L"].astype(bool)
-        heart, info = heart_from_lungs(right, left, pixels=d["px"])
+        heart, info = heart_from_lungs(right, left, HEART_PARAMS[0], pixels=d["px"])
         path = out / "sheet-panels" / f"{r['rec'].image_id}.png"
         _overlay(path, d["px"], right, left, heart, info)
         panels.append(np.asarray(Image.open(path).convert("RGB")))
@@ -347,9 +351,16 @@ def main() -> None:
     parser.add_argument("--repair-apex", nargs="?", const="widest", choices=("widest", "lower"), default=None,
                         help="measure the lateral-border repair of bench/records/lung_apex_preregistration.md "
                              "(anchor: the widest row, or the widest row of the lower half)")
+    parser.add_argument("--ctr-calibration", action="store_true",
+                        help="real films: heart outlines with OUTLINE_CALIBRATION (the unet ctr_calibration option)")
     args = parser.parse_args()
 
     import torch
+
+    if args.ctr_calibration:
+        from cxrground.anatomy.segment.heart import OUTLINE_CALIBRATION, HeartEstimateParams
+
+        HEART_PARAMS[0] = HeartEstimateParams(outline_calibration=OUTLINE_CALIBRATION)
 
     if args.real or args.only_real:
         torch.set_num_threads(args.threads)
