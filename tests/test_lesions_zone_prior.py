@@ -94,6 +94,7 @@ def test_shipped_prior_is_from_nih_films_and_orders_the_bands():
     assert q[2] > q[1] > q[0] and np.allclose(q[:3], q[3:])
     assert prior.meta["brixia_used"] is False and "NIH" in prior.meta["licence"]
     assert prior.meta["recipe"].endswith("bench/zone_prior_fit.py")
+    assert prior.meta["lungs"]["name"].startswith("lung_unet") and len(prior.meta["lungs"]["sha256"]) == 64
 
 
 class _FakeReader(PriorZoneReader):

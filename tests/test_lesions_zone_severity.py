@@ -166,6 +166,7 @@ def test_shipped_severity_model_is_from_shippable_films_without_brixia():
     assert not any("NC" in lic for lic in meta["licences"])
     assert set(meta["films"]) == {"no_finding", "covid", "nih_lesion"} and 0 < model.threshold < 1
     assert model.features == tuple(meta["chosen"]["features"])
+    assert meta["lungs"]["name"].startswith("lung_unet") and len(meta["lungs"]["sha256"]) == 64
 
 
 class _ToySegmenter:

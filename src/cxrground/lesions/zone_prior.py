@@ -259,7 +259,8 @@ class PriorZoneReader:
             "coef": list(self.severity.coef), "intercept": self.severity.intercept,
             "threshold": self.severity.threshold, "clip": self.severity.clip,
             "rule": "clip(b0 + b.x - logit(threshold), -clip, clip)",
-            "path": self.severity.meta.get("path"), "data": self.severity.meta.get("data")}
+            "path": self.severity.meta.get("path"), "data": self.severity.meta.get("data"),
+            "lungs": self.severity.meta.get("lungs")}
         return {"name": self.reader_id, "severity": severity, "prior": {**self.prior.weights, "meta": self.prior.meta},
                 "evidence_weight": self.weight, "flag": self.flag,
                 "zone_sim": {k: self.classifier.meta.get(k) for k in ("path", "sha256", "threshold")},
