@@ -26,11 +26,11 @@ from ctr_definitions import nih_lungs
 
 def widths(px: np.ndarray, right: np.ndarray, left: np.ndarray) -> tuple[float, float]:
     """``(r75, rF)`` of one film (NaN where a rule sees too few rows)."""
+    from cxrground.anatomy.ctr import x_extent
     from cxrground.anatomy.segment.heart_image import SeenHeartParams, cardiac_row_widths, seen_cardiac_borders
 
     rows = cardiac_row_widths(px, right, left)
-    cols = np.flatnonzero((right | left).any(axis=0))
-    extent = float(cols[-1] - cols[0] + 1)
+    extent = float(x_extent(right | left))
     out = []
     for rule in ("percentile", "quadratic-max"):
         borders, _ = seen_cardiac_borders(px, right, left, SeenHeartParams(transverse=rule), rows=rows)

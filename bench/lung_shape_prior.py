@@ -45,6 +45,7 @@ Run: ``python bench/lung_shape_prior.py --cache /tmp/anatomy-cache`` (after ``be
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -403,17 +404,19 @@ def _is_prob_variant(variant: str) -> bool:
     return variant == "unet@px" or variant.startswith("hyst@")
 
 
-_UNET: list = []
+@functools.cache
+def _shipped_unet():
+    """The shipped lung U-Net (one thread), loaded once."""
+    from cxrground.anatomy.segment import UNetLungSegmenter
+
+    return UNetLungSegmenter(threads=1)
 
 
 def _lung_probabilities(px: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The shipped lung U-Net's right and left probabilities on working-grid pixels."""
-    from cxrground.anatomy.segment import UNetLungSegmenter
     from cxrground.io.cxr_image import CXRImage
 
-    if not _UNET:
-        _UNET.append(UNetLungSegmenter(threads=1))
-    p_r, p_l, _ = _UNET[0].probabilities(CXRImage(np.clip(px, 0, 255).astype(np.uint8)))
+    p_r, p_l, _ = _shipped_unet().probabilities(CXRImage(np.clip(px, 0, 255).astype(np.uint8)))
     return p_r, p_l
 
 

@@ -160,13 +160,10 @@ def monotone_lateral_border(mask: np.ndarray, side: str, anchor: str = "widest")
     return ndimage.binary_fill_holes(largest_component(out))
 
 
-#: The heart outline's parameters for the real-film rows (None: the defaults; ``--ctr-calibration`` sets them).
-HEART_PARAMS: list = [None]
-
-
 def real_films(threads: int, cache: str | None, overlays: str | None, weights: str | None = None,
-               repair_apex: str | None = None) -> None:
-    """The ``--real`` rows (module docstring)."""
+               repair_apex: str | None = None, heart_params=None) -> None:
+    """The ``--real`` rows (module docstring); ``heart_params``: the heart outline's
+    :class:`~cxrground.anatomy.segment.heart.HeartEstimateParams` (None: the defaults)."""
     import tempfile
 
     from cxrground.anatomy.ils_locations import lung_zone_bands
@@ -189,7 +186,7 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
         if repair_apex:  # bench/records/lung_apex_preregistration.md
             right = monotone_lateral_border(right, "right", repair_apex)
             left = monotone_lateral_border(left, "left", repair_apex) & ~right
-        heart, info = heart_from_lungs(right, left, HEART_PARAMS[0], pixels=d["px"])
+        heart, info = heart_from_lungs(right, left, heart_params, pixels=d["px"])
         row = {"src": src, "rec": rec, "ctr": info.get("ctr", np.nan), "heart": heart is not None,
                "lung_problems": lung_problems(right, left),
                "rctr": info.get("ctr_radiological", np.nan),
@@ -206,7 +203,7 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
         rows.append(row)
     if overlays:
         _overlay_sheet(Path(overlays))
-        _random_sheet(seg, folder, Path(overlays), rows)
+        _random_sheet(seg, folder, Path(overlays), rows, heart_params)
     print(f"\n## Real films: {len(rows)} pack films ({time.perf_counter() - start:.0f} s; lungs cached in {folder})")
     lungs_bad = [r for r in rows if r["lung_problems"]]
     n_bad_nih = sum(r["src"] == "nih" for r in lungs_bad)
@@ -283,7 +280,7 @@ def _overlay_sheet(folder: Path, count: int = 20, columns: int = 5) -> None:
         Image.fromarray(contact_sheet(panels, columns=columns)).save(folder / f"overlays-{count}.png", optimize=True)
 
 
-def _random_sheet(seg, folder: Path, out: Path, rows: list[dict], seed: int = 1) -> None:
+def _random_sheet(seg, folder: Path, out: Path, rows: list[dict], heart_params=None, seed: int = 1) -> None:
     """``out/nih-random-10-and-high-tops.png``: overlays of ten NIH films drawn at random (``seed``) and of the
     first five NIH films whose heart outline starts above the carina level (rows of five)."""
     from PIL import Image
@@ -298,7 +295,7 @@ def _random_sheet(seg, folder: Path, out: Path, rows: list[dict], seed: int = 1)
     for r in drawn + high:
         d = cached_lungs(seg, folder, "nih", r["rec"])
         right, left = d["R"].astype(bool), d["L"].astype(bool)
-        heart, info = heart_from_lungs(right, left, HEART_PARAMS[0], pixels=d["px"])
+        heart, info = heart_from_lungs(right, left, heart_params, pixels=d["px"])
         path = out / "sheet-panels" / f"{r['rec'].image_id}.png"
         _overlay(path, d["px"], right, left, heart, info)
         panels.append(np.asarray(Image.open(path).convert("RGB")))
@@ -357,14 +354,15 @@ def main() -> None:
 
     import torch
 
+    heart_params = None
     if args.ctr_calibration:
         from cxrground.anatomy.segment.heart import OUTLINE_CALIBRATION, HeartEstimateParams
 
-        HEART_PARAMS[0] = HeartEstimateParams(outline_calibration=OUTLINE_CALIBRATION)
+        heart_params = HeartEstimateParams(outline_calibration=OUTLINE_CALIBRATION)
 
     if args.real or args.only_real:
         torch.set_num_threads(args.threads)
-        real_films(args.threads, args.cache, args.overlays, args.weights, args.repair_apex)
+        real_films(args.threads, args.cache, args.overlays, args.weights, args.repair_apex, heart_params)
         if args.only_real:
             return
 

@@ -80,8 +80,7 @@ def training_films(pack: Any) -> list[tuple[str, str, str, str, Any]]:
 
 def lungs_record(segmenter: Any) -> dict[str, Any]:
     """Name and weights sha256 of the lung model the readings were taken through."""
-    prov = segmenter.provenance()
-    return {"name": prov.get("model_name"), "sha256": prov.get("weights_sha256")}
+    return segmenter.identity()
 
 
 def read_rows(films: list) -> tuple[list[Row], list[str]]:

@@ -44,6 +44,7 @@ __all__ = [
     "row_window",
     "thoracic_diameter",
     "transverse_cardiac_diameter",
+    "x_extent",
 ]
 
 #: ILS.md §9.4: an image may give a cardiomegaly negative only when ``CTR ≤ 0.45`` (physician-calibrated).
@@ -163,8 +164,9 @@ def _checked(heart: np.ndarray, right_lung: np.ndarray, left_lung: np.ndarray
     return h, r, l_
 
 
-def _x_extent(mask: np.ndarray) -> int:
-    cols = np.flatnonzero(mask.any(axis=0))
+def x_extent(mask: np.ndarray) -> int:
+    """Columns from the mask's leftmost to its rightmost pixel, inclusive (the mask must not be empty)."""
+    cols = np.flatnonzero(np.asarray(mask, bool).any(axis=0))
     return int(cols[-1]) - int(cols[0]) + 1
 
 
@@ -221,7 +223,7 @@ def cardiothoracic_ratio(heart: np.ndarray, right_lung: np.ndarray, left_lung: n
     :class:`~cxrground.errors.MaskShapeError` when the shapes differ.
     """
     h, r, l_ = _checked(heart, right_lung, left_lung)
-    return _x_extent(h) / _x_extent(r | l_)
+    return x_extent(h) / x_extent(r | l_)
 
 
 def ctr_negative_eligible(ctr: float) -> bool:

@@ -258,6 +258,11 @@ class UNetLungSegmenter:
         """The model's sidecar (loads the model)."""
         return self._ensure()[1]
 
+    def identity(self) -> dict[str, str]:
+        """Name and sha256 of the weights (from the sidecar), as checkpoints and fitted readers record them."""
+        meta = self.meta
+        return {"name": str(meta.get("name")), "sha256": str(meta.get("sha256"))}
+
     @property
     def threshold(self) -> float:
         """Probability threshold (argument, else the sidecar's, else 0.5)."""

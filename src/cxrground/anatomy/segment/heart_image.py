@@ -42,7 +42,7 @@ from typing import Any, Final, Literal
 import numpy as np
 from scipy import ndimage
 
-from cxrground.anatomy.ctr import internal_thoracic_diameter, robust_max, row_window
+from cxrground.anatomy.ctr import internal_thoracic_diameter, robust_max, row_window, x_extent
 from cxrground.io.masks import as_mask, check_same_shape
 
 __all__ = [
@@ -184,7 +184,7 @@ def seen_cardiac_borders(
     k = int(np.argmin(np.abs(widths - target)))
     x_r, x_l = float(rows[k, 1]), float(rows[k, 2])
     if p.transverse == "calibrated":
-        extent = _lungs_extent(right, left)
+        extent = float(x_extent(np.asarray(right, bool) | np.asarray(left, bool)))
         width = (p.calibration[0] + p.calibration[1] * (x_l - x_r) / extent) * extent
         if width <= 0:
             return None, {**info, "error": "the calibrated cardiac width is not positive"}
@@ -192,12 +192,6 @@ def seen_cardiac_borders(
         return (centre - 0.5 * width, centre + 0.5 * width), {**info, "row": int(rows[k, 0]),
                                                                "row_width_px": round(x_l - x_r, 1)}
     return (x_r, x_l), {**info, "row": int(rows[k, 0])}
-
-
-def _lungs_extent(right: np.ndarray, left: np.ndarray) -> float:
-    """Columns from the lungs' leftmost to their rightmost pixel, inclusive."""
-    cols = np.flatnonzero((np.asarray(right, bool) | np.asarray(left, bool)).any(axis=0))
-    return float(cols[-1] - cols[0] + 1)
 
 
 def smooth_border(ys: np.ndarray, xs: np.ndarray, min_rows: int = 5) -> np.ndarray | None:

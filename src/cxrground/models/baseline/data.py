@@ -61,10 +61,7 @@ def make_segmenter(config: BaselineConfig) -> UNetLungSegmenter | None:
 
 def lungs_identity(segmenter: UNetLungSegmenter | None) -> dict[str, str] | None:
     """Name and sha256 of the lung U-Net weights behind ``segmenter`` (None without one), for ``checkpoint.json``."""
-    if segmenter is None:
-        return None
-    meta = segmenter.meta
-    return {"name": str(meta.get("name")), "sha256": str(meta.get("sha256"))}
+    return None if segmenter is None else segmenter.identity()
 
 
 def check_lungs(recorded: Mapping[str, Any] | None, segmenter: UNetLungSegmenter | None, where: str) -> None:
