@@ -194,3 +194,19 @@ def test_global_lung_negatives_need_both_lungs_free_under_lung_exclusion():
                           IlsConfig(seed=0, negative_exclusion="lung"))
     default = compose_pairs("s1", [], [], list(ILS_LOCATION_LABELS), 0.3, mask(), IlsConfig(seed=0))
     assert clear.negative_pairs == default.negative_pairs  # a clear report: nothing changes
+
+
+def test_report_that_does_not_read_the_film_gives_no_lung_negatives() -> None:
+    """A silent report ("Fever and odynophagia") gives no lung or pleural negative, counted on the card; the
+    cardiomegaly negative, decided by the CTR, stays; ``silent_report_negatives`` restores the literal rule."""
+    from cxrground.ils.compose import WITHHELD_SILENT_REPORT
+
+    silent = compose_pairs("s1", [], [], list(ILS_LOCATION_LABELS), 0.40, None, IlsConfig(), reads_film=False)
+    assert [(n["target"], n["location"]) for n in silent.negative_pairs] == [("cardiomegaly", ["heart"])]
+    assert silent.dropped == Counter({WITHHELD_SILENT_REPORT: len(LESIONS) - 1})
+    literal = compose_pairs("s1", [], [], list(ILS_LOCATION_LABELS), 0.40, None,
+                            IlsConfig(silent_report_negatives=True), reads_film=False)
+    reading = compose_pairs("s1", [], [], list(ILS_LOCATION_LABELS), 0.40, None, IlsConfig())
+    assert literal.negative_pairs == reading.negative_pairs
+    assert {n["target"] for n in reading.negative_pairs} == set(LESIONS)
+    assert not reading.dropped and not literal.dropped

@@ -394,7 +394,8 @@ _VERSION_CORPUS = (
     "No pneumothorax, small right pleural effusion.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"5": "604dfbb1a88aa12af616dadc57ddcb7d24cce32f88f2258d5d0c2734d2886222"}
+_PINNED_OUTPUT = {"5": "604dfbb1a88aa12af616dadc57ddcb7d24cce32f88f2258d5d0c2734d2886222",
+                  "6": "604dfbb1a88aa12af616dadc57ddcb7d24cce32f88f2258d5d0c2734d2886222"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -415,3 +416,45 @@ def test_rules_version_is_bumped_when_the_output_changes() -> None:
                 h.update(json.dumps(row, sort_keys=True).encode() + b"\n")
     assert _PINNED_OUTPUT.get(RULES_VERSION) == h.hexdigest(), (
         f"rule output changed under RULES_VERSION {RULES_VERSION!r}: bump it and pin {h.hexdigest()}")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Perihilar and apical, mostly peripheral, opacifications bilaterally.", ("opacity", "present")),
+    ("Patchy areas of air space opacifications in both lungs.", ("opacity", "present")),
+    ("Diffuse reticular pattern in both lungs.", ("reticular pattern", "present")),
+    ("A reticular-nodular pattern in both lungs was observed.", ("reticular-nodular pattern", "present")),
+    ("Typical findings of acute respiratory distress syndrome.", ("acute respiratory distress syndrome", "present")),
+    ("Evaluate for ARDS.", ("ards", "uncertain")),
+])
+def test_plural_opacifications_reticular_patterns_and_ards(text: str, expected: tuple[str, str]) -> None:
+    """The plural is an opacity; reticular patterns and ARDS are non-target lung findings (no lesion, both lungs)."""
+    from cxrground.reports.structure import structure_text
+
+    findings = structure_text(text).findings
+    assert findings, text
+    first = findings[0]
+    assert ((first.lesion or first.entity.lower()), first.assertion) == expected
+    assert set(first.reported_location) >= {"right lung", "left lung"}
+    if first.lesion is None:
+        assert all(f.lesion is None for f in findings)
+
+
+@pytest.mark.parametrize(("text", "reads"), [
+    ("Fever and two days of odynophagia", False),
+    ("Intensive care study", False),
+    ("Chest pain.", False),
+    ("Examination within the limits of the norm.", True),
+    ("Fever for ten days with dry cough. Normal examination.", True),
+    ("No significant findings. Lungs clear.", True),
+    ("No acute cardiopulmonary process.", True),
+    ("No evidence of acute disease.", True),
+    ("The lungs are well aerated.", True),
+    ("No pneumothorax.", True),
+    ("Small right pleural effusion.", True),
+])
+def test_reads_the_film(text: str, reads: bool) -> None:
+    """A report reads the film with a finding of any kind or a normal-examination statement, not otherwise."""
+    from cxrground.reports.reading import reads_the_film
+    from cxrground.reports.structure import structure_text
+
+    assert reads_the_film(structure_text(text)) is reads

@@ -23,6 +23,11 @@ Choices where the spec is silent (documented, switchable through :class:`IlsConf
 - **global negatives** are used with the train-split shares of ILS §11.2, and only for lesions that
   are not mentioned, or negated without a side; ``opacity`` negatives take the lesion-inference form
   with the §11.2 share;
+- **silent reports**: a report that says nothing about the film (no finding of any kind and no normal-examination
+  statement, :func:`cxrground.reports.reading.reads_the_film`: a clinical note such as "Fever and two days of
+  odynophagia") gives no lung or pleural negative: its silence about a lesion is not a reading of the image. The
+  withheld negatives are counted on the card; the CTR-decided cardiomegaly negative stays
+  (``IlsConfig.silent_report_negatives`` restores the literal rule).
 - **random regions**: uniform over the 10 labels plus the bilateral pair, the pair's order drawn by
   the seeded RNG; restricted to EL when the report mentions any finding; no region → no negative.
 - **placement by the image** (only with a :class:`NegativePlacement`, i.e. ``IlsConfig.negative_check`` set): a
@@ -59,6 +64,7 @@ __all__ = [
     "KIND_NEGATED",
     "KIND_NOT_REPORTED",
     "KIND_NO_LOCATION_EXTENSION",
+    "WITHHELD_SILENT_REPORT",
     "ComposedStudy",
     "GroundedFinding",
     "MaskOut",
@@ -73,6 +79,9 @@ KIND_NOT_REPORTED = "not_reported_major_lesion"
 KIND_NO_LOCATION_EXTENSION = "grounding_no_location_extension"
 #: Reason (card) of a pair left out because the study already has the same (instruction, answer).
 DROPPED_DUPLICATE = "duplicate (instruction, answer) in the study"
+#: Card reason of the lung and pleural negatives a report that does not read the film would have given
+#: (:attr:`IlsConfig.silent_report_negatives`).
+WITHHELD_SILENT_REPORT = "negative withheld: the report says nothing about the film"
 BILATERAL = ("right lung", "left lung")
 
 
@@ -153,9 +162,12 @@ def compose_pairs(
     heart: np.ndarray | None,
     config: IlsConfig,
     placement: NegativePlacement | None = None,
+    reads_film: bool = True,
 ) -> ComposedStudy:
     """All pairs of one study (positives in finding order, then ≤ 1 negative per lesion in LESIONS order); with
-    ``placement``, lung-opacity negatives avoid the zones it flags (module docstring)."""
+    ``placement``, lung-opacity negatives avoid the zones it flags (module docstring). ``reads_film`` False (the
+    report says nothing about the film, :func:`cxrground.reports.reading.reads_the_film`): no lung or pleural
+    negative unless :attr:`IlsConfig.silent_report_negatives`."""
     rng = study_rng(config.seed, study_key)
     out = ComposedStudy()
     positives_by_lesion: dict[str, int] = {}
@@ -192,7 +204,8 @@ def compose_pairs(
 
     placer = _Placer(placement, study_rng(config.seed, f"{study_key}#negative-placement"), out) \
         if placement is not None and placement.active else None
-    _negatives(study_key, findings, empty_locations, ctr, config, rng, out, placer)
+    _negatives(study_key, findings, empty_locations, ctr, config, rng, out, placer,
+               lung_negatives=reads_film or config.silent_report_negatives)
     _drop_duplicates(study_key, out)
     return out
 
@@ -272,8 +285,8 @@ class _Placer:
 
 
 def _negatives(study_key: str, findings: Sequence[Finding], empty_locations: Sequence[str], ctr: float | None,
-               config: IlsConfig, rng: np.random.Generator, out: ComposedStudy, placer: _Placer | None = None
-               ) -> None:
+               config: IlsConfig, rng: np.random.Generator, out: ComposedStudy, placer: _Placer | None = None,
+               lung_negatives: bool = True) -> None:
     reported = {f.lesion for f in findings if f.lesion is not None and f.assertion != "absent"}
     negated = {f.lesion for f in findings if f.lesion is not None and f.assertion == "absent"} - reported
     sided_negation = {f.lesion for f in findings
@@ -290,6 +303,9 @@ def _negatives(study_key: str, findings: Sequence[Finding], empty_locations: Seq
             if lesion not in reported and ctr_ok:
                 kind = KIND_NEGATED if lesion in negated else KIND_NOT_REPORTED
                 _negative(out, study_key, "global", lesion, [HEART], kind)
+            continue
+        if not lung_negatives:
+            out.dropped[WITHHELD_SILENT_REPORT] += 1
             continue
         checker = placer if lesion in OPACITY_TARGETS else None
         blocked = lesion in reported or (t.umbrella and any_lung_lesion)

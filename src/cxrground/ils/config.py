@@ -141,6 +141,12 @@ class IlsConfig:
     reported in either lung (otherwise a basic negative over the empty labels). Reports name where disease is worst,
     not everywhere it is."""
 
+    silent_report_negatives: bool = False
+    """Whether a report that does not read the film (no finding of any kind and no normal-examination statement,
+    :func:`cxrground.reports.reading.reads_the_film`: "Fever and two days of odynophagia") still yields lung and
+    pleural negatives. False (default): it yields none, counted on the card, because its silence about a lesion says
+    nothing about the image; the cardiomegaly negative, decided by the CTR, stays. True: ILS §11.2 read literally."""
+
     zone_guide: str = "zone_prior_v2"
     """Lung-lesion masks guided by a zone reader, ``zone_prior_v2`` (default) or ``zone_prior_v1``: a reported lung
     lesion keeps a mask only in the zones of its reported location that the reader flags (Algorithm 1's mask cut

@@ -29,6 +29,7 @@ from cxrground.io.store import local_copy
 from cxrground.io.transform import Letterbox
 from cxrground.lesions.lesion_zones import central_mask
 from cxrground.reports import parse_report_text, read_report, select_section
+from cxrground.reports.reading import reads_the_film
 from cxrground.reports.structure import structure_section
 from cxrground.vocab.locations import HEART
 from cxrground.vocab.traits import traits
@@ -169,7 +170,7 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
         unit["grounding"] = records
         stage = "compose"
         composed = compose_pairs(task.study_key, structured.findings, grounded, empty, ctr, heart, config,
-                                 placement)
+                                 placement, reads_film=reads_the_film(structured))
         if pair_check is not None:
             from cxrground.ils.image_check import check_pairs
 

@@ -81,6 +81,9 @@ class BuildRequest:
                                      "lung-lesion negatives away: location (ILS: the labels overlapping its "
                                      "reported location) or lung (the whole lung it is reported in; a global "
                                      "lung negative only when both lungs are free).")
+    silent_report_negatives: bool = option(False, help="Let a report that says nothing about the film (no finding "
+                                           "of any kind, no normal-examination statement) yield lung and pleural "
+                                           "negatives. Default: it yields none (counted on the card).")
     zone_guide: str = option("zone_prior_v2", choices=ZONE_GUIDES, help="Guide lung-lesion masks by a zone "
                              "reader: a reported lung lesion keeps a mask only in the zones of its reported location "
                              "that the reader flags (Algorithm 1's mask cut to them; for airspace lesions an empty "
@@ -127,7 +130,7 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
     ratios = tuple(float(v) for v in request.split_ratios.split(","))
     config = IlsConfig(seed=request.seed, exclude_studies=excluded, sections=request.sections,
                        negative_check=request.negative_check, negative_exclusion=request.negative_exclusion,
-                       zone_guide=request.zone_guide)
+                       zone_guide=request.zone_guide, silent_report_negatives=request.silent_report_negatives)
     if request.threshold_scale != 1.0:
         config = config.with_threshold_scale(request.threshold_scale)
     spec = request.backend_spec()

@@ -28,7 +28,7 @@ atelectasis            atelectasis, atelectatic (changes), collapse(d). *Changed
                        a non-target finding: it is a sign, not atelectasis (MeSH codes it apart). *Not* vertebral
                        collapse ("compression collapse", "collapse of the T12 vertebral body": a non-target
                        finding outside the lungs).
-opacity                opacity, opacities, opacification, opacified, airspace / air space disease, airspace
+opacity                opacity, opacities, opacification(s), opacified, airspace / air space disease, airspace
                        process, infiltrate(s), infiltration, infiltrative process, haziness, hazy opacity,
                        ground-glass (opacity). *Not* "density" (also used for bones and masses).
 consolidation          consolidation, consolidative (opacity/process), consolidated. *Decision*: "air bronchograms"
@@ -56,7 +56,9 @@ None (non-target)      lung: pneumothorax, hydropneumothorax, nodule, mass, mass
                        granuloma, granulomatous disease / infection, scar(ring), fibrosis, fibrotic changes,
                        emphysema, bulla(e), bullous disease, bronchiectasis, cyst, cavity/cavitation, interstitial
                        markings,
-                       interstitial lung disease, interstitial prominence, reticular markings, pleural
+                       interstitial lung disease, interstitial prominence, reticular markings, reticular /
+                       reticular-nodular / reticulonodular pattern, acute respiratory distress syndrome (ARDS: a
+                       clinical-radiological syndrome, not mapped to edema), pleural
                        thickening, pleural plaque, (pulmonary) vascular congestion, metastasis/metastases,
                        volume loss, radiation pneumonitis / fibrosis / changes, (broncho)vascular crowding,
                        cephalization, vascular redistribution, Kerley / septal lines, septal thickening.
@@ -201,6 +203,7 @@ __all__ = [
     "LINK_RE",
     "LOCATION_MATCHER",
     "LOCATION_RE",
+    "NORMAL_STATEMENT_RE",
     "EntityKind",
     "default_location",
     "entity_kind",
@@ -283,7 +286,11 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
     )),
     (EntityKind("interstitial markings", None), (
         r"interstitial\s+(?:lung\s+disease|markings?|prominence|thickening|pattern|disease|changes?)",
-        r"reticular(?:\s+interstitial)?\s+markings?", r"reticulonodular\s+markings?",
+        r"reticular(?:\s+interstitial)?\s+markings?", r"reticulonodular\s+(?:markings?|pattern)",
+        r"reticular(?:[- ]?nodular)?\s+pattern",
+    )),
+    (EntityKind("acute respiratory distress syndrome", None), (
+        r"acute\s+respiratory\s+distress\s+syndrome", r"ards",
     )),
     (EntityKind("heart failure", None, lung=False), (
         r"congestive\s+heart\s+failure", r"heart\s+failure", r"chf",
@@ -310,10 +317,10 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
         r"consolidated",
     )),
     (EntityKind("opacity", OPACITY, observation=True), (
-        r"(?:airspace|air\s+space|alveolar|ground[- ]glass)\s+(?:opacity|opacities|opacification|disease|"
+        r"(?:airspace|air\s+space|alveolar|ground[- ]glass)\s+(?:opacity|opacities|opacifications?|disease|"
         r"processe?s?|infiltrates?)",
         r"ground[- ]glass",
-        r"hazy\s+opacit(?:y|ies)", r"opacit(?:y|ies)", r"opacification", r"opacified",
+        r"hazy\s+opacit(?:y|ies)", r"opacit(?:y|ies)", r"opacifications?", r"opacified",
         r"infiltrates?", r"infiltration", r"infiltrative\s+(?:process|changes?)", r"haziness",
     )),
     # other non-target findings
@@ -349,6 +356,21 @@ for _kind, _patterns in _ENTITY_GROUPS:
 ENTITY_RE: Final[re.Pattern[str]] = re.compile(r"\b(?:" + "|".join(_group_patterns) + r")\b")
 #: The matches of :data:`ENTITY_RE`, found faster (``ENTITY_MATCHER.matches(low)``; see :mod:`.dispatch`).
 ENTITY_MATCHER: Final[Alternation] = Alternation(_entity_branches)
+
+
+#: A statement that the film was read and found normal, in a text with no finding phrase ("Normal examination.",
+#: "Examination within the limits of the norm.", "No acute cardiopulmonary process.", "Lungs clear."): with it, a
+#: report that names no finding still reads the film (:func:`cxrground.reports.reading.reads_the_film`).
+NORMAL_STATEMENT_RE: Final[re.Pattern[str]] = re.compile(
+    r"\bnormal\s+(?:examination|exam|study|appearances?|radiographs?|chest(?:\s+(?:radiograph|x-?ray|film))?|films?|"
+    r"x-?rays?|cxr|findings)\b"
+    r"|\bwithin\s+(?:the\s+)?(?:normal\s+)?limits\b"
+    r"|\bno\s+(?:evidence\s+of\s+)?(?:(?:significant|acute|active|radiographic|radiological|focal|new)\s+)*"
+    r"(?:(?:cardiopulmonary|intrathoracic|thoracic|pulmonary|chest)\s+)?(?:findings?|abnormalit(?:y|ies)|"
+    r"process(?:es)?|disease)\b"
+    r"|\b(?:lungs?|lung\s+fields?)\s+(?:(?:are|is|remain|appear|appears)\s+)?(?:well[- ]expanded\s+and\s+)?clear\b"
+    r"|\bclear\s+lungs?\b|\bunremarkable\b|\bwell[- ](?:aerated|expanded)\b"
+)
 
 
 def entity_kind(group: str) -> EntityKind:
