@@ -47,6 +47,7 @@ def test_report_normal_means_no_finding_but_a_heart_only_one():
     assert is_report_normal([f("present", "cardiomegaly"), f("absent", "edema")])
     assert not is_report_normal([f("uncertain", "opacity")])
     assert not is_report_normal([f("present", None)])  # a nodule, a pneumothorax: not normal lungs
+    assert not is_report_normal([], reads_film=False)  # "Fever and odynophagia": says nothing about the film
 
 
 def test_shrinkage_keeps_the_prior_for_a_look_alike_cohort_and_the_cohort_when_it_differs():

@@ -6,7 +6,8 @@ the build's main process, before any study is processed and whatever the engine:
 1. **Report-normal studies.** The studies are visited in an order drawn from the build's seed; each report is
    structured (the build's structurer and section policy, as the workers will) and the study is *report-normal*
    when no finding is asserted present or uncertain, except a heart-only one (cardiomegaly: the lungs are
-   normal). Known before any pixel is read.
+   normal), and the report reads the film (a finding of any kind or a normal-examination statement,
+   :func:`cxrground.reports.reading.reads_the_film`). Known before any pixel is read.
 2. **Their lungs.** The image is read, must be frontal, and the build's segmenter must find both lungs; the film
    and its lungs are taken onto the build's working canvas (:class:`~cxrground.io.transform.Letterbox`), exactly
    as the synthesizer sees them. At most ``max_normals`` films are read.
@@ -55,11 +56,13 @@ __all__ = ["FITTED_FILE", "TRIM_MODES", "CohortNormals", "collect_normals", "fil
 FITTED_FILE: Final[str] = "normative_fitted.npz"
 
 
-def is_report_normal(findings: Sequence[Finding]) -> bool:
-    """No finding asserted present or uncertain, except heart-only ones (cardiomegaly leaves the lungs normal)."""
+def is_report_normal(findings: Sequence[Finding], reads_film: bool = True) -> bool:
+    """No finding asserted present or uncertain, except heart-only ones (cardiomegaly leaves the lungs normal), in a
+    report that reads the film (``reads_film``, :func:`cxrground.reports.reading.reads_the_film`: a note that says
+    nothing about the film is not a normal report)."""
     from cxrground.vocab.traits import traits
 
-    return not any(f.assertion != "absent" and not (f.lesion is not None and traits(f.lesion).heart_mask)
+    return reads_film and not any(f.assertion != "absent" and not (f.lesion is not None and traits(f.lesion).heart_mask)
                    for f in findings)
 
 
@@ -87,6 +90,7 @@ def _report_normal_tasks(tasks: Sequence[StudyTask], spec: BackendSpec, config: 
     """The report-normal studies of ``tasks`` in the seeded order (``counts``: visited, report_normal)."""
     from cxrground.ils.pipeline import get_backends
     from cxrground.reports import parse_report_text, read_report, select_section
+    from cxrground.reports.reading import reads_the_film
     from cxrground.reports.structure import structure_section
 
     structurer = get_backends(spec).structurer
@@ -98,10 +102,10 @@ def _report_normal_tasks(tasks: Sequence[StudyTask], spec: BackendSpec, config: 
             section = select_section(report, config.sections)
             if section is None:
                 continue
-            findings = structure_section(structurer, task.study_key, section).findings
+            structured = structure_section(structurer, task.study_key, section)
         except CXRGroundError:  # the study's own unit records the failure
             continue
-        if is_report_normal(findings):
+        if is_report_normal(structured.findings, reads_the_film(structured)):
             counts["report_normal"] += 1
             yield task
 
