@@ -207,7 +207,6 @@ __all__ = [
     "EntityKind",
     "default_location",
     "entity_kind",
-    "is_predominance_place",
     "location_labels",
 ]
 
@@ -591,26 +590,6 @@ EXTENT_RE: Final[re.Pattern[str]] = re.compile(r"diffuse(?:ly)?|multifocal|wides
 SIDE_WORD_RE: Final[re.Pattern[str]] = re.compile(r"\b(?:right|left|bilateral(?:ly)?|both)\b|^bi|\bbi(?=\w)")
 #: The gap that lets a zoned phrase take the side of the phrase before it ("left perihilar upper lobe").
 SIDE_CARRY_GAP_RE: Final[re.Pattern[str]] = re.compile(r"\s*(?:(?:,|/|and)\s*)?")
-
-
-#: A predominance cue right before a place ("predominantly", "more evident in", "with greater involvement of the"):
-#: the place is where the finding is worst, not where it ends (:func:`is_predominance_place`).
-PREDOMINANCE_BEFORE_RE: Final[re.Pattern[str]] = re.compile(
-    r"\b(?:predominan(?:tly|t|ce)|mainly|mostly|particularly|especially|"
-    r"(?:most|more)\s+(?:prominent(?:ly)?|pronounced|marked(?:ly)?|evident(?:ly)?|extensive(?:ly)?|severe(?:ly)?)|"
-    r"greater\s+involvement)\s*,?\s*(?:(?:in|at|on|of|within|over|along|involving|the|a)\s+)*"
-    r"(?:(?:upper|lower|middle|mid)\s+)?$"
-)
-#: A predominance noun right after a place ("with a lower zone predominance").
-PREDOMINANCE_AFTER_RE: Final[re.Pattern[str]] = re.compile(r"^\s*(?:zones?\s+)?predominan(?:ce|t)\b")
-
-
-def is_predominance_place(low: str, start: int, end: int) -> bool:
-    """Whether the place ``low[start:end]`` of a lower-cased sentence is introduced by a predominance cue
-    (:data:`PREDOMINANCE_BEFORE_RE`, :data:`PREDOMINANCE_AFTER_RE`): the finding is worst there and may extend
-    beyond it."""
-    return (PREDOMINANCE_BEFORE_RE.search(low, max(0, start - 40), start) is not None
-            or PREDOMINANCE_AFTER_RE.match(low[end:end + 30]) is not None)
 
 
 def is_extent_phrase(phrase: str) -> bool:

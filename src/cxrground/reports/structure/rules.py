@@ -61,10 +61,6 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
    takes that side ("left perihilar upper lobe"; not a plural place such as "lower lobes", not a zone with a
    side of its own such as the lingula); a location phrase reaches a finding across "with" only when nothing in
    the finding's own clause places it ("improved aeration of the lung bases with small left basilar effusion").
-   A lung finding whose every place is introduced by a predominance cue ("predominantly", "mostly",
-   "particularly", "more evident in", "greater involvement of", "... predominance") is reported at those places
-   and at its default location (both lungs): the note names where it is worst, not where it ends ("multiple
-   faint opacities, predominantly peripheral with greater involvement of the upper lobes").
 6. **History**: a phrase in the scope of "history of" / "h/o" ("history of pneumonia") describes the past and
    gives no finding; so does a whole sentence that tells in the past tense what an earlier examination showed
    and compares nothing with today ("On the prior outside CT, the right upper lobe was consolidated."; round 5).
@@ -112,7 +108,6 @@ from cxrground.reports.structure.lexicon import (
     EntityKind,
     default_location,
     is_extent_phrase,
-    is_predominance_place,
     location_labels,
 )
 from cxrground.reports.structure.resolve import resolve_findings
@@ -126,9 +121,8 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: identity: ``ils build`` refuses to resume a build structured by other rules). Bump it with every change that
 #: changes what the rules read from a report; ``tests/test_structure_rules.py`` pins the output of a fixed corpus
 #: to it and fails when the output moves without a bump. 5: hedge grades; 6: plural "opacifications", reticular
-#: patterns and acute respiratory distress syndrome (non-target lung findings); 7: a finding named only where it is
-#: worst ("predominantly in the upper lobes") is reported there and at its default location.
-RULES_VERSION: Final[str] = "7"
+#: patterns and acute respiratory distress syndrome (non-target lung findings).
+RULES_VERSION: Final[str] = "6"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -593,12 +587,6 @@ class RuleStructurer:
                 placed = [labs for _, p, labs in locs if not is_extent_phrase(p)]
                 labels = tuple(dict.fromkeys(lab for labs in (placed or [labs for _, _, labs in locs])
                                              for lab in labs)) or default_location(mm.kind)
-                # a finding named only where it is worst ("predominantly in the upper lobes") may be anywhere
-                worst_only = [s for s, p, _ in locs if not is_extent_phrase(p)]
-                low = text.lower()
-                if mm.kind.lung and worst_only and all(is_predominance_place(low, s, s + len(p))
-                                                       for s, p, _ in locs if not is_extent_phrase(p)):
-                    labels = tuple(dict.fromkeys((*default_location(mm.kind), *labels)))
             start, end = mm.entity_span or (mm.start, mm.end)
             entity = text[start:end]
             out.append(Finding(
