@@ -458,3 +458,18 @@ def test_reads_the_film(text: str, reads: bool) -> None:
     from cxrground.reports.structure import structure_text
 
     assert reads_the_film(structure_text(text)) is reads
+
+
+def test_cli_names_reports_that_say_nothing_about_the_film(tmp_path: Path) -> None:
+    """`reports structure` names, on stderr, the reports that do not read the film."""
+    importlib.import_module("cxrground.cli.structure_cmds")
+    from cxrground.cli import main
+
+    (tmp_path / "note1.txt").write_text("Fever and two days of odynophagia.\n")
+    (tmp_path / "note2.txt").write_text("Fever and cough. Normal appearances.\n")
+    (tmp_path / "note3.txt").write_text("Small right pleural effusion.\n")
+    out = tmp_path / "findings.jsonl"
+    result = CliRunner().invoke(main, ["reports", "structure", str(tmp_path), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "1 of 3 reports say nothing about the film" in result.output
+    assert result.output.rstrip().endswith(": note1")

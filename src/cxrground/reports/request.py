@@ -16,6 +16,7 @@ from cxrground.llm import RetryPolicy
 from cxrground.reports.findings import StructuredReport, Structurer, finding_output
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
 from cxrground.reports.readers import expand_report_paths, read_reports
+from cxrground.reports.reading import reads_the_film
 from cxrground.reports.structure import (
     ALTERNATIVE_POLICIES,
     STRUCTURERS,
@@ -93,4 +94,15 @@ def structure_files(paths: Sequence[Path], request: StructureRequest) -> Structu
     structurer are an :class:`OptionError`."""
     done, failures, structurer = structure_paths(paths, request)
     lines, notes = finding_output(done, failures, structurer, request.out)
-    return StructureOutput(lines, notes, bool(failures) and not done)
+    return StructureOutput(lines, notes + silent_report_notes(done), bool(failures) and not done)
+
+
+def silent_report_notes(done: Sequence[StructuredReport], shown: int = 10) -> list[str]:
+    """A note naming the reports that say nothing about the film (:func:`~cxrground.reports.reading.reads_the_film`;
+    ``ils build`` gives them no lung or pleural negatives); none when every report reads the film."""
+    silent = [rep.report_id for rep in done if not reads_the_film(rep)]
+    if not silent:
+        return []
+    more = f" and {len(silent) - shown} more" if len(silent) > shown else ""
+    return [f"{len(silent)} of {len(done)} reports say nothing about the film (no finding, no normal-examination "
+            f"statement; ils build gives them no lung or pleural negatives): {', '.join(silent[:shown])}{more}"]
