@@ -395,7 +395,8 @@ _VERSION_CORPUS = (
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
 _PINNED_OUTPUT = {"5": "604dfbb1a88aa12af616dadc57ddcb7d24cce32f88f2258d5d0c2734d2886222",
-                  "6": "604dfbb1a88aa12af616dadc57ddcb7d24cce32f88f2258d5d0c2734d2886222"}
+                  "6": "604dfbb1a88aa12af616dadc57ddcb7d24cce32f88f2258d5d0c2734d2886222",
+                  "7": "604dfbb1a88aa12af616dadc57ddcb7d24cce32f88f2258d5d0c2734d2886222"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -473,3 +474,22 @@ def test_cli_names_reports_that_say_nothing_about_the_film(tmp_path: Path) -> No
     assert result.exit_code == 0, result.output
     assert "1 of 3 reports say nothing about the film" in result.output
     assert result.output.rstrip().endswith(": note1")
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    ("Small consolidation in right upper lobe and ground-glass opacities in both lower lobes were observed on "
+     "high-resolution computed tomography scan.", []),
+    ("Axial CT scan(B)shows consolidation in the right lower lobe.", []),
+    ("CT of the chest showed a right lower lobe pneumonia.", []),
+    # the radiograph is named: its findings stay
+    ("AP chest radiograph shows extensive bilateral ground-glass opacities as demonstrated on the recent CT.",
+     [("opacity", "present")]),
+    # a comparison with a CT, not a CT's finding
+    ("Right lower lobe opacity, better seen on the CT.", [("opacity", "present")]),
+    ("Left lower lobe opacity corresponding to the mass seen on CT.", [("opacity", "present"), ("mass", "present")]),
+])
+def test_findings_read_on_a_ct_are_not_findings_of_the_radiograph(text: str, found: list) -> None:
+    """A sentence that reports what a CT showed, and names no radiograph, gives no finding."""
+    from cxrground.reports.structure import structure_text
+
+    assert [(f.lesion or f.entity.lower(), f.assertion) for f in structure_text(text).findings] == found

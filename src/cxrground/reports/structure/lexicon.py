@@ -530,6 +530,22 @@ PRIOR_EXAM_RE: Final[re.Pattern[str]] = re.compile(
     r"(?:[\w-]+\s+){0,3}?(?:study|studies|exam(?:ination)?s?|scans?|ct|cts|films?|radiographs?|x-?rays?|images?|"
     r"cxrs?|mri)\b"
 )
+_OTHER_MODALITY = r"(?:ct|cts|computed\s+tomography|hrct|mri|magnetic\s+resonance(?:\s+imaging)?)"
+_MODALITY_WORDS = (r"(?:the|a|an|axial|coronal|sagittal|chest|thoracic|non-?contrast|contrast-enhanced|high-resolution|"
+                   r"low-dose|recent|subsequent|same-day|follow-up)")
+#: A sentence that reports what a CT or MRI showed ("Axial CT scan(B) shows GGOs ...", "... opacities were observed on
+#: high-resolution computed tomography scan"): its findings are not findings of the radiograph, unless the sentence
+#: also names the radiograph (:data:`RADIOGRAPH_RE`: "the radiograph shows ... as demonstrated on the recent CT").
+OTHER_MODALITY_RE: Final[re.Pattern[str]] = re.compile(
+    rf"^\s*(?:{_MODALITY_WORDS}\s+)*{_OTHER_MODALITY}(?:\s+(?:scans?|images?|examination|study))?\s*(?:\(\w\))?\s*"
+    r"(?:of\s+the\s+chest\s+)?(?:shows?|showed|shown|demonstrat\w+|reveal\w*|depict\w*|found)\b"
+    rf"|\b(?:was|were|is|are)\s+(?:\w+\s+)?(?:observed|seen|noted|shown|demonstrated|identified|detected|visible|"
+    rf"depicted|found)\s+(?:on|in|at|by)\s+(?:{_MODALITY_WORDS}\s+)*{_OTHER_MODALITY}\b"
+)
+#: A radiograph named in a sentence (:data:`OTHER_MODALITY_RE`).
+RADIOGRAPH_RE: Final[re.Pattern[str]] = re.compile(
+    r"\b(?:radiograph\w*|x-?rays?|cxrs?|chest\s+films?|plain\s+films?|frontal|portable)\b"
+)
 PRIOR_EXAM_PAST_RE: Final[re.Pattern[str]] = re.compile(r"\b(?:was|were|had|showed|demonstrated|revealed)\b")
 PRIOR_EXAM_NOW_RE: Final[re.Pattern[str]] = re.compile(
     r"\b(?:larger|smaller|more|less|greater|bigger|better|worse|improv\w*|increas\w*|decreas\w*|again|still|"

@@ -63,7 +63,9 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
    the finding's own clause places it ("improved aeration of the lung bases with small left basilar effusion").
 6. **History**: a phrase in the scope of "history of" / "h/o" ("history of pneumonia") describes the past and
    gives no finding; so does a whole sentence that tells in the past tense what an earlier examination showed
-   and compares nothing with today ("On the prior outside CT, the right upper lobe was consolidated."; round 5).
+   and compares nothing with today ("On the prior outside CT, the right upper lobe was consolidated."; round 5),
+   and a sentence that reports what a CT or MRI showed and names no radiograph ("Axial CT scan shows GGOs in the
+   right lower lobe.", "... opacities were observed on high-resolution computed tomography scan").
    A clause-final "have / has (since) resolved / cleared" negates every phrase of its subject, however long the
    list, when no verb stands between ("consolidation, atelectasis, and blunting at the left base have cleared in
    the interval"; round 5); a phrase that is a clause of its own ("heart size is enlarged") is never reached by a
@@ -100,9 +102,11 @@ from cxrground.reports.structure.lexicon import (
     LOCATION_KINDS,
     LOCATION_MATCHER,
     MASKED_LINK_RE,
+    OTHER_MODALITY_RE,
     PRIOR_EXAM_NOW_RE,
     PRIOR_EXAM_PAST_RE,
     PRIOR_EXAM_RE,
+    RADIOGRAPH_RE,
     SIDE_CARRY_GAP_RE,
     SIDE_WORD_RE,
     EntityKind,
@@ -121,8 +125,9 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: identity: ``ils build`` refuses to resume a build structured by other rules). Bump it with every change that
 #: changes what the rules read from a report; ``tests/test_structure_rules.py`` pins the output of a fixed corpus
 #: to it and fails when the output moves without a bump. 5: hedge grades; 6: plural "opacifications", reticular
-#: patterns and acute respiratory distress syndrome (non-target lung findings).
-RULES_VERSION: Final[str] = "6"
+#: patterns and acute respiratory distress syndrome (non-target lung findings); 7: a sentence about what a CT or MRI
+#: showed gives no finding.
+RULES_VERSION: Final[str] = "7"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -273,6 +278,8 @@ class RuleStructurer:
             return []
         if self._about_prior_exam(low):
             return []  # "On the prior outside CT, the right upper lobe was consolidated.": history
+        if OTHER_MODALITY_RE.search(low) is not None and RADIOGRAPH_RE.search(low) is None:
+            return []  # "... opacities were observed on high-resolution computed tomography scan": not this film
         cues = [_Cue(m.start(), m.end(), CUE_KINDS[m.lastgroup]) for m in CUE_MATCHER.matches(low)]  # type: ignore[index]
         # cues that overlap a phrase without lying inside it are parts of words of the phrase: drop them
         cues = [c for c in cues if not any(c.start < mm.end and mm.start < c.end and not (
