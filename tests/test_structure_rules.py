@@ -478,18 +478,28 @@ def test_cli_names_reports_that_say_nothing_about_the_film(tmp_path: Path) -> No
 
 @pytest.mark.parametrize(("text", "found"), [
     ("Small consolidation in right upper lobe and ground-glass opacities in both lower lobes were observed on "
-     "high-resolution computed tomography scan.", []),
-    ("Axial CT scan(B)shows consolidation in the right lower lobe.", []),
-    ("CT of the chest showed a right lower lobe pneumonia.", []),
+     "high-resolution computed tomography scan.",
+     [(None, "consolidation", ("right upper zone lung",)),
+      (None, "ground-glass opacities", ("right lung base", "left lung base"))]),
+    ("Axial CT scan(B)shows consolidation in the right lower lobe.", [(None, "consolidation", ("right lung base",))]),
+    ("CT of the chest showed a right lower lobe pneumonia.", [(None, "pneumonia", ("right lung base",))]),
     # the radiograph is named: its findings stay
     ("AP chest radiograph shows extensive bilateral ground-glass opacities as demonstrated on the recent CT.",
-     [("opacity", "present")]),
+     [("opacity", "ground-glass opacities", ("right lung", "left lung"))]),
     # a comparison with a CT, not a CT's finding
-    ("Right lower lobe opacity, better seen on the CT.", [("opacity", "present")]),
-    ("Left lower lobe opacity corresponding to the mass seen on CT.", [("opacity", "present"), ("mass", "present")]),
+    ("Right lower lobe opacity, better seen on the CT.", [("opacity", "opacity", ("right lung base",))]),
 ])
-def test_findings_read_on_a_ct_are_not_findings_of_the_radiograph(text: str, found: list) -> None:
-    """A sentence that reports what a CT showed, and names no radiograph, gives no finding."""
+def test_findings_read_on_a_ct_are_not_lesions_of_the_radiograph(text: str, found: list) -> None:
+    """A sentence that reports what a CT showed, and names no radiograph, gives non-target findings only: they keep
+    their places (negatives stay away) but are no lesion of this film."""
+    from cxrground.ils.compose import compose_pairs
+    from cxrground.ils.config import IlsConfig
+    from cxrground.reports.reading import reads_the_film
     from cxrground.reports.structure import structure_text
 
-    assert [(f.lesion or f.entity.lower(), f.assertion) for f in structure_text(text).findings] == found
+    report = structure_text(text)
+    assert [(f.lesion, f.entity.lower(), f.reported_location) for f in report.findings] == found
+    assert reads_the_film(report)
+    if found[0][0] is None:  # no positive pair, no mask from such a sentence
+        out = compose_pairs("s1", report.findings, [], [], None, None, IlsConfig())
+        assert not out.positive_pairs and not out.masks

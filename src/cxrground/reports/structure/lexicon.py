@@ -534,8 +534,9 @@ _OTHER_MODALITY = r"(?:ct|cts|computed\s+tomography|hrct|mri|magnetic\s+resonanc
 _MODALITY_WORDS = (r"(?:the|a|an|axial|coronal|sagittal|chest|thoracic|non-?contrast|contrast-enhanced|high-resolution|"
                    r"low-dose|recent|subsequent|same-day|follow-up)")
 #: A sentence that reports what a CT or MRI showed ("Axial CT scan(B) shows GGOs ...", "... opacities were observed on
-#: high-resolution computed tomography scan"): its findings are not findings of the radiograph, unless the sentence
-#: also names the radiograph (:data:`RADIOGRAPH_RE`: "the radiograph shows ... as demonstrated on the recent CT").
+#: high-resolution computed tomography scan"): its findings are not lesions of the radiograph (non-target findings),
+#: unless the sentence also names the radiograph (:data:`RADIOGRAPH_RE`: "the radiograph shows ... as demonstrated on
+#: the recent CT").
 OTHER_MODALITY_RE: Final[re.Pattern[str]] = re.compile(
     rf"^\s*(?:{_MODALITY_WORDS}\s+)*{_OTHER_MODALITY}(?:\s+(?:scans?|images?|examination|study))?\s*(?:\(\w\))?\s*"
     r"(?:of\s+the\s+chest\s+)?(?:shows?|showed|shown|demonstrat\w+|reveal\w*|depict\w*|found)\b"

@@ -64,8 +64,10 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
 6. **History**: a phrase in the scope of "history of" / "h/o" ("history of pneumonia") describes the past and
    gives no finding; so does a whole sentence that tells in the past tense what an earlier examination showed
    and compares nothing with today ("On the prior outside CT, the right upper lobe was consolidated."; round 5),
-   and a sentence that reports what a CT or MRI showed and names no radiograph ("Axial CT scan shows GGOs in the
-   right lower lobe.", "... opacities were observed on high-resolution computed tomography scan").
+   A sentence that reports what a CT or MRI showed and names no radiograph ("Axial CT scan shows consolidation in
+   the right lower lobe.", "... opacities were observed on high-resolution computed tomography scan") gives
+   non-target findings only: they keep negatives away from their places, but they are no lesion of this radiograph
+   (no mask, no positive, no label).
    A clause-final "have / has (since) resolved / cleared" negates every phrase of its subject, however long the
    list, when no verb stands between ("consolidation, atelectasis, and blunting at the left base have cleared in
    the interval"; round 5); a phrase that is a clause of its own ("heart size is enlarged") is never reached by a
@@ -126,7 +128,7 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: changes what the rules read from a report; ``tests/test_structure_rules.py`` pins the output of a fixed corpus
 #: to it and fails when the output moves without a bump. 5: hedge grades; 6: plural "opacifications", reticular
 #: patterns and acute respiratory distress syndrome (non-target lung findings); 7: a sentence about what a CT or MRI
-#: showed gives no finding.
+#: showed gives non-target findings only.
 RULES_VERSION: Final[str] = "7"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
@@ -278,8 +280,8 @@ class RuleStructurer:
             return []
         if self._about_prior_exam(low):
             return []  # "On the prior outside CT, the right upper lobe was consolidated.": history
-        if OTHER_MODALITY_RE.search(low) is not None and RADIOGRAPH_RE.search(low) is None:
-            return []  # "... opacities were observed on high-resolution computed tomography scan": not this film
+        # "... opacities were observed on high-resolution computed tomography scan": not a finding of this film
+        other_exam = OTHER_MODALITY_RE.search(low) is not None and RADIOGRAPH_RE.search(low) is None
         cues = [_Cue(m.start(), m.end(), CUE_KINDS[m.lastgroup]) for m in CUE_MATCHER.matches(low)]  # type: ignore[index]
         # cues that overlap a phrase without lying inside it are parts of words of the phrase: drop them
         cues = [c for c in cues if not any(c.start < mm.end and mm.start < c.end and not (
@@ -295,7 +297,7 @@ class RuleStructurer:
         self._attribute(low, mentions, groups, cues, terms)
         self._locate(low, text, mentions, terms)
         self._adjacent(low, text, mentions)
-        return self._findings(index, text, mentions)
+        return self._findings(index, text, mentions, other_exam)
 
     # -- steps -------------------------------------------------------------------------------------------------
 
@@ -578,7 +580,9 @@ class RuleStructurer:
                 if other.group == mm.group and not other.locations:
                     other.locations = list(where)
 
-    def _findings(self, index: int, text: str, mentions: list[_Mention]) -> list[Finding]:
+    def _findings(self, index: int, text: str, mentions: list[_Mention], other_exam: bool = False) -> list[Finding]:
+        """The sentence's findings; ``other_exam``: the sentence reports what a CT or MRI showed, so every finding is
+        a non-target one (it keeps negatives away from its places but is no lesion of this radiograph)."""
         out: list[Finding] = []
         for mm in mentions:
             if mm.absorbed or mm.historical:
@@ -600,7 +604,7 @@ class RuleStructurer:
                 entity=entity,
                 sent_idx=index,
                 assertion=mm.assertion,
-                lesion=lesion,
+                lesion=None if other_exam else lesion,
                 location_phrases=phrases,
                 reported_location=labels,
                 source=self.source,
