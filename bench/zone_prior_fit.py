@@ -31,8 +31,6 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    from zone_prior_v2_fit import lungs_record
-
     from cxrground.anatomy.segment import get_segmenter
     from cxrground.datasets.pack import Pack
     from cxrground.errors import CXRGroundError
@@ -77,7 +75,7 @@ def main() -> None:
                                                                        strict=True)},
         "recipe": "PYTHONPATH=src python bench/zone_prior_fit.py",
         "brixia_used": False,
-        "lungs": lungs_record(segmenter),
+        "lungs": segmenter.identity(),
     }
     prior = ZonePrior(dict(zip(zones, (float(v) for v in q), strict=True)), meta)
     prior.save(args.out)

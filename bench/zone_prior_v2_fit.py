@@ -78,11 +78,6 @@ def training_films(pack: Any) -> list[tuple[str, str, str, str, Any]]:
     return sorted(out, key=lambda t: (t[2], t[0]))
 
 
-def lungs_record(segmenter: Any) -> dict[str, Any]:
-    """Name and weights sha256 of the lung model the readings were taken through."""
-    return segmenter.identity()
-
-
 def read_rows(films: list) -> tuple[list[Row], list[str]]:
     """Each film's ``zone_sim_v1`` probabilities and ``lesion-unet`` shares; the films that failed."""
     from cxrground.anatomy.segment import get_segmenter
@@ -175,7 +170,7 @@ def main() -> None:
         "brixia_used": False,
         "preregistration": "bench/records/zone_prior_v2_preregistration.md",
         "recipe": "PYTHONPATH=src python bench/zone_prior_v2_fit.py",
-        "lungs": lungs_record(get_segmenter("unet")),
+        "lungs": get_segmenter("unet").identity(),
     }
     model = fit_severity(sim, share, y, w, chosen.features, chosen.l2, threshold, meta)
     model.save(args.out)

@@ -62,8 +62,8 @@ def is_report_normal(findings: Sequence[Finding], reads_film: bool = True) -> bo
     nothing about the film is not a normal report)."""
     from cxrground.vocab.traits import traits
 
-    return reads_film and not any(f.assertion != "absent" and not (f.lesion is not None and traits(f.lesion).heart_mask)
-                   for f in findings)
+    return reads_film and not any(
+        f.assertion != "absent" and not (f.lesion is not None and traits(f.lesion).heart_mask) for f in findings)
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
    the finding's own clause places it ("improved aeration of the lung bases with small left basilar effusion").
 6. **History**: a phrase in the scope of "history of" / "h/o" ("history of pneumonia") describes the past and
    gives no finding; so does a whole sentence that tells in the past tense what an earlier examination showed
-   and compares nothing with today ("On the prior outside CT, the right upper lobe was consolidated."; round 5),
+   and compares nothing with today ("On the prior outside CT, the right upper lobe was consolidated."; round 5).
    A sentence that reports what a CT or MRI showed and names no radiograph ("Axial CT scan shows consolidation in
    the right lower lobe.", "... opacities were observed on high-resolution computed tomography scan") gives
    non-target findings only: they keep negatives away from their places, but they are no lesion of this radiograph
