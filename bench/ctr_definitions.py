@@ -1,6 +1,6 @@
 """The pre-registered CTR definitions on every NIH film of the pack: A-D of ``bench/records/ctr_preregistration.md``
 (and the exploratory E of its addendum), F and G of ``bench/records/ctr_smooth_preregistration.md``, H of
-``bench/records/ctr_calibrated_preregistration.md``.
+``bench/records/ctr_calibrated_preregistration.md``, J of ``bench/records/ctr_edge_preregistration.md``.
 
 For each definition: AUROC of the NIH Cardiomegaly label against all other NIH films and against the No Finding
 films, the No Finding median (IQR), shares of No Finding films in 0.42-0.48 and at or above 0.50, and the share of
@@ -37,6 +37,8 @@ SMOOTH_ABOVE = "G quadratic-max borders above the angles / lungs' extent"
 CALIBRATED = "H calibrated p75 -> expected maximal width / lungs' extent"
 #: Round 4 of the same record (post hoc): the shipped outline redrawn to the calibrated CTR about the midline.
 OUTLINE = "I calibrated outline (post hoc) / lungs' extent"
+#: ``ctr_edge_preregistration.md``: each row's borders at the silhouette's steepest fall; otherwise as ``ctr``.
+STEEPEST = "J steepest-edge p75 row / lungs' extent"
 
 
 def rows_above_angles(px: np.ndarray, right: np.ndarray, left: np.ndarray) -> np.ndarray:
@@ -128,7 +130,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     values: dict[str, list[float]] = {name: [] for name in (REFERENCE, *DEFINITIONS, EXPLORATORY, SMOOTH, SMOOTH_ABOVE,
-                                                                CALIBRATED, OUTLINE)}
+                                                                CALIBRATED, OUTLINE, STEEPEST)}
     cm, normal = [], []
     for rec, px, right, left in nih_lungs(args.cache, args.threads, args.weights):
         cm.append("Cardiomegaly" in rec.labels)
@@ -149,6 +151,8 @@ def main() -> None:
         outline, _ = heart_from_lungs(right, left, HeartEstimateParams(outline_calibration=OUTLINE_CALIBRATION),
                                       pixels=px)
         values[OUTLINE].append(np.nan if outline is None else cardiothoracic_ratio(outline, right, left))
+        steep = heart_from_lungs(right, left, pixels=px, seen_params=SeenHeartParams(border="steepest"))[0]
+        values[STEEPEST].append(np.nan if steep is None else cardiothoracic_ratio(steep, right, left))
     cm_a, normal_a = np.asarray(cm), np.asarray(normal)
     seen = np.isfinite(np.asarray(values[REFERENCE]))
     print(f"{len(cm)} NIH films, {int(seen.sum())} with a heart outline ({int((cm_a & seen).sum())} Cardiomegaly, "

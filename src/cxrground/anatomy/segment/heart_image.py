@@ -12,8 +12,12 @@ midline over the lower lung. Per row this module finds where that silhouette end
 3. in each row: the midline (halfway between the lungs' medial edges), its soft-tissue level ``m`` (median
    over ±3 % of the thoracic width), and each lung's aerated level ``a`` (30th percentile of the lateral
    half of that lung in the row); going outward from the midline, the border is the first pixel darker
-   than ``a + alpha · (m − a)`` (``alpha`` = 0.3). A row whose border reaches the lung's lateral edge is
-   dropped (no silhouette edge in it);
+   than ``a + alpha · (m − a)`` (``alpha`` = 0.3; ``border="level"``). With ``border="steepest"`` the border
+   is instead where the profile falls fastest going outward (most negative central difference; ties: nearest
+   the midline) between the first pixel darker than ``a + 0.6 · (m − a)`` and ``edge_window`` (3 %) of the
+   thoracic width beyond that level crossing: a real heart is a rounded body whose projected thickness, and so
+   its brightness, fades towards its edge, so a level crossing lies inside the silhouette while the steepest
+   fall lies on its edge. A row whose border reaches the lung's lateral edge is dropped (no silhouette edge in it);
 4. the transverse diameter (``transverse``): ``"percentile"``, the ``width_percentile`` (75th) of the row
    widths; ``"robust-max"``, the maximal transverse diameter, the maximum of the running median of the row widths
    over :func:`~cxrground.anatomy.ctr.row_window` rows (2 % of the lungs' height; rows in order, rows without
@@ -49,6 +53,8 @@ __all__ = [
     "CTR_CALIBRATION",
     "RADIOLOGICAL_CTR_METHOD",
     "SEEN_HEART_METHOD",
+    "STEEPEST_FROM",
+    "Border",
     "SeenHeartParams",
     "Transverse",
     "cardiac_row_widths",
@@ -65,6 +71,10 @@ MAX_PERCENTILE: Final[float] = 90.0
 
 
 Transverse = Literal["percentile", "robust-max", "mrd+mld", "quadratic-max", "calibrated"]
+#: Where a row's border sits: at a brightness level (``"level"``) or at the steepest fall (``"steepest"``).
+Border = Literal["level", "steepest"]
+#: ``border="steepest"`` searches from the crossing of this fraction of the midline's contrast above air.
+STEEPEST_FROM: Final[float] = 0.6
 #: ``(a, b)`` of ``transverse="calibrated"``: least squares of the ``"quadratic-max"`` width on the 75th-percentile
 #: width (both over the lungs' x-extent) over 618 NIH ChestX-ray14 films of cxr-pack-v1 with ``lung_unet_v2``'s
 #: lungs, no label read (``python bench/ctr_calibration_fit.py --cache DIR``;
@@ -92,6 +102,10 @@ class SeenHeartParams:
     min_rows: int = 5
     calibration: tuple[float, float] = CTR_CALIBRATION
     """``(a, b)`` of ``transverse="calibrated"``: width over the lungs' extent = ``a + b ·`` the percentile row's."""
+    border: Border = "level"
+    """Where a row's border sits (module docstring, step 3)."""
+    edge_window: float = 0.03
+    """``border="steepest"``: how far beyond the level crossing the search reaches, as a share of the thoracic width."""
 
     def __post_init__(self) -> None:
         if self.transverse == "calibrated" and not self.calibration[1] > 0:
@@ -119,6 +133,7 @@ def cardiac_row_widths(
     thorax = int(cols[-1] - cols[0] + 1)
     img = ndimage.gaussian_filter(np.asarray(pixels, dtype=np.float64), max(p.smooth_fraction * thorax, 0.5))
     half = max(2, round(p.midline_fraction * thorax))
+    window = max(2, round(p.edge_window * thorax))
     out = []
     for y in range(int(y0 + p.row_range[0] * height), int(y0 + p.row_range[1] * height)):
         rr, ll = np.flatnonzero(r[y]), np.flatnonzero(lft[y])
@@ -131,15 +146,33 @@ def cardiac_row_widths(
         air_l = float(np.percentile(prof[ll[-1] - max(3, (ll[-1] - ll[0]) // 2) : ll[-1] + 1], p.lung_percentile))
         if mid <= rr[0] or mid >= ll[-1]:
             continue
-        dark_r = np.flatnonzero(prof[rr[0] : mid + 1][::-1] < air_r + p.alpha * (soft - air_r))
-        dark_l = np.flatnonzero(prof[mid : ll[-1] + 1] < air_l + p.alpha * (soft - air_l))
-        if dark_r.size == 0 or dark_l.size == 0:
+        out_r, out_l = prof[rr[0] : mid + 1][::-1], prof[mid : ll[-1] + 1]  # outward from the midline
+        d_r = _border_distance(out_r, air_r, soft, p, window)
+        d_l = _border_distance(out_l, air_l, soft, p, window)
+        if d_r is None or d_l is None:
             continue
-        b_r, b_l = mid - int(dark_r[0]), mid + int(dark_l[0])
+        b_r, b_l = mid - d_r, mid + d_l
         if b_r <= rr[0] + 1 or b_l >= ll[-1] - 1:
             continue
         out.append((y, b_r, b_l))
     return np.asarray(out, dtype=np.float64).reshape(-1, 3)
+
+
+def _border_distance(profile: np.ndarray, air: float, soft: float, p: SeenHeartParams, window: int) -> int | None:
+    """Distance from the midline of one side's border in a row (``profile`` runs outward from the midline), or
+    None when the profile never falls below the border level."""
+    dark = np.flatnonzero(profile < air + p.alpha * (soft - air))
+    if dark.size == 0:
+        return None
+    level = int(dark[0])
+    if p.border == "level":
+        return level
+    start = int(np.flatnonzero(profile < air + STEEPEST_FROM * (soft - air))[0])
+    stop = min(level + window, profile.size - 3)
+    if stop <= start or start < 1:
+        return level
+    fall = profile[start + 1 : stop + 2] - profile[start - 1 : stop]  # central differences at start..stop
+    return start + int(np.argmin(fall))
 
 
 def seen_cardiac_borders(
