@@ -124,3 +124,29 @@ def test_radiological_ctr_is_mrd_plus_mld_over_the_widest_thoracic_row():
     ctr_wide, info = radiological_ctr(wide, 130.0, right, left)
     assert info["mrd_px"] == pytest.approx(0.9 * 58.0) and ctr_wide < (110 + 58) / 219
     assert radiological_ctr(rows[:3], 130.0, right, left)[0] is None
+
+
+def _row_profile(core: np.ndarray) -> np.ndarray:
+    """A blurred cardiac row profile running outward from the midline: a brighter spine, the heart, then lung."""
+    from scipy import ndimage
+
+    prof = 0.2 + 0.5 * core
+    prof[:10] += 0.2
+    return ndimage.gaussian_filter1d(prof, 3)
+
+
+@pytest.mark.parametrize("shape", ["step", "rounded"])
+def test_steepest_border_sits_on_the_silhouette_edge(shape):
+    from cxrground.anatomy.segment.heart_image import SeenHeartParams, _border_distance
+
+    x, radius = np.arange(200, dtype=float), 80
+    core = (x < radius).astype(float) if shape == "step" else np.sqrt(np.clip(1 - (x / radius) ** 2, 0, 1))
+    prof = _row_profile(core)
+    soft, air = float(np.median(prof[:6])), 0.2
+    level = _border_distance(prof, air, soft, SeenHeartParams(border="level"), window=10)
+    steep = _border_distance(prof, air, soft, SeenHeartParams(border="steepest"), window=10)
+    assert abs(steep - radius) <= 2
+    if shape == "rounded":  # a level crossing lies inside a body whose brightness fades towards its edge
+        assert level <= radius - 5
+    else:
+        assert abs(level - radius) <= 2
