@@ -1,5 +1,5 @@
-"""Recipe of the shipped severity model of ``zone_prior_v2``
-(``src/cxrground/lesions/weights/zone_prior_v2_severity.json``); rule fixed in
+"""Recipe of the shipped severity models of ``zone_prior_v2`` and ``zone_prior_v3``
+(``src/cxrground/lesions/weights/zone_prior_v2_severity.json``, ``zone_prior_v3_severity.json``); rule fixed in
 ``bench/records/zone_prior_v2_preregistration.md``.
 
 Training rows (licence allows shipping; no Brixia-scored film and no patient who has one):
@@ -15,7 +15,10 @@ probabilities and ``lesion-unet`` zone shares. Nine candidates (three feature se
 5-fold patient-grouped CV (weighted log-loss); the chosen one's operating threshold is the weighted Youden-J
 maximiser of its out-of-fold probabilities; it is refitted on all rows and saved with its provenance.
 
-Run: ``CXRGROUND_PACK=… OMP_NUM_THREADS=1 PYTHONPATH=src python bench/zone_prior_v2_fit.py [--out PATH]
+``--reader zone_prior_v3`` writes ``zone_prior_v3_severity.json`` (the same fit; it says which lungs it read
+through; ``bench/records/zone_prior_v3_preregistration.md``).
+
+Run: ``CXRGROUND_PACK=… OMP_NUM_THREADS=1 PYTHONPATH=src python bench/zone_prior_v2_fit.py [--reader R] [--out PATH]
 [--table CSV] [--from-table CSV]`` (``--table``: also write the per-film readings; ``--from-table``: refit from
 such a table without reading the films again: the readings are stored to 6 decimals, so the coefficients agree
 with a full run to about 1e-6, and the skipped films are not listed). About 2 minutes on one core.
@@ -40,6 +43,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 FEATURE_SETS = (("logit_mean_sim", "mean_share"), ("logit_mean_sim", "max_share"),
                 ("logit_mean_sim", "mean_share", "max_share"))
 PENALTIES = (0.1, 1.0, 10.0)
+#: The readers whose severity file this recipe writes, and the record of each.
+READER_RECORDS = {"zone_prior_v2": "bench/records/zone_prior_v2_preregistration.md",
+                  "zone_prior_v3": "bench/records/zone_prior_v3_preregistration.md"}
 GROUP_WEIGHT = {"no_finding": 0.5, "covid": 0.25, "nih_lesion": 0.25}
 ZONES = tuple("ABCDEF")
 
@@ -133,13 +139,24 @@ def main() -> None:
     from cxrground.anatomy.segment import get_segmenter
     from cxrground.datasets.pack import Pack
     from cxrground.lesions.zone_fit import auroc
-    from cxrground.lesions.zone_severity import fit_severity, select_model, shipped_severity_path, weighted_youden
+    from cxrground.lesions.zone_severity import (
+        SEVERITY_MODEL,
+        SEVERITY_V3_MODEL,
+        fit_severity,
+        select_model,
+        shipped_severity_path,
+        weighted_youden,
+    )
 
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path, default=shipped_severity_path())
+    parser.add_argument("--reader", choices=READER_RECORDS, default="zone_prior_v2",
+                        help="which reader's severity file this fit is (name, record and default --out)")
+    parser.add_argument("--out", type=Path, default=None, help="default: the shipped file of --reader")
     parser.add_argument("--table", type=Path, default=None, help="also write the per-film readings here")
     parser.add_argument("--from-table", type=Path, default=None, help="refit from a table written by --table")
     args = parser.parse_args()
+    name = SEVERITY_MODEL if args.reader == "zone_prior_v2" else SEVERITY_V3_MODEL
+    out = args.out or shipped_severity_path(name)
     if args.from_table:
         rows, failed = read_table(args.from_table), []
     else:
@@ -152,8 +169,8 @@ def main() -> None:
     threshold, youden = weighted_youden(chosen.oof, y, w)
     groups = {g: sum(r.group == g for r in rows) for g in GROUP_WEIGHT}
     meta = {
-        "name": "zone_prior_v2_severity",
-        "reader": "zone_prior_v2",
+        "name": name,
+        "reader": args.reader,
         "method": "film-level logistic regression (features standardised for the fit, coefficients stored on the "
                   "raw features), penalty and features by 5-fold patient-grouped CV (weighted log-loss), operating "
                   "threshold = weighted Youden-J maximiser of the out-of-fold probabilities; "
@@ -168,12 +185,13 @@ def main() -> None:
         "chosen": {"features": list(chosen.features), "l2": chosen.l2, "log_loss": round(chosen.log_loss, 5),
                    "oof_auroc": round(auroc(chosen.oof, y.astype(bool)), 4), "youden_j": round(youden, 4)},
         "brixia_used": False,
-        "preregistration": "bench/records/zone_prior_v2_preregistration.md",
-        "recipe": "PYTHONPATH=src python bench/zone_prior_v2_fit.py",
+        "preregistration": READER_RECORDS[args.reader],
+        "recipe": "PYTHONPATH=src python bench/zone_prior_v2_fit.py"
+                  + ("" if args.reader == "zone_prior_v2" else f" --reader {args.reader}"),
         "lungs": get_segmenter("unet").identity(),
     }
     model = fit_severity(sim, share, y, w, chosen.features, chosen.l2, threshold, meta)
-    model.save(args.out)
+    model.save(out)
     s = model.severity(sim, share)
     for g in GROUP_WEIGHT:
         pick = np.array([r.group == g for r in rows])

@@ -2,8 +2,8 @@
 (:func:`cxrground.lesions.zones.write_zones` with the shipped lung U-Net and the reader resolved by name, as the CLI
 does), its ``zones.csv`` read back and compared with the senior radiologist (zone abnormal when scored > 0).
 
-Prints, for each reader (``zone_sim_v1``, the position-prior readers ``zone_prior_v1`` and ``zone_prior_v2`` (film
-severity also from the lesion segmenter), the lesion segmenter's ``lesion-unet`` and ``normative``), the zones
+Prints, for each reader (``zone_sim_v1``, the position-prior readers ``zone_prior_v3``, ``zone_prior_v1`` and ``zone_prior_v2`` (film
+severity also from the lesion segmenter; v3: refitted on the shipped lungs), the lesion segmenter's ``lesion-unet`` and ``normative``), the zones
 flagged, Cohen's κ overall (with a 95 % interval from a bootstrap over patients) and per zone, the **within-film
 zone AUROC** (with its patient-bootstrap interval; on the films with both normal and abnormal zones: the share of
 (abnormal zone, normal zone) pairs of the same film that the reader's zone scores order correctly, ties half, pooled
@@ -32,11 +32,12 @@ from cxrground.lesions.lesion_zones import LESION_ZONE_READER
 from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel
 from cxrground.lesions.zone_classifier import SHIPPED_ZONE_READER
 from cxrground.lesions.zone_fit import cohen_kappa
-from cxrground.lesions.zone_prior import ZONE_PRIOR_READER, ZONE_PRIOR_V2_READER, ZonePrior
+from cxrground.lesions.zone_prior import ZONE_PRIOR_READER, ZONE_PRIOR_V2_READER, ZONE_PRIOR_V3_READER, ZonePrior
 from cxrground.lesions.zones import NORMATIVE_READER, find_images, resolve_zone_reader, write_zones
 
 ZONES = tuple(BRIXIA_ZONE_LABELS)
-READERS = (SHIPPED_ZONE_READER, ZONE_PRIOR_READER, ZONE_PRIOR_V2_READER, LESION_ZONE_READER, NORMATIVE_READER)
+READERS = (SHIPPED_ZONE_READER, ZONE_PRIOR_V3_READER, ZONE_PRIOR_READER, ZONE_PRIOR_V2_READER, LESION_ZONE_READER,
+           NORMATIVE_READER)
 #: Patient-grouped bootstrap resamples for the 95 % intervals.
 BOOTSTRAP = 1000
 

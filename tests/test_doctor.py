@@ -156,7 +156,7 @@ def test_cli_prints_and_exits_by_the_verdict(monkeypatch, tmp_path):
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="cxrground needs Python 3.11")
 def test_shipped_weights_are_found_in_this_checkout(tmp_path):
     checks = [c for c in _run(tmp_path).checks if c.name.startswith("shipped ")]
-    assert len(checks) == len(doctor.shipped_weights()) == 6 and all(c.ok and c.required for c in checks)
+    assert len(checks) == len(doctor.shipped_weights()) == 7 and all(c.ok and c.required for c in checks)
 
 
 def test_doctor_command_on_an_environment_without_the_extras(tmp_path):

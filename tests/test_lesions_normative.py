@@ -178,13 +178,13 @@ def test_zones_command_on_real_films(pack_dir, tmp_path):
         (folder / rec.image_path.name).write_bytes(rec.image_path.read_bytes())
     result = CliRunner().invoke(main, ["anatomy", "zones", "--images", str(folder), "--out", str(tmp_path / "o")])
     assert result.exit_code == 0, result.output
-    assert "zone_prior_v1" in result.output
+    assert "zone_prior_v3" in result.output
     rows = list(csv.DictReader((tmp_path / "o" / "zones.csv").open()))
     assert len(rows) == 2 and all(0.25 < float(r["ctr"]) < 0.8 for r in rows)
     assert all(r[z] in ("0", "1") and r[f"{z}_score"] for r in rows for z in "ABCDEF")
     # the default reader is the position-prior reader: scores are probabilities, flags p >= threshold
     prov = json.loads((tmp_path / "o" / "zones.json").read_text())
-    assert prov["reader"].startswith("zone_prior_v1") and prov["zone_model"]["zone_sim"]["sha256"]
+    assert prov["reader"].startswith("zone_prior_v3") and prov["zone_model"]["zone_sim"]["sha256"]
     threshold = float(prov["flag"].split(">=")[1])
     for r in rows:
         for z in "ABCDEF":

@@ -154,7 +154,7 @@ def test_cli_options_name_the_reader_and_the_check():
     runner = CliRunner()
     ils_help = runner.invoke(main, ["ils", "build", "--help"]).output
     assert "--negative-check" in ils_help and "zone_prior_v1" in ils_help
-    assert "zone_prior_v1" in runner.invoke(main, ["anatomy", "zones", "--help"]).output
+    assert "zone_prior_v3" in runner.invoke(main, ["anatomy", "zones", "--help"]).output
     bad = runner.invoke(main, ["ils", "build", "--images", ".", "--out", "x", "--negative-check", "other"])
     assert bad.exit_code != 0 and "negative-check" in bad.output
 

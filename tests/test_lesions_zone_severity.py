@@ -209,3 +209,19 @@ def test_cli_zone_model_zone_prior_v2_on_a_tiny_folder(tmp_path, monkeypatch):
         for z in "ABCDEF":
             assert r[z] == str(int(float(r[f"{z}_score"]) >= 0.5))
     assert sorted(p.name for p in (out / "overlays").iterdir()) == ["f0.png", "f1.png"]
+
+
+def test_zone_prior_v3_is_v2_refitted_on_the_shipped_lungs():
+    from cxrground.anatomy.segment import get_segmenter
+    from cxrground.lesions.zone_prior import ZONE_PRIOR_V3_READER, shipped_reader
+    from cxrground.lesions.zone_severity import SEVERITY_V3_MODEL
+    from cxrground.lesions.zones import resolve_zone_reader
+
+    v2, v3 = SeverityModel.load(shipped_severity_path()), SeverityModel.load(shipped_severity_path(SEVERITY_V3_MODEL))
+    assert v3.meta["recipe"].startswith(v2.meta["recipe"]) and v3.meta["brixia_used"] is False
+    assert (v3.features, v3.meta["reader"]) == (tuple(v3.meta["chosen"]["features"]), ZONE_PRIOR_V3_READER)
+    assert not any("NC" in lic for lic in v3.meta["licences"])
+    assert v3.meta["lungs"] == get_segmenter("unet").identity() != v2.meta["lungs"]
+    reader = resolve_zone_reader(ZONE_PRIOR_V3_READER)
+    assert reader.reader_id == ZONE_PRIOR_V3_READER and reader.severity == v3
+    assert shipped_reader(ZONE_PRIOR_V3_READER).provenance()["name"] == ZONE_PRIOR_V3_READER

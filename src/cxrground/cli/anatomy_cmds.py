@@ -29,14 +29,16 @@ def show(request: GeometryRequest) -> None:
 @click.option("--out", type=OUT_DIR, required=True)
 @click.option("--normative", type=FILE, default=None, help="Normative model .npz (default: the shipped normative_v1).")
 @click.option("--no-overlays", is_flag=True, help="Write zones.csv only.")
-@click.option("--zone-model", default="zone_prior_v1", show_default=True,
-              help="Who flags the zones: `zone_prior_v1` (zone_sim_v1's film severity placed by a position prior "
-                   "from NIH films and both image readers' zone evidence; *_score = probability), `zone_prior_v2` (the "
-                   "same with the film severity from zone_sim_v1 and the lesion segmenter), `zone_sim_v1` "
+@click.option("--zone-model", default="zone_prior_v3", show_default=True,
+              help="Who flags the zones: `zone_prior_v3` (a film severity from zone_sim_v1 and the lesion segmenter, "
+                   "fitted on readings through the shipped lungs, placed by a position prior from NIH films and both "
+                   "image readers' zone evidence; *_score = probability), `zone_prior_v2` (the same severity model "
+                   "fitted through lung_unet_v1's lungs), `zone_prior_v1` (the film severity from zone_sim_v1 "
+                   "alone), `zone_sim_v1` "
                    "(trained on simulated lesions in NIH normal films; *_score = probability), `lesion-unet` (the "
                    "lesion segmenter; *_score = share of the zone's lung, heart and mediastinum removed, with a "
                    "lesion), `normative` (the normative z score and its threshold), or a zone classifier .npz from "
-                   "`anatomy fit-zones`; a classifier (and zone_prior_v1/v2, which read zone_sim_v1) must have been "
+                   "`anatomy fit-zones`; a classifier (and the zone_prior readers, which read zone_sim_v1) must have been "
                    "fitted with the same --normative.")
 def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool, zone_model: str) -> None:
     """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every film: OUT/zones.csv."""

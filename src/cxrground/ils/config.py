@@ -74,12 +74,12 @@ class QCConfig:
 
 
 #: Image checks of negative pairs ``IlsConfig.negative_check`` accepts.
-NEGATIVE_CHECKS: Final[tuple[str, ...]] = ("none", "algorithm1", "zone_prior_v1", "zone_prior_v2")
+NEGATIVE_CHECKS: Final[tuple[str, ...]] = ("none", "algorithm1", "zone_prior_v1", "zone_prior_v2", "zone_prior_v3")
 #: The negative check that asks Algorithm 1 itself (no zone reader), :mod:`cxrground.ils.negative_flags`.
 ALGORITHM1_CHECK: Final[str] = "algorithm1"
 
 #: Zone readers that can guide lung-lesion masks (``IlsConfig.zone_guide``; ``none`` = Algorithm 1 alone).
-ZONE_GUIDES: Final[tuple[str, ...]] = ("none", "zone_prior_v1", "zone_prior_v2")
+ZONE_GUIDES: Final[tuple[str, ...]] = ("none", "zone_prior_v1", "zone_prior_v2", "zone_prior_v3")
 
 #: How far a finding the report mentions keeps lung-lesion negatives away (``IlsConfig.negative_exclusion``).
 NEGATIVE_EXCLUSIONS: Final[tuple[str, ...]] = ("location", "lung")
@@ -129,7 +129,8 @@ class IlsConfig:
     pairs are composed; a lung-lesion negative is placed in a region naming no flagged zone, and dropped only when
     none is left; both counted on the card; :mod:`cxrground.lesions.zone_prior`,
     :class:`cxrground.ils.compose.NegativePlacement`), ``zone_prior_v2`` (the same with the reader whose film
-    severity also reads the lesion segmenter) or ``algorithm1`` (a zone is flagged when Algorithm 1, asked to
+    severity also reads the lesion segmenter), ``zone_prior_v3`` (that reader with its severity refitted on the
+    shipped lungs) or ``algorithm1`` (a zone is flagged when Algorithm 1, asked to
     ground an opacity reported in that zone, draws a mask covering at least 1 % of it: the chain's own anomaly map
     and boxes, no zone reader; :mod:`cxrground.ils.negative_flags`). Every check clears the zones that a present
     or uncertain lung finding of the report names (:func:`cxrground.ils.negative_flags.unexplained`)."""
@@ -148,7 +149,8 @@ class IlsConfig:
     nothing about the image; the cardiomegaly negative, decided by the CTR, stays. True: ILS §11.2 read literally."""
 
     zone_guide: str = "zone_prior_v2"
-    """Lung-lesion masks guided by a zone reader, ``zone_prior_v2`` (default) or ``zone_prior_v1``: a reported lung
+    """Lung-lesion masks guided by a zone reader, ``zone_prior_v2`` (default), ``zone_prior_v1`` or
+    ``zone_prior_v3``: a reported lung
     lesion keeps a mask only in the zones of its reported location that the reader flags (Algorithm 1's mask cut
     to them; for airspace lesions, trait ``zone_fill``, a flagged zone it leaves empty is filled where the lesion
     segmenter's smoothed probability is highest), and gets no pair when the reader flags none of them

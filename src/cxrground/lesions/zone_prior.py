@@ -26,6 +26,11 @@ the lesion segmenter's zone shares; :class:`~cxrground.lesions.zone_severity.Sev
 ``bench/records/zone_prior_v2_preregistration.md``), its logit minus the logit of its own operating threshold,
 clipped to ±4. ``P_z``, ``E_z``, ``w`` and the flag are those of ``zone_prior_v1``.
 
+The reader ``zone_prior_v3`` (``anatomy zones``' default) is ``zone_prior_v2`` with its severity model refitted by
+the same recipe on readings through the shipped lungs ``lung_unet_v2`` (``zone_prior_v3_severity.json``; record
+``bench/records/zone_prior_v3_preregistration.md``). ``zone_prior_v2`` keeps the file fitted through
+``lung_unet_v1``'s lungs, because the ILS zone guide grounds more findings with it.
+
 For the ILS negative check (:meth:`PriorZoneReader.negative_flags`), a zone contradicts a "no lung lesion here" pair
 only when it is flagged **and** the lesion segmenter finds a lesion somewhere in the film (some zone with a lesion
 share ≥ :data:`~cxrground.lesions.lesion_zones.ZONE_COVER`): two image readers must agree that the film is
@@ -48,9 +53,10 @@ from cxrground.lesions.lesion_zones import LesionZoneReader
 from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel
 from cxrground.lesions.zone_classifier import ZoneClassifier, shipped_zone_reader_path
 from cxrground.lesions.zone_features import feature_columns, film_zone_features
-from cxrground.lesions.zone_severity import SeverityModel
+from cxrground.lesions.zone_severity import SEVERITY_V3_MODEL, SeverityModel, shipped_severity_path
 
-__all__ = ["EVIDENCE_WEIGHT", "FLAG_PROBABILITY", "PRIOR_LABELS", "ZONE_PRIOR_READER", "ZONE_PRIOR_V2_READER",
+__all__ = ["EVIDENCE_WEIGHT", "FLAG_PROBABILITY", "PRIOR_LABELS", "PRIOR_READERS", "ZONE_PRIOR_READER",
+           "ZONE_PRIOR_V2_READER", "ZONE_PRIOR_V3_READER",
            "PriorReading", "PriorZoneReader", "ZonePrior", "combine", "prior_from_shares", "shipped_prior_path",
            "standardise"]
 
@@ -59,6 +65,10 @@ ZONES: Final[tuple[str, ...]] = tuple(BRIXIA_ZONE_LABELS)
 ZONE_PRIOR_READER: Final[str] = "zone_prior_v1"
 #: Name of the reader whose film severity also listens to the lesion segmenter (``--zone-model zone_prior_v2``).
 ZONE_PRIOR_V2_READER: Final[str] = "zone_prior_v2"
+#: ``zone_prior_v2`` with its severity refitted on readings through the shipped lungs (``lung_unet_v2``).
+ZONE_PRIOR_V3_READER: Final[str] = "zone_prior_v3"
+#: Every shipped position-prior reader.
+PRIOR_READERS: Final[tuple[str, ...]] = (ZONE_PRIOR_READER, ZONE_PRIOR_V2_READER, ZONE_PRIOR_V3_READER)
 #: NIH ChestX-ray14 labels whose films count as "lung lesion" for the prior.
 PRIOR_LABELS: Final[tuple[str, ...]] = ("Pneumonia", "Consolidation", "Infiltration", "Effusion", "Atelectasis",
                                         "Edema")
@@ -189,7 +199,8 @@ class PriorReading:
 @dataclass
 class PriorZoneReader:
     """``zone_prior_v1``: ``zone_sim_v1`` severity + position prior + both readers' within-film zone evidence;
-    ``zone_prior_v2`` when ``severity`` is given: the film severity from that model instead."""
+    ``zone_prior_v2`` when ``severity`` is given: the film severity from that model instead; ``zone_prior_v3`` the
+    same with the severity refitted on the shipped lungs."""
 
     prior: ZonePrior
     lesion: LesionZoneReader
@@ -198,6 +209,9 @@ class PriorZoneReader:
     weight: float = EVIDENCE_WEIGHT
     flag: float = FLAG_PROBABILITY
     severity: SeverityModel | None = None
+    label: str | None = None
+    """The reader's name; None: :data:`ZONE_PRIOR_READER` without a severity model, else
+    :data:`ZONE_PRIOR_V2_READER`."""
 
     @classmethod
     def shipped(cls, threads: int | None = 1) -> PriorZoneReader:
@@ -211,9 +225,20 @@ class PriorZoneReader:
         return cls(ZonePrior.load(), LesionZoneReader.shipped(threads), NormativeModel.load(),
                    ZoneClassifier.load(shipped_zone_reader_path()), severity=SeverityModel.load())
 
+    @classmethod
+    def shipped_v3(cls, threads: int | None = 1) -> PriorZoneReader:
+        """``zone_prior_v3``: :meth:`shipped` with the severity model refitted on the shipped lungs
+        (``zone_prior_v3_severity.json``)."""
+        return cls(ZonePrior.load(), LesionZoneReader.shipped(threads), NormativeModel.load(),
+                   ZoneClassifier.load(shipped_zone_reader_path()),
+                   severity=SeverityModel.load(shipped_severity_path(SEVERITY_V3_MODEL)), label=ZONE_PRIOR_V3_READER)
+
     @property
     def reader_id(self) -> str:
-        """:data:`ZONE_PRIOR_V2_READER` with a severity model, else :data:`ZONE_PRIOR_READER`."""
+        """``label`` when set, else :data:`ZONE_PRIOR_V2_READER` with a severity model and
+        :data:`ZONE_PRIOR_READER` without."""
+        if self.label:
+            return self.label
         return ZONE_PRIOR_READER if self.severity is None else ZONE_PRIOR_V2_READER
 
     @property
@@ -270,10 +295,11 @@ class PriorZoneReader:
 
 @functools.cache
 def shipped_reader(name: str = ZONE_PRIOR_READER) -> PriorZoneReader:
-    """The shipped reader ``zone_prior_v1`` (or ``zone_prior_v2``), loaded once per process."""
+    """A shipped position-prior reader (:data:`PRIOR_READERS`), loaded once per process."""
     if name == ZONE_PRIOR_READER:
         return PriorZoneReader.shipped()
     if name == ZONE_PRIOR_V2_READER:
         return PriorZoneReader.shipped_v2()
-    raise ConfigError(f"unknown position-prior zone reader {name!r}; expected {ZONE_PRIOR_READER} or "
-                      f"{ZONE_PRIOR_V2_READER}")
+    if name == ZONE_PRIOR_V3_READER:
+        return PriorZoneReader.shipped_v3()
+    raise ConfigError(f"unknown position-prior zone reader {name!r}; expected one of {', '.join(PRIOR_READERS)}")

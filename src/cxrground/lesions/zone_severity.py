@@ -25,12 +25,14 @@ import numpy as np
 from cxrground.errors import ConfigError, InputError
 from cxrground.lesions.zone_classifier import fit_logistic, patient_folds
 
-__all__ = ["SEVERITY_CLIP", "SEVERITY_FEATURES", "SEVERITY_MODEL", "CandidateScore", "SeverityModel",
+__all__ = ["SEVERITY_CLIP", "SEVERITY_FEATURES", "SEVERITY_MODEL", "SEVERITY_V3_MODEL", "CandidateScore", "SeverityModel",
            "cross_validate", "fit_severity", "logit", "select_model", "severity_features", "shipped_severity_path",
            "weighted_log_loss", "weighted_youden"]
 
 #: Name of the shipped severity model file (``weights/zone_prior_v2_severity.json``).
 SEVERITY_MODEL: Final[str] = "zone_prior_v2_severity"
+#: The same model refitted by the same recipe on readings through the shipped lungs (``zone_prior_v3``).
+SEVERITY_V3_MODEL: Final[str] = "zone_prior_v3_severity"
 #: Film severities are clipped to ``±SEVERITY_CLIP`` (no flag changes; keeps probabilities off 0 / 1 in the CSV).
 SEVERITY_CLIP: Final[float] = 4.0
 _EPS: Final[float] = 1e-4
@@ -62,9 +64,10 @@ def severity_features(sim_probability: np.ndarray, lesion_share: np.ndarray, nam
     return np.stack([SEVERITY_FEATURES[n](sim, share) for n in names], axis=-1)
 
 
-def shipped_severity_path() -> Path:
-    """Path of the shipped ``zone_prior_v2_severity.json`` (next to the other shipped lesion weights)."""
-    return Path(str(resources.files("cxrground.lesions") / "weights" / f"{SEVERITY_MODEL}.json"))
+def shipped_severity_path(name: str = SEVERITY_MODEL) -> Path:
+    """Path of a shipped severity model (default ``zone_prior_v2_severity.json``; next to the other shipped lesion
+    weights)."""
+    return Path(str(resources.files("cxrground.lesions") / "weights" / f"{name}.json"))
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,12 @@ on the working grid (longest side at most :data:`~cxrground.anatomy.segment.buil
 flagged zones and the reader's map; ``OUT/failures.jsonl`` lists images that could not be read or segmented or
 whose lungs are implausible, with the reason; ``OUT/zones.json`` says which reader produced the flags.
 
-The default of ``anatomy zones`` is the position-prior reader ``zone_prior_v1``
-(:class:`~cxrground.lesions.zone_prior.PriorZoneReader`): ``zone_sim_v1``'s film severity placed over the zones by a
+The default of ``anatomy zones`` is the position-prior reader ``zone_prior_v3``
+(:class:`~cxrground.lesions.zone_prior.PriorZoneReader`): a film severity from both image readers
+(:mod:`cxrground.lesions.zone_severity`, fitted on readings through the shipped lungs) placed over the zones by a
 position prior and both image readers' within-film zone evidence; each ``*_score`` is its probability.
-``zone_prior_v2`` is the same reader with the film severity from a model on both image readers
-(:mod:`cxrground.lesions.zone_severity`).
+``zone_prior_v2`` is the same reader with the severity model fitted through ``lung_unet_v1``'s lungs;
+``zone_prior_v1`` takes the film severity from ``zone_sim_v1`` alone.
 
 With a zone classifier (``zone_model``: the shipped
 :data:`~cxrground.lesions.zone_classifier.SHIPPED_ZONE_READER`, trained on
@@ -49,7 +50,13 @@ from cxrground.lesions.lesion_zones import LESION_ZONE_READER, LesionZoneReader
 from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel, normalise_intensity
 from cxrground.lesions.zone_classifier import SHIPPED_ZONE_READER, ZoneClassifier, shipped_zone_reader_path
 from cxrground.lesions.zone_features import check_same_normative, feature_columns, normative_hash, zone_feature_matrix
-from cxrground.lesions.zone_prior import ZONE_PRIOR_READER, ZONE_PRIOR_V2_READER, PriorZoneReader
+from cxrground.lesions.zone_prior import (
+    PRIOR_READERS,
+    ZONE_PRIOR_READER,
+    ZONE_PRIOR_V2_READER,
+    ZONE_PRIOR_V3_READER,
+    PriorZoneReader,
+)
 
 __all__ = ["CSV_COLUMNS", "NORMATIVE_READER", "ZoneReading", "film_features", "find_images", "read_zones",
            "reader_name", "resolve_zone_reader", "work_grid_inputs", "write_zones", "zones_overlay",
@@ -100,7 +107,8 @@ def resolve_zone_reader(reader: str | Path | None) -> ZoneReader | None:
     """The zone reader named by ``reader``: :data:`NORMATIVE_READER` → None (the normative threshold flags),
     ``lesion-unet`` → the lesion segmenter's zone reader (:class:`~cxrground.lesions.lesion_zones.LesionZoneReader`),
     ``zone_prior_v1`` → severity + position prior (:class:`~cxrground.lesions.zone_prior.PriorZoneReader`),
-    ``zone_prior_v2`` → the same with the film severity of both image readers,
+    ``zone_prior_v2`` → the same with the film severity of both image readers, ``zone_prior_v3`` → ``zone_prior_v2``
+    with that severity refitted on the shipped lungs,
     None or :data:`~cxrground.lesions.zone_classifier.SHIPPED_ZONE_READER` → the shipped reader, else a ``.npz``
     path written by ``anatomy fit-zones`` (or :meth:`ZoneClassifier.save`)."""
     if str(reader) == NORMATIVE_READER:
@@ -111,6 +119,8 @@ def resolve_zone_reader(reader: str | Path | None) -> ZoneReader | None:
         return PriorZoneReader.shipped()
     if str(reader) == ZONE_PRIOR_V2_READER:
         return PriorZoneReader.shipped_v2()
+    if str(reader) == ZONE_PRIOR_V3_READER:
+        return PriorZoneReader.shipped_v3()
     if reader is None or str(reader) == SHIPPED_ZONE_READER:
         return ZoneClassifier.load(shipped_zone_reader_path())
     return ZoneClassifier.load(Path(reader))
@@ -213,7 +223,7 @@ def zones_overlay(image: CXRImage, seg: LungHeartMasks, z: np.ndarray, reading: 
         anat = overlay_masks(anat, flagged, [(1.0, 0.1, 0.1)] * len(flagged), alpha=0.35, outline=False)
     ctr = "n/a" if reading.ctr is None else f"{reading.ctr:.2f}"
     flags = " ".join(f"{k}{'+' if reading.flags[k] else '-'}" for k in ZONES)
-    lesion = reading.reader.startswith((LESION_ZONE_READER, ZONE_PRIOR_READER, ZONE_PRIOR_V2_READER))
+    lesion = reading.reader.startswith((LESION_ZONE_READER, *PRIOR_READERS))
     heat = np.clip(z if lesion else z / 4.0, 0.0, 1.0)
     grey = np.repeat((px.astype(np.float64) / 255.0)[:, :, None], 3, axis=2)
     red = np.stack([np.ones_like(heat), np.zeros_like(heat), np.zeros_like(heat)], axis=2)
