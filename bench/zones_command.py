@@ -2,14 +2,14 @@
 (:func:`cxrground.lesions.zones.write_zones` with the shipped lung U-Net and the reader resolved by name, as the CLI
 does), its ``zones.csv`` read back and compared with the senior radiologist (zone abnormal when scored > 0).
 
-Prints, for each reader (``zone_sim_v1``, the position-prior readers ``zone_prior_v3``, ``zone_prior_v1`` and ``zone_prior_v2`` (film
-severity also from the lesion segmenter; v3: refitted on the shipped lungs), the lesion segmenter's ``lesion-unet`` and ``normative``), the zones
-flagged, Cohen's κ overall (with a 95 % interval from a bootstrap over patients) and per zone, the **within-film
-zone AUROC** (with its patient-bootstrap interval; on the films with both normal and abnormal zones: the share of
-(abnormal zone, normal zone) pairs of the same film that the reader's zone scores order correctly, ties half, pooled
-over films) and the wall time; and the junior radiologist's κ (the ceiling) and the **position-only baseline** AUROC
-(a zone's score = how often that zone is abnormal in the other patients' films). The films are symlinked into a
-temporary folder; nothing is trained.
+Prints, for each reader (``zone_sim_v1``, the position-prior readers ``zone_prior_v3``, ``zone_prior_v1`` and
+``zone_prior_v2`` (film severity also from the lesion segmenter; v3: refitted on the shipped lungs), the lesion
+segmenter's ``lesion-unet`` and ``normative``), the zones flagged, Cohen's κ overall (with a 95 % interval from a
+bootstrap over patients) and per zone, the **within-film zone AUROC** (with its patient-bootstrap interval; on the
+films with both normal and abnormal zones: the share of (abnormal zone, normal zone) pairs of the same film that the
+reader's zone scores order correctly, ties half, pooled over films) and the wall time; and the junior radiologist's
+κ (the ceiling) and the **position-only baseline** AUROC (a zone's score = how often that zone is abnormal in the
+other patients' films). The films are symlinked into a temporary folder; nothing is trained.
 
 Run: ``.venv/bin/python bench/zones_command.py [--overlays DIR] [--overlay-reader NAME] [--readers A,B]``
 (``--overlays``: keep the overlays of ``--overlay-reader``, default lesion-unet).

@@ -38,8 +38,8 @@ def show(request: GeometryRequest) -> None:
                    "(trained on simulated lesions in NIH normal films; *_score = probability), `lesion-unet` (the "
                    "lesion segmenter; *_score = share of the zone's lung, heart and mediastinum removed, with a "
                    "lesion), `normative` (the normative z score and its threshold), or a zone classifier .npz from "
-                   "`anatomy fit-zones`; a classifier (and the zone_prior readers, which read zone_sim_v1) must have been "
-                   "fitted with the same --normative.")
+                   "`anatomy fit-zones`; a classifier (and the zone_prior readers, which read zone_sim_v1) must "
+                   "have been fitted with the same --normative.")
 def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool, zone_model: str) -> None:
     """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every film: OUT/zones.csv."""
     from cxrground.anatomy.segment import get_segmenter

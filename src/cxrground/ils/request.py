@@ -74,7 +74,8 @@ class BuildRequest:
                                  "flags in a film where the lesion segmenter finds a lesion (dropped only when no "
                                  "unflagged region is left; counted on the card); zone_prior_v2 does the same with "
                                  "the reader whose film severity also reads the lesion segmenter (flags more "
-                                 "zones), zone_prior_v3 with that severity refitted on the shipped lungs; algorithm1 flags a zone where Algorithm 1, asked to ground an opacity "
+                                 "zones), zone_prior_v3 with that severity refitted on the shipped lungs; "
+                                 "algorithm1 flags a zone where Algorithm 1, asked to ground an opacity "
                                  "reported there, draws a mask (the chain's own anomaly map and boxes). Zones the "
                                  "report's own lung findings name are never flagged.")
     negative_exclusion: str = option("location", choices=NEGATIVE_EXCLUSIONS, help="Where a reported finding keeps "

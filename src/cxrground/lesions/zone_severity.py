@@ -25,9 +25,9 @@ import numpy as np
 from cxrground.errors import ConfigError, InputError
 from cxrground.lesions.zone_classifier import fit_logistic, patient_folds
 
-__all__ = ["SEVERITY_CLIP", "SEVERITY_FEATURES", "SEVERITY_MODEL", "SEVERITY_V3_MODEL", "CandidateScore", "SeverityModel",
-           "cross_validate", "fit_severity", "logit", "select_model", "severity_features", "shipped_severity_path",
-           "weighted_log_loss", "weighted_youden"]
+__all__ = ["SEVERITY_CLIP", "SEVERITY_FEATURES", "SEVERITY_MODEL", "SEVERITY_V3_MODEL", "CandidateScore",
+           "SeverityModel", "cross_validate", "fit_severity", "logit", "select_model", "severity_features",
+           "shipped_severity_path", "weighted_log_loss", "weighted_youden"]
 
 #: Name of the shipped severity model file (``weights/zone_prior_v2_severity.json``).
 SEVERITY_MODEL: Final[str] = "zone_prior_v2_severity"
