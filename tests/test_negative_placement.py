@@ -176,9 +176,10 @@ def test_the_negative_check_reader_follows_the_option():
 
     assert IlsConfig(negative_check="zone_prior_v2").negative_check == "zone_prior_v2"
     with pytest.raises(ConfigError, match="unknown negative check"):
-        IlsConfig(negative_check="zone_prior_v3")
+        IlsConfig(negative_check="zone_prior_v9")
     assert shipped_reader("zone_prior_v1").severity is None
     assert shipped_reader("zone_prior_v2").severity is not None
+    assert shipped_reader("zone_prior_v3").severity != shipped_reader("zone_prior_v2").severity
     with pytest.raises(ConfigError, match="unknown position-prior zone reader"):
         shipped_reader("zone_sim_v1")
 

@@ -239,5 +239,5 @@ def test_cli_ils_build_with_the_shipped_zone_reader(tmp_path):
     assert guided and all(set(r["zone_guide"]["zones"]) <= set("ABCDEF") for r in guided)
     assert "## Lung-lesion masks guided by the zone reader `zone_prior_v2`" in (out / "card.md").read_text()
     res = CliRunner().invoke(main, ["ils", "build", "--images", str(cohort / "files"), "--out", str(out), "--quiet",
-                                    "--zone-guide", "zone_prior_v3"])
-    assert res.exit_code != 0 and "zone_prior_v3" in res.output
+                                    "--zone-guide", "zone_prior_v9"])
+    assert res.exit_code != 0 and "zone_prior_v9" in res.output
