@@ -564,7 +564,9 @@ ANAPHOR_RE: Final[re.Pattern[str]] = re.compile(
 ALTERNATIVE_GAP_RE: Final[re.Pattern[str]] = re.compile(
     r"\s*,?\s*(?:or|versus|vs\.?|/|and\s*/\s*or)\s*(?:(?:xxxx|an?|early|developing|superimposed|underlying|"
     r"mild|small|focal|subsegmental|less\s+likely|more\s+likely|possibly|possible|chronic|acute|"
-    r"lobar|segmental|bibasilar)\s+)*"
+    r"lobar|segmental|bibasilar|multifocal|multilobar|diffuse|patchy|bilateral|basal|perihilar|retrocardiac|"
+    r"interstitial|alveolar|pulmonary|asymmetric|atypical|viral|bacterial|infectious|moderate|large|severe|trace|"
+    r"layering|loculated|worsening|new|residual|persistent|recurrent)\s+)*"
 )
 
 # --- locations -----------------------------------------------------------------------------------------------
