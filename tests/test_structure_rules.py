@@ -393,9 +393,10 @@ _VERSION_CORPUS = (
     "Bilateral interstitial opacities, which may represent edema or atypical infection.",
     "No pneumothorax, small right pleural effusion.",
     "Left base opacity, atelectasis versus bacterial pneumonia.",
+    "Focal opacity in the right mid lung may represent a nipple shadow.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"8": "a79bc06a463e1729a8ce50363db251cf105e2a4a6523918ddb9e0b57731c2ad7"}
+_PINNED_OUTPUT = {"9": "a2be5085d49d72b52e1ebfc151887de555c2e18e2952557fdbe01116e76ba233"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -525,3 +526,24 @@ def test_alternatives_whose_second_phrase_has_a_modifier(text: str, expected: se
     got = {(f.lesion, f.assertion, f.reported_location) for f in findings(text) if f.lesion in
            {lesion for lesion, _, _ in expected}}
     assert got == expected
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("Focal opacity in the right mid lung may represent a nipple shadow.", (RM,)),
+    ("Opacity at the left base likely reflects overlying soft tissue.", (LB,)),
+    ("Right basilar opacity is likely due to overlapping breast tissue.", (RB,)),
+])
+def test_an_opacity_explained_by_a_projection_mimic_is_no_lung_lesion(text: str, where: tuple[str, ...]) -> None:
+    """No lesion, so no mask and no positive pair; the observation still names its place, so no negative goes there."""
+    found = findings(text)
+    assert all(f.lesion is None for f in found)
+    (obs,) = [f for f in found if f.reported_location]
+    assert obs.reported_location == where and "opacity" in obs.entity.lower()
+
+
+def test_a_mimic_among_alternatives_leaves_the_lesion_and_names_no_lung_place() -> None:
+    found = findings("Opacity at the left base may represent atelectasis or a nipple shadow.")
+    assert [(f.lesion, f.assertion, f.reported_location) for f in found if f.lesion] == [
+        ("atelectasis", "uncertain", (LB,))]
+    for text in ("Soft tissues are unremarkable.", "Dense breast tissue limits evaluation of the bases."):
+        assert all(f.lesion is None and f.reported_location == () for f in findings(text))

@@ -225,12 +225,15 @@ class EntityKind:
 
     ``observation``: an opacity-class phrase or consolidation that may be attributed to a specific lesion.
     ``lung``: the finding lies in the lungs or pleura (default location both lungs when none is given).
+    ``mimic``: something projecting over the lungs that looks like an opacity (a nipple shadow, overlying soft
+    tissue); an observation explained by mimics alone is no lung lesion.
     """
 
     name: str
     lesion: str | None
     observation: bool = False
     lung: bool = True
+    mimic: bool = False
 
 
 # --- finding phrases -----------------------------------------------------------------------------------------
@@ -264,6 +267,16 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
     (EntityKind("hydropneumothorax", None), (r"hydropneumothora(?:x|ces)",)),
     (EntityKind("soft tissue edema", None, lung=False), (
         r"(?:soft[- ]tissues?|subcutaneous|chest\s+wall|body\s+wall|mucosal)\s+o?edema", r"anasarca",
+    )),
+    (EntityKind("projection mimic", None, lung=False, mimic=True), (
+        r"nipple\s+shadows?",
+        r"(?:overlying|overlapping|superimposed|superimposition\s+of)\s+(?:the\s+)?(?:soft[- ]tissues?|"
+        r"breast(?:\s+(?:tissue|shadows?))?|skin\s+folds?|vessels|vascular\s+(?:structures|shadows)|"
+        r"osseous\s+structures|bones?|ribs?)",
+        r"breast\s+(?:tissue|shadows?)", r"skin\s+folds?",
+        r"(?:summation|confluence|superimposition)\s+of\s+(?:(?:normal|vascular|bony|osseous)\s+)*"
+        r"(?:shadows|structures|vessels)",
+        r"costochondral\s+calcifications?",
     )),
     (EntityKind("vertebral collapse", None, lung=False), (
         r"(?:compression|vertebral(?:\s+body)?)\s+(?:collapse|deformit(?:y|ies))",

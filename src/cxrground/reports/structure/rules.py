@@ -83,7 +83,7 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from cxrground.errors import ConfigError
@@ -129,7 +129,7 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: to it and fails when the output moves without a bump. 5: hedge grades; 6: plural "opacifications", reticular
 #: patterns and acute respiratory distress syndrome (non-target lung findings); 7: a sentence about what a CT or MRI
 #: showed gives non-target findings only.
-RULES_VERSION: Final[str] = "8"
+RULES_VERSION: Final[str] = "9"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -439,7 +439,7 @@ class RuleStructurer:
 
     @staticmethod
     def _attributable(kind: EntityKind) -> bool:
-        return kind.lesion in ATTRIBUTABLE or (kind.lesion is None and kind.lung)
+        return kind.lesion in ATTRIBUTABLE or (kind.lesion is None and (kind.lung or kind.mimic))
 
     def _attribute(self, low: str, mentions: list[_Mention], groups: list[list[int]], cues: list[_Cue],
                    terms: list[_Cue]) -> None:
@@ -481,6 +481,8 @@ class RuleStructurer:
                     t.hedge = grade
             for t in same:
                 t.absorbed = True
+            if all(t.kind.mimic for t in others):  # explained by what projects over the lung: no lung lesion
+                obs.kind = replace(obs.kind, lesion=None, observation=False)
             if any(t.kind.lesion is not None for t in others):
                 obs.absorbed = not same
                 for t in others:
@@ -591,6 +593,8 @@ class RuleStructurer:
             if lesion in HEART_MASK_LESIONS:
                 phrases: tuple[str, ...] = ()
                 labels: tuple[str, ...] = (HEART,)
+            elif mm.kind.mimic:  # it projects over the lung but is not in it
+                phrases, labels = (), ()
             else:
                 locs = sorted(mm.locations)
                 phrases = tuple(dict.fromkeys(p for _, p, _ in locs))
