@@ -64,7 +64,10 @@ None (non-target)      lung: pneumothorax, hydropneumothorax, nodule, mass, mass
                        cephalization, vascular redistribution, Kerley / septal lines, septal thickening.
                        other: fracture, (hiatal) hernia, (lymph)adenopathy, pericardial effusion,
                        pneumomediastinum, subcutaneous emphysema, pneumoperitoneum / free air, heart failure,
-                       soft-tissue edema, vertebral collapse / compression deformity.
+                       soft-tissue edema, vertebral collapse / compression deformity, projection mimics (nipple
+                       shadow, overlying / overlapping soft tissue, breast tissue, skin fold, vessels or ribs,
+                       summation of shadows, costochondral calcification: no location of their own; an
+                       observation explained by them alone becomes a non-target lung finding).
 =====================  =========================================================================================
 
 Observations (the opacity-class phrases and consolidation) can be *attributed* to another finding
