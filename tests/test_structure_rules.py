@@ -226,9 +226,9 @@ def test_normal_statements_give_no_finding() -> None:
     # an alternative of the observation's own type is the observation itself
     ("Streaky opacities in the left base, atelectasis versus infiltrate.",
      [("opacities", "opacity", "present", (LB,)), ("opacities", "atelectasis", "uncertain", (LB,))]),
-    # not attributed: coordination without a link, "and" without a verb before the link
+    # not attributed: coordination without a link, "and" without a verb before the link (the place is shared)
     ("Left base opacity and atelectasis.", [("opacity", "opacity", "present", (LB,)),
-                                             ("atelectasis", "atelectasis", "present", (RL, LL))]),
+                                             ("atelectasis", "atelectasis", "present", (LB,))]),
     ("Left basilar opacity and blunting of the costophrenic angle secondary to small effusion.",
      [("opacity", "opacity", "present", (LB,)), ("effusion", "effusion", "present", (RB, LB))]),
 ])
@@ -394,9 +394,10 @@ _VERSION_CORPUS = (
     "No pneumothorax, small right pleural effusion.",
     "Left base opacity, atelectasis versus bacterial pneumonia.",
     "Focal opacity in the right mid lung may represent a nipple shadow.",
+    "Left lower lobe collapse and consolidation.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"9": "a2be5085d49d72b52e1ebfc151887de555c2e18e2952557fdbe01116e76ba233"}
+_PINNED_OUTPUT = {"10": "974a5f1a70c3b9c542b1ae41fd739d44ed24892f31d5ec2c7032c925e2854b35"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -547,3 +548,19 @@ def test_a_mimic_among_alternatives_leaves_the_lesion_and_names_no_lung_place() 
         ("atelectasis", "uncertain", (LB,))]
     for text in ("Soft tissues are unremarkable.", "Dense breast tissue limits evaluation of the bases."):
         assert all(f.lesion is None and f.reported_location == () for f in findings(text))
+
+
+@pytest.mark.parametrize(("text", "lesion", "where"), [
+    ("Left basilar atelectasis and effusion.", "effusion", (LB,)),
+    ("Left lower lobe collapse and consolidation.", "consolidation", (LB,)),
+    ("Right lower lobe consolidation and small effusion.", "effusion", (RB,)),
+    ("Opacity at the right base likely reflects effusion and atelectasis.", "atelectasis", (RB,)),
+    ("Left effusion and pulmonary edema.", "edema", (RL, LL)),
+    ("Cardiomegaly and effusion.", "effusion", (RL, LL)),
+    ("Left basilar atelectasis and right effusion.", "effusion", (RL,)),
+    ("Left basilar atelectasis and effusions.", "effusion", (RL, LL)),
+])
+def test_a_lesion_coordinated_with_a_placed_one_shares_its_place(text: str, lesion: str, where: tuple) -> None:
+    """A place written before two nouns joined by "and" modifies both, unless the second is diffuse or placed."""
+    (f,) = [f for f in findings(text) if f.lesion == lesion]
+    assert f.reported_location == where

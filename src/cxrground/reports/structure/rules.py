@@ -97,6 +97,7 @@ from cxrground.reports.structure.lexicon import (
     BOTH_WINDOW,
     CUE_KINDS,
     CUE_MATCHER,
+    EDEMA,
     ENTITY_KINDS,
     ENTITY_MATCHER,
     LIKELY_HEDGE_RE,
@@ -129,7 +130,7 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: to it and fails when the output moves without a bump. 5: hedge grades; 6: plural "opacifications", reticular
 #: patterns and acute respiratory distress syndrome (non-target lung findings); 7: a sentence about what a CT or MRI
 #: showed gives non-target findings only.
-RULES_VERSION: Final[str] = "9"
+RULES_VERSION: Final[str] = "10"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -181,6 +182,14 @@ _MAX_LINK_WORDS: Final[int] = 15
 _LOCATION_SCOPE_SKIP: Final[str] = "with"
 #: A sided hemidiaphragm: what lies "adjacent" to it lies at that side's lung base.
 _SIDED_DIAPHRAGM: Final[re.Pattern[str]] = re.compile(r"\b(right|left)\s+hemidiaphragm\b")
+#: Gap that coordinates a finding with the one before it ("left basilar atelectasis and small effusion").
+_COORDINATION_GAP: Final[re.Pattern[str]] = re.compile(
+    r"\s*,?\s*(?:and|as\s+well\s+as|&)\s+(?:(?:a|an|the|small|tiny|trace|minimal|mild|moderate|large|layering|"
+    r"adjacent|associated|some|possible|probable|likely|early|developing|focal|patchy|subsegmental)\s+)*")
+#: Phrases of a finding that is diffuse by nature or by word, so it takes no place from a coordinated finding.
+_DIFFUSE_PHRASE: Final[re.Pattern[str]] = re.compile(
+    r"(?:pulmonary|interstitial|alveolar|vascular|diffuse|bilateral|multifocal|widespread|scattered)\b|"
+    r".*\beffusions\b")
 #: A plural place ("upper lobes", "bases") names both sides and takes no side from the phrase before it.
 _PLURAL_PLACE: Final[re.Pattern[str]] = re.compile(r"\b(?:lobes|zones|fields|lungs|bases|apices|hila|regions)\b")
 
@@ -297,6 +306,7 @@ class RuleStructurer:
         self._attribute(low, mentions, groups, cues, terms)
         self._locate(low, text, mentions, terms)
         self._adjacent(low, text, mentions)
+        self._coordinated(low, mentions)
         return self._findings(index, text, mentions, other_exam)
 
     # -- steps -------------------------------------------------------------------------------------------------
@@ -581,6 +591,24 @@ class RuleStructurer:
             for other in mentions[k:]:  # the whole group of alternatives lies there ("adjacent atelectasis or ...")
                 if other.group == mm.group and not other.locations:
                     other.locations = list(where)
+
+    @staticmethod
+    def _coordinated(low: str, mentions: list[_Mention]) -> None:
+        """An unlocated lung finding joined by "and" to a placed lung finding lies where that finding lies ("left
+        basilar atelectasis and effusion"), unless it is edema or diffuse by its own words ("pulmonary edema")."""
+        for k in range(1, len(mentions)):
+            mm, before = mentions[k], mentions[k - 1]
+            if (mm.locations or not mm.kind.lung or mm.kind.lesion == EDEMA or before.group == mm.group
+                    or not before.kind.lung or before.kind.lesion in HEART_MASK_LESIONS):
+                continue
+            placed = [loc for loc in before.locations if not is_extent_phrase(loc[1])]
+            if not placed or _COORDINATION_GAP.fullmatch(low, before.end, mm.start) is None:
+                continue
+            if _DIFFUSE_PHRASE.match(low, mm.start, mm.end):
+                continue
+            for other in mentions[k:]:  # its alternatives lie there too
+                if other.group == mm.group and not other.locations:
+                    other.locations = list(before.locations)
 
     def _findings(self, index: int, text: str, mentions: list[_Mention], other_exam: bool = False) -> list[Finding]:
         """The sentence's findings; ``other_exam``: the sentence reports what a CT or MRI showed, so every finding is
