@@ -54,8 +54,10 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
    own takes the location of the finding before it ("small left effusion with adjacent atelectasis"; also
    "compressive / passive / relaxation atelectasis", which lies next to the effusion that causes it, and a
    "parapneumonic" effusion next to its pneumonia); the phrase's alternatives share that location ("adjacent
-   atelectasis or consolidation").
-   Round 5: extent words ("diffuse", "scattered", "multifocal", "widespread") give both lungs only when the
+   atelectasis or consolidation"). A lung finding without a location of its own joined by "and" to a placed lung
+   finding lies where that finding lies ("left basilar atelectasis and effusion"), unless it is edema, diffuse by
+   its own words ("pulmonary edema", "interstitial ...") or plural effusions (version 10).
+   Extent words ("diffuse", "scattered", "multifocal", "widespread") give both lungs only when the
    finding has no other location phrase (ILS §7.2 "(no side)": "diffuse right lower lobe opacity" is the right
    base); a zoned phrase without a side word right after a sided one (only a space, comma, "/" or "and" between)
    takes that side ("left perihilar upper lobe"; not a plural place such as "lower lobes", not a zone with a
