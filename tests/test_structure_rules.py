@@ -301,10 +301,11 @@ def test_each_finding_gets_its_own_location() -> None:
 
 def test_location_labels_helper() -> None:
     kinds = set(LOCATION_KINDS.values())
-    assert kinds == {"border", "retro", "abbr", "noop", "zoned", "both", "whole"}
+    assert kinds == {"border", "retro", "abbr", "noop", "paired", "zoned", "both", "whole"}
     assert location_labels("retro", "behind the heart") == (LB,)
     assert location_labels("retro", "posterior to the right heart") == (RB,)
     assert location_labels("zoned", "bibasilar") == (RB, LB)
+    assert location_labels("paired", "right upper and left lower lobes") == (RU, LB)
     assert location_labels("noop", "right hemidiaphragm") == ()
     assert set(CUE_KINDS.values()) >= {"pseudo", "neg_pre", "neg_post", "unc_pre", "unc_post", "link", "term"}
 
@@ -395,9 +396,10 @@ _VERSION_CORPUS = (
     "Left base opacity, atelectasis versus bacterial pneumonia.",
     "Focal opacity in the right mid lung may represent a nipple shadow.",
     "Left lower lobe collapse and consolidation.",
+    "Multifocal consolidations in the right upper and left lower lobes.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"10": "974a5f1a70c3b9c542b1ae41fd739d44ed24892f31d5ec2c7032c925e2854b35"}
+_PINNED_OUTPUT = {"11": "e28f925b0452d5057c049898cd9e1cfb4b0c601f655bff6e6337171980c5a079"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -563,4 +565,16 @@ def test_a_mimic_among_alternatives_leaves_the_lesion_and_names_no_lung_place() 
 def test_a_lesion_coordinated_with_a_placed_one_shares_its_place(text: str, lesion: str, where: tuple) -> None:
     """A place written before two nouns joined by "and" modifies both, unless the second is diffuse or placed."""
     (f,) = [f for f in findings(text) if f.lesion == lesion]
+    assert f.reported_location == where
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("Multifocal consolidations in the right upper and left lower lobes.", (RU, LB)),
+    ("Opacities in the right upper and right lower lobes.", (RU, RB)),
+    ("Opacities in the left upper, right mid and left lower lung zones.", (LU, RM, LB)),
+    ("Opacities in the right middle and lower lobes.", (RM, RB)),
+    ("Consolidation in the right upper lobe and left lower lobe.", (RU, LB)),
+])
+def test_a_sided_zone_list_with_one_noun_keeps_every_zone(text: str, where: tuple[str, ...]) -> None:
+    (f,) = findings(text)
     assert f.reported_location == where

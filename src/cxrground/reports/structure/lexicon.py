@@ -171,7 +171,8 @@ rib / IJ / PICC / breast / ...
 
 A side-less singular ("base", "lower lobe", "apex", "costophrenic angle") maps to both sides: the side is
 unknown. Several sides and zones in one phrase are ordered zone by zone, right before left unless the
-phrase says "left and right". Defaults when a finding has no location phrase: lung lesions and lung
+phrase says "left and right"; a list whose items each carry a side and share one noun ("right upper and left lower
+lobes") keeps each item's side and zone, in order (version 11). Defaults when a finding has no location phrase: lung lesions and lung
 non-target findings -> ``right lung``, ``left lung``; effusion -> ``right lung``, ``left lung`` (both
 pleural spaces; a side-only effusion maps to ``S lung``); cardiomegaly -> ``heart`` always; other
 non-target findings -> no label.
@@ -592,6 +593,8 @@ _SIDED = _SIDE + r"(?:[- ]?sided)?"
 _DESC = r"(?:(?:lateral|medial|posterior|anterior|inferior|superior|peripheral|dependent|central|far|extreme)\s+)*"
 _NOUN = r"\s+(?:lungs?\s+)?(?:lobes?|zones?|fields?|lungs?|hemithora(?:x|ces)|regions?|segments?)"
 _NEED = r"(?:upper|lower|mid|middle)"
+#: One item of a sided zone list with a shared noun ("right upper and left lower lobes").
+_PAIR = rf"(?:right|left)\s+{_NEED}"
 _NEEDLIST = rf"{_NEED}(?:\s*(?:,|and|to|/|-|or)\s*{_NEED})*{_NOUN}"
 _FREE = (
     r"(?:bibasilar(?:ly)?|bibasal(?:ly)?|biapical|apices|apex|apical(?:ly)?|basilar|basal(?:ly)?|bases|base|"
@@ -612,6 +615,7 @@ _LOCATIONS: Final[tuple[tuple[str, str], ...]] = (
     ("noop", r"(?:right|left)\s+(?:(?:slightly|much|somewhat)\s+)?(?:greater|worse|larger|more|less|bigger|"
              r"smaller)\s+than\s+(?:the\s+)?(?:right|left)"),
     ("noop", rf"(?:right|left)(?:[- ]?sided)?\s+{_NOOP_ANATOMY}"),
+    ("paired", rf"{_PAIR}(?:\s*(?:,\s*and|,|/|and)\s*{_PAIR})+{_NOUN}"),
     ("zoned", rf"(?:{_SIDED}\s+)?{_DESC}(?:lungs?\s+)?(?:{_NEEDLIST}|{_FREELIST})"),
     ("both", r"both\s+lungs|both\s+hemithoraces|both\s+sides|bilateral(?:ly)?|diffuse(?:ly)?|multifocal|"
              r"widespread|scattered|throughout\s+(?:both|the)\s+lungs"),
@@ -704,6 +708,9 @@ def location_labels(kind: str, text: str) -> tuple[str, ...]:
         return (zone_label("right" if re.search(r"\bright\b", text) else "left", "lung base"),)
     if kind == "whole":
         return tuple(lung_label(s) for s in _sides(text, SIDES))
+    if kind == "paired":  # each item names its own side: "right upper and left lower lobes"
+        pairs = re.findall(r"\b(right|left)\s+(upper|lower|middle|mid)\b", text)
+        return tuple(dict.fromkeys(zone_label(side, _ZONE_OF[zone]) for side, zone in pairs))
     # zoned: zones in order of mention, sides from the side words or the zone's default side
     words = [_zone_key(w) for w in _ZONE_WORD_RE.findall(text)]
     zones = list(dict.fromkeys(_ZONE_OF[w] for w in words if w in _ZONE_OF))
