@@ -199,13 +199,15 @@ BROAD: list[tuple[str, str, Expected]] = [
     ("pneumonia", "Persistent right lower lobe pneumonia.", [("pneumonia", "present", (RB,))]),
     ("pneumonia", "New opacification of the left lower lobe concerning for pneumonia in the proper clinical setting.",
      [("pneumonia", "uncertain", (LB,))]),
+    # a hedged lesion of a concessive clause lies where the sentence's finding lies
     ("pneumonia", "Bibasilar opacities likely reflect atelectasis, though infection is not excluded.",
-     [("atelectasis", "uncertain", (RB, LB)), ("pneumonia", "uncertain", BOTH)]),
+     [("atelectasis", "uncertain", (RB, LB)), ("pneumonia", "uncertain", (RB, LB))]),
     ("pneumonia", "No focal consolidation is seen to suggest pneumonia.",
      [("consolidation", "absent", BOTH), ("pneumonia", "absent", BOTH)]),
     ("pneumonia", "Patchy bibasilar airspace opacities may represent atelectasis; however, aspiration or pneumonia "
                   "cannot be excluded.",
-     [("atelectasis", "uncertain", (RB, LB)), ("pneumonia", "uncertain", BOTH), ("pneumonia", "uncertain", BOTH)]),
+     [("atelectasis", "uncertain", (RB, LB)), ("pneumonia", "uncertain", (RB, LB)),
+      ("pneumonia", "uncertain", (RB, LB))]),
     ("pneumonia", "No definite signs of pneumonia.", [("pneumonia", "absent", BOTH)]),
     ("pneumonia", "Right middle lobe pneumonia is not excluded.", [("pneumonia", "uncertain", (RM,))]),
     ("pneumonia", "There is a new right upper lobe consolidation compatible with pneumonia.",

@@ -169,13 +169,13 @@ S greater / worse than S, S hemidiaphragm / atrium / clavicle /   nothing (the s
 rib / IJ / PICC / breast / ...
 ================================================================  ==========================================
 
-A side-less singular ("base", "lower lobe", "apex", "costophrenic angle") maps to both sides: the side is
-unknown. Several sides and zones in one phrase are ordered zone by zone, right before left unless the
-phrase says "left and right"; a list whose items each carry a side and share one noun ("right upper and left lower
-lobes") keeps each item's side and zone, in order (version 11). Defaults when a finding has no location phrase: lung lesions and lung
-non-target findings -> ``right lung``, ``left lung``; effusion -> ``right lung``, ``left lung`` (both
-pleural spaces; a side-only effusion maps to ``S lung``); cardiomegaly -> ``heart`` always; other
-non-target findings -> no label.
+A side-less singular ("base", "lower lobe", "apex", "costophrenic angle") maps to both sides: the side is unknown.
+Several sides and zones in one phrase are ordered zone by zone, right before left unless the phrase says "left and
+right"; a list whose items each carry a side and share one noun ("right upper and left lower lobes") keeps each
+item's side and zone, in order (version 11). Defaults when a finding has no location phrase: lung lesions and lung
+non-target findings -> ``right lung``, ``left lung``; effusion -> ``right lung``, ``left lung`` (both pleural
+spaces; a side-only effusion maps to ``S lung``); cardiomegaly -> ``heart`` always; other non-target findings -> no
+label.
 
 *Changed* (round 5): the extent words diffuse(ly), multifocal, widespread and scattered give both lungs only when
 the finding has no other location phrase (ILS §7.2 "(no side)"; :data:`EXTENT_RE`); a side-less zoned phrase

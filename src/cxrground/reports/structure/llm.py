@@ -71,6 +71,7 @@ from cxrground.llm import (
 from cxrground.reports.findings import HEDGES, Finding, StructuredReport
 from cxrground.reports.model import SectionChoice
 from cxrground.reports.structure.lexicon import EntityKind, default_location
+from cxrground.reports.structure.resolve import RESOLVE_VERSION
 from cxrground.vocab import HEART, ILS_LOCATION_LABELS, LESIONS
 from cxrground.vocab.lesions import HEART_MASK_LESIONS
 
@@ -298,7 +299,8 @@ class LLMStructurer:
 
     @property
     def provenance(self) -> dict[str, Any]:
-        """Model, endpoint, decoding settings and prompt versions + SHA-256, recorded with every output."""
+        """Model, endpoint, decoding settings, prompt versions + SHA-256 and the version of the report-level rules,
+        recorded with every output."""
         return {
             "structurer": self.name,
             "model": self.model,
@@ -306,6 +308,7 @@ class LLMStructurer:
             "decoding": dict(self.decoding),
             "json_schema": self.json_schema,
             "prompts": {step: {"version": p.version, "sha256": p.sha256} for step, p in self.prompts.items()},
+            "resolve": RESOLVE_VERSION,
         }
 
     # -- public API ---------------------------------------------------------------------------------------------

@@ -10,7 +10,10 @@
    unlocated here, and a lesion finding of a sentence that opens by pointing back ("This may represent
    atelectasis.", "The appearance suggests scarring or atelectasis.": :data:`~.lexicon.ANAPHOR_RE`) takes the labels
    of the located positive lung findings of the sentence before it, whatever their lesion; this direct reference
-   comes before the same-lesion rule.
+   comes before the same-lesion rule. Likewise an uncertain lesion finding in a concessive clause of its sentence
+   ("Patchy opacities at both lung bases may reflect atelectasis, though infection cannot be excluded."; the
+   entity phrase follows "though", "although", "but", "however", "while", "whereas" or "yet") takes the labels
+   of the located positive lung findings of its own sentence.
 2. **Merged sections** (section policy ``findings+impression``): a finding from a later part of the section
    whose lesion (or, for a non-target finding, lower-cased entity), presence and reported location equal those
    of a finding from an earlier part is dropped: one lesion + location reported in both the findings and the
@@ -24,14 +27,21 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
+from typing import Final
 
 from cxrground.reports.findings import Finding, StructuredReport
 from cxrground.reports.structure.lexicon import ANAPHOR_RE, is_extent_phrase
 from cxrground.vocab import HEART
 from cxrground.vocab.lesions import HEART_MASK_LESIONS
 
-__all__ = ["inherit_locations", "merge_duplicates", "resolve_findings"]
+__all__ = ["RESOLVE_VERSION", "inherit_locations", "merge_duplicates", "resolve_findings"]
+
+#: Version of the report-level rules (recorded with every structurer's output).
+RESOLVE_VERSION: Final[str] = "2"
+_CONCESSIVE: Final[re.Pattern[str]] = re.compile(r"\b(?:though|although|but|however|while|whereas|yet)\b",
+                                                  re.IGNORECASE)
 
 _NO_INHERIT = frozenset(HEART_MASK_LESIONS)  # the heart mask has no side to inherit
 
@@ -49,6 +59,19 @@ def _points_back(report: StructuredReport | None, sent_idx: int) -> bool:
     except IndexError:  # a finding numbered outside the section (a hand-made report): nothing to point back from
         return False
     return ANAPHOR_RE.match(text) is not None
+
+
+def _concessive(report: StructuredReport | None, f: Finding) -> bool:
+    """Whether the uncertain finding ``f`` sits in a concessive clause of its sentence ("..., though X cannot be
+    excluded")."""
+    if report is None or f.assertion != "uncertain":
+        return False
+    try:
+        text = report.section.sentence(f.sent_idx).text
+    except IndexError:
+        return False
+    at = text.lower().find(f.entity.lower())
+    return at > 0 and _CONCESSIVE.search(text, 0, at) is not None
 
 
 def inherit_locations(findings: tuple[Finding, ...], report: StructuredReport | None = None) -> tuple[Finding, ...]:
@@ -70,6 +93,8 @@ def inherit_locations(findings: tuple[Finding, ...], report: StructuredReport | 
     for f in findings:
         if f.lesion is not None and f.lesion not in _NO_INHERIT and f.presence == "positive" and not _placed(f):
             labels = by_sentence.get(f.sent_idx - 1) if _points_back(report, f.sent_idx) else None
+            if not labels and _concessive(report, f):
+                labels = by_sentence.get(f.sent_idx)
             labels = labels or located.get(f.lesion)
             if labels:
                 f = replace(f, reported_location=tuple(dict.fromkeys(labels)))

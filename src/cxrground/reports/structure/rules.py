@@ -132,7 +132,7 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: to it and fails when the output moves without a bump. 5: hedge grades; 6: plural "opacifications", reticular
 #: patterns and acute respiratory distress syndrome (non-target lung findings); 7: a sentence about what a CT or MRI
 #: showed gives non-target findings only.
-RULES_VERSION: Final[str] = "11"
+RULES_VERSION: Final[str] = "12"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
