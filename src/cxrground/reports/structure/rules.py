@@ -170,11 +170,16 @@ _NEW_ITEM: Final[re.Pattern[str]] = re.compile(
     r"increasing|increased|decreasing|decreased|stable|unchanged|right|left|bilateral|bibasilar)\b")
 #: A later "or" / "nor" of the clause: the phrase belongs to a list that goes on ("no A, small B, or C").
 _LIST_GOES_ON: Final[re.Pattern[str]] = re.compile(r"\b(?:or|nor)\b")
+def _joining_gap(joiner: str, modifiers: str) -> re.Pattern[str]:
+    """The gap between two finding phrases: ``joiner``, then any of the next phrase's ``modifiers``."""
+    return re.compile(rf"\s*(?:{joiner})\s*(?:(?:{modifiers})\s+)*")
+
+
 #: A bare comma between two phrases: a list member when the list ends with "or" ("atelectasis, aspiration, or
 #: pneumonia"); modifiers of the next phrase may follow.
-_SERIES_COMMA: Final[re.Pattern[str]] = re.compile(
-    r"\s*,\s*(?:(?:xxxx|an?|early|developing|superimposed|underlying|mild|small|focal|subsegmental|chronic|acute|"
-    r"lobar|segmental|bibasilar)\s+)*")
+_SERIES_COMMA: Final[re.Pattern[str]] = _joining_gap(
+    ",", r"xxxx|an?|early|developing|superimposed|underlying|mild|small|focal|subsegmental|chronic|acute|lobar|"
+         r"segmental|bibasilar")
 #: Words that may follow a comma without starting a new subject ("effusion, previously seen, is no longer seen").
 _CLAUSE_CONTINUES: Final[re.Pattern[str]] = re.compile(
     r"(?:\s*\b(?:is|are|was|were|has|have|had|been|be|now|also|again|still|which|that|then|previously|"
@@ -185,9 +190,10 @@ _LOCATION_SCOPE_SKIP: Final[str] = "with"
 #: A sided hemidiaphragm: what lies "adjacent" to it lies at that side's lung base.
 _SIDED_DIAPHRAGM: Final[re.Pattern[str]] = re.compile(r"\b(right|left)\s+hemidiaphragm\b")
 #: Gap that coordinates a finding with the one before it ("left basilar atelectasis and small effusion").
-_COORDINATION_GAP: Final[re.Pattern[str]] = re.compile(
-    r"\s*,?\s*(?:and|as\s+well\s+as|&)\s+(?:(?:a|an|the|small|tiny|trace|minimal|mild|moderate|large|layering|"
-    r"adjacent|associated|some|possible|probable|likely|early|developing|focal|patchy|subsegmental)\s+)*")
+_COORDINATION_GAP: Final[re.Pattern[str]] = _joining_gap(
+    r",?\s*(?:and|as\s+well\s+as|&)\b", r"a|an|the|small|tiny|trace|minimal|mild|moderate|large|layering|adjacent|"
+                                         r"associated|some|possible|probable|likely|early|developing|focal|patchy|"
+                                         r"subsegmental")
 #: Phrases of a finding that is diffuse by nature or by word, so it takes no place from a coordinated finding.
 _DIFFUSE_PHRASE: Final[re.Pattern[str]] = re.compile(
     r"(?:pulmonary|interstitial|alveolar|vascular|diffuse|bilateral|multifocal|widespread|scattered)\b|"
