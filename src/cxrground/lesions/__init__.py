@@ -8,8 +8,9 @@
   :mod:`~cxrground.lesions.zone_fit` on the user's labelled films).
 - :mod:`~cxrground.lesions.segmenter`: the learned lesion segmenter ``lesion_unet_v1`` (recipe:
   :mod:`~cxrground.lesions.segmenter_fit`) and :mod:`~cxrground.lesions.lesion_zones`, its zone reading.
-- :mod:`~cxrground.lesions.zone_prior`: the default zone reader ``zone_prior_v1`` (film severity placed by a position
-  prior) and ``zone_prior_v2``, whose film severity comes from :mod:`~cxrground.lesions.zone_severity`.
+- :mod:`~cxrground.lesions.zone_prior`: the position-prior zone readers (film severity placed by a position prior):
+  ``zone_prior_v1``, and ``zone_prior_v2`` / ``zone_prior_v3`` (the default of ``anatomy zones``), whose film
+  severity comes from :mod:`~cxrground.lesions.zone_severity`.
 - :mod:`~cxrground.lesions.zones`: ``anatomy zones``, six lung zones read as normal or abnormal.
 
 Shipped statistics and weights live in ``cxrground/lesions/weights/``. This stage imports from anatomy, io,
