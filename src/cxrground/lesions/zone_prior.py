@@ -214,24 +214,33 @@ class PriorZoneReader:
     :data:`ZONE_PRIOR_V2_READER`."""
 
     @classmethod
-    def shipped(cls, threads: int | None = 1) -> PriorZoneReader:
-        """``zone_prior_v1`` on the shipped prior, ``zone_sim_v1``, ``normative_v1`` and ``lesion_unet_v1``."""
+    def shipped(cls, threads: int | None = 1, severity: SeverityModel | None = None,
+                label: str | None = None) -> PriorZoneReader:
+        """``zone_prior_v1`` on the shipped prior, ``zone_sim_v1``, ``normative_v1`` and ``lesion_unet_v1``; with a
+        ``severity`` model, the reader that takes its film severity from it."""
         return cls(ZonePrior.load(), LesionZoneReader.shipped(threads), NormativeModel.load(),
-                   ZoneClassifier.load(shipped_zone_reader_path()))
+                   ZoneClassifier.load(shipped_zone_reader_path()), severity=severity, label=label)
 
     @classmethod
     def shipped_v2(cls, threads: int | None = 1) -> PriorZoneReader:
         """``zone_prior_v2``: :meth:`shipped` with the shipped severity model ``zone_prior_v2_severity.json``."""
-        return cls(ZonePrior.load(), LesionZoneReader.shipped(threads), NormativeModel.load(),
-                   ZoneClassifier.load(shipped_zone_reader_path()), severity=SeverityModel.load())
+        return cls.shipped(threads, SeverityModel.load())
 
     @classmethod
     def shipped_v3(cls, threads: int | None = 1) -> PriorZoneReader:
         """``zone_prior_v3``: :meth:`shipped` with the severity model refitted on the shipped lungs
         (``zone_prior_v3_severity.json``)."""
-        return cls(ZonePrior.load(), LesionZoneReader.shipped(threads), NormativeModel.load(),
-                   ZoneClassifier.load(shipped_zone_reader_path()),
-                   severity=SeverityModel.load(shipped_severity_path(SEVERITY_V3_MODEL)), label=ZONE_PRIOR_V3_READER)
+        return cls.shipped(threads, SeverityModel.load(shipped_severity_path(SEVERITY_V3_MODEL)), ZONE_PRIOR_V3_READER)
+
+    @classmethod
+    def named(cls, name: str, threads: int | None = 1) -> PriorZoneReader:
+        """The shipped position-prior reader called ``name`` (one of :data:`PRIOR_READERS`)."""
+        loaders = {ZONE_PRIOR_READER: cls.shipped, ZONE_PRIOR_V2_READER: cls.shipped_v2,
+                   ZONE_PRIOR_V3_READER: cls.shipped_v3}
+        if name not in loaders:
+            raise ConfigError(f"unknown position-prior zone reader {name!r}; expected one of "
+                              f"{', '.join(PRIOR_READERS)}")
+        return loaders[name](threads)
 
     @property
     def reader_id(self) -> str:
@@ -296,10 +305,4 @@ class PriorZoneReader:
 @functools.cache
 def shipped_reader(name: str = ZONE_PRIOR_READER) -> PriorZoneReader:
     """A shipped position-prior reader (:data:`PRIOR_READERS`), loaded once per process."""
-    if name == ZONE_PRIOR_READER:
-        return PriorZoneReader.shipped()
-    if name == ZONE_PRIOR_V2_READER:
-        return PriorZoneReader.shipped_v2()
-    if name == ZONE_PRIOR_V3_READER:
-        return PriorZoneReader.shipped_v3()
-    raise ConfigError(f"unknown position-prior zone reader {name!r}; expected one of {', '.join(PRIOR_READERS)}")
+    return PriorZoneReader.named(name)

@@ -50,13 +50,7 @@ from cxrground.lesions.lesion_zones import LESION_ZONE_READER, LesionZoneReader
 from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel, normalise_intensity
 from cxrground.lesions.zone_classifier import SHIPPED_ZONE_READER, ZoneClassifier, shipped_zone_reader_path
 from cxrground.lesions.zone_features import check_same_normative, feature_columns, normative_hash, zone_feature_matrix
-from cxrground.lesions.zone_prior import (
-    PRIOR_READERS,
-    ZONE_PRIOR_READER,
-    ZONE_PRIOR_V2_READER,
-    ZONE_PRIOR_V3_READER,
-    PriorZoneReader,
-)
+from cxrground.lesions.zone_prior import PRIOR_READERS, PriorZoneReader
 
 __all__ = ["CSV_COLUMNS", "NORMATIVE_READER", "ZoneReading", "film_features", "find_images", "read_zones",
            "reader_name", "resolve_zone_reader", "work_grid_inputs", "write_zones", "zones_overlay",
@@ -115,12 +109,8 @@ def resolve_zone_reader(reader: str | Path | None) -> ZoneReader | None:
         return None
     if str(reader) == LESION_ZONE_READER:
         return LesionZoneReader.shipped()
-    if str(reader) == ZONE_PRIOR_READER:
-        return PriorZoneReader.shipped()
-    if str(reader) == ZONE_PRIOR_V2_READER:
-        return PriorZoneReader.shipped_v2()
-    if str(reader) == ZONE_PRIOR_V3_READER:
-        return PriorZoneReader.shipped_v3()
+    if str(reader) in PRIOR_READERS:
+        return PriorZoneReader.named(str(reader))
     if reader is None or str(reader) == SHIPPED_ZONE_READER:
         return ZoneClassifier.load(shipped_zone_reader_path())
     return ZoneClassifier.load(Path(reader))

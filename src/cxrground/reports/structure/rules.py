@@ -131,7 +131,8 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: changes what the rules read from a report; ``tests/test_structure_rules.py`` pins the output of a fixed corpus
 #: to it and fails when the output moves without a bump. 5: hedge grades; 6: plural "opacifications", reticular
 #: patterns and acute respiratory distress syndrome (non-target lung findings); 7: a sentence about what a CT or MRI
-#: showed gives non-target findings only.
+#: showed gives non-target findings only; 8: modifiers before an alternative; 9: projection mimics; 10: coordinated
+#: lesions share a place; 11: sided zone lists with one noun; 12: report-level rules version 2 (concessive clauses).
 RULES_VERSION: Final[str] = "12"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
@@ -170,6 +171,8 @@ _NEW_ITEM: Final[re.Pattern[str]] = re.compile(
     r"increasing|increased|decreasing|decreased|stable|unchanged|right|left|bilateral|bibasilar)\b")
 #: A later "or" / "nor" of the clause: the phrase belongs to a list that goes on ("no A, small B, or C").
 _LIST_GOES_ON: Final[re.Pattern[str]] = re.compile(r"\b(?:or|nor)\b")
+
+
 def _joining_gap(joiner: str, modifiers: str) -> re.Pattern[str]:
     """The gap between two finding phrases: ``joiner``, then any of the next phrase's ``modifiers``."""
     return re.compile(rf"\s*(?:{joiner})\s*(?:(?:{modifiers})\s+)*")
