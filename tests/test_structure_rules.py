@@ -398,9 +398,14 @@ _VERSION_CORPUS = (
     "Left lower lobe collapse and consolidation.",
     "Multifocal consolidations in the right upper and left lower lobes.",
     "Left lower lobe opacity, which could be atelectasis but pneumonia is not excluded.",
+    "Left lower lobe consolidation is seen, not present on prior.",
+    "The left lung is clear except for minimal basilar atelectasis.",
+    "Subtle opacity at the right base, cannot exclude pneumonia.",
+    "Blunted left costophrenic angle likely reflects pleural thickening.",
+    "Near whiteout of the left hemithorax.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"12": "c35f0c87b56909dadd57a43611faaae7ba300347882cecbc06264dc04ea9f50c"}
+_PINNED_OUTPUT = {"13": "16814dc8db87cc65a7a0d59c5a0b268ab53d86aa4070b455eab9926541d7fb44"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -590,3 +595,72 @@ def test_a_sided_zone_list_with_one_noun_keeps_every_zone(text: str, where: tupl
 def test_a_hedged_lesion_in_a_concessive_clause_lies_where_the_sentence_finding_lies(text: str, where: tuple) -> None:
     (f,) = [f for f in findings(text) if f.lesion == "pneumonia"]
     assert f.reported_location == where
+
+
+@pytest.mark.parametrize(("text", "lesion", "assertion", "where"), [
+    ("Left lower lobe consolidation is seen, not present on prior.", "consolidation", "present", (LB,)),
+    ("New right lower lobe opacity, not seen on the prior study.", "opacity", "present", (RB,)),
+    ("Right basilar opacity was not present previously.", "opacity", "present", (RB,)),
+    ("Left effusion, not visualized on the prior exam, is new.", "effusion", "present", (LL,)),
+    ("New left lower lobe consolidation, not seen previously.", "consolidation", "present", (LB,)),
+    ("Left lower lobe opacity, not previously seen, is concerning for pneumonia.", "pneumonia", "uncertain", (LB,)),
+    # a negation about today's film still negates
+    ("No consolidation is seen on the current radiograph.", "consolidation", "absent", (RL, LL)),
+    ("The previously seen right lower lobe opacity is no longer visualized.", "opacity", "absent", (RB,)),
+    ("Previously described left lower lobe consolidation is not seen on the current study.", "consolidation",
+     "absent", (LB,)),
+])
+def test_a_negation_about_an_earlier_film_does_not_negate_today(text: str, lesion: str, assertion: str,
+                                                                 where: tuple[str, ...]) -> None:
+    assert [(f.lesion, f.assertion, f.reported_location) for f in findings(text) if f.lesion] == [
+        (lesion, assertion, where)]
+
+
+@pytest.mark.parametrize(("text", "lesion", "where"), [
+    ("The left lung is clear except for minimal basilar atelectasis.", "atelectasis", (LB,)),
+    ("The right lung is otherwise clear except for a small effusion.", "effusion", (RL,)),
+    ("Left lung clear apart from patchy lower lobe opacity.", "opacity", (LB,)),
+    ("The lungs are clear except for bibasilar atelectasis.", "atelectasis", (RB, LB)),
+    ("Small right effusion. The left lung is clear.", "effusion", (RL,)),
+])
+def test_a_sided_lung_clear_except_for_gives_its_side(text: str, lesion: str, where: tuple[str, ...]) -> None:
+    (f,) = [f for f in findings(text) if f.lesion == lesion]
+    assert f.reported_location == where
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("Subtle opacity at the right base, cannot exclude pneumonia.", (RB,)),
+    ("Right lower lobe opacity; pneumonia is not excluded.", (RB,)),
+    ("Small right effusion, cannot exclude pneumonia.", (RL,)),
+    # before the placed finding, in another sentence, or diffuse by its words: unchanged
+    ("Possible pneumonia, right lower lobe opacity.", (RL, LL)),
+    ("Bibasilar atelectasis. Pneumonia cannot be excluded.", (RL, LL)),
+])
+def test_a_hedged_lesion_after_a_placed_finding_of_its_sentence_lies_there(text: str, where: tuple) -> None:
+    (f,) = [f for f in findings(text) if f.lesion == "pneumonia"]
+    assert (f.assertion, f.reported_location) == ("uncertain", where)
+
+
+def test_a_hedged_edema_after_a_placed_finding_stays_in_both_lungs() -> None:
+    (f,) = [f for f in findings("Right pleural effusion, possible mild edema.") if f.lesion == "edema"]
+    assert f.reported_location == (RL, LL)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Blunting of the left costophrenic angle.", [(None, "present", (LB,))]),
+    ("Right costophrenic angle blunting.", [(None, "present", (RB,))]),
+    ("Blunting of both costophrenic angles.", [(None, "present", (RB, LB))]),
+    ("Blunted left costophrenic angle likely reflects pleural thickening.",
+     [(None, "present", (LB,)), (None, "uncertain", (LB,))]),
+    ("Blunting of the right costophrenic angle may reflect a small effusion.", [("effusion", "uncertain", (RB,))]),
+])
+def test_costophrenic_blunting_is_a_placed_sign_not_an_effusion(text: str, expected: list) -> None:
+    assert [(f.lesion, f.assertion, f.reported_location) for f in findings(text)] == expected
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("Near whiteout of the left hemithorax.", (LL,)),
+    ("White-out of the right lung.", (RL,)),
+])
+def test_whiteout_is_an_opacity(text: str, where: tuple[str, ...]) -> None:
+    assert [(f.lesion, f.reported_location) for f in findings(text)] == [("opacity", where)]

@@ -30,7 +30,8 @@ atelectasis            atelectasis, atelectatic (changes), collapse(d). *Changed
                        finding outside the lungs).
 opacity                opacity, opacities, opacification(s), opacified, airspace / air space disease, airspace
                        process, infiltrate(s), infiltration, infiltrative process, haziness, hazy opacity,
-                       ground-glass (opacity). *Not* "density" (also used for bones and masses).
+                       ground-glass (opacity), whiteout / white-out (version 13). *Not* "density" (also used
+                       for bones and masses).
 consolidation          consolidation, consolidative (opacity/process), consolidated. *Decision*: "air bronchograms"
                        are a sign inside the opacity or consolidation they are seen in, not a finding of their own
                        (no phrase).
@@ -51,7 +52,8 @@ effusion               effusion(s), pleural effusion(s), pleural fluid (collecti
                        effusion phrase: blunting is a sign
                        that a small effusion, pleural thickening or scarring can give (MeSH codes it apart, as
                        ``Costophrenic Angle/blunted``); "blunting ... may represent a small effusion" still names
-                       the effusion.
+                       the effusion. It is the non-target lung observation "costophrenic blunting" (version 13): no
+                       mask and no positive, but its place keeps negatives away.
 None (non-target)      lung: pneumothorax, hydropneumothorax, nodule, mass, masslike, granuloma(s), calcified
                        granuloma, granulomatous disease / infection, scar(ring), fibrosis, fibrotic changes,
                        emphysema, bulla(e), bullous disease, bronchiectasis, cyst, cavity/cavitation, interstitial
@@ -204,7 +206,10 @@ __all__ = [
     "ENTITY_KINDS",
     "ENTITY_MATCHER",
     "ENTITY_RE",
+    "CLEAR_EXCEPT_RE",
+    "DIFFUSE_PHRASE_RE",
     "LINK_RE",
+    "PRIOR_NEGATION_RE",
     "LOCATION_MATCHER",
     "LOCATION_RE",
     "NORMAL_STATEMENT_RE",
@@ -339,6 +344,13 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
         r"ground[- ]glass",
         r"hazy\s+opacit(?:y|ies)", r"opacit(?:y|ies)", r"opacifications?", r"opacified",
         r"infiltrates?", r"infiltration", r"infiltrative\s+(?:process|changes?)", r"haziness",
+        r"white[- ]?outs?",
+    )),
+    # a sign that a small effusion, pleural thickening or scarring can give: no lesion, but it may be attributed
+    (EntityKind("costophrenic blunting", None, observation=True), (
+        r"blunt(?:ing|ed)(?=\s+(?:of\s+)?(?:the\s+|both\s+)?(?:[\w-]+\s+){0,2}(?:costophrenic|cp)\b)",
+        r"(?<=costophrenic angle )blunting", r"(?<=costophrenic angles )blunting", r"(?<=cp angle )blunting",
+        r"(?<=costophrenic sulcus )blunting", r"(?<=costophrenic sulci )blunting",
     )),
     # other non-target findings
     (EntityKind("pneumothorax", None), (r"pneumothora(?:x|ces)",)),
@@ -404,7 +416,18 @@ _NEG_SEEN = (
     r"(?:seen|visible|visualized|present|identified|evident|appreciated|demonstrated|noted|detected|apparent|"
     r"observed|shown|suggested)"
 )
+#: A negation about an earlier examination ("not present on prior", "not seen previously", "not previously
+#: seen"): it says what the earlier film showed, not this one (version 13).
+_PRIOR_NEGATION = (
+    rf"(?:(?:is|are|was|were|has|have|had)\s+)?not\s+(?:been\s+)?(?:(?:previously|well|clearly|definitely)\s+)?"
+    rf"{_NEG_SEEN}\s+(?:(?:on|in|at)\s+(?:the\s+|an?\s+)?(?:prior|previous|earlier|preceding|comparison|older|"
+    rf"old|last)\b|previously\b|before\b|earlier\b)"
+    rf"|(?:(?:is|are|was|were|has|have|had)\s+)?not\s+(?:been\s+)?previously\s+{_NEG_SEEN}"
+)
+#: :data:`_PRIOR_NEGATION` on its own, with its commas (removed from an attribution gap).
+PRIOR_NEGATION_RE: Final[re.Pattern[str]] = re.compile(rf",?\s*\b(?:{_PRIOR_NEGATION})(?![\w-])\s*,?")
 _CUES: Final[tuple[tuple[str, str], ...]] = (
+    ("pseudo", _PRIOR_NEGATION),
     ("pseudo", r"no\s+(?:(?:significant|interval|substantial|appreciable|definite|significant\s+interval|"
                r"acute|real|major|marked|further)\s+)*(?:change|changes|increase|decrease|progression|"
                r"worsening|improvement|difference)"),
@@ -569,6 +592,18 @@ PRIOR_EXAM_NOW_RE: Final[re.Pattern[str]] = re.compile(
     r"\b(?:larger|smaller|more|less|greater|bigger|better|worse|improv\w*|increas\w*|decreas\w*|again|still|"
     r"persist\w*|unchanged|stable|similar|same|now|today|current\w*|remains?|since|compared|resolv\w*|new)\b"
 )
+#: A sided lung named clear with an exception ("The left lung is otherwise clear except for minimal basilar
+#: atelectasis."): the lung findings after it lie in that lung (version 13). Group 1: the side.
+CLEAR_EXCEPT_RE: Final[re.Pattern[str]] = re.compile(
+    r"\b(right|left)\s+(?:lung|hemithorax)\s+(?:(?:is|remains|appears)\s+)?(?:(?:otherwise|now|again|essentially|"
+    r"grossly)\s+)*(?:clear|unremarkable|well[- ]aerated)\s*,?\s*(?:otherwise\s+)?(?:except\s+(?:for\s+)?|"
+    r"apart\s+from|aside\s+from|other\s+than|save\s+for|but\s+for|with\s+the\s+exception\s+of)"
+)
+#: Phrases of a finding that is diffuse by nature or by word ("pulmonary edema", "bilateral opacities", plural
+#: "effusions"): it takes no place from another finding of its sentence.
+DIFFUSE_PHRASE_RE: Final[re.Pattern[str]] = re.compile(
+    r"(?:pulmonary|interstitial|alveolar|vascular|diffuse|bilateral|multifocal|widespread|scattered)\b|"
+    r".*\beffusions\b")
 #: A sentence that opens by pointing back ("This may represent atelectasis.", "The appearance suggests scarring or
 #: atelectasis."): its unlocated lesions lie where the located findings of the sentence before lie (see
 #: :mod:`.resolve`).

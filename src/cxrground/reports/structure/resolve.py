@@ -10,10 +10,10 @@
    unlocated here, and a lesion finding of a sentence that opens by pointing back ("This may represent
    atelectasis.", "The appearance suggests scarring or atelectasis.": :data:`~.lexicon.ANAPHOR_RE`) takes the labels
    of the located positive lung findings of the sentence before it, whatever their lesion; this direct reference
-   comes before the same-lesion rule. Likewise an uncertain lesion finding in a concessive clause of its sentence
-   ("Patchy opacities at both lung bases may reflect atelectasis, though infection cannot be excluded."; the
-   entity phrase follows "though", "although", "but", "however", "while", "whereas" or "yet") takes the labels
-   of the located positive lung findings of its own sentence.
+   comes before the same-lesion rule. Likewise an uncertain lesion finding whose phrase follows located positive
+   lung findings of its own sentence takes their labels ("Subtle opacity at the right base, cannot exclude
+   pneumonia."; "Patchy opacities at both lung bases may reflect atelectasis, though infection cannot be
+   excluded."), unless it is edema or diffuse by its words ("possible pulmonary edema").
 2. **Merged sections** (section policy ``findings+impression``): a finding from a later part of the section
    whose lesion (or, for a non-target finding, lower-cased entity), presence and reported location equal those
    of a finding from an earlier part is dropped: one lesion + location reported in both the findings and the
@@ -32,16 +32,14 @@ from dataclasses import replace
 from typing import Final
 
 from cxrground.reports.findings import Finding, StructuredReport
-from cxrground.reports.structure.lexicon import ANAPHOR_RE, is_extent_phrase
+from cxrground.reports.structure.lexicon import ANAPHOR_RE, DIFFUSE_PHRASE_RE, EDEMA, is_extent_phrase
 from cxrground.vocab import HEART
 from cxrground.vocab.lesions import HEART_MASK_LESIONS
 
 __all__ = ["RESOLVE_VERSION", "inherit_locations", "merge_duplicates", "resolve_findings"]
 
 #: Version of the report-level rules (recorded with every structurer's output).
-RESOLVE_VERSION: Final[str] = "2"
-_CONCESSIVE: Final[re.Pattern[str]] = re.compile(r"\b(?:though|although|but|however|while|whereas|yet)\b",
-                                                  re.IGNORECASE)
+RESOLVE_VERSION: Final[str] = "3"
 
 _NO_INHERIT = frozenset(HEART_MASK_LESIONS)  # the heart mask has no side to inherit
 
@@ -61,17 +59,20 @@ def _points_back(report: StructuredReport | None, sent_idx: int) -> bool:
     return ANAPHOR_RE.match(text) is not None
 
 
-def _concessive(report: StructuredReport | None, f: Finding) -> bool:
-    """Whether the uncertain finding ``f`` sits in a concessive clause of its sentence ("..., though X cannot be
-    excluded")."""
-    if report is None or f.assertion != "uncertain":
-        return False
+def _sentence_places(report: StructuredReport | None, f: Finding, placed: list[Finding]) -> list[str]:
+    """Labels of the placed findings of ``f``'s sentence written before ``f`` when ``f`` is an uncertain lesion
+    that may share a place ("Subtle opacity at the right base, cannot exclude pneumonia"; "..., though infection
+    cannot be excluded"); none for edema or a phrase diffuse by its words."""
+    if report is None or f.assertion != "uncertain" or f.lesion == EDEMA:
+        return []
     try:
-        text = report.section.sentence(f.sent_idx).text
+        low = report.section.sentence(f.sent_idx).text.lower()
     except IndexError:
-        return False
-    at = text.lower().find(f.entity.lower())
-    return at > 0 and _CONCESSIVE.search(text, 0, at) is not None
+        return []
+    at = low.find(f.entity.lower())
+    if at <= 0 or DIFFUSE_PHRASE_RE.match(low, at) is not None:
+        return []
+    return [lab for p in placed if p is not f and 0 <= low.find(p.entity.lower()) < at for lab in p.reported_location]
 
 
 def inherit_locations(findings: tuple[Finding, ...], report: StructuredReport | None = None) -> tuple[Finding, ...]:
@@ -82,9 +83,11 @@ def inherit_locations(findings: tuple[Finding, ...], report: StructuredReport | 
     """
     located: dict[str, list[str]] = {}
     by_sentence: dict[int, list[str]] = {}
+    placed_in: dict[int, list[Finding]] = {}
     for f in findings:
         if f.lesion not in _NO_INHERIT and f.presence == "positive" and _placed(f) and HEART not in f.reported_location:
             by_sentence.setdefault(f.sent_idx, []).extend(f.reported_location)
+            placed_in.setdefault(f.sent_idx, []).append(f)
             if f.lesion is not None:
                 located.setdefault(f.lesion, []).extend(f.reported_location)
     if not by_sentence:
@@ -93,8 +96,8 @@ def inherit_locations(findings: tuple[Finding, ...], report: StructuredReport | 
     for f in findings:
         if f.lesion is not None and f.lesion not in _NO_INHERIT and f.presence == "positive" and not _placed(f):
             labels = by_sentence.get(f.sent_idx - 1) if _points_back(report, f.sent_idx) else None
-            if not labels and _concessive(report, f):
-                labels = by_sentence.get(f.sent_idx)
+            if not labels:
+                labels = _sentence_places(report, f, placed_in.get(f.sent_idx, []))
             labels = labels or located.get(f.lesion)
             if labels:
                 f = replace(f, reported_location=tuple(dict.fromkeys(labels)))

@@ -97,8 +97,10 @@ from cxrground.reports.structure.lexicon import (
     ATTRIBUTABLE,
     ATTRIBUTION_BLOCK_RE,
     BOTH_WINDOW,
+    CLEAR_EXCEPT_RE,
     CUE_KINDS,
     CUE_MATCHER,
+    DIFFUSE_PHRASE_RE,
     EDEMA,
     ENTITY_KINDS,
     ENTITY_MATCHER,
@@ -111,6 +113,7 @@ from cxrground.reports.structure.lexicon import (
     PRIOR_EXAM_NOW_RE,
     PRIOR_EXAM_PAST_RE,
     PRIOR_EXAM_RE,
+    PRIOR_NEGATION_RE,
     RADIOGRAPH_RE,
     SIDE_CARRY_GAP_RE,
     SIDE_WORD_RE,
@@ -122,7 +125,7 @@ from cxrground.reports.structure.lexicon import (
 from cxrground.reports.structure.resolve import resolve_findings
 from cxrground.vocab import HEART
 from cxrground.vocab.lesions import HEART_MASK_LESIONS
-from cxrground.vocab.locations import zone_label
+from cxrground.vocab.locations import lung_label, zone_label
 
 __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "RuleStructurer", "structure_text"]
 
@@ -132,8 +135,10 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: to it and fails when the output moves without a bump. 5: hedge grades; 6: plural "opacifications", reticular
 #: patterns and acute respiratory distress syndrome (non-target lung findings); 7: a sentence about what a CT or MRI
 #: showed gives non-target findings only; 8: modifiers before an alternative; 9: projection mimics; 10: coordinated
-#: lesions share a place; 11: sided zone lists with one noun; 12: report-level rules version 2 (concessive clauses).
-RULES_VERSION: Final[str] = "12"
+#: lesions share a place; 11: sided zone lists with one noun; 12: report-level rules version 2 (concessive clauses);
+#: 13: negations about an earlier film, "the left lung is clear except for", costophrenic blunting, whiteout,
+#: report-level rules version 3 (a hedged lesion after a placed finding of its sentence).
+RULES_VERSION: Final[str] = "13"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -197,10 +202,6 @@ _COORDINATION_GAP: Final[re.Pattern[str]] = _joining_gap(
     r",?\s*(?:and|as\s+well\s+as|&)\b", r"a|an|the|small|tiny|trace|minimal|mild|moderate|large|layering|adjacent|"
                                          r"associated|some|possible|probable|likely|early|developing|focal|patchy|"
                                          r"subsegmental")
-#: Phrases of a finding that is diffuse by nature or by word, so it takes no place from a coordinated finding.
-_DIFFUSE_PHRASE: Final[re.Pattern[str]] = re.compile(
-    r"(?:pulmonary|interstitial|alveolar|vascular|diffuse|bilateral|multifocal|widespread|scattered)\b|"
-    r".*\beffusions\b")
 #: A plural place ("upper lobes", "bases") names both sides and takes no side from the phrase before it.
 _PLURAL_PLACE: Final[re.Pattern[str]] = re.compile(r"\b(?:lobes|zones|fields|lungs|bases|apices|hila|regions)\b")
 
@@ -318,6 +319,7 @@ class RuleStructurer:
         self._locate(low, text, mentions, terms)
         self._adjacent(low, text, mentions)
         self._coordinated(low, mentions)
+        self._exception_side(low, text, mentions)
         return self._findings(index, text, mentions, other_exam)
 
     # -- steps -------------------------------------------------------------------------------------------------
@@ -474,8 +476,9 @@ class RuleStructurer:
             target_group = groups[mentions[i + 1].group]
             targets = [mentions[j] for j in target_group]
             # an alternative of the observation's own type restates it ("opacity, atelectasis versus infiltrate")
-            same = [t for t in targets if t.kind.lesion == obs.kind.lesion]
-            others = [t for t in targets if t.kind.lesion != obs.kind.lesion]
+            same = [t for t in targets if t.kind.lesion == obs.kind.lesion
+                    and (obs.kind.lesion is not None or t.kind.name == obs.kind.name)]
+            others = [t for t in targets if t not in same]
             if not others or any(not self._attributable(t.kind) for t in others):
                 continue
             if any(t.assertion == "absent" for t in targets):
@@ -506,15 +509,16 @@ class RuleStructurer:
                 obs.kind = replace(obs.kind, lesion=None, observation=False)
             if any(t.kind.lesion is not None for t in others):
                 obs.absorbed = not same
-                for t in others:
-                    if t.kind.lesion is not None:
+                for t in others:  # a lesion named by an opacity-class phrase keeps that phrase (not "blunting")
+                    if t.kind.lesion is not None and obs.kind.lesion is not None:
                         t.entity_span = (obs.start, obs.end)
             # the observation and its targets share their location phrases
             obs.group = targets[0].group
 
     @staticmethod
     def _is_link(low: str, start: int, end: int, alternatives: bool) -> bool:
-        gap = LOCATION_MATCHER.sub(" ", low[start:end])
+        # what an earlier film showed is no part of the link ("opacity, not previously seen, is concerning for")
+        gap = PRIOR_NEGATION_RE.sub(" ", LOCATION_MATCHER.sub(" ", low[start:end]))
         if _nwords(gap) > _MAX_LINK_WORDS:
             return False
         links = list(LINK_RE.finditer(gap))
@@ -615,11 +619,32 @@ class RuleStructurer:
             placed = [loc for loc in before.locations if not is_extent_phrase(loc[1])]
             if not placed or _COORDINATION_GAP.fullmatch(low, before.end, mm.start) is None:
                 continue
-            if _DIFFUSE_PHRASE.match(low, mm.start, mm.end):
+            if DIFFUSE_PHRASE_RE.match(low, mm.start, mm.end):
                 continue
             for other in mentions[k:]:  # its alternatives lie there too
                 if other.group == mm.group and not other.locations:
                     other.locations = list(before.locations)
+
+    @staticmethod
+    def _exception_side(low: str, text: str, mentions: list[_Mention]) -> None:
+        """Lung findings after "the left lung is clear except for" lie in the left lung: an unplaced one takes that
+        lung, a place that names both sides keeps that side ("minimal basilar atelectasis": the left base)."""
+        m = CLEAR_EXCEPT_RE.search(low)
+        if m is None:
+            return
+        side = m.group(1)
+        end = low.find(";", m.end())
+        end = len(low) if end < 0 else end
+        lung = (m.start(), text[m.start():m.start() + len(side) + 5], (lung_label(side),))
+        for mm in mentions:
+            if mm.start < m.end() or mm.start >= end or not mm.kind.lung or mm.kind.lesion in HEART_MASK_LESIONS:
+                continue
+            placed = [loc for loc in mm.locations if not is_extent_phrase(loc[1])]
+            if not placed:
+                mm.locations.append(lung)
+                continue
+            mm.locations = [(s, p, tuple(lab for lab in labs if lab.startswith(side)) or labs)
+                            for s, p, labs in mm.locations]
 
     def _findings(self, index: int, text: str, mentions: list[_Mention], other_exam: bool = False) -> list[Finding]:
         """The sentence's findings; ``other_exam``: the sentence reports what a CT or MRI showed, so every finding is
