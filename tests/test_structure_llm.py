@@ -135,7 +135,7 @@ def test_llm_matches_rules_and_records_provenance(fake: FakeLLM) -> None:
     assert body["response_format"]["json_schema"]["strict"] is True
     assert body["messages"][0]["content"] == load_prompt(STRUCTURE_PROMPT).text
     prov = llm.provenance
-    assert prov["prompts"]["structure"]["version"] == STRUCTURE_PROMPT == "structure_v5"
+    assert prov["prompts"]["structure"]["version"] == STRUCTURE_PROMPT == "structure_v6"
     assert prov["prompts"]["location"]["version"] == LOCATION_PROMPT == "location_v3"
     # structure_v5 asks for the hedge grade: the schema requires it (null allowed), and it comes back
     item = body["response_format"]["json_schema"]["schema"]["properties"]["findings"]["items"]
@@ -153,6 +153,11 @@ def test_prompts_name_the_vocabulary() -> None:
     assert load_prompt("structure_v2").sha256 != structure.sha256 and load_prompt("location_v1").text
     assert load_prompt("structure_v3").sha256 != structure.sha256
     assert load_prompt("structure_v4").sha256 != structure.sha256 and load_prompt("location_v2").text
+    assert load_prompt("structure_v5").sha256 != structure.sha256
+    # the guidance follows the rule structurer's classes (rules versions 8-13)
+    for phrase in ("not present on prior", "nipple shadow", "ARDS or multifocal pneumonia", "Whiteout",
+                   "left basilar atelectasis and effusion", "right upper and left lower lobes", "blunting"):
+        assert phrase in " ".join(structure.text.split()), phrase
     assert all(f"`{lesion}`" in structure.text for lesion in LESIONS)
     assert all(f"`{label}`" in location.text for label in ILS_LOCATION_LABELS)
     assert "{{" not in structure.text + location.text
