@@ -17,14 +17,14 @@ import argparse
 from pathlib import Path
 
 import numpy as np
+from zone_prior_v2_fit import Row, read_rows, read_table, training_films
+from zones_command import within_film_auroc
 
 from cxrground.datasets.pack import Pack
 from cxrground.lesions.zone_prior import EVIDENCE_WEIGHT, ZonePrior, standardise
 from cxrground.reports import make_section_choice
 from cxrground.reports.structure import RuleStructurer
 from cxrground.vocab.lesions import LUNG_LESIONS
-from zone_prior_v2_fit import Row, read_rows, read_table, training_films
-from zones_command import within_film_auroc
 
 GRID = (0.0, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0)
 #: ILS zone word → Brixia zone index within a side (upper 0, mid 1, base 2).

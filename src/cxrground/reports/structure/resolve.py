@@ -27,7 +27,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from typing import Final
 
