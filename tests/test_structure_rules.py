@@ -403,9 +403,11 @@ _VERSION_CORPUS = (
     "Subtle opacity at the right base, cannot exclude pneumonia.",
     "Blunted left costophrenic angle likely reflects pleural thickening.",
     "Near whiteout of the left hemithorax.",
+    "Almost complete resolution of the right lower lobe opacity.",
+    "Resolving right middle lobe pneumonia, with residual opacity.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"13": "16814dc8db87cc65a7a0d59c5a0b268ab53d86aa4070b455eab9926541d7fb44"}
+_PINNED_OUTPUT = {"14": "6a1499c213791f925c3ffe8b6a01167e8638b570052961c419a187cb38996c7d"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -664,3 +666,27 @@ def test_costophrenic_blunting_is_a_placed_sign_not_an_effusion(text: str, expec
 ])
 def test_whiteout_is_an_opacity(text: str, where: tuple[str, ...]) -> None:
     assert [(f.lesion, f.reported_location) for f in findings(text)] == [("opacity", where)]
+
+
+@pytest.mark.parametrize(("text", "assertion"), [
+    ("Almost complete resolution of the right lower lobe opacity.", "present"),
+    ("Virtually complete resolution of the right lower lobe opacity.", "present"),
+    ("Substantial resolution of the right lower lobe opacity.", "present"),
+    ("Near-total resolution of the right lower lobe opacity.", "present"),
+    ("Interval resolution of the right lower lobe opacity.", "absent"),
+    ("Complete resolution of the right lower lobe opacity.", "absent"),
+])
+def test_only_a_complete_resolution_negates(text: str, assertion: str) -> None:
+    (f,) = findings(text)
+    assert (f.lesion, f.assertion, f.reported_location) == ("opacity", assertion, (RB,))
+
+
+@pytest.mark.parametrize(("text", "lesion", "where"), [
+    ("Resolving right middle lobe pneumonia, with residual opacity.", "opacity", (RM,)),
+    ("Improved left basilar consolidation with residual atelectasis.", "atelectasis", (LB,)),
+    ("Left lower lobe consolidation has mostly resolved, with minimal residual atelectasis.", "atelectasis", (LB,)),
+    ("Residual right basilar opacity.", "opacity", (RB,)),
+])
+def test_a_residual_finding_lies_where_the_finding_before_it_lies(text: str, lesion: str, where: tuple) -> None:
+    (f,) = [f for f in findings(text) if f.lesion == lesion]
+    assert f.reported_location == where

@@ -441,7 +441,8 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
     ("pseudo", r"(?:(?:has|have|had)\s+)?(?:not\s+(?:yet\s+)?(?:(?:completely|entirely|fully|totally)\s+)?|"
                r"(?:partially|partly|incompletely|largely|mostly|nearly|almost|substantially|slowly|gradually)\s+"
                r"(?:(?:completely|entirely)\s+)?)(?:resolved|cleared)|(?:partial|incomplete|near(?:ly)?[- ]?complete|"
-               r"near[- ]total|slow|gradual|ongoing|continued|continuing)\s+(?:interval\s+)?(?:resolution|clearing)"
+               r"near(?:ly)?[- ]total|(?:almost|virtually)\s+complete|substantial|significant|considerable|marked|"
+               r"some|slow|gradual|ongoing|continued|continuing)\s+(?:interval\s+)?(?:resolution|clearing)"
                r"(?:\s+of)?"),
     ("hist", r"(?:(?:a|known|remote|past|prior|previous|clinical)\s+)?(?:history|hx)\s+of|h/o|sequelae?\s+of|"
              r"(?:from|due\s+to|related\s+to|secondary\s+to)\s+(?:an?\s+)?(?:prior|previous|old|remote|past|healed)|"

@@ -137,8 +137,9 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: showed gives non-target findings only; 8: modifiers before an alternative; 9: projection mimics; 10: coordinated
 #: lesions share a place; 11: sided zone lists with one noun; 12: report-level rules version 2 (concessive clauses);
 #: 13: negations about an earlier film, "the left lung is clear except for", costophrenic blunting, whiteout,
-#: report-level rules version 3 (a hedged lesion after a placed finding of its sentence).
-RULES_VERSION: Final[str] = "13"
+#: report-level rules version 3 (a hedged lesion after a placed finding of its sentence); 14: "almost complete /
+#: substantial resolution of" leaves the finding present, a "residual" finding lies where the finding before it lies.
+RULES_VERSION: Final[str] = "14"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -166,7 +167,7 @@ _AND_VERB: Final[re.Pattern[str]] = re.compile(
 _WORD: Final[re.Pattern[str]] = re.compile(r"[\w-]+")
 _ADJACENT: Final[re.Pattern[str]] = re.compile(
     r"\b(?:adjacent|associated|accompanying|surrounding|subjacent|overlying|superimposed|compressive|passive|"
-    r"relaxation|parapneumonic)\s+(?:[\w-]+\s+)?$")
+    r"relaxation|parapneumonic|residual)\s+(?:[\w-]+\s+)?$")
 _NORMAL_AFTER: Final[re.Pattern[str]] = re.compile(
     r"\s+(?:is|are|remains?|appears?)\s+(?:otherwise\s+|now\s+|again\s+)?(?:clear|normal|unremarkable|"
     r"well[- ]aerated|well[- ]expanded)\b")
