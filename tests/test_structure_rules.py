@@ -405,9 +405,11 @@ _VERSION_CORPUS = (
     "Near whiteout of the left hemithorax.",
     "Almost complete resolution of the right lower lobe opacity.",
     "Resolving right middle lobe pneumonia, with residual opacity.",
+    "RLL opacity c/w pneumonia.",
+    "LLL consolidation, ? PNA.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"14": "6a1499c213791f925c3ffe8b6a01167e8638b570052961c419a187cb38996c7d"}
+_PINNED_OUTPUT = {"15": "fe396b27c645be19361df08fb86ab7919ff704a0ebf10424b0b85fb06de40422"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -690,3 +692,14 @@ def test_only_a_complete_resolution_negates(text: str, assertion: str) -> None:
 def test_a_residual_finding_lies_where_the_finding_before_it_lies(text: str, lesion: str, where: tuple) -> None:
     (f,) = [f for f in findings(text) if f.lesion == lesion]
     assert f.reported_location == where
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("RLL opacity c/w pneumonia.", [("pneumonia", "present", (RB,))]),
+    ("LLL consolidation, ? PNA.", [("pneumonia", "uncertain", (LB,))]),
+    ("No PNA.", [("pneumonia", "absent", (RL, LL))]),
+])
+def test_report_abbreviations_cw_and_pna(text: str, expected: list) -> None:
+    assert [(f.lesion, f.assertion, f.reported_location) for f in findings(text) if f.lesion == "pneumonia"] == expected
+    if "c/w" in text:  # the opacity is attributed: one finding
+        assert len(findings(text)) == 1

@@ -20,7 +20,7 @@ cardiomegaly           cardiomegaly; enlarged heart / cardiac silhouette / cardi
                        normal", "normal heart size" are no finding at all (not negations: ILS §7.1 allows only
                        explicit negation).
 pneumonia              pneumonia, bronchopneumonia, pneumonitis, infection, infectious process, aspiration,
-                       aspiration pneumonia. *Added*: pneumonitis, aspiration (radiographically an
+                       aspiration pneumonia, PNA (version 15). *Added*: pneumonitis, aspiration (radiographically an
                        aspiration pneumonitis/pneumonia; hedges still apply: "concerning for aspiration").
                        *Not* radiation pneumonitis / fibrosis / changes (treatment injury, not infection: the
                        non-target finding "radiation changes").
@@ -329,7 +329,7 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
     )),
     (EntityKind("pneumonia", PNEUMONIA), (
         r"aspiration\s+pneumonia", r"bronchopneumonia", r"pneumonias?", r"pneumonitis",
-        r"infectious\s+(?:process|etiology|infiltrates?)", r"infections?", r"aspiration",
+        r"infectious\s+(?:process|etiology|infiltrates?)", r"infections?", r"aspiration", r"pna",
     )),
     (EntityKind("atelectasis", ATELECTASIS), (
         r"atelectatic(?:\s+changes?)?", r"atelectases", r"atelectasis", r"collapsed?",
@@ -539,7 +539,7 @@ BOTH_WINDOW: Final[dict[str, int]] = {"neg_both": 4, "unc_both": 3, "unc_vs": 6}
 
 #: Link phrases that attribute an observation to a lesion ("opacity ... is consistent with pneumonia").
 LINK_RE: Final[re.Pattern[str]] = re.compile(
-    r"\b(?:is|are|represents?|representing|reflects?|reflecting|consistent\s+with|compatible\s+with|"
+    r"\b(?:is|are|represents?|representing|reflects?|reflecting|consistent\s+with|c/w|compatible\s+with|"
     r"in\s+keeping\s+with|concerning\s+for|suspicious\s+for|worrisome\s+for|suggest(?:s|ing|ive\s+of)?|"
     r"likely|probably|possibly|may|might|could|due\s+to|secondary\s+to|related\s+to|favou?ring|favou?rs?|"
     r"indicat(?:es|ing|ive\s+of)|diagnostic\s+of|characteristic\s+of|typical\s+of|question\s+of|"

@@ -138,8 +138,9 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: lesions share a place; 11: sided zone lists with one noun; 12: report-level rules version 2 (concessive clauses);
 #: 13: negations about an earlier film, "the left lung is clear except for", costophrenic blunting, whiteout,
 #: report-level rules version 3 (a hedged lesion after a placed finding of its sentence); 14: "almost complete /
-#: substantial resolution of" leaves the finding present, a "residual" finding lies where the finding before it lies.
-RULES_VERSION: Final[str] = "14"
+#: substantial resolution of" leaves the finding present, a "residual" finding lies where the finding before it lies;
+#: 15: "c/w" links, "PNA" is pneumonia.
+RULES_VERSION: Final[str] = "15"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
