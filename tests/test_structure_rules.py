@@ -407,9 +407,10 @@ _VERSION_CORPUS = (
     "Resolving right middle lobe pneumonia, with residual opacity.",
     "RLL opacity c/w pneumonia.",
     "LLL consolidation, ? PNA.",
+    "Right basilar atelectasis. Underlying infection is not excluded.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"15": "fe396b27c645be19361df08fb86ab7919ff704a0ebf10424b0b85fb06de40422"}
+_PINNED_OUTPUT = {"16": "0708abbc7add0bdad03af1afc710a9f10de33fe27537549701dcbe2258f896de"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -703,3 +704,20 @@ def test_report_abbreviations_cw_and_pna(text: str, expected: list) -> None:
     assert [(f.lesion, f.assertion, f.reported_location) for f in findings(text) if f.lesion == "pneumonia"] == expected
     if "c/w" in text:  # the opacity is attributed: one finding
         assert len(findings(text)) == 1
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("Moderate left pleural effusion with adjacent compressive atelectasis. Superimposed pneumonia cannot be "
+     "excluded.", (LL,)),
+    ("Right basilar atelectasis. Underlying infection is not excluded.", (RB,)),
+    ("Superimposed infection cannot be excluded.", (RL, LL)),
+    ("Mild pulmonary edema. Superimposed infection cannot be excluded.", (RL, LL)),
+])
+def test_a_sentence_opening_with_superimposed_points_back(text: str, where: tuple[str, ...]) -> None:
+    (f,) = [f for f in findings(text) if f.lesion == "pneumonia"]
+    assert (f.assertion, f.reported_location) == ("uncertain", where)
+
+
+def test_adjacent_after_a_sentence_without_a_placed_finding_stays_in_both_lungs() -> None:
+    (f,) = findings("Elevated left hemidiaphragm. Adjacent atelectasis is not excluded.")
+    assert (f.lesion, f.reported_location) == ("atelectasis", (RL, LL))

@@ -609,8 +609,10 @@ DIFFUSE_PHRASE_RE: Final[re.Pattern[str]] = re.compile(
 #: atelectasis."): its unlocated lesions lie where the located findings of the sentence before lie (see
 #: :mod:`.resolve`).
 ANAPHOR_RE: Final[re.Pattern[str]] = re.compile(
-    r"\s*(?:this|these|that|those|it|they|the\s+(?:appearance|findings?|latter|abnormality|abnormalities))\b"
-    r"(?:\s+(?:findings?|appearance|abnormalit(?:y|ies)|opacit(?:y|ies)|densit(?:y|ies)|changes?))?",
+    r"\s*(?:(?:this|these|that|those|it|they|the\s+(?:appearance|findings?|latter|abnormality|abnormalities))\b"
+    r"(?:\s+(?:findings?|appearance|abnormalit(?:y|ies)|opacit(?:y|ies)|densit(?:y|ies)|changes?))?"
+    # version 16: "Superimposed pneumonia cannot be excluded." refers to the finding of the sentence before
+    r"|(?:an?\s+)?(?:superimposed|underlying|associated|adjacent|concurrent|coexist(?:ing|ent)|accompanying)\b)",
     re.IGNORECASE,
 )
 #: Gap between two finding phrases that makes them alternatives ("atelectasis versus pneumonia").

@@ -139,8 +139,9 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: 13: negations about an earlier film, "the left lung is clear except for", costophrenic blunting, whiteout,
 #: report-level rules version 3 (a hedged lesion after a placed finding of its sentence); 14: "almost complete /
 #: substantial resolution of" leaves the finding present, a "residual" finding lies where the finding before it lies;
-#: 15: "c/w" links, "PNA" is pneumonia.
-RULES_VERSION: Final[str] = "15"
+#: 15: "c/w" links, "PNA" is pneumonia; 16: report-level rules version 4 (a sentence opening with "superimposed",
+#: "underlying", ... points back).
+RULES_VERSION: Final[str] = "16"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
