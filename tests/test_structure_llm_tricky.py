@@ -20,7 +20,7 @@ from cxrground.reports.structure import LLMStructurer, load_prompt, structure_re
 from cxrground.reports.structure.llm import STRUCTURE_PROMPT
 from cxrground.testing.mock_server import MockServer
 from cxrground.vocab import LESIONS
-from tricky_sentences import BOTH, BROAD, LOOKALIKES, ROUND5, TRICKY
+from tricky_sentences import BOTH, BROAD, LOOKALIKES, MIMIC_STYLE, ROUND5, TRICKY
 
 #: Phrases the structuring prompt must hold for each class of tricky sentence.
 GUIDANCE: dict[str, tuple[str, ...]] = {
@@ -60,7 +60,8 @@ ROUND5_GUIDANCE: tuple[str, ...] = (
     "`hedge`", '"most suggestive of"', "for each member of alternatives", "adjacent atelectasis\" gives the "
     "atelectasis `right hemidiaphragm`",
 )
-_EXPECTED = {" ".join(s.split()): (kind, expected) for kind, s, expected in TRICKY + LOOKALIKES + BROAD + ROUND5}
+_EXPECTED = {" ".join(s.split()): (kind, expected)
+             for kind, s, expected in TRICKY + LOOKALIKES + BROAD + ROUND5 + MIMIC_STYLE}
 #: Broad rows the scripted model can answer through the LLM path: a non-target finding outside the lungs (no
 #: labels: "CHF") has no lung default there, so those rows are left to the rule test.
 _BROAD_LLM = [row for row in BROAD if all(labels for _, _, labels in row[2])]
@@ -196,6 +197,10 @@ def test_prompt_carries_the_round5_rules() -> None:
 
 def test_llm_structurer_on_the_round5_sentences(server: MockServer) -> None:
     _run_rows(server, ROUND5, "r")
+
+
+def test_llm_structurer_on_the_mimic_style_sentences(server: MockServer) -> None:
+    _run_rows(server, MIMIC_STYLE, "m")
 
 
 def test_pointing_back_sentence_takes_the_previous_location_on_the_llm_path() -> None:

@@ -9,7 +9,7 @@ import pytest
 from cxrground.errors import ConfigError
 from cxrground.reports import make_section_choice
 from cxrground.reports.structure import ALTERNATIVE_POLICIES, RULES_VERSION, RuleStructurer, get_structurer
-from tricky_sentences import ALTERNATIVES_PRESENT, BROAD, HEDGE_GRADES, LOOKALIKES, ROUND5, TRICKY
+from tricky_sentences import ALTERNATIVES_PRESENT, BROAD, HEDGE_GRADES, LOOKALIKES, MIMIC_STYLE, ROUND5, TRICKY
 
 
 def _read(structurer: RuleStructurer, sentence: str) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -34,12 +34,17 @@ def test_broad_set_is_large_weighted_and_distinct() -> None:
     assert len(BROAD) >= 50
     # weighted toward the lesions the pack's reports can hardly test
     assert min(kinds.count(k) for k in ("pneumonia", "edema", "consolidation")) >= 10
-    sentences = [s for _, s, _ in TRICKY + LOOKALIKES + BROAD + ROUND5]
+    sentences = [s for _, s, _ in TRICKY + LOOKALIKES + BROAD + ROUND5 + MIMIC_STYLE]
     assert len(set(sentences)) == len(sentences)
     # every assertion value occurs for the under-represented lesions
     for lesion in ("pneumonia", "edema", "consolidation"):
         seen = {a for _, _, exp in BROAD for name, a, _ in exp if name == lesion}
         assert seen == {"present", "uncertain", "absent"}, lesion
+
+
+@pytest.mark.parametrize(("kind", "sentence", "expected"), MIMIC_STYLE, ids=[s[:40] for _, s, _ in MIMIC_STYLE])
+def test_mimic_style_phrasing_default_policy(kind: str, sentence: str, expected: list) -> None:
+    assert _read(RuleStructurer(), sentence) == expected
 
 
 @pytest.mark.parametrize(("kind", "sentence", "expected"), ROUND5, ids=[f"{k}:{s[:40]}" for k, s, _ in ROUND5])
