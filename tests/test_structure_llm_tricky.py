@@ -229,3 +229,23 @@ def test_pointing_back_sentence_takes_the_previous_location_on_the_llm_path() ->
         ("opacity", "present", ("left lung base",), None),
         ("atelectasis", "uncertain", ("left lung base",), "likely"),
     ]
+
+
+def test_a_sided_lung_clear_except_for_gives_its_side_on_the_llm_path() -> None:
+    """The model maps "basilar" to both bases, as the location prompt says for a phrase without a side; the
+    report-level rule keeps the side of "the left lung is clear except for"."""
+    answer = {"findings": [{"entity": "atelectasis", "sent_idx": 1, "assertion": "present", "lesion": "atelectasis",
+                            "location_phrases": ["basilar"], "hedge": None}]}
+
+    def reply(body: dict[str, Any]) -> str:
+        if body["messages"][0]["content"].startswith("# ILS report structuring"):
+            return json.dumps(answer)
+        return json.dumps({"mappings": [{"id": item["id"], "labels": ["right lung base", "left lung base"]}
+                                        for item in json.loads(body["messages"][1]["content"])]})
+
+    with MockServer(reply) as srv:
+        llm = LLMStructurer(srv.base_url, "scripted", max_retries=0)
+        section = make_section_choice("findings", "The left lung is clear except for minimal basilar atelectasis.")
+        assert section is not None
+        rep = structure_section(llm, "p", section)
+    assert [(f.lesion, f.reported_location) for f in rep.findings] == [("atelectasis", ("left lung base",))]

@@ -1,5 +1,8 @@
 """Report-level rules applied after any structurer has read the sentences (rules and LLM alike).
 
+0. **A sided lung clear with an exception** ("The left lung is (otherwise) clear except for minimal basilar
+   atelectasis."): the lung findings written after the exception lie in that lung: an unplaced one takes that lung
+   (and the words "left lung" as its location phrase), a place that names both sides keeps that side's labels.
 1. **Location anaphora.** A positive (present or uncertain) finding of a lesion that has no location phrase of
    its own ("The effusion is small.", "Pneumonia." in the impression) refers back to the located positive
    findings of the same lesion in the section, when there are any: it takes their labels (in order of first
@@ -32,14 +35,15 @@ from dataclasses import replace
 from typing import Final
 
 from cxrground.reports.findings import Finding, StructuredReport
-from cxrground.reports.structure.lexicon import ANAPHOR_RE, DIFFUSE_PHRASE_RE, EDEMA, is_extent_phrase
+from cxrground.reports.structure.lexicon import ANAPHOR_RE, CLEAR_EXCEPT_RE, DIFFUSE_PHRASE_RE, EDEMA, is_extent_phrase
 from cxrground.vocab import HEART
 from cxrground.vocab.lesions import HEART_MASK_LESIONS
+from cxrground.vocab.locations import lung_label
 
-__all__ = ["RESOLVE_VERSION", "inherit_locations", "merge_duplicates", "resolve_findings"]
+__all__ = ["RESOLVE_VERSION", "exception_sides", "inherit_locations", "merge_duplicates", "resolve_findings"]
 
 #: Version of the report-level rules (recorded with every structurer's output).
-RESOLVE_VERSION: Final[str] = "4"
+RESOLVE_VERSION: Final[str] = "5"
 
 _NO_INHERIT = frozenset(HEART_MASK_LESIONS)  # the heart mask has no side to inherit
 
@@ -105,6 +109,34 @@ def inherit_locations(findings: tuple[Finding, ...], report: StructuredReport | 
     return tuple(out)
 
 
+def exception_sides(findings: tuple[Finding, ...], report: StructuredReport | None = None) -> tuple[Finding, ...]:
+    """Rule 0 of the module docstring: lung findings written after "the left lung is clear except for" lie in the
+    left lung."""
+    if report is None:
+        return findings
+    out = []
+    for f in findings:
+        if f.lesion not in _NO_INHERIT and f.reported_location and HEART not in f.reported_location:
+            try:
+                text = report.section.sentence(f.sent_idx).text
+            except IndexError:
+                text = ""
+            low = text.lower()
+            m = CLEAR_EXCEPT_RE.search(low)
+            stop = low.find(";", m.end()) if m is not None else -1
+            at = low.find(f.entity.lower(), m.end(), stop if stop >= 0 else len(low)) if m is not None else -1
+            if m is not None and at >= 0:
+                side = m.group(1)
+                if not _placed(f):
+                    lung = text[m.start():m.start() + len(side) + len(" lung")]
+                    f = replace(f, location_phrases=(*f.location_phrases, lung), reported_location=(lung_label(side),))
+                else:
+                    f = replace(f, reported_location=tuple(lab for lab in f.reported_location
+                                                           if lab.startswith(side)) or f.reported_location)
+        out.append(f)
+    return tuple(out)
+
+
 def _key(f: Finding) -> tuple[str, str, tuple[str, ...]]:
     what = f.lesion if f.lesion is not None else "~" + " ".join(f.entity.lower().split())
     return what, f.presence, f.reported_location
@@ -134,7 +166,7 @@ def merge_duplicates(report: StructuredReport, findings: tuple[Finding, ...]) ->
 
 def resolve_findings(report: StructuredReport) -> StructuredReport:
     """``report`` with the report-level rules of this module applied."""
-    findings = merge_duplicates(report, inherit_locations(report.findings, report))
+    findings = merge_duplicates(report, inherit_locations(exception_sides(report.findings, report), report))
     if findings == report.findings:
         return report
     return replace(report, findings=findings)

@@ -97,7 +97,6 @@ from cxrground.reports.structure.lexicon import (
     ATTRIBUTABLE,
     ATTRIBUTION_BLOCK_RE,
     BOTH_WINDOW,
-    CLEAR_EXCEPT_RE,
     CUE_KINDS,
     CUE_MATCHER,
     DIFFUSE_PHRASE_RE,
@@ -125,7 +124,7 @@ from cxrground.reports.structure.lexicon import (
 from cxrground.reports.structure.resolve import resolve_findings
 from cxrground.vocab import HEART
 from cxrground.vocab.lesions import HEART_MASK_LESIONS
-from cxrground.vocab.locations import lung_label, zone_label
+from cxrground.vocab.locations import zone_label
 
 __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "RuleStructurer", "structure_text"]
 
@@ -140,7 +139,8 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: report-level rules version 3 (a hedged lesion after a placed finding of its sentence); 14: "almost complete /
 #: substantial resolution of" leaves the finding present, a "residual" finding lies where the finding before it lies;
 #: 15: "c/w" links, "PNA" is pneumonia; 16: report-level rules version 4 (a sentence opening with "superimposed",
-#: "underlying", ... points back).
+#: "underlying", ... points back). Report-level rules version 5 holds the "clear except for" rule of version 13
+#: (moved there so the LLM path has it; the same output).
 RULES_VERSION: Final[str] = "16"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
@@ -322,7 +322,6 @@ class RuleStructurer:
         self._locate(low, text, mentions, terms)
         self._adjacent(low, text, mentions)
         self._coordinated(low, mentions)
-        self._exception_side(low, text, mentions)
         return self._findings(index, text, mentions, other_exam)
 
     # -- steps -------------------------------------------------------------------------------------------------
@@ -627,27 +626,6 @@ class RuleStructurer:
             for other in mentions[k:]:  # its alternatives lie there too
                 if other.group == mm.group and not other.locations:
                     other.locations = list(before.locations)
-
-    @staticmethod
-    def _exception_side(low: str, text: str, mentions: list[_Mention]) -> None:
-        """Lung findings after "the left lung is clear except for" lie in the left lung: an unplaced one takes that
-        lung, a place that names both sides keeps that side ("minimal basilar atelectasis": the left base)."""
-        m = CLEAR_EXCEPT_RE.search(low)
-        if m is None:
-            return
-        side = m.group(1)
-        end = low.find(";", m.end())
-        end = len(low) if end < 0 else end
-        lung = (m.start(), text[m.start():m.start() + len(side) + 5], (lung_label(side),))
-        for mm in mentions:
-            if mm.start < m.end() or mm.start >= end or not mm.kind.lung or mm.kind.lesion in HEART_MASK_LESIONS:
-                continue
-            placed = [loc for loc in mm.locations if not is_extent_phrase(loc[1])]
-            if not placed:
-                mm.locations.append(lung)
-                continue
-            mm.locations = [(s, p, tuple(lab for lab in labs if lab.startswith(side)) or labs)
-                            for s, p, labs in mm.locations]
 
     def _findings(self, index: int, text: str, mentions: list[_Mention], other_exam: bool = False) -> list[Finding]:
         """The sentence's findings; ``other_exam``: the sentence reports what a CT or MRI showed, so every finding is
