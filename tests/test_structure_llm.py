@@ -154,9 +154,10 @@ def test_prompts_name_the_vocabulary() -> None:
     assert load_prompt("structure_v3").sha256 != structure.sha256
     assert load_prompt("structure_v4").sha256 != structure.sha256 and load_prompt("location_v2").text
     assert load_prompt("structure_v5").sha256 != structure.sha256
-    # the guidance follows the rule structurer's classes (rules versions 8-13)
+    # the guidance follows the rule structurer's classes (rules versions 8-16)
     for phrase in ("not present on prior", "nipple shadow", "ARDS or multifocal pneumonia", "Whiteout",
-                   "left basilar atelectasis and effusion", "right upper and left lower lobes", "blunting"):
+                   "left basilar atelectasis and effusion", "right upper and left lower lobes", "blunting",
+                   "almost complete resolution of", "with residual opacity", "c/w", "PNA"):
         assert phrase in " ".join(structure.text.split()), phrase
     assert all(f"`{lesion}`" in structure.text for lesion in LESIONS)
     assert all(f"`{label}`" in location.text for label in ILS_LOCATION_LABELS)
