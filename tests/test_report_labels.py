@@ -326,3 +326,27 @@ def test_label_command_uncertain_option(tmp_path: Path) -> None:
     assert (rows["likely"]["pneumonia"], rows["likely"]["effusion"]) == ("1", "-1")
     assert (rows["present"]["pneumonia"], rows["present"]["effusion"]) == ("1", "1")
     assert rows["likely"]["pneumonia_sides"] == "right"
+
+
+@pytest.mark.parametrize(("text", "code", "sentences"), [
+    ("Heart size is normal. Lungs are clear.", 0, (1,)),
+    ("No effusion. The cardiomediastinal silhouette is within normal limits.", 0, (2,)),
+    ("Normal heart size. No cardiomegaly.", 0, (1, 2)),
+    ("Heart size is top normal.", None, ()),
+    ("Heart size is at the upper limits of normal.", None, ()),
+    # a finding that states it wins over a normal statement, as present beats absent
+    ("Heart size is normal to mildly enlarged.", 1, (1,)),
+    ("Heart size is normal. Borderline cardiomegaly.", -1, (2,)),
+])
+def test_a_normal_heart_size_statement_negates_cardiomegaly_in_the_labels(text: str, code: int | None,
+                                                                          sentences: tuple[int, ...]) -> None:
+    labels = _labels(text)
+    assert labels.code("cardiomegaly") == code
+    assert (labels.lesions["cardiomegaly"].sentences if code is not None else ()) == sentences
+
+
+def test_a_normal_heart_size_statement_gives_no_finding() -> None:
+    """The statement is a labels-only rule: the structured findings (and so ILS) have no cardiomegaly finding."""
+    section = make_section_choice("findings", "Heart size is normal.")
+    assert section is not None
+    assert RuleStructurer().structure("r", section).findings == ()

@@ -21,6 +21,11 @@ The rules (:func:`mention_assertion`, :func:`roll_up`, :func:`label_report`):
    sides ("right effusion; possible small left effusion" is present on the right, sentence 1). An absent label
    has no sides: a negation's location says where a lesion was looked for, and one without a location phrase
    gets both lungs by default (ILS §7.2).
+4. A statement that the heart is of normal size ("Heart size is normal.", "Normal heart size.", "The
+   cardiomediastinal silhouette is within normal limits."; :data:`~.structure.lexicon.HEART_NORMAL_RE`) labels
+   cardiomegaly absent (0) when no finding states it present or uncertain, as CheXpert-style labelers read it. It
+   is a labels-only rule: the structured findings, and so ILS, have no finding for it (ILS §7.1 allows only explicit
+   negation). "Top normal" and "upper limits of normal" say nothing either way.
 
 :func:`mention_assertion` and :func:`roll_up` are also what the MeSH agreement scores of
 :mod:`cxrground.evaluation.report_quality` count, so the labels and those scores cannot drift apart.
@@ -42,8 +47,9 @@ from cxrground.fields import option
 from cxrground.reports.findings import Assertion, Finding, StructuredReport, finding_lines, write_failure_lines
 from cxrground.reports.model import MERGED_SECTION, SECTION_POLICIES
 from cxrground.reports.request import StructureOutput, StructureRequest, structure_paths
-from cxrground.reports.structure.lexicon import ENTITY_KINDS, ENTITY_RE
+from cxrground.reports.structure.lexicon import ENTITY_KINDS, ENTITY_RE, HEART_NORMAL_RE
 from cxrground.vocab import LESIONS
+from cxrground.vocab.lesions import HEART_MASK_LESIONS
 
 __all__ = [
     "LABEL_COLUMNS",
@@ -291,8 +297,20 @@ def label_report(structured: StructuredReport, uncertain: str = "uncertain") -> 
         rolled = roll_up(mentions, name, uncertain)
         return None if rolled is None else LesionLabel.from_support(*rolled)
 
-    return ReportLabels(structured.report_id, structured.section.name, {lesion: label(lesion) for lesion in LESIONS},
-                        label(OPACITY_OBSERVED))
+    lesions = {lesion: label(lesion) for lesion in LESIONS}
+    for heart in HEART_MASK_LESIONS:  # cardiomegaly
+        lesions[heart] = _with_normal_heart(lesions[heart], structured)
+    return ReportLabels(structured.report_id, structured.section.name, lesions, label(OPACITY_OBSERVED))
+
+
+def _with_normal_heart(label: LesionLabel | None, structured: StructuredReport) -> LesionLabel | None:
+    """Rule 4 of the module docstring: a heart-size-normal statement negates cardiomegaly in the labels."""
+    if label is not None and label.status != "absent":
+        return label
+    normal = [s.index for s in structured.section.sentences if HEART_NORMAL_RE.search(s.text.lower())]
+    if not normal:
+        return label
+    return LesionLabel("absent", frozenset(), tuple(sorted({*normal, *(label.sentences if label else ())})))
 
 
 def label_lines(labels: Iterable[ReportLabels], fmt: str = "csv") -> list[str]:

@@ -208,6 +208,7 @@ __all__ = [
     "ENTITY_KINDS",
     "ENTITY_MATCHER",
     "ENTITY_RE",
+    "HEART_NORMAL_RE",
     "LINK_RE",
     "LOCATION_MATCHER",
     "LOCATION_RE",
@@ -592,6 +593,18 @@ PRIOR_EXAM_PAST_RE: Final[re.Pattern[str]] = re.compile(r"\b(?:was|were|had|show
 PRIOR_EXAM_NOW_RE: Final[re.Pattern[str]] = re.compile(
     r"\b(?:larger|smaller|more|less|greater|bigger|better|worse|improv\w*|increas\w*|decreas\w*|again|still|"
     r"persist\w*|unchanged|stable|similar|same|now|today|current\w*|remains?|since|compared|resolv\w*|new)\b"
+)
+#: A statement that the heart is of normal size ("Heart size is normal.", "Normal heart size.", "The cardiac
+#: silhouette is within normal limits.", "The cardiomediastinal silhouette is normal."). No finding for ILS (§7.1
+#: allows only explicit negation); report labels read it as a negated cardiomegaly, as CheXpert-style labelers do.
+#: "Top normal" / "upper limits of normal" are not normal statements.
+HEART_NORMAL_RE: Final[re.Pattern[str]] = re.compile(
+    r"\b(?:heart(?:\s+size)?|cardiac\s+(?:size|silhouette|contour)|cardiomediastinal\s+(?:silhouette|contours?)|"
+    r"(?:cardiac|heart)\s+and\s+mediastinal\s+(?:silhouettes?|contours?))\s+(?:(?:is|are|remains?|appears?|"
+    r"again|still|stably|otherwise)\s+)*(?:normal(?:\s+in\s+size)?|within\s+(?:the\s+)?normal\s+limits|"
+    r"unremarkable)\b(?!\s+(?:to|or)\s)"
+    r"|\bnormal(?:[- ]sized)?\s+(?:heart(?:\s+size)?|cardiac\s+(?:size|silhouette)|cardiomediastinal\s+"
+    r"(?:silhouette|contours?))\b"
 )
 #: A sided lung named clear with an exception ("The left lung is otherwise clear except for minimal basilar
 #: atelectasis."): the lung findings after it lie in that lung (version 13). Group 1: the side.
