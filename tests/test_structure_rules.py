@@ -408,9 +408,10 @@ _VERSION_CORPUS = (
     "RLL opacity c/w pneumonia.",
     "LLL consolidation, ? PNA.",
     "Right basilar atelectasis. Underlying infection is not excluded.",
+    "Heart size is normal to mildly enlarged.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"16": "0708abbc7add0bdad03af1afc710a9f10de33fe27537549701dcbe2258f896de"}
+_PINNED_OUTPUT = {"17": "2fd56e7f39ecfd557c372a0eb8fd320b843cf9cc48232d8c40bc86081c8f20a8"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -721,3 +722,15 @@ def test_a_sentence_opening_with_superimposed_points_back(text: str, where: tupl
 def test_adjacent_after_a_sentence_without_a_placed_finding_stays_in_both_lungs() -> None:
     (f,) = findings("Elevated left hemidiaphragm. Adjacent atelectasis is not excluded.")
     assert (f.lesion, f.reported_location) == ("atelectasis", (RL, LL))
+
+
+@pytest.mark.parametrize(("text", "assertion"), [
+    ("Heart size is normal to mildly enlarged.", "uncertain"),
+    ("The heart is top normal to mildly enlarged.", "uncertain"),
+    ("Heart size is normal or slightly enlarged.", "uncertain"),
+    ("The heart is mildly enlarged.", "present"),
+])
+def test_a_heart_size_range_from_normal_is_uncertain(text: str, assertion: str) -> None:
+    (f,) = findings(text)
+    assert (f.lesion, f.assertion) == ("cardiomegaly", assertion)
+    assert (f.hedge is not None) == (assertion == "uncertain")

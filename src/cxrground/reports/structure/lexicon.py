@@ -16,9 +16,11 @@ cardiomegaly           cardiomegaly; enlarged heart / cardiac silhouette / cardi
                        moderately, borderline, may be, likely, not, ...> <enlarged | large | increased>";
                        "<heart | ...> is borderline (in size)" (not "borderline normal").
                        *Decision*: "borderline cardiomegaly" / "borderline enlarged" / "heart size is
-                       borderline" = uncertain (``borderline`` is a hedge); "top normal", "at the upper limits of
+                       borderline" = uncertain (``borderline`` is a hedge), and so is a range from normal ("normal
+                       to mildly enlarged", version 17); "top normal", "at the upper limits of
                        normal", "normal heart size" are no finding at all (not negations: ILS §7.1 allows only
-                       explicit negation).
+                       explicit negation; report labels read a normal heart size as a negated cardiomegaly,
+                       :data:`HEART_NORMAL_RE`).
 pneumonia              pneumonia, bronchopneumonia, pneumonitis, infection, infectious process, aspiration,
                        aspiration pneumonia, PNA (version 15). *Added*: pneumonitis, aspiration (radiographically an
                        aspiration pneumonitis/pneumonia; hedges still apply: "concerning for aspiration").

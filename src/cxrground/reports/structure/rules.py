@@ -139,9 +139,9 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: report-level rules version 3 (a hedged lesion after a placed finding of its sentence); 14: "almost complete /
 #: substantial resolution of" leaves the finding present, a "residual" finding lies where the finding before it lies;
 #: 15: "c/w" links, "PNA" is pneumonia; 16: report-level rules version 4 (a sentence opening with "superimposed",
-#: "underlying", ... points back). Report-level rules version 5 holds the "clear except for" rule of version 13
-#: (moved there so the LLM path has it; the same output).
-RULES_VERSION: Final[str] = "16"
+#: "underlying", ... points back); report-level rules version 5 holds the "clear except for" rule of version 13
+#: (moved there so the LLM path has it; the same output); 17: a heart size "normal to mildly enlarged" is uncertain.
+RULES_VERSION: Final[str] = "17"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -155,6 +155,8 @@ _HEDGE_PRE = frozenset({"unc_pre", "unc_both", "unc_vs"})
 _COORD_GAP: Final[re.Pattern[str]] = re.compile(r"\s*,?\s*(?:and|or|nor|/|,)\s*(?:[\w-]+\s+){0,2}")
 _INSIDE_NEG: Final[re.Pattern[str]] = re.compile(r"\b(?:not|no)\b")
 _AND: Final[re.Pattern[str]] = re.compile(r"\band\b")
+#: A heart size given as a range from normal ("normal to mildly enlarged"): an uncertain cardiomegaly.
+_NORMAL_RANGE: Final[re.Pattern[str]] = re.compile(r"\bnormal\s+(?:to|or)\b")
 #: A verb in or after a phrase before a clause-final "have resolved": the phrase is not part of that verb's subject.
 _VERB: Final[re.Pattern[str]] = re.compile(
     r"\b(?:is|are|was|were|has|have|had|appears?|remains?|seems?|shows?|demonstrates?)\b")
@@ -363,6 +365,8 @@ class RuleStructurer:
                     hedges.append(c)
         if m.kind.lesion in HEART_MASK_LESIONS and _INSIDE_NEG.search(low, m.start, m.end):
             neg = True
+        elif m.kind.lesion in HEART_MASK_LESIONS and _NORMAL_RANGE.search(low, m.start, m.end):
+            unc = True  # "normal to mildly enlarged": the reader is not sure it is enlarged
         # before: the nearest applicable cue of the clause; a hedge also reaches across "with" ("possible small
         # effusion with adjacent atelectasis"), a negation does not ("no cardiomegaly with bilateral effusions")
         lo_hedge = self._scope(terms, m.start, m.end, len(low), skip=_LOCATION_SCOPE_SKIP, low=low)[0]
