@@ -21,40 +21,23 @@ from zone_prior_v2_fit import Row, read_rows, read_table, training_films
 from zones_command import within_film_auroc
 
 from cxrground.datasets.pack import Pack
+from cxrground.ils.zone_map import brixia_zones
 from cxrground.lesions.zone_prior import EVIDENCE_WEIGHT, ZonePrior, standardise
+from cxrground.lesions.zone_severity import logit
 from cxrground.reports import make_section_choice
 from cxrground.reports.structure import RuleStructurer
 from cxrground.vocab.lesions import LUNG_LESIONS
 
 GRID = (0.0, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0)
-#: ILS zone word → Brixia zone index within a side (upper 0, mid 1, base 2).
-_BAND = {"upper zone lung": 0, "apical zone lung": 0, "mid zone lung": 1, "lung base": 2}
-
-
 def named_zones(notes: str, structurer: RuleStructurer) -> np.ndarray:
     """Brixia zones A–F that a positive lung-lesion finding of ``notes`` names."""
-    out = np.zeros(6, bool)
     section = make_section_choice("findings", notes)
     if section is None:
-        return out
-    for f in structurer.structure("notes", section).findings:
-        if f.lesion not in LUNG_LESIONS or f.presence != "positive":
-            continue
-        for label in f.reported_location:
-            side, _, zone = label.partition(" ")
-            if side not in ("right", "left"):
-                continue
-            offset = 0 if side == "right" else 3
-            if zone == "lung":
-                out[offset:offset + 3] = True
-            elif zone in _BAND:
-                out[offset + _BAND[zone]] = True
-    return out
-
-
-def _logit(p: np.ndarray) -> np.ndarray:
-    q = np.clip(p, 1e-4, 1 - 1e-4)
-    return np.log(q) - np.log1p(-q)
+        return np.zeros(6, bool)
+    labels = [lab for f in structurer.structure("notes", section).findings
+              if f.lesion in LUNG_LESIONS and f.presence == "positive" for lab in f.reported_location]
+    named = set(brixia_zones(labels))
+    return np.array([z in named for z in "ABCDEF"])
 
 
 def main() -> None:
@@ -70,7 +53,7 @@ def main() -> None:
     truth = np.array([named_zones(notes.get(r.image) or "", structurer) for r in rows])
     sim, share = np.array([r.sim for r in rows]), np.array([r.share for r in rows])
     position = np.log(6.0 * ZonePrior.load().vector)
-    evidence = 0.5 * (standardise(_logit(sim)) + standardise(share))
+    evidence = 0.5 * (standardise(logit(sim)) + standardise(share))
     mixed = int(sum(t.any() and not t.all() for t in truth))
     print(f"{len(rows)} COVID-19 films with readings; {int(truth.any(axis=1).sum())} with a named zone; "
           f"{mixed} mixed (named and not named zones)")

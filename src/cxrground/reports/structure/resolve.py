@@ -53,26 +53,30 @@ def _placed(f: Finding) -> bool:
     return any(not is_extent_phrase(p) for p in f.location_phrases)
 
 
-def _points_back(report: StructuredReport | None, sent_idx: int) -> bool:
-    if report is None or sent_idx <= 1:
-        return False
+def _sentence_text(report: StructuredReport | None, sent_idx: int) -> str | None:
+    """The text of sentence ``sent_idx``; None without a report or for a number outside the section (a hand-made
+    report)."""
+    if report is None:
+        return None
     try:
-        text = report.section.sentence(sent_idx).text
-    except IndexError:  # a finding numbered outside the section (a hand-made report): nothing to point back from
-        return False
-    return ANAPHOR_RE.match(text) is not None
+        return report.section.sentence(sent_idx).text
+    except IndexError:
+        return None
+
+
+def _points_back(report: StructuredReport | None, sent_idx: int) -> bool:
+    text = _sentence_text(report, sent_idx) if sent_idx > 1 else None
+    return text is not None and ANAPHOR_RE.match(text) is not None
 
 
 def _sentence_places(report: StructuredReport | None, f: Finding, placed: list[Finding]) -> list[str]:
     """Labels of the placed findings of ``f``'s sentence written before ``f`` when ``f`` is an uncertain lesion
     that may share a place ("Subtle opacity at the right base, cannot exclude pneumonia"; "..., though infection
     cannot be excluded"); none for edema or a phrase diffuse by its words."""
-    if report is None or f.assertion != "uncertain" or f.lesion == EDEMA:
+    text = _sentence_text(report, f.sent_idx)
+    if text is None or f.assertion != "uncertain" or f.lesion == EDEMA:
         return []
-    try:
-        low = report.section.sentence(f.sent_idx).text.lower()
-    except IndexError:
-        return []
+    low = text.lower()
     at = low.find(f.entity.lower())
     if at <= 0 or DIFFUSE_PHRASE_RE.match(low, at) is not None:
         return []
@@ -112,27 +116,21 @@ def inherit_locations(findings: tuple[Finding, ...], report: StructuredReport | 
 def exception_sides(findings: tuple[Finding, ...], report: StructuredReport | None = None) -> tuple[Finding, ...]:
     """Rule 0 of the module docstring: lung findings written after "the left lung is clear except for" lie in the
     left lung."""
-    if report is None:
-        return findings
     out = []
     for f in findings:
-        if f.lesion not in _NO_INHERIT and f.reported_location and HEART not in f.reported_location:
-            try:
-                text = report.section.sentence(f.sent_idx).text
-            except IndexError:
-                text = ""
-            low = text.lower()
-            m = CLEAR_EXCEPT_RE.search(low)
-            stop = low.find(";", m.end()) if m is not None else -1
-            at = low.find(f.entity.lower(), m.end(), stop if stop >= 0 else len(low)) if m is not None else -1
-            if m is not None and at >= 0:
-                side = m.group(1)
-                if not _placed(f):
-                    lung = text[m.start():m.start() + len(side) + len(" lung")]
-                    f = replace(f, location_phrases=(*f.location_phrases, lung), reported_location=(lung_label(side),))
-                else:
-                    f = replace(f, reported_location=tuple(lab for lab in f.reported_location
-                                                           if lab.startswith(side)) or f.reported_location)
+        text = _sentence_text(report, f.sent_idx)
+        m = CLEAR_EXCEPT_RE.search(text.lower()) if text is not None else None
+        if (m is None or f.lesion in _NO_INHERIT or not f.reported_location or HEART in f.reported_location
+                or f.entity.lower() not in text.lower()[m.end():].split(";", 1)[0]):
+            out.append(f)
+            continue
+        side = m.group(1)
+        if _placed(f):
+            kept = tuple(lab for lab in f.reported_location if lab.startswith(side))
+            f = replace(f, reported_location=kept or f.reported_location)
+        else:
+            lung = text[m.start():m.start() + len(side) + len(" lung")]
+            f = replace(f, location_phrases=(*f.location_phrases, lung), reported_location=(lung_label(side),))
         out.append(f)
     return tuple(out)
 

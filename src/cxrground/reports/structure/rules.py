@@ -363,10 +363,9 @@ class RuleStructurer:
                 if c.kind in _UNC:
                     unc = True
                     hedges.append(c)
-        if m.kind.lesion in HEART_MASK_LESIONS and _INSIDE_NEG.search(low, m.start, m.end):
-            neg = True
-        elif m.kind.lesion in HEART_MASK_LESIONS and _NORMAL_RANGE.search(low, m.start, m.end):
-            unc = True  # "normal to mildly enlarged": the reader is not sure it is enlarged
+        if m.kind.lesion in HEART_MASK_LESIONS:  # the heart-size construction: "not enlarged", "normal to enlarged"
+            neg = neg or _INSIDE_NEG.search(low, m.start, m.end) is not None
+            unc = unc or _NORMAL_RANGE.search(low, m.start, m.end) is not None  # a negation still wins below
         # before: the nearest applicable cue of the clause; a hedge also reaches across "with" ("possible small
         # effusion with adjacent atelectasis"), a negation does not ("no cardiomegaly with bilateral effusions")
         lo_hedge = self._scope(terms, m.start, m.end, len(low), skip=_LOCATION_SCOPE_SKIP, low=low)[0]
