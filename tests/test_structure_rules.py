@@ -301,7 +301,9 @@ def test_each_finding_gets_its_own_location() -> None:
 
 def test_location_labels_helper() -> None:
     kinds = set(LOCATION_KINDS.values())
-    assert kinds == {"border", "retro", "abbr", "noop", "paired", "zoned", "both", "whole"}
+    assert kinds == {"border", "retro", "abbr", "fissure", "noop", "paired", "zoned", "both", "whole"}
+    assert location_labels("fissure", "minor fissure") == (RM,)
+    assert location_labels("zoned", "base of the right lung") == (RB,)
     assert location_labels("retro", "behind the heart") == (LB,)
     assert location_labels("retro", "posterior to the right heart") == (RB,)
     assert location_labels("zoned", "bibasilar") == (RB, LB)
@@ -409,9 +411,13 @@ _VERSION_CORPUS = (
     "LLL consolidation, ? PNA.",
     "Right basilar atelectasis. Underlying infection is not excluded.",
     "Heart size is normal to mildly enlarged.",
+    "No evidence of pleural effusion on the left, small effusion on the right.",
+    "Opacity at the base of the right lung.",
+    "Fluid tracking along the minor fissure.",
+    "Left retrocardiac density, likely atelectasis.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"17": "2fd56e7f39ecfd557c372a0eb8fd320b843cf9cc48232d8c40bc86081c8f20a8"}
+_PINNED_OUTPUT = {"18": "15cddada04ea16f614b75bf22c48ce21018b3c7d062587aec807e03951fdadcc"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -734,3 +740,52 @@ def test_a_heart_size_range_from_normal_is_uncertain(text: str, assertion: str) 
     (f,) = findings(text)
     assert (f.lesion, f.assertion) == ("cardiomegaly", assertion)
     assert (f.hedge is not None) == (assertion == "uncertain")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("No evidence of pleural effusion on the left, small effusion on the right.",
+     [("effusion", "absent", (LL,)), ("effusion", "present", (RL,))]),
+    ("No consolidation on the right, patchy opacity at the left base.",
+     [("consolidation", "absent", (RL,)), ("opacity", "present", (LB,))]),
+    ("No opacity in the left upper lobe, right lower lobe opacity persists.",
+     [("opacity", "absent", (LU,)), ("opacity", "present", (RB,))]),
+    ("No pleural effusion or pneumothorax is seen on the right, left effusion is moderate.",
+     [("effusion", "absent", (RL,)), ("pneumothorax", "absent", (RL,)), ("effusion", "present", (LL,))]),
+    # the list goes on: every member stays negated
+    ("No effusion on the left, large consolidation, or pneumothorax.",
+     [("effusion", "absent", (LL,)), ("consolidation", "absent", (RL, LL)), ("pneumothorax", "absent", (RL, LL))]),
+    ("No consolidation, effusion, or pneumothorax.",
+     [("consolidation", "absent", (RL, LL)), ("effusion", "absent", (RL, LL)), ("pneumothorax", "absent", (RL, LL))]),
+])
+def test_a_negation_ends_before_a_new_statement_after_a_place(text: str, expected: list) -> None:
+    assert [(f.lesion or f.entity.lower(), f.assertion, f.reported_location) for f in findings(text)] == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Opacity at the base of the right lung.", [("opacity", (RB,))]),
+    ("Atelectasis at the base of the left hemithorax.", [("atelectasis", (LB,))]),
+    ("Opacity in the apex of the left lung.", [("opacity", (LA,))]),
+    ("Opacity at the lung bases.", [("opacity", (RB, LB))]),
+    ("Fluid in the minor fissure.", [("effusion", (RM,))]),
+    ("Small amount of fluid tracking along the right minor fissure.", [("effusion", (RM,))]),
+    ("Opacity along the minor fissure.", [("opacity", (RM,))]),
+    ("Thickening of the minor fissure.", []),
+])
+def test_places_of_a_sided_lung_and_the_minor_fissure(text: str, expected: list) -> None:
+    assert [(f.lesion, f.reported_location) for f in findings(text)] == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Retrocardiac density.", [("opacity", "present", (LB,))]),
+    ("Left base density.", [("opacity", "present", (LB,))]),
+    ("Increased density at the left base.", [("opacity", "present", (LB,))]),
+    ("Density projecting over the right lower lobe.", [("opacity", "present", (RB,))]),
+    ("No retrocardiac density.", [("opacity", "absent", (LB,))]),
+    ("Soft tissue density in the right upper lobe.", []),
+    ("Calcified density in the left lung.", []),
+    ("There is increased bone density.", []),
+    ("Density in the right hilum likely represents vessels.", []),
+    ("Density.", []),
+])
+def test_a_lung_density_is_an_opacity(text: str, expected: list) -> None:
+    assert [(f.lesion, f.assertion, f.reported_location) for f in findings(text) if f.lesion] == expected

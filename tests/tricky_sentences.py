@@ -288,7 +288,7 @@ BROAD: list[tuple[str, str, Expected]] = [
     ("effusion", "Moderate right pleural effusion layering posteriorly.", [("effusion", "present", (RL,))]),
     ("effusion", "Trace left pleural effusion.", [("effusion", "present", (LL,))]),
     ("effusion", "Loculated right pleural effusion.", [("effusion", "present", (RL,))]),
-    ("effusion", "Small amount of fluid in the right minor fissure.", [("effusion", "present", (RL,))]),
+    ("effusion", "Small amount of fluid in the right minor fissure.", [("effusion", "present", (RM,))]),
     ("effusion", "Subpulmonic left effusion.", [("effusion", "present", (LL,))]),
     ("effusion", "Bilateral effusions, right greater than left.", [("effusion", "present", BOTH)]),
     ("effusion", "Small left pleural effusion versus pleural thickening.",

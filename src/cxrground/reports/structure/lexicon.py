@@ -32,8 +32,10 @@ atelectasis            atelectasis, atelectatic (changes), collapse(d). *Changed
                        finding outside the lungs).
 opacity                opacity, opacities, opacification(s), opacified, airspace / air space disease, airspace
                        process, infiltrate(s), infiltration, infiltrative process, haziness, hazy opacity,
-                       ground-glass (opacity), whiteout / white-out (version 13). *Not* "density" (also used
-                       for bones and masses).
+                       ground-glass (opacity), whiteout / white-out (version 13), a "density" with a lung place
+                       or lesion word before it ("retrocardiac density", "increased density") or a lung place
+                       after it ("density at the left base"; version 18). *Not* a bare "density", nor a
+                       soft-tissue / bone / calcified / nodular density (bones, masses).
 consolidation          consolidation, consolidative (opacity/process), consolidated. *Decision*: "air bronchograms"
                        are a sign inside the opacity or consolidation they are seen in, not a finding of their own
                        (no phrase).
@@ -47,11 +49,11 @@ edema                  edema / oedema, pulmonary / interstitial / alveolar edema
                        *Not* soft-tissue / subcutaneous / chest-wall / mucosal edema, anasarca (edema outside the
                        lungs: a non-target finding).
 effusion               effusion(s), pleural effusion(s), pleural fluid (collection), layering fluid / effusion,
-                       hydrothorax; *added* (round 4): loculated / subpulmonic / fissural fluid, "fluid in the
-                       (right) minor / major fissure" (fissural fluid is pleural fluid; a bare "fluid" is not:
-                       "atelectasis versus small amount of fluid"). *Not* "pericardial effusion" (a non-target
-                       finding). *Decision* (ILS §7.1 is silent): "blunting of the costophrenic angle" is **no**
-                       effusion phrase: blunting is a sign
+                       hydrothorax; *added* (round 4): loculated / subpulmonic / fissural fluid, "fluid in /
+                       along / tracking along the (right) minor / major fissure" (fissural fluid is pleural
+                       fluid; a bare "fluid" is not: "atelectasis versus small amount of fluid"). *Not*
+                       "pericardial effusion" (a non-target finding). *Decision* (ILS §7.1 is silent):
+                       "blunting of the costophrenic angle" is **no** effusion phrase: blunting is a sign
                        that a small effusion, pleural thickening or scarring can give (MeSH codes it apart, as
                        ``Costophrenic Angle/blunted``); "blunting ... may represent a small effusion" still names
                        the effusion. It is the non-target lung observation "costophrenic blunting" (version 13): no
@@ -160,6 +162,7 @@ S base / basilar / basal / lung base, S lower lobe / lung /       ``S lung base`
 zone, RLL / LLL, S costophrenic angle / sulcus, retrocardiac
 (left when no side)
 right middle lobe / middle lobe / RML, S heart border             ``right mid zone lung`` / ``S mid zone lung``
+(right) minor / horizontal fissure                                ``right mid zone lung``
 lingula, lingular (left)                                          ``left mid zone lung``
 behind / posterior to the (S) heart (retrocardiac)                ``left lung base`` (``S lung base``)
 S mid lung / midlung / mid zone, S (peri / para / infra)hilar,    ``S mid zone lung``
@@ -173,7 +176,8 @@ S greater / worse than S, S hemidiaphragm / atrium / clavicle /   nothing (the s
 rib / IJ / PICC / breast / ...
 ================================================================  ==========================================
 
-A side-less singular ("base", "lower lobe", "apex", "costophrenic angle") maps to both sides: the side is unknown.
+A side-less singular ("base", "lower lobe", "apex", "costophrenic angle") maps to both sides: the side is unknown;
+"of the S lung / hemithorax" after it gives the side ("base of the right lung" -> ``right lung base``).
 Several sides and zones in one phrase are ordered zone by zone, right before left unless the phrase says "left and
 right"; a list whose items each carry a side and share one noun ("right upper and left lower lobes") keeps each
 item's side and zone, in order (version 11). Defaults when a finding has no location phrase: lung lesions and lung
@@ -271,6 +275,21 @@ _CARDIO_PATTERNS: Final[tuple[str, ...]] = (
     r"(?:\s+in\s+size)?(?!\s+(?:normal|to|in\s+(?:contour|configuration)))",
 )
 
+#: Words right before "density" that make it a lung opacity ("retrocardiac density", "increased density").
+_DENSITY_BEFORE: Final[tuple[str, ...]] = (
+    "retrocardiac", "basilar", "bibasilar", "basal", "base", "perihilar", "lingular", "lobe", "lung", "apical",
+    "increased", "patchy", "hazy", "ill-defined", "airspace", "parenchymal",
+)
+#: "density" as an opacity: after one of :data:`_DENSITY_BEFORE`, or followed by a lung place ("density at the
+#: left base"); not after tissue / bone / calcified / nodular / ... words (a soft-tissue density is no lung finding).
+_LUNG_DENSITY: Final[tuple[str, ...]] = (
+    *(rf"(?<={w} )densit(?:y|ies)" for w in _DENSITY_BEFORE),
+    r"(?<!tissue )(?<!bone )(?<!bony )(?<!osseous )(?<!calcified )(?<!calcific )(?<!metallic )(?<!nodular )"
+    r"(?<!rounded )(?<!round )(?<!fluid )(?<!fat )(?<!vascular )densit(?:y|ies)"
+    r"(?=\s+(?:at|in|within|involving|projecting\s+over|overlying|of)\s+(?:the\s+)?(?:(?:right|left)\s+)?"
+    r"(?:[\w-]+\s+){0,2}?(?:bases?|lobes?|lungs?|apex|apices|hemithorax|zones?|lingula|costophrenic)\b)",
+)
+
 _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
     (EntityKind("cardiomegaly", CARDIOMEGALY, lung=False), _CARDIO_PATTERNS),
     # non-target findings that share words with target phrases come first
@@ -327,7 +346,8 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
     (EntityKind("effusion", EFFUSION), (
         r"pleural\s+(?:effusions?|fluid(?:\s+collections?)?)",
         r"layering\s+(?:pleural\s+)?(?:effusions?|fluid)", r"(?:loculated|subpulmonic|fissural)\s+fluid",
-        r"fluid(?=\s+(?:with)?in\s+the\s+(?:(?:right|left)\s+)?(?:major|minor|horizontal|oblique)\s+fissures?\b)",
+        r"fluid(?=\s+(?:tracking\s+)?(?:(?:with)?in|along|into)\s+the\s+(?:(?:right|left)\s+)?"
+        r"(?:major|minor|horizontal|oblique)\s+fissures?\b)",
         r"effusions?", r"hydrothora(?:x|ces)",
     )),
     (EntityKind("pneumonia", PNEUMONIA), (
@@ -347,7 +367,7 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
         r"ground[- ]glass",
         r"hazy\s+opacit(?:y|ies)", r"opacit(?:y|ies)", r"opacifications?", r"opacified",
         r"infiltrates?", r"infiltration", r"infiltrative\s+(?:process|changes?)", r"haziness",
-        r"white[- ]?outs?",
+        r"white[- ]?outs?", *_LUNG_DENSITY,
     )),
     # a sign that a small effusion, pleural thickening or scarring can give: no lesion, but it may be attributed
     (EntityKind("costophrenic blunting", None, observation=True), (
@@ -665,11 +685,13 @@ _LOCATIONS: Final[tuple[tuple[str, str], ...]] = (
     ("border", r"(?:right|left)\s+heart\s+border"),
     ("retro", r"(?:behind|posterior\s+to)\s+the\s+(?:(?:right|left)\s+)?heart"),
     ("abbr", r"rll|lll|rml|rul|lul"),
+    ("fissure", r"(?:right\s+)?(?:minor|horizontal)\s+fissure"),
     ("noop", r"(?:right|left)\s+(?:(?:slightly|much|somewhat)\s+)?(?:greater|worse|larger|more|less|bigger|"
              r"smaller)\s+than\s+(?:the\s+)?(?:right|left)"),
     ("noop", rf"(?:right|left)(?:[- ]?sided)?\s+{_NOOP_ANATOMY}"),
     ("paired", rf"{_PAIR}(?:\s*(?:,\s*and|,|/|and)\s*{_PAIR})+{_NOUN}"),
-    ("zoned", rf"(?:{_SIDED}\s+)?{_DESC}(?:lungs?\s+)?(?:{_NEEDLIST}|{_FREELIST})"),
+    ("zoned", rf"(?:{_SIDED}\s+)?{_DESC}(?:lungs?\s+)?(?:{_NEEDLIST}|{_FREELIST})"
+              rf"(?:\s+of\s+(?:the\s+)?(?:{_SIDE}\s+)?(?:lungs?|hemithora(?:x|ces)))?"),
     ("both", r"both\s+lungs|both\s+hemithoraces|both\s+sides|bilateral(?:ly)?|diffuse(?:ly)?|multifocal|"
              r"widespread|scattered|throughout\s+(?:both|the)\s+lungs"),
     ("whole", rf"{_SIDED}\s+(?:lung|hemithorax|chest|side|pleural\s+space|pleura|lung\s+field)s?|"
@@ -755,6 +777,8 @@ def location_labels(kind: str, text: str) -> tuple[str, ...]:
     if kind == "abbr":
         side, zone = _ABBR[text]
         return (zone_label(side, zone),)
+    if kind == "fissure":  # the minor (horizontal) fissure: right lung, between upper and middle lobes
+        return (zone_label("right", "mid zone lung"),)
     if kind == "border":
         return (zone_label("right" if text.startswith("right") else "left", "mid zone lung"),)
     if kind == "retro":  # behind the heart = retrocardiac: the left base unless the right heart is named

@@ -140,8 +140,11 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: substantial resolution of" leaves the finding present, a "residual" finding lies where the finding before it lies;
 #: 15: "c/w" links, "PNA" is pneumonia; 16: report-level rules version 4 (a sentence opening with "superimposed",
 #: "underlying", ... points back); report-level rules version 5 holds the "clear except for" rule of version 13
-#: (moved there so the LLM path has it; the same output); 17: a heart size "normal to mildly enlarged" is uncertain.
-RULES_VERSION: Final[str] = "17"
+#: (moved there so the LLM path has it; the same output); 17: a heart size "normal to mildly enlarged" is uncertain;
+#: 18: a negation ends at a comma before a new statement also after a place ("no effusion on the left, small effusion
+#: on the right"), and a place before such a comma is the phrase's before it; "base of the right lung" is one sided
+#: place; the minor fissure is the right mid zone; a lung "density" is an opacity.
+RULES_VERSION: Final[str] = "18"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -175,10 +178,14 @@ _ADJACENT: Final[re.Pattern[str]] = re.compile(
 _NORMAL_AFTER: Final[re.Pattern[str]] = re.compile(
     r"\s+(?:is|are|remains?|appears?)\s+(?:otherwise\s+|now\s+|again\s+)?(?:clear|normal|unremarkable|"
     r"well[- ]aerated|well[- ]expanded)\b")
-#: A bare comma and a size / extent / side word: a new statement after a list ("no pneumothorax, small effusion").
+#: A comma and a size / extent / morphology / side word: a new statement after a list ("no pneumothorax, small
+#: effusion"), also when the negated phrase has words after it ("no effusion on the left, small effusion on the
+#: right").
 _NEW_ITEM: Final[re.Pattern[str]] = re.compile(
-    r"\s*,\s*(?:an?\s+)?(?:small|trace|tiny|minimal|mild|moderate|large|severe|massive|persistent|new|"
-    r"increasing|increased|decreasing|decreased|stable|unchanged|right|left|bilateral|bibasilar)\b")
+    r"[^,;]*?,\s*(?:an?\s+)?(?:small|trace|tiny|minimal|mild|moderate|large|severe|massive|persistent|new|"
+    r"increasing|increased|decreasing|decreased|stable|unchanged|right|left|bilateral|bibasilar|patchy|hazy|"
+    r"streaky|linear|subtle|faint|dense|diffuse|multifocal|scattered|retrocardiac|basilar|perihilar|lingular|"
+    r"rll|lll|rml|rul|lul)\b")
 #: A later "or" / "nor" of the clause: the phrase belongs to a list that goes on ("no A, small B, or C").
 _LIST_GOES_ON: Final[re.Pattern[str]] = re.compile(r"\b(?:or|nor)\b")
 
@@ -580,16 +587,21 @@ class RuleStructurer:
 
     def _nearest(self, mentions: list[_Mention], terms: list[_Cue], low: str, s: int, e: int,
                  skip: str | None = None) -> int | None:
-        """Group of the finding nearest to the location phrase ``low[s:e]`` within its clause (before wins ties)."""
+        """Group of the finding nearest to the location phrase ``low[s:e]`` within its clause; a finding after a
+        comma that follows the phrase only when no finding stands before it ("no effusion on the left, small
+        effusion on the right": "left" is the first effusion's)."""
         lo, hi = self._scope(terms, s, e, len(low), skip=skip, low=low)
-        best: tuple[int, int, int] | None = None  # (distance, after-penalty, group)
+        best: tuple[int, int, int, int] | None = None  # (across a comma, distance, after-penalty, group)
         for mm in mentions:
             if mm.kind.lesion in HEART_MASK_LESIONS or mm.start < lo or mm.end > hi:
                 continue
-            key = (mm.start - e, 0, mm.group) if e <= mm.start else (s - mm.end, 1, mm.group)
-            if best is None or key[:2] < best[:2]:
+            if e <= mm.start:
+                key = (int("," in low[e:mm.start]), mm.start - e, 0, mm.group)
+            else:
+                key = (0, s - mm.end, 1, mm.group)
+            if best is None or key[:3] < best[:3]:
                 best = key
-        return None if best is None else best[2]
+        return None if best is None else best[3]
 
     @staticmethod
     def _adjacent(low: str, text: str, mentions: list[_Mention]) -> None:
