@@ -303,7 +303,6 @@ def test_location_labels_helper() -> None:
     kinds = set(LOCATION_KINDS.values())
     assert kinds == {"border", "retro", "abbr", "fissure", "noop", "paired", "zoned", "both", "whole"}
     assert location_labels("fissure", "minor fissure") == (RM,)
-    assert location_labels("zoned", "base of the right lung") == (RB,)
     assert location_labels("retro", "behind the heart") == (LB,)
     assert location_labels("retro", "posterior to the right heart") == (RB,)
     assert location_labels("zoned", "bibasilar") == (RB, LB)
@@ -412,12 +411,10 @@ _VERSION_CORPUS = (
     "Right basilar atelectasis. Underlying infection is not excluded.",
     "Heart size is normal to mildly enlarged.",
     "No evidence of pleural effusion on the left, small effusion on the right.",
-    "Opacity at the base of the right lung.",
     "Fluid tracking along the minor fissure.",
-    "Left retrocardiac density, likely atelectasis.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"18": "15cddada04ea16f614b75bf22c48ce21018b3c7d062587aec807e03951fdadcc"}
+_PINNED_OUTPUT = {"18": "2b0356ac028dde767f08c899df38461cb4c06593dc2529d85f3731bce3cf0dc1"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -762,30 +759,22 @@ def test_a_negation_ends_before_a_new_statement_after_a_place(text: str, expecte
 
 
 @pytest.mark.parametrize(("text", "expected"), [
-    ("Opacity at the base of the right lung.", [("opacity", (RB,))]),
-    ("Atelectasis at the base of the left hemithorax.", [("atelectasis", (LB,))]),
-    ("Opacity in the apex of the left lung.", [("opacity", (LA,))]),
+    # a zone "of the right lung" keeps both sides (rules version 18's pack check rejected the sided reading)
+    ("Opacity at the base of the right lung.", [("opacity", (RB, LB, RL))]),
     ("Opacity at the lung bases.", [("opacity", (RB, LB))]),
     ("Fluid in the minor fissure.", [("effusion", (RM,))]),
     ("Small amount of fluid tracking along the right minor fissure.", [("effusion", (RM,))]),
     ("Opacity along the minor fissure.", [("opacity", (RM,))]),
     ("Thickening of the minor fissure.", []),
 ])
-def test_places_of_a_sided_lung_and_the_minor_fissure(text: str, expected: list) -> None:
+def test_places_of_the_minor_fissure(text: str, expected: list) -> None:
     assert [(f.lesion, f.reported_location) for f in findings(text)] == expected
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("Retrocardiac density.", [("opacity", "present", (LB,))]),
-    ("Left base density.", [("opacity", "present", (LB,))]),
-    ("Increased density at the left base.", [("opacity", "present", (LB,))]),
-    ("Density projecting over the right lower lobe.", [("opacity", "present", (RB,))]),
-    ("No retrocardiac density.", [("opacity", "absent", (LB,))]),
-    ("Soft tissue density in the right upper lobe.", []),
-    ("Calcified density in the left lung.", []),
-    ("There is increased bone density.", []),
-    ("Density in the right hilum likely represents vessels.", []),
-    ("Density.", []),
+@pytest.mark.parametrize("text", [
+    "Retrocardiac density.", "Increased density at the left base.", "Soft tissue density in the right upper lobe.",
 ])
-def test_a_lung_density_is_an_opacity(text: str, expected: list) -> None:
-    assert [(f.lesion, f.assertion, f.reported_location) for f in findings(text) if f.lesion] == expected
+def test_a_density_is_not_read(text: str) -> None:
+    """Rules version 18's check rejected reading a lung "density" as an opacity (an extra opacity on an Open-i
+    report)."""
+    assert [f.lesion for f in findings(text) if f.lesion] == []

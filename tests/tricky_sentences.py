@@ -628,4 +628,10 @@ MIMIC_STYLE: list[tuple[str, str, Expected]] = [
     ("mimic-style", "Moderate right pleural effusion has slightly increased in size, with adjacent atelectasis; "
                      "superimposed pneumonia cannot be excluded.",
      [("effusion", "present", (RL,)), ("atelectasis", "present", (RL,)), ("pneumonia", "uncertain", (RL,))]),
+    # rules version 18
+    ("mimic-style", "No evidence of pleural effusion on the left, small effusion on the right.",
+     [("effusion", "absent", (LL,)), ("effusion", "present", (RL,))]),
+    ("mimic-style", "No consolidation on the right, patchy opacity at the left base.",
+     [("consolidation", "absent", (RL,)), ("opacity", "present", (LB,))]),
+    ("mimic-style", "Small amount of fluid tracking along the minor fissure.", [("effusion", "present", (RM,))]),
 ]
