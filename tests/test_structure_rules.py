@@ -412,9 +412,10 @@ _VERSION_CORPUS = (
     "Heart size is normal to mildly enlarged.",
     "No evidence of pleural effusion on the left, small effusion on the right.",
     "Fluid tracking along the minor fissure.",
+    "The left costophrenic angle is mildly blunted.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"18": "2b0356ac028dde767f08c899df38461cb4c06593dc2529d85f3731bce3cf0dc1"}
+_PINNED_OUTPUT = {"19": "21bc56f66226de799bf12abba8de6a567496f13fa812afbd150a8210a952f41c"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -778,3 +779,16 @@ def test_a_density_is_not_read(text: str) -> None:
     """Rules version 18's check rejected reading a lung "density" as an opacity (an extra opacity on an Open-i
     report)."""
     assert [f.lesion for f in findings(text) if f.lesion] == []
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("The left costophrenic angle is blunted.", [("blunted", "present", (LB,))]),
+    ("The costophrenic angles are mildly blunted.", [("blunted", "present", (RB, LB))]),
+    ("The right costophrenic angle remains blunted, likely due to a small effusion.",
+     [("effusion", "uncertain", (RB,))]),
+    ("The costophrenic angles are sharp.", []),
+    ("The left costophrenic angle is not blunted.", []),
+])
+def test_a_costophrenic_angle_that_is_blunted(text: str, expected: list) -> None:
+    """The non-target costophrenic blunting (entity as written: "blunted"), whose place keeps negatives away."""
+    assert [(f.lesion or f.entity.lower(), f.assertion, f.reported_location) for f in findings(text)] == expected

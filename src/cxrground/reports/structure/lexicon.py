@@ -56,7 +56,8 @@ effusion               effusion(s), pleural effusion(s), pleural fluid (collecti
                        that a small effusion, pleural thickening or scarring can give (MeSH codes it apart, as
                        ``Costophrenic Angle/blunted``); "blunting ... may represent a small effusion" still names
                        the effusion. It is the non-target lung observation "costophrenic blunting" (version 13): no
-                       mask and no positive, but its place keeps negatives away.
+                       mask and no positive, but its place keeps negatives away; so is "the left costophrenic
+                       angle is (mildly) blunted" (version 19).
 None (non-target)      lung: pneumothorax, hydropneumothorax, nodule, mass, masslike, granuloma(s), calcified
                        granuloma, granulomatous disease / infection, scar(ring), fibrosis, fibrotic changes,
                        emphysema, bulla(e), bullous disease, bronchiectasis, cyst, cavity/cavitation, interstitial
@@ -275,6 +276,19 @@ _CARDIO_PATTERNS: Final[tuple[str, ...]] = (
     r"(?:\s+in\s+size)?(?!\s+(?:normal|to|in\s+(?:contour|configuration)))",
 )
 
+#: "blunted" after a costophrenic angle and its verb ("the left costophrenic angle is (mildly) blunted"): the
+#: costophrenic blunting finding (version 19). One fixed-width lookbehind per wording.
+_BLUNTED_AFTER: Final[tuple[str, ...]] = tuple(
+    rf"(?<={place} {verb} {degree}){word}"
+    for place, verb in (("costophrenic angle", "is"), ("costophrenic angle", "remains"),
+                        ("costophrenic angle", "appears"), ("costophrenic angles", "are"),
+                        ("costophrenic angles", "remain"), ("costophrenic angles", "appear"),
+                        ("costophrenic sulcus", "is"), ("costophrenic sulci", "are"), ("cp angle", "is"),
+                        ("cp angles", "are"))
+    for degree in ("", "mildly ", "slightly ", "minimally ", "again ")
+    for word in ("blunted",)
+)
+
 _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
     (EntityKind("cardiomegaly", CARDIOMEGALY, lung=False), _CARDIO_PATTERNS),
     # non-target findings that share words with target phrases come first
@@ -358,7 +372,7 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
     (EntityKind("costophrenic blunting", None, observation=True), (
         r"blunt(?:ing|ed)(?=\s+(?:of\s+)?(?:the\s+|both\s+)?(?:[\w-]+\s+){0,2}(?:costophrenic|cp)\b)",
         r"(?<=costophrenic angle )blunting", r"(?<=costophrenic angles )blunting", r"(?<=cp angle )blunting",
-        r"(?<=costophrenic sulcus )blunting", r"(?<=costophrenic sulci )blunting",
+        r"(?<=costophrenic sulcus )blunting", r"(?<=costophrenic sulci )blunting", *_BLUNTED_AFTER,
     )),
     # other non-target findings
     (EntityKind("pneumothorax", None), (r"pneumothora(?:x|ces)",)),
