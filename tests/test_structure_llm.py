@@ -159,7 +159,8 @@ def test_prompts_name_the_vocabulary() -> None:
     for phrase in ("not present on prior", "nipple shadow", "ARDS or multifocal pneumonia", "Whiteout",
                    "left basilar atelectasis and effusion", "right upper and left lower lobes", "blunting",
                    "almost complete resolution of", "with residual opacity", "c/w", "PNA",
-                   "no evidence of pleural effusion on the left, small effusion on the right", "minor fissure"):
+                   "no evidence of pleural effusion on the left, small effusion on the right", "minor fissure",
+                   "the left costophrenic angle is blunted"):
         assert phrase in " ".join(structure.text.split()), phrase
     assert "minor or horizontal fissure -> `right mid zone lung`" in " ".join(location.text.split())
     assert all(f"`{lesion}`" in structure.text for lesion in LESIONS)

@@ -634,4 +634,6 @@ MIMIC_STYLE: list[tuple[str, str, Expected]] = [
     ("mimic-style", "No consolidation on the right, patchy opacity at the left base.",
      [("consolidation", "absent", (RL,)), ("opacity", "present", (LB,))]),
     ("mimic-style", "Small amount of fluid tracking along the minor fissure.", [("effusion", "present", (RM,))]),
+    # rules version 19
+    ("mimic-style", "The left costophrenic angle is blunted.", [("blunted", "present", (LB,))]),
 ]
