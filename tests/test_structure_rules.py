@@ -413,9 +413,10 @@ _VERSION_CORPUS = (
     "No evidence of pleural effusion on the left, small effusion on the right.",
     "Fluid tracking along the minor fissure.",
     "The left costophrenic angle is mildly blunted.",
+    "Increased heart size and volume overload.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"19": "21bc56f66226de799bf12abba8de6a567496f13fa812afbd150a8210a952f41c"}
+_PINNED_OUTPUT = {"20": "2a9f2f408671eae51934b8dc87c0bcd0f72ee696116e07c563968d6ba7a89afa"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -792,3 +793,17 @@ def test_a_density_is_not_read(text: str) -> None:
 def test_a_costophrenic_angle_that_is_blunted(text: str, expected: list) -> None:
     """The non-target costophrenic blunting (entity as written: "blunted"), whose place keeps negatives away."""
     assert [(f.lesion or f.entity.lower(), f.assertion, f.reported_location) for f in findings(text)] == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Increased heart size.", [("cardiomegaly", "present")]),
+    ("Increased size of the cardiac silhouette.", [("cardiomegaly", "present")]),
+    ("Increased cardiac silhouette.", [("cardiomegaly", "present")]),
+    ("No increase in heart size.", []),  # a change phrase: says nothing about an enlarged heart
+    ("Interval increase in heart size.", []),
+    ("Volume overload.", [("edema", "present")]),
+    ("Findings suggest volume overload.", [("edema", "uncertain")]),
+    ("No evidence of volume overload.", [("edema", "absent")]),
+])
+def test_increased_heart_size_and_volume_overload(text: str, expected: list) -> None:
+    assert [(f.lesion, f.assertion) for f in findings(text)] == expected

@@ -636,6 +636,9 @@ MIMIC_STYLE: list[tuple[str, str, Expected]] = [
     ("mimic-style", "Small amount of fluid tracking along the minor fissure.", [("effusion", "present", (RM,))]),
     # rules version 19
     ("mimic-style", "The left costophrenic angle is blunted.", [("blunted", "present", (LB,))]),
+    # rules version 20
+    ("mimic-style", "Increased heart size with mild volume overload.",
+     [("cardiomegaly", "present", (HEART,)), ("edema", "present", BOTH)]),
     # negation scopes read correctly (a wrong one writes a negative pair for a reported lesion)
     ("mimic-style", "No pneumothorax is identified; moderate right effusion is unchanged.",
      [("pneumothorax", "absent", BOTH), ("effusion", "present", (RL,))]),

@@ -12,6 +12,8 @@ lesion                 surface forms (regular expressions simplified; plurals ac
 =====================  =========================================================================================
 cardiomegaly           cardiomegaly; enlarged heart / cardiac silhouette / cardiac shadow / cardiomediastinal
                        silhouette; cardiac enlargement; enlargement of the heart / cardiac silhouette;
+                       increased heart size / cardiac silhouette / size of the heart (version 20; not the change
+                       phrase "increase in heart size");
                        "<heart | heart size | cardiac silhouette | cardiomediastinal silhouette> <is, mildly,
                        moderately, borderline, may be, likely, not, ...> <enlarged | large | increased>";
                        "<heart | ...> is borderline (in size)" (not "borderline normal").
@@ -38,7 +40,8 @@ opacity                opacity, opacities, opacification(s), opacified, airspace
 consolidation          consolidation, consolidative (opacity/process), consolidated. *Decision*: "air bronchograms"
                        are a sign inside the opacity or consolidation they are seen in, not a finding of their own
                        (no phrase).
-edema                  edema / oedema, pulmonary / interstitial / alveolar edema, fluid overload. *Decision*:
+edema                  edema / oedema, pulmonary / interstitial / alveolar edema, fluid / volume overload
+                       (volume: version 20). *Decision*:
                        "(pulmonary) vascular congestion" is **not** edema (ILS §2: the congestion category was
                        dropped; MeSH codes ``Pulmonary Congestion`` apart from ``Pulmonary Edema``); it is a
                        non-target finding; so are its signs cephalization / vascular redistribution (round 4) and
@@ -271,6 +274,7 @@ _CARDIO_PATTERNS: Final[tuple[str, ...]] = (
     r"(?:cardiac|heart)\s+enlargement",
     r"enlargement\s+of\s+the\s+(?:heart|cardiac\s+silhouette)",
     r"enlarged\s+(?:heart|cardiac\s+(?:silhouette|shadow)|cardiomediastinal\s+silhouette)",
+    r"increased\s+(?:heart\s+size|size\s+of\s+the\s+(?:heart|cardiac\s+silhouette)|cardiac\s+silhouette)",
     rf"{_CARDIO_SUBJECT}(?:\s*{_CARDIO_FILLER}){{0,8}}\s+(?:enlarged|enlargement|large|increased)",
     rf"{_CARDIO_SUBJECT}\s+(?:is|are|appears?|remains?|seems?)\s+(?:(?:again|still|now|stably)\s+)?borderline"
     r"(?:\s+in\s+size)?(?!\s+(?:normal|to|in\s+(?:contour|configuration)))",
@@ -340,7 +344,7 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
     )),
     # targets
     (EntityKind("edema", EDEMA), (
-        r"(?:pulmonary|interstitial|alveolar|airspace)\s+o?edema", r"fluid\s+overload", r"o?edema",
+        r"(?:pulmonary|interstitial|alveolar|airspace)\s+o?edema", r"(?:fluid|volume)\s+overload", r"o?edema",
     )),
     (EntityKind("effusion", EFFUSION), (
         r"pleural\s+(?:effusions?|fluid(?:\s+collections?)?)",
