@@ -160,7 +160,7 @@ def test_prompts_name_the_vocabulary() -> None:
                    "left basilar atelectasis and effusion", "right upper and left lower lobes", "blunting",
                    "almost complete resolution of", "with residual opacity", "c/w", "PNA",
                    "no evidence of pleural effusion on the left, small effusion on the right", "minor fissure",
-                   "the left costophrenic angle is blunted"):
+                   "the left costophrenic angle is blunted", "increased heart size"):
         assert phrase in " ".join(structure.text.split()), phrase
     assert "minor or horizontal fissure -> `right mid zone lung`" in " ".join(location.text.split())
     assert all(f"`{lesion}`" in structure.text for lesion in LESIONS)

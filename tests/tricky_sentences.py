@@ -637,7 +637,7 @@ MIMIC_STYLE: list[tuple[str, str, Expected]] = [
     # rules version 19
     ("mimic-style", "The left costophrenic angle is blunted.", [("blunted", "present", (LB,))]),
     # rules version 20
-    ("mimic-style", "Increased heart size with mild volume overload.",
+    ("mimic-style", "Increased heart size with mild pulmonary edema.",
      [("cardiomegaly", "present", (HEART,)), ("edema", "present", BOTH)]),
     # negation scopes read correctly (a wrong one writes a negative pair for a reported lesion)
     ("mimic-style", "No pneumothorax is identified; moderate right effusion is unchanged.",

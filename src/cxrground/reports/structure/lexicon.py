@@ -40,8 +40,9 @@ opacity                opacity, opacities, opacification(s), opacified, airspace
 consolidation          consolidation, consolidative (opacity/process), consolidated. *Decision*: "air bronchograms"
                        are a sign inside the opacity or consolidation they are seen in, not a finding of their own
                        (no phrase).
-edema                  edema / oedema, pulmonary / interstitial / alveolar edema, fluid / volume overload
-                       (volume: version 20). *Decision*:
+edema                  edema / oedema, pulmonary / interstitial / alveolar edema, fluid overload (*not*
+                       "volume overload": reading it added an edema MeSH does not code on an Open-i report, version
+                       20's check). *Decision*:
                        "(pulmonary) vascular congestion" is **not** edema (ILS §2: the congestion category was
                        dropped; MeSH codes ``Pulmonary Congestion`` apart from ``Pulmonary Edema``); it is a
                        non-target finding; so are its signs cephalization / vascular redistribution (round 4) and
@@ -344,7 +345,7 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
     )),
     # targets
     (EntityKind("edema", EDEMA), (
-        r"(?:pulmonary|interstitial|alveolar|airspace)\s+o?edema", r"(?:fluid|volume)\s+overload", r"o?edema",
+        r"(?:pulmonary|interstitial|alveolar|airspace)\s+o?edema", r"fluid\s+overload", r"o?edema",
     )),
     (EntityKind("effusion", EFFUSION), (
         r"pleural\s+(?:effusions?|fluid(?:\s+collections?)?)",
