@@ -414,9 +414,10 @@ _VERSION_CORPUS = (
     "Fluid tracking along the minor fissure.",
     "The left costophrenic angle is mildly blunted.",
     "Increased heart size.",
+    "Right lower lobe opacity. Findings are concerning for pneumonia.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"20": "fb8597b45ab35c704daf67f1cbb9f06391a12093ae7866ae0caf756011c3e38e"}
+_PINNED_OUTPUT = {"21": "5200d7a72d79ec8d0a782723bfb4a4883cc6736c7c18f0873635d80a9859a24b"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -806,3 +807,14 @@ def test_a_costophrenic_angle_that_is_blunted(text: str, expected: list) -> None
 ])
 def test_increased_heart_size(text: str, expected: list) -> None:
     assert [(f.lesion, f.assertion) for f in findings(text)] == expected
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("Right lower lobe opacity. Findings are consistent with pneumonia.", (RB,)),
+    ("Patchy opacity at the left base. Findings could represent atelectasis or pneumonia.", (LB,)),
+    ("Findings are consistent with pneumonia.", (RL, LL)),  # nothing before it to point back to
+    ("Mild cardiomegaly. Findings are concerning for pneumonia.", (RL, LL)),  # no located lung finding before
+])
+def test_a_sentence_opening_with_a_bare_findings_points_back(text: str, where: tuple[str, ...]) -> None:
+    (f,) = [f for f in findings(text) if f.lesion == "pneumonia"]
+    assert f.reported_location == where

@@ -639,6 +639,9 @@ MIMIC_STYLE: list[tuple[str, str, Expected]] = [
     # rules version 20
     ("mimic-style", "Increased heart size with mild pulmonary edema.",
      [("cardiomegaly", "present", (HEART,)), ("edema", "present", BOTH)]),
+    # rules version 21
+    ("mimic-style", "Patchy opacity at the left base. Findings are concerning for pneumonia.",
+     [("opacity", "present", (LB,)), ("pneumonia", "uncertain", (LB,))]),
     # negation scopes read correctly (a wrong one writes a negative pair for a reported lesion)
     ("mimic-style", "No pneumothorax is identified; moderate right effusion is unchanged.",
      [("pneumothorax", "absent", BOTH), ("effusion", "present", (RL,))]),

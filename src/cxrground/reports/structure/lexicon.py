@@ -645,10 +645,10 @@ DIFFUSE_PHRASE_RE: Final[re.Pattern[str]] = re.compile(
     r"(?:pulmonary|interstitial|alveolar|vascular|diffuse|bilateral|multifocal|widespread|scattered)\b|"
     r".*\beffusions\b")
 #: A sentence that opens by pointing back ("This may represent atelectasis.", "The appearance suggests scarring or
-#: atelectasis."): its unlocated lesions lie where the located findings of the sentence before lie (see
-#: :mod:`.resolve`).
+#: atelectasis.", "Findings are concerning for pneumonia.": a bare "Findings", version 21): its unlocated lesions
+#: lie where the located findings of the sentence before lie (see :mod:`.resolve`).
 ANAPHOR_RE: Final[re.Pattern[str]] = re.compile(
-    r"\s*(?:(?:this|these|that|those|it|they|the\s+(?:appearance|findings?|latter|abnormality|abnormalities))\b"
+    r"\s*(?:(?:this|these|that|those|it|they|findings?|the\s+(?:appearance|findings?|latter|abnormality|abnormalities))\b"
     r"(?:\s+(?:findings?|appearance|abnormalit(?:y|ies)|opacit(?:y|ies)|densit(?:y|ies)|changes?))?"
     # version 16: "Superimposed pneumonia cannot be excluded." refers to the finding of the sentence before
     r"|(?:an?\s+)?(?:superimposed|underlying|associated|adjacent|concurrent|coexist(?:ing|ent)|accompanying)\b)",

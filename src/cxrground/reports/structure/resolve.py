@@ -11,7 +11,8 @@
    the finding's ``location_phrases`` stay empty (nothing was written in its sentence). Round 5: a finding whose
    only location phrases are extent words ("scattered", "diffuse": :func:`~.lexicon.is_extent_phrase`) counts as
    unlocated here, and a lesion finding of a sentence that opens by pointing back ("This may represent
-   atelectasis.", "The appearance suggests scarring or atelectasis.", "Superimposed pneumonia cannot be excluded.":
+   atelectasis.", "The appearance suggests scarring or atelectasis.", "Findings are concerning for pneumonia.",
+   "Superimposed pneumonia cannot be excluded.":
    :data:`~.lexicon.ANAPHOR_RE`) takes the labels
    of the located positive lung findings of the sentence before it, whatever their lesion; this direct reference
    comes before the same-lesion rule. Likewise an uncertain lesion finding whose phrase follows located positive
@@ -43,7 +44,7 @@ from cxrground.vocab.locations import lung_label
 __all__ = ["RESOLVE_VERSION", "exception_sides", "inherit_locations", "merge_duplicates", "resolve_findings"]
 
 #: Version of the report-level rules (recorded with every structurer's output).
-RESOLVE_VERSION: Final[str] = "5"
+RESOLVE_VERSION: Final[str] = "6"
 
 _NO_INHERIT = frozenset(HEART_MASK_LESIONS)  # the heart mask has no side to inherit
 
