@@ -163,7 +163,7 @@ S (lung / hemithorax / chest / side / pleural space), S-sided, S  ``S lung``
 bibasilar, bibasal, (both / the / lung) bases, basilar, basal,    ``right lung base``, ``left lung base``
 base, lower lobes / lungs / zones (no side)
 S base / basilar / basal / lung base, S lower lobe / lung /       ``S lung base``
-zone, RLL / LLL, S costophrenic angle / sulcus, retrocardiac
+zone, RLL / LLL, S costophrenic / cardiophrenic angle / sulcus, retrocardiac
 (left when no side)
 right middle lobe / middle lobe / RML, S heart border             ``right mid zone lung`` / ``S mid zone lung``
 (right) minor / horizontal fissure                                ``right mid zone lung``
@@ -676,14 +676,15 @@ _NEEDLIST = rf"{_NEED}(?:\s*(?:,|and|to|/|-|or)\s*{_NEED})*{_NOUN}"
 _FREE = (
     r"(?:bibasilar(?:ly)?|bibasal(?:ly)?|biapical|apices|apex|apical(?:ly)?|basilar|basal(?:ly)?|bases|base|"
     r"perihilar|parahilar|infrahilar|suprahilar|hilar|hilum|hila|lingula(?:r)?|retrocardiac|midlung|mid-lung|"
-    r"costophrenic(?:\s+(?:angles?|sulci|sulcus|recess(?:es)?))?|cp\s+angles?)"
+    r"costophrenic(?:\s+(?:angles?|sulci|sulcus|recess(?:es)?))?|cp\s+angles?|"
+    r"cardiophrenic(?:\s+(?:angles?|regions?|sulci|sulcus))?)"
 )
 _FREELIST = rf"{_FREE}(?:\s*(?:,|and|/|or)\s*{_FREE})*(?:{_NOUN})?"
 _NOOP_ANATOMY = (
     r"(?:hemidiaphragms?|diaphragm|atri(?:um|al)|ventric\w*|clavic\w*|ribs?|\d+(?:st|nd|rd|th)\s+ribs?|"
     r"shoulders?|humer\w*|scapul\w*|internal\s+jugular|ij|jugular|subclavian|picc|arm|axill\w*|breast|"
     r"chest\s+wall|upper\s+quadrant|neck|kidney|main\s*stem|bronch\w*|paratracheal|trache\w*|mediastin\w*|"
-    r"cardiac|heart|aort\w*|pectoral\w*|fem\w*|hip|knee|nipple|thyroid|cardiophrenic)"
+    r"cardiac|heart|aort\w*|pectoral\w*|fem\w*|hip|knee|nipple|thyroid)"
 )
 _LOCATIONS: Final[tuple[tuple[str, str], ...]] = (
     ("border", r"(?:right|left)\s+heart\s+border"),
@@ -707,6 +708,11 @@ EXTENT_RE: Final[re.Pattern[str]] = re.compile(r"diffuse(?:ly)?|multifocal|wides
 SIDE_WORD_RE: Final[re.Pattern[str]] = re.compile(r"\b(?:right|left|bilateral(?:ly)?|both)\b|^bi|\bbi(?=\w)")
 #: The gap that lets a zoned phrase take the side of the phrase before it ("left perihilar upper lobe").
 SIDE_CARRY_GAP_RE: Final[re.Pattern[str]] = re.compile(r"\s*(?:(?:,|/|and)\s*)?")
+#: The gap that lets "the base" / "the apex" take the side of a sided place a few words before it ("opacity in the
+#: right lung, most pronounced at the base"; version 22): no and / or / but / semicolon / side word in between.
+SIDE_BACK_GAP_RE: Final[re.Pattern[str]] = re.compile(
+    r",?\s*(?:(?!(?:and|or|but|right|left|bilateral|both)\b)[\w-]+\s+){0,4}"
+    r"(?:at|in|of|toward|towards|near|involving|within)\s+the\s+")
 
 
 def is_extent_phrase(phrase: str) -> bool:
@@ -731,7 +737,7 @@ LOCATION_MATCHER: Final[Alternation] = Alternation(_loc_branches)
 _ZONE_WORD_RE = re.compile(
     r"upper|suprahilar|lower|midlung|mid-lung|middle|mid|apex|apices|biapical|apical\w*|bibasilar\w*|bibasal\w*|"
     r"basilar|basal\w*|bases|base|perihilar|parahilar|infrahilar|hilar|hilum|hila|lingula\w*|retrocardiac|"
-    r"costophrenic|cp"
+    r"costophrenic|cardiophrenic|cp"
 )
 _ZONE_OF: Final[dict[str, str]] = {
     "upper": "upper zone lung", "suprahilar": "upper zone lung",
@@ -742,7 +748,7 @@ _ZONE_OF: Final[dict[str, str]] = {
     "hilar": "mid zone lung", "hilum": "mid zone lung", "hila": "mid zone lung", "lingula": "mid zone lung",
     "lower": "lung base", "bibasilar": "lung base", "bibasal": "lung base", "basilar": "lung base",
     "basal": "lung base", "bases": "lung base", "base": "lung base", "retrocardiac": "lung base",
-    "costophrenic": "lung base", "cp": "lung base",
+    "costophrenic": "lung base", "cardiophrenic": "lung base", "cp": "lung base",
 }  # fmt: skip
 _ABBR: Final[dict[str, tuple[str, str]]] = {
     "rll": ("right", "lung base"), "lll": ("left", "lung base"), "rml": ("right", "mid zone lung"),

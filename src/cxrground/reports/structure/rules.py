@@ -114,6 +114,7 @@ from cxrground.reports.structure.lexicon import (
     PRIOR_EXAM_RE,
     PRIOR_NEGATION_RE,
     RADIOGRAPH_RE,
+    SIDE_BACK_GAP_RE,
     SIDE_CARRY_GAP_RE,
     SIDE_WORD_RE,
     EntityKind,
@@ -144,8 +145,9 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: 18: a negation ends at a comma before a new statement also after a place ("no effusion on the left, small effusion
 #: on the right"), and a place before such a comma is the phrase's before it; the minor fissure is the right mid
 #: zone; 19: "the left costophrenic angle is blunted" is costophrenic blunting; 20: "increased heart size" is
-#: cardiomegaly; 21: report-level rules version 6 (a sentence that opens with a bare "Findings" points back).
-RULES_VERSION: Final[str] = "21"
+#: cardiomegaly; 21: report-level rules version 6 (a sentence that opens with a bare "Findings" points back); 22:
+#: "the base" takes the side of a sided place a few words before it, a sided cardiophrenic angle is that side's base.
+RULES_VERSION: Final[str] = "22"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -555,7 +557,8 @@ class RuleStructurer:
             side = SIDE_WORD_RE.search(phrase)
             if side is not None:  # a side word of a no-op phrase ("left greater than right") is no side to carry
                 prev = (e, side.group()) if side.group() in ("right", "left") and labels else None
-            elif (kind == "zoned" and prev is not None and SIDE_CARRY_GAP_RE.fullmatch(low, prev[0], s)
+            elif (kind == "zoned" and prev is not None
+                  and (SIDE_CARRY_GAP_RE.fullmatch(low, prev[0], s) or SIDE_BACK_GAP_RE.fullmatch(low, prev[0], s))
                   and _PLURAL_PLACE.search(phrase) is None and {lab.split()[0] for lab in labels} >= {"right", "left"}):
                 labels = location_labels(kind, f"{prev[1]} {phrase}")  # "left perihilar upper lobe": left
                 prev = (e, prev[1])
