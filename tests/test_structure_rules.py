@@ -415,9 +415,11 @@ _VERSION_CORPUS = (
     "The left costophrenic angle is mildly blunted.",
     "Increased heart size.",
     "Right lower lobe opacity. Findings are concerning for pneumonia.",
+    "Opacity in the right lung, most pronounced at the base.",
+    "Consolidation in the right upper lobe and effusion on the left.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"21": "5200d7a72d79ec8d0a782723bfb4a4883cc6736c7c18f0873635d80a9859a24b"}
+_PINNED_OUTPUT = {"22": "2c385c1e5e42c2f06579025be8c16cd21d81458e39d83887d1aa207041f93ded"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -818,3 +820,23 @@ def test_increased_heart_size(text: str, expected: list) -> None:
 def test_a_sentence_opening_with_a_bare_findings_points_back(text: str, where: tuple[str, ...]) -> None:
     (f,) = [f for f in findings(text) if f.lesion == "pneumonia"]
     assert f.reported_location == where
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # a place after a preposition belongs to the finding before it, also when "and" joins the next finding
+    ("Opacity in the right lower lobe and atelectasis.", [("opacity", (RB,)), ("atelectasis", (RL, LL))]),
+    ("Consolidation in the right upper lobe and effusion on the left.",
+     [("consolidation", (RU,)), ("effusion", (LL,))]),
+    ("Atelectasis at the left base and consolidation in the right lower lobe.",
+     [("atelectasis", (LB,)), ("consolidation", (RB,))]),
+    ("In the right lung there is patchy opacity.", [("opacity", (RL,))]),  # nothing before it
+    # "the base" after a sided place takes its side, unless "and" stands between
+    ("Opacity in the right lung, most pronounced at the base.", [("opacity", (RL, RB))]),
+    ("Right pleural effusion with atelectasis at the base.", [("effusion", (RL,)), ("atelectasis", (RB,))]),
+    ("Opacity in the right lung and effusion at the base.", [("opacity", (RL,)), ("effusion", (RB, LB))]),
+    # the cardiophrenic angle
+    ("Opacity at the right cardiophrenic angle.", [("opacity", (RB,))]),
+    ("Opacity at the cardiophrenic angle.", [("opacity", (RB, LB))]),
+])
+def test_places_after_a_preposition_the_base_and_the_cardiophrenic_angle(text: str, expected: list) -> None:
+    assert [(f.lesion, f.reported_location) for f in findings(text)] == expected

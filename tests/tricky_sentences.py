@@ -642,6 +642,14 @@ MIMIC_STYLE: list[tuple[str, str, Expected]] = [
     # rules version 21
     ("mimic-style", "Patchy opacity at the left base. Findings are concerning for pneumonia.",
      [("opacity", "present", (LB,)), ("pneumonia", "uncertain", (LB,))]),
+    # rules version 22
+    ("mimic-style", "Consolidation in the right upper lobe and effusion on the left.",
+     [("consolidation", "present", (RU,)), ("effusion", "present", (LL,))]),
+    ("mimic-style", "Atelectasis at the left base and consolidation in the right lower lobe.",
+     [("atelectasis", "present", (LB,)), ("consolidation", "present", (RB,))]),
+    ("mimic-style", "Opacity in the right lung, most pronounced at the base.",
+     [("opacity", "present", (RL, RB))]),
+    ("mimic-style", "Opacity at the right cardiophrenic angle.", [("opacity", "present", (RB,))]),
     # negation scopes read correctly (a wrong one writes a negative pair for a reported lesion)
     ("mimic-style", "No pneumothorax is identified; moderate right effusion is unchanged.",
      [("pneumothorax", "absent", BOTH), ("effusion", "present", (RL,))]),

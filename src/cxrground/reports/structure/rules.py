@@ -146,7 +146,8 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: on the right"), and a place before such a comma is the phrase's before it; the minor fissure is the right mid
 #: zone; 19: "the left costophrenic angle is blunted" is costophrenic blunting; 20: "increased heart size" is
 #: cardiomegaly; 21: report-level rules version 6 (a sentence that opens with a bare "Findings" points back); 22:
-#: "the base" takes the side of a sided place a few words before it, a sided cardiophrenic angle is that side's base.
+#: "the base" takes the side of a sided place a few words before it, a sided cardiophrenic angle is that side's base,
+#: a place after a preposition belongs to the finding before it.
 RULES_VERSION: Final[str] = "22"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
@@ -210,6 +211,11 @@ _CLAUSE_CONTINUES: Final[re.Pattern[str]] = re.compile(
 _AND_OR: Final[re.Pattern[str]] = re.compile(r"\b(?:and|or|nor)\b|/")
 _MAX_LINK_WORDS: Final[int] = 15
 _LOCATION_SCOPE_SKIP: Final[str] = "with"
+#: A preposition (and article) right before a location phrase: the place follows the finding it belongs to
+#: ("opacity in the right lower lobe and atelectasis"; version 22).
+_PLACE_PREPOSITION: Final[re.Pattern[str]] = re.compile(
+    r"\b(?:in|at|of|on|within|involving|over|along|throughout|near|projecting\s+over|overlying)\s+"
+    r"(?:the\s+|both\s+)?$")
 #: A sided hemidiaphragm: what lies "adjacent" to it lies at that side's lung base.
 _SIDED_DIAPHRAGM: Final[re.Pattern[str]] = re.compile(r"\b(right|left)\s+hemidiaphragm\b")
 #: Gap that coordinates a finding with the one before it ("left basilar atelectasis and small effusion").
@@ -591,16 +597,18 @@ class RuleStructurer:
 
     def _nearest(self, mentions: list[_Mention], terms: list[_Cue], low: str, s: int, e: int,
                  skip: str | None = None) -> int | None:
-        """Group of the finding nearest to the location phrase ``low[s:e]`` within its clause; a finding after a
-        comma that follows the phrase only when no finding stands before it ("no effusion on the left, small
-        effusion on the right": "left" is the first effusion's)."""
+        """Group of the finding nearest to the location phrase ``low[s:e]`` within its clause. A finding after the
+        phrase is taken only when no finding stands before it if a comma stands between them ("no effusion on the
+        left, small effusion on the right": "left" is the first effusion's) or the phrase follows a preposition
+        ("opacity in the right lower lobe and atelectasis": the opacity's)."""
         lo, hi = self._scope(terms, s, e, len(low), skip=skip, low=low)
-        best: tuple[int, int, int, int] | None = None  # (across a comma, distance, after-penalty, group)
+        postposed = _PLACE_PREPOSITION.search(low, max(0, s - 40), s) is not None
+        best: tuple[int, int, int, int] | None = None  # (second choice, distance, after-penalty, group)
         for mm in mentions:
             if mm.kind.lesion in HEART_MASK_LESIONS or mm.start < lo or mm.end > hi:
                 continue
             if e <= mm.start:
-                key = (int("," in low[e:mm.start]), mm.start - e, 0, mm.group)
+                key = (int(postposed or "," in low[e:mm.start]), mm.start - e, 0, mm.group)
             else:
                 key = (0, s - mm.end, 1, mm.group)
             if best is None or key[:3] < best[:3]:
