@@ -160,9 +160,12 @@ def test_prompts_name_the_vocabulary() -> None:
                    "left basilar atelectasis and effusion", "right upper and left lower lobes", "blunting",
                    "almost complete resolution of", "with residual opacity", "c/w", "PNA",
                    "no evidence of pleural effusion on the left, small effusion on the right", "minor fissure",
-                   "the left costophrenic angle is blunted", "increased heart size"):
+                   "the left costophrenic angle is blunted", "increased heart size",
+                   "opacity in the right lower lobe and atelectasis", "most pronounced at the base"):
         assert phrase in " ".join(structure.text.split()), phrase
-    assert "minor or horizontal fissure -> `right mid zone lung`" in " ".join(location.text.split())
+    for phrase in ("minor or horizontal fissure -> `right mid zone lung`", "costophrenic or cardiophrenic angle",
+                   "a few words after a sided place of the same item takes that side"):
+        assert phrase in " ".join(location.text.split()), phrase
     assert all(f"`{lesion}`" in structure.text for lesion in LESIONS)
     assert all(f"`{label}`" in location.text for label in ILS_LOCATION_LABELS)
     assert "{{" not in structure.text + location.text
