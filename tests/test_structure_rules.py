@@ -417,9 +417,10 @@ _VERSION_CORPUS = (
     "Right lower lobe opacity. Findings are concerning for pneumonia.",
     "Opacity in the right lung, most pronounced at the base.",
     "Consolidation in the right upper lobe and effusion on the left.",
+    "Opacities in the right upper lobe and the left lower lobe.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"22": "2c385c1e5e42c2f06579025be8c16cd21d81458e39d83887d1aa207041f93ded"}
+_PINNED_OUTPUT = {"23": "d9514fcd4eef6d3a1b5567805dd7940eadb25bcae9958afe3f83cf294e8a263c"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -839,4 +840,14 @@ def test_a_sentence_opening_with_a_bare_findings_points_back(text: str, where: t
     ("Opacity at the cardiophrenic angle.", [("opacity", (RB, LB))]),
 ])
 def test_places_after_a_preposition_the_base_and_the_cardiophrenic_angle(text: str, expected: list) -> None:
+    assert [(f.lesion, f.reported_location) for f in findings(text)] == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Opacities in the right upper lobe and the left lower lobe.", [("opacity", (RU, LB))]),
+    ("Patchy opacity in the right lower lobe and the lingula.", [("opacity", (RB, LM))]),
+    ("Right effusion, and the left costophrenic angle is sharp.", [("effusion", (RL,))]),  # a statement of its own
+    ("Atelectasis at the left base and the heart is enlarged.", [("atelectasis", (LB,)), ("cardiomegaly", (HEART,))]),
+])
+def test_a_place_coordinated_by_and_the(text: str, expected: list) -> None:
     assert [(f.lesion, f.reported_location) for f in findings(text)] == expected

@@ -650,6 +650,9 @@ MIMIC_STYLE: list[tuple[str, str, Expected]] = [
     ("mimic-style", "Opacity in the right lung, most pronounced at the base.",
      [("opacity", "present", (RL, RB))]),
     ("mimic-style", "Opacity at the right cardiophrenic angle.", [("opacity", "present", (RB,))]),
+    # rules version 23
+    ("mimic-style", "Opacities in the right upper lobe and the left lower lobe.",
+     [("opacity", "present", (RU, LB))]),
     # negation scopes read correctly (a wrong one writes a negative pair for a reported lesion)
     ("mimic-style", "No pneumothorax is identified; moderate right effusion is unchanged.",
      [("pneumothorax", "absent", BOTH), ("effusion", "present", (RL,))]),

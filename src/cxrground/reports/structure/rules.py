@@ -147,8 +147,9 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: zone; 19: "the left costophrenic angle is blunted" is costophrenic blunting; 20: "increased heart size" is
 #: cardiomegaly; 21: report-level rules version 6 (a sentence that opens with a bare "Findings" points back); 22:
 #: "the base" takes the side of a sided place a few words before it, a sided cardiophrenic angle is that side's base,
-#: a place after a preposition belongs to the finding before it.
-RULES_VERSION: Final[str] = "22"
+#: a place after a preposition belongs to the finding before it; 23: a finding-less, verb-less place after a
+#: clause-ending "and the" belongs to the finding before the "and".
+RULES_VERSION: Final[str] = "23"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -211,6 +212,8 @@ _CLAUSE_CONTINUES: Final[re.Pattern[str]] = re.compile(
 _AND_OR: Final[re.Pattern[str]] = re.compile(r"\b(?:and|or|nor)\b|/")
 _MAX_LINK_WORDS: Final[int] = 15
 _LOCATION_SCOPE_SKIP: Final[str] = "with"
+#: "and (the)" right before a place: the clause-ending "and" of a coordinated place (version 23).
+_AND_THE: Final[re.Pattern[str]] = re.compile(r"\band\s+(?:the\s+)?$")
 #: A preposition (and article) right before a location phrase: the place follows the finding it belongs to
 #: ("opacity in the right lower lobe and atelectasis"; version 22).
 _PLACE_PREPOSITION: Final[re.Pattern[str]] = re.compile(
@@ -578,6 +581,8 @@ class RuleStructurer:
                 continue  # "..., the left lower lobe is clear": the location of a normal statement
             best = self._nearest(mentions, terms, low, s, e)
             if best is None:
+                best = self._coordinated_place(mentions, terms, low, s, e)
+            if best is None:
                 pending.append((s, e, labels))
                 continue
             for mm in mentions:
@@ -594,6 +599,22 @@ class RuleStructurer:
                 continue
             for mm in group:
                 mm.locations.append((s, text[s:e], labels))
+
+    def _coordinated_place(self, mentions: list[_Mention], terms: list[_Cue], low: str, s: int,
+                           e: int) -> int | None:
+        """Group of the finding a finding-less, verb-less place after a clause-ending "and (the)" belongs to: the
+        nearest finding of the clause before the "and" ("opacities in the right upper lobe and the left lower
+        lobe"); None otherwise."""
+        gap = _AND_THE.search(low, max(0, s - 12), s)
+        if gap is None:
+            return None
+        end = next((t.start for t in terms if t.start >= e), len(low))
+        if _VERB.search(low, e, end) is not None:
+            return None  # "..., and the left costophrenic angle is sharp": a statement of its own
+        before = [t for t in terms if t.start <= gap.start() < t.end or t.start == gap.start()]
+        if not before:
+            return None
+        return self._nearest(mentions, terms, low, before[0].start, before[0].start)
 
     def _nearest(self, mentions: list[_Mention], terms: list[_Cue], low: str, s: int, e: int,
                  skip: str | None = None) -> int | None:
