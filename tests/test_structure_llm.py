@@ -161,7 +161,8 @@ def test_prompts_name_the_vocabulary() -> None:
                    "almost complete resolution of", "with residual opacity", "c/w", "PNA",
                    "no evidence of pleural effusion on the left, small effusion on the right", "minor fissure",
                    "the left costophrenic angle is blunted", "increased heart size",
-                   "opacity in the right lower lobe and atelectasis", "most pronounced at the base"):
+                   "opacity in the right lower lobe and atelectasis", "most pronounced at the base",
+                   "in the right upper lobe and the left lower lobe"):
         assert phrase in " ".join(structure.text.split()), phrase
     for phrase in ("minor or horizontal fissure -> `right mid zone lung`", "costophrenic or cardiophrenic angle",
                    "a few words after a sided place of the same item takes that side"):
