@@ -284,14 +284,13 @@ _CARDIO_PATTERNS: Final[tuple[str, ...]] = (
 #: "blunted" after a costophrenic angle and its verb ("the left costophrenic angle is (mildly) blunted"): the
 #: costophrenic blunting finding (version 19). One fixed-width lookbehind per wording.
 _BLUNTED_AFTER: Final[tuple[str, ...]] = tuple(
-    rf"(?<={place} {verb} {degree}){word}"
+    rf"(?<={place} {verb} {degree})blunted"
     for place, verb in (("costophrenic angle", "is"), ("costophrenic angle", "remains"),
                         ("costophrenic angle", "appears"), ("costophrenic angles", "are"),
                         ("costophrenic angles", "remain"), ("costophrenic angles", "appear"),
                         ("costophrenic sulcus", "is"), ("costophrenic sulci", "are"), ("cp angle", "is"),
                         ("cp angles", "are"))
     for degree in ("", "mildly ", "slightly ", "minimally ", "again ")
-    for word in ("blunted",)
 )
 
 _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (

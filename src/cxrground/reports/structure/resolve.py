@@ -120,9 +120,10 @@ def exception_sides(findings: tuple[Finding, ...], report: StructuredReport | No
     out = []
     for f in findings:
         text = _sentence_text(report, f.sent_idx)
-        m = CLEAR_EXCEPT_RE.search(text.lower()) if text is not None else None
+        low = text.lower() if text is not None else ""
+        m = CLEAR_EXCEPT_RE.search(low)
         if (m is None or f.lesion in _NO_INHERIT or not f.reported_location or HEART in f.reported_location
-                or f.entity.lower() not in text.lower()[m.end():].split(";", 1)[0]):
+                or f.entity.lower() not in low[m.end():].split(";", 1)[0]):
             out.append(f)
             continue
         side = m.group(1)

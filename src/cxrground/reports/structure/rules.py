@@ -611,10 +611,8 @@ class RuleStructurer:
         end = next((t.start for t in terms if t.start >= e), len(low))
         if _VERB.search(low, e, end) is not None:
             return None  # "..., and the left costophrenic angle is sharp": a statement of its own
-        before = [t for t in terms if t.start <= gap.start() < t.end or t.start == gap.start()]
-        if not before:
-            return None
-        return self._nearest(mentions, terms, low, before[0].start, before[0].start)
+        term = next((t for t in terms if t.start <= gap.start() < t.end), None)  # the clause-ending "and"
+        return None if term is None else self._nearest(mentions, terms, low, term.start, term.start)
 
     def _nearest(self, mentions: list[_Mention], terms: list[_Cue], low: str, s: int, e: int,
                  skip: str | None = None) -> int | None:
