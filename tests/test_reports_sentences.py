@@ -76,6 +76,10 @@ from cxrground.reports import (
             ["Eval for ? pneumonia.", "Small left effusion", "No pneumothorax"],
         ),
         ("Is there pneumonia? No.", ["Is there pneumonia?", "No."]),
+        # side abbreviations: "rt." / "lt." end a sentence only before a capital
+        ("Small effusion at the lt. base. Opacity in the rt. lower zone.",
+         ["Small effusion at the lt. base.", "Opacity in the rt. lower zone."]),
+        ("Post surgery on the rt. Lungs are clear.", ["Post surgery on the rt.", "Lungs are clear."]),
         # Windows line ends, tabs and repeated spaces
         ("Heart\tnormal.  \r\nLungs   clear.", ["Heart normal.", "Lungs clear."]),
     ],

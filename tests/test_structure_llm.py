@@ -135,8 +135,8 @@ def test_llm_matches_rules_and_records_provenance(fake: FakeLLM) -> None:
     assert body["response_format"]["json_schema"]["strict"] is True
     assert body["messages"][0]["content"] == load_prompt(STRUCTURE_PROMPT).text
     prov = llm.provenance
-    assert prov["prompts"]["structure"]["version"] == STRUCTURE_PROMPT == "structure_v7"
-    assert prov["prompts"]["location"]["version"] == LOCATION_PROMPT == "location_v4"
+    assert prov["prompts"]["structure"]["version"] == STRUCTURE_PROMPT == "structure_v8"
+    assert prov["prompts"]["location"]["version"] == LOCATION_PROMPT == "location_v5"
     # structure_v5 asks for the hedge grade: the schema requires it (null allowed), and it comes back
     item = body["response_format"]["json_schema"]["schema"]["properties"]["findings"]["items"]
     assert "hedge" in item["required"] and item["properties"]["hedge"]["enum"] == ["likely", "possible", None]
@@ -155,17 +155,20 @@ def test_prompts_name_the_vocabulary() -> None:
     assert load_prompt("structure_v4").sha256 != structure.sha256 and load_prompt("location_v2").text
     assert load_prompt("structure_v5").sha256 != structure.sha256
     assert load_prompt("structure_v6").sha256 != structure.sha256 and load_prompt("location_v3").text
-    # the guidance follows the rule structurer's classes (rules versions 8-18)
+    assert load_prompt("structure_v7").sha256 != structure.sha256 and load_prompt("location_v4").text
+    # the guidance follows the rule structurer's classes (rules versions 8-24)
     for phrase in ("not present on prior", "nipple shadow", "ARDS or multifocal pneumonia", "Whiteout",
                    "left basilar atelectasis and effusion", "right upper and left lower lobes", "blunting",
                    "almost complete resolution of", "with residual opacity", "c/w", "PNA",
                    "no evidence of pleural effusion on the left, small effusion on the right", "minor fissure",
                    "the left costophrenic angle is blunted", "increased heart size",
                    "opacity in the right lower lobe and atelectasis", "most pronounced at the base",
-                   "in the right upper lobe and the left lower lobe"):
+                   "in the right upper lobe and the left lower lobe", "no evidence of worsening edema",
+                   "shadowing", "most prominent in the left upper lobe", "Lt basal"):
         assert phrase in " ".join(structure.text.split()), phrase
     for phrase in ("minor or horizontal fissure -> `right mid zone lung`", "costophrenic or cardiophrenic angle",
-                   "a few words after a sided place of the same item takes that side"):
+                   "a few words after a sided place of the same item takes that side",
+                   "where the disease is worst", "Rt / Lt mean right / left"):
         assert phrase in " ".join(location.text.split()), phrase
     assert all(f"`{lesion}`" in structure.text for lesion in LESIONS)
     assert all(f"`{label}`" in location.text for label in ILS_LOCATION_LABELS)

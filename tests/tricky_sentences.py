@@ -676,4 +676,23 @@ MIMIC_STYLE: list[tuple[str, str, Expected]] = [
     ("mimic-style", "There has been no change in the left lower lobe collapse.",
      [("atelectasis", "present", (LB,))]),
     ("mimic-style", "There is no longer a left pleural effusion.", [("effusion", "absent", (LL,))]),
+    # rules version 24
+    ("mimic-style", "No evidence of worsening edema.", [("edema", "present", BOTH)]),
+    ("mimic-style", "Multifocal opacities, most prominent in the left upper lobe.",
+     [("opacity", "present", (*BOTH, LU))]),
+    ("mimic-style", "Diffuse interstitial opacities, most pronounced at the bases.",
+     [("opacity", "present", (*BOTH, RB, LB))]),
+    ("mimic-style", "Lt basal opacity.", [("opacity", "present", (LB,))]),
+    ("mimic-style", "Patchy shadowing in the right lower zone.", [("opacity", "present", (RB,))]),
+    # read correctly already: differentials, adjacent atelectasis, "to suggest", a clear lung beside a finding
+    ("mimic-style", "Retrocardiac opacity could reflect atelectasis or consolidation.",
+     [("atelectasis", "uncertain", (LB,)), ("consolidation", "uncertain", (LB,))]),
+    ("mimic-style", "Small bilateral pleural effusions with adjacent compressive atelectasis.",
+     [("effusion", "present", BOTH), ("atelectasis", "present", BOTH)]),
+    ("mimic-style", "There is no focal consolidation to suggest pneumonia.",
+     [("consolidation", "absent", BOTH), ("pneumonia", "absent", BOTH)]),
+    ("mimic-style", "The right lung is clear, but there is left lower lobe consolidation.",
+     [("consolidation", "present", (LB,))]),
+    ("mimic-style", "Mild pulmonary vascular congestion without frank edema.",
+     [("pulmonary vascular congestion", "present", BOTH), ("edema", "absent", BOTH)]),
 ]

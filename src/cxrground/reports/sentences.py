@@ -12,8 +12,8 @@ Rules of :func:`split_sentences`, in order:
    (``No effusion . Heart is normal.``), except after abbreviations:
    titles and Latin forms (``Dr.``, ``St.``, ``e.g.``, ``i.e.``, ``vs.``, ``approx.``, ``cf.``),
    ``P.A.``/``A.P.`` and single-letter initials never split; dotted initialisms (``a.m.``,
-   ``U.S.``) and short forms such as ``pt.``, ``yrs.``, ``etc.`` split only when the next word
-   starts with an upper-case letter, a digit or a de-identification blank.
+   ``U.S.``) and short forms such as ``pt.``, ``yrs.``, ``etc.``, ``rt.`` / ``lt.`` (right / left) split only
+   when the next word starts with an upper-case letter, a digit or a de-identification blank.
 4. Line breaks inside a sentence and runs of whitespace become single spaces; de-identification
    blanks (``___``, ``XXXX``) are kept verbatim. Pieces without any letter, digit or ``_`` are dropped.
 """
@@ -44,7 +44,7 @@ NEVER_SPLIT: Final[frozenset[str]] = frozenset(
 )  # fmt: skip
 #: Abbreviations that end a sentence only when the next word looks like a sentence start.
 SPLIT_IF_CAPITAL: Final[frozenset[str]] = frozenset(
-    {"pt", "pts", "etc", "yr", "yrs", "y.o", "hr", "hrs", "min", "mins", "sec", "wk", "wks", "mo", "mos"}
+    {"pt", "pts", "etc", "yr", "yrs", "y.o", "hr", "hrs", "min", "mins", "sec", "wk", "wks", "mo", "mos", "rt", "lt"}
 )
 
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")

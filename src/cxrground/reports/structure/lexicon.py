@@ -335,6 +335,7 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
         r"interstitial\s+(?:lung\s+disease|markings?|prominence|thickening|pattern|disease|changes?)",
         r"reticular(?:\s+interstitial)?\s+markings?", r"reticulonodular\s+(?:markings?|pattern)",
         r"reticular(?:[- ]?nodular)?\s+pattern",
+        r"(?:reticular(?:[- ]?nodular)?|reticulonodular|interstitial)\s+shadowing",
     )),
     (EntityKind("acute respiratory distress syndrome", None), (
         r"acute\s+respiratory\s+distress\s+syndrome", r"ards",
@@ -361,12 +362,13 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
         r"atelectatic(?:\s+changes?)?", r"atelectases", r"atelectasis", r"collapsed?",
     )),
     (EntityKind("consolidation", CONSOLIDATION, observation=True), (
-        r"consolidative\s+(?:opacity|opacities|process|changes?)", r"consolidations?", r"consolidative",
+        r"consolidative\s+(?:opacity|opacities|process|changes?|shadowing)", r"consolidations?", r"consolidative",
         r"consolidated",
     )),
     (EntityKind("opacity", OPACITY, observation=True), (
         r"(?:airspace|air\s+space|alveolar|ground[- ]glass)\s+(?:opacity|opacities|opacifications?|disease|"
-        r"processe?s?|infiltrates?)",
+        r"processe?s?|infiltrates?|shadowing)",
+        r"shadowing",  # British for opacity (version 24); a bare "shadow" is cardiac, nipple, breast, vascular
         r"ground[- ]glass",
         r"hazy\s+opacit(?:y|ies)", r"opacit(?:y|ies)", r"opacifications?", r"opacified",
         r"infiltrates?", r"infiltration", r"infiltrative\s+(?:process|changes?)", r"haziness",
@@ -456,11 +458,16 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
     ("pseudo", _PRIOR_NEGATION),
     ("pseudo", r"no\s+(?:(?:significant|interval|substantial|appreciable|definite|significant\s+interval|"
                r"acute|real|major|marked|further)\s+)*(?:change|changes|increase|decrease|progression|"
-               r"worsening|improvement|difference)"),
+               r"worsening|improvement|difference|increasing|enlarging)"),
+    # "no evidence of worsening edema": the edema is there, it is not worse (version 24); "no evidence of new X"
+    # stays a negation
+    ("pseudo", r"no\s+(?:(?:radiographic|definite|convincing|definitive|clear|significant|further)\s+)?"
+               r"(?:evidence|signs?)\s+of\s+(?:(?:significant|interval|further|substantial)\s+)*"
+               r"(?:worsening|increasing|enlarging|progression|progressing|increase|change)"),
     ("pseudo", r"not\s+(?:(?:significantly|substantially|appreciably|markedly|much)\s+)?(?:changed|increased|"
                r"decreased|improved|worsened|worse|different|progressed)"),
     ("pseudo", r"without\s+(?:(?:significant|interval|substantial|appreciable)\s+)*(?:change|increase|decrease|"
-               r"progression)"),
+               r"progression|worsening|increasing)"),
     ("pseudo", r"not\s+only|gram[- ]negative"),
     # incomplete resolution leaves the finding present: "partially resolved", "has not resolved", "near complete
     # resolution of"
@@ -664,7 +671,8 @@ ALTERNATIVE_GAP_RE: Final[re.Pattern[str]] = re.compile(
 
 # --- locations -----------------------------------------------------------------------------------------------
 
-_SIDE = r"(?:right\s+and\s+left|left\s+and\s+right|right|left|bilateral|both)"
+#: Side words of a place; "rt" / "lt" (version 24) only before a zone word or a lung noun, never alone ("post RT").
+_SIDE = r"(?:right\s+and\s+left|left\s+and\s+right|right|left|rt\.?|lt\.?|bilateral|both)"
 _SIDED = _SIDE + r"(?:[- ]?sided)?"
 _DESC = r"(?:(?:lateral|medial|posterior|anterior|inferior|superior|peripheral|dependent|central|far|extreme)\s+)*"
 _NOUN = r"\s+(?:lungs?\s+)?(?:lobes?|zones?|fields?|lungs?|hemithora(?:x|ces)|regions?|segments?)"
@@ -704,7 +712,9 @@ _LOCATIONS: Final[tuple[tuple[str, str], ...]] = (
 #: multifocal (no side)"); with a sided or zoned phrase ("diffuse right lower lobe opacity") they add no label.
 EXTENT_RE: Final[re.Pattern[str]] = re.compile(r"diffuse(?:ly)?|multifocal|widespread|scattered")
 #: Side words of a location phrase; a zoned phrase without one may take the side of the phrase right before it.
-SIDE_WORD_RE: Final[re.Pattern[str]] = re.compile(r"\b(?:right|left|bilateral(?:ly)?|both)\b|^bi|\bbi(?=\w)")
+SIDE_WORD_RE: Final[re.Pattern[str]] = re.compile(r"\b(?:right|left|rt|lt|bilateral(?:ly)?|both)\b|^bi|\bbi(?=\w)")
+#: Side abbreviations and the side they name.
+SIDE_ABBREVIATIONS: Final[dict[str, str]] = {"rt": "right", "lt": "left"}
 #: The gap that lets a zoned phrase take the side of the phrase before it ("left perihilar upper lobe").
 SIDE_CARRY_GAP_RE: Final[re.Pattern[str]] = re.compile(r"\s*(?:(?:,|/|and)\s*)?")
 #: The gap that lets "the base" / "the apex" take the side of a sided place a few words before it ("opacity in the
@@ -712,6 +722,16 @@ SIDE_CARRY_GAP_RE: Final[re.Pattern[str]] = re.compile(r"\s*(?:(?:,|/|and)\s*)?"
 SIDE_BACK_GAP_RE: Final[re.Pattern[str]] = re.compile(
     r",?\s*(?:(?!(?:and|or|but|right|left|bilateral|both)\b)[\w-]+\s+){0,4}"
     r"(?:at|in|of|toward|towards|near|involving|within)\s+the\s+")
+
+
+#: Words right before a place that make it where an extent word's disease is worst ("multifocal opacities, most
+#: pronounced in the left upper lobe"; version 24): the place adds to both lungs instead of replacing them.
+PREDOMINANT_PLACE_RE: Final[re.Pattern[str]] = re.compile(
+    r"\b(?:(?:most|more)\s+(?:pronounced|prominent|marked|severe|conspicuous|evident|notable|extensive|dense|"
+    r"confluent|apparent)|predominantly|predominant|mainly|mostly|primarily|chiefly|greatest|worst|worse|especially|"
+    r"particularly|notably)\s+(?:(?:in|at|on|within|involving|over|along|throughout|toward|towards)\s+)?"
+    r"(?:the\s+|both\s+)?$"
+)
 
 
 def is_extent_phrase(phrase: str) -> bool:
@@ -768,9 +788,9 @@ def _sides(text: str, default: tuple[str, ...]) -> tuple[str, ...]:
         return ("left", "right")
     if "right and left" in text or "bilateral" in text or text.startswith(("both", "bi")):
         return SIDES
-    if re.search(r"\bright\b|^right", text):
+    if re.search(r"\bright\b|^right|\brt\b", text):
         return ("right",)
-    if re.search(r"\bleft\b|^left", text):
+    if re.search(r"\bleft\b|^left|\blt\b", text):
         return ("left",)
     return default
 

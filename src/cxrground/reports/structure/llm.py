@@ -2,11 +2,11 @@
 
 Two steps per report, as in ILS §7.2 (the reference used two models; here both steps use ``model``):
 
-1. **Structuring** (prompt ``prompts/structure_v7.md``): the numbered section (``section_content``) ->
+1. **Structuring** (prompt ``prompts/structure_v8.md``): the numbered section (``section_content``) ->
    findings ``{entity, sent_idx, assertion, lesion, location_phrases, hedge}`` (``hedge``, the grade of an
    uncertain finding's hedge, only with prompts that ask for it: structure_v5 on; a grade on a finding that is not
    uncertain, or one outside ``likely`` / ``possible``, is rejected and recorded, the finding kept ungraded).
-2. **Location mapping** (prompt ``prompts/location_v4.md``): the location phrases of every finding except
+2. **Location mapping** (prompt ``prompts/location_v5.md``): the location phrases of every finding except
    cardiomegaly -> ILS labels. Skipped when no finding has a location phrase. Cardiomegaly always maps to
    ``heart``; a finding without phrases gets the default of :func:`.lexicon.default_location`
    (both lungs for lung lesions and effusion).
@@ -88,8 +88,8 @@ __all__ = [
 #: Stage name of the :class:`~cxrground.errors.Failure` records.
 STAGE: Final[str] = "structure"
 #: Prompt versions (file stems under ``prompts/``).
-STRUCTURE_PROMPT: Final[str] = "structure_v7"
-LOCATION_PROMPT: Final[str] = "location_v4"
+STRUCTURE_PROMPT: Final[str] = "structure_v8"
+LOCATION_PROMPT: Final[str] = "location_v5"
 
 _FENCE_RE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
 

@@ -109,11 +109,13 @@ from cxrground.reports.structure.lexicon import (
     LOCATION_MATCHER,
     MASKED_LINK_RE,
     OTHER_MODALITY_RE,
+    PREDOMINANT_PLACE_RE,
     PRIOR_EXAM_NOW_RE,
     PRIOR_EXAM_PAST_RE,
     PRIOR_EXAM_RE,
     PRIOR_NEGATION_RE,
     RADIOGRAPH_RE,
+    SIDE_ABBREVIATIONS,
     SIDE_BACK_GAP_RE,
     SIDE_CARRY_GAP_RE,
     SIDE_WORD_RE,
@@ -148,8 +150,10 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: cardiomegaly; 21: report-level rules version 6 (a sentence that opens with a bare "Findings" points back); 22:
 #: "the base" takes the side of a sided place a few words before it, a sided cardiophrenic angle is that side's base,
 #: a place after a preposition belongs to the finding before it; 23: a finding-less, verb-less place after a
-#: clause-ending "and the" belongs to the finding before the "and".
-RULES_VERSION: Final[str] = "23"
+#: clause-ending "and the" belongs to the finding before the "and"; 24: "no evidence of worsening X" leaves X
+#: present, an extent word keeps both lungs beside a predominant place ("multifocal opacities, most pronounced in the
+#: left upper lobe"), "rt" / "lt" before a place, "shadowing".
+RULES_VERSION: Final[str] = "24"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -565,7 +569,8 @@ class RuleStructurer:
             labels = location_labels(kind, phrase)
             side = SIDE_WORD_RE.search(phrase)
             if side is not None:  # a side word of a no-op phrase ("left greater than right") is no side to carry
-                prev = (e, side.group()) if side.group() in ("right", "left") and labels else None
+                word = SIDE_ABBREVIATIONS.get(side.group(), side.group())
+                prev = (e, word) if word in ("right", "left") and labels else None
             elif (kind == "zoned" and prev is not None
                   and (SIDE_CARRY_GAP_RE.fullmatch(low, prev[0], s) or SIDE_BACK_GAP_RE.fullmatch(low, prev[0], s))
                   and _PLURAL_PLACE.search(phrase) is None and {lab.split()[0] for lab in labels} >= {"right", "left"}):
@@ -677,6 +682,7 @@ class RuleStructurer:
         """The sentence's findings; ``other_exam``: the sentence reports what a CT or MRI showed, so every finding is
         a non-target one (it keeps negatives away from its places but is no lesion of this radiograph)."""
         out: list[Finding] = []
+        low = text.lower()
         for mm in mentions:
             if mm.absorbed or mm.historical:
                 continue
@@ -691,6 +697,10 @@ class RuleStructurer:
                 phrases = tuple(dict.fromkeys(p for _, p, _ in locs))
                 # extent words ("diffuse", "scattered") give both lungs only when no place is named with them
                 placed = [labs for _, p, labs in locs if not is_extent_phrase(p)]
+                if placed and len(placed) < len(locs) and all(
+                        PREDOMINANT_PLACE_RE.search(low, max(0, s - 60), s) for s, p, _ in locs
+                        if not is_extent_phrase(p)):
+                    placed = [labs for _, _, labs in locs]  # "multifocal ..., most pronounced in X": both lungs, X
                 labels = tuple(dict.fromkeys(lab for labs in (placed or [labs for _, _, labs in locs])
                                              for lab in labs)) or default_location(mm.kind)
             start, end = mm.entity_span or (mm.start, mm.end)
