@@ -34,8 +34,9 @@ atelectasis            atelectasis, atelectatic (changes), collapse(d). *Changed
                        finding outside the lungs).
 opacity                opacity, opacities, opacification(s), opacified, airspace / air space disease, airspace
                        process, infiltrate(s), infiltration, infiltrative process, haziness, hazy opacity,
-                       ground-glass (opacity), whiteout / white-out (version 13). *Not* "density" (also used
-                       for bones and masses; a lung-only reading, "retrocardiac / increased density", added a
+                       ground-glass (opacity), whiteout / white-out (version 13), (air-space) shadowing (version
+                       24; "reticular shadowing" is the non-target interstitial markings, a bare "shadow" no
+                       phrase). *Not* "density" (also used for bones and masses; a lung-only reading, "retrocardiac / increased density", added a
                        false opacity on an Open-i report and failed the check of version 18).
 consolidation          consolidation, consolidative (opacity/process), consolidated. *Decision*: "air bronchograms"
                        are a sign inside the opacity or consolidation they are seen in, not a finding of their own
@@ -91,8 +92,10 @@ Assertion cues
 kind               cues
 =================  ==============================================================================================
 pseudo (ignored)   no (significant / interval / ...) change / increase / decrease / progression / worsening /
-                   improvement / difference; not (significantly) changed / increased / decreased / improved /
-                   worse(ned) / different; without (significant / interval) change; not only; gram negative;
+                   improvement / difference / increasing / enlarging; no (definite ...) evidence / sign(s) of
+                   (interval ...) worsening / increasing / progression / change (version 24; "no evidence of new
+                   X" stays a negation); not (significantly) changed / increased / decreased / improved /
+                   worse(ned) / different; without (significant / interval) change / worsening / increasing; not only; gram negative;
                    to document / confirm / ensure / assess ... (complete) resolution, until / for resolution
                    (a recommendation to follow a finding: it stays present); incomplete resolution: partially /
                    partly / largely / mostly / nearly / almost / slowly resolved / cleared, has not (completely)
@@ -191,7 +194,10 @@ spaces; a side-only effusion maps to ``S lung``); cardiomegaly -> ``heart`` alwa
 label.
 
 *Changed* (round 5): the extent words diffuse(ly), multifocal, widespread and scattered give both lungs only when
-the finding has no other location phrase (ILS §7.2 "(no side)"; :data:`EXTENT_RE`); a side-less zoned phrase
+the finding has no other location phrase (ILS §7.2 "(no side)"; :data:`EXTENT_RE`), or when every other one follows
+a predominance word (version 24, :data:`PREDOMINANT_PLACE_RE`: "multifocal opacities, most prominent in the left
+upper lobe" -> both lungs, then the left upper zone). ``S`` may be written "rt" / "lt" before a zone or lung noun
+(version 24; a bare "RT" is radiotherapy, no side). A side-less zoned phrase
 right after a sided one takes its side ("left perihilar upper lobe"), unless it is plural or has a side of its own
 (lingula). Hedge grades (round 5, :data:`LIKELY_HEDGE_RE`): an uncertain finding is graded ``likely`` when every
 cue that hedged it is a likely-hedge (probable, probably, (most) likely, presumed / presumably, most suggestive
