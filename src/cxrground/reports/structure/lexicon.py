@@ -36,8 +36,9 @@ opacity                opacity, opacities, opacification(s), opacified, airspace
                        process, infiltrate(s), infiltration, infiltrative process, haziness, hazy opacity,
                        ground-glass (opacity), whiteout / white-out (version 13), (air-space) shadowing (version
                        24; "reticular shadowing" is the non-target interstitial markings, a bare "shadow" no
-                       phrase). *Not* "density" (also used for bones and masses; a lung-only reading, "retrocardiac / increased density", added a
-                       false opacity on an Open-i report and failed the check of version 18).
+                       phrase). *Not* "density" (also used for bones and masses; a lung-only reading,
+                       "retrocardiac / increased density", added a false opacity on an Open-i report and failed
+                       the check of version 18).
 consolidation          consolidation, consolidative (opacity/process), consolidated. *Decision*: "air bronchograms"
                        are a sign inside the opacity or consolidation they are seen in, not a finding of their own
                        (no phrase).
@@ -95,9 +96,10 @@ pseudo (ignored)   no (significant / interval / ...) change / increase / decreas
                    improvement / difference / increasing / enlarging; no (definite ...) evidence / sign(s) of
                    (interval ...) worsening / increasing / progression / change (version 24; "no evidence of new
                    X" stays a negation); not (significantly) changed / increased / decreased / improved /
-                   worse(ned) / different; without (significant / interval) change / worsening / increasing; not only; gram negative;
-                   to document / confirm / ensure / assess ... (complete) resolution, until / for resolution
-                   (a recommendation to follow a finding: it stays present); incomplete resolution: partially /
+                   worse(ned) / different; without (significant / interval) change / worsening / increasing;
+                   not only; gram negative; to document / confirm / ensure / assess ... (complete) resolution,
+                   until / for resolution (a recommendation to follow a finding: it stays present); incomplete
+                   resolution: partially /
                    partly / largely / mostly / nearly / almost / slowly resolved / cleared, has not (completely)
                    resolved / cleared, partial / incomplete / near(-)complete / slow / ongoing resolution / clearing
                    (of) (the finding is still there: present; round 4 also moved "nearly completely resolved"
