@@ -421,9 +421,12 @@ _VERSION_CORPUS = (
     "No evidence of worsening edema.",
     "Multifocal opacities, most prominent in the left upper lobe.",
     "Lt basal opacity and patchy shadowing in the rt. lower zone.",
+    "No effusion and mild cardiomegaly.",
+    "The left hemidiaphragm is obscured, likely due to atelectasis.",
+    "Consolidation in the right lower lobe with air bronchograms, consistent with pneumonia.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"24": "9db4b6515e24d7e422b7555965e3b38f4748f23f24d59bc660c84f9edc82bc84"}
+_PINNED_OUTPUT = {"25": "45b23556baa485e774999d5349f70e52e27659940b51bb2c2a49b7d04c0c9234"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -908,3 +911,45 @@ def test_an_extent_word_keeps_both_lungs_beside_a_predominant_place(text: str, w
 ])
 def test_side_abbreviations_and_shadowing(text: str, expected: list) -> None:
     assert [(f.lesion, f.reported_location) for f in findings(text)] == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("No effusion and mild cardiomegaly.", [("effusion", "absent"), ("cardiomegaly", "present")]),
+    ("No pneumothorax and stable small left pleural effusion.", [("pneumothorax", "absent"), ("effusion", "present")]),
+    ("No consolidation and only mild bibasilar atelectasis.",
+     [("consolidation", "absent"), ("atelectasis", "present")]),
+    ("No pneumothorax and effusion.", [("pneumothorax", "absent"), ("effusion", "absent")]),  # plain "no A and B"
+    ("No new consolidation and no effusion.", [("consolidation", "absent"), ("effusion", "absent")]),
+    ("No effusion and small pneumothorax or consolidation.",  # the list goes on with "or"
+     [("effusion", "absent"), ("pneumothorax", "absent"), ("consolidation", "absent")]),
+])
+def test_a_negation_ends_at_and_before_a_sized_finding(text: str, expected: list) -> None:
+    assert [(f.lesion or f.entity.lower(), f.assertion) for f in findings(text)] == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("The left hemidiaphragm is obscured, likely due to atelectasis.", [("atelectasis", (LB,))]),
+    ("The right hemidiaphragm is not well seen, possibly due to a small effusion.", [("effusion", (RB,))]),
+    ("Indistinct left hemidiaphragm may reflect consolidation.", [("consolidation", (LB,))]),
+    ("Obscuration of the right hemidiaphragm, likely effusion and atelectasis.",
+     [("effusion", (RB,)), ("atelectasis", (RB,))]),
+    ("Obscuration of the left hemidiaphragm suggests right lower lobe consolidation.",  # a place of its own
+     [("consolidation", (RB,))]),
+    ("Elevated left hemidiaphragm with adjacent atelectasis.", [("atelectasis", (LB,))]),
+    ("Atelectasis. The left hemidiaphragm is obscured.", [("atelectasis", (RL, LL))]),  # before it, another sentence
+])
+def test_an_obscured_hemidiaphragm_places_what_explains_it(text: str, expected: list) -> None:
+    assert [(f.lesion, f.reported_location) for f in findings(text)] == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Consolidation in the right lower lobe with air bronchograms, consistent with pneumonia.",
+     [("pneumonia", "present", (RB,))]),
+    ("Dense opacity with air bronchograms in the left lower lobe, compatible with pneumonia.",
+     [("pneumonia", "present", (LB,))]),
+    ("Left lower lobe consolidation with air bronchograms.", [("consolidation", "present", (LB,))]),
+    ("Mild cardiomegaly with small bilateral effusions.",  # "with" still ends a clause
+     [("cardiomegaly", "present", (HEART,)), ("effusion", "present", (RL, LL))]),
+])
+def test_air_bronchograms_are_part_of_their_finding(text: str, expected: list) -> None:
+    assert [(f.lesion, f.assertion, f.reported_location) for f in findings(text)] == expected

@@ -684,6 +684,15 @@ MIMIC_STYLE: list[tuple[str, str, Expected]] = [
      [("opacity", "present", (*BOTH, RB, LB))]),
     ("mimic-style", "Lt basal opacity.", [("opacity", "present", (LB,))]),
     ("mimic-style", "Patchy shadowing in the right lower zone.", [("opacity", "present", (RB,))]),
+    # rules version 25
+    ("mimic-style", "No evidence of pneumonia and moderate cardiomegaly.",
+     [("pneumonia", "absent", BOTH), ("cardiomegaly", "present", (HEART,))]),
+    ("mimic-style", "No edema and small bilateral effusions.",
+     [("edema", "absent", BOTH), ("effusion", "present", BOTH)]),
+    ("mimic-style", "The right hemidiaphragm is not well seen, possibly due to a small effusion.",
+     [("effusion", "uncertain", (RB,))]),
+    ("mimic-style", "Consolidation in the right lower lobe with air bronchograms, consistent with pneumonia.",
+     [("pneumonia", "present", (RB,))]),
     # read correctly already: differentials, adjacent atelectasis, "to suggest", a clear lung beside a finding
     ("mimic-style", "Retrocardiac opacity could reflect atelectasis or consolidation.",
      [("atelectasis", "uncertain", (LB,)), ("consolidation", "uncertain", (LB,))]),

@@ -462,6 +462,13 @@ _PRIOR_NEGATION = (
 )
 #: :data:`_PRIOR_NEGATION` on its own, with its commas (removed from an attribution gap).
 PRIOR_NEGATION_RE: Final[re.Pattern[str]] = re.compile(rf",?\s*\b(?:{_PRIOR_NEGATION})(?![\w-])\s*,?")
+#: What follows "with" in a sign of the finding before it ("consolidation with air bronchograms"; version 25): that
+#: "with" ends no clause, and the phrase is left out of an attribution gap (:data:`AIR_BRONCHOGRAM_RE`).
+_AIR_BRONCHOGRAM_TAIL = (
+    r"\s+(?:(?:an?|associated|multiple|extensive|prominent|visible|some|few)\s+)?air[- ]bronchograms?\b"
+)
+#: "with (...) air bronchograms" and the commas around it, removed from an attribution gap (version 25).
+AIR_BRONCHOGRAM_RE: Final[re.Pattern[str]] = re.compile(rf",?\s*\bwith{_AIR_BRONCHOGRAM_TAIL}\s*")
 _CUES: Final[tuple[tuple[str, str], ...]] = (
     ("pseudo", _PRIOR_NEGATION),
     ("pseudo", r"no\s+(?:(?:significant|interval|substantial|appreciable|definite|significant\s+interval|"
@@ -547,7 +554,8 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
     ("unc_both", r"\?"),
     ("term", r"\bbut\b|\bhowever\b|\balthough\b|\bthough\b|\bwhereas\b|\bwhile\b|\bexcept\b|\baside\s+from\b|"
              r"\bapart\s+from\b|\bother\s+than\b|(?<!consistent )(?<!compatible )(?<!keeping )(?<!or )(?<!associated )"
-             r"(?<!seen )(?<!concerning )(?<!suspicious )(?<!correlate )(?<!correlation )(?<!related )\bwith\b|"
+             r"(?<!seen )(?<!concerning )(?<!suspicious )(?<!correlate )(?<!correlation )(?<!related )\bwith\b"
+             rf"(?!{_AIR_BRONCHOGRAM_TAIL})|"
              r"\band\s+(?=(?:there|the|a|an|this|these|it)\b)"),
     ("term", r";|,\s+(?=(?:the|there|this|it)\b)"),
 )
@@ -732,6 +740,15 @@ SIDE_BACK_GAP_RE: Final[re.Pattern[str]] = re.compile(
     r"(?:at|in|of|toward|towards|near|involving|within)\s+the\s+")
 
 
+#: A sided hemidiaphragm that is obscured (version 25): a lung finding after it with no place of its own explains
+#: it and lies at that side's base ("the left hemidiaphragm is obscured, likely due to atelectasis"). Group ``side``.
+OBSCURED_DIAPHRAGM_RE: Final[re.Pattern[str]] = re.compile(
+    r"\b(?:obscur\w*|obliterat\w*|silhouett\w*|effac\w*|indistinct|(?:loss|non-?visuali[sz]ation)\s+of)\s+(?:of\s+)?"
+    r"(?:the\s+)?(?P<side>right|left)\s+hemidiaphragm\b"
+    r"|\b(?P<side2>right|left)\s+hemidiaphragm\s+(?:(?:is|are|remains?|appears?)\s+)?(?:(?:now|again|still|partially|"
+    r"partly|completely|largely|mostly)\s+)?(?:obscured|obliterated|silhouetted|effaced|indistinct|not\s+(?:well\s+)?"
+    r"(?:seen|visuali[sz]ed|delineated|identified)|poorly\s+(?:seen|visuali[sz]ed|defined))\b"
+)
 #: Words right before a place that make it where an extent word's disease is worst ("multifocal opacities, most
 #: pronounced in the left upper lobe"; version 24): the place adds to both lungs instead of replacing them.
 PREDOMINANT_PLACE_RE: Final[re.Pattern[str]] = re.compile(

@@ -15,12 +15,12 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
    ("effusion or pneumothorax is not seen"), and not across a comma that opens a new subject ("heart size is
    enlarged, pulmonary vascularity within normal limits": the vascularity is normal, the heart is not). A
    negation before a list ends where a bare comma opens a new item with a size / side word ("no pneumothorax,
-   small right effusion") unless the list goes on with "or" / "nor" ("no pneumothorax, large effusion, or
-   consolidation"). Cues inside the phrase count too ("the heart is *not*
-   enlarged", "heart size *may be* enlarged"). Pseudo-negations ("no change in", "not significantly
-   changed") are matched first and ignored. Any negation -> absent; else any hedge -> uncertain; else
-   present. Hedged cues that contain a negation word ("cannot exclude", "not excluded") are hedges: an
-   uncertain finding never becomes absent.
+   small right effusion"), and so does "and" before such a size word ("no effusion and mild cardiomegaly"; version
+   25), unless the list goes on with "or" / "nor" ("no pneumothorax, large effusion, or consolidation"). Cues
+   inside the phrase count too ("the heart is *not* enlarged", "heart size *may be* enlarged"). Pseudo-negations
+   ("no change in", "not significantly changed") are matched first and ignored. Any negation -> absent; else any
+   hedge -> uncertain; else present. Hedged cues that contain a negation word ("cannot exclude", "not excluded")
+   are hedges: an uncertain finding never becomes absent.
 3. **Alternatives**: phrases joined by "or", "versus", "vs", "/" or "and/or" ("atelectasis versus
    pneumonia", "atelectasis/infiltrate"), and the comma-joined members of a list that ends with such a join
    ("atelectasis, aspiration, or pneumonia"; not after an observation, whose comma may link it to its
@@ -93,6 +93,7 @@ from cxrground.reports.findings import Assertion, Finding, Hedge, StructuredRepo
 from cxrground.reports.model import SectionChoice
 from cxrground.reports.sections import make_section_choice
 from cxrground.reports.structure.lexicon import (
+    AIR_BRONCHOGRAM_RE,
     ALTERNATIVE_GAP_RE,
     ATTRIBUTABLE,
     ATTRIBUTION_BLOCK_RE,
@@ -108,6 +109,7 @@ from cxrground.reports.structure.lexicon import (
     LOCATION_KINDS,
     LOCATION_MATCHER,
     MASKED_LINK_RE,
+    OBSCURED_DIAPHRAGM_RE,
     OTHER_MODALITY_RE,
     PREDOMINANT_PLACE_RE,
     PRIOR_EXAM_NOW_RE,
@@ -152,8 +154,10 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: a place after a preposition belongs to the finding before it; 23: a finding-less, verb-less place after a
 #: clause-ending "and the" belongs to the finding before the "and"; 24: "no evidence of worsening X" leaves X
 #: present, an extent word keeps both lungs beside a predominant place ("multifocal opacities, most pronounced in the
-#: left upper lobe"), "rt" / "lt" before a place, "shadowing".
-RULES_VERSION: Final[str] = "24"
+#: left upper lobe"), "rt" / "lt" before a place, "shadowing"; 25: a negation ends at "and" before a sized finding
+#: ("no effusion and mild cardiomegaly"), an obscured sided hemidiaphragm places the findings that explain it, "with
+#: air bronchograms" is part of its finding.
+RULES_VERSION: Final[str] = "25"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -195,6 +199,12 @@ _NEW_ITEM: Final[re.Pattern[str]] = re.compile(
     r"increasing|increased|decreasing|decreased|stable|unchanged|right|left|bilateral|bibasilar|patchy|hazy|"
     r"streaky|linear|subtle|faint|dense|diffuse|multifocal|scattered|retrocardiac|basilar|perihilar|lingular|"
     r"rll|lll|rml|rul|lul)\b")
+#: "and" and a size / severity / change word after a negated phrase: a new statement ("no effusion and mild
+#: cardiomegaly"; version 25). A plain "no A and B" negates both.
+_AND_NEW_ITEM: Final[re.Pattern[str]] = re.compile(
+    r"[^,;]*?\band\s+(?:only\s+)?(?:an?\s+)?(?:small|trace|tiny|minimal|mild|moderate|large|severe|massive|"
+    r"persistent|stable|unchanged|increasing|increased|decreasing|decreased|improving|improved|worsening|worsened|"
+    r"residual)\b")
 #: A later "or" / "nor" of the clause: the phrase belongs to a list that goes on ("no A, small B, or C").
 _LIST_GOES_ON: Final[re.Pattern[str]] = re.compile(r"\b(?:or|nor)\b")
 
@@ -286,6 +296,8 @@ def _starts_new_item(low: str, cue: _Cue, i: int, mentions: list[_Mention], hi: 
             return False
         gap = _NEW_ITEM.match(low, prev.end, mentions[j].start)
         if gap is not None and not _AND_OR.search(low, prev.end, mentions[j].start):
+            return _LIST_GOES_ON.search(low, mentions[j].end, max(hi, mentions[j].end)) is None
+        if _AND_NEW_ITEM.match(low, prev.end, mentions[j].start) is not None:  # "no effusion and mild cardiomegaly"
             return _LIST_GOES_ON.search(low, mentions[j].end, max(hi, mentions[j].end)) is None
     return False
 
@@ -546,7 +558,7 @@ class RuleStructurer:
     @staticmethod
     def _is_link(low: str, start: int, end: int, alternatives: bool) -> bool:
         # what an earlier film showed is no part of the link ("opacity, not previously seen, is concerning for")
-        gap = PRIOR_NEGATION_RE.sub(" ", LOCATION_MATCHER.sub(" ", low[start:end]))
+        gap = AIR_BRONCHOGRAM_RE.sub(" ", PRIOR_NEGATION_RE.sub(" ", LOCATION_MATCHER.sub(" ", low[start:end])))
         if _nwords(gap) > _MAX_LINK_WORDS:
             return False
         links = list(LINK_RE.finditer(gap))
@@ -644,7 +656,14 @@ class RuleStructurer:
         """An unlocated phrase introduced by "adjacent" / "associated" / ... lies where the phrase before it lies;
         after a sided hemidiaphragm and no located phrase, at that side's base ("elevated right hemidiaphragm with
         adjacent atelectasis")."""
+        obscured = list(OBSCURED_DIAPHRAGM_RE.finditer(low))
         for k, mm in enumerate(mentions):
+            if (len(obscured) == 1 and not mm.locations and mm.kind.lung and obscured[0].end() <= mm.start
+                    and mm.kind.lesion not in HEART_MASK_LESIONS):
+                d = obscured[0]  # "the left hemidiaphragm is obscured, likely due to atelectasis": the left base
+                side = d.group("side") or d.group("side2")
+                mm.locations = [(d.start(), text[d.start():d.end()], (zone_label(side, "lung base"),))]
+                continue
             if mm.locations or not _ADJACENT.search(low, max(0, mm.start - 40), mm.start):
                 continue
             previous = [p for p in mentions[:k] if p.locations and p.group != mm.group]
