@@ -655,7 +655,8 @@ class RuleStructurer:
     def _adjacent(low: str, text: str, mentions: list[_Mention]) -> None:
         """An unlocated phrase introduced by "adjacent" / "associated" / ... lies where the phrase before it lies;
         after a sided hemidiaphragm and no located phrase, at that side's base ("elevated right hemidiaphragm with
-        adjacent atelectasis")."""
+        adjacent atelectasis"). An unlocated lung phrase after the one obscured sided hemidiaphragm of the sentence
+        lies at that side's base ("the left hemidiaphragm is obscured, likely due to atelectasis")."""
         obscured = list(OBSCURED_DIAPHRAGM_RE.finditer(low))
         for k, mm in enumerate(mentions):
             if (len(obscured) == 1 and not mm.locations and mm.kind.lung and obscured[0].end() <= mm.start
