@@ -156,7 +156,7 @@ def test_prompts_name_the_vocabulary() -> None:
     assert load_prompt("structure_v5").sha256 != structure.sha256
     assert load_prompt("structure_v6").sha256 != structure.sha256 and load_prompt("location_v3").text
     assert load_prompt("structure_v7").sha256 != structure.sha256 and load_prompt("location_v4").text
-    # the guidance follows the rule structurer's classes (rules versions 8-25)
+    # the guidance follows the rule structurer's classes (rules versions 8-26)
     for phrase in ("not present on prior", "nipple shadow", "ARDS or multifocal pneumonia", "Whiteout",
                    "left basilar atelectasis and effusion", "right upper and left lower lobes", "blunting",
                    "almost complete resolution of", "with residual opacity", "c/w", "PNA",
@@ -166,11 +166,13 @@ def test_prompts_name_the_vocabulary() -> None:
                    "in the right upper lobe and the left lower lobe", "no evidence of worsening edema",
                    "shadowing", "most prominent in the left upper lobe", "Lt basal",
                    "no effusion and mild cardiomegaly", "with air bronchograms, consistent with pneumonia",
-                   "the left hemidiaphragm is obscured, likely due to atelectasis"):
+                   "the left hemidiaphragm is obscured, likely due to atelectasis",
+                   "left basilar opacity with persistent small effusion", "cannot be assessed"):
         assert phrase in " ".join(structure.text.split()), phrase
     for phrase in ("minor or horizontal fissure -> `right mid zone lung`", "costophrenic or cardiophrenic angle",
                    "a few words after a sided place of the same item takes that side",
-                   "where the disease is worst", "Rt / Lt mean right / left", "or for one that obscures it"):
+                   "where the disease is worst", "Rt / Lt mean right / left", "or for one that obscures it",
+                   "middle zone(s) without a side -> both mid zones"):
         assert phrase in " ".join(location.text.split()), phrase
     assert all(f"`{lesion}`" in structure.text for lesion in LESIONS)
     assert all(f"`{label}`" in location.text for label in ILS_LOCATION_LABELS)

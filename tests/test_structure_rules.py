@@ -424,9 +424,12 @@ _VERSION_CORPUS = (
     "No effusion and mild cardiomegaly.",
     "The left hemidiaphragm is obscured, likely due to atelectasis.",
     "Consolidation in the right lower lobe with air bronchograms, consistent with pneumonia.",
+    "Slightly improved left basilar opacity with persistent small effusion.",
+    "Small effusion cannot be assessed as the costophrenic angles are excluded.",
+    "Airspace opacities in the middle and lower zones.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"25": "45b23556baa485e774999d5349f70e52e27659940b51bb2c2a49b7d04c0c9234"}
+_PINNED_OUTPUT = {"26": "9deb2a69b14cb08011ad62947d8da068d38c50f1a1927fa7a29b9feb97d76a50"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -953,3 +956,37 @@ def test_an_obscured_hemidiaphragm_places_what_explains_it(text: str, expected: 
 ])
 def test_air_bronchograms_are_part_of_their_finding(text: str, expected: list) -> None:
     assert [(f.lesion, f.assertion, f.reported_location) for f in findings(text)] == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Slightly improved left basilar opacity with persistent small effusion.",
+     [("opacity", (LB,)), ("effusion", (LB,))]),
+    ("Left basilar atelectasis and persistent effusion.", [("atelectasis", (LB,)), ("effusion", (LB,))]),
+    ("Right lower lobe opacity with bilateral effusions.", [("opacity", (RB,)), ("effusion", (RL, LL))]),
+    ("Mild cardiomegaly with small bilateral effusions.", [("cardiomegaly", (HEART,)), ("effusion", (RL, LL))]),
+    ("Pulmonary edema with small effusion.", [("edema", (RL, LL)), ("effusion", (RL, LL))]),
+    ("Right lower lobe opacity with small effusions.", [("opacity", (RB,)), ("effusion", (RL, LL))]),  # plural
+])
+def test_a_finding_with_a_placed_finding_shares_its_place(text: str, expected: list) -> None:
+    assert [(f.lesion, f.reported_location) for f in findings(text)] == expected
+
+
+@pytest.mark.parametrize(("text", "assertion"), [
+    ("Small effusion cannot be assessed as the costophrenic angles are excluded.", "uncertain"),
+    ("Effusion could not be well evaluated.", "uncertain"),
+    ("Small effusion cannot be excluded.", "uncertain"),
+])
+def test_a_finding_that_cannot_be_assessed_is_uncertain(text: str, assertion: str) -> None:
+    (f,) = findings(text)
+    assert f.assertion == assertion
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("Airspace opacities in the middle and lower zones.", (RM, LM, RB, LB)),
+    ("Opacity in the middle zone.", (RM, LM)),
+    ("Opacity in the middle lobe.", (RM,)),
+    ("Opacities in the middle and lower lobes.", (RM, RB)),
+])
+def test_middle_is_the_right_side_only_with_lobe(text: str, where: tuple[str, ...]) -> None:
+    (f,) = findings(text)
+    assert f.reported_location == where

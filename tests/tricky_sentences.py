@@ -693,6 +693,13 @@ MIMIC_STYLE: list[tuple[str, str, Expected]] = [
      [("effusion", "uncertain", (RB,))]),
     ("mimic-style", "Consolidation in the right lower lobe with air bronchograms, consistent with pneumonia.",
      [("pneumonia", "present", (RB,))]),
+    # rules version 26
+    ("mimic-style", "Slightly improved left basilar opacity with persistent small effusion.",
+     [("opacity", "present", (LB,)), ("effusion", "present", (LB,))]),
+    ("mimic-style", "Small effusion cannot be assessed as the costophrenic angles are excluded.",
+     [("effusion", "uncertain", (RB, LB))]),
+    ("mimic-style", "Bilateral peripheral airspace opacities in the middle and lower zones.",
+     [("opacity", "present", (*BOTH, RM, LM, RB, LB))]),
     # read correctly already: differentials, adjacent atelectasis, "to suggest", a clear lung beside a finding
     ("mimic-style", "Retrocardiac opacity could reflect atelectasis or consolidation.",
      [("atelectasis", "uncertain", (LB,)), ("consolidation", "uncertain", (LB,))]),

@@ -171,6 +171,7 @@ S base / basilar / basal / lung base, S lower lobe / lung /       ``S lung base`
 zone, RLL / LLL, S costophrenic / cardiophrenic angle / sulcus, retrocardiac
 (left when no side)
 right middle lobe / middle lobe / RML, S heart border             ``right mid zone lung`` / ``S mid zone lung``
+middle zone(s) (no side; version 26)                              ``right mid zone lung``, ``left mid zone lung``
 (right) minor / horizontal fissure                                ``right mid zone lung``
 lingula, lingular (left)                                          ``left mid zone lung``
 behind / posterior to the (S) heart (retrocardiac)                ``left lung base`` (``S lung base``)
@@ -502,6 +503,9 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
     ("pseudo", r"(?:to\s+(?:document|confirm|ensure|assess|evaluate|demonstrate|show|verify|follow|monitor)|until|"
                r"for|await(?:ing)?)\s+(?:the\s+|its\s+)?(?:complete\s+|full\s+|radiographic\s+|eventual\s+)*"
                r"(?:resolution|clearing)"),
+    # a finding the reader could not assess is uncertain, as "assessment for X is limited" (version 26)
+    ("unc_post", r"(?:cannot|can\s*not|can't|could\s+not)\s+be\s+(?:(?:well|adequately|reliably|fully|properly)\s+)?"
+                 r"(?:assessed|evaluated)"),
     ("unc_post", r"(?:cannot|can\s*not|can't|could\s+not|may\s+not)\s+be\s+(?:entirely\s+|completely\s+)?"
                  r"(?:excluded|ruled\s+out)"),
     ("unc_post", r"(?:(?:is|are)\s+)?not\s+(?:entirely\s+|completely\s+|definitely\s+)?(?:excluded|ruled\s+out)"),
@@ -846,7 +850,7 @@ def location_labels(kind: str, text: str) -> tuple[str, ...]:
     zones = list(dict.fromkeys(_ZONE_OF[w] for w in words if w in _ZONE_OF))
     if "lingula" in words or "retrocardiac" in words:
         default: tuple[str, ...] = ("left",)
-    elif "middle" in words and "mid" not in words:
+    elif "middle" in words and "mid" not in words and "lobe" in text:  # the right middle lobe; "middle zones": both
         default = ("right",)
     else:
         default = SIDES

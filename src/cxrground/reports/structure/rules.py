@@ -156,8 +156,9 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: present, an extent word keeps both lungs beside a predominant place ("multifocal opacities, most pronounced in the
 #: left upper lobe"), "rt" / "lt" before a place, "shadowing"; 25: a negation ends at "and" before a sized finding
 #: ("no effusion and mild cardiomegaly"), an obscured sided hemidiaphragm places the findings that explain it, "with
-#: air bronchograms" is part of its finding.
-RULES_VERSION: Final[str] = "25"
+#: air bronchograms" is part of its finding; 26: a finding "with" a placed finding shares its place, "cannot be
+#: assessed" is a hedge, "middle zones" name both sides.
+RULES_VERSION: Final[str] = "26"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -237,9 +238,10 @@ _PLACE_PREPOSITION: Final[re.Pattern[str]] = re.compile(
 _SIDED_DIAPHRAGM: Final[re.Pattern[str]] = re.compile(r"\b(right|left)\s+hemidiaphragm\b")
 #: Gap that coordinates a finding with the one before it ("left basilar atelectasis and small effusion").
 _COORDINATION_GAP: Final[re.Pattern[str]] = _joining_gap(
-    r",?\s*(?:and|as\s+well\s+as|&)\b", r"a|an|the|small|tiny|trace|minimal|mild|moderate|large|layering|adjacent|"
-                                         r"associated|some|possible|probable|likely|early|developing|focal|patchy|"
-                                         r"subsegmental")
+    r",?\s*(?:and|as\s+well\s+as|&|with)\b",  # "with" since version 26
+    r"a|an|the|small|tiny|trace|minimal|mild|moderate|large|layering|adjacent|associated|some|possible|probable|"
+    r"likely|early|developing|focal|patchy|subsegmental|persistent|residual|new|stable|unchanged|increasing|"
+    r"increased|decreasing|decreased|worsening|improving")
 #: A plural place ("upper lobes", "bases") names both sides and takes no side from the phrase before it.
 _PLURAL_PLACE: Final[re.Pattern[str]] = re.compile(r"\b(?:lobes|zones|fields|lungs|bases|apices|hila|regions)\b")
 
