@@ -427,9 +427,13 @@ _VERSION_CORPUS = (
     "Slightly improved left basilar opacity with persistent small effusion.",
     "Small effusion cannot be assessed as the costophrenic angles are excluded.",
     "Airspace opacities in the middle and lower zones.",
+    "Small bilateral pleural effusions are likely present.",
+    "Minimal fluid in the right costophrenic angle.",
+    "Basal atelectasis on the right, small effusion on the left.",
+    "Effusions are larger on the right.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"26": "9deb2a69b14cb08011ad62947d8da068d38c50f1a1927fa7a29b9feb97d76a50"}
+_PINNED_OUTPUT = {"27": "765bfbd16ee6ba11cf56f08283190aaeca252b71bff945fd45e935b1ea31c1ce"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -990,3 +994,30 @@ def test_a_finding_that_cannot_be_assessed_is_uncertain(text: str, assertion: st
 def test_middle_is_the_right_side_only_with_lobe(text: str, where: tuple[str, ...]) -> None:
     (f,) = findings(text)
     assert f.reported_location == where
+
+
+@pytest.mark.parametrize(("text", "assertion"), [
+    ("Small bilateral pleural effusions are likely present.", "uncertain"),
+    ("A small left effusion is probably present.", "uncertain"),
+    ("Pneumonia is considered less likely.", "uncertain"),
+    ("A small left effusion is likely.", "uncertain"),
+    ("Atelectasis is seen at the right base.", "present"),
+    ("A small left effusion is present.", "present"),
+])
+def test_a_hedge_before_present_is_a_hedge(text: str, assertion: str) -> None:
+    (f,) = findings(text)
+    assert f.assertion == assertion
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Minimal fluid in the right costophrenic angle.", [("effusion", (RB,))]),
+    ("Basilar opacity on the left.", [("opacity", (LB,))]),
+    ("Opacity in the lower lobe on the right.", [("opacity", (RB,))]),
+    ("Basal atelectasis on the right, small effusion on the left.", [("atelectasis", (RB,)), ("effusion", (LL,))]),
+    ("Perihilar opacity on the right.", [("opacity", (RM,))]),
+    ("Opacity at the base of the right lung.", [("opacity", (RB, LB, RL))]),  # version 18's kept reading
+    ("Effusions are larger on the right.", [("effusion", (RL, LL))]),
+    ("Effusion is larger on the right.", [("effusion", (RL,))]),  # one effusion
+])
+def test_fluid_in_an_angle_a_zone_on_one_side_and_plural_effusions(text: str, expected: list) -> None:
+    assert [(f.lesion, f.reported_location) for f in findings(text)] == expected

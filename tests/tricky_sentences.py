@@ -700,6 +700,10 @@ MIMIC_STYLE: list[tuple[str, str, Expected]] = [
      [("effusion", "uncertain", (RB, LB))]),
     ("mimic-style", "Bilateral peripheral airspace opacities in the middle and lower zones.",
      [("opacity", "present", (*BOTH, RM, LM, RB, LB))]),
+    # rules version 27
+    ("mimic-style", "Small bilateral pleural effusions are likely present.", [("effusion", "uncertain", BOTH)]),
+    ("mimic-style", "Basilar opacity on the left.", [("opacity", "present", (LB,))]),
+    ("mimic-style", "Minimal fluid in the right costophrenic angle.", [("effusion", "present", (RB,))]),
     # read correctly already: differentials, adjacent atelectasis, "to suggest", a clear lung beside a finding
     ("mimic-style", "Retrocardiac opacity could reflect atelectasis or consolidation.",
      [("atelectasis", "uncertain", (LB,)), ("consolidation", "uncertain", (LB,))]),

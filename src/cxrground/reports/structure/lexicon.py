@@ -361,6 +361,9 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
         r"layering\s+(?:pleural\s+)?(?:effusions?|fluid)", r"(?:loculated|subpulmonic|fissural)\s+fluid",
         r"fluid(?=\s+(?:tracking\s+)?(?:(?:with)?in|along|into)\s+the\s+(?:(?:right|left)\s+)?"
         r"(?:major|minor|horizontal|oblique)\s+fissures?\b)",
+        # fluid in a costophrenic angle is pleural fluid (version 27)
+        r"fluid(?=\s+(?:(?:with)?in|at|along)\s+(?:the\s+|both\s+)?(?:(?:right|left)\s+)?(?:costophrenic|cp)\s+"
+        r"(?:angles?|sulc(?:us|i)|recess(?:es)?)\b)",
         r"effusions?", r"hydrothora(?:x|ces)",
     )),
     (EntityKind("pneumonia", PNEUMONIA), (
@@ -539,8 +542,11 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
              r"suspicion)\s+(?:for|of)|concern\s+for"),
     ("unc_post", r"in\s+(?:the|an?)\s+(?:appropriate|proper|right|correct|suggestive)\s+clinical\s+"
                  r"(?:setting|context|scenario|situation)"),
-    ("unc_post", r"(?:(?:is|are|seems?|appears?)\s+(?:(?:also|more|most|less|not|felt\s+to\s+be|thought\s+to\s+be)\s+)?"
-                 r"(?:possible|likely|unlikely|probable|suspected|questioned|favou?red|questionable|doubtful)|"
+    # "is (considered) less likely", "are likely present" (version 27)
+    ("unc_post", r"(?:(?:is|are|seems?|appears?)\s+(?:(?:also|more|most|less|not|considered|felt\s+to\s+be|"
+                 r"thought\s+to\s+be|believed\s+to\s+be)\s+){0,2}"
+                 r"(?:possible|possibly|likely|unlikely|probable|probably|suspected|questioned|favou?red|questionable|"
+                 r"doubtful)(?:\s+(?:present|seen|noted|identified|visible|evident))?|"
                  r"(?:may|might|could)\s+be\s+present|(?:is|are|would\s+be|could\s+be|may\s+be|might\s+be|remains?)\s+"
                  r"(?:also\s+)?(?:an?\s+|another\s+)?(?:(?:diagnostic\s+)?consideration|possibility|concern)|"
                  r"(?:should|could|would|may|might)\s+(?:also\s+)?be\s+considered)"
@@ -761,6 +767,14 @@ PREDOMINANT_PLACE_RE: Final[re.Pattern[str]] = re.compile(
     r"particularly|notably)\s+(?:(?:in|at|on|within|involving|over|along|throughout|toward|towards)\s+)?"
     r"(?:the\s+|both\s+)?$"
 )
+#: A comparative right before a side ("effusions are larger on the right"; version 27): for a plural effusion, the
+#: side where it is larger, not the only one.
+COMPARATIVE_PLACE_RE: Final[re.Pattern[str]] = re.compile(
+    r"\b(?:larger|greater|bigger|more|worse)\s+(?:on|in|at)\s+(?:the\s+)?$"
+)
+#: "on the" right before a side-only place: the side of a side-less zone named before it for the same finding
+#: ("basilar opacity on the left"; version 27).
+ON_THE_SIDE_RE: Final[re.Pattern[str]] = re.compile(r"\bon\s+the\s+$")
 
 
 def is_extent_phrase(phrase: str) -> bool:

@@ -98,10 +98,12 @@ from cxrground.reports.structure.lexicon import (
     ATTRIBUTABLE,
     ATTRIBUTION_BLOCK_RE,
     BOTH_WINDOW,
+    COMPARATIVE_PLACE_RE,
     CUE_KINDS,
     CUE_MATCHER,
     DIFFUSE_PHRASE_RE,
     EDEMA,
+    EFFUSION,
     ENTITY_KINDS,
     ENTITY_MATCHER,
     LIKELY_HEDGE_RE,
@@ -110,6 +112,7 @@ from cxrground.reports.structure.lexicon import (
     LOCATION_MATCHER,
     MASKED_LINK_RE,
     OBSCURED_DIAPHRAGM_RE,
+    ON_THE_SIDE_RE,
     OTHER_MODALITY_RE,
     PREDOMINANT_PLACE_RE,
     PRIOR_EXAM_NOW_RE,
@@ -157,8 +160,10 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: left upper lobe"), "rt" / "lt" before a place, "shadowing"; 25: a negation ends at "and" before a sized finding
 #: ("no effusion and mild cardiomegaly"), an obscured sided hemidiaphragm places the findings that explain it, "with
 #: air bronchograms" is part of its finding; 26: a finding "with" a placed finding shares its place, "cannot be
-#: assessed" is a hedge, "middle zones" name both sides.
-RULES_VERSION: Final[str] = "26"
+#: assessed" is a hedge, "middle zones" name both sides; 27: "likely present" and "considered less likely" are hedges,
+#: fluid in a costophrenic angle is an effusion, a side-less zone "on the right" is the right one, plural effusions
+#: "larger on the right" lie on both sides.
+RULES_VERSION: Final[str] = "27"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -244,6 +249,8 @@ _COORDINATION_GAP: Final[re.Pattern[str]] = _joining_gap(
     r"increased|decreasing|decreased|worsening|improving")
 #: A plural place ("upper lobes", "bases") names both sides and takes no side from the phrase before it.
 _PLURAL_PLACE: Final[re.Pattern[str]] = re.compile(r"\b(?:lobes|zones|fields|lungs|bases|apices|hila|regions)\b")
+#: The whole-lung labels.
+_SIDE_LUNGS: Final[frozenset[str]] = frozenset({"right lung", "left lung"})
 
 
 @dataclass
@@ -715,7 +722,7 @@ class RuleStructurer:
             elif mm.kind.mimic:  # it projects over the lung but is not in it
                 phrases, labels = (), ()
             else:
-                locs = sorted(mm.locations)
+                locs = _side_on_the(low, sorted(mm.locations))
                 phrases = tuple(dict.fromkeys(p for _, p, _ in locs))
                 # extent words ("diffuse", "scattered") give both lungs only when no place is named with them
                 placed = [labs for _, p, labs in locs if not is_extent_phrase(p)]
@@ -723,6 +730,10 @@ class RuleStructurer:
                         PREDOMINANT_PLACE_RE.search(low, max(0, s - 60), s) for s, p, _ in locs
                         if not is_extent_phrase(p)):
                     placed = [labs for _, _, labs in locs]  # "multifocal ..., most pronounced in X": both lungs, X
+                elif placed and mm.kind.lesion == EFFUSION and low.startswith("effusions", mm.end - 9) and all(
+                        PREDOMINANT_PLACE_RE.search(low, max(0, s - 60), s)
+                        or COMPARATIVE_PLACE_RE.search(low, max(0, s - 30), s) for s, p, _ in locs):
+                    placed = [default_location(mm.kind), *placed]  # "effusions are larger on the right": both
                 labels = tuple(dict.fromkeys(lab for labs in (placed or [labs for _, _, labs in locs])
                                              for lab in labs)) or default_location(mm.kind)
             start, end = mm.entity_span or (mm.start, mm.end)
@@ -738,6 +749,25 @@ class RuleStructurer:
                 hedge=mm.hedge if mm.assertion == "uncertain" else None,
             ))
         return out
+
+
+def _side_on_the(low: str, locs: list[tuple[int, str, tuple[str, ...]]]) -> list[tuple[int, str, tuple[str, ...]]]:
+    """A finding's places with a side-less zone named before "on the right / left" narrowed to that side, and that
+    side-only place dropped ("basilar opacity on the left": the left base; version 27)."""
+    out = list(locs)
+    for k, (s, _, labs) in enumerate(locs):
+        if len(labs) != 1 or labs[0] not in _SIDE_LUNGS or not ON_THE_SIDE_RE.search(low, max(0, s - 8), s):
+            continue
+        side = labs[0].split()[0]
+        earlier = [j for j in range(k) if {lab.split()[0] for lab in locs[j][2]} == {"right", "left"}
+                   and not any(lab in _SIDE_LUNGS for lab in locs[j][2])]
+        if not earlier:
+            continue
+        for j in earlier:
+            s0, p0, labs0 = out[j]
+            out[j] = (s0, p0, tuple(lab for lab in labs0 if lab.startswith(side)))
+        out[k] = (s, locs[k][1], ())
+    return [loc for loc in out if loc[2]]
 
 
 _DEFAULT = RuleStructurer()
