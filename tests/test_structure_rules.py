@@ -431,9 +431,12 @@ _VERSION_CORPUS = (
     "Minimal fluid in the right costophrenic angle.",
     "Basal atelectasis on the right, small effusion on the left.",
     "Effusions are larger on the right.",
+    "Tiny if any left pleural effusion.",
+    "A left effusion is again suggested.",
+    "No significant effusion; trace left effusion possible.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"27": "765bfbd16ee6ba11cf56f08283190aaeca252b71bff945fd45e935b1ea31c1ce"}
+_PINNED_OUTPUT = {"28": "0915f7bc5221b6269ff5e3158b15f65d2fb6dccdb0c97a48527ab83ce8c8cbf8"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -1021,3 +1024,16 @@ def test_a_hedge_before_present_is_a_hedge(text: str, assertion: str) -> None:
 ])
 def test_fluid_in_an_angle_a_zone_on_one_side_and_plural_effusions(text: str, expected: list) -> None:
     assert [(f.lesion, f.reported_location) for f in findings(text)] == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Tiny if any left pleural effusion.", [("effusion", "uncertain")]),
+    ("Small, if any, right pleural effusion.", [("effusion", "uncertain")]),
+    ("A left effusion is again suggested.", [("effusion", "uncertain")]),
+    ("The left effusion is again suggested on the lateral view.", [("effusion", "uncertain")]),
+    ("No significant effusion; trace left effusion possible.", [("effusion", "absent"), ("effusion", "uncertain")]),
+    ("Right effusion, likely small.", [("effusion", "present")]),  # the hedge is about the size
+    ("Left pleural effusion, possibly loculated.", [("effusion", "present")]),
+])
+def test_if_any_is_suggested_and_a_closing_hedge_word(text: str, expected: list) -> None:
+    assert [(f.lesion, f.assertion) for f in findings(text)] == expected

@@ -704,6 +704,10 @@ MIMIC_STYLE: list[tuple[str, str, Expected]] = [
     ("mimic-style", "Small bilateral pleural effusions are likely present.", [("effusion", "uncertain", BOTH)]),
     ("mimic-style", "Basilar opacity on the left.", [("opacity", "present", (LB,))]),
     ("mimic-style", "Minimal fluid in the right costophrenic angle.", [("effusion", "present", (RB,))]),
+    # rules version 28
+    ("mimic-style", "Small, if any, right pleural effusion.", [("effusion", "uncertain", (RL,))]),
+    ("mimic-style", "No significant effusion; trace left effusion possible.",
+     [("effusion", "absent", BOTH), ("effusion", "uncertain", (LL,))]),
     # read correctly already: differentials, adjacent atelectasis, "to suggest", a clear lung beside a finding
     ("mimic-style", "Retrocardiac opacity could reflect atelectasis or consolidation.",
      [("atelectasis", "uncertain", (LB,)), ("consolidation", "uncertain", (LB,))]),

@@ -551,6 +551,11 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                  r"(?:also\s+)?(?:an?\s+|another\s+)?(?:(?:diagnostic\s+)?consideration|possibility|concern)|"
                  r"(?:should|could|would|may|might)\s+(?:also\s+)?be\s+considered)"
                  r"(?=\s*(?:$|[.,;:)]|\b(?:and|but|given|in|at|on|with|though|although|if|as|clinically)\b))"),
+    # "a left effusion is again suggested"; a bare hedge word closing a clause: "trace left effusion possible"
+    # (version 28)
+    ("unc_post", r"(?:is|are)\s+(?:(?:again|also|now|still)\s+)?suggested"
+                 r"(?=\s*(?:$|[.,;:)]|\b(?:and|but|on|in|at|by|with)\b))"),
+    ("unc_post", r"(?:possible|probable|likely|suspected|questioned)(?=\s*(?:$|[.,;]))"),
     ("unc_vs", r"(?:more|less)\s+(?:likely|probable)\s+than|favou?red\s+over"),
     ("unc_pre", r"(?:not\s+clear|unclear|uncertain|unsure)\s+(?:whether|if)|whether(?:\s+or\s+not)?"),
     ("unc_pre", r"(?:most\s+|more\s+)?(?:likely|probable|probably|possible|possibly)|possibility\s+of|questionable|"
@@ -562,6 +567,7 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                 r"(?:in\s+)?favou?r(?:s|ed|ing)?(?:\s+of)?"),
     ("unc_vs", r"versus|vs\.?"),
     ("unc_both", r"\?"),
+    ("unc_both", r"\bif\s+any\b"),  # "tiny if any left effusion", "small, if any, right effusion" (version 28)
     ("term", r"\bbut\b|\bhowever\b|\balthough\b|\bthough\b|\bwhereas\b|\bwhile\b|\bexcept\b|\baside\s+from\b|"
              r"\bapart\s+from\b|\bother\s+than\b|(?<!consistent )(?<!compatible )(?<!keeping )(?<!or )(?<!associated )"
              r"(?<!seen )(?<!concerning )(?<!suspicious )(?<!correlate )(?<!correlation )(?<!related )\bwith\b"

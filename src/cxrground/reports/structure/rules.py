@@ -162,8 +162,9 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: air bronchograms" is part of its finding; 26: a finding "with" a placed finding shares its place, "cannot be
 #: assessed" is a hedge, "middle zones" name both sides; 27: "likely present" and "considered less likely" are hedges,
 #: fluid in a costophrenic angle is an effusion, a side-less zone "on the right" is the right one, plural effusions
-#: "larger on the right" lie on both sides.
-RULES_VERSION: Final[str] = "27"
+#: "larger on the right" lie on both sides; 28: "if any", "is (again) suggested" and a bare hedge word closing a
+#: clause ("trace left effusion possible") are hedges.
+RULES_VERSION: Final[str] = "28"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
