@@ -85,7 +85,8 @@ def test_merged_findings_count_once_and_findings_win() -> None:
         # "probable atelectasis" in the findings, stated plainly in the impression: one finding, now present
         (2, "atelectasis", "present", (RB,)),
         (3, "pneumothorax", "absent", (RL, LL)),
-        (6, "pneumonia", "uncertain", (RL, LL)),
+        # a hedged diagnosis right after the placed atelectasis lies there (report-level rules version 7)
+        (6, "pneumonia", "uncertain", (RB,)),
     ]
     single = structure_report(parse_report_text(REPORT, "r1"), RuleStructurer())
     assert single is not None and [r[:3] for r in _rows(single)] == [

@@ -708,6 +708,11 @@ MIMIC_STYLE: list[tuple[str, str, Expected]] = [
     ("mimic-style", "Small, if any, right pleural effusion.", [("effusion", "uncertain", (RL,))]),
     ("mimic-style", "No significant effusion; trace left effusion possible.",
      [("effusion", "absent", BOTH), ("effusion", "uncertain", (LL,))]),
+    # rules version 29 (report-level rules version 7)
+    ("mimic-style", "Right lower lobe opacity. Pneumonia is possible.",
+     [("opacity", "present", (RB,)), ("pneumonia", "uncertain", (RB,))]),
+    ("mimic-style", "There is a moderate left pleural effusion. There is associated compressive atelectasis.",
+     [("effusion", "present", (LL,)), ("atelectasis", "present", (LL,))]),
     # read correctly already: differentials, adjacent atelectasis, "to suggest", a clear lung beside a finding
     ("mimic-style", "Retrocardiac opacity could reflect atelectasis or consolidation.",
      [("atelectasis", "uncertain", (LB,)), ("consolidation", "uncertain", (LB,))]),

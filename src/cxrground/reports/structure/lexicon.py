@@ -689,7 +689,9 @@ ANAPHOR_RE: Final[re.Pattern[str]] = re.compile(
     r"\s*(?:(?:this|these|that|those|it|they|findings?|the\s+(?:appearance|findings?|latter|abnormality|abnormalities))\b"
     r"(?:\s+(?:findings?|appearance|abnormalit(?:y|ies)|opacit(?:y|ies)|densit(?:y|ies)|changes?))?"
     # version 16: "Superimposed pneumonia cannot be excluded." refers to the finding of the sentence before
-    r"|(?:an?\s+)?(?:superimposed|underlying|associated|adjacent|concurrent|coexist(?:ing|ent)|accompanying)\b)",
+    r"|(?:there\s+(?:is|are)\s+(?:also\s+)?)?(?:an?\s+)?(?:(?:small|trace|tiny|minimal|mild|moderate|large)\s+)?"
+    # "small adjacent effusion", "there is associated atelectasis": version 29
+    r"(?:superimposed|underlying|associated|adjacent|concurrent|coexist(?:ing|ent)|accompanying)\b)",
     re.IGNORECASE,
 )
 #: Gap between two finding phrases that makes them alternatives ("atelectasis versus pneumonia").

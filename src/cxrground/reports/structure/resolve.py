@@ -18,7 +18,11 @@
    comes before the same-lesion rule. Likewise an uncertain lesion finding whose phrase follows located positive
    lung findings of its own sentence takes their labels ("Subtle opacity at the right base, cannot exclude
    pneumonia."; "Patchy opacities at both lung bases may reflect atelectasis, though infection cannot be
-   excluded."), unless it is edema or diffuse by its words ("possible pulmonary edema").
+   excluded."), unless it is edema or diffuse by its words ("possible pulmonary edema"). Version 7: a hedged
+   pneumonia, atelectasis, consolidation or opacity with no place, in a sentence that places nothing, takes the
+   labels of the placed observations and parenchymal lesions of the sentence right before it when its own lesion
+   is located nowhere ("Left basilar opacity. Atelectasis is favored over pneumonia."); a size word may stand
+   before "adjacent", "superimposed", ... of a pointing-back sentence ("Small adjacent effusion.").
 2. **Merged sections** (section policy ``findings+impression``): a finding from a later part of the section
    whose lesion (or, for a non-target finding, lower-cased entity), presence and reported location equal those
    of a finding from an earlier part is dropped: one lesion + location reported in both the findings and the
@@ -36,7 +40,17 @@ from dataclasses import replace
 from typing import Final
 
 from cxrground.reports.findings import Finding, StructuredReport
-from cxrground.reports.structure.lexicon import ANAPHOR_RE, CLEAR_EXCEPT_RE, DIFFUSE_PHRASE_RE, EDEMA, is_extent_phrase
+from cxrground.reports.structure.lexicon import (
+    ANAPHOR_RE,
+    ATELECTASIS,
+    CLEAR_EXCEPT_RE,
+    CONSOLIDATION,
+    DIFFUSE_PHRASE_RE,
+    EDEMA,
+    OPACITY,
+    PNEUMONIA,
+    is_extent_phrase,
+)
 from cxrground.vocab import HEART
 from cxrground.vocab.lesions import HEART_MASK_LESIONS
 from cxrground.vocab.locations import lung_label
@@ -44,9 +58,11 @@ from cxrground.vocab.locations import lung_label
 __all__ = ["RESOLVE_VERSION", "exception_sides", "inherit_locations", "merge_duplicates", "resolve_findings"]
 
 #: Version of the report-level rules (recorded with every structurer's output).
-RESOLVE_VERSION: Final[str] = "6"
+RESOLVE_VERSION: Final[str] = "7"
 
 _NO_INHERIT = frozenset(HEART_MASK_LESIONS)  # the heart mask has no side to inherit
+#: Lesions that explain an observation in the sentence after it, and the findings they take the place of (version 7).
+_EXPLAINS: Final[frozenset[str]] = frozenset({PNEUMONIA, ATELECTASIS, CONSOLIDATION, OPACITY})
 
 
 def _placed(f: Finding) -> bool:
@@ -84,6 +100,23 @@ def _sentence_places(report: StructuredReport | None, f: Finding, placed: list[F
     return [lab for p in placed if p is not f and 0 <= low.find(p.entity.lower()) < at for lab in p.reported_location]
 
 
+def _explained_before(report: StructuredReport | None, f: Finding, before: list[Finding], placed_here: bool
+                      ) -> list[str]:
+    """Labels of the placed observations and parenchymal lesions of the sentence before ``f`` when ``f`` is a hedged
+    parenchymal diagnosis of a sentence that places nothing ("Left basilar opacity. Atelectasis is favored over
+    pneumonia."; version 7); none otherwise."""
+    if placed_here or f.assertion != "uncertain" or f.lesion not in _EXPLAINS:
+        return []
+    text = _sentence_text(report, f.sent_idx)
+    if text is None:
+        return []
+    low = text.lower()
+    at = low.find(f.entity.lower())
+    if at >= 0 and DIFFUSE_PHRASE_RE.match(low, at) is not None:
+        return []
+    return [lab for p in before if p.lesion in _EXPLAINS for lab in p.reported_location]
+
+
 def inherit_locations(findings: tuple[Finding, ...], report: StructuredReport | None = None) -> tuple[Finding, ...]:
     """Rule 1 of the module docstring: unlocated positive lesion findings take the labels of located ones.
 
@@ -107,7 +140,8 @@ def inherit_locations(findings: tuple[Finding, ...], report: StructuredReport | 
             labels = by_sentence.get(f.sent_idx - 1) if _points_back(report, f.sent_idx) else None
             if not labels:
                 labels = _sentence_places(report, f, placed_in.get(f.sent_idx, []))
-            labels = labels or located.get(f.lesion)
+            labels = labels or located.get(f.lesion) or _explained_before(report, f, placed_in.get(f.sent_idx - 1, []),
+                                                                          f.sent_idx in by_sentence)
             if labels:
                 f = replace(f, reported_location=tuple(dict.fromkeys(labels)))
         out.append(f)

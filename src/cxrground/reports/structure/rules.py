@@ -163,8 +163,9 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: assessed" is a hedge, "middle zones" name both sides; 27: "likely present" and "considered less likely" are hedges,
 #: fluid in a costophrenic angle is an effusion, a side-less zone "on the right" is the right one, plural effusions
 #: "larger on the right" lie on both sides; 28: "if any", "is (again) suggested" and a bare hedge word closing a
-#: clause ("trace left effusion possible") are hedges.
-RULES_VERSION: Final[str] = "28"
+#: clause ("trace left effusion possible") are hedges; 29: report-level rules version 7 (a hedged diagnosis in the
+#: sentence after an observation lies where the observation lies; "small adjacent", "there is associated" point back).
+RULES_VERSION: Final[str] = "29"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
