@@ -436,9 +436,11 @@ _VERSION_CORPUS = (
     "No significant effusion; trace left effusion possible.",
     "Left basilar opacity. Atelectasis is favored over pneumonia.",
     "Opacity at the left base. Small adjacent effusion.",
+    "Possible pneumonia, moderate cardiomegaly.",
+    "No pneumothorax, and small left effusion.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"29": "07d3419adbab2b23901e9cfbb623b09c03daf5c6adcd3f203a1dea841b714668"}
+_PINNED_OUTPUT = {"30": "36ed76bbcc632e87fb1387c19516d46177c679d27fb1d20c293527d47816bfb0"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -1060,3 +1062,21 @@ def test_if_any_is_suggested_and_a_closing_hedge_word(text: str, expected: list)
 ])
 def test_a_hedged_diagnosis_after_an_observation_lies_where_it_lies(text: str, expected: list) -> None:
     assert [(f.lesion, f.reported_location) for f in findings(text)] == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Possible pneumonia, moderate cardiomegaly.", [("pneumonia", "uncertain"), ("cardiomegaly", "present")]),
+    ("Possible right lower lobe pneumonia, small left effusion.",
+     [("pneumonia", "uncertain"), ("effusion", "present")]),
+    ("Opacity in the lingula, concerning for pneumonia, and small left effusion.",
+     [("pneumonia", "uncertain"), ("effusion", "present")]),
+    ("Cannot exclude pneumonia, small bilateral effusions.", [("pneumonia", "uncertain"), ("effusion", "present")]),
+    ("No pneumothorax, and small left effusion.", [("pneumothorax", "absent"), ("effusion", "present")]),
+    # no comma, or the list goes on with "or": the hedge covers every item
+    ("Possible pneumonia and small effusion.", [("pneumonia", "uncertain"), ("effusion", "uncertain")]),
+    ("Possible mild edema, small effusions, or both.", [("edema", "uncertain"), ("effusion", "uncertain")]),
+    ("Possible pneumonia, atelectasis, or aspiration.",
+     [("pneumonia", "uncertain"), ("atelectasis", "uncertain"), ("pneumonia", "uncertain")]),
+])
+def test_a_hedge_ends_before_a_new_sized_item(text: str, expected: list) -> None:
+    assert [(f.lesion or f.entity.lower(), f.assertion) for f in findings(text)] == expected

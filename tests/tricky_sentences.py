@@ -713,6 +713,11 @@ MIMIC_STYLE: list[tuple[str, str, Expected]] = [
      [("opacity", "present", (RB,)), ("pneumonia", "uncertain", (RB,))]),
     ("mimic-style", "There is a moderate left pleural effusion. There is associated compressive atelectasis.",
      [("effusion", "present", (LL,)), ("atelectasis", "present", (LL,))]),
+    # rules version 30
+    ("mimic-style", "Possible right lower lobe pneumonia, small left effusion.",
+     [("pneumonia", "uncertain", (RB,)), ("effusion", "present", (LL,))]),
+    ("mimic-style", "Opacity in the lingula, concerning for pneumonia, and small left effusion.",
+     [("pneumonia", "uncertain", (LM,)), ("effusion", "present", (LL,))]),
     # read correctly already: differentials, adjacent atelectasis, "to suggest", a clear lung beside a finding
     ("mimic-style", "Retrocardiac opacity could reflect atelectasis or consolidation.",
      [("atelectasis", "uncertain", (LB,)), ("consolidation", "uncertain", (LB,))]),

@@ -164,8 +164,10 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: fluid in a costophrenic angle is an effusion, a side-less zone "on the right" is the right one, plural effusions
 #: "larger on the right" lie on both sides; 28: "if any", "is (again) suggested" and a bare hedge word closing a
 #: clause ("trace left effusion possible") are hedges; 29: report-level rules version 7 (a hedged diagnosis in the
-#: sentence after an observation lies where the observation lies; "small adjacent", "there is associated" point back).
-RULES_VERSION: Final[str] = "29"
+#: sentence after an observation lies where the observation lies; "small adjacent", "there is associated" point back);
+#: 30: a hedge before a list ends at a comma before a new sized item, as a negation does ("possible pneumonia, moderate
+#: cardiomegaly"), and ", and" before a size word ends either.
+RULES_VERSION: Final[str] = "30"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -210,7 +212,7 @@ _NEW_ITEM: Final[re.Pattern[str]] = re.compile(
 #: "and" and a size / severity / change word after a negated phrase: a new statement ("no effusion and mild
 #: cardiomegaly"; version 25). A plain "no A and B" negates both.
 _AND_NEW_ITEM: Final[re.Pattern[str]] = re.compile(
-    r"[^,;]*?\band\s+(?:only\s+)?(?:an?\s+)?(?:small|trace|tiny|minimal|mild|moderate|large|severe|massive|"
+    r"[^,;]*?(?:,\s*)?\band\s+(?:only\s+)?(?:an?\s+)?(?:small|trace|tiny|minimal|mild|moderate|large|severe|massive|"
     r"persistent|stable|unchanged|increasing|increased|decreasing|decreased|improving|improved|worsening|worsened|"
     r"residual)\b")
 #: A later "or" / "nor" of the clause: the phrase belongs to a list that goes on ("no A, small B, or C").
@@ -295,11 +297,13 @@ def _new_subject(low: str, start: int, end: int) -> bool:
     return k >= 0 and _CLAUSE_CONTINUES.fullmatch(low, k + 1, end) is None
 
 
-def _starts_new_item(low: str, cue: _Cue, i: int, mentions: list[_Mention], hi: int) -> bool:
+def _starts_new_item(low: str, cue: _Cue, i: int, mentions: list[_Mention], hi: int, hedge: bool = False) -> bool:
     """Whether a bare comma and a size / side word between ``cue`` and phrase ``i`` start a new statement.
 
-    "No pneumothorax, small right effusion": the effusion is a new statement. Not when the list goes on with
-    "or" / "nor" ("no pneumothorax, large effusion, or consolidation") or a conjunction joins the two phrases.
+    "No pneumothorax, small right effusion": the effusion is a new statement; so is "and" before a size word ("no
+    effusion and mild cardiomegaly"; for a ``hedge`` only after a comma: "possible pneumonia and small effusion"
+    hedges both). Not when the list goes on with "or" / "nor" ("no pneumothorax, large effusion, or
+    consolidation") or a conjunction joins the two phrases.
     """
     for j in range(i, 0, -1):
         prev = mentions[j - 1]
@@ -308,7 +312,8 @@ def _starts_new_item(low: str, cue: _Cue, i: int, mentions: list[_Mention], hi: 
         gap = _NEW_ITEM.match(low, prev.end, mentions[j].start)
         if gap is not None and not _AND_OR.search(low, prev.end, mentions[j].start):
             return _LIST_GOES_ON.search(low, mentions[j].end, max(hi, mentions[j].end)) is None
-        if _AND_NEW_ITEM.match(low, prev.end, mentions[j].start) is not None:  # "no effusion and mild cardiomegaly"
+        if _AND_NEW_ITEM.match(low, prev.end, mentions[j].start) is not None and (
+                not hedge or "," in low[prev.end:mentions[j].start]):  # "no effusion and mild cardiomegaly"
             return _LIST_GOES_ON.search(low, mentions[j].end, max(hi, mentions[j].end)) is None
     return False
 
@@ -431,6 +436,8 @@ class RuleStructurer:
             if c.kind == "link":
                 if any(p.kind in ("neg_pre", "neg_both") for p in before if p.end <= c.start):
                     neg = True
+                elif _starts_new_item(low, c, i, mentions, hi, hedge=True):
+                    break  # "opacity, concerning for pneumonia, and small left effusion": the effusion is stated
                 else:
                     unc = True
                     hedges.append(c)
@@ -439,6 +446,8 @@ class RuleStructurer:
                     break  # "no pneumothorax, small right effusion": the negation ended with the first phrase
                 neg = True
             else:
+                if c.kind == "unc_pre" and _starts_new_item(low, c, i, mentions, hi, hedge=True):
+                    break  # "possible pneumonia, moderate cardiomegaly": the hedge ended with the first phrase
                 unc = True
                 hedges.append(c)
             break
