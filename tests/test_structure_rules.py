@@ -440,7 +440,7 @@ _VERSION_CORPUS = (
     "No pneumothorax, and small left effusion.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"30": "36ed76bbcc632e87fb1387c19516d46177c679d27fb1d20c293527d47816bfb0"}
+_PINNED_OUTPUT = {"31": "c9447c98aca915b7defe70396b127869333ce0f5c80e38f6be8ceab99b1fa266"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -1030,6 +1030,11 @@ def test_a_hedge_before_present_is_a_hedge(text: str, assertion: str) -> None:
 ])
 def test_fluid_in_an_angle_a_zone_on_one_side_and_plural_effusions(text: str, expected: list) -> None:
     assert [(f.lesion, f.reported_location) for f in findings(text)] == expected
+
+
+def test_a_zone_on_one_side_keeps_its_phrases_as_written() -> None:
+    (f,) = findings("Basal atelectasis on the right.")
+    assert f.location_phrases == ("Basal", "right") and f.reported_location == (RB,)
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -166,8 +166,9 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: clause ("trace left effusion possible") are hedges; 29: report-level rules version 7 (a hedged diagnosis in the
 #: sentence after an observation lies where the observation lies; "small adjacent", "there is associated" point back);
 #: 30: a hedge before a list ends at a comma before a new sized item, as a negation does ("possible pneumonia, moderate
-#: cardiomegaly"), and ", and" before a size word ends either.
-RULES_VERSION: Final[str] = "30"
+#: cardiomegaly"), and ", and" before a size word ends either; 31: the location phrases of a zone "on the right" keep
+#: "right" as written (the labels of version 27 stay).
+RULES_VERSION: Final[str] = "31"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -733,8 +734,8 @@ class RuleStructurer:
             elif mm.kind.mimic:  # it projects over the lung but is not in it
                 phrases, labels = (), ()
             else:
+                phrases = tuple(dict.fromkeys(p for _, p, _ in sorted(mm.locations)))  # as written
                 locs = _side_on_the(low, sorted(mm.locations))
-                phrases = tuple(dict.fromkeys(p for _, p, _ in locs))
                 # extent words ("diffuse", "scattered") give both lungs only when no place is named with them
                 placed = [labs for _, p, labs in locs if not is_extent_phrase(p)]
                 if placed and len(placed) < len(locs) and all(
