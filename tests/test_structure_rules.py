@@ -438,9 +438,11 @@ _VERSION_CORPUS = (
     "Opacity at the left base. Small adjacent effusion.",
     "Possible pneumonia, moderate cardiomegaly.",
     "No pneumothorax, and small left effusion.",
+    "Patchy GGOs in both lower zones. LLL atx. Small left PTX.",
+    "Airspace changes in the right lower zone. Infective changes at the right base.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"31": "c9447c98aca915b7defe70396b127869333ce0f5c80e38f6be8ceab99b1fa266"}
+_PINNED_OUTPUT = {"32": "f00330dd4a021dcbd406f9d8b1f2bdf0e3b9ad34d99d6a69b4f509970e10acd4"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -1085,3 +1087,17 @@ def test_a_hedged_diagnosis_after_an_observation_lies_where_it_lies(text: str, e
 ])
 def test_a_hedge_ends_before_a_new_sized_item(text: str, expected: list) -> None:
     assert [(f.lesion or f.entity.lower(), f.assertion) for f in findings(text)] == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Patchy GGOs in both lower zones.", [("opacity", (RB, LB))]),
+    ("GGO in the right lower lobe.", [("opacity", (RB,))]),
+    ("LLL atx.", [("atelectasis", (LB,))]),
+    ("Small left PTX.", [(None, (LL,))]),
+    ("Airspace changes in the right lower zone.", [("opacity", (RB,))]),
+    ("Infective changes at the right base.", [("pneumonia", (RB,))]),
+    ("Inflammatory changes in the left lower lobe.", []),
+    ("Axial CT scan shows GGOs in the right lower lobe.", [(None, (RB,))]),  # another modality: non-target
+])
+def test_report_abbreviations_and_british_wordings(text: str, expected: list) -> None:
+    assert [(f.lesion, f.reported_location) for f in findings(text)] == expected

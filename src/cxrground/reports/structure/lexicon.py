@@ -368,18 +368,20 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
     )),
     (EntityKind("pneumonia", PNEUMONIA), (
         r"aspiration\s+pneumonia", r"bronchopneumonia", r"pneumonias?", r"pneumonitis",
+        r"infective\s+(?:process|changes?|consolidation)",  # British (version 32)
         r"infectious\s+(?:process|etiology|infiltrates?)", r"infections?", r"aspiration", r"pna",
     )),
     (EntityKind("atelectasis", ATELECTASIS), (
-        r"atelectatic(?:\s+changes?)?", r"atelectases", r"atelectasis", r"collapsed?",
+        r"atelectatic(?:\s+changes?)?", r"atelectases", r"atelectasis", r"collapsed?", r"atx",
     )),
     (EntityKind("consolidation", CONSOLIDATION, observation=True), (
         r"consolidative\s+(?:opacity|opacities|process|changes?|shadowing)", r"consolidations?", r"consolidative",
         r"consolidated",
     )),
     (EntityKind("opacity", OPACITY, observation=True), (
-        r"(?:airspace|air\s+space|alveolar|ground[- ]glass)\s+(?:opacity|opacities|opacifications?|disease|"
+        r"(?:airspace|air[- ]?space|alveolar|ground[- ]glass)\s+(?:opacity|opacities|opacifications?|disease|"
         r"processe?s?|infiltrates?|shadowing)",
+        r"air[- ]?space\s+changes?", r"ggos?",  # version 32
         r"shadowing",  # British for opacity (version 24); a bare "shadow" is cardiac, nipple, breast, vascular
         r"ground[- ]glass",
         r"hazy\s+opacit(?:y|ies)", r"opacit(?:y|ies)", r"opacifications?", r"opacified",
@@ -393,7 +395,7 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
         r"(?<=costophrenic sulcus )blunting", r"(?<=costophrenic sulci )blunting", *_BLUNTED_AFTER,
     )),
     # other non-target findings
-    (EntityKind("pneumothorax", None), (r"pneumothora(?:x|ces)",)),
+    (EntityKind("pneumothorax", None), (r"pneumothora(?:x|ces)", r"ptx")),  # "ptx": version 32
     (EntityKind("nodule", None), (r"nodules?", r"masslike", r"mass[- ]like", r"masses", r"mass")),
     (EntityKind("granuloma", None), (
         r"calcified\s+granulomas?", r"granulomatous\s+(?:disease|process|changes?|infection)", r"granulomas?",

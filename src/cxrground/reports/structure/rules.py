@@ -167,8 +167,9 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: sentence after an observation lies where the observation lies; "small adjacent", "there is associated" point back);
 #: 30: a hedge before a list ends at a comma before a new sized item, as a negation does ("possible pneumonia, moderate
 #: cardiomegaly"), and ", and" before a size word ends either; 31: the location phrases of a zone "on the right" keep
-#: "right" as written (the labels of version 27 stay).
-RULES_VERSION: Final[str] = "31"
+#: "right" as written (the labels of version 27 stay); 32: "GGO", "atx", "PTX", "air-space changes", "infective
+#: changes".
+RULES_VERSION: Final[str] = "32"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
