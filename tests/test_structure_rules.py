@@ -440,9 +440,10 @@ _VERSION_CORPUS = (
     "No pneumothorax, and small left effusion.",
     "Patchy GGOs in both lower zones. LLL atx. Small left PTX.",
     "Airspace changes in the right lower zone. Infective changes at the right base.",
+    "Pneumonia is excluded. Left pleural effusion has disappeared.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"32": "f00330dd4a021dcbd406f9d8b1f2bdf0e3b9ad34d99d6a69b4f509970e10acd4"}
+_PINNED_OUTPUT = {"33": "25e001c41a81b1c7419043e9d109e1f44230fb90777931bf23210c7e24f5d9b6"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -1101,3 +1102,16 @@ def test_a_hedge_ends_before_a_new_sized_item(text: str, expected: list) -> None
 ])
 def test_report_abbreviations_and_british_wordings(text: str, expected: list) -> None:
     assert [(f.lesion, f.reported_location) for f in findings(text)] == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Pneumonia is excluded.", [("pneumonia", "absent")]),
+    ("Pneumothorax has been excluded.", [("pneumothorax", "absent")]),
+    ("Left pleural effusion has disappeared.", [("effusion", "absent")]),
+    ("Disappearance of the right pleural effusion.", [("effusion", "absent")]),
+    ("Pneumonia is not excluded.", [("pneumonia", "uncertain")]),
+    ("Pneumonia cannot be excluded.", [("pneumonia", "uncertain")]),
+    ("The right costophrenic angle is excluded from the field of view.", []),
+])
+def test_excluded_and_disappeared_negate(text: str, expected: list) -> None:
+    assert [(f.lesion or f.entity.lower(), f.assertion) for f in findings(text)] == expected

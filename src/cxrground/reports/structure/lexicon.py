@@ -527,7 +527,9 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
     ("neg_post", rf"(?:(?:is|are|was|were|has|have)\s+)?not\s+(?:been\s+)?(?:(?:well|clearly|definitely|"
                  rf"convincingly|clearly)\s+)?{_NEG_SEEN}"),
     ("neg_post", r"(?:(?:is|are|has|have)\s+)?(?:been\s+)?(?:since\s+)?(?:completely\s+)?"
-                 r"(?:gone|ruled\s+out)|(?:is|are)\s+absent|(?:(?:appears?|is|are|remains?)\s+)?within\s+(?:the\s+)?"
+                 r"(?:gone|ruled\s+out|disappeared)|(?:is|are)\s+absent|"
+                 # "pneumonia is excluded" (not "excluded from" the image; version 33)
+                 r"(?:is|are|has\s+been|have\s+been)\s+(?:now\s+)?excluded(?!\s+from)|(?:(?:appears?|is|are|remains?)\s+)?within\s+(?:the\s+)?"
                  r"(?:normal\s+limits|limits\s+of\s+normal)"),
     # round 5: a clause-final "have / has (since) resolved / cleared" negates its whole subject, however long the
     # list ("consolidation, atelectasis, and blunting at the left base have cleared in the interval"); see rules
@@ -536,7 +538,8 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                  r"and)\b))"),
     ("neg_both", r"(?:(?:has|have)\s+)?(?:been\s+)?(?:since\s+)?(?:completely\s+)?"
                  r"(?:resolved|cleared)"),
-    ("neg_pre", r"(?:interval\s+)?resolution\s+of|(?:(?:interval|complete|total)\s+)+clearing\s+of|no\s+longer|"
+    ("neg_pre", r"(?:interval\s+)?(?:resolution|disappearance)\s+of|(?:(?:interval|complete|total)\s+)+clearing\s+of|"
+                r"no\s+longer|"
                 r"negative\s+for|free\s+of|clear\s+of|absence\s+of|"
                 r"without|neither|nor|no|not\s+(?:a|an|any)"),
     ("link", r"(?:to\s+)?suggest(?:s|ed|ing|ive\s+of|ion\s+of)?|concerning\s+for|suspicious\s+for|worrisome\s+for|"

@@ -168,8 +168,8 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: 30: a hedge before a list ends at a comma before a new sized item, as a negation does ("possible pneumonia, moderate
 #: cardiomegaly"), and ", and" before a size word ends either; 31: the location phrases of a zone "on the right" keep
 #: "right" as written (the labels of version 27 stay); 32: "GGO", "atx", "PTX", "air-space changes", "infective
-#: changes".
-RULES_VERSION: Final[str] = "32"
+#: changes"; 33: "is excluded", "has disappeared" and "disappearance of" negate.
+RULES_VERSION: Final[str] = "33"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
