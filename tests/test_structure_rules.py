@@ -441,9 +441,10 @@ _VERSION_CORPUS = (
     "Patchy GGOs in both lower zones. LLL atx. Small left PTX.",
     "Airspace changes in the right lower zone. Infective changes at the right base.",
     "Pneumonia is excluded. Left pleural effusion has disappeared.",
+    "Right basilar atelectasis, pneumonia not excluded.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"33": "25e001c41a81b1c7419043e9d109e1f44230fb90777931bf23210c7e24f5d9b6"}
+_PINNED_OUTPUT = {"34": "ffa5108e1725a6979d0486a14e81f822380755050103fb5e811ce8df100bd657"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -1114,4 +1115,20 @@ def test_report_abbreviations_and_british_wordings(text: str, expected: list) ->
     ("The right costophrenic angle is excluded from the field of view.", []),
 ])
 def test_excluded_and_disappeared_negate(text: str, expected: list) -> None:
+    assert [(f.lesion or f.entity.lower(), f.assertion) for f in findings(text)] == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Right basilar atelectasis, pneumonia not excluded.", [("atelectasis", "present"), ("pneumonia", "uncertain")]),
+    ("Moderate cardiomegaly, pericardial effusion not excluded.",
+     [("cardiomegaly", "present"), ("pericardial effusion", "uncertain")]),
+    ("Small left effusion and adjacent atelectasis, infection not excluded.",
+     [("effusion", "present"), ("atelectasis", "present"), ("pneumonia", "uncertain")]),
+    ("Small bilateral effusions, pneumonia cannot be excluded.", [("effusion", "present"), ("pneumonia", "uncertain")]),
+    # a list that ends with a conjunction stays one list
+    ("Atelectasis, effusion, or pneumonia cannot be excluded.",
+     [("atelectasis", "uncertain"), ("effusion", "uncertain"), ("pneumonia", "uncertain")]),
+    ("Effusion or consolidation cannot be excluded.", [("effusion", "uncertain"), ("consolidation", "uncertain")]),
+])
+def test_a_post_cue_stops_at_a_bare_comma_that_ends_no_list(text: str, expected: list) -> None:
     assert [(f.lesion or f.entity.lower(), f.assertion) for f in findings(text)] == expected

@@ -718,6 +718,11 @@ MIMIC_STYLE: list[tuple[str, str, Expected]] = [
      [("pneumonia", "uncertain", (RB,)), ("effusion", "present", (LL,))]),
     ("mimic-style", "Opacity in the lingula, concerning for pneumonia, and small left effusion.",
      [("pneumonia", "uncertain", (LM,)), ("effusion", "present", (LL,))]),
+    # rules version 34
+    ("mimic-style", "Mild pulmonary edema, superimposed infection not excluded.",
+     [("edema", "present", BOTH), ("pneumonia", "uncertain", BOTH)]),
+    ("mimic-style", "Right basilar atelectasis, pneumonia not excluded.",
+     [("atelectasis", "present", (RB,)), ("pneumonia", "uncertain", (RB,))]),
     # read correctly already: differentials, adjacent atelectasis, "to suggest", a clear lung beside a finding
     ("mimic-style", "Retrocardiac opacity could reflect atelectasis or consolidation.",
      [("atelectasis", "uncertain", (LB,)), ("consolidation", "uncertain", (LB,))]),

@@ -168,8 +168,9 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: 30: a hedge before a list ends at a comma before a new sized item, as a negation does ("possible pneumonia, moderate
 #: cardiomegaly"), and ", and" before a size word ends either; 31: the location phrases of a zone "on the right" keep
 #: "right" as written (the labels of version 27 stay); 32: "GGO", "atx", "PTX", "air-space changes", "infective
-#: changes"; 33: "is excluded", "has disappeared" and "disappearance of" negate.
-RULES_VERSION: Final[str] = "33"
+#: changes"; 33: "is excluded", "has disappeared" and "disappearance of" negate; 34: a post-cue does not reach back
+#: across a bare comma that ends no list ("right basilar atelectasis, pneumonia not excluded").
+RULES_VERSION: Final[str] = "34"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -297,6 +298,14 @@ def _new_subject(low: str, start: int, end: int) -> bool:
     """Whether ``low[start:end]`` (between a phrase and a later cue) holds a comma followed by a new subject."""
     k = low.rfind(",", start, end)
     return k >= 0 and _CLAUSE_CONTINUES.fullmatch(low, k + 1, end) is None
+
+
+def _ends_no_list(gaps: list[str]) -> bool:
+    """Whether a bare comma among the ``gaps`` between coordinated phrases is followed by no conjunction: then the
+    phrases after it are no list with those before it ("atelectasis, pneumonia not excluded"; version 34), while
+    "atelectasis, effusion, or pneumonia" is one."""
+    return any("," in g and not _AND_OR.search(g) and not any(_AND_OR.search(h) for h in gaps[k + 1:])
+               for k, g in enumerate(gaps))
 
 
 def _starts_new_item(low: str, cue: _Cue, i: int, mentions: list[_Mention], hi: int, hedge: bool = False) -> bool:
@@ -465,15 +474,19 @@ class RuleStructurer:
             prev_end = m.end
             ok = True
             clause = _VERB.search(low, m.start, m.end) is not None  # "heart size is enlarged": a clause of its own
+            gaps: list[str] = []
             for other in mentions[i + 1:]:
                 if other.start >= c.start:
                     break
                 if clause or not _COORD_GAP.fullmatch(low, prev_end, other.start):
                     ok = False
                     break
+                gaps.append(low[prev_end:other.start])
                 prev_end = other.end
             if ok and _new_subject(low, prev_end, c.start):
                 ok = False  # "heart size is enlarged, pulmonary vascularity within normal limits"
+            if ok and _ends_no_list(gaps):
+                ok = False  # "right basilar atelectasis, pneumonia not excluded": the hedge is the pneumonia's
             if ok:
                 neg |= c.kind in _NEG
                 if c.kind in _UNC:
