@@ -442,9 +442,11 @@ _VERSION_CORPUS = (
     "Airspace changes in the right lower zone. Infective changes at the right base.",
     "Pneumonia is excluded. Left pleural effusion has disappeared.",
     "Right basilar atelectasis, pneumonia not excluded.",
+    "Small left effusion, atelectasis vs consolidation at the left base.",
+    "Pulmonary edema, likely cardiogenic, with bilateral effusions.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"34": "ffa5108e1725a6979d0486a14e81f822380755050103fb5e811ce8df100bd657"}
+_PINNED_OUTPUT = {"35": "ddb710d8f3170620af106a675c36762ffed482ff248d7cac8c1b87a4e1eba2da"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -1132,3 +1134,22 @@ def test_excluded_and_disappeared_negate(text: str, expected: list) -> None:
 ])
 def test_a_post_cue_stops_at_a_bare_comma_that_ends_no_list(text: str, expected: list) -> None:
     assert [(f.lesion or f.entity.lower(), f.assertion) for f in findings(text)] == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Retrocardiac opacity, atelectasis vs consolidation, small left effusion.",
+     [("atelectasis", "uncertain", (LB,)), ("consolidation", "uncertain", (LB,)), ("effusion", "present", (LL,))]),
+    ("Small left effusion, atelectasis vs consolidation at the left base.",
+     [("effusion", "present", (LL,)), ("atelectasis", "uncertain", (LB,)), ("consolidation", "uncertain", (LB,))]),
+    ("Pulmonary edema, likely cardiogenic, with bilateral effusions.",
+     [("edema", "present", (RL, LL)), ("effusion", "present", (RL, LL))]),
+    # unchanged: "vs" without a comma, "if any" between commas, a hedge before a list
+    ("Tiny left effusion vs pleural thickening.",
+     [("effusion", "uncertain", (LL,)), ("pleural thickening", "uncertain", (LL,))]),
+    ("Small, if any, right pleural effusion.", [("effusion", "uncertain", (RL,))]),
+    ("Possible pneumonia, atelectasis, or aspiration.",
+     [("pneumonia", "uncertain", (RL, LL)), ("atelectasis", "uncertain", (RL, LL)),
+      ("pneumonia", "uncertain", (RL, LL))]),
+])
+def test_versus_and_a_hedge_before_a_comma_stay_in_their_part(text: str, expected: list) -> None:
+    assert [(f.lesion or f.entity.lower(), f.assertion, f.reported_location) for f in findings(text)] == expected

@@ -169,8 +169,9 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: cardiomegaly"), and ", and" before a size word ends either; 31: the location phrases of a zone "on the right" keep
 #: "right" as written (the labels of version 27 stay); 32: "GGO", "atx", "PTX", "air-space changes", "infective
 #: changes"; 33: "is excluded", "has disappeared" and "disappearance of" negate; 34: a post-cue does not reach back
-#: across a bare comma that ends no list ("right basilar atelectasis, pneumonia not excluded").
-RULES_VERSION: Final[str] = "34"
+#: across a bare comma that ends no list ("right basilar atelectasis, pneumonia not excluded"); 35: "versus" and a
+#: hedge before a comma stay in their own part of the sentence, and a comma-joined list does not end in "versus".
+RULES_VERSION: Final[str] = "35"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -237,6 +238,7 @@ _CLAUSE_CONTINUES: Final[re.Pattern[str]] = re.compile(
     r"(?:\s*\b(?:is|are|was|were|has|have|had|been|be|now|also|again|still|which|that|then|previously|"
     r"otherwise)\b)*\s*")
 _AND_OR: Final[re.Pattern[str]] = re.compile(r"\b(?:and|or|nor)\b|/")
+_VERSUS: Final[re.Pattern[str]] = re.compile(r"\b(?:versus|vs)\b")
 _MAX_LINK_WORDS: Final[int] = 15
 _LOCATION_SCOPE_SKIP: Final[str] = "with"
 #: "and (the)" right before a place: the clause-ending "and" of a coordinated place (version 23).
@@ -444,6 +446,9 @@ class RuleStructurer:
                 continue
             if c.kind in BOTH_WINDOW and _nwords(low[c.end:m.start]) > BOTH_WINDOW[c.kind]:
                 continue
+            if c.kind in ("unc_vs", "unc_pre") and "," in low[c.end:m.start] and (
+                    c.kind == "unc_vs" or not any(c.end <= mm.start and mm.end <= m.start for mm in mentions)):
+                break  # "atelectasis vs consolidation, small effusion"; "edema, likely cardiogenic, with effusions"
             if c.kind == "link":
                 if any(p.kind in ("neg_pre", "neg_both") for p in before if p.end <= c.start):
                     neg = True
@@ -471,6 +476,8 @@ class RuleStructurer:
                 break
             if c.kind in BOTH_WINDOW and _nwords(low[m.end:c.start]) > BOTH_WINDOW[c.kind]:
                 break
+            if c.kind == "unc_vs" and "," in low[m.end:c.start]:
+                break  # "small left effusion, atelectasis vs consolidation": "vs" joins the two after the comma
             prev_end = m.end
             ok = True
             clause = _VERB.search(low, m.start, m.end) is not None  # "heart size is enlarged": a clause of its own
@@ -510,10 +517,13 @@ class RuleStructurer:
         """
         n = len(mentions)
         joined = [False] * n  # joined[i]: mention i joins the group of mention i - 1
+        versus = [False] * n  # versus[i]: that join is "versus" / "vs", which joins two phrases only (version 35)
         for i in range(n - 1, 0, -1):
             a, b = mentions[i - 1].end, mentions[i].start
-            joined[i] = ALTERNATIVE_GAP_RE.fullmatch(low, a, b) is not None or (
-                i + 1 < n and joined[i + 1] and not mentions[i - 1].kind.observation
+            alternative = ALTERNATIVE_GAP_RE.fullmatch(low, a, b) is not None
+            versus[i] = alternative and _VERSUS.search(low, a, b) is not None
+            joined[i] = alternative or (
+                i + 1 < n and joined[i + 1] and not versus[i + 1] and not mentions[i - 1].kind.observation
                 and _SERIES_COMMA.fullmatch(low, a, b) is not None)
         groups: list[list[int]] = [[0]]
         for i in range(1, n):
