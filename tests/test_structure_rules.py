@@ -444,9 +444,10 @@ _VERSION_CORPUS = (
     "Right basilar atelectasis, pneumonia not excluded.",
     "Small left effusion, atelectasis vs consolidation at the left base.",
     "Pulmonary edema, likely cardiogenic, with bilateral effusions.",
+    "Bibasilar opacities, likely atelectasis, with small bilateral effusions.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"35": "ddb710d8f3170620af106a675c36762ffed482ff248d7cac8c1b87a4e1eba2da"}
+_PINNED_OUTPUT = {"36": "d64c03dbf0545c8e63180ef79e58f2e84f722ef507cf67f05887318d28414457"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -1153,3 +1154,14 @@ def test_a_post_cue_stops_at_a_bare_comma_that_ends_no_list(text: str, expected:
 ])
 def test_versus_and_a_hedge_before_a_comma_stay_in_their_part(text: str, expected: list) -> None:
     assert [(f.lesion or f.entity.lower(), f.assertion, f.reported_location) for f in findings(text)] == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Bibasilar opacities, likely atelectasis, with small bilateral effusions.",
+     [("atelectasis", "uncertain"), ("effusion", "present")]),
+    ("Right basilar opacity, likely atelectasis, with small right effusion.",
+     [("atelectasis", "uncertain"), ("effusion", "present")]),
+    ("Possible small effusion with adjacent atelectasis.", [("effusion", "uncertain"), ("atelectasis", "uncertain")]),
+])
+def test_a_hedge_does_not_reach_across_comma_with(text: str, expected: list) -> None:
+    assert [(f.lesion, f.assertion) for f in findings(text)] == expected

@@ -723,6 +723,11 @@ MIMIC_STYLE: list[tuple[str, str, Expected]] = [
      [("edema", "present", BOTH), ("pneumonia", "uncertain", BOTH)]),
     ("mimic-style", "Right basilar atelectasis, pneumonia not excluded.",
      [("atelectasis", "present", (RB,)), ("pneumonia", "uncertain", (RB,))]),
+    # rules versions 35 and 36
+    ("mimic-style", "Small left effusion, atelectasis vs consolidation at the left base.",
+     [("effusion", "present", (LL,)), ("atelectasis", "uncertain", (LB,)), ("consolidation", "uncertain", (LB,))]),
+    ("mimic-style", "Bibasilar opacities, likely atelectasis, with small bilateral effusions.",
+     [("atelectasis", "uncertain", (RB, LB)), ("effusion", "present", BOTH)]),
     # read correctly already: differentials, adjacent atelectasis, "to suggest", a clear lung beside a finding
     ("mimic-style", "Retrocardiac opacity could reflect atelectasis or consolidation.",
      [("atelectasis", "uncertain", (LB,)), ("consolidation", "uncertain", (LB,))]),

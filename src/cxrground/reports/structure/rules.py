@@ -170,8 +170,9 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: "right" as written (the labels of version 27 stay); 32: "GGO", "atx", "PTX", "air-space changes", "infective
 #: changes"; 33: "is excluded", "has disappeared" and "disappearance of" negate; 34: a post-cue does not reach back
 #: across a bare comma that ends no list ("right basilar atelectasis, pneumonia not excluded"); 35: "versus" and a
-#: hedge before a comma stay in their own part of the sentence, and a comma-joined list does not end in "versus".
-RULES_VERSION: Final[str] = "35"
+#: hedge before a comma stay in their own part of the sentence, and a comma-joined list does not end in "versus"; 36:
+#: a hedge does not reach across ", with".
+RULES_VERSION: Final[str] = "36"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -432,7 +433,10 @@ class RuleStructurer:
             unc = unc or _NORMAL_RANGE.search(low, m.start, m.end) is not None  # a negation still wins below
         # before: the nearest applicable cue of the clause; a hedge also reaches across "with" ("possible small
         # effusion with adjacent atelectasis"), a negation does not ("no cardiomegaly with bilateral effusions")
-        lo_hedge = self._scope(terms, m.start, m.end, len(low), skip=_LOCATION_SCOPE_SKIP, low=low)[0]
+        # ... but not across ", with" ("bibasilar opacities, likely atelectasis, with small effusions"; version 36)
+        lo_hedge = self._scope([t for t in terms if not (low[t.start:t.end] == _LOCATION_SCOPE_SKIP
+                                                         and not low[:t.start].rstrip().endswith(","))],
+                               m.start, m.end, len(low))[0]
         before = [c for c in cues if lo_hedge <= c.start and c.end <= m.start and c.kind != "term"]
         for c in reversed(before):
             if c.start < lo and c.kind not in _HEDGE_PRE:
