@@ -86,15 +86,24 @@ def _points_back(report: StructuredReport | None, sent_idx: int) -> bool:
     return text is not None and ANAPHOR_RE.match(text) is not None
 
 
+def _phrase_position(report: StructuredReport | None, f: Finding) -> tuple[str, int] | None:
+    """``f``'s sentence, lower-cased, and where its phrase starts in it (-1 when not found); None without the
+    sentence."""
+    text = _sentence_text(report, f.sent_idx)
+    if text is None:
+        return None
+    low = text.lower()
+    return low, low.find(f.entity.lower())
+
+
 def _sentence_places(report: StructuredReport | None, f: Finding, placed: list[Finding]) -> list[str]:
     """Labels of the placed findings of ``f``'s sentence written before ``f`` when ``f`` is an uncertain lesion
     that may share a place ("Subtle opacity at the right base, cannot exclude pneumonia"; "..., though infection
     cannot be excluded"); none for edema or a phrase diffuse by its words."""
-    text = _sentence_text(report, f.sent_idx)
-    if text is None or f.assertion != "uncertain" or f.lesion == EDEMA:
+    found = _phrase_position(report, f)
+    if found is None or f.assertion != "uncertain" or f.lesion == EDEMA:
         return []
-    low = text.lower()
-    at = low.find(f.entity.lower())
+    low, at = found
     if at <= 0 or DIFFUSE_PHRASE_RE.match(low, at) is not None:
         return []
     return [lab for p in placed if p is not f and 0 <= low.find(p.entity.lower()) < at for lab in p.reported_location]
@@ -105,13 +114,10 @@ def _explained_before(report: StructuredReport | None, f: Finding, before: list[
     """Labels of the placed observations and parenchymal lesions of the sentence before ``f`` when ``f`` is a hedged
     parenchymal diagnosis of a sentence that places nothing ("Left basilar opacity. Atelectasis is favored over
     pneumonia."; version 7); none otherwise."""
-    if placed_here or f.assertion != "uncertain" or f.lesion not in _EXPLAINS:
+    found = _phrase_position(report, f)
+    if placed_here or f.assertion != "uncertain" or f.lesion not in _EXPLAINS or found is None:
         return []
-    text = _sentence_text(report, f.sent_idx)
-    if text is None:
-        return []
-    low = text.lower()
-    at = low.find(f.entity.lower())
+    low, at = found
     if at >= 0 and DIFFUSE_PHRASE_RE.match(low, at) is not None:
         return []
     return [lab for p in before if p.lesion in _EXPLAINS for lab in p.reported_location]

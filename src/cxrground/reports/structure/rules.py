@@ -209,15 +209,17 @@ _NORMAL_AFTER: Final[re.Pattern[str]] = re.compile(
 #: A comma and a size / extent / morphology / side word: a new statement after a list ("no pneumothorax, small
 #: effusion"), also when the negated phrase has words after it ("no effusion on the left, small effusion on the
 #: right").
+#: Size and severity words of a finding ("small effusion", "severe edema").
+_SIZE_WORDS: Final[str] = r"small|trace|tiny|minimal|mild|moderate|large|severe|massive"
 _NEW_ITEM: Final[re.Pattern[str]] = re.compile(
-    r"[^,;]*?,\s*(?:an?\s+)?(?:small|trace|tiny|minimal|mild|moderate|large|severe|massive|persistent|new|"
+    rf"[^,;]*?,\s*(?:an?\s+)?(?:{_SIZE_WORDS}|persistent|new|"
     r"increasing|increased|decreasing|decreased|stable|unchanged|right|left|bilateral|bibasilar|patchy|hazy|"
     r"streaky|linear|subtle|faint|dense|diffuse|multifocal|scattered|retrocardiac|basilar|perihilar|lingular|"
     r"rll|lll|rml|rul|lul)\b")
 #: "and" and a size / severity / change word after a negated phrase: a new statement ("no effusion and mild
 #: cardiomegaly"; version 25). A plain "no A and B" negates both.
 _AND_NEW_ITEM: Final[re.Pattern[str]] = re.compile(
-    r"[^,;]*?(?:,\s*)?\band\s+(?:only\s+)?(?:an?\s+)?(?:small|trace|tiny|minimal|mild|moderate|large|severe|massive|"
+    rf"[^,;]*?(?:,\s*)?\band\s+(?:only\s+)?(?:an?\s+)?(?:{_SIZE_WORDS}|"
     r"persistent|stable|unchanged|increasing|increased|decreasing|decreased|improving|improved|worsening|worsened|"
     r"residual)\b")
 #: A later "or" / "nor" of the clause: the phrase belongs to a list that goes on ("no A, small B, or C").
@@ -239,6 +241,8 @@ _CLAUSE_CONTINUES: Final[re.Pattern[str]] = re.compile(
     r"(?:\s*\b(?:is|are|was|were|has|have|had|been|be|now|also|again|still|which|that|then|previously|"
     r"otherwise)\b)*\s*")
 _AND_OR: Final[re.Pattern[str]] = re.compile(r"\b(?:and|or|nor)\b|/")
+#: A comma (and spaces) right before a position.
+_COMMA_BEFORE: Final[re.Pattern[str]] = re.compile(r",\s*$")
 _VERSUS: Final[re.Pattern[str]] = re.compile(r"\b(?:versus|vs)\b")
 _MAX_LINK_WORDS: Final[int] = 15
 _LOCATION_SCOPE_SKIP: Final[str] = "with"
@@ -382,8 +386,12 @@ class RuleStructurer:
         if self.alternatives == "present":  # "versus" joining two alternatives is no hedge under this policy
             joins = [(mentions[g[k - 1]].end, mentions[g[k]].start) for g in groups for k in range(1, len(g))]
             cues = [c for c in cues if c.kind != "unc_vs" or not any(a <= c.start and c.end <= b for a, b in joins)]
+        # the scope ends of a hedge before its phrase: a hedge reaches across "with" ("possible small effusion with
+        # adjacent atelectasis"), not across ", with" ("..., likely atelectasis, with small effusions"; version 36)
+        hedge_terms = [t for t in terms
+                       if low[t.start:t.end] != _LOCATION_SCOPE_SKIP or _COMMA_BEFORE.search(low, 0, t.start)]
         for i, mention in enumerate(mentions):
-            mention.assertion = self._assertion(low, mention, i, mentions, cues, terms)
+            mention.assertion = self._assertion(low, mention, i, mentions, cues, terms, hedge_terms)
         self._alternatives(mentions, groups)
         self._attribute(low, mentions, groups, cues, terms)
         self._locate(low, text, mentions, terms)
@@ -417,7 +425,7 @@ class RuleStructurer:
         return lo, hi
 
     def _assertion(self, low: str, m: _Mention, i: int, mentions: list[_Mention], cues: list[_Cue],
-                   terms: list[_Cue]) -> Assertion:
+                   terms: list[_Cue], hedge_terms: list[_Cue]) -> Assertion:
         lo, hi = self._scope(terms, m.start, m.end, len(low))
         neg = unc = False
         hedges: list[_Cue] = []  # the cues that made the phrase uncertain, for its hedge grade
@@ -431,12 +439,9 @@ class RuleStructurer:
         if m.kind.lesion in HEART_MASK_LESIONS:  # the heart-size construction: "not enlarged", "normal to enlarged"
             neg = neg or _INSIDE_NEG.search(low, m.start, m.end) is not None
             unc = unc or _NORMAL_RANGE.search(low, m.start, m.end) is not None  # a negation still wins below
-        # before: the nearest applicable cue of the clause; a hedge also reaches across "with" ("possible small
-        # effusion with adjacent atelectasis"), a negation does not ("no cardiomegaly with bilateral effusions")
-        # ... but not across ", with" ("bibasilar opacities, likely atelectasis, with small effusions"; version 36)
-        lo_hedge = self._scope([t for t in terms if not (low[t.start:t.end] == _LOCATION_SCOPE_SKIP
-                                                         and not low[:t.start].rstrip().endswith(","))],
-                               m.start, m.end, len(low))[0]
+        # before: the nearest applicable cue of the clause; a hedge's clause ends at ``hedge_terms``, a negation's
+        # also at "with" ("no cardiomegaly with bilateral effusions")
+        lo_hedge = self._scope(hedge_terms, m.start, m.end, len(low))[0]
         before = [c for c in cues if lo_hedge <= c.start and c.end <= m.start and c.kind != "term"]
         for c in reversed(before):
             if c.start < lo and c.kind not in _HEDGE_PRE:
@@ -770,7 +775,7 @@ class RuleStructurer:
                         PREDOMINANT_PLACE_RE.search(low, max(0, s - 60), s) for s, p, _ in locs
                         if not is_extent_phrase(p)):
                     placed = [labs for _, _, labs in locs]  # "multifocal ..., most pronounced in X": both lungs, X
-                elif placed and mm.kind.lesion == EFFUSION and low.startswith("effusions", mm.end - 9) and all(
+                elif placed and mm.kind.lesion == EFFUSION and low.endswith("effusions", mm.start, mm.end) and all(
                         PREDOMINANT_PLACE_RE.search(low, max(0, s - 60), s)
                         or COMPARATIVE_PLACE_RE.search(low, max(0, s - 30), s) for s, p, _ in locs):
                     placed = [default_location(mm.kind), *placed]  # "effusions are larger on the right": both
