@@ -739,4 +739,10 @@ MIMIC_STYLE: list[tuple[str, str, Expected]] = [
      [("consolidation", "present", (LB,))]),
     ("mimic-style", "Mild pulmonary vascular congestion without frank edema.",
      [("pulmonary vascular congestion", "present", BOTH), ("edema", "absent", BOTH)]),
+    ("mimic-style", "Patchy opacity at the base of the right lung, likely atelectasis.",
+     [("atelectasis", "uncertain", (RB,))]),
+    ("mimic-style", "Patchy bilateral opacities, most pronounced at the left base.",
+     [("opacity", "present", (RL, LL, LB))]),
+    ("mimic-style", "Patchy opacities, most pronounced at the right base, likely atelectasis.",
+     [("atelectasis", "uncertain", (RL, LL, RB))]),
 ]

@@ -186,9 +186,9 @@ S greater / worse than S, S hemidiaphragm / atrium / clavicle /   nothing (the s
 rib / IJ / PICC / breast / ...
 ================================================================  ==========================================
 
-A side-less singular ("base", "lower lobe", "apex", "costophrenic angle") maps to both sides: the side is unknown,
-also when "of the S lung" follows ("base of the right lung" -> both bases and ``S lung``; reading it as ``S lung
-base`` failed the pack check of version 18).
+A side-less singular ("base", "lower lobe", "apex", "costophrenic angle") maps to both sides: the side is unknown.
+A zone followed by "of (the) S lung / hemithorax" is that side's zone ("base of the right lung" -> ``S lung base``;
+version 37).
 Several sides and zones in one phrase are ordered zone by zone, right before left unless the phrase says "left and
 right"; a list whose items each carry a side and share one noun ("right upper and left lower lobes") keeps each
 item's side and zone, in order (version 11). Defaults when a finding has no location phrase: lung lesions and lung
@@ -199,7 +199,9 @@ label.
 *Changed* (round 5): the extent words diffuse(ly), multifocal, widespread and scattered give both lungs only when
 the finding has no other location phrase (ILS §7.2 "(no side)"; :data:`EXTENT_RE`), or when every other one follows
 a predominance word (version 24, :data:`PREDOMINANT_PLACE_RE`: "multifocal opacities, most prominent in the left
-upper lobe" -> both lungs, then the left upper zone). ``S`` may be written "rt" / "lt" before a zone or lung noun
+upper lobe" -> both lungs, then the left upper zone); without an extent word a lung finding whose every place
+follows a predominance word lies in both lungs too (version 37: "patchy opacities, most pronounced at the right
+base" -> both lungs, then the right base). ``S`` may be written "rt" / "lt" before a zone or lung noun
 (version 24; a bare "RT" is radiotherapy, no side). A side-less zoned phrase
 right after a sided one takes its side ("left perihilar upper lobe"), unless it is plural or has a side of its own
 (lingula). Hedge grades (round 5, :data:`LIKELY_HEDGE_RE`): an uncertain finding is graded ``likely`` when every
@@ -716,15 +718,18 @@ _SIDED = _SIDE + r"(?:[- ]?sided)?"
 _DESC = r"(?:(?:lateral|medial|posterior|anterior|inferior|superior|peripheral|dependent|central|far|extreme)\s+)*"
 _NOUN = r"\s+(?:lungs?\s+)?(?:lobes?|zones?|fields?|lungs?|hemithora(?:x|ces)|regions?|segments?)"
 _NEED = r"(?:upper|lower|mid|middle)"
-#: One item of a sided zone list with a shared noun ("right upper and left lower lobes").
-_PAIR = rf"(?:right|left)\s+{_NEED}"
-_NEEDLIST = rf"{_NEED}(?:\s*(?:,|and|to|/|-|or)\s*{_NEED})*{_NOUN}"
+#: One item of a sided zone list with a shared noun ("right upper and left lower lobes", "right upper and both mid
+#: zones").
+_PAIR = rf"(?:right|left|both)\s+{_NEED}"
+_NEEDLIST = rf"{_NEED}(?:\s*(?:,|-\s*(?:and|or|to)|and|to|/|-|or)\s*{_NEED})*{_NOUN}"  # "mid- and lower zones"
 _FREE = (
     r"(?:bibasilar(?:ly)?|bibasal(?:ly)?|biapical|apices|apex|apical(?:ly)?|basilar|basal(?:ly)?|bases|base|"
     r"perihilar|parahilar|infrahilar|suprahilar|hilar|hilum|hila|lingula(?:r)?|retrocardiac|midlung|mid-lung|"
     r"costophrenic(?:\s+(?:angles?|sulci|sulcus|recess(?:es)?))?|cp\s+angles?|"
     r"cardiophrenic(?:\s+(?:angles?|regions?|sulci|sulcus))?)"
 )
+#: "... of the right lung" after a zone: the zone's side (version 37: "base of the right lung" is the right base).
+_OF_SIDE = r"(?:\s+of\s+(?:the\s+)?(?:right|left|both|rt\.?|lt\.?)\s+(?:lungs?|hemithora(?:x|ces)))"
 _FREELIST = rf"{_FREE}(?:\s*(?:,|and|/|or)\s*{_FREE})*(?:{_NOUN})?"
 _NOOP_ANATOMY = (
     r"(?:hemidiaphragms?|diaphragm|atri(?:um|al)|ventric\w*|clavic\w*|ribs?|\d+(?:st|nd|rd|th)\s+ribs?|"
@@ -741,7 +746,7 @@ _LOCATIONS: Final[tuple[tuple[str, str], ...]] = (
              r"smaller)\s+than\s+(?:the\s+)?(?:right|left)"),
     ("noop", rf"(?:right|left)(?:[- ]?sided)?\s+{_NOOP_ANATOMY}"),
     ("paired", rf"{_PAIR}(?:\s*(?:,\s*and|,|/|and)\s*{_PAIR})+{_NOUN}"),
-    ("zoned", rf"(?:{_SIDED}\s+)?{_DESC}(?:lungs?\s+)?(?:{_NEEDLIST}|{_FREELIST})"),
+    ("zoned", rf"(?:{_SIDED}\s+)?{_DESC}(?:lungs?\s+)?(?:{_NEEDLIST}|{_FREELIST}){_OF_SIDE}?"),
     ("both", r"both\s+lungs|both\s+hemithoraces|both\s+sides|bilateral(?:ly)?|diffuse(?:ly)?|multifocal|"
              r"widespread|scattered|throughout\s+(?:both|the)\s+lungs"),
     ("whole", rf"{_SIDED}\s+(?:lung|hemithorax|chest|side|pleural\s+space|pleura|lung\s+field)s?|"
@@ -842,7 +847,8 @@ def _zone_key(word: str) -> str:
 def _sides(text: str, default: tuple[str, ...]) -> tuple[str, ...]:
     if "left and right" in text:
         return ("left", "right")
-    if "right and left" in text or "bilateral" in text or text.startswith(("both", "bi")):
+    if "right and left" in text or "bilateral" in text or text.startswith(("both", "bi")) or " of both " in text \
+            or " of the both " in text:
         return SIDES
     if re.search(r"\bright\b|^right|\brt\b", text):
         return ("right",)
@@ -870,8 +876,9 @@ def location_labels(kind: str, text: str) -> tuple[str, ...]:
     if kind == "whole":
         return tuple(lung_label(s) for s in _sides(text, SIDES))
     if kind == "paired":  # each item names its own side: "right upper and left lower lobes"
-        pairs = re.findall(r"\b(right|left)\s+(upper|lower|middle|mid)\b", text)
-        return tuple(dict.fromkeys(zone_label(side, _ZONE_OF[zone]) for side, zone in pairs))
+        pairs = re.findall(r"\b(right|left|both)\s+(upper|lower|middle|mid)\b", text)
+        return tuple(dict.fromkeys(zone_label(side, _ZONE_OF[zone]) for item, zone in pairs
+                                   for side in (SIDES if item == "both" else (item,))))
     # zoned: zones in order of mention, sides from the side words or the zone's default side
     words = [_zone_key(w) for w in _ZONE_WORD_RE.findall(text)]
     zones = list(dict.fromkeys(_ZONE_OF[w] for w in words if w in _ZONE_OF))

@@ -88,8 +88,8 @@ __all__ = [
 #: Stage name of the :class:`~cxrground.errors.Failure` records.
 STAGE: Final[str] = "structure"
 #: Prompt versions (file stems under ``prompts/``).
-STRUCTURE_PROMPT: Final[str] = "structure_v8"
-LOCATION_PROMPT: Final[str] = "location_v5"
+STRUCTURE_PROMPT: Final[str] = "structure_v9"
+LOCATION_PROMPT: Final[str] = "location_v6"
 
 _FENCE_RE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
 

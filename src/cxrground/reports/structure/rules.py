@@ -171,8 +171,10 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: changes"; 33: "is excluded", "has disappeared" and "disappearance of" negate; 34: a post-cue does not reach back
 #: across a bare comma that ends no list ("right basilar atelectasis, pneumonia not excluded"); 35: "versus" and a
 #: hedge before a comma stay in their own part of the sentence, and a comma-joined list does not end in "versus"; 36:
-#: a hedge does not reach across ", with".
-RULES_VERSION: Final[str] = "36"
+#: a hedge does not reach across ", with"; 37: a zone "of the right lung" is that side's zone, a bare "bilaterally" adds
+#: nothing to zones named on both sides, and a lung finding placed only after a predominance word ("particularly at")
+#: also lies in both lungs.
+RULES_VERSION: Final[str] = "37"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -262,6 +264,8 @@ _COORDINATION_GAP: Final[re.Pattern[str]] = _joining_gap(
     r"likely|early|developing|focal|patchy|subsegmental|persistent|residual|new|stable|unchanged|increasing|"
     r"increased|decreasing|decreased|worsening|improving")
 #: A plural place ("upper lobes", "bases") names both sides and takes no side from the phrase before it.
+#: The gap between two places of one list ("the right upper lobe and the left base").
+_PLACE_LIST_GAP: Final[re.Pattern[str]] = re.compile(r"\s*(?:,\s*and|,|and|or|/)\s*(?:(?:in|at|of)\s+)?(?:the\s+)?")
 _PLURAL_PLACE: Final[re.Pattern[str]] = re.compile(r"\b(?:lobes|zones|fields|lungs|bases|apices|hila|regions)\b")
 #: The whole-lung labels.
 _SIDE_LUNGS: Final[frozenset[str]] = frozenset({"right lung", "left lung"})
@@ -771,14 +775,17 @@ class RuleStructurer:
                 locs = _side_on_the(low, sorted(mm.locations))
                 # extent words ("diffuse", "scattered") give both lungs only when no place is named with them
                 placed = [labs for _, p, labs in locs if not is_extent_phrase(p)]
-                if placed and len(placed) < len(locs) and all(
-                        PREDOMINANT_PLACE_RE.search(low, max(0, s - 60), s) for s, p, _ in locs
-                        if not is_extent_phrase(p)):
+                worst = _worst_places(low, locs)
+                predominant = bool(placed) and all(k in worst for k, (_, p, _) in enumerate(locs)
+                                                   if not is_extent_phrase(p))
+                if predominant and len(placed) < len(locs):
                     placed = [labs for _, _, labs in locs]  # "multifocal ..., most pronounced in X": both lungs, X
                 elif placed and mm.kind.lesion == EFFUSION and low.endswith("effusions", mm.start, mm.end) and all(
                         PREDOMINANT_PLACE_RE.search(low, max(0, s - 60), s)
                         or COMPARATIVE_PLACE_RE.search(low, max(0, s - 30), s) for s, p, _ in locs):
                     placed = [default_location(mm.kind), *placed]  # "effusions are larger on the right": both
+                elif predominant and mm.kind.lung:
+                    placed = [default_location(mm.kind), *placed]  # "opacities, particularly at X": both lungs, X
                 labels = tuple(dict.fromkeys(lab for labs in (placed or [labs for _, _, labs in locs])
                                              for lab in labs)) or default_location(mm.kind)
             start, end = mm.entity_span or (mm.start, mm.end)
@@ -813,6 +820,17 @@ def _side_on_the(low: str, locs: list[tuple[int, str, tuple[str, ...]]]) -> list
             out[j] = (s0, p0, tuple(lab for lab in labs0 if lab.startswith(side)))
         out[k] = (s, locs[k][1], ())
     return [loc for loc in out if loc[2]]
+
+
+def _worst_places(low: str, locs: list[tuple[int, str, tuple[str, ...]]]) -> set[int]:
+    """Indexes of a finding's places where its disease is worst: after a predominance word ("particularly at"), or
+    listed right after such a place ("predominantly in the right upper lobe and the left base")."""
+    worst: set[int] = set()
+    for k, (s, _, _) in enumerate(locs):
+        listed = k - 1 in worst and _PLACE_LIST_GAP.fullmatch(low, locs[k - 1][0] + len(locs[k - 1][1]), s)
+        if listed or PREDOMINANT_PLACE_RE.search(low, max(0, s - 60), s):
+            worst.add(k)
+    return worst
 
 
 _DEFAULT = RuleStructurer()
