@@ -447,9 +447,11 @@ _VERSION_CORPUS = (
     "Bibasilar opacities, likely atelectasis, with small bilateral effusions.",
     "Opacity at the base of the right lung. Opacities, particularly at the mid zone of the left lung.",
     "Subtle bilateral opacification predominantly in the right upper and both mid zones.",
+    "Consolidation in the right lower lobe, likely infectious. Effusion, if present, is small.",
+    "Right upper lobe mass-like consolidation.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"37": "f45fa213247632d087e208eaa9d92015ba01a8637d88586c9f6fd5ac41b18f31"}
+_PINNED_OUTPUT = {"38": "f2fbdee78fbb4a8bd2f4eb78a58e1341e64f09596cfa80f6e9c9d3c582d505cb"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -1190,3 +1192,24 @@ def test_a_hedge_does_not_reach_across_comma_with(text: str, expected: list) -> 
 ])
 def test_places_read_as_written(text: str, expected: tuple[str, ...]) -> None:
     assert [f.reported_location for f in findings(text) if f.lesion is not None] == [expected]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # "infectious" written as a reading is a (hedged) pneumonia
+    ("Patchy opacities in the right lower zone, which could be infectious.", [("pneumonia", "uncertain", (RB,))]),
+    ("Opacities in the right lower zone could be infectious in etiology.", [("pneumonia", "uncertain", (RB,))]),
+    ("Consolidation in the right lower lobe, likely infectious.", [("pneumonia", "uncertain", (RB,))]),
+    ("The opacity in the right lower lobe is more likely infectious than atelectatic.",
+     [("pneumonia", "uncertain", (RB,)), ("atelectasis", "uncertain", (RB,))]),
+    ("No infectious process.", [("pneumonia", "absent", (RL, LL))]),
+    ("Non-infectious inflammatory changes.", []),
+    # "if present" hedges
+    ("Effusion, if present, is small.", [("effusion", "uncertain", (RL, LL))]),
+    ("Small left pleural effusion, if present.", [("effusion", "uncertain", (LL,))]),
+    # "mass-like" before an airspace word describes that finding
+    ("Right upper lobe mass-like consolidation.", [("consolidation", "present", (RU,))]),
+    ("Masslike opacity in the left upper lobe.", [("opacity", "present", (LU,))]),
+    ("A 2 cm mass in the right upper lobe.", [("mass", "present", (RU,))]),
+])
+def test_infectious_if_present_and_mass_like(text: str, expected: list) -> None:
+    assert [(f.lesion or f.entity.lower(), f.assertion, f.reported_location) for f in findings(text)] == expected

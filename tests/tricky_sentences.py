@@ -745,4 +745,8 @@ MIMIC_STYLE: list[tuple[str, str, Expected]] = [
      [("opacity", "present", (RL, LL, LB))]),
     ("mimic-style", "Patchy opacities, most pronounced at the right base, likely atelectasis.",
      [("atelectasis", "uncertain", (RL, LL, RB))]),
+    ("mimic-style", "Patchy opacity in the right lower zone, which could be infectious.",
+     [("pneumonia", "uncertain", (RB,))]),
+    ("mimic-style", "Small left pleural effusion, if present.",
+     [("effusion", "uncertain", (LL,))]),
 ]

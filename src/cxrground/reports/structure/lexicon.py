@@ -24,7 +24,9 @@ cardiomegaly           cardiomegaly; enlarged heart / cardiac silhouette / cardi
                        explicit negation; report labels read a normal heart size as a negated cardiomegaly,
                        :data:`HEART_NORMAL_RE`).
 pneumonia              pneumonia, bronchopneumonia, pneumonitis, infection, infectious process, aspiration,
-                       aspiration pneumonia, PNA (version 15). *Added*: pneumonitis, aspiration (radiographically an
+                       aspiration pneumonia, PNA (version 15), "infectious" said of a finding ("could be infectious",
+                       "likely infectious", "infectious in etiology"; version 38; not "non-infectious"). *Added*:
+                       pneumonitis, aspiration (radiographically an
                        aspiration pneumonitis/pneumonia; hedges still apply: "concerning for aspiration").
                        *Not* radiation pneumonitis / fibrosis / changes (treatment injury, not infection: the
                        non-target finding "radiation changes").
@@ -304,6 +306,8 @@ _BLUNTED_AFTER: Final[tuple[str, ...]] = tuple(
     for degree in ("", "mildly ", "slightly ", "minimally ", "again ")
 )
 
+#: Words of an airspace finding that "mass-like" may describe.
+_AIRSPACE_WORD = r"(?:consolidat|opacit|opacif|infiltrat|air[- ]?space|airspace)"
 _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
     (EntityKind("cardiomegaly", CARDIOMEGALY, lung=False), _CARDIO_PATTERNS),
     # non-target findings that share words with target phrases come first
@@ -372,6 +376,9 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
         r"aspiration\s+pneumonia", r"bronchopneumonia", r"pneumonias?", r"pneumonitis",
         r"infective\s+(?:process|changes?|consolidation)",  # British (version 32)
         r"infectious\s+(?:process|etiology|infiltrates?)", r"infections?", r"aspiration", r"pna",
+        # "infectious" as a reading, not before a noun: "could be infectious (in etiology)", "likely infectious than
+        # atelectatic" (version 38); "non-infectious" is none
+        r"(?<!non-)(?<!non)infectious(?=\s*(?:[.,;:)]|$)|\s+(?:in\s+(?:etiology|nature|origin)|than|or|and|versus|vs)\b)",
     )),
     (EntityKind("atelectasis", ATELECTASIS), (
         r"atelectatic(?:\s+changes?)?", r"atelectases", r"atelectasis", r"collapsed?", r"atx",
@@ -398,7 +405,9 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
     )),
     # other non-target findings
     (EntityKind("pneumothorax", None), (r"pneumothora(?:x|ces)", r"ptx")),  # "ptx": version 32
-    (EntityKind("nodule", None), (r"nodules?", r"masslike", r"mass[- ]like", r"masses", r"mass")),
+    # "mass-like" before an airspace word is that finding's modifier ("mass-like consolidation"; version 38)
+    (EntityKind("nodule", None), (r"nodules?", rf"mass[- ]?like(?!\s+{_AIRSPACE_WORD})", r"masses",
+                                      rf"mass(?![- ]?like\s+{_AIRSPACE_WORD})")),
     (EntityKind("granuloma", None), (
         r"calcified\s+granulomas?", r"granulomatous\s+(?:disease|process|changes?|infection)", r"granulomas?",
     )),
@@ -575,6 +584,7 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
     ("unc_vs", r"versus|vs\.?"),
     ("unc_both", r"\?"),
     ("unc_both", r"\bif\s+any\b"),  # "tiny if any left effusion", "small, if any, right effusion" (version 28)
+    ("unc_both", r"\bif\s+present\b"),  # "effusion, if present, is small" (version 38)
     ("term", r"\bbut\b|\bhowever\b|\balthough\b|\bthough\b|\bwhereas\b|\bwhile\b|\bexcept\b|\baside\s+from\b|"
              r"\bapart\s+from\b|\bother\s+than\b|(?<!consistent )(?<!compatible )(?<!keeping )(?<!or )(?<!associated )"
              r"(?<!seen )(?<!concerning )(?<!suspicious )(?<!correlate )(?<!correlation )(?<!related )\bwith\b"
