@@ -210,3 +210,22 @@ def test_report_that_does_not_read_the_film_gives_no_lung_negatives() -> None:
     assert literal.negative_pairs == reading.negative_pairs
     assert {n["target"] for n in reading.negative_pairs} == set(LESIONS)
     assert not reading.dropped and not literal.dropped
+
+
+def test_a_heart_called_prominent_withholds_the_cardiomegaly_negative() -> None:
+    """"The cardiac silhouette is prominent" (a non-target finding at the heart) is neither cardiomegaly nor a
+    normal heart: no "There is no cardiomegaly." however low the CTR, counted on the card; a negated prominence
+    ("no prominence of the heart") does not withhold it."""
+    from cxrground.ils.compose import WITHHELD_HEART_DESCRIBED
+    from cxrground.reports.structure import structure_text
+
+    prominent = [x for x in structure_text("The cardiac silhouette is prominent.").findings]
+    assert [(x.lesion, x.reported_location) for x in prominent] == [(None, ("heart",))]
+    out = compose_pairs("s1", prominent, [], list(ILS_LOCATION_LABELS), 0.40, None, IlsConfig())
+    assert "cardiomegaly" not in {n["target"] for n in out.negative_pairs}
+    assert out.dropped == Counter({WITHHELD_HEART_DESCRIBED: 1})
+    assert {n["target"] for n in out.negative_pairs} == set(LESIONS) - {"cardiomegaly"}
+    negated = structure_text("No prominence of the heart.").findings
+    assert [x.assertion for x in negated] == ["absent"]
+    out = compose_pairs("s1", list(negated), [], list(ILS_LOCATION_LABELS), 0.40, None, IlsConfig())
+    assert "cardiomegaly" in {n["target"] for n in out.negative_pairs} and not out.dropped

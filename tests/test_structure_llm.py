@@ -156,7 +156,7 @@ def test_prompts_name_the_vocabulary() -> None:
     assert load_prompt("structure_v5").sha256 != structure.sha256
     assert load_prompt("structure_v6").sha256 != structure.sha256 and load_prompt("location_v3").text
     assert load_prompt("structure_v7").sha256 != structure.sha256 and load_prompt("location_v4").text
-    # the guidance follows the rule structurer's classes (rules versions 8-36)
+    # the guidance follows the rule structurer's classes (rules versions 8-39)
     for phrase in ("not present on prior", "nipple shadow", "ARDS or multifocal pneumonia", "Whiteout",
                    "left basilar atelectasis and effusion", "right upper and left lower lobes", "blunting",
                    "almost complete resolution of", "with residual opacity", "c/w", "PNA",
@@ -172,18 +172,32 @@ def test_prompts_name_the_vocabulary() -> None:
                    "fluid in a costophrenic angle", "tiny if any left effusion", "trace left effusion possible",
                    "possible pneumonia, moderate cardiomegaly", "GGO", "atx", "infective changes",
                    "has disappeared", "right basilar atelectasis, pneumonia not excluded",
-                   "likely cardiogenic, with bilateral effusions", "likely atelectasis, with small bilateral"):
+                   "likely cardiogenic, with bilateral effusions", "likely atelectasis, with small bilateral",
+                   "base of the right lung", "effusion, if present, is small", "infectious in etiology",
+                   "mass-like", "cardiac prominence"):
         assert phrase in " ".join(structure.text.split()), phrase
     for phrase in ("minor or horizontal fissure -> `right mid zone lung`", "costophrenic or cardiophrenic angle",
                    "a few words after a sided place of the same item takes that side",
                    "where the disease is worst", "Rt / Lt mean right / left", "or for one that obscures it",
-                   "middle zone(s) without a side -> both mid zones"):
+                   "middle zone(s) without a side -> both mid zones", "extent word or not",
+                   '"base of the right lung" -> `right lung base`', "right upper and both mid zones"):
         assert phrase in " ".join(location.text.split()), phrase
     assert all(f"`{lesion}`" in structure.text for lesion in LESIONS)
     assert all(f"`{label}`" in location.text for label in ILS_LOCATION_LABELS)
     assert "{{" not in structure.text + location.text
     with pytest.raises(ConfigError):
         load_prompt("structure_v999")
+
+
+def test_a_prominent_heart_lies_at_the_heart_on_the_llm_path(fake: FakeLLM) -> None:
+    """A non-target heart-prominence finding gets the heart label, as the rules give it (not both lungs)."""
+    items = _items(["The cardiac silhouette is prominent. Left basilar atelectasis."])
+    (rep,), failed = _llm(fake).structure_many(items)
+    assert not failed
+    expected = RULES.structure(*items[0]).findings
+    assert [(f.lesion, f.assertion, f.reported_location) for f in rep.findings] == [
+        (f.lesion, f.assertion, f.reported_location) for f in expected] == [
+        (None, "present", ("heart",)), ("atelectasis", "present", ("left lung base",))]
 
 
 def test_cache_makes_rerun_request_free(fake: FakeLLM, tmp_path: Path) -> None:

@@ -64,6 +64,7 @@ __all__ = [
     "KIND_NEGATED",
     "KIND_NOT_REPORTED",
     "KIND_NO_LOCATION_EXTENSION",
+    "WITHHELD_HEART_DESCRIBED",
     "WITHHELD_SILENT_REPORT",
     "ComposedStudy",
     "GroundedFinding",
@@ -82,6 +83,9 @@ DROPPED_DUPLICATE = "duplicate (instruction, answer) in the study"
 #: Card reason of the lung and pleural negatives a report that does not read the film would have given
 #: (:attr:`IlsConfig.silent_report_negatives`).
 WITHHELD_SILENT_REPORT = "negative withheld: the report says nothing about the film"
+#: Card reason of a cardiomegaly negative left out because the report describes the heart without calling it
+#: enlarged or normal ("the cardiac silhouette is prominent": a non-target finding at the heart).
+WITHHELD_HEART_DESCRIBED = "negative withheld: the report calls the heart prominent"
 BILATERAL = ("right lung", "left lung")
 
 
@@ -292,6 +296,8 @@ def _negatives(study_key: str, findings: Sequence[Finding], empty_locations: Seq
     sided_negation = {f.lesion for f in findings
                       if f.assertion == "absent" and f.lesion and _has_side(f.reported_location)}
     any_finding = any(f.assertion != "absent" for f in findings)
+    heart_described = any(f.lesion is None and HEART in f.reported_location and f.assertion != "absent"
+                          for f in findings)
     any_lung_lesion = bool(reported & set(LUNG_LESIONS))
     el = [lab for lab in ILS_LOCATION_LABELS if lab in set(empty_locations)]
     space = el if any_finding else list(ILS_LOCATION_LABELS)
@@ -300,7 +306,9 @@ def _negatives(study_key: str, findings: Sequence[Finding], empty_locations: Seq
         t = traits(lesion)
         if t.heart_mask:
             ctr_ok = not t.ctr_rule or (ctr is not None and ctr <= config.ctr_negative_max)
-            if lesion not in reported and ctr_ok:
+            if lesion not in reported and ctr_ok and heart_described:
+                out.dropped[WITHHELD_HEART_DESCRIBED] += 1
+            elif lesion not in reported and ctr_ok:
                 kind = KIND_NEGATED if lesion in negated else KIND_NOT_REPORTED
                 _negative(out, study_key, "global", lesion, [HEART], kind)
             continue

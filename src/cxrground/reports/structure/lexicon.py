@@ -233,6 +233,9 @@ __all__ = [
     "ENTITY_MATCHER",
     "ENTITY_RE",
     "HEART_NORMAL_RE",
+    "HEART_PROMINENCE",
+    "HEART_PROMINENCE_PATTERNS",
+    "HEART_PROMINENCE_RE",
     "LINK_RE",
     "LOCATION_MATCHER",
     "LOCATION_RE",
@@ -261,6 +264,7 @@ class EntityKind:
     ``lung``: the finding lies in the lungs or pleura (default location both lungs when none is given).
     ``mimic``: something projecting over the lungs that looks like an opacity (a nipple shadow, overlying soft
     tissue); an observation explained by mimics alone is no lung lesion.
+    ``heart``: a non-target finding about the heart (a prominent heart), located at the heart.
     """
 
     name: str
@@ -268,6 +272,7 @@ class EntityKind:
     observation: bool = False
     lung: bool = True
     mimic: bool = False
+    heart: bool = False
 
 
 # --- finding phrases -----------------------------------------------------------------------------------------
@@ -306,10 +311,32 @@ _BLUNTED_AFTER: Final[tuple[str, ...]] = tuple(
     for degree in ("", "mildly ", "slightly ", "minimally ", "again ")
 )
 
+#: Words between a heart subject and "prominent" ("the cardiac silhouette is mildly prominent"); not "normal", "not"
+#: or a comma, so "heart size is normal, prominent pulmonary arteries" is no heart finding.
+_PROMINENT_FILLER = (
+    r"(?:is|are|was|appears?|remains?|seems?|has|been|become|becomes|now|again|still|stably|mildly|moderately|"
+    r"markedly|minimally|slightly|somewhat|borderline|more|likely|probably|possibly|may|might|could|be|overall|"
+    r"persistently|xxxx)"
+)
+#: A heart called prominent (version 39): neither cardiomegaly nor a normal heart ("the cardiac silhouette is
+#: prominent but probably artifactually large"); a non-target finding at the heart, which withholds the
+#: cardiomegaly negative.
+HEART_PROMINENCE_PATTERNS: Final[tuple[str, ...]] = (
+    rf"{_CARDIO_SUBJECT}(?:\s+{_PROMINENT_FILLER}){{1,6}}\s+prominent",
+    r"prominen(?:t|ce\s+of)\s+(?:the\s+)?(?:heart(?:\s+size)?|cardiac\s+(?:silhouette|size|contour|shadow)|"
+    r"cardiomediastinal\s+silhouette)",
+)
+#: Name of the non-target heart finding of :data:`HEART_PROMINENCE_PATTERNS`.
+HEART_PROMINENCE: Final[str] = "cardiac prominence"
+#: A finding phrase that names a prominent heart (the LLM path locates such a finding at the heart).
+HEART_PROMINENCE_RE: Final[re.Pattern[str]] = re.compile(
+    r"\b(?:" + "|".join(HEART_PROMINENCE_PATTERNS) + r"|cardiac\s+prominence)\b", re.IGNORECASE)
+
 #: Words of an airspace finding that "mass-like" may describe.
 _AIRSPACE_WORD = r"(?:consolidat|opacit|opacif|infiltrat|air[- ]?space|airspace)"
 _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
     (EntityKind("cardiomegaly", CARDIOMEGALY, lung=False), _CARDIO_PATTERNS),
+    (EntityKind(HEART_PROMINENCE, None, lung=False, heart=True), HEART_PROMINENCE_PATTERNS),
     # non-target findings that share words with target phrases come first
     (EntityKind("pericardial effusion", None, lung=False), (r"pericardial\s+effusions?",)),
     (EntityKind("subcutaneous emphysema", None, lung=False), (r"subcutaneous\s+(?:emphysema|air|gas)",)),
@@ -906,7 +933,7 @@ def location_labels(kind: str, text: str) -> tuple[str, ...]:
 
 def default_location(kind: EntityKind) -> tuple[str, ...]:
     """Labels of a finding without a location phrase (see the module docstring)."""
-    if kind.lesion in HEART_MASK_LESIONS:
+    if kind.lesion in HEART_MASK_LESIONS or kind.heart:
         return (HEART,)
     if kind.lung:
         return _BOTH

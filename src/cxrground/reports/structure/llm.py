@@ -70,7 +70,7 @@ from cxrground.llm import (
 )
 from cxrground.reports.findings import HEDGES, Finding, StructuredReport
 from cxrground.reports.model import SectionChoice
-from cxrground.reports.structure.lexicon import EntityKind, default_location
+from cxrground.reports.structure.lexicon import HEART_PROMINENCE_RE, EntityKind, default_location
 from cxrground.reports.structure.resolve import RESOLVE_VERSION
 from cxrground.vocab import HEART, ILS_LOCATION_LABELS, LESIONS
 from cxrground.vocab.lesions import HEART_MASK_LESIONS
@@ -84,6 +84,11 @@ __all__ = [
     "Prompt",
     "load_prompt",
 ]
+
+def _heart_finding(entity: str, lesion: str | None) -> bool:
+    """Whether a non-target finding describes the heart (a prominent heart: located at the heart, as the rules do)."""
+    return lesion is None and isinstance(entity, str) and HEART_PROMINENCE_RE.search(entity) is not None
+
 
 #: Stage name of the :class:`~cxrground.errors.Failure` records.
 STAGE: Final[str] = "structure"
@@ -488,7 +493,8 @@ class LLMStructurer:
             {"id": k, "entity": f.entity, "lesion": lesion, "sentence": section.sentence(f.sent_idx).text,
              "location_phrases": [p for p in f.location_phrases if p.strip()]}
             for k, (f, lesion) in enumerate(kept)
-            if lesion not in HEART_MASK_LESIONS and any(p.strip() for p in f.location_phrases)
+            if lesion not in HEART_MASK_LESIONS and not _heart_finding(f.entity, lesion)
+            and any(p.strip() for p in f.location_phrases)
         ]
         mapped: dict[int, list[str]] = {}
         if items:
@@ -512,7 +518,7 @@ class LLMStructurer:
         findings = []
         for k, (f, lesion) in enumerate(kept):
             phrases = tuple(p for p in f.location_phrases if p.strip())
-            if lesion in HEART_MASK_LESIONS:
+            if lesion in HEART_MASK_LESIONS or _heart_finding(f.entity, lesion):
                 labels: tuple[str, ...] = (HEART,)
                 phrases = ()
             else:

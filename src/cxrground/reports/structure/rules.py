@@ -174,8 +174,9 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: a hedge does not reach across ", with"; 37: a zone "of the right lung" is that side's zone, a bare "bilaterally" adds
 #: nothing to zones named on both sides, and a lung finding placed only after a predominance word ("particularly at")
 #: also lies in both lungs; 38: "infectious" written as a reading ("could be infectious") is pneumonia, "if present" a
-#: hedge, and "mass-like" before an airspace word that finding's modifier.
-RULES_VERSION: Final[str] = "38"
+#: hedge, and "mass-like" before an airspace word that finding's modifier; 39: a heart called prominent is the
+#: non-target finding "cardiac prominence" at the heart (it withholds the cardiomegaly negative).
+RULES_VERSION: Final[str] = "39"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -700,7 +701,7 @@ class RuleStructurer:
         postposed = _PLACE_PREPOSITION.search(low, max(0, s - 40), s) is not None
         best: tuple[int, int, int, int] | None = None  # (second choice, distance, after-penalty, group)
         for mm in mentions:
-            if mm.kind.lesion in HEART_MASK_LESIONS or mm.start < lo or mm.end > hi:
+            if mm.kind.lesion in HEART_MASK_LESIONS or mm.kind.heart or mm.start < lo or mm.end > hi:
                 continue
             if e <= mm.start:
                 key = (int(postposed or "," in low[e:mm.start]), mm.start - e, 0, mm.group)
@@ -766,7 +767,7 @@ class RuleStructurer:
             if mm.absorbed or mm.historical:
                 continue
             lesion = mm.kind.lesion
-            if lesion in HEART_MASK_LESIONS:
+            if lesion in HEART_MASK_LESIONS or mm.kind.heart:
                 phrases: tuple[str, ...] = ()
                 labels: tuple[str, ...] = (HEART,)
             elif mm.kind.mimic:  # it projects over the lung but is not in it
