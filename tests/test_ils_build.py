@@ -753,3 +753,32 @@ def test_ray_actors_ask_for_a_gpu_only_for_gpu_backends():
     assert gpus_per_worker(BackendSpec(synthesizer="radedit", synthesizer_kwargs={"device": "cpu"})) == 0
     assert gpus_per_worker(BackendSpec(detector="yolo")) == 1
     assert gpus_per_worker(BackendSpec(qc_segmenter="cxas")) == 1
+
+
+def test_report_addenda_are_listed_on_the_card_for_review(cohort, built, tmp_path):
+    """ILS §6 reads one section, so an addendum gives no pair; the card lists the studies whose addendum names a
+    lesion, and each unit records what it names."""
+    import shutil
+
+    files = tmp_path / "files"
+    shutil.copytree(cohort / "files", files)
+    reports = sorted(files.rglob("*.txt"))[:2]
+    with reports[0].open("a") as fh:
+        fh.write("\n ADDENDUM:  On further review, a small left pleural effusion is also present.\n")
+    with reports[1].open("a") as fh:
+        fh.write("\n ADDENDUM:  The findings were discussed with Dr. ___ at 10:00.\n")
+    out = tmp_path / "ils"
+    result = CliRunner().invoke(main, ["ils", "build", "--images", str(files), "--out", str(out), "--quiet",
+                                       "--seed", "3"])
+    assert result.exit_code == 0, result.output
+    units = {u["study_key"]: u for u in (json.loads(p.read_text()) for p in (out / "units").glob("*.json"))}
+    named = {k: u["addendum_lesions"] for k, u in units.items() if "addendum_lesions" in u}
+    assert sorted(named.values()) == [[], ["effusion"]]
+    (effusion_key,) = [k for k, lesions in named.items() if lesions]
+    card = (out / "card.md").read_text()
+    assert "## Report addenda" in card and "2 studies' reports carry an addendum" in card
+    assert "1 of these addenda name one of the seven lesions" in card
+    assert f"- `{effusion_key}`: effusion" in card
+    assert "## Report addenda" not in (built / "card.md").read_text()
+    # the pairs are those of the chosen section alone: the same dataset as without the addenda
+    assert load_dataset(out / DATASET_FILE) == load_dataset(built / DATASET_FILE)

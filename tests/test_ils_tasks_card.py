@@ -127,3 +127,30 @@ def test_card_tables_survive_multi_line_and_pipe_reasons():
         end = lines.index("", start + 2)
         rows = lines[start + 2:end]
         assert len(rows) >= 3 and all(len(row.replace(r"\|", "").split("|")) == 4 for row in rows), rows
+
+
+def test_addendum_section_lists_the_studies_whose_addendum_names_a_lesion() -> None:
+    from cxrground.ils.card import ADDENDUM_LISTED, addendum_lines
+
+    assert addendum_lines([]) == []
+    addenda = [(f"s{i}", ["effusion"] if i % 2 else []) for i in range(2 * ADDENDUM_LISTED + 6)]
+    lines = addendum_lines(addenda)
+    assert lines[0] == "## Report addenda"
+    assert f"{len(addenda)} studies' reports carry an addendum" in lines[2]
+    assert f"{ADDENDUM_LISTED + 3} of these addenda name" in lines[2]
+    listed = [line for line in lines if line.startswith("- `")]
+    assert len(listed) == ADDENDUM_LISTED and listed[0] == "- `s1`: effusion"
+    assert lines[-2] == "- and 3 more (`addendum_lesions` in their unit records)"
+
+
+def test_addendum_lesions_reads_the_addendum_only() -> None:
+    from cxrground.reports import parse_report_text
+    from cxrground.reports.reading import addendum_lesions
+
+    plain = parse_report_text("FINDINGS: No pleural effusion.", report_id="a")
+    assert addendum_lesions(plain) is None
+    amended = parse_report_text("FINDINGS: No pleural effusion.\n\nADDENDUM: On review, there is a small left "
+                                "pleural effusion and possible right lower lobe pneumonia.", report_id="b")
+    assert addendum_lesions(amended) == ("effusion", "pneumonia")
+    blank = parse_report_text("FINDINGS: Clear lungs.\n\nADDENDUM: ___", report_id="c")
+    assert addendum_lesions(blank) is None

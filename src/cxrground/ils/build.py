@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 from cxrground import __version__
 from cxrground.errors import ConfigError, Failure
 from cxrground.ils.backend_spec import BackendSpec
-from cxrground.ils.card import REVIEW_FILE, DatasetCounts, read_review_summary, render_card
+from cxrground.ils.card import REVIEW_FILE, DatasetCounts, addendum_lines, read_review_summary, render_card
 from cxrground.ils.cohort_normative import FITTED_FILE, resolve_spec
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
@@ -375,6 +375,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
     dropped_pairs: Counter = Counter()
     placed_negatives: Counter = Counter()
     guided: Counter = Counter()
+    addenda: list[tuple[str, list[str]]] = []  # (study, lesions its addendum names) of the dataset's studies
     problems: list[str] = []
     n_failures = 0
     dataset = _DatasetWriter(stage / f".assemble.{os.getpid()}")
@@ -425,6 +426,8 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                                                  stage / MASK_DIR if store.local else None)
                 counts.add(u["split"], study)
                 dataset.add(u["split"], key, study)
+                if "addendum_lesions" in u:
+                    addenda.append((key, u["addendum_lesions"]))
             if problems:
                 raise ConfigError("generated dataset fails its own schema check: " + "; ".join(problems[:5]))
         dataset.finish(stage / DATASET_FILE)
@@ -452,6 +455,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                  format_quality(score_against_truth(stage, truth_cohort)), "",
                  "Structured findings vs the report truth (present/uncertain findings per study and lesion):", "",
                  format_findings_quality(score_findings(stage, truth_cohort)), ""]
+    extra += addendum_lines(addenda)
     reported_pairs = (pair for pair, n in sorted(reported.items()) for _ in range(n))
     review = read_review_summary(stage) if store.local else (
         json.loads(store.read_text(REVIEW_FILE)) if store.exists(REVIEW_FILE) else None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +14,20 @@ from cxrground.ils.frames import FRAME_TEXT
 from cxrground.vocab.lesions import ABBREVIATIONS, LESIONS
 from cxrground.vocab.traits import lives_in
 
-__all__ = ["COUNT_COLUMNS", "REVIEW_FILE", "DatasetCounts", "count_table", "read_review_summary", "recall_table",
-           "render_card", "review_lines", "stats_text", "with_review_section"]
+__all__ = [
+    "ADDENDUM_LISTED",
+    "COUNT_COLUMNS",
+    "REVIEW_FILE",
+    "DatasetCounts",
+    "addendum_lines",
+    "count_table",
+    "read_review_summary",
+    "recall_table",
+    "render_card",
+    "review_lines",
+    "stats_text",
+    "with_review_section",
+]
 
 #: Expert review figures of a dataset (``OUT/review.json``, written by ``cxrground review export --card OUT``);
 #: the card's "Review status" section is rendered from it when present.
@@ -212,6 +224,26 @@ def render_card(
     lines += [json.dumps({k: provenance[k] for k in sorted(provenance)}, indent=2, sort_keys=True), "```", ""]
     lines += review_lines(review, len(provenance.get("exclude_studies", []) or []))
     return "\n".join(lines)
+
+
+#: Studies listed by name in the card's addendum section (the rest are counted).
+ADDENDUM_LISTED = 20
+
+
+def addendum_lines(addenda: Sequence[tuple[str, Sequence[str]]]) -> list[str]:
+    """The card's "Report addenda" section for ``addenda`` ((study, lesions its addendum names), in study order);
+    no lines when no study's report has an addendum."""
+    if not addenda:
+        return []
+    naming = [(key, lesions) for key, lesions in addenda if lesions]
+    lines = ["## Report addenda", "",
+             f"{len(addenda)} studies' reports carry an addendum. ILS §6 reads one section, so no pair comes from an "
+             f"addendum, even one that corrects the findings; {len(naming)} of these addenda name one of the seven "
+             "lesions (present, uncertain or negated). Review those studies:", ""]
+    lines += [f"- `{key}`: {', '.join(lesions)}" for key, lesions in naming[:ADDENDUM_LISTED]]
+    if len(naming) > ADDENDUM_LISTED:
+        lines.append(f"- and {len(naming) - ADDENDUM_LISTED} more (`addendum_lesions` in their unit records)")
+    return [*lines, ""]
 
 
 def _count_table(key: str, counted: str, counts: Mapping[str, int] | None) -> list[str]:

@@ -29,7 +29,7 @@ from cxrground.io.store import local_copy
 from cxrground.io.transform import Letterbox
 from cxrground.lesions.lesion_zones import central_mask
 from cxrground.reports import parse_report_text, read_report, select_section
-from cxrground.reports.reading import reads_the_film
+from cxrground.reports.reading import addendum_lesions, reads_the_film
 from cxrground.reports.structure import structure_section
 from cxrground.vocab.locations import HEART
 from cxrground.vocab.traits import traits
@@ -138,6 +138,9 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
         stage = "structure"
         structured = structure_section(backends.structurer, task.study_key, section)
         unit["findings"] = [f.to_dict() for f in structured.findings]
+        addendum = addendum_lesions(report)
+        if addendum is not None:  # ILS §6 reads one section: the addendum is recorded for review, not paired
+            unit["addendum_lesions"] = list(addendum)
         stage = "images"
         with local_copy(task.image_path) as image_file:  # an object-storage image is fetched first
             image = read_image(image_file, max_pixels=max_pixels)
