@@ -450,9 +450,10 @@ _VERSION_CORPUS = (
     "Consolidation in the right lower lobe, likely infectious. Effusion, if present, is small.",
     "Right upper lobe mass-like consolidation.",
     "The cardiac silhouette is prominent. Heart size is normal, prominent pulmonary arteries.",
+    "Heart size is upper normal to mildly enlarged. Heart size is upper limits of normal.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"39": "764dd4d3e5615c8672f087157e1ae389425b09d3d64244c5c2cef76ac95d2010"}
+_PINNED_OUTPUT = {"40": "721062f89b4abc64106ece6dddac754eb8e5f03dbce81f5024255b7503c0262c"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -888,11 +889,10 @@ def test_a_place_coordinated_by_and_the(text: str, expected: list) -> None:
 
 @pytest.mark.parametrize("text", [
     # version 24's check rejected a prominent heart as an uncertain cardiomegaly (one Open-i "cardiac silhouette is
-    # prominent but probably artifactually large" that MeSH does not code); "upper normal" went with it. Since
-    # version 39 a prominent heart is a non-target finding at the heart, never a cardiomegaly.
+    # prominent but probably artifactually large" that MeSH does not code). Since version 39 a prominent heart is a
+    # non-target finding at the heart, never a cardiomegaly.
     "The cardiac silhouette is prominent.",
     "Mildly prominent cardiac silhouette.",
-    "Cardiac silhouette is upper normal to mildly enlarged.",
 ])
 def test_a_prominent_heart_is_no_cardiomegaly(text: str) -> None:
     assert all(f.lesion is None for f in findings(text))
@@ -1237,3 +1237,18 @@ def test_a_heart_called_prominent_is_a_non_target_finding_at_the_heart(text: str
     got = [(f.lesion or f.entity.lower(), f.assertion, f.reported_location) for f in findings(text)]
     assert got == expected
     assert all(f.lesion is None for f in findings(text) if f.reported_location == ("heart",))
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # a heart size given as a range from the upper limit of normal is uncertain, as "normal to mildly enlarged" is
+    ("Heart size is upper normal to mildly enlarged.", [("cardiomegaly", "uncertain")]),
+    ("Cardiac silhouette is upper normal to mildly enlarged.", [("cardiomegaly", "uncertain")]),
+    ("The heart is high normal to slightly enlarged in size.", [("cardiomegaly", "uncertain")]),
+    ("Heart size is top-normal to mildly enlarged.", [("cardiomegaly", "uncertain")]),
+    ("Heart size is at the upper limits of normal to mildly enlarged.", [("cardiomegaly", "uncertain")]),
+    ("Heart size is top normal to mildly enlarged.", [("cardiomegaly", "uncertain")]),
+    ("Heart size is upper limits of normal.", []),
+    ("The heart is top normal in size; the aorta is enlarged.", []),
+])
+def test_a_heart_size_range_from_upper_normal_is_uncertain(text: str, expected: list) -> None:
+    assert [(f.lesion, f.assertion) for f in findings(text)] == expected

@@ -286,7 +286,9 @@ _CARDIO_FILLER = (
     r"(?:is|are|was|appears?|remains?|seems?|has|been|become|becomes|now|again|still|stably|stable|mildly|"
     r"moderately|markedly|severely|massively|minimally|slightly|somewhat|borderline|top|normal|to|likely|"
     r"probably|possibly|may|might|could|be|not|no|longer|significantly|overall|globally|size|xxxx|mild|moderate|"
-    r"severe|and|or|unchanged|persistently|chronically|at|least|,)"
+    r"severe|and|or|unchanged|persistently|chronically|at|least|,|"
+    # a range from the upper limit of normal (version 40): "upper normal to mildly enlarged"
+    r"upper|high|(?:top|upper|high)-normal|(?:at\s+)?(?:the\s+)?upper\s+limits?\s+of)"
 )
 _CARDIO_PATTERNS: Final[tuple[str, ...]] = (
     r"cardiomegaly",
