@@ -886,8 +886,7 @@ def _zone_key(word: str) -> str:
 def _sides(text: str, default: tuple[str, ...]) -> tuple[str, ...]:
     if "left and right" in text:
         return ("left", "right")
-    if "right and left" in text or "bilateral" in text or text.startswith(("both", "bi")) or " of both " in text \
-            or " of the both " in text:
+    if "right and left" in text or "bilateral" in text or text.startswith(("both", "bi")) or " of both " in text:
         return SIDES
     if re.search(r"\bright\b|^right|\brt\b", text):
         return ("right",)

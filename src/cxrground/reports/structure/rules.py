@@ -171,9 +171,8 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: changes"; 33: "is excluded", "has disappeared" and "disappearance of" negate; 34: a post-cue does not reach back
 #: across a bare comma that ends no list ("right basilar atelectasis, pneumonia not excluded"); 35: "versus" and a
 #: hedge before a comma stay in their own part of the sentence, and a comma-joined list does not end in "versus"; 36:
-#: a hedge does not reach across ", with"; 37: a zone "of the right lung" is that side's zone, a bare "bilaterally" adds
-#: nothing to zones named on both sides, and a lung finding placed only after a predominance word ("particularly at")
-#: also lies in both lungs; 38: "infectious" written as a reading ("could be infectious") is pneumonia, "if present" a
+#: a hedge does not reach across ", with"; 37: a zone "of the right lung" is that side's zone, and a lung finding placed
+#: only after a predominance word ("particularly at") also lies in both lungs; 38: "infectious" written as a reading ("could be infectious") is pneumonia, "if present" a
 #: hedge, and "mass-like" before an airspace word that finding's modifier; 39: a heart called prominent is the
 #: non-target finding "cardiac prominence" at the heart (it withholds the cardiomegaly negative); 40: a heart size
 #: range from the upper limit of normal ("upper normal to mildly enlarged") is an uncertain cardiomegaly.
@@ -266,9 +265,9 @@ _COORDINATION_GAP: Final[re.Pattern[str]] = _joining_gap(
     r"a|an|the|small|tiny|trace|minimal|mild|moderate|large|layering|adjacent|associated|some|possible|probable|"
     r"likely|early|developing|focal|patchy|subsegmental|persistent|residual|new|stable|unchanged|increasing|"
     r"increased|decreasing|decreased|worsening|improving")
-#: A plural place ("upper lobes", "bases") names both sides and takes no side from the phrase before it.
 #: The gap between two places of one list ("the right upper lobe and the left base").
 _PLACE_LIST_GAP: Final[re.Pattern[str]] = re.compile(r"\s*(?:,\s*and|,|and|or|/)\s*(?:(?:in|at|of)\s+)?(?:the\s+)?")
+#: A plural place ("upper lobes", "bases") names both sides and takes no side from the phrase before it.
 _PLURAL_PLACE: Final[re.Pattern[str]] = re.compile(r"\b(?:lobes|zones|fields|lungs|bases|apices|hila|regions)\b")
 #: The whole-lung labels.
 _SIDE_LUNGS: Final[frozenset[str]] = frozenset({"right lung", "left lung"})
