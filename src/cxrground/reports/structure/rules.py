@@ -173,9 +173,10 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: hedge before a comma stay in their own part of the sentence, and a comma-joined list does not end in "versus"; 36:
 #: a hedge does not reach across ", with"; 37: a zone "of the right lung" is that side's zone, and a lung finding placed
 #: only after a predominance word ("particularly at") also lies in both lungs; 38: "infectious" written as a reading
-#: ("could be infectious") is pneumonia, "if present" a hedge, and "mass-like" before an airspace word that finding's modifier; 39: a heart called prominent is the
-#: non-target finding "cardiac prominence" at the heart (it withholds the cardiomegaly negative); 40: a heart size
-#: range from the upper limit of normal ("upper normal to mildly enlarged") is an uncertain cardiomegaly.
+#: ("could be infectious") is pneumonia, "if present" a hedge, and "mass-like" before an airspace word that
+#: finding's modifier; 39: a heart called prominent is the non-target finding "cardiac prominence" at the heart (it
+#: withholds the cardiomegaly negative); 40: a heart size range from the upper limit of normal ("upper normal to
+#: mildly enlarged") is an uncertain cardiomegaly.
 RULES_VERSION: Final[str] = "40"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
