@@ -156,7 +156,7 @@ def test_prompts_name_the_vocabulary() -> None:
     assert load_prompt("structure_v5").sha256 != structure.sha256
     assert load_prompt("structure_v6").sha256 != structure.sha256 and load_prompt("location_v3").text
     assert load_prompt("structure_v7").sha256 != structure.sha256 and load_prompt("location_v4").text
-    # the guidance follows the rule structurer's classes (rules versions 8-39)
+    # the guidance follows the rule structurer's classes (rules versions 8-41)
     for phrase in ("not present on prior", "nipple shadow", "ARDS or multifocal pneumonia", "Whiteout",
                    "left basilar atelectasis and effusion", "right upper and left lower lobes", "blunting",
                    "almost complete resolution of", "with residual opacity", "c/w", "PNA",
@@ -174,7 +174,8 @@ def test_prompts_name_the_vocabulary() -> None:
                    "has disappeared", "right basilar atelectasis, pneumonia not excluded",
                    "likely cardiogenic, with bilateral effusions", "likely atelectasis, with small bilateral",
                    "base of the right lung", "effusion, if present, is small", "infectious in etiology",
-                   "mass-like", "cardiac prominence"):
+                   "mass-like", "cardiac prominence", "upper normal to mildly enlarged",
+                   "the opacity is not consistent with pneumonia"):
         assert phrase in " ".join(structure.text.split()), phrase
     for phrase in ("minor or horizontal fissure -> `right mid zone lung`", "costophrenic or cardiophrenic angle",
                    "a few words after a sided place of the same item takes that side",

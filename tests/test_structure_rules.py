@@ -451,9 +451,10 @@ _VERSION_CORPUS = (
     "Right upper lobe mass-like consolidation.",
     "The cardiac silhouette is prominent. Heart size is normal, prominent pulmonary arteries.",
     "Heart size is upper normal to mildly enlarged. Heart size is upper limits of normal.",
+    "The opacity is not consistent with pneumonia. Findings do not suggest edema. Nothing to suggest effusion.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"40": "721062f89b4abc64106ece6dddac754eb8e5f03dbce81f5024255b7503c0262c"}
+_PINNED_OUTPUT = {"41": "4d873c5451f36b35465d3617463d5c493591beb8b2b22280fa55ad681575284d"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -1251,4 +1252,28 @@ def test_a_heart_called_prominent_is_a_non_target_finding_at_the_heart(text: str
     ("The heart is top normal in size; the aorta is enlarged.", []),
 ])
 def test_a_heart_size_range_from_upper_normal_is_uncertain(text: str, expected: list) -> None:
+    assert [(f.lesion, f.assertion) for f in findings(text)] == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # a negated link verb or adjective negates the diagnosis; an observation before it stays
+    ("The findings are not typical for pneumonia.", [("pneumonia", "absent")]),
+    ("The opacity is not consistent with pneumonia.", [("opacity", "present"), ("pneumonia", "absent")]),
+    ("Findings are not compatible with edema.", [("edema", "absent")]),
+    ("Findings are not characteristic of edema.", [("edema", "absent")]),
+    ("This does not represent pneumonia.", [("pneumonia", "absent")]),
+    ("The opacity does not represent consolidation.", [("opacity", "present"), ("consolidation", "absent")]),
+    ("The opacity is not felt to represent pneumonia.", [("opacity", "present"), ("pneumonia", "absent")]),
+    ("The lungs do not demonstrate consolidation.", [("consolidation", "absent")]),
+    ("The radiograph does not show pneumonia.", [("pneumonia", "absent")]),
+    ("Findings do not suggest pneumonia.", [("pneumonia", "absent")]),
+    ("Findings are not suggestive of pneumonia.", [("pneumonia", "absent")]),
+    ("There is nothing to suggest edema.", [("edema", "absent")]),
+    # unchanged
+    ("Findings suggest pneumonia.", [("pneumonia", "uncertain")]),
+    ("Opacity consistent with pneumonia.", [("pneumonia", "present")]),
+    ("No findings to suggest pneumonia.", [("pneumonia", "absent")]),
+    ("The left effusion does not show significant change.", [("effusion", "present")]),
+])
+def test_a_negated_link_verb_negates_the_diagnosis(text: str, expected: list) -> None:
     assert [(f.lesion, f.assertion) for f in findings(text)] == expected

@@ -749,4 +749,8 @@ MIMIC_STYLE: list[tuple[str, str, Expected]] = [
      [("pneumonia", "uncertain", (RB,))]),
     ("mimic-style", "Small left pleural effusion, if present.",
      [("effusion", "uncertain", (LL,))]),
+    ("mimic-style", "Retrocardiac opacity is not consistent with pneumonia.",
+     [("opacity", "present", (LB,)), ("pneumonia", "absent", BOTH)]),
+    ("mimic-style", "There is nothing to suggest pneumonia.",
+     [("pneumonia", "absent", BOTH)]),
 ]

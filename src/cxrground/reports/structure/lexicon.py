@@ -582,6 +582,12 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                 r"no\s+longer|"
                 r"negative\s+for|free\s+of|clear\s+of|absence\s+of|"
                 r"without|neither|nor|no|not\s+(?:a|an|any)"),
+    # a negated link verb or adjective (version 41): "does not suggest", "is not consistent with", "nothing to suggest"
+    ("neg_pre", r"(?:do|does|did)\s+not\s+(?:suggest|represent|show|demonstrate|reveal|indicate|reflect)|"
+                r"(?:is|are|was|were)\s+not\s+(?:typical|characteristic|suggestive|consistent|compatible|diagnostic|"
+                r"indicative)\s+(?:of|for|with)|"
+                r"not\s+(?:felt|thought|believed|considered)\s+to\s+(?:represent|reflect|be)|"
+                r"nothing\s+to\s+suggest"),
     ("link", r"(?:to\s+)?suggest(?:s|ed|ing|ive\s+of|ion\s+of)?|concerning\s+for|suspicious\s+for|worrisome\s+for|"
              r"indicat(?:es|ing|ive\s+of)|(?:raises?|raising|raised)\s+(?:the\s+)?(?:concern|possibility|question|"
              r"suspicion)\s+(?:for|of)|concern\s+for"),

@@ -176,8 +176,9 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: ("could be infectious") is pneumonia, "if present" a hedge, and "mass-like" before an airspace word that
 #: finding's modifier; 39: a heart called prominent is the non-target finding "cardiac prominence" at the heart (it
 #: withholds the cardiomegaly negative); 40: a heart size range from the upper limit of normal ("upper normal to
-#: mildly enlarged") is an uncertain cardiomegaly.
-RULES_VERSION: Final[str] = "40"
+#: mildly enlarged") is an uncertain cardiomegaly; 41: a negated link verb or adjective negates ("does not suggest",
+#: "is not consistent with", "nothing to suggest").
+RULES_VERSION: Final[str] = "41"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
