@@ -452,9 +452,10 @@ _VERSION_CORPUS = (
     "The cardiac silhouette is prominent. Heart size is normal, prominent pulmonary arteries.",
     "Heart size is upper normal to mildly enlarged. Heart size is upper limits of normal.",
     "The opacity is not consistent with pneumonia. Findings do not suggest edema. Nothing to suggest effusion.",
+    "The appearance argues against pneumonia. The study is limited for evaluation of effusion.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"41": "4d873c5451f36b35465d3617463d5c493591beb8b2b22280fa55ad681575284d"}
+_PINNED_OUTPUT = {"42": "72303582d2aad54e69114d298c49dd65bf718cf5237805da581debe9057b76a1"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -1274,6 +1275,11 @@ def test_a_heart_size_range_from_upper_normal_is_uncertain(text: str, expected: 
     ("Opacity consistent with pneumonia.", [("pneumonia", "present")]),
     ("No findings to suggest pneumonia.", [("pneumonia", "absent")]),
     ("The left effusion does not show significant change.", [("effusion", "present")]),
+    # "argues against" negates; "limited for evaluation of" hedges (version 42)
+    ("The appearance argues against pneumonia.", [("pneumonia", "absent")]),
+    ("Findings argue against edema.", [("edema", "absent")]),
+    ("The study is limited for evaluation of effusion.", [("effusion", "uncertain")]),
+    ("Evaluation of the lungs demonstrates a right lower lobe consolidation.", [("consolidation", "present")]),
 ])
 def test_a_negated_link_verb_negates_the_diagnosis(text: str, expected: list) -> None:
     assert [(f.lesion, f.assertion) for f in findings(text)] == expected

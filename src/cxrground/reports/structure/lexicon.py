@@ -562,7 +562,9 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                 r"(?:exclude|rule\s+out)"),
     ("unc_pre", r"(?:please\s+)?(?:correlate|correlation)\s+(?:clinically\s+)?(?:for|to\s+(?:exclude|rule\s+out))|"
                 r"clinical(?:ly)?\s+correlat\w*\s+(?:for|to\s+(?:exclude|rule\s+out))|"
-                r"(?:evaluate|evaluation|assess|assessment)\s+(?:further\s+)?for|to\s+(?:exclude|rule\s+out)"),
+                r"(?:evaluate|evaluation|assess|assessment)\s+(?:further\s+)?for|to\s+(?:exclude|rule\s+out)|"
+                # "the study is limited for evaluation of effusion" (version 42)
+                r"limited\s+(?:for|in)\s+(?:the\s+)?(?:evaluation|assessment)\s+(?:of|for)"),
     ("neg_post", rf"(?:(?:is|are|was|were)\s+)?no\s+longer\s+(?:(?:well|clearly)\s+)?{_NEG_SEEN}"),
     ("neg_post", rf"(?:(?:is|are|was|were|has|have)\s+)?not\s+(?:been\s+)?(?:(?:well|clearly|definitely|"
                  rf"convincingly|clearly)\s+)?{_NEG_SEEN}"),
@@ -587,7 +589,8 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                 r"(?:is|are|was|were)\s+not\s+(?:typical|characteristic|suggestive|consistent|compatible|diagnostic|"
                 r"indicative)\s+(?:of|for|with)|"
                 r"not\s+(?:felt|thought|believed|considered)\s+to\s+(?:represent|reflect|be)|"
-                r"nothing\s+to\s+suggest"),
+                r"nothing\s+to\s+suggest|"
+                r"argu(?:es?|ed|ing)\s+against"),  # version 42
     ("link", r"(?:to\s+)?suggest(?:s|ed|ing|ive\s+of|ion\s+of)?|concerning\s+for|suspicious\s+for|worrisome\s+for|"
              r"indicat(?:es|ing|ive\s+of)|(?:raises?|raising|raised)\s+(?:the\s+)?(?:concern|possibility|question|"
              r"suspicion)\s+(?:for|of)|concern\s+for"),

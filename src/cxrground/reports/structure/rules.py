@@ -177,8 +177,8 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: finding's modifier; 39: a heart called prominent is the non-target finding "cardiac prominence" at the heart (it
 #: withholds the cardiomegaly negative); 40: a heart size range from the upper limit of normal ("upper normal to
 #: mildly enlarged") is an uncertain cardiomegaly; 41: a negated link verb or adjective negates ("does not suggest",
-#: "is not consistent with", "nothing to suggest").
-RULES_VERSION: Final[str] = "41"
+#: "is not consistent with", "nothing to suggest"); 42: "argues against" negates, "limited for evaluation of" hedges.
+RULES_VERSION: Final[str] = "42"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
