@@ -453,9 +453,10 @@ _VERSION_CORPUS = (
     "Heart size is upper normal to mildly enlarged. Heart size is upper limits of normal.",
     "The opacity is not consistent with pneumonia. Findings do not suggest edema. Nothing to suggest effusion.",
     "The appearance argues against pneumonia. The study is limited for evaluation of effusion.",
+    "Pneumonia has not developed. Lack of pleural effusion. Early infection may be radiographically occult.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"42": "72303582d2aad54e69114d298c49dd65bf718cf5237805da581debe9057b76a1"}
+_PINNED_OUTPUT = {"43": "5fc21c3c6853b7f45e79c7c82fbb540066ed48a9a5e81308420fdd455b59f962"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -1280,6 +1281,15 @@ def test_a_heart_size_range_from_upper_normal_is_uncertain(text: str, expected: 
     ("Findings argue against edema.", [("edema", "absent")]),
     ("The study is limited for evaluation of effusion.", [("effusion", "uncertain")]),
     ("Evaluation of the lungs demonstrates a right lower lobe consolidation.", [("consolidation", "present")]),
+    # "has not developed / recurred", "fails to show", "lack of" negate; an "occult" caveat is no finding (version 43)
+    ("Pneumonia has not developed.", [("pneumonia", "absent")]),
+    ("The effusion has not recurred.", [("effusion", "absent")]),
+    ("The film fails to show consolidation.", [("consolidation", "absent")]),
+    ("Lack of pleural effusion.", [("effusion", "absent")]),
+    ("No focal airspace consolidation to suggest pneumonia, though early infection may be radiographically occult.",
+     [("consolidation", "absent"), ("pneumonia", "absent")]),
+    ("Pneumonia has developed.", [("pneumonia", "present")]),
+    ("The effusion has recurred.", [("effusion", "present")]),
 ])
 def test_a_negated_link_verb_negates_the_diagnosis(text: str, expected: list) -> None:
     assert [(f.lesion, f.assertion) for f in findings(text)] == expected

@@ -590,7 +590,13 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                 r"indicative)\s+(?:of|for|with)|"
                 r"not\s+(?:felt|thought|believed|considered)\s+to\s+(?:represent|reflect|be)|"
                 r"nothing\s+to\s+suggest|"
-                r"argu(?:es?|ed|ing)\s+against"),  # version 42
+                r"argu(?:es?|ed|ing)\s+against|"  # version 42
+                r"fail(?:s|ed)?\s+to\s+(?:show|demonstrate|reveal)|lack\s+of"),  # version 43
+    # "pneumonia has not developed", "the effusion has not recurred" (version 43)
+    ("neg_post", r"(?:has|have|had)\s+not\s+(?:yet\s+)?(?:developed|recurred|reaccumulated|re-accumulated|"
+                 r"reappeared|returned)"),
+    # a general caveat, not a finding of this image: "early infection may be radiographically occult" (version 43)
+    ("caveat", r"(?:may|can|could|might)\s+be\s+(?:radiographically\s+|clinically\s+)?occult"),
     ("link", r"(?:to\s+)?suggest(?:s|ed|ing|ive\s+of|ion\s+of)?|concerning\s+for|suspicious\s+for|worrisome\s+for|"
              r"indicat(?:es|ing|ive\s+of)|(?:raises?|raising|raised)\s+(?:the\s+)?(?:concern|possibility|question|"
              r"suspicion)\s+(?:for|of)|concern\s+for"),

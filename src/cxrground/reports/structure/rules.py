@@ -177,8 +177,10 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: finding's modifier; 39: a heart called prominent is the non-target finding "cardiac prominence" at the heart (it
 #: withholds the cardiomegaly negative); 40: a heart size range from the upper limit of normal ("upper normal to
 #: mildly enlarged") is an uncertain cardiomegaly; 41: a negated link verb or adjective negates ("does not suggest",
-#: "is not consistent with", "nothing to suggest"); 42: "argues against" negates, "limited for evaluation of" hedges.
-RULES_VERSION: Final[str] = "42"
+#: "is not consistent with", "nothing to suggest"); 42: "argues against" negates, "limited for evaluation of" hedges;
+#: 43: "has not developed / recurred", "fails to show" and "lack of" negate, and "may be radiographically occult" makes
+#: a general caveat, no finding.
+RULES_VERSION: Final[str] = "43"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -186,7 +188,7 @@ DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
 _NEG = frozenset({"neg_pre", "neg_post", "neg_both", "neg_subj"})
 _UNC = frozenset({"unc_pre", "unc_post", "unc_both", "unc_vs", "link"})
 _PRE = frozenset({"neg_pre", "unc_pre", "link", "neg_both", "unc_both", "unc_vs"})
-_POST = frozenset({"neg_post", "unc_post", "neg_both", "unc_both", "unc_vs", "neg_subj"})
+_POST = frozenset({"neg_post", "unc_post", "neg_both", "unc_both", "unc_vs", "neg_subj", "caveat"})
 _CLOSING = frozenset({"neg_post", "unc_post"})
 _HEDGE_PRE = frozenset({"unc_pre", "unc_both", "unc_vs"})
 _COORD_GAP: Final[re.Pattern[str]] = re.compile(r"\s*,?\s*(?:and|or|nor|/|,)\s*(?:[\w-]+\s+){0,2}")
@@ -511,7 +513,9 @@ class RuleStructurer:
                 ok = False  # "heart size is enlarged, pulmonary vascularity within normal limits"
             if ok and _ends_no_list(gaps):
                 ok = False  # "right basilar atelectasis, pneumonia not excluded": the hedge is the pneumonia's
-            if ok:
+            if ok and c.kind == "caveat":
+                m.historical = True  # "early infection may be radiographically occult": no finding of this image
+            elif ok:
                 neg |= c.kind in _NEG
                 if c.kind in _UNC:
                     unc = True
