@@ -1242,54 +1242,57 @@ def test_a_heart_called_prominent_is_a_non_target_finding_at_the_heart(text: str
     assert all(f.lesion is None for f in findings(text) if f.reported_location == ("heart",))
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    # a heart size given as a range from the upper limit of normal is uncertain, as "normal to mildly enlarged" is
-    ("Heart size is upper normal to mildly enlarged.", [("cardiomegaly", "uncertain")]),
-    ("Cardiac silhouette is upper normal to mildly enlarged.", [("cardiomegaly", "uncertain")]),
-    ("The heart is high normal to slightly enlarged in size.", [("cardiomegaly", "uncertain")]),
-    ("Heart size is top-normal to mildly enlarged.", [("cardiomegaly", "uncertain")]),
-    ("Heart size is at the upper limits of normal to mildly enlarged.", [("cardiomegaly", "uncertain")]),
-    ("Heart size is top normal to mildly enlarged.", [("cardiomegaly", "uncertain")]),
-    ("Heart size is upper limits of normal.", []),
-    ("The heart is top normal in size; the aorta is enlarged.", []),
-])
-def test_a_heart_size_range_from_upper_normal_is_uncertain(text: str, expected: list) -> None:
-    assert [(f.lesion, f.assertion) for f in findings(text)] == expected
+#: Sentence | the lesions read, in order, with their assertion ("-": none). Versions 40-43: a heart size range from the
+#: upper limit of normal is uncertain; a negated link verb or adjective negates the diagnosis and leaves an
+#: observation before it; "has not developed", "fails to show", "lack of" negate; an "occult" caveat is no finding.
+_ASSERTION_READINGS = """
+Heart size is upper normal to mildly enlarged. | cardiomegaly uncertain
+Cardiac silhouette is upper normal to mildly enlarged. | cardiomegaly uncertain
+The heart is high normal to slightly enlarged in size. | cardiomegaly uncertain
+Heart size is top-normal to mildly enlarged. | cardiomegaly uncertain
+Heart size is at the upper limits of normal to mildly enlarged. | cardiomegaly uncertain
+Heart size is top normal to mildly enlarged. | cardiomegaly uncertain
+Heart size is upper limits of normal. | -
+The heart is top normal in size; the aorta is enlarged. | -
+The findings are not typical for pneumonia. | pneumonia absent
+The opacity is not consistent with pneumonia. | opacity present, pneumonia absent
+Findings are not compatible with edema. | edema absent
+Findings are not characteristic of edema. | edema absent
+This does not represent pneumonia. | pneumonia absent
+The opacity does not represent consolidation. | opacity present, consolidation absent
+The opacity is not felt to represent pneumonia. | opacity present, pneumonia absent
+The lungs do not demonstrate consolidation. | consolidation absent
+The radiograph does not show pneumonia. | pneumonia absent
+Findings do not suggest pneumonia. | pneumonia absent
+Findings are not suggestive of pneumonia. | pneumonia absent
+There is nothing to suggest edema. | edema absent
+The appearance argues against pneumonia. | pneumonia absent
+Findings argue against edema. | edema absent
+The study is limited for evaluation of effusion. | effusion uncertain
+Pneumonia has not developed. | pneumonia absent
+The effusion has not recurred. | effusion absent
+The film fails to show consolidation. | consolidation absent
+Lack of pleural effusion. | effusion absent
+No focal airspace consolidation to suggest pneumonia, though early infection may be radiographically occult. \
+    | consolidation absent, pneumonia absent
+Findings suggest pneumonia. | pneumonia uncertain
+Opacity consistent with pneumonia. | pneumonia present
+No findings to suggest pneumonia. | pneumonia absent
+The left effusion does not show significant change. | effusion present
+Evaluation of the lungs demonstrates a right lower lobe consolidation. | consolidation present
+Pneumonia has developed. | pneumonia present
+The effusion has recurred. | effusion present
+"""
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    # a negated link verb or adjective negates the diagnosis; an observation before it stays
-    ("The findings are not typical for pneumonia.", [("pneumonia", "absent")]),
-    ("The opacity is not consistent with pneumonia.", [("opacity", "present"), ("pneumonia", "absent")]),
-    ("Findings are not compatible with edema.", [("edema", "absent")]),
-    ("Findings are not characteristic of edema.", [("edema", "absent")]),
-    ("This does not represent pneumonia.", [("pneumonia", "absent")]),
-    ("The opacity does not represent consolidation.", [("opacity", "present"), ("consolidation", "absent")]),
-    ("The opacity is not felt to represent pneumonia.", [("opacity", "present"), ("pneumonia", "absent")]),
-    ("The lungs do not demonstrate consolidation.", [("consolidation", "absent")]),
-    ("The radiograph does not show pneumonia.", [("pneumonia", "absent")]),
-    ("Findings do not suggest pneumonia.", [("pneumonia", "absent")]),
-    ("Findings are not suggestive of pneumonia.", [("pneumonia", "absent")]),
-    ("There is nothing to suggest edema.", [("edema", "absent")]),
-    # unchanged
-    ("Findings suggest pneumonia.", [("pneumonia", "uncertain")]),
-    ("Opacity consistent with pneumonia.", [("pneumonia", "present")]),
-    ("No findings to suggest pneumonia.", [("pneumonia", "absent")]),
-    ("The left effusion does not show significant change.", [("effusion", "present")]),
-    # "argues against" negates; "limited for evaluation of" hedges (version 42)
-    ("The appearance argues against pneumonia.", [("pneumonia", "absent")]),
-    ("Findings argue against edema.", [("edema", "absent")]),
-    ("The study is limited for evaluation of effusion.", [("effusion", "uncertain")]),
-    ("Evaluation of the lungs demonstrates a right lower lobe consolidation.", [("consolidation", "present")]),
-    # "has not developed / recurred", "fails to show", "lack of" negate; an "occult" caveat is no finding (version 43)
-    ("Pneumonia has not developed.", [("pneumonia", "absent")]),
-    ("The effusion has not recurred.", [("effusion", "absent")]),
-    ("The film fails to show consolidation.", [("consolidation", "absent")]),
-    ("Lack of pleural effusion.", [("effusion", "absent")]),
-    ("No focal airspace consolidation to suggest pneumonia, though early infection may be radiographically occult.",
-     [("consolidation", "absent"), ("pneumonia", "absent")]),
-    ("Pneumonia has developed.", [("pneumonia", "present")]),
-    ("The effusion has recurred.", [("effusion", "present")]),
-])
-def test_a_negated_link_verb_negates_the_diagnosis(text: str, expected: list) -> None:
+def _assertion_rows(table: str) -> list[tuple[str, list[tuple[str, str]]]]:
+    rows = []
+    for line in table.strip().splitlines():  # a row's trailing backslash continues it (Python joins the lines)
+        text, read = (part.strip() for part in line.split("|"))
+        rows.append((text, [] if read == "-" else [tuple(item.split()) for item in read.split(", ")]))
+    return rows
+
+
+@pytest.mark.parametrize(("text", "expected"), _assertion_rows(_ASSERTION_READINGS))
+def test_assertions_of_heart_size_ranges_negated_links_and_caveats(text: str, expected: list) -> None:
     assert [(f.lesion, f.assertion) for f in findings(text)] == expected
