@@ -19,10 +19,12 @@ cardiomegaly           cardiomegaly; enlarged heart / cardiac silhouette / cardi
                        "<heart | ...> is borderline (in size)" (not "borderline normal").
                        *Decision*: "borderline cardiomegaly" / "borderline enlarged" / "heart size is
                        borderline" = uncertain (``borderline`` is a hedge), and so is a range from normal ("normal
-                       to mildly enlarged", version 17); "top normal", "at the upper limits of
+                       to mildly enlarged", version 17; "upper normal / at the upper limits of normal to mildly
+                       enlarged", version 40); "top normal", "at the upper limits of
                        normal", "normal heart size" are no finding at all (not negations: ILS §7.1 allows only
                        explicit negation; report labels read a normal heart size as a negated cardiomegaly,
-                       :data:`HEART_NORMAL_RE`).
+                       :data:`HEART_NORMAL_RE`). A heart called "prominent" is no cardiomegaly but the non-target
+                       finding "cardiac prominence" at the heart (version 39, :data:`HEART_PROMINENCE_PATTERNS`).
 pneumonia              pneumonia, bronchopneumonia, pneumonitis, infection, infectious process, aspiration,
                        aspiration pneumonia, PNA (version 15), "infectious" said of a finding ("could be infectious",
                        "likely infectious", "infectious in etiology"; version 38; not "non-infectious"). *Added*:
