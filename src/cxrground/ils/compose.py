@@ -306,11 +306,12 @@ def _negatives(study_key: str, findings: Sequence[Finding], empty_locations: Seq
         t = traits(lesion)
         if t.heart_mask:
             ctr_ok = not t.ctr_rule or (ctr is not None and ctr <= config.ctr_negative_max)
-            if lesion not in reported and ctr_ok and heart_described:
-                out.dropped[WITHHELD_HEART_DESCRIBED] += 1
-            elif lesion not in reported and ctr_ok:
-                kind = KIND_NEGATED if lesion in negated else KIND_NOT_REPORTED
-                _negative(out, study_key, "global", lesion, [HEART], kind)
+            if lesion not in reported and ctr_ok:
+                if heart_described:
+                    out.dropped[WITHHELD_HEART_DESCRIBED] += 1
+                else:
+                    kind = KIND_NEGATED if lesion in negated else KIND_NOT_REPORTED
+                    _negative(out, study_key, "global", lesion, [HEART], kind)
             continue
         if not lung_negatives:
             out.dropped[WITHHELD_SILENT_REPORT] += 1

@@ -14,15 +14,13 @@ from __future__ import annotations
 
 from cxrground.reports.findings import StructuredReport
 from cxrground.reports.model import Report
-from cxrground.reports.sections import make_section_choice
 from cxrground.reports.structure.lexicon import NORMAL_STATEMENT_RE
-from cxrground.reports.structure.rules import RuleStructurer
+from cxrground.reports.structure.rules import structure_text
 
 __all__ = ["ADDENDUM_SECTION", "addendum_lesions", "reads_the_film"]
 
 #: Section name of a report's addendum (:data:`cxrground.reports.sections.HEADINGS`).
 ADDENDUM_SECTION = "addendum"
-_RULES = RuleStructurer()
 
 
 def reads_the_film(report: StructuredReport) -> bool:
@@ -35,8 +33,8 @@ def reads_the_film(report: StructuredReport) -> bool:
 def addendum_lesions(report: Report) -> tuple[str, ...] | None:
     """The lesions the addendum of ``report`` names (present, uncertain or negated; sorted), read by the rule
     structurer; None when the report has no addendum with usable words."""
-    section = make_section_choice("findings", report.sections.get(ADDENDUM_SECTION, ""))
-    if section is None:
+    try:
+        findings = structure_text(report.sections.get(ADDENDUM_SECTION, ""), report.report_id).findings
+    except ValueError:  # no addendum, or one without usable words
         return None
-    findings = _RULES.structure(report.report_id, section).findings
     return tuple(sorted({f.lesion for f in findings if f.lesion is not None}))

@@ -2,11 +2,11 @@
 
 Two steps per report, as in ILS §7.2 (the reference used two models; here both steps use ``model``):
 
-1. **Structuring** (prompt ``prompts/structure_v8.md``): the numbered section (``section_content``) ->
+1. **Structuring** (prompt :data:`STRUCTURE_PROMPT` under ``prompts/``): the numbered section (``section_content``) ->
    findings ``{entity, sent_idx, assertion, lesion, location_phrases, hedge}`` (``hedge``, the grade of an
    uncertain finding's hedge, only with prompts that ask for it: structure_v5 on; a grade on a finding that is not
    uncertain, or one outside ``likely`` / ``possible``, is rejected and recorded, the finding kept ungraded).
-2. **Location mapping** (prompt ``prompts/location_v5.md``): the location phrases of every finding except
+2. **Location mapping** (prompt :data:`LOCATION_PROMPT`): the location phrases of every finding except
    cardiomegaly -> ILS labels. Skipped when no finding has a location phrase. Cardiomegaly always maps to
    ``heart``; a finding without phrases gets the default of :func:`.lexicon.default_location`
    (both lungs for lung lesions and effusion).
@@ -85,16 +85,17 @@ __all__ = [
     "load_prompt",
 ]
 
-def _heart_finding(entity: str, lesion: str | None) -> bool:
-    """Whether a non-target finding describes the heart (a prominent heart: located at the heart, as the rules do)."""
-    return lesion is None and isinstance(entity, str) and HEART_PROMINENCE_RE.search(entity) is not None
-
-
 #: Stage name of the :class:`~cxrground.errors.Failure` records.
 STAGE: Final[str] = "structure"
 #: Prompt versions (file stems under ``prompts/``).
 STRUCTURE_PROMPT: Final[str] = "structure_v9"
 LOCATION_PROMPT: Final[str] = "location_v6"
+
+
+def _heart_finding(entity: str, lesion: str | None) -> bool:
+    """Whether a non-target finding describes the heart (a prominent heart: located at the heart, as the rules do)."""
+    return lesion is None and isinstance(entity, str) and HEART_PROMINENCE_RE.search(entity) is not None
+
 
 _FENCE_RE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
 
