@@ -72,7 +72,7 @@ def test_count_table_and_recall():
 
 
 def test_frontal_view_rule():
-    from cxrground.ils.pipeline import is_frontal
+    from cxrground.datasets.views import is_frontal
 
     views = ("PA", "AP")
     assert is_frontal("PA", views) and is_frontal("AP SUPINE", views) and is_frontal("AP ERECT", views)

@@ -30,7 +30,7 @@ import subprocess
 import tempfile
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import ExitStack
@@ -43,7 +43,14 @@ from tqdm.auto import tqdm
 from cxrground import __version__
 from cxrground.errors import ConfigError, Failure
 from cxrground.ils.backend_spec import BackendSpec
-from cxrground.ils.card import REVIEW_FILE, DatasetCounts, addendum_lines, read_review_summary, render_card
+from cxrground.ils.card import (
+    REVIEW_FILE,
+    DatasetCounts,
+    addendum_lines,
+    read_review_summary,
+    render_card,
+    view_lines,
+)
 from cxrground.ils.cohort_normative import FITTED_FILE, resolve_spec
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
@@ -345,8 +352,10 @@ OUTPUT_FILES = (DATASET_FILE, "findings.jsonl", "masks.jsonl", "anatomy.jsonl", 
 
 def assemble(out: str | Path, tasks: Iterable[StudyTask], config: IlsConfig, spec: BackendSpec,
              scan_failures: Iterable[Failure], backend_provenance: dict[str, Any],
-             truth_cohort: Path | None = None) -> dict[str, Any]:
-    """Write the JSON, mask index, findings, anatomy, failures, provenance and card from the unit files.
+             truth_cohort: Path | None = None, view_table: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Write the JSON, mask index, findings, anatomy, failures, provenance and card from the unit files
+    (``view_table``: the view table the image choice used,
+    :func:`~cxrground.datasets.views.view_table_record`, or None).
 
     Streams: one unit is read, checked and written out at a time, and only counters stay in memory, so the
     driver's memory does not grow with the number of studies. ``out``: a local folder or an fsspec URL (the files
@@ -355,9 +364,11 @@ def assemble(out: str | Path, tasks: Iterable[StudyTask], config: IlsConfig, spe
     """
     store = unit_store(str(out))
     if store.local:
-        return _assemble(out, Path(store.root), tasks, config, spec, scan_failures, backend_provenance, truth_cohort)
+        return _assemble(out, Path(store.root), tasks, config, spec, scan_failures, backend_provenance, truth_cohort,
+                         view_table)
     with tempfile.TemporaryDirectory(prefix="cxrground-assemble-") as tmp:
-        result = _assemble(out, Path(tmp), tasks, config, spec, scan_failures, backend_provenance, None)
+        result = _assemble(out, Path(tmp), tasks, config, spec, scan_failures, backend_provenance, None,
+                           view_table)
         for name in OUTPUT_FILES:
             store.put_file(Path(tmp) / name, name)
     return result
@@ -365,7 +376,7 @@ def assemble(out: str | Path, tasks: Iterable[StudyTask], config: IlsConfig, spe
 
 def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: IlsConfig, spec: BackendSpec,
               scan_failures: Iterable[Failure], backend_provenance: dict[str, Any],
-              truth_cohort: Path | None) -> dict[str, Any]:
+              truth_cohort: Path | None, view_table: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """:func:`assemble`, the files written to the local folder ``stage`` (the output folder itself when local)."""
     store = unit_store(str(out))
     counts = DatasetCounts()
@@ -376,6 +387,8 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
     placed_negatives: Counter = Counter()
     guided: Counter = Counter()
     addenda: list[tuple[str, list[str]]] = []  # (study, lesions its addendum names) of the dataset's studies
+    views: Counter = Counter()  # view of each study's chosen image ("unknown" when none was known)
+    blind = 0  # studies with several images and no known view for the chosen one
     problems: list[str] = []
     n_failures = 0
     dataset = _DatasetWriter(stage / f".assemble.{os.getpid()}")
@@ -407,6 +420,9 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                     grounding_reasons["cardiomegaly: heart estimate implausible"] += 1
                 dropped_pairs.update(u.get("dropped_pairs", {}))
                 placed_negatives.update(u.get("placed_negatives", {}))
+                if "view" in u:
+                    views[u["view"] or "unknown"] += 1
+                    blind += u["view"] is None and u.get("images_in_study", 1) > 1
                 if u["status"] != "ok":
                     rejections[u["reason"]] += 1
                     failure = {"path": u.get("image_path", key), "stage": u.get("stage", "build"),
@@ -444,6 +460,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
         "exclude_studies": list(config.exclude_studies),
         "mask_frame": "native image pixels (no padding, no resize)",
         "image_source": "as given (MIMIC-CXR-JPG paths are files/-relative)",
+        "view_table": dict(view_table) if view_table else None,
     }
     atomic_write_text(stage / "provenance.json", json.dumps(provenance, indent=2, sort_keys=True))
     extra: list[str] = []
@@ -455,6 +472,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                  format_quality(score_against_truth(stage, truth_cohort)), "",
                  "Structured findings vs the report truth (present/uncertain findings per study and lesion):", "",
                  format_findings_quality(score_findings(stage, truth_cohort)), ""]
+    extra += view_lines(views, blind, view_table)
     extra += addendum_lines(addenda)
     reported_pairs = (pair for pair, n in sorted(reported.items()) for _ in range(n))
     review = read_review_summary(stage) if store.local else (
@@ -550,6 +568,7 @@ def build_dataset(
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     retry_failed: bool = False,
     ray_address: str | None = None,
+    view_table: Mapping[str, Any] | None = None,
 ) -> BuildSummary:
     """Process all studies (resuming) and assemble the dataset in ``out_dir``.
 
@@ -570,6 +589,11 @@ def build_dataset(
 
     ``retry_failed``: process again the studies whose unit records a failure (a worker that died twice, a file
     unreadable at the time); studies rejected by QC stay as they are. ``ray_address``: see :func:`run_units`.
+
+    ``view_table``: the view table that chose each study's image
+    (:func:`~cxrground.datasets.views.view_table_record`); its checksum is part of the settings, so a resume with
+    another table (or with one where there was none) is refused like other settings, since its studies may now use
+    other images.
     """
     config = config or IlsConfig()
     spec = spec or BackendSpec()
@@ -581,9 +605,12 @@ def build_dataset(
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     settings = {"config_hash": config.config_hash(), "spec_hash": spec.spec_hash()}
+    if view_table:
+        settings["view_table"] = view_table["sha256"]
     stamp = out / "settings.json"
     previous = json.loads(stamp.read_text()) if stamp.is_file() else None
-    if previous is not None and {k: previous.get(k) for k in settings} != settings:
+    compared = set(settings) | ({"view_table"} & set(previous or {}))
+    if previous is not None and {k: previous.get(k) for k in compared} != {k: settings.get(k) for k in compared}:
         _clear_build(out, stamp, overwrite, store=remote)
         previous = None
     # once, before the workers: e.g. the cohort normative model
@@ -605,6 +632,6 @@ def build_dataset(
     processed, skipped = run_units(tasks, dest, config, run_spec, engine, workers, progress, max_pixels,
                                    ray_address=ray_address)
     result = assemble(dest, tasks, config, spec, scan_failures, backend_provenance(run_spec),
-                      Path(truth_cohort) if truth_cohort is not None else None)
+                      Path(truth_cohort) if truth_cohort is not None else None, view_table)
     return BuildSummary(str(dest), processed, skipped, result["studies"], result["pairs"], result["failures"],
                         round(time.perf_counter() - started, 2))

@@ -26,6 +26,7 @@ __all__ = [
     "render_card",
     "review_lines",
     "stats_text",
+    "view_lines",
     "with_review_section",
 ]
 
@@ -244,6 +245,27 @@ def addendum_lines(addenda: Sequence[tuple[str, Sequence[str]]]) -> list[str]:
     if len(naming) > ADDENDUM_LISTED:
         lines.append(f"- and {len(naming) - ADDENDUM_LISTED} more (`addendum_lesions` in their unit records)")
     return [*lines, ""]
+
+
+def view_lines(views: Mapping[str, int], blind: int, view_table: Mapping[str, Any] | None) -> list[str]:
+    """The card's "Image views" section: the view of each study's chosen image (``views``: view -> studies,
+    "unknown" when none was known), the view table used, and ``blind``, the studies that offered several images
+    of unknown view; no lines when no unit recorded a view."""
+    if not views:
+        return []
+    source = (f"`{view_table['path']}` ({view_table['images']:,} images)" if view_table else
+              "none (views come from DICOM headers and the index only)")
+    counts = ", ".join(f"{view} {n:,}" for view, n in sorted(views.items(), key=lambda kv: (-kv[1], kv[0])))
+    lines = ["## Image views", "",
+             "One image per study: PA first, then AP, then an image of unknown view, a lateral or other view last "
+             f"(ties: the lexicographically first `dicom_id`). View table: {source}. Views of the chosen images: "
+             f"{counts}. A study whose image is not PA or AP is rejected (\"Studies not in the dataset\").", ""]
+    if blind:
+        lines += [f"**{blind:,} studies offered several images and no view for them**, so their image was the first "
+                  "`dicom_id`, which can be a lateral film read as frontal (about half of the MIMIC-CXR studies hold "
+                  "a lateral film). Give the view table (`--metadata mimic-cxr-2.0.0-metadata.csv.gz`, or a `view` "
+                  "column in the index).", ""]
+    return lines
 
 
 def _count_table(key: str, counted: str, counts: Mapping[str, int] | None) -> list[str]:

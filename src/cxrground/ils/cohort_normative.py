@@ -120,7 +120,8 @@ def _canvas_cells(task: StudyTask, spec: BackendSpec, config: IlsConfig, grid: t
                   prior: NormativeModel | None = None) -> tuple[np.ndarray, float] | None:
     """The study's cell statistics on the working canvas and its film score under ``prior`` (NaN without one);
     None when it is not frontal or a lung is missing."""
-    from cxrground.ils.pipeline import get_backends, is_frontal
+    from cxrground.datasets.views import is_frontal
+    from cxrground.ils.pipeline import get_backends
     from cxrground.io.image import read_image
     from cxrground.io.transform import Letterbox
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from cxrground.anatomy import cardiothoracic_ratio, ils_location_masks
 from cxrground.anatomy.segment.plausibility import segment_checked
+from cxrground.datasets.views import is_frontal
 from cxrground.errors import CXRGroundError, InputError
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.compose import GroundedFinding, NegativePlacement, compose_pairs
@@ -34,7 +35,7 @@ from cxrground.reports.structure import structure_section
 from cxrground.vocab.locations import HEART
 from cxrground.vocab.traits import traits
 
-__all__ = ["Backends", "backend_provenance", "get_backends", "is_frontal", "prestructure", "process_study",
+__all__ = ["Backends", "backend_provenance", "get_backends", "prestructure", "process_study",
            "segmentation_disagreement"]
 
 _CACHE: dict[str, Backends] = {}
@@ -145,6 +146,9 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
         with local_copy(task.image_path) as image_file:  # an object-storage image is fetched first
             image = read_image(image_file, max_pixels=max_pixels)
         view = (image.view or task.view or "").upper() or None
+        unit["view"] = view
+        if task.images_in_study > 1:
+            unit["images_in_study"] = task.images_in_study
         if view is not None and not is_frontal(view, config.qc.views):
             return {**unit, "status": "rejected", "stage": "qc", "reason": f"view {view} is not frontal (PA/AP)"}
         stage = "segment"
@@ -239,15 +243,6 @@ def segmentation_disagreement(a: Any, b: Any, config: IlsConfig) -> str | None:
             return f"segmenters disagree on the lowest heart row (heart y disagreement > " \
                    f"{config.qc.heart_y_disagreement:.0%} of height)"
     return None
-
-
-_POSITION_WORDS = frozenset({"SUPINE", "ERECT", "UPRIGHT", "SEMI-ERECT", "SEMIERECT", "PORTABLE", "SITTING"})
-
-
-def is_frontal(view: str, accepted: tuple[str, ...]) -> bool:
-    """PA/AP, also with a patient-position word (``AP SUPINE``, ``AP ERECT``); ``AP AXIAL``/``LLD`` are not."""
-    words = view.replace("_", " ").split()
-    return bool(words) and words[0] in accepted and all(w in _POSITION_WORDS for w in words[1:])
 
 
 def _lesion_free_centre(config: IlsConfig, backends: Backends, ev: Any, right: np.ndarray, left: np.ndarray,

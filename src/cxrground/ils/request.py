@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cxrground.anatomy.segment import SEGMENTERS
+from cxrground.datasets.views import find_view_table, read_view_table, view_table_record
 from cxrground.errors import ConfigError, InputError, OptionError
 from cxrground.fields import option
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.config import NEGATIVE_CHECKS, NEGATIVE_EXCLUSIONS, ZONE_GUIDES, IlsConfig
 from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
 from cxrground.io.image import DEFAULT_MAX_PIXELS
+from cxrground.io.store import is_url
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
 from cxrground.reports.structure import STRUCTURERS, structurer_options
 from cxrground.reports.structure.rules import ALTERNATIVE_POLICIES
@@ -38,6 +40,10 @@ class BuildRequest:
                                         "reports beside the study folders.")
     index: Path | None = option(None, path="file",
                                 help="CSV/JSONL index for a flat folder: image, study_id, report_path or report.")
+    metadata: Path | None = option(None, path="file", help="View table: MIMIC-CXR-JPG's "
+                                   "mimic-cxr-2.0.0-metadata.csv[.gz] or any CSV with dicom_id and ViewPosition "
+                                   "(or view): each study uses a PA, else an AP image, never a lateral one. "
+                                   "Default: that file in the image folder or its parent, when there.")
     out: Path | str = option(path="out_dir_or_url", help="Output folder, a local path or an s3:// / gs:// / "
                              "file:// URL (units and masks written there atomically; resumable).")
     engine: str = option("local", choices=("local", "ray"))
@@ -108,6 +114,14 @@ class BuildRequest:
             return ()
         return tuple(line.strip() for line in self.exclude.read_text().splitlines() if line.strip())
 
+    def view_table(self) -> Path | None:
+        """The view table: ``metadata``, else MIMIC-CXR-JPG's metadata file in or beside a local image folder."""
+        if self.metadata is not None:
+            return Path(self.metadata)
+        if is_url(self.images) and not str(self.images).startswith("file://"):
+            return None
+        return find_view_table(str(self.images).removeprefix("file://"))
+
     def backend_spec(self) -> BackendSpec:
         """The backends with their options; structurer options that do not fit the structurer are an
         :class:`OptionError`."""
@@ -136,13 +150,17 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
         config = config.with_threshold_scale(request.threshold_scale)
     spec = request.backend_spec()
     check_backends(spec)  # before scanning a large folder
+    table = request.view_table()
+    views = read_view_table(table) if table is not None else None
     tasks, failures = build_tasks(request.images, request.reports, request.index, request.split_file, ratios,
-                                  excluded, request.limit)
+                                  excluded, request.limit, views)
     if not tasks:
         raise InputError(f"no studies found under {request.images} ({len(failures)} inputs failed)")
     return build_dataset(tasks, request.out, config, spec, request.engine, request.workers, failures,
                          request.overwrite, progress, cohort_of_images(request.images), max_pixels=request.max_pixels,
-                         retry_failed=request.retry_failed, ray_address=request.ray_address)
+                         retry_failed=request.retry_failed, ray_address=request.ray_address,
+                         view_table=view_table_record(table, views) if table is not None and views is not None
+                         else None)
 
 
 def build_lines(summary: BuildSummary) -> list[str]:

@@ -3,7 +3,10 @@
 Inputs: a folder of images in the MIMIC-CXR-JPG layout with reports in the MIMIC-CXR layout, or
 a flat folder with a CSV/JSONL index (``cxrground.datasets.folder``), or reports given as a
 JSONL/CSV table (``study_id`` and ``report`` columns). One image per study (ILS §6 proposed
-default): prefer PA over AP, then the lexicographically first ``dicom_id``.
+default): prefer PA over AP, then the lexicographically first ``dicom_id``; an image of unknown view comes after
+the frontal ones and a lateral (or any other non-frontal view) last. Views come from the index, a view table
+(MIMIC-CXR-JPG's ``mimic-cxr-2.0.0-metadata.csv.gz``, :mod:`cxrground.datasets.views`) or, for a study with
+several DICOM images, their headers.
 
 Splits: an explicit CSV (``study_id,split``; MIMIC's ``mimic-cxr-2.0.0-split.csv`` works, its
 ``split`` values ``validate`` map to ``val``) or, by default, a deterministic hash of the subject
@@ -14,19 +17,18 @@ from __future__ import annotations
 
 import csv
 import hashlib
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cxrground.datasets.folder import StudyInput, scan_folder, scan_store
+from cxrground.datasets.views import view_rank
 from cxrground.errors import ConfigError, Failure, InputError
+from cxrground.io.image import is_dicom
 from cxrground.io.store import is_url, local_copy
 from cxrground.reports import read_report_table
 
 __all__ = ["StudyTask", "assign_split", "build_tasks", "read_split_file"]
-
-_VIEW_RANK = {"PA": 0, "AP": 1}
-
 
 @dataclass(frozen=True, slots=True)
 class StudyTask:
@@ -41,6 +43,22 @@ class StudyTask:
     report_path: str | None = None
     report_text: str | None = None
     view: str | None = None
+    images_in_study: int = 1
+    """How many images the study offered; with an unknown ``view`` and more than one, the choice was blind."""
+
+
+def _with_views(images: list[StudyInput], views: Mapping[str, str]) -> list[StudyInput]:
+    """A study's images with each unknown view filled from ``views`` (by ``dicom_id``) and, when the study has
+    several images, from the DICOM header of those that are DICOM files."""
+    out = []
+    for s in images:
+        view = s.view or views.get(s.dicom_id or "")
+        if view is None and len(images) > 1 and is_dicom(s.image_path):
+            from cxrground.io.dicom import dicom_view
+
+            view = dicom_view(s.image_path)
+        out.append(replace(s, view=view) if view != s.view else s)
+    return out
 
 
 def _is_table(reports: str | Path) -> bool:
@@ -85,8 +103,10 @@ def build_tasks(
     split_ratios: Sequence[float] = (0.8, 0.1, 0.1),
     exclude: Sequence[str] = (),
     limit: int | None = None,
+    views: Mapping[str, str] | None = None,
 ) -> tuple[list[StudyTask], list[Failure]]:
-    """Work units sorted by study key, and the inputs that could not become one."""
+    """Work units sorted by study key, and the inputs that could not become one (``views``: ``dicom_id -> view``,
+    e.g. :func:`~cxrground.datasets.views.read_view_table`, for images whose view the index does not give)."""
     table: dict[str, str] = {}
     failures: list[Failure] = []
     reports_dir = None
@@ -118,7 +138,8 @@ def build_tasks(
     for key in sorted(by_study):
         if key in excluded:
             continue
-        chosen = sorted(by_study[key], key=lambda s: (_VIEW_RANK.get((s.view or "").upper(), 2), s.dicom_id or ""))[0]
+        offered = _with_views(by_study[key], views or {})
+        chosen = min(offered, key=lambda s: (view_rank(s.view), s.dicom_id or ""))
         text = table.get(key) if table else chosen.report_text
         if table and text is None and chosen.report_path is None:
             failures.append(Failure(str(chosen.image_path), "scan", f"no report for {key} in {reports}", "InputError"))
@@ -137,6 +158,7 @@ def build_tasks(
             report_path=str(chosen.report_path) if chosen.report_path and not table else None,
             report_text=text,
             view=chosen.view,
+            images_in_study=len(offered),
         ))
     if limit is not None:
         tasks = tasks[:limit]

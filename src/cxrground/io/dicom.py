@@ -20,7 +20,7 @@ import numpy as np
 from cxrground.errors import ImageReadError
 from cxrground.io.cxr_image import CXRImage, Window, to_uint8
 
-__all__ = ["apply_window", "read_dicom", "write_dicom"]
+__all__ = ["apply_window", "dicom_view", "read_dicom", "write_dicom"]
 
 
 @contextlib.contextmanager
@@ -99,6 +99,19 @@ def read_dicom(path: str | Path, window: Window = "auto") -> CXRImage:
             "modality": str(ds.get("Modality", "")),
         },
     )
+
+
+def dicom_view(path: str | Path) -> str | None:
+    """The ``ViewPosition`` of a DICOM file (upper case), read from its header without the pixels; None when the
+    file has none or cannot be parsed (reading the image later reports why)."""
+    import pydicom
+
+    try:
+        with _quiet_pydicom():
+            ds = pydicom.dcmread(path, stop_before_pixels=True, specific_tags=["ViewPosition"])
+    except Exception:  # pydicom raises many types on broken files; the image stage names the problem
+        return None
+    return str(ds.get("ViewPosition", "")).strip().upper() or None
 
 
 def apply_window(values: np.ndarray, center: float, width: float, function: str = "LINEAR") -> np.ndarray:

@@ -1,0 +1,91 @@
+"""Which view each image shows (PA, AP, LATERAL, ...), from a view table such as MIMIC-CXR-JPG's metadata.
+
+MIMIC-CXR-JPG keeps the view of every image in ``mimic-cxr-2.0.0-metadata.csv.gz`` (columns ``dicom_id`` and
+``ViewPosition``), not in the JPEG files, and about half of its studies hold a lateral film beside the frontal one.
+Without that table the view of a JPEG is unknown, and the lexicographically first ``dicom_id`` of a study (the ILS
+tie-break) can be the lateral film. :func:`find_view_table` looks for the table where the
+release puts it (beside ``files/``); :func:`read_view_table` reads it, or any CSV with ``dicom_id`` and ``view``.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from cxrground.errors import InputError
+from cxrground.io.files import sha256_file
+
+__all__ = ["FRONTAL_VIEWS", "POSITION_WORDS", "VIEW_TABLE_NAMES", "find_view_table", "is_frontal",
+           "read_view_table", "view_rank", "view_table_record"]
+
+#: The views ILS accepts (ILS §6: PA and AP only), in the order a study's image is preferred.
+FRONTAL_VIEWS: Final[tuple[str, ...]] = ("PA", "AP")
+#: Patient-position words that may follow PA/AP and keep the film frontal (``AP SUPINE``, ``AP ERECT``).
+POSITION_WORDS: Final[frozenset[str]] = frozenset(
+    {"SUPINE", "ERECT", "UPRIGHT", "SEMI-ERECT", "SEMIERECT", "PORTABLE", "SITTING"})
+#: File names of the MIMIC-CXR-JPG view table, as released.
+VIEW_TABLE_NAMES: Final[tuple[str, ...]] = ("mimic-cxr-2.0.0-metadata.csv.gz", "mimic-cxr-2.0.0-metadata.csv")
+_VIEW_COLUMNS: Final[tuple[str, ...]] = ("ViewPosition", "view", "view_position")
+
+
+def is_frontal(view: str, accepted: tuple[str, ...] = FRONTAL_VIEWS) -> bool:
+    """PA/AP, also with a patient-position word (``AP SUPINE``, ``AP ERECT``); ``AP AXIAL``/``LLD`` are not."""
+    words = view.upper().replace("_", " ").split()
+    return bool(words) and words[0] in accepted and all(w in POSITION_WORDS for w in words[1:])
+
+
+def view_rank(view: str | None, accepted: tuple[str, ...] = FRONTAL_VIEWS) -> int:
+    """Preference of an image by its view when a study has several: frontal views in the order of ``accepted``,
+    then an unknown view, then any other view (lateral, decubitus, oblique)."""
+    if not view:
+        return len(accepted)
+    if is_frontal(view, accepted):
+        return accepted.index(view.upper().replace("_", " ").split()[0])
+    return len(accepted) + 1
+
+
+def find_view_table(images: str | Path) -> Path | None:
+    """The MIMIC-CXR-JPG view table in the image folder or its parent (where the release puts it beside
+    ``files/``), or None."""
+    root = Path(images)
+    for folder in (root, root.parent):
+        for name in VIEW_TABLE_NAMES:
+            if (folder / name).is_file():
+                return folder / name
+    return None
+
+
+def read_view_table(path: str | Path) -> dict[str, str]:
+    """``dicom_id -> view`` (upper case) from a CSV, plain or gzipped, with a ``dicom_id`` column and a
+    ``ViewPosition`` (MIMIC-CXR-JPG), ``view`` or ``view_position`` column; rows with an empty view are left out
+    (their view stays unknown)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"view table cannot be read ({exc.strerror or exc})", path) from exc
+    try:
+        text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode("utf-8-sig")
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise InputError(f"view table is not a UTF-8 CSV, plain or gzipped ({exc})", path) from exc
+    reader = csv.DictReader(io.StringIO(text))
+    columns = reader.fieldnames or []
+    column = next((c for c in _VIEW_COLUMNS if c in columns), None)
+    if "dicom_id" not in columns or column is None:
+        raise InputError(f"view table needs a dicom_id column and one of {', '.join(_VIEW_COLUMNS)} (it has "
+                         f"{', '.join(columns) or 'no header'})", path)
+    views: dict[str, str] = {}
+    for row in reader:
+        dicom, view = (row.get("dicom_id") or "").strip(), (row.get(column) or "").strip().upper()
+        if dicom and view:
+            views[dicom] = view
+    return views
+
+
+def view_table_record(path: str | Path, views: Mapping[str, str]) -> dict[str, Any]:
+    """What a build records of the view table it used: its path, checksum and how many images it gives a view."""
+    return {"path": str(path), "sha256": sha256_file(path), "images": len(views)}
