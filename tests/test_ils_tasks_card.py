@@ -154,3 +154,59 @@ def test_addendum_lesions_reads_the_addendum_only() -> None:
     assert addendum_lesions(amended) == ("effusion", "pneumonia")
     blank = parse_report_text("FINDINGS: Clear lungs.\n\nADDENDUM: ___", report_id="c")
     assert addendum_lesions(blank) is None
+
+
+def test_split_file_gzipped_found_beside_files_and_recorded(tmp_path):
+    import gzip
+
+    from cxrground.errors import InputError
+    from cxrground.ils.card import render_card
+    from cxrground.ils.request import BuildRequest
+    from cxrground.ils.tasks import read_split_file, split_record
+
+    files = tmp_path / "files"
+    _img(files / "p10/p10000001/s50000001/aaa.jpg")
+    (files / "p10/p10000001/s50000001.txt").write_text("FINDINGS: Clear.")
+    official = tmp_path / "mimic-cxr-2.0.0-split.csv.gz"
+    official.write_bytes(gzip.compress(b"dicom_id,study_id,subject_id,split\naaa,50000001,10000001,test\n"
+                                       b"bbb,50000001,10000001,test\n"))
+    assert read_split_file(official) == {"s50000001": "test"}
+    request = BuildRequest(images=files, out=tmp_path / "out")
+    assert request.splits() == official
+    assert BuildRequest(images=files, out=tmp_path / "o", split_file=tmp_path / "x.csv").splits() == tmp_path / "x.csv"
+    tasks, _ = build_tasks(files, split_file=request.splits())
+    assert [t.split for t in tasks] == ["test"]
+    record = split_record(official, (0.8, 0.1, 0.1))
+    assert record["source"] == "file" and len(record["sha256"]) == 64
+    card = render_card({"test": {}}, [], {}, {"seed": 0, "split": record})
+    assert f"Splits from `{official}`." in card
+    hashed = render_card({"test": {}}, [], {}, {"seed": 0, "split": split_record(None, (0.7, 0.15, 0.15))})
+    assert "Splits by a hash of the subject id (train 0.7, val 0.15, test 0.15)" in hashed
+    bad = tmp_path / "bad.csv"
+    bad.write_text("study,part\n1,train\n")
+    with pytest.raises(InputError, match="needs study_id and split columns") as err:
+        read_split_file(bad)
+    assert "bad.csv" in str(err.value)
+    bad.write_text("study_id,split\n1,holdout\n")
+    with pytest.raises(InputError, match="unknown split 'holdout'"):
+        read_split_file(bad)
+
+
+def test_a_resume_with_another_split_file_is_refused(build_tiny_ils, tiny_ils_tasks, tmp_path):
+    from cxrground.ils.build import BackendSpec, build_dataset
+    from cxrground.ils.config import IlsConfig
+    from cxrground.ils.tasks import split_record
+
+    tasks, failures = tiny_ils_tasks
+    out = tmp_path / "out"
+    first, second = tmp_path / "a.csv", tmp_path / "b.csv"
+    first.write_text("study_id,split\n" + "".join(f"{t.study_key},train\n" for t in tasks))
+    second.write_text("study_id,split\n" + "".join(f"{t.study_key},test\n" for t in tasks))
+    spec = BackendSpec(synthesizer="pseudo-normal")
+    build_dataset(tasks, out, IlsConfig(seed=0), spec, scan_failures=failures, progress=False,
+                  split=split_record(first, (0.8, 0.1, 0.1)))
+    build_dataset(tasks, out, IlsConfig(seed=0), spec, progress=False, split=split_record(first, (0.8, 0.1, 0.1)))
+    with pytest.raises(ConfigError, match="other settings"):
+        build_dataset(tasks, out, IlsConfig(seed=0), spec, progress=False, split=split_record(second, (0.8, 0.1, 0.1)))
+    with pytest.raises(ConfigError, match="other settings"):
+        build_dataset(tasks, out, IlsConfig(seed=0), spec, progress=False, split=split_record(None, (0.8, 0.1, 0.1)))

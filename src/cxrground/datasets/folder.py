@@ -28,8 +28,8 @@ from pathlib import Path
 from cxrground.errors import Failure, InputError
 from cxrground.io.image import IMAGE_SUFFIXES
 
-__all__ = ["MIMIC_IMAGE_RE", "UNSUPPORTED_IMAGE_SUFFIXES", "StudyInput", "image_file_problem", "read_index",
-           "scan_folder", "scan_lines", "scan_store"]
+__all__ = ["MIMIC_IMAGE_RE", "UNSUPPORTED_IMAGE_SUFFIXES", "StudyInput", "find_release_file", "image_file_problem",
+           "read_index", "scan_folder", "scan_lines", "scan_store"]
 
 #: Image formats a user may have but the build does not read: recorded as scan failures, never skipped silently.
 UNSUPPORTED_IMAGE_SUFFIXES = (".gif", ".bmp", ".tif", ".tiff", ".webp")
@@ -195,6 +195,17 @@ def read_index(index: str | Path, image_root: str | Path) -> tuple[list[StudyInp
             relative_image_path=image,
         ))
     return studies, failures
+
+
+def find_release_file(images: str | Path, names: tuple[str, ...]) -> Path | None:
+    """The first of ``names`` in the image folder or its parent (where MIMIC-CXR-JPG puts its tables beside
+    ``files/``), or None."""
+    root = Path(images)
+    for folder in (root, root.parent):
+        for name in names:
+            if (folder / name).is_file():
+                return folder / name
+    return None
 
 
 def image_file_problem(path: Path) -> str | None:

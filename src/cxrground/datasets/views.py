@@ -10,14 +10,14 @@ release puts it (beside ``files/``); :func:`read_view_table` reads it, or any CS
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from cxrground.datasets.folder import find_release_file
 from cxrground.errors import InputError
-from cxrground.io.files import sha256_file
+from cxrground.io.files import read_csv_text, sha256_file
 
 __all__ = ["FRONTAL_VIEWS", "POSITION_WORDS", "VIEW_TABLE_NAMES", "find_view_table", "is_frontal",
            "read_view_table", "view_rank", "view_table_record"]
@@ -51,12 +51,7 @@ def view_rank(view: str | None, accepted: tuple[str, ...] = FRONTAL_VIEWS) -> in
 def find_view_table(images: str | Path) -> Path | None:
     """The MIMIC-CXR-JPG view table in the image folder or its parent (where the release puts it beside
     ``files/``), or None."""
-    root = Path(images)
-    for folder in (root, root.parent):
-        for name in VIEW_TABLE_NAMES:
-            if (folder / name).is_file():
-                return folder / name
-    return None
+    return find_release_file(images, VIEW_TABLE_NAMES)
 
 
 def read_view_table(path: str | Path) -> dict[str, str]:
@@ -64,15 +59,7 @@ def read_view_table(path: str | Path) -> dict[str, str]:
     ``ViewPosition`` (MIMIC-CXR-JPG), ``view`` or ``view_position`` column; rows with an empty view are left out
     (their view stays unknown)."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"view table cannot be read ({exc.strerror or exc})", path) from exc
-    try:
-        text = (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode("utf-8-sig")
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
-        raise InputError(f"view table is not a UTF-8 CSV, plain or gzipped ({exc})", path) from exc
-    reader = csv.DictReader(io.StringIO(text))
+    reader = csv.DictReader(io.StringIO(read_csv_text(path, "view table")))
     columns = reader.fieldnames or []
     column = next((c for c in _VIEW_COLUMNS if c in columns), None)
     if "dicom_id" not in columns or column is None:

@@ -56,7 +56,7 @@ from cxrground.ils.config import IlsConfig
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
 from cxrground.ils.pipeline import backend_provenance, prestructure
 from cxrground.ils.schema import SPLITS, validate_dataset
-from cxrground.ils.tasks import StudyTask
+from cxrground.ils.tasks import DEFAULT_SPLIT_RATIOS, StudyTask
 from cxrground.ils.units import (
     IN_FLIGHT_PER_WORKER,
     has_unit,
@@ -352,10 +352,11 @@ OUTPUT_FILES = (DATASET_FILE, "findings.jsonl", "masks.jsonl", "anatomy.jsonl", 
 
 def assemble(out: str | Path, tasks: Iterable[StudyTask], config: IlsConfig, spec: BackendSpec,
              scan_failures: Iterable[Failure], backend_provenance: dict[str, Any],
-             truth_cohort: Path | None = None, view_table: Mapping[str, Any] | None = None) -> dict[str, Any]:
+             truth_cohort: Path | None = None, view_table: Mapping[str, Any] | None = None,
+             split: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Write the JSON, mask index, findings, anatomy, failures, provenance and card from the unit files
-    (``view_table``: the view table the image choice used,
-    :func:`~cxrground.datasets.views.view_table_record`, or None).
+    (``view_table``: the view table the image choice used, :func:`~cxrground.datasets.views.view_table_record`;
+    ``split``: where the splits came from, :func:`~cxrground.ils.tasks.split_record`; each None when unknown).
 
     Streams: one unit is read, checked and written out at a time, and only counters stay in memory, so the
     driver's memory does not grow with the number of studies. ``out``: a local folder or an fsspec URL (the files
@@ -365,10 +366,10 @@ def assemble(out: str | Path, tasks: Iterable[StudyTask], config: IlsConfig, spe
     store = unit_store(str(out))
     if store.local:
         return _assemble(out, Path(store.root), tasks, config, spec, scan_failures, backend_provenance, truth_cohort,
-                         view_table)
+                         view_table, split)
     with tempfile.TemporaryDirectory(prefix="cxrground-assemble-") as tmp:
         result = _assemble(out, Path(tmp), tasks, config, spec, scan_failures, backend_provenance, None,
-                           view_table)
+                           view_table, split)
         for name in OUTPUT_FILES:
             store.put_file(Path(tmp) / name, name)
     return result
@@ -376,7 +377,8 @@ def assemble(out: str | Path, tasks: Iterable[StudyTask], config: IlsConfig, spe
 
 def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: IlsConfig, spec: BackendSpec,
               scan_failures: Iterable[Failure], backend_provenance: dict[str, Any],
-              truth_cohort: Path | None, view_table: Mapping[str, Any] | None = None) -> dict[str, Any]:
+              truth_cohort: Path | None, view_table: Mapping[str, Any] | None = None,
+              split: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """:func:`assemble`, the files written to the local folder ``stage`` (the output folder itself when local)."""
     store = unit_store(str(out))
     counts = DatasetCounts()
@@ -461,6 +463,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
         "mask_frame": "native image pixels (no padding, no resize)",
         "image_source": "as given (MIMIC-CXR-JPG paths are files/-relative)",
         "view_table": dict(view_table) if view_table else None,
+        "split": dict(split) if split else None,
     }
     atomic_write_text(stage / "provenance.json", json.dumps(provenance, indent=2, sort_keys=True))
     extra: list[str] = []
@@ -569,6 +572,7 @@ def build_dataset(
     retry_failed: bool = False,
     ray_address: str | None = None,
     view_table: Mapping[str, Any] | None = None,
+    split: Mapping[str, Any] | None = None,
 ) -> BuildSummary:
     """Process all studies (resuming) and assemble the dataset in ``out_dir``.
 
@@ -593,7 +597,8 @@ def build_dataset(
     ``view_table``: the view table that chose each study's image
     (:func:`~cxrground.datasets.views.view_table_record`); its checksum is part of the settings, so a resume with
     another table (or with one where there was none) is refused like other settings, since its studies may now use
-    other images.
+    other images. ``split``: where the splits came from (:func:`~cxrground.ils.tasks.split_record`); a split file's
+    checksum, or ratios other than the default, are part of the settings too, since every unit records its split.
     """
     config = config or IlsConfig()
     spec = spec or BackendSpec()
@@ -607,9 +612,11 @@ def build_dataset(
     settings = {"config_hash": config.config_hash(), "spec_hash": spec.spec_hash()}
     if view_table:
         settings["view_table"] = view_table["sha256"]
+    if split and (split.get("sha256") or tuple(split.get("ratios", DEFAULT_SPLIT_RATIOS)) != DEFAULT_SPLIT_RATIOS):
+        settings["split"] = split.get("sha256") or ",".join(f"{r:g}" for r in split["ratios"])
     stamp = out / "settings.json"
     previous = json.loads(stamp.read_text()) if stamp.is_file() else None
-    compared = set(settings) | ({"view_table"} & set(previous or {}))
+    compared = set(settings) | ({"view_table", "split"} & set(previous or {}))
     if previous is not None and {k: previous.get(k) for k in compared} != {k: settings.get(k) for k in compared}:
         _clear_build(out, stamp, overwrite, store=remote)
         previous = None
@@ -632,6 +639,6 @@ def build_dataset(
     processed, skipped = run_units(tasks, dest, config, run_spec, engine, workers, progress, max_pixels,
                                    ray_address=ray_address)
     result = assemble(dest, tasks, config, spec, scan_failures, backend_provenance(run_spec),
-                      Path(truth_cohort) if truth_cohort is not None else None, view_table)
+                      Path(truth_cohort) if truth_cohort is not None else None, view_table, split)
     return BuildSummary(str(dest), processed, skipped, result["studies"], result["pairs"], result["failures"],
                         round(time.perf_counter() - started, 2))

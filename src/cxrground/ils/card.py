@@ -188,7 +188,7 @@ def render_card(
         t = counts.table(split)["total"]
         pos = t["basic pos"] + t["global pos"] + t["LI pos"]
         lines.append(f"| {split} | {n:,} | {t['#IA']:,} | {pos:,} | {t['#IA'] - pos:,} |")
-    lines.append("")
+    lines += ["", *_split_source(provenance.get("split"))]
     lines += ["## Counts per lesion (layout of ILS Tables 10-12; grouped by `target`)", ""]
     for split, title in (("train", "Train"), ("val", "Val"), ("test", "Test")):
         if counts.studies.get(split):
@@ -245,6 +245,17 @@ def addendum_lines(addenda: Sequence[tuple[str, Sequence[str]]]) -> list[str]:
     if len(naming) > ADDENDUM_LISTED:
         lines.append(f"- and {len(naming) - ADDENDUM_LISTED} more (`addendum_lesions` in their unit records)")
     return [*lines, ""]
+
+
+def _split_source(split: Mapping[str, Any] | None) -> list[str]:
+    """One line saying where the splits came from (none when the provenance does not say)."""
+    if not split:
+        return []
+    if split.get("source") == "file":
+        return [f"Splits from `{split['path']}`.", ""]
+    shares = ", ".join(f"{name} {r:g}" for name, r in zip(("train", "val", "test"), split.get("ratios", ()),
+                                                          strict=False))
+    return [f"Splits by a hash of the subject id ({shares}): all studies of a patient share a split.", ""]
 
 
 def view_lines(views: Mapping[str, int], blind: int, view_table: Mapping[str, Any] | None) -> list[str]:

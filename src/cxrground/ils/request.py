@@ -17,6 +17,7 @@ from cxrground.fields import option
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.config import NEGATIVE_CHECKS, NEGATIVE_EXCLUSIONS, ZONE_GUIDES, IlsConfig
 from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
+from cxrground.ils.tasks import find_split_file
 from cxrground.io.image import DEFAULT_MAX_PIXELS
 from cxrground.io.store import is_url
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
@@ -96,8 +97,9 @@ class BuildRequest:
                              "that the reader flags (Algorithm 1's mask cut to them; for airspace lesions an empty "
                              "flagged zone is filled where the lesion segmenter's smoothed probability is highest) "
                              "and gets no pair when the reader flags none of them. none: Algorithm 1 alone.")
-    split_file: Path | None = option(None, path="file", help="CSV with study_id,split (e.g. "
-                                     "mimic-cxr-2.0.0-split.csv). Default: by subject hash.")
+    split_file: Path | None = option(None, path="file", help="CSV with study_id,split, plain or gzipped (e.g. "
+                                     "mimic-cxr-2.0.0-split.csv.gz). Default: that file in the image folder or its "
+                                     "parent when there (MIMIC-CXR-JPG's official split), else by subject hash.")
     split_ratios: str = option("0.8,0.1,0.1")
     exclude: Path | None = option(None, path="file",
                                   help="File with one study id per line to leave out (e.g. MS-CXR studies).")
@@ -113,6 +115,14 @@ class BuildRequest:
         if self.exclude is None:
             return ()
         return tuple(line.strip() for line in self.exclude.read_text().splitlines() if line.strip())
+
+    def splits(self) -> Path | None:
+        """The split file: ``split_file``, else MIMIC-CXR-JPG's split table in or beside a local image folder."""
+        if self.split_file is not None:
+            return Path(self.split_file)
+        if is_url(self.images) and not str(self.images).startswith("file://"):
+            return None
+        return find_split_file(str(self.images).removeprefix("file://"))
 
     def view_table(self) -> Path | None:
         """The view table: ``metadata``, else MIMIC-CXR-JPG's metadata file in or beside a local image folder."""
@@ -139,7 +149,7 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
     """Check the backends, scan the inputs and build (or resume) the dataset in ``request.out``."""
     from cxrground.datasets.synthetic import cohort_of_images
     from cxrground.ils.build import build_dataset, check_backends
-    from cxrground.ils.tasks import build_tasks
+    from cxrground.ils.tasks import build_tasks, split_record
 
     excluded = request.excluded()
     ratios = tuple(float(v) for v in request.split_ratios.split(","))
@@ -150,9 +160,9 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
         config = config.with_threshold_scale(request.threshold_scale)
     spec = request.backend_spec()
     check_backends(spec)  # before scanning a large folder
-    table = request.view_table()
+    table, split_file = request.view_table(), request.splits()
     views = read_view_table(table) if table is not None else None
-    tasks, failures = build_tasks(request.images, request.reports, request.index, request.split_file, ratios,
+    tasks, failures = build_tasks(request.images, request.reports, request.index, split_file, ratios,
                                   excluded, request.limit, views)
     if not tasks:
         raise InputError(f"no studies found under {request.images} ({len(failures)} inputs failed)")
@@ -160,7 +170,7 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
                          request.overwrite, progress, cohort_of_images(request.images), max_pixels=request.max_pixels,
                          retry_failed=request.retry_failed, ray_address=request.ray_address,
                          view_table=view_table_record(table, views) if table is not None and views is not None
-                         else None)
+                         else None, split=split_record(split_file, ratios))
 
 
 def build_lines(summary: BuildSummary) -> list[str]:

@@ -8,27 +8,36 @@ the frontal ones and a lateral (or any other non-frontal view) last. Views come 
 (MIMIC-CXR-JPG's ``mimic-cxr-2.0.0-metadata.csv.gz``, :mod:`cxrground.datasets.views`) or, for a study with
 several DICOM images, their headers.
 
-Splits: an explicit CSV (``study_id,split``; MIMIC's ``mimic-cxr-2.0.0-split.csv`` works, its
-``split`` values ``validate`` map to ``val``) or, by default, a deterministic hash of the subject
-id so that all studies of one subject land in one split.
+Splits: an explicit CSV (``study_id,split``, plain or gzipped; MIMIC's ``mimic-cxr-2.0.0-split.csv.gz`` works, its
+``split`` values ``validate`` map to ``val``), MIMIC-CXR-JPG's official split table when it lies beside ``files/``,
+or else a deterministic hash of the subject id so that all studies of one subject land in one split.
 """
 
 from __future__ import annotations
 
 import csv
 import hashlib
+import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, Final
 
-from cxrground.datasets.folder import StudyInput, scan_folder, scan_store
+from cxrground.datasets.folder import StudyInput, find_release_file, scan_folder, scan_store
 from cxrground.datasets.views import view_rank
 from cxrground.errors import ConfigError, Failure, InputError
+from cxrground.io.files import read_csv_text, sha256_file
 from cxrground.io.image import is_dicom
 from cxrground.io.store import is_url, local_copy
 from cxrground.reports import read_report_table
 
-__all__ = ["StudyTask", "assign_split", "build_tasks", "read_split_file"]
+__all__ = ["DEFAULT_SPLIT_RATIOS", "SPLIT_FILE_NAMES", "StudyTask", "assign_split", "build_tasks", "find_split_file",
+           "read_split_file", "split_record"]
+
+#: Train/val/test shares of the subject-hash split when no split file is given.
+DEFAULT_SPLIT_RATIOS: Final[tuple[float, float, float]] = (0.8, 0.1, 0.1)
+#: File names of MIMIC-CXR-JPG's official split table, as released.
+SPLIT_FILE_NAMES: Final[tuple[str, ...]] = ("mimic-cxr-2.0.0-split.csv.gz", "mimic-cxr-2.0.0-split.csv")
 
 @dataclass(frozen=True, slots=True)
 class StudyTask:
@@ -69,20 +78,32 @@ def _is_table(reports: str | Path) -> bool:
 
 
 def read_split_file(path: str | Path) -> dict[str, str]:
-    """``study key -> split`` from a CSV with ``study_id`` and ``split`` columns."""
+    """``study key -> split`` from a CSV, plain or gzipped, with ``study_id`` and ``split`` columns."""
     path = Path(path)
+    reader = csv.DictReader(io.StringIO(read_csv_text(path, "split file")))
+    if not {"study_id", "split"} <= set(reader.fieldnames or []):
+        raise InputError(f"split file needs study_id and split columns (it has "
+                         f"{', '.join(reader.fieldnames or []) or 'no header'})", path)
     out: dict[str, str] = {}
-    try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            for row in csv.DictReader(fh):
-                sid = str(row["study_id"]).strip()
-                split = {"validate": "val", "validation": "val"}.get(row["split"].strip(), row["split"].strip())
-                if split not in ("train", "val", "test"):
-                    raise InputError(f"unknown split {row['split']!r} for study {sid}", path)
-                out[sid if sid.startswith("s") else f"s{sid}"] = split
-    except (KeyError, FileNotFoundError) as exc:
-        raise InputError(f"split file needs study_id and split columns ({exc})", path) from exc
+    for row in reader:
+        sid, value = str(row["study_id"] or "").strip(), str(row["split"] or "").strip()
+        split = {"validate": "val", "validation": "val"}.get(value, value)
+        if split not in ("train", "val", "test"):
+            raise InputError(f"unknown split {value!r} for study {sid}", path)
+        out[sid if sid.startswith("s") else f"s{sid}"] = split
     return out
+
+
+def find_split_file(images: str | Path) -> Path | None:
+    """MIMIC-CXR-JPG's official split table in the image folder or its parent (beside ``files/``), or None."""
+    return find_release_file(images, SPLIT_FILE_NAMES)
+
+
+def split_record(split_file: str | Path | None, ratios: Sequence[float]) -> dict[str, Any]:
+    """What a build records of its split: the file with its checksum, or the subject-hash ratios."""
+    if split_file is not None:
+        return {"source": "file", "path": str(split_file), "sha256": sha256_file(split_file)}
+    return {"source": "subject hash", "ratios": [float(r) for r in ratios]}
 
 
 def assign_split(subject_id: str, ratios: Sequence[float]) -> str:
@@ -100,7 +121,7 @@ def build_tasks(
     reports: str | Path | None = None,
     index: str | Path | None = None,
     split_file: str | Path | None = None,
-    split_ratios: Sequence[float] = (0.8, 0.1, 0.1),
+    split_ratios: Sequence[float] = DEFAULT_SPLIT_RATIOS,
     exclude: Sequence[str] = (),
     limit: int | None = None,
     views: Mapping[str, str] | None = None,

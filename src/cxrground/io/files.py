@@ -26,6 +26,7 @@ __all__ = [
     "atomic_path",
     "atomic_write_bytes",
     "atomic_write_text",
+    "read_csv_text",
     "remove_stale_temps",
     "sha256_bytes",
     "sha256_file",
@@ -99,6 +100,24 @@ def _running(pid: int) -> bool:
     except (PermissionError, OverflowError, OSError):
         return True  # exists (another user's) or cannot tell: leave its file alone
     return True
+
+
+def read_csv_text(path: str | Path, what: str = "table") -> str:
+    """The text of a CSV file, plain or gzipped (as MIMIC-CXR ships its tables), without a byte-order mark; an
+    :class:`~cxrground.errors.InputError` naming the file when it cannot be read or is not UTF-8 text."""
+    import gzip
+
+    from cxrground.errors import InputError
+
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{what} cannot be read ({exc.strerror or exc})", path) from exc
+    try:
+        return (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode("utf-8-sig")
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise InputError(f"{what} is not a UTF-8 CSV, plain or gzipped ({exc})", path) from exc
 
 
 def sha256_file(path: str | Path) -> str:
