@@ -146,3 +146,30 @@ def test_a_build_names_its_view_table_and_counts_blind_choices(cohort_with_later
     assert "Views of the chosen images: unknown 3." in card
     assert "**2 studies offered several images and no view for them**" in card and "--metadata" in card
     assert json.loads((tmp_path / "without" / "provenance.json").read_text())["view_table"] is None
+
+
+def test_scan_shows_the_views_and_refuses_a_bad_table(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from cxrground.cli import main
+
+    files = tmp_path / "files"
+    _study(files, "s50000001", "aaa.jpg", "bbb.jpg")
+    _study(files, "s50000002", "ccc.jpg", subject="p10000002")
+    plain = CliRunner().invoke(main, ["scan", "--images", str(files)])
+    assert plain.exit_code == 0 and "2 studies (3 images), 0 failures" in plain.output
+    assert "views of the images: unknown 3 (no view table)" in plain.output
+    table = tmp_path / "mimic-cxr-2.0.0-metadata.csv.gz"
+    table.write_bytes(gzip.compress(b"dicom_id,ViewPosition\naaa,LATERAL\nbbb,PA\n"))
+    found = CliRunner().invoke(main, ["scan", "--images", str(files)])
+    assert f"views of the images: LATERAL 1, PA 1, unknown 1 (view table {table})" in found.output
+    lines = [json.loads(line) for line in CliRunner().invoke(main, ["scan", "--images", str(files), "--json"])
+             .output.splitlines()]
+    assert {(r["dicom_id"], r["view"]) for r in lines} == {("aaa", "LATERAL"), ("bbb", "PA"), ("ccc", None)}
+    bad = tmp_path / "bad.csv"
+    bad.write_text("x,y\n")
+    for command in (["scan", "--images", str(files), "--metadata", str(bad)],
+                    ["ils", "build", "--images", str(files), "--out", str(tmp_path / "out"), "--metadata", str(bad)]):
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code != 0 and "bad.csv" in result.output and "needs a dicom_id column" in result.output
+        assert "Traceback" not in result.output

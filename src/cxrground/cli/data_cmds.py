@@ -7,9 +7,10 @@ from pathlib import Path
 import click
 
 from cxrground.cli.common import DIR, FILE, clean_errors, echo_lines, group, request_options
-from cxrground.datasets.folder import scan_folder, scan_lines
+from cxrground.datasets.folder import StudyInput, scan_folder, scan_lines
 from cxrground.datasets.pack import Pack
 from cxrground.datasets.synthetic.cohort import CohortRequest, summary_text, write_requested_cohort
+from cxrground.datasets.views import find_view_table, read_view_table, with_views
 
 
 @click.command("synth")
@@ -54,10 +55,21 @@ def pack_info(path: Path | None, verify: bool) -> None:
 @click.option("--reports", type=DIR, default=None)
 @click.option("--index", type=FILE, default=None,
               help="CSV/JSONL with image, study_id and report_path or report columns.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON line per study and per failure.")
-def scan(images: Path, reports: Path | None, index: Path | None, as_json: bool) -> None:
-    """List the studies (image + report) found in a folder and every file that could not be used."""
-    echo_lines(scan_lines(*scan_folder(images, reports, index), as_json=as_json))
+@click.option("--metadata", type=FILE, default=None,
+              help="View table (MIMIC-CXR-JPG's mimic-cxr-2.0.0-metadata.csv[.gz], or a CSV with dicom_id and "
+                   "ViewPosition or view). Default: that file in the image folder or its parent, when there.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON line per image and per failure.")
+def scan(images: Path, reports: Path | None, index: Path | None, metadata: Path | None, as_json: bool) -> None:
+    """List the studies (images + report) found in a folder, the views of their images, and every file that could
+    not be used."""
+    studies, failures = scan_folder(images, reports, index)
+    table = metadata or find_view_table(images)
+    views = read_view_table(table) if table is not None else {}
+    by_study: dict[str, list[StudyInput]] = {}
+    for s in studies:
+        by_study.setdefault(s.study_id, []).append(s)
+    studies = [image for group in by_study.values() for image in with_views(group, views)]
+    echo_lines(scan_lines(studies, failures, as_json=as_json, view_table=table))
 
 
 COMMANDS: list[click.Command] = [synth, synth_info, pack, scan]

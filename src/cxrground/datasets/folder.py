@@ -255,10 +255,21 @@ def _opt(value: object) -> str | None:
     return text or None
 
 
-def scan_lines(studies: list[StudyInput], failures: list[Failure], as_json: bool = False) -> list[str]:
-    """What :func:`scan_folder` found: one JSON line per study and per failure, or a count and the failures."""
+def scan_lines(studies: list[StudyInput], failures: list[Failure], as_json: bool = False,
+               view_table: str | Path | None = None) -> list[str]:
+    """What :func:`scan_folder` found: one JSON line per image and per failure, or the counts of studies, images
+    and views (``view_table``: where the views came from, if a table) and the failures."""
     if as_json:
-        return ([json.dumps({"study_id": s.study_id, "image": str(s.image_path),
-                             "report": str(s.report_path) if s.report_path else None}) for s in studies]
+        return ([json.dumps({"study_id": s.study_id, "image": str(s.image_path), "dicom_id": s.dicom_id,
+                             "view": s.view, "report": str(s.report_path) if s.report_path else None})
+                 for s in studies]
                 + [json.dumps({"failure": f.to_dict()}) for f in failures])
-    return [f"{len(studies)} studies, {len(failures)} failures"] + [f"  failed: {f.path}: {f.reason}" for f in failures]
+    views: dict[str, int] = {}
+    for s in studies:
+        views[s.view or "unknown"] = views.get(s.view or "unknown", 0) + 1
+    shown = ", ".join(f"{v} {n}" for v, n in sorted(views.items(), key=lambda kv: (-kv[1], kv[0])))
+    source = f"view table {view_table}" if view_table else "no view table"
+    n = len({s.study_id for s in studies})
+    return ([f"{n} {'study' if n == 1 else 'studies'} ({len(studies)} images), {len(failures)} failures",
+             f"views of the images: {shown or 'none'} ({source})"]
+            + [f"  failed: {f.path}: {f.reason}" for f in failures])

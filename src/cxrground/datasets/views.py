@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
-from cxrground.datasets.folder import find_release_file
+from cxrground.datasets.folder import StudyInput, find_release_file
 from cxrground.errors import InputError
 from cxrground.io.files import read_csv_text, sha256_file
+from cxrground.io.image import is_dicom
 
 __all__ = ["FRONTAL_VIEWS", "POSITION_WORDS", "VIEW_TABLE_NAMES", "find_view_table", "is_frontal",
-           "read_view_table", "view_rank", "view_table_record"]
+           "read_view_table", "view_rank", "view_table_record", "with_views"]
 
 #: The views ILS accepts (ILS §6: PA and AP only), in the order a study's image is preferred.
 FRONTAL_VIEWS: Final[tuple[str, ...]] = ("PA", "AP")
@@ -76,3 +78,17 @@ def read_view_table(path: str | Path) -> dict[str, str]:
 def view_table_record(path: str | Path, views: Mapping[str, str]) -> dict[str, Any]:
     """What a build records of the view table it used: its path, checksum and how many images it gives a view."""
     return {"path": str(path), "sha256": sha256_file(path), "images": len(views)}
+
+
+def with_views(images: Sequence[StudyInput], views: Mapping[str, str]) -> list[StudyInput]:
+    """One study's images with each unknown view filled from ``views`` (by ``dicom_id``) and, when the study has
+    several images, from the DICOM header of those that are DICOM files."""
+    out = []
+    for s in images:
+        view = s.view or views.get(s.dicom_id or "")
+        if view is None and len(images) > 1 and is_dicom(s.image_path):
+            from cxrground.io.dicom import dicom_view
+
+            view = dicom_view(s.image_path)
+        out.append(replace(s, view=view) if view != s.view else s)
+    return out

@@ -19,15 +19,14 @@ import csv
 import hashlib
 import io
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from cxrground.datasets.folder import StudyInput, find_release_file, scan_folder, scan_store
-from cxrground.datasets.views import view_rank
+from cxrground.datasets.views import view_rank, with_views
 from cxrground.errors import ConfigError, Failure, InputError
 from cxrground.io.files import read_csv_text, sha256_file
-from cxrground.io.image import is_dicom
 from cxrground.io.store import is_url, local_copy
 from cxrground.reports import read_report_table
 
@@ -54,20 +53,6 @@ class StudyTask:
     view: str | None = None
     images_in_study: int = 1
     """How many images the study offered; with an unknown ``view`` and more than one, the choice was blind."""
-
-
-def _with_views(images: list[StudyInput], views: Mapping[str, str]) -> list[StudyInput]:
-    """A study's images with each unknown view filled from ``views`` (by ``dicom_id``) and, when the study has
-    several images, from the DICOM header of those that are DICOM files."""
-    out = []
-    for s in images:
-        view = s.view or views.get(s.dicom_id or "")
-        if view is None and len(images) > 1 and is_dicom(s.image_path):
-            from cxrground.io.dicom import dicom_view
-
-            view = dicom_view(s.image_path)
-        out.append(replace(s, view=view) if view != s.view else s)
-    return out
 
 
 def _is_table(reports: str | Path) -> bool:
@@ -159,7 +144,7 @@ def build_tasks(
     for key in sorted(by_study):
         if key in excluded:
             continue
-        offered = _with_views(by_study[key], views or {})
+        offered = with_views(by_study[key], views or {})
         chosen = min(offered, key=lambda s: (view_rank(s.view), s.dicom_id or ""))
         text = table.get(key) if table else chosen.report_text
         if table and text is None and chosen.report_path is None:
