@@ -23,13 +23,15 @@ from cxrground.ils.build import DATASET_FILE, BackendSpec, backends_identity, bu
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.quality import score_against_truth
 from cxrground.ils.schema import load_dataset, validate_dataset
-from cxrground.ils.tasks import build_tasks
+from cxrground.ils.tasks import DEFAULT_SPLIT_RATIOS, build_tasks, split_record
 from cxrground.io.image import read_image
 from cxrground.io.masks import decode_rle, read_mask_png
 from cxrground.lesions.lesion_zones import central_mask
 from cxrground.reports.structure import RULES_VERSION
 
 N_STUDIES = 8
+#: What ``ils build`` records of its split without a split file (the library call is told it explicitly).
+HASH_SPLIT = split_record(None, DEFAULT_SPLIT_RATIOS)
 OUTPUTS = (DATASET_FILE, "findings.jsonl", "masks.jsonl", "anatomy.jsonl", "failures.jsonl", "card.md",
            "provenance.json")
 
@@ -133,11 +135,11 @@ def test_local_pool_and_ray_give_identical_output(cohort, built, tmp_path):
     tasks, failures = build_tasks(cohort / "files")
     spec, config = BackendSpec(), IlsConfig(seed=3)
     build_dataset(tasks, tmp_path / "pool", config, spec, engine="local", workers=2, scan_failures=failures,
-                  progress=False, truth_cohort=cohort)
+                  progress=False, truth_cohort=cohort, split=HASH_SPLIT)
     assert _bytes(tmp_path / "pool") == _bytes(built)
     pytest.importorskip("ray")
     build_dataset(tasks, tmp_path / "ray", config, spec, engine="ray", workers=2, scan_failures=failures,
-                  progress=False, truth_cohort=cohort)
+                  progress=False, truth_cohort=cohort, split=HASH_SPLIT)
     assert _bytes(tmp_path / "ray") == _bytes(built)
 
 
@@ -176,7 +178,7 @@ def test_resume_refuses_other_effective_backends(cohort, built, tmp_path):
     with pytest.raises(ConfigError, match="other backends"):
         build_dataset(tasks, out, IlsConfig(seed=3), BackendSpec(), scan_failures=failures, progress=False)
     summary = build_dataset(tasks, out, IlsConfig(seed=3), BackendSpec(), scan_failures=failures, progress=False,
-                            overwrite=True, truth_cohort=cohort)
+                            overwrite=True, truth_cohort=cohort, split=HASH_SPLIT)
     assert summary.processed == N_STUDIES and summary.skipped == 0
     assert json.loads((out / "settings.json").read_text())["backends_hash"] == stamp["backends_hash"]
     assert _bytes(out) == _bytes(built)
