@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from cxrground.cli import main
 from cxrground.datasets.synthetic import SynthConfig, write_cohort
+from cxrground.datasets.views import find_view_table, read_view_table, view_table_record
 from cxrground.errors import ConfigError
 from cxrground.ils.build import DATASET_FILE, BackendSpec, backends_identity, build_dataset
 from cxrground.ils.config import IlsConfig
@@ -32,6 +33,15 @@ from cxrground.reports.structure import RULES_VERSION
 N_STUDIES = 8
 #: What ``ils build`` records of its split without a split file (the library call is told it explicitly).
 HASH_SPLIT = split_record(None, DEFAULT_SPLIT_RATIOS)
+
+
+def _cli_inputs(cohort: Path) -> tuple[list, list, dict]:
+    """``(tasks, scan failures, build_dataset keywords)`` as ``ils build --images COHORT/files`` makes them: the
+    views from the cohort's view table beside ``files/``, the subject-hash split."""
+    table = find_view_table(cohort / "files")
+    views = read_view_table(table)
+    tasks, failures = build_tasks(cohort / "files", views=views)
+    return tasks, failures, {"view_table": view_table_record(table, views), "split": HASH_SPLIT}
 OUTPUTS = (DATASET_FILE, "findings.jsonl", "masks.jsonl", "anatomy.jsonl", "failures.jsonl", "card.md",
            "provenance.json")
 
@@ -132,14 +142,14 @@ def test_quality_against_synthetic_truth(built, cohort, tmp_path):
 
 
 def test_local_pool_and_ray_give_identical_output(cohort, built, tmp_path):
-    tasks, failures = build_tasks(cohort / "files")
+    tasks, failures, inputs = _cli_inputs(cohort)
     spec, config = BackendSpec(), IlsConfig(seed=3)
     build_dataset(tasks, tmp_path / "pool", config, spec, engine="local", workers=2, scan_failures=failures,
-                  progress=False, truth_cohort=cohort, split=HASH_SPLIT)
+                  progress=False, truth_cohort=cohort, **inputs)
     assert _bytes(tmp_path / "pool") == _bytes(built)
     pytest.importorskip("ray")
     build_dataset(tasks, tmp_path / "ray", config, spec, engine="ray", workers=2, scan_failures=failures,
-                  progress=False, truth_cohort=cohort, split=HASH_SPLIT)
+                  progress=False, truth_cohort=cohort, **inputs)
     assert _bytes(tmp_path / "ray") == _bytes(built)
 
 
@@ -167,18 +177,18 @@ def test_resume_refuses_other_effective_backends(cohort, built, tmp_path):
     out = tmp_path / "b"
     shutil.copytree(built, out)
     stamp = json.loads((out / "settings.json").read_text())
-    tasks, failures = build_tasks(cohort / "files")
+    tasks, failures, inputs = _cli_inputs(cohort)
     assert len(stamp["backends_hash"]) == 12
     # an unchanged rerun resumes: nothing processed again
     summary = build_dataset(tasks, out, IlsConfig(seed=3), BackendSpec(), scan_failures=failures, progress=False,
-                            truth_cohort=cohort)
+                            truth_cohort=cohort, **inputs)
     assert summary.processed == 0 and summary.skipped == N_STUDIES
     # a stamp from other backends (here: an older version's) is refused, and --overwrite rebuilds from scratch
     (out / "settings.json").write_text(json.dumps({**stamp, "backends_hash": "0123456789ab"}))
     with pytest.raises(ConfigError, match="other backends"):
-        build_dataset(tasks, out, IlsConfig(seed=3), BackendSpec(), scan_failures=failures, progress=False)
+        build_dataset(tasks, out, IlsConfig(seed=3), BackendSpec(), scan_failures=failures, progress=False, **inputs)
     summary = build_dataset(tasks, out, IlsConfig(seed=3), BackendSpec(), scan_failures=failures, progress=False,
-                            overwrite=True, truth_cohort=cohort, split=HASH_SPLIT)
+                            overwrite=True, truth_cohort=cohort, **inputs)
     assert summary.processed == N_STUDIES and summary.skipped == 0
     assert json.loads((out / "settings.json").read_text())["backends_hash"] == stamp["backends_hash"]
     assert _bytes(out) == _bytes(built)
@@ -301,7 +311,7 @@ def test_a_dead_worker_is_recorded_and_the_rest_finishes(cohort, built, tmp_path
     from cxrground.ils.build import run_units
     from cxrground.ils.cohort_normative import resolve_spec
 
-    tasks, failures = build_tasks(cohort / "files")
+    tasks, failures, inputs = _cli_inputs(cohort)
     victim = sorted(t.study_key for t in tasks)[1]
     config = IlsConfig(seed=3)
     # the default normative synthesizer reads the model fitted by the build of ``built`` (run_units is below the fit)
@@ -316,7 +326,7 @@ def test_a_dead_worker_is_recorded_and_the_rest_finishes(cohort, built, tmp_path
     assert units[victim]["status"] == "failed" and "worker died" in units[victim]["reason"]
     assert all(u["status"] == built_status for k, u in units.items() if k != victim
                for built_status in [json.loads((built / "units" / f"{k}.json").read_text())["status"]])
-    summary = build_dataset(tasks, out, config, spec, workers=2, scan_failures=failures, progress=False)
+    summary = build_dataset(tasks, out, config, spec, workers=2, scan_failures=failures, progress=False, **inputs)
     assert summary.processed == 0  # the rerun does not retry the study that killed its worker
     recorded = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
     assert [f["study"] for f in recorded if "worker died" in f["reason"]] == [victim]
@@ -382,7 +392,7 @@ def test_a_worker_death_is_retried_once_and_retry_failed_redoes_failed_units(coh
     from cxrground.ils.build import run_units
     from cxrground.ils.cohort_normative import resolve_spec
 
-    tasks, failures = build_tasks(cohort / "files")
+    tasks, failures, inputs = _cli_inputs(cohort)
     config = IlsConfig(seed=3)
     spec = resolve_spec(BackendSpec(), tasks, built, config)
     victim = tasks[2]
@@ -401,7 +411,8 @@ def test_a_worker_death_is_retried_once_and_retry_failed_redoes_failed_units(coh
     (again / "units" / f"{victim.study_key}.json").write_text(json.dumps(
         {"study_key": victim.study_key, "split": victim.split, "image_path": victim.image_path, "status": "failed",
          "stage": "worker", "error": "WorkerDied", "reason": "worker died (the process was killed)"}))
-    assert build_dataset(tasks, again, config, BackendSpec(), scan_failures=failures, progress=False).processed == 0
+    assert build_dataset(tasks, again, config, BackendSpec(), scan_failures=failures, progress=False,
+                         **inputs).processed == 0
     result = CliRunner().invoke(main, ["ils", "build", "--images", str(cohort / "files"), "--out", str(again),
                                        "--quiet", "--seed", "3", "--retry-failed"])
     assert result.exit_code == 0, result.output

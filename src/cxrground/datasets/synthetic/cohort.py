@@ -4,6 +4,7 @@
 DIR/README.md                 synthetic test data, seed, generator version, conventions
 DIR/cohort.json               generator, version, seed, n_studies, config, file counts
 DIR/index.csv                 subject_id,study_id,dicom_id,view,image_path,report_path,height,width
+DIR/mimic-cxr-2.0.0-metadata.csv.gz   dicom_id,subject_id,study_id,ViewPosition,Rows,Columns (MIMIC-CXR-JPG's)
 DIR/files/p1X/p1XXXXXXX/s5XXXXXXX/<dicom_id>.jpg   image (or .png)
 DIR/files/p1X/p1XXXXXXX/s5XXXXXXX.txt              report (MIMIC layout)
 DIR/truth/s5XXXXXXX.json      ground truth, written last and atomically (study complete iff present)
@@ -15,6 +16,7 @@ DIR/preview.png               contact sheet of the first (up to) 16 studies with
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 from collections import Counter
@@ -30,6 +32,7 @@ from scipy import ndimage
 from cxrground.datasets.synthetic.config import GENERATOR_NAME, GENERATOR_VERSION, SynthConfig
 from cxrground.datasets.synthetic.records import StudyTruth
 from cxrground.datasets.synthetic.study import SyntheticStudy, generate_study, study_ids
+from cxrground.datasets.views import VIEW_TABLE_NAMES
 from cxrground.errors import ConfigError
 from cxrground.fields import option
 from cxrground.io.files import atomic_write_bytes
@@ -73,7 +76,8 @@ class CohortSummary:
                 f"  files: {f['images']} images, {f['reports']} reports, {f['truth']} truth records, "
                 f"{f['anatomy_masks']} anatomy masks, {f['lesion_masks']} lesion masks",
                 f"  lesions present: {present}",
-                *(f"  {out / name}" for name in ("index.csv", "cohort.json", "README.md", "preview.png"))]
+                *(f"  {out / name}" for name in ("index.csv", VIEW_TABLE_NAMES[0], "cohort.json", "README.md",
+                                                 "preview.png"))]
 
 
 # --- file writing ---------------------------------------------------------------------------------
@@ -178,7 +182,8 @@ def write_cohort(
     A study whose truth file exists (same seed and configuration) is skipped unless ``overwrite``.
     A folder that holds a cohort of another seed, configuration or generator version is refused
     (:class:`ConfigError`) unless ``overwrite``, which then deletes the foreign studies first.
-    ``index.csv``, ``cohort.json``, ``README.md`` and ``preview.png`` are rebuilt from the truth files.
+    ``index.csv``, the view table, ``cohort.json``, ``README.md`` and ``preview.png`` are rebuilt from the truth
+    files.
     """
     import time
 
@@ -236,8 +241,21 @@ def write_cohort(
     )
 
 
+def view_table_bytes(records: Iterable[StudyTruth]) -> bytes:
+    """The cohort's views as MIMIC-CXR-JPG ships them (``mimic-cxr-2.0.0-metadata.csv.gz``: ``dicom_id``,
+    ``subject_id``, ``study_id`` as numbers, ``ViewPosition``, ``Rows``, ``Columns``), gzipped without a time stamp
+    so that a cohort stays byte-identical."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["dicom_id", "subject_id", "study_id", "ViewPosition", "Rows", "Columns"])
+    for t in records:
+        writer.writerow([t.dicom_id, t.subject_id.lstrip("p"), t.study_id.lstrip("s"), t.view, t.height, t.width])
+    return gzip.compress(buf.getvalue().encode("utf-8"), mtime=0)
+
+
 def write_index_files(out: Path, records: list[StudyTruth], seed: int, config: SynthConfig) -> dict[str, int]:
-    """Rebuild ``index.csv``, ``cohort.json``, ``README.md`` and ``preview.png``; return file counts."""
+    """Rebuild ``index.csv``, the view table, ``cohort.json``, ``README.md`` and ``preview.png``; return file
+    counts."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(INDEX_COLUMNS)
@@ -245,6 +263,7 @@ def write_index_files(out: Path, records: list[StudyTruth], seed: int, config: S
         writer.writerow([t.subject_id, t.study_id, t.dicom_id, t.view, t.image_path, t.report_path,
                          t.height, t.width])
     atomic_write_bytes(out / "index.csv", buf.getvalue().encode("utf-8"))
+    atomic_write_bytes(out / VIEW_TABLE_NAMES[0], view_table_bytes(records))
     counts = {
         "images": len(records),
         "reports": len(records),
@@ -252,7 +271,7 @@ def write_index_files(out: Path, records: list[StudyTruth], seed: int, config: S
         "anatomy_masks": sum(len(t.anatomy) for t in records),
         "lesion_masks": sum(1 for t in records for f in t.findings if f.mask is not None),
     }
-    counts["total"] = sum(counts.values()) + 4  # + README, cohort.json, index.csv, preview.png
+    counts["total"] = sum(counts.values()) + 5  # + README, cohort.json, index.csv, view table, preview.png
     stats = summarize_records(records)
     cohort = {
         "generator": GENERATOR_NAME,
@@ -290,6 +309,7 @@ The same seed and configuration give byte-identical files; study `i` depends onl
 | path | content |
 |---|---|
 | `index.csv` | subject_id, study_id, dicom_id, view, image_path, report_path, height, width (relative paths) |
+| `mimic-cxr-2.0.0-metadata.csv.gz` | each image's view as MIMIC-CXR-JPG ships it (dicom_id, ViewPosition, ...) |
 | `files/p1X/p1XXXXXXX/s5XXXXXXX/<dicom_id>.{config.format}` | frontal image, 8-bit grey{quality} |
 | `files/p1X/p1XXXXXXX/s5XXXXXXX.txt` | free-text report (MIMIC-CXR layout) next to its study folder |
 | `truth/s5XXXXXXX.json` | ground truth; written last, so a study is complete iff this file exists |
