@@ -210,3 +210,42 @@ def test_a_resume_with_another_split_file_is_refused(build_tiny_ils, tiny_ils_ta
         build_dataset(tasks, out, IlsConfig(seed=0), spec, progress=False, split=split_record(second, (0.8, 0.1, 0.1)))
     with pytest.raises(ConfigError, match="other settings"):
         build_dataset(tasks, out, IlsConfig(seed=0), spec, progress=False, split=split_record(None, (0.8, 0.1, 0.1)))
+
+
+def test_exclusions_from_lines_and_from_ms_cxr_style_csvs(tmp_path, caplog):
+    import gzip
+    import logging
+
+    from cxrground.errors import InputError
+    from cxrground.ils.request import BuildRequest
+    from cxrground.ils.tasks import read_exclusions
+
+    lines = tmp_path / "ids.txt"
+    lines.write_text("50000001\n\ns50000002\n50000001\n")
+    assert read_exclusions(lines) == ("50000001", "s50000002")
+    ms_cxr = tmp_path / "MS_CXR_Local_Alignment_v1.1.0.csv"
+    ms_cxr.write_text("dicom_id,category_name,label_text,path,x,y,w,h,image_width,image_height\n"
+                      "aaa,Pneumonia,left pneumonia,files/p10/p10000001/s50000001/aaa.jpg,1,2,3,4,100,100\n"
+                      'bbb,Edema,"edema, mild",files/p10/p10000002/s50000002/bbb.jpg,1,2,3,4,100,100\n')
+    assert read_exclusions(ms_cxr) == ("s50000001", "s50000002")
+    table = tmp_path / "ex.csv.gz"
+    table.write_bytes(gzip.compress(b"study_id,reason\n50000003,leak\n"))
+    assert read_exclusions(table) == ("50000003",)
+    files = tmp_path / "files"
+    for n in (1, 2, 3):
+        _img(files / f"p10/p1000000{n}/s5000000{n}/x{n}.jpg")
+        (files / f"p10/p1000000{n}/s5000000{n}.txt").write_text("FINDINGS: Clear.")
+    request = BuildRequest(images=files, out=tmp_path / "out", exclude=ms_cxr)
+    tasks, _ = build_tasks(files, exclude=request.excluded())
+    assert [t.study_key for t in tasks] == ["s50000003"]
+    with caplog.at_level(logging.WARNING, logger="cxrground.ils.tasks"):
+        build_tasks(files, exclude=["s59999999"])
+    assert "none of the 1 excluded study ids is among the 3 studies" in caplog.text
+    for content, reason in (("50000001 50000002\n", "line 1 is not one study id"),
+                            ("dicom_id,label\naaa,x\n", "needs a study_id or path column"),
+                            ("dicom_id,path\naaa,somewhere/aaa.jpg\n", "row 2 names no study")):
+        bad = tmp_path / "bad.csv"
+        bad.write_text(content)
+        with pytest.raises(InputError, match=reason) as err:
+            read_exclusions(bad)
+        assert "bad.csv" in str(err.value)

@@ -160,6 +160,15 @@ def test_zones_csv_overlays_and_failures(tmp_path):
     assert (tmp_path / "out" / "overlays" / "a.png").is_file()
     assert (tmp_path / "out" / "overlays" / "sub__b.png").is_file()
     assert "broken.png" in (tmp_path / "out" / "failures.jsonl").read_text()
+    # a film the view table calls lateral, and a DICOM whose header says so, are failures, not readings
+    from cxrground.io.dicom import write_dicom
+
+    write_dicom(folder / "c.dcm", _film(rng).astype(np.uint8), view="LL")
+    readings, failures = write_zones(find_images(folder), tmp_path / "views", seg, fit, root=folder,
+                                     views={"a": "LATERAL", "b": "AP SUPINE"}, overlays=False)
+    assert [r.image for r in readings] == ["sub/b.png"]
+    reasons = {f.path.rsplit("/", 1)[-1]: f.reason for f in failures}
+    assert "view LATERAL is not frontal" in reasons["a.png"] and "view LL is not frontal" in reasons["c.dcm"]
     with pytest.raises(InputError, match="not found"):
         find_images(tmp_path / "missing")
     (tmp_path / "empty").mkdir()

@@ -43,6 +43,11 @@ def test_view_table_plain_and_gzipped(tmp_path) -> None:
     plain.write_text(text)
     packed.write_bytes(gzip.compress(text.encode()))
     assert read_view_table(plain) == read_view_table(packed) == {"aaa": "LATERAL", "bbb": "PA"}
+    coded = tmp_path / "coded.csv"
+    coded.write_text("\n".join([_MIMIC_HEADER, _row("ddd", "").replace(",,Erect", ",antero-posterior,Erect"),
+                                _row("eee", "").replace(",,Erect", ",left lateral,Erect"),
+                                _row("fff", "").replace(",,Erect", ",oblique,Erect")]) + "\n")
+    assert read_view_table(coded) == {"ddd": "AP", "eee": "LATERAL"}
     (tmp_path / "files").mkdir()
     assert find_view_table(tmp_path / "files") == packed and find_view_table(tmp_path / "a" / "b") is None
     simple = tmp_path / "simple.csv"

@@ -29,6 +29,10 @@ def show(request: GeometryRequest) -> None:
 @click.option("--out", type=OUT_DIR, required=True)
 @click.option("--normative", type=FILE, default=None, help="Normative model .npz (default: the shipped normative_v1).")
 @click.option("--no-overlays", is_flag=True, help="Write zones.csv only.")
+@click.option("--metadata", type=FILE, default=None,
+              help="View table (MIMIC-CXR-JPG's mimic-cxr-2.0.0-metadata.csv[.gz], or a CSV with dicom_id = the file "
+                   "name's stem and ViewPosition or view): films of another view than PA/AP are recorded as failures, "
+                   "not read. Default: that file in the image folder or its parent, when there.")
 @click.option("--zone-model", default="zone_prior_v3", show_default=True,
               help="Who flags the zones: `zone_prior_v3` (a film severity from zone_sim_v1 and the lesion segmenter, "
                    "fitted on readings through the shipped lungs, placed by a position prior from NIH films and both "
@@ -40,16 +44,20 @@ def show(request: GeometryRequest) -> None:
                    "lesion), `normative` (the normative z score and its threshold), or a zone classifier .npz from "
                    "`anatomy fit-zones`; a classifier (and the zone_prior readers, which read zone_sim_v1) must "
                    "have been fitted with the same --normative.")
-def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool, zone_model: str) -> None:
-    """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every film: OUT/zones.csv."""
+def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool, metadata: Path | None,
+          zone_model: str) -> None:
+    """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every frontal film: OUT/zones.csv."""
     from cxrground.anatomy.segment import get_segmenter
+    from cxrground.datasets.views import find_view_table, read_view_table
     from cxrground.lesions.normative import NormativeModel
     from cxrground.lesions.zones import find_images, reader_name, resolve_zone_reader, write_zones
 
+    table = metadata or find_view_table(images)
+    views = read_view_table(table) if table is not None else None
     model = NormativeModel.load(normative)
     reader = resolve_zone_reader(zone_model)
     readings, failures = write_zones(find_images(images), out, get_segmenter("unet"), model,
-                                     overlays=not no_overlays, root=images, zone_model=reader)
+                                     overlays=not no_overlays, root=images, zone_model=reader, views=views)
     flagged = sum(sum(r.flags.values()) for r in readings)
     how = f"threshold z {model.zone_threshold:.2f}" if reader is None else reader_name(reader)
     click.echo(f"wrote {out / 'zones.csv'}: {len(readings)} images, {flagged} zones flagged, "

@@ -32,6 +32,17 @@ POSITION_WORDS: Final[frozenset[str]] = frozenset(
 #: File names of the MIMIC-CXR-JPG view table, as released.
 VIEW_TABLE_NAMES: Final[tuple[str, ...]] = ("mimic-cxr-2.0.0-metadata.csv.gz", "mimic-cxr-2.0.0-metadata.csv")
 _VIEW_COLUMNS: Final[tuple[str, ...]] = ("ViewPosition", "view", "view_position")
+#: MIMIC-CXR-JPG's coded view (``ViewCodeSequence_CodeMeaning``), read where ``ViewPosition`` is empty.
+_CODED_VIEWS: Final[dict[str, str]] = {"postero-anterior": "PA", "antero-posterior": "AP"}
+
+
+def _coded_view(meaning: str) -> str | None:
+    """A view from a coded view meaning (``postero-anterior`` → PA, ``antero-posterior`` → AP, any ``lateral`` →
+    LATERAL), or None."""
+    text = meaning.strip().lower()
+    if "lateral" in text:
+        return "LATERAL"
+    return _CODED_VIEWS.get(text)
 
 
 def is_frontal(view: str, accepted: tuple[str, ...] = FRONTAL_VIEWS) -> bool:
@@ -58,8 +69,9 @@ def find_view_table(images: str | Path) -> Path | None:
 
 def read_view_table(path: str | Path) -> dict[str, str]:
     """``dicom_id -> view`` (upper case) from a CSV, plain or gzipped, with a ``dicom_id`` column and a
-    ``ViewPosition`` (MIMIC-CXR-JPG), ``view`` or ``view_position`` column; rows with an empty view are left out
-    (their view stays unknown)."""
+    ``ViewPosition`` (MIMIC-CXR-JPG), ``view`` or ``view_position`` column; where ``ViewPosition`` is empty, its
+    ``ViewCodeSequence_CodeMeaning`` (postero-anterior, antero-posterior, lateral) gives the view; rows with no view
+    are left out (their view stays unknown)."""
     path = Path(path)
     reader = csv.DictReader(io.StringIO(read_csv_text(path, "view table")))
     columns = reader.fieldnames or []
@@ -70,6 +82,7 @@ def read_view_table(path: str | Path) -> dict[str, str]:
     views: dict[str, str] = {}
     for row in reader:
         dicom, view = (row.get("dicom_id") or "").strip(), (row.get(column) or "").strip().upper()
+        view = view or _coded_view(row.get("ViewCodeSequence_CodeMeaning") or "") or ""
         if dicom and view:
             views[dicom] = view
     return views

@@ -17,7 +17,7 @@ from cxrground.fields import option
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.config import NEGATIVE_CHECKS, NEGATIVE_EXCLUSIONS, ZONE_GUIDES, IlsConfig
 from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
-from cxrground.ils.tasks import find_split_file
+from cxrground.ils.tasks import find_split_file, read_exclusions
 from cxrground.io.image import DEFAULT_MAX_PIXELS
 from cxrground.io.store import is_url
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
@@ -102,7 +102,8 @@ class BuildRequest:
                                      "parent when there (MIMIC-CXR-JPG's official split), else by subject hash.")
     split_ratios: str = option("0.8,0.1,0.1")
     exclude: Path | None = option(None, path="file",
-                                  help="File with one study id per line to leave out (e.g. MS-CXR studies).")
+                                  help="Studies to leave out: one study id per line, or a CSV with a study_id or "
+                                  "path column (MS-CXR's MS_CXR_Local_Alignment_v1.*.csv works as it is).")
     threshold_scale: float = option(1.0, help="Multiply every Table 7 threshold (0.5 = the paper's half-τ setting).")
     limit: int | None = option(None, help="Process only the first N studies (by study id).")
     seed: int = option(0)
@@ -111,10 +112,10 @@ class BuildRequest:
                              "pixels are recorded as failures without being decoded.")
 
     def excluded(self) -> tuple[str, ...]:
-        """The study ids of the ``exclude`` file (one per line, blank lines skipped); none without the file."""
+        """The study ids of the ``exclude`` file (:func:`~cxrground.ils.tasks.read_exclusions`); none without it."""
         if self.exclude is None:
             return ()
-        return tuple(line.strip() for line in self.exclude.read_text().splitlines() if line.strip())
+        return read_exclusions(self.exclude)
 
     def splits(self) -> Path | None:
         """The split file: ``split_file``, else MIMIC-CXR-JPG's split table in or beside a local image folder."""

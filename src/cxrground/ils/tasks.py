@@ -18,6 +18,8 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +33,9 @@ from cxrground.io.store import is_url, local_copy
 from cxrground.reports import read_report_table
 
 __all__ = ["DEFAULT_SPLIT_RATIOS", "SPLIT_FILE_NAMES", "StudyTask", "assign_split", "build_tasks", "find_split_file",
-           "read_split_file", "split_record"]
+           "read_exclusions", "read_split_file", "split_record"]
+
+_log = logging.getLogger(__name__)
 
 #: Train/val/test shares of the subject-hash split when no split file is given.
 DEFAULT_SPLIT_RATIOS: Final[tuple[float, float, float]] = (0.8, 0.1, 0.1)
@@ -77,6 +81,42 @@ def read_split_file(path: str | Path) -> dict[str, str]:
             raise InputError(f"unknown split {value!r} for study {sid}", path)
         out[sid if sid.startswith("s") else f"s{sid}"] = split
     return out
+
+
+#: A MIMIC-CXR study folder inside an image path (``files/p15/p15111236/s57211880/<dicom_id>.jpg``).
+_STUDY_IN_PATH = re.compile(r"(?:^|/)(s\d+)/[^/]+$")
+
+
+def read_exclusions(path: str | Path) -> tuple[str, ...]:
+    """Study ids to leave out, in file order without repeats: one id per line, or a CSV (plain or gzipped) with a
+    ``study_id`` column or a ``path`` column of MIMIC-CXR image paths, as MS-CXR's
+    ``MS_CXR_Local_Alignment_v1.*.csv`` has; a line or row that gives no id is an :class:`InputError` naming it."""
+    path = Path(path)
+    text = read_csv_text(path, "exclusion list")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ()
+    ids: list[str] = []
+    if "," not in lines[0]:
+        for n, line in enumerate(lines, start=1):
+            if "," in line or any(ch.isspace() for ch in line):
+                raise InputError(f"exclusion list line {n} is not one study id ({line[:60]!r})", path)
+            ids.append(line)
+        return tuple(dict.fromkeys(ids))
+    reader = csv.DictReader(io.StringIO(text))
+    columns = reader.fieldnames or []
+    if "study_id" not in columns and "path" not in columns:
+        raise InputError(f"exclusion list: a CSV needs a study_id or path column (it has {', '.join(columns)})", path)
+    for n, row in enumerate(reader, start=2):
+        if "study_id" in columns:
+            sid = (row.get("study_id") or "").strip()
+        else:
+            match = _STUDY_IN_PATH.search((row.get("path") or "").strip().replace("\\", "/"))
+            sid = match.group(1) if match else ""
+        if not sid:
+            raise InputError(f"exclusion list row {n} names no study (study_id or a .../sNNNN/IMAGE path)", path)
+        ids.append(sid)
+    return tuple(dict.fromkeys(ids))
 
 
 def find_split_file(images: str | Path) -> Path | None:
@@ -140,6 +180,9 @@ def build_tasks(
     by_study: dict[str, list[StudyInput]] = {}
     for s in studies:
         by_study.setdefault(s.study_id, []).append(s)
+    if excluded and not excluded & by_study.keys():
+        _log.warning("none of the %d excluded study ids is among the %d studies found under %s", len(excluded),
+                     len(by_study), images)
     tasks: list[StudyTask] = []
     for key in sorted(by_study):
         if key in excluded:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -43,6 +43,7 @@ from cxrground.anatomy.ils_locations import ils_location_masks
 from cxrground.anatomy.segment.base import LungHeartMasks, LungHeartSegmenter
 from cxrground.anatomy.segment.builtin import work_box
 from cxrground.anatomy.segment.plausibility import segment_checked
+from cxrground.datasets.views import is_frontal
 from cxrground.errors import CXRGroundError, Failure, InputError
 from cxrground.io.image import IMAGE_SUFFIXES, CXRImage, read_image, write_image
 from cxrground.io.overlay import contact_sheet, label_panel, overlay_masks
@@ -238,9 +239,11 @@ def _score_word(reader: str) -> str:
 def write_zones(
     images: Iterable[Path], out: Path, segmenter: LungHeartSegmenter, model: NormativeModel,
     overlays: bool = True, root: Path | None = None, zone_model: ZoneReader | None = None,
+    views: Mapping[str, str] | None = None,
 ) -> tuple[list[ZoneReading], list[Failure]]:
-    """Read every image, write ``out/zones.csv`` (+ overlays, failures, ``zones.json`` provenance); returns
-    readings and failures.
+    """Read every frontal image, write ``out/zones.csv`` (+ overlays, failures, ``zones.json`` provenance); returns
+    readings and failures. An image whose view (its DICOM header, else ``views`` by file-name stem) is not PA or AP
+    is a failure, not read.
 
     ``root``: names in the CSV are paths relative to it (default: the file name). ``zone_model``: flags from
     that classifier; refused (:class:`~cxrground.errors.InputError`) when it was trained with another
@@ -257,6 +260,9 @@ def write_zones(
         name = str(path.relative_to(root)) if root is not None else path.name
         try:
             im = read_image(path)
+            view = im.view or (views or {}).get(path.stem)
+            if view and not is_frontal(view):
+                raise InputError(f"view {view.upper()} is not frontal (PA/AP): zones are read on frontal films", path)
             reading, seg, z = read_zones(im, segmenter, model, name, zone_model)
         except (InputError, CXRGroundError) as exc:
             failures.append(Failure.from_exception(path, "zones", exc))
