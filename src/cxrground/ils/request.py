@@ -6,6 +6,7 @@ The build engine itself is :mod:`cxrground.ils.build`, imported only when a buil
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -119,19 +120,17 @@ class BuildRequest:
 
     def splits(self) -> Path | None:
         """The split file: ``split_file``, else MIMIC-CXR-JPG's split table in or beside a local image folder."""
-        if self.split_file is not None:
-            return Path(self.split_file)
-        if is_url(self.images) and not str(self.images).startswith("file://"):
-            return None
-        return find_split_file(str(self.images).removeprefix("file://"))
+        return Path(self.split_file) if self.split_file is not None else self._release_table(find_split_file)
 
     def view_table(self) -> Path | None:
         """The view table: ``metadata``, else MIMIC-CXR-JPG's metadata file in or beside a local image folder."""
-        if self.metadata is not None:
-            return Path(self.metadata)
+        return Path(self.metadata) if self.metadata is not None else self._release_table(find_view_table)
+
+    def _release_table(self, find: Callable[[str], Path | None]) -> Path | None:
+        """What ``find`` finds for a local image folder (none for object storage)."""
         if is_url(self.images) and not str(self.images).startswith("file://"):
             return None
-        return find_view_table(str(self.images).removeprefix("file://"))
+        return find(str(self.images).removeprefix("file://"))
 
     def backend_spec(self) -> BackendSpec:
         """The backends with their options; structurer options that do not fit the structurer are an
