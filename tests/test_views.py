@@ -146,7 +146,11 @@ def test_a_build_names_its_view_table_and_counts_blind_choices(cohort_with_later
 
     blind, failures = build_tasks(files)
     assert sorted(t.dicom_id for t in blind if t.dicom_id.startswith("0lat")) == ["0lat0", "0lat1"]
-    build_dataset(blind, tmp_path / "without", spec=spec, scan_failures=failures, progress=False)
+    summary = build_dataset(blind, tmp_path / "without", spec=spec, scan_failures=failures, progress=False)
+    assert summary.blind_choices == 2
+    from cxrground.ils.request import build_lines
+
+    assert "warning: 2 studies offered several images of unknown view" in build_lines(summary)[-1]
     card = (tmp_path / "without" / "card.md").read_text()
     assert "Views of the chosen images: unknown 3." in card
     assert "**2 studies offered several images and no view for them**" in card and "--metadata" in card

@@ -88,6 +88,8 @@ class BuildSummary:
     pairs: int
     failures: int
     seconds: float
+    blind_choices: int = 0
+    """Studies whose image was chosen among several of unknown view (no view table): it may be a lateral film."""
 
 
 Runner = Callable[[StudyTask, str, IlsConfig, BackendSpec, "int | None"], tuple[str, str]]
@@ -488,7 +490,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                                                      (config.zone_guide, dict(guided)) if config.zone_guide != "none"
                                                      else None))
     return {"studies": sum(counts.studies.values()), "pairs": counts.pairs(), "failures": n_failures,
-            "rejections": dict(rejections)}
+            "rejections": dict(rejections), "blind_choices": blind}
 
 
 def backends_identity(spec: BackendSpec) -> str:
@@ -641,4 +643,4 @@ def build_dataset(
     result = assemble(dest, tasks, config, spec, scan_failures, backend_provenance(run_spec),
                       Path(truth_cohort) if truth_cohort is not None else None, view_table, split)
     return BuildSummary(str(dest), processed, skipped, result["studies"], result["pairs"], result["failures"],
-                        round(time.perf_counter() - started, 2))
+                        round(time.perf_counter() - started, 2), result["blind_choices"])

@@ -176,6 +176,10 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
 def build_lines(summary: BuildSummary) -> list[str]:
     """What a finished build reports: counts and time, then where its card and failure list are."""
     out = Path(summary.out_dir)
-    return [f"ILS dataset in {summary.out_dir}: {summary.studies_in_dataset} studies, {summary.pairs} pairs "
-            f"({summary.processed} processed, {summary.skipped} already done, {summary.failures} failures) "
-            f"in {summary.seconds:.1f} s", f"  card: {out / 'card.md'}   failures: {out / 'failures.jsonl'}"]
+    lines = [f"ILS dataset in {summary.out_dir}: {summary.studies_in_dataset} studies, {summary.pairs} pairs "
+             f"({summary.processed} processed, {summary.skipped} already done, {summary.failures} failures) "
+             f"in {summary.seconds:.1f} s", f"  card: {out / 'card.md'}   failures: {out / 'failures.jsonl'}"]
+    if summary.blind_choices:
+        lines.append(f"  warning: {summary.blind_choices} studies offered several images of unknown view, and the "
+                     "first dicom_id may be a lateral film; give the view table (--metadata)")
+    return lines
