@@ -207,3 +207,62 @@ def test_correctly_stored_pack_films_are_not_read_inverted(pack_dir, path):
     film = read_image(pack_dir / path)
     image, masks, problems = segment_checked(get_segmenter("unet"), film)
     assert image is film and "polarity" not in masks.extra and problems
+
+
+def _turned(image):
+    import dataclasses
+
+    return dataclasses.replace(image, pixels=np.ascontiguousarray(image.pixels[::-1, ::-1]))
+
+
+def test_an_upside_down_pack_film_passes_the_lung_checks_and_the_orientation_check_catches_it(pack_dir):
+    """NIH 00000100: turned 180°, the U-Net still draws upright-shaped lungs on it (the lung checks pass); it reads
+    them more confidently and more lung-shaped with the film the right way up."""
+    from cxrground.anatomy.segment import get_segmenter
+    from cxrground.anatomy.segment.orientation import orientation_evidence, upside_down_problem
+    from cxrground.anatomy.segment.plausibility import segment_checked
+    from cxrground.io.image import read_image
+
+    seg = get_segmenter("unet")
+    film = read_image(pack_dir / "nih" / "images" / "00000100_000.png")
+    turned = _turned(film)
+    assert segment_checked(seg, turned)[2] == []
+    upright = orientation_evidence(seg, film)
+    assert not upright.upside_down and upside_down_problem(seg, film) is None
+    ev = orientation_evidence(seg, turned)
+    assert ev.upside_down and ev.confidence < ev.turned_confidence and ev.shape_iou < ev.turned_shape_iou
+    assert upside_down_problem(seg, turned).startswith("film looks upside down")
+
+
+def test_the_orientation_check_needs_a_segmenter_with_probabilities():
+    from cxrground.anatomy.segment.builtin import GivenMasksSegmenter
+    from cxrground.anatomy.segment.orientation import orientation_evidence, upside_down_problem
+    from cxrground.io.cxr_image import CXRImage
+
+    right, left = _lungs()
+    seg = GivenMasksSegmenter(lambda im: (right, left))
+    image = CXRImage(pixels=np.zeros((200, 200), np.uint8))
+    assert orientation_evidence(seg, image) is None and upside_down_problem(seg, image) is None
+
+
+def test_ils_build_qc_orientation_rejects_an_upside_down_film(pack_dir, tmp_path):
+    from cxrground.io.image import read_image, write_image
+
+    film = read_image(pack_dir / "nih" / "images" / "00000100_000.png")
+    files = tmp_path / "files"
+    for n, pixels in ((1, film.pixels), (2, _turned(film).pixels)):
+        write_image(files / f"p10/p1000000{n}/s5000000{n}/img{n}.png", pixels)
+        (files / f"p10/p1000000{n}/s5000000{n}.txt").write_text("FINDINGS: The lungs are clear.")
+
+    def build(out, *extra):
+        result = CliRunner().invoke(main, ["ils", "build", "--images", str(files), "--out", str(out), "--quiet",
+                                           "--synthesizer", "pseudo-normal", *extra])
+        assert result.exit_code == 0, result.output
+        return {u["study_key"]: u for u in (json.loads(p.read_text()) for p in (out / "units").glob("*.json"))}
+
+    plain = build(tmp_path / "plain")
+    assert [plain[k]["status"] for k in ("s50000001", "s50000002")] == ["ok", "ok"]  # the turned film passes
+    checked = build(tmp_path / "checked", "--qc-orientation")
+    assert checked["s50000001"]["status"] == "ok"
+    assert checked["s50000002"]["status"] == "rejected" and checked["s50000002"]["stage"] == "qc"
+    assert checked["s50000002"]["reason"].startswith("film looks upside down")

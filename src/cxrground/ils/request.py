@@ -16,7 +16,7 @@ from cxrground.datasets.views import find_view_table, read_view_table, view_tabl
 from cxrground.errors import ConfigError, InputError, OptionError
 from cxrground.fields import option
 from cxrground.ils.backend_spec import BackendSpec
-from cxrground.ils.config import NEGATIVE_CHECKS, NEGATIVE_EXCLUSIONS, ZONE_GUIDES, IlsConfig
+from cxrground.ils.config import NEGATIVE_CHECKS, NEGATIVE_EXCLUSIONS, ZONE_GUIDES, IlsConfig, QCConfig
 from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
 from cxrground.ils.tasks import find_split_file, read_exclusions
 from cxrground.io.image import DEFAULT_MAX_PIXELS
@@ -73,6 +73,10 @@ class BuildRequest:
                                       "disagree by > 5 % are dropped. ")
     qc_segmenter_opt: dict[str, str] = option(default_factory=dict,
                                               help="KEY=VALUE for the qc-segmenter (repeatable).")
+    qc_orientation: bool = option(False, help="Reject films that look upside down (the built-in U-Net reads their "
+                                  "lungs better turned 180°; the lung checks pass 78 % of the pack's films turned "
+                                  "180°). Of the pack's films that pass the lung checks: 96 % of turned and 0.2 % of "
+                                  "upright ones rejected; two more U-Net passes per film.")
     synthesizer: str = option("normative", registry=SYNTHESIZERS)
     synthesizer_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the synthesizer (repeatable).")
     detector: str = option("anomaly", registry=DETECTORS)
@@ -154,6 +158,7 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
     excluded = request.excluded()
     ratios = tuple(float(v) for v in request.split_ratios.split(","))
     config = IlsConfig(seed=request.seed, exclude_studies=excluded, sections=request.sections,
+                       qc=QCConfig(orientation_check=request.qc_orientation),
                        negative_check=request.negative_check, negative_exclusion=request.negative_exclusion,
                        zone_guide=request.zone_guide, silent_report_negatives=request.silent_report_negatives)
     if request.threshold_scale != 1.0:
