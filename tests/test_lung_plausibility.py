@@ -266,3 +266,21 @@ def test_ils_build_qc_orientation_rejects_an_upside_down_film(pack_dir, tmp_path
     assert checked["s50000001"]["status"] == "ok"
     assert checked["s50000002"]["status"] == "rejected" and checked["s50000002"]["stage"] == "qc"
     assert checked["s50000002"]["reason"].startswith("film looks upside down")
+
+
+def test_anatomy_zones_qc_orientation_records_an_upside_down_film(pack_dir, tmp_path):
+    from cxrground.io.image import read_image, write_image
+
+    film = read_image(pack_dir / "nih" / "images" / "00000100_000.png")
+    folder = tmp_path / "films"
+    write_image(folder / "upright.png", film.pixels)
+    write_image(folder / "turned.png", _turned(film).pixels)
+    for extra, read in (((), ["turned.png", "upright.png"]), (("--qc-orientation",), ["upright.png"])):
+        out = tmp_path / f"out{len(extra)}"
+        result = CliRunner().invoke(main, ["anatomy", "zones", "--images", str(folder), "--out", str(out),
+                                           "--no-overlays", *extra])
+        assert result.exit_code == 0, result.output
+        assert sorted(row.split(",")[0] for row in (out / "zones.csv").read_text().splitlines()[1:]) == read
+    failures = [json.loads(line) for line in (tmp_path / "out1" / "failures.jsonl").read_text().splitlines()]
+    assert [Path(f["path"]).name for f in failures] == ["turned.png"]
+    assert failures[0]["reason"].startswith("film looks upside down")

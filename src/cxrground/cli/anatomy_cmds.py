@@ -33,6 +33,9 @@ def show(request: GeometryRequest) -> None:
               help="View table (MIMIC-CXR-JPG's mimic-cxr-2.0.0-metadata.csv[.gz], or a CSV with dicom_id = the file "
                    "name's stem and ViewPosition or view): films of another view than PA/AP are recorded as failures, "
                    "not read. Default: that file in the image folder or its parent, when there.")
+@click.option("--qc-orientation", is_flag=True,
+              help="Record films that look upside down as failures (the built-in U-Net reads their lungs better "
+                   "turned 180°; the lung checks pass most of them). Two more U-Net passes per film.")
 @click.option("--zone-model", default="zone_prior_v3", show_default=True,
               help="Who flags the zones: `zone_prior_v3` (a film severity from zone_sim_v1 and the lesion segmenter, "
                    "fitted on readings through the shipped lungs, placed by a position prior from NIH films and both "
@@ -45,7 +48,7 @@ def show(request: GeometryRequest) -> None:
                    "`anatomy fit-zones`; a classifier (and the zone_prior readers, which read zone_sim_v1) must "
                    "have been fitted with the same --normative.")
 def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool, metadata: Path | None,
-          zone_model: str) -> None:
+          qc_orientation: bool, zone_model: str) -> None:
     """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every frontal film: OUT/zones.csv."""
     from cxrground.anatomy.segment import get_segmenter
     from cxrground.datasets.views import find_view_table, read_view_table
@@ -57,7 +60,8 @@ def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool, me
     model = NormativeModel.load(normative)
     reader = resolve_zone_reader(zone_model)
     readings, failures = write_zones(find_images(images), out, get_segmenter("unet"), model,
-                                     overlays=not no_overlays, root=images, zone_model=reader, views=views)
+                                     overlays=not no_overlays, root=images, zone_model=reader, views=views,
+                                     orientation_check=qc_orientation)
     flagged = sum(sum(r.flags.values()) for r in readings)
     how = f"threshold z {model.zone_threshold:.2f}" if reader is None else reader_name(reader)
     click.echo(f"wrote {out / 'zones.csv'}: {len(readings)} images, {flagged} zones flagged, "

@@ -236,14 +236,25 @@ def _score_word(reader: str) -> str:
     return "zone share" if reader.startswith(LESION_ZONE_READER) else "p(abnormal)"
 
 
+def _raise_if_upside_down(image: CXRImage, segmenter: LungHeartSegmenter, path: Path) -> None:
+    """An :class:`InputError` when the film, as the lung checks read it, looks upside down."""
+    from cxrground.anatomy.segment.orientation import upside_down_problem
+
+    checked, _, problems = segment_checked(segmenter, image)
+    problem = None if problems else upside_down_problem(segmenter, checked)
+    if problem:
+        raise InputError(problem, path)
+
+
 def write_zones(
     images: Iterable[Path], out: Path, segmenter: LungHeartSegmenter, model: NormativeModel,
     overlays: bool = True, root: Path | None = None, zone_model: ZoneReader | None = None,
-    views: Mapping[str, str] | None = None,
+    views: Mapping[str, str] | None = None, orientation_check: bool = False,
 ) -> tuple[list[ZoneReading], list[Failure]]:
     """Read every frontal image, write ``out/zones.csv`` (+ overlays, failures, ``zones.json`` provenance); returns
     readings and failures. An image whose view (its DICOM header, else ``views`` by file-name stem) is not PA or AP
-    is a failure, not read.
+    is a failure, not read; with ``orientation_check``, so is a film that looks upside down
+    (:func:`~cxrground.anatomy.segment.orientation.upside_down_problem`, after the lung checks).
 
     ``root``: names in the CSV are paths relative to it (default: the file name). ``zone_model``: flags from
     that classifier; refused (:class:`~cxrground.errors.InputError`) when it was trained with another
@@ -263,6 +274,8 @@ def write_zones(
             view = im.view or (views or {}).get(path.stem)
             if view and not is_frontal(view):
                 raise InputError(f"view {view.upper()} is not frontal (PA/AP): zones are read on frontal films", path)
+            if orientation_check:
+                _raise_if_upside_down(im, segmenter, path)
             reading, seg, z = read_zones(im, segmenter, model, name, zone_model)
         except (InputError, CXRGroundError) as exc:
             failures.append(Failure.from_exception(path, "zones", exc))
