@@ -51,12 +51,11 @@ def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool, me
           qc_orientation: bool, zone_model: str) -> None:
     """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every frontal film: OUT/zones.csv."""
     from cxrground.anatomy.segment import get_segmenter
-    from cxrground.datasets.views import find_view_table, read_view_table
+    from cxrground.datasets.views import load_view_table
     from cxrground.lesions.normative import NormativeModel
     from cxrground.lesions.zones import find_images, reader_name, resolve_zone_reader, write_zones
 
-    table = metadata or find_view_table(images)
-    views = read_view_table(table) if table is not None else None
+    _, views = load_view_table(metadata, images)
     model = NormativeModel.load(normative)
     reader = resolve_zone_reader(zone_model)
     readings, failures = write_zones(find_images(images), out, get_segmenter("unet"), model,

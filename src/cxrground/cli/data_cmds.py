@@ -7,10 +7,10 @@ from pathlib import Path
 import click
 
 from cxrground.cli.common import DIR, FILE, clean_errors, echo_lines, group, request_options
-from cxrground.datasets.folder import StudyInput, scan_folder, scan_lines
+from cxrground.datasets.folder import scan_folder, scan_lines
 from cxrground.datasets.pack import Pack
 from cxrground.datasets.synthetic.cohort import CohortRequest, summary_text, write_requested_cohort
-from cxrground.datasets.views import find_view_table, read_view_table, with_views
+from cxrground.datasets.views import load_view_table, views_by_study
 
 
 @click.command("synth")
@@ -63,12 +63,8 @@ def scan(images: Path, reports: Path | None, index: Path | None, metadata: Path 
     """List the studies (images + report) found in a folder, the views of their images, and every file that could
     not be used."""
     studies, failures = scan_folder(images, reports, index)
-    table = metadata or find_view_table(images)
-    views = read_view_table(table) if table is not None else {}
-    by_study: dict[str, list[StudyInput]] = {}
-    for s in studies:
-        by_study.setdefault(s.study_id, []).append(s)
-    studies = [image for group in by_study.values() for image in with_views(group, views)]
+    table, views = load_view_table(metadata, images)
+    studies = [image for group in views_by_study(studies, views).values() for image in group]
     echo_lines(scan_lines(studies, failures, as_json=as_json, view_table=table))
 
 

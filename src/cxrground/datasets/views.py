@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
@@ -21,8 +21,8 @@ from cxrground.errors import InputError
 from cxrground.io.files import read_csv_text, sha256_file
 from cxrground.io.image import is_dicom
 
-__all__ = ["FRONTAL_VIEWS", "POSITION_WORDS", "VIEW_TABLE_NAMES", "find_view_table", "is_frontal",
-           "read_view_table", "view_rank", "view_table_record", "with_views"]
+__all__ = ["FRONTAL_VIEWS", "POSITION_WORDS", "VIEW_TABLE_NAMES", "find_view_table", "is_frontal", "load_view_table",
+           "read_view_table", "view_rank", "view_table_record", "views_by_study"]
 
 #: The views ILS accepts (ILS §6: PA and AP only), in the order a study's image is preferred.
 FRONTAL_VIEWS: Final[tuple[str, ...]] = ("PA", "AP")
@@ -88,12 +88,27 @@ def read_view_table(path: str | Path) -> dict[str, str]:
     return views
 
 
+def load_view_table(given: str | Path | None, images: str | Path) -> tuple[Path | None, dict[str, str]]:
+    """The view table (``given``, else :func:`find_view_table` for the local image folder ``images``) and its
+    ``dicom_id -> view``; (None, {}) when there is none."""
+    table = Path(given) if given is not None else find_view_table(images)
+    return table, (read_view_table(table) if table is not None else {})
+
+
 def view_table_record(path: str | Path, views: Mapping[str, str]) -> dict[str, Any]:
     """What a build records of the view table it used: its path, checksum and how many images it gives a view."""
     return {"path": str(path), "sha256": sha256_file(path), "images": len(views)}
 
 
-def with_views(images: Sequence[StudyInput], views: Mapping[str, str]) -> list[StudyInput]:
+def views_by_study(images: Iterable[StudyInput], views: Mapping[str, str]) -> dict[str, list[StudyInput]]:
+    """``study_id -> its images`` (in the given order), each image's unknown view filled by :func:`_with_views`."""
+    groups: dict[str, list[StudyInput]] = {}
+    for s in images:
+        groups.setdefault(s.study_id, []).append(s)
+    return {key: _with_views(group, views) for key, group in groups.items()}
+
+
+def _with_views(images: Sequence[StudyInput], views: Mapping[str, str]) -> list[StudyInput]:
     """One study's images with each unknown view filled from ``views`` (by ``dicom_id``) and, when the study has
     several images, from the DICOM header of those that are DICOM files."""
     out = []

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from cxrground.datasets.folder import StudyInput, find_release_file, scan_folder, scan_store
-from cxrground.datasets.views import view_rank, with_views
+from cxrground.datasets.folder import find_release_file, scan_folder, scan_store
+from cxrground.datasets.views import view_rank, views_by_study
 from cxrground.errors import ConfigError, Failure, InputError
 from cxrground.io.files import read_csv_text, sha256_file
 from cxrground.io.store import is_url, local_copy
@@ -177,9 +177,7 @@ def build_tasks(
     splits = read_split_file(split_file) if split_file else {}
     excluded = {s if s.startswith("s") else f"s{s}" for s in exclude}
 
-    by_study: dict[str, list[StudyInput]] = {}
-    for s in studies:
-        by_study.setdefault(s.study_id, []).append(s)
+    by_study = views_by_study(studies, views or {})
     if excluded and not excluded & by_study.keys():
         _log.warning("none of the %d excluded study ids is among the %d studies found under %s", len(excluded),
                      len(by_study), images)
@@ -187,7 +185,7 @@ def build_tasks(
     for key in sorted(by_study):
         if key in excluded:
             continue
-        offered = with_views(by_study[key], views or {})
+        offered = by_study[key]
         chosen = min(offered, key=lambda s: (view_rank(s.view), s.dicom_id or ""))
         text = table.get(key) if table else chosen.report_text
         if table and text is None and chosen.report_path is None:

@@ -30,6 +30,7 @@ the model's threshold.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -236,12 +237,13 @@ def _score_word(reader: str) -> str:
     return "zone share" if reader.startswith(LESION_ZONE_READER) else "p(abnormal)"
 
 
-def _raise_if_upside_down(image: CXRImage, segmenter: LungHeartSegmenter, path: Path) -> None:
-    """An :class:`InputError` when the film, as the lung checks read it, looks upside down."""
+def _raise_if_upside_down(image: CXRImage, seg: LungHeartMasks, segmenter: LungHeartSegmenter, path: Path) -> None:
+    """An :class:`InputError` when the film, as its lungs ``seg`` were read (its negative when the lung checks
+    inverted it), looks upside down."""
     from cxrground.anatomy.segment.orientation import upside_down_problem
 
-    checked, _, problems = segment_checked(segmenter, image)
-    problem = None if problems else upside_down_problem(segmenter, checked)
+    read = dataclasses.replace(image, pixels=255 - image.pixels) if seg.extra.get("polarity") else image
+    problem = upside_down_problem(segmenter, read)
     if problem:
         raise InputError(problem, path)
 
@@ -274,9 +276,9 @@ def write_zones(
             view = im.view or (views or {}).get(path.stem)
             if view and not is_frontal(view):
                 raise InputError(f"view {view.upper()} is not frontal (PA/AP): zones are read on frontal films", path)
-            if orientation_check:
-                _raise_if_upside_down(im, segmenter, path)
             reading, seg, z = read_zones(im, segmenter, model, name, zone_model)
+            if orientation_check:
+                _raise_if_upside_down(im, seg, segmenter, path)
         except (InputError, CXRGroundError) as exc:
             failures.append(Failure.from_exception(path, "zones", exc))
             continue
