@@ -36,6 +36,27 @@ def test_report_in_headless_chromium(tmp_path, page):
     assert page.locator("svg rect").count() > 20
 
 
+def test_report_skips_files_among_the_runs(tmp_path):
+    """`percept report runs/* --out runs/report.html`: the glob also names the response cache and the report files;
+    they are skipped with a note, and a RUNS list with no folder is a usage error."""
+    bench = make_benchmark(tmp_path / "bench", {"LF": 1, "RF": 1, "RR": 1}, lesions=("opacity",))
+    runs = tmp_path / "runs"
+    runner = CliRunner()
+    res = runner.invoke(main, ["percept", "eval", "--bench", str(bench), "--model", "oracle", "--out",
+                               str(runs / "oracle"), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    (runs / "percept_cache.sqlite").write_bytes(b"")
+    for _ in range(2):  # the second time the glob also names report.html and all_models_summary.csv
+        names = sorted(str(p) for p in runs.iterdir())
+        res = runner.invoke(main, ["percept", "report", *names, "--out", str(runs / "report.html"), "--bootstrap",
+                                   "0"])
+        assert res.exit_code == 0, res.output
+        assert "skipped" in res.stderr and "percept_cache.sqlite" in res.stderr
+    res = runner.invoke(main, ["percept", "report", str(runs / "percept_cache.sqlite"), "--out",
+                               str(tmp_path / "r.html")])
+    assert res.exit_code == 2 and "no run folder" in res.output
+
+
 def test_hf_message_conversion():
     buf = io.BytesIO()
     Image.new("L", (5, 4), 9).save(buf, format="PNG")

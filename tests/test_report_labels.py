@@ -351,3 +351,24 @@ def test_a_normal_heart_size_statement_gives_no_finding() -> None:
     section = make_section_choice("findings", "Heart size is normal.")
     assert section is not None
     assert RuleStructurer().structure("r", section).findings == ()
+
+
+def test_cli_reads_a_nested_mimic_style_folder_and_refuses_an_empty_one(tmp_path: Path) -> None:
+    """MIMIC-CXR keeps its reports in files/p10/p10000032/s50414267.txt: a folder is searched with its subfolders,
+    and a folder with no report file at all is an error, not an empty table."""
+    runner, main = _cli()
+    files = tmp_path / "files"
+    for patient, study, text in (("p10000001", "s50000001", "FINDINGS: Small left pleural effusion."),
+                                 ("p10000002", "s50000002", "FINDINGS: The lungs are clear.")):
+        (files / "p10" / patient).mkdir(parents=True)
+        (files / "p10" / patient / f"{study}.txt").write_text(text, encoding="utf-8")
+    (files / "p10" / ".hidden.txt").write_text("FINDINGS: Pneumonia.", encoding="utf-8")
+    out = tmp_path / "labels.csv"
+    result = runner.invoke(main, ["reports", "label", str(files), "--out", str(out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(out.read_text(encoding="utf-8"))))
+    assert [(r["report_id"], r["effusion"], r["effusion_sides"]) for r in rows] == [
+        ("s50000001", "1", "left"), ("s50000002", "", "")]
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    result = runner.invoke(main, ["reports", "label", str(tmp_path / "empty"), "--out", str(tmp_path / "x.csv")])
+    assert result.exit_code != 0 and "no report files" in result.output and "Traceback" not in result.output

@@ -77,6 +77,12 @@ EXTRAS: Final[tuple[ModuleSpec, ...]] = (
     ModuleSpec("fastapi", "fastapi", "serve", "cxrground serve, cxrground review serve"),
     ModuleSpec("uvicorn", "uvicorn", "serve", "cxrground serve, cxrground review serve"),
     ModuleSpec("python_multipart", "python-multipart", "serve", "image uploads to cxrground serve"),
+    ModuleSpec("fsspec", "fsspec", "store", "s3:// and gs:// inputs and outputs"),
+    ModuleSpec("s3fs", "s3fs", "store", "s3:// paths"),
+    ModuleSpec("gcsfs", "gcsfs", "store", "gs:// paths"),
+    ModuleSpec("datasets", "datasets", "export", "ils export --format hf, percept export --format hf"),
+    ModuleSpec("highdicom", "highdicom", "export", "ils export --format dicom-seg"),
+    ModuleSpec("lmms_eval", "lmms-eval", "export", "percept export --format lmms-eval"),
     ModuleSpec("pytest", "pytest", "dev", "make test"),
     ModuleSpec("ruff", "ruff", "dev", "make test (lint)"),
     ModuleSpec("openai", "openai", "dev", "the OpenAI-client tests"),
@@ -100,6 +106,9 @@ BACKENDS: Final[tuple[tuple[str, str, tuple[str, ...]], ...]] = (
     ("VLM client hf:", "percept eval --model hf:DIR", ("transformers", "torch")),
     ("VLM client openai:", "percept eval --model openai:NAME", ("httpx",)),
     ("engine ray", "ils build --engine ray", ("ray",)),
+    ("object storage", "s3:// and gs:// paths", ("fsspec", "s3fs", "gcsfs")),
+    ("exports", "ils export --format hf|dicom-seg, percept export --format hf|lmms-eval",
+     ("datasets", "highdicom", "lmms_eval")),
     ("HTTP servers", "cxrground serve, cxrground review serve", ("fastapi", "uvicorn", "python_multipart")),
 )
 

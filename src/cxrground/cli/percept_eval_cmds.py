@@ -38,14 +38,22 @@ def score_cmd(run: Path, n_boot: int) -> None:
 
 
 @percept.command("report")
-@click.argument("runs", nargs=-1, required=True, type=DIR)
+@click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
 @click.option("--out", type=OUT_FILE, required=True, help="HTML file to write.")
 @click.option("--bootstrap", "n_boot", type=int, default=1000)
 def report_cmd(runs: tuple[Path, ...], out: Path, n_boot: int) -> None:
-    """Compare runs in one self-contained HTML page (+ all_models_summary.csv next to it)."""
+    """Compare the run folders RUNS in one self-contained HTML page (+ all_models_summary.csv next to it). Files
+    among RUNS (the response cache, an earlier report, as `runs/*` names them) are skipped with a note."""
     from cxrground.evaluation.percept.report import build_report
 
-    path = build_report(list(runs), out, n_boot=n_boot)
+    folders = [r for r in runs if r.is_dir()]
+    skipped = [r for r in runs if not r.is_dir()]
+    if skipped:
+        click.echo(f"skipped {len(skipped)} file(s) that are no run folders: {', '.join(map(str, skipped))}",
+                   err=True)
+    if not folders:
+        raise click.UsageError("RUNS names no run folder")
+    path = build_report(folders, out, n_boot=n_boot)
     click.echo(f"wrote {path}")
 
 COMMANDS: list[click.Command] = []

@@ -115,17 +115,30 @@ def read_reports(paths: Iterable[str | Path], progress: bool = True) -> tuple[li
 
 
 def list_report_files(folder: str | Path, suffixes: Iterable[str] = REPORT_SUFFIXES) -> list[Path]:
-    """Return the report files (by suffix, case-insensitive) directly inside ``folder``, sorted by name."""
+    """Return the report files (by suffix, case-insensitive) in ``folder`` and its subfolders (MIMIC-CXR's
+    ``files/p10/p10000032/s50414267.txt``), sorted by path; hidden files and folders are left out."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ReportError("report folder does not exist", folder)
     wanted = {s.lower() for s in suffixes}
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in wanted)
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in wanted
+                  and not any(part.startswith(".") for part in p.relative_to(folder).parts))
 
 
 def expand_report_paths(paths: Iterable[str | Path]) -> list[Path]:
-    """Report files named by ``paths``: a file stands for itself, a folder for its report files."""
-    return [f for p in map(Path, paths) for f in (list_report_files(p) if p.is_dir() else [p])]
+    """Report files named by ``paths``: a file stands for itself, a folder for the report files in it and its
+    subfolders; a folder holding none is a :class:`ReportError`."""
+    files: list[Path] = []
+    for path in map(Path, paths):
+        if not path.is_dir():
+            files.append(path)
+            continue
+        found = list_report_files(path)
+        if not found:
+            raise ReportError(f"no report files ({', '.join(REPORT_SUFFIXES)}) in this folder or its subfolders",
+                              path)
+        files.extend(found)
+    return files
 
 
 def _jsonl_rows(text: str, path: Path) -> Iterator[tuple[str, dict[str, Any] | ReportError]]:
