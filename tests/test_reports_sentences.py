@@ -160,3 +160,21 @@ def test_figure_numbers_in_parentheses_are_not_list_markers(text: str, expected:
     sentences = split_sentences(text)
     assert sentences == expected
     assert "(Fig. (" not in number_sentences(sentences)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # one item per line, no periods: each line is a sentence
+    ("No pneumothorax\nSmall left pleural effusion\nHeart size normal",
+     ["No pneumothorax", "Small left pleural effusion", "Heart size normal"]),
+    # wrapped running text stays one sentence: long lines, a line ending in a joining word, a capitalised acronym
+    ("There is no focal consolidation, pleural effusion or pneumothorax.  The\n cardiomediastinal silhouette is "
+     "normal.",
+     ["There is no focal consolidation, pleural effusion or pneumothorax.",
+      "The cardiomediastinal silhouette is normal."]),
+    ("There is no focal consolidation,\n effusion, or pneumothorax.",
+     ["There is no focal consolidation, effusion, or pneumothorax."]),
+    ("Interval placement of a left\n PICC line.", ["Interval placement of a left PICC line."]),
+    ("There is a small effusion at the\n Right base.", ["There is a small effusion at the Right base."]),
+])
+def test_short_unpunctuated_lines_are_list_items(text: str, expected: list[str]) -> None:
+    assert split_sentences(text) == expected

@@ -454,9 +454,11 @@ _VERSION_CORPUS = (
     "The opacity is not consistent with pneumonia. Findings do not suggest edema. Nothing to suggest effusion.",
     "The appearance argues against pneumonia. The study is limited for evaluation of effusion.",
     "Pneumonia has not developed. Lack of pleural effusion. Early infection may be radiographically occult.",
+    "Absent pleural effusion. Consolidation: none. No pneumothorax small left effusion. Small R effusion.",
+    "Pneumonia is difficult to exclude at the right base. Re-expansion of the collapsed left lower lobe.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"43": "5fc21c3c6853b7f45e79c7c82fbb540066ed48a9a5e81308420fdd455b59f962"}
+_PINNED_OUTPUT = {"44": "1ba27e4b50e36e1caa4a0ca283ee9cd08012395f4c39c8b11a76a7d18f0216a1"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -1296,3 +1298,69 @@ def _assertion_rows(table: str) -> list[tuple[str, list[tuple[str, str]]]]:
 @pytest.mark.parametrize(("text", "expected"), _assertion_rows(_ASSERTION_READINGS))
 def test_assertions_of_heart_size_ranges_negated_links_and_caveats(text: str, expected: list) -> None:
     assert [(f.lesion, f.assertion) for f in findings(text)] == expected
+
+
+#: Sentence | lesions read, in order, with assertion and places (";"-joined labels; "-": none). Version 44.
+_V44_READINGS = """
+Absent pleural effusion. | effusion absent right lung;left lung
+Effusions absent. | effusion absent right lung;left lung
+Pleural effusion: none. | effusion absent right lung;left lung
+Consolidation: none. Cardiomegaly: absent. | consolidation absent right lung;left lung, cardiomegaly absent heart
+Nil effusion. | effusion absent right lung;left lung
+Zero pleural effusion. | effusion absent right lung;left lung
+No effusion small left basilar atelectasis. | effusion absent right lung;left lung, atelectasis present left lung base
+No pneumothorax small left effusion. | effusion present left lung
+No effusion or small pneumothorax. | effusion absent right lung;left lung
+No definite effusion. | effusion absent right lung;left lung
+Early pneumonia is difficult to exclude at the right base. | pneumonia uncertain right lung base
+Pneumonia is hard to exclude in the left lower lobe. | pneumonia uncertain left lung base
+Pneumonia is difficult to exclude. | pneumonia uncertain right lung;left lung
+It is difficult to exclude pneumonia at the left base. | pneumonia uncertain left lung base
+Cardiomegaly is difficult to assess given the AP technique. | cardiomegaly uncertain heart
+Effusion is difficult to assess on this portable film. | effusion uncertain right lung;left lung
+It is difficult to assess for pneumonia. | pneumonia uncertain right lung;left lung
+Re-expansion of the previously collapsed right upper lobe. | atelectasis absent right upper zone lung
+The previously collapsed left lower lobe has re-expanded. | atelectasis absent left lung base
+Re-expansion of the right lower lobe with residual atelectasis. | atelectasis present right lung base
+Opacity compatible with pneumonia in the right clinical setting. | pneumonia uncertain right lung;left lung
+Left basilar opacity could represent pneumonia in the right clinical context. | pneumonia uncertain left lung base
+Small L effusion. | effusion present left lung
+Small R pleural effusion. | effusion present right lung
+Small rt effusion. | effusion present right lung
+Atelectasis L base. | atelectasis present left lung base
+Effusion R side. | effusion present right lung
+Trace b/l effusions. | effusion present right lung;left lung
+Patient on 2 L nasal cannula. | -
+Probable small right effusion and definite left basilar consolidation. \
+    | effusion uncertain right lung, consolidation present left lung base
+Cardiothoracic ratio is increased. | cardiomegaly present heart
+Increased cardiothoracic ratio. | cardiomegaly present heart
+Cardiothoracic ratio is not increased. | cardiomegaly absent heart
+Cardiothoracic ratio is normal. | -
+"""
+
+
+def _v44_rows() -> list[tuple[str, list[tuple[str, str, tuple[str, ...]]]]]:
+    rows = []
+    for line in _V44_READINGS.strip().splitlines():
+        text, read = (part.strip() for part in line.split("|"))
+        items = [] if read == "-" else [item.split(" ", 2) for item in read.split(", ")]
+        rows.append((text, [(lesion, assertion, tuple(places.split(";"))) for lesion, assertion, places in items]))
+    return rows
+
+
+@pytest.mark.parametrize(("text", "expected"), _v44_rows())
+def test_absent_colon_templates_hedges_with_a_place_re_expansion_and_bare_side_letters(text: str,
+                                                                                       expected: list) -> None:
+    assert [(f.lesion, f.assertion, f.reported_location) for f in findings(text) if f.lesion] == expected
+
+
+def test_a_report_written_one_item_per_line_without_periods() -> None:
+    """The "No" of the first line does not reach the effusion and atelectasis of the next lines (version 44)."""
+    from cxrground.reports import make_section_choice
+
+    text = "No pneumothorax\nSmall left pleural effusion\nMild left basilar atelectasis\nHeart size normal"
+    section = make_section_choice("findings", text)
+    rows = RuleStructurer().structure("r", section).findings
+    assert [(f.lesion, f.assertion, f.reported_location) for f in rows if f.lesion] == [
+        ("effusion", "present", (LL,)), ("atelectasis", "present", (LB,))]

@@ -48,6 +48,17 @@ SPLIT_IF_CAPITAL: Final[frozenset[str]] = frozenset(
 )
 
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
+#: The longest line that may be one item of a list written one per line without punctuation; wrapped lines of
+#: running text are longer (about 70-80 characters in MIMIC-CXR's report files).
+MAX_ITEM_LINE: Final[int] = 50
+#: Words that end a line which the next line continues ("... no focal consolidation, effusion or⏎pneumothorax").
+_JOINING_WORDS: Final[frozenset[str]] = frozenset(
+    {"and", "or", "nor", "of", "the", "a", "an", "with", "without", "to", "in", "at", "on", "for", "by", "from",
+     "is", "are", "was", "were", "be", "been", "no", "not", "than", "versus", "vs", "which", "that", "as", "into",
+     "within", "along", "left", "right", "both", "small", "moderate", "large", "mild", "new", "there", "has",
+     "have", "may", "likely", "possible", "probable", "could", "can", "cannot", "also", "again", "then", "but"}
+)
+_ITEM_START = re.compile(r"[ \t]*[A-Z][a-z]")
 _MARKER = re.compile(r"(?<!\S)(?:(?P<num>\d{1,2})[.)]|(?P<bullet>[-*•]))[ \t]+(?=\S)")
 _TERMINATOR = re.compile(r"[.!?]+[\"')\]]*(?=\s)")
 _DOTTED = re.compile(r"(?:[a-z]\.)+[a-z]")
@@ -85,6 +96,26 @@ def _marker_starts(block: str) -> list[tuple[int, int]]:
             spans.append((start, m.end()))
             last_number = number
     return spans
+
+
+def _split_item_lines(block: str) -> list[str]:
+    """Split one paragraph where a line is an item of a list written one per line without punctuation.
+
+    A line break ends a sentence when the line before it is at most :data:`MAX_ITEM_LINE` characters, ends
+    without punctuation and without a joining word (:data:`_JOINING_WORDS`), and the next line starts with a
+    capital and a small letter ("No pneumothorax⏎Small left effusion": two sentences).
+    """
+    lines = block.split("\n")
+    pieces: list[str] = [lines[0]]
+    for line in lines[1:]:
+        before = pieces[-1].rsplit("\n", 1)[-1].strip()
+        words = before.split()
+        if (words and len(before) <= MAX_ITEM_LINE and before[-1].isalnum()
+                and words[-1].lower() not in _JOINING_WORDS and _ITEM_START.match(line)):
+            pieces.append(line)
+        else:
+            pieces[-1] += "\n" + line
+    return pieces
 
 
 def _split_list_items(block: str) -> list[str]:
@@ -136,7 +167,7 @@ def split_sentences(text: str) -> list[str]:
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     sentences: list[str] = []
     for block in _PARAGRAPH_BREAK.split(text.strip()):
-        for piece in _split_list_items(block):
+        for piece in (p for lines in _split_item_lines(block) for p in _split_list_items(lines)):
             flat = normalise_whitespace(piece)
             if flat:
                 sentences.extend(s for s in _split_on_terminators(flat) if _CONTENT.search(s))

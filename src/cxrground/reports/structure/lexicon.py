@@ -11,7 +11,8 @@ Finding phrases (ILS §7.1 table, extended)
 lesion                 surface forms (regular expressions simplified; plurals accepted)
 =====================  =========================================================================================
 cardiomegaly           cardiomegaly; enlarged heart / cardiac silhouette / cardiac shadow / cardiomediastinal
-                       silhouette; cardiac enlargement; enlargement of the heart / cardiac silhouette;
+                       silhouette; cardiac enlargement; increased / elevated cardiothoracic ratio, "cardiothoracic
+                       ratio is increased" (version 44); enlargement of the heart / cardiac silhouette;
                        increased heart size / cardiac silhouette / size of the heart (version 20; not the change
                        phrase "increase in heart size");
                        "<heart | heart size | cardiac silhouette | cardiomediastinal silhouette> <is, mildly,
@@ -114,9 +115,11 @@ history            (known / remote / past / prior) history of, hx of, h/o, seque
                    infection"); so is a risk: (high / increased / low ...) risk for / of ("deemed high risk for
                    COVID-19 pneumonia", "at risk of aspiration pneumonia")
 negation, before   no, without, free of, clear of, negative for, absence of, neither, nor, not (a/an/any),
-                   no longer, (interval) resolution of, interval / complete clearing of. ("rule out" is *not* a
+                   no longer, (interval) resolution of, interval / complete clearing of; absent, nil, zero,
+                   re-expansion of (version 44). ("rule out" is *not* a
                    negation: it is uncertain; "clearing of" alone may be partial and is not one either)
-negation, after    (is / are) not seen / visible / present / identified / evident / appreciated /
+negation, after    a clause-final "absent", ": none / absent / negative / no" (version 44), has re-expanded;
+                   (is / are) not seen / visible / present / identified / evident / appreciated /
                    demonstrated / visualized / noted / detected / apparent / observed; (is) absent; no longer
                    seen / visible / present; ruled out; is gone; (appears) within normal limits
 negation, both     (has since completely) resolved, (has) cleared (within 4 words)
@@ -135,7 +138,8 @@ uncertain, after   cannot / can not / can't / could not be excluded / ruled out,
                    suspected / questioned / favored / doubtful ("pneumonia is not favored" is a hedge, as
                    "unlikely"), in the appropriate / proper clinical setting / context (*decision*, round 4: the
                    statement is conditional on clinical facts the image does not show: "compatible with pneumonia
-                   in the appropriate clinical setting" is uncertain), (is) difficult to (completely) exclude,
+                   in the appropriate clinical setting" is uncertain), (is) difficult to (completely) exclude
+                   (version 44: also before a place or reason), is difficult / hard to assess / evaluate,
                    may be present, is / would be / could be (another) consideration / possibility, should /
                    could be considered
 uncertain, both    ``?`` (within 3 words); versus / vs (within 6 words: "atelectasis versus small amount of
@@ -298,6 +302,9 @@ _CARDIO_PATTERNS: Final[tuple[str, ...]] = (
     r"enlargement\s+of\s+the\s+(?:heart|cardiac\s+silhouette)",
     r"enlarged\s+(?:heart|cardiac\s+(?:silhouette|shadow)|cardiomediastinal\s+silhouette)",
     r"increased\s+(?:heart\s+size|size\s+of\s+the\s+(?:heart|cardiac\s+silhouette)|cardiac\s+silhouette)",
+    # the cardiothoracic ratio (version 44): "cardiothoracic ratio is increased", "increased cardiothoracic ratio"
+    r"(?:increased|elevated|enlarged|high)\s+cardiothoracic\s+ratio",
+    rf"cardiothoracic\s+ratio(?:\s*{_CARDIO_FILLER}){{0,8}}\s+(?:increased|elevated|enlarged|high)",
     rf"{_CARDIO_SUBJECT}(?:\s*{_CARDIO_FILLER}){{0,8}}\s+(?:enlarged|enlargement|large|increased)",
     rf"{_CARDIO_SUBJECT}\s+(?:is|are|appears?|remains?|seems?)\s+(?:(?:again|still|now|stably)\s+)?borderline"
     r"(?:\s+in\s+size)?(?!\s+(?:normal|to|in\s+(?:contour|configuration)))",
@@ -517,6 +524,13 @@ _AIR_BRONCHOGRAM_TAIL = (
 )
 #: "with (...) air bronchograms" and the commas around it, removed from an attribution gap (version 25).
 AIR_BRONCHOGRAM_RE: Final[re.Pattern[str]] = re.compile(rf",?\s*\bwith{_AIR_BRONCHOGRAM_TAIL}\s*")
+#: What may follow a post-hedge such as "is difficult to exclude": the clause's end, or a place or reason (version
+#: 44: "... at the right base", "... given the technique"); never the finding it would hedge ("difficult to exclude
+#: pneumonia" is a hedge before it).
+_HEDGE_TAIL = (
+    r"(?=\s*(?:$|[.,;:)]|\b(?:and|but|at|in|on|within|along|involving|given|due|because|as|owing|with|without|"
+    r"this|here|clinically|radiographically|secondary|on)\b))"
+)
 _CUES: Final[tuple[tuple[str, str], ...]] = (
     ("pseudo", _PRIOR_NEGATION),
     ("pseudo", r"no\s+(?:(?:significant|interval|substantial|appreciable|definite|significant\s+interval|"
@@ -556,8 +570,13 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
     ("unc_post", r"(?:cannot|can\s*not|can't|could\s+not|may\s+not)\s+be\s+(?:entirely\s+|completely\s+)?"
                  r"(?:excluded|ruled\s+out)"),
     ("unc_post", r"(?:(?:is|are)\s+)?not\s+(?:entirely\s+|completely\s+|definitely\s+)?(?:excluded|ruled\s+out)"),
+    # also before a place or reason: "pneumonia is difficult to exclude at the right base" (version 44)
     ("unc_post", r"(?:(?:is|are|was|would\s+be|may\s+be|remains?)\s+)?(?:difficult|impossible|hard)\s+to\s+"
-                 r"(?:entirely\s+|completely\s+|definitely\s+)?(?:exclude|rule\s+out)(?=\s*(?:$|[.,;:)]|\band\b))"),
+                 rf"(?:entirely\s+|completely\s+|definitely\s+)?(?:exclude|rule\s+out){_HEDGE_TAIL}"),
+    # "cardiomegaly is difficult to assess given the AP technique" (version 44; "difficult to assess for X" is a
+    # hedge before X)
+    ("unc_post", r"(?:is|are|was|were|remains?)\s+(?:(?:somewhat|more|very|particularly)\s+)?(?:difficult|hard|"
+                 rf"challenging)\s+to\s+(?:fully\s+|accurately\s+|reliably\s+)?(?:assess|evaluate){_HEDGE_TAIL}"),
     ("unc_pre", r"(?:cannot|can\s*not|can't|could\s+not)\s+(?:entirely\s+|completely\s+|definitely\s+)?"
                 r"(?:exclude|rule\s+out)"),
     ("unc_pre", r"(?:difficult|impossible|hard)\s+to\s+(?:entirely\s+|completely\s+|definitely\s+)?"
@@ -582,10 +601,17 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                  r"and)\b))"),
     ("neg_both", r"(?:(?:has|have)\s+)?(?:been\s+)?(?:since\s+)?(?:completely\s+)?"
                  r"(?:resolved|cleared)"),
+    # "Effusions absent."; "Pleural effusion: none." (version 44)
+    ("neg_post", r"absent(?=\s*(?:$|[.,;:)]))"),
+    ("neg_post", r":\s*(?:none|absent|negative|no|not\s+(?:seen|present|identified))(?=\s*(?:$|[.,;)]))"),
+    # "the previously collapsed left lower lobe has re-expanded" (version 44)
+    ("neg_post", r"(?:has|have)\s+(?:now\s+|since\s+)?(?:(?:completely|fully)\s+)?re-?expanded"),
     ("neg_pre", r"(?:interval\s+)?(?:resolution|disappearance)\s+of|(?:(?:interval|complete|total)\s+)+clearing\s+of|"
                 r"no\s+longer|"
                 r"negative\s+for|free\s+of|clear\s+of|absence\s+of|"
-                r"without|neither|nor|no|not\s+(?:a|an|any)"),
+                r"without|neither|nor|no|not\s+(?:a|an|any)|"
+                # version 44: "absent pleural effusion", "nil effusion", "re-expansion of the collapsed lobe"
+                r"absent|zero|nil|(?:interval\s+|complete\s+)?re-?expansion\s+of"),
     # a negated link verb or adjective (version 41): "does not suggest", "is not consistent with", "nothing to suggest"
     ("neg_pre", r"(?:do|does|did)\s+not\s+(?:suggest|represent|show|demonstrate|reveal|indicate|reflect)|"
                 r"(?:is|are|was|were)\s+not\s+(?:typical|characteristic|suggestive|consistent|compatible|diagnostic|"
@@ -635,7 +661,9 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
              r"\bapart\s+from\b|\bother\s+than\b|(?<!consistent )(?<!compatible )(?<!keeping )(?<!or )(?<!associated )"
              r"(?<!seen )(?<!concerning )(?<!suspicious )(?<!correlate )(?<!correlation )(?<!related )\bwith\b"
              rf"(?!{_AIR_BRONCHOGRAM_TAIL})|"
-             r"\band\s+(?=(?:there|the|a|an|this|these|it)\b)"),
+             r"\band\s+(?=(?:there|the|a|an|this|these|it)\b)|"
+             # "probable right effusion and definite left consolidation" (version 44)
+             r"\band\s+(?=(?:a\s+)?definite(?:ly)?\b)"),
     ("term", r";|,\s+(?=(?:the|there|this|it)\b)"),
 )
 _word_cues: list[str] = []
@@ -646,7 +674,7 @@ CUE_KINDS: Final[dict[str, str]] = {}
 for _i, (_ckind, _pat) in enumerate(_CUES):
     _gname = f"c{_i}"
     CUE_KINDS[_gname] = _ckind
-    if _ckind == "unc_both" or _pat.startswith(";"):  # punctuation cues
+    if _ckind == "unc_both" or _pat.startswith((";", ":")):  # punctuation cues
         _other_cues.append(f"(?P<{_gname}>{_pat})")
         _cue_branches.append(Branch(_gname, (_pat,)))
     elif _ckind == "term":  # scope-end words carry their own boundaries
@@ -768,7 +796,8 @@ ALTERNATIVE_GAP_RE: Final[re.Pattern[str]] = re.compile(
 
 # --- locations -----------------------------------------------------------------------------------------------
 
-#: Side words of a place; "rt" / "lt" (version 24) only before a zone word or a lung noun, never alone ("post RT").
+#: Side words of a place; "rt" / "lt" (version 24) only before a zone word or a lung noun, never alone ("post RT");
+#: a bare "R" / "L" (version 44) only before a zone, a side noun or a lesion phrase, and not in "b/l".
 _SIDE = r"(?:right\s+and\s+left|left\s+and\s+right|right|left|rt\.?|lt\.?|bilateral|both)"
 _SIDED = _SIDE + r"(?:[- ]?sided)?"
 _DESC = r"(?:(?:lateral|medial|posterior|anterior|inferior|superior|peripheral|dependent|central|far|extreme)\s+)*"
@@ -793,6 +822,11 @@ _NOOP_ANATOMY = (
     r"chest\s+wall|upper\s+quadrant|neck|kidney|main\s*stem|bronch\w*|paratracheal|trache\w*|mediastin\w*|"
     r"cardiac|heart|aort\w*|pectoral\w*|fem\w*|hip|knee|nipple|thyroid)"
 )
+#: What follows a bare side letter that names a side (version 44): a lesion phrase, perhaps after size words.
+_BARE_SIDE_BEFORE = (
+    r"\s+(?:(?:small|trace|tiny|minimal|mild|moderate|large|pleural|basilar|basal|apical|sided|lower|upper)\s+)*"
+    r"(?:effusions?|pneumothorax|ptx|atelectasis|opacity|opacities|consolidation|infiltrates?|pneumonia)\b"
+)
 _LOCATIONS: Final[tuple[tuple[str, str], ...]] = (
     ("border", r"(?:right|left)\s+heart\s+border"),
     ("retro", r"(?:behind|posterior\s+to)\s+the\s+(?:(?:right|left)\s+)?heart"),
@@ -801,18 +835,25 @@ _LOCATIONS: Final[tuple[tuple[str, str], ...]] = (
     ("noop", r"(?:right|left)\s+(?:(?:slightly|much|somewhat)\s+)?(?:greater|worse|larger|more|less|bigger|"
              r"smaller)\s+than\s+(?:the\s+)?(?:right|left)"),
     ("noop", rf"(?:right|left)(?:[- ]?sided)?\s+{_NOOP_ANATOMY}"),
+    # "in the right clinical setting" names no side (version 44)
+    ("noop", r"right\s+(?:clinical|setting|context|scenario|circumstances)"),
+    # a bare "R" / "L" before a zone ("L base"; version 44)
+    ("zoned", rf"(?<!/)[rl]\s+{_DESC}(?:{_NEEDLIST}|{_FREELIST})"),
     ("paired", rf"{_PAIR}(?:\s*(?:,\s*and|,|/|and)\s*{_PAIR})+{_NOUN}"),
     ("zoned", rf"(?:{_SIDED}\s+)?{_DESC}(?:lungs?\s+)?(?:{_NEEDLIST}|{_FREELIST}){_OF_SIDE}?"),
     ("both", r"both\s+lungs|both\s+hemithoraces|both\s+sides|bilateral(?:ly)?|diffuse(?:ly)?|multifocal|"
              r"widespread|scattered|throughout\s+(?:both|the)\s+lungs"),
     ("whole", rf"{_SIDED}\s+(?:lung|hemithorax|chest|side|pleural\s+space|pleura|lung\s+field)s?|"
-              rf"(?:right|left)[- ]sided|right|left"),
+              rf"(?:right|left)[- ]sided|right|left|"
+              # "R" / "L" / "rt" / "lt" before a side noun or right before a lesion ("small L effusion"; version 44)
+              rf"(?<!/)[rl]\s+(?:side|lung|hemithorax)|(?<!/)(?:[rl]|rt\.?|lt\.?)(?={_BARE_SIDE_BEFORE})"),
 )
 #: Extent words of the "both" kind: both lungs only when nothing more specific is said (ILS §7.2 "diffuse,
 #: multifocal (no side)"); with a sided or zoned phrase ("diffuse right lower lobe opacity") they add no label.
 EXTENT_RE: Final[re.Pattern[str]] = re.compile(r"diffuse(?:ly)?|multifocal|widespread|scattered")
 #: Side words of a location phrase; a zoned phrase without one may take the side of the phrase right before it.
-SIDE_WORD_RE: Final[re.Pattern[str]] = re.compile(r"\b(?:right|left|rt|lt|bilateral(?:ly)?|both)\b|^bi|\bbi(?=\w)")
+SIDE_WORD_RE: Final[re.Pattern[str]] = re.compile(
+    r"\b(?:right|left|rt|lt|bilateral(?:ly)?|both)\b|^[rl]\b|^bi|\bbi(?=\w)")
 #: Side abbreviations and the side they name.
 SIDE_ABBREVIATIONS: Final[dict[str, str]] = {"rt": "right", "lt": "left"}
 #: The gap that lets a zoned phrase take the side of the phrase before it ("left perihilar upper lobe").
@@ -905,9 +946,9 @@ def _sides(text: str, default: tuple[str, ...]) -> tuple[str, ...]:
         return ("left", "right")
     if "right and left" in text or "bilateral" in text or text.startswith(("both", "bi")) or " of both " in text:
         return SIDES
-    if re.search(r"\bright\b|^right|\brt\b", text):
+    if re.search(r"\bright\b|^right|\brt\b|^r\b", text):
         return ("right",)
-    if re.search(r"\bleft\b|^left|\blt\b", text):
+    if re.search(r"\bleft\b|^left|\blt\b|^l\b", text):
         return ("left",)
     return default
 

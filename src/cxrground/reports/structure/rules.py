@@ -179,8 +179,12 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: mildly enlarged") is an uncertain cardiomegaly; 41: a negated link verb or adjective negates ("does not suggest",
 #: "is not consistent with", "nothing to suggest"); 42: "argues against" negates, "limited for evaluation of" hedges;
 #: 43: "has not developed / recurred", "fails to show" and "lack of" negate, and "may be radiographically occult" makes
-#: a general caveat, no finding.
-RULES_VERSION: Final[str] = "43"
+#: a general caveat, no finding; 44: a size word right after a phrase starts a new item, "absent" / "nil" / "zero" and
+#: "X: none" negate, "re-expansion of" and "has re-expanded" negate a collapse, "is difficult to exclude / assess" is
+#: a hedge also before a place or reason, "the right clinical setting" names no side, "and definite" ends a hedge,
+#: "increased cardiothoracic ratio" is cardiomegaly, a bare "R" / "L" before a lesion or zone is that side (and the
+#: sentence splitter ends a sentence at a short unpunctuated list line).
+RULES_VERSION: Final[str] = "44"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -230,6 +234,9 @@ _AND_NEW_ITEM: Final[re.Pattern[str]] = re.compile(
     rf"[^,;]*?(?:,\s*)?\band\s+(?:only\s+)?(?:an?\s+)?(?:{_SIZE_WORDS}|"
     r"persistent|stable|unchanged|increasing|increased|decreasing|decreased|improving|improved|worsening|worsened|"
     r"residual)\b")
+#: A size / severity word right after a finding phrase, with no comma or conjunction: a new item ("no effusion small
+#: left basilar atelectasis"; version 44).
+_BARE_NEW_ITEM: Final[re.Pattern[str]] = re.compile(rf"\s+(?:{_SIZE_WORDS})\b[^,;]*")
 #: A later "or" / "nor" of the clause: the phrase belongs to a list that goes on ("no A, small B, or C").
 _LIST_GOES_ON: Final[re.Pattern[str]] = re.compile(r"\b(?:or|nor)\b")
 
@@ -328,7 +335,8 @@ def _ends_no_list(gaps: list[str]) -> bool:
 def _starts_new_item(low: str, cue: _Cue, i: int, mentions: list[_Mention], hi: int, hedge: bool = False) -> bool:
     """Whether a bare comma and a size / side word between ``cue`` and phrase ``i`` start a new statement.
 
-    "No pneumothorax, small right effusion": the effusion is a new statement; so is "and" before a size word ("no
+    "No pneumothorax, small right effusion": the effusion is a new statement, and so is "no effusion small left
+    atelectasis" (a size word right after a phrase, version 44); so is "and" before a size word ("no
     effusion and mild cardiomegaly"; for a ``hedge`` only after a comma: "possible pneumonia and small effusion"
     hedges both). Not when the list goes on with "or" / "nor" ("no pneumothorax, large effusion, or
     consolidation") or a conjunction joins the two phrases.
@@ -337,7 +345,8 @@ def _starts_new_item(low: str, cue: _Cue, i: int, mentions: list[_Mention], hi: 
         prev = mentions[j - 1]
         if prev.start < cue.end:
             return False
-        gap = _NEW_ITEM.match(low, prev.end, mentions[j].start)
+        gap = _NEW_ITEM.match(low, prev.end, mentions[j].start) or _BARE_NEW_ITEM.fullmatch(low, prev.end,
+                                                                                              mentions[j].start)
         if gap is not None and not _AND_OR.search(low, prev.end, mentions[j].start):
             return _LIST_GOES_ON.search(low, mentions[j].end, max(hi, mentions[j].end)) is None
         if _AND_NEW_ITEM.match(low, prev.end, mentions[j].start) is not None and (
