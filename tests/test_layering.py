@@ -17,6 +17,7 @@ STAGES = [
     "vocab",
     "io",
     "llm",
+    "net",
     "reports",
     "anatomy",
     "datasets",

@@ -17,16 +17,20 @@ every assignment but decides only on their own. A cookie-authenticated POST need
 ``csrf`` form field or the ``X-CSRF-Token`` header; the login form has its own double-submit token); a bearer
 request needs none (no ambient credential). Images are looked up by assignment id and index in the database:
 no request value is ever used as a file path. A decision is committed to SQLite (WAL, ``synchronous=FULL``)
-before the response is sent. Request bodies are limited to :data:`MAX_BODY_BYTES`. Every response carries a
+before the response is sent. Request bodies are limited to :data:`MAX_BODY_BYTES` (form posts such as the login to
+:data:`MAX_FORM_BYTES`) and must arrive within :data:`BODY_TIMEOUT_S` seconds (408 beyond). Every response carries a
 strict Content-Security-Policy (nothing loaded from elsewhere, no inline script) and ``Cache-Control:
 no-store`` (images and static files: private caching).
 
-Availability: uvicorn takes up to :data:`MAX_CONNECTIONS` connections (idle keep-alive ones included); the app
-works on at most :data:`MAX_IN_FLIGHT` requests at once and answers one more with 503 and ``Retry-After``, so
-idle sockets never lock reviewers out. Token checks, JSON and RLE decoding and SQLite run in the thread pool;
+Availability (:mod:`cxrground.net.connections`): a connection that sends no complete request within
+:data:`IDLE_TIMEOUT_S` seconds is closed, and past :data:`MAX_CONNECTIONS` open connections the one waiting longest
+for a request is closed to make room, so idle sockets never lock reviewers out; the app works on at most
+:data:`MAX_IN_FLIGHT` requests at once (a request waiting for its client to send the body holds no slot) and
+answers one more with 503 and ``Retry-After``. Token checks, JSON and RLE decoding and SQLite run in the thread pool;
 checked tokens (right or wrong) are remembered by their SHA-256 for a few minutes, and a wrong one is answered
-after a short async delay. Odd request values (an id beyond 64 bits, a body nested deeper than
-:data:`_MAX_JSON_DEPTH`) get a 4xx, never a 500.
+after a short async delay. Odd request values (an id beyond 64 bits or not a number, a body nested deeper than
+:data:`_MAX_JSON_DEPTH`, an integer too long to convert) get a 4xx in the ``{"error": ...}`` shape, never a 500; a
+client that disconnects mid-request is dropped without a log entry.
 """
 
 from __future__ import annotations
@@ -46,22 +50,35 @@ from typing import Any, Final
 
 import numpy as np
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from cxrground import __version__
 from cxrground.errors import InputError
 from cxrground.io.image import read_image
 from cxrground.io.masks import decode_rle, encode_rle
+from cxrground.net.connections import (
+    BODY_TIMEOUT_S,
+    IDLE_TIMEOUT_S,
+    MAX_CONNECTIONS,
+    BodyDeadline,
+    BodyTimeout,
+    guarded_protocol,
+    prepare_process,
+)
 from cxrground.review.db import DECISIONS, REJECT_REASONS, Assignment, ReviewDB, User
 from cxrground.review.stats import review_stats, stats_html
 
-__all__ = ["MAX_BODY_BYTES", "MAX_CONNECTIONS", "MAX_IN_FLIGHT", "STATIC_DIR", "create_app", "rle_runs", "serve",
-           "server_config"]
+__all__ = ["BODY_TIMEOUT_S", "IDLE_TIMEOUT_S", "MAX_BODY_BYTES", "MAX_CONNECTIONS", "MAX_FORM_BYTES", "MAX_IN_FLIGHT",
+           "STATIC_DIR", "create_app", "rle_runs", "serve", "server_config"]
 
 STATIC_DIR: Final[Path] = Path(__file__).resolve().parent / "static"
 MAX_BODY_BYTES: Final[int] = 16 * 1024 * 1024
+#: Largest body of a form post (login, logout): read before anything is checked, so kept small.
+MAX_FORM_BYTES: Final[int] = 64 * 1024
 SESSION_COOKIE: Final[str] = "crg_review_session"
 LOGIN_COOKIE: Final[str] = "crg_review_login"
 PAGE_CSP: Final[str] = ("default-src 'self'; img-src 'self' data: blob:; style-src 'self'; script-src 'self'; "
@@ -71,9 +88,8 @@ _STATIC_FILES: Final[dict[str, str]] = {"review.js": "text/javascript", "review.
 _PUBLIC_STATIC: Final[frozenset[str]] = frozenset({"review.css"})
 _TOKEN_CACHE_SECONDS: Final[float] = 300.0
 _TOKEN_CACHE_SIZE: Final[int] = 4096
-#: Open connections uvicorn accepts (idle keep-alive sockets included) before it answers 503.
-MAX_CONNECTIONS: Final[int] = 1000
-#: Requests the app works on at once (idle connections do not count); more get 503 with ``Retry-After``.
+#: Requests the app works on at once (idle connections and requests waiting for their body do not count); more get
+#: 503 with ``Retry-After``.
 MAX_IN_FLIGHT: Final[int] = 64
 _MAX_JSON_DEPTH: Final[int] = 64
 #: A wrong token is answered after this delay (an async sleep: no thread, no CPU), which slows a flood of
@@ -198,13 +214,13 @@ def _json_body(raw: bytes) -> Any:
             depth -= 1
     try:
         return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise _BadRequest(f"body is not JSON ({exc})") from exc
+    except (ValueError, RecursionError) as exc:  # ValueError: not JSON, not UTF-8, an integer too long to convert
+        raise _BadRequest(f"body is not JSON ({exc})"[:300]) from exc
 
 
 class _InFlightLimit:
-    """ASGI middleware: at most ``limit`` HTTP requests in progress; one more is answered 503 at once (idle
-    keep-alive connections hold no slot, unlike uvicorn's ``limit_concurrency``)."""
+    """ASGI middleware: at most ``limit`` HTTP requests in progress; one more is answered 503 at once. Idle
+    connections hold no slot, nor does a request while it waits for its client to send the body."""
 
     def __init__(self, app: Any, limit: int = MAX_IN_FLIGHT) -> None:
         self.app, self.limit, self.active = app, limit, 0
@@ -219,20 +235,30 @@ class _InFlightLimit:
             await busy(scope, receive, send)
             return
         self.active += 1
+
+        async def waiting_receive() -> Any:
+            self.active -= 1
+            try:
+                return await receive()
+            finally:
+                self.active += 1
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, waiting_receive, send)
         finally:
             self.active -= 1
 
 
 def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
-               max_in_flight: int = MAX_IN_FLIGHT) -> FastAPI:
+               max_in_flight: int = MAX_IN_FLIGHT, body_timeout: float = BODY_TIMEOUT_S) -> FastAPI:
     """The app over the review database ``db`` (``secure_cookies``: mark cookies Secure, behind HTTPS;
-    ``max_in_flight``: requests worked on at once). Token checks, RLE decoding and database work run in the
-    thread pool (sync handlers, or :func:`run_in_threadpool`), never on the event loop."""
+    ``max_in_flight``: requests worked on at once; ``body_timeout``: seconds a request body may take to arrive).
+    Token checks, RLE decoding and database work run in the thread pool (sync handlers, or
+    :func:`run_in_threadpool`), never on the event loop."""
     db = db if isinstance(db, ReviewDB) else ReviewDB(db)
     app = FastAPI(title="cxrground review", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(_InFlightLimit, limit=max_in_flight)
+    app.add_middleware(BodyDeadline, timeout=body_timeout)
     token_cache: dict[str, tuple[User | None, float]] = {}
 
     def checked_token(token: str) -> User | None:
@@ -281,15 +307,15 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
             raise StarletteHTTPException(404, "no such assignment")
         return found
 
-    async def bounded_body(request: Request) -> bytes:
+    async def bounded_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
         declared = request.headers.get("content-length", "")
-        if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-            raise StarletteHTTPException(413, f"body over {MAX_BODY_BYTES} bytes")
+        if declared.isascii() and declared.isdigit() and int(declared) > limit:
+            raise StarletteHTTPException(413, f"body over {limit} bytes")
         chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise StarletteHTTPException(413, f"body over {MAX_BODY_BYTES} bytes")
+            if size > limit:
+                raise StarletteHTTPException(413, f"body over {limit} bytes")
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -298,7 +324,8 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
 
         if request.headers.get("content-type", "").split(";")[0].strip() != "application/x-www-form-urlencoded":
             raise _BadRequest("expected a form post (application/x-www-form-urlencoded)")
-        parsed = parse_qs((await bounded_body(request)).decode("utf-8", "replace"), keep_blank_values=True)
+        parsed = parse_qs((await bounded_body(request, MAX_FORM_BYTES)).decode("utf-8", "replace"),
+                          keep_blank_values=True)
         return {k: v[0] for k, v in parsed.items()}
 
     @app.middleware("http")
@@ -344,7 +371,23 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(request: Request, exc: StarletteHTTPException) -> Response:
-        return JSONResponse({"error": {"type": "http", "message": str(exc.detail)}}, status_code=exc.status_code)
+        headers = {"Connection": "close"} if exc.status_code == 413 else None  # the unread body ends the connection
+        return JSONResponse({"error": {"type": "http", "message": str(exc.detail)}}, status_code=exc.status_code,
+                            headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(request: Request, exc: RequestValidationError) -> Response:
+        # the only typed request values are path ids: one that is no integer names nothing
+        return JSONResponse({"error": {"type": "http", "message": "not found"}}, status_code=404)
+
+    @app.exception_handler(BodyTimeout)
+    async def on_body_timeout(request: Request, exc: BodyTimeout) -> Response:
+        return JSONResponse({"error": {"type": "request_timeout", "message": str(exc)}}, status_code=408,
+                            headers={"Connection": "close"})
+
+    @app.exception_handler(ClientDisconnect)
+    async def on_disconnect(request: Request, exc: ClientDisconnect) -> Response:
+        return Response(status_code=400)  # nobody reads it: the client is gone
 
     # --- public ------------------------------------------------------------------------------------
 
@@ -556,12 +599,15 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
     return app
 
 
-def server_config(app: Any, host: str = "127.0.0.1", port: int = 8765, *, log_level: str = "info") -> Any:
-    """The uvicorn configuration ``review serve`` runs ``app`` with: up to :data:`MAX_CONNECTIONS` open
-    connections (idle keep-alive ones closed after 5 s without a request), the in-flight limit inside the app."""
+def server_config(app: Any, host: str = "127.0.0.1", port: int = 8765, *, log_level: str = "info",
+                  idle_timeout: float = IDLE_TIMEOUT_S) -> Any:
+    """The uvicorn configuration ``review serve`` runs ``app`` with: connections without a request closed after
+    ``idle_timeout`` seconds (keep-alive ones after 5 s), at most :data:`MAX_CONNECTIONS` kept open by closing the
+    one idle longest (:class:`~cxrground.net.connections.GuardedH11Protocol`); the in-flight limit is inside
+    the app."""
     import uvicorn
 
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, limit_concurrency=MAX_CONNECTIONS,
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, http=guarded_protocol(idle_timeout),
                           timeout_keep_alive=5, lifespan="off")
 
 
@@ -571,5 +617,6 @@ def serve(db_path: str | Path, host: str = "127.0.0.1", port: int = 8765, *, log
     deployment behind HTTPS)."""
     import uvicorn
 
+    prepare_process()
     uvicorn.Server(server_config(create_app(db_path, secure_cookies=secure_cookies), host, port,
                                  log_level=log_level)).run()

@@ -17,25 +17,33 @@ Routes:
 
 Errors are JSON ``{"error": {"type", "message", "code", "param"}}`` (the OpenAI error shape) with
 status 400 (bad input, named), 401 (API key missing or wrong, see :mod:`cxrground.serve.access`),
-404/405 (routing), 413 (body or image too large, too many pixels),
+404/405 (routing), 408 (the body did not arrive in time), 413 (body or image too large, too many pixels),
 415 (unsupported image or body type), 422 (validation), 500 (the model failed) and 503 (no model
-loaded). Limits: :class:`~cxrground.serve.limits.Limits`; the request body is bounded by
-:attr:`Limits.max_body_bytes` before any parsing.
+loaded, or ``busy``). Limits: :class:`~cxrground.serve.limits.Limits`; the request body is bounded by
+:attr:`Limits.max_body_bytes` before any parsing and must arrive within :attr:`Limits.body_timeout_s`.
 
-Model calls run in the thread pool under one lock: backends are not assumed thread-safe, so one
-prediction runs at a time per process (use ``--workers`` for parallelism).
+The image routes' work (JSON parsing, image decoding, the model, encoding the answer) runs in worker threads,
+never on the event loop, so ``/health`` and the other light routes answer at once whatever the image requests
+do; at most :attr:`Limits.max_in_flight` image requests are worked on at once per process, and one that finds no
+free slot within :attr:`Limits.busy_wait_s` seconds is answered 503 ``busy`` (with ``Retry-After``). Model calls
+run under one lock: backends are not assumed thread-safe, so one prediction runs at a time per process (use
+``--workers`` for parallelism). There are no Swagger or ReDoc pages (they load scripts from a CDN);
+``/openapi.json`` describes the API.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import functools
 import io
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -46,6 +54,8 @@ from PIL import Image
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cxrground import __version__
@@ -54,6 +64,7 @@ from cxrground.io.image import CXRImage
 from cxrground.io.masks import as_mask, encode_rle
 from cxrground.io.overlay import PALETTE, overlay_masks
 from cxrground.models.base import IlsModel, IlsOutput
+from cxrground.net.connections import BodyDeadline, BodyTimeout
 from cxrground.serve.access import AccessPolicy, install_access
 from cxrground.serve.decode import decode_image_bytes, decode_image_string
 from cxrground.serve.limits import ApiError, Limits
@@ -73,15 +84,41 @@ OVERLAY_ALPHA: Final[float] = 0.45
 #: Content-Security-Policy of the web page: nothing is loaded from outside the server.
 PAGE_CSP: Final[str] = ("default-src 'self'; img-src 'self' data: blob:; style-src 'self'; script-src 'self'; "
                         "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'")
+_T = TypeVar("_T")
+
+
+class _WorkGate:
+    """At most ``slots`` image requests worked on at once, each in a worker thread; a request that finds no free
+    slot within ``wait_s`` seconds is refused with 503 ``busy``."""
+
+    def __init__(self, slots: int, wait_s: float) -> None:
+        self.slots = slots
+        self.wait_s = wait_s
+        self._free = asyncio.Semaphore(slots)
+
+    async def run(self, work: Callable[[], _T]) -> _T:
+        """``work()`` in a worker thread once a slot is free."""
+        try:
+            async with asyncio.timeout(self.wait_s):
+                await self._free.acquire()
+        except TimeoutError:
+            raise ApiError(503, "busy", f"the server is working on {self.slots} image requests; "
+                                        "retry in a few seconds") from None
+        try:
+            return await run_in_threadpool(work)
+        finally:
+            self._free.release()
 
 
 class _ServerState:
-    """The loaded model, its identity, the limits and the lock that serialises predictions."""
+    """The loaded model, its identity, the limits, the gate of image requests and the lock that serialises
+    predictions."""
 
     def __init__(self, model: IlsModel | None, limits: Limits, checkpoint: str | None) -> None:
         self.model = model
         self.limits = limits
         self.checkpoint = checkpoint
+        self.gate = _WorkGate(limits.max_in_flight, limits.busy_wait_s)
         self.lock = threading.Lock()
         self.started = int(time.time())
 
@@ -156,10 +193,11 @@ def create_app(model: IlsModel | None, limits: Limits | None = None, *, checkpoi
     ``access``: API key and CORS origins (:mod:`cxrground.serve.access`; default: no key, no CORS).
     """
     state = _ServerState(model, limits or Limits(), checkpoint)
-    app = FastAPI(title="cxrground", version=__version__,
+    app = FastAPI(title="cxrground", version=__version__, docs_url=None, redoc_url=None,
                   description="Lesion grounding in chest X-rays: instruction + image → answer + mask.")
     app.state.cxr = state
     app.add_middleware(_BodyLimit, max_bytes=state.limits.max_body_bytes)
+    app.add_middleware(BodyDeadline, timeout=state.limits.body_timeout_s)
     install_access(app, access or AccessPolicy())  # outside the body limit: unauthorised bodies are not read
     _add_error_handlers(app)
     _add_info_routes(app, state)
@@ -171,7 +209,17 @@ def create_app(model: IlsModel | None, limits: Limits | None = None, *, checkpoi
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        headers = {"Retry-After": "1"} if exc.status == 503 else None
+        return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+    @app.exception_handler(BodyTimeout)
+    async def _body_timeout(request: Request, exc: BodyTimeout) -> JSONResponse:
+        err = ApiError(408, "request_timeout", str(exc))
+        return JSONResponse(err.body(), status_code=408, headers={"Connection": "close"})
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, exc: ClientDisconnect) -> Response:
+        return Response(status_code=400)  # nobody reads it: the client is gone
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -223,66 +271,89 @@ def _add_info_routes(app: FastAPI, state: _ServerState) -> None:
 
 
 def _add_predict_routes(app: FastAPI, state: _ServerState) -> None:
-    @app.post("/v1/segment", responses={400: {}, 413: {}, 415: {}, 422: {}, 503: {}})
+    @app.post("/v1/segment", responses={400: {}, 408: {}, 413: {}, 415: {}, 422: {}, 503: {}})
     async def segment(request: Request) -> JSONResponse:
         """Segment what the instruction asks for; answer text, structured result and mask."""
         t0 = time.perf_counter()
-        req, image = await _segment_input(request, state.limits)
-        instruction = _check_instruction(req.instruction, state.limits)
-        t1 = time.perf_counter()
-        output = await run_in_threadpool(state.predict, image, instruction)
-        t2 = time.perf_counter()
-        body = _segment_body(state, req, image, output)
-        t3 = time.perf_counter()
-        body["timing_ms"] = {"decode": _ms(t1 - t0), "model": _ms(t2 - t1), "encode": _ms(t3 - t2),
-                             "total": _ms(t3 - t0)}
-        return JSONResponse(body)
+        ctype = request.headers.get("content-type", "")
+        query = {k: v for k, v in request.query_params.items() if k in ("mask_format", "overlay", "include_image")}
+        if ctype.startswith("multipart/form-data"):
+            fields, data = await _read_upload(request)
+            work = functools.partial(_segment_work, state, {**query, **fields}, t0, upload=data)
+        else:
+            work = functools.partial(_segment_work, state, query, t0, raw_json=await _read_json_body(request))
+        return await state.gate.run(work)
 
-    @app.post("/v1/chat/completions", responses={400: {}, 413: {}, 422: {}, 503: {}})
+    @app.post("/v1/chat/completions", responses={400: {}, 408: {}, 413: {}, 422: {}, 503: {}})
     async def chat_completions(request: Request) -> JSONResponse:
         """OpenAI-compatible chat completion: answer text plus the ``cxrground`` grounding field."""
-        try:
-            req = ChatCompletionRequest.model_validate(await _read_json(request))
-        except ValidationError as exc:
-            raise _validation_error(exc.errors()) from exc
-        url, instruction = chat_input(req, state.limits)
-        instruction = _check_instruction(instruction, state.limits)
-        image = decode_image_string(url, state.limits, data_url_only=True)
-        output = await run_in_threadpool(state.predict, image, instruction)
-        extra = {"structured": output.structured(), "mask": encode_rle(as_mask(output.mask)),
-                 "image_size": list(image.shape)}
-        return JSONResponse(completion_body(state.model_id, output.answer, instruction, extra))
+        raw = await _read_json_body(request)
+        return await state.gate.run(functools.partial(_chat_work, state, raw))
 
 
-async def _read_json(request: Request) -> Any:
+async def _read_json_body(request: Request) -> bytes:
+    """The raw body of a request that must be JSON (415 for another content type)."""
     ctype = request.headers.get("content-type", "")
     if "json" not in ctype:
         raise ApiError(415, "unsupported_media_type", f"send application/json, not {ctype or 'no content type'}")
-    raw = await request.body()
+    return await request.body()
+
+
+def _parse_json(raw: bytes) -> Any:
     try:
         return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "invalid_request", f"body is not valid JSON ({exc})") from exc
+    except (ValueError, RecursionError) as exc:  # ValueError: not JSON, not UTF-8, an integer too long to convert
+        kind = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+        raise ApiError(400, "invalid_request", f"body is not valid JSON ({kind})") from None
 
 
-async def _segment_input(request: Request, limits: Limits) -> tuple[SegmentRequest, CXRImage]:
-    """The validated options and the decoded image of a multipart or JSON segment request."""
-    ctype = request.headers.get("content-type", "")
-    query = {k: v for k, v in request.query_params.items() if k in ("mask_format", "overlay", "include_image")}
-    if ctype.startswith("multipart/form-data"):
-        async with request.form(max_files=1, max_fields=8) as form:
-            upload = form.get("image")
-            if upload is None or isinstance(upload, str):
-                raise ApiError(400, "invalid_request", "multipart field 'image' must be an uploaded file")
-            data = await upload.read()
-            fields = {k: v for k, v in form.items() if k != "image" and isinstance(v, str)}
-        req = _validate_segment({**query, **fields, "image": ""})
-        return req, decode_image_bytes(data, limits)
-    payload = await _read_json(request)
-    if not isinstance(payload, dict):
-        raise ApiError(422, "validation_error", "body must be a JSON object")
-    req = _validate_segment({**query, **payload})
-    return req, decode_image_string(req.image, limits)
+async def _read_upload(request: Request) -> tuple[dict[str, str], bytes]:
+    """The text fields and the ``image`` file of a multipart segment request."""
+    async with request.form(max_files=1, max_fields=8) as form:
+        upload = form.get("image")
+        if upload is None or isinstance(upload, str):
+            raise ApiError(400, "invalid_request", "multipart field 'image' must be an uploaded file")
+        data = await upload.read()
+        fields = {k: v for k, v in form.items() if k != "image" and isinstance(v, str)}
+    return fields, data
+
+
+def _segment_work(state: _ServerState, fields: dict[str, Any], t0: float, *, upload: bytes | None = None,
+                  raw_json: bytes | None = None) -> JSONResponse:
+    """The answer to a segment request (in a worker thread): options, image, model, encoded response."""
+    if upload is not None:
+        req = _validate_segment({**fields, "image": ""})
+        image = decode_image_bytes(upload, state.limits)
+    else:
+        payload = _parse_json(raw_json or b"")
+        if not isinstance(payload, dict):
+            raise ApiError(422, "validation_error", "body must be a JSON object")
+        req = _validate_segment({**fields, **payload})
+        image = decode_image_string(req.image, state.limits)
+    instruction = _check_instruction(req.instruction, state.limits)
+    t1 = time.perf_counter()
+    output = state.predict(image, instruction)
+    t2 = time.perf_counter()
+    body = _segment_body(state, req, image, output)
+    t3 = time.perf_counter()
+    body["timing_ms"] = {"decode": _ms(t1 - t0), "model": _ms(t2 - t1), "encode": _ms(t3 - t2),
+                         "total": _ms(t3 - t0)}
+    return JSONResponse(body)
+
+
+def _chat_work(state: _ServerState, raw: bytes) -> JSONResponse:
+    """The answer to a chat-completions request (in a worker thread)."""
+    try:
+        req = ChatCompletionRequest.model_validate(_parse_json(raw))
+    except ValidationError as exc:
+        raise _validation_error(exc.errors()) from exc
+    url, instruction = chat_input(req, state.limits)
+    instruction = _check_instruction(instruction, state.limits)
+    image = decode_image_string(url, state.limits, data_url_only=True)
+    output = state.predict(image, instruction)
+    extra = {"structured": output.structured(), "mask": encode_rle(as_mask(output.mask)),
+             "image_size": list(image.shape)}
+    return JSONResponse(completion_body(state.model_id, output.answer, instruction, extra))
 
 
 def _validate_segment(fields: dict[str, Any]) -> SegmentRequest:
@@ -316,10 +387,23 @@ def _segment_body(state: _ServerState, req: SegmentRequest, image: CXRImage, out
     if req.mask_format in ("png", "both"):
         body["mask_png"] = _png_base64(mask.astype(np.uint8) * 255)
     if req.overlay:
-        body["overlay_png"] = _png_base64(overlay_masks(image.pixels, [mask], [OVERLAY_COLOUR], OVERLAY_ALPHA))
+        body["overlay_png"] = _png_base64(_overlay(image.pixels, mask))
     if req.include_image:
         body["image_png"] = _png_base64(image.pixels)
     return body
+
+
+def _overlay(pixels: np.ndarray, mask: np.ndarray, rows: int = 256) -> np.ndarray:
+    """:func:`overlay_masks` of one mask, computed in bands of ``rows`` rows (each with a row of context above
+    and below, so outlines match): the same pixels with a working memory of one band, not of the whole image."""
+    h = pixels.shape[0]
+    out = np.empty((*pixels.shape[:2], 3), dtype=np.uint8)
+    for y0 in range(0, h, rows):
+        y1 = min(h, y0 + rows)
+        a, b = max(0, y0 - 1), min(h, y1 + 1)
+        band = overlay_masks(pixels[a:b], [mask[a:b]], [OVERLAY_COLOUR], OVERLAY_ALPHA)
+        out[y0:y1] = band[y0 - a:y1 - a]
+    return out
 
 
 def _png_base64(pixels: np.ndarray) -> str:

@@ -11,7 +11,11 @@ status code and a message that names the limit:
 * **415** ``unsupported_media_type`` — the bytes are none of the ``allowed_types`` (sniffed from the
   content, never from a file name or a client's content type).
 * **400** ``invalid_request`` — empty or over-long instruction (``max_instruction_chars``), undecodable
-  image (the reader's reason is named), remote URLs, file-system paths.
+  image (the reader's reason is named), remote URLs, file-system paths, a body that is not JSON (or nests too
+  deep, or holds an integer too long to convert).
+* **408** ``request_timeout`` — the request body did not arrive within ``body_timeout_s`` seconds of its head.
+* **503** ``busy`` — ``max_in_flight`` image requests (decode, model, encode) are being worked on in this process
+  and no slot came free within ``busy_wait_s`` seconds.
 """
 
 from __future__ import annotations
@@ -27,16 +31,21 @@ IMAGE_TYPES: Final[tuple[str, ...]] = ("png", "jpeg", "dicom")
 
 @dataclass(frozen=True)
 class Limits:
-    """What one request may contain; defaults fit full-size chest X-rays (about 3000 × 3000 px)."""
+    """What one request may contain (defaults fit full-size chest X-rays, about 3000 × 3000 px) and how many image
+    requests one server process works on at once."""
 
     max_upload_bytes: int = 32 * 1024 * 1024
     max_pixels: int = 40_000_000
     allowed_types: tuple[str, ...] = IMAGE_TYPES
     max_instruction_chars: int = 1000
     max_messages: int = 64
+    max_in_flight: int = 2
+    busy_wait_s: float = 10.0
+    body_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
-        if self.max_upload_bytes <= 0 or self.max_pixels <= 0 or self.max_instruction_chars <= 0:
+        if min(self.max_upload_bytes, self.max_pixels, self.max_instruction_chars, self.max_in_flight) <= 0 \
+                or self.busy_wait_s < 0 or self.body_timeout_s <= 0:
             raise ValueError(f"limits must be positive: {self}")
         unknown = set(self.allowed_types) - set(IMAGE_TYPES)
         if unknown or not self.allowed_types:

@@ -27,6 +27,8 @@ class ServeRequest:
     max_upload_mb: float = option(32.0, low=0, low_open=True, help="Largest image accepted, in MiB (413 beyond).")
     max_pixels: int = option(40_000_000, low=1, help="Largest image accepted, in pixels (413 beyond).")
     workers: int = option(1, low=1, help="Server processes, each with its own copy of the model.")
+    max_in_flight: int = option(2, low=1, help="Image requests worked on at once per process (decoding, model, "
+                                "encoding); one more waits up to 10 s for a slot, then gets 503 busy.")
     api_key_env: str | None = option(None, metavar="NAME", help="Require the API key held by environment variable "
                                      "NAME on every route but /health ('Authorization: Bearer KEY' or 'api-key: KEY').")
     cors_origins: tuple[str, ...] = option((), flag="--cors-origin", metavar="ORIGIN", help="Allow cross-origin "
@@ -48,6 +50,7 @@ def serve_request(request: ServeRequest, warn: Callable[[str], None], note: Call
     if not is_loopback(r.host) and key is None:
         warn(f"warning: binding to {r.host} exposes the server beyond this machine; it has no authentication (see "
              "--api-key-env). Put it behind an authenticating proxy.")
-    limits = Limits(max_upload_bytes=int(r.max_upload_mb * 1024 * 1024), max_pixels=r.max_pixels)
+    limits = Limits(max_upload_bytes=int(r.max_upload_mb * 1024 * 1024), max_pixels=r.max_pixels,
+                    max_in_flight=r.max_in_flight)
     note(f"serving {r.checkpoint} on http://{r.host}:{r.port}/ (web page), /v1/segment, /v1/chat/completions")
     serve(r.checkpoint, host=r.host, port=r.port, device=r.device, limits=limits, access=access, workers=r.workers)

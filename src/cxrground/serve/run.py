@@ -3,6 +3,10 @@
 ``serve`` loads the checkpoint through :func:`cxrground.models.base.load_model` (any backend) and runs
 uvicorn. With ``workers > 1`` uvicorn starts that many processes, each loading its own copy of the
 model through :func:`app_from_env` (the settings travel in ``CXRGROUND_SERVE_*`` environment variables).
+Connections are guarded as in :mod:`cxrground.net.connections` (idle ones closed after
+:data:`~cxrground.net.connections.IDLE_TIMEOUT_S` seconds, at most
+:data:`~cxrground.net.connections.MAX_CONNECTIONS` kept open), the open-file limit is raised to the hard limit
+and failed accepts are logged once per interval, not once each.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 
 from cxrground.io.files import sha256_file
 from cxrground.models.base import CHECKPOINT_FILE, IlsModel, load_model
+from cxrground.net.connections import IDLE_TIMEOUT_S, GuardedH11Protocol, guarded_protocol, prepare_process
 from cxrground.serve.access import AccessPolicy, read_api_key
 from cxrground.serve.limits import Limits
 
@@ -66,6 +71,7 @@ def serve(
 
     limits = limits or Limits()
     access = access or AccessPolicy()
+    prepare_process()
     if workers > 1:
         os.environ[_ENV_CHECKPOINT] = str(Path(checkpoint).resolve())
         os.environ[_ENV_DEVICE] = device
@@ -78,10 +84,10 @@ def serve(
         os.environ[_ENV_ACCESS] = json.dumps({"api_key_env": key_env if access.api_key is not None else None,
                                               "cors_origins": list(access.cors_origins)})
         uvicorn.run("cxrground.serve.run:app_from_env", factory=True, host=host, port=port, workers=workers,
-                    log_level=log_level)
+                    log_level=log_level, http=GuardedH11Protocol)
         return
     app, _ = load_and_create(checkpoint, device=device, limits=limits, access=access)
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, http=GuardedH11Protocol)
 
 
 def app_from_env() -> Any:
@@ -102,15 +108,18 @@ class BackgroundServer:
     """uvicorn serving ``app`` in a daemon thread on ``host`` and a free port; a context manager.
 
     ``url`` is known once :meth:`start` returns. :meth:`stop` asks the server to finish its open
-    requests and waits at most ``stop_timeout`` seconds.
+    requests and waits at most ``stop_timeout`` seconds. Connections are guarded as by ``serve``, with
+    ``idle_timeout``; ``limit_concurrency`` (uvicorn's: open connections before 503; None: no such limit).
     """
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, start_timeout: float = 20.0,
-                 stop_timeout: float = 10.0, limit_concurrency: int = 16) -> None:
+                 stop_timeout: float = 10.0, limit_concurrency: int | None = 16,
+                 idle_timeout: float = IDLE_TIMEOUT_S) -> None:
         import uvicorn
 
         config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
-                                limit_concurrency=limit_concurrency, timeout_keep_alive=2)
+                                limit_concurrency=limit_concurrency, timeout_keep_alive=2,
+                                http=guarded_protocol(idle_timeout))
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="cxrground-serve", daemon=True)
         self._start_timeout = start_timeout

@@ -1,0 +1,306 @@
+"""``cxrground serve`` under idle and hostile clients: image work off the event loop and bounded in number, idle
+connections closed (and evicted when too many), bodies that never arrive, bad JSON, clients that vanish mid-body,
+no CDN-loading docs pages, and the process-level guards (open-file limit, accept-error log)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi")
+
+import httpx
+
+from cxrground.io.image import CXRImage
+from cxrground.io.overlay import overlay_masks
+from cxrground.models.base import IlsOutput
+from cxrground.net.connections import AcceptErrorFilter, guarded_protocol, prepare_process
+from cxrground.serve import app as app_module
+from cxrground.serve.app import OVERLAY_ALPHA, OVERLAY_COLOUR, create_app
+from cxrground.serve.limits import Limits
+from cxrground.serve.run import BackgroundServer
+from serve_helpers import ThresholdModel, cxr_pixels, data_url, png_bytes
+
+INSTRUCTION = "Segment the effusion."
+
+
+@dataclass
+class _StallModel(ThresholdModel):
+    """Waits (at most 10 s) inside predict until released: a request stuck in a slow model."""
+
+    entered: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def predict(self, image: CXRImage, instruction: str) -> IlsOutput:
+        self.entered.set()
+        self.release.wait(10)
+        return super().predict(image, instruction)
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def captured_logs(*names: str):
+    """Records of the named loggers (attached directly: uvicorn's loggers do not propagate to the root)."""
+    handler = _Records()
+    for name in names:
+        logging.getLogger(name).addHandler(handler)
+    try:
+        yield handler.records
+    finally:
+        for name in names:
+            logging.getLogger(name).removeHandler(handler)
+
+
+def _port(server: BackgroundServer) -> int:
+    assert server.port is not None
+    return server.port
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    """True when the server has closed ``sock`` (reads EOF or a reset within the socket's timeout)."""
+    try:
+        while True:
+            data = sock.recv(4096)
+            if not data:
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+
+
+def _upload(url: str, timeout: float = 20.0) -> httpx.Response:
+    return httpx.post(f"{url}/v1/segment", files={"image": ("x.png", png_bytes(cxr_pixels()))},
+                      data={"instruction": INSTRUCTION}, timeout=timeout)
+
+
+def test_health_answers_at_once_while_image_requests_run_and_extra_ones_get_busy() -> None:
+    model = _StallModel()
+    app = create_app(model, Limits(max_in_flight=1, busy_wait_s=0.3))
+    with BackgroundServer(app, limit_concurrency=None) as server:
+        first: list[httpx.Response] = []
+        worker = threading.Thread(target=lambda: first.append(_upload(server.url)))
+        worker.start()
+        try:
+            assert model.entered.wait(5), "the first request never reached the model"
+            t0 = time.monotonic()
+            health = httpx.get(f"{server.url}/health", timeout=5)
+            assert health.status_code == 200 and time.monotonic() - t0 < 1.0
+            t0 = time.monotonic()
+            busy = _upload(server.url, timeout=5)
+            waited = time.monotonic() - t0
+            assert busy.status_code == 503, busy.text
+            assert busy.json()["error"]["type"] == "busy" and busy.headers["retry-after"] == "1"
+            assert 0.25 <= waited < 3.0
+        finally:
+            model.release.set()
+            worker.join(20)
+        assert [r.status_code for r in first] == [200]
+        assert _upload(server.url).status_code == 200  # the slot is free again
+
+
+def test_decoding_the_model_and_encoding_run_off_the_event_loop(monkeypatch) -> None:
+    seen: dict[str, set[str]] = {"decode": set(), "encode": set()}
+    real_bytes, real_string, real_png = (app_module.decode_image_bytes, app_module.decode_image_string,
+                                         app_module._png_base64)
+
+    def spy(kind, real):
+        def wrapped(*a, **k):
+            seen[kind].add(threading.current_thread().name)
+            return real(*a, **k)
+        return wrapped
+
+    monkeypatch.setattr(app_module, "decode_image_bytes", spy("decode", real_bytes))
+    monkeypatch.setattr(app_module, "decode_image_string", spy("decode", real_string))
+    monkeypatch.setattr(app_module, "_png_base64", spy("encode", real_png))
+    image = png_bytes(cxr_pixels())
+    with BackgroundServer(create_app(ThresholdModel())) as server, \
+            httpx.Client(base_url=server.url, timeout=20) as client:
+        assert client.post("/v1/segment", files={"image": ("x.png", image)},
+                           data={"instruction": INSTRUCTION, "overlay": "true"}).status_code == 200
+        assert client.post("/v1/segment", json={"image": data_url(image), "instruction": INSTRUCTION,
+                                                "include_image": True}).status_code == 200
+        parts = [{"type": "text", "text": INSTRUCTION}, {"type": "image_url", "image_url": {"url": data_url(image)}}]
+        chat = {"messages": [{"role": "user", "content": parts}]}
+        assert client.post("/v1/chat/completions", json=chat).status_code == 200
+    assert seen["decode"] and seen["encode"]
+    for kind, names in seen.items():
+        assert "cxrground-serve" not in names, (kind, names)  # the event loop's thread
+
+
+def test_banded_overlay_equals_the_whole_image_overlay() -> None:
+    rng = np.random.default_rng(3)
+    for shape in [(1, 5), (7, 9), (300, 41), (513, 64)]:
+        pixels = (rng.random(shape) * 255).astype(np.uint8)
+        mask = rng.random(shape) > 0.5
+        mask[: shape[0] // 2, : shape[1] // 2] = True
+        want = overlay_masks(pixels, [mask], [OVERLAY_COLOUR], OVERLAY_ALPHA)
+        np.testing.assert_array_equal(app_module._overlay(pixels, mask, rows=64), want)
+
+
+def test_idle_and_half_sent_connections_are_closed_after_the_idle_timeout() -> None:
+    with BackgroundServer(create_app(ThresholdModel()), limit_concurrency=None, idle_timeout=1.0) as server:
+        port = _port(server)
+        idle = socket.create_connection(("127.0.0.1", port), timeout=5)
+        half = socket.create_connection(("127.0.0.1", port), timeout=5)
+        half.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # the head never ends
+        try:
+            t0 = time.monotonic()
+            assert _closed_by_server(idle) and _closed_by_server(half)
+            assert 0.8 <= time.monotonic() - t0 < 4.0
+            assert httpx.get(f"{server.url}/health", timeout=5).status_code == 200
+        finally:
+            idle.close()
+            half.close()
+
+
+def test_too_many_idle_connections_evict_the_oldest_instead_of_locking_clients_out() -> None:
+    import uvicorn
+
+    config = uvicorn.Config(create_app(ThresholdModel()), host="127.0.0.1", port=0, log_level="warning",
+                            lifespan="off", http=guarded_protocol(idle_timeout=30.0, max_connections=8))
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="evict-loop", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    socks = []
+    try:
+        for _ in range(20):
+            socks.append(socket.create_connection(("127.0.0.1", port), timeout=3))
+            time.sleep(0.01)
+        t0 = time.monotonic()
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+        assert time.monotonic() - t0 < 2.0
+        assert _closed_by_server(socks[0])  # the oldest idle ones made room
+        socks[-1].settimeout(0.3)
+        assert not _closed_by_server(socks[-1])  # the newest stays
+    finally:
+        for s in socks:
+            s.close()
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_a_body_that_never_arrives_gets_408_and_the_connection_closes() -> None:
+    app = create_app(ThresholdModel(), Limits(body_timeout_s=1.0))
+    with BackgroundServer(app, limit_concurrency=None) as server, \
+            socket.create_connection(("127.0.0.1", _port(server)), timeout=5) as sock:
+        sock.sendall(b"POST /v1/segment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{\"image\": ")
+        t0 = time.monotonic()
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        assert b"request_timeout" in answer and 0.8 <= time.monotonic() - t0 < 4.0
+
+
+@pytest.mark.parametrize("route", ["/v1/segment", "/v1/chat/completions"])
+@pytest.mark.parametrize("body", [b'{"image": ' + b"9" * 5000 + b', "instruction": "x"}',
+                                  b'{"image": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"],
+                         ids=["huge-integer", "deep-nesting"])
+def test_bad_json_is_400_without_a_traceback(route, body) -> None:
+    with BackgroundServer(create_app(ThresholdModel())) as server, \
+            captured_logs("uvicorn.error", "uvicorn", "starlette", "fastapi") as records:
+        resp = httpx.post(server.url + route, content=body, headers={"Content-Type": "application/json"},
+                          timeout=20)
+        assert resp.status_code == 400, resp.text
+        error = resp.json()["error"]
+        assert error["type"] == "invalid_request" and "Traceback" not in error["message"]
+    assert not [r for r in records if r.levelno >= logging.ERROR or r.exc_info], records
+
+
+def test_a_client_vanishing_mid_body_leaves_no_traceback() -> None:
+    with BackgroundServer(create_app(ThresholdModel())) as server, \
+            captured_logs("uvicorn.error", "uvicorn", "starlette", "fastapi") as records:
+        for route in ("/v1/segment", "/v1/chat/completions"):
+            with socket.create_connection(("127.0.0.1", _port(server)), timeout=5) as sock:
+                sock.sendall(f"POST {route} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             "Content-Length: 1000\r\n\r\n{\"image\": ".encode())
+                time.sleep(0.2)
+        time.sleep(0.5)
+        assert httpx.get(f"{server.url}/health", timeout=5).status_code == 200
+    assert not [r for r in records if r.levelno >= logging.ERROR or r.exc_info], \
+        [r.getMessage()[:200] for r in records]
+
+
+def test_no_swagger_or_redoc_pages_but_the_openapi_document() -> None:
+    with BackgroundServer(create_app(ThresholdModel())) as server, \
+            httpx.Client(base_url=server.url, timeout=10) as client:
+        for path in ("/docs", "/redoc", "/docs/oauth2-redirect"):
+            resp = client.get(path)
+            assert resp.status_code == 404 and "cdn" not in resp.text, path
+        assert client.get("/openapi.json").json()["info"]["title"] == "cxrground"
+
+
+def test_max_in_flight_from_the_command_line(monkeypatch, tmp_path) -> None:
+    from click.testing import CliRunner
+
+    import cxrground.serve.run as run
+    from cxrground.cli import main
+
+    calls = []
+    monkeypatch.setattr(run, "serve", lambda checkpoint, **kw: calls.append(kw))
+    (tmp_path / "checkpoint.json").write_text('{"model": "baseline"}')
+    res = CliRunner().invoke(main, ["serve", "--checkpoint", str(tmp_path), "--max-in-flight", "3"])
+    assert res.exit_code == 0, res.output
+    assert calls[-1]["limits"].max_in_flight == 3
+    assert CliRunner().invoke(main, ["serve", "--checkpoint", str(tmp_path)]).exit_code == 0
+    assert calls[-1]["limits"].max_in_flight == 2
+    with pytest.raises(ValueError):
+        Limits(max_in_flight=0)
+
+
+def test_accept_errors_are_logged_once_per_interval_without_a_traceback() -> None:
+    log = logging.getLogger("cxrground.test.accept")
+    log.propagate = False
+    handler = _Records()
+    log.addHandler(handler)
+    log.addFilter(AcceptErrorFilter(interval=60.0))
+    try:
+        error = OSError(24, "Too many open files")
+        for _ in range(2000):  # what asyncio logs per failed accept
+            log.error("socket.accept() out of system resource\nsocket: <socket>", exc_info=(OSError, error, None))
+        log.error("something else")
+    finally:
+        log.removeHandler(handler)
+    messages = [r.getMessage() for r in handler.records]
+    assert len(messages) == 2 and messages[1] == "something else", messages
+    assert "Too many open files" in messages[0] and "\n" not in messages[0]
+    assert handler.records[0].exc_info is None
+
+
+def test_prepare_process_raises_the_open_file_limit_and_filters_asyncio_once() -> None:
+    resource = pytest.importorskip("resource")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    asyncio_log = logging.getLogger("asyncio")
+    filters = list(asyncio_log.filters)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 256), hard))
+        prepare_process()
+        prepare_process()
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard
+        assert sum(isinstance(f, AcceptErrorFilter) for f in asyncio_log.filters) == 1
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        asyncio_log.filters[:] = filters
+
