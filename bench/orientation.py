@@ -1,13 +1,16 @@
-"""Upside-down films: how many pass the lung QC, and what the orientation check flags, on the pack's real films.
+"""Films stored in a wrong pose: how many pass the lung QC, and what the orientation check flags, on the pack's films.
 
-Run: ``CXRGROUND_PACK=.../cxr-pack-v1 .venv/bin/python bench/orientation.py [--limit N]``.
+Run: ``CXRGROUND_PACK=.../cxr-pack-v1 .venv/bin/python bench/orientation.py [--limit N] [--poses ...]``.
 
-Every NIH and COVID-19 collection film of the pack is read as stored (upright) and turned 180°, as ``ils build
---qc-orientation`` reads it: the lung checks of :func:`~cxrground.anatomy.segment.plausibility.segment_checked`
-(a film stored with inverted grey levels is read as its negative), then, on the films that pass them,
-:func:`~cxrground.anatomy.segment.orientation.orientation_evidence`. Printed: how many upright and turned films
-pass the lung checks, how many of those the orientation check calls upside down (the upright ones by name), and how
-many turned films are left.
+Every NIH and COVID-19 collection film of the pack is read as stored (upright) and in each wrong pose of
+:data:`~cxrground.anatomy.segment.orientation.POSES` (the film turned, mirrored or flipped so that the pose's
+correction puts it right), as ``ils build --qc-orientation`` reads it: the lung checks of
+:func:`~cxrground.anatomy.segment.plausibility.segment_checked` (a film stored with inverted grey levels is read as its
+negative), then, on the films that pass them,
+:func:`~cxrground.anatomy.segment.orientation.orientation_evidence` with every correction. Printed, per pose: how many
+films pass the lung checks, how many of those the check flags (the upright ones by name), and how many it flags with
+the right correction; then what the check flags with only the corrections the check ships
+(:data:`~cxrground.anatomy.segment.orientation.CHECKED_POSES`).
 """
 
 from __future__ import annotations
@@ -21,10 +24,67 @@ import torch
 from tqdm import tqdm
 
 from cxrground.anatomy.segment import get_segmenter
-from cxrground.anatomy.segment.orientation import orientation_evidence
+from cxrground.anatomy.segment.orientation import (
+    CHECKED_POSES,
+    POSES,
+    OrientationEvidence,
+    lung_reading,
+    orientation_evidence,
+    pose_pixels,
+)
 from cxrground.anatomy.segment.plausibility import segment_checked
 from cxrground.datasets.pack import Pack
 from cxrground.io.image import read_image
+
+#: How to store an upright film so that each correction puts it right (the inverse of the correction).
+WRONG_POSES = {
+    "turned 180°": lambda p: p[::-1, ::-1],
+    "mirrored left-right": lambda p: p[:, ::-1],
+    "flipped top-bottom": lambda p: p[::-1, :],
+    "turned 90° clockwise": lambda p: np.rot90(p, 1),
+    "turned 90° counter-clockwise": lambda p: np.rot90(p, -1),
+}
+
+
+#: A small non-square index grid: a pose's effect on it names the pose (two poses that compose to the same
+#: permutation of pixels give the same key).
+_PROBE = np.arange(6).reshape(2, 3)
+
+
+def _key(pixels: np.ndarray) -> tuple:
+    """The key of a pose, from its effect on :data:`_PROBE`."""
+    return pixels.shape, pixels.tobytes()
+
+
+class _PoseCache:
+    """The upright film's readings in every pose (the eight of a square's symmetries at most): a film stored in a
+    wrong pose and read after a correction is the upright film in the composed pose, pixel for pixel."""
+
+    def __init__(self, segmenter, image) -> None:
+        self.segmenter, self.image, self.readings = segmenter, image, {}
+
+    def reading(self, pose: np.ndarray, transform) -> object:
+        """The reading of the upright film after ``transform`` (``pose``: its effect on :data:`_PROBE`)."""
+        key = _key(pose)
+        if key not in self.readings:
+            pixels = np.ascontiguousarray(transform(self.image.pixels))
+            self.readings[key] = lung_reading(self.segmenter, pixels, self.image)
+        return self.readings[key]
+
+    def evidence(self, wrong: str | None) -> OrientationEvidence:
+        """The orientation evidence of the film stored in the pose ``wrong`` (None: upright), every correction."""
+        w = (lambda p: p) if wrong is None else WRONG_POSES[wrong]
+        stored = self.reading(np.ascontiguousarray(w(_PROBE)), w)
+        corrected = {}
+        for name in POSES:
+            pose = pose_pixels(np.ascontiguousarray(w(_PROBE)), name)
+            corrected[name] = self.reading(pose, lambda p, n=name: pose_pixels(np.ascontiguousarray(w(p)), n))
+        return OrientationEvidence(stored, corrected)
+
+
+def _restricted(ev: OrientationEvidence, names: tuple[str, ...]) -> str | None:
+    """The correction the check would name with only ``names`` tried."""
+    return OrientationEvidence(ev.stored, {n: ev.corrected[n] for n in names}).best_correction
 
 
 def main() -> None:
@@ -36,31 +96,46 @@ def main() -> None:
     films = sorted((pack.root / "nih" / "images").glob("*.png")) + sorted((pack.root / "cohen" / "images").glob("*"))
     films = films[: args.limit]
     segmenter = get_segmenter("unet")
-    counts = {"upright passing the lung checks": 0, "upright flagged": 0, "turned passing the lung checks": 0,
-              "turned flagged": 0}
-    flagged_names = []
+    poses = ("upright", *WRONG_POSES)
+    passing = dict.fromkeys(poses, 0)
+    flagged = dict.fromkeys(poses, 0)
+    right = dict.fromkeys(poses, 0)
+    shipped = dict.fromkeys(poses, 0)
+    flagged_names: list[str] = []
     for path in tqdm(films, desc="orientation", unit="film"):
         stored = read_image(path)
-        turned = dataclasses.replace(stored, pixels=np.ascontiguousarray(stored.pixels[::-1, ::-1]))
-        for name, film in (("upright", stored), ("turned", turned)):
-            image, _, problems = segment_checked(segmenter, film)  # as ils build: the QC, then the check
+        cache = _PoseCache(segmenter, stored)
+        for pose in poses:
+            pixels = stored.pixels if pose == "upright" else np.ascontiguousarray(WRONG_POSES[pose](stored.pixels))
+            image, _, problems = segment_checked(segmenter, dataclasses.replace(stored, pixels=pixels))
             if problems:
                 continue
-            counts[f"{name} passing the lung checks"] += 1
-            if orientation_evidence(segmenter, image).upside_down:
-                counts[f"{name} flagged"] += 1
-                if name == "upright":
-                    flagged_names.append(path.name)
+            passing[pose] += 1
+            if np.array_equal(image.pixels, pixels):  # read as stored: the cached readings are this film's
+                ev = cache.evidence(None if pose == "upright" else pose)
+            else:  # read as its negative
+                ev = orientation_evidence(segmenter, image, tuple(POSES))
+            named = ev.best_correction
+            if named is not None:
+                flagged[pose] += 1
+                right[pose] += named == pose
+                if pose == "upright":
+                    flagged_names.append(f"{path.name} ({named})")
+            shipped[pose] += _restricted(ev, CHECKED_POSES) is not None
     n = len(films)
-    up, turned_ok = counts["upright passing the lung checks"], counts["turned passing the lung checks"]
-    print(f"films: {n} (NIH and COVID-19 collection; as stored = upright), each also turned 180 degrees")
-    print(f"upright films passing the lung checks: {up}; called upside down by the orientation check: "
-          f"{counts['upright flagged']} ({100 * counts['upright flagged'] / max(up, 1):.1f} %): "
-          f"{', '.join(flagged_names) or 'none'}")
-    caught = counts["turned flagged"]
-    print(f"turned films passing the lung checks: {turned_ok} of {n} ({100 * turned_ok / n:.1f} %); called upside "
-          f"down by the orientation check: {caught} ({100 * caught / max(turned_ok, 1):.1f} %)")
-    print(f"turned films left after both checks: {turned_ok - counts['turned flagged']} of {n}")
+    print(f"films: {n} (NIH and COVID-19 collection; as stored = upright), each also in {len(WRONG_POSES)} wrong poses")
+    print("| pose | passing the lung checks | flagged, all corrections | named the right correction | "
+          f"flagged, shipped corrections ({len(CHECKED_POSES)}) | left after both checks |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for pose in poses:
+        p = max(passing[pose], 1)
+        left = "" if pose == "upright" else str(passing[pose] - shipped[pose])
+        named = "" if pose == "upright" else f"{right[pose]}"
+        print(f"| {pose} | {passing[pose]} of {n} ({100 * passing[pose] / n:.1f} %) | {flagged[pose]} "
+              f"({100 * flagged[pose] / p:.1f} %) | {named} | {shipped[pose]} ({100 * shipped[pose] / p:.1f} %) | "
+              f"{left} |")
+    print(f"upright films flagged (all corrections): {', '.join(flagged_names) or 'none'}")
+    print(f"shipped corrections: {', '.join(CHECKED_POSES)}")
 
 
 if __name__ == "__main__":

@@ -219,7 +219,7 @@ def test_an_upside_down_pack_film_passes_the_lung_checks_and_the_orientation_che
     """NIH 00000100: turned 180°, the U-Net still draws upright-shaped lungs on it (the lung checks pass); it reads
     them more confidently and more lung-shaped with the film the right way up."""
     from cxrground.anatomy.segment import get_segmenter
-    from cxrground.anatomy.segment.orientation import orientation_evidence, upside_down_problem
+    from cxrground.anatomy.segment.orientation import orientation_evidence, orientation_problem
     from cxrground.anatomy.segment.plausibility import segment_checked
     from cxrground.io.image import read_image
 
@@ -228,21 +228,41 @@ def test_an_upside_down_pack_film_passes_the_lung_checks_and_the_orientation_che
     turned = _turned(film)
     assert segment_checked(seg, turned)[2] == []
     upright = orientation_evidence(seg, film)
-    assert not upright.upside_down and upside_down_problem(seg, film) is None
+    assert not upright.upside_down and upright.best_correction is None and orientation_problem(seg, film) is None
     ev = orientation_evidence(seg, turned)
-    assert ev.upside_down and ev.confidence < ev.turned_confidence and ev.shape_iou < ev.turned_shape_iou
-    assert upside_down_problem(seg, turned).startswith("film looks upside down")
+    r = ev.corrected["turned 180°"]
+    assert ev.upside_down and ev.stored.confidence < r.confidence and ev.stored.shape_iou < r.shape_iou
+    assert ev.best_correction is not None
+    assert orientation_problem(seg, turned).startswith("film looks stored in a wrong pose")
 
 
-def test_the_orientation_check_needs_a_segmenter_with_probabilities():
+def test_the_orientation_check_reads_with_the_built_in_unet_when_the_segmenter_has_no_probabilities(pack_dir):
+    """A segmenter without probabilities (here given masks) is no reason to skip the check: the shipped U-Net reads
+    the film, with the same result as when it is the segmenter."""
+    from cxrground.anatomy.segment import get_segmenter
     from cxrground.anatomy.segment.builtin import GivenMasksSegmenter
-    from cxrground.anatomy.segment.orientation import orientation_evidence, upside_down_problem
-    from cxrground.io.cxr_image import CXRImage
+    from cxrground.anatomy.segment.orientation import orientation_evidence, orientation_problem
+    from cxrground.io.image import read_image
 
     right, left = _lungs()
     seg = GivenMasksSegmenter(lambda im: (right, left))
-    image = CXRImage(pixels=np.zeros((200, 200), np.uint8))
-    assert orientation_evidence(seg, image) is None and upside_down_problem(seg, image) is None
+    turned = _turned(read_image(pack_dir / "nih" / "images" / "00000100_000.png"))
+    poses = ("turned 180°",)
+    assert orientation_evidence(seg, turned, poses) == orientation_evidence(get_segmenter("unet"), turned, poses)
+    assert orientation_problem(seg, turned) is not None
+
+
+def test_orientation_poses_undo_each_other():
+    """Each correction of POSES, applied to the film stored in the pose it corrects, gives the upright film back."""
+    from cxrground.anatomy.segment.orientation import POSES, pose_pixels
+
+    film = np.arange(12).reshape(3, 4)
+    stored = {"turned 180°": film[::-1, ::-1], "mirrored left-right": film[:, ::-1],
+              "flipped top-bottom": film[::-1], "turned 90° clockwise": np.rot90(film, 1),
+              "turned 90° counter-clockwise": np.rot90(film, -1)}
+    assert set(stored) == set(POSES)
+    for name, pixels in stored.items():
+        assert np.array_equal(pose_pixels(pixels, name), film), name
 
 
 def test_ils_build_qc_orientation_rejects_an_upside_down_film(pack_dir, tmp_path):
@@ -265,7 +285,7 @@ def test_ils_build_qc_orientation_rejects_an_upside_down_film(pack_dir, tmp_path
     checked = build(tmp_path / "checked", "--qc-orientation")
     assert checked["s50000001"]["status"] == "ok"
     assert checked["s50000002"]["status"] == "rejected" and checked["s50000002"]["stage"] == "qc"
-    assert checked["s50000002"]["reason"].startswith("film looks upside down")
+    assert checked["s50000002"]["reason"].startswith("film looks stored in a wrong pose")
 
 
 def test_anatomy_zones_qc_orientation_records_an_upside_down_film(pack_dir, tmp_path):
@@ -283,4 +303,29 @@ def test_anatomy_zones_qc_orientation_records_an_upside_down_film(pack_dir, tmp_
         assert sorted(row.split(",")[0] for row in (out / "zones.csv").read_text().splitlines()[1:]) == read
     failures = [json.loads(line) for line in (tmp_path / "out1" / "failures.jsonl").read_text().splitlines()]
     assert [Path(f["path"]).name for f in failures] == ["turned.png"]
-    assert failures[0]["reason"].startswith("film looks upside down")
+    assert failures[0]["reason"].startswith("film looks stored in a wrong pose")
+
+
+def test_segment_lungs_qc_orientation_warns_and_records_it(pack_dir, tmp_path):
+    """`segment lungs --qc-orientation`: a turned film still gets its masks, with a warning and masks.json's
+    `orientation`; an upright one records null; without the option the field is absent."""
+    from cxrground.io.image import read_image, write_image
+
+    film = read_image(pack_dir / "nih" / "images" / "00000100_000.png")
+    write_image(tmp_path / "upright.png", film.pixels)
+    write_image(tmp_path / "turned.png", _turned(film).pixels)
+    for name, extra, expected in (("turned", ["--qc-orientation"], "wrong pose"),
+                                  ("upright", ["--qc-orientation"], None), ("turned", [], "absent")):
+        out = tmp_path / f"{name}{len(extra)}"
+        result = CliRunner().invoke(main, ["segment", "lungs", "--image", str(tmp_path / f"{name}.png"),
+                                           "--out-dir", str(out), *extra])
+        assert result.exit_code == 0, result.output
+        record = json.loads((out / "masks.json").read_text())
+        assert (out / "right_lung.png").exists()
+        if expected == "absent":
+            assert "orientation" not in record and "wrong pose" not in result.output
+        elif expected is None:
+            assert record["orientation"] is None and "wrong pose" not in result.output
+        else:
+            assert "film looks stored in a wrong pose" in record["orientation"]
+            assert "warning: film looks stored in a wrong pose" in result.output

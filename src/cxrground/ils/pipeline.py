@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from cxrground.anatomy import cardiothoracic_ratio, ils_location_masks
-from cxrground.anatomy.segment.orientation import upside_down_problem
+from cxrground.anatomy.segment.orientation import orientation_problem
 from cxrground.anatomy.segment.plausibility import segment_checked
 from cxrground.datasets.views import is_frontal
 from cxrground.errors import CXRGroundError, InputError
@@ -168,9 +168,9 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
         if problems:
             return {**unit, "status": "rejected", "stage": "qc", "reason": "implausible lungs: " + "; ".join(problems)}
         if config.qc.orientation_check:
-            turned = upside_down_problem(backends.segmenter, image)
-            if turned:
-                return {**unit, "status": "rejected", "stage": "qc", "reason": turned}
+            posed = orientation_problem(backends.segmenter, image)
+            if posed:
+                return {**unit, "status": "rejected", "stage": "qc", "reason": posed}
         if backends.qc_segmenter is not None:
             problem = segmentation_disagreement(anatomy, backends.qc_segmenter.segment(image), config)
             if problem:

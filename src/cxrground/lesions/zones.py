@@ -237,13 +237,14 @@ def _score_word(reader: str) -> str:
     return "zone share" if reader.startswith(LESION_ZONE_READER) else "p(abnormal)"
 
 
-def _raise_if_upside_down(image: CXRImage, seg: LungHeartMasks, segmenter: LungHeartSegmenter, path: Path) -> None:
+def _raise_if_wrongly_posed(image: CXRImage, seg: LungHeartMasks, segmenter: LungHeartSegmenter, path: Path
+                            ) -> None:
     """An :class:`InputError` when the film, as its lungs ``seg`` were read (its negative when the lung checks
-    inverted it), looks upside down."""
-    from cxrground.anatomy.segment.orientation import upside_down_problem
+    inverted it), looks stored in a wrong pose (upside down, mirrored, turned)."""
+    from cxrground.anatomy.segment.orientation import orientation_problem
 
     read = dataclasses.replace(image, pixels=255 - image.pixels) if seg.extra.get("polarity") else image
-    problem = upside_down_problem(segmenter, read)
+    problem = orientation_problem(segmenter, read)
     if problem:
         raise InputError(problem, path)
 
@@ -255,8 +256,8 @@ def write_zones(
 ) -> tuple[list[ZoneReading], list[Failure]]:
     """Read every frontal image, write ``out/zones.csv`` (+ overlays, failures, ``zones.json`` provenance); returns
     readings and failures. An image whose view (its DICOM header, else ``views`` by file-name stem) is not PA or AP
-    is a failure, not read; with ``orientation_check``, so is a film that looks upside down
-    (:func:`~cxrground.anatomy.segment.orientation.upside_down_problem`, after the lung checks).
+    is a failure, not read; with ``orientation_check``, so is a film that looks stored in a
+    wrong pose (:func:`~cxrground.anatomy.segment.orientation.orientation_problem`, after the lung checks).
 
     ``root``: names in the CSV are paths relative to it (default: the file name). ``zone_model``: flags from
     that classifier; refused (:class:`~cxrground.errors.InputError`) when it was trained with another
@@ -278,7 +279,7 @@ def write_zones(
                 raise InputError(f"view {view.upper()} is not frontal (PA/AP): zones are read on frontal films", path)
             reading, seg, z = read_zones(im, segmenter, model, name, zone_model)
             if orientation_check:
-                _raise_if_upside_down(im, seg, segmenter, path)
+                _raise_if_wrongly_posed(im, seg, segmenter, path)
         except (InputError, CXRGroundError) as exc:
             failures.append(Failure.from_exception(path, "zones", exc))
             continue

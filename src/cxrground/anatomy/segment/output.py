@@ -4,7 +4,9 @@
 ``overlay.png`` (the masks over the image; with a heart, the CTR's two diameters drawn on it: the heart's
 width in orange, the thorax's in magenta) and ``masks.json`` (shape, backend, heart source, CTR and where its
 diameters lie, areas, ``lung_problems``: why the lungs look implausible, empty when they do not
-(:func:`~cxrground.anatomy.segment.plausibility.lung_problems`), the backend's extra information and provenance).
+(:func:`~cxrground.anatomy.segment.plausibility.lung_problems`), ``orientation``: why the film looks stored in a
+wrong pose, when that was checked (:func:`~cxrground.anatomy.segment.orientation.orientation_problem`; null when it
+looks upright), the backend's extra information and provenance).
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class SegmentationOutput:
         lines = [f"wrote {self.out_dir}/right_lung.png, left_lung.png{heart}, overlay.png"]
         if masks.extra.get("polarity"):
             lines.append(f"note: {masks.extra['polarity']}; overlay.png shows the negative")
+        if self.record.get("orientation"):
+            lines.append(f"warning: {self.record['orientation']}: the sides of these masks may be wrong")
         if self.record.get("lung_problems"):
             lines.append("warning: implausible lungs (" + "; ".join(self.record["lung_problems"]) + "): check "
                          "overlay.png before using these masks, the CTR or anything measured on them")
@@ -65,9 +69,11 @@ class SegmentationOutput:
 
 
 def write_segmentation(out_dir: Path, image_path: Path, image: CXRImage, masks: LungHeartMasks,
-                       provenance: dict[str, Any], problems: list[str] | None = None) -> SegmentationOutput:
+                       provenance: dict[str, Any], problems: list[str] | None = None,
+                       orientation: str | bool | None = False) -> SegmentationOutput:
     """Write the mask PNGs, the overlay and ``masks.json`` of one segmented image into ``out_dir``; ``problems``:
-    the lungs' :func:`~cxrground.anatomy.segment.plausibility.lung_problems` when already known."""
+    the lungs' :func:`~cxrground.anatomy.segment.plausibility.lung_problems` when already known; ``orientation``:
+    the orientation check's finding (None: looks upright; False: not checked, left out of ``masks.json``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_mask_png(out_dir / "right_lung.png", masks.right_lung)
     write_mask_png(out_dir / "left_lung.png", masks.left_lung)
@@ -93,6 +99,7 @@ def write_segmentation(out_dir: Path, image_path: Path, image: CXRImage, masks: 
         "areas": {"right_lung": int(masks.right_lung.sum()), "left_lung": int(masks.left_lung.sum()),
                   "heart": None if masks.heart is None else int(masks.heart.sum())},
         "lung_problems": lung_problems(masks.right_lung, masks.left_lung) if problems is None else problems,
+        **({} if orientation is False else {"orientation": orientation}),
         "extra": {k: v for k, v in masks.extra.items() if k != "landmarks_canvas"},
         "provenance": provenance,
     }
@@ -101,8 +108,9 @@ def write_segmentation(out_dir: Path, image_path: Path, image: CXRImage, masks: 
 
 
 def segment_file(image: Path, out_dir: Path, backend: str, options: dict[str, Any],
-                 given: tuple[Path, Path, Path | None] | None = None) -> list[str]:
-    """Segment the film ``image`` with ``backend`` (``given``: right, left, heart mask PNGs) into ``out_dir``.
+                 given: tuple[Path, Path, Path | None] | None = None, orientation_check: bool = False) -> list[str]:
+    """Segment the film ``image`` with ``backend`` (``given``: right, left, heart mask PNGs) into ``out_dir``; with
+    ``orientation_check``, also check whether it looks stored in a wrong pose (a warning, the masks are written).
 
     Returns :meth:`SegmentationOutput.summary_lines`.
     """
@@ -116,4 +124,9 @@ def segment_file(image: Path, out_dir: Path, backend: str, options: dict[str, An
         options = {**options, "masks": lambda _im: masks, "label": "cli"}
     seg = SEGMENTERS.create(backend, **options)
     im, found, problems = segment_checked(seg, im)
-    return write_segmentation(out_dir, image, im, found, seg.provenance(), problems).summary_lines(found)
+    posed: str | bool | None = False
+    if orientation_check:
+        from cxrground.anatomy.segment.orientation import orientation_problem
+
+        posed = orientation_problem(seg, im)
+    return write_segmentation(out_dir, image, im, found, seg.provenance(), problems, posed).summary_lines(found)

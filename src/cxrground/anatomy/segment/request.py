@@ -32,6 +32,9 @@ class SegmentRequest:
                                 help="given: heart mask PNG (else the heart is estimated from the lungs).")
     allow_pickle: bool = option(False, help="hybridgnet: allow a pickled model file you trust.")
     backend_opt: tuple[str, ...] = option((), help="KEY=VALUE for the backend (e.g. masks: root=DIR).")
+    qc_orientation: bool = option(False, help="Also check whether the film looks stored in a wrong pose (upside "
+                                  "down, mirrored left-right, turned 90°; read by the built-in U-Net): a warning "
+                                  "and masks.json's `orientation`; the masks are still written.")
 
 
 def segment_request(request: SegmentRequest) -> list[str]:
@@ -46,4 +49,4 @@ def segment_request(request: SegmentRequest) -> list[str]:
         if r.right is None or r.left is None:
             raise OptionError("--backend given needs --right and --left")
         given = (r.right, r.left, r.heart)
-    return segment_file(r.image, r.out_dir, r.backend, options, given)
+    return segment_file(r.image, r.out_dir, r.backend, options, given, orientation_check=r.qc_orientation)
