@@ -25,8 +25,24 @@ F = TypeVar("F", bound=Callable[..., Any])
 DIR = click.Path(path_type=Path, exists=True, file_okay=False)  # an existing folder
 FILE = click.Path(path_type=Path, exists=True, dir_okay=False)  # an existing file
 EXISTING = click.Path(path_type=Path, exists=True)  # an existing file or folder
-OUT_DIR = click.Path(path_type=Path, file_okay=False)  # a folder, not checked for existence (to write, mostly)
-OUT_FILE = click.Path(path_type=Path, dir_okay=False)  # a file to write (may exist)
+
+
+class _Writable(click.Path):
+    """A path to write (a folder or a file, existing or not) whose nearest existing parent is a folder: a path below
+    a file is a usage error naming that file, not a traceback when the command writes."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        path = super().convert(value, param, ctx)
+        for parent in Path(path).absolute().parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    self.fail(f"cannot write {path}: {parent} is a file, not a folder", param, ctx)
+                break
+        return path
+
+
+OUT_DIR = _Writable(path_type=Path, file_okay=False)  # a folder, not checked for existence (to write, mostly)
+OUT_FILE = _Writable(path_type=Path, dir_okay=False)  # a file to write (may exist)
 
 
 class _OrUrl(click.ParamType):
