@@ -372,3 +372,20 @@ def test_cli_reads_a_nested_mimic_style_folder_and_refuses_an_empty_one(tmp_path
     (tmp_path / "empty" / "sub").mkdir(parents=True)
     result = runner.invoke(main, ["reports", "label", str(tmp_path / "empty"), "--out", str(tmp_path / "x.csv")])
     assert result.exit_code != 0 and "no report files" in result.output and "Traceback" not in result.output
+
+
+def test_a_report_far_larger_than_any_radiology_report_is_a_named_failure(tmp_path: Path) -> None:
+    """A 1 MB "report" (a log, a concatenation) is refused with its size, and the other reports are labelled."""
+    from cxrground.reports.readers import MAX_REPORT_SIZE
+
+    runner, main = _cli()
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    (folder / "s1.txt").write_text("FINDINGS: Small left pleural effusion.", encoding="utf-8")
+    (folder / "s2.txt").write_text("FINDINGS: " + "Small left effusion. " * (MAX_REPORT_SIZE // 10), encoding="utf-8")
+    out = tmp_path / "labels.csv"
+    result = runner.invoke(main, ["reports", "label", str(folder), "--out", str(out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert [r["report_id"] for r in csv.DictReader(io.StringIO(out.read_text(encoding="utf-8")))] == ["s1"]
+    failure = json.loads((tmp_path / "labels.csv.failures.jsonl").read_text().splitlines()[0])["failure"]
+    assert failure["path"].endswith("s2.txt") and "radiology report stays under" in failure["reason"]

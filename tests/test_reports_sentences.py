@@ -178,3 +178,13 @@ def test_figure_numbers_in_parentheses_are_not_list_markers(text: str, expected:
 ])
 def test_short_unpunctuated_lines_are_list_items(text: str, expected: list[str]) -> None:
     assert split_sentences(text) == expected
+
+
+def test_a_run_of_text_without_sentence_end_is_cut_into_bounded_pieces() -> None:
+    """Reading stays linear in the text's length: a 60,000-character run without a period is cut at commas."""
+    from cxrground.reports.sentences import MAX_SENTENCE_CHARS
+
+    text = "small left effusion, " * 3000
+    pieces = split_sentences(text)
+    assert all(len(p) <= MAX_SENTENCE_CHARS for p in pieces) and all(p.endswith(",") for p in pieces[:-1])
+    assert " ".join(pieces) == text.strip()

@@ -24,6 +24,7 @@ from cxrground.reports.model import Report
 from cxrground.reports.sections import describe_choice, sections_and_headings
 
 __all__ = [
+    "MAX_REPORT_SIZE",
     "REPORT_SUFFIXES",
     "STAGE",
     "SectionChoices",
@@ -40,6 +41,9 @@ __all__ = [
 STAGE: Final[str] = "reports"
 #: File suffixes :func:`list_report_files` picks up.
 REPORT_SUFFIXES: Final[tuple[str, ...]] = (".xml", ".txt")
+#: The largest report read (bytes of a file, characters of a text): about ten times a long radiology report. A
+#: larger one is a :class:`ReportError` (a log, a concatenation of reports, a wrong file), not minutes of work.
+MAX_REPORT_SIZE: Final[int] = 65_536
 
 _XML_STARTS: Final[tuple[bytes, ...]] = (b"<?xml", b"<eCitation")
 
@@ -60,6 +64,9 @@ def parse_report_text(text: str, report_id: str | None = None, source: str | Pat
     report_id = str(report_id).strip()
     if not report_id:
         raise ReportError("empty report id", source)
+    if len(text) > MAX_REPORT_SIZE:
+        raise ReportError(f"report of {len(text):,} characters, over the {MAX_REPORT_SIZE:,} a radiology report "
+                          "stays under", source if source is not None else report_id)
     sections, headings = sections_and_headings(text)
     return Report(
         report_id=report_id,
@@ -75,6 +82,9 @@ def _read_bytes(path: Path) -> bytes:
         raise ReportError("file does not exist", path)
     if not path.is_file():
         raise ReportError("not a regular file", path)
+    size = path.stat().st_size
+    if size > MAX_REPORT_SIZE:
+        raise ReportError(f"file of {size:,} bytes, over the {MAX_REPORT_SIZE:,} a radiology report stays under", path)
     try:
         return path.read_bytes()
     except OSError as exc:

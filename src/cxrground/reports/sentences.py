@@ -59,6 +59,10 @@ _JOINING_WORDS: Final[frozenset[str]] = frozenset(
      "have", "may", "likely", "possible", "probable", "could", "can", "cannot", "also", "again", "then", "but"}
 )
 _ITEM_START = re.compile(r"[ \t]*[A-Z][a-z]")
+#: The longest sentence kept whole; a longer run of text without a sentence end (about twice the longest sentence
+#: of real reports) is cut at its last comma, semicolon or space before this length, so that reading it stays
+#: linear in its length.
+MAX_SENTENCE_CHARS: Final[int] = 1_000
 _MARKER = re.compile(r"(?<!\S)(?:(?P<num>\d{1,2})[.)]|(?P<bullet>[-*•]))[ \t]+(?=\S)")
 _TERMINATOR = re.compile(r"[.!?]+[\"')\]]*(?=\s)")
 _DOTTED = re.compile(r"(?:[a-z]\.)+[a-z]")
@@ -162,6 +166,19 @@ def _split_on_terminators(piece: str) -> list[str]:
     return [s.strip() for s in sentences]
 
 
+def _cut_long(sentence: str) -> list[str]:
+    """``sentence`` in pieces of at most :data:`MAX_SENTENCE_CHARS` characters, cut at a comma, semicolon or
+    space."""
+    pieces: list[str] = []
+    while len(sentence) > MAX_SENTENCE_CHARS:
+        head = sentence[:MAX_SENTENCE_CHARS]
+        cut = max(head.rfind(","), head.rfind(";"))
+        cut = cut + 1 if cut > 0 else (head.rfind(" ") if head.rfind(" ") > 0 else MAX_SENTENCE_CHARS)
+        pieces.append(sentence[:cut].strip())
+        sentence = sentence[cut:].strip()
+    return [*pieces, sentence]
+
+
 def split_sentences(text: str) -> list[str]:
     """Return the sentences of ``text`` (whitespace-normalised, list markers removed, empty pieces dropped)."""
     text = text.replace("\r\n", "\n").replace("\r", "\n")
@@ -170,7 +187,7 @@ def split_sentences(text: str) -> list[str]:
         for piece in (p for lines in _split_item_lines(block) for p in _split_list_items(lines)):
             flat = normalise_whitespace(piece)
             if flat:
-                sentences.extend(s for s in _split_on_terminators(flat) if _CONTENT.search(s))
+                sentences.extend(p for s in _split_on_terminators(flat) for p in _cut_long(s) if _CONTENT.search(p))
     return sentences
 
 
