@@ -8,18 +8,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import numpy as np
 
 from cxrground.anatomy.ctr import cardiothoracic_ratio
 from cxrground.anatomy.ils_locations import ils_location_masks
 from cxrground.anatomy.percept_regions import percept_geometry
+from cxrground.errors import OptionValueError
 from cxrground.fields import option
 from cxrground.io.image import read_image, write_image
 from cxrground.io.masks import read_mask_png
 from cxrground.io.overlay import contact_sheet, label_panel, overlay_masks
 
-__all__ = ["GeometryFigure", "GeometryRequest", "draw_geometry", "geometry_figure"]
+__all__ = ["MAX_PANEL_WIDTH", "MIN_PANEL_WIDTH", "SHEET_SUFFIXES", "GeometryFigure", "GeometryRequest",
+           "draw_geometry", "geometry_figure"]
+
+#: Panel widths a sheet may have, in pixels.
+MIN_PANEL_WIDTH: Final[int] = 32
+MAX_PANEL_WIDTH: Final[int] = 4096
+#: File endings of the sheet (the formats :func:`~cxrground.io.image.write_image` writes).
+SHEET_SUFFIXES: Final[tuple[str, ...]] = (".png", ".jpg", ".jpeg")
 
 
 @dataclass(frozen=True)
@@ -70,8 +79,16 @@ class GeometryRequest:
     right: Path = option(path="file", help="Right-lung mask PNG (patient's right = image left).")
     left: Path = option(path="file")
     heart: Path | None = option(None, path="file")
-    out: Path = option(path="out_file", help="PNG to write.")
-    width: int = option(384, help="Panel width in pixels.")
+    out: Path = option(path="out_file", help="PNG (or JPEG) to write.")
+    width: int = option(384, low=MIN_PANEL_WIDTH, high=MAX_PANEL_WIDTH, help="Panel width in pixels.")
+
+    def __post_init__(self) -> None:
+        if Path(self.out).suffix.lower() not in SHEET_SUFFIXES:
+            raise OptionValueError(f"--out {self.out}: the sheet is written as an image; give a file name ending in "
+                                   f"{', '.join(SHEET_SUFFIXES)}")
+        if not MIN_PANEL_WIDTH <= self.width <= MAX_PANEL_WIDTH:
+            raise OptionValueError(f"--width {self.width}: the panel width must be {MIN_PANEL_WIDTH} to "
+                                   f"{MAX_PANEL_WIDTH} pixels")
 
 
 def draw_geometry(request: GeometryRequest) -> list[str]:

@@ -26,7 +26,7 @@ def show(request: GeometryRequest) -> None:
 @anatomy.command("zones")
 @threads_option
 @click.option("--images", type=DIR, required=True, help="Folder of PNG / JPEG / DICOM films (searched recursively).")
-@click.option("--out", type=OUT_DIR, required=True)
+@click.option("--out", type=OUT_DIR, required=True, help="Output folder (outside the image folder).")
 @click.option("--normative", type=FILE, default=None, help="Normative model .npz (default: the shipped normative_v1).")
 @click.option("--no-overlays", is_flag=True, help="Write zones.csv only.")
 @click.option("--metadata", type=FILE, default=None,

@@ -36,7 +36,8 @@ def evaluate(request: DetectorEvalRequest) -> None:
 
 @detector.command("export-synthetic")
 @click.option("--cohort", type=DIR, required=True, help="A synthetic cohort folder (cxrground synth).")
-@click.option("--out", type=OUT_DIR, required=True, help="Folder for train.csv (VinDr-CXR format) and patients.csv.")
+@click.option("--out", type=OUT_DIR, required=True, help="Folder for train.csv (VinDr-CXR format), patients.csv and "
+              "failures.jsonl.")
 @click.option("--readers", type=click.IntRange(1), default=3, help="Simulated radiologists per film.")
 @click.option("--jitter", type=click.FloatRange(0), default=0.03, help="Reader error of each box edge (share of "
               "the box side, standard deviation).")
@@ -44,12 +45,12 @@ def evaluate(request: DetectorEvalRequest) -> None:
               "lesion out (never all readers).")
 @click.option("--seed", type=click.IntRange(0), default=0)
 def export_synthetic(cohort: Path, out: Path, readers: int, jitter: float, miss: float, seed: int) -> None:
-    """Write the synthetic cohort's drawn lesions as VinDr-CXR box annotations (test data for detector train)."""
+    """Write the synthetic cohort's drawn lesions as VinDr-CXR box annotations (test data for detector train);
+    studies whose film is missing are left out and listed in OUT/failures.jsonl."""
     from cxrground.ils.detector.synthetic import export_synthetic_vindr
 
-    counts = export_synthetic_vindr(cohort, out, readers=readers, jitter=jitter, miss=miss, seed=seed)
-    click.echo(f"{out / 'train.csv'}: {counts['boxes']} boxes on {counts['images']} films ({counts['rows']} rows); "
-               f"{out / 'patients.csv'}")
+    echo_lines(export_synthetic_vindr(cohort, out, readers=readers, jitter=jitter, miss=miss, seed=seed)
+               .summary_lines(out))
 
 
 COMMANDS: list[click.Command] = [detector]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import io
 import json
 import os
 import re
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cxrground.errors import Failure, InputError
+from cxrground.io.files import read_csv_text
 from cxrground.io.image import IMAGE_SUFFIXES
 
 __all__ = ["MIMIC_IMAGE_RE", "UNSUPPORTED_IMAGE_SUFFIXES", "StudyInput", "find_release_file", "image_file_problem",
@@ -160,11 +162,20 @@ def _study_folders(root: Path) -> list[Path]:
 def read_index(index: str | Path, image_root: str | Path) -> tuple[list[StudyInput], list[Failure]]:
     """Studies listed in a CSV/JSONL index; rows with a missing image or report become failures."""
     index, root = Path(index), Path(image_root)
-    rows = _index_rows(index)
     studies: list[StudyInput] = []
     failures: list[Failure] = []
-    for n, row in enumerate(rows, start=1):
+    for n, row in _index_rows(index):
         where = f"{index}:{n}"
+        if not isinstance(row, dict):
+            failures.append(Failure(where, "scan", f"row is a JSON {_json_kind(row)}, not an object with 'image', "
+                                    "'study_id' and 'report_path' or 'report'", "InputError"))
+            continue
+        wrong = [f"'{k}' is a JSON {_json_kind(v)}" for k, v in row.items()
+                 if k in _INDEX_TEXT_COLUMNS and v is not None and (isinstance(v, bool) or
+                                                                    not isinstance(v, str | int | float))]
+        if wrong:
+            failures.append(Failure(where, "scan", f"{'; '.join(wrong)}, not text", "InputError"))
+            continue
         image = str(row.get("image") or row.get("image_path") or "").strip()
         study = str(row.get("study_id") or "").strip()
         if not image or not study:
@@ -181,7 +192,7 @@ def read_index(index: str | Path, image_root: str | Path) -> tuple[list[StudyInp
         if rpath is not None and not rpath.is_file():
             failures.append(Failure(str(rpath), "scan", f"report listed in {where} not found", "InputError"))
             continue
-        if rpath is None and not (isinstance(text, str) and text.strip()):
+        if rpath is None and not (isinstance(text, str) and text.strip()):  # a number is no report
             failures.append(Failure(where, "scan", "row has neither 'report_path' nor 'report' text", "InputError"))
             continue
         studies.append(StudyInput(
@@ -234,20 +245,48 @@ def _find_mimic_report(image: Path, group: str, subject: str, study: str, report
     return next((c for c in candidates if c.is_file()), None)
 
 
-def _index_rows(index: Path) -> list[dict[str, object]]:
+#: Index columns whose value is text (a JSON number is taken as its text; a list, object or true/false is not).
+_INDEX_TEXT_COLUMNS = ("image", "image_path", "study_id", "report_path", "report", "subject_id", "dicom_id", "view")
+
+
+def _json_kind(value: object) -> str:
+    """The JSON name of ``value``'s type (array, object, boolean, number, string, null)."""
+    kinds = ((bool, "boolean"), (list, "array"), (dict, "object"), (str, "string"), (int | float, "number"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "null")
+
+
+def _index_rows(index: Path) -> list[tuple[int, object]]:
+    """The rows of a CSV (a dict per row) or JSONL index (each line's JSON value), each with the file line it
+    starts on; an :class:`~cxrground.errors.InputError` naming the file when it cannot be read, is not UTF-8
+    text or has a line that is not JSON."""
     if not index.is_file():
         raise InputError("index file not found", index)
     if index.suffix.lower() == ".jsonl":
-        rows = []
-        for n, line in enumerate(index.read_text(encoding="utf-8").splitlines(), start=1):
+        try:
+            text = index.read_text(encoding="utf-8-sig")
+        except OSError as exc:
+            raise InputError(f"index cannot be read ({exc.strerror or exc})", index) from exc
+        except UnicodeDecodeError as exc:
+            raise InputError(f"index is not UTF-8 text ({exc})", index) from exc
+        rows: list[tuple[int, object]] = []
+        for n, line in enumerate(text.splitlines(), start=1):
             if line.strip():
                 try:
-                    rows.append(json.loads(line))
+                    rows.append((n, json.loads(line)))
                 except json.JSONDecodeError as exc:
                     raise InputError(f"line {n} is not JSON ({exc.msg})", index) from exc
         return rows
-    with index.open(newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+    reader = csv.reader(io.StringIO(read_csv_text(index, "index"), newline=""))
+    header = next(reader, None)
+    if not header:
+        return []
+    out: list[tuple[int, object]] = []
+    start = reader.line_num + 1
+    for values in reader:
+        if values:  # a blank line is no row
+            out.append((start, dict(zip(header, values, strict=False))))
+        start = reader.line_num + 1
+    return out
 
 
 def _opt(value: object) -> str | None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import warnings
+import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -54,6 +55,8 @@ __all__ = [
     "fit_normative",
     "lung_coordinates",
     "normalise_intensity",
+    "read_model_arrays",
+    "read_model_sidecar",
     "shrink_toward",
 ]
 
@@ -74,6 +77,41 @@ BRIXIA_ZONE_LABELS: Final[dict[str, str]] = {
 }
 _SIDES: Final[tuple[str, str]] = ("right", "left")
 _BANDS: Final[tuple[str, str, str]] = ("upper zone lung", "mid zone lung", "lung base")
+
+
+def read_model_sidecar(path: Path, what: str) -> dict[str, Any]:
+    """The JSON object of the ``.json`` sidecar beside the model file ``path`` ({} when there is none); an
+    :class:`~cxrground.errors.InputError` naming the sidecar when it is not a readable JSON object."""
+    sidecar = path.with_suffix(".json")
+    if not sidecar.is_file():
+        return {}
+    try:
+        meta = json.loads(sidecar.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"sidecar of the {what} {path.name} is not JSON ({exc})", sidecar) from exc
+    if not isinstance(meta, dict):
+        raise InputError(f"sidecar of the {what} {path.name} is not a JSON object", sidecar)
+    return meta
+
+
+def read_model_arrays(path: Path, keys: Sequence[str], what: str) -> dict[str, np.ndarray]:
+    """The arrays ``keys`` of the ``.npz`` archive ``path``; an :class:`~cxrground.errors.InputError` naming the
+    file when it is not an ``.npz`` archive holding them (``what``: the model, for the message)."""
+    bad = (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile)
+    try:
+        data = np.load(path, allow_pickle=False)
+    except bad as exc:
+        raise InputError(f"not {what} file ({exc})", path) from exc
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise InputError(f"not {what} file: one array, not an .npz archive of {', '.join(keys)}", path)
+    with data:
+        missing = [k for k in keys if k not in data.files]
+        if missing:
+            raise InputError(f"not {what} file: the archive has no {', '.join(missing)}", path)
+        try:
+            return {k: data[k] for k in keys}
+        except bad as exc:
+            raise InputError(f"not {what} file ({exc})", path) from exc
 
 
 def default_normative_path() -> Path:
@@ -197,17 +235,14 @@ class NormativeModel:
         path = Path(path) if path is not None else default_normative_path()
         if not path.is_file():
             raise InputError("normative model file not found", path)
-        sidecar = path.with_suffix(".json")
-        meta = json.loads(sidecar.read_text(encoding="utf-8")) if sidecar.is_file() else {}
+        meta = read_model_sidecar(path, "normative model")
         if meta.get("sha256") and meta["sha256"] != sha256_file(path):
             raise InputError("normative model does not match the sha256 in its sidecar", path)
+        arrays = read_model_arrays(path, ("median", "scale", "zone_threshold"), "a normative model")
         try:
-            with np.load(path) as data:
-                median, scale = data["median"], data["scale"]
-                threshold = float(data["zone_threshold"])
-        except (OSError, KeyError, ValueError) as exc:
+            return cls(arrays["median"], arrays["scale"], float(arrays["zone_threshold"]), {**meta, "path": str(path)})
+        except (ConfigError, TypeError, ValueError) as exc:
             raise InputError(f"not a normative model file ({exc})", path) from exc
-        return cls(median, scale, threshold, {**meta, "path": str(path)})
 
     # --- inference -------------------------------------------------------------------------------
     def z_map(self, pixels: np.ndarray, right: np.ndarray, left: np.ndarray) -> np.ndarray:

@@ -26,6 +26,7 @@ import numpy as np
 
 from cxrground.errors import ConfigError, InputError
 from cxrground.io.files import sha256_file
+from cxrground.lesions.normative import read_model_arrays, read_model_sidecar
 
 __all__ = ["MIL_POOLS", "SHIPPED_ZONE_READER", "ZONE_CLASSIFIER_METHOD", "ZoneClassifier", "fit_logistic",
            "fit_mil_logistic", "patient_folds", "shipped_zone_reader_path"]
@@ -213,17 +214,16 @@ class ZoneClassifier:
             raise InputError("zone classifier file not found", path)
         if not sidecar.is_file():
             raise InputError("zone classifier has no .json sidecar with its feature names", path)
-        meta = json.loads(sidecar.read_text(encoding="utf-8"))
+        meta = read_model_sidecar(path, "zone classifier")
         if meta.get("sha256") != sha256_file(path):
             raise InputError("zone classifier does not match the sha256 in its sidecar", path)
+        arrays = read_model_arrays(path, ("mean", "std", "coef", "intercept", "threshold"), "a zone classifier")
         try:
-            with np.load(path) as data:
-                arrays = {k: data[k] for k in ("mean", "std", "coef")}
-                intercept, threshold = float(data["intercept"]), float(data["threshold"])
-        except (OSError, KeyError, ValueError) as exc:
+            return cls(tuple(str(n) for n in meta.get("feature_names", ())), arrays["mean"], arrays["std"],
+                       arrays["coef"], float(arrays["intercept"]), float(arrays["threshold"]),
+                       {**meta, "path": str(path)})
+        except (ConfigError, TypeError, ValueError) as exc:
             raise InputError(f"not a zone classifier file ({exc})", path) from exc
-        return cls(tuple(meta.get("feature_names", ())), arrays["mean"], arrays["std"], arrays["coef"], intercept,
-                   threshold, {**meta, "path": str(path)})
 
 
 def patient_folds(patients: Sequence[str], folds: int, seed: int | Sequence[int]) -> np.ndarray:

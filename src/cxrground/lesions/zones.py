@@ -45,7 +45,7 @@ from cxrground.anatomy.segment.base import LungHeartMasks, LungHeartSegmenter
 from cxrground.anatomy.segment.builtin import work_box
 from cxrground.anatomy.segment.plausibility import segment_checked
 from cxrground.datasets.views import is_frontal
-from cxrground.errors import CXRGroundError, Failure, InputError
+from cxrground.errors import ConfigError, CXRGroundError, Failure, InputError
 from cxrground.io.image import IMAGE_SUFFIXES, CXRImage, read_image, write_image
 from cxrground.io.overlay import contact_sheet, label_panel, overlay_masks
 from cxrground.lesions.lesion_zones import LESION_ZONE_READER, LesionZoneReader
@@ -54,8 +54,8 @@ from cxrground.lesions.zone_classifier import SHIPPED_ZONE_READER, ZoneClassifie
 from cxrground.lesions.zone_features import check_same_normative, feature_columns, normative_hash, zone_feature_matrix
 from cxrground.lesions.zone_prior import PRIOR_READERS, PriorZoneReader
 
-__all__ = ["CSV_COLUMNS", "NORMATIVE_READER", "ZoneReading", "film_features", "find_images", "read_zones",
-           "reader_name", "resolve_zone_reader", "work_grid_inputs", "write_zones", "zones_overlay",
+__all__ = ["CSV_COLUMNS", "NORMATIVE_READER", "ZoneReading", "check_out_folder", "film_features", "find_images",
+           "read_zones", "reader_name", "resolve_zone_reader", "work_grid_inputs", "write_zones", "zones_overlay",
            "zones_provenance"]
 
 ZONES: Final[tuple[str, ...]] = tuple(BRIXIA_ZONE_LABELS)
@@ -92,6 +92,15 @@ def find_images(folder: Path) -> list[Path]:
     if not paths:
         raise InputError("no PNG, JPEG or DICOM images in the folder", folder)
     return paths
+
+
+def check_out_folder(out: Path, images: Path) -> None:
+    """A :class:`~cxrground.errors.ConfigError` when the output folder ``out`` is the image folder ``images`` or
+    lies inside it (its overlays would be read as films by the next run on that folder)."""
+    if out.resolve().is_relative_to(images.resolve()):
+        where = "is the image folder" if out.resolve() == images.resolve() else f"lies inside the image folder {images}"
+        raise ConfigError(f"output folder {out} {where}: its overlays would be read as films by the next run; "
+                          "write to a folder outside the image folder")
 
 
 ZoneReader = ZoneClassifier | LesionZoneReader | PriorZoneReader
@@ -259,10 +268,13 @@ def write_zones(
     is a failure, not read; with ``orientation_check``, so is a film that looks stored in a
     wrong pose (:func:`~cxrground.anatomy.segment.orientation.orientation_problem`, after the lung checks).
 
-    ``root``: names in the CSV are paths relative to it (default: the file name). ``zone_model``: flags from
+    ``root``: names in the CSV are paths relative to it (default: the file name); an ``out`` inside it is refused
+    (:func:`check_out_folder`). ``zone_model``: flags from
     that classifier; refused (:class:`~cxrground.errors.InputError`) when it was trained with another
     normative model.
     """
+    if root is not None:
+        check_out_folder(out, root)
     if isinstance(zone_model, ZoneClassifier):
         check_same_normative(zone_model, model)
     if isinstance(zone_model, PriorZoneReader):

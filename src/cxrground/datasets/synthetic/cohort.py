@@ -27,13 +27,14 @@ from typing import Any, Final
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
+from pydantic import ValidationError
 from scipy import ndimage
 
 from cxrground.datasets.synthetic.config import GENERATOR_NAME, GENERATOR_VERSION, SynthConfig
 from cxrground.datasets.synthetic.records import StudyTruth
 from cxrground.datasets.synthetic.study import SyntheticStudy, generate_study, study_ids
 from cxrground.datasets.views import VIEW_TABLE_NAMES
-from cxrground.errors import ConfigError
+from cxrground.errors import ConfigError, InputError
 from cxrground.fields import option
 from cxrground.io.files import atomic_write_bytes
 from cxrground.io.masks import decode_rle, write_mask_png
@@ -116,15 +117,31 @@ def write_study(out_dir: str | Path, study: SyntheticStudy, config: SynthConfig)
 # --- loading --------------------------------------------------------------------------------------
 
 def read_truth(path: str | Path) -> StudyTruth:
-    """Read one ``truth/s5XXXXXXX.json``."""
-    return StudyTruth.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+    """Read one ``truth/s5XXXXXXX.json``; an :class:`~cxrground.errors.InputError` naming the file when it cannot
+    be read or is not a truth record."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"truth record cannot be read ({exc.strerror or exc})", path) from exc
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"truth record is not JSON ({exc})", path) from exc
+    try:
+        return StudyTruth.from_dict(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the record"
+        more = f" (and {exc.error_count() - 1} more problems)" if exc.error_count() > 1 else ""
+        raise InputError(f"not a synthetic truth record: {where}: {first['msg']}{more}", path) from exc
 
 
 def load_truth(out_dir: str | Path) -> list[StudyTruth]:
-    """All truth records of a cohort folder, ordered by ``(seed, index)``."""
+    """All truth records of a cohort folder, ordered by ``(seed, index)``; an
+    :class:`~cxrground.errors.InputError` naming the folder when it has no ``truth/``, or the first record that
+    cannot be read."""
     folder = Path(out_dir) / "truth"
     if not folder.is_dir():
-        raise FileNotFoundError(f"{out_dir}: no truth/ folder; is this a synthetic cohort?")
+        raise InputError("no truth/ folder: not a synthetic cohort (cxrground synth writes one)", out_dir)
     records = [read_truth(p) for p in sorted(folder.glob("s*.json"))]
     return sorted(records, key=lambda t: (t.seed, t.index))
 
@@ -426,7 +443,12 @@ def summarize(out_dir: str | Path) -> dict[str, Any]:
     summary = summarize_records(load_truth(out))
     cohort = out / "cohort.json"
     if cohort.exists():
-        meta = json.loads(cohort.read_text(encoding="utf-8"))
+        try:
+            meta = json.loads(cohort.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise InputError(f"cohort description is not JSON ({exc})", cohort) from exc
+        if not isinstance(meta, dict):
+            raise InputError("cohort description is not a JSON object", cohort)
         summary["seed"] = meta.get("seed")
         summary["generator_version"] = meta.get("generator_version")
     return summary

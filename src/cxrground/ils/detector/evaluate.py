@@ -204,8 +204,10 @@ def _prepare_evaluation_set(request: DetectorEvalRequest) -> None:
 
 def evaluate_detector(request: DetectorEvalRequest) -> DetectionReport:
     """Both views of the detector on ``request.split`` of a prepared dataset (module docstring)."""
+    from cxrground.ils.detector.train import check_ultralytics
     from cxrground.ils.spatial.boxes import YOLOBoxDetector
 
+    check_ultralytics()  # before any film of --annotations is prepared
     if request.annotations is not None:
         _prepare_evaluation_set(request)
     folder = _data_folder(request.data)

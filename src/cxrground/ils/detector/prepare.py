@@ -152,15 +152,19 @@ def prepare_dataset(annotations: str | Path, images: str | Path, folder: str | P
     settings = PrepareSettings(**{**settings.to_dict(), "by_patient": patients is not None})
     if settings.only_split not in (None, *SPLITS):
         raise ConfigError(f"only_split must be one of {', '.join(SPLITS)}, got {settings.only_split!r}")
+    boxes, readers, sizes = read_annotations(annotations)
+    groups = read_patients(patients) if patients is not None else {}
     settings_file = out / "settings.json"
     if settings_file.is_file():
-        old = json.loads(settings_file.read_text())
+        try:
+            old = json.loads(settings_file.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise InputError(f"settings of a prepared dataset are not JSON ({exc}); use another folder",
+                             settings_file) from exc
         if old != settings.to_dict():
             raise ConfigError(f"{out} was prepared with other settings ({old}); use another folder or --overwrite")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(settings_file, json.dumps(settings.to_dict(), indent=1) + "\n")
-    boxes, readers, sizes = read_annotations(annotations)
-    groups = read_patients(patients) if patients is not None else {}
     ids = sorted(readers)[:max_images] if max_images else sorted(readers)
     found = find_images(images, ids)
     failures: list[Failure] = []

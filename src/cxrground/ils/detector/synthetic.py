@@ -6,23 +6,31 @@ one box per simulated reader: the bounding box of its mask in pixel edges, each 
 enlarged heart gives a ``Cardiomegaly`` box around the heart mask. Films without any box get one ``No finding``
 row per reader, as in VinDr-CXR. Lesion → VinDr class (:data:`SYNTHETIC_CLASS`) follows what a VinDr reader
 would call the drawn pattern and is one of the classes that may ground that lesion
-(:data:`~cxrground.ils.spatial.boxes.BOX_CLASS_LESIONS`). ``patients.csv`` maps each image to its subject.
+(:data:`~cxrground.ils.spatial.boxes.BOX_CLASS_LESIONS`). ``patients.csv`` maps each image to its subject. A study
+whose film is missing (or empty) is left out of both files and recorded in ``failures.jsonl``.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 import numpy as np
 
+from cxrground.datasets.folder import image_file_problem
 from cxrground.datasets.synthetic import load_truth
+from cxrground.errors import Failure, InputError
 from cxrground.io.files import atomic_write_text
 from cxrground.io.masks import decode_rle
 
-__all__ = ["ANNOTATION_COLUMNS", "SYNTHETIC_CLASS", "export_synthetic_vindr"]
+__all__ = ["ANNOTATION_COLUMNS", "FAILURES_NAME", "SYNTHETIC_CLASS", "SyntheticExport", "export_synthetic_vindr"]
+
+#: The studies left out of the export, one :class:`~cxrground.errors.Failure` per line.
+FAILURES_NAME: Final = "failures.jsonl"
 
 #: Column order of the written file (VinDr-CXR's columns; readers find them by name).
 ANNOTATION_COLUMNS: Final = ("image_id", "class_name", "x_min", "y_min", "x_max", "y_max", "rad_id")
@@ -45,23 +53,51 @@ def _edges(mask: np.ndarray) -> tuple[int, int, int, int]:
     return int(cols[0]), int(rows[0]), int(cols[-1]) + 1, int(rows[-1]) + 1
 
 
+@dataclass(frozen=True)
+class SyntheticExport:
+    """What :func:`export_synthetic_vindr` wrote: films, rows and boxes of ``train.csv``, and the studies left out
+    (their film missing or unusable), also in ``failures.jsonl``."""
+
+    images: int
+    rows: int
+    boxes: int
+    failures: list[Failure] = field(default_factory=list)
+
+    def __getitem__(self, key: str) -> int:
+        """The counts by name (``images``, ``rows``, ``boxes``, ``failures``), as the earlier dict gave them."""
+        if key not in ("images", "rows", "boxes", "failures"):
+            raise KeyError(key)
+        return len(self.failures) if key == "failures" else int(getattr(self, key))
+
+    def summary_lines(self, out: Path) -> list[str]:
+        """What was written, then one line per failure."""
+        lines = [f"{out / 'train.csv'}: {self.boxes} boxes on {self.images} films ({self.rows} rows); "
+                 f"{out / 'patients.csv'}; {len(self.failures)} failed ({out / FAILURES_NAME})"]
+        return lines + [f"  failed: {f.path}: {f.reason}" for f in self.failures]
+
+
 def export_synthetic_vindr(cohort: str | Path, out: str | Path, readers: int = 3, jitter: float = 0.03,
-                           miss: float = 0.1, seed: int = 0) -> dict[str, int]:
-    """Write ``out/train.csv`` (VinDr-CXR format) and ``out/patients.csv``; return row and image counts."""
+                           miss: float = 0.1, seed: int = 0) -> SyntheticExport:
+    """Write ``out/train.csv`` (VinDr-CXR format), ``out/patients.csv`` and ``out/failures.jsonl``; a study whose
+    film is missing or unusable (:func:`~cxrground.datasets.folder.image_file_problem`) is a failure, not
+    exported. Returns the counts and the failures."""
     if readers < 1 or not 0 <= miss < 1 or jitter < 0:
         raise ValueError(f"need readers >= 1, 0 <= miss < 1, jitter >= 0; got {readers}, {miss}, {jitter}")
     rng = np.random.default_rng(seed)
     rad_ids = [f"R{i + 1}" for i in range(readers)]
     rows: list[list[object]] = []
     patients: list[tuple[str, str]] = []
+    failures: list[Failure] = []
     boxes_written = 0
-    for t in load_truth(cohort):
+    truths = load_truth(cohort)
+    if not truths:
+        raise InputError("no truth records in truth/: an empty synthetic cohort", cohort)
+    for t in truths:
         shape = (t.height, t.width)
         found = [(SYNTHETIC_CLASS[f.lesion], decode_rle(f.mask.rle, shape)) for f in t.present_findings
                  if f.mask is not None and f.lesion in SYNTHETIC_CLASS]
         if t.heart_status == "enlarged" and "heart" in t.anatomy:
             found.append((SYNTHETIC_CLASS["cardiomegaly"], decode_rle(t.anatomy["heart"].rle, shape)))
-        patients.append((t.dicom_id, t.subject_id))
         image_rows = []
         for name, mask in found:
             if not mask.any():
@@ -77,6 +113,13 @@ def export_synthetic_vindr(cohort: str | Path, out: str | Path, readers: int = 3
                 bx1, by1 = min(float(t.width), x1 + err[2]), min(float(t.height), y1 + err[3])
                 if bx1 - bx0 >= 1 and by1 - by0 >= 1:
                     image_rows.append([t.dicom_id, name, f"{bx0:.1f}", f"{by0:.1f}", f"{bx1:.1f}", f"{by1:.1f}", rad])
+        film = Path(cohort) / t.image_path
+        problem = image_file_problem(film)  # after the draws: the other films' boxes do not depend on this one
+        if problem is not None:
+            failures.append(Failure(str(film), "detector-export", f"film of study {t.study_id}: {problem}",
+                                    "InputError"))
+            continue
+        patients.append((t.dicom_id, t.subject_id))
         rows += image_rows or [[t.dicom_id, "No finding", "", "", "", "", rad] for rad in rad_ids]
         boxes_written += len(image_rows)
     folder = Path(out)
@@ -91,4 +134,5 @@ def export_synthetic_vindr(cohort: str | Path, out: str | Path, readers: int = 3
     pw.writerow(("image_id", "patient_id"))
     pw.writerows(patients)
     atomic_write_text(folder / "patients.csv", pbuf.getvalue())
-    return {"images": len(patients), "rows": len(rows), "boxes": boxes_written}
+    atomic_write_text(folder / FAILURES_NAME, "".join(json.dumps(f.to_dict()) + "\n" for f in failures))
+    return SyntheticExport(len(patients), len(rows), boxes_written, failures)

@@ -23,6 +23,7 @@ ultralytics download ``yolo26n.pt`` for its AMP self-check).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -31,13 +32,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from cxrground.errors import ConfigError
+from cxrground.errors import ConfigError, InputError
 from cxrground.fields import option
 from cxrground.ils.detector.prepare import PreparedData, PrepareSettings, prepare_dataset
 from cxrground.io.files import atomic_write_text, sha256_file
 
-__all__ = ["MANAGED_ARGS", "WEIGHTS_NAME", "DetectorTrainRequest", "TrainedDetector", "train_detector",
-           "ultralytics_args", "ultralytics_offline"]
+__all__ = ["MANAGED_ARGS", "NEEDS_ULTRALYTICS", "WEIGHTS_NAME", "DetectorTrainRequest", "TrainedDetector",
+           "check_ultralytics", "train_detector", "ultralytics_args", "ultralytics_offline"]
 
 WEIGHTS_NAME = "vindr_yolo.pt"
 
@@ -159,12 +160,32 @@ def ultralytics_offline(config_dir: Path | None = None) -> None:
         shutil.copyfile(Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf", font)
 
 
+#: Why training cannot start without ultralytics (the words of ``detector evaluate``'s YOLO detector).
+NEEDS_ULTRALYTICS = ("the YOLO detector needs the 'ultralytics' package: pip install ultralytics (or "
+                     "'cxrground[yolo]'; it needs torchvision; in an environment of its own: see "
+                     "docs/guides/detector.md)")
+
+
+def check_ultralytics() -> None:
+    """A :class:`~cxrground.errors.ConfigError` when ultralytics or torchvision is not installed (checked before
+    any data is prepared)."""
+    missing = [name for name in ("ultralytics", "torchvision") if not _installed(name)]
+    if missing:
+        raise ConfigError(f"{NEEDS_ULTRALYTICS}; missing here: {', '.join(missing)}")
+
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a module blocked in sys.modules (None) has no spec
+        return False
+
+
 def _import_yolo() -> Any:
     try:
         from ultralytics import YOLO
     except ImportError as exc:
-        raise ConfigError("training the detector needs ultralytics and torchvision (the 'yolo' extra, in an "
-                          "environment of its own: see docs/guides/detector.md)") from exc
+        raise ConfigError(NEEDS_ULTRALYTICS) from exc
     return YOLO
 
 
@@ -199,7 +220,12 @@ def train_detector(request: DetectorTrainRequest) -> TrainedDetector:
         shutil.rmtree(run_dir, ignore_errors=True)
     extra = ultralytics_args(request.train_set)
     if weights.is_file() and prov_file.is_file():
-        return TrainedDetector(weights, json.loads(prov_file.read_text()), already_done=True)
+        try:
+            return TrainedDetector(weights, json.loads(prov_file.read_text(encoding="utf-8")), already_done=True)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise InputError(f"provenance of the trained detector is not JSON ({exc}); --overwrite trains again",
+                             prov_file) from exc
+    check_ultralytics()
     data = prepare_dataset(request.annotations, request.images, out / "data", request.prepare_settings(),
                            patients=request.patients, workers=max(1, request.workers),
                            max_images=request.max_images)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -36,6 +37,7 @@ from typing import Final, Literal
 
 from cxrground.errors import ConfigError, InputError
 from cxrground.ils.spatial.boxes import KEPT_CLASSES, VINDR_CXR_CLASSES, normalize_class_name
+from cxrground.io.files import read_csv_text
 
 __all__ = [
     "IMAGE_SUFFIXES",
@@ -122,31 +124,31 @@ def read_annotations(path: str | Path) -> tuple[dict[str, list[ReaderBox]], dict
     boxes: dict[str, list[ReaderBox]] = defaultdict(list)
     readers: dict[str, set[str]] = defaultdict(set)
     sizes: dict[str, tuple[int, int]] = {}
-    with p.open(newline="", encoding="utf-8-sig") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in _REQUIRED if c not in (reader.fieldnames or [])]
-        if missing:
-            raise InputError(f"missing column(s) {missing}; expected {', '.join(_REQUIRED)}, rad_id", p)
-        for line, row in enumerate(reader, start=2):
-            image_id = (row["image_id"] or "").strip()
-            if not image_id:
-                raise InputError(f"line {line}: empty image_id", p)
-            rad = (row.get("rad_id") or "").strip()
-            readers[image_id].add(rad)
-            if row.get("width") and row.get("height"):
-                sizes[image_id] = (int(_number(row["height"], "height", p, line)),
-                                   int(_number(row["width"], "width", p, line)))
-            name = canonical.get(normalize_class_name(row["class_name"] or ""))
-            if name is None:
-                raise InputError(f"line {line}: unknown class {row['class_name']!r} (VinDr-CXR classes: "
-                                 f"{', '.join(VINDR_CXR_CLASSES)})", p)
-            if name == NO_FINDING:
-                boxes.setdefault(image_id, [])
-                continue
-            x0, y0, x1, y1 = (_number(row[c] or "", c, p, line) for c in ("x_min", "y_min", "x_max", "y_max"))
-            if x1 <= x0 or y1 <= y0:
-                raise InputError(f"line {line}: empty box ({x0}, {y0}, {x1}, {y1})", p)
-            boxes[image_id].append(ReaderBox(image_id, name, x0, y0, x1, y1, rad))
+    reader = csv.DictReader(io.StringIO(read_csv_text(p, "annotations file"), newline=""))
+    missing = [c for c in _REQUIRED if c not in (reader.fieldnames or [])]
+    if missing:
+        raise InputError(f"missing column(s) {missing}; expected {', '.join(_REQUIRED)}, rad_id", p)
+    for row in reader:
+        line = reader.line_num  # the file line (a row with a quoted line break: its last line)
+        image_id = (row["image_id"] or "").strip()
+        if not image_id:
+            raise InputError(f"line {line}: empty image_id", p)
+        rad = (row.get("rad_id") or "").strip()
+        readers[image_id].add(rad)
+        if row.get("width") and row.get("height"):
+            sizes[image_id] = (int(_number(row["height"], "height", p, line)),
+                               int(_number(row["width"], "width", p, line)))
+        name = canonical.get(normalize_class_name(row["class_name"] or ""))
+        if name is None:
+            raise InputError(f"line {line}: unknown class {row['class_name']!r} (VinDr-CXR classes: "
+                             f"{', '.join(VINDR_CXR_CLASSES)})", p)
+        if name == NO_FINDING:
+            boxes.setdefault(image_id, [])
+            continue
+        x0, y0, x1, y1 = (_number(row[c] or "", c, p, line) for c in ("x_min", "y_min", "x_max", "y_max"))
+        if x1 <= x0 or y1 <= y0:
+            raise InputError(f"line {line}: empty box ({x0}, {y0}, {x1}, {y1})", p)
+        boxes[image_id].append(ReaderBox(image_id, name, x0, y0, x1, y1, rad))
     if not readers:
         raise InputError("no annotation rows", p)
     return dict(boxes), dict(readers), sizes
@@ -155,11 +157,16 @@ def read_annotations(path: str | Path) -> tuple[dict[str, list[ReaderBox]], dict
 def read_patients(path: str | Path) -> dict[str, str]:
     """``image_id → patient_id`` from a CSV with those two columns."""
     p = Path(path)
-    with p.open(newline="", encoding="utf-8-sig") as fh:
-        reader = csv.DictReader(fh)
-        if not {"image_id", "patient_id"} <= set(reader.fieldnames or []):
-            raise InputError("expected columns image_id, patient_id", p)
-        return {row["image_id"].strip(): row["patient_id"].strip() for row in reader}
+    reader = csv.DictReader(io.StringIO(read_csv_text(p, "patients file"), newline=""))
+    if not {"image_id", "patient_id"} <= set(reader.fieldnames or []):
+        raise InputError("expected columns image_id, patient_id", p)
+    patients: dict[str, str] = {}
+    for row in reader:
+        image, patient = (row["image_id"] or "").strip(), (row["patient_id"] or "").strip()
+        if not image or not patient:
+            raise InputError(f"line {reader.line_num}: empty image_id or patient_id", p)
+        patients[image] = patient
+    return patients
 
 
 def _iou(a: Sequence[float], b: Sequence[float]) -> float:
