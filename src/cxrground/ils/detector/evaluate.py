@@ -204,7 +204,7 @@ def _prepare_evaluation_set(request: DetectorEvalRequest) -> None:
 
 def evaluate_detector(request: DetectorEvalRequest) -> DetectionReport:
     """Both views of the detector on ``request.split`` of a prepared dataset (module docstring)."""
-    from cxrground.ils.detector.train import check_ultralytics
+    from cxrground.ils.detector.needs import check_ultralytics
     from cxrground.ils.spatial.boxes import YOLOBoxDetector
 
     check_ultralytics()  # before any film of --annotations is prepared

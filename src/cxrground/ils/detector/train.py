@@ -23,7 +23,6 @@ ultralytics download ``yolo26n.pt`` for its AMP self-check).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -34,6 +33,7 @@ from typing import Any, Literal
 
 from cxrground.errors import ConfigError, InputError
 from cxrground.fields import option
+from cxrground.ils.detector.needs import NEEDS_ULTRALYTICS, check_ultralytics
 from cxrground.ils.detector.prepare import PreparedData, PrepareSettings, prepare_dataset
 from cxrground.io.files import atomic_write_text, sha256_file
 
@@ -158,27 +158,6 @@ def ultralytics_offline(config_dir: Path | None = None) -> None:
 
         font.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf", font)
-
-
-#: Why training cannot start without ultralytics (the words of ``detector evaluate``'s YOLO detector).
-NEEDS_ULTRALYTICS = ("the YOLO detector needs the 'ultralytics' package: pip install ultralytics (or "
-                     "'cxrground[yolo]'; it needs torchvision; in an environment of its own: see "
-                     "docs/guides/detector.md)")
-
-
-def check_ultralytics() -> None:
-    """A :class:`~cxrground.errors.ConfigError` when ultralytics or torchvision is not installed (checked before
-    any data is prepared)."""
-    missing = [name for name in ("ultralytics", "torchvision") if not _installed(name)]
-    if missing:
-        raise ConfigError(f"{NEEDS_ULTRALYTICS}; missing here: {', '.join(missing)}")
-
-
-def _installed(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):  # a module blocked in sys.modules (None) has no spec
-        return False
 
 
 def _import_yolo() -> Any:
