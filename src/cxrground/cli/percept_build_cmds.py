@@ -10,7 +10,17 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DIR, OUT_DIR, OUT_FILE, echo_lines, group, note, request_options, threads_option
+from cxrground.cli.common import (
+    DIR,
+    OUT_DIR,
+    OUT_FILE,
+    echo_lines,
+    group,
+    note,
+    request_options,
+    threads_option,
+    warn,
+)
 from cxrground.percept.request import BuildRequest, build_lines, run_build
 
 
@@ -23,8 +33,12 @@ def percept() -> None:
 @threads_option
 @request_options(BuildRequest)
 def build(request: BuildRequest) -> None:
-    """Build a CheXpercept benchmark from an ILS dataset (resumable; byte-identical for a seed)."""
-    click.echo("\n".join(build_lines(run_build(request))))
+    """Build a CheXpercept benchmark from an ILS dataset (resumable; byte-identical for a seed). An unknown
+    --split is an error naming the dataset's splits; a build that finds no candidate warns."""
+    summary = run_build(request)
+    click.echo("\n".join(build_lines(summary)))
+    for line in summary.warnings:
+        warn(f"warning: {line}")
 
 
 @percept.command("validate")
@@ -45,11 +59,15 @@ def validate(bench: Path) -> None:
 @click.argument("bench", type=DIR)
 @click.option("--out", "out_html", type=OUT_FILE, required=True)
 def gallery(bench: Path, out_html: Path) -> None:
-    """Write a static HTML page to browse the benchmark stage by stage."""
-    from cxrground.percept.gallery import render_gallery
+    """Write a static HTML page to browse the benchmark stage by stage. An image file the benchmark names but
+    does not hold is shown as missing on the page and listed in a warning."""
+    from cxrground.percept.gallery import write_gallery
 
-    n = render_gallery(bench, out_html)
-    click.echo(f"wrote {out_html} ({n} cases)")
+    g = write_gallery(bench, out_html)
+    if g.missing:
+        warn(f"warning: {len(g.missing)} image(s) of {bench} missing, shown as missing on the page: "
+             f"{', '.join(g.missing)}")
+    click.echo(f"wrote {out_html} ({g.cases} cases)")
 
 
 @percept.command("export")
@@ -67,25 +85,33 @@ def gallery(bench: Path, out_html: Path) -> None:
 @click.option("--arrow", is_flag=True, help="hf: also write arrow/ (datasets.save_to_disk) for load_from_disk.")
 @click.option("--task-name", default="chexpercept", show_default=True,
               help="lmms-eval: the task group name (tasks are NAME_none, NAME_implicit, NAME_explicit).")
+@click.option("--validate/--no-validate", "validate", default=True,
+              help="Check BENCH as `percept validate` does first (it reads every image and hashes every file) and "
+                   "refuse the export with the problems listed; --no-validate skips the check. A BENCH without "
+                   "MANIFEST.sha256 (not made by percept build) is checked without its build records.")
 def export(bench: Path, out: Path, fmt: str, layout: str, neutral_keys: bool, overwrite: bool, shard_rows: int,
-           arrow: bool, task_name: str) -> None:
-    """Write BENCH to OUT in another layout or format (reference layout, Hugging Face dataset, lmms-eval task)."""
+           arrow: bool, task_name: str, validate: bool) -> None:
+    """Write BENCH to OUT in another layout or format (reference layout, Hugging Face dataset, lmms-eval task).
+    OUT must lie outside BENCH."""
     if fmt == "hf":
         from cxrground.percept.export_hf import export_hf
 
-        h = export_hf(bench, out, shard_rows=shard_rows, arrow=arrow)
+        h = export_hf(bench, out, shard_rows=shard_rows, arrow=arrow, validate=validate)
+        echo_lines(h["notes"], err=True)
         click.echo(f"exported {h['cases']} cases to {out} as a Hugging Face dataset (README.md dataset card)")
         return
     if fmt == "lmms-eval":
         from cxrground.percept.lmms_task import export_lmms_task
 
-        t = export_lmms_task(bench, out, name=task_name, shard_rows=shard_rows)
+        t = export_lmms_task(bench, out, name=task_name, shard_rows=shard_rows, validate=validate)
+        echo_lines(t["notes"], err=True)
         click.echo(f"wrote the lmms-eval tasks {', '.join(t['tasks'])} ({t['cases']} cases) to {out}; run with "
                    f"lmms-eval --include_path {out} --tasks {task_name}")
         return
     from cxrground.percept.export import export_benchmark
 
-    s = export_benchmark(bench, out, layout, neutral_keys=neutral_keys, overwrite=overwrite)
+    s = export_benchmark(bench, out, layout, neutral_keys=neutral_keys, overwrite=overwrite, validate=validate)
+    echo_lines(s.notes, err=True)
     click.echo(f"exported {s.cases} cases ({s.images} images) to {s.out_dir} in the {s.layout} layout")
 
 

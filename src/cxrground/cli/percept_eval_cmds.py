@@ -8,10 +8,11 @@ variable named by ``--api-key-env``; there is no option that takes a key.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from cxrground.cli.common import DIR, OUT_FILE, echo_lines, request_options, threads_option
+from cxrground.cli.common import DIR, OUT_FILE, echo_lines, request_options, threads_option, warn
 from cxrground.cli.percept_build_cmds import percept
 from cxrground.evaluation.percept.request import EvalRequest, run_request
 
@@ -29,12 +30,21 @@ def eval_cmd(request: EvalRequest) -> None:
 @click.option("--bootstrap", "n_boot", type=int, default=1000, help="Bootstrap resamples (0 = none).")
 def score_cmd(run: Path, n_boot: int) -> None:
     """Score a run: score.json and the reference CSVs in RUN/; prints the summary rows (and the spread rows of
-    runs with several repeats)."""
+    runs with several repeats). A results line that holds no valid record is named (file:line) in a warning and
+    its case, where it names one, counts as failed."""
     from cxrground.evaluation.percept.scoring import score_lines, score_run
 
-    lines, remark = score_lines(score_run(run, n_boot=n_boot))
+    score = score_run(run, n_boot=n_boot)
+    lines, remark = score_lines(score)
     echo_lines(lines)
+    _warn_bad_lines(score)
     echo_lines([remark] if remark else [], err=True)
+
+
+def _warn_bad_lines(score: dict[str, Any]) -> None:
+    """A warning per line of the run's results that holds no valid record (``file:line: reason``)."""
+    for line in score.get("bad_lines", []):
+        warn(f"warning: {line}")
 
 
 @percept.command("report")
@@ -43,8 +53,9 @@ def score_cmd(run: Path, n_boot: int) -> None:
 @click.option("--bootstrap", "n_boot", type=int, default=1000)
 def report_cmd(runs: tuple[Path, ...], out: Path, n_boot: int) -> None:
     """Compare the run folders RUNS in one self-contained HTML page (+ all_models_summary.csv next to it). Files
-    among RUNS (the response cache, an earlier report, as `runs/*` names them) are skipped with a note."""
-    from cxrground.evaluation.percept.report import build_report
+    among RUNS (the response cache, an earlier report, as `runs/*` names them) are skipped with a note; a folder
+    without a valid config.json is an error naming it."""
+    from cxrground.evaluation.percept.report import load_scores, write_report
 
     folders = [r for r in runs if r.is_dir()]
     skipped = [r for r in runs if not r.is_dir()]
@@ -53,7 +64,10 @@ def report_cmd(runs: tuple[Path, ...], out: Path, n_boot: int) -> None:
                    err=True)
     if not folders:
         raise click.UsageError("RUNS names no run folder")
-    path = build_report(folders, out, n_boot=n_boot)
+    scores = load_scores(folders, n_boot=n_boot)
+    for score in scores:
+        _warn_bad_lines(score)
+    path = write_report(scores, out)
     click.echo(f"wrote {path}")
 
 COMMANDS: list[click.Command] = []

@@ -36,10 +36,10 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from cxrground.errors import ConfigError
+from cxrground.errors import ConfigError, InputError
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.predictions import load_predictions
-from cxrground.ils.schema import load_dataset
+from cxrground.ils.schema import SPLITS, load_dataset
 from cxrground.io.files import atomic_write_text
 from cxrground.percept.card import render_card
 from cxrground.percept.case_files import CaseTask, case_failure, render_case
@@ -85,6 +85,7 @@ class BuildSummary:
     failures: int
     seconds: float
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
 
 # --- pool -------------------------------------------------------------------------------------------
@@ -121,6 +122,28 @@ def _reason_key(reason: str) -> str:
     return reason.split(" (")[0]
 
 
+def _check_settings(opts: BuildOptions, dataset: Any, ils_file: Path) -> None:
+    """Raise :class:`ConfigError` for settings the build cannot use: a ratio outside [0, 1], a negative count, a
+    split without studies (``--split all`` takes the splits the dataset has; a split named otherwise must hold
+    studies)."""
+    if not 0.0 <= opts.rf_ratio <= 1.0:
+        raise ConfigError(f"--rf-ratio must be in [0, 1], got {opts.rf_ratio}")
+    if opts.deformer == "sam" and not opts.sam_model:
+        raise ConfigError("--deformer sam needs --sam-model PATH (a local SAM checkpoint folder)")
+    for name, value in (("--max-candidates", opts.max_candidates), ("--max-negatives", opts.max_negatives)):
+        if value < 0:
+            raise ConfigError(f"{name} must be >= 0, got {value}")
+    if not isinstance(dataset, dict):
+        raise InputError("not an ILS dataset: expected a JSON object of splits", ils_file)
+    sizes = {split: len(studies) for split, studies in dataset.items() if isinstance(studies, dict) and studies}
+    have = ", ".join(f"{split} ({n} stud{'y' if n == 1 else 'ies'})" for split, n in sizes.items()) or "none"
+    every = tuple(opts.splits) == tuple(SPLITS)  # --split all: the splits the dataset has
+    unknown = [split for split in opts.splits if split not in sizes and not (every and split in SPLITS)]
+    if not opts.splits or unknown:
+        raise ConfigError(f"--split {','.join(unknown) or '(none)'}: no study of {ils_file} is in this split; "
+                          f"its splits: {have}")
+
+
 def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, progress: bool = True,
                     overwrite: bool = False, keep_work: bool = False) -> BuildSummary:
     """Build (or resume) the benchmark in ``out_dir``; see the module docstring."""
@@ -130,10 +153,10 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     ils_file = _dataset_file(Path(opts.ils))
     ils_dir = ils_file.parent
     dataset = load_dataset(ils_file)
-    if not 0.0 <= opts.rf_ratio <= 1.0:
-        raise ConfigError(f"--rf-ratio must be in [0, 1], got {opts.rf_ratio}")
-    if opts.deformer == "sam" and not opts.sam_model:
-        raise ConfigError("--deformer sam needs --sam-model PATH (a local SAM checkpoint folder)")
+    _check_settings(opts, dataset, ils_file)
+    warnings: list[str] = []
+    if workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {workers}")
     stamp = work / "settings.json"
     settings = {"settings_hash": opts.settings_hash()}
     if stamp.is_file() and json.loads(stamp.read_text()) != settings:
@@ -152,6 +175,9 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     positives = positive_candidates(dataset, opts.splits, opts.max_candidates)
     pos_cxrs = {c.dicom_id for cs in positives.values() for c in cs} if opts.exclude_positive_cxrs else set()
     negatives = negative_candidates(dataset, opts.splits, opts.max_negatives, pos_cxrs)
+    if not any(positives.values()) and not any(negatives.values()):
+        warnings.append(f"no candidate (positive or negative pair) in split(s) {', '.join(opts.splits)} of "
+                        f"{ils_file}: the benchmark is empty")
     images_root = Path(opts.images)
     failures: list[dict[str, Any]] = []
     dropped: Counter = Counter()
@@ -261,4 +287,4 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
         shutil.rmtree(work, ignore_errors=True)
     table = count_arithmetic(achieved)
     return BuildSummary(str(out), table.cxrs, table.items, len(todo), reused, len(failures),
-                        round(time.perf_counter() - started, 2), achieved)
+                        round(time.perf_counter() - started, 2), achieved, tuple(warnings))

@@ -24,6 +24,11 @@ folders are the JSON keys, as the reference requires; a ``key_id`` contains the 
 this). ``neutral_keys=True`` keys the export by ``{lesion}_{case_id}`` instead (the lesion prefix is kept: the
 reference's analysis gives cardiomegaly its extra depth by the ``cardiomegaly_`` prefix); the original
 ``key_id`` stays recoverable from ``pair_id`` in the JSON.
+
+Checks first (every export format): the export folder is neither the benchmark folder, nor inside it, nor holding
+it (:func:`~cxrground.percept.paths.check_export_target`); and, unless ``validate=False``, the benchmark passes
+``percept validate`` (:func:`~cxrground.percept.validate.require_valid`), so that an export never publishes a
+benchmark whose images are unreadable or whose files no longer match its manifest.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from typing import Any, Final
 from cxrground.errors import ConfigError, InputError
 from cxrground.percept.layout import CARD_FILE, MANIFEST_FILE
 from cxrground.percept.manifest import manifest_lines
+from cxrground.percept.paths import check_export_target
 from cxrground.percept.schema import (
     BENCHMARK_FILE,
     REFERENCE_CONTOUR_DIR,
@@ -60,12 +66,13 @@ _TOP_LEVEL_OPTIONAL: Final[tuple[str, ...]] = ("contour_qa", "case_id", "lesion"
 
 @dataclass(frozen=True)
 class ExportSummary:
-    """What an export wrote: the folder, the number of cases and of images."""
+    """What an export wrote: the folder, the number of cases and of images; ``notes`` from the check before it."""
 
     out_dir: str
     layout: str
     cases: int
     images: int
+    notes: tuple[str, ...] = ()
 
 
 def _export_key(key: str, case: Case, neutral_keys: bool) -> str:
@@ -129,16 +136,19 @@ def _check_out(out: Path, overwrite: bool) -> None:
 
 
 def export_benchmark(bench: str | Path, out: str | Path, layout: str = "reference", *, neutral_keys: bool = False,
-                     overwrite: bool = False) -> ExportSummary:
-    """Write the benchmark folder ``bench`` (either layout) to ``out`` in ``layout`` (module docstring)."""
+                     overwrite: bool = False, validate: bool = True) -> ExportSummary:
+    """Write the benchmark folder ``bench`` (either layout) to ``out`` in ``layout`` (module docstring); with
+    ``validate``, a benchmark that ``percept validate`` rejects is refused (:class:`InputError` listing why)."""
+    from cxrground.percept.validate import require_valid
+
     if layout not in LAYOUTS:
         raise ConfigError(f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
     src, out = Path(bench), Path(out)
     benchmark: Benchmark = load_benchmark(src)
     root = benchmark.root
     assert root is not None
-    if out.resolve() == root.resolve():
-        raise ConfigError(f"export into the benchmark's own folder {out} is refused")
+    check_export_target(root, out)
+    notes = tuple(require_valid(root)) if validate else ()
     _check_out(out, overwrite)
     entries: dict[str, dict[str, Any]] = {}
     copies: list[tuple[Path, Path]] = []
@@ -163,4 +173,4 @@ def export_benchmark(bench: str | Path, out: str | Path, layout: str = "referenc
     manifest = out / MANIFEST_FILE
     manifest.unlink(missing_ok=True)
     manifest.write_text("".join(line + "\n" for line in manifest_lines(out)), encoding="utf-8")
-    return ExportSummary(str(out), layout, len(entries), len(copies))
+    return ExportSummary(str(out), layout, len(entries), len(copies), notes)

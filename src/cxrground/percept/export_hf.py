@@ -30,6 +30,7 @@ from typing import Any, Final
 
 from cxrground.errors import InputError
 from cxrground.io.hf import image_cell, require_datasets, write_card, write_splits
+from cxrground.percept.paths import check_export_target
 from cxrground.percept.schema import BENCHMARK_FILE, Benchmark, Case, case_path, load_benchmark, with_root_paths
 
 __all__ = ["IMAGE_COLUMNS", "QUESTIONS", "SPLIT", "benchmark_json_from_rows", "case_image_columns", "case_row",
@@ -186,15 +187,20 @@ Fill in the `license` field above with the licence of the source images and repo
 """
 
 
-def export_hf(bench: str | Path, out: str | Path, *, shard_rows: int = 500, arrow: bool = False) -> dict[str, Any]:
+def export_hf(bench: str | Path, out: str | Path, *, shard_rows: int = 500, arrow: bool = False,
+              validate: bool = True) -> dict[str, Any]:
     """Write the benchmark folder ``bench`` (either layout) as a Hugging Face dataset in ``out``; returns the
-    split record ``{"test": {num_examples, num_bytes, shards}}`` and the case count."""
+    split record ``{"test": {num_examples, num_bytes, shards}}``, the case count and ``notes`` from the check
+    before it. The checks of :func:`cxrground.percept.export.export_benchmark` come first (``validate``: the
+    benchmark must pass ``percept validate``)."""
+    from cxrground.percept.validate import require_valid
+
     benchmark: Benchmark = load_benchmark(bench)
     root = benchmark.root
     assert root is not None
     out = Path(out)
-    if out.resolve() == root.resolve():
-        raise InputError("the export must go to another folder than the benchmark", out)
+    check_export_target(root, out)
+    notes = require_valid(root) if validate else []
     raw = json.loads((root / BENCHMARK_FILE).read_text(encoding="utf-8"))
     keys = sorted(benchmark.cases)
     features = percept_features()
@@ -211,4 +217,4 @@ def export_hf(bench: str | Path, out: str | Path, *, shard_rows: int = 500, arro
     info = write_splits(out, features, {SPLIT: (len(keys), rows)}, shard_rows, arrow)
     write_card(out, features, info, "CheXpercept benchmark", _card_body(root, len(keys), paths),
                tags=("medical", "chest-x-ray", "visual-question-answering", "benchmark"))
-    return {"splits": info, "cases": len(keys)}
+    return {"splits": info, "cases": len(keys), "notes": notes}

@@ -4,7 +4,8 @@ Cases are grouped by lesion and path; each case shows its stages in question ord
 (relative links to the benchmark's PNGs, so the page works from ``file://`` next to the benchmark), the full
 question text, the options and the right answer highlighted. Two ``<select>`` filters (lesion, path) drive a
 little inline script. No external URLs, and no link to a file outside the benchmark folder: an image path that is
-absolute, has ``..`` or resolves outside (:mod:`cxrground.percept.paths`) is shown as refused. The reviewer
+absolute, has ``..`` or resolves outside (:mod:`cxrground.percept.paths`) is shown as refused, and an image file
+the benchmark names but does not hold is shown as missing (and listed by :func:`write_gallery`). The reviewer
 sees ``key_id`` (it reveals the Stage-1 answer; the gallery is for people who review the benchmark, never for
 models).
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import html
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from cxrground.percept.schema import Benchmark, Case, load_benchmark
 from cxrground.vocab.lesions import LESIONS
 from cxrground.vocab.percept_templates import PATH_ABBREVIATIONS, PATHS, POINT_RGB
 
-__all__ = ["render_gallery"]
+__all__ = ["GalleryPage", "render_gallery", "write_gallery"]
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:16px;background:#111;color:#ddd}
@@ -32,6 +34,7 @@ img{width:240px;height:auto;border:1px solid #444}.opts{display:flex;gap:6px;fle
 .opt{font-size:12px;text-align:center}.right{color:#7f7;font-weight:bold}.right img{border:3px solid #7f7}
 ol{margin:4px 0;padding-left:22px;font-size:13px}.meta{font-size:12px;color:#999}
 .sw{display:inline-block;width:10px;height:10px;border-radius:5px;margin-right:4px}
+.missing{color:#f88}
 """
 
 _JS = """
@@ -56,13 +59,22 @@ applyFilter();
 _REFUSED = "\0refused:"
 
 
+@dataclass(frozen=True)
+class GalleryPage:
+    """What :func:`write_gallery` wrote: the number of cases shown and the benchmark-relative image paths that
+    the benchmark names but does not hold (shown as missing on the page)."""
+
+    cases: int
+    missing: tuple[str, ...] = ()
+
+
 def _hex(colour: tuple[float, float, float]) -> str:
     return "#" + "".join(f"{round(c * 255):02x}" for c in colour)
 
 
 def _img(link: str, alt: str) -> str:
     if link.startswith(_REFUSED):
-        return f"<span class='meta'>{html.escape(alt)}: {html.escape(link[len(_REFUSED):])}</span>"
+        return f"<span class='meta missing'>{html.escape(alt)}: {html.escape(link[len(_REFUSED):])}</span>"
     return f"<img loading='lazy' src='{html.escape(link)}' alt='{html.escape(alt)}'>"
 
 
@@ -124,10 +136,16 @@ def _case_html(key: str, case: Case, link: Any) -> str:
 
 def render_gallery(bench: str | Path | Benchmark, out_html: str | Path) -> int:
     """Write the gallery page of a benchmark folder; returns the number of cases shown."""
+    return write_gallery(bench, out_html).cases
+
+
+def write_gallery(bench: str | Path | Benchmark, out_html: str | Path) -> GalleryPage:
+    """Write the gallery page of a benchmark folder; returns the cases shown and the missing image files."""
     benchmark = bench if isinstance(bench, Benchmark) else load_benchmark(bench)
     out = Path(out_html)
     out.parent.mkdir(parents=True, exist_ok=True)
     root = benchmark.root or Path(".")
+    missing: dict[str, None] = {}
 
     def link(rel: str | None) -> str:
         if rel is None:
@@ -135,6 +153,9 @@ def render_gallery(bench: str | Path | Benchmark, out_html: str | Path) -> int:
         reason = unsafe_reason(root.resolve(), rel)
         if reason is not None:
             return f"{_REFUSED}image path {rel!r} {reason}; not shown"
+        if not (root / rel).is_file():
+            missing[rel] = None
+            return f"{_REFUSED}image {rel} is missing from the benchmark folder"
         return Path(os.path.relpath((root / rel).resolve(), out.parent.resolve())).as_posix()
 
     lesions = [lesion for lesion in LESIONS if any(c.lesion_of(k) == lesion for k, c in benchmark.cases.items())]
@@ -158,4 +179,4 @@ def render_gallery(bench: str | Path | Benchmark, out_html: str | Path) -> int:
             parts.append("</div>")
     parts.append(f"<script>{_JS}</script></body></html>")
     out.write_text("".join(parts), encoding="utf-8")
-    return len(benchmark.cases)
+    return GalleryPage(len(benchmark.cases), tuple(missing))

@@ -101,14 +101,15 @@ metric_list:
 """
 
 
-def export_lmms_task(bench: str | Path, out: str | Path, name: str = "chexpercept", shard_rows: int = 500
-                     ) -> dict[str, Any]:
+def export_lmms_task(bench: str | Path, out: str | Path, name: str = "chexpercept", shard_rows: int = 500,
+                     validate: bool = True) -> dict[str, Any]:
     """Write the Hugging Face export of ``bench`` and the lmms-eval task files into ``out`` (module docstring);
-    returns the task names and the case count."""
+    returns the task names, the case count and the notes of the check before it (``validate``: as
+    :func:`~cxrground.percept.export_hf.export_hf`)."""
     if not _NAME.fullmatch(name):
         raise ConfigError(f"task name {name!r}: use lower-case letters, digits and '_' (starting with a letter)")
     out = Path(out)
-    hf = export_hf(bench, out, shard_rows=shard_rows)
+    hf = export_hf(bench, out, shard_rows=shard_rows, validate=validate)
     data_files = str((out / DATA_DIR).resolve() / f"{SPLIT}-*.parquet")
     tasks = [f"{name}_{o}" for o in ORACLES]
     for oracle in ORACLES:
@@ -116,4 +117,4 @@ def export_lmms_task(bench: str | Path, out: str | Path, name: str = "chexpercep
     (out / f"{name}.yaml").write_text(f"group: {name}\ntask:\n" + "".join(f"  - {t}\n" for t in tasks)
                                       + "metadata:\n  version: 1\n", encoding="utf-8")
     (out / "utils.py").write_text(utils_source(), encoding="utf-8")
-    return {"tasks": tasks, "cases": hf["cases"]}
+    return {"tasks": tasks, "cases": hf["cases"], "notes": hf["notes"]}

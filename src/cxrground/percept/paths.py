@@ -1,4 +1,5 @@
-"""Containment of a benchmark's image paths: a path from ``chexpercept.json`` is read only inside the benchmark.
+"""Containment of a benchmark's image paths: a path from ``chexpercept.json`` is read only inside the benchmark;
+and an export never writes into the benchmark it reads (:func:`check_export_target`).
 
 Shared by the builder's readers (:mod:`cxrground.percept.validate`, :mod:`cxrground.percept.gallery`) and the
 evaluation harness (:mod:`cxrground.evaluation.percept.conversation`), so that no benchmark file can make any of
@@ -9,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
-from cxrground.errors import InputError
+from cxrground.errors import ConfigError, InputError
 
-__all__ = ["safe_image_path", "unsafe_reason"]
+__all__ = ["check_export_target", "safe_image_path", "unsafe_reason"]
 
 
 def safe_image_path(root: Path, rel: str) -> Path:
@@ -37,3 +38,17 @@ def unsafe_reason(base: Path, rel: str) -> str | None:
     except (OSError, RuntimeError):  # a symlink loop
         return "cannot be resolved (symlink loop)"
     return None if inside else "resolves outside the benchmark folder (symlink)"
+
+
+def check_export_target(root: Path, out: Path) -> None:
+    """Raise :class:`ConfigError` when the export folder ``out`` is the benchmark folder ``root``, lies inside it
+    (the export would become part of the benchmark) or holds it (the export would write over it)."""
+    bench, target = Path(root).resolve(), Path(out).resolve()
+    if target == bench:
+        raise ConfigError(f"export into the benchmark's own folder {out} is refused")
+    if target.is_relative_to(bench):
+        raise ConfigError(f"export folder {out} is inside the benchmark folder {root}; it would become part of the "
+                          "benchmark (its manifest would no longer match): choose a folder outside it")
+    if bench.is_relative_to(target):
+        raise ConfigError(f"export folder {out} holds the benchmark folder {root}; the export would write over it: "
+                          "choose a folder outside it")

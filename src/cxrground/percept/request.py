@@ -7,9 +7,9 @@ output folder and the run controls; the builder itself (:mod:`cxrground.percept.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cxrground.errors import OptionValueError
 from cxrground.fields import option
@@ -19,7 +19,22 @@ from cxrground.percept.options import BuildOptions
 if TYPE_CHECKING:
     from cxrground.percept.build import BuildSummary
 
-__all__ = ["BuildRequest", "build_lines", "parse_per_lesion", "run_build"]
+__all__ = ["BuildRequest", "build_lines", "check_bounds", "parse_per_lesion", "run_build"]
+
+
+def check_bounds(request: Any) -> None:
+    """Raise :class:`OptionValueError` naming the option when a field of the dataclass ``request`` lies outside
+    the range its :func:`~cxrground.fields.option` declares (``low``, ``high``, ``low_open``; None passes)."""
+    for f in fields(request):
+        low, high, value = f.metadata.get("low"), f.metadata.get("high"), getattr(request, f.name)
+        if value is None or (low is None and high is None):
+            continue
+        flag = f.metadata.get("flag", f"--{f.name.replace('_', '-')}")
+        is_open = bool(f.metadata.get("low_open"))
+        if low is not None and (value < low or (is_open and value == low)):
+            raise OptionValueError(f"{flag} must be {'>' if is_open else '>='} {low}, got {value}")
+        if high is not None and value > high:
+            raise OptionValueError(f"{flag} must be <= {high}, got {value}")
 
 
 def parse_per_lesion(value: str) -> tuple[int, int, int]:
@@ -46,7 +61,8 @@ class BuildRequest:
     review: Path | None = option(None, path="file",
                                  help="Expert decisions CSV: key_id,decision,reviewer with decision accept|reject.")
     per_lesion: str = option("100,100,100", help="Cases per lesion: LF,RF,RR.")
-    rf_ratio: float = option(0.5, help="Share of deformation-successful positives that become revision-free.")
+    rf_ratio: float = option(0.5, low=0.0, high=1.0,
+                             help="Share of deformation-successful positives that become revision-free.")
     deformer: str = option("builtin", registry=DEFORMERS)
     sam_model: Path | None = option(None, path="dir",
                                     help="Local SAM checkpoint folder (transformers SamModel) for --deformer sam.")
@@ -56,13 +72,18 @@ class BuildRequest:
     splits: str = option("train", flag="--split",
                          help="Source split(s), comma-separated (train,val,test) or 'all'.")
     seed: int = option(0)
-    workers: int = option(1)
-    max_candidates: int = option(3000, help="Positive candidates per lesion (global positives first, §11).")
-    max_negatives: int = option(100, help="Negative candidates per lesion (first N global negatives in JSON order).")
+    workers: int = option(1, low=1)
+    max_candidates: int = option(3000, low=0, help="Positive candidates per lesion (global positives first, §11).")
+    max_negatives: int = option(100, low=0,
+                                help="Negative candidates per lesion (first N global negatives in JSON order).")
     exclude_positive_cxrs: bool = option(False, help="Never use a CXR of a positive candidate as a negative.")
     strict_negatives: bool = option(False, help="Location distractors must cover ≤ 0.05 of their sub-region (§9.4).")
     overwrite: bool = option(False, help="Replace a build made with other settings in --out.")
     keep_work: bool = option(False, help="Keep the resumption cache BENCH/.work after a complete build.")
+
+    def __post_init__(self) -> None:
+        """Refuse values outside their range (:class:`OptionValueError`, a usage error on the command line)."""
+        check_bounds(self)
 
     def options(self) -> BuildOptions:
         """The build's settings record (paths as text, splits and per-lesion counts parsed)."""

@@ -8,6 +8,11 @@ no leakage (no path, folder or file name containing ``answer``, ``fake``, ``true
 ``correct``); counts in ``card.md`` match the JSON; ``MANIFEST.sha256`` lists every file with its hash (except
 the review page ``gallery.html``); no image path leaves the benchmark folder (:mod:`cxrground.percept.paths`).
 Returns a list of human-readable problems (empty = valid).
+
+:func:`require_valid` is the check an export runs first (``percept export``): the same checks, refusing the
+export with the problems listed. A benchmark without ``MANIFEST.sha256`` was not made by ``percept build`` (e.g.
+the reference repository's): it is checked without the build records (manifest, ``card.md``, ``image_size``),
+and a note says so.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from cxrground.vocab.percept_templates import (
 )
 from cxrground.vocab.traits import lesions_where
 
-__all__ = ["LEAK_WORDS", "validate_benchmark"]
+__all__ = ["LEAK_WORDS", "require_valid", "validate_benchmark"]
 
 #: Words that must not appear in any path of the benchmark (§10.3).
 LEAK_WORDS: Final[tuple[str, ...]] = ("answer", "fake", "true", "positive", "negative", "correct")
@@ -211,8 +216,9 @@ def _check_manifest(root: Path, problems: list[str]) -> None:
             problems.append(f"manifest hash mismatch for {rel}")
 
 
-def validate_benchmark(bench: str | Path) -> list[str]:
-    """Every problem found in the benchmark folder ``bench`` (empty list = valid)."""
+def validate_benchmark(bench: str | Path, *, records: bool = True) -> list[str]:
+    """Every problem found in the benchmark folder ``bench`` (empty list = valid); ``records=False`` leaves out
+    the build records (``MANIFEST.sha256``, ``card.md`` and each case's ``image_size``)."""
     from cxrground.percept.layout import CARD_FILE
 
     root = Path(bench)
@@ -227,7 +233,7 @@ def validate_benchmark(bench: str | Path) -> list[str]:
     counts: dict[str, dict[str, int]] = {lesion: dict.fromkeys(_PATHS, 0) for lesion in LESIONS}
     for key, case in benchmark.cases.items():
         refs = [case.detection_qa.relative_path or ""]
-        if case.image_size is None:
+        if case.image_size is None and records:
             problems.append(f"{key}: no image_size")
         _check_case(root, key, case, problems)
         if case.contour_qa is not None:
@@ -239,6 +245,8 @@ def validate_benchmark(bench: str | Path) -> list[str]:
         else:
             problems.append(f"{key}: unknown lesion {lesion!r}")
     card = root / CARD_FILE
+    if not records:
+        return problems
     if not card.is_file():
         problems.append(f"{CARD_FILE} missing")
     else:
@@ -251,3 +259,22 @@ def validate_benchmark(bench: str | Path) -> list[str]:
                                     f"{BENCHMARK_FILE} has {counts[lesion][path]}")
     _check_manifest(root, problems)
     return problems
+
+
+def require_valid(bench: str | Path, action: str = "export") -> list[str]:
+    """Check the benchmark ``bench`` (its folder or its JSON file) before ``action``: raise :class:`InputError`
+    naming the folder and listing every problem when :func:`validate_benchmark` finds any; returns the notes for
+    the user (a benchmark without ``MANIFEST.sha256`` is checked without its build records, module docstring)."""
+    from cxrground.percept.layout import MANIFEST_FILE
+
+    path = Path(bench)
+    root = path if path.is_dir() else path.parent
+    built = (root / MANIFEST_FILE).is_file()
+    notes = [] if built else [f"{root}: no {MANIFEST_FILE} (not made by percept build): checked without the build "
+                              "records (file hashes, card.md, image sizes)"]
+    problems = validate_benchmark(root, records=built)
+    if problems:
+        listed = "".join(f"\n  {p}" for p in problems)
+        raise InputError(f"{len(problems)} problem(s) found by percept validate; {action} refused (fix the "
+                         f"benchmark or rebuild it; --no-validate skips this check):{listed}", root)
+    return notes

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cxrground.errors import InputError
 from cxrground.llm import ResponseCache, cache_key
 
 __all__ = ["PerceptCache", "percept_cache_key", "redact_images"]
@@ -49,7 +51,13 @@ class PerceptCache:
     """Key -> response record (``{"content", "usage", "model_version"}``) in a :class:`ResponseCache`."""
 
     def __init__(self, path: str | Path = ":memory:") -> None:
-        self.store = ResponseCache(path)
+        """Open (or create) the cache file ``path``; a file that is not an SQLite database of responses (or that
+        cannot be opened) is an :class:`InputError` naming it."""
+        try:
+            self.store = ResponseCache(path)
+        except sqlite3.DatabaseError as exc:  # OperationalError (cannot open) included
+            raise InputError(f"cannot be used as the response cache, not an SQLite database of responses ({exc}); "
+                             "give another --cache file", path) from None
         self.path = self.store.path
 
     def get(self, key: str) -> dict[str, Any] | None:

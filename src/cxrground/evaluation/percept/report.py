@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from cxrground.evaluation.percept.conversation import ATTRIBUTE_QIDS, REVISION_QIDS
-from cxrground.evaluation.percept.runner import RESULTS_FILE
-from cxrground.evaluation.percept.scoring import PATH_ORDER, SCORE_FILE, score_run, write_csvs
+from cxrground.evaluation.percept.runner import CASES_FILE, CONFIG_FILE, RESULTS_FILE
+from cxrground.evaluation.percept.scoring import PATH_ORDER, SCORE_FILE, read_config, read_plans, score_run, write_csvs
 
-__all__ = ["build_report", "load_scores", "render_report"]
+__all__ = ["build_report", "load_scores", "render_report", "write_report"]
 
 _COLORS: Final[tuple[str, ...]] = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                                    "#7f7f7f", "#bcbd22", "#17becf")
@@ -31,18 +31,34 @@ small{color:#666}
 """
 
 
+def _usable(score: Any) -> bool:
+    """Whether an earlier ``score.json`` holds what the report reads (else the run is scored again)."""
+    return (isinstance(score, dict) and isinstance(score.get("run"), dict) and "label" in score["run"]
+            and all(isinstance(score.get(k), dict) for k in ("paths", "subtasks", "per_lesion", "chance", "parse"))
+            and all(isinstance(score.get(k), list) for k in ("failed_cases", "missing_cases")))
+
+
 def load_scores(runs: Sequence[str | Path], n_boot: int = 1000) -> list[dict[str, Any]]:
-    """``score.json`` of every run (scored now when missing or stale)."""
+    """``score.json`` of every run (scored now when missing, older than the run's files or unreadable). Every run
+    must hold a valid ``config.json`` and ``cases.json`` (:func:`~.scoring.read_config`,
+    :func:`~.scoring.read_plans`: an :class:`~cxrground.errors.InputError` naming the file), even when its
+    ``score.json`` is reused."""
     import json
 
     scores = []
     for run in runs:
         run = Path(run)
-        score_file, results = run / SCORE_FILE, run / RESULTS_FILE
-        if score_file.is_file() and (not results.is_file() or score_file.stat().st_mtime >= results.stat().st_mtime):
-            scores.append(json.loads(score_file.read_text(encoding="utf-8")))
-        else:
-            scores.append(score_run(run, n_boot=n_boot))
+        read_config(run)
+        read_plans(run)
+        score_file = run / SCORE_FILE
+        score: Any = None
+        if score_file.is_file() and all(not f.is_file() or score_file.stat().st_mtime >= f.stat().st_mtime
+                                        for f in (run / RESULTS_FILE, run / CONFIG_FILE, run / CASES_FILE)):
+            try:
+                score = json.loads(score_file.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                score = None
+        scores.append(score if _usable(score) else score_run(run, n_boot=n_boot))
     return scores
 
 
@@ -213,9 +229,15 @@ def render_report(scores: Sequence[dict[str, Any]], title: str = "CheXpercept ev
                                 for s in scores], "unparseable rate by stage"))
     prow = [[html.escape(s["run"]["label"]), str(s["parse"]["overall"]["n"]),
              *(_pct(s["parse"]["overall"][k]) for k in ("parsed", "matched-by-text", "unparseable", "failed")),
-             str(len(s["failed_cases"])), str(len(s["missing_cases"]))] for s in scores]
+             str(len(s["failed_cases"])), str(len(s["missing_cases"])), str(len(s.get("bad_lines", [])))]
+            for s in scores]
     parts.append(_table(["run", "answers", "parsed %", "matched-by-text %", "unparseable %", "failed %",
-                         "failed cases", "missing cases"], prow))
+                         "failed cases", "missing cases", "unreadable result lines"], prow))
+    bad = [f"<li>{html.escape(s['run']['label'])}: {html.escape(line)}</li>" for s in scores
+           for line in s.get("bad_lines", [])]
+    if bad:
+        parts.append("<h3>Unreadable result lines (their cases count as failed where named)</h3><ul>"
+                     + "".join(bad) + "</ul>")
     chance_rows = [[html.escape(s["run"]["label"]), p, setting,
                     *(_pct(v.get(f"stage{k}")) for k in (1, 2, 3, 4))]
                    for s in scores for p, b in s["chance"]["stages"].items() for setting, v in b.items()]
@@ -227,7 +249,12 @@ def render_report(scores: Sequence[dict[str, Any]], title: str = "CheXpercept ev
 
 def build_report(runs: Sequence[str | Path], out: str | Path, n_boot: int = 1000) -> Path:
     """Write the HTML report of ``runs`` to ``out`` and ``all_models_summary.csv`` next to it."""
-    scores = load_scores(runs, n_boot=n_boot)
+    return write_report(load_scores(runs, n_boot=n_boot), out)
+
+
+def write_report(scores: Sequence[dict[str, Any]], out: str | Path) -> Path:
+    """Write the HTML report of ``scores`` (:func:`load_scores`) to ``out`` and ``all_models_summary.csv`` next
+    to it."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_report(scores), encoding="utf-8")

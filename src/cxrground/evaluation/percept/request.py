@@ -15,6 +15,7 @@ from pathlib import Path
 from cxrground.evaluation.percept.clients import spec_forms
 from cxrground.fields import option
 from cxrground.llm import RetryPolicy, parse_extra_body
+from cxrground.percept.request import check_bounds
 
 __all__ = ["EvalRequest", "run_request"]
 
@@ -27,20 +28,20 @@ class EvalRequest:
     spec: str = option(flag="--model", help=f"{spec_forms()}.")
     out: Path = option(path="out_dir", help="Run folder.")
     oracle: str = option("implicit", choices=("none", "implicit", "explicit"))
-    concurrency: int = option(8, help="Cases in flight at once.")
+    concurrency: int = option(8, low=1, help="Cases in flight at once.")
     limit: int | None = option(None, help="Evaluate only N cases (deterministic selection).")
     per_path_limit: int | None = option(None, help="At most N cases per path (RR/RF/LF).")
-    temperature: float = option(0.0)
-    top_p: float | None = option(None)
-    max_tokens: int = option(8192)
-    max_images: int = option(7, help="Images per request the model accepts (an RR conversation needs 7).")
+    temperature: float = option(0.0, low=0.0)
+    top_p: float | None = option(None, low=0.0, high=1.0, low_open=True)
+    max_tokens: int = option(8192, low=1)
+    max_images: int = option(7, low=1, help="Images per request the model accepts (an RR conversation needs 7).")
     base_url: str | None = option(None, help="API root of an OpenAI-compatible server (http://host:8000/v1).")
     api_key_env: str | None = option(None, help="Name of the environment variable holding the API key.")
     seed: int = option(0, help="Case selection, random baseline, bootstrap.")
     cache: Path | None = option(None, path="out_file",
                                 help="Response cache (SQLite); default: percept_cache.sqlite next to the run folder.")
-    timeout: float = option(RetryPolicy.timeout, help="Seconds per request.")
-    max_attempts: int = option(RetryPolicy.max_attempts, help="Attempts per request (retries + 1).")
+    timeout: float = option(RetryPolicy.timeout, low=0.0, low_open=True, help="Seconds per request.")
+    max_attempts: int = option(RetryPolicy.max_attempts, low=1, help="Attempts per request (retries + 1).")
     repeats: int = option(1, low=1, help="Samples per question at the run's temperature (score: mean and spread "
                           "over repeats).")
     extra_body: str | None = option(None, metavar="JSON", help='JSON object merged into every request of '
@@ -52,6 +53,10 @@ class EvalRequest:
                                  "JSON; USD per 1M tokens) merged over the built-in one for the cost in usage.json.")
     retry_failed: bool = option(False, help="Re-run cases recorded as failed.")
     progress: bool = option(True, flag="--progress/--no-progress")
+
+    def __post_init__(self) -> None:
+        """Refuse values outside their range (:class:`OptionValueError`, a usage error on the command line)."""
+        check_bounds(self)
 
 
 def run_request(request: EvalRequest) -> str:

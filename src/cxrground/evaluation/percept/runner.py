@@ -31,7 +31,9 @@
   :func:`~.conversation.safe_image_path`.
 - Resume: units already in ``results.jsonl`` are skipped (``retry_failed`` re-runs the failed ones; the
   last line of a unit wins); a partially run case is re-run and its answered turns come from the cache.
-  A torn last line (kill during a write) is cut off before appending.
+  A torn last line (kill during a write) is cut off before appending. Lines that hold no valid record are
+  skipped (:func:`read_results` lists them; ``percept score`` reports each by file and line), so their units
+  run again.
 - Selection (deterministic): cases ordered by SHA-256 of ``{seed}:{case_id}``; ``per_path_limit`` keeps the
   first N of each path in that order, then ``limit`` the first N overall.
 """
@@ -42,13 +44,14 @@ import asyncio
 import hashlib
 import json
 import random
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from cxrground.errors import ConfigError, CXRGroundError
+from cxrground.errors import ConfigError, CXRGroundError, InputError
 from cxrground.evaluation.percept.cache import PerceptCache, percept_cache_key
 from cxrground.evaluation.percept.clients import Client, Completion, make_client
 from cxrground.evaluation.percept.conversation import (
@@ -64,10 +67,11 @@ from cxrground.evaluation.percept.parsing import is_correct, parse_answer
 from cxrground.evaluation.percept.prices import PRICES, Price, cost_usd, price_of, price_table
 from cxrground.io.files import atomic_write_text, sha256_file, sha256_json
 from cxrground.llm import RetryPolicy, bounded_map, call_with_retries, run_sync
-from cxrground.percept.schema import BENCHMARK_FILE, load_benchmark
+from cxrground.percept.schema import BENCHMARK_FILE, Benchmark, load_benchmark
 
-__all__ = ["CACHE_FILE", "EvalSettings", "RetryPolicy", "case_record", "load_all_results", "load_results",
-           "record_answer", "run_eval", "run_summary_line", "sample_seed", "select_cases"]
+__all__ = ["CACHE_FILE", "BadLine", "EvalSettings", "ResultLines", "RetryPolicy", "case_record", "load_all_results",
+           "load_results", "read_results", "record_answer", "record_problem", "run_eval", "run_summary_line",
+           "sample_seed", "select_cases"]
 
 CACHE_FILE: Final[str] = "percept_cache.sqlite"
 CONFIG_FILE: Final[str] = "config.json"
@@ -126,20 +130,121 @@ def sample_seed(seed: int, sample: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{sample}".encode()).digest()[:4], "big") & 0x7FFFFFFF
 
 
-def load_all_results(run: Path) -> dict[tuple[str, int], dict[str, Any]]:
-    """(case id, repeat) -> last result line of ``RUN/results.jsonl`` (no ``repeat`` field = 0; a torn line is
-    ignored)."""
+@dataclass(frozen=True)
+class BadLine:
+    """A line of ``results.jsonl`` that holds no valid result record: the file, the line number, why, and the
+    unit (case id, repeat) it names when that can still be read from it."""
+
+    path: str
+    line: int
+    reason: str
+    case_id: str | None = None
+    repeat: int = 0
+    torn: bool = False  # the last line, without its newline: a write cut short by a kill
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.reason}"
+
+
+@dataclass
+class ResultLines:
+    """``results.jsonl`` read line by line: the last valid record of each unit (case id, repeat) with its line
+    number, and every line that holds no valid record."""
+
+    records: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    line_of: dict[tuple[str, int], int] = field(default_factory=dict)
+    bad: list[BadLine] = field(default_factory=list)
+
+    def broken_units(self) -> dict[tuple[str, int], BadLine]:
+        """Units whose last line naming them is a bad one (not a torn last line): their result is lost."""
+        out: dict[tuple[str, int], BadLine] = {}
+        for b in self.bad:
+            unit = (b.case_id, b.repeat)
+            if b.case_id is not None and not b.torn and b.line > self.line_of.get(unit, 0):  # type: ignore[arg-type]
+                out[unit] = b  # type: ignore[index]
+        return out
+
+
+_JSON_TYPES: Final[dict[type, str]] = {list: "an array", str: "a string", int: "a number", float: "a number",
+                                       bool: "true/false", type(None): "null"}
+_CASE_ID = re.compile(rb'"case_id"\s*:\s*"([^"\\]{1,400})"')
+_REPEAT = re.compile(rb'"repeat"\s*:\s*(\d{1,9})\b')
+
+
+def record_problem(rec: Any) -> str | None:
+    """Why ``rec`` is not a valid ``results.jsonl`` record (None when it is): an object with a ``case_id``, an
+    optional non-negative ``repeat``, a ``status`` of ok / failed, and a ``questions`` list whose items have a
+    ``qid`` and a true/false ``correct`` (and ``correct_lenient``, ``label`` of the right types where given)."""
+    if not isinstance(rec, dict):
+        return f"not a result record (a JSON object) but {_JSON_TYPES.get(type(rec), type(rec).__name__)}"
+    if not isinstance(rec.get("case_id"), str) or not rec["case_id"]:
+        return "no case_id (a non-empty string)"
+    repeat = rec.get("repeat", 0)
+    if type(repeat) is not int or repeat < 0:
+        return f"repeat {repeat!r} is not a non-negative integer"
+    if rec.get("status", "ok") not in ("ok", "failed"):
+        return f"status {rec.get('status')!r} is neither 'ok' nor 'failed'"
+    questions = rec.get("questions")
+    if not isinstance(questions, list):
+        return "no questions list"
+    for k, q in enumerate(questions, start=1):
+        if not isinstance(q, dict) or not isinstance(q.get("qid"), str):
+            return f"question {k} is not an object with a qid"
+        for name in ("correct", "correct_lenient"):
+            if (name in q or name == "correct") and not isinstance(q.get(name), bool):
+                return f"question {k} ({q['qid']}): {name} is {q.get(name)!r}, not true or false"
+        if "label" in q and not isinstance(q["label"], str):
+            return f"question {k} ({q['qid']}): label {q['label']!r} is not a string"
+    return None
+
+
+def read_results(run: Path) -> ResultLines:
+    """``RUN/results.jsonl`` line by line (last line per unit wins; no ``repeat`` field = 0): valid records, and
+    every non-blank line that is not UTF-8, not JSON or not a valid record (:func:`record_problem`) as a
+    :class:`BadLine`."""
     path = Path(run) / RESULTS_FILE
-    out: dict[tuple[str, int], dict[str, Any]] = {}
+    out = ResultLines()
     if not path.is_file():
         return out
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
+    pieces = path.read_bytes().split(b"\n")
+    for number, raw in enumerate(pieces, start=1):
+        if not raw.strip():
             continue
-        out[rec["case_id"], int(rec.get("repeat", 0))] = rec
+        rec: Any = None
+        try:
+            rec = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            reason = f"not UTF-8 text (byte {exc.start + 1} of the line)"
+        except json.JSONDecodeError as exc:
+            reason = f"invalid JSON ({exc.msg}, column {exc.colno})"
+        else:
+            reason = record_problem(rec)
+            if reason is None:
+                unit = (rec["case_id"], rec.get("repeat", 0))
+                out.records[unit], out.line_of[unit] = rec, number
+                continue
+        torn = number == len(pieces)
+        if isinstance(rec, dict) and isinstance(rec.get("case_id"), str):
+            case_id: str | None = rec["case_id"]
+            repeat = rec.get("repeat", 0) if type(rec.get("repeat", 0)) is int else 0
+        else:
+            found, rep = _CASE_ID.search(raw), _REPEAT.search(raw)
+            case_id = found.group(1).decode("utf-8", "replace") if found else None
+            repeat = int(rep.group(1)) if rep else 0
+        if torn:
+            reason += "; the last line, cut short (an interrupted write): its case counts as missing"
+        elif case_id is None:
+            reason += "; it names no case"
+        else:
+            reason += f"; case {case_id}" + (f" repeat {repeat}" if repeat else "") + " counts as failed"
+        out.bad.append(BadLine(str(path), number, reason, case_id, repeat, torn))
     return out
+
+
+def load_all_results(run: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    """(case id, repeat) -> last valid result line of ``RUN/results.jsonl`` (no ``repeat`` field = 0; lines that
+    hold no valid record are left out: :func:`read_results` lists them)."""
+    return read_results(run).records
 
 
 def load_results(run: Path, repeat: int = 0) -> dict[str, dict[str, Any]]:
@@ -148,12 +253,22 @@ def load_results(run: Path, repeat: int = 0) -> dict[str, dict[str, Any]]:
 
 
 def _repair_tail(path: Path) -> None:
-    """Cut a torn last line (no trailing newline) so that appends start on a fresh line."""
+    """Make appends start on a fresh line: a last line without its newline is cut off when it is torn (no valid
+    record), completed with a newline when it holds one."""
     if not path.is_file():
         return
     data = path.read_bytes()
     if data and not data.endswith(b"\n"):
-        path.write_bytes(data[: data.rfind(b"\n") + 1])
+        tail = data[data.rfind(b"\n") + 1:]
+        try:
+            whole = record_problem(json.loads(tail.decode("utf-8"))) is None
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            whole = False
+        if whole:
+            with path.open("ab") as fh:
+                fh.write(b"\n")
+        else:
+            path.write_bytes(data[: data.rfind(b"\n") + 1])
 
 
 def _bench_file(bench: Path) -> Path:
@@ -179,6 +294,17 @@ def _config(settings: EvalSettings, client: Client, n_cases: int) -> dict[str, A
 
 def _config_hash(cfg: dict[str, Any]) -> str:
     return sha256_json(cfg)
+
+
+def _read_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; anything else is an :class:`InputError` naming the file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"not a JSON object ({exc})", path) from None
+    if not isinstance(data, dict):
+        raise InputError("not a JSON object", path)
+    return data
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -341,7 +467,8 @@ def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: 
         raise ConfigError(f"--concurrency must be >= 1, got {concurrency}")
     if settings.repeats < 1:
         raise ConfigError(f"--repeats must be >= 1, got {settings.repeats}")
-    for name, value in (("--limit", settings.limit), ("--per-path-limit", settings.per_path_limit)):
+    for name, value in (("--limit", settings.limit), ("--per-path-limit", settings.per_path_limit),
+                        ("--max-tokens", settings.max_tokens), ("--max-images", settings.max_images)):
         if value is not None and value < 1:
             raise ConfigError(f"{name} must be >= 1, got {value}")
     if settings.extra_body and client is not None:
@@ -364,12 +491,27 @@ def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: 
         raise ConfigError(f"{settings.model} is configured for at most {client.max_images} images per request; "
                           f"this benchmark needs {needed} (§13.2: models must accept 7)")
     out = Path(out)
+    cache_path = Path(cache) if cache is not None else out.resolve().parent / CACHE_FILE
+    store = PerceptCache(cache_path)  # first: a file that is no cache is refused before the run folder is made
+    try:
+        return _run_into(settings, out, store, client, plans, bench, concurrency, retry, retry_failed, progress,
+                         table, prices)
+    finally:
+        store.close()
+
+
+def _run_into(settings: EvalSettings, out: Path, store: PerceptCache, client: Client, plans: list[CasePlan],
+              bench: Benchmark, concurrency: int, retry: RetryPolicy, retry_failed: bool, progress: bool,
+              table: dict[str, Price], prices: str | Path | None) -> dict[str, Any]:
+    """:func:`run_eval` once its inputs are checked and the cache is open."""
     out.mkdir(parents=True, exist_ok=True)
     cfg = _config(settings, client, len(plans))
     digest = _config_hash(cfg)
     cfg_file = out / CONFIG_FILE
     if cfg_file.is_file():
-        old = json.loads(cfg_file.read_text(encoding="utf-8"))
+        old = _read_object(cfg_file)
+        if not isinstance(old.get("config"), dict):
+            raise InputError('not a run configuration: expected {"config": {...}}; use another --out', cfg_file)
         if old.get("config_sha256") != digest:
             changed = sorted(k for k in set(cfg) | set(old.get("config", {}))
                              if cfg.get(k) != old.get("config", {}).get(k))
@@ -381,9 +523,7 @@ def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: 
     done = load_all_results(out)
     units = [(p, k) for k in range(settings.repeats) for p in plans]
     todo = [(p, k) for p, k in units
-            if (p.case_id, k) not in done or (retry_failed and done[p.case_id, k]["status"] == "failed")]
-    cache_path = Path(cache) if cache is not None else out.resolve().parent / CACHE_FILE
-    store = PerceptCache(cache_path)
+            if (p.case_id, k) not in done or (retry_failed and done[p.case_id, k].get("status") == "failed")]
     root = bench.root
     assert root is not None
 
@@ -391,12 +531,9 @@ def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: 
         return image_data_url(safe_image_path(root, rel))  # checked at plan time; again in case a link changed
 
     runner = _Runner(client, store, settings.oracle, image_url, retry, out, settings.seed, settings.repeats)
-    try:
-        run_sync(_run_all(runner, todo, concurrency, progress))
-    finally:
-        store.close()
+    run_sync(_run_all(runner, todo, concurrency, progress))
     usage_file = out / USAGE_FILE
-    previous = json.loads(usage_file.read_text(encoding="utf-8")) if usage_file.is_file() else {}
+    previous = _read_object(usage_file) if usage_file.is_file() else {}
     summary = _usage_summary(load_all_results(out), client, runner.stats, previous, table,
                              str(prices) if prices is not None else None)
     _write_json(usage_file, summary)

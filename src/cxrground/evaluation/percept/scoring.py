@@ -2,7 +2,9 @@
 
 Input: ``RUN/cases.json`` (the selected cases, the denominators) and ``RUN/results.jsonl`` (last line per
 case and repeat wins). A selected case with no result line is *missing*; failed and missing cases are
-scored with their unanswered questions wrong and listed. Empty, unparseable, failed and missing answers
+scored with their unanswered questions wrong and listed. A line that holds no valid record (not UTF-8, not
+JSON, fields of the wrong type) is listed in ``bad_lines`` by file and line number, and the case it names counts
+as failed (:func:`score_run`). Empty, unparseable, failed and missing answers
 count as wrong and stay in every denominator.
 
 Repeats (``percept eval --repeats N``, N > 1): every number is the mean over the N repeats (per case, the
@@ -43,13 +45,13 @@ import numpy as np
 from cxrground.errors import InputError
 from cxrground.evaluation.bootstrap import bootstrap_ci
 from cxrground.evaluation.percept.conversation import ATTRIBUTE_QIDS, QIDS, REVISION_QIDS
-from cxrground.evaluation.percept.runner import CASES_FILE, CONFIG_FILE, RESULTS_FILE, USAGE_FILE, load_all_results
+from cxrground.evaluation.percept.runner import CASES_FILE, CONFIG_FILE, RESULTS_FILE, USAGE_FILE, read_results
 from cxrground.percept.schema import SEVERITY_KEY
 from cxrground.vocab.percept_templates import PATH_ABBREVIATIONS
 from cxrground.vocab.traits import LESION_TRAITS, traits
 
-__all__ = ["PATH_ORDER", "SCORE_FILE", "score_lines", "score_records", "score_repeats", "score_run", "spread_rows",
-           "write_csvs"]
+__all__ = ["PATH_ORDER", "SCORE_FILE", "read_config", "read_plans", "score_lines", "score_records", "score_repeats",
+           "score_run", "spread_rows", "write_csvs"]
 
 PATH_ORDER: Final[tuple[str, ...]] = ("RR", "RF", "LF")
 SCORE_FILE: Final[str] = "score.json"
@@ -259,8 +261,65 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError("not an evaluation run folder (file missing)", path) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start + 1})", path) from None
     except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON ({exc.msg})", path) from None
+        raise InputError(f"invalid JSON ({exc.msg}, line {exc.lineno})", path) from None
+    except OSError as exc:
+        raise InputError(f"cannot be read ({exc.strerror or exc})", path) from None
+
+
+def read_config(run: str | Path) -> dict[str, Any]:
+    """The settings of the run folder ``run`` (the ``config`` object of its ``config.json``); a missing or invalid
+    file is an :class:`InputError` naming it."""
+    path = Path(run) / CONFIG_FILE
+    data = _read_json(path)
+    cfg = data.get("config") if isinstance(data, dict) else None
+    if not isinstance(cfg, dict):
+        raise InputError('not a run configuration: expected {"config": {...}}, as percept eval writes it', path)
+    for key in ("model", "oracle"):
+        if not isinstance(cfg.get(key), str):
+            raise InputError(f"the configuration has no {key} (a string)", path)
+    for key, low in (("repeats", 1), ("seed", None)):
+        value = cfg.get(key, low or 0)
+        if type(value) is not int or (low is not None and value < low):
+            raise InputError(f"the configuration's {key} {value!r} is not an integer"
+                             + (f" >= {low}" if low is not None else ""), path)
+    return cfg
+
+
+def _plan_problem(plan: Any) -> str | None:
+    """Why ``plan`` is not a case plan of ``cases.json`` (None when it is)."""
+    if not isinstance(plan, dict):
+        return "not a JSON object"
+    for key in ("case_id", "lesion"):
+        if not isinstance(plan.get(key), str):
+            return f"no {key} (a string)"
+    if plan.get("path") not in PATH_ORDER:
+        return f"path {plan.get('path')!r} is not one of {', '.join(PATH_ORDER)}"
+    questions = plan.get("questions")
+    if not isinstance(questions, list) or not questions:
+        return "no questions (a non-empty list)"
+    for k, q in enumerate(questions, start=1):
+        if not (isinstance(q, dict) and isinstance(q.get("qid"), str) and q.get("stage") in (1, 2, 3, 4)
+                and type(q.get("n_options")) is int and q["n_options"] >= 1 and isinstance(q.get("multi"), bool)
+                and isinstance(q.get("gt"), list) and all(type(g) is int for g in q["gt"])):
+            return f"question {k} is not an object with qid, stage 1-4, n_options, multi and gt (a list of integers)"
+    return None
+
+
+def read_plans(run: str | Path) -> list[dict[str, Any]]:
+    """The case plans of the run folder ``run`` (its ``cases.json``, the denominators); a missing or invalid file
+    is an :class:`InputError` naming it and the bad entry."""
+    path = Path(run) / CASES_FILE
+    plans = _read_json(path)
+    if not isinstance(plans, list):
+        raise InputError("not a list of case plans (a JSON array), as percept eval writes it", path)
+    for k, plan in enumerate(plans, start=1):
+        problem = _plan_problem(plan)
+        if problem is not None:
+            raise InputError(f"case plan {k}: {problem}", path)
+    return plans
 
 
 def run_label(config: dict[str, Any]) -> str:
@@ -269,19 +328,36 @@ def run_label(config: dict[str, Any]) -> str:
 
 
 def score_run(run: str | Path, n_boot: int = 1000) -> dict[str, Any]:
-    """Score ``RUN/`` and write ``score.json`` and the reference CSVs there; returns the score."""
+    """Score ``RUN/`` and write ``score.json`` and the reference CSVs there; returns the score. A line of
+    ``results.jsonl`` that holds no valid record is listed in ``bad_lines`` (``file:line: reason``); the case it
+    names, when it names one and no later line replaces it, counts as failed. When the lines that name no case
+    (a torn last line aside) are at least as many as the cases without a readable line, those cases are taken
+    to be in them and count as failed; otherwise they stay missing. A missing or invalid ``config.json`` or
+    ``cases.json`` is an :class:`InputError` naming it."""
     run = Path(run)
-    cfg = _read_json(run / CONFIG_FILE)["config"]
-    plans = _read_json(run / CASES_FILE)
+    cfg = read_config(run)
+    plans = read_plans(run)
     if not (run / RESULTS_FILE).is_file():
         raise InputError("no results yet", run / RESULTS_FILE)
     repeats = int(cfg.get("repeats", 1))
-    found = load_all_results(run)
+    lines = read_results(run)
+    found = dict(lines.records)
+    for (cid, k), bad in lines.broken_units().items():
+        found[cid, k] = {"case_id": cid, "status": "failed", "error": f"unreadable result line: {bad}",
+                         "questions": []}
+    nameless = [str(b) for b in lines.bad if b.case_id is None and not b.torn]
+    lost = [(p["case_id"], r) for r in range(repeats) for p in plans if (p["case_id"], r) not in found]
+    if lost and len(lost) <= len(nameless):  # each may be in one of them: failed, not missing
+        for cid, k in lost:
+            found[cid, k] = {"case_id": cid, "status": "failed", "questions": [],
+                             "error": f"no readable result line; taken to be among {'; '.join(nameless)}"}
     per_repeat = [{cid: rec for (cid, k), rec in found.items() if k == r} for r in range(repeats)]
     score = score_repeats(plans, per_repeat, n_boot=n_boot, seed=int(cfg.get("seed", 0)))
     usage = run / USAGE_FILE
     score["run"] = {"label": run_label(cfg), "model": cfg["model"], "oracle": cfg["oracle"], "config": cfg,
-                    "usage": json.loads(usage.read_text(encoding="utf-8")) if usage.is_file() else None}
+                    "usage": _read_json(usage) if usage.is_file() else None}
+    if lines.bad:
+        score["bad_lines"] = [str(b) for b in lines.bad]
     (run / SCORE_FILE).write_text(json.dumps(score, indent=2), encoding="utf-8")
     write_csvs(run, [score])
     return score
@@ -324,11 +400,14 @@ def spread_rows(score: dict[str, Any]) -> list[dict[str, str]]:
 
 def score_lines(score: dict[str, Any]) -> tuple[list[str], str | None]:
     """The summary rows, then the spread rows (runs with repeats), as JSON lines; and a note on failed or missing
-    cases (None when there are none)."""
+    cases and unreadable result lines (None when there are none)."""
     lines = [json.dumps(row) for row in summary_rows(score) + spread_rows(score)]
-    if not (score["failed_cases"] or score["missing_cases"]):
+    bad = score.get("bad_lines", [])
+    if not (score["failed_cases"] or score["missing_cases"] or bad):
         return lines, None
-    return lines, f"failed: {len(score['failed_cases'])}, missing: {len(score['missing_cases'])} (counted wrong)"
+    unreadable = f", unreadable result lines: {len(bad)}" if bad else ""
+    return lines, (f"failed: {len(score['failed_cases'])}, missing: {len(score['missing_cases'])} (counted "
+                   f"wrong){unreadable}")
 
 
 def write_csvs(folder: Path, scores: Sequence[dict[str, Any]], summary_name: str = SUMMARY_CSV) -> None:
