@@ -52,7 +52,7 @@ def quality(out: Path, cohort: Path, as_json: bool) -> None:
 @click.option("--images", type=DIR, required=True,
               help="The image root the dataset's image_path values are relative to.")
 @click.option("--html", "html_path", type=OUT_FILE, default=None, help="Output page (default OUT/gallery.html).")
-@click.option("--limit", type=int, default=50)
+@click.option("--limit", type=click.IntRange(1), default=50, help="Show at most this many studies.")
 @click.option("--split", type=click.Choice(["train", "val", "test"]), default=None)
 def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: str | None) -> None:
     """Write a self-contained HTML page: images with their lesion masks and all instruction-answer pairs."""

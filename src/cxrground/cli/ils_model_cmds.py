@@ -6,7 +6,9 @@ The commands attach themselves to the ``ils`` group of :mod:`cxrground.cli.ils_c
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -17,11 +19,13 @@ from cxrground.cli.common import (
     backend_option,
     clean_errors,
     kv,
+    note,
     request_options,
     threads_option,
 )
 from cxrground.cli.ils_cmds import ils
-from cxrground.evaluation.ils.request import EvaluateRequest, evaluate_request
+from cxrground.errors import OptionValueError
+from cxrground.evaluation.ils.request import EvaluateRequest
 from cxrground.models.base import MODELS
 from cxrground.models.lisa.request import ConvertRequest, convert_request
 from cxrground.models.predict import PredictRequest, predict_request
@@ -81,7 +85,41 @@ def convert_lisa(request: ConvertRequest) -> None:
 @request_options(EvaluateRequest)
 def evaluate(request: EvaluateRequest) -> None:
     """Score predictions: gIoU, cIoU, N-Acc, Dice and text accuracy, printed as Markdown."""
-    click.echo(evaluate_request(request, log=lambda m: click.echo(m, err=True)))
+    from cxrground.evaluation.ils.dataset import evaluate_dataset
+    from cxrground.evaluation.ils.report import format_report
+
+    r = request
+    if r.limit is not None and r.limit < 1:
+        raise OptionValueError(f"--limit must be at least 1, got {r.limit}")
+    data = _checked_dataset(r.dataset)
+    result = evaluate_dataset(r.dataset, r.predictions, split=r.split, limit=r.limit, n_boot=r.n_boot, seed=r.seed,
+                              images_root=r.images, seg_mode=r.seg_mode, log=note)
+    if result["n_predictions_unused"]:
+        note(_unused_line(data, r, result))
+    if r.out is not None:
+        r.out.parent.mkdir(parents=True, exist_ok=True)
+        r.out.write_text(json.dumps(result, indent=2), encoding="utf-8")
+        note(f"wrote {r.out}")
+    click.echo(format_report(result))
+
+
+def _checked_dataset(dataset: Path) -> dict[str, Any]:
+    """The dataset JSON of a folder (or the file itself), checked to be usable
+    (:func:`~cxrground.ils.schema.read_dataset`)."""
+    from cxrground.ils.layout import DATASET_FILE
+    from cxrground.ils.schema import read_dataset
+
+    return read_dataset(dataset if dataset.is_file() else dataset / DATASET_FILE)
+
+
+def _unused_line(data: dict[str, Any], request: EvaluateRequest, result: dict[str, Any]) -> str:
+    """How many predictions were not scored, and why."""
+    from cxrground.ils.predictions import load_predictions, unused_reasons
+
+    reasons = unused_reasons(data, list(load_predictions(request.predictions)), request.split, result["n_pairs"])
+    why = "; ".join(f"{n} {reason}" for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
+    return (f"note: {result['n_predictions_unused']} predictions of {request.predictions} not used (split "
+            f"{request.split}): {why}")
 
 
 ils.add_command(predict_cmd)

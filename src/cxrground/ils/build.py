@@ -548,7 +548,8 @@ def _stage_for(store: Store) -> Path:
 
 
 def check_backends(spec: BackendSpec) -> None:
-    """Raise :class:`ConfigError` for an unknown segmenter, synthesizer or detector, or an option it does not take."""
+    """Raise :class:`ConfigError` for an unknown segmenter, synthesizer or detector, an option it does not take, or
+    a detector that cannot be created or run (a missing package or weights file), before any study is processed."""
     from cxrground.anatomy.segment import SEGMENTERS
     from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
 
@@ -557,6 +558,13 @@ def check_backends(spec: BackendSpec) -> None:
     DETECTORS.check(spec.detector, spec.detector_kwargs)
     if spec.qc_segmenter is not None:
         SEGMENTERS.check(spec.qc_segmenter, spec.qc_segmenter_kwargs)
+    try:
+        detector = DETECTORS.create(spec.detector, **spec.detector_kwargs)  # e.g. YOLO weights and ultralytics
+        ready = getattr(detector, "check_ready", None)
+        if callable(ready):
+            ready()
+    except ImportError as exc:
+        raise ConfigError(f"detector {spec.detector!r} needs a package that is not installed ({exc})") from exc
 
 
 def build_dataset(

@@ -343,10 +343,10 @@ def with_review_section(card: str, review: Mapping[str, Any] | None) -> str:
 def stats_text(folder: str | Path, as_json: bool = False) -> str:
     """The counts of a dataset folder: JSON per split, else the card's tables (or one pairs line per split)."""
     from cxrground.ils.layout import DATASET_FILE
-    from cxrground.ils.schema import SPLITS, load_dataset
+    from cxrground.ils.schema import SPLITS, read_dataset
 
     folder = Path(folder)
-    data = load_dataset(folder / DATASET_FILE)
+    data = read_dataset(folder / DATASET_FILE)
     if as_json:
         return json.dumps({s: count_table(data.get(s, {})) for s in SPLITS}, indent=2)
     card = folder / "card.md"

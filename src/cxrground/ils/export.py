@@ -38,7 +38,7 @@ class ExportRequest:
                         "code trains on); native: each image's own size.")
     dataset: Path = option(path="existing", help=DATASET_HELP)
     out: Path = option(path="out_dir", help="Folder to write.")
-    size: int = option(RELEASED_SIZE, help="Side of the released-frame masks.")
+    size: int = option(RELEASED_SIZE, low=1, help="Side of the released-frame masks.")
     images: Path | None = option(None, path="dir", help="Image root the dataset's image_path values are relative "
                                  "to: native sizes the dataset does not record (e.g. a downloaded MIMIC-ILS), the "
                                  "images of the hf format, the DICOM sources of dicom-seg.")

@@ -28,7 +28,7 @@ import numpy as np
 from cxrground.errors import InputError
 from cxrground.ils.frames import _native_sizes, read_frame, to_native
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
-from cxrground.ils.schema import SPLITS, load_dataset
+from cxrground.ils.schema import SPLITS, read_dataset
 from cxrground.io.masks import encode_rle, read_mask_png
 from cxrground.vocab.lesions import LESIONS
 
@@ -65,7 +65,7 @@ def export_coco(dataset: str | Path, out: str | Path, images: str | Path | None 
     if not json_path.is_file():
         raise InputError(f"no {DATASET_FILE} here", dataset)
     out = Path(out)
-    data = load_dataset(json_path)
+    data = read_dataset(json_path, ("image_path", "dicom_id", "subject_id"))
     mask_root = json_path.parent / MASK_DIR
     frame = read_frame(json_path)
     size_of: Callable[[str], tuple[int, int]] | None = (

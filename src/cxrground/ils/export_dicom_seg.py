@@ -28,7 +28,7 @@ from cxrground import __version__
 from cxrground.errors import ConfigError, CXRGroundError
 from cxrground.ils.frames import read_frame, to_native
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
-from cxrground.ils.schema import SPLITS, load_dataset
+from cxrground.ils.schema import SPLITS, read_dataset
 from cxrground.io.image import is_dicom
 from cxrground.io.masks import read_mask_png
 from cxrground.vocab.codes import LESION_CATEGORY, LESION_CODES
@@ -134,7 +134,7 @@ def export_dicom_seg(dataset: str | Path, images: str | Path, out: str | Path) -
     _highdicom()
     dataset, images, out = Path(dataset), Path(images), Path(out)
     json_path = dataset if dataset.is_file() else dataset / DATASET_FILE
-    data = load_dataset(json_path)
+    data = read_dataset(json_path)
     mask_root = json_path.parent / MASK_DIR
     released = read_frame(json_path).frame == "released"
     out.mkdir(parents=True, exist_ok=True)

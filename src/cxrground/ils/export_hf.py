@@ -26,9 +26,10 @@ from typing import Any, Final
 from cxrground.errors import ImageReadError, InputError
 from cxrground.ils.frames import read_frame
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
-from cxrground.ils.schema import SPLITS, load_dataset
+from cxrground.ils.schema import SPLITS, read_dataset
 from cxrground.io.hf import image_cell, png_cell, require_datasets, write_card, write_splits
-from cxrground.io.image import is_dicom, read_image
+from cxrground.io.image import is_dicom, read_image, read_image_bytes
+from cxrground.io.masks import read_mask_png
 
 __all__ = ["ROWS", "STUDY_COLUMNS", "export_hf", "ils_features", "ils_json_from_rows", "pair_rows", "study_row"]
 
@@ -64,11 +65,27 @@ def _dataset_json(dataset: Path) -> Path:
 
 
 def _image(images: Path, rel: str) -> dict[str, Any]:
+    """The ``image`` cell of a study; an image that does not decode is an :class:`ImageReadError` naming it."""
     path = images / rel
     if not path.is_file():
         raise ImageReadError("image not found under --images", path)
     if is_dicom(path):
         return png_cell(read_image(path).pixels, Path(rel).with_suffix(".png").name)
+    cell = image_cell(path)
+    read_image_bytes(cell["bytes"], str(path))  # the stored bytes decode (a truncated file is refused)
+    return cell
+
+
+def _mask(masks: Path, pair: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``mask`` cell of a pair (None for a negative); a mask that is missing or does not decode is an
+    :class:`InputError` naming it."""
+    rel = pair.get("seg_mask_path")
+    if rel is None:
+        return None
+    path = masks / rel
+    if not path.is_file():
+        raise InputError(f"mask of {pair['pair_id']} not found", path)
+    read_mask_png(path)
     return image_cell(path)
 
 
@@ -88,15 +105,7 @@ def pair_rows(key: str, study: Mapping[str, Any], images: Path, masks: Path) -> 
             row = {**base, "polarity": polarity, **{c: pair[c] for c in _PAIR_CORE},
                    **{c: list(pair[c]) if c in pair else None for c in _LISTS},
                    **{c: (None if pair.get(c) is None else str(pair[c])) for c in _OPTIONAL},
-                   "pair_extra": json.dumps(_pair_extra(pair), sort_keys=True)}
-            mask = pair.get("seg_mask_path")
-            if mask is not None:
-                path = masks / mask
-                if not path.is_file():
-                    raise InputError(f"mask of {pair['pair_id']} not found", path)
-                row["mask"] = image_cell(path)
-            else:
-                row["mask"] = None
+                   "pair_extra": json.dumps(_pair_extra(pair), sort_keys=True), "mask": _mask(masks, pair)}
             yield row
 
 
@@ -194,7 +203,7 @@ def export_hf(dataset: str | Path, images: str | Path, out: str | Path, *, shard
         raise InputError(f"rows must be one of {ROWS}, got {rows!r}")
     json_path = _dataset_json(Path(dataset))
     images, out = Path(images), Path(out)
-    data = load_dataset(json_path)
+    data = read_dataset(json_path, STUDY_COLUMNS)
     masks = json_path.parent / MASK_DIR
     features = ils_features(rows)
 

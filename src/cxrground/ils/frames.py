@@ -208,7 +208,7 @@ def export_dataset(dataset: str | Path, out: str | Path, frame: str = "released"
     ``image_size(image_path) -> (H, W)`` gives native sizes the dataset does not record (needed to export a
     released-frame folder without :data:`FRAME_FILE` to the native frame).
     """
-    from cxrground.ils.schema import load_dataset
+    from cxrground.ils.schema import read_dataset
 
     if frame not in FRAMES:
         raise InputError(f"frame must be one of {FRAMES}, got {frame!r}")
@@ -217,7 +217,7 @@ def export_dataset(dataset: str | Path, out: str | Path, frame: str = "released"
     if out.resolve() == json_path.parent.resolve():
         raise InputError("the export must go to another folder than the dataset", out)
     source = read_frame(json_path)
-    data = load_dataset(json_path)
+    data = read_dataset(json_path)
     sizes = _native_sizes(data, mask_root, source, json_path.parent, image_size)
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(json_path, out / DATASET_FILE)

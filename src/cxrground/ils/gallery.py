@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from cxrground.ils.layout import UNITS_DIR
+from cxrground.errors import ConfigError, InputError
+from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
+from cxrground.ils.schema import read_dataset
 from cxrground.ils.zone_guide import guide_outcome
 from cxrground.io.image import read_image
 from cxrground.io.masks import read_mask_png
@@ -52,7 +54,7 @@ def grounding_lines(unit_file: Path) -> list[str]:
     if not unit_file.is_file():
         return []
     lines = []
-    for g in json.loads(unit_file.read_text(encoding="utf-8")).get("grounding", []):
+    for g in _unit_grounding(unit_file):
         outcome = guide_outcome(g)
         if outcome is None:
             outcome = "grounded" if g.get("status") == "grounded" else f"no mask: {g.get('reason') or g.get('status')}"
@@ -64,12 +66,30 @@ def grounding_lines(unit_file: Path) -> list[str]:
     return lines
 
 
+def _unit_grounding(unit_file: Path) -> list[dict[str, Any]]:
+    """The ``grounding`` records of a unit file; an unreadable file is an :class:`InputError` naming it."""
+    try:
+        unit = json.loads(unit_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"unit record is not valid JSON ({exc})", unit_file) from exc
+    grounding = unit.get("grounding", []) if isinstance(unit, dict) else None
+    if not isinstance(grounding, list) or not all(isinstance(g, dict) for g in grounding):
+        raise InputError("unit record has no list of grounding records", unit_file)
+    return grounding
+
+
+#: Study fields the gallery shows (strings).
+_SHOWN_FIELDS = ("image_path", "section_name", "section_content")
+
+
 def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: str | Path, limit: int = 50,
                    split: str | None = None, width: int = 360) -> int:
     """Write the gallery of the first ``limit`` studies (optionally of one split); returns the number shown.
     The page's folder is created when missing."""
+    if limit < 1:
+        raise ConfigError(f"limit must be at least 1, got {limit}")
     root, images_root = Path(dataset_dir), Path(images_root)
-    data: dict[str, Any] = json.loads((root / "mimic_ils_instruction_answer.json").read_text(encoding="utf-8"))
+    data = read_dataset(root / DATASET_FILE, _SHOWN_FIELDS)
     parts = [f"<!doctype html><meta charset='utf-8'><title>ILS dataset: {html.escape(root.name)}</title>"
              f"<style>{_CSS}</style><h1>ILS dataset {html.escape(str(root))}</h1>"]
     shown = 0
@@ -84,7 +104,7 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
             masks: dict[str, int] = {}
             for p in pairs["positive_pairs"]:
                 masks.setdefault(p["seg_mask_path"], len(masks))
-            arrays = [read_mask_png(root / "lesion_mask" / path, image.shape) for path in masks]
+            arrays = [read_mask_png(root / MASK_DIR / path, image.shape) for path in masks]
             colours = [PALETTE[i % len(PALETTE)] for i in range(len(arrays))]
             rgb = overlay_masks(image.pixels, arrays, colours, alpha=0.35) if arrays else image.rgb()
             rows = []

@@ -41,7 +41,7 @@ from cxrground.io.image import DEFAULT_MAX_PIXELS
 from cxrground.io.masks import decode_rle, encode_rle, read_mask_png, rle_size
 
 __all__ = ["SEG_MODES", "Prediction", "PredictionWriter", "load_predictions", "prediction_line", "recorded_seg_mode",
-           "resolve_seg_mode"]
+           "resolve_seg_mode", "unused_reasons"]
 
 #: How a prediction's mask was made (ILS.md §15.1): free generation or the teacher-forced pass.
 SEG_MODES: tuple[str, str] = ("free", "teacher-forced")
@@ -218,3 +218,32 @@ class PredictionWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _pair_ids(study: Mapping[str, Any]) -> list[str]:
+    """Pair ids of a study in evaluation order (positives, then negatives)."""
+    pairs = study.get("instruction_answer_pairs") or {}
+    return [p["pair_id"] for kind in ("positive_pairs", "negative_pairs") for p in pairs.get(kind, [])]
+
+
+def unused_reasons(data: Mapping[str, Mapping[str, Any]], predicted: Sequence[str], split: str,
+                   n_scored: int) -> dict[str, int]:
+    """Why predictions went unscored, as ``{reason: count}``, when the first ``n_scored`` pairs of ``split``
+    (``"all"``: every split, in file order) were scored: a pair id the dataset does not have, a pair of another
+    split, a pair past the ``--limit``."""
+    order = [pid for name, studies in data.items() if split in ("all", name)
+             for study in studies.values() for pid in _pair_ids(study)]
+    scored, limited = set(order[:n_scored]), set(order[n_scored:])
+    split_of = {pid: name for name, studies in data.items() for study in studies.values() for pid in _pair_ids(study)}
+    reasons: dict[str, int] = {}
+    for pid in dict.fromkeys(predicted):
+        if pid in scored:
+            continue
+        if pid in limited:
+            reason = "past --limit"
+        elif pid in split_of:
+            reason = f"pairs of split {split_of[pid]}"
+        else:
+            reason = "pair ids not in the dataset"
+        reasons[reason] = reasons.get(reason, 0) + 1
+    return reasons

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from cxrground.anatomy.segment import SEGMENTERS
 from cxrground.datasets.views import find_view_table, read_view_table, view_table_record
-from cxrground.errors import ConfigError, InputError, OptionError
+from cxrground.errors import ConfigError, InputError, OptionError, OptionValueError
 from cxrground.fields import option
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.config import NEGATIVE_CHECKS, NEGATIVE_EXCLUSIONS, ZONE_GUIDES, IlsConfig, QCConfig
@@ -49,7 +49,7 @@ class BuildRequest:
     out: Path | str = option(path="out_dir_or_url", help="Output folder, a local path or an s3:// / gs:// / "
                              "file:// URL (units and masks written there atomically; resumable).")
     engine: str = option("local", choices=("local", "ray"))
-    workers: int = option(1, help="Worker processes (local) or Ray actors (ray), each processing one study at a "
+    workers: int = option(1, low=1, help="Worker processes (local) or Ray actors (ray), each processing one study at a "
                           "time.")
     ray_address: str | None = option(None, help="Ray cluster of --engine ray: 'auto' (the cluster this node "
                                      "belongs to), HOST:6379 or ray://HOST:10001. Default: $RAY_ADDRESS, else a "
@@ -105,16 +105,56 @@ class BuildRequest:
     split_file: Path | None = option(None, path="file", help="CSV with study_id,split, plain or gzipped (e.g. "
                                      "mimic-cxr-2.0.0-split.csv.gz). Default: that file in the image folder or its "
                                      "parent when there (MIMIC-CXR-JPG's official split), else by subject hash.")
-    split_ratios: str = option("0.8,0.1,0.1")
+    split_ratios: str = option("0.8,0.1,0.1", help="Train,val,test shares of the subject-hash split (used when "
+                               "there is no split file).")
     exclude: Path | None = option(None, path="file",
                                   help="Studies to leave out: one study id per line, or a CSV with a study_id or "
                                   "path column (MS-CXR's MS_CXR_Local_Alignment_v1.*.csv works as it is).")
-    threshold_scale: float = option(1.0, help="Multiply every Table 7 threshold (0.5 = the paper's half-τ setting).")
-    limit: int | None = option(None, help="Process only the first N studies (by study id).")
+    threshold_scale: float = option(1.0, low=0.0, low_open=True, help="Multiply every Table 7 threshold (0.5 = the "
+                                    "paper's half-τ setting).")
+    limit: int | None = option(None, low=1, help="Process only the first N studies (by study id).")
     seed: int = option(0)
     overwrite: bool = option(False, help="Discard a previous build in OUT made with other settings.")
     max_pixels: int = option(DEFAULT_MAX_PIXELS, low=1, show_default=True, help="Images whose header states more "
                              "pixels are recorded as failures without being decoded.")
+
+    def check(self) -> None:
+        """Raise :class:`OptionValueError` for a count or scale out of range (the command line's ranges, for library
+        callers), and :class:`OptionError` for an output folder inside a local image folder (a rerun would read
+        its own masks as images)."""
+        for name, value in (("workers", self.workers), ("limit", self.limit)):
+            if value is not None and value < 1:
+                raise OptionValueError(f"--{name} must be at least 1, got {value}")
+        if not self.threshold_scale > 0:
+            raise OptionValueError(f"--threshold-scale must be above 0, got {self.threshold_scale}")
+        self.ratios()
+        if not is_url(self.images) and not is_url(self.out):
+            images, out = Path(self.images).resolve(), Path(self.out).resolve()
+            if out == images or images in out.parents:
+                raise OptionError(f"--out {self.out} is inside the image folder {self.images}: a rerun would scan "
+                                  "the dataset's own masks as images; write the dataset to another folder")
+
+    def ratios(self) -> tuple[float, float, float]:
+        """``split_ratios`` as numbers; anything but three non-negative numbers with a positive sum is an
+        :class:`OptionValueError`."""
+        bad = OptionValueError(f"--split-ratios must be three non-negative numbers with a positive sum, e.g. "
+                               f"0.8,0.1,0.1; got {self.split_ratios!r}")
+        try:
+            values = tuple(float(v) for v in self.split_ratios.split(","))
+        except ValueError:
+            raise bad from None
+        if len(values) != 3 or any(not v >= 0 for v in values) or not 0 < sum(values) < float("inf"):
+            raise bad
+        return values  # type: ignore[return-value]
+
+    def reports_folder_problem(self) -> str | None:
+        """Why a local ``reports`` folder cannot give any report (it holds no ``.txt`` file), or None."""
+        if self.reports is None or is_url(self.reports):
+            return None
+        folder = Path(self.reports)
+        if not folder.is_dir() or next(folder.rglob("*.txt"), None) is not None:
+            return None
+        return "no report (.txt, MIMIC-CXR layout) found in this --reports folder"
 
     def excluded(self) -> tuple[str, ...]:
         """The study ids of the ``exclude`` file (:func:`~cxrground.ils.tasks.read_exclusions`); none without it."""
@@ -155,8 +195,12 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
     from cxrground.ils.build import build_dataset, check_backends
     from cxrground.ils.tasks import build_tasks, split_record
 
+    request.check()
+    problem = request.reports_folder_problem()
+    if problem is not None:
+        raise InputError(problem, request.reports)
     excluded = request.excluded()
-    ratios = tuple(float(v) for v in request.split_ratios.split(","))
+    ratios = request.ratios()
     config = IlsConfig(seed=request.seed, exclude_studies=excluded, sections=request.sections,
                        qc=QCConfig(orientation_check=request.qc_orientation),
                        negative_check=request.negative_check, negative_exclusion=request.negative_exclusion,

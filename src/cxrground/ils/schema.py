@@ -8,8 +8,9 @@ pairs (consumers must ignore unknown fields); the ones this generator adds are `
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -27,6 +28,8 @@ __all__ = [
     "PositivePair",
     "Study",
     "load_dataset",
+    "read_dataset",
+    "structure_problems",
     "validate_dataset",
 ]
 
@@ -181,3 +184,75 @@ def load_dataset(path: str | Path) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"not valid JSON ({exc})", path) from exc
 
+
+
+#: Pair fields every reader of a dataset uses (strings), and the one positive pairs add.
+PAIR_FIELDS: Final[tuple[str, ...]] = ("pair_id", "instruction", "answer", "type", "target")
+_SHOWN: Final[int] = 3
+
+
+def _object(value: Any, where: str) -> Iterator[str]:
+    if not isinstance(value, dict):
+        yield f"{where} must be a JSON object, got {type(value).__name__}"
+
+
+def _strings(record: dict[str, Any], fields: Sequence[str], where: str) -> Iterator[str]:
+    for name in fields:
+        if name not in record:
+            yield f"{where} has no {name!r}"
+        elif not isinstance(record[name], str):
+            yield f"{where}: {name} must be a string, got {type(record[name]).__name__}"
+
+
+def _pair_problems(pair: Any, positive: bool, where: str) -> Iterator[str]:
+    yield from _object(pair, where)
+    if isinstance(pair, dict):
+        yield from _strings(pair, (*PAIR_FIELDS, "seg_mask_path") if positive else PAIR_FIELDS, where)
+
+
+def _study_problems(study: Any, study_fields: Sequence[str], where: str) -> Iterator[str]:
+    yield from _object(study, where)
+    if not isinstance(study, dict):
+        return
+    yield from _strings(study, study_fields, where)
+    pairs = study.get("instruction_answer_pairs")
+    if not isinstance(pairs, dict):
+        yield f"{where}: instruction_answer_pairs must be a JSON object, got {type(pairs).__name__}"
+        return
+    for polarity in ("positive", "negative"):
+        group = pairs.get(f"{polarity}_pairs", [])
+        if not isinstance(group, list):
+            yield f"{where}: {polarity}_pairs must be a list, got {type(group).__name__}"
+            continue
+        for i, pair in enumerate(group):
+            yield from _pair_problems(pair, polarity == "positive", f"{where} {polarity} pair {i}")
+
+
+def structure_problems(data: Any, study_fields: Sequence[str] = ("image_path",)) -> list[str]:
+    """What keeps the readers of this package from using ``data`` as a dataset: not a ``{split: {study_key:
+    study}}`` object of the three splits, a study without its string ``study_fields`` or its pair lists, a pair
+    without its string fields (positive pairs: ``seg_mask_path`` too). Lighter than :func:`validate_dataset`
+    (no vocabulary or id rules); empty when usable."""
+    if not isinstance(data, dict):
+        return [f"the dataset must be a JSON object {{split: {{study_key: study}}}}, got {type(data).__name__}"]
+    problems: list[str] = []
+    for split, studies in data.items():
+        if split not in SPLITS:
+            problems.append(f"unknown split {split!r} (expected {', '.join(SPLITS)})")
+        elif not isinstance(studies, dict):
+            problems.append(f"split {split} must be a JSON object of studies, got {type(studies).__name__}")
+        else:
+            for key, study in studies.items():
+                problems.extend(_study_problems(study, study_fields, f"{split}.{key}"))
+    return problems
+
+
+def read_dataset(path: str | Path, study_fields: Sequence[str] = ("image_path",)) -> dict[str, Any]:
+    """:func:`load_dataset`, then :func:`structure_problems`: a file readers cannot use is an
+    :class:`InputError` naming it and its first problems."""
+    data = load_dataset(path)
+    problems = structure_problems(data, study_fields)
+    if problems:
+        more = f" (and {len(problems) - _SHOWN} more)" if len(problems) > _SHOWN else ""
+        raise InputError(f"not a usable MIMIC-ILS dataset: {'; '.join(problems[:_SHOWN])}{more}", path)
+    return data

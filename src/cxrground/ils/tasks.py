@@ -153,6 +153,8 @@ def build_tasks(
 ) -> tuple[list[StudyTask], list[Failure]]:
     """Work units sorted by study key, and the inputs that could not become one (``views``: ``dicom_id -> view``,
     e.g. :func:`~cxrground.datasets.views.read_view_table`, for images whose view the index does not give)."""
+    if limit is not None and limit < 1:
+        raise ConfigError(f"limit must be at least 1, got {limit}")
     table: dict[str, str] = {}
     failures: list[Failure] = []
     reports_dir = None

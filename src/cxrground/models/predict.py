@@ -15,14 +15,14 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from cxrground.errors import ConfigError, Failure, InputError
+from cxrground.errors import ConfigError, Failure, InputError, OptionError, OptionValueError
 from cxrground.fields import option
 from cxrground.ils.layout import DATASET_FILE
 from cxrground.ils.predictions import PredictionWriter
-from cxrground.ils.schema import load_dataset
+from cxrground.ils.schema import read_dataset
 from cxrground.io.files import atomic_write_text
 from cxrground.io.image import DEFAULT_MAX_PIXELS, read_image
-from cxrground.models.base import IlsModel, load_model
+from cxrground.models.base import IlsModel, checkpoint_info, load_model
 
 __all__ = ["PredictRequest", "predict_request", "predict_split"]
 
@@ -60,7 +60,11 @@ def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: st
     """
     json_path = dataset if dataset.is_file() else dataset / DATASET_FILE
     images = images if images is not None else json_path.parent
-    data = load_dataset(json_path)
+    if limit is not None and limit < 1:
+        raise ConfigError(f"limit must be at least 1, got {limit}")
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
+    data = read_dataset(json_path)
     if split not in data:
         raise InputError(f"split {split!r} not in the dataset", json_path)
     jobs, n = _split_jobs(data, split, limit)
@@ -107,9 +111,9 @@ class PredictRequest:
                                  help="Image root (MIMIC-CXR-JPG files/). Default: the dataset folder.")
     split: str = option("test", choices=("train", "val", "test"))
     out: Path = option(path="out_file", help="Predictions JSONL (appended to; pairs already there are skipped).")
-    limit: int | None = option(None, help="Predict only the first N pairs of the split.")
-    batch_size: int = option(8, help="Pairs per forward pass.")
-    device: str = option("cpu")
+    limit: int | None = option(None, low=1, help="Predict only the first N pairs of the split.")
+    batch_size: int = option(8, low=1, help="Pairs per forward pass.")
+    device: str = option("cpu", help="torch device: cpu, cuda, cuda:1, mps ...")
     mode: str = option("free", choices=("free", "teacher-forced"), help="Masks from the generated [SEG] (free) or "
                        "from the ground-truth answer's [SEG] (teacher-forced, the paper's segmentation protocol; LISA "
                        "only). Recorded in the predictions file.")
@@ -124,12 +128,38 @@ class PredictRequest:
 def predict_request(request: PredictRequest, progress: bool = True) -> str:
     """Load the checkpoint, predict the split into ``request.out`` (resuming) and say what was written."""
     r = request
-    options = {k: v for k, v in (("quantize", r.quantize), ("device_map", r.device_map)) if v not in (None, "none")}
-    model = load_model(r.checkpoint, device=r.device, **options)
-    counts = predict_split(model, r.dataset, r.images, r.split, r.out, limit=r.limit, batch_size=max(1, r.batch_size),
+    _check_device(r.device)
+    model = load_model(r.checkpoint, device=r.device, **_loading_options(r))
+    counts = predict_split(model, r.dataset, r.images, r.split, r.out, limit=r.limit, batch_size=r.batch_size,
                            progress=progress, mode=r.mode, max_pixels=r.max_pixels)
     return (f"{r.out}: {counts['written']} written, {counts['skipped']} already there, {counts['failed']} failed "
             f"(of {counts['pairs']} pairs; mode {r.mode})")
+
+
+#: Backends that take the loading options ``quantize`` and ``device_map``.
+_LOADING_OPTION_BACKENDS = ("lisa",)
+
+
+def _loading_options(request: PredictRequest) -> dict[str, Any]:
+    """The backend loading options given (``quantize``, ``device_map``); an :class:`OptionError` when the
+    checkpoint's backend takes none."""
+    given = {k: v for k, v in (("quantize", request.quantize), ("device_map", request.device_map))
+             if v not in (None, "none")}
+    backend = checkpoint_info(request.checkpoint)["model"] if given else None
+    if given and backend not in _LOADING_OPTION_BACKENDS:
+        flags = " and ".join(f"--{k.replace('_', '-')}" for k in given)
+        raise OptionError(f"{flags}: for LISA checkpoints only; {request.checkpoint} is a {backend!r} checkpoint")
+    return given
+
+
+def _check_device(device: str) -> None:
+    """An :class:`OptionValueError` for a device string torch does not know."""
+    import torch
+
+    try:
+        torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise OptionValueError(f"--device {device!r} is not a torch device ({exc})") from None
 
 
 def _forget_failures(path: Path, retried: set[str]) -> None:

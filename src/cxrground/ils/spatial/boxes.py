@@ -358,6 +358,17 @@ class YOLOBoxDetector:
             self._model = YOLO(str(self.weights_path))
         return self._model
 
+    def check_ready(self) -> None:
+        """Load the model now: a missing ``ultralytics`` package or weights it cannot read is a
+        :class:`~cxrground.errors.ConfigError` (a build asks before its first study)."""
+        try:
+            self._load()
+        except ConfigError:
+            raise
+        except Exception as exc:  # whatever ultralytics raises for a file that is no checkpoint
+            raise ConfigError(f"YOLO weights {self.weights_path} could not be loaded ({type(exc).__name__}: "
+                              f"{exc})") from exc
+
     def detect(self, image: np.ndarray, anomaly: np.ndarray | None = None) -> list[Box]:
         """Kept boxes on the canvas (``anomaly`` is not used)."""
         x = np.asarray(image)

@@ -1,0 +1,259 @@
+"""Bad input to the ``ils`` commands: a clear error naming the file or option and the reason, no traceback, no
+work silently dropped (undecodable images and masks in the hf export, backends that cannot run, counts below one,
+malformed dataset JSON, options for another backend, an empty --reports folder, unused predictions)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from cxrground.cli import main
+from cxrground.ils.layout import DATASET_FILE, MASK_DIR
+
+N_STUDIES = 4
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, Path]:
+    """(ILS folder, image root) of a small synthetic cohort."""
+    root = tmp_path_factory.mktemp("badinput")
+    runner = CliRunner()
+    r = runner.invoke(main, ["synth", "--out", str(root / "cohort"), "--studies", str(N_STUDIES), "--seed", "2",
+                             "--quiet"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(main, ["ils", "build", "--images", str(root / "cohort" / "files"), "--out", str(root / "ils"),
+                             "--seed", "0", "--quiet"])
+    assert r.exit_code == 0, r.output
+    return root / "ils", root / "cohort" / "files"
+
+
+def _run(*args: str | Path) -> Result:
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def _refused(result: Result, *words: str, code: int | None = None) -> None:
+    """The command failed cleanly (no traceback) and its message holds ``words``."""
+    assert result.exit_code != 0, result.output
+    if code is not None:
+        assert result.exit_code == code, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.output
+    for word in words:
+        assert word in result.output, result.output
+
+
+def _data(ils: Path) -> dict:
+    return json.loads((ils / DATASET_FILE).read_text())
+
+
+def _copy(ils: Path, dest: Path, data: object | None = None, text: str | None = None) -> Path:
+    """A copy of the dataset folder, its JSON replaced by ``data`` (or raw ``text``) when given."""
+    shutil.copytree(ils, dest)
+    if data is not None:
+        text = json.dumps(data)
+    if text is not None:
+        (dest / DATASET_FILE).write_text(text)
+    return dest
+
+
+def _first_positive(data: dict) -> tuple[str, str, dict]:
+    for split, studies in data.items():
+        for key, study in studies.items():
+            if study["instruction_answer_pairs"]["positive_pairs"]:
+                return split, key, study["instruction_answer_pairs"]["positive_pairs"][0]
+    raise AssertionError("no positive pair in the test dataset")
+
+
+# --- 1. hf export decodes every image and mask ---------------------------------------------------------------
+
+
+def test_hf_export_refuses_undecodable_mask(built, tmp_path):
+    ils, images = built
+    bad = _copy(ils, tmp_path / "ds")
+    _, _, pair = _first_positive(_data(bad))
+    mask = bad / MASK_DIR / pair["seg_mask_path"]
+    mask.write_text("not a png")
+    r = _run("ils", "export", "--format", "hf", "--dataset", bad, "--images", images, "--out", tmp_path / "hf")
+    _refused(r, mask.name)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "text"])
+def test_hf_export_refuses_undecodable_image(built, tmp_path, damage):
+    ils, images = built
+    files = tmp_path / "files"
+    shutil.copytree(images, files)
+    _, key, _ = _first_positive(_data(ils))
+    study = next(s for split in _data(ils).values() for k, s in split.items() if k == key)
+    image = files / study["image_path"]
+    raw = image.read_bytes()
+    image.write_bytes(raw[: len(raw) // 2] if damage == "truncated" else b"hello, not an image\n")
+    r = _run("ils", "export", "--format", "hf", "--dataset", ils, "--images", files, "--out", tmp_path / "hf")
+    _refused(r, image.name)
+
+
+# --- 2. a backend that cannot run stops the build before any study -------------------------------------------
+
+
+def test_build_stops_when_a_backend_cannot_run(built, tmp_path):
+    _, images = built
+    weights = tmp_path / "junk.pt"
+    weights.write_bytes(b"not a checkpoint")
+    out = tmp_path / "out"
+    r = _run("ils", "build", "--images", images, "--out", out, "--detector", "yolo", "--detector-opt",
+             f"weights_path={weights}", "--quiet")
+    _refused(r, "YOLO")
+    assert not list(out.rglob("*.json")), "studies were processed"
+
+
+# --- 3. counts below one are refused -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("option", [("--limit", "-1"), ("--limit", "0"), ("--workers", "0"), ("--workers", "-2"),
+                                    ("--threshold-scale", "-1"), ("--threshold-scale", "0")])
+def test_build_refuses_counts_below_one(built, tmp_path, option):
+    _, images = built
+    _refused(_run("ils", "build", "--images", images, "--out", tmp_path / "out", *option, "--quiet"), option[0],
+             code=2)
+
+
+@pytest.mark.parametrize("option", [("--limit", "-1"), ("--limit", "0"), ("--batch-size", "0"),
+                                    ("--batch-size", "-3")])
+def test_predict_refuses_counts_below_one(built, tmp_path, option):
+    ils, images = built
+    _refused(_run("ils", "predict", "--checkpoint", ils, "--dataset", ils, "--images", images, "--out",
+                  tmp_path / "p.jsonl", *option, "--quiet"), option[0], code=2)
+
+
+def test_evaluate_and_gallery_refuse_limits_below_one(built, tmp_path):
+    ils, images = built
+    preds = tmp_path / "p.jsonl"
+    preds.write_text('{"pair_id": "x", "answer": "[SEG]"}\n')
+    _refused(_run("ils", "evaluate", "--dataset", ils, "--predictions", preds, "--limit", "0"), "--limit", code=2)
+    _refused(_run("ils", "gallery", ils, "--images", images, "--limit", "-1"), "--limit", code=2)
+
+
+# --- 4. malformed options and datasets: no traceback ---------------------------------------------------------
+
+
+def test_build_refuses_malformed_split_ratios(built, tmp_path):
+    _, images = built
+    _refused(_run("ils", "build", "--images", images, "--out", tmp_path / "out", "--split-ratios", "a,b,c",
+                  "--quiet"), "--split-ratios", code=2)
+
+
+def _broken(kind: str, data: dict) -> dict | list | str | None:
+    """The JSON (or raw text) of a broken dataset; None: no JSON at all."""
+    if kind == "truncated":
+        return json.dumps(data)[:200]
+    if kind == "missing":
+        return None
+    if kind == "list":
+        return [1, 2, 3]
+    split, key, pair = _first_positive(data)
+    if kind == "image_path":
+        data[split][key]["image_path"] = 123
+    else:
+        del pair["instruction"]
+    return data
+
+
+def _broken_dataset(ils: Path, dest: Path, kind: str) -> Path:
+    broken = _broken(kind, _data(ils))
+    folder = _copy(ils, dest, text=broken if isinstance(broken, str) else None,
+                   data=broken if not isinstance(broken, str) else None)
+    if broken is None:
+        (folder / DATASET_FILE).unlink()
+    return folder
+
+
+_COMMANDS = {
+    "gallery": lambda ds, images, tmp: ["ils", "gallery", ds, "--images", images, "--html", tmp / "g.html"],
+    "evaluate": lambda ds, images, tmp: ["ils", "evaluate", "--dataset", ds, "--predictions", tmp / "p.jsonl",
+                                         "--split", "all", "--bootstrap", "0"],
+    "coco": lambda ds, images, tmp: ["ils", "export", "--format", "coco", "--dataset", ds, "--images", images,
+                                     "--out", tmp / "x"],
+    "mimic-ils": lambda ds, images, tmp: ["ils", "export", "--format", "mimic-ils", "--dataset", ds, "--images",
+                                          images, "--out", tmp / "x"],
+    "hf": lambda ds, images, tmp: ["ils", "export", "--format", "hf", "--dataset", ds, "--images", images,
+                                   "--out", tmp / "x"],
+    "stats": lambda ds, images, tmp: ["ils", "stats", ds, "--json"],
+    "stats-card": lambda ds, images, tmp: ["ils", "stats", ds],
+}
+
+
+#: (command, broken dataset) cases; a truncated or missing JSON was already reported by all but the gallery.
+_CASES = [(command, kind) for command in _COMMANDS for kind in ("truncated", "missing", "list", "image_path",
+                                                                 "no_instruction")
+          if command == "gallery" or kind not in ("truncated", "missing")]
+
+
+@pytest.mark.parametrize(("command", "kind"), _CASES)
+def test_malformed_dataset_is_reported_with_its_file(built, tmp_path, command, kind):
+    ils, images = built
+    ds = _broken_dataset(ils, tmp_path / "ds", kind)
+    (tmp_path / "p.jsonl").write_text('{"pair_id": "x", "answer": "[SEG]"}\n')
+    _refused(_run(*_COMMANDS[command](ds, images, tmp_path)), DATASET_FILE)
+
+
+def _fake_checkpoint(folder: Path, model: str = "baseline") -> Path:
+    folder.mkdir()
+    (folder / "checkpoint.json").write_text(json.dumps({"model": model}))
+    return folder
+
+
+@pytest.mark.parametrize("option", [("--device", "bogus"), ("--quantize", "8bit"), ("--device-map", "auto")])
+def test_predict_refuses_options_the_checkpoint_cannot_use(built, tmp_path, option):
+    pytest.importorskip("torch")
+    ils, images = built
+    ckpt = _fake_checkpoint(tmp_path / "ckpt")
+    r = _run("ils", "predict", "--checkpoint", ckpt, "--dataset", ils, "--images", images, "--out",
+             tmp_path / "p.jsonl", *option, "--quiet")
+    _refused(r, option[0], *(("LISA",) if option[0] != "--device" else ()))
+
+
+# --- 5. an empty --reports folder ----------------------------------------------------------------------------
+
+
+def test_build_refuses_a_reports_folder_without_reports(built, tmp_path):
+    _, images = built
+    empty = tmp_path / "reports"
+    empty.mkdir()
+    _refused(_run("ils", "build", "--images", images, "--reports", empty, "--out", tmp_path / "out", "--quiet"),
+             str(empty), "no report")
+
+
+# --- 6. unused predictions are told on stderr ----------------------------------------------------------------
+
+
+def test_evaluate_tells_how_many_predictions_went_unused(built, tmp_path):
+    ils, _ = built
+    data = _data(ils)
+    split = next(s for s, studies in data.items() if sum(
+        len(st["instruction_answer_pairs"]["positive_pairs"]) + len(st["instruction_answer_pairs"]["negative_pairs"])
+        for st in studies.values()) >= 2)
+    ids = [p["pair_id"] for st in data[split].values() for kind in ("positive_pairs", "negative_pairs")
+           for p in st["instruction_answer_pairs"][kind]]
+    preds = tmp_path / "p.jsonl"
+    preds.write_text("".join(json.dumps({"pair_id": pid, "answer": "[SEG]", "mask": None}) + "\n"
+                             for pid in (ids[0], ids[1], "s1_positive_9")))
+    r = _run("ils", "evaluate", "--dataset", ils, "--predictions", preds, "--split", split, "--limit", "1",
+             "--bootstrap", "0")
+    assert r.exit_code == 0, r.output
+    assert "2 predictions" in r.stderr and "not used" in r.stderr, r.stderr
+    assert "1 past --limit" in r.stderr and "1 pair ids not in the dataset" in r.stderr, r.stderr
+
+
+# --- 7. an output folder inside the image folder -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("inside", ["", "ils"])
+def test_build_refuses_an_output_folder_inside_the_images(built, tmp_path, inside):
+    _, images = built
+    files = tmp_path / "files"
+    shutil.copytree(images, files)
+    out = files / inside if inside else files
+    _refused(_run("ils", "build", "--images", files, "--out", out, "--quiet"), "inside the image folder", code=2)
