@@ -1,6 +1,7 @@
 """Films stored in a wrong pose: how many pass the lung QC, and what the orientation check flags, on the pack's films.
 
-Run: ``CXRGROUND_PACK=.../cxr-pack-v1 .venv/bin/python bench/orientation.py [--limit N] [--poses ...]``.
+Run: ``CXRGROUND_PACK=.../cxr-pack-v1 .venv/bin/python bench/orientation.py [--limit N]``; ``--figure PNG
+--films NAME ...`` instead draws the named pack films in every pose with their lungs and both checks' verdicts.
 
 Every NIH and COVID-19 collection film of the pack is read as stored (upright) and in each wrong pose of
 :data:`~cxrground.anatomy.segment.orientation.POSES` (the film turned, mirrored or flipped so that the pose's
@@ -17,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -87,12 +90,48 @@ def _restricted(ev: OrientationEvidence, names: tuple[str, ...]) -> str | None:
     return OrientationEvidence(ev.stored, {n: ev.corrected[n] for n in names}).best_correction
 
 
+def _shipped(ev: OrientationEvidence) -> bool:
+    """Whether the shipped check flags the film: a correction of :data:`CHECKED_POSES` wins on both readings."""
+    return _restricted(ev, CHECKED_POSES) is not None
+
+
+def _figure(pack: Pack, names: list[str], out: str) -> None:
+    """The films ``names`` in every pose: lungs, the lung checks' and the orientation check's verdicts."""
+    from cxrground.io.image import write_image
+    from cxrground.io.overlay import contact_sheet, label_panel, overlay_masks
+
+    segmenter = get_segmenter("unet")
+    panels = []
+    for name in names:
+        path = next(p for sub in ("nih", "cohen") for p in (pack.root / sub / "images").glob(name))
+        stored = read_image(path)
+        for pose in ("upright", *WRONG_POSES):
+            pixels = stored.pixels if pose == "upright" else np.ascontiguousarray(WRONG_POSES[pose](stored.pixels))
+            image, masks, problems = segment_checked(segmenter, dataclasses.replace(stored, pixels=pixels))
+            lung_check = "lung checks: " + ("fail" if problems else "pass")
+            ev = None if problems else orientation_evidence(segmenter, image, CHECKED_POSES)
+            named = None if ev is None else ev.best_correction
+            verdict = "" if ev is None else ("orientation: ok" if named is None else f"flagged: fix = {named}")
+            rgb = overlay_masks(image.pixels, [masks.right_lung, masks.left_lung], colours=[(0.2, 0.5, 1.0),
+                                                                                          (1.0, 0.3, 0.3)])
+            title = f"{path.stem[:18]}: upright" if pose == "upright" else f"{path.stem[:18]}: fix = {pose}"
+            panels.append(label_panel(rgb, title, [lung_check, verdict], width=250))
+    write_image(Path(out), contact_sheet(panels, columns=1 + len(WRONG_POSES)))
+    print(f"wrote {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=None, help="Only the first N films (NIH first).")
+    parser.add_argument("--figure", default=None, help="Write a figure of --films in every pose to this PNG.")
+    parser.add_argument("--films", nargs="*", default=["00000100_000.png"], help="Pack film names for --figure.")
+    parser.add_argument("--save", default=None, help="Also write every film's readings in every pose to this JSON.")
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     pack = Pack()
+    if args.figure:
+        _figure(pack, args.films, args.figure)
+        return
     films = sorted((pack.root / "nih" / "images").glob("*.png")) + sorted((pack.root / "cohen" / "images").glob("*"))
     films = films[: args.limit]
     segmenter = get_segmenter("unet")
@@ -102,6 +141,8 @@ def main() -> None:
     right = dict.fromkeys(poses, 0)
     shipped = dict.fromkeys(poses, 0)
     flagged_names: list[str] = []
+    shipped_names: list[str] = []
+    saved: list[dict] = []
     for path in tqdm(films, desc="orientation", unit="film"):
         stored = read_image(path)
         cache = _PoseCache(segmenter, stored)
@@ -121,11 +162,15 @@ def main() -> None:
                 right[pose] += named == pose
                 if pose == "upright":
                     flagged_names.append(f"{path.name} ({named})")
-            shipped[pose] += _restricted(ev, CHECKED_POSES) is not None
+            shipped[pose] += _shipped(ev)
+            if pose == "upright" and _shipped(ev):
+                shipped_names.append(f"{path.name} ({_restricted(ev, CHECKED_POSES)})")
+            saved.append({"film": path.name, "pose": pose, "stored": dataclasses.asdict(ev.stored),
+                          "corrected": {k: dataclasses.asdict(v) for k, v in ev.corrected.items()}})
     n = len(films)
     print(f"films: {n} (NIH and COVID-19 collection; as stored = upright), each also in {len(WRONG_POSES)} wrong poses")
     print("| pose | passing the lung checks | flagged, all corrections | named the right correction | "
-          f"flagged, shipped corrections ({len(CHECKED_POSES)}) | left after both checks |")
+          "flagged, shipped check | left after both checks |")
     print("|---|---:|---:|---:|---:|---:|")
     for pose in poses:
         p = max(passing[pose], 1)
@@ -135,7 +180,11 @@ def main() -> None:
               f"({100 * flagged[pose] / p:.1f} %) | {named} | {shipped[pose]} ({100 * shipped[pose] / p:.1f} %) | "
               f"{left} |")
     print(f"upright films flagged (all corrections): {', '.join(flagged_names) or 'none'}")
-    print(f"shipped corrections: {', '.join(CHECKED_POSES)}")
+    print(f"upright films flagged (shipped check): {', '.join(shipped_names) or 'none'}")
+    print(f"shipped check: the corrections {', '.join(CHECKED_POSES)}")
+    if args.save:
+        Path(args.save).write_text(json.dumps(saved) + "\n", encoding="utf-8")
+        print(f"readings of every film and pose: {args.save}")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -329,3 +330,18 @@ def test_segment_lungs_qc_orientation_warns_and_records_it(pack_dir, tmp_path):
         else:
             assert "film looks stored in a wrong pose" in record["orientation"]
             assert "warning: film looks stored in a wrong pose" in result.output
+
+
+
+def test_a_mirrored_film_is_not_detected(pack_dir):
+    """The limit the docs state: NIH 00000100 mirrored left-right reads as well as the film itself, so the check
+    passes it (the corrections it tries do not include a mirror; a mirror wins on 63 % of mirrored films and on 45
+    upright ones)."""
+    from cxrground.anatomy.segment import get_segmenter
+    from cxrground.anatomy.segment.orientation import CHECKED_POSES, orientation_problem
+    from cxrground.io.image import read_image
+
+    assert "mirrored left-right" not in CHECKED_POSES
+    film = read_image(pack_dir / "nih" / "images" / "00000100_000.png")
+    mirrored = dataclasses.replace(film, pixels=np.ascontiguousarray(film.pixels[:, ::-1]))
+    assert orientation_problem(get_segmenter("unet"), mirrored) is None

@@ -73,10 +73,11 @@ class BuildRequest:
                                       "disagree by > 5 % are dropped. ")
     qc_segmenter_opt: dict[str, str] = option(default_factory=dict,
                                               help="KEY=VALUE for the qc-segmenter (repeatable).")
-    qc_orientation: bool = option(False, help="Reject films that look upside down (the built-in U-Net reads their "
-                                  "lungs better turned 180°; the lung checks pass 78 % of the pack's films turned "
-                                  "180°). Of the pack's films that pass the lung checks: 96 % of turned and 0.2 % of "
-                                  "upright ones rejected; two more U-Net passes per film.")
+    qc_orientation: bool = option(False, help="Reject films that look turned or flipped (the built-in U-Net reads "
+                                  "their lungs better turned 180°, flipped top-bottom or turned 90°; the lung checks "
+                                  "pass most such films). Of the pack's films that pass the lung checks: 95-97 % of "
+                                  "those so stored and 0.2 % of upright ones rejected; mirrored films are not "
+                                  "detected. Three U-Net passes per film on a small grid.")
     synthesizer: str = option("normative", registry=SYNTHESIZERS)
     synthesizer_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the synthesizer (repeatable).")
     detector: str = option("anomaly", registry=DETECTORS)

@@ -32,9 +32,10 @@ class SegmentRequest:
                                 help="given: heart mask PNG (else the heart is estimated from the lungs).")
     allow_pickle: bool = option(False, help="hybridgnet: allow a pickled model file you trust.")
     backend_opt: tuple[str, ...] = option((), help="KEY=VALUE for the backend (e.g. masks: root=DIR).")
-    qc_orientation: bool = option(False, help="Also check whether the film looks stored in a wrong pose (upside "
-                                  "down, mirrored left-right, turned 90°; read by the built-in U-Net): a warning "
-                                  "and masks.json's `orientation`; the masks are still written.")
+    qc_orientation: bool = option(False, help="Also check whether the film looks stored in a wrong pose (turned "
+                                  "180°, flipped top-bottom, turned 90°; read by the built-in U-Net; a mirrored film "
+                                  "is not detected): a warning and masks.json's `orientation`; the masks are still "
+                                  "written.")
 
 
 def segment_request(request: SegmentRequest) -> list[str]:
