@@ -21,6 +21,7 @@ import httpx
 
 from cxrground.review.app import MAX_FORM_BYTES, create_app, server_config
 from cxrground.review.db import ReviewDB
+from cxrground.testing.servers import LogRecords, closed_by_server, stop_process
 from review_helpers import client, review_setup
 
 
@@ -35,13 +36,6 @@ def small_db(tmp_path) -> tuple[ReviewDB, str]:
     return db, db.add_user("alice")[1]
 
 
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
 
 
 @contextlib.contextmanager
@@ -51,7 +45,7 @@ def served(app, **config):
     import uvicorn
 
     server = uvicorn.Server(server_config(app, "127.0.0.1", 0, log_level="warning", **config))
-    records = _Records()
+    records = LogRecords()
     logging.getLogger("uvicorn.error").addHandler(records)  # after the config: uvicorn sets its loggers up there
     thread = threading.Thread(target=server.run, name="review-loop", daemon=True)
     thread.start()
@@ -71,16 +65,7 @@ def _port(url: str) -> int:
     return int(url.rsplit(":", 1)[1])
 
 
-def _closed_by_server(sock: socket.socket) -> bool:
-    """True when the server has closed ``sock`` (EOF or reset within the socket's timeout)."""
-    try:
-        while sock.recv(4096):
-            pass
-        return True
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    except TimeoutError:
-        return False
+
 
 
 def _stalled_post(port: int, path: str = "/login") -> socket.socket:
@@ -122,7 +107,7 @@ def test_idle_and_half_sent_connections_are_closed_after_the_idle_timeout(small_
             with client(url, token) as alice:
                 assert alice.get("/api/me").status_code == 200
             t0 = time.monotonic()
-            assert all(_closed_by_server(s) for s in [*idle, half])
+            assert all(closed_by_server(s) for s in [*idle, half])
             assert 0.5 <= time.monotonic() - t0 < 4.0
         finally:
             for s in [*idle, half]:
@@ -167,12 +152,7 @@ def test_more_idle_sockets_than_open_files_lock_nobody_out_nor_flood_the_log(tmp
     finally:
         for s in socks:
             s.close()
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(proc)
     text = log.read_text(errors="replace")
     assert "Traceback" not in text and len(text.splitlines()) < 50, text[-2000:]
 

@@ -4,7 +4,6 @@ no CDN-loading docs pages, and the process-level guards (open-file limit, accept
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import socket
 import threading
@@ -26,6 +25,7 @@ from cxrground.serve import app as app_module
 from cxrground.serve.app import OVERLAY_ALPHA, OVERLAY_COLOUR, create_app
 from cxrground.serve.limits import Limits
 from cxrground.serve.run import BackgroundServer
+from cxrground.testing.servers import LogRecords, captured_logs, closed_by_server
 from serve_helpers import ThresholdModel, cxr_pixels, data_url, png_bytes
 
 INSTRUCTION = "Segment the effusion."
@@ -44,26 +44,9 @@ class _StallModel(ThresholdModel):
         return super().predict(image, instruction)
 
 
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
 
 
-@contextlib.contextmanager
-def captured_logs(*names: str):
-    """Records of the named loggers (attached directly: uvicorn's loggers do not propagate to the root)."""
-    handler = _Records()
-    for name in names:
-        logging.getLogger(name).addHandler(handler)
-    try:
-        yield handler.records
-    finally:
-        for name in names:
-            logging.getLogger(name).removeHandler(handler)
+
 
 
 def _port(server: BackgroundServer) -> int:
@@ -71,17 +54,7 @@ def _port(server: BackgroundServer) -> int:
     return server.port
 
 
-def _closed_by_server(sock: socket.socket) -> bool:
-    """True when the server has closed ``sock`` (reads EOF or a reset within the socket's timeout)."""
-    try:
-        while True:
-            data = sock.recv(4096)
-            if not data:
-                return True
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    except TimeoutError:
-        return False
+
 
 
 def _upload(url: str, timeout: float = 20.0) -> httpx.Response:
@@ -161,7 +134,7 @@ def test_idle_and_half_sent_connections_are_closed_after_the_idle_timeout() -> N
         half.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # the head never ends
         try:
             t0 = time.monotonic()
-            assert _closed_by_server(idle) and _closed_by_server(half)
+            assert closed_by_server(idle) and closed_by_server(half)
             assert 0.8 <= time.monotonic() - t0 < 4.0
             assert httpx.get(f"{server.url}/health", timeout=5).status_code == 200
         finally:
@@ -190,9 +163,9 @@ def test_too_many_idle_connections_evict_the_oldest_instead_of_locking_clients_o
         t0 = time.monotonic()
         assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
         assert time.monotonic() - t0 < 2.0
-        assert _closed_by_server(socks[0])  # the oldest idle ones made room
+        assert closed_by_server(socks[0])  # the oldest idle ones made room
         socks[-1].settimeout(0.3)
-        assert not _closed_by_server(socks[-1])  # the newest stays
+        assert not closed_by_server(socks[-1])  # the newest stays
     finally:
         for s in socks:
             s.close()
@@ -273,7 +246,7 @@ def test_max_in_flight_from_the_command_line(monkeypatch, tmp_path) -> None:
 def test_accept_errors_are_logged_once_per_interval_without_a_traceback() -> None:
     log = logging.getLogger("cxrground.test.accept")
     log.propagate = False
-    handler = _Records()
+    handler = LogRecords()
     log.addHandler(handler)
     log.addFilter(AcceptErrorFilter(interval=60.0))
     try:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cxrground.review.db import ReviewDB
+from cxrground.testing.servers import stop_process
 
 __all__ = ["LoadResult", "load_db", "run_load", "served"]
 
@@ -101,12 +102,7 @@ def served(db_path: Path, *, start_timeout: float = 60.0) -> Iterator[str]:
             time.sleep(0.1)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(proc)
 
 
 def run_load(db: ReviewDB, tokens: dict[str, str], url: str, *, idle: int = 32, flood: int = 0,
