@@ -162,5 +162,7 @@ def test_build_request_hands_the_exclusion_to_the_build(tmp_path, monkeypatch):
     monkeypatch.setattr(build, "check_backends", lambda spec: None)
     monkeypatch.setattr(tasks, "build_tasks", lambda *a, **k: (["one study"], []))
     monkeypatch.setattr(build, "build_dataset", lambda tasks, out, config, *a, **k: seen.setdefault("config", config))
-    run_build(BuildRequest(images=tmp_path, out=tmp_path / "out", negative_exclusion="lung"), progress=False)
+    (tmp_path / "images").mkdir()
+    run_build(BuildRequest(images=tmp_path / "images", out=tmp_path / "out", negative_exclusion="lung"),
+              progress=False)
     assert seen["config"].negative_exclusion == "lung"
