@@ -81,6 +81,16 @@ def test_hf_export_refuses_undecodable_mask(built, tmp_path):
     _refused(r, mask.name)
 
 
+def test_hf_export_refuses_a_pair_without_seg(built, tmp_path):
+    ils, images = built
+    data = _data(ils)
+    _, _, pair = _first_positive(data)
+    del pair["seg"]
+    bad = _copy(ils, tmp_path / "ds", data)
+    r = _run("ils", "export", "--format", "hf", "--dataset", bad, "--images", images, "--out", tmp_path / "hf")
+    _refused(r, "pairs without the fields the hf format needs", pair["pair_id"], "no seg")
+
+
 @pytest.mark.parametrize("damage", ["truncated", "text"])
 def test_hf_export_refuses_undecodable_image(built, tmp_path, damage):
     ils, images = built

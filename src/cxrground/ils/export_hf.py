@@ -89,6 +89,17 @@ def _mask(masks: Path, pair: Mapping[str, Any]) -> dict[str, Any] | None:
     return image_cell(path)
 
 
+def _require_pair_core(data: Mapping[str, Any], json_path: Path) -> None:
+    """An :class:`InputError` naming ``json_path`` and the first pairs that lack a field of :data:`_PAIR_CORE`."""
+    missing = [f"{split}.{key} pair {pair.get('pair_id', '?')}: no {', '.join(c for c in _PAIR_CORE if c not in pair)}"
+               for split, studies in data.items() for key, study in studies.items()
+               for kind in ("positive_pairs", "negative_pairs")
+               for pair in study["instruction_answer_pairs"].get(kind, []) if any(c not in pair for c in _PAIR_CORE)]
+    if missing:
+        more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
+        raise InputError(f"pairs without the fields the hf format needs: {'; '.join(missing[:3])}{more}", json_path)
+
+
 def _pair_extra(pair: Mapping[str, Any]) -> dict[str, Any]:
     """Fields of a pair the columns do not give back exactly: unknown ones, and optional ones that are not strings
     (an explicit null, a number)."""
@@ -204,6 +215,7 @@ def export_hf(dataset: str | Path, images: str | Path, out: str | Path, *, shard
     json_path = _dataset_json(Path(dataset))
     images, out = Path(images), Path(out)
     data = read_dataset(json_path, STUDY_COLUMNS)
+    _require_pair_core(data, json_path)
     masks = json_path.parent / MASK_DIR
     features = ils_features(rows)
 
