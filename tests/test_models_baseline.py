@@ -436,6 +436,14 @@ def test_cli_train_predict_evaluate(tiny, tmp_path):
                              "--images", images, "--split", "train", "--out", str(pred), "--quiet"])
     assert r.exit_code == 0 and f"0 written, {n_pairs} already there" in r.output
     assert pred.read_bytes() == before
+    # another checkpoint (here: the same one with one more file) never adds to these predictions
+    other = tmp_path / "ck2"
+    shutil.copytree(ck, other)
+    (other / "note.txt").write_text("retrained")
+    r = runner.invoke(main, ["ils", "predict", "--checkpoint", str(other), "--dataset", str(tiny / "ils"),
+                             "--images", images, "--split", "train", "--out", str(pred), "--quiet"])
+    assert r.exit_code != 0 and "holds predictions of another checkpoint" in r.output and "Traceback" not in r.output
+    assert pred.read_bytes() == before
     r = runner.invoke(main, ["ils", "evaluate", "--dataset", str(tiny / "ils"), "--predictions", str(pred),
                              "--split", "train", "--bootstrap", "0"])
     assert r.exit_code == 0, r.output

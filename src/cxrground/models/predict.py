@@ -1,13 +1,15 @@
 """Predictions of an ILS model for a whole split, as the predictions JSONL read by ``ils evaluate``.
 
-Resumable: pairs already in the output file are skipped. An image that cannot be read (decode error, over the
-pixel limit, too small for the model) is recorded in ``<out>.failures.jsonl`` and its pairs get no line (they
-count as missing, i.e. wrong, in ``ils evaluate``). A rerun retries those images and replaces their records, so the
-failures file holds one line per image that still fails.
+Resumable: pairs already in the output file are skipped, when they were made by the same checkpoint (its
+fingerprint is kept in ``<out>.checkpoint.json``; predictions of another checkpoint are never mixed in). An image
+that cannot be read (decode error, over the pixel limit, too small for the model) is recorded in
+``<out>.failures.jsonl`` and its pairs get no line (they count as missing, i.e. wrong, in ``ils evaluate``). A rerun
+retries those images and replaces their records, so the failures file holds one line per image that still fails.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +26,8 @@ from cxrground.io.files import atomic_write_text
 from cxrground.io.image import DEFAULT_MAX_PIXELS, read_image
 from cxrground.models.base import IlsModel, checkpoint_info, load_model
 
-__all__ = ["PredictRequest", "predict_request", "predict_split"]
+__all__ = ["PredictRequest", "check_same_source", "checkpoint_fingerprint", "predict_request",
+           "predict_split"]
 
 
 _Job = tuple[str, list[dict[str, Any]]]
@@ -43,6 +46,46 @@ def _split_jobs(data: dict[str, Any], split: str, limit: int | None) -> tuple[li
         if items:
             jobs.append((study["image_path"], items))
     return jobs, n
+
+
+#: Files of a checkpoint up to this size are fingerprinted whole; larger ones by their size, first and last bytes.
+_FINGERPRINT_WHOLE: int = 64 << 20
+_FINGERPRINT_EDGE: int = 16 << 20
+
+
+def checkpoint_fingerprint(checkpoint: Path) -> str:
+    """A sha256 of the checkpoint's files (names, sizes and contents; files over 64 MiB by their first and last
+    16 MiB): two checkpoints with the same fingerprint give the same predictions."""
+    h = hashlib.sha256()
+    files = [checkpoint] if checkpoint.is_file() else sorted(p for p in checkpoint.rglob("*") if p.is_file())
+    for path in files:
+        size = path.stat().st_size
+        h.update(f"{path.relative_to(checkpoint) if path != checkpoint else path.name}\0{size}\0".encode())
+        with path.open("rb") as fh:
+            if size <= _FINGERPRINT_WHOLE:
+                h.update(fh.read())
+            else:
+                h.update(fh.read(_FINGERPRINT_EDGE))
+                fh.seek(size - _FINGERPRINT_EDGE)
+                h.update(fh.read(_FINGERPRINT_EDGE))
+    return h.hexdigest()
+
+
+def check_same_source(out: Path, source: dict[str, str]) -> None:
+    """Refuse (:class:`OptionError`) to add to predictions ``out`` made from another checkpoint; record ``source``
+    (checkpoint path and fingerprint) beside ``out`` for the next run."""
+    side = out.with_name(out.name + ".checkpoint.json")
+    if side.is_file() and out.is_file() and out.stat().st_size > 0:
+        try:
+            before = json.loads(side.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            before = {}
+        if before.get("fingerprint") != source["fingerprint"]:
+            raise OptionError(f"{out} holds predictions of another checkpoint ({before.get('checkpoint', '?')}, "
+                              f"fingerprint {str(before.get('fingerprint'))[:12]}; this one {source['checkpoint']}, "
+                              f"{source['fingerprint'][:12]}): write to another --out, or delete {out} and {side}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    side.write_text(json.dumps(source, indent=2) + "\n", encoding="utf-8")
 
 
 def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: str, out: Path,
@@ -110,7 +153,8 @@ class PredictRequest:
     images: Path | None = option(None, path="dir",
                                  help="Image root (MIMIC-CXR-JPG files/). Default: the dataset folder.")
     split: str = option("test", choices=("train", "val", "test"))
-    out: Path = option(path="out_file", help="Predictions JSONL (appended to; pairs already there are skipped).")
+    out: Path = option(path="out_file", help="Predictions JSONL (appended to; pairs already there are skipped when "
+                       "they come from the same checkpoint, by its fingerprint in OUT.checkpoint.json).")
     limit: int | None = option(None, low=1, help="Predict only the first N pairs of the split.")
     batch_size: int = option(8, low=1, help="Pairs per forward pass.")
     device: str = option("cpu", help="torch device: cpu, cuda, cuda:1, mps ...")
@@ -129,6 +173,7 @@ def predict_request(request: PredictRequest, progress: bool = True) -> str:
     """Load the checkpoint, predict the split into ``request.out`` (resuming) and say what was written."""
     r = request
     _check_device(r.device)
+    check_same_source(r.out, {"checkpoint": str(r.checkpoint), "fingerprint": checkpoint_fingerprint(r.checkpoint)})
     model = load_model(r.checkpoint, device=r.device, **_loading_options(r))
     counts = predict_split(model, r.dataset, r.images, r.split, r.out, limit=r.limit, batch_size=r.batch_size,
                            progress=progress, mode=r.mode, max_pixels=r.max_pixels)
