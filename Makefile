@@ -53,6 +53,7 @@ demo: $(STAMP)
 	$(BIN)/cxrground ils gallery $(DEMO_OUT)/ils --images $(DEMO_OUT)/cohort/files
 	$(BIN)/cxrground ils train --model baseline --dataset $(DEMO_OUT)/ils --images $(DEMO_OUT)/cohort/files \
 	  --out $(DEMO_OUT)/baseline --set epochs=12 --no-resume --quiet
+	rm -f $(DEMO_OUT)/baseline/pred_test.jsonl $(DEMO_OUT)/baseline/pred_test.jsonl.*  # the model was retrained
 	$(BIN)/cxrground ils predict --checkpoint $(DEMO_OUT)/baseline --dataset $(DEMO_OUT)/ils \
 	  --images $(DEMO_OUT)/cohort/files --split test --out $(DEMO_OUT)/baseline/pred_test.jsonl --quiet
 	$(BIN)/cxrground ils evaluate --dataset $(DEMO_OUT)/ils --predictions $(DEMO_OUT)/baseline/pred_test.jsonl \

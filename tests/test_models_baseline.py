@@ -436,10 +436,16 @@ def test_cli_train_predict_evaluate(tiny, tmp_path):
                              "--images", images, "--split", "train", "--out", str(pred), "--quiet"])
     assert r.exit_code == 0 and f"0 written, {n_pairs} already there" in r.output
     assert pred.read_bytes() == before
-    # another checkpoint (here: the same one with one more file) never adds to these predictions
+    # another checkpoint (here: the same one retrained, its record rewritten) never adds to these predictions; files
+    # written beside the weights do not count
+    (ck / "pred_copy.jsonl").write_bytes(before)
+    r = runner.invoke(main, ["ils", "predict", "--checkpoint", str(ck), "--dataset", str(tiny / "ils"),
+                             "--images", images, "--split", "train", "--out", str(pred), "--quiet"])
+    assert r.exit_code == 0 and f"0 written, {n_pairs} already there" in r.output
     other = tmp_path / "ck2"
     shutil.copytree(ck, other)
-    (other / "note.txt").write_text("retrained")
+    record = json.loads((other / "checkpoint.json").read_text())
+    (other / "checkpoint.json").write_text(json.dumps({**record, "history": [*record["history"], {"epoch": 99}]}))
     r = runner.invoke(main, ["ils", "predict", "--checkpoint", str(other), "--dataset", str(tiny / "ils"),
                              "--images", images, "--split", "train", "--out", str(pred), "--quiet"])
     assert r.exit_code != 0 and "holds predictions of another checkpoint" in r.output and "Traceback" not in r.output

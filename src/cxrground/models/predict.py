@@ -48,26 +48,21 @@ def _split_jobs(data: dict[str, Any], split: str, limit: int | None) -> tuple[li
     return jobs, n
 
 
-#: Files of a checkpoint up to this size are fingerprinted whole; larger ones by their size, first and last bytes.
-_FINGERPRINT_WHOLE: int = 64 << 20
-_FINGERPRINT_EDGE: int = 16 << 20
+#: Suffixes of a checkpoint's weight files (fingerprinted by name and size beside ``checkpoint.json``'s bytes).
+_WEIGHT_SUFFIXES: tuple[str, ...] = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf")
 
 
 def checkpoint_fingerprint(checkpoint: Path) -> str:
-    """A sha256 of the checkpoint's files (names, sizes and contents; files over 64 MiB by their first and last
-    16 MiB): two checkpoints with the same fingerprint give the same predictions."""
+    """A sha256 of the checkpoint's ``checkpoint.json`` (rewritten by every training run and conversion) and the
+    names and sizes of its weight files: two checkpoints with one fingerprint give the same predictions. Files
+    written beside them (predictions, evaluations) do not count."""
+    folder = checkpoint if checkpoint.is_dir() else checkpoint.parent
     h = hashlib.sha256()
-    files = [checkpoint] if checkpoint.is_file() else sorted(p for p in checkpoint.rglob("*") if p.is_file())
-    for path in files:
-        size = path.stat().st_size
-        h.update(f"{path.relative_to(checkpoint) if path != checkpoint else path.name}\0{size}\0".encode())
-        with path.open("rb") as fh:
-            if size <= _FINGERPRINT_WHOLE:
-                h.update(fh.read())
-            else:
-                h.update(fh.read(_FINGERPRINT_EDGE))
-                fh.seek(size - _FINGERPRINT_EDGE)
-                h.update(fh.read(_FINGERPRINT_EDGE))
+    record = folder / "checkpoint.json"
+    h.update(record.read_bytes() if record.is_file() else b"")
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and path.suffix in _WEIGHT_SUFFIXES:
+            h.update(f"\0{path.name}\0{path.stat().st_size}".encode())
     return h.hexdigest()
 
 
