@@ -9,12 +9,12 @@ documentation then lives next to the field it describes, and a front end offers 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import MISSING, field
+from dataclasses import MISSING, field, fields
 from typing import Any, Literal
 
 from cxrground.errors import OptionValueError
 
-__all__ = ["PathKind", "key_values", "option"]
+__all__ = ["PathKind", "check_bounds", "key_values", "option"]
 
 #: What a path field holds: an existing folder / file / either, a folder or file to write, or any path; the
 #: ``_or_url`` kinds also take an fsspec URL (``s3://``, ``gs://``, ``file://``), handed on as a string.
@@ -50,3 +50,18 @@ def key_values(pairs: Sequence[str]) -> dict[str, str]:
             raise OptionValueError(f"expected KEY=VALUE, got {item!r}")
         out[key.strip()] = value.strip()
     return out
+
+
+def check_bounds(request: Any) -> None:
+    """Raise :class:`OptionValueError` naming the option when a field of the dataclass ``request`` lies outside
+    the range its :func:`~cxrground.fields.option` declares (``low``, ``high``, ``low_open``; None passes)."""
+    for f in fields(request):
+        low, high, value = f.metadata.get("low"), f.metadata.get("high"), getattr(request, f.name)
+        if value is None or (low is None and high is None):
+            continue
+        flag = f.metadata.get("flag", f"--{f.name.replace('_', '-')}")
+        is_open = bool(f.metadata.get("low_open"))
+        if low is not None and (value < low or (is_open and value == low)):
+            raise OptionValueError(f"{flag} must be {'>' if is_open else '>='} {low}, got {value}")
+        if high is not None and value > high:
+            raise OptionValueError(f"{flag} must be <= {high}, got {value}")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from cxrground.anatomy.segment import SEGMENTERS
 from cxrground.datasets.views import find_view_table, read_view_table, view_table_record
 from cxrground.errors import ConfigError, InputError, OptionError, OptionValueError
-from cxrground.fields import option
+from cxrground.fields import check_bounds, option
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.config import NEGATIVE_CHECKS, NEGATIVE_EXCLUSIONS, ZONE_GUIDES, IlsConfig, QCConfig
 from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
@@ -123,11 +123,7 @@ class BuildRequest:
         """Raise :class:`OptionValueError` for a count or scale out of range (the command line's ranges, for library
         callers), and :class:`OptionError` for an output folder inside a local image folder (a rerun would read
         its own masks as images)."""
-        for name, value in (("workers", self.workers), ("limit", self.limit)):
-            if value is not None and value < 1:
-                raise OptionValueError(f"--{name} must be at least 1, got {value}")
-        if not self.threshold_scale > 0:
-            raise OptionValueError(f"--threshold-scale must be above 0, got {self.threshold_scale}")
+        check_bounds(self)
         self.ratios()
         if not is_url(self.images) and not is_url(self.out):
             images, out = Path(self.images).resolve(), Path(self.out).resolve()

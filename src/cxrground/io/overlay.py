@@ -52,8 +52,29 @@ def overlay_masks(
     colours: Sequence[Sequence[float]] | None = None,
     alpha: float = 0.4,
     outline: bool = True,
+    band_rows: int = 256,
 ) -> np.ndarray:
-    """Several masks blended in turn (palette colours by default), optionally with 1-px outlines."""
+    """Several masks blended in turn (palette colours by default), optionally with 1-px outlines. Computed in bands
+    of ``band_rows`` rows (each with a row of context above and below, so outlines match): the same pixels with a
+    working memory of one band, not of the whole image (a 6300² overlay: about 0.4 GB, not 4 GB)."""
+    h = np.asarray(pixels).shape[0]
+    if h <= band_rows:
+        return _overlay_whole(pixels, masks, colours, alpha, outline)
+    first = _overlay_whole(pixels[: min(h, band_rows + 1)], [m[: band_rows + 1] for m in masks], colours, alpha,
+                           outline)
+    out = np.empty((h, *first.shape[1:]), dtype=np.uint8)
+    out[:band_rows] = first[:band_rows]
+    for y0 in range(band_rows, h, band_rows):
+        y1 = min(h, y0 + band_rows)
+        a, b = y0 - 1, min(h, y1 + 1)
+        band = _overlay_whole(pixels[a:b], [m[a:b] for m in masks], colours, alpha, outline)
+        out[y0:y1] = band[y0 - a:y1 - a]
+    return out
+
+
+def _overlay_whole(pixels: np.ndarray, masks: Sequence[np.ndarray], colours: Sequence[Sequence[float]] | None,
+                   alpha: float, outline: bool) -> np.ndarray:
+    """:func:`overlay_masks` of the whole image at once."""
     from scipy import ndimage
 
     out = _rgb01(pixels)

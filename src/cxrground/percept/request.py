@@ -7,34 +7,19 @@ output folder and the run controls; the builder itself (:mod:`cxrground.percept.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cxrground.errors import OptionValueError
-from cxrground.fields import option
+from cxrground.fields import check_bounds, option
 from cxrground.percept.deform import DEFORMERS
 from cxrground.percept.options import BuildOptions
 
 if TYPE_CHECKING:
     from cxrground.percept.build import BuildSummary
 
-__all__ = ["BuildRequest", "build_lines", "check_bounds", "parse_per_lesion", "run_build"]
-
-
-def check_bounds(request: Any) -> None:
-    """Raise :class:`OptionValueError` naming the option when a field of the dataclass ``request`` lies outside
-    the range its :func:`~cxrground.fields.option` declares (``low``, ``high``, ``low_open``; None passes)."""
-    for f in fields(request):
-        low, high, value = f.metadata.get("low"), f.metadata.get("high"), getattr(request, f.name)
-        if value is None or (low is None and high is None):
-            continue
-        flag = f.metadata.get("flag", f"--{f.name.replace('_', '-')}")
-        is_open = bool(f.metadata.get("low_open"))
-        if low is not None and (value < low or (is_open and value == low)):
-            raise OptionValueError(f"{flag} must be {'>' if is_open else '>='} {low}, got {value}")
-        if high is not None and value > high:
-            raise OptionValueError(f"{flag} must be <= {high}, got {value}")
+__all__ = ["BuildRequest", "build_lines", "parse_per_lesion", "run_build"]
 
 
 def parse_per_lesion(value: str) -> tuple[int, int, int]:

@@ -387,23 +387,10 @@ def _segment_body(state: _ServerState, req: SegmentRequest, image: CXRImage, out
     if req.mask_format in ("png", "both"):
         body["mask_png"] = _png_base64(mask.astype(np.uint8) * 255)
     if req.overlay:
-        body["overlay_png"] = _png_base64(_overlay(image.pixels, mask))
+        body["overlay_png"] = _png_base64(overlay_masks(image.pixels, [mask], [OVERLAY_COLOUR], OVERLAY_ALPHA))
     if req.include_image:
         body["image_png"] = _png_base64(image.pixels)
     return body
-
-
-def _overlay(pixels: np.ndarray, mask: np.ndarray, rows: int = 256) -> np.ndarray:
-    """:func:`overlay_masks` of one mask, computed in bands of ``rows`` rows (each with a row of context above
-    and below, so outlines match): the same pixels with a working memory of one band, not of the whole image."""
-    h = pixels.shape[0]
-    out = np.empty((*pixels.shape[:2], 3), dtype=np.uint8)
-    for y0 in range(0, h, rows):
-        y1 = min(h, y0 + rows)
-        a, b = max(0, y0 - 1), min(h, y1 + 1)
-        band = overlay_masks(pixels[a:b], [mask[a:b]], [OVERLAY_COLOUR], OVERLAY_ALPHA)
-        out[y0:y1] = band[y0 - a:y1 - a]
-    return out
 
 
 def _png_base64(pixels: np.ndarray) -> str:

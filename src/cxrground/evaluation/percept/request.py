@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cxrground.evaluation.percept.clients import spec_forms
-from cxrground.fields import option
+from cxrground.fields import check_bounds, option
 from cxrground.llm import RetryPolicy, parse_extra_body
-from cxrground.percept.request import check_bounds
 
 __all__ = ["EvalRequest", "run_request"]
 
