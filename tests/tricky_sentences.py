@@ -749,8 +749,9 @@ MIMIC_STYLE: list[tuple[str, str, Expected]] = [
      [("pneumonia", "uncertain", (RB,))]),
     ("mimic-style", "Small left pleural effusion, if present.",
      [("effusion", "uncertain", (LL,))]),
+    # version 45: the absence lies where the opacity lies (it says nothing of the right lung)
     ("mimic-style", "Retrocardiac opacity is not consistent with pneumonia.",
-     [("opacity", "present", (LB,)), ("pneumonia", "absent", BOTH)]),
+     [("opacity", "present", (LB,)), ("pneumonia", "absent", (LB,))]),
     ("mimic-style", "There is nothing to suggest pneumonia.",
      [("pneumonia", "absent", BOTH)]),
 ]

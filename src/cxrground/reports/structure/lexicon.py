@@ -13,6 +13,8 @@ lesion                 surface forms (regular expressions simplified; plurals ac
 cardiomegaly           cardiomegaly; enlarged heart / cardiac silhouette / cardiac shadow / cardiomediastinal
                        silhouette; cardiac enlargement; increased / elevated cardiothoracic ratio, "cardiothoracic
                        ratio is increased" (version 44); enlargement of the heart / cardiac silhouette;
+                       a change or hedge may stand before "enlarged" ("heart size has decreased but remains mildly
+                       enlarged", "heart size is difficult to evaluate but likely enlarged"; version 45);
                        increased heart size / cardiac silhouette / size of the heart (version 20; not the change
                        phrase "increase in heart size");
                        "<heart | heart size | cardiac silhouette | cardiomediastinal silhouette> <is, mildly,
@@ -87,6 +89,10 @@ None (non-target)      lung: pneumothorax, hydropneumothorax, nodule, mass, mass
                        observation explained by them alone becomes a non-target lung finding).
 =====================  =========================================================================================
 
+*Misspellings* (version 45): a word within one Damerau edit of effusion, atelectasis, pneumonia, consolidation,
+cardiomegaly or their plurals, and "effus", reads as that word (:data:`MISSPELLINGS`, :func:`respell`; not the real
+words "pneumonic" and "pneumoniae", as in *Streptococcus pneumoniae*); the finding phrase is reported as written.
+
 Observations (the opacity-class phrases and consolidation) can be *attributed* to another finding
 (:data:`ATTRIBUTABLE` lesions and lung non-target findings) by a link phrase (:data:`LINK_RE`), see
 :mod:`.rules`.
@@ -139,7 +145,10 @@ uncertain, after   cannot / can not / can't / could not be excluded / ruled out,
                    "unlikely"), in the appropriate / proper clinical setting / context (*decision*, round 4: the
                    statement is conditional on clinical facts the image does not show: "compatible with pneumonia
                    in the appropriate clinical setting" is uncertain), (is) difficult to (completely) exclude
-                   (version 44: also before a place or reason), is difficult / hard to assess / evaluate,
+                   (version 44: also before a place or reason), is difficult / hard to assess / evaluate (version 45:
+                   also ", difficult to assess"), (is) of uncertain / unclear / indeterminate significance (version
+                   45; not "of unclear etiology"), for cardiomegaly an explanation by technique ("may be accentuated
+                   by AP technique", ", likely due to low lung volumes": :data:`HEART_TECHNIQUE_RE`, version 45),
                    may be present, is / would be / could be (another) consideration / possibility, should /
                    could be considered
 uncertain, both    ``?`` (within 3 words); versus / vs (within 6 words: "atelectasis versus small amount of
@@ -190,11 +199,14 @@ S upper lobe / lung / zone, RUL / LUL, S suprahilar               ``S upper zone
 upper lobes / lungs / zones (no side)                             both upper zones
 S apex / apical, apices / apical / biapical (no side)             ``S apical zone lung`` / both apical zones
 S mid and lower lung zones, S upper and middle lobes, ...         each zone of the list, in order
+adjacent to / along / above / at / near the S hemidiaphragm       ``S lung base`` (version 45; lung findings only)
 S greater / worse than S, S hemidiaphragm / atrium / clavicle /   nothing (the side word is not a location)
 rib / IJ / PICC / breast / ...
 ================================================================  ==========================================
 
 A side-less singular ("base", "lower lobe", "apex", "costophrenic angle") maps to both sides: the side is unknown.
+An opacity at a mediastinal site (paratracheal, mediastinal, aortopulmonary window, subcarinal, tracheal;
+:data:`MEDIASTINAL_BEFORE_RE`, :data:`MEDIASTINAL_AFTER_RE`) with no lung place is no lung lesion (version 45).
 A zone followed by "of (the) S lung / hemithorax" is that side's zone ("base of the right lung" -> ``S lung base``;
 version 37).
 Several sides and zones in one phrase are ordered zone by zone, right before left unless the phrase says "left and
@@ -293,6 +305,9 @@ _CARDIO_FILLER = (
     r"moderately|markedly|severely|massively|minimally|slightly|somewhat|borderline|top|normal|to|likely|"
     r"probably|possibly|may|might|could|be|not|no|longer|significantly|overall|globally|size|xxxx|mild|moderate|"
     r"severe|and|or|unchanged|persistently|chronically|at|least|,|"
+    # a change or a hedge before "enlarged" (version 45): "heart size has decreased but remains mildly enlarged",
+    # "heart size is difficult to evaluate but likely enlarged"
+    r"decreased|increased|but|yet|difficult|hard|evaluate|assess|"
     # a range from the upper limit of normal (version 40): "upper normal to mildly enlarged"
     r"upper|high|(?:top|upper|high)-normal|(?:at\s+)?(?:the\s+)?upper\s+limits?\s+of)"
 )
@@ -564,6 +579,15 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
     ("pseudo", r"(?:to\s+(?:document|confirm|ensure|assess|evaluate|demonstrate|show|verify|follow|monitor)|until|"
                r"for|await(?:ing)?)\s+(?:the\s+|its\s+)?(?:complete\s+|full\s+|radiographic\s+|eventual\s+)*"
                r"(?:resolution|clearing)"),
+    # "... is of uncertain significance" (version 45; "of unclear etiology" states the finding, only its cause is open)
+    ("unc_post", r"(?:(?:is|are|was|were|remains?|appears?)\s+)?of\s+(?:uncertain|unclear|indeterminate|questionable|"
+                 r"doubtful|undetermined|unknown)\s+(?:clinical\s+)?significance"),
+    ("unc_post", r",\s*(?:(?:which\s+is|likely|possibly|probably)\s+)?of\s+(?:uncertain|unclear|indeterminate|"
+                 r"questionable|doubtful|undetermined|unknown)\s+(?:clinical\s+)?significance"),
+    # a comma-attached "difficult to assess" after a finding (version 45): "Cardiomegaly, difficult to assess due to
+    # rotation."
+    ("unc_post", r",\s*(?:(?:somewhat|more|very|particularly|though|but)\s+)?(?:difficult|hard|challenging)\s+to\s+"
+                 rf"(?:fully\s+|accurately\s+|reliably\s+)?(?:assess|evaluate){_HEDGE_TAIL}"),
     # a finding the reader could not assess is uncertain, as "assessment for X is limited" (version 26)
     ("unc_post", r"(?:cannot|can\s*not|can't|could\s+not)\s+be\s+(?:(?:well|adequately|reliably|fully|properly)\s+)?"
                  r"(?:assessed|evaluated)"),
@@ -674,7 +698,7 @@ CUE_KINDS: Final[dict[str, str]] = {}
 for _i, (_ckind, _pat) in enumerate(_CUES):
     _gname = f"c{_i}"
     CUE_KINDS[_gname] = _ckind
-    if _ckind == "unc_both" or _pat.startswith((";", ":")):  # punctuation cues
+    if _ckind == "unc_both" or _pat.startswith((";", ":", ",")):  # punctuation cues
         _other_cues.append(f"(?P<{_gname}>{_pat})")
         _cue_branches.append(Branch(_gname, (_pat,)))
     elif _ckind == "term":  # scope-end words carry their own boundaries
@@ -834,6 +858,9 @@ _LOCATIONS: Final[tuple[tuple[str, str], ...]] = (
     ("fissure", r"(?:right\s+)?(?:minor|horizontal)\s+fissure"),
     ("noop", r"(?:right|left)\s+(?:(?:slightly|much|somewhat)\s+)?(?:greater|worse|larger|more|less|bigger|"
              r"smaller)\s+than\s+(?:the\s+)?(?:right|left)"),
+    # a lung finding next to a sided hemidiaphragm lies at that side's base (version 45)
+    ("diaphragm", r"(?:(?:immediately|just)\s+)?(?:adjacent\s+to|along|above|at|near|abutting|bordering|overlying)\s+"
+                  r"the\s+(?:right|left)\s+hemidiaphragm"),
     ("noop", rf"(?:right|left)(?:[- ]?sided)?\s+{_NOOP_ANATOMY}"),
     # "in the right clinical setting" names no side (version 44)
     ("noop", r"right\s+(?:clinical|setting|context|scenario|circumstances)"),
@@ -963,6 +990,8 @@ def location_labels(kind: str, text: str) -> tuple[str, ...]:
     if kind == "abbr":
         side, zone = _ABBR[text]
         return (zone_label(side, zone),)
+    if kind == "diaphragm":  # next to a sided hemidiaphragm: that side's base (version 45)
+        return (zone_label("right" if re.search(r"\bright\b", text) else "left", "lung base"),)
     if kind == "fissure":  # the minor (horizontal) fissure: right lung, between upper and middle lobes
         return (zone_label("right", "mid zone lung"),)
     if kind == "border":
@@ -997,3 +1026,137 @@ def default_location(kind: EntityKind) -> tuple[str, ...]:
     if kind.lung:
         return _BOTH
     return ()
+
+
+# --- version 45 ----------------------------------------------------------------------------------------------
+
+#: What may follow a cardiomegaly phrase to explain it by technique (version 45): "(may be) accentuated /
+#: exaggerated / magnified by" or "(likely / partly) due to / related to / secondary to" the AP / portable / supine
+#: technique or projection, low lung volumes, a poor inspiration, rotation or magnification ("Apparent cardiomegaly
+#: may be accentuated by AP technique.", "Cardiomediastinal silhouette is enlarged, likely due to low lung volumes."):
+#: the enlargement may be an artifact, so the cardiomegaly is uncertain. Matched right after the phrase.
+HEART_TECHNIQUE_RE: Final[re.Pattern[str]] = re.compile(
+    r"\s*,?\s*(?:(?:which|this|that|but|although|though|it|and)\s+)*"
+    r"(?:(?:is|are|may|might|could|can|be|likely|probably|possibly|partly|partially|in\s+part|at\s+least\s+"
+    r"(?:in\s+)?part(?:ly)?|presumably|perhaps|largely|mostly|somewhat|also|again|at\s+least|overall)\s+)*"
+    r"(?:(?:accentuated|exaggerated|magnified|overestimated|overstated|emphasi[sz]ed|explained)\s+"
+    r"(?:(?:in\s+part|partly|partially|somewhat)\s+)?by|due\s+to|related\s+to|secondary\s+to|attributable\s+to|"
+    r"accounted\s+for\s+by|because\s+of|caused\s+by|a\s+result\s+of|from)"
+    r"\s+(?:[\w'-]+\s+){0,4}?(?:technique|projection|ap|portable|supine|semi-?upright|(?:lung\s+)?volumes|"
+    r"inspiration|inspiratory\s+effort|hypoinflation|rotation|rotated|magnification|positioning|position)\b"
+)
+#: A mediastinal site (version 45): paratracheal, mediastinal, aortopulmonary window, subcarinal, tracheal. Not the
+#: hila ("perihilar" and "hilar" are lung places).
+_MEDIASTINAL_SITE = (
+    r"(?:(?:right|left)(?:[- ]?sided)?\s+)?(?:(?:upper|superior|anterior|posterior|middle|mid|lower|inferior)\s+)?"
+    r"(?:paratracheal|mediastin(?:um|al)|aorto-?pulmonary(?:\s+window)?|ap\s+window|subcarinal|trachea|tracheal|"
+    r"paraesophageal|prevascular)(?:\s+(?:window|region|area|stripe|space|soft\s+tissues?))?"
+)
+#: A mediastinal site written right before an opacity phrase ("right paratracheal opacity", "mediastinal soft tissue
+#: opacity"; at most two other words between): the opacity is no lung lesion (version 45).
+MEDIASTINAL_BEFORE_RE: Final[re.Pattern[str]] = re.compile(
+    rf"\b{_MEDIASTINAL_SITE}\s+(?:(?!(?:and|or|with|no|without|nor|but)\b)[\w-]+\s+){{0,2}}$")
+#: A mediastinal site after an opacity phrase and a preposition ("opacity in the right paratracheal region").
+MEDIASTINAL_AFTER_RE: Final[re.Pattern[str]] = re.compile(
+    r"\s+(?:(?:is|are|seen|noted|projecting|projects|located)\s+)?(?:in|at|within|along|over|overlying|of|involving|"
+    rf"projecting\s+over)\s+(?:the\s+)?{_MEDIASTINAL_SITE}\b")
+#: The gap between an observation and a lesion it is said not to be (version 45: a negated link; location phrases
+#: removed first): "Opacity in the right lower lobe is not consistent with pneumonia." places the pneumonia's absence
+#: where the opacity lies.
+NEGATED_LINK_GAP_RE: Final[re.Pattern[str]] = re.compile(
+    r"\s*,?\s*(?:(?:which|that)\s+)?(?:(?:is|are|was|were)\s+not\s+(?:typical|characteristic|suggestive|consistent|"
+    r"compatible|diagnostic|indicative)\s+(?:of|for|with)|(?:do|does|did)\s+not\s+(?:suggest|represent|indicate|"
+    r"reflect)|(?:is|are)\s+not\s+(?:felt|thought|believed|considered)\s+to\s+(?:represent|reflect|be)|"
+    r"argu(?:es?|ed|ing)\s+against)\s*(?:(?:an?|the|focal|acute|active|underlying|superimposed|infectious|early)\s+)*"
+)
+#: "the right / left lung is clear" as the subject of a negated finding ("The right lung is clear without
+#: consolidation."; version 45): what follows the normal statement and the negation lies in that lung. Matched right
+#: after the location phrase.
+NORMAL_SUBJECT_RE: Final[re.Pattern[str]] = re.compile(
+    r"\s+(?:is|are|remains?|appears?)\s+(?:otherwise\s+|now\s+|again\s+)?(?:clear|unremarkable|well[- ]aerated|"
+    r"well[- ]expanded)\s*,?\s*(?:and\s+)?(?=(?:without|with\s+no|no|free\s+of|negative\s+for)\b)"
+)
+#: Words of state or change after "the left / right" that make it an ellipsis of the lesion named before ("The right
+#: effusion has resolved while the left is unchanged."; version 45).
+_ELLIPSIS_STATE = (
+    r"(?=\s+(?:(?:is|are|has|have|had|was|appears?|remains?|seems?|been)\s+)*(?:(?:now|again|still|essentially|"
+    r"largely|slightly|relatively|also|mildly|somewhat|minimally|stably|completely|since|only)\s+)*"
+    r"(?:persists?|persisting|persistent|unchanged|stable|remains?|present|increased|decreased|improved|worsened|"
+    r"larger|smaller|resolved|cleared|similar|increasing|decreasing|small|moderate|large|tiny|trace|minimal)\b)"
+)
+#: A pronoun or ellipsis that stands for the lesion named before it in the sentence (version 45): "a small one"
+#: (group ``one``), "the left (one / side)" before a word of state or change (group ``side``).
+ELLIPSIS_RE: Final[re.Pattern[str]] = re.compile(
+    r"\b(?:an?|the)\s+(?:(?:small|smaller|tiny|trace|minimal|mild|moderate|large|larger|new|additional|subtle|"
+    r"residual|further)\s+)+(?P<one>one)\b(?![\w-])"
+    r"(?!\s+(?:of|view|views|side|image|images|film|projection|time|point|day|days|week|month|year)\b)"
+    rf"|\bthe\s+(?P<side>right|left)(?:[- ]sided)?(?:\s+(?:one|side))?{_ELLIPSIS_STATE}"
+)
+#: A preposition right before an :data:`ELLIPSIS_RE` match: "the right" is a place there, no ellipsis ("effusion on
+#: the right is small").
+ELLIPSIS_PLACE_RE: Final[re.Pattern[str]] = re.compile(
+    r"\b(?:on|in|at|to|of|from|over|than|along|within|toward|towards|involving)\s+$")
+#: A sentence that opens "Resolved on the right," (version 45): an absent finding on that side of the lesion the
+#: sentence goes on to name ("Resolved on the right, the pleural effusion persists on the left."). Group ``side``.
+RESOLVED_SIDE_RE: Final[re.Pattern[str]] = re.compile(
+    r"\s*(?:(?:now|since|completely|interval|interval(?:ly)?)\s+)*(?:resolved|cleared)\s+(?:on|at|in)\s+the\s+"
+    r"(?P<side>right|left)(?:\s+side)?\s*(?=,)"
+)
+
+#: Lesion head words of at least 8 letters whose misspellings within one edit are read as the word (version 45).
+_SPELLED_HEADS: Final[tuple[str, ...]] = (
+    "effusion", "effusions", "atelectasis", "atelectases", "pneumonia", "pneumonias", "consolidation",
+    "consolidations", "cardiomegaly",
+)
+#: Real words within one edit of a head word: never respelled.
+_REAL_NEIGHBOURS: Final[frozenset[str]] = frozenset({"pneumonic", "pneumonial", "pneumoniae"})
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _one_edit(word: str) -> set[str]:
+    """Every string one Damerau edit from ``word`` (an insertion, deletion, substitution or adjacent swap)."""
+    splits = [(word[:i], word[i:]) for i in range(len(word) + 1)]
+    out = {a + b[1:] for a, b in splits if b}
+    out |= {a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1}
+    out |= {a + c + b[1:] for a, b in splits if b for c in _LETTERS}
+    out |= {a + c + b for a, b in splits for c in _LETTERS}
+    return out
+
+
+def _misspellings() -> dict[str, str]:
+    table: dict[str, str] = {}
+    for head in _SPELLED_HEADS:
+        for variant in sorted(_one_edit(head)):
+            table.setdefault(variant, head)
+    for word in (*_SPELLED_HEADS, *_REAL_NEIGHBOURS):
+        table.pop(word, None)
+    table["effus"] = "effusion"  # the abbreviation
+    return table
+
+
+#: Misspelled or abbreviated lesion words and the word they stand for (version 45).
+MISSPELLINGS: Final[dict[str, str]] = _misspellings()
+_TOKEN_RE = re.compile(r"(?<![\w-])[a-z]{5,15}(?![\w-])")
+
+
+def respell(low: str) -> tuple[str, tuple[tuple[int, int, int], ...]] | None:
+    """``low`` (a lower-cased sentence) with its misspelled lesion words (:data:`MISSPELLINGS`) written right, and the
+    replacements as (start in the new text, end in the new text, change in length); None when nothing is misspelled.
+    """
+    parts: list[str] = []
+    edits: list[tuple[int, int, int]] = []
+    last = shift = 0
+    for m in _TOKEN_RE.finditer(low):
+        right = MISSPELLINGS.get(m.group())
+        if right is None:
+            continue
+        parts.append(low[last:m.start()])
+        start = m.start() + shift
+        parts.append(right)
+        shift += len(right) - (m.end() - m.start())
+        edits.append((start, start + len(right), len(right) - (m.end() - m.start())))
+        last = m.end()
+    if not edits:
+        return None
+    parts.append(low[last:])
+    return "".join(parts), tuple(edits)

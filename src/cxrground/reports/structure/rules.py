@@ -76,7 +76,13 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
    post-cue of a later subject. A de-identification blank between an observation and a lesion ("opacity XXXX
    atelectasis") is an attribution whose link word is unknown: no hedge is seen, the lesion keeps the
    observation's assertion and location (round 5).
-7. **Report level** (:mod:`.resolve`): a positive lesion finding without a location phrase takes the labels of
+7. **Version 45.** Misspelled lesion words are respelled before the phrases are found (:func:`~.lexicon.respell`;
+   the phrase is reported as written). Pronouns and ellipses ("a small one", "the left is unchanged", a sentence
+   opening "Resolved on the right,") are phrases of the lesion named before them (after them for the opening), with
+   their own cues and side. An opacity at a mediastinal site with no lung place is a non-target finding outside
+   the lungs; a sided place "is clear without / no" places the negated findings of its clause; a lesion negated by
+   a negated link after an observation ("is not consistent with") shares the observation's places.
+8. **Report level** (:mod:`.resolve`): a positive lesion finding without a location phrase takes the labels of
    the located positive findings of the sentence before when its sentence points back ("This may represent
    atelectasis."), else of the same lesion; in a merged findings + impression section a lesion +
    location repeated in the impression counts once.
@@ -104,15 +110,23 @@ from cxrground.reports.structure.lexicon import (
     DIFFUSE_PHRASE_RE,
     EDEMA,
     EFFUSION,
+    ELLIPSIS_PLACE_RE,
+    ELLIPSIS_RE,
     ENTITY_KINDS,
     ENTITY_MATCHER,
+    HEART_TECHNIQUE_RE,
     LIKELY_HEDGE_RE,
     LINK_RE,
     LOCATION_KINDS,
     LOCATION_MATCHER,
     MASKED_LINK_RE,
+    MEDIASTINAL_AFTER_RE,
+    MEDIASTINAL_BEFORE_RE,
+    NEGATED_LINK_GAP_RE,
+    NORMAL_SUBJECT_RE,
     OBSCURED_DIAPHRAGM_RE,
     ON_THE_SIDE_RE,
+    OPACITY,
     OTHER_MODALITY_RE,
     PREDOMINANT_PLACE_RE,
     PRIOR_EXAM_NOW_RE,
@@ -120,6 +134,7 @@ from cxrground.reports.structure.lexicon import (
     PRIOR_EXAM_RE,
     PRIOR_NEGATION_RE,
     RADIOGRAPH_RE,
+    RESOLVED_SIDE_RE,
     SIDE_ABBREVIATIONS,
     SIDE_BACK_GAP_RE,
     SIDE_CARRY_GAP_RE,
@@ -128,11 +143,12 @@ from cxrground.reports.structure.lexicon import (
     default_location,
     is_extent_phrase,
     location_labels,
+    respell,
 )
 from cxrground.reports.structure.resolve import resolve_findings
 from cxrground.vocab import HEART
 from cxrground.vocab.lesions import HEART_MASK_LESIONS
-from cxrground.vocab.locations import zone_label
+from cxrground.vocab.locations import lung_label, zone_label
 
 __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "RuleStructurer", "structure_text"]
 
@@ -183,8 +199,15 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: "X: none" negate, "re-expansion of" and "has re-expanded" negate a collapse, "is difficult to exclude / assess" is
 #: a hedge also before a place or reason, "the right clinical setting" names no side, "and definite" ends a hedge,
 #: "increased cardiothoracic ratio" is cardiomegaly, a bare "R" / "L" before a lesion or zone is that side (and the
-#: sentence splitter ends a sentence at a short unpunctuated list line).
-RULES_VERSION: Final[str] = "44"
+#: sentence splitter ends a sentence at a short unpunctuated list line); 45: a lesion word misspelled within one edit
+#: ("effusoin", "pnuemonia") or "effus" is that lesion, a heart size that "has decreased but remains enlarged" is
+#: cardiomegaly, a cardiomegaly explained by technique ("may be accentuated by AP technique", "likely due to low lung
+#: volumes") or followed by ", difficult to assess" is uncertain, an opacity at a mediastinal site is no lung lesion,
+#: "adjacent to / along / above / at the left hemidiaphragm" is the left base, "the right lung is clear without X"
+#: places X's absence in that lung and "opacity in X is not consistent with Y" Y's absence in X, "a small one" and
+#: "the left (one / side) is unchanged" stand for the lesion before them, "Resolved on the right, ..." is that lesion
+#: absent on the right, "of uncertain significance" is a hedge.
+RULES_VERSION: Final[str] = "45"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -282,6 +305,8 @@ _PLACE_LIST_GAP: Final[re.Pattern[str]] = re.compile(r"\s*(?:,\s*and|,|and|or|/)
 _PLURAL_PLACE: Final[re.Pattern[str]] = re.compile(r"\b(?:lobes|zones|fields|lungs|bases|apices|hila|regions)\b")
 #: The whole-lung labels.
 _SIDE_LUNGS: Final[frozenset[str]] = frozenset({"right lung", "left lung"})
+#: What an opacity at a mediastinal site is (version 45): a non-target finding outside the lungs.
+_MEDIASTINAL_OPACITY: Final[EntityKind] = EntityKind("mediastinal opacity", None, lung=False)
 
 
 @dataclass
@@ -296,6 +321,9 @@ class _Mention:
     hedge: Hedge | None = None
     entity_span: tuple[int, int] | None = None
     locations: list[tuple[int, str, tuple[str, ...]]] = field(default_factory=list)
+    #: for a pronoun or ellipsis ("a small one", "the left"; version 45): the phrase it stands for, and its side
+    antecedent: _Mention | None = None
+    side: str | None = None
 
 
 @dataclass(frozen=True)
@@ -386,12 +414,18 @@ class RuleStructurer:
         low = text.lower()
         if len(low) != len(text):  # a few non-ASCII characters change length when lower-cased
             text = low
+        written, back = text, None
+        spelled = respell(low)
+        if spelled is not None:  # misspelled lesion words ("effusoin", "pnuemonia"; version 45) read as written right
+            low, edits = spelled
+            text, back = low, edits
         mentions = [
             _Mention(m.start(), m.end(), ENTITY_KINDS[m.lastgroup])  # type: ignore[index]
             for m in ENTITY_MATCHER.matches(low)
         ]
         if not mentions:
             return []
+        extra_terms = self._ellipses(low, text, mentions)
         if self._about_prior_exam(low):
             return []  # "On the prior outside CT, the right upper lobe was consolidated.": history
         # "... opacities were observed on high-resolution computed tomography scan": not a finding of this film
@@ -400,6 +434,7 @@ class RuleStructurer:
         # cues that overlap a phrase without lying inside it are parts of words of the phrase: drop them
         cues = [c for c in cues if not any(c.start < mm.end and mm.start < c.end and not (
             mm.start <= c.start and c.end <= mm.end) for mm in mentions)]
+        cues = sorted(cues + extra_terms, key=lambda c: (c.start, c.end))
         terms = [c for c in cues if c.kind == "term"]
         groups = self._groups(low, mentions)
         if self.alternatives == "present":  # "versus" joining two alternatives is no hedge under this policy
@@ -414,11 +449,58 @@ class RuleStructurer:
         self._alternatives(mentions, groups)
         self._attribute(low, mentions, groups, cues, terms)
         self._locate(low, text, mentions, terms)
+        self._mediastinal(low, mentions)
         self._adjacent(low, text, mentions)
         self._coordinated(low, mentions)
-        return self._findings(index, text, mentions, other_exam)
+        self._ellipsis_places(mentions)
+        found = self._findings(index, text, mentions, other_exam)
+        if back is not None:  # the phrases as written, not as respelled
+            found = [replace(f, entity=_written(written, back, mm)) for f, mm in
+                     zip(found, [mm for mm in mentions if not (mm.absorbed or mm.historical)], strict=True)]
+        return found
 
     # -- steps -------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _ellipses(low: str, text: str, mentions: list[_Mention]) -> list[_Cue]:
+        """Add the pronouns and ellipses of the sentence to ``mentions`` (version 45): "a small one" and "the left (one
+        / side) is unchanged" stand for the nearest lung phrase before them (on that side for "the left"), "Resolved on
+        the right, ..." opening a sentence for the first lung phrase after its comma, absent on that side. Returns the
+        scope ends they add (the comma of "Resolved on the right,")."""
+        added: list[_Mention] = []
+        terms: list[_Cue] = []
+        if "one" not in low and "the right" not in low and "the left" not in low:
+            return terms
+        for m in ELLIPSIS_RE.finditer(low):
+            group = "one" if m.group("one") else "side"
+            if group == "side" and ELLIPSIS_PLACE_RE.search(low, max(0, m.start() - 12), m.start()):
+                continue  # "effusion on the right is small": a place
+            s, e = m.span(group)
+            if any(mm.start < e and s < mm.end for mm in mentions):
+                continue
+            before = [mm for mm in mentions if mm.end <= m.start() and mm.kind.lung and not mm.kind.mimic
+                      and ";" not in low[mm.end:m.start()]]  # the lesion of its own clause, or of the clause before
+            if not before:
+                continue
+            ante = before[-1]
+            side = m.group("side")
+            if side is not None:
+                e = m.end()  # "the left side": the whole ellipsis
+            added.append(_Mention(s, e, ante.kind, antecedent=ante, side=side,
+                                  locations=[(s, text[s:e], (lung_label(side),))] if side else []))
+        opening = RESOLVED_SIDE_RE.match(low)
+        if opening is not None:
+            after = [mm for mm in mentions if mm.start >= opening.end() and mm.kind.lung and not mm.kind.mimic]
+            if after:
+                s, e = opening.span("side")
+                side = opening.group("side")
+                added.append(_Mention(s, e, after[0].kind, antecedent=after[0], side=side,
+                                      locations=[(s, text[s:e], (lung_label(side),))]))
+                terms.append(_Cue(opening.end(), opening.end() + 1, "term"))  # the comma ends its clause
+        if added:
+            mentions.extend(added)
+            mentions.sort(key=lambda mm: mm.start)
+        return terms
 
     @staticmethod
     def _about_prior_exam(low: str) -> bool:
@@ -458,6 +540,8 @@ class RuleStructurer:
         if m.kind.lesion in HEART_MASK_LESIONS:  # the heart-size construction: "not enlarged", "normal to enlarged"
             neg = neg or _INSIDE_NEG.search(low, m.start, m.end) is not None
             unc = unc or _NORMAL_RANGE.search(low, m.start, m.end) is not None  # a negation still wins below
+            # explained by technique: "may be accentuated by AP technique", ", likely due to low lung volumes" (v45)
+            unc = unc or HEART_TECHNIQUE_RE.match(low, m.end, hi) is not None
         # before: the nearest applicable cue of the clause; a hedge's clause ends at ``hedge_terms``, a negation's
         # also at "with" ("no cardiomegaly with bilateral effusions")
         lo_hedge = self._scope(hedge_terms, m.start, m.end, len(low))[0]
@@ -597,6 +681,11 @@ class RuleStructurer:
             if not others or any(not self._attributable(t.kind) for t in others):
                 continue
             if any(t.assertion == "absent" for t in targets):
+                # "opacity in the right lower lobe is not consistent with pneumonia": the pneumonia's absence lies
+                # where the opacity lies (version 45)
+                if all(t.assertion == "absent" for t in others) and not same and NEGATED_LINK_GAP_RE.fullmatch(
+                        _PREPOSITIONS.sub(" ", LOCATION_MATCHER.sub(" ", low[obs.end:targets[0].start]))) is not None:
+                    obs.group = targets[0].group
                 continue
             gap_start, gap_end = obs.end, targets[0].start
             # a blank where the link word was ("opacity XXXX atelectasis"): a link of unknown strength, no hedge seen
@@ -648,6 +737,7 @@ class RuleStructurer:
 
     def _locate(self, low: str, text: str, mentions: list[_Mention], terms: list[_Cue]) -> None:
         pending: list[tuple[int, int, tuple[str, ...]]] = []  # phrases whose finding lies only across "with"
+        subjects: list[tuple[int, int, int, tuple[str, ...]]] = []  # "the right lung is clear" before a negation
         prev: tuple[int, str] | None = None  # (end, side) of the previous sided location phrase
         for m in LOCATION_MATCHER.matches(low):
             kind = LOCATION_KINDS[m.lastgroup]  # type: ignore[index]
@@ -670,6 +760,9 @@ class RuleStructurer:
             if any(mm.start < e and s < mm.end for mm in mentions):
                 continue  # part of a finding phrase
             if _NORMAL_AFTER.match(low, e):
+                subject = NORMAL_SUBJECT_RE.match(low, e)
+                if subject is not None and side is not None:  # "the right lung is clear without consolidation"
+                    subjects.append((s, e, subject.end(), labels))
                 continue  # "..., the left lower lobe is clear": the location of a normal statement
             best = self._nearest(mentions, terms, low, s, e)
             if best is None:
@@ -677,6 +770,8 @@ class RuleStructurer:
             if best is None:
                 pending.append((s, e, labels))
                 continue
+            if kind == "diaphragm" and not any(mm.kind.lung for mm in mentions if mm.group == best):
+                continue  # next to a hemidiaphragm: a lung base only for a lung finding
             for mm in mentions:
                 if mm.group == best:
                     mm.locations.append((s, text[s:e], labels))
@@ -691,6 +786,47 @@ class RuleStructurer:
                 continue
             for mm in group:
                 mm.locations.append((s, text[s:e], labels))
+        # "the right lung is clear without consolidation": the negated findings of the clause with no place of their
+        # own lie in that lung, not in both (version 45)
+        for s, e, after, labels in subjects:
+            hi = self._scope(terms, s, e, len(low))[1]
+            for mm in mentions:
+                if (after <= mm.start and mm.end <= hi and mm.assertion == "absent" and not mm.locations
+                        and mm.kind.lung and mm.kind.lesion not in HEART_MASK_LESIONS):
+                    mm.locations.append((s, text[s:e], labels))
+
+    @staticmethod
+    def _mediastinal(low: str, mentions: list[_Mention]) -> None:
+        """An opacity with no lung place, written right after a mediastinal site ("right paratracheal opacity") or
+        followed by one after a preposition ("opacity in the right paratracheal region"), is no lung lesion: a
+        non-target finding outside the lungs (version 45)."""
+        for mm in mentions:
+            if mm.kind.lesion != OPACITY or mm.locations or mm.antecedent is not None:
+                continue
+            if (MEDIASTINAL_BEFORE_RE.search(low, max(0, mm.start - 60), mm.start) is None
+                    and MEDIASTINAL_AFTER_RE.match(low, mm.end) is None):
+                continue
+            mm.kind = _MEDIASTINAL_OPACITY
+
+    @staticmethod
+    def _ellipsis_places(mentions: list[_Mention]) -> None:
+        """Places of the pronouns and ellipses (version 45): "the left" after a right-sided zone is that zone on the
+        left ("the right basilar atelectasis has improved while the left is unchanged": the left base); "a small one"
+        with no place of its own lies where the phrase it stands for lies."""
+        for mm in mentions:
+            ante = mm.antecedent
+            if ante is None or not ante.locations:
+                continue
+            labels = [lab for _, _, labs in ante.locations for lab in labs]
+            if mm.side is None:
+                if not mm.locations:
+                    mm.locations = list(ante.locations)
+                continue
+            other = "left" if mm.side == "right" else "right"
+            if labels and all(lab.startswith(other + " ") for lab in labels):
+                s, phrase, _ = mm.locations[0]
+                mirrored = tuple(dict.fromkeys(mm.side + lab[len(other):] for lab in labels))
+                mm.locations = [(s, phrase, mirrored)]
 
     def _coordinated_place(self, mentions: list[_Mention], terms: list[_Cue], low: str, s: int,
                            e: int) -> int | None:
@@ -848,6 +984,16 @@ def _worst_places(low: str, locs: list[tuple[int, str, tuple[str, ...]]]) -> set
         if listed or PREDOMINANT_PLACE_RE.search(low, max(0, s - 60), s):
             worst.add(k)
     return worst
+
+
+def _written(written: str, edits: tuple[tuple[int, int, int], ...], mm: _Mention) -> str:
+    """The phrase of ``mm`` as ``written`` in the sentence, before its misspelled words were respelled (version 45);
+    ``edits`` as :func:`~.lexicon.respell` gives them."""
+    def back(pos: int) -> int:
+        return pos - sum(delta for _, end, delta in edits if end <= pos)
+
+    start, end = mm.entity_span or (mm.start, mm.end)
+    return written[back(start):back(end)]
 
 
 _DEFAULT = RuleStructurer()
