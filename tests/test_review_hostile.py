@@ -1,6 +1,7 @@
 """``cxrground review serve`` under idle and hostile clients: bodies that never arrive (408, no slot held), idle and
-half-sent connections closed, too many sockets for the open-file limit, oversized login forms, odd JSON and ids
-answered in the app's error shape, and clients that vanish mid-body without a traceback."""
+half-sent connections closed, too many sockets for the open-file limit, clients that never read their responses
+(dropped after the send timeout, their slots given back), oversized login forms, odd JSON and ids answered in the
+app's error shape, and clients that vanish mid-body without a traceback."""
 
 from __future__ import annotations
 
@@ -21,7 +22,15 @@ import httpx
 
 from cxrground.review.app import MAX_FORM_BYTES, create_app, server_config
 from cxrground.review.db import ReviewDB
-from cxrground.testing.servers import LogRecords, closed_by_server, stop_process
+from cxrground.testing.servers import (
+    LogRecords,
+    closed_by_server,
+    read_until_closed,
+    response_length,
+    small_window_socket,
+    stop_process,
+    wait_for_bytes,
+)
 from review_helpers import client, review_setup
 
 
@@ -63,6 +72,37 @@ def served(app, **config):
 
 def _port(url: str) -> int:
     return int(url.rsplit(":", 1)[1])
+
+
+DROPPED = "dropped the connection of"
+
+
+def _big_image_assignment(db: ReviewDB, folder) -> int:
+    """An assignment of the database's one reviewer whose image is an 8 MB "PNG" (the signature, then noise): far
+    more than the kernel's socket buffers hold."""
+    big = folder / "big.png"
+    big.write_bytes(b"\x89PNG\r\n\x1a\n" + os.urandom(8 * 1024 * 1024))
+    db.add_and_assign([{"kind": "ils", "key": "big", "lesion": "effusion", "item_type": "basic", "positive": False,
+                        "source": str(folder), "height": 1, "width": 1, "payload": {}, "mask": None,
+                        "images": [{"path": str(big), "role": "png", "label": "big"}]}], 1)
+    return db.assignments()[-1].id
+
+
+def _image_requests(token: str, assignment_id: int, count: int) -> bytes:
+    """``count`` pipelined requests for the assignment's big image."""
+    one = (f"GET /api/assignments/{assignment_id}/image/0 HTTP/1.1\r\nHost: x\r\n"
+           f"Authorization: Bearer {token}\r\n\r\n")
+    return (one * count).encode()
+
+
+def _wait_for_log(records: list[logging.LogRecord], text: str, timeout: float) -> logging.LogRecord | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [r for r in list(records) if text in r.getMessage()]
+        if found:
+            return found[0]
+        time.sleep(0.05)
+    return None
 
 
 
@@ -112,6 +152,60 @@ def test_idle_and_half_sent_connections_are_closed_after_the_idle_timeout(small_
         finally:
             for s in [*idle, half]:
                 s.close()
+
+
+def test_a_client_that_never_reads_is_dropped_after_the_send_timeout(small_db, tmp_path) -> None:
+    db, token = small_db
+    own = _big_image_assignment(db, tmp_path)
+    with served(create_app(db), send_timeout=1.0) as (url, records):
+        stalled = small_window_socket(_port(url))
+        try:
+            stalled.sendall(_image_requests(token, own, 1))
+            sent = time.time()
+            assert wait_for_bytes(stalled, 10), "the image never started"
+            with client(url, token) as alice:  # others are served meanwhile
+                assert alice.get("/api/me").status_code == 200 and alice.get("/healthz").status_code == 200
+            dropped = _wait_for_log(records, DROPPED, 10)
+            assert dropped is not None, "the non-reading client was never dropped"
+            assert dropped.created - sent >= 0.9 and "send timeout 1 s" in dropped.getMessage()
+            got = read_until_closed(stalled, 10)
+            assert got is not None, "the server did not close the connection"
+            assert got.startswith(b"HTTP/1.1 200") and len(got) < response_length(got), len(got)  # cut short
+        finally:
+            stalled.close()
+        with client(url, token) as alice:  # and afterwards
+            assert alice.get("/api/me").status_code == 200
+            assert len(alice.get(f"/api/assignments/{own}/image/0").content) == 8 * 1024 * 1024 + 8
+    assert sum(DROPPED in r.getMessage() for r in records) == 1
+
+
+def test_a_request_stuck_behind_a_client_that_never_reads_gives_its_slot_back(small_db, tmp_path) -> None:
+    db, token = small_db
+    own = _big_image_assignment(db, tmp_path)
+    with served(create_app(db, max_in_flight=1), send_timeout=2.0) as (url, records):
+        stalled = small_window_socket(_port(url))
+        try:
+            # the second request's handler waits to send while the first answer fills the buffers: it holds the slot
+            stalled.sendall(_image_requests(token, own, 2))
+            assert wait_for_bytes(stalled, 10), "the image never started"
+            statuses = []
+            while not [r for r in list(records) if DROPPED in r.getMessage()] and 503 not in statuses:
+                statuses.append(httpx.get(url + "/healthz", timeout=5).status_code)
+                time.sleep(0.05)
+            assert 503 in statuses, "the stuck request held no slot"
+            assert _wait_for_log(records, DROPPED, 10) is not None, "the non-reading client was never dropped"
+            deadline = time.monotonic() + 5
+            while httpx.get(url + "/healthz", timeout=5).status_code != 200:
+                assert time.monotonic() < deadline, "the slot was not given back"
+                time.sleep(0.05)
+            got = read_until_closed(stalled, 10)
+            assert got is not None and len(got) < response_length(got), "the server did not cut the answer short"
+        finally:
+            stalled.close()
+        with client(url, token) as alice:
+            assert alice.get("/api/me").status_code == 200
+    assert sum(DROPPED in r.getMessage() for r in records) == 1
+    assert not [r for r in records if r.levelno >= logging.ERROR or r.exc_info], [r.getMessage() for r in records]
 
 
 def test_more_idle_sockets_than_open_files_lock_nobody_out_nor_flood_the_log(tmp_path) -> None:

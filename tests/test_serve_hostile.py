@@ -1,9 +1,11 @@
 """``cxrground serve`` under idle and hostile clients: image work off the event loop and bounded in number, idle
-connections closed (and evicted when too many), bodies that never arrive, bad JSON, clients that vanish mid-body,
+connections closed (and evicted when too many), bodies that never arrive, clients that never read their responses
+(dropped after the send timeout, slow but steady readers served in full), bad JSON, clients that vanish mid-body,
 no CDN-loading docs pages, and the process-level guards (open-file limit, accept-error log)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
@@ -20,15 +22,24 @@ import httpx
 from cxrground.io.image import CXRImage
 from cxrground.io.overlay import overlay_masks
 from cxrground.models.base import IlsOutput
-from cxrground.net.connections import AcceptErrorFilter, guarded_protocol, prepare_process
+from cxrground.net.connections import AcceptErrorFilter, LogThrottle, guarded_protocol, prepare_process
 from cxrground.serve import app as app_module
 from cxrground.serve.app import OVERLAY_ALPHA, OVERLAY_COLOUR, create_app
 from cxrground.serve.limits import Limits
 from cxrground.serve.run import BackgroundServer
-from cxrground.testing.servers import LogRecords, captured_logs, closed_by_server
+from cxrground.testing.servers import (
+    LogRecords,
+    captured_logs,
+    closed_by_server,
+    read_until_closed,
+    response_length,
+    small_window_socket,
+    wait_for_bytes,
+)
 from serve_helpers import ThresholdModel, cxr_pixels, data_url, png_bytes
 
 INSTRUCTION = "Segment the effusion."
+DROPPED = "dropped the connection of"
 
 
 @dataclass
@@ -52,6 +63,28 @@ class _StallModel(ThresholdModel):
 def _port(server: BackgroundServer) -> int:
     assert server.port is not None
     return server.port
+
+
+def _big_segment_request() -> bytes:
+    """A raw multipart ``/v1/segment`` request whose answer is about 10 MB of JSON (a noise image: its overlay,
+    mask and image PNGs barely compress), far more than the kernel's socket buffers hold."""
+    pixels = np.random.default_rng(0).integers(0, 256, (1536, 1536), dtype=np.uint8)
+    request = httpx.Request("POST", "http://x/v1/segment?overlay=true&include_image=true",
+                            files={"image": ("x.png", png_bytes(pixels))}, data={"instruction": INSTRUCTION})
+    body = request.read()
+    head = (f"POST /v1/segment?overlay=true&include_image=true HTTP/1.1\r\nHost: x\r\n"
+            f"Content-Type: {request.headers['content-type']}\r\nContent-Length: {len(body)}\r\n\r\n")
+    return head.encode() + body
+
+
+def _wait_for_log(records: list[logging.LogRecord], text: str, timeout: float) -> logging.LogRecord | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [r for r in list(records) if text in r.getMessage()]
+        if found:
+            return found[0]
+        time.sleep(0.05)
+    return None
 
 
 
@@ -172,6 +205,75 @@ def test_too_many_idle_connections_evict_the_oldest_instead_of_locking_clients_o
             s.close()
         server.should_exit = True
         thread.join(10)
+
+
+def test_a_client_that_never_reads_its_response_is_dropped_and_others_are_served() -> None:
+    request = _big_segment_request()
+    app = create_app(ThresholdModel(), Limits(max_in_flight=1))
+    with BackgroundServer(app, limit_concurrency=None, send_timeout=1.0) as server, \
+            captured_logs("uvicorn.error") as records:
+        stalled = small_window_socket(_port(server))
+        try:
+            stalled.sendall(request)
+            sent = time.time()
+            assert wait_for_bytes(stalled, 20), "the big answer never started"
+            # meanwhile: light routes and an image request (the only in-flight slot) are served
+            assert httpx.get(f"{server.url}/health", timeout=5).status_code == 200
+            assert _upload(server.url).status_code == 200
+            dropped = _wait_for_log(records, DROPPED, 10)
+            assert dropped is not None, "the non-reading client was never dropped"
+            assert dropped.created - sent >= 0.9
+            assert dropped.levelno == logging.WARNING and "send timeout 1 s" in dropped.getMessage()
+            got = read_until_closed(stalled, 10)
+            assert got is not None, "the server did not close the connection"
+            assert got.startswith(b"HTTP/1.1 200") and len(got) < response_length(got), len(got)  # cut short
+        finally:
+            stalled.close()
+        assert _upload(server.url).status_code == 200  # afterwards too, with the slot free
+        assert httpx.get(f"{server.url}/health", timeout=5).status_code == 200
+    assert sum(DROPPED in r.getMessage() for r in records) == 1
+
+
+def test_a_slow_but_steady_reader_gets_the_whole_big_answer() -> None:
+    request = _big_segment_request()
+    with BackgroundServer(create_app(ThresholdModel()), limit_concurrency=None, send_timeout=1.0) as server, \
+            captured_logs("uvicorn.error") as records:
+        with small_window_socket(_port(server), rcvbuf=64 * 1024, timeout=10) as sock:
+            sock.sendall(request)
+            assert wait_for_bytes(sock, 20), "the answer never started"
+            t0 = time.monotonic()
+            data = bytearray()
+            while chunk := sock.recv(128 * 1024):
+                data += chunk
+                if len(data) > 100 and len(data) >= response_length(bytes(data[:4096])):
+                    break
+                time.sleep(0.025)  # at most 128 KiB per 25 ms: 2 s or more for the 10 MB
+            took = time.monotonic() - t0
+        assert len(data) == response_length(bytes(data[:4096])), len(data)
+        assert json.loads(bytes(data).partition(b"\r\n\r\n")[2])["image_size"] == [1536, 1536]
+        assert took > 1.5, took  # longer than the send timeout: progress restarts the deadline
+    assert not [r for r in records if DROPPED in r.getMessage()]
+
+
+def test_send_timeout_drops_are_logged_once_per_interval() -> None:
+    log = logging.getLogger("cxrground.test.send")
+    log.propagate = False
+    handler = LogRecords()
+    log.addHandler(handler)
+    throttle = LogThrottle(interval=60.0)
+    try:
+        logged = [throttle.warning(log, f"dropped the connection of client {i}") for i in range(500)]
+        throttle._last -= 61.0  # the interval has passed
+        assert throttle.warning(log, "dropped the connection of client 500")
+    finally:
+        log.removeHandler(handler)
+    assert logged == [True] + [False] * 499
+    messages = [r.getMessage() for r in handler.records]
+    assert messages == ["dropped the connection of client 0",
+                        "dropped the connection of client 500 (499 more since the last such line not logged)"]
+    with pytest.raises(ValueError):
+        guarded_protocol(send_timeout=0)
+    assert guarded_protocol(send_timeout=2.0).send_log is not guarded_protocol(send_timeout=2.0).send_log
 
 
 def test_a_body_that_never_arrives_gets_408_and_the_connection_closes() -> None:

@@ -4,7 +4,12 @@
   not sent a complete request head within :data:`IDLE_TIMEOUT_S` seconds of opening (or of its last response) is
   closed, and past :data:`MAX_CONNECTIONS` open connections (fewer when the open-file limit is low) the connection
   waiting longest for a request is closed to make room. Idle or half-sent sockets therefore never lock clients
-  out nor use up file descriptors; connections with a request in progress are never closed by either rule.
+  out nor use up file descriptors; connections with a request in progress are never closed by either rule. A
+  connection whose client takes none of its response for :data:`SEND_TIMEOUT_S` seconds (the bytes waiting in
+  the transport's write buffer do not shrink) is dropped (aborted: the unsent bytes are freed, and a handler
+  waiting to send is released), so clients that never read their responses hold neither memory nor a slot;
+  a client that reads slowly but steadily is never cut. Each drop is logged, one line per
+  :data:`SEND_LOG_INTERVAL_S` seconds at most.
 * :class:`BodyDeadline` (ASGI middleware): a request whose body has not fully arrived within its deadline raises
   :class:`BodyTimeout` in the handler that waits for it (the apps answer it with 408 and close the connection).
 * :func:`prepare_process`: raise the soft open-file limit to the hard one and keep asyncio's "accept failed" log
@@ -23,8 +28,9 @@ from typing import ClassVar, Final
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["BODY_TIMEOUT_S", "IDLE_TIMEOUT_S", "MAX_CONNECTIONS", "AcceptErrorFilter", "BodyDeadline",
-           "BodyTimeout", "GuardedH11Protocol", "guarded_protocol", "prepare_process", "raise_open_file_limit"]
+__all__ = ["BODY_TIMEOUT_S", "IDLE_TIMEOUT_S", "MAX_CONNECTIONS", "SEND_LOG_INTERVAL_S", "SEND_TIMEOUT_S",
+           "AcceptErrorFilter", "BodyDeadline", "BodyTimeout", "GuardedH11Protocol", "LogThrottle", "guarded_protocol",
+           "prepare_process", "raise_open_file_limit"]
 
 #: Seconds a connection may stay open without sending a complete request head.
 IDLE_TIMEOUT_S: Final[float] = 10.0
@@ -32,6 +38,10 @@ IDLE_TIMEOUT_S: Final[float] = 10.0
 BODY_TIMEOUT_S: Final[float] = 20.0
 #: Open connections kept before the one waiting longest for a request is closed to make room.
 MAX_CONNECTIONS: Final[int] = 1000
+#: Seconds a connection may keep unsent response bytes without its client taking any of them.
+SEND_TIMEOUT_S: Final[float] = 30.0
+#: At most one log line per this many seconds about connections dropped for not reading their responses.
+SEND_LOG_INTERVAL_S: Final[float] = 10.0
 #: File descriptors left for the server itself (database, listening socket, threads) below the open-file limit.
 _FD_RESERVE: Final[int] = 64
 _ACCEPT_ERROR: Final[str] = "socket.accept() out of system resource"
@@ -46,15 +56,50 @@ def _open_file_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
+class LogThrottle:
+    """Logs one warning per ``interval`` seconds at most; a line says how many were left out since the last one."""
+
+    def __init__(self, interval: float = SEND_LOG_INTERVAL_S) -> None:
+        self.interval = interval
+        self._last = -float("inf")
+        self._dropped = 0
+
+    def warning(self, log: logging.Logger, message: str) -> bool:
+        """Log ``message`` on ``log`` unless a line went out less than ``interval`` seconds ago; True if logged."""
+        now = time.monotonic()
+        if now - self._last < self.interval:
+            self._dropped += 1
+            return False
+        more = f" ({self._dropped} more since the last such line not logged)" if self._dropped else ""
+        log.warning("%s%s", message, more)
+        self._last, self._dropped = now, 0
+        return True
+
+
 class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol that closes connections idle for :attr:`idle_timeout` seconds without a request
-    and keeps at most :attr:`max_connections` open by closing the one waiting longest for a request."""
+    """uvicorn's h11 protocol that closes connections idle for :attr:`idle_timeout` seconds without a request,
+    keeps at most :attr:`max_connections` open by closing the one waiting longest for a request, and drops a
+    connection whose client has taken none of its unsent response bytes for :attr:`send_timeout` seconds.
+
+    The send deadline is watched while the transport holds unsent bytes: from the moment uvicorn's flow control
+    pauses writing (the write buffer went over its high-water mark) or a response is complete with bytes still
+    unsent, the buffer's size is checked every quarter of :attr:`send_timeout`; whenever it has shrunk (or writing
+    resumed) the deadline starts again. Dropping is :meth:`asyncio.Transport.abort`: the buffer is freed at once,
+    and uvicorn's ``connection_lost`` marks the request disconnected and releases a handler waiting in
+    ``await send(...)`` (its sends then return at once), so the handler ends and gives back what it holds.
+    """
 
     idle_timeout: ClassVar[float] = IDLE_TIMEOUT_S
     max_connections: ClassVar[int] = MAX_CONNECTIONS
+    send_timeout: ClassVar[float] = SEND_TIMEOUT_S
+    #: One per protocol class, so one per server configuration (:func:`guarded_protocol`).
+    send_log: ClassVar[LogThrottle] = LogThrottle()
 
     _idle_timer: asyncio.TimerHandle | None = None
     _idle_since: float = 0.0
+    _send_timer: asyncio.TimerHandle | None = None
+    _send_unsent: int = 0
+    _send_progress_at: float = 0.0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -63,12 +108,25 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_idle_timer()
+        self._cancel_send_timer()
         super().connection_lost(exc)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        if self._unsent() > 0:
+            self._watch_sending()
         if not self.transport.is_closing():
             self._arm_idle_timer()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._watch_sending()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._send_timer is not None:  # the client took bytes: the deadline starts again
+            self._send_progress_at = self.loop.time()
+            self._send_unsent = self._unsent()
 
     def awaiting_request(self) -> bool:
         """True while the connection has no request in progress (before its first, or after a response)."""
@@ -89,6 +147,52 @@ class GuardedH11Protocol(H11Protocol):
         if self.awaiting_request() and self in self.connections and not self.transport.is_closing():
             self.transport.close()  # (a connection upgraded to another protocol has left ``connections``)
 
+    def _unsent(self) -> int:
+        try:
+            return int(self.transport.get_write_buffer_size())
+        except (AttributeError, RuntimeError):  # pragma: no cover - a transport without a write buffer
+            return 0
+
+    def _send_check_interval(self) -> float:
+        return max(0.01, self.send_timeout / 4)
+
+    def _watch_sending(self) -> None:
+        """Start watching the unsent bytes (no-op while already watching)."""
+        if self._send_timer is None:
+            self._send_unsent = self._unsent()
+            self._send_progress_at = self.loop.time()
+            self._send_timer = self.loop.call_later(self._send_check_interval(), self._check_sending)
+
+    def _cancel_send_timer(self) -> None:
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _check_sending(self) -> None:
+        self._send_timer = None
+        if self not in self.connections:  # upgraded to another protocol, or already gone
+            return
+        unsent = self._unsent()
+        if unsent == 0 and not self.flow.write_paused:
+            return  # everything is with the kernel
+        now = self.loop.time()
+        if unsent < self._send_unsent:
+            self._send_progress_at = now
+        self._send_unsent = unsent
+        stalled = now - self._send_progress_at
+        if stalled >= self.send_timeout:
+            self._drop_stalled(unsent, stalled)
+            return
+        self._send_timer = self.loop.call_later(min(self._send_check_interval(), self.send_timeout - stalled),
+                                                self._check_sending)
+
+    def _drop_stalled(self, unsent: int, stalled: float) -> None:
+        client = f"{self.client[0]}:{self.client[1]}" if self.client else "a client"
+        self.send_log.warning(self.logger, f"dropped the connection of {client}: it took none of its response for "
+                                           f"{stalled:.0f} s ({unsent} bytes unsent; send timeout "
+                                           f"{self.send_timeout:g} s)")
+        self.transport.abort()
+
     def _make_room(self) -> None:
         fds = _open_file_limit()
         cap = self.max_connections if fds is None else max(8, min(self.max_connections, fds - _FD_RESERVE))
@@ -100,16 +204,19 @@ class GuardedH11Protocol(H11Protocol):
             min(waiting, key=lambda c: c._idle_since).transport.close()
 
 
-def guarded_protocol(idle_timeout: float = IDLE_TIMEOUT_S,
-                     max_connections: int = MAX_CONNECTIONS) -> type[GuardedH11Protocol]:
+def guarded_protocol(idle_timeout: float = IDLE_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS,
+                     send_timeout: float = SEND_TIMEOUT_S) -> type[GuardedH11Protocol]:
     """The protocol class with these limits (:class:`GuardedH11Protocol` itself for the defaults: it can be
-    pickled for uvicorn's worker processes)."""
-    if idle_timeout <= 0 or max_connections < 1:
-        raise ValueError(f"idle_timeout and max_connections must be positive, got {idle_timeout}, {max_connections}")
-    if (idle_timeout, max_connections) == (IDLE_TIMEOUT_S, MAX_CONNECTIONS):
+    pickled for uvicorn's worker processes; any other is a new class with its own :attr:`~GuardedH11Protocol.send_log`
+    throttle)."""
+    if not (idle_timeout > 0 and send_timeout > 0) or max_connections < 1:
+        raise ValueError("idle_timeout, send_timeout and max_connections must be positive, got "
+                         f"{idle_timeout}, {send_timeout}, {max_connections}")
+    if (idle_timeout, max_connections, send_timeout) == (IDLE_TIMEOUT_S, MAX_CONNECTIONS, SEND_TIMEOUT_S):
         return GuardedH11Protocol
     return type("GuardedH11Protocol", (GuardedH11Protocol,),
-                {"idle_timeout": float(idle_timeout), "max_connections": int(max_connections)})
+                {"idle_timeout": float(idle_timeout), "max_connections": int(max_connections),
+                 "send_timeout": float(send_timeout), "send_log": LogThrottle()})
 
 
 class BodyTimeout(Exception):

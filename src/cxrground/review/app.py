@@ -24,7 +24,9 @@ no-store`` (images and static files: private caching).
 
 Availability (:mod:`cxrground.net.connections`): a connection that sends no complete request within
 :data:`IDLE_TIMEOUT_S` seconds is closed, and past :data:`MAX_CONNECTIONS` open connections the one waiting longest
-for a request is closed to make room, so idle sockets never lock reviewers out; the app works on at most
+for a request is closed to make room, so idle sockets never lock reviewers out; a connection whose client takes
+none of its response for :data:`SEND_TIMEOUT_S` seconds is dropped (its unsent bytes freed, the request's slot given
+back), so clients that never read hold neither memory nor slots; the app works on at most
 :data:`MAX_IN_FLIGHT` requests at once (a request waiting for its client to send the body holds no slot) and
 answers one more with 503 and ``Retry-After``. Token checks, JSON and RLE decoding and SQLite run in the thread pool;
 checked tokens (right or wrong) are remembered by their SHA-256 for a few minutes, and a wrong one is answered
@@ -64,6 +66,7 @@ from cxrground.net.connections import (
     BODY_TIMEOUT_S,
     IDLE_TIMEOUT_S,
     MAX_CONNECTIONS,
+    SEND_TIMEOUT_S,
     BodyDeadline,
     BodyTimeout,
     guarded_protocol,
@@ -73,7 +76,7 @@ from cxrground.review.db import DECISIONS, REJECT_REASONS, Assignment, ReviewDB,
 from cxrground.review.stats import review_stats, stats_html
 
 __all__ = ["BODY_TIMEOUT_S", "IDLE_TIMEOUT_S", "MAX_BODY_BYTES", "MAX_CONNECTIONS", "MAX_FORM_BYTES", "MAX_IN_FLIGHT",
-           "STATIC_DIR", "create_app", "rle_runs", "serve", "server_config"]
+           "SEND_TIMEOUT_S", "STATIC_DIR", "create_app", "rle_runs", "serve", "server_config"]
 
 STATIC_DIR: Final[Path] = Path(__file__).resolve().parent / "static"
 MAX_BODY_BYTES: Final[int] = 16 * 1024 * 1024
@@ -600,14 +603,15 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
 
 
 def server_config(app: Any, host: str = "127.0.0.1", port: int = 8765, *, log_level: str = "info",
-                  idle_timeout: float = IDLE_TIMEOUT_S) -> Any:
+                  idle_timeout: float = IDLE_TIMEOUT_S, send_timeout: float = SEND_TIMEOUT_S) -> Any:
     """The uvicorn configuration ``review serve`` runs ``app`` with: connections without a request closed after
     ``idle_timeout`` seconds (keep-alive ones after 5 s), at most :data:`MAX_CONNECTIONS` kept open by closing the
-    one idle longest (:class:`~cxrground.net.connections.GuardedH11Protocol`); the in-flight limit is inside
-    the app."""
+    one idle longest, and a connection whose client takes none of its response for ``send_timeout`` seconds
+    dropped (:class:`~cxrground.net.connections.GuardedH11Protocol`); the in-flight limit is inside the app."""
     import uvicorn
 
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, http=guarded_protocol(idle_timeout),
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                          http=guarded_protocol(idle_timeout, send_timeout=send_timeout),
                           timeout_keep_alive=5, lifespan="off")
 
 

@@ -5,7 +5,8 @@ uvicorn. With ``workers > 1`` uvicorn starts that many processes, each loading i
 model through :func:`app_from_env` (the settings travel in ``CXRGROUND_SERVE_*`` environment variables).
 Connections are guarded as in :mod:`cxrground.net.connections` (idle ones closed after
 :data:`~cxrground.net.connections.IDLE_TIMEOUT_S` seconds, at most
-:data:`~cxrground.net.connections.MAX_CONNECTIONS` kept open), the open-file limit is raised to the hard limit
+:data:`~cxrground.net.connections.MAX_CONNECTIONS` kept open, one whose client takes none of its response for
+:data:`~cxrground.net.connections.SEND_TIMEOUT_S` seconds dropped), the open-file limit is raised to the hard limit
 and failed accepts are logged once per interval, not once each.
 """
 
@@ -22,7 +23,13 @@ from typing import Any
 
 from cxrground.io.files import sha256_file
 from cxrground.models.base import CHECKPOINT_FILE, IlsModel, load_model
-from cxrground.net.connections import IDLE_TIMEOUT_S, GuardedH11Protocol, guarded_protocol, prepare_process
+from cxrground.net.connections import (
+    IDLE_TIMEOUT_S,
+    SEND_TIMEOUT_S,
+    GuardedH11Protocol,
+    guarded_protocol,
+    prepare_process,
+)
 from cxrground.serve.access import AccessPolicy, read_api_key
 from cxrground.serve.limits import Limits
 
@@ -109,17 +116,18 @@ class BackgroundServer:
 
     ``url`` is known once :meth:`start` returns. :meth:`stop` asks the server to finish its open
     requests and waits at most ``stop_timeout`` seconds. Connections are guarded as by ``serve``, with
-    ``idle_timeout``; ``limit_concurrency`` (uvicorn's: open connections before 503; None: no such limit).
+    ``idle_timeout`` and ``send_timeout`` (:func:`~cxrground.net.connections.guarded_protocol`);
+    ``limit_concurrency`` (uvicorn's: open connections before 503; None: no such limit).
     """
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, start_timeout: float = 20.0,
                  stop_timeout: float = 10.0, limit_concurrency: int | None = 16,
-                 idle_timeout: float = IDLE_TIMEOUT_S) -> None:
+                 idle_timeout: float = IDLE_TIMEOUT_S, send_timeout: float = SEND_TIMEOUT_S) -> None:
         import uvicorn
 
         config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
                                 limit_concurrency=limit_concurrency, timeout_keep_alive=2,
-                                http=guarded_protocol(idle_timeout))
+                                http=guarded_protocol(idle_timeout, send_timeout=send_timeout))
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="cxrground-serve", daemon=True)
         self._start_timeout = start_timeout

@@ -1,4 +1,5 @@
-"""Helpers for tests and load scripts that start servers: log capture, socket and process checks."""
+"""Helpers for tests and load scripts that start servers: log capture, socket and process checks, clients that
+read their responses slowly or not at all."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import contextlib
 import logging
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 
-__all__ = ["LogRecords", "captured_logs", "closed_by_server", "stop_process"]
+__all__ = ["LogRecords", "captured_logs", "closed_by_server", "read_until_closed", "response_length",
+           "small_window_socket", "stop_process", "wait_for_bytes"]
 
 
 class LogRecords(logging.Handler):
@@ -56,3 +59,59 @@ def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout)
+
+
+def small_window_socket(port: int, rcvbuf: int = 4096, timeout: float = 5.0, host: str = "127.0.0.1") -> socket.socket:
+    """A client socket connected to ``host:port`` with a receive buffer of about ``rcvbuf`` bytes (set before
+    connecting, so the TCP window stays small): a server's response to it piles up on the server's side unless the
+    test reads it."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.settimeout(timeout)
+    sock.connect((host, port))
+    return sock
+
+
+def wait_for_bytes(sock: socket.socket, timeout: float = 10.0) -> bool:
+    """True once ``sock`` has bytes to read, within ``timeout`` seconds; reads nothing (``MSG_PEEK``), so the
+    window the client advertises stays as it is."""
+    previous = sock.gettimeout()
+    sock.settimeout(timeout)
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK))
+    except TimeoutError:
+        return False
+    finally:
+        sock.settimeout(previous)
+
+
+def read_until_closed(sock: socket.socket, timeout: float = 10.0) -> bytes | None:
+    """Everything ``sock`` receives until the server closes it (EOF or a reset); None when it is still open after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    data = bytearray()
+    try:
+        while True:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                return bytes(data)
+            data += chunk
+            if time.monotonic() > deadline:
+                return None
+    except (ConnectionResetError, BrokenPipeError):
+        return bytes(data)
+    except TimeoutError:
+        return None
+
+
+def response_length(data: bytes) -> int:
+    """The length of the first HTTP response in ``data`` as its head declares it (head plus Content-Length)."""
+    head, sep, _ = data.partition(b"\r\n\r\n")
+    if not sep:
+        raise ValueError("no complete response head")
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return len(head) + len(sep) + int(value)
+    raise ValueError("the response head has no Content-Length")
