@@ -1,6 +1,7 @@
 """Bad input to the ``ils`` commands: a clear error naming the file or option and the reason, no traceback, no
 work silently dropped (undecodable images and masks in the hf export, backends that cannot run, counts below one,
-malformed dataset JSON, options for another backend, an empty --reports folder, unused predictions)."""
+malformed dataset JSON, options for another backend, an empty --reports folder or one without some studies'
+reports, unused predictions)."""
 
 from __future__ import annotations
 
@@ -234,6 +235,61 @@ def test_build_refuses_a_reports_folder_without_reports(built, tmp_path):
     empty.mkdir()
     _refused(_run("ils", "build", "--images", images, "--reports", empty, "--out", tmp_path / "out", "--quiet"),
              str(empty), "no report")
+
+
+def test_build_records_studies_whose_report_is_not_in_the_reports_folder(built, tmp_path):
+    """--reports names where the reports are: a study whose report is not there is a failure naming the study and
+    the folder (its report beside the image is not used), the other studies build, and a rerun with the report
+    added builds that study too."""
+    _, images = built
+    reports_beside = sorted(images.rglob("s*.txt"))
+    assert len(reports_beside) == N_STUDIES  # every study has its report beside its images
+    reports = tmp_path / "reports"
+    for report in reports_beside[1:]:
+        dest = reports / report.relative_to(images)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(report, dest)
+    missing = reports_beside[0]
+    out = tmp_path / "out"
+    r = _run("ils", "build", "--images", images, "--reports", reports, "--out", out, "--seed", "0", "--quiet")
+    assert r.exit_code == 0, r.output
+    assert f"({N_STUDIES - 1} processed, 0 already done, 1 failures)" in r.output, r.output
+    failures = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+    assert len(failures) == 1, failures
+    assert failures[0]["stage"] == "scan" and f"/{missing.stem}/" in failures[0]["path"]
+    assert missing.stem in failures[0]["reason"] and str(reports) in failures[0]["reason"], failures[0]
+    assert "| input: no report in the --reports folder | 1 |" in (out / "card.md").read_text()
+    studies = {key for split in _data(out).values() for key in split}
+    assert missing.stem not in studies
+
+    dest = reports / missing.relative_to(images)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(missing, dest)
+    r = _run("ils", "build", "--images", images, "--reports", reports, "--out", out, "--seed", "0", "--quiet")
+    assert r.exit_code == 0, r.output
+    assert f"(1 processed, {N_STUDIES - 1} already done, 0 failures)" in r.output, r.output
+    assert (out / "failures.jsonl").read_text() == ""
+
+
+def test_scan_names_studies_whose_report_is_not_in_the_reports_folder(built, tmp_path):
+    """`scan --reports` reports the same failure; without --reports the reports beside the images are found."""
+    _, images = built
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "unrelated.txt").write_text("FINDINGS: none.")
+    r = _run("scan", "--images", images, "--reports", reports, "--json")
+    assert r.exit_code == 0, r.output
+    assert r.output.count("no report in the --reports folder") == N_STUDIES, r.output
+    r = _run("scan", "--images", images, "--json")
+    assert r.exit_code == 0 and "no report" not in r.output, r.output
+
+
+def test_build_with_no_study_names_the_index_and_the_first_failure(built, tmp_path):
+    _, images = built
+    index = tmp_path / "index.csv"
+    index.write_text("a,b\n1,2\n")
+    _refused(_run("ils", "build", "--images", images, "--index", index, "--out", tmp_path / "out", "--quiet"),
+             f"no studies found in the index {index}", "1 inputs failed; first:", code=1)
 
 
 # --- 6. unused predictions are told on stderr ----------------------------------------------------------------

@@ -93,7 +93,7 @@ def evaluate(request: EvaluateRequest) -> None:
         raise OptionValueError(f"--limit must be at least 1, got {r.limit}")
     data = _checked_dataset(r.dataset)
     result = evaluate_dataset(r.dataset, r.predictions, split=r.split, limit=r.limit, n_boot=r.n_boot, seed=r.seed,
-                              images_root=r.images, seg_mode=r.seg_mode, log=note)
+                              images_root=r.images, seg_mode=r.seg_mode, log=note, data=data)
     if result["n_predictions_unused"]:
         note(_unused_line(data, r, result))
     if r.out is not None:

@@ -3,7 +3,9 @@
 Recognised layouts:
 
 - **MIMIC-CXR-JPG**: ``files/pXX/pXXXXXXXX/sXXXXXXXX/<dicom_id>.jpg`` with reports in the MIMIC-CXR
-  layout ``pXX/pXXXXXXXX/sXXXXXXXX.txt`` (under ``--reports`` or beside the study folders);
+  layout ``pXX/pXXXXXXXX/sXXXXXXXX.txt``: under ``--reports`` when it is given (a study whose report is not
+  there is a failure naming the study and the folder; a report beside the study folder is then not used), else
+  beside the study folders;
 - **flat folder + index**: a CSV or JSONL index with an ``image`` column (path relative to the
   image folder) and ``study_id``, plus either ``report_path`` or ``report`` (the text); optional
   ``subject_id``, ``dicom_id``, ``view``.
@@ -97,7 +99,8 @@ def scan_folder(
         group, subject, study, dicom = match.groups()
         report = _find_mimic_report(path, group, subject, study, report_root) if require_reports else None
         if report is None and require_reports:
-            failures.append(Failure(str(path), "scan", f"no report {subject}/{study}.txt found", "InputError"))
+            failures.append(Failure(str(path), "scan", _no_report(group, subject, study, report_root),
+                                    "InputError"))
             continue
         mimic_rel = f"{group}/{subject}/{study}/{path.name}"
         studies.append(StudyInput(study, path, subject, dicom, None, report, None, mimic_rel))
@@ -143,10 +146,12 @@ def scan_store(images: str, reports: str | None = None, require_reports: bool = 
         if require_reports:
             beside = rel.rsplit("/", 2)[0] + f"/{study}.txt"
             named = [f"{base}{group}/{subject}/{study}.txt" for base in ("", "files/")]
-            report = next((report_store.url(c) for c in named if c in report_files), None) if report_store else None
-            report = report or (store.url(beside) if beside in files else None)
+            if report_store is not None:  # the named folder only, never a report beside the image
+                report = next((report_store.url(c) for c in named if c in report_files), None)
+            else:
+                report = store.url(beside) if beside in files else None
             if report is None:
-                failures.append(Failure(url, "scan", f"no report {subject}/{study}.txt found", "InputError"))
+                failures.append(Failure(url, "scan", _no_report(group, subject, study, reports), "InputError"))
                 continue
         studies.append(StudyInput(study, url, subject, dicom, None, report, None,  # type: ignore[arg-type]
                                   f"{group}/{subject}/{study}/{Path(rel).name}"))
@@ -237,12 +242,21 @@ def image_file_problem(path: Path) -> str | None:
 
 
 def _find_mimic_report(image: Path, group: str, subject: str, study: str, report_root: Path | None) -> Path | None:
-    candidates = []
+    """The study's report: in ``report_root`` (or its ``files/``) when given, and only there; else beside the
+    study folder."""
     if report_root is not None:
-        for base in (report_root, report_root / "files"):
-            candidates.append(base / group / subject / f"{study}.txt")
-    candidates.append(image.parent.parent / f"{study}.txt")
+        candidates = [base / group / subject / f"{study}.txt" for base in (report_root, report_root / "files")]
+    else:
+        candidates = [image.parent.parent / f"{study}.txt"]
     return next((c for c in candidates if c.is_file()), None)
+
+
+def _no_report(group: str, subject: str, study: str, report_root: str | Path | None) -> str:
+    """The failure reason of a study without its report (``report_root``: the ``--reports`` folder, if given)."""
+    if report_root is None:
+        return f"no report {subject}/{study}.txt found"
+    return (f"no report in the --reports folder (study {study}: {group}/{subject}/{study}.txt is not in "
+            f"{report_root})")
 
 
 #: Index columns whose value is text (a JSON number is taken as its text; a list, object or true/false is not).

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from cxrground.anatomy.segment import SEGMENTERS
 from cxrground.datasets.views import find_view_table, read_view_table, view_table_record
-from cxrground.errors import ConfigError, InputError, OptionError, OptionValueError
+from cxrground.errors import ConfigError, Failure, InputError, OptionError, OptionValueError
 from cxrground.fields import check_bounds, option
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.config import NEGATIVE_CHECKS, NEGATIVE_EXCLUSIONS, ZONE_GUIDES, IlsConfig, QCConfig
@@ -38,8 +38,9 @@ class BuildRequest:
     images: Path | str = option(path="dir_or_url", help="Image folder (MIMIC-CXR-JPG files/ layout, or flat with "
                                 "--index), a local path or an s3:// / gs:// / file:// URL.")
     reports: Path | str | None = option(None, path="existing_or_url", help="Report folder (MIMIC-CXR layout) or a "
-                                        "JSONL/CSV table with study_id and report columns, a path or URL. Default: "
-                                        "reports beside the study folders.")
+                                        "JSONL/CSV table with study_id and report columns, a path or URL; a study "
+                                        "whose report it does not hold is a failure (failures.jsonl), even with a "
+                                        "report beside its images. Default: reports beside the study folders.")
     index: Path | None = option(None, path="file",
                                 help="CSV/JSONL index for a flat folder: image, study_id, report_path or report.")
     metadata: Path | None = option(None, path="file", help="View table: MIMIC-CXR-JPG's "
@@ -211,12 +212,19 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
     tasks, failures = build_tasks(request.images, request.reports, request.index, split_file, ratios,
                                   excluded, request.limit, views)
     if not tasks:
-        raise InputError(f"no studies found under {request.images} ({len(failures)} inputs failed)")
+        raise InputError(_no_studies(request, failures))
     return build_dataset(tasks, request.out, config, spec, request.engine, request.workers, failures,
                          request.overwrite, progress, cohort_of_images(request.images), max_pixels=request.max_pixels,
                          retry_failed=request.retry_failed, ray_address=request.ray_address,
                          view_table=view_table_record(table, views) if table is not None and views is not None
                          else None, split=split_record(split_file, ratios))
+
+
+def _no_studies(request: BuildRequest, failures: list[Failure]) -> str:
+    """Why a build found nothing to do: where it looked, how many inputs failed and the first of them."""
+    where = f"in the index {request.index}" if request.index is not None else f"under {request.images}"
+    first = f"; first: {failures[0].path}: {failures[0].reason}" if failures else ""
+    return f"no studies found {where} ({len(failures)} inputs failed{first})"
 
 
 def build_lines(summary: BuildSummary) -> list[str]:

@@ -8,7 +8,7 @@ pairs (consumers must ignore unknown fields); the ones this generator adds are `
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -177,18 +177,39 @@ def validate_dataset(data: dict[str, Any], mask_root: str | Path | None = None) 
 def load_dataset(path: str | Path) -> dict[str, Any]:
     """Read a MIMIC-ILS JSON file (ours or the released one) as a plain dict."""
     path = Path(path)
+    if path.is_dir():
+        raise InputError("is a folder, not the dataset JSON file", path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        if not text.strip():
+            raise InputError("the dataset JSON file is empty", path)
+        return json.loads(text)
     except FileNotFoundError as exc:
         raise InputError("dataset JSON not found", path) from exc
+    except OSError as exc:
+        raise InputError(f"cannot read the dataset JSON ({exc.strerror or exc})", path) from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"not valid JSON ({exc})", path) from exc
+    except RecursionError as exc:
+        raise InputError("not a usable MIMIC-ILS dataset: JSON nested too deeply", path) from exc
 
 
 
 #: Pair fields every reader of a dataset uses (strings), and the one positive pairs add.
 PAIR_FIELDS: Final[tuple[str, ...]] = ("pair_id", "instruction", "answer", "type", "target")
+#: Fields readers use when present, by the JSON type they must then have: study fields, then pair fields.
+_OPTIONAL_STUDY: Final[dict[str, type]] = {"subject_id": str, "dicom_id": str, "section_name": str,
+                                           "section_content": str}
+_OPTIONAL_PAIR: Final[dict[str, type]] = {"seg": bool, "sent_idx": str, "reported_location": list,
+                                          "grounded_location": list, "location": list}
+_JSON_NAMES: Final[dict[type, str]] = {str: "a string", bool: "true or false", list: "a list of location labels"}
 _SHOWN: Final[int] = 3
+
+
+def _kind(value: Any) -> str:
+    """The JSON name of ``value``'s type."""
+    kinds = ((bool, "boolean"), (str, "string"), (int | float, "number"), (list, "array"), (dict, "object"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "null")
 
 
 def _object(value: Any, where: str) -> Iterator[str]:
@@ -204,18 +225,39 @@ def _strings(record: dict[str, Any], fields: Sequence[str], where: str) -> Itera
             yield f"{where}: {name} must be a string, got {type(record[name]).__name__}"
 
 
-def _pair_problems(pair: Any, positive: bool, where: str) -> Iterator[str]:
+def _optional(record: dict[str, Any], fields: dict[str, type], where: str) -> Iterator[str]:
+    """Fields of ``fields`` that ``record`` has with another JSON type (a location list: strings only)."""
+    for name, kind in fields.items():
+        if record.get(name) is None:  # absent or null: the reader's default
+            continue
+        value = record[name]
+        ok = isinstance(value, kind) and (kind is not list or all(isinstance(v, str) for v in value))
+        if not ok:
+            yield f"{where}: {name} must be {_JSON_NAMES[kind]}, got {_kind(value)}"
+
+
+def _pair_problems(pair: Any, positive: bool, targets: Collection[str] | None, where: str) -> Iterator[str]:
     yield from _object(pair, where)
-    if isinstance(pair, dict):
-        yield from _strings(pair, (*PAIR_FIELDS, "seg_mask_path") if positive else PAIR_FIELDS, where)
+    if not isinstance(pair, dict):
+        return
+    yield from _strings(pair, (*PAIR_FIELDS, "seg_mask_path") if positive else PAIR_FIELDS, where)
+    yield from _optional(pair, _OPTIONAL_PAIR, where)
+    target = pair.get("target")
+    if targets is not None and isinstance(target, str) and target not in targets:
+        yield f"{where}: target {target!r} is not one of {', '.join(targets)}"
 
 
-def _study_problems(study: Any, study_fields: Sequence[str], where: str) -> Iterator[str]:
+def _study_problems(study: Any, study_fields: Sequence[str], targets: Collection[str] | None,
+                    where: str) -> Iterator[str]:
     yield from _object(study, where)
     if not isinstance(study, dict):
         return
     yield from _strings(study, study_fields, where)
-    pairs = study.get("instruction_answer_pairs")
+    yield from _optional(study, {k: v for k, v in _OPTIONAL_STUDY.items() if k not in study_fields}, where)
+    if "instruction_answer_pairs" not in study:
+        yield f"{where} has no 'instruction_answer_pairs'"
+        return
+    pairs = study["instruction_answer_pairs"]
     if not isinstance(pairs, dict):
         yield f"{where}: instruction_answer_pairs must be a JSON object, got {type(pairs).__name__}"
         return
@@ -225,14 +267,18 @@ def _study_problems(study: Any, study_fields: Sequence[str], where: str) -> Iter
             yield f"{where}: {polarity}_pairs must be a list, got {type(group).__name__}"
             continue
         for i, pair in enumerate(group):
-            yield from _pair_problems(pair, polarity == "positive", f"{where} {polarity} pair {i}")
+            yield from _pair_problems(pair, polarity == "positive", targets, f"{where} {polarity} pair {i}")
 
 
-def structure_problems(data: Any, study_fields: Sequence[str] = ("image_path",)) -> list[str]:
+def structure_problems(data: Any, study_fields: Sequence[str] = ("image_path",),
+                       targets: Collection[str] | None = None) -> list[str]:
     """What keeps the readers of this package from using ``data`` as a dataset: not a ``{split: {study_key:
     study}}`` object of the three splits, a study without its string ``study_fields`` or its pair lists, a pair
-    without its string fields (positive pairs: ``seg_mask_path`` too). Lighter than :func:`validate_dataset`
-    (no vocabulary or id rules); empty when usable."""
+    without its string fields (positive pairs: ``seg_mask_path`` too), or a field readers use when present with
+    another type (``dicom_id``, ``subject_id``, ``section_name``, ``section_content``: strings; ``seg``: true or
+    false; ``sent_idx``: a string; ``reported_location``, ``grounded_location``, ``location``: lists of strings).
+    ``targets``: the pair targets a reader knows (e.g. the 7 lesions); None accepts any string. Lighter than
+    :func:`validate_dataset` (no vocabulary besides ``targets``, no id rules); empty when usable."""
     if not isinstance(data, dict):
         return [f"the dataset must be a JSON object {{split: {{study_key: study}}}}, got {type(data).__name__}"]
     problems: list[str] = []
@@ -243,15 +289,16 @@ def structure_problems(data: Any, study_fields: Sequence[str] = ("image_path",))
             problems.append(f"split {split} must be a JSON object of studies, got {type(studies).__name__}")
         else:
             for key, study in studies.items():
-                problems.extend(_study_problems(study, study_fields, f"{split}.{key}"))
+                problems.extend(_study_problems(study, study_fields, targets, f"{split}.{key}"))
     return problems
 
 
-def read_dataset(path: str | Path, study_fields: Sequence[str] = ("image_path",)) -> dict[str, Any]:
+def read_dataset(path: str | Path, study_fields: Sequence[str] = ("image_path",),
+                 targets: Collection[str] | None = None) -> dict[str, Any]:
     """:func:`load_dataset`, then :func:`structure_problems`: a file readers cannot use is an
     :class:`InputError` naming it and its first problems."""
     data = load_dataset(path)
-    problems = structure_problems(data, study_fields)
+    problems = structure_problems(data, study_fields, targets)
     if problems:
         more = f" (and {len(problems) - _SHOWN} more)" if len(problems) > _SHOWN else ""
         raise InputError(f"not a usable MIMIC-ILS dataset: {'; '.join(problems[:_SHOWN])}{more}", path)

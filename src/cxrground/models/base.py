@@ -127,6 +127,10 @@ def checkpoint_info(checkpoint: str | Path) -> dict[str, Any]:
         info = json.loads(meta.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"not a cxrground checkpoint (no {CHECKPOINT_FILE})", path) from None
+    except IsADirectoryError:
+        raise InputError(f"{CHECKPOINT_FILE} is a folder, not the checkpoint's description file", meta) from None
+    except OSError as exc:
+        raise InputError(f"unreadable {CHECKPOINT_FILE} ({exc.strerror or exc})", meta) from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"unreadable {CHECKPOINT_FILE} ({exc})", meta) from exc
     if not isinstance(info, dict) or not isinstance(info.get("model"), str):

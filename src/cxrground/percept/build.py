@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 from cxrground.errors import ConfigError, InputError
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.predictions import load_predictions
-from cxrground.ils.schema import SPLITS, load_dataset
+from cxrground.ils.schema import SPLITS, read_dataset
 from cxrground.io.files import atomic_write_text
 from cxrground.percept.card import render_card
 from cxrground.percept.case_files import CaseTask, case_failure, render_case
@@ -114,6 +114,10 @@ def _run_pool(fn: Callable[..., Any], tasks: Sequence[Any], arg: str, workers: i
 
 # --- the build --------------------------------------------------------------------------------------
 
+#: Study fields the candidates read (:mod:`cxrground.percept.cases`); pair targets must be the 7 lesions.
+_STUDY_FIELDS = ("image_path", "dicom_id")
+
+
 def _dataset_file(ils: Path) -> Path:
     return ils / DATASET_FILE if ils.is_dir() else ils
 
@@ -152,7 +156,7 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     work = out / WORK_DIR
     ils_file = _dataset_file(Path(opts.ils))
     ils_dir = ils_file.parent
-    dataset = load_dataset(ils_file)
+    dataset = read_dataset(ils_file, _STUDY_FIELDS, LESIONS)
     _check_settings(opts, dataset, ils_file)
     warnings: list[str] = []
     if workers < 1:

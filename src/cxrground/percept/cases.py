@@ -192,6 +192,10 @@ def read_review(path: str | Path) -> Review:
         text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError as exc:
         raise InputError("review file not found", path) from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"review CSV is not UTF-8 ({exc})", path) from exc
+    except OSError as exc:
+        raise InputError(f"cannot read the review CSV ({exc.strerror or exc})", path) from exc
     rows = list(csv.reader(text.splitlines()))
     if not rows or [c.strip().lower() for c in rows[0][:3]] != ["key_id", "decision", "reviewer"]:
         raise InputError("review CSV must start with the header key_id,decision,reviewer", path)

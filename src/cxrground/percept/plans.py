@@ -56,23 +56,56 @@ class AnatomySource:
     shape: tuple[int, int] | None
 
 
+#: Mask fields of an anatomy record: required, then optional (each an RLE object or a PNG path).
+_ANATOMY_MASKS = ("right_lung", "left_lung")
+_ANATOMY_OPTIONAL = ("heart", "right_lung_cxas", "left_lung_cxas")
+
+
+def _anatomy_problem(rec: Any) -> str | None:
+    """Why the JSON value ``rec`` is no anatomy record (``anatomy.jsonl`` format), or None."""
+    if not isinstance(rec, dict):
+        return f"expected a JSON object, got {type(rec).__name__}"
+    key = rec.get("study") or rec.get("dicom_id")
+    if not isinstance(key, str) or not key:
+        return "no 'study' or 'dicom_id' string"
+    for name in (*_ANATOMY_MASKS, *_ANATOMY_OPTIONAL):
+        if name not in rec and name in _ANATOMY_MASKS:
+            return f"no {name!r} mask"
+        if rec.get(name) is not None and not isinstance(rec[name], dict | str):
+            return f"{name} must be an RLE object or a PNG path, got {type(rec[name]).__name__}"
+    if ("height" in rec or "width" in rec) and not all(
+            isinstance(rec.get(k), int) and not isinstance(rec.get(k), bool) and rec[k] > 0
+            for k in ("height", "width")):
+        return "height and width must be positive integers (both or neither)"
+    return None
+
+
 def _load_anatomy_file(path: Path) -> dict[str, AnatomySource]:
+    """``study`` (or ``dicom_id``) -> masks of an ``anatomy.jsonl`` file; a file that cannot be read, or a line
+    that holds no anatomy record, is an :class:`InputError` naming the file (and the line)."""
     out: dict[str, AnatomySource] = {}
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError as exc:
         raise InputError("anatomy file not found", path) from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"anatomy file is not UTF-8 ({exc})", path) from exc
+    except OSError as exc:
+        raise InputError(f"cannot read the anatomy file ({exc.strerror or exc})", path) from exc
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
-            key = rec.get("study") or rec["dicom_id"]
-            shape = (int(rec["height"]), int(rec["width"])) if "height" in rec else None
-            out[key] = AnatomySource(rec["right_lung"], rec["left_lung"], rec.get("heart"),
-                                     rec.get("right_lung_cxas"), rec.get("left_lung_cxas"), shape)
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise InputError(f"line {lineno}: not an anatomy record ({exc!r})", path) from exc
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise InputError(f"line {lineno}: not valid JSON ({exc})", path) from exc
+        problem = _anatomy_problem(rec)
+        if problem is not None:
+            raise InputError(f"line {lineno}: not an anatomy record: {problem}", path)
+        shape = (rec["height"], rec["width"]) if "height" in rec else None
+        out[rec.get("study") or rec["dicom_id"]] = AnatomySource(
+            rec["right_lung"], rec["left_lung"], rec.get("heart"), rec.get("right_lung_cxas"),
+            rec.get("left_lung_cxas"), shape)
     return out
 
 

@@ -300,10 +300,14 @@ def load_benchmark(path: str | Path) -> Benchmark:
     """Read ``chexpercept.json`` from a benchmark folder (or the file itself)."""
     path = Path(path)
     file = path / BENCHMARK_FILE if path.is_dir() else path
+    if file.is_dir():
+        raise InputError("is a folder, not the benchmark file", file)
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError("benchmark file not found", file) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise InputError(f"cannot read the benchmark file ({exc.strerror or exc})", file) from exc
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise InputError(f"benchmark file is not valid JSON ({exc})", file) from exc
     return parse_benchmark(data, root=file.parent, source=file)

@@ -34,7 +34,7 @@ import numpy as np
 from cxrground.errors import InputError
 from cxrground.ils.card import REVIEW_FILE, with_review_section
 from cxrground.ils.layout import DATASET_FILE
-from cxrground.ils.schema import SPLITS, load_dataset
+from cxrground.ils.schema import SPLITS, read_dataset
 from cxrground.io.files import atomic_write_text
 from cxrground.io.masks import decode_rle, encode_rle, write_mask_png
 from cxrground.review.db import Assignment, Item, ReviewDB
@@ -138,7 +138,7 @@ def write_masks(db: ReviewDB, folder: str | Path) -> dict[str, int]:
 def ils_card_summary(db: ReviewDB, ils_dir: str | Path) -> dict[str, Any]:
     """The ILS card's review figures for the dataset in ``ils_dir`` (items imported from it only)."""
     ils_dir = Path(ils_dir).resolve()
-    data = load_dataset(ils_dir / DATASET_FILE)
+    data = read_dataset(ils_dir / DATASET_FILE, ())  # only the pair lists are counted
     items, groups = _by_item(db)
     mine = [i for i in items if i.kind == "ils" and Path(i.source) == ils_dir]
     if not mine:

@@ -20,7 +20,7 @@ from cxrground.errors import InputError, OptionError
 from cxrground.evaluation.percept.conversation import plan_case, safe_image_path
 from cxrground.fields import option
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
-from cxrground.ils.schema import SPLITS, load_dataset
+from cxrground.ils.schema import SPLITS, read_dataset
 from cxrground.io.image import load_pixels, read_image
 from cxrground.io.masks import encode_rle, read_mask_png
 from cxrground.percept.cases import key_id
@@ -80,10 +80,11 @@ def ils_items(ils_dir: str | Path, images: str | Path, splits: Sequence[str] = S
     """One item per pair of the chosen splits: image, instruction, answer, report sentence, generated mask.
 
     Image paths must lie inside ``images`` and mask paths inside the dataset's mask folder; a malformed dataset
-    (not an object, a study without pairs, a pair without its fields) is an :class:`InputError` naming the file."""
+    (not an object, a study without pairs, a pair without its fields, a field of another type: the shared check
+    :func:`~cxrground.ils.schema.read_dataset`) is an :class:`InputError` naming the file and the record."""
     ils_dir, images = Path(ils_dir).resolve(), Path(images).resolve()
     dataset_file = ils_dir / DATASET_FILE
-    data = _mapping(load_dataset(dataset_file), "the dataset JSON", dataset_file)
+    data = read_dataset(dataset_file, ("image_path", "dicom_id"))
     unknown = [s for s in splits if s not in SPLITS]
     if unknown:
         raise InputError(f"unknown split(s) {unknown}; expected {', '.join(SPLITS)}", ils_dir)

@@ -22,7 +22,7 @@ from cxrground.evaluation.ils.text import TextAccuracyMetric
 from cxrground.ils.frames import read_frame
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.predictions import Prediction, load_predictions, resolve_seg_mode
-from cxrground.ils.schema import load_dataset
+from cxrground.ils.schema import read_dataset
 from cxrground.io.masks import check_shape, read_mask_png
 
 __all__ = ["ALL_SPLITS", "evaluate_dataset"]
@@ -71,16 +71,18 @@ def evaluate_dataset(
     images_root: str | Path | None = None,
     seg_mode: str = "unspecified",
     log: Callable[[str], None] | None = None,
+    data: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Score a predictions JSONL file (see :mod:`cxrground.ils.predictions`) on one split.
 
     Every pair of the split (or the first ``limit`` pairs in file order, when given) is scored;
     pairs without a prediction are counted wrong and listed under ``missing``. ``seg_mode`` records
     how the masks were produced (``teacher-forced`` / ``free``), as reports must state it; the mode the predictions
-    file records is used when none is stated, and a stated mode contradicting it is an error.
+    file records is used when none is stated, and a stated mode contradicting it is an error. ``data``: the
+    dataset as :func:`~cxrground.ils.schema.read_dataset` gives it (read and checked here when None).
     """
     json_path, mask_root = _locate(dataset_dir)
-    data = load_dataset(json_path)
+    data = read_dataset(json_path) if data is None else data
     frame = read_frame(json_path)  # released-frame masks map back to the recorded native sizes
     if split != ALL_SPLITS and split not in data:
         raise InputError(f"split {split!r} not in the dataset (has {', '.join(data) or 'none'})", json_path)

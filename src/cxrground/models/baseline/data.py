@@ -27,7 +27,7 @@ from cxrground.anatomy.segment.builtin import UNetLungSegmenter, postprocess_lun
 from cxrground.anatomy.segment.unet import prepare_input
 from cxrground.errors import ConfigError, Failure, InputError
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
-from cxrground.ils.schema import load_dataset
+from cxrground.ils.schema import read_dataset
 from cxrground.io.image import CXRImage, read_image
 from cxrground.io.masks import read_mask_png
 from cxrground.io.transform import Letterbox
@@ -126,9 +126,11 @@ def _certainty(pair: dict[str, Any]) -> int:
 
 
 def load_pairs(dataset: str | Path, split: str, data: dict[str, Any] | None = None) -> list[PairRecord]:
-    """Every pair of ``split`` in file order (positives then negatives per study); [] when the split is absent."""
+    """Every pair of ``split`` in file order (positives then negatives per study); [] when the split is absent.
+    ``data``: the dataset as :func:`~cxrground.ils.schema.read_dataset` gives it (read and checked here when
+    None; a file it refuses is an :class:`~cxrground.errors.InputError` naming the file and the record)."""
     json_path, mask_root = dataset_paths(dataset)
-    data = load_dataset(json_path) if data is None else data
+    data = read_dataset(json_path) if data is None else data
     out: list[PairRecord] = []
     for key, study in data.get(split, {}).items():
         pairs = study["instruction_answer_pairs"]

@@ -49,7 +49,7 @@ from tqdm.auto import tqdm
 
 from cxrground import __version__
 from cxrground.errors import ConfigError, InputError
-from cxrground.ils.schema import load_dataset
+from cxrground.ils.schema import read_dataset
 from cxrground.io.files import atomic_path, sha256_file
 from cxrground.models.base import CHECKPOINT_FILE
 from cxrground.models.baseline.config import BaselineConfig
@@ -226,7 +226,8 @@ def train(
     say = log or (lambda _m: None)
     json_path, _ = dataset_paths(dataset)
     if not json_path.is_file():
-        raise InputError("dataset JSON not found", json_path)
+        raise InputError("is a folder, not the dataset JSON file" if json_path.is_dir() else "dataset JSON not found",
+                         json_path)
     config = BaselineConfig().with_overrides(overrides)
     out = Path(out)
     images_root = Path(images) if images is not None else json_path.parent
@@ -253,7 +254,7 @@ def train(
     torch.set_num_threads(config.threads)
     torch.use_deterministic_algorithms(True)
     torch.manual_seed(seed)
-    data = load_dataset(json_path)
+    data = read_dataset(json_path)
     train_data = PairTensors(load_pairs(json_path, split, data), images_root, config, segmenter, progress, say)
     if not train_data.positives:
         raise InputError(f"split {split!r} has no usable positive pair to train on", json_path)

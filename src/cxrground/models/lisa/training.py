@@ -41,7 +41,7 @@ import torch
 from tqdm.auto import tqdm
 
 from cxrground.errors import ConfigError, Failure, InputError
-from cxrground.ils.schema import load_dataset
+from cxrground.ils.schema import read_dataset
 from cxrground.io.files import atomic_path, sha256_file
 from cxrground.io.image import read_image
 from cxrground.io.masks import read_mask_png
@@ -89,11 +89,13 @@ def _dataset_json(dataset: Path) -> Path:
 
 
 def load_samples(dataset: Path, images: Path, split: str) -> tuple[list[Sample], list[Failure]]:
-    """Pairs of ``split`` (positives then negatives per study); pairs whose image is missing become failures."""
+    """Pairs of ``split`` (positives then negatives per study; a positive pair's mask is its ``seg_mask_path``);
+    pairs whose image is missing become failures. A dataset file the shared check
+    (:func:`~cxrground.ils.schema.read_dataset`) refuses is an :class:`~cxrground.errors.InputError` naming it."""
     from cxrground.ils.layout import MASK_DIR
 
     json_path = _dataset_json(dataset)
-    data = load_dataset(json_path)
+    data = read_dataset(json_path)
     mask_root = json_path.parent / MASK_DIR
     samples, failures = [], []
     for study in data.get(split, {}).values():
@@ -102,8 +104,9 @@ def load_samples(dataset: Path, images: Path, split: str) -> tuple[list[Sample],
             failures.append(Failure(str(image), "train-data", "image file not found", "InputError"))
             continue
         pairs = study["instruction_answer_pairs"]
-        for pair in pairs.get("positive_pairs", []) + pairs.get("negative_pairs", []):
-            mask = mask_root / pair["seg_mask_path"] if pair.get("seg") else None
+        for pair, positive in [(p, True) for p in pairs.get("positive_pairs", [])] + \
+                              [(p, False) for p in pairs.get("negative_pairs", [])]:
+            mask = mask_root / pair["seg_mask_path"] if positive else None
             samples.append(Sample(pair["pair_id"], image, pair["instruction"], pair["answer"], mask))
     return samples, failures
 
