@@ -176,6 +176,92 @@ def test_exact_duplicate_pairs_are_dropped_and_masks_merged():
     assert {p["seg_mask_path"] for p in out.positive_pairs} == {out.masks[0].path}
 
 
+def _identity(out) -> tuple[int, int]:
+    """(#lesion-inference positives, #basic positives of pneumonia, atelectasis and edema): ILS §4 rule 4."""
+    pos = out.positive_pairs
+    return (sum(p["type"] == "lesion_inference" for p in pos),
+            sum(p["type"] == "basic" and p["target"] in ("pneumonia", "atelectasis", "edema") for p in pos))
+
+
+def _grounded(finding, rows: slice) -> GroundedFinding:
+    m = np.zeros(SHAPE, bool)
+    m[rows, 2:8] = True
+    return GroundedFinding(finding, m, finding.reported_location, True)
+
+
+def test_twin_tentative_findings_keep_the_lesion_inference_count_identity():
+    """A tentative pneumonia and a tentative atelectasis of one place both ask "Segment the opacity in the right
+    lung base.": one basic pair is kept (the first), with both masks; the atelectasis' lesion-inference pair goes
+    with its basic twin, and the pneumonia's shares the joined mask (same region)."""
+    pn = f("pneumonia", "uncertain", rl=("right lung base",), sent=1)
+    at = f("atelectasis", "uncertain", rl=("right lung base",), sent=2)
+    out = compose_pairs("s1", [pn, at], [_grounded(pn, slice(2, 4)), _grounded(at, slice(10, 14))], [], None,
+                        None, IlsConfig())
+    assert _identity(out) == (1, 1)
+    basic = [p for p in out.positive_pairs if p["type"] == "basic"]
+    li = [p for p in out.positive_pairs if p["type"] == "lesion_inference"]
+    assert [(p["instruction"], p["target"]) for p in basic] == [("Segment the opacity in the right lung base.",
+                                                                 "pneumonia")]
+    assert [p["answer"] for p in li] == ["[SEG] It possibly reflects pneumonia."]
+    assert li[0]["seg_mask_path"] == basic[0]["seg_mask_path"] == "s1/s1_pneumonia_0.png"
+    assert [m.path for m in out.masks] == ["s1/s1_pneumonia_0.png"] and out.masks[0].mask.sum() == 2 * 6 + 4 * 6
+    keys = [(p["instruction"], p["answer"]) for p in out.positive_pairs]
+    assert len(keys) == len(set(keys))
+
+
+def test_a_twin_with_lesion_inference_pairs_is_the_one_kept():
+    """A definite opacity, then a tentative pneumonia of the same zone: both ask "Segment the opacity in the left
+    lung base."; the pneumonia's basic pair is kept (its lesion-inference pair stays paired), holding both masks,
+    and the opacity's mask is no longer used, so the pneumonia's mask becomes the study's mask 0."""
+    op = f("opacity", rl=("left lung base",), sent=1)
+    pn = f("pneumonia", "uncertain", rl=("left lung base",), sent=2)
+    out = compose_pairs("s2", [op, pn], [_grounded(op, slice(2, 4)), _grounded(pn, slice(10, 14))], [], None,
+                        None, IlsConfig())
+    assert _identity(out) == (1, 1)
+    basic = [p for p in out.positive_pairs if p["type"] == "basic"]
+    assert [(p["instruction"], p["target"]) for p in basic] == [("Segment the opacity in the left lung base.",
+                                                                 "pneumonia")]
+    # the two global pairs ("Segment the opacity." -> "... left lung base.") are twins too: the pneumonia's is kept
+    assert [p["type"] for p in out.positive_pairs] == ["basic", "global", "lesion_inference"]
+    assert [m.path for m in out.masks] == ["s2/s2_pneumonia_0.png"]  # was the study's second mask (k = 1)
+    used = {p["seg_mask_path"] for p in out.positive_pairs}
+    assert used == {m.path for m in out.masks}
+    by_path = {m.path: m.mask for m in out.masks}
+    assert by_path[basic[0]["seg_mask_path"]].sum() == 2 * 6 + 4 * 6
+
+
+def test_mask_indices_have_no_gaps_after_pairs_are_left_out():
+    """ILS §12.1: ``k`` runs over the study's masks; a mask left without a pair does not leave a gap."""
+    pn = f("pneumonia", rl=("right lung base",), sent=1)
+    op = f("opacity", rl=("right lung base",), sent=2)
+    op2 = f("opacity", rl=("right lung base",), sent=3)
+    ef = f("effusion", rl=("left lung base",), sent=4)
+    grounded = [_grounded(pn, slice(1, 2)), _grounded(op, slice(3, 4)), _grounded(op2, slice(5, 6)),
+                _grounded(ef, slice(7, 8))]
+    out = compose_pairs("s3", [pn, op, op2, ef], grounded, [], None, None, IlsConfig())
+    ks = sorted(int(m.path.rsplit("_", 1)[1].removesuffix(".png")) for m in out.masks)
+    assert ks == list(range(len(out.masks))) and len(out.masks) == 3
+    assert {p["seg_mask_path"] for p in out.positive_pairs} == {m.path for m in out.masks}
+
+
+def test_lesion_inference_count_identity_holds_over_random_studies():
+    """Random mixes of findings (lesions, certainties, places, repeats): ILS §4's identity always holds and no
+    exact (instruction, answer) repeats within a study."""
+    rng = np.random.default_rng(0)
+    places = [("right lung base",), ("left lung base",), ("right lung",), ("right lung base", "left lung base")]
+    lung = ["pneumonia", "atelectasis", "edema", "opacity", "consolidation", "effusion"]
+    for study in range(300):
+        findings = [f(lung[rng.integers(len(lung))], ["present", "uncertain"][rng.integers(2)],
+                      rl=places[rng.integers(len(places))], sent=i + 1) for i in range(int(rng.integers(1, 6)))]
+        grounded = [_grounded(x, slice(i % 18, i % 18 + 2)) for i, x in enumerate(findings)]
+        out = compose_pairs(f"s{study}", findings, grounded, [], None, None, IlsConfig(seed=study))
+        li, basic = _identity(out)
+        assert li == basic, [(p["type"], p["target"], p["instruction"]) for p in out.positive_pairs]
+        keys = [(p["instruction"], p["answer"]) for p in out.positive_pairs + out.negative_pairs]
+        assert len(keys) == len(set(keys))
+        assert {p["seg_mask_path"] for p in out.positive_pairs} == {m.path for m in out.masks}
+
+
 def test_global_lung_negatives_need_both_lungs_free_under_lung_exclusion():
     ef = f("effusion", rl=("left lung base",))
     left_free = [lab for lab in ILS_LOCATION_LABELS if lab.startswith("right")]

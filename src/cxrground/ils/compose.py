@@ -215,33 +215,74 @@ def compose_pairs(
 
 
 def _drop_duplicates(study_key: str, out: ComposedStudy) -> None:
-    """Keep the first pair of each exact (instruction, answer) in the study: a later positive twin adds its mask to
-    the kept pair's mask (same question, one answer region); pair ids are renumbered and unused masks dropped."""
+    """Keep one pair of each exact (instruction, answer) in the study (a tentative pneumonia and a tentative
+    atelectasis of one place both ask "Segment the opacity in the right lung."): one question, one answer region.
+
+    - The kept positive twin is the first one whose target has lesion-inference pairs (pneumonia, atelectasis,
+      edema), else the first; the others' masks join its mask, which its own other pairs share (their instructions
+      name the same region, "the opacity in the right lung").
+    - A dropped basic twin takes its lesion-inference pair with it, so every split keeps ILS §4's count identity
+      #lesion-inference positives = #basic positives of pneumonia, atelectasis and edema.
+    - Pair ids are numbered again, unused masks dropped and mask indices renumbered (:func:`renumber`).
+    """
     masks = {m.path: m for m in out.masks}
-    for name in ("positive_pairs", "negative_pairs"):
-        kept: dict[tuple[str, str], dict[str, Any]] = {}
-        for pair in getattr(out, name):
-            key = (pair["instruction"], pair["answer"])
-            first = kept.setdefault(key, pair)
-            if first is pair:
-                continue
+    gone_with_twin: set[str] = set()  # mask paths of dropped basic twins whose lesion has lesion-inference pairs
+    kept: dict[tuple[str, str], dict[str, Any]] = {}
+    for pair in out.positive_pairs:
+        if pair["type"] == "lesion_inference":
+            continue
+        key = (pair["instruction"], pair["answer"])
+        first = kept.setdefault(key, pair)
+        if first is pair:
+            continue
+        out.dropped[DROPPED_DUPLICATE] += 1
+        keep, drop = (pair, first) if _has_inference(pair) and not _has_inference(first) else (first, pair)
+        kept[key] = keep
+        a, b = keep["seg_mask_path"], drop["seg_mask_path"]
+        if a != b:
+            masks[a] = MaskOut(a, masks[a].lesion, masks[a].mask | masks[b].mask)
+        if drop["type"] == "basic" and _has_inference(drop):
+            gone_with_twin.add(b)
+    kept_ids = {id(p) for p in kept.values()}
+    positives: list[dict[str, Any]] = []
+    inference: set[tuple[str, str]] = set()
+    for pair in out.positive_pairs:
+        if pair["type"] != "lesion_inference":
+            if id(pair) in kept_ids:
+                positives.append(pair)
+            continue
+        key = (pair["instruction"], pair["answer"])
+        if pair["seg_mask_path"] in gone_with_twin or key in inference:
             out.dropped[DROPPED_DUPLICATE] += 1
-            a, b = first.get("seg_mask_path"), pair.get("seg_mask_path")
-            if a and b and a != b:
-                masks[a] = MaskOut(a, masks[a].lesion, masks[a].mask | masks[b].mask)
-        setattr(out, name, list(kept.values()))
+            continue
+        inference.add(key)
+        positives.append(pair)
+    out.positive_pairs = positives
+    negatives: dict[tuple[str, str], dict[str, Any]] = {}
+    for pair in out.negative_pairs:
+        if negatives.setdefault((pair["instruction"], pair["answer"]), pair) is not pair:
+            out.dropped[DROPPED_DUPLICATE] += 1
+    out.negative_pairs = list(negatives.values())
     out.masks = list(masks.values())
     renumber(study_key, out)
 
 
+def _has_inference(pair: Mapping[str, Any]) -> bool:
+    """The pair's target lesion has lesion-inference pairs (ILS §4 rule 4)."""
+    return pair["target"] in LESIONS and traits(pair["target"]).lesion_inference
+
+
 def renumber(study_key: str, out: ComposedStudy) -> None:
-    """Pair ids numbered again from 0 in list order, and the masks no positive pair uses dropped (after pairs were
-    left out)."""
+    """Pair ids numbered again from 0 in list order; the masks no positive pair uses dropped and the rest
+    numbered again (ILS §12.1: ``k`` runs over the study's masks) after pairs were left out."""
     for name in ("positive_pairs", "negative_pairs"):
         setattr(out, name, [{**p, "pair_id": f"{study_key}_{name.split('_')[0]}_{i}"}
                             for i, p in enumerate(getattr(out, name))])
     used = {p["seg_mask_path"] for p in out.positive_pairs}
-    out.masks = [m for m in out.masks if m.path in used]
+    kept = [m for m in out.masks if m.path in used]
+    moved = {m.path: _mask_path(study_key, m.lesion, k) for k, m in enumerate(kept)}
+    out.masks = [MaskOut(moved[m.path], m.lesion, m.mask) for m in kept]
+    out.positive_pairs = [{**p, "seg_mask_path": moved[p["seg_mask_path"]]} for p in out.positive_pairs]
 
 
 def _heart_positive(study_key: str, lesion: str, g: GroundedFinding, heart: np.ndarray | None, config: IlsConfig,
@@ -372,8 +413,13 @@ def _has_side(labels: Sequence[str]) -> bool:
     return bool(labels) and not {"right", "left"} <= sides
 
 
+def _mask_path(study_key: str, lesion: str, k: int) -> str:
+    """``lesion_mask/``-relative path of the study's ``k``-th mask (ILS §12.1)."""
+    return f"{study_key}/{study_key}_{lesion}_{k}.png"
+
+
 def _add_mask(study_key: str, lesion: str, mask: np.ndarray, out: ComposedStudy) -> str:
-    path = f"{study_key}/{study_key}_{lesion}_{len(out.masks)}.png"
+    path = _mask_path(study_key, lesion, len(out.masks))
     out.masks.append(MaskOut(path, lesion, mask))
     return path
 
