@@ -199,3 +199,23 @@ def test_image_data_url_is_png_base64(bench, tmp_path):
     Image.new("L", (4, 4), 7).save(tmp_path / "x.jpg")
     converted = base64.b64decode(image_data_url(tmp_path / "x.jpg").split(",", 1)[1])
     assert converted.startswith(b"\x89PNG")
+
+
+def test_o3_names_colours_in_stored_gt_order(bench):
+    """O3 lists the GT points' colours in the stored answer_index order (the reference's order; "colours in GT index
+    order", §13.3); the implicit answer and the scored GT stay sorted."""
+    key = "edema_prr0"
+    case = bench.cases[key].model_copy(deep=True)
+    exp = case.contour_qa.contour_revision_qa_expansion
+    assert [o.color for o in exp.answer_options][:2] == ["red", "orange"] and exp.answer_index == [1, 2]
+    exp.answer_index = [2, 1]  # stored unsorted, as the released JSON can be
+    plan = plan_case(key, case)
+    q = {x.qid: x for x in plan.questions}
+    assert q["expansion"].gt == (1, 2) and q["expansion"].gt_stored == (2, 1)
+    answers = [("r", True), ("r", True), ("r", False)] + [("r", True)] * 6
+    reqs, _ = _run(plan, "explicit", answers)
+    o3 = _texts(reqs[4][-1])[0]
+    assert o3.startswith("Ground Truth Provided: The lesion mask is definitively needed to be revised using expansion "
+                         "operation at orange and red points.\n")
+    reqs, _ = _run(plan, "implicit", answers)
+    assert reqs[4][6] == {"role": "assistant", "content": "Answer: 1,2"}

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from cxrground.evaluation.percept.scoring import score_records, score_run
+from cxrground.evaluation.percept.scoring import reference_rows, score_records, score_run
 
 STAGE = {"detection": 1, "contour_eval": 2, "expansion": 3, "contraction": 3, "revision_result": 3,
          "distribution": 4, "location": 4, "severity": 4, "comparison": 4}
@@ -118,6 +118,13 @@ def test_chance_baselines_on_items(score):
     assert q["severity"]["RF"]["majority"] == 1.0
 
 
+def test_reference_rows_write_floats_as_python_does(score):
+    rows = reference_rows(score, "x")["model_performance_summary.csv"]
+    rr_e2e = rows[0]
+    assert rr_e2e["acc(stage2)"] == repr(2 / 3) == "0.6666666666666666" and rr_e2e["acc(stage1)"] == "1.0"
+    assert score["parse"]["overall"]["invalid-format"] == 0.0  # every label of parse_answer has a rate
+
+
 def test_score_run_writes_reference_csvs(tmp_path):
     plans = [plan("A", "RR", "edema"), plan("E", "LF", "edema")]
     run = tmp_path / "run"
@@ -127,23 +134,23 @@ def test_score_run_writes_reference_csvs(tmp_path):
     (run / "results.jsonl").write_text(json.dumps(record(plans[0], wrong={"severity"})) + "\n{torn")
     s = score_run(run, n_boot=50)
     assert s["missing_cases"] == ["E"]
-    rows = list(csv.DictReader((run / "model_performance_summary.csv").open()))
-    assert list(rows[0]) == ["path", "model", "setting", "acc(stage1)", "acc(stage2)", "acc(stage3)", "acc(stage4)",
-                             "depth"]
-    rr = [r for r in rows if r["path"] == "revision_required"]
-    assert [r["setting"] for r in rr] == ["end_to_end", "oracle_passed"]
-    assert rr[0]["acc(stage4)"] == "0.0000" and rr[0]["depth"] == "3.0000"
-    lf = next(r for r in rows if r["path"] == "lesion_free")
-    assert lf["acc(stage1)"] == "0.0000"
-    # the reference writes the mean of nothing as 0.0, never an empty cell (LF asks no Stage 2-4)
-    assert (lf["acc(stage2)"], lf["acc(stage3)"], lf["acc(stage4)"]) == ("0.0000", "0.0000", "0.0000")
-    assert all(v != "" for r in rows for v in r.values())
-    det = list(csv.DictReader((run / "model_performance_detail_contour_revision.csv").open()))
-    assert list(det[0])[:2] == ["path", "model"] and det[0]["path"] == "revision_required"
-    assert det[0]["acc(expansion)"] == "1.0000"
-    attr = list(csv.DictReader((run / "model_performance_detail_attribute_extraction.csv").open()))
-    assert list(attr[0])[:2] == ["path", "model"] and attr[0]["path"] == "revision_required+revision_free"
-    assert attr[0]["acc(severity/measurement)"] == "0.0000" and "acc(severity)" not in attr[0]
-    assert [k for k in attr[0] if k.startswith("acc(")] == ["acc(distribution)", "acc(location)",
-                                                          "acc(severity/measurement)", "acc(comparison)"]
+    # the reference's columns, path names and order, model name and number format (Python floats)
+    text = (run / "model_performance_summary.csv").read_text()
+    assert text.splitlines()[0] == "path,model,setting,acc(stage1),acc(stage2),acc(stage3),acc(stage4),depth"
+    rows = list(csv.DictReader(text.splitlines()))
+    assert [(r["path"], r["setting"]) for r in rows] == [
+        (p, s) for p in ("revision_required", "revision_free", "lesion_free") for s in ("end_to_end", "oracle_passed")]
+    assert {r["model"] for r in rows} == {"m"}
+    rr = rows[0]
+    assert (rr["acc(stage1)"], rr["acc(stage3)"], rr["acc(stage4)"], rr["depth"]) == ("1.0", "1.0", "0.0", "3.0")
+    # the reference writes the mean of nothing as 0.0, never an empty cell (no RF case; LF asks no Stage 2-4)
+    assert all(v == "0.0" for r in rows[2:4] for k, v in r.items() if k not in ("path", "model", "setting"))
+    lf = rows[4]
+    assert (lf["acc(stage1)"], lf["acc(stage2)"], lf["acc(stage3)"], lf["acc(stage4)"]) == ("0.0",) * 4
+    det = (run / "model_performance_detail_contour_revision.csv").read_text().splitlines()
+    assert det == ["path,model,acc(expansion),acc(contraction),acc(revision_result)",
+                   "revision_required,m,1.0,1.0,1.0"]
+    attr = (run / "model_performance_detail_attribute_extraction.csv").read_text().splitlines()
+    assert attr == ["path,model,acc(distribution),acc(location),acc(severity/measurement),acc(comparison)",
+                    "revision_required+revision_free,m,1.0,1.0,0.0,1.0"]
     assert json.loads((run / "score.json").read_text())["run"]["label"] == "m [none]"

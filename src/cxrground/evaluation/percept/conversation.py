@@ -26,6 +26,8 @@ Oracle settings (§13.3) fire only when the relevant earlier answer is not corre
   joined by ``,``) from the firing turn on; the raw response stays in the record for inspection.
 - ``explicit``: O1 (before Stage 2), O2 (before Stage 3, prefixed to the initial context), O3 (before 3c),
   O4 / O5 (RF / RR, before the first Stage-4 turn) + ``\\n\\n`` is prepended to the current user text.
+  O3 names the GT points' colours in the benchmark's stored ``answer_index`` order ("colours in GT index
+  order"; the reference's order), which need not be ascending.
 """
 
 from __future__ import annotations
@@ -88,6 +90,9 @@ class Question:
     options: tuple[str, ...]
     gt: tuple[int, ...]
     prefix: str = ""  # sent before the question (Stage 3a: the initial context)
+    #: The GT indices in the benchmark's stored order (expansion/contraction; empty: as ``gt``). ``gt`` is sorted;
+    #: the O3 text names the GT points' colours in this order, as the reference does.
+    gt_stored: tuple[int, ...] = ()
 
     @property
     def multi(self) -> bool:
@@ -206,9 +211,9 @@ def plan_case(key: str, case: Case) -> CasePlan:
                 raise _case_error(key, "RR expansion question names no image")
             qs.append(Question("expansion", 3, exp.question, (exp.relative_path,),
                                _point_texts(exp.answer_options), tuple(sorted(exp.answer_index)),
-                               prefix=cq.initial_context))
+                               prefix=cq.initial_context, gt_stored=tuple(exp.answer_index)))
             qs.append(Question("contraction", 3, con.question, (), _point_texts(con.answer_options),
-                               tuple(sorted(con.answer_index))))
+                               tuple(sorted(con.answer_index)), gt_stored=tuple(con.answer_index)))
             qs.append(Question("revision_result", 3, rev.question,
                                tuple(o.relative_path for o in rev.answer_options),
                                tuple(pt.mask_options(len(rev.answer_options))), (rev.answer_index,)))
@@ -359,8 +364,10 @@ class Conversation:
 
 
 def _gt_colors(q: Question) -> list[str]:
-    """Colours of the GT points of an expansion/contraction question (empty when the GT is None)."""
-    return [q.options[i - 1].removesuffix(" point") for i in q.gt if q.options[i - 1] != pt.NONE_OPTION]
+    """Colours of the GT points of an expansion/contraction question in the stored GT order (empty when the GT is
+    None)."""
+    return [q.options[i - 1].removesuffix(" point") for i in (q.gt_stored or q.gt)
+            if q.options[i - 1] != pt.NONE_OPTION]
 
 
 def plan_benchmark(bench: Benchmark, source: str | Path | None = None) -> list[CasePlan]:

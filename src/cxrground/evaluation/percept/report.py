@@ -17,7 +17,15 @@ from typing import Any, Final
 
 from cxrground.evaluation.percept.conversation import ATTRIBUTE_QIDS, REVISION_QIDS
 from cxrground.evaluation.percept.runner import CASES_FILE, CONFIG_FILE, RESULTS_FILE
-from cxrground.evaluation.percept.scoring import PATH_ORDER, SCORE_FILE, read_config, read_plans, score_run, write_csvs
+from cxrground.evaluation.percept.scoring import (
+    LABELS,
+    PATH_ORDER,
+    SCORE_FILE,
+    read_config,
+    read_plans,
+    score_run,
+    write_csvs,
+)
 
 __all__ = ["build_report", "load_scores", "render_report", "write_report"]
 
@@ -228,10 +236,10 @@ def render_report(scores: Sequence[dict[str, Any]], title: str = "CheXpercept ev
     parts.append(_bars(stages, [(s["run"]["label"], [s["parse"]["per_stage"][k]["unparseable"] for k in stages])
                                 for s in scores], "unparseable rate by stage"))
     prow = [[html.escape(s["run"]["label"]), str(s["parse"]["overall"]["n"]),
-             *(_pct(s["parse"]["overall"][k]) for k in ("parsed", "matched-by-text", "unparseable", "failed")),
+             *(_pct(s["parse"]["overall"].get(k)) for k in LABELS),
              str(len(s["failed_cases"])), str(len(s["missing_cases"])), str(len(s.get("bad_lines", [])))]
             for s in scores]
-    parts.append(_table(["run", "answers", "parsed %", "matched-by-text %", "unparseable %", "failed %",
+    parts.append(_table(["run", "answers", *(f"{k} %" for k in LABELS),
                          "failed cases", "missing cases", "unreadable result lines"], prow))
     bad = [f"<li>{html.escape(s['run']['label'])}: {html.escape(line)}</li>" for s in scores
            for line in s.get("bad_lines", [])]

@@ -391,7 +391,9 @@ class _Runner:
 
 def record_answer(conv: Conversation, content: str | None) -> dict[str, Any]:
     """Parse ``content`` as the answer to the current turn of ``conv`` (§14), record it in ``conv``; returns the
-    turn's parse record (``numbers``, ``label``, ``matched``, ``correct_lenient``)."""
+    turn's parse record (``numbers``, ``label``, ``matched``, ``correct_lenient``). Correctness is the reference
+    scorer's on the canonical numbers (:func:`~.parsing.is_correct`): an ``unparseable`` answer (nothing
+    extracted) is always wrong."""
     q = conv.current
     parsed = parse_answer(content, q.options, q.multi)
     conv.record(content, is_correct(parsed.numbers, q.gt, q.multi))

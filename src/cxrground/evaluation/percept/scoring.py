@@ -5,7 +5,8 @@ case and repeat wins). A selected case with no result line is *missing*; failed 
 scored with their unanswered questions wrong and listed. A line that holds no valid record (not UTF-8, not
 JSON, fields of the wrong type) is listed in ``bad_lines`` by file and line number, and the case it names counts
 as failed (:func:`score_run`). Empty, unparseable, failed and missing answers
-count as wrong and stay in every denominator.
+count as wrong and stay in every denominator; the other answers are scored as the reference scores the reference
+parser's numbers (:func:`~.parsing.is_correct`; an ``invalid-format`` answer by its first number or its set).
 
 Repeats (``percept eval --repeats N``, N > 1): every number is the mean over the N repeats (per case, the
 mean of its N correctness values; bootstrap CIs resample cases of these means), and each stage, depth and
@@ -45,13 +46,14 @@ import numpy as np
 from cxrground.errors import InputError
 from cxrground.evaluation.bootstrap import bootstrap_ci
 from cxrground.evaluation.percept.conversation import ATTRIBUTE_QIDS, QIDS, REVISION_QIDS
+from cxrground.evaluation.percept.parsing import LABEL_ORDER
 from cxrground.evaluation.percept.runner import CASES_FILE, CONFIG_FILE, RESULTS_FILE, USAGE_FILE, read_results
 from cxrground.percept.schema import SEVERITY_KEY
 from cxrground.vocab.percept_templates import PATH_ABBREVIATIONS
 from cxrground.vocab.traits import LESION_TRAITS, traits
 
-__all__ = ["PATH_ORDER", "SCORE_FILE", "read_config", "read_plans", "score_lines", "score_records", "score_repeats",
-           "score_run", "spread_rows", "write_csvs"]
+__all__ = ["PATH_ORDER", "SCORE_FILE", "read_config", "read_plans", "reference_rows", "score_lines", "score_records",
+           "score_repeats", "score_run", "spread_rows", "write_csvs"]
 
 PATH_ORDER: Final[tuple[str, ...]] = ("RR", "RF", "LF")
 SCORE_FILE: Final[str] = "score.json"
@@ -60,7 +62,8 @@ REVISION_CSV: Final[str] = "model_performance_detail_contour_revision.csv"
 ATTRIBUTE_CSV: Final[str] = "model_performance_detail_attribute_extraction.csv"
 SUMMARY_COLUMNS: Final[tuple[str, ...]] = ("path", "model", "setting", "acc(stage1)", "acc(stage2)", "acc(stage3)",
                                            "acc(stage4)", "depth")
-LABELS: Final[tuple[str, ...]] = ("parsed", "matched-by-text", "unparseable", "failed")
+#: Parse labels whose rates are reported: those of :func:`~.parsing.parse_answer`, then ``failed`` (no answer).
+LABELS: Final[tuple[str, ...]] = (*LABEL_ORDER, "failed")
 #: The reference CSVs name paths in full (``revision_required`` …) and the severity question by its §12 key.
 CSV_PATH_NAMES: Final[dict[str, str]] = {short: full for full, short in PATH_ABBREVIATIONS.items()}
 CSV_QUESTION_NAMES: Final[dict[str, str]] = {"severity": SEVERITY_KEY}
@@ -364,12 +367,14 @@ def score_run(run: str | Path, n_boot: int = 1000) -> dict[str, Any]:
 
 
 def _fmt(x: float | None) -> str:
-    """A CSV accuracy: 4 decimals; no item to score is 0.0, as the reference writes it (mean of nothing)."""
+    """A printed accuracy (:func:`score_lines`): 4 decimals; no item to score is 0.0 (the reference's mean of
+    nothing)."""
     return f"{0.0 if x is None else x:.4f}"
 
 
 def summary_rows(score: dict[str, Any]) -> list[dict[str, str]]:
-    """Rows of ``model_performance_summary.csv`` (settings ``end_to_end`` and ``oracle_passed``)."""
+    """The summary rows :func:`score_lines` prints per path with cases (settings ``end_to_end`` and
+    ``oracle_passed``; ``model`` = the run label, 4 decimals); the CSV rows are :func:`reference_rows`."""
     rows = []
     for path, block in score["paths"].items():
         for setting in ("end_to_end", "oracle_passed"):
@@ -410,22 +415,50 @@ def score_lines(score: dict[str, Any]) -> tuple[list[str], str | None]:
                    f"wrong){unreadable}")
 
 
+def _ref_value(x: float | None) -> str:
+    """A reference-CSV number: the float as Python writes it (``0.5``, ``0.3333333333333333``); the mean of
+    nothing is ``0.0``, as the reference writes it."""
+    return repr(float(0.0 if x is None else x))
+
+
+def reference_rows(score: dict[str, Any], model: str) -> dict[str, list[dict[str, str]]]:
+    """The rows of the three reference CSVs (file name -> rows) for one run, with ``model`` in the model column:
+    the reference's columns and number format, all three paths in its order (a path without cases is all 0.0)."""
+    summary = []
+    for path in PATH_ORDER:
+        block = score["paths"].get(path)
+        for setting in ("end_to_end", "oracle_passed"):
+            row = {"path": CSV_PATH_NAMES[path], "model": model, "setting": setting}
+            for s in (1, 2, 3, 4):
+                row[f"acc(stage{s})"] = _ref_value(block[setting][f"stage{s}"]["acc"] if block else None)
+            row["depth"] = _ref_value(block["depth"]["mean"] if block else None)
+            summary.append(row)
+    out = {SUMMARY_CSV: summary}
+    for name, qids in ((REVISION_CSV, REVISION_QIDS), (ATTRIBUTE_CSV, ATTRIBUTE_QIDS)):
+        out[name] = [{"path": DETAIL_PATHS[name], "model": model,
+                      **{f"acc({CSV_QUESTION_NAMES.get(q, q)})": _ref_value(score["subtasks"][q]["acc"])
+                         for q in qids}}]
+    return out
+
+
 def write_csvs(folder: Path, scores: Sequence[dict[str, Any]], summary_name: str = SUMMARY_CSV) -> None:
-    """The reference CSVs for ``scores`` (one model each) in ``folder``."""
-    def write(name: str, columns: Sequence[str], rows: list[dict[str, str]]) -> None:
+    """The reference CSVs for ``scores`` (one run each) in ``folder``: the reference's columns and number format.
+    Per run (``summary_name`` = :data:`SUMMARY_CSV`): the three files, ``model`` = the run's model spec. Across
+    runs (``all_models_summary.csv``): the summary rows only, ``model`` = the run label ``{model} [{oracle}]``,
+    since one report may hold runs of several oracle settings."""
+    def write(name: str, rows: list[dict[str, str]]) -> None:
+        columns = list(rows[0]) if rows else list(SUMMARY_COLUMNS)
         with (folder / name).open("w", newline="", encoding="utf-8") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(columns))
+            w = csv.DictWriter(fh, fieldnames=columns)
             w.writeheader()
             w.writerows(rows)
 
-    write(summary_name, SUMMARY_COLUMNS, [{**r, "path": CSV_PATH_NAMES.get(r["path"], r["path"])}
-                                          for s in scores for r in summary_rows(s)])
     if summary_name != SUMMARY_CSV:
+        write(summary_name, [r for s in scores for r in reference_rows(s, s["run"]["label"])[SUMMARY_CSV]])
         return
-    for name, qids in ((REVISION_CSV, REVISION_QIDS), (ATTRIBUTE_CSV, ATTRIBUTE_QIDS)):
-        acc = {q: f"acc({CSV_QUESTION_NAMES.get(q, q)})" for q in qids}
-        cols = ["path", "model", "setting", "n", *acc.values()]
-        rows = [{"path": DETAIL_PATHS[name], "model": s["run"]["label"], "setting": "oracle_passed",
-                 "n": str(s["subtasks"][qids[0]]["n"]), **{acc[q]: _fmt(s["subtasks"][q]["acc"]) for q in qids}}
-                for s in scores]
-        write(name, cols, rows)
+    tables: dict[str, list[dict[str, str]]] = {}
+    for s in scores:
+        for name, rows in reference_rows(s, s["run"]["model"]).items():
+            tables.setdefault(name, []).extend(rows)
+    for name, rows in tables.items():
+        write(name, rows)
