@@ -98,7 +98,10 @@ def test_erosion_kernel_from_right_lung_rows_t1_t2() -> None:
     right[3, 0:10] = True
     right[6, 0:7] = True
     assert erosion_kernel_size(right) == 4
-    assert erosion_kernel_size(np.zeros((12, 20), dtype=bool)) == 50
+    # an empty right lung: 50 px @1024, scaled by the longest side (§0)
+    assert erosion_kernel_size(np.zeros((1024, 800), dtype=bool)) == 50
+    assert erosion_kernel_size(np.zeros((1500, 2048), dtype=bool)) == 100
+    assert erosion_kernel_size(np.zeros((12, 20), dtype=bool)) == 1
     # a one-pixel-wide lung: w = 1, int(0.5) = 0 -> k = max(1, 0) = 1
     thin = np.zeros((12, 20), dtype=bool)
     thin[2:9, 5] = True
@@ -217,13 +220,17 @@ def test_empty_core_falls_back_to_the_whole_lung() -> None:
     assert np.array_equal(g.cpa["left costophrenic angle"], rect(SHAPE, (64, 79), (60, 62)))
 
 
-def test_empty_right_lung_uses_k_50_and_empty_regions() -> None:
+def test_empty_right_lung_uses_k_50_at_1024_and_empty_regions() -> None:
     g = percept_geometry(np.zeros(SHAPE, dtype=bool), LEFT)
-    assert g.kernel == 50
+    assert g.kernel == 5  # 50 px @1024 on a 100-px image (§0)
     assert not g.peripheral["right peripheral lung"].any()
     assert not any(g.subregions[n].any() for n in SUBREGION_NAMES if n.startswith("right"))
-    # the 30-px-wide left lung has no 50 x 50 core -> whole lung is peripheral
-    assert np.array_equal(g.peripheral["left peripheral lung"], LEFT)
+    rim = g.peripheral["left peripheral lung"]
+    assert rim.any() and not (rim & ~LEFT).any() and rim.sum() < LEFT.sum()  # the 30-px lung has a 5 x 5 core
+    big = (1024, 1024)
+    left = rect(big, (200, 799), (600, 629))  # 30 px wide: no 50 x 50 core -> the whole lung is peripheral
+    g = percept_geometry(np.zeros(big, dtype=bool), left)
+    assert g.kernel == 50 and np.array_equal(g.peripheral["left peripheral lung"], left)
 
 
 # --- §5.5 sub-regions ------------------------------------------------------------------------------

@@ -159,6 +159,11 @@ def test_parse_lesion_inference():
     assert (d.target, d.presence) == ("pneumonia", "definite")
     assert (t.target, t.presence) == ("edema", "tentative")
     assert (n.target, n.presence) == ("opacity in the right lung", "absent")
+    # §15.2's pattern is the phrase alone, wherever it occurs: a reply without "It is" / "There" is read too
+    short = parse_answer("[SEG] Highly suggestive of pneumonia.", q)
+    assert (short.target, short.presence) == ("pneumonia", "definite")
+    assert parse_answer("[SEG] Possibly reflects edema", q).presence == "tentative"
+    assert parse_answer("[SEG] It is not pneumonia.", q).presence == NOT_EXTRACTED  # "is no" needs the space
 
 
 def test_cardiomegaly_seg_only_answers_match():

@@ -61,7 +61,7 @@ __all__ = [
     "vertical_thirds",
 ]
 
-#: §5.4: erosion kernel side when the right lung is empty.
+#: §5.4: erosion kernel side (@1024, scaled by §0's ``s = L / 1024``) when the right lung is empty.
 DEFAULT_EROSION_KERNEL: Final[int] = 50
 #: §5.4: the costophrenic angle keeps the rim rows ``y ≥ ly0 + int(0.75·(ly1 − ly0))``.
 CPA_FRACTION: Final[float] = 0.75
@@ -187,11 +187,12 @@ def medial_lateral(lung: np.ndarray, side: str) -> dict[str, np.ndarray]:
 
 def erosion_kernel_size(right_lung: np.ndarray) -> int:
     """Return the §5.4 core-erosion kernel side ``k = max(1, int(w/2))``, ``w`` the mean right-lung width of
-    rows ``t1 = ry0 + (ry1−ry0)//3`` and ``t2 = ry0 + 2(ry1−ry0)//3``; 50 when the right lung is empty."""
+    rows ``t1 = ry0 + (ry1−ry0)//3`` and ``t2 = ry0 + 2(ry1−ry0)//3``; when the right lung is empty, 50 px @1024
+    scaled to the image (§0: ``s = L / 1024``, ``L`` its longest side, rounded to the nearest integer ≥ 1)."""
     right = as_mask(right_lung, "right lung mask")
     rows = _rows(right)
     if rows.size == 0:
-        return DEFAULT_EROSION_KERNEL
+        return max(1, round(DEFAULT_EROSION_KERNEL * max(right.shape) / 1024))
     ry0, ry1 = int(rows[0]), int(rows[-1])
     t1 = ry0 + (ry1 - ry0) // 3
     t2 = ry0 + (2 * (ry1 - ry0)) // 3

@@ -2,7 +2,8 @@
 
 GT and predicted answers are parsed into ``(type, target, location, presence)``. The parsing patterns are
 derived from the answer templates of :mod:`cxrground.vocab.ils_templates` (lower-cased, ``[SEG]`` and the
-final dot removed, first match anywhere in the answer, trailing dots ignored). :func:`lenient_match` and
+final dot removed, first match anywhere in the answer, trailing dots ignored; the lesion-inference phrases are
+§15.2's, the templates' last words before the lesion). :func:`lenient_match` and
 :func:`unordered_match` are the two relaxed comparisons for global positives.
 """
 
@@ -62,11 +63,17 @@ def _prefix(template: str, word: str) -> str:
 _BASIC_NEG = _template_regex(BASIC_NEGATIVE)  # there is no (target) in the (location)
 _GLOBAL_POS = _template_regex(GLOBAL_POSITIVE)  # it is located in the (location)
 _GLOBAL_NEG = _template_regex(GLOBAL_NEGATIVE)  # there is no (target)
+#: §15.2's lesion-inference phrases ``(highly suggestive of | possibly reflects | is no) (X)``: the last words
+#: before the lesion of each template, so "[SEG] Highly suggestive of pneumonia." is read as the spec reads it.
 _LI_PHRASES = {
-    _prefix(LESION_INFERENCE_DEFINITIVE, "{lesion}"): "definite",
-    _prefix(LESION_INFERENCE_TENTATIVE, "{lesion}"): "tentative",
-    _prefix(LESION_INFERENCE_NEGATIVE, TENTATIVE_WORD): "absent",
+    "highly suggestive of ": "definite",
+    "possibly reflects ": "tentative",
+    "is no ": "absent",
 }
+for _template, _word, _phrase in ((LESION_INFERENCE_DEFINITIVE, "{lesion}", "highly suggestive of "),
+                                  (LESION_INFERENCE_TENTATIVE, "{lesion}", "possibly reflects "),
+                                  (LESION_INFERENCE_NEGATIVE, TENTATIVE_WORD, "is no ")):
+    assert _prefix(_template, _word).endswith(_phrase), (_template, _phrase)  # one source of truth: the templates
 _LI = re.compile("(?P<phrase>" + "|".join(re.escape(p) for p in _LI_PHRASES) + r")(?P<target>.+?)\.*$")
 _LI_MARK = LESION_INFERENCE_INSTRUCTION.lower().rstrip(".").rsplit(" and ", 1)[-1]  # "predict its type"
 _SEGMENT = BASIC_INSTRUCTION.lower().split(" ", 1)[0]  # "segment"
