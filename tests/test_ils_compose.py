@@ -315,3 +315,26 @@ def test_a_heart_called_prominent_withholds_the_cardiomegaly_negative() -> None:
     assert [x.assertion for x in negated] == ["absent"]
     out = compose_pairs("s1", list(negated), [], list(ILS_LOCATION_LABELS), 0.40, None, IlsConfig())
     assert "cardiomegaly" in {n["target"] for n in out.negative_pairs} and not out.dropped
+
+
+def test_opacity_negatives_take_the_lesion_inference_form_at_the_configured_share():
+    """ILS §11.2: a share of the opacity negatives (``IlsConfig.opacity_lesion_inference_share``, 0.494 by default)
+    is written as lesion-inference negatives ("Segment the opacity in the ... and predict its type." → "There is no
+    opacity in the ..."), with target ``opacity``; 0 and 1 give none and all."""
+    ef = f("effusion", rl=("left lung base",))
+    free = [lab for lab in ILS_LOCATION_LABELS if lab.startswith("right")]
+
+    def kinds(share: float) -> Counter:
+        out: Counter = Counter()
+        for seed in range(400):
+            config = IlsConfig(seed=seed, opacity_lesion_inference_share=share)
+            for n in compose_pairs(f"s{seed}", [ef], [g(ef)], free, 0.3, mask(), config).negative_pairs:
+                if n["target"] == "opacity":
+                    out[n["type"]] += 1
+        return out
+
+    default = kinds(IlsConfig().opacity_lesion_inference_share)
+    share = default["lesion_inference"] / sum(default.values())
+    assert sum(default.values()) >= 300 and abs(share - 0.494) < 0.07, default
+    assert kinds(0.0)["lesion_inference"] == 0
+    assert set(kinds(1.0)) == {"lesion_inference"}
