@@ -26,7 +26,12 @@ def show(request: GeometryRequest) -> None:
 @anatomy.command("zones")
 @threads_option
 @click.option("--images", type=DIR, required=True, help="Folder of PNG / JPEG / DICOM films (searched recursively).")
-@click.option("--out", type=OUT_DIR, required=True, help="Output folder (outside the image folder).")
+@click.option("--out", type=OUT_DIR, required=True,
+              help="Output folder (outside the image folder). A rerun of the same run resumes it (films done are "
+                   "skipped); a folder holding another run's results is refused.")
+@click.option("--overwrite", is_flag=True,
+              help="Delete the results of another run in --out (zones.csv, failures.jsonl, zones.json, overlays/ and "
+                   "the run files) and start afresh.")
 @click.option("--normative", type=FILE, default=None, help="Normative model .npz (default: the shipped normative_v1).")
 @click.option("--no-overlays", is_flag=True, help="Write zones.csv only.")
 @click.option("--metadata", type=FILE, default=None,
@@ -48,8 +53,8 @@ def show(request: GeometryRequest) -> None:
                    "lesion), `normative` (the normative z score and its threshold), or a zone classifier .npz from "
                    "`anatomy fit-zones`; a classifier (and the zone_prior readers, which read zone_sim_v1) must "
                    "have been fitted with the same --normative.")
-def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool, metadata: Path | None,
-          qc_orientation: bool, zone_model: str) -> None:
+def zones(images: Path, out: Path, overwrite: bool, normative: Path | None, no_overlays: bool,
+          metadata: Path | None, qc_orientation: bool, zone_model: str) -> None:
     """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every frontal film: OUT/zones.csv."""
     from cxrground.anatomy.segment import get_segmenter
     from cxrground.datasets.views import load_view_table
@@ -61,7 +66,7 @@ def zones(images: Path, out: Path, normative: Path | None, no_overlays: bool, me
     reader = resolve_zone_reader(zone_model)
     readings, failures = write_zones(find_images(images), out, get_segmenter("unet"), model,
                                      overlays=not no_overlays, root=images, zone_model=reader, views=views,
-                                     orientation_check=qc_orientation)
+                                     orientation_check=qc_orientation, overwrite=overwrite)
     flagged = sum(sum(r.flags.values()) for r in readings)
     how = f"threshold z {model.zone_threshold:.2f}" if reader is None else reader_name(reader)
     click.echo(f"wrote {out / 'zones.csv'}: {len(readings)} images, {flagged} zones flagged, "

@@ -5,7 +5,8 @@ Per image: the segmenter (default: the shipped lung U-Net with the heart width s
 the lungs and heart, which must pass the lung plausibility check
 (:func:`~cxrground.anatomy.segment.plausibility.segment_checked`); a zone reader gives each zone's score and flag
 on the working grid (longest side at most :data:`~cxrground.anatomy.segment.builtin.ANATOMY_WORK_SIZE`).
-``OUT/zones.csv`` has the columns :data:`CSV_COLUMNS`; ``OUT/overlays/<stem>.png`` shows the lungs, heart,
+``OUT/zones.csv`` has the columns :data:`CSV_COLUMNS`; ``OUT/overlays/<relative path>.png`` (:func:`overlay_names`)
+shows the lungs, heart,
 flagged zones and the reader's map; ``OUT/failures.jsonl`` lists images that could not be read or segmented or
 whose lungs are implausible, with the reason; ``OUT/zones.json`` says which reader produced the flags.
 
@@ -31,7 +32,10 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
+import io
 import json
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -54,7 +58,8 @@ from cxrground.lesions.zone_classifier import SHIPPED_ZONE_READER, ZoneClassifie
 from cxrground.lesions.zone_features import check_same_normative, feature_columns, normative_hash, zone_feature_matrix
 from cxrground.lesions.zone_prior import PRIOR_READERS, PriorZoneReader
 
-__all__ = ["CSV_COLUMNS", "NORMATIVE_READER", "ZoneReading", "check_out_folder", "film_features", "find_images",
+__all__ = ["CSV_COLUMNS", "NORMATIVE_READER", "PROGRESS_FILE", "RUN_FILE", "ZoneReading", "check_out_folder",
+           "film_features", "find_images", "overlay_names",
            "read_zones", "reader_name", "resolve_zone_reader", "work_grid_inputs", "write_zones", "zones_overlay",
            "zones_provenance"]
 
@@ -258,10 +263,105 @@ def _raise_if_wrongly_posed(image: CXRImage, seg: LungHeartMasks, segmenter: Lun
         raise InputError(problem, path)
 
 
+#: The run record of ``anatomy zones`` in its output folder (settings, inputs; kept after the run).
+RUN_FILE: Final[str] = ".zones-run.json"
+#: One line per film done (its reading or its failure, with the film's sha256), appended and flushed per film.
+PROGRESS_FILE: Final[str] = ".zones-progress.jsonl"
+OVERLAY_DIR: Final[str] = "overlays"
+#: What ``anatomy zones`` writes in its output folder (``--overwrite`` deletes these and nothing else).
+_OUTPUTS: Final[tuple[str, ...]] = ("zones.csv", "failures.jsonl", "zones.json", RUN_FILE, PROGRESS_FILE)
+
+
+def overlay_names(names: Sequence[str]) -> dict[str, str]:
+    """The overlay file of each film name (its path relative to the image folder): ``overlays/<name>.png``, the
+    relative path and extension kept (``sub/x.jpg`` → ``overlays/sub/x.jpg.png``, ``img1.png`` →
+    ``overlays/img1.png.png``); a name that would still clash with another (the same name twice, or a file named
+    like another's folder) gets ``.<first 8 hex of sha256(name)>`` before ``.png``."""
+    out: dict[str, str] = {}
+    used: set[str] = set()
+    folders: set[str] = set()
+    for name in names:
+        rel = f"{name}.png"
+        parents = {p.as_posix() for p in Path(rel).parents if p.as_posix() != "."}
+        if rel in used or rel in folders or parents & used:
+            stem = f"{name}.{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+            rel = f"{stem}.png"
+            parents = {p.as_posix() for p in Path(rel).parents if p.as_posix() != "."}
+        out[name] = f"{OVERLAY_DIR}/{rel}"
+        used.add(rel)
+        folders |= parents
+    return out
+
+
+def _run_record(names: Sequence[str], model: NormativeModel, zone_model: ZoneReader | None, overlays: bool,
+                root: Path | None, views: Mapping[str, str] | None, orientation_check: bool,
+                stems: Sequence[str]) -> dict[str, Any]:
+    from cxrground.io.files import sha256_json
+
+    prov = zones_provenance(model, zone_model, 0, 0)
+    for k in ("images", "failures"):
+        prov.pop(k, None)
+    view_of = {s: (views or {}).get(s) for s in stems if (views or {}).get(s)}
+    return {"images": str(root.resolve()) if root is not None else None, "films": len(names),
+            "films_sha256": sha256_json(list(names)), "reader": json.loads(json.dumps(prov, default=str)),
+            "overlays": overlays, "orientation_check": orientation_check, "views_sha256": sha256_json(view_of)}
+
+
+def _clear_outputs(out: Path) -> None:
+    """Delete what ``anatomy zones`` writes in ``out`` (its files and its overlay folder), nothing else."""
+    for name in _OUTPUTS:
+        (out / name).unlink(missing_ok=True)
+    if (out / OVERLAY_DIR).is_dir():
+        shutil.rmtree(out / OVERLAY_DIR)
+
+
+def _check_run(out: Path, record: dict[str, Any], overwrite: bool) -> None:
+    """Refuse an output folder holding another run's results (other films, settings or reader) unless
+    ``overwrite`` (then its outputs are deleted); a folder with the same run record resumes."""
+    run_file = out / RUN_FILE
+    if run_file.is_file():
+        try:
+            old = json.loads(run_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            old = None
+        if old == record:
+            return
+        changed = sorted(k for k in record if not isinstance(old, dict) or old.get(k) != record[k])
+        what = "changed: " + ", ".join(changed) if changed else "an unreadable run record"
+        if not overwrite:
+            raise ConfigError(f"output folder {out} holds another anatomy zones run ({what}); use another --out "
+                              "or --overwrite")
+        _clear_outputs(out)
+    elif any((out / n).exists() for n in ("zones.csv", "failures.jsonl", "zones.json", OVERLAY_DIR)):
+        if not overwrite:
+            raise ConfigError(f"output folder {out} holds the results of another anatomy zones run (no run record "
+                              f"{RUN_FILE}); use another --out or --overwrite")
+        _clear_outputs(out)
+
+
+def _read_progress(path: Path) -> dict[str, dict[str, Any]]:
+    """The films done by earlier (killed) sessions: name → its progress line; a torn last line is cut off."""
+    done: dict[str, dict[str, Any]] = {}
+    if not path.is_file():
+        return done
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        data = data[: data.rfind(b"\n") + 1]
+        path.write_bytes(data)
+    for line in data.decode("utf-8", "replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("image"), str):
+            done[rec["image"]] = rec
+    return done
+
+
 def write_zones(
     images: Iterable[Path], out: Path, segmenter: LungHeartSegmenter, model: NormativeModel,
     overlays: bool = True, root: Path | None = None, zone_model: ZoneReader | None = None,
-    views: Mapping[str, str] | None = None, orientation_check: bool = False,
+    views: Mapping[str, str] | None = None, orientation_check: bool = False, overwrite: bool = False,
 ) -> tuple[list[ZoneReading], list[Failure]]:
     """Read every frontal image, write ``out/zones.csv`` (+ overlays, failures, ``zones.json`` provenance); returns
     readings and failures. An image whose view (its DICOM header, else ``views`` by file-name stem) is not PA or AP
@@ -272,37 +372,71 @@ def write_zones(
     (:func:`check_out_folder`). ``zone_model``: flags from
     that classifier; refused (:class:`~cxrground.errors.InputError`) when it was trained with another
     normative model.
+
+    Resumable: each film's reading (or failure) is appended to ``out/.zones-progress.jsonl`` (flushed) as it is
+    done, with the film's sha256; ``out/.zones-run.json`` records the run (films, reader, normative model,
+    settings). A rerun with the same record skips the films done (a film changed since is refused); a folder
+    holding another run's results is refused unless ``overwrite``, which first deletes what this function writes
+    there (``zones.csv``, ``failures.jsonl``, ``zones.json``, ``overlays/``, the two run files). ``zones.csv``,
+    ``failures.jsonl`` and ``zones.json`` are written atomically at the end, in film order. Overlay names:
+    :func:`overlay_names`.
     """
+    from cxrground.io.files import atomic_write_text, sha256_file
+
     if root is not None:
         check_out_folder(out, root)
     if isinstance(zone_model, ZoneClassifier):
         check_same_normative(zone_model, model)
     if isinstance(zone_model, PriorZoneReader):
         check_same_normative(zone_model.classifier, model)
+    paths = list(images)
+    names = [str(p.relative_to(root).as_posix()) if root is not None else p.name for p in paths]
+    record = _run_record(names, model, zone_model, overlays, root, views, orientation_check,
+                         [p.stem for p in paths])
     out.mkdir(parents=True, exist_ok=True)
+    _check_run(out, record, overwrite)
+    atomic_write_text(out / RUN_FILE, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    done = _read_progress(out / PROGRESS_FILE)
+    overlay_of = overlay_names(names)
     readings: list[ZoneReading] = []
     failures: list[Failure] = []
-    for path in images:
-        name = str(path.relative_to(root)) if root is not None else path.name
-        try:
-            im = read_image(path)
-            view = im.view or (views or {}).get(path.stem)
-            if view and not is_frontal(view):
-                raise InputError(f"view {view.upper()} is not frontal (PA/AP): zones are read on frontal films", path)
-            reading, seg, z = read_zones(im, segmenter, model, name, zone_model)
-            if orientation_check:
-                _raise_if_wrongly_posed(im, seg, segmenter, path)
-        except (InputError, CXRGroundError) as exc:
-            failures.append(Failure.from_exception(path, "zones", exc))
-            continue
-        readings.append(reading)
-        if overlays:
-            stem = name.replace("/", "__").rsplit(".", 1)[0]
-            write_image(out / "overlays" / f"{stem}.png", zones_overlay(im, seg, z, reading))
-    _write_csv(out / "zones.csv", readings)
-    (out / "failures.jsonl").write_text("".join(json.dumps(asdict(f)) + "\n" for f in failures), encoding="utf-8")
+    with (out / PROGRESS_FILE).open("a", encoding="utf-8") as progress:
+        for path, name in zip(paths, names, strict=True):
+            digest = sha256_file(path)
+            rec = done.get(name)
+            if rec is not None:
+                if rec.get("sha256") != digest:
+                    raise ConfigError(f"film {name} changed since the interrupted run in {out} read it; use "
+                                      "--overwrite to start afresh")
+                if "reading" in rec:
+                    readings.append(ZoneReading(**rec["reading"]))
+                else:
+                    failures.append(Failure(**rec["failure"]))
+                continue
+            try:
+                im = read_image(path)
+                view = im.view or (views or {}).get(path.stem)
+                if view and not is_frontal(view):
+                    raise InputError(f"view {view.upper()} is not frontal (PA/AP): zones are read on frontal films",
+                                     path)
+                reading, seg, z = read_zones(im, segmenter, model, name, zone_model)
+                if orientation_check:
+                    _raise_if_wrongly_posed(im, seg, segmenter, path)
+            except (InputError, CXRGroundError) as exc:
+                failure = Failure.from_exception(path, "zones", exc)
+                failures.append(failure)
+                line = {"image": name, "sha256": digest, "failure": asdict(failure)}
+            else:
+                readings.append(reading)
+                if overlays:
+                    write_image(out / overlay_of[name], zones_overlay(im, seg, z, reading))
+                line = {"image": name, "sha256": digest, "reading": asdict(reading)}
+            progress.write(json.dumps(line, sort_keys=True) + "\n")
+            progress.flush()
+    atomic_write_text(out / "zones.csv", _csv_text(readings))
+    atomic_write_text(out / "failures.jsonl", "".join(json.dumps(asdict(f)) + "\n" for f in failures))
     provenance = zones_provenance(model, zone_model, len(readings), len(failures))
-    (out / "zones.json").write_text(json.dumps(provenance, indent=1) + "\n", encoding="utf-8")
+    atomic_write_text(out / "zones.json", json.dumps(provenance, indent=1) + "\n")
     return readings, failures
 
 
@@ -333,9 +467,10 @@ def zones_provenance(model: NormativeModel, zone_model: ZoneReader | None, image
             "zone_model": {k: meta[k] for k in keep if k in meta}, "images": images, "failures": failures}
 
 
-def _write_csv(path: Path, readings: Sequence[ZoneReading]) -> None:
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(CSV_COLUMNS))
-        writer.writeheader()
-        for r in readings:
-            writer.writerow(r.csv_row())
+def _csv_text(readings: Sequence[ZoneReading]) -> str:
+    fh = io.StringIO(newline="")
+    writer = csv.DictWriter(fh, fieldnames=list(CSV_COLUMNS))
+    writer.writeheader()
+    for r in readings:
+        writer.writerow(r.csv_row())
+    return fh.getvalue()

@@ -9,7 +9,13 @@ balanced sample → per sampled case its images and its JSON entry → ``chexper
   (:func:`cxrground.percept.cases.seeded_rng`); the sample from ``(seed, lesion, path)``.
 * Resumability: plan units and finished cases are written atomically under ``BENCH/.work/`` (file names are
   the neutral case ids) and reused by a rerun with the same settings; ``.work`` is deleted after a complete
-  build unless ``keep_work``. A rerun into a folder holding another build's settings needs ``overwrite``.
+  build unless ``keep_work``. A finished build keeps its settings in ``build_settings.json`` (written just
+  before ``MANIFEST.sha256``, the last file). A rerun into a folder holding another build's settings (finished
+  or not) is refused naming the changed settings unless ``overwrite``; the same settings on a finished folder
+  is a no-op ("already built").
+* ``overwrite`` first deletes the old build's top-level files (``MANIFEST.sha256`` and ``chexpercept.json``
+  first), then ``cases/`` and ``.work/``: a build killed after that leaves no ``chexpercept.json`` pointing at
+  deleted cases, and a rerun resumes the new build.
 * Workers: a spawn process pool over cases (``workers > 1``); outputs do not depend on the worker count.
 * Output is byte-identical for the same inputs and seed: JSON with sorted keys, floats rounded to 6 decimals,
   PNGs without metadata, manifest sorted by path.
@@ -30,7 +36,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +60,7 @@ from cxrground.percept.cases import (
     split_rf_rr,
 )
 from cxrground.percept.layout import (
+    BUILD_SETTINGS_FILE,
     CARD_FILE,
     CASES_DIR,
     DEFORMATION_FILE,
@@ -86,6 +93,7 @@ class BuildSummary:
     seconds: float
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    already_built: bool = False
 
 
 # --- pool -------------------------------------------------------------------------------------------
@@ -148,6 +156,59 @@ def _check_settings(opts: BuildOptions, dataset: Any, ils_file: Path) -> None:
                           f"its splits: {have}")
 
 
+#: The build's top-level outputs, deleted by ``overwrite`` in this order (the manifest and the benchmark file first).
+_TOP_FILES = (MANIFEST_FILE, BENCHMARK_FILE, BUILD_SETTINGS_FILE, CARD_FILE, DEFORMATION_FILE, FAILURES_FILE)
+
+
+def _settings_record(opts: BuildOptions) -> dict[str, Any]:
+    return {"settings_hash": opts.settings_hash(), "settings": json.loads(json.dumps(asdict(opts)))}
+
+
+def _read_settings(path: Path) -> dict[str, Any] | None:
+    """The settings record at ``path``, or None when it is missing or unreadable."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("settings_hash"), str) else None
+
+
+def _changed(prior: dict[str, Any] | None, now: dict[str, Any]) -> str:
+    """Which settings differ, for the refusal message."""
+    if prior is None:
+        return "its settings are not recorded"
+    old = prior.get("settings")
+    if not isinstance(old, dict):
+        return f"settings hash {prior['settings_hash']} vs {now['settings_hash']}"
+    keys = sorted(k for k in set(old) | set(now["settings"]) if old.get(k) != now["settings"].get(k))
+    if not keys:
+        return f"settings hash {prior['settings_hash']} vs {now['settings_hash']}"
+    return "changed: " + ", ".join(f"{k} {old.get(k)!r} -> {now['settings'].get(k)!r}" for k in keys)
+
+
+def _clear_build(out: Path) -> None:
+    """Delete the build in ``out`` (``overwrite``): the top-level files first, then ``cases/`` and ``.work/``."""
+    for name in _TOP_FILES:
+        (out / name).unlink(missing_ok=True)
+    for name in (CASES_DIR, WORK_DIR):
+        if (out / name).exists():
+            shutil.rmtree(out / name)
+
+
+def _already_built(out: Path, started: float) -> BuildSummary:
+    """The summary of a finished benchmark rebuilt with its own settings: nothing is recomputed."""
+    from cxrground.percept.schema import load_benchmark
+
+    achieved: dict[str, dict[str, int]] = {lesion: dict.fromkeys(SAMPLE_PATHS, 0) for lesion in LESIONS}
+    for key, case in load_benchmark(out).cases.items():
+        achieved[case.lesion_of(key)][case.path(key)] += 1
+    failures = (out / FAILURES_FILE).read_text(encoding="utf-8").splitlines() if (out / FAILURES_FILE).is_file() \
+        else []
+    table = count_arithmetic(achieved)
+    return BuildSummary(str(out), table.cxrs, table.items, 0, 0, len(failures),
+                        round(time.perf_counter() - started, 2), achieved, already_built=True)
+
+
 def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, progress: bool = True,
                     overwrite: bool = False, keep_work: bool = False) -> BuildSummary:
     """Build (or resume) the benchmark in ``out_dir``; see the module docstring."""
@@ -162,13 +223,27 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     if workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
     stamp = work / "settings.json"
-    settings = {"settings_hash": opts.settings_hash()}
-    if stamp.is_file() and json.loads(stamp.read_text()) != settings:
+    settings = _settings_record(opts)
+    finished = out / BUILD_SETTINGS_FILE
+    if not stamp.is_file() and ((out / BENCHMARK_FILE).is_file() or finished.is_file()):
+        prior = _read_settings(finished)
         if not overwrite:
-            raise ConfigError(f"{out} holds a build with other settings; use another folder or --overwrite")
-        shutil.rmtree(work)
-    if overwrite and (out / CASES_DIR).exists() and not stamp.is_file():
-        shutil.rmtree(out / CASES_DIR)
+            if prior is not None and prior["settings_hash"] == settings["settings_hash"] \
+                    and (out / MANIFEST_FILE).is_file():
+                return _already_built(out, started)
+            raise ConfigError(f"{out} holds a finished benchmark built with other settings "
+                              f"({_changed(prior, settings)}); use another folder or --overwrite")
+        _clear_build(out)
+    elif stamp.is_file():
+        prior = _read_settings(stamp)
+        if prior is None or prior["settings_hash"] != settings["settings_hash"]:
+            if not overwrite:
+                raise ConfigError(f"{out} holds an unfinished build with other settings "
+                                  f"({_changed(prior, settings)}); rerun it with its settings to finish it, use "
+                                  "another folder or --overwrite")
+            _clear_build(out)
+    elif overwrite:
+        _clear_build(out)
     atomic_write_text(stamp, json.dumps(settings, sort_keys=True))
 
     review = read_review(opts.review) if opts.review else None
@@ -285,6 +360,7 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     atomic_write_text(out / CARD_FILE, render_card(opts, achieved, dropped, review, ious,
                                                    max(covers) if covers else None, mask_source, split_of,
                                                    pool_sizes))
+    atomic_write_text(out / BUILD_SETTINGS_FILE, stable_json(settings))
     atomic_write_text(out / MANIFEST_FILE, "".join(line + "\n" for line in manifest_lines(out)))
     reused = len(plan_tasks) - len(todo)
     if not keep_work:

@@ -15,6 +15,7 @@ import numpy as np
 from cxrground.io.files import sha256_bytes
 
 __all__ = [
+    "BUILD_SETTINGS_FILE",
     "CARD_FILE",
     "CASES_DIR",
     "DEFORMATION_FILE",
@@ -27,6 +28,8 @@ __all__ = [
 ]
 
 CARD_FILE: Final[str] = "card.md"
+#: The settings of the finished build (and their hash), kept with the benchmark to guard a rebuild into its folder.
+BUILD_SETTINGS_FILE: Final[str] = "build_settings.json"
 MANIFEST_FILE: Final[str] = "MANIFEST.sha256"
 DEFORMATION_FILE: Final[str] = "deformation_results.json"
 FAILURES_FILE: Final[str] = "failures.jsonl"

@@ -63,7 +63,8 @@ class BuildRequest:
                                 help="Negative candidates per lesion (first N global negatives in JSON order).")
     exclude_positive_cxrs: bool = option(False, help="Never use a CXR of a positive candidate as a negative.")
     strict_negatives: bool = option(False, help="Location distractors must cover ≤ 0.05 of their sub-region (§9.4).")
-    overwrite: bool = option(False, help="Replace a build made with other settings in --out.")
+    overwrite: bool = option(False, help="Delete the build in --out (finished or not) and build afresh; needed to "
+                                         "build with other settings into a folder holding a build.")
     keep_work: bool = option(False, help="Keep the resumption cache BENCH/.work after a complete build.")
 
     def __post_init__(self) -> None:
@@ -94,6 +95,10 @@ def run_build(request: BuildRequest) -> BuildSummary:
 def build_lines(summary: BuildSummary) -> list[str]:
     """What a finished build reports: counts and time, then where its card and failure list are."""
     s, out = summary, Path(summary.out_dir)
+    if s.already_built:
+        return [f"CheXpercept benchmark in {s.out_dir} is already built with these settings ({s.cases} cases, "
+                f"{s.items} items, {s.failures} dropped): nothing to do; --overwrite rebuilds it",
+                f"  card: {out / 'card.md'}   failures: {out / 'failures.jsonl'}"]
     return [f"CheXpercept benchmark in {s.out_dir}: {s.cases} cases, {s.items} items ({s.planned} positives planned, "
             f"{s.reused} reused, {s.failures} dropped) in {s.seconds} s",
             f"  card: {out / 'card.md'}   failures: {out / 'failures.jsonl'}"]

@@ -7,6 +7,10 @@ diameters lie, areas, ``lung_problems``: why the lungs look implausible, empty w
 (:func:`~cxrground.anatomy.segment.plausibility.lung_problems`), ``orientation``: why the film looks stored in a
 wrong pose, when that was checked (:func:`~cxrground.anatomy.segment.orientation.orientation_problem`; null when it
 looks upright), the backend's extra information and provenance).
+
+Into a folder used before, a run replaces these files: ``masks.json`` is removed first and written last (so a
+run cut short leaves no ``masks.json`` describing other masks), and a ``heart.png`` of an earlier film is removed
+when this film has no heart. Other files in the folder are left as they are.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 from cxrground.anatomy.ctr import CtrMeasurement, measure_ctr
 from cxrground.anatomy.segment.base import LungHeartMasks
 from cxrground.anatomy.segment.plausibility import lung_problems, segment_checked
+from cxrground.io.files import atomic_write_text
 from cxrground.io.image import CXRImage, read_image, write_image
 from cxrground.io.masks import read_mask_png, write_mask_png
 from cxrground.io.overlay import draw_rows, overlay_masks
@@ -75,6 +80,7 @@ def write_segmentation(out_dir: Path, image_path: Path, image: CXRImage, masks: 
     the lungs' :func:`~cxrground.anatomy.segment.plausibility.lung_problems` when already known; ``orientation``:
     the orientation check's finding (None: looks upright; False: not checked, left out of ``masks.json``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "masks.json").unlink(missing_ok=True)  # written last: no record of other masks during the writes
     write_mask_png(out_dir / "right_lung.png", masks.right_lung)
     write_mask_png(out_dir / "left_lung.png", masks.left_lung)
     layers = [masks.right_lung, masks.left_lung]
@@ -83,6 +89,8 @@ def write_segmentation(out_dir: Path, image_path: Path, image: CXRImage, masks: 
         write_mask_png(out_dir / "heart.png", masks.heart)
         layers.append(masks.heart)
         measured = measure_ctr(masks.heart, masks.right_lung, masks.left_lung)
+    else:
+        (out_dir / "heart.png").unlink(missing_ok=True)  # an earlier film's heart
     rgb = overlay_masks(image.pixels, layers, alpha=0.35)
     if measured is not None:
         rgb = draw_rows(rgb, [(d.y, d.x0, d.x1) for d in (measured.cardiac, measured.thoracic)], DIAMETER_COLOURS)
@@ -103,7 +111,7 @@ def write_segmentation(out_dir: Path, image_path: Path, image: CXRImage, masks: 
         "extra": {k: v for k, v in masks.extra.items() if k != "landmarks_canvas"},
         "provenance": provenance,
     }
-    (out_dir / "masks.json").write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+    atomic_write_text(out_dir / "masks.json", json.dumps(record, indent=2, default=str) + "\n")
     return SegmentationOutput(out_dir, ctr, record)
 
 

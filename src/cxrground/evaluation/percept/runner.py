@@ -18,17 +18,22 @@
   attempts in all, ``Retry-After`` capped at ``max_retry_after``, else backoff with jitter). A case that
   still fails is recorded with ``status: "failed"`` and the error; its unanswered questions are recorded
   with label ``failed`` and count as wrong.
-- ``RUN/`` holds ``config.json`` (the settings that determine results and their SHA-256; a RUN made with a
-  different configuration is refused), ``cases.json`` (the selected cases' plans without texts, the
+- ``RUN/`` holds ``config.json`` (the settings that determine results and their SHA-256, the model's
+  ``identity`` included: the checkpoint digest of an ``ils:`` model, the folder fingerprint of an ``hf:`` model;
+  a RUN made with a different configuration, or with another model at the same path, is refused),
+  ``cases.json`` (the selected cases' plans without texts, the
   denominators of scoring), ``results.jsonl`` (append-only, one line per finished case and repeat) and
   ``usage.json`` (tokens, request counts, model versions seen, cost when the price table has the model: the
-  built-in one of :mod:`.prices`, or a ``prices`` file merged over it).
+  built-in one of :mod:`.prices`, or a ``prices`` file merged over it). ``usage.json`` is rewritten after every
+  finished case (atomically), so a killed session's requests, retries and cache hits are kept; the requests in
+  flight at the kill (their case has no line yet) are not counted.
 - ``extra_body`` (openai clients only): request options merged into every request; part of the decoding
   settings, hence of the cache key and of ``config.json`` (absent from both when not given).
 - The benchmark file is untrusted: it is refused as a whole before anything runs when it has no cases, a
   case with an unknown lesion or without a question of its path, or an image path outside its folder
   (:func:`~.conversation.plan_benchmark`); images are read only through
-  :func:`~.conversation.safe_image_path`.
+  :func:`~.conversation.safe_image_path`. A benchmark whose image files are not all there (an unfinished or
+  interrupted ``percept build``) is refused naming the missing files (:func:`check_case_files`).
 - Resume: units already in ``results.jsonl`` are skipped (``retry_failed`` re-runs the failed ones; the
   last line of a unit wins); a partially run case is re-run and its answered turns come from the cache.
   A torn last line (kill during a write) is cut off before appending. Lines that hold no valid record are
@@ -69,7 +74,8 @@ from cxrground.io.files import atomic_write_text, sha256_file, sha256_json
 from cxrground.llm import RetryPolicy, bounded_map, call_with_retries, run_sync
 from cxrground.percept.schema import BENCHMARK_FILE, Benchmark, load_benchmark
 
-__all__ = ["CACHE_FILE", "BadLine", "EvalSettings", "ResultLines", "RetryPolicy", "case_record", "load_all_results",
+__all__ = ["CACHE_FILE", "BadLine", "EvalSettings", "ResultLines", "RetryPolicy", "case_record", "check_case_files",
+           "load_all_results",
            "load_results", "read_results", "record_answer", "record_problem", "run_eval", "run_summary_line",
            "sample_seed", "select_cases"]
 
@@ -277,6 +283,18 @@ def _bench_file(bench: Path) -> Path:
     return bench / BENCHMARK_FILE if bench.is_dir() else bench
 
 
+#: Identity fields that locate a model rather than say what it is: left out of ``config.json``.
+_LOCATION_KEYS: Final[frozenset[str]] = frozenset({"kind", "model", "base_url", "checkpoint"})
+
+
+def _model_identity(client: Client) -> dict[str, Any]:
+    """What the client's identity says about the model's content (the checkpoint digest of ``ils:``, the folder
+    fingerprint of ``hf:``, the seed of a baseline): part of ``config.json``, so a model replaced at the same path
+    is refused on resume. Where it is served from (an ``openai:`` endpoint, a path) is not part of it."""
+    ident = {k: v for k, v in client.identity.items() if k not in _LOCATION_KEYS}
+    return json.loads(json.dumps(ident, sort_keys=True, default=str))
+
+
 def _config(settings: EvalSettings, client: Client, n_cases: int) -> dict[str, Any]:
     bench_file = _bench_file(settings.bench)
     cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()}
@@ -287,9 +305,36 @@ def _config(settings: EvalSettings, client: Client, n_cases: int) -> dict[str, A
     cfg["bench"] = str(bench_file.resolve().parent)
     cfg["bench_sha256"] = sha256_file(bench_file)
     cfg["client"] = {"kind": client.kind, "model": client.model, "decoding": client.decoding}
+    identity = _model_identity(client)
+    if identity:
+        cfg["client"]["identity"] = identity
     cfg["n_cases"] = n_cases
     cfg["harness_version"] = HARNESS_VERSION
     return cfg
+
+
+def check_case_files(bench: Benchmark, plans: Sequence[CasePlan], source: Path) -> None:
+    """Raise :class:`InputError` naming the missing files when an image of ``plans`` or a file listed in the
+    benchmark's ``MANIFEST.sha256`` is not there (an unfinished or interrupted ``percept build``)."""
+    from cxrground.percept.layout import MANIFEST_FILE
+    from cxrground.percept.manifest import UNLISTED
+
+    root = bench.root
+    if root is None:
+        return
+    wanted = {rel for p in plans for q in p.questions for rel in q.images}
+    manifest = root / MANIFEST_FILE
+    if manifest.is_file():
+        for line in manifest.read_text(encoding="utf-8", errors="replace").splitlines():
+            rel = line.partition("  ")[2]
+            if rel and rel not in UNLISTED:
+                wanted.add(rel)
+    missing = sorted(rel for rel in wanted if not (root / rel).is_file())
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise InputError(f"incomplete benchmark: {len(missing)} file(s) it names are missing ({shown}); an "
+                         "unfinished or interrupted percept build? Finish it (rerun percept build) or check it with "
+                         "percept validate", source)
 
 
 def _config_hash(cfg: dict[str, Any]) -> str:
@@ -313,8 +358,11 @@ def _write_json(path: Path, data: Any) -> None:
 
 class _Runner:
     def __init__(self, client: Client, cache: PerceptCache, oracle: str, image_url: Callable[[str], str],
-                 retry: RetryPolicy, out: Path, seed: int = 0, repeats: int = 1) -> None:
+                 retry: RetryPolicy, out: Path, seed: int = 0, repeats: int = 1, usage: _Usage | None = None
+                 ) -> None:
         self.client = client
+        self.usage = usage
+        self.usage_file = out / USAGE_FILE
         self.cache = cache
         self.oracle = oracle
         self.image_url = image_url
@@ -386,6 +434,9 @@ class _Runner:
             record["repeat"] = sample
         with self.results.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(record, sort_keys=True) + "\n")
+        if self.usage is not None:  # durable counts: a kill loses only the requests of unfinished cases
+            self.usage.update((plan.case_id, sample), record)
+            _write_json(self.usage_file, self.usage.summary(self.stats))
         return record
 
 
@@ -427,18 +478,48 @@ def case_record(plan: CasePlan, conv: Conversation, meta: list[dict[str, Any]], 
             "usage": usage, "latency_s": round(latency, 4)}
 
 
-def _usage_summary(results: dict[tuple[str, int], dict[str, Any]], client: Client, stats: _Stats,
+_TOKEN_KEYS: Final[tuple[str, ...]] = ("prompt_tokens", "completion_tokens", "cached_tokens")
+
+
+def _record_tokens(rec: dict[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
+    """(all tokens, tokens of requests not served from the cache) of one result record."""
+    totals = dict.fromkeys(_TOKEN_KEYS, 0)
+    new = dict.fromkeys(_TOKEN_KEYS, 0)
+    for q in rec["questions"]:
+        for k in _TOKEN_KEYS:
+            v = int((q.get("usage") or {}).get(k, 0))
+            totals[k] += v
+            if not q.get("cached"):
+                new[k] += v
+    return totals, new
+
+
+class _Usage:
+    """The token totals of the run folder's results (last record per unit), kept up to date per finished case,
+    and the request counters of earlier sessions (``previous``, the ``usage.json`` found at the start)."""
+
+    def __init__(self, records: dict[tuple[str, int], dict[str, Any]], client: Client, previous: dict[str, Any],
+                 prices: dict[str, Price] | None, prices_file: str | None) -> None:
+        self.client, self.previous, self.prices, self.prices_file = client, previous, prices, prices_file
+        self.tokens: dict[tuple[str, int], tuple[dict[str, int], dict[str, int]]] = {
+            unit: _record_tokens(rec) for unit, rec in records.items()}
+
+    def update(self, unit: tuple[str, int], rec: dict[str, Any]) -> None:
+        self.tokens[unit] = _record_tokens(rec)
+
+    def summary(self, stats: _Stats) -> dict[str, Any]:
+        totals = dict.fromkeys(_TOKEN_KEYS, 0)
+        new = dict.fromkeys(_TOKEN_KEYS, 0)
+        for t, n in self.tokens.values():
+            for k in _TOKEN_KEYS:
+                totals[k] += t[k]
+                new[k] += n[k]
+        return _usage_summary(totals, new, self.client, stats, self.previous, self.prices, self.prices_file)
+
+
+def _usage_summary(totals: dict[str, int], new: dict[str, int], client: Client, stats: _Stats,
                    previous: dict[str, Any], prices: dict[str, Price] | None = None,
                    prices_file: str | None = None) -> dict[str, Any]:
-    totals = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0}
-    new = dict.fromkeys(totals, 0)
-    for rec in results.values():
-        for q in rec["questions"]:
-            for k in totals:
-                v = int((q.get("usage") or {}).get(k, 0))
-                totals[k] += v
-                if not q.get("cached"):
-                    new[k] += v
     price = price_of(client.model, PRICES if prices is None else prices)
     versions = sorted(set(previous.get("model_versions", [])) | stats.model_versions)
     return {
@@ -481,8 +562,9 @@ def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: 
     table = price_table(prices)
     retry = retry or RetryPolicy()
     bench = load_benchmark(settings.bench)
-    plans = select_cases(plan_benchmark(bench, _bench_file(settings.bench)), settings.seed, settings.limit,
-                         settings.per_path_limit)
+    every = plan_benchmark(bench, _bench_file(settings.bench))
+    check_case_files(bench, every, _bench_file(settings.bench))
+    plans = select_cases(every, settings.seed, settings.limit, settings.per_path_limit)
     if client is None:
         client = make_client(settings.model, base_url=base_url, api_key_env=api_key_env,
                              temperature=settings.temperature, max_tokens=settings.max_tokens, top_p=settings.top_p,
@@ -532,12 +614,14 @@ def _run_into(settings: EvalSettings, out: Path, store: PerceptCache, client: Cl
     def image_url(rel: str) -> str:
         return image_data_url(safe_image_path(root, rel))  # checked at plan time; again in case a link changed
 
-    runner = _Runner(client, store, settings.oracle, image_url, retry, out, settings.seed, settings.repeats)
-    run_sync(_run_all(runner, todo, concurrency, progress))
     usage_file = out / USAGE_FILE
     previous = _read_object(usage_file) if usage_file.is_file() else {}
-    summary = _usage_summary(load_all_results(out), client, runner.stats, previous, table,
-                             str(prices) if prices is not None else None)
+    usage = _Usage(done, client, previous, table, str(prices) if prices is not None else None)
+    runner = _Runner(client, store, settings.oracle, image_url, retry, out, settings.seed, settings.repeats,
+                     usage)
+    run_sync(_run_all(runner, todo, concurrency, progress))
+    summary = _Usage(load_all_results(out), client, previous, table,
+                     str(prices) if prices is not None else None).summary(runner.stats)
     _write_json(usage_file, summary)
     return {**summary, "n_run": len(todo), "n_cases": len(plans), "repeats": settings.repeats,
             "failed_this_run": runner.stats.failed_cases, "sent_this_run": runner.stats.requests,

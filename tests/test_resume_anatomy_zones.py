@@ -1,0 +1,116 @@
+"""``anatomy zones``: per-film progress (a killed run resumes where it stopped, the result is the same as an
+uninterrupted run), a folder holding another run's results is refused (``--overwrite`` starts afresh), and overlay
+names are unique."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cxrground.cli import main
+from cxrground.datasets.synthetic import SynthConfig, write_cohort
+from cxrground.errors import ConfigError
+from cxrground.lesions import zones as zones_mod
+from cxrground.lesions.normative import NormativeModel
+from cxrground.lesions.zones import PROGRESS_FILE, RUN_FILE, find_images, overlay_names, write_zones
+
+
+@pytest.fixture(scope="module")
+def films(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four films whose old overlay names collided: ``img1.png`` / ``img1.jpg`` and ``sub/x.png`` /
+    ``sub__x.png``."""
+    cohort = tmp_path_factory.mktemp("zones") / "cohort"
+    write_cohort(cohort, 2, seed=4, config=SynthConfig(width=128), progress=False)
+    pngs = find_images(cohort)
+    root = cohort.parent / "films"
+    (root / "sub").mkdir(parents=True)
+    from PIL import Image
+
+    shutil.copy(pngs[0], root / "img1.png")
+    Image.open(pngs[0]).convert("L").save(root / "img1.jpg", quality=95)
+    shutil.copy(pngs[-1], root / "sub" / "x.png")
+    shutil.copy(pngs[-1], root / "sub__x.png")
+    return root
+
+
+def _segmenter():
+    from cxrground.anatomy.segment import get_segmenter
+
+    return get_segmenter("unet")
+
+
+def _outputs(out: Path) -> dict[str, bytes]:
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_overlay_names_keep_the_path_and_extension_and_are_unique() -> None:
+    names = overlay_names(["img1.jpg", "img1.png", "sub/x.jpg", "sub__x.jpg", "a.png", "a.png", "d.png.png/y.png",
+                           "d.png"])
+    assert names["img1.jpg"] == "overlays/img1.jpg.png" and names["img1.png"] == "overlays/img1.png.png"
+    assert names["sub/x.jpg"] == "overlays/sub/x.jpg.png" and names["sub__x.jpg"] == "overlays/sub__x.jpg.png"
+    assert names["d.png"].startswith("overlays/d.png.") and names["d.png"] != "overlays/d.png.png"
+
+
+def test_killed_run_resumes_and_other_runs_are_refused(films, tmp_path, monkeypatch) -> None:
+    model, seg = NormativeModel.load(None), _segmenter()
+    paths = find_images(films)
+    fresh = tmp_path / "fresh"
+    readings, failures = write_zones(paths, fresh, seg, model, root=films)
+    assert len(readings) + len(failures) == 4
+    overlays = sorted(p.relative_to(fresh).as_posix() for p in (fresh / "overlays").rglob("*.png"))
+    assert overlays == sorted(f"overlays/{r.image}.png" for r in readings) and len(overlays) == len(readings)
+
+    real, calls = zones_mod.read_zones, []
+
+    def killed_at_third(*args, **kwargs):
+        calls.append(args[3])
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # the kill, while the third film is read
+        return real(*args, **kwargs)
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(zones_mod, "read_zones", killed_at_third)
+    with pytest.raises(KeyboardInterrupt):
+        write_zones(paths, out, seg, model, root=films)
+    assert len((out / PROGRESS_FILE).read_text().splitlines()) == 2 and not (out / "zones.csv").exists()
+    (out / PROGRESS_FILE).open("a").write('{"image": "torn')  # a line cut short by the kill
+    calls.clear()
+    monkeypatch.setattr(zones_mod, "read_zones", lambda *a, **k: (calls.append(a[3]), real(*a, **k))[1])
+    write_zones(paths, out, seg, model, root=films)
+    assert len(calls) == 2  # only the films not done
+    assert _outputs(out) == _outputs(fresh)
+
+    other = paths[:2]
+    with pytest.raises(ConfigError, match=r"holds another anatomy zones run \(changed: films"):
+        write_zones(other, out, seg, model, root=films)
+    with pytest.raises(ConfigError, match="changed: overlays"):
+        write_zones(paths, out, seg, model, root=films, overlays=False)
+    assert _outputs(out) == _outputs(fresh)
+    write_zones(other, out, seg, model, root=films, overwrite=True)
+    assert len((out / "zones.csv").read_text().splitlines()) <= 3
+    assert len(list((out / "overlays").rglob("*.png"))) <= 2  # the earlier run's overlays are gone
+
+
+def test_a_changed_film_and_an_old_results_folder_are_refused(films, tmp_path) -> None:
+    model, seg = NormativeModel.load(None), _segmenter()
+    copy = Path(shutil.copytree(films, tmp_path / "films"))
+    out = tmp_path / "out"
+    paths = find_images(copy)
+    write_zones(paths, out, seg, model, root=copy, overlays=False)
+    (out / "zones.csv").unlink()  # as a kill before the end leaves it: resumes, but the film changed since
+    shutil.copy(copy / "sub" / "x.png", copy / "img1.png")
+    with pytest.raises(ConfigError, match=r"film img1\.png changed"):
+        write_zones(paths, out, seg, model, root=copy, overlays=False)
+    (out / RUN_FILE).unlink()  # results without a run record (another run)
+    (out / PROGRESS_FILE).unlink()
+    (out / "zones.csv").write_text("image\n")
+    res = CliRunner().invoke(main, ["anatomy", "zones", "--images", str(copy), "--out", str(out), "--no-overlays",
+                                    "--zone-model", "normative"])
+    assert res.exit_code != 0 and "holds the results of another anatomy zones run" in res.output
+    res = CliRunner().invoke(main, ["anatomy", "zones", "--images", str(copy), "--out", str(out), "--no-overlays",
+                                    "--zone-model", "normative", "--overwrite"])
+    assert res.exit_code == 0, res.output
+    assert (out / RUN_FILE).is_file() and len((out / "zones.csv").read_text().splitlines()) >= 2

@@ -1,0 +1,89 @@
+"""``percept build`` into a finished folder: the settings stay with the benchmark (a build with other settings is
+refused without --overwrite, the same settings are a no-op), and a killed --overwrite leaves no benchmark file
+pointing at deleted cases; ``percept eval`` refuses a benchmark whose case files are missing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from cxrground.errors import ConfigError, InputError
+from cxrground.evaluation.percept.runner import EvalSettings, run_eval
+from cxrground.percept import build as build_mod
+from cxrground.percept.build import build_benchmark
+from cxrground.percept.validate import validate_benchmark
+from percept_build_helpers import synthetic_bench
+
+
+@pytest.fixture(scope="session")
+def synth_bench(tmp_path_factory):
+    return synthetic_bench(tmp_path_factory)
+
+
+def _finished_copy(src: Path, dst: Path) -> Path:
+    """A copy of the finished benchmark ``src`` as a build without --keep-work leaves it (no ``.work``)."""
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".work"))
+    return dst
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_finished_benchmark_keeps_its_settings_and_other_settings_are_refused(synth_bench, tmp_path) -> None:
+    src, opts = synth_bench
+    bench = _finished_copy(src, tmp_path / "bench")
+    stamp = json.loads((bench / "build_settings.json").read_text())
+    assert stamp["settings"]["seed"] == opts.seed and stamp["settings_hash"] == opts.settings_hash()
+    assert "build_settings.json" in (bench / "MANIFEST.sha256").read_text()
+    before = _files(bench)
+    with pytest.raises(ConfigError, match=r"other settings.*seed 3 -> 4.*--overwrite"):
+        build_benchmark(replace(opts, seed=4), bench, progress=False)
+    assert _files(bench) == before
+    again = build_benchmark(opts, bench, progress=False)  # same settings: nothing to do
+    assert again.already_built and again.planned == 0 and again.cases >= 1
+    assert _files(bench) == before
+    assert validate_benchmark(bench) == []
+
+
+def test_killed_overwrite_leaves_no_stale_benchmark_and_resumes(synth_bench, tmp_path, monkeypatch) -> None:
+    src, opts = synth_bench
+    bench = _finished_copy(src, tmp_path / "bench")
+    new = replace(opts, seed=4)
+    real_pool = build_mod._run_pool
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # the kill: during the new build's planning
+
+    monkeypatch.setattr(build_mod, "_run_pool", killed)
+    with pytest.raises(KeyboardInterrupt):
+        build_benchmark(new, bench, progress=False, overwrite=True)
+    monkeypatch.setattr(build_mod, "_run_pool", real_pool)
+    for name in ("chexpercept.json", "MANIFEST.sha256", "build_settings.json", "card.md", "cases"):
+        assert not (bench / name).exists(), name
+    with pytest.raises(InputError, match="benchmark file not found"):
+        run_eval(EvalSettings(bench, "first-option"), tmp_path / "run", progress=False)
+    with pytest.raises(ConfigError, match="unfinished build with other settings"):
+        build_benchmark(opts, bench, progress=False)  # the old settings: refused, the new build is kept
+    done = build_benchmark(new, bench, progress=False)  # resumes the new build
+    assert not done.already_built and validate_benchmark(bench) == []
+    assert json.loads((bench / "build_settings.json").read_text())["settings"]["seed"] == 4
+
+
+def test_eval_refuses_a_benchmark_whose_case_files_are_missing(synth_bench, tmp_path) -> None:
+    src, _ = synth_bench
+    bench = _finished_copy(src, tmp_path / "bench")
+    shutil.rmtree(bench / "cases")  # what an interrupted build of an earlier version left
+    with pytest.raises(InputError, match=r"incomplete benchmark: \d+ file\(s\) it names are missing \(cases/c"):
+        run_eval(EvalSettings(bench, "first-option"), tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+    partial = _finished_copy(src, tmp_path / "partial")
+    listed = [line.split("  ", 1)[1] for line in (partial / "MANIFEST.sha256").read_text().splitlines()]
+    (partial / "deformation_results.json").unlink()  # not an image: found through the manifest
+    assert "deformation_results.json" in listed
+    with pytest.raises(InputError, match=r"1 file\(s\) it names are missing \(deformation_results.json\)"):
+        run_eval(EvalSettings(partial, "first-option"), tmp_path / "run2", progress=False)

@@ -1,0 +1,73 @@
+"""``percept eval`` resume safety: a model replaced at the same name/path (another identity) is refused, and
+``usage.json`` keeps a killed session's request counts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cxrground.errors import ConfigError
+from cxrground.evaluation.percept.clients import make_client
+from cxrground.evaluation.percept.runner import EvalSettings, run_eval
+from cxrground.testing.mock_bench import make_benchmark
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory) -> Path:
+    return make_benchmark(tmp_path_factory.mktemp("bench"), {"LF": 1, "RF": 1, "RR": 1}, seed=1)
+
+
+class _Wrapped:
+    """A baseline client with another identity (a checkpoint digest) and a hook called before each request."""
+
+    def __init__(self, digest: str, hook: Any = None) -> None:
+        self._inner = make_client("first-option")
+        self._digest, self._hook, self.sent = digest, hook, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        return {**self._inner.identity, "checkpoint_sha256": self._digest}
+
+    async def complete(self, messages, question, case_id="", seed=None):
+        self.sent += 1
+        if self._hook is not None:
+            self._hook(self.sent)
+        return await self._inner.complete(messages, question, case_id, seed)
+
+
+def test_a_replaced_model_at_the_same_name_is_refused_on_resume(bench, tmp_path) -> None:
+    run = tmp_path / "run"
+    settings = EvalSettings(bench, "first-option", limit=2)
+    run_eval(settings, run, progress=False, client=_Wrapped("aaa"))
+    cfg = json.loads((run / "config.json").read_text())["config"]
+    assert cfg["client"]["identity"]["checkpoint_sha256"] == "aaa"
+    run_eval(settings, run, progress=False, client=_Wrapped("aaa"))  # the same model resumes
+    with pytest.raises(ConfigError, match=r"different configuration.*client"):
+        run_eval(settings, run, progress=False, client=_Wrapped("bbb"))
+
+
+def test_usage_keeps_the_request_counts_of_a_killed_session(bench, tmp_path) -> None:
+    run, killed = tmp_path / "run", tmp_path / "killed"
+
+    def snapshot(sent: int) -> None:
+        if sent == 7:  # mid-run: the folder as a kill at this request leaves it
+            shutil.copytree(run, killed)
+
+    run_eval(EvalSettings(bench, "first-option"), run, progress=False, concurrency=1, cache=tmp_path / "a.sqlite",
+             client=_Wrapped("x", snapshot))
+    usage = json.loads((killed / "usage.json").read_text())
+    records = [json.loads(line) for line in (killed / "results.jsonl").read_text().splitlines()]
+    assert records and usage["requests_sent"] == sum(len(r["questions"]) for r in records)
+    total = json.loads((run / "usage.json").read_text())["requests_sent"]
+    resumed = run_eval(EvalSettings(bench, "first-option"), killed, progress=False, concurrency=1,
+                       cache=tmp_path / "b.sqlite", client=_Wrapped("x"))
+    # every request sent is counted: the killed session's (finished cases) and the resumed session's
+    assert resumed["requests_sent"] == total == json.loads((killed / "usage.json").read_text())["requests_sent"]
+    assert resumed["sent_this_run"] < total
