@@ -70,9 +70,16 @@ from cxrground.ils.units import (
     worker_threads,
 )
 from cxrground.ils.zone_guide import guide_outcome
-from cxrground.io.files import atomic_path, atomic_write_bytes, atomic_write_text, sha256_json
+from cxrground.io.files import (
+    atomic_path,
+    atomic_write_bytes,
+    atomic_write_text,
+    remove_stale_temp_dirs,
+    remove_stale_temps,
+    sha256_json,
+)
 from cxrground.io.image import DEFAULT_MAX_PIXELS
-from cxrground.io.store import Store
+from cxrground.io.store import Store, is_url
 
 __all__ = ["DATASET_FILE", "IN_FLIGHT_PER_WORKER", "BackendSpec", "BuildSummary", "assemble", "build_dataset",
            "check_backends", "clear_failed", "run_units"]
@@ -403,7 +410,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                                                              "failures.jsonl"))
             for f in scan_failures:
                 rejections[f"input: {f.reason.split(' (')[0]}"] += 1
-                failures_fh.write(json.dumps(f.to_dict(), sort_keys=True) + "\n")
+                failures_fh.write(json.dumps({**f.to_dict(), "path": _absolute(f.path)}, sort_keys=True) + "\n")
                 n_failures += 1
             for u in _units(out, _in_key_order(tasks)):
                 key = u["study_key"]
@@ -429,9 +436,9 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                     blind += u["view"] is None and u.get("images_in_study", 1) > 1
                 if u["status"] != "ok":
                     rejections[u["reason"]] += 1
-                    failure = {"path": u.get("image_path", key), "stage": u.get("stage", "build"),
+                    failure = {"path": _absolute(u.get("image_path", key)), "stage": u.get("stage", "build"),
                                "reason": u["reason"], "error": u.get("error", u["status"]), "study": key,
-                               **({"file": u["file"]} if u.get("file") else {})}
+                               **({"file": _absolute(u["file"])} if u.get("file") else {})}
                     failures_fh.write(json.dumps(failure, sort_keys=True) + "\n")
                     n_failures += 1
                     continue
@@ -493,6 +500,14 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
             "rejections": dict(rejections), "blind_choices": blind}
 
 
+def _absolute(path: str) -> str:
+    """A local file path of ``failures.jsonl`` made absolute (URLs and study keys unchanged): every path there is
+    absolute, whether the build was given absolute or relative folders."""
+    if is_url(path) or not (os.sep in path or "/" in path or Path(path).suffix):
+        return path
+    return str(Path(path).absolute())
+
+
 def backends_identity(spec: BackendSpec) -> str:
     """Short hash of what the backends of ``spec`` actually are (:func:`backend_provenance`: settings with their
     defaults, weights' sha256, methods); file-system paths are left out, so a moved folder or install keeps it."""
@@ -512,13 +527,36 @@ def _is_abs_path(value: Any) -> bool:
     return isinstance(value, str) and Path(value).is_absolute()
 
 
+#: Settings a stamp holds only when they are not the default (compared when either side has one).
+_OPTIONAL_SETTINGS = ("view_table", "split", "max_pixels", "limit")
+#: How a refusal names each setting of ``settings.json``.
+_SETTING_NAMES = {"config_hash": "options (config hash)", "spec_hash": "backend options (spec hash)",
+                  "view_table": "view table (sha256)", "split": "split (file sha256 or ratios)",
+                  "max_pixels": "--max-pixels", "limit": "--limit"}
+_SETTING_DEFAULTS = {"max_pixels": str(DEFAULT_MAX_PIXELS), "limit": "none", "split": "default ratios",
+                     "view_table": "none"}
+
+
+def _setting_value(key: str, settings: Mapping[str, Any]) -> str:
+    value = settings.get(key)
+    return _SETTING_DEFAULTS.get(key, "none") if value is None else str(value)
+
+
+def _remove_stale_temporaries(out: Path) -> None:
+    """Remove what killed runs left in ``out``: atomic-write temporaries ``.{name}.{pid}.tmp`` (units, masks, the
+    assembled files) and assembly folders ``.assemble.{pid}``, of processes that are gone."""
+    remove_stale_temps(out)
+    remove_stale_temp_dirs(out, ".assemble.")
+
+
 def _clear_build(out: Path, stamp: Path, overwrite: bool, what: str = "settings", store: Store | None = None) -> None:
     """Remove a previous build's units, masks, fitted model and settings stamp from ``out`` and ``store`` (its
-    object-storage copy, if any) (only with ``overwrite``; else an error naming the folder and the stored
-    settings)."""
+    object-storage copy, if any) (only with ``overwrite``; else an error naming the folder and ``what`` differs, or
+    the stored settings)."""
     if not overwrite:
-        raise ConfigError(f"{store.url() if store else out} holds a build with other {what} "
-                          f"({stamp.read_text().strip()}); use another folder or --overwrite")
+        detail = what if ":" in what else f"{what} ({stamp.read_text().strip()})"
+        raise ConfigError(f"{store.url() if store else out} holds a build with other {detail}; use another folder or "
+                          "--overwrite")
     for folder in (out / UNITS_DIR, out / MASK_DIR):
         shutil.rmtree(folder, ignore_errors=True)
     for stale in (out / FITTED_FILE, (out / FITTED_FILE).with_suffix(".json"), stamp):
@@ -583,6 +621,7 @@ def build_dataset(
     ray_address: str | None = None,
     view_table: Mapping[str, Any] | None = None,
     split: Mapping[str, Any] | None = None,
+    limit: int | None = None,
 ) -> BuildSummary:
     """Process all studies (resuming) and assemble the dataset in ``out_dir``.
 
@@ -597,6 +636,12 @@ def build_dataset(
     :class:`ConfigError`, or with ``overwrite`` a fresh build in the same folder.
 
     ``max_pixels``: images whose header states more pixels are recorded as failures without being decoded.
+    ``limit``: the ``--limit`` that cut ``tasks`` (None: none), only recorded. Both are part of the settings when
+    not the default (the cohort normative model is fitted on the build's studies, and ``max_pixels`` decides which
+    studies fail).
+
+    A rerun first removes what killed runs of this folder left: temporary files ``.{name}.{pid}.tmp`` and
+    assembly folders ``.assemble.{pid}`` whose process is gone.
 
     ``truth_cohort``: the synthetic cohort the inputs come from; its exact truth then scores the dataset
     in the card.
@@ -624,11 +669,20 @@ def build_dataset(
         settings["view_table"] = view_table["sha256"]
     if split and (split.get("sha256") or tuple(split.get("ratios", DEFAULT_SPLIT_RATIOS)) != DEFAULT_SPLIT_RATIOS):
         settings["split"] = split.get("sha256") or ",".join(f"{r:g}" for r in split["ratios"])
+    if max_pixels != DEFAULT_MAX_PIXELS:
+        settings["max_pixels"] = max_pixels if max_pixels is not None else "none"
+    if limit is not None:
+        settings["limit"] = limit
     stamp = out / "settings.json"
+    if store.local:
+        _remove_stale_temporaries(out)
     previous = json.loads(stamp.read_text()) if stamp.is_file() else None
-    compared = set(settings) | ({"view_table", "split"} & set(previous or {}))
-    if previous is not None and {k: previous.get(k) for k in compared} != {k: settings.get(k) for k in compared}:
-        _clear_build(out, stamp, overwrite, store=remote)
+    compared = set(settings) | (set(_OPTIONAL_SETTINGS) & set(previous or {}))
+    changed = [k for k in sorted(compared) if (previous or {}).get(k) != settings.get(k)]
+    if previous is not None and changed:
+        _clear_build(out, stamp, overwrite, "settings: " + ", ".join(
+            f"{_SETTING_NAMES.get(k, k)} {_setting_value(k, previous)} then, {_setting_value(k, settings)} now"
+            for k in changed), store=remote)
         previous = None
     # once, before the workers: e.g. the cohort normative model
     run_spec = resolve_spec(spec, tasks, out, config, progress)

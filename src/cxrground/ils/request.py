@@ -217,7 +217,7 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
                          request.overwrite, progress, cohort_of_images(request.images), max_pixels=request.max_pixels,
                          retry_failed=request.retry_failed, ray_address=request.ray_address,
                          view_table=view_table_record(table, views) if table is not None and views is not None
-                         else None, split=split_record(split_file, ratios))
+                         else None, split=split_record(split_file, ratios), limit=request.limit)
 
 
 def _no_studies(request: BuildRequest, failures: list[Failure]) -> str:

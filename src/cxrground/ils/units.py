@@ -7,6 +7,7 @@ import functools
 import json
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from cxrground.io.image import DEFAULT_MAX_PIXELS
 from cxrground.io.store import Store
 
 __all__ = ["IN_FLIGHT_PER_WORKER", "has_unit", "init_worker", "is_running", "record_worker_death", "run_one",
-           "running_rel", "unit_rel", "unit_store", "worker_threads", "write_unit"]
+           "running_rel", "unit_rel", "unit_spec_hash", "unit_store", "worker_threads", "write_unit"]
 
 
 #: Studies in flight per worker (pool process or Ray actor): enough to keep each busy, few enough that the driver
@@ -53,10 +54,17 @@ def is_running(out: str | Path, key: str) -> bool:
     return unit_store(str(out)).exists(running_rel(key))
 
 
+def unit_spec_hash(spec: BackendSpec) -> str:
+    """The spec hash a unit records: :meth:`BackendSpec.spec_hash` without the fitted normative model's file path
+    (its sha256 stays), so identical builds in different folders write identical units."""
+    kwargs = {k: v for k, v in spec.synthesizer_kwargs.items() if k != "fitted"}
+    return replace(spec, synthesizer_kwargs=kwargs).spec_hash()
+
+
 def write_unit(out: str | Path, unit: dict[str, Any], config: IlsConfig, spec: BackendSpec) -> None:
     """Write a study's unit record (with the settings hashes) atomically."""
     unit["config_hash"] = config.config_hash()
-    unit["spec_hash"] = spec.spec_hash()
+    unit["spec_hash"] = unit_spec_hash(spec)
     unit_store(str(out)).write_text(unit_rel(unit["study_key"]), json.dumps(unit, sort_keys=True))
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "read_csv_text",
+    "remove_stale_temp_dirs",
     "remove_stale_temps",
     "sha256_bytes",
     "sha256_file",
@@ -89,6 +90,24 @@ def remove_stale_temps(folder: str | Path) -> list[Path]:
             continue
         tmp.unlink(missing_ok=True)
         removed.append(tmp)
+    return removed
+
+
+def remove_stale_temp_dirs(folder: str | Path, prefix: str) -> list[Path]:
+    """Delete the working folders ``{prefix}{pid}`` directly in ``folder`` whose pid is not a running process (a
+    killed writer's, e.g. ``.assemble.{pid}``). Returns the removed paths."""
+    import shutil
+
+    removed: list[Path] = []
+    folder = Path(folder)
+    if not folder.is_dir():
+        return removed
+    for path in folder.glob(f"{prefix}*"):
+        pid = path.name[len(prefix):]
+        if not path.is_dir() or not (pid.isascii() and pid.isdigit()) or int(pid) == os.getpid() or _running(int(pid)):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
     return removed
 
 

@@ -1,10 +1,15 @@
 """Predictions of an ILS model for a whole split, as the predictions JSONL read by ``ils evaluate``.
 
-Resumable: pairs already in the output file are skipped, when they were made by the same checkpoint (its
-fingerprint is kept in ``<out>.checkpoint.json``; predictions of another checkpoint are never mixed in). An image
-that cannot be read (decode error, over the pixel limit, too small for the model) is recorded in
-``<out>.failures.jsonl`` and its pairs get no line (they count as missing, i.e. wrong, in ``ils evaluate``). A rerun
-retries those images and replaces their records, so the failures file holds one line per image that still fails.
+Resumable: pairs already in the output file are skipped, when they were made by the same checkpoint for the same
+dataset and split. ``<out>.checkpoint.json`` keeps what the file was made from: the checkpoint's fingerprint, the
+dataset JSON's sha256 and the split (pair ids repeat between datasets, so predictions for another dataset or split
+are never mixed in; a file whose record lacks the dataset is refused too, since what it was made for is unknown).
+``--limit``, ``--batch-size``, ``--images`` and ``--max-pixels`` may change between runs: they do not change the
+prediction of a pair (a larger limit predicts more of the same split; the image root only says where the same
+files are). An image that cannot be read (decode error, over the pixel limit, too small for the model) is recorded
+in ``<out>.failures.jsonl`` and its pairs get no line (they count as missing, i.e. wrong, in ``ils evaluate``). A
+rerun retries those images and drops every record that names a pair it retries or that now has a prediction, so
+the failures file holds one line per image that still fails.
 """
 
 from __future__ import annotations
@@ -22,12 +27,12 @@ from cxrground.fields import option
 from cxrground.ils.layout import DATASET_FILE
 from cxrground.ils.predictions import PredictionWriter
 from cxrground.ils.schema import read_dataset
-from cxrground.io.files import atomic_write_text
+from cxrground.io.files import atomic_write_text, sha256_file
 from cxrground.io.image import DEFAULT_MAX_PIXELS, read_image
 from cxrground.models.base import IlsModel, checkpoint_info, load_model
 
-__all__ = ["PredictRequest", "check_same_source", "checkpoint_fingerprint", "predict_request",
-           "predict_split"]
+__all__ = ["PredictRequest", "check_same_source", "checkpoint_fingerprint", "predict_request", "predict_split",
+           "prediction_source"]
 
 
 _Job = tuple[str, list[dict[str, Any]]]
@@ -66,21 +71,64 @@ def checkpoint_fingerprint(checkpoint: Path) -> str:
     return h.hexdigest()
 
 
+def prediction_source(checkpoint: Path, dataset: Path, split: str) -> dict[str, str]:
+    """What a predictions file is made from: the checkpoint (path, :func:`checkpoint_fingerprint`), the dataset JSON
+    (path, sha256) and the split. Two runs with equal fingerprints, dataset sha256 and split predict the same pairs
+    with the same inputs."""
+    json_path = dataset if dataset.is_file() else dataset / DATASET_FILE
+    if not json_path.is_file():
+        raise InputError("dataset JSON not found", json_path)
+    return {"checkpoint": str(checkpoint), "fingerprint": checkpoint_fingerprint(checkpoint),
+            "dataset": str(json_path), "dataset_sha256": sha256_file(json_path), "split": split}
+
+
+#: The fields of ``<out>.checkpoint.json`` a rerun must match, with how a refusal names them.
+_SOURCE_KEYS: tuple[tuple[str, str], ...] = (("fingerprint", "checkpoint"), ("dataset_sha256", "dataset"),
+                                             ("split", "split"))
+
+
+def _differences(before: dict[str, Any], source: dict[str, str]) -> list[str]:
+    """How ``source`` differs from the recorded ``before``, one phrase per field (empty when they match)."""
+    out = []
+    for key, what in _SOURCE_KEYS:
+        have, want = before.get(key), source.get(key)
+        if have == want:
+            continue
+        if have is None:
+            out.append(f"an unrecorded {what} (OUT.checkpoint.json does not name it)")
+        elif key == "fingerprint":
+            out.append(f"another checkpoint ({before.get('checkpoint', '?')}, fingerprint {str(have)[:12]}; this "
+                       f"one {source['checkpoint']}, {str(want)[:12]})")
+        elif key == "dataset_sha256":
+            out.append(f"another dataset ({before.get('dataset', '?')}, sha256 {str(have)[:12]}; this one "
+                       f"{source['dataset']}, {str(want)[:12]})")
+        else:
+            out.append(f"another {what} ({have}; this one {want})")
+    return out
+
+
 def check_same_source(out: Path, source: dict[str, str]) -> None:
-    """Refuse (:class:`OptionError`) to add to predictions ``out`` made from another checkpoint; record ``source``
-    (checkpoint path and fingerprint) beside ``out`` for the next run."""
+    """Refuse (:class:`OptionError`) to add to predictions ``out`` made from another checkpoint, dataset or split
+    (``source``: :func:`prediction_source`), or whose record does not say; record ``source`` beside ``out`` for the
+    next run. When ``out`` holds no prediction yet, the failures of an earlier run for another source are
+    dropped."""
     side = out.with_name(out.name + ".checkpoint.json")
-    if side.is_file() and out.is_file() and out.stat().st_size > 0:
+    failures = out.with_name(out.name + ".failures.jsonl")
+    before: dict[str, Any] | None = None
+    if side.is_file():
         try:
             before = json.loads(side.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             before = {}
-        if before.get("fingerprint") != source["fingerprint"]:
-            raise OptionError(f"{out} holds predictions of another checkpoint ({before.get('checkpoint', '?')}, "
-                              f"fingerprint {str(before.get('fingerprint'))[:12]}; this one {source['checkpoint']}, "
-                              f"{source['fingerprint'][:12]}): write to another --out, or delete {out} and {side}")
+        before = before if isinstance(before, dict) else {}
+    differs = _differences(before, source) if before is not None else [f"an unknown source (no {side.name})"]
+    if differs and out.is_file() and out.stat().st_size > 0:
+        raise OptionError(f"{out} holds predictions of {'; '.join(differs)}: write to another --out, or delete "
+                          f"{out}, {side} and {failures} to predict afresh")
     out.parent.mkdir(parents=True, exist_ok=True)
-    side.write_text(json.dumps(source, indent=2) + "\n", encoding="utf-8")
+    if differs and before is not None:
+        failures.unlink(missing_ok=True)  # no prediction kept: the failures of the other source go too
+    atomic_write_text(side, json.dumps(source, indent=2) + "\n")
 
 
 def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: str, out: Path,
@@ -112,7 +160,9 @@ def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: st
     with PredictionWriter(out, seg_mode=mode) as writer:
         todo = [(rel, [p for p in items if p["pair_id"] not in writer.done]) for rel, items in jobs]
         counts["skipped"] = n - sum(len(items) for _r, items in todo)
-        _forget_failures(failures_path, {str(images / rel) for rel, items in todo if items})
+        retried = {p["pair_id"] for _r, items in todo for p in items}
+        _forget_failures(failures_path, {str(images / rel) for rel, items in todo if items},
+                         retried | set(writer.done))
         bar = tqdm(total=n - counts["skipped"], desc="predict", unit="pair", disable=not progress)
         for rel, items in todo:
             if not items:
@@ -149,7 +199,8 @@ class PredictRequest:
                                  help="Image root (MIMIC-CXR-JPG files/). Default: the dataset folder.")
     split: str = option("test", choices=("train", "val", "test"))
     out: Path = option(path="out_file", help="Predictions JSONL (appended to; pairs already there are skipped when "
-                       "they come from the same checkpoint, by its fingerprint in OUT.checkpoint.json).")
+                       "they come from the same checkpoint, dataset and split, recorded in OUT.checkpoint.json; "
+                       "another one is refused).")
     limit: int | None = option(None, low=1, help="Predict only the first N pairs of the split.")
     batch_size: int = option(8, low=1, help="Pairs per forward pass.")
     device: str = option("cpu", help="torch device: cpu, cuda, cuda:1, mps ...")
@@ -168,7 +219,7 @@ def predict_request(request: PredictRequest, progress: bool = True) -> str:
     """Load the checkpoint, predict the split into ``request.out`` (resuming) and say what was written."""
     r = request
     _check_device(r.device)
-    check_same_source(r.out, {"checkpoint": str(r.checkpoint), "fingerprint": checkpoint_fingerprint(r.checkpoint)})
+    check_same_source(r.out, prediction_source(r.checkpoint, r.dataset, r.split))
     model = load_model(r.checkpoint, device=r.device, **_loading_options(r))
     counts = predict_split(model, r.dataset, r.images, r.split, r.out, limit=r.limit, batch_size=r.batch_size,
                            progress=progress, mode=r.mode, max_pixels=r.max_pixels)
@@ -202,8 +253,10 @@ def _check_device(device: str) -> None:
         raise OptionValueError(f"--device {device!r} is not a torch device ({exc})") from None
 
 
-def _forget_failures(path: Path, retried: set[str]) -> None:
-    """Drop the records of ``path`` for the images this run retries (they are recorded again if they fail)."""
+def _forget_failures(path: Path, retried: set[str], pair_ids: set[str]) -> None:
+    """Drop the records of ``path`` that name a pair of ``pair_ids`` (those this run retries, which are recorded
+    again if they fail, and those that have a prediction), whatever image root they were recorded under; a record
+    without pair ids is dropped when its image is one of ``retried``."""
     if not path.is_file():
         return
     keep = []
@@ -212,7 +265,11 @@ def _forget_failures(path: Path, retried: set[str]) -> None:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue  # a partial line left by a kill
-        if isinstance(record, dict) and record.get("path") not in retried:
+        if not isinstance(record, dict):
+            continue
+        ids = record.get("pair_ids")
+        stale = pair_ids.intersection(ids) if isinstance(ids, list) else record.get("path") in retried
+        if not stale:
             keep.append(json.dumps(record) + "\n")
     atomic_write_text(path, "".join(keep))
 

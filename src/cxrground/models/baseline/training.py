@@ -15,7 +15,11 @@ augmentation, no dropout): the same dataset, configuration and seed give identic
 Checkpoint folder (written atomically after every epoch):
 
 - ``checkpoint.json``: ``{"model": "baseline", "config", "dataset": {"path", "sha256"}, "seed", "split",
-  "val_split", "epoch", "step", "history", "best", "created_by"}``;
+  "val_split", "data", "epoch", "step", "history", "best", "created_by"}``; ``data`` gives, per split, the
+  pairs in the dataset, those used (their image could be read) and the sha256 of the used pair ids, and in all
+  the unreadable images (``failures``) and the pairs they leave out (``pairs_left_out``);
+- ``failures.jsonl``: one line per unreadable image (``path``, ``stage`` ``train-images``, ``reason``, ``error``,
+  ``split``), rewritten by every run (empty when every image was read);
 - ``weights.safetensors``: the selected weights (best validation positive gIoU on the working canvas, or the
   last epoch when there is no validation split) — what :func:`~cxrground.models.baseline.load_model` loads;
 - ``weights_last.safetensors``: the weights after the last finished epoch;
@@ -23,7 +27,8 @@ Checkpoint folder (written atomically after every epoch):
   weights, optimizer state, torch RNG state). It continues after the last finished epoch and ends with the
   same tensors as an uninterrupted run. A different dataset file (sha256), configuration, seed or split is
   refused (fields an older checkpoint lacks take their defaults; the inference-only ``global_location`` may
-  differ).
+  differ), and so is a different set of usable pairs (an image that became readable or unreadable since; a
+  checkpoint without ``data`` is resumed without this check).
 
 Kill safety: an epoch is committed by one atomic write, ``train_state.pt`` (it holds everything a resume
 needs); the other three files are derived from it and written after it. A resume first rewrites them from
@@ -50,7 +55,7 @@ from tqdm.auto import tqdm
 from cxrground import __version__
 from cxrground.errors import ConfigError, InputError
 from cxrground.ils.schema import read_dataset
-from cxrground.io.files import atomic_path, sha256_file
+from cxrground.io.files import atomic_path, atomic_write_text, sha256_file, sha256_json
 from cxrground.models.base import CHECKPOINT_FILE
 from cxrground.models.baseline.config import BaselineConfig
 from cxrground.models.baseline.data import (
@@ -66,13 +71,15 @@ from cxrground.models.losses import dice_loss, sigmoid_bce
 from cxrground.models.sampling import BalancedSampler
 from cxrground.models.torch_state import restores_torch_settings
 
-__all__ = ["BEST_WEIGHTS", "LAST_WEIGHTS", "MODEL_NAME", "TRAIN_STATE", "compute_loss",
+__all__ = ["BEST_WEIGHTS", "FAILURES_FILE", "LAST_WEIGHTS", "MODEL_NAME", "TRAIN_STATE", "compute_loss",
            "lr_at", "train", "validate"]
 
 MODEL_NAME = "baseline"
 BEST_WEIGHTS = "weights.safetensors"
 LAST_WEIGHTS = "weights_last.safetensors"
 TRAIN_STATE = "train_state.pt"
+#: The images a run could not read (one :class:`~cxrground.errors.Failure` line each, with its split).
+FAILURES_FILE = "failures.jsonl"
 
 
 def lr_at(step: int, total: int, config: BaselineConfig) -> float:
@@ -201,6 +208,36 @@ def _check_resume(info: dict[str, Any], expect: dict[str, Any], path: Path) -> N
                               f"({have!r} vs {want!r}); use another --out or --no-resume")
 
 
+def _usable_pairs(split: str, train_pairs: list, train_data: PairTensors, val_split: str | None, val_pairs: list,
+                  val_data: PairTensors | None) -> dict[str, Any]:
+    """What ``checkpoint.json`` records of the pairs a run trains and validates on: per split the pairs in the
+    dataset, those whose image could be read, the sha256 of their ids, and the pairs left out in all."""
+    record: dict[str, Any] = {}
+    for name, pairs, data in ((split, train_pairs, train_data), (val_split, val_pairs, val_data)):
+        if name is None:
+            continue
+        used = [p.pair_id for p in data.pairs] if data is not None else []
+        record[name] = {"pairs": len(pairs), "used": len(used), "sha256": sha256_json(used),
+                        "failed_images": len(data.failures) if data is not None else 0}
+    splits = list(record.values())
+    record["failures"] = sum(v["failed_images"] for v in splits)
+    record["pairs_left_out"] = sum(v["pairs"] - v["used"] for v in splits)
+    return record
+
+
+def _check_same_pairs(recorded: dict[str, Any] | None, now: dict[str, Any], path: Path) -> None:
+    """Refuse to resume when the pairs whose image can be read are not those the checkpoint was trained on (an image
+    that became readable or unreadable since); a checkpoint without the record is resumed as it is."""
+    if recorded is None or recorded == now:
+        return
+    changed = [f"{name}: {now[name]['used']} of {now[name]['pairs']} pairs usable now, "
+               f"{old.get('used')} of {old.get('pairs')} then" for name, old in recorded.items()
+               if isinstance(old, dict) and now.get(name) != old and isinstance(now.get(name), dict)]
+    raise ConfigError(f"cannot resume {path}: the usable pairs differ from the checkpoint's ("
+                      f"{'; '.join(changed) or 'other splits'}; unreadable images are in {path / FAILURES_FILE}); "
+                      "use another --out or --no-resume")
+
+
 @restores_torch_settings
 def train(
     dataset: Path,
@@ -255,11 +292,21 @@ def train(
     torch.use_deterministic_algorithms(True)
     torch.manual_seed(seed)
     data = read_dataset(json_path)
-    train_data = PairTensors(load_pairs(json_path, split, data), images_root, config, segmenter, progress, say)
-    if not train_data.positives:
-        raise InputError(f"split {split!r} has no usable positive pair to train on", json_path)
+    train_pairs = load_pairs(json_path, split, data)
+    train_data = PairTensors(train_pairs, images_root, config, segmenter, progress, say)
     val_pairs = load_pairs(json_path, val_split, data) if val_split else []
     val_data = PairTensors(val_pairs, images_root, config, segmenter, progress, say) if val_pairs else None
+    meta["data"] = _usable_pairs(split, train_pairs, train_data, val_split, val_pairs, val_data)
+    if saved is not None:
+        _check_same_pairs(info.get("data"), meta["data"], out)
+    failures = [{**f.to_dict(), "split": s} for s, d in ((split, train_data), (val_split, val_data)) if d is not None
+                for f in d.failures]
+    atomic_write_text(out / FAILURES_FILE, "".join(json.dumps(f, sort_keys=True) + "\n" for f in failures))
+    if failures:
+        say(f"{len(failures)} unreadable images: {meta['data']['pairs_left_out']} pairs left out; see "
+            f"{out / FAILURES_FILE}")
+    if not train_data.positives:
+        raise InputError(f"split {split!r} has no usable positive pair to train on", json_path)
     sampler = BalancedSampler(train_data.positives, train_data.negatives, seed=seed)
     steps_per_epoch = math.ceil(len(sampler) / config.batch_size)
     total_steps = steps_per_epoch * config.epochs

@@ -25,11 +25,14 @@
   step, written every ``save_every_steps`` steps and at each epoch end (``out/resume/ds/`` with DeepSpeed). A
   different dataset hash, seed or configuration than the saved state's, or the other kind of resume state
   (DeepSpeed or not), refuses to resume (:class:`ConfigError`); a run with ``resume=False`` removes the other kind.
-- Missing or unreadable images are recorded (``failures`` in ``checkpoint.json``) and their pairs left out.
+- Missing images are recorded (``out/failures.jsonl``, written when the run starts, and ``failures`` in
+  ``checkpoint.json``) and their pairs left out; the resume state's identity holds the sha256 of the pair ids used
+  (``pairs``), so a resume after an image appeared or went missing is refused.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from dataclasses import dataclass
@@ -42,7 +45,7 @@ from tqdm.auto import tqdm
 
 from cxrground.errors import ConfigError, Failure, InputError
 from cxrground.ils.schema import read_dataset
-from cxrground.io.files import atomic_path, sha256_file
+from cxrground.io.files import atomic_path, atomic_write_text, sha256_file, sha256_json
 from cxrground.io.image import read_image
 from cxrground.io.masks import read_mask_png
 from cxrground.models.base import CHECKPOINT_FILE
@@ -61,7 +64,7 @@ from cxrground.models.lisa.model import LisaForSegmentation, prepare_for_trainin
 from cxrground.models.lisa.preprocess import equalize, gt_mask_canvas
 from cxrground.models.lisa.text import encode, seg_token_id, tiny_tokenizer
 from cxrground.models.lisa.zero import RESUME_DIR as ZERO_RESUME_DIR
-from cxrground.models.lisa.zero import ZeroEngine
+from cxrground.models.lisa.zero import ZeroEngine, same_identity
 from cxrground.models.sampling import BalancedSampler
 from cxrground.models.torch_state import restores_torch_settings
 
@@ -69,6 +72,8 @@ __all__ = ["RESUME_FILE", "ZERO_RESUME_DIR", "Sample", "build_model", "check_fit
            "validate"]
 
 RESUME_FILE = "resume/state.pt"
+#: The missing images of a run (one :class:`~cxrground.errors.Failure` line each), beside ``checkpoint.json``.
+FAILURES_FILE = "failures.jsonl"
 
 
 @dataclass(frozen=True)
@@ -330,9 +335,13 @@ def _train(ctx: DistContext, config: LisaConfig, json_path: Path, dataset: Path,
     zero = ZeroEngine.create(model, optim, sched, config, ctx) if ctx.deepspeed else None
     # the process layout does not change the result, so a run may resume with another one
     config_id = {k: v for k, v in config.to_dict().items() if k != "distributed"}
-    identity = {"dataset_hash": dataset_hash, "seed": seed, "config": config_id, "split": split}
+    identity = {"dataset_hash": dataset_hash, "seed": seed, "config": config_id, "split": split,
+                "pairs": sha256_json([s.pair_id for s in samples + val_samples])}
     step, best, history = 0, None, []
     state_path = out / RESUME_FILE
+    if ctx.is_main:
+        atomic_write_text(out / FAILURES_FILE, "".join(json.dumps(f.to_dict(), sort_keys=True) + "\n"
+                                                       for f in failures))
     _check_resume_kind(out, zero is not None, resume, ctx.is_main)
     if resume and zero is not None:
         state = zero.load(out / ZERO_RESUME_DIR, identity)
@@ -340,9 +349,10 @@ def _train(ctx: DistContext, config: LisaConfig, json_path: Path, dataset: Path,
             step, best, history = state["step"], state["best"], state["history"]
     elif resume and state_path.is_file():
         state = torch.load(state_path, map_location="cpu", weights_only=False)
-        if state["identity"] != identity:
-            raise ConfigError(f"{state_path} was written for another dataset/seed/configuration; "
-                              "use a new --out or resume=False")
+        if not same_identity(state["identity"], identity):
+            raise ConfigError(f"{state_path} was written for another dataset/seed/configuration or another set of "
+                              f"pairs with a readable image (see {out / FAILURES_FILE}); use a new --out or "
+                              "resume=False")
         model.load_state_dict(state["trainable"], strict=False)
         optim.load_state_dict(state["optim"])
         sched.load_state_dict(state["sched"])

@@ -64,6 +64,17 @@ def zero_config(config: Any, world_size: int, dtype: torch.dtype) -> dict[str, A
     return ds
 
 
+def same_identity(saved: Any, identity: dict[str, Any]) -> bool:
+    """Whether a resume state's run identity ``saved`` is ``identity``; a state without the ``pairs`` record (the
+    sha256 of the pairs whose image was found) is compared without it."""
+    if not isinstance(saved, dict):
+        return False
+    want = json.loads(json.dumps(identity))
+    if "pairs" not in saved:
+        want.pop("pairs", None)
+    return saved == want
+
+
 class ZeroEngine:
     """A DeepSpeed ZeRO-2 engine around the trainer's model, AdamW and schedule (see the module docstring)."""
 
@@ -121,7 +132,7 @@ class ZeroEngine:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise InputError(f"unreadable ZeRO-2 resume state ({exc})", meta_path) from exc
-        if meta.get("identity") != json.loads(json.dumps(identity)):
+        if not same_identity(meta.get("identity"), identity):
             raise ConfigError(f"{meta_path} was written for another dataset/seed/configuration; "
                               "use a new --out or resume=False")
         if meta.get("world_size") != self.ctx.world_size:

@@ -1,0 +1,121 @@
+"""Resume safety of ``ils predict`` (same checkpoint, dataset and split; failures kept current) and ``ils train``
+(unreadable training images recorded; a resume with another set of usable pairs refused)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cxrground.datasets.synthetic import write_cohort
+from cxrground.datasets.synthetic.config import SynthConfig
+from cxrground.errors import ConfigError, OptionError
+
+torch = pytest.importorskip("torch")
+
+from cxrground.cli import main  # noqa: E402
+from cxrground.ils.predictions import load_predictions  # noqa: E402
+from cxrground.models import baseline  # noqa: E402
+from cxrground.models.baseline.data import load_pairs  # noqa: E402
+from cxrground.models.predict import PredictRequest, predict_request  # noqa: E402
+
+TINY = {"size": "32", "channels": "8,16", "cond_hidden": "16", "head_hidden": "16", "batch_size": "8",
+        "warmup_steps": "2", "anatomy": "none"}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """A 6-study cohort, its ILS dataset (ils/) and one built from the impressions (ils_imp/), a 1-epoch checkpoint."""
+    root = tmp_path_factory.mktemp("resume-ils")
+    write_cohort(root / "cohort", 6, seed=0, config=SynthConfig(width=128), progress=False)
+    for name, extra in (("ils", []), ("ils_imp", ["--sections", "impression"])):
+        result = CliRunner().invoke(main, ["ils", "build", "--images", str(root / "cohort" / "files"), "--out",
+                                           str(root / name), "--quiet", "--seed", "0", "--synthesizer",
+                                           "pseudo-normal", *extra])
+        assert result.exit_code == 0, result.output
+    baseline.train(root / "ils", root / "ck", images=root / "cohort" / "files", overrides={**TINY, "epochs": "1"},
+                   progress=False, log=None)
+    return root
+
+
+def _predict(tiny: Path, out: Path, dataset: str = "ils", split: str = "train", images: Path | None = None) -> str:
+    return predict_request(PredictRequest(checkpoint=tiny / "ck", dataset=tiny / dataset,
+                                          images=images or tiny / "cohort" / "files", split=split, out=out),
+                           progress=False)
+
+
+def _corrupt_copy(tiny: Path, dest: Path, split: str = "train") -> str:
+    """A copy of the cohort's files/ under ``dest`` with the first ``split`` study's image truncated; its path."""
+    shutil.copytree(tiny / "cohort" / "files", dest)
+    rel = load_pairs(tiny / "ils", split)[0].image_path
+    (dest / rel).write_bytes((dest / rel).read_bytes()[:300])
+    return rel
+
+
+def test_predict_refuses_predictions_for_another_dataset_or_split(tiny, tmp_path):
+    out = tmp_path / "pred.jsonl"
+    assert "0 already there" in _predict(tiny, out)
+    before = out.read_bytes()
+    side = json.loads((tmp_path / "pred.jsonl.checkpoint.json").read_text())
+    assert side["split"] == "train" and len(side["dataset_sha256"]) == 64
+    with pytest.raises(OptionError, match="another dataset"):  # pair ids repeat between datasets
+        _predict(tiny, out, dataset="ils_imp")
+    with pytest.raises(OptionError, match="another split"):
+        _predict(tiny, out, split="test")
+    assert out.read_bytes() == before
+    assert "0 written" in _predict(tiny, out)  # the same source resumes
+    # a record that does not name the dataset (or no record at all) cannot vouch for the predictions
+    (tmp_path / "pred.jsonl.checkpoint.json").write_text(json.dumps({k: side[k] for k in ("checkpoint",
+                                                                                         "fingerprint")}))
+    with pytest.raises(OptionError, match="unrecorded dataset"):
+        _predict(tiny, out)
+    (tmp_path / "pred.jsonl.checkpoint.json").unlink()
+    with pytest.raises(OptionError, match="unknown source"):
+        _predict(tiny, out)
+    # through the command line: a usage error naming the file, no traceback
+    r = CliRunner().invoke(main, ["ils", "predict", "--checkpoint", str(tiny / "ck"), "--dataset",
+                                  str(tiny / "ils_imp"), "--images", str(tiny / "cohort" / "files"), "--split",
+                                  "train", "--out", str(tmp_path / "p2.jsonl"), "--quiet"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["ils", "predict", "--checkpoint", str(tiny / "ck"), "--dataset",
+                                  str(tiny / "ils"), "--images", str(tiny / "cohort" / "files"), "--split",
+                                  "train", "--out", str(tmp_path / "p2.jsonl"), "--quiet"])
+    assert r.exit_code != 0 and "another dataset" in r.output and "Traceback" not in r.output
+
+
+def test_predict_forgets_failures_of_pairs_that_now_succeed_under_another_image_root(tiny, tmp_path):
+    bad = tmp_path / "bad"
+    _corrupt_copy(tiny, bad)
+    out = tmp_path / "pred.jsonl"
+    failures = tmp_path / "pred.jsonl.failures.jsonl"
+    _predict(tiny, out, images=bad)
+    assert len(failures.read_text().splitlines()) == 1
+    _predict(tiny, out)  # the same files under another root: the failed pairs are predicted now
+    assert failures.read_text() == ""
+    assert len(load_predictions(out)) == len(load_pairs(tiny / "ils", "train"))
+
+
+def _train(tiny: Path, out: Path, images: Path, **kwargs) -> Path:
+    return baseline.train(tiny / "ils", out, images=images, overrides={**TINY, "epochs": "2"}, progress=False,
+                          log=None, **kwargs)
+
+
+def test_train_records_unreadable_images_and_refuses_a_resume_with_other_usable_pairs(tiny, tmp_path):
+    images = tmp_path / "images"
+    rel = _corrupt_copy(tiny, images)
+    out = _train(tiny, tmp_path / "ck", images, stop_after_epoch=1)
+    lines = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+    assert [(f["path"], f["stage"], f["split"]) for f in lines] == [(str(images / rel), "train-images", "train")]
+    data = json.loads((out / "checkpoint.json").read_text())["data"]
+    n_train = len(load_pairs(tiny / "ils", "train"))
+    assert data["failures"] == 1 and data["pairs_left_out"] > 0
+    assert data["train"]["pairs"] == n_train and data["train"]["used"] == n_train - data["pairs_left_out"]
+    shutil.copy2(tiny / "cohort" / "files" / rel, images / rel)  # the image is readable now: other pairs
+    with pytest.raises(ConfigError, match="usable pairs differ"):
+        _train(tiny, out, images)
+    _train(tiny, out, images, resume=False)  # starting over is allowed
+    assert (out / "failures.jsonl").read_text() == ""
+    assert json.loads((out / "checkpoint.json").read_text())["data"]["failures"] == 0
