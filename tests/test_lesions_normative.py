@@ -158,7 +158,7 @@ def test_zones_csv_overlays_and_failures(tmp_path):
     assert rows[0]["C"] == "1" and sum(int(rows[1][z]) for z in "ABCDEF") == 0
     assert float(rows[0]["ctr"]) > 0.3
     assert (tmp_path / "out" / "overlays" / "a.png").is_file()
-    assert (tmp_path / "out" / "overlays" / "sub__b.png").is_file()
+    assert (tmp_path / "out" / "overlays" / "sub" / "b.png").is_file()
     assert "broken.png" in (tmp_path / "out" / "failures.jsonl").read_text()
     # a film the view table calls lateral, and a DICOM whose header says so, are failures, not readings
     from cxrground.io.dicom import write_dicom

@@ -171,7 +171,7 @@ def test_agreeing_mask_needs_no_revision_and_an_empty_mask_detects_nothing(ckpt)
 def test_registry_entry_and_errors(ckpt, tmp_path):
     client = make_client(f"ils:{ckpt}")
     assert isinstance(client, IlsAgentClient) and client.identity["kind"] == "ils"
-    assert len(client.identity["checkpoint_sha256"]) == 64
+    assert len(client.identity["checkpoint_fingerprint"]) == 64
     with pytest.raises(ConfigError, match="needs a name"):
         make_client("ils")
     with pytest.raises(InputError, match="checkpoint"):

@@ -46,12 +46,16 @@ def _outputs(out: Path) -> dict[str, bytes]:
     return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
 
-def test_overlay_names_keep_the_path_and_extension_and_are_unique() -> None:
-    names = overlay_names(["img1.jpg", "img1.png", "sub/x.jpg", "sub__x.jpg", "a.png", "a.png", "d.png.png/y.png",
-                           "d.png"])
-    assert names["img1.jpg"] == "overlays/img1.jpg.png" and names["img1.png"] == "overlays/img1.png.png"
-    assert names["sub/x.jpg"] == "overlays/sub/x.jpg.png" and names["sub__x.jpg"] == "overlays/sub__x.jpg.png"
-    assert names["d.png"].startswith("overlays/d.png.") and names["d.png"] != "overlays/d.png.png"
+def test_overlay_names_keep_the_path_and_are_unique() -> None:
+    names = overlay_names(["img1.jpg", "img1.png", "sub/x.jpg", "sub__x.jpg", "a.png", "a.png", "d.png/y.png",
+                           "d.jpg", "noext"])
+    assert names["img1.jpg"] == "overlays/img1.png"
+    assert names["img1.png"].startswith("overlays/img1.") and names["img1.png"] != "overlays/img1.png"
+    assert names["sub/x.jpg"] == "overlays/sub/x.png" and names["sub__x.jpg"] == "overlays/sub__x.png"
+    assert names["a.png"] == "overlays/a.png" and names["noext"] == "overlays/noext.png"
+    assert names["d.png/y.png"] == "overlays/d.png/y.png"
+    assert names["d.jpg"].startswith("overlays/d.") and names["d.jpg"] != "overlays/d.png"  # "d.png" is a folder
+    assert len(set(names.values())) == len(names)
 
 
 def test_killed_run_resumes_and_other_runs_are_refused(films, tmp_path, monkeypatch) -> None:
@@ -61,7 +65,7 @@ def test_killed_run_resumes_and_other_runs_are_refused(films, tmp_path, monkeypa
     readings, failures = write_zones(paths, fresh, seg, model, root=films)
     assert len(readings) + len(failures) == 4
     overlays = sorted(p.relative_to(fresh).as_posix() for p in (fresh / "overlays").rglob("*.png"))
-    assert overlays == sorted(f"overlays/{r.image}.png" for r in readings) and len(overlays) == len(readings)
+    assert overlays == sorted(overlay_names([r.image for r in readings]).values()) and len(overlays) == len(readings)
 
     real, calls = zones_mod.read_zones, []
 

@@ -33,7 +33,7 @@ class _Wrapped:
 
     @property
     def identity(self) -> dict[str, Any]:
-        return {**self._inner.identity, "checkpoint_sha256": self._digest}
+        return {**self._inner.identity, "checkpoint_fingerprint": self._digest}
 
     async def complete(self, messages, question, case_id="", seed=None):
         self.sent += 1
@@ -47,7 +47,7 @@ def test_a_replaced_model_at_the_same_name_is_refused_on_resume(bench, tmp_path)
     settings = EvalSettings(bench, "first-option", limit=2)
     run_eval(settings, run, progress=False, client=_Wrapped("aaa"))
     cfg = json.loads((run / "config.json").read_text())["config"]
-    assert cfg["client"]["identity"]["checkpoint_sha256"] == "aaa"
+    assert cfg["client"]["identity"]["checkpoint_fingerprint"] == "aaa"
     run_eval(settings, run, progress=False, client=_Wrapped("aaa"))  # the same model resumes
     with pytest.raises(ConfigError, match=r"different configuration.*client"):
         run_eval(settings, run, progress=False, client=_Wrapped("bbb"))

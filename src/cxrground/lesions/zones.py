@@ -273,19 +273,21 @@ _OUTPUTS: Final[tuple[str, ...]] = ("zones.csv", "failures.jsonl", "zones.json",
 
 
 def overlay_names(names: Sequence[str]) -> dict[str, str]:
-    """The overlay file of each film name (its path relative to the image folder): ``overlays/<name>.png``, the
-    relative path and extension kept (``sub/x.jpg`` → ``overlays/sub/x.jpg.png``, ``img1.png`` →
-    ``overlays/img1.png.png``); a name that would still clash with another (the same name twice, or a file named
-    like another's folder) gets ``.<first 8 hex of sha256(name)>`` before ``.png``."""
+    """The overlay file of each film name (its path relative to the image folder): ``overlays/<name>`` with the
+    extension ``.png`` (``sub/x.jpg`` → ``overlays/sub/x.png``); a name that would clash with another's (``img1.jpg``
+    beside ``img1.png``, or a file named like another's folder) gets ``.<first 8 hex of sha256(name)>`` before
+    ``.png`` (``overlays/img1.0c5e1d2a.png``)."""
     out: dict[str, str] = {}
     used: set[str] = set()
     folders: set[str] = set()
     for name in names:
-        rel = f"{name}.png"
+        if name in out:
+            continue
+        stem = Path(name).with_suffix("").as_posix() if Path(name).suffix else name
+        rel = f"{stem}.png"
         parents = {p.as_posix() for p in Path(rel).parents if p.as_posix() != "."}
         if rel in used or rel in folders or parents & used:
-            stem = f"{name}.{hashlib.sha256(name.encode()).hexdigest()[:8]}"
-            rel = f"{stem}.png"
+            rel = f"{stem}.{hashlib.sha256(name.encode()).hexdigest()[:8]}.png"
             parents = {p.as_posix() for p in Path(rel).parents if p.as_posix() != "."}
         out[name] = f"{OVERLAY_DIR}/{rel}"
         used.add(rel)

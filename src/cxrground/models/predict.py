@@ -76,6 +76,8 @@ def prediction_source(checkpoint: Path, dataset: Path, split: str) -> dict[str, 
     (path, sha256) and the split. Two runs with equal fingerprints, dataset sha256 and split predict the same pairs
     with the same inputs."""
     json_path = dataset if dataset.is_file() else dataset / DATASET_FILE
+    if json_path.is_dir():
+        raise InputError("is a folder, not the dataset JSON file", json_path)
     if not json_path.is_file():
         raise InputError("dataset JSON not found", json_path)
     return {"checkpoint": str(checkpoint), "fingerprint": checkpoint_fingerprint(checkpoint),

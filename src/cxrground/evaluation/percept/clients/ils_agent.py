@@ -20,8 +20,9 @@ and the project's geometry, with no language reasoning:
 
 The lesion is read from the detection question's text (vocabulary names); the client reads the question's
 ``qid`` and option texts from the runner's side channel, never its ground truth. The mask and the geometry are
-computed once per CXR (keyed by the image's digest). Identity: the checkpoint path and the SHA-256 of its
-``checkpoint.json``; answers are ``Answer: n`` like the baselines'.
+computed once per CXR (keyed by the image's digest). Identity: the checkpoint path and its fingerprint
+(:func:`~cxrground.models.predict.checkpoint_fingerprint`: ``checkpoint.json`` and the weight files' names and
+sizes); answers are ``Answer: n`` like the baselines'.
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ import numpy as np
 
 from cxrground.errors import ConfigError, InputError
 from cxrground.evaluation.percept.conversation import format_gt
-from cxrground.io.files import sha256_file
 from cxrground.io.overlay import blend
 from cxrground.llm import Completion, PermanentError
+from cxrground.models.predict import checkpoint_fingerprint
 from cxrground.vocab import ils_templates as T
 from cxrground.vocab import percept_templates as pt
 from cxrground.vocab.lesions import LESIONS
@@ -229,7 +230,7 @@ class IlsAgentClient:
         self.model = f"ils:{self.checkpoint}"
         self.device = device
         self.decoding: dict[str, Any] = {}
-        self._sha = sha256_file(meta)
+        self._fingerprint = checkpoint_fingerprint(self.checkpoint)
         self._ils: Any = None
         self._segmenter = segmenter
         self._readings: dict[str, Reading] = {}
@@ -237,8 +238,9 @@ class IlsAgentClient:
 
     @property
     def identity(self) -> dict[str, Any]:
-        """The checkpoint path and its ``checkpoint.json`` digest."""
-        return {"kind": self.kind, "checkpoint": str(self.checkpoint.resolve()), "checkpoint_sha256": self._sha}
+        """The checkpoint path and its fingerprint (``checkpoint.json`` and the weight files)."""
+        return {"kind": self.kind, "checkpoint": str(self.checkpoint.resolve()),
+                "checkpoint_fingerprint": self._fingerprint}
 
     def cache_context(self, question: Question, case_id: str) -> dict[str, Any] | None:
         """None: the answer depends on the messages only."""
