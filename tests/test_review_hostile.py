@@ -30,6 +30,7 @@ from cxrground.testing.servers import (
     small_window_socket,
     stop_process,
     wait_for_bytes,
+    wait_for_log,
 )
 from review_helpers import client, review_setup
 
@@ -95,16 +96,6 @@ def _image_requests(token: str, assignment_id: int, count: int) -> bytes:
     return (one * count).encode()
 
 
-def _wait_for_log(records: list[logging.LogRecord], text: str, timeout: float) -> logging.LogRecord | None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = [r for r in list(records) if text in r.getMessage()]
-        if found:
-            return found[0]
-        time.sleep(0.05)
-    return None
-
-
 
 
 
@@ -165,7 +156,7 @@ def test_a_client_that_never_reads_is_dropped_after_the_send_timeout(small_db, t
             assert wait_for_bytes(stalled, 10), "the image never started"
             with client(url, token) as alice:  # others are served meanwhile
                 assert alice.get("/api/me").status_code == 200 and alice.get("/healthz").status_code == 200
-            dropped = _wait_for_log(records, DROPPED, 10)
+            dropped = wait_for_log(records, DROPPED, 10)
             assert dropped is not None, "the non-reading client was never dropped"
             assert dropped.created - sent >= 0.9 and "send timeout 1 s" in dropped.getMessage()
             got = read_until_closed(stalled, 10)
@@ -193,7 +184,7 @@ def test_a_request_stuck_behind_a_client_that_never_reads_gives_its_slot_back(sm
                 statuses.append(httpx.get(url + "/healthz", timeout=5).status_code)
                 time.sleep(0.05)
             assert 503 in statuses, "the stuck request held no slot"
-            assert _wait_for_log(records, DROPPED, 10) is not None, "the non-reading client was never dropped"
+            assert wait_for_log(records, DROPPED, 10) is not None, "the non-reading client was never dropped"
             deadline = time.monotonic() + 5
             while httpx.get(url + "/healthz", timeout=5).status_code != 200:
                 assert time.monotonic() < deadline, "the slot was not given back"

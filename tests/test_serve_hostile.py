@@ -35,6 +35,7 @@ from cxrground.testing.servers import (
     response_length,
     small_window_socket,
     wait_for_bytes,
+    wait_for_log,
 )
 from serve_helpers import ThresholdModel, cxr_pixels, data_url, png_bytes
 
@@ -75,16 +76,6 @@ def _big_segment_request() -> bytes:
     head = (f"POST /v1/segment?overlay=true&include_image=true HTTP/1.1\r\nHost: x\r\n"
             f"Content-Type: {request.headers['content-type']}\r\nContent-Length: {len(body)}\r\n\r\n")
     return head.encode() + body
-
-
-def _wait_for_log(records: list[logging.LogRecord], text: str, timeout: float) -> logging.LogRecord | None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = [r for r in list(records) if text in r.getMessage()]
-        if found:
-            return found[0]
-        time.sleep(0.05)
-    return None
 
 
 
@@ -220,7 +211,7 @@ def test_a_client_that_never_reads_its_response_is_dropped_and_others_are_served
             # meanwhile: light routes and an image request (the only in-flight slot) are served
             assert httpx.get(f"{server.url}/health", timeout=5).status_code == 200
             assert _upload(server.url).status_code == 200
-            dropped = _wait_for_log(records, DROPPED, 10)
+            dropped = wait_for_log(records, DROPPED, 10)
             assert dropped is not None, "the non-reading client was never dropped"
             assert dropped.created - sent >= 0.9
             assert dropped.levelno == logging.WARNING and "send timeout 1 s" in dropped.getMessage()

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 
 __all__ = ["LogRecords", "captured_logs", "closed_by_server", "read_until_closed", "response_length",
-           "small_window_socket", "stop_process", "wait_for_bytes"]
+           "small_window_socket", "stop_process", "wait_for_bytes", "wait_for_log"]
 
 
 class LogRecords(logging.Handler):
@@ -115,3 +115,14 @@ def response_length(data: bytes) -> int:
         if name.strip().lower() == b"content-length":
             return len(head) + len(sep) + int(value)
     raise ValueError("the response head has no Content-Length")
+
+
+def wait_for_log(records: list[logging.LogRecord], text: str, timeout: float) -> logging.LogRecord | None:
+    """The first of ``records`` whose message holds ``text``, waiting up to ``timeout`` seconds; None if none came."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [r for r in list(records) if text in r.getMessage()]
+        if found:
+            return found[0]
+        time.sleep(0.05)
+    return None
