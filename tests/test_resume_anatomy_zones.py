@@ -118,3 +118,31 @@ def test_a_changed_film_and_an_old_results_folder_are_refused(films, tmp_path) -
                                     "--zone-model", "normative", "--overwrite"])
     assert res.exit_code == 0, res.output
     assert (out / RUN_FILE).is_file() and len((out / "zones.csv").read_text().splitlines()) >= 2
+
+
+def test_failed_films_are_kept_on_a_rerun_and_read_again_with_retry_failed(films, tmp_path, monkeypatch) -> None:
+    from cxrground.errors import InputError
+
+    model, seg = NormativeModel.load(None), _segmenter()
+    paths = find_images(films)
+    out = tmp_path / "out"
+    real, calls, failed = zones_mod.read_zones, [], []
+
+    def first_film_fails(*args, **kwargs):
+        calls.append(args[3])
+        if args[3] == "img1.png" and not failed:
+            failed.append(args[3])
+            raise InputError("transient read error", "img1.png")
+        return real(*args, **kwargs)
+
+    plain_readings, plain_failures = write_zones(paths, tmp_path / "plain", seg, model, root=films, overlays=False)
+    monkeypatch.setattr(zones_mod, "read_zones", first_film_fails)
+    _, failures = write_zones(paths, out, seg, model, root=films, overlays=False)
+    assert [f.reason for f in failures].count("transient read error") == 1
+    assert len(failures) == len(plain_failures) + ("img1.png" in {r.image for r in plain_readings})
+    calls.clear()
+    _, again = write_zones(paths, out, seg, model, root=films, overlays=False)
+    assert calls == [] and again == failures  # a plain rerun keeps the recorded failures
+    _, failures = write_zones(paths, out, seg, model, root=films, overlays=False, retry_failed=True)
+    assert "img1.png" in calls and "transient read error" not in [f.reason for f in failures]  # every failed film
+    assert (out / "zones.csv").read_text() == (tmp_path / "plain" / "zones.csv").read_text()

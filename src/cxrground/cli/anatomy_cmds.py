@@ -32,6 +32,9 @@ def show(request: GeometryRequest) -> None:
 @click.option("--overwrite", is_flag=True,
               help="Delete the results of another run in --out (zones.csv, failures.jsonl, zones.json, overlays/ and "
                    "the run files) and start afresh.")
+@click.option("--retry-failed", is_flag=True,
+              help="On a resumed run, read again the films an earlier session recorded as failures (a rerun keeps "
+                   "them by default).")
 @click.option("--normative", type=FILE, default=None, help="Normative model .npz (default: the shipped normative_v1).")
 @click.option("--no-overlays", is_flag=True, help="Write zones.csv only.")
 @click.option("--metadata", type=FILE, default=None,
@@ -53,7 +56,7 @@ def show(request: GeometryRequest) -> None:
                    "lesion), `normative` (the normative z score and its threshold), or a zone classifier .npz from "
                    "`anatomy fit-zones`; a classifier (and the zone_prior readers, which read zone_sim_v1) must "
                    "have been fitted with the same --normative.")
-def zones(images: Path, out: Path, overwrite: bool, normative: Path | None, no_overlays: bool,
+def zones(images: Path, out: Path, overwrite: bool, retry_failed: bool, normative: Path | None, no_overlays: bool,
           metadata: Path | None, qc_orientation: bool, zone_model: str) -> None:
     """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every frontal film: OUT/zones.csv."""
     from cxrground.anatomy.segment import get_segmenter
@@ -66,7 +69,8 @@ def zones(images: Path, out: Path, overwrite: bool, normative: Path | None, no_o
     reader = resolve_zone_reader(zone_model)
     readings, failures = write_zones(find_images(images), out, get_segmenter("unet"), model,
                                      overlays=not no_overlays, root=images, zone_model=reader, views=views,
-                                     orientation_check=qc_orientation, overwrite=overwrite)
+                                     orientation_check=qc_orientation, overwrite=overwrite,
+                                     retry_failed=retry_failed)
     flagged = sum(sum(r.flags.values()) for r in readings)
     how = f"threshold z {model.zone_threshold:.2f}" if reader is None else reader_name(reader)
     click.echo(f"wrote {out / 'zones.csv'}: {len(readings)} images, {flagged} zones flagged, "

@@ -364,6 +364,7 @@ def write_zones(
     images: Iterable[Path], out: Path, segmenter: LungHeartSegmenter, model: NormativeModel,
     overlays: bool = True, root: Path | None = None, zone_model: ZoneReader | None = None,
     views: Mapping[str, str] | None = None, orientation_check: bool = False, overwrite: bool = False,
+    retry_failed: bool = False,
 ) -> tuple[list[ZoneReading], list[Failure]]:
     """Read every frontal image, write ``out/zones.csv`` (+ overlays, failures, ``zones.json`` provenance); returns
     readings and failures. An image whose view (its DICOM header, else ``views`` by file-name stem) is not PA or AP
@@ -377,7 +378,8 @@ def write_zones(
 
     Resumable: each film's reading (or failure) is appended to ``out/.zones-progress.jsonl`` (flushed) as it is
     done, with the film's sha256; ``out/.zones-run.json`` records the run (films, reader, normative model,
-    settings). A rerun with the same record skips the films done (a film changed since is refused); a folder
+    settings). A rerun with the same record skips the films done (a film changed since is refused; with
+    ``retry_failed`` the films recorded as failures are read again); a folder
     holding another run's results is refused unless ``overwrite``, which first deletes what this function writes
     there (``zones.csv``, ``failures.jsonl``, ``zones.json``, ``overlays/``, the two run files). ``zones.csv``,
     ``failures.jsonl`` and ``zones.json`` are written atomically at the end, in film order. Overlay names:
@@ -412,9 +414,10 @@ def write_zones(
                                       "--overwrite to start afresh")
                 if "reading" in rec:
                     readings.append(ZoneReading(**rec["reading"]))
-                else:
+                    continue
+                if not retry_failed:
                     failures.append(Failure(**rec["failure"]))
-                continue
+                    continue
             try:
                 im = read_image(path)
                 view = im.view or (views or {}).get(path.stem)
