@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from cxrground.errors import InputError, MaskError, MaskShapeError
+from cxrground.io.files import cut_torn_tail
 from cxrground.io.image import DEFAULT_MAX_PIXELS
 from cxrground.io.masks import decode_rle, encode_rle, read_mask_png, rle_size
 
@@ -189,10 +190,7 @@ class PredictionWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.done: set[str] = set()
         if self.path.exists():
-            raw = self.path.read_bytes()
-            keep = raw[: raw.rfind(b"\n") + 1]  # drop a partial last line left by a kill
-            if len(keep) != len(raw):
-                self.path.write_bytes(keep)
+            cut_torn_tail(self.path)  # a partial last line left by a kill
             existing = load_predictions(self.path)
             recorded = recorded_seg_mode(existing, self.path)
             if recorded is not None and seg_mode != recorded:

@@ -26,6 +26,7 @@ __all__ = [
     "atomic_path",
     "atomic_write_bytes",
     "atomic_write_text",
+    "cut_torn_tail",
     "read_csv_text",
     "remove_stale_temp_dirs",
     "remove_stale_temps",
@@ -85,8 +86,7 @@ def remove_stale_temps(folder: str | Path) -> list[Path]:
     if not folder.is_dir():
         return removed
     for tmp in folder.rglob(".*.tmp"):
-        pid = tmp.name[:-4].rsplit(".", 1)[-1]
-        if not (pid.isascii() and pid.isdigit()) or int(pid) == os.getpid() or _running(int(pid)):
+        if not _gone(tmp.name[:-4].rsplit(".", 1)[-1]):
             continue
         tmp.unlink(missing_ok=True)
         removed.append(tmp)
@@ -103,12 +103,27 @@ def remove_stale_temp_dirs(folder: str | Path, prefix: str) -> list[Path]:
     if not folder.is_dir():
         return removed
     for path in folder.glob(f"{prefix}*"):
-        pid = path.name[len(prefix):]
-        if not path.is_dir() or not (pid.isascii() and pid.isdigit()) or int(pid) == os.getpid() or _running(int(pid)):
+        if not path.is_dir() or not _gone(path.name[len(prefix):]):
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
+
+
+def _gone(pid: str) -> bool:
+    """``pid`` (text from a file name) names a process that is neither this one nor running: its files are stale."""
+    return pid.isascii() and pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid))
+
+
+def cut_torn_tail(path: str | Path) -> bytes:
+    """The content of the append-only file ``path`` up to its last newline; a last line without its newline (a write
+    cut short by a kill) is cut off the file too, so appends start on a fresh line."""
+    path = Path(path)
+    data = path.read_bytes()
+    keep = data[: data.rfind(b"\n") + 1]
+    if len(keep) != len(data):
+        path.write_bytes(keep)
+    return keep
 
 
 def _running(pid: int) -> bool:

@@ -50,6 +50,7 @@ from cxrground.anatomy.segment.builtin import work_box
 from cxrground.anatomy.segment.plausibility import segment_checked
 from cxrground.datasets.views import is_frontal
 from cxrground.errors import ConfigError, CXRGroundError, Failure, InputError
+from cxrground.io.files import atomic_write_text, cut_torn_tail, sha256_file, sha256_json
 from cxrground.io.image import IMAGE_SUFFIXES, CXRImage, read_image, write_image
 from cxrground.io.overlay import contact_sheet, label_panel, overlay_masks
 from cxrground.lesions.lesion_zones import LESION_ZONE_READER, LesionZoneReader
@@ -298,8 +299,6 @@ def overlay_names(names: Sequence[str]) -> dict[str, str]:
 def _run_record(names: Sequence[str], model: NormativeModel, zone_model: ZoneReader | None, overlays: bool,
                 root: Path | None, views: Mapping[str, str] | None, orientation_check: bool,
                 stems: Sequence[str]) -> dict[str, Any]:
-    from cxrground.io.files import sha256_json
-
     prov = zones_provenance(model, zone_model, 0, 0)
     for k in ("images", "failures"):
         prov.pop(k, None)
@@ -346,11 +345,7 @@ def _read_progress(path: Path) -> dict[str, dict[str, Any]]:
     done: dict[str, dict[str, Any]] = {}
     if not path.is_file():
         return done
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        data = data[: data.rfind(b"\n") + 1]
-        path.write_bytes(data)
-    for line in data.decode("utf-8", "replace").splitlines():
+    for line in cut_torn_tail(path).decode("utf-8", "replace").splitlines():
         try:
             rec = json.loads(line)
         except ValueError:
@@ -385,8 +380,6 @@ def write_zones(
     ``failures.jsonl`` and ``zones.json`` are written atomically at the end, in film order. Overlay names:
     :func:`overlay_names`.
     """
-    from cxrground.io.files import atomic_write_text, sha256_file
-
     if root is not None:
         check_out_folder(out, root)
     if isinstance(zone_model, ZoneClassifier):

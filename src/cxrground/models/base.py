@@ -11,6 +11,7 @@ A checkpoint is a folder with ``checkpoint.json`` (at least ``{"model": "<backen
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ __all__ = [
     "MODELS",
     "IlsModel",
     "IlsOutput",
+    "checkpoint_fingerprint",
     "checkpoint_info",
     "load_model",
     "model_module",
@@ -117,6 +119,24 @@ def train_model(name: str, dataset: str | Path, out: str | Path, **kwargs: Any) 
 
     remove_stale_temps(out)
     return Path(model_module(name).train(Path(dataset), Path(out), **kwargs))
+
+
+#: Suffixes of a checkpoint's weight files (fingerprinted by name and size beside ``checkpoint.json``'s bytes).
+_WEIGHT_SUFFIXES: Final[tuple[str, ...]] = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf")
+
+
+def checkpoint_fingerprint(checkpoint: Path) -> str:
+    """A sha256 of the checkpoint's ``checkpoint.json`` (rewritten by every training run and conversion) and the
+    names and sizes of its weight files: two checkpoints with one fingerprint give the same predictions. Files
+    written beside them (predictions, evaluations) do not count."""
+    folder = checkpoint if checkpoint.is_dir() else checkpoint.parent
+    h = hashlib.sha256()
+    record = folder / CHECKPOINT_FILE
+    h.update(record.read_bytes() if record.is_file() else b"")
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and path.suffix in _WEIGHT_SUFFIXES:
+            h.update(f"\0{path.name}\0{path.stat().st_size}".encode())
+    return h.hexdigest()
 
 
 def checkpoint_info(checkpoint: str | Path) -> dict[str, Any]:

@@ -14,7 +14,6 @@ the failures file holds one line per image that still fails.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,10 +28,9 @@ from cxrground.ils.predictions import PredictionWriter
 from cxrground.ils.schema import read_dataset
 from cxrground.io.files import atomic_write_text, sha256_file
 from cxrground.io.image import DEFAULT_MAX_PIXELS, read_image
-from cxrground.models.base import IlsModel, checkpoint_info, load_model
+from cxrground.models.base import IlsModel, checkpoint_fingerprint, checkpoint_info, load_model
 
-__all__ = ["PredictRequest", "check_same_source", "checkpoint_fingerprint", "predict_request", "predict_split",
-           "prediction_source"]
+__all__ = ["PredictRequest", "check_same_source", "predict_request", "predict_split", "prediction_source"]
 
 
 _Job = tuple[str, list[dict[str, Any]]]
@@ -51,24 +49,6 @@ def _split_jobs(data: dict[str, Any], split: str, limit: int | None) -> tuple[li
         if items:
             jobs.append((study["image_path"], items))
     return jobs, n
-
-
-#: Suffixes of a checkpoint's weight files (fingerprinted by name and size beside ``checkpoint.json``'s bytes).
-_WEIGHT_SUFFIXES: tuple[str, ...] = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf")
-
-
-def checkpoint_fingerprint(checkpoint: Path) -> str:
-    """A sha256 of the checkpoint's ``checkpoint.json`` (rewritten by every training run and conversion) and the
-    names and sizes of its weight files: two checkpoints with one fingerprint give the same predictions. Files
-    written beside them (predictions, evaluations) do not count."""
-    folder = checkpoint if checkpoint.is_dir() else checkpoint.parent
-    h = hashlib.sha256()
-    record = folder / "checkpoint.json"
-    h.update(record.read_bytes() if record.is_file() else b"")
-    for path in sorted(folder.iterdir()):
-        if path.is_file() and path.suffix in _WEIGHT_SUFFIXES:
-            h.update(f"\0{path.name}\0{path.stat().st_size}".encode())
-    return h.hexdigest()
 
 
 def prediction_source(checkpoint: Path, dataset: Path, split: str) -> dict[str, str]:

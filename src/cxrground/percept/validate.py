@@ -195,17 +195,12 @@ def _card_counts(text: str) -> dict[str, dict[str, int]]:
 
 def _check_manifest(root: Path, problems: list[str]) -> None:
     from cxrground.percept.layout import MANIFEST_FILE
-    from cxrground.percept.manifest import UNLISTED, manifest_lines
+    from cxrground.percept.manifest import manifest_lines, read_manifest
 
-    manifest = root / MANIFEST_FILE
-    if not manifest.is_file():
+    if not (root / MANIFEST_FILE).is_file():
         problems.append(f"{MANIFEST_FILE} missing")
         return
-    listed: dict[str, str] = {}
-    for line in manifest.read_text(encoding="utf-8").splitlines():
-        digest, _, rel = line.partition("  ")
-        if rel not in UNLISTED:  # an older manifest may list the gallery page
-            listed[rel] = digest
+    listed = read_manifest(root)  # without the gallery page an older manifest may list
     actual = dict(reversed(line.split("  ", 1)) for line in manifest_lines(root))
     for rel in sorted(set(listed) | set(actual)):
         if rel not in actual:

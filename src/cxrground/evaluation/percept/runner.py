@@ -316,19 +316,12 @@ def _config(settings: EvalSettings, client: Client, n_cases: int) -> dict[str, A
 def check_case_files(bench: Benchmark, plans: Sequence[CasePlan], source: Path) -> None:
     """Raise :class:`InputError` naming the missing files when an image of ``plans`` or a file listed in the
     benchmark's ``MANIFEST.sha256`` is not there (an unfinished or interrupted ``percept build``)."""
-    from cxrground.percept.layout import MANIFEST_FILE
-    from cxrground.percept.manifest import UNLISTED
+    from cxrground.percept.manifest import read_manifest
 
     root = bench.root
     if root is None:
         return
-    wanted = {rel for p in plans for q in p.questions for rel in q.images}
-    manifest = root / MANIFEST_FILE
-    if manifest.is_file():
-        for line in manifest.read_text(encoding="utf-8", errors="replace").splitlines():
-            rel = line.partition("  ")[2]
-            if rel and rel not in UNLISTED:
-                wanted.add(rel)
+    wanted = {rel for p in plans for q in p.questions for rel in q.images} | set(read_manifest(root))
     missing = sorted(rel for rel in wanted if not (root / rel).is_file())
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")

@@ -21,7 +21,7 @@ and the project's geometry, with no language reasoning:
 The lesion is read from the detection question's text (vocabulary names); the client reads the question's
 ``qid`` and option texts from the runner's side channel, never its ground truth. The mask and the geometry are
 computed once per CXR (keyed by the image's digest). Identity: the checkpoint path and its fingerprint
-(:func:`~cxrground.models.predict.checkpoint_fingerprint`: ``checkpoint.json`` and the weight files' names and
+(:func:`~cxrground.models.base.checkpoint_fingerprint`: ``checkpoint.json`` and the weight files' names and
 sizes); answers are ``Answer: n`` like the baselines'.
 """
 
@@ -42,7 +42,7 @@ from cxrground.errors import ConfigError, InputError
 from cxrground.evaluation.percept.conversation import format_gt
 from cxrground.io.overlay import blend
 from cxrground.llm import Completion, PermanentError
-from cxrground.models.predict import checkpoint_fingerprint
+from cxrground.models.base import checkpoint_fingerprint
 from cxrground.vocab import ils_templates as T
 from cxrground.vocab import percept_templates as pt
 from cxrground.vocab.lesions import LESIONS
