@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from cxrground.cli.common import DIR, OUT_DIR, OUT_FILE, echo_lines, group, note, request_options, warn
+from cxrground.net.limits import ConnectionLimits
 from cxrground.review.importers import ImportRequest, import_request
 
 _DB = click.option("--db", "db_path", type=OUT_FILE, required=True,
@@ -47,11 +48,12 @@ def import_cmd(request: ImportRequest, db_path: Path) -> None:
 @click.option("--secure-cookies", is_flag=True,
               help="Mark the session and login cookies Secure (the app sits behind HTTPS; browsers then send them "
                    "over HTTPS only).")
-def serve(db_path: Path, host: str, port: int, secure_cookies: bool) -> None:
+@request_options(ConnectionLimits)
+def serve(connections: ConnectionLimits, db_path: Path, host: str, port: int, secure_cookies: bool) -> None:
     """The review web app: /login, /queue, /review/ID, /stats and the /api (GET /healthz is public)."""
     from cxrground.review.launch import launch_app
 
-    launch_app(db_path, host, port, warn=warn, note=note, secure_cookies=secure_cookies)
+    launch_app(db_path, host, port, warn=warn, note=note, secure_cookies=secure_cookies, connections=connections)
 
 
 @review.command("stats")

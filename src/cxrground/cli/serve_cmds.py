@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from cxrground.cli.common import note, request_options, threads_option, warn
+from cxrground.cli.common import CleanCommand, note, request_options, threads_option, warn
 from cxrground.serve.request import ServeRequest, serve_request
 
 
-@click.command("serve")
+@click.command("serve", cls=CleanCommand)
 @threads_option
 @request_options(ServeRequest)
 def serve(request: ServeRequest) -> None:

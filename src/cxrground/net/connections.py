@@ -15,6 +15,12 @@
 * :func:`prepare_process`: raise the soft open-file limit to the hard one and keep asyncio's "accept failed" log
   from flooding (:class:`AcceptErrorFilter`: one short line per interval).
 
+The limits above are defaults (kept in :mod:`cxrground.net.limits`, which needs no extra, and re-exported here);
+each server sets its own with the command-line options ``--idle-timeout``, ``--body-timeout``, ``--send-timeout``
+and ``--max-connections``. :func:`guarded_protocol` gives each configuration a class of its own, so servers with
+different limits in one process never affect each other; the attributes of :class:`GuardedH11Protocol` itself are
+never changed.
+
 It needs uvicorn and starlette (the ``serve`` extra).
 """
 
@@ -22,26 +28,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import ClassVar, Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from cxrground.net.limits import (
+    BODY_TIMEOUT_S,
+    IDLE_TIMEOUT_S,
+    MAX_CONNECTIONS,
+    SEND_LOG_INTERVAL_S,
+    SEND_TIMEOUT_S,
+)
+
 __all__ = ["BODY_TIMEOUT_S", "IDLE_TIMEOUT_S", "MAX_CONNECTIONS", "SEND_LOG_INTERVAL_S", "SEND_TIMEOUT_S",
            "AcceptErrorFilter", "BodyDeadline", "BodyTimeout", "GuardedH11Protocol", "LogThrottle", "guarded_protocol",
            "prepare_process", "raise_open_file_limit"]
 
-#: Seconds a connection may stay open without sending a complete request head.
-IDLE_TIMEOUT_S: Final[float] = 10.0
-#: Seconds a request's body may take to arrive, from its head (the review app's; ``serve`` has its own limit).
-BODY_TIMEOUT_S: Final[float] = 20.0
-#: Open connections kept before the one waiting longest for a request is closed to make room.
-MAX_CONNECTIONS: Final[int] = 1000
-#: Seconds a connection may keep unsent response bytes without its client taking any of them.
-SEND_TIMEOUT_S: Final[float] = 30.0
-#: At most one log line per this many seconds about connections dropped for not reading their responses.
-SEND_LOG_INTERVAL_S: Final[float] = 10.0
 #: File descriptors left for the server itself (database, listening socket, threads) below the open-file limit.
 _FD_RESERVE: Final[int] = 64
 _ACCEPT_ERROR: Final[str] = "socket.accept() out of system resource"
@@ -87,6 +92,9 @@ class GuardedH11Protocol(H11Protocol):
     resumed) the deadline starts again. Dropping is :meth:`asyncio.Transport.abort`: the buffer is freed at once,
     and uvicorn's ``connection_lost`` marks the request disconnected and releases a handler waiting in
     ``await send(...)`` (its sends then return at once), so the handler ends and gives back what it holds.
+
+    The limits are class attributes, read by every connection of the class: a server with other limits uses a
+    subclass of its own (:func:`guarded_protocol`); nothing sets them on this class.
     """
 
     idle_timeout: ClassVar[float] = IDLE_TIMEOUT_S
@@ -207,11 +215,13 @@ class GuardedH11Protocol(H11Protocol):
 def guarded_protocol(idle_timeout: float = IDLE_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS,
                      send_timeout: float = SEND_TIMEOUT_S) -> type[GuardedH11Protocol]:
     """The protocol class with these limits (:class:`GuardedH11Protocol` itself for the defaults: it can be
-    pickled for uvicorn's worker processes; any other is a new class with its own :attr:`~GuardedH11Protocol.send_log`
-    throttle)."""
-    if not (idle_timeout > 0 and send_timeout > 0) or max_connections < 1:
-        raise ValueError("idle_timeout, send_timeout and max_connections must be positive, got "
-                         f"{idle_timeout}, {send_timeout}, {max_connections}")
+    pickled for uvicorn's worker processes; any other is a new subclass, made for this call, with its own
+    :attr:`~GuardedH11Protocol.send_log` throttle: no other server's protocol changes). The timeouts must be
+    positive finite numbers and ``max_connections`` at least 1 (:class:`ValueError`)."""
+    timeouts_ok = all(math.isfinite(t) and t > 0 for t in (idle_timeout, send_timeout))
+    if not timeouts_ok or max_connections < 1:
+        raise ValueError("idle_timeout and send_timeout must be positive finite numbers and max_connections at least "
+                         f"1, got {idle_timeout}, {send_timeout}, {max_connections}")
     if (idle_timeout, max_connections, send_timeout) == (IDLE_TIMEOUT_S, MAX_CONNECTIONS, SEND_TIMEOUT_S):
         return GuardedH11Protocol
     return type("GuardedH11Protocol", (GuardedH11Protocol,),

@@ -26,7 +26,8 @@ Availability (:mod:`cxrground.net.connections`): a connection that sends no comp
 :data:`IDLE_TIMEOUT_S` seconds is closed, and past :data:`MAX_CONNECTIONS` open connections the one waiting longest
 for a request is closed to make room, so idle sockets never lock reviewers out; a connection whose client takes
 none of its response for :data:`SEND_TIMEOUT_S` seconds is dropped (its unsent bytes freed, the request's slot given
-back), so clients that never read hold neither memory nor slots; the app works on at most
+back), so clients that never read hold neither memory nor slots (these limits and the body timeout are defaults:
+:func:`serve` takes others as a :class:`~cxrground.net.limits.ConnectionLimits`); the app works on at most
 :data:`MAX_IN_FLIGHT` requests at once (a request waiting for its client to send the body holds no slot) and
 answers one more with 503 and ``Retry-After``. Token checks, JSON and RLE decoding and SQLite run in the thread pool;
 checked tokens (right or wrong) are remembered by their SHA-256 for a few minutes, and a wrong one is answered
@@ -72,6 +73,7 @@ from cxrground.net.connections import (
     guarded_protocol,
     prepare_process,
 )
+from cxrground.net.limits import ConnectionLimits
 from cxrground.review.db import DECISIONS, REJECT_REASONS, Assignment, ReviewDB, User
 from cxrground.review.stats import review_stats, stats_html
 
@@ -603,24 +605,29 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
 
 
 def server_config(app: Any, host: str = "127.0.0.1", port: int = 8765, *, log_level: str = "info",
-                  idle_timeout: float = IDLE_TIMEOUT_S, send_timeout: float = SEND_TIMEOUT_S) -> Any:
+                  idle_timeout: float = IDLE_TIMEOUT_S, send_timeout: float = SEND_TIMEOUT_S,
+                  max_connections: int = MAX_CONNECTIONS) -> Any:
     """The uvicorn configuration ``review serve`` runs ``app`` with: connections without a request closed after
-    ``idle_timeout`` seconds (keep-alive ones after 5 s), at most :data:`MAX_CONNECTIONS` kept open by closing the
-    one idle longest, and a connection whose client takes none of its response for ``send_timeout`` seconds
-    dropped (:class:`~cxrground.net.connections.GuardedH11Protocol`); the in-flight limit is inside the app."""
+    ``idle_timeout`` seconds (keep-alive ones after 5 s, or after ``idle_timeout`` when that is shorter), at most
+    ``max_connections`` kept open by closing the one idle longest, and a connection whose client takes none of its
+    response for ``send_timeout`` seconds dropped (:class:`~cxrground.net.connections.GuardedH11Protocol`, a class
+    of its own for other limits than the defaults); the in-flight limit is inside the app."""
     import uvicorn
 
     return uvicorn.Config(app, host=host, port=port, log_level=log_level,
-                          http=guarded_protocol(idle_timeout, send_timeout=send_timeout),
+                          http=guarded_protocol(idle_timeout, max_connections, send_timeout),
                           timeout_keep_alive=5, lifespan="off")
 
 
 def serve(db_path: str | Path, host: str = "127.0.0.1", port: int = 8765, *, log_level: str = "info",
-          secure_cookies: bool = False) -> None:
+          secure_cookies: bool = False, connections: ConnectionLimits | None = None) -> None:
     """Run the app with uvicorn until interrupted (``secure_cookies``: the session cookie is ``Secure``, for a
-    deployment behind HTTPS)."""
+    deployment behind HTTPS; ``connections``: the idle, body and send timeouts and the connection limit, by default
+    :data:`IDLE_TIMEOUT_S`, :data:`BODY_TIMEOUT_S`, :data:`SEND_TIMEOUT_S` and :data:`MAX_CONNECTIONS`)."""
     import uvicorn
 
+    c = connections or ConnectionLimits()
     prepare_process()
-    uvicorn.Server(server_config(create_app(db_path, secure_cookies=secure_cookies), host, port,
-                                 log_level=log_level)).run()
+    app = create_app(db_path, secure_cookies=secure_cookies, body_timeout=c.body_timeout)
+    uvicorn.Server(server_config(app, host, port, log_level=log_level, idle_timeout=c.idle_timeout,
+                                 send_timeout=c.send_timeout, max_connections=c.max_connections)).run()

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cxrground.errors import ConfigError
+from cxrground.net.limits import ConnectionLimits
 from cxrground.review.db import ReviewDB
 
 __all__ = ["LOOPBACK_HOSTS", "launch_app"]
@@ -18,9 +19,10 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 def launch_app(db_path: Path, host: str, port: int, warn: Callable[[str], None], note: Callable[[str], None], *,
-               secure_cookies: bool = False) -> None:
+               secure_cookies: bool = False, connections: ConnectionLimits | None = None) -> None:
     """Check the database and serve the review app until interrupted; ``warn`` is told when ``host`` reaches
-    beyond this machine (without ``secure_cookies``), ``note`` where the app listens. Without the ``serve`` extra
+    beyond this machine (without ``secure_cookies``), ``note`` where the app listens; ``connections``: the
+    connection timeouts and limit (the defaults of :class:`ConnectionLimits` without). Without the ``serve`` extra
     this is a :class:`ConfigError`."""
     try:
         from cxrground.review.app import serve
@@ -32,4 +34,4 @@ def launch_app(db_path: Path, host: str, port: int, warn: Callable[[str], None],
              "and pass --secure-cookies.")
     note(f"review app for {db_path} on http://{host}:{port}/" + (" (Secure cookies: reach it over HTTPS)"
                                                                    if secure_cookies else ""))
-    serve(db_path, host=host, port=port, secure_cookies=secure_cookies)
+    serve(db_path, host=host, port=port, secure_cookies=secure_cookies, connections=connections)

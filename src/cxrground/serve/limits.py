@@ -20,6 +20,7 @@ status code and a message that names the limit:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Final
 
@@ -45,7 +46,7 @@ class Limits:
 
     def __post_init__(self) -> None:
         if min(self.max_upload_bytes, self.max_pixels, self.max_instruction_chars, self.max_in_flight) <= 0 \
-                or self.busy_wait_s < 0 or self.body_timeout_s <= 0:
+                or self.busy_wait_s < 0 or not (math.isfinite(self.body_timeout_s) and self.body_timeout_s > 0):
             raise ValueError(f"limits must be positive: {self}")
         unknown = set(self.allowed_types) - set(IMAGE_TYPES)
         if unknown or not self.allowed_types:

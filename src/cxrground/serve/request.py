@@ -12,6 +12,17 @@ from pathlib import Path
 
 from cxrground.errors import ConfigError
 from cxrground.fields import option
+from cxrground.net.limits import (
+    BODY_TIMEOUT_HELP,
+    IDLE_TIMEOUT_HELP,
+    IDLE_TIMEOUT_S,
+    MAX_CONNECTIONS,
+    MAX_CONNECTIONS_HELP,
+    SEND_TIMEOUT_HELP,
+    SEND_TIMEOUT_S,
+    check_seconds,
+)
+from cxrground.serve.limits import Limits
 
 __all__ = ["ServeRequest", "serve_request"]
 
@@ -33,6 +44,15 @@ class ServeRequest:
                                      "NAME on every route but /health ('Authorization: Bearer KEY' or 'api-key: KEY').")
     cors_origins: tuple[str, ...] = option((), flag="--cors-origin", metavar="ORIGIN", help="Allow cross-origin "
                                            "browser calls from ORIGIN (repeatable; CORS is off without it).")
+    idle_timeout: float = option(IDLE_TIMEOUT_S, low=0, low_open=True, metavar="S", help=IDLE_TIMEOUT_HELP)
+    body_timeout: float = option(Limits.body_timeout_s, low=0, low_open=True, metavar="S", help=BODY_TIMEOUT_HELP)
+    send_timeout: float = option(SEND_TIMEOUT_S, low=0, low_open=True, metavar="S", help=SEND_TIMEOUT_HELP)
+    max_connections: int = option(MAX_CONNECTIONS, low=1, metavar="N", help=MAX_CONNECTIONS_HELP)
+
+    def __post_init__(self) -> None:
+        """Refuse values outside their range, and a timeout that is not a positive finite number
+        (:class:`~cxrground.errors.OptionValueError`, a usage error on the command line)."""
+        check_seconds(self, "idle_timeout", "body_timeout", "send_timeout")
 
 
 def serve_request(request: ServeRequest, warn: Callable[[str], None], note: Callable[[str], None]) -> None:
@@ -40,7 +60,6 @@ def serve_request(request: ServeRequest, warn: Callable[[str], None], note: Call
     without an API key, ``note`` where it listens. Without the ``serve`` extra this is a :class:`ConfigError`."""
     try:
         from cxrground.serve.access import AccessPolicy, read_api_key
-        from cxrground.serve.limits import Limits
         from cxrground.serve.run import is_loopback, serve
     except ImportError as exc:
         raise ConfigError(f"serving needs the 'serve' extra (pip install 'cxrground[serve]'): {exc}") from exc
@@ -51,6 +70,7 @@ def serve_request(request: ServeRequest, warn: Callable[[str], None], note: Call
         warn(f"warning: binding to {r.host} exposes the server beyond this machine; it has no authentication (see "
              "--api-key-env). Put it behind an authenticating proxy.")
     limits = Limits(max_upload_bytes=int(r.max_upload_mb * 1024 * 1024), max_pixels=r.max_pixels,
-                    max_in_flight=r.max_in_flight)
+                    max_in_flight=r.max_in_flight, body_timeout_s=r.body_timeout)
     note(f"serving {r.checkpoint} on http://{r.host}:{r.port}/ (web page), /v1/segment, /v1/chat/completions")
-    serve(r.checkpoint, host=r.host, port=r.port, device=r.device, limits=limits, access=access, workers=r.workers)
+    serve(r.checkpoint, host=r.host, port=r.port, device=r.device, limits=limits, access=access, workers=r.workers,
+          idle_timeout=r.idle_timeout, send_timeout=r.send_timeout, max_connections=r.max_connections)

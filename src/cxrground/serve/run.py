@@ -2,12 +2,13 @@
 
 ``serve`` loads the checkpoint through :func:`cxrground.models.base.load_model` (any backend) and runs
 uvicorn. With ``workers > 1`` uvicorn starts that many processes, each loading its own copy of the
-model through :func:`app_from_env` (the settings travel in ``CXRGROUND_SERVE_*`` environment variables).
-Connections are guarded as in :mod:`cxrground.net.connections` (idle ones closed after
-:data:`~cxrground.net.connections.IDLE_TIMEOUT_S` seconds, at most
-:data:`~cxrground.net.connections.MAX_CONNECTIONS` kept open, one whose client takes none of its response for
-:data:`~cxrground.net.connections.SEND_TIMEOUT_S` seconds dropped), the open-file limit is raised to the hard limit
-and failed accepts are logged once per interval, not once each.
+model through :func:`app_from_env` (the settings travel in ``CXRGROUND_SERVE_*`` environment variables; the
+connection limits too, read by :func:`protocol_from_env`). Connections are guarded as in
+:mod:`cxrground.net.connections` (idle ones closed after ``idle_timeout`` seconds, at most ``max_connections`` kept
+open, one whose client takes none of its response for ``send_timeout`` seconds dropped; by default
+:data:`~cxrground.net.limits.IDLE_TIMEOUT_S`, :data:`~cxrground.net.limits.MAX_CONNECTIONS` and
+:data:`~cxrground.net.limits.SEND_TIMEOUT_S`), the open-file limit is raised to the hard limit and failed accepts
+are logged once per interval, not once each.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from cxrground.io.files import sha256_file
 from cxrground.models.base import CHECKPOINT_FILE, IlsModel, load_model
 from cxrground.net.connections import (
     IDLE_TIMEOUT_S,
+    MAX_CONNECTIONS,
     SEND_TIMEOUT_S,
     GuardedH11Protocol,
     guarded_protocol,
@@ -33,12 +35,15 @@ from cxrground.net.connections import (
 from cxrground.serve.access import AccessPolicy, read_api_key
 from cxrground.serve.limits import Limits
 
-__all__ = ["BackgroundServer", "app_from_env", "checkpoint_id", "is_loopback", "load_and_create", "serve"]
+__all__ = ["BackgroundServer", "app_from_env", "checkpoint_id", "is_loopback", "load_and_create",
+           "protocol_class_from_env", "protocol_from_env", "serve"]
 
 _ENV_CHECKPOINT = "CXRGROUND_SERVE_CHECKPOINT"
 _ENV_DEVICE = "CXRGROUND_SERVE_DEVICE"
 _ENV_LIMITS = "CXRGROUND_SERVE_LIMITS"
 _ENV_ACCESS = "CXRGROUND_SERVE_ACCESS"
+#: The connection limits (idle_timeout, max_connections, send_timeout) as JSON (multi-worker only).
+_ENV_CONNECTIONS = "CXRGROUND_SERVE_CONNECTIONS"
 #: Holds a key given to :func:`serve` without the name of the variable it came from (multi-worker only).
 _ENV_API_KEY = "CXRGROUND_SERVE_API_KEY"
 
@@ -72,12 +77,18 @@ def serve(
     access: AccessPolicy | None = None,
     workers: int = 1,
     log_level: str = "info",
+    idle_timeout: float = IDLE_TIMEOUT_S,
+    send_timeout: float = SEND_TIMEOUT_S,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> None:
-    """Load ``checkpoint`` and serve it with uvicorn until interrupted (``access``: API key and CORS)."""
+    """Load ``checkpoint`` and serve it with uvicorn until interrupted (``access``: API key and CORS; the connection
+    limits as in :func:`~cxrground.net.connections.guarded_protocol`, a :class:`ValueError` when one is not positive
+    and finite)."""
     import uvicorn
 
     limits = limits or Limits()
     access = access or AccessPolicy()
+    protocol = guarded_protocol(idle_timeout, max_connections, send_timeout)
     prepare_process()
     if workers > 1:
         os.environ[_ENV_CHECKPOINT] = str(Path(checkpoint).resolve())
@@ -90,11 +101,15 @@ def serve(
         # the key itself stays in its own variable; the workers get its name
         os.environ[_ENV_ACCESS] = json.dumps({"api_key_env": key_env if access.api_key is not None else None,
                                               "cors_origins": list(access.cors_origins)})
+        # a class made here cannot be pickled into the worker processes: each makes its own from these
+        os.environ[_ENV_CONNECTIONS] = json.dumps({"idle_timeout": protocol.idle_timeout,
+                                                   "max_connections": protocol.max_connections,
+                                                   "send_timeout": protocol.send_timeout})
         uvicorn.run("cxrground.serve.run:app_from_env", factory=True, host=host, port=port, workers=workers,
-                    log_level=log_level, http=GuardedH11Protocol)
+                    log_level=log_level, http="cxrground.serve.run:protocol_from_env")
         return
     app, _ = load_and_create(checkpoint, device=device, limits=limits, access=access)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, http=GuardedH11Protocol)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, http=protocol)
 
 
 def app_from_env() -> Any:
@@ -111,23 +126,43 @@ def app_from_env() -> Any:
     return app
 
 
+#: The protocol classes :func:`protocol_class_from_env` made in this process, by their settings.
+_ENV_PROTOCOLS: dict[str, type[GuardedH11Protocol]] = {}
+
+
+def protocol_class_from_env() -> type[GuardedH11Protocol]:
+    """The guarded protocol class with the connection limits named in the environment (the defaults where none are):
+    one class per setting in a process."""
+    settings = os.environ.get(_ENV_CONNECTIONS, "{}")
+    if settings not in _ENV_PROTOCOLS:
+        _ENV_PROTOCOLS[settings] = guarded_protocol(**json.loads(settings))
+    return _ENV_PROTOCOLS[settings]
+
+
+def protocol_from_env(*args: Any, **kwargs: Any) -> GuardedH11Protocol:
+    """Protocol factory for multi-worker uvicorn (``http="cxrground.serve.run:protocol_from_env"``): a connection
+    of :func:`protocol_class_from_env`'s class."""
+    return protocol_class_from_env()(*args, **kwargs)
+
+
 class BackgroundServer:
     """uvicorn serving ``app`` in a daemon thread on ``host`` and a free port; a context manager.
 
     ``url`` is known once :meth:`start` returns. :meth:`stop` asks the server to finish its open
     requests and waits at most ``stop_timeout`` seconds. Connections are guarded as by ``serve``, with
-    ``idle_timeout`` and ``send_timeout`` (:func:`~cxrground.net.connections.guarded_protocol`);
+    ``idle_timeout``, ``send_timeout`` and ``max_connections`` (:func:`~cxrground.net.connections.guarded_protocol`);
     ``limit_concurrency`` (uvicorn's: open connections before 503; None: no such limit).
     """
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, start_timeout: float = 20.0,
                  stop_timeout: float = 10.0, limit_concurrency: int | None = 16,
-                 idle_timeout: float = IDLE_TIMEOUT_S, send_timeout: float = SEND_TIMEOUT_S) -> None:
+                 idle_timeout: float = IDLE_TIMEOUT_S, send_timeout: float = SEND_TIMEOUT_S,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
         import uvicorn
 
         config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
                                 limit_concurrency=limit_concurrency, timeout_keep_alive=2,
-                                http=guarded_protocol(idle_timeout, send_timeout=send_timeout))
+                                http=guarded_protocol(idle_timeout, max_connections, send_timeout))
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="cxrground-serve", daemon=True)
         self._start_timeout = start_timeout
