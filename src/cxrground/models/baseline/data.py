@@ -33,6 +33,7 @@ from cxrground.io.masks import read_mask_png
 from cxrground.io.transform import Letterbox
 from cxrground.models.baseline.conditioning import CERTAINTIES, LI_LESIONS, encode, location_vector, parse
 from cxrground.models.baseline.config import BaselineConfig
+from cxrground.models.train_failures import STAGE
 from cxrground.vocab.ils_templates import positive_answer
 from cxrground.vocab.locations import ILS_LOCATION_LABELS
 
@@ -164,7 +165,7 @@ class PairTensors(torch.utils.data.Dataset):
             try:
                 studies[study] = prepare_image(read_image(images_root / rel).pixels, config, segmenter)
             except InputError as exc:
-                self.failures.append(Failure.from_exception(images_root / rel, "train-images", exc))
+                self.failures.append(Failure.from_exception(images_root / rel, STAGE, exc))
                 if log is not None:
                     log(f"skipping study {study}: {exc}")
         self.pairs = [p for p in pairs if p.study in studies]

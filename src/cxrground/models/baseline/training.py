@@ -55,7 +55,7 @@ from tqdm.auto import tqdm
 from cxrground import __version__
 from cxrground.errors import ConfigError, InputError
 from cxrground.ils.schema import read_dataset
-from cxrground.io.files import atomic_path, atomic_write_text, sha256_file, sha256_json
+from cxrground.io.files import atomic_path, sha256_file
 from cxrground.models.base import CHECKPOINT_FILE
 from cxrground.models.baseline.config import BaselineConfig
 from cxrground.models.baseline.data import (
@@ -70,6 +70,15 @@ from cxrground.models.baseline.net import CondUNet, build_net, count_parameters
 from cxrground.models.losses import dice_loss, sigmoid_bce
 from cxrground.models.sampling import BalancedSampler
 from cxrground.models.torch_state import restores_torch_settings
+from cxrground.models.train_failures import (
+    FAILURES_FILE,
+    SplitImages,
+    check_same_pairs,
+    failure_summary,
+    no_usable_pairs,
+    usable_pairs,
+    write_failures,
+)
 
 __all__ = ["BEST_WEIGHTS", "FAILURES_FILE", "LAST_WEIGHTS", "MODEL_NAME", "TRAIN_STATE", "compute_loss",
            "lr_at", "train", "validate"]
@@ -78,8 +87,6 @@ MODEL_NAME = "baseline"
 BEST_WEIGHTS = "weights.safetensors"
 LAST_WEIGHTS = "weights_last.safetensors"
 TRAIN_STATE = "train_state.pt"
-#: The images a run could not read (one :class:`~cxrground.errors.Failure` line each, with its split).
-FAILURES_FILE = "failures.jsonl"
 
 
 def lr_at(step: int, total: int, config: BaselineConfig) -> float:
@@ -208,34 +215,14 @@ def _check_resume(info: dict[str, Any], expect: dict[str, Any], path: Path) -> N
                               f"({have!r} vs {want!r}); use another --out or --no-resume")
 
 
-def _usable_pairs(split: str, train_pairs: list, train_data: PairTensors, val_split: str | None, val_pairs: list,
-                  val_data: PairTensors | None) -> dict[str, Any]:
-    """What ``checkpoint.json`` records of the pairs a run trains and validates on: per split the pairs in the
-    dataset, those whose image could be read, the sha256 of their ids, and the pairs left out in all."""
-    record: dict[str, Any] = {}
-    for name, pairs, data in ((split, train_pairs, train_data), (val_split, val_pairs, val_data)):
-        if name is None:
-            continue
-        used = [p.pair_id for p in data.pairs] if data is not None else []
-        record[name] = {"pairs": len(pairs), "used": len(used), "sha256": sha256_json(used),
-                        "failed_images": len(data.failures) if data is not None else 0}
-    splits = list(record.values())
-    record["failures"] = sum(v["failed_images"] for v in splits)
-    record["pairs_left_out"] = sum(v["pairs"] - v["used"] for v in splits)
-    return record
-
-
-def _check_same_pairs(recorded: dict[str, Any] | None, now: dict[str, Any], path: Path) -> None:
-    """Refuse to resume when the pairs whose image can be read are not those the checkpoint was trained on (an image
-    that became readable or unreadable since); a checkpoint without the record is resumed as it is."""
-    if recorded is None or recorded == now:
-        return
-    changed = [f"{name}: {now[name]['used']} of {now[name]['pairs']} pairs usable now, "
-               f"{old.get('used')} of {old.get('pairs')} then" for name, old in recorded.items()
-               if isinstance(old, dict) and now.get(name) != old and isinstance(now.get(name), dict)]
-    raise ConfigError(f"cannot resume {path}: the usable pairs differ from the checkpoint's ("
-                      f"{'; '.join(changed) or 'other splits'}; unreadable images are in {path / FAILURES_FILE}); "
-                      "use another --out or --no-resume")
+def _splits(split: str, train_pairs: list, train_data: PairTensors, val_split: str | None, val_pairs: list,
+            val_data: PairTensors | None) -> list[SplitImages]:
+    """The pairs a run trains and validates on, per split, for the shared record of unreadable images
+    (:mod:`cxrground.models.train_failures`)."""
+    return [SplitImages(name, len(pairs), [p.pair_id for p in data.pairs] if data is not None else [],
+                        data.failures if data is not None else [])
+            for name, pairs, data in ((split, train_pairs, train_data), (val_split, val_pairs, val_data))
+            if name is not None]
 
 
 @restores_torch_settings
@@ -296,15 +283,15 @@ def train(
     train_data = PairTensors(train_pairs, images_root, config, segmenter, progress, say)
     val_pairs = load_pairs(json_path, val_split, data) if val_split else []
     val_data = PairTensors(val_pairs, images_root, config, segmenter, progress, say) if val_pairs else None
-    meta["data"] = _usable_pairs(split, train_pairs, train_data, val_split, val_pairs, val_data)
+    splits = _splits(split, train_pairs, train_data, val_split, val_pairs, val_data)
+    meta["data"] = usable_pairs(splits)
     if saved is not None:
-        _check_same_pairs(info.get("data"), meta["data"], out)
-    failures = [{**f.to_dict(), "split": s} for s, d in ((split, train_data), (val_split, val_data)) if d is not None
-                for f in d.failures]
-    atomic_write_text(out / FAILURES_FILE, "".join(json.dumps(f, sort_keys=True) + "\n" for f in failures))
-    if failures:
-        say(f"{len(failures)} unreadable images: {meta['data']['pairs_left_out']} pairs left out; see "
-            f"{out / FAILURES_FILE}")
+        check_same_pairs(info.get("data"), meta["data"], out)
+    write_failures(out, splits)
+    if summary := failure_summary(meta["data"], out):
+        say(summary)
+    if not train_data.pairs:
+        raise no_usable_pairs(splits[0], json_path, out)
     if not train_data.positives:
         raise InputError(f"split {split!r} has no usable positive pair to train on", json_path)
     sampler = BalancedSampler(train_data.positives, train_data.negatives, seed=seed)

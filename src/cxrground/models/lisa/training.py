@@ -25,16 +25,22 @@
   step, written every ``save_every_steps`` steps and at each epoch end (``out/resume/ds/`` with DeepSpeed). A
   different dataset hash, seed or configuration than the saved state's, or the other kind of resume state
   (DeepSpeed or not), refuses to resume (:class:`ConfigError`); a run with ``resume=False`` removes the other kind.
-- Missing images are recorded (``out/failures.jsonl``, written when the run starts, and ``failures`` in
-  ``checkpoint.json``) and their pairs left out; the resume state's identity holds the sha256 of the pair ids used
-  (``pairs``), so a resume after an image appeared or went missing is refused.
+- Unreadable images: before training, every image of the training split and of the validation split (up to
+  ``val_limit`` usable pairs) is read once (:func:`~cxrground.io.image.read_image`, as training reads it; in a
+  data-parallel run each rank reads its share and the results are gathered). One that is missing, empty, truncated
+  or not an image is recorded and its pairs are left out, as the baseline does
+  (:mod:`~cxrground.models.train_failures`): ``out/failures.jsonl`` (one line per image with its split, written when
+  the run starts), ``data`` in ``checkpoint.json`` (pairs per split, pairs used, images failed, pairs left out) and
+  one printed line. A split with no readable image is an :class:`~cxrground.errors.InputError` naming the dataset
+  and the first failure. The resume state holds ``data`` (and its identity the sha256 of the pair ids used,
+  ``pairs``), so a resume after an image became readable or unreadable is refused, naming the splits that changed.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +51,7 @@ from tqdm.auto import tqdm
 
 from cxrground.errors import ConfigError, Failure, InputError
 from cxrground.ils.schema import read_dataset
-from cxrground.io.files import atomic_path, atomic_write_text, sha256_file, sha256_json
+from cxrground.io.files import atomic_path, sha256_file, sha256_json
 from cxrground.io.image import read_image
 from cxrground.io.masks import read_mask_png
 from cxrground.models.base import CHECKPOINT_FILE
@@ -67,13 +73,21 @@ from cxrground.models.lisa.zero import RESUME_DIR as ZERO_RESUME_DIR
 from cxrground.models.lisa.zero import ZeroEngine, same_identity
 from cxrground.models.sampling import BalancedSampler
 from cxrground.models.torch_state import restores_torch_settings
+from cxrground.models.train_failures import (
+    FAILURES_FILE,
+    SplitImages,
+    check_same_pairs,
+    failure_summary,
+    image_failure,
+    no_usable_pairs,
+    usable_pairs,
+    write_failures,
+)
 
-__all__ = ["RESUME_FILE", "ZERO_RESUME_DIR", "Sample", "build_model", "check_fit", "load_samples", "lr_factor", "train",
-           "validate"]
+__all__ = ["FAILURES_FILE", "RESUME_FILE", "ZERO_RESUME_DIR", "Sample", "build_model", "check_fit", "load_samples",
+           "lr_factor", "train", "validate"]
 
 RESUME_FILE = "resume/state.pt"
-#: The missing images of a run (one :class:`~cxrground.errors.Failure` line each), beside ``checkpoint.json``.
-FAILURES_FILE = "failures.jsonl"
 
 
 @dataclass(frozen=True)
@@ -93,27 +107,70 @@ def _dataset_json(dataset: Path) -> Path:
     return dataset if dataset.is_file() else dataset / DATASET_FILE
 
 
-def load_samples(dataset: Path, images: Path, split: str) -> tuple[list[Sample], list[Failure]]:
-    """Pairs of ``split`` (positives then negatives per study; a positive pair's mask is its ``seg_mask_path``);
-    pairs whose image is missing become failures. A dataset file the shared check
-    (:func:`~cxrground.ils.schema.read_dataset`) refuses is an :class:`~cxrground.errors.InputError` naming it."""
+def _studies(dataset: Path, images: Path, split: str) -> list[tuple[Path, list[Sample]]]:
+    """Per study of ``split`` in file order: its image and its pairs (positives then negatives; a positive pair's mask
+    is its ``seg_mask_path``). A dataset file the shared check (:func:`~cxrground.ils.schema.read_dataset`) refuses
+    is an :class:`~cxrground.errors.InputError` naming it."""
     from cxrground.ils.layout import MASK_DIR
 
     json_path = _dataset_json(dataset)
     data = read_dataset(json_path)
     mask_root = json_path.parent / MASK_DIR
-    samples, failures = [], []
+    studies = []
     for study in data.get(split, {}).values():
         image = images / study["image_path"]
-        if not image.is_file():
-            failures.append(Failure(str(image), "train-data", "image file not found", "InputError"))
-            continue
         pairs = study["instruction_answer_pairs"]
-        for pair, positive in [(p, True) for p in pairs.get("positive_pairs", [])] + \
-                              [(p, False) for p in pairs.get("negative_pairs", [])]:
-            mask = mask_root / pair["seg_mask_path"] if positive else None
-            samples.append(Sample(pair["pair_id"], image, pair["instruction"], pair["answer"], mask))
-    return samples, failures
+        studies.append((image, [Sample(pair["pair_id"], image, pair["instruction"], pair["answer"],
+                                       mask_root / pair["seg_mask_path"] if positive else None)
+                                for pair, positive in [(p, True) for p in pairs.get("positive_pairs", [])]
+                                + [(p, False) for p in pairs.get("negative_pairs", [])]]))
+    return studies
+
+
+def _image_failures(paths: list[Path], ctx: DistContext, progress: bool) -> list[Failure | None]:
+    """Per image: ``None`` when it can be read, else its failure. Each rank reads images ``r, r+W, …`` and every
+    rank gets the whole list."""
+    mine = {i: image_failure(paths[i]) for i in tqdm(ctx.micro_batches(len(paths)), desc="check images",
+                                                     unit="img", disable=not (progress and ctx.is_main))}
+    return gather_in_order(ctx, mine, len(paths))
+
+
+def _readable(studies: list[tuple[Path, list[Sample]]], split: str, limit: int | None, ctx: DistContext,
+              progress: bool) -> tuple[list[Sample], SplitImages]:
+    """The pairs of the studies whose image can be read (the first ``limit`` of them, reading no more images than
+    that needs) and what the split could use (:class:`~cxrground.models.train_failures.SplitImages`)."""
+    samples: list[Sample] = []
+    failures: list[Failure] = []
+    looked, start = 0, 0
+    while start < len(studies) and (limit is None or len(samples) < limit):
+        end, n = start, 0
+        while end < len(studies) and (limit is None or len(samples) + n < limit):
+            n += len(studies[end][1])
+            end += 1
+        chunk = studies[start:end]
+        for (_, pairs), failure in zip(chunk, _image_failures([image for image, _ in chunk], ctx, progress),
+                                       strict=True):
+            looked += len(pairs)
+            if failure is None:
+                samples += pairs
+            else:
+                failures.append(failure)
+        start = end
+    if limit is not None:
+        looked -= max(0, len(samples) - limit)
+        samples = samples[:limit]
+    return samples, SplitImages(split, looked, [s.pair_id for s in samples], failures)
+
+
+def load_samples(dataset: Path, images: Path, split: str, *, limit: int | None = None, ctx: DistContext | None = None,
+                 progress: bool = False) -> tuple[list[Sample], list[Failure]]:
+    """Pairs of ``split`` (positives then negatives per study; a positive pair's mask is its ``seg_mask_path``)
+    whose image can be read, the first ``limit`` of them; every image that cannot be read (missing, empty, truncated,
+    not an image) is a failure and its pairs are left out. A dataset file the shared check
+    (:func:`~cxrground.ils.schema.read_dataset`) refuses is an :class:`~cxrground.errors.InputError` naming it.
+    ``ctx``: in a data-parallel run each rank reads its share of the images."""
+    samples, used = _readable(_studies(dataset, images, split), split, limit, ctx or DistContext(), progress)
+    return samples, list(used.failures)
 
 
 def lr_factor(step: int, warmup: int, total: int) -> float:
@@ -284,10 +341,11 @@ def _check_resume_kind(out: Path, zero: bool, resume: bool, is_main: bool) -> No
 @restores_torch_settings
 def train(dataset: Path, out: Path, *, images: Path | None = None, seed: int = 0,
           overrides: dict[str, Any] | None = None, resume: bool = True, split: str = "train",
-          val_split: str | None = "val", progress: bool = True) -> Path:
+          val_split: str | None = "val", progress: bool = True, log: Callable[[str], None] | None = print) -> Path:
     """Train (or resume) and write the checkpoint folder ``out``; returns ``out`` (see the module docstring).
 
-    ``progress``: show the step progress bar (rank 0 only in a data-parallel run).
+    ``progress``: show the progress bars (rank 0 only in a data-parallel run). ``log``: where rank 0 says how many
+    images could not be read (None: nowhere).
     """
     config = LisaConfig.from_overrides(overrides)
     dataset, out = Path(dataset), Path(out)
@@ -297,24 +355,55 @@ def train(dataset: Path, out: Path, *, images: Path | None = None, seed: int = 0
     ctx = setup_distributed(config.distributed, torch.cuda.is_available())
     try:
         return _train(ctx, config, json_path, dataset, out, images=images, seed=seed, resume=resume, split=split,
-                      val_split=val_split, progress=progress)
+                      val_split=val_split, progress=progress, log=log)
     finally:
         ctx.close()
 
 
 def _train(ctx: DistContext, config: LisaConfig, json_path: Path, dataset: Path, out: Path, *, images: Path | None,
-           seed: int, resume: bool, split: str, val_split: str | None, progress: bool) -> Path:
+           seed: int, resume: bool, split: str, val_split: str | None, progress: bool,
+           log: Callable[[str], None] | None) -> Path:
     """The training run of :func:`train` in this process (one rank of ``ctx``)."""
     images = Path(images) if images is not None else json_path.parent
     dataset_hash = sha256_file(json_path)
-    samples, failures = load_samples(dataset, images, split)
+    samples, train_split = _readable(_studies(dataset, images, split), split, None, ctx, progress)
+    splits = [train_split]
+    if val_split == split:
+        val_samples = samples[:config.val_limit] if config.val_limit is not None else samples
+    elif val_split:
+        val_samples, val_used = _readable(_studies(dataset, images, val_split), val_split, config.val_limit, ctx,
+                                          progress)
+        splits.append(val_used)
+    else:
+        val_samples = []
+    data = usable_pairs(splits)
+    # the process layout does not change the result, so a run may resume with another one
+    config_id = {k: v for k, v in config.to_dict().items() if k != "distributed"}
+    identity = {"dataset_hash": dataset_hash, "seed": seed, "config": config_id, "split": split,
+                "pairs": sha256_json([s.pair_id for s in samples + val_samples])}
+    state_path = out / RESUME_FILE
+    _check_resume_kind(out, ctx.deepspeed, resume, ctx.is_main)
+    state = None
+    if resume and ctx.deepspeed:
+        saved = ZeroEngine.saved_meta(out / ZERO_RESUME_DIR)
+        check_same_pairs(saved.get("data") if saved else None, data, out)
+    elif resume and state_path.is_file():
+        state = torch.load(state_path, map_location="cpu", weights_only=False)
+        check_same_pairs(state.get("data"), data, out)
+        if not same_identity(state["identity"], identity):
+            raise ConfigError(f"{state_path} was written for another dataset/seed/configuration or another set of "
+                              f"pairs with a readable image (see {out / FAILURES_FILE}); use a new --out or "
+                              "resume=False")
+    if ctx.is_main:
+        write_failures(out, splits)
+        if log is not None and (line := failure_summary(data, out)):
+            log(line)
+    if not samples:
+        raise no_usable_pairs(train_split, json_path, out)
     positives = [i for i, s in enumerate(samples) if s.mask is not None]
     negatives = [i for i, s in enumerate(samples) if s.mask is None]
     if not positives:
         raise InputError(f"split {split!r} has no positive pair with a readable image", json_path)
-    val_samples = load_samples(dataset, images, val_split)[0] if val_split else []
-    if config.val_limit is not None:
-        val_samples = val_samples[:config.val_limit]
     if config.threads:
         torch.set_num_threads(config.threads)
 
@@ -333,26 +422,12 @@ def _train(ctx: DistContext, config: LisaConfig, json_path: Path, dataset: Path,
     total = config.max_steps or config.epochs * steps_per_epoch
     sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: lr_factor(s, config.warmup_steps, total))
     zero = ZeroEngine.create(model, optim, sched, config, ctx) if ctx.deepspeed else None
-    # the process layout does not change the result, so a run may resume with another one
-    config_id = {k: v for k, v in config.to_dict().items() if k != "distributed"}
-    identity = {"dataset_hash": dataset_hash, "seed": seed, "config": config_id, "split": split,
-                "pairs": sha256_json([s.pair_id for s in samples + val_samples])}
     step, best, history = 0, None, []
-    state_path = out / RESUME_FILE
-    if ctx.is_main:
-        atomic_write_text(out / FAILURES_FILE, "".join(json.dumps(f.to_dict(), sort_keys=True) + "\n"
-                                                       for f in failures))
-    _check_resume_kind(out, zero is not None, resume, ctx.is_main)
     if resume and zero is not None:
-        state = zero.load(out / ZERO_RESUME_DIR, identity)
-        if state is not None:
-            step, best, history = state["step"], state["best"], state["history"]
-    elif resume and state_path.is_file():
-        state = torch.load(state_path, map_location="cpu", weights_only=False)
-        if not same_identity(state["identity"], identity):
-            raise ConfigError(f"{state_path} was written for another dataset/seed/configuration or another set of "
-                              f"pairs with a readable image (see {out / FAILURES_FILE}); use a new --out or "
-                              "resume=False")
+        trainer = zero.load(out / ZERO_RESUME_DIR, identity)
+        if trainer is not None:
+            step, best, history = trainer["step"], trainer["best"], trainer["history"]
+    elif state is not None:
         model.load_state_dict(state["trainable"], strict=False)
         optim.load_state_dict(state["optim"])
         sched.load_state_dict(state["sched"])
@@ -361,19 +436,20 @@ def _train(ctx: DistContext, config: LisaConfig, json_path: Path, dataset: Path,
     def info(at_step: int) -> dict[str, Any]:
         return {**extra, **identity, "config": config.to_dict(), "step": at_step, "total_steps": total,
                 "select_layer": model.select_layer, "lora_targets": targets, "best_val": best, "history": history,
-                "failures": [f.to_dict() for f in failures], "train_pairs": len(samples),
+                "data": data, "train_pairs": len(samples),
                 "world_size": ctx.world_size, "zero_stage": 2 if zero is not None else 0}
 
     def save_state() -> None:
         if zero is not None:
             trainer = {"step": step, "epoch": (step - 1) // steps_per_epoch, "best": best, "history": history}
-            zero.save(out / ZERO_RESUME_DIR, step, trainer, identity)
+            zero.save(out / ZERO_RESUME_DIR, step, trainer, identity, data)
             return
         if not ctx.is_main:
             return
         with atomic_path(state_path) as tmp:
-            torch.save({"identity": identity, "trainable": _trainable_state(model), "optim": optim.state_dict(),
-                        "sched": sched.state_dict(), "step": step, "best": best, "history": history}, tmp)
+            torch.save({"identity": identity, "data": data, "trainable": _trainable_state(model),
+                        "optim": optim.state_dict(), "sched": sched.state_dict(), "step": step, "best": best,
+                        "history": history}, tmp)
 
     model.train()
     model.visual_model.vision_encoder.eval()

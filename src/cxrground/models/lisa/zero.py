@@ -107,22 +107,26 @@ class ZeroEngine:
         """Reduce the gradients, clip, take the AdamW and schedule step."""
         self.engine.step()
 
-    def save(self, folder: Path, step: int, trainer_state: dict[str, Any], identity: dict[str, Any]) -> None:
-        """Write the resume state of optimiser step ``step`` (every rank calls this; see the module docstring)."""
+    def save(self, folder: Path, step: int, trainer_state: dict[str, Any], identity: dict[str, Any],
+             data: dict[str, Any] | None = None) -> None:
+        """Write the resume state of optimiser step ``step`` (every rank calls this; see the module docstring);
+        ``data``: the run's usable pairs (:func:`~cxrground.models.train_failures.usable_pairs`), kept beside."""
         tag = f"step_{step:08d}"
         self.engine.save_checkpoint(str(folder), tag=tag, client_state={"cxrground": trainer_state},
                                     save_latest=False, exclude_frozen_parameters=True)
         if not self.ctx.is_main:
             return
-        meta = {"identity": identity, "world_size": self.ctx.world_size, "step": step}
+        meta = {"identity": identity, "world_size": self.ctx.world_size, "step": step, "data": data}
         atomic_write_text(folder / tag / STATE_FILE, json.dumps(meta, indent=1, sort_keys=True))
         atomic_write_text(folder / _LATEST, tag)
         for old in folder.glob("step_*"):
             if old.name != tag and old.is_dir():
                 shutil.rmtree(old)
 
-    def load(self, folder: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
-        """Restore the resume state in ``folder`` into the engine; the trainer's state (``None``: none saved)."""
+    @staticmethod
+    def saved_meta(folder: Path) -> dict[str, Any] | None:
+        """What :meth:`save` wrote beside the latest resume state in ``folder`` (identity, world size, step, usable
+        pairs), with its ``tag``; ``None`` when none was saved. Needs no engine."""
         latest = folder / _LATEST
         if not latest.is_file():
             return None
@@ -132,6 +136,17 @@ class ZeroEngine:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise InputError(f"unreadable ZeRO-2 resume state ({exc})", meta_path) from exc
+        if not isinstance(meta, dict):
+            raise InputError("unreadable ZeRO-2 resume state (not a JSON object)", meta_path)
+        return {**meta, "tag": tag}
+
+    def load(self, folder: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
+        """Restore the resume state in ``folder`` into the engine; the trainer's state (``None``: none saved)."""
+        meta = self.saved_meta(folder)
+        if meta is None:
+            return None
+        tag = meta["tag"]
+        meta_path = folder / tag / STATE_FILE
         if not same_identity(meta.get("identity"), identity):
             raise ConfigError(f"{meta_path} was written for another dataset/seed/configuration; "
                               "use a new --out or resume=False")
