@@ -51,7 +51,7 @@ def _clean_error(res: Result, *words: str, code: int = 1) -> None:
 # --- anatomy zones: where it writes, what it reads ------------------------------------------------------------
 
 def test_zones_refuses_an_output_folder_inside_the_image_folder(tmp_path):
-    from cxrground.lesions.zones import check_out_folder
+    from cxrground.io.image import check_out_folder
 
     films = tmp_path / "films"
     films.mkdir()

@@ -59,3 +59,26 @@ def eval_lungs(weights: str, pack_dir: str | None) -> None:
 
 
 COMMANDS: list[click.Command] = [segment]
+
+
+@segment.command("train-pose")
+@click.option("--out", required=True, type=click.Path(dir_okay=False),
+              help="Weights to write: OUT.safetensors + OUT.json.")
+@click.option("--pack", "pack_dir", type=click.Path(file_okay=False), default=None,
+              help="The data pack (default: CXRGROUND_PACK or ../shared/data/cxr-pack-v1).")
+@click.option("--epochs", type=click.IntRange(1), default=20, show_default=True)
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
+@click.option("--threads", type=click.IntRange(1), default=2, show_default=True, help="torch threads.")
+@click.option("--nih-only", is_flag=True, help="Train on NIH films only (no COVID-19 collection film).")
+def train_pose(out: str, pack_dir: str | None, epochs: int, seed: int, threads: int, nih_only: bool) -> None:
+    """Train the pose reader (mirrored, turned and flipped films), each film in its eight poses: two thirds of the
+    pack's NIH patients and the shippable COVID-19 collection films of half of that collection's patients; the
+    others are held out (bench/pose_net.py validates weights on them; bench/records/pose_net_preregistration.md)."""
+    from cxrground.datasets.pack import Pack
+    from cxrground.models.pose_net import PoseRecipe, train_from_pack
+
+    recipe = PoseRecipe(epochs=epochs, seed=seed, threads=threads, cohen_holdout_fraction=None if nih_only else 0.5)
+    record = train_from_pack(Pack(pack_dir), out, recipe)
+    last = record["history"][-1]
+    click.echo(f"wrote {out.removesuffix('.safetensors')}.safetensors: {len(record['history'])} epochs in "
+               f"{record['seconds']} s, last loss {last['loss']}, training accuracy {last['train_accuracy']}")

@@ -21,6 +21,7 @@ re-exported here, the build's inputs and output name.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import os
@@ -41,12 +42,14 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from cxrground import __version__
+from cxrground.anatomy.segment.pose_net import pose_reader_record
 from cxrground.errors import ConfigError, Failure
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.card import (
     REVIEW_FILE,
     DatasetCounts,
     addendum_lines,
+    pose_lines,
     read_review_summary,
     render_card,
     view_lines,
@@ -97,6 +100,8 @@ class BuildSummary:
     seconds: float
     blind_choices: int = 0
     """Studies whose image was chosen among several of unknown view (no view table): it may be a lateral film."""
+    pose_warnings: int = 0
+    """Films the pose reader flagged as stored mirrored, turned or flipped (listed on the card; none rejected)."""
 
 
 Runner = Callable[[StudyTask, str, IlsConfig, BackendSpec, "int | None"], tuple[str, str]]
@@ -398,6 +403,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
     placed_negatives: Counter = Counter()
     guided: Counter = Counter()
     addenda: list[tuple[str, list[str]]] = []  # (study, lesions its addendum names) of the dataset's studies
+    posed: list[tuple[str, dict[str, Any], bool]] = []  # (study, pose warning, in the dataset) of films flagged
     views: Counter = Counter()  # view of each study's chosen image ("unknown" when none was known)
     blind = 0  # studies with several images and no known view for the chosen one
     problems: list[str] = []
@@ -434,6 +440,8 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                 if "view" in u:
                     views[u["view"] or "unknown"] += 1
                     blind += u["view"] is None and u.get("images_in_study", 1) > 1
+                if "pose_warning" in u:
+                    posed.append((key, u["pose_warning"], u["status"] == "ok"))
                 if u["status"] != "ok":
                     rejections[u["reason"]] += 1
                     failure = {"path": _absolute(u.get("image_path", key)), "stage": u.get("stage", "build"),
@@ -473,6 +481,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
         "image_source": "as given (MIMIC-CXR-JPG paths are files/-relative)",
         "view_table": dict(view_table) if view_table else None,
         "split": dict(split) if split else None,
+        "pose_reader": pose_reader_record() if config.qc.pose_warning else None,
     }
     atomic_write_text(stage / "provenance.json", json.dumps(provenance, indent=2, sort_keys=True))
     extra: list[str] = []
@@ -486,6 +495,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                  format_findings_quality(score_findings(stage, truth_cohort)), ""]
     extra += view_lines(views, blind, view_table)
     extra += addendum_lines(addenda)
+    extra += pose_lines(posed, config.qc.pose_warning)
     reported_pairs = (pair for pair, n in sorted(reported.items()) for _ in range(n))
     review = read_review_summary(stage) if store.local else (
         json.loads(store.read_text(REVIEW_FILE)) if store.exists(REVIEW_FILE) else None)
@@ -497,7 +507,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                                                      (config.zone_guide, dict(guided)) if config.zone_guide != "none"
                                                      else None))
     return {"studies": sum(counts.studies.values()), "pairs": counts.pairs(), "failures": n_failures,
-            "rejections": dict(rejections), "blind_choices": blind}
+            "rejections": dict(rejections), "blind_choices": blind, "pose_warnings": len(posed)}
 
 
 def _absolute(path: str) -> str:
@@ -658,6 +668,9 @@ def build_dataset(
     config = config or IlsConfig()
     spec = spec or BackendSpec()
     check_backends(spec)
+    if config.qc.pose_warning and importlib.util.find_spec("torch") is None:
+        raise ConfigError("the pose warning reads every film with a small CNN and needs torch (the 'models' extra): "
+                          "install it, or build with --no-pose-warning")
     store = unit_store(str(out_dir))
     remote = None if store.local else store
     out = Path(store.root) if store.local else _stage_for(store)  # settings and fitted model live here
@@ -705,4 +718,4 @@ def build_dataset(
     result = assemble(dest, tasks, config, spec, scan_failures, backend_provenance(run_spec),
                       Path(truth_cohort) if truth_cohort is not None else None, view_table, split)
     return BuildSummary(str(dest), processed, skipped, result["studies"], result["pairs"], result["failures"],
-                        round(time.perf_counter() - started, 2), result["blind_choices"])
+                        round(time.perf_counter() - started, 2), result["blind_choices"], result["pose_warnings"])

@@ -18,6 +18,7 @@ import numpy as np
 from cxrground.anatomy import cardiothoracic_ratio, ils_location_masks
 from cxrground.anatomy.segment.orientation import orientation_problem
 from cxrground.anatomy.segment.plausibility import segment_checked
+from cxrground.anatomy.segment.pose_net import pose_warning
 from cxrground.datasets.views import is_frontal
 from cxrground.errors import CXRGroundError, InputError
 from cxrground.ils.backend_spec import BackendSpec
@@ -152,6 +153,11 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
             unit["images_in_study"] = task.images_in_study
         if view is not None and not is_frontal(view, config.qc.views):
             return {**unit, "status": "rejected", "stage": "qc", "reason": f"view {view} is not frontal (PA/AP)"}
+        if config.qc.pose_warning:
+            stage = "pose"
+            warning = pose_warning(image.pixels)
+            if warning is not None:
+                unit["pose_warning"] = warning
         stage = "segment"
         image, anatomy, problems = segment_checked(backends.segmenter, image,
                                                    min_iou=config.qc.lung_shape_min_iou,

@@ -79,6 +79,11 @@ class BuildRequest:
                                   "pass most such films). Of the pack's films that pass the lung checks: 95-97 % of "
                                   "those so stored and 0.2 % of upright ones rejected; mirrored films are not "
                                   "detected. Three U-Net passes per film on a small grid.")
+    pose_warning: bool = option(True, flag="--pose-warning/--no-pose-warning",
+                                help="List the films that look stored mirrored, turned or flipped (the pose reader, "
+                                "one small CNN pass per film) in their unit records and on the card; nothing is "
+                                "rejected. On held-out films: 98-100 % of mirrored films found, 3-6 % of upright "
+                                "ones listed. Needs torch.")
     synthesizer: str = option("normative", registry=SYNTHESIZERS)
     synthesizer_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the synthesizer (repeatable).")
     detector: str = option("anomaly", registry=DETECTORS)
@@ -200,7 +205,7 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
     excluded = request.excluded()
     ratios = request.ratios()
     config = IlsConfig(seed=request.seed, exclude_studies=excluded, sections=request.sections,
-                       qc=QCConfig(orientation_check=request.qc_orientation),
+                       qc=QCConfig(orientation_check=request.qc_orientation, pose_warning=request.pose_warning),
                        negative_check=request.negative_check, negative_exclusion=request.negative_exclusion,
                        zone_guide=request.zone_guide, silent_report_negatives=request.silent_report_negatives)
     if request.threshold_scale != 1.0:
@@ -236,4 +241,7 @@ def build_lines(summary: BuildSummary) -> list[str]:
     if summary.blind_choices:
         lines.append(f"  warning: {summary.blind_choices} studies offered several images of unknown view, and the "
                      "first dicom_id may be a lateral film; give the view table (--metadata)")
+    if summary.pose_warnings:
+        lines.append(f"  warning: {summary.pose_warnings} films look stored mirrored, turned or flipped (listed on the "
+                     "card, not rejected): look at them, e.g. with cxrground anatomy pose")
     return lines

@@ -22,7 +22,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 from tqdm.auto import tqdm
 
-from cxrground.errors import Failure, ImageReadError, InputError
+from cxrground.errors import ConfigError, Failure, ImageReadError, InputError
 from cxrground.io.cxr_image import CXRImage, Window, to_uint8
 from cxrground.io.dicom import read_dicom
 
@@ -31,7 +31,9 @@ __all__ = [
     "IMAGE_SUFFIXES",
     "CXRImage",
     "Window",
+    "check_out_folder",
     "check_pixel_limit",
+    "find_images",
     "image_header_size",
     "is_dicom",
     "load_pixels",
@@ -259,3 +261,21 @@ def _window_bounds(arr: np.ndarray, window: Window) -> tuple[float | None, float
         return center - width / 2.0, center + width / 2.0
     return None, None
 
+
+def find_images(folder: Path) -> list[Path]:
+    """Image files (PNG, JPEG, DICOM) under ``folder``, sorted; an error naming the folder when none."""
+    if not folder.is_dir():
+        raise InputError("image folder not found", folder)
+    paths = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    if not paths:
+        raise InputError("no PNG, JPEG or DICOM images in the folder", folder)
+    return paths
+
+
+def check_out_folder(out: Path, images: Path) -> None:
+    """A :class:`~cxrground.errors.ConfigError` when the output folder ``out`` is the image folder ``images`` or
+    lies inside it (the images written there would be read as films by the next run on that folder)."""
+    if out.resolve().is_relative_to(images.resolve()):
+        where = "is the image folder" if out.resolve() == images.resolve() else f"lies inside the image folder {images}"
+        raise ConfigError(f"output folder {out} {where}: its images would be read as films by the next run; "
+                          "write to a folder outside the image folder")

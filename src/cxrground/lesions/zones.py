@@ -51,7 +51,7 @@ from cxrground.anatomy.segment.plausibility import segment_checked
 from cxrground.datasets.views import is_frontal
 from cxrground.errors import ConfigError, CXRGroundError, Failure, InputError
 from cxrground.io.files import atomic_write_text, cut_torn_tail, sha256_file, sha256_json
-from cxrground.io.image import IMAGE_SUFFIXES, CXRImage, read_image, write_image
+from cxrground.io.image import CXRImage, check_out_folder, find_images, read_image, write_image
 from cxrground.io.overlay import contact_sheet, label_panel, overlay_masks
 from cxrground.lesions.lesion_zones import LESION_ZONE_READER, LesionZoneReader
 from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel, normalise_intensity
@@ -88,25 +88,6 @@ class ZoneReading:
         row.update({z: str(int(self.flags[z])) for z in ZONES})
         row.update({f"{z}_score": "" if not np.isfinite(self.scores[z]) else f"{self.scores[z]:.3f}" for z in ZONES})
         return row
-
-
-def find_images(folder: Path) -> list[Path]:
-    """Image files (PNG, JPEG, DICOM) under ``folder``, sorted; an error naming the folder when none."""
-    if not folder.is_dir():
-        raise InputError("image folder not found", folder)
-    paths = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
-    if not paths:
-        raise InputError("no PNG, JPEG or DICOM images in the folder", folder)
-    return paths
-
-
-def check_out_folder(out: Path, images: Path) -> None:
-    """A :class:`~cxrground.errors.ConfigError` when the output folder ``out`` is the image folder ``images`` or
-    lies inside it (its overlays would be read as films by the next run on that folder)."""
-    if out.resolve().is_relative_to(images.resolve()):
-        where = "is the image folder" if out.resolve() == images.resolve() else f"lies inside the image folder {images}"
-        raise ConfigError(f"output folder {out} {where}: its overlays would be read as films by the next run; "
-                          "write to a folder outside the image folder")
 
 
 ZoneReader = ZoneClassifier | LesionZoneReader | PriorZoneReader

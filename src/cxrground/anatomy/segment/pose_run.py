@@ -1,0 +1,191 @@
+"""``cxrground anatomy pose``: the pose reader over a folder of films, a list of those that look stored in a wrong
+pose, and contact sheets to look at them. Nothing is rejected or changed: the list is for a person to check.
+
+Outputs in ``OUT``: ``poses.csv`` (every film read, in film order), ``failures.jsonl`` (films that could not be
+read), ``flagged/sheet-NNN.png`` (each flagged film as stored and as the reader would put it right, 20 per
+sheet), ``poses.json`` (the weights, counts). Resumable: each film's reading is appended to
+``.poses-progress.jsonl`` with the file's sha256 as it is done; a rerun of the same run (``.poses-run.json``: the
+films and the weights) skips them; a folder holding another run's results is refused unless ``overwrite``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from cxrground.anatomy.segment.pose_net import POSE_CLASSES, PoseReader, correction_name
+from cxrground.errors import ConfigError, CXRGroundError, Failure, InputError
+from cxrground.io.files import atomic_write_text, cut_torn_tail, sha256_file, sha256_json
+from cxrground.io.image import check_out_folder, read_image
+
+__all__ = ["CSV_COLUMNS", "SHEET_SIZE", "PoseRow", "contact_sheets", "write_poses"]
+
+PROGRESS_FILE: Final[str] = ".poses-progress.jsonl"
+RUN_FILE: Final[str] = ".poses-run.json"
+SHEET_DIR: Final[str] = "flagged"
+#: Films per contact sheet.
+SHEET_SIZE: Final[int] = 20
+_OUTPUTS: Final[tuple[str, ...]] = ("poses.csv", "failures.jsonl", "poses.json", PROGRESS_FILE, RUN_FILE)
+CSV_COLUMNS: Final[tuple[str, ...]] = ("image", "flagged", "correction", "p_upright", "p_read")
+
+
+@dataclass(frozen=True)
+class PoseRow:
+    """One film's reading: its name, whether it looks wrongly posed, what would put it right, the probability of
+    upright and of the pose read."""
+
+    image: str
+    flagged: bool
+    correction: str
+    p_upright: float
+    p_read: float
+
+
+def _run_record(names: Sequence[str], reader: PoseReader) -> dict[str, Any]:
+    return {"films": len(names), "films_sha256": sha256_json(list(names)), "weights_sha256": sha256_file(reader.path)}
+
+
+def _check_run(out: Path, record: dict[str, Any], overwrite: bool) -> None:
+    """Refuse a folder holding another run's results unless ``overwrite`` (then they are deleted)."""
+    run_file = out / RUN_FILE
+    other = False
+    if run_file.is_file():
+        try:
+            other = json.loads(run_file.read_text(encoding="utf-8")) != record
+        except (OSError, ValueError):
+            other = True
+    elif any((out / n).exists() for n in ("poses.csv", "failures.jsonl", "poses.json", SHEET_DIR)):
+        other = True
+    if not other:
+        return
+    if not overwrite:
+        raise ConfigError(f"output folder {out} holds another anatomy pose run (other films or weights); use another "
+                          "--out or --overwrite")
+    for name in _OUTPUTS:
+        (out / name).unlink(missing_ok=True)
+    if (out / SHEET_DIR).is_dir():
+        shutil.rmtree(out / SHEET_DIR)
+
+
+def _done(path: Path) -> dict[str, dict[str, Any]]:
+    """Films recorded by earlier sessions: name → progress line (a torn last line is cut off)."""
+    if not path.is_file():
+        return {}
+    done = {}
+    for line in cut_torn_tail(path).decode("utf-8", "replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("image"), str):
+            done[rec["image"]] = rec
+    return done
+
+
+def _row(name: str, probabilities: Sequence[float]) -> PoseRow:
+    best = int(np.argmax(probabilities))
+    return PoseRow(name, best != 0, correction_name(POSE_CLASSES[best]), round(float(probabilities[0]), 4),
+                   round(float(probabilities[best]), 4))
+
+
+def _csv_text(rows: Sequence[PoseRow]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for r in rows:
+        w.writerow([r.image, int(r.flagged), r.correction, f"{r.p_upright:.4f}", f"{r.p_read:.4f}"])
+    return buf.getvalue()
+
+
+def contact_sheets(films: Sequence[tuple[str, np.ndarray, PoseRow]], out_dir: Path, side: int = 224) -> list[Path]:
+    """PNG sheets of flagged films, each as stored beside the same film put right as the reader proposes."""
+    from PIL import Image, ImageDraw
+
+    from cxrground.anatomy.segment.orientation import pose_pixels
+
+    paths = []
+    cols, cap = 4, 30
+    for start in range(0, len(films), SHEET_SIZE):
+        chunk = films[start:start + SHEET_SIZE]
+        rows = (len(chunk) + cols - 1) // cols
+        sheet = Image.new("L", (cols * 2 * side, rows * (side + cap)), 255)
+        draw = ImageDraw.Draw(sheet)
+        for i, (name, pixels, row) in enumerate(chunk):
+            fixed = pixels
+            for step in row.correction.split(", then "):
+                fixed = pose_pixels(fixed, step)
+            x, y = (i % cols) * 2 * side, (i // cols) * (side + cap)
+            for j, px in enumerate((pixels, fixed)):
+                im = Image.fromarray(px)
+                im.thumbnail((side - 4, side - 4))
+                sheet.paste(im, (x + j * side + (side - im.width) // 2, y + (side - im.height) // 2))
+            draw.text((x + 4, y + side + 2), f"{name}"[-60:], fill=0)
+            draw.text((x + 4, y + side + 15), f"left: as stored; right: {row.correction} "
+                      f"(P {row.p_read:.2f})"[:70], fill=0)
+        path = out_dir / f"sheet-{start // SHEET_SIZE + 1:03d}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sheet.save(path)
+        paths.append(path)
+    return paths
+
+
+def write_poses(paths: Sequence[Path], out: Path, reader: PoseReader, root: Path | None = None,
+                overwrite: bool = False, sheets: bool = True, progress: bool = True
+                ) -> tuple[list[PoseRow], list[Failure]]:
+    """Read the pose of every film; write ``out/poses.csv``, ``failures.jsonl``, ``poses.json`` and (with
+    ``sheets``) the contact sheets of the flagged films; return the rows and failures (see the module)."""
+    if root is not None:
+        check_out_folder(out, root)
+    names = [p.relative_to(root).as_posix() if root is not None else p.name for p in paths]
+    record = _run_record(names, reader)
+    out.mkdir(parents=True, exist_ok=True)
+    _check_run(out, record, overwrite)
+    atomic_write_text(out / RUN_FILE, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    done = _done(out / PROGRESS_FILE)
+    rows: list[PoseRow] = []
+    failures: list[Failure] = []
+    with (out / PROGRESS_FILE).open("a", encoding="utf-8") as log:
+        for path, name in tqdm(list(zip(paths, names, strict=True)), desc="pose", disable=not progress):
+            digest = sha256_file(path)
+            rec = done.get(name)
+            if rec is not None and rec.get("sha256") != digest:
+                raise ConfigError(f"film {name} changed since the interrupted run in {out} read it; use --overwrite")
+            if rec is None:
+                try:
+                    probabilities = reader.read(read_image(path).pixels).probabilities
+                except (InputError, CXRGroundError) as exc:
+                    rec = {"image": name, "sha256": digest,
+                           "failure": asdict(Failure.from_exception(path, "pose", exc))}
+                else:
+                    rec = {"image": name, "sha256": digest, "probabilities": list(probabilities)}
+                log.write(json.dumps(rec, sort_keys=True) + "\n")
+                log.flush()
+            if "failure" in rec:
+                failures.append(Failure(**rec["failure"]))
+            else:
+                rows.append(_row(name, rec["probabilities"]))
+    atomic_write_text(out / "poses.csv", _csv_text(rows))
+    atomic_write_text(out / "failures.jsonl", "".join(json.dumps(asdict(f)) + "\n" for f in failures))
+    flagged = [r for r in rows if r.flagged]
+    written: list[Path] = []
+    if (out / SHEET_DIR).is_dir():
+        shutil.rmtree(out / SHEET_DIR)
+    if sheets and flagged:
+        by_name = dict(zip(names, paths, strict=True))
+        written = contact_sheets([(r.image, read_image(by_name[r.image]).pixels, r) for r in flagged],
+                                 out / SHEET_DIR)
+    summary = {"weights": str(reader.path), "weights_sha256": record["weights_sha256"], "films": len(rows),
+               "flagged": len(flagged), "failures": len(failures),
+               "sheets": [p.relative_to(out).as_posix() for p in written],
+               "validation": "bench/records/pose_net_preregistration.md"}
+    atomic_write_text(out / "poses.json", json.dumps(summary, indent=1) + "\n")
+    return rows, failures
