@@ -1,0 +1,151 @@
+"""The pose reader at work on real films: `anatomy pose` lists and draws the films that look wrongly posed, and
+`ils build` lists them on the card without rejecting them. The films are NIH films of patients the shipped pose
+reader never saw in training (its sidecar's held-out list)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("torch")
+
+from cxrground.cli import main
+
+
+def _held_out_films(pack_dir: Path, n: int) -> list[np.ndarray]:
+    """``n`` held-out NIH films the shipped reader reads upright (its validation flags a few upright films)."""
+    from cxrground.anatomy.segment.pose_net import shipped_pose_reader
+    from cxrground.io.image import read_image
+
+    reader = shipped_pose_reader()
+    meta = json.loads(reader.path.with_suffix(".json").read_text(encoding="utf-8"))
+    films = []
+    for name in sorted(meta["data"]["heldout_images"]):
+        pixels = read_image(pack_dir / "nih" / "images" / name).pixels
+        if reader.read(pixels).upright:
+            films.append(pixels)
+        if len(films) == n:
+            return films
+    raise AssertionError("too few held-out films read upright")
+
+
+def _rows(path: Path) -> dict[str, dict[str, str]]:
+    with path.open(encoding="utf-8") as fh:
+        return {r["image"]: r for r in csv.DictReader(fh)}
+
+
+def test_anatomy_pose_lists_wrongly_posed_films_draws_them_and_resumes(pack_dir, tmp_path):
+    from cxrground.io.image import write_image
+
+    a, b = _held_out_films(pack_dir, 2)
+    films = tmp_path / "films"
+    write_image(films / "a.png", a)
+    write_image(films / "sub" / "a_mirrored.png", np.ascontiguousarray(a[:, ::-1]))
+    write_image(films / "sub" / "b_turned.png", np.ascontiguousarray(b[::-1, ::-1]))
+    (films / "broken.png").write_text("not an image")
+    out = tmp_path / "out"
+    run = CliRunner().invoke(main, ["anatomy", "pose", "--images", str(films), "--out", str(out)])
+    assert run.exit_code == 0, run.output
+    assert "3 films, 2 look stored in a wrong pose" in run.output and "1 failures" in run.output
+    rows = _rows(out / "poses.csv")
+    assert (rows["a.png"]["flagged"], rows["a.png"]["correction"]) == ("0", "none")
+    assert (rows["sub/a_mirrored.png"]["flagged"], rows["sub/a_mirrored.png"]["correction"]) == \
+        ("1", "mirrored left-right")
+    assert (rows["sub/b_turned.png"]["flagged"], rows["sub/b_turned.png"]["correction"]) == ("1", "turned 180°")
+    failures = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+    assert [Path(f["path"]).name for f in failures] == ["broken.png"]
+    summary = json.loads((out / "poses.json").read_text())
+    assert summary["flagged"] == 2 and summary["sheets"] == ["flagged/sheet-001.png"]
+    assert (out / "flagged" / "sheet-001.png").stat().st_size > 1000
+    before = (out / "poses.csv").read_text()
+
+    # a rerun of the same run reads nothing again (the progress file does not grow) and writes the same list
+    progress = (out / ".poses-progress.jsonl").read_text()
+    again = CliRunner().invoke(main, ["anatomy", "pose", "--images", str(films), "--out", str(out)])
+    assert again.exit_code == 0, again.output
+    assert (out / ".poses-progress.jsonl").read_text() == progress and (out / "poses.csv").read_text() == before
+
+    # another set of films in the same folder is refused, and replaced with --overwrite
+    write_image(films / "c.png", b)
+    other = CliRunner().invoke(main, ["anatomy", "pose", "--images", str(films), "--out", str(out)])
+    assert other.exit_code != 0 and "another anatomy pose run" in other.output
+    fresh = CliRunner().invoke(main, ["anatomy", "pose", "--images", str(films), "--out", str(out), "--overwrite"])
+    assert fresh.exit_code == 0, fresh.output
+    assert sorted(_rows(out / "poses.csv")) == ["a.png", "c.png", "sub/a_mirrored.png", "sub/b_turned.png"]
+
+    inside = CliRunner().invoke(main, ["anatomy", "pose", "--images", str(films), "--out", str(films / "poses")])
+    assert inside.exit_code != 0 and "inside the image folder" in inside.output
+
+
+def test_anatomy_pose_resumes_after_a_kill_with_a_torn_progress_line(pack_dir, tmp_path):
+    from cxrground.anatomy.segment.pose_net import shipped_pose_reader
+    from cxrground.anatomy.segment.pose_run import PROGRESS_FILE, write_poses
+    from cxrground.io.image import write_image
+
+    (a,) = _held_out_films(pack_dir, 1)
+    films = tmp_path / "films"
+    paths = [write_image(films / "a.png", a), write_image(films / "m.png", np.ascontiguousarray(a[:, ::-1]))]
+    out = tmp_path / "out"
+    rows, _ = write_poses(paths, out, shipped_pose_reader(), root=films, progress=False)
+    lines = (out / PROGRESS_FILE).read_text().splitlines()
+    (out / PROGRESS_FILE).write_text(lines[0] + "\n" + lines[1][:20])  # killed while writing the second line
+    again, failures = write_poses(paths, out, shipped_pose_reader(), root=films, progress=False)
+    assert again == rows and not failures
+    assert len((out / PROGRESS_FILE).read_text().splitlines()) == 2
+
+
+def _study(files: Path, n: int, pixels: np.ndarray) -> None:
+    from cxrground.io.image import write_image
+
+    write_image(files / f"p10/p1000000{n}/s5000000{n}/img{n}.png", pixels)
+    (files / f"p10/p1000000{n}/s5000000{n}.txt").write_text("FINDINGS: Small left pleural effusion.")
+
+
+def test_ils_build_lists_a_mirrored_film_on_the_card_and_rejects_nothing(pack_dir, tmp_path):
+    (film,) = _held_out_films(pack_dir, 1)
+    files = tmp_path / "files"
+    _study(files, 1, film)
+    _study(files, 2, np.ascontiguousarray(film[:, ::-1]))
+
+    def build(out: Path, *extra: str) -> tuple[dict, str, str]:
+        result = CliRunner().invoke(main, ["ils", "build", "--images", str(files), "--out", str(out),
+                                           "--synthesizer", "pseudo-normal", *extra])
+        assert result.exit_code == 0, result.output
+        units = {u["study_key"]: u for u in (json.loads(p.read_text()) for p in (out / "units").glob("*.json"))}
+        return units, (out / "card.md").read_text(), result.output
+
+    units, card, output = build(tmp_path / "default")
+    assert [units[k]["status"] for k in ("s50000001", "s50000002")] == ["ok", "ok"]
+    assert "pose_warning" not in units["s50000001"]
+    assert units["s50000002"]["pose_warning"]["correction"] == "mirrored left-right"
+    section = card.split("## Films that may be stored in a wrong pose")[1].split("\n## ")[0]
+    assert "| `s50000002` | mirrored left-right |" in section and "s50000001" not in section
+    assert "1 films look stored mirrored, turned or flipped" in output
+    provenance = json.loads((tmp_path / "default" / "provenance.json").read_text())
+    assert provenance["pose_reader"]["name"] == "pose_net_v1"
+
+    units, card, output = build(tmp_path / "off", "--no-pose-warning")
+    assert not any("pose_warning" in u for u in units.values())
+    assert "Not read (`--no-pose-warning`)" in card and "look stored" not in output
+
+
+def test_ils_build_without_torch_asks_for_it_or_no_pose_warning(monkeypatch, tmp_path):
+    import importlib.util
+
+    from cxrground.errors import ConfigError
+    from cxrground.ils import build as build_module
+    from cxrground.ils.config import IlsConfig, QCConfig
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(build_module.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch" else real(name, *a))
+    with pytest.raises(ConfigError, match="--no-pose-warning"):
+        build_module.build_dataset([], tmp_path / "out", IlsConfig())
+    summary = build_module.build_dataset([], tmp_path / "out", IlsConfig(qc=QCConfig(pose_warning=False)),
+                                         progress=False)  # without the reader the build goes on
+    assert summary.studies_in_dataset == 0 and summary.pose_warnings == 0
