@@ -258,8 +258,8 @@ class PoseReader:
 
 @functools.cache
 def shipped_pose_reader() -> PoseReader:
-    """The pose reader with the shipped weights (one per process)."""
-    return PoseReader(Path(__file__).parent / "weights" / f"{DEFAULT_POSE_WEIGHTS}.safetensors")
+    """The pose reader with the shipped weights (one per process; torch's thread count as the process set it)."""
+    return PoseReader(Path(__file__).parent / "weights" / f"{DEFAULT_POSE_WEIGHTS}.safetensors", threads=None)
 
 
 def pose_warning(pixels: np.ndarray, reader: PoseReader | None = None) -> dict[str, Any] | None:
