@@ -149,3 +149,20 @@ def test_ils_build_without_torch_asks_for_it_or_no_pose_warning(monkeypatch, tmp
     summary = build_module.build_dataset([], tmp_path / "out", IlsConfig(qc=QCConfig(pose_warning=False)),
                                          progress=False)  # without the reader the build goes on
     assert summary.studies_in_dataset == 0 and summary.pose_warnings == 0
+
+
+def test_anatomy_pose_reads_frontal_films_only_by_the_view_table(pack_dir, tmp_path):
+    from cxrground.io.image import write_image
+
+    (a,) = _held_out_films(pack_dir, 1)
+    films = tmp_path / "films"
+    write_image(films / "front.png", a)
+    write_image(films / "side.png", np.ascontiguousarray(a[:, ::-1]))
+    table = tmp_path / "views.csv"
+    table.write_text("dicom_id,ViewPosition\nfront,PA\nside,LATERAL\n")
+    run = CliRunner().invoke(main, ["anatomy", "pose", "--images", str(films), "--out", str(tmp_path / "out"),
+                                    "--metadata", str(table)])
+    assert run.exit_code == 0, run.output
+    assert list(_rows(tmp_path / "out" / "poses.csv")) == ["front.png"]
+    (failure,) = [json.loads(line) for line in (tmp_path / "out" / "failures.jsonl").read_text().splitlines()]
+    assert Path(failure["path"]).name == "side.png" and "LATERAL is not frontal" in failure["reason"]

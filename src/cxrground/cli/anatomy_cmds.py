@@ -114,17 +114,23 @@ def fit_normative_cmd(out: Path, pack_dir: Path | None) -> None:
 @click.option("--weights", type=FILE, default=None,
               help="Pose reader .safetensors with its .json (default: the shipped pose_net_v1).")
 @click.option("--no-sheets", is_flag=True, help="Write poses.csv only (no contact sheets of the flagged films).")
-def pose(images: Path, out: Path, overwrite: bool, weights: Path | None, no_sheets: bool) -> None:
+@click.option("--metadata", type=FILE, default=None,
+              help="View table (as for anatomy zones): films of another view than PA/AP are recorded as failures, "
+                   "not read. Default: MIMIC-CXR-JPG's table in the image folder or its parent, when there.")
+def pose(images: Path, out: Path, overwrite: bool, weights: Path | None, no_sheets: bool,
+         metadata: Path | None) -> None:
     """List the films that look stored mirrored, turned or flipped (OUT/poses.csv, contact sheets in OUT/flagged/):
     a list to look at, nothing is rejected. On held-out films the shipped reader finds 98-100 % of mirrored films
     and lists 3-6 % of upright ones (docs: Real films: anatomy)."""
     from cxrground.anatomy.segment.pose_net import PoseReader, shipped_pose_reader
     from cxrground.anatomy.segment.pose_run import write_poses
+    from cxrground.datasets.views import is_frontal, load_view_table
     from cxrground.io.image import find_images
 
+    _, views = load_view_table(metadata, images)
     reader = PoseReader(weights, threads=None) if weights else shipped_pose_reader()
     rows, failures = write_poses(find_images(images), out, reader, root=images, overwrite=overwrite,
-                                 sheets=not no_sheets)
+                                 sheets=not no_sheets, views=views, frontal=is_frontal)
     flagged = sum(r.flagged for r in rows)
     click.echo(f"wrote {out / 'poses.csv'}: {len(rows)} films, {flagged} look stored in a wrong pose"
                + (f" (contact sheets in {out / 'flagged'})" if flagged and not no_sheets else "")

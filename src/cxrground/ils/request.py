@@ -78,7 +78,8 @@ class BuildRequest:
                                   "their lungs better turned 180°, flipped top-bottom or turned 90°; the lung checks "
                                   "pass most such films). Of the pack's films that pass the lung checks: 95-97 % of "
                                   "those so stored and 0.2 % of upright ones rejected; mirrored films are not "
-                                  "detected. Three U-Net passes per film on a small grid.")
+                                  "rejected (the pose warning lists them). Three U-Net passes per film on a small "
+                                  "grid.")
     pose_warning: bool = option(True, flag="--pose-warning/--no-pose-warning",
                                 help="List the films that look stored mirrored, turned or flipped (the pose reader, "
                                 "one small CNN pass per film) in their unit records and on the card; nothing is "

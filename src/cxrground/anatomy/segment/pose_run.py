@@ -14,7 +14,7 @@ import csv
 import io
 import json
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -50,8 +50,9 @@ class PoseRow:
     p_read: float
 
 
-def _run_record(names: Sequence[str], reader: PoseReader) -> dict[str, Any]:
-    return {"films": len(names), "films_sha256": sha256_json(list(names)), "weights_sha256": sha256_file(reader.path)}
+def _run_record(names: Sequence[str], reader: PoseReader, views: Mapping[str, str]) -> dict[str, Any]:
+    return {"films": len(names), "films_sha256": sha256_json(list(names)), "weights_sha256": sha256_file(reader.path),
+            "views_sha256": sha256_json(dict(sorted(views.items())))}
 
 
 def _check_run(out: Path, record: dict[str, Any], overwrite: bool) -> None:
@@ -139,14 +140,19 @@ def contact_sheets(films: Sequence[tuple[str, np.ndarray, PoseRow]], out_dir: Pa
 
 
 def write_poses(paths: Sequence[Path], out: Path, reader: PoseReader, root: Path | None = None,
-                overwrite: bool = False, sheets: bool = True, progress: bool = True
+                overwrite: bool = False, sheets: bool = True, progress: bool = True,
+                views: Mapping[str, str] | None = None, frontal: Callable[[str], bool] | None = None,
                 ) -> tuple[list[PoseRow], list[Failure]]:
     """Read the pose of every film; write ``out/poses.csv``, ``failures.jsonl``, ``poses.json`` and (with
-    ``sheets``) the contact sheets of the flagged films; return the rows and failures (see the module)."""
+    ``sheets``) the contact sheets of the flagged films; return the rows and failures (see the module).
+
+    A film whose view (its DICOM header, else ``views`` by file-name stem) is one ``frontal`` refuses is a failure,
+    not read: the reader knows frontal chests only, and a lateral film would be listed as wrongly posed."""
     if root is not None:
         check_out_folder(out, root)
     names = [p.relative_to(root).as_posix() if root is not None else p.name for p in paths]
-    record = _run_record(names, reader)
+    views = {p.stem: views[p.stem] for p in paths if views and p.stem in views}
+    record = _run_record(names, reader, views)
     out.mkdir(parents=True, exist_ok=True)
     _check_run(out, record, overwrite)
     atomic_write_text(out / RUN_FILE, json.dumps(record, indent=1, sort_keys=True) + "\n")
@@ -161,7 +167,12 @@ def write_poses(paths: Sequence[Path], out: Path, reader: PoseReader, root: Path
                 raise ConfigError(f"film {name} changed since the interrupted run in {out} read it; use --overwrite")
             if rec is None:
                 try:
-                    probabilities = reader.read(read_image(path).pixels).probabilities
+                    image = read_image(path)
+                    view = image.view or views.get(path.stem)
+                    if view and frontal is not None and not frontal(view):
+                        raise InputError(f"view {view.upper()} is not frontal (PA/AP): poses are read on frontal "
+                                         "films", path)
+                    probabilities = reader.read(image.pixels).probabilities
                 except (InputError, CXRGroundError) as exc:
                     rec = {"image": name, "sha256": digest,
                            "failure": asdict(Failure.from_exception(path, "pose", exc))}
