@@ -166,3 +166,61 @@ def test_anatomy_pose_reads_frontal_films_only_by_the_view_table(pack_dir, tmp_p
     assert list(_rows(tmp_path / "out" / "poses.csv")) == ["front.png"]
     (failure,) = [json.loads(line) for line in (tmp_path / "out" / "failures.jsonl").read_text().splitlines()]
     assert Path(failure["path"]).name == "side.png" and "LATERAL is not frontal" in failure["reason"]
+
+
+def test_anatomy_pose_bad_weights_stop_the_run_before_any_film_is_recorded(pack_dir, tmp_path):
+    from cxrground.anatomy.segment.pose_net import shipped_pose_reader
+    from cxrground.io.image import write_image
+
+    (a,) = _held_out_films(pack_dir, 1)
+    films = tmp_path / "films"
+    write_image(films / "a.png", a)
+    shipped = shipped_pose_reader().path
+    nosidecar = tmp_path / "w" / "nosc.safetensors"
+    nosidecar.parent.mkdir()
+    nosidecar.write_bytes(shipped.read_bytes())
+    garbage = tmp_path / "w" / "garbage.safetensors"
+    garbage.write_bytes(b"\xff" * 64)
+    meta = json.loads(shipped.with_suffix(".json").read_text())
+    from cxrground.io.files import sha256_file
+
+    garbage.with_suffix(".json").write_text(json.dumps({**meta, "sha256": sha256_file(garbage)}))
+    for weights, reason in ((nosidecar, "sidecar"), (garbage, "not a readable safetensors file")):
+        out = tmp_path / f"out_{weights.stem}"
+        run = CliRunner().invoke(main, ["anatomy", "pose", "--images", str(films), "--out", str(out),
+                                        "--weights", str(weights)])
+        assert run.exit_code == 1 and reason in run.output and str(weights.stem) in run.output
+        assert "Traceback" not in run.output and not (out / ".poses-progress.jsonl").exists()
+    # the sidecar path names the same weights as the weights file
+    by_json = CliRunner().invoke(main, ["anatomy", "pose", "--images", str(films), "--out", str(tmp_path / "j"),
+                                        "--weights", str(shipped.with_suffix(".json"))])
+    assert by_json.exit_code == 0, by_json.output
+    assert json.loads((tmp_path / "j" / "poses.json").read_text())["weights_sha256"] == meta["sha256"]
+
+
+def test_anatomy_pose_records_what_is_no_chest_film_and_overwrite_reads_afresh(pack_dir, tmp_path):
+    from cxrground.io.image import write_image
+
+    (a,) = _held_out_films(pack_dir, 1)
+    films = tmp_path / "films"
+    write_image(films / "a.png", a)
+    write_image(films / "tiny.png", np.random.default_rng(0).integers(0, 255, (8, 8), dtype=np.uint8))
+    write_image(films / "strip.png", np.random.default_rng(1).integers(0, 255, (100, 400), dtype=np.uint8))
+    write_image(films / "blank.png", np.full((128, 128), 7, np.uint8))
+    (films / "gone.png").symlink_to(tmp_path / "nowhere.png")
+    out = tmp_path / "out"
+    run = CliRunner().invoke(main, ["anatomy", "pose", "--images", str(films), "--out", str(out)])
+    assert run.exit_code == 0, run.output
+    assert list(_rows(out / "poses.csv")) == ["a.png"]
+    reasons = {Path(f["path"]).name: f["reason"]
+               for f in map(json.loads, (out / "failures.jsonl").read_text().splitlines())}
+    assert set(reasons) == {"tiny.png", "strip.png", "blank.png", "gone.png"}
+    assert "too small" in reasons["tiny.png"] and "too elongated" in reasons["strip.png"]
+    assert "blank" in reasons["blank.png"]
+
+    write_image(films / "a.png", np.ascontiguousarray(a[:, ::-1]))  # the film changed: refused, --overwrite reads it
+    changed = CliRunner().invoke(main, ["anatomy", "pose", "--images", str(films), "--out", str(out)])
+    assert changed.exit_code == 1 and "a.png changed since an earlier run" in changed.output
+    fresh = CliRunner().invoke(main, ["anatomy", "pose", "--images", str(films), "--out", str(out), "--overwrite"])
+    assert fresh.exit_code == 0, fresh.output
+    assert _rows(out / "poses.csv")["a.png"]["correction"] == "mirrored left-right"

@@ -11,7 +11,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -23,10 +22,10 @@ import httpx
 from cxrground.review.app import MAX_FORM_BYTES, create_app, server_config
 from cxrground.review.db import ReviewDB
 from cxrground.testing.servers import (
-    LogRecords,
     closed_by_server,
     read_until_closed,
     response_length,
+    server_thread,
     small_window_socket,
     stop_process,
     wait_for_bytes,
@@ -55,20 +54,8 @@ def served(app, **config):
     import uvicorn
 
     server = uvicorn.Server(server_config(app, "127.0.0.1", 0, log_level="warning", **config))
-    records = LogRecords()
-    logging.getLogger("uvicorn.error").addHandler(records)  # after the config: uvicorn sets its loggers up there
-    thread = threading.Thread(target=server.run, name="review-loop", daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 20
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-            time.sleep(0.02)
-        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}", records.records
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        logging.getLogger("uvicorn.error").removeHandler(records)
+    with server_thread(server, "review-loop") as (port, records):
+        yield f"http://127.0.0.1:{port}", records
 
 
 def _port(url: str) -> int:

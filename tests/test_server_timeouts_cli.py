@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -46,10 +45,10 @@ from cxrground.serve.app import create_app
 from cxrground.serve.limits import Limits
 from cxrground.serve.request import ServeRequest
 from cxrground.testing.servers import (
-    LogRecords,
     closed_by_server,
     read_until_closed,
     response_length,
+    server_thread,
     small_window_socket,
     wait_for_bytes,
     wait_for_log,
@@ -132,21 +131,8 @@ def commands(monkeypatch, tmp_path) -> Commands:
 @contextlib.contextmanager
 def running(started: Started) -> Iterator[tuple[int, list[logging.LogRecord]]]:
     """Run the captured configuration in a thread; yields (port, records of uvicorn's error log)."""
-    server = _REAL_SERVER(started.config)
-    records = LogRecords()
-    logging.getLogger("uvicorn.error").addHandler(records)
-    thread = threading.Thread(target=server.run, name="timeouts-loop", daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 20
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-            time.sleep(0.02)
-        yield int(server.servers[0].sockets[0].getsockname()[1]), records.records
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        logging.getLogger("uvicorn.error").removeHandler(records)
+    with server_thread(_REAL_SERVER(started.config), "timeouts-loop") as running_server:
+        yield running_server
 
 
 def _seconds_until_closed(sock: socket.socket) -> float | None:

@@ -110,7 +110,8 @@ def fit_normative_cmd(out: Path, pack_dir: Path | None) -> None:
 @click.option("--out", type=OUT_DIR, required=True,
               help="Output folder (outside the image folder). A rerun of the same run resumes it; a folder holding "
                    "another run's results is refused.")
-@click.option("--overwrite", is_flag=True, help="Delete another run's results in --out and start afresh.")
+@click.option("--overwrite", is_flag=True,
+              help="Delete the results in --out (of this run or another) and read every film afresh.")
 @click.option("--weights", type=FILE, default=None,
               help="Pose reader .safetensors with its .json (default: the shipped pose_net_v1).")
 @click.option("--no-sheets", is_flag=True, help="Write poses.csv only (no contact sheets of the flagged films).")

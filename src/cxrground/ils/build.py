@@ -538,13 +538,13 @@ def _is_abs_path(value: Any) -> bool:
 
 
 #: Settings a stamp holds only when they are not the default (compared when either side has one).
-_OPTIONAL_SETTINGS = ("view_table", "split", "max_pixels", "limit")
+_OPTIONAL_SETTINGS = ("view_table", "split", "max_pixels", "limit", "pose_reader")
 #: How a refusal names each setting of ``settings.json``.
 _SETTING_NAMES = {"config_hash": "options (config hash)", "spec_hash": "backend options (spec hash)",
                   "view_table": "view table (sha256)", "split": "split (file sha256 or ratios)",
-                  "max_pixels": "--max-pixels", "limit": "--limit"}
+                  "max_pixels": "--max-pixels", "limit": "--limit", "pose_reader": "pose reader weights (sha256)"}
 _SETTING_DEFAULTS = {"max_pixels": str(DEFAULT_MAX_PIXELS), "limit": "none", "split": "default ratios",
-                     "view_table": "none"}
+                     "view_table": "none", "pose_reader": "none"}
 
 
 def _setting_value(key: str, settings: Mapping[str, Any]) -> str:
@@ -684,6 +684,8 @@ def build_dataset(
         settings["split"] = split.get("sha256") or ",".join(f"{r:g}" for r in split["ratios"])
     if max_pixels != DEFAULT_MAX_PIXELS:
         settings["max_pixels"] = max_pixels if max_pixels is not None else "none"
+    if config.qc.pose_warning:  # units record the reader's warnings: other weights, other records
+        settings["pose_reader"] = str(pose_reader_record()["sha256"])[:12]
     if limit is not None:
         settings["limit"] = limit
     stamp = out / "settings.json"

@@ -28,6 +28,7 @@ __all__ = [
     "atomic_write_text",
     "cut_torn_tail",
     "read_csv_text",
+    "read_progress",
     "remove_stale_temp_dirs",
     "remove_stale_temps",
     "sha256_bytes",
@@ -124,6 +125,24 @@ def cut_torn_tail(path: str | Path) -> bytes:
     if len(keep) != len(data):
         path.write_bytes(keep)
     return keep
+
+
+def read_progress(path: str | Path, key: str = "image") -> dict[str, dict[str, Any]]:
+    """The records of an append-only JSON-lines progress file by their ``key`` field (a later line wins; a torn
+    last line is cut off the file, :func:`cut_torn_tail`; lines that are no JSON object with a text ``key`` are
+    skipped); empty when the file does not exist."""
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    done: dict[str, dict[str, Any]] = {}
+    for line in cut_torn_tail(path).decode("utf-8", "replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get(key), str):
+            done[rec[key]] = rec
+    return done
 
 
 def _running(pid: int) -> bool:

@@ -263,10 +263,12 @@ def _window_bounds(arr: np.ndarray, window: Window) -> tuple[float | None, float
 
 
 def find_images(folder: Path) -> list[Path]:
-    """Image files (PNG, JPEG, DICOM) under ``folder``, sorted; an error naming the folder when none."""
+    """Image files (PNG, JPEG, DICOM) under ``folder``, sorted, with links to them (a broken link is listed, so that
+    reading it fails and is recorded); an error naming the folder when none."""
     if not folder.is_dir():
         raise InputError("image folder not found", folder)
-    paths = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    paths = sorted(p for p in folder.rglob("*")
+                   if (p.is_file() or p.is_symlink()) and p.suffix.lower() in IMAGE_SUFFIXES)
     if not paths:
         raise InputError("no PNG, JPEG or DICOM images in the folder", folder)
     return paths

@@ -50,7 +50,7 @@ from cxrground.anatomy.segment.builtin import work_box
 from cxrground.anatomy.segment.plausibility import segment_checked
 from cxrground.datasets.views import is_frontal
 from cxrground.errors import ConfigError, CXRGroundError, Failure, InputError
-from cxrground.io.files import atomic_write_text, cut_torn_tail, sha256_file, sha256_json
+from cxrground.io.files import atomic_write_text, read_progress, sha256_file, sha256_json
 from cxrground.io.image import CXRImage, check_out_folder, find_images, read_image, write_image
 from cxrground.io.overlay import contact_sheet, label_panel, overlay_masks
 from cxrground.lesions.lesion_zones import LESION_ZONE_READER, LesionZoneReader
@@ -321,21 +321,6 @@ def _check_run(out: Path, record: dict[str, Any], overwrite: bool) -> None:
         _clear_outputs(out)
 
 
-def _read_progress(path: Path) -> dict[str, dict[str, Any]]:
-    """The films done by earlier (killed) sessions: name → its progress line; a torn last line is cut off."""
-    done: dict[str, dict[str, Any]] = {}
-    if not path.is_file():
-        return done
-    for line in cut_torn_tail(path).decode("utf-8", "replace").splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("image"), str):
-            done[rec["image"]] = rec
-    return done
-
-
 def write_zones(
     images: Iterable[Path], out: Path, segmenter: LungHeartSegmenter, model: NormativeModel,
     overlays: bool = True, root: Path | None = None, zone_model: ZoneReader | None = None,
@@ -374,13 +359,18 @@ def write_zones(
     out.mkdir(parents=True, exist_ok=True)
     _check_run(out, record, overwrite)
     atomic_write_text(out / RUN_FILE, json.dumps(record, indent=1, sort_keys=True) + "\n")
-    done = _read_progress(out / PROGRESS_FILE)
+    done = read_progress(out / PROGRESS_FILE)
     overlay_of = overlay_names(names)
     readings: list[ZoneReading] = []
     failures: list[Failure] = []
     with (out / PROGRESS_FILE).open("a", encoding="utf-8") as progress:
         for path, name in zip(paths, names, strict=True):
-            digest = sha256_file(path)
+            try:
+                digest = sha256_file(path)
+            except OSError as exc:  # a broken link, a file gone since the folder was listed: looked at on every run
+                failures.append(Failure.from_exception(path, "zones", InputError(
+                    f"file cannot be read ({exc.strerror or exc})", path)))
+                continue
             rec = done.get(name)
             if rec is not None:
                 if rec.get("sha256") != digest:

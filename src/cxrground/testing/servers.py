@@ -7,11 +7,13 @@ import contextlib
 import logging
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 __all__ = ["LogRecords", "captured_logs", "closed_by_server", "read_until_closed", "response_length",
-           "small_window_socket", "stop_process", "wait_for_bytes", "wait_for_log"]
+           "server_thread", "small_window_socket", "stop_process", "wait_for_bytes", "wait_for_log"]
 
 
 class LogRecords(logging.Handler):
@@ -126,3 +128,24 @@ def wait_for_log(records: list[logging.LogRecord], text: str, timeout: float) ->
             return found[0]
         time.sleep(0.05)
     return None
+
+
+@contextlib.contextmanager
+def server_thread(server: Any, name: str = "server-loop", start_timeout: float = 20.0
+                  ) -> Iterator[tuple[int, list[logging.LogRecord]]]:
+    """Run a ``uvicorn.Server`` in a daemon thread until the block ends; yields (its port, the records of uvicorn's
+    error log while it runs). Made after the server's config, since uvicorn sets its loggers up there."""
+    records = LogRecords()
+    logging.getLogger("uvicorn.error").addHandler(records)
+    thread = threading.Thread(target=server.run, name=name, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + start_timeout
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+            time.sleep(0.02)
+        yield int(server.servers[0].sockets[0].getsockname()[1]), records.records
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        logging.getLogger("uvicorn.error").removeHandler(records)

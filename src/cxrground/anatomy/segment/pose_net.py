@@ -184,7 +184,11 @@ def load_pose_net(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any]]:
     config = PoseNetConfig.from_dict(meta["architecture"])
     model = build_pose_net(config)
     try:
-        model.load_state_dict(load_file(str(weights_path)))
+        state = load_file(str(weights_path))
+    except Exception as exc:  # safetensors raises its own error type for a file it cannot decode
+        raise ConfigError(f"{weights_path}: not a readable safetensors file ({exc})") from exc
+    try:
+        model.load_state_dict(state)
     except RuntimeError as exc:
         raise ConfigError(f"{weights_path}: weights do not fit the sidecar's architecture ({exc})") from exc
     model.eval()
@@ -222,7 +226,7 @@ class PoseReader:
     """Reads the pose of films with the weights at ``path`` (CPU; loads on first use; thread-safe)."""
 
     def __init__(self, path: str | Path, threads: int | None = 1) -> None:
-        self.path = Path(path)
+        self.path = _paths(path)[0]
         self.threads = threads
         self._lock = threading.Lock()
         self._model: Any = None
@@ -234,6 +238,11 @@ class PoseReader:
                 self._model, meta = load_pose_net(self.path)
                 self._size = int(meta["architecture"]["input_size"])
             return self._model
+
+    def load(self) -> PoseReader:
+        """Load the weights now (a :class:`ConfigError` naming the file when they cannot be); returns ``self``."""
+        self._loaded()
+        return self
 
     def read_many(self, films: Sequence[np.ndarray]) -> list[PoseReading]:
         """The pose readings of grey films ``(H, W)`` as stored."""

@@ -22,12 +22,13 @@ from typing import Any, Final
 import numpy as np
 from tqdm.auto import tqdm
 
-from cxrground.anatomy.segment.pose_net import POSE_CLASSES, PoseReader, correction_name
+from cxrground.anatomy.segment.pose_net import POSE_CLASSES, PoseReader, correction_name, read_pose_sidecar
 from cxrground.errors import ConfigError, CXRGroundError, Failure, InputError
-from cxrground.io.files import atomic_write_text, cut_torn_tail, sha256_file, sha256_json
+from cxrground.io.files import atomic_write_text, read_progress, sha256_file, sha256_json
 from cxrground.io.image import check_out_folder, read_image
 
-__all__ = ["CSV_COLUMNS", "SHEET_SIZE", "PoseRow", "contact_sheets", "write_poses"]
+__all__ = ["CSV_COLUMNS", "MAX_ASPECT", "MIN_SIDE", "SHEET_SIZE", "PoseRow", "contact_sheets", "film_problem",
+           "write_poses"]
 
 PROGRESS_FILE: Final[str] = ".poses-progress.jsonl"
 RUN_FILE: Final[str] = ".poses-run.json"
@@ -56,7 +57,10 @@ def _run_record(names: Sequence[str], reader: PoseReader, views: Mapping[str, st
 
 
 def _check_run(out: Path, record: dict[str, Any], overwrite: bool) -> None:
-    """Refuse a folder holding another run's results unless ``overwrite`` (then they are deleted)."""
+    """Refuse a folder holding another run's results; with ``overwrite`` delete whatever results it holds."""
+    if overwrite:
+        _clear(out)
+        return
     run_file = out / RUN_FILE
     other = False
     if run_file.is_file():
@@ -66,30 +70,39 @@ def _check_run(out: Path, record: dict[str, Any], overwrite: bool) -> None:
             other = True
     elif any((out / n).exists() for n in ("poses.csv", "failures.jsonl", "poses.json", SHEET_DIR)):
         other = True
-    if not other:
-        return
-    if not overwrite:
+    if other:
         raise ConfigError(f"output folder {out} holds another anatomy pose run (other films or weights); use another "
                           "--out or --overwrite")
+
+
+def _clear(out: Path) -> None:
+    """Delete what ``anatomy pose`` writes in ``out``, nothing else."""
     for name in _OUTPUTS:
         (out / name).unlink(missing_ok=True)
     if (out / SHEET_DIR).is_dir():
         shutil.rmtree(out / SHEET_DIR)
 
 
-def _done(path: Path) -> dict[str, dict[str, Any]]:
-    """Films recorded by earlier sessions: name → progress line (a torn last line is cut off)."""
-    if not path.is_file():
-        return {}
-    done = {}
-    for line in cut_torn_tail(path).decode("utf-8", "replace").splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("image"), str):
-            done[rec["image"]] = rec
-    return done
+def _unreadable(path: Path, exc: OSError) -> InputError:
+    return InputError(f"file cannot be read ({exc.strerror or exc})", path)
+
+
+#: Films smaller than this on a side, or longer than :data:`MAX_ASPECT` times their width (or height), are not read.
+MIN_SIDE: Final[int] = 64
+MAX_ASPECT: Final[float] = 3.0
+
+
+def film_problem(pixels: np.ndarray) -> str | None:
+    """Why ``pixels`` cannot be a frontal chest film whose pose can be read (too small, too elongated, blank), or
+    None."""
+    h, w = pixels.shape[:2]
+    if min(h, w) < MIN_SIDE:
+        return f"image is {w}x{h} px: too small to read a chest's pose ({MIN_SIDE} px a side at least)"
+    if max(h, w) > MAX_ASPECT * min(h, w):
+        return f"image is {w}x{h} px: too elongated for a frontal chest film (sides within {MAX_ASPECT:g}:1)"
+    if int(pixels.max()) == int(pixels.min()):
+        return "image is blank (one grey level)"
+    return None
 
 
 def _row(name: str, probabilities: Sequence[float]) -> PoseRow:
@@ -114,7 +127,7 @@ def contact_sheets(films: Sequence[tuple[str, np.ndarray, PoseRow]], out_dir: Pa
     from cxrground.anatomy.segment.orientation import pose_pixels
 
     paths = []
-    cols, cap = 4, 30
+    cols, cap = 4, 44
     for start in range(0, len(films), SHEET_SIZE):
         chunk = films[start:start + SHEET_SIZE]
         rows = (len(chunk) + cols - 1) // cols
@@ -129,9 +142,9 @@ def contact_sheets(films: Sequence[tuple[str, np.ndarray, PoseRow]], out_dir: Pa
                 im = Image.fromarray(px)
                 im.thumbnail((side - 4, side - 4))
                 sheet.paste(im, (x + j * side + (side - im.width) // 2, y + (side - im.height) // 2))
-            draw.text((x + 4, y + side + 2), f"{name}"[-60:], fill=0)
-            draw.text((x + 4, y + side + 15), f"left: as stored; right: {row.correction} "
-                      f"(P {row.p_read:.2f})"[:70], fill=0)
+            draw.text((x + 4, y + side + 2), name if len(name) <= 72 else "…" + name[-71:], fill=0)
+            draw.text((x + 4, y + side + 15), "left: as stored", fill=0)
+            draw.text((x + 4, y + side + 28), f"right: {row.correction} (P {row.p_read:.2f})", fill=0)
         path = out_dir / f"sheet-{start // SHEET_SIZE + 1:03d}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
         sheet.save(path)
@@ -150,21 +163,27 @@ def write_poses(paths: Sequence[Path], out: Path, reader: PoseReader, root: Path
     not read: the reader knows frontal chests only, and a lateral film would be listed as wrongly posed."""
     if root is not None:
         check_out_folder(out, root)
+    reader.load()  # weights that cannot be read stop the run before any film is recorded
     names = [p.relative_to(root).as_posix() if root is not None else p.name for p in paths]
     views = {p.stem: views[p.stem] for p in paths if views and p.stem in views}
     record = _run_record(names, reader, views)
     out.mkdir(parents=True, exist_ok=True)
     _check_run(out, record, overwrite)
     atomic_write_text(out / RUN_FILE, json.dumps(record, indent=1, sort_keys=True) + "\n")
-    done = _done(out / PROGRESS_FILE)
+    done = read_progress(out / PROGRESS_FILE)
     rows: list[PoseRow] = []
     failures: list[Failure] = []
     with (out / PROGRESS_FILE).open("a", encoding="utf-8") as log:
         for path, name in tqdm(list(zip(paths, names, strict=True)), desc="pose", disable=not progress):
-            digest = sha256_file(path)
+            try:
+                digest = sha256_file(path)
+            except OSError as exc:  # a broken link, a file gone since the folder was listed: looked at on every run
+                failures.append(Failure.from_exception(path, "pose", _unreadable(path, exc)))
+                continue
             rec = done.get(name)
             if rec is not None and rec.get("sha256") != digest:
-                raise ConfigError(f"film {name} changed since the interrupted run in {out} read it; use --overwrite")
+                raise ConfigError(f"film {name} changed since an earlier run in {out} read it; rerun with --overwrite "
+                                  "to read every film afresh")
             if rec is None:
                 try:
                     image = read_image(path)
@@ -172,6 +191,9 @@ def write_poses(paths: Sequence[Path], out: Path, reader: PoseReader, root: Path
                     if view and frontal is not None and not frontal(view):
                         raise InputError(f"view {view.upper()} is not frontal (PA/AP): poses are read on frontal "
                                          "films", path)
+                    problem = film_problem(image.pixels)
+                    if problem:
+                        raise InputError(problem, path)
                     probabilities = reader.read(image.pixels).probabilities
                 except (InputError, CXRGroundError) as exc:
                     rec = {"image": name, "sha256": digest,
@@ -194,7 +216,8 @@ def write_poses(paths: Sequence[Path], out: Path, reader: PoseReader, root: Path
         by_name = dict(zip(names, paths, strict=True))
         written = contact_sheets([(r.image, read_image(by_name[r.image]).pixels, r) for r in flagged],
                                  out / SHEET_DIR)
-    summary = {"weights": str(reader.path), "weights_sha256": record["weights_sha256"], "films": len(rows),
+    summary = {"weights": str(reader.path), "weights_name": read_pose_sidecar(reader.path).get("name"),
+               "weights_sha256": record["weights_sha256"], "films": len(rows),
                "flagged": len(flagged), "failures": len(failures),
                "sheets": [p.relative_to(out).as_posix() for p in written],
                "validation": "bench/records/pose_net_preregistration.md"}
