@@ -224,3 +224,15 @@ def test_anatomy_pose_records_what_is_no_chest_film_and_overwrite_reads_afresh(p
     fresh = CliRunner().invoke(main, ["anatomy", "pose", "--images", str(films), "--out", str(out), "--overwrite"])
     assert fresh.exit_code == 0, fresh.output
     assert _rows(out / "poses.csv")["a.png"]["correction"] == "mirrored left-right"
+
+
+def test_card_pose_section_lists_twenty_films_and_counts_the_rest():
+    from cxrground.ils.card import POSE_LISTED, pose_lines
+
+    assert "flagged no film" in "\n".join(pose_lines([], True))
+    assert "Not read (`--no-pose-warning`)" in "\n".join(pose_lines([], False))
+    posed = [(f"s{i}", {"correction": "mirrored left-right", "p": 0.9, "p_upright": 0.1}, i % 2 == 0)
+             for i in range(POSE_LISTED + 5)]
+    text = "\n".join(pose_lines(posed, True))
+    assert f"flagged: {POSE_LISTED + 5} ({(POSE_LISTED + 6) // 2} of their studies in the dataset)" in text
+    assert text.count("| mirrored left-right |") == POSE_LISTED and "5 more: `pose_warning`" in text

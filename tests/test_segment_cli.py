@@ -27,7 +27,7 @@ def study_files(tmp_path_factory) -> dict[str, Path]:
 
 def test_commands_list():
     assert [c.name for c in COMMANDS] == ["segment"]
-    assert set(segment.commands) == {"lungs", "train-lungs", "eval-lungs"}
+    assert set(segment.commands) == {"lungs", "train-lungs", "eval-lungs", "train-pose"}
 
 
 def test_lungs_with_given_masks(study_files, tmp_path: Path):

@@ -34,6 +34,7 @@ from cxrground.anatomy.segment.pose_net import (
     save_pose_net,
 )
 from cxrground.errors import InputError
+from cxrground.models.torch_state import restores_torch_settings
 
 __all__ = ["PoseRecipe", "augment_film", "nih_patient", "split_patients", "train_from_pack", "train_pose_net"]
 
@@ -147,6 +148,7 @@ def _posed(batch: Any, labels: Sequence[int]) -> Any:
     return torch.stack(out)
 
 
+@restores_torch_settings
 def train_pose_net(films: Sequence[tuple[str, np.ndarray]], out: str | Path, recipe: PoseRecipe | None = None,
                    config: PoseNetConfig | None = None, sidecar: dict[str, Any] | None = None,
                    progress: bool = True) -> dict[str, Any]:
@@ -155,13 +157,11 @@ def train_pose_net(films: Sequence[tuple[str, np.ndarray]], out: str | Path, rec
     import torch
     from tqdm import tqdm
 
-    from cxrground.models.torch_state import use_threads
-
     recipe = recipe or PoseRecipe()
     config = config or PoseNetConfig()
     if not films:
         raise InputError("pose reader training: no training films")
-    use_threads(recipe.threads)
+    torch.set_num_threads(recipe.threads)
     torch.manual_seed(recipe.seed)
     torch.use_deterministic_algorithms(True)
     rng = np.random.default_rng(recipe.seed)
