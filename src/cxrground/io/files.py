@@ -22,12 +22,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from cxrground.errors import ConfigError
+
 __all__ = [
     "atomic_path",
     "atomic_write_bytes",
     "atomic_write_text",
     "cut_torn_tail",
+    "model_paths",
     "read_csv_text",
+    "read_model_sidecar",
     "read_progress",
     "remove_stale_temp_dirs",
     "remove_stale_temps",
@@ -208,3 +212,27 @@ def _fsync_dir(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def model_paths(path: str | Path) -> tuple[Path, Path]:
+    """The two files of a model, ``NAME.safetensors`` and its sidecar ``NAME.json``, from either or the stem."""
+    p = Path(path)
+    if p.suffix in (".safetensors", ".json"):
+        p = p.with_suffix("")
+    return p.with_suffix(".safetensors"), p.with_suffix(".json")
+
+
+def read_model_sidecar(path: str | Path, fmt: str, what: str = "model") -> dict[str, Any]:
+    """The JSON sidecar of a model (``path`` names either file or the stem), checked to be a JSON object of format
+    ``fmt``; else a :class:`~cxrground.errors.ConfigError` naming the file and the ``what``."""
+    json_path = model_paths(path)[1]
+    if not json_path.is_file():
+        raise ConfigError(f"{what} sidecar {json_path} not found (a .safetensors needs its .json next to it)")
+    try:
+        data = json.loads(json_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{what} sidecar {json_path} is not valid JSON ({exc})") from exc
+    got = data.get("format") if isinstance(data, dict) else type(data).__name__
+    if got != fmt:
+        raise ConfigError(f"{what} sidecar {json_path} has format {got!r}, expected {fmt!r}")
+    return data

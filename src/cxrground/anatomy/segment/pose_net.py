@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from cxrground.errors import ConfigError
-from cxrground.io.files import sha256_file
+from cxrground.io.files import model_paths, read_model_sidecar, sha256_file
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -129,19 +129,12 @@ def pose_canvas(pixels: np.ndarray, size: int = 128) -> np.ndarray:
     return prepare_input(grey, size)[0]
 
 
-def _paths(path: str | Path) -> tuple[Path, Path]:
-    p = Path(path)
-    if p.suffix in (".safetensors", ".json"):
-        p = p.with_suffix("")
-    return p.with_suffix(".safetensors"), p.with_suffix(".json")
-
-
 def save_pose_net(model: torch.nn.Module, config: PoseNetConfig, path: str | Path,
                   sidecar: dict[str, Any] | None = None) -> tuple[Path, Path]:
     """Write ``path.safetensors`` (float32) + ``path.json``; returns both paths."""
     from safetensors.torch import save_file
 
-    weights_path, json_path = _paths(path)
+    weights_path, json_path = model_paths(path)
     weights_path.parent.mkdir(parents=True, exist_ok=True)
     save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(weights_path),
               metadata={"format": FORMAT})
@@ -157,24 +150,14 @@ def save_pose_net(model: torch.nn.Module, config: PoseNetConfig, path: str | Pat
 
 def read_pose_sidecar(path: str | Path) -> dict[str, Any]:
     """The JSON sidecar of pose reader weights (``path`` may name either file or the stem)."""
-    _, json_path = _paths(path)
-    if not json_path.is_file():
-        raise ConfigError(f"pose reader sidecar {json_path} not found (a .safetensors needs its .json next to it)")
-    try:
-        data = json.loads(json_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"pose reader sidecar {json_path} is not valid JSON ({exc})") from exc
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        got = data.get("format") if isinstance(data, dict) else type(data).__name__
-        raise ConfigError(f"pose reader sidecar {json_path} has format {got!r}, expected {FORMAT!r}")
-    return data
+    return read_model_sidecar(path, FORMAT, "pose reader")
 
 
 def load_pose_net(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Load pose reader weights + sidecar into an eval-mode network; checks the sha256."""
     from safetensors.torch import load_file
 
-    weights_path, _ = _paths(path)
+    weights_path, _ = model_paths(path)
     if not weights_path.is_file():
         raise ConfigError(f"pose reader weights {weights_path} not found")
     meta = read_pose_sidecar(weights_path)
@@ -226,7 +209,7 @@ class PoseReader:
     """Reads the pose of films with the weights at ``path`` (CPU; loads on first use; thread-safe)."""
 
     def __init__(self, path: str | Path, threads: int | None = 1) -> None:
-        self.path = _paths(path)[0]
+        self.path = model_paths(path)[0]
         self.threads = threads
         self._lock = threading.Lock()
         self._model: Any = None

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from cxrground.errors import ConfigError
-from cxrground.io.files import sha256_file
+from cxrground.io.files import model_paths, read_model_sidecar, sha256_file
 from cxrground.io.transform import Letterbox
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -167,13 +167,6 @@ def prepare_input(pixels: np.ndarray, size: int = 256) -> tuple[np.ndarray, Lett
 
 # --- model files ------------------------------------------------------------------------------------
 
-def _paths(path: str | Path) -> tuple[Path, Path]:
-    p = Path(path)
-    if p.suffix in (".safetensors", ".json"):
-        p = p.with_suffix("")
-    return p.with_suffix(".safetensors"), p.with_suffix(".json")
-
-
 def save_model(
     model: torch.nn.Module,
     config: UNetConfig,
@@ -188,7 +181,7 @@ def save_model(
     if storage_dtype not in ("float16", "float32"):
         raise ConfigError(f"storage_dtype must be float16 or float32, got {storage_dtype!r}")
     dtype = torch.float16 if storage_dtype == "float16" else torch.float32
-    weights_path, json_path = _paths(path)
+    weights_path, json_path = model_paths(path)
     weights_path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {}
     for k, v in model.state_dict().items():
@@ -216,21 +209,12 @@ def save_model(
 
 def read_sidecar(path: str | Path) -> dict[str, Any]:
     """The JSON sidecar of a model file (``path`` may name either file or the stem)."""
-    _, json_path = _paths(path)
-    if not json_path.is_file():
-        raise ConfigError(f"model sidecar {json_path} not found (a .safetensors needs its .json next to it)")
-    try:
-        data = json.loads(json_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"model sidecar {json_path} is not valid JSON ({exc})") from exc
-    if data.get("format") != FORMAT:
-        raise ConfigError(f"model sidecar {json_path} has format {data.get('format')!r}, expected {FORMAT!r}")
-    return data
+    return read_model_sidecar(path, FORMAT)
 
 
 def update_sidecar(path: str | Path, updates: dict[str, Any]) -> dict[str, Any]:
     """Merge ``updates`` into a model's sidecar (top-level keys; ``sha256`` cannot be changed)."""
-    _, json_path = _paths(path)
+    _, json_path = model_paths(path)
     data = read_sidecar(json_path)
     data.update({k: v for k, v in updates.items() if k != "sha256"})
     json_path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
@@ -242,7 +226,7 @@ def load_model(path: str | Path, verify: bool = True) -> tuple[torch.nn.Module, 
     import torch
     from safetensors.torch import load_file
 
-    weights_path, _ = _paths(path)
+    weights_path, _ = model_paths(path)
     if not weights_path.is_file():
         raise ConfigError(f"model weights {weights_path} not found")
     meta = read_sidecar(weights_path)
