@@ -236,3 +236,18 @@ def test_card_pose_section_lists_twenty_films_and_counts_the_rest():
     text = "\n".join(pose_lines(posed, True))
     assert f"flagged: {POSE_LISTED + 5} ({(POSE_LISTED + 6) // 2} of their studies in the dataset)" in text
     assert text.count("| mirrored left-right |") == POSE_LISTED and "5 more: `pose_warning`" in text
+
+
+def test_contact_sheets_read_films_per_sheet_and_leave_out_what_cannot_be_read(tmp_path):
+    from PIL import Image
+
+    from cxrground.anatomy.segment.pose_run import SHEET_SIZE, PoseRow, contact_sheets
+    from cxrground.io.image import write_image
+
+    film = np.random.default_rng(0).integers(0, 255, (96, 80), dtype=np.uint8)
+    row = PoseRow("x", True, "turned 90° clockwise, then mirrored left-right", 0.01, 0.97)
+    paths = [write_image(tmp_path / f"f{i}.png", film) for i in range(SHEET_SIZE + 1)]
+    (tmp_path / "f3.png").write_text("gone bad since it was read")
+    sheets = contact_sheets([(p.name, p, row) for p in paths] + [("array", film, row)], tmp_path / "sheets")
+    assert [p.name for p in sheets] == ["sheet-001.png", "sheet-002.png"]
+    assert Image.open(sheets[1]).size[1] == 224 + 44  # one row: the last path and the array

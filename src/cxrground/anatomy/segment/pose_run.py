@@ -120,8 +120,11 @@ def _csv_text(rows: Sequence[PoseRow]) -> str:
     return buf.getvalue()
 
 
-def contact_sheets(films: Sequence[tuple[str, np.ndarray, PoseRow]], out_dir: Path, side: int = 224) -> list[Path]:
-    """PNG sheets of flagged films, each as stored beside the same film put right as the reader proposes."""
+def contact_sheets(films: Sequence[tuple[str, np.ndarray | Path, PoseRow]], out_dir: Path, side: int = 224
+                   ) -> list[Path]:
+    """PNG sheets of flagged films, each as stored beside the same film put right as the reader proposes; a film
+    given by its path is read when its sheet is drawn (one sheet's films in memory at a time), and one that can no
+    longer be read is left out."""
     from PIL import Image, ImageDraw
 
     from cxrground.anatomy.segment.orientation import pose_pixels
@@ -133,7 +136,13 @@ def contact_sheets(films: Sequence[tuple[str, np.ndarray, PoseRow]], out_dir: Pa
         rows = (len(chunk) + cols - 1) // cols
         sheet = Image.new("L", (cols * 2 * side, rows * (side + cap)), 255)
         draw = ImageDraw.Draw(sheet)
-        for i, (name, pixels, row) in enumerate(chunk):
+        drawn = 0
+        for name, source, row in chunk:
+            try:
+                pixels = read_image(source).pixels if isinstance(source, Path) else source
+            except CXRGroundError:
+                continue
+            i, drawn = drawn, drawn + 1
             fixed = pixels
             for step in row.correction.split(", then "):
                 fixed = pose_pixels(fixed, step)
@@ -214,8 +223,7 @@ def write_poses(paths: Sequence[Path], out: Path, reader: PoseReader, root: Path
         shutil.rmtree(out / SHEET_DIR)
     if sheets and flagged:
         by_name = dict(zip(names, paths, strict=True))
-        written = contact_sheets([(r.image, read_image(by_name[r.image]).pixels, r) for r in flagged],
-                                 out / SHEET_DIR)
+        written = contact_sheets([(r.image, by_name[r.image], r) for r in flagged], out / SHEET_DIR)
     summary = {"weights": str(reader.path), "weights_name": read_pose_sidecar(reader.path).get("name"),
                "weights_sha256": record["weights_sha256"], "films": len(rows),
                "flagged": len(flagged), "failures": len(failures),
