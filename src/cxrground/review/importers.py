@@ -9,6 +9,7 @@ seeded by ``--seed`` and keeps them in dataset order.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ import numpy as np
 from cxrground.errors import InputError, OptionError
 from cxrground.evaluation.percept.conversation import plan_case, safe_image_path
 from cxrground.fields import option
-from cxrground.ils.layout import DATASET_FILE, MASK_DIR
+from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
 from cxrground.ils.schema import SPLITS, read_dataset
 from cxrground.io.image import load_pixels, read_image
 from cxrground.io.masks import encode_rle, read_mask_png
@@ -99,12 +100,24 @@ def ils_items(ils_dir: str | Path, images: str | Path, splits: Sequence[str] = S
     return out
 
 
+def _pose_warning(ils_dir: Path, study_key: str) -> dict[str, Any] | None:
+    """The pose reader's warning about the study's film, from its unit record in the build folder (None when the
+    film was not flagged, or when the folder holds no readable unit record: a dataset copied without its build)."""
+    unit = ils_dir / UNITS_DIR / f"{study_key}.json"
+    try:
+        warning = json.loads(unit.read_text(encoding="utf-8")).get("pose_warning")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return warning if isinstance(warning, dict) and isinstance(warning.get("correction"), str) else None
+
+
 def _study_items(ils_dir: Path, images: Path, split: str, study_key: str, study: Any) -> list[dict[str, Any]]:
     study = _mapping(study, f"study {study_key}", ils_dir / DATASET_FILE)
     image = _inside(images, str(study["image_path"]), f"image_path of {study_key}", ils_dir / DATASET_FILE)
     if not image.is_file():
         raise InputError(f"image of {study_key} not found under the --images folder", image)
     h, w = read_image(image).shape
+    pose = _pose_warning(ils_dir, study_key)
     pairs = _mapping(study["instruction_answer_pairs"], f"instruction_answer_pairs of {study_key}",
                      ils_dir / DATASET_FILE)
     out: list[dict[str, Any]] = []
@@ -127,7 +140,7 @@ def _study_items(ils_dir: Path, images: Path, split: str, study_key: str, study:
                     "sentence": _sentence(study.get("section_content", ""), p.get("sent_idx")),
                     "section_name": study.get("section_name", ""),
                     "section_content": study.get("section_content", ""),
-                    "seg_mask_path": p.get("seg_mask_path"), "parts": ["pair"]},
+                    "seg_mask_path": p.get("seg_mask_path"), "parts": ["pair"], "pose_warning": pose},
             })
     return out
 

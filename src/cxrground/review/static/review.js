@@ -252,7 +252,11 @@ function ilsPage(data) {
   const answer = el('blockquote', {id: 'answer'});
   answer.append(readable(p.answer, data.positive));
   answer.dataset.raw = p.answer;
-  const text = el('div', {class: 'text'},
+  const pose = p.pose_warning ? el('p', {class: 'warning', id: 'pose-warning', role: 'note',
+    text: 'Pose reader: this film may be stored wrongly; it looks right after being ' + p.pose_warning.correction +
+          ' (P ' + Number(p.pose_warning.p).toFixed(2) + '). If so, every left and right is swapped: reject the ' +
+          'pair. (It also flags a few upright films: portables, disease hiding the heart.)'}) : '';
+  const text = el('div', {class: 'text'}, pose,
     el('h2', {text: 'Instruction'}), el('blockquote', {id: 'instruction', text: p.instruction}),
     el('h2', {text: 'Answer'}), answer,
     el('h2', {text: 'Report sentence'}),
