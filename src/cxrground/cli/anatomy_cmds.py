@@ -44,7 +44,7 @@ def show(request: GeometryRequest) -> None:
 @click.option("--qc-orientation", is_flag=True,
               help="Record films that look turned or flipped as failures (the built-in U-Net reads their lungs better "
                    "turned 180°, flipped top-bottom or turned 90°; the lung checks pass most of them; mirrored films "
-                   "are not detected). Three U-Net passes per film on a small grid.")
+                   "are not detected by it: anatomy pose lists those). Three U-Net passes per film on a small grid.")
 @click.option("--zone-model", default="zone_prior_v3", show_default=True,
               help="Who flags the zones: `zone_prior_v3` (a film severity from zone_sim_v1 and the lesion segmenter, "
                    "fitted on readings through the shipped lungs, placed by a position prior from NIH films and both "

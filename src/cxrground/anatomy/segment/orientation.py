@@ -8,7 +8,8 @@ pose. :func:`orientation_evidence` reads the film as stored and after each corre
 grid; the film looks wrongly posed when some correction wins on both (:attr:`OrientationEvidence.best_correction`).
 :func:`orientation_problem` tries :data:`CHECKED_POSES`: on the pack it flags 97 % of the films turned 180° that pass
 the lung checks, 96 % of those flipped top-bottom, 95 % of those turned 90°, and 2 of 819 upright films (0.2 %). A
-film mirrored left-right is not detected: the U-Net reads it as well as the film itself.
+film mirrored left-right is not detected: the U-Net reads it as well as the film itself (the pose reader,
+:mod:`~cxrground.anatomy.segment.pose_net`, finds most of them, as a warning).
 
 The readings come from the segmenter when it exposes its probabilities (the built-in U-Net), else from the shipped
 built-in U-Net, whatever segmenter drew the masks; each pose costs one U-Net pass on the small grid.
