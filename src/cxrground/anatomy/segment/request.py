@@ -34,8 +34,8 @@ class SegmentRequest:
     backend_opt: tuple[str, ...] = option((), help="KEY=VALUE for the backend (e.g. masks: root=DIR).")
     qc_orientation: bool = option(False, help="Also check whether the film looks stored in a wrong pose (turned "
                                   "180°, flipped top-bottom, turned 90°; read by the built-in U-Net; a mirrored film "
-                                  "is not detected by it, anatomy pose lists those): a warning and masks.json's `orientation`; the masks are still "
-                                  "written.")
+                                  "is not detected by it, anatomy pose lists those): a warning and masks.json's "
+                                  "`orientation`; the masks are still written.")
 
 
 def segment_request(request: SegmentRequest) -> list[str]:
