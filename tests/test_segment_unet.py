@@ -400,3 +400,16 @@ def test_train_device_option_is_checked_and_recorded(tmp_path: Path):
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="sees no CUDA device"):
             train_on_samples(_tiny_samples(), None, TINY, TrainRecipe(epochs=1, device="cuda"), progress=False)
+
+
+def test_undecodable_weights_with_a_matching_sidecar_are_a_named_error(tmp_path):
+    from cxrground.anatomy.segment.unet import UNetConfig, build_unet, load_model, save_model
+    from cxrground.io.files import sha256_file
+
+    config = UNetConfig(channels=(4, 8), input_size=32)
+    weights, sidecar = save_model(build_unet(config), config, tmp_path / "m")
+    weights.write_bytes(b"\xff" * 64)  # no safetensors header at all, and the sidecar's sha256 matches it
+    meta = json.loads(sidecar.read_text())
+    sidecar.write_text(json.dumps({**meta, "sha256": sha256_file(weights)}))
+    with pytest.raises(ConfigError, match="not a readable safetensors file"):
+        load_model(weights)

@@ -155,7 +155,7 @@ def read_pose_sidecar(path: str | Path) -> dict[str, Any]:
 
 def load_pose_net(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Load pose reader weights + sidecar into an eval-mode network; checks the sha256."""
-    from safetensors.torch import load_file
+    from cxrground.anatomy.segment.unet import load_weights_into
 
     weights_path, _ = model_paths(path)
     if not weights_path.is_file():
@@ -165,17 +165,7 @@ def load_pose_net(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any]]:
     if digest != meta.get("sha256"):
         raise ConfigError(f"{weights_path}: sha256 {digest} does not match its sidecar ({meta.get('sha256')})")
     config = PoseNetConfig.from_dict(meta["architecture"])
-    model = build_pose_net(config)
-    try:
-        state = load_file(str(weights_path))
-    except Exception as exc:  # safetensors raises its own error type for a file it cannot decode
-        raise ConfigError(f"{weights_path}: not a readable safetensors file ({exc})") from exc
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as exc:
-        raise ConfigError(f"{weights_path}: weights do not fit the sidecar's architecture ({exc})") from exc
-    model.eval()
-    return model, meta
+    return load_weights_into(build_pose_net(config), weights_path), meta
 
 
 @dataclass(frozen=True)

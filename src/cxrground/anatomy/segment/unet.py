@@ -47,6 +47,7 @@ __all__ = [
     "build_unet",
     "count_parameters",
     "load_model",
+    "load_weights_into",
     "normalise_canvas",
     "prepare_input",
     "read_sidecar",
@@ -223,9 +224,6 @@ def update_sidecar(path: str | Path, updates: dict[str, Any]) -> dict[str, Any]:
 
 def load_model(path: str | Path, verify: bool = True) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Load ``path.safetensors`` + sidecar into an eval-mode float32 U-Net; checks the sha256."""
-    import torch
-    from safetensors.torch import load_file
-
     weights_path, _ = model_paths(path)
     if not weights_path.is_file():
         raise ConfigError(f"model weights {weights_path} not found")
@@ -234,15 +232,24 @@ def load_model(path: str | Path, verify: bool = True) -> tuple[torch.nn.Module, 
         digest = sha256_file(weights_path)
         if digest != meta.get("sha256"):
             raise ConfigError(f"{weights_path}: sha256 {digest} does not match its sidecar ({meta.get('sha256')})")
-    config = UNetConfig.from_dict(meta["architecture"])
-    model = build_unet(config)
-    state = {k: (v.to(torch.float32) if v.is_floating_point() else v) for k, v in load_file(str(weights_path)).items()}
+    return load_weights_into(build_unet(UNetConfig.from_dict(meta["architecture"])), weights_path), meta
+
+
+def load_weights_into(model: torch.nn.Module, weights_path: Path) -> torch.nn.Module:
+    """``model`` in eval mode with the float32 weights of the safetensors file ``weights_path``; a file that cannot be
+    decoded, or weights of another architecture, is a :class:`ConfigError` naming the file."""
+    import torch
+    from safetensors.torch import load_file
+
     try:
-        model.load_state_dict(state)
+        stored = load_file(str(weights_path))
+    except Exception as exc:  # safetensors raises its own error type for a file it cannot decode
+        raise ConfigError(f"{weights_path}: not a readable safetensors file ({exc})") from exc
+    try:
+        model.load_state_dict({k: (v.to(torch.float32) if v.is_floating_point() else v) for k, v in stored.items()})
     except RuntimeError as exc:
         raise ConfigError(f"{weights_path}: weights do not fit the sidecar's architecture ({exc})") from exc
-    model.eval()
-    return model, meta
+    return model.eval()
 
 
 def predict_logits(
