@@ -20,6 +20,7 @@ from cxrground.anatomy.segment.pose_net import (  # noqa: E402
     correction_name,
     load_pose_net,
     save_pose_net,
+    undo_pose,
 )
 from cxrground.errors import ConfigError  # noqa: E402
 
@@ -36,6 +37,7 @@ def test_the_eight_poses_are_distinct_and_each_correction_puts_the_film_right():
     keys = {(a.shape, a.tobytes()) for a in stored.values()}
     assert len(keys) == 8
     for pose, pixels in stored.items():
+        assert np.array_equal(undo_pose(pixels, pose), film)
         name = correction_name(pose)
         if name == "none":
             assert np.array_equal(pixels, film)

@@ -245,7 +245,8 @@ def test_contact_sheets_read_films_per_sheet_and_leave_out_what_cannot_be_read(t
     from cxrground.io.image import write_image
 
     film = np.random.default_rng(0).integers(0, 255, (96, 80), dtype=np.uint8)
-    row = PoseRow("x", True, "turned 90° clockwise, then mirrored left-right", 0.01, 0.97)
+    row = PoseRow("x", (1, True), 0.01, 0.97)
+    assert row.flagged and row.correction == "turned 90° clockwise, then mirrored left-right"
     paths = [write_image(tmp_path / f"f{i}.png", film) for i in range(SHEET_SIZE + 1)]
     (tmp_path / "f3.png").write_text("gone bad since it was read")
     sheets = contact_sheets([(p.name, p, row) for p in paths] + [("array", film, row)], tmp_path / "sheets")

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["DEFAULT_POSE_WEIGHTS", "FORMAT", "POSE_CLASSES", "PoseNetConfig", "PoseReader", "PoseReading",
            "apply_pose", "build_pose_net", "correction_name", "load_pose_net", "pose_canvas", "pose_reader_record",
-           "pose_warning", "read_pose_sidecar", "save_pose_net", "shipped_pose_reader"]
+           "pose_warning", "read_pose_sidecar", "save_pose_net", "shipped_pose_reader", "undo_pose"]
 
 FORMAT: Final[str] = "cxrground-posenet/1"
 
@@ -66,6 +66,13 @@ def apply_pose(pixels: np.ndarray, pose: tuple[int, bool]) -> np.ndarray:
     turns, mirrored = pose
     out = pixels[:, ::-1] if mirrored else pixels
     return np.ascontiguousarray(np.rot90(out, turns))
+
+
+def undo_pose(pixels: np.ndarray, pose: tuple[int, bool]) -> np.ndarray:
+    """A film stored in ``pose`` put upright (the inverse of :func:`apply_pose`)."""
+    turns, mirrored = pose
+    out = np.rot90(pixels, -turns)
+    return np.ascontiguousarray(out[:, ::-1] if mirrored else out)
 
 
 def correction_name(pose: tuple[int, bool]) -> str:

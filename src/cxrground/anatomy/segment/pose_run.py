@@ -22,7 +22,14 @@ from typing import Any, Final
 import numpy as np
 from tqdm.auto import tqdm
 
-from cxrground.anatomy.segment.pose_net import POSE_CLASSES, PoseReader, correction_name, read_pose_sidecar
+from cxrground.anatomy.segment.pose_net import (
+    POSE_CLASSES,
+    PoseReader,
+    PoseReading,
+    correction_name,
+    read_pose_sidecar,
+    undo_pose,
+)
 from cxrground.errors import ConfigError, CXRGroundError, Failure, InputError
 from cxrground.io.files import atomic_write_text, read_progress, sha256_file, sha256_json
 from cxrground.io.image import check_out_folder, read_image
@@ -41,14 +48,22 @@ CSV_COLUMNS: Final[tuple[str, ...]] = ("image", "flagged", "correction", "p_upri
 
 @dataclass(frozen=True)
 class PoseRow:
-    """One film's reading: its name, whether it looks wrongly posed, what would put it right, the probability of
-    upright and of the pose read."""
+    """One film's reading: its name, the pose read, the probability of upright and of the pose read."""
 
     image: str
-    flagged: bool
-    correction: str
+    pose: tuple[int, bool]
     p_upright: float
     p_read: float
+
+    @property
+    def flagged(self) -> bool:
+        """The film looks stored in a wrong pose."""
+        return self.pose != POSE_CLASSES[0]
+
+    @property
+    def correction(self) -> str:
+        """What would put the film right, in words."""
+        return correction_name(self.pose)
 
 
 def _run_record(names: Sequence[str], reader: PoseReader, views: Mapping[str, str]) -> dict[str, Any]:
@@ -106,9 +121,8 @@ def film_problem(pixels: np.ndarray) -> str | None:
 
 
 def _row(name: str, probabilities: Sequence[float]) -> PoseRow:
-    best = int(np.argmax(probabilities))
-    return PoseRow(name, best != 0, correction_name(POSE_CLASSES[best]), round(float(probabilities[0]), 4),
-                   round(float(probabilities[best]), 4))
+    reading = PoseReading(tuple(float(p) for p in probabilities))
+    return PoseRow(name, reading.pose, round(reading.probabilities[0], 4), round(reading.confidence, 4))
 
 
 def _csv_text(rows: Sequence[PoseRow]) -> str:
@@ -127,8 +141,6 @@ def contact_sheets(films: Sequence[tuple[str, np.ndarray | Path, PoseRow]], out_
     longer be read is left out."""
     from PIL import Image, ImageDraw
 
-    from cxrground.anatomy.segment.orientation import pose_pixels
-
     paths = []
     cols, cap = 4, 44
     for start in range(0, len(films), SHEET_SIZE):
@@ -143,9 +155,7 @@ def contact_sheets(films: Sequence[tuple[str, np.ndarray | Path, PoseRow]], out_
             except CXRGroundError:
                 continue
             i, drawn = drawn, drawn + 1
-            fixed = pixels
-            for step in row.correction.split(", then "):
-                fixed = pose_pixels(fixed, step)
+            fixed = undo_pose(pixels, row.pose)
             x, y = (i % cols) * 2 * side, (i // cols) * (side + cap)
             for j, px in enumerate((pixels, fixed)):
                 im = Image.fromarray(px)
