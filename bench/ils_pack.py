@@ -10,7 +10,9 @@ way for comparison. Prints sensitivity, specificity, accuracy and Cohen's kappa 
 all-zone kappa's 95 % interval from a bootstrap over patients (studies of one patient are resampled together),
 and, before any Brixia number, how the positive lung findings fared in Algorithm 1. Then the image checks:
 the share of lung-lesion negative pairs (target a lung lesion or the tentative "opacity") that name a zone the
-senior scored abnormal (a whole-lung label names its three zones, "lung" all six), the median share of each
+senior scored abnormal (a whole-lung label names its three zones, "lung" all six), by lesion, pair type and kind,
+and the same share among the negatives whose zones the junior reader scored 0 (what an image check that agreed
+with a radiologist would leave: the two readers' disagreement bounds any check), the median share of each
 lung-lesion mask's pixels on the heart outline (the build's) or the mediastinum (per row, the gap between the
 lungs), and the pairs the build left out by reason (``--synthesizer lesion-unet`` checks pairs against the image).
 ``--gallery DIR`` writes one PNG overlay per scored study (masks red, heart + mediastinum yellow, the zones the
@@ -24,7 +26,7 @@ import argparse
 import json
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +180,8 @@ def main() -> None:
     grounding_summary(work / "dataset")
     truth_rows, mask_rows, text_rows, patients = [], [], [], []
     neg_total, neg_abnormal, centre_shares = 0, 0, []
+    neg_groups: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # group -> [negatives, senior-abnormal]
+    junior_kept = [0, 0]
     images = {sid: rec.image_path for sid, rec in ids.items()}
     for sid, rec in ids.items():
         if rec.brixia is None or sid not in anatomy:
@@ -206,7 +210,14 @@ def main() -> None:
             if n["target"] in LUNG_LESIONS or n["target"] == TENTATIVE_WORD:
                 zones = {z for lab in n["location"] for z in LABEL_ZONES.get(lab, [])}
                 neg_total += 1
-                neg_abnormal += any(rec.brixia.senior[z] > 0 for z in zones)
+                wrong = any(rec.brixia.senior[z] > 0 for z in zones)
+                neg_abnormal += wrong
+                for group in (f"lesion {n['target']}", f"type {n['type']}", f"kind {n.get('kind', '-')}"):
+                    neg_groups[group][0] += 1
+                    neg_groups[group][1] += wrong
+                if not any(rec.brixia.junior[z] > 0 for z in zones):  # a check as good as the junior reader
+                    junior_kept[0] += 1
+                    junior_kept[1] += wrong
                 for z in zones:
                     named |= decode_rle(anat["locations"][ZONES[z]], shape)
         if args.gallery is not None:
@@ -235,6 +246,11 @@ def main() -> None:
     share = 100 * neg_abnormal / neg_total if neg_total else float("nan")
     print(f"  lung-lesion negative pairs naming a senior-abnormal zone: {neg_abnormal} of {neg_total} ({share:.1f} %); "
           f"zone prevalence {100 * truth.mean():.1f} %")
+    for group, (n, wrong) in sorted(neg_groups.items()):
+        print(f"    {group:<45} {wrong:3d} of {n:3d} ({100 * wrong / n:5.1f} %)")
+    share = 100 * junior_kept[1] / junior_kept[0] if junior_kept[0] else float("nan")
+    print(f"    kept only where the junior reader scored every named zone 0 (an image check as good as a radiologist): "
+          f"{junior_kept[1]} of {junior_kept[0]} ({share:.1f} %) in senior-abnormal zones")
     med = 100 * float(np.median(centre_shares)) if centre_shares else float("nan")
     print(f"  lung-lesion masks: {len(centre_shares)}, median share of pixels on heart or mediastinum {med:.1f} % "
           f"(share > 5 %: {sum(c > 0.05 for c in centre_shares)})")
