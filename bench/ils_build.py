@@ -174,6 +174,7 @@ def main() -> None:
         ("unet, normative default, no zone guide (Algorithm 1 alone)", 1.0, BackendSpec()),
         ("unet, normative default, zone guide zone_prior_v1 instead of zone_prior_v2", 1.0, BackendSpec()),
         ("unet, normative default, negatives kept off lungs with a reported finding", 1.0, BackendSpec()),
+        ("unet, normative default, global negatives need an empty location", 1.0, BackendSpec()),
         ("unet, normative default, masks not clipped off the heart and mediastinum", 1.0, BackendSpec()),
         ("truth anatomy, normative default, masks not clipped off the heart and mediastinum", 1.0,
          BackendSpec(segmenter="masks", segmenter_kwargs=truth)),
@@ -188,7 +189,8 @@ def main() -> None:
             next((r for r in ZONE_GUIDES if f"zone guide {r}" in name), IlsConfig().zone_guide)
         config = IlsConfig(seed=0, negative_check=check, lung_lesions_off_centre="not clipped" not in name,
                            negative_exclusion="lung" if "negatives kept off lungs" in name else "location",
-                           zone_guide=guide)
+                           zone_guide=guide,
+                           global_negative_needs_region="global negatives need an empty location" in name)
         summary = build_dataset(tasks, out, config.with_threshold_scale(scale), spec,
                                 scan_failures=failures, progress=False)
         seconds = time.perf_counter() - start

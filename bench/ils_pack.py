@@ -90,7 +90,8 @@ def cohen_ils_dataset(pack: Pack, work: Path, segmenter: str, limit: int | None 
                       synthesizer_kwargs: dict[str, Any] | None = None,
                       detector_kwargs: dict[str, Any] | None = None, negative_check: str = "none",
                       negative_exclusion: str = "location", zone_guide: str = IlsConfig().zone_guide,
-                      silent_report_negatives: bool = False) -> dict[str, Any]:
+                      silent_report_negatives: bool = False, global_negatives_need_region: bool = False
+                      ) -> dict[str, Any]:
     """Build ``work/dataset`` from the COVID-19 collection rows with notes (the first ``limit``); returns
     ``{study_id: row}``. The notes are the reports; ``segmenter`` masks = the pack's lung masks."""
     rows = [r for r in pack.cohen() if r.notes][:limit]
@@ -106,7 +107,8 @@ def cohen_ils_dataset(pack: Pack, work: Path, segmenter: str, limit: int | None 
                        synthesizer_kwargs=synthesizer_kwargs or {}, detector_kwargs=detector_kwargs or {})
     start = time.perf_counter()
     config = IlsConfig(negative_check=negative_check, negative_exclusion=negative_exclusion, zone_guide=zone_guide,
-                       silent_report_negatives=silent_report_negatives)
+                       silent_report_negatives=silent_report_negatives,
+                       global_negative_needs_region=global_negatives_need_region)
     summary = build_dataset(tasks, work / "dataset", config, spec,
                             scan_failures=failures, progress=False,
                             overwrite=True)
@@ -161,6 +163,9 @@ def main() -> None:
     parser.add_argument("--silent-report-negatives", action="store_true",
                         help="notes that say nothing about the film still give lung negatives (ils build "
                              "--silent-report-negatives)")
+    parser.add_argument("--global-negatives-need-region", action="store_true",
+                        help="a global lung negative only where a basic one could be placed (ils build "
+                             "--global-negatives-need-region)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--limit", type=int, default=None, help="only the first N noted rows (exploration)")
     args = parser.parse_args()
@@ -172,7 +177,8 @@ def main() -> None:
     ids = cohen_ils_dataset(pack, work, args.segmenter, limit=args.limit, synthesizer=args.synthesizer,
                             synthesizer_kwargs=kwargs, detector_kwargs=detector, negative_check=args.negative_check,
                             negative_exclusion=args.negative_exclusion, zone_guide=args.zone_guide,
-                            silent_report_negatives=args.silent_report_negatives)
+                            silent_report_negatives=args.silent_report_negatives,
+                            global_negatives_need_region=args.global_negatives_need_region)
     data = json.loads((work / "dataset" / "mimic_ils_instruction_answer.json").read_text())
     studies = {k: v for split in data.values() for k, v in split.items()}
     anatomy = {json.loads(line)["study"]: json.loads(line)

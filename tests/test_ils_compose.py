@@ -338,3 +338,39 @@ def test_opacity_negatives_take_the_lesion_inference_form_at_the_configured_shar
     assert sum(default.values()) >= 300 and abs(share - 0.494) < 0.07, default
     assert kinds(0.0)["lesion_inference"] == 0
     assert set(kinds(1.0)) == {"lesion_inference"}
+
+
+def _global_shares(config_kwargs: dict, empty: list[str], studies: int = 1500) -> dict[str, float]:
+    """Realised global share of each lung lesion's emitted negatives over ``studies`` studies whose report names an
+    opacity in both lungs and leaves ``empty`` free."""
+    op = f("opacity", rl=("right lung", "left lung"))
+    made: Counter = Counter()
+    glob: Counter = Counter()
+    for seed in range(studies):
+        out = compose_pairs(f"s{seed}", [op], [g(op)], empty, 0.3, mask(), IlsConfig(seed=0, **config_kwargs))
+        for n in out.negative_pairs:
+            made[n["target"]] += 1
+            glob[n["target"]] += n["type"] == "global"
+    return {lesion: glob[lesion] / made[lesion] for lesion in made if lesion != "cardiomegaly"}
+
+
+def test_global_negatives_need_a_region_keeps_the_train_shares():
+    """With ``global_negative_needs_region`` a report that leaves no location empty gives no lung negative at all
+    (basic and global alike), so each lesion's global share of its emitted negatives is the ILS §11.2 target; by
+    default such a report keeps its global negatives and nothing else (share 1)."""
+    target = IlsConfig().negative_global_share
+    default = _global_shares({}, [], studies=300)
+    assert default["effusion"] == 1.0 and default["atelectasis"] == 1.0  # only globals survive a full report
+    strict = compose_pairs("s1", [f("opacity", rl=("right lung", "left lung"))],
+                           [g(f("opacity", rl=("right lung", "left lung")))], [], 0.3, mask(),
+                           IlsConfig(global_negative_needs_region=True))
+    assert [n["target"] for n in strict.negative_pairs] in ([], ["cardiomegaly"])
+    # a report that leaves one location free: the strict rule keeps the target share
+    half = _global_shares({"global_negative_needs_region": True}, ["left apical zone lung"])
+    for lesion in ("effusion", "atelectasis"):
+        assert abs(half[lesion] - target[lesion]) < 0.05, (lesion, half[lesion])
+    # a report without findings is untouched by the switch
+    a = compose_pairs("s7", [], [], list(ILS_LOCATION_LABELS), 0.3, mask(), IlsConfig(seed=3))
+    b = compose_pairs("s7", [], [], list(ILS_LOCATION_LABELS), 0.3, mask(),
+                      IlsConfig(seed=3, global_negative_needs_region=True))
+    assert a.negative_pairs == b.negative_pairs

@@ -21,8 +21,9 @@ Choices where the spec is silent (documented, switchable through :class:`IlsConf
   when any lung lesion (pneumonia, atelectasis, opacity, consolidation, edema) is reported present
   or uncertain — a tentative pneumonia *is* an opacity;
 - **global negatives** are used with the train-split shares of ILS §11.2, and only for lesions that
-  are not mentioned, or negated without a side; ``opacity`` negatives take the lesion-inference form
-  with the §11.2 share;
+  are not mentioned, or negated without a side (with :attr:`IlsConfig.global_negative_needs_region`, only where a
+  basic negative could be placed, so that the share holds among the emitted negatives); ``opacity``
+  negatives take the lesion-inference form with the §11.2 share;
 - **silent reports**: a report that says nothing about the film (no finding of any kind and no normal-examination
   statement, :func:`cxrground.reports.reading.reads_the_film`: a clinical note such as "Fever and two days of
   odynophagia") gives no lung or pleural negative: its silence about a lesion is not a reading of the image. The
@@ -373,7 +374,7 @@ def _negatives(study_key: str, findings: Sequence[Finding], empty_locations: Seq
         kind_name = KIND_NEGATED if lesion in negated else KIND_NOT_REPORTED
         global_share = config.negative_global_share.get(lesion, 0.0) if lesion not in sided_negation else 0.0
         if u < global_share:
-            if checker is None and _global_allowed(config, any_finding, el):
+            if checker is None and _global_allowed(config, any_finding, el, space):
                 _negative(out, study_key, "global", lesion, [BOTH_LUNGS], kind_name)
                 continue
             region = checker.fresh(space) if checker is not None else _draw_region(rng, space)
@@ -389,9 +390,12 @@ def _negatives(study_key: str, findings: Sequence[Finding], empty_locations: Seq
         _negative(out, study_key, kind, lesion, region, kind_name)
 
 
-def _global_allowed(config: IlsConfig, any_finding: bool, el: Sequence[str]) -> bool:
-    """Whether a global lung negative may be drawn: always under the ILS exclusion; under ``lung`` only when the
+def _global_allowed(config: IlsConfig, any_finding: bool, el: Sequence[str], space: Sequence[str]) -> bool:
+    """Whether a global lung negative may be drawn: where a basic one could be (``space``, the region labels, is
+    not empty; :attr:`IlsConfig.global_negative_needs_region`), and under the ``lung`` exclusion only when the
     report mentions no finding or both lungs are empty."""
+    if config.global_negative_needs_region and not space:
+        return False
     return config.negative_exclusion != "lung" or not any_finding or all(lung_label(s) in el for s in SIDES)
 
 

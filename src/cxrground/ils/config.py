@@ -124,6 +124,12 @@ class IlsConfig:
     """Share of each lesion's negatives in the global form (targets from the train split, ILS §11.2)."""
     opacity_lesion_inference_share: float = 0.494
     """Share of opacity negatives in the lesion-inference form (ILS §11.2)."""
+    global_negative_needs_region: bool = False
+    """True: a global lung negative ("There is no edema.") is made only where a basic negative of the lesion could
+    be placed (the report mentions no finding, or some location label is empty, EL), so that the global share of
+    each lesion's emitted negatives is the ILS §11.2 target. False (default): a global negative whatever EL holds;
+    on reports whose findings cover every location the basic negatives vanish and the global ones stay, so the
+    realised global shares exceed the targets (on the pack's COVID-19 notes about twice)."""
     exclude_studies: tuple[str, ...] = ()
     """Study ids never used (e.g. MS-CXR studies); recorded in the card."""
     seed: int = 0

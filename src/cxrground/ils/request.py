@@ -105,6 +105,10 @@ class BuildRequest:
     silent_report_negatives: bool = option(False, help="Let a report that says nothing about the film (no finding "
                                            "of any kind, no normal-examination statement) yield lung and pleural "
                                            "negatives. Default: it yields none (counted on the card).")
+    global_negatives_need_region: bool = option(False, help="Make a global lung negative (\"There is no edema.\") "
+                                                "only where a basic one could be placed (some location the report "
+                                                "leaves empty), so each lesion's global share of its negatives is "
+                                                "the ILS train-split target. Default: whatever the report covers.")
     zone_guide: str = option("zone_prior_v2", choices=ZONE_GUIDES, help="Guide lung-lesion masks by a zone "
                              "reader: a reported lung lesion keeps a mask only in the zones of its reported location "
                              "that the reader flags (Algorithm 1's mask cut to them; for airspace lesions an empty "
@@ -208,7 +212,8 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
     config = IlsConfig(seed=request.seed, exclude_studies=excluded, sections=request.sections,
                        qc=QCConfig(orientation_check=request.qc_orientation, pose_warning=request.pose_warning),
                        negative_check=request.negative_check, negative_exclusion=request.negative_exclusion,
-                       zone_guide=request.zone_guide, silent_report_negatives=request.silent_report_negatives)
+                       zone_guide=request.zone_guide, silent_report_negatives=request.silent_report_negatives,
+                       global_negative_needs_region=request.global_negatives_need_region)
     if request.threshold_scale != 1.0:
         config = config.with_threshold_scale(request.threshold_scale)
     spec = request.backend_spec()
