@@ -19,56 +19,30 @@ import os
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from cxrground.anatomy.segment.pose_net import (
     DEFAULT_POSE_WEIGHTS,
-    POSE_CLASSES,
     PoseReader,
     apply_pose,
     correction_name,
     read_pose_sidecar,
 )
 from cxrground.datasets.pack import Pack
+from cxrground.models.pose_net import STORED_AS, CheckRow, pose_check, pose_check_lines, pose_check_summary
 
 SHIPPED = Path(__file__).resolve().parents[1] / "src/cxrground/anatomy/segment/weights" / \
     f"{DEFAULT_POSE_WEIGHTS}.safetensors"
 
-#: The poses by the name of the wrong storage (the correction names what puts it right).
-STORED_AS = {
-    (0, False): "upright",
-    (1, False): "turned 90° counter-clockwise",
-    (2, False): "turned 180°",
-    (3, False): "turned 90° clockwise",
-    (0, True): "mirrored left-right",
-    (1, True): "mirrored, turned 90° counter-clockwise",
-    (2, True): "flipped top-bottom",
-    (3, True): "mirrored, turned 90° clockwise",
-}
+def score(reader: PoseReader, films: list[tuple[str, np.ndarray]], label: str
+          ) -> dict[tuple[int, bool], list[CheckRow]]:
+    """Per true pose: (film, read pose, upright probability) of every film (:func:`pose_check`)."""
+    return pose_check(reader, films, progress=True, label=label)
 
 
-def score(reader: PoseReader, films: list[tuple[str, np.ndarray]], label: str, batch: int = 16
-          ) -> dict[tuple[int, bool], list[tuple[str, tuple[int, bool], float]]]:
-    """Per true pose: (film, read pose, upright probability) of every film."""
-    out: dict[tuple[int, bool], list[tuple[str, tuple[int, bool], float]]] = {p: [] for p in POSE_CLASSES}
-    for start in tqdm(range(0, len(films), batch), desc=label, leave=False):
-        chunk = films[start:start + batch]
-        for pose in POSE_CLASSES:
-            readings = reader.read_many([apply_pose(px, pose) for _, px in chunk])
-            out[pose] += [(name, r.pose, r.probabilities[0]) for (name, _), r in zip(chunk, readings, strict=True)]
-    return out
-
-
-def print_table(label: str, results: dict[tuple[int, bool], list[tuple[str, tuple[int, bool], float]]]) -> None:
+def print_table(label: str, results: dict[tuple[int, bool], list[CheckRow]]) -> None:
     """One line per pose: films, flagged, right correction; the upright films flagged by name."""
     print(f"\n{label}")
-    print("| stored | films | flagged | share | right correction |")
-    print("|---|---:|---:|---:|---:|")
-    for pose, rows in results.items():
-        flagged = sum(1 for _, read, _ in rows if read != (0, False))
-        right = sum(1 for _, read, _ in rows if read == pose) if pose != (0, False) else 0
-        print(f"| {STORED_AS[pose]} | {len(rows)} | {flagged} | {100 * flagged / max(1, len(rows)):.1f} % | "
-              f"{right if pose != (0, False) else ''} |")
+    print("\n".join(pose_check_lines(pose_check_summary(results))))
     for name, read, p_up in results[(0, False)]:
         if read != (0, False):
             print(f"  upright film flagged: {name} (read as needing '{correction_name(read)}', P(upright) {p_up:.3f})")
