@@ -14,7 +14,10 @@ cardiomegaly           cardiomegaly; enlarged heart / cardiac silhouette / cardi
                        silhouette; cardiac enlargement; increased / elevated cardiothoracic ratio, "cardiothoracic
                        ratio is increased" (version 44); enlargement of the heart / cardiac silhouette;
                        a change or hedge may stand before "enlarged" ("heart size has decreased but remains mildly
-                       enlarged", "heart size is difficult to evaluate but likely enlarged"; version 45);
+                       enlarged", "heart size is difficult to evaluate but likely enlarged"; version 45), and so
+                       may "unchanged / stable / similar (from / compared to / since) (the) prior / previous (study
+                       / exam / radiograph)" and a comma ("heart size is unchanged from prior, mildly enlarged";
+                       version 46);
                        increased heart size / cardiac silhouette / size of the heart (version 20; not the change
                        phrase "increase in heart size");
                        "<heart | heart size | cardiac silhouette | cardiomediastinal silhouette> <is, mildly,
@@ -115,30 +118,39 @@ pseudo (ignored)   no (significant / interval / ...) change / increase / decreas
                    resolved / cleared, partial / incomplete / near(-)complete / slow / ongoing resolution / clearing
                    (of) (the finding is still there: present; round 4 also moved "nearly completely resolved"
                    here from the negations)
-history            (known / remote / past / prior) history of, hx of, h/o, sequela(e) of, from / due to / related
-                   to / secondary to a prior / previous / old / remote / past / healed ...: the phrase is not a
+history            (known / remote / past / prior) history of, hx (of) (version 46: also "hx" alone, "Hx pneumonia"),
+                   h/o, sequela(e) of, from / due to / related to / secondary to a prior / previous / old / remote /
+                   past / healed ...: the phrase is not a
                    finding of this image and gives no tuple ("history of pneumonia", "scarring, sequela of prior
                    infection"); so is a risk: (high / increased / low ...) risk for / of ("deemed high risk for
                    COVID-19 pneumonia", "at risk of aspiration pneumonia")
 negation, before   no, without, free of, clear of, negative for, absence of, neither, nor, not (a/an/any),
                    no longer, (interval) resolution of, interval / complete clearing of; absent, nil, zero,
                    re-expansion of (version 44). ("rule out" is *not* a
-                   negation: it is uncertain; "clearing of" alone may be partial and is not one either)
+                   negation: it is a question; "clearing of" alone may be partial and is not one either)
 negation, after    a clause-final "absent", ": none / absent / negative / no" (version 44), has re-expanded;
                    (is / are) not seen / visible / present / identified / evident / appreciated /
                    demonstrated / visualized / noted / detected / apparent / observed; (is) absent; no longer
                    seen / visible / present; ruled out; is gone; (appears) within normal limits
 negation, both     (has since completely) resolved, (has) cleared (within 4 words)
-uncertain, before  possible, possibly, possibility of, probable, probably, questionable, question (of), likely,
+uncertain, before  possible, possibly, possibility of, probable, probably, questionable, question, likely,
                    most likely, presumed, presumably, may (be / represent / reflect), might, could (be / represent /
                    reflect), cannot / can not / can't (completely) exclude, cannot rule out, difficult / hard /
                    impossible to (completely) exclude, not excluded, suspected, suspect, suspicion of,
                    suspicious for, concerning for, worrisome for, suggestive of, suggest(s / ing / ion of), to
                    suggest, indicating, raises concern / the possibility / the question for / of, concern for,
                    borderline, equivocal, indeterminate, perhaps, unlikely, doubtful, differential (diagnosis)
-                   includes, consider(ed), rule out / r/o, (please) correlate (clinically) for, clinical
-                   correlation for, evaluate / assess (further) for, to exclude, to rule out, (in) favor (of),
+                   includes, consider(ed), (please) correlate (clinically) for / to exclude, clinical
+                   correlation for, difficult / hard / impossible to assess / evaluate for, not possible / unable
+                   to exclude (version 46), (in) favor (of),
                    favors / favored / favoring, unclear / not clear / uncertain whether / if, whether (or not)
+question           (version 46) the clinician's question: eval / evaluate / evaluation / assess / assessment (further)
+                   for, r/o, (to) rule out, to exclude, question of, clinical concern / suspicion for / of. The
+                   finding it governs (the nearest cue before it, or one that only hedges stand between: "evaluate for
+                   possible pneumonia") is uncertain and a *non-target* finding (lesion None, as the findings of a CT
+                   sentence): it keeps negatives away from its places, but gives no mask, no pair and no lesion label.
+                   Not "concerning for" (the radiologist's hedge); a question answered in its clause ("evaluate for
+                   pneumonia, which is not seen") is the answer (absent)
 uncertain, after   cannot / can not / can't / could not be excluded / ruled out, (is / are) not (entirely)
                    excluded / ruled out, (is / are / seems) (not) possible / likely / unlikely / probable /
                    suspected / questioned / favored / doubtful ("pneumonia is not favored" is a hedge, as
@@ -200,8 +212,9 @@ upper lobes / lungs / zones (no side)                             both upper zon
 S apex / apical, apices / apical / biapical (no side)             ``S apical zone lung`` / both apical zones
 S mid and lower lung zones, S upper and middle lobes, ...         each zone of the list, in order
 adjacent to / along / above / at / near the S hemidiaphragm       ``S lung base`` (version 45; lung findings only)
-S greater / worse than S, S hemidiaphragm / atrium / clavicle /   nothing (the side word is not a location)
-rib / IJ / PICC / breast / ...
+S greater / worse than S, R > L, L>R, R ≥ L, R>=L, right > left   nothing (the side word is not a location:
+(version 46), S hemidiaphragm / atrium / clavicle / rib / IJ /    a finding with no other place lies in both
+PICC / breast / ...                                               lungs by default)
 ================================================================  ==========================================
 
 A side-less singular ("base", "lower lobe", "apex", "costophrenic angle") maps to both sides: the side is unknown.
@@ -308,6 +321,10 @@ _CARDIO_FILLER = (
     # a change or a hedge before "enlarged" (version 45): "heart size has decreased but remains mildly enlarged",
     # "heart size is difficult to evaluate but likely enlarged"
     r"decreased|increased|but|yet|difficult|hard|evaluate|assess|"
+    # a comparison with the prior film before the comma (version 46): "heart size is unchanged from prior, mildly
+    # enlarged"
+    r"(?:unchanged|stable|similar)\s+(?:(?:from|compared\s+to|since)\s+)?(?:the\s+)?(?:prior|previous)"
+    r"(?:\s+(?:study|exam|radiograph))?|"
     # a range from the upper limit of normal (version 40): "upper normal to mildly enlarged"
     r"upper|high|(?:top|upper|high)-normal|(?:at\s+)?(?:the\s+)?upper\s+limits?\s+of)"
 )
@@ -515,7 +532,8 @@ def entity_kind(group: str) -> EntityKind:
 
 # --- assertion cues ------------------------------------------------------------------------------------------
 # Kinds: pseudo, neg_pre, neg_post, neg_both, unc_pre, unc_post, unc_both, link (linking hedge, acts as
-# unc_pre unless inside a negation scope), term (end of scope). Order matters where cues start at the same
+# unc_pre unless inside a negation scope), question (the clinician's question, version 46: an unc_pre whose finding
+# is non-target), term (end of scope). Order matters where cues start at the same
 # place: hedges that contain a negation word, and pseudo-negations, come before the plain negations.
 
 _NEG_SEEN = (
@@ -569,7 +587,9 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                r"near(?:ly)?[- ]total|(?:almost|virtually)\s+complete|substantial|significant|considerable|marked|"
                r"some|slow|gradual|ongoing|continued|continuing)\s+(?:interval\s+)?(?:resolution|clearing)"
                r"(?:\s+of)?"),
-    ("hist", r"(?:(?:a|known|remote|past|prior|previous|clinical)\s+)?(?:history|hx)\s+of|h/o|sequelae?\s+of|"
+    # "hx" alone (version 46): "Hx pneumonia."
+    ("hist", r"(?:(?:a|known|remote|past|prior|previous|clinical)\s+)?(?:history\s+of|hx(?:\s+of)?)|h/o|"
+             r"sequelae?\s+of|"
              r"(?:from|due\s+to|related\s+to|secondary\s+to)\s+(?:an?\s+)?(?:prior|previous|old|remote|past|healed)|"
              # a risk is no finding: "deemed high risk for COVID-19 pneumonia", "at risk of aspiration"
              r"(?:(?:high|higher|increased|elevated|low|moderate|significant)[- ]+)?risk(?:\s+factors?)?\s+(?:for|of)"),
@@ -607,9 +627,16 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                 r"(?:exclude|rule\s+out)"),
     ("unc_pre", r"(?:please\s+)?(?:correlate|correlation)\s+(?:clinically\s+)?(?:for|to\s+(?:exclude|rule\s+out))|"
                 r"clinical(?:ly)?\s+correlat\w*\s+(?:for|to\s+(?:exclude|rule\s+out))|"
-                r"(?:evaluate|evaluation|assess|assessment)\s+(?:further\s+)?for|to\s+(?:exclude|rule\s+out)|"
+                # the radiologist's hedges that hold a question's words (version 46): "it is difficult to assess for
+                # pneumonia", "it is not possible to exclude a small effusion"
+                r"(?:difficult|hard|challenging|impossible)\s+to\s+(?:assess|evaluate)\s+(?:further\s+)?for|"
+                r"(?:not\s+possible|unable)\s+to\s+(?:entirely\s+|completely\s+|definitely\s+)?(?:exclude|rule\s+out)|"
                 # "the study is limited for evaluation of effusion" (version 42)
                 r"limited\s+(?:for|in)\s+(?:the\s+)?(?:evaluation|assessment)\s+(?:of|for)"),
+    # the clinician's question (version 46): "Eval for infiltrate.", "R/o PNA.", "Clinical concern for pneumonia.";
+    # the finding it governs is no reading of the film (see rules). Not "concerning for", the radiologist's hedge.
+    ("question", r"(?:eval|evaluate|evaluation|assess|assessment)\s+(?:further\s+)?for|r/o|(?:to\s+)?rule\s+out|"
+                 r"to\s+exclude|question\s+of|clinical\s+(?:concern|suspicion)\s+(?:for|of)"),
     ("neg_post", rf"(?:(?:is|are|was|were)\s+)?no\s+longer\s+(?:(?:well|clearly)\s+)?{_NEG_SEEN}"),
     ("neg_post", rf"(?:(?:is|are|was|were|has|have)\s+)?not\s+(?:been\s+)?(?:(?:well|clearly|definitely|"
                  rf"convincingly|clearly)\s+)?{_NEG_SEEN}"),
@@ -671,11 +698,11 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
     ("unc_vs", r"(?:more|less)\s+(?:likely|probable)\s+than|favou?red\s+over"),
     ("unc_pre", r"(?:not\s+clear|unclear|uncertain|unsure)\s+(?:whether|if)|whether(?:\s+or\s+not)?"),
     ("unc_pre", r"(?:most\s+|more\s+)?(?:likely|probable|probably|possible|possibly)|possibility\s+of|questionable|"
-                r"question(?:\s+of)?|presumed|presumably|may(?:\s+(?:be|represent|reflect))?|might|"
+                r"question|presumed|presumably|may(?:\s+(?:be|represent|reflect))?|might|"
                 r"could(?:\s+(?:be|represent|reflect))?|suspected|suspect|suspicion\s+(?:of|for)|borderline|equivocal|"
                 r"indeterminate|"
                 r"differential(?:\s+diagnosis)?(?:\s+(?:includes?|considerations?))?|"
-                r"consider(?:ed)?|rule\s+out|r/o|worrisome|concerning|perhaps|unlikely|doubtful|"
+                r"consider(?:ed)?|worrisome|concerning|perhaps|unlikely|doubtful|"
                 r"(?:in\s+)?favou?r(?:s|ed|ing)?(?:\s+of)?"),
     ("unc_vs", r"versus|vs\.?"),
     ("unc_both", r"\?"),
@@ -858,6 +885,8 @@ _LOCATIONS: Final[tuple[tuple[str, str], ...]] = (
     ("fissure", r"(?:right\s+)?(?:minor|horizontal)\s+fissure"),
     ("noop", r"(?:right|left)\s+(?:(?:slightly|much|somewhat)\s+)?(?:greater|worse|larger|more|less|bigger|"
              r"smaller)\s+than\s+(?:the\s+)?(?:right|left)"),
+    # "R > L", "L>R", "R ≥ L", "right > left" (version 46): both lungs, as "right greater than left"
+    ("noop", r"(?:right|left|r|l)\s*(?:>=?|≥)\s*(?:right|left|r|l)"),
     # a lung finding next to a sided hemidiaphragm lies at that side's base (version 45)
     ("diaphragm", r"(?:(?:immediately|just)\s+)?(?:adjacent\s+to|along|above|at|near|abutting|bordering|overlying)\s+"
                   r"the\s+(?:right|left)\s+hemidiaphragm"),

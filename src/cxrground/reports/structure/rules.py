@@ -82,7 +82,14 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
    their own cues and side. An opacity at a mediastinal site with no lung place is a non-target finding outside
    the lungs; a sided place "is clear without / no" places the negated findings of its clause; a lesion negated by
    a negated link after an observation ("is not consistent with") shares the observation's places.
-8. **Report level** (:mod:`.resolve`): a positive lesion finding without a location phrase takes the labels of
+8. **Version 46.** "R > L", "L>R", "R ≥ L", "right > left" are no place (both lungs when nothing else places the
+   finding, as "right greater than left"). A heart size "unchanged / stable / similar from prior," before
+   "enlarged" is cardiomegaly. A finding governed by the clinician's question ("eval / evaluate / assess for", "r/o",
+   "rule out", "to exclude", "question of", "clinical concern for"; as its nearest cue before it, or with only
+   hedges between: "evaluate for possible pneumonia") is uncertain and a non-target finding, as the findings of a
+   CT sentence: it keeps negatives away from its places and gives no lesion; an observation is not attributed to
+   it ("right base opacity, question of pneumonia" keeps the opacity). "Hx" before a finding is "history of".
+9. **Report level** (:mod:`.resolve`): a positive lesion finding without a location phrase takes the labels of
    the located positive findings of the sentence before when its sentence points back ("This may represent
    atelectasis."), else of the same lesion; in a merged findings + impression section a lesion +
    location repeated in the impression counts once.
@@ -206,18 +213,24 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: "adjacent to / along / above / at the left hemidiaphragm" is the left base, "the right lung is clear without X"
 #: places X's absence in that lung and "opacity in X is not consistent with Y" Y's absence in X, "a small one" and
 #: "the left (one / side) is unchanged" stand for the lesion before them, "Resolved on the right, ..." is that lesion
-#: absent on the right, "of uncertain significance" is a hedge.
-RULES_VERSION: Final[str] = "45"
+#: absent on the right, "of uncertain significance" is a hedge; 46: "R > L" / "L>R" / "right > left" name both lungs
+#: as "right greater than left" does, "heart size is unchanged from prior, mildly enlarged" is cardiomegaly, a finding
+#: governed by the clinician's question ("eval for", "r/o", "rule out", "to exclude", "question of", "clinical concern
+#: for") is a non-target finding, and "Hx" before a finding is history.
+RULES_VERSION: Final[str] = "46"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
 
 _NEG = frozenset({"neg_pre", "neg_post", "neg_both", "neg_subj"})
-_UNC = frozenset({"unc_pre", "unc_post", "unc_both", "unc_vs", "link"})
-_PRE = frozenset({"neg_pre", "unc_pre", "link", "neg_both", "unc_both", "unc_vs"})
+_UNC = frozenset({"unc_pre", "unc_post", "unc_both", "unc_vs", "link", "question"})
+_PRE = frozenset({"neg_pre", "unc_pre", "link", "neg_both", "unc_both", "unc_vs", "question"})
 _POST = frozenset({"neg_post", "unc_post", "neg_both", "unc_both", "unc_vs", "neg_subj", "caveat"})
 _CLOSING = frozenset({"neg_post", "unc_post"})
-_HEDGE_PRE = frozenset({"unc_pre", "unc_both", "unc_vs"})
+_HEDGE_PRE = frozenset({"unc_pre", "unc_both", "unc_vs", "question"})
+#: Cues before a phrase that hedge it up to a comma or a new sized item: the plain hedges and the clinician's question
+#: (version 46).
+_QUESTION_LIKE = frozenset({"unc_pre", "question"})
 _COORD_GAP: Final[re.Pattern[str]] = re.compile(r"\s*,?\s*(?:and|or|nor|/|,)\s*(?:[\w-]+\s+){0,2}")
 _INSIDE_NEG: Final[re.Pattern[str]] = re.compile(r"\b(?:not|no)\b")
 _AND: Final[re.Pattern[str]] = re.compile(r"\band\b")
@@ -324,6 +337,8 @@ class _Mention:
     #: for a pronoun or ellipsis ("a small one", "the left"; version 45): the phrase it stands for, and its side
     antecedent: _Mention | None = None
     side: str | None = None
+    #: governed by the clinician's question ("eval for", "r/o"; version 46): a non-target finding
+    question: bool = False
 
 
 @dataclass(frozen=True)
@@ -358,6 +373,19 @@ def _ends_no_list(gaps: list[str]) -> bool:
     "atelectasis, effusion, or pneumonia" is one."""
     return any("," in g and not _AND_OR.search(g) and not any(_AND_OR.search(h) for h in gaps[k + 1:])
                for k, g in enumerate(gaps))
+
+
+def _asked(low: str, before: list[_Cue], hedge: _Cue, m: _Mention, mentions: list[_Mention]) -> bool:
+    """Whether the clinician's question governs ``m`` through the ``hedge`` that is its nearest cue: only hedges, no
+    comma and no other phrase stand between the question and ``m`` ("evaluate for possible pneumonia", "eval for ?
+    pneumonia"; version 46)."""
+    for c in reversed([c for c in before if c.end <= hedge.start]):
+        if c.kind == "question":
+            return "," not in low[c.end:m.start] and not any(c.end <= mm.start and mm.end <= m.start
+                                                             for mm in mentions)
+        if c.kind not in _HEDGE_PRE and c.kind != "link":
+            return False
+    return False
 
 
 def _starts_new_item(low: str, cue: _Cue, i: int, mentions: list[_Mention], hi: int, hedge: bool = False) -> bool:
@@ -558,7 +586,7 @@ class RuleStructurer:
                 continue
             if c.kind in BOTH_WINDOW and _nwords(low[c.end:m.start]) > BOTH_WINDOW[c.kind]:
                 continue
-            if c.kind in ("unc_vs", "unc_pre") and "," in low[c.end:m.start] and (
+            if c.kind in ("unc_vs", *_QUESTION_LIKE) and "," in low[c.end:m.start] and (
                     c.kind == "unc_vs" or not any(c.end <= mm.start and mm.end <= m.start for mm in mentions)):
                 break  # "atelectasis vs consolidation, small effusion"; "edema, likely cardiogenic, with effusions"
             if c.kind == "link":
@@ -574,10 +602,11 @@ class RuleStructurer:
                     break  # "no pneumothorax, small right effusion": the negation ended with the first phrase
                 neg = True
             else:
-                if c.kind == "unc_pre" and _starts_new_item(low, c, i, mentions, hi, hedge=True):
+                if c.kind in _QUESTION_LIKE and _starts_new_item(low, c, i, mentions, hi, hedge=True):
                     break  # "possible pneumonia, moderate cardiomegaly": the hedge ended with the first phrase
                 unc = True
                 hedges.append(c)
+                m.question = c.kind == "question" or _asked(low, before, c, m, mentions)
             break
         # after: the nearest post-cue of the clause, across coordinated phrases only
         for c in cues:
@@ -615,6 +644,7 @@ class RuleStructurer:
                     hedges.append(c)
             break
         if neg:
+            m.question = False  # "evaluate for pneumonia, which is not seen": the answer
             return "absent"
         if unc:
             m.hedge = _grade(low, hedges)
@@ -679,6 +709,13 @@ class RuleStructurer:
                     and (obs.kind.lesion is not None or t.kind.name == obs.kind.name)]
             others = [t for t in targets if t not in same]
             if not others or any(not self._attributable(t.kind) for t in others):
+                continue
+            if obs.question or any(t.question for t in targets):
+                # the clinician's question is no reading (version 46): "right base opacity, question of pneumonia"
+                # keeps the opacity; what a question's observation is linked to is asked as well
+                if obs.question:
+                    for t in targets:
+                        t.question = t.assertion != "absent"
                 continue
             if any(t.assertion == "absent" for t in targets):
                 # "opacity in the right lower lobe is not consistent with pneumonia": the pneumonia's absence lies
@@ -911,7 +948,8 @@ class RuleStructurer:
 
     def _findings(self, index: int, text: str, mentions: list[_Mention], other_exam: bool = False) -> list[Finding]:
         """The sentence's findings; ``other_exam``: the sentence reports what a CT or MRI showed, so every finding is
-        a non-target one (it keeps negatives away from its places but is no lesion of this radiograph)."""
+        a non-target one (it keeps negatives away from its places but is no lesion of this radiograph); so is a
+        finding the clinician asks about ("eval for pneumonia"; version 46)."""
         out: list[Finding] = []
         low = text.lower()
         for mm in mentions:
@@ -947,7 +985,7 @@ class RuleStructurer:
                 entity=entity,
                 sent_idx=index,
                 assertion=mm.assertion,
-                lesion=None if other_exam else lesion,
+                lesion=None if other_exam or mm.question else lesion,
                 location_phrases=phrases,
                 reported_location=labels,
                 source=self.source,
