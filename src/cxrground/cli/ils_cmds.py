@@ -21,8 +21,12 @@ def ils() -> None:
 @request_options(BuildRequest)
 @click.option("--quiet", is_flag=True)
 def build(request: BuildRequest, quiet: bool) -> None:
-    """Build a MIMIC-ILS-format dataset from images and reports (resumable: rerun to continue)."""
-    click.echo("\n".join(build_lines(run_build(request, progress=not quiet))))
+    """Build a MIMIC-ILS-format dataset from images and reports (resumable: rerun to continue; studies whose report
+    or image changed since are processed again)."""
+    from cxrground.ils.build import input_lines
+
+    summary = run_build(request, progress=not quiet)
+    click.echo("\n".join(build_lines(summary) + input_lines(summary)))
 
 
 @ils.command("stats")

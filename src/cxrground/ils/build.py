@@ -5,6 +5,14 @@ seeded RNG; its mask PNGs are written first and its unit record ``units/{study}.
 atomically (:mod:`cxrground.ils.units`), so a study is done iff its unit file exists. A killed run started again
 with the same command processes the remaining studies only; ``retry_failed`` also redoes the failed ones.
 
+A resume also compares each study's inputs with those its unit was made from (the unit's input fingerprint,
+:func:`~cxrground.ils.tasks.input_fingerprint`: the report's sha256, the image file's size and modification
+time, the study's fields): a study whose report or image changed is processed again, its stale unit and masks
+removed first. The driver keeps ``OUT/unit_inputs.jsonl`` (:class:`_InputIndex`), so that a resume reads one file
+rather than every unit. A build whose normative model was fitted on its own studies refuses a resume whose input
+set differs from the one the model was fitted on (``OUT/normative_fitted.inputs.jsonl``), since a fresh build
+would fit another model.
+
 The driver streams: the resume check, the scheduling and :func:`assemble` take the studies one at a time, the
 engines keep a bounded number in flight (:data:`~cxrground.ils.units.IN_FLIGHT_PER_WORKER` per worker), and the
 dataset JSON is written study by study in the same bytes as a dump of the whole dict; only counters stay in
@@ -31,11 +39,11 @@ import subprocess
 import tempfile
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import ExitStack
-from dataclasses import dataclass
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +54,7 @@ from cxrground.anatomy.segment.pose_net import pose_reader_record
 from cxrground.errors import ConfigError, Failure
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.card import (
+    REPROCESSED_KEY,
     REVIEW_FILE,
     DatasetCounts,
     addendum_lines,
@@ -54,12 +63,12 @@ from cxrground.ils.card import (
     render_card,
     view_lines,
 )
-from cxrground.ils.cohort_normative import FITTED_FILE, resolve_spec
+from cxrground.ils.cohort_normative import FITTED_FILE, _fitted_ready, resolve_spec
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
 from cxrground.ils.pipeline import backend_provenance, prestructure
 from cxrground.ils.schema import SPLITS, validate_dataset
-from cxrground.ils.tasks import DEFAULT_SPLIT_RATIOS, StudyTask
+from cxrground.ils.tasks import DEFAULT_SPLIT_RATIOS, StudyTask, input_fingerprint
 from cxrground.ils.units import (
     IN_FLIGHT_PER_WORKER,
     has_unit,
@@ -102,6 +111,37 @@ class BuildSummary:
     """Studies whose image was chosen among several of unknown view (no view table): it may be a lateral film."""
     pose_warnings: int = 0
     """Films the pose reader flagged as stored mirrored, turned or flipped (listed on the card; none rejected)."""
+    inputs_changed: int = 0
+    """Studies whose report or image changed since their unit was built: processed again by this run."""
+    predating_units: int = 0
+    """Units written before units recorded their inputs: kept as they are (their inputs cannot be compared)."""
+    predating_named: tuple[str, ...] = ()
+    """The first :data:`NAMED_PREDATING` of them."""
+
+
+#: Studies named in the line about units that predate input fingerprints.
+NAMED_PREDATING = 5
+
+
+def input_lines(summary: BuildSummary) -> list[str]:
+    """What the CLI says, after the build's own lines, about the studies whose inputs changed since their unit was
+    built and the units too old to tell (one line each, none when there are none)."""
+    lines = []
+    if summary.inputs_changed:
+        since = "its unit was" if summary.inputs_changed == 1 else "their units were"
+        lines.append(f"  {summary.inputs_changed:,} {_studies(summary.inputs_changed)} changed since {since} built: "
+                     "processed again")
+    if summary.predating_units:
+        named = ", ".join(summary.predating_named)
+        more = ", …" if summary.predating_units > len(summary.predating_named) else ""
+        units = "unit predates" if summary.predating_units == 1 else "units predate"
+        lines.append(f"  warning: {summary.predating_units:,} {units} input fingerprints ({named}{more}); rebuild "
+                     "with --overwrite to check them")
+    return lines
+
+
+def _studies(n: int) -> str:
+    return "study" if n == 1 else "studies"
 
 
 Runner = Callable[[StudyTask, str, IlsConfig, BackendSpec, "int | None"], tuple[str, str]]
@@ -204,6 +244,241 @@ def _done_check(out: str | Path) -> Callable[[str], bool]:
     return keys.__contains__
 
 
+#: The build's index of what each unit was made from, beside the units (in the local stage when the output is on
+#: object storage, uploaded with the other state files).
+INPUTS_INDEX = "unit_inputs.jsonl"
+#: The input set a cohort-fitted normative model was fitted on (``FITTED_FILE``'s companion).
+FITTED_INPUTS = str(Path(FITTED_FILE).with_suffix(".inputs.jsonl"))
+#: Fingerprints computed ahead of their use, by this many threads (a stat and a report read each; on object
+#: storage two requests).
+FINGERPRINT_THREADS = 16
+_UNKNOWN = object()  # no index entry: the unit itself says
+
+
+def _ordered_map(fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
+    """``(item, fn(item))`` in the order of ``items``, :data:`READ_AHEAD` computed ahead by
+    :data:`FINGERPRINT_THREADS` threads."""
+    with ThreadPoolExecutor(FINGERPRINT_THREADS) as pool:
+        window: deque[tuple[Any, Future]] = deque()
+        for item in items:
+            window.append((item, pool.submit(fn, item)))
+            if len(window) >= READ_AHEAD:
+                first, fut = window.popleft()
+                yield first, fut.result()
+        while window:
+            first, fut = window.popleft()
+            yield first, fut.result()
+
+
+class _InputIndex:
+    """``OUT/unit_inputs.jsonl``: which inputs each study's unit was made from, so that a resume compares the inputs
+    without reading every unit. Append-only, written by the driver only, one JSON object per line:
+
+    - ``{"inputs": FP, "study": KEY}``: the unit of ``KEY`` is made from the inputs of fingerprint ``FP``. Written
+      when the study is handed to a worker, before its unit can exist, and when a resume had to read the unit
+      to learn it; ``null``: the unit predates input fingerprints.
+    - ``{"changed": true, "study": KEY}``: the unit of ``KEY`` was found made from other inputs; written before the
+      stale unit is removed. It is what the card's count of studies processed again for changed inputs reads.
+
+    A study's last ``inputs`` line wins. Only whole lines count: a line torn by a kill (no newline) is ignored and
+    ended before the next append. A study without an entry (lost with a torn line, a run killed before the index
+    was uploaded, units from another run) is looked up in its unit, which records the same fingerprint. The file
+    grows by a line per study handed to a worker (about 50 bytes; 12 MB for the 227,835 MIMIC-CXR studies) and is
+    read whole at each resume (a dict of study keys, a few tens of MB at MIMIC size).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.inputs: dict[str, str | None] = {}
+        self.changed: set[str] = set()
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return
+        for line in data.split(b"\n")[:-1]:  # the part after the last newline is empty or torn
+            try:
+                record = json.loads(line)
+            except (ValueError, UnicodeDecodeError):
+                continue
+            self._take(record)
+
+    def _take(self, record: Any) -> None:
+        if not isinstance(record, dict) or not isinstance(record.get("study"), str):
+            return
+        key = record["study"]
+        if record.get("changed") is True:
+            self.changed.add(key)
+            self.inputs.pop(key, None)
+        elif "inputs" in record and (record["inputs"] is None or isinstance(record["inputs"], str)):
+            self.inputs[key] = record["inputs"]
+
+    def recorded(self, key: str) -> Any:
+        """The fingerprint the unit of ``key`` was made from, None when it predates them, :data:`_UNKNOWN` when the
+        index has no entry."""
+        return self.inputs.get(key, _UNKNOWN)
+
+    @contextmanager
+    def appending(self) -> Iterator[Callable[[dict[str, Any]], None]]:
+        """A function that appends one record as a whole line, written through at once (a torn last line left by
+        a kill is ended first, so that it stays one line that does not count)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("ab") as fh:
+            if fh.tell():
+                with self.path.open("rb") as tail:
+                    tail.seek(-1, os.SEEK_END)
+                    if tail.read(1) != b"\n":
+                        fh.write(b"\n")
+
+            def add(record: dict[str, Any]) -> None:
+                fh.write(json.dumps(record, sort_keys=True).encode("utf-8") + b"\n")
+                fh.flush()
+                self._take(record)
+
+            yield add
+
+    def noting(self, todo: Iterable[StudyTask]) -> Iterator[StudyTask]:
+        """``todo``, each task's fingerprint appended to the index before the task is handed on (to a worker)."""
+        with self.appending() as add:
+            for task, inputs in _ordered_map(input_fingerprint, todo):
+                add({"inputs": inputs, "study": task.study_key})
+                yield task
+
+
+@dataclass
+class _Survey:
+    """What a resume found, comparing each study's inputs with those its unit (and the fitted model) was made from."""
+
+    changed: list[str] = field(default_factory=list)
+    """Studies whose unit was made from other inputs (to be processed again)."""
+    predating: list[str] = field(default_factory=list)
+    """Studies whose unit records no inputs (written before units did)."""
+    learned: list[dict[str, Any]] = field(default_factory=list)
+    """Index entries read from units that had none."""
+    fitted: Counter | None = None
+    """``added``, ``removed``, ``changed`` studies against the input set of the fitted model (None: not compared)."""
+
+
+def _survey(tasks: Iterable[StudyTask], dest: str | Path, index: _InputIndex, fitted_inputs: Path | None
+            ) -> _Survey:
+    """Compare the current inputs of ``tasks`` with what their units were made from (the index, else the unit) and,
+    given ``fitted_inputs``, with the input set a fitted model was made from.
+
+    One pass in study order: a fingerprint for each study that has a unit (all of them with ``fitted_inputs``),
+    computed ahead by threads; a unit is read only when the index has no entry for it.
+    """
+    done = _done_check(dest)
+    store = unit_store(str(dest))
+    survey = _Survey(fitted=Counter(added=0, removed=0, changed=0) if fitted_inputs is not None else None)
+
+    def look(task: StudyTask) -> tuple[bool, str | None, Any, bool]:
+        has = done(task.study_key)
+        if not has and fitted_inputs is None:
+            return False, None, _UNKNOWN, False
+        inputs = input_fingerprint(task)
+        recorded = index.recorded(task.study_key) if has else _UNKNOWN
+        if not has or recorded is not _UNKNOWN:
+            return has, inputs, recorded, False
+        text = _read_unit(store, task.study_key)
+        if text is None:  # removed since the listing
+            return False, inputs, _UNKNOWN, False
+        try:
+            recorded = json.loads(text).get("inputs")
+        except (json.JSONDecodeError, AttributeError):
+            return True, inputs, "", False  # a damaged unit: redo it
+        return True, inputs, recorded, True
+
+    fitted = _fingerprint_lines(fitted_inputs) if fitted_inputs is not None else iter(())
+    then = next(fitted, None)
+    for task, (has, inputs, recorded, learned) in _ordered_map(look, _in_key_order(tasks)):
+        key = task.study_key
+        if learned:
+            survey.learned.append({"inputs": recorded, "study": key})
+        if has and recorded is None:
+            survey.predating.append(key)
+        elif has and recorded != inputs:
+            survey.changed.append(key)
+        if survey.fitted is None:
+            continue
+        while then is not None and then[0] < key:
+            survey.fitted["removed"] += 1
+            then = next(fitted, None)
+        if then is not None and then[0] == key:
+            survey.fitted["changed"] += then[1] != inputs
+            then = next(fitted, None)
+        else:
+            survey.fitted["added"] += 1
+    if survey.fitted is not None:
+        survey.fitted["removed"] += (then is not None) + sum(1 for _ in fitted)
+    return survey
+
+
+def _fingerprint_lines(path: Path) -> Iterator[tuple[str, str]]:
+    """``(study, fingerprint)`` of a file :func:`_write_fitted_inputs` wrote, in its (study-key) order."""
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                record = json.loads(line)
+                yield record["study"], record["inputs"]
+            except (ValueError, KeyError, TypeError):
+                continue
+
+
+def _write_fitted_inputs(tasks: Iterable[StudyTask], path: Path) -> None:
+    """Write the fingerprint of every study of ``tasks``, in study-key order, to ``path`` (atomically): the input
+    set a cohort normative model is about to be fitted on (taken before the fit reads anything, so that an input
+    changed during the fit makes the next resume refuse, never pass)."""
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as fh:
+        for task, inputs in _ordered_map(input_fingerprint, _in_key_order(tasks)):
+            fh.write(json.dumps({"inputs": inputs, "study": task.study_key}, sort_keys=True) + "\n")
+
+
+def _fits_cohort_model(spec: BackendSpec) -> bool:
+    """Whether ``spec``'s synthesizer is the normative one with a model fitted on the build's own studies (what
+    :func:`~cxrground.ils.cohort_normative.resolve_spec` fits)."""
+    from cxrground.ils.spatial import get_synthesizer
+    from cxrground.ils.spatial.normative import COHORT, NormativeSynthesizer
+
+    if spec.synthesizer != "normative":
+        return False
+    synth = get_synthesizer(spec.synthesizer, **spec.synthesizer_kwargs)
+    return isinstance(synth, NormativeSynthesizer) and synth.model == COHORT
+
+
+def _resolve(spec: BackendSpec, tasks: Sequence[StudyTask], out: Path, config: IlsConfig, progress: bool
+             ) -> BackendSpec:
+    """:func:`~cxrground.ils.cohort_normative.resolve_spec`, the input set written first when it is about to fit
+    a cohort model."""
+    if _fits_cohort_model(spec) and not _fitted_ready(out / FITTED_FILE):
+        _write_fitted_inputs(tasks, out / FITTED_INPUTS)
+    return resolve_spec(spec, tasks, out, config, progress)
+
+
+def _fitted_change(counts: Mapping[str, int]) -> str:
+    """How a refused resume names an input set that changed since the build's normative model was fitted on it."""
+    return (f"inputs: {counts['added']:,} {_studies(counts['added'])} added, {counts['removed']:,} removed, "
+            f"{counts['changed']:,} changed since its normative model ({FITTED_FILE}) was fitted on its studies, so "
+            "a resume would not give what a fresh build of these inputs gives")
+
+
+def _remove_unit(dest: str | Path, key: str) -> None:
+    """Remove the unit of study ``key`` and the masks it lists (masks first: a kill in between leaves the unit,
+    which the next resume finds stale again)."""
+    store = unit_store(str(dest))
+    text = _read_unit(store, key)
+    try:
+        masks = [m["path"] for m in json.loads(text).get("masks", [])] if text else []
+    except (json.JSONDecodeError, AttributeError, KeyError, TypeError):
+        masks = []
+    for rel in masks:
+        store.remove(f"{MASK_DIR}/{rel}")
+    if store.local and masks:
+        folders = {Path(store.path(f"{MASK_DIR}/{rel}")).parent for rel in masks}
+        for folder in folders:
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+    store.remove(unit_rel(key))
+
+
 def clear_failed(tasks: Iterable[StudyTask], out: str | Path) -> int:
     """Remove the unit files of ``tasks`` whose study failed (not those rejected by QC), so that the next run
     processes them again; returns how many."""
@@ -233,6 +508,7 @@ def run_units(
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     runner: Runner = run_one,
     ray_address: str | None = None,
+    index: _InputIndex | None = None,
 ) -> tuple[int, int]:
     """Process every task whose unit file is missing; returns (processed, skipped).
 
@@ -241,7 +517,8 @@ def run_units(
     pixels fail without being decoded. ``runner``: the per-study function (picklable; it writes the unit file),
     :func:`~cxrground.ils.units.run_one` unless a test injects faults. ``ray_address``: the Ray cluster of
     ``engine='ray'`` (``auto``, ``ray://host:10001``, ``host:6379``; default ``RAY_ADDRESS``, else a local Ray
-    instance with ``workers`` CPUs).
+    instance with ``workers`` CPUs). ``index``: the build's :class:`_InputIndex`, which gets each study's input
+    fingerprint as the study is handed to a worker (None: not kept; a resume then reads those units).
     """
     total = n_todo = 0
     done = _done_check(out)
@@ -250,6 +527,8 @@ def run_units(
         n_todo += not done(t.study_key)
     bar = tqdm(total=n_todo, desc="ils build", unit="study", disable=not progress, dynamic_ncols=True)
     todo = _pending(tasks, out, done)
+    if index is not None:
+        todo = index.noting(todo)
     if engine == "local" and workers <= 1:
         for t in todo:
             runner(t, str(out), config, spec, max_pixels)
@@ -367,10 +646,11 @@ OUTPUT_FILES = (DATASET_FILE, "findings.jsonl", "masks.jsonl", "anatomy.jsonl", 
 def assemble(out: str | Path, tasks: Iterable[StudyTask], config: IlsConfig, spec: BackendSpec,
              scan_failures: Iterable[Failure], backend_provenance: dict[str, Any],
              truth_cohort: Path | None = None, view_table: Mapping[str, Any] | None = None,
-             split: Mapping[str, Any] | None = None) -> dict[str, Any]:
+             split: Mapping[str, Any] | None = None, redone: Collection[str] = ()) -> dict[str, Any]:
     """Write the JSON, mask index, findings, anatomy, failures, provenance and card from the unit files
     (``view_table``: the view table the image choice used, :func:`~cxrground.datasets.views.view_table_record`;
-    ``split``: where the splits came from, :func:`~cxrground.ils.tasks.split_record`; each None when unknown).
+    ``split``: where the splits came from, :func:`~cxrground.ils.tasks.split_record`; each None when unknown;
+    ``redone``: the studies processed again because their inputs changed, counted in the provenance and card).
 
     Streams: one unit is read, checked and written out at a time, and only counters stay in memory, so the
     driver's memory does not grow with the number of studies. ``out``: a local folder or an fsspec URL (the files
@@ -380,10 +660,10 @@ def assemble(out: str | Path, tasks: Iterable[StudyTask], config: IlsConfig, spe
     store = unit_store(str(out))
     if store.local:
         return _assemble(out, Path(store.root), tasks, config, spec, scan_failures, backend_provenance, truth_cohort,
-                         view_table, split)
+                         view_table, split, redone)
     with tempfile.TemporaryDirectory(prefix="cxrground-assemble-") as tmp:
         result = _assemble(out, Path(tmp), tasks, config, spec, scan_failures, backend_provenance, None,
-                           view_table, split)
+                           view_table, split, redone)
         for name in OUTPUT_FILES:
             store.put_file(Path(tmp) / name, name)
     return result
@@ -392,7 +672,7 @@ def assemble(out: str | Path, tasks: Iterable[StudyTask], config: IlsConfig, spe
 def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: IlsConfig, spec: BackendSpec,
               scan_failures: Iterable[Failure], backend_provenance: dict[str, Any],
               truth_cohort: Path | None, view_table: Mapping[str, Any] | None = None,
-              split: Mapping[str, Any] | None = None) -> dict[str, Any]:
+              split: Mapping[str, Any] | None = None, redone: Collection[str] = ()) -> dict[str, Any]:
     """:func:`assemble`, the files written to the local folder ``stage`` (the output folder itself when local)."""
     store = unit_store(str(out))
     counts = DatasetCounts()
@@ -406,6 +686,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
     posed: list[tuple[str, dict[str, Any], bool]] = []  # (study, pose warning, in the dataset) of films flagged
     views: Counter = Counter()  # view of each study's chosen image ("unknown" when none was known)
     blind = 0  # studies with several images and no known view for the chosen one
+    n_redone = 0  # studies processed again because their inputs changed
     problems: list[str] = []
     n_failures = 0
     dataset = _DatasetWriter(stage / f".assemble.{os.getpid()}")
@@ -420,6 +701,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                 n_failures += 1
             for u in _units(out, _in_key_order(tasks)):
                 key = u["study_key"]
+                n_redone += key in redone
                 for finding in u.get("findings", []):
                     findings_fh.write(json.dumps({"study": key, **finding}, sort_keys=True) + "\n")
                 for m in u.get("masks", []):
@@ -483,6 +765,8 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
         "split": dict(split) if split else None,
         "pose_reader": pose_reader_record() if config.qc.pose_warning else None,
     }
+    if n_redone:
+        provenance[REPROCESSED_KEY] = n_redone
     atomic_write_text(stage / "provenance.json", json.dumps(provenance, indent=2, sort_keys=True))
     extra: list[str] = []
     if truth_cohort is not None:
@@ -560,16 +844,16 @@ def _remove_stale_temporaries(out: Path) -> None:
 
 
 def _clear_build(out: Path, stamp: Path, overwrite: bool, what: str = "settings", store: Store | None = None) -> None:
-    """Remove a previous build's units, masks, fitted model and settings stamp from ``out`` and ``store`` (its
-    object-storage copy, if any) (only with ``overwrite``; else an error naming the folder and ``what`` differs, or
-    the stored settings)."""
+    """Remove a previous build's units, masks, fitted model, input index and settings stamp from ``out`` and
+    ``store`` (its object-storage copy, if any) (only with ``overwrite``; else an error naming the folder and
+    ``what`` differs, or the stored settings)."""
     if not overwrite:
         detail = what if ":" in what else f"{what} ({stamp.read_text().strip()})"
         raise ConfigError(f"{store.url() if store else out} holds a build with other {detail}; use another folder or "
                           "--overwrite")
     for folder in (out / UNITS_DIR, out / MASK_DIR):
         shutil.rmtree(folder, ignore_errors=True)
-    for stale in (out / FITTED_FILE, (out / FITTED_FILE).with_suffix(".json"), stamp):
+    for stale in (*(out / name for name in _STATE_FILES), stamp):
         stale.unlink(missing_ok=True)
     if store is not None:
         for folder in (UNITS_DIR, MASK_DIR):
@@ -579,7 +863,7 @@ def _clear_build(out: Path, stamp: Path, overwrite: bool, what: str = "settings"
 
 
 #: The build's own state beside the units, copied between an object-storage output and the local stage.
-_STATE_FILES = ("settings.json", FITTED_FILE, str(Path(FITTED_FILE).with_suffix(".json")))
+_STATE_FILES = ("settings.json", FITTED_FILE, str(Path(FITTED_FILE).with_suffix(".json")), FITTED_INPUTS, INPUTS_INDEX)
 
 
 def _stage_for(store: Store) -> Path:
@@ -645,6 +929,19 @@ def build_dataset(
     and :func:`backends_identity`, which changes with new defaults or weights after an upgrade); otherwise a
     :class:`ConfigError`, or with ``overwrite`` a fresh build in the same folder.
 
+    A resume also compares the inputs. A study whose unit was made from other inputs (another report text, an image
+    file of another size or modification time, another chosen image, split or view:
+    :func:`~cxrground.ils.tasks.input_fingerprint`) is processed again, its stale unit and masks removed first;
+    :attr:`BuildSummary.inputs_changed` counts them, and the provenance and card count every study of the build so
+    redone since it began. Units written before units recorded their inputs are kept and counted
+    (:attr:`BuildSummary.predating_units`). Studies added since are processed; studies removed since are left out
+    of the dataset (their units stay). When the build fitted its normative model on its own studies, any added,
+    removed or changed study since the fit is a :class:`ConfigError` naming the counts (with ``overwrite``: a fresh
+    build), since a fresh build of these inputs would fit another model (a fitted model without its input set,
+    ``OUT/normative_fitted.inputs.jsonl``, from a version that did not keep it, is not checked). Cost: one pass
+    over the studies with a fingerprint each (a stat and a report read; 16 at a time) and one read of
+    ``OUT/unit_inputs.jsonl`` (:class:`_InputIndex`); a unit is read only when the index has no entry for it.
+
     ``max_pixels``: images whose header states more pixels are recorded as failures without being decoded.
     ``limit``: the ``--limit`` that cut ``tasks`` (None: none), only recorded. Both are part of the settings when
     not the default (the cohort normative model is fitted on the build's studies, and ``max_pixels`` decides which
@@ -699,25 +996,51 @@ def build_dataset(
             f"{_SETTING_NAMES.get(k, k)} {_setting_value(k, previous)} then, {_setting_value(k, settings)} now"
             for k in changed), store=remote)
         previous = None
+    # the inputs against those the units (and a cohort-fitted model) were made from
+    fitted_inputs = out / FITTED_INPUTS
+    compare_fit = _fits_cohort_model(spec) and _fitted_ready(out / FITTED_FILE) and fitted_inputs.is_file()
+    index = _InputIndex(out / INPUTS_INDEX)
+    survey = _survey(tasks, dest, index, fitted_inputs if compare_fit else None)
+    if survey.fitted is not None and any(survey.fitted.values()):
+        _clear_build(out, stamp, overwrite, _fitted_change(survey.fitted), remote)
+        previous, index, survey = None, _InputIndex(out / INPUTS_INDEX), _Survey()
     # once, before the workers: e.g. the cohort normative model
-    run_spec = resolve_spec(spec, tasks, out, config, progress)
+    run_spec = _resolve(spec, tasks, out, config, progress)
     settings["backends_hash"] = backends_identity(run_spec)
     if previous is not None and previous.get("backends_hash") != settings["backends_hash"]:
         # same options, other effective backends (new defaults or weights after an upgrade): never mix the two
         _clear_build(out, stamp, overwrite, "backends", remote)
-        run_spec = resolve_spec(spec, tasks, out, config, progress)
+        index, survey = _InputIndex(out / INPUTS_INDEX), _Survey()
+        run_spec = _resolve(spec, tasks, out, config, progress)
         settings["backends_hash"] = backends_identity(run_spec)
     atomic_write_text(stamp, json.dumps(settings, sort_keys=True))
-    if remote is not None:
-        for name in _STATE_FILES:
-            if (out / name).is_file():
-                remote.write_bytes(name, (out / name).read_bytes())
+    if survey.learned or survey.changed:
+        with index.appending() as add:
+            for record in survey.learned:
+                add(record)
+            for key in survey.changed:  # marked before the stale unit goes
+                add({"changed": True, "study": key})
+    _upload_state(out, remote)
+    for key in survey.changed:
+        _remove_unit(dest, key)
     if retry_failed:
         clear_failed(tasks, dest)
     prestructure(_pending(tasks, dest), config, run_spec, progress)  # LLM structurer: all reports, concurrently
     processed, skipped = run_units(tasks, dest, config, run_spec, engine, workers, progress, max_pixels,
-                                   ray_address=ray_address)
+                                   ray_address=ray_address, index=index)
+    _upload_state(out, remote, (INPUTS_INDEX,))
     result = assemble(dest, tasks, config, spec, scan_failures, backend_provenance(run_spec),
-                      Path(truth_cohort) if truth_cohort is not None else None, view_table, split)
+                      Path(truth_cohort) if truth_cohort is not None else None, view_table, split, index.changed)
     return BuildSummary(str(dest), processed, skipped, result["studies"], result["pairs"], result["failures"],
-                        round(time.perf_counter() - started, 2), result["blind_choices"], result["pose_warnings"])
+                        round(time.perf_counter() - started, 2), result["blind_choices"], result["pose_warnings"],
+                        len(survey.changed), len(survey.predating), tuple(survey.predating[:NAMED_PREDATING]))
+
+
+def _upload_state(out: Path, remote: Store | None, names: Sequence[str] = _STATE_FILES) -> None:
+    """Copy the build's state files ``names`` from the local stage ``out`` to the object-storage output ``remote``
+    (nothing when the output is local)."""
+    if remote is None:
+        return
+    for name in names:
+        if (out / name).is_file():
+            remote.write_bytes(name, (out / name).read_bytes())

@@ -17,6 +17,7 @@ from cxrground.vocab.traits import lives_in
 __all__ = [
     "ADDENDUM_LISTED",
     "COUNT_COLUMNS",
+    "REPROCESSED_KEY",
     "REVIEW_FILE",
     "DatasetCounts",
     "addendum_lines",
@@ -34,6 +35,9 @@ __all__ = [
 #: Expert review figures of a dataset (``OUT/review.json``, written by ``cxrground review export --card OUT``);
 #: the card's "Review status" section is rendered from it when present.
 REVIEW_FILE = "review.json"
+#: The provenance field counting the studies a resumed build processed again because their report or image had
+#: changed since their unit was built (absent when none was).
+REPROCESSED_KEY = "studies_reprocessed_for_changed_inputs"
 _REVIEW_HEADING = "## Review status"
 
 COUNT_COLUMNS = ("#IA", "basic pos", "basic neg", "global pos", "global neg", "LI pos", "LI neg")
@@ -158,6 +162,12 @@ def _normal_image_line(provenance: Mapping[str, Any]) -> str | None:
     return f"Normal image: normative model `{source}`: {model.get('training_data') or '?'}."
 
 
+def _reprocessed_line(n: int) -> str:
+    """The card line counting the studies processed again because their inputs changed."""
+    return (f"Studies processed again by a resumed build because their inputs (report, image or study record) "
+            f"changed after their unit was built: {n:,}. Their pairs follow the current inputs.")
+
+
 def render_card(
     dataset: Mapping[str, Mapping[str, Any]] | DatasetCounts,
     reported: Iterable[tuple[str, bool]],
@@ -183,6 +193,9 @@ def render_card(
     normal_line = _normal_image_line(provenance)
     if normal_line:
         lines += [normal_line, ""]
+    reprocessed = provenance.get(REPROCESSED_KEY)
+    if reprocessed:
+        lines += [_reprocessed_line(reprocessed), ""]
     n_studies = {s: counts.studies.get(s, 0) for s in ("train", "val", "test")}
     lines += ["## Splits", "", "| split | studies | pairs | positives | negatives |", "|---|---|---|---|---|"]
     for split, n in n_studies.items():

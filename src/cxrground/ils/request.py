@@ -126,7 +126,8 @@ class BuildRequest:
                                     "paper's half-τ setting).")
     limit: int | None = option(None, low=1, help="Process only the first N studies (by study id).")
     seed: int = option(0)
-    overwrite: bool = option(False, help="Discard a previous build in OUT made with other settings.")
+    overwrite: bool = option(False, help="Discard a previous build in OUT made with other settings (or, when its "
+                               "normative model was fitted on its own studies, other inputs).")
     max_pixels: int = option(DEFAULT_MAX_PIXELS, low=1, show_default=True, help="Images whose header states more "
                              "pixels are recorded as failures without being decoded.")
 

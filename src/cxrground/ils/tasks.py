@@ -19,6 +19,7 @@ import csv
 import hashlib
 import io
 import logging
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,12 +29,12 @@ from typing import Any, Final
 from cxrground.datasets.folder import find_release_file, scan_folder, scan_store
 from cxrground.datasets.views import view_rank, views_by_study
 from cxrground.errors import ConfigError, Failure, InputError
-from cxrground.io.files import read_csv_text, sha256_file
-from cxrground.io.store import is_url, local_copy
+from cxrground.io.files import read_csv_text, sha256_bytes, sha256_file, sha256_json
+from cxrground.io.store import Store, is_url, local_copy
 from cxrground.reports import read_report_table
 
 __all__ = ["DEFAULT_SPLIT_RATIOS", "SPLIT_FILE_NAMES", "StudyTask", "assign_split", "build_tasks", "find_split_file",
-           "read_exclusions", "read_split_file", "split_record"]
+           "input_fingerprint", "read_exclusions", "read_split_file", "split_record"]
 
 _log = logging.getLogger(__name__)
 
@@ -57,6 +58,71 @@ class StudyTask:
     view: str | None = None
     images_in_study: int = 1
     """How many images the study offered; with an unknown ``view`` and more than one, the choice was blind."""
+
+
+#: Hex digits of an input fingerprint (64 bits: it tells one study's inputs from their earlier state).
+FINGERPRINT_DIGITS: Final[int] = 16
+#: The metadata fields of an object-storage file that change when the object is replaced, in the order looked for
+#: (S3: ``ETag``, ``LastModified``; GCS: ``md5Hash``, ``generation``, ``updated``; others: ``mtime``).
+_VERSION_FIELDS: Final[tuple[str, ...]] = ("ETag", "etag", "md5Hash", "generation", "LastModified", "last_modified",
+                                           "mtime", "updated", "created")
+
+
+def input_fingerprint(task: StudyTask) -> str:
+    """What the work unit of ``task`` is made from, as a short hash (:data:`FINGERPRINT_DIGITS` hex digits).
+
+    - **The report**: the sha256 of the bytes of the report file the task points at (``report_path``, which the
+      worker reads when it is set), else of the report text the task holds (``report_text``, from a report table).
+    - **The image**: the size and modification time (``st_mtime_ns``) of the chosen image file, not its bytes (a
+      stat per study; on object storage the object's size and version field, one metadata request). A copy that
+      keeps modification times (``mv``, ``cp -p``, ``rsync -t``) is the same image; a missing or unreadable file is
+      a state of its own, so the study is redone once it can be read.
+    - **The study's other fields** that the unit records: ``subject_id``, ``dicom_id``, ``relative_image_path`` (a
+      different image chosen, e.g. after an image was added to the study), ``split``, ``view`` and
+      ``images_in_study``. The split and view are also decided by the build's settings (split file or ratios, view
+      table) in ``settings.json``, but an index or a rebuilt folder can change them study by study.
+
+    Left out: the absolute ``image_path`` and ``report_path`` (a moved input folder is the same input; the report is
+    compared by content), and the build's options, compared once for the whole build (``settings.json``).
+    """
+    return sha256_json({
+        "report": _report_digest(task), "image": _file_state(task.image_path), "subject_id": task.subject_id,
+        "dicom_id": task.dicom_id, "relative_image_path": task.relative_image_path, "split": task.split,
+        "view": task.view, "images_in_study": task.images_in_study,
+    })[:FINGERPRINT_DIGITS]
+
+
+def _report_digest(task: StudyTask) -> str:
+    """sha256 of the report the worker reads (``missing``/``unreadable`` when it cannot be read)."""
+    if not task.report_path:
+        return sha256_bytes((task.report_text or "").encode("utf-8"))
+    try:
+        if is_url(task.report_path) and not task.report_path.startswith("file://"):
+            base, _, name = task.report_path.rpartition("/")
+            return sha256_bytes(Store(base).read_bytes(name))
+        return sha256_file(task.report_path.removeprefix("file://"))
+    except FileNotFoundError:
+        return "missing"
+    except (OSError, InputError) as exc:
+        return f"unreadable ({type(exc).__name__})"
+
+
+def _file_state(location: str) -> list[Any] | str:
+    """``[size, mtime_ns]`` of a local file, ``[size, version]`` of an object (``missing``/``unreadable``)."""
+    try:
+        if is_url(location) and not location.startswith("file://"):
+            base, _, name = location.rpartition("/")
+            store = Store(base)
+            with store._reading(name):  # a failed request: InputError
+                info = store.fs.info(store.path(name))
+            version = next((info[k] for k in _VERSION_FIELDS if info.get(k) is not None), None)
+            return [int(info.get("size") or 0), str(version)]
+        st = os.stat(location.removeprefix("file://"))
+        return [st.st_size, st.st_mtime_ns]
+    except FileNotFoundError:
+        return "missing"
+    except (OSError, InputError, ConfigError) as exc:
+        return f"unreadable ({type(exc).__name__})"
 
 
 def _is_table(reports: str | Path) -> bool:

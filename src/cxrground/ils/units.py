@@ -1,5 +1,9 @@
 """One study's work unit on disk or object storage: where its record lives, how a worker writes it (masks first,
-the record last and atomically), and the worker-side helpers shared by the local pool and the Ray engine."""
+the record last and atomically), and the worker-side helpers shared by the local pool and the Ray engine.
+
+A unit records what it was made from, ``inputs``: the study's input fingerprint
+(:func:`~cxrground.ils.tasks.input_fingerprint`), taken before the worker reads the report and image, so that an
+input changed while the study runs makes the unit look stale (and redone by the next run), never fresh."""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.layout import MASK_DIR, UNITS_DIR
 from cxrground.ils.pipeline import process_study
-from cxrground.ils.tasks import StudyTask
+from cxrground.ils.tasks import StudyTask, input_fingerprint
 from cxrground.io.image import DEFAULT_MAX_PIXELS
 from cxrground.io.store import Store
 
@@ -61,8 +65,12 @@ def unit_spec_hash(spec: BackendSpec) -> str:
     return replace(spec, synthesizer_kwargs=kwargs).spec_hash()
 
 
-def write_unit(out: str | Path, unit: dict[str, Any], config: IlsConfig, spec: BackendSpec) -> None:
-    """Write a study's unit record (with the settings hashes) atomically."""
+def write_unit(out: str | Path, unit: dict[str, Any], config: IlsConfig, spec: BackendSpec,
+               inputs: str | None = None) -> None:
+    """Write a study's unit record (with the settings hashes and, when given, its ``inputs`` fingerprint)
+    atomically."""
+    if inputs is not None:
+        unit["inputs"] = inputs
     unit["config_hash"] = config.config_hash()
     unit["spec_hash"] = unit_spec_hash(spec)
     unit_store(str(out)).write_text(unit_rel(unit["study_key"]), json.dumps(unit, sort_keys=True))
@@ -73,6 +81,7 @@ def run_one(task: StudyTask, out: str, config: IlsConfig, spec: BackendSpec,
     """Process one study in the current process and write its outputs (masks, then the unit); returns (study,
     status). On object storage the masks are made in a local temporary folder and uploaded before the unit."""
     store = unit_store(str(out))
+    inputs = input_fingerprint(task)  # before the inputs are read
     if store.local:
         unit = process_study(task, Path(store.root), config, spec, max_pixels=max_pixels)
     else:
@@ -80,7 +89,7 @@ def run_one(task: StudyTask, out: str, config: IlsConfig, spec: BackendSpec,
             unit = process_study(task, Path(tmp), config, spec, max_pixels=max_pixels)
             for m in unit.get("masks", []):
                 store.put_file(Path(tmp) / MASK_DIR / m["path"], f"{MASK_DIR}/{m['path']}")
-    write_unit(out, unit, config, spec)
+    write_unit(out, unit, config, spec, inputs)
     return task.study_key, unit["status"]
 
 
@@ -88,7 +97,8 @@ def record_worker_death(out: str | Path, task: StudyTask, config: IlsConfig, spe
     """Write the failed unit of a study whose worker process died while processing it (twice)."""
     write_unit(out, {"study_key": task.study_key, "split": task.split, "image_path": task.image_path,
                       "status": "failed", "stage": "worker", "error": "WorkerDied",
-                      "reason": "worker died (the process was killed, e.g. by the out-of-memory killer)"}, config, spec)
+                      "reason": "worker died (the process was killed, e.g. by the out-of-memory killer)"}, config, spec,
+               input_fingerprint(task))
     unit_store(str(out)).remove(running_rel(task.study_key))
 
 
