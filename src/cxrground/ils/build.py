@@ -8,7 +8,7 @@ with the same command processes the remaining studies only; ``retry_failed`` als
 A resume also compares each study's inputs with those its unit was made from (the unit's input fingerprint,
 :func:`~cxrground.ils.tasks.input_fingerprint`: the report's sha256, the image file's size and modification
 time, the study's fields): a study whose report or image changed is processed again, its stale unit and masks
-removed first. The driver keeps ``OUT/unit_inputs.jsonl`` (:class:`_InputIndex`), so that a resume reads one file
+removed first. The driver keeps ``OUT/unit_inputs.jsonl`` (:class:`InputIndex`), so that a resume reads one file
 rather than every unit. A build whose normative model was fitted on its own studies refuses a resume whose input
 set differs from the one the model was fitted on (``OUT/normative_fitted.inputs.jsonl``), since a fresh build
 would fit another model.
@@ -42,8 +42,8 @@ from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,15 +65,26 @@ from cxrground.ils.card import (
 )
 from cxrground.ils.cohort_normative import FITTED_FILE, _fitted_ready, resolve_spec
 from cxrground.ils.config import IlsConfig
+from cxrground.ils.inputs import (
+    FITTED_INPUTS,
+    INPUTS_INDEX,
+    InputIndex,
+    InputSurvey,
+    survey_inputs,
+    write_fitted_inputs,
+)
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
 from cxrground.ils.pipeline import backend_provenance, prestructure
 from cxrground.ils.schema import SPLITS, validate_dataset
-from cxrground.ils.tasks import DEFAULT_SPLIT_RATIOS, StudyTask, input_fingerprint
+from cxrground.ils.tasks import DEFAULT_SPLIT_RATIOS, StudyTask, in_key_order
 from cxrground.ils.units import (
     IN_FLIGHT_PER_WORKER,
+    READ_AHEAD,
+    done_check,
     has_unit,
     init_worker,
     is_running,
+    read_unit,
     record_worker_death,
     run_one,
     running_rel,
@@ -210,226 +221,11 @@ def _run_pool(todo: Iterable[StudyTask], out: str | Path, config: IlsConfig, spe
         queue = itertools.chain(others, queue)
 
 
-def _in_key_order(tasks: Iterable[StudyTask]) -> Iterable[StudyTask]:
-    """``tasks`` in study-key order: a list is sorted (references only); any other iterable must already be."""
-    if isinstance(tasks, Sequence):
-        return sorted(tasks, key=lambda t: t.study_key)
-    return _checked_order(tasks)
-
-
-def _checked_order(tasks: Iterable[StudyTask]) -> Iterator[StudyTask]:
-    last = None
-    for t in tasks:
-        if last is not None and t.study_key <= last:
-            raise ConfigError(f"build tasks must come in study-key order: {t.study_key} after {last}")
-        last = t.study_key
-        yield t
-
-
 def _pending(tasks: Iterable[StudyTask], out: str | Path, done: Callable[[str], bool] | None = None
              ) -> Iterator[StudyTask]:
-    """The tasks whose unit file is missing, one at a time (``done``: a :func:`_done_check` made beforehand)."""
-    done = done or _done_check(out)
+    """The tasks whose unit file is missing, one at a time (``done``: a :func:`done_check` made beforehand)."""
+    done = done or done_check(out)
     return (t for t in tasks if not done(t.study_key))
-
-
-def _done_check(out: str | Path) -> Callable[[str], bool]:
-    """``study -> has a unit``: a file check per study locally; on object storage one listing of ``units/`` made
-    now (a set of study keys, a few tens of MB at MIMIC size) instead of a request per study."""
-    store = unit_store(str(out))
-    if store.local:
-        return lambda key: has_unit(out, key)
-    start, end = len(UNITS_DIR) + 1, -len(".json")
-    keys = {rel[start:end] for rel in store.find(UNITS_DIR) if rel.endswith(".json")}
-    return keys.__contains__
-
-
-#: The build's index of what each unit was made from, beside the units (in the local stage when the output is on
-#: object storage, uploaded with the other state files).
-INPUTS_INDEX = "unit_inputs.jsonl"
-#: The input set a cohort-fitted normative model was fitted on (``FITTED_FILE``'s companion).
-FITTED_INPUTS = str(Path(FITTED_FILE).with_suffix(".inputs.jsonl"))
-#: Fingerprints computed ahead of their use, by this many threads (a stat and a report read each; on object
-#: storage two requests).
-FINGERPRINT_THREADS = 16
-_UNKNOWN = object()  # no index entry: the unit itself says
-
-
-def _ordered_map(fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
-    """``(item, fn(item))`` in the order of ``items``, :data:`READ_AHEAD` computed ahead by
-    :data:`FINGERPRINT_THREADS` threads."""
-    with ThreadPoolExecutor(FINGERPRINT_THREADS) as pool:
-        window: deque[tuple[Any, Future]] = deque()
-        for item in items:
-            window.append((item, pool.submit(fn, item)))
-            if len(window) >= READ_AHEAD:
-                first, fut = window.popleft()
-                yield first, fut.result()
-        while window:
-            first, fut = window.popleft()
-            yield first, fut.result()
-
-
-class _InputIndex:
-    """``OUT/unit_inputs.jsonl``: which inputs each study's unit was made from, so that a resume compares the inputs
-    without reading every unit. Append-only, written by the driver only, one JSON object per line:
-
-    - ``{"inputs": FP, "study": KEY}``: the unit of ``KEY`` is made from the inputs of fingerprint ``FP``. Written
-      when the study is handed to a worker, before its unit can exist, and when a resume had to read the unit
-      to learn it; ``null``: the unit predates input fingerprints.
-    - ``{"changed": true, "study": KEY}``: the unit of ``KEY`` was found made from other inputs; written before the
-      stale unit is removed. It is what the card's count of studies processed again for changed inputs reads.
-
-    A study's last ``inputs`` line wins. Only whole lines count: a line torn by a kill (no newline) is ignored and
-    ended before the next append. A study without an entry (lost with a torn line, a run killed before the index
-    was uploaded, units from another run) is looked up in its unit, which records the same fingerprint. The file
-    grows by a line per study handed to a worker (about 50 bytes; 12 MB for the 227,835 MIMIC-CXR studies) and is
-    read whole at each resume (a dict of study keys, a few tens of MB at MIMIC size).
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.inputs: dict[str, str | None] = {}
-        self.changed: set[str] = set()
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return
-        for line in data.split(b"\n")[:-1]:  # the part after the last newline is empty or torn
-            try:
-                record = json.loads(line)
-            except (ValueError, UnicodeDecodeError):
-                continue
-            self._take(record)
-
-    def _take(self, record: Any) -> None:
-        if not isinstance(record, dict) or not isinstance(record.get("study"), str):
-            return
-        key = record["study"]
-        if record.get("changed") is True:
-            self.changed.add(key)
-            self.inputs.pop(key, None)
-        elif "inputs" in record and (record["inputs"] is None or isinstance(record["inputs"], str)):
-            self.inputs[key] = record["inputs"]
-
-    def recorded(self, key: str) -> Any:
-        """The fingerprint the unit of ``key`` was made from, None when it predates them, :data:`_UNKNOWN` when the
-        index has no entry."""
-        return self.inputs.get(key, _UNKNOWN)
-
-    @contextmanager
-    def appending(self) -> Iterator[Callable[[dict[str, Any]], None]]:
-        """A function that appends one record as a whole line, written through at once (a torn last line left by
-        a kill is ended first, so that it stays one line that does not count)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("ab") as fh:
-            if fh.tell():
-                with self.path.open("rb") as tail:
-                    tail.seek(-1, os.SEEK_END)
-                    if tail.read(1) != b"\n":
-                        fh.write(b"\n")
-
-            def add(record: dict[str, Any]) -> None:
-                fh.write(json.dumps(record, sort_keys=True).encode("utf-8") + b"\n")
-                fh.flush()
-                self._take(record)
-
-            yield add
-
-    def noting(self, todo: Iterable[StudyTask]) -> Iterator[StudyTask]:
-        """``todo``, each task's fingerprint appended to the index before the task is handed on (to a worker)."""
-        with self.appending() as add:
-            for task, inputs in _ordered_map(input_fingerprint, todo):
-                add({"inputs": inputs, "study": task.study_key})
-                yield task
-
-
-@dataclass
-class _Survey:
-    """What a resume found, comparing each study's inputs with those its unit (and the fitted model) was made from."""
-
-    changed: list[str] = field(default_factory=list)
-    """Studies whose unit was made from other inputs (to be processed again)."""
-    predating: list[str] = field(default_factory=list)
-    """Studies whose unit records no inputs (written before units did)."""
-    learned: list[dict[str, Any]] = field(default_factory=list)
-    """Index entries read from units that had none."""
-    fitted: Counter | None = None
-    """``added``, ``removed``, ``changed`` studies against the input set of the fitted model (None: not compared)."""
-
-
-def _survey(tasks: Iterable[StudyTask], dest: str | Path, index: _InputIndex, fitted_inputs: Path | None
-            ) -> _Survey:
-    """Compare the current inputs of ``tasks`` with what their units were made from (the index, else the unit) and,
-    given ``fitted_inputs``, with the input set a fitted model was made from.
-
-    One pass in study order: a fingerprint for each study that has a unit (all of them with ``fitted_inputs``),
-    computed ahead by threads; a unit is read only when the index has no entry for it.
-    """
-    done = _done_check(dest)
-    store = unit_store(str(dest))
-    survey = _Survey(fitted=Counter(added=0, removed=0, changed=0) if fitted_inputs is not None else None)
-
-    def look(task: StudyTask) -> tuple[bool, str | None, Any, bool]:
-        has = done(task.study_key)
-        if not has and fitted_inputs is None:
-            return False, None, _UNKNOWN, False
-        inputs = input_fingerprint(task)
-        recorded = index.recorded(task.study_key) if has else _UNKNOWN
-        if not has or recorded is not _UNKNOWN:
-            return has, inputs, recorded, False
-        text = _read_unit(store, task.study_key)
-        if text is None:  # removed since the listing
-            return False, inputs, _UNKNOWN, False
-        try:
-            recorded = json.loads(text).get("inputs")
-        except (json.JSONDecodeError, AttributeError):
-            return True, inputs, "", False  # a damaged unit: redo it
-        return True, inputs, recorded, True
-
-    fitted = _fingerprint_lines(fitted_inputs) if fitted_inputs is not None else iter(())
-    then = next(fitted, None)
-    for task, (has, inputs, recorded, learned) in _ordered_map(look, _in_key_order(tasks)):
-        key = task.study_key
-        if learned:
-            survey.learned.append({"inputs": recorded, "study": key})
-        if has and recorded is None:
-            survey.predating.append(key)
-        elif has and recorded != inputs:
-            survey.changed.append(key)
-        if survey.fitted is None:
-            continue
-        while then is not None and then[0] < key:
-            survey.fitted["removed"] += 1
-            then = next(fitted, None)
-        if then is not None and then[0] == key:
-            survey.fitted["changed"] += then[1] != inputs
-            then = next(fitted, None)
-        else:
-            survey.fitted["added"] += 1
-    if survey.fitted is not None:
-        survey.fitted["removed"] += (then is not None) + sum(1 for _ in fitted)
-    return survey
-
-
-def _fingerprint_lines(path: Path) -> Iterator[tuple[str, str]]:
-    """``(study, fingerprint)`` of a file :func:`_write_fitted_inputs` wrote, in its (study-key) order."""
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                record = json.loads(line)
-                yield record["study"], record["inputs"]
-            except (ValueError, KeyError, TypeError):
-                continue
-
-
-def _write_fitted_inputs(tasks: Iterable[StudyTask], path: Path) -> None:
-    """Write the fingerprint of every study of ``tasks``, in study-key order, to ``path`` (atomically): the input
-    set a cohort normative model is about to be fitted on (taken before the fit reads anything, so that an input
-    changed during the fit makes the next resume refuse, never pass)."""
-    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as fh:
-        for task, inputs in _ordered_map(input_fingerprint, _in_key_order(tasks)):
-            fh.write(json.dumps({"inputs": inputs, "study": task.study_key}, sort_keys=True) + "\n")
 
 
 def _fits_cohort_model(spec: BackendSpec) -> bool:
@@ -449,7 +245,7 @@ def _resolve(spec: BackendSpec, tasks: Sequence[StudyTask], out: Path, config: I
     """:func:`~cxrground.ils.cohort_normative.resolve_spec`, the input set written first when it is about to fit
     a cohort model."""
     if _fits_cohort_model(spec) and not _fitted_ready(out / FITTED_FILE):
-        _write_fitted_inputs(tasks, out / FITTED_INPUTS)
+        write_fitted_inputs(tasks, out / FITTED_INPUTS)
     return resolve_spec(spec, tasks, out, config, progress)
 
 
@@ -464,7 +260,7 @@ def _remove_unit(dest: str | Path, key: str) -> None:
     """Remove the unit of study ``key`` and the masks it lists (masks first: a kill in between leaves the unit,
     which the next resume finds stale again)."""
     store = unit_store(str(dest))
-    text = _read_unit(store, key)
+    text = read_unit(store, key)
     try:
         masks = [m["path"] for m in json.loads(text).get("masks", [])] if text else []
     except (json.JSONDecodeError, AttributeError, KeyError, TypeError):
@@ -508,7 +304,7 @@ def run_units(
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     runner: Runner = run_one,
     ray_address: str | None = None,
-    index: _InputIndex | None = None,
+    index: InputIndex | None = None,
 ) -> tuple[int, int]:
     """Process every task whose unit file is missing; returns (processed, skipped).
 
@@ -517,11 +313,11 @@ def run_units(
     pixels fail without being decoded. ``runner``: the per-study function (picklable; it writes the unit file),
     :func:`~cxrground.ils.units.run_one` unless a test injects faults. ``ray_address``: the Ray cluster of
     ``engine='ray'`` (``auto``, ``ray://host:10001``, ``host:6379``; default ``RAY_ADDRESS``, else a local Ray
-    instance with ``workers`` CPUs). ``index``: the build's :class:`_InputIndex`, which gets each study's input
+    instance with ``workers`` CPUs). ``index``: the build's :class:`InputIndex`, which gets each study's input
     fingerprint as the study is handed to a worker (None: not kept; a resume then reads those units).
     """
     total = n_todo = 0
-    done = _done_check(out)
+    done = done_check(out)
     for t in tasks:
         total += 1
         n_todo += not done(t.study_key)
@@ -554,25 +350,20 @@ def _code_version() -> str:
     return f"{__version__}+g{rev}" if rev else __version__
 
 
-#: Unit records read ahead on object storage (in order, by a few threads), so that assembly is not one
-#: round trip per study.
-READ_AHEAD = 64
-
-
 def _units(out: str | Path, tasks: Iterable[StudyTask]) -> Iterator[dict[str, Any]]:
     """The unit records of ``tasks`` that have one, one at a time in the order of ``tasks`` (on object storage
     read :data:`READ_AHEAD` ahead by 16 threads)."""
     store = unit_store(str(out))
     if store.local:
         for t in tasks:
-            text = _read_unit(store, t.study_key)
+            text = read_unit(store, t.study_key)
             if text is not None:
                 yield json.loads(text)
         return
     with ThreadPoolExecutor(16) as pool:
         window: deque[Future] = deque()
         for t in tasks:
-            window.append(pool.submit(_read_unit, store, t.study_key))
+            window.append(pool.submit(read_unit, store, t.study_key))
             if len(window) >= READ_AHEAD:
                 text = window.popleft().result()
                 if text is not None:
@@ -581,13 +372,6 @@ def _units(out: str | Path, tasks: Iterable[StudyTask]) -> Iterator[dict[str, An
             text = window.popleft().result()
             if text is not None:
                 yield json.loads(text)
-
-
-def _read_unit(store: Store, key: str) -> str | None:
-    try:
-        return store.read_text(unit_rel(key))
-    except FileNotFoundError:
-        return None
 
 
 class _DatasetWriter:
@@ -699,7 +483,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                 rejections[f"input: {f.reason.split(' (')[0]}"] += 1
                 failures_fh.write(json.dumps({**f.to_dict(), "path": _absolute(f.path)}, sort_keys=True) + "\n")
                 n_failures += 1
-            for u in _units(out, _in_key_order(tasks)):
+            for u in _units(out, in_key_order(tasks)):
                 key = u["study_key"]
                 n_redone += key in redone
                 for finding in u.get("findings", []):
@@ -940,7 +724,7 @@ def build_dataset(
     build), since a fresh build of these inputs would fit another model (a fitted model without its input set,
     ``OUT/normative_fitted.inputs.jsonl``, from a version that did not keep it, is not checked). Cost: one pass
     over the studies with a fingerprint each (a stat and a report read; 16 at a time) and one read of
-    ``OUT/unit_inputs.jsonl`` (:class:`_InputIndex`); a unit is read only when the index has no entry for it.
+    ``OUT/unit_inputs.jsonl`` (:class:`InputIndex`); a unit is read only when the index has no entry for it.
 
     ``max_pixels``: images whose header states more pixels are recorded as failures without being decoded.
     ``limit``: the ``--limit`` that cut ``tasks`` (None: none), only recorded. Both are part of the settings when
@@ -999,18 +783,18 @@ def build_dataset(
     # the inputs against those the units (and a cohort-fitted model) were made from
     fitted_inputs = out / FITTED_INPUTS
     compare_fit = _fits_cohort_model(spec) and _fitted_ready(out / FITTED_FILE) and fitted_inputs.is_file()
-    index = _InputIndex(out / INPUTS_INDEX)
-    survey = _survey(tasks, dest, index, fitted_inputs if compare_fit else None)
+    index = InputIndex(out / INPUTS_INDEX)
+    survey = survey_inputs(tasks, dest, index, fitted_inputs if compare_fit else None)
     if survey.fitted is not None and any(survey.fitted.values()):
         _clear_build(out, stamp, overwrite, _fitted_change(survey.fitted), remote)
-        previous, index, survey = None, _InputIndex(out / INPUTS_INDEX), _Survey()
+        previous, index, survey = None, InputIndex(out / INPUTS_INDEX), InputSurvey()
     # once, before the workers: e.g. the cohort normative model
     run_spec = _resolve(spec, tasks, out, config, progress)
     settings["backends_hash"] = backends_identity(run_spec)
     if previous is not None and previous.get("backends_hash") != settings["backends_hash"]:
         # same options, other effective backends (new defaults or weights after an upgrade): never mix the two
         _clear_build(out, stamp, overwrite, "backends", remote)
-        index, survey = _InputIndex(out / INPUTS_INDEX), _Survey()
+        index, survey = InputIndex(out / INPUTS_INDEX), InputSurvey()
         run_spec = _resolve(spec, tasks, out, config, progress)
         settings["backends_hash"] = backends_identity(run_spec)
     atomic_write_text(stamp, json.dumps(settings, sort_keys=True))

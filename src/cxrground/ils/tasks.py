@@ -21,7 +21,7 @@ import io
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -279,3 +279,18 @@ def build_tasks(
         tasks = tasks[:limit]
     return tasks, failures
 
+
+def in_key_order(tasks: Iterable[StudyTask]) -> Iterable[StudyTask]:
+    """``tasks`` in study-key order: a list is sorted (references only); any other iterable must already be."""
+    if isinstance(tasks, Sequence):
+        return sorted(tasks, key=lambda t: t.study_key)
+    return _checked_order(tasks)
+
+
+def _checked_order(tasks: Iterable[StudyTask]) -> Iterator[StudyTask]:
+    last = None
+    for t in tasks:
+        if last is not None and t.study_key <= last:
+            raise ConfigError(f"build tasks must come in study-key order: {t.study_key} after {last}")
+        last = t.study_key
+        yield t

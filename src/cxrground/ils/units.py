@@ -11,6 +11,7 @@ import functools
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -120,3 +121,27 @@ def init_worker(threads: int) -> None:
         torch.set_num_threads(threads)
     except ImportError:
         pass
+
+
+#: Unit records read ahead on object storage (in order, by a few threads), so that assembly is not one
+#: round trip per study.
+READ_AHEAD = 64
+
+
+def done_check(out: str | Path) -> Callable[[str], bool]:
+    """``study -> has a unit``: a file check per study locally; on object storage one listing of ``units/`` made
+    now (a set of study keys, a few tens of MB at MIMIC size) instead of a request per study."""
+    store = unit_store(str(out))
+    if store.local:
+        return lambda key: has_unit(out, key)
+    start, end = len(UNITS_DIR) + 1, -len(".json")
+    keys = {rel[start:end] for rel in store.find(UNITS_DIR) if rel.endswith(".json")}
+    return keys.__contains__
+
+
+def read_unit(store: Store, key: str) -> str | None:
+    """The text of study ``key``'s unit record, None when it has none."""
+    try:
+        return store.read_text(unit_rel(key))
+    except FileNotFoundError:
+        return None
