@@ -252,3 +252,52 @@ def test_contact_sheets_read_films_per_sheet_and_leave_out_what_cannot_be_read(t
     sheets = contact_sheets([(p.name, p, row) for p in paths] + [("array", film, row)], tmp_path / "sheets")
     assert [p.name for p in sheets] == ["sheet-001.png", "sheet-002.png"]
     assert Image.open(sheets[1]).size[1] == 224 + 44  # one row: the last path and the array
+
+
+def test_ils_build_reads_poses_with_weights_of_your_own(pack_dir, tmp_path):
+    """``--pose-weights``: the films are read with the given weights (their sha256 in the settings and the
+    provenance, not their path: the same weights moved elsewhere resume the build); the option needs the pose
+    warning on; weights that do not match their sidecar stop the build with an error naming them."""
+    import shutil
+
+    from cxrground.anatomy.segment.pose_net import shipped_pose_reader
+
+    (film,) = _held_out_films(pack_dir, 1)
+    files = tmp_path / "files"
+    _study(files, 1, film)
+    _study(files, 2, np.ascontiguousarray(film[:, ::-1]))
+    shipped = shipped_pose_reader().path
+    mine = tmp_path / "mine" / "pose.safetensors"
+    mine.parent.mkdir()
+    shutil.copy(shipped, mine)
+    shutil.copy(shipped.with_suffix(".json"), mine.with_suffix(".json"))
+    out = tmp_path / "out"
+
+    def build(*extra: str) -> object:
+        return CliRunner().invoke(main, ["ils", "build", "--images", str(files), "--out", str(out),
+                                         "--synthesizer", "pseudo-normal", *extra])
+
+    result = build("--pose-weights", str(mine))
+    assert result.exit_code == 0, result.output
+    unit = json.loads((out / "units" / "s50000002.json").read_text())
+    assert unit["pose_warning"]["correction"] == "mirrored left-right"
+    card = (out / "card.md").read_text()
+    assert "other pose weights than the shipped ones" in card and "98-100 %" not in card
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert provenance["pose_reader"]["sha256"] == json.loads(shipped.with_suffix(".json").read_text())["sha256"]
+
+    moved = tmp_path / "moved" / "pose.safetensors"
+    shutil.copytree(mine.parent, moved.parent)
+    again = build("--pose-weights", str(moved))
+    assert again.exit_code == 0 and "other settings" not in again.output, again.output
+
+    other = tmp_path / "other" / "pose.safetensors"
+    shutil.copytree(mine.parent, other.parent)
+    sidecar = json.loads(other.with_suffix(".json").read_text())
+    sidecar["sha256"] = "0" * 64
+    other.with_suffix(".json").write_text(json.dumps(sidecar))
+    refused = build("--pose-weights", str(other))
+    assert refused.exit_code != 0 and str(other) in refused.output and "sha256" in refused.output
+
+    off = build("--pose-weights", str(mine), "--no-pose-warning")
+    assert off.exit_code == 2 and "--no-pose-warning" in off.output

@@ -50,7 +50,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from cxrground import __version__
-from cxrground.anatomy.segment.pose_net import pose_reader_record
+from cxrground.anatomy.segment.pose_net import pose_reader_at, pose_reader_record
 from cxrground.errors import ConfigError, Failure
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.card import (
@@ -547,7 +547,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
         "image_source": "as given (MIMIC-CXR-JPG paths are files/-relative)",
         "view_table": dict(view_table) if view_table else None,
         "split": dict(split) if split else None,
-        "pose_reader": pose_reader_record() if config.qc.pose_warning else None,
+        "pose_reader": pose_reader_record(pose_reader_at(config.qc.pose_weights)) if config.qc.pose_warning else None,
     }
     if n_redone:
         provenance[REPROCESSED_KEY] = n_redone
@@ -563,7 +563,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                  format_findings_quality(score_findings(stage, truth_cohort)), ""]
     extra += view_lines(views, blind, view_table)
     extra += addendum_lines(addenda)
-    extra += pose_lines(posed, config.qc.pose_warning)
+    extra += pose_lines(posed, config.qc.pose_warning, shipped=config.qc.pose_weights is None)
     reported_pairs = (pair for pair, n in sorted(reported.items()) for _ in range(n))
     review = read_review_summary(stage) if store.local else (
         json.loads(store.read_text(REVIEW_FILE)) if store.exists(REVIEW_FILE) else None)
@@ -766,7 +766,7 @@ def build_dataset(
     if max_pixels != DEFAULT_MAX_PIXELS:
         settings["max_pixels"] = max_pixels if max_pixels is not None else "none"
     if config.qc.pose_warning:  # units record the reader's warnings: other weights, other records
-        settings["pose_reader"] = str(pose_reader_record()["sha256"])[:12]
+        settings["pose_reader"] = str(pose_reader_record(pose_reader_at(config.qc.pose_weights).load())["sha256"])[:12]
     if limit is not None:
         settings["limit"] = limit
     stamp = out / "settings.json"

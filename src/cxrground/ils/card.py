@@ -265,16 +265,19 @@ def addendum_lines(addenda: Sequence[tuple[str, Sequence[str]]]) -> list[str]:
 POSE_LISTED = 20
 
 
-def pose_lines(posed: Sequence[tuple[str, Mapping[str, Any], bool]], read: bool) -> list[str]:
+def pose_lines(posed: Sequence[tuple[str, Mapping[str, Any], bool]], read: bool, shipped: bool = True) -> list[str]:
     """The card's "Films that may be stored in a wrong pose" section: the studies whose film the pose reader flagged
     (``posed``: study, its unit's ``pose_warning``, whether it is in the dataset), or one line saying the films
-    were not read (``read`` False)."""
+    were not read (``read`` False). ``shipped``: the shipped reader read them (its held-out figures are quoted);
+    otherwise the reader's own sidecar holds them."""
     heading = "## Films that may be stored in a wrong pose"
     if not read:
         return [heading, "", "Not read (`--no-pose-warning`): a film stored mirrored left-right would pass every "
                 "check and give every side a wrong name.", ""]
     measured = ("On held-out films the pose reader finds 98-100 % of mirrored films and flags 3-6 % of upright ones "
-                "(mostly portables and films whose disease hides the heart).")
+                "(mostly portables and films whose disease hides the heart)." if shipped else
+                "The films were read with other pose weights than the shipped ones (named in `provenance.json`); "
+                "their held-out check is in their sidecar.")
     if not posed:
         return [heading, "", f"The pose reader flagged no film as stored mirrored, turned or flipped. {measured}", ""]
     lines = [heading, "",

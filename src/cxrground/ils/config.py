@@ -76,6 +76,9 @@ class QCConfig:
     """Read each film's pose with the pose reader (:mod:`cxrground.anatomy.segment.pose_net`) and record in its unit
     and on the card the films that look stored mirrored, turned or flipped: a list to look at, nothing is rejected.
     On held-out films it finds 98-100 % of mirrored films and lists 3-6 % of upright ones. Needs torch."""
+    pose_weights: str | None = None
+    """Weights of the pose reader (``.safetensors`` with its sidecar, e.g. from ``cxrground segment train-pose
+    --images``); None: the shipped ``pose_net_v1``. Their sha256 is part of the build settings, not their path."""
     lung_shape_min_iou: float = 0.50
     """A study whose lungs overlap the mean annotated lung shape less than this (IoU of the shape descriptors,
     :mod:`cxrground.anatomy.segment.plausibility`) is rejected: the segmenter took the arm, the abdomen or a marker
@@ -200,5 +203,8 @@ class IlsConfig:
         return d
 
     def config_hash(self) -> str:
-        """Short hash of the settings (seed included)."""
-        return sha256_json(self.to_dict())[:12]
+        """Short hash of the settings (seed included; the pose weights by their sha256 in the build settings, not by
+        their path, so moving the file does not change it)."""
+        d = self.to_dict()
+        d["qc"].pop("pose_weights", None)
+        return sha256_json(d)[:12]

@@ -18,7 +18,7 @@ import numpy as np
 from cxrground.anatomy import cardiothoracic_ratio, ils_location_masks
 from cxrground.anatomy.segment.orientation import orientation_problem
 from cxrground.anatomy.segment.plausibility import segment_checked
-from cxrground.anatomy.segment.pose_net import pose_warning
+from cxrground.anatomy.segment.pose_net import pose_reader_at, pose_warning
 from cxrground.datasets.views import is_frontal
 from cxrground.errors import CXRGroundError, InputError
 from cxrground.ils.backend_spec import BackendSpec
@@ -155,7 +155,7 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
             return {**unit, "status": "rejected", "stage": "qc", "reason": f"view {view} is not frontal (PA/AP)"}
         if config.qc.pose_warning:
             stage = "pose"
-            warning = pose_warning(image.pixels)
+            warning = pose_warning(image.pixels, pose_reader_at(config.qc.pose_weights))
             if warning is not None:
                 unit["pose_warning"] = warning
         stage = "segment"

@@ -85,6 +85,9 @@ class BuildRequest:
                                 "one small CNN pass per film) in their unit records and on the card; nothing is "
                                 "rejected. On held-out films: 98-100 % of mirrored films found, 3-6 % of upright "
                                 "ones listed. Needs torch.")
+    pose_weights: Path | None = option(None, path="file", help="Pose reader weights (.safetensors beside its .json "
+                                       "sidecar), e.g. from 'cxrground segment train-pose --images'. Default: the "
+                                       "shipped pose_net_v1.")
     synthesizer: str = option("normative", registry=SYNTHESIZERS)
     synthesizer_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the synthesizer (repeatable).")
     detector: str = option("anomaly", registry=DETECTORS)
@@ -137,6 +140,8 @@ class BuildRequest:
         its own masks as images)."""
         check_bounds(self)
         self.ratios()
+        if self.pose_weights is not None and not self.pose_warning:
+            raise OptionError("--pose-weights reads the films' pose; it does nothing with --no-pose-warning")
         if not is_url(self.images) and not is_url(self.out):
             images, out = Path(self.images).resolve(), Path(self.out).resolve()
             if out == images or images in out.parents:
@@ -211,7 +216,9 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
     excluded = request.excluded()
     ratios = request.ratios()
     config = IlsConfig(seed=request.seed, exclude_studies=excluded, sections=request.sections,
-                       qc=QCConfig(orientation_check=request.qc_orientation, pose_warning=request.pose_warning),
+                       qc=QCConfig(orientation_check=request.qc_orientation, pose_warning=request.pose_warning,
+                                   pose_weights=str(Path(request.pose_weights).resolve())
+                                   if request.pose_weights is not None else None),
                        negative_check=request.negative_check, negative_exclusion=request.negative_exclusion,
                        zone_guide=request.zone_guide, silent_report_negatives=request.silent_report_negatives,
                        global_negative_needs_region=request.global_negatives_need_region)

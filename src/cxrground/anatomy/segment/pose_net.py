@@ -251,6 +251,13 @@ def shipped_pose_reader() -> PoseReader:
     return PoseReader(Path(__file__).parent / "weights" / f"{DEFAULT_POSE_WEIGHTS}.safetensors", threads=None)
 
 
+@functools.lru_cache(maxsize=4)
+def pose_reader_at(path: str | None) -> PoseReader:
+    """The pose reader with the weights at ``path`` (None: the shipped ones), one per process and path; torch's
+    thread count as the process set it."""
+    return shipped_pose_reader() if path is None else PoseReader(path, threads=None)
+
+
 def pose_warning(pixels: np.ndarray, reader: PoseReader | None = None) -> dict[str, Any] | None:
     """``{"correction", "p", "p_upright"}`` when the film looks stored in a wrong pose (by ``reader``, default the
     shipped one), else None: a warning for a person to check, not a verdict (see the module)."""
