@@ -128,6 +128,10 @@ def test_ils_build_lists_a_mirrored_film_on_the_card_and_rejects_nothing(pack_di
     assert "1 films look stored mirrored, turned or flipped" in output
     provenance = json.loads((tmp_path / "default" / "provenance.json").read_text())
     assert provenance["pose_reader"]["name"] == "pose_net_v1"
+    lines = (tmp_path / "default" / "anatomy.jsonl").read_text().splitlines()
+    anatomy = {r["study"]: r for r in map(json.loads, lines)}
+    assert anatomy["s50000002"]["pose_warning"]["correction"] == "mirrored left-right"
+    assert "pose_warning" not in anatomy["s50000001"]
 
     units, card, output = build(tmp_path / "off", "--no-pose-warning")
     assert not any("pose_warning" in u for u in units.values())

@@ -491,7 +491,8 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                 for m in u.get("masks", []):
                     masks_fh.write(json.dumps({"study": key, **m}, sort_keys=True) + "\n")
                 if u.get("anatomy"):
-                    anatomy_fh.write(json.dumps({"study": key, **u["anatomy"]}, sort_keys=True) + "\n")
+                    posed_as = {"pose_warning": u["pose_warning"]} if "pose_warning" in u else {}
+                    anatomy_fh.write(json.dumps({"study": key, **u["anatomy"], **posed_as}, sort_keys=True) + "\n")
                 reported.update((lesion, bool(got)) for lesion, got in u.get("reported", []))
                 for g in u.get("grounding", []):
                     if g.get("status") != "grounded":
