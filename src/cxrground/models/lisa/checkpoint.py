@@ -28,12 +28,19 @@ MODEL_NAME: Final[str] = "lisa"
 WEIGHTS_FILE: Final[str] = "model.safetensors"
 
 
-def save_checkpoint(out: Path, model: torch.nn.Module, tokenizer: Any, info: dict[str, Any]) -> Path:
-    """Write a checkpoint folder atomically per file (weights, tokenizer, then ``checkpoint.json`` last)."""
+def save_checkpoint(out: Path, model: torch.nn.Module, tokenizer: Any, info: dict[str, Any],
+                    dtype: torch.dtype | None = None) -> Path:
+    """Write a checkpoint folder atomically per file (weights, tokenizer, then ``checkpoint.json`` last).
+
+    ``dtype``: store every floating-point weight in it (a mixed-precision model's float32 trainable parts and
+    merged LoRA layers with the rest); None keeps each weight's dtype. LoRA deltas are folded in before the cast.
+    """
     from safetensors.torch import save_file
 
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to("cpu").contiguous() for k, v in merged_state_dict(model).items()}
+    if dtype is not None:
+        state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
     with atomic_path(out / WEIGHTS_FILE) as tmp:
         save_file(state, str(tmp), metadata={"format": "pt"})
     tokenizer.save_pretrained(str(out))

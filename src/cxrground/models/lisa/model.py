@@ -221,12 +221,28 @@ class LisaForSegmentation(nn.Module):
         return out
 
     # --- training forward ------------------------------------------------------------------------
+    def valid_canvas(self, valid_hw: Sequence[Sequence[int]], device: torch.device | str | None = None
+                     ) -> torch.Tensor:
+        """``(B, S, S)`` bool: the un-padded region ``[:h, :w]`` of each sample's SAM canvas (``valid_hw`` = the
+        resized image sizes, :attr:`Letterbox.resized_hw <cxrground.io.transform.Letterbox.resized_hw>`)."""
+        size = self.sam_size
+        valid = torch.zeros((len(valid_hw), size, size), dtype=torch.bool, device=device)
+        for b, (h, w) in enumerate(valid_hw):
+            h, w = int(h), int(w)
+            if not (0 < h <= size and 0 < w <= size):
+                raise ValueError(f"sample {b}: resized size {(h, w)} does not fit the {size}² SAM canvas")
+            valid[b, :h, :w] = True
+        return valid
+
     def forward(self, encoded: Sequence[Encoded], clip_pixels: torch.Tensor, sam_pixels: torch.Tensor,
-                gt_masks: torch.Tensor, weights: tuple[float, float, float] = (0.5, 5.0, 1.0)) -> LisaLoss:
+                gt_masks: torch.Tensor, valid_hw: Sequence[Sequence[int]] | None = None,
+                weights: tuple[float, float, float] = (0.5, 5.0, 1.0)) -> LisaLoss:
         """Teacher-forced pass: ``L = w_txt·L_txt + w_bce·L_bce + w_dice·L_dice`` (ILS.md §17.3).
 
         ``gt_masks`` are ``(B, S, S)`` canvas targets (0/1; all zero for negatives). The text loss is the mean
         next-token cross-entropy over the answer tokens; BCE over every mask, Dice over the non-empty ones.
+        ``valid_hw``: each sample's resized image size on the canvas; the mask losses then cover that un-padded
+        region ``[:h, :w]`` only, as in the reference (the padding is never supervised). ``None``: the whole canvas.
         """
         embeds, attn, labels, tokens = self.build_inputs(encoded, self.image_features(clip_pixels))
         out = self.language_model(inputs_embeds=embeds, attention_mask=attn, output_hidden_states=True)
@@ -239,8 +255,9 @@ class LisaForSegmentation(nn.Module):
         low_res = self.seg_low_res(seg_hidden, self.sam_embeddings(sam_pixels))
         pred = self.canvas_logits(low_res)
         gt = gt_masks.to(pred.device, pred.dtype)
-        bce = sigmoid_bce(pred, gt)
-        dice = dice_loss(pred, gt)
+        valid = None if valid_hw is None else self.valid_canvas(valid_hw, pred.device)
+        bce = sigmoid_bce(pred, gt, valid)
+        dice = dice_loss(pred, gt, valid)
         w_txt, w_bce, w_dice = weights
         return LisaLoss(w_txt * txt + w_bce * bce + w_dice * dice, txt, bce, dice, low_res)
 

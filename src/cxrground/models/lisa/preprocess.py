@@ -1,11 +1,13 @@
 """Pre- and post-processing of the LISA model (ILS.md §17.2), with explicit, invertible frames.
 
-- **SAM branch**: grey → RGB uint8 → longest side to ``sam_size`` (aspect kept; :meth:`Letterbox.longest_side`,
-  area-averaging when shrinking, bilinear when enlarging) → normalise with the SAM pixel mean/std → zero-pad
-  bottom/right to ``sam_size``² (padding is 0 *after* normalisation, as in SAM).
-- **CLIP branch**: ``center_crop`` (shortest side to the CLIP size, bicubic, centre crop, as the CLIP ViT-L/14
-  processor; crops the long axis of non-square CXRs) or ``pad`` (centred pad-to-square with the CLIP mean
-  colour, then resize; ILS.md §18.10), then CLIP mean/std.
+- **SAM branch**: grey → RGB uint8 → longest side to ``sam_size`` as SAM's ``ResizeLongestSide`` does it (sizes
+  ``int(side · sam_size / longest + 0.5)``; PIL bilinear, which antialiases when shrinking, as torchvision's
+  ``resize`` of a PIL image) → normalise with the SAM pixel mean/std → zero-pad bottom/right to ``sam_size``²
+  (padding is 0 *after* normalisation, as in SAM).
+- **CLIP branch**: ``center_crop`` (shortest side to the CLIP size with the long side ``int(size · long / short)``,
+  PIL bicubic, centre crop: ``transformers``' ``CLIPImageProcessor`` for CLIP ViT-L/14; crops the long axis of
+  non-square CXRs) or ``pad`` (centred pad-to-square with the CLIP mean colour, then resize; ILS.md §18.10),
+  then CLIP mean/std.
 - **GT mask**: the same longest-side frame with nearest-neighbour sampling, padding = background;
   negatives are all-zero.
 - **Post-processing**: SAM low-resolution logits → bilinear to ``sam_size``² → crop the un-padded region →
@@ -57,18 +59,23 @@ def equalize(grey: np.ndarray) -> np.ndarray:
 
 
 def sam_frame(src_hw: tuple[int, int], sam_size: int) -> Letterbox:
-    """The SAM canvas frame: longest side to ``sam_size``, padded bottom/right."""
-    return Letterbox.longest_side(src_hw, sam_size)
+    """The SAM canvas frame: longest side to ``sam_size``, padded bottom/right. The resized size is SAM's
+    ``ResizeLongestSide.get_preprocess_shape``: ``int(side · sam_size / max(H, W) + 0.5)`` per side."""
+    h, w = (int(v) for v in src_hw)
+    if min(h, w, sam_size) < 1:
+        raise ValueError(f"sizes must be positive: src {src_hw}, canvas {sam_size}")
+    scale = sam_size * 1.0 / max(h, w)
+    rh, rw = (max(1, min(sam_size, int(side * scale + 0.5))) for side in (h, w))
+    return Letterbox((h, w), (sam_size, sam_size), (rh, rw), (0, 0))
 
 
 def sam_pixels(grey: np.ndarray, sam_size: int) -> tuple[np.ndarray, Letterbox]:
-    """``(3, S, S)`` float32 SAM input and its frame."""
+    """``(3, S, S)`` float32 SAM input and its frame (PIL bilinear resize, as SAM's ``ResizeLongestSide``)."""
     box = sam_frame(grey.shape, sam_size)
-    canvas = box.image_to_canvas(_rgb(grey)).astype(np.float32)
-    canvas = (canvas - np.asarray(SAM_MEAN, np.float32)) / np.asarray(SAM_STD, np.float32)
-    valid = np.zeros(box.canvas_hw, dtype=bool)
-    valid[box.valid_region()] = True
-    canvas[~valid] = 0.0
+    rh, rw = box.resized_hw
+    resized = np.asarray(Image.fromarray(_rgb(grey)).resize((rw, rh), Image.Resampling.BILINEAR), dtype=np.float32)
+    canvas = np.zeros((*box.canvas_hw, 3), dtype=np.float32)  # the padding is 0 after normalisation
+    canvas[:rh, :rw] = (resized - np.asarray(SAM_MEAN, np.float32)) / np.asarray(SAM_STD, np.float32)
     return np.ascontiguousarray(canvas.transpose(2, 0, 1)), box
 
 
@@ -77,8 +84,10 @@ def clip_pixels(grey: np.ndarray, size: int, mode: str = "center_crop") -> np.nd
     rgb = _rgb(grey)
     h, w = rgb.shape[:2]
     if mode == "center_crop":
-        scale = size / min(h, w)
-        rh, rw = max(size, round(h * scale)), max(size, round(w * scale))
+        # transformers' get_resize_output_image_size (shortest_edge): the long side is truncated, not rounded
+        short, long = (w, h) if w <= h else (h, w)
+        new_long = int(size * long / short)
+        rh, rw = (new_long, size) if w <= h else (size, new_long)
         resized = np.asarray(Image.fromarray(rgb).resize((rw, rh), Image.Resampling.BICUBIC))
         top, left = (rh - size) // 2, (rw - size) // 2
         out = resized[top:top + size, left:left + size]

@@ -5,7 +5,16 @@
   (``sam_checkpoint`` / ``clip`` fill what it does not store).
 - LoRA + trainable parts per :func:`~cxrground.models.lisa.model.prepare_for_training`; AdamW; linear warm-up from
   0 over ``warmup_steps`` then linear decay to 0 at the last step; gradient clipping; global batch
-  ``batch_size`` by accumulation over ``micro_batch_size``; bf16 + gradient checkpointing on CUDA, float32 on CPU.
+  ``batch_size`` by accumulation over ``micro_batch_size``; gradient checkpointing on CUDA.
+- Precision (``dtype``; ``auto`` = bfloat16 on CUDA, float32 on CPU): float32 runs everything in float32. With a
+  half dtype (bfloat16, float16), outside DeepSpeed, the frozen weights are stored in that dtype while the trainable
+  parameters (LoRA, ``embed_tokens``, ``lm_head``, mask decoder, ``text_hidden_fcs``) and the AdamW state stay
+  float32, and the forward passes (training and validation) run under ``torch.autocast`` in that dtype (CUDA or
+  CPU): the standard mixed-precision recipe, so small updates are not rounded away (:func:`setup_precision`).
+  DeepSpeed casts the whole model and keeps its own float32 master weights and AdamW state. float16 runs without
+  loss scaling. Checkpoint folders store the merged weights in the training dtype.
+- Mask losses: over each sample's un-padded region of the SAM canvas (its resized size travels with the batch),
+  as in the reference.
 - Sampling: :class:`~cxrground.models.sampling.BalancedSampler` seeded with ``seed`` (1:1, epoch = 2 × #positives);
   step ``s`` of epoch ``e`` takes positions ``[s·B, (s+1)·B)`` of that epoch's order. Histogram equalisation
   (p = ``hist_eq_p``) draws from a generator seeded by ``(seed, step, position)`` and dropout from one seeded by
@@ -21,10 +30,12 @@
   running the same number of micro-batches; the resume state is DeepSpeed's, under ``out/resume/ds/``, written
   by every rank (its own shard).
 - Checkpoints: ``out/`` = last (written at the end), ``out/best/`` = best val positive gIoU (teacher-forced,
-  native resolution) over the epoch ends, ``out/resume/state.pt`` = trainable weights + optimiser + scheduler +
-  step, written every ``save_every_steps`` steps and at each epoch end (``out/resume/ds/`` with DeepSpeed). A
-  different dataset hash, seed or configuration than the saved state's, or the other kind of resume state
-  (DeepSpeed or not), refuses to resume (:class:`ConfigError`); a run with ``resume=False`` removes the other kind.
+  native resolution) over the epoch ends, ``out/resume/state.pt`` = trainable weights (as trained: float32 under
+  mixed precision; a state with bfloat16 weights and AdamW moments is cast to the parameters' dtype on loading)
+  + optimiser + scheduler + step, written every ``save_every_steps`` steps and at each epoch end
+  (``out/resume/ds/`` with DeepSpeed). A different dataset hash, seed or configuration than the saved state's, or
+  the other kind of resume state (DeepSpeed or not), refuses to resume (:class:`ConfigError`); a run with
+  ``resume=False`` removes the other kind.
 - Unreadable images: before training, every image of the training split and of the validation split (up to
   ``val_limit`` usable pairs) is read once (:func:`~cxrground.io.image.read_image`, as training reads it; in a
   data-parallel run each rank reads its share and the results are gathered). One that is missing, empty, truncated
@@ -38,6 +49,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shutil
 from collections.abc import Callable
@@ -84,8 +96,8 @@ from cxrground.models.train_failures import (
     write_failures,
 )
 
-__all__ = ["FAILURES_FILE", "RESUME_FILE", "ZERO_RESUME_DIR", "Sample", "build_model", "check_fit", "load_samples",
-           "lr_factor", "train", "validate"]
+__all__ = ["FAILURES_FILE", "RESUME_FILE", "ZERO_RESUME_DIR", "Sample", "autocast", "build_model", "check_fit",
+           "load_samples", "lr_factor", "setup_precision", "train", "validate"]
 
 RESUME_FILE = "resume/state.pt"
 
@@ -206,14 +218,44 @@ def _dtype(config: LisaConfig, device: str) -> torch.dtype:
     return torch.bfloat16 if device.startswith("cuda") else torch.float32
 
 
+def setup_precision(model: torch.nn.Module, config: LisaConfig, device: str, deepspeed: bool = False
+                    ) -> torch.dtype | None:
+    """Move ``model`` (trainable parts already set) to ``device`` in its training precision; returns the
+    autocast dtype of its forward passes (None: none).
+
+    float32: everything float32, no autocast. A half dtype with ``deepspeed``: the whole model in that dtype (the
+    engine keeps float32 master weights and AdamW state). A half dtype otherwise: the frozen weights in that dtype,
+    the trainable parameters in float32 (so AdamW updates and keeps its state in float32), forward under
+    :func:`autocast` in that dtype.
+    """
+    dtype = _dtype(config, device)
+    model.to(device=device, dtype=dtype)
+    if deepspeed or dtype == torch.float32:
+        return None
+    for param in model.parameters():
+        if param.requires_grad:
+            param.data = param.data.float()
+    return dtype
+
+
+def autocast(device: str, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    """``torch.autocast`` on ``device``'s type in ``dtype`` (a no-op context for None)."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
+
+
 def _micro_seed(seed: int, step: int, micro: int) -> int:
     """Torch seed of micro-batch ``micro`` of optimiser step ``step`` (dropout), the same on any rank."""
     return int(np.random.SeedSequence((seed, step, micro)).generate_state(1)[0])
 
 
 def _batch(model: LisaForSegmentation, tok: Any, config: LisaConfig, samples: list[Sample], seed: int, step: int,
-           positions: range, device: str) -> tuple[list, torch.Tensor, torch.Tensor, torch.Tensor]:
-    enc, clips, sams, gts = [], [], [], []
+           positions: range, device: str
+           ) -> tuple[list, torch.Tensor, torch.Tensor, torch.Tensor, list[tuple[int, int]]]:
+    """The model's inputs for ``samples``: encoded texts, CLIP and SAM pixels, GT canvases and each sample's resized
+    size on the SAM canvas (the region the mask losses cover)."""
+    enc, clips, sams, gts, valid = [], [], [], [], []
     max_text = config.max_length - (model.n_image_tokens - 1)
     for pos, s in zip(positions, samples, strict=True):
         grey = read_image(s.image).pixels
@@ -226,8 +268,9 @@ def _batch(model: LisaForSegmentation, tok: Any, config: LisaConfig, samples: li
         clips.append(c)
         sams.append(sp)
         gts.append(gt_mask_canvas(mask, box))
+        valid.append(box.resized_hw)
     as_t = lambda arrays: torch.as_tensor(np.stack(arrays), device=device)  # noqa: E731
-    return enc, as_t(clips), as_t(sams), as_t(gts)
+    return enc, as_t(clips), as_t(sams), as_t(gts), valid
 
 
 def check_fit(tok: Any, config: LisaConfig, n_image_tokens: int, samples: list[Sample], where: Path) -> None:
@@ -290,9 +333,11 @@ def _trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _accumulate(model: LisaForSegmentation, tok: Any, config: LisaConfig, samples: list[Sample], chosen: list[int],
-                first: int, seed: int, step: int, ctx: DistContext, zero: ZeroEngine | None = None) -> torch.Tensor:
+                first: int, seed: int, step: int, ctx: DistContext, zero: ZeroEngine | None = None,
+                amp: torch.dtype | None = None) -> torch.Tensor:
     """Forward/backward this rank's micro-batches of one global batch (gradients accumulate in ``.grad``, each
     micro-batch weighted by its share of the global batch); returns the summed ``len × (total, txt, bce, dice)``.
+    ``amp``: the autocast dtype of the forward passes (:func:`setup_precision`).
 
     ``zero``: through the DeepSpeed ZeRO-2 engine, every rank running ``ctx.micro_rounds`` micro-batches, a rank short
     of one repeating micro-batch 0 with weight 0 (:mod:`~cxrground.models.lisa.zero`).
@@ -311,7 +356,8 @@ def _accumulate(model: LisaForSegmentation, tok: Any, config: LisaConfig, sample
         batch = _batch(model, tok, config, [samples[i] for i in idx], seed, step,
                        range(first + m0, first + m0 + len(idx)), ctx.device)
         if zero is None:
-            loss = model(*batch, weights=weights)
+            with autocast(ctx.device, amp):
+                loss = model(*batch, weights=weights)
             (loss.total * len(idx) / len(chosen)).backward()
         else:
             loss = zero.forward(batch, weights)
@@ -411,7 +457,8 @@ def _train(ctx: DistContext, config: LisaConfig, json_path: Path, dataset: Path,
     check_fit(tok, config, model.n_image_tokens, samples + val_samples, json_path)
     targets = prepare_for_training(model, config.lora_r, config.lora_alpha, config.lora_dropout)
     device = ctx.device
-    model.to(device=device, dtype=_dtype(config, device))
+    amp = setup_precision(model, config, device, ctx.deepspeed)
+    save_dtype = _dtype(config, device)
     if config.gradient_checkpointing and device.startswith("cuda"):
         model.language_model.gradient_checkpointing_enable()
     params = [p for p in model.parameters() if p.requires_grad]
@@ -428,6 +475,7 @@ def _train(ctx: DistContext, config: LisaConfig, json_path: Path, dataset: Path,
         if trainer is not None:
             step, best, history = trainer["step"], trainer["best"], trainer["history"]
     elif state is not None:
+        # a state written with bfloat16 trainable weights and AdamW moments is cast to the parameters' dtype here
         model.load_state_dict(state["trainable"], strict=False)
         optim.load_state_dict(state["optim"])
         sched.load_state_dict(state["sched"])
@@ -462,7 +510,7 @@ def _train(ctx: DistContext, config: LisaConfig, json_path: Path, dataset: Path,
         chosen = order[first:first + config.batch_size]
         if zero is None:
             optim.zero_grad(set_to_none=True)
-            parts = _accumulate(model, tok, config, samples, chosen, first, seed, step, ctx)
+            parts = _accumulate(model, tok, config, samples, chosen, first, seed, step, ctx, amp=amp)
             all_reduce_gradients(ctx, params)
             parts = (all_reduce_sum(ctx, parts) / len(chosen)).tolist()
             torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
@@ -477,16 +525,17 @@ def _train(ctx: DistContext, config: LisaConfig, json_path: Path, dataset: Path,
         bar.update(1)
         end_of_epoch = step % steps_per_epoch == 0 or step == total
         if end_of_epoch and val_samples:
-            metrics = validate(model, tok, config, val_samples, device, ctx)
+            with autocast(device, amp):
+                metrics = validate(model, tok, config, val_samples, device, ctx)
             history.append({"step": step, "epoch": epoch, "loss": float(parts[0]), **metrics})
             if metrics["giou"] is not None and (best is None or metrics["giou"] > best["giou"]):
                 best = {"step": step, **metrics}
                 if ctx.is_main:
-                    save_checkpoint(out / "best", model, tok, info(step))
+                    save_checkpoint(out / "best", model, tok, info(step), dtype=save_dtype)
         if end_of_epoch or step % config.save_every_steps == 0:
             save_state()
     bar.close()
     if ctx.is_main:
-        save_checkpoint(out, model, tok, info(step))
+        save_checkpoint(out, model, tok, info(step), dtype=save_dtype)
     ctx.barrier()
     return out
