@@ -160,3 +160,21 @@ def test_percept_build_maps_a_released_candidate_mask_to_the_image(tmp_path):
     assert got.shape == native.shape
     assert np.array_equal(got, to_native(stretch(native, (512, 512)), native.shape))
     assert (got & native).sum() / (got | native).sum() > 0.97
+
+
+def test_read_native_mask_maps_released_masks_and_names_other_sizes(tmp_path):
+    from cxrground.errors import MaskShapeError
+    from cxrground.ils.frames import read_native_mask
+    from cxrground.io.masks import write_mask_png
+
+    native = np.zeros((300, 200), bool)
+    native[100:200, 50:150] = True
+    write_mask_png(tmp_path / "native.png", native)
+    assert np.array_equal(read_native_mask(tmp_path / "native.png", (300, 200)), native)
+    write_mask_png(tmp_path / "released.png", stretch(native, (512, 512)))
+    back = read_native_mask(tmp_path / "released.png", (300, 200))
+    assert (back & native).sum() / (back | native).sum() > 0.95
+    write_mask_png(tmp_path / "small.png", stretch(native, (256, 256)))
+    assert read_native_mask(tmp_path / "small.png", (300, 200), released_size=256).shape == (300, 200)
+    with pytest.raises(MaskShapeError, match="expected"):
+        read_native_mask(tmp_path / "small.png", (300, 200))

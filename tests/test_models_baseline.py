@@ -516,3 +516,23 @@ def test_predict_records_every_per_image_failure_and_reruns_cleanly(trained, tin
     assert sorted(f["path"] for f in failures) == sorted(str(images / r) for r in rels[:2])
     reasons = {f["path"]: f["reason"] for f in failures}
     assert "20000x20000" in reasons[str(images / rels[0])] and "5000000" in reasons[str(images / rels[1])]
+
+
+def test_training_reads_released_frame_masks_as_native(tiny, tmp_path):
+    """A released-frame export (MIMIC-ILS as published: 512² masks, the whole image stretched) trains on the same
+    native masks as the native dataset; without its ``mask_frame.json`` (a MIMIC-ILS download) the 512² masks are
+    read as released too."""
+    from cxrground.ils.frames import FRAME_FILE, export_dataset
+
+    export_dataset(tiny / "ils", tmp_path / "released")
+    cfg = BaselineConfig().with_overrides(TINY)
+    native = PairTensors(load_pairs(tiny / "ils", "train"), tiny / "cohort" / "files", cfg, None, progress=False)
+    released = PairTensors(load_pairs(tmp_path / "released", "train"), tiny / "cohort" / "files", cfg, None,
+                           progress=False)
+    assert native.masks.shape == released.masks.shape
+    overlap = [(a & b).sum() / max(1, (a | b).sum()) for a, b in zip(native.masks[1:], released.masks[1:], strict=True)]
+    assert min(overlap) > 0.8  # nearest-neighbour there and back
+    (tmp_path / "released" / FRAME_FILE).unlink()
+    download = PairTensors(load_pairs(tmp_path / "released", "train"), tiny / "cohort" / "files", cfg, None,
+                           progress=False)
+    assert np.array_equal(download.masks, released.masks)

@@ -372,3 +372,26 @@ def test_pairs_whose_seg_token_is_cut_off_are_refused_before_training(tok, tmp_p
     with pytest.raises(InputError, match=r"1 distinct .*\[SEG\] token at max_length=160.*pair p1.*max_length"):
         check_fit(tok, cfg, model.n_image_tokens, [short, long], tmp_path / "d.json")
     check_fit(tok, LisaConfig.tiny_defaults(max_length=1024), model.n_image_tokens, [short, long], tmp_path / "d.json")
+
+
+def test_train_on_a_released_frame_dataset(ils_dataset, tmp_path):
+    """MIMIC-ILS as published (512² masks, the whole image stretched): the samples know the frame, and training
+    reads each mask back on its image's native grid."""
+    from cxrground.ils.frames import export_dataset, read_native_mask
+    from cxrground.io.image import read_image
+    from cxrground.io.masks import read_mask_png
+    from cxrground.models.lisa import train
+    from cxrground.models.lisa.training import load_samples
+
+    dataset, images = ils_dataset
+    export_dataset(dataset, tmp_path / "released")
+    samples, _ = load_samples(tmp_path / "released", images, "train")
+    positive = next(s for s in samples if s.mask is not None)
+    assert positive.released_size == 512
+    shape = read_image(positive.image).pixels.shape
+    native = read_mask_png(dataset / "lesion_mask" / positive.mask.relative_to(tmp_path / "released" / "lesion_mask"))
+    back = read_native_mask(positive.mask, shape, positive.released_size)
+    assert back.shape == shape and (back & native).sum() / (back | native).sum() > 0.8
+    out = train(tmp_path / "released", tmp_path / "ckpt", images=images, seed=0,
+                overrides={"tiny": True, "max_steps": 1}, val_split="train")
+    assert json.loads((out / "checkpoint.json").read_text())["step"] == 1

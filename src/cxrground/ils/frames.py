@@ -120,6 +120,29 @@ def to_native(mask: np.ndarray, native_hw: tuple[int, int]) -> np.ndarray:
     return stretch(mask, native_hw)
 
 
+def read_native_mask(path: str | Path, shape: tuple[int, int], released_size: int | None = None) -> np.ndarray:
+    """The mask PNG at ``path`` on its image's native ``shape``: a native-size mask as it is; a released-frame mask
+    (``released_size``: the side the dataset's :data:`FRAME_FILE` records; without one, a MIMIC-ILS download: a
+    square :data:`RELEASED_SIZE` mask on a film of another size) mapped back with :func:`to_native`. Any other size
+    is a :class:`~cxrground.errors.MaskShapeError` naming the mask."""
+    from cxrground.errors import MaskShapeError
+
+    try:
+        return read_mask_png(path, shape=shape)
+    except MaskShapeError as exc:
+        side = released_size or RELEASED_SIZE
+        if exc.got != (side, side):
+            raise
+        return to_native(read_mask_png(path), shape)
+
+
+def released_side(dataset: str | Path) -> int | None:
+    """The side of a dataset's released-frame masks as its :data:`FRAME_FILE` records it (None: no record, or
+    native)."""
+    frame = read_frame(dataset)
+    return frame.size if frame.frame == "released" else None
+
+
 def _longest_side(hw: tuple[int, int], side: int) -> tuple[int, int]:
     """SAM's ``ResizeLongestSide`` output shape (round half up)."""
     scale = side / max(hw)

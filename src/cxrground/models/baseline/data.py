@@ -26,10 +26,10 @@ from cxrground.anatomy.ils_locations import ils_location_masks
 from cxrground.anatomy.segment.builtin import UNetLungSegmenter, postprocess_lungs
 from cxrground.anatomy.segment.unet import prepare_input
 from cxrground.errors import ConfigError, Failure, InputError
+from cxrground.ils.frames import read_native_mask, released_side
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.schema import read_dataset
 from cxrground.io.image import CXRImage, read_image
-from cxrground.io.masks import read_mask_png
 from cxrground.io.transform import Letterbox
 from cxrground.models.baseline.conditioning import CERTAINTIES, LI_LESIONS, encode, location_vector, parse
 from cxrground.models.baseline.config import BaselineConfig
@@ -109,6 +109,8 @@ class PairRecord:
     locations: tuple[str, ...]
     li_lesion: int
     certainty: int
+    released_size: int | None = None
+    """The side of the dataset's released-frame masks (its ``mask_frame.json`` says so), None otherwise."""
 
 
 def dataset_paths(dataset: str | Path) -> tuple[Path, Path]:
@@ -132,6 +134,7 @@ def load_pairs(dataset: str | Path, split: str, data: dict[str, Any] | None = No
     None; a file it refuses is an :class:`~cxrground.errors.InputError` naming the file and the record)."""
     json_path, mask_root = dataset_paths(dataset)
     data = read_dataset(json_path) if data is None else data
+    released = released_side(json_path)
     out: list[PairRecord] = []
     for key, study in data.get(split, {}).items():
         pairs = study["instruction_answer_pairs"]
@@ -144,7 +147,7 @@ def load_pairs(dataset: str | Path, split: str, data: dict[str, Any] | None = No
                 positive=positive, mask_path=(mask_root / pair["seg_mask_path"]) if positive else None,
                 locations=tuple(pair.get("grounded_location", ())) if positive else (),
                 li_lesion=LI_LESIONS.index(pair["target"]) if li else -1,
-                certainty=_certainty(pair) if li else -1,
+                certainty=_certainty(pair) if li else -1, released_size=released,
             ))
     return out
 
@@ -183,7 +186,7 @@ class PairTensors(torch.utils.data.Dataset):
             if p.mask_path not in masks:
                 box = studies[p.study].box
                 masks[p.mask_path] = len(mask_list)
-                mask_list.append(box.mask_to_canvas(read_mask_png(p.mask_path, shape=box.src_hw)))
+                mask_list.append(box.mask_to_canvas(read_native_mask(p.mask_path, box.src_hw, p.released_size)))
             self.mask_index[i] = masks[p.mask_path]
         self.masks = np.stack(mask_list)
         self.cond = np.stack([encode(parse(p.instruction)) for p in self.pairs]) if self.pairs else np.zeros((0,))

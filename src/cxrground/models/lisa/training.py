@@ -62,10 +62,10 @@ import torch
 from tqdm.auto import tqdm
 
 from cxrground.errors import ConfigError, Failure, InputError
+from cxrground.ils.frames import read_native_mask
 from cxrground.ils.schema import read_dataset
 from cxrground.io.files import atomic_path, sha256_file, sha256_json
 from cxrground.io.image import read_image
-from cxrground.io.masks import read_mask_png
 from cxrground.models.base import CHECKPOINT_FILE
 from cxrground.models.lisa.checkpoint import load_checkpoint, save_checkpoint
 from cxrground.models.lisa.config import LisaConfig
@@ -111,6 +111,8 @@ class Sample:
     instruction: str
     answer: str
     mask: Path | None
+    released_size: int | None = None
+    """The side of the dataset's released-frame masks (its ``mask_frame.json`` says so), None otherwise."""
 
 
 def _dataset_json(dataset: Path) -> Path:
@@ -123,17 +125,19 @@ def _studies(dataset: Path, images: Path, split: str) -> list[tuple[Path, list[S
     """Per study of ``split`` in file order: its image and its pairs (positives then negatives; a positive pair's mask
     is its ``seg_mask_path``). A dataset file the shared check (:func:`~cxrground.ils.schema.read_dataset`) refuses
     is an :class:`~cxrground.errors.InputError` naming it."""
+    from cxrground.ils.frames import released_side
     from cxrground.ils.layout import MASK_DIR
 
     json_path = _dataset_json(dataset)
     data = read_dataset(json_path)
     mask_root = json_path.parent / MASK_DIR
+    released = released_side(json_path)
     studies = []
     for study in data.get(split, {}).values():
         image = images / study["image_path"]
         pairs = study["instruction_answer_pairs"]
         studies.append((image, [Sample(pair["pair_id"], image, pair["instruction"], pair["answer"],
-                                       mask_root / pair["seg_mask_path"] if positive else None)
+                                       mask_root / pair["seg_mask_path"] if positive else None, released)
                                 for pair, positive in [(p, True) for p in pairs.get("positive_pairs", [])]
                                 + [(p, False) for p in pairs.get("negative_pairs", [])]]))
     return studies
@@ -263,7 +267,7 @@ def _batch(model: LisaForSegmentation, tok: Any, config: LisaConfig, samples: li
         if rng.random() < config.hist_eq_p:
             grey = equalize(grey)
         c, sp, box = model_inputs(model, config, grey)
-        mask = read_mask_png(s.mask, shape=grey.shape) if s.mask is not None else None
+        mask = read_native_mask(s.mask, grey.shape, s.released_size) if s.mask is not None else None
         enc.append(encode(tok, s.instruction, s.answer, max_text))
         clips.append(c)
         sams.append(sp)
@@ -298,7 +302,7 @@ def _chunk_scores(model: LisaForSegmentation, tok: Any, config: LisaConfig, chun
         if s.mask is None:
             scores.append(not bool(p.any()))
             continue
-        gt = read_mask_png(s.mask, shape=g.shape)
+        gt = read_native_mask(s.mask, g.shape, s.released_size)
         scores.append((int((p & gt).sum()), int((p | gt).sum())))
     return scores
 
