@@ -7,6 +7,7 @@ stage and the reason) instead of an exception, so a batch always finishes.
 
 from __future__ import annotations
 
+import math
 import traceback
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -268,6 +269,15 @@ def _lesion_free_centre(config: IlsConfig, backends: Backends, ev: Any, right: n
     return central_mask(right, left, heart, margin=0.0)
 
 
+def _without_slivers(mask: np.ndarray, config: IlsConfig) -> np.ndarray:
+    """``mask`` without the components smaller than Algorithm 1's own minimum (``min_component_fraction`` of the
+    canvas): what a cut off the heart and mediastinum or to the guided zones leaves of a component."""
+    from cxrground.ils.grounding import remove_small_components
+
+    cfg = config.refine
+    return remove_small_components(mask, math.ceil(cfg.min_component_fraction * mask.size), cfg.connectivity)
+
+
 def _guided(f: Any, result: Any, lesion_mask: np.ndarray | None, guide: Any, locations: dict[str, np.ndarray],
             centre: np.ndarray | None, box: Letterbox, record: dict[str, Any], config: IlsConfig) -> GroundedFinding:
     """The finding ``f`` grounded with a zone guide (:mod:`cxrground.ils.zone_guide`); ``record`` (its grounding
@@ -282,6 +292,7 @@ def _guided(f: Any, result: Any, lesion_mask: np.ndarray | None, guide: Any, loc
         return GroundedFinding(f, None, (), False)
     mask, filled = guide_mask(lesion_mask if result.grounded else None, zones, locations, guide.smoothed, centre,
                               sigma=0.0, fill=traits(f.lesion).zone_fill)
+    mask = _without_slivers(mask, config)
     record["zone_guide"]["filled"] = filled
     record["algorithm1"] = bool(result.grounded)
     native = box.mask_to_native(mask) if mask.any() else None
@@ -371,7 +382,7 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
                         "failure_counts": result.failure_counts(), "selected": len(result.selected)})
         lesion_mask = result.mask
         if centre is not None and result.grounded:
-            lesion_mask = lesion_mask & ~centre
+            lesion_mask = _without_slivers(lesion_mask & ~centre, config)
         if guide is not None and guide.guides(f):
             grounded.append(_guided(f, result, lesion_mask, guide, locations, centre, box, records[-1], config))
             continue
