@@ -24,7 +24,7 @@ from click.testing import CliRunner  # noqa: E402
 from cxrground.cli import main  # noqa: E402
 from cxrground.errors import ConfigError  # noqa: E402
 from cxrground.evaluation.percept.clients import make_client  # noqa: E402
-from cxrground.evaluation.percept.clients.hf import HFClient  # noqa: E402
+from cxrground.evaluation.percept.clients.hf import EXPLICIT_GENERATION, HFClient  # noqa: E402
 from cxrground.evaluation.percept.conversation import Conversation, image_data_url, plan_benchmark  # noqa: E402
 from cxrground.percept.schema import load_benchmark  # noqa: E402
 from cxrground.testing.mock_bench import make_benchmark  # noqa: E402
@@ -152,7 +152,8 @@ def test_sampling_and_top_p(llava, bench):
     plan = next(p for p in plan_benchmark(loaded) if p.path == "LF")
     conv = Conversation(plan, "none", lambda rel: image_data_url(loaded.root / rel))
     client = make_client(f"hf:{llava}", temperature=0.7, top_p=0.9, max_tokens=3, seed=0)
-    assert client.decoding == {"temperature": 0.7, "max_tokens": 3, "top_p": 0.9}
+    # --sampling-params explicit (default): the model's own generation settings are overridden, top_p given
+    assert client.decoding == {"temperature": 0.7, "max_tokens": 3, **EXPLICIT_GENERATION, "top_p": 0.9}
     messages = conv.next_request()
     completion = asyncio.run(client.complete(messages))
     assert isinstance(completion.content, str) and completion.usage["completion_tokens"] == 3

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from cxrground.cli import main
 from cxrground.errors import ConfigError, InputError
 from cxrground.evaluation.percept.clients import make_client
+from cxrground.evaluation.percept.clients.openai import EXPLICIT_SAMPLING
 from cxrground.evaluation.percept.prices import PRICES, Price, cost_usd, load_prices, price_of, price_table
 from cxrground.evaluation.percept.runner import EvalSettings, run_eval
 from cxrground.llm import ChatClient, parse_extra_body
@@ -110,7 +111,8 @@ def test_extra_body_only_for_openai_clients(bench, tmp_path):
 def test_sampling_seed_is_sent_next_to_the_extra_body():
     client = make_client("openai:m", base_url="http://llm.test/v1", temperature=0.7,
                          extra_body={"reasoning_effort": "low"}, transport=httpx.MockTransport(_echo))
-    assert client.decoding == {"temperature": 0.7, "max_tokens": 8192, "reasoning_effort": "low"}
+    # the explicit sampling parameters are sent by default (--sampling-params explicit)
+    assert client.decoding == {"temperature": 0.7, "max_tokens": 8192, **EXPLICIT_SAMPLING, "reasoning_effort": "low"}
     completion = asyncio.run(client.complete([{"role": "user", "content": "hi"}], seed=11))
     body = json.loads(completion.content)
     assert body["seed"] == 11 and body["reasoning_effort"] == "low" and body["temperature"] == 0.7

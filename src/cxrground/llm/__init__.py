@@ -1,7 +1,8 @@
 """The client layer for OpenAI-compatible chat servers, shared by report structuring and the benchmark harness.
 
 - :mod:`.chat`: :class:`ChatClient`, one async chat-completions request over httpx -> :class:`Completion`,
-  errors split into :class:`TransientError` (retried) and :class:`PermanentError`; :func:`parse_extra_body`
+  errors split into :class:`TransientError` (retried) and :class:`PermanentError`, a server's separate reasoning
+  kept (:attr:`Completion.raw` re-joins it as a ``<think>`` block); :func:`parse_extra_body`
   validates user-given request options.
 - :mod:`.retry`: :class:`RetryPolicy` (the one set of defaults) and :func:`call_with_retries` (backoff with
   jitter, Retry-After), the only retry loop of the code base.
@@ -17,12 +18,22 @@ from __future__ import annotations
 
 from cxrground.llm.aio import bounded_each, bounded_map, run_sync
 from cxrground.llm.cache import ResponseCache, cache_key
-from cxrground.llm.chat import RESERVED_KEYS, ChatClient, Completion, check_extra_body, parse_extra_body, parse_usage
+from cxrground.llm.chat import (
+    REASONING_FIELDS,
+    RESERVED_KEYS,
+    ChatClient,
+    Completion,
+    check_extra_body,
+    parse_extra_body,
+    parse_usage,
+    with_thinking,
+)
 from cxrground.llm.errors import ClientError, PermanentError, TransientError
 from cxrground.llm.fingerprint import model_fingerprint
 from cxrground.llm.retry import RETRY_STATUS, RetryPolicy, call_with_retries, is_retry_status, parse_retry_after
 
 __all__ = [
+    "REASONING_FIELDS",
     "RESERVED_KEYS",
     "RETRY_STATUS",
     "ChatClient",
@@ -43,4 +54,5 @@ __all__ = [
     "parse_retry_after",
     "parse_usage",
     "run_sync",
+    "with_thinking",
 ]

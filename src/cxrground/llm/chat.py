@@ -5,11 +5,17 @@ environment variable named by ``api_key_env`` (never passed as a literal); witho
 header is sent (local servers). Connections are pooled per event loop (at most ``concurrency``) and closed
 by :meth:`ChatClient.aclose`; ``transport`` replaces the network (tests).
 
-Outcomes: HTTP 200 -> :class:`Completion` (the message text, None when the server sent ``null``; token usage;
-the server's model version). Timeouts, connection errors, the statuses of :func:`~.retry.is_retry_status` and
-a 200 whose body is not a chat completion (truncated, not JSON, no choices) raise
-:class:`~.errors.TransientError` (with the parsed ``Retry-After``); other statuses and content that is not text
-raise :class:`~.errors.PermanentError`. Both carry the HTTP status.
+Outcomes: HTTP 200 -> :class:`Completion` (the message text, None when the server sent ``null``; the reasoning
+text a server split off the answer, see below; token usage; the server's model version). Timeouts, connection
+errors, the statuses of :func:`~.retry.is_retry_status` and a 200 whose body is not a chat completion (truncated,
+not JSON, no choices) raise :class:`~.errors.TransientError` (with the parsed ``Retry-After``); other statuses and
+content that is not text raise :class:`~.errors.PermanentError`. Both carry the HTTP status.
+
+Reasoning: servers that separate a thinking model's reasoning from its answer (``vllm serve --reasoning-parser``,
+DeepSeek-style APIs) return it next to ``content`` as ``reasoning_content`` (older vLLM, DeepSeek) or ``reasoning``
+(newer vLLM, OpenRouter). :class:`Completion` keeps it in ``reasoning``; :attr:`Completion.raw` puts it back as
+the model emitted it, ``<think>{reasoning}</think>{content}`` (the raw response of CHEXPERCEPT.md §13.2).
+``content`` stays the answer alone, for callers that parse it (report structuring).
 
 Request options beyond the decoding settings (``reasoning_effort``, ``max_completion_tokens``,
 ``chat_template_kwargs``, ...) travel in ``params`` too; :func:`parse_extra_body` / :func:`check_extra_body`
@@ -32,19 +38,37 @@ from cxrground.errors import ConfigError
 from cxrground.llm.errors import PermanentError, TransientError
 from cxrground.llm.retry import RetryPolicy, is_retry_status, parse_retry_after
 
-__all__ = ["RESERVED_KEYS", "ChatClient", "Completion", "check_extra_body", "parse_extra_body", "parse_usage"]
+__all__ = ["REASONING_FIELDS", "RESERVED_KEYS", "ChatClient", "Completion", "check_extra_body", "parse_extra_body",
+           "parse_usage", "with_thinking"]
 
 #: Request keys an extra body may not set.
 RESERVED_KEYS: Final[tuple[str, ...]] = ("model", "messages", "stream")
+#: Message fields that hold the reasoning a server split off the answer, in the order they are read.
+REASONING_FIELDS: Final[tuple[str, ...]] = ("reasoning_content", "reasoning")
+
+
+def with_thinking(content: str | None, reasoning: str | None) -> str | None:
+    """The raw response of a thinking model whose reasoning a server split off: ``<think>{reasoning}</think>``
+    followed by ``content`` (``content`` alone when there is no reasoning; None when there is neither)."""
+    if not reasoning:
+        return content
+    return f"<think>{reasoning}</think>{content or ''}"
 
 
 @dataclass(frozen=True)
 class Completion:
-    """One response: the assistant text (None when the server sent none), token usage and model version."""
+    """One response: the assistant text (None when the server sent none), token usage, model version and the
+    reasoning the server returned apart from the text (None when it sent none)."""
 
     content: str | None
     usage: dict[str, int] = field(default_factory=dict)
     model_version: str | None = None
+    reasoning: str | None = None
+
+    @property
+    def raw(self) -> str | None:
+        """The response as the model emitted it: the reasoning as a ``<think>`` block, then the text."""
+        return with_thinking(self.content, self.reasoning)
 
 
 def parse_usage(usage: Any) -> dict[str, int]:
@@ -154,12 +178,14 @@ class ChatClient:
             raise PermanentError(reason, status=status)
         try:
             data = response.json()
-            content = data["choices"][0]["message"].get("content")
+            message = data["choices"][0]["message"]
+            content = message.get("content")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):  # cut short by a proxy, a glitch: retried
             raise TransientError(f"malformed chat-completion response: {response.text[:200]}", status=status) from None
         if content is not None and not isinstance(content, str):
             raise PermanentError("chat-completion content is not text", status=status)
-        return Completion(content, parse_usage(data.get("usage")), data.get("model"))
+        reasoning = next((r for r in (message.get(k) for k in REASONING_FIELDS) if isinstance(r, str) and r), None)
+        return Completion(content, parse_usage(data.get("usage")), data.get("model"), reasoning)
 
     async def aclose(self) -> None:
         """Close the connections of the current event loop's pool."""

@@ -292,7 +292,8 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
                 src = "dataset"
             accepted_pos[lesion].append(c)
             plan_tasks.append(PlanTask(c, case_folder(opts.seed, c.key_id), str(images_root / c.image_path), src,
-                                        ref, anatomy_of(c), opts.seed, opts.deformer, kwargs, opts.strict_negatives))
+                                        ref, anatomy_of(c), opts.seed, opts.deformer, kwargs, opts.strict_negatives,
+                                        opts.cpa_either_side))
     todo = [t for t in plan_tasks if not (work / "plans" / f"{t.case_id}.json").is_file()]
     _run_pool(plan_case, todo, str(work), workers, "percept plan", progress)
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from cxrground.percept.cases import SAMPLE_PATHS, TASKS, Review, count_arithmetic
 from cxrground.percept.options import BuildOptions
 from cxrground.percept.plans import REFINEMENT_BACKEND
-from cxrground.vocab.lesions import LESIONS
+from cxrground.vocab.lesions import ABBREVIATIONS, CURATION_ORDER, LESIONS
 from cxrground.vocab.percept_templates import PATH_ABBREVIATIONS
 
 __all__ = ["render_card"]
@@ -81,6 +81,12 @@ def render_card(opts: BuildOptions, achieved: Mapping[str, Mapping[str, int]], d
               f"- Deformer: `{opts.deformer}`" + (f" (SAM weights `{opts.sam_model}`)" if opts.sam_model else "") + ".",
               f"- RF ratio {opts.rf_ratio}; candidates per lesion ≤ {opts.max_candidates}; negatives per lesion ≤ "
               f"{opts.max_negatives}; exclude CXRs of positives from negatives: {opts.exclude_positive_cxrs}.",
+              "- Negative (LF) candidates: the first global negatives in JSON order, lesions claiming CXRs in the "
+              "reference's curation order " + ", ".join(ABBREVIATIONS[x] for x in CURATION_ORDER)
+              + " (a CXR goes to the first lesion that takes it).",
+              "- Costophrenic angle of a lung-base zone (§19.8): "
+              + ("either side's (the reference's behaviour, --cpa-either-side)." if opts.cpa_either_side else
+                 "its own side's only."),
               "- Final sample: seeded uniform sample per lesion and path (shuffle seeded by (seed, lesion, path), "
               "taken in order skipping CXRs already used), one CXR per case, no CXR reused across cases.",
               f"- Seed: {opts.seed}.", "",

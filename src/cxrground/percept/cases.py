@@ -8,10 +8,12 @@ Choices where the spec is silent (also printed in the card):
   come first, then the basic ones, capped at ``max_candidates`` (3,000 as in the reference).
 * **Candidate mask**: the ``--candidates`` prediction of that pair id when a predictions file is given (a pair
   without a predicted mask is dropped with a recorded reason), else the dataset's own ``seg_mask_path``.
-* **Negative candidates**: ``global`` negative pairs, per lesion in JSON order; lesions are visited in
-  :data:`~cxrground.vocab.lesions.LESIONS` order and a CXR (``dicom_id``) claimed by one lesion is not used by a
-  later one; with ``exclude_positive_cxrs`` CXRs of any positive candidate are skipped. Per lesion the first
-  ``max_negatives`` (reference default 100) are kept.
+* **Negative candidates**: ``global`` negative pairs, per lesion in JSON order; lesions are visited in the
+  reference's curation order :data:`~cxrground.vocab.lesions.CURATION_ORDER` (CA, CO, ED, AT, PN, OP, EF) and a
+  CXR (``dicom_id``) claimed by one lesion is not used by a later one (the order decides which CXRs each lesion
+  gets: a normal CXR carries global negatives of many lesions); with ``exclude_positive_cxrs`` CXRs of any
+  positive candidate are skipped. Per lesion the first ``max_negatives`` (reference default 100) are kept, one
+  per study (the reference could take two pairs of one CXR for a lesion; one CXR per case here, §1.4).
 * **Review CSV** ``key_id,decision,reviewer``: decisions are ``accept`` / ``reject`` (case and surrounding
   blanks ignored); an empty cell means "not reviewed"; anything else is an error naming the row. With a review
   file only accepted items are used (rejected, blank or absent items never are); without one every candidate
@@ -36,7 +38,7 @@ from typing import Any, Final
 import numpy as np
 
 from cxrground.errors import InputError
-from cxrground.vocab.lesions import LESIONS
+from cxrground.vocab.lesions import CURATION_ORDER, LESIONS
 from cxrground.vocab.percept_templates import (
     PATH_LESION_FREE,
     PATH_REVISION_FREE,
@@ -142,10 +144,11 @@ def positive_candidates(dataset: Mapping[str, Any], splits: Sequence[str] = ("tr
 
 def negative_candidates(dataset: Mapping[str, Any], splits: Sequence[str] = ("train",), max_negatives: int = 100,
                         exclude_cxrs: Iterable[str] = ()) -> dict[str, list[Candidate]]:
-    """Per lesion: the first ``max_negatives`` global negatives in JSON order, a CXR used by one lesion only."""
+    """Per lesion: the first ``max_negatives`` global negatives in JSON order, a CXR used by one lesion only (lesions
+    claim CXRs in :data:`~cxrground.vocab.lesions.CURATION_ORDER`; the result is keyed in ``LESIONS`` order)."""
     used = set(exclude_cxrs)
     out: dict[str, list[Candidate]] = {}
-    for lesion in LESIONS:
+    for lesion in CURATION_ORDER:
         chosen: list[Candidate] = []
         for split, study_key, study in _splits(dataset, splits):
             if len(chosen) >= max_negatives:
@@ -161,7 +164,7 @@ def negative_candidates(dataset: Mapping[str, Any], splits: Sequence[str] = ("tr
                     used.add(study["dicom_id"])
                     break
         out[lesion] = chosen
-    return out
+    return {lesion: out[lesion] for lesion in LESIONS}
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,12 @@ class BuildOptions:
     max_negatives: int = 100
     exclude_positive_cxrs: bool = False
     strict_negatives: bool = False
+    cpa_either_side: bool = False  # §19.8: True = the reference's quirk (a lung-base zone takes either side's CPA)
 
     def settings_hash(self) -> str:
-        """Hash of the settings that change the output (not paths of the output or worker counts)."""
-        return sha256_json(asdict(self))[:16]
+        """Hash of the settings that change the output (not paths of the output or worker counts). A setting
+        added later is left out at its default, so that builds made before it existed keep their hash."""
+        settings = asdict(self)
+        if not self.cpa_either_side:
+            del settings["cpa_either_side"]
+        return sha256_json(settings)[:16]

@@ -151,6 +151,7 @@ class PlanTask:
     deformer: str
     deformer_kwargs: dict[str, Any]
     strict_negatives: bool
+    cpa_either_side: bool = False  # §19.8: the reference's either-side CPA rule (DeformConfig.cpa_same_side=False)
 
 
 def _read_candidate(task: PlanTask, shape: tuple[int, int]) -> np.ndarray:
@@ -200,6 +201,7 @@ def plan_unit(plan: Any, candidate: np.ndarray) -> dict[str, Any]:
 def make_plan(task: PlanTask) -> dict[str, Any]:
     """The plan unit of one positive, or ``{"status": "failed", "reason", "stage"}`` when it cannot be planned."""
     from cxrground.anatomy.overlap import ComponentOverlap
+    from cxrground.percept.config import DeformConfig
     from cxrground.percept.deform.registry import get_deformer
     from cxrground.percept.revision import LungSources, RevisionFailure, plan_revision
 
@@ -219,7 +221,8 @@ def make_plan(task: PlanTask) -> dict[str, Any]:
         candidate = _read_candidate(task, shape)
         deformer = get_deformer(task.deformer, **task.deformer_kwargs)
         plan = plan_revision(image, task.cand.lesion, candidate, lungs, deformer,
-                             seeded_rng(task.seed, task.cand.key_id, "plan"))
+                             seeded_rng(task.seed, task.cand.key_id, "plan"),
+                             DeformConfig(cpa_same_side=not task.cpa_either_side))
         if not plan.deformed:
             raise RevisionFailure("deformation failed: no deformation step was made")
     except (InputError, RevisionFailure) as exc:

@@ -63,6 +63,8 @@ class BuildRequest:
                                 help="Negative candidates per lesion (first N global negatives in JSON order).")
     exclude_positive_cxrs: bool = option(False, help="Never use a CXR of a positive candidate as a negative.")
     strict_negatives: bool = option(False, help="Location distractors must cover ≤ 0.05 of their sub-region (§9.4).")
+    cpa_either_side: bool = option(False, help="The reference's costophrenic-angle quirk (§19.8): a lung-base zone "
+                                   "accepts the CPA of either side (default: its own side's only).")
     overwrite: bool = option(False, help="Delete the build in --out (finished or not) and build afresh; needed to "
                                          "build with other settings into a folder holding a build.")
     keep_work: bool = option(False, help="Keep the resumption cache BENCH/.work after a complete build.")
@@ -81,7 +83,8 @@ class BuildRequest:
                             deformer=self.deformer, sam_model=str(self.sam_model) if self.sam_model else None,
                             anatomy=str(self.anatomy) if self.anatomy else None, splits=chosen, seed=self.seed,
                             max_candidates=self.max_candidates, max_negatives=self.max_negatives,
-                            exclude_positive_cxrs=self.exclude_positive_cxrs, strict_negatives=self.strict_negatives)
+                            exclude_positive_cxrs=self.exclude_positive_cxrs, strict_negatives=self.strict_negatives,
+                            cpa_either_side=self.cpa_either_side)
 
 
 def run_build(request: BuildRequest) -> BuildSummary:

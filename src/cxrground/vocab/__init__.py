@@ -10,6 +10,7 @@ Other modules take every user-visible string from here.
 """
 
 from cxrground.vocab.lesions import (
+    CURATION_ORDER,
     EVAL_ORDER,
     LESION_INFERENCE_LESIONS,
     LESIONS,
@@ -30,6 +31,7 @@ from cxrground.vocab.traits import LESION_TRAITS, LesionTraits, is_diffuse, live
 
 __all__ = [
     "BOTH_LUNGS",
+    "CURATION_ORDER",
     "EVAL_ORDER",
     "HEART",
     "ILS_LOCATION_LABELS",

@@ -29,6 +29,22 @@ EVAL_ORDER: Final[tuple[str, ...]] = (
 if sorted(EVAL_ORDER) != sorted(LESIONS):
     raise ValueError(f"EVAL_ORDER {EVAL_ORDER} must list exactly the lesions of the trait table {LESIONS}")
 
+#: Lesion order of the reference's CheXpercept source-data curation (``LESIONS`` of its
+#: ``00_sample_mimic_ils_case.py``, the key order of the negative-candidate file that
+#: ``03_prepare_negative_annotation.py`` walks): the order in which lesions claim their negative (LF) CXRs, a CXR
+#: going to the first lesion that takes it (CHEXPERCEPT.md §11).
+CURATION_ORDER: Final[tuple[str, ...]] = (
+    "cardiomegaly",
+    "consolidation",
+    "edema",
+    "atelectasis",
+    "pneumonia",
+    "opacity",
+    "effusion",
+)
+if sorted(CURATION_ORDER) != sorted(LESIONS):
+    raise ValueError(f"CURATION_ORDER {CURATION_ORDER} must list exactly the lesions of the trait table {LESIONS}")
+
 ABBREVIATIONS: Final[dict[str, str]] = _GROUPS.abbreviations
 
 #: Lesions whose basic positives also yield a lesion-inference pair.

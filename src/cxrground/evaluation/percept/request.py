@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from cxrground.evaluation.percept.clients import spec_forms
+from cxrground.evaluation.percept.clients import SAMPLING_PARAMS, spec_forms
 from cxrground.fields import check_bounds, option
 from cxrground.llm import RetryPolicy, parse_extra_body
 
@@ -31,7 +31,16 @@ class EvalRequest:
     limit: int | None = option(None, help="Evaluate only N cases (deterministic selection).")
     per_path_limit: int | None = option(None, help="At most N cases per path (RR/RF/LF).")
     temperature: float = option(0.0, low=0.0)
-    top_p: float | None = option(None, low=0.0, high=1.0, low_open=True)
+    top_p: float | None = option(None, low=0.0, high=1.0, low_open=True,
+                                 help="Nucleus sampling; default 1 when the sampling parameters are explicit, not "
+                                 "sent when minimal.")
+    sampling_params: str = option("auto", choices=SAMPLING_PARAMS,
+                                  help="openai:/hf: explicit sends every sampling parameter at the reference's vLLM "
+                                  "values (top_p 1, top_k off, min_p 0, repetition/presence/frequency penalties "
+                                  "neutral), so no generation-config default of the server or model applies; "
+                                  "minimal sends only temperature, the token limit and --top-p when given (hosted "
+                                  "APIs: OpenAI refuses vLLM's top_k/min_p/repetition_penalty); auto: minimal for "
+                                  "a hosted API's --base-url (OpenAI, Azure OpenAI, Gemini, ...), else explicit.")
     max_tokens: int = option(8192, low=1)
     max_images: int = option(7, low=1, help="Images per request the model accepts (an RR conversation needs 7).")
     base_url: str | None = option(None, help="API root of an OpenAI-compatible server (http://host:8000/v1).")
@@ -46,8 +55,10 @@ class EvalRequest:
     extra_body: str | None = option(None, metavar="JSON", help='JSON object merged into every request of '
                                     'openai:MODEL (part of the cache key and config.json), e.g. '
                                     '\'{"reasoning_effort": "medium"}\' or \'{"chat_template_kwargs": '
-                                    '{"enable_thinking": false}}\'; "max_tokens": null leaves max_tokens out (for '
-                                    'servers that take max_completion_tokens only).')
+                                    '{"enable_thinking": false}}\'; it overrides an explicit sampling value '
+                                    '(\'{"repetition_penalty": 1.05}\'); null leaves max_tokens or an explicit '
+                                    'sampling key out (\'{"max_completion_tokens": 8192, "max_tokens": null}\' for '
+                                    'OpenAI reasoning models).')
     prices: Path | None = option(None, path="out_file", help="Price table (CSV model,input,cached_input,output or "
                                  "JSON; USD per 1M tokens) merged over the built-in one for the cost in usage.json.")
     retry_failed: bool = option(False, help="Re-run cases recorded as failed.")
@@ -67,7 +78,7 @@ def run_request(request: EvalRequest) -> str:
     settings = EvalSettings(bench=r.bench, model=r.spec, oracle=r.oracle, temperature=r.temperature,
                             max_tokens=r.max_tokens, top_p=r.top_p, seed=r.seed, limit=r.limit,
                             per_path_limit=r.per_path_limit, max_images=r.max_images, repeats=r.repeats,
-                            extra_body=extra)
+                            extra_body=extra, sampling_params=r.sampling_params)
     summary = run_eval(settings, r.out, concurrency=r.concurrency, cache=r.cache, base_url=r.base_url,
                        api_key_env=r.api_key_env, retry=RetryPolicy(max_attempts=r.max_attempts, timeout=r.timeout),
                        retry_failed=r.retry_failed, progress=r.progress, prices=r.prices)

@@ -23,12 +23,17 @@
   a RUN made with a different configuration, or with another model at the same path, is refused),
   ``cases.json`` (the selected cases' plans without texts, the
   denominators of scoring), ``results.jsonl`` (append-only, one line per finished case and repeat) and
-  ``usage.json`` (tokens, request counts, model versions seen, cost when the price table has the model: the
-  built-in one of :mod:`.prices`, or a ``prices`` file merged over it). ``usage.json`` is rewritten after every
-  finished case (atomically), so a killed session's requests, retries and cache hits are kept; the requests in
-  flight at the kill (their case has no line yet) are not counted.
+  ``usage.json`` (the decoding settings sent, tokens, request counts, model versions seen, cost when the price
+  table has the model: the built-in one of :mod:`.prices`, or a ``prices`` file merged over it). ``usage.json``
+  is rewritten after every finished case (atomically), so a killed session's requests, retries and cache hits are
+  kept; the requests in flight at the kill (their case has no line yet) are not counted.
 - ``extra_body`` (openai clients only): request options merged into every request; part of the decoding
   settings, hence of the cache key and of ``config.json`` (absent from both when not given).
+- ``sampling_params`` (``openai:`` and ``hf:`` clients): ``explicit`` sends every sampling parameter at the
+  reference's vLLM values, so that no generation-config default of the server or the model applies; ``minimal``
+  sends temperature and the token limit only (hosted APIs; the requests of earlier versions); ``auto`` (default)
+  is ``minimal`` for a hosted API's base URL and ``explicit`` otherwise. Its effect is the client's ``decoding``
+  (config.json, usage.json, the cache key), not a setting of its own.
 - The benchmark file is untrusted: it is refused as a whole before anything runs when it has no cases, a
   case with an unknown lesion or without a question of its path, or an image path outside its folder
   (:func:`~.conversation.plan_benchmark`); images are read only through
@@ -103,6 +108,7 @@ class EvalSettings:
     max_images: int = 7
     repeats: int = 1
     extra_body: dict[str, Any] | None = None
+    sampling_params: str = "auto"
 
 
 @dataclass
@@ -302,6 +308,9 @@ def _config(settings: EvalSettings, client: Client, n_cases: int) -> dict[str, A
         del cfg["repeats"]  # one sample: the configuration (and its hash) of runs made before repeats existed
     if not settings.extra_body:
         del cfg["extra_body"]  # likewise for runs made before --extra-body existed
+    # its effect is the client's decoding below (what is sent); runs made before it existed sent "minimal" and keep
+    # their configuration hash, and clients without decoding settings (baselines, ils:) are not affected
+    del cfg["sampling_params"]
     cfg["bench"] = str(bench_file.resolve().parent)
     cfg["bench_sha256"] = sha256_file(bench_file)
     cfg["client"] = {"kind": client.kind, "model": client.model, "decoding": client.decoding}
@@ -517,6 +526,7 @@ def _usage_summary(totals: dict[str, int], new: dict[str, int], client: Client, 
     versions = sorted(set(previous.get("model_versions", [])) | stats.model_versions)
     return {
         "model": client.model, "kind": client.kind, "model_versions": versions,
+        "decoding": json.loads(json.dumps(client.decoding, default=str)),
         "tokens": totals, "tokens_uncached": new,
         "requests_sent": int(previous.get("requests_sent", 0)) + stats.requests,
         "cache_hits": int(previous.get("cache_hits", 0)) + stats.cache_hits,
@@ -562,7 +572,8 @@ def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: 
         client = make_client(settings.model, base_url=base_url, api_key_env=api_key_env,
                              temperature=settings.temperature, max_tokens=settings.max_tokens, top_p=settings.top_p,
                              seed=settings.seed, max_images=settings.max_images, timeout=retry.timeout,
-                             concurrency=concurrency, extra_body=settings.extra_body)
+                             concurrency=concurrency, extra_body=settings.extra_body,
+                             sampling_params=settings.sampling_params)
     needed = max((p.total_images for p in plans), default=0)
     if client.max_images < needed:
         raise ConfigError(f"{settings.model} is configured for at most {client.max_images} images per request; "

@@ -18,14 +18,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from cxrground.errors import ConfigError
+from cxrground.evaluation.percept.clients.decoding import SAMPLING_PARAMS, check_sampling_params
 from cxrground.llm import ClientError, Completion, PermanentError, TransientError
 from cxrground.registry import Registry
 
 if TYPE_CHECKING:
     from cxrground.evaluation.percept.conversation import Question
 
-__all__ = ["CLIENTS", "HARNESS_OPTIONS", "Client", "ClientError", "Completion", "PermanentError", "TransientError",
-           "make_client", "spec_forms"]
+__all__ = ["CLIENTS", "HARNESS_OPTIONS", "SAMPLING_PARAMS", "Client", "ClientError", "Completion", "PermanentError",
+           "TransientError", "check_sampling_params", "make_client", "spec_forms"]
 
 
 class Client(Protocol):
@@ -61,7 +62,8 @@ class Client(Protocol):
 #: Options the harness passes to every client (:func:`~cxrground.evaluation.percept.runner.run_eval`); each
 #: client uses those it needs. Any other option is refused by :data:`CLIENTS`.
 HARNESS_OPTIONS: Final[tuple[str, ...]] = ("base_url", "api_key_env", "temperature", "max_tokens", "top_p", "seed",
-                                           "max_images", "timeout", "concurrency", "extra_body")
+                                           "max_images", "timeout", "concurrency", "extra_body", "sampling_params")
+
 
 #: Model clients by spec prefix. Prefixed specs are ``prefix:NAME`` (the name goes to the factory as ``model``);
 #: the baselines take no name.

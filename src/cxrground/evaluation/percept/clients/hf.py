@@ -8,6 +8,15 @@ renders them. Generation runs in a worker thread, one request at a time (one mod
 the global random state is left as it was); ``max_tokens`` becomes ``max_new_tokens``. ``max_images`` (default 7)
 must cover the 7 images of an RR conversation; the runner refuses to start otherwise.
 
+``model.generate`` fills every setting it is not given from the model's ``generation_config.json`` (e.g.
+``repetition_penalty`` 1.05, ``top_k`` 1 of Qwen2.5-VL-based models). With ``sampling_params="explicit"`` (``auto``, the
+default, is explicit here) the client gives it :data:`EXPLICIT_GENERATION` (one beam, no repetition penalty or n-gram
+blocking; when sampling also top-p 1 or ``top_p``, no top-k, min-p or typical-p cut), so that only the run's settings
+apply; the token settings (EOS, padding, suppressed tokens) still come from the model. ``minimal`` passes only
+``max_new_tokens``, ``do_sample`` and, when sampling, ``temperature`` / ``top_p``, leaving the rest to the model's
+generation config (as the reference's Hulu-Med run did). :func:`generate_kwargs` maps ``decoding`` to the arguments
+of ``generate``.
+
 Families tested on tiny random models of their real classes with a 7-image RR conversation
 (``tests/test_percept_eval_hf_families.py``): LLaVA, Qwen2-VL and Qwen2.5-VL (image tokens follow each image's
 size), Gemma 3 and MedGemma (same architecture), Idefics3 and SmolVLM, InternVL in the transformers layout
@@ -31,13 +40,35 @@ import base64
 import io
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from cxrground.errors import ConfigError
+from cxrground.evaluation.percept.clients.decoding import resolve_sampling_params
 from cxrground.hf_offline import model_kwargs
 from cxrground.llm import Completion, PermanentError, model_fingerprint
 
-__all__ = ["HFClient", "load_processor", "to_hf_messages"]
+__all__ = ["EXPLICIT_GENERATION", "HFClient", "generate_kwargs", "load_processor", "to_hf_messages"]
+
+#: The generation settings of ``sampling_params="explicit"`` (recorded in ``decoding``): neutral values that keep
+#: the model's generation config from applying its own (transformers' names; ``top_k`` 0 = off).
+EXPLICIT_GENERATION: Final[dict[str, float | int]] = {"num_beams": 1, "repetition_penalty": 1.0,
+                                                      "no_repeat_ngram_size": 0, "top_p": 1.0, "top_k": 0,
+                                                      "min_p": 0.0, "typical_p": 1.0}
+#: Settings that apply to sampling only (given to ``generate`` only when sampling, as transformers expects).
+_SAMPLING_ONLY: Final[tuple[str, ...]] = ("top_p", "top_k", "min_p", "typical_p")
+_ALWAYS: Final[tuple[str, ...]] = ("num_beams", "repetition_penalty", "no_repeat_ngram_size")
+
+
+def generate_kwargs(decoding: dict[str, Any]) -> dict[str, Any]:
+    """The generation arguments of ``decoding``: ``max_new_tokens``, ``do_sample`` (temperature > 0), the settings
+    of :data:`EXPLICIT_GENERATION` it holds, and when sampling ``temperature`` and its sampling-only settings."""
+    temperature = float(decoding["temperature"])
+    kwargs: dict[str, Any] = {"max_new_tokens": int(decoding["max_tokens"]), "do_sample": temperature > 0}
+    kwargs.update({k: decoding[k] for k in _ALWAYS if k in decoding})
+    if temperature > 0:
+        kwargs["temperature"] = temperature
+        kwargs.update({k: decoding[k] for k in _SAMPLING_ONLY if k in decoding})
+    return kwargs
 
 
 def _decode_image(url: str) -> Any:
@@ -155,7 +186,9 @@ class HFClient:
     kind = "hf"
 
     def __init__(self, model_dir: str, *, temperature: float = 0.0, max_tokens: int = 8192,
-                 top_p: float | None = None, max_images: int = 7, device: str | None = None, **_: Any) -> None:
+                 top_p: float | None = None, max_images: int = 7, device: str | None = None,
+                 sampling_params: str = "auto", **_: Any) -> None:
+        sampling_params = resolve_sampling_params(sampling_params)
         if not Path(model_dir).is_dir():
             raise ConfigError(f"hf model folder not found: {model_dir}")
         if not (Path(model_dir) / "config.json").is_file():
@@ -163,6 +196,8 @@ class HFClient:
         self.model = str(model_dir)
         self.max_images = int(max_images)
         self.decoding: dict[str, Any] = {"temperature": float(temperature), "max_tokens": int(max_tokens)}
+        if sampling_params == "explicit":
+            self.decoding.update(EXPLICIT_GENERATION)
         if top_p is not None:
             self.decoding["top_p"] = float(top_p)
         self.device = device
@@ -212,14 +247,8 @@ class HFClient:
         inputs = processor.apply_chat_template(to_hf_messages(messages), add_generation_prompt=True, tokenize=True,
                                                return_dict=True, return_tensors="pt")
         inputs = inputs.to(model.device, dtype=model.dtype)  # floating tensors only: ids stay integers
-        temperature = self.decoding["temperature"]
-        kwargs: dict[str, Any] = {"max_new_tokens": self.decoding["max_tokens"], "do_sample": temperature > 0}
-        if temperature > 0:
-            kwargs["temperature"] = temperature
-            if "top_p" in self.decoding:
-                kwargs["top_p"] = self.decoding["top_p"]
         with torch.inference_mode():
-            out = model.generate(**inputs, **kwargs)
+            out = model.generate(**inputs, **generate_kwargs(self.decoding))
         n_in = int(inputs["input_ids"].shape[1])
         new = out[0, n_in:]
         text = processor.decode(new, skip_special_tokens=True)
