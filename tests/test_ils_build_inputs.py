@@ -1,6 +1,6 @@
 """A resumed ``ils build`` compares each study's inputs with those its unit was made from: an edited report or a
 replaced image is processed again, the input index survives a kill, units of older versions are kept and counted,
-and a build whose normative model was fitted on its own studies refuses a changed input set."""
+and a build whose normative model was fitted on its own studies refuses a change to the films that model read."""
 
 from __future__ import annotations
 
@@ -191,24 +191,39 @@ def test_units_without_a_fingerprint_are_kept_and_counted(cohort, tmp_path):
                                  "with --overwrite to check them"]
 
 
-def test_a_cohort_fitted_build_refuses_a_changed_input_set(cohort, tmp_path):
+def test_a_cohort_fitted_build_keeps_its_model_unless_the_films_it_read_change(cohort, tmp_path):
+    """A build whose normative model was fitted on its own studies: studies added, or changed outside the films the
+    model read, are processed with that model (a warning, the provenance and the card say so); a change to a study
+    whose film the model read, or its removal, is refused (``--overwrite`` builds afresh, as a fresh build)."""
+    tasks, _ = build_tasks(cohort / "files")
+    keys = [t.study_key for t in tasks]
+    for key in keys[:3]:  # three report-normal studies: the fit reads their films
+        _report(cohort, key).write_text(NORMAL_REPORT)
     out = tmp_path / "ils"
     first = _build(cohort, out, BackendSpec(), keys=(0, 1, 2))  # the default: normative model fitted on the build
     assert first.processed == 3 and (out / "normative_fitted.npz").is_file()
     assert len((out / "normative_fitted.inputs.jsonl").read_text().splitlines()) == 3
+    read = set(json.loads((out / "normative_fitted.json").read_text())["studies"])
+    assert read == set(keys[:3])
+
+    added = _build(cohort, out, BackendSpec())  # a fourth study, not among the films the model read
+    assert (added.processed, added.fit_inputs_since) == (1, {"added": 1, "removed": 0, "changed": 0})
+    assert any("1 study added, 0 removed and 0 changed since the normative model" in line
+               for line in input_lines(added))
+    assert json.loads((out / "provenance.json").read_text())["inputs_since_normative_fit"]["added"] == 1
+    assert "since the normative model was fitted on this build's studies: 1, 0 and 0" in (out / "card.md").read_text()
+
+    _report(cohort, keys[1]).write_text(NORMAL_REPORT.replace("No focal consolidation.", "Small left effusion."))
     with pytest.raises(ConfigError) as refused:
         _build(cohort, out, BackendSpec())
     message = str(refused.value)
-    assert str(out) in message and "1 study added, 0 removed, 0 changed" in message and "--overwrite" in message
-    with pytest.raises(ConfigError, match="0 studies added, 1 removed, 0 changed"):
-        _build(cohort, out, BackendSpec(), keys=(0, 1))
-    tasks, _ = build_tasks(cohort / "files")
-    _report(cohort, tasks[1].study_key).write_text(NORMAL_REPORT)
-    with pytest.raises(ConfigError, match="0 studies added, 0 removed, 1 changed"):
-        _build(cohort, out, BackendSpec(), keys=(0, 1, 2))
-    assert len(list((out / "units").glob("*.json"))) == 3  # a refusal leaves the build as it was
+    assert str(out) in message and "1 of the studies its normative model" in message and keys[1] in message
+    assert "--overwrite" in message
+    assert len(list((out / "units").glob("*.json"))) == 4  # a refusal leaves the build as it was
+    with pytest.raises(ConfigError, match="1 of the studies its normative model"):
+        _build(cohort, out, BackendSpec(), keys=(0, 2, 3))  # removed
     again = _build(cohort, out, BackendSpec(), overwrite=True)
-    assert (again.processed, again.skipped, again.inputs_changed) == (4, 0, 0)
+    assert (again.processed, again.skipped, again.inputs_changed, again.fit_inputs_since) == (4, 0, 0, None)
     fresh = tmp_path / "fresh"
     _build(cohort, fresh, BackendSpec())
     assert _outputs(out) == _outputs(fresh)

@@ -9,9 +9,9 @@ A resume also compares each study's inputs with those its unit was made from (th
 :func:`~cxrground.ils.tasks.input_fingerprint`: the report's sha256, the image file's size and modification
 time, the study's fields): a study whose report or image changed is processed again, its stale unit and masks
 removed first. The driver keeps ``OUT/unit_inputs.jsonl`` (:class:`InputIndex`), so that a resume reads one file
-rather than every unit. A build whose normative model was fitted on its own studies refuses a resume whose input
-set differs from the one the model was fitted on (``OUT/normative_fitted.inputs.jsonl``), since a fresh build
-would fit another model.
+rather than every unit. A build whose normative model was fitted on its own studies keeps it on a resume; it refuses
+one that changed or removed a study whose film the model read (``OUT/normative_fitted.inputs.jsonl`` against the
+model's sidecar), and counts other changes since the fit (a fresh build of those inputs may fit another model).
 
 The driver streams: the resume check, the scheduling and :func:`assemble` take the studies one at a time, the
 engines keep a bounded number in flight (:data:`~cxrground.ils.units.IN_FLIGHT_PER_WORKER` per worker), and the
@@ -54,6 +54,7 @@ from cxrground.anatomy.segment.pose_net import pose_reader_at, pose_reader_recor
 from cxrground.errors import ConfigError, Failure
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.card import (
+    FIT_INPUTS_KEY,
     REPROCESSED_KEY,
     REVIEW_FILE,
     DatasetCounts,
@@ -128,6 +129,9 @@ class BuildSummary:
     """Units written before units recorded their inputs: kept as they are (their inputs cannot be compared)."""
     predating_named: tuple[str, ...] = ()
     """The first :data:`NAMED_PREDATING` of them."""
+    fit_inputs_since: dict[str, int] | None = None
+    """Studies ``added``, ``removed``, ``changed`` since the build fitted its normative model on its own studies
+    (none of them among the films it read; the model is kept), None when none or no such model."""
 
 
 #: Studies named in the line about units that predate input fingerprints.
@@ -148,7 +152,7 @@ def input_lines(summary: BuildSummary) -> list[str]:
         units = "unit predates" if summary.predating_units == 1 else "units predate"
         lines.append(f"  warning: {summary.predating_units:,} {units} input fingerprints ({named}{more}); rebuild "
                      "with --overwrite to check them")
-    return lines
+    return lines + fit_input_lines(summary.fit_inputs_since)
 
 
 def _studies(n: int) -> str:
@@ -249,11 +253,31 @@ def _resolve(spec: BackendSpec, tasks: Sequence[StudyTask], out: Path, config: I
     return resolve_spec(spec, tasks, out, config, progress)
 
 
-def _fitted_change(counts: Mapping[str, int]) -> str:
-    """How a refused resume names an input set that changed since the build's normative model was fitted on it."""
-    return (f"inputs: {counts['added']:,} {_studies(counts['added'])} added, {counts['removed']:,} removed, "
-            f"{counts['changed']:,} changed since its normative model ({FITTED_FILE}) was fitted on its studies, so "
-            "a resume would not give what a fresh build of these inputs gives")
+def _fitted_films(out: Path) -> set[str]:
+    """The studies whose films the build's fitted normative model read (fitted on or trimmed), from its sidecar."""
+    try:
+        meta = json.loads((out / FITTED_FILE).with_suffix(".json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    trimmed = meta.get("trimmed") if isinstance(meta.get("trimmed"), dict) else {}
+    return {str(k) for k in [*(meta.get("studies") or []), *(trimmed.get("studies") or [])]}
+
+
+def _fitted_change(gone: Sequence[str]) -> str:
+    """How a refused resume names the studies the fitted normative model read that changed or were removed."""
+    named = ", ".join(sorted(gone)[:NAMED_PREDATING]) + (", …" if len(gone) > NAMED_PREDATING else "")
+    return (f"inputs: {len(gone):,} of the studies its normative model ({FITTED_FILE}) was fitted on changed or "
+            f"were removed ({named}), so that model no longer describes these inputs")
+
+
+def fit_input_lines(counts: Mapping[str, int] | None) -> list[str]:
+    """The warning that studies were added, removed or changed since the build fitted its normative model (none of
+    them among the films it read), or nothing."""
+    if not counts or not any(counts.values()):
+        return []
+    return [f"  warning: {counts['added']:,} {_studies(counts['added'])} added, {counts['removed']:,} removed and "
+            f"{counts['changed']:,} changed since the normative model was fitted on this build's studies (none of "
+            "its films): the build keeps that model; a fresh build of these inputs may fit another (--overwrite)"]
 
 
 def _remove_unit(dest: str | Path, key: str) -> None:
@@ -430,11 +454,13 @@ OUTPUT_FILES = (DATASET_FILE, "findings.jsonl", "masks.jsonl", "anatomy.jsonl", 
 def assemble(out: str | Path, tasks: Iterable[StudyTask], config: IlsConfig, spec: BackendSpec,
              scan_failures: Iterable[Failure], backend_provenance: dict[str, Any],
              truth_cohort: Path | None = None, view_table: Mapping[str, Any] | None = None,
-             split: Mapping[str, Any] | None = None, redone: Collection[str] = ()) -> dict[str, Any]:
+             split: Mapping[str, Any] | None = None, redone: Collection[str] = (),
+             fit_changes: Mapping[str, int] | None = None) -> dict[str, Any]:
     """Write the JSON, mask index, findings, anatomy, failures, provenance and card from the unit files
     (``view_table``: the view table the image choice used, :func:`~cxrground.datasets.views.view_table_record`;
     ``split``: where the splits came from, :func:`~cxrground.ils.tasks.split_record`; each None when unknown;
-    ``redone``: the studies processed again because their inputs changed, counted in the provenance and card).
+    ``redone``: the studies processed again because their inputs changed, counted in the provenance and card;
+    ``fit_changes``: studies added, removed, changed since a cohort normative model was fitted, recorded likewise).
 
     Streams: one unit is read, checked and written out at a time, and only counters stay in memory, so the
     driver's memory does not grow with the number of studies. ``out``: a local folder or an fsspec URL (the files
@@ -444,10 +470,10 @@ def assemble(out: str | Path, tasks: Iterable[StudyTask], config: IlsConfig, spe
     store = unit_store(str(out))
     if store.local:
         return _assemble(out, Path(store.root), tasks, config, spec, scan_failures, backend_provenance, truth_cohort,
-                         view_table, split, redone)
+                         view_table, split, redone, fit_changes)
     with tempfile.TemporaryDirectory(prefix="cxrground-assemble-") as tmp:
         result = _assemble(out, Path(tmp), tasks, config, spec, scan_failures, backend_provenance, None,
-                           view_table, split, redone)
+                           view_table, split, redone, fit_changes)
         for name in OUTPUT_FILES:
             store.put_file(Path(tmp) / name, name)
     return result
@@ -456,7 +482,8 @@ def assemble(out: str | Path, tasks: Iterable[StudyTask], config: IlsConfig, spe
 def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: IlsConfig, spec: BackendSpec,
               scan_failures: Iterable[Failure], backend_provenance: dict[str, Any],
               truth_cohort: Path | None, view_table: Mapping[str, Any] | None = None,
-              split: Mapping[str, Any] | None = None, redone: Collection[str] = ()) -> dict[str, Any]:
+              split: Mapping[str, Any] | None = None, redone: Collection[str] = (),
+              fit_changes: Mapping[str, int] | None = None) -> dict[str, Any]:
     """:func:`assemble`, the files written to the local folder ``stage`` (the output folder itself when local)."""
     store = unit_store(str(out))
     counts = DatasetCounts()
@@ -552,6 +579,8 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
     }
     if n_redone:
         provenance[REPROCESSED_KEY] = n_redone
+    if fit_changes and any(fit_changes.values()):
+        provenance[FIT_INPUTS_KEY] = dict(fit_changes)
     atomic_write_text(stage / "provenance.json", json.dumps(provenance, indent=2, sort_keys=True))
     extra: list[str] = []
     if truth_cohort is not None:
@@ -720,9 +749,11 @@ def build_dataset(
     :attr:`BuildSummary.inputs_changed` counts them, and the provenance and card count every study of the build so
     redone since it began. Units written before units recorded their inputs are kept and counted
     (:attr:`BuildSummary.predating_units`). Studies added since are processed; studies removed since are left out
-    of the dataset (their units stay). When the build fitted its normative model on its own studies, any added,
-    removed or changed study since the fit is a :class:`ConfigError` naming the counts (with ``overwrite``: a fresh
-    build), since a fresh build of these inputs would fit another model (a fitted model without its input set,
+    of the dataset (their units stay). When the build fitted its normative model on its own studies, a study whose
+    film the model read (fitted on or trimmed) that changed or was removed since the fit is a :class:`ConfigError`
+    naming it (with ``overwrite``: a fresh build); other studies added, removed or changed since are processed with
+    the kept model and counted (:attr:`BuildSummary.fit_inputs_since`, the provenance, the card), since a fresh
+    build of these inputs may fit another model (a fitted model without its input set,
     ``OUT/normative_fitted.inputs.jsonl``, from a version that did not keep it, is not checked). Cost: one pass
     over the studies with a fingerprint each (a stat and a report read; 16 at a time) and one read of
     ``OUT/unit_inputs.jsonl`` (:class:`InputIndex`); a unit is read only when the index has no entry for it.
@@ -786,8 +817,9 @@ def build_dataset(
     compare_fit = _fits_cohort_model(spec) and _fitted_ready(out / FITTED_FILE) and fitted_inputs.is_file()
     index = InputIndex(out / INPUTS_INDEX)
     survey = survey_inputs(tasks, dest, index, fitted_inputs if compare_fit else None)
-    if survey.fitted is not None and any(survey.fitted.values()):
-        _clear_build(out, stamp, overwrite, _fitted_change(survey.fitted), remote)
+    gone = sorted(set(survey.fitted_gone) & _fitted_films(out)) if survey.fitted is not None else []
+    if gone:
+        _clear_build(out, stamp, overwrite, _fitted_change(gone), remote)
         previous, index, survey = None, InputIndex(out / INPUTS_INDEX), InputSurvey()
     # once, before the workers: e.g. the cohort normative model
     run_spec = _resolve(spec, tasks, out, config, progress)
@@ -815,10 +847,12 @@ def build_dataset(
                                    ray_address=ray_address, index=index)
     _upload_state(out, remote, (INPUTS_INDEX,))
     result = assemble(dest, tasks, config, spec, scan_failures, backend_provenance(run_spec),
-                      Path(truth_cohort) if truth_cohort is not None else None, view_table, split, index.changed)
+                      Path(truth_cohort) if truth_cohort is not None else None, view_table, split, index.changed,
+                      survey.fitted)
     return BuildSummary(str(dest), processed, skipped, result["studies"], result["pairs"], result["failures"],
                         round(time.perf_counter() - started, 2), result["blind_choices"], result["pose_warnings"],
-                        len(survey.changed), len(survey.predating), tuple(survey.predating[:NAMED_PREDATING]))
+                        len(survey.changed), len(survey.predating), tuple(survey.predating[:NAMED_PREDATING]),
+                        dict(survey.fitted) if survey.fitted and any(survey.fitted.values()) else None)
 
 
 def _upload_state(out: Path, remote: Store | None, names: Sequence[str] = _STATE_FILES) -> None:

@@ -17,6 +17,7 @@ from cxrground.vocab.traits import lives_in
 __all__ = [
     "ADDENDUM_LISTED",
     "COUNT_COLUMNS",
+    "FIT_INPUTS_KEY",
     "REPROCESSED_KEY",
     "REVIEW_FILE",
     "DatasetCounts",
@@ -38,6 +39,9 @@ REVIEW_FILE = "review.json"
 #: The provenance field counting the studies a resumed build processed again because their report or image had
 #: changed since their unit was built (absent when none was).
 REPROCESSED_KEY = "studies_reprocessed_for_changed_inputs"
+#: The provenance field counting the studies added, removed and changed since the build fitted its normative model
+#: on its own studies (none of them among the films the model read; absent when none).
+FIT_INPUTS_KEY = "inputs_since_normative_fit"
 _REVIEW_HEADING = "## Review status"
 
 COUNT_COLUMNS = ("#IA", "basic pos", "basic neg", "global pos", "global neg", "LI pos", "LI neg")
@@ -196,6 +200,12 @@ def render_card(
     reprocessed = provenance.get(REPROCESSED_KEY)
     if reprocessed:
         lines += [_reprocessed_line(reprocessed), ""]
+    since_fit = provenance.get(FIT_INPUTS_KEY)
+    if isinstance(since_fit, Mapping) and any(since_fit.values()):
+        lines += [f"Studies added, removed and changed since the normative model was fitted on this build's studies: "
+                  f"{since_fit.get('added', 0):,}, {since_fit.get('removed', 0):,} and {since_fit.get('changed', 0):,}"
+                  " (none of them among the films it read). The build kept that model; a fresh build of these "
+                  "inputs may fit another.", ""]
     n_studies = {s: counts.studies.get(s, 0) for s in ("train", "val", "test")}
     lines += ["## Splits", "", "| split | studies | pairs | positives | negatives |", "|---|---|---|---|---|"]
     for split, n in n_studies.items():

@@ -131,6 +131,8 @@ class InputSurvey:
     """Index entries read from units that had none."""
     fitted: Counter | None = None
     """``added``, ``removed``, ``changed`` studies against the input set of the fitted model (None: not compared)."""
+    fitted_gone: list[str] = field(default_factory=list)
+    """The studies of the fitted model's input set that changed or were removed since."""
 
 
 def survey_inputs(tasks: Iterable[StudyTask], dest: str | Path, index: InputIndex, fitted_inputs: Path | None
@@ -176,14 +178,19 @@ def survey_inputs(tasks: Iterable[StudyTask], dest: str | Path, index: InputInde
             continue
         while then is not None and then[0] < key:
             survey.fitted["removed"] += 1
+            survey.fitted_gone.append(then[0])
             then = next(fitted, None)
         if then is not None and then[0] == key:
-            survey.fitted["changed"] += then[1] != inputs
+            if then[1] != inputs:
+                survey.fitted["changed"] += 1
+                survey.fitted_gone.append(key)
             then = next(fitted, None)
         else:
             survey.fitted["added"] += 1
     if survey.fitted is not None:
-        survey.fitted["removed"] += (then is not None) + sum(1 for _ in fitted)
+        rest = ([then[0]] if then is not None else []) + [k for k, _ in fitted]
+        survey.fitted["removed"] += len(rest)
+        survey.fitted_gone += rest
     return survey
 
 
