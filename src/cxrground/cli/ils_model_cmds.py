@@ -1,4 +1,5 @@
-"""``cxrground ils train | predict | evaluate | convert-lisa``: ILS models, their predictions and scores (§15).
+"""``cxrground ils train | predict | evaluate | convert-lisa | export-lisa``: ILS models, their predictions and
+scores (§15).
 
 The commands attach themselves to the ``ils`` group of :mod:`cxrground.cli.ils_cmds`. Backends come from
 :data:`cxrground.models.base.MODELS`; ``torch``/``transformers`` are imported only when a command runs.
@@ -27,6 +28,7 @@ from cxrground.cli.ils_cmds import ils
 from cxrground.errors import OptionValueError
 from cxrground.evaluation.ils.request import EvaluateRequest
 from cxrground.models.base import MODELS
+from cxrground.models.lisa.export import ExportRequest, export_request
 from cxrground.models.lisa.request import ConvertRequest, convert_request
 from cxrground.models.predict import PredictRequest, predict_request
 
@@ -79,6 +81,15 @@ def predict_cmd(request: PredictRequest, quiet: bool) -> None:
 def convert_lisa(request: ConvertRequest) -> None:
     """Map every weight of a released LISA/ROSALIA checkpoint onto the cxrground LISA model and save it."""
     click.echo(f"wrote {convert_request(request)}")
+
+
+@ils.command("export-lisa")
+@threads_option
+@request_options(ExportRequest)
+def export_lisa(request: ExportRequest) -> None:
+    """Write a cxrground LISA checkpoint in the released LISA/ROSALIA layout (the reverse of convert-lisa), for the
+    reference code's LISAForCausalLM.from_pretrained."""
+    click.echo(f"wrote {export_request(request, log=note)}")
 
 
 @ils.command("evaluate")

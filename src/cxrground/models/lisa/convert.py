@@ -32,6 +32,8 @@ tables, global-attention layers, canvas size); the mask decoder keeps SAM's 8 he
 elements of the source folder's tensors; a bf16 release stays bf16, about 15 GB for 7B instead of 30 GB in
 fp32); parts filled from ``sam``/``clip`` are cast to it. ``dtype`` overrides (``float32``, ``bfloat16``,
 ``float16``). The tokenizer may be only ``tokenizer.model`` (slow LLaMA SentencePiece, :func:`.text.load_tokenizer`).
+
+The way back (a cxrground LISA checkpoint → the released layout) is :mod:`.export`.
 """
 
 from __future__ import annotations
@@ -337,6 +339,8 @@ def convert_released(source: Path, out: Path, *, sam: Path | None = None, clip: 
     """Write a cxrground LISA checkpoint folder converted from a released-layout folder; returns ``out``.
 
     The weights are written in the source's dtype unless ``dtype`` names another (:data:`DTYPES`).
+    ``checkpoint.json`` records the source's ``config.json`` as ``conversion.released_config`` (read back by
+    :func:`cxrground.models.lisa.export.export_released`, the way back to the released layout).
     """
     from cxrground.models.lisa.checkpoint import save_checkpoint
     from cxrground.models.lisa.config import LisaConfig
@@ -346,8 +350,9 @@ def convert_released(source: Path, out: Path, *, sam: Path | None = None, clip: 
     config = LisaConfig(base_model=str(source), sam_checkpoint=str(sam) if sam else None,
                         clip=str(clip) if clip else None, sam_image_size=model.sam_size,
                         mm_vision_select_layer=report["select_layer"])
+    released_config = json.loads((Path(source) / "config.json").read_text(encoding="utf-8"))
     info = {"arch": report["arch"], "config": config.to_dict(), "select_layer": report["select_layer"],
             "dataset_hash": None, "seed": None, "step": 0,
-            "conversion": {k: report[k] for k in ("source", "mapped", "ignored", "filled_from", "left_initialised",
-                                                  "dtype")}}
+            "conversion": {**{k: report[k] for k in ("source", "mapped", "ignored", "filled_from", "left_initialised",
+                                                     "dtype")}, "released_config": released_config}}
     return save_checkpoint(Path(out), model, tok, info)
