@@ -19,6 +19,8 @@ from cxrground.ils.config import IlsConfig
 from cxrground.ils.tasks import build_tasks
 
 SPEC = BackendSpec(synthesizer="pseudo-normal")
+#: The default normative synthesizer, fitted on as few normal films as these tiny cohorts hold.
+FITTED = BackendSpec(synthesizer="normative", synthesizer_kwargs={"min_normals": "2"})
 #: What a fresh build and a resumed one must agree on.
 COMPARED = (DATASET_FILE, "masks.jsonl", "findings.jsonl", "anatomy.jsonl", "failures.jsonl")
 #: The study whose report the tests edit (its report names an opacity and cardiomegaly) and the new report.
@@ -200,13 +202,14 @@ def test_a_cohort_fitted_build_keeps_its_model_unless_the_films_it_read_change(c
     for key in keys[:3]:  # three report-normal studies: the fit reads their films
         _report(cohort, key).write_text(NORMAL_REPORT)
     out = tmp_path / "ils"
-    first = _build(cohort, out, BackendSpec(), keys=(0, 1, 2))  # the default: normative model fitted on the build
+    first = _build(cohort, out, FITTED, keys=(0, 1, 2))  # the default: normative model fitted on the build
     assert first.processed == 3 and (out / "normative_fitted.npz").is_file()
     assert len((out / "normative_fitted.inputs.jsonl").read_text().splitlines()) == 3
-    read = set(json.loads((out / "normative_fitted.json").read_text())["studies"])
-    assert read == set(keys[:3])
+    meta = json.loads((out / "normative_fitted.json").read_text())
+    assert meta["source"].startswith("cohort")
+    assert set(meta["studies"]) | set(meta["trimmed"]["studies"]) == set(keys[:3])
 
-    added = _build(cohort, out, BackendSpec())  # a fourth study, not among the films the model read
+    added = _build(cohort, out, FITTED)  # a fourth study, not among the films the model read
     assert (added.processed, added.fit_inputs_since) == (1, {"added": 1, "removed": 0, "changed": 0})
     assert any("1 study added, 0 removed and 0 changed since the normative model" in line
                for line in input_lines(added))
@@ -215,17 +218,33 @@ def test_a_cohort_fitted_build_keeps_its_model_unless_the_films_it_read_change(c
 
     _report(cohort, keys[1]).write_text(NORMAL_REPORT.replace("No focal consolidation.", "Small left effusion."))
     with pytest.raises(ConfigError) as refused:
-        _build(cohort, out, BackendSpec())
+        _build(cohort, out, FITTED)
     message = str(refused.value)
     assert str(out) in message and "1 of the studies its normative model" in message and keys[1] in message
     assert "--overwrite" in message
     assert len(list((out / "units").glob("*.json"))) == 4  # a refusal leaves the build as it was
     with pytest.raises(ConfigError, match="1 of the studies its normative model"):
-        _build(cohort, out, BackendSpec(), keys=(0, 2, 3))  # removed
-    again = _build(cohort, out, BackendSpec(), overwrite=True)
+        _build(cohort, out, FITTED, keys=(0, 2, 3))  # removed
+    again = _build(cohort, out, FITTED, overwrite=True)
     assert (again.processed, again.skipped, again.inputs_changed, again.fit_inputs_since) == (4, 0, 0, None)
     fresh = tmp_path / "fresh"
-    _build(cohort, fresh, BackendSpec())
+    _build(cohort, fresh, FITTED)
     assert _outputs(out) == _outputs(fresh)
     assert (out / "normative_fitted.npz").read_bytes() == (fresh / "normative_fitted.npz").read_bytes()
-    assert _build(cohort, out, BackendSpec()).processed == 0  # the same inputs resume
+    assert _build(cohort, out, FITTED).processed == 0  # the same inputs resume
+
+
+def test_a_build_on_the_shipped_fallback_model_is_not_refused_for_an_edited_film(cohort, tmp_path):
+    """Too few normal films: the shipped normative model is used, which no film of the build shaped, so an edit to
+    one of the films it read is processed again (and counted), not refused."""
+    tasks, _ = build_tasks(cohort / "files")
+    keys = [t.study_key for t in tasks]
+    _report(cohort, keys[0]).write_text(NORMAL_REPORT)
+    out = tmp_path / "ils"
+    _build(cohort, out, BackendSpec(), keys=(0, 1, 2))
+    meta = json.loads((out / "normative_fitted.json").read_text())
+    assert meta["source"].startswith("shipped") and keys[0] in meta["studies"]
+    _report(cohort, keys[0]).write_text(NORMAL_REPORT.replace("No focal consolidation.", "Small left effusion."))
+    again = _build(cohort, out, BackendSpec(), keys=(0, 1, 2))
+    assert (again.processed, again.inputs_changed) == (1, 1)
+    assert again.fit_inputs_since == {"added": 0, "removed": 0, "changed": 1}

@@ -214,8 +214,13 @@ def test_each_inverse_rule_is_needed(trip, monkeypatch):
 
 
 def test_refusals(trip, tmp_path):
-    with pytest.raises(InputError, match="already holds weights"):
+    with pytest.raises(InputError, match="not empty"):
         export_released(trip["first"], trip["exported"])
+    stale = tmp_path / "stale"
+    stale.mkdir()
+    (stale / "tokenizer.model").write_bytes(b"another model's tokenizer")
+    with pytest.raises(InputError, match=r"not empty.*tokenizer\.model"):
+        export_released(trip["first"], stale)
     with pytest.raises(ConfigError, match="dtype"):
         export_released(trip["first"], tmp_path / "a", dtype="int8")
     with pytest.raises(ConfigError, match="max_shard_size"):

@@ -414,6 +414,9 @@ def test_auto_sampling_params_are_minimal_for_hosted_apis_only():
     assert resolve_sampling_params("auto", "https://myres.openai.azure.com/openai/v1") == "minimal"
     assert resolve_sampling_params("auto", "https://generativelanguage.googleapis.com/v1beta/openai") == "minimal"
     assert resolve_sampling_params("auto", "https://notapi.openai.com.example.org/v1") == "explicit"
+    assert resolve_sampling_params("auto", "https://api.openai.com./v1") == "minimal"
+    assert resolve_sampling_params("auto", "https://res.cognitiveservices.azure.com/openai/v1") == "minimal"
+    assert resolve_sampling_params("auto", "https://us-central1-aiplatform.googleapis.com/v1/projects/p") == "minimal"
     assert resolve_sampling_params("auto") == "explicit"
     assert resolve_sampling_params("explicit", "https://api.openai.com/v1") == "explicit"
     with pytest.raises(ConfigError, match="sampling-params"):

@@ -140,9 +140,26 @@ def test_too_few_readable_films_is_a_usage_error_naming_the_folder(phantoms, tmp
     code, output = _train("--images", str(films), "--out", str(out))
     assert code == 2, output
     assert "Usage:" in output and str(films) in output and "12 readable frontal films" in output
-    assert "20 at least" in output
+    assert "20 at least" in output and "3 left out" in output
     assert not out.with_suffix(".safetensors").exists()
-    assert {Path(f["path"]).name for f in _failures(out)} == {"broken.png", "empty.jpg", "tiny.png"}
+    # a refused run writes nothing: an earlier run's files in OUT stay as they were
+    assert not out.with_name("pose.failures.jsonl").exists()
+
+
+def test_out_below_a_file_is_refused_before_any_film_is_read(phantoms, tmp_path):
+    films = _folder(tmp_path / "films", phantoms, 24)
+    (tmp_path / "afile").write_text("x")
+    code, output = _train("--images", str(films), "--out", str(tmp_path / "afile" / "sub" / "pose"))
+    assert code == 2 and "is a file, not a folder" in output and "Traceback" not in output, output
+
+
+def test_a_dotted_weights_name_is_its_own_model(phantoms, tmp_path):
+    """``--out w/pose.a`` and ``w/pose.b`` are two models, and each loads as itself."""
+    from cxrground.io.files import model_paths
+
+    assert model_paths("w/pose.v2.safetensors") == (Path("w/pose.v2.safetensors"), Path("w/pose.v2.json"))
+    assert model_paths("w/pose.v2") == (Path("w/pose.v2.safetensors"), Path("w/pose.v2.json"))
+    assert model_paths("w/pose.failures.jsonl")[0] == Path("w/pose.failures.jsonl.safetensors")
 
 
 def test_metadata_keeps_frontal_films_and_splits_by_patient(phantoms, tmp_path):

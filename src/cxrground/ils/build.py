@@ -254,11 +254,14 @@ def _resolve(spec: BackendSpec, tasks: Sequence[StudyTask], out: Path, config: I
 
 
 def _fitted_films(out: Path) -> set[str]:
-    """The studies whose films the build's fitted normative model read (fitted on or trimmed), from its sidecar."""
+    """The studies whose films the build's fitted normative model read (fitted on or trimmed), from its sidecar; none
+    when too few normal films fell back to the shipped model."""
     try:
         meta = json.loads((out / FITTED_FILE).with_suffix(".json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return set()
+    if str(meta.get("source", "")).startswith("shipped"):
+        return set()  # too few normal films: the shipped model, which no film of the build shaped, was used
     trimmed = meta.get("trimmed") if isinstance(meta.get("trimmed"), dict) else {}
     return {str(k) for k in [*(meta.get("studies") or []), *(trimmed.get("studies") or [])]}
 

@@ -132,7 +132,8 @@ def read_native_mask(path: str | Path, shape: tuple[int, int], released_size: in
     except MaskShapeError as exc:
         side = released_size or RELEASED_SIZE
         if exc.got != (side, side):
-            raise
+            raise MaskShapeError(shape, exc.got, f"mask (native size, or {side}x{side} in the released frame)",
+                                 path) from exc
         return to_native(read_mask_png(path), shape)
 
 

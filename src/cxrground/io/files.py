@@ -215,11 +215,15 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def model_paths(path: str | Path) -> tuple[Path, Path]:
-    """The two files of a model, ``NAME.safetensors`` and its sidecar ``NAME.json``, from either or the stem."""
-    p = Path(path)
-    if p.suffix in (".safetensors", ".json"):
-        p = p.with_suffix("")
-    return p.with_suffix(".safetensors"), p.with_suffix(".json")
+    """The two files of a model, ``NAME.safetensors`` and its sidecar ``NAME.json``, from either or the stem ``NAME``
+    (only those two suffixes are taken off: ``pose.v2.safetensors`` is ``pose.v2``, and ``pose.failures.jsonl`` names
+    ``pose.failures.jsonl.safetensors``, which is no model of it)."""
+    text = str(path)
+    for suffix in (".safetensors", ".json"):
+        if text.endswith(suffix):
+            text = text[: -len(suffix)]
+            break
+    return Path(text + ".safetensors"), Path(text + ".json")
 
 
 def read_model_sidecar(path: str | Path, fmt: str, what: str = "model") -> dict[str, Any]:

@@ -529,18 +529,21 @@ def train_from_folder(images: str | Path, out: str | Path, recipe: PoseRecipe | 
     weights_path, json_path = model_paths(out)
     stem = weights_path.with_suffix("")
     failures_path = stem.with_name(stem.name + ".failures.jsonl")
+    for folder in (weights_path.parent, *weights_path.parent.parents):
+        if folder.exists() and not folder.is_dir():
+            raise OptionError(f"--out {out}: {folder} is a file, not a folder")
     if screen is not None:
         screen.load()  # weights that cannot be read stop the run before any film is read
     got = read_folder_films(images, table, screen, max_films, recipe.seed, progress)
-    failures_path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(failures_path, "".join(json.dumps(asdict(f)) + "\n" for f in got.failures))
     why = ", ".join(f"{n} {k}" for k, n in sorted(got.left_out.items()))
     say(f"films: {got.found} found under {images}, {len(got.films)} used"
         + (f" (at most {max_films}, tried in a seeded order)" if max_films is not None else "")
         + (f", {len(got.failures)} left out ({why}; listed in {failures_path})" if got.failures else ""))
     if len(got.films) < MIN_FOLDER_FILMS:
-        raise OptionError(f"{images} holds {len(got.films)} readable frontal films; training the pose reader needs "
-                          f"{MIN_FOLDER_FILMS} at least ({len(got.failures)} left out, listed in {failures_path})")
+        raise OptionError(f"{images}: {len(got.films)} readable frontal films used"
+                          + (f" (--max-films {max_films})" if max_films is not None else "")
+                          + f"; training the pose reader needs {MIN_FOLDER_FILMS} at least"
+                          + (f" ({len(got.failures)} left out: {why})" if got.failures else ""))
 
     names = [n for n, _ in got.films]
     by_patient = table is not None and table.patient_column is not None
@@ -590,6 +593,8 @@ def train_from_folder(images: str | Path, out: str | Path, recipe: PoseRecipe | 
     train_films = [(n, pixels[n]) for n in data["train_images"]]
     if not train_films:
         raise OptionError(f"{images}: no training film left after the split and the screening")
+    failures_path.parent.mkdir(parents=True, exist_ok=True)  # written once training goes ahead, beside its weights
+    atomic_write_text(failures_path, "".join(json.dumps(asdict(f)) + "\n" for f in got.failures))
     record = train_pose_net(train_films, out, recipe, sidecar={"data": data}, progress=progress)
 
     reader = PoseReader(weights_path, threads=recipe.threads)

@@ -272,5 +272,7 @@ def pose_reader_record(reader: PoseReader | None = None) -> dict[str, Any]:
     """Name and sha256 of a pose reader's weights (default: the shipped one), from its sidecar."""
     reader = reader or shipped_pose_reader()
     meta = read_pose_sidecar(reader.path)
+    shipped = meta.get("sha256") == read_pose_sidecar(shipped_pose_reader().path).get("sha256")
     return {"name": meta.get("name"), "sha256": meta.get("sha256"),
-            "validation": "bench/records/pose_net_preregistration.md"}
+            "validation": "bench/records/pose_net_preregistration.md" if shipped
+            else "the held-out check in the weights' sidecar (data.heldout_check), when trained on your films"}

@@ -136,9 +136,8 @@ TOKENIZER_FILES: Final[tuple[str, ...]] = ("tokenizer.model", "tokenizer.json", 
                                            "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt",
                                            "chat_template.jinja", "chat_template.json")
 
-#: Files of the released weights (an output folder holding any of them is refused).
+#: The index of the released weights' shards.
 INDEX_FILE: Final[str] = "model.safetensors.index.json"
-_WEIGHT_GLOBS: Final[tuple[str, ...]] = ("*.safetensors", "*.bin", "*.index.json", "checkpoint.json")
 _BYTES: Final[dict[str, int]] = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8,
                                  "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 _UNITS: Final[dict[str, int]] = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -361,9 +360,11 @@ def export_released(checkpoint_dir: Path, out_dir: Path, *, dtype: str | torch.d
     if out.exists():
         if out.resolve() == checkpoint.resolve():
             raise InputError("the export must go to another folder than the checkpoint", out)
-        taken = sorted(p.name for g in _WEIGHT_GLOBS for p in out.glob(g))
+        taken = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
         if taken:
-            raise InputError(f"folder already holds weights ({taken[:4]}): export into a new or empty folder", out)
+            raise InputError(f"folder is not empty ({', '.join(taken[:4])}{', …' if len(taken) > 4 else ''}): "
+                             "export into a new or empty folder (a file left from another model, such as a "
+                             "tokenizer.model, would be read with this one)", out)
     release, found, filled_from = _recorded_release(info)
     _clip_name(vision_tower, release)
     tok = load_tokenizer(checkpoint)

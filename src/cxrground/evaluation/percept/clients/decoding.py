@@ -16,9 +16,14 @@ __all__ = ["HOSTED_APIS", "SAMPLING_PARAMS", "check_sampling_params", "resolve_s
 #: clients use it; the others have no decoding.
 SAMPLING_PARAMS: Final[tuple[str, ...]] = ("auto", "explicit", "minimal")
 
-#: Hosts of hosted APIs that take the OpenAI request but not vLLM's sampling parameters (a host ending so).
-HOSTED_APIS: Final[tuple[str, ...]] = ("api.openai.com", ".openai.azure.com", "generativelanguage.googleapis.com",
-                                       "api.anthropic.com", "api.mistral.ai", "api.x.ai", "openrouter.ai")
+#: Hosts of hosted APIs that take the OpenAI request but not vLLM's sampling parameters: the host itself and its
+#: subdomains, or, for an entry starting with "." or "-", any host ending so (Vertex AI's regional hosts).
+HOSTED_APIS: Final[tuple[str, ...]] = ("api.openai.com", ".openai.azure.com", ".cognitiveservices.azure.com",
+                                       ".services.ai.azure.com", ".inference.ai.azure.com",
+                                       "generativelanguage.googleapis.com", "aiplatform.googleapis.com",
+                                       "-aiplatform.googleapis.com",
+                                       "api.anthropic.com", "api.mistral.ai", "api.x.ai", "openrouter.ai",
+                                       "api.together.xyz", "api.groq.com", "api.deepseek.com")
 
 
 def check_sampling_params(value: str) -> str:
@@ -36,6 +41,6 @@ def resolve_sampling_params(value: str, base_url: str | None = None) -> str:
     check_sampling_params(value)
     if value != "auto":
         return value
-    host = (urlsplit(base_url).hostname or "").lower() if base_url else ""
-    hosted = any(host == h.lstrip(".") or host.endswith(h if h.startswith(".") else "." + h) for h in HOSTED_APIS)
+    host = (urlsplit(base_url).hostname or "").lower().rstrip(".") if base_url else ""
+    hosted = any(host.endswith(h) if h[0] in ".-" else host == h or host.endswith("." + h) for h in HOSTED_APIS)
     return "minimal" if hosted else "explicit"
