@@ -10,18 +10,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from cxrground.cli import main  # noqa: E402
-from cxrground.datasets.synthetic import write_cohort  # noqa: E402
-from cxrground.datasets.synthetic.config import SynthConfig  # noqa: E402
 from cxrground.errors import ConfigError, InputError  # noqa: E402
 from cxrground.ils.layout import DATASET_FILE  # noqa: E402
 from cxrground.models.lisa.training import RESUME_FILE, load_samples, train  # noqa: E402
+from ils_helpers import tiny_ils  # noqa: E402
 
 TINY = {"tiny": "true", "max_steps": "1", "batch_size": "4", "micro_batch_size": "2", "max_length": "512",
         "threads": "1"}
@@ -30,12 +27,7 @@ TINY = {"tiny": "true", "max_steps": "1", "batch_size": "4", "micro_batch_size":
 @pytest.fixture(scope="module")
 def ils(tmp_path_factory) -> Path:
     """A 6-study cohort (5 train studies, 1 test study) and its ILS dataset."""
-    root = tmp_path_factory.mktemp("lisa-failures")
-    write_cohort(root / "cohort", 6, seed=0, config=SynthConfig(width=128), progress=False)
-    result = CliRunner().invoke(main, ["ils", "build", "--images", str(root / "cohort" / "files"), "--out",
-                                       str(root / "ils"), "--quiet", "--seed", "0", "--synthesizer", "pseudo-normal"])
-    assert result.exit_code == 0, result.output
-    return root
+    return tiny_ils(tmp_path_factory.mktemp("lisa-failures"), 6)
 
 
 def _studies(ils: Path, split: str) -> list[tuple[str, int]]:

@@ -9,16 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from PIL import Image
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from cxrground.cli import main  # noqa: E402
-from cxrground.datasets.synthetic import write_cohort  # noqa: E402
-from cxrground.datasets.synthetic.config import SynthConfig  # noqa: E402
 from cxrground.models.lisa.checkpoint import WEIGHTS_FILE  # noqa: E402
 from cxrground.models.lisa.config import LisaConfig  # noqa: E402
 from cxrground.models.lisa.infer import model_inputs  # noqa: E402
@@ -35,6 +31,7 @@ from cxrground.models.lisa.preprocess import (  # noqa: E402
 )
 from cxrground.models.lisa.text import encode, seg_token_id, tiny_tokenizer  # noqa: E402
 from cxrground.models.losses import dice_loss, sigmoid_bce  # noqa: E402
+from ils_helpers import tiny_ils  # noqa: E402
 
 POS = ("Segment the edema in the right lung.", "[SEG]")
 NEG = ("Segment the edema.", "[SEG] There is no edema.")
@@ -125,12 +122,7 @@ def test_float32_and_deepspeed_precision_is_one_dtype(tok):
 @pytest.fixture(scope="module")
 def ils(tmp_path_factory) -> Path:
     """A 4-study cohort and its ILS dataset."""
-    root = tmp_path_factory.mktemp("lisa-fidelity")
-    write_cohort(root / "cohort", 4, seed=0, config=SynthConfig(width=128), progress=False)
-    result = CliRunner().invoke(main, ["ils", "build", "--images", str(root / "cohort" / "files"), "--out",
-                                       str(root / "ils"), "--quiet", "--seed", "0", "--synthesizer", "pseudo-normal"])
-    assert result.exit_code == 0, result.output
-    return root
+    return tiny_ils(tmp_path_factory.mktemp("lisa-fidelity"), 4)
 
 
 def _train(ils: Path, out: Path, **overrides):
