@@ -326,7 +326,8 @@ def view_lines(views: Mapping[str, int], blind: int, view_table: Mapping[str, An
     lines = ["## Image views", "",
              "One image per study: PA first, then AP, then an image of unknown view, a lateral or other view last "
              f"(ties: the lexicographically first `dicom_id`). View table: {source}. Views of the chosen images: "
-             f"{counts}. A study whose image is not PA or AP is rejected (\"Studies not in the dataset\").", ""]
+             f"{counts}. A study whose image is recorded as another view than PA or AP is rejected (\"Studies not in "
+             "the dataset\"); one whose view is unknown is kept as frontal.", ""]
     if blind:
         lines += [f"**{blind:,} studies offered several images and no view for them**, so their image was the first "
                   "`dicom_id`, which can be a lateral film read as frontal (about half of the MIMIC-CXR studies hold "
