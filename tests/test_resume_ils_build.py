@@ -76,3 +76,18 @@ def test_units_do_not_depend_on_the_output_folder_and_failure_paths_are_absolute
     _build((tasks[:1], [Failure("rel/img.jpg", "scan", "unreadable", "InputError")]), "rel")
     lines = [json.loads(line) for line in (tmp_path / "rel" / "failures.jsonl").read_text().splitlines()]
     assert [f["path"] for f in lines] == [str(tmp_path / "rel" / "img.jpg")]
+
+
+def test_a_refusal_for_other_options_names_them(tiny_ils_tasks, tmp_path):
+    """A resume with other options is refused naming each option that differs, not only the hashes."""
+    tasks, failures = tiny_ils_tasks
+    out = tmp_path / "ils"
+    _build((tasks[:1], failures), out)
+    other = IlsConfig(seed=0, negative_check="zone_prior_v1", ctr_negative_max=0.5)
+    with pytest.raises(ConfigError) as refused:
+        build_dataset(tasks, out, other, SPEC, scan_failures=failures, progress=False)
+    message = str(refused.value)
+    assert "options (config hash)" in message
+    assert "negative_check none then, zone_prior_v1 now" in message and "ctr_negative_max 0.45 then, 0.5 now" in message
+    with pytest.raises(ConfigError, match="synthesizer pseudo-normal then, normative now"):
+        build_dataset(tasks, out, IlsConfig(seed=0), BackendSpec(), scan_failures=failures, progress=False)

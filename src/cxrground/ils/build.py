@@ -653,6 +653,38 @@ def _setting_value(key: str, settings: Mapping[str, Any]) -> str:
     return _SETTING_DEFAULTS.get(key, "none") if value is None else str(value)
 
 
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a.b": leaf}`` of a nested JSON object."""
+    if not isinstance(value, Mapping):
+        return {prefix: value}
+    out: dict[str, Any] = {}
+    for key, sub in value.items():
+        out.update(_flat(sub, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+#: Options named in a refusal before it says "and N more".
+NAMED_OPTIONS = 6
+
+
+def _option_changes(out: Path, key: str, now: Mapping[str, Any]) -> str:
+    """Which options differ from those of the build in ``out`` (its ``provenance.json`` field ``key``:
+    ``config`` or ``backend_spec``), e.g. ``: negative_check none then, zone_prior_v1 now``; empty when the
+    previous build left no provenance to compare with."""
+    try:
+        before = json.loads((out / "provenance.json").read_text(encoding="utf-8")).get(key)
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if not isinstance(before, Mapping):
+        return ""
+    then, current = _flat(before), _flat(json.loads(json.dumps(now)))
+    diff = [k for k in sorted(set(then) | set(current)) if then.get(k) != current.get(k)]
+    if not diff:
+        return ""
+    named = ", ".join(f"{k} {then.get(k, 'unset')} then, {current.get(k, 'unset')} now" for k in diff[:NAMED_OPTIONS])
+    return f" ({named}{f', and {len(diff) - NAMED_OPTIONS} more' if len(diff) > NAMED_OPTIONS else ''})"
+
+
 def _remove_stale_temporaries(out: Path) -> None:
     """Remove what killed runs left in ``out``: atomic-write temporaries ``.{name}.{pid}.tmp`` (units, masks, the
     assembled files) and assembly folders ``.assemble.{pid}``, of processes that are gone."""
@@ -811,9 +843,11 @@ def build_dataset(
     compared = set(settings) | (set(_OPTIONAL_SETTINGS) & set(previous or {}))
     changed = [k for k in sorted(compared) if (previous or {}).get(k) != settings.get(k)]
     if previous is not None and changed:
+        detail = {"config_hash": lambda: _option_changes(out, "config", config.to_dict()),
+                  "spec_hash": lambda: _option_changes(out, "backend_spec", spec.to_dict())}
         _clear_build(out, stamp, overwrite, "settings: " + ", ".join(
             f"{_SETTING_NAMES.get(k, k)} {_setting_value(k, previous)} then, {_setting_value(k, settings)} now"
-            for k in changed), store=remote)
+            + (detail[k]() if k in detail else "") for k in changed), store=remote)
         previous = None
     # the inputs against those the units (and a cohort-fitted model) were made from
     fitted_inputs = out / FITTED_INPUTS
