@@ -191,6 +191,7 @@ def test_a_run_folder_and_cache_of_an_earlier_version_resume_with_minimal(bench,
         # a default (explicit) run into that folder is another configuration
         res = _eval(bench, tmp_path / "runs" / "old", server)
         assert res.exit_code == 1 and "different configuration" in res.output and "client" in res.output
+        assert "client.decoding.top_p unset then, 1.0 now" in " ".join(res.output.split()), res.output
         assert server.requests == sent
 
     # an old-format cache record under the key of the minimal settings is served as it is

@@ -339,6 +339,16 @@ def check_case_files(bench: Benchmark, plans: Sequence[CasePlan], source: Path) 
                          "percept validate", source)
 
 
+def _flat_config(value: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"client.decoding.top_p": 1.0, ...}`` of a nested run configuration."""
+    if not isinstance(value, dict):
+        return {prefix: value}
+    out: dict[str, Any] = {}
+    for key, sub in value.items():
+        out.update(_flat_config(sub, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
 def _config_hash(cfg: dict[str, Any]) -> str:
     return sha256_json(cfg)
 
@@ -601,10 +611,12 @@ def _run_into(settings: EvalSettings, out: Path, store: PerceptCache, client: Cl
         if not isinstance(old.get("config"), dict):
             raise InputError('not a run configuration: expected {"config": {...}}; use another --out', cfg_file)
         if old.get("config_sha256") != digest:
-            changed = sorted(k for k in set(cfg) | set(old.get("config", {}))
-                             if cfg.get(k) != old.get("config", {}).get(k))
-            raise ConfigError(f"{out} holds a run with a different configuration (changed: {', '.join(changed)}); "
-                              "use another --out")
+            then, now = _flat_config(old.get("config", {})), _flat_config(json.loads(json.dumps(cfg)))
+            changed = [f"{k} {then.get(k, 'unset')} then, {now.get(k, 'unset')} now"
+                       for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
+            raise ConfigError(f"{out} holds a run with a different configuration (changed: "
+                              f"{'; '.join(changed[:6])}{f'; and {len(changed) - 6} more' if len(changed) > 6 else ''}"
+                              "); use another --out")
     _write_json(cfg_file, {"config": cfg, "config_sha256": digest})
     _write_json(out / CASES_FILE, [p.summary() for p in plans])
     _repair_tail(out / RESULTS_FILE)
