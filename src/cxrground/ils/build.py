@@ -98,6 +98,7 @@ from cxrground.io.files import (
     atomic_path,
     atomic_write_bytes,
     atomic_write_text,
+    flat_json,
     remove_stale_temp_dirs,
     remove_stale_temps,
     sha256_json,
@@ -653,16 +654,6 @@ def _setting_value(key: str, settings: Mapping[str, Any]) -> str:
     return _SETTING_DEFAULTS.get(key, "none") if value is None else str(value)
 
 
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    """``{"a.b": leaf}`` of a nested JSON object."""
-    if not isinstance(value, Mapping):
-        return {prefix: value}
-    out: dict[str, Any] = {}
-    for key, sub in value.items():
-        out.update(_flat(sub, f"{prefix}.{key}" if prefix else str(key)))
-    return out
-
-
 #: Options named in a refusal before it says "and N more".
 NAMED_OPTIONS = 6
 
@@ -677,7 +668,7 @@ def _option_changes(out: Path, key: str, now: Mapping[str, Any]) -> str:
         return ""
     if not isinstance(before, Mapping):
         return ""
-    then, current = _flat(before), _flat(json.loads(json.dumps(now)))
+    then, current = flat_json(before), flat_json(json.loads(json.dumps(now)))
     diff = [k for k in sorted(set(then) | set(current)) if then.get(k) != current.get(k)]
     if not diff:
         return ""

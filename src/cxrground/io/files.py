@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -240,3 +240,13 @@ def read_model_sidecar(path: str | Path, fmt: str, what: str = "model") -> dict[
     if got != fmt:
         raise ConfigError(f"{what} sidecar {json_path} has format {got!r}, expected {fmt!r}")
     return data
+
+
+def flat_json(value: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a.b.c": leaf}`` of a nested JSON object (a leaf that is no object keeps its own value)."""
+    if not isinstance(value, Mapping):
+        return {prefix: value}
+    out: dict[str, Any] = {}
+    for key, sub in value.items():
+        out.update(flat_json(sub, f"{prefix}.{key}" if prefix else str(key)))
+    return out

@@ -75,7 +75,7 @@ from cxrground.evaluation.percept.conversation import (
 )
 from cxrground.evaluation.percept.parsing import is_correct, parse_answer
 from cxrground.evaluation.percept.prices import PRICES, Price, cost_usd, price_of, price_table
-from cxrground.io.files import atomic_write_text, sha256_file, sha256_json
+from cxrground.io.files import atomic_write_text, flat_json, sha256_file, sha256_json
 from cxrground.llm import RetryPolicy, bounded_map, call_with_retries, run_sync
 from cxrground.percept.schema import BENCHMARK_FILE, Benchmark, load_benchmark
 
@@ -337,16 +337,6 @@ def check_case_files(bench: Benchmark, plans: Sequence[CasePlan], source: Path) 
         raise InputError(f"incomplete benchmark: {len(missing)} file(s) it names are missing ({shown}); an "
                          "unfinished or interrupted percept build? Finish it (rerun percept build) or check it with "
                          "percept validate", source)
-
-
-def _flat_config(value: Any, prefix: str = "") -> dict[str, Any]:
-    """``{"client.decoding.top_p": 1.0, ...}`` of a nested run configuration."""
-    if not isinstance(value, dict):
-        return {prefix: value}
-    out: dict[str, Any] = {}
-    for key, sub in value.items():
-        out.update(_flat_config(sub, f"{prefix}.{key}" if prefix else str(key)))
-    return out
 
 
 def _config_hash(cfg: dict[str, Any]) -> str:
@@ -611,7 +601,7 @@ def _run_into(settings: EvalSettings, out: Path, store: PerceptCache, client: Cl
         if not isinstance(old.get("config"), dict):
             raise InputError('not a run configuration: expected {"config": {...}}; use another --out', cfg_file)
         if old.get("config_sha256") != digest:
-            then, now = _flat_config(old.get("config", {})), _flat_config(json.loads(json.dumps(cfg)))
+            then, now = flat_json(old.get("config", {})), flat_json(json.loads(json.dumps(cfg)))
             changed = [f"{k} {then.get(k, 'unset')} then, {now.get(k, 'unset')} now"
                        for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k)]
             raise ConfigError(f"{out} holds a run with a different configuration (changed: "
