@@ -305,3 +305,34 @@ def test_ils_build_reads_poses_with_weights_of_your_own(pack_dir, tmp_path):
 
     off = build("--pose-weights", str(mine), "--no-pose-warning")
     assert off.exit_code == 2 and "--no-pose-warning" in off.output
+
+
+def test_ils_build_reads_with_the_given_pose_weights_not_the_shipped_ones(pack_dir, tmp_path):
+    """Weights that read every film as upright (the shipped ones with the upright logit raised) flag no film, where the
+    shipped weights flag the mirrored one: the build reads with the weights it is given."""
+    import hashlib
+
+    from safetensors.numpy import load_file, save_file
+
+    from cxrground.anatomy.segment.pose_net import shipped_pose_reader
+
+    (film,) = _held_out_films(pack_dir, 1)
+    files = tmp_path / "files"
+    _study(files, 1, film)
+    _study(files, 2, np.ascontiguousarray(film[:, ::-1]))
+    shipped = shipped_pose_reader().path
+    weights = load_file(str(shipped))
+    weights["24.bias"] = weights["24.bias"].copy()
+    weights["24.bias"][0] += 100.0  # class 0 = upright
+    upright = tmp_path / "upright" / "pose.safetensors"
+    upright.parent.mkdir()
+    save_file(weights, str(upright))
+    sidecar = json.loads(shipped.with_suffix(".json").read_text())
+    sidecar["sha256"] = hashlib.sha256(upright.read_bytes()).hexdigest()
+    upright.with_suffix(".json").write_text(json.dumps(sidecar))
+    result = CliRunner().invoke(main, ["ils", "build", "--images", str(files), "--out", str(tmp_path / "out"),
+                                       "--synthesizer", "pseudo-normal", "--pose-weights", str(upright)])
+    assert result.exit_code == 0, result.output
+    units = [json.loads(p.read_text()) for p in (tmp_path / "out" / "units").glob("*.json")]
+    assert len(units) == 2 and not any("pose_warning" in u for u in units)
+    assert json.loads((tmp_path / "out" / "provenance.json").read_text())["pose_reader"]["sha256"] == sidecar["sha256"]

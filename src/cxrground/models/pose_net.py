@@ -396,12 +396,12 @@ def read_film_table(path: str | Path) -> FilmTable:
         if not film:
             continue
         view = (row.get(view_col) or "").strip().upper()
-        if view:
+        if view and key != "dicom_id":  # MIMIC-CXR's views are read below, as `anatomy pose --metadata` reads them
             views[film] = view
         patient = (row.get(patient_col) or "").strip() if patient_col else ""
         if patient:
             patients[film] = patient
-    if key == "dicom_id":  # MIMIC-CXR's view table, read as `anatomy pose --metadata` reads it
+    if key == "dicom_id":
         views = read_view_table(path)
     return FilmTable(path, views, patients, patient_col)
 
