@@ -118,7 +118,7 @@ def _mimic_size(px: np.ndarray, masks: Masks, longest: int = 2800) -> tuple:
 def _bit16(px: np.ndarray, masks: Masks) -> tuple:
     """A 16-bit PNG holding 12-bit data (0–4080), as a detector export without windowing."""
     buf = io.BytesIO()
-    Image.fromarray((px.astype(np.uint16) * 16)).save(buf, "PNG")
+    Image.fromarray(px.astype(np.uint16) * 16).save(buf, "PNG")
     return (buf.getvalue(), *masks)
 
 
@@ -129,7 +129,8 @@ def _inverted(px: np.ndarray, masks: Masks) -> tuple:
 VARIATIONS: tuple[Variation, ...] = (
     Variation("unchanged", "the film as stored in the pack", lambda px, m: (px, *m)),
     Variation("black-border", "a black border of 10 % of each side", lambda px, m: _pad(px, m, 0.10, 0)),
-    Variation("white-border", "a white border of 5 % of each side (scanned film)", lambda px, m: _pad(px, m, 0.05, 255)),
+    Variation("white-border", "a white border of 5 % of each side (scanned film)",
+              lambda px, m: _pad(px, m, 0.05, 255)),
     Variation("tight-crop", "6 % cut from each side (tight collimation)", lambda px, m: _crop(px, m, 0.06)),
     Variation("labels", "burned-in side marker and label box", _labels),
     Variation("gamma-0.6", "gamma 0.6 (lungs lighter)", lambda px, m: _gamma(px, m, 0.6)),
