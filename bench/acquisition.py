@@ -1,7 +1,7 @@
 """How the anatomy holds up when the same real film is acquired or exported differently.
 
 Run: ``CXRGROUND_PACK=... .venv/bin/python bench/acquisition.py [--limit N] [--only NAME ...] [--threads 1]
-[--overlays DIR]``.
+[--overlays DIR] [--content-box]``.
 
 Films from another archive differ from the pack's in ways that have nothing to do with the patient: black or white
 borders around the exposed field, burned-in markers and labels, windowing (gamma, contrast), compression, noise of
@@ -166,7 +166,8 @@ def _base_cover(pred: np.ndarray, gt: np.ndarray) -> float:
     return float((pred & band).sum() / max(1, int(band.sum())))
 
 
-def run(variations: list[Variation], limit: int | None, threads: int, overlays: Path | None) -> None:
+def run(variations: list[Variation], limit: int | None, threads: int, overlays: Path | None,
+        content_box: bool = False) -> None:
     """Score every variation on the pack's films with lung masks; one block of lines per variation."""
     from tqdm.auto import tqdm
 
@@ -175,10 +176,11 @@ def run(variations: list[Variation], limit: int | None, threads: int, overlays: 
     from cxrground.datasets.pack import Pack
 
     recs = list(Pack().cohen())[:limit]
-    seg = UNetLungSegmenter(threads=threads)
+    seg = UNetLungSegmenter(threads=threads, content_box=content_box)
     baseline: dict[str, dict] = {}
     print(f"{len(recs)} COVID-19 collection films with lung masks ({sum(r.brixia is not None for r in recs)} "
-          f"Brixia-scored); shipped segmenter {seg.identity()['name']}, {threads} thread(s)")
+          f"Brixia-scored); shipped segmenter {seg.identity()['name']}, "
+          f"{'inside the uniform borders' if content_box else 'whole film'}, {threads} thread(s)")
     for variation in ["unchanged"] + [v.name for v in variations if v.name != "unchanged"]:
         var = next(v for v in VARIATIONS if v.name == variation)
         start = time.perf_counter()
@@ -255,10 +257,12 @@ def main() -> None:
                         help="these variations (the unchanged film is always read, as the reference)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--overlays", type=Path, default=None)
+    parser.add_argument("--content-box", action="store_true",
+                        help="the U-Net reads inside the film's uniform borders (unet content_box=true)")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     chosen = [v for v in VARIATIONS if args.only is None or v.name in args.only]
-    run(chosen, args.limit, args.threads, args.overlays)
+    run(chosen, args.limit, args.threads, args.overlays, args.content_box)
 
 
 if __name__ == "__main__":

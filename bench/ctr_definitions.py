@@ -97,7 +97,7 @@ def nih_lungs(cache: str, threads: int, weights: str | None = None):
     seg = UNetLungSegmenter(weights=Path(weights) if weights else None, threads=threads)
     folder = Path(cache)
     folder.mkdir(parents=True, exist_ok=True)
-    _claim_cache(folder, seg.weights)
+    _claim_cache(folder, seg.weights, seg.content_box)
     for rec in Pack().nih():
         d = cached_lungs(seg, folder, "nih", rec)
         yield rec, d["px"], d["R"].astype(bool), d["L"].astype(bool)

@@ -116,20 +116,23 @@ def cached_lungs(seg, folder, src: str, rec):
     return np.load(path)
 
 
-def _claim_cache(folder, weights) -> None:
-    """Tie a ``--cache`` folder to one weights file (its sha256 in ``weights.sha256``): lungs cached with other
-    weights are never reused; a folder holding lungs but no record is refused too (its weights are unknown)."""
+def _claim_cache(folder, weights, content_box: bool = False) -> None:
+    """Tie a ``--cache`` folder to one weights file and border rule (its sha256 and ``content_box=on|off`` in
+    ``weights.sha256``): lungs cached with other weights or the other rule are never reused; a folder holding lungs
+    but no record is refused too (its weights are unknown)."""
     import hashlib
 
     digest = hashlib.sha256(weights.read_bytes()).hexdigest()
+    record = f"{digest}  {weights.name}  content_box={'on' if content_box else 'off'}"
     mark = folder / "weights.sha256"
     if mark.is_file():
-        if mark.read_text().split()[0] != digest:
-            raise SystemExit(f"{folder}: cached lungs of other weights ({mark.read_text().strip()}); use a new --cache")
+        if mark.read_text().strip() != record:
+            raise SystemExit(f"{folder}: cached lungs of other weights or borders ({mark.read_text().strip()}); "
+                             "use a new --cache")
     elif any(folder.glob("*.npz")):
         raise SystemExit(f"{folder}: cached lungs without a weights record; use a new --cache")
     else:
-        mark.write_text(f"{digest}  {weights.name}\n")
+        mark.write_text(record + "\n")
 
 
 def monotone_lateral_border(mask: np.ndarray, side: str, anchor: str = "widest") -> np.ndarray:
@@ -161,7 +164,7 @@ def monotone_lateral_border(mask: np.ndarray, side: str, anchor: str = "widest")
 
 
 def real_films(threads: int, cache: str | None, overlays: str | None, weights: str | None = None,
-               repair_apex: str | None = None, heart_params=None) -> None:
+               repair_apex: str | None = None, heart_params=None, content_box: bool = False) -> None:
     """The ``--real`` rows (module docstring); ``heart_params``: the heart outline's
     :class:`~cxrground.anatomy.segment.heart.HeartEstimateParams` (None: the defaults)."""
     import tempfile
@@ -173,10 +176,10 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
     from cxrground.datasets.pack import Pack
 
     pack = Pack()
-    seg = UNetLungSegmenter(weights, threads=threads)
+    seg = UNetLungSegmenter(weights, threads=threads, content_box=content_box)
     folder = Path(cache or tempfile.mkdtemp(prefix="cxrground-real-anatomy-"))
     folder.mkdir(parents=True, exist_ok=True)
-    _claim_cache(folder, seg.weights)
+    _claim_cache(folder, seg.weights, seg.content_box)
     recs = [("nih", r) for r in pack.nih()] + [("cohen", r) for r in pack.cohen()]
     start = time.perf_counter()
     rows = []
@@ -350,6 +353,8 @@ def main() -> None:
                              "(anchor: the widest row, or the widest row of the lower half)")
     parser.add_argument("--ctr-calibration", action="store_true",
                         help="real films: heart outlines with OUTLINE_CALIBRATION (the unet ctr_calibration option)")
+    parser.add_argument("--content-box", action="store_true",
+                        help="real films: the U-Net reads inside the film's uniform borders (unet content_box=true)")
     args = parser.parse_args()
 
     import torch
@@ -362,7 +367,8 @@ def main() -> None:
 
     if args.real or args.only_real:
         torch.set_num_threads(args.threads)
-        real_films(args.threads, args.cache, args.overlays, args.weights, args.repair_apex, heart_params)
+        real_films(args.threads, args.cache, args.overlays, args.weights, args.repair_apex, heart_params,
+                   content_box=args.content_box)
         if args.only_real:
             return
 

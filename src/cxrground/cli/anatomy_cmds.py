@@ -56,8 +56,12 @@ def show(request: GeometryRequest) -> None:
                    "lesion), `normative` (the normative z score and its threshold), or a zone classifier .npz from "
                    "`anatomy fit-zones`; a classifier (and the zone_prior readers, which read zone_sim_v1) must "
                    "have been fitted with the same --normative.")
+@click.option("--segmenter-opt", multiple=True, metavar="KEY=VALUE",
+              help="Option of the built-in lung segmenter (repeatable), as `ils build --segmenter-opt`: e.g. "
+                   "content_box=true (read the lungs inside the film's uniform borders), ctr_calibration=true, "
+                   "weights=FILE.")
 def zones(images: Path, out: Path, overwrite: bool, retry_failed: bool, normative: Path | None, no_overlays: bool,
-          metadata: Path | None, qc_orientation: bool, zone_model: str) -> None:
+          metadata: Path | None, qc_orientation: bool, zone_model: str, segmenter_opt: tuple[str, ...]) -> None:
     """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every frontal film: OUT/zones.csv."""
     from cxrground.anatomy.segment import get_segmenter
     from cxrground.datasets.views import load_view_table
@@ -67,7 +71,10 @@ def zones(images: Path, out: Path, overwrite: bool, retry_failed: bool, normativ
     _, views = load_view_table(metadata, images)
     model = NormativeModel.load(normative)
     reader = resolve_zone_reader(zone_model)
-    readings, failures = write_zones(find_images(images), out, get_segmenter("unet"), model,
+    from cxrground.fields import key_values
+
+    segmenter = get_segmenter("unet", **key_values(segmenter_opt))
+    readings, failures = write_zones(find_images(images), out, segmenter, model,
                                      overlays=not no_overlays, root=images, zone_model=reader, views=views,
                                      orientation_check=qc_orientation, overwrite=overwrite,
                                      retry_failed=retry_failed)

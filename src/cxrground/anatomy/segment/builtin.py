@@ -35,6 +35,7 @@ from cxrground.anatomy.segment.heart_image import (
     seen_cardiac_borders,
 )
 from cxrground.errors import ConfigError, InputError
+from cxrground.io.borders import ContentBox, content_box
 from cxrground.io.image import CXRImage
 from cxrground.io.masks import as_mask, check_shape
 from cxrground.io.transform import Letterbox
@@ -199,7 +200,9 @@ class UNetLungSegmenter:
     ``threads``: torch intra-op threads during inference (None: torch's setting; 1 is the safe choice
     on a CPU shared with other busy processes, see :func:`.unet.predict_logits`). ``ctr_calibration``: draw the
     heart outline with :data:`~.heart.OUTLINE_CALIBRATION` (its CTR read in the adult range on NIH films; off by
-    default, see ``HeartEstimateParams.outline_calibration``).
+    default, see ``HeartEstimateParams.outline_calibration``). ``content_box``: read the lungs inside the film's
+    exposed field, uniform borders cut (:func:`cxrground.io.borders.content_box`); off by default (the whole film
+    is read; ``bench/records/film_borders_preregistration.md``).
     """
 
     name = "unet"
@@ -214,6 +217,7 @@ class UNetLungSegmenter:
         seen_heart: bool = True,
         work_size: int = ANATOMY_WORK_SIZE,
         ctr_calibration: bool = False,
+        content_box: bool = False,
     ) -> None:
         if ctr_calibration:
             heart_params = replace(heart_params or HeartEstimateParams(), outline_calibration=OUTLINE_CALIBRATION)
@@ -221,6 +225,7 @@ class UNetLungSegmenter:
         self.threads = threads
         self.seen_heart = seen_heart
         self.work_size = int(work_size)
+        self.content_box = bool(content_box)
         self._threshold = threshold
         self.estimate_heart = estimate_heart
         self.heart_params = heart_params
@@ -274,21 +279,27 @@ class UNetLungSegmenter:
     def probabilities(
         self, image: CXRImage, size_hw: tuple[int, int] | None = None
     ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-        """Right- and left-lung probabilities at native size (or on a ``size_hw`` grid), and the letterbox
-        record."""
+        """Right- and left-lung probabilities at native size (or on a ``size_hw`` grid), the letterbox record and,
+        when borders were cut, the content box (``[top, bottom, left, right]`` pixels of the film)."""
         from cxrground.anatomy.segment.unet import predict_logits, prepare_input
 
         model, meta = self._ensure()
         size = int(meta["input"]["size"])
-        canvas, box = prepare_input(image.pixels, size)
+        field = content_box(image.pixels) if self.content_box else ContentBox(image.shape)
+        canvas, box = prepare_input(field.crop(image.pixels), size)
         logits = predict_logits(model, canvas[None], threads=self.threads)[0]
         classes = list(meta.get("classes", ["right_lung", "left_lung"]))
+        grid = field if size_hw is None else field.on_grid(tuple(size_hw))
+        inner = (grid.shape[0] - grid.top - grid.bottom, grid.shape[1] - grid.left - grid.right)
+        to = Letterbox(inner, box.canvas_hw, box.resized_hw, box.offset_yx)
         out = []
-        to = box if size_hw is None else Letterbox(tuple(size_hw), box.canvas_hw, box.resized_hw, box.offset_yx)
         for name in ("right_lung", "left_lung"):
             native = to.logits_to_native(logits[classes.index(name)])
-            out.append(1.0 / (1.0 + np.exp(-np.clip(native, -60.0, 60.0))))
-        return out[0], out[1], {"letterbox": box.to_dict()}
+            out.append(grid.place(1.0 / (1.0 + np.exp(-np.clip(native, -60.0, 60.0)))))
+        extra: dict[str, Any] = {"letterbox": box.to_dict()}
+        if not field.empty:
+            extra["content_box"] = field.to_list()
+        return out[0], out[1], extra
 
     def segment(self, image: CXRImage) -> LungHeartMasks:
         """Right/left lungs from the U-Net at native size; the heart estimated from them and the image.
@@ -336,6 +347,7 @@ class UNetLungSegmenter:
                       "method": f"{HEART_METHOD}+{SEEN_HEART_METHOD}" if self.seen_heart else HEART_METHOD,
                       **({"outline_calibration": list(calibration)} if (calibration := self._calibration()) else {})},
             "work_size": self.work_size,
+            "content_box": "uniform borders cut (cxrground.io.borders)" if self.content_box else "whole film",
             "metrics": meta.get("metrics"),
             "training_data": (meta.get("data") or {}).get("summary"),
         }
