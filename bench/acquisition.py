@@ -1,7 +1,7 @@
 """How the anatomy holds up when the same real film is acquired or exported differently.
 
 Run: ``CXRGROUND_PACK=... .venv/bin/python bench/acquisition.py [--limit N] [--only NAME ...] [--threads 1]
-[--overlays DIR] [--content-box]``.
+[--overlays DIR] [--content-box] [--polarity]``.
 
 Films from another archive differ from the pack's in ways that have nothing to do with the patient: black or white
 borders around the exposed field, burned-in markers and labels, windowing (gamma, contrast), compression, noise of
@@ -250,6 +250,33 @@ def _sheet(path: Path, rows: list[dict], baseline: dict[str, dict], count: int =
     sheet.save(path)
 
 
+def polarity(threads: int, content_box: bool, limit: int | None) -> None:
+    """``--polarity``: of every pack film (NIH and COVID-19 collection, no mask needed), stored and with its grey
+    levels inverted, how many ``segment_checked`` reads as the negative (the stored films so read are listed)."""
+    import dataclasses
+
+    from tqdm.auto import tqdm
+
+    from cxrground.anatomy.segment import UNetLungSegmenter
+    from cxrground.anatomy.segment.plausibility import segment_checked
+    from cxrground.datasets.pack import Pack
+
+    pack = Pack()
+    recs = (list(pack.nih()) + list(pack.cohen()))[:limit]
+    seg = UNetLungSegmenter(threads=threads, content_box=content_box)
+    stored, inverted = [], 0
+    start = time.perf_counter()
+    for rec in tqdm(recs, desc="polarity", leave=False):
+        im = rec.read()
+        if "polarity" in segment_checked(seg, im)[1].extra:
+            stored.append(rec.image_id)
+        neg = dataclasses.replace(im, pixels=255 - im.pixels)
+        inverted += "polarity" in segment_checked(seg, neg)[1].extra
+    print(f"polarity, {len(recs)} pack films ({time.perf_counter() - start:.0f} s): stored films read as the "
+          f"negative {len(stored)} {stored}; inverted films read as the negative (the right way round) {inverted} "
+          f"({100 * inverted / len(recs):.1f} %)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", type=int, default=None, help="only the first N films (exploration)")
@@ -259,8 +286,13 @@ def main() -> None:
     parser.add_argument("--overlays", type=Path, default=None)
     parser.add_argument("--content-box", action="store_true",
                         help="the U-Net reads inside the film's uniform borders (unet content_box=true)")
+    parser.add_argument("--polarity", action="store_true",
+                        help="only count, on every pack film stored and inverted, the films read as the negative")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    if args.polarity:
+        polarity(args.threads, args.content_box, args.limit)
+        return
     chosen = [v for v in VARIATIONS if args.only is None or v.name in args.only]
     run(chosen, args.limit, args.threads, args.overlays, args.content_box)
 

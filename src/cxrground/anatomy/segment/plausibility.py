@@ -19,7 +19,10 @@ clearly lung-shaped (shape IoU at least :data:`INVERT_MIN_SHAPE_IOU`, the 5th pe
 stricter than :data:`MIN_SHAPE_IOU`: reading a film inverted is a strong step, and a segmenter can find lung-like
 shapes in the negative of a correctly stored film), returns the negative and its masks: a film exported with
 inverted grey levels (bones dark, lungs bright; a PNG or JPEG cannot say so, unlike a DICOM's MONOCHROME1) is then
-read the right way round, and says so in its metadata.
+read the right way round, and says so in its metadata. A film whose lungs are plausible as stored but brighter than
+the mediastinum between them (:func:`looks_inverted`: aerated lung is darker than the heart and spine on a film
+stored the right way round) is read as its negative too, when the negative's lungs are plausible and darker than
+its mediastinum (``bench/records/film_polarity_preregistration.md``).
 """
 
 from __future__ import annotations
@@ -39,8 +42,9 @@ from cxrground.anatomy.segment.base import LungHeartMasks, LungHeartSegmenter
 from cxrground.errors import InputError
 from cxrground.io.cxr_image import CXRImage
 
-__all__ = ["GRID", "INVERTED_NOTE", "INVERT_MIN_SHAPE_IOU", "MIN_LUNG_FRACTION", "MIN_SHAPE_IOU", "LungShape",
-           "lung_problems", "segment_checked", "shape_descriptor", "shipped_lung_shape"]
+__all__ = ["GRID", "INVERTED_BRIGHT_NOTE", "INVERTED_NOTE", "INVERT_MIN_SHAPE_IOU", "MIN_LUNG_FRACTION",
+           "MIN_SHAPE_IOU", "LungShape", "looks_inverted", "lung_problems", "segment_checked", "shape_descriptor",
+           "shipped_lung_shape"]
 
 #: Side of the per-lung grid the masks are resampled to inside their common bounding box.
 GRID: Final[int] = 32
@@ -55,6 +59,9 @@ SHAPE_NAME: Final[str] = "lung_shape_v1"
 #: ``CXRImage.metadata["polarity"]`` of a film :func:`segment_checked` read as its negative.
 INVERTED_NOTE: Final[str] = ("grey levels inverted by cxrground: the film's lungs were implausible as stored and "
                              "plausible in its negative")
+#: The same note for a film whose lungs were plausible as stored but brighter than its mediastinum.
+INVERTED_BRIGHT_NOTE: Final[str] = ("grey levels inverted by cxrground: the film's lungs were brighter than its "
+                                    "mediastinum as stored, and darker in its negative")
 
 
 def shape_descriptor(right: np.ndarray, left: np.ndarray) -> np.ndarray:
@@ -152,22 +159,45 @@ def lung_problems(right: np.ndarray, left: np.ndarray, shape: LungShape | None =
     return problems
 
 
+def looks_inverted(pixels: np.ndarray, right: np.ndarray, left: np.ndarray) -> bool:
+    """True when the lungs are brighter than the mediastinum between them (median grey levels), as on a film stored
+    with inverted grey levels; False when the gap between the lungs holds under 1 % of the lung pixels."""
+    px, r, lft = np.asarray(pixels), np.asarray(right, bool), np.asarray(left, bool)
+    rows = np.flatnonzero(r.any(axis=1) & lft.any(axis=1))
+    lungs = r | lft
+    gap = np.zeros_like(lungs)
+    for y in rows:
+        a, b = np.flatnonzero(r[y])[-1], np.flatnonzero(lft[y])[0]
+        if b > a + 1:
+            gap[y, a + 1:b] = True
+    if not lungs.any() or gap.sum() < 0.01 * lungs.sum():
+        return False
+    return bool(np.median(px[lungs]) > np.median(px[gap]))
+
+
 def segment_checked(segmenter: LungHeartSegmenter, image: CXRImage, min_iou: float = MIN_SHAPE_IOU,
                     min_fraction: float = MIN_LUNG_FRACTION,
                     invert_min_iou: float = INVERT_MIN_SHAPE_IOU) -> tuple[CXRImage, LungHeartMasks, list[str]]:
-    """Segment ``image``; returns the film to read (``image``, or its grey-level negative when the film's lungs are
-    implausible and the negative's are plausible with a shape IoU of at least ``invert_min_iou``:
-    ``metadata["polarity"]`` = :data:`INVERTED_NOTE`), its masks and their problems (:func:`lung_problems`; empty
-    when plausible); the negative's masks carry the note in ``extra["polarity"]``."""
+    """Segment ``image``; returns the film to read, its masks and their problems (:func:`lung_problems`; empty when
+    plausible). The film to read is its grey-level negative (``metadata["polarity"]`` and the masks'
+    ``extra["polarity"]`` say why) when the stored film's lungs are implausible and the negative's are plausible
+    with a shape IoU of at least ``invert_min_iou``, or when the stored film's lungs are plausible but
+    :func:`looks_inverted` and the negative's are plausible and do not; otherwise ``image`` itself."""
     masks = segmenter.segment(image)
     problems = lung_problems(masks.right_lung, masks.left_lung, min_iou=min_iou, min_fraction=min_fraction)
-    if not problems:
+    bright = not problems and looks_inverted(image.pixels, masks.right_lung, masks.left_lung)
+    if not problems and not bright:
         return image, masks, problems
-    negative = dataclasses.replace(image, pixels=255 - image.pixels,
-                                   metadata={**image.metadata, "polarity": INVERTED_NOTE})
+    note = INVERTED_BRIGHT_NOTE if bright else INVERTED_NOTE
+    negative = dataclasses.replace(image, pixels=255 - image.pixels, metadata={**image.metadata, "polarity": note})
     flipped = segmenter.segment(negative)
-    if lung_problems(flipped.right_lung, flipped.left_lung, min_iou=max(min_iou, invert_min_iou),
-                     min_fraction=min_fraction):
+    if bright:
+        accept = (not lung_problems(flipped.right_lung, flipped.left_lung, min_iou=min_iou, min_fraction=min_fraction)
+                  and not looks_inverted(negative.pixels, flipped.right_lung, flipped.left_lung))
+    else:
+        accept = not lung_problems(flipped.right_lung, flipped.left_lung, min_iou=max(min_iou, invert_min_iou),
+                                   min_fraction=min_fraction)
+    if not accept:
         return image, masks, problems
-    flipped.extra["polarity"] = INVERTED_NOTE
+    flipped.extra["polarity"] = note
     return negative, flipped, []
