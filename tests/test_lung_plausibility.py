@@ -196,6 +196,88 @@ def test_an_inverted_pack_film_is_read_as_its_negative(pack_dir):
     assert np.array_equal(image.pixels, 255 - film.pixels)
 
 
+def _film_with_lungs(lung: int, gap: int) -> np.ndarray:
+    """A 200 x 200 film: lungs (:func:`_lungs`) at grey ``lung``, everything else at ``gap``."""
+    right, left = _lungs()
+    px = np.full((200, 200), gap, np.uint8)
+    px[right | left] = lung
+    return px
+
+
+def test_looks_inverted_compares_the_lungs_with_the_mediastinum():
+    from cxrground.anatomy.segment.plausibility import looks_inverted
+
+    right, left = _lungs()
+    assert not looks_inverted(_film_with_lungs(40, 200), right, left)  # stored the right way round
+    assert looks_inverted(_film_with_lungs(200, 40), right, left)  # stored inverted
+    touching = right.copy()  # the right lung reaching the left lung on every row: no gap between them
+    for y in np.flatnonzero(right.any(axis=1) & left.any(axis=1)):
+        touching[y, np.flatnonzero(right[y])[-1]:np.flatnonzero(left[y])[0]] = True
+    assert not looks_inverted(_film_with_lungs(200, 40), touching, left)
+    assert not looks_inverted(_film_with_lungs(200, 40), np.zeros_like(right), left)
+
+
+class _BrightLungSegmenter:
+    """Finds the same plausible lungs on any film (stands in for a U-Net that finds lung shapes in a negative)."""
+
+    name = "bright"
+
+    def segment(self, image):
+        from cxrground.anatomy.segment.base import LungHeartMasks
+
+        right, left = _lungs(*image.shape)
+        return LungHeartMasks(right, left, None, "estimate", "bright")
+
+
+def test_segment_checked_reads_plausible_but_bright_lungs_as_the_negative():
+    from cxrground.anatomy.segment.plausibility import INVERTED_BRIGHT_NOTE, segment_checked
+    from cxrground.io.cxr_image import CXRImage
+
+    stored = CXRImage(_film_with_lungs(40, 200), path="ok.png")
+    image, masks, problems = segment_checked(_BrightLungSegmenter(), stored)
+    assert image is stored and problems == [] and "polarity" not in masks.extra
+    inverted = CXRImage(_film_with_lungs(200, 40), path="inverted.png")
+    image, masks, problems = segment_checked(_BrightLungSegmenter(), inverted)
+    assert problems == [] and int(image.pixels[100, 60]) == 55 and image.path == "inverted.png"
+    assert image.metadata["polarity"] == INVERTED_BRIGHT_NOTE and masks.extra["polarity"] == INVERTED_BRIGHT_NOTE
+
+    class NothingInTheNegative(_BrightLungSegmenter):
+        def segment(self, image):
+            masks = super().segment(image)
+            if image.metadata.get("polarity"):
+                masks.left_lung[:] = False
+            return masks
+
+    image, masks, problems = segment_checked(NothingInTheNegative(), inverted)  # the negative is no better: kept
+    assert image is inverted and problems == [] and "polarity" not in masks.extra
+
+
+@pytest.mark.pack
+def test_an_inverted_pack_film_with_plausible_lungs_is_read_as_its_negative(pack_dir):
+    """jkms-35-e79-g001-l-a stored inverted: the U-Net finds plausible lungs in it, brighter than the mediastinum;
+    read as its negative, the lungs match the pack's annotation."""
+    import dataclasses
+
+    from cxrground.anatomy.segment import get_segmenter
+    from cxrground.anatomy.segment.plausibility import INVERTED_BRIGHT_NOTE, looks_inverted, segment_checked
+    from cxrground.datasets.pack import Pack
+
+    rec = next(r for r in Pack(pack_dir).cohen() if r.image_id == "jkms-35-e79-g001-l-a")
+    film = rec.read()
+    negative = dataclasses.replace(film, pixels=255 - film.pixels)
+    seg = get_segmenter("unet", threads=1)
+    as_stored = seg.segment(negative)
+    assert not lung_problems(as_stored.right_lung, as_stored.left_lung)
+    assert looks_inverted(negative.pixels, as_stored.right_lung, as_stored.left_lung)
+    image, masks, problems = segment_checked(seg, negative)
+    assert problems == [] and masks.extra["polarity"] == INVERTED_BRIGHT_NOTE
+    assert np.array_equal(image.pixels, film.pixels)
+    truth_r, truth_l = rec.lungs(film.shape)
+    for mask, truth in ((masks.right_lung, truth_r), (masks.left_lung, truth_l)):
+        assert 2 * (mask & truth).sum() / (mask.sum() + truth.sum()) > 0.93
+    assert "polarity" not in segment_checked(seg, film)[1].extra  # the stored film stays as it is
+
+
 @pytest.mark.parametrize("path", ["nih/images/00020218_000.png", "cohen/images/covid-19-pneumonia-8.jpg"])
 def test_correctly_stored_pack_films_are_not_read_inverted(pack_dir, path):
     """Two films stored the right way round whose lungs the U-Net gets wrong, and whose negatives hold lung-like
