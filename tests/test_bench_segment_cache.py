@@ -31,11 +31,13 @@ def test_cache_of_other_weights_is_refused(tmp_path: Path):
     cache = tmp_path / "cache"
     cache.mkdir()
     claim(cache, v1)
-    assert (cache / "weights.sha256").read_text().endswith("v1.safetensors\n")
+    assert (cache / "weights.sha256").read_text().endswith("v1.safetensors  content_box=off\n")
     np.savez_compressed(cache / "cohen_x.npz", R=np.zeros((2, 2), bool))
     claim(cache, v1)  # the same weights reuse their lungs
     with pytest.raises(SystemExit, match="other weights"):
         claim(cache, v2)
+    with pytest.raises(SystemExit, match="other weights or borders"):  # lungs read inside the borders are others
+        claim(cache, v1, content_box=True)
     (cache / "weights.sha256").unlink()
     with pytest.raises(SystemExit, match="without a weights record"):
         claim(cache, v1)
