@@ -1,10 +1,11 @@
 """A CheXpercept benchmark from real radiographs: the pack's COVID-19 collection rows with notes and lung masks.
 
-Run: ``.venv/bin/python bench/percept_pack.py [--rows 40] [--per-lesion 2,2,2] [--out DIR]``. Steps: an ILS
-dataset from the first ``--rows`` noted rows (notes as reports, the pack's real lung masks; see
-``bench/ils_pack.py``), then ``percept build`` over all its splits with the builtin deformer, ``percept
-validate`` and the gallery. Prints the build time, the cases per lesion and path, the drop reasons, the
-validation result and where the gallery is, so that a person can look at real rendered items.
+Run: ``.venv/bin/python bench/percept_pack.py [--rows 40] [--per-lesion 2,2,2] [--segmenter unet|masks] [--out
+DIR]``. Steps: an ILS dataset from the first ``--rows`` noted rows (notes as reports; lungs from the shipped U-Net
+with the seen-border heart outline, the defaults of ``ils build``, or with ``--segmenter masks`` the pack's
+annotated lungs; see ``bench/ils_pack.py``), then ``percept build`` over all its splits with the builtin
+deformer, ``percept validate`` and the gallery. Prints the build time, the cases per lesion and path, the drop
+reasons, the validation result and where the gallery is, so that a person can look at real rendered items.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=40, help="Noted COVID-19 collection rows to use.")
     parser.add_argument("--per-lesion", default="2,2,2", help="LF,RF,RR cases per lesion.")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--segmenter", default="unet", choices=["unet", "masks"],
+                        help="lungs and heart: the ils build default (unet) or the pack's lung masks (masks)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     work = args.out or Path(tempfile.mkdtemp(prefix="cxrground-percept-pack-"))
-    cohen_ils_dataset(Pack(), work, "masks", limit=args.rows)
+    cohen_ils_dataset(Pack(), work, args.segmenter, limit=args.rows)
     lf, rf, rr = (int(x) for x in args.per_lesion.split(","))
     opts = BuildOptions(ils=str(work / "dataset"), images=str(Pack().root / "cohen" / "images"),
                         per_lesion=(lf, rf, rr), splits=("train", "val", "test"), seed=args.seed)
