@@ -12,7 +12,10 @@ lesion                 surface forms (regular expressions simplified; plurals ac
 =====================  =========================================================================================
 cardiomegaly           cardiomegaly; enlarged heart / cardiac silhouette / cardiac shadow / cardiomediastinal
                        silhouette; cardiac enlargement; increased / elevated cardiothoracic ratio, "cardiothoracic
-                       ratio is increased" (version 44); enlargement of the heart / cardiac silhouette;
+                       ratio is increased" (version 44); "CTR" and "raised" (version 47), a stated ratio above
+                       0.50 ("CTR 0.62", "CTR > 0.5", "cardiothoracic ratio greater than 50%"; 0.50 or less is no
+                       finding, as a normal heart size); a template line "Heart: (mildly) enlarged" (version 47);
+                       enlargement of the heart / cardiac silhouette;
                        a change or hedge may stand before "enlarged" ("heart size has decreased but remains mildly
                        enlarged", "heart size is difficult to evaluate but likely enlarged"; version 45), and so
                        may "unchanged / stable / similar (from / compared to / since) (the) prior / previous (study
@@ -42,8 +45,9 @@ atelectasis            atelectasis, atelectatic (changes), collapse(d). *Changed
                        a non-target finding: it is a sign, not atelectasis (MeSH codes it apart). *Not* vertebral
                        collapse ("compression collapse", "collapse of the T12 vertebral body": a non-target
                        finding outside the lungs).
-opacity                opacity, opacities, opacification(s), opacified, airspace / air space disease, airspace
-                       process, infiltrate(s), infiltration, infiltrative process, haziness, hazy opacity,
+opacity                opacity, opacities, opacification(s), opacified, airspace / air space disease (also "dz",
+                       version 47), airspace process, infiltrate(s), infiltration, infiltrative process, haziness,
+                       hazy opacity,
                        ground-glass (opacity), whiteout / white-out (version 13), (air-space) shadowing (version
                        24; "reticular shadowing" is the non-target interstitial markings, a bare "shadow" no
                        phrase). *Not* "density" (also used for bones and masses; a lung-only reading,
@@ -117,7 +121,8 @@ pseudo (ignored)   no (significant / interval / ...) change / increase / decreas
                    partly / largely / mostly / nearly / almost / slowly resolved / cleared, has not (completely)
                    resolved / cleared, partial / incomplete / near(-)complete / slow / ongoing resolution / clearing
                    (of) (the finding is still there: present; round 4 also moved "nearly completely resolved"
-                   here from the negations)
+                   here from the negations); no / lack of / without (significant / interval / appreciable)
+                   resolution (of), failure to resolve (version 47: the finding persists)
 history            (known / remote / past / prior) history of, hx (of) (version 46: also "hx" alone, "Hx pneumonia"),
                    h/o, sequela(e) of, from / due to / related to / secondary to a prior / previous / old / remote /
                    past / healed ...: the phrase is not a
@@ -126,7 +131,9 @@ history            (known / remote / past / prior) history of, hx (of) (version 
                    COVID-19 pneumonia", "at risk of aspiration pneumonia")
 negation, before   no, without, free of, clear of, negative for, absence of, neither, nor, not (a/an/any),
                    no longer, (interval) resolution of, interval / complete clearing of; absent, nil, zero,
-                   re-expansion of (version 44). ("rule out" is *not* a
+                   re-expansion of (version 44); a negated fit without a verb: not consistent / compatible with, not
+                   suggestive / typical of, not in keeping with, inconsistent with (version 47; not the double
+                   negative "not inconsistent with"). ("rule out" is *not* a
                    negation: it is a question; "clearing of" alone may be partial and is not one either)
 negation, after    a clause-final "absent", ": none / absent / negative / no" (version 44), has re-expanded;
                    (is / are) not seen / visible / present / identified / evident / appreciated /
@@ -135,10 +142,11 @@ negation, after    a clause-final "absent", ": none / absent / negative / no" (v
 negation, both     (has since completely) resolved, (has) cleared (within 4 words)
 uncertain, before  possible, possibly, possibility of, probable, probably, questionable, question, likely,
                    most likely, presumed, presumably, may (be / represent / reflect), might, could (be / represent /
-                   reflect), cannot / can not / can't (completely) exclude, cannot rule out, difficult / hard /
+                   reflect), cannot / can not / can't (completely) exclude, cannot rule out / r/o (version 47: the
+                   radiologist's hedge, no question), query (of) (version 47; not "clinical query:"), difficult / hard /
                    impossible to (completely) exclude, not excluded, suspected, suspect, suspicion of,
                    suspicious for, concerning for, worrisome for, suggestive of, suggest(s / ing / ion of), to
-                   suggest, indicating, raises concern / the possibility / the question for / of, concern for,
+                   suggest, indicative of, raises concern / the possibility / the question for / of, concern for,
                    borderline, equivocal, indeterminate, perhaps, unlikely, doubtful, differential (diagnosis)
                    includes, consider(ed), (please) correlate (clinically) for / to exclude, clinical
                    correlation for, difficult / hard / impossible to assess / evaluate for, not possible / unable
@@ -166,8 +174,9 @@ uncertain, after   cannot / can not / can't / could not be excluded / ruled out,
 uncertain, both    ``?`` (within 3 words); versus / vs (within 6 words: "atelectasis versus small amount of
                    fluid" hedges the atelectasis); more / less likely (probable) than, favored over (a comparison
                    of two candidates hedges both: "atelectasis is more likely than pneumonia")
-link hedges        suggest*, concerning / suspicious / worrisome for, indicat*: inside the scope of an
-                   earlier negation they are transparent ("no opacity to suggest pneumonia" negates both)
+link hedges        suggest*, concerning / suspicious / worrisome for, indicative of: inside the scope of an
+                   earlier negation they are transparent ("no opacity to suggest pneumonia" negates both);
+                   "indicating" / "indicates" state the finding, no hedge (version 47)
 scope end          ``;``, but, however, although, though, whereas, while, except, aside from, apart from,
                    other than, with (not in "consistent / compatible / in keeping / associated / seen /
                    concerning / suspicious / related / correlate(ion) with", and a hedge before the phrase
@@ -175,7 +184,8 @@ scope end          ``;``, but, however, although, though, whereas, while, except
                    "there / the / a / an / this / these / it", ", the / there / this / it", a hedged
                    explanation: may / could / likely account for / explain / contribute to (the hedge is about
                    the cause: "a hiatal hernia which may account for the retrocardiac opacity" states the
-                   opacity)
+                   opacity), the comma that closes a fronted negated clause ("Although / though / while no X is
+                   seen, ..."; version 47: :data:`FRONTED_NEGATION_RE`)
 =================  ==============================================================================================
 
 *Decision*: "lungs are clear" (and "normal heart size") produce no finding: ILS §7.1 allows only explicit
@@ -217,7 +227,10 @@ S greater / worse than S, R > L, L>R, R ≥ L, R>=L, right > left   nothing (the
 PICC / breast / ...                                               lungs by default)
 ================================================================  ==========================================
 
-A side-less singular ("base", "lower lobe", "apex", "costophrenic angle") maps to both sides: the side is unknown.
+A side-less singular ("base", "lower lobe", "apex", "costophrenic angle") maps to both sides: the side is unknown;
+but a side-less singular base ("basal", "basilar", "base", "lower zone", "lower lobe"; not "the base") in a sentence
+whose sided places all name one side takes that side (version 47, :data:`UNSIDED_BASE_RE`: "Left effusion and basal
+atelectasis." -> ``left lung base``).
 An opacity at a mediastinal site (paratracheal, mediastinal, aortopulmonary window, subcarinal, tracheal;
 :data:`MEDIASTINAL_BEFORE_RE`, :data:`MEDIASTINAL_AFTER_RE`) with no lung place is no lung lesion (version 45).
 A zone followed by "of (the) S lung / hemithorax" is that side's zone ("base of the right lung" -> ``S lung base``;
@@ -328,16 +341,32 @@ _CARDIO_FILLER = (
     # a range from the upper limit of normal (version 40): "upper normal to mildly enlarged"
     r"upper|high|(?:top|upper|high)-normal|(?:at\s+)?(?:the\s+)?upper\s+limits?\s+of)"
 )
+#: The cardiothoracic ratio (version 47: also "CTR", "C/T ratio").
+_CTR = r"(?:cardio-?thoracic\s+ratio|ctr|c/t\s+ratio)"
+#: Words between the ratio and its value ("CTR is 0.58", "CTR of approximately 0.6", "CTR = 0.55", "CTR: 62%").
+_CTR_FILLER = (r"(?:\s*(?:(?:is|was|now|of|measures?|measuring|measured|approximately|approx|about|around|roughly|"
+               r"estimated\s+at|calculated\s+at|at)(?![\w-])\.?|=|:))*\s*")
+#: A comparative before a value of at least one half ("> 0.5", "greater than 50%"): above one half.
+_CTR_MORE = r"(?:>|greater\s+than|more\s+than|over|above|exceeds?|exceeding|in\s+excess\s+of)"
+#: A ratio value of at least one half: 0.5 ... 0.99, 50 % ... 99 %.
+_CTR_HALF_UP = r"(?:0?\.[5-9]\d*|[5-9]\d(?:\.\d+)?(?=\s*(?:%|percent)))"
+#: A ratio value above one half: 0.51 ... 0.99, 51 % ... 99 % (not 0.5, 0.50, 50 %).
+_CTR_ABOVE_HALF = r"(?:0?\.(?:5\d*[1-9]|[6-9])\d*|(?:5[1-9]|[6-9]\d|50\.\d*[1-9])(?:\.\d+)?(?=\s*(?:%|percent)))"
 _CARDIO_PATTERNS: Final[tuple[str, ...]] = (
     r"cardiomegaly",
     r"(?:cardiac|heart)\s+enlargement",
     r"enlargement\s+of\s+the\s+(?:heart|cardiac\s+silhouette)",
     r"enlarged\s+(?:heart|cardiac\s+(?:silhouette|shadow)|cardiomediastinal\s+silhouette)",
     r"increased\s+(?:heart\s+size|size\s+of\s+the\s+(?:heart|cardiac\s+silhouette)|cardiac\s+silhouette)",
-    # the cardiothoracic ratio (version 44): "cardiothoracic ratio is increased", "increased cardiothoracic ratio"
-    r"(?:increased|elevated|enlarged|high)\s+cardiothoracic\s+ratio",
-    rf"cardiothoracic\s+ratio(?:\s*{_CARDIO_FILLER}){{0,8}}\s+(?:increased|elevated|enlarged|high)",
+    # the cardiothoracic ratio (version 44): "cardiothoracic ratio is increased", "increased cardiothoracic ratio";
+    # "CTR" and "raised" (version 47)
+    r"(?:increased|elevated|enlarged|high|raised)\s+(?:cardiothoracic\s+ratio|ctr)",
+    rf"{_CTR}(?:\s*{_CARDIO_FILLER}){{0,8}}\s+(?:increased|elevated|enlarged|high|raised)",
+    # a stated ratio above 0.50 (version 47): "CTR 0.62", "CTR > 0.5", "cardiothoracic ratio greater than 50%"
+    rf"{_CTR}{_CTR_FILLER}(?:{_CTR_MORE}\s*{_CTR_HALF_UP}|{_CTR_ABOVE_HALF})",
     rf"{_CARDIO_SUBJECT}(?:\s*{_CARDIO_FILLER}){{0,8}}\s+(?:enlarged|enlargement|large|increased)",
+    # a template line "Heart: enlarged", "Heart: Mildly enlarged." (version 47)
+    rf"{_CARDIO_SUBJECT}\s*:(?:\s*{_CARDIO_FILLER}){{0,8}}\s*(?:enlarged|enlargement|large|increased)",
     rf"{_CARDIO_SUBJECT}\s+(?:is|are|appears?|remains?|seems?)\s+(?:(?:again|still|now|stably)\s+)?borderline"
     r"(?:\s+in\s+size)?(?!\s+(?:normal|to|in\s+(?:contour|configuration)))",
 )
@@ -458,8 +487,8 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
         r"consolidated",
     )),
     (EntityKind("opacity", OPACITY, observation=True), (
-        r"(?:airspace|air[- ]?space|alveolar|ground[- ]glass)\s+(?:opacity|opacities|opacifications?|disease|"
-        r"processe?s?|infiltrates?|shadowing)",
+        r"(?:airspace|air[- ]?space|alveolar|ground[- ]glass)\s+(?:opacity|opacities|opacifications?|disease|dz|"
+        r"processe?s?|infiltrates?|shadowing)",  # "dz": disease (version 47)
         r"air[- ]?space\s+changes?", r"ggos?",  # version 32
         r"shadowing",  # British for opacity (version 24); a bare "shadow" is cardiac, nipple, breast, vascular
         r"ground[- ]glass",
@@ -586,7 +615,11 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                r"(?:(?:completely|entirely)\s+)?)(?:resolved|cleared)|(?:partial|incomplete|near(?:ly)?[- ]?complete|"
                r"near(?:ly)?[- ]total|(?:almost|virtually)\s+complete|substantial|significant|considerable|marked|"
                r"some|slow|gradual|ongoing|continued|continuing)\s+(?:interval\s+)?(?:resolution|clearing)"
-               r"(?:\s+of)?"),
+               r"(?:\s+of)?|"
+               # no resolution leaves the finding present (version 47): "no resolution of the bibasilar atelectasis",
+               # "lack of resolution of", "no significant resolution of", "failure to resolve"
+               r"(?:no|lack\s+of|without)\s+(?:(?:significant|interval|appreciable|substantial|definite|further|"
+               r"radiographic|significant\s+interval)\s+)*resolution(?:\s+of)?|fail(?:ure|s|ed)?\s+to\s+resolve"),
     # "hx" alone (version 46): "Hx pneumonia."
     ("hist", r"(?:(?:a|known|remote|past|prior|previous|clinical)\s+)?(?:history\s+of|hx(?:\s+of)?)|h/o|"
              r"sequelae?\s+of|"
@@ -621,8 +654,9 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
     # hedge before X)
     ("unc_post", r"(?:is|are|was|were|remains?)\s+(?:(?:somewhat|more|very|particularly)\s+)?(?:difficult|hard|"
                  rf"challenging)\s+to\s+(?:fully\s+|accurately\s+|reliably\s+)?(?:assess|evaluate){_HEDGE_TAIL}"),
+    # "cannot r/o" is the radiologist's "cannot rule out", no clinician's question (version 47)
     ("unc_pre", r"(?:cannot|can\s*not|can't|could\s+not)\s+(?:entirely\s+|completely\s+|definitely\s+)?"
-                r"(?:exclude|rule\s+out)"),
+                r"(?:exclude|rule\s+out|r/o)"),
     ("unc_pre", r"(?:difficult|impossible|hard)\s+to\s+(?:entirely\s+|completely\s+|definitely\s+)?"
                 r"(?:exclude|rule\s+out)"),
     ("unc_pre", r"(?:please\s+)?(?:correlate|correlation)\s+(?:clinically\s+)?(?:for|to\s+(?:exclude|rule\s+out))|"
@@ -667,6 +701,10 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
     ("neg_pre", r"(?:do|does|did)\s+not\s+(?:suggest|represent|show|demonstrate|reveal|indicate|reflect)|"
                 r"(?:is|are|was|were)\s+not\s+(?:typical|characteristic|suggestive|consistent|compatible|diagnostic|"
                 r"indicative)\s+(?:of|for|with)|"
+                # without a verb (version 47): "Not consistent with pneumonia.", "inconsistent with", "not in keeping
+                # with"; not the double negative "not inconsistent with"
+                r"not\s+(?:typical|suggestive|consistent|compatible)\s+(?:of|with)|not\s+in\s+keeping\s+with|"
+                r"(?<!not )inconsistent\s+with|"
                 r"not\s+(?:felt|thought|believed|considered)\s+to\s+(?:represent|reflect|be)|"
                 r"nothing\s+to\s+suggest|"
                 r"argu(?:es?|ed|ing)\s+against|"  # version 42
@@ -676,8 +714,9 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                  r"reappeared|returned)"),
     # a general caveat, not a finding of this image: "early infection may be radiographically occult" (version 43)
     ("caveat", r"(?:may|can|could|might)\s+be\s+(?:radiographically\s+|clinically\s+)?occult"),
+    # "indicating" / "indicates" state, they do not hedge (version 47); "indicative of" hedges
     ("link", r"(?:to\s+)?suggest(?:s|ed|ing|ive\s+of|ion\s+of)?|concerning\s+for|suspicious\s+for|worrisome\s+for|"
-             r"indicat(?:es|ing|ive\s+of)|(?:raises?|raising|raised)\s+(?:the\s+)?(?:concern|possibility|question|"
+             r"indicative\s+of|(?:raises?|raising|raised)\s+(?:the\s+)?(?:concern|possibility|question|"
              r"suspicion)\s+(?:for|of)|concern\s+for"),
     ("unc_post", r"in\s+(?:the|an?)\s+(?:appropriate|proper|right|correct|suggestive)\s+clinical\s+"
                  r"(?:setting|context|scenario|situation)"),
@@ -697,6 +736,9 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
     ("unc_post", r"(?:possible|probable|likely|suspected|questioned)(?=\s*(?:$|[.,;]))"),
     ("unc_vs", r"(?:more|less)\s+(?:likely|probable)\s+than|favou?red\s+over"),
     ("unc_pre", r"(?:not\s+clear|unclear|uncertain|unsure)\s+(?:whether|if)|whether(?:\s+or\s+not)?"),
+    # British "query" before a finding, as "?" (version 47): "Query right basal consolidation.", "query of"; not the
+    # request "clinical query:"
+    ("unc_pre", r"(?<!clinical )query(?:\s+of)?(?!\s*:)"),
     ("unc_pre", r"(?:most\s+|more\s+)?(?:likely|probable|probably|possible|possibly)|possibility\s+of|questionable|"
                 r"question|presumed|presumably|may(?:\s+(?:be|represent|reflect))?|might|"
                 r"could(?:\s+(?:be|represent|reflect))?|suspected|suspect|suspicion\s+(?:of|for)|borderline|equivocal|"
@@ -914,6 +956,20 @@ SIDE_WORD_RE: Final[re.Pattern[str]] = re.compile(
 SIDE_ABBREVIATIONS: Final[dict[str, str]] = {"rt": "right", "lt": "left"}
 #: The gap that lets a zoned phrase take the side of the phrase before it ("left perihilar upper lobe").
 SIDE_CARRY_GAP_RE: Final[re.Pattern[str]] = re.compile(r"\s*(?:(?:,|/|and)\s*)?")
+#: A side-less singular base (version 47: "basal", "basilar", "base", "lower zone", "lower lobe"; not "bibasal",
+#: "bases", "both", "bilateral"): in a sentence whose sided places all name one side it takes that side ("Small left
+#: pleural effusion with associated basal atelectasis.": the left base). Not "the base", whose side the rule of version
+#: 22 decides ("Opacity in the right lung and effusion at the base.": both bases).
+UNSIDED_BASE_RE: Final[re.Pattern[str]] = re.compile(
+    r"(?:lung\s+)?(?:base|basal(?:ly)?|basilar(?:ly)?|lower\s+(?:zone|lobe))")
+#: "the" right before a place (:data:`UNSIDED_BASE_RE`).
+THE_BEFORE_RE: Final[re.Pattern[str]] = re.compile(r"\bthe\s+$")
+#: A fronted subordinate clause that negates ("Although no focal consolidation is seen, early pneumonia cannot be
+#: excluded."; version 47): the negation ends at the comma that closes it (group ``comma``). The clause must have a
+#: verb after the negated phrase, so that a list's comma ("Although no edema, effusion or ...") is no clause end.
+FRONTED_NEGATION_RE: Final[re.Pattern[str]] = re.compile(
+    r"\s*(?:although|though|while)\s+(?:no|without)\s+[^,;]*?\b(?:is|are|was|were|seen|identified|evident|present|"
+    r"visible|noted|demonstrated|appreciated|detected)\b[^,;]*(?P<comma>,)")
 #: The gap that lets "the base" / "the apex" take the side of a sided place a few words before it ("opacity in the
 #: right lung, most pronounced at the base"; version 22): no and / or / but / semicolon / side word in between.
 SIDE_BACK_GAP_RE: Final[re.Pattern[str]] = re.compile(

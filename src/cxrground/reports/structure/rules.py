@@ -89,7 +89,16 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
    hedges between: "evaluate for possible pneumonia") is uncertain and a non-target finding, as the findings of a
    CT sentence: it keeps negatives away from its places and gives no lesion; an observation is not attributed to
    it ("right base opacity, question of pneumonia" keeps the opacity). "Hx" before a finding is "history of".
-9. **Report level** (:mod:`.resolve`): a positive lesion finding without a location phrase takes the labels of
+9. **Version 47.** "No / lack of / without (significant) resolution of" leaves the finding present; a negated fit
+   without a verb ("not consistent with", "inconsistent with", "not suggestive of", "not in keeping with") negates;
+   "cannot / can't r/o" is the radiologist's hedge "cannot rule out", no clinician's question; "query (of)" hedges
+   before a finding, as "?"; "indicating" / "indicates" no longer hedge ("indicative of" still does); "CTR" is the
+   cardiothoracic ratio, a stated ratio above one half ("CTR 0.62", "> 0.5", "greater than 50%") or a raised one a
+   cardiomegaly; a "Heart: enlarged" template line is cardiomegaly; "airspace dz" is airspace disease; in a sentence
+   whose sided places all name one side, a side-less singular base ("basal", "basilar", "lower zone", "lower lobe";
+   not "the base", see version 22) takes that side ("left effusion and basal atelectasis"); a fronted negated clause
+   ("Although no consolidation is seen, ...") ends its negation at the comma that closes it.
+10. **Report level** (:mod:`.resolve`): a positive lesion finding without a location phrase takes the labels of
    the located positive findings of the sentence before when its sentence points back ("This may represent
    atelectasis."), else of the same lesion; in a merged findings + impression section a lesion +
    location repeated in the impression counts once.
@@ -121,6 +130,7 @@ from cxrground.reports.structure.lexicon import (
     ELLIPSIS_RE,
     ENTITY_KINDS,
     ENTITY_MATCHER,
+    FRONTED_NEGATION_RE,
     HEART_TECHNIQUE_RE,
     LIKELY_HEDGE_RE,
     LINK_RE,
@@ -146,6 +156,8 @@ from cxrground.reports.structure.lexicon import (
     SIDE_BACK_GAP_RE,
     SIDE_CARRY_GAP_RE,
     SIDE_WORD_RE,
+    THE_BEFORE_RE,
+    UNSIDED_BASE_RE,
     EntityKind,
     default_location,
     is_extent_phrase,
@@ -216,8 +228,12 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: absent on the right, "of uncertain significance" is a hedge; 46: "R > L" / "L>R" / "right > left" name both lungs
 #: as "right greater than left" does, "heart size is unchanged from prior, mildly enlarged" is cardiomegaly, a finding
 #: governed by the clinician's question ("eval for", "r/o", "rule out", "to exclude", "question of", "clinical concern
-#: for") is a non-target finding, and "Hx" before a finding is history.
-RULES_VERSION: Final[str] = "46"
+#: for") is a non-target finding, and "Hx" before a finding is history; 47: "no / lack of resolution of" leaves the
+#: finding present, "not consistent with" / "inconsistent with" / "not suggestive of" negate without a verb, "cannot
+#: r/o" is a hedge, "query" hedges, "indicating" does not, "CTR" above 0.50 and a "Heart: enlarged" template line are
+#: cardiomegaly, "airspace dz" is airspace disease, a side-less base takes the one side of its sentence, and a fronted
+#: "Although no X is seen," ends its negation at the comma.
+RULES_VERSION: Final[str] = "47"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -454,6 +470,9 @@ class RuleStructurer:
         if not mentions:
             return []
         extra_terms = self._ellipses(low, text, mentions)
+        fronted = FRONTED_NEGATION_RE.match(low)
+        if fronted is not None:  # "Although no X is seen, Y ...": the negation ends at the comma (version 47)
+            extra_terms.append(_Cue(fronted.start("comma"), fronted.end("comma"), "term"))
         if self._about_prior_exam(low):
             return []  # "On the prior outside CT, the right upper lobe was consolidated.": history
         # "... opacities were observed on high-resolution computed tomography scan": not a finding of this film
@@ -776,7 +795,9 @@ class RuleStructurer:
         pending: list[tuple[int, int, tuple[str, ...]]] = []  # phrases whose finding lies only across "with"
         subjects: list[tuple[int, int, int, tuple[str, ...]]] = []  # "the right lung is clear" before a negation
         prev: tuple[int, str] | None = None  # (end, side) of the previous sided location phrase
-        for m in LOCATION_MATCHER.matches(low):
+        places = list(LOCATION_MATCHER.matches(low))
+        one_side = _one_side(low, places)
+        for m in places:
             kind = LOCATION_KINDS[m.lastgroup]  # type: ignore[index]
             s, e = m.start(), m.end()
             phrase = m.group()
@@ -792,6 +813,10 @@ class RuleStructurer:
                 prev = (e, prev[1])
             else:
                 prev = None
+                if (kind == "zoned" and one_side is not None and UNSIDED_BASE_RE.fullmatch(phrase)
+                        and THE_BEFORE_RE.search(low, max(0, s - 8), s) is None):
+                    # "small left pleural effusion with associated basal atelectasis": the left base (version 47)
+                    labels = location_labels(kind, f"{one_side} {phrase}")
             if not labels:
                 continue
             if any(mm.start < e and s < mm.end for mm in mentions):
@@ -1011,6 +1036,23 @@ def _side_on_the(low: str, locs: list[tuple[int, str, tuple[str, ...]]]) -> list
             out[j] = (s0, p0, tuple(lab for lab in labs0 if lab.startswith(side)))
         out[k] = (s, locs[k][1], ())
     return [loc for loc in out if loc[2]]
+
+
+def _one_side(low: str, places: list[re.Match[str]]) -> str | None:
+    """The one side that every sided place of the sentence names ("left" in "Left effusion and basal atelectasis.";
+    version 47), or None when the sentence names both sides, no side, or a side only as "on the right" (the zone
+    before it takes that side by the rule of version 27)."""
+    sides: set[str] = set()
+    for m in places:
+        kind = LOCATION_KINDS[m.lastgroup]  # type: ignore[index]
+        labels = location_labels(kind, m.group())
+        if not labels or (kind != "abbr" and SIDE_WORD_RE.search(m.group()) is None):
+            continue  # no place ("right hemidiaphragm"), or no side word ("basal", "retrocardiac")
+        if len(labels) == 1 and labels[0] in _SIDE_LUNGS and ON_THE_SIDE_RE.search(low, max(0, m.start() - 8),
+                                                                                      m.start()):
+            return None
+        sides.update(lab.split()[0] for lab in labels)
+    return next(iter(sides)) if len(sides) == 1 else None
 
 
 def _worst_places(low: str, locs: list[tuple[int, str, tuple[str, ...]]]) -> set[int]:
