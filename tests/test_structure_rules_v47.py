@@ -4,25 +4,20 @@ fronted negated clauses. Every sentence of the record's table, and its counter-e
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from cxrground.reports.findings import Finding
 from cxrground.reports.structure import RULES_VERSION, resolve_findings, structure_text
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_structure_rules import _v44_rows as _rows  # the "sentence | findings" table reader
+
 
 def findings(text: str) -> list[Finding]:
     return list(resolve_findings(structure_text(text)).findings)
-
-
-def _rows(table: str) -> list[tuple[str, list[tuple[str, str, tuple[str, ...]]]]]:
-    """Rows of "sentence | findings": each finding "lesion assertion places" (";"-joined labels), a non-target
-    finding as "~phrase", "-" for none."""
-    rows = []
-    for line in table.strip().splitlines():
-        text, read = (part.strip() for part in line.split("|"))
-        items = [] if read == "-" else [item.split(" ", 2) for item in read.split(", ")]
-        rows.append((text, [(what, assertion, tuple(places.split(";"))) for what, assertion, places in items]))
-    return rows
 
 
 def _read(text: str) -> list[tuple[str, str, tuple[str, ...]]]:
