@@ -40,8 +40,8 @@ Masks = tuple[np.ndarray, np.ndarray]
 
 @dataclass(frozen=True)
 class Variation:
-    """One acquisition difference: ``apply(pixels, right, left) -> (pixels, right, left)``; ``path`` True when the
-    variation is a file format and the film must go through the image reader (``apply`` then returns bytes)."""
+    """One acquisition difference: ``apply(pixels, (right, left)) -> (pixels, right, left)``; ``reader`` True when
+    the variation is a file format and the film must go through the image reader (``apply`` then returns bytes)."""
 
     name: str
     what: str
@@ -146,12 +146,12 @@ VARIATIONS: tuple[Variation, ...] = (
 )
 
 
-def _read(variation: Variation, rec, masks: Masks):
-    """The varied film as a CXRImage and its masks."""
+def _read(variation: Variation, rec):
+    """The varied film as a CXRImage and the pack's lung masks moved with it."""
     from cxrground.io.image import CXRImage, read_image_bytes
 
     im = rec.read()
-    out = variation.apply(im.pixels, masks)
+    out = variation.apply(im.pixels, rec.lungs(im.shape))
     if variation.reader:
         image = read_image_bytes(out[0], name=f"{rec.image_id}.{variation.name}")
     else:
@@ -186,7 +186,7 @@ def run(variations: list[Variation], limit: int | None, threads: int, overlays: 
         start = time.perf_counter()
         rows = []
         for rec in tqdm(recs, desc=var.name, leave=False):
-            image, gr, gl = _read(var, rec, rec.lungs())
+            image, gr, gl = _read(var, rec)
             read_as, masks, problems = segment_checked(seg, image)
             r, lft = masks.right_lung.astype(bool), masks.left_lung.astype(bool)
             row = {"id": rec.image_id, "dice": (_dice(r, gr), _dice(lft, gl)), "problems": problems,

@@ -65,14 +65,13 @@ def zones(images: Path, out: Path, overwrite: bool, retry_failed: bool, normativ
     """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every frontal film: OUT/zones.csv."""
     from cxrground.anatomy.segment import get_segmenter
     from cxrground.datasets.views import load_view_table
+    from cxrground.fields import key_values
     from cxrground.lesions.normative import NormativeModel
     from cxrground.lesions.zones import find_images, reader_name, resolve_zone_reader, write_zones
 
     _, views = load_view_table(metadata, images)
     model = NormativeModel.load(normative)
     reader = resolve_zone_reader(zone_model)
-    from cxrground.fields import key_values
-
     segmenter = get_segmenter("unet", **key_values(segmenter_opt))
     readings, failures = write_zones(find_images(images), out, segmenter, model,
                                      overlays=not no_overlays, root=images, zone_model=reader, views=views,

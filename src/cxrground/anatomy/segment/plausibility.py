@@ -39,6 +39,7 @@ import numpy as np
 from scipy import ndimage
 
 from cxrground.anatomy.segment.base import LungHeartMasks, LungHeartSegmenter
+from cxrground.anatomy.segment.heart import _medial_edges
 from cxrground.errors import InputError
 from cxrground.io.cxr_image import CXRImage
 
@@ -163,13 +164,10 @@ def looks_inverted(pixels: np.ndarray, right: np.ndarray, left: np.ndarray) -> b
     """True when the lungs are brighter than the mediastinum between them (median grey levels), as on a film stored
     with inverted grey levels; False when the gap between the lungs holds under 1 % of the lung pixels."""
     px, r, lft = np.asarray(pixels), np.asarray(right, bool), np.asarray(left, bool)
-    rows = np.flatnonzero(r.any(axis=1) & lft.any(axis=1))
     lungs = r | lft
-    gap = np.zeros_like(lungs)
-    for y in rows:
-        a, b = np.flatnonzero(r[y])[-1], np.flatnonzero(lft[y])[0]
-        if b > a + 1:
-            gap[y, a + 1:b] = True
+    a, b = _medial_edges(r, "right")[:, None], _medial_edges(lft, "left")[:, None]  # NaN where a lung is missing
+    cols = np.arange(r.shape[1])[None, :]
+    gap = (cols > a) & (cols < b)  # strictly between the medial edges, on rows that hold both lungs
     if not lungs.any() or gap.sum() < 0.01 * lungs.sum():
         return False
     return bool(np.median(px[lungs]) > np.median(px[gap]))
