@@ -23,6 +23,7 @@ Prints one line per measurement.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -96,34 +97,45 @@ def below_base(pred: np.ndarray, gt: np.ndarray) -> float:
 
 
 def cached_lungs(seg, folder, src: str, rec):
-    """The film on the working grid (``px``), the U-Net's lungs (``R``, ``L``) and, for COVID-19 rows, the pack's
-    lungs (``GR``, ``GL``), from ``folder/{src}_{id}.npz`` (written on first use)."""
+    """The film on the working grid as the commands read it (``px``: its grey-level negative when
+    ``segment_checked`` reads it so, ``inverted``), the U-Net's lungs (``R``, ``L``) and, for COVID-19 rows, the
+    pack's lungs (``GR``, ``GL``), from ``folder/{src}_{id}.npz`` (written on first use)."""
     from cxrground.anatomy.segment.builtin import postprocess_lungs, work_box
+    from cxrground.anatomy.segment.plausibility import segment_checked
+    from cxrground.anatomy.segment.tilt import turn
 
     path = folder / f"{src}_{rec.image_id}.npz"
     if not path.is_file():
-        im = rec.read()
+        im, masks, _ = segment_checked(seg, rec.read())  # the film the commands read: its negative when inverted
         box = work_box(im.shape)
-        p_r, p_l, _ = seg.probabilities(im, None if box is None else box.canvas_hw)
-        right, left = postprocess_lungs(p_r, p_l, seg.threshold)
         px = im.pixels if box is None else box.image_to_canvas(im.pixels)
-        data = {"px": px.astype(np.float32), "R": right, "L": left}
+        tilt = masks.extra.get("tilt") if masks.extra.get("tilt_kept") else None
+        if tilt is None:
+            p_r, p_l, _ = seg.probabilities(im, None if box is None else box.canvas_hw)
+        else:  # deskew: the film read upright, on the working grid (the pack's lungs turned with it)
+            px = turn(px, tilt)
+            p_r, p_l, _ = seg.probabilities(dataclasses.replace(im, pixels=px))
+        right, left = postprocess_lungs(p_r, p_l, seg.threshold)
+        data = {"px": px.astype(np.float32), "R": right, "L": left, "inverted": "polarity" in masks.extra,
+                "tilt": np.nan if tilt is None else tilt}
         if src == "cohen":
             gr, gl = rec.lungs(im.shape)
-            data.update(GR=gr if box is None else box.mask_to_canvas(gr),
-                        GL=gl if box is None else box.mask_to_canvas(gl))
+            gr, gl = (gr, gl) if box is None else (box.mask_to_canvas(gr), box.mask_to_canvas(gl))
+            data.update(GR=gr if tilt is None else turn(gr, tilt, mask=True),
+                        GL=gl if tilt is None else turn(gl, tilt, mask=True))
         np.savez_compressed(path, **data)
     return np.load(path)
 
 
-def _claim_cache(folder, weights, content_box: bool = False) -> None:
-    """Tie a ``--cache`` folder to one weights file and border rule (its sha256 and ``content_box=on|off`` in
-    ``weights.sha256``): lungs cached with other weights or the other rule are never reused; a folder holding lungs
-    but no record is refused too (its weights are unknown)."""
+def _claim_cache(folder, weights, content_box: bool = False, deskew: bool = False) -> None:
+    """Tie a ``--cache`` folder to one weights file and border rule (its sha256, ``content_box=on|off`` and the
+    polarity check in ``weights.sha256``): lungs cached with other weights or the other rule are never reused; a
+    folder holding lungs but no record is refused too (its weights are unknown)."""
     import hashlib
 
     digest = hashlib.sha256(weights.read_bytes()).hexdigest()
-    record = f"{digest}  {weights.name}  content_box={'on' if content_box else 'off'}"
+    record = f"{digest}  {weights.name}  content_box={'on' if content_box else 'off'}  polarity=checked"
+    record += "  deskew=on" if deskew else ""
     mark = folder / "weights.sha256"
     if mark.is_file():
         if mark.read_text().strip() != record:
@@ -164,7 +176,8 @@ def monotone_lateral_border(mask: np.ndarray, side: str, anchor: str = "widest")
 
 
 def real_films(threads: int, cache: str | None, overlays: str | None, weights: str | None = None,
-               repair_apex: str | None = None, heart_params=None, content_box: bool = False) -> None:
+               repair_apex: str | None = None, heart_params=None, content_box: bool = False,
+               deskew: bool = False) -> None:
     """The ``--real`` rows (module docstring); ``heart_params``: the heart outline's
     :class:`~cxrground.anatomy.segment.heart.HeartEstimateParams` (None: the defaults)."""
     import tempfile
@@ -172,14 +185,14 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
     from cxrground.anatomy.ils_locations import lung_zone_bands
     from cxrground.anatomy.segment import UNetLungSegmenter
     from cxrground.anatomy.segment.builtin import heart_from_lungs
-    from cxrground.anatomy.segment.plausibility import lung_problems, segment_checked
+    from cxrground.anatomy.segment.plausibility import lung_problems
     from cxrground.datasets.pack import Pack
 
     pack = Pack()
-    seg = UNetLungSegmenter(weights, threads=threads, content_box=content_box)
+    seg = UNetLungSegmenter(weights, threads=threads, content_box=content_box, deskew=deskew)
     folder = Path(cache or tempfile.mkdtemp(prefix="cxrground-real-anatomy-"))
     folder.mkdir(parents=True, exist_ok=True)
-    _claim_cache(folder, seg.weights, seg.content_box)
+    _claim_cache(folder, seg.weights, seg.content_box, seg.deskew)
     recs = [("nih", r) for r in pack.nih()] + [("cohen", r) for r in pack.cohen()]
     start = time.perf_counter()
     rows = []
@@ -191,6 +204,7 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
             left = monotone_lateral_border(left, "left", repair_apex) & ~right
         heart, info = heart_from_lungs(right, left, heart_params, pixels=d["px"])
         row = {"src": src, "rec": rec, "ctr": info.get("ctr", np.nan), "heart": heart is not None,
+               "inverted": bool(d["inverted"]), "tilt": None if np.isnan(d["tilt"]) else float(d["tilt"]),
                "lung_problems": lung_problems(right, left),
                "rctr": info.get("ctr_radiological", np.nan),
                "plaus": heart_plausibility(heart, right, left) if heart is not None else {}}
@@ -212,8 +226,12 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
     n_bad_nih = sum(r["src"] == "nih" for r in lungs_bad)
     print(f"implausible lungs (anatomy.segment.plausibility): {len(lungs_bad)} of {len(rows)} films (NIH {n_bad_nih}, "
           f"COVID-19 collection {len(lungs_bad) - n_bad_nih}): {', '.join(r['rec'].image_id for r in lungs_bad)}")
-    negatives = [r["rec"].image_id for r in lungs_bad if not segment_checked(seg, r["rec"].read())[2]]
-    print(f"  of which plausible as the film's grey-level negative (read that way by the commands): {len(negatives)} "
+    if deskew:
+        upright = [r["rec"].image_id for r in rows if r["tilt"] is not None]
+        print(f"films read upright (deskew; measured on the upright working grid, the pack's lungs turned with the "
+              f"film): {len(upright)}")
+    negatives = [r["rec"].image_id for r in rows if r["inverted"]]
+    print(f"films read as their grey-level negative (segment_checked, as the commands read them): {len(negatives)} "
           f"{negatives}")
     hearts = [r for r in rows if r["heart"]]
     print(f"heart outline on {len(hearts)} of {len(rows)} films; implausible outlines:")
@@ -355,6 +373,8 @@ def main() -> None:
                         help="real films: heart outlines with OUTLINE_CALIBRATION (the unet ctr_calibration option)")
     parser.add_argument("--content-box", action="store_true",
                         help="real films: the U-Net reads inside the film's uniform borders (unet content_box=true)")
+    parser.add_argument("--deskew", action="store_true",
+                        help="real films: a film the lungs say is tilted is read upright (unet deskew=true)")
     args = parser.parse_args()
 
     import torch
@@ -368,7 +388,7 @@ def main() -> None:
     if args.real or args.only_real:
         torch.set_num_threads(args.threads)
         real_films(args.threads, args.cache, args.overlays, args.weights, args.repair_apex, heart_params,
-                   content_box=args.content_box)
+                   content_box=args.content_box, deskew=args.deskew)
         if args.only_real:
             return
 

@@ -31,7 +31,7 @@ def test_cache_of_other_weights_is_refused(tmp_path: Path):
     cache = tmp_path / "cache"
     cache.mkdir()
     claim(cache, v1)
-    assert (cache / "weights.sha256").read_text().endswith("v1.safetensors  content_box=off\n")
+    assert (cache / "weights.sha256").read_text().endswith("v1.safetensors  content_box=off  polarity=checked\n")
     np.savez_compressed(cache / "cohen_x.npz", R=np.zeros((2, 2), bool))
     claim(cache, v1)  # the same weights reuse their lungs
     with pytest.raises(SystemExit, match="other weights"):
