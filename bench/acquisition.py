@@ -1,7 +1,7 @@
 """How the anatomy holds up when the same real film is acquired or exported differently.
 
 Run: ``CXRGROUND_PACK=... .venv/bin/python bench/acquisition.py [--limit N] [--only NAME ...] [--threads 1]
-[--overlays DIR] [--content-box] [--polarity]``.
+[--overlays DIR] [--content-box] [--deskew] [--polarity]``.
 
 Films from another archive differ from the pack's in ways that have nothing to do with the patient: black or white
 borders around the exposed field, burned-in markers and labels, windowing (gamma, contrast), compression, noise of
@@ -167,7 +167,7 @@ def _base_cover(pred: np.ndarray, gt: np.ndarray) -> float:
 
 
 def run(variations: list[Variation], limit: int | None, threads: int, overlays: Path | None,
-        content_box: bool = False) -> None:
+        content_box: bool = False, deskew: bool = False) -> None:
     """Score every variation on the pack's films with lung masks; one block of lines per variation."""
     from tqdm.auto import tqdm
 
@@ -176,11 +176,20 @@ def run(variations: list[Variation], limit: int | None, threads: int, overlays: 
     from cxrground.datasets.pack import Pack
 
     recs = list(Pack().cohen())[:limit]
-    seg = UNetLungSegmenter(threads=threads, content_box=content_box)
+    seg = UNetLungSegmenter(threads=threads, content_box=content_box, deskew=deskew)
     baseline: dict[str, dict] = {}
+    reference: dict[str, dict] = {}
+    if deskew:  # the unchanged films read as stored, the reference of "losing" with the option off
+        plain = UNetLungSegmenter(threads=threads, content_box=content_box)
+        for rec in tqdm(recs, desc="unchanged, as stored", leave=False):
+            image, gr, gl = _read(VARIATIONS[0], rec)
+            masks = segment_checked(plain, image)[1]
+            reference[rec.image_id] = {"dice": (_dice(masks.right_lung.astype(bool), gr),
+                                                _dice(masks.left_lung.astype(bool), gl))}
     print(f"{len(recs)} COVID-19 collection films with lung masks ({sum(r.brixia is not None for r in recs)} "
           f"Brixia-scored); shipped segmenter {seg.identity()['name']}, "
-          f"{'inside the uniform borders' if content_box else 'whole film'}, {threads} thread(s)")
+          f"{'inside the uniform borders' if content_box else 'whole film'}, "
+          f"{'tilted films read upright' if deskew else 'as stored'}, {threads} thread(s)")
     for variation in ["unchanged"] + [v.name for v in variations if v.name != "unchanged"]:
         var = next(v for v in VARIATIONS if v.name == variation)
         start = time.perf_counter()
@@ -191,6 +200,7 @@ def run(variations: list[Variation], limit: int | None, threads: int, overlays: 
             r, lft = masks.right_lung.astype(bool), masks.left_lung.astype(bool)
             row = {"id": rec.image_id, "dice": (_dice(r, gr), _dice(lft, gl)), "problems": problems,
                    "inverted": "polarity" in masks.extra, "heart": masks.heart is not None,
+                   "upright": bool(masks.extra.get("tilt_kept")),
                    "ctr": (masks.extra.get("heart_estimate") or {}).get("ctr", np.nan),
                    "base": (_base_cover(r, gr), _base_cover(lft, gl)) if rec.brixia is not None else None,
                    "plaus": heart_plausibility(masks.heart, r, lft) if masks.heart is not None and r.any() and lft.any()
@@ -199,12 +209,13 @@ def run(variations: list[Variation], limit: int | None, threads: int, overlays: 
                 baseline[rec.image_id] = row
             row["thumb"] = _thumb(read_as.pixels, r, lft, masks.heart) if overlays else None
             rows.append(row)
-        _report(var, rows, baseline, time.perf_counter() - start)
+        _report(var, rows, baseline, time.perf_counter() - start, reference)
         if overlays:
             _sheet(overlays / f"{var.name}.png", rows, baseline)
 
 
-def _report(var: Variation, rows: list[dict], baseline: dict[str, dict], seconds: float) -> None:
+def _report(var: Variation, rows: list[dict], baseline: dict[str, dict], seconds: float,
+            reference: dict[str, dict] | None = None) -> None:
     dice = np.asarray([d for r in rows for d in r["dice"]])
     base_dice = np.asarray([d for r in rows for d in baseline[r["id"]]["dice"]])
     bad = [r["id"] for r in rows if r["problems"]]
@@ -217,6 +228,10 @@ def _report(var: Variation, rows: list[dict], baseline: dict[str, dict], seconds
     print(f"\n{var.name}: {var.what} ({seconds:.0f} s)")
     print(f"  lung Dice median {np.median(dice):.3f} (unchanged film {np.median(base_dice):.3f}); lungs < 0.8: "
           f"{int((dice < 0.8).sum())} of {dice.size}; lungs losing > 0.05 Dice: {int((drop < -0.05).sum())}")
+    if reference:  # deskew on: also against the unchanged film read as stored (the option off)
+        ref = np.asarray([d for r in rows for d in reference[r["id"]]["dice"]])
+        print(f"  against the unchanged film read as stored: lungs losing > 0.05 Dice: "
+              f"{int((dice - ref < -0.05).sum())}; read upright: {sum(r['upright'] for r in rows)} films")
     print(f"  implausible lungs: {len(bad)}; read as the negative: {sum(r['inverted'] for r in rows)}; Brixia films "
           f"with a base < 70 % covered: {len(low)}")
     print(f"  heart outlines {len(hearts)} of {len(rows)}; below the lung bases or outside the thorax: {out}; CTR "
@@ -286,6 +301,8 @@ def main() -> None:
     parser.add_argument("--overlays", type=Path, default=None)
     parser.add_argument("--content-box", action="store_true",
                         help="the U-Net reads inside the film's uniform borders (unet content_box=true)")
+    parser.add_argument("--deskew", action="store_true",
+                        help="a film the lungs say is tilted is read upright (unet deskew=true)")
     parser.add_argument("--polarity", action="store_true",
                         help="only count, on every pack film stored and inverted, the films read as the negative")
     args = parser.parse_args()
@@ -294,7 +311,7 @@ def main() -> None:
         polarity(args.threads, args.content_box, args.limit)
         return
     chosen = [v for v in VARIATIONS if args.only is None or v.name in args.only]
-    run(chosen, args.limit, args.threads, args.overlays, args.content_box)
+    run(chosen, args.limit, args.threads, args.overlays, args.content_box, args.deskew)
 
 
 if __name__ == "__main__":

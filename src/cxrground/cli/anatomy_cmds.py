@@ -58,8 +58,8 @@ def show(request: GeometryRequest) -> None:
                    "have been fitted with the same --normative.")
 @click.option("--segmenter-opt", multiple=True, metavar="KEY=VALUE",
               help="Option of the built-in lung segmenter (repeatable), as `ils build --segmenter-opt`: e.g. "
-                   "content_box=true (read the lungs inside the film's uniform borders), ctr_calibration=true, "
-                   "weights=FILE.")
+                   "content_box=true (read the lungs inside the film's uniform borders), deskew=true (read a "
+                   "tilted film upright), ctr_calibration=true, weights=FILE.")
 def zones(images: Path, out: Path, overwrite: bool, retry_failed: bool, normative: Path | None, no_overlays: bool,
           metadata: Path | None, qc_orientation: bool, zone_model: str, segmenter_opt: tuple[str, ...]) -> None:
     """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every frontal film: OUT/zones.csv."""

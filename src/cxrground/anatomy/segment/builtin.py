@@ -34,6 +34,7 @@ from cxrground.anatomy.segment.heart_image import (
     radiological_ctr,
     seen_cardiac_borders,
 )
+from cxrground.anatomy.segment.tilt import MIN_TILT
 from cxrground.errors import ConfigError, InputError
 from cxrground.io.borders import ContentBox, content_box
 from cxrground.io.image import CXRImage
@@ -202,7 +203,8 @@ class UNetLungSegmenter:
     heart outline with :data:`~.heart.OUTLINE_CALIBRATION` (its CTR read in the adult range on NIH films; off by
     default, see ``HeartEstimateParams.outline_calibration``). ``content_box``: read the lungs inside the film's
     exposed field, uniform borders cut (:func:`cxrground.io.borders.content_box`); off by default (the whole film
-    is read; ``bench/records/film_borders_preregistration.md``).
+    is read; ``bench/records/film_borders_preregistration.md``). ``deskew``: read a film whose lungs say it is
+    tilted by at least :data:`~.tilt.MIN_TILT` degrees upright and turn its masks back (:func:`deskewed`).
     """
 
     name = "unet"
@@ -218,6 +220,7 @@ class UNetLungSegmenter:
         work_size: int = ANATOMY_WORK_SIZE,
         ctr_calibration: bool = False,
         content_box: bool = False,
+        deskew: bool = False,
     ) -> None:
         if ctr_calibration:
             heart_params = replace(heart_params or HeartEstimateParams(), outline_calibration=OUTLINE_CALIBRATION)
@@ -226,6 +229,7 @@ class UNetLungSegmenter:
         self.seen_heart = seen_heart
         self.work_size = int(work_size)
         self.content_box = bool(content_box)
+        self.deskew = bool(deskew)
         self._threshold = threshold
         self.estimate_heart = estimate_heart
         self.heart_params = heart_params
@@ -304,8 +308,14 @@ class UNetLungSegmenter:
     def segment(self, image: CXRImage) -> LungHeartMasks:
         """Right/left lungs from the U-Net at native size; the heart estimated from them and the image.
 
-        Post-processing and the heart run on the working grid (:func:`work_box`) and are mapped back.
+        Post-processing and the heart run on the working grid (:func:`work_box`) and are mapped back. With
+        ``deskew``, a tilted film is read upright (:func:`deskewed`).
         """
+        masks = self._segment_as_stored(image)
+        return deskewed(self, image, masks) if self.deskew else masks
+
+    def _segment_as_stored(self, image: CXRImage) -> LungHeartMasks:
+        """:meth:`segment` without the tilt check."""
         box = work_box(image.shape, self.work_size)
         p_r, p_l, extra = self.probabilities(image, None if box is None else box.canvas_hw)
         right, left = postprocess_lungs(p_r, p_l, self.threshold)
@@ -348,9 +358,50 @@ class UNetLungSegmenter:
                       **({"outline_calibration": list(calibration)} if (calibration := self._calibration()) else {})},
             "work_size": self.work_size,
             "content_box": "uniform borders cut (cxrground.io.borders)" if self.content_box else "whole film",
+            "deskew": (f"films tilted >= {MIN_TILT:g} degrees read upright (cxrground.anatomy.segment.tilt)"
+                       if self.deskew else "off"),
             "metrics": meta.get("metrics"),
             "training_data": (meta.get("data") or {}).get("summary"),
         }
+
+
+def deskewed(seg: UNetLungSegmenter, image: CXRImage, masks: LungHeartMasks) -> LungHeartMasks:
+    """``masks`` (the film read as stored), or the film read upright when its lungs say it is tilted.
+
+    When :func:`~.tilt.thorax_tilt` of the lungs is at least :data:`~.tilt.MIN_TILT` in size, the film is turned
+    upright on the working grid, read again (lungs and heart outline) and the masks are turned back; the upright
+    reading is kept when its lungs are plausible or the stored reading's were not. ``extra["tilt"]`` records the
+    angle (None: no tilt could be estimated), ``extra["tilt_kept"]`` whether the upright reading was kept."""
+    from cxrground.anatomy.segment.plausibility import lung_problems
+    from cxrground.anatomy.segment.tilt import MIN_TILT, thorax_tilt, turn
+
+    tilt = thorax_tilt(masks.right_lung, masks.left_lung) if masks.right_lung.any() and masks.left_lung.any() else None
+    masks.extra["tilt"] = tilt
+    if tilt is None or abs(tilt) < MIN_TILT:
+        return masks
+    box = work_box(image.shape, seg.work_size)
+    pixels = image.pixels if box is None else box.image_to_canvas(image.pixels)
+    upright = seg._segment_as_stored(replace(image, pixels=turn(pixels, tilt)))
+    right, left = postprocess_lungs(turn(upright.right_lung, -tilt, mask=True).astype(np.float32),
+                                    turn(upright.left_lung, -tilt, mask=True).astype(np.float32))
+    heart = turn(upright.heart, -tilt, mask=True) if upright.heart is not None else None
+    if box is not None:
+        right, left = box.mask_to_native(right), box.mask_to_native(left)
+        heart = box.mask_to_native(heart) if heart is not None else None
+    stored_bad = lung_problems(masks.right_lung, masks.left_lung)
+    if lung_problems(right, left) and not stored_bad:
+        masks.extra["tilt_kept"] = False
+        return masks
+    extra = {**upright.extra, "tilt": tilt, "tilt_kept": True}
+    if box is not None:
+        extra["work_letterbox"] = box.to_dict()
+    if heart is not None and not heart.any():
+        heart = None
+    if heart is not None and "heart_estimate" in extra:
+        extra["heart_estimate"] = {**extra["heart_estimate"], "ctr_upright": extra["heart_estimate"].get("ctr"),
+                                   "ctr": round(float(cardiothoracic_ratio(heart, right, left)), 4)}
+    source: HeartSource = upright.heart_source if heart is not None else "none"
+    return LungHeartMasks(right, left, heart, source, upright.source, extra)
 
 
 MaskTriple = tuple[np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, np.ndarray | None]

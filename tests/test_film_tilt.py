@@ -1,0 +1,98 @@
+"""Tilted films: the tilt estimate from the lungs, turning films and masks, and the built-in segmenter's option
+``deskew`` (off by default; bench/records/film_tilt_preregistration.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cxrground.anatomy.segment.tilt import MIN_TILT, SEARCH, lateral_tilt, medial_tilt, thorax_tilt, turn
+
+
+def _lungs(h: int = 240, w: int = 240) -> tuple[np.ndarray, np.ndarray]:
+    """Two lung-like ellipses, mirror images about the film's middle column (right lung on the image left)."""
+    yy, xx = np.mgrid[:h, :w]
+    right = ((yy - 120) / 80) ** 2 + ((xx - 78) / 34) ** 2 <= 1
+    left = ((yy - 120) / 80) ** 2 + ((xx - 161) / 34) ** 2 <= 1
+    return right, left
+
+
+def test_an_upright_pair_has_no_tilt():
+    right, left = _lungs()
+    assert abs(thorax_tilt(right, left)) < 1
+    assert abs(medial_tilt(right, left)) < 1
+
+
+@pytest.mark.parametrize("degrees", [7.0, -7.0, 10.0])
+def test_the_estimate_is_the_turn_that_puts_the_film_upright(degrees):
+    right, left = _lungs()
+    turned = turn(right, degrees, mask=True), turn(left, degrees, mask=True)
+    tilt = thorax_tilt(*turned)
+    assert tilt is not None and abs(tilt + degrees) <= 1.0  # turning by the estimate undoes the turn
+    assert np.sign(medial_tilt(*turned)) == -np.sign(degrees)  # curved medial edges: the sense, not the size
+
+
+def test_no_estimate_without_two_lungs_or_beyond_the_search():
+    right, left = _lungs()
+    assert thorax_tilt(np.zeros_like(right), left) is None
+    assert lateral_tilt(np.zeros_like(right), left) is None
+    far = float(np.abs(SEARCH).max()) + 10
+    assert thorax_tilt(turn(right, far, mask=True), turn(left, far, mask=True)) is None
+
+
+def test_turn_keeps_shape_and_dtype():
+    film = np.random.default_rng(0).integers(0, 256, (60, 80)).astype(np.uint8)
+    out = turn(film, 5.0)
+    assert out.shape == film.shape and out.dtype == np.uint8
+    assert np.array_equal(turn(film, 0.0), film)
+    mask = turn(_lungs()[0], 5.0, mask=True)
+    assert mask.dtype == bool and mask.shape == (240, 240) and mask.any()
+
+
+def _dice(a: np.ndarray, b: np.ndarray) -> float:
+    return float(2 * (a & b).sum() / max(1, a.sum() + b.sum()))
+
+
+def test_a_turned_pack_film_is_read_upright_with_deskew(pack_dir):
+    """covid-19-pneumonia-12 turned 7°: the option estimates the turn, reads the film upright and turns the masks
+    back; they match the pack's lungs (turned with the film) better than the reading as stored."""
+    from PIL import Image
+
+    from cxrground.anatomy.segment import get_segmenter
+    from cxrground.datasets.pack import Pack
+    from cxrground.io.image import CXRImage
+
+    rec = next(r for r in Pack(pack_dir).cohen() if r.image_id == "covid-19-pneumonia-12")
+    film = rec.read()
+    truth = [np.asarray(Image.fromarray(m.astype(np.uint8) * 255).rotate(7.0, Image.Resampling.NEAREST)) > 127
+             for m in rec.lungs(film.shape)]
+    turned = CXRImage(np.asarray(Image.fromarray(film.pixels).rotate(7.0, Image.Resampling.BILINEAR)),
+                      path=str(rec.image_path), view=film.view)
+    plain = get_segmenter("unet", threads=1).segment(turned)
+    seg = get_segmenter("unet", threads=1, deskew=True)
+    masks = seg.segment(turned)
+    assert "tilt" not in plain.extra
+    assert masks.extra["tilt_kept"] is True and abs(masks.extra["tilt"] + 7.0) <= 2.0
+    assert abs(masks.extra["tilt"]) >= MIN_TILT
+    assert masks.right_lung.shape == film.shape and masks.heart is not None and masks.heart.shape == film.shape
+    assert not (masks.right_lung & masks.left_lung).any()
+    upright = np.mean([_dice(masks.right_lung, truth[0]), _dice(masks.left_lung, truth[1])])
+    stored = np.mean([_dice(plain.right_lung, truth[0]), _dice(plain.left_lung, truth[1])])
+    assert upright > stored + 0.01
+    assert 0.3 < masks.extra["heart_estimate"]["ctr"] < 0.7
+    assert "read upright" in seg.provenance()["deskew"]
+    assert get_segmenter("unet").provenance()["deskew"] == "off"
+
+
+def test_an_upright_film_is_read_as_stored_with_deskew(pack_dir):
+    """A film whose lungs give a tilt under MIN_TILT is read once, as stored."""
+    from cxrground.anatomy.segment import get_segmenter
+    from cxrground.datasets.pack import Pack
+
+    rec = next(r for r in Pack(pack_dir).cohen() if r.image_id == "covid-19-pneumonia-7-PA")
+    film = rec.read()
+    plain = get_segmenter("unet", threads=1).segment(film)
+    masks = get_segmenter("unet", threads=1, deskew=True).segment(film)
+    assert masks.extra["tilt"] is None or abs(masks.extra["tilt"]) < MIN_TILT
+    assert "tilt_kept" not in masks.extra
+    assert np.array_equal(masks.right_lung, plain.right_lung) and np.array_equal(masks.left_lung, plain.left_lung)
