@@ -208,3 +208,50 @@ def test_generated_answer_text_puts_the_space_after_seg_back(spm_dir):
     answer_ids = sp_ids[sp_ids.index(ADDED[T.SEG_TOKEN]):]
     assert answer_text(tok, answer_ids) == PAIRS[1][1]
     assert np.array_equal(np.array(answer_ids[-1:]), np.array([tok.eos_token_id]))
+
+
+# --- the release's slow tokenizer survives conversion and export -----------------------------------
+def test_convert_and_export_keep_the_release_slow_tokenizer(bf16_release, spm_proto, tmp_path):
+    """transformers >= 5 writes no tokenizer.model or added_tokens.json, and the reference (transformers 4.31,
+    use_fast=False) reads nothing else: the checkpoint keeps the release's files and the export writes them back."""
+    from cxrground.models.lisa.convert import RELEASE_TOKENIZER_FILES
+    from cxrground.models.lisa.export import export_released
+
+    _, folder, clip_dir = bf16_release
+    ckpt = convert_released(folder, tmp_path / "ckpt", clip=clip_dir)
+    notes: list[str] = []
+    out = export_released(ckpt, tmp_path / "exported", log=notes.append)
+    for name in RELEASE_TOKENIZER_FILES:
+        assert (ckpt / name).read_bytes() == (folder / name).read_bytes(), name
+        assert (out / name).read_bytes() == (folder / name).read_bytes(), name
+    assert not [n for n in notes if "tokenizer" in n]
+    sp = spm.SentencePieceProcessor(model_proto=spm_proto)
+    for instruction, answer in PAIRS:  # the cxrground reading of the exported folder is unchanged
+        assert encode(load_tokenizer(out), instruction, answer, 10_000).input_ids == reference_ids(sp, instruction,
+                                                                                                   answer)
+
+
+def test_export_takes_the_slow_tokenizer_from_the_release_it_came_from(bf16_release, tmp_path):
+    """A checkpoint without the release's slow files (converted by an older version, or trained) gets them from its
+    base_model when that folder is here and encodes the same ids; a note names it."""
+    from cxrground.models.lisa.convert import RELEASE_TOKENIZER_FILES
+    from cxrground.models.lisa.export import export_released
+
+    _, folder, clip_dir = bf16_release
+    ckpt = convert_released(folder, tmp_path / "ckpt", clip=clip_dir)
+    for name in RELEASE_TOKENIZER_FILES:
+        (ckpt / name).unlink()
+    notes: list[str] = []
+    out = export_released(ckpt, tmp_path / "exported", log=notes.append)
+    assert (out / "tokenizer.model").read_bytes() == (folder / "tokenizer.model").read_bytes()
+    assert (out / "added_tokens.json").is_file()
+    assert any(str(folder) in n and "release" in n for n in notes)
+    moved = tmp_path / "moved"  # the release is no longer here: the note says what the reference lacks
+    folder.rename(moved)
+    try:
+        notes.clear()
+        export_released(ckpt, tmp_path / "exported2", log=notes.append)
+        assert not (tmp_path / "exported2" / "tokenizer.model").exists()
+        assert any("no tokenizer.model" in n and "--tokenizer" in n for n in notes)
+    finally:
+        moved.rename(folder)

@@ -5,12 +5,16 @@ Layout::
     checkpoint.json      {"model": "lisa", "arch": {llm, clip, sam}, "config": LisaConfig, "dataset_hash",
                           "seed", "step", "select_layer", ...}
     model.safetensors    merged weights (LoRA folded in), names of :class:`LisaForSegmentation`
-    tokenizer files      ``save_pretrained`` output of the tokenizer (``[SEG]``, ``<im_start>``, ``<im_end>`` added)
+    tokenizer files      ``save_pretrained`` output of the tokenizer (``[SEG]``, ``<im_start>``, ``<im_end>`` added);
+                         a converted release also keeps the release's ``tokenizer.model``, ``added_tokens.json``
+                         and ``special_tokens_map.json`` (what the reference's slow tokenizer reads)
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -29,11 +33,13 @@ WEIGHTS_FILE: Final[str] = "model.safetensors"
 
 
 def save_checkpoint(out: Path, model: torch.nn.Module, tokenizer: Any, info: dict[str, Any],
-                    dtype: torch.dtype | None = None) -> Path:
+                    dtype: torch.dtype | None = None, extra_files: Sequence[Path] = ()) -> Path:
     """Write a checkpoint folder atomically per file (weights, tokenizer, then ``checkpoint.json`` last).
 
     ``dtype``: store every floating-point weight in it (a mixed-precision model's float32 trainable parts and
     merged LoRA layers with the rest); None keeps each weight's dtype. LoRA deltas are folded in before the cast.
+    ``extra_files``: copied into the folder under their names after the tokenizer (e.g. a release's slow tokenizer
+    files, which transformers ≥ 5 does not write).
     """
     from safetensors.torch import save_file
 
@@ -44,6 +50,9 @@ def save_checkpoint(out: Path, model: torch.nn.Module, tokenizer: Any, info: dic
     with atomic_path(out / WEIGHTS_FILE) as tmp:
         save_file(state, str(tmp), metadata={"format": "pt"})
     tokenizer.save_pretrained(str(out))
+    for path in extra_files:
+        with atomic_path(out / Path(path).name) as tmp:
+            shutil.copyfile(path, tmp)
     meta = {"model": MODEL_NAME, **info}
     atomic_write_text(out / CHECKPOINT_FILE, json.dumps(meta, indent=1, sort_keys=True))
     return out

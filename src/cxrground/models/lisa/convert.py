@@ -32,6 +32,9 @@ tables, global-attention layers, canvas size); the mask decoder keeps SAM's 8 he
 elements of the source folder's tensors; a bf16 release stays bf16, about 15 GB for 7B instead of 30 GB in
 fp32); parts filled from ``sam``/``clip`` are cast to it. ``dtype`` overrides (``float32``, ``bfloat16``,
 ``float16``). The tokenizer may be only ``tokenizer.model`` (slow LLaMA SentencePiece, :func:`.text.load_tokenizer`).
+The checkpoint keeps the release's slow tokenizer files (:data:`RELEASE_TOKENIZER_FILES`) beside those transformers
+writes, so that :mod:`.export` can give the reference code (transformers 4.31, ``use_fast=False``) a tokenizer it
+reads.
 
 The way back (a cxrground LISA checkpoint → the released layout) is :mod:`.export`.
 """
@@ -54,6 +57,7 @@ __all__ = [
     "DTYPES",
     "IGNORED_KEYS",
     "KEY_RULES",
+    "RELEASE_TOKENIZER_FILES",
     "ConversionReport",
     "convert_released",
     "infer_sam_config",
@@ -118,6 +122,9 @@ ALLOWED_MISSING: Final[tuple[str, ...]] = ("text_hidden_fcs", "visual_model.mask
 
 #: ``dtype`` choices of the converter (``source`` = keep the source's dtype).
 DTYPES: Final[tuple[str, ...]] = ("source", "float32", "bfloat16", "float16")
+#: The release's slow-tokenizer files a converted checkpoint keeps (transformers ≥ 5 writes none of them; the
+#: reference's transformers 4.31 reads its tokenizer from them with ``use_fast=False``).
+RELEASE_TOKENIZER_FILES: Final[tuple[str, ...]] = ("tokenizer.model", "added_tokens.json", "special_tokens_map.json")
 
 _COMPILED = tuple((re.compile(p), r) for p, r in KEY_RULES)
 _IGNORED = tuple(re.compile(p) for p in IGNORED_KEYS)
@@ -355,4 +362,7 @@ def convert_released(source: Path, out: Path, *, sam: Path | None = None, clip: 
             "dataset_hash": None, "seed": None, "step": 0,
             "conversion": {**{k: report[k] for k in ("source", "mapped", "ignored", "filled_from", "left_initialised",
                                                      "dtype")}, "released_config": released_config}}
-    return save_checkpoint(Path(out), model, tok, info)
+    tok_folder = Path(tokenizer or source)
+    slow = [tok_folder / name for name in RELEASE_TOKENIZER_FILES if (tok_folder / name).is_file()]
+    return save_checkpoint(Path(out), model, tok, info, extra_files=slow if (tok_folder / "tokenizer.model").is_file()
+                           else ())

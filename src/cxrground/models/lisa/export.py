@@ -38,9 +38,14 @@ weights are keyword arguments of ``from_pretrained``; transformers hands a keywo
 to the config instead, and ``LISAForCausalLM.__init__`` then fails on ``kwargs.pop("seg_token_idx")``.
 
 **Tokenizer.** The checkpoint's tokenizer files are copied (``[SEG]``, ``<im_start>``, ``<im_end>`` included), or
-those of ``tokenizer`` (e.g. the released folder, for its slow ``tokenizer.model``), which must encode a
-conversation with the same ids. The reference loads its tokenizer with ``use_fast=False``: that needs
-``tokenizer.model``, which transformers ≥ 5 does not write back (a note says so when it is missing).
+those of ``tokenizer`` (e.g. the released folder), which must encode a conversation with the same ids. The
+reference loads its tokenizer with transformers 4.31 and ``use_fast=False``: that needs ``tokenizer.model`` and
+``added_tokens.json``; the files transformers ≥ 5 writes are unreadable there. A converted checkpoint keeps the
+release's slow files (:data:`~.convert.RELEASE_TOKENIZER_FILES`); a checkpoint without them (a trained one, or one
+converted by an older version) takes the tokenizer files of the release it was made from when that folder is on
+this machine and gives the same ids (its ``base_model`` chain); otherwise a note says what is missing. Checked with
+the reference code itself: the export of a tiny model loads in ``LISAForCausalLM.from_pretrained`` (transformers
+4.31), every tensor equal, the reference's tokenizer gives cxrground's ids, and its mask logits agree to 5e-7.
 
 **Limits of the reference.** It builds SAM ViT-H and reads CLIP from ``vision_tower``: a model of another size
 (the tiny test model) is exported, but only this package reads it back (a note says so). It also gives
@@ -278,19 +283,58 @@ def _reference_notes(arch: Mapping[str, Any], out: Path) -> list[str]:
     return notes
 
 
-def _tokenizer_source(checkpoint: Path, tokenizer: Path | None, tok: Any) -> Path:
-    """The folder whose tokenizer files are written: the checkpoint, or ``tokenizer`` when it gives the same ids."""
-    from cxrground.models.lisa.text import load_tokenizer, token_ids
+def _same_ids(other: Any, tok: Any) -> bool:
+    """Whether tokenizer ``other`` has ``tok``'s size and encodes a conversation with the same ids."""
+    from cxrground.models.lisa.text import token_ids
     from cxrground.vocab import ils_templates as T
 
-    if tokenizer is None:
-        return checkpoint
-    other = load_tokenizer(tokenizer)
     sample = T.llava_prompt("Segment the edema in the right lung.", f"{T.SEG_TOKEN} There is no edema.")
-    if len(other) != len(tok) or token_ids(other, sample) != token_ids(tok, sample):
-        raise InputError(f"this tokenizer does not give the checkpoint's ids ({len(other)} vs {len(tok)} tokens, "
-                         f"or another encoding of a conversation)", tokenizer)
-    return Path(tokenizer)
+    return len(other) == len(tok) and token_ids(other, sample) == token_ids(tok, sample)
+
+
+def _release_tokenizer(info: Mapping[str, Any], depth: int = 0) -> Path | None:
+    """The folder with a slow tokenizer (``tokenizer.model``) a checkpoint was made from: its ``base_model``, or
+    that checkpoint's own, up to four steps back; None when there is none on this machine."""
+    from cxrground.models.base import CHECKPOINT_FILE, checkpoint_info
+
+    base = (info.get("config") or {}).get("base_model")
+    if not base or depth >= 4:
+        return None
+    base = Path(str(base))
+    try:
+        if (base / "tokenizer.model").is_file():
+            return base
+        if (base / CHECKPOINT_FILE).is_file():
+            return _release_tokenizer(checkpoint_info(base), depth + 1)
+    except (OSError, ValueError, InputError):
+        pass
+    return None
+
+
+def _tokenizer_source(checkpoint: Path, tokenizer: Path | None, tok: Any, info: Mapping[str, Any]
+                      ) -> tuple[Path, list[str]]:
+    """The folder whose tokenizer files are written, and notes: ``tokenizer`` when given (it must give the same
+    ids); else the checkpoint when it has ``tokenizer.model``; else the release it was made from when that folder
+    is here and gives the same ids; else the checkpoint."""
+    from cxrground.models.lisa.text import load_tokenizer
+
+    if tokenizer is not None:
+        other = load_tokenizer(tokenizer)
+        if not _same_ids(other, tok):
+            raise InputError(f"this tokenizer does not give the checkpoint's ids ({len(other)} vs {len(tok)} tokens, "
+                             f"or another encoding of a conversation)", tokenizer)
+        return Path(tokenizer), []
+    if (checkpoint / "tokenizer.model").is_file():
+        return checkpoint, []
+    release = _release_tokenizer(info)
+    if release is not None:
+        try:
+            if _same_ids(load_tokenizer(release), tok):
+                return release, [f"tokenizer files written from {release} (the release this checkpoint was made from; "
+                                 "it has the tokenizer.model the reference reads)"]
+        except (InputError, ConfigError, OSError, ValueError):
+            pass
+    return checkpoint, []
 
 
 def _write_tokenizer(source: Path, out: Path, tok: Any) -> list[str]:
@@ -306,8 +350,12 @@ def _write_tokenizer(source: Path, out: Path, tok: Any) -> list[str]:
     if seg_token_id(written) != seg_token_id(tok) or len(written) != len(tok):
         raise InputError("the copied tokenizer does not read back with the checkpoint's [SEG] id and size", source)
     if "tokenizer.model" not in copied:
-        return ["no tokenizer.model (SentencePiece) written: the reference loads the tokenizer with use_fast=False, "
-                "which needs it; pass --tokenizer <released folder> (same ids) or load the tokenizer from the release"]
+        return ["no tokenizer.model (SentencePiece) written: the tokenizer files here were written by transformers "
+                ">= 5, which the reference's transformers 4.31 cannot read (use_fast=False needs tokenizer.model, and "
+                "its tokenizers cannot parse the newer tokenizer.json); pass --tokenizer <released folder> (same ids)"]
+    if "added_tokens.json" not in copied:
+        return ["no added_tokens.json written: the reference's slow tokenizer would lack [SEG], <im_start> and "
+                "<im_end>; pass --tokenizer <released folder> (same ids)"]
     return []
 
 
@@ -368,7 +416,7 @@ def export_released(checkpoint_dir: Path, out_dir: Path, *, dtype: str | torch.d
     release, found, filled_from = _recorded_release(info)
     _clip_name(vision_tower, release)
     tok = load_tokenizer(checkpoint)
-    tok_source = _tokenizer_source(checkpoint, tokenizer, tok)
+    tok_source, tok_notes = _tokenizer_source(checkpoint, tokenizer, tok, info)
     select_layer = int(info.get("select_layer", -2))
     with torch.device("meta"):
         expected = list(LisaForSegmentation(info["arch"], seg_token_id(tok), select_layer).state_dict())
@@ -411,7 +459,7 @@ def export_released(checkpoint_dir: Path, out_dir: Path, *, dtype: str | torch.d
         vocab = int(fh.get_slice("language_model.model.embed_tokens.weight").get_shape()[0])
         shards = _plan(names, sizes, limit)
         out.mkdir(parents=True, exist_ok=True)
-        notes = _write_tokenizer(tok_source, out, tok)
+        notes = tok_notes + _write_tokenizer(tok_source, out, tok)
         weight_map: dict[str, str] = {}
         by_dtype: dict[torch.dtype, int] = {}
         for i, shard in enumerate(shards, 1):
