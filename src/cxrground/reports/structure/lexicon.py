@@ -15,6 +15,9 @@ cardiomegaly           cardiomegaly; enlarged heart / cardiac silhouette / cardi
                        ratio is increased" (version 44); "CTR" and "raised" (version 47), a stated ratio above
                        0.50 ("CTR 0.62", "CTR > 0.5", "cardiothoracic ratio greater than 50%"; 0.50 or less is no
                        finding, as a normal heart size); a template line "Heart: (mildly) enlarged" (version 47);
+                       the "cardiothoracic index" / "CTI" of translated reports reads as the ratio (version 48); a
+                       ratio after a cardiomegaly phrase of its sentence adds no second finding ("Mild cardiomegaly
+                       (CTR 0.55)."; version 48);
                        enlargement of the heart / cardiac silhouette;
                        a change or hedge may stand before "enlarged" ("heart size has decreased but remains mildly
                        enlarged", "heart size is difficult to evaluate but likely enlarged"; version 45), and so
@@ -38,7 +41,9 @@ pneumonia              pneumonia, bronchopneumonia, pneumonitis, infection, infe
                        aspiration pneumonia, PNA (version 15), "infectious" said of a finding ("could be infectious",
                        "likely infectious", "infectious in etiology"; version 38; not "non-infectious"). *Added*:
                        pneumonitis, aspiration (radiographically an
-                       aspiration pneumonitis/pneumonia; hedges still apply: "concerning for aspiration").
+                       aspiration pneumonitis/pneumonia; hedges still apply: "concerning for aspiration"). *Not*
+                       foreign-body / FB aspiration (an airway event: the non-target finding "foreign body
+                       aspiration", version 48).
                        *Not* radiation pneumonitis / fibrosis / changes (treatment injury, not infection: the
                        non-target finding "radiation changes").
 atelectasis            atelectasis, atelectatic (changes), collapse(d). *Changed*: "volume loss" (ILS §7.1 proposal) is
@@ -53,10 +58,12 @@ opacity                opacity, opacities, opacification(s), opacified, airspace
                        phrase). *Not* "density" (also used for bones and masses; a lung-only reading,
                        "retrocardiac / increased density", added a false opacity on an Open-i report and failed
                        the check of version 18).
-consolidation          consolidation, consolidative (opacity/process), consolidated. *Decision*: "air bronchograms"
+consolidation          consolidation, consolidative (opacity/process), consolidated, condensation(s) (translated
+                       reports, version 48: "pulmonary / alveolar condensation"). *Decision*: "air bronchograms"
                        are a sign inside the opacity or consolidation they are seen in, not a finding of their own
                        (no phrase).
-edema                  edema / oedema, pulmonary / interstitial / alveolar edema, fluid overload (*not*
+edema                  edema / oedema, pulmonary / interstitial / alveolar edema, edematous / oedematous lungs,
+                       "lungs are (mildly) edematous" (version 48), fluid overload (*not*
                        "volume overload": reading it added an edema MeSH does not code on an Open-i report, version
                        20's check). *Decision*:
                        "(pulmonary) vascular congestion" is **not** edema (ILS §2: the congestion category was
@@ -67,7 +74,8 @@ edema                  edema / oedema, pulmonary / interstitial / alveolar edema
                        "CHF" / "(congestive) heart failure" is a clinical diagnosis, the non-target heart failure.
                        *Not* soft-tissue / subcutaneous / chest-wall / mucosal edema, anasarca (edema outside the
                        lungs: a non-target finding).
-effusion               effusion(s), pleural effusion(s), pleural fluid (collection), layering fluid / effusion,
+effusion               effusion(s), pleural effusion(s), "pleural a fusion" (speech recognition, version 48),
+                       pleural fluid (collection), layering fluid / effusion,
                        hydrothorax; *added* (round 4): loculated / subpulmonic / fissural fluid, "fluid in /
                        along / tracking along the (right) minor / major fissure" (fissural fluid is pleural
                        fluid; a bare "fluid" is not: "atelectasis versus small amount of fluid"). *Not*
@@ -90,7 +98,8 @@ None (non-target)      lung: pneumothorax, hydropneumothorax, nodule, mass, mass
                        cephalization, vascular redistribution, Kerley / septal lines, septal thickening.
                        other: fracture, (hiatal) hernia, (lymph)adenopathy, pericardial effusion,
                        pneumomediastinum, subcutaneous emphysema, pneumoperitoneum / free air, heart failure,
-                       soft-tissue edema, vertebral collapse / compression deformity, projection mimics (nipple
+                       soft-tissue edema, vertebral collapse / compression deformity, foreign-body aspiration
+                       (version 48), projection mimics (nipple
                        shadow, overlying / overlapping soft tissue, breast tissue, skin fold, vessels or ribs,
                        summation of shadows, costochondral calcification: no location of their own; an
                        observation explained by them alone becomes a non-target lung finding).
@@ -133,7 +142,7 @@ negation, before   no, without, free of, clear of, negative for, absence of, nei
                    no longer, (interval) resolution of, interval / complete clearing of; absent, nil, zero,
                    re-expansion of (version 44); a negated fit without a verb: not consistent / compatible with, not
                    suggestive / typical of, not in keeping with, inconsistent with (version 47; not the double
-                   negative "not inconsistent with"). ("rule out" is *not* a
+                   negative "not inconsistent with"); not to be confused with (version 48). ("rule out" is *not* a
                    negation: it is a question; "clearing of" alone may be partial and is not one either)
 negation, after    a clause-final "absent", ": none / absent / negative / no" (version 44), has re-expanded;
                    (is / are) not seen / visible / present / identified / evident / appreciated /
@@ -151,7 +160,8 @@ uncertain, before  possible, possibly, possibility of, probable, probably, quest
                    includes, consider(ed), (please) correlate (clinically) for / to exclude, clinical
                    correlation for, difficult / hard / impossible to assess / evaluate for, not possible / unable
                    to exclude (version 46), (in) favor (of),
-                   favors / favored / favoring, unclear / not clear / uncertain whether / if, whether (or not)
+                   favors / favored / favoring, unclear / not clear / uncertain whether / if, whether (or not),
+                   can / could be seen with (version 48)
 question           (version 46) the clinician's question: eval / evaluate / evaluation / assess / assessment (further)
                    for, r/o, (to) rule out, to exclude, question of, clinical concern / suspicion for / of. The
                    finding it governs (the nearest cue before it, or one that only hedges stand between: "evaluate for
@@ -170,7 +180,9 @@ uncertain, after   cannot / can not / can't / could not be excluded / ruled out,
                    45; not "of unclear etiology"), for cardiomegaly an explanation by technique ("may be accentuated
                    by AP technique", ", likely due to low lung volumes": :data:`HEART_TECHNIQUE_RE`, version 45),
                    may be present, is / would be / could be (another) consideration / possibility, should /
-                   could be considered
+                   could be considered; (version 48) (is) to be considered, (is) in the differential (diagnosis)
+                   (after a word: "In the differential, ..." stays a hedge before), a clause-final "favored /
+                   favoured" ("Bacterial pneumonia favored.", a likely-hedge)
 uncertain, both    ``?`` (within 3 words); versus / vs (within 6 words: "atelectasis versus small amount of
                    fluid" hedges the atelectasis); more / less likely (probable) than, favored over (a comparison
                    of two candidates hedges both: "atelectasis is more likely than pneumonia")
@@ -248,7 +260,10 @@ a predominance word (version 24, :data:`PREDOMINANT_PLACE_RE`: "multifocal opaci
 upper lobe" -> both lungs, then the left upper zone); without an extent word a lung finding whose every place
 follows a predominance word lies in both lungs too (version 37: "patchy opacities, most pronounced at the right
 base" -> both lungs, then the right base). ``S`` may be written "rt" / "lt" before a zone or lung noun
-(version 24; a bare "RT" is radiotherapy, no side). A side-less zoned phrase
+(version 24; a bare "RT" is radiotherapy, no side). A bare side word ("right", "left", "rt", "lt", "R", "L") right
+before size words ("small", "moderate(-sized)", "massive", ...) and a lung finding phrase is that phrase's side, not
+the finding's before it (version 48, :data:`SIDE_SIZE_RE`: "Rt basal atelectasis, Lt small effusion."). A side-less
+zoned phrase
 right after a sided one takes its side ("left perihilar upper lobe"), unless it is plural or has a side of its own
 (lingula). Hedge grades (round 5, :data:`LIKELY_HEDGE_RE`): an uncertain finding is graded ``likely`` when every
 cue that hedged it is a likely-hedge (probable, probably, (most) likely, presumed / presumably, most suggestive
@@ -341,8 +356,9 @@ _CARDIO_FILLER = (
     # a range from the upper limit of normal (version 40): "upper normal to mildly enlarged"
     r"upper|high|(?:top|upper|high)-normal|(?:at\s+)?(?:the\s+)?upper\s+limits?\s+of)"
 )
-#: The cardiothoracic ratio (version 47: also "CTR", "C/T ratio").
-_CTR = r"(?:cardio-?thoracic\s+ratio|ctr|c/t\s+ratio)"
+#: The cardiothoracic ratio (version 47: also "CTR", "C/T ratio"; version 48: the "cardiothoracic index", "CTI", of
+#: reports translated from Spanish / Portuguese).
+_CTR = r"(?:cardio-?thoracic\s+(?:ratio|index)|ctr|cti|c/t\s+ratio)"
 #: Words between the ratio and its value ("CTR is 0.58", "CTR of approximately 0.6", "CTR = 0.55", "CTR: 62%").
 _CTR_FILLER = (r"(?:\s*(?:(?:is|was|now|of|measures?|measuring|measured|approximately|approx|about|around|roughly|"
                r"estimated\s+at|calculated\s+at|at)(?![\w-])\.?|=|:))*\s*")
@@ -359,8 +375,8 @@ _CARDIO_PATTERNS: Final[tuple[str, ...]] = (
     r"enlarged\s+(?:heart|cardiac\s+(?:silhouette|shadow)|cardiomediastinal\s+silhouette)",
     r"increased\s+(?:heart\s+size|size\s+of\s+the\s+(?:heart|cardiac\s+silhouette)|cardiac\s+silhouette)",
     # the cardiothoracic ratio (version 44): "cardiothoracic ratio is increased", "increased cardiothoracic ratio";
-    # "CTR" and "raised" (version 47)
-    r"(?:increased|elevated|enlarged|high|raised)\s+(?:cardiothoracic\s+ratio|ctr)",
+    # "CTR" and "raised" (version 47); "increased cardiothoracic index", "CTI" (version 48)
+    r"(?:increased|elevated|enlarged|high|raised)\s+(?:cardiothoracic\s+(?:ratio|index)|ctr|cti)",
     rf"{_CTR}(?:\s*{_CARDIO_FILLER}){{0,8}}\s+(?:increased|elevated|enlarged|high|raised)",
     # a stated ratio above 0.50 (version 47): "CTR 0.62", "CTR > 0.5", "cardiothoracic ratio greater than 50%"
     rf"{_CTR}{_CTR_FILLER}(?:{_CTR_MORE}\s*{_CTR_HALF_UP}|{_CTR_ABOVE_HALF})",
@@ -381,6 +397,16 @@ _BLUNTED_AFTER: Final[tuple[str, ...]] = tuple(
                         ("costophrenic sulcus", "is"), ("costophrenic sulci", "are"), ("cp angle", "is"),
                         ("cp angles", "are"))
     for degree in ("", "mildly ", "slightly ", "minimally ", "again ")
+)
+
+#: "edematous" after the lungs and their verb ("lungs are (mildly) edematous", "the lung appears oedematous"): a present
+#: edema (version 48). One fixed-width lookbehind per wording; "edematous lungs" is :data:`_ENTITY_GROUPS`' own.
+_EDEMATOUS_AFTER: Final[tuple[str, ...]] = tuple(
+    rf"(?<={subject} {verb} {degree})o?edematous"
+    for subject, verb in (("lungs", "are"), ("lungs", "appear"), ("lungs", "remain"), ("lungs", "look"),
+                          ("lung", "is"), ("lung", "appears"), ("lung", "remains"), ("lung", "looks"))
+    for degree in ("", "mildly ", "moderately ", "markedly ", "severely ", "diffusely ", "slightly ", "again ",
+                   "still ")
 )
 
 #: Words between a heart subject and "prominent" ("the cardiac silhouette is mildly prominent"); not "normal", "not"
@@ -457,12 +483,19 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
     (EntityKind("heart failure", None, lung=False), (
         r"congestive\s+heart\s+failure", r"heart\s+failure", r"chf",
     )),
+    # an airway event, no pneumonia (version 48): "foreign body aspiration", "FB aspiration"
+    (EntityKind("foreign body aspiration", None, lung=False), (
+        r"(?:foreign[- ]body|fb)\s+aspiration(?!\s+pneumon)",
+    )),
     # targets
     (EntityKind("edema", EDEMA), (
-        r"(?:pulmonary|interstitial|alveolar|airspace)\s+o?edema", r"fluid\s+overload", r"o?edema",
+        r"(?:pulmonary|interstitial|alveolar|airspace)\s+o?edema", r"fluid\s+overload",
+        # "edematous / oedematous lungs", "lungs are edematous" (version 48)
+        r"o?edematous(?=\s+lungs?\b)", *_EDEMATOUS_AFTER, r"o?edema",
     )),
     (EntityKind("effusion", EFFUSION), (
         r"pleural\s+(?:effusions?|fluid(?:\s+collections?)?)",
+        r"pleural\s+a\s+fusions?",  # speech recognition of "effusion" after "pleural" (version 48)
         r"layering\s+(?:pleural\s+)?(?:effusions?|fluid)", r"(?:loculated|subpulmonic|fissural)\s+fluid",
         r"fluid(?=\s+(?:tracking\s+)?(?:(?:with)?in|along|into)\s+the\s+(?:(?:right|left)\s+)?"
         r"(?:major|minor|horizontal|oblique)\s+fissures?\b)",
@@ -485,6 +518,8 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
     (EntityKind("consolidation", CONSOLIDATION, observation=True), (
         r"consolidative\s+(?:opacity|opacities|process|changes?|shadowing)", r"consolidations?", r"consolidative",
         r"consolidated",
+        # "condensation" of the lung, as reports translated from Spanish / Portuguese write consolidation (version 48)
+        r"condensations?",
     )),
     (EntityKind("opacity", OPACITY, observation=True), (
         r"(?:airspace|air[- ]?space|alveolar|ground[- ]glass)\s+(?:opacity|opacities|opacifications?|disease|dz|"
@@ -707,6 +742,7 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                 r"(?<!not )inconsistent\s+with|"
                 r"not\s+(?:felt|thought|believed|considered)\s+to\s+(?:represent|reflect|be)|"
                 r"nothing\s+to\s+suggest|"
+                r"not\s+to\s+be\s+confused\s+with|"  # version 48
                 r"argu(?:es?|ed|ing)\s+against|"  # version 42
                 r"fail(?:s|ed)?\s+to\s+(?:show|demonstrate|reveal)|lack\s+of"),  # version 43
     # "pneumonia has not developed", "the effusion has not recurred" (version 43)
@@ -727,15 +763,24 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
                  r"doubtful)(?:\s+(?:present|seen|noted|identified|visible|evident))?|"
                  r"(?:may|might|could)\s+be\s+present|(?:is|are|would\s+be|could\s+be|may\s+be|might\s+be|remains?)\s+"
                  r"(?:also\s+)?(?:an?\s+|another\s+)?(?:(?:diagnostic\s+)?consideration|possibility|concern)|"
-                 r"(?:should|could|would|may|might)\s+(?:also\s+)?be\s+considered)"
+                 r"(?:should|could|would|may|might)\s+(?:also\s+)?be\s+considered|"
+                 # "atypical pneumonia to be considered" (version 48)
+                 r"(?:(?:is|are)\s+)?(?:also\s+)?to\s+be\s+considered)"
                  r"(?=\s*(?:$|[.,;:)]|\b(?:and|but|given|in|at|on|with|though|although|if|as|clinically)\b))"),
     # "a left effusion is again suggested"; a bare hedge word closing a clause: "trace left effusion possible"
     # (version 28)
     ("unc_post", r"(?:is|are)\s+(?:(?:again|also|now|still)\s+)?suggested"
                  r"(?=\s*(?:$|[.,;:)]|\b(?:and|but|on|in|at|by|with)\b))"),
-    ("unc_post", r"(?:possible|probable|likely|suspected|questioned)(?=\s*(?:$|[.,;]))"),
+    # "Bacterial pneumonia favored." (version 48)
+    ("unc_post", r"(?:possible|probable|likely|suspected|questioned|favou?red)(?=\s*(?:$|[.,;]))"),
+    # "atypical pneumonia in the differential (diagnosis)" (version 48); after a word, so that a sentence opening "In
+    # the differential, ..." keeps the hedge before its finding
+    ("unc_post", r"(?<=[\w)] )(?:(?:is|are|remains?)\s+)?(?:also\s+)?in\s+the\s+differential(?:\s+diagnosis)?"
+                 r"(?=\s*(?:$|[.,;)]))"),
     ("unc_vs", r"(?:more|less)\s+(?:likely|probable)\s+than|favou?red\s+over"),
     ("unc_pre", r"(?:not\s+clear|unclear|uncertain|unsure)\s+(?:whether|if)|whether(?:\s+or\s+not)?"),
+    # "opacities, can be seen with COVID-19 pneumonia" (version 48)
+    ("unc_pre", r"(?:can|could)\s+(?:also\s+)?be\s+seen\s+with"),
     # British "query" before a finding, as "?" (version 47): "Query right basal consolidation.", "query of"; not the
     # request "clinical query:"
     ("unc_pre", r"(?<!clinical )query(?:\s+of)?(?!\s*:)"),
@@ -917,7 +962,8 @@ _NOOP_ANATOMY = (
 )
 #: What follows a bare side letter that names a side (version 44): a lesion phrase, perhaps after size words.
 _BARE_SIDE_BEFORE = (
-    r"\s+(?:(?:small|trace|tiny|minimal|mild|moderate|large|pleural|basilar|basal|apical|sided|lower|upper)\s+)*"
+    r"\s+(?:(?:small|trace|tiny|minimal|mild|moderate[- ]sized|moderate|large|massive|pleural|basilar|basal|apical|"
+    r"sided|lower|upper)\s+)*"
     r"(?:effusions?|pneumothorax|ptx|atelectasis|opacity|opacities|consolidation|infiltrates?|pneumonia)\b"
 )
 _LOCATIONS: Final[tuple[tuple[str, str], ...]] = (
@@ -962,6 +1008,14 @@ SIDE_CARRY_GAP_RE: Final[re.Pattern[str]] = re.compile(r"\s*(?:(?:,|/|and)\s*)?"
 #: 22 decides ("Opacity in the right lung and effusion at the base.": both bases).
 UNSIDED_BASE_RE: Final[re.Pattern[str]] = re.compile(
     r"(?:lung\s+)?(?:base|basal(?:ly)?|basilar(?:ly)?|lower\s+(?:zone|lobe))")
+#: A bare side word (version 48: :data:`SIDE_SIZE_RE`).
+BARE_SIDE_RE: Final[re.Pattern[str]] = re.compile(r"right|left|rt\.?|lt\.?|r|l")
+#: Size or severity words right after a bare side word ("Rt basal atelectasis, Lt small effusion."; version 48): the
+#: side belongs to the finding phrase that follows them, not to the finding before it.
+SIDE_SIZE_RE: Final[re.Pattern[str]] = re.compile(
+    r"\s+(?:(?:small|moderate[- ]sized|moderate|large|trace|tiny|mild|minimal|massive)\s+)+")
+#: A cardiothoracic ratio phrase (version 48: a second cardiomegaly phrase of a sentence that already names one).
+CTR_RE: Final[re.Pattern[str]] = re.compile(rf"\b{_CTR}(?![\w-])")
 #: "the" right before a place (:data:`UNSIDED_BASE_RE`).
 THE_BEFORE_RE: Final[re.Pattern[str]] = re.compile(r"\bthe\s+$")
 #: A fronted subordinate clause that negates ("Although no focal consolidation is seen, early pneumonia cannot be

@@ -98,7 +98,13 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
    whose sided places all name one side, a side-less singular base ("basal", "basilar", "lower zone", "lower lobe";
    not "the base", see version 22) takes that side ("left effusion and basal atelectasis"); a fronted negated clause
    ("Although no consolidation is seen, ...") ends its negation at the comma that closes it.
-10. **Report level** (:mod:`.resolve`): a positive lesion finding without a location phrase takes the labels of
+10. **Version 48.** The "cardiothoracic index" / "CTI" reads as the cardiothoracic ratio; "condensation" is
+   consolidation; "X favored", "X (is) in the differential", "can / could be seen with X" and "X to be considered"
+   hedge X; a bare side word before size words ("Lt small effusion") is the side of the finding after it; "edematous
+   lungs" / "lungs are edematous" is edema; "pleural a fusion" is a pleural effusion; "not to be confused with X"
+   negates X; foreign-body aspiration is no pneumonia; a cardiothoracic ratio after a cardiomegaly phrase of its
+   sentence adds no second finding.
+11. **Report level** (:mod:`.resolve`): a positive lesion finding without a location phrase takes the labels of
    the located positive findings of the sentence before when its sentence points back ("This may represent
    atelectasis."), else of the same lesion; in a merged findings + impression section a lesion +
    location repeated in the impression counts once.
@@ -119,8 +125,10 @@ from cxrground.reports.structure.lexicon import (
     ALTERNATIVE_GAP_RE,
     ATTRIBUTABLE,
     ATTRIBUTION_BLOCK_RE,
+    BARE_SIDE_RE,
     BOTH_WINDOW,
     COMPARATIVE_PLACE_RE,
+    CTR_RE,
     CUE_KINDS,
     CUE_MATCHER,
     DIFFUSE_PHRASE_RE,
@@ -155,6 +163,7 @@ from cxrground.reports.structure.lexicon import (
     SIDE_ABBREVIATIONS,
     SIDE_BACK_GAP_RE,
     SIDE_CARRY_GAP_RE,
+    SIDE_SIZE_RE,
     SIDE_WORD_RE,
     THE_BEFORE_RE,
     UNSIDED_BASE_RE,
@@ -232,8 +241,12 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: finding present, "not consistent with" / "inconsistent with" / "not suggestive of" negate without a verb, "cannot
 #: r/o" is a hedge, "query" hedges, "indicating" does not, "CTR" above 0.50 and a "Heart: enlarged" template line are
 #: cardiomegaly, "airspace dz" is airspace disease, a side-less base takes the one side of its sentence, and a fronted
-#: "Although no X is seen," ends its negation at the comma.
-RULES_VERSION: Final[str] = "47"
+#: "Although no X is seen," ends its negation at the comma; 48: the "cardiothoracic index" / "CTI" is the ratio,
+#: "condensation" is consolidation, "X favored", "X in the differential", "can be seen with X" and "X to be
+#: considered" hedge, a bare side word before size words belongs to the finding after it ("Lt small effusion"),
+#: "lungs are edematous" is edema, "pleural a fusion" an effusion, "not to be confused with" negates, foreign-body
+#: aspiration is no pneumonia, and a ratio after a cardiomegaly phrase of its sentence adds no second finding.
+RULES_VERSION: Final[str] = "48"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -500,6 +513,7 @@ class RuleStructurer:
         self._adjacent(low, text, mentions)
         self._coordinated(low, mentions)
         self._ellipsis_places(mentions)
+        self._one_cardiomegaly(low, mentions)
         found = self._findings(index, text, mentions, other_exam)
         if back is not None:  # the phrases as written, not as respelled
             found = [replace(f, entity=_written(written, back, mm)) for f, mm in
@@ -826,7 +840,9 @@ class RuleStructurer:
                 if subject is not None and side is not None:  # "the right lung is clear without consolidation"
                     subjects.append((s, e, subject.end(), labels))
                 continue  # "..., the left lower lobe is clear": the location of a normal statement
-            best = self._nearest(mentions, terms, low, s, e)
+            best = self._sized_after(low, mentions, kind, phrase, e)
+            if best is None:
+                best = self._nearest(mentions, terms, low, s, e)
             if best is None:
                 best = self._coordinated_place(mentions, terms, low, s, e)
             if best is None:
@@ -889,6 +905,34 @@ class RuleStructurer:
                 s, phrase, _ = mm.locations[0]
                 mirrored = tuple(dict.fromkeys(mm.side + lab[len(other):] for lab in labels))
                 mm.locations = [(s, phrase, mirrored)]
+
+    @staticmethod
+    def _sized_after(low: str, mentions: list[_Mention], kind: str, phrase: str, e: int) -> int | None:
+        """Group of the finding (not the heart's) right after a bare side word and its size words ("Rt basal
+        atelectasis, Lt small effusion.": "Lt" is the effusion's, not the atelectasis'; version 48); None otherwise."""
+        if kind != "whole" or BARE_SIDE_RE.fullmatch(phrase) is None:
+            return None
+        size = SIDE_SIZE_RE.match(low, e)
+        if size is None:
+            return None
+        after = next((mm for mm in mentions if mm.start == size.end()), None)
+        if after is None or after.kind.lesion in HEART_MASK_LESIONS or after.kind.heart:
+            return None
+        return after.group
+
+    @staticmethod
+    def _one_cardiomegaly(low: str, mentions: list[_Mention]) -> None:
+        """A cardiothoracic ratio after a cardiomegaly phrase of its sentence adds no second finding ("Mild cardiomegaly
+        (CTR 0.55).", "The heart is enlarged with a CTR of 0.6."; version 48). A ratio before the phrase ("CTR is 0.58,
+        indicating mild cardiomegaly.") is still a finding of its own, as in version 47."""
+        named = False
+        for mm in mentions:
+            if mm.kind.lesion not in HEART_MASK_LESIONS or mm.absorbed or mm.historical or mm.antecedent is not None:
+                continue
+            if CTR_RE.search(low, mm.start, mm.end) is None:
+                named = True
+            elif named:
+                mm.absorbed = True
 
     def _coordinated_place(self, mentions: list[_Mention], terms: list[_Cue], low: str, s: int,
                            e: int) -> int | None:
