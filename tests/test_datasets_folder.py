@@ -83,3 +83,25 @@ def test_index_rows_name_loops_and_empty_images(tmp_path):
     assert [s.study_id for s in studies] == ["s0"]
     assert "symbolic link loop" in failures[0].reason and failures[0].path.endswith("loop.png")
     assert "empty (0 bytes)" in failures[1].reason and failures[1].path.endswith("empty.png")
+
+
+def test_one_study_with_two_reports_is_a_failure_naming_both_rows(tmp_path):
+    """Two index rows giving one study different reports: the second row is a failure naming the first (nothing
+    dropped silently); rows of one study with the same report (a file or its text) are its images."""
+    for name in ("a.png", "b.png", "c.png", "d.png"):
+        _img(tmp_path / "img" / name)
+    (tmp_path / "r1.txt").write_text("FINDINGS: Small right effusion.\n")
+    (tmp_path / "r1_copy.txt").write_text("FINDINGS: Small right effusion.")
+    rows = [
+        {"image": "a.png", "study_id": "12345", "report_path": "r1.txt"},
+        {"image": "b.png", "study_id": "12345", "report_path": "r1_copy.txt"},  # the same text: one study, 2 images
+        {"image": "c.png", "study_id": "12345", "report": "Lungs clear."},  # another report
+        {"image": "d.png", "study_id": "777", "report": "Lungs clear."},
+    ]
+    index = tmp_path / "index.jsonl"
+    index.write_text("\n".join(json.dumps(r) for r in rows))
+    studies, failures = scan_folder(tmp_path / "img", index=index)
+    assert [(s.study_id, s.image_path.name) for s in studies] == [("s12345", "a.png"), ("s12345", "b.png"),
+                                                                 ("s777", "d.png")]
+    assert len(failures) == 1 and failures[0].path == f"{index}:3"
+    assert "s12345 has another report in" in failures[0].reason and f"{index}:1" in failures[0].reason

@@ -4,6 +4,7 @@ names are unique."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -92,7 +93,14 @@ def test_killed_run_resumes_and_other_runs_are_refused(films, tmp_path, monkeypa
         write_zones(other, out, seg, model, root=films)
     with pytest.raises(ConfigError, match="changed: overlays"):
         write_zones(paths, out, seg, model, root=films, overlays=False)
+    from cxrground.anatomy.segment import get_segmenter
+
+    for options in ({"content_box": True}, {"deskew": True}, {"ctr_calibration": True}):  # other lungs or hearts
+        with pytest.raises(ConfigError, match="changed: segmenter"):
+            write_zones(paths, out, get_segmenter("unet", **options), model, root=films)
     assert _outputs(out) == _outputs(fresh)
+    settings = json.loads((out / "zones.json").read_text())["segmenter"]
+    assert settings["deskew"] == "off" and settings["content_box"] == "whole film" and settings["weights_sha256"]
     write_zones(other, out, seg, model, root=films, overwrite=True)
     assert len((out / "zones.csv").read_text().splitlines()) <= 3
     assert len(list((out / "overlays").rglob("*.png"))) <= 2  # the earlier run's overlays are gone

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import hashlib
 import io
 import json
 import os
@@ -169,6 +170,7 @@ def read_index(index: str | Path, image_root: str | Path) -> tuple[list[StudyInp
     index, root = Path(index), Path(image_root)
     studies: list[StudyInput] = []
     failures: list[Failure] = []
+    report_of: dict[str, tuple[str, str]] = {}  # study -> (the row that gave its report, the report's digest)
     for n, row in _index_rows(index):
         where = f"{index}:{n}"
         if not isinstance(row, dict):
@@ -200,8 +202,15 @@ def read_index(index: str | Path, image_root: str | Path) -> tuple[list[StudyInp
         if rpath is None and not (isinstance(text, str) and text.strip()):  # a number is no report
             failures.append(Failure(where, "scan", "row has neither 'report_path' nor 'report' text", "InputError"))
             continue
+        study_id = study if study.startswith("s") else f"s{study}"
+        report = _report_content(rpath, text)
+        first = report_of.setdefault(study_id, (where, report))
+        if first[1] != report:
+            failures.append(Failure(where, "scan", f"study {study_id} has another report in {first[0]}: a study has "
+                                    "one report (give each report its own study_id)", "InputError"))
+            continue
         studies.append(StudyInput(
-            study_id=study if study.startswith("s") else f"s{study}",
+            study_id=study_id,
             image_path=path,
             subject_id=_opt(row.get("subject_id")),
             dicom_id=_opt(row.get("dicom_id")) or path.stem,
@@ -211,6 +220,19 @@ def read_index(index: str | Path, image_root: str | Path) -> tuple[list[StudyInp
             relative_image_path=image,
         ))
     return studies, failures
+
+
+def _report_content(path: Path | None, text: object) -> str:
+    """A digest of what a study's report says, to compare two rows of one study: of the file's text, else of the
+    given text (both stripped); an unreadable file stands for itself (its path)."""
+    if path is None:
+        body = str(text).strip()
+    else:
+        try:
+            body = path.read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            body = f"<file {path.resolve()}>"
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()
 
 
 def find_release_file(images: str | Path, names: tuple[str, ...]) -> Path | None:

@@ -59,10 +59,25 @@ from cxrground.lesions.zone_classifier import SHIPPED_ZONE_READER, ZoneClassifie
 from cxrground.lesions.zone_features import check_same_normative, feature_columns, normative_hash, zone_feature_matrix
 from cxrground.lesions.zone_prior import PRIOR_READERS, PriorZoneReader
 
-__all__ = ["CSV_COLUMNS", "NORMATIVE_READER", "PROGRESS_FILE", "RUN_FILE", "ZoneReading", "check_out_folder",
-           "film_features", "find_images", "overlay_names",
-           "read_zones", "reader_name", "resolve_zone_reader", "work_grid_inputs", "write_zones", "zones_overlay",
-           "zones_provenance"]
+__all__ = [
+    "CSV_COLUMNS",
+    "NORMATIVE_READER",
+    "PROGRESS_FILE",
+    "RUN_FILE",
+    "ZoneReading",
+    "check_out_folder",
+    "film_features",
+    "find_images",
+    "overlay_names",
+    "read_zones",
+    "reader_name",
+    "resolve_zone_reader",
+    "segmenter_settings",
+    "work_grid_inputs",
+    "write_zones",
+    "zones_overlay",
+    "zones_provenance",
+]
 
 ZONES: Final[tuple[str, ...]] = tuple(BRIXIA_ZONE_LABELS)
 CSV_COLUMNS: Final[tuple[str, ...]] = ("image", "ctr", *ZONES, *(f"{z}_score" for z in ZONES))
@@ -277,16 +292,25 @@ def overlay_names(names: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def segmenter_settings(segmenter: LungHeartSegmenter) -> dict[str, Any]:
+    """What decides a segmenter's masks (its provenance without the weights' path, metrics and training summary),
+    JSON-ready: two runs with other options or weights differ here."""
+    prov = segmenter.provenance() if hasattr(segmenter, "provenance") else {"backend": segmenter.name}
+    kept = {k: v for k, v in prov.items() if k not in ("weights", "metrics", "training_data")}
+    return json.loads(json.dumps(kept, default=str, sort_keys=True))
+
+
 def _run_record(names: Sequence[str], model: NormativeModel, zone_model: ZoneReader | None, overlays: bool,
                 root: Path | None, views: Mapping[str, str] | None, orientation_check: bool,
-                stems: Sequence[str]) -> dict[str, Any]:
+                stems: Sequence[str], segmenter: dict[str, Any]) -> dict[str, Any]:
     prov = zones_provenance(model, zone_model, 0, 0)
     for k in ("images", "failures"):
         prov.pop(k, None)
     view_of = {s: (views or {}).get(s) for s in stems if (views or {}).get(s)}
     return {"images": str(root.resolve()) if root is not None else None, "films": len(names),
             "films_sha256": sha256_json(list(names)), "reader": json.loads(json.dumps(prov, default=str)),
-            "overlays": overlays, "orientation_check": orientation_check, "views_sha256": sha256_json(view_of)}
+            "segmenter": segmenter, "overlays": overlays, "orientation_check": orientation_check,
+            "views_sha256": sha256_json(view_of)}
 
 
 def _clear_outputs(out: Path) -> None:
@@ -338,9 +362,9 @@ def write_zones(
     normative model.
 
     Resumable: each film's reading (or failure) is appended to ``out/.zones-progress.jsonl`` (flushed) as it is
-    done, with the film's sha256; ``out/.zones-run.json`` records the run (films, reader, normative model,
-    settings). A rerun with the same record skips the films done (a film changed since is refused; with
-    ``retry_failed`` the films recorded as failures are read again); a folder
+    done, with the film's sha256; ``out/.zones-run.json`` records the run (films, reader, normative model, the lung
+    segmenter's settings and weights, other settings). A rerun with the same record skips the films done (a film
+    changed since is refused; with ``retry_failed`` the films recorded as failures are read again); a folder
     holding another run's results is refused unless ``overwrite``, which first deletes what this function writes
     there (``zones.csv``, ``failures.jsonl``, ``zones.json``, ``overlays/``, the two run files). ``zones.csv``,
     ``failures.jsonl`` and ``zones.json`` are written atomically at the end, in film order. Overlay names:
@@ -354,8 +378,9 @@ def write_zones(
         check_same_normative(zone_model.classifier, model)
     paths = list(images)
     names = [str(p.relative_to(root).as_posix()) if root is not None else p.name for p in paths]
+    settings = segmenter_settings(segmenter)
     record = _run_record(names, model, zone_model, overlays, root, views, orientation_check,
-                         [p.stem for p in paths])
+                         [p.stem for p in paths], settings)
     out.mkdir(parents=True, exist_ok=True)
     _check_run(out, record, overwrite)
     atomic_write_text(out / RUN_FILE, json.dumps(record, indent=1, sort_keys=True) + "\n")
@@ -404,7 +429,7 @@ def write_zones(
             progress.flush()
     atomic_write_text(out / "zones.csv", _csv_text(readings))
     atomic_write_text(out / "failures.jsonl", "".join(json.dumps(asdict(f)) + "\n" for f in failures))
-    provenance = zones_provenance(model, zone_model, len(readings), len(failures))
+    provenance = {**zones_provenance(model, zone_model, len(readings), len(failures)), "segmenter": settings}
     atomic_write_text(out / "zones.json", json.dumps(provenance, indent=1) + "\n")
     return readings, failures
 
