@@ -78,3 +78,22 @@ def test_eval_lungs_refuses_weights_without_a_sidecar(tmp_path: Path):
     lone.write_bytes(b"")
     res = CliRunner().invoke(segment, ["eval-lungs", str(lone)])
     assert res.exit_code == 1 and "lone.json" in res.output and "not found" in res.output
+
+
+def test_lungs_refuses_a_lateral_film_naming_it(study_files, tmp_path: Path):
+    """A DICOM whose header says lateral is refused, as `anatomy zones` refuses it; an AP SUPINE one is read."""
+    from cxrground.io.dicom import write_dicom
+    from cxrground.io.image import read_image
+
+    pixels = read_image(study_files["image"]).pixels
+    lateral = write_dicom(tmp_path / "side.dcm", pixels, view="LL") or tmp_path / "side.dcm"
+    res = CliRunner().invoke(segment, ["lungs", "--image", str(lateral), "--out-dir", str(tmp_path / "side"),
+                                       "--backend", "given", "--right", str(study_files["right_lung"]),
+                                       "--left", str(study_files["left_lung"])])
+    assert res.exit_code != 0 and "side.dcm" in res.output and "LL is not frontal" in res.output
+    assert not (tmp_path / "side" / "masks.json").exists()
+    frontal = write_dicom(tmp_path / "ap.dcm", pixels, view="AP SUPINE") or tmp_path / "ap.dcm"
+    res = CliRunner().invoke(segment, ["lungs", "--image", str(frontal), "--out-dir", str(tmp_path / "ap"),
+                                       "--backend", "given", "--right", str(study_files["right_lung"]),
+                                       "--left", str(study_files["left_lung"])])
+    assert res.exit_code == 0, res.output

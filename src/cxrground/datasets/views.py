@@ -20,15 +20,11 @@ from cxrground.datasets.folder import StudyInput, find_release_file
 from cxrground.errors import InputError
 from cxrground.io.files import read_csv_text, sha256_file
 from cxrground.io.image import is_dicom
+from cxrground.vocab.views import FRONTAL_VIEWS, POSITION_WORDS, is_frontal
 
 __all__ = ["FRONTAL_VIEWS", "POSITION_WORDS", "VIEW_TABLE_NAMES", "find_view_table", "is_frontal", "load_view_table",
            "read_view_table", "view_rank", "view_table_record", "views_by_study"]
 
-#: The views ILS accepts (ILS §6: PA and AP only), in the order a study's image is preferred.
-FRONTAL_VIEWS: Final[tuple[str, ...]] = ("PA", "AP")
-#: Patient-position words that may follow PA/AP and keep the film frontal (``AP SUPINE``, ``AP ERECT``).
-POSITION_WORDS: Final[frozenset[str]] = frozenset(
-    {"SUPINE", "ERECT", "UPRIGHT", "SEMI-ERECT", "SEMIERECT", "PORTABLE", "SITTING"})
 #: File names of the MIMIC-CXR-JPG view table, as released.
 VIEW_TABLE_NAMES: Final[tuple[str, ...]] = ("mimic-cxr-2.0.0-metadata.csv.gz", "mimic-cxr-2.0.0-metadata.csv")
 _VIEW_COLUMNS: Final[tuple[str, ...]] = ("ViewPosition", "view", "view_position")
@@ -43,12 +39,6 @@ def _coded_view(meaning: str) -> str | None:
     if "lateral" in text:
         return "LATERAL"
     return _CODED_VIEWS.get(text)
-
-
-def is_frontal(view: str, accepted: tuple[str, ...] = FRONTAL_VIEWS) -> bool:
-    """PA/AP, also with a patient-position word (``AP SUPINE``, ``AP ERECT``); ``AP AXIAL``/``LLD`` are not."""
-    words = view.upper().replace("_", " ").split()
-    return bool(words) and words[0] in accepted and all(w in POSITION_WORDS for w in words[1:])
 
 
 def view_rank(view: str | None, accepted: tuple[str, ...] = FRONTAL_VIEWS) -> int:

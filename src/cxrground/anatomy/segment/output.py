@@ -23,10 +23,12 @@ from typing import Any
 from cxrground.anatomy.ctr import CtrMeasurement, measure_ctr
 from cxrground.anatomy.segment.base import LungHeartMasks
 from cxrground.anatomy.segment.plausibility import lung_problems, segment_checked
+from cxrground.errors import InputError
 from cxrground.io.files import atomic_write_text
 from cxrground.io.image import CXRImage, read_image, write_image
 from cxrground.io.masks import read_mask_png, write_mask_png
 from cxrground.io.overlay import draw_rows, overlay_masks
+from cxrground.vocab.views import is_frontal
 
 __all__ = ["DIAMETER_COLOURS", "SegmentationOutput", "segment_file", "write_segmentation"]
 
@@ -125,6 +127,9 @@ def segment_file(image: Path, out_dir: Path, backend: str, options: dict[str, An
     from cxrground.anatomy.segment.registry import SEGMENTERS
 
     im = read_image(image)
+    if im.view and not is_frontal(im.view):
+        raise InputError(f"view {im.view.upper()} is not frontal (PA/AP): the lungs are segmented on frontal films",
+                         image)
     if given is not None:
         right, left, heart = given
         masks = (read_mask_png(right, im.shape), read_mask_png(left, im.shape),
