@@ -96,3 +96,35 @@ def test_an_upright_film_is_read_as_stored_with_deskew(pack_dir):
     assert masks.extra["tilt"] is None or abs(masks.extra["tilt"]) < MIN_TILT
     assert "tilt_kept" not in masks.extra
     assert np.array_equal(masks.right_lung, plain.right_lung) and np.array_equal(masks.left_lung, plain.left_lung)
+
+
+def test_the_option_reaches_the_backend_from_the_command_line_form():
+    from cxrground.anatomy.segment import get_segmenter
+
+    assert get_segmenter("unet", deskew="true").deskew is True  # as --backend-opt / --segmenter-opt give it
+    assert get_segmenter("unet", deskew="false").deskew is False and get_segmenter("unet").deskew is False
+
+
+def test_ils_build_records_the_angle_of_a_film_read_upright(tmp_path):
+    """`ils build --segmenter-opt deskew=true`: the unit of a film turned 10° records the angle it was read at."""
+    import json
+
+    from click.testing import CliRunner
+    from PIL import Image
+
+    from cxrground.cli import main
+    from cxrground.datasets.synthetic import write_cohort
+    from cxrground.datasets.synthetic.config import SynthConfig
+    from cxrground.io.image import find_images
+
+    cohort = tmp_path / "cohort"
+    write_cohort(cohort, 2, seed=11, config=SynthConfig(width=256), progress=False)
+    films = sorted(find_images(cohort / "files"))
+    Image.open(films[0]).rotate(10.0, Image.Resampling.BILINEAR).save(films[0])
+    out = tmp_path / "ils"
+    res = CliRunner().invoke(main, ["ils", "build", "--images", str(cohort / "files"), "--out", str(out),
+                                    "--segmenter-opt", "deskew=true", "--quiet"])
+    assert res.exit_code == 0, res.output
+    units = [json.loads(p.read_text()) for p in sorted((out / "units").glob("*.json"))]
+    turned = [u for u in units if films[0].parent.name in u["study_key"]]
+    assert len(units) == 2 and len(turned) == 1 and abs(turned[0]["tilt"] + 10.0) <= 3.0

@@ -165,6 +165,10 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
                                                    min_fraction=config.qc.min_lung_fraction)
         if anatomy.extra.get("polarity"):
             unit["image_note"] = anatomy.extra["polarity"]
+        if anatomy.extra.get("tilt_kept"):  # the segmenter's option deskew read the film upright
+            unit["tilt"] = anatomy.extra["tilt"]
+        if anatomy.extra.get("content_box"):  # the segmenter's option content_box cut the film's uniform borders
+            unit["content_box"] = anatomy.extra["content_box"]
         right, left, heart = anatomy.right_lung, anatomy.left_lung, anatomy.heart
         estimate = anatomy.extra.get("heart_estimate") or {}
         if anatomy.heart_source == "estimate" and not estimate.get("ctr_plausible", True):

@@ -370,8 +370,9 @@ def deskewed(seg: UNetLungSegmenter, image: CXRImage, masks: LungHeartMasks) -> 
 
     When :func:`~.tilt.thorax_tilt` of the lungs is at least :data:`~.tilt.MIN_TILT` in size, the film is turned
     upright on the working grid, read again (lungs and heart outline) and the masks are turned back; the upright
-    reading is kept when its lungs are plausible or the stored reading's were not. ``extra["tilt"]`` records the
-    angle (None: no tilt could be estimated), ``extra["tilt_kept"]`` whether the upright reading was kept."""
+    reading is kept when its lungs are plausible (judged upright, as read) or the stored reading's were not.
+    ``extra["tilt"]`` records the angle (None: no tilt could be estimated), ``extra["tilt_kept"]`` whether the
+    upright reading was kept (:func:`~.plausibility.reading_problems` then judges its lungs upright)."""
     from cxrground.anatomy.segment.plausibility import lung_problems
     from cxrground.anatomy.segment.tilt import MIN_TILT, thorax_tilt, turn
 
@@ -389,7 +390,7 @@ def deskewed(seg: UNetLungSegmenter, image: CXRImage, masks: LungHeartMasks) -> 
         right, left = box.mask_to_native(right), box.mask_to_native(left)
         heart = box.mask_to_native(heart) if heart is not None else None
     stored_bad = lung_problems(masks.right_lung, masks.left_lung)
-    if lung_problems(right, left) and not stored_bad:
+    if lung_problems(upright.right_lung, upright.left_lung) and not stored_bad:  # each judged as read
         masks.extra["tilt_kept"] = False
         return masks
     extra = {**upright.extra, "tilt": tilt, "tilt_kept": True}

@@ -44,7 +44,8 @@ from cxrground.errors import InputError
 from cxrground.io.cxr_image import CXRImage
 
 __all__ = ["GRID", "INVERTED_BRIGHT_NOTE", "INVERTED_NOTE", "INVERT_MIN_SHAPE_IOU", "MIN_LUNG_FRACTION",
-           "MIN_SHAPE_IOU", "LungShape", "looks_inverted", "lung_problems", "segment_checked", "shape_descriptor",
+           "MIN_SHAPE_IOU", "LungShape", "looks_inverted", "lung_problems", "reading_problems", "segment_checked",
+           "shape_descriptor",
            "shipped_lung_shape"]
 
 #: Side of the per-lung grid the masks are resampled to inside their common bounding box.
@@ -173,6 +174,19 @@ def looks_inverted(pixels: np.ndarray, right: np.ndarray, left: np.ndarray) -> b
     return bool(np.median(px[lungs]) > np.median(px[gap]))
 
 
+def reading_problems(masks: LungHeartMasks, min_iou: float = MIN_SHAPE_IOU,
+                     min_fraction: float = MIN_LUNG_FRACTION) -> list[str]:
+    """:func:`lung_problems` of a reading's lungs, judged upright: turned by ``extra["tilt"]`` first when the
+    segmenter read the film turned upright (``extra["tilt_kept"]``; the mean shape is an upright one)."""
+    right, left = masks.right_lung, masks.left_lung
+    if masks.extra.get("tilt_kept"):
+        from cxrground.anatomy.segment.tilt import turn
+
+        tilt = float(masks.extra["tilt"])
+        right, left = turn(right, tilt, mask=True), turn(left, tilt, mask=True)
+    return lung_problems(right, left, min_iou=min_iou, min_fraction=min_fraction)
+
+
 def segment_checked(segmenter: LungHeartSegmenter, image: CXRImage, min_iou: float = MIN_SHAPE_IOU,
                     min_fraction: float = MIN_LUNG_FRACTION,
                     invert_min_iou: float = INVERT_MIN_SHAPE_IOU) -> tuple[CXRImage, LungHeartMasks, list[str]]:
@@ -182,7 +196,7 @@ def segment_checked(segmenter: LungHeartSegmenter, image: CXRImage, min_iou: flo
     with a shape IoU of at least ``invert_min_iou``, or when the stored film's lungs are plausible but
     :func:`looks_inverted` and the negative's are plausible and do not; otherwise ``image`` itself."""
     masks = segmenter.segment(image)
-    problems = lung_problems(masks.right_lung, masks.left_lung, min_iou=min_iou, min_fraction=min_fraction)
+    problems = reading_problems(masks, min_iou=min_iou, min_fraction=min_fraction)
     bright = not problems and looks_inverted(image.pixels, masks.right_lung, masks.left_lung)
     if not problems and not bright:
         return image, masks, problems
@@ -190,10 +204,10 @@ def segment_checked(segmenter: LungHeartSegmenter, image: CXRImage, min_iou: flo
     negative = dataclasses.replace(image, pixels=255 - image.pixels, metadata={**image.metadata, "polarity": note})
     flipped = segmenter.segment(negative)
     if bright:
-        accept = (not lung_problems(flipped.right_lung, flipped.left_lung, min_iou=min_iou, min_fraction=min_fraction)
+        accept = (not reading_problems(flipped, min_iou=min_iou, min_fraction=min_fraction)
                   and not looks_inverted(negative.pixels, flipped.right_lung, flipped.left_lung))
     else:
-        accept = not lung_problems(flipped.right_lung, flipped.left_lung, min_iou=max(min_iou, invert_min_iou),
+        accept = not reading_problems(flipped, min_iou=max(min_iou, invert_min_iou),
                                    min_fraction=min_fraction)
     if not accept:
         return image, masks, problems
