@@ -10,20 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from cxrground.reports.findings import Finding
-from cxrground.reports.structure import RULES_VERSION, resolve_findings, structure_text
+from cxrground.reports.structure import RULES_VERSION
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_structure_rules import _v44_rows as _rows  # the "sentence | findings" table reader
-
-
-def findings(text: str) -> list[Finding]:
-    return list(resolve_findings(structure_text(text)).findings)
-
-
-def _read(text: str) -> list[tuple[str, str, tuple[str, ...]]]:
-    return [(f.lesion or "~" + f.entity.lower(), f.assertion, f.reported_location) for f in findings(text)]
-
+from test_structure_rules_v47 import _read, findings  # one reading of a sentence for every version's table
 
 #: The record's table: sentence | what version 48 reads (in order; places ";"-joined).
 _TABLE = """
