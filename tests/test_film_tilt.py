@@ -128,3 +128,17 @@ def test_ils_build_records_the_angle_of_a_film_read_upright(tmp_path):
     units = [json.loads(p.read_text()) for p in sorted((out / "units").glob("*.json"))]
     turned = [u for u in units if films[0].parent.name in u["study_key"]]
     assert len(units) == 2 and len(turned) == 1 and abs(turned[0]["tilt"] + 10.0) <= 3.0
+    key = turned[0]["study_key"]
+    rows = [json.loads(line) for line in (out / "anatomy.jsonl").read_text().splitlines()]
+    assert [r.get("tilt") for r in rows if r["study"] == key] == [turned[0]["tilt"]]
+    card = (out / "card.md").read_text()
+    assert "## How films were read" in card and "1 film read turned upright" in card and f"`{key}`" in card
+
+
+def test_the_card_says_nothing_of_films_read_as_stored():
+    from cxrground.ils.card import reading_lines
+
+    assert reading_lines({}) == [] and reading_lines({"tilt": []}) == []
+    lines = reading_lines({"image_note": ["s1", "s2"], "content_box": ["s3"]})
+    assert "- 2 films read as their grey-level negative (stored inverted): `s1`, `s2`." in lines
+    assert any(line.startswith("- 1 film read inside their uniform borders") for line in lines)

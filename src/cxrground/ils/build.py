@@ -38,7 +38,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections import Counter, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -55,12 +55,14 @@ from cxrground.errors import ConfigError, Failure
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.card import (
     FIT_INPUTS_KEY,
+    READING_NOTES,
     REPROCESSED_KEY,
     REVIEW_FILE,
     DatasetCounts,
     addendum_lines,
     pose_lines,
     read_review_summary,
+    reading_lines,
     render_card,
     view_lines,
 )
@@ -499,6 +501,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
     guided: Counter = Counter()
     addenda: list[tuple[str, list[str]]] = []  # (study, lesions its addendum names) of the dataset's studies
     posed: list[tuple[str, dict[str, Any], bool]] = []  # (study, pose warning, in the dataset) of films flagged
+    read_as: dict[str, list[str]] = defaultdict(list)  # READING_NOTES key -> studies whose film was read so
     views: Counter = Counter()  # view of each study's chosen image ("unknown" when none was known)
     blind = 0  # studies with several images and no known view for the chosen one
     n_redone = 0  # studies processed again because their inputs changed
@@ -523,7 +526,12 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                     masks_fh.write(json.dumps({"study": key, **m}, sort_keys=True) + "\n")
                 if u.get("anatomy"):
                     posed_as = {"pose_warning": u["pose_warning"]} if "pose_warning" in u else {}
-                    anatomy_fh.write(json.dumps({"study": key, **u["anatomy"], **posed_as}, sort_keys=True) + "\n")
+                    notes = {k: u[k] for k, _ in READING_NOTES if k in u}
+                    anatomy_fh.write(json.dumps({"study": key, **u["anatomy"], **posed_as, **notes},
+                                                sort_keys=True) + "\n")
+                for note, _ in READING_NOTES:
+                    if note in u:
+                        read_as[note].append(key)
                 reported.update((lesion, bool(got)) for lesion, got in u.get("reported", []))
                 for g in u.get("grounding", []):
                     if g.get("status") != "grounded":
@@ -598,6 +606,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
     extra += view_lines(views, blind, view_table)
     extra += addendum_lines(addenda)
     extra += pose_lines(posed, config.qc.pose_warning, shipped=config.qc.pose_weights is None)
+    extra += reading_lines(read_as)
     reported_pairs = (pair for pair, n in sorted(reported.items()) for _ in range(n))
     review = read_review_summary(stage) if store.local else (
         json.loads(store.read_text(REVIEW_FILE)) if store.exists(REVIEW_FILE) else None)

@@ -7,7 +7,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from cxrground.errors import InputError
 from cxrground.ils.frames import FRAME_TEXT
@@ -18,6 +18,7 @@ __all__ = [
     "ADDENDUM_LISTED",
     "COUNT_COLUMNS",
     "FIT_INPUTS_KEY",
+    "READING_NOTES",
     "REPROCESSED_KEY",
     "REVIEW_FILE",
     "DatasetCounts",
@@ -25,6 +26,7 @@ __all__ = [
     "count_table",
     "pose_lines",
     "read_review_summary",
+    "reading_lines",
     "recall_table",
     "render_card",
     "review_lines",
@@ -301,6 +303,29 @@ def pose_lines(posed: Sequence[tuple[str, Mapping[str, Any], bool]], read: bool,
     if len(posed) > POSE_LISTED:
         lines += ["", f"{len(posed) - POSE_LISTED:,} more: `pose_warning` in their unit records."]
     return [*lines, ""]
+
+
+#: Unit keys that say how a film was read, with the card's words for them.
+READING_NOTES: Final[tuple[tuple[str, str], ...]] = (
+    ("image_note", "read as their grey-level negative (stored inverted)"),
+    ("tilt", "read turned upright (the segmenter's option `deskew`; the angle is the unit's `tilt`)"),
+    ("content_box", "read inside their uniform borders (the segmenter's option `content_box`)"),
+)
+
+
+def reading_lines(read_as: Mapping[str, Sequence[str]]) -> list[str]:
+    """The card's "How films were read" section: how many films (and which, up to :data:`POSE_LISTED`) were read
+    other than as stored (``read_as``: unit key of :data:`READING_NOTES` → study keys); nothing when none was."""
+    if not any(read_as.get(key) for key, _ in READING_NOTES):
+        return []
+    lines = ["## How films were read", ""]
+    for key, words in READING_NOTES:
+        studies = list(read_as.get(key) or ())
+        if studies:
+            shown = ", ".join(f"`{k}`" for k in studies[:POSE_LISTED])
+            more = f" and {len(studies) - POSE_LISTED:,} more" if len(studies) > POSE_LISTED else ""
+            lines.append(f"- {len(studies):,} film{'s' if len(studies) != 1 else ''} {words}: {shown}{more}.")
+    return [*lines, "", "Each is recorded in its unit and in `anatomy.jsonl`.", ""]
 
 
 def _split_source(split: Mapping[str, Any] | None) -> list[str]:
