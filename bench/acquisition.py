@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
-from segment import _dice, heart_plausibility
+from segment import _dice, add_reading_options, heart_plausibility
 
 Masks = tuple[np.ndarray, np.ndarray]
 
@@ -299,10 +299,7 @@ def main() -> None:
                         help="these variations (the unchanged film is always read, as the reference)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--overlays", type=Path, default=None)
-    parser.add_argument("--content-box", action="store_true",
-                        help="the U-Net reads inside the film's uniform borders (unet content_box=true)")
-    parser.add_argument("--deskew", action="store_true",
-                        help="a film the lungs say is tilted is read upright (unet deskew=true)")
+    add_reading_options(parser)
     parser.add_argument("--polarity", action="store_true",
                         help="only count, on every pack film stored and inverted, the films read as the negative")
     args = parser.parse_args()

@@ -110,12 +110,13 @@ def cached_lungs(seg, folder, src: str, rec):
         box = work_box(im.shape)
         px = im.pixels if box is None else box.image_to_canvas(im.pixels)
         tilt = masks.extra.get("tilt") if masks.extra.get("tilt_kept") else None
-        if tilt is None:
-            p_r, p_l, _ = seg.probabilities(im, None if box is None else box.canvas_hw)
+        if tilt is None:  # the working-grid lungs (native -> working gives them back exactly: work_box)
+            right, left = ((masks.right_lung, masks.left_lung) if box is None else
+                           (box.mask_to_canvas(masks.right_lung), box.mask_to_canvas(masks.left_lung)))
         else:  # deskew: the film read upright, on the working grid (the pack's lungs turned with it)
             px = turn(px, tilt)
-            p_r, p_l, _ = seg.probabilities(dataclasses.replace(im, pixels=px))
-        right, left = postprocess_lungs(p_r, p_l, seg.threshold)
+            right, left = postprocess_lungs(*seg.probabilities(dataclasses.replace(im, pixels=px))[:2],
+                                            seg.threshold)
         data = {"px": px.astype(np.float32), "R": right, "L": left, "inverted": "polarity" in masks.extra,
                 "tilt": np.nan if tilt is None else tilt}
         if src == "cohen":
@@ -353,6 +354,15 @@ def _overlay(path, px: np.ndarray, right: np.ndarray, left: np.ndarray, heart: n
     im.save(path, optimize=True)
 
 
+def add_reading_options(parser: argparse.ArgumentParser, scope: str = "") -> None:
+    """``--content-box`` and ``--deskew``: the built-in segmenter's options for films in frames or turned (the
+    bench scripts that read pack films share them)."""
+    parser.add_argument("--content-box", action="store_true",
+                        help=f"{scope}the U-Net reads inside the film's uniform borders (unet content_box=true)")
+    parser.add_argument("--deskew", action="store_true",
+                        help=f"{scope}a film the lungs say is tilted is read upright (unet deskew=true)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--phantoms", type=int, default=50, help="synthetic phantoms for the heart estimate")
@@ -371,10 +381,7 @@ def main() -> None:
                              "(anchor: the widest row, or the widest row of the lower half)")
     parser.add_argument("--ctr-calibration", action="store_true",
                         help="real films: heart outlines with OUTLINE_CALIBRATION (the unet ctr_calibration option)")
-    parser.add_argument("--content-box", action="store_true",
-                        help="real films: the U-Net reads inside the film's uniform borders (unet content_box=true)")
-    parser.add_argument("--deskew", action="store_true",
-                        help="real films: a film the lungs say is tilted is read upright (unet deskew=true)")
+    add_reading_options(parser, "real films: ")
     args = parser.parse_args()
 
     import torch

@@ -170,7 +170,8 @@ def read_index(index: str | Path, image_root: str | Path) -> tuple[list[StudyInp
     index, root = Path(index), Path(image_root)
     studies: list[StudyInput] = []
     failures: list[Failure] = []
-    report_of: dict[str, tuple[str, str]] = {}  # study -> (the row that gave its report, the report's digest)
+    first_report: dict[str, tuple[str, Path | None, object]] = {}  # study -> (its first row, report file, text)
+    digests: dict[str, str] = {}  # study -> digest of its first report (made when a second row names the study)
     for n, row in _index_rows(index):
         where = f"{index}:{n}"
         if not isinstance(row, dict):
@@ -203,12 +204,15 @@ def read_index(index: str | Path, image_root: str | Path) -> tuple[list[StudyInp
             failures.append(Failure(where, "scan", "row has neither 'report_path' nor 'report' text", "InputError"))
             continue
         study_id = study if study.startswith("s") else f"s{study}"
-        report = _report_content(rpath, text)
-        first = report_of.setdefault(study_id, (where, report))
-        if first[1] != report:
-            failures.append(Failure(where, "scan", f"study {study_id} has another report in {first[0]}: a study has "
-                                    "one report (give each report its own study_id)", "InputError"))
-            continue
+        first = first_report.setdefault(study_id, (where, rpath, text))
+        if first[0] != where and (rpath, text) != first[1:]:  # another image of a study listed before, its report
+            # named otherwise: it must say the same
+            if study_id not in digests:
+                digests[study_id] = _report_content(first[1], first[2])
+            if _report_content(rpath, text) != digests[study_id]:
+                failures.append(Failure(where, "scan", f"study {study_id} has another report in {first[0]}: a study "
+                                        "has one report (give each report its own study_id)", "InputError"))
+                continue
         studies.append(StudyInput(
             study_id=study_id,
             image_path=path,

@@ -34,7 +34,8 @@ from cxrground.anatomy.segment.heart_image import (
     radiological_ctr,
     seen_cardiac_borders,
 )
-from cxrground.anatomy.segment.tilt import MIN_TILT
+from cxrground.anatomy.segment.plausibility import lung_problems
+from cxrground.anatomy.segment.tilt import MIN_TILT, thorax_tilt, turn
 from cxrground.errors import ConfigError, InputError
 from cxrground.io.borders import ContentBox, content_box
 from cxrground.io.image import CXRImage
@@ -373,9 +374,6 @@ def deskewed(seg: UNetLungSegmenter, image: CXRImage, masks: LungHeartMasks) -> 
     reading is kept when its lungs are plausible (judged upright, as read) or the stored reading's were not.
     ``extra["tilt"]`` records the angle (None: no tilt could be estimated), ``extra["tilt_kept"]`` whether the
     upright reading was kept (:func:`~.plausibility.reading_problems` then judges its lungs upright)."""
-    from cxrground.anatomy.segment.plausibility import lung_problems
-    from cxrground.anatomy.segment.tilt import MIN_TILT, thorax_tilt, turn
-
     tilt = thorax_tilt(masks.right_lung, masks.left_lung) if masks.right_lung.any() and masks.left_lung.any() else None
     masks.extra["tilt"] = tilt
     if tilt is None or abs(tilt) < MIN_TILT:
@@ -383,16 +381,16 @@ def deskewed(seg: UNetLungSegmenter, image: CXRImage, masks: LungHeartMasks) -> 
     box = work_box(image.shape, seg.work_size)
     pixels = image.pixels if box is None else box.image_to_canvas(image.pixels)
     upright = seg._segment_as_stored(replace(image, pixels=turn(pixels, tilt)))
+    if lung_problems(upright.right_lung, upright.left_lung) and not lung_problems(masks.right_lung, masks.left_lung):
+        # each judged as read: the upright reading upright, the stored one as stored
+        masks.extra["tilt_kept"] = False
+        return masks
     right, left = postprocess_lungs(turn(upright.right_lung, -tilt, mask=True).astype(np.float32),
                                     turn(upright.left_lung, -tilt, mask=True).astype(np.float32))
     heart = turn(upright.heart, -tilt, mask=True) if upright.heart is not None else None
     if box is not None:
         right, left = box.mask_to_native(right), box.mask_to_native(left)
         heart = box.mask_to_native(heart) if heart is not None else None
-    stored_bad = lung_problems(masks.right_lung, masks.left_lung)
-    if lung_problems(upright.right_lung, upright.left_lung) and not stored_bad:  # each judged as read
-        masks.extra["tilt_kept"] = False
-        return masks
     extra = {**upright.extra, "tilt": tilt, "tilt_kept": True}
     if box is not None:
         extra["work_letterbox"] = box.to_dict()

@@ -40,6 +40,7 @@ from scipy import ndimage
 
 from cxrground.anatomy.segment.base import LungHeartMasks, LungHeartSegmenter
 from cxrground.anatomy.segment.heart import _medial_edges
+from cxrground.anatomy.segment.tilt import turn
 from cxrground.errors import InputError
 from cxrground.io.cxr_image import CXRImage
 
@@ -180,8 +181,6 @@ def reading_problems(masks: LungHeartMasks, min_iou: float = MIN_SHAPE_IOU,
     segmenter read the film turned upright (``extra["tilt_kept"]``; the mean shape is an upright one)."""
     right, left = masks.right_lung, masks.left_lung
     if masks.extra.get("tilt_kept"):
-        from cxrground.anatomy.segment.tilt import turn
-
         tilt = float(masks.extra["tilt"])
         right, left = turn(right, tilt, mask=True), turn(left, tilt, mask=True)
     return lung_problems(right, left, min_iou=min_iou, min_fraction=min_fraction)

@@ -16,7 +16,7 @@ from typing import Final
 import numpy as np
 from scipy import ndimage
 
-__all__ = ["MIN_TILT", "SEARCH", "lateral_tilt", "medial_tilt", "thorax_tilt", "turn"]
+__all__ = ["MIN_TILT", "SEARCH", "lateral_tilt", "thorax_tilt", "turn"]
 
 #: Smallest tilt (degrees) the option ``deskew`` corrects.
 MIN_TILT: Final[float] = 3.0
@@ -24,8 +24,6 @@ MIN_TILT: Final[float] = 3.0
 SEARCH: Final[np.ndarray] = np.arange(-15.0, 15.0 + 1e-9, 1.0)
 #: Grid the estimates are made on (longest side, pixels).
 GRID: Final[int] = 256
-#: Rows of the lungs' joint height (from the highest lung row) whose medial midline is fitted: above the heart.
-MEDIAL_ROWS: Final[tuple[float, float]] = (0.10, 0.45)
 
 
 def turn(array: np.ndarray, degrees: float, mask: bool = False) -> np.ndarray:
@@ -46,26 +44,6 @@ def _small(mask: np.ndarray) -> np.ndarray:
     """``mask`` strided down to a longest side of at most :data:`GRID`."""
     step = max(1, int(np.ceil(max(mask.shape) / GRID)))
     return np.asarray(mask, dtype=bool)[::step, ::step]
-
-
-def medial_tilt(right: np.ndarray, left: np.ndarray) -> float | None:
-    """The turn that makes the midline between the lungs' medial edges vertical over the upper thorax (rows
-    :data:`MEDIAL_ROWS` of the lungs' joint height); None when fewer than 5 of those rows hold both lungs."""
-    r, lft = _small(right), _small(left)
-    rows = np.flatnonzero(r.any(axis=1) | lft.any(axis=1))
-    if rows.size == 0:
-        return None
-    top, height = rows[0], rows[-1] - rows[0]
-    ys, mids = [], []
-    for y in range(int(top + MEDIAL_ROWS[0] * height), int(top + MEDIAL_ROWS[1] * height)):
-        xr, xl = np.flatnonzero(r[y]), np.flatnonzero(lft[y])
-        if xr.size and xl.size:
-            ys.append(y)
-            mids.append((xr.max() + xl.min()) / 2.0)
-    if len(ys) < 5:
-        return None
-    slope = np.polyfit(np.asarray(ys, float), np.asarray(mids, float), 1)[0]
-    return float(-np.degrees(np.arctan(slope)))
 
 
 def _lateral_spread(r: np.ndarray, lft: np.ndarray) -> float | None:
@@ -91,8 +69,9 @@ def lateral_tilt(right: np.ndarray, left: np.ndarray) -> float | None:
 
 def thorax_tilt(right: np.ndarray, left: np.ndarray) -> float | None:
     """The film's tilt from its lungs: :func:`lateral_tilt`; None when it is undefined or at the end of the search
-    range (the turn was not found inside it). :func:`medial_tilt` is not used: a lung U-Net draws the upper
-    mediastinal edges nearly vertical on a turned film (``bench/records/film_tilt_preregistration.md``)."""
+    range (the turn was not found inside it). The midline between the lungs' medial edges is no estimate: a lung
+    U-Net draws the upper mediastinal edges nearly vertical on a turned film
+    (``bench/records/film_tilt_preregistration.md``)."""
     lateral = lateral_tilt(right, left)
     if lateral is None or abs(lateral) >= float(np.abs(SEARCH).max()):
         return None

@@ -59,7 +59,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -209,30 +209,52 @@ def _target(dtype: str | torch.dtype | None) -> torch.dtype | None:
     raise ConfigError(f"dtype must be None/source or one of {_DTYPES}, got {dtype!r}")
 
 
-def _recorded_release(info: Mapping[str, Any], depth: int = 0
-                      ) -> tuple[dict[str, Any] | None, str | None, dict[str, Any]]:
-    """The released ``config.json`` a checkpoint records, directly or through its ``base_model`` chain (module
-    docstring), where it was found, and the ``filled_from`` of the conversion that recorded it (else empty)."""
+def _base_chain(info: Mapping[str, Any], steps: int = 4) -> Iterator[tuple[Path, Mapping[str, Any] | None]]:
+    """The folders a checkpoint was made from, nearest first (its ``base_model``, that one's, … up to ``steps``):
+    each with its ``checkpoint.json`` content, or None for a folder without one (a release), which ends the chain;
+    it also ends at a folder that cannot be read."""
     from cxrground.models.base import CHECKPOINT_FILE, checkpoint_info
 
-    conversion = info.get("conversion") or {}
-    if isinstance(conversion.get("released_config"), dict):
-        return (dict(conversion["released_config"]), "checkpoint.json conversion.released_config",
-                dict(conversion.get("filled_from") or {}))
-    base = (info.get("config") or {}).get("base_model")
-    if not base or depth >= 4:
-        return None, None, dict(conversion.get("filled_from") or {})
-    base = Path(str(base))
-    try:
-        if (base / CHECKPOINT_FILE).is_file():
-            return _recorded_release(checkpoint_info(base), depth + 1)
-        if (base / "config.json").is_file():
-            cfg = json.loads((base / "config.json").read_text(encoding="utf-8"))
-            if isinstance(cfg, dict):
-                return dict(cfg), str(base / "config.json"), dict(conversion.get("filled_from") or {})
-    except (OSError, ValueError, InputError):
-        pass
-    return None, None, dict(conversion.get("filled_from") or {})
+    for _ in range(steps):
+        base = (info.get("config") or {}).get("base_model")
+        if not base:
+            return
+        base = Path(str(base))
+        try:
+            following = checkpoint_info(base) if (base / CHECKPOINT_FILE).is_file() else None
+        except (OSError, ValueError, InputError):
+            return
+        yield base, following
+        if following is None:
+            return
+        info = following
+
+
+def _recorded_release(info: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None, dict[str, Any]]:
+    """The released ``config.json`` a checkpoint records, directly or through its ``base_model`` chain (module
+    docstring), where it was found, and the ``filled_from`` of the conversion that recorded it (else empty)."""
+    current = info
+    chain = _base_chain(info)
+    while True:
+        recorded = (current.get("conversion") or {}).get("released_config")
+        if isinstance(recorded, dict):
+            return dict(recorded), "checkpoint.json conversion.released_config", _filled_from(current)
+        base, following = next(chain, (None, None))
+        if base is None:
+            return None, None, _filled_from(current)
+        if following is None:  # a release folder: its own config.json
+            try:
+                cfg = json.loads((base / "config.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                cfg = None
+            return ((dict(cfg), str(base / "config.json"), _filled_from(current)) if isinstance(cfg, dict)
+                    else (None, None, _filled_from(current)))
+        current = following
+
+
+def _filled_from(info: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``filled_from`` record of a checkpoint's conversion (empty when it was not converted)."""
+    return dict((info.get("conversion") or {}).get("filled_from") or {})
 
 
 def _clip_name(vision_tower: str | None, release: Mapping[str, Any] | None) -> str:
@@ -293,23 +315,10 @@ def _same_ids(other: Any, tok: Any) -> bool:
     return len(other) == len(tok) and token_ids(other, sample) == token_ids(tok, sample)
 
 
-def _release_tokenizer(info: Mapping[str, Any], depth: int = 0) -> Path | None:
-    """The folder with a slow tokenizer (``tokenizer.model``) a checkpoint was made from: its ``base_model``, or
-    that checkpoint's own, up to four steps back; None when there is none on this machine."""
-    from cxrground.models.base import CHECKPOINT_FILE, checkpoint_info
-
-    base = (info.get("config") or {}).get("base_model")
-    if not base or depth >= 4:
-        return None
-    base = Path(str(base))
-    try:
-        if (base / "tokenizer.model").is_file():
-            return base
-        if (base / CHECKPOINT_FILE).is_file():
-            return _release_tokenizer(checkpoint_info(base), depth + 1)
-    except (OSError, ValueError, InputError):
-        pass
-    return None
+def _release_tokenizer(info: Mapping[str, Any]) -> Path | None:
+    """The nearest folder with a slow tokenizer (``tokenizer.model``) in a checkpoint's ``base_model`` chain; None
+    when there is none on this machine."""
+    return next((base for base, _ in _base_chain(info) if (base / "tokenizer.model").is_file()), None)
 
 
 def _tokenizer_source(checkpoint: Path, tokenizer: Path | None, tok: Any, info: Mapping[str, Any]
