@@ -138,5 +138,5 @@ def test_the_card_says_nothing_of_films_read_as_stored():
 
     assert reading_lines({}) == [] and reading_lines({"tilt": []}) == []
     lines = reading_lines({"image_note": ["s1", "s2"], "content_box": ["s3"]})
-    assert "- 2 films read as their grey-level negative (stored inverted): `s1`, `s2`." in lines
-    assert any(line.startswith("- 1 film read inside their uniform borders") for line in lines)
+    assert "- 2 films read as the grey-level negative (stored inverted): `s1`, `s2`." in lines
+    assert any(line.startswith("- 1 film read inside the uniform borders") for line in lines)

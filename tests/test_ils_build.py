@@ -3,6 +3,8 @@ local-pool and Ray equality, bad inputs recorded while the rest finishes."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import os
 import shutil
@@ -15,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from PIL import Image
 
 from cxrground.cli import main
 from cxrground.datasets.synthetic import SynthConfig, write_cohort
@@ -22,6 +25,8 @@ from cxrground.datasets.views import find_view_table, read_view_table, view_tabl
 from cxrground.errors import ConfigError
 from cxrground.ils.build import DATASET_FILE, BackendSpec, backends_identity, build_dataset
 from cxrground.ils.config import IlsConfig
+from cxrground.ils.gallery import render_gallery
+from cxrground.ils.layout import UNITS_DIR
 from cxrground.ils.quality import score_against_truth
 from cxrground.ils.schema import load_dataset, validate_dataset
 from cxrground.ils.tasks import DEFAULT_SPLIT_RATIOS, build_tasks, split_record
@@ -242,6 +247,35 @@ def test_gallery_page(built, cohort, tmp_path):
     text = page.read_text()
     assert text.count("data:image/png;base64,") == 3 and "Segment the" in text and "[SEG]" in text
     assert "<ul class='sec grounding'><li>" in text  # how each reported finding was grounded
+
+
+def _gallery_grey(page: Path) -> np.ndarray:
+    """The first study's image of a gallery page, as an (H, W, 3) int array."""
+    url = page.read_text().split("src='data:image/png;base64,", 1)[1].split("'", 1)[0]
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(url))).convert("RGB"), dtype=int)
+
+
+def test_gallery_says_how_a_film_was_read_and_shows_an_inverted_one_as_read(built, cohort, tmp_path):
+    copy = tmp_path / "ds"
+    shutil.copytree(built, copy)
+    key = next(iter(next(iter(load_dataset(copy / DATASET_FILE).values()))))
+    plain = tmp_path / "plain.html"
+    render_gallery(copy, cohort / "files", plain, limit=1)
+    assert "class='sec read'" not in plain.read_text()
+    unit_file = copy / UNITS_DIR / f"{key}.json"
+    unit = json.loads(unit_file.read_text())
+    unit.update(image_note="stored inverted", tilt=4.5, content_box=[10, 0, 3, 3])
+    unit_file.write_text(json.dumps(unit))
+    page = tmp_path / "read.html"
+    render_gallery(copy, cohort / "files", page, limit=1)
+    text = page.read_text()
+    assert ("film read as the grey-level negative (stored inverted); read turned upright (the segmenter&#x27;s "
+            "option `deskew`; the angle is the unit&#x27;s `tilt`): 4.5°; read inside the uniform borders") in text
+    assert "10, 0, 3, 3 px [top, bottom, left, right]" in text
+    before, after = _gallery_grey(plain), _gallery_grey(page)
+    grey = (np.ptp(before, axis=2) == 0) & (np.ptp(after, axis=2) == 0)  # pixels no mask colours in either
+    assert grey.mean() > 0.5
+    assert np.abs(after[..., 0][grey] - (255 - before[..., 0][grey])).max() <= 1  # shown as read: the negative
 
 
 def test_gallery_page_in_a_missing_folder(built, cohort, tmp_path):

@@ -305,11 +305,12 @@ def pose_lines(posed: Sequence[tuple[str, Mapping[str, Any], bool]], read: bool,
     return [*lines, ""]
 
 
-#: Unit keys that say how a film was read, with the card's words for them.
+#: Unit keys that say how a film was read, with the words for them (after "N films" on the card, after "film" in
+#: the gallery).
 READING_NOTES: Final[tuple[tuple[str, str], ...]] = (
-    ("image_note", "read as their grey-level negative (stored inverted)"),
+    ("image_note", "read as the grey-level negative (stored inverted)"),
     ("tilt", "read turned upright (the segmenter's option `deskew`; the angle is the unit's `tilt`)"),
-    ("content_box", "read inside their uniform borders (the segmenter's option `content_box`)"),
+    ("content_box", "read inside the uniform borders (the segmenter's option `content_box`)"),
 )
 
 

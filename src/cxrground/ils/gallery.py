@@ -1,7 +1,8 @@
 """A self-contained HTML page to browse a built ILS dataset: per study the image with every lesion mask
 overlaid, the chosen report section, how each reported finding was grounded (from the study's unit record: grounded
-or why not, and what a zone guide did), and every instruction-answer pair (positives with their mask's colour,
-negatives with their location). Images are embedded as PNG data URLs; no server needed."""
+or why not, and what a zone guide did), how the film was read when not as stored (inverted, turned upright, inside
+its borders; an inverted film is shown as read), and every instruction-answer pair (positives with their mask's
+colour, negatives with their location). Images are embedded as PNG data URLs; no server needed."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import numpy as np
 from PIL import Image
 
 from cxrground.errors import ConfigError, InputError
+from cxrground.ils.card import READING_NOTES
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
 from cxrground.ils.schema import read_dataset
 from cxrground.ils.zone_guide import guide_outcome
@@ -23,7 +25,7 @@ from cxrground.io.image import read_image
 from cxrground.io.masks import read_mask_png
 from cxrground.io.overlay import PALETTE, overlay_masks
 
-__all__ = ["grounding_lines", "render_gallery"]
+__all__ = ["grounding_lines", "reading_line", "render_gallery"]
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:16px;background:#111;color:#ddd}
@@ -54,7 +56,7 @@ def grounding_lines(unit_file: Path) -> list[str]:
     if not unit_file.is_file():
         return []
     lines = []
-    for g in _unit_grounding(unit_file):
+    for g in _unit_grounding(_unit_record(unit_file), unit_file):
         outcome = guide_outcome(g)
         if outcome is None:
             outcome = "grounded" if g.get("status") == "grounded" else f"no mask: {g.get('reason') or g.get('status')}"
@@ -66,12 +68,45 @@ def grounding_lines(unit_file: Path) -> list[str]:
     return lines
 
 
-def _unit_grounding(unit_file: Path) -> list[dict[str, Any]]:
-    """The ``grounding`` records of a unit file; an unreadable file is an :class:`InputError` naming it."""
+def reading_line(unit_file: Path) -> str | None:
+    """How a study's film was read when not as stored (the unit record's :data:`READING_NOTES`, with the tilt's
+    angle and the borders cut), e.g. ``"film read turned upright (...): 4.0°"``; None when read as stored or
+    without the record."""
+    unit = _unit_object(unit_file)
+    parts = []
+    for key, words in READING_NOTES:
+        value = unit.get(key)
+        if not value:
+            continue
+        if key == "tilt" and isinstance(value, (int, float)):
+            parts.append(f"{words}: {value:g}°")
+        elif key == "content_box" and isinstance(value, list):
+            parts.append(f"{words}: {', '.join(str(v) for v in value)} px [top, bottom, left, right]")
+        else:
+            parts.append(words)
+    return "film " + "; ".join(parts) if parts else None
+
+
+def _unit_object(unit_file: Path) -> dict[str, Any]:
+    """A unit file's JSON object; empty without the file, an :class:`InputError` naming it when it is no object."""
+    if not unit_file.is_file():
+        return {}
+    unit = _unit_record(unit_file)
+    if not isinstance(unit, dict):
+        raise InputError("unit record is not a JSON object", unit_file)
+    return unit
+
+
+def _unit_record(unit_file: Path) -> Any:
+    """A unit file's JSON; an unreadable file is an :class:`InputError` naming it."""
     try:
-        unit = json.loads(unit_file.read_text(encoding="utf-8"))
+        return json.loads(unit_file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"unit record is not valid JSON ({exc})", unit_file) from exc
+
+
+def _unit_grounding(unit: Any, unit_file: Path) -> list[dict[str, Any]]:
+    """The ``grounding`` records of a unit record; a malformed one is an :class:`InputError` naming its file."""
     grounding = unit.get("grounding", []) if isinstance(unit, dict) else None
     if not isinstance(grounding, list) or not all(isinstance(g, dict) for g in grounding):
         raise InputError("unit record has no list of grounding records", unit_file)
@@ -100,13 +135,16 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
             if shown >= limit:
                 break
             image = read_image(images_root / study["image_path"])
+            unit_file = root / UNITS_DIR / f"{key}.json"
+            read = reading_line(unit_file)
+            pixels = 255 - image.pixels if _unit_object(unit_file).get("image_note") else image.pixels
             pairs = study["instruction_answer_pairs"]
             masks: dict[str, int] = {}
             for p in pairs["positive_pairs"]:
                 masks.setdefault(p["seg_mask_path"], len(masks))
             arrays = [read_mask_png(root / MASK_DIR / path, image.shape) for path in masks]
             colours = [PALETTE[i % len(PALETTE)] for i in range(len(arrays))]
-            rgb = overlay_masks(image.pixels, arrays, colours, alpha=0.35) if arrays else image.rgb()
+            rgb = overlay_masks(pixels, arrays, colours, alpha=0.35) if arrays else np.repeat(pixels[..., None], 3, -1)
             rows = []
             for p in pairs["positive_pairs"]:
                 c = _hex(colours[masks[p["seg_mask_path"]]])
@@ -117,10 +155,11 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
                 rows.append(f"<tr class='neg'><td>{html.escape(n['type'])}</td><td>{html.escape(n['instruction'])}"
                             f"</td><td>{html.escape(n['answer'])}</td><td>{html.escape(n['target'])}</td></tr>")
             grounding = "".join(f"<li>{html.escape(line)}</li>"
-                                for line in grounding_lines(root / UNITS_DIR / f"{key}.json"))
+                                for line in grounding_lines(unit_file))
             parts.append(
                 f"<div class='study'><img alt='{html.escape(key)}' src='{_png_data_url(rgb, width)}'>"
                 f"<div><h2>{html.escape(key)} · {html.escape(split_name)} · {html.escape(study['section_name'])}</h2>"
+                + (f"<div class='sec read'>{html.escape(read)}</div>" if read else "") +
                 f"<div class='sec'>{html.escape(study['section_content'])}</div>"
                 + (f"<ul class='sec grounding'>{grounding}</ul>" if grounding else "") +
                 "<table><tr><th>type</th><th>instruction</th><th>answer</th><th>target</th></tr>"
