@@ -276,3 +276,38 @@ def test_sam_adapter_loads_a_local_tiny_model_and_deforms(tmp_path):
     again = deformer.deform(image, mask, np.ones(shape, bool), np.ones(shape, bool), exp, con,
                             np.random.default_rng(0), prev_logits=res.logits)
     assert again.mask.shape == shape
+
+
+def _box(shape: tuple[int, int], y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
+    out = np.zeros(shape, dtype=bool)
+    out[y0:y1, x0:x1] = True
+    return out
+
+
+def test_a_step_centre_that_contradicts_its_answer_fails_the_repeat():
+    from cxrground.percept.refine import RefinedComponent
+    from cxrground.percept.steps import Step, centre_problem
+
+    shape = (100, 100)
+    comp0 = RefinedComponent(0, _box(shape, 20, 40, 10, 40), ((20, 30),), (1,))
+    comp1 = RefinedComponent(1, _box(shape, 50, 70, 45, 60), ((50, 60),), (1,))
+
+    def expanded(points: list[tuple[int, int]]) -> Step:  # component 0 grown over x 10..70
+        return Step(0, "expansion", 1, "a", points, _box(shape, 20, 75, 10, 70), None, "optimal_component_0",
+                    points, [])
+
+    # answer "contract at the centre": inside the shown masks, outside every optimal mask -> fine
+    assert centre_problem([expanded([(62, 30), (66, 34)])], [comp0, comp1]) is None
+    # the points' mean lands on the other component's optimal mask -> contradicts "contract there"
+    problem = centre_problem([expanded([(42, 60), (62, 60)])], [comp0, comp1])
+    assert problem is not None and "inside the optimal mask" in problem
+    # a contracted step whose centre is still covered by the shown masks -> contradicts "expand there"
+    shrunk = _box(shape, 20, 40, 10, 40)
+    shrunk[30:40, 30:40] = False
+    step = Step(0, "contraction", 1, "a", [(22, 22), (32, 32)], shrunk, None, "optimal_component_0", [],
+                [(22, 22), (32, 32)])  # centre (27, 27): the shown mask still covers it
+    problem = centre_problem([step], [comp0, comp1])
+    assert problem is not None and "inside the shown masks" in problem
+    ok = Step(0, "contraction", 1, "a", [(33, 33), (37, 37)], shrunk, None, "optimal_component_0", [],
+              [(33, 33), (37, 37)])
+    assert centre_problem([ok], [comp0, comp1]) is None

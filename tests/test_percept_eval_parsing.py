@@ -123,8 +123,13 @@ def test_labels():
     sev = parse_answer(SEV[1], SEV, False)
     assert sev.numbers == (1, 3, 2, 3) and sev.label == "matched-by-text" and sev.matched == (2,)
     assert parse_answer(LOC[3], LOC, True).matched == (4,)
-    # "1 zone" parses canonically to option 1 (a valid single number)
-    assert parse_answer("1 zone", DIST, False).label == "parsed"
+    # an option text is matched by text (CHEXPERCEPT.md §14: `2nd mask`), even where its digits parse canonically
+    # to the same option ("1 zone" -> [1])
+    zone = parse_answer("1 zone", DIST, False)
+    assert zone.label == "matched-by-text" and zone.numbers == (1,) and zone.matched == (1,)
+    second = parse_answer("2nd mask", ["1st mask", "2nd mask", "3rd mask"], False)
+    assert second.label == "matched-by-text" and second.numbers == (2,) and second.matched == (2,)
+    assert parse_answer("Answer: 2", ["1st mask", "2nd mask", "3rd mask"], False).label == "parsed"
     # numbers extracted, but not a valid answer: invalid-format (scored as the reference scores it)
     assert parse_answer("Answer: 7", YES_NO, False).label == "invalid-format"
     assert parse_answer("Answer: 1,2", YES_NO, False).label == "invalid-format"

@@ -164,8 +164,12 @@ def plan_revision(
     organ = traits(lesion).percept.deform == "organ"  # cardiomegaly: zones only, points anywhere
     overlaps = [component_overlap(c.mask, geometry, cardiomegaly=organ) for c in comps]
     lung_union = right | left
+    union = np.zeros(cand.shape, dtype=bool)
+    for c in comps:
+        union |= c.mask
     deformations = {
-        c.id: deform_component(image, c, ov, geometry, lesion, lung_union, deformer, rng, cfg)
+        c.id: deform_component(image, c, ov, geometry, lesion, lung_union, deformer, rng, cfg,
+                               others=(union & ~c.mask) if len(comps) > 1 else None)
         for c, ov in zip(comps, overlaps, strict=True)
     }
     try:

@@ -10,7 +10,11 @@ Choices where the spec is silent:
   overlapping anatomy fails at once.
 * §8 ``S`` is drawn from the distinct names of ``possible_deformation_anatomy`` (first-appearance order).
   A repeat also fails when two step centre points are closer than ``gt_point_min_dist`` (30 px @1024, two
-  point-disc radii; §19.14 "GT points coinciding"), so that the point options never coincide.
+  point-disc radii; §19.14 "GT points coinciding"), so that the point options never coincide, and when a step's
+  centre point contradicts its answer on the shown overlay (§19.14 degenerate items): the centre of an expanded
+  step (answer: contract there) must lie inside the shown masks and outside every optimal component, the centre
+  of a contracted step (answer: expand there) inside an optimal component and outside the shown masks. The mean
+  of points spread along a curved contour can fall back inside the mask they moved, or on another component.
 * The anatomy region handed to the deformer for a step is the union of the regions of all anatomies whose
   points are accumulated in that step.
 """
@@ -127,8 +131,11 @@ def deform_component(
     deformer: Deformer,
     rng: np.random.Generator,
     config: DeformConfig,
+    others: np.ndarray | None = None,
 ) -> ComponentDeformation:
-    """Return the §7 deformation of one component (up to ``component_attempts`` attempts)."""
+    """Return the §7 deformation of one component (up to ``component_attempts`` attempts). ``others``: the other
+    optimal components of the case, where no point of this one is drawn (a point there would ask to expand or
+    contract the shown union where the revised union already agrees)."""
     scale = config.scaled(component.mask.shape)
     depth = config.depth(lesion)
     reason = "no attempt made"
@@ -140,8 +147,9 @@ def deform_component(
         found: dict[str, AnatomyPoints] = {}
         pts: dict[str, list[Point]] = {EXPANSION: [], CONTRACTION: []}
         for ch in choices:
+            region = geometry.region(ch.anatomy) if others is None else geometry.region(ch.anatomy) & ~others
             ap = sample_anatomy(
-                component.mask, geometry.region(ch.anatomy), ch.operation, depth, rng, scale, config,
+                component.mask, region, ch.operation, depth, rng, scale, config,
                 avoid=pts[opposite(ch.operation)], anatomy=ch.anatomy, cache=cache,
             )
             if ap is not None:
@@ -154,11 +162,29 @@ def deform_component(
             image, component.mask, _union(geometry, found), lung_union, pts[EXPANSION], pts[CONTRACTION], rng,
             component.logits, seed_points=component.points,
         )
-        problem = validity_problem(res.mask, component.mask, pts[EXPANSION], pts[CONTRACTION])
+        problem = (validity_problem(res.mask, component.mask, pts[EXPANSION], pts[CONTRACTION])
+                   or _own_centre_problem(found, component.mask if others is None else component.mask | others,
+                                          res.mask))
         if problem is None:
             return ComponentDeformation(component.id, found, True, attempt)
         reason = problem
     return ComponentDeformation(component.id, {}, False, config.component_attempts, reason)
+
+
+def _own_centre_problem(found: dict[str, AnatomyPoints], optimal: np.ndarray, deformed: np.ndarray) -> str | None:
+    """Why an anatomy's centre point (its step's answer point) would contradict the answer on the component's
+    masks, or None: an expansion centre must fall outside the optimal masks (``optimal``: this component's and the
+    case's other ones) and inside the deformed one, a contraction centre the other way round (an attempt that
+    fails this is drawn again)."""
+    for name, ap in found.items():
+        x, y = center_point(list(ap.points))
+        want = (False, True) if ap.operation == EXPANSION else (True, False)
+        if (bool(optimal[y, x]), bool(deformed[y, x])) != want:
+            return (f"centre point of the {ap.operation} points in {name} would contradict its answer (inside an "
+                    "optimal mask or outside the deformed one)" if ap.operation == EXPANSION else
+                    f"centre point of the {ap.operation} points in {name} would contradict its answer (outside the "
+                    "optimal mask or inside the deformed one)")
+    return None
 
 
 # --- §8 sequential steps ---------------------------------------------------------------------------
@@ -305,6 +331,9 @@ def _try_repeat(
                 remaining.remove(a)
         if not targets[EXPANSION] and not targets[CONTRACTION]:
             no_def[comp.id] = f"suboptimal_component_{comp.id}_no_contraction"
+    problem = centre_problem(steps, components)
+    if problem is not None:
+        return problem
     scale = config.scaled(geometry.shape)
     centers = [s.center for s in steps]
     for i in range(len(centers)):
@@ -312,6 +341,27 @@ def _try_repeat(
             if np.hypot(centers[i][0] - centers[j][0], centers[i][1] - centers[j][1]) < scale.gt_point_min_dist:
                 return f"centre points of {steps[j].name} and {steps[i].name} coincide"
     return steps, no_def, selected
+
+
+def centre_problem(steps: list[Step], components: list[RefinedComponent]) -> str | None:
+    """Why a step's centre point contradicts its answer on the shown overlay, or None (see the module notes).
+    The shown mask of a component is its last step's (expansions come first), else its optimal mask."""
+    optimal = np.zeros(components[0].mask.shape, dtype=bool) if components else None
+    shown = None if optimal is None else optimal.copy()
+    for comp in components:
+        mine = [s for s in steps if s.component_id == comp.id]
+        optimal |= comp.mask
+        shown |= mine[-1].mask if mine else comp.mask
+    for s in steps:
+        x, y = s.center
+        inside = bool(shown[y, x]), bool(optimal[y, x])
+        if s.operation == EXPANSION and inside != (True, False):
+            return f"centre point of {s.name} is {'outside' if not inside[0] else 'inside'} the " \
+                   f"{'shown masks' if not inside[0] else 'optimal mask'} (its answer says contract there)"
+        if s.operation == CONTRACTION and inside != (False, True):
+            return f"centre point of {s.name} is {'inside' if inside[0] else 'outside'} the " \
+                   f"{'shown masks' if inside[0] else 'optimal mask'} (its answer says expand there)"
+    return None
 
 
 def plan_steps(

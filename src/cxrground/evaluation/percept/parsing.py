@@ -8,13 +8,13 @@ the model id contains ``glm``; the tags hold no digits, so only a non-GLM reply 
 
 :func:`parse_answer` adds a label (§14; :data:`LABEL_ORDER`):
 
-- ``parsed``: the canonical numbers are a valid answer (option numbers ``1..n``, exactly one for a
-  single-answer question), and the reply is not an option text naming other options;
-- ``matched-by-text``: otherwise, when the cleaned reply (thinking, also up to an unmatched ``</think>``, box
-  tags, ``Answer:`` prefix, markdown, ``(n)`` and trailing punctuation removed) equals one option text
-  (case-insensitive), or, for multi-select questions, every comma/newline-separated piece equals exactly one
-  option text; ``matched`` then holds those option numbers (e.g. ``Yes`` → [1], ``None`` → the None option; an
-  echoed ``None of the above (options 1-3)`` → [4] although its canonical numbers are the valid-looking [1, 3]);
+- ``matched-by-text``: the cleaned reply (thinking, also up to an unmatched ``</think>``, box tags, ``Answer:``
+  prefix, markdown, ``(n)`` and trailing punctuation removed) equals one option text (case-insensitive), or, for
+  multi-select questions, every comma/newline-separated piece equals exactly one option text; ``matched`` then
+  holds those option numbers (e.g. ``Yes`` → [1], ``2nd mask`` → [2], ``None`` → the None option; an echoed
+  ``None of the above (options 1-3)`` → [4] although its canonical numbers are the valid-looking [1, 3]);
+- ``parsed``: otherwise, when the canonical numbers are a valid answer (option numbers ``1..n``, exactly one for a
+  single-answer question), e.g. ``Answer: 2``;
 - ``invalid-format``: neither, but the reference parser extracted numbers (e.g. ``Answer: 1,2`` or
   ``Answer: 7`` to a Yes/No question);
 - ``unparseable``: neither, and the reference parser extracted nothing (``[-1]``).
@@ -154,10 +154,10 @@ def parse_answer(text: str | None, options: Sequence[str], multi: bool) -> Parse
     n = len(options)
     valid = bool(numbers) and all(1 <= x <= n for x in numbers) and (multi or len(numbers) == 1)
     matched = _match_options(_clean_for_text(text), options, multi) if text else None
-    if valid and (matched is None or set(matched) == set(numbers)):
-        return ParsedAnswer(numbers, "parsed")
     if matched:
         return ParsedAnswer(numbers, "matched-by-text", matched)
+    if valid:
+        return ParsedAnswer(numbers, "parsed")
     return ParsedAnswer(numbers, "unparseable" if numbers == NOTHING else "invalid-format")
 
 
