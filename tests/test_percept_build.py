@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cxrground.errors import InputError
+from cxrground.errors import ConfigError, InputError
 from cxrground.percept.build import BuildOptions, build_benchmark
 from cxrground.percept.cases import (
     Candidate,
@@ -25,6 +25,7 @@ from cxrground.percept.layout import case_folder
 from cxrground.percept.qa import CaseImages, lesion_free_case, points_answer_text, positive_case
 from cxrground.percept.schema import load_benchmark, parse_benchmark
 from cxrground.percept.validate import validate_benchmark
+from cxrground.vocab.lesions import LESIONS
 from cxrground.vocab.percept_templates import (
     CONTRACTION,
     EXPANSION,
@@ -445,3 +446,39 @@ def test_a_wrong_size_lesion_mask_is_an_error_naming_both_shapes(tmp_path) -> No
     with pytest.raises(InputError, match=r"m\.png.*40x30.*100x80"):
         _read_candidate(SimpleNamespace(mask_ref=str(path), cand=None), (100, 80))
     assert _read_candidate(SimpleNamespace(mask_ref=str(path), cand=None), (40, 30)).shape == (40, 30)
+
+
+def test_a_wrong_images_root_or_an_empty_candidates_file_is_refused_before_anything_is_written(synth_ils,
+                                                                                             tmp_path) -> None:
+    ils, images = synth_ils
+    out = tmp_path / "b"
+    with pytest.raises(ConfigError, match=r"none of the first .* candidates' images is there"):
+        build_benchmark(BuildOptions(ils=str(ils), images=str(images.parent)), out, progress=False)
+    empty = tmp_path / "candidates.jsonl"
+    empty.write_text("")
+    with pytest.raises(ConfigError, match=r"has a mask for none of the .* positive candidates"):
+        build_benchmark(BuildOptions(ils=str(ils), images=str(images), candidates=str(empty)), out, progress=False)
+    assert not out.exists()
+
+
+def test_the_card_says_why_counts_fall_short(synth_bench) -> None:
+    out, _ = synth_bench
+    card = (out / "card.md").read_text()
+    achieved = {(c.lesion_of(k), c.path(k)) for k, c in load_benchmark(out).cases.items()}
+    short = [(lesion, p) for lesion in LESIONS for p in (LF, RF, RR) if (lesion, p) not in achieved]
+    assert short, "the synthetic benchmark meets every request: the test needs a shortfall"
+    assert "### Why some counts fall short" in card
+    section = card.split("### Why some counts fall short", 1)[1].split("\n## ", 1)[0]
+    assert len([line for line in section.splitlines() if line.startswith("- ")]) == len(short)
+    assert all(" eligible candidate" in line for line in section.splitlines() if line.startswith("- "))
+
+
+def test_eval_refuses_a_run_folder_or_cache_inside_the_benchmark(synth_bench, tmp_path) -> None:
+    from cxrground.evaluation.percept.runner import EvalSettings, run_eval
+
+    out, _ = synth_bench
+    with pytest.raises(ConfigError, match="is inside the benchmark folder"):
+        run_eval(EvalSettings(bench=out, model="oracle"), out / "runs" / "oracle", progress=False)
+    with pytest.raises(ConfigError, match=r"--cache .* is inside the benchmark folder"):
+        run_eval(EvalSettings(bench=out, model="oracle"), tmp_path / "run", cache=out / "c.sqlite", progress=False)
+    assert validate_benchmark(out) == []

@@ -34,11 +34,15 @@ def percept() -> None:
 @request_options(BuildRequest)
 def build(request: BuildRequest) -> None:
     """Build a CheXpercept benchmark from an ILS dataset (resumable; byte-identical for a seed). An unknown
-    --split is an error naming the dataset's splits; a build that finds no candidate warns."""
+    --split is an error naming the dataset's splits; a build that finds no candidate warns; a build whose every
+    candidate was dropped (e.g. no image found under --images) exits 1 naming the commonest reasons."""
     summary = run_build(request)
     click.echo("\n".join(build_lines(summary)))
     for line in summary.warnings:
         warn(f"warning: {line}")
+    if summary.cases == 0 and summary.failures:
+        raise click.ClickException(f"no case was built: all {summary.failures} candidates were dropped (see "
+                                   "the commonest reasons above and failures.jsonl)")
 
 
 @percept.command("validate")

@@ -94,6 +94,8 @@ class BuildSummary:
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     already_built: bool = False
+    requested: int = 0  # cases requested (§1.4), 0 when not known
+    top_drops: tuple[tuple[str, int], ...] = ()  # the commonest drop reasons with their counts
 
 
 # --- pool -------------------------------------------------------------------------------------------
@@ -209,6 +211,31 @@ def _already_built(out: Path, started: float) -> BuildSummary:
                         round(time.perf_counter() - started, 2), achieved, already_built=True)
 
 
+#: How many candidates' images :func:`_check_images_root` looks for.
+IMAGES_PROBED = 20
+
+
+def _check_images_root(images_root: Path, candidates: Sequence[Candidate]) -> None:
+    """Raise a :class:`ConfigError` when none of the first :data:`IMAGES_PROBED` candidates' images is under
+    ``images_root`` (a wrong --images would otherwise drop every case as "file not found")."""
+    probe = candidates[:IMAGES_PROBED]
+    if probe and not any((images_root / c.image_path).is_file() for c in probe):
+        raise ConfigError(f"--images {images_root}: none of the first {len(probe)} candidates' images is there "
+                          f"(e.g. {images_root / probe[0].image_path}); --images must be the folder the dataset's "
+                          "image_path values are relative to")
+
+
+def _check_candidates(path: Path, preds: dict[str, Any], positives: Sequence[Candidate]) -> None:
+    """Raise a :class:`ConfigError` when the ``--candidates`` file ``path`` has a mask for none of the dataset's
+    positive candidates (every positive case would be dropped)."""
+    if positives and not any((p := preds.get(c.pair_id)) is not None and p.has_mask for c in positives):
+        raise ConfigError(f"--candidates {path} has a mask for none of the {len(positives)} positive candidates "
+                          f"(e.g. pair {positives[0].pair_id}; the file has {len(preds)} pair(s)): every positive "
+                          "case would be dropped. It must hold masks for this dataset's pairs: `ils predict` "
+                          "output, or the candidates.jsonl of `review export --masks` from a review that imported "
+                          "this dataset's positive pairs")
+
+
 def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, progress: bool = True,
                     overwrite: bool = False, keep_work: bool = False) -> BuildSummary:
     """Build (or resume) the benchmark in ``out_dir``; see the module docstring."""
@@ -219,6 +246,14 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     ils_dir = ils_file.parent
     dataset = read_dataset(ils_file, _STUDY_FIELDS, LESIONS)
     _check_settings(opts, dataset, ils_file)
+    positives = positive_candidates(dataset, opts.splits, opts.max_candidates)
+    pos_cxrs = {c.dicom_id for cs in positives.values() for c in cs} if opts.exclude_positive_cxrs else set()
+    negatives = negative_candidates(dataset, opts.splits, opts.max_negatives, pos_cxrs)
+    images_root = Path(opts.images)
+    _check_images_root(images_root, [c for cs in (*positives.values(), *negatives.values()) for c in cs])
+    preds = load_predictions(opts.candidates) if opts.candidates else None
+    if preds is not None:
+        _check_candidates(Path(opts.candidates), preds, [c for cs in positives.values() for c in cs])
     warnings: list[str] = []
     if workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
@@ -247,17 +282,12 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     atomic_write_text(stamp, json.dumps(settings, sort_keys=True))
 
     review = read_review(opts.review) if opts.review else None
-    preds = load_predictions(opts.candidates) if opts.candidates else None
     mask_source = (f"ILS model predictions `{opts.candidates}` (pair_id → mask)" if preds is not None
                    else f"the dataset's own masks (`seg_mask_path` under `{ils_dir / MASK_DIR}`)")
     anatomy_of = anatomy_lookup(opts.anatomy, ils_dir)
-    positives = positive_candidates(dataset, opts.splits, opts.max_candidates)
-    pos_cxrs = {c.dicom_id for cs in positives.values() for c in cs} if opts.exclude_positive_cxrs else set()
-    negatives = negative_candidates(dataset, opts.splits, opts.max_negatives, pos_cxrs)
     if not any(positives.values()) and not any(negatives.values()):
         warnings.append(f"no candidate (positive or negative pair) in split(s) {', '.join(opts.splits)} of "
                         f"{ils_file}: the benchmark is empty")
-    images_root = Path(opts.images)
     failures: list[dict[str, Any]] = []
     dropped: Counter = Counter()
 
@@ -318,6 +348,12 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     requested = dict(zip(SAMPLE_PATHS, opts.per_lesion, strict=True))
     sample = balanced_sample(pools, requested, opts.seed)
 
+    used_cxrs = {c.dicom_id for cands in sample.values() for c in cands}
+    chosen = {key: {c.key_id for c in cands} for key, cands in sample.items()}
+    taken = {lesion: {p: sum(1 for c in pools[(lesion, p)] if c.dicom_id in used_cxrs
+                             and c.key_id not in chosen[(lesion, p)]) for p in SAMPLE_PATHS}
+             for lesion in LESIONS}
+    sampled = {lesion: {p: len(sample[(lesion, p)]) for p in SAMPLE_PATHS} for lesion in LESIONS}
     case_tasks = [CaseTask(c, case_folder(opts.seed, c.key_id), path, str(images_root / c.image_path))
                   for (lesion, path), cands in sample.items() for c in cands]
     ctodo = [t for t in case_tasks if not (work / "cases" / f"{t.case_id}.json").is_file()]
@@ -360,7 +396,7 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
                                                    sorted(failures, key=lambda f: (f["lesion"], f["key_id"]))))
     atomic_write_text(out / CARD_FILE, render_card(opts, achieved, dropped, review, ious,
                                                    max(covers) if covers else None, mask_source, split_of,
-                                                   pool_sizes))
+                                                   pool_sizes, taken, sampled))
     atomic_write_text(out / BUILD_SETTINGS_FILE, stable_json(settings))
     atomic_write_text(out / MANIFEST_FILE, "".join(line + "\n" for line in manifest_lines(out)))
     reused = len(plan_tasks) - len(todo)
@@ -368,4 +404,5 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
         shutil.rmtree(work, ignore_errors=True)
     table = count_arithmetic(achieved)
     return BuildSummary(str(out), table.cxrs, table.items, len(todo), reused, len(failures),
-                        round(time.perf_counter() - started, 2), achieved, tuple(warnings))
+                        round(time.perf_counter() - started, 2), achieved, tuple(warnings),
+                        requested=len(LESIONS) * sum(opts.per_lesion), top_drops=tuple(dropped.most_common(3)))

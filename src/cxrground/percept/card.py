@@ -29,10 +29,40 @@ def _arith_table(per_lesion: Sequence[int]) -> list[str]:
         *(f"| {t} | {n:,} |" for t, n in table.tasks.items()), ""]
 
 
+def shortfall_lines(requested: Mapping[str, int], achieved: Mapping[str, Mapping[str, int]],
+                    pools: Mapping[str, Mapping[str, int]], taken: Mapping[str, Mapping[str, int]],
+                    sampled: Mapping[str, Mapping[str, int]]) -> list[str]:
+    """The card's "Why some counts fall short" section: one line per lesion and path built below its request,
+    saying how many candidates were eligible, how many of them another case's CXR took, and how many sampled
+    cases were dropped while rendering; nothing when every request was met."""
+    lines = []
+    for lesion in LESIONS:
+        for path in SAMPLE_PATHS:
+            want, got = requested[path], achieved.get(lesion, {}).get(path, 0)
+            if got >= want:
+                continue
+            pool = pools.get(lesion, {}).get(path, 0)
+            reasons = [f"{pool:,} eligible candidate{'s' if pool != 1 else ''}" + (
+                " after the drops below" if pool else " (the drops below, or none in the dataset)")]
+            if taken.get(lesion, {}).get(path, 0):
+                reasons.append(f"{taken[lesion][path]:,} of them on CXRs that other cases took (no CXR is reused)")
+            lost = sampled.get(lesion, {}).get(path, 0) - got
+            if lost > 0:
+                reasons.append(f"{lost:,} sampled case{'s' if lost != 1 else ''} dropped while rendering")
+            lines.append(f"- {lesion} {PATH_ABBREVIATIONS[path]}: {got:,} of {want:,}: " + "; ".join(reasons) + ".")
+    if not lines:
+        return []
+    return ["", "### Why some counts fall short", "", *lines]
+
+
 def render_card(opts: BuildOptions, achieved: Mapping[str, Mapping[str, int]], dropped: Mapping[str, int],
                 review: Review | None, ious: Sequence[float], max_cover: float | None, mask_source: str,
-                split_of: Mapping[str, int], pools: Mapping[str, Mapping[str, int]]) -> str:
-    """The benchmark card: requested and achieved counts (§1.4), provenance, review, IoU, distractors, drops."""
+                split_of: Mapping[str, int], pools: Mapping[str, Mapping[str, int]],
+                taken: Mapping[str, Mapping[str, int]] | None = None,
+                sampled: Mapping[str, Mapping[str, int]] | None = None) -> str:
+    """The benchmark card: requested and achieved counts (§1.4) and why any fell short, provenance, review, IoU,
+    distractors, drops. ``pools``: eligible candidates per lesion and path; ``taken``: those of them left out
+    because another case had their CXR; ``sampled``: cases sampled (before any was dropped while rendering)."""
     table = count_arithmetic(achieved)
     req = dict(zip(SAMPLE_PATHS, opts.per_lesion, strict=True))
     lines = ["# CheXpercept benchmark card", "",
@@ -59,6 +89,7 @@ def render_card(opts: BuildOptions, achieved: Mapping[str, Mapping[str, int]], d
             lines.append(f"| {lesion} | {PATH_ABBREVIATIONS[path]} | {n:,} | "
                          + " | ".join(f"{one[t]:,}" for t in TASKS) + " |")
     lines += ["", "| task | count (achieved) |", "|---|---|", *(f"| {t} | {n:,} |" for t, n in table.tasks.items())]
+    lines += shortfall_lines(req, achieved, pools, taken or {}, sampled or {})
     iou_text = ("no positive case" if not ious else
                 f"mean {statistics.fmean(ious):.3f}, median {statistics.median(ious):.3f}, "
                 f"min {min(ious):.3f}, max {max(ious):.3f} over {len(ious)} positive cases")

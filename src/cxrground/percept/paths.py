@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from cxrground.errors import ConfigError, InputError
 
-__all__ = ["check_export_target", "safe_image_path", "unsafe_reason"]
+__all__ = ["check_export_target", "check_outside_benchmark", "safe_image_path", "unsafe_reason"]
 
 
 def safe_image_path(root: Path, rel: str) -> Path:
@@ -38,6 +38,16 @@ def unsafe_reason(base: Path, rel: str) -> str | None:
     except (OSError, RuntimeError):  # a symlink loop
         return "cannot be resolved (symlink loop)"
     return None if inside else "resolves outside the benchmark folder (symlink)"
+
+
+def check_outside_benchmark(root: Path, path: Path, what: str) -> None:
+    """Raise :class:`ConfigError` when ``path`` (a run folder or file, named ``what`` in the message) is the
+    benchmark folder ``root`` or lies inside it: it would become part of the benchmark, whose manifest then no
+    longer matches (``percept validate`` and ``export`` refuse it)."""
+    bench, target = Path(root).resolve(), Path(path).resolve()
+    if target == bench or target.is_relative_to(bench):
+        raise ConfigError(f"{what} {path} is inside the benchmark folder {root}; it would become part of the "
+                          "benchmark (its manifest would no longer match): choose a place outside it")
 
 
 def check_export_target(root: Path, out: Path) -> None:

@@ -102,6 +102,9 @@ def build_lines(summary: BuildSummary) -> list[str]:
         return [f"CheXpercept benchmark in {s.out_dir} is already built with these settings ({s.cases} cases, "
                 f"{s.items} items, {s.failures} dropped): nothing to do; --overwrite rebuilds it",
                 f"  card: {out / 'card.md'}   failures: {out / 'failures.jsonl'}"]
-    return [f"CheXpercept benchmark in {s.out_dir}: {s.cases} cases, {s.items} items ({s.planned} positives planned, "
-            f"{s.reused} reused, {s.failures} dropped) in {s.seconds} s",
-            f"  card: {out / 'card.md'}   failures: {out / 'failures.jsonl'}"]
+    wanted = f" of {s.requested} requested" if s.requested else ""
+    lines = [f"CheXpercept benchmark in {s.out_dir}: {s.cases} cases{wanted}, {s.items} items ({s.planned} positives "
+             f"planned, {s.reused} reused, {s.failures} dropped) in {s.seconds} s"]
+    if s.top_drops:
+        lines.append("  commonest drops: " + "; ".join(f"{reason} ({n})" for reason, n in s.top_drops))
+    return [*lines, f"  card: {out / 'card.md'}   failures: {out / 'failures.jsonl'}"]

@@ -225,6 +225,8 @@ def validate_benchmark(bench: str | Path, *, records: bool = True) -> list[str]:
     all_paths = [p.relative_to(root).as_posix() for p in root.rglob("*") if not p.name.startswith(".")
                  and not p.relative_to(root).as_posix().startswith(".work")]
     problems += _leaks(all_paths)
+    if not benchmark.cases:
+        problems.append(f"{BENCHMARK_FILE} has no cases (the build's card and failures.jsonl say why)")
     counts: dict[str, dict[str, int]] = {lesion: dict.fromkeys(_PATHS, 0) for lesion in LESIONS}
     for key, case in benchmark.cases.items():
         refs = [case.detection_qa.relative_path or ""]

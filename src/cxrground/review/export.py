@@ -194,7 +194,9 @@ def export_review(db: ReviewDB, out: str | Path, masks_dir: str | Path | None = 
     if masks_dir is not None:
         counts = write_masks(db, masks_dir)
         lines.append(f"{masks_dir}: {counts['corrected']} corrected masks, candidates.jsonl with "
-                     f"{counts['candidates']} pairs")
+                     f"{counts['candidates']} pairs" + ("" if counts["candidates"] else
+                                                        " (no positive ILS pair was imported: `percept build` "
+                                                        "needs no --candidates, it uses the dataset's masks)"))
     if card_dir is not None:
         summary = write_card(db, card_dir, out.name)
         lines.append(f"{Path(card_dir) / 'card.md'}: review section updated ({summary['reviewed']} pairs reviewed)")

@@ -77,6 +77,7 @@ from cxrground.evaluation.percept.parsing import is_correct, parse_answer
 from cxrground.evaluation.percept.prices import PRICES, Price, cost_usd, price_of, price_table
 from cxrground.io.files import atomic_write_text, flat_json, sha256_file, sha256_json
 from cxrground.llm import RetryPolicy, bounded_map, call_with_retries, run_sync
+from cxrground.percept.paths import check_outside_benchmark
 from cxrground.percept.schema import BENCHMARK_FILE, Benchmark, load_benchmark
 
 __all__ = ["CACHE_FILE", "BadLine", "EvalSettings", "ResultLines", "RetryPolicy", "case_record", "check_case_files",
@@ -580,6 +581,9 @@ def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: 
                           f"this benchmark needs {needed} (§13.2: models must accept 7)")
     out = Path(out)
     cache_path = Path(cache) if cache is not None else out.resolve().parent / CACHE_FILE
+    bench_root = _bench_file(settings.bench).parent
+    check_outside_benchmark(bench_root, out, "--out")
+    check_outside_benchmark(bench_root, cache_path, "the response cache" if cache is None else "--cache")
     store = PerceptCache(cache_path)  # first: a file that is no cache is refused before the run folder is made
     try:
         return _run_into(settings, out, store, client, plans, bench, concurrency, retry, retry_failed, progress,
