@@ -176,3 +176,34 @@ def test_truncated_png_is_an_error_even_when_pillow_is_told_to_tolerate_it(tmp_p
     with pytest.raises(MaskError):
         read_mask_png(path)
     assert ImageFile.LOAD_TRUNCATED_IMAGES is True  # the caller's setting is left as it was
+
+
+def test_formats_other_than_png_jpeg_dicom_are_refused_by_content_whatever_the_name(tmp_path):
+    pixels = (np.arange(64 * 64) % 251).astype(np.uint8).reshape(64, 64)
+    Image.fromarray(pixels).save(tmp_path / "film.png", format="TIFF")  # a TIFF named .png
+    Image.fromarray(pixels).save(tmp_path / "film.bmp")
+    Image.fromarray(pixels).save(tmp_path / "film.gif", save_all=True, append_images=[Image.fromarray(pixels.T)])
+    for name, fmt in (("film.png", "TIFF"), ("film.bmp", "BMP"), ("film.gif", "GIF")):
+        with pytest.raises(ImageReadError, match=f"unsupported image format {fmt} \\(use JPEG, PNG or DICOM\\)"):
+            read_image(tmp_path / name)
+
+
+def test_find_images_lists_unsupported_formats_extensionless_dicoms_and_films_behind_folder_links(tmp_path):
+    from cxrground.io.image import find_images
+
+    pixels = (np.arange(64 * 64) % 251).astype(np.uint8).reshape(64, 64)
+    films, other = tmp_path / "films", tmp_path / "elsewhere"
+    films.mkdir()
+    other.mkdir()
+    write_image(films / "a.png", pixels)
+    Image.fromarray(pixels).save(films / "b.tif")
+    write_dicom(films / "c.dcm", pixels.astype(np.uint16))
+    (films / "c.dcm").rename(films / "c_no_suffix")
+    (films / "notes.txt").write_text("not a film")
+    (films / "plain_no_suffix").write_bytes(b"\x00" * 200)
+    write_image(other / "d.jpg", pixels)
+    (films / "linked").symlink_to(other, target_is_directory=True)
+    (other / "back").symlink_to(films, target_is_directory=True)  # a loop: walked once
+    found = [p.relative_to(films).as_posix() for p in find_images(films)]
+    assert found == ["a.png", "b.tif", "c_no_suffix", "linked/d.jpg"]
+    assert read_image(films / "c_no_suffix").source_format == "dicom"

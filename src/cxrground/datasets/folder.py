@@ -31,13 +31,11 @@ from pathlib import Path
 
 from cxrground.errors import Failure, InputError
 from cxrground.io.files import read_csv_text
-from cxrground.io.image import IMAGE_SUFFIXES
+from cxrground.io.image import IMAGE_SUFFIXES, UNSUPPORTED_IMAGE_SUFFIXES, walk_files
 
 __all__ = ["MIMIC_IMAGE_RE", "UNSUPPORTED_IMAGE_SUFFIXES", "StudyInput", "find_release_file", "image_file_problem",
            "read_index", "scan_folder", "scan_lines", "scan_store"]
 
-#: Image formats a user may have but the build does not read: recorded as scan failures, never skipped silently.
-UNSUPPORTED_IMAGE_SUFFIXES = (".gif", ".bmp", ".tif", ".tiff", ".webp")
 _STUDY_DIR_RE = re.compile(r"(?:^|/)p\d{2}/p\d+/s\d+$")
 
 MIMIC_IMAGE_RE = re.compile(r"(?:^|/)(p\d{2})/(p\d+)/(s\d+)/([^/]+)\.(?:jpe?g|png|dcm|dicom)$", re.IGNORECASE)
@@ -75,7 +73,8 @@ def scan_folder(
     failures: list[Failure] = []
     report_root = Path(reports) if reports is not None else None
     images_found: set[Path] = set()
-    for path in sorted(root.rglob("*")):
+    tree = walk_files(root, folders=True)  # links to folders followed (MIMIC's pXX folders on other disks)
+    for path in tree:
         suffix = path.suffix.lower()
         if suffix in UNSUPPORTED_IMAGE_SUFFIXES and not path.is_dir():
             failures.append(Failure(str(path), "scan", f"unsupported image format {suffix} (use JPEG, PNG or "
@@ -105,7 +104,7 @@ def scan_folder(
             continue
         mimic_rel = f"{group}/{subject}/{study}/{path.name}"
         studies.append(StudyInput(study, path, subject, dicom, None, report, None, mimic_rel))
-    for folder in _study_folders(root):
+    for folder in _study_folders(root, tree):
         if folder not in images_found:
             failures.append(Failure(str(folder), "scan", "study folder holds no image (JPEG, PNG or DICOM)",
                                     "InputError"))
@@ -159,10 +158,9 @@ def scan_store(images: str, reports: str | None = None, require_reports: bool = 
     return studies, failures
 
 
-def _study_folders(root: Path) -> list[Path]:
-    """The ``pXX/pXXXXXXXX/sXXXXXXXX`` folders under ``root`` (MIMIC-CXR layout)."""
-    return sorted(p for p in root.glob("**/p[0-9][0-9]/p*/s*") if p.is_dir() and _STUDY_DIR_RE.search(
-        p.relative_to(root).as_posix()))
+def _study_folders(root: Path, tree: list[Path]) -> list[Path]:
+    """The ``pXX/pXXXXXXXX/sXXXXXXXX`` folders among ``tree`` (paths under ``root``; MIMIC-CXR layout)."""
+    return sorted(p for p in tree if p.is_dir() and _STUDY_DIR_RE.search(p.relative_to(root).as_posix()))
 
 
 def read_index(index: str | Path, image_root: str | Path) -> tuple[list[StudyInput], list[Failure]]:

@@ -11,6 +11,7 @@ view are kept on the record. The record, :data:`Window` and :func:`to_uint8` liv
 from __future__ import annotations
 
 import io
+import os
 import struct
 import tempfile
 from collections.abc import Iterable
@@ -29,6 +30,8 @@ from cxrground.io.dicom import read_dicom
 __all__ = [
     "DEFAULT_MAX_PIXELS",
     "IMAGE_SUFFIXES",
+    "READ_FORMATS",
+    "UNSUPPORTED_IMAGE_SUFFIXES",
     "CXRImage",
     "Window",
     "check_out_folder",
@@ -42,10 +45,17 @@ __all__ = [
     "read_images",
     "sniff_type",
     "to_uint8",
+    "walk_files",
     "write_image",
 ]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".dcm", ".dicom")
+#: Image formats a user may have but cxrground does not read: listed by the folder readers so that reading them
+#: fails with a reason and is recorded, never skipped silently.
+UNSUPPORTED_IMAGE_SUFFIXES = (".gif", ".bmp", ".tif", ".tiff", ".webp")
+#: Raster formats (as Pillow names them) that are read; any other (TIFF, BMP, GIF, WebP, ...) is refused by
+#: content, whatever the file's name.
+READ_FORMATS = frozenset({"PNG", "JPEG", "MPO"})
 
 #: Most pixels (H x W, stated by the header) a file may have before it is decoded: 50 MP. MIMIC-CXR films are
 #: about 8 MP (e.g. 2544 x 3056) and the largest digital chest radiographs about 4300 x 4300 = 18.5 MP, so 50 MP
@@ -213,6 +223,9 @@ def load_pixels(im: Image.Image) -> None:
 def _read_raster(path: Path, window: Window, source: io.BytesIO | None = None) -> CXRImage:
     try:
         with Image.open(path if source is None else source) as im:
+            if im.format not in READ_FORMATS:
+                raise ImageReadError(f"unsupported image format {im.format or path.suffix or 'unknown'} (use JPEG, "
+                                     "PNG or DICOM)", path)
             load_pixels(im)
             mode = im.mode
             fmt = (im.format or path.suffix.lstrip(".")).lower()
@@ -262,15 +275,38 @@ def _window_bounds(arr: np.ndarray, window: Window) -> tuple[float | None, float
     return None, None
 
 
+def walk_files(folder: Path, folders: bool = False) -> list[Path]:
+    """Every file under ``folder`` (and every link that is not a folder, broken ones included), sorted, following
+    links to folders once each (a link back into a folder already walked is not entered again); with ``folders``
+    the folders below ``folder`` too."""
+    seen: set[str] = set()
+    out: list[Path] = []
+    for top, dirs, files in os.walk(folder, followlinks=True):
+        real = os.path.realpath(top)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        out += [Path(top) / name for name in files]
+        if folders:
+            out += [Path(top) / name for name in dirs]
+    return sorted(out)
+
+
 def find_images(folder: Path) -> list[Path]:
-    """Image files (PNG, JPEG, DICOM) under ``folder``, sorted, with links to them (a broken link is listed, so that
-    reading it fails and is recorded); an error naming the folder when none."""
+    """The films under ``folder``, sorted: PNG, JPEG and DICOM files, DICOM files without a suffix (``DICM``
+    marker), links to them (a broken link is listed, so that reading it fails and is recorded) and files of the
+    :data:`UNSUPPORTED_IMAGE_SUFFIXES` (listed so that their refusal is recorded); links to folders are followed.
+    An error naming the folder when there is none."""
     if not folder.is_dir():
         raise InputError("image folder not found", folder)
-    paths = sorted(p for p in folder.rglob("*")
-                   if (p.is_file() or p.is_symlink()) and p.suffix.lower() in IMAGE_SUFFIXES)
-    if not paths:
-        raise InputError("no PNG, JPEG or DICOM images in the folder", folder)
+    paths = [p for p in walk_files(folder)
+             if p.suffix.lower() in IMAGE_SUFFIXES + UNSUPPORTED_IMAGE_SUFFIXES
+             or (not p.suffix and p.is_file() and is_dicom(p))]
+    if not any(p.suffix.lower() not in UNSUPPORTED_IMAGE_SUFFIXES for p in paths):
+        raise InputError("no PNG, JPEG or DICOM images in the folder" + (
+            f" ({len(paths)} file(s) in formats cxrground does not read: {', '.join(UNSUPPORTED_IMAGE_SUFFIXES)})"
+            if paths else ""), folder)
     return paths
 
 
