@@ -152,8 +152,9 @@ def test_a_torn_index_line_is_ignored_and_its_unit_is_read(cohort, tmp_path):
     again = _build(cohort, out)
     assert (again.processed, again.skipped, again.inputs_changed) == (1, 3, 1)
     text = index.read_text()
-    assert text.endswith("\n") and torn + "\n" in text  # the torn line was ended, not joined to the next one
-    records = [json.loads(line) for line in text.splitlines() if line != torn]
+    # the torn line was ended, not joined to the next one, and the finished build compacted it away
+    assert text.endswith("\n") and torn + "\n" not in text
+    records = [json.loads(line) for line in text.splitlines()]
     assert {"changed": True, "study": EDITED} in records and records[-1]["study"] == EDITED
     assert records[-1]["inputs"] == json.loads((out / "units" / f"{EDITED}.json").read_text())["inputs"]
 
@@ -248,3 +249,17 @@ def test_a_build_on_the_shipped_fallback_model_is_not_refused_for_an_edited_film
     again = _build(cohort, out, BackendSpec(), keys=(0, 1, 2))
     assert (again.processed, again.inputs_changed) == (1, 1)
     assert again.fit_inputs_since == {"added": 0, "removed": 0, "changed": 1}
+
+
+def test_the_index_is_compacted_to_what_an_uninterrupted_build_writes(tmp_path):
+    from cxrground.ils.inputs import InputIndex
+
+    path = tmp_path / "unit_inputs.jsonl"
+    a1, b1, a2 = ({"inputs": "f1", "study": "a"}, {"inputs": "g1", "study": "b"}, {"inputs": "f2", "study": "a"})
+    lines = [a1, b1, b1, {"changed": True, "study": "a"}, a2, a2, a1]  # b handed out twice (a kill), a reverted
+    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in lines) + '{"inputs": "h')
+    InputIndex(path).compact()
+    kept = [json.loads(line) for line in path.read_text().splitlines()]
+    assert kept == [a1, b1, {"changed": True, "study": "a"}, a2, a1]
+    index = InputIndex(path)
+    assert index.recorded("a") == "f1" and index.recorded("b") == "g1" and index.changed == {"a"}

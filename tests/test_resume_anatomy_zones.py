@@ -154,3 +154,29 @@ def test_failed_films_are_kept_on_a_rerun_and_read_again_with_retry_failed(films
     _, failures = write_zones(paths, out, seg, model, root=films, overlays=False, retry_failed=True)
     assert "img1.png" in calls and "transient read error" not in [f.reason for f in failures]  # every failed film
     assert (out / "zones.csv").read_text() == (tmp_path / "plain" / "zones.csv").read_text()
+
+
+def test_a_failed_film_fixed_since_is_read_again(films, tmp_path) -> None:
+    model, seg = NormativeModel.load(None), _segmenter()
+    copy = Path(shutil.copytree(films, tmp_path / "films"))
+    (copy / "broken.png").write_bytes(b"")
+    out = tmp_path / "out"
+    readings, failures = write_zones(find_images(copy), out, seg, model, root=copy, overlays=False)
+    assert [f.reason for f in failures if f.path.endswith("broken.png")] == ["file is empty (0 bytes)"]
+    shutil.copy(copy / "img1.png", copy / "broken.png")  # the film is fixed; the run is simply run again
+    again, failures_again = write_zones(find_images(copy), out, seg, model, root=copy, overlays=False)
+    assert not any(f.path.endswith("broken.png") for f in failures_again)
+    assert {r.image for r in again} == {r.image for r in readings} | {"broken.png"}
+    fixed = next(r for r in again if r.image == "broken.png")
+    assert fixed.ctr == next(r for r in again if r.image == "img1.png").ctr
+
+
+def test_max_pixels_refuses_large_films_and_a_retry_with_a_higher_limit_reads_them(films, tmp_path) -> None:
+    model, seg = NormativeModel.load(None), _segmenter()
+    out = tmp_path / "out"
+    paths = find_images(films)
+    readings, failures = write_zones(paths, out, seg, model, root=films, overlays=False, max_pixels=100)
+    assert not readings and failures and all("over the limit of 100 pixels" in f.reason for f in failures)
+    again, _ = write_zones(paths, out, seg, model, root=films, overlays=False, retry_failed=True)
+    fresh, _ = write_zones(paths, tmp_path / "fresh", seg, model, root=films, overlays=False)
+    assert again and [r.image for r in again] == [r.image for r in fresh]

@@ -8,6 +8,7 @@ import click
 
 from cxrground.anatomy.figure import GeometryRequest, draw_geometry
 from cxrground.cli.common import DIR, FILE, OUT_DIR, PACK_OPT, echo_lines, group, request_options, threads_option
+from cxrground.io.image import DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP
 from cxrground.lesions.zone_fit import ZoneFitRequest
 
 
@@ -60,8 +61,11 @@ def show(request: GeometryRequest) -> None:
               help="Option of the built-in lung segmenter (repeatable), as `ils build --segmenter-opt`: e.g. "
                    "content_box=true (read the lungs inside the film's uniform borders), deskew=true (read a "
                    "tilted film upright), ctr_calibration=true, weights=FILE.")
+@click.option("--max-pixels", type=click.IntRange(1), default=DEFAULT_MAX_PIXELS, show_default=True,
+              help=MAX_PIXELS_HELP + " Films refused so are read with a higher limit by a rerun with --retry-failed.")
 def zones(images: Path, out: Path, overwrite: bool, retry_failed: bool, normative: Path | None, no_overlays: bool,
-          metadata: Path | None, qc_orientation: bool, zone_model: str, segmenter_opt: tuple[str, ...]) -> None:
+          metadata: Path | None, qc_orientation: bool, zone_model: str, segmenter_opt: tuple[str, ...],
+          max_pixels: int) -> None:
     """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every frontal film: OUT/zones.csv."""
     from cxrground.anatomy.segment import get_segmenter
     from cxrground.datasets.views import load_view_table
@@ -76,7 +80,7 @@ def zones(images: Path, out: Path, overwrite: bool, retry_failed: bool, normativ
     readings, failures = write_zones(find_images(images), out, segmenter, model,
                                      overlays=not no_overlays, root=images, zone_model=reader, views=views,
                                      orientation_check=qc_orientation, overwrite=overwrite,
-                                     retry_failed=retry_failed)
+                                     retry_failed=retry_failed, max_pixels=max_pixels)
     flagged = sum(sum(r.flags.values()) for r in readings)
     how = f"threshold z {model.zone_threshold:.2f}" if reader is None else reader_name(reader)
     click.echo(f"wrote {out / 'zones.csv'}: {len(readings)} images, {flagged} zones flagged, "
@@ -124,8 +128,10 @@ def fit_normative_cmd(out: Path, pack_dir: Path | None) -> None:
 @click.option("--metadata", type=FILE, default=None,
               help="View table (as for anatomy zones): films of another view than PA/AP are recorded as failures, "
                    "not read. Default: MIMIC-CXR-JPG's table in the image folder or its parent, when there.")
+@click.option("--max-pixels", type=click.IntRange(1), default=DEFAULT_MAX_PIXELS, show_default=True,
+              help=MAX_PIXELS_HELP + " Films refused so are read with a higher limit after --overwrite.")
 def pose(images: Path, out: Path, overwrite: bool, weights: Path | None, no_sheets: bool,
-         metadata: Path | None) -> None:
+         metadata: Path | None, max_pixels: int) -> None:
     """List the films that look stored mirrored, turned or flipped (OUT/poses.csv, contact sheets in OUT/flagged/):
     a list to look at, nothing is rejected. On held-out films the shipped reader finds 98-100 % of mirrored films
     and lists 3-6 % of upright ones (docs: Real films: anatomy)."""
@@ -137,7 +143,7 @@ def pose(images: Path, out: Path, overwrite: bool, weights: Path | None, no_shee
     _, views = load_view_table(metadata, images)
     reader = PoseReader(weights, threads=None) if weights else shipped_pose_reader()
     rows, failures = write_poses(find_images(images), out, reader, root=images, overwrite=overwrite,
-                                 sheets=not no_sheets, views=views, frontal=is_frontal)
+                                 sheets=not no_sheets, views=views, frontal=is_frontal, max_pixels=max_pixels)
     flagged = sum(r.flagged for r in rows)
     click.echo(f"wrote {out / 'poses.csv'}: {len(rows)} films, {flagged} look stored in a wrong pose"
                + (f" (contact sheets in {out / 'flagged'})" if flagged and not no_sheets else "")

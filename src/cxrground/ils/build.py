@@ -882,6 +882,7 @@ def build_dataset(
     prestructure(_pending(tasks, dest), config, run_spec, progress)  # LLM structurer: all reports, concurrently
     processed, skipped = run_units(tasks, dest, config, run_spec, engine, workers, progress, max_pixels,
                                    ray_address=ray_address, index=index)
+    index.compact()
     _upload_state(out, remote, (INPUTS_INDEX,))
     result = assemble(dest, tasks, config, spec, scan_failures, backend_provenance(run_spec),
                       Path(truth_cohort) if truth_cohort is not None else None, view_table, split, index.changed,

@@ -17,7 +17,7 @@ from typing import Any
 from cxrground.ils.cohort_normative import FITTED_FILE
 from cxrground.ils.tasks import StudyTask, in_key_order, input_fingerprint
 from cxrground.ils.units import READ_AHEAD, done_check, read_unit, unit_store
-from cxrground.io.files import atomic_path
+from cxrground.io.files import atomic_path, atomic_write_bytes
 
 #: The build's index of what each unit was made from, beside the units (in the local stage when the output is on
 #: object storage, uploaded with the other state files).
@@ -110,6 +110,30 @@ class InputIndex:
                 self._take(record)
 
             yield add
+
+    def compact(self) -> None:
+        """Rewrite the file (atomically) without the lines that repeat the study's previous line (a study handed to
+        a worker again after a kill) and without torn lines, so that a resumed build leaves the file an
+        uninterrupted one writes; what it records is unchanged."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        kept: list[bytes] = []
+        last: dict[str, Any] = {}
+        for line in data.split(b"\n")[:-1]:
+            try:
+                record = json.loads(line)
+            except (ValueError, UnicodeDecodeError):
+                continue
+            key = record.get("study") if isinstance(record, dict) else None
+            if isinstance(key, str) and last.get(key) == record:
+                continue
+            if isinstance(key, str):
+                last[key] = record
+            kept.append(line + b"\n")
+        if len(kept) != data.count(b"\n") or not data.endswith(b"\n"):
+            atomic_write_bytes(self.path, b"".join(kept))
 
     def noting(self, todo: Iterable[StudyTask]) -> Iterator[StudyTask]:
         """``todo``, each task's fingerprint appended to the index before the task is handed on (to a worker)."""

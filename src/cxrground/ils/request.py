@@ -19,7 +19,7 @@ from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.config import NEGATIVE_CHECKS, NEGATIVE_EXCLUSIONS, ZONE_GUIDES, IlsConfig, QCConfig
 from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
 from cxrground.ils.tasks import find_split_file, read_exclusions
-from cxrground.io.image import DEFAULT_MAX_PIXELS
+from cxrground.io.image import DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP
 from cxrground.io.store import is_url
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
 from cxrground.reports.structure import STRUCTURERS, structurer_options
@@ -131,8 +131,7 @@ class BuildRequest:
     seed: int = option(0)
     overwrite: bool = option(False, help="Discard a previous build in OUT made with other settings (or, when its "
                                "normative model was fitted on its own studies, other inputs).")
-    max_pixels: int = option(DEFAULT_MAX_PIXELS, low=1, show_default=True, help="Images whose header states more "
-                             "pixels are recorded as failures without being decoded.")
+    max_pixels: int = option(DEFAULT_MAX_PIXELS, low=1, show_default=True, help=MAX_PIXELS_HELP)
 
     def check(self) -> None:
         """Raise :class:`OptionValueError` for a count or scale out of range (the command line's ranges, for library

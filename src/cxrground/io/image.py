@@ -30,6 +30,7 @@ from cxrground.io.dicom import read_dicom
 __all__ = [
     "DEFAULT_MAX_PIXELS",
     "IMAGE_SUFFIXES",
+    "MAX_PIXELS_HELP",
     "READ_FORMATS",
     "UNSUPPORTED_IMAGE_SUFFIXES",
     "CXRImage",
@@ -60,8 +61,11 @@ READ_FORMATS = frozenset({"PNG", "JPEG", "MPO"})
 #: Most pixels (H x W, stated by the header) a file may have before it is decoded: 50 MP. MIMIC-CXR films are
 #: about 8 MP (e.g. 2544 x 3056) and the largest digital chest radiographs about 4300 x 4300 = 18.5 MP, so 50 MP
 #: leaves room for any real film while a decompression bomb (100 MP took 2.7 GB and 56 s) is refused from its
-#: header. ``ils build`` / ``ils predict`` set it with ``--max-pixels``; ``None`` switches the check off.
+#: header. Every command that reads films sets it with ``--max-pixels``; ``None`` switches the check off.
 DEFAULT_MAX_PIXELS = 50_000_000
+#: The help of the ``--max-pixels`` option of every command that reads films.
+MAX_PIXELS_HELP = "Images whose header states more pixels are refused (a batch records them as failures) without " \
+                  "being decoded."
 
 
 def sniff_type(data: bytes) -> str | None:

@@ -51,7 +51,7 @@ from cxrground.anatomy.segment.plausibility import segment_checked
 from cxrground.datasets.views import is_frontal
 from cxrground.errors import ConfigError, CXRGroundError, Failure, InputError
 from cxrground.io.files import atomic_write_text, read_progress, sha256_file, sha256_json
-from cxrground.io.image import CXRImage, check_out_folder, find_images, read_image, write_image
+from cxrground.io.image import DEFAULT_MAX_PIXELS, CXRImage, check_out_folder, find_images, read_image, write_image
 from cxrground.io.overlay import contact_sheet, label_panel, overlay_masks
 from cxrground.lesions.lesion_zones import LESION_ZONE_READER, LesionZoneReader
 from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel, normalise_intensity
@@ -349,7 +349,7 @@ def write_zones(
     images: Iterable[Path], out: Path, segmenter: LungHeartSegmenter, model: NormativeModel,
     overlays: bool = True, root: Path | None = None, zone_model: ZoneReader | None = None,
     views: Mapping[str, str] | None = None, orientation_check: bool = False, overwrite: bool = False,
-    retry_failed: bool = False,
+    retry_failed: bool = False, max_pixels: int | None = DEFAULT_MAX_PIXELS,
 ) -> tuple[list[ZoneReading], list[Failure]]:
     """Read every frontal image, write ``out/zones.csv`` (+ overlays, failures, ``zones.json`` provenance); returns
     readings and failures. An image whose view (its DICOM header, else ``views`` by file-name stem) is not PA or AP
@@ -364,11 +364,12 @@ def write_zones(
     Resumable: each film's reading (or failure) is appended to ``out/.zones-progress.jsonl`` (flushed) as it is
     done, with the film's sha256; ``out/.zones-run.json`` records the run (films, reader, normative model, the lung
     segmenter's settings and weights, other settings). A rerun with the same record skips the films done (a film
-    changed since is refused; with ``retry_failed`` the films recorded as failures are read again); a folder
+    read since is refused, one that failed and changed since is read again; with ``retry_failed`` every film recorded as
+    a failure is read again); a folder
     holding another run's results is refused unless ``overwrite``, which first deletes what this function writes
     there (``zones.csv``, ``failures.jsonl``, ``zones.json``, ``overlays/``, the two run files). ``zones.csv``,
     ``failures.jsonl`` and ``zones.json`` are written atomically at the end, in film order. Overlay names:
-    :func:`overlay_names`.
+    :func:`overlay_names`. ``max_pixels``: films whose header states more pixels are failures, not decoded.
     """
     if root is not None:
         check_out_folder(out, root)
@@ -398,17 +399,18 @@ def write_zones(
                 continue
             rec = done.get(name)
             if rec is not None:
-                if rec.get("sha256") != digest:
-                    raise ConfigError(f"film {name} changed since the interrupted run in {out} read it; use "
-                                      "--overwrite to start afresh")
+                changed = rec.get("sha256") != digest
+                if changed and "reading" in rec:
+                    raise ConfigError(f"film {name} changed since the run in {out} read it; use --overwrite to "
+                                      "start afresh")
                 if "reading" in rec:
                     readings.append(ZoneReading(**rec["reading"]))
                     continue
-                if not retry_failed:
+                if not retry_failed and not changed:  # a failed film that changed since (fixed) is read again
                     failures.append(Failure(**rec["failure"]))
                     continue
             try:
-                im = read_image(path)
+                im = read_image(path, max_pixels=max_pixels)
                 view = im.view or (views or {}).get(path.stem)
                 if view and not is_frontal(view):
                     raise InputError(f"view {view.upper()} is not frontal (PA/AP): zones are read on frontal films",

@@ -25,7 +25,7 @@ from cxrground.anatomy.segment.base import LungHeartMasks
 from cxrground.anatomy.segment.plausibility import lung_problems, segment_checked
 from cxrground.errors import InputError
 from cxrground.io.files import atomic_write_text
-from cxrground.io.image import CXRImage, read_image, write_image
+from cxrground.io.image import DEFAULT_MAX_PIXELS, CXRImage, read_image, write_image
 from cxrground.io.masks import read_mask_png, write_mask_png
 from cxrground.io.overlay import draw_rows, overlay_masks
 from cxrground.vocab.views import is_frontal
@@ -118,7 +118,8 @@ def write_segmentation(out_dir: Path, image_path: Path, image: CXRImage, masks: 
 
 
 def segment_file(image: Path, out_dir: Path, backend: str, options: dict[str, Any],
-                 given: tuple[Path, Path, Path | None] | None = None, orientation_check: bool = False) -> list[str]:
+                 given: tuple[Path, Path, Path | None] | None = None, orientation_check: bool = False,
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS) -> list[str]:
     """Segment the film ``image`` with ``backend`` (``given``: right, left, heart mask PNGs) into ``out_dir``; with
     ``orientation_check``, also check whether it looks stored in a wrong pose (a warning, the masks are written).
 
@@ -126,7 +127,7 @@ def segment_file(image: Path, out_dir: Path, backend: str, options: dict[str, An
     """
     from cxrground.anatomy.segment.registry import SEGMENTERS
 
-    im = read_image(image)
+    im = read_image(image, max_pixels=max_pixels)
     if im.view and not is_frontal(im.view):
         raise InputError(f"view {im.view.upper()} is not frontal (PA/AP): the lungs are segmented on frontal films",
                          image)

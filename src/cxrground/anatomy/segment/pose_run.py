@@ -32,7 +32,7 @@ from cxrground.anatomy.segment.pose_net import (
 )
 from cxrground.errors import ConfigError, CXRGroundError, Failure, InputError
 from cxrground.io.files import atomic_write_text, read_progress, sha256_file, sha256_json
-from cxrground.io.image import check_out_folder, read_image
+from cxrground.io.image import DEFAULT_MAX_PIXELS, check_out_folder, read_image
 
 __all__ = ["CSV_COLUMNS", "MAX_ASPECT", "MIN_SIDE", "SHEET_SIZE", "PoseRow", "contact_sheets", "film_problem",
            "write_poses"]
@@ -174,7 +174,7 @@ def contact_sheets(films: Sequence[tuple[str, np.ndarray | Path, PoseRow]], out_
 def write_poses(paths: Sequence[Path], out: Path, reader: PoseReader, root: Path | None = None,
                 overwrite: bool = False, sheets: bool = True, progress: bool = True,
                 views: Mapping[str, str] | None = None, frontal: Callable[[str], bool] | None = None,
-                ) -> tuple[list[PoseRow], list[Failure]]:
+                max_pixels: int | None = DEFAULT_MAX_PIXELS) -> tuple[list[PoseRow], list[Failure]]:
     """Read the pose of every film; write ``out/poses.csv``, ``failures.jsonl``, ``poses.json`` and (with
     ``sheets``) the contact sheets of the flagged films; return the rows and failures (see the module).
 
@@ -205,7 +205,7 @@ def write_poses(paths: Sequence[Path], out: Path, reader: PoseReader, root: Path
                                   "to read every film afresh")
             if rec is None:
                 try:
-                    image = read_image(path)
+                    image = read_image(path, max_pixels=max_pixels)
                     view = image.view or views.get(path.stem)
                     if view and frontal is not None and not frontal(view):
                         raise InputError(f"view {view.upper()} is not frontal (PA/AP): poses are read on frontal "

@@ -13,6 +13,7 @@ from cxrground.anatomy.segment.output import segment_file
 from cxrground.anatomy.segment.registry import SEGMENTERS, weights_options
 from cxrground.errors import OptionError
 from cxrground.fields import key_values, option
+from cxrground.io.image import DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP
 
 __all__ = ["SegmentRequest", "segment_request"]
 
@@ -36,6 +37,7 @@ class SegmentRequest:
                                   "180°, flipped top-bottom, turned 90°; read by the built-in U-Net; a mirrored film "
                                   "is not detected by it, anatomy pose lists those): a warning and masks.json's "
                                   "`orientation`; the masks are still written.")
+    max_pixels: int = option(DEFAULT_MAX_PIXELS, low=1, show_default=True, help=MAX_PIXELS_HELP)
 
 
 def segment_request(request: SegmentRequest) -> list[str]:
@@ -50,4 +52,5 @@ def segment_request(request: SegmentRequest) -> list[str]:
         if r.right is None or r.left is None:
             raise OptionError("--backend given needs --right and --left")
         given = (r.right, r.left, r.heart)
-    return segment_file(r.image, r.out_dir, r.backend, options, given, orientation_check=r.qc_orientation)
+    return segment_file(r.image, r.out_dir, r.backend, options, given, orientation_check=r.qc_orientation,
+                        max_pixels=r.max_pixels)
