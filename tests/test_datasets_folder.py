@@ -105,3 +105,29 @@ def test_one_study_with_two_reports_is_a_failure_naming_both_rows(tmp_path):
                                                                  ("s777", "d.png")]
     assert len(failures) == 1 and failures[0].path == f"{index}:3"
     assert "s12345 has another report in" in failures[0].reason and f"{index}:1" in failures[0].reason
+
+
+def test_an_index_without_report_columns_takes_its_reports_from_a_table(tmp_path):
+    from click.testing import CliRunner
+
+    from cxrground.cli import main
+    from cxrground.ils.tasks import build_tasks
+
+    for name in ("a.png", "b.png", "c.png"):
+        _img(tmp_path / "img" / name)
+    index = tmp_path / "index.csv"
+    index.write_text("image,study_id\na.png,s50000001\nb.png,s50000002\nc.png,s50000003\n")
+    table = tmp_path / "reports.jsonl"
+    table.write_text('{"study_id": "s50000001", "report": "FINDINGS: Small right pleural effusion."}\n'
+                     '{"study_id": "50000002", "report": "FINDINGS: Cardiomegaly."}\n')
+    tasks, failures = build_tasks(tmp_path / "img", reports=table, index=index)
+    assert [(t.study_key, t.report_text) for t in tasks] == [("s50000001", "FINDINGS: Small right pleural effusion."),
+                                                             ("s50000002", "FINDINGS: Cardiomegaly.")]
+    assert [f.reason for f in failures] == [f"no report for s50000003 in {table}"]
+    scan = CliRunner().invoke(main, ["scan", "--images", str(tmp_path / "img"), "--index", str(index), "--reports",
+                                     str(table)])
+    assert scan.exit_code == 0, scan.output
+    assert "2 studies (2 images), 1 failures" in scan.output and "no report for s50000003" in scan.output
+    # without the table the rows need a report
+    _, failures = build_tasks(tmp_path / "img", index=index)
+    assert len(failures) == 3 and all("neither 'report_path' nor 'report'" in f.reason for f in failures)

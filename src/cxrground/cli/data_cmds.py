@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DIR, FILE, clean_errors, echo_lines, group, request_options
+from cxrground.cli.common import DIR, EXISTING, FILE, clean_errors, echo_lines, group, request_options
 from cxrground.datasets.folder import scan_folder, scan_lines
 from cxrground.datasets.pack import Pack
 from cxrground.datasets.synthetic.cohort import CohortRequest, summary_text, write_requested_cohort
@@ -52,7 +52,8 @@ def pack_info(path: Path | None, verify: bool) -> None:
 
 @click.command("scan")
 @click.option("--images", type=DIR, required=True)
-@click.option("--reports", type=DIR, default=None)
+@click.option("--reports", type=EXISTING, default=None,
+              help="Report folder (MIMIC-CXR layout), or one JSONL/CSV table with study_id and report columns.")
 @click.option("--index", type=FILE, default=None,
               help="CSV/JSONL with image, study_id and report_path or report columns.")
 @click.option("--metadata", type=FILE, default=None,
@@ -62,10 +63,27 @@ def pack_info(path: Path | None, verify: bool) -> None:
 def scan(images: Path, reports: Path | None, index: Path | None, metadata: Path | None, as_json: bool) -> None:
     """List the studies (images + report) found in a folder, the views of their images, and every file that could
     not be used."""
-    studies, failures = scan_folder(images, reports, index)
+    studies, failures = _scan_with_reports(images, reports, index)
     table, views = load_view_table(metadata, images)
     studies = [image for group in views_by_study(studies, views).values() for image in group]
     echo_lines(scan_lines(studies, failures, as_json=as_json, view_table=table))
+
+
+def _scan_with_reports(images: Path, reports: Path | None, index: Path | None) -> tuple[list, list]:
+    """:func:`scan_folder`, with ``reports`` a report folder or a table (as ``ils build`` reads it: a study the
+    table has no report for is a failure, as is each unreadable table line)."""
+    from cxrground.errors import Failure
+    from cxrground.reports import read_report_table
+
+    if reports is None or reports.is_dir():
+        return scan_folder(images, reports, index)
+    parsed, failures = read_report_table(reports, "study_id", "report", progress=False)
+    have = {r.report_id if r.report_id.startswith("s") else f"s{r.report_id}" for r in parsed if (r.text or "")}
+    studies, bad = scan_folder(images, None, index, require_reports=False)
+    kept = [s for s in studies if s.study_id in have]
+    failures = [*failures, *bad, *(Failure(str(s.image_path), "scan", f"no report for {s.study_id} in {reports}",
+                                           "InputError") for s in studies if s.study_id not in have)]
+    return kept, failures
 
 
 COMMANDS: list[click.Command] = [synth, synth_info, pack, scan]

@@ -68,7 +68,7 @@ def scan_folder(
     if not root.is_dir():
         raise InputError("image folder not found", root)
     if index is not None:
-        return read_index(index, root)
+        return read_index(index, root, require_reports=require_reports)
     studies: list[StudyInput] = []
     failures: list[Failure] = []
     report_root = Path(reports) if reports is not None else None
@@ -163,8 +163,10 @@ def _study_folders(root: Path, tree: list[Path]) -> list[Path]:
     return sorted(p for p in tree if p.is_dir() and _STUDY_DIR_RE.search(p.relative_to(root).as_posix()))
 
 
-def read_index(index: str | Path, image_root: str | Path) -> tuple[list[StudyInput], list[Failure]]:
-    """Studies listed in a CSV/JSONL index; rows with a missing image or report become failures."""
+def read_index(index: str | Path, image_root: str | Path,
+               require_reports: bool = True) -> tuple[list[StudyInput], list[Failure]]:
+    """Studies listed in a CSV/JSONL index; rows with a missing image or report become failures (a row without
+    report is accepted when ``require_reports`` is False: the reports come from elsewhere, e.g. a table)."""
     index, root = Path(index), Path(image_root)
     studies: list[StudyInput] = []
     failures: list[Failure] = []
@@ -198,7 +200,7 @@ def read_index(index: str | Path, image_root: str | Path) -> tuple[list[StudyInp
         if rpath is not None and not rpath.is_file():
             failures.append(Failure(str(rpath), "scan", f"report listed in {where} not found", "InputError"))
             continue
-        if rpath is None and not (isinstance(text, str) and text.strip()):  # a number is no report
+        if rpath is None and not (isinstance(text, str) and text.strip()) and require_reports:  # a number is no report
             failures.append(Failure(where, "scan", "row has neither 'report_path' nor 'report' text", "InputError"))
             continue
         study_id = study if study.startswith("s") else f"s{study}"
@@ -218,7 +220,7 @@ def read_index(index: str | Path, image_root: str | Path) -> tuple[list[StudyInp
             dicom_id=_opt(row.get("dicom_id")) or path.stem,
             view=_opt(row.get("view")),
             report_path=rpath,
-            report_text=None if rpath is not None else str(text),
+            report_text=None if rpath is not None or text is None else str(text),
             relative_image_path=image,
         ))
     return studies, failures
