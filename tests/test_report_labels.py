@@ -389,3 +389,21 @@ def test_a_report_far_larger_than_any_radiology_report_is_a_named_failure(tmp_pa
     assert [r["report_id"] for r in csv.DictReader(io.StringIO(out.read_text(encoding="utf-8")))] == ["s1"]
     failure = json.loads((tmp_path / "labels.csv.failures.jsonl").read_text().splitlines()[0])["failure"]
     assert failure["path"].endswith("s2.txt") and "radiology report stays under" in failure["reason"]
+
+
+def test_cli_names_reports_that_share_a_file_name_by_their_path_and_records_a_broken_link(tmp_path: Path) -> None:
+    runner, main = _cli()
+    folder = tmp_path / "rep"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "good.txt").write_text("FINDINGS: Small right pleural effusion.")
+    (folder / "sub" / "good.txt").write_text("IMPRESSION: Cardiomegaly.")
+    (folder / "other.txt").write_text("FINDINGS: Clear lungs.")
+    (folder / "gone.txt").symlink_to(tmp_path / "missing.txt")
+    out = tmp_path / "labels.csv"
+    result = runner.invoke(main, ["reports", "label", str(folder), "--out", str(out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(out.read_text(encoding="utf-8"))))
+    assert [r["report_id"] for r in rows] == [f"{folder.as_posix()}/good", "other", f"{folder.as_posix()}/sub/good"]
+    failures = [json.loads(line)["failure"] for line in
+                (tmp_path / "labels.csv.failures.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [f["path"] for f in failures] == [str(folder / "gone.txt")]

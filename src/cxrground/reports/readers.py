@@ -11,14 +11,16 @@ import csv
 import hashlib
 import io
 import json
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
 from tqdm.auto import tqdm
 
 from cxrground.errors import Failure, ReportError
+from cxrground.io.image import walk_files
 from cxrground.reports.iu_xml import decode_utf8, parse_iu_xml
 from cxrground.reports.model import Report
 from cxrground.reports.sections import describe_choice, sections_and_headings
@@ -35,6 +37,7 @@ __all__ = [
     "read_report_table",
     "read_reports",
     "section_choices",
+    "unique_report_ids",
 ]
 
 #: Stage name written into :class:`~cxrground.errors.Failure` records.
@@ -124,15 +127,24 @@ def read_reports(paths: Iterable[str | Path], progress: bool = True) -> tuple[li
     return reports, failures
 
 
+def unique_report_ids(reports: Sequence[Report]) -> list[Report]:
+    """``reports`` with every report id that several files share (``a/good.txt``, ``b/good.txt``) replaced by the
+    file's path without its suffix (``a/good``, ``b/good``), so that each output row names its file."""
+    counts = Counter(r.report_id for r in reports)
+    return [replace(r, report_id=Path(r.source).with_suffix("").as_posix())
+            if counts[r.report_id] > 1 and r.source and Path(r.source).is_file() else r for r in reports]
+
+
 def list_report_files(folder: str | Path, suffixes: Iterable[str] = REPORT_SUFFIXES) -> list[Path]:
     """Return the report files (by suffix, case-insensitive) in ``folder`` and its subfolders (MIMIC-CXR's
-    ``files/p10/p10000032/s50414267.txt``), sorted by path; hidden files and folders are left out."""
+    ``files/p10/p10000032/s50414267.txt``; links to folders followed), sorted by path, broken links included (so
+    that reading them fails and is recorded); hidden files and folders are left out."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ReportError("report folder does not exist", folder)
     wanted = {s.lower() for s in suffixes}
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in wanted
-                  and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    return [p for p in walk_files(folder) if (p.is_file() or p.is_symlink()) and p.suffix.lower() in wanted
+            and not any(part.startswith(".") for part in p.relative_to(folder).parts)]
 
 
 def expand_report_paths(paths: Iterable[str | Path]) -> list[Path]:

@@ -15,7 +15,7 @@ from cxrground.fields import option
 from cxrground.llm import RetryPolicy
 from cxrground.reports.findings import StructuredReport, Structurer, finding_output
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
-from cxrground.reports.readers import expand_report_paths, read_reports
+from cxrground.reports.readers import expand_report_paths, read_reports, unique_report_ids
 from cxrground.reports.reading import reads_the_film
 from cxrground.reports.structure import (
     ALTERNATIVE_POLICIES,
@@ -80,6 +80,7 @@ def structure_paths(paths: Sequence[Path], request: StructureRequest,
     files = expand_report_paths(paths)
     show = request.progress and len(files) > 50
     parsed, failures = read_reports(files, progress=show)
+    parsed = unique_report_ids(parsed)
     name = request.structurer_name
     try:
         structurer = get_structurer(name, **structurer_options(name, request.structurer_settings()))
