@@ -207,3 +207,40 @@ def test_find_images_lists_unsupported_formats_extensionless_dicoms_and_films_be
     found = [p.relative_to(films).as_posix() for p in find_images(films)]
     assert found == ["a.png", "b.tif", "c_no_suffix", "linked/d.jpg"]
     assert read_image(films / "c_no_suffix").source_format == "dicom"
+
+
+def test_a_lower_case_view_reads_without_pydicom_warnings_and_a_truncated_plain_dicom_is_named_so(tmp_path):
+    import warnings
+
+    import pydicom
+
+    path = write_dicom(tmp_path / "ap.dcm", (np.arange(64 * 64) % 4000).astype(np.uint16).reshape(64, 64))
+    ds = pydicom.dcmread(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds.ViewPosition = "ap"
+    ds.save_as(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_image(path).view == "ap"
+    data = path.read_bytes()
+    (tmp_path / "cut.dcm").write_bytes(data[: len(data) - 3000])
+    with pytest.raises(ImageReadError, match=r"truncated or corrupt pixel data") as err:
+        read_image(tmp_path / "cut.dcm")
+    assert "pylibjpeg" not in str(err.value)
+
+
+def test_scan_reads_the_view_of_a_dicom_from_its_header(tmp_path):
+    import pydicom
+    from click.testing import CliRunner
+
+    from cxrground.cli import main
+
+    for name, view in (("a.dcm", "AP"), ("b.dcm", "LL")):
+        path = write_dicom(tmp_path / name, (np.arange(64 * 64) % 4000).astype(np.uint16).reshape(64, 64))
+        ds = pydicom.dcmread(path)
+        ds.ViewPosition = view
+        ds.save_as(path)
+    (tmp_path / "index.csv").write_text("image,study_id,report\na.dcm,s1,FINDINGS: x\nb.dcm,s2,FINDINGS: y\n")
+    res = CliRunner().invoke(main, ["scan", "--images", str(tmp_path), "--index", str(tmp_path / "index.csv")])
+    assert res.exit_code == 0 and "views of the images: AP 1, LL 1" in res.output, res.output

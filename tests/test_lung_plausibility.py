@@ -427,3 +427,21 @@ def test_a_mirrored_film_is_not_detected(pack_dir):
     film = read_image(pack_dir / "nih" / "images" / "00000100_000.png")
     mirrored = dataclasses.replace(film, pixels=np.ascontiguousarray(film.pixels[:, ::-1]))
     assert orientation_problem(get_segmenter("unet"), mirrored) is None
+
+
+@pytest.mark.parametrize(("shape", "words"), [((1, 1), "too small"), ((3000, 5), "too small"),
+                                              ((3000, 600), "too narrow"), ((512, 512), None), ((64, 256), None)])
+def test_images_too_small_or_too_narrow_for_a_film_are_refused_before_segmenting(shape, words):
+    from cxrground.anatomy.segment.plausibility import film_size_problem, segment_checked
+    from cxrground.errors import InputError
+    from cxrground.io.cxr_image import CXRImage
+
+    problem = film_size_problem(shape)
+    assert (problem is None) if words is None else (words in problem and f"{shape[1]}x{shape[0]}" in problem)
+    if words is not None:
+        class Never:
+            def segment(self, image):
+                raise AssertionError("segmented")
+
+        with pytest.raises(InputError, match=words):
+            segment_checked(Never(), CXRImage(pixels=np.zeros(shape, np.uint8), path="tiny.png"))

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from cxrground.cli.common import DIR, EXISTING, FILE, clean_errors, echo_lines, group, request_options
-from cxrground.datasets.folder import scan_folder, scan_lines
+from cxrground.datasets.folder import StudyInput, scan_folder, scan_lines
 from cxrground.datasets.pack import Pack
 from cxrground.datasets.synthetic.cohort import CohortRequest, summary_text, write_requested_cohort
 from cxrground.datasets.views import load_view_table, views_by_study
@@ -65,8 +65,22 @@ def scan(images: Path, reports: Path | None, index: Path | None, metadata: Path 
     not be used."""
     studies, failures = _scan_with_reports(images, reports, index)
     table, views = load_view_table(metadata, images)
-    studies = [image for group in views_by_study(studies, views).values() for image in group]
+    studies = [_header_view(image) for group in views_by_study(studies, views).values() for image in group]
     echo_lines(scan_lines(studies, failures, as_json=as_json, view_table=table))
+
+
+def _header_view(image: StudyInput) -> StudyInput:
+    """``image`` with its view read from its DICOM header when it is a DICOM file and its view is still unknown
+    (``ils build`` reads it there too)."""
+    from dataclasses import replace
+
+    from cxrground.io.dicom import dicom_view
+    from cxrground.io.image import is_dicom
+
+    if image.view is not None or not is_dicom(image.image_path):
+        return image
+    view = dicom_view(image.image_path)
+    return image if view is None else replace(image, view=view)
 
 
 def _scan_with_reports(images: Path, reports: Path | None, index: Path | None) -> tuple[list, list]:

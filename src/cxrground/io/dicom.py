@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,18 +26,27 @@ __all__ = ["apply_window", "dicom_view", "read_dicom", "write_dicom"]
 
 @contextlib.contextmanager
 def _quiet_pydicom() -> Iterator[None]:
-    """Silence pydicom's logger: a decoder failure is raised as :class:`ImageReadError`, not logged as a traceback."""
+    """Silence pydicom's logger and its warnings (e.g. a lower-case ``ViewPosition``: "Invalid value for VR CS"): a
+    decoder failure is raised as :class:`ImageReadError`, not logged as a traceback, and values are read as
+    written."""
     logger = logging.getLogger("pydicom")
     level = logger.level
     logger.setLevel(logging.CRITICAL)
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module=r"pydicom(\.|$)")
+            yield
     finally:
         logger.setLevel(level)
 
 
 def read_dicom(path: str | Path, window: Window = "auto") -> CXRImage:
     """Read a single-frame (or the first frame of a multi-frame) greyscale DICOM as a :class:`CXRImage`."""
+    with _quiet_pydicom():
+        return _read_dicom(path, window)
+
+
+def _read_dicom(path: str | Path, window: Window) -> CXRImage:
     import pydicom
     from pydicom.errors import InvalidDicomError
 
@@ -56,11 +66,10 @@ def read_dicom(path: str | Path, window: Window = "auto") -> CXRImage:
     except Exception as exc:
         syntax = getattr(getattr(ds, "file_meta", None), "TransferSyntaxUID", None)
         name = getattr(syntax, "name", str(syntax))
-        raise ImageReadError(
-            f"cannot decode pixel data with transfer syntax {name} ({type(exc).__name__}: {exc}); "
-            "compressed syntaxes need pylibjpeg, pylibjpeg-libjpeg and pylibjpeg-openjpeg",
-            path,
-        ) from exc
+        hint = ("; compressed syntaxes need pylibjpeg, pylibjpeg-libjpeg and pylibjpeg-openjpeg"
+                if getattr(syntax, "is_compressed", True) else " (truncated or corrupt pixel data?)")
+        raise ImageReadError(f"cannot decode pixel data with transfer syntax {name} ({type(exc).__name__}: {exc})"
+                             + hint, path) from exc
     metadata: dict[str, Any] = {}
     frames = int(ds.get("NumberOfFrames", 1) or 1)
     samples = int(ds.get("SamplesPerPixel", 1) or 1)

@@ -149,6 +149,11 @@ def read_image(path: str | Path, window: Window = "auto", max_pixels: int | None
         raise ImageReadError("file not found" if not path.exists() else "not a regular file", path)
     if path.stat().st_size == 0:
         raise ImageReadError("file is empty (0 bytes)", path)
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        raise ImageReadError(f"file cannot be read ({exc.strerror or exc})", path) from exc
     check_pixel_limit(path, max_pixels)
     if is_dicom(path):
         return read_dicom(path, window=window)

@@ -44,10 +44,9 @@ from cxrground.anatomy.segment.tilt import turn
 from cxrground.errors import InputError
 from cxrground.io.cxr_image import CXRImage
 
-__all__ = ["GRID", "INVERTED_BRIGHT_NOTE", "INVERTED_NOTE", "INVERT_MIN_SHAPE_IOU", "MIN_LUNG_FRACTION",
-           "MIN_SHAPE_IOU", "LungShape", "looks_inverted", "lung_problems", "reading_problems", "segment_checked",
-           "shape_descriptor",
-           "shipped_lung_shape"]
+__all__ = ["GRID", "INVERTED_BRIGHT_NOTE", "INVERTED_NOTE", "INVERT_MIN_SHAPE_IOU", "MAX_FILM_ASPECT", "MIN_FILM_SIDE",
+           "MIN_LUNG_FRACTION", "MIN_SHAPE_IOU", "LungShape", "film_size_problem", "looks_inverted", "lung_problems",
+           "reading_problems", "segment_checked", "shape_descriptor", "shipped_lung_shape"]
 
 #: Side of the per-lung grid the masks are resampled to inside their common bounding box.
 GRID: Final[int] = 32
@@ -186,6 +185,22 @@ def reading_problems(masks: LungHeartMasks, min_iou: float = MIN_SHAPE_IOU,
     return lung_problems(right, left, min_iou=min_iou, min_fraction=min_fraction)
 
 
+#: Smallest side (pixels) and largest side ratio of an image read as a chest film.
+MIN_FILM_SIDE: Final[int] = 64
+MAX_FILM_ASPECT: Final[float] = 4.0
+
+
+def film_size_problem(shape: tuple[int, ...]) -> str | None:
+    """Why an image of ``shape`` (H, W) cannot be a chest film: a side under :data:`MIN_FILM_SIDE` pixels or sides
+    more than :data:`MAX_FILM_ASPECT` times apart; None otherwise."""
+    h, w = int(shape[0]), int(shape[1])
+    if min(h, w) < MIN_FILM_SIDE:
+        return f"image is {w}x{h} pixels: too small to read a chest film (at least {MIN_FILM_SIDE} px a side)"
+    if max(h, w) > MAX_FILM_ASPECT * min(h, w):
+        return f"image is {w}x{h} pixels: too narrow to be a chest film (sides at most {MAX_FILM_ASPECT:g}:1)"
+    return None
+
+
 def segment_checked(segmenter: LungHeartSegmenter, image: CXRImage, min_iou: float = MIN_SHAPE_IOU,
                     min_fraction: float = MIN_LUNG_FRACTION,
                     invert_min_iou: float = INVERT_MIN_SHAPE_IOU) -> tuple[CXRImage, LungHeartMasks, list[str]]:
@@ -193,7 +208,11 @@ def segment_checked(segmenter: LungHeartSegmenter, image: CXRImage, min_iou: flo
     plausible). The film to read is its grey-level negative (``metadata["polarity"]`` and the masks'
     ``extra["polarity"]`` say why) when the stored film's lungs are implausible and the negative's are plausible
     with a shape IoU of at least ``invert_min_iou``, or when the stored film's lungs are plausible but
-    :func:`looks_inverted` and the negative's are plausible and do not; otherwise ``image`` itself."""
+    :func:`looks_inverted` and the negative's are plausible and do not; otherwise ``image`` itself. An image too
+    small or too narrow to be a film (:func:`film_size_problem`) is an :class:`InputError`, not segmented."""
+    small = film_size_problem(image.pixels.shape)
+    if small is not None:
+        raise InputError(small, image.path or "<image>")
     masks = segmenter.segment(image)
     problems = reading_problems(masks, min_iou=min_iou, min_fraction=min_fraction)
     bright = not problems and looks_inverted(image.pixels, masks.right_lung, masks.left_lung)
