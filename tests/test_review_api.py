@@ -378,3 +378,28 @@ def test_ils_card_shows_the_review(setup, tmp_path) -> None:
     bad = runner.invoke(main, ["review", "export", "--db", str(db_path), "--out", str(out), "--card",
                                str(setup.ils_dir)])
     assert bad.exit_code != 0 and "no review item" in bad.output
+
+
+def test_a_flood_of_wrong_tokens_does_not_lock_signed_in_reviewers_out(setup, tmp_path) -> None:
+    db = setup.copy(tmp_path / "db")
+    with BackgroundServer(create_app(db, max_in_flight=4), limit_concurrency=None) as srv:
+        stop = time.monotonic() + 3.0
+        codes: list[int] = []
+
+        def guess() -> None:
+            with client(srv.url, "rv1_" + "x" * 40) as http:
+                while time.monotonic() < stop:
+                    codes.append(http.get("/api/queue").status_code)
+
+        flood = [threading.Thread(target=guess) for _ in range(12)]  # 12 waiting wrong tokens, 4 working slots
+        for t in flood:
+            t.start()
+        time.sleep(0.5)
+        with client(srv.url, setup.tokens["alice"]) as alice:
+            answers = []
+            while time.monotonic() < stop - 0.3:
+                answers.append(alice.get("/api/queue").status_code)
+        for t in flood:
+            t.join(10)
+    assert answers and set(answers) == {200}, answers
+    assert codes and set(codes) <= {401, 503} and codes.count(401) > len(codes) // 2

@@ -371,3 +371,79 @@ def test_prepare_process_raises_the_open_file_limit_and_filters_asyncio_once() -
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         asyncio_log.filters[:] = filters
 
+
+
+def test_bodies_held_at_once_are_bounded_and_the_refusal_closes_the_connection() -> None:
+    limits = Limits(max_upload_bytes=60_000, max_in_flight=1)  # a body of at most ~336 KB; 3 bodies may be held
+    app = create_app(ThresholdModel(), limits)
+    held = limits.max_bodies_bytes
+    with BackgroundServer(app, limit_concurrency=None) as server:
+        socks = []
+        try:
+            head = (b"POST /v1/segment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n" % (limits.max_body_bytes - 100))
+            part = b'{"image": "' + b"A" * (limits.max_body_bytes // 2)
+            refused = b""
+            for _ in range(2 * held // len(part) + 2):  # half-sent bodies until the budget is spent
+                sock = socket.create_connection(("127.0.0.1", _port(server)), timeout=5)
+                socks.append(sock)
+                sock.sendall(head + part)
+                time.sleep(0.05)
+                sock.settimeout(0.3)
+                try:
+                    refused = sock.recv(4096)
+                except TimeoutError:
+                    continue
+                if refused:
+                    break
+            assert refused.startswith(b"HTTP/1.1 503"), refused[:200]
+            assert b"connection: close" in refused.lower() and b"receiving other large requests" in refused
+            assert httpx.get(f"{server.url}/health", timeout=5).status_code == 200
+        finally:
+            for sock in socks:
+                sock.close()
+        time.sleep(0.3)  # the held bodies are given back when their requests end
+        assert _upload(server.url).status_code == 200
+
+
+def test_an_oversize_chunked_body_gets_413_and_the_connection_closes() -> None:
+    limits = Limits(max_upload_bytes=10_000)
+    with BackgroundServer(create_app(ThresholdModel(), limits), limit_concurrency=None) as server, \
+            socket.create_connection(("127.0.0.1", _port(server)), timeout=5) as sock:
+        sock.sendall(b"POST /v1/segment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        chunk = b"A" * 20_000
+        try:
+            for _ in range(limits.max_body_bytes // len(chunk) + 5):  # past the body limit, never finished
+                sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        except OSError:
+            pass
+        answer = read_until_closed(sock, 5.0)
+        assert answer.startswith(b"HTTP/1.1 413") and b"connection: close" in answer.lower(), answer[:300]
+
+
+def test_a_deflated_dicom_multi_frame_bombs_and_strips_are_refused_before_decoding(tmp_path) -> None:
+    import pydicom
+    from pydicom.uid import DeflatedExplicitVRLittleEndian
+
+    from cxrground.io.dicom import write_dicom
+    from cxrground.serve.decode import decode_image_bytes
+    from cxrground.serve.limits import ApiError
+
+    path = write_dicom(tmp_path / "d.dcm", np.zeros((64, 64), np.uint16))
+    ds = pydicom.dcmread(path)
+    ds.file_meta.TransferSyntaxUID = DeflatedExplicitVRLittleEndian
+    ds.save_as(tmp_path / "deflated.dcm", enforce_file_format=True)
+    with pytest.raises(ApiError, match="deflated transfer syntax is not read") as err:
+        decode_image_bytes((tmp_path / "deflated.dcm").read_bytes(), Limits())
+    assert err.value.status == 400
+    ds = pydicom.dcmread(path)
+    ds.NumberOfFrames = 50
+    ds.PixelData = bytes(64 * 64 * 2 * 50)
+    ds.save_as(tmp_path / "frames.dcm")
+    with pytest.raises(ApiError, match=r"in 50 frames or samples = 204800 pixels") as err:
+        decode_image_bytes((tmp_path / "frames.dcm").read_bytes(), Limits(max_pixels=100_000))
+    assert err.value.status == 413
+    with pytest.raises(ApiError, match=r"sides more than 8:1 apart") as err:
+        decode_image_bytes(png_bytes(np.zeros((4, 4000), np.uint8)), Limits())
+    assert err.value.status == 400

@@ -14,14 +14,38 @@ import logging
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
 from cxrground.errors import ImageReadError
 from cxrground.io.cxr_image import CXRImage, Window, to_uint8
 
-__all__ = ["apply_window", "dicom_view", "read_dicom", "write_dicom"]
+__all__ = ["DEFLATED_REASON", "DEFLATED_SYNTAX", "apply_window", "dicom_view", "read_dicom", "refuse_deflated",
+           "write_dicom"]
+
+#: The Deflated Explicit VR Little Endian transfer syntax: the whole data set is zlib-compressed, so even its header
+#: cannot be read without inflating everything (a 0.5 MB file can inflate to gigabytes). Such files are not read.
+DEFLATED_SYNTAX: Final[str] = "1.2.840.10008.1.2.1.99"
+DEFLATED_REASON: Final[str] = ("DICOM in the deflated transfer syntax is not read (its header lies inside the "
+                               "compressed data, which could inflate to any size)")
+
+
+def _transfer_syntax(head: bytes) -> str | None:
+    """The transfer syntax UID of a DICOM file's meta header (group 2, always explicit VR little endian) from its
+    first bytes; None when not found there."""
+    i = head.find(b"\x02\x00\x10\x00UI")
+    if i < 0 or i + 8 > len(head):
+        return None
+    n = int.from_bytes(head[i + 6:i + 8], "little")
+    return head[i + 8:i + 8 + n].rstrip(b"\x00 ").decode("ascii", "replace")
+
+
+def refuse_deflated(head: bytes, path: str | Path | None = None) -> None:
+    """Raise :class:`ImageReadError` (:data:`DEFLATED_REASON`) when the DICOM whose first bytes (4 KiB are plenty)
+    are ``head`` is in the deflated transfer syntax."""
+    if _transfer_syntax(head) == DEFLATED_SYNTAX:
+        raise ImageReadError(DEFLATED_REASON, path)
 
 
 @contextlib.contextmanager
@@ -51,6 +75,12 @@ def _read_dicom(path: str | Path, window: Window) -> CXRImage:
     from pydicom.errors import InvalidDicomError
 
     path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4096)
+    except OSError as exc:
+        raise ImageReadError(f"file cannot be read ({exc.strerror or exc})", path) from exc
+    refuse_deflated(head, path)
     try:
         ds = pydicom.dcmread(path)
     except InvalidDicomError as exc:

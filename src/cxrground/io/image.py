@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from cxrground.errors import ConfigError, Failure, ImageReadError, InputError
 from cxrground.io.cxr_image import CXRImage, Window, to_uint8
-from cxrground.io.dicom import read_dicom
+from cxrground.io.dicom import DEFLATED_REASON, read_dicom, refuse_deflated
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
@@ -38,6 +38,7 @@ __all__ = [
     "check_out_folder",
     "check_pixel_limit",
     "find_images",
+    "image_header_pixels",
     "image_header_size",
     "is_dicom",
     "load_pixels",
@@ -79,8 +80,21 @@ def sniff_type(data: bytes) -> str | None:
     return None
 
 
+
+
 def image_header_size(data: bytes | BinaryIO, kind: str) -> tuple[int, int]:
     """``(H, W)`` stated by the header of a ``kind`` image (bytes or a binary file); pixels are not decoded.
+
+    Raises :class:`ImageReadError` (without a path) when the header cannot be parsed.
+    """
+    h, w, _ = image_header_pixels(data, kind)
+    return h, w
+
+
+def image_header_pixels(data: bytes | BinaryIO, kind: str) -> tuple[int, int, int]:
+    """``(H, W, N)`` stated by the header of a ``kind`` image: its size and the number of values its pixel data
+    holds (H x W, times the frames and samples per pixel of a DICOM), without decoding the pixels. A DICOM in the
+    deflated transfer syntax (:data:`DEFLATED_SYNTAX`) is refused, since its header is inside the compressed data.
 
     Raises :class:`ImageReadError` (without a path) when the header cannot be parsed.
     """
@@ -88,11 +102,17 @@ def image_header_size(data: bytes | BinaryIO, kind: str) -> tuple[int, int]:
     if kind == "dicom":
         import pydicom
 
+        start = source.tell()
+        refuse_deflated(source.read(4096))
+        source.seek(start)
         try:
             ds = pydicom.dcmread(source, stop_before_pixels=True)
-            return int(ds.Rows), int(ds.Columns)
+            h, w = int(ds.Rows), int(ds.Columns)
+            frames = int(ds.get("NumberOfFrames", 1) or 1)
+            samples = int(ds.get("SamplesPerPixel", 1) or 1)
         except Exception as exc:  # pydicom raises many types on damaged headers
             raise ImageReadError(f"cannot parse DICOM header ({type(exc).__name__}: {exc})") from exc
+        return h, w, h * w * max(1, frames) * max(1, samples)
     from PIL import JpegImagePlugin, PngImagePlugin
 
     # the format's own header parser: ``Image.open`` would refuse a decompression bomb with an error of its
@@ -100,7 +120,7 @@ def image_header_size(data: bytes | BinaryIO, kind: str) -> tuple[int, int]:
     parser = {"png": PngImagePlugin.PngImageFile, "jpeg": JpegImagePlugin.JpegImageFile}[kind]
     try:
         with parser(source) as im:
-            return int(im.height), int(im.width)
+            return int(im.height), int(im.width), int(im.height) * int(im.width)
     except (OSError, SyntaxError, ValueError, struct.error) as exc:
         raise ImageReadError(f"cannot parse {kind.upper()} header ({exc})") from exc
 
@@ -119,11 +139,17 @@ def check_pixel_limit(path: str | Path, max_pixels: int | None = DEFAULT_MAX_PIX
             if kind is None:
                 return
             fh.seek(0)
-            h, w = image_header_size(fh, kind)
-    except (OSError, ImageReadError):
+            h, w, n = image_header_pixels(fh, kind)
+    except OSError:
         return
-    if h * w > max_pixels:
-        raise ImageReadError(f"too many pixels: image is {w}x{h} = {h * w}, over the limit of {max_pixels} pixels "
+    except ImageReadError as exc:
+        if exc.reason == DEFLATED_REASON:
+            raise ImageReadError(exc.reason, path) from exc
+        return
+    if n > max_pixels:
+        per = n // max(1, h * w)
+        stated = f"{w}x{h} = {h * w}" if n == h * w else f"{w}x{h} in {per} frames or samples = {n}"
+        raise ImageReadError(f"too many pixels: image is {stated}, over the limit of {max_pixels} pixels "
                              "(checked from the header, not decoded; see --max-pixels)", path)
 
 def is_dicom(path: str | Path) -> bool:

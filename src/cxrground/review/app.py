@@ -225,7 +225,8 @@ def _json_body(raw: bytes) -> Any:
 
 class _InFlightLimit:
     """ASGI middleware: at most ``limit`` HTTP requests in progress; one more is answered 503 at once. Idle
-    connections hold no slot, nor does a request while it waits for its client to send the body."""
+    connections hold no slot, nor does a request while it waits for its client to send the body, nor one whose
+    wrong credential is answered late (:meth:`release`; the request's slot is in ``scope["cxr.inflight"]``)."""
 
     def __init__(self, app: Any, limit: int = MAX_IN_FLIGHT) -> None:
         self.app, self.limit, self.active = app, limit, 0
@@ -239,9 +240,13 @@ class _InFlightLimit:
                                 status_code=503, headers={"Retry-After": "1", "Cache-Control": "no-store"})
             await busy(scope, receive, send)
             return
+        slot = {"held": True}
         self.active += 1
+        scope["cxr.inflight"] = (self, slot)
 
         async def waiting_receive() -> Any:
+            if not slot["held"]:
+                return await receive()
             self.active -= 1
             try:
                 return await receive()
@@ -251,7 +256,16 @@ class _InFlightLimit:
         try:
             await self.app(scope, waiting_receive, send)
         finally:
-            self.active -= 1
+            if slot["held"]:
+                self.active -= 1
+
+    @staticmethod
+    def release(scope: dict[str, Any]) -> None:
+        """Give back the slot of the request of ``scope`` for the rest of it (an answer that does no more work)."""
+        limiter, slot = scope.get("cxr.inflight") or (None, None)
+        if limiter is not None and slot["held"]:
+            slot["held"] = False
+            limiter.active -= 1
 
 
 def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
@@ -345,9 +359,10 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
 
     tarpit = {"waiting": 0}
 
-    async def slow_down() -> None:
+    async def slow_down(request: Request) -> None:
         if tarpit["waiting"] < _TARPIT_SLOTS:
             tarpit["waiting"] += 1
+            _InFlightLimit.release(request.scope)  # the wait and the 401 after it hold no working slot
             try:
                 await asyncio.sleep(_TARPIT_SECONDS)
             finally:
@@ -356,7 +371,7 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
     @app.exception_handler(_AuthError)
     async def on_auth(request: Request, exc: _AuthError) -> Response:
         if isinstance(exc, _WrongCredential):
-            await slow_down()
+            await slow_down(request)
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": {"type": "unauthorized", "message": str(exc)}}, status_code=401,
                                 headers={"WWW-Authenticate": "Bearer"})
@@ -427,7 +442,7 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
             raise _Forbidden("login form token missing or wrong (reload the login page)")
         made = await run_in_threadpool(db.login, fields.get("name", ""), fields.get("token", "").strip())
         if made is None:
-            await slow_down()
+            await slow_down(request)
             return login_page("Unknown name or wrong token.", 401)
         response = RedirectResponse("/queue", status_code=303)
         response.set_cookie(SESSION_COOKIE, made[0], httponly=True, samesite="strict", secure=secure_cookies)

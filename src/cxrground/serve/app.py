@@ -142,11 +142,15 @@ class _ServerState:
 
 
 class _BodyLimit:
-    """ASGI middleware: refuse request bodies over ``max_bytes`` (by Content-Length, then as they stream)."""
+    """ASGI middleware: refuse request bodies over ``max_bytes`` (by Content-Length, then as they stream; 413), and
+    a body whose bytes would make all the bodies held at once exceed ``max_held`` (503 ``busy``); either answer
+    closes the connection. A request's bytes count as held until its answer is sent."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, max_held: int | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.max_held = max_held
+        self.held = 0  # body bytes of the requests in progress (one event loop: no lock needed)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -162,13 +166,21 @@ class _BodyLimit:
             nonlocal seen
             message = await receive()
             if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
+                size = len(message.get("body", b""))
+                if seen + size > self.max_bytes:
                     raise ApiError(413, "payload_too_large",
-                                   f"request body exceeds the limit of {self.max_bytes} bytes")
+                                   f"request body exceeds the limit of {self.max_bytes} bytes", close=True)
+                if self.max_held is not None and self.held + size > self.max_held:
+                    raise ApiError(503, "busy", "the server is receiving other large requests; retry in a few "
+                                                "seconds", close=True)
+                seen += size
+                self.held += size
             return message
 
-        await self.app(scope, limited, send)
+        try:
+            await self.app(scope, limited, send)
+        finally:
+            self.held -= seen
 
 
 def _too_large(limit: int, size: int) -> JSONResponse:
@@ -196,7 +208,7 @@ def create_app(model: IlsModel | None, limits: Limits | None = None, *, checkpoi
     app = FastAPI(title="cxrground", version=__version__, docs_url=None, redoc_url=None,
                   description="Lesion grounding in chest X-rays: instruction + image → answer + mask.")
     app.state.cxr = state
-    app.add_middleware(_BodyLimit, max_bytes=state.limits.max_body_bytes)
+    app.add_middleware(_BodyLimit, max_bytes=state.limits.max_body_bytes, max_held=state.limits.max_bodies_bytes)
     app.add_middleware(BodyDeadline, timeout=state.limits.body_timeout_s)
     install_access(app, access or AccessPolicy())  # outside the body limit: unauthorised bodies are not read
     _add_error_handlers(app)
@@ -209,8 +221,10 @@ def create_app(model: IlsModel | None, limits: Limits | None = None, *, checkpoi
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        headers = {"Retry-After": "1"} if exc.status == 503 else None
-        return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+        headers = {"Retry-After": "1"} if exc.status == 503 else {}
+        if exc.close:
+            headers["Connection"] = "close"
+        return JSONResponse(exc.body(), status_code=exc.status, headers=headers or None)
 
     @app.exception_handler(BodyTimeout)
     async def _body_timeout(request: Request, exc: BodyTimeout) -> JSONResponse:

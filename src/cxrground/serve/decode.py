@@ -16,7 +16,7 @@ import binascii
 import re
 
 from cxrground.errors import ImageReadError
-from cxrground.io.image import CXRImage, image_header_size, read_image_bytes, sniff_type
+from cxrground.io.image import CXRImage, image_header_pixels, image_header_size, read_image_bytes, sniff_type
 from cxrground.serve.limits import ApiError, Limits
 
 __all__ = ["decode_image_bytes", "decode_image_string", "image_header_size", "pixel_limit", "sniff_type"]
@@ -24,6 +24,11 @@ __all__ = ["decode_image_bytes", "decode_image_string", "image_header_size", "pi
 _PATH_LIKE = re.compile(r"^(file:|~|\.{0,2}/|\\\\|[A-Za-z]:[\\/])|\.(png|jpe?g|dcm|dicom|tiff?|bmp)$", re.IGNORECASE)
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[\w.+-]+)*)(?P<b64>;base64)?,",
                        re.IGNORECASE)
+
+
+#: Largest ratio of an image's sides the server reads (a 1 x 20,000,000 strip is within the pixel limit but no film,
+#: and costs seconds of model time).
+MAX_ASPECT = 8
 
 
 def pixel_limit(limits: Limits) -> int:
@@ -50,10 +55,14 @@ def decode_image_bytes(data: bytes, limits: Limits) -> CXRImage:
         allowed = ", ".join(t.upper() for t in limits.allowed_types)
         raise ApiError(415, "unsupported_media_type", f"the image is {what}; this server accepts {allowed}")
     try:
-        h, w = image_header_size(data, kind)
-        if h * w > pixel_limit(limits):
+        h, w, n = image_header_pixels(data, kind)
+        if n > pixel_limit(limits):
+            frames = "" if n == h * w else f" in {n // max(1, h * w)} frames or samples"
             raise ApiError(413, "too_many_pixels",
-                           f"image is {w}x{h} = {h * w} pixels; the limit is {pixel_limit(limits)} pixels")
+                           f"image is {w}x{h}{frames} = {n} pixels; the limit is {pixel_limit(limits)} pixels")
+        if max(h, w) > MAX_ASPECT * max(1, min(h, w)):
+            raise ApiError(400, "invalid_image", f"image is {w}x{h}: sides more than {MAX_ASPECT}:1 apart are no "
+                                                 "chest film")
         return read_image_bytes(data)
     except ImageReadError as exc:
         raise ApiError(400, "invalid_image", f"cannot decode the {kind.upper()} image: {exc.reason}") from exc

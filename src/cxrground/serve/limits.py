@@ -15,7 +15,9 @@ status code and a message that names the limit:
   deep, or holds an integer too long to convert).
 * **408** ``request_timeout`` — the request body did not arrive within ``body_timeout_s`` seconds of its head.
 * **503** ``busy`` — ``max_in_flight`` image requests (decode, model, encode) are being worked on in this process
-  and no slot came free within ``busy_wait_s`` seconds.
+  and no slot came free within ``busy_wait_s`` seconds; or the bodies being received at once would hold more than
+  :attr:`Limits.max_bodies_bytes` (a request body is held in memory until its request is answered, so many large
+  bodies at once would otherwise cost memory without bound; the connection is then closed).
 """
 
 from __future__ import annotations
@@ -57,15 +59,22 @@ class Limits:
         """Largest request body read: the image as base64 (4/3 of the bytes) plus 256 KiB for the rest."""
         return (self.max_upload_bytes * 4 + 2) // 3 + 256 * 1024
 
+    @property
+    def max_bodies_bytes(self) -> int:
+        """Most request-body bytes held at once by the requests of one process: a full body for each request being
+        worked on and for two more waiting (about 180 MB with the defaults)."""
+        return self.max_body_bytes * (self.max_in_flight + 2)
+
 
 class ApiError(Exception):
     """A request the server refuses: HTTP ``status``, a machine-readable ``kind`` and a message."""
 
-    def __init__(self, status: int, kind: str, message: str) -> None:
+    def __init__(self, status: int, kind: str, message: str, close: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.kind = kind
         self.message = message
+        self.close = close  # answer with "Connection: close" (a body left unread)
 
     def body(self) -> dict[str, dict[str, str | None]]:
         """The JSON error body (OpenAI-compatible: ``error.message`` / ``error.type``)."""
