@@ -403,3 +403,37 @@ def test_a_flood_of_wrong_tokens_does_not_lock_signed_in_reviewers_out(setup, tm
             t.join(10)
     assert answers and set(answers) == {200}, answers
     assert codes and set(codes) <= {401, 503} and codes.count(401) > len(codes) // 2
+
+
+def test_the_bodies_received_at_once_are_bounded(setup, tmp_path) -> None:
+    from cxrground.review.app import MAX_BODY_BYTES, MAX_RECEIVING_BYTES
+    from cxrground.testing.servers import read_until_closed
+
+    db = setup.copy(tmp_path / "db")
+    with BackgroundServer(create_app(db), limit_concurrency=None) as srv:
+        with client(srv.url, setup.tokens["alice"]) as alice:
+            aid = alice.get("/api/queue").json()["assignments"][0]["id"]
+        head = (f"POST /api/assignments/{aid}/decision HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Authorization: Bearer {setup.tokens['alice']}\r\nContent-Length: {MAX_BODY_BYTES - 10}\r\n\r\n")
+        part = b"[" + b" " * (MAX_BODY_BYTES // 2)
+        socks, refused = [], b""
+        try:
+            for _ in range(2 * MAX_RECEIVING_BYTES // len(part) + 2):  # half-sent bodies until the budget is spent
+                sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+                socks.append(sock)
+                sock.sendall(head.encode() + part)
+                sock.settimeout(0.5)
+                try:
+                    refused = sock.recv(4096)
+                except TimeoutError:
+                    continue
+                if refused:
+                    refused += read_until_closed(sock, 5.0) or b""
+                    break
+            assert refused.startswith(b"HTTP/1.1 503"), refused[:200]
+            assert b"connection: close" in refused.lower() and b"receiving other large requests" in refused
+            with client(srv.url, setup.tokens["bob"]) as bob:
+                assert bob.get("/api/queue").status_code == 200
+        finally:
+            for sock in socks:
+                sock.close()

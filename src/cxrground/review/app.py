@@ -82,6 +82,8 @@ __all__ = ["BODY_TIMEOUT_S", "IDLE_TIMEOUT_S", "MAX_BODY_BYTES", "MAX_CONNECTION
 
 STATIC_DIR: Final[Path] = Path(__file__).resolve().parent / "static"
 MAX_BODY_BYTES: Final[int] = 16 * 1024 * 1024
+#: Most body bytes all requests may be receiving at once (four full bodies); a chunk beyond it is answered 503.
+MAX_RECEIVING_BYTES: Final[int] = 4 * MAX_BODY_BYTES
 #: Largest body of a form post (login, logout): read before anything is checked, so kept small.
 MAX_FORM_BYTES: Final[int] = 64 * 1024
 SESSION_COOKIE: Final[str] = "crg_review_session"
@@ -326,16 +328,25 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
             raise StarletteHTTPException(404, "no such assignment")
         return found
 
+    receiving = {"bytes": 0}  # body bytes of the requests being received (one event loop: no lock needed)
+
     async def bounded_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
         declared = request.headers.get("content-length", "")
         if declared.isascii() and declared.isdigit() and int(declared) > limit:
             raise StarletteHTTPException(413, f"body over {limit} bytes")
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise StarletteHTTPException(413, f"body over {limit} bytes")
-            chunks.append(chunk)
+        try:
+            async for chunk in request.stream():
+                if size + len(chunk) > limit:
+                    raise StarletteHTTPException(413, f"body over {limit} bytes")
+                if receiving["bytes"] + len(chunk) > MAX_RECEIVING_BYTES:
+                    raise StarletteHTTPException(503, "server busy receiving other large requests, retry in a "
+                                                      "second", headers={"Retry-After": "1"})
+                size += len(chunk)
+                receiving["bytes"] += len(chunk)
+                chunks.append(chunk)
+        finally:
+            receiving["bytes"] -= size
         return b"".join(chunks)
 
     async def form_fields(request: Request) -> dict[str, str]:
@@ -391,9 +402,11 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(request: Request, exc: StarletteHTTPException) -> Response:
-        headers = {"Connection": "close"} if exc.status_code == 413 else None  # the unread body ends the connection
+        headers = dict(exc.headers or {})
+        if exc.status_code in (413, 503):  # the unread body ends the connection
+            headers["Connection"] = "close"
         return JSONResponse({"error": {"type": "http", "message": str(exc.detail)}}, status_code=exc.status_code,
-                            headers=headers)
+                            headers=headers or None)
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, exc: RequestValidationError) -> Response:
