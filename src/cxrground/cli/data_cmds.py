@@ -87,12 +87,12 @@ def _scan_with_reports(images: Path, reports: Path | None, index: Path | None) -
     """:func:`scan_folder`, with ``reports`` a report folder or a table (as ``ils build`` reads it: a study the
     table has no report for is a failure, as is each unreadable table line)."""
     from cxrground.errors import Failure
-    from cxrground.reports import read_report_table
+    from cxrground.ils.tasks import report_table
 
     if reports is None or reports.is_dir():
         return scan_folder(images, reports, index)
-    parsed, failures = read_report_table(reports, "study_id", "report", progress=False)
-    have = {r.report_id if r.report_id.startswith("s") else f"s{r.report_id}" for r in parsed if (r.text or "")}
+    table, failures = report_table(reports)
+    have = {key for key, text in table.items() if text}
     studies, bad = scan_folder(images, None, index, require_reports=False)
     kept = [s for s in studies if s.study_id in have]
     failures = [*failures, *bad, *(Failure(str(s.image_path), "scan", f"no report for {s.study_id} in {reports}",

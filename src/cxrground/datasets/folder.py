@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cxrground.errors import Failure, InputError
-from cxrground.io.files import read_csv_text
-from cxrground.io.image import IMAGE_SUFFIXES, UNSUPPORTED_IMAGE_SUFFIXES, walk_files
+from cxrground.io.files import read_csv_text, walk_files
+from cxrground.io.image import IMAGE_SUFFIXES, UNSUPPORTED_IMAGE_SUFFIXES
 
 __all__ = ["MIMIC_IMAGE_RE", "UNSUPPORTED_IMAGE_SUFFIXES", "StudyInput", "find_release_file", "image_file_problem",
            "read_index", "scan_folder", "scan_lines", "scan_store"]

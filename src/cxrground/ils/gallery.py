@@ -53,10 +53,13 @@ def _hex(colour: tuple[float, float, float]) -> str:
 def grounding_lines(unit_file: Path) -> list[str]:
     """One line per reported positive finding of a study's unit record: lesion, outcome (grounded, or the reason it
     got no mask) and, with a zone guide, the guided and filled zones; none without the record."""
-    if not unit_file.is_file():
-        return []
+    return _grounding_lines(_unit_object(unit_file), unit_file)
+
+
+def _grounding_lines(unit: dict[str, Any], unit_file: Path) -> list[str]:
+    """:func:`grounding_lines` of a unit record read from ``unit_file``."""
     lines = []
-    for g in _unit_grounding(_unit_record(unit_file), unit_file):
+    for g in _unit_grounding(unit, unit_file):
         outcome = guide_outcome(g)
         if outcome is None:
             outcome = "grounded" if g.get("status") == "grounded" else f"no mask: {g.get('reason') or g.get('status')}"
@@ -72,7 +75,11 @@ def reading_line(unit_file: Path) -> str | None:
     """How a study's film was read when not as stored (the unit record's :data:`READING_NOTES`, with the tilt's
     angle and the borders cut), e.g. ``"film read turned upright (...): 4.0°"``; None when read as stored or
     without the record."""
-    unit = _unit_object(unit_file)
+    return _reading_line(_unit_object(unit_file))
+
+
+def _reading_line(unit: dict[str, Any]) -> str | None:
+    """:func:`reading_line` of a unit record."""
     parts = []
     for key, words in READING_NOTES:
         value = unit.get(key)
@@ -105,9 +112,9 @@ def _unit_record(unit_file: Path) -> Any:
         raise InputError(f"unit record is not valid JSON ({exc})", unit_file) from exc
 
 
-def _unit_grounding(unit: Any, unit_file: Path) -> list[dict[str, Any]]:
+def _unit_grounding(unit: dict[str, Any], unit_file: Path) -> list[dict[str, Any]]:
     """The ``grounding`` records of a unit record; a malformed one is an :class:`InputError` naming its file."""
-    grounding = unit.get("grounding", []) if isinstance(unit, dict) else None
+    grounding = unit.get("grounding", [])
     if not isinstance(grounding, list) or not all(isinstance(g, dict) for g in grounding):
         raise InputError("unit record has no list of grounding records", unit_file)
     return grounding
@@ -136,8 +143,9 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
                 break
             image = read_image(images_root / study["image_path"])
             unit_file = root / UNITS_DIR / f"{key}.json"
-            read = reading_line(unit_file)
-            pixels = 255 - image.pixels if _unit_object(unit_file).get("image_note") else image.pixels
+            unit = _unit_object(unit_file)
+            read = _reading_line(unit)
+            pixels = 255 - image.pixels if unit.get("image_note") else image.pixels
             pairs = study["instruction_answer_pairs"]
             masks: dict[str, int] = {}
             for p in pairs["positive_pairs"]:
@@ -155,7 +163,7 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
                 rows.append(f"<tr class='neg'><td>{html.escape(n['type'])}</td><td>{html.escape(n['instruction'])}"
                             f"</td><td>{html.escape(n['answer'])}</td><td>{html.escape(n['target'])}</td></tr>")
             grounding = "".join(f"<li>{html.escape(line)}</li>"
-                                for line in grounding_lines(unit_file))
+                                for line in _grounding_lines(unit, unit_file))
             parts.append(
                 f"<div class='study'><img alt='{html.escape(key)}' src='{_png_data_url(rgb, width)}'>"
                 f"<div><h2>{html.escape(key)} · {html.escape(split_name)} · {html.escape(study['section_name'])}</h2>"

@@ -34,7 +34,7 @@ from cxrground.io.store import Store, is_url, local_copy
 from cxrground.reports import read_report_table
 
 __all__ = ["DEFAULT_SPLIT_RATIOS", "SPLIT_FILE_NAMES", "StudyTask", "assign_split", "build_tasks", "find_split_file",
-           "input_fingerprint", "read_exclusions", "read_split_file", "split_record"]
+           "input_fingerprint", "read_exclusions", "read_split_file", "report_table", "split_record"]
 
 _log = logging.getLogger(__name__)
 
@@ -132,6 +132,14 @@ def _is_table(reports: str | Path) -> bool:
     return Path(reports).is_file()
 
 
+def report_table(reports: str | Path) -> tuple[dict[str, str], list[Failure]]:
+    """A report table (JSONL/CSV with ``study_id`` and ``report``, local or on object storage) as study key
+    (``s`` + id) → report text, and its unreadable lines as failures."""
+    with local_copy(reports) as local:
+        parsed, bad = read_report_table(local, "study_id", "report", progress=False)
+    return {(r.report_id if r.report_id.startswith("s") else f"s{r.report_id}"): r.text or "" for r in parsed}, bad
+
+
 def read_split_file(path: str | Path) -> dict[str, str]:
     """``study key -> split`` from a CSV, plain or gzipped, with ``study_id`` and ``split`` columns."""
     path = Path(path)
@@ -226,10 +234,8 @@ def build_tasks(
     reports_dir = None
     remote = is_url(images) and not str(images).startswith("file://")
     if reports is not None and _is_table(reports):
-        with local_copy(reports) as local:
-            parsed, bad = read_report_table(local, "study_id", "report", progress=False)
+        table, bad = report_table(reports)
         failures.extend(bad)
-        table = {(r.report_id if r.report_id.startswith("s") else f"s{r.report_id}"): r.text or "" for r in parsed}
     elif reports is not None:
         reports_dir = reports
     if remote:

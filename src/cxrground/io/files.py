@@ -39,6 +39,7 @@ __all__ = [
     "sha256_file",
     "sha256_json",
     "temp_path",
+    "walk_files",
 ]
 
 
@@ -250,3 +251,21 @@ def flat_json(value: Any, prefix: str = "") -> dict[str, Any]:
     for key, sub in value.items():
         out.update(flat_json(sub, f"{prefix}.{key}" if prefix else str(key)))
     return out
+
+
+def walk_files(folder: Path, folders: bool = False) -> list[Path]:
+    """Every file under ``folder`` (and every link that is not a folder, broken ones included), sorted, following
+    links to folders once each (a link back into a folder already walked is not entered again); with ``folders``
+    the folders below ``folder`` too."""
+    seen: set[str] = set()
+    out: list[Path] = []
+    for top, dirs, files in os.walk(folder, followlinks=True):
+        real = os.path.realpath(top)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        out += [Path(top) / name for name in files]
+        if folders:
+            out += [Path(top) / name for name in dirs]
+    return sorted(out)

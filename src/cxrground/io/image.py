@@ -11,7 +11,6 @@ view are kept on the record. The record, :data:`Window` and :func:`to_uint8` liv
 from __future__ import annotations
 
 import io
-import os
 import struct
 import tempfile
 from collections.abc import Iterable
@@ -25,7 +24,8 @@ from tqdm.auto import tqdm
 
 from cxrground.errors import ConfigError, Failure, ImageReadError, InputError
 from cxrground.io.cxr_image import CXRImage, Window, to_uint8
-from cxrground.io.dicom import DEFLATED_REASON, read_dicom, refuse_deflated
+from cxrground.io.dicom import read_dicom, refuse_deflated
+from cxrground.io.files import walk_files
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
@@ -47,7 +47,6 @@ __all__ = [
     "read_images",
     "sniff_type",
     "to_uint8",
-    "walk_files",
     "write_image",
 ]
 
@@ -78,8 +77,6 @@ def sniff_type(data: bytes) -> str | None:
     if len(data) >= 132 and data[128:132] == b"DICM":
         return "dicom"
     return None
-
-
 
 
 def image_header_size(data: bytes | BinaryIO, kind: str) -> tuple[int, int]:
@@ -135,16 +132,18 @@ def check_pixel_limit(path: str | Path, max_pixels: int | None = DEFAULT_MAX_PIX
     path = Path(path)
     try:
         with path.open("rb") as fh:
-            kind = sniff_type(fh.read(132))
-            if kind is None:
-                return
-            fh.seek(0)
-            h, w, n = image_header_pixels(fh, kind)
+            head = fh.read(4096)
     except OSError:
         return
-    except ImageReadError as exc:
-        if exc.reason == DEFLATED_REASON:
-            raise ImageReadError(exc.reason, path) from exc
+    kind = sniff_type(head)
+    if kind is None:
+        return
+    if kind == "dicom":
+        refuse_deflated(head, path)  # its header cannot be read without inflating everything
+    try:
+        with path.open("rb") as fh:
+            h, w, n = image_header_pixels(fh, kind)
+    except (OSError, ImageReadError):
         return
     if n > max_pixels:
         per = n // max(1, h * w)
@@ -308,24 +307,6 @@ def _window_bounds(arr: np.ndarray, window: Window) -> tuple[float | None, float
             raise ValueError(f"window width must be positive, got {width}")
         return center - width / 2.0, center + width / 2.0
     return None, None
-
-
-def walk_files(folder: Path, folders: bool = False) -> list[Path]:
-    """Every file under ``folder`` (and every link that is not a folder, broken ones included), sorted, following
-    links to folders once each (a link back into a folder already walked is not entered again); with ``folders``
-    the folders below ``folder`` too."""
-    seen: set[str] = set()
-    out: list[Path] = []
-    for top, dirs, files in os.walk(folder, followlinks=True):
-        real = os.path.realpath(top)
-        if real in seen:
-            dirs[:] = []
-            continue
-        seen.add(real)
-        out += [Path(top) / name for name in files]
-        if folders:
-            out += [Path(top) / name for name in dirs]
-    return sorted(out)
 
 
 def find_images(folder: Path) -> list[Path]:

@@ -247,13 +247,14 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     dataset = read_dataset(ils_file, _STUDY_FIELDS, LESIONS)
     _check_settings(opts, dataset, ils_file)
     positives = positive_candidates(dataset, opts.splits, opts.max_candidates)
-    pos_cxrs = {c.dicom_id for cs in positives.values() for c in cs} if opts.exclude_positive_cxrs else set()
+    every_positive = [c for cs in positives.values() for c in cs]
+    pos_cxrs = {c.dicom_id for c in every_positive} if opts.exclude_positive_cxrs else set()
     negatives = negative_candidates(dataset, opts.splits, opts.max_negatives, pos_cxrs)
     images_root = Path(opts.images)
-    _check_images_root(images_root, [c for cs in (*positives.values(), *negatives.values()) for c in cs])
+    _check_images_root(images_root, every_positive + [c for cs in negatives.values() for c in cs])
     preds = load_predictions(opts.candidates) if opts.candidates else None
     if preds is not None:
-        _check_candidates(Path(opts.candidates), preds, [c for cs in positives.values() for c in cs])
+        _check_candidates(Path(opts.candidates), preds, every_positive)
     warnings: list[str] = []
     if workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")

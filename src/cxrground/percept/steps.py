@@ -178,12 +178,11 @@ def _own_centre_problem(found: dict[str, AnatomyPoints], optimal: np.ndarray, de
     fails this is drawn again)."""
     for name, ap in found.items():
         x, y = center_point(list(ap.points))
-        want = (False, True) if ap.operation == EXPANSION else (True, False)
-        if (bool(optimal[y, x]), bool(deformed[y, x])) != want:
-            return (f"centre point of the {ap.operation} points in {name} would contradict its answer (inside an "
-                    "optimal mask or outside the deformed one)" if ap.operation == EXPANSION else
-                    f"centre point of the {ap.operation} points in {name} would contradict its answer (outside the "
-                    "optimal mask or inside the deformed one)")
+        expanded = ap.operation == EXPANSION
+        if bool(optimal[y, x]) == expanded or bool(deformed[y, x]) != expanded:
+            wrong = "inside an optimal mask or outside the deformed one" if expanded else \
+                "outside the optimal mask or inside the deformed one"
+            return f"centre point of the {ap.operation} points in {name} would contradict its answer ({wrong})"
     return None
 
 
@@ -346,21 +345,24 @@ def _try_repeat(
 def centre_problem(steps: list[Step], components: list[RefinedComponent]) -> str | None:
     """Why a step's centre point contradicts its answer on the shown overlay, or None (see the module notes).
     The shown mask of a component is its last step's (expansions come first), else its optimal mask."""
-    optimal = np.zeros(components[0].mask.shape, dtype=bool) if components else None
-    shown = None if optimal is None else optimal.copy()
+    if not components:
+        return None
+    optimal = np.zeros(components[0].mask.shape, dtype=bool)
+    shown = optimal.copy()
     for comp in components:
         mine = [s for s in steps if s.component_id == comp.id]
         optimal |= comp.mask
         shown |= mine[-1].mask if mine else comp.mask
     for s in steps:
         x, y = s.center
-        inside = bool(shown[y, x]), bool(optimal[y, x])
-        if s.operation == EXPANSION and inside != (True, False):
-            return f"centre point of {s.name} is {'outside' if not inside[0] else 'inside'} the " \
-                   f"{'shown masks' if not inside[0] else 'optimal mask'} (its answer says contract there)"
-        if s.operation == CONTRACTION and inside != (False, True):
-            return f"centre point of {s.name} is {'inside' if inside[0] else 'outside'} the " \
-                   f"{'shown masks' if inside[0] else 'optimal mask'} (its answer says expand there)"
+        expanded = s.operation == EXPANSION  # the answer: contract there (inside the shown, outside the optimal)
+        answer = "contract" if expanded else "expand"
+        if bool(shown[y, x]) != expanded:
+            where = "outside" if expanded else "inside"
+            return f"centre point of {s.name} is {where} the shown masks (its answer says {answer} there)"
+        if bool(optimal[y, x]) == expanded:
+            where = "inside" if expanded else "outside"
+            return f"centre point of {s.name} is {where} the optimal mask (its answer says {answer} there)"
     return None
 
 

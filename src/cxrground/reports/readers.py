@@ -20,7 +20,7 @@ from typing import Any, Final
 from tqdm.auto import tqdm
 
 from cxrground.errors import Failure, ReportError
-from cxrground.io.image import walk_files
+from cxrground.io.files import walk_files
 from cxrground.reports.iu_xml import decode_utf8, parse_iu_xml
 from cxrground.reports.model import Report
 from cxrground.reports.sections import describe_choice, sections_and_headings
