@@ -99,6 +99,40 @@ def test_anatomy_pose_resumes_after_a_kill_with_a_torn_progress_line(pack_dir, t
     assert len((out / PROGRESS_FILE).read_text().splitlines()) == 2
 
 
+def test_anatomy_pose_reads_a_fixed_film_again_and_retries_failures_on_request(pack_dir, tmp_path):
+    from cxrground.io.image import write_image
+
+    (a,) = _held_out_films(pack_dir, 1)
+    films = tmp_path / "films"
+    write_image(films / "a.png", a)
+    (films / "broken.png").write_text("not an image")
+    out = tmp_path / "out"
+    limit = str(a.size - 1)  # a.png is over the pixel limit: a failure, read by --retry-failed with a higher one
+
+    def pose(*extra: str) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+        run = CliRunner().invoke(main, ["anatomy", "pose", "--images", str(films), "--out", str(out), *extra])
+        assert run.exit_code == 0, run.output
+        failed = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+        return _rows(out / "poses.csv"), {Path(f["path"]).name: f["reason"] for f in failed}
+
+    rows, failed = pose("--max-pixels", limit)
+    assert rows == {} and sorted(failed) == ["a.png", "broken.png"] and "pixel" not in failed["broken.png"]
+    # a rerun keeps the failures; a failed film whose file was fixed since is read again
+    write_image(films / "broken.png", a)
+    rows, failed = pose("--max-pixels", limit)
+    assert rows == {} and sorted(failed) == ["a.png", "broken.png"]
+    assert "pixel" in failed["broken.png"]  # read again: now over the limit like a.png
+    rows, again = pose()
+    assert rows == {} and again == failed  # kept: neither changed since, though the limit is higher now
+    rows, failed = pose("--retry-failed")
+    assert failed == {} and sorted(rows) == ["a.png", "broken.png"]
+    assert rows["a.png"]["flagged"] == rows["broken.png"]["flagged"] == "0"
+    # a film read before whose file changed is refused, as before
+    write_image(films / "a.png", np.ascontiguousarray(a[:, ::-1]))
+    run = CliRunner().invoke(main, ["anatomy", "pose", "--images", str(films), "--out", str(out)])
+    assert run.exit_code != 0 and "changed since" in run.output
+
+
 def _study(files: Path, n: int, pixels: np.ndarray) -> None:
     from cxrground.io.image import write_image
 

@@ -124,13 +124,16 @@ def fit_normative_cmd(out: Path, pack_dir: Path | None) -> None:
               help="Delete the results in --out (of this run or another) and read every film afresh.")
 @click.option("--weights", type=FILE, default=None,
               help="Pose reader .safetensors with its .json (default: the shipped pose_net_v1).")
+@click.option("--retry-failed", is_flag=True,
+              help="On a resumed run, read again the films an earlier session recorded as failures (a rerun keeps "
+                   "them by default; a failed film whose file changed is read again anyway).")
 @click.option("--no-sheets", is_flag=True, help="Write poses.csv only (no contact sheets of the flagged films).")
 @click.option("--metadata", type=FILE, default=None,
               help="View table (as for anatomy zones): films of another view than PA/AP are recorded as failures, "
                    "not read. Default: MIMIC-CXR-JPG's table in the image folder or its parent, when there.")
 @click.option("--max-pixels", type=click.IntRange(1), default=DEFAULT_MAX_PIXELS, show_default=True,
-              help=MAX_PIXELS_HELP + " Films refused so are read with a higher limit after --overwrite.")
-def pose(images: Path, out: Path, overwrite: bool, weights: Path | None, no_sheets: bool,
+              help=MAX_PIXELS_HELP + " Films refused so are read with a higher limit by a rerun with --retry-failed.")
+def pose(images: Path, out: Path, overwrite: bool, retry_failed: bool, weights: Path | None, no_sheets: bool,
          metadata: Path | None, max_pixels: int) -> None:
     """List the films that look stored mirrored, turned or flipped (OUT/poses.csv, contact sheets in OUT/flagged/):
     a list to look at, nothing is rejected. On held-out films the shipped reader finds 98-100 % of mirrored films
@@ -143,7 +146,8 @@ def pose(images: Path, out: Path, overwrite: bool, weights: Path | None, no_shee
     _, views = load_view_table(metadata, images)
     reader = PoseReader(weights, threads=None) if weights else shipped_pose_reader()
     rows, failures = write_poses(find_images(images), out, reader, root=images, overwrite=overwrite,
-                                 sheets=not no_sheets, views=views, frontal=is_frontal, max_pixels=max_pixels)
+                                 sheets=not no_sheets, views=views, frontal=is_frontal, max_pixels=max_pixels,
+                                 retry_failed=retry_failed)
     flagged = sum(r.flagged for r in rows)
     click.echo(f"wrote {out / 'poses.csv'}: {len(rows)} films, {flagged} look stored in a wrong pose"
                + (f" (contact sheets in {out / 'flagged'})" if flagged and not no_sheets else "")

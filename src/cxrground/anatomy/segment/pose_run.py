@@ -5,7 +5,8 @@ Outputs in ``OUT``: ``poses.csv`` (every film read, in film order), ``failures.j
 read), ``flagged/sheet-NNN.png`` (each flagged film as stored and as the reader would put it right, 20 per
 sheet), ``poses.json`` (the weights, counts). Resumable: each film's reading is appended to
 ``.poses-progress.jsonl`` with the file's sha256 as it is done; a rerun of the same run (``.poses-run.json``: the
-films and the weights) skips them; a folder holding another run's results is refused unless ``overwrite``.
+films and the weights) skips them, except a failed film whose file changed since (read again; all failed films with
+``retry_failed``); a folder holding another run's results is refused unless ``overwrite``.
 """
 
 from __future__ import annotations
@@ -174,12 +175,16 @@ def contact_sheets(films: Sequence[tuple[str, np.ndarray | Path, PoseRow]], out_
 def write_poses(paths: Sequence[Path], out: Path, reader: PoseReader, root: Path | None = None,
                 overwrite: bool = False, sheets: bool = True, progress: bool = True,
                 views: Mapping[str, str] | None = None, frontal: Callable[[str], bool] | None = None,
-                max_pixels: int | None = DEFAULT_MAX_PIXELS) -> tuple[list[PoseRow], list[Failure]]:
+                max_pixels: int | None = DEFAULT_MAX_PIXELS, retry_failed: bool = False
+                ) -> tuple[list[PoseRow], list[Failure]]:
     """Read the pose of every film; write ``out/poses.csv``, ``failures.jsonl``, ``poses.json`` and (with
     ``sheets``) the contact sheets of the flagged films; return the rows and failures (see the module).
 
     A film whose view (its DICOM header, else ``views`` by file-name stem) is one ``frontal`` refuses is a failure,
-    not read: the reader knows frontal chests only, and a lateral film would be listed as wrongly posed."""
+    not read: the reader knows frontal chests only, and a lateral film would be listed as wrongly posed.
+
+    On a resumed run a film recorded as a failure is read again when its file changed since, and every such film
+    with ``retry_failed``; a film read before whose file changed is refused (``overwrite`` starts afresh)."""
     if root is not None:
         check_out_folder(out, root)
     reader.load()  # weights that cannot be read stop the run before any film is recorded
@@ -201,8 +206,12 @@ def write_poses(paths: Sequence[Path], out: Path, reader: PoseReader, root: Path
                 continue
             rec = done.get(name)
             if rec is not None and rec.get("sha256") != digest:
-                raise ConfigError(f"film {name} changed since an earlier run in {out} read it; rerun with --overwrite "
-                                  "to read every film afresh")
+                if "failure" not in rec:
+                    raise ConfigError(f"film {name} changed since an earlier run in {out} read it; rerun with "
+                                      "--overwrite to read every film afresh")
+                rec = None  # a failed film that changed since (fixed) is read again
+            elif rec is not None and retry_failed and "failure" in rec:
+                rec = None
             if rec is None:
                 try:
                     image = read_image(path, max_pixels=max_pixels)
