@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -73,3 +75,12 @@ def test_missing_pack_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("CXRGROUND_PACK", str(tmp_path / "nowhere"))
     with pytest.raises(PackMissingError, match="CXRGROUND_PACK"):
         find_pack()
+
+
+def test_the_pack_beside_the_checkout_is_found_from_any_folder(tmp_path, monkeypatch):
+    beside = Path(__file__).resolve().parents[2] / "shared" / "data" / "cxr-pack-v1"
+    if not (beside / "cohen").is_dir():
+        pytest.skip("no pack beside this checkout")
+    monkeypatch.delenv("CXRGROUND_PACK", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert find_pack() == beside.resolve()

@@ -135,7 +135,7 @@ def test_llm_matches_rules_and_records_provenance(fake: FakeLLM) -> None:
     assert body["response_format"]["json_schema"]["strict"] is True
     assert body["messages"][0]["content"] == load_prompt(STRUCTURE_PROMPT).text
     prov = llm.provenance
-    assert prov["prompts"]["structure"]["version"] == STRUCTURE_PROMPT == "structure_v9"
+    assert prov["prompts"]["structure"]["version"] == STRUCTURE_PROMPT == "structure_v10"
     assert prov["prompts"]["location"]["version"] == LOCATION_PROMPT == "location_v6"
     # structure_v5 asks for the hedge grade: the schema requires it (null allowed), and it comes back
     item = body["response_format"]["json_schema"]["schema"]["properties"]["findings"]["items"]

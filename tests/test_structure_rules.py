@@ -547,7 +547,7 @@ def test_cli_names_reports_that_say_nothing_about_the_film(tmp_path: Path) -> No
     out = tmp_path / "findings.jsonl"
     result = CliRunner().invoke(main, ["reports", "structure", str(tmp_path), "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert "1 of 3 reports say nothing about the film" in result.output
+    assert "1 of 3 reports name no finding and no normal examination" in result.output
     assert result.output.rstrip().endswith(": note1")
 
 

@@ -19,7 +19,9 @@ def reports() -> None:
 @click.argument("paths", nargs=-1, required=True, type=EXISTING)
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per report (and per failure).")
 def sections(paths: tuple[Path, ...], as_json: bool) -> None:
-    """Parse report files (or folders of them) and print the chosen section as numbered sentences."""
+    """Parse report files (or folders of them) and print the chosen section as numbered sentences.
+
+    A .csv / .tsv / .jsonl file is a table of reports, one per row, with study_id and report columns."""
     choices = section_choices(paths, as_json)
     echo_lines(choices.lines)
     echo_lines(choices.failure_lines, err=not as_json)

@@ -7,14 +7,35 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from cxrground.cli.common import EXISTING, echo_lines, request_options
 from cxrground.reports.labels import LabelRequest, label_files
 from cxrground.reports.request import StructureRequest, structure_files
+from cxrground.reports.structure import STRUCTURERS
 
 from .report_cmds import reports
 
 __all__ = ["COMMANDS", "label", "structure"]
+
+
+#: Request fields by the structurer option they set (where the two names differ).
+_OPTION_OF_FIELD = {"cache_path": "cache"}
+
+
+def _refuse_options_of_another_structurer(request: StructureRequest) -> None:
+    """A usage error when an option given on the command line belongs to another structurer than the one chosen
+    (``--model`` without ``--structurer llm`` would be ignored); values from environment variables are left alone."""
+    ctx = click.get_current_context()
+    accepted = STRUCTURERS.options(request.structurer_name)
+    for param in ctx.command.params:
+        option = _OPTION_OF_FIELD.get(param.name or "", param.name)
+        if (ctx.get_parameter_source(param.name or "") == ParameterSource.COMMANDLINE and option not in accepted
+                and any(option in STRUCTURERS.options(other) for other in STRUCTURERS.names())):
+            flag = param.opts[0] if param.opts else option
+            users = [n for n in STRUCTURERS.names() if option in STRUCTURERS.options(n)]
+            raise click.UsageError(f"{flag} applies to the {' / '.join(users)} structurer only, and the structurer "
+                                   f"is {request.structurer_name} (--structurer {users[0]} to use it)")
 
 
 @reports.command("structure")
@@ -23,11 +44,14 @@ __all__ = ["COMMANDS", "label", "structure"]
 def structure(request: StructureRequest, paths: tuple[Path, ...]) -> None:
     """Structure report files (or folders of them) into findings: one JSON line per finding.
 
+    A .csv / .tsv / .jsonl file is a table of reports, one per row, with study_id and report columns.
+
     Each line holds the report id, the chosen section, the sentence, and the finding (entity, sent_idx,
     assertion, presence, certainty, lesion, location_phrases, reported_location, source); LLM lines also
     carry the provenance (model, decoding settings, prompt versions and hashes). Reports that cannot be
     structured are printed as {"failure": ...} lines (or written to OUT.failures.jsonl with --out).
     """
+    _refuse_options_of_another_structurer(request)
     output = structure_files(paths, request)
     echo_lines(output.lines)
     echo_lines(output.notes, err=True)
@@ -41,11 +65,14 @@ def structure(request: StructureRequest, paths: tuple[Path, ...]) -> None:
 def label(request: LabelRequest, paths: tuple[Path, ...]) -> None:
     """Label report files (or folders of them) per lesion: 1 present, -1 uncertain, 0 negated, blank not mentioned.
 
+    A .csv / .tsv / .jsonl file is a table of reports, one per row, with study_id and report columns.
+
     CSV: report_id, section, one column per lesion and opacity_observed (opacity findings plus opacity-class
     phrases attributed to another lesion), then a <lesion>_sides column each (right / left / right+left). JSONL: one
     object per report with status, code, sides and sentence numbers per lesion. Failures go to OUT.failures.jsonl
     with --out, else to stdout as {"failure": ...} lines (JSONL) or to stderr (CSV, so stdout stays one table).
     """
+    _refuse_options_of_another_structurer(request)
     output = label_files(paths, request)
     echo_lines(output.lines)
     echo_lines(output.notes, err=True)

@@ -47,14 +47,16 @@ class PackMissingError(InputError):
 
 
 def find_pack(path: str | Path | None = None) -> Path:
-    """The pack folder: ``path``, else ``$CXRGROUND_PACK``, else ``../shared/data/cxr-pack-v1`` upwards."""
+    """The pack folder: ``path``, else ``$CXRGROUND_PACK``, else ``shared/data/cxr-pack-v1`` in or beside the
+    current folder or one above it, or beside the checkout this package is installed from."""
     candidates: list[Path] = []
     if path is not None:
         candidates.append(Path(path))
     elif os.environ.get(PACK_ENV):
         candidates.append(Path(os.environ[PACK_ENV]))
     else:
-        for base in (Path.cwd(), *Path.cwd().parents):
+        here = Path(__file__).resolve()
+        for base in (Path.cwd(), *Path.cwd().parents, *here.parents[2:5]):
             candidates.append(base / "shared" / "data" / PACK_NAME)
             candidates.append(base.parent / "shared" / "data" / PACK_NAME)
     for cand in candidates:

@@ -26,7 +26,7 @@ Hedge = Literal["likely", "possible"]
 HEDGES: tuple[str, ...] = ("likely", "possible")
 
 __all__ = ["HEDGES", "Assertion", "Certainty", "Finding", "Hedge", "Presence", "StructuredReport", "Structurer",
-           "finding_lines", "finding_output", "write_failure_lines", "write_finding_lines"]
+           "finding_lines", "finding_output", "rejection_notes", "write_failure_lines", "write_finding_lines"]
 
 
 @dataclass(frozen=True)
@@ -139,10 +139,28 @@ def finding_output(done: Sequence[StructuredReport], failures: Sequence[Failure]
         fail_path = write_finding_lines(out, rows, failures)
         where = f"; failures in {fail_path}" if fail_path else ""
         notes.append(f"{len(done)} reports, {len(rows)} findings -> {out}; {len(failures)} failures{where}")
-    rejections = getattr(structurer, "rejections", None)
-    if rejections:
-        notes.append(f"{len(rejections)} out-of-vocabulary values rejected by the LLM structurer")
-    return lines, notes
+    return lines, notes + rejection_notes(structurer, out)
+
+
+def rejection_notes(structurer: Structurer, out: Path | None = None, shown: int = 5) -> list[str]:
+    """Notes on the out-of-vocabulary values ``structurer`` rejected (an LLM's lesion, location or sentence number
+    outside the vocabulary): all of them written to ``OUT.rejections.jsonl`` beside ``out`` (removed when there
+    are none), else the first ``shown`` named in the note."""
+    rejections = list(getattr(structurer, "rejections", None) or [])
+    path = out.with_name(out.name + ".rejections.jsonl") if out is not None else None
+    if not rejections:
+        if path is not None:
+            path.unlink(missing_ok=True)
+        return []
+    head = f"{len(rejections)} out-of-vocabulary values rejected by the LLM structurer"
+    if path is not None:
+        path.write_text("".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in rejections),
+                        encoding="utf-8")
+        return [f"{head}: each in {path}"]
+    listed = "; ".join(f"{r.get('report_id')}: {r.get('field')} {r.get('value')!r} ({r.get('reason')})"
+                       for r in rejections[:shown])
+    more = f"; and {len(rejections) - shown} more" if len(rejections) > shown else ""
+    return [f"{head}: {listed}{more}"]
 
 
 def write_finding_lines(out: Path, rows: Sequence[dict[str, Any]], failures: Sequence[Failure]) -> Path | None:

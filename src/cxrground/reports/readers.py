@@ -29,6 +29,8 @@ __all__ = [
     "MAX_REPORT_SIZE",
     "REPORT_SUFFIXES",
     "STAGE",
+    "TABLE_COLUMNS",
+    "TABLE_SUFFIXES",
     "SectionChoices",
     "expand_report_paths",
     "list_report_files",
@@ -44,6 +46,11 @@ __all__ = [
 STAGE: Final[str] = "reports"
 #: File suffixes :func:`list_report_files` picks up.
 REPORT_SUFFIXES: Final[tuple[str, ...]] = (".xml", ".txt")
+#: Suffixes of a table of reports (one report per row, :func:`read_report_table`); a file named with one of them is
+#: read as such a table by :func:`read_reports`, with :data:`TABLE_COLUMNS`.
+TABLE_SUFFIXES: Final[tuple[str, ...]] = (".jsonl", ".ndjson", ".csv", ".tsv")
+#: The id and text columns of a report table (those of ``ils build --reports``).
+TABLE_COLUMNS: Final[tuple[str, str]] = ("study_id", "report")
 #: The largest report read (bytes of a file, characters of a text): about ten times a long radiology report. A
 #: larger one is a :class:`ReportError` (a log, a concatenation of reports, a wrong file), not minutes of work.
 MAX_REPORT_SIZE: Final[int] = 65_536
@@ -102,6 +109,9 @@ def read_report(path: str | Path) -> Report:
     its file stem. ``ReportError`` for a missing, empty, whitespace-only, non-UTF-8 or malformed file.
     """
     path = Path(path)
+    if path.suffix.lower() in TABLE_SUFFIXES:
+        raise ReportError(f"a {path.suffix} file is a table of reports, not one report: read it with "
+                          "read_reports or read_report_table", path)
     data = _read_bytes(path)
     if not data:
         raise ReportError("empty file", path)
@@ -115,13 +125,20 @@ def read_report(path: str | Path) -> Report:
 
 
 def read_reports(paths: Iterable[str | Path], progress: bool = True) -> tuple[list[Report], list[Failure]]:
-    """Return (reports, failures) for ``paths``, in input order; one :class:`Failure` per unreadable file."""
+    """Return (reports, failures) for ``paths``, in input order; one :class:`Failure` per unreadable file. A path
+    with a :data:`TABLE_SUFFIXES` suffix is a table of reports (:data:`TABLE_COLUMNS`): one report per row, one
+    failure per bad row, or one for the file when it cannot be read as a table."""
     paths = list(paths)
     reports: list[Report] = []
     failures: list[Failure] = []
     for path in tqdm(paths, desc="reports", unit="report", disable=not progress):
         try:
-            reports.append(read_report(path))
+            if Path(path).suffix.lower() in TABLE_SUFFIXES:
+                rows, bad = read_report_table(path, *TABLE_COLUMNS, progress=False)
+                reports.extend(rows)
+                failures.extend(bad)
+            else:
+                reports.append(read_report(path))
         except ReportError as exc:
             failures.append(Failure.from_exception(path, STAGE, exc))
     return reports, failures
@@ -148,8 +165,9 @@ def list_report_files(folder: str | Path, suffixes: Iterable[str] = REPORT_SUFFI
 
 
 def expand_report_paths(paths: Iterable[str | Path]) -> list[Path]:
-    """Report files named by ``paths``: a file stands for itself, a folder for the report files in it and its
-    subfolders; a folder holding none is a :class:`ReportError`."""
+    """Report files named by ``paths``, each once, in order: a file stands for itself (a report, or a table of
+    reports by its suffix), a folder for the report files in it and its subfolders; a folder holding none is a
+    :class:`ReportError`."""
     files: list[Path] = []
     for path in map(Path, paths):
         if not path.is_dir():
@@ -160,7 +178,14 @@ def expand_report_paths(paths: Iterable[str | Path]) -> list[Path]:
             raise ReportError(f"no report files ({', '.join(REPORT_SUFFIXES)}) in this folder or its subfolders",
                               path)
         files.extend(found)
-    return files
+    seen: set[Path] = set()
+    unique = []
+    for f in files:  # a file named twice, or named and inside a folder named too, is read once
+        key = f.resolve() if f.exists() else f.absolute()
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+    return unique
 
 
 def _jsonl_rows(text: str, path: Path) -> Iterator[tuple[str, dict[str, Any] | ReportError]]:

@@ -99,11 +99,13 @@ def structure_files(paths: Sequence[Path], request: StructureRequest) -> Structu
 
 
 def silent_report_notes(done: Sequence[StructuredReport], shown: int = 10) -> list[str]:
-    """A note naming the reports that say nothing about the film (:func:`~cxrground.reports.reading.reads_the_film`;
-    ``ils build`` gives them no lung or pleural negatives); none when every report reads the film."""
+    """A note naming the reports that name no finding and no normal examination
+    (:func:`~cxrground.reports.reading.reads_the_film`; ``ils build`` gives them no lung or pleural negatives); none
+    when every report reads the film."""
     silent = [rep.report_id for rep in done if not reads_the_film(rep)]
     if not silent:
         return []
     more = f" and {len(silent) - shown} more" if len(silent) > shown else ""
-    return [f"{len(silent)} of {len(done)} reports say nothing about the film (no finding, no normal-examination "
-            f"statement; ils build gives them no lung or pleural negatives): {', '.join(silent[:shown])}{more}"]
+    return [f"{len(silent)} of {len(done)} reports name no finding and no normal examination (a normal heart alone "
+            "says nothing of the lungs; ils build gives them no lung or pleural negatives): "
+            f"{', '.join(silent[:shown])}{more}"]

@@ -21,7 +21,10 @@ deviations listed here:
   occurs twice, the last non-empty occurrence wins (as ``create_section_files.py`` does).
 * ``last_paragraph`` exists only when the report has neither findings nor impression, and is the last
   non-empty paragraph (blank-line separated) that contains no heading. The official parser
-  instead joins every paragraph after the first one of the report's last section.
+  instead joins every paragraph after the first one of the report's last section. When every paragraph holds a
+  heading (a one-paragraph clinical note such as ``PC: Dyspnea and fever. ... Patchy opacification
+  bilaterally.``), it is the text of the last section whose heading is not a known one (:data:`HEADINGS`:
+  indication, history, comparison, technique, ...): a known heading's text is never read as findings.
 
 :func:`choose_section` applies the ILS §6 order ``findings`` → ``impression`` → ``last_paragraph``.
 A section whose text has no word other than de-identification blanks (``___``, ``XXXX``) counts as
@@ -335,10 +338,21 @@ def sections_and_headings(text: str) -> tuple[dict[str, str], list[Heading]]:
         if body:
             sections[heading.name] = body
     if "findings" not in sections and "impression" not in sections:
-        paragraph = _last_paragraph(cleaned, headings)
+        paragraph = _last_paragraph(cleaned, headings) or _unknown_heading_text(sections, headings)
         if paragraph:
             sections["last_paragraph"] = paragraph
     return sections, headings
+
+
+_KNOWN_NAMES: Final[frozenset[str]] = frozenset(HEADINGS.values()) | {"preamble"}
+
+
+def _unknown_heading_text(sections: dict[str, str], headings: Sequence[Heading]) -> str | None:
+    """The text of the last section under a heading that is not a known one (``PC:``, ``NOTE:``), or None."""
+    for heading in reversed(headings):
+        if heading.name not in _KNOWN_NAMES and sections.get(heading.name):
+            return sections[heading.name]
+    return None
 
 
 def _section_sentences(text: str) -> list[str]:

@@ -88,7 +88,7 @@ __all__ = [
 #: Stage name of the :class:`~cxrground.errors.Failure` records.
 STAGE: Final[str] = "structure"
 #: Prompt versions (file stems under ``prompts/``).
-STRUCTURE_PROMPT: Final[str] = "structure_v9"
+STRUCTURE_PROMPT: Final[str] = "structure_v10"
 LOCATION_PROMPT: Final[str] = "location_v6"
 
 
