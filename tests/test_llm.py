@@ -19,6 +19,7 @@ from cxrground.evaluation.percept.clients.hf import HFClient
 from cxrground.llm import (
     ChatClient,
     ClientError,
+    EndpointRefused,
     PermanentError,
     ResponseCache,
     RetryPolicy,
@@ -176,7 +177,10 @@ def test_chat_client_parses_completion_and_sends_key(monkeypatch):
     (599, {}, {"error": "odd"}, TransientError, None),
     (408, {}, {}, TransientError, None),
     (400, {}, {"error": "bad"}, PermanentError, None),
-    (401, {}, {"error": "key"}, PermanentError, None),
+    (401, {}, {"error": "key"}, EndpointRefused, None),
+    (403, {}, {"error": "forbidden"}, EndpointRefused, None),
+    (404, {}, {"error": "no such model"}, EndpointRefused, None),
+    (422, {}, {"error": "schema"}, PermanentError, None),
     (200, {}, {"choices": []}, TransientError, None),
     (200, {}, {"choices": [{"message": {"content": 7}}]}, PermanentError, None),
 ])
@@ -185,6 +189,13 @@ def test_chat_client_errors(status, headers, body, error, retry_after):
     with pytest.raises(error) as info:
         run_sync(chat.complete([{"role": "user", "content": "x"}]))
     assert type(info.value) is error and info.value.retry_after == retry_after and info.value.status == status
+
+
+def test_a_base_url_without_scheme_or_host_is_refused_at_once():
+    for url in ("not-a-url", "localhost:8000/v1", "ftp://host/v1", "http:///v1"):
+        with pytest.raises(ConfigError, match="not an http:// or https:// URL"):
+            ChatClient(url, "m")
+    assert ChatClient("https://api.example.org/v1/", "m").base_url == "https://api.example.org/v1"
 
 
 def test_a_malformed_200_is_asked_again():

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from cxrground.cli import main
-from cxrground.errors import ConfigError
+from cxrground.errors import ConfigError, InputError
 from cxrground.evaluation.percept.clients import make_client
 from cxrground.evaluation.percept.runner import EvalSettings, RetryPolicy, load_results, run_eval
 from cxrground.evaluation.percept.scoring import score_run
@@ -183,3 +183,63 @@ def test_resume_after_kill_loses_and_repeats_nothing(bench, tmp_path):
     with MockServer(hash_policy(2)) as fresh:
         _run(bench, tmp_path / "uninterrupted", fresh, cache=tmp_path / "other.sqlite")
     assert _answers(run) == _answers(tmp_path / "uninterrupted")
+
+
+def test_a_refused_key_or_a_wrong_url_stops_the_run_and_keeps_what_was_done(bench, tmp_path):
+    with MockServer(hash_policy(0), faults=["ok"] * 3 + ["401"]) as server:
+        with pytest.raises(ConfigError, match=r"the run stops: .*refused the request \(HTTP 401"):
+            _run(bench, tmp_path / "key", server, concurrency=1)
+        kept = load_results(tmp_path / "key")
+        assert all(r["status"] == "ok" for r in kept.values())  # no case recorded as failed for the key
+        with pytest.raises(ConfigError, match=r"HTTP 404"):  # the API root without /v1
+            run_eval(EvalSettings(bench, "openai:mock-vlm", oracle="none"), tmp_path / "path",
+                     base_url=server.base_url.removesuffix("/v1"), progress=False, retry=FAST)
+    with pytest.raises(ConfigError, match="not an http:// or https:// URL"):
+        run_eval(EvalSettings(bench, "openai:mock-vlm", oracle="none"), tmp_path / "url", base_url="not-a-url",
+                 progress=False, retry=FAST)
+
+
+def test_eval_exits_1_when_every_case_it_ran_failed(bench, tmp_path):
+    with MockServer(hash_policy(0), max_requests=0) as server:  # every request: 503
+        args = ["percept", "eval", "--bench", str(bench), "--model", "openai:mock-vlm", "--base-url",
+                server.base_url, "--out", str(tmp_path / "run"), "--oracle", "none", "--no-progress",
+                "--max-attempts", "1", "--limit", "2"]
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 1 and "2 of 2 cases run (2 failed)" in res.output
+        assert "every case run failed" in res.output
+    with MockServer(OraclePolicy(load_benchmark(bench))) as server:
+        args[args.index("--base-url") + 1] = server.base_url
+        res = CliRunner().invoke(main, [*args, "--retry-failed"])
+        assert res.exit_code == 0 and "(0 failed)" in res.output, res.output
+
+
+def test_the_oracle_answers_a_changed_ground_truth_afresh(bench, tmp_path):
+    from cxrground.evaluation.percept.clients.baselines import BaselineClient
+    from cxrground.evaluation.percept.conversation import Question
+
+    q = Question("location", 4, "Where?", (), ("a", "b", "c", "None"), (1,))
+    oracle, rand = BaselineClient("oracle"), BaselineClient("random")
+    changed = Question("location", 4, "Where?", (), ("a", "b", "c", "None"), (1, 2))
+    assert oracle.cache_context(q, "c1") != oracle.cache_context(changed, "c1")
+    assert rand.cache_context(q, "c1") == rand.cache_context(changed, "c1")  # random reads no ground truth
+    assert rand.cache_context(q, "c1") != rand.cache_context(q, "c2")
+
+
+def test_a_benchmark_edited_since_its_manifest_is_refused_by_name(bench, tmp_path):
+    import shutil
+
+    from cxrground.percept.layout import MANIFEST_FILE
+    from cxrground.percept.manifest import manifest_lines
+
+    copy = tmp_path / "bench"
+    shutil.copytree(bench, copy)
+    (copy / MANIFEST_FILE).write_text("".join(line + "\n" for line in manifest_lines(copy)))
+    settings = EvalSettings(copy, "oracle", oracle="none")
+    run_eval(settings, tmp_path / "clean", progress=False)  # as built: runs
+    image = sorted((copy / "cases").rglob("*.png"))[0]
+    data = bytearray(image.read_bytes())
+    data[-20] ^= 1
+    image.write_bytes(bytes(data))
+    with pytest.raises(InputError, match=r"benchmark changed since it was built: 1 file\(s\) differ .*" +
+                       image.relative_to(copy).as_posix()):
+        run_eval(settings, tmp_path / "edited", progress=False)

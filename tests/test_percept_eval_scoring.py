@@ -69,10 +69,12 @@ def test_end_to_end_oracle_passed_and_depth(score):
     assert rr["n"] == 3 and rf["n"] == 2 and lf["n"] == 2
     e2e = rr["end_to_end"]
     third = pytest.approx(2 / 3)
-    assert (acc(e2e, 1), acc(e2e, 2), acc(e2e, 3), acc(e2e, 4)) == (1.0, third, third, 0.0)
+    # G failed after a right Stage 1 answer: a case that could not be run scores every stage wrong (§15)
+    assert (acc(e2e, 1), acc(e2e, 2), acc(e2e, 3), acc(e2e, 4)) == (third, third, third, 0.0)
+    assert rr["oracle_passed"]["stage1"]["acc"] == third
     assert e2e["stage4"]["n"] == 2  # cardiomegaly has no Stage 4; the failed case stays in
-    assert rr["depth"]["mean"] == pytest.approx((3 + 4 + 1) / 3)  # cardiomegaly +1 rule
-    assert rr["depth"]["distribution"] == {"0": 0, "1": 1, "2": 0, "3": 1, "4": 1}
+    assert rr["depth"]["mean"] == pytest.approx((3 + 4 + 0) / 3)  # cardiomegaly +1 rule
+    assert rr["depth"]["distribution"] == {"0": 1, "1": 0, "2": 0, "3": 1, "4": 1}
     # RF: C wrong at Stage 1 breaks its chain; D (cardiomegaly) correct → depth 2 + 1
     assert (acc(rf["end_to_end"], 1), acc(rf["end_to_end"], 2), acc(rf["end_to_end"], 4)) == (0.5, 0.5, 0.0)
     assert (acc(rf["oracle_passed"], 2), acc(rf["oracle_passed"], 4)) == (1.0, 1.0)
@@ -121,7 +123,7 @@ def test_chance_baselines_on_items(score):
 def test_reference_rows_write_floats_as_python_does(score):
     rows = reference_rows(score, "x")["model_performance_summary.csv"]
     rr_e2e = rows[0]
-    assert rr_e2e["acc(stage2)"] == repr(2 / 3) == "0.6666666666666666" and rr_e2e["acc(stage1)"] == "1.0"
+    assert rr_e2e["acc(stage2)"] == repr(2 / 3) == "0.6666666666666666" and rr_e2e["acc(stage1)"] == repr(2 / 3)
     assert score["parse"]["overall"]["invalid-format"] == 0.0  # every label of parse_answer has a rate
 
 

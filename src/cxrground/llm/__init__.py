@@ -28,17 +28,19 @@ from cxrground.llm.chat import (
     parse_usage,
     with_thinking,
 )
-from cxrground.llm.errors import ClientError, PermanentError, TransientError
+from cxrground.llm.errors import REFUSING_STATUSES, ClientError, EndpointRefused, PermanentError, TransientError
 from cxrground.llm.fingerprint import model_fingerprint
 from cxrground.llm.retry import RETRY_STATUS, RetryPolicy, call_with_retries, is_retry_status, parse_retry_after
 
 __all__ = [
     "REASONING_FIELDS",
+    "REFUSING_STATUSES",
     "RESERVED_KEYS",
     "RETRY_STATUS",
     "ChatClient",
     "ClientError",
     "Completion",
+    "EndpointRefused",
     "PermanentError",
     "ResponseCache",
     "RetryPolicy",

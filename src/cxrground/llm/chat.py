@@ -31,11 +31,12 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import httpx
 
 from cxrground.errors import ConfigError
-from cxrground.llm.errors import PermanentError, TransientError
+from cxrground.llm.errors import REFUSING_STATUSES, EndpointRefused, PermanentError, TransientError
 from cxrground.llm.retry import RetryPolicy, is_retry_status, parse_retry_after
 
 __all__ = ["REASONING_FIELDS", "RESERVED_KEYS", "ChatClient", "Completion", "check_extra_body", "parse_extra_body",
@@ -121,6 +122,10 @@ class ChatClient:
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         if not base_url:
             raise ConfigError("a chat client needs a base URL (the API root, e.g. http://host:8000/v1)")
+        parsed = urlsplit(base_url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ConfigError(f"base URL {base_url!r} is not an http:// or https:// URL with a host (the API root, "
+                              "e.g. http://host:8000/v1)")
         if not model:
             raise ConfigError("a chat client needs a model name")
         if concurrency < 1:
@@ -175,6 +180,9 @@ class ChatClient:
             reason = f"HTTP {status}: {response.text[:200]}"
             if is_retry_status(status):
                 raise TransientError(reason, parse_retry_after(response.headers.get("retry-after")), status)
+            if status in REFUSING_STATUSES:
+                raise EndpointRefused(f"{self.base_url}/chat/completions refused the request ({reason}); check the "
+                                      "API key, the base URL and the model name", status=status)
             raise PermanentError(reason, status=status)
         try:
             data = response.json()

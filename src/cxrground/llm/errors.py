@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cxrground.errors import CXRGroundError
 
-__all__ = ["ClientError", "PermanentError", "TransientError"]
+__all__ = ["REFUSING_STATUSES", "ClientError", "EndpointRefused", "PermanentError", "TransientError"]
 
 
 class ClientError(CXRGroundError):
@@ -26,3 +26,13 @@ class TransientError(ClientError):
 
 class PermanentError(ClientError):
     """Any other failure (other 4xx, content that is not text): not retried."""
+
+
+#: HTTP statuses with which an endpoint refuses every request alike: a wrong or missing key (401, 403), a wrong
+#: URL path or model name (404).
+REFUSING_STATUSES: frozenset[int] = frozenset({401, 403, 404})
+
+
+class EndpointRefused(PermanentError):
+    """401 / 403 / 404: the endpoint refuses the request for a reason every other request shares (the key, the URL,
+    the model name); a batch stops instead of failing each item alike."""

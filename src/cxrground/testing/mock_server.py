@@ -3,7 +3,8 @@
 Used by the tests and by ``bench/percept_eval.py``. A :class:`ThreadingHTTPServer` on an ephemeral port
 serves ``POST /v1/chat/completions``; every request sleeps ``latency`` seconds and is answered by a
 *policy* (``body -> content``, None for a ``null`` content). Faults are injected from a script
-(``faults``: consumed one per request: ``"429"``, ``"429:SECONDS"`` (Retry-After), ``"500"``,
+(``faults``: consumed one per request: ``"429"``, ``"429:SECONDS"`` (Retry-After), ``"500"``, ``"401"`` (a
+refused key),
 ``"timeout"`` (sleeps ``timeout_sleep`` before answering), ``"400-schema"`` (400 when the body has a
 ``response_format``), ``"ok"``) and/or at random with seeded
 ``fault_rates`` (e.g. ``{"429": 0.05, "500": 0.05, "timeout": 0.02}``). The request loop is bounded: after
@@ -190,6 +191,8 @@ class MockServer:
                 self.bodies.append(body)
         if fault.startswith("429"):
             return 429, {"error": "rate limited"}, {"Retry-After": fault[4:] or "0"}
+        if fault == "401":
+            return 401, {"error": "invalid API key"}, None
         if fault == "500" or (self.fail_if is not None and self.fail_if(body)):
             return 500, {"error": "boom"}, None
         with self.lock:

@@ -69,8 +69,9 @@ class EvalRequest:
         check_bounds(self)
 
 
-def run_request(request: EvalRequest) -> str:
-    """Run (or resume) the evaluation into ``request.out``; returns the one-line summary of the run."""
+def run_request(request: EvalRequest) -> tuple[str, bool]:
+    """Run (or resume) the evaluation into ``request.out``; returns the one-line summary of the run and whether
+    this session ran cases and every one of them failed."""
     from cxrground.evaluation.percept.runner import EvalSettings, run_eval, run_summary_line
 
     r = request
@@ -82,4 +83,5 @@ def run_request(request: EvalRequest) -> str:
     summary = run_eval(settings, r.out, concurrency=r.concurrency, cache=r.cache, base_url=r.base_url,
                        api_key_env=r.api_key_env, retry=RetryPolicy(max_attempts=r.max_attempts, timeout=r.timeout),
                        retry_failed=r.retry_failed, progress=r.progress, prices=r.prices)
-    return run_summary_line(summary, r.repeats, r.out)
+    all_failed = summary["n_run"] > 0 and summary["failed_this_run"] == summary["n_run"]
+    return run_summary_line(summary, r.repeats, r.out), all_failed

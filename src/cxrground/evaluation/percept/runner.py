@@ -17,7 +17,9 @@
   :func:`cxrground.llm.call_with_retries` under a :class:`~cxrground.llm.RetryPolicy` (``max_attempts``
   attempts in all, ``Retry-After`` capped at ``max_retry_after``, else backoff with jitter). A case that
   still fails is recorded with ``status: "failed"`` and the error; its unanswered questions are recorded
-  with label ``failed`` and count as wrong.
+  with label ``failed``, and scoring counts all its stages wrong. An endpoint that refuses a request with 401,
+  403 or 404 (the key, the URL or the model name; :class:`~cxrground.llm.EndpointRefused`) stops the run with a
+  :class:`~cxrground.errors.ConfigError`: every case would fail alike.
 - ``RUN/`` holds ``config.json`` (the settings that determine results and their SHA-256, the model's
   ``identity`` included: the checkpoint digest of an ``ils:`` model, the folder fingerprint of an ``hf:`` model;
   a RUN made with a different configuration, or with another model at the same path, is refused),
@@ -76,7 +78,7 @@ from cxrground.evaluation.percept.conversation import (
 from cxrground.evaluation.percept.parsing import is_correct, parse_answer
 from cxrground.evaluation.percept.prices import PRICES, Price, cost_usd, price_of, price_table
 from cxrground.io.files import atomic_write_text, flat_json, sha256_file, sha256_json
-from cxrground.llm import RetryPolicy, bounded_map, call_with_retries, run_sync
+from cxrground.llm import EndpointRefused, RetryPolicy, bounded_map, call_with_retries, run_sync
 from cxrground.percept.paths import check_outside_benchmark
 from cxrground.percept.schema import BENCHMARK_FILE, Benchmark, load_benchmark
 
@@ -323,20 +325,31 @@ def _config(settings: EvalSettings, client: Client, n_cases: int) -> dict[str, A
     return cfg
 
 
+def _listed(names: Sequence[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
 def check_case_files(bench: Benchmark, plans: Sequence[CasePlan], source: Path) -> None:
-    """Raise :class:`InputError` naming the missing files when an image of ``plans`` or a file listed in the
-    benchmark's ``MANIFEST.sha256`` is not there (an unfinished or interrupted ``percept build``)."""
+    """Raise :class:`InputError` naming the files when an image of ``plans`` or a file listed in the benchmark's
+    ``MANIFEST.sha256`` is not there (an unfinished or interrupted ``percept build``), or when the benchmark file or
+    an image ``plans`` send differs from its manifest hash (edited since the build: a resumed run would mix the
+    answers to two versions)."""
     from cxrground.percept.manifest import read_manifest
 
     root = bench.root
     if root is None:
         return
-    wanted = {rel for p in plans for q in p.questions for rel in q.images} | set(read_manifest(root))
-    missing = sorted(rel for rel in wanted if not (root / rel).is_file())
+    listed = read_manifest(root)
+    sent = {rel for p in plans for q in p.questions for rel in q.images}
+    missing = sorted(rel for rel in sent | set(listed) if not (root / rel).is_file())
     if missing:
-        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise InputError(f"incomplete benchmark: {len(missing)} file(s) it names are missing ({shown}); an "
-                         "unfinished or interrupted percept build? Finish it (rerun percept build) or check it with "
+        raise InputError(f"incomplete benchmark: {len(missing)} file(s) it names are missing ({_listed(missing)}); "
+                         "an unfinished or interrupted percept build? Finish it (rerun percept build) or check it "
+                         "with percept validate", source)
+    changed = sorted(rel for rel in sent | {BENCHMARK_FILE} if rel in listed and sha256_file(root / rel) != listed[rel])
+    if changed:
+        raise InputError(f"benchmark changed since it was built: {len(changed)} file(s) differ from "
+                         f"MANIFEST.sha256 ({_listed(changed)}); rebuild it with percept build, or check it with "
                          "percept validate", source)
 
 
@@ -429,6 +442,8 @@ class _Runner:
                              "latency_s": round(time.perf_counter() - t0, 4)})
         except ConfigError:
             raise
+        except EndpointRefused as exc:  # the key, URL or model name: every case would fail alike
+            raise ConfigError(f"the run stops: {exc.reason}") from None
         except (CXRGroundError, OSError, ValueError) as exc:
             error = f"{type(exc).__name__}: {getattr(exc, 'reason', None) or exc}"
             self.stats.failed_cases += 1

@@ -1,10 +1,11 @@
 """``percept score``: the scoring views of CHEXPERCEPT.md §15 and the chance baselines of §16.
 
 Input: ``RUN/cases.json`` (the selected cases, the denominators) and ``RUN/results.jsonl`` (last line per
-case and repeat wins). A selected case with no result line is *missing*; failed and missing cases are
-scored with their unanswered questions wrong and listed. A line that holds no valid record (not UTF-8, not
-JSON, fields of the wrong type) is listed in ``bad_lines`` by file and line number, and the case it names counts
-as failed (:func:`score_run`). Empty, unparseable, failed and missing answers
+case and repeat wins). A selected case with no result line is *missing*; a missing case, and a case that
+failed (it could not be run to its end), is scored with all its stages wrong and listed (§15), whatever it
+answered before it failed; the answers it gave still count in the parse rates. A line that holds no valid
+record (not UTF-8, not JSON, fields of the wrong type) is listed in ``bad_lines`` by file and line number, and the
+case it names counts as failed (:func:`score_run`). Empty, unparseable, failed and missing answers
 count as wrong and stay in every denominator; the other answers are scored as the reference scores the reference
 parser's numbers (:func:`~.parsing.is_correct`; an ``invalid-format`` answer by its first number or its set).
 
@@ -88,11 +89,12 @@ def _case_view(plan: dict[str, Any], rec: dict[str, Any] | None, lenient: bool =
     """Per-stage raw / End-to-End correctness, depth and per-question answers of one case."""
     answered = {q["qid"]: q for q in (rec or {}).get("questions", [])}
     key = "correct_lenient" if lenient else "correct"
+    run_through = rec is not None and rec.get("status", "ok") != "failed"  # a failed case scores every stage wrong
     questions = []
     for q in plan["questions"]:
         a = answered.get(q["qid"])
         label = a.get("label", "failed") if a is not None else "failed"
-        questions.append({**q, "correct": bool(a and a.get(key)), "label": label})
+        questions.append({**q, "correct": bool(run_through and a and a.get(key)), "label": label})
     stages = sorted({q["stage"] for q in questions})
     raw = {s: all(q["correct"] for q in questions if q["stage"] == s) for s in stages}
     e2e: dict[int, bool] = {}

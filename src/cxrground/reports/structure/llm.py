@@ -59,6 +59,7 @@ from cxrground.errors import ConfigError, CXRGroundError, Failure
 from cxrground.llm import (
     ChatClient,
     ClientError,
+    EndpointRefused,
     PermanentError,
     ResponseCache,
     RetryPolicy,
@@ -430,6 +431,8 @@ class LLMStructurer:
                 self.stats["json_schema_fallbacks"] += 1
                 params = {k: v for k, v in params.items() if k != "response_format"}
                 text, _ = await call_with_retries(attempt, self.retry, rng=self._random, on_retry=self._count_retry)
+        except EndpointRefused as exc:  # the key, URL or model name: every report would fail alike
+            raise ConfigError(f"the LLM structurer stops: {exc.reason}") from None
         except ClientError as exc:
             raise LLMError(exc.reason) from None
         if text is None:

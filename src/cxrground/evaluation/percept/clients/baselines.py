@@ -13,8 +13,8 @@ in the system prompt's format (``Answer: 1`` / ``Answer: 1,3``).
 - ``always-yes``: the ``Yes`` option where present, else option 1.
 - ``oracle``: the ground truth.
 
-They go through the response cache like model clients: identity ``{kind, seed}``, and the case id and
-question id (what they read of the side channel) as the key's context.
+They go through the response cache like model clients: identity ``{kind, seed}``, and what they read of the
+side channel as the key's context (case id, question id, option texts; the ground truth for ``oracle``).
 """
 
 from __future__ import annotations
@@ -59,8 +59,12 @@ class BaselineClient:
         return {"kind": self.kind, "seed": self.seed}
 
     def cache_context(self, question: Question, case_id: str) -> dict[str, Any]:
-        """The case id and question id (the answer depends on them, not only on the messages)."""
-        return {"case_id": case_id, "qid": question.qid}
+        """What the answer depends on besides the messages: the case id, question id and option texts, and for
+        ``oracle`` the ground truth (a benchmark whose answers changed is answered afresh)."""
+        context: dict[str, Any] = {"case_id": case_id, "qid": question.qid, "options": list(question.options)}
+        if self.kind == "oracle":
+            context["gt"] = list(question.gt)
+        return context
 
     def _answer(self, q: Question, case_id: str, seed: int) -> tuple[int, ...]:
         if self.kind == "oracle":
