@@ -536,3 +536,108 @@ def test_training_reads_released_frame_masks_as_native(tiny, tmp_path):
     download = PairTensors(load_pairs(tmp_path / "released", "train"), tiny / "cohort" / "files", cfg, None,
                            progress=False)
     assert np.array_equal(download.masks, released.masks)
+
+
+# --- refusals of the ILS-model commands (outside audit) ------------------------------------------------------------
+
+def test_a_checkpoint_folder_of_another_model_is_refused_not_overwritten(trained, tiny, tmp_path):
+    copy = tmp_path / "ckpt"
+    shutil.copytree(trained, copy)
+    before = sorted(p.name for p in copy.iterdir())
+    run = CliRunner().invoke(main, ["ils", "train", "--model", "lisa", "--dataset", str(tiny / "ils"), "--images",
+                                    str(tiny / "cohort" / "files"), "--out", str(copy), "--set", "tiny=true",
+                                    "--no-resume"])
+    assert run.exit_code != 0 and "holds a 'baseline' checkpoint" in run.output, run.output
+    source = tmp_path / "release"
+    source.mkdir()
+    run = CliRunner().invoke(main, ["ils", "convert-lisa", "--source", str(source), "--out", str(copy)])
+    assert run.exit_code != 0 and "holds a 'baseline' checkpoint" in run.output, run.output
+    assert sorted(p.name for p in copy.iterdir()) == before
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "checkpoint.json").write_text(json.dumps({"model": "lisa"}))
+    with pytest.raises(ConfigError, match="holds a 'lisa' checkpoint"):
+        from cxrground.models.base import train_model
+
+        train_model("baseline", tiny / "ils", tmp_path / "other", images=tiny / "cohort" / "files")
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("size", "0", "size must be >= 1"), ("lr", "-1", "lr must be a finite number > 0"),
+    ("lr", "nan", "lr must be a finite number"), ("weight_decay", "-1", "weight_decay must be a finite number >= 0"),
+])
+def test_baseline_settings_out_of_range_are_refused_by_name(key, value, message):
+    with pytest.raises(ConfigError, match=message):
+        BaselineConfig().with_overrides({key: value})
+
+
+def test_lisa_settings_out_of_range_or_misspelt_are_refused_by_name():
+    from cxrground.models.lisa.config import LisaConfig
+
+    for overrides, message in (({"tiny": "maybe"}, "bad value 'maybe' for tiny"),
+                               ({"tiny": "true", "gradient_checkpointing": "ture"}, "for gradient_checkpointing"),
+                               ({"tiny": "true", "betas": "0.9"}, "betas must be two numbers"),
+                               ({"tiny": "true", "lr": "-1"}, "lr must be a finite number > 0")):
+        with pytest.raises(ConfigError, match=message):
+            LisaConfig.from_overrides(overrides)
+    assert LisaConfig.from_overrides({"tiny": "yes", "gradient_checkpointing": "off"}).gradient_checkpointing is False
+
+
+def test_a_truncated_weights_file_is_named_not_a_traceback(trained, tiny, tmp_path):
+    copy = tmp_path / "ckpt"
+    shutil.copytree(trained, copy)
+    weights = copy / "weights.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(InputError, match="not a readable safetensors file") as raised:
+        load_model(copy)
+    assert "weights.safetensors" in str(raised.value)
+    run = CliRunner().invoke(main, ["ils", "predict", "--checkpoint", str(copy), "--dataset", str(tiny / "ils"),
+                                    "--images", str(tiny / "cohort" / "files"), "--out", str(tmp_path / "p.jsonl")])
+    assert run.exit_code == 1 and "not a readable safetensors file" in run.output and "Traceback" not in run.output
+
+
+def test_predict_under_a_wrong_image_root_fails_and_names_it(trained, tiny, tmp_path):
+    out = tmp_path / "pred.jsonl"
+    wrong = tmp_path / "elsewhere"
+    wrong.mkdir()
+    run = CliRunner().invoke(main, ["ils", "predict", "--checkpoint", str(trained), "--dataset", str(tiny / "ils"),
+                                    "--images", str(wrong), "--out", str(out), "--quiet"])
+    assert run.exit_code == 1 and "no image of split 'test' could be read" in run.output and str(wrong) in run.output
+    failures = [json.loads(line) for line in out.with_name(out.name + ".failures.jsonl").read_text().splitlines()]
+    assert failures and all(Path(f["path"]).is_absolute() for f in failures)
+
+
+def test_an_unknown_validation_split_is_refused(tiny, tmp_path):
+    run = CliRunner().invoke(main, ["ils", "train", "--dataset", str(tiny / "ils"), "--images",
+                                    str(tiny / "cohort" / "files"), "--out", str(tmp_path / "c"), "--val-split",
+                                    "validation", *itertools.chain.from_iterable(("--set", f"{k}={v}")
+                                                                                 for k, v in TINY.items())])
+    assert run.exit_code != 0 and "--val-split 'validation' is not a split" in run.output, run.output
+
+
+def test_evaluate_refuses_an_unknown_seg_mode_and_negative_bootstrap(tiny, tmp_path):
+    preds = tmp_path / "p.jsonl"
+    preds.write_text("")
+    for extra, flag in ((["--seg-mode", "bogus"], "--seg-mode"), (["--bootstrap", "-5"], "--bootstrap")):
+        run = CliRunner().invoke(main, ["ils", "evaluate", "--dataset", str(tiny / "ils"), "--predictions",
+                                        str(preds), *extra])
+        assert run.exit_code == 2 and flag in run.output, run.output
+
+
+def test_weights_are_written_with_the_usual_file_permissions(trained):
+    import os
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    for name in ("weights.safetensors", "weights_last.safetensors", "checkpoint.json"):
+        assert (trained / name).stat().st_mode & 0o777 == 0o666 & ~mask, name
+
+
+def test_train_takes_threads_as_an_option(tiny, tmp_path):
+    settings = list(itertools.chain.from_iterable(("--set", f"{k}={v}") for k, v in {**TINY, "epochs": 1}.items()))
+    base = ["ils", "train", "--dataset", str(tiny / "ils"), "--images", str(tiny / "cohort" / "files"), "--quiet",
+            *settings]
+    run = CliRunner().invoke(main, [*base, "--out", str(tmp_path / "c"), "--threads", "1"])
+    assert run.exit_code == 0, run.output
+    assert json.loads((tmp_path / "c" / "checkpoint.json").read_text())["config"]["threads"] == 1
+    clash = CliRunner().invoke(main, [*base, "--out", str(tmp_path / "d"), "--threads", "1", "--set", "threads=2"])
+    assert clash.exit_code != 0 and "disagree" in clash.output

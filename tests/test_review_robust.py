@@ -90,7 +90,7 @@ def test_in_flight_limit_answers_503_with_retry_after() -> None:
         await send({"type": "http.response.body", "body": b""})
 
     async def main_() -> None:
-        limited = _InFlightLimit(slow, limit=2)
+        limited = _InFlightLimit(slow, limit=2, wait=0)
 
         async def send(msg):
             sent.append(msg)
@@ -111,6 +111,43 @@ def test_in_flight_limit_answers_503_with_retry_after() -> None:
     statuses = [m["status"] for m in sent if m["type"] == "http.response.start"]
     assert statuses == [503, 200, 200]
     assert (b"retry-after", b"1") in sent[0]["headers"]
+
+
+def test_a_request_over_the_limit_waits_briefly_for_a_slot() -> None:
+    import asyncio
+
+    from cxrground.review.app import _InFlightLimit
+
+    gate = asyncio.Event()
+    sent: list[int] = []
+
+    async def slow(scope, receive, send):
+        await gate.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def main_() -> None:
+        limited = _InFlightLimit(slow, limit=1, wait=2.0)
+
+        async def send(msg):
+            if msg["type"] == "http.response.start":
+                sent.append(msg["status"])
+
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        scope = {"type": "http", "method": "GET", "path": "/", "headers": []}
+        first = asyncio.create_task(limited(scope, receive, send))
+        await asyncio.sleep(0)
+        second = asyncio.create_task(limited(scope, receive, send))  # waits for the first's slot
+        await asyncio.sleep(0.05)
+        assert limited.waiting == 1 and sent == []
+        gate.set()
+        await asyncio.gather(first, second)
+        assert limited.active == 0 and limited.waiting == 0
+
+    run_sync(main_())
+    assert sent == [200, 200]
 
 
 def test_token_checks_and_rle_decoding_run_off_the_event_loop(setup, tmp_path, monkeypatch) -> None:

@@ -20,9 +20,10 @@ import inspect
 import typing
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, overload
 
 from cxrground.errors import ConfigError
+from cxrground.fields import FALSE_WORDS, TRUE_WORDS
 
 __all__ = ["Backend", "Registry"]
 
@@ -125,8 +126,6 @@ class Registry(Generic[T]):
         return len(self._backends)
 
 
-_TRUE: Final[frozenset[str]] = frozenset({"1", "true", "yes", "on"})
-_FALSE: Final[frozenset[str]] = frozenset({"0", "false", "no", "off"})
 
 
 def _scalar_type(annotation: Any) -> type | None:
@@ -151,9 +150,9 @@ def _coerce_text_options(owner: str, factory: Callable[..., Any], options: dict[
         text = value.strip().lower()
         try:
             if kind is bool:
-                if text not in _TRUE | _FALSE:
+                if text not in TRUE_WORDS | FALSE_WORDS:
                     raise ValueError(value)
-                out[key] = text in _TRUE
+                out[key] = text in TRUE_WORDS
             else:
                 out[key] = kind(text)
         except ValueError:

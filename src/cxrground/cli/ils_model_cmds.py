@@ -48,10 +48,14 @@ __all__ = ["COMMANDS"]
 @click.option("--split", default="train", help="Split to train on.")
 @click.option("--val-split", default="val", help="Split for model selection ('' = none).")
 @click.option("--no-resume", is_flag=True, help="Start from scratch even if --out holds a checkpoint.")
+@click.option("--threads", type=click.IntRange(1), default=None,
+              help="torch threads of the training process (the same as --set threads=N; default: the model's "
+                   "configuration, 2 for the baseline). Part of the configuration: results are deterministic for a "
+                   "seed and thread count.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @clean_errors(ImportError)
 def train_cmd(model: str, dataset: Path, images: Path | None, out: Path, seed: int, settings: tuple[str, ...],
-              split: str, val_split: str, no_resume: bool, quiet: bool) -> None:
+              split: str, val_split: str, no_resume: bool, threads: int | None, quiet: bool) -> None:
     """Train an ILS model (resumable: rerun the same command to continue after a kill).
 
     LISA on several GPUs (data-parallel, one process per GPU): torchrun --nproc_per_node N -m cxrground ils train
@@ -60,7 +64,12 @@ def train_cmd(model: str, dataset: Path, images: Path | None, out: Path, seed: i
     """
     from cxrground.models.base import train_model
 
-    path = train_model(model, dataset, out, images=images, seed=seed, overrides=kv(settings) or None,
+    overrides = kv(settings)
+    if threads is not None:
+        if overrides.get("threads", str(threads)) != str(threads):
+            raise OptionValueError(f"--threads {threads} and --set threads={overrides['threads']} disagree")
+        overrides["threads"] = str(threads)
+    path = train_model(model, dataset, out, images=images, seed=seed, overrides=overrides or None,
                        resume=not no_resume, split=split, val_split=val_split or None, progress=not quiet)
     click.echo(f"checkpoint: {path}")
 

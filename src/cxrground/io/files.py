@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from cxrground.errors import ConfigError
 
@@ -63,12 +63,33 @@ def atomic_path(path: str | Path, *, fsync: bool = False) -> Iterator[Path]:
         yield tmp
         if fsync:
             _fsync(tmp)
+        _usual_mode(tmp, path)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     if fsync:
         _fsync_dir(path.parent)
+
+
+def _process_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+#: The process's umask, read once (reading it means setting it, which is not safe once threads run).
+_UMASK: Final[int] = _process_umask()
+
+
+def _usual_mode(tmp: Path, path: Path) -> None:
+    """Give ``tmp`` the permissions ``path`` has, or those of a file created plainly (0666 less the umask): some
+    writers (safetensors) create their file readable by its owner only."""
+    try:
+        mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_UMASK
+        os.chmod(tmp, mode)
+    except OSError:  # a file system without permissions: nothing to repair
+        pass
 
 
 def atomic_write_bytes(path: str | Path, data: bytes, *, fsync: bool = False) -> Path:

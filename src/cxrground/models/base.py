@@ -21,7 +21,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import numpy as np
 
-from cxrground.errors import InputError
+from cxrground.errors import ConfigError, InputError
 from cxrground.io.image import CXRImage
 from cxrground.registry import Registry
 
@@ -30,6 +30,7 @@ __all__ = [
     "MODELS",
     "IlsModel",
     "IlsOutput",
+    "check_checkpoint_folder",
     "checkpoint_fingerprint",
     "checkpoint_info",
     "load_model",
@@ -117,8 +118,41 @@ def train_model(name: str, dataset: str | Path, out: str | Path, **kwargs: Any) 
     """
     from cxrground.io.files import remove_stale_temps
 
+    check_checkpoint_folder(out, name)
+    _check_val_split(Path(dataset), kwargs.get("val_split"))
     remove_stale_temps(out)
     return Path(model_module(name).train(Path(dataset), Path(out), **kwargs))
+
+
+def _check_val_split(dataset: Path, val_split: str | None) -> None:
+    """Refuse a validation split other than the default ``val`` that the dataset does not have (a typo would turn
+    model selection off without a word); a dataset without ``val`` trains without selection, as documented."""
+    if val_split in (None, "", "val"):
+        return
+    from cxrground.ils.layout import DATASET_FILE
+
+    path = dataset / DATASET_FILE if dataset.is_dir() else dataset
+    try:
+        splits = list(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return  # the backend reports an unreadable dataset, naming the file
+    if val_split not in splits:
+        raise ConfigError(f"--val-split {val_split!r} is not a split of {path} (its splits: {', '.join(splits)})")
+
+
+def check_checkpoint_folder(out: str | Path, name: str) -> None:
+    """Refuse (:class:`ConfigError`) to write a checkpoint of backend ``name`` into a folder that holds another
+    backend's checkpoint (or an unreadable ``checkpoint.json``): the two would mix, and the other is lost."""
+    record = Path(out) / CHECKPOINT_FILE
+    if not record.is_file():
+        return
+    try:
+        held = json.loads(record.read_text(encoding="utf-8")).get("model")
+    except (OSError, ValueError, AttributeError):
+        raise ConfigError(f"{out} holds a {CHECKPOINT_FILE} that cannot be read; use another --out") from None
+    if held != name:
+        raise ConfigError(f"{out} holds a {held!r} checkpoint; a {name!r} checkpoint goes into another --out (or "
+                          "delete that folder first)")
 
 
 #: Suffixes of a checkpoint's weight files (fingerprinted by name and size beside ``checkpoint.json``'s bytes).

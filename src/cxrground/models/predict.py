@@ -162,7 +162,7 @@ def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: st
                 left = [p for p in items if p["pair_id"] not in writer.done]
                 counts["failed"] += len(left)
                 bar.update(len(left))
-                record = {**Failure.from_exception(images / rel, "predict", exc).to_dict(),
+                record = {**Failure.from_exception((images / rel).absolute(), "predict", exc).to_dict(),
                           "pair_ids": [p["pair_id"] for p in left]}
                 with failures_path.open("a", encoding="utf-8") as fh:
                     fh.write(json.dumps(record) + "\n")
@@ -205,8 +205,13 @@ def predict_request(request: PredictRequest, progress: bool = True) -> str:
     model = load_model(r.checkpoint, device=r.device, **_loading_options(r))
     counts = predict_split(model, r.dataset, r.images, r.split, r.out, limit=r.limit, batch_size=r.batch_size,
                            progress=progress, mode=r.mode, max_pixels=r.max_pixels)
-    return (f"{r.out}: {counts['written']} written, {counts['skipped']} already there, {counts['failed']} failed "
+    line = (f"{r.out}: {counts['written']} written, {counts['skipped']} already there, {counts['failed']} failed "
             f"(of {counts['pairs']} pairs; mode {r.mode})")
+    if counts["failed"] and not counts["written"] and not counts["skipped"]:
+        root = r.images if r.images is not None else r.dataset
+        raise InputError(f"{line}: no image of split {r.split!r} could be read under this image root (a wrong "
+                         f"--images?); the reasons are in {r.out.with_name(r.out.name + '.failures.jsonl')}", root)
+    return line
 
 
 #: Backends that take the loading options ``quantize`` and ``device_map``.

@@ -60,7 +60,7 @@ def image_failure(path: Path) -> Failure | None:
     try:
         read_image(path)
     except InputError as exc:
-        return Failure.from_exception(path, STAGE, exc)
+        return Failure.from_exception(Path(path).absolute(), STAGE, exc)
     return None
 
 

@@ -102,6 +102,8 @@ _MAX_JSON_DEPTH: Final[int] = 64
 #: A wrong token is answered after this delay (an async sleep: no thread, no CPU), which slows a flood of
 #: guesses to a few requests per second per connection; at most :data:`_TARPIT_SLOTS` wait at once.
 _TARPIT_SECONDS: Final[float] = 0.25
+#: Seconds a request over the in-flight limit waits for a working slot before it is answered 503.
+SLOT_WAIT_S: Final[float] = 1.0
 _TARPIT_SLOTS: Final[int] = 32
 
 
@@ -226,18 +228,37 @@ def _json_body(raw: bytes) -> Any:
 
 
 class _InFlightLimit:
-    """ASGI middleware: at most ``limit`` HTTP requests in progress; one more is answered 503 at once. Idle
-    connections hold no slot, nor does a request while it waits for its client to send the body, nor one whose
-    wrong credential is answered late (:meth:`release`; the request's slot is in ``scope["cxr.inflight"]``)."""
+    """ASGI middleware: at most ``limit`` HTTP requests in progress. One more waits up to ``wait`` seconds for a
+    slot (at most ``4 × limit`` wait at once), else is answered 503: a burst of short requests (a flood of wrong
+    tokens on a loaded machine) delays a reviewer's request instead of refusing it. Idle connections hold no slot,
+    nor does a request while it waits for its client to send the body, nor one whose wrong credential is answered
+    late (:meth:`release`; the request's slot is in ``scope["cxr.inflight"]``)."""
 
-    def __init__(self, app: Any, limit: int = MAX_IN_FLIGHT) -> None:
-        self.app, self.limit, self.active = app, limit, 0
+    def __init__(self, app: Any, limit: int = MAX_IN_FLIGHT, wait: float = SLOT_WAIT_S) -> None:
+        self.app, self.limit, self.active, self.wait, self.waiting = app, limit, 0, wait, 0
+
+    async def _slot_free(self) -> bool:
+        """Whether a slot is free now or within ``wait`` seconds (polled: the waiters are few and bounded)."""
+        if self.active < self.limit:
+            return True
+        if self.waiting >= 4 * self.limit or self.wait <= 0:
+            return False
+        self.waiting += 1
+        try:
+            deadline = time.monotonic() + self.wait
+            while self.active >= self.limit:
+                if time.monotonic() >= deadline:
+                    return False
+                await asyncio.sleep(0.005)
+            return True
+        finally:
+            self.waiting -= 1
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self.active >= self.limit:
+        if not await self._slot_free():
             busy = JSONResponse({"error": {"type": "busy", "message": "server busy, retry in a second"}},
                                 status_code=503, headers={"Retry-After": "1", "Cache-Control": "no-store"})
             await busy(scope, receive, send)

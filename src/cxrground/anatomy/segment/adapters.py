@@ -32,6 +32,7 @@ from PIL import Image, ImageDraw
 
 from cxrground.anatomy.segment.base import LungHeartMasks
 from cxrground.errors import ConfigError, InputError
+from cxrground.fields import strict_bool
 from cxrground.io.image import CXRImage
 from cxrground.io.masks import as_mask
 from cxrground.io.transform import Letterbox
@@ -66,14 +67,7 @@ DTYPES: Final[tuple[str, ...]] = ("float32", "bfloat16", "float16")
 
 def _flag(value: bool | str) -> bool:
     """A boolean option given as a bool or a command-line string (true/false, 1/0, yes/no)."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"expected true or false, got {value!r}")
+    return strict_bool("", value)
 
 
 def _device_dtype(backend: str, device: str | None, dtype: str) -> tuple[str | None, str]:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from cxrground.errors import ConfigError
-from cxrground.io.files import model_paths, read_model_sidecar, sha256_file
+from cxrground.io.files import atomic_path, model_paths, read_model_sidecar, sha256_file
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -143,8 +143,9 @@ def save_pose_net(model: torch.nn.Module, config: PoseNetConfig, path: str | Pat
 
     weights_path, json_path = model_paths(path)
     weights_path.parent.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(weights_path),
-              metadata={"format": FORMAT})
+    with atomic_path(weights_path) as tmp:
+        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp),
+                  metadata={"format": FORMAT})
     meta = {"format": FORMAT, "name": weights_path.stem, "architecture": config.to_dict(),
             "input": {"size": config.input_size, "channels": "grey", "letterbox": "fit-center", "pad_value": 0,
                       "normalisation": "zscore-valid"},

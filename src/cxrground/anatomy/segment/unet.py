@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from cxrground.errors import ConfigError
-from cxrground.io.files import model_paths, read_model_sidecar, sha256_file
+from cxrground.errors import ConfigError, InputError
+from cxrground.io.files import atomic_path, model_paths, read_model_sidecar, sha256_file
 from cxrground.io.transform import Letterbox
+from cxrground.io.weights import load_safetensors
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -188,7 +189,8 @@ def save_model(
     for k, v in model.state_dict().items():
         t = v.detach().cpu()
         tensors[k] = (t.to(dtype) if t.is_floating_point() else t).contiguous()
-    save_file(tensors, str(weights_path), metadata={"format": FORMAT})
+    with atomic_path(weights_path) as tmp:
+        save_file(tensors, str(tmp), metadata={"format": FORMAT})
     meta = {
         "format": FORMAT,
         "name": weights_path.stem,
@@ -239,12 +241,11 @@ def load_weights_into(model: torch.nn.Module, weights_path: Path) -> torch.nn.Mo
     """``model`` in eval mode with the float32 weights of the safetensors file ``weights_path``; a file that cannot be
     decoded, or weights of another architecture, is a :class:`ConfigError` naming the file."""
     import torch
-    from safetensors.torch import load_file
 
     try:
-        stored = load_file(str(weights_path))
-    except Exception as exc:  # safetensors raises its own error type for a file it cannot decode
-        raise ConfigError(f"{weights_path}: not a readable safetensors file ({exc})") from exc
+        stored = load_safetensors(weights_path)
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         model.load_state_dict({k: (v.to(torch.float32) if v.is_floating_point() else v) for k, v in stored.items()})
     except RuntimeError as exc:

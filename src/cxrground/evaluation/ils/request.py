@@ -13,7 +13,8 @@ from pathlib import Path
 
 from cxrground.evaluation.ils.dataset import evaluate_dataset
 from cxrground.evaluation.ils.report import format_report
-from cxrground.fields import option
+from cxrground.fields import check_bounds, option
+from cxrground.ils.predictions import SEG_MODES
 
 __all__ = ["EvaluateRequest", "evaluate_request"]
 
@@ -31,11 +32,16 @@ class EvaluateRequest:
     out: Path | None = option(None, path="out_file", help="Write the full result as JSON here.")
     images: Path | None = option(None, path="dir", help="Image root (MIMIC-CXR-JPG files/) to read native sizes; GT "
                                  "masks of another size (e.g. released 512x512) are resized nearest-neighbour to it.")
-    n_boot: int = option(1000, flag="--bootstrap", help="Bootstrap resamples for the 95 % CIs (0 = none).")
+    n_boot: int = option(1000, flag="--bootstrap", low=0, help="Bootstrap resamples for the 95 % CIs (0 = none).")
     seed: int = option(0)
     limit: int | None = option(None, help="Score only the first N pairs (default: the full split).")
-    seg_mode: str = option("unspecified", help="How the masks were produced, stated in the report (teacher-forced | "
-                           "free); default: the mode the predictions file records (ils predict --mode).")
+    seg_mode: str = option("unspecified", choices=("unspecified", *SEG_MODES),
+                           help="How the masks were produced, stated in the report (teacher-forced | free); default: "
+                                "the mode the predictions file records (ils predict --mode).")
+
+    def __post_init__(self) -> None:
+        """Refuse values outside their range (:class:`OptionValueError`, a usage error on the command line)."""
+        check_bounds(self)
 
 
 def evaluate_request(request: EvaluateRequest, log: Callable[[str], None]) -> str:

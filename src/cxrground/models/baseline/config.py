@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from cxrground.errors import ConfigError
+from cxrground.fields import strict_bool
 
 __all__ = ["ANATOMY_CHOICES", "GLOBAL_LOCATION_CHOICES", "BaselineConfig"]
 
@@ -67,9 +69,15 @@ class BaselineConfig:
         if self.global_location not in GLOBAL_LOCATION_CHOICES:
             raise ConfigError(f"global_location must be one of {GLOBAL_LOCATION_CHOICES}, "
                               f"got {self.global_location!r}")
-        for name in ("epochs", "batch_size", "threads"):
+        for name in ("size", "epochs", "batch_size", "threads", "cond_hidden", "head_hidden"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        for name in ("lr", "weight_decay", "grad_clip", "warmup_steps", "w_bce", "w_dice", "w_presence", "w_lesion",
+                     "w_certainty", "w_location"):
+            value = float(getattr(self, name))
+            if not math.isfinite(value) or value < 0 or (name == "lr" and value == 0):
+                raise ConfigError(f"{name} must be a finite number {'> 0' if name == 'lr' else '>= 0'}, got "
+                                  f"{getattr(self, name)!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -100,7 +108,7 @@ def _parse(key: str, value: Any, default: Any) -> Any:
         if isinstance(default, tuple):
             return tuple(int(v) for v in value.replace("(", "").replace(")", "").split(",") if v.strip())
         if isinstance(default, bool):
-            return value.lower() in ("1", "true", "yes")
+            return strict_bool(key, value)
         if isinstance(default, int):
             return int(value)
         if isinstance(default, float):

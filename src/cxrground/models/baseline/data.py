@@ -168,7 +168,7 @@ class PairTensors(torch.utils.data.Dataset):
             try:
                 studies[study] = prepare_image(read_image(images_root / rel).pixels, config, segmenter)
             except InputError as exc:
-                self.failures.append(Failure.from_exception(images_root / rel, STAGE, exc))
+                self.failures.append(Failure.from_exception((images_root / rel).absolute(), STAGE, exc))
                 if log is not None:
                     log(f"skipping study {study}: {exc}")
         self.pairs = [p for p in pairs if p.study in studies]

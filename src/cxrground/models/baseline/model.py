@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 
 from cxrground.errors import ConfigError, InputError
 from cxrground.io.image import CXRImage
+from cxrground.io.weights import load_safetensors
 from cxrground.models.base import CHECKPOINT_FILE, IlsOutput
 from cxrground.models.baseline.conditioning import CERTAINTIES, LI_LESIONS, encode, parse, render_answer
 from cxrground.models.baseline.config import BaselineConfig
@@ -181,4 +181,4 @@ def load_model(checkpoint_dir: Path, device: str = "cpu", weights: str = "best",
     if not path.is_file():
         raise InputError("checkpoint has no weights file (training not finished one epoch?)", path)
     config = BaselineConfig.from_dict(info["config"]).with_overrides(overrides)
-    return BaselineModel(config, load_file(str(path)), device=device, info=info)
+    return BaselineModel(config, load_safetensors(path), device=device, info=info)

@@ -49,13 +49,14 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from cxrground import __version__
 from cxrground.errors import ConfigError, InputError
 from cxrground.ils.schema import read_dataset
 from cxrground.io.files import atomic_path, sha256_file
+from cxrground.io.weights import load_safetensors
 from cxrground.models.base import CHECKPOINT_FILE
 from cxrground.models.baseline.config import BaselineConfig
 from cxrground.models.baseline.data import (
@@ -190,7 +191,7 @@ def _load_resume_state(out: Path) -> tuple[dict[str, Any], dict[str, torch.Tenso
     meta_path = out / CHECKPOINT_FILE
     if not meta_path.is_file():
         return None
-    return json.loads(meta_path.read_text(encoding="utf-8")), load_file(str(out / LAST_WEIGHTS)), state
+    return json.loads(meta_path.read_text(encoding="utf-8")), load_safetensors(out / LAST_WEIGHTS), state
 
 
 #: Configuration fields that only affect inference (a resumed run may change them).
@@ -211,8 +212,12 @@ def _check_resume(info: dict[str, Any], expect: dict[str, Any], path: Path) -> N
             have = {k: v for k, v in BaselineConfig.from_dict(have).to_dict().items() if k not in INFERENCE_ONLY}
             want = {k: v for k, v in want.items() if k not in INFERENCE_ONLY}
         if have != want:
+            if key == "config" and isinstance(have, dict):  # name the settings that differ, not two whole records
+                keys = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
+                have = {k: have.get(k) for k in keys}
+                want = {k: want.get(k) for k in keys}
             raise ConfigError(f"cannot resume {path}: the {what} differs from the checkpoint's "
-                              f"({have!r} vs {want!r}); use another --out or --no-resume")
+                              f"({have!r} then, {want!r} now); use another --out or --no-resume")
 
 
 def _splits(split: str, train_pairs: list, train_data: PairTensors, val_split: str | None, val_pairs: list,

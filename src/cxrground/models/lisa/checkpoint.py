@@ -61,7 +61,7 @@ def save_checkpoint(out: Path, model: torch.nn.Module, tokenizer: Any, info: dic
 def load_checkpoint(folder: Path, device: str = "cpu", dtype: torch.dtype | None = None
                     ) -> tuple[LisaForSegmentation, Any, dict[str, Any]]:
     """Model (eval mode, on ``device``), tokenizer and ``checkpoint.json`` of a LISA checkpoint folder."""
-    from safetensors.torch import load_file
+    from cxrground.io.weights import load_safetensors
 
     folder = Path(folder)
     info = checkpoint_info(folder)
@@ -72,7 +72,7 @@ def load_checkpoint(folder: Path, device: str = "cpu", dtype: torch.dtype | None
         raise InputError(f"checkpoint has no {WEIGHTS_FILE}", folder)
     tokenizer = load_tokenizer(folder)
     model = LisaForSegmentation(info["arch"], seg_token_id(tokenizer), int(info.get("select_layer", -2)))
-    state = load_file(str(weights))
+    state = load_safetensors(weights)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise InputError(f"weights do not match the architecture: missing {missing[:5]}, unexpected "

@@ -19,11 +19,13 @@ folder, used when the base does not store the tower), ``tokenizer`` (defaults to
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from cxrground.errors import ConfigError
+from cxrground.fields import strict_bool
 
 __all__ = ["CLIP_MODES", "DISTRIBUTED_MODES", "TINY_DEFAULTS", "LisaConfig"]
 
@@ -106,6 +108,15 @@ class LisaConfig:
             raise ConfigError(f"distributed must be one of {DISTRIBUTED_MODES}, got {self.distributed!r}")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ConfigError(f"dtype must be auto/float32/bfloat16/float16, got {self.dtype!r}")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ConfigError(f"betas must be two numbers in [0, 1), e.g. 0.9,0.95, got {self.betas}")
+        for name in ("lr", "weight_decay", "grad_clip", "lora_dropout", "w_txt", "w_bce", "w_dice"):
+            value = float(getattr(self, name))
+            if not math.isfinite(value) or value < 0 or (name == "lr" and value == 0):
+                raise ConfigError(f"{name} must be a finite number {'> 0' if name == 'lr' else '>= 0'}, got "
+                                  f"{getattr(self, name)!r}")
+        if int(self.warmup_steps) < 0:
+            raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps!r}")
         if not self.tiny and self.base_model is None:
             raise ConfigError("set base_model=<local LISA/ROSALIA folder or converted checkpoint>, or tiny=true")
 
@@ -131,7 +142,7 @@ class LisaConfig:
         if unknown:
             raise ConfigError(f"unknown lisa setting(s) {unknown}; known: {sorted(known)}")
         try:
-            values = {k: _coerce(known[k].type, v) for k, v in (overrides or {}).items()}
+            values = {k: _coerce(known[k].type, v, k) for k, v in (overrides or {}).items()}
             if values.get("tiny"):
                 values = {**TINY_DEFAULTS, **values}
             return cls(**values)
@@ -145,11 +156,9 @@ class LisaConfig:
         return data
 
 
-def _truthy(value: Any) -> bool:
-    return value in (True, 1) or (isinstance(value, str) and value.lower() in ("1", "true", "yes"))
 
 
-def _coerce(annotation: Any, value: Any) -> Any:
+def _coerce(annotation: Any, value: Any, key: str = "") -> Any:
     """Turn CLI strings (``--set key=value``) into the field's type."""
     if not isinstance(value, str):
         return value
@@ -157,7 +166,7 @@ def _coerce(annotation: Any, value: Any) -> Any:
     if value.lower() in ("none", "null") and "None" in text:
         return None
     if text.startswith("bool"):
-        return _truthy(value)
+        return strict_bool(key, value)
     if text.startswith("int"):
         return int(value)
     if text.startswith("float"):

@@ -139,9 +139,11 @@ def map_key(key: str) -> str:
 
 def read_state_dict(folder_or_file: Path) -> dict[str, torch.Tensor]:
     """All tensors of a checkpoint: sharded/unsharded ``.bin`` or ``.safetensors``, or one ``.pth``/``.bin`` file."""
-    from safetensors.torch import load_file
+    from cxrground.io.weights import load_safetensors
 
     path = Path(folder_or_file)
+    if not path.exists():
+        raise InputError("does not exist", path)
     if path.is_file():
         files = [path]
     else:
@@ -159,7 +161,13 @@ def read_state_dict(folder_or_file: Path) -> dict[str, torch.Tensor]:
     for f in files:
         if not f.is_file():
             raise InputError("weight shard listed in the index is missing", f)
-        part = load_file(str(f)) if f.suffix == ".safetensors" else torch.load(f, map_location="cpu", weights_only=True)
+        if f.suffix == ".safetensors":
+            part = load_safetensors(f)
+        else:
+            try:
+                part = torch.load(f, map_location="cpu", weights_only=True)
+            except Exception as exc:  # a truncated or foreign pickle: torch raises several error types
+                raise InputError(f"not a readable PyTorch weights file ({exc})", f) from None
         if isinstance(part, Mapping) and "model" in part and isinstance(part["model"], Mapping):
             part = part["model"]
         state.update(part)
@@ -327,7 +335,13 @@ def load_released_model(source: Path, *, sam: Path | None = None, clip: Path | N
     missing = sorted(set(expected) - set(state))
     fatal = [k for k in missing if not k.startswith(allowed)] if allowed else missing
     if fatal:
-        raise InputError(f"{len(fatal)} model parameters have no source tensor: {fatal[:8]}", source)
+        parts = sorted({k.split(".")[0] for k in fatal})
+        hint = ("; the CLIP vision tower is not in the release: give a local CLIP ViT-L/14 folder with --clip"
+                if any(k.startswith("vision_tower") for k in fatal) else "")
+        hint += ("; the SAM weights are missing: give sam_vit_h_4b8939.pth with --sam"
+                 if any(k.startswith(("sam", "visual_model")) for k in fatal) else "")
+        raise InputError(f"{len(fatal)} model parameters have no source tensor (in {', '.join(parts)}): "
+                         f"{fatal[:8]}{hint}", source)
     shapes = [k for k in state if tuple(state[k].shape) != tuple(expected[k].shape)]
     if shapes:
         raise InputError(f"shape mismatch for {shapes[:5]}: source {[tuple(state[k].shape) for k in shapes[:5]]} vs "

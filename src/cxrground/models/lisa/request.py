@@ -37,8 +37,10 @@ class ConvertRequest:
 
 def convert_request(request: ConvertRequest) -> Path:
     """Map every weight of the released checkpoint onto the cxrground LISA model and save it; returns its folder."""
+    from cxrground.models.base import check_checkpoint_folder
     from cxrground.models.lisa.convert import convert_released
 
     r = request
+    check_checkpoint_folder(r.out, "lisa")
     return convert_released(r.source, r.out, sam=r.sam, clip=r.clip, tokenizer=r.tokenizer,
                             allow_missing=r.allow_missing, dtype=r.dtype)

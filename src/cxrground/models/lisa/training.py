@@ -381,7 +381,7 @@ def _check_resume_kind(out: Path, zero: bool, resume: bool, is_main: bool) -> No
         return
     if resume:
         raise ConfigError(f"{other} is the resume state of a run {'without' if zero else 'with'} DeepSpeed; resume it "
-                          f"with distributed={'auto/ddp' if zero else 'deepspeed'}, or use a new --out or resume=False")
+                          f"with distributed={'auto/ddp' if zero else 'deepspeed'}, or use a new --out or --no-resume")
     if is_main and other.is_dir():
         shutil.rmtree(other)
     elif is_main:
@@ -443,7 +443,7 @@ def _train(ctx: DistContext, config: LisaConfig, json_path: Path, dataset: Path,
         if not same_identity(state["identity"], identity):
             raise ConfigError(f"{state_path} was written for another dataset/seed/configuration or another set of "
                               f"pairs with a readable image (see {out / FAILURES_FILE}); use a new --out or "
-                              "resume=False")
+                              "--no-resume")
     if ctx.is_main:
         write_failures(out, splits)
         if log is not None and (line := failure_summary(data, out)):

@@ -149,7 +149,7 @@ class ZeroEngine:
         meta_path = folder / tag / STATE_FILE
         if not same_identity(meta.get("identity"), identity):
             raise ConfigError(f"{meta_path} was written for another dataset/seed/configuration; "
-                              "use a new --out or resume=False")
+                              "use a new --out or --no-resume")
         if meta.get("world_size") != self.ctx.world_size:
             raise ConfigError(f"{meta_path}: the ZeRO-2 state is sharded over {meta.get('world_size')} processes; "
                               f"resume with that many (this run has {self.ctx.world_size}), or use a new --out")
