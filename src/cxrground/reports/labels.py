@@ -11,11 +11,20 @@ The rules (:func:`mention_assertion`, :func:`roll_up`, :func:`label_report`):
 
 1. A *mention* is a finding whose lesion is one of the seven, or whose phrase is opacity-class
    (:func:`is_opacity_phrase`); other findings (nodule, pneumothorax, ...) are ignored. Its sides are the
-   ``right`` / ``left`` of its reported location (``bilateral`` labels are none: ILS labels name each lung).
+   ``right`` / ``left`` of its reported location (``bilateral`` labels are none: ILS labels name each lung). A
+   finding without a location phrase lies in both lungs by the default of ILS §7.2 and so names both sides
+   ("Small pleural effusion." is ``right+left``, as "Bilateral pleural effusions." is): rules version 49's change 6
+   (only the sides the report states) was reverted by its check, because the Open-i MeSH coders code an unplaced
+   plural ("minimal posterior pleural effusions") as bilateral and the side agreement fell
+   (``bench/records/rules_v49_preregistration.md``).
 2. A mention states its own assertion about its lesion. About :data:`OPACITY_OBSERVED` it states its own assertion
    when it is an ``opacity`` finding or an opacity-class phrase with no lesion, and ``present`` when it is an
    opacity-class phrase attributed to another lesion and not negated: a hedged *cause* ("opacity, likely
-   atelectasis", "opacity, possibly pneumonia") does not hedge the opacity that is seen.
+   atelectasis", "opacity, possibly pneumonia") does not hedge the opacity that is seen. In the same way a
+   consolidation phrase attributed to another lesion and not negated ("Consolidation of the left lower lobe,
+   consistent with pneumonia.") is a second mention, of ``consolidation`` present (version 49,
+   :func:`label_mentions`): the consolidation the report states is labelled; the finding itself, and so ILS, keeps
+   its lesion (ILS §7: the predicted type).
 3. Per label field, present beats uncertain beats absent: the status is the strongest assertion stated; no
    mention = None. The label's sentence numbers are those of the mentions with that status only, and so are its
    sides ("right effusion; possible small left effusion" is present on the right, sentence 1). An absent label
@@ -44,7 +53,14 @@ from typing import Any, Final, Literal, Protocol, TypeVar, get_args
 
 from cxrground.errors import Failure
 from cxrground.fields import option
-from cxrground.reports.findings import Assertion, Finding, StructuredReport, finding_lines, write_failure_lines
+from cxrground.reports.findings import (
+    Assertion,
+    Finding,
+    StructuredReport,
+    finding_lines,
+    rejection_notes,
+    write_failure_lines,
+)
 from cxrground.reports.model import MERGED_SECTION, SECTION_POLICIES
 from cxrground.reports.request import StructureOutput, StructureRequest, structure_paths
 from cxrground.reports.structure.lexicon import ENTITY_KINDS, ENTITY_RE, HEART_NORMAL_RE
@@ -67,6 +83,7 @@ __all__ = [
     "Observation",
     "ReportLabels",
     "finding_sides",
+    "is_consolidation_phrase",
     "is_opacity_phrase",
     "label_files",
     "label_lines",
@@ -99,12 +116,20 @@ LABEL_FORMATS: Final[tuple[str, ...]] = get_args(LabelFormat)
 LABEL_COLUMNS: Final[tuple[str, ...]] = ("report_id", "section", *LABEL_FIELDS,
                                          *(f"{name}_sides" for name in LABEL_FIELDS))
 _SIDES: Final[tuple[str, ...]] = ("right", "left")
+#: The label field of an attributed consolidation phrase (rule 2 of the module docstring).
+_CONSOLIDATION: Final[str] = "consolidation"
 
 
 def is_opacity_phrase(entity: str) -> bool:
     """Whether the finding phrase ``entity`` is, as a whole, one of the lexicon's opacity-class phrases."""
     m = ENTITY_RE.fullmatch(entity.lower())
     return m is not None and m.lastgroup is not None and ENTITY_KINDS[m.lastgroup].lesion == "opacity"
+
+
+def is_consolidation_phrase(entity: str) -> bool:
+    """Whether the finding phrase ``entity`` is, as a whole, one of the lexicon's consolidation phrases (version 49)."""
+    m = ENTITY_RE.fullmatch(entity.lower())
+    return m is not None and m.lastgroup is not None and ENTITY_KINDS[m.lastgroup].lesion == _CONSOLIDATION
 
 
 def finding_sides(reported_location: Iterable[str]) -> frozenset[str]:
@@ -275,8 +300,17 @@ class ReportLabels:
 
 
 def label_mentions(structured: StructuredReport) -> tuple[LabelMention, ...]:
-    """The mentions of a structured report (rule 1 of the module docstring), in finding order."""
-    return tuple(m for f in structured.findings if (m := LabelMention.from_finding(f)) is not None)
+    """The mentions of a structured report (rule 1 of the module docstring), in finding order; a consolidation phrase
+    attributed to another lesion and not negated adds a present ``consolidation`` mention after its own (rule 2)."""
+    out: list[LabelMention] = []
+    for f in structured.findings:
+        m = LabelMention.from_finding(f)
+        if m is not None:
+            out.append(m)
+        if (f.lesion is not None and f.lesion != _CONSOLIDATION and f.assertion != "absent"
+                and is_consolidation_phrase(f.entity)):
+            out.append(LabelMention(_CONSOLIDATION, False, "present", finding_sides(f.reported_location), f.sent_idx))
+    return tuple(out)
 
 
 def label_report(structured: StructuredReport, uncertain: str = "uncertain") -> ReportLabels:
@@ -377,7 +411,5 @@ def label_files(paths: Sequence[Path], request: LabelRequest) -> StructureOutput
     else:
         lines = label_lines(labels, "csv")
         notes.extend(finding_lines((), failures))
-    rejections = getattr(structurer, "rejections", None)
-    if rejections:
-        notes.append(f"{len(rejections)} out-of-vocabulary values rejected by the LLM structurer")
+    notes.extend(rejection_notes(structurer, request.out))
     return StructureOutput(lines, notes, bool(failures) and not labels)

@@ -32,10 +32,14 @@ cardiomegaly           cardiomegaly; enlarged heart / cardiac silhouette / cardi
                        *Decision*: "borderline cardiomegaly" / "borderline enlarged" / "heart size is
                        borderline" = uncertain (``borderline`` is a hedge), and so is a range from normal ("normal
                        to mildly enlarged", version 17; "upper normal / at the upper limits of normal to mildly
-                       enlarged", version 40); "top normal", "at the upper limits of
+                       enlarged", version 40; "top-normal / upper normal in size to mildly enlarged", version
+                       49); "top normal", "at the upper limits of
                        normal", "normal heart size" are no finding at all (not negations: ILS §7.1 allows only
                        explicit negation; report labels read a normal heart size as a negated cardiomegaly,
-                       :data:`HEART_NORMAL_RE`). A heart called "prominent" is no cardiomegaly but the non-target
+                       :data:`HEART_NORMAL_RE`; version 49: also "the heart and mediastinum are normal", "heart
+                       size and pulmonary vascularity appear within normal limits", "normal size and configuration
+                       of the cardiac silhouette"; such a statement is no normal examination,
+                       :data:`NORMAL_STATEMENT_RE`). A heart called "prominent" is no cardiomegaly but the non-target
                        finding "cardiac prominence" at the heart (version 39, :data:`HEART_PROMINENCE_PATTERNS`).
 pneumonia              pneumonia, bronchopneumonia, pneumonitis, infection, infectious process, aspiration,
                        aspiration pneumonia, PNA (version 15), "infectious" said of a finding ("could be infectious",
@@ -197,7 +201,9 @@ scope end          ``;``, but, however, although, though, whereas, while, except
                    explanation: may / could / likely account for / explain / contribute to (the hedge is about
                    the cause: "a hiatal hernia which may account for the retrocardiac opacity" states the
                    opacity), the comma that closes a fronted negated clause ("Although / though / while no X is
-                   seen, ..."; version 47: :data:`FRONTED_NEGATION_RE`)
+                   seen, ..."; version 47: :data:`FRONTED_NEGATION_RE`), the join of a lesion resolved at one place
+                   and persisting at another ("... has resolved on the right and persists on the left"; version 49:
+                   :data:`PERSISTS_ELSEWHERE_RE`, the persisting clause a phrase of that lesion)
 =================  ==============================================================================================
 
 *Decision*: "lungs are clear" (and "normal heart size") produce no finding: ILS §7.1 allows only explicit
@@ -354,7 +360,9 @@ _CARDIO_FILLER = (
     r"(?:unchanged|stable|similar)\s+(?:(?:from|compared\s+to|since)\s+)?(?:the\s+)?(?:prior|previous)"
     r"(?:\s+(?:study|exam|radiograph))?|"
     # a range from the upper limit of normal (version 40): "upper normal to mildly enlarged"
-    r"upper|high|(?:top|upper|high)-normal|(?:at\s+)?(?:the\s+)?upper\s+limits?\s+of)"
+    r"upper|high|(?:top|upper|high)-normal|(?:at\s+)?(?:the\s+)?upper\s+limits?\s+of|"
+    # such a range with "in size" (version 49): "the heart is top-normal in size to mildly enlarged"
+    r"in\s+size(?=\s+(?:to|or)\s))"
 )
 #: The cardiothoracic ratio (version 47: also "CTR", "C/T ratio"; version 48: the "cardiothoracic index", "CTI", of
 #: reports translated from Spanish / Portuguese).
@@ -574,19 +582,58 @@ ENTITY_RE: Final[re.Pattern[str]] = re.compile(r"\b(?:" + "|".join(_group_patter
 ENTITY_MATCHER: Final[Alternation] = Alternation(_entity_branches)
 
 
-#: A statement that the film was read and found normal, in a text with no finding phrase ("Normal examination.",
-#: "Examination within the limits of the norm.", "No acute cardiopulmonary process.", "Lungs clear."): with it, a
-#: report that names no finding still reads the film (:func:`cxrground.reports.reading.reads_the_film`).
-NORMAL_STATEMENT_RE: Final[re.Pattern[str]] = re.compile(
+#: A heart subject of a normal statement ("heart size", "the cardiac silhouette", "cardiac and mediastinal contours").
+_HEART_NORMAL_SUBJECT = (
+    r"(?:heart(?:\s+size)?|cardiac\s+(?:size|silhouette|contour)|cardiomediastinal\s+(?:silhouette|contours?)|"
+    r"(?:cardiac|heart)\s+and\s+mediastinal\s+(?:silhouettes?|contours?))"
+)
+#: One short noun phrase of a normal structure joined to a heart subject with "and" (version 49): "(heart and)
+#: mediastinum", "mediastinal contours", "pulmonary vascularity / vasculature", "pulmonary XXXX". No finding word:
+#: "Heart size is enlarged and mediastinum normal." names no normal heart.
+_HEART_NORMAL_JOINED = (
+    r"(?:the\s+)?(?:(?:pulmonary|mediastinal|hilar|cardiomediastinal|cardiopulmonary|vascular)\s+){0,2}"
+    r"(?:mediastinum|mediastinal|vascularity|vasculature|vessels|xxxx|hila|contours?|silhouettes?|structures)"
+    r"(?:\s+size)?"
+)
+#: The body of :data:`HEART_NORMAL_RE` (also stepped over by :data:`NORMAL_STATEMENT_RE`, version 49).
+_HEART_NORMAL = (
+    rf"\b{_HEART_NORMAL_SUBJECT}(?:\s+and\s+{_HEART_NORMAL_JOINED})?\s+(?:(?:is|are|remains?|appears?|again|still|"
+    r"stably|otherwise)\s+)*(?:normal(?:\s+in\s+size)?|within\s+(?:the\s+)?normal\s+limits|unremarkable)\b"
+    r"(?!\s+(?:to|or)\s)"
+    r"|\bnormal(?:[- ]sized)?\s+(?:heart(?:\s+size)?|cardiac\s+(?:size|silhouette)|cardiomediastinal\s+"
+    r"(?:silhouette|contours?))\b"
+    # version 49: "normal size (and configuration / contour) of the heart / cardiac silhouette"
+    r"|\bnormal\s+size(?:\s+and\s+(?:configuration|contour))?\s+of\s+(?:the\s+)?(?:heart|cardiac\s+silhouette)\b"
+)
+#: A statement that the heart is of normal size ("Heart size is normal.", "Normal heart size.", "The cardiac
+#: silhouette is within normal limits.", "The cardiomediastinal silhouette is normal."; version 49: a heart subject
+#: joined with "and" to one short noun phrase, "The heart and mediastinum are normal.", "Heart size and pulmonary
+#: vascularity appear within normal limits.", "Heart and mediastinum normal.", and "Normal size and configuration of
+#: the cardiac silhouette."). No finding for ILS (§7.1 allows only explicit negation); report labels read it as a
+#: negated cardiomegaly, as CheXpert-style labelers do. "Top normal" / "upper limits of normal" are not normal
+#: statements.
+HEART_NORMAL_RE: Final[re.Pattern[str]] = re.compile(_HEART_NORMAL)
+#: What states that the film was read and found normal (:data:`NORMAL_STATEMENT_RE`).
+_NORMAL_STATEMENT = (
     r"\bnormal\s+(?:examination|exam|study|appearances?|radiographs?|chest(?:\s+(?:radiograph|x-?ray|film))?|films?|"
     r"x-?rays?|cxr|findings)\b"
     r"|\bwithin\s+(?:the\s+)?(?:normal\s+)?limits\b"
     r"|\bno\s+(?:evidence\s+of\s+)?(?:(?:significant|acute|active|radiographic|radiological|focal|new)\s+)*"
     r"(?:(?:cardiopulmonary|intrathoracic|thoracic|pulmonary|chest)\s+)?(?:findings?|abnormalit(?:y|ies)|"
     r"process(?:es)?|disease)\b"
-    r"|\b(?:lungs?|lung\s+fields?)\s+(?:(?:are|is|remain|appear|appears)\s+)?(?:well[- ]expanded\s+and\s+)?clear\b"
+    r"|\b(?:lungs?|lung\s+fields?)\s+(?:(?:are|is|remain|appear|appears)\s+)?(?:(?:well[- ]expanded|(?:normally|well|"
+    r"fully)\s+(?:inflated|expanded|aerated))\s+and\s+)?clear\b"
+    r"|\blungs?\s+(?:(?:are|is|remain|appear|appears)\s+)?normally\s+(?:inflated|expanded|aerated)\b"
     r"|\bclear\s+lungs?\b|\bunremarkable\b|\bwell[- ](?:aerated|expanded)\b"
 )
+#: A statement that the film was read and found normal, in a text with no finding phrase ("Normal examination.",
+#: "Examination within the limits of the norm.", "No acute cardiopulmonary process.", "Lungs clear."): with it, a
+#: report that names no finding still reads the film (:func:`cxrground.reports.reading.reads_the_film`). A normal heart
+#: (:data:`HEART_NORMAL_RE`) is no such statement (version 49): "The heart size is within normal limits." names
+#: nothing about the lungs, as "Heart size normal." does not; the pattern steps over each normal-heart statement whole
+#: (an atomic group, so a search stays linear) and looks for a normal statement outside them.
+NORMAL_STATEMENT_RE: Final[re.Pattern[str]] = re.compile(
+    rf"^(?:(?>{_HEART_NORMAL})|(?!{_HEART_NORMAL})[\s\S])*?(?:{_NORMAL_STATEMENT})")
 
 
 def entity_kind(group: str) -> EntityKind:
@@ -886,18 +933,6 @@ PRIOR_EXAM_PAST_RE: Final[re.Pattern[str]] = re.compile(r"\b(?:was|were|had|show
 PRIOR_EXAM_NOW_RE: Final[re.Pattern[str]] = re.compile(
     r"\b(?:larger|smaller|more|less|greater|bigger|better|worse|improv\w*|increas\w*|decreas\w*|again|still|"
     r"persist\w*|unchanged|stable|similar|same|now|today|current\w*|remains?|since|compared|resolv\w*|new)\b"
-)
-#: A statement that the heart is of normal size ("Heart size is normal.", "Normal heart size.", "The cardiac
-#: silhouette is within normal limits.", "The cardiomediastinal silhouette is normal."). No finding for ILS (§7.1
-#: allows only explicit negation); report labels read it as a negated cardiomegaly, as CheXpert-style labelers do.
-#: "Top normal" / "upper limits of normal" are not normal statements.
-HEART_NORMAL_RE: Final[re.Pattern[str]] = re.compile(
-    r"\b(?:heart(?:\s+size)?|cardiac\s+(?:size|silhouette|contour)|cardiomediastinal\s+(?:silhouette|contours?)|"
-    r"(?:cardiac|heart)\s+and\s+mediastinal\s+(?:silhouettes?|contours?))\s+(?:(?:is|are|remains?|appears?|"
-    r"again|still|stably|otherwise)\s+)*(?:normal(?:\s+in\s+size)?|within\s+(?:the\s+)?normal\s+limits|"
-    r"unremarkable)\b(?!\s+(?:to|or)\s)"
-    r"|\bnormal(?:[- ]sized)?\s+(?:heart(?:\s+size)?|cardiac\s+(?:size|silhouette)|cardiomediastinal\s+"
-    r"(?:silhouette|contours?))\b"
 )
 #: A sided lung named clear with an exception ("The left lung is otherwise clear except for minimal basilar
 #: atelectasis."): the lung findings after it lie in that lung (version 13). Group 1: the side.
@@ -1241,6 +1276,23 @@ RESOLVED_SIDE_RE: Final[re.Pattern[str]] = re.compile(
     r"\s*(?:(?:now|since|completely|interval|interval(?:ly)?)\s+)*(?:resolved|cleared)\s+(?:on|at|in)\s+the\s+"
     r"(?P<side>right|left)(?:\s+side)?\s*(?=,)"
 )
+
+#: Right after a lesion phrase: the lesion resolved at one place and, in a following clause of the sentence, persisting
+#: at another (version 49): "Pleural effusion has resolved on the right but persists on the left.", "Atelectasis has
+#: resolved at the right base; it persists at the left base." Groups: ``here`` (the preposition before the first
+#: place), ``join`` ("but", "and", ";", "while", "whereas"), ``subject`` (a pronoun, or none), ``verb`` (persists /
+#: remains / is unchanged / is still present / is stable), ``there`` (the preposition before the second place). A
+#: partial resolution ("has partially resolved") is none: the lesion is still there.
+PERSISTS_ELSEWHERE_RE: Final[re.Pattern[str]] = re.compile(
+    r"\s+(?:(?:has|have|is|are)\s+)?(?:(?:now|since|completely|entirely|fully|also)\s+)*"
+    r"(?:resolved|cleared|gone|disappeared)\s+(?P<here>(?:on|in|at|within|from|over)\s+(?:the\s+)?)[^,;.]*?"
+    r"(?P<join>\s*,?\s*(?:;|\bbut\b|\band\b|\bwhile\b|\bwhereas\b))\s*"
+    r"(?:(?P<subject>it|this|that|they|these)\s+)?"
+    r"(?P<verb>(?:(?:is|are|has|have|remains?)\s+)?(?:(?:still|again|now|essentially|likely|probably|possibly)\s+)*"
+    r"(?:persists?|persisting|persistent|remains?|unchanged|present|stable)\b)"
+    r"(?P<there>\s+(?:(?:on|in|at|within|over|involving)\s+)(?:the\s+)?)"
+)
+
 
 #: Lesion head words of at least 8 letters whose misspellings within one edit are read as the word (version 45).
 _SPELLED_HEADS: Final[tuple[str, ...]] = (

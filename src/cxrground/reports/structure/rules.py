@@ -104,7 +104,12 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
    lungs" / "lungs are edematous" is edema; "pleural a fusion" is a pleural effusion; "not to be confused with X"
    negates X; foreign-body aspiration is no pneumonia; a cardiothoracic ratio after a cardiomegaly phrase of its
    sentence adds no second finding.
-11. **Report level** (:mod:`.resolve`): a positive lesion finding without a location phrase takes the labels of
+11. **Version 49.** A lesion resolved at one place and, in a following clause joined by "but", "and", ";", "while" or
+   "whereas", persisting at another ("Pleural effusion has resolved on the right but persists on the left.",
+   "Atelectasis has resolved at the right base; it persists at the left base.") is absent at the first place only and
+   present at the second (the persisting clause is a phrase of the lesion, with its own cues); a heart "top-normal in
+   size to mildly enlarged" is the uncertain range of version 40.
+12. **Report level** (:mod:`.resolve`): a positive lesion finding without a location phrase takes the labels of
    the located positive findings of the sentence before when its sentence points back ("This may represent
    atelectasis."), else of the same lesion; in a merged findings + impression section a lesion +
    location repeated in the impression counts once.
@@ -144,6 +149,7 @@ from cxrground.reports.structure.lexicon import (
     LINK_RE,
     LOCATION_KINDS,
     LOCATION_MATCHER,
+    LOCATION_RE,
     MASKED_LINK_RE,
     MEDIASTINAL_AFTER_RE,
     MEDIASTINAL_BEFORE_RE,
@@ -153,6 +159,7 @@ from cxrground.reports.structure.lexicon import (
     ON_THE_SIDE_RE,
     OPACITY,
     OTHER_MODALITY_RE,
+    PERSISTS_ELSEWHERE_RE,
     PREDOMINANT_PLACE_RE,
     PRIOR_EXAM_NOW_RE,
     PRIOR_EXAM_PAST_RE,
@@ -245,8 +252,12 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: "condensation" is consolidation, "X favored", "X in the differential", "can be seen with X" and "X to be
 #: considered" hedge, a bare side word before size words belongs to the finding after it ("Lt small effusion"),
 #: "lungs are edematous" is edema, "pleural a fusion" an effusion, "not to be confused with" negates, foreign-body
-#: aspiration is no pneumonia, and a ratio after a cardiomegaly phrase of its sentence adds no second finding.
-RULES_VERSION: Final[str] = "48"
+#: aspiration is no pneumonia, and a ratio after a cardiomegaly phrase of its sentence adds no second finding; 49: a
+#: lesion resolved at one place and persisting at another of the same sentence is absent at the first and present at
+#: the second, and "the heart is top-normal in size to mildly enlarged" is uncertain (the record's other changes, a
+#: normal heart in more words, a normal heart that is no normal examination and an attributed consolidation in the
+#: labels, change no finding).
+RULES_VERSION: Final[str] = "49"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -263,8 +274,9 @@ _QUESTION_LIKE = frozenset({"unc_pre", "question"})
 _COORD_GAP: Final[re.Pattern[str]] = re.compile(r"\s*,?\s*(?:and|or|nor|/|,)\s*(?:[\w-]+\s+){0,2}")
 _INSIDE_NEG: Final[re.Pattern[str]] = re.compile(r"\b(?:not|no)\b")
 _AND: Final[re.Pattern[str]] = re.compile(r"\band\b")
-#: A heart size given as a range from normal ("normal to mildly enlarged"): an uncertain cardiomegaly.
-_NORMAL_RANGE: Final[re.Pattern[str]] = re.compile(r"\bnormal\s+(?:to|or)\b")
+#: A heart size given as a range from normal ("normal to mildly enlarged"; version 49: "top-normal in size to mildly
+#: enlarged"): an uncertain cardiomegaly.
+_NORMAL_RANGE: Final[re.Pattern[str]] = re.compile(r"\bnormal(?:\s+in\s+size)?\s+(?:to|or)\b")
 #: A verb in or after a phrase before a clause-final "have resolved": the phrase is not part of that verb's subject.
 _VERB: Final[re.Pattern[str]] = re.compile(
     r"\b(?:is|are|was|were|has|have|had|appears?|remains?|seems?|shows?|demonstrates?)\b")
@@ -483,6 +495,7 @@ class RuleStructurer:
         if not mentions:
             return []
         extra_terms = self._ellipses(low, text, mentions)
+        extra_terms += self._persisting(low, mentions)
         fronted = FRONTED_NEGATION_RE.match(low)
         if fronted is not None:  # "Although no X is seen, Y ...": the negation ends at the comma (version 47)
             extra_terms.append(_Cue(fronted.start("comma"), fronted.end("comma"), "term"))
@@ -561,6 +574,34 @@ class RuleStructurer:
         if added:
             mentions.extend(added)
             mentions.sort(key=lambda mm: mm.start)
+        return terms
+
+    @staticmethod
+    def _persisting(low: str, mentions: list[_Mention]) -> list[_Cue]:
+        """Add the lesion that a sentence states resolved at one place and persisting at another (version 49):
+        "Pleural effusion has resolved on the right but persists on the left." is an absent effusion on the right
+        and a present one on the left. The persisting clause ("persists", "it remains", "is still present") is a
+        phrase of the lesion named before it, with its own cues and places; its join ("but", "and", ";", "while",
+        "whereas") ends the clause of the resolution. Returns the scope ends it adds."""
+        terms: list[_Cue] = []
+        if not any(word in low for word in ("resolved", "cleared", "gone", "disappeared")):
+            return terms
+        added: list[_Mention] = []
+        for mm in mentions:
+            if not mm.kind.lung or mm.kind.mimic or mm.antecedent is not None:
+                continue
+            m = PERSISTS_ELSEWHERE_RE.match(low, mm.end)
+            if m is None or LOCATION_RE.match(low, m.end("here")) is None or LOCATION_RE.match(
+                    low, m.end("there")) is None:
+                continue  # a place on both sides of the join, or none of this
+            s, e = m.span("subject") if m.group("subject") else m.span("verb")
+            if any(other.start < m.end() and m.start() < other.end for other in mentions if other is not mm):
+                continue  # another phrase between: not this lesion's clauses
+            added.append(_Mention(s, e, mm.kind, antecedent=mm, entity_span=(mm.start, mm.end)))
+            terms.append(_Cue(m.start("join"), m.end("join"), "term"))
+        if added:
+            mentions.extend(added)
+            mentions.sort(key=lambda x: x.start)
         return terms
 
     @staticmethod
