@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -115,6 +116,14 @@ def test_export_released_frame_and_read_it_back(ils_dir, tmp_path):
     assert 0.9 < released_result["segmentation"]["gIoU"] < 1.0  # 512² quantisation, scored at native size
     assert released_result["n_pairs"] == native_result["n_pairs"]
     assert "GT mask frame: released" in format_report(released_result)
+    # without its mask_frame.json: an error that points at --images, and with --images a report naming the sizes
+    bare = tmp_path / "bare"
+    shutil.copytree(out, bare)
+    (bare / "mask_frame.json").unlink()
+    with pytest.raises(InputError, match="give --images to score at the native size"):
+        evaluate_dataset(bare, preds, split=split, n_boot=0)
+    scored = evaluate_dataset(bare, preds, split=split, n_boot=0, images_root=ils_dir.parent / "cohort" / "files")
+    assert scored["mask_frame"] == "other sizes (512x512) resized to native, nearest"
     # back to the native frame from the record alone
     again = tmp_path / "native"
     export_dataset(out, again, frame="native")

@@ -310,3 +310,9 @@ def test_workers_get_the_limits_through_the_environment(monkeypatch, tmp_path) -
     assert '"body_timeout_s": 6.0' in os.environ["CXRGROUND_SERVE_LIMITS"]
     monkeypatch.delenv("CXRGROUND_SERVE_CONNECTIONS")
     assert run.protocol_class_from_env() is GuardedH11Protocol
+
+
+def test_serve_refuses_a_folder_that_is_no_checkpoint_before_announcing_itself(tmp_path) -> None:
+    result = CliRunner().invoke(main, ["serve", "--checkpoint", str(tmp_path), "--port", "18999"])
+    assert result.exit_code != 0 and "not a cxrground checkpoint" in result.output
+    assert "serving" not in result.output

@@ -121,7 +121,13 @@ def train_model(name: str, dataset: str | Path, out: str | Path, **kwargs: Any) 
     check_checkpoint_folder(out, name)
     _check_val_split(Path(dataset), kwargs.get("val_split"))
     remove_stale_temps(out)
-    return Path(model_module(name).train(Path(dataset), Path(out), **kwargs))
+    fresh = not Path(out).exists()
+    try:
+        return Path(model_module(name).train(Path(dataset), Path(out), **kwargs))
+    except BaseException:
+        if fresh and Path(out).is_dir() and not any(Path(out).iterdir()):
+            Path(out).rmdir()  # a run refused before it wrote anything leaves no empty folder behind
+        raise
 
 
 def _check_val_split(dataset: Path, val_split: str | None) -> None:

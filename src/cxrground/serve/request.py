@@ -59,6 +59,7 @@ def serve_request(request: ServeRequest, warn: Callable[[str], None], note: Call
     """Serve the checkpoint until interrupted; ``warn`` is told when the server is reachable from other machines
     without an API key, ``note`` where it listens. Without the ``serve`` extra this is a :class:`ConfigError`."""
     try:
+        from cxrground.models.base import checkpoint_info
         from cxrground.serve.access import AccessPolicy, read_api_key
         from cxrground.serve.run import is_loopback, serve
     except ImportError as exc:
@@ -71,6 +72,7 @@ def serve_request(request: ServeRequest, warn: Callable[[str], None], note: Call
              "--api-key-env). Put it behind an authenticating proxy.")
     limits = Limits(max_upload_bytes=int(r.max_upload_mb * 1024 * 1024), max_pixels=r.max_pixels,
                     max_in_flight=r.max_in_flight, body_timeout_s=r.body_timeout)
+    checkpoint_info(r.checkpoint)  # a folder that is no checkpoint is refused before "serving" is announced
     note(f"serving {r.checkpoint} on http://{r.host}:{r.port}/ (web page), /v1/segment, /v1/chat/completions")
     serve(r.checkpoint, host=r.host, port=r.port, device=r.device, limits=limits, access=access, workers=r.workers,
           idle_timeout=r.idle_timeout, send_timeout=r.send_timeout, max_connections=r.max_connections)

@@ -95,6 +95,7 @@ def evaluate_dataset(
     missing: list[str] = []
     missing_mask: list[str] = []
     missing_answer: list[str] = []
+    resized_from: set[tuple[int, int]] = set()  # GT mask sizes scaled to the native size
     for study in studies:
         if limit is not None and len(evaluated) >= limit:
             break
@@ -120,9 +121,18 @@ def evaluate_dataset(
                 elif gt.shape != native:
                     if not native_known:  # masks of one study must share the image's size
                         check_shape(gt, native, f"GT mask of pair {pid}", mask_root / pair["seg_mask_path"])
+                    resized_from.add((int(gt.shape[0]), int(gt.shape[1])))
                     gt = _resize_nearest(gt, native)
             pred: Prediction | None = preds.get(pid)
-            pred_mask = pred.mask_array(native) if pred is not None else None
+            try:
+                pred_mask = pred.mask_array(native) if pred is not None else None
+            except InputError as exc:
+                if native_known:
+                    raise
+                raise InputError(f"{exc.reason}; the size expected is that of the dataset's GT masks, as neither "
+                                 "--images nor the dataset records the image's native size (a released-frame dataset "
+                                 "without its mask_frame.json?): give --images to score at the native size",
+                                 predictions_path) from None
             if not is_pos:
                 shape = native or (pred_mask.shape if pred_mask is not None else (1, 1))
                 gt = np.zeros(shape, bool)
@@ -150,7 +160,8 @@ def evaluate_dataset(
         "split": split,
         "limit": limit,
         "seg_mode": seg_mode,
-        "mask_frame": frame.frame,
+        "mask_frame": frame.frame if not resized_from or frame.frame != "native" else
+        "other sizes (" + ", ".join(f"{w}x{h}" for h, w in sorted(resized_from)) + ") resized to native, nearest",
         "n_pairs": len(evaluated),
         "counts": counts,
         "n_predictions_unused": len(set(preds) - set(evaluated)),
