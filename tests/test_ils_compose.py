@@ -230,6 +230,36 @@ def test_a_twin_with_lesion_inference_pairs_is_the_one_kept():
     assert by_path[basic[0]["seg_mask_path"]].sum() == 2 * 6 + 4 * 6
 
 
+def test_a_dropped_twin_takes_its_global_pair_with_it():
+    """A tentative edema and a tentative effusion of one place ask the same basic question; the edema is kept (it has
+    lesion-inference pairs) and the effusion's global pair goes with its basic twin: no global positive without its
+    basic positive (ILS §11.1)."""
+    rl = ("right upper zone lung", "right mid zone lung", "right lung base")
+    ed = f("edema", "uncertain", rl=rl, sent=1)
+    ef = f("effusion", "uncertain", rl=rl, sent=2)
+    grounded = [GroundedFinding(ed, _grounded(ed, slice(2, 4)).mask, rl, False),
+                GroundedFinding(ef, _grounded(ef, slice(10, 14)).mask, rl, True)]
+    out = compose_pairs("s4", [ed, ef], grounded, [], None, None, IlsConfig())
+    assert [(p["type"], p["target"]) for p in out.positive_pairs] == [("basic", "edema"), ("lesion_inference", "edema")]
+    assert out.dropped["duplicate (instruction, answer) in the study"] == 2  # the effusion's basic and global
+    assert [m.path for m in out.masks] == ["s4/s4_edema_0.png"] and out.masks[0].mask.sum() == 2 * 6 + 4 * 6
+
+
+def test_one_lesion_inference_question_gets_one_answer():
+    """A definitive and a tentative pneumonia of one place both ask "Segment the opacity in the right lung base and
+    predict its type."; the definitive one is kept with its basic pair, the tentative one goes with all its pairs."""
+    tentative = f("pneumonia", "uncertain", rl=("right lung base",), sent=1)
+    definitive = f("pneumonia", "present", rl=("right lung base",), sent=2)
+    out = compose_pairs("s5", [tentative, definitive], [_grounded(tentative, slice(2, 4)),
+                                                        _grounded(definitive, slice(2, 4))], [], None, None,
+                        IlsConfig())
+    assert [(p["type"], p["instruction"], p["answer"]) for p in out.positive_pairs] == [
+        ("basic", "Segment the pneumonia in the right lung base.", "[SEG]"),
+        ("lesion_inference", "Segment the opacity in the right lung base and predict its type.",
+         "[SEG] It is highly suggestive of pneumonia.")]
+    assert _identity(out) == (1, 1) and len(out.masks) == 1
+
+
 def test_mask_indices_have_no_gaps_after_pairs_are_left_out():
     """ILS §12.1: ``k`` runs over the study's masks; a mask left without a pair does not leave a gap."""
     pn = f("pneumonia", rl=("right lung base",), sent=1)
@@ -260,6 +290,10 @@ def test_lesion_inference_count_identity_holds_over_random_studies():
         keys = [(p["instruction"], p["answer"]) for p in out.positive_pairs + out.negative_pairs]
         assert len(keys) == len(set(keys))
         assert {p["seg_mask_path"] for p in out.positive_pairs} == {m.path for m in out.masks}
+        questions = [p["instruction"] for p in out.positive_pairs if p["type"] == "lesion_inference"]
+        assert len(questions) == len(set(questions))  # one answer per question
+        basics = {p["seg_mask_path"] for p in out.positive_pairs if p["type"] == "basic"}
+        assert all(p["seg_mask_path"] in basics for p in out.positive_pairs)  # every global / LI has its basic
 
 
 def test_global_lung_negatives_need_both_lungs_free_under_lung_exclusion():

@@ -67,6 +67,7 @@ from cxrground.ils.card import (
     view_lines,
 )
 from cxrground.ils.cohort_normative import FITTED_FILE, _fitted_ready, resolve_spec
+from cxrground.ils.compose import WITHHELD_HEART_IMPLAUSIBLE
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.inputs import (
     FITTED_INPUTS,
@@ -535,12 +536,15 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                 reported.update((lesion, bool(got)) for lesion, got in u.get("reported", []))
                 for g in u.get("grounding", []):
                     if g.get("status") != "grounded":
-                        grounding_reasons[f"{g.get('lesion')}: {g.get('reason') or g.get('status')}"] += 1
+                        reason = g.get("reason") or g.get("status")
+                        if reason == "empty_heart" and u.get("heart_note"):
+                            reason = "heart estimate implausible"
+                        grounding_reasons[f"{g.get('lesion')}: {reason}"] += 1
                     outcome = guide_outcome(g)
                     if outcome is not None:
                         guided[outcome] += 1
-                if u.get("heart_note"):
-                    grounding_reasons["cardiomegaly: heart estimate implausible"] += 1
+                if u.get("heart_note") and not any(g.get("lesion") == "cardiomegaly" for g in u.get("grounding", [])):
+                    dropped_pairs[WITHHELD_HEART_IMPLAUSIBLE] += 1  # a CTR-decided negative, not a reported finding
                 dropped_pairs.update(u.get("dropped_pairs", {}))
                 placed_negatives.update(u.get("placed_negatives", {}))
                 if "view" in u:

@@ -66,6 +66,7 @@ __all__ = [
     "KIND_NOT_REPORTED",
     "KIND_NO_LOCATION_EXTENSION",
     "WITHHELD_HEART_DESCRIBED",
+    "WITHHELD_HEART_IMPLAUSIBLE",
     "WITHHELD_SILENT_REPORT",
     "ComposedStudy",
     "GroundedFinding",
@@ -79,7 +80,8 @@ KIND_GROUNDED = "grounded_major_lesion"
 KIND_NEGATED = "negative_reported_major_lesion"
 KIND_NOT_REPORTED = "not_reported_major_lesion"
 KIND_NO_LOCATION_EXTENSION = "grounding_no_location_extension"
-#: Reason (card) of a pair left out because the study already has the same (instruction, answer).
+#: Reason (card) of a pair left out because the study already asks its question (the same instruction and answer,
+#: or the same lesion-inference instruction with another answer), with the pairs of a dropped twin.
 DROPPED_DUPLICATE = "duplicate (instruction, answer) in the study"
 #: Card reason of the lung and pleural negatives a report that does not read the film would have given
 #: (:attr:`IlsConfig.silent_report_negatives`).
@@ -87,6 +89,9 @@ WITHHELD_SILENT_REPORT = "negative withheld: the report says nothing about the f
 #: Card reason of a cardiomegaly negative left out because the report describes the heart without calling it
 #: enlarged or normal ("the cardiac silhouette is prominent": a non-target finding at the heart).
 WITHHELD_HEART_DESCRIBED = "negative withheld: the report calls the heart prominent"
+#: Card reason of a cardiomegaly negative left out because the heart estimate is implausible (CTR below 0.30: lungs
+#: that hide the heart), when the report does not state cardiomegaly.
+WITHHELD_HEART_IMPLAUSIBLE = "cardiomegaly negative withheld: heart estimate implausible"
 BILATERAL = ("right lung", "left lung")
 
 
@@ -216,47 +221,57 @@ def compose_pairs(
 
 
 def _drop_duplicates(study_key: str, out: ComposedStudy) -> None:
-    """Keep one pair of each exact (instruction, answer) in the study (a tentative pneumonia and a tentative
-    atelectasis of one place both ask "Segment the opacity in the right lung."): one question, one answer region.
+    """One answer per question in the study (a tentative pneumonia and a tentative atelectasis of one place both ask
+    "Segment the opacity in the right lung."; a definitive and a tentative pneumonia of one place both ask "Segment
+    the opacity in the right lung and predict its type."): one question, one answer, one region.
 
-    - The kept positive twin is the first one whose target has lesion-inference pairs (pneumonia, atelectasis,
-      edema), else the first; the others' masks join its mask, which its own other pairs share (their instructions
-      name the same region, "the opacity in the right lung").
-    - A dropped basic twin takes its lesion-inference pair with it, so every split keeps ILS §4's count identity
-      #lesion-inference positives = #basic positives of pneumonia, atelectasis and edema.
+    - Two positives with one lesion-inference instruction: the one with the definitive answer is kept (present
+      beats uncertain), else the first.
+    - Two positives with one exact (instruction, answer): the kept twin is the first one whose target has
+      lesion-inference pairs (pneumonia, atelectasis, edema), else the first.
+    - The dropped twin's mask joins the kept one's mask, which the kept twin's other pairs share (their
+      instructions name the same region), and the dropped twin takes **all** its pairs with it (basic, global,
+      lesion-inference): no global positive is left without its basic positive (ILS §11.1), and every split keeps
+      ILS §4's count identity #lesion-inference positives = #basic positives of pneumonia, atelectasis and edema.
+    - Negatives: one of each exact (instruction, answer).
     - Pair ids are numbered again, unused masks dropped and mask indices renumbered (:func:`renumber`).
     """
     masks = {m.path: m for m in out.masks}
-    gone_with_twin: set[str] = set()  # mask paths of dropped basic twins whose lesion has lesion-inference pairs
-    kept: dict[tuple[str, str], dict[str, Any]] = {}
-    for pair in out.positive_pairs:
-        if pair["type"] == "lesion_inference":
-            continue
-        key = (pair["instruction"], pair["answer"])
-        first = kept.setdefault(key, pair)
-        if first is pair:
-            continue
-        out.dropped[DROPPED_DUPLICATE] += 1
-        keep, drop = (pair, first) if _has_inference(pair) and not _has_inference(first) else (first, pair)
-        kept[key] = keep
+    gone: set[str] = set()  # mask paths of dropped twins: every pair of theirs goes
+
+    def merge(keep: dict[str, Any], drop: dict[str, Any]) -> None:
         a, b = keep["seg_mask_path"], drop["seg_mask_path"]
         if a != b:
             masks[a] = MaskOut(a, masks[a].lesion, masks[a].mask | masks[b].mask)
-        if drop["type"] == "basic" and _has_inference(drop):
-            gone_with_twin.add(b)
-    kept_ids = {id(p) for p in kept.values()}
-    positives: list[dict[str, Any]] = []
-    inference: set[tuple[str, str]] = set()
+            gone.add(b)
+
+    questions: dict[str, dict[str, Any]] = {}
     for pair in out.positive_pairs:
         if pair["type"] != "lesion_inference":
-            if id(pair) in kept_ids:
-                positives.append(pair)
+            continue
+        first = questions.setdefault(pair["instruction"], pair)
+        if first is not pair:
+            keep, drop = (pair, first) if _definitive(pair) and not _definitive(first) else (first, pair)
+            questions[pair["instruction"]] = keep
+            merge(keep, drop)
+    kept: dict[tuple[str, str], dict[str, Any]] = {}
+    for pair in out.positive_pairs:
+        if pair["type"] == "lesion_inference" or pair["seg_mask_path"] in gone:
             continue
         key = (pair["instruction"], pair["answer"])
-        if pair["seg_mask_path"] in gone_with_twin or key in inference:
+        first = kept.setdefault(key, pair)
+        if first is not pair:
+            keep, drop = (pair, first) if _has_inference(pair) and not _has_inference(first) else (first, pair)
+            kept[key] = keep
+            merge(keep, drop)
+    positives: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for pair in out.positive_pairs:
+        key = (pair["instruction"], pair["answer"])
+        if pair["seg_mask_path"] in gone or key in seen:
             out.dropped[DROPPED_DUPLICATE] += 1
             continue
-        inference.add(key)
+        seen.add(key)
         positives.append(pair)
     out.positive_pairs = positives
     negatives: dict[tuple[str, str], dict[str, Any]] = {}
@@ -266,6 +281,11 @@ def _drop_duplicates(study_key: str, out: ComposedStudy) -> None:
     out.negative_pairs = list(negatives.values())
     out.masks = list(masks.values())
     renumber(study_key, out)
+
+
+def _definitive(pair: Mapping[str, Any]) -> bool:
+    """The pair's finding is definitive (its lesion-inference answer says "highly suggestive")."""
+    return pair.get("certainty", "definitive") != "tentative"
 
 
 def _has_inference(pair: Mapping[str, Any]) -> bool:
