@@ -408,3 +408,24 @@ def test_global_negatives_need_a_region_keeps_the_train_shares():
     b = compose_pairs("s7", [], [], list(ILS_LOCATION_LABELS), 0.3, mask(),
                       IlsConfig(seed=3, global_negative_needs_region=True))
     assert a.negative_pairs == b.negative_pairs
+
+
+def test_a_box_over_two_zones_grounds_only_the_zone_its_mask_lies_in():
+    from cxrground.ils.spatial.base import Box
+    from cxrground.ils.verify import boxes_mask, verify_location
+
+    upper, base = np.zeros(SHAPE, bool), np.zeros(SHAPE, bool)
+    upper[0:10, 0:10], base[10:20, 0:10] = True, True
+    right = upper | base
+    locations = {"right upper zone lung": upper, "right lung base": base, "right lung": right,
+                 "right mid zone lung": np.zeros(SHAPE, bool)}
+    box = Box(2, 4, 8, 16, 1.0)  # x0, y0, x1, y1: spans both zones
+    drawn = np.zeros(SHAPE, bool)
+    drawn[12:16, 3:7] = True  # the mask left in it lies in the base only
+    rl = ("right upper zone lung", "right lung base")
+    by_box = verify_location(rl, locations, [box])
+    by_mask = verify_location(rl, locations, [box], covered=boxes_mask([box], SHAPE) & drawn)
+    assert by_box.grounded == rl and by_box.complete
+    assert by_mask.grounded == ("right lung base",) and not by_mask.complete
+    whole = verify_location(("right lung",), locations, [box], covered=boxes_mask([box], SHAPE) & drawn)
+    assert whole.grounded == ("right lung base",)  # refined into the zones the mask reaches

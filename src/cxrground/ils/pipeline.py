@@ -326,7 +326,7 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
     """
     from cxrground.ils.grounding import ground_finding
     from cxrground.ils.spatial import anomaly_map
-    from cxrground.ils.verify import empty_locations, verify_location, widen_to_lungs
+    from cxrground.ils.verify import boxes_mask, empty_locations, verify_location, widen_to_lungs
 
     box = Letterbox.fit(pixels.shape, config.working_size)
     canvas = box.image_to_canvas(pixels)
@@ -394,8 +394,11 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
         if native is None or not native.any():
             grounded.append(GroundedFinding(f, None, (), False))
             continue
+        # GL: the reported labels the drawn mask reaches within the selected boxes (a box spanning two zones grounds
+        # only the zone its mask lies in; bench/records/grounded_location_mask_preregistration.md)
+        drawn = boxes_mask(result.selected, lesion_mask.shape) & lesion_mask
         check = verify_location(f.reported_location or ("right lung", "left lung"), locations, result.selected,
-                                config)
+                                config, covered=drawn)
         grounded.append(GroundedFinding(f, native, tuple(check.grounded), check.complete))
     el = empty_locations(widen_to_lungs(findings) if config.negative_exclusion == "lung" else findings, locations)
     if any(findings[i].assertion != "absent" for i in el.unlocated):

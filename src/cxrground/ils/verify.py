@@ -1,7 +1,10 @@
 """ILS step 4 (ILS.md §10): location verification — grounded location GL, the GL == RL test, empty locations EL.
 
 - **GL** (:func:`verify_location`): the reported-location (RL) labels whose anatomy mask shares a pixel with
-  the boxes Algorithm 1 selected (filled rectangles). Ungrounded RL labels are discarded (no pair for them).
+  the boxes Algorithm 1 selected (filled rectangles). Ungrounded RL labels are discarded (no pair for them). The
+  build passes the drawn mask within those boxes as ``covered`` (a box spanning two zones grounds only the zone its
+  mask lies in: no location sentence names a zone without a mask pixel), and the drawn mask alone for masks shaped
+  by the zone guide.
   Proposed default (``IlsConfig.refine_whole_lung_grounding``, on): a grounded whole-lung label
   (``right lung`` / ``left lung``) is replaced, in place, by the zone labels of that side whose masks
   intersect the selected boxes. The zones used are the three that partition a lung — upper, mid, base —
@@ -32,7 +35,7 @@ from cxrground.io.masks import as_mask, check_same_shape
 from cxrground.reports.findings import Finding
 from cxrground.vocab.locations import BOTH_LUNGS, ILS_LOCATION_LABELS, SIDES, lung_label, side_of, zone_label
 
-__all__ = ["REFINEMENT_ZONES", "EmptyLocations", "LocationCheck", "empty_locations", "verify_location",
+__all__ = ["REFINEMENT_ZONES", "EmptyLocations", "LocationCheck", "boxes_mask", "empty_locations", "verify_location",
            "widen_to_lungs"]
 
 #: Zones a grounded whole-lung label is refined into (they partition a lung; apical ⊂ upper is left out).
@@ -68,7 +71,8 @@ class LocationCheck:
                 "unknown_labels": list(self.unknown_labels), "complete": self.complete}
 
 
-def _boxes_mask(boxes: Sequence[Box], shape: tuple[int, int]) -> np.ndarray:
+def boxes_mask(boxes: Sequence[Box], shape: tuple[int, int]) -> np.ndarray:
+    """The union of the filled boxes on a canvas of ``shape``."""
     out = np.zeros(shape, dtype=bool)
     for b in boxes:
         out |= b.mask(shape)
@@ -95,7 +99,7 @@ def verify_location(
         raise ValueError("no location masks given")
     first = next(iter(location_masks.values()))
     shape = (int(first.shape[0]), int(first.shape[1]))
-    covered = _boxes_mask(selected, shape) if covered is None else np.asarray(covered, bool)
+    covered = boxes_mask(selected, shape) if covered is None else np.asarray(covered, bool)
 
     def hits(label: str) -> bool:
         m = as_mask(location_masks[label], f"location mask {label!r}")
