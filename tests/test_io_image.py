@@ -244,3 +244,27 @@ def test_scan_reads_the_view_of_a_dicom_from_its_header(tmp_path):
     (tmp_path / "index.csv").write_text("image,study_id,report\na.dcm,s1,FINDINGS: x\nb.dcm,s2,FINDINGS: y\n")
     res = CliRunner().invoke(main, ["scan", "--images", str(tmp_path), "--index", str(tmp_path / "index.csv")])
     assert res.exit_code == 0 and "views of the images: AP 1, LL 1" in res.output, res.output
+
+
+@pytest.mark.parametrize("orientation", [3, 6, 8, 2])
+def test_a_jpeg_stored_turned_is_read_as_viewers_show_it(tmp_path, orientation):
+    from PIL import Image, ImageOps
+
+    from cxrground.io.image import image_header_size
+
+    rng = np.random.default_rng(orientation)
+    stored = np.zeros((40, 64), np.uint8)
+    stored[5:15, 10:30] = 220  # a bright block near the top left of the stored pixels
+    stored += rng.integers(0, 20, stored.shape, dtype=np.uint8)
+    im = Image.fromarray(stored)
+    exif = im.getexif()
+    exif[0x0112] = orientation
+    path = tmp_path / "turned.jpg"
+    im.save(path, quality=95, exif=exif)
+    with Image.open(path) as back:
+        shown = np.asarray(ImageOps.exif_transpose(back).convert("L"))
+    read = read_image(path)
+    assert read.shape == shown.shape and np.array_equal(read.pixels, shown)
+    assert read.shape == ((64, 40) if orientation >= 5 else (40, 64))
+    assert read.metadata["exif_orientation"] == orientation
+    assert image_header_size(path.read_bytes(), "jpeg") == read.shape

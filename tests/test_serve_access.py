@@ -183,6 +183,13 @@ def test_cors_allows_only_the_given_origins_and_preflight_needs_no_key():
         assert denied.status_code == 401 and denied.headers["access-control-allow-origin"] == ORIGIN
         ok = client.get("/v1/models", headers={"Origin": ORIGIN, "Authorization": f"Bearer {KEY}"})
         assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == ORIGIN
+        # the official OpenAI JavaScript client's own headers pass the preflight
+        stainless = "authorization,content-type,x-stainless-lang,x-stainless-os,x-stainless-runtime," \
+                    "x-stainless-retry-count,x-stainless-package-version"
+        pre = client.options("/v1/chat/completions", headers={"Origin": ORIGIN, "Access-Control-Request-Method": "POST",
+                                                              "Access-Control-Request-Headers": stainless})
+        assert pre.status_code == 200 and "x-stainless-lang" in pre.headers["access-control-allow-headers"].lower()
+        assert "access-control-allow-credentials" not in pre.headers  # no cookie ever travels cross-origin
 
 
 # --- command line --------------------------------------------------------------------------------

@@ -87,6 +87,11 @@ def test_models_list(client):
     ([_user(INSTRUCTION, "IMG")], {"stream": True}, "stream=true is not supported"),
     ([{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}], {}, "'input_audio'"),
     ([_user(INSTRUCTION, data_url(b"\x89PNG\r\n\x1a\n" + bytes(40)))], {}, "cannot decode the PNG image"),
+    ([_user(INSTRUCTION, "IMG")], {"response_format": {"type": "json_object"}}, "response_format 'json_object'"),
+    ([_user(INSTRUCTION, "IMG")], {"logprobs": True}, "logprobs is not supported"),
+    ([_user(INSTRUCTION, "IMG")], {"tool_choice": "required", "tools": [{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "properties": {}}}}]}, "tool_choice must be"),
+    ([_user(INSTRUCTION, "IMG")], {"max_tokens": 0}, "max_tokens must be a positive integer"),
 ])
 def test_bad_requests_raise_bad_request_error(client, messages, kwargs, words):
     image = data_url(png_bytes(cxr_pixels()))
@@ -99,6 +104,40 @@ def test_bad_requests_raise_bad_request_error(client, messages, kwargs, words):
         client.chat.completions.create(model="m", messages=messages, **kwargs)
     assert words in info.value.message
     assert info.value.status_code == 400
+
+
+def test_refused_fields_are_named_in_param(client):
+    image = data_url(png_bytes(cxr_pixels()))
+    for kwargs, param in (({"stream": True}, "stream"), ({"n": 3}, "n"), ({"logprobs": True}, "logprobs"),
+                          ({"response_format": {"type": "json_object"}}, "response_format")):
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(model="m", messages=[_user(INSTRUCTION, image)], **kwargs)
+        assert info.value.body["param"] == param
+
+
+def test_max_tokens_cut_the_answer_and_say_so(client):
+    px = cxr_pixels(50, 70)
+    messages = [_user(INSTRUCTION, data_url(png_bytes(px)))]
+    cut = client.chat.completions.create(model="m", messages=messages, max_tokens=2)
+    assert cut.choices[0].message.content == "[SEG] It" and cut.choices[0].finish_reason == "length"
+    assert cut.usage.completion_tokens == 2
+    whole = client.chat.completions.create(model="m", messages=messages, max_completion_tokens=50,
+                                           temperature=0.7, seed=3)
+    assert whole.choices[0].finish_reason == "stop" and whole.choices[0].message.content == \
+        expected_output(px, INSTRUCTION).answer
+    assert whole.model_extra["cxrground"] == cut.model_extra["cxrground"]  # the mask is the whole answer's
+
+
+def test_model_retrieve_and_head(client):
+    import httpx
+
+    assert client.models.retrieve("threshold-test").id == "threshold-test"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-4o")
+    root = str(client.base_url).removesuffix("/v1/")
+    for path in ("/health", "/v1/models", "/"):
+        head = httpx.head(root + path, timeout=10)
+        assert head.status_code == 200 and head.content == b"", path
 
 
 def test_validation_error_is_422(client):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 from tqdm.auto import tqdm
 
 from cxrground.errors import ConfigError, Failure, ImageReadError, InputError
@@ -37,6 +37,7 @@ __all__ = [
     "Window",
     "check_out_folder",
     "check_pixel_limit",
+    "exif_orientation",
     "find_images",
     "image_header_pixels",
     "image_header_size",
@@ -117,7 +118,10 @@ def image_header_pixels(data: bytes | BinaryIO, kind: str) -> tuple[int, int, in
     parser = {"png": PngImagePlugin.PngImageFile, "jpeg": JpegImagePlugin.JpegImageFile}[kind]
     try:
         with parser(source) as im:
-            return int(im.height), int(im.width), int(im.height) * int(im.width)
+            h, w = int(im.height), int(im.width)
+            if (exif_orientation(im) or 0) >= 5:  # turned a quarter: read_image gives the sides swapped
+                h, w = w, h
+            return h, w, h * w
     except (OSError, SyntaxError, ValueError, struct.error) as exc:
         raise ImageReadError(f"cannot parse {kind.upper()} header ({exc})") from exc
 
@@ -264,7 +268,12 @@ def _read_raster(path: Path, window: Window, source: io.BytesIO | None = None) -
             mode = im.mode
             fmt = (im.format or path.suffix.lstrip(".")).lower()
             info = {k: v for k, v in im.info.items() if isinstance(v, str | int | float)}
-            arr = _raster_to_array(im)
+            turned = exif_orientation(im)
+            if turned:  # stored turned or mirrored: read as every viewer shows it (and masks line up with that)
+                info["exif_orientation"] = turned
+                arr = _raster_to_array(ImageOps.exif_transpose(im))
+            else:
+                arr = _raster_to_array(im)
     except UnidentifiedImageError as exc:
         raise ImageReadError("not a recognised image format (PNG, JPEG or DICOM expected)", path) from exc
     except Image.DecompressionBombError as exc:
@@ -286,6 +295,15 @@ def _read_raster(path: Path, window: Window, source: io.BytesIO | None = None) -
         bits_stored=bits,
         metadata={"mode": mode, **info},
     )
+
+
+def exif_orientation(im: Image.Image) -> int | None:
+    """The EXIF Orientation of a raster other than upright (2-8: mirrored, turned or both), else None."""
+    try:
+        value = im.getexif().get(0x0112)
+    except Exception:  # a damaged EXIF block: the pixels as stored
+        return None
+    return int(value) if isinstance(value, int) and 2 <= value <= 8 else None
 
 
 def _raster_to_array(im: Image.Image) -> np.ndarray:

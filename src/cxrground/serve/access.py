@@ -32,7 +32,10 @@ __all__ = ["OPEN_PATHS", "AccessPolicy", "ApiKeyGate", "install_access", "read_a
 #: Paths answered without the key.
 OPEN_PATHS: Final[frozenset[str]] = frozenset({"/health"})
 #: Request headers a browser may send cross-origin when CORS is on.
-CORS_HEADERS: Final[tuple[str, ...]] = ("Authorization", "api-key", "Content-Type")
+#: Request headers a cross-origin browser call may send: any (``*``). Credentials travel in headers (a key), never in
+#: cookies, so no header can carry an ambient credential; the official OpenAI JavaScript client adds its own
+#: ``X-Stainless-*`` headers, whose set changes between its versions.
+CORS_HEADERS: Final[tuple[str, ...]] = ("*",)
 
 
 @dataclass(frozen=True)

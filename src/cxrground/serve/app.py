@@ -68,7 +68,7 @@ from cxrground.net.connections import BodyDeadline, BodyTimeout
 from cxrground.serve.access import AccessPolicy, install_access
 from cxrground.serve.decode import decode_image_bytes, decode_image_string
 from cxrground.serve.limits import ApiError, Limits
-from cxrground.serve.openai_compat import chat_input, completion_body
+from cxrground.serve.openai_compat import chat_input, completion_body, max_tokens_of
 from cxrground.serve.schemas import ChatCompletionRequest, SegmentRequest
 from cxrground.vocab import ils_templates
 from cxrground.vocab.lesions import LESIONS
@@ -78,7 +78,8 @@ from cxrground.vocab.traits import traits
 __all__ = ["OVERLAY_ALPHA", "OVERLAY_COLOUR", "STATIC_DIR", "create_app", "example_instructions"]
 
 STATIC_DIR: Final[Path] = Path(__file__).resolve().parent / "static"
-#: Colour (RGB in [0, 1]) and opacity of the mask in ``overlay_png``; the web page draws the same.
+#: Colour (RGB in [0, 1]) and opacity of the mask in ``overlay_png`` (with a 1-px outline); the web page draws
+#: the same blend without the outline.
 OVERLAY_COLOUR: Final[tuple[float, float, float]] = PALETTE[0]
 OVERLAY_ALPHA: Final[float] = 0.45
 #: Content-Security-Policy of the web page: nothing is loaded from outside the server.
@@ -260,25 +261,34 @@ def _validation_error(errors: Any) -> ApiError:
 
 
 def _add_info_routes(app: FastAPI, state: _ServerState) -> None:
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> dict[str, Any]:
         """Liveness and what is served."""
         return {"status": "ok" if state.model is not None else "loading", "model": state.model_id,
                 "checkpoint": state.checkpoint, "version": __version__, "limits": asdict(state.limits)}
 
-    @app.get("/v1/models")
+    def model_card() -> dict[str, Any]:
+        return {"id": state.model_id, "object": "model", "created": state.started, "owned_by": "cxrground"}
+
+    @app.api_route("/v1/models", methods=["GET", "HEAD"])
     async def models() -> dict[str, Any]:
         """The served model in the OpenAI list format."""
-        data = [] if state.model is None else [
-            {"id": state.model_id, "object": "model", "created": state.started, "owned_by": "cxrground"}]
-        return {"object": "list", "data": data}
+        return {"object": "list", "data": [] if state.model is None else [model_card()]}
 
-    @app.get("/v1/examples")
+    @app.api_route("/v1/models/{model_id:path}", methods=["GET", "HEAD"])
+    async def model(model_id: str) -> dict[str, Any]:
+        """The served model in the OpenAI model format, when ``model_id`` names it."""
+        if state.model is None or model_id != state.model_id:
+            raise ApiError(404, "not_found", f"model {model_id!r} is not served here (GET /v1/models lists it)",
+                           param="model")
+        return model_card()
+
+    @app.api_route("/v1/examples", methods=["GET", "HEAD"])
     async def examples() -> dict[str, Any]:
         """Example instructions for the web page, from the vocab templates."""
         return {"instructions": example_instructions(), "lesions": list(LESIONS)}
 
-    @app.get("/", include_in_schema=False)
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def index() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html",
                             headers={"Content-Security-Policy": PAGE_CSP, "Cache-Control": "no-store"})
@@ -295,7 +305,8 @@ def _add_predict_routes(app: FastAPI, state: _ServerState) -> None:
             fields, data = await _read_upload(request)
             work = functools.partial(_segment_work, state, {**query, **fields}, t0, upload=data)
         else:
-            work = functools.partial(_segment_work, state, query, t0, raw_json=await _read_json_body(request))
+            work = functools.partial(_segment_work, state, query, t0,
+                                     raw_json=await _read_json_body(request, multipart_too=True))
         return await state.gate.run(work)
 
     @app.post("/v1/chat/completions", responses={400: {}, 408: {}, 413: {}, 422: {}, 503: {}})
@@ -305,11 +316,14 @@ def _add_predict_routes(app: FastAPI, state: _ServerState) -> None:
         return await state.gate.run(functools.partial(_chat_work, state, raw))
 
 
-async def _read_json_body(request: Request) -> bytes:
-    """The raw body of a request that must be JSON (415 for another content type)."""
+async def _read_json_body(request: Request, multipart_too: bool = False) -> bytes:
+    """The raw body of a request that must be JSON (415 for another content type; ``multipart_too``: the route
+    also takes a multipart form, and the message says so)."""
     ctype = request.headers.get("content-type", "")
     if "json" not in ctype:
-        raise ApiError(415, "unsupported_media_type", f"send application/json, not {ctype or 'no content type'}")
+        wanted = "application/json or multipart/form-data (fields image, instruction)" if multipart_too else \
+            "application/json"
+        raise ApiError(415, "unsupported_media_type", f"send {wanted}, not {ctype or 'no content type'}")
     return await request.body()
 
 
@@ -367,7 +381,7 @@ def _chat_work(state: _ServerState, raw: bytes) -> JSONResponse:
     output = state.predict(image, instruction)
     extra = {"structured": output.structured(), "mask": encode_rle(as_mask(output.mask)),
              "image_size": list(image.shape)}
-    return JSONResponse(completion_body(state.model_id, output.answer, instruction, extra))
+    return JSONResponse(completion_body(state.model_id, output.answer, instruction, extra, max_tokens_of(req)))
 
 
 def _validate_segment(fields: dict[str, Any]) -> SegmentRequest:

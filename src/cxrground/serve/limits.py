@@ -69,13 +69,15 @@ class Limits:
 class ApiError(Exception):
     """A request the server refuses: HTTP ``status``, a machine-readable ``kind`` and a message."""
 
-    def __init__(self, status: int, kind: str, message: str, close: bool = False) -> None:
+    def __init__(self, status: int, kind: str, message: str, close: bool = False, param: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.kind = kind
         self.message = message
         self.close = close  # answer with "Connection: close" (a body left unread)
+        self.param = param  # the request field at fault, where there is one
 
     def body(self) -> dict[str, dict[str, str | None]]:
-        """The JSON error body (OpenAI-compatible: ``error.message`` / ``error.type``)."""
-        return {"error": {"type": self.kind, "message": self.message, "code": str(self.status), "param": None}}
+        """The JSON error body (OpenAI-compatible: ``error.message`` / ``error.type`` / ``error.param``)."""
+        return {"error": {"type": self.kind, "message": self.message, "code": str(self.status),
+                          "param": self.param}}

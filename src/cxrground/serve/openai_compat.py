@@ -1,6 +1,6 @@
 """The OpenAI-compatible ``POST /v1/chat/completions`` endpoint's input and output rules.
 
-Request (OpenAI wire format; fields not listed are accepted and ignored, e.g. ``temperature``):
+Request (OpenAI wire format):
 
 * ``messages``: each ``{"role", "content"}`` with ``content`` a string or a list of parts
   ``{"type": "text", "text": ...}`` / ``{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}``
@@ -12,8 +12,13 @@ Request (OpenAI wire format; fields not listed are accepted and ignored, e.g. ``
 * Images must be ``data:`` URLs (base64); ``http(s)://`` URLs are refused with 400 (remote URLs are
   not fetched) and so are file-system paths.
 * ``stream: true`` is refused with 400 (streaming is not supported: an answer is one short sentence
-  produced at once); ``n`` other than 1 is refused with 400. ``model`` may name any model: the
-  server answers with the one it serves and says so in the response's ``model`` field.
+  produced at once); ``n`` other than 1 is refused with 400. So is every request for what the answer cannot be:
+  ``response_format`` other than ``text`` (JSON output), ``logprobs`` / ``top_logprobs``, and ``tool_choice``
+  ``required`` or naming a function; the error's ``param`` names the field. ``max_tokens`` (or
+  ``max_completion_tokens``) below the answer's length cuts the answer to that many whitespace tokens with
+  ``finish_reason: "length"``. ``model`` may name any model: the server answers with the one it serves and says
+  so in the response's ``model`` field. ``temperature``, ``seed``, ``stop``, ``top_p`` and the like are accepted and
+  have no effect (the answer is deterministic).
 
 Response: a standard ``chat.completion`` object — ``id`` (``chatcmpl-…``), ``object``, ``created``,
 ``model``, ``choices[0].message = {"role": "assistant", "content": <answer text>}``,
@@ -39,7 +44,7 @@ from typing import Any
 from cxrground.serve.limits import ApiError, Limits
 from cxrground.serve.schemas import ChatCompletionRequest, ChatMessage
 
-__all__ = ["chat_input", "completion_body", "whitespace_tokens"]
+__all__ = ["chat_input", "completion_body", "max_tokens_of", "whitespace_tokens"]
 
 
 def whitespace_tokens(text: str) -> int:
@@ -50,9 +55,12 @@ def whitespace_tokens(text: str) -> int:
 def chat_input(request: ChatCompletionRequest, limits: Limits) -> tuple[str, str]:
     """``(image_url, instruction)`` taken from the messages per the rules in the module docstring."""
     if request.stream:
-        raise ApiError(400, "invalid_request", "stream=true is not supported by this server; send stream=false")
+        raise ApiError(400, "invalid_request", "stream=true is not supported by this server; send stream=false",
+                       param="stream")
     if request.n not in (None, 1):
-        raise ApiError(400, "invalid_request", f"n={request.n} is not supported; this server returns one choice")
+        raise ApiError(400, "invalid_request", f"n={request.n} is not supported; this server returns one choice",
+                       param="n")
+    _refuse_unmet(request.model_extra or {})
     if len(request.messages) > limits.max_messages:
         raise ApiError(400, "invalid_request",
                        f"{len(request.messages)} messages; the limit is {limits.max_messages}")
@@ -77,8 +85,33 @@ def chat_input(request: ChatCompletionRequest, limits: Limits) -> tuple[str, str
     return images[0], instruction
 
 
-def completion_body(model_id: str, answer: str, instruction: str, extra: dict[str, Any]) -> dict[str, Any]:
-    """The ``chat.completion`` JSON for one answer, with ``extra`` as the ``cxrground`` field."""
+def _refuse_unmet(fields: dict[str, Any]) -> None:
+    """400 for a request field that asks for an answer this server cannot give (module docstring)."""
+    fmt = fields.get("response_format")
+    kind = fmt.get("type") if isinstance(fmt, dict) else fmt
+    if fmt is not None and kind != "text":
+        raise ApiError(400, "invalid_request", f"response_format {kind!r} is not supported: the answer is the "
+                       "model's templated sentence (with its mask in the cxrground field)", param="response_format")
+    for name in ("logprobs", "top_logprobs"):
+        if fields.get(name):
+            raise ApiError(400, "invalid_request", f"{name} is not supported by this server", param=name)
+    choice = fields.get("tool_choice")
+    if choice == "required" or isinstance(choice, dict):
+        raise ApiError(400, "invalid_request", "this server calls no tools; tool_choice must be 'none' or 'auto'",
+                       param="tool_choice")
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = fields.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ApiError(400, "invalid_request", f"{name} must be a positive integer", param=name)
+
+
+def completion_body(model_id: str, answer: str, instruction: str, extra: dict[str, Any],
+                    max_tokens: int | None = None) -> dict[str, Any]:
+    """The ``chat.completion`` JSON for one answer, with ``extra`` as the ``cxrground`` field; an answer longer than
+    ``max_tokens`` whitespace tokens is cut to them with ``finish_reason: "length"``."""
+    finish = "stop"
+    if max_tokens is not None and whitespace_tokens(answer) > max_tokens:
+        answer, finish = " ".join(answer.split()[:max_tokens]), "length"
     prompt_tokens = whitespace_tokens(instruction)
     completion_tokens = whitespace_tokens(answer)
     return {
@@ -89,7 +122,7 @@ def completion_body(model_id: str, answer: str, instruction: str, extra: dict[st
         "choices": [{
             "index": 0,
             "message": {"role": "assistant", "content": answer},
-            "finish_reason": "stop",
+            "finish_reason": finish,
             "logprobs": None,
         }],
         "usage": {
@@ -127,3 +160,10 @@ def _parts(message: ChatMessage) -> tuple[list[str], list[str]]:
             raise ApiError(400, "invalid_request",
                            f"content part {i} has type {kind!r}; only 'text' and 'image_url' are supported")
     return texts, images
+
+
+def max_tokens_of(request: ChatCompletionRequest) -> int | None:
+    """The request's ``max_completion_tokens`` or else ``max_tokens`` (None: no limit)."""
+    fields = request.model_extra or {}
+    value = fields.get("max_completion_tokens", fields.get("max_tokens"))
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -41,14 +41,15 @@ def _resize_nearest(mask: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
 def _image_size(path: Path) -> tuple[int, int]:
     from PIL import Image, UnidentifiedImageError
 
-    from cxrground.io.image import is_dicom, read_image
+    from cxrground.io.image import exif_orientation, is_dicom, read_image
 
     if not path.is_file():
         raise InputError("image not found (needed for the native size)", path)
     if not is_dicom(path):
         try:
-            with Image.open(path) as im:
-                return int(im.height), int(im.width)
+            with Image.open(path) as im:  # the size read_image gives: sides swapped for a film stored turned
+                turned = (exif_orientation(im) or 0) >= 5
+                return (int(im.width), int(im.height)) if turned else (int(im.height), int(im.width))
         except (OSError, UnidentifiedImageError):
             pass
     return read_image(path).shape
