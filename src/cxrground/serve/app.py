@@ -216,7 +216,57 @@ def create_app(model: IlsModel | None, limits: Limits | None = None, *, checkpoi
     _add_info_routes(app, state)
     _add_predict_routes(app, state)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    _document_bodies(app)
     return app
+
+
+def _document_bodies(app: FastAPI) -> None:
+    """Describe the bodies the two prediction routes read and answer in ``/openapi.json`` (the routes read their
+    bodies themselves, under the server's limits, so FastAPI cannot infer them): the schemas of
+    :mod:`cxrground.serve.schemas` as components, referenced from each route's request body and responses."""
+    from cxrground.serve.schemas import (
+        ChatCompletion,
+        ChatCompletionRequest,
+        ErrorResponse,
+        SegmentRequest,
+        SegmentResponse,
+    )
+
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        doc = generate()
+        components = doc.setdefault("components", {}).setdefault("schemas", {})
+
+        def ref(model: Any) -> dict[str, str]:
+            schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            for name, sub in schema.pop("$defs", {}).items():
+                components.setdefault(name, sub)
+            components[model.__name__] = schema
+            return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+        multipart = {"type": "object", "required": ["image", "instruction"], "properties": {
+            "image": {"type": "string", "format": "binary"}, "instruction": {"type": "string"},
+            "mask_format": {"type": "string", "enum": ["rle", "png", "both"]}, "overlay": {"type": "boolean"},
+            "include_image": {"type": "boolean"}}}
+        routes = (("/v1/segment", {"application/json": {"schema": ref(SegmentRequest)},
+                                   "multipart/form-data": {"schema": multipart}}, SegmentResponse),
+                  ("/v1/chat/completions", {"application/json": {"schema": ref(ChatCompletionRequest)}},
+                   ChatCompletion))
+        error = ref(ErrorResponse)
+        for path, body, answer in routes:
+            operation = doc["paths"][path]["post"]
+            operation["requestBody"] = {"required": True, "content": body}
+            for status, response in operation.setdefault("responses", {}).items():
+                schema = ref(answer) if status == "200" else error
+                response.setdefault("description", "OK" if status == "200" else "Error")
+                response["content"] = {"application/json": {"schema": schema}}
+        app.openapi_schema = doc
+        return doc
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -260,8 +310,18 @@ def _validation_error(errors: Any) -> ApiError:
     return ApiError(422, "validation_error", "; ".join(parts) or "invalid request")
 
 
+def _get_and_head(app: FastAPI, path: str, **options: Any) -> Callable[[Any], Any]:
+    """Register a GET route that also answers HEAD (RFC 9110; the HEAD twin is left out of the OpenAPI document,
+    whose operation ids must be unique)."""
+    def register(fn: Any) -> Any:
+        app.add_api_route(path, fn, methods=["HEAD"], include_in_schema=False)
+        return app.get(path, **options)(fn)
+
+    return register
+
+
 def _add_info_routes(app: FastAPI, state: _ServerState) -> None:
-    @app.api_route("/health", methods=["GET", "HEAD"])
+    @_get_and_head(app, "/health")
     async def health() -> dict[str, Any]:
         """Liveness and what is served."""
         return {"status": "ok" if state.model is not None else "loading", "model": state.model_id,
@@ -270,12 +330,12 @@ def _add_info_routes(app: FastAPI, state: _ServerState) -> None:
     def model_card() -> dict[str, Any]:
         return {"id": state.model_id, "object": "model", "created": state.started, "owned_by": "cxrground"}
 
-    @app.api_route("/v1/models", methods=["GET", "HEAD"])
+    @_get_and_head(app, "/v1/models")
     async def models() -> dict[str, Any]:
         """The served model in the OpenAI list format."""
         return {"object": "list", "data": [] if state.model is None else [model_card()]}
 
-    @app.api_route("/v1/models/{model_id:path}", methods=["GET", "HEAD"])
+    @_get_and_head(app, "/v1/models/{model_id:path}")
     async def model(model_id: str) -> dict[str, Any]:
         """The served model in the OpenAI model format, when ``model_id`` names it."""
         if state.model is None or model_id != state.model_id:
@@ -283,12 +343,12 @@ def _add_info_routes(app: FastAPI, state: _ServerState) -> None:
                            param="model")
         return model_card()
 
-    @app.api_route("/v1/examples", methods=["GET", "HEAD"])
+    @_get_and_head(app, "/v1/examples")
     async def examples() -> dict[str, Any]:
         """Example instructions for the web page, from the vocab templates."""
         return {"instructions": example_instructions(), "lesions": list(LESIONS)}
 
-    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
+    @_get_and_head(app, "/", include_in_schema=False)
     async def index() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html",
                             headers={"Content-Security-Policy": PAGE_CSP, "Cache-Control": "no-store"})
