@@ -76,21 +76,24 @@ def test_idle_connections_lock_nobody_out(setup, tmp_path) -> None:
     assert codes == [200] * 30, codes
 
 
-def test_in_flight_limit_answers_503_with_retry_after() -> None:
+def _limited_run(limit: int, wait: float, check) -> list[dict]:
+    """Run an :class:`_InFlightLimit` (``limit``, ``wait``) around an app that answers 200 once a gate opens;
+    ``check(limited, call, gate)`` drives it (``call()`` makes one request); returns the messages sent."""
     import asyncio
 
     from cxrground.review.app import _InFlightLimit
 
-    gate = asyncio.Event()
     sent: list[dict] = []
 
-    async def slow(scope, receive, send):
-        await gate.wait()
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b""})
-
     async def main_() -> None:
-        limited = _InFlightLimit(slow, limit=2, wait=0)
+        gate = asyncio.Event()
+
+        async def slow(scope, receive, send):
+            await gate.wait()
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+
+        limited = _InFlightLimit(slow, limit=limit, wait=wait)
 
         async def send(msg):
             sent.append(msg)
@@ -99,55 +102,47 @@ def test_in_flight_limit_answers_503_with_retry_after() -> None:
             return {"type": "http.request", "body": b"", "more_body": False}
 
         scope = {"type": "http", "method": "GET", "path": "/", "headers": []}
-        waiting = [asyncio.create_task(limited(scope, receive, send)) for _ in range(2)]
+        await check(limited, lambda: limited(scope, receive, send), gate)
+
+    run_sync(main_())  # its own loop even when a test before left one running (the browser fixture)
+    return sent
+
+
+def _statuses(sent: list[dict]) -> list[int]:
+    return [m["status"] for m in sent if m["type"] == "http.response.start"]
+
+
+def test_in_flight_limit_answers_503_with_retry_after() -> None:
+    import asyncio
+
+    async def check(limited, call, gate) -> None:
+        waiting = [asyncio.create_task(call()) for _ in range(2)]
         await asyncio.sleep(0)
-        await limited(scope, receive, send)  # the third: refused at once
+        await call()  # the third: refused at once (no wait)
         assert limited.active == 2
         gate.set()
         await asyncio.gather(*waiting)
         assert limited.active == 0
 
-    run_sync(main_())  # its own loop even when a test before left one running (the browser fixture)
-    statuses = [m["status"] for m in sent if m["type"] == "http.response.start"]
-    assert statuses == [503, 200, 200]
+    sent = _limited_run(2, 0, check)
+    assert _statuses(sent) == [503, 200, 200]
     assert (b"retry-after", b"1") in sent[0]["headers"]
 
 
 def test_a_request_over_the_limit_waits_briefly_for_a_slot() -> None:
     import asyncio
 
-    from cxrground.review.app import _InFlightLimit
-
-    gate = asyncio.Event()
-    sent: list[int] = []
-
-    async def slow(scope, receive, send):
-        await gate.wait()
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b""})
-
-    async def main_() -> None:
-        limited = _InFlightLimit(slow, limit=1, wait=2.0)
-
-        async def send(msg):
-            if msg["type"] == "http.response.start":
-                sent.append(msg["status"])
-
-        async def receive():
-            return {"type": "http.request", "body": b"", "more_body": False}
-
-        scope = {"type": "http", "method": "GET", "path": "/", "headers": []}
-        first = asyncio.create_task(limited(scope, receive, send))
+    async def check(limited, call, gate) -> None:
+        first = asyncio.create_task(call())
         await asyncio.sleep(0)
-        second = asyncio.create_task(limited(scope, receive, send))  # waits for the first's slot
+        second = asyncio.create_task(call())  # waits for the first's slot
         await asyncio.sleep(0.05)
-        assert limited.waiting == 1 and sent == []
+        assert limited.waiting == 1 and limited.active == 1
         gate.set()
         await asyncio.gather(first, second)
         assert limited.active == 0 and limited.waiting == 0
 
-    run_sync(main_())
-    assert sent == [200, 200]
+    assert _statuses(_limited_run(1, 2.0, check)) == [200, 200]
 
 
 def test_token_checks_and_rle_decoding_run_off_the_event_loop(setup, tmp_path, monkeypatch) -> None:

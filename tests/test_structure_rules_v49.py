@@ -158,42 +158,23 @@ def test_the_version_is_49() -> None:
     assert RULES_VERSION == "49"
 
 
-@pytest.mark.parametrize(("text", "expected"), _rows(_TABLE), ids=[t[:40] for t, _ in _rows(_TABLE)])
-def test_the_record_table(text: str, expected: list) -> None:
+def _cases(reader, **tables: str) -> list:
+    """``pytest.param(text, expected)`` of every row of the named tables, with the table's name in the id."""
+    return [pytest.param(text, expected, id=f"{name}: {text[:40]}")
+            for name, table in tables.items() for text, expected in reader(table)]
+
+
+@pytest.mark.parametrize(("text", "expected"), _cases(_rows, table=_TABLE, form=_FORMS, counter=_COUNTER))
+def test_findings_read_as_the_record_says(text: str, expected: list) -> None:
+    """The record's table, further forms of its changes, and counter-examples that keep their readings."""
     assert _read(text) == expected
 
 
-@pytest.mark.parametrize(("text", "expected"), _rows(_FORMS), ids=[t[:40] for t, _ in _rows(_FORMS)])
-def test_the_changes_other_forms(text: str, expected: list) -> None:
-    assert _read(text) == expected
-
-
-@pytest.mark.parametrize(("text", "expected"), _rows(_COUNTER), ids=[t[:40] for t, _ in _rows(_COUNTER)])
-def test_counter_examples_keep_their_readings(text: str, expected: list) -> None:
-    assert _read(text) == expected
-
-
-@pytest.mark.parametrize(("text", "expected"), _label_rows(_LABELS_TABLE),
-                         ids=[t[:40] for t, _ in _label_rows(_LABELS_TABLE)])
-def test_the_record_table_labels(text: str, expected: dict) -> None:
-    assert _label_read(text) == expected
-
-
-@pytest.mark.parametrize(("text", "expected"), _label_rows(_LABELS_FORMS),
-                         ids=[t[:40] for t, _ in _label_rows(_LABELS_FORMS)])
-def test_the_labels_other_forms(text: str, expected: dict) -> None:
-    assert _label_read(text) == expected
-
-
-@pytest.mark.parametrize(("text", "expected"), _label_rows(_LABELS_COUNTER),
-                         ids=[t[:40] for t, _ in _label_rows(_LABELS_COUNTER)])
-def test_labels_counter_examples_keep_their_readings(text: str, expected: dict) -> None:
-    assert _label_read(text) == expected
-
-
-@pytest.mark.parametrize(("text", "expected"), _label_rows(_CHANGE_6_REVERTED),
-                         ids=[t[:40] for t, _ in _label_rows(_CHANGE_6_REVERTED)])
-def test_change_6_is_reverted_sides_stay_those_of_the_location(text: str, expected: dict) -> None:
+@pytest.mark.parametrize(("text", "expected"), _cases(_label_rows, table=_LABELS_TABLE, form=_LABELS_FORMS,
+                                                      counter=_LABELS_COUNTER, change_6_reverted=_CHANGE_6_REVERTED))
+def test_labels_read_as_the_record_says(text: str, expected: dict) -> None:
+    """The labels of the record's table, further forms, counter-examples, and change 6 reverted (label sides stay
+    those of the reported location)."""
     assert _label_read(text) == expected
 
 
