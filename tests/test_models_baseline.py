@@ -562,7 +562,7 @@ def test_a_checkpoint_folder_of_another_model_is_refused_not_overwritten(trained
 
 
 @pytest.mark.parametrize(("key", "value", "message"), [
-    ("size", "0", "size must be >= 1"), ("lr", "-1", "lr must be a finite number > 0"),
+    ("size", "0", "size must be >= 1"), ("lr", "-1", "lr must be a finite number >= 0"),
     ("lr", "nan", "lr must be a finite number"), ("weight_decay", "-1", "weight_decay must be a finite number >= 0"),
 ])
 def test_baseline_settings_out_of_range_are_refused_by_name(key, value, message):
@@ -576,7 +576,7 @@ def test_lisa_settings_out_of_range_or_misspelt_are_refused_by_name():
     for overrides, message in (({"tiny": "maybe"}, "bad value 'maybe' for tiny"),
                                ({"tiny": "true", "gradient_checkpointing": "ture"}, "for gradient_checkpointing"),
                                ({"tiny": "true", "betas": "0.9"}, "betas must be two numbers"),
-                               ({"tiny": "true", "lr": "-1"}, "lr must be a finite number > 0")):
+                               ({"tiny": "true", "lr": "-1"}, "lr must be a finite number >= 0")):
         with pytest.raises(ConfigError, match=message):
             LisaConfig.from_overrides(overrides)
     assert LisaConfig.from_overrides({"tiny": "yes", "gradient_checkpointing": "off"}).gradient_checkpointing is False

@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import MISSING, field, fields
 from typing import Any, Literal
 
-from cxrground.errors import ConfigError, OptionValueError
+from cxrground.errors import OptionValueError
 
-__all__ = ["FALSE_WORDS", "TRUE_WORDS", "PathKind", "check_bounds", "key_values", "option", "strict_bool"]
+__all__ = ["PathKind", "check_bounds", "key_values", "option"]
 
 #: What a path field holds: an existing folder / file / either, a folder or file to write, or any path; the
 #: ``_or_url`` kinds also take an fsspec URL (``s3://``, ``gs://``, ``file://``), handed on as a string.
@@ -50,24 +50,6 @@ def key_values(pairs: Sequence[str]) -> dict[str, str]:
             raise OptionValueError(f"expected KEY=VALUE, got {item!r}")
         out[key.strip()] = value.strip()
     return out
-
-
-#: The words a boolean setting given as text may be (case-insensitive).
-TRUE_WORDS: frozenset[str] = frozenset({"1", "true", "yes", "on"})
-FALSE_WORDS: frozenset[str] = frozenset({"0", "false", "no", "off"})
-
-
-def strict_bool(key: str, value: Any) -> bool:
-    """A boolean setting ``key`` given as a bool or as text (true/false, 1/0, yes/no, on/off); any other text is a
-    :class:`~cxrground.errors.ConfigError` naming it (a typo must not read as false)."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in TRUE_WORDS:
-        return True
-    if text in FALSE_WORDS:
-        return False
-    raise ConfigError(f"bad value {value!r} for {key or 'a true/false setting'}: expected true or false")
 
 
 def check_bounds(request: Any) -> None:

@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
 
 from cxrground.errors import ConfigError
-from cxrground.fields import FALSE_WORDS, TRUE_WORDS
 
-__all__ = ["Backend", "Registry"]
+__all__ = ["FALSE_WORDS", "TRUE_WORDS", "Backend", "Registry", "strict_bool"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -126,6 +125,24 @@ class Registry(Generic[T]):
         return len(self._backends)
 
 
+
+
+#: The words a boolean setting given as text may be (case-insensitive).
+TRUE_WORDS: frozenset[str] = frozenset({"1", "true", "yes", "on"})
+FALSE_WORDS: frozenset[str] = frozenset({"0", "false", "no", "off"})
+
+
+def strict_bool(key: str, value: Any) -> bool:
+    """A boolean setting ``key`` given as a bool or as text (true/false, 1/0, yes/no, on/off); any other text is a
+    :class:`~cxrground.errors.ConfigError` naming it (a typo must not read as false)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in TRUE_WORDS:
+        return True
+    if text in FALSE_WORDS:
+        return False
+    raise ConfigError(f"bad value {value!r} for {key or 'a true/false setting'}: expected true or false")
 
 
 def _scalar_type(annotation: Any) -> type | None:

@@ -222,8 +222,8 @@ def compose_pairs(
 
 def _drop_duplicates(study_key: str, out: ComposedStudy) -> None:
     """One answer per question in the study (a tentative pneumonia and a tentative atelectasis of one place both ask
-    "Segment the opacity in the right lung."; a definitive and a tentative pneumonia of one place both ask "Segment
-    the opacity in the right lung and predict its type."): one question, one answer, one region.
+    the basic question of "opacity" there; a definitive and a tentative pneumonia of one place both ask its
+    lesion-inference question): one question, one answer, one region.
 
     - Two positives with one lesion-inference instruction: the one with the definitive answer is kept (present
       beats uncertain), else the first.

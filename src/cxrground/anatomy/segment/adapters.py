@@ -32,10 +32,10 @@ from PIL import Image, ImageDraw
 
 from cxrground.anatomy.segment.base import LungHeartMasks
 from cxrground.errors import ConfigError, InputError
-from cxrground.fields import strict_bool
 from cxrground.io.image import CXRImage
 from cxrground.io.masks import as_mask
 from cxrground.io.transform import Letterbox
+from cxrground.registry import strict_bool
 
 __all__ = [
     "CXAS_CLASSES",

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from cxrground.errors import InputError
+from cxrground.errors import InputError, MaskShapeError
 from cxrground.evaluation.ils.segmentation import SegmentationMetric
 from cxrground.evaluation.ils.text import TextAccuracyMetric
 from cxrground.ils.frames import read_frame
@@ -127,13 +127,16 @@ def evaluate_dataset(
             pred: Prediction | None = preds.get(pid)
             try:
                 pred_mask = pred.mask_array(native) if pred is not None else None
-            except InputError as exc:
+            except MaskShapeError as exc:
                 if native_known:
                     raise
-                raise InputError(f"{exc.reason}; the size expected is that of the dataset's GT masks, as neither "
-                                 "--images nor the dataset records the image's native size (a released-frame dataset "
-                                 "without its mask_frame.json?): give --images to score at the native size",
-                                 predictions_path) from None
+                hinted = type(exc).__new__(type(exc))  # the same error, its message with the likely cause
+                hinted.__dict__.update(exc.__dict__)
+                InputError.__init__(hinted, f"{exc.reason}; the size expected is that of the dataset's GT masks, as "
+                                    "neither --images nor the dataset records the image's native size (a "
+                                    "released-frame dataset without its mask_frame.json?): give --images to score "
+                                    "at the native size", exc.path)
+                raise hinted from None
             if not is_pos:
                 shape = native or (pred_mask.shape if pred_mask is not None else (1, 1))
                 gt = np.zeros(shape, bool)

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cxrground.errors import ConfigError
-from cxrground.fields import strict_bool
+from cxrground.registry import strict_bool
 
 __all__ = ["ANATOMY_CHOICES", "GLOBAL_LOCATION_CHOICES", "BaselineConfig"]
 
@@ -75,8 +75,8 @@ class BaselineConfig:
         for name in ("lr", "weight_decay", "grad_clip", "warmup_steps", "w_bce", "w_dice", "w_presence", "w_lesion",
                      "w_certainty", "w_location"):
             value = float(getattr(self, name))
-            if not math.isfinite(value) or value < 0 or (name == "lr" and value == 0):
-                raise ConfigError(f"{name} must be a finite number {'> 0' if name == 'lr' else '>= 0'}, got "
+            if not math.isfinite(value) or value < 0:
+                raise ConfigError(f"{name} must be a finite number >= 0, got "
                                   f"{getattr(self, name)!r}")
 
     def to_dict(self) -> dict[str, Any]:

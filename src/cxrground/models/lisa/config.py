@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cxrground.errors import ConfigError
-from cxrground.fields import strict_bool
+from cxrground.registry import strict_bool
 
 __all__ = ["CLIP_MODES", "DISTRIBUTED_MODES", "TINY_DEFAULTS", "LisaConfig"]
 
@@ -112,8 +112,8 @@ class LisaConfig:
             raise ConfigError(f"betas must be two numbers in [0, 1), e.g. 0.9,0.95, got {self.betas}")
         for name in ("lr", "weight_decay", "grad_clip", "lora_dropout", "w_txt", "w_bce", "w_dice"):
             value = float(getattr(self, name))
-            if not math.isfinite(value) or value < 0 or (name == "lr" and value == 0):
-                raise ConfigError(f"{name} must be a finite number {'> 0' if name == 'lr' else '>= 0'}, got "
+            if not math.isfinite(value) or value < 0:
+                raise ConfigError(f"{name} must be a finite number >= 0, got "
                                   f"{getattr(self, name)!r}")
         if int(self.warmup_steps) < 0:
             raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps!r}")
