@@ -24,6 +24,13 @@ class InputError(CXRGroundError):
         self.path = str(path) if path is not None else None
         super().__init__(f"{self.path}: {reason}" if self.path else reason)
 
+    def with_reason(self, reason: str) -> InputError:
+        """This error (its type, path and other fields) saying ``reason`` instead, e.g. with its likely cause added."""
+        other = type(self).__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        InputError.__init__(other, reason, self.path)
+        return other
+
 
 class ImageReadError(InputError):
     """An image or DICOM file could not be read or converted."""

@@ -8,13 +8,14 @@ documentation then lives next to the field it describes, and a front end offers 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import MISSING, field, fields
 from typing import Any, Literal
 
-from cxrground.errors import OptionValueError
+from cxrground.errors import ConfigError, OptionValueError
 
-__all__ = ["PathKind", "check_bounds", "key_values", "option"]
+__all__ = ["PathKind", "check_bounds", "check_non_negative", "key_values", "option"]
 
 #: What a path field holds: an existing folder / file / either, a folder or file to write, or any path; the
 #: ``_or_url`` kinds also take an fsspec URL (``s3://``, ``gs://``, ``file://``), handed on as a string.
@@ -65,3 +66,12 @@ def check_bounds(request: Any) -> None:
             raise OptionValueError(f"{flag} must be {'>' if is_open else '>='} {low}, got {value}")
         if high is not None and value > high:
             raise OptionValueError(f"{flag} must be <= {high}, got {value}")
+
+
+def check_non_negative(config: Any, names: Sequence[str]) -> None:
+    """Raise :class:`ConfigError` naming the field when one of the fields ``names`` of ``config`` is not a finite number
+    >= 0 (a learning rate, a loss weight, a decay)."""
+    for name in names:
+        value = float(getattr(config, name))
+        if not math.isfinite(value) or value < 0:
+            raise ConfigError(f"{name} must be a finite number >= 0, got {getattr(config, name)!r}")

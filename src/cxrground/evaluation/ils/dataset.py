@@ -130,13 +130,10 @@ def evaluate_dataset(
             except MaskShapeError as exc:
                 if native_known:
                     raise
-                hinted = type(exc).__new__(type(exc))  # the same error, its message with the likely cause
-                hinted.__dict__.update(exc.__dict__)
-                InputError.__init__(hinted, f"{exc.reason}; the size expected is that of the dataset's GT masks, as "
-                                    "neither --images nor the dataset records the image's native size (a "
-                                    "released-frame dataset without its mask_frame.json?): give --images to score "
-                                    "at the native size", exc.path)
-                raise hinted from None
+                raise exc.with_reason(f"{exc.reason}; the size expected is that of the dataset's GT masks, as neither "
+                                      "--images nor the dataset records the image's native size (a released-frame "
+                                      "dataset without its mask_frame.json?): give --images to score at the native "
+                                      "size") from None
             if not is_pos:
                 shape = native or (pred_mask.shape if pred_mask is not None else (1, 1))
                 gt = np.zeros(shape, bool)

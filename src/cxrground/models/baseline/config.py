@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from cxrground.errors import ConfigError
+from cxrground.fields import check_non_negative
 from cxrground.registry import strict_bool
 
 __all__ = ["ANATOMY_CHOICES", "GLOBAL_LOCATION_CHOICES", "BaselineConfig"]
@@ -72,12 +72,8 @@ class BaselineConfig:
         for name in ("size", "epochs", "batch_size", "threads", "cond_hidden", "head_hidden"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)!r}")
-        for name in ("lr", "weight_decay", "grad_clip", "warmup_steps", "w_bce", "w_dice", "w_presence", "w_lesion",
-                     "w_certainty", "w_location"):
-            value = float(getattr(self, name))
-            if not math.isfinite(value) or value < 0:
-                raise ConfigError(f"{name} must be a finite number >= 0, got "
-                                  f"{getattr(self, name)!r}")
+        check_non_negative(self, ("lr", "weight_decay", "grad_clip", "warmup_steps", "w_bce", "w_dice", "w_presence",
+                                  "w_lesion", "w_certainty", "w_location"))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""

@@ -19,12 +19,12 @@ folder, used when the base does not store the tower), ``tokenizer`` (defaults to
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from cxrground.errors import ConfigError
+from cxrground.fields import check_non_negative
 from cxrground.registry import strict_bool
 
 __all__ = ["CLIP_MODES", "DISTRIBUTED_MODES", "TINY_DEFAULTS", "LisaConfig"]
@@ -110,11 +110,7 @@ class LisaConfig:
             raise ConfigError(f"dtype must be auto/float32/bfloat16/float16, got {self.dtype!r}")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ConfigError(f"betas must be two numbers in [0, 1), e.g. 0.9,0.95, got {self.betas}")
-        for name in ("lr", "weight_decay", "grad_clip", "lora_dropout", "w_txt", "w_bce", "w_dice"):
-            value = float(getattr(self, name))
-            if not math.isfinite(value) or value < 0:
-                raise ConfigError(f"{name} must be a finite number >= 0, got "
-                                  f"{getattr(self, name)!r}")
+        check_non_negative(self, ("lr", "weight_decay", "grad_clip", "lora_dropout", "w_txt", "w_bce", "w_dice"))
         if int(self.warmup_steps) < 0:
             raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps!r}")
         if not self.tiny and self.base_model is None:
