@@ -233,12 +233,13 @@ middle zone(s) (no side; version 26)                              ``right mid zo
 lingula, lingular (left)                                          ``left mid zone lung``
 behind / posterior to the (S) heart (retrocardiac)                ``left lung base`` (``S lung base``)
 S mid lung / midlung / mid zone, S (peri / para / infra)hilar,    ``S mid zone lung``
-S hilum
+S hilum, S midzone (version 50)
 perihilar / hilar / mid lungs (no side, or bilateral)             ``right mid zone lung``, ``left mid zone lung``
 S upper lobe / lung / zone, RUL / LUL, S suprahilar               ``S upper zone lung``
 upper lobes / lungs / zones (no side)                             both upper zones
 S apex / apical, apices / apical / biapical (no side)             ``S apical zone lung`` / both apical zones
 S mid and lower lung zones, S upper and middle lobes, ...         each zone of the list, in order
+S upper-lobe, S mid-zone, ... (hyphenated; version 50)           as the spaced form
 adjacent to / along / above / at / near the S hemidiaphragm       ``S lung base`` (version 45; lung findings only)
 S greater / worse than S, R > L, L>R, R ≥ L, R>=L, right > left   nothing (the side word is not a location:
 (version 46), S hemidiaphragm / atrium / clavicle / rib / IJ /    a finding with no other place lies in both
@@ -974,7 +975,8 @@ ALTERNATIVE_GAP_RE: Final[re.Pattern[str]] = re.compile(
 _SIDE = r"(?:right\s+and\s+left|left\s+and\s+right|right|left|rt\.?|lt\.?|bilateral|both)"
 _SIDED = _SIDE + r"(?:[- ]?sided)?"
 _DESC = r"(?:(?:lateral|medial|posterior|anterior|inferior|superior|peripheral|dependent|central|far|extreme)\s+)*"
-_NOUN = r"\s+(?:lungs?\s+)?(?:lobes?|zones?|fields?|lungs?|hemithora(?:x|ces)|regions?|segments?)"
+#: A zone noun after its zone word, spaced or hyphenated ("upper lobe", "upper-lobe"; version 50).
+_NOUN = r"(?:\s+|-)(?:lungs?\s+)?(?:lobes?|zones?|fields?|lungs?|hemithora(?:x|ces)|regions?|segments?)"
 _NEED = r"(?:upper|lower|mid|middle)"
 #: One item of a sided zone list with a shared noun ("right upper and left lower lobes", "right upper and both mid
 #: zones").
@@ -983,7 +985,7 @@ _NEEDLIST = rf"{_NEED}(?:\s*(?:,|-\s*(?:and|or|to)|and|to|/|-|or)\s*{_NEED})*{_N
 _FREE = (
     r"(?:bibasilar(?:ly)?|bibasal(?:ly)?|biapical|apices|apex|apical(?:ly)?|basilar|basal(?:ly)?|bases|base|"
     r"perihilar|parahilar|infrahilar|suprahilar|hilar|hilum|hila|lingula(?:r)?|retrocardiac|midlung|mid-lung|"
-    r"costophrenic(?:\s+(?:angles?|sulci|sulcus|recess(?:es)?))?|cp\s+angles?|"
+    r"midzones?|costophrenic(?:\s+(?:angles?|sulci|sulcus|recess(?:es)?))?|cp\s+angles?|"
     r"cardiophrenic(?:\s+(?:angles?|regions?|sulci|sulcus))?)"
 )
 #: "... of the right lung" after a zone: the zone's side (version 37: "base of the right lung" is the right base).

@@ -256,8 +256,9 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: lesion resolved at one place and persisting at another of the same sentence is absent at the first and present at
 #: the second, and "the heart is top-normal in size to mildly enlarged" is uncertain (the record's other changes, a
 #: normal heart in more words, a normal heart that is no normal examination and an attributed consolidation in the
-#: labels, change no finding).
-RULES_VERSION: Final[str] = "49"
+#: labels, change no finding); 50: "midzone(s)" is the mid zone, and a zone word joined to its noun by a hyphen
+#: ("right mid-zone", "upper-lobe") reads as the spaced form.
+RULES_VERSION: Final[str] = "50"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
