@@ -67,6 +67,19 @@ def test_zones_refuses_an_output_folder_inside_the_image_folder(tmp_path):
         check_out_folder(films / ".." / "films" / "x", films)
 
 
+@pytest.mark.parametrize("command", ["zones", "pose"])
+def test_failures_of_zones_and_pose_name_the_film_by_its_absolute_path(tmp_path, monkeypatch, command):
+    films = tmp_path / "films"
+    films.mkdir()
+    (films / "garbage.png").write_bytes(b"not a png")
+    monkeypatch.chdir(tmp_path)
+    res = _run(["anatomy", command, "--images", "films", "--out", "out"] + (["--no-overlays"] if command == "zones"
+                                                                          else []))
+    assert "Traceback" not in res.output, res.output
+    failures = [json.loads(line) for line in (tmp_path / "out" / "failures.jsonl").read_text().splitlines()]
+    assert [f["path"] for f in failures] == [str(films / "garbage.png")]
+
+
 def test_model_files_that_are_not_models_name_the_file(tmp_path):
     junk = tmp_path / "junk.npz"
     junk.write_bytes(b"junk\n")

@@ -24,6 +24,7 @@ pytest.importorskip("fastapi")
 from click.testing import CliRunner
 
 from cxrground.cli import main
+from cxrground.ils.layout import DATASET_FILE
 from cxrground.ils.predictions import load_predictions
 from cxrground.io.masks import decode_rle, encode_rle, read_mask_png
 from cxrground.percept.build import build_benchmark
@@ -375,9 +376,27 @@ def test_ils_card_shows_the_review(setup, tmp_path) -> None:
     assert f"| test | {test_pairs:,} | 4 | {100 * 4 / test_pairs:.1f} % | {accepted} | {100 * accepted / 4:.1f} % |" \
         in card
     assert "Fleiss' κ" in card and "## Backends and settings" in card
-    bad = runner.invoke(main, ["review", "export", "--db", str(db_path), "--out", str(out), "--card",
-                               str(setup.ils_dir)])
-    assert bad.exit_code != 0 and "no review item" in bad.output
+
+    moved = tmp_path / "moved"  # a copy of the imported folder is the same dataset: its card gets the review
+    shutil.copytree(ils, moved)
+    (moved / "review.json").unlink()
+    result = runner.invoke(main, ["review", "export", "--db", str(db_path), "--out", str(out), "--card", str(moved)])
+    assert result.exit_code == 0, result.output
+    assert json.loads((moved / "review.json").read_text())["reviewed"] == summary["reviewed"]
+
+    other = tmp_path / "other"  # a dataset none of whose pairs was imported is refused before anything is written
+    shutil.copytree(ils, other)
+    data = json.loads((other / DATASET_FILE).read_text())
+    for split in data.values():
+        for study in (split or {}).values():
+            for group in study["instruction_answer_pairs"].values():
+                for pair in group:
+                    pair["pair_id"] += "-other"
+    (other / DATASET_FILE).write_text(json.dumps(data))
+    fresh = tmp_path / "fresh.csv"
+    bad = runner.invoke(main, ["review", "export", "--db", str(db_path), "--out", str(fresh), "--card", str(other)])
+    assert bad.exit_code != 0 and "no review item" in bad.output and "copy of it" in bad.output
+    assert not fresh.exists()
 
 
 def test_a_flood_of_wrong_tokens_does_not_lock_signed_in_reviewers_out(setup, tmp_path) -> None:

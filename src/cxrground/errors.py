@@ -82,9 +82,10 @@ class Failure:
 
     @classmethod
     def from_exception(cls, path: str | Path, stage: str, exc: BaseException) -> Failure:
-        """Build a record from an exception raised while processing ``path``."""
+        """Build a record from an exception raised while processing ``path`` (a local path is made absolute)."""
         reason = exc.reason if isinstance(exc, InputError) else str(exc) or type(exc).__name__
-        return cls(path=str(path), stage=stage, reason=reason, error=type(exc).__name__)
+        where = str(path) if "://" in str(path) else str(Path(path).absolute())
+        return cls(path=where, stage=stage, reason=reason, error=type(exc).__name__)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the line format of ``failures.jsonl``)."""

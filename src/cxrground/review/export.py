@@ -37,6 +37,7 @@ from cxrground.ils.layout import DATASET_FILE
 from cxrground.ils.schema import SPLITS, read_dataset
 from cxrground.io.files import atomic_write_text
 from cxrground.io.masks import decode_rle, encode_rle, write_mask_png
+from cxrground.percept.cases import key_id
 from cxrground.review.db import Assignment, Item, ReviewDB
 from cxrground.review.stats import consensus, fleiss_of, pairwise_cohen, ratings_of
 
@@ -140,9 +141,7 @@ def ils_card_summary(db: ReviewDB, ils_dir: str | Path) -> dict[str, Any]:
     ils_dir = Path(ils_dir).resolve()
     data = read_dataset(ils_dir / DATASET_FILE, ())  # only the pair lists are counted
     items, groups = _by_item(db)
-    mine = [i for i in items if i.kind == "ils" and Path(i.source) == ils_dir]
-    if not mine:
-        raise InputError("no review item of the database was imported from this ILS folder", ils_dir)
+    mine = _items_of_folder(items, ils_dir, data)
     assignments = [a for i in mine for a in groups.get(i.id, [])]
     ratings = ratings_of(assignments)
     decided = {i.id: _item_decision(i, groups.get(i.id, [])) for i in mine}
@@ -172,6 +171,30 @@ def ils_card_summary(db: ReviewDB, ils_dir: str | Path) -> dict[str, Any]:
     }
 
 
+def _pair_keys(data: dict[str, Any]) -> set[str]:
+    """Review keys of every pair of an ILS dataset."""
+    return {key_id(p["target"], p["pair_id"]) for split in SPLITS for study in (data.get(split) or {}).values()
+            for group in ("positive_pairs", "negative_pairs")
+            for p in study["instruction_answer_pairs"].get(group, [])}
+
+
+def _items_of_folder(items: Sequence[Item], ils_dir: Path, data: dict[str, Any]) -> list[Item]:
+    """The ILS items imported from ``ils_dir``, or from the one folder it is a copy of (the same pair keys)."""
+    mine = [i for i in items if i.kind == "ils" and Path(i.source) == ils_dir]
+    if mine:
+        return mine
+    keys = _pair_keys(data)
+    mine = [i for i in items if i.kind == "ils" and i.key in keys]
+    sources = sorted({i.source for i in mine})
+    if len(sources) > 1:
+        raise InputError("no review item was imported from this ILS folder, and its pairs were imported from "
+                         f"several folders ({', '.join(sources)}): pass the folder they were imported from", ils_dir)
+    if not mine:
+        raise InputError("no review item of the database was imported from this ILS folder or a copy of it "
+                         "(no pair of its dataset is in the database)", ils_dir)
+    return mine
+
+
 def write_card(db: ReviewDB, ils_dir: str | Path, source: str) -> dict[str, Any]:
     """Write ``ILS_DIR/review.json`` and rewrite the card's review section; returns the summary."""
     ils_dir = Path(ils_dir)
@@ -187,6 +210,8 @@ def export_review(db: ReviewDB, out: str | Path, masks_dir: str | Path | None = 
                   card_dir: str | Path | None = None) -> list[str]:
     """Write the decisions CSV (and the corrected masks, and the ILS card's review section); one line per file."""
     out = Path(out)
+    if card_dir is not None:  # refused before anything is written
+        ils_card_summary(db, card_dir)
     rows = write_decisions(db, out)
     lines = [f"{out}: {len(rows)} items, {sum(r['decision'] == 'accept' for r in rows)} accepted, "
              f"{sum(r['decision'] == 'reject' for r in rows)} rejected, "
