@@ -220,7 +220,7 @@ def _seed_with_three_splits(cohort: Path, val: float, test: float) -> int:
 
 
 @pytest.mark.yolo
-def test_train_evaluate_and_ils_build_with_the_trained_detector(cohort12, tmp_path):
+def test_train_evaluate_and_ils_build_with_the_trained_detector(cohort12, tmp_path, monkeypatch):
     from cxrground.ils.build import DATASET_FILE
     from cxrground.ils.quality import score_against_truth
 
@@ -231,8 +231,9 @@ def test_train_evaluate_and_ils_build_with_the_trained_detector(cohort12, tmp_pa
                                str(tmp_path / "vindr")])
     assert res.exit_code == 0, res.output
     out = tmp_path / "det"
+    monkeypatch.chdir(tmp_path)  # a relative --out, as in the guide: the run stays inside it
     args = ["detector", "train", "--annotations", str(tmp_path / "vindr" / "train.csv"), "--images",
-            str(cohort / "files"), "--patients", str(tmp_path / "vindr" / "patients.csv"), "--out", str(out),
+            str(cohort / "files"), "--patients", str(tmp_path / "vindr" / "patients.csv"), "--out", "det",
             "--imgsz", "64", "--epochs", "2", "--batch", "4", "--model", "yolov8n.yaml", "--device", "cpu",
             "--workers", "0", "--threads", "1", "--val", "0.25", "--test", "0.25", "--seed", str(seed)]
     res = runner.invoke(main, args)
@@ -242,6 +243,7 @@ def test_train_evaluate_and_ils_build_with_the_trained_detector(cohort12, tmp_pa
     assert prov["weights_sha256"] and prov["training"]["epochs_done"] == 2 and prov["split"]["by"] == "patient"
     assert prov["classes"] == list(class_list("kept")) and len(prov["data"]["data_sha256"]) == 64
     assert 0.0 <= prov["metrics"]["test"]["mAP50"] <= 1.0 and f"weights_path={weights}" in prov["use"]
+    assert (out / "run" / "weights" / "last.pt").is_file() and not (tmp_path / "runs").exists()
     assert "already trained" in runner.invoke(main, args).output  # a finished run is reported, not redone
     weights.unlink()  # stopped after ultralytics finished, before the weights were written: taken up from run/
     (out / "vindr_yolo.json").unlink()

@@ -189,7 +189,7 @@ def _val_metrics(trainer: Any) -> dict[str, float]:
 
 def train_detector(request: DetectorTrainRequest) -> TrainedDetector:
     """Prepare, train, evaluate and write the detector (see the module docstring)."""
-    out = request.out
+    out = Path(request.out).absolute()  # ultralytics puts a relative project under its own runs/ folder
     weights = out / WEIGHTS_NAME
     prov_file = weights.with_suffix(".json")
     run_dir = out / "run"
