@@ -258,3 +258,29 @@ def test_csv_index_failures_name_the_file_line(tmp_path):
     with pytest.raises(InputError, match=r"latin1\.csv: index is not a UTF-8 CSV"):
         scan_folder(img, index=latin)
     _clean_error(_run(["scan", "--images", img, "--index", latin]), str(latin), "not a UTF-8 CSV")
+
+
+def test_scan_check_reads_every_film_and_report_as_the_build_does(tmp_path):
+    img = tmp_path / "flat"
+    img.mkdir()
+    for name in ("a.png", "b.png", "c.png"):
+        _film(img / name)
+    good = (img / "a.png").read_bytes()
+    (img / "cut.png").write_bytes(good[: len(good) // 2])  # truncated
+    (img / "text.png").write_text("not an image")
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "1.txt").write_text("FINDINGS: Small left effusion.")
+    (reports / "2.txt").write_text("")
+    (reports / "3.txt").write_text("  \n ")
+    rows = [("a.png", "1", "reports/1.txt"), ("b.png", "2", "reports/2.txt"), ("c.png", "3", "reports/3.txt"),
+            ("cut.png", "4", "reports/1.txt"), ("text.png", "5", "reports/1.txt")]
+    index = tmp_path / "index.csv"
+    index.write_text("image,study_id,report_path\n" + "".join(f"{i},{s},{tmp_path / r}\n" for i, s, r in rows))
+    plain = _run(["scan", "--images", img, "--index", index])
+    assert plain.exit_code == 0 and "5 studies (5 images), 0 failures" in plain.output, plain.output
+    res = _run(["scan", "--images", img, "--index", index, "--check"])
+    assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+    assert "1 study (1 images), 4 failures" in res.output, res.output
+    for named in (reports / "2.txt", reports / "3.txt", img / "cut.png", img / "text.png"):
+        assert f"failed: {named}:" in res.output, res.output

@@ -60,10 +60,19 @@ def pack_info(path: Path | None, verify: bool) -> None:
               help="View table (MIMIC-CXR-JPG's mimic-cxr-2.0.0-metadata.csv[.gz], or a CSV with dicom_id and "
                    "ViewPosition or view). Default: that file in the image folder or its parent, when there.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line per image and per failure.")
-def scan(images: Path, reports: Path | None, index: Path | None, metadata: Path | None, as_json: bool) -> None:
+@click.option("--check", is_flag=True,
+              help="Also read every image and report as ils build does and list those that fail (decodes every "
+                   "film: slower).")
+def scan(images: Path, reports: Path | None, index: Path | None, metadata: Path | None, as_json: bool,
+         check: bool) -> None:
     """List the studies (images + report) found in a folder, the views of their images, and every file that could
-    not be used."""
+    not be used (without --check: what the file system shows; a corrupt film or an empty report needs --check)."""
     studies, failures = _scan_with_reports(images, reports, index)
+    if check:
+        from cxrground.datasets.folder import check_studies
+
+        studies, unreadable = check_studies(studies, progress=not as_json)
+        failures = [*failures, *unreadable]
     table, views = load_view_table(metadata, images)
     studies = [_header_view(image) for group in views_by_study(studies, views).values() for image in group]
     echo_lines(scan_lines(studies, failures, as_json=as_json, view_table=table))

@@ -14,7 +14,8 @@ Images are not opened here; reading happens in the stages that need the pixels. 
 check shows is refused here, each with a :class:`~cxrground.errors.Failure` naming the file: a 0-byte image
 (so a study's next image is chosen instead), a symbolic link loop and a link whose target does not exist, and in
 the MIMIC-CXR layout every skipped item: a study folder without an image, a folder named like an image, and an
-image in a format the build does not read (GIF, BMP, TIFF, WebP).
+image in a format the build does not read (GIF, BMP, TIFF, WebP). :func:`check_studies` (``scan --check``) reads
+every image and report as ``ils build`` does and lists those that fail.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from cxrground.errors import Failure, InputError
 from cxrground.io.files import read_csv_text, walk_files
 from cxrground.io.image import IMAGE_SUFFIXES, UNSUPPORTED_IMAGE_SUFFIXES
 
-__all__ = ["MIMIC_IMAGE_RE", "UNSUPPORTED_IMAGE_SUFFIXES", "StudyInput", "find_release_file", "image_file_problem",
-           "read_index", "scan_folder", "scan_lines", "scan_store"]
+__all__ = ["MIMIC_IMAGE_RE", "UNSUPPORTED_IMAGE_SUFFIXES", "StudyInput", "check_studies", "find_release_file",
+           "image_file_problem", "read_index", "scan_folder", "scan_lines", "scan_store"]
 
 _STUDY_DIR_RE = re.compile(r"(?:^|/)p\d{2}/p\d+/s\d+$")
 
@@ -352,3 +353,50 @@ def scan_lines(studies: list[StudyInput], failures: list[Failure], as_json: bool
     return ([f"{n} {'study' if n == 1 else 'studies'} ({len(studies)} images), {len(failures)} failures",
              f"views of the images: {shown or 'none'} ({source})"]
             + [f"  failed: {f.path}: {f.reason}" for f in failures])
+
+
+def _report_problem(study: StudyInput, seen: dict[Path, str | None]) -> tuple[str, str] | None:
+    """(file, reason) when the study's report cannot be read as ``ils build`` reads it, else None."""
+    from cxrground.reports.readers import parse_report_text, read_report
+
+    if study.report_path is not None:
+        path = Path(study.report_path)
+        if path not in seen:
+            try:
+                read_report(path)
+                seen[path] = None
+            except InputError as exc:
+                seen[path] = exc.reason
+        return None if seen[path] is None else (str(path), f"report: {seen[path]}")
+    if study.report_text is not None:
+        if not study.report_text.strip():
+            return str(study.image_path), f"report text of {study.study_id} is empty"
+        try:
+            parse_report_text(study.report_text, report_id=study.study_id)
+        except InputError as exc:
+            return str(study.image_path), f"report text of {study.study_id}: {exc.reason}"
+    return None
+
+
+def check_studies(studies: list[StudyInput], progress: bool = True) -> tuple[list[StudyInput], list[Failure]]:
+    """The studies whose image decodes and whose report reads (as ``ils build`` reads them), and a failure for each
+    other image, naming the file and the reason; images behind a URL are kept unread."""
+    from tqdm.auto import tqdm
+
+    from cxrground.io.image import read_image
+
+    kept: list[StudyInput] = []
+    failures: list[Failure] = []
+    reports: dict[Path, str | None] = {}
+    for study in tqdm(studies, desc="check", unit="img", disable=not progress):
+        problem = _report_problem(study, reports)
+        if problem is None and "://" not in str(study.image_path):
+            try:
+                read_image(study.image_path)
+            except InputError as exc:
+                problem = (str(Path(study.image_path).absolute()), exc.reason)
+        if problem is None:
+            kept.append(study)
+        else:
+            failures.append(Failure(problem[0], "scan", problem[1], "InputError"))
+    return kept, failures
