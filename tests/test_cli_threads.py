@@ -14,7 +14,11 @@ from cxrground.models.torch_state import use_threads
 #: The commands that run torch (segmenter, models, SAM, the ILS agent).
 TORCH_COMMANDS = (("anatomy", "zones"), ("anatomy", "fit-zones"), ("anatomy", "fit-normative"),
                   ("segment", "lungs"), ("ils", "build"), ("ils", "predict"), ("ils", "convert-lisa"),
-                  ("percept", "build"), ("percept", "eval"), ("serve",))
+                  ("percept", "build"), ("percept", "eval"), ("serve",), ("anatomy", "pose"), ("segment", "eval-lungs"),
+                  ("ils", "export-lisa"), ("detector", "evaluate"))
+#: Training commands: one process, whose thread count is part of the training configuration (default 2, or the
+#: model's configuration for ``ils train``).
+TRAINING_COMMANDS = (("segment", "train-lungs"), ("segment", "train-pose"), ("ils", "train"), ("detector", "train"))
 
 
 @pytest.fixture
@@ -34,6 +38,14 @@ def test_torch_commands_offer_threads_default_one(path):
     opt = {p.name: p for p in cmd.params}.get("threads")
     assert opt is not None, f"{' '.join(path)} has no --threads"
     assert opt.default == 1
+
+
+@pytest.mark.parametrize("path", TRAINING_COMMANDS, ids=" ".join)
+def test_training_commands_offer_threads(path):
+    cmd = main
+    for name in path:
+        cmd = cmd.commands[name]
+    assert "threads" in {p.name for p in cmd.params}, f"{' '.join(path)} has no --threads"
 
 
 def test_threads_reach_torch_and_the_environment(restore_threads, monkeypatch, tmp_path: Path):

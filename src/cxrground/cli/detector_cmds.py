@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DIR, OUT_DIR, echo_lines, group, request_options
+from cxrground.cli.common import DIR, OUT_DIR, echo_lines, group, request_options, threads_option
 from cxrground.ils.detector.evaluate import DetectorEvalRequest
 from cxrground.ils.detector.train import DetectorTrainRequest
 
@@ -27,6 +27,7 @@ def train(request: DetectorTrainRequest) -> None:
 
 @detector.command("evaluate")
 @request_options(DetectorEvalRequest)
+@threads_option
 def evaluate(request: DetectorEvalRequest) -> None:
     """mAP@0.5 per class on a held-out split, and the ILS view (hit rate and boxes per reported lesion)."""
     from cxrground.ils.detector.evaluate import evaluate_detector
