@@ -60,7 +60,7 @@ def main() -> None:
     import datasets
 
     t0 = time.perf_counter()
-    export_hf(dataset, images, work / "hf")
+    export_hf(dataset, images, work / "hf", overwrite=True)
     t_hf = time.perf_counter() - t0
     splits = [s for s in data if data[s]]
     ds = datasets.load_dataset("parquet", data_files={s: str(work / "hf" / "data" / f"{s}-*.parquet")
@@ -72,7 +72,7 @@ def main() -> None:
           f"the source images + masks, {source_mb:.1f} MB); JSON identical: {same_json}; masks identical: "
           f"{same_masks}")
     t0 = time.perf_counter()
-    export_hf(dataset, images, work / "hf_study", rows="study")
+    export_hf(dataset, images, work / "hf_study", rows="study", overwrite=True)
     t_study = time.perf_counter() - t0
     ds = datasets.load_dataset(str(work / "hf_study"), cache_dir=str(work / "hf_cache"))
     same_json = ils_json_from_rows({s: ds[s] for s in splits}) == {s: data[s] for s in splits}
@@ -85,7 +85,7 @@ def main() -> None:
     from pycocotools.coco import COCO
 
     t0 = time.perf_counter()
-    counts = export_coco(dataset, work / "coco")
+    counts = export_coco(dataset, work / "coco", overwrite=True)
     t_coco = time.perf_counter() - t0
     pairs = [json.loads(line) for line in (work / "coco" / "pairs.jsonl").read_text().splitlines()]
     cocos = {s: COCO(str(work / "coco" / "annotations" / f"instances_{s}.json")) for s in splits}
@@ -107,7 +107,7 @@ def main() -> None:
     (dicom_ds / "mimic_ils_instruction_answer.json").write_text(json.dumps(data))
     (dicom_ds / "lesion_mask").symlink_to(dataset / "lesion_mask")
     t0 = time.perf_counter()
-    result = export_dicom_seg(dicom_ds, dicom_root, work / "seg")
+    result = export_dicom_seg(dicom_ds, dicom_root, work / "seg", overwrite=True)
     t_seg = time.perf_counter() - t0
     identical = checked = 0
     for line in (work / "seg" / "dicom_seg.jsonl").read_text().splitlines():

@@ -204,3 +204,147 @@ def test_dicom_seg_export_reads_back_into_our_masks(dicom_ils, tmp_path):
             assert desc.segment_label == s["label"]
             for pair_id in s["pair_ids"]:
                 assert np.array_equal(pixels[..., k].astype(bool), masks[pair_id])
+
+
+@pytest.fixture(scope="module")
+def spaced_dicom_ils(ils, tmp_path_factory) -> tuple[Path, Path]:
+    """The dataset with its first study's image as a DICOM with PixelSpacing (no SliceThickness, as a radiograph
+    has none) and its second's as a DICOM with ImagerPixelSpacing only."""
+    import shutil
+
+    import pydicom
+
+    from cxrground.io.dicom import write_dicom
+    from cxrground.io.image import read_image
+
+    ils_dir, images = ils
+    root = tmp_path_factory.mktemp("spaced_dicom_ils")
+    shutil.copytree(ils_dir, root / "ils")
+    shutil.copytree(images, root / "files")
+    data = _source(ils_dir)
+    studies = [s for split in data.values() for s in split.values()
+               if s["instruction_answer_pairs"].get("positive_pairs")]
+    for k, study in enumerate(studies[:2]):
+        rel = study["image_path"]
+        dcm = root / "files" / Path(rel).with_suffix(".dcm")
+        write_dicom(dcm, read_image(images / rel).pixels, spacing=(0.3, 0.3) if k == 0 else None)
+        if k == 1:
+            ds = pydicom.dcmread(dcm)
+            ds.ImagerPixelSpacing = [0.2, 0.25]
+            ds.save_as(dcm, enforce_file_format=True)
+        study["image_path"] = str(Path(rel).with_suffix(".dcm"))
+    (root / "ils" / "mimic_ils_instruction_answer.json").write_text(json.dumps(data))
+    return root / "ils", root / "files"
+
+
+def _export(*args: str):
+    return CliRunner().invoke(main, ["ils", "export", *args])
+
+
+def test_dicom_seg_of_a_radiograph_with_pixel_or_imager_spacing_reads_back_with_highdicom(spaced_dicom_ils,
+                                                                                           tmp_path):
+    import highdicom as hd
+    import pydicom
+
+    from cxrground.ils import export_dicom_seg
+
+    ils_dir, images = spaced_dicom_ils
+    out = tmp_path / "seg"
+    r = _export("--format", "dicom-seg", "--dataset", str(ils_dir), "--images", str(images), "--out", str(out))
+    assert r.exit_code == 0, r.output
+    masks = _masks_by_pair(_source(ils_dir), ils_dir)
+    records = [json.loads(x) for x in (out / "dicom_seg.jsonl").read_text().splitlines()]
+    written = [rec for rec in records if rec["status"] == "written"]
+    assert len(written) == 2
+    spacings = []
+    for rec in written:
+        source = pydicom.dcmread(images / rec["image_path"])
+        seg = hd.seg.segread(out / rec["file"])
+        measures = seg.SharedFunctionalGroupsSequence[0].PixelMeasuresSequence[0]
+        spacings.append([float(v) for v in measures.PixelSpacing])
+        assert float(measures.SliceThickness) == export_dicom_seg.SLICE_THICKNESS_MM
+        numbers = [s["number"] for s in rec["segments"]]
+        pixels = seg.get_pixels_by_source_instance(source_sop_instance_uids=[source.SOPInstanceUID],
+                                                   segment_numbers=numbers, combine_segments=False)[0]
+        for k, s in enumerate(rec["segments"]):
+            for pair_id in s["pair_ids"]:
+                assert np.array_equal(pixels[..., k].astype(bool), masks[pair_id])
+    assert sorted(spacings) == [[0.2, 0.25], [0.3, 0.3]]
+
+
+def test_dicom_seg_export_writes_the_same_bytes_again(spaced_dicom_ils, tmp_path):
+    ils_dir, images = spaced_dicom_ils
+    for name in ("a", "b"):
+        r = _export("--format", "dicom-seg", "--dataset", str(ils_dir), "--images", str(images), "--out",
+                    str(tmp_path / name))
+        assert r.exit_code == 0, r.output
+    files = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "b").iterdir()) and len(files) == 3
+    for name in files:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+def test_dicom_seg_with_nothing_written_fails_and_a_missing_mask_is_named(spaced_dicom_ils, ils, tmp_path):
+    import shutil
+
+    ils_dir, images = spaced_dicom_ils
+    out = tmp_path / "none"
+    r = _export("--format", "dicom-seg", "--dataset", str(ils_dir), "--images", str(ils[1]), "--out", str(out))
+    assert r.exit_code == 1 and "no DICOM Segmentation written" in r.output and not out.exists()
+    broken = tmp_path / "broken"
+    shutil.copytree(ils_dir, broken)
+    study = next(s for split in _source(broken).values() for s in split.values() if s["image_path"].endswith(".dcm"))
+    mask = broken / "lesion_mask" / study["instruction_answer_pairs"]["positive_pairs"][0]["seg_mask_path"]
+    mask.unlink()
+    out = tmp_path / "seg"
+    r = _export("--format", "dicom-seg", "--dataset", str(broken), "--images", str(images), "--out", str(out))
+    assert r.exit_code == 0, r.output
+    reasons = [json.loads(x).get("reason", "") for x in (out / "dicom_seg.jsonl").read_text().splitlines()]
+    assert any(str(mask) in reason for reason in reasons), reasons
+
+
+#: Per format: the options after --dataset, and a file an earlier export of that format may hold that the next
+#: one does not write (it must not survive --overwrite).
+_FORMATS = {"mimic-ils": ([], "lesion_mask/old/old_edema_0.png"), "hf": (["--arrow"], "arrow/dataset_dict.json"),
+            "coco": ([], "annotations/instances_old.json"), "dicom-seg": ([], "old.seg.dcm")}
+
+
+@pytest.mark.parametrize("fmt", list(_FORMATS))
+def test_ils_export_refuses_a_non_empty_out_and_overwrite_replaces_an_earlier_export(fmt, spaced_dicom_ils,
+                                                                                      tmp_path):
+    ils_dir, images = spaced_dicom_ils
+    first, stale = _FORMATS[fmt]
+    common = ["--format", fmt, "--dataset", str(ils_dir), "--images", str(images)]
+    out = tmp_path / "out"
+    assert _export(*common, *first, "--out", str(out)).exit_code == 0
+    (out / stale).parent.mkdir(parents=True, exist_ok=True)
+    (out / stale).touch()
+    r = _export(*common, "--out", str(out))
+    assert r.exit_code == 1 and "not empty" in r.output and str(out) in r.output and "--overwrite" in r.output
+    assert (out / stale).exists()
+    r = _export(*common, "--out", str(out), "--overwrite")
+    assert r.exit_code == 0, r.output
+    assert not (out / stale).exists() and not (out / "arrow").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging folder left beside it
+    (out / "keep.txt").write_text("mine")
+    r = _export(*common, "--out", str(out), "--overwrite")
+    assert r.exit_code == 1 and "keep.txt" in r.output and (out / "keep.txt").read_text() == "mine"
+
+
+def test_a_failed_mimic_ils_export_leaves_out_as_it_was(ils, tmp_path):
+    import shutil
+
+    ils_dir, _ = ils
+    broken = tmp_path / "broken"
+    shutil.copytree(ils_dir, broken)
+    pair = next(p for split in _source(broken).values() for s in split.values()
+                for p in s["instruction_answer_pairs"]["positive_pairs"])
+    (broken / "lesion_mask" / pair["seg_mask_path"]).unlink()
+    out = tmp_path / "released"
+    r = _export("--frame", "released", "--dataset", str(broken), "--out", str(out))
+    assert r.exit_code == 1 and "mask" in r.output and not out.exists()
+    assert _export("--frame", "released", "--dataset", str(ils_dir), "--out", str(out)).exit_code == 0
+    before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    r = _export("--frame", "released", "--dataset", str(broken), "--out", str(out), "--overwrite")
+    assert r.exit_code == 1 and sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken", "released"]

@@ -195,3 +195,34 @@ def test_lmms_eval_task_scores_like_percept_eval(bench, tmp_path, monkeypatch):
     assert fired > 0  # the oracles were exercised
     assert 0 < results["chexpercept_none"]["oracle_stage1,none"] < 1
 
+
+
+@pytest.mark.parametrize("fmt", ["hf", "lmms-eval", "reference"])
+def test_percept_export_refuses_a_non_empty_out_and_overwrite_replaces_an_earlier_export(fmt, bench, tmp_path):
+    def export(*options: str):
+        return CliRunner().invoke(main, ["percept", "export", str(bench), str(out), "--format", fmt, *options])
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "unrelated.txt").write_text("mine")
+    r = export()
+    assert r.exit_code == 1 and "not empty" in r.output and str(out) in r.output
+    r = export("--overwrite")
+    assert r.exit_code == 1 and "unrelated.txt" in r.output and sorted(p.name for p in out.iterdir()) == [
+        "unrelated.txt"]
+    (out / "unrelated.txt").unlink()
+    r = export("--arrow") if fmt == "hf" else export()
+    assert r.exit_code == 0, r.output
+    first = sorted(p.name for p in out.iterdir())
+    (out / "data" if fmt != "reference" else out / "chexpercept" / "old").mkdir(exist_ok=True)
+    stale = (out / "data" if fmt != "reference" else out / "chexpercept" / "old") / "stale"
+    stale.touch()
+    assert export().exit_code == 1 and stale.exists()
+    r = export("--overwrite")
+    assert r.exit_code == 0, r.output
+    assert not stale.exists() and not (out / "arrow").exists()
+    assert sorted(p.name for p in out.iterdir()) == [n for n in first if n != "arrow"]
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging folder left beside it
+    if fmt == "lmms-eval":  # the task files name the shards where they are now, not where they were written
+        yaml = next(out.glob("*_none.yaml")).read_text()
+        assert f"{(out / 'data').resolve()}/test-" in yaml

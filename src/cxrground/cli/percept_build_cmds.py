@@ -84,7 +84,8 @@ def gallery(bench: Path, out_html: Path) -> None:
               help="reference: the reference repository's chexpercept.json + chexpercept/<key_id>/ stage folders.")
 @click.option("--neutral-keys", is_flag=True,
               help="Key the export {lesion}_{case_id}: no folder name reveals an answer (key_ids do).")
-@click.option("--overwrite", is_flag=True, help="Replace an earlier export in OUT.")
+@click.option("--overwrite", is_flag=True, help="Replace an earlier export in OUT (an OUT holding files is refused "
+              "otherwise; one holding files no export of --format writes is always refused).")
 @click.option("--shard-rows", type=click.IntRange(1), default=500, help="hf, lmms-eval: rows per Parquet shard.")
 @click.option("--arrow", is_flag=True, help="hf: also write arrow/ (datasets.save_to_disk) for load_from_disk.")
 @click.option("--task-name", default="chexpercept", show_default=True,
@@ -100,14 +101,15 @@ def export(bench: Path, out: Path, fmt: str, layout: str, neutral_keys: bool, ov
     if fmt == "hf":
         from cxrground.percept.export_hf import export_hf
 
-        h = export_hf(bench, out, shard_rows=shard_rows, arrow=arrow, validate=validate)
+        h = export_hf(bench, out, shard_rows=shard_rows, arrow=arrow, validate=validate, overwrite=overwrite)
         echo_lines(h["notes"], err=True)
         click.echo(f"exported {h['cases']} cases to {out} as a Hugging Face dataset (README.md dataset card)")
         return
     if fmt == "lmms-eval":
         from cxrground.percept.lmms_task import export_lmms_task
 
-        t = export_lmms_task(bench, out, name=task_name, shard_rows=shard_rows, validate=validate)
+        t = export_lmms_task(bench, out, name=task_name, shard_rows=shard_rows, validate=validate,
+                             overwrite=overwrite)
         echo_lines(t["notes"], err=True)
         click.echo(f"wrote the lmms-eval tasks {', '.join(t['tasks'])} ({t['cases']} cases) to {out}; run with "
                    f"lmms-eval --include_path {out} --tasks {task_name}")

@@ -37,7 +37,10 @@ class ExportRequest:
                         "masks, the whole image stretched to the square (MIMIC-ILS as published, what the ROSALIA "
                         "code trains on); native: each image's own size.")
     dataset: Path = option(path="existing", help=DATASET_HELP)
-    out: Path = option(path="out_dir", help="Folder to write.")
+    out: Path = option(path="out_dir", help="Folder to write: empty or new, or an earlier export of the same format "
+                       "with --overwrite.")
+    overwrite: bool = option(False, help="Replace an earlier export in --out (a --out holding files is refused "
+                             "otherwise; one holding files no export of --format writes is always refused).")
     size: int = option(RELEASED_SIZE, low=1, help="Side of the released-frame masks.")
     images: Path | None = option(None, path="dir", help="Image root the dataset's image_path values are relative "
                                  "to: native sizes the dataset does not record (e.g. a downloaded MIMIC-ILS), the "
@@ -50,7 +53,9 @@ class ExportRequest:
 
 def export_request(request: ExportRequest) -> str:
     """The export ``request`` asks for (native sizes read from the images under ``request.images`` when given);
-    returns what was written, as one line."""
+    returns what was written, as one line. Every format writes its folder through
+    :func:`cxrground.io.export_dir.export_folder` (refused when not empty unless ``overwrite``; moved into place
+    only when complete)."""
     from cxrground.io.image import read_image
 
     r = request
@@ -62,22 +67,23 @@ def export_request(request: ExportRequest) -> str:
     if r.format == "hf":
         from cxrground.ils.export_hf import export_hf
 
-        s = export_hf(r.dataset, r.images, r.out, shard_rows=r.shard_rows, arrow=r.arrow, rows=r.hf_rows)
+        s = export_hf(r.dataset, r.images, r.out, shard_rows=r.shard_rows, arrow=r.arrow, rows=r.hf_rows,
+                      overwrite=r.overwrite)
         parts = ", ".join(f"{k}: {v['num_examples']}" for k, v in s["splits"].items())
         return f"{r.out}: Hugging Face dataset, {s['rows']} {r.hf_rows} rows ({parts}), README.md dataset card"
     if r.format == "coco":
         from cxrground.ils.export_coco import export_coco
 
-        c = export_coco(r.dataset, r.out, images=r.images)
+        c = export_coco(r.dataset, r.out, images=r.images, overwrite=r.overwrite)
         return (f"{r.out}: COCO, {c['images']} images, {c['annotations']} lesion annotations, {c['pairs']} pairs "
                 f"in the side file")
     if r.format == "dicom-seg":
         from cxrground.ils.export_dicom_seg import export_dicom_seg
 
-        d = export_dicom_seg(r.dataset, r.images, r.out)
+        d = export_dicom_seg(r.dataset, r.images, r.out, overwrite=r.overwrite)
         return (f"{r.out}: {d['written']} DICOM Segmentation objects ({d['segments']} segments), "
                 f"{len(d['skipped'])} studies skipped (see {d['record']})")
     sizes = None if r.images is None else (lambda rel: read_image(r.images / rel).shape)
-    counts = export_dataset(r.dataset, r.out, frame=r.frame, size=r.size, image_size=sizes)
+    counts = export_dataset(r.dataset, r.out, frame=r.frame, size=r.size, image_size=sizes, overwrite=r.overwrite)
     return (f"{r.out}: {counts['masks']} masks in the {r.frame} frame, {counts['studies']} studies "
             f"({counts['native_sizes']} native sizes recorded)")

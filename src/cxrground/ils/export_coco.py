@@ -29,13 +29,16 @@ from cxrground.errors import InputError
 from cxrground.ils.frames import _native_sizes, read_frame, to_native
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.schema import SPLITS, read_dataset
+from cxrground.io.export_dir import export_folder
 from cxrground.io.masks import encode_rle, read_mask_png
 from cxrground.vocab.lesions import LESIONS
 
-__all__ = ["ANNOTATION_DIR", "CATEGORIES", "PAIRS_FILE", "export_coco"]
+__all__ = ["ANNOTATION_DIR", "CATEGORIES", "COCO_NAMES", "PAIRS_FILE", "export_coco"]
 
 ANNOTATION_DIR: Final[str] = "annotations"
 PAIRS_FILE: Final[str] = "pairs.jsonl"
+#: What a coco export writes at its top (what ``overwrite`` may replace).
+COCO_NAMES: Final[tuple[str, ...]] = (ANNOTATION_DIR, PAIRS_FILE)
 #: COCO categories: the seven lesions, ids 1..7 in the paper's table order.
 CATEGORIES: Final[list[dict[str, Any]]] = [{"id": i, "name": lesion, "supercategory": "lesion"}
                                            for i, lesion in enumerate(LESIONS, start=1)]
@@ -52,26 +55,10 @@ def _annotation(ann_id: int, image_id: int, lesion: str, mask: np.ndarray, rel: 
             "iscrowd": 0, "seg_mask_path": rel, "pair_ids": []}
 
 
-def export_coco(dataset: str | Path, out: str | Path, images: str | Path | None = None) -> dict[str, int]:
-    """Write ``dataset`` as COCO annotations + ``pairs.jsonl`` in ``out`` (module docstring); returns counts.
-
-    Image sizes come from the dataset (its frame record, native masks, ``anatomy.jsonl``) or, when given, from
-    the images under ``images``; a study whose size is unknown is an error naming it.
-    """
-    from cxrground.io.image import read_image
-
-    dataset = Path(dataset)
-    json_path = dataset if dataset.is_file() else dataset / DATASET_FILE
-    if not json_path.is_file():
-        raise InputError(f"no {DATASET_FILE} here", dataset)
-    out = Path(out)
-    data = read_dataset(json_path, ("image_path", "dicom_id", "subject_id"))
-    mask_root = json_path.parent / MASK_DIR
-    frame = read_frame(json_path)
-    size_of: Callable[[str], tuple[int, int]] | None = (
-        None if images is None else (lambda rel: read_image(Path(images) / rel).shape))
-    sizes = _native_sizes(data, mask_root, frame, json_path.parent, size_of)
-    (out / ANNOTATION_DIR).mkdir(parents=True, exist_ok=True)
+def _write(data: dict[str, Any], sizes: dict[str, tuple[int, int]], mask_root: Path, frame: str, json_path: Path,
+           dest: Path) -> dict[str, int]:
+    """Write the annotation files and the pair side file of ``data`` into the folder ``dest``; returns counts."""
+    (dest / ANNOTATION_DIR).mkdir()
     pair_lines: list[str] = []
     counts = {"images": 0, "annotations": 0, "pairs": 0}
     image_id = ann_id = 0
@@ -102,7 +89,7 @@ def export_coco(dataset: str | Path, out: str | Path, images: str | Path | None 
                         if ann is None:
                             mask = read_mask_png(mask_root / rel)
                             if mask.shape != hw:
-                                if frame.frame != "released":
+                                if frame != "released":
                                     raise InputError(f"mask is {mask.shape}, its image {hw}", mask_root / rel)
                                 mask = to_native(mask, hw)
                             ann_id += 1
@@ -112,9 +99,35 @@ def export_coco(dataset: str | Path, out: str | Path, images: str | Path | None 
                     pair_lines.append(json.dumps({**pair, "split": split, "study_key": key, "image_id": image_id,
                                                   "annotation_id": None if ann is None else ann["id"]},
                                                  ensure_ascii=False))
-        (out / ANNOTATION_DIR / f"instances_{split}.json").write_text(json.dumps(coco), encoding="utf-8")
+        (dest / ANNOTATION_DIR / f"instances_{split}.json").write_text(json.dumps(coco), encoding="utf-8")
         counts["images"] += len(coco["images"])
         counts["annotations"] += len(coco["annotations"])
-    (out / PAIRS_FILE).write_text("".join(line + "\n" for line in pair_lines), encoding="utf-8")
+    (dest / PAIRS_FILE).write_text("".join(line + "\n" for line in pair_lines), encoding="utf-8")
     counts["pairs"] = len(pair_lines)
+    return counts
+
+
+def export_coco(dataset: str | Path, out: str | Path, images: str | Path | None = None, *, overwrite: bool = False
+                ) -> dict[str, int]:
+    """Write ``dataset`` as COCO annotations + ``pairs.jsonl`` in ``out`` (module docstring); returns counts.
+
+    Image sizes come from the dataset (its frame record, native masks, ``anatomy.jsonl``) or, when given, from
+    the images under ``images``; a study whose size is unknown is an error naming it. ``out`` must be empty or,
+    with ``overwrite``, hold an earlier coco export, which is replaced (:mod:`cxrground.io.export_dir`).
+    """
+    from cxrground.io.image import read_image
+
+    dataset = Path(dataset)
+    json_path = dataset if dataset.is_file() else dataset / DATASET_FILE
+    if not json_path.is_file():
+        raise InputError(f"no {DATASET_FILE} here", dataset)
+    out = Path(out)
+    data = read_dataset(json_path, ("image_path", "dicom_id", "subject_id"))
+    mask_root = json_path.parent / MASK_DIR
+    frame = read_frame(json_path)
+    size_of: Callable[[str], tuple[int, int]] | None = (
+        None if images is None else (lambda rel: read_image(Path(images) / rel).shape))
+    sizes = _native_sizes(data, mask_root, frame, json_path.parent, size_of)
+    with export_folder(out, overwrite, COCO_NAMES, "coco") as stage:
+        counts = _write(data, sizes, mask_root, frame.frame, json_path, stage)
     return counts

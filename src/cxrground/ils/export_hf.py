@@ -8,8 +8,9 @@ the pair (``pair_id``, ``polarity`` positive/negative, ``instruction``, ``answer
 ``certainty``, ``kind``, ``mask``) and, as JSON objects, any other field of the pair (``pair_extra``) and of the
 study (``study_extra``), so that :func:`ils_json_from_rows` gives back the MIMIC-ILS JSON exactly.
 
-``image`` holds the source file's bytes when it is a PNG or JPEG and an 8-bit PNG of the display pixels
-(:func:`cxrground.io.image.read_image`) when it is a DICOM; ``mask`` holds the mask PNG's bytes as stored (the
+``image`` holds the source file's bytes when it is a PNG or JPEG and, when it is a DICOM, an 8-bit PNG of the
+pixels as the toolkit reads them for its masks (:func:`cxrground.io.image.read_image`: the file's VOI LUT or
+window, else contrast-stretched from its minimum to its maximum); ``mask`` holds the mask PNG's bytes as stored (the
 dataset's frame, :mod:`cxrground.ils.frames`; None for a negative pair). The study image is repeated on every
 pair row of the study (self-contained rows, what VLM trainers read; the export is then several times the size of
 the images). Study rows hold each image once: the study columns, ``image``, ``study_extra`` and ``pairs``, a list
@@ -27,7 +28,8 @@ from cxrground.errors import ImageReadError, InputError
 from cxrground.ils.frames import read_frame
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.schema import SPLITS, read_dataset
-from cxrground.io.hf import image_cell, png_cell, require_datasets, write_card, write_splits
+from cxrground.io.export_dir import export_folder
+from cxrground.io.hf import HF_NAMES, image_cell, png_cell, require_datasets, write_card, write_splits
 from cxrground.io.image import is_dicom, read_image, read_image_bytes
 from cxrground.io.masks import read_mask_png
 
@@ -186,8 +188,9 @@ Instruction-answer pairs over chest X-rays, each grounded to a lesion mask (MIMI
 ## How it was built
 
 `cxrground ils build` generated the pairs from the reports and the images (see the source dataset's `card.md` for
-its sources, models and quality numbers); this export writes {layout}; DICOM images as 8-bit PNG of their display
-pixels) and each pair's lesion mask{where} (`mask`, the PNG as stored, {frame} frame; empty for negative pairs).
+its sources, models and quality numbers); this export writes {layout}; DICOM images as 8-bit PNG of the
+pixels as cxrground reads them: the file's VOI LUT or window, else contrast-stretched to 0-255) and each pair's
+lesion mask{where} (`mask`, the PNG as stored, {frame} frame; empty for negative pairs).
 `pair_extra` / `study_extra` hold any other field as a JSON object. The source JSON is recovered exactly with
 `cxrground.ils.export_hf.ils_json_from_rows`.
 
@@ -206,10 +209,11 @@ Fill in the `license` field above with the licence of the source images and repo
 
 
 def export_hf(dataset: str | Path, images: str | Path, out: str | Path, *, shard_rows: int = 500,
-              arrow: bool = False, rows: str = "pair") -> dict[str, Any]:
+              arrow: bool = False, rows: str = "pair", overwrite: bool = False) -> dict[str, Any]:
     """Write ``dataset`` (a folder or its JSON) with the images under ``images`` as a Hugging Face dataset in
     ``out`` with one row per pair or per study (module docstring); returns ``{split: {num_examples, num_bytes,
-    shards}}`` and the row total."""
+    shards}}`` and the row total. ``out`` must be empty or, with ``overwrite``, hold an earlier hf export, which
+    is replaced (:mod:`cxrground.io.export_dir`)."""
     if rows not in ROWS:
         raise InputError(f"rows must be one of {ROWS}, got {rows!r}")
     json_path = _dataset_json(Path(dataset))
@@ -230,9 +234,9 @@ def export_hf(dataset: str | Path, images: str | Path, out: str | Path, *, shard
             return lambda: (study_row(key, s, images, masks) for key, s in data.get(split, {}).items())
         return lambda: (r for key, s in data.get(split, {}).items() for r in pair_rows(key, s, images, masks))
 
-    out.mkdir(parents=True, exist_ok=True)
-    info = write_splits(out, features, {s: (count(s), split_rows(s)) for s in SPLITS}, shard_rows, arrow)
-    body = _card_body(json_path.parent, read_frame(json_path).frame, info, rows)
-    write_card(out, features, info, "ILS dataset", body,
-               tags=("medical", "chest-x-ray", "segmentation", "referring-segmentation"))
+    with export_folder(out, overwrite, HF_NAMES, "hf") as stage:
+        info = write_splits(stage, features, {s: (count(s), split_rows(s)) for s in SPLITS}, shard_rows, arrow)
+        body = _card_body(json_path.parent, read_frame(json_path).frame, info, rows)
+        write_card(stage, features, info, "ILS dataset", body,
+                   tags=("medical", "chest-x-ray", "segmentation", "referring-segmentation"))
     return {"splits": info, "rows": sum(v["num_examples"] for v in info.values())}

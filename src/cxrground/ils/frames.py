@@ -27,9 +27,11 @@ import numpy as np
 
 from cxrground.errors import InputError
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
+from cxrground.io.export_dir import export_folder
 from cxrground.io.masks import as_mask, read_mask_png, write_mask_png
 
 __all__ = [
+    "DATASET_NAMES",
     "FRAMES",
     "FRAME_FILE",
     "FRAME_TEXT",
@@ -48,6 +50,8 @@ FRAMES: Final[tuple[str, str]] = ("native", "released")
 RELEASED_SIZE: Final[int] = 512
 #: The frame record written beside ``mimic_ils_instruction_answer.json`` by :func:`export_dataset`.
 FRAME_FILE: Final[str] = "mask_frame.json"
+#: What :func:`export_dataset` writes at the top of its folder (what ``overwrite`` may replace).
+DATASET_NAMES: Final[tuple[str, ...]] = (DATASET_FILE, MASK_DIR, FRAME_FILE, "card.md")
 #: The card's statement of each frame (``## Masks`` section).
 FRAME_TEXT: Final[dict[str, str]] = {
     "native": ("PNG, 8-bit, one channel, values 0/255, **at each image's native size**; the frame is the image's "
@@ -226,11 +230,15 @@ def _card(folder: Path, out: Path, frame: str, size: int) -> None:
 
 
 def export_dataset(dataset: str | Path, out: str | Path, frame: str = "released", size: int = RELEASED_SIZE,
-                   image_size: Callable[[str], tuple[int, int]] | None = None) -> dict[str, Any]:
+                   image_size: Callable[[str], tuple[int, int]] | None = None, *, overwrite: bool = False
+                   ) -> dict[str, Any]:
     """Write ``dataset`` with its masks in ``frame`` to ``out`` (see the module docstring); returns counts.
 
     ``image_size(image_path) -> (H, W)`` gives native sizes the dataset does not record (needed to export a
-    released-frame folder without :data:`FRAME_FILE` to the native frame).
+    released-frame folder without :data:`FRAME_FILE` to the native frame). ``out`` must be empty or, with
+    ``overwrite``, hold an earlier export of a dataset, which is replaced; the export is written in a staging
+    folder and moved into place only when complete, so a failed one leaves ``out`` as it was
+    (:mod:`cxrground.io.export_dir`).
     """
     from cxrground.ils.schema import read_dataset
 
@@ -243,8 +251,20 @@ def export_dataset(dataset: str | Path, out: str | Path, frame: str = "released"
     source = read_frame(json_path)
     data = read_dataset(json_path)
     sizes = _native_sizes(data, mask_root, source, json_path.parent, image_size)
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(json_path, out / DATASET_FILE)
+    with export_folder(out, overwrite, DATASET_NAMES, "mimic-ils") as stage:
+        shutil.copyfile(json_path, stage / DATASET_FILE)
+        written = _write_masks(data, sizes, mask_root, source.frame, frame, size, stage)
+        record = MaskFrame(frame, size if frame == "released" else None, sizes)
+        (stage / FRAME_FILE).write_text(json.dumps(record.to_dict(), indent=1), encoding="utf-8")
+        _card(json_path.parent, stage, frame, size)
+    return {"frame": frame, "masks": written, "studies": sum(len(s) for s in data.values()),
+            "native_sizes": len(sizes)}
+
+
+def _write_masks(data: dict[str, Any], sizes: dict[str, tuple[int, int]], mask_root: Path, source: str, frame: str,
+                 size: int, dest: Path) -> int:
+    """Write every mask of ``data`` (in the ``source`` frame under ``mask_root``) in ``frame`` under ``dest``;
+    returns the number of mask files."""
     written: set[str] = set()
     for split in data.values():
         for study in split.values():
@@ -254,7 +274,7 @@ def export_dataset(dataset: str | Path, out: str | Path, frame: str = "released"
                 if rel in written:
                     continue
                 mask = read_mask_png(mask_root / rel)
-                if source.frame == "native" and hw is not None and mask.shape != hw:
+                if source == "native" and hw is not None and mask.shape != hw:
                     raise InputError(f"native mask is {mask.shape}, its image {hw}", mask_root / rel)
                 if frame == "released":
                     target: tuple[int, int] = (size, size)
@@ -263,10 +283,6 @@ def export_dataset(dataset: str | Path, out: str | Path, frame: str = "released"
                                      mask_root / rel)
                 else:
                     target = hw
-                write_mask_png(out / MASK_DIR / rel, stretch(mask, target))
+                write_mask_png(dest / MASK_DIR / rel, stretch(mask, target))
                 written.add(rel)
-    record = MaskFrame(frame, size if frame == "released" else None, sizes)
-    (out / FRAME_FILE).write_text(json.dumps(record.to_dict(), indent=1), encoding="utf-8")
-    _card(json_path.parent, out, frame, size)
-    return {"frame": frame, "masks": len(written), "studies": sum(len(s) for s in data.values()),
-            "native_sizes": len(sizes)}
+    return len(written)

@@ -17,12 +17,15 @@ from typing import Any, Final
 
 from cxrground.errors import ConfigError
 
-__all__ = ["ARROW_DIR", "DATA_DIR", "image_cell", "png_cell", "require_datasets", "write_card", "write_splits"]
+__all__ = ["ARROW_DIR", "DATA_DIR", "HF_NAMES", "image_cell", "png_cell", "require_datasets", "write_card",
+           "write_splits"]
 
 #: Folder of the Parquet shards inside an export.
 DATA_DIR: Final[str] = "data"
 #: Folder of the optional ``save_to_disk`` copy (for :func:`datasets.load_from_disk`).
 ARROW_DIR: Final[str] = "arrow"
+#: What an hf export writes at its top (what ``--overwrite`` may replace, :mod:`cxrground.io.export_dir`).
+HF_NAMES: Final[tuple[str, ...]] = (DATA_DIR, ARROW_DIR, "README.md")
 _LICENSE_NOTE: Final[str] = ("# license: fill in the licence of the source images and reports (a Hub licence id) "
                              "before publishing\n")
 

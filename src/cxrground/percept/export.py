@@ -26,7 +26,9 @@ reference's analysis gives cardiomegaly its extra depth by the ``cardiomegaly_``
 ``key_id`` stays recoverable from ``pair_id`` in the JSON.
 
 Checks first (every export format): the export folder is neither the benchmark folder, nor inside it, nor holding
-it (:func:`~cxrground.percept.paths.check_export_target`); and, unless ``validate=False``, the benchmark passes
+it (:func:`~cxrground.percept.paths.check_export_target`); OUT is empty, or with ``overwrite`` holds an earlier
+export that is replaced (:mod:`cxrground.io.export_dir`: written in a staging folder, moved into place when
+complete); and, unless ``validate=False``, the benchmark passes
 ``percept validate`` (:func:`~cxrground.percept.validate.require_valid`), so that an export never publishes a
 benchmark whose images are unreadable or whose files no longer match its manifest.
 """
@@ -40,6 +42,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from cxrground.errors import ConfigError, InputError
+from cxrground.io.export_dir import check_export_out, export_folder
 from cxrground.percept.layout import CARD_FILE, MANIFEST_FILE
 from cxrground.percept.manifest import manifest_lines
 from cxrground.percept.paths import check_export_target
@@ -56,11 +59,13 @@ from cxrground.percept.schema import (
     load_benchmark,
 )
 
-__all__ = ["LAYOUTS", "ExportSummary", "export_benchmark", "reference_case"]
+__all__ = ["LAYOUTS", "REFERENCE_NAMES", "ExportSummary", "export_benchmark", "reference_case"]
 
 #: Layouts ``percept export`` writes.
 LAYOUTS: Final[tuple[str, ...]] = ("reference",)
 _OPTION: Final[str] = "option_{k}.png"
+#: What a reference-layout export writes at its top (what ``overwrite`` may replace).
+REFERENCE_NAMES: Final[tuple[str, ...]] = (BENCHMARK_FILE, REFERENCE_IMAGE_DIR, CARD_FILE, MANIFEST_FILE)
 _TOP_LEVEL_OPTIONAL: Final[tuple[str, ...]] = ("contour_qa", "case_id", "lesion", "qa_path", "image_size")
 
 
@@ -121,20 +126,6 @@ def reference_case(key: str, case: Case) -> tuple[dict[str, Any], list[tuple[str
     return entry, images
 
 
-def _check_out(out: Path, overwrite: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"{out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()):
-        if not overwrite:
-            raise ConfigError(f"{out} is not empty; choose another folder or pass --overwrite")
-        for name in (BENCHMARK_FILE, REFERENCE_IMAGE_DIR):
-            target = out / name
-            if target.is_dir():
-                shutil.rmtree(target)
-            elif target.exists():
-                target.unlink()
-
-
 def export_benchmark(bench: str | Path, out: str | Path, layout: str = "reference", *, neutral_keys: bool = False,
                      overwrite: bool = False, validate: bool = True) -> ExportSummary:
     """Write the benchmark folder ``bench`` (either layout) to ``out`` in ``layout`` (module docstring); with
@@ -149,9 +140,9 @@ def export_benchmark(bench: str | Path, out: str | Path, layout: str = "referenc
     assert root is not None
     check_export_target(root, out)
     notes = tuple(require_valid(root)) if validate else ()
-    _check_out(out, overwrite)
+    check_export_out(out, overwrite, REFERENCE_NAMES, "reference-layout")
     entries: dict[str, dict[str, Any]] = {}
-    copies: list[tuple[Path, Path]] = []
+    copies: list[tuple[Path, str]] = []
     for key, case in benchmark.cases.items():
         new_key = _export_key(key, case, neutral_keys)
         if new_key in entries:
@@ -160,17 +151,17 @@ def export_benchmark(bench: str | Path, out: str | Path, layout: str = "referenc
         for rel_src, rel_dst, asked in images:
             source = root / rel_src
             if source.is_file():
-                copies.append((source, out / rel_dst))
+                copies.append((source, rel_dst))
             elif asked:
                 raise InputError(f"case {key}: image {rel_src} does not exist", source)
-    out.mkdir(parents=True, exist_ok=True)
-    for source, target in copies:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
-    (out / BENCHMARK_FILE).write_text(json.dumps(entries, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    if (root / CARD_FILE).is_file():
-        shutil.copyfile(root / CARD_FILE, out / CARD_FILE)
-    manifest = out / MANIFEST_FILE
-    manifest.unlink(missing_ok=True)
-    manifest.write_text("".join(line + "\n" for line in manifest_lines(out)), encoding="utf-8")
+    with export_folder(out, overwrite, REFERENCE_NAMES, "reference-layout") as stage:
+        for source, rel_dst in copies:
+            target = stage / rel_dst
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+        (stage / BENCHMARK_FILE).write_text(json.dumps(entries, indent=1, ensure_ascii=False) + "\n",
+                                            encoding="utf-8")
+        if (root / CARD_FILE).is_file():
+            shutil.copyfile(root / CARD_FILE, stage / CARD_FILE)
+        (stage / MANIFEST_FILE).write_text("".join(line + "\n" for line in manifest_lines(stage)), encoding="utf-8")
     return ExportSummary(str(out), layout, len(entries), len(copies), notes)

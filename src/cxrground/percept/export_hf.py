@@ -29,12 +29,13 @@ from pathlib import Path
 from typing import Any, Final
 
 from cxrground.errors import InputError
-from cxrground.io.hf import image_cell, require_datasets, write_card, write_splits
+from cxrground.io.export_dir import export_folder
+from cxrground.io.hf import HF_NAMES, image_cell, require_datasets, write_card, write_splits
 from cxrground.percept.paths import check_export_target
 from cxrground.percept.schema import BENCHMARK_FILE, Benchmark, Case, case_path, load_benchmark, with_root_paths
 
-__all__ = ["IMAGE_COLUMNS", "QUESTIONS", "SPLIT", "benchmark_json_from_rows", "case_image_columns", "case_row",
-           "export_hf", "percept_features"]
+__all__ = ["IMAGE_COLUMNS", "QUESTIONS", "SPLIT", "benchmark_json_from_rows", "case_image_columns",
+           "case_row", "export_hf", "load_for_export", "percept_features", "write_hf"]
 
 #: The one split of an exported benchmark.
 SPLIT: Final[str] = "test"
@@ -187,20 +188,22 @@ Fill in the `license` field above with the licence of the source images and repo
 """
 
 
-def export_hf(bench: str | Path, out: str | Path, *, shard_rows: int = 500, arrow: bool = False,
-              validate: bool = True) -> dict[str, Any]:
-    """Write the benchmark folder ``bench`` (either layout) as a Hugging Face dataset in ``out``; returns the
-    split record ``{"test": {num_examples, num_bytes, shards}}``, the case count and ``notes`` from the check
-    before it. The checks of :func:`cxrground.percept.export.export_benchmark` come first (``validate``: the
-    benchmark must pass ``percept validate``)."""
+def load_for_export(bench: str | Path, out: Path, validate: bool) -> tuple[Benchmark, list[str]]:
+    """The benchmark folder ``bench`` (either layout) and the notes of the check before an export to ``out``: the
+    checks of :func:`cxrground.percept.export.export_benchmark` (``validate``: ``bench`` must pass ``percept
+    validate``)."""
     from cxrground.percept.validate import require_valid
 
     benchmark: Benchmark = load_benchmark(bench)
+    assert benchmark.root is not None
+    check_export_target(benchmark.root, out)
+    return benchmark, list(require_valid(benchmark.root)) if validate else []
+
+
+def write_hf(benchmark: Benchmark, dest: Path, shard_rows: int = 500, arrow: bool = False) -> dict[str, Any]:
+    """Write the Parquet shards and the card of ``benchmark`` into the folder ``dest``; returns the split record."""
     root = benchmark.root
     assert root is not None
-    out = Path(out)
-    check_export_target(root, out)
-    notes = require_valid(root) if validate else []
     raw = json.loads((root / BENCHMARK_FILE).read_text(encoding="utf-8"))
     keys = sorted(benchmark.cases)
     features = percept_features()
@@ -213,8 +216,20 @@ def export_hf(bench: str | Path, out: str | Path, *, shard_rows: int = 500, arro
     def rows() -> Iterable[dict[str, Any]]:
         return (case_row(k, benchmark.cases[k], raw[k], root) for k in keys)
 
-    out.mkdir(parents=True, exist_ok=True)
-    info = write_splits(out, features, {SPLIT: (len(keys), rows)}, shard_rows, arrow)
-    write_card(out, features, info, "CheXpercept benchmark", _card_body(root, len(keys), paths),
+    info = write_splits(dest, features, {SPLIT: (len(keys), rows)}, shard_rows, arrow)
+    write_card(dest, features, info, "CheXpercept benchmark", _card_body(root, len(keys), paths),
                tags=("medical", "chest-x-ray", "visual-question-answering", "benchmark"))
-    return {"splits": info, "cases": len(keys), "notes": notes}
+    return info
+
+
+def export_hf(bench: str | Path, out: str | Path, *, shard_rows: int = 500, arrow: bool = False,
+              validate: bool = True, overwrite: bool = False) -> dict[str, Any]:
+    """Write the benchmark folder ``bench`` (either layout) as a Hugging Face dataset in ``out``; returns the
+    split record ``{"test": {num_examples, num_bytes, shards}}``, the case count and ``notes`` from the check
+    before it (:func:`load_for_export`). ``out`` must be empty or, with ``overwrite``, hold an earlier hf export,
+    which is replaced (:mod:`cxrground.io.export_dir`)."""
+    out = Path(out)
+    benchmark, notes = load_for_export(bench, out, validate)
+    with export_folder(out, overwrite, HF_NAMES, "hf") as stage:
+        info = write_hf(benchmark, stage, shard_rows, arrow)
+    return {"splits": info, "cases": len(benchmark.cases), "notes": notes}

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from cxrground.errors import ConfigError
-from cxrground.io.hf import DATA_DIR
-from cxrground.percept.export_hf import SPLIT, export_hf
+from cxrground.io.export_dir import export_folder
+from cxrground.io.hf import DATA_DIR, HF_NAMES
+from cxrground.percept.export_hf import SPLIT, load_for_export, write_hf
 
-__all__ = ["METRICS", "ORACLES", "export_lmms_task", "task_yaml", "utils_source"]
+__all__ = ["LMMS_NAMES", "METRICS", "ORACLES", "export_lmms_task", "task_yaml", "utils_source"]
 
 #: The oracle settings of §13.3, one task each (the names of :data:`cxrground.evaluation.percept.conversation
 #: .ORACLE_SETTINGS`, repeated here because this stage may not import the evaluation stage).
@@ -39,6 +40,8 @@ METRICS: Final[tuple[str, ...]] = (
     *(f"{p}_{v}_stage{s}" for p in ("RR", "RF", "LF") for v in ("e2e", "oracle") for s in (1, 2, 3, 4)),
     *(f"{p}_depth" for p in ("RR", "RF", "LF")),
 )
+#: What an lmms-eval export writes at its top (what ``overwrite`` may replace).
+LMMS_NAMES: Final[tuple[str, ...]] = (*HF_NAMES, "*.yaml", "utils.py")
 _NAME: Final = re.compile(r"[a-z][a-z0-9_]*")
 
 
@@ -102,19 +105,21 @@ metric_list:
 
 
 def export_lmms_task(bench: str | Path, out: str | Path, name: str = "chexpercept", shard_rows: int = 500,
-                     validate: bool = True) -> dict[str, Any]:
+                     validate: bool = True, overwrite: bool = False) -> dict[str, Any]:
     """Write the Hugging Face export of ``bench`` and the lmms-eval task files into ``out`` (module docstring);
-    returns the task names, the case count and the notes of the check before it (``validate``: as
+    returns the task names, the case count and the notes of the check before it (``validate``, ``overwrite``: as
     :func:`~cxrground.percept.export_hf.export_hf`)."""
     if not _NAME.fullmatch(name):
         raise ConfigError(f"task name {name!r}: use lower-case letters, digits and '_' (starting with a letter)")
     out = Path(out)
-    hf = export_hf(bench, out, shard_rows=shard_rows, validate=validate)
+    benchmark, notes = load_for_export(bench, out, validate)
     data_files = str((out / DATA_DIR).resolve() / f"{SPLIT}-*.parquet")
     tasks = [f"{name}_{o}" for o in ORACLES]
-    for oracle in ORACLES:
-        (out / f"{name}_{oracle}.yaml").write_text(task_yaml(name, oracle, data_files), encoding="utf-8")
-    (out / f"{name}.yaml").write_text(f"group: {name}\ntask:\n" + "".join(f"  - {t}\n" for t in tasks)
-                                      + "metadata:\n  version: 1\n", encoding="utf-8")
-    (out / "utils.py").write_text(utils_source(), encoding="utf-8")
-    return {"tasks": tasks, "cases": hf["cases"], "notes": hf["notes"]}
+    with export_folder(out, overwrite, LMMS_NAMES, "lmms-eval") as stage:
+        write_hf(benchmark, stage, shard_rows)
+        for oracle in ORACLES:
+            (stage / f"{name}_{oracle}.yaml").write_text(task_yaml(name, oracle, data_files), encoding="utf-8")
+        (stage / f"{name}.yaml").write_text(f"group: {name}\ntask:\n" + "".join(f"  - {t}\n" for t in tasks)
+                                            + "metadata:\n  version: 1\n", encoding="utf-8")
+        (stage / "utils.py").write_text(utils_source(), encoding="utf-8")
+    return {"tasks": tasks, "cases": len(benchmark.cases), "notes": notes}
