@@ -63,6 +63,11 @@ class ConfigError(CXRGroundError):
     """A configuration value or a command-line option is invalid."""
 
 
+class BackendError(CXRGroundError):
+    """A backend (a registered segmenter, synthesizer, detector, structurer, deformer, model or client) raised an
+    error of its own or returned something the toolkit cannot use; the message names the backend."""
+
+
 class OptionError(ConfigError):
     """Options that do not go together, or one given without its companion (a usage error on the command line)."""
 

@@ -19,12 +19,14 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
 
-from cxrground.errors import ConfigError
+from cxrground.errors import BackendError, ConfigError, CXRGroundError
 
-__all__ = ["FALSE_WORDS", "TRUE_WORDS", "Backend", "Registry", "strict_bool"]
+__all__ = ["FALSE_WORDS", "TRUE_WORDS", "Backend", "Registry", "backend_errors", "backend_label", "call_backend",
+           "check_returned", "strict_bool"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -32,13 +34,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @dataclass(frozen=True)
 class Backend(Generic[T]):
-    """One registered backend: its name, factory, help line, accepted and required option names."""
+    """One registered backend: its name, factory, help line, accepted and required option names, and whether it
+    runs on a GPU when one is there (``gpu``; its ``device=cpu`` option keeps it on the CPU)."""
 
     name: str
     factory: Callable[..., T]
     help: str
     options: tuple[str, ...]
     required: tuple[str, ...] = ()
+    gpu: bool = False
 
 
 def _signature_options(name: str, factory: Callable[..., Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -59,20 +63,22 @@ class Registry(Generic[T]):
 
     @overload
     def register(self, name: str, factory: None = None, *, help: str,
-                 options: Iterable[str] | None = None) -> Callable[[F], F]: ...
+                 options: Iterable[str] | None = None, gpu: bool = False) -> Callable[[F], F]: ...
 
     @overload
-    def register(self, name: str, factory: F, *, help: str, options: Iterable[str] | None = None) -> F: ...
+    def register(self, name: str, factory: F, *, help: str, options: Iterable[str] | None = None,
+                 gpu: bool = False) -> F: ...
 
     def register(self, name: str, factory: Callable[..., Any] | None = None, *, help: str,
-                 options: Iterable[str] | None = None) -> Any:
-        """Add backend ``name``; without ``factory`` this is a decorator. ``options``: for ``**kwargs`` factories."""
+                 options: Iterable[str] | None = None, gpu: bool = False) -> Any:
+        """Add backend ``name``; without ``factory`` this is a decorator. ``options``: for ``**kwargs`` factories;
+        ``gpu``: the backend runs on a GPU when one is there (the Ray engine then gives its actors one)."""
 
         def add(fn: F) -> F:
             if name in self._backends:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
             accepted, required = ((tuple(options), ()) if options is not None else _signature_options(name, fn))
-            self._backends[name] = Backend(name, fn, help, accepted, required)
+            self._backends[name] = Backend(name, fn, help, accepted, required, gpu)
             return fn
 
         return add if factory is None else add(factory)  # type: ignore[arg-type]
@@ -125,6 +131,40 @@ class Registry(Generic[T]):
         return len(self._backends)
 
 
+def backend_label(kind: str, backend: Any) -> str:
+    """How an error names ``backend`` of ``kind``: ``segmenter 'unet'`` (its ``name``, its registry name, else its
+    class name)."""
+    name = getattr(backend, "name", None)
+    return f"{kind} {name if isinstance(name, str) and name else type(backend).__name__!r}"
+
+
+@contextmanager
+def backend_errors(kind: str, backend: Any, method: str) -> Iterator[None]:
+    """Inside: an exception that is not the toolkit's own (:class:`~cxrground.errors.CXRGroundError`) becomes a
+    :class:`~cxrground.errors.BackendError` naming the backend and its ``method``."""
+    try:
+        yield
+    except CXRGroundError:
+        raise
+    except Exception as exc:
+        raise BackendError(f"{backend_label(kind, backend)} failed in {method}(): {type(exc).__name__}: {exc}") \
+            from exc
+
+
+def call_backend(kind: str, backend: Any, method: str, /, *args: Any, **kwargs: Any) -> Any:
+    """``backend.<method>(*args, **kwargs)`` under :func:`backend_errors`."""
+    with backend_errors(kind, backend, method):
+        return getattr(backend, method)(*args, **kwargs)
+
+
+def check_returned(kind: str, backend: Any, method: str, value: Any, expected: type | tuple[type, ...],
+                   what: str) -> Any:
+    """``value`` (what ``backend.<method>()`` returned) when it is an ``expected`` instance, else a
+    :class:`~cxrground.errors.BackendError` naming the backend, ``what`` was expected and what came back."""
+    if not isinstance(value, expected):
+        raise BackendError(f"{backend_label(kind, backend)}: {method}() returned {type(value).__name__}, "
+                           f"expected {what}")
+    return value
 
 
 #: The words a boolean setting given as text may be (case-insensitive).

@@ -22,11 +22,14 @@ def ils() -> None:
 @click.option("--quiet", is_flag=True)
 def build(request: BuildRequest, quiet: bool) -> None:
     """Build a MIMIC-ILS-format dataset from images and reports (resumable: rerun to continue; studies whose report
-    or image changed since are processed again)."""
+    or image changed since are processed again). Exits 1 when every study failed (the reasons are in
+    OUT/failures.jsonl)."""
     from cxrground.ils.build import input_lines
 
     summary = run_build(request, progress=not quiet)
     click.echo("\n".join(build_lines(summary) + input_lines(summary)))
+    if summary.every_failed:
+        raise SystemExit(1)
 
 
 @ils.command("stats")

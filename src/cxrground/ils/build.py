@@ -136,6 +136,8 @@ class BuildSummary:
     fit_inputs_since: dict[str, int] | None = None
     """Studies ``added``, ``removed``, ``changed`` since the build fitted its normative model on its own studies
     (none of them among the films it read; the model is kept), None when none or no such model."""
+    every_failed: bool = False
+    """Every study with a unit failed (none kept, none merely rejected by QC): ``ils build`` exits 1."""
 
 
 #: Studies named in the line about units that predate input fingerprints.
@@ -472,7 +474,7 @@ def assemble(out: str | Path, tasks: Iterable[StudyTask], config: IlsConfig, spe
     Streams: one unit is read, checked and written out at a time, and only counters stay in memory, so the
     driver's memory does not grow with the number of studies. ``out``: a local folder or an fsspec URL (the files
     are then written in a local temporary folder and each uploaded in one piece). Returns the counts
-    (``studies``, ``pairs``, ``failures``, ``rejections``).
+    (``studies``, ``pairs``, ``failures``, ``every_failed``, ``rejections``).
     """
     store = unit_store(str(out))
     if store.local:
@@ -508,6 +510,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
     n_redone = 0  # studies processed again because their inputs changed
     problems: list[str] = []
     n_failures = 0
+    n_units = n_failed = 0  # studies with a unit, and those of them that failed (not rejected by QC)
     dataset = _DatasetWriter(stage / f".assemble.{os.getpid()}")
     try:
         with ExitStack() as stack:
@@ -521,6 +524,8 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
             for u in _units(out, in_key_order(tasks)):
                 key = u["study_key"]
                 n_redone += key in redone
+                n_units += 1
+                n_failed += u["status"] == "failed"
                 for finding in u.get("findings", []):
                     findings_fh.write(json.dumps({"study": key, **finding}, sort_keys=True) + "\n")
                 for m in u.get("masks", []):
@@ -622,7 +627,8 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                                                      (config.zone_guide, dict(guided)) if config.zone_guide != "none"
                                                      else None))
     return {"studies": sum(counts.studies.values()), "pairs": counts.pairs(), "failures": n_failures,
-            "rejections": dict(rejections), "blind_choices": blind, "pose_warnings": len(posed)}
+            "every_failed": n_units > 0 and n_failed == n_units, "rejections": dict(rejections),
+            "blind_choices": blind, "pose_warnings": len(posed)}
 
 
 def _absolute(path: str) -> str:
@@ -894,7 +900,8 @@ def build_dataset(
     return BuildSummary(str(dest), processed, skipped, result["studies"], result["pairs"], result["failures"],
                         round(time.perf_counter() - started, 2), result["blind_choices"], result["pose_warnings"],
                         len(survey.changed), len(survey.predating), tuple(survey.predating[:NAMED_PREDATING]),
-                        dict(survey.fitted) if survey.fitted and any(survey.fitted.values()) else None)
+                        dict(survey.fitted) if survey.fitted and any(survey.fitted.values()) else None,
+                        result["every_failed"])
 
 
 def _upload_state(out: Path, remote: Store | None, names: Sequence[str] = _STATE_FILES) -> None:

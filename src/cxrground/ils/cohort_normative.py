@@ -42,6 +42,7 @@ from typing import Any, Final
 import numpy as np
 from tqdm.auto import tqdm
 
+from cxrground.anatomy.segment.base import segment_image
 from cxrground.errors import ConfigError, CXRGroundError
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.config import IlsConfig
@@ -103,7 +104,7 @@ def _report_normal_tasks(tasks: Sequence[StudyTask], spec: BackendSpec, config: 
             if section is None:
                 continue
             structured = structure_section(structurer, task.study_key, section)
-        except CXRGroundError:  # the study's own unit records the failure
+        except CXRGroundError:  # the study's own unit records the failure (a structurer's own error included)
             continue
         if is_report_normal(structured.findings, reads_the_film(structured)):
             counts["report_normal"] += 1
@@ -130,7 +131,7 @@ def _canvas_cells(task: StudyTask, spec: BackendSpec, config: IlsConfig, grid: t
         view = (image.view or task.view or "").upper()
         if view and not is_frontal(view, config.qc.views):
             return None
-        anatomy = get_backends(spec).segmenter.segment(image)
+        anatomy = segment_image(get_backends(spec).segmenter, image)
     except CXRGroundError:
         return None
     right, left = anatomy.right_lung, anatomy.left_lung

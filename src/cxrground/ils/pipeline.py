@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from cxrground.anatomy import cardiothoracic_ratio, ils_location_masks
+from cxrground.anatomy.segment.base import segment_image
 from cxrground.anatomy.segment.orientation import orientation_problem
 from cxrground.anatomy.segment.plausibility import segment_checked
 from cxrground.anatomy.segment.pose_net import pose_reader_at, pose_warning
@@ -183,7 +184,7 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
             if posed:
                 return {**unit, "status": "rejected", "stage": "qc", "reason": posed}
         if backends.qc_segmenter is not None:
-            problem = segmentation_disagreement(anatomy, backends.qc_segmenter.segment(image), config)
+            problem = segmentation_disagreement(anatomy, segment_image(backends.qc_segmenter, image), config)
             if problem:
                 return {**unit, "status": "rejected", "stage": "qc", "reason": problem}
         ctr = cardiothoracic_ratio(heart, right, left) if heart is not None and heart.any() else None
@@ -326,6 +327,7 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
     """
     from cxrground.ils.grounding import ground_finding
     from cxrground.ils.spatial import anomaly_map
+    from cxrground.ils.spatial.base import detect_boxes, synthesize_normal
     from cxrground.ils.verify import boxes_mask, empty_locations, verify_location, widen_to_lungs
 
     box = Letterbox.fit(pixels.shape, config.working_size)
@@ -334,9 +336,9 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
     h_c = box.mask_to_canvas(heart) if heart is not None else np.zeros_like(r_c)
     locations = ils_location_masks(r_c, l_c)
     edit = r_c | l_c | h_c
-    x_hat = backends.synthesizer.synthesize(canvas, edit, regions=(r_c, l_c, h_c))
+    x_hat = synthesize_normal(backends.synthesizer, canvas, edit, (r_c, l_c, h_c))
     anomaly = anomaly_map(canvas, x_hat, edit)
-    boxes = backends.detector.detect(canvas, anomaly)
+    boxes = detect_boxes(backends.detector, canvas, anomaly)
     evidence = getattr(backends.synthesizer, "evidence", None)
     ev = evidence(canvas, (r_c, l_c, h_c)) if callable(evidence) else None
     pair_check = (locations, box, ev.probability, ev.threshold, ev.centre, ev.zone_flags) if ev is not None else None

@@ -24,15 +24,19 @@ from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.tasks import StudyTask
 
-__all__ = ["GPU_BACKENDS", "StudyWorker", "gpus_per_worker", "run_ray"]
+__all__ = ["StudyWorker", "gpu_backends", "gpus_per_worker", "run_ray"]
 
-#: The backends that run on a GPU when one is there (``device=cpu`` in their options keeps them on the CPU).
-GPU_BACKENDS: dict[str, frozenset[str]] = {
-    "segmenter": frozenset({"cxas", "hybridgnet"}),
-    "synthesizer": frozenset({"radedit"}),
-    "detector": frozenset({"yolo"}),
-    "qc_segmenter": frozenset({"cxas", "hybridgnet"}),
-}
+
+def gpu_backends() -> dict[str, frozenset[str]]:
+    """The backends of each stage of a :class:`BackendSpec` that run on a GPU when one is there (registered with
+    ``gpu=True``; their ``device=cpu`` option keeps them on the CPU)."""
+    from cxrground.anatomy.segment import SEGMENTERS
+    from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
+
+    registries = {"segmenter": SEGMENTERS, "synthesizer": SYNTHESIZERS, "detector": DETECTORS,
+                  "qc_segmenter": SEGMENTERS}
+    return {stage: frozenset(name for name in reg if reg.get(name).gpu) for stage, reg in registries.items()}
+
 
 _LOG = logging.getLogger(__name__)
 
@@ -41,9 +45,9 @@ MAX_ATTEMPTS = 2
 
 
 def gpus_per_worker(spec: BackendSpec) -> int:
-    """1 when a backend of ``spec`` runs on a GPU (:data:`GPU_BACKENDS`, unless its ``device`` option is ``cpu``),
+    """1 when a backend of ``spec`` runs on a GPU (:func:`gpu_backends`, unless its ``device`` option is ``cpu``),
     else 0."""
-    for stage, names in GPU_BACKENDS.items():
+    for stage, names in gpu_backends().items():
         name = getattr(spec, stage)
         kwargs = getattr(spec, f"{stage}_kwargs") or {}
         if name in names and str(kwargs.get("device", "cuda")).lower() != "cpu":

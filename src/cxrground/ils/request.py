@@ -251,6 +251,8 @@ def build_lines(summary: BuildSummary) -> list[str]:
     lines = [f"ILS dataset in {summary.out_dir}: {summary.studies_in_dataset} studies, {summary.pairs} pairs "
              f"({summary.processed} processed, {summary.skipped} already done, {summary.failures} failures) "
              f"in {summary.seconds:.1f} s", f"  card: {out / 'card.md'}   failures: {out / 'failures.jsonl'}"]
+    if summary.every_failed:
+        lines.append(f"  error: every study failed; the reasons are in {out / 'failures.jsonl'}")
     if summary.blind_choices:
         lines.append(f"  warning: {summary.blind_choices} studies offered several images of unknown view, and the "
                      "first dicom_id may be a lateral film; give the view table (--metadata)")

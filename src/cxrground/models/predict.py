@@ -19,16 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tqdm.auto import tqdm
 
-from cxrground.errors import ConfigError, Failure, InputError, OptionError, OptionValueError
+from cxrground.errors import BackendError, ConfigError, Failure, InputError, OptionError, OptionValueError
 from cxrground.fields import option
 from cxrground.ils.layout import DATASET_FILE
 from cxrground.ils.predictions import PredictionWriter
 from cxrground.ils.schema import read_dataset
 from cxrground.io.files import atomic_write_text, sha256_file
 from cxrground.io.image import DEFAULT_MAX_PIXELS, read_image
-from cxrground.models.base import IlsModel, checkpoint_fingerprint, checkpoint_info, load_model
+from cxrground.models.base import IlsModel, IlsOutput, checkpoint_fingerprint, checkpoint_info, load_model
+from cxrground.registry import backend_errors, backend_label, check_returned
 
 __all__ = ["PredictRequest", "check_same_source", "predict_request", "predict_split", "prediction_source"]
 
@@ -124,7 +126,10 @@ def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: st
     ``images``: the root the pairs' image paths are relative to (None: the dataset's folder). Pairs already in
     ``out`` are skipped. An unreadable image (or one over ``max_pixels``, or one the model refuses) is recorded
     in ``<out>.failures.jsonl`` (replacing its record from an earlier run) and the remaining pairs go on.
-    Returns counts of written, skipped and failed pairs.
+    A model that fails (an error of its own, or an output that is not an ``IlsOutput`` with a mask at the image's
+    native size) fails that image's pairs the same way, naming the model.
+    Returns counts of written, skipped and failed pairs, and ``model_error``: the first such model failure (or
+    None).
     """
     json_path = dataset if dataset.is_file() else dataset / DATASET_FILE
     images = images if images is not None else json_path.parent
@@ -137,7 +142,7 @@ def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: st
         raise InputError(f"split {split!r} not in the dataset", json_path)
     jobs, n = _split_jobs(data, split, limit)
     failures_path = out.with_name(out.name + ".failures.jsonl")
-    counts = {"pairs": n, "written": 0, "skipped": 0, "failed": 0}
+    counts: dict[str, Any] = {"pairs": n, "written": 0, "skipped": 0, "failed": 0, "model_error": None}
     run = _mode_runner(model, mode)
     with PredictionWriter(out, seg_mode=mode) as writer:
         todo = [(rel, [p for p in items if p["pair_id"] not in writer.done]) for rel, items in jobs]
@@ -153,14 +158,18 @@ def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: st
                 image = read_image(images / rel, max_pixels=max_pixels)
                 for b in range(0, len(items), batch_size):
                     chunk = items[b:b + batch_size]
-                    results = run([image] * len(chunk), chunk)
+                    with backend_errors("model", model, "predict"):
+                        results = run([image] * len(chunk), chunk)
+                    results = _checked_outputs(model, results, chunk, image.pixels.shape, images / rel)
                     for pair, res in zip(chunk, results, strict=True):
                         writer.write(pair["pair_id"], res.answer, res.mask)
                         counts["written"] += 1
                     bar.update(len(chunk))
-            except (InputError, ValueError, RuntimeError, MemoryError) as exc:  # one image's failure, not the run's
+            except (InputError, BackendError, ValueError, RuntimeError, MemoryError) as exc:  # one image's failure
                 left = [p for p in items if p["pair_id"] not in writer.done]
                 counts["failed"] += len(left)
+                if isinstance(exc, BackendError) and counts["model_error"] is None:
+                    counts["model_error"] = str(exc)
                 bar.update(len(left))
                 record = {**Failure.from_exception((images / rel).absolute(), "predict", exc).to_dict(),
                           "pair_ids": [p["pair_id"] for p in left]}
@@ -208,10 +217,34 @@ def predict_request(request: PredictRequest, progress: bool = True) -> str:
     line = (f"{r.out}: {counts['written']} written, {counts['skipped']} already there, {counts['failed']} failed "
             f"(of {counts['pairs']} pairs; mode {r.mode})")
     if counts["failed"] and not counts["written"] and not counts["skipped"]:
+        reasons = r.out.with_name(r.out.name + '.failures.jsonl')
+        if counts["model_error"] is not None:
+            raise BackendError(f"{line}: the model failed; the first reason: {counts['model_error']} (every reason "
+                               f"is in {reasons})")
         root = r.images if r.images is not None else r.dataset
         raise InputError(f"{line}: no image of split {r.split!r} could be read under this image root (a wrong "
                          f"--images?); the reasons are in {r.out.with_name(r.out.name + '.failures.jsonl')}", root)
     return line
+
+
+def _checked_outputs(model: IlsModel, results: Any, pairs: list[dict[str, Any]], shape: tuple[int, ...],
+                     image: Path) -> list[IlsOutput]:
+    """``results`` (the model's outputs for ``pairs`` of one image) when each is an ``IlsOutput`` (or has its
+    ``answer`` and ``mask``) whose mask has the image's native ``shape``; else a :class:`BackendError` naming the
+    model, the image, the pair and both shapes."""
+    results = list(check_returned("model", model, "predict", results, (list, tuple), "a list of IlsOutput"))
+    if len(results) != len(pairs):
+        raise BackendError(f"{backend_label('model', model)}: predict returned {len(results)} outputs for "
+                           f"{len(pairs)} instructions on {image}")
+    for pair, res in zip(pairs, results, strict=True):
+        if not (hasattr(res, "answer") and hasattr(res, "mask")):
+            raise BackendError(f"{backend_label('model', model)}: predict returned {type(res).__name__}, expected "
+                               "IlsOutput (an answer and a mask)")
+        got = tuple(int(v) for v in np.shape(res.mask))
+        if res.mask is not None and got != tuple(int(v) for v in shape[:2]):
+            raise BackendError(f"{backend_label('model', model)}: the mask of pair {pair['pair_id']} on {image} has "
+                               f"shape {got}, expected {tuple(int(v) for v in shape[:2])} (the image's native size)")
+    return results
 
 
 #: Backends that take the loading options ``quantize`` and ``device_map``.

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from cxrground.errors import InputError
+from cxrground.errors import BackendError, InputError
 from cxrground.ils.frames import RELEASED_SIZE, to_native
 from cxrground.io.files import atomic_write_text
 from cxrground.io.image import read_image
@@ -202,6 +202,7 @@ def make_plan(task: PlanTask) -> dict[str, Any]:
     """The plan unit of one positive, or ``{"status": "failed", "reason", "stage"}`` when it cannot be planned."""
     from cxrground.anatomy.overlap import ComponentOverlap
     from cxrground.percept.config import DeformConfig
+    from cxrground.percept.deform.base import CheckedDeformer
     from cxrground.percept.deform.registry import get_deformer
     from cxrground.percept.revision import LungSources, RevisionFailure, plan_revision
 
@@ -219,13 +220,13 @@ def make_plan(task: PlanTask) -> dict[str, Any]:
                             right_chex=right, left_chex=left, right_cxas=rc if rc is not None else right,
                             left_cxas=lc if lc is not None else left, heart=_mask(task.anatomy.heart, shape))
         candidate = _read_candidate(task, shape)
-        deformer = get_deformer(task.deformer, **task.deformer_kwargs)
+        deformer = CheckedDeformer(get_deformer(task.deformer, **task.deformer_kwargs))
         plan = plan_revision(image, task.cand.lesion, candidate, lungs, deformer,
                              seeded_rng(task.seed, task.cand.key_id, "plan"),
                              DeformConfig(cpa_same_side=not task.cpa_either_side))
         if not plan.deformed:
             raise RevisionFailure("deformation failed: no deformation step was made")
-    except (InputError, RevisionFailure) as exc:
+    except (InputError, RevisionFailure, BackendError) as exc:
         reason = getattr(exc, "reason", None) or str(exc)
         named = {"path": exc.path} if getattr(exc, "path", None) else {}  # the file at fault, when known
         return {"status": "failed", "reason": str(reason), "stage": type(exc).__name__, **named}

@@ -7,10 +7,12 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from cxrground.errors import BackendError
 from cxrground.io.image import CXRImage
 from cxrground.io.masks import as_mask, check_same_shape
+from cxrground.registry import backend_label, call_backend, check_returned
 
-__all__ = ["HeartSource", "LungHeartMasks", "LungHeartSegmenter"]
+__all__ = ["HeartSource", "LungHeartMasks", "LungHeartSegmenter", "segment_image"]
 
 HeartSource = Literal["model", "estimate", "truth", "none"]
 
@@ -54,3 +56,15 @@ class LungHeartSegmenter(Protocol):
     def provenance(self) -> dict[str, Any]:
         """Backend name, version, weights path and sha256, settings."""
         ...
+
+
+def segment_image(segmenter: LungHeartSegmenter, image: CXRImage) -> LungHeartMasks:
+    """``segmenter``'s masks of ``image``; a :class:`~cxrground.errors.BackendError` naming the segmenter when it
+    fails with an error of its own or returns anything but :class:`LungHeartMasks` at the image's size."""
+    masks = check_returned("segmenter", segmenter, "segment", call_backend("segmenter", segmenter, "segment", image),
+                           LungHeartMasks, "LungHeartMasks")
+    size = tuple(int(v) for v in image.pixels.shape[:2])
+    if masks.shape != size:
+        raise BackendError(f"{backend_label('segmenter', segmenter)} returned masks of {masks.shape} for a {size} "
+                           "image (masks must be at the image's native size)")
+    return masks

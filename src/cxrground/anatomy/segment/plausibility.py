@@ -38,7 +38,7 @@ from typing import Any, Final
 import numpy as np
 from scipy import ndimage
 
-from cxrground.anatomy.segment.base import LungHeartMasks, LungHeartSegmenter
+from cxrground.anatomy.segment.base import LungHeartMasks, LungHeartSegmenter, segment_image
 from cxrground.anatomy.segment.heart import _medial_edges
 from cxrground.anatomy.segment.tilt import turn
 from cxrground.errors import InputError
@@ -213,14 +213,14 @@ def segment_checked(segmenter: LungHeartSegmenter, image: CXRImage, min_iou: flo
     small = film_size_problem(image.pixels.shape)
     if small is not None:
         raise InputError(small, image.path or "<image>")
-    masks = segmenter.segment(image)
+    masks = segment_image(segmenter, image)
     problems = reading_problems(masks, min_iou=min_iou, min_fraction=min_fraction)
     bright = not problems and looks_inverted(image.pixels, masks.right_lung, masks.left_lung)
     if not problems and not bright:
         return image, masks, problems
     note = INVERTED_BRIGHT_NOTE if bright else INVERTED_NOTE
     negative = dataclasses.replace(image, pixels=255 - image.pixels, metadata={**image.metadata, "polarity": note})
-    flipped = segmenter.segment(negative)
+    flipped = segment_image(segmenter, negative)
     if bright:
         accept = (not reading_problems(flipped, min_iou=min_iou, min_fraction=min_fraction)
                   and not looks_inverted(negative.pixels, flipped.right_lung, flipped.left_lung))

@@ -20,8 +20,8 @@ SEGMENTERS.register("unet", UNetLungSegmenter, help="the shipped lung U-Net, hea
 SEGMENTERS.register("given", GivenMasksSegmenter,
                     help="masks supplied per image (Python API; segment lungs --right/--left)")
 SEGMENTERS.register("masks", MaskFolderSegmenter, help="mask PNGs found in a folder by a name pattern (root=DIR)")
-SEGMENTERS.register("cxas", CXASSegmenter, help="the CXAS network, local weights folder (weights_dir=DIR)")
-SEGMENTERS.register("hybridgnet", HybridGNetSegmenter,
+SEGMENTERS.register("cxas", CXASSegmenter, help="the CXAS network, local weights folder (weights_dir=DIR)", gpu=True)
+SEGMENTERS.register("hybridgnet", HybridGNetSegmenter, gpu=True,
                     help="CheXmask HybridGNet, local weights (weights_path=FILE: bestMSE.pt or an exported model)")
 
 #: The option through which a backend takes its weights file or folder (``segment lungs --weights``).

@@ -81,6 +81,7 @@ from cxrground.io.files import atomic_write_text, flat_json, sha256_file, sha256
 from cxrground.llm import EndpointRefused, RetryPolicy, bounded_map, call_with_retries, run_sync
 from cxrground.percept.paths import check_outside_benchmark
 from cxrground.percept.schema import BENCHMARK_FILE, Benchmark, load_benchmark
+from cxrground.registry import backend_errors, check_returned
 
 __all__ = ["CACHE_FILE", "BadLine", "EvalSettings", "ResultLines", "RetryPolicy", "case_record", "check_case_files",
            "load_all_results",
@@ -372,6 +373,19 @@ def _write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True))
 
 
+@dataclass(frozen=True)
+class _ClientName:
+    """``client``'s name in errors: its registry prefix and model (``openai:gpt-4o``)."""
+
+    client: Any
+
+    @property
+    def name(self) -> str:
+        kind = str(getattr(self.client, "kind", "") or type(self.client).__name__)
+        model = getattr(self.client, "model", None)
+        return f"{kind}:{model}" if model else kind
+
+
 class _Runner:
     def __init__(self, client: Client, cache: PerceptCache, oracle: str, image_url: Callable[[str], str],
                  retry: RetryPolicy, out: Path, seed: int = 0, repeats: int = 1, usage: _Usage | None = None
@@ -408,7 +422,9 @@ class _Runner:
 
         async def attempt() -> Completion:
             self.stats.requests += 1
-            return await c.complete(messages, q, case_id, seed)
+            with backend_errors("VLM client", _ClientName(c), "complete"):  # TransientError etc. pass unchanged
+                got = await c.complete(messages, q, case_id, seed)
+            return check_returned("VLM client", _ClientName(c), "complete", got, Completion, "Completion")
 
         completion, attempts = await call_with_retries(attempt, self.retry, rng=self._jitter,
                                                        on_retry=self._count_retry)

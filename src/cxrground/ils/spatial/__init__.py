@@ -56,7 +56,8 @@ __all__ = [
 SYNTHESIZERS: Final[Registry[NormalSynthesizer]] = Registry("synthesizer")
 SYNTHESIZERS.register("pseudo-normal", PseudoNormalSynthesizer,
                       help="built-in CPU estimate: per-region background fit, coarse excess removed")
-SYNTHESIZERS.register("radedit", RadEditSynthesizer, help="RadEdit (diffusers), local model folder (model_dir=DIR)")
+SYNTHESIZERS.register("radedit", RadEditSynthesizer, help="RadEdit (diffusers), local model folder (model_dir=DIR)",
+                      gpu=True)
 SYNTHESIZERS.register("normative", NormativeSynthesizer,
                       help="built-in CPU normative model of the normal chest: model=cohort (default: fitted on the "
                            "build's report-normal studies; min_normals, max_normals, shrink, trim), model=shipped (NIH "
@@ -69,7 +70,8 @@ SYNTHESIZERS.register("lesion-unet", LesionUNetSynthesizer,
 #: Lesion box detectors by name.
 DETECTORS: Final[Registry[BoxDetector]] = Registry("detector")
 DETECTORS.register("anomaly", AnomalyBoxDetector, help="built-in: components of the anomaly map with a confidence")
-DETECTORS.register("yolo", YOLOBoxDetector, help="an ultralytics YOLO VinDr-CXR checkpoint (weights_path=FILE)")
+DETECTORS.register("yolo", YOLOBoxDetector, help="an ultralytics YOLO VinDr-CXR checkpoint (weights_path=FILE)",
+                   gpu=True)
 
 
 def get_synthesizer(name: str = "pseudo-normal", **kwargs: Any) -> NormalSynthesizer:

@@ -6,12 +6,16 @@ All arrays are on the working canvas (see :class:`cxrground.io.transform.Letterb
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["Box", "BoxDetector", "NormalSynthesizer"]
+from cxrground.errors import BackendError
+from cxrground.registry import backend_label, call_backend, check_returned
+
+__all__ = ["Box", "BoxDetector", "NormalSynthesizer", "detect_boxes", "synthesize_normal"]
 
 
 @dataclass(frozen=True)
@@ -44,8 +48,14 @@ class NormalSynthesizer(Protocol):
 
     name: str
 
-    def synthesize(self, image: np.ndarray, edit_mask: np.ndarray) -> np.ndarray:
-        """``x̂`` (uint8, same shape); pixels outside ``edit_mask`` equal the input."""
+    def synthesize(self, image: np.ndarray, edit_mask: np.ndarray,
+                   regions: Sequence[np.ndarray] | None = None) -> np.ndarray:
+        """``x̂`` (uint8, same shape); pixels outside ``edit_mask`` equal the input.
+
+        ``regions`` are the bool masks ``(right_lung, left_lung, heart)`` on the canvas (the heart all False when
+        the study has none); the ILS pipeline always passes them (``edit_mask`` is their union), and a backend
+        may model each region on its own or ignore them.
+        """
         ...
 
     def provenance(self) -> dict[str, Any]:
@@ -65,3 +75,26 @@ class BoxDetector(Protocol):
     def provenance(self) -> dict[str, Any]:
         """Backend name, version, weights hash and settings."""
         ...
+
+
+def synthesize_normal(synthesizer: NormalSynthesizer, image: np.ndarray, edit_mask: np.ndarray,
+                      regions: Sequence[np.ndarray]) -> np.ndarray:
+    """``synthesizer``'s ``x̂`` of ``image``; a :class:`~cxrground.errors.BackendError` naming the synthesizer when
+    it fails with an error of its own or returns anything but a uint8 array of the image's shape."""
+    x_hat = check_returned("synthesizer", synthesizer, "synthesize",
+                           call_backend("synthesizer", synthesizer, "synthesize", image, edit_mask, regions=regions),
+                           np.ndarray, "a uint8 numpy array")
+    if x_hat.shape != image.shape or x_hat.dtype != np.uint8:
+        raise BackendError(f"{backend_label('synthesizer', synthesizer)} returned a {x_hat.dtype} image of "
+                           f"{x_hat.shape} for a uint8 image of {image.shape} (expected uint8 of the same shape)")
+    return x_hat
+
+
+def detect_boxes(detector: BoxDetector, image: np.ndarray, anomaly: np.ndarray | None) -> list[Box]:
+    """``detector``'s boxes on ``image``; a :class:`~cxrground.errors.BackendError` naming the detector when it
+    fails with an error of its own or returns anything but a list of :class:`Box`."""
+    boxes = check_returned("detector", detector, "detect", call_backend("detector", detector, "detect", image, anomaly),
+                           (list, tuple), "a list of Box")
+    for b in boxes:
+        check_returned("detector", detector, "detect", b, Box, "a list of Box (one of its items)")
+    return list(boxes)

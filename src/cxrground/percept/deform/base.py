@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from cxrground.errors import BackendError
 from cxrground.percept.refine import Point
+from cxrground.registry import backend_label, call_backend, check_returned
 
-__all__ = ["DeformRequest", "DeformResult", "Deformer", "is_valid", "validity_problem"]
+__all__ = ["CheckedDeformer", "DeformRequest", "DeformResult", "Deformer", "is_valid", "validity_problem"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,6 +85,32 @@ class Deformer(Protocol):
         """Return the deformed mask for one request (backends implement this)."""
         raise NotImplementedError
 
+
+
+class CheckedDeformer:
+    """``deformer`` with its :meth:`deform` checked: an error of its own, or a result that is not a
+    :class:`DeformResult` whose mask has the input mask's shape, is a :class:`~cxrground.errors.BackendError`
+    naming the deformer (a case failure, not an abort)."""
+
+    def __init__(self, deformer: Deformer) -> None:
+        self.inner = deformer
+        self.name = str(getattr(deformer, "name", type(deformer).__name__))
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr == "inner":  # not set yet (e.g. while unpickling)
+            raise AttributeError(attr)
+        return getattr(self.inner, attr)
+
+    def deform(self, image: np.ndarray, mask: np.ndarray, *args: Any, **kwargs: Any) -> DeformResult:
+        """The inner deformer's :meth:`Deformer.deform`, checked."""
+        res = check_returned("deformer", self.inner, "deform",
+                             call_backend("deformer", self.inner, "deform", image, mask, *args, **kwargs),
+                             DeformResult, "DeformResult")
+        got = np.shape(res.mask)
+        if got != np.shape(mask):
+            raise BackendError(f"{backend_label('deformer', self.inner)} returned a mask of {got} for a mask of "
+                               f"{np.shape(mask)} (expected the same shape)")
+        return res
 
 def _value(mask: np.ndarray, point: Point) -> int:
     x, y = int(point[0]), int(point[1])

@@ -18,9 +18,9 @@ from typing import Any, Final
 
 from tqdm.auto import tqdm
 
-from cxrground.errors import ConfigError, Failure
+from cxrground.errors import BackendError, ConfigError, Failure
 from cxrground.llm import ResponseCache, cache_key
-from cxrground.registry import Registry
+from cxrground.registry import Registry, call_backend, check_returned
 from cxrground.reports.findings import StructuredReport, Structurer
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, Report, SectionChoice
 from cxrground.reports.sections import NO_SECTION_REASON, select_section
@@ -75,8 +75,12 @@ def _failure_path(report: Report) -> str:
 
 
 def structure_section(structurer: Structurer, report_id: str, section: SectionChoice) -> StructuredReport:
-    """``structurer``'s findings of ``section`` with the report-level rules of :mod:`.resolve` applied."""
-    return resolve_findings(structurer.structure(report_id, section))
+    """``structurer``'s findings of ``section`` with the report-level rules of :mod:`.resolve` applied; a
+    :class:`~cxrground.errors.BackendError` naming the structurer when it fails with an error of its own or returns
+    anything but a :class:`~cxrground.reports.findings.StructuredReport`."""
+    found = call_backend("structurer", structurer, "structure", report_id, section)
+    return resolve_findings(check_returned("structurer", structurer, "structure", found, StructuredReport,
+                                           "StructuredReport"))
 
 
 def structure_report(report: Report, structurer: Structurer,
@@ -120,6 +124,6 @@ def structure_reports(
     for report_id, section in tqdm(items, desc="structure", unit="report", disable=not progress):
         try:
             done.append(structure_section(structurer, report_id, section))
-        except (LLMError, ValueError) as exc:
+        except (LLMError, BackendError, ValueError) as exc:
             failures.append(Failure.from_exception(paths[report_id], STAGE, exc))
     return done, failures

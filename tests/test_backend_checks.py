@@ -1,0 +1,319 @@
+"""Out-of-tree backends that break: what they raise or return is checked where the toolkit calls them, and the
+error names the backend; per-study / per-case / per-image in the batch commands (a build or a run goes on)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cxrground.anatomy.segment import SEGMENTERS, LungHeartMasks
+from cxrground.anatomy.segment.plausibility import segment_checked
+from cxrground.cli import main
+from cxrground.errors import BackendError
+from cxrground.ils.build import BackendSpec, build_dataset
+from cxrground.ils.config import IlsConfig
+from cxrground.ils.ray_engine import gpus_per_worker
+from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS, PseudoNormalSynthesizer
+from cxrground.ils.spatial.base import NormalSynthesizer
+from cxrground.io.image import CXRImage
+from cxrground.registry import Registry
+from cxrground.reports.structure import STRUCTURERS
+
+
+@contextmanager
+def registered(registry: Registry, name: str, factory: Any, **kwargs: Any) -> Iterator[str]:
+    """``factory`` registered as ``name`` in ``registry`` for the block's duration."""
+    registry.register(name, factory, help="a test backend", **kwargs)
+    try:
+        yield name
+    finally:
+        del registry._backends[name]
+
+
+def _lungs(h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+    right, left = np.zeros((h, w), bool), np.zeros((h, w), bool)
+    right[h // 5:4 * h // 5, w // 8:w // 2 - w // 16] = True
+    left[h // 5:4 * h // 5, w // 2 + w // 16:7 * w // 8] = True
+    return right, left
+
+
+class BoxLungs:
+    """Two rectangles as lungs; ``mode`` picks a broken output (``small``: half-size masks, ``dict``)."""
+
+    name = "t-boxlungs"
+
+    def __init__(self, mode: str = "ok") -> None:
+        self.mode = mode
+
+    def segment(self, image: CXRImage) -> Any:
+        h, w = image.pixels.shape
+        if self.mode == "dict":
+            return {"right": None}
+        if self.mode == "small":
+            h, w = h // 2, w // 2
+        return LungHeartMasks(*_lungs(h, w), None, "none", source=self.name)
+
+    def provenance(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+
+class TupleBoxes:
+    """A detector that returns tuples instead of :class:`Box`."""
+
+    name = "t-tuples"
+
+    def detect(self, image: np.ndarray, anomaly: np.ndarray | None = None) -> list[Any]:
+        return [(0, 0, 10, 10, 0.5)]
+
+    def provenance(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+
+class ProtocolSynth:
+    """A synthesizer with exactly the documented :class:`NormalSynthesizer` signature."""
+
+    name = "t-protocol"
+
+    def synthesize(self, image: np.ndarray, edit_mask: np.ndarray,
+                   regions: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
+        return PseudoNormalSynthesizer().synthesize(image, edit_mask, regions)
+
+    def provenance(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+
+class FloatSynth(ProtocolSynth):
+    name = "t-float"
+
+    def synthesize(self, image: np.ndarray, edit_mask: np.ndarray,
+                   regions: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
+        return image.astype(np.float64)
+
+
+class RaisingStructurer:
+    name = "t-raise"
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    def structure(self, report_id: str, section: Any) -> Any:
+        raise RuntimeError("boom from the test structurer")
+
+
+def _failures(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+
+
+def _build(tiny_ils_tasks, out: Path, spec: BackendSpec) -> Any:
+    tasks, failures = tiny_ils_tasks
+    return build_dataset(tasks, out, IlsConfig(seed=0), spec, scan_failures=failures, progress=False)
+
+
+def test_the_synthesizer_protocol_takes_the_regions_the_pipeline_passes(tiny_ils_tasks, tmp_path):
+    assert "regions" in inspect.signature(NormalSynthesizer.synthesize).parameters
+    with registered(SYNTHESIZERS, "t-protocol", ProtocolSynth):
+        summary = _build(tiny_ils_tasks, tmp_path / "ils", BackendSpec(synthesizer="t-protocol"))
+    assert summary.studies_in_dataset > 0 and not summary.every_failed
+
+
+@pytest.mark.parametrize(("mode", "said"), [
+    ("small", "segmenter 't-boxlungs' returned masks of (128, 128) for a (256, 256) image"),
+    ("dict", "segmenter 't-boxlungs': segment() returned dict, expected LungHeartMasks"),
+])
+def test_a_segmenter_returning_wrong_masks_is_named(mode, said):
+    image = CXRImage(pixels=np.full((256, 256), 100, np.uint8))
+    with pytest.raises(BackendError, match=said.replace("(", r"\(").replace(")", r"\)")):
+        segment_checked(BoxLungs(mode), image)
+
+
+def test_ils_build_records_broken_backends_as_named_study_failures(tiny_ils_tasks, tmp_path):
+    with registered(SEGMENTERS, "t-boxlungs", BoxLungs), registered(DETECTORS, "t-tuples", TupleBoxes), \
+            registered(SYNTHESIZERS, "t-float", FloatSynth):
+        cases = {
+            "seg": (BackendSpec(synthesizer="pseudo-normal", segmenter="t-boxlungs",
+                                segmenter_kwargs={"mode": "small"}), "segment",
+                    "segmenter 't-boxlungs' returned masks of"),
+            "det": (BackendSpec(synthesizer="pseudo-normal", detector="t-tuples"), "spatial",
+                    "detector 't-tuples': detect() returned tuple, expected a list of Box"),
+            "syn": (BackendSpec(synthesizer="t-float"), "spatial",
+                    "synthesizer 't-float' returned a float64 image"),
+        }
+        for name, (spec, stage, said) in cases.items():
+            _build(tiny_ils_tasks, tmp_path / name, spec)
+            failed = [f for f in _failures(tmp_path / name) if f["error"] == "BackendError"]
+            assert failed and all(f["stage"] == stage and said in f["reason"] for f in failed), (name, failed)
+
+
+@pytest.mark.parametrize("synthesizer", ["normative", "pseudo-normal"])
+def test_a_raising_structurer_is_a_study_failure_with_any_synthesizer(tiny_ils_tasks, tmp_path, synthesizer):
+    with registered(STRUCTURERS, "t-raise", RaisingStructurer):
+        summary = _build(tiny_ils_tasks, tmp_path / "ils", BackendSpec(structurer="t-raise", synthesizer=synthesizer))
+    failures = _failures(tmp_path / "ils")
+    assert failures and all(f["stage"] == "structure" and f["error"] == "BackendError" for f in failures)
+    assert "structurer 't-raise' failed in structure(): RuntimeError: boom" in failures[0]["reason"]
+    assert summary.every_failed
+
+
+def test_ils_build_exits_1_when_every_study_failed(tiny_ils_tasks, tmp_path):
+    tasks, _ = tiny_ils_tasks
+    images = next(p for p in Path(tasks[0].image_path).parents if p.name == "files")
+    (tmp_path / "no-masks").mkdir()
+    args = ["ils", "build", "--images", str(images), "--quiet", "--synthesizer", "pseudo-normal"]
+    res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "ils"), "--segmenter", "masks",
+                                    "--segmenter-opt", f"root={tmp_path / 'no-masks'}"])
+    assert res.exit_code == 1, res.output
+    assert f"every study failed; the reasons are in {tmp_path / 'ils' / 'failures.jsonl'}" in res.output
+    res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "ok")])
+    assert res.exit_code == 0 and "every study failed" not in res.output, res.output
+
+
+def test_a_backend_registered_with_gpu_gets_a_gpu_actor():
+    with registered(DETECTORS, "t-gpu", TupleBoxes, gpu=True):
+        assert gpus_per_worker(BackendSpec(detector="t-gpu")) == 1
+        assert gpus_per_worker(BackendSpec(detector="t-gpu", detector_kwargs={"device": "cpu"})) == 0
+    assert gpus_per_worker(BackendSpec()) == 0
+
+
+# --- CheXpercept: deformers and VLM clients ------------------------------------------------------------------
+
+def test_a_broken_deformer_fails_its_cases_by_name(tmp_path_factory, tmp_path):
+    from cxrground.percept.build import BuildOptions, build_benchmark
+    from cxrground.percept.deform.builtin import BuiltinDeformer
+    from cxrground.percept.deform.registry import DEFORMERS
+    from percept_build_helpers import synthetic_ils
+
+    class Raising(BuiltinDeformer):
+        name = "t-raise"
+
+        def deform(self, image, mask, *args, **kwargs):
+            raise RuntimeError("boom from the test deformer")
+
+    class BareArray(BuiltinDeformer):
+        name = "t-array"
+
+        def deform(self, image, mask, *args, **kwargs):
+            return mask
+
+    ils, images = synthetic_ils(tmp_path_factory)
+    said = {"t-raise": "deformer 't-raise' failed in deform(): RuntimeError: boom from the test deformer",
+            "t-array": "deformer 't-array': deform() returned ndarray, expected DeformResult"}
+    with registered(DEFORMERS, "t-raise", Raising), registered(DEFORMERS, "t-array", BareArray):
+        for name, reason in said.items():
+            opts = BuildOptions(ils=str(ils), images=str(images), per_lesion=(1, 1, 1), max_candidates=2,
+                                splits=("train",), seed=3, deformer=name)
+            build_benchmark(opts, tmp_path / name, workers=1, progress=False)
+            failures = [json.loads(line) for line in (tmp_path / name / "failures.jsonl").read_text().splitlines()]
+            assert any(f["reason"] == reason for f in failures), failures
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory) -> Path:
+    from cxrground.testing.mock_bench import make_benchmark
+
+    return make_benchmark(tmp_path_factory.mktemp("bench"), {"LF": 1, "RF": 1, "RR": 1}, seed=1)
+
+
+class _BrokenClient:
+    """A VLM client whose ``complete`` raises (model ``raise``) or returns a str (model ``str``)."""
+
+    kind = "t-broken"
+
+    def __init__(self, model: str, **opts: Any) -> None:
+        self.model = model
+        self.decoding: dict[str, Any] = {"temperature": 0.0}
+        self.max_images = 8
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        return {"kind": self.kind, "model": self.model}
+
+    def cache_context(self, question: Any, case_id: str) -> None:
+        return None
+
+    async def complete(self, messages: Any, question: Any, case_id: str = "", seed: int | None = None) -> Any:
+        if self.model == "raise":
+            raise RuntimeError("boom from the test client")
+        return "A"
+
+    async def aclose(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("model", "said"), [
+    ("raise", "VLM client 't-broken:raise' failed in complete(): RuntimeError: boom from the test client"),
+    ("str", "VLM client 't-broken:str': complete() returned str, expected Completion"),
+])
+def test_a_broken_vlm_client_fails_each_case_by_name_and_the_run_finishes(bench, tmp_path, model, said):
+    from cxrground.evaluation.percept import clients
+    from cxrground.evaluation.percept.clients import CLIENTS, HARNESS_OPTIONS
+    from cxrground.evaluation.percept.runner import EvalSettings, load_results, run_eval
+
+    clients._NAME_ARG["t-broken"] = "NAME"
+    try:
+        with registered(CLIENTS, "t-broken", _BrokenClient, options=("model", *HARNESS_OPTIONS)):
+            run_eval(EvalSettings(bench, f"t-broken:{model}", oracle="none"), tmp_path / "run", progress=False)
+    finally:
+        del clients._NAME_ARG["t-broken"]
+    results = load_results(tmp_path / "run")
+    assert len(results) == len(json.loads((tmp_path / "run" / "cases.json").read_text())) > 1
+    assert all(r["status"] == "failed" and r["error"] == f"BackendError: {said}" for r in results.values())
+
+
+# --- ils predict: the model's own failures and its masks' size ---------------------------------------------------
+
+class _Model:
+    """An ILS model that raises (``raise``) or returns half-size masks (``small``)."""
+
+    name = "t-model"
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    def predict_batch(self, images: list[np.ndarray], instructions: list[str]) -> list[Any]:
+        from cxrground.models.base import IlsOutput
+
+        if self.mode == "raise":
+            raise RuntimeError("boom from the test model")
+        h, w = images[0].shape
+        mask = np.zeros((h // 2, w // 2), bool)
+        return [IlsOutput(answer="x", mask=mask, presence=0.9, present=True) for _ in instructions]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    from ils_helpers import tiny_ils
+
+    return tiny_ils(tmp_path_factory.mktemp("predict"), 3)
+
+
+@pytest.mark.parametrize(("mode", "said"), [
+    ("raise", "the model failed; the first reason: model 't-model' failed in predict(): RuntimeError: boom"),
+    ("small", "model 't-model': the mask of pair"),
+])
+def test_ils_predict_blames_the_model_not_the_images(tiny, tmp_path, mode, said):
+    from cxrground.models.base import MODELS
+
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "checkpoint.json").write_text(json.dumps({"model": "t-model", "mode": mode}))
+    module = SimpleNamespace(load_model=lambda checkpoint_dir, device="cpu": _Model(mode))
+    with registered(MODELS, "t-model", lambda: module):
+        res = CliRunner().invoke(main, ["ils", "predict", "--checkpoint", str(tmp_path / "ckpt"), "--dataset",
+                                        str(tiny / "ils"), "--images", str(tiny / "cohort" / "files"), "--split",
+                                        "train", "--out", str(tmp_path / "pred.jsonl"), "--quiet"])
+    assert res.exit_code == 1, res.output
+    assert said in res.output and "a wrong --images" not in res.output
+    failures = [json.loads(line) for line in (tmp_path / "pred.jsonl.failures.jsonl").read_text().splitlines()]
+    assert failures and all(f["error"] == "BackendError" for f in failures)
+    if mode == "small":  # the image, the pair and both shapes
+        assert "has shape (" in failures[0]["reason"] and "(the image's native size)" in failures[0]["reason"]
+        assert failures[0]["path"].endswith(".jpg") and failures[0]["pair_ids"]
