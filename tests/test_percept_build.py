@@ -21,7 +21,7 @@ from cxrground.percept.cases import (
     read_review,
     split_rf_rr,
 )
-from cxrground.percept.layout import case_folder
+from cxrground.percept.layout import BUILD_SETTINGS_FILE, case_folder
 from cxrground.percept.qa import CaseImages, lesion_free_case, points_answer_text, positive_case
 from cxrground.percept.schema import load_benchmark, parse_benchmark
 from cxrground.percept.validate import validate_benchmark
@@ -380,8 +380,15 @@ def test_sam_deformer_build_from_the_command_line(synth_ils, tmp_path) -> None:
     out = tmp_path / "b"
     res = CliRunner().invoke(main, ["percept", "build", "--ils", str(ils), "--images", str(images), "--out",
                                     str(out), "--per-lesion", "1,1,1", "--split", "train", "--deformer", "sam",
-                                    "--sam-model", str(sam), "--max-candidates", "1", "--seed", "0"])
+                                    "--sam-model", str(sam), "--max-candidates", "1", "--seed", "0",
+                                    "--deformer-opt", "device=cpu"])
     assert res.exit_code == 0, res.output
+    assert json.loads((out / BUILD_SETTINGS_FILE).read_text())["settings"]["deformer_opt"] == {"device": "cpu"}
+    for opt, said in (("nope=1", "does not accept option 'nope'"), ("model_path=x", "give the SAM folder as")):
+        bad = CliRunner().invoke(main, ["percept", "build", "--ils", str(ils), "--images", str(images), "--out",
+                                        str(tmp_path / "c"), "--deformer", "sam", "--sam-model", str(sam),
+                                        "--deformer-opt", opt])
+        assert bad.exit_code != 0 and said in bad.output and "Traceback" not in bad.output, bad.output
     card = (out / "card.md").read_text()
     assert "sam" in card.lower()
     failures = [json.loads(x) for x in (out / "failures.jsonl").read_text().splitlines() if x.strip()]

@@ -59,6 +59,7 @@ from cxrground.percept.cases import (
     read_review,
     split_rf_rr,
 )
+from cxrground.percept.deform import DEFORMERS
 from cxrground.percept.layout import (
     BUILD_SETTINGS_FILE,
     CARD_FILE,
@@ -144,6 +145,9 @@ def _check_settings(opts: BuildOptions, dataset: Any, ils_file: Path) -> None:
         raise ConfigError(f"--rf-ratio must be in [0, 1], got {opts.rf_ratio}")
     if opts.deformer == "sam" and not opts.sam_model:
         raise ConfigError("--deformer sam needs --sam-model PATH (a local SAM checkpoint folder)")
+    if "model_path" in opts.deformer_opt:
+        raise ConfigError("--deformer-opt model_path: give the SAM folder as --sam-model")
+    DEFORMERS.check(opts.deformer, [*opts.deformer_opt, *(["model_path"] if opts.deformer == "sam" else [])])
     for name, value in (("--max-candidates", opts.max_candidates), ("--max-negatives", opts.max_negatives)):
         if value < 0:
             raise ConfigError(f"{name} must be >= 0, got {value}")
@@ -307,7 +311,7 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
 
     plan_tasks: list[PlanTask] = []
     accepted_pos: dict[str, list[Candidate]] = {}
-    kwargs = {"model_path": opts.sam_model} if opts.deformer == "sam" else {}
+    kwargs = {**opts.deformer_opt, **({"model_path": opts.sam_model} if opts.deformer == "sam" else {})}
     for lesion in LESIONS:
         accepted_pos[lesion] = []
         for c in reviewed(positives[lesion]):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from cxrground.io.files import sha256_json
 
@@ -21,6 +21,7 @@ class BuildOptions:
     rf_ratio: float = 0.5
     deformer: str = "builtin"
     sam_model: str | None = None
+    deformer_opt: dict[str, str] = field(default_factory=dict)  # the deformer's options (``--deformer-opt``)
     anatomy: str | None = None
     splits: tuple[str, ...] = ("train",)
     seed: int = 0
@@ -36,4 +37,6 @@ class BuildOptions:
         settings = asdict(self)
         if not self.cpa_either_side:
             del settings["cpa_either_side"]
+        if not self.deformer_opt:
+            del settings["deformer_opt"]
         return sha256_json(settings)[:16]

@@ -51,6 +51,8 @@ class BuildRequest:
     deformer: str = option("builtin", registry=DEFORMERS)
     sam_model: Path | None = option(None, path="dir",
                                     help="Local SAM checkpoint folder (transformers SamModel) for --deformer sam.")
+    deformer_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the deformer (repeatable; sam: "
+                                          "device, dtype).")
     anatomy: Path | None = option(None, path="existing", help="Anatomy masks: a JSONL in the anatomy.jsonl format, or "
                                   "a folder of {study|dicom_id|image stem}_right_lung.png / _left_lung.png (/ "
                                   "_heart.png). Default: the ILS folder's anatomy.jsonl.")
@@ -81,6 +83,7 @@ class BuildRequest:
                             review=str(self.review) if self.review else None,
                             per_lesion=parse_per_lesion(self.per_lesion), rf_ratio=self.rf_ratio,
                             deformer=self.deformer, sam_model=str(self.sam_model) if self.sam_model else None,
+                            deformer_opt=dict(self.deformer_opt),
                             anatomy=str(self.anatomy) if self.anatomy else None, splits=chosen, seed=self.seed,
                             max_candidates=self.max_candidates, max_negatives=self.max_negatives,
                             exclude_positive_cxrs=self.exclude_positive_cxrs, strict_negatives=self.strict_negatives,

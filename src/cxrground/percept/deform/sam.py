@@ -18,9 +18,9 @@ Prediction keeps the top-scoring of the three multimask outputs and its low-res 
 (logit > 0) gets the §6 clean-up. The caller checks the validity rule (random or weak weights may fail it,
 which is then reported as an invalid step).
 
-The model runs on ``device`` (default ``cpu``; ``cuda``, ``cuda:1``...) in ``dtype`` (``float32`` default,
-``bfloat16``, ``float16``): pixel values, points and the mask prompt are cast to it, and the logits are read back
-in float32.
+The model runs on ``device`` (default ``cuda`` when torch sees a GPU, else ``cpu``; ``cuda:1``...) in ``dtype``
+(``float32`` default, ``bfloat16``, ``float16``): pixel values, points and the mask prompt are cast to it, and the
+logits are read back in float32.
 """
 
 from __future__ import annotations
@@ -174,19 +174,26 @@ def build_prompts(
     return SamPrompts([(int(x), int(y)) for x, y in points], labels, value.astype(np.float32))
 
 
+def _default_device() -> str:
+    """``cuda`` when torch sees a GPU, else ``cpu``."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 class SamDeformer(Deformer):
     """§7.3 deformer on a local SAM checkpoint folder (``config.json``, weights, ``processor_config.json``)."""
 
     name = "sam"
 
-    def __init__(self, model_path: str | Path, device: str = "cpu", config: DeformConfig | None = None,
+    def __init__(self, model_path: str | Path, device: str | None = None, config: DeformConfig | None = None,
                  dtype: str = "float32") -> None:
         self.model_path = Path(model_path)
         if not (self.model_path / "config.json").is_file():
             raise InputError("not a SAM checkpoint folder (config.json missing)", self.model_path)
         if dtype not in SAM_DTYPES:
             raise InputError(f"SAM dtype must be one of {', '.join(SAM_DTYPES)}, got {dtype!r}", self.model_path)
-        self.device = device
+        self.device = device or _default_device()
         self.dtype = dtype
         self.config = config or DeformConfig()
         self._model: Any = None
