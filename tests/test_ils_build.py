@@ -829,3 +829,24 @@ def test_report_addenda_are_listed_on_the_card_for_review(cohort, built, tmp_pat
     assert "## Report addenda" not in (built / "card.md").read_text()
     # the pairs are those of the chosen section alone: the same dataset as without the addenda
     assert load_dataset(out / DATASET_FILE) == load_dataset(built / DATASET_FILE)
+
+
+def test_an_unreachable_ray_address_is_refused_before_any_study(tmp_path):
+    import socket
+
+    from cxrground.ils.ray_engine import check_reachable
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match=f"cannot reach the Ray cluster at 127.0.0.1:{port}"):
+        build_dataset([], tmp_path / "out", IlsConfig(), BackendSpec(), engine="ray", workers=1,
+                      ray_address=f"127.0.0.1:{port}", progress=False)
+    assert time.monotonic() - start < 30
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ConfigError, match="not HOST:PORT"):
+        check_reachable("nohost")
+    with pytest.raises(ConfigError, match=f"ray://127.0.0.1:{port}"):
+        check_reachable(f"ray://127.0.0.1:{port}", timeout=2)
+    check_reachable("auto")  # Ray finds the local cluster itself

@@ -826,6 +826,10 @@ def build_dataset(
     config = config or IlsConfig()
     spec = spec or BackendSpec()
     check_backends(spec)
+    if engine == "ray" and (ray_address or os.environ.get("RAY_ADDRESS")):
+        from cxrground.ils.ray_engine import check_reachable
+
+        check_reachable(ray_address or os.environ["RAY_ADDRESS"])  # before any study is read
     if config.qc.pose_warning and importlib.util.find_spec("torch") is None:
         raise ConfigError("the pose warning reads every film with a small CNN and needs torch (the 'models' extra): "
                           "install it, or build with --no-pose-warning")

@@ -77,6 +77,33 @@ class StudyWorker:
         return self.runner(task, self.out, self.config, self.spec, self.max_pixels)
 
 
+#: Seconds to wait for a TCP connection to a given Ray address before the build is refused.
+CONNECT_TIMEOUT_S = 10.0
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Raise :class:`ConfigError` when ``address`` (``HOST:PORT`` or ``ray://HOST:PORT``; ``auto`` is not checked)
+    takes no TCP connection within ``timeout`` seconds (Ray itself retries for minutes)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if address == "auto" or address.startswith("local"):
+        return
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise ConfigError(f"--ray-address {address!r} is not HOST:PORT or ray://HOST:PORT ({exc})") from exc
+    if not host or port is None:
+        raise ConfigError(f"--ray-address {address!r} is not HOST:PORT or ray://HOST:PORT")
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"cannot reach the Ray cluster at {address} within {timeout:g} s ({exc.strerror or exc}); "
+                          "is its head node running (ray start --head) and the port open?") from exc
+
+
 def _connect(ray: Any, address: str | None, workers: int) -> bool:
     """Connect to ``address`` (or ``RAY_ADDRESS``), else start a local Ray instance; True when this call did."""
     if ray.is_initialized():
@@ -84,6 +111,7 @@ def _connect(ray: Any, address: str | None, workers: int) -> bool:
     address = address or os.environ.get("RAY_ADDRESS")
     env = {"env_vars": {"OMP_NUM_THREADS": "1"}}
     if address:
+        check_reachable(address)
         ray.init(address=address, log_to_driver=False, runtime_env=env)
     else:
         ray.init(num_cpus=max(1, workers), include_dashboard=False, log_to_driver=False, runtime_env=env)
