@@ -317,3 +317,23 @@ def test_ils_predict_blames_the_model_not_the_images(tiny, tmp_path, mode, said)
     if mode == "small":  # the image, the pair and both shapes
         assert "has shape (" in failures[0]["reason"] and "(the image's native size)" in failures[0]["reason"]
         assert failures[0]["path"].endswith(".jpg") and failures[0]["pair_ids"]
+
+
+def test_a_client_with_a_model_option_is_addressed_with_a_name():
+    from cxrground.errors import ConfigError
+    from cxrground.evaluation.percept.clients import CLIENTS, HARNESS_OPTIONS, make_client, spec_forms
+
+    made = []
+
+    def factory(**kw):
+        made.append(kw.get("model"))
+        return SimpleNamespace(**kw)
+
+    with registered(CLIENTS, "mine", factory, options=("model", *HARNESS_OPTIONS)):
+        assert "mine:NAME" in spec_forms()
+        make_client("mine:my-model")
+        assert made == ["my-model"]
+        with pytest.raises(ConfigError, match="needs a name after 'mine:'"):
+            make_client("mine")
+    with pytest.raises(ConfigError, match="client 'random' takes no name"):
+        make_client("random:x")

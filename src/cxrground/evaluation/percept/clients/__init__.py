@@ -112,17 +112,24 @@ _baseline("oracle", "baseline: the ground truth (upper bound, checks the scoring
 _NAME_ARG: Final[dict[str, str]] = {"openai": "MODEL", "hf": "MODEL_DIR", "ils": "CHECKPOINT"}
 
 
+def _takes_name(prefix: str) -> bool:
+    """Whether client ``prefix`` is addressed as ``prefix:NAME`` (it accepts a ``model`` option)."""
+    return prefix in _NAME_ARG or "model" in CLIENTS.options(prefix)
+
+
 def spec_forms() -> str:
     """The accepted ``--model`` forms, e.g. ``openai:MODEL | hf:MODEL_DIR | random | ...`` (CLI help)."""
-    return " | ".join(f"{name}:{_NAME_ARG[name]}" if name in _NAME_ARG else name for name in CLIENTS.names())
+    return " | ".join(f"{name}:{_NAME_ARG.get(name, 'NAME')}" if _takes_name(name) else name
+                      for name in CLIENTS.names())
 
 
 def make_client(spec: str, **opts: Any) -> Client:
     """Build the client of ``spec`` (``prefix:NAME`` or a baseline name); options are checked by :data:`CLIENTS`."""
     prefix, _, name = spec.partition(":")
     CLIENTS.get(prefix)
-    if prefix in _NAME_ARG and not name:
+    named = _takes_name(prefix)
+    if named and not name:
         raise ConfigError(f"model spec {spec!r} needs a name after '{prefix}:'")
-    if prefix not in _NAME_ARG and name:
-        raise ConfigError(f"baseline {prefix!r} takes no name")
-    return CLIENTS.create(prefix, **({"model": name} if prefix in _NAME_ARG else {}), **opts)
+    if not named and name:
+        raise ConfigError(f"client {prefix!r} takes no name (it accepts no 'model' option): use --model {prefix}")
+    return CLIENTS.create(prefix, **({"model": name} if named else {}), **opts)
