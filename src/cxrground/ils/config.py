@@ -21,10 +21,15 @@ class Thresholds:
     """Algorithm 1 thresholds (ILS Table 7)."""
 
     tau_ano: float
+    """Anomaly map level of the signal pixels ``A`` (``x_ano ≥ τ_ano``)."""
     tau_anatomy: float
+    """c1: IoU of a box with the union of the anatomy masks (lungs and heart)."""
     tau_conf: float
+    """c2: detector confidence of a box."""
     tau_signal: float
+    """c3: share of a box's pixels that are signal pixels."""
     tau_size: float
+    """c4: IoU of a box with the right or the left lung."""
 
     def scaled(self, factor: float) -> Thresholds:
         """Every threshold multiplied by ``factor`` (0.5 = the paper's "half τ" ablation)."""

@@ -58,7 +58,7 @@ class BuildRequest:
                                      "mount or an object-storage URL).")
     retry_failed: bool = option(False, help="Process again the studies whose earlier attempt failed (a worker that "
                                 "died, a file unreadable then); studies rejected by QC stay rejected.")
-    structurer: str = option("rules", choices=tuple(STRUCTURERS))
+    structurer: str = option("rules", registry=STRUCTURERS)
     structurer_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the structurer (llm: "
                                             "base_url, model, api_key_env, cache, concurrency).")
     sections: str = option(DEFAULT_SECTION_POLICY, choices=SECTION_POLICIES, help="Report section policy: findings "

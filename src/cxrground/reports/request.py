@@ -32,8 +32,7 @@ __all__ = ["StructureOutput", "StructureRequest", "structure_files", "structure_
 class StructureRequest:
     """Which structurer, with which settings, structures which section of each report, and where the lines go."""
 
-    structurer_name: str = option("rules", flag="--structurer", choices=sorted(STRUCTURERS),
-                                  help="Rule-based (built in) or an LLM behind an OpenAI-compatible API.")
+    structurer_name: str = option("rules", flag="--structurer", registry=STRUCTURERS)
     sections: str = option(DEFAULT_SECTION_POLICY, choices=SECTION_POLICIES, help="Report section policy: findings "
                            "(ILS §6), impression, or findings+impression (both, numbered on).")
     alternatives: str | None = option(None, choices=ALTERNATIVE_POLICIES, help="Rule structurer: alternatives "
