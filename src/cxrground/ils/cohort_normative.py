@@ -171,6 +171,9 @@ def collect_normals(tasks: Sequence[StudyTask], spec: BackendSpec, config: IlsCo
             bar.set_postfix(visited=counts["visited"], refresh=False)
             if len(studies) >= cap:
                 break
+        bar.total = bar.n  # fewer report-normal films than the cap: the fit is complete all the same
+        bar.set_postfix(visited=counts["visited"], refresh=False)
+        bar.refresh()
     return CohortNormals(tuple(studies), tuple(cells), counts["visited"], counts["report_normal"], tuple(trimmed))
 
 
