@@ -374,6 +374,9 @@ def test_accept_errors_are_logged_once_per_interval_without_a_traceback() -> Non
         error = OSError(24, "Too many open files")
         for _ in range(2000):  # what asyncio logs per failed accept
             log.error("socket.accept() out of system resource\nsocket: <socket>", exc_info=(OSError, error, None))
+        late = ValueError("Invalid file descriptor: -1")  # the accept retry after shutdown closed the socket
+        log.error("Exception in callback BaseSelectorEventLoop._start_serving(<function>, <socket>)",
+                  exc_info=(ValueError, late, None))
         log.error("something else")
     finally:
         log.removeHandler(handler)

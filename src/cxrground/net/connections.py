@@ -272,9 +272,18 @@ def raise_open_file_limit() -> int | None:
     return _open_file_limit()
 
 
+def _is_late_restart(message: str, record: logging.LogRecord) -> bool:
+    """Whether ``record`` is asyncio's retry of accepting (scheduled after an accept failed for want of files)
+    that fired after the server closed its listening socket at shutdown: harmless, nothing to report."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return ("_start_serving" in message and isinstance(exc, ValueError)
+            and "Invalid file descriptor" in str(exc))
+
+
 class AcceptErrorFilter(logging.Filter):
     """Passes one short line (no traceback) per ``interval`` seconds of asyncio's "accept failed" errors (out of
-    file descriptors or memory), with how many were left out; other records pass unchanged."""
+    file descriptors or memory), with how many were left out, and drops the accept retry that fires after shutdown
+    closed the listening socket; other records pass unchanged."""
 
     def __init__(self, interval: float = 10.0) -> None:
         super().__init__()
@@ -284,6 +293,8 @@ class AcceptErrorFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
+        if _is_late_restart(message, record):
+            return False
         if not message.startswith(_ACCEPT_ERROR):
             return True
         now = time.monotonic()
