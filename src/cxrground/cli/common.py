@@ -76,10 +76,12 @@ def kv(pairs: tuple[str, ...]) -> dict[str, str]:
         raise click.BadParameter(str(exc)) from None
 
 
-def backend_option(flag: str, registry: Registry[Any], default: str | None, what: str = "") -> Callable[[F], F]:
-    """A ``--flag`` whose choices and help come from ``registry`` (one ``name: help`` per backend)."""
-    return click.option(flag, type=click.Choice(registry.names()), default=default, show_default=default is not None,
-                        help=f"{what}{registry.help('; ')}.")
+def backend_option(flag: str, registry: Registry[Any], default: str | None, what: str = "",
+                   name: str | None = None) -> Callable[[F], F]:
+    """A ``--flag`` whose choices and help come from ``registry`` (one ``name: help`` per backend); ``name``: the
+    parameter it fills (default: from the flag)."""
+    return click.option(flag, *([name] if name else []), type=click.Choice(registry.names()), default=default,
+                        show_default=default is not None, help=f"{what}{registry.help('; ')}.")
 
 
 def _field_option(f: dataclasses.Field[Any], hint: Any) -> Callable[[F], F]:
@@ -87,7 +89,7 @@ def _field_option(f: dataclasses.Field[Any], hint: Any) -> Callable[[F], F]:
     meta, flag = f.metadata, f.metadata.get("flag", f"--{f.name.replace('_', '-')}")
     given = {} if f.default is dataclasses.MISSING else {"default": f.default}
     if "registry" in meta:
-        return backend_option(flag, meta["registry"], given.get("default"), meta.get("help", ""))
+        return backend_option(flag, meta["registry"], given.get("default"), meta.get("help", ""), f.name)
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     base = args[0] if typing.get_origin(hint) in (typing.Union, types.UnionType, tuple, dict) else hint
     kw: dict[str, Any] = {k: meta[k] for k in ("help", "metavar", "envvar", "show_default") if k in meta}
