@@ -151,10 +151,13 @@ def backend_errors(kind: str, backend: Any, method: str) -> Iterator[None]:
             from exc
 
 
-def call_backend(kind: str, backend: Any, method: str, /, *args: Any, **kwargs: Any) -> Any:
-    """``backend.<method>(*args, **kwargs)`` under :func:`backend_errors`."""
+def call_backend(kind: str, backend: Any, method: str, expected: type | tuple[type, ...], what: str, /, *args: Any,
+                 **kwargs: Any) -> Any:
+    """``backend.<method>(*args, **kwargs)`` under :func:`backend_errors`, its result checked by
+    :func:`check_returned` against ``expected`` (``what``: how the error words it)."""
     with backend_errors(kind, backend, method):
-        return getattr(backend, method)(*args, **kwargs)
+        value = getattr(backend, method)(*args, **kwargs)
+    return check_returned(kind, backend, method, value, expected, what)
 
 
 def check_returned(kind: str, backend: Any, method: str, value: Any, expected: type | tuple[type, ...],

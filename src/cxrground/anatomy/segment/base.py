@@ -10,7 +10,7 @@ import numpy as np
 from cxrground.errors import BackendError
 from cxrground.io.image import CXRImage
 from cxrground.io.masks import as_mask, check_same_shape
-from cxrground.registry import backend_label, call_backend, check_returned
+from cxrground.registry import backend_label, call_backend
 
 __all__ = ["HeartSource", "LungHeartMasks", "LungHeartSegmenter", "segment_image"]
 
@@ -61,8 +61,7 @@ class LungHeartSegmenter(Protocol):
 def segment_image(segmenter: LungHeartSegmenter, image: CXRImage) -> LungHeartMasks:
     """``segmenter``'s masks of ``image``; a :class:`~cxrground.errors.BackendError` naming the segmenter when it
     fails with an error of its own or returns anything but :class:`LungHeartMasks` at the image's size."""
-    masks = check_returned("segmenter", segmenter, "segment", call_backend("segmenter", segmenter, "segment", image),
-                           LungHeartMasks, "LungHeartMasks")
+    masks = call_backend("segmenter", segmenter, "segment", LungHeartMasks, "LungHeartMasks", image)
     size = tuple(int(v) for v in image.pixels.shape[:2])
     if masks.shape != size:
         raise BackendError(f"{backend_label('segmenter', segmenter)} returned masks of {masks.shape} for a {size} "

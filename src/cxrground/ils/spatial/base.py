@@ -81,9 +81,8 @@ def synthesize_normal(synthesizer: NormalSynthesizer, image: np.ndarray, edit_ma
                       regions: Sequence[np.ndarray]) -> np.ndarray:
     """``synthesizer``'s ``x̂`` of ``image``; a :class:`~cxrground.errors.BackendError` naming the synthesizer when
     it fails with an error of its own or returns anything but a uint8 array of the image's shape."""
-    x_hat = check_returned("synthesizer", synthesizer, "synthesize",
-                           call_backend("synthesizer", synthesizer, "synthesize", image, edit_mask, regions=regions),
-                           np.ndarray, "a uint8 numpy array")
+    x_hat = call_backend("synthesizer", synthesizer, "synthesize", np.ndarray, "a uint8 numpy array", image, edit_mask,
+                         regions=regions)
     if x_hat.shape != image.shape or x_hat.dtype != np.uint8:
         raise BackendError(f"{backend_label('synthesizer', synthesizer)} returned a {x_hat.dtype} image of "
                            f"{x_hat.shape} for a uint8 image of {image.shape} (expected uint8 of the same shape)")
@@ -93,8 +92,7 @@ def synthesize_normal(synthesizer: NormalSynthesizer, image: np.ndarray, edit_ma
 def detect_boxes(detector: BoxDetector, image: np.ndarray, anomaly: np.ndarray | None) -> list[Box]:
     """``detector``'s boxes on ``image``; a :class:`~cxrground.errors.BackendError` naming the detector when it
     fails with an error of its own or returns anything but a list of :class:`Box`."""
-    boxes = check_returned("detector", detector, "detect", call_backend("detector", detector, "detect", image, anomaly),
-                           (list, tuple), "a list of Box")
+    boxes = call_backend("detector", detector, "detect", (list, tuple), "a list of Box", image, anomaly)
     for b in boxes:
         check_returned("detector", detector, "detect", b, Box, "a list of Box (one of its items)")
     return list(boxes)

@@ -14,7 +14,7 @@ import numpy as np
 
 from cxrground.errors import BackendError
 from cxrground.percept.refine import Point
-from cxrground.registry import backend_label, call_backend, check_returned
+from cxrground.registry import backend_label, call_backend
 
 __all__ = ["CheckedDeformer", "DeformRequest", "DeformResult", "Deformer", "is_valid", "validity_problem"]
 
@@ -86,7 +86,6 @@ class Deformer(Protocol):
         raise NotImplementedError
 
 
-
 class CheckedDeformer:
     """``deformer`` with its :meth:`deform` checked: an error of its own, or a result that is not a
     :class:`DeformResult` whose mask has the input mask's shape, is a :class:`~cxrground.errors.BackendError`
@@ -103,14 +102,13 @@ class CheckedDeformer:
 
     def deform(self, image: np.ndarray, mask: np.ndarray, *args: Any, **kwargs: Any) -> DeformResult:
         """The inner deformer's :meth:`Deformer.deform`, checked."""
-        res = check_returned("deformer", self.inner, "deform",
-                             call_backend("deformer", self.inner, "deform", image, mask, *args, **kwargs),
-                             DeformResult, "DeformResult")
+        res = call_backend("deformer", self.inner, "deform", DeformResult, "DeformResult", image, mask, *args, **kwargs)
         got = np.shape(res.mask)
         if got != np.shape(mask):
             raise BackendError(f"{backend_label('deformer', self.inner)} returned a mask of {got} for a mask of "
                                f"{np.shape(mask)} (expected the same shape)")
         return res
+
 
 def _value(mask: np.ndarray, point: Point) -> int:
     x, y = int(point[0]), int(point[1])

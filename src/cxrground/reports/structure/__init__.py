@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from cxrground.errors import BackendError, ConfigError, Failure
 from cxrground.llm import ResponseCache, cache_key
-from cxrground.registry import Registry, call_backend, check_returned
+from cxrground.registry import Registry, call_backend
 from cxrground.reports.findings import StructuredReport, Structurer
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, Report, SectionChoice
 from cxrground.reports.sections import NO_SECTION_REASON, select_section
@@ -78,9 +78,8 @@ def structure_section(structurer: Structurer, report_id: str, section: SectionCh
     """``structurer``'s findings of ``section`` with the report-level rules of :mod:`.resolve` applied; a
     :class:`~cxrground.errors.BackendError` naming the structurer when it fails with an error of its own or returns
     anything but a :class:`~cxrground.reports.findings.StructuredReport`."""
-    found = call_backend("structurer", structurer, "structure", report_id, section)
-    return resolve_findings(check_returned("structurer", structurer, "structure", found, StructuredReport,
-                                           "StructuredReport"))
+    return resolve_findings(call_backend("structurer", structurer, "structure", StructuredReport, "StructuredReport",
+                                         report_id, section))
 
 
 def structure_report(report: Report, structurer: Structurer,
