@@ -593,6 +593,7 @@ def test_a_truncated_weights_file_is_named_not_a_traceback(trained, tiny, tmp_pa
     run = CliRunner().invoke(main, ["ils", "predict", "--checkpoint", str(copy), "--dataset", str(tiny / "ils"),
                                     "--images", str(tiny / "cohort" / "files"), "--out", str(tmp_path / "p.jsonl")])
     assert run.exit_code == 1 and "not a readable safetensors file" in run.output and "Traceback" not in run.output
+    assert not (tmp_path / "p.jsonl.checkpoint.json").exists()  # nothing predicted: no record of a source
 
 
 def test_predict_under_a_wrong_image_root_fails_and_names_it(trained, tiny, tmp_path):
@@ -604,6 +605,7 @@ def test_predict_under_a_wrong_image_root_fails_and_names_it(trained, tiny, tmp_
     assert run.exit_code == 1 and "no image of split 'test' could be read" in run.output and str(wrong) in run.output
     failures = [json.loads(line) for line in out.with_name(out.name + ".failures.jsonl").read_text().splitlines()]
     assert failures and all(Path(f["path"]).is_absolute() for f in failures)
+    assert not out.with_name(out.name + ".checkpoint.json").exists()
 
 
 def test_an_unknown_validation_split_is_refused(tiny, tmp_path):

@@ -140,10 +140,11 @@ def test_model_retrieve_and_head(client):
         assert head.status_code == 200 and head.content == b"", path
 
 
-def test_validation_error_is_422(client):
-    with pytest.raises(openai.UnprocessableEntityError) as info:
+def test_validation_error_is_400_as_openai_answers(client):
+    with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model="m", messages=[])
     assert "messages" in info.value.message
+    assert info.value.body["type"] == "invalid_request_error" and info.value.body["param"] == "messages"
 
 
 def test_unsupported_type_is_415(client):

@@ -210,7 +210,20 @@ def predict_request(request: PredictRequest, progress: bool = True) -> str:
     """Load the checkpoint, predict the split into ``request.out`` (resuming) and say what was written."""
     r = request
     _check_device(r.device)
+    side = r.out.with_name(r.out.name + ".checkpoint.json")
+    had_side = side.is_file()
     check_same_source(r.out, prediction_source(r.checkpoint, r.dataset, r.split))
+    try:
+        return _predict_and_say(r, progress)
+    except BaseException:
+        if not had_side and not (r.out.is_file() and r.out.stat().st_size > 0):
+            side.unlink(missing_ok=True)  # a run that wrote no prediction leaves no record of its source
+        raise
+
+
+def _predict_and_say(r: PredictRequest, progress: bool) -> str:
+    """The prediction of :func:`predict_request` once the source is checked: the line saying what was written,
+    or an error when nothing could be."""
     model = load_model(r.checkpoint, device=r.device, **_loading_options(r))
     counts = predict_split(model, r.dataset, r.images, r.split, r.out, limit=r.limit, batch_size=r.batch_size,
                            progress=progress, mode=r.mode, max_pixels=r.max_pixels)

@@ -18,7 +18,8 @@ Routes:
 Errors are JSON ``{"error": {"type", "message", "code", "param"}}`` (the OpenAI error shape) with
 status 400 (bad input, named), 401 (API key missing or wrong, see :mod:`cxrground.serve.access`),
 404/405 (routing), 408 (the body did not arrive in time), 413 (body or image too large, too many pixels),
-415 (unsupported image or body type), 422 (validation), 500 (the model failed) and 503 (no model
+415 (unsupported image or body type), 422 (validation; 400 ``invalid_request_error`` on the OpenAI-compatible
+route, as OpenAI answers), 500 (the model failed) and 503 (no model
 loaded, or ``busy``). Limits: :class:`~cxrground.serve.limits.Limits`; the request body is bounded by
 :attr:`Limits.max_body_bytes` before any parsing and must arrive within :attr:`Limits.body_timeout_s`.
 
@@ -302,12 +303,17 @@ def _add_error_handlers(app: FastAPI) -> None:
         return JSONResponse(err.body(), status_code=500)
 
 
-def _validation_error(errors: Any) -> ApiError:
-    parts = []
+def _validation_error(errors: Any, status: int = 422, kind: str = "validation_error") -> ApiError:
+    """One error for pydantic's validation ``errors``: every field named with its reason, ``param`` the first
+    field (422 ``validation_error``; the OpenAI-compatible route passes 400 ``invalid_request_error``, as OpenAI
+    and vLLM answer)."""
+    parts, fields = [], []
     for e in errors:
         where = ".".join(str(p) for p in e.get("loc", ()) if p != "body")
         parts.append(f"{where or 'body'}: {e.get('msg', 'invalid')}")
-    return ApiError(422, "validation_error", "; ".join(parts) or "invalid request")
+        if where:
+            fields.append(where)
+    return ApiError(status, kind, "; ".join(parts) or "invalid request", param=fields[0] if fields else None)
 
 
 def _get_and_head(app: FastAPI, path: str, **options: Any) -> Callable[[Any], Any]:
@@ -369,7 +375,7 @@ def _add_predict_routes(app: FastAPI, state: _ServerState) -> None:
                                      raw_json=await _read_json_body(request, multipart_too=True))
         return await state.gate.run(work)
 
-    @app.post("/v1/chat/completions", responses={400: {}, 408: {}, 413: {}, 422: {}, 503: {}})
+    @app.post("/v1/chat/completions", responses={400: {}, 408: {}, 413: {}, 415: {}, 503: {}})
     async def chat_completions(request: Request) -> JSONResponse:
         """OpenAI-compatible chat completion: answer text plus the ``cxrground`` grounding field."""
         raw = await _read_json_body(request)
@@ -434,7 +440,7 @@ def _chat_work(state: _ServerState, raw: bytes) -> JSONResponse:
     try:
         req = ChatCompletionRequest.model_validate(_parse_json(raw))
     except ValidationError as exc:
-        raise _validation_error(exc.errors()) from exc
+        raise _validation_error(exc.errors(), 400, "invalid_request_error") from exc
     url, instruction = chat_input(req, state.limits)
     instruction = _check_instruction(instruction, state.limits)
     image = decode_image_string(url, state.limits, data_url_only=True)
