@@ -177,6 +177,29 @@ def test_resume_after_kill_gives_identical_output(cohort, built, tmp_path):
     assert _bytes(out) == _bytes(built)
 
 
+def test_resume_refuses_another_version_and_warns_on_another_revision(cohort, built, tmp_path, monkeypatch):
+    """Units of another cxrground version are never mixed in; another git revision of the same version warns."""
+    from cxrground.ils import build as build_module
+
+    out = tmp_path / "b"
+    shutil.copytree(built, out)
+    stamp = json.loads((out / "settings.json").read_text())
+    tasks, failures, inputs = _cli_inputs(cohort)
+    (out / "settings.json").write_text(json.dumps({**stamp, "code": "0.0.1"}))
+    with pytest.raises(ConfigError, match=r"cxrground version 0\.0\.1 then, .* now"):
+        build_dataset(tasks, out, IlsConfig(seed=3), BackendSpec(), scan_failures=failures, progress=False, **inputs)
+    (out / "settings.json").write_text(json.dumps({**stamp, "code_revision": "abc1234"}))
+    monkeypatch.setattr(build_module, "_code_version", lambda: "0.1.0+gdef5678")
+    summary = build_dataset(tasks, out, IlsConfig(seed=3), BackendSpec(), scan_failures=failures, progress=False,
+                            truth_cohort=cohort, **inputs)
+    assert summary.processed == 0 and (summary.code_then, summary.code_now) == ("abc1234", "def5678")
+    line = build_module.input_lines(summary)[-1]
+    assert "abc1234" in line and "def5678" in line and "--overwrite" in line
+    again = build_dataset(tasks, out, IlsConfig(seed=3), BackendSpec(), scan_failures=failures, progress=False,
+                          truth_cohort=cohort, **inputs)
+    assert again.code_then is None and not any("revision" in x for x in build_module.input_lines(again))
+
+
 def test_resume_refuses_other_effective_backends(cohort, built, tmp_path):
     """Same options but other backends (e.g. new defaults after an upgrade): the build is not mixed."""
     out = tmp_path / "b"

@@ -138,6 +138,11 @@ class BuildSummary:
     (none of them among the films it read; the model is kept), None when none or no such model."""
     every_failed: bool = False
     """Every study with a unit failed (none kept, none merely rejected by QC): ``ils build`` exits 1."""
+    code_then: str | None = None
+    """The git revision of the code that made the units this resume kept, when it is not this run's (the
+    package version is a setting: another version is refused; another revision of one version only warns)."""
+    code_now: str | None = None
+    """This run's git revision (None: not a git checkout)."""
 
 
 #: Studies named in the line about units that predate input fingerprints.
@@ -158,6 +163,10 @@ def input_lines(summary: BuildSummary) -> list[str]:
         units = "unit predates" if summary.predating_units == 1 else "units predate"
         lines.append(f"  warning: {summary.predating_units:,} {units} input fingerprints ({named}{more}); rebuild "
                      "with --overwrite to check them")
+    if summary.code_then:
+        lines.append(f"  warning: the {summary.skipped:,} kept {'unit was' if summary.skipped == 1 else 'units were'}"
+                     f" made by cxrground revision {summary.code_then}, this run is {summary.code_now}; rebuild with "
+                     "--overwrite if the change concerns them")
     return lines + fit_input_lines(summary.fit_inputs_since)
 
 
@@ -662,6 +671,7 @@ def _is_abs_path(value: Any) -> bool:
 _OPTIONAL_SETTINGS = ("view_table", "split", "max_pixels", "limit", "pose_reader")
 #: How a refusal names each setting of ``settings.json``.
 _SETTING_NAMES = {"config_hash": "options (config hash)", "spec_hash": "backend options (spec hash)",
+                  "code": "cxrground version",
                   "view_table": "view table (sha256)", "split": "split (file sha256 or ratios)",
                   "max_pixels": "--max-pixels", "limit": "--limit", "pose_reader": "pose reader weights (sha256)"}
 _SETTING_DEFAULTS = {"max_pixels": str(DEFAULT_MAX_PIXELS), "limit": "none", "split": "default ratios",
@@ -839,7 +849,7 @@ def build_dataset(
     dest: str | Path = out if store.local else store.url()  # units, masks and outputs go here
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    settings = {"config_hash": config.config_hash(), "spec_hash": spec.spec_hash()}
+    settings = {"config_hash": config.config_hash(), "spec_hash": spec.spec_hash(), "code": __version__}
     if view_table:
         settings["view_table"] = view_table["sha256"]
     if split and (split.get("sha256") or tuple(split.get("ratios", DEFAULT_SPLIT_RATIOS)) != DEFAULT_SPLIT_RATIOS):
@@ -881,6 +891,10 @@ def build_dataset(
         index, survey = InputIndex(out / INPUTS_INDEX), InputSurvey()
         run_spec = _resolve(spec, tasks, out, config, progress)
         settings["backends_hash"] = backends_identity(run_spec)
+    rev = _code_version().partition("+g")[2]
+    code_then = _other_revision(previous, rev)
+    if rev:
+        settings["code_revision"] = rev  # recorded, not compared: a resume after a commit warns (code_then)
     atomic_write_text(stamp, json.dumps(settings, sort_keys=True))
     if survey.learned or survey.changed:
         with index.appending() as add:
@@ -905,7 +919,14 @@ def build_dataset(
                         round(time.perf_counter() - started, 2), result["blind_choices"], result["pose_warnings"],
                         len(survey.changed), len(survey.predating), tuple(survey.predating[:NAMED_PREDATING]),
                         dict(survey.fitted) if survey.fitted and any(survey.fitted.values()) else None,
-                        result["every_failed"])
+                        result["every_failed"], code_then if skipped else None, rev or None)
+
+
+def _other_revision(previous: Mapping[str, Any] | None, rev: str) -> str | None:
+    """The git revision the resumed build's earlier units were made with, when it is not ``rev`` (None: no
+    earlier build, the same revision, or either side unknown)."""
+    then = (previous or {}).get("code_revision")
+    return str(then) if then and rev and then != rev else None
 
 
 def _upload_state(out: Path, remote: Store | None, names: Sequence[str] = _STATE_FILES) -> None:
