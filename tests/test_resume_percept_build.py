@@ -74,6 +74,27 @@ def test_killed_overwrite_leaves_no_stale_benchmark_and_resumes(synth_bench, tmp
     assert json.loads((bench / "build_settings.json").read_text())["settings"]["seed"] == 4
 
 
+def test_an_unfinished_build_of_another_version_is_not_resumed(synth_bench, tmp_path, monkeypatch) -> None:
+    src, opts = synth_bench
+    bench = _finished_copy(src, tmp_path / "bench")
+    new = replace(opts, seed=4)
+    real_pool = build_mod._run_pool
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(build_mod, "_run_pool", killed)
+    with pytest.raises(KeyboardInterrupt):
+        build_benchmark(new, bench, progress=False, overwrite=True)
+    monkeypatch.setattr(build_mod, "_run_pool", real_pool)
+    stamp = bench / ".work" / "settings.json"
+    stamp.write_text(json.dumps({**json.loads(stamp.read_text()), "code": "0.0.1"}))
+    with pytest.raises(ConfigError, match=r"unfinished build of cxrground version 0\.0\.1"):
+        build_benchmark(new, bench, progress=False)
+    done = build_benchmark(new, bench, progress=False, overwrite=True)
+    assert not done.already_built and validate_benchmark(bench) == []
+
+
 def test_eval_refuses_a_benchmark_whose_case_files_are_missing(synth_bench, tmp_path) -> None:
     src, _ = synth_bench
     bench = _finished_copy(src, tmp_path / "bench")

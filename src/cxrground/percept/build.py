@@ -42,6 +42,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from cxrground import __version__
 from cxrground.errors import ConfigError, InputError
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.predictions import load_predictions
@@ -282,9 +283,15 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
                                   f"({_changed(prior, settings)}); rerun it with its settings to finish it, use "
                                   "another folder or --overwrite")
             _clear_build(out)
+        elif prior.get("code") != __version__:  # its plans and cases may differ from this version's
+            if not overwrite:
+                raise ConfigError(f"{out} holds an unfinished build of cxrground version {prior.get('code', 'unknown')}"
+                                  f" (this is {__version__}); finish it with that version, use another folder or "
+                                  "--overwrite")
+            _clear_build(out)
     elif overwrite:
         _clear_build(out)
-    atomic_write_text(stamp, json.dumps(settings, sort_keys=True))
+    atomic_write_text(stamp, json.dumps({**settings, "code": __version__}, sort_keys=True))
 
     review = read_review(opts.review) if opts.review else None
     mask_source = (f"ILS model predictions `{opts.candidates}` (pair_id → mask)" if preds is not None
