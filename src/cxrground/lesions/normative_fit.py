@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from cxrground.anatomy.segment.base import LungHeartSegmenter
+from cxrground.anatomy.segment.base import LungHeartSegmenter, segment_image
 from cxrground.datasets.pack import NIHRecord, Pack
 from cxrground.lesions.normative import NORMATIVE_METHOD, NormativeModel, fit_normative
 
@@ -67,7 +67,7 @@ Lungs = Callable[[NIHRecord], "tuple[np.ndarray, np.ndarray, np.ndarray] | None"
 def _film_lungs(segmenter: LungHeartSegmenter) -> Lungs:
     def read(rec: NIHRecord) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         im = rec.read()
-        seg = segmenter.segment(im)
+        seg = segment_image(segmenter, im)
         if not seg.right_lung.any() or not seg.left_lung.any():
             return None
         return im.pixels, seg.right_lung, seg.left_lung

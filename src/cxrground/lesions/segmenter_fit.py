@@ -31,7 +31,7 @@ from typing import Any, Final
 import numpy as np
 from scipy import ndimage
 
-from cxrground.anatomy.segment.base import LungHeartSegmenter
+from cxrground.anatomy.segment.base import LungHeartSegmenter, segment_image
 from cxrground.anatomy.segment.unet import UNetConfig, build_unet, normalise_canvas, save_model
 from cxrground.datasets.pack import NIHRecord, Pack
 from cxrground.errors import ConfigError
@@ -131,7 +131,7 @@ def base_records(records: Sequence[NIHRecord]) -> list[NIHRecord]:
 def _canvas_film(rec: NIHRecord, segmenter: LungHeartSegmenter, size: int) -> tuple[BaseFilm, np.ndarray | None] | None:
     """One record on the ``size`` canvas with the segmenter's lungs (and heart), or None without both lungs."""
     im = rec.read()
-    seg = segmenter.segment(im)
+    seg = segment_image(segmenter, im)
     box = Letterbox.fit(im.pixels.shape[:2], size)
     r, lft = box.mask_to_canvas(seg.right_lung), box.mask_to_canvas(seg.left_lung)
     if not (r.any() and lft.any()):

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from cxrground.anatomy.segment.base import LungHeartSegmenter
+from cxrground.anatomy.segment.base import LungHeartSegmenter, segment_image
 from cxrground.anatomy.segment.builtin import work_box
 from cxrground.datasets.pack import Pack
 from cxrground.errors import ConfigError
@@ -113,7 +113,7 @@ def simulated_zone_rows(films: Sequence[Film], film_ids: Sequence[str], models: 
             sim = simulate_lesions(pixels, right, left, params, sim_seed(seed, fid, c))
             r, lft = right, left
             if segmenter is not None:
-                seg = segmenter.segment(CXRImage(sim.pixels))
+                seg = segment_image(segmenter, CXRImage(sim.pixels))
                 r, lft = seg.right_lung, seg.left_lung
                 if not (r.any() and lft.any()):
                     continue
@@ -195,7 +195,7 @@ def fit_from_pack(pack: Pack, segmenter: LungHeartSegmenter, recipe: ZoneSimReci
     films, ids, patients, normal = [], [], [], []
     for rec in pack.nih():
         im = rec.read()
-        seg = segmenter.segment(im)
+        seg = segment_image(segmenter, im)
         if seg.right_lung.any() and seg.left_lung.any():
             films.append(working_film(im.pixels, seg.right_lung, seg.left_lung))
             ids.append(rec.image_id)

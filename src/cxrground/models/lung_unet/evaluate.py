@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from cxrground.anatomy.segment.base import segment_image
 from cxrground.models.lung_unet.data import LungRecord, phantom_records
 
 __all__ = ["dice", "evaluate_records", "evaluate_synthetic", "without_per_image"]
@@ -28,7 +29,7 @@ def evaluate_records(segmenter: Any, records: Iterable[LungRecord], progress: bo
         im = rec.read()
         right, left = rec.lungs(im.shape)
         ign = rec.ignore(im.shape)
-        masks = segmenter.segment(im)
+        masks = segment_image(segmenter, im)
         rows.append((rec.image_id, dice(masks.right_lung, right, ign), dice(masks.left_lung, left, ign)))
     if not rows:
         return {"n": 0}

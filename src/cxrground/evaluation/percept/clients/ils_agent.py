@@ -268,7 +268,9 @@ class IlsAgentClient:
         mask = np.asarray(out.mask, bool)
         geometry = None
         if lesion != "cardiomegaly" and mask.any():
-            lungs = self._segmenter.segment(image)
+            from cxrground.anatomy.segment.base import segment_image
+
+            lungs = segment_image(self._segmenter, image)
             try:
                 geometry = percept_geometry(lungs.right_lung, lungs.left_lung)
             except (ValueError, InputError):
