@@ -153,3 +153,47 @@ def test_encode_rle_matches_pycocotools_on_random_and_edge_masks():
         ref = coco_mask.encode(np.asfortranarray(m.view(np.uint8)))["counts"].decode("ascii")
         assert encode_rle(m)["counts"] == ref
         assert int(column_major_runs(m).sum()) == m.size
+
+
+def test_read_mask_png_refuses_a_colour_image_and_a_film(tmp_path):
+    rgb = np.zeros((20, 30, 3), np.uint8)
+    rgb[5:10, 5:10, 0] = 255  # a red square
+    Image.fromarray(rgb).save(tmp_path / "red.png")
+    with pytest.raises(MaskError, match="colour image") as raised:
+        read_mask_png(tmp_path / "red.png")
+    assert "red.png" in str(raised.value)
+    grey_rgb = np.repeat((rgb[..., :1] > 0).astype(np.uint8) * 255, 3, axis=2)  # a mask saved as RGB: accepted
+    Image.fromarray(grey_rgb).save(tmp_path / "grey_rgb.png")
+    assert read_mask_png(tmp_path / "grey_rgb.png").sum() == 25
+    film = np.random.default_rng(0).integers(0, 256, (20, 30), dtype=np.uint8)
+    Image.fromarray(film).save(tmp_path / "film.png")
+    with pytest.raises(MaskError, match=r"not a mask: .* grey levels"):
+        read_mask_png(tmp_path / "film.png")
+    soft = np.zeros((20, 30), np.uint8)
+    soft[5:15, 5:15] = 255
+    soft[5:15, 15] = 128  # an anti-aliased edge: a few per cent of the pixels, accepted
+    Image.fromarray(soft).save(tmp_path / "soft.png")
+    assert read_mask_png(tmp_path / "soft.png").sum() == 100
+
+
+def test_overlay_names_the_image_shape_for_a_mask_of_another_size():
+    from cxrground.io.overlay import overlay_masks
+
+    with pytest.raises(MaskShapeError, match=r"overlay mask 0 has shape \(10, 512\), expected \(562, 512\)"):
+        overlay_masks(np.zeros((562, 512), np.uint8), [np.zeros((10, 512), bool)])
+
+
+def test_as_cxr_image_takes_a_path_or_pixels_and_names_anything_else(tmp_path):
+    from cxrground.errors import InputError
+    from cxrground.io.image import CXRImage, as_cxr_image
+
+    px = np.full((8, 9), 100, np.uint8)
+    Image.fromarray(px).save(tmp_path / "f.png")
+    assert as_cxr_image(str(tmp_path / "f.png")).shape == (8, 9)
+    assert as_cxr_image(px).shape == (8, 9)
+    im = CXRImage(px)
+    assert as_cxr_image(im) is im
+    with pytest.raises(InputError, match="2-D uint8"):
+        as_cxr_image(np.zeros((8, 9, 3)))
+    with pytest.raises(InputError, match="expected a CXRImage, a file path or a 2-D uint8 array, got int"):
+        as_cxr_image(3)

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from cxrground.anatomy.segment.builtin import heart_from_lungs, work_box
 from cxrground.anatomy.segment.heart import estimate_heart
 from cxrground.anatomy.segment.heart_image import seen_cardiac_borders
-from cxrground.errors import InputError
+from cxrground.errors import ConfigError, InputError
 from cxrground.io.image import write_image
 from cxrground.lesions.normative import (
     BRIXIA_ZONE_LABELS,
@@ -199,7 +199,14 @@ def test_zones_command_on_real_films(pack_dir, tmp_path):
         for z in "ABCDEF":
             p = float(r[f"{z}_score"])
             assert 0.0 <= p <= 1.0 and r[z] == str(int(p >= threshold))
-    # `--zone-model normative`: the normative z score and its threshold, as before the shipped reader
+    # the Python API reads a film as the command does: a path, the segmenter's name and the default reader
+    from cxrground.lesions.zones import read_zones
+
+    first = sorted(folder.iterdir())[0]
+    reading, _, _ = read_zones(str(first), "unet", NormativeModel.load())
+    row = next(r for r in rows if r["image"] == first.name)
+    assert reading.reader == prov["reader"] and all(str(int(reading.flags[z])) == row[z] for z in "ABCDEF")
+    # `--zone-model normative`: the normative z score and its threshold
     result = CliRunner().invoke(main, ["anatomy", "zones", "--images", str(folder), "--out", str(tmp_path / "n"),
                                        "--zone-model", "normative", "--no-overlays"])
     assert result.exit_code == 0, result.output
@@ -211,14 +218,19 @@ def test_zones_command_on_real_films(pack_dir, tmp_path):
 
 
 def test_zone_reader_names(tmp_path) -> None:
+    from cxrground.cli.anatomy_cmds import zones
     from cxrground.lesions.zone_classifier import SHIPPED_ZONE_READER
     from cxrground.lesions.zone_features import check_same_normative
-    from cxrground.lesions.zones import resolve_zone_reader
+    from cxrground.lesions.zones import DEFAULT_ZONE_READER, reader_name, resolve_zone_reader
 
     assert resolve_zone_reader("normative") is None
-    shipped = resolve_zone_reader(None)
+    # None is the reader of `anatomy zones`
+    assert reader_name(resolve_zone_reader(None)) == reader_name(resolve_zone_reader(DEFAULT_ZONE_READER))
+    assert next(p.default for p in zones.params if p.name == "zone_model") == DEFAULT_ZONE_READER
+    shipped = resolve_zone_reader(SHIPPED_ZONE_READER)
     assert shipped is not None and shipped.meta["name"] == SHIPPED_ZONE_READER
-    assert resolve_zone_reader(SHIPPED_ZONE_READER).meta["sha256"] == shipped.meta["sha256"]
     check_same_normative(shipped, NormativeModel.load())  # fitted on the shipped normative model's z-map
     with pytest.raises(InputError, match="not found"):
         resolve_zone_reader(tmp_path / "missing.npz")
+    with pytest.raises(ConfigError, match=r"unknown zone reader 'bogus'; choose one of zone_prior_v1, .*normative"):
+        resolve_zone_reader("bogus")

@@ -15,6 +15,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cxrground.errors import InputError
+from cxrground.ils.layout import DATASET_FILE
 from cxrground.reports.model import SectionName
 from cxrground.vocab.ils_templates import SEG_TOKEN
 from cxrground.vocab.lesions import LESIONS
@@ -28,6 +29,7 @@ __all__ = [
     "PositivePair",
     "Study",
     "load_dataset",
+    "load_dataset_file",
     "read_dataset",
     "structure_problems",
     "validate_dataset",
@@ -175,8 +177,10 @@ def validate_dataset(data: dict[str, Any], mask_root: str | Path | None = None) 
 
 
 def load_dataset(path: str | Path) -> dict[str, Any]:
-    """Read a MIMIC-ILS JSON file (ours or the released one) as a plain dict."""
+    """Read a MIMIC-ILS JSON file (ours or the released one), or the one in a dataset folder, as a plain dict."""
     path = Path(path)
+    if path.is_dir() and (path / DATASET_FILE).is_file():
+        path = path / DATASET_FILE
     if path.is_dir():
         raise InputError("is a folder, not the dataset JSON file", path)
     try:
@@ -291,6 +295,20 @@ def structure_problems(data: Any, study_fields: Sequence[str] = ("image_path",),
             for key, study in studies.items():
                 problems.extend(_study_problems(study, study_fields, targets, f"{split}.{key}"))
     return problems
+
+
+def load_dataset_file(path: str | Path) -> DatasetFile:
+    """A MIMIC-ILS JSON file, or the one in a dataset folder, as a typed :class:`DatasetFile` (splits of
+    :class:`Study` records with their :class:`PositivePair` / :class:`NegativePair`); a file that does not fit the
+    schema is an :class:`InputError` naming it and the first problems."""
+    data = load_dataset(path)
+    try:
+        return DatasetFile.model_validate(data)
+    except ValidationError as exc:
+        where = Path(path) / DATASET_FILE if Path(path).is_dir() else Path(path)
+        problems = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:_SHOWN]]
+        more = f" (and {exc.error_count() - _SHOWN} more)" if exc.error_count() > _SHOWN else ""
+        raise InputError(f"not a MIMIC-ILS dataset: {'; '.join(problems)}{more}", where) from None
 
 
 def read_dataset(path: str | Path, study_fields: Sequence[str] = ("image_path",),

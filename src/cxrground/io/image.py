@@ -35,6 +35,7 @@ __all__ = [
     "UNSUPPORTED_IMAGE_SUFFIXES",
     "CXRImage",
     "Window",
+    "as_cxr_image",
     "check_out_folder",
     "check_pixel_limit",
     "exif_orientation",
@@ -187,6 +188,22 @@ def read_image(path: str | Path, window: Window = "auto", max_pixels: int | None
     if is_dicom(path):
         return read_dicom(path, window=window)
     return _read_raster(path, window)
+
+
+def as_cxr_image(image: CXRImage | str | Path | np.ndarray, what: str = "image") -> CXRImage:
+    """``image`` as a :class:`CXRImage`: a CXRImage as it is, a file path read by :func:`read_image`, a 2-D
+    uint8 array wrapped; anything else is an :class:`InputError` saying what is accepted."""
+    if isinstance(image, CXRImage):
+        return image
+    if isinstance(image, str | Path):
+        return read_image(image)
+    if isinstance(image, np.ndarray):
+        if image.ndim == 2 and image.dtype == np.uint8:
+            return CXRImage(pixels=image)
+        raise InputError(f"{what}: an array must be 2-D uint8 grey pixels, got {image.dtype} {image.shape} (read "
+                         "films with read_image(path))")
+    raise InputError(f"{what}: expected a CXRImage, a file path or a 2-D uint8 array, got {type(image).__name__} "
+                     "(read films with read_image(path))")
 
 
 def read_image_bytes(data: bytes, name: str | None = None, window: Window = "auto") -> CXRImage:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 from PIL import Image
@@ -232,9 +232,21 @@ def decode_chexmask_rle(text: str, shape: Sequence[int]) -> np.ndarray:
 
 # --- PNG -----------------------------------------------------------------------------------------
 
+#: :func:`read_mask_png` refuses an image with more than this share of pixels strictly between 0 and its maximum.
+MAX_GREY_SHARE: Final[float] = 0.5
+
+
+def _refuse_colour(im: Image.Image, path: Path) -> None:
+    """A :class:`MaskError` for a colour image (channels that differ): a mask is one grey channel."""
+    rgb = np.asarray(im.convert("RGB"))
+    if not (np.array_equal(rgb[..., 0], rgb[..., 1]) and np.array_equal(rgb[..., 1], rgb[..., 2])):
+        raise MaskError(f"not a mask: a colour image (mode {im.mode}); a mask image is single-channel 0/255", path)
+
+
 def read_mask_png(path: str | Path, shape: Sequence[int] | None = None, threshold: int = 255) -> np.ndarray:
-    """Read a single-channel 0/255 PNG as a bool mask (``value >= threshold``); checks ``shape`` (from the header,
-    before decoding)."""
+    """Read a single-channel 0/255 (or 0/1) PNG as a bool mask (``value >= threshold``); checks ``shape`` (from the
+    header, before decoding). A colour image, or one whose pixels are mostly grey levels between 0 and its maximum
+    (a film rather than a mask; :data:`MAX_GREY_SHARE`), is a :class:`~cxrground.errors.MaskError`."""
     path = Path(path)
     try:
         with Image.open(path) as im:
@@ -242,6 +254,7 @@ def read_mask_png(path: str | Path, shape: Sequence[int] | None = None, threshol
                 raise MaskShapeError(tuple(shape), (im.height, im.width), "mask", path)
             load_pixels(im)
             if im.mode not in ("L", "1", "P", "I", "I;16"):
+                _refuse_colour(im, path)
                 im = im.convert("L")
             arr = np.asarray(im)
     except FileNotFoundError as exc:
@@ -255,8 +268,13 @@ def read_mask_png(path: str | Path, shape: Sequence[int] | None = None, threshol
     if arr.dtype == bool:
         mask = arr
     else:
-        if arr.max(initial=0) == 1:  # 0/1 PNGs are common in the wild
+        top = arr.max(initial=0)
+        if top == 1:  # 0/1 PNGs are common in the wild
             threshold = 1
+        between = float(np.count_nonzero((arr > 0) & (arr < top))) / max(arr.size, 1)
+        if between > MAX_GREY_SHARE:  # soft edges are a few per cent at most; a film is mostly grey levels
+            raise MaskError(f"not a mask: {between:.0%} of its pixels are grey levels between 0 and {int(top)} (a mask "
+                            "image holds two values, 0 and 255 or 0 and 1)", path)
         mask = arr >= threshold
     if shape is not None:
         check_shape(mask, shape, "mask", path)

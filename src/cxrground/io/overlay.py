@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from cxrground.errors import MaskShapeError
 from cxrground.io.masks import as_mask, check_shape
 
 __all__ = ["PALETTE", "blend", "contact_sheet", "draw_rows", "label_panel", "overlay_masks"]
@@ -57,7 +58,11 @@ def overlay_masks(
     """Several masks blended in turn (palette colours by default), optionally with 1-px outlines. Computed in bands
     of ``band_rows`` rows (each with a row of context above and below, so outlines match): the same pixels with a
     working memory of one band, not of the whole image (a 6300² overlay: about 0.4 GB, not 4 GB)."""
-    h = np.asarray(pixels).shape[0]
+    shape = np.asarray(pixels).shape[:2]
+    for i, mask in enumerate(masks):  # checked whole, so that an error names the image's shape, not a band's
+        if np.shape(mask) != shape:
+            raise MaskShapeError(tuple(shape), tuple(np.shape(mask)), f"overlay mask {i}")
+    h = shape[0]
     if h <= band_rows:
         return _overlay_whole(pixels, masks, colours, alpha, outline)
     first = _overlay_whole(pixels[: min(h, band_rows + 1)], [m[: band_rows + 1] for m in masks], colours, alpha,

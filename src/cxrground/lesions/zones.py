@@ -23,7 +23,7 @@ simulated lesions in NIH normal films; or one trained by :mod:`cxrground.lesions
 labelled films; see :func:`resolve_zone_reader`), each zone's ``*_score`` is the classifier's probability that
 the zone is abnormal (features of :mod:`cxrground.lesions.zone_features` on the same working grid) and its flag
 is probability ≥ the classifier's threshold; the classifier must have been trained with the same normative
-model. Without one (the library default, or ``--zone-model normative``) the normative model
+model. With ``--zone-model normative`` (``zone_model=None`` in :func:`read_zones`) the normative model
 (:mod:`cxrground.lesions.normative`) flags a zone whose score (75th percentile of its z-map in the zone) is above
 the model's threshold.
 """
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import hashlib
 import io
 import json
@@ -51,19 +52,29 @@ from cxrground.anatomy.segment.plausibility import segment_checked
 from cxrground.datasets.views import is_frontal
 from cxrground.errors import ConfigError, CXRGroundError, Failure, InputError
 from cxrground.io.files import atomic_write_text, read_progress, sha256_file, sha256_json
-from cxrground.io.image import DEFAULT_MAX_PIXELS, CXRImage, check_out_folder, find_images, read_image, write_image
+from cxrground.io.image import (
+    DEFAULT_MAX_PIXELS,
+    CXRImage,
+    as_cxr_image,
+    check_out_folder,
+    find_images,
+    read_image,
+    write_image,
+)
 from cxrground.io.overlay import contact_sheet, label_panel, overlay_masks
 from cxrground.lesions.lesion_zones import LESION_ZONE_READER, LesionZoneReader
 from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel, normalise_intensity
 from cxrground.lesions.zone_classifier import SHIPPED_ZONE_READER, ZoneClassifier, shipped_zone_reader_path
 from cxrground.lesions.zone_features import check_same_normative, feature_columns, normative_hash, zone_feature_matrix
-from cxrground.lesions.zone_prior import PRIOR_READERS, PriorZoneReader
+from cxrground.lesions.zone_prior import PRIOR_READERS, ZONE_PRIOR_V3_READER, PriorZoneReader
 
 __all__ = [
     "CSV_COLUMNS",
+    "DEFAULT_ZONE_READER",
     "NORMATIVE_READER",
     "PROGRESS_FILE",
     "RUN_FILE",
+    "ZONE_READER_NAMES",
     "ZoneReading",
     "check_out_folder",
     "film_features",
@@ -83,6 +94,11 @@ ZONES: Final[tuple[str, ...]] = tuple(BRIXIA_ZONE_LABELS)
 CSV_COLUMNS: Final[tuple[str, ...]] = ("image", "ctr", *ZONES, *(f"{z}_score" for z in ZONES))
 #: The reader of the flags without a zone classifier: the normative model's zone score above its threshold.
 NORMATIVE_READER: Final[str] = "normative"
+#: The zone reader of ``anatomy zones`` and of :func:`read_zones` when none is named.
+DEFAULT_ZONE_READER: Final[str] = ZONE_PRIOR_V3_READER
+#: The shipped readers' names (:func:`resolve_zone_reader` also takes a ``.npz`` file of ``anatomy fit-zones``).
+ZONE_READER_NAMES: Final[tuple[str, ...]] = (*PRIOR_READERS, SHIPPED_ZONE_READER, LESION_ZONE_READER,
+                                             NORMATIVE_READER)
 
 
 @dataclass(frozen=True)
@@ -111,22 +127,28 @@ _LESION_MAP_READERS: Final[tuple[type, ...]] = (LesionZoneReader, PriorZoneReade
 
 
 def resolve_zone_reader(reader: str | Path | None) -> ZoneReader | None:
-    """The zone reader named by ``reader``: :data:`NORMATIVE_READER` → None (the normative threshold flags),
-    ``lesion-unet`` → the lesion segmenter's zone reader (:class:`~cxrground.lesions.lesion_zones.LesionZoneReader`),
-    ``zone_prior_v1`` → severity + position prior (:class:`~cxrground.lesions.zone_prior.PriorZoneReader`),
-    ``zone_prior_v2`` → the same with the film severity of both image readers, ``zone_prior_v3`` → ``zone_prior_v2``
-    with that severity refitted on the shipped lungs,
-    None or :data:`~cxrground.lesions.zone_classifier.SHIPPED_ZONE_READER` → the shipped reader, else a ``.npz``
-    path written by ``anatomy fit-zones`` (or :meth:`ZoneClassifier.save`)."""
-    if str(reader) == NORMATIVE_READER:
+    """The zone reader named by ``reader`` (None: :data:`DEFAULT_ZONE_READER`, the reader of ``anatomy zones``):
+    :data:`NORMATIVE_READER` → None (the normative threshold flags), ``lesion-unet`` → the lesion segmenter's zone
+    reader (:class:`~cxrground.lesions.lesion_zones.LesionZoneReader`), ``zone_prior_v1`` → severity + position
+    prior (:class:`~cxrground.lesions.zone_prior.PriorZoneReader`), ``zone_prior_v2`` → the same with the film
+    severity of both image readers, ``zone_prior_v3`` → ``zone_prior_v2`` with that severity refitted on the
+    shipped lungs, :data:`~cxrground.lesions.zone_classifier.SHIPPED_ZONE_READER` → the simulated-lesion
+    classifier, else a ``.npz`` file written by ``anatomy fit-zones`` (or :meth:`ZoneClassifier.save`). Another
+    name is a :class:`~cxrground.errors.ConfigError` listing :data:`ZONE_READER_NAMES`."""
+    name = DEFAULT_ZONE_READER if reader is None else str(reader)
+    if name == NORMATIVE_READER:
         return None
-    if str(reader) == LESION_ZONE_READER:
+    if name == LESION_ZONE_READER:
         return LesionZoneReader.shipped()
-    if str(reader) in PRIOR_READERS:
-        return PriorZoneReader.named(str(reader))
-    if reader is None or str(reader) == SHIPPED_ZONE_READER:
+    if name in PRIOR_READERS:
+        return PriorZoneReader.named(name)
+    if name == SHIPPED_ZONE_READER:
         return ZoneClassifier.load(shipped_zone_reader_path())
-    return ZoneClassifier.load(Path(reader))
+    path = Path(name)
+    if path.suffix.lower() != ".npz" and not path.exists():
+        raise ConfigError(f"unknown zone reader {name!r}; choose one of {', '.join(ZONE_READER_NAMES)}, or give a "
+                          ".npz file written by anatomy fit-zones")
+    return ZoneClassifier.load(path)
 
 
 def reader_name(zone_model: ZoneReader | None) -> str:
@@ -177,12 +199,24 @@ def film_features(image: CXRImage, segmenter: LungHeartSegmenter,
 
 
 def read_zones(
-    image: CXRImage, segmenter: LungHeartSegmenter, model: NormativeModel, name: str | None = None,
-    zone_model: ZoneReader | None = None,
+    image: CXRImage | str | Path | np.ndarray, segmenter: LungHeartSegmenter | str, model: NormativeModel,
+    name: str | None = None, zone_model: ZoneReader | str | None = DEFAULT_ZONE_READER,
 ) -> tuple[ZoneReading, LungHeartMasks, np.ndarray]:
     """The reading of one film, its masks (native size) and its map on the working grid (the z-map; the lesion
-    probability for the lesion reader); flags from ``zone_model`` when given (scores = its probabilities or, for
-    the lesion reader, zone shares), else from the normative threshold."""
+    probability for the lesion reader), as ``anatomy zones`` reads it.
+
+    ``image``: a :class:`CXRImage`, a file path or 2-D uint8 pixels; ``segmenter``: a segmenter or its registry
+    name; ``zone_model``: a reader or its name (:func:`resolve_zone_reader`; default :data:`DEFAULT_ZONE_READER`,
+    as ``anatomy zones``); None: the normative threshold flags (what ``resolve_zone_reader("normative")`` gives).
+    Scores are the reader's probabilities (zone shares for the lesion reader, z units for the normative one).
+    """
+    image = as_cxr_image(image)
+    if isinstance(segmenter, str):
+        from cxrground.anatomy.segment.registry import get_segmenter
+
+        segmenter = get_segmenter(segmenter)
+    if isinstance(zone_model, str | Path):
+        zone_model = _named_reader(str(zone_model))
     seg, px, r_w, l_w, heart = work_grid_inputs(image, segmenter)
     right, left = seg.right_lung, seg.left_lung
     if isinstance(zone_model, _LESION_MAP_READERS):
@@ -202,6 +236,12 @@ def read_zones(
     reading = ZoneReading(label, None if ctr is None else float(ctr), scores, flags, seg.heart_source,
                           reader_name(zone_model))
     return reading, seg, z
+
+
+@functools.lru_cache(maxsize=8)
+def _named_reader(name: str) -> ZoneReader | None:
+    """:func:`resolve_zone_reader` of ``name``, loaded once per process."""
+    return resolve_zone_reader(name)
 
 
 def zones_overlay(image: CXRImage, seg: LungHeartMasks, z: np.ndarray, reading: ZoneReading,

@@ -19,6 +19,7 @@ from cxrground.anatomy.segment.builtin import (
     GivenMasksSegmenter,
     UNetLungSegmenter,
     default_weights_path,
+    heart_from_lungs,
     postprocess_lungs,
 )
 from cxrground.anatomy.segment.heart import HeartEstimateParams, estimate_heart, score_heart_estimates
@@ -41,6 +42,7 @@ __all__ = [
     "default_weights_path",
     "estimate_heart",
     "get_segmenter",
+    "heart_from_lungs",
     "postprocess_lungs",
     "score_heart_estimates",
     "weights_options",

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from cxrground.errors import BackendError
-from cxrground.io.image import CXRImage
+from cxrground.errors import BackendError, MaskError
+from cxrground.io.image import CXRImage, as_cxr_image
 from cxrground.io.masks import as_mask, check_same_shape
 from cxrground.registry import backend_label, call_backend
 
@@ -58,10 +59,19 @@ class LungHeartSegmenter(Protocol):
         ...
 
 
-def segment_image(segmenter: LungHeartSegmenter, image: CXRImage) -> LungHeartMasks:
-    """``segmenter``'s masks of ``image``; a :class:`~cxrground.errors.BackendError` naming the segmenter when it
-    fails with an error of its own or returns anything but :class:`LungHeartMasks` at the image's size."""
-    masks = call_backend("segmenter", segmenter, "segment", LungHeartMasks, "LungHeartMasks", image)
+def segment_image(segmenter: LungHeartSegmenter, image: CXRImage | str | Path | np.ndarray) -> LungHeartMasks:
+    """``segmenter``'s masks of ``image`` (a :class:`CXRImage`, a file path or 2-D uint8 pixels: see
+    :func:`~cxrground.io.image.as_cxr_image`); a :class:`~cxrground.errors.BackendError` naming the segmenter when it
+    fails with an error of its own, builds malformed masks (not binary, shapes that differ) or returns anything but
+    :class:`LungHeartMasks` at the image's size."""
+    image = as_cxr_image(image)
+    try:
+        masks = call_backend("segmenter", segmenter, "segment", LungHeartMasks, "LungHeartMasks", image)
+    except MaskError as exc:
+        if exc.path is not None:  # a mask file it was given (e.g. the masks segmenter): the file is named
+            raise
+        # in-memory masks it built its LungHeartMasks from: the backend's fault
+        raise BackendError(f"{backend_label('segmenter', segmenter)} returned unusable masks: {exc}") from exc
     size = tuple(int(v) for v in image.pixels.shape[:2])
     if masks.shape != size:
         raise BackendError(f"{backend_label('segmenter', segmenter)} returned masks of {masks.shape} for a {size} "

@@ -38,7 +38,7 @@ from cxrground.anatomy.segment.plausibility import lung_problems
 from cxrground.anatomy.segment.tilt import MIN_TILT, thorax_tilt, turn
 from cxrground.errors import ConfigError, InputError
 from cxrground.io.borders import ContentBox, content_box
-from cxrground.io.image import CXRImage
+from cxrground.io.image import CXRImage, as_cxr_image
 from cxrground.io.masks import as_mask, check_shape
 from cxrground.io.transform import Letterbox
 
@@ -310,8 +310,10 @@ class UNetLungSegmenter:
         """Right/left lungs from the U-Net at native size; the heart estimated from them and the image.
 
         Post-processing and the heart run on the working grid (:func:`work_box`) and are mapped back. With
-        ``deskew``, a tilted film is read upright (:func:`deskewed`).
+        ``deskew``, a tilted film is read upright (:func:`deskewed`). ``image`` may also be a file path or 2-D uint8
+        pixels (:func:`~cxrground.io.image.as_cxr_image`).
         """
+        image = as_cxr_image(image)
         masks = self._segment_as_stored(image)
         return deskewed(self, image, masks) if self.deskew else masks
 

@@ -255,6 +255,10 @@ def estimate_heart(
 ) -> np.ndarray:
     """Estimate the heart mask from the lung masks (method in the module docstring); bool ``(H, W)``.
 
+    Without ``seen_borders`` the heart spans the gap between the lungs' medial borders, which on real films is
+    narrower than the heart (CTR about 0.2): for the built-in outline, with the borders read from the image, use
+    :func:`~cxrground.anatomy.segment.builtin.heart_from_lungs` with ``pixels``.
+
     ``width_scale``: both half-widths about the midline multiplied by it (after the right-reach cap).
 
     ``seen_borders`` = ``(x_right, x_left)``: the cardiac borders seen in the image
