@@ -90,12 +90,12 @@ class BuildRequest:
                             cpa_either_side=self.cpa_either_side)
 
 
-def run_build(request: BuildRequest) -> BuildSummary:
-    """Build (or resume) the benchmark the request describes in ``request.out``."""
+def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
+    """Build (or resume) the benchmark the request describes in ``request.out`` (``progress``: progress bars)."""
     from cxrground.percept.build import build_benchmark
 
     return build_benchmark(request.options(), request.out, workers=request.workers, overwrite=request.overwrite,
-                           keep_work=request.keep_work)
+                           keep_work=request.keep_work, progress=progress)
 
 
 def build_lines(summary: BuildSummary) -> list[str]:
