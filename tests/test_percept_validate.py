@@ -174,3 +174,26 @@ def test_image_path_outside_the_benchmark_is_a_problem(bench: Path, tmp_path: Pa
     _save(bench, data)
     problems = validate_benchmark(bench)
     assert any(repr(rel) in p and ("absolute" in p or "'..'" in p or "outside" in p) for p in problems), problems
+
+
+def test_stage3_images_exist_for_rr_cases_only(bench: Path) -> None:
+    """§10.2: an RF case's revision is not asked; rendering its options would show its Stage-2 image again."""
+    data = _data(bench)
+    paths = {c.get("qa_path") for c in data.values()}
+    assert {"revision_free", "revision_required"} <= paths
+    for case in data.values():
+        cq = case.get("contour_qa")
+        if cq is None:
+            continue
+        folder = bench / "cases" / case["case_id"]
+        rr = case["qa_path"] == "revision_required"
+        options = cq["contour_revision_qa_revision_result"]["answer_options"]
+        assert sorted(p.name.startswith("stage3") for p in folder.iterdir()).count(True) == \
+            (1 + len(options) if rr else 0)
+        assert all((o["relative_path"] is not None) == rr for o in options)
+        stage2 = (folder / "stage2.png").read_bytes()
+        assert all((bench / o["relative_path"]).read_bytes() != stage2 for o in options if rr)
+    rr_case = _first(data, _rr)
+    rr_case["contour_qa"]["contour_revision_qa_revision_result"]["answer_options"][0]["relative_path"] = None
+    _save(bench, data)
+    assert any("an RR revision option must name its image" in p for p in validate_benchmark(bench))

@@ -1,7 +1,8 @@
 """Phase 2 of the CheXpercept build: a sampled case's images and its ``chexpercept.json`` entry.
 
 Images go to ``cases/{case_id}/`` under neutral names (§10.3: ``stage1.png``, ``stage2.png``,
-``stage3_points.png``, ``stage3_option_{k}.png``); positive cases are drawn from their plan unit
+``stage3_points.png``, ``stage3_option_{k}.png``; the Stage-3 images for RR cases only, as §10.2 lays them out: an
+RF case's revision QAs are carried unasked and name no image); positive cases are drawn from their plan unit
 (:mod:`cxrground.percept.plans`). The entry is written atomically to ``BENCH/.work/cases/{case_id}.json``; a case
 whose image cannot be read gets ``{"failure": {"path", "reason", "stage"}}`` there instead (and no folder).
 """
@@ -68,14 +69,16 @@ def render_case(task: CaseTask, out: str) -> tuple[str, str]:
         rr = task.path == PATH_REVISION_REQUIRED
         shown = decode_rle(unit["shown"], shape)
         write_png(folder / "stage2.png", mask_overlay(image, shown if rr else decode_rle(unit["optimal"], shape)))
-        points = [(p, col) for p, col in unit["point_options"] if p is not None]
-        write_png(folder / "stage3_points.png", draw_points(mask_overlay(image, shown), points))
-        options = []
-        for k, opt in enumerate(unit["mask_options"], start=1):
-            write_png(folder / f"stage3_option_{k}.png", mask_overlay(image, decode_rle(opt["mask"], shape)))
-            options.append(f"{rel}/stage3_option_{k}.png")
-        images = CaseImages(stage1=f"{rel}/stage1.png", stage2=f"{rel}/stage2.png",
-                            stage3_points=f"{rel}/stage3_points.png", options=tuple(options))
+        images = CaseImages(stage1=f"{rel}/stage1.png", stage2=f"{rel}/stage2.png")
+        if rr:  # §10.2: Stage-3 images for RR only (an RF folder's options would show its Stage-2 image again)
+            points = [(p, col) for p, col in unit["point_options"] if p is not None]
+            write_png(folder / "stage3_points.png", draw_points(mask_overlay(image, shown), points))
+            options = []
+            for k, opt in enumerate(unit["mask_options"], start=1):
+                write_png(folder / f"stage3_option_{k}.png", mask_overlay(image, decode_rle(opt["mask"], shape)))
+                options.append(f"{rel}/stage3_option_{k}.png")
+            images = CaseImages(stage1=images.stage1, stage2=images.stage2,
+                                stage3_points=f"{rel}/stage3_points.png", options=tuple(options))
         entry = positive_case(c.lesion, c.pair_id, c.dicom_id, task.case_id, task.path, shape, unit,
                               unit.get("attributes"), images)
     atomic_write_text(root / WORK_DIR / "cases" / f"{task.case_id}.json", stable_json(entry, indent=None))

@@ -115,6 +115,9 @@ def reference_case(key: str, case: Case) -> tuple[dict[str, Any], list[tuple[str
         if rev is not None:
             for k, (option, out) in enumerate(zip(rev.answer_options, contour["contour_revision_qa_revision_result"]
                                                   ["answer_options"], strict=True), start=1):
+                if option.relative_path is None:  # an RF case's unasked option, not rendered: no file to name
+                    out["relative_path"] = None
+                    continue
                 out["relative_path"] = _OPTION.format(k=k)
                 images.append((option.relative_path, f"{base}/{REFERENCE_REVISION_DIR}/{_OPTION.format(k=k)}",
                                asked))

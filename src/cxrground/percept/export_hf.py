@@ -76,7 +76,8 @@ def case_image_columns(key: str, case: Case) -> dict[str, str | list[str] | None
     return {"image": case.detection_qa.relative_path,
             "contour_overlay": cq.contour_eval_qa.relative_path if cq is not None else None,
             "points_overlay": exp.relative_path if exp is not None else None,
-            "revision_options": [o.relative_path for o in rev.answer_options] if rev is not None else []}
+            "revision_options": [o.relative_path for o in rev.answer_options if o.relative_path is not None]
+            if rev is not None else []}
 
 
 def _indices(value: int | list[int]) -> list[int]:

@@ -120,7 +120,8 @@ def _case_html(key: str, case: Case, link: Any) -> str:
         if rev is not None:
             imgs = "".join(
                 f"<div class='opt{' right' if k == rev.answer_index else ''}'>"
-                f"{_img(link(o.relative_path), f'option {k}')}<br>({k}){' ✓' if k == rev.answer_index else ''}</div>"
+                f"{_img(link(o.relative_path), f'option {k}') if o.relative_path else 'not rendered'}<br>({k})"
+                f"{' ✓' if k == rev.answer_index else ''}</div>"
                 for k, o in enumerate(rev.answer_options, start=1))
             parts.append(_stage("Stage 3c · revision result" + note, rev.question,
                                 f"<div class='opts'>{imgs}</div>"))

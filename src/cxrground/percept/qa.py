@@ -47,6 +47,7 @@ class CaseImages:
     stage2: str | None = None
     stage3_points: str | None = None
     options: tuple[str, ...] = ()
+    """The revision options' images (RR); empty: the options name no image (RF)."""
 
 
 def _yes_no(stem: str, index: int) -> dict[str, Any]:
@@ -92,7 +93,8 @@ def _points_qa(stem: str, unit: Mapping[str, Any], op: str, relative_path: str |
 def positive_case(lesion: str, pair_id: str, dicom_id: str, case_id: str, path: str, image_size: Sequence[int],
                   unit: Mapping[str, Any], attributes: Mapping[str, Any] | None,
                   images: CaseImages) -> dict[str, Any]:
-    """An RF or RR entry (RF entries carry the revision QAs too; they are not asked)."""
+    """An RF or RR entry (RF entries carry the revision QAs too; they are not asked, and name no images when
+    ``images`` has no Stage-3 paths)."""
     if path not in (PATH_REVISION_FREE, PATH_REVISION_REQUIRED):
         raise ValueError(f"positive cases are revision_free or revision_required, got {path!r}")
     rr = path == PATH_REVISION_REQUIRED
@@ -103,7 +105,7 @@ def positive_case(lesion: str, pair_id: str, dicom_id: str, case_id: str, path: 
     texts = mask_options(len(mopts))
     revision = {"question": format_question(REVISION_RESULT, texts),
                 "answer_options": [{"type": o["type"], "masks": list(o["masks"]), "relative_path": rel}
-                                   for o, rel in zip(mopts, images.options, strict=True)],
+                                   for o, rel in zip(mopts, images.options or (None,) * len(mopts), strict=True)],
                 "answer": texts[answer - 1], "answer_index": answer}
     contour = {
         "no_deformation": not rr,

@@ -126,11 +126,12 @@ class PointsQA(_Record):
 
 
 class MaskOption(_Record):
-    """One revision-result option: the masks OR-ed into its image."""
+    """One revision-result option: the masks OR-ed into its image (None: not rendered, an RF case's unasked
+    option)."""
 
     type: Literal["true", "fake"]
     masks: list[str]
-    relative_path: str
+    relative_path: str | None = None
 
 
 class RevisionResultQA(_Record):
@@ -255,11 +256,12 @@ def with_root_paths(key: str, case: Case) -> Case:
         return out
     cq.contour_eval_qa.relative_path = f"{base}/{REFERENCE_CONTOUR_DIR}/{cq.contour_eval_qa.relative_path}"
     revision = f"{base}/{REFERENCE_REVISION_DIR}"
-    if cq.contour_revision_qa_expansion is not None:
+    if cq.contour_revision_qa_expansion is not None and not cq.no_deformation:  # §10.2: RR only
         cq.contour_revision_qa_expansion.relative_path = f"{revision}/{REFERENCE_POINTS}"
     if cq.contour_revision_qa_revision_result is not None:
         for option in cq.contour_revision_qa_revision_result.answer_options:
-            option.relative_path = f"{revision}/{option.relative_path}"
+            if option.relative_path is not None:
+                option.relative_path = f"{revision}/{option.relative_path}"
     return out
 
 

@@ -144,6 +144,8 @@ def _check_case(root: Path, key: str, case: Case, problems: list[str]) -> None:
         _multi(qa.answer_index, len(opts), where, problems)
         if qa.relative_path is not None:
             _check_image(root, qa.relative_path, size, where, problems)
+        elif op == "expansion" and not cq.no_deformation:
+            problems.append(f"{where}: an RR expansion question must name its image")
     rev = cq.contour_revision_qa_revision_result
     if rev is None:
         problems.append(f"{key}.contour_revision_qa_revision_result: missing")
@@ -155,7 +157,10 @@ def _check_case(root: Path, key: str, case: Case, problems: list[str]) -> None:
         if 1 <= rev.answer_index <= len(rev.answer_options) and rev.answer_options[rev.answer_index - 1].type != "true":
             problems.append(f"{where}: the answer option is not the true combination")
         for k, opt in enumerate(rev.answer_options, start=1):
-            _check_image(root, opt.relative_path, size, f"{where}.option{k}", problems)
+            if opt.relative_path is not None:
+                _check_image(root, opt.relative_path, size, f"{where}.option{k}", problems)
+            elif not cq.no_deformation:
+                problems.append(f"{where}.option{k}: an RR revision option must name its image")
     attrs = case.attribute_extraction_qa
     lesion = case.lesion_of(key)
     if lesion in _NO_STAGE4:

@@ -209,6 +209,8 @@ def plan_case(key: str, case: Case) -> CasePlan:
                                        "result)")
             if exp.relative_path is None:
                 raise _case_error(key, "RR expansion question names no image")
+            if any(o.relative_path is None for o in rev.answer_options):
+                raise _case_error(key, "an RR revision option names no image")
             qs.append(Question("expansion", 3, exp.question, (exp.relative_path,),
                                _point_texts(exp.answer_options), tuple(sorted(exp.answer_index)),
                                prefix=cq.initial_context, gt_stored=tuple(exp.answer_index)))
