@@ -70,8 +70,10 @@ def test_create_checks_options_with_one_wording():
 
 def test_registration_mistakes_are_programming_errors():
     reg = _registry()
-    with pytest.raises(ValueError, match="registered twice"):
+    with pytest.raises(ConfigError, match="'plain' is already registered; pass replace=True"):
         reg.register("plain", _Widget, help="again")
+    reg.register("plain", _Widget, help="replaced", replace=True)  # a notebook cell run again
+    assert reg.get("plain").help == "replaced" and reg.names()[0] == "plain"
     with pytest.raises(TypeError, match=r"\*\*kwargs"):
         reg.register("loose", lambda **kw: kw, help="options not declared")
     empty: Registry[object] = Registry("thing")

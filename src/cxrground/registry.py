@@ -11,12 +11,19 @@ options first, with the same wording in every registry:
 
 The accepted options are read from the factory's signature. A factory that takes ``**kwargs`` must
 declare its options explicitly (``register(..., options=[...])``), so that a misspelt option is never
-swallowed silently.
+swallowed silently. A name is registered once: registering it again (a notebook cell run twice, a built-in backend
+replaced by one's own) needs ``replace=True``.
+
+:func:`check_portable` says whether a backend's registration can be sent to worker processes (which import
+cxrground afresh and know only the backends registered on import).
 """
 
 from __future__ import annotations
 
 import inspect
+import io
+import pickle
+import sys
 import typing
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -26,7 +33,7 @@ from typing import Any, Generic, TypeVar, overload
 from cxrground.errors import BackendError, ConfigError, CXRGroundError
 
 __all__ = ["FALSE_WORDS", "TRUE_WORDS", "Backend", "Registry", "backend_errors", "backend_label", "call_backend",
-           "check_returned", "strict_bool"]
+           "check_portable", "check_returned", "strict_bool"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -62,26 +69,34 @@ class Registry(Generic[T]):
         self._backends: dict[str, Backend[T]] = {}
 
     @overload
-    def register(self, name: str, factory: None = None, *, help: str,
-                 options: Iterable[str] | None = None, gpu: bool = False) -> Callable[[F], F]: ...
+    def register(self, name: str, factory: None = None, *, help: str, options: Iterable[str] | None = None,
+                 gpu: bool = False, replace: bool = False) -> Callable[[F], F]: ...
 
     @overload
     def register(self, name: str, factory: F, *, help: str, options: Iterable[str] | None = None,
-                 gpu: bool = False) -> F: ...
+                 gpu: bool = False, replace: bool = False) -> F: ...
 
     def register(self, name: str, factory: Callable[..., Any] | None = None, *, help: str,
-                 options: Iterable[str] | None = None, gpu: bool = False) -> Any:
+                 options: Iterable[str] | None = None, gpu: bool = False, replace: bool = False) -> Any:
         """Add backend ``name``; without ``factory`` this is a decorator. ``options``: for ``**kwargs`` factories;
-        ``gpu``: the backend runs on a GPU when one is there (the Ray engine then gives its actors one)."""
+        ``gpu``: the backend runs on a GPU when one is there (the Ray engine then gives its actors one).
+        ``replace``: replace the backend already registered as ``name`` (a built-in one too), keeping its place in
+        the order; without it, a name registered already is a :class:`ConfigError`."""
 
         def add(fn: F) -> F:
-            if name in self._backends:
-                raise ValueError(f"{self.kind} {name!r} is registered twice")
             accepted, required = ((tuple(options), ()) if options is not None else _signature_options(name, fn))
-            self._backends[name] = Backend(name, fn, help, accepted, required, gpu)
+            self.add(Backend(name, fn, help, accepted, required, gpu), replace=replace)
             return fn
 
         return add if factory is None else add(factory)  # type: ignore[arg-type]
+
+    def add(self, backend: Backend[T], *, replace: bool = False) -> None:
+        """Add a made :class:`Backend` entry (e.g. one sent to a worker process); ``replace`` as in
+        :meth:`register`."""
+        if backend.name in self._backends and not replace:
+            raise ConfigError(f"{self.kind} {backend.name!r} is already registered; pass replace=True to "
+                              "register(...) to replace it")
+        self._backends[backend.name] = backend
 
     def names(self) -> tuple[str, ...]:
         """Registered names in registration order (the CLI's choices)."""
@@ -129,6 +144,41 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._backends)
+
+
+class _Interactive(Exception):
+    """A pickled object refers to a definition of an interactive ``__main__``."""
+
+
+class _MainFinder(pickle.Pickler):
+    """A pickler that stops at the first class or function of an interactive ``__main__`` (no ``__file__``)."""
+
+    def persistent_id(self, obj: Any) -> None:
+        if (isinstance(obj, type) or inspect.isroutine(obj)) and getattr(obj, "__module__", None) == "__main__" \
+                and not getattr(sys.modules.get("__main__"), "__file__", None):
+            raise _Interactive
+        return None
+
+
+def check_portable(kind: str, backend: Backend[Any], dumps: Callable[[Any], bytes] | None = None) -> None:
+    """Raise :class:`ConfigError` when the registration ``backend`` of ``kind`` cannot be sent to a worker process.
+
+    With pickle (``dumps`` None: a process pool), a factory pickles by reference, so it must live in a module the
+    worker can import: not in an interactive ``__main__`` (a notebook cell, ``python -c``), not a lambda or a local
+    function. ``dumps``: the serializer of another engine (e.g. cloudpickle, which copies such definitions).
+    """
+    try:
+        if dumps is not None:
+            dumps(backend)
+        else:
+            _MainFinder(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump(backend)
+    except _Interactive:
+        raise ConfigError(f"{kind} {backend.name!r} is defined in this interactive session; worker processes cannot "
+                          "import it: use workers=1, or define it in a module and import that module") from None
+    except Exception as exc:
+        raise ConfigError(f"{kind} {backend.name!r} cannot be sent to worker processes ({type(exc).__name__}: {exc}): "
+                          "use workers=1, or register a class or function defined at the top level of a module") \
+            from exc
 
 
 def backend_label(kind: str, backend: Any) -> str:

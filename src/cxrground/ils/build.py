@@ -78,7 +78,13 @@ from cxrground.ils.inputs import (
     write_fitted_inputs,
 )
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
-from cxrground.ils.pipeline import backend_provenance, prestructure
+from cxrground.ils.pipeline import (
+    Registration,
+    backend_provenance,
+    backend_registrations,
+    install_registrations,
+    prestructure,
+)
 from cxrground.ils.schema import SPLITS, validate_dataset
 from cxrground.ils.tasks import DEFAULT_SPLIT_RATIOS, StudyTask, in_key_order
 from cxrground.ils.units import (
@@ -110,7 +116,7 @@ from cxrground.io.image import DEFAULT_MAX_PIXELS
 from cxrground.io.store import Store, is_url
 
 __all__ = ["DATASET_FILE", "IN_FLIGHT_PER_WORKER", "BackendSpec", "BuildSummary", "assemble", "build_dataset",
-           "check_backends", "clear_failed", "run_units"]
+           "check_backends", "check_workers", "clear_failed", "run_units"]
 
 @dataclass(frozen=True)
 class BuildSummary:
@@ -187,6 +193,13 @@ def _run_marked(runner: Runner, task: StudyTask, out: str, config: IlsConfig, sp
     return result
 
 
+def _init_pool_worker(threads: int, registrations: Sequence[Registration]) -> None:
+    """A local pool worker's set-up: its thread count and the registrations of the build's backends (those
+    registered at run time included)."""
+    init_worker(threads)
+    install_registrations(registrations)
+
+
 def _pool_round(todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, spec: BackendSpec, workers: int,
                 max_pixels: int | None, runner: Runner, bar: Any) -> tuple[list[StudyTask], list[StudyTask]] | None:
     """Run the studies of ``todo`` in one process pool, at most :data:`IN_FLIGHT_PER_WORKER` per worker in flight.
@@ -199,7 +212,8 @@ def _pool_round(todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, s
     limit = max(1, workers) * IN_FLIGHT_PER_WORKER
     inflight: dict[Future, StudyTask] = {}
     with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                             initializer=init_worker, initargs=(worker_threads(),)) as pool:
+                             initializer=_init_pool_worker,
+                             initargs=(worker_threads(), backend_registrations(spec))) as pool:
         try:
             while True:
                 while len(inflight) < limit and (t := next(todo, None)) is not None:
@@ -768,6 +782,18 @@ def check_backends(spec: BackendSpec) -> None:
         raise ConfigError(f"detector {spec.detector!r} needs a package that is not installed ({exc})") from exc
 
 
+def check_workers(spec: BackendSpec, engine: str, workers: int) -> None:
+    """Raise :class:`ConfigError` when a backend of ``spec`` cannot reach the worker processes of ``engine`` (a
+    local pool of ``workers`` > 1, or Ray), e.g. one registered from an interactive session, before any study is
+    processed."""
+    if engine == "local" and workers > 1:
+        backend_registrations(spec)
+    elif engine == "ray":
+        from cxrground.ils.ray_engine import ray_registrations
+
+        ray_registrations(spec)
+
+
 def build_dataset(
     tasks: Iterable[StudyTask],
     out_dir: str | Path,
@@ -836,6 +862,7 @@ def build_dataset(
     config = config or IlsConfig()
     spec = spec or BackendSpec()
     check_backends(spec)
+    check_workers(spec, engine, workers)
     if engine == "ray" and (ray_address or os.environ.get("RAY_ADDRESS")):
         from cxrground.ils.ray_engine import check_reachable
 

@@ -3,6 +3,9 @@ Algorithm 1, location verification, pair composition; masks written at native si
 
 Every failure becomes the study's unit record (``status`` ``failed`` or ``rejected`` with the
 stage and the reason) instead of an exception, so a batch always finishes.
+
+Worker processes import cxrground afresh: :func:`backend_registrations` gives the registry entries of the backends
+a build uses (those registered at run time included), which :func:`install_registrations` registers in a worker.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import math
 import traceback
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +36,68 @@ from cxrground.io.masks import encode_rle, write_mask_png
 from cxrground.io.store import local_copy
 from cxrground.io.transform import Letterbox
 from cxrground.lesions.lesion_zones import central_mask
+from cxrground.registry import Backend, Registry, check_portable
 from cxrground.reports import parse_report_text, read_report, select_section
 from cxrground.reports.reading import addendum_lesions, reads_the_film
 from cxrground.reports.structure import structure_section
 from cxrground.vocab.locations import HEART
 from cxrground.vocab.traits import traits
 
-__all__ = ["Backends", "backend_provenance", "get_backends", "prestructure", "process_study",
-           "segmentation_disagreement"]
+__all__ = ["Backends", "Registration", "backend_provenance", "backend_registrations", "get_backends",
+           "install_registrations", "prestructure", "process_study", "segmentation_disagreement"]
 
-_CACHE: dict[str, Backends] = {}
+_CACHE: dict[tuple[Any, ...], Backends] = {}
+
+#: The stages of a :class:`BackendSpec` that name a backend, and the kind of registry each names it in.
+_BACKEND_STAGES: tuple[tuple[str, str], ...] = (("structurer", "structurer"), ("segmenter", "segmenter"),
+                                                ("synthesizer", "synthesizer"), ("detector", "detector"),
+                                                ("qc_segmenter", "segmenter"))
+
+#: A registry entry sent to a worker process: the registry's kind and the entry.
+Registration = tuple[str, Backend[Any]]
+
+
+def _registries() -> dict[str, Registry[Any]]:
+    """The registries a :class:`BackendSpec` names backends in, by kind."""
+    from cxrground.anatomy.segment import SEGMENTERS
+    from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
+    from cxrground.reports.structure import STRUCTURERS
+
+    return {"structurer": STRUCTURERS, "segmenter": SEGMENTERS, "synthesizer": SYNTHESIZERS, "detector": DETECTORS}
+
+
+def _entries(spec: BackendSpec) -> dict[tuple[str, str], Backend[Any]]:
+    """The registry entry of each backend ``spec`` names, by (kind, name); an unknown name is a
+    :class:`~cxrground.errors.ConfigError`."""
+    registries = _registries()
+    out: dict[tuple[str, str], Backend[Any]] = {}
+    for stage, kind in _BACKEND_STAGES:
+        name = getattr(spec, stage)
+        if name is not None:
+            out[(kind, name)] = registries[kind].get(name)
+    return out
+
+
+def backend_registrations(spec: BackendSpec, dumps: Callable[[Any], bytes] | None = None
+                          ) -> tuple[Registration, ...]:
+    """The registry entries of the backends ``spec`` names, for :func:`install_registrations` in worker processes.
+
+    A :class:`~cxrground.errors.ConfigError` names a backend whose registration cannot reach a worker
+    (:func:`~cxrground.registry.check_portable`; ``dumps``: the engine's serializer, None for pickle), e.g. one
+    defined in an interactive session.
+    """
+    entries = _entries(spec)
+    for (kind, _name), entry in entries.items():
+        check_portable(kind, entry, dumps)
+    return tuple((kind, entry) for (kind, _name), entry in entries.items())
+
+
+def install_registrations(registrations: Sequence[Registration]) -> None:
+    """Register ``registrations`` (from :func:`backend_registrations`) in this process, replacing entries of the
+    same names."""
+    registries = _registries()
+    for kind, entry in registrations:
+        registries[kind].add(entry, replace=True)
 
 
 class Backends:
@@ -77,8 +132,9 @@ class Backends:
 
 
 def get_backends(spec: BackendSpec) -> Backends:
-    """Backends for ``spec``, cached per process (workers build them once)."""
-    key = spec.spec_hash()
+    """Backends for ``spec``, cached per process (workers build them once; a backend registered again under its
+    name is built again)."""
+    key = (spec.spec_hash(), *_entries(spec).values())
     if key not in _CACHE:
         _CACHE[key] = Backends(spec)
     return _CACHE[key]
@@ -129,9 +185,10 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
     """
     unit: dict[str, Any] = {"study_key": task.study_key, "split": task.split, "image_path": task.image_path,
                             "status": "ok"}
-    stage = "reports"
+    stage = "backends"
     try:
         backends = get_backends(spec)
+        stage = "reports"
         if task.report_path:
             with local_copy(task.report_path) as report_file:
                 report = read_report(report_file)

@@ -7,13 +7,16 @@ bounded set only. An actor whose process or node dies is replaced; the studies i
 others, and a study whose actor died under it twice is recorded as failed ("worker died"), as the local engine does.
 
 The actors write the study's masks and unit file themselves, under the build's output folder: every node must see
-that folder (a shared file system mounted at the same path).
+that folder (a shared file system mounted at the same path). The registrations of the build's backends go with the
+settings (:func:`ray_registrations`), so a backend registered at run time, even in an interactive session, is known
+to the actors; a module it is imported from must be importable on every node (e.g. from the shared file system).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections import Counter, deque
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +27,7 @@ from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.tasks import StudyTask
 
-__all__ = ["StudyWorker", "gpu_backends", "gpus_per_worker", "run_ray"]
+__all__ = ["StudyWorker", "gpu_backends", "gpus_per_worker", "ray_registrations", "run_ray"]
 
 
 def gpu_backends() -> dict[str, frozenset[str]]:
@@ -55,15 +58,39 @@ def gpus_per_worker(spec: BackendSpec) -> int:
     return 0
 
 
-class StudyWorker:
-    """A Ray actor's state: the build's settings and backends, loaded once; :meth:`run` processes one study."""
+def ray_registrations(spec: BackendSpec) -> bytes:
+    """The registrations of the backends ``spec`` names (:func:`~cxrground.ils.pipeline.backend_registrations`),
+    serialized for the actors by Ray's cloudpickle, which copies what an interactive session defines; a
+    :class:`ConfigError` names one that cannot be serialized. Empty without the ``ray`` package (:func:`run_ray`
+    refuses the build)."""
+    from cxrground.ils.pipeline import backend_registrations
 
-    def __init__(self, settings: tuple[str, IlsConfig, BackendSpec, int | None, Any]) -> None:
-        from cxrground.ils.pipeline import get_backends
+    try:
+        from ray import cloudpickle
+    except ImportError:
+        return b""
+    return cloudpickle.dumps(backend_registrations(spec, cloudpickle.dumps))
+
+
+class StudyWorker:
+    """A Ray actor's state: the build's settings and backends, loaded once; :meth:`run` processes one study.
+
+    The settings end with the driver's ``sys.path`` and :func:`ray_registrations`: the folders of the driver's
+    ``sys.path`` the actor lacks are added to its own (last) before the registrations are read, so that a module
+    the driver imports a backend from is found where the same folder exists."""
+
+    def __init__(self, settings: tuple[str, IlsConfig, BackendSpec, int | None, Any, tuple[str, ...], bytes]
+                 ) -> None:
+        from cxrground.ils.pipeline import get_backends, install_registrations
         from cxrground.ils.units import init_worker
 
-        self.out, self.config, self.spec, self.max_pixels, self.runner = settings
+        self.out, self.config, self.spec, self.max_pixels, self.runner, paths, registrations = settings
         init_worker(1)
+        sys.path.extend(p for p in paths if p not in sys.path)
+        if registrations:
+            from ray import cloudpickle
+
+            install_registrations(cloudpickle.loads(registrations))  # those registered at run time on the driver
         get_backends(self.spec)  # once per actor, before the first study
 
     def ready(self) -> str:
@@ -142,7 +169,8 @@ class _Scheduler:
 
         self.ray, self.todo, self.out, self.config, self.spec, self.bar = ray, todo, out, config, spec, bar
         self.per_actor = IN_FLIGHT_PER_WORKER
-        settings = ray.put((str(out), config, spec, max_pixels, runner))  # shipped once, shared by every actor
+        # shipped once, shared by every actor
+        settings = ray.put((str(out), config, spec, max_pixels, runner, tuple(sys.path), ray_registrations(spec)))
         self.actor_class = ray.remote(StudyWorker).options(num_cpus=1, num_gpus=gpus_per_worker(spec),
                                                            max_restarts=0, max_task_retries=0)
         self.settings = settings

@@ -12,10 +12,11 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 from cxrground.errors import Failure
 from cxrground.reports.model import SectionChoice
+from cxrground.vocab import HEART, ILS_LOCATION_LABELS, LESIONS
 
 Assertion = Literal["present", "absent", "uncertain"]
 Presence = Literal["positive", "negative"]
@@ -24,9 +25,12 @@ Certainty = Literal["definitive", "tentative"]
 #: ``possible`` (every other hedge: "may represent", "cannot exclude", a differential, ...).
 Hedge = Literal["likely", "possible"]
 HEDGES: tuple[str, ...] = ("likely", "possible")
+#: The assertions a finding may have.
+ASSERTIONS: tuple[str, ...] = get_args(Assertion)
 
-__all__ = ["HEDGES", "Assertion", "Certainty", "Finding", "Hedge", "Presence", "StructuredReport", "Structurer",
-           "finding_lines", "finding_output", "rejection_notes", "write_failure_lines", "write_finding_lines"]
+__all__ = ["ASSERTIONS", "HEDGES", "Assertion", "Certainty", "Finding", "Hedge", "Presence", "StructuredReport",
+           "Structurer", "finding_lines", "finding_output", "finding_problem", "rejection_notes", "report_problem",
+           "write_failure_lines", "write_finding_lines"]
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,49 @@ class StructuredReport:
         rows = [{"report_id": self.report_id, "section": self.section.name,
                  "sentence": self.section.sentence(f.sent_idx).text, **f.to_dict()} for f in self.findings]
         return rows if provenance is None else [{**row, "provenance": provenance} for row in rows]
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, tuple) and all(isinstance(v, str) for v in value)
+
+
+def finding_problem(finding: Finding, sentences: int) -> str | None:
+    """What is wrong with ``finding`` (a structurer's output) for a section of ``sentences`` sentences, or None.
+
+    Right is: a lesion of :data:`~cxrground.vocab.LESIONS` or None, an assertion of :data:`ASSERTIONS`, ``sent_idx``
+    a sentence of the section (1-based), entity and source text, location phrases a tuple of text, reported
+    locations a tuple of ILS location labels or ``heart``."""
+    if finding.lesion is not None and finding.lesion not in LESIONS:
+        return f"lesion {finding.lesion!r}, not one of {', '.join(LESIONS)} or None"
+    if finding.assertion not in ASSERTIONS:
+        return f"assertion {finding.assertion!r}, not one of {', '.join(ASSERTIONS)}"
+    if isinstance(finding.sent_idx, bool) or not isinstance(finding.sent_idx, int) \
+            or not 1 <= finding.sent_idx <= sentences:
+        return f"sentence {finding.sent_idx!r}, not one of the section's sentences 1..{sentences}"
+    if not isinstance(finding.entity, str) or not isinstance(finding.source, str):
+        return f"entity {finding.entity!r} and source {finding.source!r}, not both text"
+    if not _strings(finding.location_phrases):
+        return f"location phrases {finding.location_phrases!r}, not a tuple of text"
+    labels = (*ILS_LOCATION_LABELS, HEART)
+    if not _strings(finding.reported_location) or any(x not in labels for x in finding.reported_location):
+        return f"reported location {finding.reported_location!r}, not a tuple of ILS location labels or {HEART!r}"
+    return None
+
+
+def report_problem(structured: StructuredReport) -> str | None:
+    """What is wrong with a structurer's ``structured`` report (its section and each finding,
+    :func:`finding_problem`), or None."""
+    if not isinstance(structured.section, SectionChoice):
+        return f"a section of type {type(structured.section).__name__}, not a SectionChoice"
+    if not isinstance(structured.findings, tuple | list):
+        return f"findings of type {type(structured.findings).__name__}, not a tuple of Finding"
+    for i, finding in enumerate(structured.findings, start=1):
+        if not isinstance(finding, Finding):
+            return f"finding {i} of type {type(finding).__name__}, not a Finding"
+        problem = finding_problem(finding, len(structured.section.sentences))
+        if problem is not None:
+            return f"finding {i} ({finding.entity!r}) with {problem}"
+    return None
 
 
 class Structurer(Protocol):

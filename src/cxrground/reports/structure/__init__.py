@@ -7,8 +7,9 @@
 
 :func:`get_structurer` builds one by name; :func:`structure_report` applies one to a :class:`Report` (section
 choice first, by the section policy: ``findings`` = ILS §6 by default); :func:`structure_reports` does a batch and
-returns ``(structured, failures)``. Both apply the report-level rules of :mod:`.resolve` (location anaphora,
-duplicates of a merged findings + impression section) to every structurer's output.
+returns ``(structured, failures)``. Both check every structurer's output (:func:`checked_report`: lesions,
+assertions, sentence numbers and locations of the vocabulary) and apply the report-level rules of :mod:`.resolve`
+(location anaphora, duplicates of a merged findings + impression section) to it.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from tqdm.auto import tqdm
 
 from cxrground.errors import BackendError, ConfigError, Failure
 from cxrground.llm import ResponseCache, cache_key
-from cxrground.registry import Registry, call_backend
-from cxrground.reports.findings import StructuredReport, Structurer
+from cxrground.registry import Registry, backend_label, call_backend
+from cxrground.reports.findings import StructuredReport, Structurer, report_problem
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, Report, SectionChoice
 from cxrground.reports.sections import NO_SECTION_REASON, select_section
 from cxrground.reports.structure.llm import STAGE, LLMError, LLMStructurer, load_prompt
@@ -38,6 +39,7 @@ __all__ = [
     "ResponseCache",
     "RuleStructurer",
     "cache_key",
+    "checked_report",
     "get_structurer",
     "load_prompt",
     "resolve_findings",
@@ -74,12 +76,25 @@ def _failure_path(report: Report) -> str:
     return report.source or report.report_id
 
 
+def checked_report(structurer: Structurer, report_id: str, structured: StructuredReport) -> StructuredReport:
+    """``structured``, what ``structurer`` made of report ``report_id``, when its section and findings are right
+    (:func:`~cxrground.reports.findings.report_problem`); else a :class:`~cxrground.errors.BackendError` naming the
+    structurer, the report and the wrong value."""
+    problem = report_problem(structured)
+    if problem is not None:
+        raise BackendError(f"{backend_label('structurer', structurer)}: structure() of report {report_id!r} returned "
+                           f"{problem}")
+    return structured
+
+
 def structure_section(structurer: Structurer, report_id: str, section: SectionChoice) -> StructuredReport:
-    """``structurer``'s findings of ``section`` with the report-level rules of :mod:`.resolve` applied; a
-    :class:`~cxrground.errors.BackendError` naming the structurer when it fails with an error of its own or returns
-    anything but a :class:`~cxrground.reports.findings.StructuredReport`."""
-    return resolve_findings(call_backend("structurer", structurer, "structure", StructuredReport, "StructuredReport",
-                                         report_id, section))
+    """``structurer``'s findings of ``section``, checked (:func:`checked_report`), with the report-level rules of
+    :mod:`.resolve` applied; a :class:`~cxrground.errors.BackendError` naming the structurer when it fails with an
+    error of its own, returns anything but a :class:`~cxrground.reports.findings.StructuredReport` or a wrong
+    finding."""
+    structured = call_backend("structurer", structurer, "structure", StructuredReport, "StructuredReport", report_id,
+                              section)
+    return resolve_findings(checked_report(structurer, report_id, structured))
 
 
 def structure_report(report: Report, structurer: Structurer,
@@ -98,8 +113,8 @@ def structure_reports(
     """Structure a batch with the section policy ``sections``; returns (structured reports in input order, failures).
 
     A report without a usable section gives a failure with reason :data:`NO_SECTION_REASON`; a report the
-    structurer cannot handle (an LLM request that fails after its retries, an invalid answer) gives a failure
-    with the structurer's reason. Batches of the LLM structurer run concurrently.
+    structurer cannot handle (an LLM request that fails after its retries, an invalid answer) or whose findings are
+    wrong (:func:`checked_report`) gives a failure with the reason. Batches of the LLM structurer run concurrently.
     """
     reports = list(reports)
     failures: list[Failure] = []
@@ -118,7 +133,13 @@ def structure_reports(
         done, failed = many(items, progress=progress)
         failures.extend(Failure(path=paths.get(f.path, f.path), stage=f.stage, reason=f.reason, error=f.error)
                         for f in failed)
-        return [resolve_findings(d) for d in done], failures
+        kept = []
+        for d in done:
+            try:
+                kept.append(resolve_findings(checked_report(structurer, d.report_id, d)))
+            except BackendError as exc:
+                failures.append(Failure.from_exception(paths.get(d.report_id, d.report_id), STAGE, exc))
+        return kept, failures
     done = []
     for report_id, section in tqdm(items, desc="structure", unit="report", disable=not progress):
         try:
