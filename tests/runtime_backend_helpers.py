@@ -7,6 +7,7 @@ from typing import Any
 
 from cxrground.anatomy.segment.builtin import UNetLungSegmenter
 from cxrground.errors import ConfigError
+from cxrground.percept.deform.builtin import BuiltinDeformer
 from cxrground.reports.findings import Finding, StructuredReport
 from cxrground.reports.model import SectionChoice
 from cxrground.reports.structure import RuleStructurer
@@ -64,3 +65,9 @@ class WrongStructurer:
                                   "location_phrases": (), "reported_location": ("left lung",), "source": self.name}
         fields.update(WRONG[self.mode])
         return StructuredReport(report_id, section, (*found.findings, Finding(**fields)))
+
+
+class RuntimeDeformer(BuiltinDeformer):
+    """The built-in CheXpercept deformer under another name."""
+
+    name = "t-runtime-deformer"

@@ -185,3 +185,23 @@ def test_a_backend_that_cannot_be_created_fails_at_the_backends_stage(tiny_ils_t
         unit = process_study(tasks[0], tmp_path, IlsConfig(seed=0), spec)
     assert unit["status"] == "failed" and unit["stage"] == "backends" and unit["error"] == "ConfigError"
     assert "t-unbuildable" in unit["reason"]
+
+
+def test_percept_build_workers_know_a_runtime_deformer(tmp_path, tmp_path_factory, interactive_main):
+    from dataclasses import replace
+
+    from cxrground.percept.build import build_benchmark
+    from cxrground.percept.deform import DEFORMERS
+    from percept_build_helpers import synthetic_bench
+    from runtime_backend_helpers import RuntimeDeformer
+
+    _, opts = synthetic_bench(tmp_path_factory)
+    with runtime(DEFORMERS, "t-runtime-deformer", RuntimeDeformer):
+        summary = build_benchmark(replace(opts, deformer="t-runtime-deformer"), tmp_path / "bench", workers=2,
+                                  progress=False)
+    reasons = [f["reason"] for f in _failures(tmp_path / "bench")]
+    assert summary.cases >= 1 and not any("deformer" in r for r in reasons), reasons
+    with runtime(DEFORMERS, "eroded", _in_main(RuntimeDeformer)), \
+            pytest.raises(ConfigError, match=r"^deformer 'eroded' is defined in this interactive session"):
+        build_benchmark(replace(opts, deformer="eroded"), tmp_path / "other", workers=2, progress=False)
+    assert not (tmp_path / "other" / "cases").exists()

@@ -205,7 +205,7 @@ class BuildRequest:
 def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
     """Check the backends, scan the inputs and build (or resume) the dataset in ``request.out``."""
     from cxrground.datasets.synthetic import cohort_of_images
-    from cxrground.ils.build import build_dataset, check_backends
+    from cxrground.ils.build import build_dataset, check_backends, check_workers
     from cxrground.ils.tasks import build_tasks, split_record
 
     request.check()
@@ -225,6 +225,7 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
         config = config.with_threshold_scale(request.threshold_scale)
     spec = request.backend_spec()
     check_backends(spec)  # before scanning a large folder
+    check_workers(spec, request.engine, request.workers)
     table, split_file = request.view_table(), request.splits()
     views = read_view_table(table) if table is not None else None
     tasks, failures = build_tasks(request.images, request.reports, request.index, split_file, ratios,

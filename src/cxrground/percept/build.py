@@ -76,6 +76,7 @@ from cxrground.percept.manifest import manifest_lines
 from cxrground.percept.options import BuildOptions
 from cxrground.percept.plans import PlanTask, anatomy_lookup, plan_case
 from cxrground.percept.schema import BENCHMARK_FILE
+from cxrground.registry import Backend, check_portable
 from cxrground.vocab.lesions import LESIONS
 from cxrground.vocab.percept_templates import PATH_LESION_FREE, PATH_REVISION_FREE, PATH_REVISION_REQUIRED
 
@@ -102,12 +103,16 @@ class BuildSummary:
 
 # --- pool -------------------------------------------------------------------------------------------
 
-def _init_worker() -> None:
+def _init_worker(deformers: Sequence[Backend[Any]] = ()) -> None:
+    """A pool worker's set-up: one thread, and the deformer registrations of the build (one registered at run time
+    included: a spawned worker knows only the backends registered on import)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    for entry in deformers:
+        DEFORMERS.add(entry, replace=True)
 
 
 def _run_pool(fn: Callable[..., Any], tasks: Sequence[Any], arg: str, workers: int, desc: str,
-              progress: bool) -> None:
+              progress: bool, deformers: Sequence[Backend[Any]] = ()) -> None:
     bar = tqdm(total=len(tasks), desc=desc, unit="case", disable=not progress, dynamic_ncols=True)
     if workers <= 1 or len(tasks) <= 1:
         for t in tasks:
@@ -117,7 +122,7 @@ def _run_pool(fn: Callable[..., Any], tasks: Sequence[Any], arg: str, workers: i
         import multiprocessing as mp
 
         with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                                 initializer=_init_worker) as pool:
+                                 initializer=_init_worker, initargs=(tuple(deformers),)) as pool:
             for fut in as_completed([pool.submit(fn, t, arg) for t in tasks]):
                 fut.result()
                 bar.update()
@@ -263,6 +268,9 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     warnings: list[str] = []
     if workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
+    deformers = (DEFORMERS.get(opts.deformer),) if workers > 1 else ()
+    for entry in deformers:  # before any case: one the worker processes cannot import is refused here
+        check_portable("deformer", entry)
     stamp = work / "settings.json"
     settings = _settings_record(opts)
     finished = out / BUILD_SETTINGS_FILE
@@ -337,7 +345,7 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
                                         ref, anatomy_of(c), opts.seed, opts.deformer, kwargs, opts.strict_negatives,
                                         opts.cpa_either_side))
     todo = [t for t in plan_tasks if not (work / "plans" / f"{t.case_id}.json").is_file()]
-    _run_pool(plan_case, todo, str(work), workers, "percept plan", progress)
+    _run_pool(plan_case, todo, str(work), workers, "percept plan", progress, deformers)
 
     units: dict[str, dict[str, Any]] = {}
     pools: dict[tuple[str, str], list[Candidate]] = {}
