@@ -170,3 +170,23 @@ def test_revision_options_fail_without_enough_distinct_fakes():
         ["optimal_component_0"], ["suboptimal_component_0_exp1"], masks, masks["suboptimal_component_0_exp1"],
         np.random.default_rng(0), CFG)
     assert len(three.options) == 3
+
+
+def test_revision_options_that_would_look_the_same_are_not_distractors():
+    """A fake differing from another option by a few pixels (IoU ≥ option_max_iou) is not a distinct option."""
+    from cxrground.percept.distractors import mask_iou
+
+    masks, _ = _masks()
+    lung = disc(128, 128, 100)
+    nudge = lung.copy()
+    nudge[128, 20:40] = ~nudge[128, 20:40]  # ~20 pixels of ~31,000: the same picture
+    masks = {**masks, "whole": lung, "whole_nudged": nudge, "shown": disc(128, 128, 30)}
+    assert 0.98 <= mask_iou(lung, nudge) < 1.0
+    fakes = ["whole", "whole_nudged", "suboptimal_component_0_exp1_fake_expansion_1"]
+    for seed in range(5):
+        opts = revision_options([fakes], ["optimal_component_0"], ["shown"], masks, masks["shown"],
+                                np.random.default_rng(seed), CFG)
+        chosen = [tuple(c) for c in opts.fake_combinations]
+        assert not {("whole",), ("whole_nudged",)} <= set(chosen), chosen
+        rendered = [m for _, _, m in opts.options] + [masks["shown"]]
+        assert all(mask_iou(a, b) < CFG.option_max_iou for i, a in enumerate(rendered) for b in rendered[:i])

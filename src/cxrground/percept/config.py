@@ -99,6 +99,7 @@ class DeformConfig:
     default_kernel: int = 5  # §9.3: cardiomegaly default_dilated / default_eroded, 5×5 square (@1024) …
     default_iterations: int = 3  # §9.3: … 3 iterations
     option_redraws: int = field(default=1000)  # choice: candidate combinations tried before the case fails
+    option_max_iou: float = 0.98  # choice (§9.3, §19.14): options, the shown mask included, differ visibly: IoU below
 
     def __post_init__(self) -> None:
         if self.min_component_area <= 0 or self.kernel < 1 or self.refine_kernel < 1:

@@ -252,6 +252,12 @@ def mask_key(mask: np.ndarray) -> bytes:
     return hashlib.sha1(np.packbits(mask, axis=None).tobytes() + str(mask.shape).encode()).digest()
 
 
+def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
+    """Intersection over union of two bool masks (1.0 for two empty masks)."""
+    union = int(np.count_nonzero(a | b))
+    return 1.0 if union == 0 else int(np.count_nonzero(a & b)) / union
+
+
 def combination_mask(names: Sequence[str], masks: Mapping[str, np.ndarray], shape: tuple[int, int]) -> np.ndarray:
     """Return the OR of the named masks (``default_empty`` is ignored)."""
     out = np.zeros(shape, dtype=bool)
@@ -306,7 +312,8 @@ def revision_options(
     config: DeformConfig,
 ) -> OptionSet:
     """Return the §9.3 options; raise :class:`OptionFailure` when fewer than ``min_fake_options`` distinct
-    fakes exist."""
+    fakes exist. Distinct: no option's mask (nor the shown mask) reaches IoU ``config.option_max_iou`` with
+    another's, so that no two options look the same."""
     shape = shown.shape
     answer_mask = combination_mask(true_names, masks, shape)
     if np.array_equal(answer_mask, shown):
@@ -318,7 +325,10 @@ def revision_options(
         if list(combo) == list(true_names) or set(combo) == before:
             continue
         groups.setdefault(sum(n.startswith(DEFAULT_PREFIX) for n in combo), []).append(combo)
+    if mask_iou(answer_mask, shown) >= config.option_max_iou:
+        raise OptionFailure(f"the answer mask hardly differs from the shown mask (IoU ≥ {config.option_max_iou:g})")
     seen = {mask_key(shown), mask_key(answer_mask)}
+    kept = [shown, answer_mask]  # what every further option must differ from visibly
     chosen: list[tuple[tuple[str, ...], np.ndarray]] = []
     tried = 0
     for g in sorted(groups):
@@ -330,9 +340,10 @@ def revision_options(
             combo = members[int(i)]
             m = combination_mask(combo, masks, shape)
             key = mask_key(m)
-            if key in seen:
+            if key in seen or any(mask_iou(m, other) >= config.option_max_iou for other in kept):
                 continue
             seen.add(key)
+            kept.append(m)
             chosen.append((combo, m))
     if len(chosen) < config.min_fake_options:
         raise OptionFailure(
