@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from collections import Counter
@@ -140,7 +141,12 @@ def _dataset_file(ils: Path) -> Path:
 
 
 def _reason_key(reason: str) -> str:
-    return reason.split(" (")[0]
+    """How the card groups a drop reason: section references and component numbers left out, the cause kept
+    (``deformation failed: a component could not be deformed: no overlapping anatomy``)."""
+    head, _, cause = reason.partition(": ") if reason.startswith("deformation failed: ") else ("", "", reason)
+    cause = re.sub(r"optimal_component_\d+", "a component", cause)
+    cause = re.sub(r" \(§[\d.]+\)", "", cause).split(" (")[0]  # a case's own details go too
+    return f"{head}: {cause}" if head else cause
 
 
 def _check_settings(opts: BuildOptions, dataset: Any, ils_file: Path) -> None:
@@ -409,6 +415,8 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
             if u.get("max_negative_coverage") is not None:
                 covers.append(float(u["max_negative_coverage"]))
     split_of = Counter(t.cand.split for t in case_tasks)
+    hearts = Counter((a.heart_source or "not recorded") if (a := anatomy_of(t.cand)) is not None else "none given"
+                     for t in case_tasks if t.path != PATH_LESION_FREE)
     pool_sizes = {lesion: {p: len(pools[(lesion, p)]) for p in SAMPLE_PATHS} for lesion in LESIONS}
     atomic_write_text(out / BENCHMARK_FILE, stable_json(bench))
     atomic_write_text(out / DEFORMATION_FILE, stable_json(deformation))
@@ -416,7 +424,7 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
                                                    sorted(failures, key=lambda f: (f["lesion"], f["key_id"]))))
     atomic_write_text(out / CARD_FILE, render_card(opts, achieved, dropped, review, ious,
                                                    max(covers) if covers else None, mask_source, split_of,
-                                                   pool_sizes, taken, sampled))
+                                                   pool_sizes, taken, sampled, hearts))
     atomic_write_text(out / BUILD_SETTINGS_FILE, stable_json(settings))
     atomic_write_text(out / MANIFEST_FILE, "".join(line + "\n" for line in manifest_lines(out)))
     reused = len(plan_tasks) - len(todo)

@@ -59,10 +59,12 @@ def render_card(opts: BuildOptions, achieved: Mapping[str, Mapping[str, int]], d
                 review: Review | None, ious: Sequence[float], max_cover: float | None, mask_source: str,
                 split_of: Mapping[str, int], pools: Mapping[str, Mapping[str, int]],
                 taken: Mapping[str, Mapping[str, int]] | None = None,
-                sampled: Mapping[str, Mapping[str, int]] | None = None) -> str:
+                sampled: Mapping[str, Mapping[str, int]] | None = None,
+                hearts: Mapping[str, int] | None = None) -> str:
     """The benchmark card: requested and achieved counts (§1.4) and why any fell short, provenance, review, IoU,
     distractors, drops. ``pools``: eligible candidates per lesion and path; ``taken``: those of them left out
-    because another case had their CXR; ``sampled``: cases sampled (before any was dropped while rendering)."""
+    because another case had their CXR; ``sampled``: cases sampled (before any was dropped while rendering);
+    ``hearts``: the sampled positive cases by where their heart mask comes from."""
     table = count_arithmetic(achieved)
     req = dict(zip(SAMPLE_PATHS, opts.per_lesion, strict=True))
     lines = ["# CheXpercept benchmark card", "",
@@ -108,6 +110,7 @@ def render_card(opts: BuildOptions, achieved: Mapping[str, Mapping[str, int]], d
               "- Lung/heart masks for the geometry (§5.1): "
               + (f"`{opts.anatomy}` (given with --anatomy)." if opts.anatomy else
                  "the ILS dataset's `anatomy.jsonl` (the backends that built it)."),
+              *heart_lines(hearts),
               f"- Refinement: {REFINEMENT_BACKEND}.",
               f"- Deformer: `{opts.deformer}`" + (f" (SAM weights `{opts.sam_model}`)" if opts.sam_model else "") + ".",
               f"- RF ratio {opts.rf_ratio}; candidates per lesion ≤ {opts.max_candidates}; negatives per lesion ≤ "
@@ -133,5 +136,29 @@ def render_card(opts: BuildOptions, achieved: Mapping[str, Mapping[str, int]], d
         lines.append(f"| {reason} | {n:,} |")
     if not dropped:
         lines.append("| (none) | 0 |")
-    lines += ["", "Per-case reasons are in `failures.jsonl`.", ""]
+    explained = [f"- *{cause}*: {meaning}" for cause, meaning in DROP_MEANINGS.items()
+                 if any(reason.endswith(cause) for reason in dropped)]
+    lines += ["", *(["What the reasons mean:", "", *explained, ""] if explained else []),
+              "Per-case reasons are in `failures.jsonl`.", ""]
     return "\n".join(lines)
+
+
+#: What the cause at the end of a drop reason of the card says about the candidate.
+DROP_MEANINGS: dict[str, str] = {
+    "no overlapping anatomy": "a component of the candidate mask overlaps no lung region or heart the geometry "
+                              "reads, so it cannot be deformed towards one; usually a mask lying outside the lungs "
+                              "(on the mediastinum, the abdomen, devices or outside the body): worth a look",
+}
+
+
+def heart_lines(hearts: Mapping[str, int] | None) -> list[str]:
+    """The card's line on where the positive cases' heart masks come from (none without counts)."""
+    if not hearts:
+        return []
+    total = sum(hearts.values())
+    parts = ", ".join(f"{source} {n:,}" for source, n in sorted(hearts.items(), key=lambda kv: (-kv[1], kv[0])))
+    line = f"- Heart masks of the {total:,} sampled positive cases, by source: {parts}."
+    if hearts.get("estimate"):
+        line += (" An `estimate` is an outline fitted to the lungs and the film, not a segmented heart: the "
+                 "cardiomegaly masks, and the heart the geometry reads, are estimates there.")
+    return [line]

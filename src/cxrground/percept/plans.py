@@ -54,6 +54,8 @@ class AnatomySource:
     right_cxas: dict | str | None
     left_cxas: dict | str | None
     shape: tuple[int, int] | None
+    heart_source: str | None = None
+    """Where the heart mask comes from, as the ILS build recorded it (``model``, ``estimate``, ``truth``)."""
 
 
 #: Mask fields of an anatomy record: required, then optional (each an RLE object or a PNG path).
@@ -105,7 +107,7 @@ def _load_anatomy_file(path: Path) -> dict[str, AnatomySource]:
         shape = (rec["height"], rec["width"]) if "height" in rec else None
         out[rec.get("study") or rec["dicom_id"]] = AnatomySource(
             rec["right_lung"], rec["left_lung"], rec.get("heart"), rec.get("right_lung_cxas"),
-            rec.get("left_lung_cxas"), shape)
+            rec.get("left_lung_cxas"), shape, rec.get("heart_source"))
     return out
 
 
