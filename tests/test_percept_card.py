@@ -23,3 +23,12 @@ def test_the_card_says_when_hearts_are_estimates():
     assert "9 sampled positive cases" in line and "estimate 7, model 2" in line and "not a segmented heart" in line
     (line,) = heart_lines({"model": 3})
     assert "not a segmented heart" not in line
+
+
+def test_the_card_counts_small_films():
+    from cxrground.percept.card import size_lines
+
+    assert size_lines([]) == []
+    (line,) = size_lines([(1024, 1024), (328, 237)])
+    assert "from 328×237 to 1024×1024" in line and "1 with a short side under 512 px" in line
+    assert "short side" not in size_lines([(1024, 900)])[0]

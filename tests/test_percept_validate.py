@@ -54,6 +54,7 @@ def test_valid_benchmark_passes_and_cli_exit_codes(bench: Path) -> None:
     ok = subprocess.run([sys.executable, "-m", "cxrground", "percept", "validate", str(bench)],
                         capture_output=True, text=True)
     assert ok.returncode == 0 and "valid" in ok.stdout
+    assert "built without expert review" in ok.stderr  # still valid: a warning, not a problem
     (bench / "card.md").write_text((bench / "card.md").read_text() + "\nedited\n")
     bad = subprocess.run([sys.executable, "-m", "cxrground", "percept", "validate", str(bench)],
                          capture_output=True, text=True)

@@ -49,7 +49,7 @@ def build(request: BuildRequest) -> None:
 @click.argument("bench", type=DIR)
 def validate(bench: Path) -> None:
     """Check a benchmark folder; exit 1 with the list of problems."""
-    from cxrground.percept.validate import validate_benchmark
+    from cxrground.percept.validate import unreviewed, validate_benchmark
 
     problems = validate_benchmark(bench)
     echo_lines(problems)
@@ -57,6 +57,9 @@ def validate(bench: Path) -> None:
         note(f"{len(problems)} problem(s) in {bench}")
         sys.exit(1)
     click.echo(f"{bench}: valid")
+    if unreviewed(bench):
+        warn(f"{bench} was built without expert review (CHEXPERCEPT.md §11): its candidate masks and lesion-free "
+             "films were taken as generated; review them (docs: Expert review) before releasing it")
 
 
 @percept.command("gallery")

@@ -424,7 +424,8 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
                                                    sorted(failures, key=lambda f: (f["lesion"], f["key_id"]))))
     atomic_write_text(out / CARD_FILE, render_card(opts, achieved, dropped, review, ious,
                                                    max(covers) if covers else None, mask_source, split_of,
-                                                   pool_sizes, taken, sampled, hearts))
+                                                   pool_sizes, taken, sampled, hearts,
+                                                   [tuple(e["image_size"]) for e in bench.values()]))
     atomic_write_text(out / BUILD_SETTINGS_FILE, stable_json(settings))
     atomic_write_text(out / MANIFEST_FILE, "".join(line + "\n" for line in manifest_lines(out)))
     reused = len(plan_tasks) - len(todo)

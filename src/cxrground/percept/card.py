@@ -60,11 +60,12 @@ def render_card(opts: BuildOptions, achieved: Mapping[str, Mapping[str, int]], d
                 split_of: Mapping[str, int], pools: Mapping[str, Mapping[str, int]],
                 taken: Mapping[str, Mapping[str, int]] | None = None,
                 sampled: Mapping[str, Mapping[str, int]] | None = None,
-                hearts: Mapping[str, int] | None = None) -> str:
+                hearts: Mapping[str, int] | None = None, sizes: Sequence[Sequence[int]] = ()) -> str:
     """The benchmark card: requested and achieved counts (§1.4) and why any fell short, provenance, review, IoU,
     distractors, drops. ``pools``: eligible candidates per lesion and path; ``taken``: those of them left out
     because another case had their CXR; ``sampled``: cases sampled (before any was dropped while rendering);
-    ``hearts``: the sampled positive cases by where their heart mask comes from."""
+    ``hearts``: the sampled positive cases by where their heart mask comes from; ``sizes``: the cases' image sizes
+    ``[H, W]``."""
     table = count_arithmetic(achieved)
     req = dict(zip(SAMPLE_PATHS, opts.per_lesion, strict=True))
     lines = ["# CheXpercept benchmark card", "",
@@ -111,6 +112,7 @@ def render_card(opts: BuildOptions, achieved: Mapping[str, Mapping[str, int]], d
               + (f"`{opts.anatomy}` (given with --anatomy)." if opts.anatomy else
                  "the ILS dataset's `anatomy.jsonl` (the backends that built it)."),
               *heart_lines(hearts),
+              *size_lines(sizes),
               f"- Refinement: {REFINEMENT_BACKEND}.",
               f"- Deformer: `{opts.deformer}`" + (f" (SAM weights `{opts.sam_model}`)" if opts.sam_model else "") + ".",
               f"- RF ratio {opts.rf_ratio}; candidates per lesion ≤ {opts.max_candidates}; negatives per lesion ≤ "
@@ -149,6 +151,25 @@ DROP_MEANINGS: dict[str, str] = {
                               "reads, so it cannot be deformed towards one; usually a mask lying outside the lungs "
                               "(on the mediastinum, the abdomen, devices or outside the body): worth a look",
 }
+
+
+#: Films whose short side is below this many pixels are counted on the card (points and deformations shrink with
+#: the film: the §10.1 point disc is 15 px at 1024).
+SMALL_FILM: int = 512
+
+
+def size_lines(sizes: Sequence[Sequence[int]]) -> list[str]:
+    """The card's line on the cases' film sizes (none without cases)."""
+    if not sizes:
+        return []
+    by_area = sorted((int(h), int(w)) for h, w in sizes)
+    small = sum(1 for h, w in by_area if min(h, w) < SMALL_FILM)
+    line = (f"- Films: {len(by_area):,}, from {by_area[0][0]}×{by_area[0][1]} to {by_area[-1][0]}×{by_area[-1][1]} "
+            "pixels (H×W)")
+    if small:
+        line += (f"; {small:,} with a short side under {SMALL_FILM} px, where the point discs (15 px at 1024) and the "
+                 "deformations shrink with the film and may be hard to see")
+    return [line + "."]
 
 
 def heart_lines(hearts: Mapping[str, int] | None) -> list[str]:

@@ -17,6 +17,7 @@ and a note says so.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any, Final
 from PIL import Image
 
 from cxrground.errors import InputError
+from cxrground.percept.layout import BUILD_SETTINGS_FILE
 from cxrground.percept.paths import unsafe_reason
 from cxrground.percept.schema import BENCHMARK_FILE, Case, load_benchmark
 from cxrground.vocab.lesions import LESIONS
@@ -37,7 +39,7 @@ from cxrground.vocab.percept_templates import (
 )
 from cxrground.vocab.traits import lesions_where
 
-__all__ = ["LEAK_WORDS", "require_valid", "validate_benchmark"]
+__all__ = ["LEAK_WORDS", "require_valid", "unreviewed", "validate_benchmark"]
 
 #: Words that must not appear in any path of the benchmark (§10.3).
 LEAK_WORDS: Final[tuple[str, ...]] = ("answer", "fake", "true", "positive", "negative", "correct")
@@ -261,6 +263,16 @@ def validate_benchmark(bench: str | Path, *, records: bool = True) -> list[str]:
                                     f"{BENCHMARK_FILE} has {counts[lesion][path]}")
     _check_manifest(root, problems)
     return problems
+
+
+def unreviewed(bench: str | Path) -> bool:
+    """True when ``bench`` records that it was built without an expert review (its ``build_settings.json`` names no
+    review file); False when it names one or records nothing (e.g. the reference layout)."""
+    try:
+        settings = json.loads((Path(bench) / BUILD_SETTINGS_FILE).read_text(encoding="utf-8"))["settings"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return isinstance(settings, dict) and "review" in settings and not settings["review"]
 
 
 def require_valid(bench: str | Path, action: str = "export") -> list[str]:
