@@ -120,6 +120,14 @@ def test_negative_candidates_one_cxr_across_lesions() -> None:
     assert len(negative_candidates(_dataset(), max_negatives=0)["cardiomegaly"]) == 0
 
 
+def test_lung_lesion_free_films_name_no_lung_lesion() -> None:
+    """d2's report names opacity: its 'There is no edema.' is no lesion-free edema film; its effusion one is."""
+    clear = negative_candidates(_dataset(), clear_lungs=True)
+    assert clear["edema"] == []  # d2 names opacity; d3 went to cardiomegaly
+    assert [c.dicom_id for c in clear["effusion"]] == ["d1", "d2"]  # not a lung-opacity lesion; d2 is left to it
+    assert [c.dicom_id for c in clear["cardiomegaly"]] == ["d3"]
+
+
 def test_review_explicit_values_only(tmp_path: Path) -> None:
     f = tmp_path / "review.csv"
     f.write_text("key_id,decision,reviewer\nopacity_s1_positive_0,accept,A\nedema_s1_positive_2, Reject ,B\n"

@@ -265,7 +265,8 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     positives = positive_candidates(dataset, opts.splits, opts.max_candidates)
     every_positive = [c for cs in positives.values() for c in cs]
     pos_cxrs = {c.dicom_id for c in every_positive} if opts.exclude_positive_cxrs else set()
-    negatives = negative_candidates(dataset, opts.splits, opts.max_negatives, pos_cxrs)
+    negatives = negative_candidates(dataset, opts.splits, opts.max_negatives, pos_cxrs,
+                                    clear_lungs=not opts.lf_any_film)
     images_root = Path(opts.images)
     _check_images_root(images_root, every_positive + [c for cs in negatives.values() for c in cs])
     preds = load_predictions(opts.candidates) if opts.candidates else None

@@ -119,7 +119,10 @@ def render_card(opts: BuildOptions, achieved: Mapping[str, Mapping[str, int]], d
               f"{opts.max_negatives}; exclude CXRs of positives from negatives: {opts.exclude_positive_cxrs}.",
               "- Negative (LF) candidates: the first global negatives in JSON order, lesions claiming CXRs in the "
               "reference's curation order " + ", ".join(ABBREVIATIONS[x] for x in CURATION_ORDER)
-              + " (a CXR goes to the first lesion that takes it).",
+              + " (a CXR goes to the first lesion that takes it); "
+              + ("any film with the lesion's global negative (the reference's rule, --lf-any-film)." if opts.lf_any_film
+                 else "a lung-opacity lesion takes only films whose report names no lung-opacity lesion (no 'no "
+                 "pneumonia' case on a film with consolidation)."),
               "- Costophrenic angle of a lung-base zone (§19.8): "
               + ("either side's (the reference's behaviour, --cpa-either-side)." if opts.cpa_either_side else
                  "its own side's only."),

@@ -38,7 +38,7 @@ from typing import Any, Final
 import numpy as np
 
 from cxrground.errors import InputError
-from cxrground.vocab.lesions import CURATION_ORDER, LESIONS
+from cxrground.vocab.lesions import CURATION_ORDER, LESIONS, LUNG_LESIONS
 from cxrground.vocab.percept_templates import (
     PATH_LESION_FREE,
     PATH_REVISION_FREE,
@@ -143,9 +143,14 @@ def positive_candidates(dataset: Mapping[str, Any], splits: Sequence[str] = ("tr
 
 
 def negative_candidates(dataset: Mapping[str, Any], splits: Sequence[str] = ("train",), max_negatives: int = 100,
-                        exclude_cxrs: Iterable[str] = ()) -> dict[str, list[Candidate]]:
+                        exclude_cxrs: Iterable[str] = (), clear_lungs: bool = False) -> dict[str, list[Candidate]]:
     """Per lesion: the first ``max_negatives`` global negatives in JSON order, a CXR used by one lesion only (lesions
-    claim CXRs in :data:`~cxrground.vocab.lesions.CURATION_ORDER`; the result is keyed in ``LESIONS`` order)."""
+    claim CXRs in :data:`~cxrground.vocab.lesions.CURATION_ORDER`; the result is keyed in ``LESIONS`` order).
+
+    ``clear_lungs``: a lung-opacity lesion (:data:`~cxrground.vocab.lesions.LUNG_LESIONS`) takes only films with no
+    positive pair of any lung-opacity lesion, the stand-in for the expert who confirms a lesion-free film (§11): a
+    report that names consolidation does not make its film free of pneumonia.
+    """
     used = set(exclude_cxrs)
     out: dict[str, list[Candidate]] = {}
     for lesion in CURATION_ORDER:
@@ -154,6 +159,8 @@ def negative_candidates(dataset: Mapping[str, Any], splits: Sequence[str] = ("tr
             if len(chosen) >= max_negatives:
                 break
             if study["dicom_id"] in used:
+                continue
+            if clear_lungs and lesion in LUNG_LESIONS and _names_lung_lesion(study):
                 continue
             for p in study["instruction_answer_pairs"].get("negative_pairs", []):
                 if p["type"] == "global" and p["target"] == lesion:
@@ -165,6 +172,11 @@ def negative_candidates(dataset: Mapping[str, Any], splits: Sequence[str] = ("tr
                     break
         out[lesion] = chosen
     return {lesion: out[lesion] for lesion in LESIONS}
+
+
+def _names_lung_lesion(study: Mapping[str, Any]) -> bool:
+    """True when the study holds a positive pair of a lung-opacity lesion."""
+    return any(p.get("target") in LUNG_LESIONS for p in study["instruction_answer_pairs"].get("positive_pairs", []))
 
 
 @dataclass(frozen=True)

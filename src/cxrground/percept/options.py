@@ -30,13 +30,17 @@ class BuildOptions:
     exclude_positive_cxrs: bool = False
     strict_negatives: bool = False
     cpa_either_side: bool = False  # §19.8: True = the reference's quirk (a lung-base zone takes either side's CPA)
+    lf_any_film: bool = False  # True = the reference's LF candidates (any film with the global negative)
 
     def settings_hash(self) -> str:
         """Hash of the settings that change the output (not paths of the output or worker counts). A setting
-        added later is left out at its default, so that builds made before it existed keep their hash."""
+        added later is left out at the value that reproduces the builds made before it existed, so that they keep
+        their hash."""
         settings = asdict(self)
         if not self.cpa_either_side:
             del settings["cpa_either_side"]
         if not self.deformer_opt:
             del settings["deformer_opt"]
+        if self.lf_any_film:  # what builds made before the setting existed did
+            del settings["lf_any_film"]
         return sha256_json(settings)[:16]

@@ -65,6 +65,9 @@ class BuildRequest:
                                 help="Negative candidates per lesion (first N global negatives in JSON order).")
     exclude_positive_cxrs: bool = option(False, help="Never use a CXR of a positive candidate as a negative.")
     strict_negatives: bool = option(False, help="Location distractors must cover ≤ 0.05 of their sub-region (§9.4).")
+    lf_any_film: bool = option(False, help="Lesion-free (LF) cases of a lung-opacity lesion may use a film whose "
+                               "report names another lung-opacity lesion (the reference's candidates; default: "
+                               "they may not, e.g. no 'no pneumonia' case on a film with consolidation).")
     cpa_either_side: bool = option(False, help="The reference's costophrenic-angle quirk (§19.8): a lung-base zone "
                                    "accepts the CPA of either side (default: its own side's only).")
     overwrite: bool = option(False, help="Delete the build in --out (finished or not) and build afresh; needed to "
@@ -87,7 +90,7 @@ class BuildRequest:
                             anatomy=str(self.anatomy) if self.anatomy else None, splits=chosen, seed=self.seed,
                             max_candidates=self.max_candidates, max_negatives=self.max_negatives,
                             exclude_positive_cxrs=self.exclude_positive_cxrs, strict_negatives=self.strict_negatives,
-                            cpa_either_side=self.cpa_either_side)
+                            cpa_either_side=self.cpa_either_side, lf_any_film=self.lf_any_film)
 
 
 def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
