@@ -90,3 +90,10 @@ def test_ils_build_records_a_wrong_structurer_output_per_study_and_goes_on(tiny_
     assert f"structurer 't-wrong': structure() of report '{bad}' returned" in failure["reason"]
     assert "lesion 'pneumothorax'" in failure["reason"]
     assert summary.failures == 1 and summary.processed == len(tasks) and not summary.every_failed
+
+
+def test_structure_report_takes_text_and_a_structurer_name():
+    from cxrground.reports.structure import structure_report
+
+    got = structure_report("FINDINGS: Right lower lobe consolidation. No effusion.", "rules")
+    assert [(f.lesion, f.assertion) for f in got.findings] == [("consolidation", "present"), ("effusion", "absent")]

@@ -24,6 +24,7 @@ from cxrground.llm import ResponseCache, cache_key
 from cxrground.registry import Registry, backend_label, call_backend
 from cxrground.reports.findings import StructuredReport, Structurer, report_problem
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, Report, SectionChoice
+from cxrground.reports.readers import parse_report_text
 from cxrground.reports.sections import NO_SECTION_REASON, select_section
 from cxrground.reports.structure.llm import STAGE, LLMError, LLMStructurer, load_prompt
 from cxrground.reports.structure.resolve import resolve_findings
@@ -97,9 +98,16 @@ def structure_section(structurer: Structurer, report_id: str, section: SectionCh
     return resolve_findings(checked_report(structurer, report_id, structured))
 
 
-def structure_report(report: Report, structurer: Structurer,
+def structure_report(report: Report | str, structurer: Structurer | str,
                      sections: str = DEFAULT_SECTION_POLICY) -> StructuredReport | None:
-    """Structure the section of ``report`` chosen by the policy ``sections``; None when it has none (a failure)."""
+    """Structure the section of ``report`` chosen by the policy ``sections``; None when it has none (a failure).
+
+    ``report`` may be the report's text (read by :func:`~cxrground.reports.parse_report_text`) and ``structurer``
+    a registry name (:func:`get_structurer` with its defaults)."""
+    if isinstance(report, str):
+        report = parse_report_text(report)
+    if isinstance(structurer, str):
+        structurer = get_structurer(structurer)
     section = select_section(report, sections)
     if section is None:
         return None
