@@ -50,19 +50,25 @@ def test_finished_benchmark_keeps_its_settings_and_other_settings_are_refused(sy
     assert validate_benchmark(bench) == []
 
 
+def _killed_overwrite(src: Path, opts, bench: Path, monkeypatch):
+    """A finished copy of ``src`` at ``bench``, then an ``--overwrite`` build with seed 4 killed during its planning;
+    returns the new build's options."""
+    _finished_copy(src, bench)
+    new = replace(opts, seed=4)
+    with monkeypatch.context() as patch:
+        def killed(*args, **kwargs):
+            raise KeyboardInterrupt  # the kill: during the new build's planning
+
+        patch.setattr(build_mod, "_run_pool", killed)
+        with pytest.raises(KeyboardInterrupt):
+            build_benchmark(new, bench, progress=False, overwrite=True)
+    return new
+
+
 def test_killed_overwrite_leaves_no_stale_benchmark_and_resumes(synth_bench, tmp_path, monkeypatch) -> None:
     src, opts = synth_bench
-    bench = _finished_copy(src, tmp_path / "bench")
-    new = replace(opts, seed=4)
-    real_pool = build_mod._run_pool
-
-    def killed(*args, **kwargs):
-        raise KeyboardInterrupt  # the kill: during the new build's planning
-
-    monkeypatch.setattr(build_mod, "_run_pool", killed)
-    with pytest.raises(KeyboardInterrupt):
-        build_benchmark(new, bench, progress=False, overwrite=True)
-    monkeypatch.setattr(build_mod, "_run_pool", real_pool)
+    bench = tmp_path / "bench"
+    new = _killed_overwrite(src, opts, bench, monkeypatch)
     for name in ("chexpercept.json", "MANIFEST.sha256", "build_settings.json", "card.md", "cases"):
         assert not (bench / name).exists(), name
     with pytest.raises(InputError, match="benchmark file not found"):
@@ -76,17 +82,8 @@ def test_killed_overwrite_leaves_no_stale_benchmark_and_resumes(synth_bench, tmp
 
 def test_an_unfinished_build_of_another_version_is_not_resumed(synth_bench, tmp_path, monkeypatch) -> None:
     src, opts = synth_bench
-    bench = _finished_copy(src, tmp_path / "bench")
-    new = replace(opts, seed=4)
-    real_pool = build_mod._run_pool
-
-    def killed(*args, **kwargs):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(build_mod, "_run_pool", killed)
-    with pytest.raises(KeyboardInterrupt):
-        build_benchmark(new, bench, progress=False, overwrite=True)
-    monkeypatch.setattr(build_mod, "_run_pool", real_pool)
+    bench = tmp_path / "bench"
+    new = _killed_overwrite(src, opts, bench, monkeypatch)
     stamp = bench / ".work" / "settings.json"
     stamp.write_text(json.dumps({**json.loads(stamp.read_text()), "code": "0.0.1"}))
     with pytest.raises(ConfigError, match=r"unfinished build of cxrground version 0\.0\.1"):
