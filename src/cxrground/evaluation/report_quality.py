@@ -54,15 +54,14 @@ from typing import Any, Final
 
 import numpy as np
 
-from cxrground.registry import call_backend
-from cxrground.reports.findings import Finding, StructuredReport, Structurer
+from cxrground.reports.findings import Finding, Structurer
 from cxrground.reports.labels import OPACITY_OBSERVED as OPACITY_FIELD
 from cxrground.reports.labels import label_mentions, mention_assertion, roll_up
 from cxrground.reports.model import MERGED_SECTION, Report, SectionChoice
 from cxrground.reports.readers import parse_report_text
 from cxrground.reports.sections import choose_section, select_section
 from cxrground.reports.sentences import normalise_whitespace
-from cxrground.reports.structure import checked_report, structure_reports
+from cxrground.reports.structure import structure_reports, structured_by
 from cxrground.vocab import LESIONS
 
 __all__ = [
@@ -246,9 +245,7 @@ def score_synthetic(structurer: Structurer, cases: Iterable[SyntheticCase]) -> d
         section = choose_section(parse_report_text(case.text, report_id=case.report_id))
         if section is None:
             continue
-        raw = call_backend("structurer", structurer, "structure", StructuredReport, "StructuredReport",
-                           case.report_id, section)
-        found = checked_report(structurer, case.report_id, raw).findings  # scored as the structurer gives them
+        found = structured_by(structurer, case.report_id, section).findings  # scored as the structurer gives them
         by_key: dict[tuple[int, str], list[Finding]] = defaultdict(list)
         for f in found:
             if f.lesion is not None:

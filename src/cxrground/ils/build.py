@@ -29,6 +29,7 @@ re-exported here, the build's inputs and output name.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import itertools
 import json
@@ -397,6 +398,7 @@ def run_units(
     return n_todo, total - n_todo
 
 
+@functools.lru_cache(maxsize=1)
 def _code_version() -> str:
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,

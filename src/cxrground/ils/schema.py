@@ -176,11 +176,15 @@ def validate_dataset(data: dict[str, Any], mask_root: str | Path | None = None) 
     return problems
 
 
+def _dataset_json(path: str | Path) -> Path:
+    """``path``, or the dataset file in it when it is a dataset folder."""
+    path = Path(path)
+    return path / DATASET_FILE if path.is_dir() and (path / DATASET_FILE).is_file() else path
+
+
 def load_dataset(path: str | Path) -> dict[str, Any]:
     """Read a MIMIC-ILS JSON file (ours or the released one), or the one in a dataset folder, as a plain dict."""
-    path = Path(path)
-    if path.is_dir() and (path / DATASET_FILE).is_file():
-        path = path / DATASET_FILE
+    path = _dataset_json(path)
     if path.is_dir():
         raise InputError("is a folder, not the dataset JSON file", path)
     try:
@@ -305,10 +309,9 @@ def load_dataset_file(path: str | Path) -> DatasetFile:
     try:
         return DatasetFile.model_validate(data)
     except ValidationError as exc:
-        where = Path(path) / DATASET_FILE if Path(path).is_dir() else Path(path)
         problems = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:_SHOWN]]
         more = f" (and {exc.error_count() - _SHOWN} more)" if exc.error_count() > _SHOWN else ""
-        raise InputError(f"not a MIMIC-ILS dataset: {'; '.join(problems)}{more}", where) from None
+        raise InputError(f"not a MIMIC-ILS dataset: {'; '.join(problems)}{more}", _dataset_json(path)) from None
 
 
 def read_dataset(path: str | Path, study_fields: Sequence[str] = ("image_path",),

@@ -165,9 +165,9 @@ def size_lines(sizes: Sequence[Sequence[int]]) -> list[str]:
     """The card's line on the cases' film sizes (none without cases)."""
     if not sizes:
         return []
-    by_area = sorted((int(h), int(w)) for h, w in sizes)
-    small = sum(1 for h, w in by_area if min(h, w) < SMALL_FILM)
-    line = (f"- Films: {len(by_area):,}, from {by_area[0][0]}×{by_area[0][1]} to {by_area[-1][0]}×{by_area[-1][1]} "
+    ordered = sorted((int(h), int(w)) for h, w in sizes)  # by height, then width
+    small = sum(1 for h, w in ordered if min(h, w) < SMALL_FILM)
+    line = (f"- Films: {len(ordered):,}, from {ordered[0][0]}×{ordered[0][1]} to {ordered[-1][0]}×{ordered[-1][1]} "
             "pixels (H×W)")
     if small:
         line += (f"; {small:,} with a short side under {SMALL_FILM} px, where the point discs (15 px at 1024) and the "

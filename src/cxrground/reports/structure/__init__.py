@@ -48,6 +48,7 @@ __all__ = [
     "structure_reports",
     "structure_section",
     "structure_text",
+    "structured_by",
     "structurer_options",
 ]
 
@@ -88,14 +89,18 @@ def checked_report(structurer: Structurer, report_id: str, structured: Structure
     return structured
 
 
-def structure_section(structurer: Structurer, report_id: str, section: SectionChoice) -> StructuredReport:
-    """``structurer``'s findings of ``section``, checked (:func:`checked_report`), with the report-level rules of
-    :mod:`.resolve` applied; a :class:`~cxrground.errors.BackendError` naming the structurer when it fails with an
-    error of its own, returns anything but a :class:`~cxrground.reports.findings.StructuredReport` or a wrong
-    finding."""
+def structured_by(structurer: Structurer, report_id: str, section: SectionChoice) -> StructuredReport:
+    """``structurer``'s findings of ``section`` as it gives them, checked (:func:`checked_report`); a
+    :class:`~cxrground.errors.BackendError` naming the structurer when it fails with an error of its own, returns
+    anything but a :class:`~cxrground.reports.findings.StructuredReport` or a wrong finding."""
     structured = call_backend("structurer", structurer, "structure", StructuredReport, "StructuredReport", report_id,
                               section)
-    return resolve_findings(checked_report(structurer, report_id, structured))
+    return checked_report(structurer, report_id, structured)
+
+
+def structure_section(structurer: Structurer, report_id: str, section: SectionChoice) -> StructuredReport:
+    """:func:`structured_by`, with the report-level rules of :mod:`.resolve` applied."""
+    return resolve_findings(structured_by(structurer, report_id, section))
 
 
 def structure_report(report: Report | str, structurer: Structurer | str,
