@@ -14,6 +14,7 @@ from cxrground.cli.common import (
     DIR,
     OUT_DIR,
     OUT_FILE,
+    clean_errors,
     echo_lines,
     group,
     note,
@@ -21,6 +22,7 @@ from cxrground.cli.common import (
     threads_option,
     warn,
 )
+from cxrground.percept.candidate_masks import CandidatesRequest
 from cxrground.percept.request import BuildRequest, build_lines, run_build
 
 
@@ -43,6 +45,20 @@ def build(request: BuildRequest) -> None:
     if summary.cases == 0 and summary.failures:
         raise click.ClickException(f"no case was built: all {summary.failures} candidates were dropped (see "
                                    "the commonest reasons above and failures.jsonl)")
+
+
+@percept.command("candidates")
+@threads_option
+@request_options(CandidatesRequest)
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@clean_errors(ImportError)
+def candidates(request: CandidatesRequest, quiet: bool) -> None:
+    """Segment every positive candidate of a build with an ILS model, asked the CheXpercept candidate instruction
+    (§2: 'Segment the {target} in the {location}.'), as the predictions JSONL for `percept build --candidates`
+    (resumable)."""
+    from cxrground.percept.candidate_masks import predict_candidates
+
+    click.echo(predict_candidates(request, progress=not quiet))
 
 
 @percept.command("validate")

@@ -20,6 +20,9 @@ Format (one JSON object per line, one line per evaluated pair; blank lines are i
   segmentation protocol, ILS.md §15.1). ``cxrground ils predict`` writes it on every line; one file holds one
   mode (:class:`PredictionWriter` refuses to append another) and ``ils evaluate`` reports it
   (:func:`resolve_seg_mode`).
+- ``instruction`` (optional): the instruction the model was given for this line. ``ils predict`` writes the pair's
+  own instruction; ``percept candidates`` the CheXpercept candidate instruction (CHEXPERCEPT.md §2), which
+  ``percept build --candidates`` checks.
 
 A mask whose size differs from the native image size raises :class:`~cxrground.errors.MaskShapeError`
 naming the pair. A pair without a line (or a line without mask / answer) is listed as missing and
@@ -59,6 +62,8 @@ class Prediction:
     rle: Mapping[str, Any] | None = None
     mask_path: Path | None = None
     seg_mode: str | None = None
+    instruction: str | None = None
+    """The instruction the mask was predicted for, when the line records it."""
     null_mask: bool = False
     """The line states ``"mask": null`` (an empty prediction on a negative pair)."""
     line: int | None = None
@@ -132,12 +137,16 @@ def load_predictions(path: str | Path) -> dict[str, Prediction]:
         seg_mode = obj.get("seg_mode")
         if seg_mode is not None and seg_mode not in SEG_MODES:
             raise InputError(f"line {lineno}: 'seg_mode' of pair {pid} must be one of {SEG_MODES}", path)
+        instruction = obj.get("instruction")
+        if instruction is not None and not isinstance(instruction, str):
+            raise InputError(f"line {lineno}: 'instruction' of pair {pid} must be a string", path)
         out[pid] = Prediction(
             pair_id=pid,
             answer=answer,
             rle=rle,
             mask_path=(path.parent / mask_path) if mask_path is not None else None,
             seg_mode=seg_mode,
+            instruction=instruction,
             null_mask="mask" in obj and rle is None and mask_path is None,
             line=lineno,
             source=path,
@@ -165,13 +174,16 @@ def resolve_seg_mode(stated: str | None, preds: Mapping[str, Prediction], path: 
 
 
 def prediction_line(pair_id: str, answer: str | None, mask: np.ndarray | None,
-                    seg_mode: str | None = None) -> dict[str, Any]:
-    """One predictions-file record: the pair id, the answer text, the native-size mask as COCO RLE and the mode."""
+                    seg_mode: str | None = None, instruction: str | None = None) -> dict[str, Any]:
+    """One predictions-file record: the pair id, the answer text, the native-size mask as COCO RLE, the mode and
+    the instruction the model was given."""
     line: dict[str, Any] = {"pair_id": pair_id, "answer": answer}
     if mask is not None:
         line["mask"] = encode_rle(np.asarray(mask, dtype=bool))
     if seg_mode is not None:
         line["seg_mode"] = seg_mode
+    if instruction is not None:
+        line["instruction"] = instruction
     return line
 
 
@@ -199,11 +211,12 @@ class PredictionWriter:
             self.done = set(existing)
         self._fh = self.path.open("a", encoding="utf-8")
 
-    def write(self, pair_id: str, answer: str | None, mask: np.ndarray | None) -> None:
-        """Write one prediction and flush it to disk."""
+    def write(self, pair_id: str, answer: str | None, mask: np.ndarray | None,
+              instruction: str | None = None) -> None:
+        """Write one prediction (with the instruction it was made for, when given) and flush it to disk."""
         if pair_id in self.done:
             raise InputError(f"pair {pair_id} already has a prediction", self.path)
-        self._fh.write(json.dumps(prediction_line(pair_id, answer, mask, self.seg_mode)) + "\n")
+        self._fh.write(json.dumps(prediction_line(pair_id, answer, mask, self.seg_mode, instruction)) + "\n")
         self._fh.flush()
         self.done.add(pair_id)
 

@@ -15,6 +15,7 @@ the failures file holds one line per image that still fails.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,8 @@ from cxrground.io.image import DEFAULT_MAX_PIXELS, read_image
 from cxrground.models.base import IlsModel, IlsOutput, checkpoint_fingerprint, checkpoint_info, load_model
 from cxrground.registry import backend_errors, backend_label, check_returned
 
-__all__ = ["PredictRequest", "check_same_source", "predict_request", "predict_split", "prediction_source"]
+__all__ = ["PROMPTS", "PredictRequest", "check_device", "check_same_source", "predict_jobs", "predict_request",
+           "predict_split", "prediction_source", "prediction_summary", "run_recorded"]
 
 
 _Job = tuple[str, list[dict[str, Any]]]
@@ -53,29 +55,34 @@ def _split_jobs(data: dict[str, Any], split: str, limit: int | None) -> tuple[li
     return jobs, n
 
 
-def prediction_source(checkpoint: Path, dataset: Path, split: str) -> dict[str, str]:
+def prediction_source(checkpoint: Path, dataset: Path, split: str, prompts: str = "pairs") -> dict[str, str]:
     """What a predictions file is made from: the checkpoint (path, :func:`checkpoint_fingerprint`), the dataset JSON
-    (path, sha256) and the split. Two runs with equal fingerprints, dataset sha256 and split predict the same pairs
-    with the same inputs."""
+    (path, sha256), the split and the instructions given (``prompts``: :data:`PROMPTS`). Two runs with equal
+    fingerprints, dataset sha256, split and prompts predict the same pairs with the same inputs."""
+    if prompts not in PROMPTS:
+        raise ConfigError(f"prompts must be one of {', '.join(PROMPTS)}, got {prompts!r}")
     json_path = dataset if dataset.is_file() else dataset / DATASET_FILE
     if json_path.is_dir():
         raise InputError("is a folder, not the dataset JSON file", json_path)
     if not json_path.is_file():
         raise InputError("dataset JSON not found", json_path)
     return {"checkpoint": str(checkpoint), "fingerprint": checkpoint_fingerprint(checkpoint),
-            "dataset": str(json_path), "dataset_sha256": sha256_file(json_path), "split": split}
+            "dataset": str(json_path), "dataset_sha256": sha256_file(json_path), "split": split, "prompts": prompts}
 
 
 #: The fields of ``<out>.checkpoint.json`` a rerun must match, with how a refusal names them.
 _SOURCE_KEYS: tuple[tuple[str, str], ...] = (("fingerprint", "checkpoint"), ("dataset_sha256", "dataset"),
-                                             ("split", "split"))
+                                             ("split", "split"), ("prompts", "instructions"))
+#: The instructions a predictions file holds masks for: each pair's own (``ils predict``) or the CheXpercept
+#: candidate instruction of each positive candidate (``percept candidates``, CHEXPERCEPT.md §2).
+PROMPTS: tuple[str, str] = ("pairs", "chexpercept-candidates")
 
 
 def _differences(before: dict[str, Any], source: dict[str, str]) -> list[str]:
     """How ``source`` differs from the recorded ``before``, one phrase per field (empty when they match)."""
     out = []
     for key, what in _SOURCE_KEYS:
-        have, want = before.get(key), source.get(key)
+        have, want = before.get(key, "pairs" if key == "prompts" else None), source.get(key)
         if have == want:
             continue
         if have is None:
@@ -135,12 +142,24 @@ def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: st
     images = images if images is not None else json_path.parent
     if limit is not None and limit < 1:
         raise ConfigError(f"limit must be at least 1, got {limit}")
-    if batch_size < 1:
-        raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
     data = read_dataset(json_path)
     if split not in data:
         raise InputError(f"split {split!r} not in the dataset", json_path)
-    jobs, n = _split_jobs(data, split, limit)
+    jobs, _n = _split_jobs(data, split, limit)
+    return predict_jobs(model, jobs, images, out, batch_size=batch_size, progress=progress, mode=mode,
+                        max_pixels=max_pixels)
+
+
+def predict_jobs(model: IlsModel, jobs: list[tuple[str, list[dict[str, Any]]]], images: Path, out: Path,
+                 batch_size: int = 8, progress: bool = True, mode: str = "free",
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS) -> dict[str, Any]:
+    """Predict ``jobs`` (per image path relative to ``images``: its items, each with ``pair_id`` and
+    ``instruction``, and ``answer`` for the teacher-forced mode) into the JSONL ``out``, one line per item with the
+    instruction it was given; resumable and failure-recording as :func:`predict_split` describes. Returns counts
+    of written, skipped and failed items, and ``model_error``."""
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be at least 1, got {batch_size}")
+    n = sum(len(items) for _rel, items in jobs)
     failures_path = out.with_name(out.name + ".failures.jsonl")
     counts: dict[str, Any] = {"pairs": n, "written": 0, "skipped": 0, "failed": 0, "model_error": None}
     run = _mode_runner(model, mode)
@@ -162,7 +181,7 @@ def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: st
                         results = run([image] * len(chunk), chunk)
                     results = _checked_outputs(model, results, chunk, image.pixels.shape, images / rel)
                     for pair, res in zip(chunk, results, strict=True):
-                        writer.write(pair["pair_id"], res.answer, res.mask)
+                        writer.write(pair["pair_id"], res.answer, res.mask, pair["instruction"])
                         counts["written"] += 1
                     bar.update(len(chunk))
             except (InputError, BackendError, ValueError, RuntimeError, MemoryError) as exc:  # one image's failure
@@ -209,15 +228,23 @@ class PredictRequest:
 def predict_request(request: PredictRequest, progress: bool = True) -> str:
     """Load the checkpoint, predict the split into ``request.out`` (resuming) and say what was written."""
     r = request
-    _check_device(r.device)
-    side = r.out.with_name(r.out.name + ".checkpoint.json")
+    check_device(r.device)
+    return run_recorded(r.out, prediction_source(r.checkpoint, r.dataset, r.split),
+                        lambda: _predict_and_say(r, progress))
+
+
+def run_recorded(out: Path, source: dict[str, str], predict: Callable[[], str]) -> str:
+    """Run ``predict`` (which writes predictions into ``out`` and says what it wrote) once ``source`` is checked
+    against and recorded as what ``out`` is made from (:func:`check_same_source`); a run that fails before it
+    wrote a prediction leaves no record of its source."""
+    side = out.with_name(out.name + ".checkpoint.json")
     had_side = side.is_file()
-    check_same_source(r.out, prediction_source(r.checkpoint, r.dataset, r.split))
+    check_same_source(out, source)
     try:
-        return _predict_and_say(r, progress)
+        return predict()
     except BaseException:
-        if not had_side and not (r.out.is_file() and r.out.stat().st_size > 0):
-            side.unlink(missing_ok=True)  # a run that wrote no prediction leaves no record of its source
+        if not had_side and not (out.is_file() and out.stat().st_size > 0):
+            side.unlink(missing_ok=True)
         raise
 
 
@@ -227,16 +254,24 @@ def _predict_and_say(r: PredictRequest, progress: bool) -> str:
     model = load_model(r.checkpoint, device=r.device, **_loading_options(r))
     counts = predict_split(model, r.dataset, r.images, r.split, r.out, limit=r.limit, batch_size=r.batch_size,
                            progress=progress, mode=r.mode, max_pixels=r.max_pixels)
-    line = (f"{r.out}: {counts['written']} written, {counts['skipped']} already there, {counts['failed']} failed "
-            f"(of {counts['pairs']} pairs; mode {r.mode})")
+    root = r.images if r.images is not None else r.dataset
+    return prediction_summary(counts, r.out, f"of split {r.split!r}", root, r.mode)
+
+
+def prediction_summary(counts: dict[str, Any], out: Path, what: str, root: Path, mode: str = "free",
+                       unit: str = "pairs") -> str:
+    """The line saying what a prediction run (``counts`` of :func:`predict_jobs`) wrote into ``out``; when every
+    item failed, a :class:`BackendError` (the model failed) or an :class:`InputError` naming the image ``root``
+    (no image ``what`` could be read)."""
+    line = (f"{out}: {counts['written']} written, {counts['skipped']} already there, {counts['failed']} failed "
+            f"(of {counts['pairs']} {unit}; mode {mode})")
     if counts["failed"] and not counts["written"] and not counts["skipped"]:
-        reasons = r.out.with_name(r.out.name + '.failures.jsonl')
+        reasons = out.with_name(out.name + ".failures.jsonl")
         if counts["model_error"] is not None:
             raise BackendError(f"{line}: the model failed; the first reason: {counts['model_error']} (every reason "
                                f"is in {reasons})")
-        root = r.images if r.images is not None else r.dataset
-        raise InputError(f"{line}: no image of split {r.split!r} could be read under this image root (a wrong "
-                         f"--images?); the reasons are in {r.out.with_name(r.out.name + '.failures.jsonl')}", root)
+        raise InputError(f"{line}: no image {what} could be read under this image root (a wrong --images?); the "
+                         f"reasons are in {reasons}", root)
     return line
 
 
@@ -276,7 +311,7 @@ def _loading_options(request: PredictRequest) -> dict[str, Any]:
     return given
 
 
-def _check_device(device: str) -> None:
+def check_device(device: str) -> None:
     """An :class:`OptionValueError` for a device string torch does not know."""
     import torch
 

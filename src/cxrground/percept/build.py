@@ -35,7 +35,7 @@ import re
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,7 +46,7 @@ from tqdm.auto import tqdm
 from cxrground import __version__
 from cxrground.errors import ConfigError, InputError
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
-from cxrground.ils.predictions import load_predictions
+from cxrground.ils.predictions import Prediction, load_predictions
 from cxrground.ils.schema import SPLITS, read_dataset
 from cxrground.io.files import atomic_write_text
 from cxrground.percept.card import render_card
@@ -81,7 +81,7 @@ from cxrground.registry import Backend, check_portable
 from cxrground.vocab.lesions import LESIONS
 from cxrground.vocab.percept_templates import PATH_LESION_FREE, PATH_REVISION_FREE, PATH_REVISION_REQUIRED
 
-__all__ = ["BuildOptions", "BuildSummary", "build_benchmark"]
+__all__ = ["BuildOptions", "BuildSummary", "build_benchmark", "instruction_warnings"]
 
 
 @dataclass(frozen=True)
@@ -172,6 +172,28 @@ def _check_settings(opts: BuildOptions, dataset: Any, ils_file: Path) -> None:
     if not opts.splits or unknown:
         raise ConfigError(f"--split {','.join(unknown) or '(none)'}: no study of {ils_file} is in this split; "
                           f"its splits: {have}")
+
+
+def instruction_warnings(path: Path, preds: Mapping[str, Prediction], positives: Sequence[Candidate]) -> list[str]:
+    """A warning when candidate masks of ``path`` were predicted for another instruction than the candidate's
+    CheXpercept instruction (§2), or do not record theirs (empty when every predicted mask records it)."""
+    have = [(c, preds[c.pair_id]) for c in positives if c.pair_id in preds and preds[c.pair_id].has_mask]
+    other = [c for c, p in have if p.instruction is not None and p.instruction != c.instruction]
+    unknown = sum(p.instruction is None for _c, p in have)
+    if not other and not unknown:
+        return []
+    example = (f" (e.g. {other[0].key_id}: {preds[other[0].pair_id].instruction!r}, §2: {other[0].instruction!r})"
+               if other else "")
+    return [f"--candidates {path}: {len(other)} of {len(have)} candidate masks were predicted for another "
+            f"instruction than the CheXpercept candidate instruction (§2){example} and {unknown} do not record "
+            "theirs; `ils predict` asks each pair's own instruction, `percept candidates` asks §2's"]
+
+
+def _asked_candidate_instruction(preds: Mapping[str, Prediction], positives: Sequence[Candidate]) -> str:
+    """How many predicted candidate masks were asked the §2 candidate instruction, for the card."""
+    have = [c for c in positives if c.pair_id in preds and preds[c.pair_id].has_mask]
+    same = sum(preds[c.pair_id].instruction == c.instruction for c in have)
+    return f"{same} of {len(have)} predicted for the §2 candidate instruction"
 
 
 #: The build's top-level outputs, deleted by ``overwrite`` in this order (the manifest and the benchmark file first).
@@ -270,9 +292,10 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     images_root = Path(opts.images)
     _check_images_root(images_root, every_positive + [c for cs in negatives.values() for c in cs])
     preds = load_predictions(opts.candidates) if opts.candidates else None
+    warnings: list[str] = []
     if preds is not None:
         _check_candidates(Path(opts.candidates), preds, every_positive)
-    warnings: list[str] = []
+        warnings.extend(instruction_warnings(Path(opts.candidates), preds, every_positive))
     if workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {workers}")
     deformers = (DEFORMERS.get(opts.deformer),) if workers > 1 else ()
@@ -309,7 +332,8 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     atomic_write_text(stamp, json.dumps({**settings, "code": __version__}, sort_keys=True))
 
     review = read_review(opts.review) if opts.review else None
-    mask_source = (f"ILS model predictions `{opts.candidates}` (pair_id → mask)" if preds is not None
+    mask_source = (f"ILS model predictions `{opts.candidates}` (pair_id → mask; "
+                   f"{_asked_candidate_instruction(preds, every_positive)})" if preds is not None
                    else f"the dataset's own masks (`seg_mask_path` under `{ils_dir / MASK_DIR}`)")
     anatomy_of = anatomy_lookup(opts.anatomy, ils_dir)
     if not any(positives.values()) and not any(negatives.values()):
