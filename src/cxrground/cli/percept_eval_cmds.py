@@ -1,4 +1,5 @@
-"""``cxrground percept eval | score | report``: run VLMs on CheXpercept, score the runs, compare them in HTML.
+"""``cxrground percept eval | score | report | export-results``: run VLMs on CheXpercept, score the runs, compare
+them in HTML, hand them to the reference repository's analysis.
 
 The commands are added to the ``percept`` group (:mod:`cxrground.cli.percept_build_cmds`) at import time;
 ``COMMANDS`` is empty because the group is registered there. API keys come only from the environment
@@ -12,7 +13,7 @@ from typing import Any
 
 import click
 
-from cxrground.cli.common import DIR, OUT_FILE, echo_lines, request_options, threads_option, warn
+from cxrground.cli.common import DIR, OUT_DIR, OUT_FILE, echo_lines, request_options, threads_option, warn
 from cxrground.cli.percept_build_cmds import percept
 from cxrground.evaluation.percept.request import EvalRequest, run_request
 
@@ -75,5 +76,21 @@ def report_cmd(runs: tuple[Path, ...], out: Path, n_boot: int) -> None:
         _warn_bad_lines(score)
     path = write_report(scores, out)
     click.echo(f"wrote {path}")
+
+
+@percept.command("export-results")
+@click.argument("runs", nargs=-1, required=True, type=DIR)
+@click.option("--out", type=OUT_DIR, required=True,
+              help="Folder to write <provider>_<model>/oracle_<setting>/all_results.json into.")
+@click.option("--repeat", type=click.IntRange(0), default=0, show_default=True,
+              help="Which repeat of a run made with --repeats N (the reference has one answer per case).")
+def export_results_cmd(runs: tuple[Path, ...], out: Path, repeat: int) -> None:
+    """Write runs in the reference repository's result layout (all_results.json per model and oracle setting), so
+    its analysis script (01_analyze_model_performance.py --results-dir OUT) reads them."""
+    from cxrground.evaluation.percept.reference_results import export_results
+
+    for path in export_results(runs, out, repeat=repeat):
+        click.echo(f"wrote {path}")
+
 
 COMMANDS: list[click.Command] = []

@@ -48,13 +48,20 @@ from cxrground.errors import InputError
 from cxrground.evaluation.bootstrap import bootstrap_ci
 from cxrground.evaluation.percept.conversation import ATTRIBUTE_QIDS, QIDS, REVISION_QIDS
 from cxrground.evaluation.percept.parsing import LABEL_ORDER
-from cxrground.evaluation.percept.runner import CASES_FILE, CONFIG_FILE, RESULTS_FILE, USAGE_FILE, read_results
+from cxrground.evaluation.percept.runner import (
+    CASES_FILE,
+    CONFIG_FILE,
+    RESULTS_FILE,
+    USAGE_FILE,
+    ResultLines,
+    read_results,
+)
 from cxrground.percept.schema import SEVERITY_KEY
 from cxrground.vocab.percept_templates import PATH_ABBREVIATIONS
 from cxrground.vocab.traits import LESION_TRAITS, traits
 
-__all__ = ["PATH_ORDER", "SCORE_FILE", "read_config", "read_plans", "reference_rows", "score_lines", "score_records",
-           "score_repeats", "score_run", "spread_rows", "write_csvs"]
+__all__ = ["PATH_ORDER", "SCORE_FILE", "case_view", "read_config", "read_plans", "reference_rows", "run_records",
+           "score_lines", "score_records", "score_repeats", "score_run", "spread_rows", "write_csvs"]
 
 PATH_ORDER: Final[tuple[str, ...]] = ("RR", "RF", "LF")
 SCORE_FILE: Final[str] = "score.json"
@@ -85,7 +92,7 @@ def _single_pick(q: dict[str, Any]) -> float:
     return (1.0 if len(q["gt"]) == 1 else 0.0) / n if q["multi"] else 1.0 / n
 
 
-def _case_view(plan: dict[str, Any], rec: dict[str, Any] | None, lenient: bool = False) -> dict[str, Any]:
+def case_view(plan: dict[str, Any], rec: dict[str, Any] | None, lenient: bool = False) -> dict[str, Any]:
     """Per-stage raw / End-to-End correctness, depth and per-question answers of one case."""
     answered = {q["qid"]: q for q in (rec or {}).get("questions", [])}
     key = "correct_lenient" if lenient else "correct"
@@ -210,8 +217,8 @@ def score_repeats(plans: list[dict[str, Any]], per_repeat: Sequence[dict[str, di
     """:func:`score_records` over repeats (case id -> record, one mapping per repeat): means and spreads."""
     if not per_repeat:
         raise ValueError("no repeats to score")
-    runs = [[_case_view(p, res.get(p["case_id"])) for p in plans] for res in per_repeat]
-    lenient = [[_case_view(p, res.get(p["case_id"]), lenient=True) for p in plans] for res in per_repeat]
+    runs = [[case_view(p, res.get(p["case_id"])) for p in plans] for res in per_repeat]
+    lenient = [[case_view(p, res.get(p["case_id"]), lenient=True) for p in plans] for res in per_repeat]
     views = runs[0]
     n_rep = len(runs)
     everything = range(len(views))
@@ -340,6 +347,23 @@ def score_run(run: str | Path, n_boot: int = 1000) -> dict[str, Any]:
     to be in them and count as failed; otherwise they stay missing. A missing or invalid ``config.json`` or
     ``cases.json`` is an :class:`InputError` naming it."""
     run = Path(run)
+    cfg, plans, per_repeat, lines = run_records(run)
+    score = score_repeats(plans, per_repeat, n_boot=n_boot, seed=int(cfg.get("seed", 0)))
+    usage = run / USAGE_FILE
+    score["run"] = {"label": run_label(cfg), "model": cfg["model"], "oracle": cfg["oracle"], "config": cfg,
+                    "usage": _read_json(usage) if usage.is_file() else None}
+    if lines.bad:
+        score["bad_lines"] = [str(b) for b in lines.bad]
+    (run / SCORE_FILE).write_text(json.dumps(score, indent=2), encoding="utf-8")
+    write_csvs(run, [score])
+    return score
+
+
+def run_records(run: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, dict[str, Any]]],
+                                    ResultLines]:
+    """What :func:`score_run` scores: the run's config, its case plans, per repeat the result record of each case
+    (an unreadable line's case, or a case taken to be in a nameless bad line, as a failed record) and the result
+    lines as read."""
     cfg = read_config(run)
     plans = read_plans(run)
     if not (run / RESULTS_FILE).is_file():
@@ -357,15 +381,7 @@ def score_run(run: str | Path, n_boot: int = 1000) -> dict[str, Any]:
             found[cid, k] = {"case_id": cid, "status": "failed", "questions": [],
                              "error": f"no readable result line; taken to be among {'; '.join(nameless)}"}
     per_repeat = [{cid: rec for (cid, k), rec in found.items() if k == r} for r in range(repeats)]
-    score = score_repeats(plans, per_repeat, n_boot=n_boot, seed=int(cfg.get("seed", 0)))
-    usage = run / USAGE_FILE
-    score["run"] = {"label": run_label(cfg), "model": cfg["model"], "oracle": cfg["oracle"], "config": cfg,
-                    "usage": _read_json(usage) if usage.is_file() else None}
-    if lines.bad:
-        score["bad_lines"] = [str(b) for b in lines.bad]
-    (run / SCORE_FILE).write_text(json.dumps(score, indent=2), encoding="utf-8")
-    write_csvs(run, [score])
-    return score
+    return cfg, plans, per_repeat, lines
 
 
 def _fmt(x: float | None) -> str:

@@ -1,0 +1,116 @@
+"""Evaluation runs in the reference repository's result layout, for its analysis scripts.
+
+The reference evaluator writes one ``all_results.json`` per model and oracle setting, under
+``<provider>_<model>/oracle_<setting>/``, and its analyzer (``01_analyze_model_performance.py``) reads only that
+file. :func:`export_results` writes a cxrground run (``percept eval --out RUN``) in that form, so the reference's
+analysis and plots run on cxrground runs. Per case (keyed by the benchmark's case id, the reference ``key_id``):
+``qa_path``; per asked stage its ``correct`` flag, the raw response text(s) and the ground-truth index (an int,
+a list for the multi-select questions), as the reference evaluator records them; the Stage-3 and Stage-4
+sub-questions under their reference names (``expansion``, ``severity/measurement`` ...) with their own ``correct``.
+Correctness is cxrground's scoring (:func:`~cxrground.evaluation.percept.scoring.case_view`): a failed or missing
+case has every asked stage wrong and stays in the file, where the reference evaluator would leave a stage it got no
+answer for out of its denominators. The reference's ``chat_history`` is not written (the run keeps every turn in
+``results.jsonl``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from cxrground.errors import ConfigError
+from cxrground.evaluation.percept.conversation import ATTRIBUTE_QIDS, REVISION_QIDS
+from cxrground.evaluation.percept.scoring import CSV_PATH_NAMES, CSV_QUESTION_NAMES, case_view, run_records
+from cxrground.io.files import atomic_write_text
+
+__all__ = ["REFERENCE_RESULTS_FILE", "export_results", "reference_folder", "reference_results"]
+
+REFERENCE_RESULTS_FILE: Final[str] = "all_results.json"
+#: Reference provider names of the model-spec prefixes (`hf:` and `ils:` models run locally: "opensource").
+_PROVIDERS: Final[dict[str, str]] = {"hf": "opensource", "ils": "opensource"}
+#: Reference stage keys of the stage numbers.
+_STAGE_KEYS: Final[dict[int, str]] = {1: "detection_qa", 2: "contour_evaluation_qa", 3: "contour_revision_qa",
+                                      4: "attribute_extraction_qa"}
+
+
+def reference_folder(model: str, oracle: str) -> str:
+    """``<provider>_<model>/oracle_<setting>``, where the reference analyzer looks for a model's results: the model
+    spec's prefix as provider (``hf:`` / ``ils:`` → ``opensource``; a built-in baseline → ``dummy``) and the rest of
+    the spec (a folder's name for a path) with characters other than letters, digits, ``.`` and ``-`` as ``-``."""
+    prefix, sep, name = model.partition(":")
+    provider = _PROVIDERS.get(prefix, prefix) if sep else "dummy"
+    name = name if sep else model
+    if sep and prefix in _PROVIDERS:
+        name = Path(name.rstrip("/\\")).name or name
+        name = f"ils-{name}" if prefix == "ils" else name
+    safe = re.sub(r"[^A-Za-z0-9.-]+", "-", name).strip("-") or "model"
+    provider = re.sub(r"[^A-Za-z0-9.-]+", "-", provider).strip("-") or "model"
+    return f"{provider}_{safe}/oracle_{oracle}"
+
+
+def _gt(question: dict[str, Any]) -> Any:
+    """The reference's ground truth: the index, or the list of indices of a multi-select question."""
+    gt = list(question["gt"])
+    return gt if question["multi"] else gt[0]
+
+
+def _case(plan: dict[str, Any], rec: dict[str, Any] | None) -> dict[str, Any]:
+    """One case in the reference evaluator's record form."""
+    view = case_view(plan, rec)
+    raw = {q["qid"]: q.get("raw") for q in (rec or {}).get("questions", [])}
+    out: dict[str, Any] = {"key_id": plan["case_id"], "qa_path": CSV_PATH_NAMES[plan["path"]]}
+    by_stage: dict[int, list[dict[str, Any]]] = {}
+    for q in view["questions"]:
+        by_stage.setdefault(q["stage"], []).append(q)
+    for stage, questions in sorted(by_stage.items()):
+        key = _STAGE_KEYS[stage]
+        if stage == 1:
+            (q,) = questions
+            out[key] = {"response": raw.get(q["qid"]), "ground_truth": _gt(q), "correct": q["correct"]}
+        elif stage == 2:
+            (q,) = questions
+            out[key] = {"responses": raw.get(q["qid"]), "ground_truth": _gt(q), "correct": q["correct"]}
+        else:
+            order = REVISION_QIDS if stage == 3 else ATTRIBUTE_QIDS
+            asked = sorted(questions, key=lambda q: order.index(q["qid"]))
+            names = {q["qid"]: CSV_QUESTION_NAMES.get(q["qid"], q["qid"]) for q in asked}
+            block: dict[str, Any] = {"responses": {names[q["qid"]]: raw.get(q["qid"]) for q in asked},
+                                     "ground_truth": {names[q["qid"]]: _gt(q) for q in asked},
+                                     "correct": view["raw"][stage]}
+            for q in asked:
+                block[names[q["qid"]]] = {"correct": q["correct"]}
+            out[key] = block
+    return out
+
+
+def reference_results(plans: Sequence[dict[str, Any]], records: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``{key_id: record}`` of the reference evaluator for the selected cases ``plans`` and one repeat's result
+    ``records`` (by case id; a case without one is missing and counts wrong)."""
+    return {plan["case_id"]: _case(plan, records.get(plan["case_id"])) for plan in plans}
+
+
+def export_results(runs: Sequence[str | Path], out: str | Path, repeat: int = 0) -> list[Path]:
+    """Write each run's ``all_results.json`` (its repeat ``repeat``) under ``out`` in the reference layout
+    (:func:`reference_folder`); returns the files written. Two runs that map to one folder (the same model and
+    oracle setting) and a repeat the run does not have are a :class:`ConfigError`, before anything is written."""
+    jobs: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for run in map(Path, runs):
+        cfg, plans, per_repeat, _lines = run_records(run)
+        if not 0 <= repeat < len(per_repeat):
+            raise ConfigError(f"--repeat {repeat}: run {run} has {len(per_repeat)} repeat(s) (0 to "
+                              f"{len(per_repeat) - 1})")
+        folder = reference_folder(str(cfg["model"]), str(cfg["oracle"]))
+        if folder in jobs:
+            raise ConfigError(f"runs {jobs[folder][0]} and {run} both go to {folder} (same model and oracle "
+                              "setting); export them to different folders")
+        jobs[folder] = (run, reference_results(plans, per_repeat[repeat]))
+    written = []
+    for folder, (_run, results) in jobs.items():
+        path = Path(out) / folder / REFERENCE_RESULTS_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(results, indent=2) + "\n")
+        written.append(path)
+    return written

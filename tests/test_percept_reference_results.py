@@ -1,0 +1,105 @@
+"""`percept export-results`: runs in the reference evaluator's `all_results.json` layout, read back with the
+reference analyzer's rules (CHEXPERCEPT.md §15: End-to-End gating, Oracle-Passed, the per-stage `correct` flags)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cxrground.errors import ConfigError
+from cxrground.evaluation.percept.reference_results import export_results, reference_folder
+from cxrground.evaluation.percept.scoring import score_run
+from test_percept_eval_scoring import plan, record
+
+STAGE_KEYS = ("detection_qa", "contour_evaluation_qa", "contour_revision_qa", "attribute_extraction_qa")
+PATH_STAGES = {"revision_required": STAGE_KEYS, "revision_free": (STAGE_KEYS[0], STAGE_KEYS[1], STAGE_KEYS[3]),
+               "lesion_free": STAGE_KEYS[:1]}
+
+
+def _run(folder: Path, model: str, oracle: str = "none", repeats: int = 1) -> tuple[Path, dict[str, dict]]:
+    plans = [plan("edema_a", "RR", "edema"), plan("cardiomegaly_b", "RR", "cardiomegaly"),
+             plan("edema_c", "RF", "edema"), plan("edema_d", "LF", "edema"), plan("edema_g", "RR", "edema"),
+             plan("edema_m", "RF", "edema")]
+    p = {x["case_id"]: x for x in plans}
+    recs = {"edema_a": record(p["edema_a"], wrong={"location"}), "cardiomegaly_b": record(p["cardiomegaly_b"]),
+            "edema_c": record(p["edema_c"], wrong={"detection"}), "edema_d": record(p["edema_d"]),
+            "edema_g": record(p["edema_g"], failed_from=2)}  # edema_m: missing
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"config": {"model": model, "oracle": oracle, "seed": 0,
+                                                               "repeats": repeats}}))
+    (folder / "cases.json").write_text(json.dumps(plans))
+    lines = [json.dumps({**r, "repeat": k}) for k in range(repeats) for r in recs.values()]
+    (folder / "results.jsonl").write_text("\n".join(lines) + "\n")
+    return folder, p
+
+
+def _analyze(results: dict[str, dict]) -> dict[str, dict[str, list[bool]]]:
+    """Per path and stage, End-to-End correctness as the reference analyzer computes it from the file."""
+    out: dict[str, dict[str, list[bool]]] = {}
+    for case in results.values():
+        still = True
+        for key in PATH_STAGES[case["qa_path"]]:
+            block = case.get(key)
+            if not block and key != "detection_qa":
+                continue  # a stage the case does not ask (cardiomegaly's Stage 4)
+            still = still and bool(block.get("correct"))
+            out.setdefault(case["qa_path"], {}).setdefault(key, []).append(still)
+    return out
+
+
+def test_export_matches_cxrground_scoring_under_the_reference_rules(tmp_path) -> None:
+    run, plans = _run(tmp_path / "run", "openai:gpt-4o")
+    (path,) = export_results([run], tmp_path / "ref")
+    assert path == tmp_path / "ref" / "openai_gpt-4o" / "oracle_none" / "all_results.json"
+    results = json.loads(path.read_text())
+    assert list(results) == list(plans)  # every selected case, missing and failed ones included
+    a = results["edema_a"]
+    assert a["qa_path"] == "revision_required" and a["key_id"] == "edema_a"
+    assert a["contour_revision_qa"]["ground_truth"] == {"expansion": [1, 2], "contraction": [3], "revision_result": 1}
+    assert a["attribute_extraction_qa"]["location"] == {"correct": False}
+    assert a["attribute_extraction_qa"]["severity/measurement"] == {"correct": True}
+    assert a["attribute_extraction_qa"]["correct"] is False and a["detection_qa"]["ground_truth"] == 1
+    assert "attribute_extraction_qa" not in results["cardiomegaly_b"]  # no Stage 4 for cardiomegaly
+    assert set(results["edema_d"]) == {"key_id", "qa_path", "detection_qa"}
+    failed = results["edema_g"]  # failed at its third question: every stage wrong, as cxrground scores it
+    assert [failed[k]["correct"] for k in STAGE_KEYS] == [False] * 4
+    assert [results["edema_m"][k]["correct"] for k in PATH_STAGES["revision_free"]] == [False] * 3
+    # the reference analyzer's End-to-End numbers from the file equal cxrground's score of the run
+    score = score_run(run, n_boot=0)
+    analyzed = _analyze(results)
+    for short, full in (("RR", "revision_required"), ("RF", "revision_free"), ("LF", "lesion_free")):
+        block = score["paths"][short]["end_to_end"]
+        for stage, key in enumerate(STAGE_KEYS, start=1):
+            values = analyzed[full].get(key)
+            want = block.get(f"stage{stage}", {}).get("acc")
+            assert (sum(values) / len(values) if values else None) == pytest.approx(want), (short, key)
+
+
+def test_folder_names_and_refusals(tmp_path) -> None:
+    assert reference_folder("hf:/models/Qwen2.5-VL-7B/", "implicit") == "opensource_Qwen2.5-VL-7B/oracle_implicit"
+    assert reference_folder("ils:ckpt/base line", "none") == "opensource_ils-base-line/oracle_none"
+    assert reference_folder("random", "explicit") == "dummy_random/oracle_explicit"
+    assert reference_folder("openai:org/model:v1", "none") == "openai_org-model-v1/oracle_none"
+    one, _ = _run(tmp_path / "one", "random")
+    two, _ = _run(tmp_path / "two", "random")
+    with pytest.raises(ConfigError, match="both go to dummy_random/oracle_none"):
+        export_results([one, two], tmp_path / "ref")
+    assert not (tmp_path / "ref").exists()  # refused before anything is written
+    with pytest.raises(ConfigError, match=r"--repeat 1: run .* has 1 repeat"):
+        export_results([one], tmp_path / "ref", repeat=1)
+    three, _ = _run(tmp_path / "three", "random", repeats=2)
+    (path,) = export_results([three], tmp_path / "ref3", repeat=1)
+    assert len(json.loads(path.read_text())) == 6
+
+
+def test_cli_export_results(tmp_path) -> None:
+    run, _ = _run(tmp_path / "run", "hf:/w/llava")
+    proc = subprocess.run([sys.executable, "-m", "cxrground", "percept", "export-results", str(run), "--out",
+                           str(tmp_path / "ref")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "ref" / "opensource_llava" / "oracle_none" / "all_results.json").is_file()
+    assert "wrote" in proc.stdout
