@@ -162,11 +162,13 @@ def test_record_json_round_trip() -> None:
     rec = component_overlap(rect((0, 4), (0, 9)), g)
     d = json.loads(json.dumps(rec.to_dict()))
     assert set(d) == {"right lung", "left lung", "zones", "lung_regions"}
-    assert d["right lung"] == {"ratio": 0.05, "has_overlap": True, "size": 50}
-    assert d["zones"]["right upper zone lung"] == {"ratio": 1.0, "has_overlap": True}
+    assert d["right lung"] == {"overlap_ratio": 0.05, "has_overlap": True, "size": 50}  # the reference's key
+    assert d["zones"]["right upper zone lung"] == {"overlap_ratio": 1.0, "has_overlap": True}
     assert list(d["zones"]) == list(PERCEPT_ZONE_NAMES)
     assert list(d["lung_regions"]) == list(SUBREGION_NAMES)
     assert ComponentOverlap.from_dict(d) == rec
+    older = json.loads(json.dumps(d).replace('"overlap_ratio"', '"ratio"'))  # a plan unit cached by an older build
+    assert ComponentOverlap.from_dict(older) == rec
 
 
 def test_component_shape_mismatch() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cxrground.errors import ConfigError, InputError
+from cxrground.errors import ConfigError, InputError, OptionValueError
 from cxrground.percept.build import BuildOptions, build_benchmark
 from cxrground.percept.cases import (
     Candidate,
@@ -21,9 +21,10 @@ from cxrground.percept.cases import (
     read_review,
     split_rf_rr,
 )
-from cxrground.percept.layout import BUILD_SETTINGS_FILE, case_folder
+from cxrground.percept.layout import BUILD_SETTINGS_FILE, case_folder, stable_json
 from cxrground.percept.qa import CaseImages, lesion_free_case, points_answer_text, positive_case
-from cxrground.percept.schema import load_benchmark, parse_benchmark
+from cxrground.percept.request import BuildRequest, parse_rf_ratio
+from cxrground.percept.schema import ATTRIBUTE_KEYS, load_benchmark, parse_benchmark
 from cxrground.percept.validate import validate_benchmark
 from cxrground.vocab.lesions import LESIONS
 from cxrground.vocab.percept_templates import (
@@ -173,6 +174,29 @@ def test_rf_rr_split_first_round_n_ratio() -> None:
         split_rf_rr(["a"], 1.5)
 
 
+def test_rf_ratio_per_lesion() -> None:
+    """§11: one RF ratio per lesion; ``--rf-ratio`` takes R and LESION=R pairs."""
+    assert parse_rf_ratio("0.5") == parse_rf_ratio(0.5) == (0.5, {})
+    assert parse_rf_ratio("0.4, cardiomegaly=0.3,edema=1") == (0.4, {"cardiomegaly": 0.3, "edema": 1.0})
+    assert parse_rf_ratio("cardiomegaly=0") == (0.5, {"cardiomegaly": 0.0})
+    for bad, why in (("1.5", r"in \[0, 1\]"), ("0.5,cardiomegaly=-1", r"in \[0, 1\]"), ("half", r"in \[0, 1\]"),
+                     ("0.5,heart=0.2", "unknown lesion 'heart'"), ("0.2,0.3", "one ratio"),
+                     ("edema=0.1,edema=0.2", "edema given twice")):
+        with pytest.raises(OptionValueError, match=why):
+            parse_rf_ratio(bad)
+    with pytest.raises(OptionValueError, match="--rf-ratio"):
+        BuildRequest(ils_dir=Path("i"), images=Path("m"), out=Path("o"), rf_ratio="0.5,cardiomegaly=2")
+    opts = BuildRequest(ils_dir=Path("i"), images=Path("m"), out=Path("o"), rf_ratio="0.5,cardiomegaly=0.3").options()
+    assert (opts.rf_ratio_of("cardiomegaly"), opts.rf_ratio_of("edema")) == (0.3, 0.5)
+    assert opts.rf_ratio_text() == "0.5 (cardiomegaly 0.3)"
+    default = BuildRequest(ils_dir=Path("i"), images=Path("m"), out=Path("o")).options()
+    assert default.rf_ratios == {} and default.rf_ratio_text() == "0.5"
+    # the settings hash of a build with one ratio is the one it had before per-lesion ratios existed
+    assert BuildOptions(ils="i", images="m").settings_hash() == "ee30ed5eb3a799af"
+    assert default.settings_hash() == BuildOptions(ils="i", images="m").settings_hash()
+    assert opts.settings_hash() != default.settings_hash()
+
+
 def _cand(key: str, lesion: str, dicom: str, positive: bool = True) -> Candidate:
     return Candidate(key, lesion, key, "s", "train", dicom, f"{dicom}.png", positive, "global")
 
@@ -199,13 +223,14 @@ def test_balanced_sample_seeded_one_cxr_per_case() -> None:
 def _unit() -> dict:
     return {
         "point_options": [[[10, 20], "red"], [[30, 40], "orange"], [[50, 60], "yellow"], [None, "None"]],
-        "expansion_answer": [1, 3], "contraction_answer": [4],
-        "expansion_colors": ["red", "yellow"], "contraction_colors": [],
+        "expansion_answer": [3, 1], "contraction_answer": [4],  # GT order (§4), not option order
+        "expansion_colors": ["yellow", "red"], "contraction_colors": [],
         "mask_options": [{"type": "fake", "masks": ["a"]}, {"type": "true", "masks": ["optimal_component_0"]},
                          {"type": "fake", "masks": ["b"]}, {"type": "fake", "masks": ["default_keep"]}],
         "revision_answer": 2, "revision_before_masks": ["suboptimal_component_0_exp1"],
-        "revision_after_masks": ["optimal_component_0"], "true_masks": {"0": ["optimal_component_0"]},
-        "fake_masks": {"0": ["a", "b"]}, "true_combination": ["optimal_component_0"],
+        "revision_after_masks": ["optimal_component_0"],
+        "true_masks": {"suboptimal_component_0": ["optimal_component_0"]},
+        "fake_masks": {"suboptimal_component_0": ["a", "b"]}, "true_combination": ["optimal_component_0"],
         "fake_combinations": [["a"], ["b"], ["default_keep"]],
     }
 
@@ -227,7 +252,7 @@ def test_rr_entry_questions_and_answers() -> None:
     opts = point_options(["red", "orange", "yellow"])
     assert exp["question"] == format_question(EXPANSION.format(lesion="edema"), opts)
     assert con["question"] == format_question(CONTRACTION.format(lesion="edema"), opts)
-    assert exp["answer"] == "red point, yellow point" and exp["answer_index"] == [1, 3]
+    assert exp["answer"] == "yellow point, red point" and exp["answer_index"] == [3, 1]  # kept in GT order
     assert con["answer"] == "None" and con["answer_index"] == [4]
     assert exp["answer_options"][-1] == {"point": None, "color": "None"}
     rev = cq["contour_revision_qa_revision_result"]
@@ -260,6 +285,17 @@ def test_neutral_case_folder() -> None:
     name = case_folder(0, "cardiomegaly_s58956720_positive_0")
     assert name.startswith("c") and len(name) == 13 and int(name[1:], 16) >= 0
     assert case_folder(1, "cardiomegaly_s58956720_positive_0") != name
+
+
+def test_stable_json_sorts_keys_but_the_attribute_questions_keep_their_asking_order() -> None:
+    attrs = {k: {"z": 1, "a": 0.12345678} for k in reversed(ATTRIBUTE_KEYS)}
+    text = stable_json({"k": {"pair_id": "p", "attribute_extraction_qa": attrs, "detection_qa": {}}})
+    data = json.loads(text)["k"]
+    assert list(data) == ["attribute_extraction_qa", "detection_qa", "pair_id"]
+    assert list(data["attribute_extraction_qa"]) == list(ATTRIBUTE_KEYS)  # §13.2: as they are asked
+    assert list(data["attribute_extraction_qa"]["location"]) == ["a", "z"] and '"a": 0.123457' in text
+    assert stable_json({"k": {"attribute_extraction_qa": dict(reversed(attrs.items()))}}) == \
+        stable_json({"k": {"attribute_extraction_qa": attrs}})
 
 
 # --- end to end on the synthetic cohort ----------------------------------------------------------------
@@ -314,6 +350,15 @@ def test_path_rules_in_built_benchmark(synth_bench) -> None:
         assert (case.attribute_extraction_qa is None) is (case.lesion == "cardiomegaly")
         folder = out / cq.contour_eval_qa.relative_path
         assert folder.name == "stage2.png" and folder.parent.name == case.case_id
+        for qa in (cq.contour_revision_qa_expansion, cq.contour_revision_qa_contraction):  # colours follow GT order
+            colors = [qa.answer_options[i - 1].color for i in qa.answer_index]
+            assert qa.answer == (", ".join(f"{c} point" for c in colors) if colors != ["None"] else "None")
+        keys = [f"suboptimal_component_{i}" for i in range(len(cq.true_masks))]
+        assert list(cq.true_masks) == list(cq.fake_masks) == keys
+        assert cq.revision_after_masks == [names[0] for names in cq.true_masks.values()] == cq.true_combination
+    raw = json.loads((out / "chexpercept.json").read_text())
+    assert all(list(c["attribute_extraction_qa"]) == list(ATTRIBUTE_KEYS)
+               for c in raw.values() if c.get("attribute_extraction_qa"))
 
 
 def test_build_is_byte_identical_and_resumes(synth_bench, synth_ils, tmp_path) -> None:

@@ -84,14 +84,25 @@ def test_point_options_colours_and_answers():
     assert [c for _, c in po.options] == [*POINT_COLORS[:5], "None"]
     assert po.options[-1] == (None, "None")
     assert [po.options[i - 1][0] for i in po.expansion_answer] == exp_gt
-    assert sorted(po.options[i - 1][0] for i in po.contraction_answer) == con_gt
-    assert po.contraction_answer == sorted(po.contraction_answer)
+    assert [po.options[i - 1][0] for i in po.contraction_answer] == con_gt  # GT order, not option order
     assert po.colors(po.expansion_answer) == [po.options[po.expansion_answer[0] - 1][1]]
     none_only = assign_point_options([], [(1, 1)], [], np.random.default_rng(0))
     assert none_only.expansion_answer == [2] and none_only.colors([2]) == []
     orders = {tuple(p for p, _ in assign_point_options(exp_gt, con_gt, fakes, np.random.default_rng(s)).options)
               for s in range(10)}
     assert len(orders) > 1  # shuffled
+
+
+def test_point_answers_keep_gt_order_when_the_shuffle_reverses_it():
+    """§4: the answer lists the GT points in GT order (as the reference stores it), not in option order."""
+    gt = [(1, 1), (2, 2), (3, 3)]
+    seen_unsorted = False
+    for seed in range(20):
+        po = assign_point_options(gt, [], [(9, 9)], np.random.default_rng(seed))
+        assert [po.options[i - 1][0] for i in po.expansion_answer] == gt
+        assert po.colors(po.expansion_answer) == [po.options[i - 1][1] for i in po.expansion_answer]
+        seen_unsorted |= po.expansion_answer != sorted(po.expansion_answer)
+    assert seen_unsorted
 
 
 def test_default_names_per_lesion_and_side():
@@ -148,12 +159,16 @@ def test_revision_options_rules():
         # the 3 fakes come from the group without defaults (2 distinct renderings there: dup ≡ fake_expansion_1)
         n_defaults = sorted(sum(n.startswith("default_") for n in c) for c in opts.fake_combinations)
         assert n_defaults[:2] == [0, 0] and n_defaults[2] == 1
-        assert opts.true_masks == {"0": ["optimal_component_0"], "1": ["optimal_component_1"]}
-        assert opts.fake_masks == {"0": fakes0, "1": fakes1}
+        assert opts.true_masks == {"suboptimal_component_0": ["optimal_component_0"],
+                                   "suboptimal_component_1": ["optimal_component_1"]}
+        assert opts.fake_masks == {"suboptimal_component_0": fakes0, "suboptimal_component_1": fakes1}
         assert set(map(tuple, opts.fake_combinations)).isdisjoint({tuple(before), tuple(true)})
     answers = {revision_options([fakes0, fakes1], true, before, masks, shown, np.random.default_rng(s), CFG).answer
                for s in range(20)}
     assert len(answers) > 1
+    keyed = revision_options([fakes0, fakes1], true, before, masks, shown, np.random.default_rng(0), CFG,
+                             component_ids=[3, 5])
+    assert list(keyed.true_masks) == list(keyed.fake_masks) == ["suboptimal_component_3", "suboptimal_component_5"]
 
 
 def test_revision_options_fail_without_enough_distinct_fakes():

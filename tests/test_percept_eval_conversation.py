@@ -7,6 +7,7 @@ import base64
 import pytest
 
 from cxrground.evaluation.percept.conversation import Conversation, image_data_url, plan_case
+from cxrground.evaluation.percept.parsing import is_correct, parse_answer
 from cxrground.percept.schema import load_benchmark
 from cxrground.testing.mock_bench import make_benchmark
 
@@ -219,3 +220,20 @@ def test_o3_names_colours_in_stored_gt_order(bench):
                          "operation at orange and red points.\n")
     reqs, _ = _run(plan, "implicit", answers)
     assert reqs[4][6] == {"role": "assistant", "content": "Answer: 1,2"}
+    for reply in ("Answer: 1,2", "Answer: 2,1"):  # scored as a set, whatever the stored or replied order
+        numbers = parse_answer(reply, q["expansion"].options, True).numbers
+        assert is_correct(numbers, q["expansion"].gt, q["expansion"].multi)
+        assert is_correct(numbers, q["expansion"].gt_stored, q["expansion"].multi)
+
+
+def test_the_plan_does_not_depend_on_component_keys_or_mask_names(bench):
+    """Benchmarks built with other component keys (``"0"``) or mask names plan the same conversation."""
+    key = "edema_prr0"
+    new, old = bench.cases[key].model_copy(deep=True), bench.cases[key].model_copy(deep=True)
+    new.contour_qa.true_masks = {"suboptimal_component_0": ["suboptimal_component_0_no_contraction"]}
+    new.contour_qa.fake_masks = {"suboptimal_component_0": ["default_keep"]}
+    old.contour_qa.true_masks = {"0": ["optimal_component_0"]}
+    old.contour_qa.fake_masks = {"0": ["default_keep"]}
+    a, b = plan_case(key, new), plan_case(key, old)
+    assert [(q.qid, q.text, q.images, q.options, q.gt) for q in a.questions] == \
+        [(q.qid, q.text, q.images, q.options, q.gt) for q in b.questions]

@@ -89,25 +89,33 @@ def test_step_naming_flow_and_shown_mask(plans):
         by_comp: dict[str, list[dict]] = {}
         for op in ("expansion", "contraction"):
             for cid, steps in p.record["qa_deformation_results"][op].items():
+                assert re.fullmatch(r"suboptimal_component_\d+", cid)
                 for k, s in enumerate(steps, start=1):
                     tag = "exp" if op == "expansion" else "cont"
-                    assert s["mask_path"] == f"suboptimal_component_{cid}_{tag}{k}"
+                    assert s["suboptimal_component_id"] == cid and s["mask_path"] == f"{cid}_{tag}{k}"
                     assert s[f"{tag}_idx"] == k
                     assert s["revision"] == ("contraction" if op == "expansion" else "expansion")
                     assert s["center_point"] == list(center_point([tuple(q) for q in s["points"]]))
                     by_comp.setdefault(cid, []).append(s)
+        after = [f"optimal_component_{i}" for i in range(len(p.components))]
         for cid, steps in by_comp.items():
+            i = int(cid.rsplit("_", 1)[1])
             ordered = sorted(steps, key=lambda s: ("cont" in s["mask_path"], s["mask_path"]))
-            assert ordered[0]["revision_flow"]["after revision"] == f"optimal_component_{cid}"
+            assert ordered[0]["revision_flow"]["after revision"] == f"optimal_component_{i}"
             for prev, cur in itertools.pairwise(ordered):
                 assert cur["revision_flow"]["after revision"] == prev["mask_path"]  # expansions first
             last = ordered[-1]["mask_path"]
-            assert p.revision_before_masks[int(cid)] == last
+            assert p.revision_before_masks[i] == last
             both += any("exp" in s["mask_path"] for s in steps) and any("cont" in s["mask_path"] for s in steps)
         for cid, entries in p.record["qa_deformation_results"]["no_deformation"].items():
-            assert entries[0]["mask_path"] == f"suboptimal_component_{cid}_no_contraction"
-            assert p.revision_before_masks[int(cid)] == f"optimal_component_{cid}"
-        assert p.revision_after_masks == [f"optimal_component_{i}" for i in range(len(p.components))]
+            i = int(cid.rsplit("_", 1)[1])
+            # a component no step deforms: one name before and after the revision, in every field (§8, §12)
+            assert entries[0] == {"suboptimal_component_id": cid, "mask_path": f"{cid}_no_contraction"}
+            assert p.revision_before_masks[i] == f"{cid}_no_contraction" == p.true_masks[cid][0]
+            assert p.true_combination[i] == f"{cid}_no_contraction"
+            assert np.array_equal(p.masks[f"{cid}_no_contraction"], p.components[i])
+            after[i] = f"{cid}_no_contraction"
+        assert p.revision_after_masks == after == [names[0] for names in p.true_masks.values()]
         shown = np.zeros((N, N), dtype=bool)
         for name in p.revision_before_masks:
             shown |= p.masks[name]
@@ -121,17 +129,17 @@ def test_point_answers_follow_section_4(plans):
     kinds = set()
     for p in plans.values():
         steps = _steps(p)
-        exp_centres = {tuple(s["center_point"]) for s in steps if "cont_idx" in s}  # contracted → expand
-        con_centres = {tuple(s["center_point"]) for s in steps if "exp_idx" in s}
+        # GT order: component order, then step order (§4, the reference's GT point lists)
+        exp_centres = [tuple(s["center_point"]) for s in steps if "cont_idx" in s]  # contracted → expand
+        con_centres = [tuple(s["center_point"]) for s in steps if "exp_idx" in s]
         opts = p.point_options
         assert opts[-1] == (None, "None") and len(opts) <= 9
         assert [c for _, c in opts[:-1]] == list(("red", "orange", "yellow", "green", "blue", "purple", "pink",
                                                   "brown")[: len(opts) - 1])
         none = len(opts)
         for answer, centres in ((p.expansion_answer, exp_centres), (p.contraction_answer, con_centres)):
-            assert answer == sorted(answer)
             if centres:
-                assert {tuple(opts[i - 1][0]) for i in answer} == centres
+                assert [tuple(opts[i - 1][0]) for i in answer] == centres
             else:
                 assert answer == [none]
         assert p.expansion_colors == [opts[i - 1][1] for i in p.expansion_answer if i != none]
@@ -157,16 +165,18 @@ def test_revision_options(plans):
         assert [o.masks for o in p.mask_options if o.type == "fake"] == p.fake_combinations
         # defaults: chex/cxas lungs only for the first component of each side
         sides_seen = set()
-        for cid in sorted(p.fake_masks, key=int):
+        assert list(p.fake_masks) == list(p.true_masks) == [f"suboptimal_component_{i}"
+                                                             for i in range(len(p.components))]
+        for cid in p.fake_masks:
             names = p.fake_masks[cid]
             lung_defaults = [n for n in names if n.endswith(("_chex", "_cxas"))]
             assert "default_keep" in names
-            steps = [s for s in _steps(p) if s["suboptimal_component_id"] == f"suboptimal_component_{cid}"]
+            steps = [s for s in _steps(p) if s["suboptimal_component_id"] == cid]
             if steps:
                 first = sorted(steps, key=lambda s: ("cont" in s["mask_path"], s["mask_path"]))[0]
                 side = side_of(first["anatomy"])
             else:
-                side = "left" if p.overlaps[int(cid)].lung("left").ratio > 0 else "right"
+                side = "left" if p.overlaps[int(cid.rsplit("_", 1)[1])].lung("left").ratio > 0 else "right"
             if side in sides_seen:
                 assert lung_defaults == []
             else:
@@ -182,7 +192,10 @@ def test_record_is_json_ready(plans):
     assert set(rec) >= {"org_deformation_results", "qa_deformation_results", "geometrical_mask_infos"}
     org = rec["org_deformation_results"]
     assert set(org["possible_deformation_anatomy"]) >= {s["anatomy"] for s in _steps(p)}
-    assert re.fullmatch(r"optimal_component_\d+", next(iter(org["deformation_results"])))
+    assert list(org["deformation_results"]) == [f"suboptimal_component_{i}" for i in range(len(p.components))]
+    infos = rec["geometrical_mask_infos"]
+    assert [info["mask_component_id"] for info in infos] == list(range(len(p.components)))  # integer ids
+    assert {"overlap_ratio", "has_overlap", "size"} == set(infos[0]["overlap"]["left lung"])
 
 
 def test_determinism():
@@ -223,8 +236,8 @@ def test_cardiomegaly_uses_zones_depth_one_and_its_defaults():
     for s in _steps(p):
         assert s["anatomy"].endswith(("zone lung", "lung base"))
         assert 2 <= len(s["points"]) <= 4
-    assert set(p.fake_masks["0"]) >= {"default_keep", "default_dilated", "default_eroded"}
-    levels = p.record["org_deformation_results"]["deformation_results"]["optimal_component_0"][
+    assert set(p.fake_masks["suboptimal_component_0"]) >= {"default_keep", "default_dilated", "default_eroded"}
+    levels = p.record["org_deformation_results"]["deformation_results"]["suboptimal_component_0"][
         "anatomy_depth_width_levels"]
     assert all(v["depth"] == 1 for v in levels.values())
 

@@ -10,9 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from PIL import Image, PngImagePlugin
 
-from cxrground.percept.validate import validate_benchmark
+from cxrground.cli import main
+from cxrground.percept.export import export_benchmark
+from cxrground.percept.validate import require_valid, validate_benchmark
+from cxrground.testing.mock_bench import make_benchmark
 from percept_build_helpers import synthetic_bench
 
 
@@ -85,17 +89,22 @@ def test_answer_index_out_of_range(bench: Path) -> None:
     assert any("answer_index 7 outside" in p for p in validate_benchmark(bench))
 
 
-def test_duplicate_and_unsorted_multi_select(bench: Path) -> None:
+def test_multi_select_duplicates_are_refused_any_order_is_not(bench: Path) -> None:
+    """§4: the point answers list the GT points in GT order, so a multi-select answer may come in any order."""
     data = _data(bench)
     case = _first(data, _lung_positive)
     case["attribute_extraction_qa"]["location"]["answer_index"] = [1, 1]
     exp = case["contour_qa"]["contour_revision_qa_expansion"]
     n = len(exp["answer_options"])
-    exp["answer_index"] = [n, 1] if n > 1 else [1]
+    exp["answer_index"] = [n, 1]
+    con = case["contour_qa"]["contour_revision_qa_contraction"]
+    con["answer_index"] = [n + 1, 1]
     _save(bench, data)
-    problems = validate_benchmark(bench)
+    problems = validate_benchmark(bench, records=False)
+    where = case["pair_id"]
     assert any("duplicate indices in multi-select answer [1, 1]" in p for p in problems)
-    assert any("is not sorted" in p for p in problems)
+    assert any("contour_revision_qa_contraction: answer indices" in p and f"[{n + 1}]" in p for p in problems)
+    assert not any("contour_revision_qa_expansion" in p for p in problems), (where, problems)
 
 
 def test_leaking_name(bench: Path) -> None:
@@ -198,3 +207,64 @@ def test_stage3_images_exist_for_rr_cases_only(bench: Path) -> None:
     rr_case["contour_qa"]["contour_revision_qa_revision_result"]["answer_options"][0]["relative_path"] = None
     _save(bench, data)
     assert any("an RR revision option must name its image" in p for p in validate_benchmark(bench))
+
+
+# --- a benchmark in the reference layout, without the build records -----------------------------------------------
+
+@pytest.fixture()
+def reference_style(tmp_path: Path) -> Path:
+    """A small benchmark written the way the reference generator and exporter write one: no ``MANIFEST.sha256`` or
+    ``card.md``, no toolkit fields, a point answer in GT order (not sorted), and RF revision options that name the
+    reference's option images, which its exporter does not write for an RF case."""
+    mock = make_benchmark(tmp_path / "mock", {"LF": 1, "RF": 1, "RR": 1}, lesions=("edema", "cardiomegaly"))
+    out = tmp_path / "reference"
+    export_benchmark(mock, out)
+    (out / "MANIFEST.sha256").unlink()
+    data = _data(out)
+    for key, case in data.items():
+        for name in ("case_id", "lesion", "qa_path", "image_size"):
+            case.pop(name, None)
+        cq = case.get("contour_qa")
+        if cq is None or not cq["no_deformation"]:
+            continue
+        shutil.rmtree(out / "chexpercept" / key / "contour_qa" / "contour_revision_qa")
+        for k, option in enumerate(cq["contour_revision_qa_revision_result"]["answer_options"], start=1):
+            option["relative_path"] = f"option_{k}_mask_{'answer' if option['type'] == 'true' else 'fake'}.png"
+    for key in ("edema_prr0", "cardiomegaly_prr0"):
+        exp = data[key]["contour_qa"]["contour_revision_qa_expansion"]
+        exp["answer_index"] = list(range(len(exp["answer_options"]) - 1, 0, -1))  # every point, last one first
+    assert any(len(data[k]["contour_qa"]["contour_revision_qa_expansion"]["answer_index"]) > 1
+               for k in ("edema_prr0", "cardiomegaly_prr0"))
+    _save(out, data)
+    return out
+
+
+def test_reference_style_folder_is_valid_with_one_note(reference_style: Path) -> None:
+    notes: list[str] = []
+    assert validate_benchmark(reference_style, note=notes.append) == []
+    assert len(notes) == 1 and "no MANIFEST.sha256" in notes[0] and "without the build records" in notes[0]
+    assert require_valid(reference_style) == notes
+    res = CliRunner().invoke(main, ["percept", "validate", str(reference_style)])
+    assert res.exit_code == 0, res.output
+    assert f"{reference_style}: valid" in res.stdout and notes[0] in res.stderr
+
+
+def test_reference_style_folder_problems_are_still_found(reference_style: Path) -> None:
+    """Without the build records the checks of the questions and of every image a model is shown still run; an RF
+    case's revision image is checked where the folder holds one."""
+    data = _data(reference_style)
+    rr = data["edema_prr0"]["contour_qa"]
+    rr["contour_revision_qa_contraction"]["answer_index"] = [1, 1]
+    _save(reference_style, data)
+    asked = reference_style / "chexpercept" / "edema_prr0" / "contour_qa" / "contour_revision_qa" / "option_1.png"
+    asked.unlink()
+    rf = data["edema_prf0"]["contour_qa"]["contour_revision_qa_revision_result"]["answer_options"][0]
+    held = reference_style / "chexpercept" / "edema_prf0" / "contour_qa" / "contour_revision_qa" / rf["relative_path"]
+    held.parent.mkdir(parents=True)
+    held.write_bytes(b"not a png")
+    problems = validate_benchmark(reference_style)
+    assert any("duplicate indices in multi-select answer [1, 1]" in p for p in problems)
+    assert any("option_1.png does not exist" in p for p in problems)
+    assert any(rf["relative_path"] in p and "cannot be read as PNG" in p for p in problems)
+    assert any("leaking name" in p for p in problems)  # the reference's own option names reveal the answer
+    assert not any("MANIFEST" in p or "card.md" in p or "image_size" in p for p in problems)

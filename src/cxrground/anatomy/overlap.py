@@ -4,7 +4,8 @@ A record per optimal component holds, per lung, ``ratio = |m ∧ lung| / |lung|`
 with ``size = |m ∧ lung|`` when positive, else 0), and for the six zones and the 20 sub-regions the covered
 fraction ``|m ∧ region| / |region|`` (positive at ``≥ 0.2``, with best-region promotion). Cardiomegaly
 records omit the sub-regions. An empty region has ratio 0. Promotion ties go to the first entry in canonical
-order. The random draws of the benchmark builder (location options, severity side) are not made here.
+order. The JSON form names each ratio ``overlap_ratio``, as the reference does. The random draws of the benchmark
+builder (location options, severity side) are not made here.
 """
 
 from __future__ import annotations
@@ -63,11 +64,19 @@ SEVERITY_MID_MAX: Final[float] = 2.0 / 3.0
 #: Comparison: a lesion is larger when it is at least this many times the other.
 SIZE_RATIO_LARGER: Final[float] = 1.5
 
+#: The key of a ratio in the JSON form of a record (the reference's name).
+_RATIO_KEY: Final[str] = "overlap_ratio"
+
 #: Comparison answer indices (§3.5 option order).
 COMPARISON_SIMILAR: Final[int] = 1
 COMPARISON_LEFT_LARGER: Final[int] = 2
 COMPARISON_RIGHT_LARGER: Final[int] = 3
 COMPARISON_ONE_SIDE: Final[int] = 4
+
+
+def _stored_ratio(entry: Mapping[str, Any]) -> float:
+    """The ratio of one JSON entry (``overlap_ratio``, or ``ratio`` in records written before)."""
+    return float(entry[_RATIO_KEY] if _RATIO_KEY in entry else entry["ratio"])
 
 
 @dataclass(frozen=True)
@@ -78,8 +87,8 @@ class RegionOverlap:
     has_overlap: bool
 
     def to_dict(self) -> dict[str, Any]:
-        """Return ``{"ratio": float, "has_overlap": bool}``."""
-        return {"ratio": self.ratio, "has_overlap": self.has_overlap}
+        """Return ``{"overlap_ratio": float, "has_overlap": bool}``."""
+        return {_RATIO_KEY: self.ratio, "has_overlap": self.has_overlap}
 
 
 @dataclass(frozen=True)
@@ -91,8 +100,8 @@ class LungOverlap:
     size: int
 
     def to_dict(self) -> dict[str, Any]:
-        """Return ``{"ratio": float, "has_overlap": bool, "size": int}``."""
-        return {"ratio": self.ratio, "has_overlap": self.has_overlap, "size": self.size}
+        """Return ``{"overlap_ratio": float, "has_overlap": bool, "size": int}``."""
+        return {_RATIO_KEY: self.ratio, "has_overlap": self.has_overlap, "size": self.size}
 
 
 @dataclass(frozen=True)
@@ -118,10 +127,11 @@ class ComponentOverlap:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ComponentOverlap:
-        """Return the record stored by :meth:`to_dict`."""
+        """Return the record stored by :meth:`to_dict` (or with the ratios under ``ratio``, as plan units cached
+        by older builds store them)."""
         lungs = {
             lung_label(side): LungOverlap(
-                ratio=float(data[lung_label(side)]["ratio"]),
+                ratio=_stored_ratio(data[lung_label(side)]),
                 has_overlap=bool(data[lung_label(side)]["has_overlap"]),
                 size=int(data[lung_label(side)]["size"]),
             )
@@ -129,7 +139,7 @@ class ComponentOverlap:
         }
 
         def group(raw: Mapping[str, Any]) -> dict[str, RegionOverlap]:
-            return {k: RegionOverlap(float(v["ratio"]), bool(v["has_overlap"])) for k, v in raw.items()}
+            return {k: RegionOverlap(_stored_ratio(v), bool(v["has_overlap"])) for k, v in raw.items()}
 
         regions = data.get("lung_regions")
         return cls(

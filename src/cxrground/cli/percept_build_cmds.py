@@ -67,7 +67,7 @@ def validate(bench: Path) -> None:
     """Check a benchmark folder; exit 1 with the list of problems."""
     from cxrground.percept.validate import unreviewed, validate_benchmark
 
-    problems = validate_benchmark(bench)
+    problems = validate_benchmark(bench, note=note)
     echo_lines(problems)
     if problems:
         note(f"{len(problems)} problem(s) in {bench}")

@@ -9,8 +9,9 @@ Choices where the spec is silent:
 * Location draw order: ``k = rng.integers(0, min(3, #pos) + 1)``; then ``k`` positives
   (``rng.choice`` without replacement from the positives in :data:`SUBREGION_NAMES` order), ``3 − k`` negatives
   the same way (all when fewer), then positives top up to 3 (they become answers), then ``rng.permutation``.
-* ``answer_zones`` of the location question = the internal names of its positive options in option order;
-  of the distribution question = the positive zones.
+* ``answer_zones`` hold question texts, as the reference stores them: of the location question, its positive
+  options in option order (the §5.6 severity side is read from them); of the distribution question, the
+  positive zones in :data:`~cxrground.anatomy.percept_regions.PERCEPT_ZONE_NAMES` order (``left lower zone lung``).
 * Coverage of a negative option (§9.4) = Σ over components of its covered fraction (components are disjoint).
   ``strict_negatives`` drops negatives with coverage > :data:`STRICT_NEGATIVE_MAX` (0.05) from the pool.
 * Severity with several overlapping sides and no single-side location answer: ``rng.choice`` over the sides
@@ -50,6 +51,7 @@ from cxrground.vocab.percept_templates import (
     format_question,
     severity_options,
     subregion_text,
+    zone_text,
 )
 from cxrground.vocab.traits import traits
 
@@ -128,16 +130,16 @@ def attribute_qas(records: Sequence[ComponentOverlap], lesion: str, rng: np.rand
     zones = positive_zones(records)
     distribution = _choice(DISTRIBUTION.format(lesion=lesion), DISTRIBUTION_OPTIONS,
                            distribution_answer_index(len(zones)))
-    distribution["answer_zones"] = zones
+    distribution["answer_zones"] = [zone_text(z) for z in zones]
 
     names, answer, cover = draw_location(records, rng, strict_negatives)
     options = [subregion_text(n) for n in names] + [LOCATION_NONE_OPTION]
-    answer_zones = [names[i - 1] for i in answer if i <= len(names)]
+    answered = [names[i - 1] for i in answer if i <= len(names)]
     location = {"question": format_question(LOCATION.format(lesion=lesion), options), "answer_options": options,
                 "answer": _ANSWER_JOIN.join(options[i - 1] for i in answer), "answer_index": answer,
-                "answer_zones": answer_zones}
+                "answer_zones": [subregion_text(n) for n in answered]}
 
-    side = severity_side(records, answer_zones, rng)
+    side = severity_side(records, answered, rng)
     lung = lung_label(side)
     ratio = severity_ratio(records, side)
     severity = _choice(SEVERITY.format(lung=lung, lesion=lesion), severity_options(lung), severity_index(ratio))

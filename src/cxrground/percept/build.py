@@ -150,11 +150,15 @@ def _reason_key(reason: str) -> str:
 
 
 def _check_settings(opts: BuildOptions, dataset: Any, ils_file: Path) -> None:
-    """Raise :class:`ConfigError` for settings the build cannot use: a ratio outside [0, 1], a negative count, a
-    split without studies (``--split all`` takes the splits the dataset has; a split named otherwise must hold
-    studies)."""
-    if not 0.0 <= opts.rf_ratio <= 1.0:
-        raise ConfigError(f"--rf-ratio must be in [0, 1], got {opts.rf_ratio}")
+    """Raise :class:`ConfigError` for settings the build cannot use: a ratio outside [0, 1] or of an unknown lesion,
+    a negative count, a split without studies (``--split all`` takes the splits the dataset has; a split named
+    otherwise must hold studies)."""
+    for ratio in (opts.rf_ratio, *opts.rf_ratios.values()):
+        if not 0.0 <= ratio <= 1.0:
+            raise ConfigError(f"--rf-ratio must be in [0, 1], got {ratio}")
+    unknown_lesions = sorted(set(opts.rf_ratios) - set(LESIONS))
+    if unknown_lesions:
+        raise ConfigError(f"--rf-ratio: unknown lesion(s) {', '.join(unknown_lesions)}")
     if opts.deformer == "sam" and not opts.sam_model:
         raise ConfigError("--deformer sam needs --sam-model PATH (a local SAM checkpoint folder)")
     if "model_path" in opts.deformer_opt:
@@ -392,7 +396,7 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
                 drop(c, "deformation", u["reason"])
                 if u.get("path"):
                     failures[-1]["path"] = u["path"]
-        rf, rr = split_rf_rr(ok, opts.rf_ratio)
+        rf, rr = split_rf_rr(ok, opts.rf_ratio_of(lesion))
         pools[(lesion, PATH_REVISION_FREE)] = rf
         pools[(lesion, PATH_REVISION_REQUIRED)] = rr
         pools[(lesion, PATH_LESION_FREE)] = reviewed(negatives[lesion])

@@ -115,8 +115,8 @@ def render_card(opts: BuildOptions, achieved: Mapping[str, Mapping[str, int]], d
               *size_lines(sizes),
               f"- Refinement: {REFINEMENT_BACKEND}.",
               f"- Deformer: `{opts.deformer}`" + (f" (SAM weights `{opts.sam_model}`)" if opts.sam_model else "") + ".",
-              f"- RF ratio {opts.rf_ratio}; candidates per lesion ≤ {opts.max_candidates}; negatives per lesion ≤ "
-              f"{opts.max_negatives}; exclude CXRs of positives from negatives: {opts.exclude_positive_cxrs}.",
+              f"- RF ratio {opts.rf_ratio_text()}; candidates per lesion ≤ {opts.max_candidates}; negatives per "
+              f"lesion ≤ {opts.max_negatives}; exclude CXRs of positives from negatives: {opts.exclude_positive_cxrs}.",
               "- Negative (LF) candidates: the first global negatives in JSON order, lesions claiming CXRs in the "
               "reference's curation order " + ", ".join(ABBREVIATIONS[x] for x in CURATION_ORDER)
               + " (a CXR goes to the first lesion that takes it); "

@@ -19,7 +19,8 @@ Choices where the spec is silent (also printed in the card):
   file only accepted items are used (rejected, blank or absent items never are); without one every candidate
   is taken and the card says that no expert review was applied.
 * **RF / RR split**: per lesion, the first ``round(n × rf_ratio)`` deformation-successful positives (candidate
-  order) are RF, the rest RR (Python's ``round``: half to even).
+  order) are RF, the rest RR (Python's ``round``: half to even); the ratio is set per lesion (§11,
+  :meth:`~cxrground.percept.options.BuildOptions.rf_ratio_of`).
 * **Final balanced sample**: lesions in ``LESIONS`` order, paths in LF, RF, RR order; each pool is shuffled with
   a generator seeded from ``(seed, lesion, path)`` and cases are taken in shuffled order, skipping any whose CXR
   is already used by an earlier case, until the requested number is reached (fewer when the pool runs out).

@@ -13,9 +13,10 @@ Choices where the spec is silent:
   fakes; depth retries are cumulative (depth, +1, +2, +3); fakes are numbered from 1.
 * §9.3 ``default_keep`` renders as the whole before-revision union, ``default_{side}_lung_{chex|cxas}`` as the
   given source lung, ``default_dilated``/``default_eroded`` as the union dilated/eroded by a 5×5 square
-  (@1024, scaled) 3 times. Beyond the reference, an option equal (pixel-wise) to the shown mask, to the answer
-  or to an earlier option is skipped and the next candidate drawn (groups by #defaults in increasing order,
-  random order inside each group); fewer than 2 fakes fails the case.
+  (@1024, scaled) 3 times. Beyond the reference, an option that looks the same as the shown mask, the answer
+  or an earlier option (IoU of their masks ≥ ``DeformConfig.option_max_iou``, 0.98) is skipped and the next
+  candidate drawn (groups by #defaults in increasing order, random order inside each group); fewer than 2 fakes
+  fails the case.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from cxrground.percept.deform.sampling import (
     sample_anatomy,
 )
 from cxrground.percept.refine import Point, lattice_points
-from cxrground.percept.steps import Step
+from cxrground.percept.steps import Step, component_key
 from cxrground.vocab.percept_templates import NONE_OPTION, POINT_COLORS
 from cxrground.vocab.traits import traits
 
@@ -162,7 +163,8 @@ def pool_fake_points(
 
 @dataclass(frozen=True)
 class PointOptions:
-    """The §3.3 point options and the §4 answers (1-based indices, sorted; ``[None index]`` if none)."""
+    """The §3.3 point options and the §4 answers: 1-based option indices of the GT points in GT order (the order
+    of the GT point lists given to :func:`assign_point_options`); ``[None index]`` if none."""
 
     options: list[tuple[Point | None, str]]
     expansion_answer: list[int]
@@ -181,16 +183,20 @@ def assign_point_options(
     ``expansion_gt`` are the centre points of the steps the pipeline contracted (they need expansion);
     ``contraction_gt`` those of the steps it expanded.
     """
-    tagged = [(p, "e") for p in expansion_gt] + [(p, "c") for p in contraction_gt] + [(p, "f") for p in fakes]
+    tagged = [(p, "e", k) for k, p in enumerate(expansion_gt)] + [(p, "c", k) for k, p in enumerate(contraction_gt)]
+    tagged += [(p, "f", k) for k, p in enumerate(fakes)]
     if len(tagged) > len(POINT_COLORS):
         raise ValueError(f"{len(tagged)} points exceed the {len(POINT_COLORS)} colours")
     order = [tagged[int(i)] for i in rng.permutation(len(tagged))]
-    options: list[tuple[Point | None, str]] = [(p, POINT_COLORS[i]) for i, (p, _) in enumerate(order)]
+    options: list[tuple[Point | None, str]] = [(p, POINT_COLORS[i]) for i, (p, _, _) in enumerate(order)]
     options.append((None, NONE_OPTION))
     none_index = len(options)
-    exp = [i + 1 for i, (_, t) in enumerate(order) if t == "e"] or [none_index]
-    con = [i + 1 for i, (_, t) in enumerate(order) if t == "c"] or [none_index]
-    return PointOptions(options, exp, con)
+    return PointOptions(options, _gt_indices(order, "e") or [none_index], _gt_indices(order, "c") or [none_index])
+
+
+def _gt_indices(order: Sequence[tuple[Point, str, int]], tag: str) -> list[int]:
+    """The 1-based option indices of the points tagged ``tag``, in the order of their GT list."""
+    return [i for _, i in sorted((k, i + 1) for i, (_, t, k) in enumerate(order) if t == tag)]
 
 
 # --- §9.2 fake masks -------------------------------------------------------------------------------
@@ -292,7 +298,8 @@ def default_masks(lesion: str, shown: np.ndarray, lung_sources: Mapping[str, np.
 
 @dataclass(frozen=True)
 class OptionSet:
-    """The §9.3 result: per-component choices, the chosen fakes and the shuffled options."""
+    """The §9.3 result: per-component choices (keyed ``suboptimal_component_{i}``), the chosen fakes and the
+    shuffled options."""
 
     true_masks: dict[str, list[str]]
     fake_masks: dict[str, list[str]]
@@ -310,10 +317,12 @@ def revision_options(
     shown: np.ndarray,
     rng: np.random.Generator,
     config: DeformConfig,
+    component_ids: Sequence[int] | None = None,
 ) -> OptionSet:
     """Return the §9.3 options; raise :class:`OptionFailure` when fewer than ``min_fake_options`` distinct
     fakes exist. Distinct: no option's mask (nor the shown mask) reaches IoU ``config.option_max_iou`` with
-    another's, so that no two options look the same."""
+    another's, so that no two options look the same. ``component_ids``: the ids of the components in the order of
+    ``true_names`` (default ``0, 1, …``)."""
     shape = shown.shape
     answer_mask = combination_mask(true_names, masks, shape)
     if np.array_equal(answer_mask, shown):
@@ -352,9 +361,10 @@ def revision_options(
     entries = [("true", list(true_names), answer_mask)] + [("fake", list(c), m) for c, m in chosen]
     order = [int(i) for i in rng.permutation(len(entries))]
     options = [entries[i] for i in order]
+    keys = [component_key(i) for i in (range(len(true_names)) if component_ids is None else component_ids)]
     return OptionSet(
-        true_masks={str(i): [n] for i, n in enumerate(true_names)},
-        fake_masks={str(i): list(f) for i, f in enumerate(per_component_fakes)},
+        true_masks={k: [n] for k, n in zip(keys, true_names, strict=True)},
+        fake_masks={k: list(f) for k, f in zip(keys, per_component_fakes, strict=True)},
         true_combination=list(true_names),
         fake_combinations=[names for t, names, _ in options if t == "fake"],
         options=options,

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Final
 
 from cxrground.io.files import sha256_json
 
-__all__ = ["BuildOptions"]
+__all__ = ["DEFAULT_RF_RATIO", "BuildOptions"]
+
+#: §11: the share of a lesion's deformation-successful positives that become revision-free, unless set.
+DEFAULT_RF_RATIO: Final[float] = 0.5
 
 
 @dataclass(frozen=True)
@@ -18,7 +22,8 @@ class BuildOptions:
     candidates: str | None = None
     review: str | None = None
     per_lesion: tuple[int, int, int] = (100, 100, 100)
-    rf_ratio: float = 0.5
+    rf_ratio: float = DEFAULT_RF_RATIO
+    rf_ratios: dict[str, float] = field(default_factory=dict)  # §11 per-lesion ratios (``--rf-ratio LESION=R``)
     deformer: str = "builtin"
     sam_model: str | None = None
     deformer_opt: dict[str, str] = field(default_factory=dict)  # the deformer's options (``--deformer-opt``)
@@ -41,6 +46,17 @@ class BuildOptions:
             del settings["cpa_either_side"]
         if not self.deformer_opt:
             del settings["deformer_opt"]
+        if not self.rf_ratios:
+            del settings["rf_ratios"]
         if self.lf_any_film:  # what builds made before the setting existed did
             del settings["lf_any_film"]
         return sha256_json(settings)[:16]
+
+    def rf_ratio_of(self, lesion: str) -> float:
+        """The share of ``lesion``'s deformation-successful positives that become revision-free (§11)."""
+        return self.rf_ratios.get(lesion, self.rf_ratio)
+
+    def rf_ratio_text(self) -> str:
+        """The ratios for the card: ``R``, then ``(LESION R, …)`` for the lesions set apart."""
+        apart = ", ".join(f"{lesion} {ratio}" for lesion, ratio in sorted(self.rf_ratios.items()))
+        return f"{self.rf_ratio}" + (f" ({apart})" if apart else "")

@@ -5,7 +5,9 @@ JSON-ready summary of a :class:`cxrground.percept.revision.RevisionPlan` written
 (:func:`cxrground.percept.plans.plan_unit`); this module reads only its plain fields, so it works on cached
 units too. Toolkit additions on every entry: ``case_id``, ``lesion``, ``qa_path``, ``image_size`` ``[H, W]``
 and ``relative_path`` on ``detection_qa``. ``relative_path`` of the expansion question is the overlay with
-points (shown in turn 3); the contraction question has no image of its own (turn 4).
+points (shown in turn 3); the contraction question has no image of its own (turn 4). The ``answer_index`` and
+``answer`` of the point questions name the GT points in GT order (component order, then step order, §4), as the
+reference stores them.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ def _points_qa(stem: str, unit: Mapping[str, Any], op: str, relative_path: str |
             "answer_options": [{"point": None if p is None else [int(p[0]), int(p[1])], "color": c}
                                for p, c in options],
             "answer": points_answer_text(unit[f"{op}_colors"]),
-            "answer_index": sorted(int(i) for i in unit[f"{op}_answer"]),
+            "answer_index": [int(i) for i in unit[f"{op}_answer"]],
             "relative_path": relative_path}
 
 

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING
 from cxrground.errors import OptionValueError
 from cxrground.fields import check_bounds, option
 from cxrground.percept.deform import DEFORMERS
-from cxrground.percept.options import BuildOptions
+from cxrground.percept.options import DEFAULT_RF_RATIO, BuildOptions
+from cxrground.vocab.lesions import LESIONS
 
 if TYPE_CHECKING:
     from cxrground.percept.build import BuildSummary
 
-__all__ = ["BuildRequest", "build_lines", "parse_per_lesion", "run_build"]
+__all__ = ["BuildRequest", "build_lines", "parse_per_lesion", "parse_rf_ratio", "run_build"]
 
 
 def parse_per_lesion(value: str) -> tuple[int, int, int]:
@@ -31,6 +32,39 @@ def parse_per_lesion(value: str) -> tuple[int, int, int]:
     if len(parts) != 3 or min(parts) < 0:
         raise OptionValueError(f"expected LF,RF,RR (three non-negative integers), got {value!r}")
     return parts  # type: ignore[return-value]
+
+
+def _ratio(text: str, value: str) -> float:
+    try:
+        ratio = float(text)
+    except ValueError:
+        ratio = float("nan")
+    if not 0.0 <= ratio <= 1.0:
+        raise OptionValueError(f"--rf-ratio: expected ratios in [0, 1], got {value!r}")
+    return ratio
+
+
+def parse_rf_ratio(value: str | float) -> tuple[float, dict[str, float]]:
+    """``"R"``, ``"R,LESION=R,…"`` or ``"LESION=R,…"`` → (the ratio of every lesion not named, by default
+    :data:`~cxrground.percept.options.DEFAULT_RF_RATIO`; the named lesions' ratios); a ratio outside [0, 1], an
+    unknown or repeated lesion or a second plain ratio is an :class:`OptionValueError`."""
+    text = str(value)
+    every: float | None = None
+    named: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",")):
+        lesion, sep, ratio = (s.strip() for s in part.partition("="))
+        if not sep:
+            if every is not None:
+                raise OptionValueError(f"--rf-ratio: one ratio for every lesion at most, got {text!r}")
+            every = _ratio(part, text)
+        elif lesion not in LESIONS:
+            raise OptionValueError(f"--rf-ratio: unknown lesion {lesion!r} in {text!r}; expected one of "
+                                   f"{', '.join(LESIONS)}")
+        elif lesion in named:
+            raise OptionValueError(f"--rf-ratio: {lesion} given twice in {text!r}")
+        else:
+            named[lesion] = _ratio(ratio, text)
+    return (DEFAULT_RF_RATIO if every is None else every), named
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,8 +80,11 @@ class BuildRequest:
     review: Path | None = option(None, path="file",
                                  help="Expert decisions CSV: key_id,decision,reviewer with decision accept|reject.")
     per_lesion: str = option("100,100,100", help="Cases per lesion: LF,RF,RR.")
-    rf_ratio: float = option(0.5, low=0.0, high=1.0,
-                             help="Share of deformation-successful positives that become revision-free.")
+    rf_ratio: str = option(str(DEFAULT_RF_RATIO), metavar="R[,LESION=R...]",
+                           help="Share of each lesion's deformation-successful positives that become revision-free "
+                           "(§11), in [0, 1]: one ratio for every lesion, and LESION=R pairs for lesions set apart "
+                           "(e.g. 0.5,cardiomegaly=0.3; a lesion not named takes the plain ratio, 0.5 when none is "
+                           "given).")
     deformer: str = option("builtin", registry=DEFORMERS)
     sam_model: Path | None = option(None, path="dir",
                                     help="Local SAM checkpoint folder (transformers SamModel) for --deformer sam.")
@@ -58,7 +95,7 @@ class BuildRequest:
                                   "_heart.png). Default: the ILS folder's anatomy.jsonl.")
     splits: str = option("train", flag="--split",
                          help="Source split(s), comma-separated (train,val,test) or 'all'.")
-    seed: int = option(0)
+    seed: int = option(0, low=0)
     workers: int = option(1, low=1)
     max_candidates: int = option(3000, low=0, help="Positive candidates per lesion (global positives first, §11).")
     max_negatives: int = option(100, low=0,
@@ -77,14 +114,16 @@ class BuildRequest:
     def __post_init__(self) -> None:
         """Refuse values outside their range (:class:`OptionValueError`, a usage error on the command line)."""
         check_bounds(self)
+        parse_rf_ratio(self.rf_ratio)
 
     def options(self) -> BuildOptions:
         """The build's settings record (paths as text, splits and per-lesion counts parsed)."""
         chosen = ("train", "val", "test") if self.splits == "all" else tuple(s.strip() for s in self.splits.split(","))
+        rf_ratio, rf_ratios = parse_rf_ratio(self.rf_ratio)
         return BuildOptions(ils=str(self.ils_dir), images=str(self.images),
                             candidates=str(self.candidates) if self.candidates else None,
                             review=str(self.review) if self.review else None,
-                            per_lesion=parse_per_lesion(self.per_lesion), rf_ratio=self.rf_ratio,
+                            per_lesion=parse_per_lesion(self.per_lesion), rf_ratio=rf_ratio, rf_ratios=rf_ratios,
                             deformer=self.deformer, sam_model=str(self.sam_model) if self.sam_model else None,
                             deformer_opt=dict(self.deformer_opt),
                             anatomy=str(self.anatomy) if self.anatomy else None, splits=chosen, seed=self.seed,

@@ -33,7 +33,7 @@ from cxrground.percept.distractors import (
     revision_options,
 )
 from cxrground.percept.refine import Refinement, refine_mask
-from cxrground.percept.steps import StepFailure, deform_component, plan_steps
+from cxrground.percept.steps import StepFailure, component_key, deform_component, plan_steps
 from cxrground.vocab.lesions import LESIONS
 from cxrground.vocab.traits import traits
 
@@ -204,10 +204,12 @@ def plan_revision(
 
     # masks by name and §9.3 options
     before_names = [plan.before_name(c) for c in comps]
+    after_names = [plan.after_name(c) for c in comps]
     shown = np.zeros(cand.shape, dtype=bool)
     for c in comps:
         shown |= plan.before_mask(c)
     masks: dict[str, np.ndarray] = {c.name: c.mask for c in comps}
+    masks.update({name: c.mask for c, name in zip(comps, after_names, strict=True)})
     for s in plan.steps:
         masks[s.name] = s.mask
         masks.update(s.fake_masks)
@@ -224,7 +226,8 @@ def plan_revision(
         sides_done.add(side)
         per_fakes.append(names)
     try:
-        opts = revision_options(per_fakes, [c.name for c in comps], before_names, masks, shown, rng, cfg)
+        opts = revision_options(per_fakes, after_names, before_names, masks, shown, rng, cfg,
+                                component_ids=[c.id for c in comps])
     except OptionFailure as exc:
         raise RevisionFailure(f"revision options: {exc.reason}") from exc
 
@@ -232,13 +235,13 @@ def plan_revision(
         "org_deformation_results": {
             "possible_deformation_anatomy": [a for c in comps for a in deformations[c.id].anatomies],
             "deformation_results": {
-                f"optimal_component_{c.id}": deformations[c.id].to_record(ov)
+                component_key(c.id): deformations[c.id].to_record(ov)
                 for c, ov in zip(comps, overlaps, strict=True)
             },
         },
         "qa_deformation_results": plan.to_record(),
         "geometrical_mask_infos": [
-            {"mask_component_id": f"optimal_component_{c.id}", "overlap": ov.to_dict()}
+            {"mask_component_id": c.id, "overlap": ov.to_dict()}
             for c, ov in zip(comps, overlaps, strict=True)
         ],
         "qa_deformation_success": True,
@@ -257,7 +260,7 @@ def plan_revision(
         deformed=bool(plan.steps),
         shown=shown,
         revision_before_masks=before_names,
-        revision_after_masks=[c.name for c in comps],
+        revision_after_masks=after_names,
         point_options=points.options,
         expansion_answer=points.expansion_answer,
         contraction_answer=points.contraction_answer,

@@ -28,6 +28,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from cxrground.errors import InputError
 
 __all__ = [
+    "ATTRIBUTE_KEYS",
     "BENCHMARK_FILE",
     "PATHS",
     "REFERENCE_CONTOUR_DIR",
@@ -62,6 +63,8 @@ __all__ = [
 BENCHMARK_FILE: Final[str] = "chexpercept.json"
 #: §12 key of the third Stage-4 question (the reference evaluator asks it only under this key).
 SEVERITY_KEY: Final[str] = "severity/measurement"
+#: §12 keys of the Stage-4 questions, in the order they are asked (§13.2) and written.
+ATTRIBUTE_KEYS: Final[tuple[str, ...]] = ("distribution", "location", SEVERITY_KEY, "comparison")
 
 #: Reference layout: folder (beside ``chexpercept.json``) holding one image folder per ``key_id``.
 REFERENCE_IMAGE_DIR: Final[str] = "chexpercept"

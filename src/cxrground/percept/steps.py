@@ -47,9 +47,11 @@ __all__ = [
     "StepFailure",
     "StepPlan",
     "center_point",
+    "component_key",
     "deform_component",
     "plan_steps",
     "step_name",
+    "unrevised_name",
 ]
 
 
@@ -61,9 +63,20 @@ class StepFailure(Exception):
         super().__init__(reason)
 
 
+def component_key(component_id: int) -> str:
+    """Return ``suboptimal_component_{i}``: component ``i`` in the records and the mask-choice keys (§8, §12)."""
+    return f"suboptimal_component_{component_id}"
+
+
 def step_name(component_id: int, operation: str, k: int) -> str:
     """Return ``suboptimal_component_{i}_exp{k}`` / ``_cont{k}``."""
-    return f"suboptimal_component_{component_id}_{'exp' if operation == EXPANSION else 'cont'}{k}"
+    return f"{component_key(component_id)}_{'exp' if operation == EXPANSION else 'cont'}{k}"
+
+
+def unrevised_name(component_id: int) -> str:
+    """Return ``suboptimal_component_{i}_no_contraction``: the mask name of a component no step deforms (§8), its
+    optimal mask both before and after the revision."""
+    return f"{component_key(component_id)}_no_contraction"
 
 
 def center_point(points: list[Point]) -> Point:
@@ -226,7 +239,7 @@ class Step:
         """Return the §8 step entry of ``deformation_results.json``."""
         key = "exp_idx" if self.operation == EXPANSION else "cont_idx"
         return {
-            "suboptimal_component_id": f"suboptimal_component_{self.component_id}",
+            "suboptimal_component_id": component_key(self.component_id),
             key: self.index,
             "anatomy": self.anatomy,
             "points": _to_list(self.points),
@@ -259,13 +272,18 @@ class StepPlan:
 
     def before_name(self, component: RefinedComponent) -> str:
         """Return the shown ("before revision") mask name: last contraction step, else last expansion step,
-        else the optimal component."""
+        else the optimal component (:meth:`after_name`)."""
         steps = self.component_steps(component.id)
         for op in (CONTRACTION, EXPANSION):
             mine = [s for s in steps if s.operation == op]
             if mine:
                 return mine[-1].name
-        return component.name
+        return self.after_name(component)
+
+    def after_name(self, component: RefinedComponent) -> str:
+        """Return the "after revision" mask name: the optimal component, named
+        ``suboptimal_component_{i}_no_contraction`` when no step deforms it (§8)."""
+        return self.no_deformation.get(component.id, component.name)
 
     def before_mask(self, component: RefinedComponent) -> np.ndarray:
         """Return the shown mask of one component."""
@@ -283,11 +301,10 @@ class StepPlan:
         """Return ``qa_deformation_results`` of ``deformation_results.json``."""
         out: dict[str, Any] = {EXPANSION: {}, CONTRACTION: {}, "no_deformation": {}}
         for s in self.steps:
-            out[s.operation].setdefault(str(s.component_id), []).append(s.to_record())
+            out[s.operation].setdefault(component_key(s.component_id), []).append(s.to_record())
         for cid, name in self.no_deformation.items():
-            out["no_deformation"][str(cid)] = [
-                {"suboptimal_component_id": f"suboptimal_component_{cid}", "mask_path": name}
-            ]
+            out["no_deformation"][component_key(cid)] = [{"suboptimal_component_id": component_key(cid),
+                                                          "mask_path": name}]
         return out
 
 
@@ -329,7 +346,7 @@ def _try_repeat(
                 logits = res.logits
                 remaining.remove(a)
         if not targets[EXPANSION] and not targets[CONTRACTION]:
-            no_def[comp.id] = f"suboptimal_component_{comp.id}_no_contraction"
+            no_def[comp.id] = unrevised_name(comp.id)
     problem = centre_problem(steps, components)
     if problem is not None:
         return problem

@@ -2,24 +2,27 @@
 
 Checks: the JSON schema; every referenced image exists, is a PNG without text chunks and has the size
 ``image_size`` (equal to the CXR's, i.e. to ``stage1``); every answer index is within its options;
-multi-select answers are sorted sets without duplicates; option counts (2 for detection / contour evaluation,
+multi-select answers are sets without duplicates, in any order (the point answers list the GT points in GT
+order, §4); option counts (2 for detection / contour evaluation,
 ≤ 9 points with ``None`` last, 3-4 mask options, 4 location options); path rules (LF: detection only);
 no leakage (no path, folder or file name containing ``answer``, ``fake``, ``true``, ``positive``, ``negative``,
 ``correct``); counts in ``card.md`` match the JSON; ``MANIFEST.sha256`` lists every file with its hash (except
 the review page ``gallery.html``); no image path leaves the benchmark folder (:mod:`cxrground.percept.paths`).
+The revision QAs of an RF case are not asked: their images (the points overlay, the revision options) are
+checked only where the folder holds them, since a reference export writes none (its JSON may still name them).
 Returns a list of human-readable problems (empty = valid).
 
-:func:`require_valid` is the check an export runs first (``percept export``): the same checks, refusing the
-export with the problems listed. A benchmark without ``MANIFEST.sha256`` was not made by ``percept build`` (e.g.
-the reference repository's): it is checked without the build records (manifest, ``card.md``, ``image_size``),
-and a note says so.
+A benchmark without ``MANIFEST.sha256`` was not made by ``percept build`` (e.g. the reference repository's, or
+one made by hand): it is checked without the build records (manifest, ``card.md``, ``image_size``), and a note
+says so (:func:`records_note`). :func:`require_valid` is the check an export runs first (``percept export``):
+the same checks, refusing the export with the problems listed.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Final
 
@@ -39,7 +42,7 @@ from cxrground.vocab.percept_templates import (
 )
 from cxrground.vocab.traits import lesions_where
 
-__all__ = ["LEAK_WORDS", "require_valid", "unreviewed", "validate_benchmark"]
+__all__ = ["LEAK_WORDS", "records_note", "require_valid", "unreviewed", "validate_benchmark"]
 
 #: Words that must not appear in any path of the benchmark (§10.3).
 LEAK_WORDS: Final[tuple[str, ...]] = ("answer", "fake", "true", "positive", "negative", "correct")
@@ -62,7 +65,9 @@ def _png_chunks(path: Path) -> list[bytes]:
     return chunks
 
 
-def _check_image(root: Path, rel: str | None, size: list[int] | None, where: str, problems: list[str]) -> None:
+def _check_image(root: Path, rel: str | None, size: list[int] | None, where: str, problems: list[str],
+                 asked: bool = True) -> None:
+    """Check one image; an image that is not ``asked`` (an RF case's revision images) may be absent."""
     if rel is None:
         problems.append(f"{where}: no image path")
         return
@@ -72,7 +77,8 @@ def _check_image(root: Path, rel: str | None, size: list[int] | None, where: str
         return
     path = root / rel
     if not path.is_file():
-        problems.append(f"{where}: image {rel} does not exist")
+        if asked:
+            problems.append(f"{where}: image {rel} does not exist")
         return
     try:
         chunks = _png_chunks(path)
@@ -102,8 +108,6 @@ def _multi(indices: list[int], n_options: int, where: str, problems: list[str]) 
         problems.append(f"{where}: empty multi-select answer")
     if len(set(indices)) != len(indices):
         problems.append(f"{where}: duplicate indices in multi-select answer {indices}")
-    elif indices != sorted(indices):
-        problems.append(f"{where}: multi-select answer {indices} is not sorted")
     bad = [i for i in indices if not 1 <= i <= n_options]
     if bad:
         problems.append(f"{where}: answer indices {bad} outside 1..{n_options}")
@@ -132,6 +136,7 @@ def _check_case(root: Path, key: str, case: Case, problems: list[str]) -> None:
     if ev.answer_index != (2 if cq.no_deformation else 1):
         problems.append(f"{key}.contour_eval_qa: answer_index {ev.answer_index} does not match the path")
     _check_image(root, ev.relative_path, size, f"{key}.contour_eval_qa", problems)
+    asked = not cq.no_deformation  # §10.2: an RF case's revision QAs are not asked
     for op in ("expansion", "contraction"):
         qa = getattr(cq, f"contour_revision_qa_{op}")
         where = f"{key}.contour_revision_qa_{op}"
@@ -145,7 +150,7 @@ def _check_case(root: Path, key: str, case: Case, problems: list[str]) -> None:
             problems.append(f"{where}: the last option must be {{point: null, color: None}}")
         _multi(qa.answer_index, len(opts), where, problems)
         if qa.relative_path is not None:
-            _check_image(root, qa.relative_path, size, where, problems)
+            _check_image(root, qa.relative_path, size, where, problems, asked)
         elif op == "expansion" and not cq.no_deformation:
             problems.append(f"{where}: an RR expansion question must name its image")
     rev = cq.contour_revision_qa_revision_result
@@ -160,7 +165,7 @@ def _check_case(root: Path, key: str, case: Case, problems: list[str]) -> None:
             problems.append(f"{where}: the answer option is not the true combination")
         for k, opt in enumerate(rev.answer_options, start=1):
             if opt.relative_path is not None:
-                _check_image(root, opt.relative_path, size, f"{where}.option{k}", problems)
+                _check_image(root, opt.relative_path, size, f"{where}.option{k}", problems, asked)
             elif not cq.no_deformation:
                 problems.append(f"{where}.option{k}: an RR revision option must name its image")
     attrs = case.attribute_extraction_qa
@@ -218,12 +223,31 @@ def _check_manifest(root: Path, problems: list[str]) -> None:
             problems.append(f"manifest hash mismatch for {rel}")
 
 
-def validate_benchmark(bench: str | Path, *, records: bool = True) -> list[str]:
-    """Every problem found in the benchmark folder ``bench`` (empty list = valid); ``records=False`` leaves out
-    the build records (``MANIFEST.sha256``, ``card.md`` and each case's ``image_size``)."""
+def records_note(bench: str | Path) -> str | None:
+    """The note saying that the benchmark folder ``bench`` is checked without its build records (None when it holds
+    ``MANIFEST.sha256``, i.e. was made by ``percept build``)."""
+    from cxrground.percept.layout import MANIFEST_FILE
+
+    root = Path(bench)
+    if (root / MANIFEST_FILE).is_file():
+        return None
+    return (f"{root}: no {MANIFEST_FILE} (not made by percept build): checked without the build records (file "
+            "hashes, card.md, image sizes)")
+
+
+def validate_benchmark(bench: str | Path, *, records: bool | None = None,
+                       note: Callable[[str], None] | None = None) -> list[str]:
+    """Every problem found in the benchmark folder ``bench`` (empty list = valid). ``records``: whether the build
+    records (``MANIFEST.sha256``, ``card.md`` and each case's ``image_size``) are checked; by default when the
+    folder holds ``MANIFEST.sha256``, and otherwise ``note`` receives :func:`records_note`."""
     from cxrground.percept.layout import CARD_FILE
 
     root = Path(bench)
+    if records is None:
+        missing = records_note(root)
+        records = missing is None
+        if missing is not None and note is not None:
+            note(missing)
     problems: list[str] = []
     try:
         benchmark = load_benchmark(root)
@@ -279,14 +303,10 @@ def require_valid(bench: str | Path, action: str = "export") -> list[str]:
     """Check the benchmark ``bench`` (its folder or its JSON file) before ``action``: raise :class:`InputError`
     naming the folder and listing every problem when :func:`validate_benchmark` finds any; returns the notes for
     the user (a benchmark without ``MANIFEST.sha256`` is checked without its build records, module docstring)."""
-    from cxrground.percept.layout import MANIFEST_FILE
-
     path = Path(bench)
     root = path if path.is_dir() else path.parent
-    built = (root / MANIFEST_FILE).is_file()
-    notes = [] if built else [f"{root}: no {MANIFEST_FILE} (not made by percept build): checked without the build "
-                              "records (file hashes, card.md, image sizes)"]
-    problems = validate_benchmark(root, records=built)
+    notes: list[str] = []
+    problems = validate_benchmark(root, note=notes.append)
     if problems:
         listed = "".join(f"\n  {p}" for p in problems)
         raise InputError(f"{len(problems)} problem(s) found by percept validate; {action} refused (fix the "

@@ -229,6 +229,12 @@ def subregion_text(name: str) -> str:
     return SUBREGION_TEXT.format(side=side, axial=axial, zone=PERCEPT_ZONE_DISPLAY[zone])
 
 
+def zone_text(name: str) -> str:
+    """Question text of an internal zone name (``left lung base`` → ``left lower zone lung``)."""
+    side, _, zone = name.partition(" ")
+    return f"{side} {PERCEPT_ZONE_DISPLAY[zone]}"
+
+
 def severity_options(lung: str) -> list[str]:
     """Severity options for ``left lung`` / ``right lung``."""
     return [t.format(lung=lung) for t in SEVERITY_OPTIONS]

@@ -2,7 +2,7 @@
 
 Sources: ILS.md §2 (groups, instruction types), §4 (the cardiomegaly answer), §9.2 (Table 7), §9.4 (lesion
 rules), §11 (negatives); CHEXPERCEPT.md §1.1-§1.3 (stages per lesion), §3 (question wording), §5.6, §7.1 and §9
-(the cardiomegaly deformation exception), §12 (depth).
+(the cardiomegaly deformation exception), §15 (depth).
 
 :data:`LESION_TRAITS` holds the seven lesions in the paper's table order; :mod:`cxrground.vocab.lesions` derives
 ``LESIONS``, ``ABBREVIATIONS``, ``LUNG_LESIONS``, ``DIFFUSE_LESIONS`` and ``LESION_INFERENCE_LESIONS`` from it
@@ -66,7 +66,7 @@ class PerceptTraits:
 
     stages: tuple[int, ...]
     """Stages a revision-required case is asked, from 1; a lesion without Stage 4 has no attribute questions
-    (``attribute_extraction_qa`` null) and gets the §12 depth bonus."""
+    (``attribute_extraction_qa`` null) and gets the §15 depth bonus."""
     detection: DetectionWording
     """Stage-1 stem: ``plain`` "Is any {lesion} visible …" or ``suggestive`` "Is any finding suggestive of …"."""
     heart_note: bool
@@ -85,7 +85,7 @@ class PerceptTraits:
     @property
     def depth_bonus(self) -> int:
         """Depth added to an RF/RR case whose last asked stage is End-to-End correct, so every lesion reaches
-        the same maxima (§12: +1 for cardiomegaly, 0 otherwise)."""
+        the same maxima (§15: +1 for cardiomegaly, 0 otherwise)."""
         return max(PERCEPT_STAGES) - max(self.stages)
 
     def check(self, owner: str) -> None:
