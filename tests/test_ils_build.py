@@ -144,6 +144,11 @@ def test_quality_against_synthetic_truth(built, cohort, tmp_path):
     ca = truth_scores["per_lesion"]["cardiomegaly"]
     assert ca["masks"] > 0 and ca["gIoU"] == pytest.approx(1.0)
     assert truth_scores["total"]["negative_correct"] > 0.8
+    # --json is standard JSON: a rate without a denominator is null, never NaN
+    as_json = CliRunner().invoke(main, ["ils", "quality", str(out), "--cohort", str(cohort), "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    loaded = json.loads(as_json.output, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert loaded["total"]["masks"] == truth_scores["total"]["masks"]
 
 
 def test_local_pool_and_ray_give_identical_output(cohort, built, tmp_path):

@@ -129,8 +129,10 @@ def test_question_type_from_instruction():
 
 
 def test_clean_answer_removes_wrapping_newlines_and_double_spaces():
-    raw = T.llava_prompt("Segment the edema.") + " [SEG] There is\nno  edema.</s><unk>"
+    raw = T.llava_prompt("Segment the edema.") + " [SEG] There is \nno  edema.</s><unk>"
     assert clean_answer(raw) == "[SEG] There is no edema."
+    # ILS.md §15.2 (and the reference's .replace("\n", "")): newlines are removed, not turned into spaces
+    assert clean_answer(" [SEG] There is\r\nno edema in the right\nlung.") == "[SEG] There isno edema in the rightlung."
 
 
 def test_parse_basic():

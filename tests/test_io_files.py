@@ -14,6 +14,7 @@ from cxrground.io.files import (
     atomic_path,
     atomic_write_bytes,
     atomic_write_text,
+    finite_json,
     sha256_bytes,
     sha256_file,
     sha256_json,
@@ -92,3 +93,12 @@ def test_sha256_json_is_the_canonical_json_digest():
     with pytest.raises(TypeError):
         sha256_json({"p": Path("x")})
     assert sha256_json({"p": Path("x")}, default=str) == sha256_json({"p": "x"})
+
+
+def test_finite_json_writes_nan_and_infinities_as_null():
+    import json
+    import math
+
+    value = {"a": float("nan"), "b": [1.5, float("inf"), {"c": -math.inf}], "d": (2, "x"), "e": None}
+    assert finite_json(value) == {"a": None, "b": [1.5, None, {"c": None}], "d": [2, "x"], "e": None}
+    json.dumps(finite_json(value), allow_nan=False)  # standard JSON

@@ -174,6 +174,13 @@ def test_read_mask_png_refuses_a_colour_image_and_a_film(tmp_path):
     soft[5:15, 15] = 128  # an anti-aliased edge: a few per cent of the pixels, accepted
     Image.fromarray(soft).save(tmp_path / "soft.png")
     assert read_mask_png(tmp_path / "soft.png").sum() == 100
+    half = (soft == 255).astype(np.uint8) * 128  # a 0/128 mask: refused rather than read as empty
+    Image.fromarray(half).save(tmp_path / "half.png")
+    with pytest.raises(MaskError, match=r"values go from 0 to 128, and none reaches 255") as raised:
+        read_mask_png(tmp_path / "half.png")
+    assert "half.png" in str(raised.value)
+    Image.fromarray(np.zeros((20, 30), np.uint8)).save(tmp_path / "empty.png")
+    assert not read_mask_png(tmp_path / "empty.png").any()
 
 
 def test_overlay_names_the_image_shape_for_a_mask_of_another_size():

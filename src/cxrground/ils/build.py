@@ -65,6 +65,7 @@ from cxrground.ils.card import (
     read_review_summary,
     reading_lines,
     render_card,
+    rules_lines,
     view_lines,
 )
 from cxrground.ils.cohort_normative import FITTED_FILE, _fitted_ready, resolve_spec
@@ -637,6 +638,8 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                  format_quality(score_against_truth(stage, truth_cohort)), "",
                  "Structured findings vs the report truth (present/uncertain findings per study and lesion):", "",
                  format_findings_quality(score_findings(stage, truth_cohort)), ""]
+    extra += rules_lines(config.zone_guide, config.grounded_location, config.silent_report_negatives,
+                         config.prominent_heart_negative)
     extra += view_lines(views, blind, view_table)
     extra += addendum_lines(addenda)
     extra += pose_lines(posed, config.qc.pose_warning, shipped=config.qc.pose_weights is None)

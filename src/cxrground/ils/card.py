@@ -30,6 +30,7 @@ __all__ = [
     "recall_table",
     "render_card",
     "review_lines",
+    "rules_lines",
     "stats_text",
     "view_lines",
     "with_review_section",
@@ -251,6 +252,28 @@ def render_card(
     lines += [json.dumps({k: provenance[k] for k in sorted(provenance)}, indent=2, sort_keys=True), "```", ""]
     lines += review_lines(review, len(provenance.get("exclude_studies", []) or []))
     return "\n".join(lines)
+
+
+def rules_lines(zone_guide: str, grounded_location: str, silent_report_negatives: bool,
+                prominent_heart_negative: bool) -> list[str]:
+    """The card's "Rules" section: where this build's rules depart from ILS.md read literally (none with
+    ``--paper-rules``)."""
+    departures = []
+    if zone_guide != "none":
+        departures.append(f"lung-lesion masks guided by the zone reader `{zone_guide}` (`--zone-guide none`: "
+                          "Algorithm 1 alone)")
+    if grounded_location == "mask":
+        departures.append("the grounded location read within the drawn mask, not the whole selected boxes "
+                          "(`--grounded-location boxes`)")
+    if not silent_report_negatives:
+        departures.append("no lung or pleural negatives from a report that says nothing about the film "
+                          "(`--silent-report-negatives`)")
+    if not prominent_heart_negative:
+        departures.append("no cardiomegaly pair for a heart the report calls prominent (`--prominent-heart-negative`)")
+    if not departures:
+        return ["## Rules", "", "ILS.md's rules read literally (`--paper-rules` or the four options it sets).", ""]
+    return ["## Rules", "", "Where this build departs from ILS.md read literally (`--paper-rules` reads it literally "
+            "on all of them):", "", *[f"- {d}" for d in departures], ""]
 
 
 #: Studies listed by name in the card's addendum section (the rest are counted).

@@ -358,8 +358,8 @@ def _negatives(study_key: str, findings: Sequence[Finding], empty_locations: Seq
     sided_negation = {f.lesion for f in findings
                       if f.assertion == "absent" and f.lesion and _has_side(f.reported_location)}
     any_finding = any(f.assertion != "absent" for f in findings)
-    heart_described = any(f.lesion is None and HEART in f.reported_location and f.assertion != "absent"
-                          for f in findings)
+    heart_described = not config.prominent_heart_negative and any(
+        f.lesion is None and HEART in f.reported_location and f.assertion != "absent" for f in findings)
     any_lung_lesion = bool(reported & set(LUNG_LESIONS))
     el = [lab for lab in ILS_LOCATION_LABELS if lab in set(empty_locations)]
     space = el if any_finding else list(ILS_LOCATION_LABELS)

@@ -98,6 +98,8 @@ ALGORITHM1_CHECK: Final[str] = "algorithm1"
 #: Zone readers that can guide lung-lesion masks (``IlsConfig.zone_guide``; ``none`` = Algorithm 1 alone).
 ZONE_GUIDES: Final[tuple[str, ...]] = ("none", "zone_prior_v1", "zone_prior_v2", "zone_prior_v3")
 
+#: How GL is read (``IlsConfig.grounded_location``): within the drawn mask, or from the selected boxes (ILS §10).
+GROUNDED_LOCATION_SOURCES: Final[tuple[str, str]] = ("mask", "boxes")
 #: How far a finding the report mentions keeps lung-lesion negatives away (``IlsConfig.negative_exclusion``).
 NEGATIVE_EXCLUSIONS: Final[tuple[str, ...]] = ("location", "lung")
 
@@ -179,7 +181,20 @@ class IlsConfig:
     segmenter's smoothed probability is highest), and gets no pair when the reader flags none of them
     (:mod:`cxrground.ils.zone_guide`). ``none``: Algorithm 1 alone, as ILS.md describes it."""
 
+    grounded_location: str = "mask"
+    """How GL (ILS §10) is read: ``mask`` (default), the reported labels whose anatomy mask meets the drawn mask
+    within the selected boxes, so a box spanning two zones grounds only the zone the mask lies in; ``boxes``, the
+    labels whose anatomy mask meets a selected box, as ILS.md §10 states it."""
+
+    prominent_heart_negative: bool = False
+    """Whether a heart the report calls "prominent" (neither enlarged nor normal) still gets the CTR-decided
+    cardiomegaly negative. False (default): it gets no cardiomegaly pair, counted on the card. True: ILS §11.2 read
+    literally (a lesion the report does not mention)."""
+
     def __post_init__(self) -> None:
+        if self.grounded_location not in GROUNDED_LOCATION_SOURCES:
+            raise ConfigError(f"unknown grounded-location source {self.grounded_location!r}; expected one of "
+                              f"{', '.join(GROUNDED_LOCATION_SOURCES)}")
         if self.zone_guide not in ZONE_GUIDES:
             raise ConfigError(f"unknown zone guide {self.zone_guide!r}; expected one of {', '.join(ZONE_GUIDES)}")
         if self.negative_exclusion not in NEGATIVE_EXCLUSIONS:

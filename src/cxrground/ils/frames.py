@@ -55,9 +55,11 @@ DATASET_NAMES: Final[tuple[str, ...]] = (DATASET_FILE, MASK_DIR, FRAME_FILE, "ca
 #: The card's statement of each frame (``## Masks`` section).
 FRAME_TEXT: Final[dict[str, str]] = {
     "native": ("PNG, 8-bit, one channel, values 0/255, **at each image's native size**; the frame is the image's "
-               "own pixel grid (no padding, no stretching). Loaders written for the released 512×512 masks "
-               "resize with nearest neighbour first; ours need no resize. `masks.jsonl` holds every mask as "
-               "COCO RLE."),
+               "own pixel grid (no padding, no stretching). `masks.jsonl` holds every mask as COCO RLE. **For the "
+               "ROSALIA/LISA training and evaluation code, export this dataset first** (`cxrground ils export "
+               "--dataset DIR --frame released --out DIR512`): that code letterboxes a non-square mask while it "
+               "stretches its predictions, so it trains and scores native masks of non-square films misaligned, "
+               "without an error. `cxrground ils evaluate` and `percept build` read either frame."),
     "released": ("PNG, 8-bit, one channel, values 0/255, **{size}×{size}, the released MIMIC-ILS frame**: the whole "
                  "image stretched to the square (no padding), nearest neighbour; the layout the ROSALIA/LISA "
                  "training and evaluation code reads. `" + FRAME_FILE + "` records the frame and every image's "

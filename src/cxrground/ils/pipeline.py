@@ -457,7 +457,7 @@ def _ground(findings, pixels: np.ndarray, right: np.ndarray, left: np.ndarray, h
         # only the zone its mask lies in; bench/records/grounded_location_mask_preregistration.md)
         drawn = boxes_mask(result.selected, lesion_mask.shape) & lesion_mask
         check = verify_location(f.reported_location or ("right lung", "left lung"), locations, result.selected,
-                                config, covered=drawn)
+                                config, covered=drawn if config.grounded_location == "mask" else None)
         grounded.append(GroundedFinding(f, native, tuple(check.grounded), check.complete))
     el = empty_locations(widen_to_lungs(findings) if config.negative_exclusion == "lung" else findings, locations)
     if any(findings[i].assertion != "absent" for i in el.unlocated):

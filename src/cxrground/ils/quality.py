@@ -24,6 +24,7 @@ import numpy as np
 
 from cxrground.anatomy import ils_location_masks
 from cxrground.datasets.synthetic import load_truth
+from cxrground.io.files import finite_json
 from cxrground.io.masks import decode_rle, read_mask_png
 from cxrground.vocab.lesions import LESIONS, LUNG_LESIONS
 from cxrground.vocab.locations import BOTH_LUNGS, HEART
@@ -134,7 +135,7 @@ def _negative_correct(pair: dict[str, Any], truth: Any, lesion_masks: list, regi
 def quality_text(dataset_dir: str | Path, cohort_dir: str | Path, as_json: bool = False) -> str:
     """:func:`score_against_truth` as JSON, or as :func:`format_quality`'s table."""
     scores = score_against_truth(dataset_dir, cohort_dir)
-    return json.dumps(scores, indent=2) if as_json else format_quality(scores)
+    return json.dumps(finite_json(scores), indent=2, allow_nan=False) if as_json else format_quality(scores)
 
 
 def format_quality(scores: dict[str, Any]) -> str:

@@ -9,14 +9,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cxrground.anatomy.segment import SEGMENTERS
 from cxrground.datasets.views import find_view_table, read_view_table, view_table_record
 from cxrground.errors import ConfigError, Failure, InputError, OptionError, OptionValueError
 from cxrground.fields import check_bounds, option
 from cxrground.ils.backend_spec import BackendSpec
-from cxrground.ils.config import NEGATIVE_CHECKS, NEGATIVE_EXCLUSIONS, ZONE_GUIDES, IlsConfig, QCConfig
+from cxrground.ils.config import (
+    GROUNDED_LOCATION_SOURCES,
+    NEGATIVE_CHECKS,
+    NEGATIVE_EXCLUSIONS,
+    ZONE_GUIDES,
+    IlsConfig,
+    QCConfig,
+)
 from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
 from cxrground.ils.tasks import find_split_file, read_exclusions
 from cxrground.io.image import DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP
@@ -117,6 +124,17 @@ class BuildRequest:
                              "that the reader flags (Algorithm 1's mask cut to them; for airspace lesions an empty "
                              "flagged zone is filled where the lesion segmenter's smoothed probability is highest) "
                              "and gets no pair when the reader flags none of them. none: Algorithm 1 alone.")
+    grounded_location: str = option("mask", choices=GROUNDED_LOCATION_SOURCES, help="How a finding's grounded "
+                                    "location is read: the reported labels the drawn mask meets within the "
+                                    "selected boxes (mask), or those meeting a selected box (boxes, ILS.md §10 "
+                                    "literally).")
+    prominent_heart_negative: bool = option(False, help="Give a heart the report calls prominent the CTR-decided "
+                                            "cardiomegaly negative (ILS §11.2 literally). Default: no cardiomegaly "
+                                            "pair for it (counted on the card).")
+    paper_rules: bool = option(False, help="ILS.md's rules read literally, as the paper's pipeline: --zone-guide "
+                               "none, --silent-report-negatives, --grounded-location boxes and "
+                               "--prominent-heart-negative, whatever those options say (the other defaults are "
+                               "the paper's already).")
     split_file: Path | None = option(None, path="file", help="CSV with study_id,split, plain or gzipped (e.g. "
                                      "mimic-cxr-2.0.0-split.csv.gz). Default: that file in the image folder or its "
                                      "parent when there (MIMIC-CXR-JPG's official split), else by subject hash.")
@@ -128,7 +146,7 @@ class BuildRequest:
     threshold_scale: float = option(1.0, low=0.0, low_open=True, help="Multiply every Table 7 threshold (0.5 = the "
                                     "paper's half-τ setting).")
     limit: int | None = option(None, low=1, help="Process only the first N studies (by study id).")
-    seed: int = option(0)
+    seed: int = option(0, low=0)
     overwrite: bool = option(False, help="Discard a previous build in OUT made with other settings (or, when its "
                                "normative model was fitted on its own studies, other inputs).")
     max_pixels: int = option(DEFAULT_MAX_PIXELS, low=1, show_default=True, help=MAX_PIXELS_HELP)
@@ -189,6 +207,16 @@ class BuildRequest:
             return None
         return find(str(self.images).removeprefix("file://"))
 
+    def rule_options(self) -> dict[str, Any]:
+        """The :class:`IlsConfig` fields of the rules where the build departs from ILS.md by default: as given, or
+        ILS.md's literal rules with ``paper_rules``."""
+        if self.paper_rules:
+            return {"zone_guide": "none", "silent_report_negatives": True, "grounded_location": "boxes",
+                    "prominent_heart_negative": True}
+        return {"zone_guide": self.zone_guide, "silent_report_negatives": self.silent_report_negatives,
+                "grounded_location": self.grounded_location,
+                "prominent_heart_negative": self.prominent_heart_negative}
+
     def backend_spec(self) -> BackendSpec:
         """The backends with their options; structurer options that do not fit the structurer are an
         :class:`OptionError`."""
@@ -219,8 +247,7 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
                                    pose_weights=str(Path(request.pose_weights).resolve())
                                    if request.pose_weights is not None else None),
                        negative_check=request.negative_check, negative_exclusion=request.negative_exclusion,
-                       zone_guide=request.zone_guide, silent_report_negatives=request.silent_report_negatives,
-                       global_negative_needs_region=request.global_negatives_need_region)
+                       global_negative_needs_region=request.global_negatives_need_region, **request.rule_options())
     if request.threshold_scale != 1.0:
         config = config.with_threshold_scale(request.threshold_scale)
     spec = request.backend_spec()

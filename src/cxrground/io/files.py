@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -29,6 +30,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "cut_torn_tail",
+    "finite_json",
     "model_paths",
     "read_csv_text",
     "read_model_sidecar",
@@ -262,6 +264,18 @@ def read_model_sidecar(path: str | Path, fmt: str, what: str = "model") -> dict[
     if got != fmt:
         raise ConfigError(f"{what} sidecar {json_path} has format {got!r}, expected {fmt!r}")
     return data
+
+
+def finite_json(value: Any) -> Any:
+    """``value`` with every NaN or infinite float (nested in objects and lists) as None: JSON that strict parsers
+    read (``json.dumps`` would write ``NaN``)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_json(v) for v in value]
+    return value
 
 
 def flat_json(value: Any, prefix: str = "") -> dict[str, Any]:

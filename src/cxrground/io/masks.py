@@ -271,6 +271,9 @@ def read_mask_png(path: str | Path, shape: Sequence[int] | None = None, threshol
         top = arr.max(initial=0)
         if top == 1:  # 0/1 PNGs are common in the wild
             threshold = 1
+        elif 0 < top < threshold:  # e.g. a 0/128 mask: read at 255 it would be silently empty
+            raise MaskError(f"mask values go from 0 to {int(top)}, and none reaches {threshold}: a mask image holds "
+                            "0 and 255 (or 0 and 1)", path)
         between = float(np.count_nonzero((arr > 0) & (arr < top))) / max(arr.size, 1)
         if between > MAX_GREY_SHARE:  # soft edges are a few per cent at most; a film is mostly grey levels
             raise MaskError(f"not a mask: {between:.0%} of its pixels are grey levels between 0 and {int(top)} (a mask "

@@ -98,7 +98,7 @@ def clean_answer(text: str) -> str:
     if _ASSISTANT in text:
         text = text.rsplit(_ASSISTANT, 1)[1]
     text = text.split(EOS, 1)[0]
-    text = text.replace("\r", " ").replace("\n", " ")
+    text = text.replace("\r", "").replace("\n", "")  # ILS.md §15.2: newlines removed
     return re.sub(r" {2,}", " ", text).strip()
 
 
