@@ -172,6 +172,7 @@ def main() -> None:
         ("unet, normative default + zone_prior_v2 check of negatives", 1.0, BackendSpec()),
         ("unet, normative default + algorithm1 check of negatives", 1.0, BackendSpec()),
         ("unet, normative default, no zone guide (Algorithm 1 alone)", 1.0, BackendSpec()),
+        ("unet, normative default, ILS.md's rules read literally (--paper-rules)", 1.0, BackendSpec()),
         ("unet, normative default, zone guide zone_prior_v1 instead of zone_prior_v2", 1.0, BackendSpec()),
         ("unet, normative default, negatives kept off lungs with a reported finding", 1.0, BackendSpec()),
         ("unet, normative default, global negatives need an empty location", 1.0, BackendSpec()),
@@ -185,12 +186,15 @@ def main() -> None:
         out = work / f"run{i}"
         start = time.perf_counter()
         check = next((r for r in NEGATIVE_CHECKS if f"{r} check" in name), "none")
-        guide = "none" if "no zone guide" in name else \
+        literal = "--paper-rules" in name
+        guide = "none" if "no zone guide" in name or literal else \
             next((r for r in ZONE_GUIDES if f"zone guide {r}" in name), IlsConfig().zone_guide)
         config = IlsConfig(seed=0, negative_check=check, lung_lesions_off_centre="not clipped" not in name,
                            negative_exclusion="lung" if "negatives kept off lungs" in name else "location",
                            zone_guide=guide,
-                           global_negative_needs_region="global negatives need an empty location" in name)
+                           global_negative_needs_region="global negatives need an empty location" in name,
+                           silent_report_negatives=literal, grounded_location="boxes" if literal else "mask",
+                           prominent_heart_negative=literal)
         summary = build_dataset(tasks, out, config.with_threshold_scale(scale), spec,
                                 scan_failures=failures, progress=False)
         seconds = time.perf_counter() - start

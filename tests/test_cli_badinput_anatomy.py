@@ -284,3 +284,7 @@ def test_scan_check_reads_every_film_and_report_as_the_build_does(tmp_path):
     assert "1 study (1 images), 4 failures" in res.output, res.output
     for named in (reports / "2.txt", reports / "3.txt", img / "cut.png", img / "text.png"):
         assert f"failed: {named}:" in res.output, res.output
+    bad = index.with_name("bad.csv")  # no usable study at all: exit 1, as the batch commands do
+    bad.write_text("image,study_id,report_path\n" + "".join(f"{i},{s},{tmp_path / r}\n" for i, s, r in rows[3:]))
+    none = _run(["scan", "--images", img, "--index", bad, "--check"])
+    assert none.exit_code == 1 and "no usable study under" in none.output and "all 2 found failed" in none.output

@@ -262,6 +262,26 @@ def test_bad_inputs_are_recorded_and_the_rest_finishes(cohort, tmp_path):
     assert "Studies not in the dataset" in card
 
 
+def test_a_folder_holding_another_commands_files_is_refused(cohort, built, tmp_path):
+    """An `ils export` copy (or any folder with a card.md / failures.jsonl and no build) is not built into, with or
+    without --overwrite; a build cut short (its units/ left) still resumes."""
+    export = tmp_path / "export"
+    res = CliRunner().invoke(main, ["ils", "export", "--dataset", str(built), "--out", str(export)])
+    assert res.exit_code == 0, res.output
+    card = (export / "card.md").read_bytes()
+    for extra in ([], ["--overwrite"]):
+        res = CliRunner().invoke(main, ["ils", "build", "--images", str(cohort / "files"), "--out", str(export),
+                                        "--quiet", "--limit", "1", *extra])
+        assert res.exit_code != 0 and "but no ILS build (no settings.json)" in res.output, res.output
+    assert (export / "card.md").read_bytes() == card
+    cut = tmp_path / "cut"
+    shutil.copytree(built, cut)
+    (cut / "settings.json").unlink()  # as a kill while --overwrite cleared the old build leaves it
+    res = CliRunner().invoke(main, ["ils", "build", "--images", str(cohort / "files"), "--out", str(cut), "--quiet",
+                                    "--seed", "3"])
+    assert res.exit_code == 0, res.output
+
+
 def test_quality_command(built, cohort):
     result = CliRunner().invoke(main, ["ils", "quality", str(built), "--cohort", str(cohort)])
     assert result.exit_code == 0 and "| total |" in result.output

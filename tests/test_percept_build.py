@@ -521,6 +521,27 @@ def test_a_wrong_images_root_or_an_empty_candidates_file_is_refused_before_anyth
     assert not out.exists()
 
 
+def test_an_out_folder_that_is_the_dataset_inside_the_images_or_foreign_is_refused(synth_ils, tmp_path) -> None:
+    """The dataset's own card.md and failures.jsonl are never replaced, case images never land among the films, and
+    a folder holding other files is not written into."""
+    ils, images = synth_ils
+    card = (ils / "card.md").read_bytes()
+    opts = BuildOptions(ils=str(ils), images=str(images), per_lesion=(1, 1, 1), max_candidates=1)
+    with pytest.raises(ConfigError, match=r"is the ILS dataset's folder"):
+        build_benchmark(opts, ils, progress=False)
+    assert (ils / "card.md").read_bytes() == card
+    with pytest.raises(ConfigError, match=r"lies inside the image folder"):
+        build_benchmark(opts, images / "bench", progress=False)
+    assert not (images / "bench").exists()
+    foreign = tmp_path / "notes"
+    foreign.mkdir()
+    (foreign / "failures.jsonl").write_text("mine\n")
+    for overwrite in (False, True):
+        with pytest.raises(ConfigError, match=r"is not empty and holds no CheXpercept build"):
+            build_benchmark(opts, foreign, progress=False, overwrite=overwrite)
+    assert (foreign / "failures.jsonl").read_text() == "mine\n"
+
+
 def test_the_card_says_why_counts_fall_short(synth_bench) -> None:
     out, _ = synth_bench
     card = (out / "card.md").read_text()

@@ -111,9 +111,10 @@ def test_anatomy_pose_reads_a_fixed_film_again_and_retries_failures_on_request(p
 
     def pose(*extra: str) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
         run = CliRunner().invoke(main, ["anatomy", "pose", "--images", str(films), "--out", str(out), *extra])
-        assert run.exit_code == 0, run.output
         failed = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
-        return _rows(out / "poses.csv"), {Path(f["path"]).name: f["reason"] for f in failed}
+        rows = _rows(out / "poses.csv")
+        assert run.exit_code == (1 if failed and not rows else 0), run.output  # 1: no film could be read
+        return rows, {Path(f["path"]).name: f["reason"] for f in failed}
 
     rows, failed = pose("--max-pixels", limit)
     assert rows == {} and sorted(failed) == ["a.png", "broken.png"] and "pixel" not in failed["broken.png"]
@@ -262,6 +263,13 @@ def test_anatomy_pose_records_what_is_no_chest_film_and_overwrite_reads_afresh(p
     fresh = CliRunner().invoke(main, ["anatomy", "pose", "--images", str(films), "--out", str(out), "--overwrite"])
     assert fresh.exit_code == 0, fresh.output
     assert _rows(out / "poses.csv")["a.png"]["correction"] == "mirrored left-right"
+    (films / "a.png").unlink()  # every film left fails: exit 1, the reasons recorded
+    none = CliRunner().invoke(main, ["anatomy", "pose", "--images", str(films), "--out", str(tmp_path / "none")])
+    assert none.exit_code == 1 and "no film could be read: all 4 failed" in none.output
+    assert len((tmp_path / "none" / "failures.jsonl").read_text().splitlines()) == 4
+    (out / "zones.csv").write_text("image\n")  # another command's results: refused, --overwrite or not
+    mixed = CliRunner().invoke(main, ["anatomy", "pose", "--images", str(films), "--out", str(out), "--overwrite"])
+    assert mixed.exit_code != 0 and "holds another command's results (zones.csv)" in mixed.output
 
 
 def test_card_pose_section_lists_twenty_films_and_counts_the_rest():

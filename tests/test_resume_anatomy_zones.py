@@ -116,16 +116,37 @@ def test_a_changed_film_and_an_old_results_folder_are_refused(films, tmp_path) -
     shutil.copy(copy / "sub" / "x.png", copy / "img1.png")
     with pytest.raises(ConfigError, match=r"film img1\.png changed"):
         write_zones(paths, out, seg, model, root=copy, overlays=False)
+    res = CliRunner().invoke(main, ["anatomy", "zones", "--images", str(copy), "--out", str(out), "--no-overlays",
+                                    "--zone-model", "normative", "--overwrite", "--quiet"])
+    assert res.exit_code == 0, res.output  # as the error says: --overwrite starts afresh, every film read again
+    assert len((out / PROGRESS_FILE).read_text().splitlines()) == 4
     (out / RUN_FILE).unlink()  # results without a run record (another run)
     (out / PROGRESS_FILE).unlink()
     (out / "zones.csv").write_text("image\n")
     res = CliRunner().invoke(main, ["anatomy", "zones", "--images", str(copy), "--out", str(out), "--no-overlays",
                                     "--zone-model", "normative"])
-    assert res.exit_code != 0 and "holds the results of another anatomy zones run" in res.output
+    assert res.exit_code != 0 and "holds the results of another run" in res.output
     res = CliRunner().invoke(main, ["anatomy", "zones", "--images", str(copy), "--out", str(out), "--no-overlays",
                                     "--zone-model", "normative", "--overwrite"])
     assert res.exit_code == 0, res.output
     assert (out / RUN_FILE).is_file() and len((out / "zones.csv").read_text().splitlines()) >= 2
+    (out / "poses.csv").write_text("image\n")  # another command's results: refused, --overwrite or not
+    for extra in ([], ["--overwrite"]):
+        res = CliRunner().invoke(main, ["anatomy", "zones", "--images", str(copy), "--out", str(out),
+                                        "--no-overlays", "--zone-model", "normative", *extra])
+        assert res.exit_code != 0 and "holds another command's results (poses.csv)" in res.output
+    assert (out / "zones.csv").is_file()
+
+
+def test_exit_1_when_no_film_can_be_read(tmp_path) -> None:
+    films = tmp_path / "films"
+    films.mkdir()
+    for name in ("a.png", "b.png"):
+        (films / name).write_bytes(b"not a png")
+    res = CliRunner().invoke(main, ["anatomy", "zones", "--images", str(films), "--out", str(tmp_path / "z"),
+                                    "--zone-model", "normative", "--quiet"])
+    assert res.exit_code == 1 and "no film could be read: all 2 failed" in res.output
+    assert (tmp_path / "z" / "failures.jsonl").read_text().count("\n") == 2
 
 
 def test_failed_films_are_kept_on_a_rerun_and_read_again_with_retry_failed(films, tmp_path, monkeypatch) -> None:

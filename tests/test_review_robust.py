@@ -393,3 +393,21 @@ def test_the_admin_queue_separates_own_work_from_the_team(setup, tmp_path) -> No
     assert "id='all-assignments'" in page and "id='team-progress'" in page
     mine = page.split("id='queue'", 1)[1].split("</table>", 1)[0]
     assert "<tr data-id" not in mine  # the admin's own queue is empty; everyone's rows are in the other table
+
+
+def test_opening_another_sqlite_file_or_an_empty_file_is_refused_and_changes_nothing(tmp_path) -> None:
+    cache = tmp_path / "cache.sqlite"
+    with sqlite3.connect(cache) as con:  # a response cache: another SQLite file
+        con.execute("CREATE TABLE responses(key TEXT PRIMARY KEY, value TEXT)")
+    before = cache.read_bytes()
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    for path in (cache, empty):
+        res = CliRunner().invoke(main, ["review", "stats", "--db", str(path)])
+        assert res.exit_code != 0 and "not a review database" in res.output and "Traceback" not in res.output
+        with pytest.raises(InputError, match="no review tables"):
+            ReviewDB(path)
+    assert cache.read_bytes() == before and empty.read_bytes() == b""
+    with sqlite3.connect(cache) as con:
+        assert [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["responses"]
+    assert ReviewDB.create(tmp_path / "new.sqlite").path.is_file()  # add-user still creates a new one

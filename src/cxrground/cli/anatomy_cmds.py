@@ -63,10 +63,12 @@ def show(request: GeometryRequest) -> None:
                    "tilted film upright), ctr_calibration=true, weights=FILE.")
 @click.option("--max-pixels", type=click.IntRange(1), default=DEFAULT_MAX_PIXELS, show_default=True,
               help=MAX_PIXELS_HELP + " Films refused so are read with a higher limit by a rerun with --retry-failed.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
 def zones(images: Path, out: Path, overwrite: bool, retry_failed: bool, normative: Path | None, no_overlays: bool,
           metadata: Path | None, qc_orientation: bool, zone_model: str, segmenter_opt: tuple[str, ...],
-          max_pixels: int) -> None:
-    """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every frontal film: OUT/zones.csv."""
+          max_pixels: int, quiet: bool) -> None:
+    """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every frontal film: OUT/zones.csv. Exits 1
+    when no film could be read (the reasons are in OUT/failures.jsonl)."""
     from cxrground.anatomy.segment import get_segmenter
     from cxrground.datasets.views import load_view_table
     from cxrground.fields import key_values
@@ -80,11 +82,19 @@ def zones(images: Path, out: Path, overwrite: bool, retry_failed: bool, normativ
     readings, failures = write_zones(find_images(images), out, segmenter, model,
                                      overlays=not no_overlays, root=images, zone_model=reader, views=views,
                                      orientation_check=qc_orientation, overwrite=overwrite,
-                                     retry_failed=retry_failed, max_pixels=max_pixels)
+                                     retry_failed=retry_failed, max_pixels=max_pixels, progress=not quiet)
     flagged = sum(sum(r.flags.values()) for r in readings)
     how = f"threshold z {model.zone_threshold:.2f}" if reader is None else reader_name(reader)
     click.echo(f"wrote {out / 'zones.csv'}: {len(readings)} images, {flagged} zones flagged, "
                f"{len(failures)} failures ({how})")
+    _exit_if_none_read(len(readings), len(failures), out)
+
+
+def _exit_if_none_read(read: int, failed: int, out: Path) -> None:
+    """Exit 1 when films were given and none could be read, as the other batch commands do."""
+    if failed and not read:
+        raise click.ClickException(f"no film could be read: all {failed} failed (the reasons are in "
+                                   f"{out / 'failures.jsonl'})")
 
 
 @anatomy.command("fit-zones")
@@ -137,7 +147,7 @@ def pose(images: Path, out: Path, overwrite: bool, retry_failed: bool, weights: 
          metadata: Path | None, max_pixels: int) -> None:
     """List the films that look stored mirrored, turned or flipped (OUT/poses.csv, contact sheets in OUT/flagged/):
     a list to look at, nothing is rejected. On held-out films the shipped reader finds 98-100 % of mirrored films
-    and lists 3-6 % of upright ones (docs: Real films: anatomy)."""
+    and lists 3-6 % of upright ones (docs: Real films: anatomy). Exits 1 when no film could be read."""
     from cxrground.anatomy.segment.pose_net import PoseReader, shipped_pose_reader
     from cxrground.anatomy.segment.pose_run import write_poses
     from cxrground.datasets.views import is_frontal, load_view_table
@@ -152,6 +162,7 @@ def pose(images: Path, out: Path, overwrite: bool, retry_failed: bool, weights: 
     click.echo(f"wrote {out / 'poses.csv'}: {len(rows)} films, {flagged} look stored in a wrong pose"
                + (f" (contact sheets in {out / 'flagged'})" if flagged and not no_sheets else "")
                + f", {len(failures)} failures")
+    _exit_if_none_read(len(rows), len(failures), out)
 
 
 COMMANDS: list[click.Command] = [anatomy]

@@ -66,7 +66,8 @@ def pack_info(path: Path | None, verify: bool) -> None:
 def scan(images: Path, reports: Path | None, index: Path | None, metadata: Path | None, as_json: bool,
          check: bool) -> None:
     """List the studies (images + report) found in a folder, the views of their images, and every file that could
-    not be used (without --check: what the file system shows; a corrupt film or an empty report needs --check)."""
+    not be used (without --check: what the file system shows; a corrupt film or an empty report needs --check).
+    Exits 1 when files were found and none of them makes a usable study."""
     studies, failures = _scan_with_reports(images, reports, index)
     if check:
         from cxrground.datasets.folder import check_studies
@@ -76,6 +77,8 @@ def scan(images: Path, reports: Path | None, index: Path | None, metadata: Path 
     table, views = load_view_table(metadata, images)
     studies = [_header_view(image) for group in views_by_study(studies, views).values() for image in group]
     echo_lines(scan_lines(studies, failures, as_json=as_json, view_table=table))
+    if failures and not studies:
+        raise click.ClickException(f"no usable study under {images}: all {len(failures)} found failed")
 
 
 def _header_view(image: StudyInput) -> StudyInput:

@@ -27,9 +27,10 @@ def build(request: BuildRequest, quiet: bool) -> None:
     from cxrground.ils.build import input_lines
 
     summary = run_build(request, progress=not quiet)
-    click.echo("\n".join(build_lines(summary) + input_lines(summary)))
+    lines = build_lines(summary) + input_lines(summary)
+    click.echo("\n".join(line for line in lines if not line.startswith("  error: ")))
     if summary.every_failed:
-        raise SystemExit(1)
+        raise click.ClickException(f"every study failed; the reasons are in {request.out / 'failures.jsonl'}")
 
 
 @ils.command("stats")

@@ -34,11 +34,13 @@ def percept() -> None:
 @percept.command("build")
 @threads_option
 @request_options(BuildRequest)
-def build(request: BuildRequest) -> None:
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+def build(request: BuildRequest, quiet: bool) -> None:
     """Build a CheXpercept benchmark from an ILS dataset (resumable; byte-identical for a seed). An unknown
     --split is an error naming the dataset's splits; a build that finds no candidate warns; a build whose every
-    candidate was dropped (e.g. no image found under --images) exits 1 naming the commonest reasons."""
-    summary = run_build(request)
+    candidate was dropped (e.g. no image found under --images) exits 1 naming the commonest reasons. --out must be
+    a new or empty folder, or one holding a build; not the dataset's folder or one inside --images."""
+    summary = run_build(request, progress=not quiet)
     click.echo("\n".join(build_lines(summary)))
     for line in summary.warnings:
         warn(f"warning: {line}")

@@ -34,7 +34,7 @@ def eval_cmd(request: EvalRequest) -> None:
 
 @percept.command("score")
 @click.argument("run", type=DIR)
-@click.option("--bootstrap", "n_boot", type=int, default=1000, help="Bootstrap resamples (0 = none).")
+@click.option("--bootstrap", "n_boot", type=click.IntRange(0), default=1000, help="Bootstrap resamples (0 = none).")
 def score_cmd(run: Path, n_boot: int) -> None:
     """Score a run: score.json and the reference CSVs in RUN/; prints the summary rows (and the spread rows of
     runs with several repeats). A results line that holds no valid record is named (file:line) in a warning and
@@ -57,7 +57,7 @@ def _warn_bad_lines(score: dict[str, Any]) -> None:
 @percept.command("report")
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
 @click.option("--out", type=OUT_FILE, required=True, help="HTML file to write.")
-@click.option("--bootstrap", "n_boot", type=int, default=1000)
+@click.option("--bootstrap", "n_boot", type=click.IntRange(0), default=1000, help="Bootstrap resamples (0 = none).")
 def report_cmd(runs: tuple[Path, ...], out: Path, n_boot: int) -> None:
     """Compare the run folders RUNS in one self-contained HTML page (+ all_models_summary.csv next to it). Files
     among RUNS (the response cache, an earlier report, as `runs/*` names them) are skipped with a note; a folder

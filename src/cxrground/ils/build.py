@@ -46,7 +46,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from tqdm.auto import tqdm
 
@@ -750,6 +750,20 @@ def _clear_build(out: Path, stamp: Path, overwrite: bool, what: str = "settings"
             store.remove(name)
 
 
+#: Files a build writes that another command's folder may hold too (an ILS export, a CheXpercept benchmark).
+_SHARED_NAMES: Final[tuple[str, ...]] = ("card.md", "failures.jsonl", DATASET_FILE, "provenance.json")
+
+
+def _check_foreign(out: Path) -> None:
+    """A :class:`ConfigError` when ``out`` holds no build of ours (no ``settings.json``, no ``units/`` of a build
+    cut short) but files of the names a build writes, which it would replace (an ``ils export`` folder, a
+    CheXpercept benchmark, a user's notes)."""
+    clash = [name for name in _SHARED_NAMES if (out / name).exists()]
+    if clash and not (out / UNITS_DIR).is_dir():
+        raise ConfigError(f"{out} holds {', '.join(clash)} but no ILS build (no settings.json); a build would "
+                          "replace them: use a new or empty folder")
+
+
 #: The build's own state beside the units, copied between an object-storage output and the local stage.
 _STATE_FILES = ("settings.json", FITTED_FILE, str(Path(FITTED_FILE).with_suffix(".json")), FITTED_INPUTS, INPUTS_INDEX)
 
@@ -896,6 +910,8 @@ def build_dataset(
     if store.local:
         _remove_stale_temporaries(out)
     previous = json.loads(stamp.read_text()) if stamp.is_file() else None
+    if store.local and previous is None:
+        _check_foreign(out)
     compared = set(settings) | (set(_OPTIONAL_SETTINGS) & set(previous or {}))
     changed = [k for k in sorted(compared) if (previous or {}).get(k) != settings.get(k)]
     if previous is not None and changed:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from cxrground.anatomy.ctr import cardiothoracic_ratio
 from cxrground.anatomy.ils_locations import ils_location_masks
@@ -363,8 +364,16 @@ def _clear_outputs(out: Path) -> None:
 
 def _check_run(out: Path, record: dict[str, Any], overwrite: bool) -> None:
     """Refuse an output folder holding another run's results (other films, settings or reader) unless
-    ``overwrite`` (then its outputs are deleted); a folder with the same run record resumes."""
+    ``overwrite``; a folder with the same run record resumes. ``overwrite`` deletes the outputs of any earlier run
+    (this one's too), so the films are all read afresh."""
     run_file = out / RUN_FILE
+    foreign = [n for n in ("poses.csv", "poses.json", ".poses-run.json") if (out / n).exists()]
+    if foreign:  # another command's results: its failures.jsonl is not ours to replace or delete
+        raise ConfigError(f"output folder {out} holds another command's results ({', '.join(foreign)}); use another "
+                          "--out")
+    if overwrite:
+        _clear_outputs(out)
+        return
     if run_file.is_file():
         try:
             old = json.loads(run_file.read_text(encoding="utf-8"))
@@ -374,22 +383,18 @@ def _check_run(out: Path, record: dict[str, Any], overwrite: bool) -> None:
             return
         changed = sorted(k for k in record if not isinstance(old, dict) or old.get(k) != record[k])
         what = "changed: " + ", ".join(changed) if changed else "an unreadable run record"
-        if not overwrite:
-            raise ConfigError(f"output folder {out} holds another anatomy zones run ({what}); use another --out "
-                              "or --overwrite")
-        _clear_outputs(out)
-    elif any((out / n).exists() for n in ("zones.csv", "failures.jsonl", "zones.json", OVERLAY_DIR)):
-        if not overwrite:
-            raise ConfigError(f"output folder {out} holds the results of another anatomy zones run (no run record "
-                              f"{RUN_FILE}); use another --out or --overwrite")
-        _clear_outputs(out)
+        raise ConfigError(f"output folder {out} holds another anatomy zones run ({what}); use another --out "
+                          "or --overwrite")
+    if any((out / n).exists() for n in ("zones.csv", "failures.jsonl", "zones.json", OVERLAY_DIR)):
+        raise ConfigError(f"output folder {out} holds the results of another run (no run record {RUN_FILE}); use "
+                          "another --out or --overwrite")
 
 
 def write_zones(
     images: Iterable[Path], out: Path, segmenter: LungHeartSegmenter, model: NormativeModel,
     overlays: bool = True, root: Path | None = None, zone_model: ZoneReader | None = None,
     views: Mapping[str, str] | None = None, orientation_check: bool = False, overwrite: bool = False,
-    retry_failed: bool = False, max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    retry_failed: bool = False, max_pixels: int | None = DEFAULT_MAX_PIXELS, progress: bool = False,
 ) -> tuple[list[ZoneReading], list[Failure]]:
     """Read every frontal image, write ``out/zones.csv`` (+ overlays, failures, ``zones.json`` provenance); returns
     readings and failures. An image whose view (its DICOM header, else ``views`` by file-name stem) is not PA or AP
@@ -406,10 +411,12 @@ def write_zones(
     segmenter's settings and weights, other settings). A rerun with the same record skips the films done (a film
     read since is refused, one that failed and changed since is read again; with ``retry_failed`` every film recorded as
     a failure is read again); a folder
-    holding another run's results is refused unless ``overwrite``, which first deletes what this function writes
-    there (``zones.csv``, ``failures.jsonl``, ``zones.json``, ``overlays/``, the two run files). ``zones.csv``,
+    holding another run's results is refused. ``overwrite`` starts afresh: it first deletes what this function
+    writes there (``zones.csv``, ``failures.jsonl``, ``zones.json``, ``overlays/``, the two run files), whichever
+    run wrote them. ``zones.csv``,
     ``failures.jsonl`` and ``zones.json`` are written atomically at the end, in film order. Overlay names:
     :func:`overlay_names`. ``max_pixels``: films whose header states more pixels are failures, not decoded.
+    ``progress``: a progress bar over the films.
     """
     if root is not None:
         check_out_folder(out, root)
@@ -429,8 +436,10 @@ def write_zones(
     overlay_of = overlay_names(names)
     readings: list[ZoneReading] = []
     failures: list[Failure] = []
-    with (out / PROGRESS_FILE).open("a", encoding="utf-8") as progress:
+    bar = tqdm(total=len(paths), desc="zones", unit="film", disable=not progress)
+    with (out / PROGRESS_FILE).open("a", encoding="utf-8") as log:
         for path, name in zip(paths, names, strict=True):
+            bar.update(1)
             try:
                 digest = sha256_file(path)
             except OSError as exc:  # a broken link, a file gone since the folder was listed: looked at on every run
@@ -467,8 +476,9 @@ def write_zones(
                 if overlays:
                     write_image(out / overlay_of[name], zones_overlay(im, seg, z, reading))
                 line = {"image": name, "sha256": digest, "reading": asdict(reading)}
-            progress.write(json.dumps(line, sort_keys=True) + "\n")
-            progress.flush()
+            log.write(json.dumps(line, sort_keys=True) + "\n")
+            log.flush()
+    bar.close()
     atomic_write_text(out / "zones.csv", _csv_text(readings))
     atomic_write_text(out / "failures.jsonl", "".join(json.dumps(asdict(f)) + "\n" for f in failures))
     provenance = {**zones_provenance(model, zone_model, len(readings), len(failures)), "segmenter": settings}

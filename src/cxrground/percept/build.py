@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from tqdm.auto import tqdm
 
@@ -49,6 +49,7 @@ from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.predictions import Prediction, load_predictions
 from cxrground.ils.schema import SPLITS, read_dataset
 from cxrground.io.files import atomic_write_text
+from cxrground.io.image import check_out_folder
 from cxrground.percept.card import render_card
 from cxrground.percept.case_files import CaseTask, case_failure, render_case
 from cxrground.percept.cases import (
@@ -253,6 +254,23 @@ def _already_built(out: Path, started: float) -> BuildSummary:
                         round(time.perf_counter() - started, 2), achieved, already_built=True)
 
 
+#: Names only a CheXpercept build writes (one of them is left by any build, even one killed by ``--overwrite``).
+_BUILD_MARKS: Final[tuple[str, ...]] = (BENCHMARK_FILE, BUILD_SETTINGS_FILE, WORK_DIR, CASES_DIR, DEFORMATION_FILE,
+                                        MANIFEST_FILE)
+
+
+def _check_out(out: Path, ils_dir: Path, images_root: Path) -> None:
+    """A :class:`ConfigError` for an output folder that is the ILS dataset's folder, lies inside the image folder
+    (its case images would be read as films), or holds files but no CheXpercept build (a build would replace its
+    ``card.md`` and ``failures.jsonl``)."""
+    if out.resolve() == ils_dir.resolve():
+        raise ConfigError(f"--out {out} is the ILS dataset's folder (--ils); write the benchmark to another folder")
+    check_out_folder(out, images_root)
+    if out.is_dir() and any(out.iterdir()) and not any((out / name).exists() for name in _BUILD_MARKS):
+        raise ConfigError(f"--out {out} is not empty and holds no CheXpercept build; write the benchmark to a new "
+                          "or empty folder")
+
+
 #: How many candidates' images :func:`_check_images_root` looks for.
 IMAGES_PROBED = 20
 
@@ -294,6 +312,7 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     negatives = negative_candidates(dataset, opts.splits, opts.max_negatives, pos_cxrs,
                                     clear_lungs=not opts.lf_any_film)
     images_root = Path(opts.images)
+    _check_out(out, ils_dir, images_root)
     _check_images_root(images_root, every_positive + [c for cs in negatives.values() for c in cs])
     preds = load_predictions(opts.candidates) if opts.candidates else None
     warnings: list[str] = []

@@ -43,6 +43,7 @@ __all__ = [
     "ILS_PART",
     "KINDS",
     "REJECT_REASONS",
+    "REVIEW_TABLES",
     "ROLES",
     "SESSION_SECONDS",
     "Assignment",
@@ -198,6 +199,10 @@ def _item(row: sqlite3.Row) -> Item:
                 mask=json.loads(row["mask"]) if row["mask"] else None)
 
 
+#: Tables every review database has had since its first version (an opened file without them is not one).
+REVIEW_TABLES: Final[tuple[str, ...]] = ("users", "items")
+
+
 class ReviewDB:
     """The review database at ``path`` (created with :meth:`create`, opened with the constructor)."""
 
@@ -212,6 +217,11 @@ class ReviewDB:
         except sqlite3.Error as exc:
             raise InputError(f"cannot open the review database ({exc})", self.path) from exc
         try:
+            if must_exist:
+                tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if not set(REVIEW_TABLES) <= tables:  # another SQLite file (a response cache) or an empty file
+                    raise InputError("not a review database (it has no review tables; create one with `cxrground "
+                                     "review add-user`)", self.path)
             mode = con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise ConfigError(f"{self.path}: SQLite refused WAL mode (got {mode})")

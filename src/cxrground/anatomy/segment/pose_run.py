@@ -72,8 +72,17 @@ def _run_record(names: Sequence[str], reader: PoseReader, views: Mapping[str, st
             "views_sha256": sha256_json(dict(sorted(views.items())))}
 
 
+#: Files other commands write that an anatomy pose run would mix with (an ``anatomy zones`` run's).
+_FOREIGN: Final[tuple[str, ...]] = ("zones.csv", "zones.json", ".zones-run.json")
+
+
 def _check_run(out: Path, record: dict[str, Any], overwrite: bool) -> None:
-    """Refuse a folder holding another run's results; with ``overwrite`` delete whatever results it holds."""
+    """Refuse a folder holding another run's results; with ``overwrite`` delete whatever pose results it holds. A
+    folder holding another command's results is refused either way (its ``failures.jsonl`` is not ours)."""
+    foreign = [n for n in _FOREIGN if (out / n).exists()]
+    if foreign:
+        raise ConfigError(f"output folder {out} holds another command's results ({', '.join(foreign)}); use another "
+                          "--out")
     if overwrite:
         _clear(out)
         return

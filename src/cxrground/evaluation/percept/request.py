@@ -45,7 +45,7 @@ class EvalRequest:
     max_images: int = option(7, low=1, help="Images per request the model accepts (an RR conversation needs 7).")
     base_url: str | None = option(None, help="API root of an OpenAI-compatible server (http://host:8000/v1).")
     api_key_env: str | None = option(None, help="Name of the environment variable holding the API key.")
-    seed: int = option(0, help="Case selection, random baseline, bootstrap.")
+    seed: int = option(0, low=0, help="Case selection, random baseline, bootstrap.")
     cache: Path | None = option(None, path="out_file",
                                 help="Response cache (SQLite); default: percept_cache.sqlite next to the run folder.")
     timeout: float = option(RetryPolicy.timeout, low=0.0, low_open=True, help="Seconds per request.")
