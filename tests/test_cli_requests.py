@@ -102,3 +102,18 @@ def test_key_values():
     assert key_values(["a=1", " b = x=y "]) == {"a": "1", "b": "x=y"}
     with pytest.raises(OptionValueError, match="expected KEY=VALUE, got 'c'"):
         key_values(["a=1", "c"])
+
+
+def _commands(cmd: click.Command, path: tuple[str, ...] = ()) -> list[tuple[str, click.Command]]:
+    if isinstance(cmd, click.Group):
+        ctx = click.Context(cmd)
+        return [pair for name in cmd.list_commands(ctx)
+                for pair in _commands(cmd.get_command(ctx, name), (*path, name))]
+    return [(" ".join(path), cmd)]
+
+
+def test_every_option_of_every_command_says_what_it_is_for():
+    """`--help` explains each option (the command-line reference is generated from these texts)."""
+    bare = [f"{name} {param.opts[0]}" for name, cmd in _commands(main) for param in cmd.params
+            if isinstance(param, click.Option) and param.name != "help" and not (param.help or "").strip()]
+    assert bare == []

@@ -75,10 +75,10 @@ class GeometryRequest:
     """A film, its lung (and heart) mask PNGs, and the sheet to draw (each field documents itself,
     :func:`cxrground.fields.option`; ``cxrground anatomy show`` offers one option per field)."""
 
-    image: Path = option(path="file")
+    image: Path = option(path="file", help="The film (PNG, JPEG or DICOM).")
     right: Path = option(path="file", help="Right-lung mask PNG (patient's right = image left).")
-    left: Path = option(path="file")
-    heart: Path | None = option(None, path="file")
+    left: Path = option(path="file", help="Left-lung mask PNG (patient's left = image right).")
+    heart: Path | None = option(None, path="file", help="Heart mask PNG (for the cardiothoracic ratio).")
     out: Path = option(path="out_file", help="PNG (or JPEG) to write.")
     width: int = option(384, low=MIN_PANEL_WIDTH, high=MAX_PANEL_WIDTH, help="Panel width in pixels.")
 

@@ -51,7 +51,7 @@ def pack_info(path: Path | None, verify: bool) -> None:
 
 
 @click.command("scan")
-@click.option("--images", type=DIR, required=True)
+@click.option("--images", type=DIR, required=True, help="Folder of films: MIMIC-CXR layout, or flat with --index.")
 @click.option("--reports", type=EXISTING, default=None,
               help="Report folder (MIMIC-CXR layout), or one JSONL/CSV table with study_id and report columns.")
 @click.option("--index", type=FILE, default=None,

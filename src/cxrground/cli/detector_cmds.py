@@ -44,7 +44,7 @@ def evaluate(request: DetectorEvalRequest) -> None:
               "the box side, standard deviation).")
 @click.option("--miss", type=click.FloatRange(0, 1, max_open=True), default=0.1, help="Chance a reader leaves a "
               "lesion out (never all readers).")
-@click.option("--seed", type=click.IntRange(0), default=0)
+@click.option("--seed", type=click.IntRange(0), default=0, help="Seed of the simulated readers.")
 def export_synthetic(cohort: Path, out: Path, readers: int, jitter: float, miss: float, seed: int) -> None:
     """Write the synthetic cohort's drawn lesions as VinDr-CXR box annotations (test data for detector train);
     studies whose film is missing are left out and listed in OUT/failures.jsonl."""

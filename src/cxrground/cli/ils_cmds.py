@@ -19,7 +19,7 @@ def ils() -> None:
 @ils.command("build")
 @threads_option
 @request_options(BuildRequest)
-@click.option("--quiet", is_flag=True)
+@click.option("--quiet", is_flag=True, help="No progress bars.")
 def build(request: BuildRequest, quiet: bool) -> None:
     """Build a MIMIC-ILS-format dataset from images and reports (resumable: rerun to continue; studies whose report
     or image changed since are processed again). Exits 1 when every study failed (the reasons are in
@@ -47,7 +47,7 @@ def stats(out: Path, as_json: bool) -> None:
 @click.argument("out", type=DIR)
 @click.option("--cohort", type=DIR, required=True,
               help="The synthetic cohort the dataset was built from (its truth/ folder is read).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="The scores as JSON instead of a table.")
 def quality(out: Path, cohort: Path, as_json: bool) -> None:
     """Score a dataset built from a synthetic cohort against the cohort's exact truth."""
     from cxrground.ils.quality import quality_text
@@ -61,7 +61,8 @@ def quality(out: Path, cohort: Path, as_json: bool) -> None:
               help="The image root the dataset's image_path values are relative to.")
 @click.option("--html", "html_path", type=OUT_FILE, default=None, help="Output page (default OUT/gallery.html).")
 @click.option("--limit", type=click.IntRange(1), default=50, help="Show at most this many studies.")
-@click.option("--split", type=click.Choice(["train", "val", "test"]), default=None)
+@click.option("--split", type=click.Choice(["train", "val", "test"]), default=None,
+              help="Show only this split (default: all).")
 def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: str | None) -> None:
     """Write a self-contained HTML page: images with their lesion masks and all instruction-answer pairs."""
     from cxrground.ils.gallery import render_gallery

@@ -42,7 +42,7 @@ __all__ = ["COMMANDS"]
               help="Image root the pairs' image_path is relative to (MIMIC-CXR-JPG files/). "
                    "Default: the dataset folder.")
 @click.option("--out", type=OUT_DIR, required=True, help="Checkpoint folder.")
-@click.option("--seed", type=click.IntRange(0), default=0)
+@click.option("--seed", type=click.IntRange(0), default=0, help="Seed of the initial weights and the batch order.")
 @click.option("--set", "settings", multiple=True, help="KEY=VALUE configuration override (repeatable), "
               "e.g. --set epochs=30 --set size=160.")
 @click.option("--split", default="train", help="Split to train on.")

@@ -82,7 +82,7 @@ def validate(bench: Path) -> None:
 
 @percept.command("gallery")
 @click.argument("bench", type=DIR)
-@click.option("--out", "out_html", type=OUT_FILE, required=True)
+@click.option("--out", "out_html", type=OUT_FILE, required=True, help="HTML page to write.")
 def gallery(bench: Path, out_html: Path) -> None:
     """Write a static HTML page to browse the benchmark stage by stage. An image file the benchmark names but
     does not hold is shown as missing on the page and listed in a warning."""

@@ -22,7 +22,8 @@ def review() -> None:
 @review.command("add-user")
 @click.argument("name")
 @_DB
-@click.option("--role", type=click.Choice(["reviewer", "admin"]), default="reviewer")
+@click.option("--role", type=click.Choice(["reviewer", "admin"]), default="reviewer",
+              help="admin: sees every assignment and the statistics, and is given no items.")
 def add_user(name: str, db_path: Path, role: str) -> None:
     """Create a user; prints the token once (last word of the last line); only its hash is stored."""
     from cxrground.review.db import ReviewDB
@@ -44,7 +45,7 @@ def import_cmd(request: ImportRequest, db_path: Path) -> None:
 @_DB
 @click.option("--host", default="127.0.0.1",
               help="Address to bind; anything but loopback exposes the app to the network (use HTTPS in front).")
-@click.option("--port", type=click.IntRange(0, 65535), default=8765)
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, help="TCP port to listen on.")
 @click.option("--secure-cookies", is_flag=True,
               help="Mark the session and login cookies Secure (the app sits behind HTTPS; browsers then send them "
                    "over HTTPS only).")

@@ -89,8 +89,9 @@ COMMANDS: list[click.Command] = [segment]
 @click.option("--no-screen", is_flag=True,
               help="With --images: train on every film, without leaving out those the current reader reads as not "
                    "upright.")
-@click.option("--epochs", type=click.IntRange(1), default=20, show_default=True)
-@click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
+@click.option("--epochs", type=click.IntRange(1), default=20, show_default=True, help="Training epochs.")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True,
+              help="Seed of the split, the augmentations and the initial weights.")
 @click.option("--threads", type=click.IntRange(1), default=2, show_default=True, help="torch threads.")
 @click.option("--nih-only", is_flag=True, help="Train on NIH films only (no COVID-19 collection film).")
 def train_pose(out: str, pack_dir: str | None, images: Path | None, metadata: Path | None,

@@ -56,7 +56,8 @@ class BuildRequest:
                                    "Default: that file in the image folder or its parent, when there.")
     out: Path | str = option(path="out_dir_or_url", help="Output folder, a local path or an s3:// / gs:// / "
                              "file:// URL (units and masks written there atomically; resumable).")
-    engine: str = option("local", choices=("local", "ray"))
+    engine: str = option("local", choices=("local", "ray"), help="local: a process pool on this machine; ray: Ray "
+                         "actors (a local Ray instance, or --ray-address).")
     workers: int = option(1, low=1, help="Worker processes (local) or Ray actors (ray), each processing one study at a "
                           "time.")
     ray_address: str | None = option(None, help="Ray cluster of --engine ray: 'auto' (the cluster this node "
@@ -146,7 +147,7 @@ class BuildRequest:
     threshold_scale: float = option(1.0, low=0.0, low_open=True, help="Multiply every Table 7 threshold (0.5 = the "
                                     "paper's half-τ setting).")
     limit: int | None = option(None, low=1, help="Process only the first N studies (by study id).")
-    seed: int = option(0, low=0)
+    seed: int = option(0, low=0, help="Seed of every random draw (negative regions and kinds, the normative fit).")
     overwrite: bool = option(False, help="Discard a previous build in OUT made with other settings (or, when its "
                                "normative model was fitted on its own studies, other inputs).")
     max_pixels: int = option(DEFAULT_MAX_PIXELS, low=1, show_default=True, help=MAX_PIXELS_HELP)

@@ -207,7 +207,7 @@ class PredictRequest:
     dataset: Path = option(path="existing", help="ILS dataset folder or its JSON file.")
     images: Path | None = option(None, path="dir",
                                  help="Image root (MIMIC-CXR-JPG files/). Default: the dataset folder.")
-    split: str = option("test", choices=("train", "val", "test"))
+    split: str = option("test", choices=("train", "val", "test"), help="Split whose pairs are predicted.")
     out: Path = option(path="out_file", help="Predictions JSONL (appended to; pairs already there are skipped when "
                        "they come from the same checkpoint, dataset and split, recorded in OUT.checkpoint.json; "
                        "another one is refused).")

@@ -95,8 +95,8 @@ class BuildRequest:
                                   "_heart.png). Default: the ILS folder's anatomy.jsonl.")
     splits: str = option("train", flag="--split",
                          help="Source split(s), comma-separated (train,val,test) or 'all'.")
-    seed: int = option(0, low=0)
-    workers: int = option(1, low=1)
+    seed: int = option(0, low=0, help="Seed of every draw (same inputs and seed: byte-identical benchmark).")
+    workers: int = option(1, low=1, help="Processes planning the candidates.")
     max_candidates: int = option(3000, low=0, help="Positive candidates per lesion (global positives first, §11).")
     max_negatives: int = option(100, low=0,
                                 help="Negative candidates per lesion (first N global negatives in JSON order).")

@@ -222,7 +222,7 @@ class ImportRequest:
     bench_dir: Path | None = option(None, flag="--bench", path="dir", help="A CheXpercept benchmark folder: one item "
                                     "per case, one decision per question.")
     sample: int | None = option(None, low=1, help="Import N items drawn at random (seeded).")
-    seed: int = option(0, low=0)
+    seed: int = option(0, low=0, help="Seed of --sample and of the reviewer assignment.")
     per_item: int = option(2, low=1, help="Reviewers per item (K); needs at least K reviewers in the database.")
 
 

@@ -33,7 +33,7 @@ class ServeRequest:
 
     checkpoint: Path = option(path="existing", help="Checkpoint folder (checkpoint.json names the backend).")
     host: str = option("127.0.0.1", help="Address to bind; anything but loopback exposes the server to the network.")
-    port: int = option(8000, low=0, high=65535)
+    port: int = option(8000, low=0, high=65535, help="TCP port to listen on.")
     device: str = option("cpu", help="Device for the model (cpu, cuda, cuda:1 ...).")
     max_upload_mb: float = option(32.0, low=0, low_open=True, help="Largest image accepted, in MiB (413 beyond).")
     max_pixels: int = option(40_000_000, low=1, help="Largest image accepted, in pixels (413 beyond).")

@@ -22,8 +22,8 @@ __all__ = ["SegmentRequest", "segment_request"]
 class SegmentRequest:
     """Which film to segment with which backend (and its weights, given masks or options), and where to write."""
 
-    image: Path = option(path="file")
-    out_dir: Path = option(path="out_dir")
+    image: Path = option(path="file", help="The film (PNG, JPEG or DICOM).")
+    out_dir: Path = option(path="out_dir", help="Folder for right_lung.png, left_lung.png (heart.png) and overlay.png.")
     backend: str = option("unet", registry=SEGMENTERS)
     weights: Path | None = option(None, path="path", help="unet: .safetensors (default: the shipped lung_unet_v2); "
                                   "hybridgnet: checkpoint; cxas: folder holding the .pth.")

@@ -33,7 +33,7 @@ class EvaluateRequest:
     images: Path | None = option(None, path="dir", help="Image root (MIMIC-CXR-JPG files/) to read native sizes; GT "
                                  "masks of another size (e.g. released 512x512) are resized nearest-neighbour to it.")
     n_boot: int = option(1000, flag="--bootstrap", low=0, help="Bootstrap resamples for the 95 % CIs (0 = none).")
-    seed: int = option(0, low=0)
+    seed: int = option(0, low=0, help="Seed of the bootstrap.")
     limit: int | None = option(None, help="Score only the first N pairs (default: the full split).")
     seg_mode: str = option("unspecified", choices=("unspecified", *SEG_MODES),
                            help="How the masks were produced, stated in the report (teacher-forced | free); default: "

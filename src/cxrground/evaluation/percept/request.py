@@ -26,11 +26,13 @@ class EvalRequest:
     bench: Path = option(path="existing", help="Benchmark folder (chexpercept.json + images) or the JSON file.")
     spec: str = option(flag="--model", help=f"{spec_forms()}.")
     out: Path = option(path="out_dir", help="Run folder.")
-    oracle: str = option("implicit", choices=("none", "implicit", "explicit"))
+    oracle: str = option("implicit", choices=("none", "implicit", "explicit"), help="After a wrong answer: go on "
+                         "(none), replace it with the ground truth in the conversation (implicit) or also say so "
+                         "(explicit), CHEXPERCEPT.md §14.")
     concurrency: int = option(8, low=1, help="Cases in flight at once.")
     limit: int | None = option(None, help="Evaluate only N cases (deterministic selection).")
     per_path_limit: int | None = option(None, help="At most N cases per path (RR/RF/LF).")
-    temperature: float = option(0.0, low=0.0)
+    temperature: float = option(0.0, low=0.0, help="Sampling temperature (0: greedy).")
     top_p: float | None = option(None, low=0.0, high=1.0, low_open=True,
                                  help="Nucleus sampling; default 1 when the sampling parameters are explicit, not "
                                  "sent when minimal.")
@@ -41,7 +43,7 @@ class EvalRequest:
                                   "minimal sends only temperature, the token limit and --top-p when given (hosted "
                                   "APIs: OpenAI refuses vLLM's top_k/min_p/repetition_penalty); auto: minimal for "
                                   "a hosted API's --base-url (OpenAI, Azure OpenAI, Gemini, ...), else explicit.")
-    max_tokens: int = option(8192, low=1)
+    max_tokens: int = option(8192, low=1, help="Most tokens a reply may have (reasoning included).")
     max_images: int = option(7, low=1, help="Images per request the model accepts (an RR conversation needs 7).")
     base_url: str | None = option(None, help="API root of an OpenAI-compatible server (http://host:8000/v1).")
     api_key_env: str | None = option(None, help="Name of the environment variable holding the API key.")
@@ -62,7 +64,7 @@ class EvalRequest:
     prices: Path | None = option(None, path="out_file", help="Price table (CSV model,input,cached_input,output or "
                                  "JSON; USD per 1M tokens) merged over the built-in one for the cost in usage.json.")
     retry_failed: bool = option(False, help="Re-run cases recorded as failed.")
-    progress: bool = option(True, flag="--progress/--no-progress")
+    progress: bool = option(True, flag="--progress/--no-progress", help="A progress bar over the cases.")
 
     def __post_init__(self) -> None:
         """Refuse values outside their range (:class:`OptionValueError`, a usage error on the command line)."""

@@ -56,8 +56,8 @@ class DetectorTrainRequest:
     classes: str = option("kept", choices=("kept", "all"), help="kept: the ten hyperintense classes of ILS §8; "
                           "all: the fourteen VinDr-CXR box classes.")
     imgsz: int = option(1024, low=32, help="Training size: films letterboxed to imgsz² (a multiple of 32).")
-    epochs: int = option(50, low=1)
-    batch: int = option(16, low=1)
+    epochs: int = option(50, low=1, help="Training epochs.")
+    batch: int = option(16, low=1, help="Films per batch.")
     model: str = option("yolov8s.yaml", help="ultralytics model yaml (built from scratch) or a local .pt to "
                         "fine-tune (e.g. COCO-pretrained yolov8s.pt).")
     device: str | None = option(None, help="cpu, 0, 0,1... (default: ultralytics' choice).")
@@ -65,7 +65,7 @@ class DetectorTrainRequest:
     threads: int = option(2, low=1, help="torch CPU threads.")
     val: float = option(0.1, low=0, high=0.9, help="Share of groups in the validation split.")
     test: float = option(0.1, low=0, high=0.9, help="Share of groups in the held-out test split.")
-    seed: int = option(0, low=0)
+    seed: int = option(0, low=0, help="Seed of the split and of training.")
     fusion_iou: float = option(0.4, low=0, high=1, low_open=True, help="Weighted boxes fusion: IoU at which a "
                                "reader's box joins a fused box.")
     min_readers: int = option(1, low=1, help="Keep a fused box marked by at least this many readers.")

@@ -110,18 +110,18 @@ class LungTrainRequest:
     itself, :func:`cxrground.fields.option`; ``cxrground segment train-lungs`` offers one option per field)."""
 
     out: Path = option(path="out_dir", help="Folder for NAME.safetensors + NAME.json.")
-    epochs: int = option(40, low=1)
-    seed: int = option(0, low=0)
+    epochs: int = option(40, low=1, help="Training epochs (the best validation epoch is kept).")
+    seed: int = option(0, low=0, help="Seed of the split, the augmentations and the initial weights.")
     pack_dir: Path | None = option(None, flag="--pack", path="out_dir", help=PACK_HELP)
-    name: str = option("lung_unet_v1")
-    threads: int = option(2, low=1)
+    name: str = option("lung_unet_v1", help="File name of the weights and their sidecar (NAME.safetensors).")
+    threads: int = option(2, low=1, help="torch CPU threads (2: the recipe's setting).")
     no_eval: bool = option(False, help="Skip the evaluation on the CC BY-NC-SA rows.")
     synthetic: int = option(0, low=0, help="Synthetic phantoms mixed into the training split.")
     synthetic_seed: int = option(1, low=0, help="Seed of the training phantoms (the evaluation phantoms use seed "
                                  "1000).")
     init_weights: Path | None = option(None, flag="--init", path="out_file",
                                        help="Fine-tune from these weights (.safetensors with its .json).")
-    lr: float = option(3e-3, low=0, low_open=True)
+    lr: float = option(3e-3, low=0, low_open=True, help="Peak learning rate (AdamW, linear warm-up then cosine decay).")
     lesion_copies: int = option(0, low=0, help="Copies of each real training film with simulated dense basal "
                                 "consolidation/effusion inside the annotated lungs (labels unchanged).")
     lesion_seed: int = option(0, low=0, help="Seed of the simulated lesions.")
