@@ -332,6 +332,17 @@ def test_gallery_page_in_a_missing_folder(built, cohort, tmp_path):
                                        "--html", str(page), "--limit", "1"])
     assert result.exit_code == 0, result.output
     assert result.exception is None and page.read_text().count("data:image/png;base64,") == 1
+    data = load_dataset(built / DATASET_FILE)
+    empty = next((name for name in ("train", "val", "test") if not data.get(name)), None)
+    if empty is not None:  # a split without studies: an error, no empty page written over the old one
+        res = CliRunner().invoke(main, ["ils", "gallery", str(built), "--images", str(cohort / "files"),
+                                        "--html", str(page), "--split", empty])
+        assert res.exit_code != 0 and f"no study to show in split {empty}" in res.output
+        assert page.read_text().count("data:image/png;base64,") == 1
+    wrong = CliRunner().invoke(main, ["ils", "gallery", str(built), "--images", str(cohort), "--html",
+                                      str(tmp_path / "w.html"), "--limit", "1"])
+    assert wrong.exit_code != 0 and "image of study" in wrong.output and "is " + str(cohort) in wrong.output
+    assert "Traceback" not in wrong.output
 
 
 def test_qc_cross_check_runs_and_is_recorded(cohort, tmp_path):

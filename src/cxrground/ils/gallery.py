@@ -141,7 +141,11 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
         for key, study in studies.items():
             if shown >= limit:
                 break
-            image = read_image(images_root / study["image_path"])
+            try:
+                image = read_image(images_root / study["image_path"])
+            except InputError as exc:
+                raise exc.with_reason(f"image of study {key}: {exc.reason} (is {images_root} the root the "
+                                      "dataset's image_path values are relative to?)") from exc
             unit_file = root / UNITS_DIR / f"{key}.json"
             unit = _unit_object(unit_file)
             read = _reading_line(unit)
@@ -173,6 +177,10 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
                 "<table><tr><th>type</th><th>instruction</th><th>answer</th><th>target</th></tr>"
                 + "".join(rows) + "</table></div></div>")
             shown += 1
+    if not shown:
+        have = ", ".join(f"{name} ({len(studies)})" for name, studies in data.items() if studies) or "none"
+        raise ConfigError(f"no study to show{f' in split {split}' if split else ''} of {root / DATASET_FILE} (its "
+                          f"splits with studies: {have}); nothing written")
     out = Path(out_html)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(parts), encoding="utf-8")
