@@ -34,7 +34,7 @@ def build(request: BuildRequest, quiet: bool) -> None:
 
 
 @ils.command("stats")
-@click.argument("out", type=DIR)
+@click.argument("out", type=DIR, metavar="DATASET")
 @click.option("--json", "as_json", is_flag=True, help="Counts as JSON instead of the card's tables.")
 def stats(out: Path, as_json: bool) -> None:
     """Print the dataset card's tables of a built dataset (or counts of any MIMIC-ILS JSON folder)."""
@@ -44,7 +44,7 @@ def stats(out: Path, as_json: bool) -> None:
 
 
 @ils.command("quality")
-@click.argument("out", type=DIR)
+@click.argument("out", type=DIR, metavar="DATASET")
 @click.option("--cohort", type=DIR, required=True,
               help="The synthetic cohort the dataset was built from (its truth/ folder is read).")
 @click.option("--json", "as_json", is_flag=True, help="The scores as JSON instead of a table.")
@@ -56,10 +56,10 @@ def quality(out: Path, cohort: Path, as_json: bool) -> None:
 
 
 @ils.command("gallery")
-@click.argument("out", type=DIR)
+@click.argument("out", type=DIR, metavar="DATASET")
 @click.option("--images", type=DIR, required=True,
               help="The image root the dataset's image_path values are relative to.")
-@click.option("--html", "html_path", type=OUT_FILE, default=None, help="Output page (default OUT/gallery.html).")
+@click.option("--html", "html_path", type=OUT_FILE, default=None, help="Output page (default DATASET/gallery.html).")
 @click.option("--limit", type=click.IntRange(1), default=50, help="Show at most this many studies.")
 @click.option("--split", type=click.Choice(["train", "val", "test"]), default=None,
               help="Show only this split (default: all).")

@@ -66,7 +66,8 @@ def candidates(request: CandidatesRequest, quiet: bool) -> None:
 @percept.command("validate")
 @click.argument("bench", type=DIR)
 def validate(bench: Path) -> None:
-    """Check a benchmark folder; exit 1 with the list of problems."""
+    """Check a benchmark folder; exit 1 with the list of problems. A folder without MANIFEST.sha256 (the reference
+    repository's layout, or one made by hand) is checked without the build records, and a note says so."""
     from cxrground.percept.validate import unreviewed, validate_benchmark
 
     problems = validate_benchmark(bench, note=note)

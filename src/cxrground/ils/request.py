@@ -70,8 +70,8 @@ class BuildRequest:
     structurer_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the structurer (llm: "
                                             "base_url, model, api_key_env, cache, concurrency).")
     sections: str = option(DEFAULT_SECTION_POLICY, choices=SECTION_POLICIES, help="Report section policy: findings "
-                           "(ILS §6: findings, else impression), impression (impression first), findings+impression "
-                           "(both, numbered on; repeats counted once).")
+                           "(ILS §6: findings, else impression, else the last paragraph), impression (impression "
+                           "first), findings+impression (both, numbered on; repeats counted once).")
     alternatives: str | None = option(None, choices=ALTERNATIVE_POLICIES, help="Rule structurer: 'atelectasis or "
                                       "scarring' is uncertain (default, ILS.md §7.1) or present.")
     segmenter: str = option("unet", registry=SEGMENTERS)
@@ -132,10 +132,9 @@ class BuildRequest:
     prominent_heart_negative: bool = option(False, help="Give a heart the report calls prominent the CTR-decided "
                                             "cardiomegaly negative (ILS §11.2 literally). Default: no cardiomegaly "
                                             "pair for it (counted on the card).")
-    paper_rules: bool = option(False, help="ILS.md's rules read literally, as the paper's pipeline: --zone-guide "
-                               "none, --silent-report-negatives, --grounded-location boxes and "
-                               "--prominent-heart-negative, whatever those options say (the other defaults are "
-                               "the paper's already).")
+    paper_rules: bool = option(False, help="ILS.md's rules read literally where the build departs from them by "
+                               "default: --zone-guide none, --silent-report-negatives, --grounded-location boxes "
+                               "and --prominent-heart-negative, whatever those options say.")
     split_file: Path | None = option(None, path="file", help="CSV with study_id,split, plain or gzipped (e.g. "
                                      "mimic-cxr-2.0.0-split.csv.gz). Default: that file in the image folder or its "
                                      "parent when there (MIMIC-CXR-JPG's official split), else by subject hash.")
