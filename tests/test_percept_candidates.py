@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import types
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -44,12 +45,14 @@ def _echo_module() -> types.SimpleNamespace:
 
 
 @pytest.fixture(scope="module")
-def echo_checkpoint(tmp_path_factory) -> Path:
+def echo_checkpoint(tmp_path_factory) -> Iterator[Path]:
+    """A checkpoint of the test model, registered for this module only (the registry is the CLI's choices)."""
     MODELS.register(ECHO, _echo_module, help="test model answering with its instruction", replace=True)
     folder = tmp_path_factory.mktemp("echo") / "ckpt"
     folder.mkdir()
     (folder / "checkpoint.json").write_text(json.dumps({"model": ECHO}), encoding="utf-8")
-    return folder
+    yield folder
+    del MODELS._backends[ECHO]
 
 
 @pytest.fixture(scope="module")
