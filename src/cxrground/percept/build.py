@@ -179,26 +179,31 @@ def _check_settings(opts: BuildOptions, dataset: Any, ils_file: Path) -> None:
                           f"its splits: {have}")
 
 
+def _asked(preds: Mapping[str, Prediction], positives: Sequence[Candidate]) -> tuple[list[Candidate], int, int]:
+    """Of the positives with a predicted mask: those asked another instruction than their §2 candidate instruction,
+    how many record none, and how many there are."""
+    have = [(c, preds[c.pair_id]) for c in positives if c.pair_id in preds and preds[c.pair_id].has_mask]
+    other = [c for c, p in have if p.instruction is not None and p.instruction != c.instruction]
+    return other, sum(p.instruction is None for _c, p in have), len(have)
+
+
 def instruction_warnings(path: Path, preds: Mapping[str, Prediction], positives: Sequence[Candidate]) -> list[str]:
     """A warning when candidate masks of ``path`` were predicted for another instruction than the candidate's
     CheXpercept instruction (§2), or do not record theirs (empty when every predicted mask records it)."""
-    have = [(c, preds[c.pair_id]) for c in positives if c.pair_id in preds and preds[c.pair_id].has_mask]
-    other = [c for c, p in have if p.instruction is not None and p.instruction != c.instruction]
-    unknown = sum(p.instruction is None for _c, p in have)
+    other, unknown, n = _asked(preds, positives)
     if not other and not unknown:
         return []
     example = (f" (e.g. {other[0].key_id}: {preds[other[0].pair_id].instruction!r}, §2: {other[0].instruction!r})"
                if other else "")
-    return [f"--candidates {path}: {len(other)} of {len(have)} candidate masks were predicted for another "
+    return [f"--candidates {path}: {len(other)} of {n} candidate masks were predicted for another "
             f"instruction than the CheXpercept candidate instruction (§2){example} and {unknown} do not record "
             "theirs; `ils predict` asks each pair's own instruction, `percept candidates` asks §2's"]
 
 
 def _asked_candidate_instruction(preds: Mapping[str, Prediction], positives: Sequence[Candidate]) -> str:
     """How many predicted candidate masks were asked the §2 candidate instruction, for the card."""
-    have = [c for c in positives if c.pair_id in preds and preds[c.pair_id].has_mask]
-    same = sum(preds[c.pair_id].instruction == c.instruction for c in have)
-    return f"{same} of {len(have)} predicted for the §2 candidate instruction"
+    other, unknown, n = _asked(preds, positives)
+    return f"{n - len(other) - unknown} of {n} predicted for the §2 candidate instruction"
 
 
 #: The build's top-level outputs, deleted by ``overwrite`` in this order (the manifest and the benchmark file first).

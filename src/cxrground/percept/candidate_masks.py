@@ -18,10 +18,10 @@ from typing import Any
 
 from cxrground.errors import InputError
 from cxrground.fields import check_bounds, option
-from cxrground.ils.layout import DATASET_FILE
-from cxrground.ils.schema import SPLITS, read_dataset
+from cxrground.ils.schema import read_dataset
 from cxrground.io.image import DEFAULT_MAX_PIXELS
 from cxrground.percept.cases import Candidate, positive_candidates
+from cxrground.percept.options import parse_splits
 from cxrground.vocab.lesions import LESIONS
 
 __all__ = ["CandidatesRequest", "candidate_jobs", "predict_candidates"]
@@ -80,15 +80,14 @@ def predict_candidates(request: CandidatesRequest, progress: bool = True) -> str
 
     r = request
     check_device(r.device)
-    json_path = r.ils_dir / DATASET_FILE if r.ils_dir.is_dir() else r.ils_dir
-    splits = SPLITS if r.splits == "all" else tuple(s.strip() for s in r.splits.split(",") if s.strip())
-    data = read_dataset(json_path, ("image_path", "dicom_id"), LESIONS)
+    splits = parse_splits(r.splits)
+    data = read_dataset(r.ils_dir, ("image_path", "dicom_id"), LESIONS)
     missing = [s for s in splits if s not in data and r.splits != "all"]
     if missing:
         raise InputError(f"split(s) {', '.join(missing)} not in the dataset (its splits: {', '.join(data)})",
-                         json_path)
+                         r.ils_dir)
     jobs = candidate_jobs(positive_candidates(data, [s for s in splits if s in data], r.max_candidates))
-    source = prediction_source(r.checkpoint, json_path, ",".join(splits), prompts="chexpercept-candidates")
+    source = prediction_source(r.checkpoint, r.ils_dir, ",".join(splits), prompts="chexpercept-candidates")
 
     def run() -> str:
         model = load_model(r.checkpoint, device=r.device)

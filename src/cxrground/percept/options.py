@@ -7,10 +7,15 @@ from typing import Final
 
 from cxrground.io.files import sha256_json
 
-__all__ = ["DEFAULT_RF_RATIO", "BuildOptions"]
+__all__ = ["DEFAULT_RF_RATIO", "BuildOptions", "parse_splits"]
 
 #: §11: the share of a lesion's deformation-successful positives that become revision-free, unless set.
 DEFAULT_RF_RATIO: Final[float] = 0.5
+
+
+def parse_splits(text: str) -> tuple[str, ...]:
+    """``--split`` as split names: ``"train,test"`` → ``("train", "test")``; ``"all"`` → every split."""
+    return ("train", "val", "test") if text == "all" else tuple(s.strip() for s in text.split(","))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from cxrground.errors import OptionValueError
 from cxrground.fields import check_bounds, option
 from cxrground.percept.deform import DEFORMERS
-from cxrground.percept.options import DEFAULT_RF_RATIO, BuildOptions
+from cxrground.percept.options import DEFAULT_RF_RATIO, BuildOptions, parse_splits
 from cxrground.vocab.lesions import LESIONS
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ class BuildRequest:
 
     def options(self) -> BuildOptions:
         """The build's settings record (paths as text, splits and per-lesion counts parsed)."""
-        chosen = ("train", "val", "test") if self.splits == "all" else tuple(s.strip() for s in self.splits.split(","))
+        chosen = parse_splits(self.splits)
         rf_ratio, rf_ratios = parse_rf_ratio(self.rf_ratio)
         return BuildOptions(ils=str(self.ils_dir), images=str(self.images),
                             candidates=str(self.candidates) if self.candidates else None,
