@@ -4,6 +4,7 @@ local-pool and Ray equality, bad inputs recorded while the rest finishes."""
 from __future__ import annotations
 
 import base64
+import html
 import io
 import json
 import os
@@ -22,7 +23,7 @@ from PIL import Image
 from cxrground.cli import main
 from cxrground.datasets.synthetic import SynthConfig, write_cohort
 from cxrground.datasets.views import find_view_table, read_view_table, view_table_record
-from cxrground.errors import ConfigError
+from cxrground.errors import ConfigError, InputError
 from cxrground.ils.build import DATASET_FILE, BackendSpec, backends_identity, build_dataset
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.gallery import render_gallery
@@ -343,6 +344,27 @@ def test_gallery_page_in_a_missing_folder(built, cohort, tmp_path):
                                       str(tmp_path / "w.html"), "--limit", "1"])
     assert wrong.exit_code != 0 and "image of study" in wrong.output and "is " + str(cohort) in wrong.output
     assert "Traceback" not in wrong.output
+
+
+def test_gallery_lists_a_study_it_cannot_show_and_shows_the_others(built, cohort, tmp_path):
+    data = load_dataset(built / DATASET_FILE)
+    studies = [(key, study) for split in data.values() for key, study in split.items()]
+    assert len(studies) >= 2
+    images = tmp_path / "files"
+    shutil.copytree(cohort / "files", images)
+    bad_key, bad = studies[0]
+    (images / bad["image_path"]).write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    page = tmp_path / "g.html"
+    result = CliRunner().invoke(main, ["ils", "gallery", str(built), "--images", str(images), "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    assert f"{len(studies) - 1} studies, 1 not shown" in result.output
+    assert f"study {bad_key} not shown: " in result.output and bad["image_path"] in result.output
+    text = page.read_text()
+    assert text.count("data:image/png;base64,") == len(studies) - 1
+    assert "1 of " in text and f"{html.escape(bad_key)} · " in text and "not shown: " in text
+    with pytest.raises(InputError, match="image of study"):  # nothing to show: the error, no page
+        render_gallery(built, images, tmp_path / "h.html", limit=1)
+    assert not (tmp_path / "h.html").exists()
 
 
 def test_qc_cross_check_runs_and_is_recorded(cohort, tmp_path):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DIR, OUT_FILE, group, request_options, threads_option
+from cxrground.cli.common import DIR, OUT_FILE, group, request_options, threads_option, warn
 from cxrground.ils.export import ExportRequest, export_request
 from cxrground.ils.request import BuildRequest, build_lines, run_build
 
@@ -64,12 +64,17 @@ def quality(out: Path, cohort: Path, as_json: bool) -> None:
 @click.option("--split", type=click.Choice(["train", "val", "test"]), default=None,
               help="Show only this split (default: all).")
 def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: str | None) -> None:
-    """Write a self-contained HTML page: images with their lesion masks and all instruction-answer pairs."""
+    """Write a self-contained HTML page: images with their lesion masks and all instruction-answer pairs. A study
+    whose film, masks or unit record cannot be read is listed on the page and here with the reason; the others are
+    shown."""
     from cxrground.ils.gallery import render_gallery
 
     target = html_path or out / "gallery.html"
-    n = render_gallery(out, images, target, limit, split)
-    click.echo(f"wrote {target} ({n} studies)")
+    result = render_gallery(out, images, target, limit, split)
+    click.echo(f"wrote {target} ({result.shown} studies"
+               + (f", {len(result.failed)} not shown" if result.failed else "") + ")")
+    for key, reason in result.failed:
+        warn(f"study {key} not shown: {reason}")
 
 
 @ils.command("export")

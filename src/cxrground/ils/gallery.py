@@ -10,6 +10,7 @@ import base64
 import html
 import io
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from cxrground.io.image import read_image
 from cxrground.io.masks import read_mask_png
 from cxrground.io.overlay import PALETTE, overlay_masks
 
-__all__ = ["grounding_lines", "reading_line", "render_gallery"]
+__all__ = ["GalleryResult", "grounding_lines", "reading_line", "render_gallery"]
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:16px;background:#111;color:#ddd}
@@ -33,7 +34,7 @@ body{font-family:system-ui,sans-serif;margin:16px;background:#111;color:#ddd}
 img{max-width:360px;height:auto;border:1px solid #444}
 table{border-collapse:collapse;font-size:13px}td,th{padding:2px 6px;border-bottom:1px solid #2a2a2a;text-align:left}
 .neg{color:#999}.sw{display:inline-block;width:10px;height:10px;margin-right:4px}
-.sec{font-size:12px;color:#aaa;max-width:720px}h1{font-size:20px}h2{font-size:15px;margin:0 0 6px}
+.sec{font-size:12px;color:#aaa;max-width:720px}.failed{color:#e88}h1{font-size:20px}h2{font-size:15px;margin:0 0 6px}
 """
 
 
@@ -124,64 +125,90 @@ def _unit_grounding(unit: dict[str, Any], unit_file: Path) -> list[dict[str, Any
 _SHOWN_FIELDS = ("image_path", "section_name", "section_content")
 
 
+@dataclass(frozen=True)
+class GalleryResult:
+    """What :func:`render_gallery` wrote: the studies shown with their film, and those it could not show
+    (study key, why), listed on the page in their place."""
+
+    shown: int
+    failed: tuple[tuple[str, str], ...] = ()
+
+
 def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: str | Path, limit: int = 50,
-                   split: str | None = None, width: int = 360) -> int:
-    """Write the gallery of the first ``limit`` studies (optionally of one split); returns the number shown.
-    The page's folder is created when missing."""
+                   split: str | None = None, width: int = 360) -> GalleryResult:
+    """Write the gallery of the first ``limit`` studies (optionally of one split); the page's folder is created
+    when missing. A study whose film, masks or unit record cannot be read is listed on the page with the reason and
+    the others are shown; when no study can be shown, nothing is written and the first study's error is raised."""
     if limit < 1:
         raise ConfigError(f"limit must be at least 1, got {limit}")
     root, images_root = Path(dataset_dir), Path(images_root)
     data = read_dataset(root / DATASET_FILE, _SHOWN_FIELDS)
     parts = [f"<!doctype html><meta charset='utf-8'><title>ILS dataset: {html.escape(root.name)}</title>"
              f"<style>{_CSS}</style><h1>ILS dataset {html.escape(str(root))}</h1>"]
-    shown = 0
+    shown, failed, first_error = 0, [], None
     for split_name, studies in data.items():
         if split is not None and split_name != split:
             continue
         for key, study in studies.items():
-            if shown >= limit:
+            if shown + len(failed) >= limit:
                 break
             try:
-                image = read_image(images_root / study["image_path"])
+                parts.append(_study_panel(root, images_root, key, split_name, study, width))
+                shown += 1
             except InputError as exc:
-                raise exc.with_reason(f"image of study {key}: {exc.reason} (is {images_root} the root the "
-                                      "dataset's image_path values are relative to?)") from exc
-            unit_file = root / UNITS_DIR / f"{key}.json"
-            unit = _unit_object(unit_file)
-            read = _reading_line(unit)
-            pixels = 255 - image.pixels if unit.get("image_note") else image.pixels
-            pairs = study["instruction_answer_pairs"]
-            masks: dict[str, int] = {}
-            for p in pairs["positive_pairs"]:
-                masks.setdefault(p["seg_mask_path"], len(masks))
-            arrays = [read_mask_png(root / MASK_DIR / path, image.shape) for path in masks]
-            colours = [PALETTE[i % len(PALETTE)] for i in range(len(arrays))]
-            rgb = overlay_masks(pixels, arrays, colours, alpha=0.35) if arrays else np.repeat(pixels[..., None], 3, -1)
-            rows = []
-            for p in pairs["positive_pairs"]:
-                c = _hex(colours[masks[p["seg_mask_path"]]])
-                rows.append(f"<tr><td><span class='sw' style='background:{c}'></span>{html.escape(p['type'])}</td>"
-                            f"<td>{html.escape(p['instruction'])}</td><td>{html.escape(p['answer'])}</td>"
-                            f"<td>{html.escape(p['target'])}</td></tr>")
-            for n in pairs["negative_pairs"]:
-                rows.append(f"<tr class='neg'><td>{html.escape(n['type'])}</td><td>{html.escape(n['instruction'])}"
-                            f"</td><td>{html.escape(n['answer'])}</td><td>{html.escape(n['target'])}</td></tr>")
-            grounding = "".join(f"<li>{html.escape(line)}</li>"
-                                for line in _grounding_lines(unit, unit_file))
-            parts.append(
-                f"<div class='study'><img alt='{html.escape(key)}' src='{_png_data_url(rgb, width)}'>"
-                f"<div><h2>{html.escape(key)} · {html.escape(split_name)} · {html.escape(study['section_name'])}</h2>"
-                + (f"<div class='sec read'>{html.escape(read)}</div>" if read else "") +
-                f"<div class='sec'>{html.escape(study['section_content'])}</div>"
-                + (f"<ul class='sec grounding'>{grounding}</ul>" if grounding else "") +
-                "<table><tr><th>type</th><th>instruction</th><th>answer</th><th>target</th></tr>"
-                + "".join(rows) + "</table></div></div>")
-            shown += 1
+                first_error = first_error or exc
+                failed.append((key, str(exc)))
+                parts.append(f"<div class='study failed'><h2>{html.escape(key)} · {html.escape(split_name)}</h2>"
+                             f"<div class='sec'>not shown: {html.escape(str(exc))}</div></div>")
+    if first_error is not None and not shown:
+        raise first_error
     if not shown:
         have = ", ".join(f"{name} ({len(studies)})" for name, studies in data.items() if studies) or "none"
         raise ConfigError(f"no study to show{f' in split {split}' if split else ''} of {root / DATASET_FILE} (its "
                           f"splits with studies: {have}); nothing written")
+    if failed:
+        parts.insert(1, f"<p class='failed'>{len(failed)} of {shown + len(failed)} studies could not be shown; each "
+                        "is listed in its place with the reason.</p>")
     out = Path(out_html)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(parts), encoding="utf-8")
-    return shown
+    return GalleryResult(shown, tuple(failed))
+
+
+def _study_panel(root: Path, images_root: Path, key: str, split_name: str, study: dict[str, Any],
+                 width: int) -> str:
+    """One study's panel: the film with its masks, the section, the groundings and the pairs; an
+    :class:`InputError` naming the file when the film, a mask or the unit record cannot be read."""
+    try:
+        image = read_image(images_root / study["image_path"])
+    except InputError as exc:
+        raise exc.with_reason(f"image of study {key}: {exc.reason} (is {images_root} the root the "
+                              "dataset's image_path values are relative to?)") from exc
+    unit_file = root / UNITS_DIR / f"{key}.json"
+    unit = _unit_object(unit_file)
+    read = _reading_line(unit)
+    pixels = 255 - image.pixels if unit.get("image_note") else image.pixels
+    pairs = study["instruction_answer_pairs"]
+    masks: dict[str, int] = {}
+    for p in pairs["positive_pairs"]:
+        masks.setdefault(p["seg_mask_path"], len(masks))
+    arrays = [read_mask_png(root / MASK_DIR / path, image.shape) for path in masks]
+    colours = [PALETTE[i % len(PALETTE)] for i in range(len(arrays))]
+    rgb = overlay_masks(pixels, arrays, colours, alpha=0.35) if arrays else np.repeat(pixels[..., None], 3, -1)
+    rows = []
+    for p in pairs["positive_pairs"]:
+        c = _hex(colours[masks[p["seg_mask_path"]]])
+        rows.append(f"<tr><td><span class='sw' style='background:{c}'></span>{html.escape(p['type'])}</td>"
+                    f"<td>{html.escape(p['instruction'])}</td><td>{html.escape(p['answer'])}</td>"
+                    f"<td>{html.escape(p['target'])}</td></tr>")
+    for n in pairs["negative_pairs"]:
+        rows.append(f"<tr class='neg'><td>{html.escape(n['type'])}</td><td>{html.escape(n['instruction'])}"
+                    f"</td><td>{html.escape(n['answer'])}</td><td>{html.escape(n['target'])}</td></tr>")
+    grounding = "".join(f"<li>{html.escape(line)}</li>" for line in _grounding_lines(unit, unit_file))
+    return (f"<div class='study'><img alt='{html.escape(key)}' src='{_png_data_url(rgb, width)}'>"
+            f"<div><h2>{html.escape(key)} · {html.escape(split_name)} · {html.escape(study['section_name'])}</h2>"
+            + (f"<div class='sec read'>{html.escape(read)}</div>" if read else "") +
+            f"<div class='sec'>{html.escape(study['section_content'])}</div>"
+            + (f"<ul class='sec grounding'>{grounding}</ul>" if grounding else "") +
+            "<table><tr><th>type</th><th>instruction</th><th>answer</th><th>target</th></tr>"
+            + "".join(rows) + "</table></div></div>")
