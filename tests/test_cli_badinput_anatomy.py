@@ -149,6 +149,21 @@ def test_export_synthetic_records_a_missing_film_and_exports_the_rest(cohort3, t
     assert rows == kept  # the other films' boxes do not change
 
 
+def test_export_synthetic_refuses_a_folder_of_real_annotations(cohort3, tmp_path):
+    vindr = tmp_path / "vindr"
+    vindr.mkdir()
+    (vindr / "train.csv").write_text("image_id,class_name\nabc,No finding\n")
+    _clean_error(_run(["detector", "export-synthetic", "--cohort", cohort3, "--out", vindr]), str(vindr),
+                 "train.csv", "new or empty folder")
+    assert (vindr / "train.csv").read_text() == "image_id,class_name\nabc,No finding\n"
+    (vindr / "test.csv").write_text("x\n")
+    _clean_error(_run(["detector", "export-synthetic", "--cohort", cohort3, "--out", vindr]), "test.csv")
+    again = tmp_path / "again"  # a rerun into its own export replaces it
+    for _ in range(2):
+        res = _run(["detector", "export-synthetic", "--cohort", cohort3, "--out", again])
+        assert res.exit_code == 0, res.output
+
+
 def test_a_folder_that_is_not_a_cohort_or_a_corrupt_truth_record_names_the_file(cohort3, tmp_path):
     films = tmp_path / "films"
     films.mkdir()

@@ -324,3 +324,16 @@ def test_cli_synth_and_info(tmp_path):
     res = runner.invoke(main, ["synth", "--out", str(out), "--studies", "2", "--seed", "6", "--width", "128",
                                "--quiet"])
     assert res.exit_code != 0 and "another cohort" in res.output
+
+
+def test_cli_synth_refuses_a_folder_holding_other_files(tmp_path):
+    mine = tmp_path / "project"
+    mine.mkdir()
+    (mine / "README.md").write_text("my notes\n")
+    res = CliRunner().invoke(main, ["synth", "--out", str(mine), "--studies", "1", "--width", "128", "--quiet"])
+    assert res.exit_code != 0 and "holds no synthetic cohort" in res.output and "README.md" in res.output
+    assert (mine / "README.md").read_text() == "my notes\n" and sorted(p.name for p in mine.iterdir()) == ["README.md"]
+    cut = tmp_path / "cut"  # a cohort killed before its index files: only study folders, resumed
+    (cut / "files").mkdir(parents=True)
+    res = CliRunner().invoke(main, ["synth", "--out", str(cut), "--studies", "1", "--width", "128", "--quiet"])
+    assert res.exit_code == 0, res.output

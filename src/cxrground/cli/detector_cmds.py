@@ -38,7 +38,7 @@ def evaluate(request: DetectorEvalRequest) -> None:
 @detector.command("export-synthetic")
 @click.option("--cohort", type=DIR, required=True, help="A synthetic cohort folder (cxrground synth).")
 @click.option("--out", type=OUT_DIR, required=True, help="Folder for train.csv (VinDr-CXR format), patients.csv and "
-              "failures.jsonl.")
+              "failures.jsonl: new, empty or an earlier export (a folder holding other files is refused).")
 @click.option("--readers", type=click.IntRange(1), default=3, help="Simulated radiologists per film.")
 @click.option("--jitter", type=click.FloatRange(0), default=0.03, help="Reader error of each box edge (share of "
               "the box side, standard deviation).")

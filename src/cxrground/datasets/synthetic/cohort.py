@@ -170,7 +170,8 @@ class CohortRequest:
     """Where to write how many studies of which seed, image format and width (each field documents itself,
     :func:`cxrground.fields.option`; ``cxrground synth`` offers one option per field)."""
 
-    out_dir: Path = option(flag="--out", path="out_dir", help="Folder to write the cohort to (created if missing).")
+    out_dir: Path = option(flag="--out", path="out_dir", help="Folder to write the cohort to: new, empty or a cohort to extend (a folder "
+                          "holding other files is refused).")
     n_studies: int = option(24, flag="--studies", low=0, help="Number of studies (indices 0..N-1).")
     seed: int = option(0, low=0, help="Cohort seed.")
     fmt: str = option("jpg", flag="--format", choices=("jpg", "png"), help="Image file format.")
@@ -212,6 +213,7 @@ def write_cohort(
     if not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
     out = Path(out_dir)
+    _check_not_foreign(out)
     out.mkdir(parents=True, exist_ok=True)
     chash = config.config_hash()
     started = time.perf_counter()
@@ -256,6 +258,22 @@ def write_cohort(
         lesions=stats["lesions"],
         seconds=round(time.perf_counter() - started, 3),
     )
+
+
+#: Folders a study's files go to; a folder holding only these is a cohort cut short before its index files.
+_STUDY_DIRS = ("files", "masks", "truth")
+
+
+def _check_not_foreign(out: Path) -> None:
+    """A :class:`ConfigError` when ``out`` holds files but no synthetic cohort (no ``cohort.json``, no ``truth/``):
+    the cohort would write its ``README.md``, ``index.csv`` and ``preview.png`` over what is there."""
+    if not out.is_dir() or (out / "cohort.json").is_file() or (out / "truth").is_dir():
+        return
+    other = sorted(p.name for p in out.iterdir() if p.name not in _STUDY_DIRS)
+    if other:
+        shown = ", ".join(other[:5]) + (f" and {len(other) - 5} more" if len(other) > 5 else "")
+        raise ConfigError(f"{out} is not empty ({shown}) and holds no synthetic cohort; write the cohort to a new or "
+                          "empty folder")
 
 
 def view_table_bytes(records: Iterable[StudyTruth]) -> bytes:

@@ -23,7 +23,7 @@ import numpy as np
 
 from cxrground.datasets.folder import image_file_problem
 from cxrground.datasets.synthetic import load_truth
-from cxrground.errors import Failure, InputError
+from cxrground.errors import ConfigError, Failure, InputError
 from cxrground.io.files import atomic_write_text
 from cxrground.io.masks import decode_rle
 
@@ -76,6 +76,23 @@ class SyntheticExport:
         return lines + [f"  failed: {f.path}: {f.reason}" for f in self.failures]
 
 
+#: The files :func:`export_synthetic_vindr` writes.
+_EXPORT_FILES = ("train.csv", "patients.csv", FAILURES_NAME)
+
+
+def _check_out(out: Path) -> None:
+    """A :class:`ConfigError` when ``out`` holds files the export does not write, or a ``train.csv`` without the
+    export's ``patients.csv`` (a real VinDr-CXR folder): the export would replace its annotations."""
+    if not out.is_dir():
+        return
+    names = {p.name for p in out.iterdir()}
+    other = sorted(names.difference(_EXPORT_FILES))
+    if other or ("train.csv" in names and "patients.csv" not in names):
+        shown = ", ".join(other[:5] or ["train.csv"]) + (f" and {len(other) - 5} more" if len(other) > 5 else "")
+        raise ConfigError(f"--out {out} holds {shown}, not an export of a synthetic cohort; the export would write "
+                          "train.csv there: use a new or empty folder")
+
+
 def export_synthetic_vindr(cohort: str | Path, out: str | Path, readers: int = 3, jitter: float = 0.03,
                            miss: float = 0.1, seed: int = 0) -> SyntheticExport:
     """Write ``out/train.csv`` (VinDr-CXR format), ``out/patients.csv`` and ``out/failures.jsonl``; a study whose
@@ -83,6 +100,7 @@ def export_synthetic_vindr(cohort: str | Path, out: str | Path, readers: int = 3
     exported. Returns the counts and the failures."""
     if readers < 1 or not 0 <= miss < 1 or jitter < 0:
         raise ValueError(f"need readers >= 1, 0 <= miss < 1, jitter >= 0; got {readers}, {miss}, {jitter}")
+    _check_out(Path(out))
     rng = np.random.default_rng(seed)
     rad_ids = [f"R{i + 1}" for i in range(readers)]
     rows: list[list[object]] = []
