@@ -170,8 +170,9 @@ class CohortRequest:
     """Where to write how many studies of which seed, image format and width (each field documents itself,
     :func:`cxrground.fields.option`; ``cxrground synth`` offers one option per field)."""
 
-    out_dir: Path = option(flag="--out", path="out_dir", help="Folder to write the cohort to: new, empty or a cohort to extend (a folder "
-                          "holding other files is refused).")
+    out_dir: Path = option(flag="--out", path="out_dir",
+                           help="Folder to write the cohort to: new, empty or a cohort to extend (a folder holding "
+                                "other files is refused).")
     n_studies: int = option(24, flag="--studies", low=0, help="Number of studies (indices 0..N-1).")
     seed: int = option(0, low=0, help="Cohort seed.")
     fmt: str = option("jpg", flag="--format", choices=("jpg", "png"), help="Image file format.")
