@@ -154,7 +154,7 @@ def test_zones_csv_overlays_and_failures(tmp_path):
     readings, failures = write_zones(find_images(folder), tmp_path / "out", seg, fit, root=folder)
     assert [r.image for r in readings] == ["a.png", "sub/b.png"] and len(failures) == 1
     rows = list(csv.DictReader((tmp_path / "out" / "zones.csv").open()))
-    assert tuple(rows[0]) == CSV_COLUMNS
+    assert tuple(rows[0]) == CSV_COLUMNS and b"\r" not in (tmp_path / "out" / "zones.csv").read_bytes()
     assert rows[0]["C"] == "1" and sum(int(rows[1][z]) for z in "ABCDEF") == 0
     assert float(rows[0]["ctr"]) > 0.3
     assert (tmp_path / "out" / "overlays" / "a.png").is_file()

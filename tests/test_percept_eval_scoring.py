@@ -137,6 +137,7 @@ def test_score_run_writes_reference_csvs(tmp_path):
     s = score_run(run, n_boot=50)
     assert s["missing_cases"] == ["E"]
     # the reference's columns, path names and order, model name and number format (Python floats)
+    assert b"\r" not in (run / "model_performance_summary.csv").read_bytes()  # LF line ends, as the reference's
     text = (run / "model_performance_summary.csv").read_text()
     assert text.splitlines()[0] == "path,model,setting,acc(stage1),acc(stage2),acc(stage3),acc(stage4),depth"
     rows = list(csv.DictReader(text.splitlines()))

@@ -515,7 +515,7 @@ def zones_provenance(model: NormativeModel, zone_model: ZoneReader | None, image
 
 def _csv_text(readings: Sequence[ZoneReading]) -> str:
     fh = io.StringIO(newline="")
-    writer = csv.DictWriter(fh, fieldnames=list(CSV_COLUMNS))
+    writer = csv.DictWriter(fh, fieldnames=list(CSV_COLUMNS), lineterminator="\n")
     writer.writeheader()
     for r in readings:
         writer.writerow(r.csv_row())

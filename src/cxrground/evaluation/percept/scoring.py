@@ -467,7 +467,7 @@ def write_csvs(folder: Path, scores: Sequence[dict[str, Any]], summary_name: str
     def write(name: str, rows: list[dict[str, str]]) -> None:
         columns = list(rows[0]) if rows else list(SUMMARY_COLUMNS)
         with (folder / name).open("w", newline="", encoding="utf-8") as fh:
-            w = csv.DictWriter(fh, fieldnames=columns)
+            w = csv.DictWriter(fh, fieldnames=columns, lineterminator="\n")
             w.writeheader()
             w.writerows(rows)
 
