@@ -103,3 +103,59 @@ def test_cli_export_results(tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "ref" / "opensource_llava" / "oracle_none" / "all_results.json").is_file()
     assert "wrote" in proc.stdout
+
+
+def _eval(bench: Path, out: Path, model: str, oracle: str = "none"):
+    from click.testing import CliRunner
+
+    from cxrground.cli import main
+
+    return CliRunner().invoke(main, ["percept", "eval", "--bench", str(bench), "--model", model, "--oracle", oracle,
+                                     "--out", str(out), "--no-progress", "--seed", "4"])
+
+
+def _answers(run: Path) -> dict[tuple[str, str], tuple[str, bool]]:
+    recs = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    return {(r["case_id"], q["qid"]): (q.get("raw"), q.get("correct")) for r in recs for q in r["questions"]}
+
+
+@pytest.mark.parametrize("oracle", ["none", "implicit"])
+def test_replayed_reference_results_score_as_the_run_that_made_them(tmp_path, oracle) -> None:
+    from cxrground.testing.mock_bench import make_benchmark
+
+    bench = make_benchmark(tmp_path / "bench", {"LF": 2, "RF": 2, "RR": 3}, lesions=("edema", "cardiomegaly"), seed=5)
+    res = _eval(bench, tmp_path / "random", "random", oracle)
+    assert res.exit_code == 0, res.output
+    (results,) = export_results([tmp_path / "random"], tmp_path / "ref")
+    res = _eval(bench, tmp_path / "replay", f"replay:{results}", oracle)
+    assert res.exit_code == 0, res.output
+    original, replayed = _answers(tmp_path / "random"), _answers(tmp_path / "replay")
+    assert replayed == original and len(original) > 10
+    a, b = score_run(tmp_path / "random", n_boot=0), score_run(tmp_path / "replay", n_boot=0)
+    assert a["paths"] == b["paths"]
+
+
+def test_replay_fails_the_cases_the_file_has_no_response_for(tmp_path) -> None:
+    from cxrground.testing.mock_bench import make_benchmark
+
+    bench = make_benchmark(tmp_path / "bench", {"LF": 1, "RF": 1, "RR": 1}, lesions=("edema",), seed=2)
+    assert _eval(bench, tmp_path / "random", "random").exit_code == 0
+    (results,) = export_results([tmp_path / "random"], tmp_path / "ref")
+    data = json.loads(results.read_text())
+    rr = next(k for k, v in data.items() if v["qa_path"] == "revision_required")
+    del data[rr]["contour_revision_qa"]["responses"]["contraction"]
+    lf = next(k for k, v in data.items() if v["qa_path"] == "lesion_free")
+    del data[lf]
+    results.write_text(json.dumps(data))
+    res = _eval(bench, tmp_path / "replay", f"replay:{results}")
+    assert res.exit_code == 0, res.output
+    recs = {r["case_id"]: r for r in map(json.loads, (tmp_path / "replay" / "results.jsonl").read_text().splitlines())}
+    assert recs[rr]["status"] == "failed" and "no response to question contraction" in recs[rr]["error"]
+    assert recs[lf]["status"] == "failed" and f"no record of case {lf}" in recs[lf]["error"]
+    assert all(r["status"] != "failed" for k, r in recs.items() if k not in (rr, lf))
+    for bad, needle in (("[1, 2]", "not an all_results.json"), ("{oops", "not a JSON file")):
+        (tmp_path / "bad.json").write_text(bad)
+        res = _eval(bench, tmp_path / f"bad{len(bad)}", f"replay:{tmp_path / 'bad.json'}")
+        assert res.exit_code != 0 and needle in res.output and "Traceback" not in res.output
+    res = _eval(bench, tmp_path / "gone", f"replay:{tmp_path / 'nothing.json'}")
+    assert res.exit_code != 0 and "no such file" in res.output

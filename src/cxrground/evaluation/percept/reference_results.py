@@ -26,7 +26,7 @@ from cxrground.evaluation.percept.conversation import ATTRIBUTE_QIDS, REVISION_Q
 from cxrground.evaluation.percept.scoring import CSV_PATH_NAMES, CSV_QUESTION_NAMES, case_view, run_records
 from cxrground.io.files import atomic_write_text
 
-__all__ = ["REFERENCE_RESULTS_FILE", "export_results", "reference_folder", "reference_results"]
+__all__ = ["REFERENCE_RESULTS_FILE", "export_results", "recorded_response", "reference_folder", "reference_results"]
 
 REFERENCE_RESULTS_FILE: Final[str] = "all_results.json"
 #: Reference provider names of the model-spec prefixes (`hf:` and `ils:` models run locally: "opensource").
@@ -90,6 +90,23 @@ def reference_results(plans: Sequence[dict[str, Any]], records: dict[str, dict[s
     """``{key_id: record}`` of the reference evaluator for the selected cases ``plans`` and one repeat's result
     ``records`` (by case id; a case without one is missing and counts wrong)."""
     return {plan["case_id"]: _case(plan, records.get(plan["case_id"])) for plan in plans}
+
+
+def recorded_response(record: dict[str, Any], stage: int, qid: str) -> str | None:
+    """The raw response the reference evaluator recorded in one case's ``record`` (an ``all_results.json`` value)
+    for question ``qid`` of ``stage``; None when it recorded none (the question was not asked, or the stage is
+    missing)."""
+    block = record.get(_STAGE_KEYS[stage])
+    if not isinstance(block, dict):
+        return None
+    if stage == 1:
+        value = block.get("response")
+    elif stage == 2:
+        value = block.get("responses")
+    else:
+        responses = block.get("responses")
+        value = responses.get(CSV_QUESTION_NAMES.get(qid, qid)) if isinstance(responses, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def export_results(runs: Sequence[str | Path], out: str | Path, repeat: int = 0) -> list[Path]:

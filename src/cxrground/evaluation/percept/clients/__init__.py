@@ -2,7 +2,8 @@
 
 A client answers one request (OpenAI-format messages) with a :class:`Completion`. ``SPEC`` strings:
 ``openai:MODEL`` (:mod:`.openai`), ``hf:MODEL_DIR`` (:mod:`.hf`, transformers imported lazily),
-``ils:CHECKPOINT`` (:mod:`.ils_agent`: an ILS model answering from its own mask and the geometry) and the
+``ils:CHECKPOINT`` (:mod:`.ils_agent`: an ILS model answering from its own mask and the geometry),
+``replay:ALL_RESULTS`` (:mod:`.replay`: the responses another evaluator recorded) and the
 built-in baselines ``random``, ``first-option``, ``always-yes``, ``oracle`` (:mod:`.baselines`).
 
 Baselines get the question (options and GT) through the ``question`` side channel of
@@ -94,6 +95,14 @@ def _ils(model: str, **opts: Any) -> Client:
     return IlsAgentClient(model)
 
 
+@CLIENTS.register("replay", help="the responses another evaluator recorded (replay:ALL_RESULTS, the reference "
+                  "evaluator's all_results.json)", options=("model", *HARNESS_OPTIONS))
+def _replay(model: str, **opts: Any) -> Client:
+    from cxrground.evaluation.percept.clients.replay import ReplayClient
+
+    return ReplayClient(model)
+
+
 def _baseline(kind: str, help: str) -> None:
     def make(**opts: Any) -> Client:
         from cxrground.evaluation.percept.clients.baselines import BaselineClient
@@ -109,7 +118,8 @@ _baseline("always-yes", "baseline: 'Yes' where offered, else the first option")
 _baseline("oracle", "baseline: the ground truth (upper bound, checks the scoring)")
 
 #: The placeholder after ``prefix:`` for the clients that need a name.
-_NAME_ARG: Final[dict[str, str]] = {"openai": "MODEL", "hf": "MODEL_DIR", "ils": "CHECKPOINT"}
+_NAME_ARG: Final[dict[str, str]] = {"openai": "MODEL", "hf": "MODEL_DIR", "ils": "CHECKPOINT",
+                                     "replay": "ALL_RESULTS"}
 
 
 def _takes_name(prefix: str) -> bool:
