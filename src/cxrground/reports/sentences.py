@@ -105,21 +105,33 @@ def _marker_starts(block: str) -> list[tuple[int, int]]:
 def _split_item_lines(block: str) -> list[str]:
     """Split one paragraph where a line is an item of a list written one per line without punctuation.
 
-    A line break ends a sentence when the line before it is at most :data:`MAX_ITEM_LINE` characters, ends
-    without punctuation and without a joining word (:data:`_JOINING_WORDS`), and the next line starts with a
-    capital and a small letter ("No pneumothorax⏎Small left effusion": two sentences).
+    A line break is an item break when the line before it ends without punctuation and without a joining word
+    (:data:`_JOINING_WORDS`) and the next line starts with a capital and a small letter ("No pneumothorax⏎Small
+    left effusion": two sentences). It ends a sentence when the line before it is at most :data:`MAX_ITEM_LINE`
+    characters, or at any length when another item break of the paragraph is that short: a paragraph written as a
+    list ("No focal consolidation or pleural effusion identified in this study⏎Mild cardiomegaly⏎Bibasilar
+    atelectasis"), where wrapped running text has no short line but its last.
     """
     lines = block.split("\n")
+    items = [_item_break(before, line) for before, line in zip(lines, lines[1:], strict=False)]
+    listed = any(length <= MAX_ITEM_LINE for length in items if length is not None)
     pieces: list[str] = [lines[0]]
-    for line in lines[1:]:
-        before = pieces[-1].rsplit("\n", 1)[-1].strip()
-        words = before.split()
-        if (words and len(before) <= MAX_ITEM_LINE and before[-1].isalnum()
-                and words[-1].lower() not in _JOINING_WORDS and _ITEM_START.match(line)):
+    for line, length in zip(lines[1:], items, strict=True):
+        if length is not None and (listed or length <= MAX_ITEM_LINE):
             pieces.append(line)
         else:
             pieces[-1] += "\n" + line
     return pieces
+
+
+def _item_break(before: str, line: str) -> int | None:
+    """The length of the line ``before`` when the break between it and ``line`` may end an item (``before`` ends
+    without punctuation and without a joining word, ``line`` starts with a capital and a small letter), else None."""
+    before = before.strip()
+    words = before.split()
+    if words and before[-1].isalnum() and words[-1].lower() not in _JOINING_WORDS and _ITEM_START.match(line):
+        return len(before)
+    return None
 
 
 def _split_list_items(block: str) -> list[str]:

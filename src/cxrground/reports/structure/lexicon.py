@@ -99,7 +99,8 @@ None (non-target)      lung: pneumothorax, hydropneumothorax, nodule, mass, mass
                        clinical-radiological syndrome, not mapped to edema), pleural
                        thickening, pleural plaque, (pulmonary) vascular congestion, metastasis/metastases,
                        volume loss, radiation pneumonitis / fibrosis / changes, (broncho)vascular crowding,
-                       cephalization, vascular redistribution, Kerley / septal lines, septal thickening.
+                       cephalization, vascular redistribution, upper lobe (blood) diversion (version 51), Kerley / septal
+                       lines, septal thickening.
                        other: fracture, (hiatal) hernia, (lymph)adenopathy, pericardial effusion,
                        pneumomediastinum, subcutaneous emphysema, pneumoperitoneum / free air, heart failure,
                        soft-tissue edema, vertebral collapse / compression deformity, foreign-body aspiration
@@ -476,6 +477,7 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
     (EntityKind("vascular congestion", None), (
         r"(?:pulmonary\s+)?(?:vascular|venous)\s+(?:congestion|engorgement|redistribution)", r"pulmonary\s+congestion",
         r"congestion", r"cephali[sz]ation",
+        r"(?:upper\s+lobe\s+)?(?:blood\s+|venous\s+|vascular\s+)?diversion",
     )),
     (EntityKind("septal lines", None), (
         r"kerley\s+(?:[abc]\s+)?lines?", r"(?:interlobular\s+)?septal\s+(?:lines?|thickening)",

@@ -257,8 +257,11 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: the second, and "the heart is top-normal in size to mildly enlarged" is uncertain (the record's other changes, a
 #: normal heart in more words, a normal heart that is no normal examination and an attributed consolidation in the
 #: labels, change no finding); 50: "midzone(s)" is the mid zone, and a zone word joined to its noun by a hyphen
-#: ("right mid-zone", "upper-lobe") reads as the spaced form.
-RULES_VERSION: Final[str] = "50"
+#: ("right mid-zone", "upper-lobe") reads as the spaced form; 51: places joined by "and" do not break an observation's
+#: link to its lesion ("opacities in the right lower lobe and lingula, consistent with pneumonia"), nor does a sign
+#: after "with" ("opacity with volume loss, compatible with atelectasis"), "upper lobe diversion" is a vascular sign
+#: whose "upper lobe" places nothing, and a paragraph written as a list ends a sentence at every item line.
+RULES_VERSION: Final[str] = "51"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -290,6 +293,14 @@ _APPOSITION_FILLER: Final[re.Pattern[str]] = re.compile(
 _AND_VERB: Final[re.Pattern[str]] = re.compile(
     r"\b(?:is|are|may|might|could|likely|probably|represents?|reflects?|suggests?)\b")
 _WORD: Final[re.Pattern[str]] = re.compile(r"[\w-]+")
+#: A location phrase's stand-in in an attribution gap, and two of them joined by "and" (version 51).
+_PLACE: Final[str] = " \x00 "
+_PLACE_LIST: Final[re.Pattern[str]] = re.compile(r"\x00(?:\s*,)?\s*(?:and|&)\s+(?:(?:the|both)\s+)*\x00")
+#: Non-target signs that may stand after "with" between an observation and its link (version 51: "opacity with
+#: volume loss, compatible with atelectasis"), and the words between the observation and such a sign.
+_WITH_SIGNS: Final[frozenset[str]] = frozenset({"volume loss", "vascular congestion"})
+_WITH_SIGN_GAP: Final[re.Pattern[str]] = re.compile(
+    r"\s*,?\s*with\s+(?:(?:associated|mild|minimal|slight|some|moderate|marked|significant)\s+)*")
 _ADJACENT: Final[re.Pattern[str]] = re.compile(
     r"\b(?:adjacent|associated|accompanying|surrounding|subjacent|overlying|superimposed|compressive|passive|"
     r"relaxation|parapneumonic|residual)\s+(?:[\w-]+\s+)?$")
@@ -451,6 +462,16 @@ def _starts_new_item(low: str, cue: _Cue, i: int, mentions: list[_Mention], hi: 
                 not hedge or "," in low[prev.end:mentions[j].start]):  # "no effusion and mild cardiomegaly"
             return _LIST_GOES_ON.search(low, mentions[j].end, max(hi, mentions[j].end)) is None
     return False
+
+
+def _join_places(gap: str) -> str:
+    """An attribution gap whose location phrases are :data:`_PLACE` stand-ins, with places joined by "and" made
+    one and the stand-ins made blanks."""
+    while True:
+        joined = _PLACE_LIST.sub("\x00", gap)
+        if joined == gap:
+            return gap.replace("\x00", " ")
+        gap = joined
 
 
 class RuleStructurer:
@@ -777,7 +798,8 @@ class RuleStructurer:
             obs = mentions[i]
             if not obs.kind.observation or obs.assertion == "absent" or i + 1 >= len(mentions):
                 continue
-            target_group = groups[mentions[i + 1].group]
+            after = self._after_sign(low, mentions, i)
+            target_group = groups[mentions[after].group]
             targets = [mentions[j] for j in target_group]
             # an alternative of the observation's own type restates it ("opacity, atelectasis versus infiltrate")
             same = [t for t in targets if t.kind.lesion == obs.kind.lesion
@@ -799,7 +821,7 @@ class RuleStructurer:
                         _PREPOSITIONS.sub(" ", LOCATION_MATCHER.sub(" ", low[obs.end:targets[0].start]))) is not None:
                     obs.group = targets[0].group
                 continue
-            gap_start, gap_end = obs.end, targets[0].start
+            gap_start, gap_end = mentions[after - 1].end, targets[0].start
             # a blank where the link word was ("opacity XXXX atelectasis"): a link of unknown strength, no hedge seen
             masked = MASKED_LINK_RE.fullmatch(low, gap_start, gap_end) is not None and "xxxx" in low[gap_start:gap_end]
             if not masked and not self._is_link(low, gap_start, gap_end, len(targets) > 1):
@@ -828,13 +850,28 @@ class RuleStructurer:
                 for t in others:  # a lesion named by an opacity-class phrase keeps that phrase (not "blunting")
                     if t.kind.lesion is not None and obs.kind.lesion is not None:
                         t.entity_span = (obs.start, obs.end)
-            # the observation and its targets share their location phrases
+            # the observation and its targets share their location phrases (and a sign between them, version 51)
             obs.group = targets[0].group
+            if after > i + 1:
+                mentions[i + 1].group = targets[0].group
+
+    @staticmethod
+    def _after_sign(low: str, mentions: list[_Mention], i: int) -> int:
+        """The index of the mention an observation ``mentions[i]`` may be linked to: the next one, or the one after a
+        non-target sign that follows it after "with" (:data:`_WITH_SIGNS`, version 51)."""
+        sign = mentions[i + 1]
+        if (i + 2 < len(mentions) and sign.kind.lesion is None and sign.kind.name in _WITH_SIGNS
+                and sign.assertion != "absent" and _WITH_SIGN_GAP.fullmatch(
+                    _PREPOSITIONS.sub(" ", LOCATION_MATCHER.sub(" ", low[mentions[i].end:sign.start]))) is not None):
+            return i + 2
+        return i + 1
 
     @staticmethod
     def _is_link(low: str, start: int, end: int, alternatives: bool) -> bool:
         # what an earlier film showed is no part of the link ("opacity, not previously seen, is concerning for")
-        gap = AIR_BRONCHOGRAM_RE.sub(" ", PRIOR_NEGATION_RE.sub(" ", LOCATION_MATCHER.sub(" ", low[start:end])))
+        # places joined by "and" are one place (version 51: "in the right lower lobe and lingula, consistent with")
+        places = _join_places(LOCATION_MATCHER.sub(_PLACE, low[start:end]))
+        gap = AIR_BRONCHOGRAM_RE.sub(" ", PRIOR_NEGATION_RE.sub(" ", places))
         if _nwords(gap) > _MAX_LINK_WORDS:
             return False
         links = list(LINK_RE.finditer(gap))
