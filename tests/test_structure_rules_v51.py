@@ -39,7 +39,8 @@ Opacity in the left lower lobe with volume loss, likely atelectasis. \
 Opacity with associated volume loss in the left lower lobe, likely atelectasis. \
     | ~volume loss present left lung base, atelectasis uncertain left lung base
 Perihilar haziness with cephalization, consistent with edema. \
-    | ~cephalization present right mid zone lung;left mid zone lung, edema present right mid zone lung;left mid zone lung
+    | ~cephalization present right mid zone lung;left mid zone lung, \
+edema present right mid zone lung;left mid zone lung
 Upper lobe diversion. | ~upper lobe diversion present right lung;left lung
 """
 
@@ -71,7 +72,8 @@ def test_findings_read_as_the_record_says(text: str, expected: list) -> None:
 
 
 def test_a_paragraph_written_as_a_list_ends_a_sentence_at_each_line() -> None:
-    text = "No focal consolidation or pleural effusion identified in this study\nMild cardiomegaly\nBibasilar atelectasis"
+    text = ("No focal consolidation or pleural effusion identified in this study\nMild cardiomegaly\n"
+            "Bibasilar atelectasis")
     assert split_sentences(text) == ["No focal consolidation or pleural effusion identified in this study",
                                      "Mild cardiomegaly", "Bibasilar atelectasis"]
     assert ("cardiomegaly", "present", ("heart",)) in _read(text)

@@ -20,6 +20,7 @@ Rules of :func:`split_sentences`, in order:
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from typing import Final
@@ -113,7 +114,7 @@ def _split_item_lines(block: str) -> list[str]:
     atelectasis"), where wrapped running text has no short line but its last.
     """
     lines = block.split("\n")
-    items = [_item_break(before, line) for before, line in zip(lines, lines[1:], strict=False)]
+    items = [_item_break(before, line) for before, line in itertools.pairwise(lines)]
     listed = any(length <= MAX_ITEM_LINE for length in items if length is not None)
     pieces: list[str] = [lines[0]]
     for line, length in zip(lines[1:], items, strict=True):

@@ -99,8 +99,8 @@ None (non-target)      lung: pneumothorax, hydropneumothorax, nodule, mass, mass
                        clinical-radiological syndrome, not mapped to edema), pleural
                        thickening, pleural plaque, (pulmonary) vascular congestion, metastasis/metastases,
                        volume loss, radiation pneumonitis / fibrosis / changes, (broncho)vascular crowding,
-                       cephalization, vascular redistribution, upper lobe (blood) diversion (version 51), Kerley / septal
-                       lines, septal thickening.
+                       cephalization, vascular redistribution, upper lobe (blood) diversion (version 51),
+                       Kerley / septal lines, septal thickening.
                        other: fracture, (hiatal) hernia, (lymph)adenopathy, pericardial effusion,
                        pneumomediastinum, subcutaneous emphysema, pneumoperitoneum / free air, heart failure,
                        soft-tissue edema, vertebral collapse / compression deformity, foreign-body aspiration
