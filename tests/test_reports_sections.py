@@ -335,3 +335,13 @@ def test_read_report_table_csv(tmp_path: Path) -> None:
     assert str(path) in str(info.value)
     with pytest.raises(ReportError, match="unsupported report table type"):
         read_report_table(tmp_path / "reports.parquet", "id", "text")
+
+
+def test_a_report_that_is_only_a_wet_read_is_read_from_it() -> None:
+    text = "WET READ: ___ ___ 10:22 PM\n  Small left effusion, retrocardiac atelectasis. No PTX.\n"
+    sections = parse_sections(text)
+    assert "Small left effusion" in sections["last_paragraph"]
+    both = "WET READ: ___ ___ 10:22 PM\n  Small left effusion.\n\nFINDINGS: Small left effusion, unchanged.\n"
+    assert "last_paragraph" not in parse_sections(both)  # the final report's findings are read, not the wet read
+    history = "INDICATION: Fever.\n\nHISTORY: Pneumonia.\n"
+    assert "last_paragraph" not in parse_sections(history)  # other known headings are still never read as findings

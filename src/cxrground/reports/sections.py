@@ -24,7 +24,8 @@ deviations listed here:
   instead joins every paragraph after the first one of the report's last section. When every paragraph holds a
   heading (a one-paragraph clinical note such as ``PC: Dyspnea and fever. ... Patchy opacification
   bilaterally.``), it is the text of the last section whose heading is not a known one (:data:`HEADINGS`:
-  indication, history, comparison, technique, ...): a known heading's text is never read as findings.
+  indication, history, comparison, technique, ...): a known heading's text is never read as findings, except a
+  ``WET READ`` (the radiologist's preliminary reading) of a report that has nothing else to read.
 
 :func:`choose_section` applies the ILS §6 order ``findings`` → ``impression`` → ``last_paragraph``.
 A section whose text has no word other than de-identification blanks (``___``, ``XXXX``) counts as
@@ -338,7 +339,8 @@ def sections_and_headings(text: str) -> tuple[dict[str, str], list[Heading]]:
         if body:
             sections[heading.name] = body
     if "findings" not in sections and "impression" not in sections:
-        paragraph = _last_paragraph(cleaned, headings) or _unknown_heading_text(sections, headings)
+        paragraph = (_last_paragraph(cleaned, headings) or _unknown_heading_text(sections, headings)
+                     or sections.get("wet read"))
         if paragraph:
             sections["last_paragraph"] = paragraph
     return sections, headings
