@@ -475,9 +475,11 @@ _VERSION_CORPUS = (
     "left mid-zone and lower-zone.",
     "Patchy opacities in the right lower lobe and lingula, consistent with pneumonia. Left upper lobe opacity with "
     "volume loss, compatible with atelectasis. Perihilar haziness with upper lobe diversion, in keeping with oedema.",
+    "Perihilar opacities, more on the right, likely reflect edema. Opacity at the right base. Findings are "
+    "consistent with pulmonary edema.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"51": "a93ad8fb6d089b43b373a05c3133157fd68968d7deef0703c08ae08a260ed839"}
+_PINNED_OUTPUT = {"52": "779294f9832c0d65a672ea7877daf8b5fae9c49281cf1c32618bfb6c0e6669f5"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:

@@ -1012,6 +1012,12 @@ _LOCATIONS: Final[tuple[tuple[str, str], ...]] = (
     ("fissure", r"(?:right\s+)?(?:minor|horizontal)\s+fissure"),
     ("noop", r"(?:right|left)\s+(?:(?:slightly|much|somewhat)\s+)?(?:greater|worse|larger|more|less|bigger|"
              r"smaller)\s+than\s+(?:the\s+)?(?:right|left)"),
+    # ", more on the right", "... more on the right than the left" (version 52): a comparison of the lungs, no side
+    # ("effusion is larger / worse on the right" may compare with a prior film: not one)
+    ("noop", r",\s*(?:more|worse|greater|denser|more\s+(?:prominent|pronounced|marked|extensive))\s+on\s+the\s+"
+             r"(?:right|left)(?:\s+than\s+(?:on\s+)?the\s+(?:right|left))?"),
+    ("noop", r"(?:more|worse|greater|larger|denser|more\s+(?:prominent|pronounced|marked|extensive))\s+on\s+the\s+"
+             r"(?:right|left)\s+than\s+(?:on\s+)?the\s+(?:right|left)"),
     # "R > L", "L>R", "R ≥ L", "right > left" (version 46): both lungs, as "right greater than left"
     ("noop", r"(?:right|left|r|l)\s*(?:>=?|≥)\s*(?:right|left|r|l)"),
     # a lung finding next to a sided hemidiaphragm lies at that side's base (version 45)

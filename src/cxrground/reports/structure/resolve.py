@@ -22,7 +22,9 @@
    pneumonia, atelectasis, consolidation or opacity with no place, in a sentence that places nothing, takes the
    labels of the placed observations and parenchymal lesions of the sentence right before it when its own lesion
    is located nowhere ("Left basilar opacity. Atelectasis is favored over pneumonia."); a size word may stand
-   before "adjacent", "superimposed", ... of a pointing-back sentence ("Small adjacent effusion.").
+   before "adjacent", "superimposed", ... of a pointing-back sentence ("Small adjacent effusion."). Version 8: a
+   pointing-back sentence does not place edema either ("Findings consistent with edema." keeps the edema's own
+   place, or the same-lesion rule's).
 2. **Merged sections** (section policy ``findings+impression``): a finding from a later part of the section
    whose lesion (or, for a non-target finding, lower-cased entity), presence and reported location equal those
    of a finding from an earlier part is dropped: one lesion + location reported in both the findings and the
@@ -58,7 +60,7 @@ from cxrground.vocab.locations import lung_label
 __all__ = ["RESOLVE_VERSION", "exception_sides", "inherit_locations", "merge_duplicates", "resolve_findings"]
 
 #: Version of the report-level rules (recorded with every structurer's output).
-RESOLVE_VERSION: Final[str] = "7"
+RESOLVE_VERSION: Final[str] = "8"
 
 _NO_INHERIT = frozenset(HEART_MASK_LESIONS)  # the heart mask has no side to inherit
 #: Lesions that explain an observation in the sentence after it, and the findings they take the place of (version 7).
@@ -143,7 +145,8 @@ def inherit_locations(findings: tuple[Finding, ...], report: StructuredReport | 
     out = []
     for f in findings:
         if f.lesion is not None and f.lesion not in _NO_INHERIT and f.presence == "positive" and not _placed(f):
-            labels = by_sentence.get(f.sent_idx - 1) if _points_back(report, f.sent_idx) else None
+            points_back = _points_back(report, f.sent_idx) and f.lesion != EDEMA  # edema: version 8
+            labels = by_sentence.get(f.sent_idx - 1) if points_back else None
             if not labels:
                 labels = _sentence_places(report, f, placed_in.get(f.sent_idx, []))
             labels = labels or located.get(f.lesion) or _explained_before(report, f, placed_in.get(f.sent_idx - 1, []),

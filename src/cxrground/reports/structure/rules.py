@@ -260,8 +260,10 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: ("right mid-zone", "upper-lobe") reads as the spaced form; 51: places joined by "and" do not break an observation's
 #: link to its lesion ("opacities in the right lower lobe and lingula, consistent with pneumonia"), nor does a sign
 #: after "with" ("opacity with volume loss, compatible with atelectasis"), "upper lobe diversion" is a vascular sign
-#: whose "upper lobe" places nothing, and a paragraph written as a list ends a sentence at every item line.
-RULES_VERSION: Final[str] = "51"
+#: whose "upper lobe" places nothing, and a paragraph written as a list ends a sentence at every item line; 52: "more
+#: on the right" and its kin compare the lungs and name no side, and a pointing-back sentence does not place edema
+#: (report-level rules version 8).
+RULES_VERSION: Final[str] = "52"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
