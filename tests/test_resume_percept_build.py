@@ -50,6 +50,27 @@ def test_finished_benchmark_keeps_its_settings_and_other_settings_are_refused(sy
     assert validate_benchmark(bench) == []
 
 
+def test_a_changed_dataset_is_not_taken_for_the_finished_build_and_another_path_to_it_is(synth_bench, tmp_path
+                                                                                           ) -> None:
+    src, opts = synth_bench
+    bench = _finished_copy(src, tmp_path / "bench")
+    before = _files(bench)
+    ils = Path(opts.ils)
+    moved = shutil.copytree(ils, tmp_path / "ils-elsewhere")  # the same dataset under another path: the same build
+    again = build_benchmark(replace(opts, ils=str(moved)), bench, progress=False)
+    assert again.already_built and _files(bench) == before
+    data_file = moved / "mimic_ils_instruction_answer.json"
+    data = json.loads(data_file.read_text())
+    split = next(name for name, studies in data.items() if studies)
+    data[split].pop(next(iter(data[split])))  # one study less: another dataset
+    data_file.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=r"from other input files \(SHA-256 changed: ils .* --overwrite"):
+        build_benchmark(replace(opts, ils=str(moved)), bench, progress=False)
+    assert _files(bench) == before
+    rebuilt = build_benchmark(replace(opts, ils=str(moved)), bench, progress=False, overwrite=True)
+    assert not rebuilt.already_built and validate_benchmark(bench) == []
+
+
 def _killed_overwrite(src: Path, opts, bench: Path, monkeypatch):
     """A finished copy of ``src`` at ``bench``, then an ``--overwrite`` build with seed 4 killed during its planning;
     returns the new build's options."""

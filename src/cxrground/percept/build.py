@@ -48,7 +48,7 @@ from cxrground.errors import ConfigError, InputError
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.predictions import Prediction, load_predictions
 from cxrground.ils.schema import SPLITS, read_dataset
-from cxrground.io.files import atomic_write_text
+from cxrground.io.files import atomic_write_text, sha256_file, sha256_json
 from cxrground.io.image import check_out_folder
 from cxrground.percept.card import render_card
 from cxrground.percept.case_files import CaseTask, case_failure, render_case
@@ -210,8 +210,51 @@ def _asked_candidate_instruction(preds: Mapping[str, Prediction], positives: Seq
 _TOP_FILES = (MANIFEST_FILE, BENCHMARK_FILE, BUILD_SETTINGS_FILE, CARD_FILE, DEFORMATION_FILE, FAILURES_FILE)
 
 
-def _settings_record(opts: BuildOptions) -> dict[str, Any]:
-    return {"settings_hash": opts.settings_hash(), "settings": json.loads(json.dumps(asdict(opts)))}
+def _settings_record(opts: BuildOptions, ils_file: Path) -> dict[str, Any]:
+    """The build's settings, their hash, the SHA-256 of the files it reads (``inputs``) and the hash of both without
+    the paths (``content_hash``: the same dataset named by another path is the same build)."""
+    settings = json.loads(json.dumps(asdict(opts)))
+    inputs = input_digests(opts, ils_file)
+    content = {k: v for k, v in settings.items() if k not in _PATH_SETTINGS}
+    return {"settings_hash": opts.settings_hash(), "settings": settings, "inputs": inputs,
+            "content_hash": sha256_json({"settings": content, "inputs": inputs})[:16]}
+
+
+#: Settings that are paths: where an input is, not what it holds (:func:`input_digests` fingerprints the files).
+_PATH_SETTINGS: Final[frozenset[str]] = frozenset({"ils", "images", "candidates", "review", "anatomy"})
+
+
+def input_digests(opts: BuildOptions, ils_file: Path) -> dict[str, str | None]:
+    """SHA-256 of the files a build reads besides the films: the ILS dataset file, its ``anatomy.jsonl`` (or the
+    ``--anatomy`` file), the ``--candidates`` and ``--review`` files (None: not given; a folder of anatomy masks is
+    not fingerprinted)."""
+    anatomy = Path(opts.anatomy) if opts.anatomy else ils_file.parent / "anatomy.jsonl"
+    return {"ils": sha256_file(ils_file),
+            "anatomy": sha256_file(anatomy) if anatomy.is_file() else None,
+            "candidates": sha256_file(opts.candidates) if opts.candidates else None,
+            "review": sha256_file(opts.review) if opts.review else None}
+
+
+def _same_build(prior: dict[str, Any] | None, now: dict[str, Any]) -> bool:
+    """Whether the recorded build ``prior`` is the one ``now`` asks for: the same settings and inputs (a build made
+    before inputs were recorded: the same settings), or the same settings and inputs named by other paths."""
+    if prior is None:
+        return False
+    if prior.get("content_hash") == now["content_hash"]:
+        return True
+    return prior["settings_hash"] == now["settings_hash"] and "inputs" not in prior
+
+
+def _changed_inputs(prior: dict[str, Any] | None, now: dict[str, Any]) -> str | None:
+    """Which input files changed since the build ``prior`` with the same settings but for paths (None when none or
+    not known)."""
+    if prior is None or not isinstance(prior.get("inputs"), dict) or not isinstance(prior.get("settings"), dict):
+        return None
+    if any(prior["settings"].get(k) != v for k, v in now["settings"].items() if k not in _PATH_SETTINGS):
+        return None
+    old = prior["inputs"]
+    keys = [k for k in now["inputs"] if old.get(k) != now["inputs"][k]]
+    return ", ".join(f"{k} {str(old.get(k))[:12]} -> {str(now['inputs'][k])[:12]}" for k in keys) or None
 
 
 def _read_settings(path: Path) -> dict[str, Any] | None:
@@ -330,20 +373,23 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     for entry in deformers:  # before any case: one the worker processes cannot import is refused here
         check_portable("deformer", entry)
     stamp = work / "settings.json"
-    settings = _settings_record(opts)
+    settings = _settings_record(opts, ils_file)
     finished = out / BUILD_SETTINGS_FILE
     if not stamp.is_file() and ((out / BENCHMARK_FILE).is_file() or finished.is_file()):
         prior = _read_settings(finished)
         if not overwrite:
-            if prior is not None and prior["settings_hash"] == settings["settings_hash"] \
-                    and (out / MANIFEST_FILE).is_file():
+            if _same_build(prior, settings) and (out / MANIFEST_FILE).is_file():
                 return _already_built(out, started)
+            changed = _changed_inputs(prior, settings)
+            if changed:
+                raise ConfigError(f"{out} holds a benchmark built with these settings from other input files (SHA-256 "
+                                  f"changed: {changed}); --overwrite rebuilds it from the files as they are now")
             raise ConfigError(f"{out} holds a finished benchmark built with other settings "
                               f"({_changed(prior, settings)}); use another folder or --overwrite")
         _clear_build(out)
     elif stamp.is_file():
         prior = _read_settings(stamp)
-        if prior is None or prior["settings_hash"] != settings["settings_hash"]:
+        if prior is None or not (_same_build(prior, settings) or prior["settings_hash"] == settings["settings_hash"]):
             if not overwrite:
                 raise ConfigError(f"{out} holds an unfinished build with other settings "
                                   f"({_changed(prior, settings)}); rerun it with its settings to finish it, use "
