@@ -24,7 +24,7 @@ from typing import Final
 
 from cxrground.errors import InputError
 
-__all__ = ["PROBES", "WHOLE_LIMIT", "model_fingerprint"]
+__all__ = ["PROBES", "WHOLE_LIMIT", "file_digest", "model_fingerprint"]
 
 WHOLE_LIMIT: Final[int] = 8 << 20
 EDGE: Final[int] = 1 << 20
@@ -32,7 +32,8 @@ PROBES: Final[int] = 16
 PROBE_SIZE: Final[int] = 64 << 10
 
 
-def _file_digest(path: Path, size: int) -> bytes:
+def file_digest(path: Path, size: int) -> bytes:
+    """The SHA-256 of one file: whole up to :data:`WHOLE_LIMIT`, else of its sampled blocks (module docstring)."""
     h = hashlib.sha256()
     with path.open("rb") as fh:
         if size <= WHOLE_LIMIT:
@@ -62,7 +63,7 @@ def model_fingerprint(folder: str | Path) -> str:
             continue
         try:
             size = path.stat().st_size
-            digest = _file_digest(path, size)
+            digest = file_digest(path, size)
         except OSError as exc:
             raise InputError(f"cannot read model file ({exc.strerror})", path) from None
         h.update(f"{rel.as_posix()}\0{size}\0".encode())

@@ -23,6 +23,7 @@ import numpy as np
 
 from cxrground.errors import ConfigError, InputError
 from cxrground.io.image import CXRImage
+from cxrground.llm.fingerprint import file_digest
 from cxrground.registry import Registry
 
 __all__ = [
@@ -161,22 +162,46 @@ def check_checkpoint_folder(out: str | Path, name: str) -> None:
                           "delete that folder first)")
 
 
-#: Suffixes of a checkpoint's weight files (fingerprinted by name and size beside ``checkpoint.json``'s bytes).
+#: Suffixes of a checkpoint's weight files (fingerprinted by name, size and content beside ``checkpoint.json``).
 _WEIGHT_SUFFIXES: Final[tuple[str, ...]] = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf")
+#: Keys of ``checkpoint.json`` that record how long training took, not what it made (left out of the fingerprint).
+_TIMING_KEYS: Final[frozenset[str]] = frozenset({"seconds", "train_seconds", "load_seconds"})
 
 
 def checkpoint_fingerprint(checkpoint: Path) -> str:
-    """A sha256 of the checkpoint's ``checkpoint.json`` (rewritten by every training run and conversion) and the
-    names and sizes of its weight files: two checkpoints with one fingerprint give the same predictions. Files
-    written beside them (predictions, evaluations) do not count."""
+    """A sha256 of the checkpoint's ``checkpoint.json`` (rewritten by every training run and conversion; its
+    durations left out) and the names, sizes and contents of its weight files (a file over 8 MiB by sampled blocks,
+    :func:`cxrground.llm.fingerprint.file_digest`): two checkpoints with one fingerprint give the same predictions,
+    and two identical trainings have one fingerprint. Files written beside them (predictions, evaluations) do not
+    count."""
     folder = checkpoint if checkpoint.is_dir() else checkpoint.parent
     h = hashlib.sha256()
     record = folder / CHECKPOINT_FILE
-    h.update(record.read_bytes() if record.is_file() else b"")
+    h.update(_record_bytes(record) if record.is_file() else b"")
     for path in sorted(folder.iterdir()):
         if path.is_file() and path.suffix in _WEIGHT_SUFFIXES:
-            h.update(f"\0{path.name}\0{path.stat().st_size}".encode())
+            size = path.stat().st_size
+            h.update(f"\0{path.name}\0{size}\0".encode() + file_digest(path, size))
     return h.hexdigest()
+
+
+def _record_bytes(record: Path) -> bytes:
+    """``checkpoint.json`` without its durations (:data:`_TIMING_KEYS`), as canonical JSON; its raw bytes when it is
+    not JSON."""
+    raw = record.read_bytes()
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return raw
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in _TIMING_KEYS}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return json.dumps(strip(data), sort_keys=True).encode()
 
 
 def checkpoint_info(checkpoint: str | Path) -> dict[str, Any]:

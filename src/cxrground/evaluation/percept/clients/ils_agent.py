@@ -21,8 +21,8 @@ and the project's geometry, with no language reasoning:
 The lesion is read from the detection question's text (vocabulary names); the client reads the question's
 ``qid`` and option texts from the runner's side channel, never its ground truth. The mask and the geometry are
 computed once per CXR (keyed by the image's digest). Identity: the checkpoint path and its fingerprint
-(:func:`~cxrground.models.base.checkpoint_fingerprint`: ``checkpoint.json`` and the weight files' names and
-sizes); answers are ``Answer: n`` like the baselines'.
+(:func:`~cxrground.models.base.checkpoint_fingerprint`: ``checkpoint.json`` and the weight files' names, sizes
+and contents); answers are ``Answer: n`` like the baselines'.
 """
 
 from __future__ import annotations

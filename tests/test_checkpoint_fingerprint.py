@@ -1,0 +1,45 @@
+"""The checkpoint fingerprint that guards `ils predict` resumes and `percept eval`'s response cache: other weights of
+the same size are another checkpoint; durations recorded by training are not part of it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from cxrground.models.base import checkpoint_fingerprint
+
+
+def _checkpoint(folder: Path, weights: bytes, seconds: float = 1.5) -> Path:
+    folder.mkdir()
+    (folder / "checkpoint.json").write_text(json.dumps({"model": "baseline", "history": [
+        {"epoch": 1, "loss": 0.5, "seconds": seconds}], "training": {"train_seconds": seconds * 3}}))
+    (folder / "weights.safetensors").write_bytes(weights)
+    return folder
+
+
+def test_other_weights_of_the_same_size_are_another_checkpoint(tmp_path) -> None:
+    rng = np.random.default_rng(0)
+    small = rng.bytes(4096)
+    a = _checkpoint(tmp_path / "a", small)
+    b = _checkpoint(tmp_path / "b", small[:-1] + bytes([small[-1] ^ 1]))
+    assert checkpoint_fingerprint(a) != checkpoint_fingerprint(b)
+    big = bytearray(rng.bytes(20 * 2**20))  # sampled, not read whole: a fine-tune changes every block
+    c = _checkpoint(tmp_path / "c", bytes(big))
+    big[len(big) // 2 : len(big) // 2 + 2**20] = rng.bytes(2**20)
+    d = _checkpoint(tmp_path / "d", bytes(big))
+    assert checkpoint_fingerprint(c) != checkpoint_fingerprint(d)
+
+
+def test_identical_trainings_have_one_fingerprint_whatever_they_took(tmp_path) -> None:
+    weights = np.random.default_rng(1).bytes(4096)
+    a = _checkpoint(tmp_path / "a", weights, seconds=1.5)
+    b = _checkpoint(tmp_path / "b", weights, seconds=7.25)  # only the durations differ
+    assert checkpoint_fingerprint(a) == checkpoint_fingerprint(b)
+    (b / "predictions.jsonl").write_text("{}\n")  # files written beside the weights do not count
+    assert checkpoint_fingerprint(a) == checkpoint_fingerprint(b)
+    info = json.loads((b / "checkpoint.json").read_text())
+    info["history"][0]["loss"] = 0.4  # what training made does count
+    (b / "checkpoint.json").write_text(json.dumps(info))
+    assert checkpoint_fingerprint(a) != checkpoint_fingerprint(b)
