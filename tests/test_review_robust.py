@@ -369,6 +369,36 @@ def test_review_import_refuses_malformed_ils_datasets_without_a_traceback(setup,
     assert ReviewDB(db_path).items() == []
 
 
+def test_review_import_leaves_out_a_study_whose_film_cannot_be_read_and_imports_the_rest(setup, tmp_path) -> None:
+    ils, _, data = _ils_copy(setup, tmp_path)
+    images = tmp_path / "images"
+    shutil.copytree(setup.images, images)
+    split, key = _first_study(data)
+    film = images / data[split][key]["image_path"]
+    film.write_bytes(film.read_bytes()[:300])  # truncated
+    every = ils_items(ils, setup.images)
+    bad = sum(1 for i in every if i["payload"]["study"] == key)
+    db_path = tmp_path / "r.sqlite"
+    ReviewDB.create(db_path).add_user("a")
+    result = CliRunner().invoke(main, ["review", "import", "--db", str(db_path), "--ils", str(ils), "--images",
+                                       str(images), "--per-item", "1"])
+    assert result.exit_code == 0, result.output
+    assert f"{len(every) - bad} items found" in result.output and "1 studies left out" in result.output
+    (failure,) = [json.loads(line) for line in Path(f"{db_path}.failures.jsonl").read_text().splitlines()]
+    assert failure["path"] == str(film.resolve()) and f"study {key}:" in failure["reason"]
+    assert len(ReviewDB(db_path).items()) == len(every) - bad
+    film.unlink()  # a missing film: the same
+    left: list = []
+    assert len(ils_items(ils, images, failures=left)) == len(every) - bad and "not found" in left[0].reason
+    with pytest.raises(InputError, match="not found under the --images folder"):  # no failures list: the error
+        ils_items(ils, images)
+    with pytest.raises(InputError, match="not found under the --images folder"):  # nothing readable: the error
+        ils_items(ils, tmp_path, failures=[])
+    clean = CliRunner().invoke(main, ["review", "import", "--db", str(db_path), "--ils", str(ils), "--images",
+                                      str(setup.images), "--per-item", "1"])
+    assert clean.exit_code == 0 and "left out" not in clean.output and not Path(f"{db_path}.failures.jsonl").exists()
+
+
 def test_benchmark_images_that_do_not_decode_are_refused(setup, tmp_path) -> None:
     bench = tmp_path / "bench"
     shutil.copytree(setup.bench_dir, bench)

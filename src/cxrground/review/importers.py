@@ -17,11 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from cxrground.errors import InputError, OptionError
+from cxrground.errors import Failure, InputError, OptionError
 from cxrground.evaluation.percept.conversation import plan_case, safe_image_path
 from cxrground.fields import option
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
 from cxrground.ils.schema import SPLITS, read_dataset
+from cxrground.io.files import atomic_write_text
 from cxrground.io.image import load_pixels, read_image
 from cxrground.io.masks import encode_rle, read_mask_png
 from cxrground.percept.cases import key_id
@@ -77,12 +78,15 @@ def _mapping(value: Any, what: str, where: Path) -> dict[str, Any]:
     return value
 
 
-def ils_items(ils_dir: str | Path, images: str | Path, splits: Sequence[str] = SPLITS) -> list[dict[str, Any]]:
+def ils_items(ils_dir: str | Path, images: str | Path, splits: Sequence[str] = SPLITS,
+              failures: list[Failure] | None = None) -> list[dict[str, Any]]:
     """One item per pair of the chosen splits: image, instruction, answer, report sentence, generated mask.
 
     Image paths must lie inside ``images`` and mask paths inside the dataset's mask folder; a malformed dataset
     (not an object, a study without pairs, a pair without its fields, a field of another type: the shared check
-    :func:`~cxrground.ils.schema.read_dataset`) is an :class:`InputError` naming the file and the record."""
+    :func:`~cxrground.ils.schema.read_dataset`) is an :class:`InputError` naming the file and the record. A study
+    whose film is missing or unreadable, or one of whose masks is, is left out and recorded in ``failures`` (given:
+    the others are imported; when no study is left the first study's error is raised), else its error is raised."""
     ils_dir, images = Path(ils_dir).resolve(), Path(images).resolve()
     dataset_file = ils_dir / DATASET_FILE
     data = read_dataset(dataset_file, ("image_path", "dicom_id"))
@@ -90,6 +94,7 @@ def ils_items(ils_dir: str | Path, images: str | Path, splits: Sequence[str] = S
     if unknown:
         raise InputError(f"unknown split(s) {unknown}; expected {', '.join(SPLITS)}", ils_dir)
     out: list[dict[str, Any]] = []
+    left_out: list[tuple[_UnreadableFile, str]] = []
     for split in splits:
         for study_key, study in _mapping(data.get(split) or {}, f"split {split!r}", dataset_file).items():
             try:
@@ -97,7 +102,25 @@ def ils_items(ils_dir: str | Path, images: str | Path, splits: Sequence[str] = S
             except (KeyError, TypeError, AttributeError) as exc:
                 raise InputError(f"study {study_key} of split {split} is malformed ({type(exc).__name__}: {exc})",
                                  dataset_file) from exc
+            except _UnreadableFile as exc:
+                if failures is None:
+                    raise exc.error from None
+                left_out.append((exc, study_key))
+    if left_out and not out:
+        raise left_out[0][0].error
+    if failures is not None:
+        failures.extend(Failure(exc.error.path or str(dataset_file), "review-import",
+                                f"study {key}: {exc.error.reason}", type(exc.error).__name__)
+                        for exc, key in left_out)
     return out
+
+
+class _UnreadableFile(Exception):
+    """A study's film or mask cannot be read (:func:`ils_items` leaves the study out); ``error`` says why."""
+
+    def __init__(self, error: InputError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _pose_warning(ils_dir: Path, study_key: str) -> dict[str, Any] | None:
@@ -115,8 +138,11 @@ def _study_items(ils_dir: Path, images: Path, split: str, study_key: str, study:
     study = _mapping(study, f"study {study_key}", ils_dir / DATASET_FILE)
     image = _inside(images, str(study["image_path"]), f"image_path of {study_key}", ils_dir / DATASET_FILE)
     if not image.is_file():
-        raise InputError(f"image of {study_key} not found under the --images folder", image)
-    h, w = read_image(image).shape
+        raise _UnreadableFile(InputError(f"image of {study_key} not found under the --images folder", image))
+    try:
+        h, w = read_image(image).shape
+    except InputError as exc:
+        raise _UnreadableFile(exc) from exc
     pose = _pose_warning(ils_dir, study_key)
     pairs = _mapping(study["instruction_answer_pairs"], f"instruction_answer_pairs of {study_key}",
                      ils_dir / DATASET_FILE)
@@ -127,7 +153,10 @@ def _study_items(ils_dir: Path, images: Path, split: str, study_key: str, study:
             if positive:
                 mask_path = _inside(ils_dir / MASK_DIR, str(p["seg_mask_path"]),
                                     f"seg_mask_path of {p['pair_id']}", ils_dir / DATASET_FILE)
-                mask = encode_rle(read_mask_png(mask_path, shape=(h, w)))
+                try:
+                    mask = encode_rle(read_mask_png(mask_path, shape=(h, w)))
+                except InputError as exc:
+                    raise _UnreadableFile(exc) from exc
             out.append({
                 "kind": "ils", "key": key_id(p["target"], p["pair_id"]), "lesion": p["target"],
                 "item_type": f"{p['type']} {'positive' if positive else 'negative'}", "positive": positive,
@@ -238,9 +267,18 @@ def import_request(db_path: Path, request: ImportRequest) -> str:
     if r.ils_dir is not None and r.images is None:
         raise OptionError("--ils needs --images (the folder the dataset's image_path values are relative to)")
     db = ReviewDB(db_path)
-    items = ils_items(r.ils_dir, r.images, r.splits or SPLITS) if r.ils_dir is not None else bench_items(r.bench_dir)
+    failures: list[Failure] = []
+    items = (ils_items(r.ils_dir, r.images, r.splits or SPLITS, failures) if r.ils_dir is not None
+             else bench_items(r.bench_dir))
     counts = import_items(db, items, r.sample, r.seed, r.per_item)
+    record = Path(f"{db_path}.failures.jsonl")
+    if failures:  # the last import's: an import without failures removes an earlier list
+        atomic_write_text(record, "".join(json.dumps(f.to_dict()) + "\n" for f in failures))
+    else:
+        record.unlink(missing_ok=True)
     return (f"{counts['found']} items found, {counts['sampled']} sampled, {counts['added']} added "
             f"({counts['already_there']} already there"
             + (f", {counts['picked_up']} of them in no queue until now" if counts["picked_up"] else "")
-            + f"), {counts['assignments']} assignments")
+            + f"), {counts['assignments']} assignments"
+            + (f"; {len(failures)} studies left out (film or mask unreadable), listed in {record}" if failures
+               else ""))
