@@ -206,7 +206,10 @@ def test_eval_exits_1_when_every_case_it_ran_failed(bench, tmp_path):
                 "--max-attempts", "1", "--limit", "2"]
         res = CliRunner().invoke(main, args)
         assert res.exit_code == 1 and "2 of 2 cases run (2 failed)" in res.output
-        assert "every case run failed" in res.output
+        assert "every case failed" in res.output
+        again = CliRunner().invoke(main, args)  # a rerun keeps the failures: said, and still exit 1
+        assert again.exit_code == 1 and "0 of 2 cases run (0 failed); 2 failed in an earlier run and kept" in \
+            again.output and "--retry-failed" in again.output
     with MockServer(OraclePolicy(load_benchmark(bench))) as server:
         args[args.index("--base-url") + 1] = server.base_url
         res = CliRunner().invoke(main, [*args, "--retry-failed"])

@@ -148,7 +148,7 @@ def test_benchmark_harness_calls_the_served_model(server, tmp_path):
     res = CliRunner().invoke(main, ["percept", "eval", "--bench", str(bench), "--model", "openai:baseline",
                                     "--base-url", f"{server}/v1", "--out", str(run), "--oracle", "none",
                                     "--no-progress", "--max-attempts", "1"])
-    assert res.exit_code == 1 and "every case run failed" in res.output, res.output  # said, and recorded
+    assert res.exit_code == 1 and "every case failed" in res.output, res.output  # said, and recorded
     results = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
     assert sorted(r["path"] for r in results) == ["LF", "RF", "RR"]
     for r in results:

@@ -23,11 +23,12 @@ from cxrground.evaluation.percept.request import EvalRequest, run_request
 @request_options(EvalRequest)
 def eval_cmd(request: EvalRequest) -> None:
     """Run one model on a benchmark (resumable: rerun the same command after a kill). Exits 1 when every case it
-    ran failed (their errors are in RUN/results.jsonl; --retry-failed runs them again)."""
+    ran failed, or every case of the run folder is recorded as failed (their errors are in RUN/results.jsonl;
+    --retry-failed runs them again)."""
     line, all_failed = run_request(request)
     click.echo(line)
     if all_failed:
-        click.echo(f"every case run failed; the errors are in {request.out / 'results.jsonl'} "
+        click.echo(f"every case failed; the errors are in {request.out / 'results.jsonl'} "
                    "(rerun with --retry-failed once the model answers)", err=True)
         raise SystemExit(1)
 

@@ -73,7 +73,8 @@ class EvalRequest:
 
 def run_request(request: EvalRequest) -> tuple[str, bool]:
     """Run (or resume) the evaluation into ``request.out``; returns the one-line summary of the run and whether
-    this session ran cases and every one of them failed."""
+    this session ran cases and every one failed, or every case of the run folder is recorded as failed (an earlier
+    session's failures, kept by a rerun without --retry-failed)."""
     from cxrground.evaluation.percept.runner import EvalSettings, run_eval, run_summary_line
 
     r = request
@@ -85,5 +86,6 @@ def run_request(request: EvalRequest) -> tuple[str, bool]:
     summary = run_eval(settings, r.out, concurrency=r.concurrency, cache=r.cache, base_url=r.base_url,
                        api_key_env=r.api_key_env, retry=RetryPolicy(max_attempts=r.max_attempts, timeout=r.timeout),
                        retry_failed=r.retry_failed, progress=r.progress, prices=r.prices)
-    all_failed = summary["n_run"] > 0 and summary["failed_this_run"] == summary["n_run"]
+    all_failed = ((summary["n_run"] > 0 and summary["failed_this_run"] == summary["n_run"])
+                  or (summary["n_units"] > 0 and summary["failed_units"] == summary["n_units"]))
     return run_summary_line(summary, r.repeats, r.out), all_failed

@@ -661,10 +661,12 @@ def _run_into(settings: EvalSettings, out: Path, store: PerceptCache, client: Cl
     runner = _Runner(client, store, settings.oracle, image_url, retry, out, settings.seed, settings.repeats,
                      usage)
     run_sync(_run_all(runner, todo, concurrency, progress))
-    summary = _Usage(load_all_results(out), client, previous, table,
-                     str(prices) if prices is not None else None).summary(runner.stats)
+    final = load_all_results(out)
+    summary = _Usage(final, client, previous, table, str(prices) if prices is not None else None).summary(runner.stats)
     _write_json(usage_file, summary)
+    failed_units = sum(1 for p, k in units if final.get((p.case_id, k), {}).get("status") == "failed")
     return {**summary, "n_run": len(todo), "n_cases": len(plans), "repeats": settings.repeats,
+            "n_units": len(units), "failed_units": failed_units,
             "failed_this_run": runner.stats.failed_cases, "sent_this_run": runner.stats.requests,
             "cache_hits_this_run": runner.stats.cache_hits, "retries_this_run": runner.stats.retries}
 
@@ -692,5 +694,7 @@ def run_summary_line(summary: dict[str, Any], repeats: int, out: str | Path) -> 
     hits = summary.get("cache_hits_this_run", summary["cache_hits"])
     earlier = ("" if (sent, hits) == (summary["requests_sent"], summary["cache_hits"]) else
                f" (this folder in all: {summary['requests_sent']} sent, {summary['cache_hits']} cache hits)")
-    return (f"{summary['n_run']} of {total} run ({summary['failed_this_run']} failed), "
+    kept = summary.get("failed_units", 0) - summary["failed_this_run"]
+    failed_before = f"; {kept} failed in an earlier run and kept (--retry-failed runs them again)" if kept > 0 else ""
+    return (f"{summary['n_run']} of {total} run ({summary['failed_this_run']} failed){failed_before}, "
             f"{sent} requests sent, {hits} cache hits{earlier} -> {out}")
