@@ -605,7 +605,10 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                 if "addendum_lesions" in u:
                     addenda.append((key, u["addendum_lesions"]))
             if problems:
-                raise ConfigError("generated dataset fails its own schema check: " + "; ".join(problems[:5]))
+                raise ConfigError("generated dataset fails its own schema check: " + "; ".join(problems[:5])
+                                  + f". A file of the build was changed or deleted after it was written: delete the "
+                                  f"named studies' unit records ({UNITS_DIR}/<study>.json) and rerun to make them "
+                                  "again, or rebuild with --overwrite")
         dataset.finish(stage / DATASET_FILE)
     finally:
         dataset.close()
