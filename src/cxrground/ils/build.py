@@ -608,7 +608,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                 raise ConfigError("generated dataset fails its own schema check: " + "; ".join(problems[:5])
                                   + f". A file of the build was changed or deleted after it was written: delete the "
                                   f"named studies' unit records ({UNITS_DIR}/<study>.json) and rerun to make them "
-                                  "again, or rebuild with --overwrite")
+                                  "again, or start afresh with --overwrite")
         dataset.finish(stage / DATASET_FILE)
     finally:
         dataset.close()
@@ -915,6 +915,9 @@ def build_dataset(
     previous = json.loads(stamp.read_text()) if stamp.is_file() else None
     if store.local and previous is None:
         _check_foreign(out)
+    if overwrite and (previous is not None or (out / UNITS_DIR).is_dir() or remote is not None):
+        _clear_build(out, stamp, overwrite, store=remote)  # --overwrite starts afresh, whatever the settings
+        previous = None
     compared = set(settings) | (set(_OPTIONAL_SETTINGS) & set(previous or {}))
     changed = [k for k in sorted(compared) if (previous or {}).get(k) != settings.get(k)]
     if previous is not None and changed:

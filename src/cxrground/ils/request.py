@@ -147,8 +147,10 @@ class BuildRequest:
                                     "paper's half-τ setting).")
     limit: int | None = option(None, low=1, help="Process only the first N studies (by study id).")
     seed: int = option(0, low=0, help="Seed of every random draw (negative regions and kinds, the normative fit).")
-    overwrite: bool = option(False, help="Discard a previous build in OUT made with other settings (or, when its "
-                               "normative model was fitted on its own studies, other inputs).")
+    overwrite: bool = option(False, help="Start afresh: discard a previous build in OUT (its units, masks, fitted "
+                               "model and settings). Without it a build with the same settings resumes and one with "
+                               "other settings (or, when its normative model was fitted on its own studies, other "
+                               "inputs) is refused.")
     max_pixels: int = option(DEFAULT_MAX_PIXELS, low=1, show_default=True, help=MAX_PIXELS_HELP)
 
     def check(self) -> None:
