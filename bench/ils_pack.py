@@ -35,6 +35,7 @@ import numpy as np
 from cxrground.datasets.pack import Pack
 from cxrground.ils.build import BackendSpec, build_dataset
 from cxrground.ils.config import IlsConfig
+from cxrground.ils.request import PAPER_RULES
 from cxrground.ils.tasks import build_tasks
 from cxrground.io.masks import decode_rle, read_mask_png
 from cxrground.lesions.lesion_zones import mediastinum_mask
@@ -90,8 +91,8 @@ def cohen_ils_dataset(pack: Pack, work: Path, segmenter: str, limit: int | None 
                       synthesizer_kwargs: dict[str, Any] | None = None,
                       detector_kwargs: dict[str, Any] | None = None, negative_check: str = "none",
                       negative_exclusion: str = "location", zone_guide: str = IlsConfig().zone_guide,
-                      silent_report_negatives: bool = False, global_negatives_need_region: bool = False
-                      ) -> dict[str, Any]:
+                      silent_report_negatives: bool = False, global_negatives_need_region: bool = False,
+                      rules: dict[str, Any] | None = None) -> dict[str, Any]:
     """Build ``work/dataset`` from the COVID-19 collection rows with notes (the first ``limit``); returns
     ``{study_id: row}``. The notes are the reports; ``segmenter`` masks = the pack's lung masks."""
     rows = [r for r in pack.cohen() if r.notes][:limit]
@@ -106,16 +107,17 @@ def cohen_ils_dataset(pack: Pack, work: Path, segmenter: str, limit: int | None 
     spec = BackendSpec(segmenter=segmenter, segmenter_kwargs=kwargs, synthesizer=synthesizer,
                        synthesizer_kwargs=synthesizer_kwargs or {}, detector_kwargs=detector_kwargs or {})
     start = time.perf_counter()
-    config = IlsConfig(negative_check=negative_check, negative_exclusion=negative_exclusion, zone_guide=zone_guide,
-                       silent_report_negatives=silent_report_negatives,
-                       global_negative_needs_region=global_negatives_need_region)
+    config = IlsConfig(**{"negative_check": negative_check, "negative_exclusion": negative_exclusion,
+                          "zone_guide": zone_guide, "silent_report_negatives": silent_report_negatives,
+                          "global_negative_needs_region": global_negatives_need_region, **(rules or {})})
     summary = build_dataset(tasks, work / "dataset", config, spec,
                             scan_failures=failures, progress=False,
                             overwrite=True)
     print(f"built {summary.studies_in_dataset} studies / {summary.pairs} pairs from {len(rows)} noted rows "
           f"({summary.failures} failures) in {time.perf_counter() - start:.1f} s, segmenter={segmenter}, "
           f"synthesizer={synthesizer} {synthesizer_kwargs or ''}, detector options {detector_kwargs or 'default'}, "
-          f"negative check {negative_check}, negative exclusion {negative_exclusion}, zone guide {zone_guide}")
+          f"negative check {negative_check}, negative exclusion {negative_exclusion}, zone guide {config.zone_guide}"
+          + (f", rules {rules}" if rules else ""))
     fitted = work / "dataset" / "normative_fitted.json"
     if fitted.is_file():
         meta = json.loads(fitted.read_text())
@@ -166,6 +168,9 @@ def main() -> None:
     parser.add_argument("--global-negatives-need-region", action="store_true",
                         help="a global lung negative only where a basic one could be placed (ils build "
                              "--global-negatives-need-region)")
+    parser.add_argument("--paper-rules", action="store_true",
+                        help="ILS.md read literally, as `ils build --paper-rules` (zone guide none, silent-report "
+                             "negatives, grounded location from the boxes, the CTR negative for a prominent heart)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--limit", type=int, default=None, help="only the first N noted rows (exploration)")
     args = parser.parse_args()
@@ -178,7 +183,8 @@ def main() -> None:
                             synthesizer_kwargs=kwargs, detector_kwargs=detector, negative_check=args.negative_check,
                             negative_exclusion=args.negative_exclusion, zone_guide=args.zone_guide,
                             silent_report_negatives=args.silent_report_negatives,
-                            global_negatives_need_region=args.global_negatives_need_region)
+                            global_negatives_need_region=args.global_negatives_need_region,
+                            rules=PAPER_RULES if args.paper_rules else None)
     data = json.loads((work / "dataset" / "mimic_ils_instruction_answer.json").read_text())
     studies = {k: v for split in data.values() for k, v in split.items()}
     anatomy = {json.loads(line)["study"]: json.loads(line)

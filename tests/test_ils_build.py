@@ -226,6 +226,10 @@ def test_resume_refuses_other_effective_backends(cohort, built, tmp_path):
     assert summary.processed == N_STUDIES and summary.skipped == 0
     assert json.loads((out / "settings.json").read_text())["backends_hash"] == stamp["backends_hash"]
     assert _bytes(out) == _bytes(built)
+    # --overwrite with the same settings starts afresh too, and makes the same build
+    summary = build_dataset(tasks, out, IlsConfig(seed=3), BackendSpec(), scan_failures=failures, progress=False,
+                            overwrite=True, truth_cohort=cohort, **inputs)
+    assert summary.processed == N_STUDIES and summary.skipped == 0 and _bytes(out) == _bytes(built)
 
 
 def test_backends_identity_ignores_paths_and_follows_settings() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from cxrground.anatomy.segment import SEGMENTERS
 from cxrground.datasets.views import find_view_table, read_view_table, view_table_record
@@ -35,7 +35,12 @@ from cxrground.reports.structure.rules import ALTERNATIVE_POLICIES
 if TYPE_CHECKING:
     from cxrground.ils.build import BuildSummary
 
-__all__ = ["BuildRequest", "build_lines", "run_build"]
+__all__ = ["PAPER_RULES", "BuildRequest", "build_lines", "run_build"]
+
+
+#: The :class:`IlsConfig` fields of ILS.md's rules read literally (``ils build --paper-rules``).
+PAPER_RULES: Final[dict[str, Any]] = {"zone_guide": "none", "silent_report_negatives": True,
+                                      "grounded_location": "boxes", "prominent_heart_negative": True}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -213,8 +218,7 @@ class BuildRequest:
         """The :class:`IlsConfig` fields of the rules where the build departs from ILS.md by default: as given, or
         ILS.md's literal rules with ``paper_rules``."""
         if self.paper_rules:
-            return {"zone_guide": "none", "silent_report_negatives": True, "grounded_location": "boxes",
-                    "prominent_heart_negative": True}
+            return dict(PAPER_RULES)
         return {"zone_guide": self.zone_guide, "silent_report_negatives": self.silent_report_negatives,
                 "grounded_location": self.grounded_location,
                 "prominent_heart_negative": self.prominent_heart_negative}
