@@ -38,6 +38,8 @@ def test_identical_trainings_have_one_fingerprint_whatever_they_took(tmp_path) -
     b = _checkpoint(tmp_path / "b", weights, seconds=7.25)  # only the durations differ
     assert checkpoint_fingerprint(a) == checkpoint_fingerprint(b)
     (b / "predictions.jsonl").write_text("{}\n")  # files written beside the weights do not count
+    (a / "train_state.pt").write_bytes(b"resume state, with durations 1.5")  # nor the resume state
+    (b / "train_state.pt").write_bytes(b"resume state, with durations 7.25")
     assert checkpoint_fingerprint(a) == checkpoint_fingerprint(b)
     info = json.loads((b / "checkpoint.json").read_text())
     info["history"][0]["loss"] = 0.4  # what training made does count

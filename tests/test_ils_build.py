@@ -366,6 +366,10 @@ def test_gallery_lists_a_study_it_cannot_show_and_shows_the_others(built, cohort
     text = page.read_text()
     assert text.count("data:image/png;base64,") == len(studies) - 1
     assert "1 of " in text and f"{html.escape(bad_key)} · " in text and "not shown: " in text
+    one = render_gallery(built, images, tmp_path / "one.html", limit=1)  # a failure is not counted in the limit
+    assert one.shown == 1 and [k for k, _ in one.failed] == [bad_key]
+    for study in studies[1:]:
+        (images / study[1]["image_path"]).unlink()
     with pytest.raises(InputError, match="image of study"):  # nothing to show: the error, no page
         render_gallery(built, images, tmp_path / "h.html", limit=1)
     assert not (tmp_path / "h.html").exists()

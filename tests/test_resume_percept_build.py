@@ -69,6 +69,9 @@ def test_a_changed_dataset_is_not_taken_for_the_finished_build_and_another_path_
     assert _files(bench) == before
     rebuilt = build_benchmark(replace(opts, ils=str(moved)), bench, progress=False, overwrite=True)
     assert not rebuilt.already_built and validate_benchmark(bench) == []
+    films = shutil.copytree(opts.images, tmp_path / "films")  # another image folder (the films are not hashed)
+    with pytest.raises(ConfigError, match=r"other settings.*images"):
+        build_benchmark(replace(opts, ils=str(moved), images=str(films)), bench, progress=False)
 
 
 def _killed_overwrite(src: Path, opts, bench: Path, monkeypatch):

@@ -60,7 +60,8 @@ def quality(out: Path, cohort: Path, as_json: bool) -> None:
 @click.option("--images", type=DIR, required=True,
               help="The image root the dataset's image_path values are relative to.")
 @click.option("--html", "html_path", type=OUT_FILE, default=None, help="Output page (default DATASET/gallery.html).")
-@click.option("--limit", type=click.IntRange(1), default=50, help="Show at most this many studies.")
+@click.option("--limit", type=click.IntRange(1), default=50,
+              help="Show at most this many studies (a study that cannot be shown is listed besides).")
 @click.option("--split", type=click.Choice(["train", "val", "test"]), default=None,
               help="Show only this split (default: all).")
 def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: str | None) -> None:

@@ -12,7 +12,7 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 from PIL import Image
@@ -121,6 +121,8 @@ def _unit_grounding(unit: dict[str, Any], unit_file: Path) -> list[dict[str, Any
     return grounding
 
 
+#: Studies that cannot be shown after which a gallery stops looking (a wrong image root fails every study).
+_MAX_FAILED: Final[int] = 200
 #: Study fields the gallery shows (strings).
 _SHOWN_FIELDS = ("image_path", "section_name", "section_content")
 
@@ -136,9 +138,10 @@ class GalleryResult:
 
 def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: str | Path, limit: int = 50,
                    split: str | None = None, width: int = 360) -> GalleryResult:
-    """Write the gallery of the first ``limit`` studies (optionally of one split); the page's folder is created
-    when missing. A study whose film, masks or unit record cannot be read is listed on the page with the reason and
-    the others are shown; when no study can be shown, nothing is written and the first study's error is raised."""
+    """Write the gallery of the first ``limit`` studies that can be shown (optionally of one split); the page's
+    folder is created when missing. A study whose film, masks or unit record cannot be read is listed on the page
+    with the reason in its place (not counted in ``limit``; the page stops after :data:`_MAX_FAILED` of them); when
+    none can be shown, nothing is written and the first study's error is raised."""
     if limit < 1:
         raise ConfigError(f"limit must be at least 1, got {limit}")
     root, images_root = Path(dataset_dir), Path(images_root)
@@ -150,7 +153,7 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
         if split is not None and split_name != split:
             continue
         for key, study in studies.items():
-            if shown + len(failed) >= limit:
+            if shown >= limit or len(failed) >= _MAX_FAILED:
                 break
             try:
                 parts.append(_study_panel(root, images_root, key, split_name, study, width))

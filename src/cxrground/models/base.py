@@ -164,22 +164,25 @@ def check_checkpoint_folder(out: str | Path, name: str) -> None:
 
 #: Suffixes of a checkpoint's weight files (fingerprinted by name, size and content beside ``checkpoint.json``).
 _WEIGHT_SUFFIXES: Final[tuple[str, ...]] = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf")
+#: Files beside the weights that hold a training's resume state, not weights a model loads (left out of the
+#: fingerprint: they record durations, and a finished training's predictions do not depend on them).
+_RESUME_STATE: Final[frozenset[str]] = frozenset({"train_state.pt"})
 #: Keys of ``checkpoint.json`` that record how long training took, not what it made (left out of the fingerprint).
 _TIMING_KEYS: Final[frozenset[str]] = frozenset({"seconds", "train_seconds", "load_seconds"})
 
 
 def checkpoint_fingerprint(checkpoint: Path) -> str:
     """A sha256 of the checkpoint's ``checkpoint.json`` (rewritten by every training run and conversion; its
-    durations left out) and the names, sizes and contents of its weight files (a file over 8 MiB by sampled blocks,
-    :func:`cxrground.llm.fingerprint.file_digest`): two checkpoints with one fingerprint give the same predictions,
-    and two identical trainings have one fingerprint. Files written beside them (predictions, evaluations) do not
-    count."""
+    durations left out) and the names, sizes and contents of its weight files, a file over 8 MiB by sampled blocks
+    (:func:`cxrground.llm.fingerprint.file_digest`): two checkpoints with one fingerprint give the same
+    predictions, and two identical trainings have one fingerprint. The resume state ``train_state.pt`` and files
+    written beside the weights (predictions, evaluations) do not count."""
     folder = checkpoint if checkpoint.is_dir() else checkpoint.parent
     h = hashlib.sha256()
     record = folder / CHECKPOINT_FILE
     h.update(_record_bytes(record) if record.is_file() else b"")
     for path in sorted(folder.iterdir()):
-        if path.is_file() and path.suffix in _WEIGHT_SUFFIXES:
+        if path.is_file() and path.suffix in _WEIGHT_SUFFIXES and path.name not in _RESUME_STATE:
             size = path.stat().st_size
             h.update(f"\0{path.name}\0{size}\0".encode() + file_digest(path, size))
     return h.hexdigest()

@@ -10,9 +10,11 @@ balanced sample → per sampled case its images and its JSON entry → ``chexper
 * Resumability: plan units and finished cases are written atomically under ``BENCH/.work/`` (file names are
   the neutral case ids) and reused by a rerun with the same settings; ``.work`` is deleted after a complete
   build unless ``keep_work``. A finished build keeps its settings in ``build_settings.json`` (written just
-  before ``MANIFEST.sha256``, the last file). A rerun into a folder holding another build's settings (finished
-  or not) is refused naming the changed settings unless ``overwrite``; the same settings on a finished folder
-  is a no-op ("already built").
+  before ``MANIFEST.sha256``, the last file) with the SHA-256 of the files it read (:func:`input_digests`). A rerun
+  into a folder holding another build's settings (finished or not) is refused naming the changed settings unless
+  ``overwrite``; the same settings and input files on a finished folder (the files perhaps named by other paths)
+  is a no-op ("already built"), and the same settings with other input files are refused naming the inputs. An
+  unfinished build resumes with the files as they are now: its plan units are keyed by what they are made of.
 * ``overwrite`` first deletes the old build's top-level files (``MANIFEST.sha256`` and ``chexpercept.json``
   first), then ``cases/`` and ``.work/``: a build killed after that leaves no ``chexpercept.json`` pointing at
   deleted cases, and a rerun resumes the new build.
@@ -211,16 +213,20 @@ _TOP_FILES = (MANIFEST_FILE, BENCHMARK_FILE, BUILD_SETTINGS_FILE, CARD_FILE, DEF
 
 
 def _settings_record(opts: BuildOptions, ils_file: Path) -> dict[str, Any]:
-    """The build's settings, their hash, the SHA-256 of the files it reads (``inputs``) and the hash of both without
-    the paths (``content_hash``: the same dataset named by another path is the same build)."""
+    """The build's settings, their hash, the SHA-256 of the files it reads (``inputs``) and the hash of both with
+    the fingerprinted files' paths left out and the image folder resolved (``content_hash``: the same dataset named
+    by another path is the same build; another image folder is another build)."""
     settings = json.loads(json.dumps(asdict(opts)))
     inputs = input_digests(opts, ils_file)
-    content = {k: v for k, v in settings.items() if k not in _PATH_SETTINGS}
+    # the films are not fingerprinted: their folder counts, however it is written
+    content = {**{k: v for k, v in settings.items() if k not in _PATH_SETTINGS},
+               "images": str(Path(opts.images).resolve())}
     return {"settings_hash": opts.settings_hash(), "settings": settings, "inputs": inputs,
             "content_hash": sha256_json({"settings": content, "inputs": inputs})[:16]}
 
 
-#: Settings that are paths: where an input is, not what it holds (:func:`input_digests` fingerprints the files).
+#: Settings that are paths: where an input is, not what it holds (:func:`input_digests` fingerprints the files;
+#: the image folder is compared resolved).
 _PATH_SETTINGS: Final[frozenset[str]] = frozenset({"ils", "images", "candidates", "review", "anatomy"})
 
 
