@@ -375,10 +375,12 @@ def test_cpa_either_side_reaches_the_build_settings_the_card_and_the_deformation
     assert [o.cpa_either_side for o in seen] == [True, False]
     quirk, default = seen
     assert BuildRequest(ils_dir=tmp_path, images=tmp_path, out=tmp_path, cpa_either_side=True).options().cpa_either_side
-    record = _settings_record(quirk)
+    dataset = tmp_path / "ils" / "mimic_ils_instruction_answer.json"
+    dataset.write_text("{}")
+    record = _settings_record(quirk, dataset)
     assert record["settings"]["cpa_either_side"] is True and record["settings_hash"] != default.settings_hash()
     # builds made before the flag (and the deformer options, the per-lesion RF ratios) existed keep their settings hash
-    legacy = {k: v for k, v in _settings_record(default)["settings"].items()
+    legacy = {k: v for k, v in _settings_record(default, dataset)["settings"].items()
               if k not in ("cpa_either_side", "deformer_opt", "rf_ratios")}
     assert default.settings_hash() == sha256_json(legacy)[:16]
     card = render_card(quirk, {}, {}, None, [], None, "masks", {}, {})

@@ -90,7 +90,7 @@ REGISTRIES = {
     "detector": (DETECTORS, {"anomaly", "yolo"}),
     "deformer": (DEFORMERS, {"builtin", "sam"}),
     "model": (MODELS, {"baseline", "lisa"}),
-    "model client": (CLIENTS, {"openai", "hf", "ils", "random", "first-option", "always-yes", "oracle"}),
+    "model client": (CLIENTS, {"openai", "hf", "ils", "replay", "random", "first-option", "always-yes", "oracle"}),
 }
 
 
@@ -131,7 +131,8 @@ def test_model_clients_accept_the_harness_options_and_refuse_others():
         make_client("gpt:4")
     with pytest.raises(ConfigError, match="needs a name"):
         make_client("hf:")
-    assert spec_forms() == "openai:MODEL | hf:MODEL_DIR | ils:CHECKPOINT | random | first-option | always-yes | oracle"
+    assert spec_forms() == ("openai:MODEL | hf:MODEL_DIR | ils:CHECKPOINT | replay:ALL_RESULTS | random | "
+                            "first-option | always-yes | oracle")
 
 
 # --- CLI choices and help come from the registries -------------------------------------------------------

@@ -23,17 +23,16 @@ from typing import Any, Final
 
 from cxrground.errors import ConfigError
 from cxrground.evaluation.percept.conversation import ATTRIBUTE_QIDS, REVISION_QIDS
+from cxrground.evaluation.percept.reference_names import REFERENCE_STAGE_KEYS
 from cxrground.evaluation.percept.scoring import CSV_PATH_NAMES, CSV_QUESTION_NAMES, case_view, run_records
 from cxrground.io.files import atomic_write_text
 
-__all__ = ["REFERENCE_RESULTS_FILE", "export_results", "recorded_response", "reference_folder", "reference_results"]
+__all__ = ["REFERENCE_RESULTS_FILE", "export_results", "reference_folder", "reference_results"]
 
 REFERENCE_RESULTS_FILE: Final[str] = "all_results.json"
 #: Reference provider names of the model-spec prefixes (`hf:` and `ils:` models run locally: "opensource").
 _PROVIDERS: Final[dict[str, str]] = {"hf": "opensource", "ils": "opensource"}
-#: Reference stage keys of the stage numbers.
-_STAGE_KEYS: Final[dict[int, str]] = {1: "detection_qa", 2: "contour_evaluation_qa", 3: "contour_revision_qa",
-                                      4: "attribute_extraction_qa"}
+_STAGE_KEYS: Final[dict[int, str]] = REFERENCE_STAGE_KEYS
 
 
 def reference_folder(model: str, oracle: str) -> str:
@@ -90,23 +89,6 @@ def reference_results(plans: Sequence[dict[str, Any]], records: dict[str, dict[s
     """``{key_id: record}`` of the reference evaluator for the selected cases ``plans`` and one repeat's result
     ``records`` (by case id; a case without one is missing and counts wrong)."""
     return {plan["case_id"]: _case(plan, records.get(plan["case_id"])) for plan in plans}
-
-
-def recorded_response(record: dict[str, Any], stage: int, qid: str) -> str | None:
-    """The raw response the reference evaluator recorded in one case's ``record`` (an ``all_results.json`` value)
-    for question ``qid`` of ``stage``; None when it recorded none (the question was not asked, or the stage is
-    missing)."""
-    block = record.get(_STAGE_KEYS[stage])
-    if not isinstance(block, dict):
-        return None
-    if stage == 1:
-        value = block.get("response")
-    elif stage == 2:
-        value = block.get("responses")
-    else:
-        responses = block.get("responses")
-        value = responses.get(CSV_QUESTION_NAMES.get(qid, qid)) if isinstance(responses, dict) else None
-    return value if isinstance(value, str) else None
 
 
 def export_results(runs: Sequence[str | Path], out: str | Path, repeat: int = 0) -> list[Path]:

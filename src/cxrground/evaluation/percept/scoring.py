@@ -48,6 +48,7 @@ from cxrground.errors import InputError
 from cxrground.evaluation.bootstrap import bootstrap_ci
 from cxrground.evaluation.percept.conversation import ATTRIBUTE_QIDS, QIDS, REVISION_QIDS
 from cxrground.evaluation.percept.parsing import LABEL_ORDER
+from cxrground.evaluation.percept.reference_names import REFERENCE_QUESTION_NAMES
 from cxrground.evaluation.percept.runner import (
     CASES_FILE,
     CONFIG_FILE,
@@ -56,7 +57,6 @@ from cxrground.evaluation.percept.runner import (
     ResultLines,
     read_results,
 )
-from cxrground.percept.schema import SEVERITY_KEY
 from cxrground.vocab.percept_templates import PATH_ABBREVIATIONS
 from cxrground.vocab.traits import LESION_TRAITS, traits
 
@@ -74,7 +74,7 @@ SUMMARY_COLUMNS: Final[tuple[str, ...]] = ("path", "model", "setting", "acc(stag
 LABELS: Final[tuple[str, ...]] = (*LABEL_ORDER, "failed")
 #: The reference CSVs name paths in full (``revision_required`` …) and the severity question by its §12 key.
 CSV_PATH_NAMES: Final[dict[str, str]] = {short: full for full, short in PATH_ABBREVIATIONS.items()}
-CSV_QUESTION_NAMES: Final[dict[str, str]] = {"severity": SEVERITY_KEY}
+CSV_QUESTION_NAMES: Final[dict[str, str]] = REFERENCE_QUESTION_NAMES
 #: ``path`` of the two detail CSVs: the paths each sub-task is pooled over (as the reference writes it).
 DETAIL_PATHS: Final[dict[str, str]] = {REVISION_CSV: "revision_required",
                                        ATTRIBUTE_CSV: "revision_required+revision_free"}

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cxrground.errors import ConfigError, InputError
+from cxrground.evaluation.percept.reference_names import recorded_response
 from cxrground.io.files import sha256_file
 from cxrground.llm import Completion, PermanentError
 
@@ -72,8 +73,6 @@ class ReplayClient:
     async def complete(self, messages: Sequence[dict[str, Any]], question: Question, case_id: str = "",
                        seed: int | None = None) -> Completion:
         """The recorded response of ``case_id``'s question; a :class:`PermanentError` when there is none."""
-        from cxrground.evaluation.percept.reference_results import recorded_response
-
         record = self.records.get(case_id)
         if record is None:
             raise PermanentError(f"{self.path} has no record of case {case_id}")
