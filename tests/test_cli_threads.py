@@ -16,7 +16,7 @@ TORCH_COMMANDS = (("anatomy", "zones"), ("anatomy", "fit-zones"), ("anatomy", "f
                   ("segment", "lungs"), ("ils", "build"), ("ils", "predict"), ("ils", "convert-lisa"),
                   ("percept", "build"), ("percept", "eval"), ("serve",), ("anatomy", "pose"), ("segment", "eval-lungs"),
                   ("ils", "export-lisa"), ("detector", "evaluate"))
-#: Training commands: one process, whose thread count is part of the training configuration (default 2, or the
+#: Training commands: one process, whose thread count is part of the training configuration (default 1, or the
 #: model's configuration for ``ils train``).
 TRAINING_COMMANDS = (("segment", "train-lungs"), ("segment", "train-pose"), ("ils", "train"), ("detector", "train"))
 
@@ -45,7 +45,9 @@ def test_training_commands_offer_threads(path):
     cmd = main
     for name in path:
         cmd = cmd.commands[name]
-    assert "threads" in {p.name for p in cmd.params}, f"{' '.join(path)} has no --threads"
+    opt = {p.name: p for p in cmd.params}.get("threads")
+    assert opt is not None, f"{' '.join(path)} has no --threads"
+    assert opt.default == (None if path == ("ils", "train") else 1)  # ils train: the model's configuration
 
 
 def test_threads_reach_torch_and_the_environment(restore_threads, monkeypatch, tmp_path: Path):

@@ -92,7 +92,9 @@ COMMANDS: list[click.Command] = [segment]
 @click.option("--epochs", type=click.IntRange(1), default=20, show_default=True, help="Training epochs.")
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True,
               help="Seed of the split, the augmentations and the initial weights.")
-@click.option("--threads", type=click.IntRange(1), default=2, show_default=True, help="torch threads.")
+@click.option("--threads", type=click.IntRange(1), default=1, show_default=True,
+              help="torch threads (the shipped pose_net_v1 was trained with 2, which a byte-identical rebuild "
+                   "needs).")
 @click.option("--nih-only", is_flag=True, help="Train on NIH films only (no COVID-19 collection film).")
 def train_pose(out: str, pack_dir: str | None, images: Path | None, metadata: Path | None,
                holdout_fraction: float | None, max_films: int | None, screen_weights: Path | None, no_screen: bool,

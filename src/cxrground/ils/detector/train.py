@@ -62,7 +62,7 @@ class DetectorTrainRequest:
                         "fine-tune (e.g. COCO-pretrained yolov8s.pt).")
     device: str | None = option(None, help="cpu, 0, 0,1... (default: ultralytics' choice).")
     workers: int = option(2, low=0, help="Data-loader workers (also the preparation processes).")
-    threads: int = option(2, low=1, help="torch CPU threads.")
+    threads: int = option(1, low=1, help="torch CPU threads (one per worker).")
     val: float = option(0.1, low=0, high=0.9, help="Share of groups in the validation split.")
     test: float = option(0.1, low=0, high=0.9, help="Share of groups in the held-out test split.")
     seed: int = option(0, low=0, help="Seed of the split and of training.")

@@ -114,7 +114,8 @@ class LungTrainRequest:
     seed: int = option(0, low=0, help="Seed of the split, the augmentations and the initial weights.")
     pack_dir: Path | None = option(None, flag="--pack", path="out_dir", help=PACK_HELP)
     name: str = option("lung_unet_v1", help="File name of the weights and their sidecar (NAME.safetensors).")
-    threads: int = option(2, low=1, help="torch CPU threads (2: the recipe's setting).")
+    threads: int = option(1, low=1, help="torch CPU threads (one per worker; the shipped lung_unet_v1 was trained "
+                           "with 2, which a byte-identical rebuild needs).")
     no_eval: bool = option(False, help="Skip the evaluation on the CC BY-NC-SA rows.")
     synthetic: int = option(0, low=0, help="Synthetic phantoms mixed into the training split.")
     synthetic_seed: int = option(1, low=0, help="Seed of the training phantoms (the evaluation phantoms use seed "
