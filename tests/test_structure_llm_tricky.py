@@ -164,7 +164,7 @@ def test_llm_structurer_on_a_merged_section(server: MockServer) -> None:
     assert rep.section.name == "findings+impression"
     assert [(f.sent_idx, f.lesion, f.assertion, f.reported_location) for f in rep.findings] == [
         (1, "effusion", "present", ("left lung",)),
-        (1, "atelectasis", "uncertain", ("left lung",)),
+        (1, "atelectasis", "uncertain", ("left lung base",)),
     ]
     user = next(b for b in server.bodies if b["messages"][0]["content"].startswith("# ILS report"))["messages"][1]
     assert user["content"] == ("Report section (findings+impression):\n(1) Possible small left effusion with adjacent "

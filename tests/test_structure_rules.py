@@ -477,9 +477,10 @@ _VERSION_CORPUS = (
     "volume loss, compatible with atelectasis. Perihilar haziness with upper lobe diversion, in keeping with oedema.",
     "Perihilar opacities, more on the right, likely reflect edema. Opacity at the right base. Findings are "
     "consistent with pulmonary edema.",
+    "Small left pleural effusion with adjacent atelectasis. Bilateral effusions with associated atelectasis.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"52": "779294f9832c0d65a672ea7877daf8b5fae9c49281cf1c32618bfb6c0e6669f5"}
+_PINNED_OUTPUT = {"53": "db7de90ca01af5175ce2d15d43109c9d589fe57e5a30ba0125e563733771d5d7"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -779,7 +780,7 @@ def test_report_abbreviations_cw_and_pna(text: str, expected: list) -> None:
 
 @pytest.mark.parametrize(("text", "where"), [
     ("Moderate left pleural effusion with adjacent compressive atelectasis. Superimposed pneumonia cannot be "
-     "excluded.", (LL,)),
+     "excluded.", (LL, LB)),  # the effusion's lung and the atelectasis's base (rules version 53)
     ("Right basilar atelectasis. Underlying infection is not excluded.", (RB,)),
     ("Superimposed infection cannot be excluded.", (RL, LL)),
     ("Mild pulmonary edema. Superimposed infection cannot be excluded.", (RL, LL)),
@@ -1095,7 +1096,7 @@ def test_if_any_is_suggested_and_a_closing_hedge_word(text: str, expected: list)
      [("opacity", (RB, LB)), ("atelectasis", (RB, LB)), ("pneumonia", (RB, LB))]),
     ("Opacity at the left base. Small adjacent effusion.", [("opacity", (LB,)), ("effusion", (LB,))]),
     ("There is a moderate left pleural effusion. There is associated compressive atelectasis.",
-     [("effusion", (LL,)), ("atelectasis", (LL,))]),
+     [("effusion", (LL,)), ("atelectasis", (LB,))]),  # the effusion's base (report-level rules version 9)
     # no observation before, edema, the same lesion placed elsewhere: unchanged
     ("Right effusion. Pneumonia is possible.", [("effusion", (RL,)), ("pneumonia", (RL, LL))]),
     ("Right lower lobe opacity. Possible pulmonary edema.", [("opacity", (RB,)), ("edema", (RL, LL))]),

@@ -56,6 +56,13 @@ def zone_label(side: str, zone: str) -> str:
     return f"{side} {zone}"
 
 
+def lung_bases(labels: tuple[str, ...]) -> tuple[str, ...]:
+    """``labels`` with each whole lung replaced by that lung's base (zones and other labels kept, order kept, no
+    repeats): where an atelectasis adjacent to an effusion of those places lies."""
+    whole = {lung_label(side): zone_label(side, "lung base") for side in SIDES}
+    return tuple(dict.fromkeys(whole.get(lab, lab) for lab in labels))
+
+
 def side_of(label: str) -> str | None:
     """The side word a label starts with, or None (``heart``, ``lung``)."""
     first = label.split(" ", 1)[0]

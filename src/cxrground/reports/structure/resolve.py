@@ -24,7 +24,9 @@
    is located nowhere ("Left basilar opacity. Atelectasis is favored over pneumonia."); a size word may stand
    before "adjacent", "superimposed", ... of a pointing-back sentence ("Small adjacent effusion."). Version 8: a
    pointing-back sentence does not place edema either ("Findings consistent with edema." keeps the edema's own
-   place, or the same-lesion rule's).
+   place, or the same-lesion rule's). Version 9: an atelectasis pointing back to a sentence that placed only
+   effusions lies at the base of each whole lung they name ("Moderate left pleural effusion. There is associated
+   compressive atelectasis." → the left base), as in one sentence.
 2. **Merged sections** (section policy ``findings+impression``): a finding from a later part of the section
    whose lesion (or, for a non-target finding, lower-cased entity), presence and reported location equal those
    of a finding from an earlier part is dropped: one lesion + location reported in both the findings and the
@@ -49,18 +51,19 @@ from cxrground.reports.structure.lexicon import (
     CONSOLIDATION,
     DIFFUSE_PHRASE_RE,
     EDEMA,
+    EFFUSION,
     OPACITY,
     PNEUMONIA,
     is_extent_phrase,
 )
 from cxrground.vocab import HEART
 from cxrground.vocab.lesions import HEART_MASK_LESIONS
-from cxrground.vocab.locations import lung_label
+from cxrground.vocab.locations import lung_bases, lung_label
 
 __all__ = ["RESOLVE_VERSION", "exception_sides", "inherit_locations", "merge_duplicates", "resolve_findings"]
 
 #: Version of the report-level rules (recorded with every structurer's output).
-RESOLVE_VERSION: Final[str] = "8"
+RESOLVE_VERSION: Final[str] = "9"
 
 _NO_INHERIT = frozenset(HEART_MASK_LESIONS)  # the heart mask has no side to inherit
 #: Lesions that explain an observation in the sentence after it, and the findings they take the place of (version 7).
@@ -147,6 +150,8 @@ def inherit_locations(findings: tuple[Finding, ...], report: StructuredReport | 
         if f.lesion is not None and f.lesion not in _NO_INHERIT and f.presence == "positive" and not _placed(f):
             points_back = _points_back(report, f.sent_idx) and f.lesion != EDEMA  # edema: version 8
             labels = by_sentence.get(f.sent_idx - 1) if points_back else None
+            if labels and f.lesion == ATELECTASIS and all(p.lesion == EFFUSION for p in placed_in[f.sent_idx - 1]):
+                labels = list(lung_bases(tuple(labels)))  # "Left effusion. Associated atelectasis.": version 9
             if not labels:
                 labels = _sentence_places(report, f, placed_in.get(f.sent_idx, []))
             labels = labels or located.get(f.lesion) or _explained_before(report, f, placed_in.get(f.sent_idx - 1, []),

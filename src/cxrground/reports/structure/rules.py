@@ -128,6 +128,7 @@ from cxrground.reports.sections import make_section_choice
 from cxrground.reports.structure.lexicon import (
     AIR_BRONCHOGRAM_RE,
     ALTERNATIVE_GAP_RE,
+    ATELECTASIS,
     ATTRIBUTABLE,
     ATTRIBUTION_BLOCK_RE,
     BARE_SIDE_RE,
@@ -183,7 +184,7 @@ from cxrground.reports.structure.lexicon import (
 from cxrground.reports.structure.resolve import resolve_findings
 from cxrground.vocab import HEART
 from cxrground.vocab.lesions import HEART_MASK_LESIONS
-from cxrground.vocab.locations import lung_label, zone_label
+from cxrground.vocab.locations import lung_bases, lung_label, zone_label
 
 __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "RuleStructurer", "structure_text"]
 
@@ -262,8 +263,9 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: after "with" ("opacity with volume loss, compatible with atelectasis"), "upper lobe diversion" is a vascular sign
 #: whose "upper lobe" places nothing, and a paragraph written as a list ends a sentence at every item line; 52: "more
 #: on the right" and its kin compare the lungs and name no side, and a pointing-back sentence does not place edema
-#: (report-level rules version 8).
-RULES_VERSION: Final[str] = "52"
+#: (report-level rules version 8); 53: an atelectasis "adjacent to" / "associated with" an effusion of a whole lung lies
+#: at that lung's base.
+RULES_VERSION: Final[str] = "53"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -1068,6 +1070,8 @@ class RuleStructurer:
             previous = [p for p in mentions[:k] if p.locations and p.group != mm.group]
             if previous:
                 where = list(previous[-1].locations)
+                if previous[-1].kind.lesion == EFFUSION and mm.kind.lesion == ATELECTASIS:
+                    where = [(at, phrase, lung_bases(labels)) for at, phrase, labels in where]  # version 53
             else:
                 diaphragm = list(_SIDED_DIAPHRAGM.finditer(low, 0, mm.start))
                 if not diaphragm:
