@@ -12,7 +12,7 @@ from cxrground.reports.structure import RULES_VERSION
 from cxrground.reports.structure.resolve import RESOLVE_VERSION
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_structure_rules import _v44_rows as _rows  # the "sentence | findings" table reader
+from structure_tables import table_params  # the "sentence | findings" tables as parameters
 from test_structure_rules_v47 import _read  # one reading of a sentence for every version's table
 
 _TABLE = """
@@ -35,9 +35,6 @@ def test_the_versions() -> None:
     assert int(RULES_VERSION) >= 52 and int(RESOLVE_VERSION) >= 8
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    pytest.param(text, expected, id=f"{name}: {text[:40]}")
-    for name, table in {"table": _TABLE, "counter": _COUNTER}.items()
-    for text, expected in _rows(table.replace("\\\n", " "))])
+@pytest.mark.parametrize(("text", "expected"), table_params({"table": _TABLE, "counter": _COUNTER}))
 def test_findings_read_as_the_record_says(text: str, expected: list) -> None:
     assert _read(text) == expected

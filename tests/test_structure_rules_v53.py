@@ -11,7 +11,7 @@ import pytest
 from cxrground.reports.structure import RULES_VERSION
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_structure_rules import _v44_rows as _rows  # the "sentence | findings" table reader
+from structure_tables import table_params  # the "sentence | findings" tables as parameters
 from test_structure_rules_v47 import _read  # one reading of a sentence for every version's table
 
 _TABLE = """
@@ -36,9 +36,6 @@ def test_the_version_is_53_or_later() -> None:
     assert int(RULES_VERSION) >= 53
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    pytest.param(text, expected, id=f"{name}: {text[:40]}")
-    for name, table in {"table": _TABLE, "counter": _COUNTER}.items()
-    for text, expected in _rows(table.replace("\\\n", " "))])
+@pytest.mark.parametrize(("text", "expected"), table_params({"table": _TABLE, "counter": _COUNTER}))
 def test_findings_read_as_the_record_says(text: str, expected: list) -> None:
     assert _read(text) == expected
