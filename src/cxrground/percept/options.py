@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Final
 
+from cxrground.ils.schema import SPLITS
 from cxrground.io.files import sha256_json
 
 __all__ = ["DEFAULT_RF_RATIO", "BuildOptions", "parse_splits"]
@@ -15,7 +16,7 @@ DEFAULT_RF_RATIO: Final[float] = 0.5
 
 def parse_splits(text: str) -> tuple[str, ...]:
     """``--split`` as split names: ``"train,test"`` → ``("train", "test")``; ``"all"`` → every split."""
-    return ("train", "val", "test") if text == "all" else tuple(s.strip() for s in text.split(","))
+    return SPLITS if text == "all" else tuple(s.strip() for s in text.split(","))
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,6 @@ __all__ = ["REFERENCE_RESULTS_FILE", "export_results", "reference_folder", "refe
 REFERENCE_RESULTS_FILE: Final[str] = "all_results.json"
 #: Reference provider names of the model-spec prefixes (`hf:` and `ils:` models run locally: "opensource").
 _PROVIDERS: Final[dict[str, str]] = {"hf": "opensource", "ils": "opensource"}
-_STAGE_KEYS: Final[dict[int, str]] = REFERENCE_STAGE_KEYS
 
 
 def reference_folder(model: str, oracle: str) -> str:
@@ -65,7 +64,7 @@ def _case(plan: dict[str, Any], rec: dict[str, Any] | None) -> dict[str, Any]:
     for q in view["questions"]:
         by_stage.setdefault(q["stage"], []).append(q)
     for stage, questions in sorted(by_stage.items()):
-        key = _STAGE_KEYS[stage]
+        key = REFERENCE_STAGE_KEYS[stage]
         if stage == 1:
             (q,) = questions
             out[key] = {"response": raw.get(q["qid"]), "ground_truth": _gt(q), "correct": q["correct"]}
