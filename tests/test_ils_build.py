@@ -302,6 +302,20 @@ def test_gallery_page(built, cohort, tmp_path):
     assert "<ul class='sec grounding'><li>" in text  # how each reported finding was grounded
 
 
+def test_gallery_split_all_shows_every_split_and_one_split_only_its_studies(built, cohort, tmp_path):
+    data = load_dataset(built / DATASET_FILE)
+    split = next(name for name in ("train", "val", "test") if data.get(name))
+    pages = {}
+    for choice in ("all", split):
+        pages[choice] = tmp_path / f"{choice}.html"
+        result = CliRunner().invoke(main, ["ils", "gallery", str(built), "--images", str(cohort / "files"),
+                                           "--html", str(pages[choice]), "--split", choice, "--limit", "1000"])
+        assert result.exit_code == 0, result.output
+    every = sum(len(studies) for studies in data.values())
+    assert pages["all"].read_text().count("data:image/png;base64,") == every
+    assert pages[split].read_text().count("data:image/png;base64,") == len(data[split]) < every or len(data) == 1
+
+
 def _gallery_grey(page: Path) -> np.ndarray:
     """The first study's image of a gallery page, as an (H, W, 3) int array."""
     url = page.read_text().split("src='data:image/png;base64,", 1)[1].split("'", 1)[0]

@@ -62,16 +62,16 @@ def quality(out: Path, cohort: Path, as_json: bool) -> None:
 @click.option("--html", "html_path", type=OUT_FILE, default=None, help="Output page (default DATASET/gallery.html).")
 @click.option("--limit", type=click.IntRange(1), default=50,
               help="Show at most this many studies (a study that cannot be shown is listed besides).")
-@click.option("--split", type=click.Choice(["train", "val", "test"]), default=None,
-              help="Show only this split (default: all).")
-def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: str | None) -> None:
+@click.option("--split", type=click.Choice(["train", "val", "test", "all"]), default="all", show_default=True,
+              help="Show only this split ('all': every split).")
+def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: str) -> None:
     """Write a self-contained HTML page: images with their lesion masks and all instruction-answer pairs. A study
     whose film, masks or unit record cannot be read is listed on the page and here with the reason; the others are
     shown."""
     from cxrground.ils.gallery import render_gallery
 
     target = html_path or out / "gallery.html"
-    result = render_gallery(out, images, target, limit, split)
+    result = render_gallery(out, images, target, limit, None if split == "all" else split)
     click.echo(f"wrote {target} ({result.shown} studies"
                + (f", {len(result.failed)} not shown" if result.failed else "") + ")")
     for key, reason in result.failed:
