@@ -928,6 +928,19 @@ OTHER_MODALITY_RE: Final[re.Pattern[str]] = re.compile(
     rf"|\b(?:was|were|is|are)\s+(?:\w+\s+)?(?:observed|seen|noted|shown|demonstrated|identified|detected|visible|"
     rf"depicted|found)\s+(?:on|in|at|by)\s+(?:{_MODALITY_WORDS}\s+)*{_OTHER_MODALITY}\b"
 )
+#: A word naming another person than the patient (version 54): a lesion after it in its sentence is that person's
+#: illness ("Only sick contact was her husband who was hospitalized with pneumonia."), no finding. Not "child", "son"
+#: or "daughter": a child is often the patient.
+EXPERIENCER_RE: Final[re.Pattern[str]] = re.compile(
+    r"\b(?:husband|wife|spouse|partner|boyfriend|girlfriend|mother|father|parents?|brothers?|sisters?|siblings?|"
+    r"grand(?:mother|father|parents?)|relatives?|family\s+members?|friends?|neighbou?rs?|room-?mates?|co-?workers?|"
+    r"colleagues?|(?:sick|close|household|known)\s+contacts?)\b"
+)
+#: Where another person's part of a sentence ends (:data:`EXPERIENCER_RE`): a semicolon, a contrast, or a clause that
+#: turns back to the patient.
+EXPERIENCER_END_RE: Final[re.Pattern[str]] = re.compile(
+    r";|\b(?:but|whereas|while|however)\b|\b(?:she|he|the\s+patient|our\s+patient|this\s+patient)\b"
+)
 #: A radiograph named in a sentence (:data:`OTHER_MODALITY_RE`).
 RADIOGRAPH_RE: Final[re.Pattern[str]] = re.compile(
     r"\b(?:radiograph\w*|x-?rays?|cxrs?|chest\s+films?|plain\s+films?|frontal|portable)\b"
@@ -991,7 +1004,12 @@ _FREE = (
     r"cardiophrenic(?:\s+(?:angles?|regions?|sulci|sulcus))?)"
 )
 #: "... of the right lung" after a zone: the zone's side (version 37: "base of the right lung" is the right base).
-_OF_SIDE = r"(?:\s+of\s+(?:the\s+)?(?:right|left|both|rt\.?|lt\.?)\s+(?:lungs?|hemithora(?:x|ces)))"
+#: Version 54: also "... of the left upper lobe" / "of the LUL" after a side-less zone or segment ("apical segment of
+#: the LUL" is the left apex).
+_OF_SIDE = (r"(?:\s+of\s+(?:the\s+)?(?:(?:right|left|both|rt\.?|lt\.?)(?:\s+|-)(?:lungs?|hemithora(?:x|ces)|"
+            r"(?:upper|lower|middle)\s+lobes?)|rul|lul|rll|lll|rml))")
+#: "upper" / "lower" before a hilar word: part of the place (version 54: "right upper perihilar region").
+_UPPER_HILAR = r"(?:(?:upper|lower)\s+(?=(?:peri|para|infra)?hil))"
 _FREELIST = rf"{_FREE}(?:\s*(?:,|and|/|or)\s*{_FREE})*(?:{_NOUN})?"
 _NOOP_ANATOMY = (
     r"(?:hemidiaphragms?|diaphragm|atri(?:um|al)|ventric\w*|clavic\w*|ribs?|\d+(?:st|nd|rd|th)\s+ribs?|"
@@ -1029,7 +1047,8 @@ _LOCATIONS: Final[tuple[tuple[str, str], ...]] = (
     # a bare "R" / "L" before a zone ("L base"; version 44)
     ("zoned", rf"(?<!/)[rl]\s+{_DESC}(?:{_NEEDLIST}|{_FREELIST})"),
     ("paired", rf"{_PAIR}(?:\s*(?:,\s*and|,|/|and)\s*{_PAIR})+{_NOUN}"),
-    ("zoned", rf"(?:{_SIDED}\s+)?{_DESC}(?:lungs?\s+)?(?:{_NEEDLIST}|{_FREELIST}){_OF_SIDE}?"),
+    # "right upper perihilar": the upper and mid zones (version 54)
+    ("zoned", rf"(?:{_SIDED}\s+)?{_DESC}(?:lungs?\s+)?(?:{_NEEDLIST}|{_UPPER_HILAR}?{_FREELIST}){_OF_SIDE}?"),
     ("both", r"both\s+lungs|both\s+hemithoraces|both\s+sides|bilateral(?:ly)?|diffuse(?:ly)?|multifocal|"
              r"widespread|scattered|throughout\s+(?:both|the)\s+lungs"),
     ("whole", rf"{_SIDED}\s+(?:lung|hemithorax|chest|side|pleural\s+space|pleura|lung\s+field)s?|"
@@ -1087,10 +1106,13 @@ OBSCURED_DIAPHRAGM_RE: Final[re.Pattern[str]] = re.compile(
 )
 #: Words right before a place that make it where an extent word's disease is worst ("multifocal opacities, most
 #: pronounced in the left upper lobe"; version 24): the place adds to both lungs instead of replacing them.
+#: Version 54: also "particularly / especially visible (seen, evident, ...) in" and "greater / more involvement of".
 PREDOMINANT_PLACE_RE: Final[re.Pattern[str]] = re.compile(
-    r"\b(?:(?:most|more)\s+(?:pronounced|prominent|marked|severe|conspicuous|evident|notable|extensive|dense|"
+    r"\b(?:(?:(?:most|more)\s+(?:pronounced|prominent|marked|severe|conspicuous|evident|notable|extensive|dense|"
     r"confluent|apparent)|predominantly|predominant|mainly|mostly|primarily|chiefly|greatest|worst|worse|especially|"
-    r"particularly|notably)\s+(?:(?:in|at|on|within|involving|over|along|throughout|toward|towards)\s+)?"
+    r"particularly|notably)\s+(?:(?:visible|seen|evident|noted|marked|prominent|pronounced|apparent)\s+)?"
+    r"(?:(?:in|at|on|within|involving|over|along|throughout|toward|towards)\s+)?"
+    r"|(?:greater|more|most|predominant)\s+involvement\s+(?:of|in|at)\s+)"
     r"(?:the\s+|both\s+)?$"
 )
 #: A comparative right before a side ("effusions are larger on the right"; version 27): for a plural effusion, the
@@ -1198,9 +1220,17 @@ def location_labels(kind: str, text: str) -> tuple[str, ...]:
     else:
         default = SIDES
     sides = _sides(text, default)
+    lobe = _OF_LOBE_RE.search(text)
+    if lobe is not None:  # "apical segment of the LUL": the lobe's side and zone (version 54)
+        side, zone = _ABBR[lobe.group(1)]
+        sides, zones = (side,), list(dict.fromkeys([*zones, zone]))
     if any(w.startswith("bi") for w in words):
         sides = SIDES
     return tuple(zone_label(s, z) for z in zones for s in sides)
+
+
+#: A lobe abbreviation after "of (the)" in a zoned phrase (version 54).
+_OF_LOBE_RE: Final[re.Pattern[str]] = re.compile(r"\bof\s+(?:the\s+)?(rul|lul|rll|lll|rml)\b")
 
 
 def default_location(kind: EntityKind) -> tuple[str, ...]:
@@ -1335,9 +1365,17 @@ def _misspellings() -> dict[str, str]:
     return table
 
 
-#: Misspelled or abbreviated lesion words and the word they stand for (version 45).
-MISSPELLINGS: Final[dict[str, str]] = _misspellings()
-_TOKEN_RE = re.compile(r"(?<![\w-])[a-z]{5,15}(?![\w-])")
+#: Misspelled or abbreviated lesion words and the word they stand for (version 45); hyphenated places and the word
+#: they are written as without the hyphen (version 54: "peri-hilar", "left-lung").
+MISSPELLINGS: Final[dict[str, str]] = {
+    **_misspellings(),
+    **{f"{a}-{b}": f"{a}{b}" for a, b in (("peri", "hilar"), ("para", "hilar"), ("infra", "hilar"),
+                                          ("supra", "hilar"), ("retro", "cardiac"), ("bi", "basilar"),
+                                          ("bi", "basal"), ("bi", "apical"), ("costo", "phrenic"))},
+    **{f"{side}-{noun}": f"{side} {noun}" for side in ("right", "left")
+       for noun in ("lung", "lungs", "hemithorax")},
+}
+_TOKEN_RE = re.compile(r"(?<![\w-])(?:[a-z]{5,15}|[a-z]{2,5}-[a-z]{4,10})(?![\w-])")
 
 
 def respell(low: str) -> tuple[str, tuple[tuple[int, int, int], ...]] | None:

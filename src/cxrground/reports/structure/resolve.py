@@ -26,7 +26,11 @@
    pointing-back sentence does not place edema either ("Findings consistent with edema." keeps the edema's own
    place, or the same-lesion rule's). Version 9: an atelectasis pointing back to a sentence that placed only
    effusions lies at the base of each whole lung they name ("Moderate left pleural effusion. There is associated
-   compressive atelectasis." → the left base), as in one sentence.
+   compressive atelectasis." → the left base), as in one sentence. Version 10: a pneumonia with no place that none
+   of the rules above places lies where the section's placed positive opacities, consolidations, atelectases and
+   pneumonias lie (the union of their labels) when every positive opacity, consolidation and atelectasis of the
+   section is placed ("COVID-19 pneumonia manifesting as single nodular lesion. ... single nodular consolidation in
+   left lower lung zone." → the left base); otherwise both lungs, as before.
 2. **Merged sections** (section policy ``findings+impression``): a finding from a later part of the section
    whose lesion (or, for a non-target finding, lower-cased entity), presence and reported location equal those
    of a finding from an earlier part is dropped: one lesion + location reported in both the findings and the
@@ -63,7 +67,7 @@ from cxrground.vocab.locations import lung_bases, lung_label
 __all__ = ["RESOLVE_VERSION", "exception_sides", "inherit_locations", "merge_duplicates", "resolve_findings"]
 
 #: Version of the report-level rules (recorded with every structurer's output).
-RESOLVE_VERSION: Final[str] = "9"
+RESOLVE_VERSION: Final[str] = "10"
 
 _NO_INHERIT = frozenset(HEART_MASK_LESIONS)  # the heart mask has no side to inherit
 #: Lesions that explain an observation in the sentence after it, and the findings they take the place of (version 7).
@@ -128,6 +132,20 @@ def _explained_before(report: StructuredReport | None, f: Finding, before: list[
     return [lab for p in before if p.lesion in _EXPLAINS for lab in p.reported_location]
 
 
+#: Findings whose places a pneumonia with no place of its own takes (version 10).
+_MANIFESTS: Final[frozenset[str]] = frozenset({OPACITY, CONSOLIDATION, ATELECTASIS})
+
+
+def _diagnosis_places(findings: tuple[Finding, ...]) -> list[str]:
+    """Labels of the placed positive parenchymal findings of the section when every positive opacity, consolidation
+    and atelectasis of it is placed (version 10: "COVID-19 pneumonia manifesting as single nodular lesion. ...
+    nodular consolidation in left lower lung zone." places the pneumonia at the left base); none otherwise."""
+    parenchymal = [f for f in findings if f.presence == "positive" and f.lesion in _EXPLAINS]
+    if any(f.lesion in _MANIFESTS and not _placed(f) for f in parenchymal):
+        return []
+    return [lab for f in parenchymal if _placed(f) for lab in f.reported_location if lab != HEART]
+
+
 def inherit_locations(findings: tuple[Finding, ...], report: StructuredReport | None = None) -> tuple[Finding, ...]:
     """Rule 1 of the module docstring: unlocated positive lesion findings take the labels of located ones.
 
@@ -156,6 +174,8 @@ def inherit_locations(findings: tuple[Finding, ...], report: StructuredReport | 
                 labels = _sentence_places(report, f, placed_in.get(f.sent_idx, []))
             labels = labels or located.get(f.lesion) or _explained_before(report, f, placed_in.get(f.sent_idx - 1, []),
                                                                           f.sent_idx in by_sentence)
+            if not labels and f.lesion == PNEUMONIA:
+                labels = _diagnosis_places(findings)
             if labels:
                 f = replace(f, reported_location=tuple(dict.fromkeys(labels)))
         out.append(f)

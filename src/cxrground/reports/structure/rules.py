@@ -144,6 +144,8 @@ from cxrground.reports.structure.lexicon import (
     ELLIPSIS_RE,
     ENTITY_KINDS,
     ENTITY_MATCHER,
+    EXPERIENCER_END_RE,
+    EXPERIENCER_RE,
     FRONTED_NEGATION_RE,
     HEART_TECHNIQUE_RE,
     LIKELY_HEDGE_RE,
@@ -264,8 +266,13 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: whose "upper lobe" places nothing, and a paragraph written as a list ends a sentence at every item line; 52: "more
 #: on the right" and its kin compare the lungs and name no side, and a pointing-back sentence does not place edema
 #: (report-level rules version 8); 53: an atelectasis "adjacent to" / "associated with" an effusion of a whole lung lies
-#: at that lung's base.
-RULES_VERSION: Final[str] = "53"
+#: at that lung's base; 54: hyphenated places read as spaced or joined ("peri-hilar", "left-lung"), "right upper
+#: perihilar" is the right upper and mid zones, a zone or segment "of the LUL" / "of the left lower lobe" takes the
+#: lobe's side, "particularly visible in" and "greater involvement of" are predominance words, every place across
+#: "with" reaches a finding with no place of its own (not only the first), another person's illness ("her husband
+#: was hospitalized with pneumonia") is no finding, and a pneumonia with no place lies where the section's placed
+#: parenchymal findings lie (report-level rules version 10).
+RULES_VERSION: Final[str] = "54"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -553,6 +560,7 @@ class RuleStructurer:
         self._coordinated(low, mentions)
         self._ellipsis_places(mentions)
         self._one_cardiomegaly(low, mentions)
+        self._other_person(low, mentions)
         found = self._findings(index, text, mentions, other_exam)
         if back is not None:  # the phrases as written, not as respelled
             found = [replace(f, entity=_written(written, back, mm)) for f, mm in
@@ -629,6 +637,18 @@ class RuleStructurer:
             mentions.extend(added)
             mentions.sort(key=lambda x: x.start)
         return terms
+
+    @staticmethod
+    def _other_person(low: str, mentions: list[_Mention]) -> None:
+        """Mark the phrases that name another person's illness (version 54: "her husband was hospitalized with
+        pneumonia"; :data:`~.lexicon.EXPERIENCER_RE`) as no finding of this image, up to the end of that person's part
+        of the sentence (:data:`~.lexicon.EXPERIENCER_END_RE`)."""
+        for m in EXPERIENCER_RE.finditer(low):
+            end = EXPERIENCER_END_RE.search(low, m.end())
+            stop = end.start() if end is not None else len(low)
+            for mm in mentions:
+                if m.end() <= mm.start and mm.end <= stop:
+                    mm.historical = True
 
     @staticmethod
     def _about_prior_exam(low: str) -> bool:
@@ -937,16 +957,17 @@ class RuleStructurer:
                 if mm.group == best:
                     mm.locations.append((s, text[s:e], labels))
         # across "with" a phrase goes only to a finding with no place of its own ("improved aeration of the lung
-        # bases with small residual left basilar effusion": the effusion is left basilar)
+        # bases with small residual left basilar effusion": the effusion is left basilar); every such phrase of the
+        # finding, not only the first ("consolidations with possible inflammatory aetiology in the LUL and in the
+        # RLL"; version 54)
+        placed = {mm.group for mm in mentions for loc in mm.locations if not is_extent_phrase(loc[1])}
         for s, e, labels in pending:
             best = self._nearest(mentions, terms, low, s, e, skip=_LOCATION_SCOPE_SKIP)
-            if best is None:
+            if best is None or best in placed:
                 continue
-            group = [mm for mm in mentions if mm.group == best]
-            if any(loc for mm in group for loc in mm.locations if not is_extent_phrase(loc[1])):
-                continue
-            for mm in group:
-                mm.locations.append((s, text[s:e], labels))
+            for mm in mentions:
+                if mm.group == best:
+                    mm.locations.append((s, text[s:e], labels))
         # "the right lung is clear without consolidation": the negated findings of the clause with no place of their
         # own lie in that lung, not in both (version 45)
         for s, e, after, labels in subjects:
