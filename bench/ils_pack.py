@@ -14,7 +14,8 @@ senior scored abnormal (a whole-lung label names its three zones, "lung" all six
 and the same share among the negatives whose zones the junior reader scored 0 (what an image check that agreed
 with a radiologist would leave: the two readers' disagreement bounds any check), the median share of each
 lung-lesion mask's pixels on the heart outline (the build's) or the mediastinum (per row, the gap between the
-lungs), and the pairs the build left out by reason (``--synthesizer lesion-unet`` checks pairs against the image).
+lungs), the pairs the build left out by reason (``--synthesizer lesion-unet`` checks pairs against the image), and
+the films whose lung-lesion masks cover part of the annotators' "ignore" regions (burned-in arrows, labels, devices).
 ``--gallery DIR`` writes one PNG overlay per scored study (masks red, heart + mediastinum yellow, the zones the
 lung-lesion negatives name green; Brixia scores in the panel). Also printed: the negatives placed away from flagged
 zones (``--negative-check``).
@@ -274,6 +275,31 @@ def main() -> None:
     for unit in (work / "dataset" / "units").glob("*.json"):
         placed.update(json.loads(unit.read_text()).get("placed_negatives", {}))
     print(f"  negatives placed away from flagged zones: {dict(sorted(placed.items())) or 'none'}")
+    overlays = overlay_overlaps(work / "dataset", studies, anatomy, ids)
+    marked = sum(r.ignore_mask_path is not None and sid in anatomy for sid, r in ids.items())
+    print(f"  lung-lesion masks over burned-in annotations or devices (the annotators' ignore regions): "
+          f"{len(overlays)} of {marked} noted films with such regions; over half of the region on "
+          f"{sum(v > 0.5 for v in overlays.values())} "
+          f"({', '.join(f'{k} {v:.2f}' for k, v in sorted(overlays.items()))})")
+
+
+def overlay_overlaps(dataset: Path, studies: dict[str, Any], anatomy: dict[str, Any], ids: dict[str, Any]
+                     ) -> dict[str, float]:
+    """Study -> share of the annotators' ignore region (arrows, labels, devices) that the study's lung-lesion masks
+    cover, for the studies whose masks touch it."""
+    out: dict[str, float] = {}
+    for sid, rec in ids.items():
+        if rec.ignore_mask_path is None or sid not in anatomy:
+            continue
+        shape = (anatomy[sid]["height"], anatomy[sid]["width"])
+        lesion = np.zeros(shape, bool)
+        for p in studies.get(sid, {}).get("instruction_answer_pairs", {}).get("positive_pairs", []):
+            if p["target"] in LUNG_LESIONS:
+                lesion |= read_mask_png(dataset / "lesion_mask" / p["seg_mask_path"], shape)
+        ignore = rec.ignore(shape)
+        if (lesion & ignore).any():
+            out[sid] = float((lesion & ignore).sum()) / float(ignore.sum())
+    return out
 
 
 def _gallery_panel(folder: Path, sid: str, rec: Any, image_path: Path, lesion: np.ndarray, centre: np.ndarray,
