@@ -159,3 +159,28 @@ def test_replay_fails_the_cases_the_file_has_no_response_for(tmp_path) -> None:
         assert res.exit_code != 0 and needle in res.output and "Traceback" not in res.output
     res = _eval(bench, tmp_path / "gone", f"replay:{tmp_path / 'nothing.json'}")
     assert res.exit_code != 0 and "no such file" in res.output
+
+
+def test_replay_refuses_another_oracle_setting_and_fails_cases_recorded_on_another_benchmark(tmp_path) -> None:
+    from cxrground.testing.mock_bench import make_benchmark
+
+    bench = make_benchmark(tmp_path / "bench", {"LF": 1, "RF": 1, "RR": 2}, lesions=("edema",), seed=3)
+    assert _eval(bench, tmp_path / "random", "random", "implicit").exit_code == 0
+    (results,) = export_results([tmp_path / "random"], tmp_path / "ref")
+    assert results.parent.name == "oracle_implicit"
+    for other in ("none", "explicit"):
+        res = _eval(bench, tmp_path / f"as-{other}", f"replay:{results}", other)
+        assert res.exit_code != 0 and "oracle_implicit folder" in res.output and "--oracle implicit" in res.output
+        assert not (tmp_path / f"as-{other}" / "results.jsonl").exists()
+    data = json.loads(results.read_text())
+    rr = next(k for k, v in data.items() if v["qa_path"] == "revision_required")
+    gt = data[rr]["detection_qa"]["ground_truth"]
+    data[rr]["detection_qa"]["ground_truth"] = 1 - gt  # as if recorded on another build of the benchmark
+    moved = tmp_path / "elsewhere" / "all_results.json"  # a folder that names no oracle setting: any --oracle
+    moved.parent.mkdir()
+    moved.write_text(json.dumps(data))
+    res = _eval(bench, tmp_path / "replay", f"replay:{moved}", "implicit")
+    assert res.exit_code == 0, res.output
+    recs = {r["case_id"]: r for r in map(json.loads, (tmp_path / "replay" / "results.jsonl").read_text().splitlines())}
+    assert recs[rr]["status"] == "failed" and "another build of the benchmark" in recs[rr]["error"]
+    assert all(r["status"] != "failed" for k, r in recs.items() if k != rr)

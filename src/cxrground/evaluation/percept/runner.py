@@ -606,6 +606,9 @@ def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: 
                              seed=settings.seed, max_images=settings.max_images, timeout=retry.timeout,
                              concurrency=concurrency, extra_body=settings.extra_body,
                              sampling_params=settings.sampling_params)
+    check_oracle = getattr(client, "check_oracle", None)
+    if check_oracle is not None:  # a replayed file made under another oracle setting (replay:)
+        check_oracle(settings.oracle)
     needed = max((p.total_images for p in plans), default=0)
     if client.max_images < needed:
         raise ConfigError(f"{settings.model} is configured for at most {client.max_images} images per request; "

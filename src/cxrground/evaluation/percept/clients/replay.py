@@ -7,7 +7,9 @@ benchmark's questions as for any model, and this client answers each with the re
 question, so ``percept score`` and ``percept report`` (bootstrap intervals, failure analysis, HTML) score runs made
 elsewhere by the same rules as cxrground's own. A question the file has no response for fails its case (recorded,
 scored wrong), as a model that never answered. Replay with the ``--oracle`` setting the responses were made under:
-the file does not say which it was (the reference keeps it in the folder name, ``oracle_<setting>``).
+the reference keeps it in the folder name (``oracle_<setting>``), and a run whose ``--oracle`` contradicts that
+folder is refused (:meth:`ReplayClient.check_oracle`). A recorded ground truth that differs from the benchmark's for
+the same case and question (the file answered another build of the benchmark) fails that case.
 
 Identity: the file's SHA-256 (another file at the same path is another model for the response cache); the cache
 context is the case and question id, since the answer does not depend on the messages.
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cxrground.errors import ConfigError, InputError
-from cxrground.evaluation.percept.reference_names import recorded_response
+from cxrground.evaluation.percept.reference_names import recorded_ground_truth, recorded_response
 from cxrground.io.files import sha256_file
 from cxrground.llm import Completion, PermanentError
 
@@ -66,6 +68,20 @@ class ReplayClient:
         """Kind and the file's SHA-256."""
         return {"kind": self.kind, "sha256": self._sha256}
 
+    def recorded_oracle(self) -> str | None:
+        """The oracle setting the file's folder names (``.../oracle_<setting>/all_results.json``), None when its folder
+        names none."""
+        name = self.path.resolve().parent.name
+        return name.removeprefix("oracle_") if name.startswith("oracle_") else None
+
+    def check_oracle(self, oracle: str) -> None:
+        """A :class:`ConfigError` when the file's folder names another oracle setting than ``oracle``: the replayed
+        answers were made under that setting, and the run (and its export) would be labelled with the other."""
+        recorded = self.recorded_oracle()
+        if recorded is not None and recorded != oracle:
+            raise ConfigError(f"replay:{self.path} lies in an oracle_{recorded} folder (responses made with --oracle "
+                              f"{recorded}); replay it with --oracle {recorded}")
+
     def cache_context(self, question: Question, case_id: str) -> dict[str, Any]:
         """The case and question the response is looked up by."""
         return {"case_id": case_id, "qid": question.qid}
@@ -76,6 +92,11 @@ class ReplayClient:
         record = self.records.get(case_id)
         if record is None:
             raise PermanentError(f"{self.path} has no record of case {case_id}")
+        truth = recorded_ground_truth(record, question.stage, question.qid)
+        if truth is not None and truth != tuple(sorted(question.gt)):
+            raise PermanentError(f"{self.path} recorded the ground truth {list(truth)} for question {question.qid} of "
+                                 f"case {case_id}, the benchmark has {sorted(question.gt)}: the responses answered "
+                                 "another build of the benchmark")
         text = recorded_response(record, question.stage, question.qid)
         if text is None:
             raise PermanentError(f"{self.path} has no response to question {question.qid} of case {case_id}")
