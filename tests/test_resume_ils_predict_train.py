@@ -98,6 +98,21 @@ def test_predict_forgets_failures_of_pairs_that_now_succeed_under_another_image_
     assert len(load_predictions(out)) == len(load_pairs(tiny / "ils", "train"))
 
 
+def test_predict_says_when_kept_predictions_came_from_another_image_root(tiny, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny / "cohort" / "files", copy)
+    out = tmp_path / "pred.jsonl"
+    first = _predict(tiny, out)
+    assert "note:" not in first
+    again = _predict(tiny, out)  # the same root: nothing to say
+    assert "note:" not in again
+    moved = _predict(tiny, out, images=copy)
+    assert f"made from the films under {(tiny / 'cohort' / 'files').resolve()}" in moved
+    assert str(copy.resolve()) in moved
+    record = json.loads((tmp_path / "pred.jsonl.checkpoint.json").read_text())
+    assert record["images"] == str((tiny / "cohort" / "files").resolve())  # still where the kept ones came from
+
+
 def _train(tiny: Path, out: Path, images: Path, **kwargs) -> Path:
     return baseline.train(tiny / "ils", out, images=images, overrides={**TINY, "epochs": "2"}, progress=False,
                           log=None, **kwargs)

@@ -6,8 +6,10 @@ dataset JSON's sha256 and the split (pair ids repeat between datasets, so predic
 are never mixed in; a file whose record lacks the dataset is refused too, since what it was made for is unknown).
 ``--limit``, ``--batch-size``, ``--images`` and ``--max-pixels`` may change between runs: they do not change the
 prediction of a pair (a larger limit predicts more of the same split; the image root only says where the same
-files are). An image that cannot be read (decode error, over the pixel limit, too small for the model) is recorded
-in ``<out>.failures.jsonl`` and its pairs get no line (they count as missing, i.e. wrong, in ``ils evaluate``). A
+files are). The films themselves are not fingerprinted: the record names the image root, and a rerun from another
+root that keeps earlier predictions says so (a film changed in place is not noticed). An image that cannot be read
+(decode error, over the pixel limit, too small for the model) is recorded in ``<out>.failures.jsonl`` and its pairs
+get no line (they count as missing, i.e. wrong, in ``ils evaluate``). A
 rerun retries those images and drops every record that names a pair it retries or that now has a prediction, so
 the failures file holds one line per image that still fails.
 """
@@ -55,10 +57,12 @@ def _split_jobs(data: dict[str, Any], split: str, limit: int | None) -> tuple[li
     return jobs, n
 
 
-def prediction_source(checkpoint: Path, dataset: Path, split: str, prompts: str = "pairs") -> dict[str, str]:
+def prediction_source(checkpoint: Path, dataset: Path, split: str, prompts: str = "pairs",
+                      images: Path | None = None) -> dict[str, str]:
     """What a predictions file is made from: the checkpoint (path, :func:`checkpoint_fingerprint`), the dataset JSON
-    (path, sha256), the split and the instructions given (``prompts``: :data:`PROMPTS`). Two runs with equal
-    fingerprints, dataset sha256, split and prompts predict the same pairs with the same inputs."""
+    (path, sha256), the split and the instructions given (``prompts``: :data:`PROMPTS`), and the image root
+    (``images``, resolved; None: the dataset's folder). Two runs with equal fingerprints, dataset sha256, split and
+    prompts predict the same pairs with the same inputs, if the films are the same."""
     if prompts not in PROMPTS:
         raise ConfigError(f"prompts must be one of {', '.join(PROMPTS)}, got {prompts!r}")
     json_path = dataset if dataset.is_file() else dataset / DATASET_FILE
@@ -66,8 +70,10 @@ def prediction_source(checkpoint: Path, dataset: Path, split: str, prompts: str 
         raise InputError("is a folder, not the dataset JSON file", json_path)
     if not json_path.is_file():
         raise InputError("dataset JSON not found", json_path)
+    root = images if images is not None else json_path.parent
     return {"checkpoint": str(checkpoint), "fingerprint": checkpoint_fingerprint(checkpoint),
-            "dataset": str(json_path), "dataset_sha256": sha256_file(json_path), "split": split, "prompts": prompts}
+            "dataset": str(json_path), "dataset_sha256": sha256_file(json_path), "split": split, "prompts": prompts,
+            "images": str(Path(root).resolve())}
 
 
 #: The fields of ``<out>.checkpoint.json`` a rerun must match, with how a refusal names them.
@@ -98,11 +104,11 @@ def _differences(before: dict[str, Any], source: dict[str, str]) -> list[str]:
     return out
 
 
-def check_same_source(out: Path, source: dict[str, str]) -> None:
+def check_same_source(out: Path, source: dict[str, str]) -> str | None:
     """Refuse (:class:`OptionError`) to add to predictions ``out`` made from another checkpoint, dataset or split
     (``source``: :func:`prediction_source`), or whose record does not say; record ``source`` beside ``out`` for the
     next run. When ``out`` holds no prediction yet, the failures of an earlier run for another source are
-    dropped."""
+    dropped. Returns a note when ``out`` keeps predictions made from the films of another image root."""
     side = out.with_name(out.name + ".checkpoint.json")
     failures = out.with_name(out.name + ".failures.jsonl")
     before: dict[str, Any] | None = None
@@ -119,7 +125,16 @@ def check_same_source(out: Path, source: dict[str, str]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     if differs and before is not None:
         failures.unlink(missing_ok=True)  # no prediction kept: the failures of the other source go too
+    note = None
+    old_root = (before or {}).get("images")
+    if (not differs and out.is_file() and out.stat().st_size > 0 and old_root is not None
+            and old_root != source.get("images")):
+        note = (f"note: the predictions already in {out} were made from the films under {old_root}; this run reads "
+                f"{source.get('images')} (films are not compared: delete {out}, {side} and {failures} to predict "
+                "afresh from these)")
+        source = {**source, "images": old_root}  # the record keeps naming where the kept predictions came from
     atomic_write_text(side, json.dumps(source, indent=2) + "\n")
+    return note
 
 
 def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: str, out: Path,
@@ -229,7 +244,7 @@ def predict_request(request: PredictRequest, progress: bool = True) -> str:
     """Load the checkpoint, predict the split into ``request.out`` (resuming) and say what was written."""
     r = request
     check_device(r.device)
-    return run_recorded(r.out, prediction_source(r.checkpoint, r.dataset, r.split),
+    return run_recorded(r.out, prediction_source(r.checkpoint, r.dataset, r.split, images=r.images),
                         lambda: _predict_and_say(r, progress))
 
 
@@ -239,9 +254,10 @@ def run_recorded(out: Path, source: dict[str, str], predict: Callable[[], str]) 
     wrote a prediction leaves no record of its source."""
     side = out.with_name(out.name + ".checkpoint.json")
     had_side = side.is_file()
-    check_same_source(out, source)
+    note = check_same_source(out, source)
     try:
-        return predict()
+        said = predict()
+        return f"{said}\n{note}" if note else said
     except BaseException:
         if not had_side and not (out.is_file() and out.stat().st_size > 0):
             side.unlink(missing_ok=True)

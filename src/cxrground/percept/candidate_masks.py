@@ -87,7 +87,8 @@ def predict_candidates(request: CandidatesRequest, progress: bool = True) -> str
         raise InputError(f"split(s) {', '.join(missing)} not in the dataset (its splits: {', '.join(data)})",
                          r.ils_dir)
     jobs = candidate_jobs(positive_candidates(data, [s for s in splits if s in data], r.max_candidates))
-    source = prediction_source(r.checkpoint, r.ils_dir, ",".join(splits), prompts="chexpercept-candidates")
+    source = prediction_source(r.checkpoint, r.ils_dir, ",".join(splits), prompts="chexpercept-candidates",
+                               images=r.images)
 
     def run() -> str:
         model = load_model(r.checkpoint, device=r.device)
