@@ -183,6 +183,38 @@ def test_resume_after_kill_gives_identical_output(cohort, built, tmp_path):
     assert _bytes(out) == _bytes(built)
 
 
+def test_the_card_and_provenance_do_not_depend_on_how_the_image_folder_is_named(cohort, built, tmp_path, monkeypatch):
+    monkeypatch.chdir(cohort.parent)
+    out = tmp_path / "relative"
+    result = CliRunner().invoke(main, ["ils", "build", "--images", f"{cohort.name}/files", "--out", str(out),
+                                       "--quiet", "--seed", "3"])
+    assert result.exit_code == 0, result.output
+    assert (out / "card.md").read_text() == (built / "card.md").read_text()
+    here, there = (json.loads((folder / "provenance.json").read_text()) for folder in (out, built))
+    assert here["view_table"] == there["view_table"] and Path(here["view_table"]["path"]).is_absolute()
+
+
+def test_an_assembly_cut_short_leaves_no_card_of_other_files(cohort, built, tmp_path, monkeypatch):
+    """The card is written last and the old one removed first: a folder whose assembly was killed after the dataset
+    files were replaced holds no card describing the previous build; a rerun finishes it."""
+    import cxrground.ils.build as build_module
+
+    out = tmp_path / "copy"
+    shutil.copytree(built, out)
+    cmd = ["ils", "build", "--images", str(cohort / "files"), "--out", str(out), "--quiet", "--seed", "3"]
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # as a kill between the dataset files and the card
+
+    monkeypatch.setattr(build_module, "render_card", killed)
+    result = CliRunner().invoke(main, cmd)
+    assert result.exit_code != 0 and (out / DATASET_FILE).is_file() and not (out / "card.md").exists()
+    monkeypatch.undo()
+    result = CliRunner().invoke(main, cmd)
+    assert result.exit_code == 0, result.output
+    assert (out / "card.md").read_bytes() == (built / "card.md").read_bytes()
+
+
 def test_resume_refuses_another_version_and_warns_on_another_revision(cohort, built, tmp_path, monkeypatch):
     """Units of another cxrground version are never mixed in; another git revision of the same version warns."""
     from cxrground.ils import build as build_module

@@ -86,8 +86,9 @@ def load_view_table(given: str | Path | None, images: str | Path) -> tuple[Path 
 
 
 def view_table_record(path: str | Path, views: Mapping[str, str]) -> dict[str, Any]:
-    """What a build records of the view table it used: its path, checksum and how many images it gives a view."""
-    return {"path": str(path), "sha256": sha256_file(path), "images": len(views)}
+    """What a build records of the view table it used: its absolute path (the same however it was named), checksum
+    and how many images it gives a view."""
+    return {"path": str(Path(path).absolute()), "sha256": sha256_file(path), "images": len(views)}
 
 
 def views_by_study(images: Iterable[StudyInput], views: Mapping[str, str]) -> dict[str, list[StudyInput]]:

@@ -609,6 +609,9 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                                   + f". A file of the build was changed or deleted after it was written: delete the "
                                   f"named studies' unit records ({UNITS_DIR}/<study>.json) and rerun to make them "
                                   "again, or start afresh with --overwrite")
+            # the files are replaced from here on and the card is written last: without the old one, a folder whose
+            # assembly was cut short holds no card that describes other files (rerunning the command finishes it)
+            (stage / "card.md").unlink(missing_ok=True)
         dataset.finish(stage / DATASET_FILE)
     finally:
         dataset.close()

@@ -266,7 +266,9 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
     if not tasks:
         raise InputError(_no_studies(request, failures))
     return build_dataset(tasks, request.out, config, spec, request.engine, request.workers, failures,
-                         request.overwrite, progress, cohort_of_images(request.images), max_pixels=request.max_pixels,
+                         request.overwrite, progress,
+                         None if is_url(request.images) else cohort_of_images(Path(request.images).absolute()),
+                         max_pixels=request.max_pixels,
                          retry_failed=request.retry_failed, ray_address=request.ray_address,
                          view_table=view_table_record(table, views) if table is not None and views is not None
                          else None, split=split_record(split_file, ratios), limit=request.limit)

@@ -199,9 +199,10 @@ def find_split_file(images: str | Path) -> Path | None:
 
 
 def split_record(split_file: str | Path | None, ratios: Sequence[float]) -> dict[str, Any]:
-    """What a build records of its split: the file with its checksum, or the subject-hash ratios."""
+    """What a build records of its split: the file (absolute path) with its checksum, or the subject-hash ratios."""
     if split_file is not None:
-        return {"source": "file", "path": str(split_file), "sha256": sha256_file(split_file)}
+        path = str(split_file) if is_url(split_file) else str(Path(split_file).absolute())
+        return {"source": "file", "path": path, "sha256": sha256_file(split_file)}
     return {"source": "subject hash", "ratios": [float(r) for r in ratios]}
 
 
