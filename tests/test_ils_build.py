@@ -253,6 +253,12 @@ def test_resume_refuses_other_effective_backends(cohort, built, tmp_path):
     (out / "settings.json").write_text(json.dumps({**stamp, "backends_hash": "0123456789ab"}))
     with pytest.raises(ConfigError, match="other backends"):
         build_dataset(tasks, out, IlsConfig(seed=3), BackendSpec(), scan_failures=failures, progress=False, **inputs)
+    # the refusal names what changed, from the previous build's provenance (here: the report rules' version)
+    provenance = json.loads((out / "provenance.json").read_text())
+    provenance["backends"]["structurer"]["version"] = "1"
+    (out / "provenance.json").write_text(json.dumps(provenance))
+    with pytest.raises(ConfigError, match=r"structurer\.version 1 then, \d+ now"):
+        build_dataset(tasks, out, IlsConfig(seed=3), BackendSpec(), scan_failures=failures, progress=False, **inputs)
     summary = build_dataset(tasks, out, IlsConfig(seed=3), BackendSpec(), scan_failures=failures, progress=False,
                             overwrite=True, truth_cohort=cohort, **inputs)
     assert summary.processed == N_STUDIES and summary.skipped == 0

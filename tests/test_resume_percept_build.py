@@ -15,6 +15,7 @@ from cxrground.errors import ConfigError, InputError
 from cxrground.evaluation.percept.runner import EvalSettings, run_eval
 from cxrground.percept import build as build_mod
 from cxrground.percept.build import build_benchmark
+from cxrground.percept.request import build_lines
 from cxrground.percept.validate import validate_benchmark
 from percept_build_helpers import synthetic_bench
 
@@ -46,6 +47,7 @@ def test_finished_benchmark_keeps_its_settings_and_other_settings_are_refused(sy
     assert _files(bench) == before
     again = build_benchmark(opts, bench, progress=False)  # same settings: nothing to do
     assert again.already_built and again.planned == 0 and again.cases >= 1
+    assert "the films are not compared" in build_lines(again)[0]
     assert _files(bench) == before
     assert validate_benchmark(bench) == []
 

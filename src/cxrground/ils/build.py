@@ -714,15 +714,17 @@ NAMED_OPTIONS = 6
 
 def _option_changes(out: Path, key: str, now: Mapping[str, Any]) -> str:
     """Which options differ from those of the build in ``out`` (its ``provenance.json`` field ``key``:
-    ``config`` or ``backend_spec``), e.g. ``: negative_check none then, zone_prior_v1 now``; empty when the
-    previous build left no provenance to compare with."""
+    ``config``, ``backend_spec`` or ``backends``, whose file-system paths are left out), e.g. ``: negative_check
+    none then, zone_prior_v1 now``; empty when the previous build left no provenance to compare with."""
     try:
         before = json.loads((out / "provenance.json").read_text(encoding="utf-8")).get(key)
     except (OSError, ValueError, AttributeError):
         return ""
     if not isinstance(before, Mapping):
         return ""
-    then, current = flat_json(before), flat_json(json.loads(json.dumps(now)))
+    now = json.loads(json.dumps(now, default=str))
+    strip = _without_paths if key == "backends" else (lambda value: value)  # a backend's paths are no identity
+    then, current = flat_json(strip(before)), flat_json(strip(now))
     diff = [k for k in sorted(set(then) | set(current)) if then.get(k) != current.get(k)]
     if not diff:
         return ""
@@ -944,7 +946,9 @@ def build_dataset(
     settings["backends_hash"] = backends_identity(run_spec)
     if previous is not None and previous.get("backends_hash") != settings["backends_hash"]:
         # same options, other effective backends (new defaults or weights after an upgrade): never mix the two
-        _clear_build(out, stamp, overwrite, "backends", remote)
+        changes = _option_changes(out, "backends", backend_provenance(run_spec))
+        _clear_build(out, stamp, overwrite, f"backends: effective backends changed{changes}" if changes
+                     else "backends", remote)
         index, survey = InputIndex(out / INPUTS_INDEX), InputSurvey()
         run_spec = _resolve(spec, tasks, out, config, progress)
         settings["backends_hash"] = backends_identity(run_spec)

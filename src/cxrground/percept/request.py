@@ -144,8 +144,9 @@ def build_lines(summary: BuildSummary) -> list[str]:
     """What a finished build reports: counts and time, then where its card and failure list are."""
     s, out = summary, Path(summary.out_dir)
     if s.already_built:
-        return [f"CheXpercept benchmark in {s.out_dir} is already built with these settings ({s.cases} cases, "
-                f"{s.items} items, {s.failures} dropped): nothing to do; --overwrite rebuilds it",
+        return [f"CheXpercept benchmark in {s.out_dir} is already built with these settings and input files ({s.cases} "
+                f"cases, {s.items} items, {s.failures} dropped): nothing to do; the films are not compared, "
+                "--overwrite rebuilds it reading them again",
                 f"  card: {out / 'card.md'}   failures: {out / 'failures.jsonl'}"]
     wanted = f" of {s.requested} requested" if s.requested else ""
     lines = [f"CheXpercept benchmark in {s.out_dir}: {s.cases} cases{wanted}, {s.items} items ({s.planned} positives "
