@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,9 @@ def bench(tmp_path_factory) -> Path:
 class _Wrapped:
     """A baseline client with another identity (a checkpoint digest) and a hook called before each request."""
 
-    def __init__(self, digest: str, hook: Any = None) -> None:
+    def __init__(self, digest: str, hook: Any = None, usage: dict[str, int] | None = None) -> None:
         self._inner = make_client("first-option")
-        self._digest, self._hook, self.sent = digest, hook, 0
+        self._digest, self._hook, self.sent, self._usage = digest, hook, 0, usage
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -39,7 +40,8 @@ class _Wrapped:
         self.sent += 1
         if self._hook is not None:
             self._hook(self.sent)
-        return await self._inner.complete(messages, question, case_id, seed)
+        got = await self._inner.complete(messages, question, case_id, seed)
+        return replace(got, usage=dict(self._usage)) if self._usage else got
 
 
 def test_a_replaced_model_at_the_same_name_is_refused_on_resume(bench, tmp_path) -> None:
@@ -71,3 +73,23 @@ def test_usage_keeps_the_request_counts_of_a_killed_session(bench, tmp_path) -> 
     # every request sent is counted: the killed session's (finished cases) and the resumed session's
     assert resumed["requests_sent"] == total == json.loads((killed / "usage.json").read_text())["requests_sent"]
     assert resumed["sent_this_run"] < total
+
+
+def test_usage_counts_the_tokens_of_every_response_received_as_it_counts_requests(bench, tmp_path) -> None:
+    run, killed = tmp_path / "run", tmp_path / "killed"
+    usage = {"prompt_tokens": 100, "completion_tokens": 3}
+
+    def snapshot(sent: int) -> None:
+        if sent == 7:
+            shutil.copytree(run, killed)
+
+    done = run_eval(EvalSettings(bench, "first-option"), run, progress=False, concurrency=1,
+                    cache=tmp_path / "a.sqlite", client=_Wrapped("x", snapshot, usage))
+    assert done["tokens_sent"]["completion_tokens"] == 3 * done["requests_sent"] == done["tokens"]["completion_tokens"]
+    before = json.loads((killed / "usage.json").read_text())
+    assert before["tokens_sent"]["completion_tokens"] == 3 * before["requests_sent"] > 0
+    resumed = run_eval(EvalSettings(bench, "first-option"), killed, progress=False, concurrency=1,
+                       cache=tmp_path / "b.sqlite", client=_Wrapped("x", None, usage))
+    # over both sessions, as many tokens as responses received; the priced cost follows the same count
+    assert resumed["tokens_sent"]["completion_tokens"] == 3 * resumed["requests_sent"]
+    assert resumed["tokens_sent"]["prompt_tokens"] == 100 * resumed["requests_sent"]

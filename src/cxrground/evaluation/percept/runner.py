@@ -115,6 +115,10 @@ class EvalSettings:
     sampling_params: str = "auto"
 
 
+#: The token counts a response reports (usage.json).
+_TOKEN_KEYS: Final[tuple[str, ...]] = ("prompt_tokens", "completion_tokens", "cached_tokens")
+
+
 @dataclass
 class _Stats:
     requests: int = 0
@@ -122,6 +126,8 @@ class _Stats:
     retries: int = 0
     failed_cases: int = 0
     model_versions: set[str] = field(default_factory=set)
+    #: Tokens of every response received from the model in this session (cases finished or not).
+    tokens_sent: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_TOKEN_KEYS, 0))
 
 
 def select_cases(plans: Sequence[CasePlan], seed: int, limit: int | None = None,
@@ -430,6 +436,8 @@ class _Runner:
                                                        on_retry=self._count_retry)
         if completion.model_version:
             self.stats.model_versions.add(completion.model_version)
+        for k in _TOKEN_KEYS:
+            self.stats.tokens_sent[k] += int((completion.usage or {}).get(k, 0) or 0)
         # off the event loop: a WAL commit waits for the disk
         await asyncio.to_thread(self.cache.put, key, c.identity, decoding, sample, messages, context,
                                 {"content": completion.content, "usage": completion.usage,
@@ -512,7 +520,6 @@ def case_record(plan: CasePlan, conv: Conversation, meta: list[dict[str, Any]], 
             "usage": usage, "latency_s": round(latency, 4)}
 
 
-_TOKEN_KEYS: Final[tuple[str, ...]] = ("prompt_tokens", "completion_tokens", "cached_tokens")
 
 
 def _record_tokens(rec: dict[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
@@ -556,10 +563,12 @@ def _usage_summary(totals: dict[str, int], new: dict[str, int], client: Client, 
                    prices_file: str | None = None) -> dict[str, Any]:
     price = price_of(client.model, PRICES if prices is None else prices)
     versions = sorted(set(previous.get("model_versions", [])) | stats.model_versions)
+    earlier = previous.get("tokens_sent") if isinstance(previous.get("tokens_sent"), dict) else {}
+    sent = {k: int(earlier.get(k, 0) or 0) + stats.tokens_sent[k] for k in _TOKEN_KEYS}
     return {
         "model": client.model, "kind": client.kind, "model_versions": versions,
         "decoding": json.loads(json.dumps(client.decoding, default=str)),
-        "tokens": totals, "tokens_uncached": new,
+        "tokens": totals, "tokens_uncached": new, "tokens_sent": sent,
         "requests_sent": int(previous.get("requests_sent", 0)) + stats.requests,
         "cache_hits": int(previous.get("cache_hits", 0)) + stats.cache_hits,
         "retries": int(previous.get("retries", 0)) + stats.retries,
@@ -567,6 +576,7 @@ def _usage_summary(totals: dict[str, int], new: dict[str, int], client: Client, 
         "prices_file": prices_file,
         "cost_usd": round(cost_usd(price, totals), 6) if price else None,
         "cost_usd_uncached": round(cost_usd(price, new), 6) if price else None,
+        "cost_usd_sent": round(cost_usd(price, sent), 6) if price else None,
     }
 
 
