@@ -176,7 +176,7 @@ def test_replay_refuses_another_oracle_setting_and_fails_cases_recorded_on_anoth
     rr = next(k for k, v in data.items() if v["qa_path"] == "revision_required")
     gt = data[rr]["detection_qa"]["ground_truth"]
     data[rr]["detection_qa"]["ground_truth"] = 1 - gt  # as if recorded on another build of the benchmark
-    moved = tmp_path / "elsewhere" / "all_results.json"  # a folder that names no oracle setting: any --oracle
+    moved = tmp_path / "oracle_runs" / "all_results.json"  # a folder that names no oracle setting: any --oracle
     moved.parent.mkdir()
     moved.write_text(json.dumps(data))
     res = _eval(bench, tmp_path / "replay", f"replay:{moved}", "implicit")

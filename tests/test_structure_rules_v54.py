@@ -20,7 +20,9 @@ _TABLE = """
 There is mild left peri-hilar and upper lobe interstitial opacity. \
     | opacity present left mid zone lung;left upper zone lung
 Consolidation in lower zone of the left-lung. | consolidation present left lung base
-Bi-basilar atelectasis. | atelectasis present right lung base;left lung base
+Retro-cardiac opacity. | opacity present left lung base
+Opacity in the right upper and lower perihilar regions. \
+    | opacity present right upper zone lung;right lung base;right mid zone lung
 A small opacity in the right upper perihilar region. | opacity present right upper zone lung;right mid zone lung
 Consolidations in the apical segment of the LUL and in the RLL. \
     | consolidation present left apical zone lung;left upper zone lung;right lung base
@@ -48,6 +50,17 @@ Pneumonia. Diffuse opacities. | pneumonia present right lung;left lung, opacity 
 Pneumonia. Left pleural effusion. | pneumonia present right lung;left lung, effusion present left lung
 Right-sided consolidation. | consolidation present right lung
 Improved aeration of the lung bases with small residual left basilar effusion. | effusion present left lung base
+Relative to the prior study, there is increased opacity at the left base. | opacity present left lung base
+There is relative elevation of the right hemidiaphragm with right basilar atelectasis. \
+    | atelectasis present right lung base
+Relative to the prior exam, there is no effusion. | effusion absent right lung;left lung
+The heart is in close contact with a left lower lobe consolidation. | consolidation present left lung base
+No sick contacts, presents with fever and bilateral opacities. | opacity present right lung;left lung
+Her husband had pneumonia, and her chest radiograph shows bilateral opacities. | opacity present right lung;left lung
+Husband with COVID, patient now with bilateral opacities. | opacity present right lung;left lung
+4-year-old, parents report fever and cough, right upper lobe pneumonia. | pneumonia present right upper zone lung
+Multifocal pneumonia. Right lower lobe consolidation. \
+    | pneumonia present right lung;left lung, consolidation present right lung base
 """
 
 
@@ -58,3 +71,12 @@ def test_the_versions_are_54_and_10_or_later() -> None:
 @pytest.mark.parametrize(("text", "expected"), table_params({"table": _TABLE, "counter": _COUNTER}))
 def test_findings_read_as_the_record_says(text: str, expected: list) -> None:
     assert _read(text) == expected
+
+
+def test_places_written_with_a_hyphen_are_reported_as_written() -> None:
+    from cxrground.reports.structure import structure_text
+
+    (f,) = structure_text("There is mild Left peri-hilar and upper lobe interstitial opacity.").findings
+    assert f.location_phrases == ("Left peri-hilar", "upper lobe")
+    (g,) = structure_text("Consolidation in lower zone of the left-lung.").findings
+    assert g.location_phrases == ("lower zone of the left-lung",)

@@ -509,6 +509,7 @@ def assemble(out: str | Path, tasks: Iterable[StudyTask], config: IlsConfig, spe
     with tempfile.TemporaryDirectory(prefix="cxrground-assemble-") as tmp:
         result = _assemble(out, Path(tmp), tasks, config, spec, scan_failures, backend_provenance, None,
                            view_table, split, redone, fit_changes)
+        store.remove("card.md")  # uploaded last: an upload cut short leaves no card describing other files
         for name in OUTPUT_FILES:
             store.put_file(Path(tmp) / name, name)
     return result

@@ -928,18 +928,24 @@ OTHER_MODALITY_RE: Final[re.Pattern[str]] = re.compile(
     rf"|\b(?:was|were|is|are)\s+(?:\w+\s+)?(?:observed|seen|noted|shown|demonstrated|identified|detected|visible|"
     rf"depicted|found)\s+(?:on|in|at|by)\s+(?:{_MODALITY_WORDS}\s+)*{_OTHER_MODALITY}\b"
 )
-#: A word naming another person than the patient (version 54): a lesion after it in its sentence is that person's
-#: illness ("Only sick contact was her husband who was hospitalized with pneumonia."), no finding. Not "child", "son"
-#: or "daughter": a child is often the patient.
+#: Another person than the patient, named as such (version 54): a possessive ("her", "his", "their", "the
+#: patient's") or, for the unambiguous words, "a" / "an" before a word for a relative or an acquaintance. A lesion
+#: after it in its sentence is that person's illness ("Only sick contact was her husband who was hospitalized with
+#: pneumonia."), no finding. Not "child", "son" or "daughter" (a child is often the patient), and not a bare
+#: "relative", "sister", "partner" or "parents" ("relative to the prior study", "a sister nodule", "parents report
+#: fever": the patient's findings follow).
+_PERSON_KIN = (r"husband|wife|spouse|mother|father|brothers?|siblings?|grand(?:mother|father|parents?)|"
+               r"family\s+members?|friends?|neighbou?rs?|room-?mates?|co-?workers?|colleagues?")
 EXPERIENCER_RE: Final[re.Pattern[str]] = re.compile(
-    r"\b(?:husband|wife|spouse|partner|boyfriend|girlfriend|mother|father|parents?|brothers?|sisters?|siblings?|"
-    r"grand(?:mother|father|parents?)|relatives?|family\s+members?|friends?|neighbou?rs?|room-?mates?|co-?workers?|"
-    r"colleagues?|(?:sick|close|household|known)\s+contacts?)\b"
+    rf"\b(?:(?:her|his|their|(?:the\s+)?patient'?s)\s+(?:(?:late|older|younger|elder|elderly)\s+)?"
+    rf"(?:{_PERSON_KIN}|relatives?|sisters?|partners?|parents)|(?:an?)\s+(?:{_PERSON_KIN}))\b"
+    r"(?!\s+(?:nodule|lesion|mass|focus|opacit))"
 )
-#: Where another person's part of a sentence ends (:data:`EXPERIENCER_RE`): a semicolon, a contrast, or a clause that
-#: turns back to the patient.
+#: Where another person's part of a sentence ends (:data:`EXPERIENCER_RE`): a semicolon, a contrast, ", and", a
+#: clause that turns back to the patient ("she", "he", "patient", "now") or to the film ("the radiograph shows").
 EXPERIENCER_END_RE: Final[re.Pattern[str]] = re.compile(
-    r";|\b(?:but|whereas|while|however)\b|\b(?:she|he|the\s+patient|our\s+patient|this\s+patient)\b"
+    r";|,\s*and\b|\b(?:but|whereas|while|however|she|he|patient|now|radiograph\w*|x-?rays?|cxrs?|films?|imaging|"
+    r"shows?|showed|demonstrat\w*|reveal\w*)\b"
 )
 #: A radiograph named in a sentence (:data:`OTHER_MODALITY_RE`).
 RADIOGRAPH_RE: Final[re.Pattern[str]] = re.compile(
@@ -1009,7 +1015,7 @@ _FREE = (
 _OF_SIDE = (r"(?:\s+of\s+(?:the\s+)?(?:(?:right|left|both|rt\.?|lt\.?)(?:\s+|-)(?:lungs?|hemithora(?:x|ces)|"
             r"(?:upper|lower|middle)\s+lobes?)|rul|lul|rll|lll|rml))")
 #: "upper" / "lower" before a hilar word: part of the place (version 54: "right upper perihilar region").
-_UPPER_HILAR = r"(?:(?:upper|lower)\s+(?=(?:peri|para|infra)?hil))"
+_UPPER_HILAR = r"(?:(?:upper|lower)(?:\s+(?:and|or|to)\s+(?:upper|lower))?\s+(?=(?:peri|para|infra)?hil))"
 _FREELIST = rf"{_FREE}(?:\s*(?:,|and|/|or)\s*{_FREE})*(?:{_NOUN})?"
 _NOOP_ANATOMY = (
     r"(?:hemidiaphragms?|diaphragm|atri(?:um|al)|ventric\w*|clavic\w*|ribs?|\d+(?:st|nd|rd|th)\s+ribs?|"

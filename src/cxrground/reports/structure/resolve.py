@@ -30,7 +30,8 @@
    of the rules above places lies where the section's placed positive opacities, consolidations, atelectases and
    pneumonias lie (the union of their labels) when every positive opacity, consolidation and atelectasis of the
    section is placed ("COVID-19 pneumonia manifesting as single nodular lesion. ... single nodular consolidation in
-   left lower lung zone." → the left base); otherwise both lungs, as before.
+   left lower lung zone." → the left base); a pneumonia with an extent word or diffuse by its words ("multifocal
+   pneumonia") stays in both lungs.
 2. **Merged sections** (section policy ``findings+impression``): a finding from a later part of the section
    whose lesion (or, for a non-target finding, lower-cased entity), presence and reported location equal those
    of a finding from an earlier part is dropped: one lesion + location reported in both the findings and the
@@ -132,6 +133,12 @@ def _explained_before(report: StructuredReport | None, f: Finding, before: list[
     return [lab for p in before if p.lesion in _EXPLAINS for lab in p.reported_location]
 
 
+def _diffuse_words(report: StructuredReport | None, f: Finding) -> bool:
+    """Whether ``f``'s phrase is diffuse by its words ("multifocal pneumonia", "diffuse pneumonia")."""
+    found = _phrase_position(report, f)
+    return found is not None and found[1] >= 0 and DIFFUSE_PHRASE_RE.match(*found) is not None
+
+
 #: Findings whose places a pneumonia with no place of its own takes (version 10).
 _MANIFESTS: Final[frozenset[str]] = frozenset({OPACITY, CONSOLIDATION, ATELECTASIS})
 
@@ -174,7 +181,7 @@ def inherit_locations(findings: tuple[Finding, ...], report: StructuredReport | 
                 labels = _sentence_places(report, f, placed_in.get(f.sent_idx, []))
             labels = labels or located.get(f.lesion) or _explained_before(report, f, placed_in.get(f.sent_idx - 1, []),
                                                                           f.sent_idx in by_sentence)
-            if not labels and f.lesion == PNEUMONIA:
+            if not labels and f.lesion == PNEUMONIA and not f.location_phrases and not _diffuse_words(report, f):
                 labels = _diagnosis_places(findings)
             if labels:
                 f = replace(f, reported_location=tuple(dict.fromkeys(labels)))

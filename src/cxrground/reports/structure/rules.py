@@ -562,9 +562,11 @@ class RuleStructurer:
         self._one_cardiomegaly(low, mentions)
         self._other_person(low, mentions)
         found = self._findings(index, text, mentions, other_exam)
-        if back is not None:  # the phrases as written, not as respelled
-            found = [replace(f, entity=_written(written, back, mm)) for f, mm in
-                     zip(found, [mm for mm in mentions if not (mm.absorbed or mm.historical)], strict=True)]
+        if back is not None:  # the phrases and places as written, not as respelled
+            found = [replace(f, entity=_written(written, back, mm),
+                             location_phrases=_written_places(written, back, mm, f.location_phrases))
+                     for f, mm in zip(found, [mm for mm in mentions if not (mm.absorbed or mm.historical)],
+                                      strict=True)]
         return found
 
     # -- steps -------------------------------------------------------------------------------------------------
@@ -1224,6 +1226,18 @@ def _written(written: str, edits: tuple[tuple[int, int, int], ...], mm: _Mention
 
     start, end = mm.entity_span or (mm.start, mm.end)
     return written[back(start):back(end)]
+
+
+def _written_places(written: str, edits: tuple[tuple[int, int, int], ...], mm: _Mention,
+                    phrases: tuple[str, ...]) -> tuple[str, ...]:
+    """``phrases`` (a finding's location phrases, read in the respelled sentence) as ``written`` in the sentence
+    (version 54: "peri-hilar", not the respelled "perihilar"); a phrase not among ``mm``'s places stays as it is."""
+    def back(pos: int) -> int:
+        return pos - sum(delta for _, end, delta in edits if end <= pos)
+
+    where = {p: s for s, p, _ in sorted(mm.locations, reverse=True)}  # the first place of each phrase
+    return tuple(dict.fromkeys(written[back(where[p]):back(where[p] + len(p))] if p in where else p
+                               for p in phrases))
 
 
 _DEFAULT = RuleStructurer()

@@ -69,10 +69,12 @@ class ReplayClient:
         return {"kind": self.kind, "sha256": self._sha256}
 
     def recorded_oracle(self) -> str | None:
-        """The oracle setting the file's folder names (``.../oracle_<setting>/all_results.json``), None when its folder
-        names none."""
-        name = self.path.resolve().parent.name
-        return name.removeprefix("oracle_") if name.startswith("oracle_") else None
+        """The oracle setting the file's folder names (``.../oracle_<setting>/all_results.json``, a setting of
+        :data:`~cxrground.evaluation.percept.conversation.ORACLE_SETTINGS`), None when its folder names none."""
+        from cxrground.evaluation.percept.conversation import ORACLE_SETTINGS
+
+        name = self.path.resolve().parent.name.removeprefix("oracle_")
+        return name if self.path.resolve().parent.name.startswith("oracle_") and name in ORACLE_SETTINGS else None
 
     def check_oracle(self, oracle: str) -> None:
         """A :class:`ConfigError` when the file's folder names another oracle setting than ``oracle``: the replayed
