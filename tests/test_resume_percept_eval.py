@@ -93,3 +93,20 @@ def test_usage_counts_the_tokens_of_every_response_received_as_it_counts_request
     # over both sessions, as many tokens as responses received; the priced cost follows the same count
     assert resumed["tokens_sent"]["completion_tokens"] == 3 * resumed["requests_sent"]
     assert resumed["tokens_sent"]["prompt_tokens"] == 100 * resumed["requests_sent"]
+
+
+def test_tokens_sent_is_unknown_for_a_folder_whose_earlier_sessions_did_not_count_them(bench, tmp_path) -> None:
+    run, old = tmp_path / "run", tmp_path / "old"
+
+    def snapshot(sent: int) -> None:
+        if sent == 7:
+            shutil.copytree(run, old)
+
+    run_eval(EvalSettings(bench, "first-option"), run, progress=False, concurrency=1, cache=tmp_path / "a.sqlite",
+             client=_Wrapped("x", snapshot, {"completion_tokens": 3}))
+    usage = json.loads((old / "usage.json").read_text())
+    del usage["tokens_sent"], usage["cost_usd_sent"]  # as an older version wrote it
+    (old / "usage.json").write_text(json.dumps(usage))
+    resumed = run_eval(EvalSettings(bench, "first-option"), old, progress=False, concurrency=1,
+                       cache=tmp_path / "b.sqlite", client=_Wrapped("x", None, {"completion_tokens": 3}))
+    assert resumed["requests_sent"] > 0 and resumed["tokens_sent"] is None and resumed["cost_usd_sent"] is None

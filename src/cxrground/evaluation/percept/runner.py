@@ -520,8 +520,6 @@ def case_record(plan: CasePlan, conv: Conversation, meta: list[dict[str, Any]], 
             "usage": usage, "latency_s": round(latency, 4)}
 
 
-
-
 def _record_tokens(rec: dict[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
     """(all tokens, tokens of requests not served from the cache) of one result record."""
     totals = dict.fromkeys(_TOKEN_KEYS, 0)
@@ -564,7 +562,9 @@ def _usage_summary(totals: dict[str, int], new: dict[str, int], client: Client, 
     price = price_of(client.model, PRICES if prices is None else prices)
     versions = sorted(set(previous.get("model_versions", [])) | stats.model_versions)
     earlier = previous.get("tokens_sent") if isinstance(previous.get("tokens_sent"), dict) else {}
-    sent = {k: int(earlier.get(k, 0) or 0) + stats.tokens_sent[k] for k in _TOKEN_KEYS}
+    # a folder whose earlier sessions sent requests but counted no tokens (an older version): unknown, not zero
+    unknown = not earlier and int(previous.get("requests_sent", 0) or 0) > 0
+    sent = None if unknown else {k: int(earlier.get(k, 0) or 0) + stats.tokens_sent[k] for k in _TOKEN_KEYS}
     return {
         "model": client.model, "kind": client.kind, "model_versions": versions,
         "decoding": json.loads(json.dumps(client.decoding, default=str)),
@@ -576,7 +576,7 @@ def _usage_summary(totals: dict[str, int], new: dict[str, int], client: Client, 
         "prices_file": prices_file,
         "cost_usd": round(cost_usd(price, totals), 6) if price else None,
         "cost_usd_uncached": round(cost_usd(price, new), 6) if price else None,
-        "cost_usd_sent": round(cost_usd(price, sent), 6) if price else None,
+        "cost_usd_sent": round(cost_usd(price, sent), 6) if price and sent is not None else None,
     }
 
 
