@@ -1218,26 +1218,26 @@ def _worst_places(low: str, locs: list[tuple[int, str, tuple[str, ...]]]) -> set
     return worst
 
 
+def _as_written(edits: tuple[tuple[int, int, int], ...], pos: int) -> int:
+    """Position ``pos`` of the respelled sentence in the sentence as written (``edits`` as
+    :func:`~.lexicon.respell` gives them)."""
+    return pos - sum(delta for _, end, delta in edits if end <= pos)
+
+
 def _written(written: str, edits: tuple[tuple[int, int, int], ...], mm: _Mention) -> str:
     """The phrase of ``mm`` as ``written`` in the sentence, before its misspelled words were respelled (version 45);
     ``edits`` as :func:`~.lexicon.respell` gives them."""
-    def back(pos: int) -> int:
-        return pos - sum(delta for _, end, delta in edits if end <= pos)
-
     start, end = mm.entity_span or (mm.start, mm.end)
-    return written[back(start):back(end)]
+    return written[_as_written(edits, start):_as_written(edits, end)]
 
 
 def _written_places(written: str, edits: tuple[tuple[int, int, int], ...], mm: _Mention,
                     phrases: tuple[str, ...]) -> tuple[str, ...]:
     """``phrases`` (a finding's location phrases, read in the respelled sentence) as ``written`` in the sentence
     (version 54: "peri-hilar", not the respelled "perihilar"); a phrase not among ``mm``'s places stays as it is."""
-    def back(pos: int) -> int:
-        return pos - sum(delta for _, end, delta in edits if end <= pos)
-
     where = {p: s for s, p, _ in sorted(mm.locations, reverse=True)}  # the first place of each phrase
-    return tuple(dict.fromkeys(written[back(where[p]):back(where[p] + len(p))] if p in where else p
-                               for p in phrases))
+    return tuple(dict.fromkeys(written[_as_written(edits, where[p]):_as_written(edits, where[p] + len(p))]
+                               if p in where else p for p in phrases))
 
 
 _DEFAULT = RuleStructurer()

@@ -73,8 +73,9 @@ class ReplayClient:
         :data:`~cxrground.evaluation.percept.conversation.ORACLE_SETTINGS`), None when its folder names none."""
         from cxrground.evaluation.percept.conversation import ORACLE_SETTINGS
 
-        name = self.path.resolve().parent.name.removeprefix("oracle_")
-        return name if self.path.resolve().parent.name.startswith("oracle_") and name in ORACLE_SETTINGS else None
+        folder = self.path.resolve().parent.name
+        setting = folder.removeprefix("oracle_")
+        return setting if setting != folder and setting in ORACLE_SETTINGS else None
 
     def check_oracle(self, oracle: str) -> None:
         """A :class:`ConfigError` when the file's folder names another oracle setting than ``oracle``: the replayed
