@@ -108,9 +108,65 @@ def test_predict_says_when_kept_predictions_came_from_another_image_root(tiny, t
     assert "note:" not in again
     moved = _predict(tiny, out, images=copy)
     assert f"made from the films under {(tiny / 'cohort' / 'files').resolve()}" in moved
-    assert str(copy.resolve()) in moved
+    assert str(copy.resolve()) in moved and "each film is compared" in moved
+    assert "0 written" in moved and "changed since" not in moved  # the copies hold the same films
+    record = json.loads((tmp_path / "pred.jsonl.checkpoint.json").read_text())
+    assert record["images"] == str(copy.resolve())  # the kept predictions are vouched for by the films' content
+
+
+def test_predict_predicts_again_the_pairs_of_a_film_changed_since(tiny, tmp_path):
+    images = tmp_path / "images"
+    shutil.copytree(tiny / "cohort" / "files", images)
+    out = tmp_path / "pred.jsonl"
+    _predict(tiny, out, images=images)
+    before = load_predictions(out)
+    ledger = [json.loads(line) for line in (tmp_path / "pred.jsonl.films.jsonl").read_text().splitlines()]
+    pairs = load_pairs(tiny / "ils", "train")
+    assert sorted(rec["film"] for rec in ledger) == sorted({p.image_path for p in pairs})
+    # one film replaced in place by another film (the next study's), one film gone
+    rel, other, gone = sorted({p.image_path for p in pairs})[:3]
+    shutil.copyfile(images / other, images / rel)
+    (images / gone).unlink()
+    said = _predict(tiny, out, images=images)
+    n_rel = sum(p.image_path == rel for p in pairs)
+    n_gone = sum(p.image_path == gone for p in pairs)
+    assert f"{n_rel} written, {len(pairs) - n_rel} already there" in said
+    assert "1 film(s) changed since their pairs were predicted: predicted again" in said
+    assert "1 film(s) with kept predictions are not under" in said
+    after = load_predictions(out)  # one line per pair (a duplicate would be refused), the others untouched
+    assert set(after) == set(before)
+    changed = {p.pair_id for p in pairs if p.image_path == rel}
+    assert all(after[k].rle == before[k].rle for k in after if k not in changed)
+    assert n_gone and all(k in after for k in (p.pair_id for p in pairs if p.image_path == gone))
+    assert "0 written" in _predict(tiny, out, images=images)  # the new film is recorded
+
+
+def test_predictions_of_an_earlier_version_say_their_films_are_not_compared(tiny, tmp_path):
+    out = tmp_path / "pred.jsonl"
+    _predict(tiny, out)
+    (tmp_path / "pred.jsonl.films.jsonl").unlink()  # as written before films were recorded
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny / "cohort" / "files", copy)
+    said = _predict(tiny, out, images=copy)
+    assert "they are not compared" in said and "were not recorded when predicted" in said
     record = json.loads((tmp_path / "pred.jsonl.checkpoint.json").read_text())
     assert record["images"] == str((tiny / "cohort" / "files").resolve())  # still where the kept ones came from
+
+
+def test_a_failed_run_still_says_where_kept_predictions_came_from(tiny, tmp_path, monkeypatch):
+    out = tmp_path / "pred.jsonl"
+    _predict(tiny, out)
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny / "cohort" / "files", copy)
+
+    def fail(*args, **kwargs):
+        raise ConfigError("the model cannot be loaded")
+
+    monkeypatch.setattr("cxrground.models.predict.load_model", fail)
+    r = CliRunner().invoke(main, ["ils", "predict", "--checkpoint", str(tiny / "ck"), "--dataset", str(tiny / "ils"),
+                                  "--images", str(copy), "--split", "train", "--out", str(out), "--quiet"])
+    assert r.exit_code == 1 and "the model cannot be loaded" in r.output
+    assert "were made from the films under" in r.output and "Traceback" not in r.output
 
 
 def _train(tiny: Path, out: Path, images: Path, **kwargs) -> Path:

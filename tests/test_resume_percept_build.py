@@ -47,7 +47,7 @@ def test_finished_benchmark_keeps_its_settings_and_other_settings_are_refused(sy
     assert _files(bench) == before
     again = build_benchmark(opts, bench, progress=False)  # same settings: nothing to do
     assert again.already_built and again.planned == 0 and again.cases >= 1
-    assert "the films are not compared" in build_lines(again)[0]
+    assert "films are unchanged" in build_lines(again)[0]
     assert _files(bench) == before
     assert validate_benchmark(bench) == []
 
@@ -71,7 +71,7 @@ def test_a_changed_dataset_is_not_taken_for_the_finished_build_and_another_path_
     assert _files(bench) == before
     rebuilt = build_benchmark(replace(opts, ils=str(moved)), bench, progress=False, overwrite=True)
     assert not rebuilt.already_built and validate_benchmark(bench) == []
-    films = shutil.copytree(opts.images, tmp_path / "films")  # another image folder (the films are not hashed)
+    films = shutil.copytree(opts.images, tmp_path / "films")  # another image folder: the folder is a setting
     with pytest.raises(ConfigError, match=r"other settings.*images"):
         build_benchmark(replace(opts, ils=str(moved), images=str(films)), bench, progress=False)
 
@@ -131,3 +131,41 @@ def test_eval_refuses_a_benchmark_whose_case_files_are_missing(synth_bench, tmp_
     assert "deformation_results.json" in listed
     with pytest.raises(InputError, match=r"1 file\(s\) it names are missing \(deformation_results.json\)"):
         run_eval(EvalSettings(partial, "first-option"), tmp_path / "run2", progress=False)
+
+
+def _swap_film(films: Path, rel: str) -> None:
+    """Replace the film ``rel`` under ``films`` by another film of the folder (a film changed in place)."""
+    other = next(p for p in sorted(films.rglob("*" + Path(rel).suffix)) if p.relative_to(films).as_posix() != rel)
+    shutil.copyfile(other, films / rel)
+
+
+def test_films_changed_since_the_build_read_them_are_noticed(synth_bench, tmp_path) -> None:
+    _src, opts = synth_bench
+    films = shutil.copytree(opts.images, tmp_path / "films")
+    opts = replace(opts, images=str(films))
+    bench = tmp_path / "bench"
+    build_benchmark(opts, bench, progress=False, keep_work=True)
+    recorded = json.loads((bench / "build_settings.json").read_text())["films"]
+    assert recorded and all(len(digest) == 64 for digest in recorded.values())
+    ledger = [json.loads(line)["film"] for line in (bench / ".work" / "films.jsonl").read_text().splitlines()]
+    assert sorted(set(ledger)) == sorted(recorded)
+    # an unfinished build (the finished files gone, .work kept) resumes: the cases of a changed film are made again
+    for name in ("MANIFEST.sha256", "build_settings.json", "chexpercept.json"):
+        (bench / name).unlink()
+    cases = _files(bench / "cases")
+    _swap_film(films, sorted(recorded)[0])
+    resumed = build_benchmark(opts, bench, progress=False, keep_work=True)
+    assert resumed.films_changed == 1 and "1 film(s) changed, went or appeared" in "\n".join(build_lines(resumed))
+    redrawn = [name for name, data in _files(bench / "cases").items() if cases.get(name) != data]
+    assert redrawn and len({name.split("/")[0] for name in redrawn}) < len({n.split("/")[0] for n in cases})
+    assert validate_benchmark(bench) == []
+    # a finished build: the same films are nothing to do, a changed film is refused until --overwrite
+    build_benchmark(opts, bench, progress=False)  # .work kept above: finishes again and drops it
+    again = build_benchmark(opts, bench, progress=False)
+    assert again.already_built and again.films_compared == len(recorded)
+    before = _files(bench)
+    _swap_film(films, sorted(recorded)[-1])
+    with pytest.raises(ConfigError, match=r"from other films \(1 of .* differ or are gone.*--overwrite"):
+        build_benchmark(opts, bench, progress=False)
+    assert _files(bench) == before
+    assert not build_benchmark(opts, bench, progress=False, overwrite=True).already_built

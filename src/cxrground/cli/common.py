@@ -164,6 +164,11 @@ def warn(message: str) -> None:
     click.secho(message, fg="yellow", err=True)
 
 
+def error_text(exc: BaseException) -> str:
+    """An error's message followed by its notes (``add_note``: what the command found before it failed)."""
+    return "\n".join([str(exc), *getattr(exc, "__notes__", ())])
+
+
 def clean_errors(*extra: type[Exception]) -> Callable[[F], F]:
     """Report ``extra`` errors (and cxrground's) raised by a command as ``Error: <message>``, exit status 1."""
 
@@ -173,7 +178,7 @@ def clean_errors(*extra: type[Exception]) -> Callable[[F], F]:
             try:
                 return fn(*args, **kwargs)
             except (CXRGroundError, *extra) as exc:
-                raise click.ClickException(str(exc)) from exc
+                raise click.ClickException(error_text(exc)) from exc
 
         return run  # type: ignore[return-value]
 
@@ -203,7 +208,7 @@ class CleanGroup(click.Group):
         try:
             return super().invoke(ctx)
         except CXRGroundError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise click.ClickException(error_text(exc)) from exc
 
 
 def group(name: str) -> Callable[[Callable[..., Any]], CleanGroup]:

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from cxrground.errors import InputError, MaskError, MaskShapeError
-from cxrground.io.files import cut_torn_tail
+from cxrground.io.files import atomic_write_text, cut_torn_tail
 from cxrground.io.image import DEFAULT_MAX_PIXELS
 from cxrground.io.masks import decode_rle, encode_rle, read_mask_png, rle_size
 
@@ -219,6 +219,20 @@ class PredictionWriter:
         self._fh.write(json.dumps(prediction_line(pair_id, answer, mask, self.seg_mode, instruction)) + "\n")
         self._fh.flush()
         self.done.add(pair_id)
+
+    def forget(self, pair_ids: set[str]) -> int:
+        """Remove the predictions of ``pair_ids`` from the file (rewritten atomically), so they can be written
+        again; returns how many lines went."""
+        gone = pair_ids & self.done
+        if not gone:
+            return 0
+        self._fh.close()
+        kept = [line for line in self.path.read_text(encoding="utf-8").splitlines(keepends=True)
+                if not line.strip() or json.loads(line)["pair_id"] not in gone]
+        atomic_write_text(self.path, "".join(kept))
+        self.done -= gone
+        self._fh = self.path.open("a", encoding="utf-8")
+        return len(gone)
 
     def close(self) -> None:
         """Close the file."""

@@ -6,8 +6,10 @@ dataset JSON's sha256 and the split (pair ids repeat between datasets, so predic
 are never mixed in; a file whose record lacks the dataset is refused too, since what it was made for is unknown).
 ``--limit``, ``--batch-size``, ``--images`` and ``--max-pixels`` may change between runs: they do not change the
 prediction of a pair (a larger limit predicts more of the same split; the image root only says where the same
-files are). The films themselves are not fingerprinted: the record names the image root, and a rerun from another
-root that keeps earlier predictions says so (a film changed in place is not noticed). An image that cannot be read
+files are). ``<out>.films.jsonl`` (:class:`~cxrground.io.film_ledger.FilmLedger`) records each film's size,
+modification time and sha256 when its pairs are predicted; a rerun compares the films of the kept predictions with it
+(a ``stat`` each, the content when size or time differ, as after a copy to another root) and predicts again the pairs
+of a film that changed since, saying how many. An image that cannot be read
 (decode error, over the pixel limit, too small for the model) is recorded in ``<out>.failures.jsonl`` and its pairs
 get no line (they count as missing, i.e. wrong, in ``ils evaluate``). A
 rerun retries those images and drops every record that names a pair it retries or that now has a prediction, so
@@ -31,12 +33,13 @@ from cxrground.ils.layout import DATASET_FILE
 from cxrground.ils.predictions import PredictionWriter
 from cxrground.ils.schema import read_dataset
 from cxrground.io.files import atomic_write_text, sha256_file
+from cxrground.io.film_ledger import FilmLedger, FilmState
 from cxrground.io.image import DEFAULT_MAX_PIXELS, read_image
 from cxrground.models.base import IlsModel, IlsOutput, checkpoint_fingerprint, checkpoint_info, load_model
 from cxrground.registry import backend_errors, backend_label, check_returned
 
-__all__ = ["PROMPTS", "PredictRequest", "check_device", "check_same_source", "predict_jobs", "predict_request",
-           "predict_split", "prediction_source", "prediction_summary", "run_recorded"]
+__all__ = ["PROMPTS", "PredictRequest", "check_device", "check_same_source", "films_path", "predict_jobs",
+           "predict_request", "predict_split", "prediction_source", "prediction_summary", "run_recorded"]
 
 
 _Job = tuple[str, list[dict[str, Any]]]
@@ -129,10 +132,15 @@ def check_same_source(out: Path, source: dict[str, str]) -> str | None:
     old_root = (before or {}).get("images")
     if (not differs and out.is_file() and out.stat().st_size > 0 and old_root is not None
             and old_root != source.get("images")):
-        note = (f"note: the predictions already in {out} were made from the films under {old_root}; this run reads "
-                f"{source.get('images')} (films are not compared: delete {out}, {side} and {failures} to predict "
-                "afresh from these)")
-        source = {**source, "images": old_root}  # the record keeps naming where the kept predictions came from
+        if films_path(out).is_file():
+            note = (f"note: the predictions already in {out} were made from the films under {old_root}; this run "
+                    f"reads {source.get('images')}: each film is compared with the one its predictions were made "
+                    "from, and a film that differs is predicted again")
+        else:  # predictions of a version that did not record their films
+            note = (f"note: the predictions already in {out} were made from the films under {old_root}; this run "
+                    f"reads {source.get('images')} (their films were not recorded, so they are not compared: "
+                    f"delete {out}, {side} and {failures} to predict afresh from these)")
+            source = {**source, "images": old_root}  # the record keeps naming where the kept predictions came from
     atomic_write_text(side, json.dumps(source, indent=2) + "\n")
     return note
 
@@ -178,7 +186,11 @@ def predict_jobs(model: IlsModel, jobs: list[tuple[str, list[dict[str, Any]]]], 
     failures_path = out.with_name(out.name + ".failures.jsonl")
     counts: dict[str, Any] = {"pairs": n, "written": 0, "skipped": 0, "failed": 0, "model_error": None}
     run = _mode_runner(model, mode)
+    ledger = FilmLedger(films_path(out))
     with PredictionWriter(out, seg_mode=mode) as writer:
+        verdicts = _compare_films(jobs, images, writer.done, ledger, progress)
+        writer.forget({p["pair_id"] for rel, items in jobs if rel in verdicts["changed"] for p in items})
+        counts.update({f"films_{verdict}": len(rels) for verdict, rels in verdicts.items()})
         todo = [(rel, [p for p in items if p["pair_id"] not in writer.done]) for rel, items in jobs]
         counts["skipped"] = n - sum(len(items) for _r, items in todo)
         retried = {p["pair_id"] for _r, items in todo for p in items}
@@ -190,6 +202,10 @@ def predict_jobs(model: IlsModel, jobs: list[tuple[str, list[dict[str, Any]]]], 
                 continue
             try:
                 image = read_image(images / rel, max_pixels=max_pixels)
+                try:
+                    ledger.record(rel, FilmState.of(images / rel))
+                except OSError as exc:
+                    raise InputError(f"file cannot be read ({exc.strerror or exc})", images / rel) from exc
                 for b in range(0, len(items), batch_size):
                     chunk = items[b:b + batch_size]
                     with backend_errors("model", model, "predict"):
@@ -211,6 +227,25 @@ def predict_jobs(model: IlsModel, jobs: list[tuple[str, list[dict[str, Any]]]], 
                     fh.write(json.dumps(record) + "\n")
         bar.close()
     return counts
+
+
+def films_path(out: Path) -> Path:
+    """The film ledger beside the predictions file ``out`` (``<out>.films.jsonl``): what each film was when its
+    pairs were predicted (:class:`~cxrground.io.film_ledger.FilmLedger`)."""
+    return out.with_name(out.name + ".films.jsonl")
+
+
+def _compare_films(jobs: list[_Job], images: Path, done: set[str], ledger: FilmLedger,
+                   progress: bool) -> dict[str, set[str]]:
+    """The films (paths relative to ``images``) with kept predictions (pair ids in ``done``) that changed since,
+    are no longer there, or were not recorded (by verdict, :meth:`FilmLedger.compare`)."""
+    kept = [rel for rel, items in jobs if any(p["pair_id"] in done for p in items)]
+    verdicts: dict[str, set[str]] = {"changed": set(), "missing": set(), "unrecorded": set()}
+    for rel in tqdm(kept, desc="compare films", unit="film", disable=not progress or not kept):
+        verdict = ledger.compare(rel, images / rel)
+        if verdict != "same":
+            verdicts[verdict].add(rel)
+    return verdicts
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -258,9 +293,11 @@ def run_recorded(out: Path, source: dict[str, str], predict: Callable[[], str]) 
     try:
         said = predict()
         return f"{said}\n{note}" if note else said
-    except BaseException:
+    except BaseException as exc:
         if not had_side and not (out.is_file() and out.stat().st_size > 0):
             side.unlink(missing_ok=True)
+        if note:
+            exc.add_note(note)
         raise
 
 
@@ -281,6 +318,7 @@ def prediction_summary(counts: dict[str, Any], out: Path, what: str, root: Path,
     (no image ``what`` could be read)."""
     line = (f"{out}: {counts['written']} written, {counts['skipped']} already there, {counts['failed']} failed "
             f"(of {counts['pairs']} {unit}; mode {mode})")
+    line += "".join(f"\n{text}" for text in _film_lines(counts, root, unit))
     if counts["failed"] and not counts["written"] and not counts["skipped"]:
         reasons = out.with_name(out.name + ".failures.jsonl")
         if counts["model_error"] is not None:
@@ -289,6 +327,20 @@ def prediction_summary(counts: dict[str, Any], out: Path, what: str, root: Path,
         raise InputError(f"{line}: no image {what} could be read under this image root (a wrong --images?); the "
                          f"reasons are in {reasons}", root)
     return line
+
+
+def _film_lines(counts: dict[str, Any], root: Path, unit: str) -> list[str]:
+    """What a prediction run found of the films of its kept predictions (``counts`` of :func:`predict_jobs`)."""
+    lines = []
+    if counts.get("films_changed"):
+        lines.append(f"  {counts['films_changed']} film(s) changed since their {unit} were predicted: predicted again")
+    if counts.get("films_missing"):
+        lines.append(f"  {counts['films_missing']} film(s) with kept predictions are not under {root} now: their "
+                     "predictions are kept, not compared")
+    if counts.get("films_unrecorded"):
+        lines.append(f"  {counts['films_unrecorded']} film(s) with kept predictions were not recorded when predicted "
+                     "(an earlier version): not compared")
+    return lines
 
 
 def _checked_outputs(model: IlsModel, results: Any, pairs: list[dict[str, Any]], shape: tuple[int, ...],

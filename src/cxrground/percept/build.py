@@ -13,8 +13,11 @@ balanced sample → per sampled case its images and its JSON entry → ``chexper
   before ``MANIFEST.sha256``, the last file) with the SHA-256 of the files it read (:func:`input_digests`). A rerun
   into a folder holding another build's settings (finished or not) is refused naming the changed settings unless
   ``overwrite``; the same settings and input files on a finished folder (the files perhaps named by other paths)
-  is a no-op ("already built"), and the same settings with other input files are refused naming the inputs. An
-  unfinished build resumes with the files as they are now: its plan units are keyed by what they are made of.
+  is a no-op ("already built") when its films are unchanged too (``films`` of ``build_settings.json``: each film's
+  SHA-256, read again to compare), and the same settings with other input files or films are refused naming them.
+  An unfinished build resumes with the files as they are now: its plan units are keyed by what they are made of,
+  and ``.work/films.jsonl`` (:class:`~cxrground.io.film_ledger.FilmLedger`) records each film when first read, so
+  the plans and cases of a film changed since are made again.
 * ``overwrite`` first deletes the old build's top-level files (``MANIFEST.sha256`` and ``chexpercept.json``
   first), then ``cases/`` and ``.work/``: a build killed after that leaves no ``chexpercept.json`` pointing at
   deleted cases, and a rerun resumes the new build.
@@ -31,6 +34,7 @@ This module orchestrates; the steps live in :mod:`.options` (settings), :mod:`.p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -51,6 +55,7 @@ from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.predictions import Prediction, load_predictions
 from cxrground.ils.schema import SPLITS, read_dataset
 from cxrground.io.files import atomic_write_text, sha256_file, sha256_json
+from cxrground.io.film_ledger import FilmLedger, FilmState
 from cxrground.io.image import check_out_folder
 from cxrground.percept.card import render_card
 from cxrground.percept.case_files import CaseTask, case_failure, render_case
@@ -103,6 +108,8 @@ class BuildSummary:
     already_built: bool = False
     requested: int = 0  # cases requested (§1.4), 0 when not known
     top_drops: tuple[tuple[str, int], ...] = ()  # the commonest drop reasons with their counts
+    films_changed: int = 0  # films changed since an unfinished build read them (their cases made again)
+    films_compared: int | None = None  # already built: films found the same (None: the build did not record them)
 
 
 # --- pool -------------------------------------------------------------------------------------------
@@ -218,7 +225,7 @@ def _settings_record(opts: BuildOptions, ils_file: Path) -> dict[str, Any]:
     by another path is the same build; another image folder is another build)."""
     settings = json.loads(json.dumps(asdict(opts)))
     inputs = input_digests(opts, ils_file)
-    # the films are not fingerprinted: their folder counts, however it is written
+    # the films are compared by content apart (``films`` of the finished record); their folder counts too
     content = {**{k: v for k, v in settings.items() if k not in _PATH_SETTINGS},
                "images": str(Path(opts.images).resolve())}
     return {"settings_hash": opts.settings_hash(), "settings": settings, "inputs": inputs,
@@ -294,7 +301,59 @@ def _clear_build(out: Path) -> None:
             shutil.rmtree(out / name)
 
 
-def _already_built(out: Path, started: float) -> BuildSummary:
+#: The build's film ledger under ``.work`` (:class:`~cxrground.io.film_ledger.FilmLedger`, paths relative to the
+#: image folder): what each film was when the build first read it.
+FILMS_LEDGER: Final[str] = "films.jsonl"
+
+
+def _refresh_films(work: Path, images_root: Path, tasks: Sequence[PlanTask | CaseTask], progress: bool) -> int:
+    """Record in the build's film ledger the films ``tasks`` read, and remove the plan and case results (under
+    ``work``) of the candidates on a film that changed, went or appeared since the build read it, so they are made
+    again; returns how many films changed, went or appeared."""
+    ledger = FilmLedger(work / FILMS_LEDGER)
+    by_film: dict[str, list[str]] = {}
+    for t in tasks:
+        by_film.setdefault(t.cand.image_path, []).append(t.case_id)
+    changed = 0
+    for rel, case_ids in tqdm(by_film.items(), desc="percept films", unit="film", disable=not progress,
+                              dynamic_ncols=True):
+        verdict = ledger.compare(rel, images_root / rel)
+        made = [work / kind / f"{case_id}.json" for case_id in case_ids for kind in ("plans", "cases")]
+        # unrecorded with results: the film could not be found when its case was made (same version: .work/settings)
+        if verdict in ("changed", "missing") or (verdict == "unrecorded" and any(p.is_file() for p in made)
+                                                 and (images_root / rel).is_file()):
+            changed += 1
+            for path in made:
+                path.unlink(missing_ok=True)
+        if verdict != "same":
+            with contextlib.suppress(OSError):  # a film that cannot be read: its task records the failure
+                ledger.record(rel, FilmState.of(images_root / rel))
+    return changed
+
+
+def _same_films(out: Path, prior: dict[str, Any] | None, images_root: Path, progress: bool) -> int | None:
+    """How many films the finished build ``prior`` recorded, all found unchanged under ``images_root`` (None: it
+    recorded none); a :class:`ConfigError` naming the first film that differs or is gone."""
+    films = (prior or {}).get("films")
+    if not isinstance(films, dict):
+        return None
+    differ = []
+    for rel, digest in tqdm(films.items(), desc="compare films", unit="film", disable=not progress,
+                            dynamic_ncols=True):
+        try:
+            now = sha256_file(images_root / rel)
+        except OSError:
+            now = None
+        if now != digest:
+            differ.append(rel)
+    if differ:
+        raise ConfigError(f"{out} holds a benchmark built with these settings from other films ({len(differ)} of "
+                          f"{len(films)} differ or are gone under {images_root}, e.g. {differ[0]}); --overwrite "
+                          "rebuilds it from the films as they are now")
+    return len(films)
+
+
+def _already_built(out: Path, started: float, films: int | None) -> BuildSummary:
     """The summary of a finished benchmark rebuilt with its own settings: nothing is recomputed."""
     from cxrground.percept.schema import load_benchmark
 
@@ -305,7 +364,7 @@ def _already_built(out: Path, started: float) -> BuildSummary:
         else []
     table = count_arithmetic(achieved)
     return BuildSummary(str(out), table.cxrs, table.items, 0, 0, len(failures),
-                        round(time.perf_counter() - started, 2), achieved, already_built=True)
+                        round(time.perf_counter() - started, 2), achieved, already_built=True, films_compared=films)
 
 
 #: Names only a CheXpercept build writes (one of them is left by any build, even one killed by ``--overwrite``).
@@ -385,7 +444,7 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
         prior = _read_settings(finished)
         if not overwrite:
             if _same_build(prior, settings) and (out / MANIFEST_FILE).is_file():
-                return _already_built(out, started)
+                return _already_built(out, started, _same_films(out, prior, images_root, progress))
             changed = _changed_inputs(prior, settings)
             if changed:
                 raise ConfigError(f"{out} holds a benchmark built with these settings from other input files (SHA-256 "
@@ -455,6 +514,7 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
             plan_tasks.append(PlanTask(c, case_folder(opts.seed, c.key_id), str(images_root / c.image_path), src,
                                         ref, anatomy_of(c), opts.seed, opts.deformer, kwargs, opts.strict_negatives,
                                         opts.cpa_either_side))
+    films_changed = _refresh_films(work, images_root, plan_tasks, progress)
     todo = [t for t in plan_tasks if not (work / "plans" / f"{t.case_id}.json").is_file()]
     _run_pool(plan_case, todo, str(work), workers, "percept plan", progress, deformers)
 
@@ -487,6 +547,7 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     sampled = {lesion: {p: len(sample[(lesion, p)]) for p in SAMPLE_PATHS} for lesion in LESIONS}
     case_tasks = [CaseTask(c, case_folder(opts.seed, c.key_id), path, str(images_root / c.image_path))
                   for (lesion, path), cands in sample.items() for c in cands]
+    films_changed += _refresh_films(work, images_root, case_tasks, progress)
     ctodo = [t for t in case_tasks if not (work / "cases" / f"{t.case_id}.json").is_file()]
     _run_pool(render_case, ctodo, str(out), workers, "percept cases", progress)
 
@@ -531,7 +592,10 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
                                                    max(covers) if covers else None, mask_source, split_of,
                                                    pool_sizes, taken, sampled, hearts,
                                                    [tuple(e["image_size"]) for e in bench.values()]))
-    atomic_write_text(out / BUILD_SETTINGS_FILE, stable_json(settings))
+    ledger = FilmLedger(work / FILMS_LEDGER)
+    films = {t.cand.image_path: state.sha256 for t in [*plan_tasks, *case_tasks]
+             if (state := ledger.get(t.cand.image_path)) is not None}
+    atomic_write_text(out / BUILD_SETTINGS_FILE, stable_json({**settings, "films": dict(sorted(films.items()))}))
     atomic_write_text(out / MANIFEST_FILE, "".join(line + "\n" for line in manifest_lines(out)))
     reused = len(plan_tasks) - len(todo)
     if not keep_work:
@@ -539,4 +603,5 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     table = count_arithmetic(achieved)
     return BuildSummary(str(out), table.cxrs, table.items, len(todo), reused, len(failures),
                         round(time.perf_counter() - started, 2), achieved, tuple(warnings),
-                        requested=len(LESIONS) * sum(opts.per_lesion), top_drops=tuple(dropped.most_common(3)))
+                        requested=len(LESIONS) * sum(opts.per_lesion), top_drops=tuple(dropped.most_common(3)),
+                        films_changed=films_changed)

@@ -144,13 +144,17 @@ def build_lines(summary: BuildSummary) -> list[str]:
     """What a finished build reports: counts and time, then where its card and failure list are."""
     s, out = summary, Path(summary.out_dir)
     if s.already_built:
+        films = ("its films were not recorded, so they are not compared; --overwrite rebuilds it reading them again"
+                 if s.films_compared is None else f"its {s.films_compared} films are unchanged")
         return [f"CheXpercept benchmark in {s.out_dir} is already built with these settings and input files ({s.cases} "
-                f"cases, {s.items} items, {s.failures} dropped): nothing to do; the films are not compared, "
-                "--overwrite rebuilds it reading them again",
+                f"cases, {s.items} items, {s.failures} dropped): nothing to do; {films}",
                 f"  card: {out / 'card.md'}   failures: {out / 'failures.jsonl'}"]
     wanted = f" of {s.requested} requested" if s.requested else ""
     lines = [f"CheXpercept benchmark in {s.out_dir}: {s.cases} cases{wanted}, {s.items} items ({s.planned} positives "
              f"planned, {s.reused} reused, {s.failures} dropped) in {s.seconds} s"]
+    if s.films_changed:
+        lines.append(f"  {s.films_changed} film(s) changed, went or appeared since this build first looked for them: "
+                     "their cases were made again")
     if s.top_drops:
         lines.append("  commonest drops: " + "; ".join(f"{reason} ({n})" for reason, n in s.top_drops))
     return [*lines, f"  card: {out / 'card.md'}   failures: {out / 'failures.jsonl'}"]

@@ -1,0 +1,56 @@
+"""The film ledger (:mod:`cxrground.io.film_ledger`): a film is the same while its size and time are, or its content."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from cxrground.io.film_ledger import FilmLedger, FilmState
+
+
+def _film(path, data: bytes, mtime_ns: int = 1_700_000_000_000_000_000):
+    path.write_bytes(data)
+    os.utime(path, ns=(mtime_ns, mtime_ns))
+    return path
+
+
+def test_compare_reads_the_content_only_when_size_or_time_differ(tmp_path):
+    film = _film(tmp_path / "a.png", b"film one")
+    ledger = FilmLedger(tmp_path / "films.jsonl")
+    assert ledger.compare("a.png", film) == "unrecorded"
+    ledger.record("a.png", FilmState.of(film))
+    assert ledger.compare("a.png", film) == "same"
+    # the same bytes under another time (a copy without -p): the same film, and the new time is recorded
+    _film(film, b"film one", mtime_ns=1_800_000_000_000_000_000)
+    assert ledger.compare("a.png", film) == "same"
+    assert ledger.get("a.png").mtime_ns == 1_800_000_000_000_000_000
+    assert FilmLedger(tmp_path / "films.jsonl").get("a.png") == ledger.get("a.png")  # the last line wins on reload
+    # other bytes of the same size and another time: changed; another size: changed without reading
+    _film(film, b"film two", mtime_ns=1_900_000_000_000_000_000)
+    assert ledger.compare("a.png", film) == "changed"
+    _film(film, b"a longer film")
+    assert ledger.compare("a.png", film) == "changed"
+    film.unlink()
+    assert ledger.compare("a.png", film) == "missing"
+
+
+def test_same_bytes_at_the_same_time_but_not_the_recorded_size_is_changed(tmp_path):
+    film = _film(tmp_path / "a.png", b"abc")
+    ledger = FilmLedger(tmp_path / "films.jsonl")
+    ledger.record("a.png", FilmState(size=4, mtime_ns=film.stat().st_mtime_ns, sha256="0" * 64))
+    assert ledger.compare("a.png", film) == "changed"
+
+
+def test_a_torn_last_line_and_foreign_lines_are_ignored(tmp_path):
+    film = _film(tmp_path / "a.png", b"film")
+    path = tmp_path / "films.jsonl"
+    FilmLedger(path).record("a.png", FilmState.of(film))
+    FilmLedger(path).record("a.png", FilmState.of(film))  # the recorded state is not written twice
+    assert len(path.read_text().splitlines()) == 1
+    with path.open("a") as fh:
+        fh.write('["not", "a", "record"]\n{"film": "b.png", "size": "x"}\n{"film": "c.png", "si')
+    ledger = FilmLedger(path)
+    assert len(ledger) == 1 and ledger.compare("a.png", film) == "same"
+    assert path.read_text().endswith("}\n")  # the torn tail is cut off, so the next line starts afresh
+    ledger.record("c.png", FilmState.of(film))
+    assert [json.loads(line)["film"] for line in path.read_text().splitlines()[-1:]] == ["c.png"]
