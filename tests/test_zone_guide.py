@@ -21,6 +21,7 @@ from cxrground.ils.zone_guide import (
     finding_zones,
     guide_mask,
     guide_outcome,
+    named_zones,
 )
 from cxrground.reports.findings import Finding
 
@@ -52,6 +53,22 @@ def test_the_guide_shapes_present_lung_lesions_only():
     assert guide.guided_zones(_finding("opacity", "right lung")) == ["C"]
     assert guide.guided_zones(_finding("opacity")) == ["C", "F"]
     assert guide.guided_zones(_finding("opacity", "left upper zone lung")) == []
+
+
+def test_a_guided_mask_keeps_to_the_zones_the_report_names_beside_whole_lungs():
+    # "multiple opacities ..., greater involvement of the upper lobes" (both lungs, and A and D in particular)
+    upper = _finding("opacity", "right lung", "left lung", "right upper zone lung", "left upper zone lung")
+    assert named_zones(upper) == ["A", "D"]
+    assert named_zones(_finding("opacity", "right upper zone lung")) == []  # no whole lung: the zones are the place
+    assert named_zones(_finding("opacity", "right lung", "left lung")) == []
+    bases = ZoneGuide("zone_prior_v2", {z: z in "CF" for z in "ABCDEF"}, np.zeros((8, 8)))
+    assert bases.guided_zones(upper) == ["A", "C", "D", "F"]  # the named zones join the flagged ones
+    # a flagged named zone: the reader's choice stands; nothing flagged: no mask, as for any finding
+    assert bases.guided_zones(_finding("opacity", "lung", "right lung base")) == ["C", "F"]
+    assert ZoneGuide("zone_prior_v2", dict.fromkeys("ABCDEF", False), np.zeros((8, 8))).guided_zones(upper) == []
+    # the named zones of one side beside the other whole lung ("bilateral opacities, right upper lobe")
+    one_side = _finding("opacity", "right lung", "left lung", "right upper zone lung")
+    assert bases.guided_zones(one_side) == ["A", "C", "F"]
 
 
 def test_fill_takes_the_brighter_half_of_the_zone_off_the_centre():

@@ -243,7 +243,8 @@ def render_card(
         reader, outcomes = zone_guide
         lines += [f"## Lung-lesion masks guided by the zone reader `{reader}`", "",
                   "Reported lung lesions keep a mask only in the zones of their reported location that the reader "
-                  "flags; for airspace lesions (not atelectasis) a flagged zone Algorithm 1 left empty is filled "
+                  "flags (and in the zones a report names beside both lungs when the reader flags only others); "
+                  "for airspace lesions (not atelectasis) a flagged zone Algorithm 1 left empty is filled "
                   "where the lesion segmenter's smoothed probability is highest.", "",
                   *_count_table("outcome", "findings", outcomes), ""]
     lines += list(extra_sections)

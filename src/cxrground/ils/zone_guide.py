@@ -7,14 +7,16 @@ location. On real films its masks agree with radiologists' zone scores only weak
 the shape:
 
 1. a finding's zones are the Brixia zones (A–F) its reported location names (all six without a location); its
-   *guided* zones are those the reader flags;
+   *guided* zones are those the reader flags, and, when the reader flags some but none of the zones the report
+   names in particular beside whole lungs ("bilateral, greater in the upper lobes"), those named zones too;
 2. no guided zone: the finding gets no mask, so no positive pair (recorded as ``zone_guide_unflagged``);
 3. otherwise Algorithm 1's mask is cut to the guided zones, and a guided zone it covers less than
    :data:`MIN_ZONE_COVER` of is filled by :func:`fill_zone` from the lesion segmenter's probability map, for
    lesions whose trait ``zone_fill`` allows it (airspace disease; atelectasis is only cut).
 
 Masks stay off the heart outline and the mediastinum as in every build. Rules fixed in
-``bench/records/zone_guide_preregistration.md`` and ``bench/records/zone_guide_fill_preregistration.md``.
+``bench/records/zone_guide_preregistration.md``, ``bench/records/zone_guide_fill_preregistration.md`` and
+``bench/records/zone_guide_named_zones_preregistration.md``.
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ from cxrground.ils.negative_flags import MIN_ZONE_COVER, ZONE_LABELS
 from cxrground.ils.zone_map import brixia_zones
 from cxrground.reports.findings import Finding
 from cxrground.vocab.lesions import LUNG_LESIONS
+from cxrground.vocab.locations import BOTH_LUNGS
 
-__all__ = ["FILL_MIN_COMPONENT", "FILL_SIGMA", "MIN_ZONE_COVER", "NOTHING_LEFT", "UNFLAGGED", "ZoneGuide",
-           "fill_zone", "finding_zones", "guide_mask", "guide_outcome", "guided", "smooth_probability"]
+__all__ = ["FILL_MIN_COMPONENT", "FILL_SIGMA", "MIN_ZONE_COVER", "NOTHING_LEFT", "UNFLAGGED", "WHOLE_LUNG_LABELS",
+           "ZoneGuide", "fill_zone", "finding_zones", "guide_mask", "guide_outcome", "guided", "guided_zones",
+           "named_zones", "smooth_probability"]
 
 # A guided zone counts as covered by Algorithm 1's mask at MIN_ZONE_COVER of its pixels (the share at which the
 # negative checks and the benchmarks call a zone grounded); below it, it is filled.
@@ -56,6 +60,29 @@ def guided(finding: Finding) -> bool:
 def finding_zones(finding: Finding) -> list[str]:
     """The Brixia zones a finding's reported location names (all six when it has none)."""
     return brixia_zones(finding.reported_location) if finding.reported_location else list(ZONE_LABELS)
+
+
+#: Location labels that name a whole lung, or both.
+WHOLE_LUNG_LABELS: Final[frozenset[str]] = frozenset({"right lung", "left lung", BOTH_LUNGS})
+
+
+def named_zones(finding: Finding) -> list[str]:
+    """The zones a finding's report names in particular beside whole lungs ("bilateral opacities, greater in the
+    upper lobes": A and D); none when its location names no whole lung, or only whole lungs."""
+    labels = list(finding.reported_location or ())
+    if not any(label in WHOLE_LUNG_LABELS for label in labels):
+        return []
+    return brixia_zones(label for label in labels if label not in WHOLE_LUNG_LABELS)
+
+
+def guided_zones(finding: Finding, flags: Mapping[str, bool]) -> list[str]:
+    """The zones of ``finding`` the reader flags (``flags``: zone letter → flag); when it flags some but none of
+    the finding's :func:`named_zones`, those are guided too, so a mask never leaves the zones the report names."""
+    flagged = [z for z in finding_zones(finding) if flags.get(z, False)]
+    named = named_zones(finding)
+    if flagged and named and not set(flagged) & set(named):
+        return sorted({*flagged, *named})
+    return flagged
 
 
 def smooth_probability(probability: np.ndarray, sigma: float = FILL_SIGMA) -> np.ndarray:
@@ -141,5 +168,5 @@ class ZoneGuide:
         return guided(finding)
 
     def guided_zones(self, finding: Finding) -> list[str]:
-        """The zones of ``finding`` the reader flags."""
-        return [z for z in finding_zones(finding) if self.flags.get(z, False)]
+        """The zones of ``finding`` the guide shapes its mask in (:func:`guided_zones`)."""
+        return guided_zones(finding, self.flags)
