@@ -391,6 +391,28 @@ def test_a_report_far_larger_than_any_radiology_report_is_a_named_failure(tmp_pa
     assert failure["path"].endswith("s2.txt") and "radiology report stays under" in failure["reason"]
 
 
+def test_a_table_of_reports_is_not_held_to_the_size_of_one_report(tmp_path: Path) -> None:
+    """A table of 2,000 reports (hundreds of KB) is read in full; a row over the one-report cap fails alone."""
+    from cxrground.ils.tasks import report_table
+    from cxrground.reports.readers import MAX_REPORT_SIZE
+
+    runner, main = _cli()
+    table = tmp_path / "reports.jsonl"
+    rows = [{"study_id": str(50000000 + i), "report": f"FINDINGS: Small left pleural effusion, number {i}. " * 4}
+            for i in range(2000)]
+    rows.append({"study_id": "59999999", "report": "FINDINGS: " + "Small left effusion. " * (MAX_REPORT_SIZE // 10)})
+    table.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert table.stat().st_size > 5 * MAX_REPORT_SIZE
+    out = tmp_path / "labels.csv"
+    result = runner.invoke(main, ["reports", "label", str(table), "--out", str(out), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert len(list(csv.DictReader(io.StringIO(out.read_text(encoding="utf-8"))))) == 2000
+    failure = json.loads((tmp_path / "labels.csv.failures.jsonl").read_text().splitlines()[0])["failure"]
+    assert failure["path"].endswith("reports.jsonl:2001") and "radiology report stays under" in failure["reason"]
+    texts, bad = report_table(table)  # ils build --reports
+    assert len(texts) == 2000 and len(bad) == 1
+
+
 def test_cli_names_reports_that_share_a_file_name_by_their_path_and_records_a_broken_link(tmp_path: Path) -> None:
     runner, main = _cli()
     folder = tmp_path / "rep"

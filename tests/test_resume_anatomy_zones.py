@@ -201,3 +201,31 @@ def test_max_pixels_refuses_large_films_and_a_retry_with_a_higher_limit_reads_th
     again, _ = write_zones(paths, out, seg, model, root=films, overlays=False, retry_failed=True)
     fresh, _ = write_zones(paths, tmp_path / "fresh", seg, model, root=films, overlays=False)
     assert again and [r.image for r in again] == [r.image for r in fresh]
+
+
+def test_a_resume_reads_a_film_again_only_when_its_size_or_time_changed(films, tmp_path, monkeypatch) -> None:
+    import os
+
+    from cxrground.io import film_ledger
+
+    model, seg = NormativeModel.load(None), _segmenter()
+    copy = shutil.copytree(films, tmp_path / "films")
+    paths = find_images(copy)
+    out = tmp_path / "out"
+    write_zones(paths, out, seg, model, root=copy, overlays=False)
+    hashed: list[str] = []
+    real = film_ledger.sha256_file
+    monkeypatch.setattr(film_ledger, "sha256_file", lambda p: (hashed.append(Path(p).name), real(p))[1])
+    before = (out / "zones.csv").read_bytes()
+    write_zones(paths, out, seg, model, root=copy, overlays=False)
+    assert hashed == []  # every film done and untouched: a stat each
+    touched = paths[0]
+    os.utime(touched, ns=(1_700_000_000_000_000_000,) * 2)  # the same film, another time (a copy without -p)
+    write_zones(paths, out, seg, model, root=copy, overlays=False)
+    assert hashed == [touched.name] and (out / "zones.csv").read_bytes() == before
+    hashed.clear()
+    write_zones(paths, out, seg, model, root=copy, overlays=False)
+    assert hashed == []  # its new time was recorded
+    shutil.copyfile(paths[1], touched)  # another film in its place: refused as before
+    with pytest.raises(ConfigError, match="changed since the run"):
+        write_zones(paths, out, seg, model, root=copy, overlays=False)

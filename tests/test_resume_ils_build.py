@@ -91,3 +91,25 @@ def test_a_refusal_for_other_options_names_them(tiny_ils_tasks, tmp_path):
     assert "negative_check none then, zone_prior_v1 now" in message and "ctr_negative_max 0.45 then, 0.5 now" in message
     with pytest.raises(ConfigError, match="synthesizer pseudo-normal then, normative now"):
         build_dataset(tasks, out, IlsConfig(seed=0), BackendSpec(), scan_failures=failures, progress=False)
+
+
+def test_a_killed_overwrite_leaves_no_card_or_dataset_of_the_build_it_was_removing(tiny_ils_tasks, tmp_path,
+                                                                                    monkeypatch):
+    out = tmp_path / "ils"
+    _build(tiny_ils_tasks, out)
+    assert (out / "card.md").is_file() and (out / "mimic_ils_instruction_answer.json").is_file()
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # the kill: while the old units and masks are removed
+
+    monkeypatch.setattr("cxrground.ils.build.shutil.rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        build_dataset(tiny_ils_tasks[0], out, IlsConfig(seed=1), SPEC, progress=False, overwrite=True)
+    left = {p.name for p in out.iterdir()}
+    assert not left & {"card.md", "mimic_ils_instruction_answer.json", "masks.jsonl", "findings.jsonl",
+                       "provenance.json"}, left
+    from cxrground.errors import InputError
+    from cxrground.ils.schema import load_dataset
+
+    with pytest.raises(InputError, match=r"unfinished ils build.*rerun the same ils build"):
+        load_dataset(out)

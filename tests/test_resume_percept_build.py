@@ -97,6 +97,10 @@ def test_killed_overwrite_leaves_no_stale_benchmark_and_resumes(synth_bench, tmp
     new = _killed_overwrite(src, opts, bench, monkeypatch)
     for name in ("chexpercept.json", "MANIFEST.sha256", "build_settings.json", "card.md", "cases"):
         assert not (bench / name).exists(), name
+    from cxrground.percept.validate import records_note
+
+    note = records_note(bench)
+    assert "an unfinished percept build" in note and "rerun the same percept build" in note
     with pytest.raises(InputError, match="benchmark file not found"):
         run_eval(EvalSettings(bench, "first-option"), tmp_path / "run", progress=False)
     with pytest.raises(ConfigError, match="unfinished build with other settings"):

@@ -4,6 +4,7 @@ dataclass, the clean-error group."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import types
 import typing
@@ -165,8 +166,29 @@ def warn(message: str) -> None:
 
 
 def error_text(exc: BaseException) -> str:
-    """An error's message followed by its notes (``add_note``: what the command found before it failed)."""
-    return "\n".join([str(exc), *getattr(exc, "__notes__", ())])
+    """An error's message followed by its notes (``add_note``: what the command found before it failed); a file
+    system error as the file, the reason and what to do (:func:`os_error_text`)."""
+    text = os_error_text(exc) if isinstance(exc, OSError) else str(exc)
+    return "\n".join([text, *getattr(exc, "__notes__", ())])
+
+
+#: What to do about the file-system errors a batch command meets while it writes (every batch command resumes).
+_OS_ERROR_HINTS: dict[int, str] = {
+    errno.ENOSPC: "free some space and rerun the same command: it resumes where it stopped",
+    errno.EDQUOT: "the disk quota is used up: free some space and rerun the same command, it resumes",
+    errno.EFBIG: "a file would exceed the size limit of this file system or process (ulimit -f)",
+    errno.EACCES: "this user may not write there: fix the permissions or choose another output",
+    errno.EPERM: "this user may not write there: fix the permissions or choose another output",
+    errno.EROFS: "the file system is read-only: choose another output",
+}
+
+
+def os_error_text(exc: OSError) -> str:
+    """One line for a file-system error: the file(s), the reason and, for the common ones, what to do."""
+    where = " -> ".join(str(name) for name in (exc.filename, exc.filename2) if name is not None)
+    reason = exc.strerror or str(exc)
+    hint = _OS_ERROR_HINTS.get(exc.errno or -1)
+    return f"{where + ': ' if where else ''}{reason}{f' ({hint})' if hint else ''}"
 
 
 def clean_errors(*extra: type[Exception]) -> Callable[[F], F]:
@@ -177,7 +199,7 @@ def clean_errors(*extra: type[Exception]) -> Callable[[F], F]:
         def run(*args: Any, **kwargs: Any) -> Any:
             try:
                 return fn(*args, **kwargs)
-            except (CXRGroundError, *extra) as exc:
+            except (CXRGroundError, OSError, *extra) as exc:
                 raise click.ClickException(error_text(exc)) from exc
 
         return run  # type: ignore[return-value]
@@ -207,7 +229,7 @@ class CleanGroup(click.Group):
         """Run the chosen subcommand; a :class:`CXRGroundError` becomes a :class:`click.ClickException`."""
         try:
             return super().invoke(ctx)
-        except CXRGroundError as exc:
+        except (CXRGroundError, OSError) as exc:
             raise click.ClickException(error_text(exc)) from exc
 
 

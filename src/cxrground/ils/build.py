@@ -115,6 +115,7 @@ from cxrground.io.files import (
     sha256_json,
 )
 from cxrground.io.image import DEFAULT_MAX_PIXELS
+from cxrground.io.output_lock import locks_output
 from cxrground.io.store import Store, is_url
 
 __all__ = ["DATASET_FILE", "IN_FLIGHT_PER_WORKER", "BackendSpec", "BuildSummary", "assemble", "build_dataset",
@@ -741,13 +742,18 @@ def _remove_stale_temporaries(out: Path) -> None:
 
 
 def _clear_build(out: Path, stamp: Path, overwrite: bool, what: str = "settings", store: Store | None = None) -> None:
-    """Remove a previous build's units, masks, fitted model, input index and settings stamp from ``out`` and
-    ``store`` (its object-storage copy, if any) (only with ``overwrite``; else an error naming the folder and
-    ``what`` differs, or the stored settings)."""
+    """Remove a previous build's assembled files (the card first), units, masks, fitted model, input index and
+    settings stamp from ``out`` and ``store`` (its object-storage copy, if any) (only with ``overwrite``; else an
+    error naming the folder and ``what`` differs, or the stored settings)."""
     if not overwrite:
         detail = what if ":" in what else f"{what} ({stamp.read_text().strip()})"
         raise ConfigError(f"{store.url() if store else out} holds a build with other {detail}; use another folder or "
                           "--overwrite")
+    # the card first, then the dataset files: a clearing cut short leaves no card describing a build that is gone
+    for name in _ASSEMBLED_FIRST_GONE:
+        (out / name).unlink(missing_ok=True)
+        if store is not None:
+            store.remove(name)
     for folder in (out / UNITS_DIR, out / MASK_DIR):
         shutil.rmtree(folder, ignore_errors=True)
     for stale in (*(out / name for name in _STATE_FILES), stamp):
@@ -757,6 +763,11 @@ def _clear_build(out: Path, stamp: Path, overwrite: bool, what: str = "settings"
             store.remove_tree(folder)
         for name in _STATE_FILES:
             store.remove(name)
+
+
+#: The assembled files in the order a fresh start removes them: the card, then the dataset, then the rest.
+_ASSEMBLED_FIRST_GONE: Final[tuple[str, ...]] = ("card.md", DATASET_FILE,
+                                                 *(n for n in OUTPUT_FILES if n not in ("card.md", DATASET_FILE)))
 
 
 #: Files a build writes that another command's folder may hold too (an ILS export, a CheXpercept benchmark).
@@ -777,10 +788,22 @@ def _check_foreign(out: Path) -> None:
 _STATE_FILES = ("settings.json", FITTED_FILE, str(Path(FITTED_FILE).with_suffix(".json")), FITTED_INPUTS, INPUTS_INDEX)
 
 
+def _stage_path(store: Store) -> Path:
+    """Where the local folder of a build on object storage lies (:func:`_stage_for`)."""
+    return Path(tempfile.gettempdir()) / "cxrground-ils-stage" / sha256_json(store.url())[:16]
+
+
+def _lock_target(out_dir: str | Path) -> Path:
+    """What a build into ``out_dir`` locks: the folder, or the local folder of a build on object storage (a lock on
+    this machine only)."""
+    store = unit_store(str(out_dir))
+    return Path(store.root) if store.local else _stage_path(store)
+
+
 def _stage_for(store: Store) -> Path:
     """The local folder of a build whose output is on object storage (its settings and fitted model), filled
     from the store's copy."""
-    stage = Path(tempfile.gettempdir()) / "cxrground-ils-stage" / sha256_json(store.url())[:16]
+    stage = _stage_path(store)
     stage.mkdir(parents=True, exist_ok=True)
     for name in _STATE_FILES:
         try:
@@ -822,6 +845,7 @@ def check_workers(spec: BackendSpec, engine: str, workers: int) -> None:
         ray_registrations(spec)
 
 
+@locks_output("ils build", "out_dir", _lock_target)
 def build_dataset(
     tasks: Iterable[StudyTask],
     out_dir: str | Path,

@@ -15,7 +15,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cxrground.errors import InputError
-from cxrground.ils.layout import DATASET_FILE
+from cxrground.ils.layout import DATASET_FILE, UNITS_DIR
 from cxrground.reports.model import SectionName
 from cxrground.vocab.ils_templates import SEG_TOKEN
 from cxrground.vocab.lesions import LESIONS
@@ -182,18 +182,27 @@ def _dataset_json(path: str | Path) -> Path:
     return path / DATASET_FILE if path.is_dir() and (path / DATASET_FILE).is_file() else path
 
 
+def _unfinished(folder: Path) -> str:
+    """What to add to a missing-dataset message when ``folder`` holds an ``ils build`` that has not assembled its
+    dataset (its settings and units, no dataset JSON); empty otherwise."""
+    if (folder / "settings.json").is_file() and (folder / UNITS_DIR).is_dir():
+        return (" (the folder holds an unfinished ils build, cut short or still running: rerun the same ils build "
+                "to finish it)")
+    return ""
+
+
 def load_dataset(path: str | Path) -> dict[str, Any]:
     """Read a MIMIC-ILS JSON file (ours or the released one), or the one in a dataset folder, as a plain dict."""
     path = _dataset_json(path)
     if path.is_dir():
-        raise InputError("is a folder, not the dataset JSON file", path)
+        raise InputError("is a folder, not the dataset JSON file" + _unfinished(path), path)
     try:
         text = path.read_text(encoding="utf-8")
         if not text.strip():
             raise InputError("the dataset JSON file is empty", path)
         return json.loads(text)
     except FileNotFoundError as exc:
-        raise InputError("dataset JSON not found", path) from exc
+        raise InputError("dataset JSON not found" + _unfinished(path.parent), path) from exc
     except OSError as exc:
         raise InputError(f"cannot read the dataset JSON ({exc.strerror or exc})", path) from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

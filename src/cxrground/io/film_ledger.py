@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from cxrground.io.files import cut_torn_tail, sha256_file
 
-__all__ = ["FilmLedger", "FilmState", "Verdict"]
+__all__ = ["FilmLedger", "FilmState", "Verdict", "film_digest"]
 
 #: How a film compares with its record: the same film, another film (changed content), no file there now (or one
 #: that cannot be read), or no record of it (a result written before films were recorded).
@@ -105,3 +106,15 @@ def _parse(line: str) -> tuple[str, FilmState] | None:
     except (ValueError, KeyError, TypeError):
         return None
     return obj["film"], state
+
+
+def film_digest(path: str | Path, recorded: Mapping[str, Any] | None) -> tuple[str, dict[str, int]]:
+    """The SHA-256 of the film at ``path`` and its ``{"size", "mtime_ns"}``: the digest a progress record
+    ``recorded`` holds (``sha256``, ``size``, ``mtime_ns``) when the film's size and time are the recorded ones,
+    else read from the file (``OSError`` when it cannot be)."""
+    st = os.stat(path)
+    now = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    if (recorded is not None and isinstance(recorded.get("sha256"), str)
+            and (recorded.get("size"), recorded.get("mtime_ns")) == (st.st_size, st.st_mtime_ns)):
+        return recorded["sha256"], now
+    return sha256_file(path), now

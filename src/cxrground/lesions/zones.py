@@ -52,7 +52,8 @@ from cxrground.anatomy.segment.builtin import work_box
 from cxrground.anatomy.segment.plausibility import segment_checked
 from cxrground.datasets.views import is_frontal
 from cxrground.errors import ConfigError, CXRGroundError, Failure, InputError
-from cxrground.io.files import atomic_write_text, read_progress, sha256_file, sha256_json
+from cxrground.io.files import atomic_write_text, read_progress, sha256_json
+from cxrground.io.film_ledger import film_digest
 from cxrground.io.image import (
     DEFAULT_MAX_PIXELS,
     CXRImage,
@@ -62,6 +63,7 @@ from cxrground.io.image import (
     read_image,
     write_image,
 )
+from cxrground.io.output_lock import locks_output
 from cxrground.io.overlay import contact_sheet, label_panel, overlay_masks
 from cxrground.lesions.lesion_zones import LESION_ZONE_READER, LesionZoneReader
 from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel, normalise_intensity
@@ -303,7 +305,8 @@ def _raise_if_wrongly_posed(image: CXRImage, seg: LungHeartMasks, segmenter: Lun
 
 #: The run record of ``anatomy zones`` in its output folder (settings, inputs; kept after the run).
 RUN_FILE: Final[str] = ".zones-run.json"
-#: One line per film done (its reading or its failure, with the film's sha256), appended and flushed per film.
+#: One line per film done (its reading or its failure, with the film's sha256, size and modification time), appended
+#: and flushed per film; a resume hashes a film again only when its size or time differ from the recorded ones.
 PROGRESS_FILE: Final[str] = ".zones-progress.jsonl"
 OVERLAY_DIR: Final[str] = "overlays"
 #: What ``anatomy zones`` writes in its output folder (``--overwrite`` deletes these and nothing else).
@@ -390,6 +393,7 @@ def _check_run(out: Path, record: dict[str, Any], overwrite: bool) -> None:
                           "another --out or --overwrite")
 
 
+@locks_output("anatomy zones", "out")
 def write_zones(
     images: Iterable[Path], out: Path, segmenter: LungHeartSegmenter, model: NormativeModel,
     overlays: bool = True, root: Path | None = None, zone_model: ZoneReader | None = None,
@@ -407,7 +411,8 @@ def write_zones(
     normative model.
 
     Resumable: each film's reading (or failure) is appended to ``out/.zones-progress.jsonl`` (flushed) as it is
-    done, with the film's sha256; ``out/.zones-run.json`` records the run (films, reader, normative model, the lung
+    done, with the film's sha256, size and modification time (a resume reads a film's content again only when its
+    size or time differ); ``out/.zones-run.json`` records the run (films, reader, normative model, the lung
     segmenter's settings and weights, other settings). A rerun with the same record skips the films done (a film
     read since is refused, one that failed and changed since is read again; with ``retry_failed`` every film recorded as
     a failure is read again); a folder
@@ -440,18 +445,20 @@ def write_zones(
     with (out / PROGRESS_FILE).open("a", encoding="utf-8") as log:
         for path, name in zip(paths, names, strict=True):
             bar.update(1)
+            rec = done.get(name)
             try:
-                digest = sha256_file(path)
+                digest, stat = film_digest(path, rec)  # a stat when size and time are the recorded ones
             except OSError as exc:  # a broken link, a file gone since the folder was listed: looked at on every run
                 failures.append(Failure.from_exception(path, "zones", InputError(
                     f"file cannot be read ({exc.strerror or exc})", path)))
                 continue
-            rec = done.get(name)
             if rec is not None:
                 changed = rec.get("sha256") != digest
                 if changed and "reading" in rec:
                     raise ConfigError(f"film {name} changed since the run in {out} read it; use --overwrite to "
                                       "start afresh")
+                if not changed and any(rec.get(k) != v for k, v in stat.items()):  # the same film, touched
+                    log.write(json.dumps({**rec, **stat}, sort_keys=True) + "\n")
                 if "reading" in rec:
                     readings.append(ZoneReading(**rec["reading"]))
                     continue
@@ -470,12 +477,12 @@ def write_zones(
             except (InputError, CXRGroundError) as exc:
                 failure = Failure.from_exception(path, "zones", exc)
                 failures.append(failure)
-                line = {"image": name, "sha256": digest, "failure": asdict(failure)}
+                line = {"image": name, "sha256": digest, **stat, "failure": asdict(failure)}
             else:
                 readings.append(reading)
                 if overlays:
                     write_image(out / overlay_of[name], zones_overlay(im, seg, z, reading))
-                line = {"image": name, "sha256": digest, "reading": asdict(reading)}
+                line = {"image": name, "sha256": digest, **stat, "reading": asdict(reading)}
             log.write(json.dumps(line, sort_keys=True) + "\n")
             log.flush()
     bar.close()

@@ -23,6 +23,7 @@ import numpy as np
 
 from cxrground.errors import ConfigError, InputError
 from cxrground.io.image import CXRImage
+from cxrground.io.output_lock import locks_output
 from cxrground.llm.fingerprint import file_digest
 from cxrground.registry import Registry
 
@@ -110,6 +111,7 @@ def model_module(name: str) -> Any:
     return MODELS.create(name)
 
 
+@locks_output("ils train", "out")
 def train_model(name: str, dataset: str | Path, out: str | Path, **kwargs: Any) -> Path:
     """Train backend ``name`` on an ILS dataset into the checkpoint folder ``out``; returns the folder.
 

@@ -35,6 +35,7 @@ from cxrground.ils.schema import read_dataset
 from cxrground.io.files import atomic_write_text, sha256_file
 from cxrground.io.film_ledger import FilmLedger, FilmState
 from cxrground.io.image import DEFAULT_MAX_PIXELS, read_image
+from cxrground.io.output_lock import locks_output
 from cxrground.models.base import IlsModel, IlsOutput, checkpoint_fingerprint, checkpoint_info, load_model
 from cxrground.registry import backend_errors, backend_label, check_returned
 
@@ -283,6 +284,7 @@ def predict_request(request: PredictRequest, progress: bool = True) -> str:
                         lambda: _predict_and_say(r, progress))
 
 
+@locks_output("predictions", "out")
 def run_recorded(out: Path, source: dict[str, str], predict: Callable[[], str]) -> str:
     """Run ``predict`` (which writes predictions into ``out`` and says what it wrote) once ``source`` is checked
     against and recorded as what ``out`` is made from (:func:`check_same_source`); a run that fails before it

@@ -57,6 +57,7 @@ from cxrground.ils.schema import SPLITS, read_dataset
 from cxrground.io.files import atomic_write_text, sha256_file, sha256_json
 from cxrground.io.film_ledger import FilmLedger, FilmState
 from cxrground.io.image import check_out_folder
+from cxrground.io.output_lock import locks_output
 from cxrground.percept.card import render_card
 from cxrground.percept.case_files import CaseTask, case_failure, render_case
 from cxrground.percept.cases import (
@@ -409,6 +410,7 @@ def _check_candidates(path: Path, preds: dict[str, Any], positives: Sequence[Can
                           "this dataset's positive pairs")
 
 
+@locks_output("percept build", "out_dir")
 def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, progress: bool = True,
                     overwrite: bool = False, keep_work: bool = False) -> BuildSummary:
     """Build (or resume) the benchmark in ``out_dir``; see the module docstring."""

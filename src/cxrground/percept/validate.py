@@ -226,11 +226,14 @@ def _check_manifest(root: Path, problems: list[str]) -> None:
 def records_note(bench: str | Path) -> str | None:
     """The note saying that the benchmark folder ``bench`` is checked without its build records (None when it holds
     ``MANIFEST.sha256``, i.e. was made by ``percept build``)."""
-    from cxrground.percept.layout import MANIFEST_FILE
+    from cxrground.percept.layout import MANIFEST_FILE, WORK_DIR
 
     root = Path(bench)
     if (root / MANIFEST_FILE).is_file():
         return None
+    if (root / WORK_DIR).is_dir():
+        return (f"{root}: an unfinished percept build (it holds {WORK_DIR}/ and no {MANIFEST_FILE}: the build was cut "
+                "short or is running): rerun the same percept build to finish it")
     return (f"{root}: no {MANIFEST_FILE} (not made by percept build): checked without the build records (file "
             "hashes, card.md, image sizes)")
 

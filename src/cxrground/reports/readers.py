@@ -87,14 +87,16 @@ def parse_report_text(text: str, report_id: str | None = None, source: str | Pat
     )
 
 
-def _read_bytes(path: Path) -> bytes:
+def _read_bytes(path: Path, limit: int | None = MAX_REPORT_SIZE) -> bytes:
+    """The bytes of the report file ``path``; a :class:`ReportError` for a missing one, or one over ``limit`` bytes
+    (None: no limit, a table of reports, whose every text is checked instead)."""
     if not path.exists():
         raise ReportError("file does not exist", path)
     if not path.is_file():
         raise ReportError("not a regular file", path)
     size = path.stat().st_size
-    if size > MAX_REPORT_SIZE:
-        raise ReportError(f"file of {size:,} bytes, over the {MAX_REPORT_SIZE:,} a radiology report stays under", path)
+    if limit is not None and size > limit:
+        raise ReportError(f"file of {size:,} bytes, over the {limit:,} a radiology report stays under", path)
     try:
         return path.read_bytes()
     except OSError as exc:
@@ -134,7 +136,7 @@ def read_reports(paths: Iterable[str | Path], progress: bool = True) -> tuple[li
     for path in tqdm(paths, desc="reports", unit="report", disable=not progress):
         try:
             if Path(path).suffix.lower() in TABLE_SUFFIXES:
-                rows, bad = read_report_table(path, *TABLE_COLUMNS, progress=False)
+                rows, bad = read_report_table(path, *TABLE_COLUMNS, progress=progress and len(paths) == 1)
                 reports.extend(rows)
                 failures.extend(bad)
             else:
@@ -234,7 +236,7 @@ def read_report_table(
     suffix = path.suffix.lower()
     if suffix not in {".jsonl", ".ndjson", ".csv", ".tsv"}:
         raise ReportError(f"unsupported report table type {suffix!r}; expected .jsonl, .ndjson, .csv or .tsv", path)
-    data = _read_bytes(path)
+    data = _read_bytes(path, limit=None)  # each row's text is held to MAX_REPORT_SIZE (parse_report_text)
     if not data:
         raise ReportError("empty file", path)
     text = decode_utf8(data, path)

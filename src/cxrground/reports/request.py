@@ -15,7 +15,7 @@ from cxrground.fields import option
 from cxrground.llm import RetryPolicy
 from cxrground.reports.findings import StructuredReport, Structurer, finding_output
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
-from cxrground.reports.readers import expand_report_paths, read_reports, unique_report_ids
+from cxrground.reports.readers import TABLE_SUFFIXES, expand_report_paths, read_reports, unique_report_ids
 from cxrground.reports.reading import reads_the_film
 from cxrground.reports.structure import (
     ALTERNATIVE_POLICIES,
@@ -71,14 +71,19 @@ class StructureOutput:
     failed: bool
 
 
+def _has_table(files: Sequence[Path]) -> bool:
+    """Whether ``files`` holds a table of reports (many reports in one file)."""
+    return any(Path(f).suffix.lower() in TABLE_SUFFIXES for f in files)
+
+
 def structure_paths(paths: Sequence[Path], request: StructureRequest,
                     ) -> tuple[list[StructuredReport], list[Failure], Structurer]:
     """Read the report files (or folders of them) and structure each as ``request`` says; returns (structured
     reports, read and structuring failures, the structurer). Settings that do not fit the structurer are an
     :class:`OptionError`."""
     files = expand_report_paths(paths)
-    show = request.progress and len(files) > 50
-    parsed, failures = read_reports(files, progress=show)
+    parsed, failures = read_reports(files, progress=request.progress and (len(files) > 50 or _has_table(files)))
+    show = request.progress and len(parsed) > 50
     parsed = unique_report_ids(parsed)
     name = request.structurer_name
     try:

@@ -33,7 +33,9 @@ from cxrground.anatomy.segment.pose_net import (
 )
 from cxrground.errors import ConfigError, CXRGroundError, Failure, InputError
 from cxrground.io.files import atomic_write_text, read_progress, sha256_file, sha256_json
+from cxrground.io.film_ledger import film_digest
 from cxrground.io.image import DEFAULT_MAX_PIXELS, check_out_folder, read_image
+from cxrground.io.output_lock import locks_output
 
 __all__ = ["CSV_COLUMNS", "MAX_ASPECT", "MIN_SIDE", "SHEET_SIZE", "PoseRow", "contact_sheets", "film_problem",
            "write_poses"]
@@ -181,6 +183,7 @@ def contact_sheets(films: Sequence[tuple[str, np.ndarray | Path, PoseRow]], out_
     return paths
 
 
+@locks_output("anatomy pose", "out")
 def write_poses(paths: Sequence[Path], out: Path, reader: PoseReader, root: Path | None = None,
                 overwrite: bool = False, sheets: bool = True, progress: bool = True,
                 views: Mapping[str, str] | None = None, frontal: Callable[[str], bool] | None = None,
@@ -208,12 +211,14 @@ def write_poses(paths: Sequence[Path], out: Path, reader: PoseReader, root: Path
     failures: list[Failure] = []
     with (out / PROGRESS_FILE).open("a", encoding="utf-8") as log:
         for path, name in tqdm(list(zip(paths, names, strict=True)), desc="pose", disable=not progress):
+            rec = done.get(name)
             try:
-                digest = sha256_file(path)
+                digest, stat = film_digest(path, rec)  # a stat when size and time are the recorded ones
             except OSError as exc:  # a broken link, a file gone since the folder was listed: looked at on every run
                 failures.append(Failure.from_exception(path, "pose", _unreadable(path, exc)))
                 continue
-            rec = done.get(name)
+            if rec is not None and rec.get("sha256") == digest and any(rec.get(k) != v for k, v in stat.items()):
+                log.write(json.dumps({**rec, **stat}, sort_keys=True) + "\n")  # the same film, touched
             if rec is not None and rec.get("sha256") != digest:
                 if "failure" not in rec:
                     raise ConfigError(f"film {name} changed since an earlier run in {out} read it; rerun with "
@@ -233,10 +238,10 @@ def write_poses(paths: Sequence[Path], out: Path, reader: PoseReader, root: Path
                         raise InputError(problem, path)
                     probabilities = reader.read(image.pixels).probabilities
                 except (InputError, CXRGroundError) as exc:
-                    rec = {"image": name, "sha256": digest,
+                    rec = {"image": name, "sha256": digest, **stat,
                            "failure": asdict(Failure.from_exception(path, "pose", exc))}
                 else:
-                    rec = {"image": name, "sha256": digest, "probabilities": list(probabilities)}
+                    rec = {"image": name, "sha256": digest, **stat, "probabilities": list(probabilities)}
                 log.write(json.dumps(rec, sort_keys=True) + "\n")
                 log.flush()
             if "failure" in rec:

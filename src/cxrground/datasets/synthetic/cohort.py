@@ -38,6 +38,7 @@ from cxrground.errors import ConfigError, InputError
 from cxrground.fields import option
 from cxrground.io.files import atomic_write_bytes
 from cxrground.io.masks import decode_rle, write_mask_png
+from cxrground.io.output_lock import locks_output
 from cxrground.vocab import LESIONS
 from cxrground.vocab.lesions import ABBREVIATIONS
 from cxrground.vocab.traits import LESION_TRAITS
@@ -188,6 +189,7 @@ def write_requested_cohort(request: CohortRequest, progress: bool = True) -> Coh
                         progress=progress)
 
 
+@locks_output("synth", "out_dir")
 def write_cohort(
     out_dir: str | Path,
     n_studies: int,

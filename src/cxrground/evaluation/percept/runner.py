@@ -78,6 +78,7 @@ from cxrground.evaluation.percept.conversation import (
 from cxrground.evaluation.percept.parsing import is_correct, parse_answer
 from cxrground.evaluation.percept.prices import PRICES, Price, cost_usd, price_of, price_table
 from cxrground.io.files import atomic_write_text, flat_json, sha256_file, sha256_json
+from cxrground.io.output_lock import locks_output
 from cxrground.llm import EndpointRefused, RetryPolicy, bounded_map, call_with_retries, run_sync
 from cxrground.percept.paths import check_outside_benchmark
 from cxrground.percept.schema import BENCHMARK_FILE, Benchmark, load_benchmark
@@ -540,20 +541,23 @@ class _Usage:
     def __init__(self, records: dict[tuple[str, int], dict[str, Any]], client: Client, previous: dict[str, Any],
                  prices: dict[str, Price] | None, prices_file: str | None) -> None:
         self.client, self.previous, self.prices, self.prices_file = client, previous, prices, prices_file
-        self.tokens: dict[tuple[str, int], tuple[dict[str, int], dict[str, int]]] = {
-            unit: _record_tokens(rec) for unit, rec in records.items()}
+        self.tokens: dict[tuple[str, int], tuple[dict[str, int], dict[str, int]]] = {}
+        self.totals = dict.fromkeys(_TOKEN_KEYS, 0)  # running sums over ``tokens`` (a summary per case stays O(1))
+        self.new = dict.fromkeys(_TOKEN_KEYS, 0)
+        for unit, rec in records.items():
+            self.update(unit, rec)
 
     def update(self, unit: tuple[str, int], rec: dict[str, Any]) -> None:
-        self.tokens[unit] = _record_tokens(rec)
+        """Count the tokens of ``unit``'s record ``rec`` (in place of its earlier record's)."""
+        (total, new), old = _record_tokens(rec), self.tokens.get(unit)
+        for k in _TOKEN_KEYS:
+            self.totals[k] += total[k] - (old[0][k] if old else 0)
+            self.new[k] += new[k] - (old[1][k] if old else 0)
+        self.tokens[unit] = (total, new)
 
     def summary(self, stats: _Stats) -> dict[str, Any]:
-        totals = dict.fromkeys(_TOKEN_KEYS, 0)
-        new = dict.fromkeys(_TOKEN_KEYS, 0)
-        for t, n in self.tokens.values():
-            for k in _TOKEN_KEYS:
-                totals[k] += t[k]
-                new[k] += n[k]
-        return _usage_summary(totals, new, self.client, stats, self.previous, self.prices, self.prices_file)
+        return _usage_summary(dict(self.totals), dict(self.new), self.client, stats, self.previous, self.prices,
+                              self.prices_file)
 
 
 def _usage_summary(totals: dict[str, int], new: dict[str, int], client: Client, stats: _Stats,
@@ -580,6 +584,7 @@ def _usage_summary(totals: dict[str, int], new: dict[str, int], client: Client, 
     }
 
 
+@locks_output("percept eval", "out")
 def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: str | Path | None = None,
              retry: RetryPolicy | None = None, base_url: str | None = None, api_key_env: str | None = None,
              retry_failed: bool = False, progress: bool = True, client: Client | None = None,

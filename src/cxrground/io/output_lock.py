@@ -1,0 +1,150 @@
+"""One run at a time per output: the batch commands hold an exclusive lock on their output folder or file while they
+write it, so a second run started on the same output is refused instead of mixing its results with the first's.
+
+The lock is an advisory ``flock`` on a small file beside the output, ``.{name}.cxrground-lock`` in the output's
+parent folder (so it never shows among the output's own files), holding the holder's pid, command line and start
+time for the refusal message. The operating system releases the lock when the holder exits, however it ends (a
+kill included), so a lock never outlives its run; a run that ends normally also removes the file. Two names of one
+output (a symlink, a relative path) resolve to one lock. The lock is re-entrant within a process: a function that
+holds it may call another that asks for it. Where ``fcntl`` is missing (Windows) no lock is taken.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from cxrground.errors import ConfigError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["LOCK_SUFFIX", "OutputBusyError", "lock_path", "locks_output", "output_lock"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The lock file's suffix; its name is ``.{output name}{LOCK_SUFFIX}`` beside the output.
+LOCK_SUFFIX: Final[str] = ".cxrground-lock"
+#: Outputs this process holds, with how many nested holders each has.
+_HELD: dict[Path, int] = {}
+
+
+class OutputBusyError(ConfigError):
+    """Another run is writing the output this run was asked to write."""
+
+
+def lock_path(out: str | Path) -> Path:
+    """The lock file of the output folder or file ``out``."""
+    target = Path(out).resolve()
+    return target.parent / f".{target.name}{LOCK_SUFFIX}"
+
+
+@contextlib.contextmanager
+def output_lock(out: str | Path, command: str) -> Iterator[None]:
+    """Hold the lock of output ``out`` (a folder or file, existing or not) for the ``with`` block; an
+    :class:`OutputBusyError` naming the other run (its pid, command and start time) when another process holds it.
+    ``command`` names this run in the lock file (e.g. ``"ils build"``)."""
+    path = lock_path(out)
+    if fcntl is None or _HELD.get(path):
+        _HELD[path] = _HELD.get(path, 0) + 1
+        try:
+            yield
+        finally:
+            _HELD[path] -= 1
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = _acquire(path, Path(out))
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "command": command, "argv": sys.argv,
+                                 "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}).encode("utf-8"))
+        _HELD[path] = 1
+        _check_writable(Path(out))
+        yield
+    finally:
+        _HELD.pop(path, None)
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # before the release: a run waiting on this file finds it gone and takes a new one
+        os.close(fd)
+
+
+def _check_writable(out: Path) -> None:
+    """Raise the ``OSError`` a write into the existing output ``out`` would meet (a folder: a file created and
+    removed in it; a file: opened for appending), so a run that cannot write fails before its work, not after."""
+    if out.is_dir():
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    elif out.is_file():
+        with out.open("ab"):
+            pass
+
+
+def _acquire(path: Path, out: Path) -> int:
+    """An open descriptor of ``path`` holding its exclusive lock (retried when the file was replaced meanwhile)."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise OutputBusyError(f"{out} is being written by another run ({holder}); wait for it to end, or write to "
+                                  "another output") from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # the holder removed the file as it ended: lock the new one
+
+
+def _holder(fd: int) -> str:
+    """How the lock file open at ``fd`` names its holder."""
+    with contextlib.suppress(OSError, ValueError):
+        info = json.loads(os.pread(fd, 65536, 0).decode("utf-8"))
+        argv = _command_line(info.get("argv") or [])
+        return f"pid {info.get('pid')}, `{argv or info.get('command')}`, started {info.get('started')}"
+    return "a process that has not said which"
+
+
+def _command_line(argv: list[object]) -> str:
+    """A recorded ``sys.argv`` as a command line, the program by its file name."""
+    words = [str(a) for a in argv]
+    return " ".join([Path(words[0]).name, *words[1:]]) if words else ""
+
+
+def locks_output(command: str, arg: str, target: Callable[[Any], str | Path | None] | None = None
+                 ) -> Callable[[F], F]:
+    """Decorate a function that writes the output its argument ``arg`` names so that it runs holding that output's
+    lock (:func:`output_lock`, as ``command``). ``target`` maps the argument to the path to lock (None: no lock,
+    e.g. an object-storage URL)."""
+
+    def wrap(fn: F) -> F:
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            value = bound.arguments[arg]
+            path = target(value) if target is not None else value
+            if path is None:
+                return fn(*args, **kwargs)
+            with output_lock(path, command):
+                return fn(*args, **kwargs)
+
+        return run  # type: ignore[return-value]
+
+    return wrap
