@@ -54,3 +54,32 @@ def test_a_torn_last_line_and_foreign_lines_are_ignored(tmp_path):
     assert path.read_text().endswith("}\n")  # the torn tail is cut off, so the next line starts afresh
     ledger.record("c.png", FilmState.of(film))
     assert [json.loads(line)["film"] for line in path.read_text().splitlines()[-1:]] == ["c.png"]
+
+
+def test_a_film_recorded_just_after_its_change_is_compared_by_content(tmp_path):
+    import time
+
+    film = tmp_path / "a.png"
+    film.write_bytes(b"film one")  # modified now: a same-size rewrite within the clock's resolution keeps the time
+    ledger = FilmLedger(tmp_path / "films.jsonl")
+    state = FilmState.of(film)
+    assert state.racy
+    ledger.record("a.png", state)
+    assert json.loads((tmp_path / "films.jsonl").read_text())["racy"] is True
+    mtime = film.stat().st_mtime_ns
+    film.write_bytes(b"film two")
+    os.utime(film, ns=(mtime, mtime))  # the same size and time, other content
+    assert ledger.compare("a.png", film) == "changed"
+    old = time.time_ns() - 10_000_000_000
+    os.utime(film, ns=(old, old))
+    ledger.record("a.png", FilmState.of(film))
+    assert not ledger.get("a.png").racy and ledger.compare("a.png", film) == "same"
+
+
+def test_a_forgotten_film_is_unrecorded_again(tmp_path):
+    film = _film(tmp_path / "a.png", b"film")
+    ledger = FilmLedger(tmp_path / "films.jsonl")
+    ledger.record("a.png", FilmState.of(film))
+    ledger.forget("a.png")
+    assert ledger.compare("a.png", film) == "unrecorded"
+    assert FilmLedger(tmp_path / "films.jsonl").get("a.png") is None  # the forgetting is on file

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -89,9 +90,10 @@ def test_an_output_that_cannot_be_written_fails_before_the_work(tmp_path, monkey
 def test_file_system_errors_read_as_one_line_with_what_to_do():
     full = OSError(errno.ENOSPC, "No space left on device", "/data/ils/units/s1.json")
     assert error_text(full) == ("/data/ils/units/s1.json: No space left on device (free some space and rerun the "
-                                "same command: it resumes where it stopped)")
+                                "command; the batch commands resume where they stopped)")
     denied = PermissionError(errno.EACCES, "Permission denied", "/data/ils")
-    assert "may not write there" in error_text(denied)
+    assert "may not use that file or folder" in error_text(denied)
+    assert error_text(OSError()) == "OSError"  # an error without a message still says something
 
 
 def test_ils_build_on_an_output_another_run_is_writing_is_refused(tmp_path):
@@ -107,3 +109,57 @@ def test_ils_build_on_an_output_another_run_is_writing_is_refused(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_another_thread_is_refused_and_a_rank_other_than_0_takes_no_lock(tmp_path, monkeypatch):
+    import threading
+
+    out = tmp_path / "out"
+    seen: list[BaseException | None] = []
+
+    def other() -> None:
+        try:
+            with output_lock(out, "thread"):
+                seen.append(None)
+        except OutputBusyError as exc:
+            seen.append(exc)
+
+    with output_lock(out, "main"):
+        worker = threading.Thread(target=other)
+        worker.start()
+        worker.join()
+    assert isinstance(seen[0], OutputBusyError) and "another thread of this process" in str(seen[0])
+    with output_lock(out, "main"):  # the refused thread left the lock as it was
+        pass
+    proc = _holder(out)
+    try:
+        monkeypatch.setenv("RANK", "1")  # a second rank of a torchrun launch: rank 0 holds the lock for the run
+        with output_lock(out, "rank 1"):
+            pass
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_an_output_whose_parent_cannot_be_written_is_locked_in_the_temporary_folder(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr("cxrground.io.output_lock._writable_folder", lambda folder: False)
+    path = lock_path(tmp_path / "out")
+    assert path.parent == Path(tempfile.gettempdir()) / "cxrground-locks" and path.name.endswith(".cxrground-lock")
+    assert path == lock_path(tmp_path / "x" / ".." / "out")  # one output, one lock
+    with output_lock(tmp_path / "out", "test"):
+        assert path.is_file()
+    monkeypatch.undo()
+    assert lock_path(Path("/")).parent.name == "cxrground-locks"  # a root has no folder beside it
+
+
+def test_a_broken_pipe_is_left_to_click():
+    from cxrground.cli.common import clean_errors
+
+    @clean_errors()
+    def write() -> None:
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    with pytest.raises(BrokenPipeError):
+        write()

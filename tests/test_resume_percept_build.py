@@ -173,3 +173,25 @@ def test_films_changed_since_the_build_read_them_are_noticed(synth_bench, tmp_pa
         build_benchmark(opts, bench, progress=False)
     assert _files(bench) == before
     assert not build_benchmark(opts, bench, progress=False, overwrite=True).already_built
+
+
+def test_a_film_gone_and_back_is_made_again_and_an_older_unfinished_build_keeps_its_work(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from cxrground.percept.build import _refresh_films
+
+    images = tmp_path / "films"
+    images.mkdir()
+    (images / "a.png").write_bytes(b"film a")
+    work = tmp_path / ".work"
+    (work / "plans").mkdir(parents=True)
+    task = SimpleNamespace(cand=SimpleNamespace(image_path="a.png"), case_id="c1")
+    plan = work / "plans" / "c1.json"
+    plan.write_text("{}")  # planned by a version that kept no film ledger: its films are recorded as they are
+    assert _refresh_films(work, images, [task], False, recorded=False) == 0 and plan.is_file()
+    (images / "a.png").unlink()  # the film goes: its plan is made again (a failure)
+    assert _refresh_films(work, images, [task], False, recorded=True) == 1 and not plan.exists()
+    plan.write_text('{"status": "failed"}')
+    assert _refresh_films(work, images, [task], False, recorded=True) == 0 and plan.is_file()  # still gone
+    (images / "a.png").write_bytes(b"film a")  # back, with the same content: made again from the film
+    assert _refresh_films(work, images, [task], False, recorded=True) == 1 and not plan.exists()

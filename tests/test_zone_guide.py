@@ -228,11 +228,11 @@ def test_guide_outcomes_name_what_drew_the_mask():
     base = {"zone_guide": {"reader": "zone_prior_v2", "zones": ["C"], "filled": []}}
     assert guide_outcome({**base, "status": "empty", "reason": UNFLAGGED}).startswith("no mask: the reader flags no")
     assert guide_outcome({**base, "status": "grounded", "algorithm1": True}) == \
-        "Algorithm 1's mask, cut to the flagged zones"
+        "Algorithm 1's mask, cut to the guided zones"
     filled = {"zone_guide": {**base["zone_guide"], "filled": ["C"]}, "status": "grounded"}
     assert "completed by fills" in guide_outcome({**filled, "algorithm1": True})
     assert guide_outcome({**filled, "algorithm1": False}).startswith("fills alone")
-    assert "outside the flagged zones" in guide_outcome({**base, "status": "empty", "reason": NOTHING_LEFT})
+    assert "outside the guided zones" in guide_outcome({**base, "status": "empty", "reason": NOTHING_LEFT})
     # an unfilled lesion (atelectasis) Algorithm 1 did not ground keeps Algorithm 1's own reason
     assert "not filled" in guide_outcome({**base, "status": "empty", "reason": "no_box_passed"})
 

@@ -172,13 +172,13 @@ def error_text(exc: BaseException) -> str:
     return "\n".join([text, *getattr(exc, "__notes__", ())])
 
 
-#: What to do about the file-system errors a batch command meets while it writes (every batch command resumes).
+#: What to do about the common file-system errors (the batch commands resume where they stopped when rerun).
 _OS_ERROR_HINTS: dict[int, str] = {
-    errno.ENOSPC: "free some space and rerun the same command: it resumes where it stopped",
-    errno.EDQUOT: "the disk quota is used up: free some space and rerun the same command, it resumes",
+    errno.ENOSPC: "free some space and rerun the command; the batch commands resume where they stopped",
+    errno.EDQUOT: "the disk quota is used up: free some space and rerun the command; the batch commands resume",
     errno.EFBIG: "a file would exceed the size limit of this file system or process (ulimit -f)",
-    errno.EACCES: "this user may not write there: fix the permissions or choose another output",
-    errno.EPERM: "this user may not write there: fix the permissions or choose another output",
+    errno.EACCES: "this user may not use that file or folder: fix its permissions or choose another path",
+    errno.EPERM: "this user may not use that file or folder: fix its permissions or choose another path",
     errno.EROFS: "the file system is read-only: choose another output",
 }
 
@@ -186,7 +186,7 @@ _OS_ERROR_HINTS: dict[int, str] = {
 def os_error_text(exc: OSError) -> str:
     """One line for a file-system error: the file(s), the reason and, for the common ones, what to do."""
     where = " -> ".join(str(name) for name in (exc.filename, exc.filename2) if name is not None)
-    reason = exc.strerror or str(exc)
+    reason = exc.strerror or str(exc) or type(exc).__name__
     hint = _OS_ERROR_HINTS.get(exc.errno or -1)
     return f"{where + ': ' if where else ''}{reason}{f' ({hint})' if hint else ''}"
 
@@ -199,6 +199,8 @@ def clean_errors(*extra: type[Exception]) -> Callable[[F], F]:
         def run(*args: Any, **kwargs: Any) -> Any:
             try:
                 return fn(*args, **kwargs)
+            except BrokenPipeError:  # the reader of the output went away (`| head`): not an error of the command
+                raise
             except (CXRGroundError, OSError, *extra) as exc:
                 raise click.ClickException(error_text(exc)) from exc
 
@@ -229,6 +231,8 @@ class CleanGroup(click.Group):
         """Run the chosen subcommand; a :class:`CXRGroundError` becomes a :class:`click.ClickException`."""
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:  # the reader of the output went away (`| head`): not an error of the command
+            raise
         except (CXRGroundError, OSError) as exc:
             raise click.ClickException(error_text(exc)) from exc
 

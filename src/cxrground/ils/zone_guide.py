@@ -77,7 +77,8 @@ def named_zones(finding: Finding) -> list[str]:
 
 def guided_zones(finding: Finding, flags: Mapping[str, bool]) -> list[str]:
     """The zones of ``finding`` the reader flags (``flags``: zone letter → flag); when it flags some but none of
-    the finding's :func:`named_zones`, those are guided too, so a mask never leaves the zones the report names."""
+    the finding's :func:`named_zones`, those are guided too, so a mask is never only in zones the report does not
+    name in particular."""
     flagged = [z for z in finding_zones(finding) if flags.get(z, False)]
     named = named_zones(finding)
     if flagged and named and not set(flagged) & set(named):
@@ -141,12 +142,12 @@ def guide_outcome(record: Mapping[str, object]) -> str | None:
         if record.get("reason") == UNFLAGGED:
             return "no mask: the reader flags no zone the report names"
         if record.get("reason") == NOTHING_LEFT:
-            return "no mask: Algorithm 1's mask lies outside the flagged zones"
+            return "no mask: Algorithm 1's mask lies outside the guided zones"
         return "no mask: Algorithm 1 drew none, and the lesion is not filled"
     if not guide.get("filled"):
-        return "Algorithm 1's mask, cut to the flagged zones"
+        return "Algorithm 1's mask, cut to the guided zones"
     if record.get("algorithm1"):
-        return "Algorithm 1's mask, cut to the flagged zones and completed by fills"
+        return "Algorithm 1's mask, cut to the guided zones and completed by fills"
     return "fills alone (Algorithm 1 drew no mask)"
 
 

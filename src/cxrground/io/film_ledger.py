@@ -7,7 +7,10 @@ A ledger is an append-only JSON-lines file, one object per line, a later line of
      "sha256": "9f86d0…"}
 
 ``film`` is the film's path relative to the image root the run read (so a moved image folder keeps its ledger).
-A last line without its newline (a kill mid-write) is cut off and ignored.
+A last line without its newline (a kill mid-write) is cut off and ignored. ``{"film": ..., "gone": true}`` forgets
+a film (it was missing when looked for). A state recorded less than :data:`RACY_NS` after the film's modification
+time is marked ``"racy": true``: a rewrite of the same size within the file system's time resolution would keep the
+time, so such a film is compared by content until a later record is not racy (as ``git`` treats its index).
 
 :meth:`FilmLedger.compare` tells whether the film a path holds now is the one recorded: equal size and
 modification time are taken as the same film without reading it (one ``stat``, as ``git`` and ``make`` do);
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,26 +30,37 @@ from typing import Any, Literal
 
 from cxrground.io.files import cut_torn_tail, sha256_file
 
-__all__ = ["FilmLedger", "FilmState", "Verdict", "film_digest"]
+__all__ = ["RACY_NS", "FilmLedger", "FilmState", "Verdict", "film_digest", "racy", "restated"]
 
 #: How a film compares with its record: the same film, another film (changed content), no file there now (or one
 #: that cannot be read), or no record of it (a result written before films were recorded).
 Verdict = Literal["same", "changed", "missing", "unrecorded"]
 
 
+#: A state recorded within this many nanoseconds of the film's modification time is racy (see the module).
+RACY_NS = 2_000_000_000
+
+
+def racy(mtime_ns: int) -> bool:
+    """Whether a film modified at ``mtime_ns`` could still be rewritten without another modification time."""
+    return time.time_ns() - mtime_ns < RACY_NS
+
+
 @dataclass(frozen=True)
 class FilmState:
-    """A film file's size in bytes, modification time in nanoseconds and content SHA-256 (hex)."""
+    """A film file's size in bytes, modification time in nanoseconds and content SHA-256 (hex); ``racy``: recorded
+    too soon after the modification for the time to vouch for the content."""
 
     size: int
     mtime_ns: int
     sha256: str
+    racy: bool = False
 
     @classmethod
     def of(cls, path: str | Path) -> FilmState:
         """The state of the file at ``path`` now (``OSError`` when it cannot be read)."""
         st = os.stat(path)  # before the content: a file rewritten while hashed reads as changed next time
-        return cls(size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=sha256_file(path))
+        return cls(size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=sha256_file(path), racy=racy(st.st_mtime_ns))
 
 
 class FilmLedger:
@@ -57,7 +72,11 @@ class FilmLedger:
         if self.path.is_file():
             for line in cut_torn_tail(self.path).decode("utf-8", "replace").splitlines():
                 state = _parse(line)
-                if state is not None:
+                if state is None:
+                    continue
+                if state[1] is None:
+                    self._states.pop(state[0], None)
+                else:
                     self._states[state[0]] = state[1]
 
     def __len__(self) -> int:
@@ -71,10 +90,23 @@ class FilmLedger:
         """Append ``film``'s state (nothing when it is the recorded one) and flush it to disk."""
         if self._states.get(film) == state:
             return
+        record = {"film": film, **asdict(state)}
+        if not state.racy:
+            record.pop("racy")
+        self._append(record)
+        self._states[film] = state
+
+    def forget(self, film: str) -> None:
+        """Forget ``film`` (a film no longer found): compared again, it is ``unrecorded``."""
+        if film in self._states:
+            self._append({"film": film, "gone": True})
+            del self._states[film]
+
+    def _append(self, record: dict[str, Any]) -> None:
+        """Append one line and flush it to disk."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"film": film, **asdict(state)}) + "\n")
-        self._states[film] = state
+            fh.write(json.dumps(record) + "\n")
 
     def compare(self, film: str, path: str | Path) -> Verdict:
         """Whether the file at ``path`` holds the film recorded as ``film`` (see the module docstring)."""
@@ -83,7 +115,7 @@ class FilmLedger:
             return "unrecorded"
         try:
             st = os.stat(path)
-            if (st.st_size, st.st_mtime_ns) == (before.size, before.mtime_ns):
+            if (st.st_size, st.st_mtime_ns) == (before.size, before.mtime_ns) and not before.racy:
                 return "same"
             if st.st_size != before.size:
                 return "changed"
@@ -96,25 +128,38 @@ class FilmLedger:
         return "same"
 
 
-def _parse(line: str) -> tuple[str, FilmState] | None:
-    """A ledger line's film and state (None: not a ledger line)."""
+def _parse(line: str) -> tuple[str, FilmState | None] | None:
+    """A ledger line's film and state (state None: the film is forgotten; None: not a ledger line)."""
     try:
         obj = json.loads(line)
         if not isinstance(obj, dict) or not isinstance(obj.get("film"), str):
             return None
-        state = FilmState(size=int(obj["size"]), mtime_ns=int(obj["mtime_ns"]), sha256=str(obj["sha256"]))
+        if obj.get("gone") is True:
+            return obj["film"], None
+        state = FilmState(size=int(obj["size"]), mtime_ns=int(obj["mtime_ns"]), sha256=str(obj["sha256"]),
+                          racy=obj.get("racy") is True)
     except (ValueError, KeyError, TypeError):
         return None
     return obj["film"], state
 
 
-def film_digest(path: str | Path, recorded: Mapping[str, Any] | None) -> tuple[str, dict[str, int]]:
-    """The SHA-256 of the film at ``path`` and its ``{"size", "mtime_ns"}``: the digest a progress record
-    ``recorded`` holds (``sha256``, ``size``, ``mtime_ns``) when the film's size and time are the recorded ones,
-    else read from the file (``OSError`` when it cannot be)."""
+def film_digest(path: str | Path, recorded: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """The SHA-256 of the film at ``path`` and its ``{"size", "mtime_ns"}`` (and ``"racy": true``, see the
+    module): the digest a progress record ``recorded`` holds (``sha256``, ``size``, ``mtime_ns``, ``racy``) when the
+    film's size and time are the recorded ones and the record is not racy, else read from the file (``OSError`` when
+    it cannot be)."""
     st = os.stat(path)
-    now = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
-    if (recorded is not None and isinstance(recorded.get("sha256"), str)
+    now: dict[str, Any] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    if racy(st.st_mtime_ns):
+        now["racy"] = True
+    if (recorded is not None and isinstance(recorded.get("sha256"), str) and recorded.get("racy") is not True
             and (recorded.get("size"), recorded.get("mtime_ns")) == (st.st_size, st.st_mtime_ns)):
         return recorded["sha256"], now
     return sha256_file(path), now
+
+
+def restated(recorded: Mapping[str, Any], state: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The progress record ``recorded`` with the film state ``state`` of :func:`film_digest` (size, time, racy) in
+    place of its own, when they differ (the same film, touched since); None when they do not."""
+    now = {**{k: v for k, v in recorded.items() if k not in ("size", "mtime_ns", "racy")}, **state}
+    return now if now != dict(recorded) else None

@@ -2,22 +2,28 @@
 write it, so a second run started on the same output is refused instead of mixing its results with the first's.
 
 The lock is an advisory ``flock`` on a small file beside the output, ``.{name}.cxrground-lock`` in the output's
-parent folder (so it never shows among the output's own files), holding the holder's pid, command line and start
-time for the refusal message. The operating system releases the lock when the holder exits, however it ends (a
-kill included), so a lock never outlives its run; a run that ends normally also removes the file. Two names of one
-output (a symlink, a relative path) resolve to one lock. The lock is re-entrant within a process: a function that
-holds it may call another that asks for it. Where ``fcntl`` is missing (Windows) no lock is taken.
+parent folder (so it never shows among the output's own files), or, where that folder cannot be written (or the
+output is a file-system root), in ``cxrground-locks/`` of the temporary folder, named by a hash of the output's
+path. It holds the holder's pid, command line and start time for the refusal message. The operating system
+releases the lock when the holder exits, however it ends (a kill included), so a lock never outlives its run; a run
+that ends normally also removes the file. Two names of one output (a symlink, a relative path) resolve to one lock.
+The lock is re-entrant within a thread (a function that holds it may call another that asks for it); another thread
+of the process is refused like another process. Under a distributed launcher (``torchrun``, ``accelerate``,
+``deepspeed``: ``RANK`` set) only rank 0 takes it, for all the ranks of the run. Where ``fcntl`` is missing
+(Windows) no lock is taken.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import inspect
 import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,8 +42,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: The lock file's suffix; its name is ``.{output name}{LOCK_SUFFIX}`` beside the output.
 LOCK_SUFFIX: Final[str] = ".cxrground-lock"
-#: Outputs this process holds, with how many nested holders each has.
-_HELD: dict[Path, int] = {}
+#: Outputs this process holds: the holding thread and how many nested holders it has.
+_HELD: dict[Path, tuple[int, int]] = {}
+_HELD_GUARD = threading.Lock()
 
 
 class OutputBusyError(ConfigError):
@@ -45,9 +52,21 @@ class OutputBusyError(ConfigError):
 
 
 def lock_path(out: str | Path) -> Path:
-    """The lock file of the output folder or file ``out``."""
+    """The lock file of the output folder or file ``out``: beside it, or in the temporary folder when its parent
+    folder cannot be written."""
     target = Path(out).resolve()
-    return target.parent / f".{target.name}{LOCK_SUFFIX}"
+    beside = target.parent / f".{target.name}{LOCK_SUFFIX}"
+    if target.name and (beside.exists() or _writable_folder(target.parent)):
+        return beside
+    digest = hashlib.sha256(str(target).encode("utf-8")).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / "cxrground-locks" / f"{digest}{LOCK_SUFFIX}"
+
+
+def _writable_folder(folder: Path) -> bool:
+    """Whether files can be created in ``folder`` (or in the nearest existing folder above it)."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return os.access(folder, os.W_OK | os.X_OK)
 
 
 @contextlib.contextmanager
@@ -55,28 +74,60 @@ def output_lock(out: str | Path, command: str) -> Iterator[None]:
     """Hold the lock of output ``out`` (a folder or file, existing or not) for the ``with`` block; an
     :class:`OutputBusyError` naming the other run (its pid, command and start time) when another process holds it.
     ``command`` names this run in the lock file (e.g. ``"ils build"``)."""
+    if fcntl is None or os.environ.get("RANK", "0") != "0":  # no locks here, or a rank other than 0 of a launch
+        yield
+        return
     path = lock_path(out)
-    if fcntl is None or _HELD.get(path):
-        _HELD[path] = _HELD.get(path, 0) + 1
+    me = threading.get_ident()
+    with _HELD_GUARD:
+        holder, depth = _HELD.get(path, (None, 0))
+        if holder is not None and holder != me:
+            raise OutputBusyError(f"{out} is being written by another thread of this process (pid {os.getpid()}); "
+                                  "wait for it to end, or write to another output")
+        if holder == me:
+            _HELD[path] = (me, depth + 1)
+    if holder == me:
         try:
             yield
         finally:
-            _HELD[path] -= 1
+            with _HELD_GUARD:
+                _HELD[path] = (me, _HELD[path][1] - 1)
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    created = _make_folders(path.parent)
+    if created and path.parent.name == "cxrground-locks":  # the shared fallback folder: every user may lock in it
+        with contextlib.suppress(OSError):
+            path.parent.chmod(0o1777)
     fd = _acquire(path, Path(out))
+    failed = True
     try:
+        with _HELD_GUARD:
+            _HELD[path] = (me, 1)
         os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "command": command, "argv": sys.argv,
+        os.write(fd, json.dumps({"pid": os.getpid(), "command": command, "argv": sys.argv, "output": str(out),
                                  "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}).encode("utf-8"))
-        _HELD[path] = 1
         _check_writable(Path(out))
         yield
+        failed = False
     finally:
-        _HELD.pop(path, None)
+        with _HELD_GUARD:
+            _HELD.pop(path, None)
         with contextlib.suppress(OSError):
             os.unlink(path)  # before the release: a run waiting on this file finds it gone and takes a new one
         os.close(fd)
+        for folder in reversed(created if failed else ()):  # a refused run leaves no folder it made for its lock
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
+def _make_folders(folder: Path) -> list[Path]:
+    """Create ``folder`` and the missing folders above it; the folders created, outermost first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for made in reversed(missing):
+        made.mkdir(exist_ok=True)
+    return missing[::-1]
 
 
 def _check_writable(out: Path) -> None:

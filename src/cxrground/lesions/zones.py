@@ -53,7 +53,7 @@ from cxrground.anatomy.segment.plausibility import segment_checked
 from cxrground.datasets.views import is_frontal
 from cxrground.errors import ConfigError, CXRGroundError, Failure, InputError
 from cxrground.io.files import atomic_write_text, read_progress, sha256_json
-from cxrground.io.film_ledger import film_digest
+from cxrground.io.film_ledger import film_digest, restated
 from cxrground.io.image import (
     DEFAULT_MAX_PIXELS,
     CXRImage,
@@ -457,8 +457,8 @@ def write_zones(
                 if changed and "reading" in rec:
                     raise ConfigError(f"film {name} changed since the run in {out} read it; use --overwrite to "
                                       "start afresh")
-                if not changed and any(rec.get(k) != v for k, v in stat.items()):  # the same film, touched
-                    log.write(json.dumps({**rec, **stat}, sort_keys=True) + "\n")
+                if not changed and (touched := restated(rec, stat)) is not None:  # the same film, touched
+                    log.write(json.dumps(touched, sort_keys=True) + "\n")
                 if "reading" in rec:
                     readings.append(ZoneReading(**rec["reading"]))
                     continue

@@ -202,11 +202,13 @@ def predict_jobs(model: IlsModel, jobs: list[tuple[str, list[dict[str, Any]]]], 
             if not items:
                 continue
             try:
+                try:  # before the read: a film replaced meanwhile is found changed next time, not taken as read
+                    state: FilmState | None = FilmState.of(images / rel)
+                except OSError:
+                    state = None  # the read below says why
                 image = read_image(images / rel, max_pixels=max_pixels)
-                try:
-                    ledger.record(rel, FilmState.of(images / rel))
-                except OSError as exc:
-                    raise InputError(f"file cannot be read ({exc.strerror or exc})", images / rel) from exc
+                if state is not None:
+                    ledger.record(rel, state)
                 for b in range(0, len(items), batch_size):
                     chunk = items[b:b + batch_size]
                     with backend_errors("model", model, "predict"):

@@ -307,10 +307,12 @@ def _clear_build(out: Path) -> None:
 FILMS_LEDGER: Final[str] = "films.jsonl"
 
 
-def _refresh_films(work: Path, images_root: Path, tasks: Sequence[PlanTask | CaseTask], progress: bool) -> int:
+def _refresh_films(work: Path, images_root: Path, tasks: Sequence[PlanTask | CaseTask], progress: bool,
+                   recorded: bool) -> int:
     """Record in the build's film ledger the films ``tasks`` read, and remove the plan and case results (under
     ``work``) of the candidates on a film that changed, went or appeared since the build read it, so they are made
-    again; returns how many films changed, went or appeared."""
+    again; returns how many films changed, went or appeared. ``recorded``: whether the ledger was kept from the
+    start of the build (a build begun by a version that kept none has its films recorded as they are now)."""
     ledger = FilmLedger(work / FILMS_LEDGER)
     by_film: dict[str, list[str]] = {}
     for t in tasks:
@@ -320,13 +322,15 @@ def _refresh_films(work: Path, images_root: Path, tasks: Sequence[PlanTask | Cas
                               dynamic_ncols=True):
         verdict = ledger.compare(rel, images_root / rel)
         made = [work / kind / f"{case_id}.json" for case_id in case_ids for kind in ("plans", "cases")]
-        # unrecorded with results: the film could not be found when its case was made (same version: .work/settings)
-        if verdict in ("changed", "missing") or (verdict == "unrecorded" and any(p.is_file() for p in made)
-                                                 and (images_root / rel).is_file()):
+        # unrecorded with results: the film could not be found when its case was made (it is back now)
+        if verdict in ("changed", "missing") or (verdict == "unrecorded" and recorded and (images_root / rel).is_file()
+                                                 and any(p.is_file() for p in made)):
             changed += 1
             for path in made:
                 path.unlink(missing_ok=True)
-        if verdict != "same":
+        if verdict == "missing":
+            ledger.forget(rel)  # made again as a failure; found again later, it is made again from the film
+        elif verdict != "same":
             with contextlib.suppress(OSError):  # a film that cannot be read: its task records the failure
                 ledger.record(rel, FilmState.of(images_root / rel))
     return changed
@@ -516,7 +520,8 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
             plan_tasks.append(PlanTask(c, case_folder(opts.seed, c.key_id), str(images_root / c.image_path), src,
                                         ref, anatomy_of(c), opts.seed, opts.deformer, kwargs, opts.strict_negatives,
                                         opts.cpa_either_side))
-    films_changed = _refresh_films(work, images_root, plan_tasks, progress)
+    recorded = (work / FILMS_LEDGER).is_file() or not any((work / "plans").glob("*.json"))
+    films_changed = _refresh_films(work, images_root, plan_tasks, progress, recorded)
     todo = [t for t in plan_tasks if not (work / "plans" / f"{t.case_id}.json").is_file()]
     _run_pool(plan_case, todo, str(work), workers, "percept plan", progress, deformers)
 
@@ -549,7 +554,7 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     sampled = {lesion: {p: len(sample[(lesion, p)]) for p in SAMPLE_PATHS} for lesion in LESIONS}
     case_tasks = [CaseTask(c, case_folder(opts.seed, c.key_id), path, str(images_root / c.image_path))
                   for (lesion, path), cands in sample.items() for c in cands]
-    films_changed += _refresh_films(work, images_root, case_tasks, progress)
+    films_changed += _refresh_films(work, images_root, case_tasks, progress, recorded)
     ctodo = [t for t in case_tasks if not (work / "cases" / f"{t.case_id}.json").is_file()]
     _run_pool(render_case, ctodo, str(out), workers, "percept cases", progress)
 

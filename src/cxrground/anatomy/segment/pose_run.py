@@ -33,7 +33,7 @@ from cxrground.anatomy.segment.pose_net import (
 )
 from cxrground.errors import ConfigError, CXRGroundError, Failure, InputError
 from cxrground.io.files import atomic_write_text, read_progress, sha256_file, sha256_json
-from cxrground.io.film_ledger import film_digest
+from cxrground.io.film_ledger import film_digest, restated
 from cxrground.io.image import DEFAULT_MAX_PIXELS, check_out_folder, read_image
 from cxrground.io.output_lock import locks_output
 
@@ -217,8 +217,8 @@ def write_poses(paths: Sequence[Path], out: Path, reader: PoseReader, root: Path
             except OSError as exc:  # a broken link, a file gone since the folder was listed: looked at on every run
                 failures.append(Failure.from_exception(path, "pose", _unreadable(path, exc)))
                 continue
-            if rec is not None and rec.get("sha256") == digest and any(rec.get(k) != v for k, v in stat.items()):
-                log.write(json.dumps({**rec, **stat}, sort_keys=True) + "\n")  # the same film, touched
+            if rec is not None and rec.get("sha256") == digest and (touched := restated(rec, stat)) is not None:
+                log.write(json.dumps(touched, sort_keys=True) + "\n")  # the same film, touched
             if rec is not None and rec.get("sha256") != digest:
                 if "failure" not in rec:
                     raise ConfigError(f"film {name} changed since an earlier run in {out} read it; rerun with "

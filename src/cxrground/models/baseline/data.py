@@ -1,4 +1,4 @@
-"""Pairs, images and masks of an ILS dataset at the baseline's working size, cached in memory.
+"""Pairs, images and masks of an ILS dataset at the baseline's working size, cached in memory or on disk.
 
 - :func:`prepare_image`: native grey pixels → ``zscore-valid`` canvas of ``config.size`` (centred
   :class:`~cxrground.io.transform.Letterbox`, the same normalisation as the lung U-Net) plus the anatomy
@@ -6,13 +6,15 @@
   computed on the canvas from the shipped lung U-Net's lungs (all zero with ``anatomy="none"``).
 - :func:`load_pairs`: the pairs of one split with their training labels (presence, lesion-inference
   lesion and certainty, grounded location labels).
-- :class:`PairTensors`: a torch ``Dataset`` over those pairs whose images and masks are read once, resized
-  and kept in memory; an unreadable image is recorded as a :class:`~cxrground.errors.Failure` and its pairs
-  are left out.
+- :class:`PairTensors`: a torch ``Dataset`` over those pairs whose images and masks are read once and resized,
+  kept in memory or in a memory-mapped cache folder a later run reuses; an unreadable image is recorded as a
+  :class:`~cxrground.errors.Failure` and its pairs are left out.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +31,7 @@ from cxrground.errors import ConfigError, Failure, InputError
 from cxrground.ils.frames import read_native_mask, released_side
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.schema import read_dataset
+from cxrground.io.files import atomic_write_text, sha256_json
 from cxrground.io.image import CXRImage, read_image
 from cxrground.io.transform import Letterbox
 from cxrground.models.baseline.conditioning import CERTAINTIES, LI_LESIONS, encode, location_vector, parse
@@ -37,8 +40,8 @@ from cxrground.models.train_failures import STAGE
 from cxrground.vocab.ils_templates import positive_answer
 from cxrground.vocab.locations import ILS_LOCATION_LABELS
 
-__all__ = ["PairRecord", "PairTensors", "WorkingImage", "check_lungs", "dataset_paths", "load_pairs", "lungs_identity",
-           "make_segmenter", "prepare_image"]
+__all__ = ["CACHE_FILE", "PairRecord", "PairTensors", "WorkingImage", "cache_key", "check_lungs", "dataset_paths",
+           "load_pairs", "lungs_identity", "make_segmenter", "prepare_image"]
 
 #: Anatomy planes: right lung, left lung, then the ILS labels in vocabulary order.
 N_ANATOMY = 2 + len(ILS_LOCATION_LABELS)
@@ -153,42 +156,36 @@ def load_pairs(dataset: str | Path, split: str, data: dict[str, Any] | None = No
 
 
 class PairTensors(torch.utils.data.Dataset):
-    """Cached working-size tensors of a list of pairs; ``batch(indices)`` stacks a mini-batch."""
+    """Working-size tensors of a list of pairs; ``batch(indices)`` stacks a mini-batch.
+
+    Each film is read and prepared once (:func:`prepare_image`); a film that cannot be read is a
+    :class:`~cxrground.errors.Failure` and its pairs are left out. The image, anatomy and mask arrays are
+    preallocated and filled film by film: in memory without ``cache``; with a ``cache`` folder, as ``.npy`` files
+    memory-mapped from it (a split larger than memory trains from disk), recorded last in ``cache.json`` with what
+    they were made from (:func:`cache_key`: the pairs, the image root, each film's size and modification time, and
+    ``identity``, what else changes the preparation), so a later run over the same pairs reads the arrays instead
+    of the films.
+    """
 
     def __init__(self, pairs: Sequence[PairRecord], images_root: Path, config: BaselineConfig,
                  segmenter: UNetLungSegmenter | None, progress: bool = True,
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None, cache: Path | None = None,
+                 identity: Mapping[str, Any] | None = None) -> None:
         self.config = config
-        self.failures: list[Failure] = []
-        studies: dict[str, WorkingImage] = {}
         by_study: dict[str, str] = {}
         for p in pairs:
             by_study.setdefault(p.study, p.image_path)
-        for study, rel in tqdm(by_study.items(), desc="cache images", unit="img", disable=not progress):
-            try:
-                studies[study] = prepare_image(read_image(images_root / rel).pixels, config, segmenter)
-            except InputError as exc:
-                self.failures.append(Failure.from_exception((images_root / rel).absolute(), STAGE, exc))
-                if log is not None:
-                    log(f"skipping study {study}: {exc}")
-        self.pairs = [p for p in pairs if p.study in studies]
-        self.study_keys = list(studies)
-        index = {k: i for i, k in enumerate(self.study_keys)}
-        self.images = np.stack([studies[k].image for k in self.study_keys]) if studies else np.zeros((0,))
-        self.anatomy = np.stack([studies[k].anatomy for k in self.study_keys]) if studies else np.zeros((0,))
-        self.study_index = np.array([index[p.study] for p in self.pairs], dtype=np.int64)
-        masks: dict[Path, int] = {}
-        mask_list: list[np.ndarray] = [np.zeros((config.size, config.size), dtype=bool)]  # 0 = empty mask
-        self.mask_index = np.zeros(len(self.pairs), dtype=np.int64)
-        for i, p in enumerate(self.pairs):
-            if p.mask_path is None:
-                continue
-            if p.mask_path not in masks:
-                box = studies[p.study].box
-                masks[p.mask_path] = len(mask_list)
-                mask_list.append(box.mask_to_canvas(read_native_mask(p.mask_path, box.src_hw, p.released_size)))
-            self.mask_index[i] = masks[p.mask_path]
-        self.masks = np.stack(mask_list)
+        key = cache_key(pairs, images_root, by_study, config, identity) if cache is not None else None
+        loaded = _read_cache(cache, key) if cache is not None else None
+        self.from_cache = loaded is not None
+        if loaded is None:
+            loaded = _prepare(pairs, by_study, images_root, config, segmenter, progress, log, cache, key)
+        rows, mask_rows, self.failures, (self.images, self.anatomy, self.masks) = loaded
+        self.pairs = [p for p in pairs if p.study in rows]
+        self.study_keys = [s for s in by_study if s in rows]
+        self.study_index = np.array([rows[p.study] for p in self.pairs], dtype=np.int64)
+        self.mask_index = np.array([mask_rows.get(str(p.mask_path), 0) if p.mask_path is not None else 0
+                                    for p in self.pairs], dtype=np.int64)
         self.cond = np.stack([encode(parse(p.instruction)) for p in self.pairs]) if self.pairs else np.zeros((0,))
         self.presence = np.array([p.positive for p in self.pairs], dtype=np.float32)
         self.li_lesion = np.array([p.li_lesion for p in self.pairs], dtype=np.int64)
@@ -228,3 +225,96 @@ class PairTensors(torch.utils.data.Dataset):
             "location": torch.from_numpy(self.location[idx]),
             "location_valid": torch.from_numpy(self.location_valid[idx]),
         }
+
+
+#: The arrays of a :class:`PairTensors` cache, with their dtypes.
+_CACHE_ARRAYS: tuple[tuple[str, type], ...] = (("images", np.float32), ("anatomy", np.bool_), ("masks", np.bool_))
+#: The record of a complete cache, written after its arrays.
+CACHE_FILE = "cache.json"
+
+_Prepared = tuple[dict[str, int], dict[str, int], list[Failure], tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def cache_key(pairs: Sequence[PairRecord], images_root: Path, films: Mapping[str, str], config: BaselineConfig,
+              identity: Mapping[str, Any] | None) -> str:
+    """What a :class:`PairTensors` cache is made from, as a hash: the pairs (ids, studies, films, masks), the image
+    root, each film's size and modification time (``missing`` when it cannot be read), the working size and
+    anatomy setting, and ``identity`` (e.g. the lung segmenter's weights)."""
+    root = Path(images_root).resolve()
+    states = {}
+    for rel in films.values():
+        try:
+            st = (root / rel).stat()
+            states[rel] = [st.st_size, st.st_mtime_ns]
+        except OSError:
+            states[rel] = "missing"
+    return sha256_json({"pairs": [[p.pair_id, p.study, p.image_path, str(p.mask_path)] for p in pairs],
+                        "images": str(root), "films": states, "size": config.size, "anatomy": config.anatomy,
+                        "identity": identity}, default=str)
+
+
+def _read_cache(cache: Path, key: str | None) -> _Prepared | None:
+    """The arrays of a complete cache in ``cache`` made for ``key`` (memory-mapped read-only); None otherwise."""
+    try:
+        record = json.loads((cache / CACHE_FILE).read_text(encoding="utf-8"))
+        if record.get("key") != key:
+            return None
+        arrays = tuple(np.load(cache / f"{name}.npy", mmap_mode="r") for name, _ in _CACHE_ARRAYS)
+    except (OSError, ValueError):
+        return None
+    failures = [Failure(**f) for f in record["failures"]]
+    return record["rows"], record["masks"], failures, arrays  # type: ignore[return-value]
+
+
+def _array(cache: Path | None, name: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    """A zero-filled array: in memory, or a new ``.npy`` file in ``cache`` mapped into memory."""
+    if cache is None:
+        return np.zeros(shape, dtype=dtype)
+    return np.lib.format.open_memmap(cache / f"{name}.npy", mode="w+", dtype=dtype, shape=shape)
+
+
+def _prepare(pairs: Sequence[PairRecord], by_study: Mapping[str, str], images_root: Path, config: BaselineConfig,
+             segmenter: UNetLungSegmenter | None, progress: bool, log: Callable[[str], None] | None,
+             cache: Path | None, key: str | None) -> _Prepared:
+    """Read and prepare every film of ``by_study`` and the masks of the pairs on the films that could be read; the
+    rows of the studies and masks, the failures and the arrays (written to ``cache`` and recorded there when
+    given)."""
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)
+        cache.mkdir(parents=True)
+    size = config.size
+    images = _array(cache, "images", (len(by_study), size, size), np.float32)
+    anatomy = _array(cache, "anatomy", (len(by_study), N_ANATOMY, size, size), np.bool_)
+    rows: dict[str, int] = {}
+    boxes: dict[str, Letterbox] = {}
+    failures: list[Failure] = []
+    for row, (study, rel) in enumerate(tqdm(by_study.items(), desc="cache images", unit="img", disable=not progress)):
+        try:
+            work = prepare_image(read_image(images_root / rel).pixels, config, segmenter)
+        except InputError as exc:
+            failures.append(Failure.from_exception((images_root / rel).absolute(), STAGE, exc))
+            if log is not None:
+                log(f"skipping study {study}: {exc}")
+            continue
+        images[row], anatomy[row] = work.image, work.anatomy
+        rows[study], boxes[study] = row, work.box
+    first: dict[str, PairRecord] = {}  # each mask file once, read on the canvas of its study's film
+    for p in pairs:
+        if p.mask_path is not None and p.study in rows:
+            first.setdefault(str(p.mask_path), p)
+    masks = _array(cache, "masks", (1 + len(first), size, size), np.bool_)  # row 0: the empty mask
+    mask_rows: dict[str, int] = {}
+    for i, (path, p) in enumerate(first.items(), start=1):
+        box = boxes[p.study]
+        masks[i] = box.mask_to_canvas(read_native_mask(Path(path), box.src_hw, p.released_size))
+        mask_rows[path] = i
+    if cache is None:
+        return rows, mask_rows, failures, (images, anatomy, masks)
+    for array in (images, anatomy, masks):
+        array.flush()  # type: ignore[attr-defined]
+    del images, anatomy, masks
+    atomic_write_text(cache / CACHE_FILE, json.dumps({"key": key, "rows": rows, "masks": mask_rows,
+                                                      "failures": [f.to_dict() for f in failures]}))
+    loaded = _read_cache(cache, key)
+    assert loaded is not None  # just written
+    return loaded

@@ -29,6 +29,9 @@ Checkpoint folder (written atomically after every epoch):
   refused (fields an older checkpoint lacks take their defaults; the inference-only ``global_location`` may
   differ), and so is a different set of usable pairs (an image that became readable or unreadable since; a
   checkpoint without ``data`` is resumed without this check).
+- ``cache/<split>/``: the films of each split prepared at the working size (memory-mapped ``.npy`` arrays, so a
+  split larger than memory trains from disk), kept until every epoch has run: a resumed run over the same pairs
+  and films reads them instead of the films (:class:`~cxrground.models.baseline.data.PairTensors`).
 
 Kill safety: an epoch is committed by one atomic write, ``train_state.pt`` (it holds everything a resume
 needs); the other three files are derived from it and written after it. A resume first rewrites them from
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -81,8 +85,12 @@ from cxrground.models.train_failures import (
     write_failures,
 )
 
-__all__ = ["BEST_WEIGHTS", "FAILURES_FILE", "LAST_WEIGHTS", "MODEL_NAME", "TRAIN_STATE", "compute_loss",
+__all__ = ["BEST_WEIGHTS", "CACHE_DIR", "FAILURES_FILE", "LAST_WEIGHTS", "MODEL_NAME", "TRAIN_STATE", "compute_loss",
            "lr_at", "train", "validate"]
+
+#: The folder of the checkpoint where a training keeps its prepared films (:class:`PairTensors` caches, one per
+#: split) until it has run all its epochs: a resumed run reads them instead of the films.
+CACHE_DIR = "cache"
 
 MODEL_NAME = "baseline"
 BEST_WEIGHTS = "weights.safetensors"
@@ -285,9 +293,14 @@ def train(
     torch.manual_seed(seed)
     data = read_dataset(json_path)
     train_pairs = load_pairs(json_path, split, data)
-    train_data = PairTensors(train_pairs, images_root, config, segmenter, progress, say)
+    identity = {"dataset": meta["dataset"]["sha256"], "lungs": meta["lungs"]}
+    train_data = PairTensors(train_pairs, images_root, config, segmenter, progress, say,
+                             cache=out / CACHE_DIR / split, identity=identity)
     val_pairs = load_pairs(json_path, val_split, data) if val_split else []
-    val_data = PairTensors(val_pairs, images_root, config, segmenter, progress, say) if val_pairs else None
+    val_data = PairTensors(val_pairs, images_root, config, segmenter, progress, say,
+                           cache=out / CACHE_DIR / str(val_split), identity=identity) if val_pairs else None
+    if train_data.from_cache:
+        say(f"films read from the cache in {out / CACHE_DIR} (made by an earlier run from the same pairs and films)")
     splits = _splits(split, train_pairs, train_data, val_split, val_pairs, val_data)
     meta["data"] = usable_pairs(splits)
     if saved is not None:
@@ -354,4 +367,7 @@ def train(
         say(f"epoch {epoch + 1}/{config.epochs}: loss {record['loss']:.4f}{val} ({record['seconds']:.1f} s)")
         if stop_after_epoch is not None and epoch + 1 >= stop_after_epoch and epoch + 1 < config.epochs:
             break
+    if meta["epoch"] >= config.epochs:
+        del train_data, val_data  # their arrays map the cache's files
+        shutil.rmtree(out / CACHE_DIR, ignore_errors=True)  # a finished training needs no prepared films
     return out

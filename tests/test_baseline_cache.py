@@ -1,0 +1,89 @@
+"""The baseline's prepared films (:class:`~cxrground.models.baseline.data.PairTensors`): the same tensors in memory
+and from a memory-mapped cache, which a later run over the same pairs and films reads instead of the films."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cxrground.datasets.synthetic import write_cohort
+from cxrground.datasets.synthetic.config import SynthConfig
+
+torch = pytest.importorskip("torch")
+
+from cxrground.cli import main  # noqa: E402
+from cxrground.models import baseline  # noqa: E402
+from cxrground.models.baseline import data as data_mod  # noqa: E402
+from cxrground.models.baseline.config import BaselineConfig  # noqa: E402
+from cxrground.models.baseline.data import PairTensors, load_pairs  # noqa: E402
+from cxrground.models.baseline.training import CACHE_DIR  # noqa: E402
+
+TINY = {"size": "32", "channels": "8,16", "cond_hidden": "16", "head_hidden": "16", "batch_size": "8",
+        "warmup_steps": "2", "anatomy": "none"}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """A 5-study cohort and its ILS dataset."""
+    root = tmp_path_factory.mktemp("baseline-cache")
+    write_cohort(root / "cohort", 5, seed=1, config=SynthConfig(width=128), progress=False)
+    result = CliRunner().invoke(main, ["ils", "build", "--images", str(root / "cohort" / "files"), "--out",
+                                       str(root / "ils"), "--quiet", "--seed", "0", "--synthesizer", "pseudo-normal"])
+    assert result.exit_code == 0, result.output
+    return root
+
+
+def _tensors(tiny: Path, images: Path, cache: Path | None) -> PairTensors:
+    config = BaselineConfig().with_overrides(TINY)
+    return PairTensors(load_pairs(tiny / "ils", "train"), images, config, None, progress=False, cache=cache,
+                       identity={"test": 1})
+
+
+def _same(a: PairTensors, b: PairTensors) -> None:
+    assert [p.pair_id for p in a.pairs] == [p.pair_id for p in b.pairs] and a.study_keys == b.study_keys
+    idx = np.arange(len(a))
+    for key, value in a.batch(idx).items():
+        assert torch.equal(value, b.batch(idx)[key]), key
+
+
+def test_the_cache_holds_the_tensors_of_memory_and_a_later_run_reads_it(tiny, tmp_path, monkeypatch):
+    images = shutil.copytree(tiny / "cohort" / "files", tmp_path / "films")
+    bad = sorted({p.image_path for p in load_pairs(tiny / "ils", "train")})[0]
+    (images / bad).write_bytes(b"not a film")  # one unreadable film: its pairs are left out, and recorded
+    memory = _tensors(tiny, images, None)
+    cache = tmp_path / "cache"
+    first = _tensors(tiny, images, cache)
+    assert not first.from_cache and (cache / "cache.json").is_file() and isinstance(first.images, np.memmap)
+    _same(memory, first)
+    assert [f.path for f in first.failures] == [str(images / bad)] and len(memory.failures) == 1
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("a film was read")
+
+    monkeypatch.setattr(data_mod, "read_image", no_reading)
+    again = _tensors(tiny, images, cache)
+    assert again.from_cache and [f.path for f in again.failures] == [str(images / bad)]
+    _same(memory, again)
+    monkeypatch.undo()
+    # a film touched since (another modification time): the cache is made again
+    good = sorted({p.image_path for p in load_pairs(tiny / "ils", "train")})[-1]
+    os.utime(images / good, ns=(1_700_000_000_000_000_000,) * 2)
+    assert not _tensors(tiny, images, cache).from_cache
+    assert _tensors(tiny, images, cache).from_cache
+
+
+def test_training_keeps_the_cache_until_every_epoch_has_run(tiny, tmp_path):
+    out = tmp_path / "ck"
+    kwargs = {"images": tiny / "cohort" / "files", "overrides": {**TINY, "epochs": "2"}, "progress": False,
+              "log": None}
+    baseline.train(tiny / "ils", out, stop_after_epoch=1, **kwargs)
+    assert (out / CACHE_DIR / "train" / "cache.json").is_file()
+    said: list[str] = []
+    baseline.train(tiny / "ils", out, **{**kwargs, "log": said.append})
+    assert any("films read from the cache" in line for line in said)
+    assert not (out / CACHE_DIR).exists()
