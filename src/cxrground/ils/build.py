@@ -40,7 +40,7 @@ import subprocess
 import tempfile
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence, Sized
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import ExitStack
@@ -491,7 +491,7 @@ def assemble(out: str | Path, tasks: Iterable[StudyTask], config: IlsConfig, spe
              scan_failures: Iterable[Failure], backend_provenance: dict[str, Any],
              truth_cohort: Path | None = None, view_table: Mapping[str, Any] | None = None,
              split: Mapping[str, Any] | None = None, redone: Collection[str] = (),
-             fit_changes: Mapping[str, int] | None = None) -> dict[str, Any]:
+             fit_changes: Mapping[str, int] | None = None, progress: bool = False) -> dict[str, Any]:
     """Write the JSON, mask index, findings, anatomy, failures, provenance and card from the unit files
     (``view_table``: the view table the image choice used, :func:`~cxrground.datasets.views.view_table_record`;
     ``split``: where the splits came from, :func:`~cxrground.ils.tasks.split_record`; each None when unknown;
@@ -500,16 +500,16 @@ def assemble(out: str | Path, tasks: Iterable[StudyTask], config: IlsConfig, spe
 
     Streams: one unit is read, checked and written out at a time, and only counters stay in memory, so the
     driver's memory does not grow with the number of studies. ``out``: a local folder or an fsspec URL (the files
-    are then written in a local temporary folder and each uploaded in one piece). Returns the counts
-    (``studies``, ``pairs``, ``failures``, ``every_failed``, ``rejections``).
+    are then written in a local temporary folder and each uploaded in one piece). ``progress``: a bar over the
+    units read. Returns the counts (``studies``, ``pairs``, ``failures``, ``every_failed``, ``rejections``).
     """
     store = unit_store(str(out))
     if store.local:
         return _assemble(out, Path(store.root), tasks, config, spec, scan_failures, backend_provenance, truth_cohort,
-                         view_table, split, redone, fit_changes)
+                         view_table, split, redone, fit_changes, progress)
     with tempfile.TemporaryDirectory(prefix="cxrground-assemble-") as tmp:
         result = _assemble(out, Path(tmp), tasks, config, spec, scan_failures, backend_provenance, None,
-                           view_table, split, redone, fit_changes)
+                           view_table, split, redone, fit_changes, progress)
         store.remove("card.md")  # uploaded last: an upload cut short leaves no card describing other files
         for name in OUTPUT_FILES:
             store.put_file(Path(tmp) / name, name)
@@ -520,7 +520,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
               scan_failures: Iterable[Failure], backend_provenance: dict[str, Any],
               truth_cohort: Path | None, view_table: Mapping[str, Any] | None = None,
               split: Mapping[str, Any] | None = None, redone: Collection[str] = (),
-              fit_changes: Mapping[str, int] | None = None) -> dict[str, Any]:
+              fit_changes: Mapping[str, int] | None = None, progress: bool = False) -> dict[str, Any]:
     """:func:`assemble`, the files written to the local folder ``stage`` (the output folder itself when local)."""
     store = unit_store(str(out))
     counts = DatasetCounts()
@@ -549,7 +549,8 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                 rejections[f"input: {f.reason.split(' (')[0]}"] += 1
                 failures_fh.write(json.dumps({**f.to_dict(), "path": _absolute(f.path)}, sort_keys=True) + "\n")
                 n_failures += 1
-            for u in _units(out, in_key_order(tasks)):
+            for u in tqdm(_units(out, in_key_order(tasks)), desc="assemble", unit="study", disable=not progress,
+                          total=len(tasks) if isinstance(tasks, Sized) else None):
                 key = u["study_key"]
                 n_redone += key in redone
                 n_units += 1
@@ -961,7 +962,7 @@ def build_dataset(
     fitted_inputs = out / FITTED_INPUTS
     compare_fit = _fits_cohort_model(spec) and _fitted_ready(out / FITTED_FILE) and fitted_inputs.is_file()
     index = InputIndex(out / INPUTS_INDEX)
-    survey = survey_inputs(tasks, dest, index, fitted_inputs if compare_fit else None)
+    survey = survey_inputs(tasks, dest, index, fitted_inputs if compare_fit else None, progress)
     gone = sorted(set(survey.fitted_gone) & _fitted_films(out)) if survey.fitted is not None else []
     if gone:
         _clear_build(out, stamp, overwrite, _fitted_change(gone), remote)
@@ -1000,7 +1001,7 @@ def build_dataset(
     _upload_state(out, remote, (INPUTS_INDEX,))
     result = assemble(dest, tasks, config, spec, scan_failures, backend_provenance(run_spec),
                       Path(truth_cohort) if truth_cohort is not None else None, view_table, split, index.changed,
-                      survey.fitted)
+                      survey.fitted, progress)
     return BuildSummary(str(dest), processed, skipped, result["studies"], result["pairs"], result["failures"],
                         round(time.perf_counter() - started, 2), result["blind_choices"], result["pose_warnings"],
                         len(survey.changed), len(survey.predating), tuple(survey.predating[:NAMED_PREDATING]),

@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tqdm.auto import tqdm
 
 from cxrground.ils.cohort_normative import FITTED_FILE
 from cxrground.ils.tasks import StudyTask, in_key_order, input_fingerprint
@@ -159,13 +161,14 @@ class InputSurvey:
     """The studies of the fitted model's input set that changed or were removed since."""
 
 
-def survey_inputs(tasks: Iterable[StudyTask], dest: str | Path, index: InputIndex, fitted_inputs: Path | None
-            ) -> InputSurvey:
+def survey_inputs(tasks: Iterable[StudyTask], dest: str | Path, index: InputIndex, fitted_inputs: Path | None,
+                  progress: bool = False) -> InputSurvey:
     """Compare the current inputs of ``tasks`` with what their units were made from (the index, else the unit) and,
     given ``fitted_inputs``, with the input set a fitted model was made from.
 
     One pass in study order: a fingerprint for each study that has a unit (all of them with ``fitted_inputs``),
-    computed ahead by threads; a unit is read only when the index has no entry for it.
+    computed ahead by threads; a unit is read only when the index has no entry for it. ``progress``: a bar over
+    the studies.
     """
     done = done_check(dest)
     store = unit_store(str(dest))
@@ -190,7 +193,10 @@ def survey_inputs(tasks: Iterable[StudyTask], dest: str | Path, index: InputInde
 
     fitted = fingerprint_lines(fitted_inputs) if fitted_inputs is not None else iter(())
     then = next(fitted, None)
-    for task, (has, inputs, recorded, learned) in ordered_map(look, in_key_order(tasks)):
+    looked = ordered_map(look, in_key_order(tasks))
+    for task, (has, inputs, recorded, learned) in tqdm(looked, desc="compare inputs", unit="study",
+                                                       disable=not progress,
+                                                       total=len(tasks) if isinstance(tasks, Sized) else None):
         key = task.study_key
         if learned:
             survey.learned.append({"inputs": recorded, "study": key})
