@@ -1230,6 +1230,8 @@ def location_labels(kind: str, text: str) -> tuple[str, ...]:
     if lobe is not None:  # "apical segment of the LUL": the lobe's side and zone (version 54)
         side, zone = _ABBR[lobe.group(1)]
         sides, zones = (side,), list(dict.fromkeys([*zones, zone]))
+    if _LOWER_LOBE_RE.search(text) and "lung base" in zones:  # the apex of a lower lobe is the lobe (version 55)
+        zones = [z for z in zones if z != "apical zone lung"]
     if any(w.startswith("bi") for w in words):
         sides = SIDES
     return tuple(zone_label(s, z) for z in zones for s in sides)
@@ -1237,6 +1239,10 @@ def location_labels(kind: str, text: str) -> tuple[str, ...]:
 
 #: A lobe abbreviation after "of (the)" in a zoned phrase (version 54).
 _OF_LOBE_RE: Final[re.Pattern[str]] = re.compile(r"\bof\s+(?:the\s+)?(rul|lul|rll|lll|rml)\b")
+#: A lower lobe named in a zoned phrase after an apex word ("apex of the right lower lobe", "apical segment of the
+#: RLL"): the apex (superior segment) of that lobe, not the lung apex (version 55).
+_LOWER_LOBE_RE: Final[re.Pattern[str]] = re.compile(
+    r"\b(?:apex|apical\w*)\b[^,;]*?\bof\s+(?:the\s+)?(?:(?:right|left|both)\s+)?(?:lower\s+lobes?|rll|lll)\b")
 
 
 def default_location(kind: EntityKind) -> tuple[str, ...]:

@@ -272,7 +272,7 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: "with" reaches a finding with no place of its own (not only the first), another person's illness ("her husband
 #: was hospitalized with pneumonia") is no finding, and a pneumonia with no place lies where the section's placed
 #: parenchymal findings lie (report-level rules version 10).
-RULES_VERSION: Final[str] = "54"
+RULES_VERSION: Final[str] = "55"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
