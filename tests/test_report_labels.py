@@ -391,6 +391,16 @@ def test_a_report_far_larger_than_any_radiology_report_is_a_named_failure(tmp_pa
     assert failure["path"].endswith("s2.txt") and "radiology report stays under" in failure["reason"]
 
 
+def test_out_dash_is_standard_output(tmp_path: Path, monkeypatch) -> None:
+    runner, main = _cli()
+    (tmp_path / "s1.txt").write_text("FINDINGS: Small left pleural effusion.", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    for command in ("label", "structure"):
+        result = runner.invoke(main, ["reports", command, str(tmp_path / "s1.txt"), "--out", "-", "--no-progress"])
+        assert result.exit_code == 0, result.output
+        assert "effusion" in result.output and not (tmp_path / "-").exists()
+
+
 def test_a_table_of_reports_is_not_held_to_the_size_of_one_report(tmp_path: Path) -> None:
     """A table of 2,000 reports (hundreds of KB) is read in full; a row over the one-report cap fails alone."""
     from cxrground.ils.tasks import report_table

@@ -381,7 +381,7 @@ class LabelRequest(StructureRequest):
     sections: str = option(MERGED_SECTION, choices=SECTION_POLICIES, help="Report section policy: findings "
                            "(ILS §6), impression, or findings+impression (both; the default for labels).")
     out: Path | None = option(None, path="out_file", help="Write the labels here (failures go to "
-                              "OUT.failures.jsonl) instead of stdout.")
+                              "OUT.failures.jsonl) instead of stdout ('-': stdout).")
     uncertain: str = option("uncertain", choices=UNCERTAIN_POLICIES,
                             help="What a hedged finding counts as: uncertain (-1, default), likely (present when "
                                  "the hedge is 'likely' / 'probable' / 'favored'; -1 for 'may' / 'possible' / "

@@ -50,9 +50,13 @@ class StructureRequest:
     max_retries: int = option(RetryPolicy.max_attempts - 1, low=0, help="Retries on 429 / 5xx / timeouts (llm).")
     temperature: float = option(0.0, help="Sampling temperature (llm).")
     out: Path | None = option(None, path="out_file", help="Write the finding lines here (failures go to "
-                              "OUT.failures.jsonl) instead of stdout.")
+                              "OUT.failures.jsonl) instead of stdout ('-': stdout).")
     progress: bool = option(True, flag="--progress/--no-progress", show_default=False,
                             help="Progress bar on stderr for large batches.")
+
+    def __post_init__(self) -> None:
+        if self.out is not None and str(self.out) == "-":  # the usual name of standard output
+            object.__setattr__(self, "out", None)
 
     def structurer_settings(self) -> dict[str, object]:
         """The settings given for the structurer, for :func:`~cxrground.reports.structure.structurer_options`."""
