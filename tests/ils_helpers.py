@@ -19,3 +19,8 @@ def tiny_ils(root: Path, studies: int, width: int = 128) -> Path:
                                        str(root / "ils"), "--quiet", "--seed", "0", "--synthesizer", "pseudo-normal"])
     assert result.exit_code == 0, result.output
     return root
+
+
+#: A baseline configuration small enough to train in seconds on the CPU (``--set`` values).
+TINY_BASELINE = {"size": "32", "channels": "8,16", "cond_hidden": "16", "head_hidden": "16", "batch_size": "8",
+                 "warmup_steps": "2", "anatomy": "none"}

@@ -9,33 +9,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from cxrground.datasets.synthetic import write_cohort
-from cxrground.datasets.synthetic.config import SynthConfig
+from ils_helpers import TINY_BASELINE as TINY
+from ils_helpers import tiny_ils
 
 torch = pytest.importorskip("torch")
 
-from cxrground.cli import main  # noqa: E402
 from cxrground.models import baseline  # noqa: E402
 from cxrground.models.baseline import data as data_mod  # noqa: E402
 from cxrground.models.baseline.config import BaselineConfig  # noqa: E402
 from cxrground.models.baseline.data import PairTensors, load_pairs  # noqa: E402
 from cxrground.models.baseline.training import CACHE_DIR  # noqa: E402
 
-TINY = {"size": "32", "channels": "8,16", "cond_hidden": "16", "head_hidden": "16", "batch_size": "8",
-        "warmup_steps": "2", "anatomy": "none"}
-
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
     """A 5-study cohort and its ILS dataset."""
-    root = tmp_path_factory.mktemp("baseline-cache")
-    write_cohort(root / "cohort", 5, seed=1, config=SynthConfig(width=128), progress=False)
-    result = CliRunner().invoke(main, ["ils", "build", "--images", str(root / "cohort" / "files"), "--out",
-                                       str(root / "ils"), "--quiet", "--seed", "0", "--synthesizer", "pseudo-normal"])
-    assert result.exit_code == 0, result.output
-    return root
+    return tiny_ils(tmp_path_factory.mktemp("baseline-cache"), 5)
 
 
 def _tensors(tiny: Path, images: Path, cache: Path | None) -> PairTensors:
