@@ -77,3 +77,32 @@ def test_training_keeps_the_cache_until_every_epoch_has_run(tiny, tmp_path):
     baseline.train(tiny / "ils", out, **{**kwargs, "log": said.append})
     assert any("films read from the cache" in line for line in said)
     assert not (out / CACHE_DIR).exists()
+
+
+def test_a_changed_mask_makes_the_cache_again_and_a_full_disk_is_an_error(tiny, tmp_path, monkeypatch):
+    import errno
+
+    images = tiny / "cohort" / "files"
+    data = shutil.copytree(tiny / "ils", tmp_path / "ils")
+    config = BaselineConfig().with_overrides(TINY)
+    pairs = load_pairs(data, "train")
+    cache = tmp_path / "cache"
+    PairTensors(pairs, images, config, None, progress=False, cache=cache)
+    mask = next(p.mask_path for p in pairs if p.mask_path is not None)
+    os.utime(mask, ns=(1_700_000_000_000_000_000,) * 2)  # a mask rewritten since
+    assert not PairTensors(pairs, images, config, None, progress=False, cache=cache).from_cache
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(data_mod.os, "posix_fallocate", full, raising=False)
+    with pytest.raises(OSError, match="No space left"):
+        PairTensors(pairs, images, config, None, progress=False, cache=tmp_path / "full")
+
+
+def test_a_split_name_cannot_lead_the_cache_out_of_its_folder(tiny, tmp_path):
+    from cxrground.models.baseline.training import _cache_folder
+
+    assert _cache_folder(tmp_path, "train") == tmp_path / CACHE_DIR / "train"
+    odd = _cache_folder(tmp_path, "..")
+    assert odd.parent == tmp_path / CACHE_DIR and odd.name not in ("..", ".")

@@ -3,7 +3,9 @@ writing is refused, naming it; the lock goes with its holder, however it ends.""
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
 import subprocess
 import sys
 import textwrap
@@ -134,6 +136,7 @@ def test_another_thread_is_refused_and_a_rank_other_than_0_takes_no_lock(tmp_pat
     proc = _holder(out)
     try:
         monkeypatch.setenv("RANK", "1")  # a second rank of a torchrun launch: rank 0 holds the lock for the run
+        monkeypatch.setenv("WORLD_SIZE", "2")
         with output_lock(out, "rank 1"):
             pass
     finally:
@@ -141,17 +144,58 @@ def test_another_thread_is_refused_and_a_rank_other_than_0_takes_no_lock(tmp_pat
         proc.wait()
 
 
-def test_an_output_whose_parent_cannot_be_written_is_locked_in_the_temporary_folder(tmp_path, monkeypatch):
-    import tempfile
-
-    monkeypatch.setattr("cxrground.io.output_lock._writable_folder", lambda folder: False)
-    path = lock_path(tmp_path / "out")
-    assert path.parent == Path(tempfile.gettempdir()) / "cxrground-locks" and path.name.endswith(".cxrground-lock")
-    assert path == lock_path(tmp_path / "x" / ".." / "out")  # one output, one lock
-    with output_lock(tmp_path / "out", "test"):
-        assert path.is_file()
+def test_an_output_whose_parent_cannot_be_written_is_locked_only_through_a_lock_file_there(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    monkeypatch.setattr("cxrground.io.output_lock.os.access", lambda *a, **k: False)
+    with output_lock(out, "test"):  # no lock file can be made: the run goes on unlocked
+        assert not lock_path(out).exists()
     monkeypatch.undo()
-    assert lock_path(Path("/")).parent.name == "cxrground-locks"  # a root has no folder beside it
+    proc = _holder(out)  # a user who can write there holds it
+    try:
+        monkeypatch.setattr("cxrground.io.output_lock.os.access", lambda *a, **k: False)
+        with pytest.raises(OutputBusyError), output_lock(out, "test"):
+            pass
+    finally:
+        proc.kill()
+        proc.wait()
+    with output_lock(Path("/"), "root"):  # a file-system root: no lock is taken
+        assert not Path("/.cxrground-lock").exists()
+
+
+def test_a_killed_runs_forked_workers_do_not_keep_its_lock(tmp_path):
+    out = tmp_path / "out"
+    code = textwrap.dedent(f"""
+        import multiprocessing, os, time
+        from cxrground.io.output_lock import output_lock
+        with output_lock({str(out)!r}, "parent"):
+            worker = multiprocessing.get_context("fork").Process(target=time.sleep, args=(30,))
+            worker.start()
+            print(worker.pid, flush=True)
+            os._exit(0)  # as a kill: no clean-up, the lock file stays and the worker lingers
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    worker = int(proc.stdout.readline())
+    proc.wait(60)  # the parent is gone; its worker lingers
+    try:
+        assert lock_path(out).exists()
+        with output_lock(out, "next run"):  # the lingering worker holds no copy of the lock
+            pass
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(worker, 9)
+
+
+def test_a_rank_needs_a_world_of_more_than_one(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    proc = _holder(out)
+    try:
+        monkeypatch.setenv("RANK", "1")
+        monkeypatch.delenv("WORLD_SIZE", raising=False)  # a stray RANK outside a launch: locked as usual
+        with pytest.raises(OutputBusyError), output_lock(out, "stray rank"):
+            pass
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_a_broken_pipe_is_left_to_click():

@@ -25,6 +25,7 @@ Opacity in the superior segment of the left lower lobe. | opacity present left l
 Consolidation in the apical segment of the LUL. | consolidation present left apical zone lung;left upper zone lung
 Opacity at the right apex and left lower lobe. | opacity present right apical zone lung;left lung base
 Opacity in the right apex and the right lower lobe. | opacity present right apical zone lung;right lung base
+Opacity in the right apex and base of the right lower lobe. | opacity present right apical zone lung;right lung base
 """
 
 

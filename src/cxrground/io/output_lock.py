@@ -2,22 +2,22 @@
 write it, so a second run started on the same output is refused instead of mixing its results with the first's.
 
 The lock is an advisory ``flock`` on a small file beside the output, ``.{name}.cxrground-lock`` in the output's
-parent folder (so it never shows among the output's own files), or, where that folder cannot be written (or the
-output is a file-system root), in ``cxrground-locks/`` of the temporary folder, named by a hash of the output's
-path. It holds the holder's pid, command line and start time for the refusal message. The operating system
-releases the lock when the holder exits, however it ends (a kill included), so a lock never outlives its run; a run
-that ends normally also removes the file. Two names of one output (a symlink, a relative path) resolve to one lock.
-The lock is re-entrant within a thread (a function that holds it may call another that asks for it); another thread
-of the process is refused like another process. Under a distributed launcher (``torchrun``, ``accelerate``,
-``deepspeed``: ``RANK`` set) only rank 0 takes it, for all the ranks of the run. Where ``fcntl`` is missing
-(Windows) no lock is taken.
+parent folder (so it never shows among the output's own files), opened without following a symbolic link. It holds
+the holder's pid, command line and start time for the refusal message. The operating system releases the lock when
+the holder exits, however it ends (a kill included), so a lock never outlives its run; a run that ends normally also
+removes the file; processes forked by the holder (worker pools) close their copy, so a killed run's workers do not
+keep it. Two names of one output (a symlink, a relative path) resolve to one lock. The lock is re-entrant within a
+thread (a function that holds it may call another that asks for it); another thread of the process is refused like
+another process. Under a distributed launcher (``RANK`` and ``WORLD_SIZE`` > 1 set, as ``torchrun``,
+``accelerate`` and ``deepspeed`` do) only rank 0 takes it, for all the ranks of the run. No lock is taken where the
+output's parent folder cannot be written and holds no lock file (a lock file there, made by a user who can, is
+locked read-only), for an output that is a file-system root, or where ``fcntl`` is missing (Windows).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import inspect
 import json
 import os
@@ -45,6 +45,21 @@ LOCK_SUFFIX: Final[str] = ".cxrground-lock"
 #: Outputs this process holds: the holding thread and how many nested holders it has.
 _HELD: dict[Path, tuple[int, int]] = {}
 _HELD_GUARD = threading.Lock()
+#: The lock descriptors this process holds, closed in a child it forks (a worker must not keep its parent's lock).
+_FORKED_CLOSE: set[int] = set()
+
+
+def _close_in_child() -> None:
+    """In a forked child: close the parent's lock descriptors and forget what the parent holds."""
+    for fd in list(_FORKED_CLOSE):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _FORKED_CLOSE.clear()
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_in_child)
 
 
 class OutputBusyError(ConfigError):
@@ -52,21 +67,17 @@ class OutputBusyError(ConfigError):
 
 
 def lock_path(out: str | Path) -> Path:
-    """The lock file of the output folder or file ``out``: beside it, or in the temporary folder when its parent
-    folder cannot be written."""
+    """The lock file of the output folder or file ``out``, beside it."""
     target = Path(out).resolve()
-    beside = target.parent / f".{target.name}{LOCK_SUFFIX}"
-    if target.name and (beside.exists() or _writable_folder(target.parent)):
-        return beside
-    digest = hashlib.sha256(str(target).encode("utf-8")).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / "cxrground-locks" / f"{digest}{LOCK_SUFFIX}"
+    return target.parent / f".{target.name}{LOCK_SUFFIX}"
 
 
-def _writable_folder(folder: Path) -> bool:
-    """Whether files can be created in ``folder`` (or in the nearest existing folder above it)."""
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    return os.access(folder, os.W_OK | os.X_OK)
+def _other_rank() -> bool:
+    """Whether this process is a rank other than 0 of a distributed launch (``RANK``, ``WORLD_SIZE`` > 1)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) != 0
+    except ValueError:
+        return False
 
 
 @contextlib.contextmanager
@@ -74,10 +85,10 @@ def output_lock(out: str | Path, command: str) -> Iterator[None]:
     """Hold the lock of output ``out`` (a folder or file, existing or not) for the ``with`` block; an
     :class:`OutputBusyError` naming the other run (its pid, command and start time) when another process holds it.
     ``command`` names this run in the lock file (e.g. ``"ils build"``)."""
-    if fcntl is None or os.environ.get("RANK", "0") != "0":  # no locks here, or a rank other than 0 of a launch
+    path = lock_path(out)
+    if fcntl is None or _other_rank() or not Path(out).resolve().name:  # no locks here; rank 0 locks; a root
         yield
         return
-    path = lock_path(out)
     me = threading.get_ident()
     with _HELD_GUARD:
         holder, depth = _HELD.get(path, (None, 0))
@@ -94,27 +105,32 @@ def output_lock(out: str | Path, command: str) -> Iterator[None]:
                 _HELD[path] = (me, _HELD[path][1] - 1)
         return
     created = _make_folders(path.parent)
-    if created and path.parent.name == "cxrground-locks":  # the shared fallback folder: every user may lock in it
-        with contextlib.suppress(OSError):
-            path.parent.chmod(0o1777)
-    fd = _acquire(path, Path(out))
+    fd = None
     failed = True
     try:
-        with _HELD_GUARD:
-            _HELD[path] = (me, 1)
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "command": command, "argv": sys.argv, "output": str(out),
-                                 "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}).encode("utf-8"))
+        writable = os.access(path.parent, os.W_OK | os.X_OK)
+        if writable or path.exists():
+            fd = _acquire(path, Path(out), writable)
+            _FORKED_CLOSE.add(fd)
+            with _HELD_GUARD:
+                _HELD[path] = (me, 1)
+            if writable:
+                os.ftruncate(fd, 0)
+                os.write(fd, json.dumps({"pid": os.getpid(), "command": command, "argv": sys.argv,
+                                         "output": str(out),
+                                         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}).encode("utf-8"))
         _check_writable(Path(out))
         yield
         failed = False
     finally:
-        with _HELD_GUARD:
-            _HELD.pop(path, None)
-        with contextlib.suppress(OSError):
-            os.unlink(path)  # before the release: a run waiting on this file finds it gone and takes a new one
-        os.close(fd)
-        for folder in reversed(created if failed else ()):  # a refused run leaves no folder it made for its lock
+        if fd is not None:
+            with _HELD_GUARD:
+                _HELD.pop(path, None)
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # before the release: a run waiting on this file finds it gone and takes a new one
+            _FORKED_CLOSE.discard(fd)
+            os.close(fd)
+        for folder in reversed(created if failed else ()):  # a failed or refused run leaves no folder made for it
             with contextlib.suppress(OSError):
                 folder.rmdir()
 
@@ -141,10 +157,12 @@ def _check_writable(out: Path) -> None:
             pass
 
 
-def _acquire(path: Path, out: Path) -> int:
-    """An open descriptor of ``path`` holding its exclusive lock (retried when the file was replaced meanwhile)."""
+def _acquire(path: Path, out: Path, writable: bool) -> int:
+    """An open descriptor of ``path`` holding its exclusive lock (retried when the file was replaced meanwhile);
+    ``writable``: whether the file may be created (else an existing one is opened read-only)."""
+    flags = (os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY) | getattr(os, "O_NOFOLLOW", 0)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, flags, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -521,6 +521,9 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
                                         ref, anatomy_of(c), opts.seed, opts.deformer, kwargs, opts.strict_negatives,
                                         opts.cpa_either_side))
     recorded = (work / FILMS_LEDGER).is_file() or not any((work / "plans").glob("*.json"))
+    if recorded:  # from here on the ledger is kept (even before a film could be read)
+        (work / FILMS_LEDGER).parent.mkdir(parents=True, exist_ok=True)
+        (work / FILMS_LEDGER).touch()
     films_changed = _refresh_films(work, images_root, plan_tasks, progress, recorded)
     todo = [t for t in plan_tasks if not (work / "plans" / f"{t.case_id}.json").is_file()]
     _run_pool(plan_case, todo, str(work), workers, "percept plan", progress, deformers)

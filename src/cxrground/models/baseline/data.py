@@ -13,8 +13,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
-import shutil
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,22 +236,33 @@ CACHE_FILE = "cache.json"
 _Prepared = tuple[dict[str, int], dict[str, int], list[Failure], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
+#: The layout of a :class:`PairTensors` cache: a cache of another layout is made again.
+CACHE_VERSION = 1
+
+
 def cache_key(pairs: Sequence[PairRecord], images_root: Path, films: Mapping[str, str], config: BaselineConfig,
               identity: Mapping[str, Any] | None) -> str:
-    """What a :class:`PairTensors` cache is made from, as a hash: the pairs (ids, studies, films, masks), the image
-    root, each film's size and modification time (``missing`` when it cannot be read), the working size and
-    anatomy setting, and ``identity`` (e.g. the lung segmenter's weights)."""
+    """What a :class:`PairTensors` cache is made from, as a hash: the pairs (ids, studies, films, masks and their
+    frame), the image root, each film's and mask file's size and modification time (``missing`` when it cannot be
+    read), the working size and anatomy setting, the cache layout and ``identity`` (e.g. the lung segmenter's
+    weights)."""
     root = Path(images_root).resolve()
-    states = {}
-    for rel in films.values():
-        try:
-            st = (root / rel).stat()
-            states[rel] = [st.st_size, st.st_mtime_ns]
-        except OSError:
-            states[rel] = "missing"
-    return sha256_json({"pairs": [[p.pair_id, p.study, p.image_path, str(p.mask_path)] for p in pairs],
-                        "images": str(root), "films": states, "size": config.size, "anatomy": config.anatomy,
-                        "identity": identity}, default=str)
+    masks = {str(p.mask_path) for p in pairs if p.mask_path is not None}
+    states = {name: _file_state(path) for name, path in (*((rel, root / rel) for rel in films.values()),
+                                                        *((m, Path(m)) for m in sorted(masks)))}
+    return sha256_json({"pairs": [[p.pair_id, p.study, p.image_path, str(p.mask_path), p.released_size]
+                                  for p in pairs],
+                        "images": str(root), "files": states, "size": config.size, "anatomy": config.anatomy,
+                        "layout": CACHE_VERSION, "identity": identity}, default=str)
+
+
+def _file_state(path: Path) -> list[int] | str:
+    """``[size, mtime_ns]`` of a file, ``missing`` when it cannot be read."""
+    try:
+        st = path.stat()
+    except OSError:
+        return "missing"
+    return [st.st_size, st.st_mtime_ns]
 
 
 def _read_cache(cache: Path, key: str | None) -> _Prepared | None:
@@ -267,10 +279,19 @@ def _read_cache(cache: Path, key: str | None) -> _Prepared | None:
 
 
 def _array(cache: Path | None, name: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:
-    """A zero-filled array: in memory, or a new ``.npy`` file in ``cache`` mapped into memory."""
+    """A zero-filled array: in memory, or a new ``.npy`` file in ``cache`` mapped into memory, its disk space
+    reserved first (a full disk is an ``OSError`` here, not a crash while the array is filled)."""
     if cache is None:
         return np.zeros(shape, dtype=dtype)
-    return np.lib.format.open_memmap(cache / f"{name}.npy", mode="w+", dtype=dtype, shape=shape)
+    array = np.lib.format.open_memmap(cache / f"{name}.npy", mode="w+", dtype=dtype, shape=shape)
+    if hasattr(os, "posix_fallocate"):
+        with (cache / f"{name}.npy").open("r+b") as fh:
+            try:
+                os.posix_fallocate(fh.fileno(), 0, os.fstat(fh.fileno()).st_size)
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system that cannot reserve: go on
+                    raise
+    return array
 
 
 def _prepare(pairs: Sequence[PairRecord], by_study: Mapping[str, str], images_root: Path, config: BaselineConfig,
@@ -280,8 +301,9 @@ def _prepare(pairs: Sequence[PairRecord], by_study: Mapping[str, str], images_ro
     rows of the studies and masks, the failures and the arrays (written to ``cache`` and recorded there when
     given)."""
     if cache is not None:
-        shutil.rmtree(cache, ignore_errors=True)
-        cache.mkdir(parents=True)
+        for name in (CACHE_FILE, *(f"{array}.npy" for array, _ in _CACHE_ARRAYS)):  # its own files only
+            (cache / name).unlink(missing_ok=True)
+        cache.mkdir(parents=True, exist_ok=True)
     size = config.size
     images = _array(cache, "images", (len(by_study), size, size), np.float32)
     anatomy = _array(cache, "anatomy", (len(by_study), N_ANATOMY, size, size), np.bool_)

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -59,7 +60,7 @@ from tqdm.auto import tqdm
 from cxrground import __version__
 from cxrground.errors import ConfigError, InputError
 from cxrground.ils.schema import read_dataset
-from cxrground.io.files import atomic_path, sha256_file
+from cxrground.io.files import atomic_path, sha256_file, sha256_json
 from cxrground.io.weights import load_safetensors
 from cxrground.models.base import CHECKPOINT_FILE
 from cxrground.models.baseline.config import BaselineConfig
@@ -238,6 +239,12 @@ def _splits(split: str, train_pairs: list, train_data: PairTensors, val_split: s
             if name is not None]
 
 
+def _cache_folder(out: Path, split: str) -> Path:
+    """The cache folder of ``split`` under ``out`` (a split name that is no plain word by its hash)."""
+    name = split if re.fullmatch(r"[A-Za-z0-9_-]+", split) else sha256_json(split)[:16]
+    return out / CACHE_DIR / name
+
+
 @restores_torch_settings
 def train(
     dataset: Path,
@@ -294,11 +301,13 @@ def train(
     data = read_dataset(json_path)
     train_pairs = load_pairs(json_path, split, data)
     identity = {"dataset": meta["dataset"]["sha256"], "lungs": meta["lungs"]}
+    if not resume:  # --no-resume: the films are prepared afresh too
+        shutil.rmtree(out / CACHE_DIR, ignore_errors=True)
     train_data = PairTensors(train_pairs, images_root, config, segmenter, progress, say,
-                             cache=out / CACHE_DIR / split, identity=identity)
+                             cache=_cache_folder(out, split), identity=identity)
     val_pairs = load_pairs(json_path, val_split, data) if val_split else []
     val_data = PairTensors(val_pairs, images_root, config, segmenter, progress, say,
-                           cache=out / CACHE_DIR / str(val_split), identity=identity) if val_pairs else None
+                           cache=_cache_folder(out, str(val_split)), identity=identity) if val_pairs else None
     if train_data.from_cache:
         say(f"films read from the cache in {out / CACHE_DIR} (made by an earlier run from the same pairs and films)")
     splits = _splits(split, train_pairs, train_data, val_split, val_pairs, val_data)

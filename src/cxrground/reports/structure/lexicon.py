@@ -1242,7 +1242,8 @@ _OF_LOBE_RE: Final[re.Pattern[str]] = re.compile(r"\bof\s+(?:the\s+)?(rul|lul|rl
 #: A lower lobe named in a zoned phrase after an apex word ("apex of the right lower lobe", "apical segment of the
 #: RLL"): the apex (superior segment) of that lobe, not the lung apex (version 55).
 _LOWER_LOBE_RE: Final[re.Pattern[str]] = re.compile(
-    r"\b(?:apex|apical\w*)\b[^,;]*?\bof\s+(?:the\s+)?(?:(?:right|left|both)\s+)?(?:lower\s+lobes?|rll|lll)\b")
+    r"\b(?:apex|apices|apical)(?:\s+(?:and\s+[a-z]+\s+)?segments?)?\s+of\s+(?:the\s+)?"
+    r"(?:(?:right|left|both)\s+)?(?:lower\s+lobes?|rll|lll)\b")
 
 
 def default_location(kind: EntityKind) -> tuple[str, ...]:
