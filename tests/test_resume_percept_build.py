@@ -178,7 +178,8 @@ def test_films_changed_since_the_build_read_them_are_noticed(synth_bench, tmp_pa
 def test_a_film_gone_and_back_is_made_again_and_an_older_unfinished_build_keeps_its_work(tmp_path) -> None:
     from types import SimpleNamespace
 
-    from cxrground.percept.build import _refresh_films
+    from cxrground.io.film_ledger import FilmLedger
+    from cxrground.percept.build import FILMS_LEDGER, _refresh_films
 
     images = tmp_path / "films"
     images.mkdir()
@@ -187,11 +188,15 @@ def test_a_film_gone_and_back_is_made_again_and_an_older_unfinished_build_keeps_
     (work / "plans").mkdir(parents=True)
     task = SimpleNamespace(cand=SimpleNamespace(image_path="a.png"), case_id="c1")
     plan = work / "plans" / "c1.json"
+
+    def refresh(recorded: bool) -> int:  # one resumed build: its ledger as read at the start
+        return _refresh_films(work, FilmLedger(work / FILMS_LEDGER), images, [task], False, recorded)
+
     plan.write_text("{}")  # planned by a version that kept no film ledger: its films are recorded as they are
-    assert _refresh_films(work, images, [task], False, recorded=False) == 0 and plan.is_file()
+    assert refresh(recorded=False) == 0 and plan.is_file()
     (images / "a.png").unlink()  # the film goes: its plan is made again (a failure)
-    assert _refresh_films(work, images, [task], False, recorded=True) == 1 and not plan.exists()
+    assert refresh(recorded=True) == 1 and not plan.exists()
     plan.write_text('{"status": "failed"}')
-    assert _refresh_films(work, images, [task], False, recorded=True) == 0 and plan.is_file()  # still gone
+    assert refresh(recorded=True) == 0 and plan.is_file()  # still gone
     (images / "a.png").write_bytes(b"film a")  # back, with the same content: made again from the film
-    assert _refresh_films(work, images, [task], False, recorded=True) == 1 and not plan.exists()
+    assert refresh(recorded=True) == 1 and not plan.exists()

@@ -33,8 +33,9 @@ from cxrground.io.files import read_csv_text, sha256_bytes, sha256_file, sha256_
 from cxrground.io.store import Store, is_url, local_copy
 from cxrground.reports import read_report_table
 
-__all__ = ["DEFAULT_SPLIT_RATIOS", "SPLIT_FILE_NAMES", "StudyTask", "assign_split", "build_tasks", "find_split_file",
-           "input_fingerprint", "read_exclusions", "read_split_file", "report_table", "split_record"]
+__all__ = ["DEFAULT_SPLIT_RATIOS", "SPLIT_FILE_NAMES", "StudyTask", "assign_split", "build_tasks", "file_state",
+           "find_split_file", "input_fingerprint", "read_exclusions", "read_split_file", "report_table",
+           "split_record"]
 
 _log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ def input_fingerprint(task: StudyTask) -> str:
     compared by content), and the build's options, compared once for the whole build (``settings.json``).
     """
     return sha256_json({
-        "report": _report_digest(task), "image": _file_state(task.image_path), "subject_id": task.subject_id,
+        "report": _report_digest(task), "image": file_state(task.image_path), "subject_id": task.subject_id,
         "dicom_id": task.dicom_id, "relative_image_path": task.relative_image_path, "split": task.split,
         "view": task.view, "images_in_study": task.images_in_study,
     })[:FINGERPRINT_DIGITS]
@@ -107,9 +108,10 @@ def _report_digest(task: StudyTask) -> str:
         return f"unreadable ({type(exc).__name__})"
 
 
-def _file_state(location: str) -> list[Any] | str:
+def file_state(location: str | Path) -> list[Any] | str:
     """``[size, mtime_ns]`` of a local file, ``[size, version]`` of an object (``missing``/``unreadable``)."""
     try:
+        location = str(location)
         if is_url(location) and not location.startswith("file://"):
             base, _, name = location.rpartition("/")
             store = Store(base)

@@ -8,9 +8,9 @@ are never mixed in; a file whose record lacks the dataset is refused too, since 
 prediction of a pair (a larger limit predicts more of the same split; the image root only says where the same
 files are). ``<out>.films.jsonl`` (:class:`~cxrground.io.film_ledger.FilmLedger`) records each film's size,
 modification time and sha256 when its pairs are predicted; a rerun compares the films of the kept predictions with it
-(a ``stat`` each, the content when size or time differ, as after a copy to another root) and predicts again the pairs
-of a film that changed since, saying how many. An image that cannot be read
-(decode error, over the pixel limit, too small for the model) is recorded in ``<out>.failures.jsonl`` and its pairs
+(a ``stat`` each; another size is another film, and the content is read when only the time differs, as after a copy
+to another root) and predicts again the pairs of a film that changed since, saying how many. An image that cannot be
+read (decode error, over the pixel limit, too small for the model) is recorded in ``<out>.failures.jsonl`` and its pairs
 get no line (they count as missing, i.e. wrong, in ``ils evaluate``). A
 rerun retries those images and drops every record that names a pair it retries or that now has a prediction, so
 the failures file holds one line per image that still fails.

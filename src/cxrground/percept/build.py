@@ -226,7 +226,7 @@ def _settings_record(opts: BuildOptions, ils_file: Path) -> dict[str, Any]:
     by another path is the same build; another image folder is another build)."""
     settings = json.loads(json.dumps(asdict(opts)))
     inputs = input_digests(opts, ils_file)
-    # the films are compared by content apart (``films`` of the finished record); their folder counts too
+    # the films are compared by their SHA-256 (``films`` of the finished record); their folder counts too
     content = {**{k: v for k, v in settings.items() if k not in _PATH_SETTINGS},
                "images": str(Path(opts.images).resolve())}
     return {"settings_hash": opts.settings_hash(), "settings": settings, "inputs": inputs,
@@ -307,13 +307,12 @@ def _clear_build(out: Path) -> None:
 FILMS_LEDGER: Final[str] = "films.jsonl"
 
 
-def _refresh_films(work: Path, images_root: Path, tasks: Sequence[PlanTask | CaseTask], progress: bool,
-                   recorded: bool) -> int:
-    """Record in the build's film ledger the films ``tasks`` read, and remove the plan and case results (under
+def _refresh_films(work: Path, ledger: FilmLedger, images_root: Path, tasks: Sequence[PlanTask | CaseTask],
+                   progress: bool, recorded: bool) -> int:
+    """Record in the build's film ``ledger`` the films ``tasks`` read, and remove the plan and case results (under
     ``work``) of the candidates on a film that changed, went or appeared since the build read it, so they are made
     again; returns how many films changed, went or appeared. ``recorded``: whether the ledger was kept from the
     start of the build (a build begun by a version that kept none has its films recorded as they are now)."""
-    ledger = FilmLedger(work / FILMS_LEDGER)
     by_film: dict[str, list[str]] = {}
     for t in tasks:
         by_film.setdefault(t.cand.image_path, []).append(t.case_id)
@@ -524,7 +523,8 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     if recorded:  # from here on the ledger is kept (even before a film could be read)
         (work / FILMS_LEDGER).parent.mkdir(parents=True, exist_ok=True)
         (work / FILMS_LEDGER).touch()
-    films_changed = _refresh_films(work, images_root, plan_tasks, progress, recorded)
+    ledger = FilmLedger(work / FILMS_LEDGER)
+    films_changed = _refresh_films(work, ledger, images_root, plan_tasks, progress, recorded)
     todo = [t for t in plan_tasks if not (work / "plans" / f"{t.case_id}.json").is_file()]
     _run_pool(plan_case, todo, str(work), workers, "percept plan", progress, deformers)
 
@@ -557,7 +557,7 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     sampled = {lesion: {p: len(sample[(lesion, p)]) for p in SAMPLE_PATHS} for lesion in LESIONS}
     case_tasks = [CaseTask(c, case_folder(opts.seed, c.key_id), path, str(images_root / c.image_path))
                   for (lesion, path), cands in sample.items() for c in cands]
-    films_changed += _refresh_films(work, images_root, case_tasks, progress, recorded)
+    films_changed += _refresh_films(work, ledger, images_root, case_tasks, progress, recorded)
     ctodo = [t for t in case_tasks if not (work / "cases" / f"{t.case_id}.json").is_file()]
     _run_pool(render_case, ctodo, str(out), workers, "percept cases", progress)
 
@@ -602,7 +602,6 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
                                                    max(covers) if covers else None, mask_source, split_of,
                                                    pool_sizes, taken, sampled, hearts,
                                                    [tuple(e["image_size"]) for e in bench.values()]))
-    ledger = FilmLedger(work / FILMS_LEDGER)
     films = {t.cand.image_path: state.sha256 for t in [*plan_tasks, *case_tasks]
              if (state := ledger.get(t.cand.image_path)) is not None}
     atomic_write_text(out / BUILD_SETTINGS_FILE, stable_json({**settings, "films": dict(sorted(films.items()))}))

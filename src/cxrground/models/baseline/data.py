@@ -32,6 +32,7 @@ from cxrground.errors import ConfigError, Failure, InputError
 from cxrground.ils.frames import read_native_mask, released_side
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.schema import read_dataset
+from cxrground.ils.tasks import file_state
 from cxrground.io.files import atomic_write_text, sha256_json
 from cxrground.io.image import CXRImage, read_image
 from cxrground.io.transform import Letterbox
@@ -243,26 +244,17 @@ CACHE_VERSION = 1
 def cache_key(pairs: Sequence[PairRecord], images_root: Path, films: Mapping[str, str], config: BaselineConfig,
               identity: Mapping[str, Any] | None) -> str:
     """What a :class:`PairTensors` cache is made from, as a hash: the pairs (ids, studies, films, masks and their
-    frame), the image root, each film's and mask file's size and modification time (``missing`` when it cannot be
-    read), the working size and anatomy setting, the cache layout and ``identity`` (e.g. the lung segmenter's
-    weights)."""
+    frame), the image root, each film's and mask file's size and modification time
+    (:func:`~cxrground.ils.tasks.file_state`), the working size and anatomy setting, the cache layout and
+    ``identity`` (e.g. the lung segmenter's weights)."""
     root = Path(images_root).resolve()
     masks = {str(p.mask_path) for p in pairs if p.mask_path is not None}
-    states = {name: _file_state(path) for name, path in (*((rel, root / rel) for rel in films.values()),
-                                                        *((m, Path(m)) for m in sorted(masks)))}
+    states = {name: file_state(path) for name, path in (*((rel, root / rel) for rel in films.values()),
+                                                       *((m, Path(m)) for m in sorted(masks)))}
     return sha256_json({"pairs": [[p.pair_id, p.study, p.image_path, str(p.mask_path), p.released_size]
                                   for p in pairs],
                         "images": str(root), "files": states, "size": config.size, "anatomy": config.anatomy,
                         "layout": CACHE_VERSION, "identity": identity}, default=str)
-
-
-def _file_state(path: Path) -> list[int] | str:
-    """``[size, mtime_ns]`` of a file, ``missing`` when it cannot be read."""
-    try:
-        st = path.stat()
-    except OSError:
-        return "missing"
-    return [st.st_size, st.st_mtime_ns]
 
 
 def _read_cache(cache: Path, key: str | None) -> _Prepared | None:
@@ -272,10 +264,10 @@ def _read_cache(cache: Path, key: str | None) -> _Prepared | None:
         if record.get("key") != key:
             return None
         arrays = tuple(np.load(cache / f"{name}.npy", mmap_mode="r") for name, _ in _CACHE_ARRAYS)
-    except (OSError, ValueError):
+        failures = [Failure(**f) for f in record["failures"]]
+        return record["rows"], record["masks"], failures, arrays  # type: ignore[return-value]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # no cache, or not one of this layout
         return None
-    failures = [Failure(**f) for f in record["failures"]]
-    return record["rows"], record["masks"], failures, arrays  # type: ignore[return-value]
 
 
 def _array(cache: Path | None, name: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:
