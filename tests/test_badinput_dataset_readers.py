@@ -127,6 +127,7 @@ READERS = {
                                        p["images"], "--split", "train", "--out", tmp / "pred.jsonl", "--quiet"],
     "percept build": lambda ds, p, tmp: ["percept", "build", "--ils", ds, "--images", p["images"], "--out",
                                          tmp / "bench", "--split", "all"],
+    "ils gallery": lambda ds, p, tmp: ["ils", "gallery", ds, "--images", p["images"], "--html", tmp / "g.html"],
     "review import": lambda ds, p, tmp: ["review", "import", "--db", tmp / "db.sqlite", "--ils", ds, "--images",
                                          p["images"], "--per-item", "1"],
 }

@@ -111,11 +111,10 @@ def evaluate(request: EvaluateRequest) -> None:
     r = request
     if r.limit is not None and r.limit < 1:
         raise OptionValueError(f"--limit must be at least 1, got {r.limit}")
-    data = _checked_dataset(r.dataset)
     result = evaluate_dataset(r.dataset, r.predictions, split=r.split, limit=r.limit, n_boot=r.n_boot, seed=r.seed,
-                              images_root=r.images, seg_mode=r.seg_mode, log=note, data=data)
+                              images_root=r.images, seg_mode=r.seg_mode, log=note)
     if result["n_predictions_unused"]:
-        note(_unused_line(data, r, result))
+        note(_unused_line(r, result))
     if r.out is not None:
         r.out.parent.mkdir(parents=True, exist_ok=True)
         r.out.write_text(json.dumps(result, indent=2), encoding="utf-8")
@@ -123,20 +122,13 @@ def evaluate(request: EvaluateRequest) -> None:
     click.echo(format_report(result))
 
 
-def _checked_dataset(dataset: Path) -> dict[str, Any]:
-    """The dataset JSON of a folder (or the file itself), checked to be usable
-    (:func:`~cxrground.ils.schema.read_dataset`)."""
-    from cxrground.ils.layout import DATASET_FILE
-    from cxrground.ils.schema import read_dataset
-
-    return read_dataset(dataset if dataset.is_file() else dataset / DATASET_FILE)
-
-
-def _unused_line(data: dict[str, Any], request: EvaluateRequest, result: dict[str, Any]) -> str:
-    """How many predictions were not scored, and why."""
+def _unused_line(request: EvaluateRequest, result: dict[str, Any]) -> str:
+    """How many predictions were not scored, and why (the dataset read again as a stream)."""
     from cxrground.ils.predictions import load_predictions, unused_reasons
+    from cxrground.ils.schema import iter_dataset
 
-    reasons = unused_reasons(data, list(load_predictions(request.predictions)), request.split, result["n_pairs"])
+    studies = ((split, study) for split, _key, study in iter_dataset(request.dataset, ()))
+    reasons = unused_reasons(studies, list(load_predictions(request.predictions)), request.split, result["n_pairs"])
     why = "; ".join(f"{n} {reason}" for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
     return (f"note: {result['n_predictions_unused']} predictions of {request.predictions} not used (split "
             f"{request.split}): {why}")

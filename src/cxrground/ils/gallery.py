@@ -10,6 +10,7 @@ import base64
 import html
 import io
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -20,7 +21,7 @@ from PIL import Image
 from cxrground.errors import ConfigError, InputError
 from cxrground.ils.card import READING_NOTES
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
-from cxrground.ils.schema import read_dataset
+from cxrground.ils.schema import SPLITS, iter_dataset
 from cxrground.ils.zone_guide import guide_outcome
 from cxrground.io.image import read_image
 from cxrground.io.masks import read_mask_png
@@ -141,32 +142,32 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
     """Write the gallery of the first ``limit`` studies that can be shown (optionally of one split); the page's
     folder is created when missing. A study whose film, masks or unit record cannot be read is listed on the page
     with the reason in its place (not counted in ``limit``; the page stops after :data:`_MAX_FAILED` of them); when
-    none can be shown, nothing is written and the first study's error is raised."""
+    none can be shown, nothing is written and the first study's error is raised. The dataset JSON is read as a
+    stream, only as far as the studies shown."""
     if limit < 1:
         raise ConfigError(f"limit must be at least 1, got {limit}")
     root, images_root = Path(dataset_dir), Path(images_root)
-    data = read_dataset(root / DATASET_FILE, _SHOWN_FIELDS)
     parts = [f"<!doctype html><meta charset='utf-8'><title>ILS dataset: {html.escape(root.name)}</title>"
              f"<style>{_CSS}</style><h1>ILS dataset {html.escape(str(root))}</h1>"]
     shown, failed, first_error = 0, [], None
-    for split_name, studies in data.items():
-        if split is not None and split_name != split:
-            continue
-        for key, study in studies.items():
-            if shown >= limit or len(failed) >= _MAX_FAILED:
-                break
-            try:
-                parts.append(_study_panel(root, images_root, key, split_name, study, width))
-                shown += 1
-            except InputError as exc:
-                first_error = first_error or exc
-                failed.append((key, str(exc)))
-                parts.append(f"<div class='study failed'><h2>{html.escape(key)} · {html.escape(split_name)}</h2>"
-                             f"<div class='sec'>not shown: {html.escape(str(exc))}</div></div>")
+    studies = iter_dataset(root / DATASET_FILE, _SHOWN_FIELDS, splits=SPLITS if split is None else (split,))
+    for split_name, key, study in studies:
+        if shown >= limit or len(failed) >= _MAX_FAILED:
+            break
+        try:
+            parts.append(_study_panel(root, images_root, key, split_name, study, width))
+            shown += 1
+        except InputError as exc:
+            first_error = first_error or exc
+            failed.append((key, str(exc)))
+            parts.append(f"<div class='study failed'><h2>{html.escape(key)} · {html.escape(split_name)}</h2>"
+                         f"<div class='sec'>not shown: {html.escape(str(exc))}</div></div>")
+    studies.close()
     if first_error is not None and not shown:
         raise first_error
     if not shown:
-        have = ", ".join(f"{name} ({len(studies)})" for name, studies in data.items() if studies) or "none"
+        counts = Counter(name for name, _key, _study in iter_dataset(root / DATASET_FILE, ()))
+        have = ", ".join(f"{name} ({n})" for name, n in counts.items()) or "none"
         raise ConfigError(f"no study to show{f' in split {split}' if split else ''} of {root / DATASET_FILE} (its "
                           f"splits with studies: {have}); nothing written")
     if failed:

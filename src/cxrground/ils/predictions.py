@@ -32,7 +32,7 @@ counts as wrong: IoU 0 for a positive, "not empty" for a negative, text wrong.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -251,23 +251,32 @@ def _pair_ids(study: Mapping[str, Any]) -> list[str]:
     return [p["pair_id"] for kind in ("positive_pairs", "negative_pairs") for p in pairs.get(kind, [])]
 
 
-def unused_reasons(data: Mapping[str, Mapping[str, Any]], predicted: Sequence[str], split: str,
+def unused_reasons(studies: Iterable[tuple[str, Mapping[str, Any]]], predicted: Sequence[str], split: str,
                    n_scored: int) -> dict[str, int]:
     """Why predictions went unscored, as ``{reason: count}``, when the first ``n_scored`` pairs of ``split``
     (``"all"``: every split, in file order) were scored: a pair id the dataset does not have, a pair of another
-    split, a pair past the ``--limit``."""
-    order = [pid for name, studies in data.items() if split in ("all", name)
-             for study in studies.values() for pid in _pair_ids(study)]
-    scored, limited = set(order[:n_scored]), set(order[n_scored:])
-    split_of = {pid: name for name, studies in data.items() for study in studies.values() for pid in _pair_ids(study)}
+    split, a pair past the ``--limit``. ``studies``: ``(split, study)`` of every study of the dataset in file order
+    (a stream is read once; only the predicted pair ids are kept)."""
+    wanted = set(predicted)
+    seen = 0  # pairs of the scored split(s) so far, in scoring order
+    where: dict[str, str] = {}  # predicted pair id -> "scored" | "limited" | the split it belongs to
+    for name, study in studies:
+        for pid in _pair_ids(study):
+            if split in ("all", name):
+                seen += 1
+                if pid in wanted and where.get(pid) != "scored":
+                    where[pid] = "scored" if seen <= n_scored else "limited"
+            elif pid in wanted:
+                where.setdefault(pid, name)
     reasons: dict[str, int] = {}
     for pid in dict.fromkeys(predicted):
-        if pid in scored:
+        state = where.get(pid)
+        if state == "scored":
             continue
-        if pid in limited:
+        if state == "limited":
             reason = "past --limit"
-        elif pid in split_of:
-            reason = f"pairs of split {split_of[pid]}"
+        elif state is not None:
+            reason = f"pairs of split {state}"
         else:
             reason = "pair ids not in the dataset"
         reasons[reason] = reasons.get(reason, 0) + 1

@@ -8,10 +8,11 @@ pairs (consumers must ignore unknown fields); the ones this generator adds are `
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
 
+import ijson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cxrground.errors import InputError
@@ -28,6 +29,8 @@ __all__ = [
     "PairSet",
     "PositivePair",
     "Study",
+    "dataset_splits",
+    "iter_dataset",
     "load_dataset",
     "load_dataset_file",
     "read_dataset",
@@ -191,11 +194,20 @@ def _unfinished(folder: Path) -> str:
     return ""
 
 
-def load_dataset(path: str | Path) -> dict[str, Any]:
-    """Read a MIMIC-ILS JSON file (ours or the released one), or the one in a dataset folder, as a plain dict."""
+def _readable_json(path: str | Path) -> Path:
+    """The dataset JSON file of ``path`` (:func:`_dataset_json`), or an :class:`InputError` when it is a folder or
+    missing."""
     path = _dataset_json(path)
     if path.is_dir():
         raise InputError("is a folder, not the dataset JSON file" + _unfinished(path), path)
+    if not path.exists():
+        raise InputError("dataset JSON not found" + _unfinished(path.parent), path)
+    return path
+
+
+def load_dataset(path: str | Path) -> dict[str, Any]:
+    """Read a MIMIC-ILS JSON file (ours or the released one), or the one in a dataset folder, as a plain dict."""
+    path = _readable_json(path)
     try:
         text = path.read_text(encoding="utf-8")
         if not text.strip():
@@ -324,12 +336,96 @@ def load_dataset_file(path: str | Path) -> DatasetFile:
 
 
 def read_dataset(path: str | Path, study_fields: Sequence[str] = ("image_path",),
-                 targets: Collection[str] | None = None) -> dict[str, Any]:
+                 targets: Collection[str] | None = None, splits: Collection[str] | None = None) -> dict[str, Any]:
     """:func:`load_dataset`, then :func:`structure_problems`: a file readers cannot use is an
-    :class:`InputError` naming it and its first problems."""
-    data = load_dataset(path)
-    problems = structure_problems(data, study_fields, targets)
-    if problems:
-        more = f" (and {len(problems) - _SHOWN} more)" if len(problems) > _SHOWN else ""
-        raise InputError(f"not a usable MIMIC-ILS dataset: {'; '.join(problems[:_SHOWN])}{more}", path)
+    :class:`InputError` naming it and its first problems. ``splits``: read only these splits, as a stream
+    (:func:`iter_dataset`; memory holds only their studies, and only their studies are checked); a split the file
+    does not have is absent from the result. None: the whole file."""
+    if splits is None:
+        data = load_dataset(path)
+        problems = structure_problems(data, study_fields, targets)
+        if problems:
+            more = f" (and {len(problems) - _SHOWN} more)" if len(problems) > _SHOWN else ""
+            raise InputError(f"not a usable MIMIC-ILS dataset: {'; '.join(problems[:_SHOWN])}{more}", path)
+        return data
+    wanted = list(dict.fromkeys(splits))
+    data = {split: {} for split in wanted}
+    for split, key, study in iter_dataset(path, study_fields, targets, wanted):
+        data[split][key] = study
+    empty = [split for split in wanted if not data[split]]
+    if empty:
+        kinds = _top_level_kinds(_readable_json(path))
+        for split in empty:
+            if split not in kinds:
+                del data[split]
+            elif kinds[split] != "object":
+                raise InputError(f"not a usable MIMIC-ILS dataset: split {split} must be a JSON object of studies, "
+                                 f"got {kinds[split]}", _dataset_json(path))
     return data
+
+
+def iter_dataset(path: str | Path, study_fields: Sequence[str] = ("image_path",),
+                 targets: Collection[str] | None = None,
+                 splits: Iterable[str] = SPLITS) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """``(split, study key, study)`` of a MIMIC-ILS JSON file, or the one in a dataset folder, split by split in
+    ``splits`` order and in file order within a split, read as a stream: memory holds one study at a time. A study
+    readers cannot use (:func:`structure_problems`) is an :class:`InputError` naming the file and its problems,
+    raised when the stream reaches it; so is a file that is not a JSON object or not valid JSON. A split the file
+    does not have, or that is not a JSON object, yields nothing."""
+    json_path = _readable_json(path)
+    try:
+        with json_path.open("rb") as stream:
+            _check_object_start(stream, json_path)
+            for split in splits:
+                stream.seek(0)
+                for key, study in ijson.kvitems(stream, split, use_float=True):
+                    problems = list(_study_problems(study, study_fields, targets, f"{split}.{key}"))
+                    if problems:
+                        more = f" (and {len(problems) - _SHOWN} more)" if len(problems) > _SHOWN else ""
+                        raise InputError(f"not a usable MIMIC-ILS dataset: {'; '.join(problems[:_SHOWN])}{more}",
+                                         json_path)
+                    yield split, key, study
+    except ijson.JSONError as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise InputError(f"not valid JSON ({first_line})", json_path) from exc
+    except OSError as exc:
+        raise InputError(f"cannot read the dataset JSON ({exc.strerror or exc})", json_path) from exc
+
+
+def dataset_splits(path: str | Path) -> list[str]:
+    """The top-level names (splits) of a MIMIC-ILS JSON file, or the one in a dataset folder, in file order, read as
+    a stream."""
+    json_path = _readable_json(path)
+    try:
+        return list(_top_level_kinds(json_path))
+    except ijson.JSONError as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise InputError(f"not valid JSON ({first_line})", json_path) from exc
+
+
+def _check_object_start(stream: Any, path: Path) -> None:
+    """An :class:`InputError` unless the binary ``stream`` starts (after white space) with a JSON object."""
+    head = stream.read(4096).lstrip(b" \t\r\n")
+    while not head:
+        chunk = stream.read(4096)
+        if not chunk:
+            raise InputError("the dataset JSON file is empty", path)
+        head = chunk.lstrip(b" \t\r\n")
+    if not head.startswith(b"{"):
+        raise InputError("not a usable MIMIC-ILS dataset: the dataset must be a JSON object {split: {study_key: "
+                         "study}}", path)
+
+
+def _top_level_kinds(path: Path) -> dict[str, str]:
+    """The JSON kind (``object``, ``array``, ``string``, ...) of each top-level member of the JSON object in
+    ``path``, read as a stream."""
+    kinds: dict[str, str] = {}
+    names = {"start_map": "object", "start_array": "array", "integer": "number", "double": "number"}
+    key: str | None = None
+    with path.open("rb") as stream:
+        for prefix, event, value in ijson.parse(stream, use_float=True):
+            if prefix == "" and event == "map_key":
+                key = value
+            elif key is not None and prefix == key and key not in kinds:
+                kinds[key] = names.get(event, event)
+    return kinds

@@ -166,7 +166,7 @@ def predict_split(model: IlsModel, dataset: Path, images: Path | None, split: st
     images = images if images is not None else json_path.parent
     if limit is not None and limit < 1:
         raise ConfigError(f"limit must be at least 1, got {limit}")
-    data = read_dataset(json_path)
+    data = read_dataset(json_path, splits=(split,))
     if split not in data:
         raise InputError(f"split {split!r} not in the dataset", json_path)
     jobs, _n = _split_jobs(data, split, limit)

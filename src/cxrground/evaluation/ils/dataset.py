@@ -22,7 +22,7 @@ from cxrground.evaluation.ils.text import TextAccuracyMetric
 from cxrground.ils.frames import read_frame
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.predictions import Prediction, load_predictions, resolve_seg_mode
-from cxrground.ils.schema import read_dataset
+from cxrground.ils.schema import dataset_splits, read_dataset
 from cxrground.io.masks import check_shape, read_mask_png
 
 __all__ = ["ALL_SPLITS", "evaluate_dataset"]
@@ -80,13 +80,18 @@ def evaluate_dataset(
     pairs without a prediction are counted wrong and listed under ``missing``. ``seg_mode`` records
     how the masks were produced (``teacher-forced`` / ``free``), as reports must state it; the mode the predictions
     file records is used when none is stated, and a stated mode contradicting it is an error. ``data``: the
-    dataset as :func:`~cxrground.ils.schema.read_dataset` gives it (read and checked here when None).
+    dataset as :func:`~cxrground.ils.schema.read_dataset` gives it (None: read and checked here, only the split
+    scored when it is one split).
     """
     json_path, mask_root = _locate(dataset_dir)
-    data = read_dataset(json_path) if data is None else data
+    if data is None:
+        data = read_dataset(json_path, splits=None if split == ALL_SPLITS else (split,))
+        names = list(data) if split == ALL_SPLITS or split in data else dataset_splits(json_path)
+    else:
+        names = list(data)
     frame = read_frame(json_path)  # released-frame masks map back to the recorded native sizes
     if split != ALL_SPLITS and split not in data:
-        raise InputError(f"split {split!r} not in the dataset (has {', '.join(data) or 'none'})", json_path)
+        raise InputError(f"split {split!r} not in the dataset (has {', '.join(names) or 'none'})", json_path)
     studies = [s for name in (data if split == ALL_SPLITS else [split]) for s in data[name].values()]
     preds = load_predictions(predictions_path)
     seg_mode = resolve_seg_mode(seg_mode, preds, predictions_path)
