@@ -89,7 +89,7 @@ def test_a_broken_study_is_found_when_the_stream_reaches_it(tmp_path):
     file = _write(tmp_path / "d.json", data)
     first = next(iter_dataset(file))
     assert first[:2] == ("train", "s1")
-    with pytest.raises(InputError, match="test.s21 negative pair 1 has no 'answer'"):
+    with pytest.raises(InputError, match=r"test\.s21 negative pair 1 has no 'answer'"):
         read_dataset(file, splits=("test",))
     assert list(read_dataset(file, splits=("train",))["train"]) == ["s1", "s2", "s3", "s4"]  # only train is read
 

@@ -143,7 +143,8 @@ def test_replay_fails_the_cases_the_file_has_no_response_for(tmp_path) -> None:
     (results,) = export_results([tmp_path / "random"], tmp_path / "ref")
     data = json.loads(results.read_text())
     rr = next(k for k, v in data.items() if v["qa_path"] == "revision_required")
-    del data[rr]["contour_revision_qa"]["responses"]["contraction"]
+    for source in ("responses", "raw_responses"):
+        del data[rr]["contour_revision_qa"][source]["contraction"]
     lf = next(k for k, v in data.items() if v["qa_path"] == "lesion_free")
     del data[lf]
     results.write_text(json.dumps(data))
@@ -184,3 +185,96 @@ def test_replay_refuses_another_oracle_setting_and_fails_cases_recorded_on_anoth
     recs = {r["case_id"]: r for r in map(json.loads, (tmp_path / "replay" / "results.jsonl").read_text().splitlines())}
     assert recs[rr]["status"] == "failed" and "another build of the benchmark" in recs[rr]["error"]
     assert all(r["status"] != "failed" for k, r in recs.items() if k != rr)
+
+
+def _reference_style(data: dict[str, dict]) -> dict[str, dict]:
+    """The file as the reference evaluator writes it: parsed answers only, no raw replies."""
+    for case in data.values():
+        for key in STAGE_KEYS:
+            block = case.get(key)
+            if isinstance(block, dict):
+                block.pop("raw_response", None)
+                block.pop("raw_responses", None)
+    return data
+
+
+def test_export_records_the_reference_parsed_answer_beside_the_raw_reply(tmp_path) -> None:
+    from cxrground.evaluation.percept.parsing import reference_parse
+
+    run, _plans = _run(tmp_path / "run", "random")
+    lines = (run / "results.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    first["questions"][0]["raw"] = "I think option 4.\nAnswer: 2"
+    (run / "results.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    (path,) = export_results([run], tmp_path / "ref")
+    block = json.loads(path.read_text())[first["case_id"]]["detection_qa"]
+    assert block["response"] == "2" and block["raw_response"] == "I think option 4.\nAnswer: 2"
+    assert reference_parse(block["response"]) == reference_parse(block["raw_response"]) == [2]
+
+
+def test_replay_of_an_empty_stage_block_answers_empty_and_goes_on(tmp_path) -> None:
+    """The reference evaluator records ``{}`` for a Stage-1/2 reply that parsed to nothing and still asks the later
+    stages: replayed, that question is answered empty (wrong) and the case goes on, scored as the reference does."""
+    from cxrground.testing.mock_bench import make_benchmark
+
+    bench = make_benchmark(tmp_path / "bench", {"LF": 1, "RF": 2, "RR": 2}, lesions=("edema",), seed=6)
+    assert _eval(bench, tmp_path / "oracle", "oracle").exit_code == 0
+    (results,) = export_results([tmp_path / "oracle"], tmp_path / "ref")
+    data = _reference_style(json.loads(results.read_text()))
+    rr = next(k for k, v in data.items() if v["qa_path"] == "revision_required")
+    rf = next(k for k, v in data.items() if v["qa_path"] == "revision_free")
+    data[rr]["contour_evaluation_qa"] = {}
+    data[rf]["detection_qa"] = {}
+    results.write_text(json.dumps(data))
+    res = _eval(bench, tmp_path / "replay", f"replay:{results}")
+    assert res.exit_code == 0, res.output
+    recs = {r["case_id"]: r for r in map(json.loads, (tmp_path / "replay" / "results.jsonl").read_text().splitlines())}
+    assert all(r["status"] == "ok" for r in recs.values())
+    answered = {(k, q["qid"]): (q["raw"], q["correct"]) for k, r in recs.items() for q in r["questions"]}
+    assert answered[rr, "contour_eval"] == ("", False) and answered[rf, "detection"] == ("", False)
+    later = [v for (k, qid), v in answered.items() if k == rr and qid not in ("detection", "contour_eval")]
+    assert later and all(correct for _raw, correct in later)  # the later stages are scored as answered
+
+
+def test_reference_selection_takes_cases_in_file_order(tmp_path) -> None:
+    """``--selection reference`` keeps the cases the reference evaluator's flags keep: the first in benchmark file
+    order (``--limit``), or the first of each path, lesion-free then revision-free then revision-required
+    (``--per-path-limit``)."""
+    import random
+
+    from click.testing import CliRunner
+
+    from cxrground.cli import main
+    from cxrground.evaluation.percept.conversation import CasePlan
+    from cxrground.evaluation.percept.runner import select_cases
+    from cxrground.testing.mock_bench import make_benchmark
+
+    paths = ["RR", "LF", "RF", "RR", "RF", "LF", "LF", "RR"]
+    plans = [CasePlan(f"c{i}", path, "edema", ()) for i, path in enumerate(paths)]
+    assert [p.case_id for p in select_cases(plans, 0, limit=3, selection="reference")] == ["c0", "c1", "c2"]
+    by_path = select_cases(plans, 0, per_path_limit=2, selection="reference")
+    assert [p.case_id for p in by_path] == ["c1", "c5", "c2", "c4", "c0", "c3"]
+    assert [p.case_id for p in select_cases(plans, 0, selection="reference")] == [p.case_id for p in plans]
+    with pytest.raises(ConfigError, match="not both"):
+        select_cases(plans, 0, limit=2, per_path_limit=1, selection="reference")
+    with pytest.raises(ConfigError, match="selection must be one of"):
+        select_cases(plans, 0, selection="first")
+
+    bench = make_benchmark(tmp_path / "bench", {"LF": 3, "RF": 3, "RR": 3}, lesions=("edema",), seed=8)
+    file = bench / "chexpercept.json"
+    cases = json.loads(file.read_text())
+    order = list(cases)
+    random.Random(1).shuffle(order)  # a file whose order is not the sorted one
+    file.write_text(json.dumps({k: cases[k] for k in order}))
+
+    def picked(*flags: str) -> list[str]:
+        out = tmp_path / f"sel{len(list(tmp_path.iterdir()))}"
+        res = CliRunner().invoke(main, ["percept", "eval", "--bench", str(bench), "--model", "random", "--out",
+                                        str(out), "--no-progress", "--oracle", "none", *flags])
+        assert res.exit_code == 0, res.output
+        return [c["case_id"] for c in json.loads((out / "cases.json").read_text())]
+
+    assert picked("--selection", "reference", "--limit", "4") == order[:4]
+    path_of = {k: {"_plf": "LF", "_prf": "RF", "_prr": "RR"}[k[5:9]] for k in order}  # keys edema_p<path><i>
+    want = [k for path in ("LF", "RF", "RR") for k in [c for c in order if path_of[c] == path][:2]]
+    assert picked("--selection", "reference", "--per-path-limit", "2") == want

@@ -200,7 +200,7 @@ def compose_pairs(
         word = tpl.TENTATIVE_WORD if f.certainty == "tentative" else lesion
         gl = list(g.grounded_location)
         common = {"target": lesion, "reported_location": list(f.reported_location), "grounded_location": gl,
-                  "sent_idx": str(f.sent_idx), "seg": True, "seg_mask_path": mask_path,
+                  "location": gl, "sent_idx": str(f.sent_idx), "seg": True, "seg_mask_path": mask_path,
                   "certainty": f.certainty, "kind": KIND_GROUNDED}
         _positive(out, study_key, tpl.instruction("basic", word, gl), tpl.positive_answer("basic", lesion),
                   "basic", common)
@@ -319,7 +319,7 @@ def _heart_positive(study_key: str, lesion: str, g: GroundedFinding, heart: np.n
     mask_path = _add_mask(study_key, lesion, heart, out)
     _positive(out, study_key, tpl.instruction("global", lesion), tpl.positive_answer("global", lesion),
               "global", {"target": lesion, "reported_location": [HEART], "grounded_location": [HEART],
-                         "sent_idx": str(f.sent_idx), "seg": True, "seg_mask_path": mask_path,
+                         "location": [HEART], "sent_idx": str(f.sent_idx), "seg": True, "seg_mask_path": mask_path,
                          "certainty": f.certainty, "kind": KIND_GROUNDED})
 
 

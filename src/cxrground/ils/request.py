@@ -282,11 +282,15 @@ def _no_studies(request: BuildRequest, failures: list[Failure]) -> str:
 
 
 def build_lines(summary: BuildSummary) -> list[str]:
-    """What a finished build reports: counts and time, then where its card and failure list are."""
+    """What a finished build reports: counts and time, where its card and failure list are, the mask frame and
+    the export the reference code needs, then warnings."""
     out = Path(summary.out_dir)
     lines = [f"ILS dataset in {summary.out_dir}: {summary.studies_in_dataset} studies, {summary.pairs} pairs "
              f"({summary.processed} processed, {summary.skipped} already done, {summary.failures} failures) "
              f"in {summary.seconds:.1f} s", f"  card: {out / 'card.md'}   failures: {out / 'failures.jsonl'}"]
+    if summary.pairs:
+        lines.append(f"  masks at each film's native size; for the ROSALIA/LISA reference code, export them to its "
+                     f"frame first: cxrground ils export --dataset {out} --frame released --out DIR")
     if summary.every_failed:
         lines.append(f"  error: every study failed; the reasons are in {out / 'failures.jsonl'}")
     if summary.blind_choices:

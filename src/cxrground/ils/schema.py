@@ -85,6 +85,9 @@ class PositivePair(_Pair):
 
     reported_location: list[str]
     grounded_location: list[str]
+    location: list[str] | None = None
+    """The location the pair names, as the released MIMIC-ILS sample's positives carry it (not in ILS.md §12.2's
+    table); cxrground writes the grounded location here."""
     sent_idx: str
     seg: Literal[True]
     seg_mask_path: str
@@ -93,6 +96,11 @@ class PositivePair(_Pair):
     @classmethod
     def _labels(cls, v: list[str]) -> list[str]:
         return _check_labels(v, "location")
+
+    @field_validator("location")
+    @classmethod
+    def _named(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else _check_labels(v, "location")
 
     @field_validator("sent_idx")
     @classmethod

@@ -32,7 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-__all__ = ["LABEL_ORDER", "NOTHING", "ParseLabel", "ParsedAnswer", "is_correct", "parse_answer", "reference_parse"]
+__all__ = ["LABEL_ORDER", "NOTHING", "ParseLabel", "ParsedAnswer", "is_correct", "parse_answer",
+           "reference_answer_text", "reference_parse"]
 
 ParseLabel = Literal["parsed", "matched-by-text", "invalid-format", "unparseable"]
 #: The parse labels of :func:`parse_answer`, best first.
@@ -62,8 +63,9 @@ def _strip_thinking(text: str) -> str:
     return _UNUSED.sub("", _THINK.sub("", text))
 
 
-def _pass1(text: str | None) -> str:
-    """The reference's answer string: comma-joined digits when a rule finds them, else the stripped text."""
+def reference_answer_text(text: str | None) -> str:
+    """The answer string the reference evaluator records for a raw response (§14 pass 1): comma-joined digits when
+    a rule finds them, else the stripped text."""
     if text is None:
         return ""
     text = _GLM_BOX.sub(r"\1", text)
@@ -97,7 +99,7 @@ def _pass2(text: str) -> list[int]:
 
 def reference_parse(text: str | None) -> list[int]:
     """The reference answer numbers of a raw response (§14, pass 1 then pass 2); ``[-1]``: nothing extracted."""
-    return _pass2(_pass1(text))
+    return _pass2(reference_answer_text(text))
 
 
 @dataclass(frozen=True)

@@ -31,18 +31,30 @@ def recorded_ground_truth(record: dict[str, Any], stage: int, qid: str) -> tuple
     return tuple(sorted(items))
 
 
+#: Keys of the reply text recorded for a stage: cxrground's export keeps the raw reply beside the reference's
+#: parsed answer (first key); the reference evaluator records the parsed answer only (second key).
+_RESPONSE_KEYS: Final[dict[int, tuple[str, str]]] = {1: ("raw_response", "response"),
+                                                    2: ("raw_responses", "responses"),
+                                                    3: ("raw_responses", "responses"),
+                                                    4: ("raw_responses", "responses")}
+
+
 def recorded_response(record: dict[str, Any], stage: int, qid: str) -> str | None:
-    """The raw response the reference evaluator recorded in one case's ``record`` (an ``all_results.json`` value)
-    for question ``qid`` of ``stage``; None when it recorded none (the question was not asked, or the stage is
-    missing)."""
+    """The response recorded in one case's ``record`` (an ``all_results.json`` value) for question ``qid`` of
+    ``stage``: the raw reply where cxrground's export kept it, else the answer the reference evaluator recorded. A
+    Stage-1 or Stage-2 block recorded without a response is ``""``: the reference evaluator leaves the block empty
+    when the reply parsed to nothing and goes on with the case (the question counts wrong). None when nothing is
+    recorded (the stage is missing, or a Stage-3/4 question was not asked)."""
     block = record.get(REFERENCE_STAGE_KEYS[stage])
     if not isinstance(block, dict):
         return None
-    if stage == 1:
-        value = block.get("response")
-    elif stage == 2:
-        value = block.get("responses")
-    else:
-        responses = block.get("responses")
-        value = responses.get(REFERENCE_QUESTION_NAMES.get(qid, qid)) if isinstance(responses, dict) else None
-    return value if isinstance(value, str) else None
+    raw_key, key = _RESPONSE_KEYS[stage]
+    if stage <= 2:
+        value = block.get(raw_key, block.get(key))
+        return value if isinstance(value, str) else ""
+    name = REFERENCE_QUESTION_NAMES.get(qid, qid)
+    for source in (raw_key, key):
+        responses = block.get(source)
+        if isinstance(responses, dict) and isinstance(responses.get(name), str):
+            return responses[name]
+    return None

@@ -4,8 +4,10 @@ The reference evaluator writes one ``all_results.json`` per model and oracle set
 ``<provider>_<model>/oracle_<setting>/``, and its analyzer (``01_analyze_model_performance.py``) reads only that
 file. :func:`export_results` writes a cxrground run (``percept eval --out RUN``) in that form, so the reference's
 analysis and plots run on cxrground runs. Per case (keyed by the benchmark's case id, the reference ``key_id``):
-``qa_path``; per asked stage its ``correct`` flag, the raw response text(s) and the ground-truth index (an int,
-a list for the multi-select questions), as the reference evaluator records them; the Stage-3 and Stage-4
+``qa_path``; per asked stage its ``correct`` flag, the answer string(s) the reference's first parsing pass makes of
+the replies (``response`` / ``responses``, what the reference evaluator records) and the ground-truth index (an int,
+a list for the multi-select questions), as the reference evaluator records them, plus the raw replies
+(``raw_response`` / ``raw_responses``, which the reference's scripts do not read); the Stage-3 and Stage-4
 sub-questions under their reference names (``expansion``, ``severity/measurement`` ...) with their own ``correct``.
 Correctness is cxrground's scoring (:func:`~cxrground.evaluation.percept.scoring.case_view`): a failed or missing
 case has every asked stage wrong and stays in the file, where the reference evaluator would leave a stage it got no
@@ -23,6 +25,7 @@ from typing import Any, Final
 
 from cxrground.errors import ConfigError
 from cxrground.evaluation.percept.conversation import ATTRIBUTE_QIDS, REVISION_QIDS
+from cxrground.evaluation.percept.parsing import reference_answer_text
 from cxrground.evaluation.percept.reference_names import REFERENCE_STAGE_KEYS
 from cxrground.evaluation.percept.scoring import CSV_PATH_NAMES, CSV_QUESTION_NAMES, case_view, run_records
 from cxrground.io.files import atomic_write_text
@@ -55,6 +58,11 @@ def _gt(question: dict[str, Any]) -> Any:
     return gt if question["multi"] else gt[0]
 
 
+def _parsed(text: str | None) -> str | None:
+    """The answer string the reference evaluator records for a reply (its first parsing pass); None for no reply."""
+    return None if text is None else reference_answer_text(text)
+
+
 def _case(plan: dict[str, Any], rec: dict[str, Any] | None) -> dict[str, Any]:
     """One case in the reference evaluator's record form."""
     view = case_view(plan, rec)
@@ -65,19 +73,19 @@ def _case(plan: dict[str, Any], rec: dict[str, Any] | None) -> dict[str, Any]:
         by_stage.setdefault(q["stage"], []).append(q)
     for stage, questions in sorted(by_stage.items()):
         key = REFERENCE_STAGE_KEYS[stage]
-        if stage == 1:
+        if stage <= 2:
             (q,) = questions
-            out[key] = {"response": raw.get(q["qid"]), "ground_truth": _gt(q), "correct": q["correct"]}
-        elif stage == 2:
-            (q,) = questions
-            out[key] = {"responses": raw.get(q["qid"]), "ground_truth": _gt(q), "correct": q["correct"]}
+            text = raw.get(q["qid"])
+            name = "response" if stage == 1 else "responses"
+            out[key] = {name: _parsed(text), "ground_truth": _gt(q), "correct": q["correct"], f"raw_{name}": text}
         else:
             order = REVISION_QIDS if stage == 3 else ATTRIBUTE_QIDS
             asked = sorted(questions, key=lambda q: order.index(q["qid"]))
             names = {q["qid"]: CSV_QUESTION_NAMES.get(q["qid"], q["qid"]) for q in asked}
-            block: dict[str, Any] = {"responses": {names[q["qid"]]: raw.get(q["qid"]) for q in asked},
+            block: dict[str, Any] = {"responses": {names[q["qid"]]: _parsed(raw.get(q["qid"])) for q in asked},
                                      "ground_truth": {names[q["qid"]]: _gt(q) for q in asked},
-                                     "correct": view["raw"][stage]}
+                                     "correct": view["raw"][stage],
+                                     "raw_responses": {names[q["qid"]]: raw.get(q["qid"]) for q in asked}}
             for q in asked:
                 block[names[q["qid"]]] = {"correct": q["correct"]}
             out[key] = block

@@ -32,6 +32,11 @@ class EvalRequest:
     concurrency: int = option(8, low=1, help="Cases in flight at once.")
     limit: int | None = option(None, help="Evaluate only N cases (deterministic selection).")
     per_path_limit: int | None = option(None, help="At most N cases per path (RR/RF/LF).")
+    selection: str = option("hash", choices=("hash", "reference"),
+                            help="Which cases --limit / --per-path-limit keep: hash (by a hash of --seed and the "
+                            "case id, every path mixed) or reference (the first in benchmark file order, as the "
+                            "reference evaluator's --limit / --per_path_limit: one of the two; to score or replay "
+                            "the cases of a reference run).")
     temperature: float = option(0.0, low=0.0, help="Sampling temperature (0: greedy).")
     top_p: float | None = option(None, low=0.0, high=1.0, low_open=True,
                                  help="Nucleus sampling; default 1 when the sampling parameters are explicit, not "
@@ -81,8 +86,8 @@ def run_request(request: EvalRequest) -> tuple[str, bool]:
     extra = parse_extra_body(r.extra_body) if r.extra_body is not None else None
     settings = EvalSettings(bench=r.bench, model=r.spec, oracle=r.oracle, temperature=r.temperature,
                             max_tokens=r.max_tokens, top_p=r.top_p, seed=r.seed, limit=r.limit,
-                            per_path_limit=r.per_path_limit, max_images=r.max_images, repeats=r.repeats,
-                            extra_body=extra, sampling_params=r.sampling_params)
+                            per_path_limit=r.per_path_limit, selection=r.selection, max_images=r.max_images,
+                            repeats=r.repeats, extra_body=extra, sampling_params=r.sampling_params)
     summary = run_eval(settings, r.out, concurrency=r.concurrency, cache=r.cache, base_url=r.base_url,
                        api_key_env=r.api_key_env, retry=RetryPolicy(max_attempts=r.max_attempts, timeout=r.timeout),
                        retry_failed=r.retry_failed, progress=r.progress, prices=r.prices)

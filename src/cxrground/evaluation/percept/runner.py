@@ -47,7 +47,11 @@
   skipped (:func:`read_results` lists them; ``percept score`` reports each by file and line), so their units
   run again.
 - Selection (deterministic): cases ordered by SHA-256 of ``{seed}:{case_id}``; ``per_path_limit`` keeps the
-  first N of each path in that order, then ``limit`` the first N overall.
+  first N of each path in that order, then ``limit`` the first N overall. ``selection="reference"`` selects as the
+  reference evaluator's flags of the same names do (to score or replay the same cases as a reference run): cases
+  in benchmark file order; ``per_path_limit`` keeps the first N lesion-free, then revision-free, then
+  revision-required cases; ``limit`` the first N (one of the two, as the reference lets ``per_path_limit``
+  override ``limit``).
 """
 
 from __future__ import annotations
@@ -84,10 +88,9 @@ from cxrground.percept.paths import check_outside_benchmark
 from cxrground.percept.schema import BENCHMARK_FILE, Benchmark, load_benchmark
 from cxrground.registry import backend_errors, check_returned
 
-__all__ = ["CACHE_FILE", "BadLine", "EvalSettings", "ResultLines", "RetryPolicy", "case_record", "check_case_files",
-           "load_all_results",
-           "load_results", "read_results", "record_answer", "record_problem", "run_eval", "run_summary_line",
-           "sample_seed", "select_cases"]
+__all__ = ["CACHE_FILE", "SELECTIONS", "BadLine", "EvalSettings", "ResultLines", "RetryPolicy", "case_record",
+           "check_case_files", "load_all_results", "load_results", "read_results", "record_answer", "record_problem",
+           "run_eval", "run_summary_line", "sample_seed", "select_cases"]
 
 CACHE_FILE: Final[str] = "percept_cache.sqlite"
 CONFIG_FILE: Final[str] = "config.json"
@@ -114,6 +117,7 @@ class EvalSettings:
     repeats: int = 1
     extra_body: dict[str, Any] | None = None
     sampling_params: str = "auto"
+    selection: str = "hash"
 
 
 #: The token counts a response reports (usage.json).
@@ -131,9 +135,25 @@ class _Stats:
     tokens_sent: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_TOKEN_KEYS, 0))
 
 
+#: Case selections (module docstring): by a hash of the seed and case id, or as the reference evaluator's flags.
+SELECTIONS: Final[tuple[str, ...]] = ("hash", "reference")
+#: The reference evaluator's order of the paths under ``--per_path_limit`` (lesion-free, revision-free, -required).
+_REFERENCE_PATH_ORDER: Final[tuple[str, ...]] = ("LF", "RF", "RR")
+
+
 def select_cases(plans: Sequence[CasePlan], seed: int, limit: int | None = None,
-                 per_path_limit: int | None = None) -> list[CasePlan]:
-    """The deterministic selection of the module docstring."""
+                 per_path_limit: int | None = None, selection: str = "hash") -> list[CasePlan]:
+    """The deterministic selection of the module docstring (``plans`` in benchmark file order)."""
+    if selection not in SELECTIONS:
+        raise ConfigError(f"selection must be one of {', '.join(SELECTIONS)}, got {selection!r}")
+    if selection == "reference":
+        if limit is not None and per_path_limit is not None:
+            raise ConfigError("--selection reference takes --limit or --per-path-limit, not both (the reference "
+                              "evaluator ignores --limit when --per_path_limit is given)")
+        if per_path_limit is None:
+            return list(plans[:limit] if limit is not None else plans)
+        paths = [*_REFERENCE_PATH_ORDER, *sorted({p.path for p in plans} - set(_REFERENCE_PATH_ORDER))]
+        return [p for path in paths for p in [q for q in plans if q.path == path][:per_path_limit]]
     order = sorted(plans, key=lambda p: hashlib.sha256(f"{seed}:{p.case_id}".encode()).hexdigest())
     if per_path_limit is not None:
         seen: dict[str, int] = {}
@@ -322,6 +342,8 @@ def _config(settings: EvalSettings, client: Client, n_cases: int) -> dict[str, A
     # its effect is the client's decoding below (what is sent); runs made before it existed sent "minimal" and keep
     # their configuration hash, and clients without decoding settings (baselines, ils:) are not affected
     del cfg["sampling_params"]
+    if settings.selection == "hash":
+        del cfg["selection"]  # the selection of runs made before --selection existed
     cfg["bench"] = str(bench_file.resolve().parent)
     cfg["bench_sha256"] = sha256_file(bench_file)
     cfg["client"] = {"kind": client.kind, "model": client.model, "decoding": client.decoding}
@@ -614,7 +636,9 @@ def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: 
     bench = load_benchmark(settings.bench)
     every = plan_benchmark(bench, _bench_file(settings.bench))
     check_case_files(bench, every, _bench_file(settings.bench))
-    plans = select_cases(every, settings.seed, settings.limit, settings.per_path_limit)
+    position = {key: i for i, key in enumerate(bench.cases)}
+    every = sorted(every, key=lambda p: position[p.case_id])  # benchmark file order, as the reference reads it
+    plans = select_cases(every, settings.seed, settings.limit, settings.per_path_limit, settings.selection)
     if client is None:
         client = make_client(settings.model, base_url=base_url, api_key_env=api_key_env,
                              temperature=settings.temperature, max_tokens=settings.max_tokens, top_p=settings.top_p,

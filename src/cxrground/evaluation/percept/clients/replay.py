@@ -5,11 +5,13 @@ The reference repository's evaluator writes one ``all_results.json`` per model a
 benchmark's case id) the raw response of every question it asked. ``percept eval --model replay:FILE`` asks the
 benchmark's questions as for any model, and this client answers each with the response recorded for that case and
 question, so ``percept score`` and ``percept report`` (bootstrap intervals, failure analysis, HTML) score runs made
-elsewhere by the same rules as cxrground's own. A question the file has no response for fails its case (recorded,
-scored wrong), as a model that never answered. Replay with the ``--oracle`` setting the responses were made under:
-the reference keeps it in the folder name (``oracle_<setting>``), and a run whose ``--oracle`` contradicts that
-folder is refused (:meth:`ReplayClient.check_oracle`). A recorded ground truth that differs from the benchmark's for
-the same case and question (the file answered another build of the benchmark) fails that case.
+elsewhere by the same rules as cxrground's own. A Stage-1 or Stage-2 block recorded without a response (the
+reference evaluator's record of a reply that parsed to nothing, after which it goes on with the case) is answered
+``""``: that question is wrong and the case goes on. Any other question the file has no response for fails its
+case (recorded, scored wrong), as a model that never answered. Replay with the ``--oracle`` setting the responses
+were made under: the reference keeps it in the folder name (``oracle_<setting>``), and a run whose ``--oracle``
+contradicts that folder is refused (:meth:`ReplayClient.check_oracle`). A recorded ground truth that differs from
+the benchmark's for the same case and question (the file answered another build of the benchmark) fails that case.
 
 Identity: the file's SHA-256 (another file at the same path is another model for the response cache); the cache
 context is the case and question id, since the answer does not depend on the messages.
