@@ -77,12 +77,14 @@ edema                  edema / oedema, pulmonary / interstitial / alveolar edema
                        fibrosis can give; "Kerley B lines suggesting interstitial edema" still names the edema).
                        "CHF" / "(congestive) heart failure" is a clinical diagnosis, the non-target heart failure.
                        *Not* soft-tissue / subcutaneous / chest-wall / mucosal edema, anasarca (edema outside the
-                       lungs: a non-target finding).
+                       lungs: a non-target finding; version 56: also written after the noun, "edema of the soft
+                       tissues of the chest wall").
 effusion               effusion(s), pleural effusion(s), "pleural a fusion" (speech recognition, version 48),
                        pleural fluid (collection), layering fluid / effusion,
-                       hydrothorax; *added* (round 4): loculated / subpulmonic / fissural fluid, "fluid in /
-                       along / tracking along the (right) minor / major fissure" (fissural fluid is pleural
-                       fluid; a bare "fluid" is not: "atelectasis versus small amount of fluid"). *Not*
+                       hydrothorax, (pleural) empyema (version 56); *added* (round 4): loculated / subpulmonic /
+                       fissural fluid, "fluid in / along / tracking along the (right) minor / major fissure"
+                       (fissural fluid is pleural fluid; a bare "fluid" is not: "atelectasis versus small amount
+                       of fluid"). *Not*
                        "pericardial effusion" (a non-target finding). *Decision* (ILS §7.1 is silent):
                        "blunting of the costophrenic angle" is **no** effusion phrase: blunting is a sign
                        that a small effusion, pleural thickening or scarring can give (MeSH codes it apart, as
@@ -145,8 +147,10 @@ history            (known / remote / past / prior) history of, hx (of) (version 
                    COVID-19 pneumonia", "at risk of aspiration pneumonia")
 negation, before   no, without, free of, clear of, negative for, absence of, neither, nor, not (a/an/any),
                    no longer, (interval) resolution of, interval / complete clearing of; absent, nil, zero,
-                   re-expansion of (version 44); a negated fit without a verb: not consistent / compatible with, not
-                   suggestive / typical of, not in keeping with, inconsistent with (version 47; not the double
+                   re-expansion of (version 44); fronted at a sentence's or clause's start (version 56): no longer
+                   seen / visualized ... is / are, gone / resolved / cleared is / are the; a negated fit without a
+                   verb: not consistent / compatible with, not suggestive / typical of, not in keeping with,
+                   inconsistent with (version 47; not the double
                    negative "not inconsistent with"); not to be confused with (version 48). ("rule out" is *not* a
                    negation: it is a question; "clearing of" alone may be partial and is not one either)
 negation, after    a clause-final "absent", ": none / absent / negative / no" (version 44), has re-expanded;
@@ -300,6 +304,7 @@ __all__ = [
     "ENTITY_MATCHER",
     "ENTITY_RE",
     "HEART_NORMAL_RE",
+    "HEART_PERICARDIAL_RE",
     "HEART_PROMINENCE",
     "HEART_PROMINENCE_PATTERNS",
     "HEART_PROMINENCE_RE",
@@ -451,6 +456,10 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
     (EntityKind("hydropneumothorax", None), (r"hydropneumothora(?:x|ces)",)),
     (EntityKind("soft tissue edema", None, lung=False), (
         r"(?:soft[- ]tissues?|subcutaneous|chest\s+wall|body\s+wall|mucosal)\s+o?edema", r"anasarca",
+        # post-posed (version 56): "edema of the soft tissues of the chest wall", "edema in the left arm"
+        r"o?edema(?=\s+(?:of|in|along|involving|within|over)\s+(?:the\s+)?(?:(?:right|left|bilateral|lateral|"
+        r"anterior|posterior|upper|lower|superficial|overlying)\s+)*(?:soft[- ]tissues?|subcutaneous|chest\s+wall|"
+        r"body\s+wall|extremit(?:y|ies)|arms?|legs?|neck|face|flanks?|scalp|breasts?|axilla(?:e|ry)?)\b)",
     )),
     (EntityKind("projection mimic", None, lung=False, mimic=True), (
         r"nipple\s+shadows?",
@@ -505,7 +514,7 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
         r"o?edematous(?=\s+lungs?\b)", *_EDEMATOUS_AFTER, r"o?edema",
     )),
     (EntityKind("effusion", EFFUSION), (
-        r"pleural\s+(?:effusions?|fluid(?:\s+collections?)?)",
+        r"pleural\s+(?:effusions?|fluid(?:\s+collections?)?)", r"(?:pleural\s+)?empyemas?",  # empyema: version 56
         r"pleural\s+a\s+fusions?",  # speech recognition of "effusion" after "pleural" (version 48)
         r"layering\s+(?:pleural\s+)?(?:effusions?|fluid)", r"(?:loculated|subpulmonic|fissural)\s+fluid",
         r"fluid(?=\s+(?:tracking\s+)?(?:(?:with)?in|along|into)\s+the\s+(?:(?:right|left)\s+)?"
@@ -607,6 +616,9 @@ _HEART_NORMAL = (
     r"(?:silhouette|contours?))\b"
     # version 49: "normal size (and configuration / contour) of the heart / cardiac silhouette"
     r"|\bnormal\s+size(?:\s+and\s+(?:configuration|contour))?\s+of\s+(?:the\s+)?(?:heart|cardiac\s+silhouette)\b"
+    # version 56: "Heart: normal size.", "Heart size: normal."
+    r"|\b(?:heart(?:\s+size)?|cardiac\s+size)\s*:\s*(?:normal(?:\s+(?:in\s+)?size)?|within\s+(?:the\s+)?normal\s+"
+    r"limits|unremarkable)\b(?!\s+(?:to|or)\s)"
 )
 #: A statement that the heart is of normal size ("Heart size is normal.", "Normal heart size.", "The cardiac
 #: silhouette is within normal limits.", "The cardiomediastinal silhouette is normal."; version 49: a heart subject
@@ -756,6 +768,12 @@ _CUES: Final[tuple[tuple[str, str], ...]] = (
     # the finding it governs is no reading of the film (see rules). Not "concerning for", the radiologist's hedge.
     ("question", r"(?:eval|evaluate|evaluation|assess|assessment)\s+(?:further\s+)?for|r/o|(?:to\s+)?rule\s+out|"
                  r"to\s+exclude|question\s+of|clinical\s+(?:concern|suspicion)\s+(?:for|of)"),
+    # fronted (version 56), at the start of a sentence or clause: "No longer seen is the previously noted right
+    # basilar consolidation.", "Gone is the left lower lobe opacity."
+    ("neg_pre", rf"(?<!\w\s)(?<!,\s)no\s+longer\s+(?:(?:well|clearly)\s+)?{_NEG_SEEN}"
+                r"(?=\s+(?:is|are|was|were)\b)|"
+                r"(?<!\w\s)(?<!,\s)(?:gone|resolved|cleared)"
+                r"(?=\s+(?:is|are|was|were)\s+(?:the|a|an|any|previously|prior)\b)"),
     ("neg_post", rf"(?:(?:is|are|was|were)\s+)?no\s+longer\s+(?:(?:well|clearly)\s+)?{_NEG_SEEN}"),
     ("neg_post", rf"(?:(?:is|are|was|were|has|have)\s+)?not\s+(?:been\s+)?(?:(?:well|clearly|definitely|"
                  rf"convincingly|clearly)\s+)?{_NEG_SEEN}"),
@@ -1271,6 +1289,22 @@ HEART_TECHNIQUE_RE: Final[re.Pattern[str]] = re.compile(
     r"accounted\s+for\s+by|because\s+of|caused\s+by|a\s+result\s+of|from)"
     r"\s+(?:[\w'-]+\s+){0,4}?(?:technique|projection|ap|portable|supine|semi-?upright|(?:lung\s+)?volumes|"
     r"inspiration|inspiratory\s+effort|hypoinflation|rotation|rotated|magnification|positioning|position)\b"
+)
+#: What may follow a cardiomegaly phrase to name a pericardial effusion as its alternative or explanation (version
+#: 56): "Enlarged cardiac silhouette, which may reflect cardiomegaly or pericardial effusion.", ", cardiomegaly versus
+#: pericardial effusion", "could reflect pericardial effusion", "or pericardial effusion": the heart itself may not be
+#: enlarged, so the cardiomegaly is uncertain. A link word (a verb such as "reflect", or "or" / "versus") is needed:
+#: not "with / without / and no pericardial effusion", nor ", pericardial effusion not excluded". Matched right after
+#: the phrase.
+HEART_PERICARDIAL_RE: Final[re.Pattern[str]] = re.compile(
+    r"\s*,?\s*(?:(?:which|this|that|and|but|it)\s+)*"
+    r"(?:(?:is|are|may|might|could|can|be|likely|possibly|probably|perhaps)\s+)*"
+    r"(?:(?:reflects?|reflecting|represents?|representing|indicates?|due\s+to|related\s+to|secondary\s+to|from|"
+    r"suggests?|suggesting|suggestive\s+of|concerning\s+for)\s+"
+    r"(?:(?:either|underlying|cardiomegaly|cardiac\s+enlargement|chamber\s+enlargement)\s+)?"
+    r"(?:(?:or|versus|vs\.?|and/or)\s+)?"
+    r"|(?:(?:either|cardiomegaly|cardiac\s+enlargement|chamber\s+enlargement)\s+)?(?:or|versus|vs\.?|and/or)\s+)"
+    r"(?:(?:an?|small|moderate|large|possible|underlying)\s+)*pericardial\s+(?:effusions?|fluid)\b"
 )
 #: A mediastinal site (version 45): paratracheal, mediastinal, aortopulmonary window, subcarinal, tracheal. Not the
 #: hila ("perihilar" and "hilar" are lung places).

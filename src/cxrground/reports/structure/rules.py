@@ -147,6 +147,7 @@ from cxrground.reports.structure.lexicon import (
     EXPERIENCER_END_RE,
     EXPERIENCER_RE,
     FRONTED_NEGATION_RE,
+    HEART_PERICARDIAL_RE,
     HEART_TECHNIQUE_RE,
     LIKELY_HEDGE_RE,
     LINK_RE,
@@ -272,7 +273,7 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: "with" reaches a finding with no place of its own (not only the first), another person's illness ("her husband
 #: was hospitalized with pneumonia") is no finding, and a pneumonia with no place lies where the section's placed
 #: parenchymal findings lie (report-level rules version 10).
-RULES_VERSION: Final[str] = "55"
+RULES_VERSION: Final[str] = "56"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -692,6 +693,9 @@ class RuleStructurer:
             unc = unc or _NORMAL_RANGE.search(low, m.start, m.end) is not None  # a negation still wins below
             # explained by technique: "may be accentuated by AP technique", ", likely due to low lung volumes" (v45)
             unc = unc or HEART_TECHNIQUE_RE.match(low, m.end, hi) is not None
+            # a pericardial effusion named as its alternative: "..., which may reflect cardiomegaly or pericardial
+            # effusion" (version 56)
+            unc = unc or HEART_PERICARDIAL_RE.match(low, m.end, hi) is not None
         # before: the nearest applicable cue of the clause; a hedge's clause ends at ``hedge_terms``, a negation's
         # also at "with" ("no cardiomegaly with bilateral effusions")
         lo_hedge = self._scope(hedge_terms, m.start, m.end, len(low))[0]
