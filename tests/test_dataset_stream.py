@@ -34,7 +34,10 @@ def _dataset() -> dict:
 
 
 def _write(path: Path, data: object) -> Path:
-    path.write_text(data if isinstance(data, str) else json.dumps(data, indent=2), encoding="utf-8")
+    if isinstance(data, bytes):
+        path.write_bytes(data)
+    else:
+        path.write_text(data if isinstance(data, str) else json.dumps(data, indent=2), encoding="utf-8")
     return path
 
 
@@ -63,6 +66,8 @@ def test_a_split_the_file_lacks_is_absent_and_an_empty_one_is_empty(tmp_path):
     ("  \n ", "the dataset JSON file is empty"),
     ("[1, 2]", "must be a JSON object {split: {study_key: study}}"),
     ('{"train": {"s1": {"image_path": "a.jpg", "instruction', "not valid JSON (parse error: premature EOF)"),
+    (b'{"train": {"s1": {"image_path": "a\xff.jpg", "instruction_answer_pairs": {}}}}',
+     "not valid JSON (lexical error: invalid bytes in UTF8 string."),
     ('{"train": {"s1": {"image_path": 3, "instruction_answer_pairs": {}}}}',
      "train.s1: image_path must be a string, got int"),
 ])

@@ -362,7 +362,7 @@ def read_dataset(path: str | Path, study_fields: Sequence[str] = ("image_path",)
         data[split][key] = study
     empty = [split for split in wanted if not data[split]]
     if empty:
-        kinds = _top_level_kinds(_readable_json(path))
+        kinds = _checked_kinds(path)
         for split in empty:
             if split not in kinds:
                 del data[split]
@@ -393,22 +393,37 @@ def iter_dataset(path: str | Path, study_fields: Sequence[str] = ("image_path",)
                         raise InputError(f"not a usable MIMIC-ILS dataset: {'; '.join(problems[:_SHOWN])}{more}",
                                          json_path)
                     yield split, key, study
-    except ijson.JSONError as exc:
-        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise InputError(f"not valid JSON ({first_line})", json_path) from exc
+    except (ijson.JSONError, UnicodeDecodeError) as exc:
+        raise _json_error(exc, json_path) from exc
     except OSError as exc:
         raise InputError(f"cannot read the dataset JSON ({exc.strerror or exc})", json_path) from exc
+
+
+def _json_error(exc: Exception, path: Path) -> InputError:
+    """The :class:`InputError` of a stream that is not valid JSON: the parser's message, its first line only."""
+    message = exc.args[0] if exc.args and isinstance(exc, ijson.JSONError) else str(exc)
+    if isinstance(message, bytes):
+        message = message.decode("utf-8", "replace")
+    first_line = (str(message).strip().splitlines() or [type(exc).__name__])[0]
+    return InputError(f"not valid JSON ({first_line})", path)
 
 
 def dataset_splits(path: str | Path) -> list[str]:
     """The top-level names (splits) of a MIMIC-ILS JSON file, or the one in a dataset folder, in file order, read as
     a stream."""
+    return list(_checked_kinds(path))
+
+
+def _checked_kinds(path: str | Path) -> dict[str, str]:
+    """:func:`_top_level_kinds` of the dataset JSON of ``path``; a file that is not valid JSON is an
+    :class:`InputError`."""
     json_path = _readable_json(path)
     try:
-        return list(_top_level_kinds(json_path))
-    except ijson.JSONError as exc:
-        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise InputError(f"not valid JSON ({first_line})", json_path) from exc
+        return _top_level_kinds(json_path)
+    except (ijson.JSONError, UnicodeDecodeError) as exc:
+        raise _json_error(exc, json_path) from exc
+    except OSError as exc:
+        raise InputError(f"cannot read the dataset JSON ({exc.strerror or exc})", json_path) from exc
 
 
 def _check_object_start(stream: Any, path: Path) -> None:
