@@ -123,3 +123,17 @@ def test_the_gallery_reads_only_as_far_as_it_shows(build_tiny_ils, tiny_ils_task
     assert result.shown == 1
     with pytest.raises(InputError, match=f"{split}.{last} has no 'image_path'"):
         render_gallery(ds, images, tmp_path / "g2.html", limit=len(keys))
+
+
+def test_stats_count_a_stream_and_refuse_an_unknown_split(tmp_path):
+    from cxrground.ils.card import count_table, stats_text
+
+    _write(tmp_path / DATASET_FILE, _dataset())
+    whole = read_dataset(tmp_path / DATASET_FILE)
+    assert json.loads(stats_text(tmp_path, as_json=True)) == {s: count_table(whole[s]) for s in SPLITS}
+    _write(tmp_path / DATASET_FILE, {**_dataset(), "holdout": {}})
+    with pytest.raises(InputError, match="unknown split 'holdout'"):
+        stats_text(tmp_path)
+    _write(tmp_path / DATASET_FILE, {"train": {}, "test": "none"})
+    with pytest.raises(InputError, match="split test must be a JSON object of studies, got string"):
+        stats_text(tmp_path)

@@ -448,15 +448,20 @@ def with_review_section(card: str, review: Mapping[str, Any] | None) -> str:
 
 
 def stats_text(folder: str | Path, as_json: bool = False) -> str:
-    """The counts of a dataset folder: JSON per split, else the card's tables (or one pairs line per split)."""
+    """The counts of a dataset folder: JSON per split, else the card's tables (or one pairs line per split). The
+    dataset JSON is read as a stream and checked study by study."""
     from cxrground.ils.layout import DATASET_FILE
-    from cxrground.ils.schema import SPLITS, read_dataset
+    from cxrground.ils.schema import SPLITS, check_splits, iter_dataset
 
     folder = Path(folder)
-    data = read_dataset(folder / DATASET_FILE)
+    check_splits(folder / DATASET_FILE)
+    rows = {split: {lesion: Counter() for lesion in (*LESIONS, "total")} for split in SPLITS}
+    for split, _key, study in iter_dataset(folder / DATASET_FILE):
+        _count_study(rows[split], study)
+    tables = {split: _freeze(rows[split]) for split in SPLITS}
     if as_json:
-        return json.dumps({s: count_table(data.get(s, {})) for s in SPLITS}, indent=2)
+        return json.dumps(tables, indent=2)
     card = folder / "card.md"
     if card.is_file():
         return card.read_text(encoding="utf-8").split("## Backends and settings")[0].rstrip()
-    return "\n".join(f"{split}: {count_table(data.get(split, {}))['total']['#IA']} pairs" for split in SPLITS)
+    return "\n".join(f"{split}: {tables[split]['total']['#IA']} pairs" for split in SPLITS)

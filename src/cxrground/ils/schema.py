@@ -29,6 +29,7 @@ __all__ = [
     "PairSet",
     "PositivePair",
     "Study",
+    "check_splits",
     "dataset_splits",
     "iter_dataset",
     "load_dataset",
@@ -406,6 +407,18 @@ def _json_error(exc: Exception, path: Path) -> InputError:
         message = message.decode("utf-8", "replace")
     first_line = (str(message).strip().splitlines() or [type(exc).__name__])[0]
     return InputError(f"not valid JSON ({first_line})", path)
+
+
+def check_splits(path: str | Path) -> None:
+    """An :class:`InputError` naming the dataset JSON of ``path`` when its top level holds a name other than the
+    three splits, or a split that is not a JSON object (read as a stream, as :func:`iter_dataset` skips both)."""
+    kinds = _checked_kinds(path)
+    problems = [f"unknown split {name!r} (expected {', '.join(SPLITS)})" for name in kinds if name not in SPLITS]
+    problems += [f"split {name} must be a JSON object of studies, got {kind}" for name, kind in kinds.items()
+                 if name in SPLITS and kind != "object"]
+    if problems:
+        more = f" (and {len(problems) - _SHOWN} more)" if len(problems) > _SHOWN else ""
+        raise InputError(f"not a usable MIMIC-ILS dataset: {'; '.join(problems[:_SHOWN])}{more}", _dataset_json(path))
 
 
 def dataset_splits(path: str | Path) -> list[str]:
