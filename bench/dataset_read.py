@@ -29,15 +29,14 @@ def _studies(dataset: Path | None, tmp: Path) -> list[dict]:
     from cxrground.ils.schema import load_dataset
 
     if dataset is None:
-        from click.testing import CliRunner
+        from cxrground.datasets.synthetic import write_cohort
+        from cxrground.ils.build import BackendSpec, build_dataset
+        from cxrground.ils.config import IlsConfig
+        from cxrground.ils.tasks import build_tasks
 
-        from cxrground.cli import main
-
-        for args in (["synth", "--out", str(tmp / "cohort"), "--studies", "16", "--seed", "0", "--quiet"],
-                     ["ils", "build", "--images", str(tmp / "cohort" / "files"), "--out", str(tmp / "ils"),
-                      "--seed", "0", "--quiet"]):
-            result = CliRunner().invoke(main, args)
-            assert result.exit_code == 0, result.output
+        write_cohort(tmp / "cohort", 16, seed=0, progress=False)
+        tasks, failures = build_tasks(tmp / "cohort" / "files")
+        build_dataset(tasks, tmp / "ils", IlsConfig(seed=0), BackendSpec(), scan_failures=failures, progress=False)
         dataset = tmp / "ils"
     return [study for split in load_dataset(dataset).values() for study in split.values()]
 
