@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -348,3 +349,42 @@ def test_a_failed_mimic_ils_export_leaves_out_as_it_was(ils, tmp_path):
     r = _export("--frame", "released", "--dataset", str(broken), "--out", str(out), "--overwrite")
     assert r.exit_code == 1 and sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken", "released"]
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_downloaded_mimic_ils_without_a_frame_record_exports_like_a_recorded_released_one(spaced_dicom_ils,
+                                                                                             tmp_path):
+    from cxrground.io.image import read_image
+
+    ils_dir, images = spaced_dicom_ils
+    recorded = tmp_path / "recorded" / "ils512"  # one name: the coco export's description holds it
+    assert _export("--frame", "released", "--dataset", str(ils_dir), "--images", str(images), "--out",
+                   str(recorded)).exit_code == 0
+    download = tmp_path / "download" / "ils512"  # MIMIC-ILS as published: 512x512 masks, no mask_frame.json
+    shutil.copytree(recorded, download)
+    (download / "mask_frame.json").unlink()
+    data = _source(download)
+    assert any(read_image(images / s["image_path"]).shape != (512, 512)
+               for split in data.values() for s in split.values() if s["instruction_answer_pairs"]["positive_pairs"])
+    for fmt, options, compared in (("coco", [], None), ("mimic-ils", ["--frame", "native"], "lesion_mask"),
+                                   ("dicom-seg", [], None)):
+        outs = []
+        for source in (recorded, download):
+            out = tmp_path / f"{fmt}_{source.parent.name}"
+            r = _export("--format", fmt, *options, "--dataset", str(source), "--images", str(images), "--out",
+                        str(out))
+            assert r.exit_code == 0, r.output
+            outs.append(_tree(out / compared) if compared else _tree(out))
+        assert outs[0] == outs[1], fmt  # the same masks on each image's own grid
+    assert any(name.endswith(".seg.dcm") for name in outs[1])
+    cards = {}
+    for source in (ils_dir, download):
+        out = tmp_path / f"hf_{source.parent.name}"
+        assert _export("--format", "hf", "--dataset", str(source), "--images", str(images), "--out",
+                       str(out)).exit_code == 0
+        cards[source.parent.name] = (out / "README.md").read_text()
+    assert "as stored, native frame;" in cards[ils_dir.parent.name]
+    assert "as stored, released frame, 512x512;" in cards["download"] and "native frame" not in cards["download"]

@@ -7,8 +7,8 @@ Per split with studies, ``annotations/instances_{split}.json``:
 - ``categories``: the seven lesions of :data:`cxrground.vocab.lesions.LESIONS`, ids 1-7 in that order,
   supercategory ``lesion``;
 - ``annotations``: one per lesion mask of a study (several pairs may share one mask file): ``segmentation`` as
-  compressed COCO RLE on the native grid (a released-frame dataset is mapped back with
-  :func:`cxrground.ils.frames.to_native`), ``area`` and ``bbox`` ``[x, y, w, h]`` computed by pycocotools,
+  compressed COCO RLE on the native grid (a released-frame mask is mapped back with
+  :func:`cxrground.ils.frames.mask_on_image`), ``area`` and ``bbox`` ``[x, y, w, h]`` computed by pycocotools,
   ``iscrowd`` 0, ``category_id`` of the mask's lesion, plus ``seg_mask_path`` and the ``pair_ids`` grounded to it.
 
 ``pairs.jsonl`` (the side file): one line per instruction-answer pair of every split, the pair as in the
@@ -26,7 +26,7 @@ from typing import Any, Final
 import numpy as np
 
 from cxrground.errors import InputError
-from cxrground.ils.frames import _native_sizes, read_frame, to_native
+from cxrground.ils.frames import MaskFrame, _native_sizes, mask_on_image, read_frame
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.schema import SPLITS, read_dataset
 from cxrground.io.export_dir import export_folder
@@ -55,8 +55,8 @@ def _annotation(ann_id: int, image_id: int, lesion: str, mask: np.ndarray, rel: 
             "iscrowd": 0, "seg_mask_path": rel, "pair_ids": []}
 
 
-def _write(data: dict[str, Any], sizes: dict[str, tuple[int, int]], mask_root: Path, frame: str, json_path: Path,
-           dest: Path) -> dict[str, int]:
+def _write(data: dict[str, Any], sizes: dict[str, tuple[int, int]], mask_root: Path, frame: MaskFrame,
+           json_path: Path, dest: Path) -> dict[str, int]:
     """Write the annotation files and the pair side file of ``data`` into the folder ``dest``; returns counts."""
     (dest / ANNOTATION_DIR).mkdir()
     pair_lines: list[str] = []
@@ -87,11 +87,7 @@ def _write(data: dict[str, Any], sizes: dict[str, tuple[int, int]], mask_root: P
                     if rel is not None:
                         ann = by_mask.get(rel)
                         if ann is None:
-                            mask = read_mask_png(mask_root / rel)
-                            if mask.shape != hw:
-                                if frame != "released":
-                                    raise InputError(f"mask is {mask.shape}, its image {hw}", mask_root / rel)
-                                mask = to_native(mask, hw)
+                            mask = mask_on_image(read_mask_png(mask_root / rel), hw, frame, mask_root / rel)
                             ann_id += 1
                             ann = by_mask[rel] = _annotation(ann_id, image_id, pair["target"], mask, rel)
                             coco["annotations"].append(ann)
@@ -129,5 +125,5 @@ def export_coco(dataset: str | Path, out: str | Path, images: str | Path | None 
         None if images is None else (lambda rel: read_image(Path(images) / rel).shape))
     sizes = _native_sizes(data, mask_root, frame, json_path.parent, size_of)
     with export_folder(out, overwrite, COCO_NAMES, "coco") as stage:
-        counts = _write(data, sizes, mask_root, frame.frame, json_path, stage)
+        counts = _write(data, sizes, mask_root, frame, json_path, stage)
     return counts

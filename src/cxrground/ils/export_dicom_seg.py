@@ -6,7 +6,8 @@ attributes come from the source), one segment per lesion mask file of the study 
 pairs), labelled by the mask's name (``pneumonia_0``), with the coded concepts of
 :mod:`cxrground.vocab.codes` (type: the lesion; category: morphologically abnormal structure) and the algorithm
 ``cxrground`` (family: artificial intelligence; type AUTOMATIC). Masks are written on the source's pixel grid
-(a released-frame dataset is mapped back with :func:`cxrground.ils.frames.to_native`), with the source's pixel
+(a released-frame mask is mapped back with :func:`cxrground.ils.frames.to_native`; without a frame record, a
+square 512 mask on a film of another size is one, :func:`cxrground.ils.frames.is_released`), with the source's pixel
 spacing (:func:`pixel_measures`: PixelSpacing, else ImagerPixelSpacing, the spacing at the detector; a source
 without SliceThickness gets the nominal :data:`SLICE_THICKNESS_MM`, which readers require of a Segmentation and a
 projection radiograph does not have; a source with no spacing gives a Segmentation without one).
@@ -38,7 +39,7 @@ import numpy as np
 
 from cxrground import __version__
 from cxrground.errors import ConfigError, CXRGroundError, InputError
-from cxrground.ils.frames import read_frame, to_native
+from cxrground.ils.frames import MaskFrame, is_released, read_frame, to_native
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.schema import SPLITS, read_dataset
 from cxrground.io.export_dir import export_folder
@@ -169,7 +170,7 @@ def _source(path: Path) -> Any:
     return ds
 
 
-def _one(key: str, study: dict[str, Any], images: Path, mask_root: Path, released: bool, out: Path
+def _one(key: str, study: dict[str, Any], images: Path, mask_root: Path, frame: MaskFrame, out: Path
          ) -> dict[str, Any]:
     """Write the Segmentation of one study; returns its record line (written or skipped with the reason)."""
     image = images / study["image_path"]
@@ -187,12 +188,10 @@ def _one(key: str, study: dict[str, Any], images: Path, mask_root: Path, release
         masks = []
         for s in segments:
             mask = read_mask_png(mask_root / s["seg_mask_path"])
-            if mask.shape != hw:
-                if not released:
-                    return {"status": "skipped", "reason": f"mask {s['seg_mask_path']} is {mask.shape}, the "
-                                                           f"DICOM image {hw}"}
-                mask = to_native(mask, hw)
-            masks.append(mask)
+            if mask.shape != hw and not is_released(mask.shape, hw, frame):
+                return {"status": "skipped", "reason": f"mask {s['seg_mask_path']} is {mask.shape}, the "
+                                                       f"DICOM image {hw}"}
+            masks.append(to_native(mask, hw))
         seg = study_segmentation(source, masks, segments)
     except (CXRGroundError, OSError, ValueError, AttributeError, TypeError) as exc:
         return {"status": "skipped", "reason": f"{type(exc).__name__}: {exc}"}
@@ -214,14 +213,14 @@ def export_dicom_seg(dataset: str | Path, images: str | Path, out: str | Path, *
     json_path = dataset if dataset.is_file() else dataset / DATASET_FILE
     data = read_dataset(json_path)
     mask_root = json_path.parent / MASK_DIR
-    released = read_frame(json_path).frame == "released"
+    frame = read_frame(json_path)
     with export_folder(out, overwrite, SEG_NAMES, "dicom-seg") as stage:
         lines, skipped = [], []
         written = n_segments = 0
         for split in SPLITS:
             for key, study in data.get(split, {}).items():
                 rec = {"study_key": key, "split": split, "image_path": study["image_path"],
-                       **_one(key, study, images, mask_root, released, stage)}
+                       **_one(key, study, images, mask_root, frame, stage)}
                 if rec["status"] == "written":
                     written += 1
                     n_segments += len(rec["segments"])

@@ -25,15 +25,16 @@ from pathlib import Path
 from typing import Any, Final
 
 from cxrground.errors import ImageReadError, InputError
-from cxrground.ils.frames import read_frame
+from cxrground.ils.frames import RELEASED_SIZE, MaskFrame, is_released, read_frame
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.schema import SPLITS, read_dataset
 from cxrground.io.export_dir import export_folder
 from cxrground.io.hf import HF_NAMES, image_cell, png_cell, require_datasets, write_card, write_splits
-from cxrground.io.image import is_dicom, read_image, read_image_bytes
+from cxrground.io.image import image_header_size, is_dicom, read_image, read_image_bytes, sniff_type
 from cxrground.io.masks import read_mask_png
 
-__all__ = ["ROWS", "STUDY_COLUMNS", "export_hf", "ils_features", "ils_json_from_rows", "pair_rows", "study_row"]
+__all__ = ["ROWS", "STUDY_COLUMNS", "export_hf", "ils_features", "ils_json_from_rows", "pair_rows", "stored_frame",
+           "study_row"]
 
 #: Row layouts of the export: one row per pair, or one per study with its pairs as a list.
 ROWS: Final[tuple[str, str]] = ("pair", "study")
@@ -169,6 +170,41 @@ def ils_json_from_rows(rows_by_split: Mapping[str, Iterable[Mapping[str, Any]]])
     return out
 
 
+def stored_frame(data: Mapping[str, Any], images: Path, masks: Path, frame: MaskFrame) -> str:
+    """The frame of the dataset's masks as stored, as the card states it: the recorded one or, without a record,
+    the one each mask is in (:func:`cxrground.ils.frames.is_released`; a MIMIC-ILS download is released)."""
+    from PIL import Image
+
+    if frame.recorded:
+        return f"{frame.frame} frame"
+    seen: set[str] = set()
+    for split in data.values():
+        for study in split.values():
+            positives = study["instruction_answer_pairs"].get("positive_pairs", [])
+            if not positives or len(seen) == 2:
+                continue
+            hw = _image_size(images / study["image_path"])
+            for pair in positives:
+                with Image.open(masks / pair["seg_mask_path"]) as im:
+                    shape = (im.height, im.width)
+                seen.add("released" if is_released(shape, hw, frame) else "native")
+    if seen == {"released"}:
+        return f"released frame, {RELEASED_SIZE}x{RELEASED_SIZE}"
+    if len(seen) == 2:
+        return f"native frame, or the released {RELEASED_SIZE}x{RELEASED_SIZE} frame where a mask is that size"
+    return "native frame"
+
+
+def _image_size(path: Path) -> tuple[int, int]:
+    """``(H, W)`` of the image file ``path`` from its header."""
+    with path.open("rb") as f:
+        kind = sniff_type(f.read(132))
+        if kind is None:
+            return read_image(path).shape
+        f.seek(0)
+        return image_header_size(f, kind)
+
+
 def _card_body(source: Path, frame: str, info: dict[str, dict[str, int]], rows: str) -> str:
     counts = ", ".join(f"{s}: {v['num_examples']} {rows}s" for s, v in info.items())
     if rows == "pair":
@@ -190,7 +226,7 @@ Instruction-answer pairs over chest X-rays, each grounded to a lesion mask (MIMI
 `cxrground ils build` generated the pairs from the reports and the images (see the source dataset's `card.md` for
 its sources, models and quality numbers); this export writes {layout}; DICOM images as 8-bit PNG of the
 pixels as cxrground reads them: the file's VOI LUT or window, else contrast-stretched to 0-255) and each pair's
-lesion mask{where} (`mask`, the PNG as stored, {frame} frame; empty for negative pairs).
+lesion mask{where} (`mask`, the PNG as stored, {frame}; empty for negative pairs).
 `pair_extra` / `study_extra` hold any other field as a JSON object. The source JSON is recovered exactly with
 `cxrground.ils.export_hf.ils_json_from_rows`.
 
@@ -236,7 +272,7 @@ def export_hf(dataset: str | Path, images: str | Path, out: str | Path, *, shard
 
     with export_folder(out, overwrite, HF_NAMES, "hf") as stage:
         info = write_splits(stage, features, {s: (count(s), split_rows(s)) for s in SPLITS}, shard_rows, arrow)
-        body = _card_body(json_path.parent, read_frame(json_path).frame, info, rows)
+        body = _card_body(json_path.parent, stored_frame(data, images, masks, read_frame(json_path)), info, rows)
         write_card(stage, features, info, "ILS dataset", body,
                    tags=("medical", "chest-x-ray", "segmentation", "referring-segmentation"))
     return {"splits": info, "rows": sum(v["num_examples"] for v in info.values())}

@@ -11,7 +11,9 @@
 (:func:`stretch`), the card's mask section restated, and :data:`FRAME_FILE` recording the frame and each image's
 native size, so that readers (``ils evaluate``, ``percept build``) map released masks back to the native grid with
 :func:`to_native` without the images. A folder without :data:`FRAME_FILE` is in the native frame (what ``ils
-build`` writes); a downloaded MIMIC-ILS folder is read with ``--images`` for the native sizes.
+build`` writes), except that a square :data:`RELEASED_SIZE` mask on an image of another size is a released-frame
+mask (a downloaded MIMIC-ILS folder, read with ``--images`` for the native sizes): :func:`mask_on_image` maps
+each mask to its image's grid by that rule.
 """
 
 from __future__ import annotations
@@ -37,7 +39,10 @@ __all__ = [
     "FRAME_TEXT",
     "RELEASED_SIZE",
     "MaskFrame",
+    "check_mask_shape",
     "export_dataset",
+    "is_released",
+    "mask_on_image",
     "read_frame",
     "reference_protocol_iou",
     "stretch",
@@ -70,11 +75,14 @@ FRAME_TEXT: Final[dict[str, str]] = {
 
 @dataclass(frozen=True)
 class MaskFrame:
-    """The frame of a dataset's masks and the native ``(H, W)`` of each image (keyed by ``image_path``)."""
+    """The frame of a dataset's masks and the native ``(H, W)`` of each image (keyed by ``image_path``);
+    ``recorded``: whether the dataset has :data:`FRAME_FILE` (without it the frame is inferred per mask,
+    :func:`mask_on_image`)."""
 
     frame: str = "native"
     size: int | None = None
     native_hw: dict[str, tuple[int, int]] = field(default_factory=dict)
+    recorded: bool = True
 
     def native_of(self, image_path: str) -> tuple[int, int] | None:
         """The recorded native size of an image (None when not recorded)."""
@@ -90,12 +98,13 @@ class MaskFrame:
 
 
 def read_frame(dataset: str | Path) -> MaskFrame:
-    """The frame of a dataset folder (or its JSON file): :data:`FRAME_FILE` when present, else native."""
+    """The frame of a dataset folder (or its JSON file): :data:`FRAME_FILE` when present, else native and not
+    recorded (a mask may then be in the released frame, :func:`mask_on_image`)."""
     folder = Path(dataset)
     folder = folder.parent if folder.is_file() else folder
     path = folder / FRAME_FILE
     if not path.is_file():
-        return MaskFrame()
+        return MaskFrame(recorded=False)
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         frame = raw["frame"]
@@ -141,6 +150,37 @@ def read_native_mask(path: str | Path, shape: tuple[int, int], released_size: in
             raise MaskShapeError(shape, exc.got, f"mask (native size, or {side}x{side} in the released frame)",
                                  path) from exc
         return to_native(read_mask_png(path), shape)
+
+
+def is_released(shape: tuple[int, ...], hw: tuple[int, int], frame: MaskFrame) -> bool:
+    """Whether a stored mask of ``shape`` on an image of native ``hw`` is in the released frame: the dataset's
+    :data:`FRAME_FILE` says so or, without one, it is a square :data:`RELEASED_SIZE` mask on an image of another
+    size (a MIMIC-ILS download, as :func:`read_native_mask` reads it)."""
+    if tuple(shape) == tuple(hw):
+        return frame.frame == "released"
+    if frame.recorded:
+        return frame.frame == "released"
+    return tuple(shape) == (RELEASED_SIZE, RELEASED_SIZE)
+
+
+def mask_on_image(mask: np.ndarray, hw: tuple[int, int], frame: MaskFrame, path: str | Path) -> np.ndarray:
+    """A stored mask of a dataset in ``frame`` on its image's native grid ``hw``: a native-size mask as it is, a
+    released-frame mask (:func:`is_released`) mapped back with :func:`to_native`; any other size is an
+    :class:`~cxrground.errors.InputError` naming the mask (``path``)."""
+    mask = as_mask(mask)
+    if mask.shape == tuple(hw):
+        return mask
+    check_mask_shape(mask.shape, hw, frame, path)
+    return to_native(mask, hw)
+
+
+def check_mask_shape(shape: tuple[int, ...], hw: tuple[int, int], frame: MaskFrame, path: str | Path) -> None:
+    """Raise :class:`~cxrground.errors.InputError` naming the mask ``path`` unless a stored mask of ``shape`` fits
+    its image of native ``hw``: at the image's size, or in the released frame (:func:`is_released`)."""
+    if tuple(shape) != tuple(hw) and not is_released(shape, hw, frame):
+        side = frame.size or RELEASED_SIZE
+        raise InputError(f"mask is {tuple(shape)}, its image {tuple(hw)} (a mask is at its image's size, or "
+                         f"{side}x{side} in the released frame)", path)
 
 
 def released_side(dataset: str | Path) -> int | None:
@@ -255,7 +295,7 @@ def export_dataset(dataset: str | Path, out: str | Path, frame: str = "released"
     sizes = _native_sizes(data, mask_root, source, json_path.parent, image_size)
     with export_folder(out, overwrite, DATASET_NAMES, "mimic-ils") as stage:
         shutil.copyfile(json_path, stage / DATASET_FILE)
-        written = _write_masks(data, sizes, mask_root, source.frame, frame, size, stage)
+        written = _write_masks(data, sizes, mask_root, source, frame, size, stage)
         record = MaskFrame(frame, size if frame == "released" else None, sizes)
         (stage / FRAME_FILE).write_text(json.dumps(record.to_dict(), indent=1), encoding="utf-8")
         _card(json_path.parent, stage, frame, size)
@@ -263,8 +303,8 @@ def export_dataset(dataset: str | Path, out: str | Path, frame: str = "released"
             "native_sizes": len(sizes)}
 
 
-def _write_masks(data: dict[str, Any], sizes: dict[str, tuple[int, int]], mask_root: Path, source: str, frame: str,
-                 size: int, dest: Path) -> int:
+def _write_masks(data: dict[str, Any], sizes: dict[str, tuple[int, int]], mask_root: Path, source: MaskFrame,
+                 frame: str, size: int, dest: Path) -> int:
     """Write every mask of ``data`` (in the ``source`` frame under ``mask_root``) in ``frame`` under ``dest``;
     returns the number of mask files."""
     written: set[str] = set()
@@ -276,8 +316,8 @@ def _write_masks(data: dict[str, Any], sizes: dict[str, tuple[int, int]], mask_r
                 if rel in written:
                     continue
                 mask = read_mask_png(mask_root / rel)
-                if source == "native" and hw is not None and mask.shape != hw:
-                    raise InputError(f"native mask is {mask.shape}, its image {hw}", mask_root / rel)
+                if hw is not None:
+                    check_mask_shape(mask.shape, hw, source, mask_root / rel)
                 if frame == "released":
                     target: tuple[int, int] = (size, size)
                 elif hw is None:
