@@ -388,3 +388,40 @@ def test_a_downloaded_mimic_ils_without_a_frame_record_exports_like_a_recorded_r
         cards[source.parent.name] = (out / "README.md").read_text()
     assert "as stored, native frame;" in cards[ils_dir.parent.name]
     assert "as stored, released frame, 512x512;" in cards["download"] and "native frame" not in cards["download"]
+
+
+def test_coco_export_gives_an_empty_mask_no_annotation_and_marks_its_pairs(ils, tmp_path):
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    from cxrground.io.masks import write_mask_png
+
+    ils_dir, _ = ils
+    dataset = tmp_path / "ils"
+    shutil.copytree(ils_dir, dataset)
+    source = _source(dataset)
+    split, study = next((sp, s) for sp, studies in source.items() for s in studies.values()
+                        if s["instruction_answer_pairs"]["positive_pairs"])
+    emptied = study["instruction_answer_pairs"]["positive_pairs"][0]["seg_mask_path"]
+    path = dataset / "lesion_mask" / emptied
+    write_mask_png(path, np.zeros_like(read_mask_png(path)))
+    out = tmp_path / "coco"
+    r = _export("--format", "coco", "--dataset", str(dataset), "--out", str(out))
+    assert r.exit_code == 0 and "(1 empty masks have none)" in r.output, r.output
+    pairs = [json.loads(line) for line in (out / "pairs.jsonl").read_text().splitlines()]
+    marked = [p for p in pairs if p.get("no_annotation")]
+    assert marked and all(p["seg_mask_path"] == emptied and p["annotation_id"] is None for p in marked)
+    assert {p["no_annotation"] for p in marked} == {"empty mask"}
+    assert len(pairs) == sum(len(s["instruction_answer_pairs"][k]) for sp in source.values()
+                             for s in sp.values() for k in ("positive_pairs", "negative_pairs"))
+    coco = COCO(str(out / "annotations" / f"instances_{split}.json"))
+    anns = coco.loadAnns(coco.getAnnIds())
+    assert anns and all(a["area"] > 0 and a["bbox"][2] > 0 for a in anns)
+    assert emptied not in {a["seg_mask_path"] for a in anns}
+    results = coco.loadRes([{"image_id": a["image_id"], "category_id": a["category_id"],
+                             "segmentation": a["segmentation"], "score": 1.0} for a in anns])
+    scored = COCOeval(coco, results, "segm")
+    scored.evaluate()
+    scored.accumulate()
+    scored.summarize()
+    assert scored.stats[0] == pytest.approx(1.0)  # the ground truth scores itself perfectly

@@ -75,8 +75,9 @@ def export_request(request: ExportRequest) -> str:
         from cxrground.ils.export_coco import export_coco
 
         c = export_coco(r.dataset, r.out, images=r.images, overwrite=r.overwrite)
-        return (f"{r.out}: COCO, {c['images']} images, {c['annotations']} lesion annotations, {c['pairs']} pairs "
-                f"in the side file")
+        empty = f" ({c['empty_masks']} empty masks have none)" if c["empty_masks"] else ""
+        return (f"{r.out}: COCO, {c['images']} images, {c['annotations']} lesion annotations{empty}, {c['pairs']} "
+                f"pairs in the side file")
     if r.format == "dicom-seg":
         from cxrground.ils.export_dicom_seg import export_dicom_seg
 

@@ -10,10 +10,12 @@ Per split with studies, ``annotations/instances_{split}.json``:
   compressed COCO RLE on the native grid (a released-frame mask is mapped back with
   :func:`cxrground.ils.frames.mask_on_image`), ``area`` and ``bbox`` ``[x, y, w, h]`` computed by pycocotools,
   ``iscrowd`` 0, ``category_id`` of the mask's lesion, plus ``seg_mask_path`` and the ``pair_ids`` grounded to it.
+  An empty mask has no annotation (an empty region would be a zero-area box that lowers COCOeval scores).
 
 ``pairs.jsonl`` (the side file): one line per instruction-answer pair of every split, the pair as in the
-MIMIC-ILS JSON plus ``split``, ``study_key``, ``image_id`` and ``annotation_id`` (None for a negative pair), so
-that a detection or segmentation pipeline joins instructions to its annotations by id.
+MIMIC-ILS JSON plus ``split``, ``study_key``, ``image_id`` and ``annotation_id`` (None for a negative pair, and
+for a pair whose mask is empty, which also has ``no_annotation: "empty mask"``), so that a detection or
+segmentation pipeline joins instructions to its annotations by id.
 """
 
 from __future__ import annotations
@@ -33,10 +35,13 @@ from cxrground.io.export_dir import export_folder
 from cxrground.io.masks import encode_rle, read_mask_png
 from cxrground.vocab.lesions import LESIONS
 
-__all__ = ["ANNOTATION_DIR", "CATEGORIES", "COCO_NAMES", "PAIRS_FILE", "export_coco"]
+__all__ = ["ANNOTATION_DIR", "CATEGORIES", "COCO_NAMES", "EMPTY_MASK", "NO_ANNOTATION", "PAIRS_FILE", "export_coco"]
 
 ANNOTATION_DIR: Final[str] = "annotations"
 PAIRS_FILE: Final[str] = "pairs.jsonl"
+#: The ``pairs.jsonl`` field that says why a pair with a mask has no annotation, and its value for an empty mask.
+NO_ANNOTATION: Final[str] = "no_annotation"
+EMPTY_MASK: Final[str] = "empty mask"
 #: What a coco export writes at its top (what ``overwrite`` may replace).
 COCO_NAMES: Final[tuple[str, ...]] = (ANNOTATION_DIR, PAIRS_FILE)
 #: COCO categories: the seven lesions, ids 1..7 in the paper's table order.
@@ -60,7 +65,7 @@ def _write(data: dict[str, Any], sizes: dict[str, tuple[int, int]], mask_root: P
     """Write the annotation files and the pair side file of ``data`` into the folder ``dest``; returns counts."""
     (dest / ANNOTATION_DIR).mkdir()
     pair_lines: list[str] = []
-    counts = {"images": 0, "annotations": 0, "pairs": 0}
+    counts = {"images": 0, "annotations": 0, "pairs": 0, "empty_masks": 0}
     image_id = ann_id = 0
     for split in SPLITS:
         studies = data.get(split, {})
@@ -78,23 +83,30 @@ def _write(data: dict[str, Any], sizes: dict[str, tuple[int, int]], mask_root: P
             coco["images"].append({"id": image_id, "file_name": study["image_path"], "height": hw[0],
                                    "width": hw[1], "study_key": key, "dicom_id": study["dicom_id"],
                                    "subject_id": study["subject_id"]})
-            by_mask: dict[str, dict[str, Any]] = {}
+            by_mask: dict[str, dict[str, Any] | None] = {}
             pairs = study["instruction_answer_pairs"]
             for polarity in ("positive", "negative"):
                 for pair in pairs.get(f"{polarity}_pairs", []):
                     ann = None
                     rel = pair.get("seg_mask_path")
                     if rel is not None:
-                        ann = by_mask.get(rel)
-                        if ann is None:
+                        if rel not in by_mask:
                             mask = mask_on_image(read_mask_png(mask_root / rel), hw, frame, mask_root / rel)
-                            ann_id += 1
-                            ann = by_mask[rel] = _annotation(ann_id, image_id, pair["target"], mask, rel)
-                            coco["annotations"].append(ann)
-                        ann["pair_ids"].append(pair["pair_id"])
-                    pair_lines.append(json.dumps({**pair, "split": split, "study_key": key, "image_id": image_id,
-                                                  "annotation_id": None if ann is None else ann["id"]},
-                                                 ensure_ascii=False))
+                            if mask.any():
+                                ann_id += 1
+                                by_mask[rel] = _annotation(ann_id, image_id, pair["target"], mask, rel)
+                                coco["annotations"].append(by_mask[rel])
+                            else:
+                                by_mask[rel] = None
+                                counts["empty_masks"] += 1
+                        ann = by_mask[rel]
+                        if ann is not None:
+                            ann["pair_ids"].append(pair["pair_id"])
+                    line = {**pair, "split": split, "study_key": key, "image_id": image_id,
+                            "annotation_id": None if ann is None else ann["id"]}
+                    if rel is not None and ann is None:
+                        line[NO_ANNOTATION] = EMPTY_MASK
+                    pair_lines.append(json.dumps(line, ensure_ascii=False))
         (dest / ANNOTATION_DIR / f"instances_{split}.json").write_text(json.dumps(coco), encoding="utf-8")
         counts["images"] += len(coco["images"])
         counts["annotations"] += len(coco["annotations"])
