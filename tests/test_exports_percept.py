@@ -226,3 +226,42 @@ def test_percept_export_refuses_a_non_empty_out_and_overwrite_replaces_an_earlie
     if fmt == "lmms-eval":  # the task files name the shards where they are now, not where they were written
         yaml = next(out.glob("*_none.yaml")).read_text()
         assert f"{(out / 'data').resolve()}/test-" in yaml
+
+
+def test_lmms_eval_task_names_its_shards_whatever_the_path_and_the_hint_runs_in_a_shell(bench, tmp_path):
+    import shlex
+
+    import yaml
+
+    class TaskLoader(yaml.SafeLoader):
+        """Reads a task YAML, its ``!function`` values as None."""
+
+    TaskLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    out = tmp_path / "run #2" / "a: b" / "task"
+    r = CliRunner().invoke(main, ["percept", "export", str(bench), str(out), "--format", "lmms-eval"])
+    assert r.exit_code == 0, r.output
+    assert f"lmms-eval --include_path {shlex.quote(str(out))} --tasks chexpercept" in r.output
+    for oracle in ("none", "implicit", "explicit"):
+        task = yaml.load((out / f"chexpercept_{oracle}.yaml").read_text(), TaskLoader)
+        assert task["task"] == f"chexpercept_{oracle}" and task["lmms_eval_specific_kwargs"]["default"] == {
+            "oracle": oracle}
+        assert task["dataset_kwargs"]["data_files"] == {"test": f"{(out / 'data').resolve()}/test-*.parquet"}
+    glob = tmp_path / "run [1]" / "task"
+    r = CliRunner().invoke(main, ["percept", "export", str(bench), str(glob), "--format", "lmms-eval"])
+    assert r.exit_code == 1 and "[ ]" in r.output and "glob" in r.output and not glob.exists()
+
+
+def test_lmms_eval_export_refuses_a_task_name_lmms_eval_defines(bench, tmp_path):
+    pytest.importorskip("lmms_eval")
+    from cxrground.percept.lmms_task import builtin_task_names
+
+    assert {"mmmu", "mmmu_val", "vstar_bench"} <= builtin_task_names()  # a group, a task, a task of a template
+    for name in ("mmmu", "mmmu_val"):  # the group itself, or one of its tasks (mmmu_val_none would not clash)
+        out = tmp_path / name
+        r = CliRunner().invoke(main, ["percept", "export", str(bench), str(out), "--format", "lmms-eval",
+                                      "--task-name", name])
+        assert r.exit_code == 1 and f"already defines {name}" in r.output and "--task-name" in r.output, r.output
+        assert not out.exists()
+    r = CliRunner().invoke(main, ["percept", "export", str(bench), str(tmp_path / "own"), "--format", "lmms-eval",
+                                  "--task-name", "chexpercept_local"])
+    assert r.exit_code == 0, r.output

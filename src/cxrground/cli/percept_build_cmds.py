@@ -5,6 +5,7 @@ The evaluation commands (:mod:`cxrground.cli.percept_eval_cmds`) attach themselv
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -134,7 +135,7 @@ def export(bench: Path, out: Path, fmt: str, layout: str, neutral_keys: bool, ov
                              overwrite=overwrite)
         echo_lines(t["notes"], err=True)
         click.echo(f"wrote the lmms-eval tasks {', '.join(t['tasks'])} ({t['cases']} cases) to {out}; run with "
-                   f"lmms-eval --include_path {out} --tasks {task_name}")
+                   f"lmms-eval --include_path {shlex.quote(str(out))} --tasks {task_name}")
         return
     from cxrground.percept.export import export_benchmark
 
