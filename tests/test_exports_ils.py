@@ -425,3 +425,25 @@ def test_coco_export_gives_an_empty_mask_no_annotation_and_marks_its_pairs(ils, 
     scored.accumulate()
     scored.summarize()
     assert scored.stats[0] == pytest.approx(1.0)  # the ground truth scores itself perfectly
+
+
+def test_hf_pair_rows_leave_out_a_study_without_pairs_as_the_card_says_and_study_rows_keep_it(ils, tmp_path):
+    ils_dir, images = ils
+    dataset = tmp_path / "ils"
+    shutil.copytree(ils_dir, dataset)
+    source = _source(dataset)
+    split, key = next((sp, k) for sp, studies in source.items() for k in studies)
+    source[split][key]["instruction_answer_pairs"] = {"positive_pairs": [], "negative_pairs": []}
+    (dataset / "mimic_ils_instruction_answer.json").write_text(json.dumps(source))
+    splits = [s for s in source if source[s]]
+    back = {}
+    for rows in ("pair", "study"):
+        out = tmp_path / rows
+        export_request(ExportRequest(format="hf", hf_rows=rows, dataset=dataset, images=images, out=out))
+        ds = datasets.load_dataset(str(out), cache_dir=str(tmp_path / "cache"))
+        back[rows] = ils_json_from_rows({s: ds[s] for s in splits})
+        card = (out / "README.md").read_text()
+        assert ("A study without pairs has no row" in card) == (rows == "pair")
+    assert back["study"] == {s: source[s] for s in splits}
+    without = {s: {k: v for k, v in source[s].items() if k != key} for s in splits}
+    assert back["pair"] == without

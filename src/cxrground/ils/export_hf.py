@@ -6,7 +6,8 @@ dataset split (``train``, ``val``, ``test``; config ``default``). Pair rows have
 the pair (``pair_id``, ``polarity`` positive/negative, ``instruction``, ``answer``, ``type``, ``target``,
 ``seg``, ``reported_location``, ``grounded_location``, ``location``, ``sent_idx``, ``seg_mask_path``,
 ``certainty``, ``kind``, ``mask``) and, as JSON objects, any other field of the pair (``pair_extra``) and of the
-study (``study_extra``), so that :func:`ils_json_from_rows` gives back the MIMIC-ILS JSON exactly.
+study (``study_extra``), so that :func:`ils_json_from_rows` gives back the MIMIC-ILS JSON exactly, except that pair
+rows hold no study without pairs (study rows do).
 
 ``image`` holds the source file's bytes when it is a PNG or JPEG and, when it is a DICOM, an 8-bit PNG of the
 pixels as the toolkit reads them for its masks (:func:`cxrground.io.image.read_image`: the file's VOI LUT or
@@ -148,7 +149,7 @@ def _flat(rows: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
 
 def ils_json_from_rows(rows_by_split: Mapping[str, Iterable[Mapping[str, Any]]]) -> dict[str, Any]:
     """The MIMIC-ILS JSON (``{split: {study_key: study}}``) of exported pair or study rows (images and masks
-    ignored; a study row without pairs gives back a study without pairs)."""
+    ignored; a study row without pairs gives back a study without pairs, while pair rows hold no such study)."""
     out: dict[str, Any] = {}
     for split, rows in rows_by_split.items():
         studies: dict[str, Any] = {}
@@ -210,11 +211,14 @@ def _card_body(source: Path, frame: str, info: dict[str, dict[str, int]], rows: 
     if rows == "pair":
         layout = "every pair of the source JSON as one row, with the study image (`image`"
         where = ""
+        kept = (" A study without pairs has no row: export with `--hf-rows study` to keep it. Apart from those "
+                "studies, the source JSON is recovered exactly")
         example = "row = ds['train'][0]  # row['image'], row['mask']: PIL images; row['instruction'], row['answer']"
     else:
         layout = "every study as one row with its image (`image`"
         where = " in the list `pairs`"
         example = "study = ds['train'][0]  # study['image']: PIL image; study['pairs'][0]['instruction'], ['mask']"
+        kept = " The source JSON is recovered exactly"
     files = ", ".join(f'"{s}": "data/{s}-*.parquet"' for s in info)
     return f"""# ILS dataset (instruction-guided lesion segmentation)
 
@@ -227,8 +231,8 @@ Instruction-answer pairs over chest X-rays, each grounded to a lesion mask (MIMI
 its sources, models and quality numbers); this export writes {layout}; DICOM images as 8-bit PNG of the
 pixels as cxrground reads them: the file's VOI LUT or window, else contrast-stretched to 0-255) and each pair's
 lesion mask{where} (`mask`, the PNG as stored, {frame}; empty for negative pairs).
-`pair_extra` / `study_extra` hold any other field as a JSON object. The source JSON is recovered exactly with
-`cxrground.ils.export_hf.ils_json_from_rows`.
+`pair_extra` / `study_extra` hold any other field as a JSON object.{kept} with
+`cxrground.ils.export_hf.ils_json_from_rows` (a split without rows is left out).
 
 ## Load
 
