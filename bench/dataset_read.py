@@ -4,7 +4,8 @@ Run: ``.venv/bin/python bench/dataset_read.py [--studies 183000] [--dataset DIR]
 the studies of a built dataset (``--dataset``; default: a 16-study synthetic build made here) under new keys until
 ``--studies`` studies (1 in 50 in test, 1 in 100 in val, the rest in train), written as ``ils build`` writes it.
 Each reading runs in its own process; printed: seconds and the process's peak RSS (Linux) for ``read_dataset`` of the
-whole file, ``read_dataset(splits=("test",))`` and a full pass of ``iter_dataset`` over every split.
+whole file, ``read_dataset(splits=("test",))``, a full pass of ``iter_dataset`` over every split and ``ils stats``
+(:func:`~cxrground.ils.card.stats_text`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ READS = {
     "whole file (read_dataset)": "read_dataset(path)",
     "test split (read_dataset splits=test)": "read_dataset(path, splits=('test',))",
     "every study streamed (iter_dataset)": "sum(1 for _ in iter_dataset(path))",
+    "ils stats (stats_text: streamed, top level checked)": "stats_text(Path(path).parent)",
 }
 
 
@@ -51,14 +53,15 @@ def _write(studies: list[dict], n: int, path: Path) -> int:
         data[split][f"s{50_000_000 + i}"] = study
         pairs += sum(len(v) for v in study["instruction_answer_pairs"].values())
     with path.open("w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2)
+        json.dump(data, f, ensure_ascii=False)  # as ils build writes it: compact, UTF-8
     return pairs
 
 
 def _measure(path: Path, expr: str) -> tuple[float, float]:
     """Seconds and peak RSS (MB, the process's own high-water mark: Linux ``VmHWM``) of ``expr`` in a fresh
     process."""
-    code = ("import re, time\nfrom cxrground.ils.schema import iter_dataset, read_dataset\n"
+    code = ("import re, time\nfrom pathlib import Path\nfrom cxrground.ils.card import stats_text\n"
+            "from cxrground.ils.schema import iter_dataset, read_dataset\n"
             f"path = {str(path)!r}\nt = time.perf_counter()\nresult = {expr}\nt = time.perf_counter() - t\n"
             "hwm = re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read()).group(1)\n"
             "print(t, int(hwm) / 1024)")

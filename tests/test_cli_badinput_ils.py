@@ -323,3 +323,30 @@ def test_build_refuses_an_output_folder_inside_the_images(built, tmp_path, insid
     shutil.copytree(images, files)
     out = files / inside if inside else files
     _refused(_run("ils", "build", "--images", files, "--out", out, "--quiet"), "inside the image folder", code=2)
+
+
+def test_evaluate_writes_its_result_when_another_split_cannot_be_read(built, tmp_path):
+    """Only the scored split is read and checked: a broken study of another split leaves the note on unused
+    predictions untold, after the result is written; with --split all the note follows the file's split order."""
+    import shutil
+
+    ils, _ = built
+    copy = tmp_path / "ils"
+    shutil.copytree(ils, copy)
+    data = _data(copy)
+    split = next(s for s, studies in data.items() if any(
+        st["instruction_answer_pairs"]["negative_pairs"] for st in studies.values()))
+    other = next(s for s in data if s != split and any(
+        st["instruction_answer_pairs"]["negative_pairs"] for st in data[s].values()))
+    broken = next(st for st in data[other].values() if st["instruction_answer_pairs"]["negative_pairs"])
+    del broken["instruction_answer_pairs"]["negative_pairs"][0]["instruction"]
+    (copy / "mimic_ils_instruction_answer.json").write_text(json.dumps(data))
+    pid = next(p["pair_id"] for st in data[split].values() for p in st["instruction_answer_pairs"]["negative_pairs"])
+    preds = tmp_path / "p.jsonl"
+    preds.write_text(json.dumps({"pair_id": pid, "answer": "[SEG]", "mask": None}) + "\n"
+                     + json.dumps({"pair_id": "s1_positive_9", "answer": "[SEG]", "mask": None}) + "\n")
+    out = tmp_path / "eval.json"
+    r = _run("ils", "evaluate", "--dataset", copy, "--predictions", preds, "--split", split, "--bootstrap", "0",
+             "--out", out)
+    assert r.exit_code == 0, r.output
+    assert out.is_file() and "why could not be told" in r.stderr and "has no 'instruction'" in r.stderr, r.stderr

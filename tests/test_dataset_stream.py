@@ -137,3 +137,17 @@ def test_stats_count_a_stream_and_refuse_an_unknown_split(tmp_path):
     _write(tmp_path / DATASET_FILE, {"train": {}, "test": "none"})
     with pytest.raises(InputError, match="split test must be a JSON object of studies, got string"):
         stats_text(tmp_path)
+
+
+def test_a_deep_file_a_byte_order_mark_and_a_twice_named_study_are_refused(tmp_path):
+    deep = _write(tmp_path / "deep.json", '{"train": {"s1": ' + "[" * 100_000 + "]" * 100_000 + "}}")
+    with pytest.raises(InputError, match="JSON nested too deeply"):
+        list(iter_dataset(deep))
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + json.dumps(_dataset()).encode())
+    with pytest.raises(InputError, match="byte-order mark"):
+        read_dataset(bom, splits=("test",))
+    twice = json.dumps(_dataset()).replace('"s21":', '"s20":')  # two studies under one key
+    with pytest.raises(InputError, match=r"study test\.s20 appears twice"):
+        read_dataset(_write(tmp_path / "twice.json", twice), splits=("test",))
+    assert read_dataset(_write(tmp_path / "ok.json", _dataset()), splits=("test",))["test"]  # brackets in strings

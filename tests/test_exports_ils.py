@@ -388,6 +388,17 @@ def test_a_downloaded_mimic_ils_without_a_frame_record_exports_like_a_recorded_r
         cards[source.parent.name] = (out / "README.md").read_text()
     assert "as stored, native frame;" in cards[ils_dir.parent.name]
     assert "as stored, released frame, 512x512;" in cards["download"] and "native frame" not in cards["download"]
+    # without --images nothing tells a download's film sizes: the 512x512 masks are no size to take for them
+    r = _export("--format", "coco", "--dataset", str(download), "--out", str(tmp_path / "coco_no_images"))
+    assert r.exit_code != 0 and "give --images" in r.output and "Traceback" not in r.output
+    # a recorded released frame: a mask of another side is refused, not stretched
+    mask = next(recorded.glob("lesion_mask/*/*.png"))
+    from cxrground.io.masks import write_mask_png
+
+    write_mask_png(mask, np.ones((300, 200), bool))
+    r = _export("--format", "coco", "--dataset", str(recorded), "--images", str(images), "--out",
+                str(tmp_path / "coco_bad_side"))
+    assert r.exit_code != 0 and "(300, 200)" in r.output, r.output
 
 
 def test_coco_export_gives_an_empty_mask_no_annotation_and_marks_its_pairs(ils, tmp_path):

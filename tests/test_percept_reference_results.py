@@ -278,3 +278,19 @@ def test_reference_selection_takes_cases_in_file_order(tmp_path) -> None:
     path_of = {k: {"_plf": "LF", "_prf": "RF", "_prr": "RR"}[k[5:9]] for k in order}  # keys edema_p<path><i>
     want = [k for path in ("LF", "RF", "RR") for k in [c for c in order if path_of[c] == path][:2]]
     assert picked("--selection", "reference", "--per-path-limit", "2") == want
+
+
+def test_a_failed_case_of_an_export_replays_as_failed(tmp_path) -> None:
+    """An export writes a failed case's blocks with a null response: replayed, the case fails again (an empty
+    block ``{}`` is the reference's record of an empty reply, a block without a response is no answer)."""
+    from cxrground.evaluation.percept.reference_names import recorded_response
+
+    run, plans = _run(tmp_path / "run", "random")
+    (path,) = export_results([run], tmp_path / "ref")
+    data = json.loads(path.read_text())
+    assert data["edema_m"]["detection_qa"]["raw_response"] is None  # missing from the run: failed
+    assert recorded_response(data["edema_m"], 1, "detection") is None
+    assert recorded_response(data["edema_m"], 2, "contour_eval") is None
+    assert recorded_response({"detection_qa": {}}, 1, "detection") == ""
+    assert recorded_response({"detection_qa": {"response": "2"}}, 1, "detection") == "2"
+    assert recorded_response({"detection_qa": {"raw_response": None, "response": "2"}}, 1, "detection") == "2"

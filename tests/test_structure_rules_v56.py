@@ -51,6 +51,8 @@ _COUNTER = [
      [("cardiomegaly", "present", ("heart",)), (PERICARDIAL, "present", ())]),
     ("Cardiomegaly. No pericardial effusion.", [("cardiomegaly", "present", ("heart",)), (PERICARDIAL, "absent", ())]),
     ("Heart size: enlarged.", [("cardiomegaly", "present", ("heart",))]),
+    ("Worsening edema in the face of renal failure.", [("edema", "present", LUNGS)]),
+    ("Subdural empyema noted on prior CT.", []),
 ]
 
 
@@ -63,8 +65,16 @@ def test_findings_read_as_the_record_says(text: str, expected: list) -> None:
     assert _read(text) == expected
 
 
-@pytest.mark.parametrize("text", ["Heart: normal size.", "Heart size: normal.", "Cardiac size: within normal limits."])
+@pytest.mark.parametrize("text", ["Heart: normal size.", "Heart size: normal.", "Cardiac size: within normal limits.",
+                                  "Heart size: normal, mediastinum unremarkable."])
 def test_a_colon_heart_statement_is_a_normal_heart(text: str) -> None:
     assert _read(text) == []  # no finding for ILS (§7.1: explicit negation only)
     structured = RuleStructurer().structure("r", make_section_choice("findings", text))
     assert label_report(structured).lesions["cardiomegaly"].status == "absent"  # labels: a negated cardiomegaly
+
+
+@pytest.mark.parametrize("text", ["Heart size: normal vs. mildly enlarged.", "Heart size: normal-mildly enlarged.",
+                                  "Heart size: normal/mildly enlarged."])
+def test_a_colon_heart_statement_that_goes_on_is_no_normal_heart(text: str) -> None:
+    structured = RuleStructurer().structure("r", make_section_choice("findings", text))
+    assert label_report(structured).lesions["cardiomegaly"] is None

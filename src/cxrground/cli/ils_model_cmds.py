@@ -113,25 +113,33 @@ def evaluate(request: EvaluateRequest) -> None:
         raise OptionValueError(f"--limit must be at least 1, got {r.limit}")
     result = evaluate_dataset(r.dataset, r.predictions, split=r.split, limit=r.limit, n_boot=r.n_boot, seed=r.seed,
                               images_root=r.images, seg_mode=r.seg_mode, log=note)
-    if result["n_predictions_unused"]:
-        note(_unused_line(r, result))
     if r.out is not None:
         r.out.parent.mkdir(parents=True, exist_ok=True)
         r.out.write_text(json.dumps(result, indent=2), encoding="utf-8")
         note(f"wrote {r.out}")
+    if result["n_predictions_unused"]:
+        note(_unused_line(r, result))
     click.echo(format_report(result))
 
 
 def _unused_line(request: EvaluateRequest, result: dict[str, Any]) -> str:
-    """How many predictions were not scored, and why (the dataset read again as a stream)."""
+    """How many predictions were not scored, and why (the dataset read again as a stream, its splits in file order
+    as ``--split all`` scores them); a dataset whose other splits cannot be read leaves the why untold."""
+    from cxrground.errors import InputError
     from cxrground.ils.predictions import load_predictions, unused_reasons
-    from cxrground.ils.schema import iter_dataset
+    from cxrground.ils.schema import SPLITS, dataset_splits, iter_dataset
 
-    studies = ((split, study) for split, _key, study in iter_dataset(request.dataset, ()))
-    reasons = unused_reasons(studies, list(load_predictions(request.predictions)), request.split, result["n_pairs"])
+    head = (f"note: {result['n_predictions_unused']} predictions of {request.predictions} not used (split "
+            f"{request.split})")
+    try:
+        order = [s for s in dataset_splits(request.dataset) if s in SPLITS] if request.split == "all" else SPLITS
+        studies = ((split, study) for split, _key, study in iter_dataset(request.dataset, (), splits=order))
+        reasons = unused_reasons(studies, list(load_predictions(request.predictions)), request.split,
+                                 result["n_pairs"])
+    except InputError as exc:
+        return f"{head}; why could not be told: {exc}"
     why = "; ".join(f"{n} {reason}" for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
-    return (f"note: {result['n_predictions_unused']} predictions of {request.predictions} not used (split "
-            f"{request.split}): {why}")
+    return f"{head}: {why}"
 
 
 ils.add_command(predict_cmd)

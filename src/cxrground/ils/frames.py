@@ -154,12 +154,14 @@ def read_native_mask(path: str | Path, shape: tuple[int, int], released_size: in
 
 def is_released(shape: tuple[int, ...], hw: tuple[int, int], frame: MaskFrame) -> bool:
     """Whether a stored mask of ``shape`` on an image of native ``hw`` is in the released frame: the dataset's
-    :data:`FRAME_FILE` says so or, without one, it is a square :data:`RELEASED_SIZE` mask on an image of another
-    size (a MIMIC-ILS download, as :func:`read_native_mask` reads it)."""
-    if tuple(shape) == tuple(hw):
-        return frame.frame == "released"
+    :data:`FRAME_FILE` says so and the mask has the recorded side or, without one, it is a square
+    :data:`RELEASED_SIZE` mask on an image of another size (a MIMIC-ILS download, as :func:`read_native_mask` reads
+    it)."""
     if frame.recorded:
-        return frame.frame == "released"
+        side = frame.size or RELEASED_SIZE
+        return frame.frame == "released" and tuple(shape) == (side, side)
+    if tuple(shape) == tuple(hw):
+        return False
     return tuple(shape) == (RELEASED_SIZE, RELEASED_SIZE)
 
 
@@ -236,7 +238,9 @@ def _anatomy_sizes(folder: Path) -> dict[str, tuple[int, int]]:
 
 def _native_sizes(data: dict[str, Any], mask_root: Path, source: MaskFrame, folder: Path,
                   image_size: Callable[[str], tuple[int, int]] | None) -> dict[str, tuple[int, int]]:
-    """Native ``(H, W)`` per ``image_path``: the frame record, the images, native masks, then ``anatomy.jsonl``."""
+    """Native ``(H, W)`` per ``image_path``: the frame record, the images, ``anatomy.jsonl``, then native masks (a
+    square released-size mask with no frame record and no other source is an :class:`InputError`: a downloaded
+    MIMIC-ILS's masks are that size whatever its films')."""
     anatomy = _anatomy_sizes(folder)
     sizes: dict[str, tuple[int, int]] = {}
     for split in data.values():
@@ -245,11 +249,16 @@ def _native_sizes(data: dict[str, Any], mask_root: Path, source: MaskFrame, fold
             hw = source.native_of(rel)
             if hw is None and image_size is not None:
                 hw = image_size(rel)
+            hw = hw or anatomy.get(key)  # ils build records each film's size
             if hw is None and source.frame == "native":
                 pos = study["instruction_answer_pairs"].get("positive_pairs", [])
                 if pos:
                     hw = read_mask_png(mask_root / pos[0]["seg_mask_path"]).shape
-            hw = hw or anatomy.get(key)
+                    if not source.recorded and tuple(hw) == (RELEASED_SIZE, RELEASED_SIZE):
+                        raise InputError(f"{rel}: its masks are {RELEASED_SIZE}x{RELEASED_SIZE} and the dataset "
+                                         f"records neither their frame ({FRAME_FILE}) nor its films' sizes "
+                                         "(anatomy.jsonl), as a downloaded MIMIC-ILS does: give --images (the "
+                                         "image root) for the films' native sizes", folder)
             if hw is not None:
                 sizes[rel] = (int(hw[0]), int(hw[1]))
     return sizes

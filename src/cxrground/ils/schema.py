@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 import ijson
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cxrground.errors import InputError
@@ -379,15 +380,21 @@ def iter_dataset(path: str | Path, study_fields: Sequence[str] = ("image_path",)
     """``(split, study key, study)`` of a MIMIC-ILS JSON file, or the one in a dataset folder, split by split in
     ``splits`` order and in file order within a split, read as a stream: memory holds one study at a time. A study
     readers cannot use (:func:`structure_problems`) is an :class:`InputError` naming the file and its problems,
-    raised when the stream reaches it; so is a file that is not a JSON object or not valid JSON. A split the file
-    does not have, or that is not a JSON object, yields nothing."""
+    raised when the stream reaches it; so is a study key that appears twice in a split, a file that is not a JSON
+    object, not valid JSON or nested deeper than :data:`MAX_OPEN`. A split the file does not have, or that is not a
+    JSON object, yields nothing; other top-level names are not read (:func:`check_splits` finds them)."""
     json_path = _readable_json(path)
     try:
         with json_path.open("rb") as stream:
             _check_object_start(stream, json_path)
             for split in splits:
                 stream.seek(0)
-                for key, study in ijson.kvitems(stream, split, use_float=True):
+                seen: set[str] = set()
+                for key, study in ijson.kvitems(_DepthGuard(stream, json_path), split, use_float=True):
+                    if key in seen:
+                        raise InputError(f"not a usable MIMIC-ILS dataset: study {split}.{key} appears twice",
+                                         json_path)
+                    seen.add(key)
                     problems = list(_study_problems(study, study_fields, targets, f"{split}.{key}"))
                     if problems:
                         more = f" (and {len(problems) - _SHOWN} more)" if len(problems) > _SHOWN else ""
@@ -439,9 +446,42 @@ def _checked_kinds(path: str | Path) -> dict[str, str]:
         raise InputError(f"cannot read the dataset JSON ({exc.strerror or exc})", json_path) from exc
 
 
+#: The most brackets and braces a streamed dataset file may hold open at once (a MIMIC-ILS file nests 7 deep). The
+#: streaming parser's memory grows with the square of the depth (a 200 KB file nested 100,000 deep takes gigabytes),
+#: so a file open deeper is refused as it is read. Brackets inside strings are counted too (cheap, and a dataset's
+#: strings hold few unbalanced ones), hence the margin.
+MAX_OPEN: Final[int] = 4096
+_BRACKET_STEP: Final[np.ndarray] = np.zeros(256, np.int8)
+_BRACKET_STEP[[ord("{"), ord("[")]] = 1
+_BRACKET_STEP[[ord("}"), ord("]")]] = -1
+
+
+class _DepthGuard:
+    """A binary file read through, refusing (:class:`InputError`) JSON that holds more than :data:`MAX_OPEN`
+    brackets and braces open, chunk by chunk, before the parser sees the chunk."""
+
+    def __init__(self, stream: Any, path: Path) -> None:
+        self._stream, self._path = stream, path
+        self._open = 0
+
+    def read(self, size: int = -1) -> bytes:
+        """The next ``size`` bytes, checked."""
+        chunk = self._stream.read(size)
+        if chunk:
+            levels = np.cumsum(_BRACKET_STEP[np.frombuffer(chunk, np.uint8)], dtype=np.int32) + self._open
+            if int(levels.max()) > MAX_OPEN:
+                raise InputError(f"not a usable MIMIC-ILS dataset: JSON nested too deeply (more than {MAX_OPEN} "
+                                 "brackets open)", self._path)
+            self._open = max(0, int(levels[-1]))
+        return chunk
+
+
 def _check_object_start(stream: Any, path: Path) -> None:
     """An :class:`InputError` unless the binary ``stream`` starts (after white space) with a JSON object."""
-    head = stream.read(4096).lstrip(b" \t\r\n")
+    head = stream.read(4096)
+    if head.startswith(b"\xef\xbb\xbf"):
+        raise InputError("not valid JSON (it starts with a UTF-8 byte-order mark; save it without one)", path)
+    head = head.lstrip(b" \t\r\n")
     while not head:
         chunk = stream.read(4096)
         if not chunk:
@@ -459,7 +499,7 @@ def _top_level_kinds(path: Path) -> dict[str, str]:
     names = {"start_map": "object", "start_array": "array", "integer": "number", "double": "number"}
     key: str | None = None
     with path.open("rb") as stream:
-        for prefix, event, value in ijson.parse(stream, use_float=True):
+        for prefix, event, value in ijson.parse(_DepthGuard(stream, path), use_float=True):
             if prefix == "" and event == "map_key":
                 key = value
             elif key is not None and prefix == key and key not in kinds:

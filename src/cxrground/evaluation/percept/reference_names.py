@@ -42,16 +42,19 @@ _RESPONSE_KEYS: Final[dict[int, tuple[str, str]]] = {1: ("raw_response", "respon
 def recorded_response(record: dict[str, Any], stage: int, qid: str) -> str | None:
     """The response recorded in one case's ``record`` (an ``all_results.json`` value) for question ``qid`` of
     ``stage``: the raw reply where cxrground's export kept it, else the answer the reference evaluator recorded. A
-    Stage-1 or Stage-2 block recorded without a response is ``""``: the reference evaluator leaves the block empty
-    when the reply parsed to nothing and goes on with the case (the question counts wrong). None when nothing is
-    recorded (the stage is missing, or a Stage-3/4 question was not asked)."""
+    Stage-1 or Stage-2 block recorded empty (``{}``) is ``""``: the reference evaluator leaves the block empty when
+    the reply parsed to nothing and goes on with the case (the question counts wrong). None when no answer is
+    recorded (the stage is missing, a block holds no response, as an export writes a failed case, or a Stage-3/4
+    question was not asked)."""
     block = record.get(REFERENCE_STAGE_KEYS[stage])
     if not isinstance(block, dict):
         return None
     raw_key, key = _RESPONSE_KEYS[stage]
     if stage <= 2:
-        value = block.get(raw_key, block.get(key))
-        return value if isinstance(value, str) else ""
+        for source in (raw_key, key):
+            if isinstance(block.get(source), str):
+                return block[source]
+        return None if block else ""  # an empty block: the reply parsed to nothing; a block without one: no answer
     name = REFERENCE_QUESTION_NAMES.get(qid, qid)
     for source in (raw_key, key):
         responses = block.get(source)

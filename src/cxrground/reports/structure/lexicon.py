@@ -459,7 +459,7 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
         # post-posed (version 56): "edema of the soft tissues of the chest wall", "edema in the left arm"
         r"o?edema(?=\s+(?:of|in|along|involving|within|over)\s+(?:the\s+)?(?:(?:right|left|bilateral|lateral|"
         r"anterior|posterior|upper|lower|superficial|overlying)\s+)*(?:soft[- ]tissues?|subcutaneous|chest\s+wall|"
-        r"body\s+wall|extremit(?:y|ies)|arms?|legs?|neck|face|flanks?|scalp|breasts?|axilla(?:e|ry)?)\b)",
+        r"body\s+wall|extremit(?:y|ies)|arms?|legs?|neck|face(?!\s+of\b)|flanks?|scalp|breasts?|axilla(?:e|ry)?)\b)",
     )),
     (EntityKind("projection mimic", None, lung=False, mimic=True), (
         r"nipple\s+shadows?",
@@ -514,7 +514,9 @@ _ENTITY_GROUPS: Final[tuple[tuple[EntityKind, tuple[str, ...]], ...]] = (
         r"o?edematous(?=\s+lungs?\b)", *_EDEMATOUS_AFTER, r"o?edema",
     )),
     (EntityKind("effusion", EFFUSION), (
-        r"pleural\s+(?:effusions?|fluid(?:\s+collections?)?)", r"(?:pleural\s+)?empyemas?",  # empyema: version 56
+        r"pleural\s+(?:effusions?|fluid(?:\s+collections?)?)",
+        # empyema (version 56): of the pleura, not a subdural / epidural one or one of the gallbladder
+        r"(?<!subdural )(?<!epidural )(?:pleural\s+)?empyemas?(?!\s+of\s+the\s+gallbladder)",
         r"pleural\s+a\s+fusions?",  # speech recognition of "effusion" after "pleural" (version 48)
         r"layering\s+(?:pleural\s+)?(?:effusions?|fluid)", r"(?:loculated|subpulmonic|fissural)\s+fluid",
         r"fluid(?=\s+(?:tracking\s+)?(?:(?:with)?in|along|into)\s+the\s+(?:(?:right|left)\s+)?"
@@ -618,7 +620,7 @@ _HEART_NORMAL = (
     r"|\bnormal\s+size(?:\s+and\s+(?:configuration|contour))?\s+of\s+(?:the\s+)?(?:heart|cardiac\s+silhouette)\b"
     # version 56: "Heart: normal size.", "Heart size: normal."
     r"|\b(?:heart(?:\s+size)?|cardiac\s+size)\s*:\s*(?:normal(?:\s+(?:in\s+)?size)?|within\s+(?:the\s+)?normal\s+"
-    r"limits|unremarkable)\b(?!\s+(?:to|or)\s)"
+    r"limits|unremarkable)(?=\s*(?:$|[.;,]))"  # the statement ends its clause: not "normal vs. mildly enlarged"
 )
 #: A statement that the heart is of normal size ("Heart size is normal.", "Normal heart size.", "The cardiac
 #: silhouette is within normal limits.", "The cardiomediastinal silhouette is normal."; version 49: a heart subject
