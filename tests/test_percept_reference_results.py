@@ -285,7 +285,7 @@ def test_a_failed_case_of_an_export_replays_as_failed(tmp_path) -> None:
     block ``{}`` is the reference's record of an empty reply, a block without a response is no answer)."""
     from cxrground.evaluation.percept.reference_names import recorded_response
 
-    run, plans = _run(tmp_path / "run", "random")
+    run, _plans = _run(tmp_path / "run", "random")
     (path,) = export_results([run], tmp_path / "ref")
     data = json.loads(path.read_text())
     assert data["edema_m"]["detection_qa"]["raw_response"] is None  # missing from the run: failed
