@@ -739,6 +739,16 @@ def _bucket_build_matches_local(fs, cmd: list[str], built: Path) -> dict[str, by
     again = CliRunner().invoke(main, cmd)
     assert again.exit_code == 0 and f"(0 processed, {N_STUDIES} already done" in again.output, again.output
     assert fs.cat_file(f"ils-test/build/{DATASET_FILE}") == local[DATASET_FILE]
+    # a resume that processes some studies: their units, written by the workers after the driver listed the
+    # folder, are in the dataset (a cached listing had left them out without a word)
+    for unit in sorted(fs.find("ils-test/build/units"))[:2]:
+        fs.rm(unit)
+    fs.invalidate_cache()
+    partial = CliRunner().invoke(main, cmd)
+    assert partial.exit_code == 0 and f"(2 processed, {N_STUDIES - 2} already done, 0 failures)" in partial.output, \
+        partial.output
+    fs.invalidate_cache()
+    assert fs.cat_file(f"ils-test/build/{DATASET_FILE}") == local[DATASET_FILE]
     return local
 
 
@@ -762,9 +772,16 @@ def test_build_from_and_to_s3_is_byte_identical_and_resumes(cohort, built, s3_en
     cmd = ["ils", "build", "--images", "s3://ils-test/files", "--out", url, "--quiet", "--seed", "3",
            "--workers", "2"]
     local = _bucket_build_matches_local(fs, cmd, built)
+    # the cohort normative fit reads the bucket's reports and films as the local ones (it read none of them)
+    from cxrground.ils.cohort_normative import collect_normals
+
+    tasks, failures = build_tasks("s3://ils-test/files")
+    on_disk, bucket = (collect_normals(t, BackendSpec(), IlsConfig(seed=3), 100, (8, 8))
+                       for t in (build_tasks(cohort / "files")[0], tasks))
+    assert bucket.studies == on_disk.studies and bucket.report_normal == on_disk.report_normal > 0
+    assert all(np.array_equal(a, b) for a, b in zip(bucket.cells, on_disk.cells, strict=True))
     # the cluster setup: Ray actors reading the images from and writing the units to the bucket
     pytest.importorskip("ray")
-    tasks, failures = build_tasks("s3://ils-test/files")
     assert tasks[0].image_path.startswith("s3://ils-test/files/")
     _ray_bucket_build_matches_local(fs, tasks, failures, "s3://ils-test/ray", local)
 
@@ -993,3 +1010,17 @@ def test_an_unreachable_ray_address_is_refused_before_any_study(tmp_path):
     with pytest.raises(ConfigError, match=f"ray://127.0.0.1:{port}"):
         check_reachable(f"ray://127.0.0.1:{port}", timeout=2)
     check_reachable("auto")  # Ray finds the local cluster itself
+
+
+def test_a_missing_bucket_is_named_and_bucket_urls_print_as_urls(cohort, s3_endpoint, tmp_path):
+    from cxrground.ils.build import BuildSummary
+    from cxrground.ils.request import build_lines
+
+    result = CliRunner().invoke(main, ["ils", "build", "--images", str(cohort / "files"), "--out",
+                                       "s3://no-such-bucket/build", "--quiet", "--limit", "1"])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert "Error: s3://no-such-bucket/build/units: cannot be listed" in result.output, result.output
+    lines = build_lines(BuildSummary(out_dir="s3://ils-test/b1", processed=1, skipped=0, studies_in_dataset=1,
+                                     pairs=3, failures=0, seconds=1.0))
+    assert "card: s3://ils-test/b1/card.md   failures: s3://ils-test/b1/failures.jsonl" in lines[1]
+    assert "--dataset s3://ils-test/b1 --frame released" in lines[2] and "local copy" in lines[2]

@@ -410,28 +410,33 @@ def _code_version() -> str:
     return f"{__version__}+g{rev}" if rev else __version__
 
 
-def _units(out: str | Path, tasks: Iterable[StudyTask]) -> Iterator[dict[str, Any]]:
-    """The unit records of ``tasks`` that have one, one at a time in the order of ``tasks`` (on object storage
-    read :data:`READ_AHEAD` ahead by 16 threads)."""
+#: The failure reason of a study that has no unit record when the dataset is assembled.
+UNIT_MISSING: Final[str] = "no unit record at assembly"
+
+
+def _units(out: str | Path, tasks: Iterable[StudyTask]) -> Iterator[tuple[StudyTask, dict[str, Any] | None]]:
+    """Each task of ``tasks`` with its unit record (None when it has none), one at a time in the order of ``tasks``
+    (on object storage read :data:`READ_AHEAD` ahead by 16 threads, after the cached listings are dropped: the
+    workers wrote the units since the driver listed them)."""
     store = unit_store(str(out))
     if store.local:
         for t in tasks:
             text = read_unit(store, t.study_key)
-            if text is not None:
-                yield json.loads(text)
+            yield t, None if text is None else json.loads(text)
         return
+    store.refresh()
     with ThreadPoolExecutor(16) as pool:
-        window: deque[Future] = deque()
+        window: deque[tuple[StudyTask, Future]] = deque()
         for t in tasks:
-            window.append(pool.submit(read_unit, store, t.study_key))
+            window.append((t, pool.submit(read_unit, store, t.study_key)))
             if len(window) >= READ_AHEAD:
-                text = window.popleft().result()
-                if text is not None:
-                    yield json.loads(text)
+                task, future = window.popleft()
+                text = future.result()
+                yield task, None if text is None else json.loads(text)
         while window:
-            text = window.popleft().result()
-            if text is not None:
-                yield json.loads(text)
+            task, future = window.popleft()
+            text = future.result()
+            yield task, None if text is None else json.loads(text)
 
 
 class _DatasetWriter:
@@ -549,8 +554,17 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                 rejections[f"input: {f.reason.split(' (')[0]}"] += 1
                 failures_fh.write(json.dumps({**f.to_dict(), "path": _absolute(f.path)}, sort_keys=True) + "\n")
                 n_failures += 1
-            for u in tqdm(_units(out, in_key_order(tasks)), desc="assemble", unit="study", disable=not progress,
-                          total=len(tasks) if isinstance(tasks, Sized) else None):
+            for task, u in tqdm(_units(out, in_key_order(tasks)), desc="assemble", unit="study",
+                                disable=not progress, total=len(tasks) if isinstance(tasks, Sized) else None):
+                if u is None:  # nothing may be lost in silence: a study without a unit is a failure
+                    rejections[UNIT_MISSING] += 1
+                    failures_fh.write(json.dumps({"path": _absolute(task.image_path), "stage": "assemble",
+                                                  "reason": UNIT_MISSING, "study": task.study_key,
+                                                  "error": "no unit record was found for the study when the "
+                                                           "dataset was assembled; rerun the same ils build"},
+                                                 sort_keys=True) + "\n")
+                    n_failures += 1
+                    continue
                 key = u["study_key"]
                 n_redone += key in redone
                 n_units += 1

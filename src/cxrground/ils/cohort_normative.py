@@ -47,6 +47,7 @@ from cxrground.errors import ConfigError, CXRGroundError
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.tasks import StudyTask
+from cxrground.io.store import local_copy
 from cxrground.lesions.normative import NormativeModel, film_cells, fit_cells, shrink_toward
 from cxrground.reports.findings import Finding
 
@@ -98,8 +99,11 @@ def _report_normal_tasks(tasks: Sequence[StudyTask], spec: BackendSpec, config: 
     for task in _seeded_order(tasks, config.seed):
         counts["visited"] += 1
         try:
-            report = (read_report(task.report_path) if task.report_path
-                      else parse_report_text(task.report_text or "", report_id=task.study_key))
+            if task.report_path:
+                with local_copy(task.report_path) as report_file:  # an object-storage report is fetched first
+                    report = read_report(report_file)
+            else:
+                report = parse_report_text(task.report_text or "", report_id=task.study_key)
             section = select_section(report, config.sections)
             if section is None:
                 continue
@@ -127,7 +131,8 @@ def _canvas_cells(task: StudyTask, spec: BackendSpec, config: IlsConfig, grid: t
     from cxrground.io.transform import Letterbox
 
     try:
-        image = read_image(task.image_path)
+        with local_copy(task.image_path) as image_file:  # an object-storage film is fetched first
+            image = read_image(image_file)
         view = (image.view or task.view or "").upper()
         if view and not is_frontal(view, config.qc.views):
             return None

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from cxrground.errors import ConfigError
+from cxrground.errors import ConfigError, CXRGroundError
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.tasks import StudyTask
@@ -260,7 +260,10 @@ class _Scheduler:
                 self.live[slot] -= 1
             try:
                 self.ray.get(ref)
-            except RayTaskError:
+            except RayTaskError as exc:
+                cause = getattr(exc, "cause", None)
+                if isinstance(cause, CXRGroundError):
+                    raise cause from None  # one line, as the local engine says it, not Ray's wrapped traceback
                 raise
             except RayError as exc:  # the actor's process or node died under the study
                 self._lose(slot)

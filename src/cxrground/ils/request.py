@@ -284,15 +284,20 @@ def _no_studies(request: BuildRequest, failures: list[Failure]) -> str:
 def build_lines(summary: BuildSummary) -> list[str]:
     """What a finished build reports: counts and time, where its card and failure list are, the mask frame and
     the export the reference code needs, then warnings."""
-    out = Path(summary.out_dir)
-    lines = [f"ILS dataset in {summary.out_dir}: {summary.studies_in_dataset} studies, {summary.pairs} pairs "
+    out = str(summary.out_dir)
+
+    def inside(name: str) -> str:  # a file of the output folder, as the user names it (a URL stays one)
+        return f"{out.rstrip('/')}/{name}" if is_url(out) else str(Path(out) / name)
+
+    lines = [f"ILS dataset in {out}: {summary.studies_in_dataset} studies, {summary.pairs} pairs "
              f"({summary.processed} processed, {summary.skipped} already done, {summary.failures} failures) "
-             f"in {summary.seconds:.1f} s", f"  card: {out / 'card.md'}   failures: {out / 'failures.jsonl'}"]
+             f"in {summary.seconds:.1f} s", f"  card: {inside('card.md')}   failures: {inside('failures.jsonl')}"]
     if summary.pairs:
         lines.append(f"  masks at each film's native size; for the ROSALIA/LISA reference code, export them to its "
-                     f"frame first: cxrground ils export --dataset {out} --frame released --out DIR")
+                     f"frame first: cxrground ils export --dataset {out} --frame released --out DIR"
+                     + (" (from a local copy of the folder)" if is_url(out) else ""))
     if summary.every_failed:
-        lines.append(f"  error: every study failed; the reasons are in {out / 'failures.jsonl'}")
+        lines.append(f"  error: every study failed; the reasons are in {inside('failures.jsonl')}")
     if summary.blind_choices:
         lines.append(f"  warning: {summary.blind_choices} studies offered several images of unknown view, and the "
                      "first dicom_id may be a lateral film; give the view table (--metadata)")

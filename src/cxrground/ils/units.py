@@ -135,6 +135,7 @@ def done_check(out: str | Path) -> Callable[[str], bool]:
     if store.local:
         return lambda key: has_unit(out, key)
     start, end = len(UNITS_DIR) + 1, -len(".json")
+    store.refresh()
     keys = {rel[start:end] for rel in store.find(UNITS_DIR) if rel.endswith(".json")}
     return keys.__contains__
 

@@ -58,7 +58,8 @@ def _gcs_emulator() -> bool:
 @functools.lru_cache(maxsize=1)
 def _backend_errors() -> tuple[type[BaseException], ...]:
     """What a backend raises for a request that failed: :class:`OSError` (s3fs, fsspec, gcsfs's 403 and lost
-    connections) and gcsfs's ``HttpError`` (a 401, among others)."""
+    connections), gcsfs's ``HttpError`` (a 401, among others) and botocore's ``BotoCoreError`` (an S3 endpoint
+    that cannot be reached)."""
     errors: list[type[BaseException]] = [OSError]
     try:
         from gcsfs.retry import HttpError
@@ -66,6 +67,12 @@ def _backend_errors() -> tuple[type[BaseException], ...]:
         pass
     else:
         errors.append(HttpError)
+    try:
+        from botocore.exceptions import BotoCoreError  # an S3 endpoint that cannot be reached, among others
+    except ImportError:
+        pass
+    else:
+        errors.append(BotoCoreError)
     return tuple(errors)
 
 
@@ -101,6 +108,12 @@ class Store:
 
     def __reduce__(self) -> tuple[Any, tuple[str]]:
         return Store, (self.location,)  # workers open their own connection
+
+    def refresh(self) -> None:
+        """Forget the listings the file system cached (s3fs keeps a folder's listing: an object written since by
+        another process would read as missing)."""
+        if self.fs is not None:
+            self.fs.invalidate_cache()
 
     def path(self, rel: str) -> str:
         """The full path (local) or bucket key (remote) of ``rel``."""
@@ -201,8 +214,11 @@ class Store:
             return {p.relative_to(self.root).as_posix(): p.stat().st_size
                     for p in sorted(base.rglob("*")) if p.is_file()}
         prefix = self.root + "/"
-        with self._reading(rel):
-            found = self.fs.find(self.path(rel), detail=True)
+        try:
+            with self._reading(rel):
+                found = self.fs.find(self.path(rel), detail=True)
+        except FileNotFoundError as exc:  # no bucket (a missing folder lists as empty)
+            raise InputError(self._failure(rel, "listed", exc), self.url(rel)) from exc
         return {k.removeprefix(prefix): int(found[k].get("size") or 0) for k in sorted(found)}
 
 
