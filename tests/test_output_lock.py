@@ -162,6 +162,19 @@ def test_an_output_whose_parent_cannot_be_written_is_locked_only_through_a_lock_
         assert not Path("/.cxrground-lock").exists()
 
 
+def _holds(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` has ``path`` open (its file descriptors in /proc)."""
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(fd) == str(path):
+                return True
+    return False
+
+
 def test_a_killed_runs_forked_workers_do_not_keep_its_lock(tmp_path):
     out = tmp_path / "out"
     code = textwrap.dedent(f"""
@@ -178,6 +191,12 @@ def test_a_killed_runs_forked_workers_do_not_keep_its_lock(tmp_path):
     proc.wait(60)  # the parent is gone; its worker lingers
     try:
         assert lock_path(out).exists()
+        # the worker closes its copy right after the fork, when it is first scheduled (on a loaded machine, after
+        # its parent has gone): wait for that, then the lock is free although the worker still runs
+        deadline = time.time() + 30
+        while _holds(worker, lock_path(out)) and time.time() < deadline:
+            time.sleep(0.05)
+        assert not _holds(worker, lock_path(out))
         with output_lock(out, "next run"):  # the lingering worker holds no copy of the lock
             pass
     finally:
