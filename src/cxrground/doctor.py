@@ -54,7 +54,7 @@ CORE: Final[tuple[ModuleSpec, ...]] = tuple(
     ModuleSpec(m, d, "core", "every command", "pip install -e .") for m, d in (
         ("numpy", "numpy"), ("scipy", "scipy"), ("PIL", "pillow"), ("pydicom", "pydicom"),
         ("pylibjpeg", "pylibjpeg"), ("pycocotools", "pycocotools"), ("click", "click"), ("pydantic", "pydantic"),
-        ("tqdm", "tqdm"), ("httpx", "httpx")))
+        ("tqdm", "tqdm"), ("httpx", "httpx"), ("ijson", "ijson")))
 
 #: The optional extras of ``pyproject.toml`` and the libraries each brings.
 EXTRAS: Final[tuple[ModuleSpec, ...]] = (
