@@ -455,10 +455,10 @@ def stats_text(folder: str | Path, as_json: bool = False) -> str:
 
     folder = Path(folder)
     check_splits(folder / DATASET_FILE)
-    rows = {split: {lesion: Counter() for lesion in (*LESIONS, "total")} for split in SPLITS}
+    counts = DatasetCounts()
     for split, _key, study in iter_dataset(folder / DATASET_FILE):
-        _count_study(rows[split], study)
-    tables = {split: _freeze(rows[split]) for split in SPLITS}
+        counts.add(split, study)
+    tables = {split: counts.table(split) for split in SPLITS}
     if as_json:
         return json.dumps(tables, indent=2)
     card = folder / "card.md"

@@ -355,8 +355,7 @@ def read_dataset(path: str | Path, study_fields: Sequence[str] = ("image_path",)
         data = load_dataset(path)
         problems = structure_problems(data, study_fields, targets)
         if problems:
-            more = f" (and {len(problems) - _SHOWN} more)" if len(problems) > _SHOWN else ""
-            raise InputError(f"not a usable MIMIC-ILS dataset: {'; '.join(problems[:_SHOWN])}{more}", path)
+            raise _unusable(problems, path)
         return data
     wanted = list(dict.fromkeys(splits))
     data = {split: {} for split in wanted}
@@ -397,14 +396,18 @@ def iter_dataset(path: str | Path, study_fields: Sequence[str] = ("image_path",)
                     seen.add(key)
                     problems = list(_study_problems(study, study_fields, targets, f"{split}.{key}"))
                     if problems:
-                        more = f" (and {len(problems) - _SHOWN} more)" if len(problems) > _SHOWN else ""
-                        raise InputError(f"not a usable MIMIC-ILS dataset: {'; '.join(problems[:_SHOWN])}{more}",
-                                         json_path)
+                        raise _unusable(problems, json_path)
                     yield split, key, study
     except (ijson.JSONError, UnicodeDecodeError) as exc:
         raise _json_error(exc, json_path) from exc
     except OSError as exc:
         raise InputError(f"cannot read the dataset JSON ({exc.strerror or exc})", json_path) from exc
+
+
+def _unusable(problems: Sequence[str], path: str | Path) -> InputError:
+    """The :class:`InputError` of a file readers cannot use: its first :data:`_SHOWN` problems and how many more."""
+    more = f" (and {len(problems) - _SHOWN} more)" if len(problems) > _SHOWN else ""
+    return InputError(f"not a usable MIMIC-ILS dataset: {'; '.join(problems[:_SHOWN])}{more}", path)
 
 
 def _json_error(exc: Exception, path: Path) -> InputError:
@@ -424,8 +427,7 @@ def check_splits(path: str | Path) -> None:
     problems += [f"split {name} must be a JSON object of studies, got {kind}" for name, kind in kinds.items()
                  if name in SPLITS and kind != "object"]
     if problems:
-        more = f" (and {len(problems) - _SHOWN} more)" if len(problems) > _SHOWN else ""
-        raise InputError(f"not a usable MIMIC-ILS dataset: {'; '.join(problems[:_SHOWN])}{more}", _dataset_json(path))
+        raise _unusable(problems, _dataset_json(path))
 
 
 def dataset_splits(path: str | Path) -> list[str]:
