@@ -1013,7 +1013,20 @@ def test_an_unreachable_ray_address_is_refused_before_any_study(tmp_path):
         check_reachable("nohost")
     with pytest.raises(ConfigError, match=f"ray://127.0.0.1:{port}"):
         check_reachable(f"ray://127.0.0.1:{port}", timeout=2)
-    check_reachable("auto")  # Ray finds the local cluster itself
+
+
+def test_ray_address_auto_without_a_cluster_is_refused_before_any_study(tmp_path, monkeypatch):
+    pytest.importorskip("ray")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "raytmp"))  # no cluster recorded there
+    from ray._private.services import find_gcs_addresses
+
+    if find_gcs_addresses():
+        pytest.skip("a Ray cluster runs on this machine")
+    with pytest.raises(ConfigError, match=r"--ray-address auto: no Ray cluster runs on this node; start one"):
+        build_dataset([], tmp_path / "out", IlsConfig(), BackendSpec(), engine="ray", workers=1,
+                      ray_address="auto", progress=False)
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_missing_bucket_is_named_and_bucket_urls_print_as_urls(cohort, s3_endpoint, tmp_path):

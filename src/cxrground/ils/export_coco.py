@@ -30,7 +30,7 @@ import numpy as np
 from cxrground.errors import InputError
 from cxrground.ils.frames import MaskFrame, _native_sizes, mask_on_image, read_frame
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
-from cxrground.ils.schema import SPLITS, read_dataset
+from cxrground.ils.schema import SPLITS, check_splits, iter_dataset
 from cxrground.io.export_dir import export_folder
 from cxrground.io.masks import encode_rle, read_mask_png
 from cxrground.vocab.lesions import LESIONS
@@ -48,6 +48,8 @@ COCO_NAMES: Final[tuple[str, ...]] = (ANNOTATION_DIR, PAIRS_FILE)
 CATEGORIES: Final[list[dict[str, Any]]] = [{"id": i, "name": lesion, "supercategory": "lesion"}
                                            for i, lesion in enumerate(LESIONS, start=1)]
 _CATEGORY_ID: Final[dict[str, int]] = {c["name"]: c["id"] for c in CATEGORIES}
+#: The study fields the export writes (a study without them is refused).
+_STUDY_FIELDS: Final[tuple[str, ...]] = ("image_path", "dicom_id", "subject_id")
 
 
 def _annotation(ann_id: int, image_id: int, lesion: str, mask: np.ndarray, rel: str) -> dict[str, Any]:
@@ -60,58 +62,56 @@ def _annotation(ann_id: int, image_id: int, lesion: str, mask: np.ndarray, rel: 
             "iscrowd": 0, "seg_mask_path": rel, "pair_ids": []}
 
 
-def _write(data: dict[str, Any], sizes: dict[str, tuple[int, int]], mask_root: Path, frame: MaskFrame,
-           json_path: Path, dest: Path) -> dict[str, int]:
-    """Write the annotation files and the pair side file of ``data`` into the folder ``dest``; returns counts."""
+def _write(json_path: Path, sizes: dict[str, tuple[int, int]], mask_root: Path, frame: MaskFrame,
+           dest: Path) -> dict[str, int]:
+    """Write the annotation files and the pair side file of the dataset ``json_path`` (read as a stream, split by
+    split) into the folder ``dest``; returns counts."""
     (dest / ANNOTATION_DIR).mkdir()
-    pair_lines: list[str] = []
     counts = {"images": 0, "annotations": 0, "pairs": 0, "empty_masks": 0}
     image_id = ann_id = 0
-    for split in SPLITS:
-        studies = data.get(split, {})
-        if not studies:
-            continue
-        coco: dict[str, Any] = {"info": {"description": f"ILS dataset {json_path.parent.name}, split {split}",
-                                         "version": "1.0"},
-                                "licenses": [], "images": [], "annotations": [], "categories": CATEGORIES}
-        for key, study in studies.items():
-            image_id += 1
-            hw = sizes.get(study["image_path"])
-            if hw is None:
-                raise InputError(f"{split}.{key}: size of {study['image_path']} unknown; pass --images",
-                                 json_path)
-            coco["images"].append({"id": image_id, "file_name": study["image_path"], "height": hw[0],
-                                   "width": hw[1], "study_key": key, "dicom_id": study["dicom_id"],
-                                   "subject_id": study["subject_id"]})
-            by_mask: dict[str, dict[str, Any] | None] = {}
-            pairs = study["instruction_answer_pairs"]
-            for polarity in ("positive", "negative"):
-                for pair in pairs.get(f"{polarity}_pairs", []):
-                    ann = None
-                    rel = pair.get("seg_mask_path")
-                    if rel is not None:
-                        if rel not in by_mask:
-                            mask = mask_on_image(read_mask_png(mask_root / rel), hw, frame, mask_root / rel)
-                            if mask.any():
-                                ann_id += 1
-                                by_mask[rel] = _annotation(ann_id, image_id, pair["target"], mask, rel)
-                                coco["annotations"].append(by_mask[rel])
-                            else:
-                                by_mask[rel] = None
-                                counts["empty_masks"] += 1
-                        ann = by_mask[rel]
-                        if ann is not None:
-                            ann["pair_ids"].append(pair["pair_id"])
-                    line = {**pair, "split": split, "study_key": key, "image_id": image_id,
-                            "annotation_id": None if ann is None else ann["id"]}
-                    if rel is not None and ann is None:
-                        line[NO_ANNOTATION] = EMPTY_MASK
-                    pair_lines.append(json.dumps(line, ensure_ascii=False))
-        (dest / ANNOTATION_DIR / f"instances_{split}.json").write_text(json.dumps(coco), encoding="utf-8")
-        counts["images"] += len(coco["images"])
-        counts["annotations"] += len(coco["annotations"])
-    (dest / PAIRS_FILE).write_text("".join(line + "\n" for line in pair_lines), encoding="utf-8")
-    counts["pairs"] = len(pair_lines)
+    with (dest / PAIRS_FILE).open("w", encoding="utf-8") as pair_file:
+        for split in SPLITS:
+            coco: dict[str, Any] = {"info": {"description": f"ILS dataset {json_path.parent.name}, split {split}",
+                                             "version": "1.0"},
+                                    "licenses": [], "images": [], "annotations": [], "categories": CATEGORIES}
+            for _split, key, study in iter_dataset(json_path, _STUDY_FIELDS, splits=(split,)):
+                image_id += 1
+                hw = sizes.get(study["image_path"])
+                if hw is None:
+                    raise InputError(f"{split}.{key}: size of {study['image_path']} unknown; pass --images",
+                                     json_path)
+                coco["images"].append({"id": image_id, "file_name": study["image_path"], "height": hw[0],
+                                       "width": hw[1], "study_key": key, "dicom_id": study["dicom_id"],
+                                       "subject_id": study["subject_id"]})
+                by_mask: dict[str, dict[str, Any] | None] = {}
+                pairs = study["instruction_answer_pairs"]
+                for polarity in ("positive", "negative"):
+                    for pair in pairs.get(f"{polarity}_pairs", []):
+                        ann = None
+                        rel = pair.get("seg_mask_path")
+                        if rel is not None:
+                            if rel not in by_mask:
+                                mask = mask_on_image(read_mask_png(mask_root / rel), hw, frame, mask_root / rel)
+                                if mask.any():
+                                    ann_id += 1
+                                    by_mask[rel] = _annotation(ann_id, image_id, pair["target"], mask, rel)
+                                    coco["annotations"].append(by_mask[rel])
+                                else:
+                                    by_mask[rel] = None
+                                    counts["empty_masks"] += 1
+                            ann = by_mask[rel]
+                            if ann is not None:
+                                ann["pair_ids"].append(pair["pair_id"])
+                        line = {**pair, "split": split, "study_key": key, "image_id": image_id,
+                                "annotation_id": None if ann is None else ann["id"]}
+                        if rel is not None and ann is None:
+                            line[NO_ANNOTATION] = EMPTY_MASK
+                        pair_file.write(json.dumps(line, ensure_ascii=False) + "\n")
+                        counts["pairs"] += 1
+            if coco["images"]:  # a split without studies has no annotation file
+                (dest / ANNOTATION_DIR / f"instances_{split}.json").write_text(json.dumps(coco), encoding="utf-8")
+                counts["images"] += len(coco["images"])
+                counts["annotations"] += len(coco["annotations"])
     return counts
 
 
@@ -130,12 +130,12 @@ def export_coco(dataset: str | Path, out: str | Path, images: str | Path | None 
     if not json_path.is_file():
         raise InputError(f"no {DATASET_FILE} here", dataset)
     out = Path(out)
-    data = read_dataset(json_path, ("image_path", "dicom_id", "subject_id"))
+    check_splits(json_path)
     mask_root = json_path.parent / MASK_DIR
     frame = read_frame(json_path)
     size_of: Callable[[str], tuple[int, int]] | None = (
         None if images is None else (lambda rel: read_image(Path(images) / rel).shape))
-    sizes = _native_sizes(data, mask_root, frame, json_path.parent, size_of)
+    sizes = _native_sizes(iter_dataset(json_path, _STUDY_FIELDS), mask_root, frame, json_path.parent, size_of)
     with export_folder(out, overwrite, COCO_NAMES, "coco") as stage:
-        counts = _write(data, sizes, mask_root, frame, json_path, stage)
+        counts = _write(json_path, sizes, mask_root, frame, stage)
     return counts

@@ -41,7 +41,7 @@ from cxrground import __version__
 from cxrground.errors import ConfigError, CXRGroundError, InputError
 from cxrground.ils.frames import MaskFrame, is_released, read_frame, to_native
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
-from cxrground.ils.schema import SPLITS, read_dataset
+from cxrground.ils.schema import check_splits, iter_dataset
 from cxrground.io.export_dir import export_folder
 from cxrground.io.image import is_dicom
 from cxrground.io.masks import read_mask_png
@@ -211,26 +211,25 @@ def export_dicom_seg(dataset: str | Path, images: str | Path, out: str | Path, *
     _highdicom()
     dataset, images, out = Path(dataset), Path(images), Path(out)
     json_path = dataset if dataset.is_file() else dataset / DATASET_FILE
-    data = read_dataset(json_path)
+    check_splits(json_path)
     mask_root = json_path.parent / MASK_DIR
     frame = read_frame(json_path)
-    with export_folder(out, overwrite, SEG_NAMES, "dicom-seg") as stage:
-        lines, skipped = [], []
+    with export_folder(out, overwrite, SEG_NAMES, "dicom-seg") as stage, \
+            (stage / RECORD_FILE).open("w", encoding="utf-8") as record:
+        skipped = []
         written = n_segments = 0
-        for split in SPLITS:
-            for key, study in data.get(split, {}).items():
-                rec = {"study_key": key, "split": split, "image_path": study["image_path"],
-                       **_one(key, study, images, mask_root, frame, stage)}
-                if rec["status"] == "written":
-                    written += 1
-                    n_segments += len(rec["segments"])
-                else:
-                    skipped.append((key, rec["reason"]))
-                lines.append(json.dumps(rec, ensure_ascii=False))
+        for split, key, study in iter_dataset(json_path):
+            rec = {"study_key": key, "split": split, "image_path": study["image_path"],
+                   **_one(key, study, images, mask_root, frame, stage)}
+            if rec["status"] == "written":
+                written += 1
+                n_segments += len(rec["segments"])
+            else:
+                skipped.append((key, rec["reason"]))
+            record.write(json.dumps(rec, ensure_ascii=False) + "\n")
         if skipped and not written:
             raise InputError(f"no DICOM Segmentation written: every study was skipped ({_reasons(skipped)})",
                              json_path)
-        (stage / RECORD_FILE).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return {"written": written, "segments": n_segments, "skipped": skipped, "record": str(out / RECORD_FILE)}
 
 

@@ -28,7 +28,7 @@ from typing import Any, Final
 from cxrground.errors import ImageReadError, InputError
 from cxrground.ils.frames import RELEASED_SIZE, MaskFrame, is_released, read_frame
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
-from cxrground.ils.schema import SPLITS, read_dataset
+from cxrground.ils.schema import SPLITS, check_splits, iter_dataset
 from cxrground.io.export_dir import export_folder
 from cxrground.io.hf import HF_NAMES, image_cell, png_cell, require_datasets, write_card, write_splits
 from cxrground.io.image import image_header_size, is_dicom, read_image, read_image_bytes, sniff_type
@@ -93,15 +93,22 @@ def _mask(masks: Path, pair: Mapping[str, Any]) -> dict[str, Any] | None:
     return image_cell(path)
 
 
-def _require_pair_core(data: Mapping[str, Any], json_path: Path) -> None:
-    """An :class:`InputError` naming ``json_path`` and the first pairs that lack a field of :data:`_PAIR_CORE`."""
-    missing = [f"{split}.{key} pair {pair.get('pair_id', '?')}: no {', '.join(c for c in _PAIR_CORE if c not in pair)}"
-               for split, studies in data.items() for key, study in studies.items()
-               for kind in ("positive_pairs", "negative_pairs")
-               for pair in study["instruction_answer_pairs"].get(kind, []) if any(c not in pair for c in _PAIR_CORE)]
+def _row_counts(json_path: Path, rows: str) -> dict[str, int]:
+    """Rows per split of the dataset ``json_path`` (read as a stream and checked as
+    :func:`~cxrground.ils.schema.iter_dataset` checks it); a pair that lacks a field of :data:`_PAIR_CORE` is an
+    :class:`InputError` naming the file and the first such pairs."""
+    counts = dict.fromkeys(SPLITS, 0)
+    missing: list[str] = []
+    for split, key, study in iter_dataset(json_path, STUDY_COLUMNS):
+        pairs = [p for kind in ("positive_pairs", "negative_pairs")
+                 for p in study["instruction_answer_pairs"].get(kind, [])]
+        counts[split] += 1 if rows == "study" else len(pairs)
+        missing += [f"{split}.{key} pair {p.get('pair_id', '?')}: no {', '.join(c for c in _PAIR_CORE if c not in p)}"
+                    for p in pairs if any(c not in p for c in _PAIR_CORE)]
     if missing:
         more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
         raise InputError(f"pairs without the fields the hf format needs: {'; '.join(missing[:3])}{more}", json_path)
+    return counts
 
 
 def _pair_extra(pair: Mapping[str, Any]) -> dict[str, Any]:
@@ -171,24 +178,27 @@ def ils_json_from_rows(rows_by_split: Mapping[str, Iterable[Mapping[str, Any]]])
     return out
 
 
-def stored_frame(data: Mapping[str, Any], images: Path, masks: Path, frame: MaskFrame) -> str:
+def stored_frame(studies: Iterable[tuple[str, str, Mapping[str, Any]]], images: Path, masks: Path,
+                 frame: MaskFrame) -> str:
     """The frame of the dataset's masks as stored, as the card states it: the recorded one or, without a record,
-    the one each mask is in (:func:`cxrground.ils.frames.is_released`; a MIMIC-ILS download is released)."""
+    the one each mask of ``(split, study key, study)`` is in (:func:`cxrground.ils.frames.is_released`; a MIMIC-ILS
+    download is released)."""
     from PIL import Image
 
     if frame.recorded:
         return f"{frame.frame} frame"
     seen: set[str] = set()
-    for split in data.values():
-        for study in split.values():
-            positives = study["instruction_answer_pairs"].get("positive_pairs", [])
-            if not positives or len(seen) == 2:
-                continue
-            hw = _image_size(images / study["image_path"])
-            for pair in positives:
-                with Image.open(masks / pair["seg_mask_path"]) as im:
-                    shape = (im.height, im.width)
-                seen.add("released" if is_released(shape, hw, frame) else "native")
+    for _split, _key, study in studies:
+        positives = study["instruction_answer_pairs"].get("positive_pairs", [])
+        if not positives:
+            continue
+        hw = _image_size(images / study["image_path"])
+        for pair in positives:
+            with Image.open(masks / pair["seg_mask_path"]) as im:
+                shape = (im.height, im.width)
+            seen.add("released" if is_released(shape, hw, frame) else "native")
+        if len(seen) == 2:
+            break
     if seen == {"released"}:
         return f"released frame, {RELEASED_SIZE}x{RELEASED_SIZE}"
     if len(seen) == 2:
@@ -258,25 +268,23 @@ def export_hf(dataset: str | Path, images: str | Path, out: str | Path, *, shard
         raise InputError(f"rows must be one of {ROWS}, got {rows!r}")
     json_path = _dataset_json(Path(dataset))
     images, out = Path(images), Path(out)
-    data = read_dataset(json_path, STUDY_COLUMNS)
-    _require_pair_core(data, json_path)
+    check_splits(json_path)
+    counts = _row_counts(json_path, rows)
     masks = json_path.parent / MASK_DIR
     features = ils_features(rows)
 
-    def count(split: str) -> int:
-        if rows == "study":
-            return len(data.get(split, {}))
-        return sum(len(s["instruction_answer_pairs"].get(p, [])) for s in data.get(split, {}).values()
-                   for p in ("positive_pairs", "negative_pairs"))
+    def studies(split: str) -> Iterator[tuple[str, str, dict[str, Any]]]:
+        return iter_dataset(json_path, STUDY_COLUMNS, splits=(split,))
 
     def split_rows(split: str) -> Any:
         if rows == "study":
-            return lambda: (study_row(key, s, images, masks) for key, s in data.get(split, {}).items())
-        return lambda: (r for key, s in data.get(split, {}).items() for r in pair_rows(key, s, images, masks))
+            return lambda: (study_row(key, s, images, masks) for _, key, s in studies(split))
+        return lambda: (r for _, key, s in studies(split) for r in pair_rows(key, s, images, masks))
 
     with export_folder(out, overwrite, HF_NAMES, "hf") as stage:
-        info = write_splits(stage, features, {s: (count(s), split_rows(s)) for s in SPLITS}, shard_rows, arrow)
-        body = _card_body(json_path.parent, stored_frame(data, images, masks, read_frame(json_path)), info, rows)
+        info = write_splits(stage, features, {s: (counts[s], split_rows(s)) for s in SPLITS}, shard_rows, arrow)
+        frame = stored_frame(iter_dataset(json_path, STUDY_COLUMNS), images, masks, read_frame(json_path))
+        body = _card_body(json_path.parent, frame, info, rows)
         write_card(stage, features, info, "ILS dataset", body,
                    tags=("medical", "chest-x-ray", "segmentation", "referring-segmentation"))
     return {"splits": info, "rows": sum(v["num_examples"] for v in info.values())}

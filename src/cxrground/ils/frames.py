@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -236,31 +236,31 @@ def _anatomy_sizes(folder: Path) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _native_sizes(data: dict[str, Any], mask_root: Path, source: MaskFrame, folder: Path,
-                  image_size: Callable[[str], tuple[int, int]] | None) -> dict[str, tuple[int, int]]:
-    """Native ``(H, W)`` per ``image_path``: the frame record, the images, ``anatomy.jsonl``, then native masks (a
-    square released-size mask with no frame record and no other source is an :class:`InputError`: a downloaded
+def _native_sizes(studies: Iterable[tuple[str, str, dict[str, Any]]], mask_root: Path, source: MaskFrame,
+                  folder: Path, image_size: Callable[[str], tuple[int, int]] | None) -> dict[str, tuple[int, int]]:
+    """Native ``(H, W)`` per ``image_path`` of ``(split, study key, study)``
+    (:func:`~cxrground.ils.schema.iter_dataset`): the frame record, the images, ``anatomy.jsonl``, then native masks
+    (a square released-size mask with no frame record and no other source is an :class:`InputError`: a downloaded
     MIMIC-ILS's masks are that size whatever its films')."""
     anatomy = _anatomy_sizes(folder)
     sizes: dict[str, tuple[int, int]] = {}
-    for split in data.values():
-        for key, study in split.items():
-            rel = study["image_path"]
-            hw = source.native_of(rel)
-            if hw is None and image_size is not None:
-                hw = image_size(rel)
-            hw = hw or anatomy.get(key)  # ils build records each film's size
-            if hw is None and source.frame == "native":
-                pos = study["instruction_answer_pairs"].get("positive_pairs", [])
-                if pos:
-                    hw = read_mask_png(mask_root / pos[0]["seg_mask_path"]).shape
-                    if not source.recorded and tuple(hw) == (RELEASED_SIZE, RELEASED_SIZE):
-                        raise InputError(f"{rel}: its masks are {RELEASED_SIZE}x{RELEASED_SIZE} and the dataset "
-                                         f"records neither their frame ({FRAME_FILE}) nor its films' sizes "
-                                         "(anatomy.jsonl), as a downloaded MIMIC-ILS does: give --images (the "
-                                         "image root) for the films' native sizes", folder)
-            if hw is not None:
-                sizes[rel] = (int(hw[0]), int(hw[1]))
+    for _split, key, study in studies:
+        rel = study["image_path"]
+        hw = source.native_of(rel)
+        if hw is None and image_size is not None:
+            hw = image_size(rel)
+        hw = hw or anatomy.get(key)  # ils build records each film's size
+        if hw is None and source.frame == "native":
+            pos = study["instruction_answer_pairs"].get("positive_pairs", [])
+            if pos:
+                hw = read_mask_png(mask_root / pos[0]["seg_mask_path"]).shape
+                if not source.recorded and tuple(hw) == (RELEASED_SIZE, RELEASED_SIZE):
+                    raise InputError(f"{rel}: its masks are {RELEASED_SIZE}x{RELEASED_SIZE} and the dataset "
+                                     f"records neither their frame ({FRAME_FILE}) nor its films' sizes "
+                                     "(anatomy.jsonl), as a downloaded MIMIC-ILS does: give --images (the "
+                                     "image root) for the films' native sizes", folder)
+        if hw is not None:
+            sizes[rel] = (int(hw[0]), int(hw[1]))
     return sizes
 
 
@@ -291,7 +291,7 @@ def export_dataset(dataset: str | Path, out: str | Path, frame: str = "released"
     folder and moved into place only when complete, so a failed one leaves ``out`` as it was
     (:mod:`cxrground.io.export_dir`).
     """
-    from cxrground.ils.schema import read_dataset
+    from cxrground.ils.schema import check_splits, iter_dataset
 
     if frame not in FRAMES:
         raise InputError(f"frame must be one of {FRAMES}, got {frame!r}")
@@ -300,40 +300,40 @@ def export_dataset(dataset: str | Path, out: str | Path, frame: str = "released"
     if out.resolve() == json_path.parent.resolve():
         raise InputError("the export must go to another folder than the dataset", out)
     source = read_frame(json_path)
-    data = read_dataset(json_path)
-    sizes = _native_sizes(data, mask_root, source, json_path.parent, image_size)
+    check_splits(json_path)
+    sizes = _native_sizes(iter_dataset(json_path), mask_root, source, json_path.parent, image_size)
     with export_folder(out, overwrite, DATASET_NAMES, "mimic-ils") as stage:
         shutil.copyfile(json_path, stage / DATASET_FILE)
-        written = _write_masks(data, sizes, mask_root, source, frame, size, stage)
+        written, studies = _write_masks(iter_dataset(json_path), sizes, mask_root, source, frame, size, stage)
         record = MaskFrame(frame, size if frame == "released" else None, sizes)
         (stage / FRAME_FILE).write_text(json.dumps(record.to_dict(), indent=1), encoding="utf-8")
         _card(json_path.parent, stage, frame, size)
-    return {"frame": frame, "masks": written, "studies": sum(len(s) for s in data.values()),
-            "native_sizes": len(sizes)}
+    return {"frame": frame, "masks": written, "studies": studies, "native_sizes": len(sizes)}
 
 
-def _write_masks(data: dict[str, Any], sizes: dict[str, tuple[int, int]], mask_root: Path, source: MaskFrame,
-                 frame: str, size: int, dest: Path) -> int:
-    """Write every mask of ``data`` (in the ``source`` frame under ``mask_root``) in ``frame`` under ``dest``;
-    returns the number of mask files."""
+def _write_masks(studies: Iterable[tuple[str, str, dict[str, Any]]], sizes: dict[str, tuple[int, int]],
+                 mask_root: Path, source: MaskFrame, frame: str, size: int, dest: Path) -> tuple[int, int]:
+    """Write every mask of ``(split, study key, study)`` (in the ``source`` frame under ``mask_root``) in ``frame``
+    under ``dest``; returns the number of mask files and of studies."""
     written: set[str] = set()
-    for split in data.values():
-        for study in split.values():
-            hw = sizes.get(study["image_path"])
-            for pair in study["instruction_answer_pairs"].get("positive_pairs", []):
-                rel = pair["seg_mask_path"]
-                if rel in written:
-                    continue
-                mask = read_mask_png(mask_root / rel)
-                if hw is not None:
-                    check_mask_shape(mask.shape, hw, source, mask_root / rel)
-                if frame == "released":
-                    target: tuple[int, int] = (size, size)
-                elif hw is None:
-                    raise InputError(f"native size of {study['image_path']} unknown: pass the images",
-                                     mask_root / rel)
-                else:
-                    target = hw
-                write_mask_png(dest / MASK_DIR / rel, stretch(mask, target))
-                written.add(rel)
-    return len(written)
+    n_studies = 0
+    for _split, _key, study in studies:
+        n_studies += 1
+        hw = sizes.get(study["image_path"])
+        for pair in study["instruction_answer_pairs"].get("positive_pairs", []):
+            rel = pair["seg_mask_path"]
+            if rel in written:
+                continue
+            mask = read_mask_png(mask_root / rel)
+            if hw is not None:
+                check_mask_shape(mask.shape, hw, source, mask_root / rel)
+            if frame == "released":
+                target: tuple[int, int] = (size, size)
+            elif hw is None:
+                raise InputError(f"native size of {study['image_path']} unknown: pass the images",
+                                 mask_root / rel)
+            else:
+                target = hw
+            write_mask_png(dest / MASK_DIR / rel, stretch(mask, target))
+            written.add(rel)
+    return len(written), n_studies

@@ -109,13 +109,19 @@ CONNECT_TIMEOUT_S = 10.0
 
 
 def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
-    """Raise :class:`ConfigError` when ``address`` (``HOST:PORT`` or ``ray://HOST:PORT``; ``auto`` is not checked)
-    takes no TCP connection within ``timeout`` seconds (Ray itself retries for minutes)."""
+    """Raise :class:`ConfigError` when ``address`` (``HOST:PORT``, ``ray://HOST:PORT``, or ``auto``: the cluster
+    ``ray start`` started on this node, as Ray finds it) takes no TCP connection within ``timeout`` seconds (Ray
+    itself retries for minutes), or when ``auto`` finds no cluster."""
     import socket
     from urllib.parse import urlsplit
 
-    if address == "auto" or address.startswith("local"):
+    if address.startswith("local"):
         return
+    if address == "auto":
+        found = _auto_address()
+        if found is None:
+            return
+        address = found
     parts = urlsplit(address if "://" in address else f"tcp://{address}")
     try:
         host, port = parts.hostname, parts.port
@@ -129,6 +135,26 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
     except OSError as exc:
         raise ConfigError(f"cannot reach the Ray cluster at {address} within {timeout:g} s ({exc.strerror or exc}); "
                           "is its head node running (ray start --head) and the port open?") from exc
+
+
+def _auto_address() -> str | None:
+    """The ``HOST:PORT`` that ``ray.init(address="auto")`` connects to, found as Ray finds it (the cluster ``ray
+    start`` recorded on this node, else the one running here); None when this Ray offers no way to ask (Ray then
+    says itself). No cluster, or several, is a :class:`ConfigError`."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address_or_die
+    except ImportError:
+        return None
+    try:
+        return str(canonicalize_bootstrap_address_or_die("auto"))
+    except ConnectionError as exc:
+        several = "multiple" in str(exc)
+        raise ConfigError("--ray-address auto: " + (
+            "several Ray clusters run on this node; give one as --ray-address HOST:PORT" if several else
+            "no Ray cluster runs on this node; start one (ray start --head), or give the head node as "
+            "--ray-address HOST:PORT")) from exc
+    except (ValueError, OSError):
+        return None  # a recorded address Ray cannot parse: ray.init names it
 
 
 def _connect(ray: Any, address: str | None, workers: int) -> bool:

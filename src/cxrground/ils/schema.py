@@ -437,10 +437,12 @@ def dataset_splits(path: str | Path) -> list[str]:
 
 
 def _checked_kinds(path: str | Path) -> dict[str, str]:
-    """:func:`_top_level_kinds` of the dataset JSON of ``path``; a file that is not valid JSON is an
-    :class:`InputError`."""
+    """:func:`_top_level_kinds` of the dataset JSON of ``path``; a file that is empty, not a JSON object or not
+    valid JSON is an :class:`InputError`."""
     json_path = _readable_json(path)
     try:
+        with json_path.open("rb") as stream:
+            _check_object_start(stream, json_path)
         return _top_level_kinds(json_path)
     except (ijson.JSONError, UnicodeDecodeError) as exc:
         raise _json_error(exc, json_path) from exc

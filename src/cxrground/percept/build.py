@@ -53,7 +53,7 @@ from cxrground import __version__
 from cxrground.errors import ConfigError, InputError
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.predictions import Prediction, load_predictions
-from cxrground.ils.schema import SPLITS, read_dataset
+from cxrground.ils.schema import SPLITS, iter_dataset, read_dataset
 from cxrground.io.files import atomic_write_text, sha256_file, sha256_json
 from cxrground.io.film_ledger import FilmLedger, FilmState
 from cxrground.io.image import check_out_folder
@@ -181,10 +181,11 @@ def _check_settings(opts: BuildOptions, dataset: Any, ils_file: Path) -> None:
     if not isinstance(dataset, dict):
         raise InputError("not an ILS dataset: expected a JSON object of splits", ils_file)
     sizes = {split: len(studies) for split, studies in dataset.items() if isinstance(studies, dict) and studies}
-    have = ", ".join(f"{split} ({n} stud{'y' if n == 1 else 'ies'})" for split, n in sizes.items()) or "none"
     every = tuple(opts.splits) == tuple(SPLITS)  # --split all: the splits the dataset has
     unknown = [split for split in opts.splits if split not in sizes and not (every and split in SPLITS)]
     if not opts.splits or unknown:
+        counted = Counter(split for split, _key, _study in iter_dataset(ils_file, ()))
+        have = ", ".join(f"{split} ({n} stud{'y' if n == 1 else 'ies'})" for split, n in counted.items()) or "none"
         raise ConfigError(f"--split {','.join(unknown) or '(none)'}: no study of {ils_file} is in this split; "
                           f"its splits: {have}")
 
@@ -422,7 +423,7 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     work = out / WORK_DIR
     ils_file = _dataset_file(Path(opts.ils))
     ils_dir = ils_file.parent
-    dataset = read_dataset(ils_file, _STUDY_FIELDS, LESIONS)
+    dataset = read_dataset(ils_file, _STUDY_FIELDS, LESIONS, splits=opts.splits)  # only the splits it draws from
     _check_settings(opts, dataset, ils_file)
     positives = positive_candidates(dataset, opts.splits, opts.max_candidates)
     every_positive = [c for cs in positives.values() for c in cs]

@@ -18,7 +18,7 @@ from typing import Any
 
 from cxrground.errors import InputError
 from cxrground.fields import check_bounds, option
-from cxrground.ils.schema import read_dataset
+from cxrground.ils.schema import dataset_splits, read_dataset
 from cxrground.io.image import DEFAULT_MAX_PIXELS
 from cxrground.percept.cases import Candidate, positive_candidates
 from cxrground.percept.options import parse_splits
@@ -81,11 +81,11 @@ def predict_candidates(request: CandidatesRequest, progress: bool = True) -> str
     r = request
     check_device(r.device)
     splits = parse_splits(r.splits)
-    data = read_dataset(r.ils_dir, ("image_path", "dicom_id"), LESIONS)
+    data = read_dataset(r.ils_dir, ("image_path", "dicom_id"), LESIONS, splits=splits)
     missing = [s for s in splits if s not in data and r.splits != "all"]
     if missing:
-        raise InputError(f"split(s) {', '.join(missing)} not in the dataset (its splits: {', '.join(data)})",
-                         r.ils_dir)
+        raise InputError(f"split(s) {', '.join(missing)} not in the dataset (its splits: "
+                         f"{', '.join(dataset_splits(r.ils_dir))})", r.ils_dir)
     jobs = candidate_jobs(positive_candidates(data, [s for s in splits if s in data], r.max_candidates))
     source = prediction_source(r.checkpoint, r.ils_dir, ",".join(splits), prompts="chexpercept-candidates",
                                images=r.images)

@@ -34,7 +34,7 @@ import numpy as np
 from cxrground.errors import InputError
 from cxrground.ils.card import REVIEW_FILE, with_review_section
 from cxrground.ils.layout import DATASET_FILE
-from cxrground.ils.schema import SPLITS, read_dataset
+from cxrground.ils.schema import SPLITS, check_splits, iter_dataset
 from cxrground.io.files import atomic_write_text
 from cxrground.io.masks import decode_rle, encode_rle, write_mask_png
 from cxrground.percept.cases import key_id
@@ -139,17 +139,15 @@ def write_masks(db: ReviewDB, folder: str | Path) -> dict[str, int]:
 def ils_card_summary(db: ReviewDB, ils_dir: str | Path) -> dict[str, Any]:
     """The ILS card's review figures for the dataset in ``ils_dir`` (items imported from it only)."""
     ils_dir = Path(ils_dir).resolve()
-    data = read_dataset(ils_dir / DATASET_FILE, ())  # only the pair lists are counted
+    totals, keys = _pair_counts(ils_dir / DATASET_FILE)
     items, groups = _by_item(db)
-    mine = _items_of_folder(items, ils_dir, data)
+    mine = _items_of_folder(items, ils_dir, keys)
     assignments = [a for i in mine for a in groups.get(i.id, [])]
     ratings = ratings_of(assignments)
     decided = {i.id: _item_decision(i, groups.get(i.id, [])) for i in mine}
     splits = {}
     for split in SPLITS:
-        total = sum(len(s["instruction_answer_pairs"].get("positive_pairs", []))
-                    + len(s["instruction_answer_pairs"].get("negative_pairs", []))
-                    for s in (data.get(split) or {}).values())
+        total = totals[split]
         in_split = [i for i in mine if i.payload.get("split") == split]
         reviewed = [i for i in in_split if decided[i.id]]
         accepted = sum(decided[i.id] == "accept" for i in reviewed)
@@ -171,19 +169,24 @@ def ils_card_summary(db: ReviewDB, ils_dir: str | Path) -> dict[str, Any]:
     }
 
 
-def _pair_keys(data: dict[str, Any]) -> set[str]:
-    """Review keys of every pair of an ILS dataset."""
-    return {key_id(p["target"], p["pair_id"]) for split in SPLITS for study in (data.get(split) or {}).values()
-            for group in ("positive_pairs", "negative_pairs")
-            for p in study["instruction_answer_pairs"].get(group, [])}
+def _pair_counts(dataset_file: Path) -> tuple[dict[str, int], set[str]]:
+    """Pairs per split of an ILS dataset and the review keys of its pairs (the file read as a stream)."""
+    check_splits(dataset_file)
+    totals = dict.fromkeys(SPLITS, 0)
+    keys: set[str] = set()
+    for split, _key, study in iter_dataset(dataset_file, ()):
+        for group in ("positive_pairs", "negative_pairs"):
+            for p in study["instruction_answer_pairs"].get(group, []):
+                totals[split] += 1
+                keys.add(key_id(p["target"], p["pair_id"]))
+    return totals, keys
 
 
-def _items_of_folder(items: Sequence[Item], ils_dir: Path, data: dict[str, Any]) -> list[Item]:
-    """The ILS items imported from ``ils_dir``, or from the one folder it is a copy of (the same pair keys)."""
+def _items_of_folder(items: Sequence[Item], ils_dir: Path, keys: set[str]) -> list[Item]:
+    """The ILS items imported from ``ils_dir``, or from the one folder it is a copy of (the same pair ``keys``)."""
     mine = [i for i in items if i.kind == "ils" and Path(i.source) == ils_dir]
     if mine:
         return mine
-    keys = _pair_keys(data)
     mine = [i for i in items if i.kind == "ils" and i.key in keys]
     sources = sorted({i.source for i in mine})
     if len(sources) > 1:

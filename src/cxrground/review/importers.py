@@ -89,10 +89,10 @@ def ils_items(ils_dir: str | Path, images: str | Path, splits: Sequence[str] = S
     the others are imported; when no study is left the first study's error is raised), else its error is raised."""
     ils_dir, images = Path(ils_dir).resolve(), Path(images).resolve()
     dataset_file = ils_dir / DATASET_FILE
-    data = read_dataset(dataset_file, ("image_path", "dicom_id"))
     unknown = [s for s in splits if s not in SPLITS]
     if unknown:
         raise InputError(f"unknown split(s) {unknown}; expected {', '.join(SPLITS)}", ils_dir)
+    data = read_dataset(dataset_file, ("image_path", "dicom_id"), splits=splits)
     out: list[dict[str, Any]] = []
     left_out: list[tuple[_UnreadableFile, str]] = []
     for split in splits:

@@ -31,7 +31,7 @@ from cxrground.anatomy.segment.unet import prepare_input
 from cxrground.errors import ConfigError, Failure, InputError
 from cxrground.ils.frames import read_native_mask, released_side
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
-from cxrground.ils.schema import read_dataset
+from cxrground.ils.schema import check_splits, iter_dataset
 from cxrground.ils.tasks import file_state
 from cxrground.io.files import atomic_write_text, sha256_json
 from cxrground.io.image import CXRImage, read_image
@@ -135,13 +135,17 @@ def _certainty(pair: dict[str, Any]) -> int:
 
 def load_pairs(dataset: str | Path, split: str, data: dict[str, Any] | None = None) -> list[PairRecord]:
     """Every pair of ``split`` in file order (positives then negatives per study); [] when the split is absent.
-    ``data``: the dataset as :func:`~cxrground.ils.schema.read_dataset` gives it (read and checked here when
-    None; a file it refuses is an :class:`~cxrground.errors.InputError` naming the file and the record)."""
+    ``data``: the dataset as :func:`~cxrground.ils.schema.read_dataset` gives it (None: only ``split`` is read, as a
+    stream, and checked; a file it refuses is an :class:`~cxrground.errors.InputError` naming the file and the
+    record)."""
     json_path, mask_root = dataset_paths(dataset)
-    data = read_dataset(json_path) if data is None else data
+    if data is None:
+        check_splits(json_path)
+    studies = (((key, study) for _split, key, study in iter_dataset(json_path, splits=(split,))) if data is None
+               else data.get(split, {}).items())
     released = released_side(json_path)
     out: list[PairRecord] = []
-    for key, study in data.get(split, {}).items():
+    for key, study in studies:
         pairs = study["instruction_answer_pairs"]
         for pair, positive in [(p, True) for p in pairs.get("positive_pairs", [])] + \
                               [(p, False) for p in pairs.get("negative_pairs", [])]:

@@ -59,7 +59,6 @@ from tqdm.auto import tqdm
 
 from cxrground import __version__
 from cxrground.errors import ConfigError, InputError
-from cxrground.ils.schema import read_dataset
 from cxrground.io.files import atomic_path, sha256_file, sha256_json
 from cxrground.io.weights import load_safetensors
 from cxrground.models.base import CHECKPOINT_FILE
@@ -298,14 +297,13 @@ def train(
     torch.set_num_threads(config.threads)
     torch.use_deterministic_algorithms(True)
     torch.manual_seed(seed)
-    data = read_dataset(json_path)
-    train_pairs = load_pairs(json_path, split, data)
+    train_pairs = load_pairs(json_path, split)  # the split as a stream: memory holds its pair records only
     identity = {"dataset": meta["dataset"]["sha256"], "lungs": meta["lungs"]}
     if not resume:  # --no-resume: the films are prepared afresh too
         shutil.rmtree(out / CACHE_DIR, ignore_errors=True)
     train_data = PairTensors(train_pairs, images_root, config, segmenter, progress, say,
                              cache=_cache_folder(out, split), identity=identity)
-    val_pairs = load_pairs(json_path, val_split, data) if val_split else []
+    val_pairs = load_pairs(json_path, val_split) if val_split else []
     val_data = PairTensors(val_pairs, images_root, config, segmenter, progress, say,
                            cache=_cache_folder(out, str(val_split)), identity=identity) if val_pairs else None
     if train_data.from_cache:

@@ -1,0 +1,128 @@
+"""Commands that read a whole finished ILS dataset (the exports, ``ils train``'s pairs, the review card's counts,
+``percept build`` and its candidate masks) read it as a stream (:func:`cxrground.ils.schema.iter_dataset`): the
+file is never loaded whole, a top level readers cannot use is refused before anything is written, and a broken
+study anywhere refuses the export and leaves ``--out`` as it was."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import cxrground.ils.schema as schema
+from cxrground.errors import InputError
+from cxrground.ils.export_coco import ANNOTATION_DIR, PAIRS_FILE, export_coco
+from cxrground.ils.frames import export_dataset
+from cxrground.ils.layout import DATASET_FILE
+from cxrground.ils.schema import SPLITS, read_dataset
+from cxrground.models.baseline.data import load_pairs
+
+
+@pytest.fixture
+def no_whole_read(monkeypatch):
+    """Loading a dataset file whole fails the test."""
+    def refuse(path):
+        raise AssertionError(f"the whole dataset file was loaded: {path}")
+
+    monkeypatch.setattr(schema, "load_dataset", refuse)
+
+
+@pytest.fixture
+def tiny(build_tiny_ils, tmp_path):
+    """A tiny built dataset folder and its dataset as a dict (read before the whole-file reader is refused)."""
+    ds = build_tiny_ils(tmp_path / "ils")
+    return ds, read_dataset(ds / DATASET_FILE)
+
+
+def _pairs(data: dict, split: str | None = None) -> list[dict]:
+    return [p for name in SPLITS if split in (None, name) for s in data.get(name, {}).values()
+            for kind in ("positive_pairs", "negative_pairs") for p in s["instruction_answer_pairs"].get(kind, [])]
+
+
+def test_exports_and_train_pairs_stream_the_file(tiny, tmp_path, no_whole_read):
+    ds, data = tiny
+    counts = export_coco(ds, tmp_path / "coco")
+    lines = [json.loads(line) for line in (tmp_path / "coco" / PAIRS_FILE).read_text().splitlines()]
+    assert [line["pair_id"] for line in lines] == [p["pair_id"] for p in _pairs(data)]  # every pair, in file order
+    assert counts["pairs"] == len(lines)
+    assert counts["images"] == sum(len(data.get(s, {})) for s in SPLITS)
+    written = sorted(p.name for p in (tmp_path / "coco" / ANNOTATION_DIR).iterdir())
+    assert written == sorted(f"instances_{s}.json" for s in SPLITS if data.get(s))
+    native = export_dataset(ds, tmp_path / "native", frame="native")
+    assert native["studies"] == counts["images"]
+    assert native["masks"] == len({p["seg_mask_path"] for p in _pairs(data) if p.get("seg_mask_path")})
+    for split in SPLITS:
+        assert [p.pair_id for p in load_pairs(ds, split)] == [p["pair_id"] for p in _pairs(data, split)]
+
+
+def test_hf_export_streams_the_file(tiny, tiny_ils_tasks, tmp_path, no_whole_read):
+    pytest.importorskip("datasets")
+    from cxrground.ils.export_hf import export_hf
+
+    ds, data = tiny
+    task = tiny_ils_tasks[0][0]
+    images = Path(task.image_path[: -len(task.relative_image_path)])
+    result = export_hf(ds, images, tmp_path / "hf")
+    assert result["rows"] == len(_pairs(data))
+    assert {s: v["num_examples"] for s, v in result["splits"].items() if v["num_examples"]} == \
+        {s: len(_pairs(data, s)) for s in SPLITS if _pairs(data, s)}
+
+
+def test_review_card_counts_stream_the_file(tiny, no_whole_read):
+    from cxrground.review.export import _pair_counts
+    from cxrground.percept.cases import key_id
+
+    ds, data = tiny
+    totals, keys = _pair_counts(ds / DATASET_FILE)
+    assert totals == {s: len(_pairs(data, s)) for s in SPLITS}
+    assert keys == {key_id(p["target"], p["pair_id"]) for p in _pairs(data)}
+
+
+def test_an_unknown_split_is_refused_before_anything_is_written(tiny, tmp_path):
+    ds, data = tiny
+    (ds / DATASET_FILE).write_text(json.dumps({**data, "holdout": {}}), encoding="utf-8")
+    for export in (lambda out: export_coco(ds, out), lambda out: export_dataset(ds, out, frame="native")):
+        with pytest.raises(InputError, match="unknown split 'holdout'"):
+            export(tmp_path / "out")
+        assert not (tmp_path / "out").exists()
+    with pytest.raises(InputError, match="unknown split 'holdout'"):
+        load_pairs(ds, "train")
+
+
+def test_a_broken_last_study_refuses_the_export_and_leaves_out_as_it_was(tiny, tmp_path):
+    ds, data = tiny
+    split = [s for s in SPLITS if data.get(s)][-1]
+    last = list(data[split])[-1]
+    out = tmp_path / "coco"
+    export_coco(ds, out)
+    before = sorted((p.relative_to(out), p.read_bytes()) for p in out.rglob("*") if p.is_file())
+    del data[split][last]["instruction_answer_pairs"]
+    (ds / DATASET_FILE).write_text(json.dumps(data), encoding="utf-8")
+    for export in (lambda: export_coco(ds, out, overwrite=True),
+                   lambda: export_dataset(ds, out, frame="native", overwrite=True)):
+        with pytest.raises(InputError, match=f"{split}.{last}"):
+            export()
+        assert sorted((p.relative_to(out), p.read_bytes()) for p in out.rglob("*") if p.is_file()) == before
+    assert sorted(p.name for p in out.parent.iterdir()) == ["coco", "ils"]  # no staging folder left
+
+
+def test_percept_reads_only_the_splits_it_draws_from(tiny, monkeypatch):
+    """A broken study in a split ``percept build`` does not draw from does not stop it; its error message lists
+    the dataset's splits with their studies."""
+    from cxrground.errors import ConfigError
+    from cxrground.percept import build as percept_build
+    from cxrground.percept.options import BuildOptions
+
+    ds, data = tiny
+    drawn = [s for s in SPLITS if data.get(s)][0]
+    other = next(s for s in SPLITS if s != drawn)
+    data[other] = {"broken": {"image_path": 3}}
+    (ds / DATASET_FILE).write_text(json.dumps(data), encoding="utf-8")
+    read = percept_build.read_dataset(ds / DATASET_FILE, percept_build._STUDY_FIELDS, splits=(drawn,))
+    assert list(read) == [drawn]
+    data[other] = {}
+    (ds / DATASET_FILE).write_text(json.dumps(data), encoding="utf-8")
+    opts = BuildOptions(ils=str(ds), images="unused", splits=("nosuch",))
+    with pytest.raises(ConfigError, match=rf"--split nosuch: no study .* its splits: {drawn} \({len(data[drawn])} "):
+        percept_build._check_settings(opts, read_dataset(ds / DATASET_FILE, splits=("nosuch",)), ds / DATASET_FILE)
