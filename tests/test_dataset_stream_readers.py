@@ -70,8 +70,8 @@ def test_hf_export_streams_the_file(tiny, tiny_ils_tasks, tmp_path, no_whole_rea
 
 
 def test_review_card_counts_stream_the_file(tiny, no_whole_read):
-    from cxrground.review.export import _pair_counts
     from cxrground.percept.cases import key_id
+    from cxrground.review.export import _pair_counts
 
     ds, data = tiny
     totals, keys = _pair_counts(ds / DATASET_FILE)
@@ -115,7 +115,7 @@ def test_percept_reads_only_the_splits_it_draws_from(tiny, monkeypatch):
     from cxrground.percept.options import BuildOptions
 
     ds, data = tiny
-    drawn = [s for s in SPLITS if data.get(s)][0]
+    drawn = next(s for s in SPLITS if data.get(s))
     other = next(s for s in SPLITS if s != drawn)
     data[other] = {"broken": {"image_path": 3}}
     (ds / DATASET_FILE).write_text(json.dumps(data), encoding="utf-8")
