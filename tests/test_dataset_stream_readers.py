@@ -19,13 +19,14 @@ from cxrground.ils.schema import SPLITS, read_dataset
 from cxrground.models.baseline.data import load_pairs
 
 
+def _refuse(path):
+    raise AssertionError(f"the whole dataset file was loaded: {path}")
+
+
 @pytest.fixture
 def no_whole_read(monkeypatch):
     """Loading a dataset file whole fails the test."""
-    def refuse(path):
-        raise AssertionError(f"the whole dataset file was loaded: {path}")
-
-    monkeypatch.setattr(schema, "load_dataset", refuse)
+    monkeypatch.setattr(schema, "load_dataset", _refuse)
 
 
 @pytest.fixture
@@ -119,8 +120,11 @@ def test_percept_reads_only_the_splits_it_draws_from(tiny, monkeypatch):
     other = next(s for s in SPLITS if s != drawn)
     data[other] = {"broken": {"image_path": 3}}
     (ds / DATASET_FILE).write_text(json.dumps(data), encoding="utf-8")
-    read = percept_build.read_dataset(ds / DATASET_FILE, percept_build._STUDY_FIELDS, splits=(drawn,))
-    assert list(read) == [drawn]
+    with monkeypatch.context() as m:
+        m.setattr(schema, "load_dataset", _refuse)
+        with pytest.raises(ConfigError, match="--images"):  # past the dataset read: the image folder is checked
+            percept_build.build_benchmark(BuildOptions(ils=str(ds), images=str(ds / "no-films"), splits=(drawn,)),
+                                          ds.parent / "bench", progress=False)
     data[other] = {}
     (ds / DATASET_FILE).write_text(json.dumps(data), encoding="utf-8")
     opts = BuildOptions(ils=str(ds), images="unused", splits=("nosuch",))
