@@ -98,7 +98,7 @@ def prepare_image(pixels: np.ndarray, config: BaselineConfig, segmenter: UNetLun
     return WorkingImage(canvas.astype(np.float32), anatomy, box)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PairRecord:
     """One instruction-answer pair with the labels the baseline learns from."""
 
