@@ -249,3 +249,28 @@ def test_exclusions_from_lines_and_from_ms_cxr_style_csvs(tmp_path, caplog):
         with pytest.raises(InputError, match=reason) as err:
             read_exclusions(bad)
         assert "bad.csv" in str(err.value)
+
+
+def test_an_index_without_subject_ids_is_split_per_study_and_the_card_says_so(tmp_path, caplog):
+    from cxrground.ils.tasks import split_record, studies_without_subject
+
+    for name in ("a.png", "b.png", "c.png"):
+        _img(tmp_path / "flat" / name)
+    rows = ["image,study_id,report", "a.png,1,Clear.", "b.png,2,Clear.", "c.png,3,Clear."]
+    (tmp_path / "index.csv").write_text("\n".join(rows) + "\n")
+    with caplog.at_level("WARNING"):
+        tasks, _ = build_tasks(tmp_path / "flat", index=tmp_path / "index.csv")
+    assert studies_without_subject(tasks) == 3 and [t.subject_id for t in tasks] == ["s1", "s2", "s3"]
+    assert "3 of 3 studies have no subject id" in caplog.text
+    record = split_record(None, (0.8, 0.1, 0.1), studies_without_subject(tasks))
+    card = render_card({"test": {}}, [], {}, {"seed": 0, "split": record})
+    assert "except that 3 studies named no subject (no `subject_id` in the index) and were split on their own" in card
+    (tmp_path / "index.csv").write_text("image,study_id,subject_id,report\na.png,1,p7,Clear.\nb.png,2,p7,Clear.\n")
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        tasks, _ = build_tasks(tmp_path / "flat", index=tmp_path / "index.csv")
+    assert studies_without_subject(tasks) == 0 and len({t.split for t in tasks}) == 1
+    assert "no subject id" not in caplog.text
+    assert "studies_without_subject" not in split_record(None, (0.8, 0.1, 0.1), 0)  # as before: settings unchanged
+    assert "all studies of a patient share a split." in render_card(
+        {"test": {}}, [], {}, {"seed": 0, "split": split_record(None, (0.8, 0.1, 0.1), 0)})

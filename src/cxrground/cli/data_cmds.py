@@ -55,7 +55,8 @@ def pack_info(path: Path | None, verify: bool) -> None:
 @click.option("--reports", type=EXISTING, default=None,
               help="Report folder (MIMIC-CXR layout), or one JSONL/CSV table with study_id and report columns.")
 @click.option("--index", type=FILE, default=None,
-              help="CSV/JSONL with image, study_id and report_path or report columns.")
+              help="CSV/JSONL with image, study_id and report_path or report columns; optional subject_id, "
+                   "dicom_id, view.")
 @click.option("--metadata", type=FILE, default=None,
               help="View table (MIMIC-CXR-JPG's mimic-cxr-2.0.0-metadata.csv[.gz], or a CSV with dicom_id and "
                    "ViewPosition or view). Default: that file in the image folder or its parent, when there.")

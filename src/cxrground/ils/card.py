@@ -361,7 +361,13 @@ def _split_source(split: Mapping[str, Any] | None) -> list[str]:
         return [f"Splits from `{split['path']}`.", ""]
     shares = ", ".join(f"{name} {r:g}" for name, r in zip(("train", "val", "test"), split.get("ratios", ()),
                                                           strict=False))
-    return [f"Splits by a hash of the subject id ({shares}): all studies of a patient share a split.", ""]
+    unnamed = split.get("studies_without_subject") or 0
+    if not unnamed:
+        return [f"Splits by a hash of the subject id ({shares}): all studies of a patient share a split.", ""]
+    return [f"Splits by a hash of the subject id ({shares}): all studies of a patient share a split, except that "
+            f"{unnamed:,} stud{'y' if unnamed == 1 else 'ies'} named no subject (no `subject_id` in the index) and "
+            f"{'was' if unnamed == 1 else 'were'} split on {'its' if unnamed == 1 else 'their'} own: one patient's "
+            "studies among them may be in different splits.", ""]
 
 
 def view_lines(views: Mapping[str, int], blind: int, view_table: Mapping[str, Any] | None) -> list[str]:

@@ -54,7 +54,8 @@ class BuildRequest:
                                         "whose report it does not hold is a failure (failures.jsonl), even with a "
                                         "report beside its images. Default: reports beside the study folders.")
     index: Path | None = option(None, path="file",
-                                help="CSV/JSONL index for a flat folder: image, study_id, report_path or report.")
+                                help="CSV/JSONL index for a flat folder: image, study_id, report_path or report; "
+                                "optional subject_id (keeps a patient's studies in one split), dicom_id, view.")
     metadata: Path | None = option(None, path="file", help="View table: MIMIC-CXR-JPG's "
                                    "mimic-cxr-2.0.0-metadata.csv[.gz] or any CSV with dicom_id and ViewPosition "
                                    "(or view): each study uses a PA, else an AP image, never a lateral one. "
@@ -240,7 +241,7 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
     """Check the backends, scan the inputs and build (or resume) the dataset in ``request.out``."""
     from cxrground.datasets.synthetic import cohort_of_images
     from cxrground.ils.build import build_dataset, check_backends, check_workers
-    from cxrground.ils.tasks import build_tasks, split_record
+    from cxrground.ils.tasks import build_tasks, split_record, studies_without_subject
 
     request.check()
     problem = request.reports_folder_problem()
@@ -271,7 +272,8 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
                          max_pixels=request.max_pixels,
                          retry_failed=request.retry_failed, ray_address=request.ray_address,
                          view_table=view_table_record(table, views) if table is not None and views is not None
-                         else None, split=split_record(split_file, ratios), limit=request.limit)
+                         else None, split=split_record(split_file, ratios, studies_without_subject(tasks)),
+                         limit=request.limit)
 
 
 def _no_studies(request: BuildRequest, failures: list[Failure]) -> str:

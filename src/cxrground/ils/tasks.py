@@ -59,6 +59,9 @@ class StudyTask:
     view: str | None = None
     images_in_study: int = 1
     """How many images the study offered; with an unknown ``view`` and more than one, the choice was blind."""
+    subject_given: bool = True
+    """False when the inputs named no subject (an index without ``subject_id``): ``subject_id`` is then the study
+    key, and the study is split on its own."""
 
 
 #: Hex digits of an input fingerprint (64 bits: it tells one study's inputs from their earlier state).
@@ -200,12 +203,16 @@ def find_split_file(images: str | Path) -> Path | None:
     return find_release_file(images, SPLIT_FILE_NAMES)
 
 
-def split_record(split_file: str | Path | None, ratios: Sequence[float]) -> dict[str, Any]:
-    """What a build records of its split: the file (absolute path) with its checksum, or the subject-hash ratios."""
+def split_record(split_file: str | Path | None, ratios: Sequence[float], without_subject: int = 0) -> dict[str, Any]:
+    """What a build records of its split: the file (absolute path) with its checksum, or the subject-hash ratios
+    and how many studies named no subject (``without_subject``: each hashed on its study key, recorded when > 0)."""
     if split_file is not None:
         path = str(split_file) if is_url(split_file) else str(Path(split_file).absolute())
         return {"source": "file", "path": path, "sha256": sha256_file(split_file)}
-    return {"source": "subject hash", "ratios": [float(r) for r in ratios]}
+    record: dict[str, Any] = {"source": "subject hash", "ratios": [float(r) for r in ratios]}
+    if without_subject:
+        record["studies_without_subject"] = without_subject
+    return record
 
 
 def assign_split(subject_id: str, ratios: Sequence[float]) -> str:
@@ -283,10 +290,21 @@ def build_tasks(
             report_text=text,
             view=chosen.view,
             images_in_study=len(offered),
+            subject_given=chosen.subject_id is not None,
         ))
     if limit is not None:
         tasks = tasks[:limit]
+    unnamed = studies_without_subject(tasks)
+    if unnamed and not split_file:
+        _log.warning("%d of %d studies have no subject id (no subject_id in the index): each is split on its own, so "
+                     "one patient's studies may fall in different splits; give subject_id to keep them together",
+                     unnamed, len(tasks))
     return tasks, failures
+
+
+def studies_without_subject(tasks: Iterable[StudyTask]) -> int:
+    """How many of ``tasks`` name no subject (their split is drawn per study)."""
+    return sum(1 for t in tasks if not t.subject_given)
 
 
 def in_key_order(tasks: Iterable[StudyTask]) -> Iterable[StudyTask]:
