@@ -120,7 +120,8 @@ def test_the_gallery_reads_only_as_far_as_it_shows(build_tiny_ils, tiny_ils_task
     del data[split][last]["image_path"]
     _write(ds / DATASET_FILE, data)
     result = render_gallery(ds, images, tmp_path / "g.html", limit=1)
-    assert result.shown == 1
+    assert result.shown == 1 and result.more
+    assert "the dataset has more" in (tmp_path / "g.html").read_text()
     with pytest.raises(InputError, match=f"{split}.{last} has no 'image_path'"):
         render_gallery(ds, images, tmp_path / "g2.html", limit=len(keys))
 

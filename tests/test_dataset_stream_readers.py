@@ -130,3 +130,34 @@ def test_percept_reads_only_the_splits_it_draws_from(tiny, monkeypatch):
     opts = BuildOptions(ils=str(ds), images="unused", splits=("nosuch",))
     with pytest.raises(ConfigError, match=rf"--split nosuch: no study .* its splits: {drawn} \({len(data[drawn])} "):
         percept_build._check_settings(opts, read_dataset(ds / DATASET_FILE, splits=("nosuch",)), ds / DATASET_FILE)
+
+
+def test_gallery_and_review_import_read_a_released_frame_export(tiny, tiny_ils_tasks, tmp_path):
+    """The export `ils build` points to (masks 512x512, the released frame) is shown and imported whole, its masks
+    mapped back onto each film as the native dataset's are."""
+    import numpy as np
+
+    from cxrground.ils.gallery import render_gallery
+    from cxrground.io.masks import decode_rle
+    from cxrground.review.importers import ils_items
+
+    ds, data = tiny
+    task = tiny_ils_tasks[0][0]
+    images = Path(task.image_path[: -len(task.relative_image_path)])
+    released = tmp_path / "released"
+    export_dataset(ds, released, frame="released")
+    n_studies = sum(len(data.get(s, {})) for s in SPLITS)
+    result = render_gallery(released, images, tmp_path / "g.html", limit=n_studies)
+    assert result.shown == n_studies and not result.failed and not result.more
+    failures: list = []
+    native_items = {i["key"]: i for i in ils_items(ds, images)}
+    items = {i["key"]: i for i in ils_items(released, images, failures=failures)}
+    assert not failures and items.keys() == native_items.keys()
+    positives = [k for k, i in items.items() if i["positive"]]
+    assert positives
+    for key in positives:
+        shape = (items[key]["height"], items[key]["width"])
+        a, b = decode_rle(items[key]["mask"], shape), decode_rle(native_items[key]["mask"], shape)
+        assert (a & b).sum() / max(1, (a | b).sum()) > 0.9 or not b.any()
+    assert all(np.asarray(decode_rle(items[k]["mask"])).shape == (items[k]["height"], items[k]["width"])
+               for k in positives)

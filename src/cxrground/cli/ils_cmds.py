@@ -73,7 +73,9 @@ def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: 
     target = html_path or out / "gallery.html"
     result = render_gallery(out, images, target, limit, None if split == "all" else split)
     click.echo(f"wrote {target} ({result.shown} studies"
-               + (f", {len(result.failed)} not shown" if result.failed else "") + ")")
+               + (f", {len(result.failed)} not shown" if result.failed else "")
+               + ("; the first in file order, and the dataset has more: raise --limit or choose a --split"
+                  if result.more else "") + ")")
     for key, reason in result.failed:
         warn(f"study {key} not shown: {reason}")
 

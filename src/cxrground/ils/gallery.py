@@ -20,6 +20,7 @@ from PIL import Image
 
 from cxrground.errors import ConfigError, InputError
 from cxrground.ils.card import READING_NOTES
+from cxrground.ils.frames import mask_on_image, read_frame
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
 from cxrground.ils.schema import SPLITS, iter_dataset
 from cxrground.ils.zone_guide import guide_outcome
@@ -135,6 +136,8 @@ class GalleryResult:
 
     shown: int
     failed: tuple[tuple[str, str], ...] = ()
+    more: bool = False
+    """True when the dataset (or the split) has studies past those shown (the ``limit`` was reached)."""
 
 
 def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: str | Path, limit: int = 50,
@@ -151,8 +154,10 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
              f"<style>{_CSS}</style><h1>ILS dataset {html.escape(str(root))}</h1>"]
     shown, failed, first_error = 0, [], None
     studies = iter_dataset(root / DATASET_FILE, _SHOWN_FIELDS, splits=SPLITS if split is None else (split,))
+    more = False
     for split_name, key, study in studies:
         if shown >= limit or len(failed) >= _MAX_FAILED:
+            more = True
             break
         try:
             parts.append(_study_panel(root, images_root, key, split_name, study, width))
@@ -173,10 +178,14 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
     if failed:
         parts.insert(1, f"<p class='failed'>{len(failed)} of {shown + len(failed)} studies could not be shown; each "
                         "is listed in its place with the reason.</p>")
+    if more:
+        parts.insert(1, f"<p>The first {shown} studies{f' of split {html.escape(split)}' if split else ''} in file "
+                        "order (train, val, test); the dataset has more (<code>--limit</code>, "
+                        "<code>--split</code>).</p>")
     out = Path(out_html)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(parts), encoding="utf-8")
-    return GalleryResult(shown, tuple(failed))
+    return GalleryResult(shown, tuple(failed), more)
 
 
 def _study_panel(root: Path, images_root: Path, key: str, split_name: str, study: dict[str, Any],
@@ -196,7 +205,9 @@ def _study_panel(root: Path, images_root: Path, key: str, split_name: str, study
     masks: dict[str, int] = {}
     for p in pairs["positive_pairs"]:
         masks.setdefault(p["seg_mask_path"], len(masks))
-    arrays = [read_mask_png(root / MASK_DIR / path, image.shape) for path in masks]
+    frame = read_frame(root)  # a released-frame mask is mapped back to the film's grid
+    arrays = [mask_on_image(read_mask_png(root / MASK_DIR / path), image.shape, frame, root / MASK_DIR / path)
+              for path in masks]
     colours = [PALETTE[i % len(PALETTE)] for i in range(len(arrays))]
     rgb = overlay_masks(pixels, arrays, colours, alpha=0.35) if arrays else np.repeat(pixels[..., None], 3, -1)
     rows = []

@@ -20,6 +20,7 @@ import numpy as np
 from cxrground.errors import Failure, InputError, OptionError
 from cxrground.evaluation.percept.conversation import plan_case, safe_image_path
 from cxrground.fields import option
+from cxrground.ils.frames import MaskFrame, mask_on_image, read_frame
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
 from cxrground.ils.schema import SPLITS, read_dataset
 from cxrground.io.files import atomic_write_text
@@ -93,12 +94,13 @@ def ils_items(ils_dir: str | Path, images: str | Path, splits: Sequence[str] = S
     if unknown:
         raise InputError(f"unknown split(s) {unknown}; expected {', '.join(SPLITS)}", ils_dir)
     data = read_dataset(dataset_file, ("image_path", "dicom_id"), splits=splits)
+    frame = read_frame(ils_dir)  # released-frame masks are mapped back to each film's grid
     out: list[dict[str, Any]] = []
     left_out: list[tuple[_UnreadableFile, str]] = []
     for split in splits:
         for study_key, study in _mapping(data.get(split) or {}, f"split {split!r}", dataset_file).items():
             try:
-                out.extend(_study_items(ils_dir, images, split, study_key, study))
+                out.extend(_study_items(ils_dir, images, split, study_key, study, frame))
             except (KeyError, TypeError, AttributeError) as exc:
                 raise InputError(f"study {study_key} of split {split} is malformed ({type(exc).__name__}: {exc})",
                                  dataset_file) from exc
@@ -134,7 +136,8 @@ def _pose_warning(ils_dir: Path, study_key: str) -> dict[str, Any] | None:
     return warning if isinstance(warning, dict) and isinstance(warning.get("correction"), str) else None
 
 
-def _study_items(ils_dir: Path, images: Path, split: str, study_key: str, study: Any) -> list[dict[str, Any]]:
+def _study_items(ils_dir: Path, images: Path, split: str, study_key: str, study: Any,
+                 frame: MaskFrame) -> list[dict[str, Any]]:
     study = _mapping(study, f"study {study_key}", ils_dir / DATASET_FILE)
     image = _inside(images, str(study["image_path"]), f"image_path of {study_key}", ils_dir / DATASET_FILE)
     if not image.is_file():
@@ -154,7 +157,7 @@ def _study_items(ils_dir: Path, images: Path, split: str, study_key: str, study:
                 mask_path = _inside(ils_dir / MASK_DIR, str(p["seg_mask_path"]),
                                     f"seg_mask_path of {p['pair_id']}", ils_dir / DATASET_FILE)
                 try:
-                    mask = encode_rle(read_mask_png(mask_path, shape=(h, w)))
+                    mask = encode_rle(mask_on_image(read_mask_png(mask_path), (h, w), frame, mask_path))
                 except InputError as exc:
                     raise _UnreadableFile(exc) from exc
             out.append({
