@@ -161,3 +161,28 @@ def test_gallery_and_review_import_read_a_released_frame_export(tiny, tiny_ils_t
         assert (a & b).sum() / max(1, (a | b).sum()) > 0.9 or not b.any()
     assert all(np.asarray(decode_rle(items[k]["mask"])).shape == (items[k]["height"], items[k]["width"])
                for k in positives)
+
+
+def test_evaluating_another_splits_predictions_is_refused_with_the_reason(tiny, tmp_path):
+    from cxrground.evaluation.ils.dataset import evaluate_dataset
+    from cxrground.ils.predictions import PredictionWriter
+
+    ds, data = tiny
+    key, study = next(iter(data["train"].items()))
+    del data["train"][key]
+    data["test"] = {key: study}
+    (ds / DATASET_FILE).write_text(json.dumps(data), encoding="utf-8")
+    test_pairs = _pairs(data, "test")
+    preds = tmp_path / "pred_test.jsonl"
+    with PredictionWriter(preds) as writer:
+        for p in test_pairs:
+            writer.write(p["pair_id"], p["answer"], None, p["instruction"])
+    n_train = len(_pairs(data, "train"))
+    with pytest.raises(InputError, match=rf"none of the {n_train} pairs of split train has a prediction here "
+                                         rf"\({len(test_pairs)} pairs of split test\)") as err:
+        evaluate_dataset(ds, preds, split="train", n_boot=10)
+    assert err.value.path == str(preds)
+    assert evaluate_dataset(ds, preds, split="test", n_boot=10)["n_pairs"] == len(test_pairs)
+    with PredictionWriter(tmp_path / "empty.jsonl"):
+        pass
+    assert len(evaluate_dataset(ds, tmp_path / "empty.jsonl", split="train", n_boot=10)["missing"]) == n_train

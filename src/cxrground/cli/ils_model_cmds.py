@@ -123,23 +123,13 @@ def evaluate(request: EvaluateRequest) -> None:
 
 
 def _unused_line(request: EvaluateRequest, result: dict[str, Any]) -> str:
-    """How many predictions were not scored, and why (the dataset read again as a stream, its splits in file order
-    as ``--split all`` scores them); a dataset whose other splits cannot be read leaves the why untold."""
-    from cxrground.errors import InputError
-    from cxrground.ils.predictions import load_predictions, unused_reasons
-    from cxrground.ils.schema import SPLITS, dataset_splits, iter_dataset
+    """How many predictions were not scored, and why (:func:`~cxrground.evaluation.ils.dataset.unused_why`)."""
+    from cxrground.evaluation.ils.dataset import unused_why
+    from cxrground.ils.predictions import load_predictions
 
-    head = (f"note: {result['n_predictions_unused']} predictions of {request.predictions} not used (split "
-            f"{request.split})")
-    try:
-        order = [s for s in dataset_splits(request.dataset) if s in SPLITS] if request.split == "all" else SPLITS
-        studies = ((split, study) for split, _key, study in iter_dataset(request.dataset, (), splits=order))
-        reasons = unused_reasons(studies, list(load_predictions(request.predictions)), request.split,
-                                 result["n_pairs"])
-    except InputError as exc:
-        return f"{head}; why could not be told: {exc}"
-    why = "; ".join(f"{n} {reason}" for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
-    return f"{head}: {why}"
+    why = unused_why(request.dataset, list(load_predictions(request.predictions)), request.split, result["n_pairs"])
+    return (f"note: {result['n_predictions_unused']} predictions of {request.predictions} not used (split "
+            f"{request.split}){'; ' if why.startswith('why could not') else ': '}{why}")
 
 
 ils.add_command(predict_cmd)

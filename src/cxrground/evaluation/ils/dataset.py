@@ -21,11 +21,11 @@ from cxrground.evaluation.ils.segmentation import SegmentationMetric
 from cxrground.evaluation.ils.text import TextAccuracyMetric
 from cxrground.ils.frames import read_frame
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
-from cxrground.ils.predictions import Prediction, load_predictions, resolve_seg_mode
-from cxrground.ils.schema import dataset_splits, read_dataset
+from cxrground.ils.predictions import Prediction, load_predictions, resolve_seg_mode, unused_reasons
+from cxrground.ils.schema import SPLITS, dataset_splits, iter_dataset, read_dataset
 from cxrground.io.masks import check_shape, read_mask_png
 
-__all__ = ["ALL_SPLITS", "evaluate_dataset"]
+__all__ = ["ALL_SPLITS", "evaluate_dataset", "unused_why"]
 
 #: The ``split`` value that scores every split of the dataset together.
 ALL_SPLITS = "all"
@@ -154,6 +154,10 @@ def evaluate_dataset(
             seg.update(pid, pred_mask, gt, pair["target"], pair["type"])
             text.update(pid, pair["instruction"], pair["answer"], pred.answer if pred else None, pair["target"])
             evaluated.append(pid)
+    if preds and evaluated and len(missing) == len(evaluated):
+        why = unused_why(json_path, list(preds), split, len(evaluated))
+        raise InputError(f"none of the {len(evaluated)} pairs of split {split} has a prediction here ({why}): "
+                         "nothing to score; give the split the predictions were made for (--split)", predictions_path)
     seg_result = seg.aggregate()
     text_result = text.aggregate()
     counts = {
@@ -180,6 +184,20 @@ def evaluate_dataset(
     if log is not None:
         log(_counts_line(result))
     return result
+
+
+def unused_why(dataset: str | Path, predicted: list[str], split: str, n_scored: int) -> str:
+    """Why the ``predicted`` pair ids went unscored when the first ``n_scored`` pairs of ``split`` were scored
+    (:func:`~cxrground.ils.predictions.unused_reasons`; the dataset read again as a stream, its splits in file order
+    as ``split="all"`` scores them), e.g. "46 pairs of split test"; a dataset whose other splits cannot be read
+    leaves the why untold and says so."""
+    try:
+        order = [s for s in dataset_splits(dataset) if s in SPLITS] if split == ALL_SPLITS else SPLITS
+        studies = ((name, study) for name, _key, study in iter_dataset(dataset, (), splits=order))
+        reasons = unused_reasons(studies, predicted, split, n_scored)
+    except InputError as exc:
+        return f"why could not be told: {exc}"
+    return "; ".join(f"{n} {reason}" for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
 
 
 def _counts_line(result: dict[str, Any]) -> str:
