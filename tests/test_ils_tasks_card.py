@@ -274,3 +274,17 @@ def test_an_index_without_subject_ids_is_split_per_study_and_the_card_says_so(tm
     assert "studies_without_subject" not in split_record(None, (0.8, 0.1, 0.1), 0)  # as before: settings unchanged
     assert "all studies of a patient share a split." in render_card(
         {"test": {}}, [], {}, {"seed": 0, "split": split_record(None, (0.8, 0.1, 0.1), 0)})
+
+
+def test_studies_without_pairs_are_counted_on_the_summary_and_named_on_the_card():
+    from cxrground.ils.build import BuildSummary
+    from cxrground.ils.card import NO_PAIRS_LISTED, no_pairs_lines
+    from cxrground.ils.request import build_lines
+
+    summary = BuildSummary("out", 117, 0, 108, 509, 2, 1.0, without_pairs=7)
+    assert "(117 processed, 0 already done, 2 failures, 7 without pairs: named on the card)" in build_lines(summary)[0]
+    assert "without pairs" not in build_lines(BuildSummary("out", 3, 0, 3, 9, 0, 1.0))[0]
+    keys = [f"s{i}" for i in range(NO_PAIRS_LISTED)]
+    text = "\n".join(no_pairs_lines(keys, NO_PAIRS_LISTED + 5))
+    assert "## Studies without pairs" in text and "`s0`" in text and "and 5 more" in text
+    assert no_pairs_lines([], 0) == []

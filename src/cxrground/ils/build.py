@@ -56,11 +56,13 @@ from cxrground.errors import ConfigError, Failure
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.card import (
     FIT_INPUTS_KEY,
+    NO_PAIRS_LISTED,
     READING_NOTES,
     REPROCESSED_KEY,
     REVIEW_FILE,
     DatasetCounts,
     addendum_lines,
+    no_pairs_lines,
     pose_lines,
     read_review_summary,
     reading_lines,
@@ -152,6 +154,8 @@ class BuildSummary:
     package version is a setting: another version is refused; another revision of one version only warns)."""
     code_now: str | None = None
     """This run's git revision (None: not a git checkout)."""
+    without_pairs: int = 0
+    """Studies processed that gave no pair (left out of the dataset, named on the card)."""
 
 
 #: Studies named in the line about units that predate input fingerprints.
@@ -531,6 +535,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
     counts = DatasetCounts()
     reported: Counter = Counter()
     rejections: Counter = Counter()
+    no_pairs: list[str] = []  # the first studies without pairs, named on the card
     grounding_reasons: Counter = Counter()
     dropped_pairs: Counter = Counter()
     placed_negatives: Counter = Counter()
@@ -612,6 +617,8 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                 pairs = study["instruction_answer_pairs"]
                 if not pairs["positive_pairs"] and not pairs["negative_pairs"]:
                     rejections["no pairs"] += 1
+                    if len(no_pairs) < NO_PAIRS_LISTED:
+                        no_pairs.append(key)
                     continue
                 if len(problems) < 5:
                     # masks on object storage were uploaded before their unit: not checked one by one
@@ -664,6 +671,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
     extra += rules_lines(config.zone_guide, config.grounded_location, config.silent_report_negatives,
                          config.prominent_heart_negative)
     extra += view_lines(views, blind, view_table)
+    extra += no_pairs_lines(no_pairs, rejections["no pairs"])
     extra += addendum_lines(addenda)
     extra += pose_lines(posed, config.qc.pose_warning, shipped=config.qc.pose_weights is None)
     extra += reading_lines(read_as)
@@ -1020,7 +1028,8 @@ def build_dataset(
                         round(time.perf_counter() - started, 2), result["blind_choices"], result["pose_warnings"],
                         len(survey.changed), len(survey.predating), tuple(survey.predating[:NAMED_PREDATING]),
                         dict(survey.fitted) if survey.fitted and any(survey.fitted.values()) else None,
-                        result["every_failed"], code_then if skipped else None, rev or None)
+                        result["every_failed"], code_then if skipped else None, rev or None,
+                        result["rejections"].get("no pairs", 0))
 
 
 def _other_revision(previous: Mapping[str, Any] | None, rev: str) -> str | None:

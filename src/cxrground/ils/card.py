@@ -297,6 +297,23 @@ def addendum_lines(addenda: Sequence[tuple[str, Sequence[str]]]) -> list[str]:
     return [*lines, ""]
 
 
+#: Studies listed by name in the card's "Studies without pairs" section (the rest are counted).
+NO_PAIRS_LISTED = 20
+
+
+def no_pairs_lines(keys: Sequence[str], total: int) -> list[str]:
+    """The card's "Studies without pairs" section: the first ``keys`` of the ``total`` studies that were processed
+    and gave no instruction-answer pair (no lines when there are none)."""
+    if not total:
+        return []
+    shown = ", ".join(f"`{k}`" for k in keys[:NO_PAIRS_LISTED])
+    more = f" and {total - NO_PAIRS_LISTED:,} more" if total > NO_PAIRS_LISTED else ""
+    return ["## Studies without pairs", "",
+            f"{total:,} stud{'y was' if total == 1 else 'ies were'} processed and gave no instruction-answer pair "
+            f"(no reported finding received a mask, and every negative was withheld or left out; the tables above "
+            f"count why): {shown}{more}. Each unit record (`units/<study>.json`) holds what was read.", ""]
+
+
 #: Films listed by name in the card's pose section (the rest are counted).
 POSE_LISTED = 20
 

@@ -292,7 +292,9 @@ def build_lines(summary: BuildSummary) -> list[str]:
         return f"{out.rstrip('/')}/{name}" if is_url(out) else str(Path(out) / name)
 
     lines = [f"ILS dataset in {out}: {summary.studies_in_dataset} studies, {summary.pairs} pairs "
-             f"({summary.processed} processed, {summary.skipped} already done, {summary.failures} failures) "
+             f"({summary.processed} processed, {summary.skipped} already done, {summary.failures} failures"
+             + (f", {summary.without_pairs} without pairs: named on the card" if summary.without_pairs else "")
+             + ") "
              f"in {summary.seconds:.1f} s", f"  card: {inside('card.md')}   failures: {inside('failures.jsonl')}"]
     if summary.pairs:
         lines.append(f"  masks at each film's native size; for the ROSALIA/LISA reference code, export them to its "
