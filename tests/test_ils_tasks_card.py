@@ -264,7 +264,7 @@ def test_an_index_without_subject_ids_is_split_per_study_and_the_card_says_so(tm
     assert "3 of 3 studies have no subject id" in caplog.text
     record = split_record(None, (0.8, 0.1, 0.1), studies_without_subject(tasks))
     card = render_card({"test": {}}, [], {}, {"seed": 0, "split": record})
-    assert "except that 3 studies named no subject (no `subject_id` in the index) and were split on their own" in card
+    assert "; 3 studies named no subject (no `subject_id` in the index) and were each split on its own, so" in card
     (tmp_path / "index.csv").write_text("image,study_id,subject_id,report\na.png,1,p7,Clear.\nb.png,2,p7,Clear.\n")
     caplog.clear()
     with caplog.at_level("WARNING"):

@@ -381,10 +381,9 @@ def _split_source(split: Mapping[str, Any] | None) -> list[str]:
     unnamed = split.get("studies_without_subject") or 0
     if not unnamed:
         return [f"Splits by a hash of the subject id ({shares}): all studies of a patient share a split.", ""]
-    return [f"Splits by a hash of the subject id ({shares}): all studies of a patient share a split, except that "
-            f"{unnamed:,} stud{'y' if unnamed == 1 else 'ies'} named no subject (no `subject_id` in the index) and "
-            f"{'was' if unnamed == 1 else 'were'} split on {'its' if unnamed == 1 else 'their'} own: one patient's "
-            "studies among them may be in different splits.", ""]
+    return [f"Splits by a hash of the subject id ({shares}); {unnamed:,} stud{'y' if unnamed == 1 else 'ies'} named "
+            f"no subject (no `subject_id` in the index) and {'was' if unnamed == 1 else 'were each'} split on "
+            "its own, so one patient's studies among them may be in different splits.", ""]
 
 
 def view_lines(views: Mapping[str, int], blind: int, view_table: Mapping[str, Any] | None) -> list[str]:
