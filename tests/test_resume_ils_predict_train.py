@@ -86,6 +86,25 @@ def test_predict_refuses_predictions_for_another_dataset_or_split(tiny, tmp_path
     assert r.exit_code != 0 and "another dataset" in r.output and "Traceback" not in r.output
 
 
+def test_a_refusal_names_exactly_the_files_of_the_predictions_that_exist(tiny, tmp_path):
+    out = tmp_path / "pred_test.jsonl"
+    _predict(tiny, out, split="test")
+    side, failures, films = (tmp_path / f"pred_test.jsonl.{n}" for n in ("checkpoint.json", "failures.jsonl",
+                                                                          "films.jsonl"))
+    assert side.is_file() and films.is_file() and not failures.exists()
+    with pytest.raises(OptionError) as refused:
+        _predict(tiny, out, split="val")
+    assert f"delete {out}, {side} and {films} to predict afresh" in str(refused.value)
+    assert "failures" not in str(refused.value)
+    failures.write_text("")
+    with pytest.raises(OptionError) as refused:
+        _predict(tiny, out, split="val")
+    assert f"delete {out}, {side}, {failures} and {films} to predict afresh" in str(refused.value)
+    for path in (out, side, failures, films):  # following the advice leaves nothing of the other split
+        path.unlink()
+    assert "0 already there" in _predict(tiny, out, split="val")
+
+
 def test_predict_forgets_failures_of_pairs_that_now_succeed_under_another_image_root(tiny, tmp_path):
     bad = tmp_path / "bad"
     _corrupt_copy(tiny, bad)
@@ -149,6 +168,8 @@ def test_predictions_of_an_earlier_version_say_their_films_are_not_compared(tiny
     shutil.copytree(tiny / "cohort" / "files", copy)
     said = _predict(tiny, out, images=copy)
     assert "they are not compared" in said and "were not recorded when predicted" in said
+    side = tmp_path / "pred.jsonl.checkpoint.json"
+    assert f"delete {out} and {side} to predict afresh from these" in said  # the files there, no other
     record = json.loads((tmp_path / "pred.jsonl.checkpoint.json").read_text())
     assert record["images"] == str((tiny / "cohort" / "files").resolve())  # still where the kept ones came from
 

@@ -40,7 +40,8 @@ from cxrground.models.base import IlsModel, IlsOutput, checkpoint_fingerprint, c
 from cxrground.registry import backend_errors, backend_label, check_returned
 
 __all__ = ["PROMPTS", "PredictRequest", "check_device", "check_same_source", "films_path", "predict_jobs",
-           "predict_request", "predict_split", "prediction_source", "prediction_summary", "run_recorded"]
+           "predict_request", "predict_split", "prediction_files", "prediction_source", "prediction_summary",
+           "run_recorded"]
 
 
 _Job = tuple[str, list[dict[str, Any]]]
@@ -124,8 +125,8 @@ def check_same_source(out: Path, source: dict[str, str]) -> str | None:
         before = before if isinstance(before, dict) else {}
     differs = _differences(before, source) if before is not None else [f"an unknown source (no {side.name})"]
     if differs and out.is_file() and out.stat().st_size > 0:
-        raise OptionError(f"{out} holds predictions of {'; '.join(differs)}: write to another --out, or delete "
-                          f"{out}, {side} and {failures} to predict afresh")
+        raise OptionError(f"{out} holds predictions of {'; '.join(differs)}: write to another --out, or "
+                          f"{_delete_to_start_afresh(out)}")
     out.parent.mkdir(parents=True, exist_ok=True)
     if differs and before is not None:
         failures.unlink(missing_ok=True)  # no prediction kept: the failures of the other source go too
@@ -140,7 +141,7 @@ def check_same_source(out: Path, source: dict[str, str]) -> str | None:
         else:  # predictions of a version that did not record their films
             note = (f"note: the predictions already in {out} were made from the films under {old_root}; this run "
                     f"reads {source.get('images')} (their films were not recorded, so they are not compared: "
-                    f"delete {out}, {side} and {failures} to predict afresh from these)")
+                    f"{_delete_to_start_afresh(out)} from these)")
             source = {**source, "images": old_root}  # the record keeps naming where the kept predictions came from
     atomic_write_text(side, json.dumps(source, indent=2) + "\n")
     return note
@@ -230,6 +231,21 @@ def predict_jobs(model: IlsModel, jobs: list[tuple[str, list[dict[str, Any]]]], 
                     fh.write(json.dumps(record) + "\n")
         bar.close()
     return counts
+
+
+def prediction_files(out: Path) -> list[Path]:
+    """The files of the predictions output ``out`` that exist: the predictions, the record of their source
+    (``<out>.checkpoint.json``), the failures (``<out>.failures.jsonl``) and the film ledger (:func:`films_path`)."""
+    files = (out, out.with_name(out.name + ".checkpoint.json"), out.with_name(out.name + ".failures.jsonl"),
+             films_path(out))
+    return [path for path in files if path.is_file()]
+
+
+def _delete_to_start_afresh(out: Path) -> str:
+    """``delete <the files of out that exist> to predict afresh``, for a refusal or a note."""
+    names = [str(path) for path in prediction_files(out)]
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    return f"delete {listed} to predict afresh"
 
 
 def films_path(out: Path) -> Path:
