@@ -150,6 +150,34 @@ def test_review_export_card_checks_the_dataset(built, tmp_path, kind):
     _refused(result, f"Error: {ds / DATASET_FILE}: ")
 
 
+def test_the_readers_of_a_dataset_folder_take_its_json_file_too(built, tmp_path):
+    from cxrground.review.db import ReviewDB
+
+    ds = tmp_path / "ds"
+    shutil.copytree(built["ils"], ds)
+    file = ds / DATASET_FILE
+    stats = _run("ils", "stats", file, "--json")
+    assert stats.exit_code == 0, stats.output
+    assert stats.output == _run("ils", "stats", ds, "--json").output
+    assert _run("ils", "stats", file).output == _run("ils", "stats", ds).output  # the folder's card
+    gallery = _run("ils", "gallery", file, "--images", built["images"], "--limit", "1")
+    assert gallery.exit_code == 0, gallery.output
+    assert f"wrote {ds / 'gallery.html'} (1 studies" in gallery.output  # beside the JSON, masks read from there
+    db = tmp_path / "db.sqlite"
+    shutil.copy(built["db"], db)
+    imported = _run("review", "import", "--db", db, "--ils", file, "--images", built["images"], "--per-item", "1")
+    assert imported.exit_code == 0, imported.output
+    assert {item.source for item in ReviewDB(db).items()} == {str(ds.resolve())}  # the folder, as --ils DIR gives
+    exported = _run("review", "export", "--db", db, "--out", tmp_path / "d.csv", "--card", file)
+    assert exported.exit_code == 0, exported.output
+    assert f"{ds / 'card.md'}: review section updated" in exported.output and (ds / "review.json").is_file()
+    for args in (["ils", "stats"], ["ils", "gallery", "--images", built["images"]],
+                 ["review", "import", "--db", db, "--images", built["images"], "--ils"],
+                 ["review", "export", "--db", db, "--out", tmp_path / "d.csv", "--card"]):
+        missing = _run(*args, tmp_path / "nowhere")  # neither a folder nor a file: still a usage error
+        assert missing.exit_code == 2 and "does not exist" in missing.output, missing.output
+
+
 def test_percept_build_refuses_targets_outside_the_lesions(built, tmp_path):
     ds = tmp_path / "ds"
     shutil.copytree(built["ils"], ds)

@@ -95,7 +95,7 @@ def test_real_commands_keep_their_usage_errors(tmp_path: Path):
                                       "got '1,2'\n")
     review = runner.invoke(main, ["review", "import", "--db", str(tmp_path / "r.sqlite")])
     assert review.exit_code == 2 and "Usage: main review import [OPTIONS]" in review.output
-    assert review.output.endswith("Error: give exactly one of --ils DIR or --bench DIR\n")
+    assert review.output.endswith("Error: give exactly one of --ils DATASET or --bench DIR\n")
 
 
 def test_key_values():

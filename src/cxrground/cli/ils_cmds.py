@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DIR, OUT_FILE, group, request_options, threads_option, warn
+from cxrground.cli.common import DIR, EXISTING, OUT_FILE, group, request_options, threads_option, warn
 from cxrground.ils.export import ExportRequest, export_request
 from cxrground.ils.request import BuildRequest, build_lines, run_build
 
@@ -34,10 +34,11 @@ def build(request: BuildRequest, quiet: bool) -> None:
 
 
 @ils.command("stats")
-@click.argument("out", type=DIR, metavar="DATASET")
+@click.argument("out", type=EXISTING, metavar="DATASET")
 @click.option("--json", "as_json", is_flag=True, help="Counts as JSON instead of the card's tables.")
 def stats(out: Path, as_json: bool) -> None:
-    """Print the dataset card's tables of a built dataset (or counts of any MIMIC-ILS JSON folder)."""
+    """Print the dataset card's tables of a built dataset (or counts of any MIMIC-ILS dataset). DATASET: the
+    dataset folder or its JSON file (the card is read from the file's folder)."""
     from cxrground.ils.card import stats_text
 
     click.echo(stats_text(out, as_json))
@@ -56,10 +57,11 @@ def quality(out: Path, cohort: Path, as_json: bool) -> None:
 
 
 @ils.command("gallery")
-@click.argument("out", type=DIR, metavar="DATASET")
+@click.argument("out", type=EXISTING, metavar="DATASET")
 @click.option("--images", type=DIR, required=True,
               help="The image root the dataset's image_path values are relative to.")
-@click.option("--html", "html_path", type=OUT_FILE, default=None, help="Output page (default DATASET/gallery.html).")
+@click.option("--html", "html_path", type=OUT_FILE, default=None,
+              help="Output page (default gallery.html in the dataset folder).")
 @click.option("--limit", type=click.IntRange(1), default=50,
               help="Show at most this many studies (a study that cannot be shown is listed besides).")
 @click.option("--split", type=click.Choice(["train", "val", "test", "all"]), default="all", show_default=True,
@@ -67,10 +69,11 @@ def quality(out: Path, cohort: Path, as_json: bool) -> None:
 def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: str) -> None:
     """Write a self-contained HTML page: images with their lesion masks and all instruction-answer pairs. A study
     whose film, masks or unit record cannot be read is listed on the page and here with the reason; the others are
-    shown."""
+    shown. DATASET: the dataset folder or its JSON file (masks and unit records are read from the file's folder)."""
     from cxrground.ils.gallery import render_gallery
+    from cxrground.ils.schema import dataset_location
 
-    target = html_path or out / "gallery.html"
+    target = html_path or dataset_location(out)[0] / "gallery.html"
     result = render_gallery(out, images, target, limit, None if split == "all" else split)
     click.echo(f"wrote {target} ({result.shown} studies"
                + (f", {len(result.failed)} not shown" if result.failed else "")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DIR, OUT_DIR, OUT_FILE, echo_lines, group, note, request_options, warn
+from cxrground.cli.common import EXISTING, OUT_DIR, OUT_FILE, echo_lines, group, note, request_options, warn
 from cxrground.net.limits import ConnectionLimits
 from cxrground.review.importers import ImportRequest, import_request
 
@@ -75,8 +75,9 @@ def stats(db_path: Path, html_path: Path | None, as_json: bool) -> None:
               help="decisions.csv (key_id,decision,reviewer,...: what `percept build --review` reads).")
 @click.option("--masks", "masks_dir", type=OUT_DIR, default=None,
               help="Write corrected masks (PNG + masks.jsonl) and candidates.jsonl for `percept build --candidates`.")
-@click.option("--card", "card_dir", type=DIR, default=None,
-              help="An imported ILS dataset folder: write its review.json and the card's review section.")
+@click.option("--card", "card_dir", type=EXISTING, default=None,
+              help="An imported ILS dataset folder (or its JSON file): write the folder's review.json and the card's "
+                   "review section.")
 def export(db_path: Path, out: Path, masks_dir: Path | None, card_dir: Path | None) -> None:
     """Export consensus decisions (and corrected masks, and the ILS card's review figures)."""
     from cxrground.review.db import ReviewDB

@@ -472,13 +472,12 @@ def with_review_section(card: str, review: Mapping[str, Any] | None) -> str:
 def stats_text(folder: str | Path, as_json: bool = False) -> str:
     """The counts of a dataset folder: JSON per split, else the card's tables (or one pairs line per split). The
     dataset JSON is read as a stream and checked study by study."""
-    from cxrground.ils.layout import DATASET_FILE
-    from cxrground.ils.schema import SPLITS, check_splits, iter_dataset
+    from cxrground.ils.schema import SPLITS, check_splits, dataset_location, iter_dataset
 
-    folder = Path(folder)
-    check_splits(folder / DATASET_FILE)
+    folder, json_path = dataset_location(folder)
+    check_splits(json_path)
     counts = DatasetCounts()
-    for split, _key, study in iter_dataset(folder / DATASET_FILE):
+    for split, _key, study in iter_dataset(json_path):
         counts.add(split, study)
     tables = {split: counts.table(split) for split in SPLITS}
     if as_json:

@@ -21,8 +21,8 @@ from PIL import Image
 from cxrground.errors import ConfigError, InputError
 from cxrground.ils.card import READING_NOTES
 from cxrground.ils.frames import mask_on_image, read_frame
-from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
-from cxrground.ils.schema import SPLITS, iter_dataset
+from cxrground.ils.layout import MASK_DIR, UNITS_DIR
+from cxrground.ils.schema import SPLITS, dataset_location, iter_dataset
 from cxrground.ils.zone_guide import guide_outcome
 from cxrground.io.image import read_image
 from cxrground.io.masks import read_mask_png
@@ -149,11 +149,11 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
     stream, only as far as the studies shown."""
     if limit < 1:
         raise ConfigError(f"limit must be at least 1, got {limit}")
-    root, images_root = Path(dataset_dir), Path(images_root)
+    (root, json_path), images_root = dataset_location(dataset_dir), Path(images_root)
     parts = [f"<!doctype html><meta charset='utf-8'><title>ILS dataset: {html.escape(root.name)}</title>"
              f"<style>{_CSS}</style><h1>ILS dataset {html.escape(str(root))}</h1>"]
     shown, failed, first_error = 0, [], None
-    studies = iter_dataset(root / DATASET_FILE, _SHOWN_FIELDS, splits=SPLITS if split is None else (split,))
+    studies = iter_dataset(json_path, _SHOWN_FIELDS, splits=SPLITS if split is None else (split,))
     more = False
     for split_name, key, study in studies:
         if shown >= limit or len(failed) >= _MAX_FAILED:
@@ -171,9 +171,9 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
     if first_error is not None and not shown:
         raise first_error
     if not shown:
-        counts = Counter(name for name, _key, _study in iter_dataset(root / DATASET_FILE, ()))
+        counts = Counter(name for name, _key, _study in iter_dataset(json_path, ()))
         have = ", ".join(f"{name} ({n})" for name, n in counts.items()) or "none"
-        raise ConfigError(f"no study to show{f' in split {split}' if split else ''} of {root / DATASET_FILE} (its "
+        raise ConfigError(f"no study to show{f' in split {split}' if split else ''} of {json_path} (its "
                           f"splits with studies: {have}); nothing written")
     if failed:
         parts.insert(1, f"<p class='failed'>{len(failed)} of {shown + len(failed)} studies could not be shown; each "

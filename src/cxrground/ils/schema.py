@@ -31,6 +31,7 @@ __all__ = [
     "PositivePair",
     "Study",
     "check_splits",
+    "dataset_location",
     "dataset_splits",
     "iter_dataset",
     "load_dataset",
@@ -193,6 +194,13 @@ def _dataset_json(path: str | Path) -> Path:
     """``path``, or the dataset file in it when it is a dataset folder."""
     path = Path(path)
     return path / DATASET_FILE if path.is_dir() and (path / DATASET_FILE).is_file() else path
+
+
+def dataset_location(path: str | Path) -> tuple[Path, Path]:
+    """The folder and the JSON file of a dataset named by either: a folder holds :data:`DATASET_FILE`; a file is
+    the JSON itself, and its folder (where the masks, units and card are) is the file's parent."""
+    path = Path(path)
+    return (path, path / DATASET_FILE) if path.is_dir() else (path.parent, path)
 
 
 def _unfinished(folder: Path) -> str:

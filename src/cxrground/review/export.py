@@ -33,8 +33,7 @@ import numpy as np
 
 from cxrground.errors import InputError
 from cxrground.ils.card import REVIEW_FILE, with_review_section
-from cxrground.ils.layout import DATASET_FILE
-from cxrground.ils.schema import SPLITS, check_splits, iter_dataset
+from cxrground.ils.schema import SPLITS, check_splits, dataset_location, iter_dataset
 from cxrground.io.files import atomic_write_text
 from cxrground.io.masks import decode_rle, encode_rle, write_mask_png
 from cxrground.percept.cases import key_id
@@ -137,9 +136,10 @@ def write_masks(db: ReviewDB, folder: str | Path) -> dict[str, int]:
 
 
 def ils_card_summary(db: ReviewDB, ils_dir: str | Path) -> dict[str, Any]:
-    """The ILS card's review figures for the dataset in ``ils_dir`` (items imported from it only)."""
-    ils_dir = Path(ils_dir).resolve()
-    totals, keys = _pair_counts(ils_dir / DATASET_FILE)
+    """The ILS card's review figures for the dataset in ``ils_dir`` (the folder or its JSON file; items imported
+    from it only)."""
+    ils_dir, dataset_file = dataset_location(Path(ils_dir).resolve())
+    totals, keys = _pair_counts(dataset_file)
     items, groups = _by_item(db)
     mine = _items_of_folder(items, ils_dir, keys)
     assignments = [a for i in mine for a in groups.get(i.id, [])]
@@ -199,11 +199,12 @@ def _items_of_folder(items: Sequence[Item], ils_dir: Path, keys: set[str]) -> li
 
 
 def write_card(db: ReviewDB, ils_dir: str | Path, source: str) -> dict[str, Any]:
-    """Write ``ILS_DIR/review.json`` and rewrite the card's review section; returns the summary."""
-    ils_dir = Path(ils_dir)
+    """Write ``ILS_DIR/review.json`` and rewrite the card's review section (``ils_dir``: the dataset folder or its
+    JSON file); returns the summary."""
+    folder = dataset_location(ils_dir)[0]
     summary = {"source": source, **ils_card_summary(db, ils_dir)}
-    atomic_write_text(ils_dir / REVIEW_FILE, json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    card = ils_dir / "card.md"
+    atomic_write_text(folder / REVIEW_FILE, json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    card = folder / "card.md"
     if card.is_file():
         atomic_write_text(card, with_review_section(card.read_text(encoding="utf-8"), summary))
     return summary
@@ -227,5 +228,6 @@ def export_review(db: ReviewDB, out: str | Path, masks_dir: str | Path | None = 
                                                         "needs no --candidates, it uses the dataset's masks)"))
     if card_dir is not None:
         summary = write_card(db, card_dir, out.name)
-        lines.append(f"{Path(card_dir) / 'card.md'}: review section updated ({summary['reviewed']} pairs reviewed)")
+        card = dataset_location(card_dir)[0] / "card.md"
+        lines.append(f"{card}: review section updated ({summary['reviewed']} pairs reviewed)")
     return lines

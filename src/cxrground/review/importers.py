@@ -21,8 +21,8 @@ from cxrground.errors import Failure, InputError, OptionError
 from cxrground.evaluation.percept.conversation import plan_case, safe_image_path
 from cxrground.fields import option
 from cxrground.ils.frames import MaskFrame, mask_on_image, read_frame
-from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
-from cxrground.ils.schema import SPLITS, read_dataset
+from cxrground.ils.layout import MASK_DIR, UNITS_DIR
+from cxrground.ils.schema import SPLITS, dataset_location, read_dataset
 from cxrground.io.files import atomic_write_text
 from cxrground.io.image import load_pixels, read_image
 from cxrground.io.masks import encode_rle, read_mask_png
@@ -82,14 +82,14 @@ def _mapping(value: Any, what: str, where: Path) -> dict[str, Any]:
 def ils_items(ils_dir: str | Path, images: str | Path, splits: Sequence[str] = SPLITS,
               failures: list[Failure] | None = None) -> list[dict[str, Any]]:
     """One item per pair of the chosen splits: image, instruction, answer, report sentence, generated mask.
+    ``ils_dir``: the dataset folder or its JSON file (each item's source is the folder).
 
     Image paths must lie inside ``images`` and mask paths inside the dataset's mask folder; a malformed dataset
     (not an object, a study without pairs, a pair without its fields, a field of another type: the shared check
     :func:`~cxrground.ils.schema.read_dataset`) is an :class:`InputError` naming the file and the record. A study
     whose film is missing or unreadable, or one of whose masks is, is left out and recorded in ``failures`` (given:
     the others are imported; when no study is left the first study's error is raised), else its error is raised."""
-    ils_dir, images = Path(ils_dir).resolve(), Path(images).resolve()
-    dataset_file = ils_dir / DATASET_FILE
+    (ils_dir, dataset_file), images = dataset_location(Path(ils_dir).resolve()), Path(images).resolve()
     unknown = [s for s in splits if s not in SPLITS]
     if unknown:
         raise InputError(f"unknown split(s) {unknown}; expected {', '.join(SPLITS)}", ils_dir)
@@ -100,7 +100,7 @@ def ils_items(ils_dir: str | Path, images: str | Path, splits: Sequence[str] = S
     for split in splits:
         for study_key, study in _mapping(data.get(split) or {}, f"split {split!r}", dataset_file).items():
             try:
-                out.extend(_study_items(ils_dir, images, split, study_key, study, frame))
+                out.extend(_study_items(dataset_file, images, split, study_key, study, frame))
             except (KeyError, TypeError, AttributeError) as exc:
                 raise InputError(f"study {study_key} of split {split} is malformed ({type(exc).__name__}: {exc})",
                                  dataset_file) from exc
@@ -136,10 +136,11 @@ def _pose_warning(ils_dir: Path, study_key: str) -> dict[str, Any] | None:
     return warning if isinstance(warning, dict) and isinstance(warning.get("correction"), str) else None
 
 
-def _study_items(ils_dir: Path, images: Path, split: str, study_key: str, study: Any,
+def _study_items(dataset_file: Path, images: Path, split: str, study_key: str, study: Any,
                  frame: MaskFrame) -> list[dict[str, Any]]:
-    study = _mapping(study, f"study {study_key}", ils_dir / DATASET_FILE)
-    image = _inside(images, str(study["image_path"]), f"image_path of {study_key}", ils_dir / DATASET_FILE)
+    ils_dir = dataset_file.parent
+    study = _mapping(study, f"study {study_key}", dataset_file)
+    image = _inside(images, str(study["image_path"]), f"image_path of {study_key}", dataset_file)
     if not image.is_file():
         raise _UnreadableFile(InputError(f"image of {study_key} not found under the --images folder", image))
     try:
@@ -148,14 +149,14 @@ def _study_items(ils_dir: Path, images: Path, split: str, study_key: str, study:
         raise _UnreadableFile(exc) from exc
     pose = _pose_warning(ils_dir, study_key)
     pairs = _mapping(study["instruction_answer_pairs"], f"instruction_answer_pairs of {study_key}",
-                     ils_dir / DATASET_FILE)
+                     dataset_file)
     out: list[dict[str, Any]] = []
     for positive, group in ((True, pairs.get("positive_pairs", [])), (False, pairs.get("negative_pairs", []))):
         for p in group:
             mask = None
             if positive:
                 mask_path = _inside(ils_dir / MASK_DIR, str(p["seg_mask_path"]),
-                                    f"seg_mask_path of {p['pair_id']}", ils_dir / DATASET_FILE)
+                                    f"seg_mask_path of {p['pair_id']}", dataset_file)
                 try:
                     mask = encode_rle(mask_on_image(read_mask_png(mask_path), (h, w), frame, mask_path))
                 except InputError as exc:
@@ -245,8 +246,8 @@ class ImportRequest:
     """What to import into a review database (an ILS dataset or a benchmark), how much, and for how many reviewers
     (each field documents itself, :func:`cxrground.fields.option`; ``cxrground review import`` offers them)."""
 
-    ils_dir: Path | None = option(None, flag="--ils", path="dir",
-                                  help="An ILS dataset folder: one item per instruction-answer pair.")
+    ils_dir: Path | None = option(None, flag="--ils", path="existing",
+                                  help="An ILS dataset folder or its JSON file: one item per instruction-answer pair.")
     images: Path | None = option(None, path="dir",
                                  help="With --ils: the image root its image_path values are relative to.")
     splits: tuple[str, ...] = option((), flag="--split", choices=("train", "val", "test"),
@@ -266,7 +267,7 @@ def import_request(db_path: Path, request: ImportRequest) -> str:
 
     r = request
     if (r.ils_dir is None) == (r.bench_dir is None):
-        raise OptionError("give exactly one of --ils DIR or --bench DIR")
+        raise OptionError("give exactly one of --ils DATASET or --bench DIR")
     if r.ils_dir is not None and r.images is None:
         raise OptionError("--ils needs --images (the folder the dataset's image_path values are relative to)")
     db = ReviewDB(db_path)
