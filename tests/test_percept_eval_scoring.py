@@ -6,7 +6,9 @@ import csv
 import json
 
 import pytest
+from click.testing import CliRunner
 
+from cxrground.cli import main
 from cxrground.evaluation.percept.scoring import reference_rows, score_records, score_run
 
 STAGE = {"detection": 1, "contour_eval": 2, "expansion": 3, "contraction": 3, "revision_result": 3,
@@ -157,3 +159,24 @@ def test_score_run_writes_reference_csvs(tmp_path):
     assert attr == ["path,model,acc(distribution),acc(location),acc(severity/measurement),acc(comparison)",
                     "revision_required+revision_free,m,1.0,1.0,0.0,1.0"]
     assert json.loads((run / "score.json").read_text())["run"]["label"] == "m [none]"
+
+
+def test_score_prints_a_dash_for_a_stage_no_case_asks(tmp_path):
+    plans = [plan("A", "RR", "edema"), plan("C", "RF", "edema"), plan("E", "LF", "edema")]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"config": {"model": "m", "oracle": "none", "seed": 0}}))
+    (run / "cases.json").write_text(json.dumps(plans))
+    (run / "results.jsonl").write_text("".join(json.dumps(record(p)) + "\n" for p in plans))
+    result = CliRunner().invoke(main, ["percept", "score", str(run), "--bootstrap", "0"])
+    assert result.exit_code == 0, result.output
+    rows = {(r["path"], r["setting"]): r for r in map(json.loads, result.stdout.splitlines())}
+    stages = {key: [r[f"acc(stage{s})"] for s in (1, 2, 3, 4)] for key, r in rows.items()}
+    assert stages["RR", "end_to_end"] == ["1.0000"] * 4
+    assert stages["RF", "end_to_end"] == ["1.0000", "1.0000", "–", "1.0000"]  # RF asks no revision
+    assert stages["LF", "oracle_passed"] == ["1.0000", "–", "–", "–"]
+    assert "–" in result.stdout  # printed as is, not as a JSON escape
+    score = json.loads((run / "score.json").read_text())
+    assert score["paths"]["LF"]["end_to_end"]["stage2"] == {"acc": None, "ci": None, "n": 0}
+    summary = list(csv.DictReader((run / "model_performance_summary.csv").read_text().splitlines()))
+    assert summary[4]["acc(stage2)"] == "0.0"  # the reference CSV keeps the reference's 0.0

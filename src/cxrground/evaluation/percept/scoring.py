@@ -385,14 +385,15 @@ def run_records(run: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[d
 
 
 def _fmt(x: float | None) -> str:
-    """A printed accuracy (:func:`score_lines`): 4 decimals; no item to score is 0.0 (the reference's mean of
-    nothing)."""
-    return f"{0.0 if x is None else x:.4f}"
+    """A printed accuracy (:func:`score_lines`): 4 decimals; "–" where there is no item to score (as the report
+    shows it; the reference CSVs write 0.0 there, :func:`_ref_value`)."""
+    return "–" if x is None else f"{x:.4f}"
 
 
 def summary_rows(score: dict[str, Any]) -> list[dict[str, str]]:
     """The summary rows :func:`score_lines` prints per path with cases (settings ``end_to_end`` and
-    ``oracle_passed``; ``model`` = the run label, 4 decimals); the CSV rows are :func:`reference_rows`."""
+    ``oracle_passed``; ``model`` = the run label, 4 decimals, "–" for a stage the path's cases never ask); the CSV
+    rows are :func:`reference_rows`."""
     rows = []
     for path, block in score["paths"].items():
         for setting in ("end_to_end", "oracle_passed"):
@@ -424,7 +425,7 @@ def spread_rows(score: dict[str, Any]) -> list[dict[str, str]]:
 def score_lines(score: dict[str, Any]) -> tuple[list[str], str | None]:
     """The summary rows, then the spread rows (runs with repeats), as JSON lines; and a note on failed or missing
     cases and unreadable result lines (None when there are none)."""
-    lines = [json.dumps(row) for row in summary_rows(score) + spread_rows(score)]
+    lines = [json.dumps(row, ensure_ascii=False) for row in summary_rows(score) + spread_rows(score)]
     bad = score.get("bad_lines", [])
     if not (score["failed_cases"] or score["missing_cases"] or bad):
         return lines, None
