@@ -340,6 +340,51 @@ def test_export_closes_the_loop(setup, tmp_path_factory, tmp_path) -> None:
     assert json.loads(json.dumps(stats))  # JSON-ready
 
 
+def test_export_refuses_used_outputs_unless_overwrite_and_replaces_the_masks_as_a_whole(setup, tmp_path) -> None:
+    db = setup.copy(tmp_path / "db")
+    ils = [a for a in db.assignments() if a.item.kind == "ils"]
+    positive = next(a for a in ils if a.item.positive)
+    fix = np.zeros((positive.item.height, positive.item.width), bool)
+    fix[5:25, 10:40] = True
+    for a in ils:
+        if a.item.key == positive.item.key:
+            db.record(a.id, "pair", "correct", mask=encode_rle(fix))
+    out, masks = tmp_path / "decisions.csv", tmp_path / "corrected"
+    png = masks / f"{positive.item.key}.png"
+
+    def export(*extra: str, to: Path = out):
+        return CliRunner().invoke(main, ["review", "export", "--db", str(db.path), "--out", str(to), "--masks",
+                                         str(masks), *extra])
+
+    first = export()
+    assert first.exit_code == 0, first.output
+    assert png.is_file() and (masks / "candidates.jsonl").is_file()
+    before = out.read_bytes()
+    again = export()  # the decisions file is used
+    assert again.exit_code != 0 and f"{out} exists" in again.output and "--overwrite" in again.output
+    assert "Traceback" not in again.output and out.read_bytes() == before
+    fresh = tmp_path / "fresh.csv"
+    used = export(to=fresh)  # the masks folder is used
+    assert used.exit_code != 0 and f"{masks} is not empty" in used.output and "--overwrite" in used.output
+    assert not fresh.exists()
+    inside = export(to=masks / "decisions.csv")
+    assert inside.exit_code != 0 and "is inside --masks" in inside.output
+
+    for a in ils:  # the corrected pair is rejected now: its mask must not stay behind
+        if a.item.key == positive.item.key:
+            db.record(a.id, "pair", "reject", "other")
+    replaced = export("--overwrite")
+    assert replaced.exit_code == 0, replaced.output
+    assert not png.exists() and (masks / "masks.jsonl").read_text() == ""
+    row = next(r for r in csv.DictReader(out.open()) if r["key_id"] == positive.item.key)
+    assert row["decision"] == "reject"
+    assert not list(tmp_path.glob(".corrected.*"))  # no staging folder left beside it
+
+    (masks / "notes.txt").write_text("mine")  # a folder holding other files is never replaced
+    foreign = export("--overwrite")
+    assert foreign.exit_code != 0 and "notes.txt" in foreign.output and (masks / "notes.txt").is_file()
+
+
 def test_ils_card_shows_the_review(setup, tmp_path) -> None:
     ils = tmp_path / "ils"
     shutil.copytree(setup.ils_dir, ils)
@@ -380,7 +425,8 @@ def test_ils_card_shows_the_review(setup, tmp_path) -> None:
     moved = tmp_path / "moved"  # a copy of the imported folder is the same dataset: its card gets the review
     shutil.copytree(ils, moved)
     (moved / "review.json").unlink()
-    result = runner.invoke(main, ["review", "export", "--db", str(db_path), "--out", str(out), "--card", str(moved)])
+    result = runner.invoke(main, ["review", "export", "--db", str(db_path), "--out", str(out), "--card", str(moved),
+                                  "--overwrite"])
     assert result.exit_code == 0, result.output
     assert json.loads((moved / "review.json").read_text())["reviewed"] == summary["reviewed"]
 

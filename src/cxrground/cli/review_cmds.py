@@ -78,12 +78,15 @@ def stats(db_path: Path, html_path: Path | None, as_json: bool) -> None:
 @click.option("--card", "card_dir", type=EXISTING, default=None,
               help="An imported ILS dataset folder (or its JSON file): write the folder's review.json and the card's "
                    "review section.")
-def export(db_path: Path, out: Path, masks_dir: Path | None, card_dir: Path | None) -> None:
-    """Export consensus decisions (and corrected masks, and the ILS card's review figures)."""
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out file and a non-empty --masks folder (the "
+              "folder as a whole: it is refused if it holds files other than an earlier export's).")
+def export(db_path: Path, out: Path, masks_dir: Path | None, card_dir: Path | None, overwrite: bool) -> None:
+    """Export consensus decisions (and corrected masks, and the ILS card's review figures). An existing --out or a
+    non-empty --masks folder is refused unless --overwrite."""
     from cxrground.review.db import ReviewDB
     from cxrground.review.export import export_review
 
-    echo_lines(export_review(ReviewDB(db_path), out, masks_dir, card_dir))
+    echo_lines(export_review(ReviewDB(db_path), out, masks_dir, card_dir, overwrite=overwrite))
 
 
 COMMANDS: list[click.Command] = [review]

@@ -16,7 +16,10 @@ card's review section.
   one, else its generated mask, so the benchmark is built from the corrected masks.
 * **ILS card** (``--card ILS_DIR``): ``ILS_DIR/review.json`` (:data:`cxrground.ils.card.REVIEW_FILE`) with the
   reviewed share per split, the acceptance and the agreement, and the "Review status" section of
-  ``ILS_DIR/card.md`` rewritten from it (a later ``ils build`` resume keeps it).
+  ``ILS_DIR/card.md`` rewritten from it (a later ``ils build`` resume keeps it; an export rewrites them).
+* **Outputs used before:** an existing ``decisions.csv`` or a non-empty masks folder is refused unless
+  ``overwrite``; the masks folder is written in a staging folder and replaces an earlier one as a whole
+  (:mod:`cxrground.io.export_dir`: a folder holding files no review export writes is never replaced).
 """
 
 from __future__ import annotations
@@ -26,23 +29,28 @@ import io
 import json
 from collections import defaultdict
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from cxrground.errors import InputError
+from cxrground.errors import ConfigError, InputError
 from cxrground.ils.card import REVIEW_FILE, with_review_section
 from cxrground.ils.schema import SPLITS, check_splits, dataset_location, iter_dataset
+from cxrground.io.export_dir import export_folder
 from cxrground.io.files import atomic_write_text
 from cxrground.io.masks import decode_rle, encode_rle, write_mask_png
+from cxrground.io.output_lock import locks_output
 from cxrground.percept.cases import key_id
 from cxrground.review.db import Assignment, Item, ReviewDB
 from cxrground.review.stats import consensus, fleiss_of, pairwise_cohen, ratings_of
 
-__all__ = ["CSV_COLUMNS", "corrected_mask", "decision_rows", "export_review", "ils_card_summary", "write_card",
-           "write_decisions", "write_masks"]
+__all__ = ["CSV_COLUMNS", "MASK_NAMES", "corrected_mask", "decision_rows", "export_review", "ils_card_summary",
+           "write_card", "write_decisions", "write_masks"]
 
+#: What ``--masks DIR`` holds (glob patterns): the masks, their index and the candidates (what ``overwrite`` replaces).
+MASK_NAMES = ("*.png", "masks.jsonl", "candidates.jsonl")
 CSV_COLUMNS = ("key_id", "decision", "reviewer", "kind", "lesion", "item_type", "pair_id", "ratings", "accepted",
                "corrected", "rejected", "reasons", "corrected_mask")
 
@@ -210,18 +218,29 @@ def write_card(db: ReviewDB, ils_dir: str | Path, source: str) -> dict[str, Any]
     return summary
 
 
+@locks_output("review export", "out")
 def export_review(db: ReviewDB, out: str | Path, masks_dir: str | Path | None = None,
-                  card_dir: str | Path | None = None) -> list[str]:
-    """Write the decisions CSV (and the corrected masks, and the ILS card's review section); one line per file."""
+                  card_dir: str | Path | None = None, overwrite: bool = False) -> list[str]:
+    """Write the decisions CSV (and the corrected masks, and the ILS card's review section); one line per file.
+    An existing ``out`` or non-empty ``masks_dir`` is a :class:`ConfigError` naming it unless ``overwrite``
+    (module docstring)."""
     out = Path(out)
     if card_dir is not None:  # refused before anything is written
         ils_card_summary(db, card_dir)
-    rows = write_decisions(db, out)
+    if out.exists() and not overwrite:
+        raise ConfigError(f"{out} exists; choose another --out or pass --overwrite to replace it")
+    with ExitStack() as staged:
+        if masks_dir is not None:
+            if Path(masks_dir).resolve() in (out.resolve(), *out.resolve().parents):
+                raise ConfigError(f"--out {out} is inside --masks {masks_dir}, which an export replaces as a whole; "
+                                  "write it elsewhere")
+            counts = write_masks(db, staged.enter_context(export_folder(masks_dir, overwrite, MASK_NAMES,
+                                                                        "review masks")))
+        rows = write_decisions(db, out)  # the staged masks take the place of masks_dir once it is written
     lines = [f"{out}: {len(rows)} items, {sum(r['decision'] == 'accept' for r in rows)} accepted, "
              f"{sum(r['decision'] == 'reject' for r in rows)} rejected, "
              f"{sum(not r['decision'] for r in rows)} undecided"]
     if masks_dir is not None:
-        counts = write_masks(db, masks_dir)
         lines.append(f"{masks_dir}: {counts['corrected']} corrected masks, candidates.jsonl with "
                      f"{counts['candidates']} pairs" + ("" if counts["candidates"] else
                                                         " (no positive ILS pair was imported: `percept build` "
