@@ -161,6 +161,7 @@ def test_build_request_hands_the_exclusion_to_the_build(tmp_path, monkeypatch):
     seen = {}
     monkeypatch.setattr(build, "check_backends", lambda spec: None)
     monkeypatch.setattr(tasks, "build_tasks", lambda *a, **k: (["one study"], []))
+    monkeypatch.setattr(tasks, "studies_without_subject", lambda found: 0)  # the placeholder study names none
     monkeypatch.setattr(build, "build_dataset", lambda tasks, out, config, *a, **k: seen.setdefault("config", config))
     (tmp_path / "images").mkdir()
     run_build(BuildRequest(images=tmp_path / "images", out=tmp_path / "out", negative_exclusion="lung"),
