@@ -20,7 +20,7 @@ from PIL import Image
 
 from cxrground.errors import ConfigError, InputError
 from cxrground.ils.card import READING_NOTES
-from cxrground.ils.frames import mask_on_image, read_frame
+from cxrground.ils.frames import MaskFrame, mask_on_image, read_frame
 from cxrground.ils.layout import MASK_DIR, UNITS_DIR
 from cxrground.ils.schema import SPLITS, dataset_location, iter_dataset
 from cxrground.ils.zone_guide import guide_outcome
@@ -153,6 +153,7 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
     parts = [f"<!doctype html><meta charset='utf-8'><title>ILS dataset: {html.escape(root.name)}</title>"
              f"<style>{_CSS}</style><h1>ILS dataset {html.escape(str(root))}</h1>"]
     shown, failed, first_error = 0, [], None
+    frame = read_frame(root)  # released-frame masks are mapped back to each film's grid
     studies = iter_dataset(json_path, _SHOWN_FIELDS, splits=SPLITS if split is None else (split,))
     more = False
     for split_name, key, study in studies:
@@ -160,7 +161,7 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
             more = True
             break
         try:
-            parts.append(_study_panel(root, images_root, key, split_name, study, width))
+            parts.append(_study_panel(root, images_root, key, split_name, study, width, frame))
             shown += 1
         except InputError as exc:
             first_error = first_error or exc
@@ -189,7 +190,7 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
 
 
 def _study_panel(root: Path, images_root: Path, key: str, split_name: str, study: dict[str, Any],
-                 width: int) -> str:
+                 width: int, frame: MaskFrame) -> str:
     """One study's panel: the film with its masks, the section, the groundings and the pairs; an
     :class:`InputError` naming the file when the film, a mask or the unit record cannot be read."""
     try:
@@ -205,7 +206,6 @@ def _study_panel(root: Path, images_root: Path, key: str, split_name: str, study
     masks: dict[str, int] = {}
     for p in pairs["positive_pairs"]:
         masks.setdefault(p["seg_mask_path"], len(masks))
-    frame = read_frame(root)  # a released-frame mask is mapped back to the film's grid
     arrays = [mask_on_image(read_mask_png(root / MASK_DIR / path), image.shape, frame, root / MASK_DIR / path)
               for path in masks]
     colours = [PALETTE[i % len(PALETTE)] for i in range(len(arrays))]
