@@ -23,22 +23,41 @@ from cxrground.percept.refine import Point, clean_mask, disc_close, disc_open
 
 __all__ = ["BuiltinDeformer", "geodesic_steps", "grow_toward"]
 
-_EIGHT = np.ones((3, 3), dtype=bool)
-_CROSS = ndimage.generate_binary_structure(2, 1)
-
-
 def geodesic_steps(seed: np.ndarray, allowed: np.ndarray, limit: int) -> np.ndarray:
-    """Return the geodesic step distance from ``seed`` inside ``allowed`` (inf beyond ``limit`` steps)."""
-    dist = np.full(seed.shape, np.inf)
-    reached = seed.copy()
+    """Return the geodesic step distance from ``seed`` inside ``allowed`` (inf beyond ``limit`` steps).
+
+    Step ``k`` adds the pixels of ``allowed`` next to those already reached: 8-neighbours on odd steps,
+    4-neighbours on even ones. Seed pixels are at distance 0 whether or not they are allowed.
+    """
+    h, w = seed.shape
+    width = w + 2
+    ok = np.zeros((h + 2, width), dtype=bool)
+    ok[1:-1, 1:-1] = allowed
+    reached = np.zeros((h + 2, width), dtype=bool)
+    reached[1:-1, 1:-1] = seed
+    ok, reached = ok.ravel(), reached.ravel()
+    dist = np.full(reached.shape, np.inf)
     dist[reached] = 0
+    cross = np.array([-1, 1, -width, width])
+    diagonal = np.array([-width - 1, -width + 1, width - 1, width + 1])
+    front = np.flatnonzero(reached)
+    before = np.empty(0, dtype=np.intp)
     for k in range(1, limit + 1):
-        grown = ndimage.binary_dilation(reached, structure=_EIGHT if k % 2 else _CROSS) & allowed & ~reached
-        if not grown.any():
+        # Pixels reached two or more steps ago have met both neighbourhoods, except the diagonals of those
+        # reached two steps ago after a 4-neighbour step: an 8-neighbour step takes those too.
+        if k % 2:
+            cand = np.concatenate([(front[:, None] + np.concatenate([cross, diagonal])).ravel(),
+                                   (before[:, None] + diagonal).ravel()])
+        else:
+            cand = (front[:, None] + cross).ravel()
+        cand = cand[ok[cand] & ~reached[cand]]
+        if cand.size == 0:
             break
-        dist[grown] = k
-        reached |= grown
-    return dist
+        cand = np.unique(cand)
+        reached[cand] = True
+        dist[cand] = k
+        before, front = front, cand
+    return dist.reshape(h + 2, width)[1:-1, 1:-1]
 
 
 def _disc(shape: tuple[int, int], center: tuple[float, float], radius: float, origin=(0, 0)) -> np.ndarray:
@@ -55,23 +74,31 @@ def _band(shape, origin, a: tuple[float, float], b: tuple[float, float], radius:
     return (xx - (ax + t * dx)) ** 2 + (yy - (ay + t * dy)) ** 2 <= radius**2
 
 
+def _distance_to(mask_yx: np.ndarray, x: int, y: int) -> float:
+    """Return the Euclidean distance from pixel ``(x, y)`` to the nearest of ``mask_yx`` (N×2 row, column)."""
+    d2 = (mask_yx[:, 0] - y) ** 2 + (mask_yx[:, 1] - x) ** 2
+    return float(np.sqrt(np.float64(d2.min())))
+
+
 def grow_toward(
     mask: np.ndarray,
     region: np.ndarray,
     point: Point,
     scale: ScaledDeform,
-    nearest: tuple[np.ndarray, np.ndarray] | None = None,
+    mask_yx: np.ndarray | None = None,
 ) -> np.ndarray:
     """Return the region grown from ``mask`` toward ``point`` (corridor ∪ point disc; see the module doc).
 
-    ``nearest`` = ``(distance, indices)`` of ``distance_transform_edt(~mask, return_indices=True)`` if known.
+    ``mask_yx`` = ``np.argwhere(mask)`` if known. The straight band of an unreachable point starts at the mask
+    pixel ``distance_transform_edt(~mask, return_indices=True)`` names.
     """
-    if nearest is None:
-        nearest = ndimage.distance_transform_edt(~mask, return_indices=True)
-    dist, idx = nearest
     x, y = int(point[0]), int(point[1])
+    if mask_yx is None:
+        mask_yx = np.argwhere(mask)
+    if mask_yx.size == 0:
+        raise ValueError("cannot grow an empty mask")
     r = scale.builtin_disc
-    d_e = float(dist[y, x])
+    d_e = 0.0 if mask[y, x] else _distance_to(mask_yx, x, y)
     h, w = mask.shape
     half = int(np.ceil(d_e + 2 * r + 2))
     y0, y1, x0, x1 = max(0, y - half), min(h, y + half + 1), max(0, x - half), min(w, x + half + 1)
@@ -93,6 +120,7 @@ def grow_toward(
     if np.isfinite(reach):
         corridor = (g_m + g_p) <= reach + 2 * r
     else:
+        idx = ndimage.distance_transform_edt(~mask, return_distances=False, return_indices=True)
         ny, nx = int(idx[0][y, x]), int(idx[1][y, x])
         corridor = _band(cshape, (y0, x0), (nx, ny), (x, y), r)
     out[crop] = corridor | pdisc
@@ -114,10 +142,10 @@ class BuiltinDeformer(Deformer):
         expansion_points, contraction_points = request.expansion_points, request.contraction_points
         scale = self.config.scaled(m.shape)
         if expansion_points and m.any():
-            nearest = ndimage.distance_transform_edt(~m, return_indices=True)
+            mask_yx = np.argwhere(m)
             grown = np.zeros_like(m)
             for p in expansion_points:
-                grown |= grow_toward(m, region, p, scale, nearest)
+                grown |= grow_toward(m, region, p, scale, mask_yx)
             m = disc_close(m | grown, scale.refine_kernel)
         if contraction_points and m.any():
             inside = ndimage.distance_transform_edt(m)
