@@ -57,6 +57,32 @@ def test_report_skips_files_among_the_runs(tmp_path):
     assert res.exit_code == 2 and "no run folder" in res.output
 
 
+def test_report_skips_run_folders_without_results(tmp_path):
+    """A run stopped before its first case finished (a 404, an early kill) holds config.json and no results: `percept
+    report runs/*` skips it with a note naming it and reports the others; with no run that has results it fails."""
+    import shutil
+
+    bench = make_benchmark(tmp_path / "bench", {"LF": 1, "RF": 1, "RR": 1}, lesions=("opacity",))
+    runs = tmp_path / "runs"
+    runner = CliRunner()
+    res = runner.invoke(main, ["percept", "eval", "--bench", str(bench), "--model", "oracle", "--out",
+                               str(runs / "oracle"), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    stopped = runs / "stopped"
+    stopped.mkdir()
+    for name in ("config.json", "cases.json"):
+        shutil.copy(runs / "oracle" / name, stopped / name)
+    out = runs / "report.html"
+    res = runner.invoke(main, ["percept", "report", str(runs / "oracle"), str(stopped), "--out", str(out),
+                               "--bootstrap", "0"])
+    assert res.exit_code == 0, res.output
+    assert "no results yet" in res.stderr and str(stopped) in res.stderr
+    assert out.is_file() and (runs / "all_models_summary.csv").read_text().count("\n") == 1 + 2 * 3
+    res = runner.invoke(main, ["percept", "report", str(stopped), "--out", str(tmp_path / "r.html")])
+    assert res.exit_code == 1 and "no run among RUNS has results" in res.output
+    assert not (tmp_path / "r.html").exists()
+
+
 def test_hf_message_conversion():
     buf = io.BytesIO()
     Image.new("L", (5, 4), 9).save(buf, format="PNG")

@@ -15,6 +15,7 @@ import click
 
 from cxrground.cli.common import DIR, OUT_DIR, OUT_FILE, echo_lines, request_options, threads_option, warn
 from cxrground.cli.percept_build_cmds import percept
+from cxrground.errors import InputError
 from cxrground.evaluation.percept.request import EvalRequest, run_request
 
 
@@ -61,9 +62,10 @@ def _warn_bad_lines(score: dict[str, Any]) -> None:
 @click.option("--bootstrap", "n_boot", type=click.IntRange(0), default=1000, help="Bootstrap resamples (0 = none).")
 def report_cmd(runs: tuple[Path, ...], out: Path, n_boot: int) -> None:
     """Compare the run folders RUNS in one self-contained HTML page (+ all_models_summary.csv next to it). Files
-    among RUNS (the response cache, an earlier report, as `runs/*` names them) are skipped with a note; a folder
-    without a valid config.json is an error naming it."""
-    from cxrground.evaluation.percept.report import load_scores, write_report
+    among RUNS (the response cache, an earlier report, as `runs/*` names them) and run folders with no results yet
+    (a run stopped by a 401/403/404 or killed before its first case finished) are skipped with a note naming them;
+    a folder without a valid config.json is an error naming it, and so is RUNS without a run that has results."""
+    from cxrground.evaluation.percept.report import has_results, load_scores, write_report
 
     folders = [r for r in runs if r.is_dir()]
     skipped = [r for r in runs if not r.is_dir()]
@@ -72,6 +74,13 @@ def report_cmd(runs: tuple[Path, ...], out: Path, n_boot: int) -> None:
                    err=True)
     if not folders:
         raise click.UsageError("RUNS names no run folder")
+    empty = [r for r in folders if not has_results(r)]
+    if empty:
+        click.echo(f"skipped {len(empty)} run folder(s) with no results yet: {', '.join(map(str, empty))}",
+                   err=True)
+    folders = [r for r in folders if r not in empty]
+    if not folders:
+        raise InputError("no run among RUNS has results yet (results.jsonl); nothing to report")
     scores = load_scores(folders, n_boot=n_boot)
     for score in scores:
         _warn_bad_lines(score)

@@ -27,7 +27,7 @@ from cxrground.evaluation.percept.scoring import (
     write_csvs,
 )
 
-__all__ = ["build_report", "load_scores", "render_report", "write_report"]
+__all__ = ["build_report", "has_results", "load_scores", "render_report", "write_report"]
 
 _COLORS: Final[tuple[str, ...]] = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                                    "#7f7f7f", "#bcbd22", "#17becf")
@@ -44,6 +44,14 @@ def _usable(score: Any) -> bool:
     return (isinstance(score, dict) and isinstance(score.get("run"), dict) and "label" in score["run"]
             and all(isinstance(score.get(k), dict) for k in ("paths", "subtasks", "per_lesion", "chance", "parse"))
             and all(isinstance(score.get(k), list) for k in ("failed_cases", "missing_cases")))
+
+
+def has_results(run: str | Path) -> bool:
+    """Whether the run folder ``run`` holds results (``results.jsonl``): a run stopped before its first case
+    finished (a 401/403/404, an early kill) holds ``config.json`` and none. Its ``config.json`` must be valid
+    (:func:`~.scoring.read_config`: an :class:`~cxrground.errors.InputError` naming the file)."""
+    read_config(run)
+    return (Path(run) / RESULTS_FILE).is_file()
 
 
 def load_scores(runs: Sequence[str | Path], n_boot: int = 1000) -> list[dict[str, Any]]:
