@@ -180,3 +180,25 @@ def test_score_prints_a_dash_for_a_stage_no_case_asks(tmp_path):
     assert score["paths"]["LF"]["end_to_end"]["stage2"] == {"acc": None, "ci": None, "n": 0}
     summary = list(csv.DictReader((run / "model_performance_summary.csv").read_text().splitlines()))
     assert summary[4]["acc(stage2)"] == "0.0"  # the reference CSV keeps the reference's 0.0
+
+
+def test_score_and_report_name_the_paths_the_csvs_write_as_zero(tmp_path):
+    """A run with no case of a path (--limit, a benchmark without it) gets 0.0 rows for it in the reference CSVs
+    (their format); `percept score` and `percept report` print a note naming those paths."""
+    plans = [plan("A", "RR", "edema"), plan("B", "RR", "edema")]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"config": {"model": "m", "oracle": "none", "seed": 0}}))
+    (run / "cases.json").write_text(json.dumps(plans))
+    (run / "results.jsonl").write_text("".join(json.dumps(record(p)) + "\n" for p in plans))
+    result = CliRunner().invoke(main, ["percept", "score", str(run), "--bootstrap", "0"])
+    assert result.exit_code == 0, result.output
+    note = [line for line in result.stderr.splitlines() if "0.0" in line]
+    assert len(note) == 1 and "model_performance_summary.csv" in note[0], result.stderr
+    assert "revision_free, lesion_free" in note[0] and "revision_required" not in note[0] and "m [none]" in note[0]
+    summary = list(csv.DictReader((run / "model_performance_summary.csv").read_text().splitlines()))
+    assert [r["acc(stage1)"] for r in summary] == ["1.0", "1.0", "0.0", "0.0", "0.0", "0.0"]  # the format is kept
+    result = CliRunner().invoke(main, ["percept", "report", str(run), "--out", str(tmp_path / "r.html"),
+                                       "--bootstrap", "0"])
+    assert result.exit_code == 0, result.output
+    assert "all_models_summary.csv writes 0.0 for revision_free, lesion_free of m [none]" in result.stderr

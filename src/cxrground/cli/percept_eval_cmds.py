@@ -40,14 +40,15 @@ def eval_cmd(request: EvalRequest) -> None:
 def score_cmd(run: Path, n_boot: int) -> None:
     """Score a run: score.json and the reference CSVs in RUN/; prints the summary rows (and the spread rows of
     runs with several repeats). A results line that holds no valid record is named (file:line) in a warning and
-    its case, where it names one, counts as failed."""
-    from cxrground.evaluation.percept.scoring import score_lines, score_run
+    its case, where it names one, counts as failed. A path the run has no case of is written as 0.0 rows in
+    model_performance_summary.csv (the reference's format), with a note naming it."""
+    from cxrground.evaluation.percept.scoring import score_lines, score_run, zero_path_note
 
     score = score_run(run, n_boot=n_boot)
     lines, remark = score_lines(score)
     echo_lines(lines)
     _warn_bad_lines(score)
-    echo_lines([remark] if remark else [], err=True)
+    echo_lines([x for x in (remark, zero_path_note(score)) if x], err=True)
 
 
 def _warn_bad_lines(score: dict[str, Any]) -> None:
@@ -64,8 +65,11 @@ def report_cmd(runs: tuple[Path, ...], out: Path, n_boot: int) -> None:
     """Compare the run folders RUNS in one self-contained HTML page (+ all_models_summary.csv next to it). Files
     among RUNS (the response cache, an earlier report, as `runs/*` names them) and run folders with no results yet
     (a run stopped by a 401/403/404 or killed before its first case finished) are skipped with a note naming them;
-    a folder without a valid config.json is an error naming it, and so is RUNS without a run that has results."""
-    from cxrground.evaluation.percept.report import has_results, load_scores, write_report
+    a folder without a valid config.json is an error naming it, and so is RUNS without a run that has results. A
+    path a run has no case of is written as 0.0 rows in all_models_summary.csv (the reference's format), with a note
+    naming it."""
+    from cxrground.evaluation.percept.report import REPORT_CSV, has_results, load_scores, write_report
+    from cxrground.evaluation.percept.scoring import zero_path_note
 
     folders = [r for r in runs if r.is_dir()]
     skipped = [r for r in runs if not r.is_dir()]
@@ -85,6 +89,7 @@ def report_cmd(runs: tuple[Path, ...], out: Path, n_boot: int) -> None:
     for score in scores:
         _warn_bad_lines(score)
     path = write_report(scores, out)
+    echo_lines([x for x in (zero_path_note(s, REPORT_CSV) for s in scores) if x], err=True)
     click.echo(f"wrote {path}")
 
 

@@ -27,8 +27,10 @@ from cxrground.evaluation.percept.scoring import (
     write_csvs,
 )
 
-__all__ = ["build_report", "has_results", "load_scores", "render_report", "write_report"]
+__all__ = ["REPORT_CSV", "build_report", "has_results", "load_scores", "render_report", "write_report"]
 
+#: The cross-run summary CSV written beside the report.
+REPORT_CSV: Final[str] = "all_models_summary.csv"
 _COLORS: Final[tuple[str, ...]] = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                                    "#7f7f7f", "#bcbd22", "#17becf")
 _CSS: Final[str] = """
@@ -274,5 +276,5 @@ def write_report(scores: Sequence[dict[str, Any]], out: str | Path) -> Path:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_report(scores), encoding="utf-8")
-    write_csvs(out.parent, scores, summary_name="all_models_summary.csv")
+    write_csvs(out.parent, scores, summary_name=REPORT_CSV)
     return out

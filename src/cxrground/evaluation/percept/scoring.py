@@ -60,8 +60,9 @@ from cxrground.evaluation.percept.runner import (
 from cxrground.vocab.percept_templates import PATH_ABBREVIATIONS
 from cxrground.vocab.traits import LESION_TRAITS, traits
 
-__all__ = ["PATH_ORDER", "SCORE_FILE", "case_view", "read_config", "read_plans", "reference_rows", "run_records",
-           "score_lines", "score_records", "score_repeats", "score_run", "spread_rows", "write_csvs"]
+__all__ = ["PATH_ORDER", "SCORE_FILE", "SUMMARY_CSV", "case_view", "read_config", "read_plans", "reference_rows",
+           "run_records", "score_lines", "score_records", "score_repeats", "score_run", "spread_rows",
+           "write_csvs", "zero_path_note"]
 
 PATH_ORDER: Final[tuple[str, ...]] = ("RR", "RF", "LF")
 SCORE_FILE: Final[str] = "score.json"
@@ -458,6 +459,17 @@ def reference_rows(score: dict[str, Any], model: str) -> dict[str, list[dict[str
                       **{f"acc({CSV_QUESTION_NAMES.get(q, q)})": _ref_value(score["subtasks"][q]["acc"])
                          for q in qids}}]
     return out
+
+
+def zero_path_note(score: dict[str, Any], csv_name: str = SUMMARY_CSV) -> str | None:
+    """A note naming the paths the run has no case of, which the summary CSV ``csv_name`` writes as 0.0 rows
+    (:func:`reference_rows`); None when the run has cases of every path."""
+    empty = [CSV_PATH_NAMES[p] for p in PATH_ORDER if p not in score["paths"]]
+    if not empty:
+        return None
+    them = "it" if len(empty) == 1 else "them"
+    return (f"note: {csv_name} writes 0.0 for {', '.join(empty)} of {score['run']['label']}: the run has no case of "
+            f"{them} (score.json and the report leave {them} out)")
 
 
 def write_csvs(folder: Path, scores: Sequence[dict[str, Any]], summary_name: str = SUMMARY_CSV) -> None:
