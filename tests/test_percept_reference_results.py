@@ -105,13 +105,13 @@ def test_cli_export_results(tmp_path) -> None:
     assert "wrote" in proc.stdout
 
 
-def _eval(bench: Path, out: Path, model: str, oracle: str = "none"):
+def _eval(bench: Path, out: Path, model: str, oracle: str = "none", *extra: str):
     from click.testing import CliRunner
 
     from cxrground.cli import main
 
     return CliRunner().invoke(main, ["percept", "eval", "--bench", str(bench), "--model", model, "--oracle", oracle,
-                                     "--out", str(out), "--no-progress", "--seed", "4"])
+                                     "--out", str(out), "--no-progress", "--seed", "4", *extra])
 
 
 def _answers(run: Path) -> dict[tuple[str, str], tuple[str, bool]]:
@@ -133,6 +133,33 @@ def test_replayed_reference_results_score_as_the_run_that_made_them(tmp_path, or
     assert replayed == original and len(original) > 10
     a, b = score_run(tmp_path / "random", n_boot=0), score_run(tmp_path / "replay", n_boot=0)
     assert a["paths"] == b["paths"]
+
+
+def test_a_null_reply_exports_as_empty_and_replays_to_the_same_scores(tmp_path) -> None:
+    """A model's null content is scored as an unparseable answer and its case goes on: the export writes it as the
+    empty string (not as null, which is an unanswered question), so the replay scores the run as it was."""
+    from cxrground.testing.mock_bench import make_benchmark
+    from cxrground.testing.mock_server import MockServer, hash_policy
+
+    answer = hash_policy(0)
+
+    def null_location(body: dict) -> str | None:
+        return None if "Select all locations" in json.dumps(body["messages"][-1]["content"]) else answer(body)
+
+    bench = make_benchmark(tmp_path / "bench", {"LF": 1, "RF": 2, "RR": 2}, lesions=("edema",), seed=5)
+    with MockServer(null_location) as server:
+        res = _eval(bench, tmp_path / "run", "openai:mock-vlm", "none", "--base-url", server.base_url)
+    assert res.exit_code == 0, res.output
+    nulls = [k for k, (raw, _) in _answers(tmp_path / "run").items() if raw is None]
+    assert len(nulls) == 4 and {qid for _, qid in nulls} == {"location"}  # one per positive case
+    (results,) = export_results([tmp_path / "run"], tmp_path / "ref")
+    exported = json.loads(results.read_text())
+    assert {case["attribute_extraction_qa"]["raw_responses"]["location"] for case in exported.values()
+            if "attribute_extraction_qa" in case} == {""}
+    res = _eval(bench, tmp_path / "replay", f"replay:{results}", "none")
+    assert res.exit_code == 0, res.output
+    a, b = score_run(tmp_path / "run", n_boot=0), score_run(tmp_path / "replay", n_boot=0)
+    assert b["failed_cases"] == [] and a["paths"] == b["paths"] and a["subtasks"] == b["subtasks"]
 
 
 def test_replay_fails_the_cases_the_file_has_no_response_for(tmp_path) -> None:

@@ -7,7 +7,8 @@ analysis and plots run on cxrground runs. Per case (keyed by the benchmark's cas
 ``qa_path``; per asked stage its ``correct`` flag, the answer string(s) the reference's first parsing pass makes of
 the replies (``response`` / ``responses``, what the reference evaluator records) and the ground-truth index (an int,
 a list for the multi-select questions), as the reference evaluator records them, plus the raw replies
-(``raw_response`` / ``raw_responses``, which the reference's scripts do not read); the Stage-3 and Stage-4
+(``raw_response`` / ``raw_responses``, which the reference's scripts do not read; a null reply is written as the
+empty string it is scored as, a question left unanswered as null); the Stage-3 and Stage-4
 sub-questions under their reference names (``expansion``, ``severity/measurement`` ...) with their own ``correct``.
 Correctness is cxrground's scoring (:func:`~cxrground.evaluation.percept.scoring.case_view`): a failed or missing
 case has every asked stage wrong and stays in the file, where the reference evaluator would leave a stage it got no
@@ -63,10 +64,19 @@ def _parsed(text: str | None) -> str | None:
     return None if text is None else reference_answer_text(text)
 
 
+def _reply(question: dict[str, Any]) -> str | None:
+    """The reply recorded for one question of a result record: its text; ``""`` for a null reply (scored as an
+    unparseable answer, as an empty one, and the case went on); None for a question left unanswered (``failed``)."""
+    raw = question.get("raw")
+    if isinstance(raw, str):
+        return raw
+    return None if question.get("label", "failed") == "failed" else ""
+
+
 def _case(plan: dict[str, Any], rec: dict[str, Any] | None) -> dict[str, Any]:
     """One case in the reference evaluator's record form."""
     view = case_view(plan, rec)
-    raw = {q["qid"]: q.get("raw") for q in (rec or {}).get("questions", [])}
+    raw = {q["qid"]: _reply(q) for q in (rec or {}).get("questions", [])}
     out: dict[str, Any] = {"key_id": plan["case_id"], "qa_path": CSV_PATH_NAMES[plan["path"]]}
     by_stage: dict[int, list[dict[str, Any]]] = {}
     for q in view["questions"]:
