@@ -83,6 +83,32 @@ def test_report_skips_run_folders_without_results(tmp_path):
     assert not (tmp_path / "r.html").exists()
 
 
+def test_report_warns_about_runs_on_different_benchmark_builds(tmp_path):
+    """Runs evaluated on two builds of a benchmark (different bench_sha256) share labels in the report: a warning
+    names each build's runs, on stderr and in the HTML page; runs on one build get none."""
+    runner = CliRunner()
+    for name, seed in (("a", 0), ("b", 1)):
+        bench = make_benchmark(tmp_path / f"bench_{name}", {"LF": 1, "RF": 1, "RR": 1}, lesions=("opacity",),
+                               seed=seed)
+        for run in (name, f"{name}2"):
+            res = runner.invoke(main, ["percept", "eval", "--bench", str(bench), "--model", "random", "--oracle",
+                                       "none", "--out", str(tmp_path / run), "--no-progress"])
+            assert res.exit_code == 0, res.output
+    out = tmp_path / "report.html"
+    res = runner.invoke(main, ["percept", "report", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out),
+                               "--bootstrap", "0"])
+    assert res.exit_code == 0, res.output
+    assert "different benchmark builds" in res.stderr, res.stderr
+    assert str(tmp_path / "a") in res.stderr and str(tmp_path / "b") in res.stderr
+    assert "bench_a" in res.stderr and "bench_b" in res.stderr
+    text = out.read_text()
+    assert "class='warn'" in text and "different benchmark builds" in text
+    res = runner.invoke(main, ["percept", "report", str(tmp_path / "a"), str(tmp_path / "a2"), "--out", str(out),
+                               "--bootstrap", "0"])
+    assert res.exit_code == 0, res.output
+    assert "benchmark builds" not in res.stderr and "class='warn'" not in out.read_text()
+
+
 def test_hf_message_conversion():
     buf = io.BytesIO()
     Image.new("L", (5, 4), 9).save(buf, format="PNG")

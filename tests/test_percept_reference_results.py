@@ -105,6 +105,31 @@ def test_cli_export_results(tmp_path) -> None:
     assert "wrote" in proc.stdout
 
 
+def test_export_results_refuses_to_replace_an_earlier_export_without_overwrite(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from cxrground.cli import main
+
+    first, _ = _run(tmp_path / "first", "random")
+    second, _ = _run(tmp_path / "second", "random", oracle="implicit")
+    third, _ = _run(tmp_path / "third", "random")
+    third_plans = json.loads((third / "cases.json").read_text())[:-1]  # another selection, same model and setting
+    (third / "cases.json").write_text(json.dumps(third_plans))
+    out = tmp_path / "ref"
+    runner = CliRunner()
+    for run in (first, second):  # another model or setting goes beside it
+        res = runner.invoke(main, ["percept", "export-results", str(run), "--out", str(out)])
+        assert res.exit_code == 0, res.output
+    path = out / "dummy_random" / "oracle_none" / "all_results.json"
+    before = path.read_text()
+    res = runner.invoke(main, ["percept", "export-results", str(third), "--out", str(out)])
+    assert res.exit_code == 1 and str(path) in res.output and "--overwrite" in res.output, res.output
+    assert path.read_text() == before
+    res = runner.invoke(main, ["percept", "export-results", str(third), "--out", str(out), "--overwrite"])
+    assert res.exit_code == 0, res.output
+    assert len(json.loads(path.read_text())) == len(third_plans)
+
+
 def _eval(bench: Path, out: Path, model: str, oracle: str = "none", *extra: str):
     from click.testing import CliRunner
 

@@ -67,8 +67,9 @@ def report_cmd(runs: tuple[Path, ...], out: Path, n_boot: int) -> None:
     (a run stopped by a 401/403/404 or killed before its first case finished) are skipped with a note naming them;
     a folder without a valid config.json is an error naming it, and so is RUNS without a run that has results. A
     path a run has no case of is written as 0.0 rows in all_models_summary.csv (the reference's format), with a note
-    naming it."""
-    from cxrground.evaluation.percept.report import REPORT_CSV, has_results, load_scores, write_report
+    naming it. Runs evaluated on different benchmark builds (bench_sha256 in config.json) are reported with a
+    warning naming each build's runs, also shown in the HTML page."""
+    from cxrground.evaluation.percept.report import REPORT_CSV, has_results, load_scores, mixed_builds, write_report
     from cxrground.evaluation.percept.scoring import zero_path_note
 
     folders = [r for r in runs if r.is_dir()]
@@ -88,6 +89,9 @@ def report_cmd(runs: tuple[Path, ...], out: Path, n_boot: int) -> None:
     scores = load_scores(folders, n_boot=n_boot)
     for score in scores:
         _warn_bad_lines(score)
+    mixed = mixed_builds(scores)
+    if mixed:
+        warn(mixed)
     path = write_report(scores, out)
     echo_lines([x for x in (zero_path_note(s, REPORT_CSV) for s in scores) if x], err=True)
     click.echo(f"wrote {path}")
@@ -99,12 +103,15 @@ def report_cmd(runs: tuple[Path, ...], out: Path, n_boot: int) -> None:
               help="Folder to write <provider>_<model>/oracle_<setting>/all_results.json into.")
 @click.option("--repeat", type=click.IntRange(0), default=0, show_default=True,
               help="Which repeat of a run made with --repeats N (the reference has one answer per case).")
-def export_results_cmd(runs: tuple[Path, ...], out: Path, repeat: int) -> None:
+@click.option("--overwrite", is_flag=True, help="Replace an all_results.json an earlier export wrote for the same "
+              "model and oracle setting in OUT (refused otherwise).")
+def export_results_cmd(runs: tuple[Path, ...], out: Path, repeat: int, overwrite: bool) -> None:
     """Write runs in the reference repository's result layout (all_results.json per model and oracle setting), so
-    its analysis script (01_analyze_model_performance.py --results-dir OUT) reads them."""
+    its analysis script (01_analyze_model_performance.py --results-dir OUT) reads them. Other runs may be exported
+    into the same OUT later; a file an earlier export wrote is replaced only with --overwrite."""
     from cxrground.evaluation.percept.reference_results import export_results
 
-    for path in export_results(runs, out, repeat=repeat):
+    for path in export_results(runs, out, repeat=repeat, overwrite=overwrite):
         click.echo(f"wrote {path}")
 
 

@@ -108,10 +108,12 @@ def reference_results(plans: Sequence[dict[str, Any]], records: dict[str, dict[s
     return {plan["case_id"]: _case(plan, records.get(plan["case_id"])) for plan in plans}
 
 
-def export_results(runs: Sequence[str | Path], out: str | Path, repeat: int = 0) -> list[Path]:
+def export_results(runs: Sequence[str | Path], out: str | Path, repeat: int = 0, overwrite: bool = False
+                   ) -> list[Path]:
     """Write each run's ``all_results.json`` (its repeat ``repeat``) under ``out`` in the reference layout
     (:func:`reference_folder`); returns the files written. Two runs that map to one folder (the same model and
-    oracle setting) and a repeat the run does not have are a :class:`ConfigError`, before anything is written."""
+    oracle setting), a repeat the run does not have and, unless ``overwrite``, a file an earlier export wrote there
+    are a :class:`ConfigError`, before anything is written."""
     jobs: dict[str, tuple[Path, dict[str, Any]]] = {}
     for run in map(Path, runs):
         cfg, plans, per_repeat, _lines = run_records(run)
@@ -123,6 +125,11 @@ def export_results(runs: Sequence[str | Path], out: str | Path, repeat: int = 0)
             raise ConfigError(f"runs {jobs[folder][0]} and {run} both go to {folder} (same model and oracle "
                               "setting); export them to different folders")
         jobs[folder] = (run, reference_results(plans, per_repeat[repeat]))
+    existing = [Path(out) / folder / REFERENCE_RESULTS_FILE for folder in jobs]
+    existing = [path for path in existing if path.exists()]
+    if existing and not overwrite:
+        raise ConfigError(f"{', '.join(map(str, existing))} exist{'s' if len(existing) == 1 else ''} (an earlier "
+                          "export); choose another folder or pass --overwrite")
     written = []
     for folder, (_run, results) in jobs.items():
         path = Path(out) / folder / REFERENCE_RESULTS_FILE

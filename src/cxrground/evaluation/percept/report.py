@@ -27,7 +27,7 @@ from cxrground.evaluation.percept.scoring import (
     write_csvs,
 )
 
-__all__ = ["REPORT_CSV", "build_report", "has_results", "load_scores", "render_report", "write_report"]
+__all__ = ["REPORT_CSV", "build_report", "has_results", "load_scores", "mixed_builds", "render_report", "write_report"]
 
 #: The cross-run summary CSV written beside the report.
 REPORT_CSV: Final[str] = "all_models_summary.csv"
@@ -37,7 +37,7 @@ _CSS: Final[str] = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0 20px}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:right;font-size:13px}th{background:#f3f3f3}
 td.l,th.l{text-align:left}svg{display:block;margin:6px 0 18px}h2{margin-top:28px}.legend span{margin-right:14px}
-small{color:#666}
+small{color:#666}p.warn{background:#fff3cd;border:1px solid #e0b84c;padding:6px 10px}
 """
 
 
@@ -76,8 +76,27 @@ def load_scores(runs: Sequence[str | Path], n_boot: int = 1000) -> list[dict[str
                 score = json.loads(score_file.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError):
                 score = None
-        scores.append(score if _usable(score) else score_run(run, n_boot=n_boot))
+        score = score if _usable(score) else score_run(run, n_boot=n_boot)
+        score["run"]["folder"] = str(run)
+        scores.append(score)
     return scores
+
+
+def mixed_builds(scores: Sequence[dict[str, Any]]) -> str | None:
+    """A warning naming the runs of each benchmark build when ``scores`` (:func:`load_scores`) come from runs
+    evaluated on different builds (``bench_sha256`` of their ``config.json``); None when they share one. A run
+    whose configuration records no ``bench_sha256`` is left out of the comparison."""
+    builds: dict[str, list[dict[str, Any]]] = {}
+    for s in scores:
+        sha = s["run"].get("config", {}).get("bench_sha256")
+        if isinstance(sha, str):
+            builds.setdefault(sha, []).append(s["run"])
+    if len(builds) < 2:
+        return None
+    parts = [f"build {sha[:12]} (bench {runs[0]['config'].get('bench', '?')}): "
+             + ", ".join(f"{r.get('folder', r['label'])} ({r['label']})" for r in runs) for sha, runs in builds.items()]
+    return (f"warning: the runs were evaluated on {len(builds)} different benchmark builds (bench_sha256 differs), so "
+            f"their numbers are not comparable: {'; '.join(parts)}")
 
 
 def _pct(x: float | None) -> str:
@@ -192,6 +211,9 @@ def render_report(scores: Sequence[dict[str, Any]], title: str = "CheXpercept ev
     labels = [s["run"]["label"] for s in scores]
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
              f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>", _legend(labels)]
+    mixed = mixed_builds(scores)
+    if mixed:
+        parts.append(f"<p class='warn'><b>Warning:</b> {html.escape(mixed.removeprefix('warning: '))}</p>")
     rows = []
     for s in scores:
         for path, block in s["paths"].items():
