@@ -122,8 +122,14 @@ def _set(case: str, value: Any, *keys: str) -> Callable[[dict[str, Any]], None]:
     (_set("edema_prf0", [], "attribute_extraction_qa", "location", "answer_index"), ("location", "[]")),
     (_set("edema_prf0", [], "contour_qa", "contour_eval_qa", "answer_options"), ("contour_eval", "0 answer option")),
     (_set("edema_prf0", "  ", "attribute_extraction_qa", "comparison", "question"), ("comparison: empty question",)),
+    (_set("edema_prr0", "revision_free", "qa_path"),
+     ("case edema_prr0", "qa_path revision_free disagrees with contour_qa.no_deformation=False")),
+    (_set("edema_prr0", 2, "detection_qa", "answer_index"),
+     ("case edema_prr0", "detection answer 'Yes' disagrees with its answer_index 2 ('No')",
+      "revision-required detection answer must be 1 (Yes), not answer_index 2")),
 ], ids=["rf-no-stage4", "rf-no-contour", "rr-no-expansion", "rr-no-revision-result", "path-vs-detection",
-        "gt-outside-options", "empty-multi-gt", "no-options", "empty-question"])
+        "gt-outside-options", "empty-multi-gt", "no-options", "empty-question", "path-vs-no-deformation",
+        "positive-answered-no"])
 def test_case_missing_its_questions_is_refused(base, tmp_path, edit, needles):
     res = _eval(_variant(base, tmp_path / "bench", edit), tmp_path / "run")
     _refused(res, "cannot be evaluated", *needles)

@@ -155,6 +155,23 @@ def test_schema_and_path_rules(bench: Path) -> None:
     assert len(problems) == 1 and "detection_qa" in problems[0]
 
 
+def test_ground_truth_that_disagrees_with_the_path(bench: Path) -> None:
+    """A positive case whose detection answer_index is 2 (No), or whose answer text is not the option its index
+    names, and a qa_path that contradicts no_deformation are problems."""
+    data = _data(bench)
+    rr = _first(data, _rr)
+    rr["detection_qa"]["answer_index"] = 2
+    _save(bench, data)
+    problems = validate_benchmark(bench)
+    assert any("detection answer 'Yes' disagrees with its answer_index 2 ('No')" in p for p in problems), problems
+    assert any("revision-required detection answer must be 1 (Yes), not answer_index 2" in p for p in problems)
+    rr["detection_qa"]["answer_index"] = 1
+    rr["qa_path"] = "revision_free"
+    _save(bench, data)
+    assert any("qa_path revision_free disagrees with contour_qa.no_deformation=False" in p
+               for p in validate_benchmark(bench))
+
+
 def test_gallery_page_in_the_folder_keeps_it_valid(bench: Path) -> None:
     """``make demo`` writes gallery.html into the benchmark after the build; validate still accepts it."""
     from cxrground.percept.gallery import render_gallery

@@ -54,6 +54,7 @@ __all__ = [
     "RevisionResultQA",
     "SeverityQA",
     "case_path",
+    "ground_truth_problems",
     "is_reference_case",
     "load_benchmark",
     "parse_benchmark",
@@ -239,6 +240,28 @@ def case_path(case: Case) -> str:
     if case.contour_qa is None:
         raise ValueError(f"positive case {case.pair_id} has no contour_qa")
     return "revision_free" if case.contour_qa.no_deformation else "revision_required"
+
+
+def ground_truth_problems(case: Case, path: str) -> list[str]:
+    """Where the ground truth of ``case`` disagrees with itself or with its path ``path`` (a ``qa_path`` value,
+    §1.3): the detection ``answer`` is not the option its ``answer_index`` names; the detection ``answer_index`` is
+    not 1 (Yes) on a positive path or 2 (No) on the lesion-free path; ``contour_qa.no_deformation`` is not true on
+    the revision-free path and false on the revision-required one. An index outside the options is left to the
+    option checks."""
+    det = case.detection_qa
+    problems = []
+    listed = 1 <= det.answer_index <= len(det.answer_options)
+    if listed and det.answer_options[det.answer_index - 1] != det.answer:
+        problems.append(f"detection answer {det.answer!r} disagrees with its answer_index {det.answer_index} "
+                        f"({det.answer_options[det.answer_index - 1]!r})")
+    want = 2 if path == "lesion_free" else 1
+    if listed and det.answer_index != want:
+        problems.append(f"{path.replace('_', '-')} detection answer must be {want} ({'No' if want == 2 else 'Yes'}), "
+                        f"not answer_index {det.answer_index}")
+    cq = case.contour_qa
+    if path != "lesion_free" and cq is not None and cq.no_deformation != (path == "revision_free"):
+        problems.append(f"qa_path {path} disagrees with contour_qa.no_deformation={cq.no_deformation}")
+    return problems
 
 
 def is_reference_case(case: Case) -> bool:

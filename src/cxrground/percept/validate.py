@@ -31,7 +31,7 @@ from PIL import Image
 from cxrground.errors import InputError
 from cxrground.percept.layout import BUILD_SETTINGS_FILE
 from cxrground.percept.paths import unsafe_reason
-from cxrground.percept.schema import BENCHMARK_FILE, Case, load_benchmark
+from cxrground.percept.schema import BENCHMARK_FILE, Case, ground_truth_problems, load_benchmark
 from cxrground.vocab.lesions import LESIONS
 from cxrground.vocab.percept_templates import (
     NONE_OPTION,
@@ -119,18 +119,15 @@ def _check_case(root: Path, key: str, case: Case, problems: list[str]) -> None:
     _single(det, 2, f"{key}.detection_qa", problems)
     _check_image(root, det.relative_path, size, f"{key}.detection_qa", problems)
     path = case.path(key)
+    problems.extend(f"{key}: {problem}" for problem in ground_truth_problems(case, path))
     if path == PATH_LESION_FREE:
         if case.contour_qa is not None or case.attribute_extraction_qa is not None:
             problems.append(f"{key}: a lesion-free case must hold only detection_qa and ids")
-        if det.answer_index != 2:
-            problems.append(f"{key}: lesion-free detection answer must be 2 (No)")
         return
     cq = case.contour_qa
     if cq is None:
         problems.append(f"{key}: positive case without contour_qa")
         return
-    if cq.no_deformation != (path == PATH_REVISION_FREE):
-        problems.append(f"{key}: qa_path {path} disagrees with no_deformation={cq.no_deformation}")
     ev = cq.contour_eval_qa
     _single(ev, 2, f"{key}.contour_eval_qa", problems)
     if ev.answer_index != (2 if cq.no_deformation else 1):

@@ -42,7 +42,7 @@ from typing import Any, Final, Literal
 
 from cxrground.errors import ImageReadError, InputError
 from cxrground.percept.paths import safe_image_path, unsafe_reason
-from cxrground.percept.schema import Benchmark, Case, with_root_paths
+from cxrground.percept.schema import Benchmark, Case, ground_truth_problems, with_root_paths
 from cxrground.vocab import percept_templates as pt
 from cxrground.vocab.lesions import LESIONS
 from cxrground.vocab.traits import lesions_where
@@ -158,14 +158,19 @@ def _lesion(key: str, case: Case) -> str:
 
 
 def _path(key: str, case: Case) -> str:
-    """The case's path abbreviation (RR/RF/LF); raises when it is missing or contradicts the detection answer."""
+    """The case's path abbreviation (RR/RF/LF); raises when it is missing, contradicts the detection answer or
+    disagrees with the rest of the ground truth (:func:`~cxrground.percept.schema.ground_truth_problems`)."""
     try:
-        path = pt.PATH_ABBREVIATIONS[case.path(key)]
+        name = case.path(key)
     except ValueError:
         raise _case_error(key, "positive case (detection answer Yes) without contour_qa") from None
+    path = pt.PATH_ABBREVIATIONS[name]
     positive = case.detection_qa.answer == "Yes"
     if (path != "LF") != positive:
         raise _case_error(key, f"qa_path {case.qa_path} contradicts the detection answer {case.detection_qa.answer!r}")
+    problems = ground_truth_problems(case, name)
+    if problems:
+        raise _case_error(key, "; ".join(problems))
     return path
 
 
