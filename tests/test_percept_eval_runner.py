@@ -106,6 +106,31 @@ def test_empty_none_or_unparseable_answers_count_wrong(bench, tmp_path, content)
     assert score["parse"]["overall"]["unparseable"] == 1.0
 
 
+def test_an_empty_reply_is_scored_but_not_cached(bench, tmp_path):
+    """An empty or null reply (a glitch, maybe) is scored unparseable where it came, but a later run on the same
+    cache asks that question again instead of reusing it."""
+    asked: dict[str, int] = {}
+    answer = hash_policy(0)
+
+    def empty_once(body: dict) -> str | None:  # a yes/no question: "" or null the first time, then an answer
+        key = json.dumps([body["messages"][1], body["messages"][-1]], sort_keys=True)  # case + question
+        asked[key] = asked.get(key, 0) + 1
+        if asked[key] == 1 and "Options:\\n(1) Yes" in json.dumps(body["messages"][-1]["content"]):
+            return None if len(asked) % 2 else ""
+        return answer(body)
+
+    with MockServer(empty_once) as server:
+        _run(bench, tmp_path / "first", server, oracle="none")
+        blank = [(cid, q[0]) for cid, qs in _answers(tmp_path / "first").items() for q in qs if not q[1]]
+        assert blank and all(qid in ("detection", "contour_eval") for _, qid in blank)
+        assert all(q[3] == "unparseable" for qs in _answers(tmp_path / "first").values() for q in qs if not q[1])
+        second = _run(bench, tmp_path / "second", server, oracle="none")
+        assert second["requests_sent"] >= len(blank)
+        assert all(q[1] for qs in _answers(tmp_path / "second").values() for q in qs)  # asked again: answered
+        third = _run(bench, tmp_path / "third", server, oracle="none")
+        assert third["requests_sent"] == 0  # the answers are cached
+
+
 def test_config_mismatch_max_images_and_keys(bench, tmp_path, monkeypatch):
     with MockServer(hash_policy(1)) as server:
         _run(bench, tmp_path / "run", server, settings={"limit": 2})

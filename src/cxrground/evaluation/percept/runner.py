@@ -12,7 +12,9 @@
   index + exact messages (+ the baselines' case/question context). Rerunning, resuming or switching oracle
   setting never repeats an answered request (the first request of a case is the same under every oracle
   setting, so Stage 1 is always reused), while repeat ``k`` never reuses repeat ``j``'s answer. Default
-  cache file: ``percept_cache.sqlite`` next to the RUN folder, so sibling runs share it.
+  cache file: ``percept_cache.sqlite`` next to the RUN folder, so sibling runs share it. An empty reply (null
+  or blank content, maybe a transient glitch) is scored as unparseable in the case that got it but never cached
+  (nor taken from the cache), so every later request of it (another run, a resumed unfinished case) asks again.
 - Transient errors (408/409/425/429, 5xx, timeouts, connection errors) are retried by
   :func:`cxrground.llm.call_with_retries` under a :class:`~cxrground.llm.RetryPolicy` (``max_attempts``
   attempts in all, ``Retry-After`` capped at ``max_retry_after``, else backoff with jitter). A case that
@@ -402,6 +404,12 @@ def _write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True))
 
 
+def _blank(content: Any) -> bool:
+    """Whether a reply is empty (null, no text or only white space): scored as unparseable where it came, never
+    cached, so a later run asks again."""
+    return not (isinstance(content, str) and content.strip())
+
+
 @dataclass(frozen=True)
 class _ClientName:
     """``client``'s name in errors: its registry prefix and model (``openai:gpt-4o``)."""
@@ -445,7 +453,7 @@ class _Runner:
         context = c.cache_context(q, case_id)
         key = percept_cache_key(c.identity, decoding, messages, sample, context)
         hit = await asyncio.to_thread(self.cache.get, key)
-        if hit is not None:
+        if hit is not None and not _blank(hit.get("content")):  # an empty reply stored by an earlier version: ask
             self.stats.cache_hits += 1
             return Completion(hit.get("content"), hit.get("usage") or {}, hit.get("model_version")), True, 0
 
@@ -461,10 +469,11 @@ class _Runner:
             self.stats.model_versions.add(completion.model_version)
         for k in _TOKEN_KEYS:
             self.stats.tokens_sent[k] += int((completion.usage or {}).get(k, 0) or 0)
-        # off the event loop: a WAL commit waits for the disk
-        await asyncio.to_thread(self.cache.put, key, c.identity, decoding, sample, messages, context,
-                                {"content": completion.content, "usage": completion.usage,
-                                 "model_version": completion.model_version})
+        if not _blank(completion.content):  # an empty reply may be a glitch: scored, never reused
+            # off the event loop: a WAL commit waits for the disk
+            await asyncio.to_thread(self.cache.put, key, c.identity, decoding, sample, messages, context,
+                                    {"content": completion.content, "usage": completion.usage,
+                                     "model_version": completion.model_version})
         return completion, False, attempts
 
     async def run_case(self, plan: CasePlan, sample: int = 0) -> dict[str, Any]:
