@@ -218,3 +218,19 @@ def test_a_rerun_prints_what_it_sent_not_the_folder_totals(bench, tmp_path):
         assert again.exit_code == 0 and server.requests == sent, again.output
         assert "0 requests sent, 0 cache hits (this folder in all: " in again.output, again.output
         assert f"{sent} sent" in again.output
+
+
+def test_eval_help_says_what_the_oracle_settings_and_the_limit_do():
+    """--oracle explicit keeps the model's answer and prepends the §13.3 text (it does not also replace the answer);
+    --limit's hash selection is not balanced across paths."""
+    from click.testing import CliRunner
+
+    from cxrground.cli import main
+
+    res = CliRunner().invoke(main, ["percept", "eval", "--help"])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "also say so" not in text and "§14" not in text and "every path mixed" not in text
+    assert "keep the model's answer and prepend the ground-truth text to the next question (explicit)" in text
+    assert "CHEXPERCEPT.md §13.3" in text
+    assert "not balanced across paths" in text and "--per-path-limit takes N of each path" in text

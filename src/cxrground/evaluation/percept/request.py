@@ -27,14 +27,16 @@ class EvalRequest:
     spec: str = option(flag="--model", help=f"{spec_forms()}.")
     out: Path = option(path="out_dir", help="Run folder.")
     oracle: str = option("implicit", choices=("none", "implicit", "explicit"), help="After a wrong answer: go on "
-                         "(none), replace it with the ground truth in the conversation (implicit) or also say so "
-                         "(explicit), CHEXPERCEPT.md §14.")
+                         "(none); replace the wrong answer by the ground truth in the conversation history "
+                         "(implicit); or keep the model's answer and prepend the ground-truth text to the next "
+                         "question (explicit). CHEXPERCEPT.md §13.3.")
     concurrency: int = option(8, low=1, help="Cases in flight at once.")
-    limit: int | None = option(None, help="Evaluate only N cases (deterministic selection).")
+    limit: int | None = option(None, help="Evaluate only N cases (deterministic selection, not balanced across "
+                               "paths: a small N may hold one path only; --per-path-limit takes N of each path).")
     per_path_limit: int | None = option(None, help="At most N cases per path (RR/RF/LF).")
     selection: str = option("hash", choices=("hash", "reference"),
-                            help="Which cases --limit / --per-path-limit keep: hash (by a hash of --seed and the "
-                            "case id, every path mixed) or reference (the first in benchmark file order, as the "
+                            help="Which cases --limit / --per-path-limit keep: hash (the first in the order of a "
+                            "hash of --seed and the case id) or reference (the first in benchmark file order, as the "
                             "reference evaluator's --limit / --per_path_limit: one of the two; to score or replay "
                             "the cases of a reference run).")
     temperature: float = option(0.0, low=0.0, help="Sampling temperature (0: greedy).")
