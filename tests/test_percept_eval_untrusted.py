@@ -228,3 +228,17 @@ def test_run_eval_api_refuses_too(base, tmp_path):
         run_eval(EvalSettings(bench, "first-option"), tmp_path / "run", progress=False)
     with pytest.raises(ConfigError, match="--limit must be >= 1"):
         run_eval(EvalSettings(base, "first-option", limit=-1), tmp_path / "run", progress=False)
+
+
+def test_an_ils_dataset_given_as_the_benchmark_is_named_as_such(tmp_path):
+    """`--bench mimic_ils_instruction_answer.json` (or its folder) is an ILS dataset: said so, with how to build a
+    benchmark (it was "case train: detection_qa: Field required")."""
+    ils = tmp_path / "ils"
+    ils.mkdir()
+    study = {"subject_id": "p1", "pairs": []}
+    (ils / "mimic_ils_instruction_answer.json").write_text(json.dumps({"train": {"s1": study}, "val": {}, "test": {}}))
+    for bench in (ils / "mimic_ils_instruction_answer.json", ils):
+        res = _eval(bench, tmp_path / "run")
+        _refused(res, f"{bench}: is an ILS dataset, not a CheXpercept benchmark", "cxrground percept build")
+        assert "detection_qa" not in res.output
+    assert not (tmp_path / "run").exists()

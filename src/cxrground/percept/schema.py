@@ -26,6 +26,8 @@ from typing import Any, Final, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from cxrground.errors import InputError
+from cxrground.ils.layout import DATASET_FILE as ILS_DATASET_FILE
+from cxrground.ils.schema import SPLITS as ILS_SPLITS
 
 __all__ = [
     "ATTRIBUTE_KEYS",
@@ -308,11 +310,23 @@ class Benchmark(BaseModel):
         return {k: c.model_dump(exclude_none=False, by_alias=True) for k, c in self.cases.items()}
 
 
+_NOT_A_BENCHMARK: Final[str] = ("is an ILS dataset, not a CheXpercept benchmark; build one with `cxrground percept "
+                                 "build`")
+
+
+def _is_ils_dataset(data: Mapping[str, Any]) -> bool:
+    """Whether ``data`` is the top level of an ILS dataset (``{split: {study_id: study}}``), not a benchmark."""
+    return (bool(data) and set(data) <= set(ILS_SPLITS)
+            and all(isinstance(v, Mapping) and "detection_qa" not in v for v in data.values()))
+
+
 def parse_benchmark(data: Mapping[str, Any], root: Path | None = None, source: Path | None = None) -> Benchmark:
     """Validate a ``{key_id: case}`` mapping (either layout; image paths come out relative to the benchmark
     folder); errors name the case and the field."""
     if not isinstance(data, Mapping):
         raise InputError("benchmark JSON must be an object {key_id: case}", source)
+    if _is_ils_dataset(data):
+        raise InputError(_NOT_A_BENCHMARK, source)
     cases: dict[str, Case] = {}
     for key, value in data.items():
         try:
@@ -333,6 +347,8 @@ def load_benchmark(path: str | Path) -> Benchmark:
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
+        if path.is_dir() and (path / ILS_DATASET_FILE).is_file():
+            raise InputError(_NOT_A_BENCHMARK, path) from None
         raise InputError("benchmark file not found", file) from None
     except OSError as exc:
         raise InputError(f"cannot read the benchmark file ({exc.strerror or exc})", file) from exc
