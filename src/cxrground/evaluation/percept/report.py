@@ -60,7 +60,7 @@ def load_scores(runs: Sequence[str | Path], n_boot: int = 1000) -> list[dict[str
     """``score.json`` of every run (scored now when missing, older than the run's files or unreadable). Every run
     must hold a valid ``config.json`` and ``cases.json`` (:func:`~.scoring.read_config`,
     :func:`~.scoring.read_plans`: an :class:`~cxrground.errors.InputError` naming the file), even when its
-    ``score.json`` is reused."""
+    ``score.json`` is reused. Each score's ``run`` block gains ``folder``, the run folder as given (not saved)."""
     import json
 
     scores = []
@@ -88,7 +88,7 @@ def mixed_builds(scores: Sequence[dict[str, Any]]) -> str | None:
     whose configuration records no ``bench_sha256`` is left out of the comparison."""
     builds: dict[str, list[dict[str, Any]]] = {}
     for s in scores:
-        sha = s["run"].get("config", {}).get("bench_sha256")
+        sha = (s["run"].get("config") or {}).get("bench_sha256")
         if isinstance(sha, str):
             builds.setdefault(sha, []).append(s["run"])
     if len(builds) < 2:
