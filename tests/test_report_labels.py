@@ -181,7 +181,8 @@ def test_cli_csv_with_out_records_the_failure(tmp_path: Path) -> None:
         "1", "1", "right", "0", "1")
     assert s2["atelectasis"] == "-1"
     fail_lines = (tmp_path / "out" / "labels.csv.failures.jsonl").read_text(encoding="utf-8").splitlines()
-    failures = [json.loads(line)["failure"] for line in fail_lines]
+    failures = [json.loads(line) for line in fail_lines]  # flat objects, as every failures.jsonl
+    assert set(failures[0]) == {"path", "stage", "reason", "error"}
     assert len(failures) == 1 and failures[0]["path"].endswith("corrupt.xml")
     assert "malformed XML" in failures[0]["reason"]
     # a rerun without failures removes the stale failures file
@@ -387,7 +388,7 @@ def test_a_report_far_larger_than_any_radiology_report_is_a_named_failure(tmp_pa
     result = runner.invoke(main, ["reports", "label", str(folder), "--out", str(out), "--no-progress"])
     assert result.exit_code == 0, result.output
     assert [r["report_id"] for r in csv.DictReader(io.StringIO(out.read_text(encoding="utf-8")))] == ["s1"]
-    failure = json.loads((tmp_path / "labels.csv.failures.jsonl").read_text().splitlines()[0])["failure"]
+    failure = json.loads((tmp_path / "labels.csv.failures.jsonl").read_text().splitlines()[0])
     assert failure["path"].endswith("s2.txt") and "radiology report stays under" in failure["reason"]
 
 
@@ -417,7 +418,7 @@ def test_a_table_of_reports_is_not_held_to_the_size_of_one_report(tmp_path: Path
     result = runner.invoke(main, ["reports", "label", str(table), "--out", str(out), "--no-progress"])
     assert result.exit_code == 0, result.output
     assert len(list(csv.DictReader(io.StringIO(out.read_text(encoding="utf-8"))))) == 2000
-    failure = json.loads((tmp_path / "labels.csv.failures.jsonl").read_text().splitlines()[0])["failure"]
+    failure = json.loads((tmp_path / "labels.csv.failures.jsonl").read_text().splitlines()[0])
     assert failure["path"].endswith("reports.jsonl:2001") and "radiology report stays under" in failure["reason"]
     texts, bad = report_table(table)  # ils build --reports
     assert len(texts) == 2000 and len(bad) == 1
@@ -436,6 +437,6 @@ def test_cli_names_reports_that_share_a_file_name_by_their_path_and_records_a_br
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader(io.StringIO(out.read_text(encoding="utf-8"))))
     assert [r["report_id"] for r in rows] == [f"{folder.as_posix()}/good", "other", f"{folder.as_posix()}/sub/good"]
-    failures = [json.loads(line)["failure"] for line in
+    failures = [json.loads(line) for line in
                 (tmp_path / "labels.csv.failures.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [f["path"] for f in failures] == [str(folder / "gone.txt")]

@@ -221,7 +221,8 @@ def write_finding_lines(out: Path, rows: Sequence[dict[str, Any]], failures: Seq
 
 
 def write_failure_lines(out: Path, failures: Sequence[Failure]) -> Path | None:
-    """Write ``failures`` beside the output file ``out`` as ``OUT.failures.jsonl`` (removed when there are none).
+    """Write ``failures`` beside the output file ``out`` as ``OUT.failures.jsonl``, one flat object per line (the
+    ``failures.jsonl`` format of every batch command; removed when there are none).
 
     Returns the failures file, or None when there were no failures.
     """
@@ -229,5 +230,6 @@ def write_failure_lines(out: Path, failures: Sequence[Failure]) -> Path | None:
     if not failures:
         fail_path.unlink(missing_ok=True)
         return None
-    fail_path.write_text("".join(line + "\n" for line in finding_lines((), failures)), encoding="utf-8")
+    lines = (json.dumps(f.to_dict(), ensure_ascii=False) + "\n" for f in failures)
+    fail_path.write_text("".join(lines), encoding="utf-8")
     return fail_path
