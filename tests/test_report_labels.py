@@ -440,3 +440,26 @@ def test_cli_names_reports_that_share_a_file_name_by_their_path_and_records_a_br
     failures = [json.loads(line) for line in
                 (tmp_path / "labels.csv.failures.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [f["path"] for f in failures] == [str(folder / "gone.txt")]
+
+
+@pytest.mark.parametrize(("kind", "head"), [
+    ("PNG", b"\x89PNG\r\n\x1a\n"), ("JPEG", b"\xff\xd8\xff\xe0"), ("TIFF", b"II*\x00"), ("TIFF", b"MM\x00*"),
+    ("BMP", b"BM\x36\x00\x01\x00\x00\x00\x00\x00"), ("DICOM", b"\x00" * 128 + b"DICM"),
+])
+def test_an_image_given_as_a_report_is_named_as_an_image(tmp_path: Path, kind: str, head: bytes) -> None:
+    """A film given to ``reports label`` (small, or over the size of a report) is named as an image, not a report."""
+    from cxrground.reports.readers import MAX_REPORT_SIZE
+
+    runner, main = _cli()
+    for name, size in (("small", 200), ("large", 2 * MAX_REPORT_SIZE)):
+        film = tmp_path / f"{name}.png"
+        film.write_bytes(head + b"\xfe" * size)
+        out = tmp_path / f"{name}.csv"
+        result = runner.invoke(main, ["reports", "label", str(film), "--out", str(out), "--no-progress"])
+        assert result.exit_code == 1, result.output
+        failure = json.loads((tmp_path / f"{name}.csv.failures.jsonl").read_text())
+        assert failure["path"] == str(film)
+        assert failure["reason"].startswith(f"is a {kind} image, not a report (reports are .txt or .xml")
+    # a text report that starts with the letters of an image signature is still a report
+    (tmp_path / "bm.txt").write_text("BMI 31. FINDINGS: Small left pleural effusion.", encoding="utf-8")
+    assert read_report(tmp_path / "bm.txt").report_id == "bm"

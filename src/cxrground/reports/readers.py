@@ -33,6 +33,7 @@ __all__ = [
     "TABLE_SUFFIXES",
     "SectionChoices",
     "expand_report_paths",
+    "image_kind",
     "list_report_files",
     "parse_report_text",
     "read_report",
@@ -56,6 +57,23 @@ TABLE_COLUMNS: Final[tuple[str, str]] = ("study_id", "report")
 MAX_REPORT_SIZE: Final[int] = 65_536
 
 _XML_STARTS: Final[tuple[bytes, ...]] = (b"<?xml", b"<eCitation")
+#: Leading bytes of the image files a report path may name by mistake (a BMP's reserved bytes are zeros, and a
+#: TIFF's signature holds a zero byte, which no text report has).
+_IMAGE_STARTS: Final[tuple[tuple[str, bytes], ...]] = (
+    ("PNG", b"\x89PNG\r\n\x1a\n"), ("JPEG", b"\xff\xd8\xff"), ("TIFF", b"II*\x00"), ("TIFF", b"MM\x00*"))
+
+
+def image_kind(head: bytes) -> str | None:
+    """``PNG``, ``JPEG``, ``TIFF``, ``BMP`` or ``DICOM`` when ``head`` (a file's first 132 bytes) starts an image
+    of that kind, else None."""
+    for kind, start in _IMAGE_STARTS:
+        if head.startswith(start):
+            return kind
+    if head.startswith(b"BM") and head[6:10] == b"\x00\x00\x00\x00":
+        return "BMP"
+    if head[128:132] == b"DICM":
+        return "DICOM"
+    return None
 
 
 def parse_report_text(text: str, report_id: str | None = None, source: str | Path | None = None) -> Report:
@@ -88,12 +106,20 @@ def parse_report_text(text: str, report_id: str | None = None, source: str | Pat
 
 
 def _read_bytes(path: Path, limit: int | None = MAX_REPORT_SIZE) -> bytes:
-    """The bytes of the report file ``path``; a :class:`ReportError` for a missing one, or one over ``limit`` bytes
-    (None: no limit, a table of reports, whose every text is checked instead)."""
+    """The bytes of the report file ``path``; a :class:`ReportError` for a missing one, an image, or one over
+    ``limit`` bytes (None: no limit, a table of reports, whose every text is checked instead)."""
     if not path.exists():
         raise ReportError("file does not exist", path)
     if not path.is_file():
         raise ReportError("not a regular file", path)
+    try:
+        with path.open("rb") as fh:
+            kind = image_kind(fh.read(132))
+    except OSError as exc:
+        raise ReportError(f"cannot read file: {exc.strerror or exc}", path) from None
+    if kind is not None:
+        raise ReportError(f"is a {kind} image, not a report (reports are .txt or .xml files, or a table of them: "
+                          ".csv, .tsv, .jsonl)", path)
     size = path.stat().st_size
     if limit is not None and size > limit:
         raise ReportError(f"file of {size:,} bytes, over the {limit:,} a radiology report stays under", path)
