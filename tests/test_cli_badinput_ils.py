@@ -292,6 +292,19 @@ def test_build_with_no_study_names_the_index_and_the_first_failure(built, tmp_pa
              f"no studies found in the index {index}", "1 inputs failed; first:", code=1)
 
 
+@pytest.mark.parametrize(("text", "suffix", "reason"), [
+    ("", ".csv", "index is empty: it has no header and no rows"),
+    ("image,study_id,report\n", ".csv", "index has a header (image,study_id,report) but no rows"),
+    ("\n\n", ".jsonl", "index is empty: it has no rows"),
+])
+def test_build_from_an_empty_index_says_the_index_is_empty(built, tmp_path, text, suffix, reason):
+    _, images = built
+    index = tmp_path / f"index{suffix}"
+    index.write_text(text)
+    _refused(_run("ils", "build", "--images", images, "--index", index, "--out", tmp_path / "out", "--quiet"),
+             f"{index}: {reason}", code=1)
+
+
 # --- 6. unused predictions are told on stderr ----------------------------------------------------------------
 
 

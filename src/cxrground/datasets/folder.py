@@ -299,7 +299,7 @@ def _json_kind(value: object) -> str:
 def _index_rows(index: Path) -> list[tuple[int, object]]:
     """The rows of a CSV (a dict per row) or JSONL index (each line's JSON value), each with the file line it
     starts on; an :class:`~cxrground.errors.InputError` naming the file when it cannot be read, is not UTF-8
-    text or has a line that is not JSON."""
+    text, has a line that is not JSON or has no rows."""
     if not index.is_file():
         raise InputError("index file not found", index)
     if index.suffix.lower() == ".jsonl":
@@ -316,17 +316,21 @@ def _index_rows(index: Path) -> list[tuple[int, object]]:
                     rows.append((n, json.loads(line)))
                 except json.JSONDecodeError as exc:
                     raise InputError(f"line {n} is not JSON ({exc.msg})", index) from exc
+        if not rows:
+            raise InputError("index is empty: it has no rows", index)
         return rows
     reader = csv.reader(io.StringIO(read_csv_text(index, "index"), newline=""))
     header = next(reader, None)
     if not header:
-        return []
+        raise InputError("index is empty: it has no header and no rows", index)
     out: list[tuple[int, object]] = []
     start = reader.line_num + 1
     for values in reader:
         if values:  # a blank line is no row
             out.append((start, dict(zip(header, values, strict=False))))
         start = reader.line_num + 1
+    if not out:
+        raise InputError(f"index has a header ({','.join(header)}) but no rows", index)
     return out
 
 
