@@ -363,3 +363,41 @@ def test_evaluate_writes_its_result_when_another_split_cannot_be_read(built, tmp
              "--out", out)
     assert r.exit_code == 0, r.output
     assert out.is_file() and "why could not be told" in r.stderr and "has no 'instruction'" in r.stderr, r.stderr
+
+
+def _index_of_one_study(images: Path, tmp_path: Path, *extra: str) -> Path:
+    """An index CSV of the first study of ``images`` (then the ``extra`` rows)."""
+    film = sorted(images.rglob("*.jpg"))[0]
+    report = film.parent.with_suffix(".txt")
+    index = tmp_path / "index.csv"
+    index.write_text("\n".join(["image,study_id,report_path", f"{film},{film.parent.name},{report}", *extra]) + "\n")
+    return index
+
+
+def test_build_names_its_first_failure_on_the_console(built, tmp_path):
+    _, images = built
+    index = _index_of_one_study(images, tmp_path, f"{tmp_path / 'gone.jpg'},s9,{tmp_path / 'gone.txt'}")
+    r = _run("ils", "build", "--images", images, "--index", index, "--out", tmp_path / "out", "--quiet")
+    assert r.exit_code == 0, r.output
+    assert f"  first failure: {tmp_path / 'gone.jpg'}: " in r.output, r.output
+
+
+def test_build_with_an_llm_server_that_cannot_be_reached_stops_and_resumes(built, tmp_path):
+    from test_structure_llm import FakeLLM
+
+    _, images = built
+    index = _index_of_one_study(images, tmp_path)
+    out = tmp_path / "out"
+    with FakeLLM() as stopped:
+        dead = stopped.base_url
+    llm = ["--structurer", "llm", "--structurer-opt", "model=m", "--structurer-opt", "max_retries=1"]
+    _refused(_run("ils", "build", "--images", images, "--index", index, "--out", out, "--quiet", *llm,
+                  "--structurer-opt", f"base_url={dead}"),
+             f"the LLM structurer stops: cannot reach {dead}/chat/completions", code=1)
+    assert not list((out / "units").glob("*.json")) and not list((out / "units").glob("*.running"))
+    # the same build once the server runs (on that port): the study is processed, not a failure kept from the stop
+    with FakeLLM(port=int(dead.rsplit(":", 1)[1].split("/")[0])) as server:
+        assert server.base_url == dead
+        r = _run("ils", "build", "--images", images, "--index", index, "--out", out, "--quiet", *llm,
+                 "--structurer-opt", f"base_url={dead}")
+    assert r.exit_code == 0 and "(1 processed, 0 already done, 0 failures" in r.output, r.output

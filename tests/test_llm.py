@@ -19,11 +19,13 @@ from cxrground.evaluation.percept.clients.hf import HFClient
 from cxrground.llm import (
     ChatClient,
     ClientError,
+    ConnectFailed,
     EndpointRefused,
     PermanentError,
     ResponseCache,
     RetryPolicy,
     TransientError,
+    Unreachable,
     bounded_map,
     cache_key,
     call_with_retries,
@@ -218,10 +220,34 @@ def test_chat_client_null_content_timeouts_and_connection_errors():
 
     with pytest.raises(TransientError, match="timed out after 5 s"):
         run_sync(_client(timeout).complete([{"role": "user", "content": "x"}]))
-    with pytest.raises(TransientError, match="connection error: ConnectError"):
+    with pytest.raises(ConnectFailed, match="connection error: ConnectError"):
         run_sync(_client(refused).complete([{"role": "user", "content": "x"}]))
     with pytest.raises(ConfigError):
         ChatClient("", "m")
+
+
+def test_a_server_never_reached_is_told_from_one_that_answered():
+    """A refused connection is a ConnectFailed, retried; spent, it is Unreachable. A connection broken after the
+    request was sent is a plain transient error; any HTTP answer marks the client as answered."""
+
+    def refused(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("All connection attempts failed", request=request)
+
+    def broken(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadError("reset", request=request)
+
+    chat = _client(refused)
+    with pytest.raises(Unreachable, match=r"connection error: ConnectError: .* \(after 4 attempts\)"):
+        run_sync(call_with_retries(lambda: chat.complete([{"role": "user", "content": "x"}]), NO_WAIT))
+    assert not chat.answered
+    chat = _client(broken)
+    with pytest.raises(ClientError) as got:
+        run_sync(call_with_retries(lambda: chat.complete([{"role": "user", "content": "x"}]), NO_WAIT))
+    assert not isinstance(got.value, Unreachable)
+    chat = _client(lambda request: httpx.Response(503, text="loading"))
+    with pytest.raises(ClientError):
+        run_sync(call_with_retries(lambda: chat.complete([{"role": "user", "content": "x"}]), NO_WAIT))
+    assert chat.answered
 
 
 # -- cache ------------------------------------------------------------------------------------------------------

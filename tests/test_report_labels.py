@@ -8,6 +8,7 @@ import csv
 import importlib
 import io
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -463,3 +464,33 @@ def test_an_image_given_as_a_report_is_named_as_an_image(tmp_path: Path, kind: s
     # a text report that starts with the letters of an image signature is still a report
     (tmp_path / "bm.txt").write_text("BMI 31. FINDINGS: Small left pleural effusion.", encoding="utf-8")
     assert read_report(tmp_path / "bm.txt").report_id == "bm"
+
+
+def test_cli_llm_structurer_stops_at_once_on_a_server_that_cannot_be_reached(tmp_path: Path) -> None:
+    from test_structure_llm import FakeLLM
+
+    runner, main = _cli()
+    for k in range(6):
+        (tmp_path / f"s{k}.txt").write_text(f"FINDINGS: {TEXT}\n", encoding="utf-8")
+    with FakeLLM() as stopped:
+        url = stopped.base_url
+    out = tmp_path / "labels.csv"
+    started = time.perf_counter()
+    result = runner.invoke(main, ["reports", "label", str(tmp_path), "--out", str(out), "--structurer", "llm",
+                                  "--base-url", url, "--model", "m", "--max-retries", "1", "--concurrency", "1",
+                                  "--no-progress"])
+    assert result.exit_code == 1 and time.perf_counter() - started < 10, result.output
+    assert f"the LLM structurer stops: cannot reach {url}/chat/completions" in result.output
+    assert "Traceback" not in result.output and not out.exists()
+
+
+def test_cli_names_the_first_failure_on_the_console(tmp_path: Path) -> None:
+    runner, main = _cli()
+    (tmp_path / "empty.txt").write_text("", encoding="utf-8")
+    (tmp_path / "s1.txt").write_text(f"FINDINGS: {TEXT}\n", encoding="utf-8")
+    for command in ("label", "structure"):
+        out = tmp_path / "out" / f"{command}.out"
+        result = runner.invoke(main, ["reports", command, str(tmp_path), "--out", str(out), "--no-progress"])
+        assert result.exit_code == 0, result.output
+        assert f"1 failures; failures in {out}.failures.jsonl; first: {tmp_path / 'empty.txt'}: empty file" in \
+            result.stderr, result.stderr

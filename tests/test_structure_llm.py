@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from cxrground.errors import ConfigError
+from cxrground.errors import BatchStopped, ConfigError
 from cxrground.llm import RetryPolicy
 from cxrground.reports import make_section_choice, parse_numbered, parse_report_text
 from cxrground.reports.structure import (
@@ -69,10 +69,11 @@ class FakeLLM(MockServer):
     answer; at most ``max_requests`` requests are served.
     """
 
-    def __init__(self, answer: Callable[[dict[str, Any]], Any] = _rule_answer, max_requests: int = 60) -> None:
+    def __init__(self, answer: Callable[[dict[str, Any]], Any] = _rule_answer, max_requests: int = 60,
+                 port: int = 0) -> None:
         self.answer = answer
         self.text_wrap = False
-        super().__init__(self._content, max_requests=max_requests, keep_bodies=True, timeout_sleep=0.6)
+        super().__init__(self._content, max_requests=max_requests, keep_bodies=True, timeout_sleep=0.6, port=port)
 
     def _content(self, body: dict[str, Any]) -> str:
         content = json.dumps(self.answer(body))
@@ -321,12 +322,31 @@ def test_api_key_comes_from_the_environment(fake: FakeLLM, monkeypatch: pytest.M
     assert isinstance(get_structurer("llm", base_url=fake.base_url, model="m"), LLMStructurer)
 
 
-def test_unreachable_server_fails_cleanly() -> None:
+def _dead_url() -> str:
+    """The base URL of a server that was stopped: its port refuses connections."""
     with FakeLLM() as server:
-        url = server.base_url
-    llm = LLMStructurer(url, "m", max_retries=1, backoff=0.01, timeout=0.5)
-    done, failed = llm.structure_many(_items(SECTIONS[:1]))
-    assert not done and "connection error" in failed[0].reason
+        return server.base_url
+
+
+def test_a_server_that_cannot_be_reached_stops_the_batch_naming_the_url() -> None:
+    url = _dead_url()
+    llm = LLMStructurer(url, "m", max_retries=2, backoff=0.01, timeout=0.5, concurrency=2)
+    started = time.perf_counter()
+    with pytest.raises(BatchStopped, match="the LLM structurer stops: cannot reach") as got:
+        llm.structure_many(_items())
+    assert f"{url}/chat/completions" in str(got.value) and "connection error" in str(got.value)
+    assert "(after 3 attempts)" in str(got.value) and time.perf_counter() - started < 5
+    assert llm.stats["requests"] <= 2 * 3  # the first two reports' retries; the others were not sent
+    with pytest.raises(BatchStopped, match="cannot reach"):  # the pre-pass of ils build stops too
+        LLMStructurer(url, "m", max_retries=0, cache=None).warm_cache(_items())
+
+
+def test_a_server_that_answered_and_went_away_fails_the_reports_and_the_batch_goes_on() -> None:
+    with FakeLLM() as server:
+        llm = _llm(server, max_retries=1)
+        llm.structure("r2", make_section_choice("findings", SECTIONS[2]))
+    done, failed = llm.structure_many(_items(SECTIONS[:2]))  # retried like any transient error, then recorded
+    assert not done and [f.reason.startswith("connection error") for f in failed] == [True, True]
 
 
 def test_cli_llm(fake: FakeLLM, tmp_path: Path) -> None:

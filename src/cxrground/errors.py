@@ -7,6 +7,7 @@ Batch readers catch these, keep a :class:`Failure` per bad input and go on.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,11 @@ class ConfigError(CXRGroundError):
     """A configuration value or a command-line option is invalid."""
 
 
+class BatchStopped(ConfigError):
+    """A problem every remaining input of a batch shares (an LLM server that cannot be reached, or that refuses every
+    request): batch runners stop on it instead of recording one failure per input alike."""
+
+
 class BackendError(CXRGroundError):
     """A backend (a registered segmenter, synthesizer, detector, structurer, deformer, model or client) raised an
     error of its own or returned something the toolkit cannot use; the message names the backend."""
@@ -95,3 +101,8 @@ class Failure:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the line format of ``failures.jsonl``)."""
         return asdict(self)
+
+
+def first_failure(failures: Sequence[Failure]) -> str:
+    """``first: PATH: REASON``, the first of a batch's ``failures`` as its console summary names it ("" when none)."""
+    return f"first: {failures[0].path}: {failures[0].reason}" if failures else ""

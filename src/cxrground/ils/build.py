@@ -156,6 +156,8 @@ class BuildSummary:
     """This run's git revision (None: not a git checkout)."""
     without_pairs: int = 0
     """Studies processed that gave no pair (left out of the dataset, named on the card)."""
+    first_failure: str | None = None
+    """``PATH: REASON`` of the first line of ``failures.jsonl`` (None: no failure)."""
 
 
 #: Studies named in the line about units that predate input fingerprints.
@@ -195,9 +197,10 @@ def _run_marked(runner: Runner, task: StudyTask, out: str, config: IlsConfig, sp
     """``runner`` on one study in a pool worker, with ``units/{study}.running`` present while it runs."""
     store = unit_store(str(out))
     store.write_text(running_rel(task.study_key), str(os.getpid()))
-    result = runner(task, out, config, spec, max_pixels)
-    store.remove(running_rel(task.study_key))
-    return result
+    try:
+        return runner(task, out, config, spec, max_pixels)
+    finally:  # also when the study stops the build (BatchStopped); a killed worker leaves the marker
+        store.remove(running_rel(task.study_key))
 
 
 def _init_pool_worker(threads: int, registrations: Sequence[Registration]) -> None:
@@ -236,6 +239,9 @@ def _pool_round(todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, s
             left = [t for t in inflight.values() if not has_unit(out, t.study_key)]
             running = [t for t in left if is_running(out, t.study_key)]
             return running, [t for t in left if t not in running]
+        except BaseException:  # a study stopped the build, or Ctrl-C: the queued studies do not start
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
 
 
 def _run_pool(todo: Iterable[StudyTask], out: str | Path, config: IlsConfig, spec: BackendSpec, workers: int,
@@ -510,7 +516,8 @@ def assemble(out: str | Path, tasks: Iterable[StudyTask], config: IlsConfig, spe
     Streams: one unit is read, checked and written out at a time, and only counters stay in memory, so the
     driver's memory does not grow with the number of studies. ``out``: a local folder or an fsspec URL (the files
     are then written in a local temporary folder and each uploaded in one piece). ``progress``: a bar over the
-    units read. Returns the counts (``studies``, ``pairs``, ``failures``, ``every_failed``, ``rejections``).
+    units read. Returns the counts (``studies``, ``pairs``, ``failures``, ``every_failed``, ``rejections``) and
+    ``first_failure`` (``PATH: REASON`` of the first failure, or None).
     """
     store = unit_store(str(out))
     if store.local:
@@ -548,6 +555,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
     n_redone = 0  # studies processed again because their inputs changed
     problems: list[str] = []
     n_failures = 0
+    first = ""  # the first line of failures.jsonl, as the console names it: "PATH: REASON"
     n_units = n_failed = 0  # studies with a unit, and those of them that failed (not rejected by QC)
     dataset = _DatasetWriter(stage / f".assemble.{os.getpid()}")
     try:
@@ -558,6 +566,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
             for f in scan_failures:
                 rejections[f"input: {f.reason.split(' (')[0]}"] += 1
                 failures_fh.write(json.dumps({**f.to_dict(), "path": _absolute(f.path)}, sort_keys=True) + "\n")
+                first = first or f"{_absolute(f.path)}: {f.reason}"
                 n_failures += 1
             for task, u in tqdm(_units(out, in_key_order(tasks)), desc="assemble", unit="study",
                                 disable=not progress, total=len(tasks) if isinstance(tasks, Sized) else None):
@@ -568,6 +577,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                                                   "error": "no unit record was found for the study when the "
                                                            "dataset was assembled; rerun the same ils build"},
                                                  sort_keys=True) + "\n")
+                    first = first or f"{_absolute(task.image_path)}: {UNIT_MISSING}"
                     n_failures += 1
                     continue
                 key = u["study_key"]
@@ -611,6 +621,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                                "reason": u["reason"], "error": u.get("error", u["status"]), "study": key,
                                **({"file": _absolute(u["file"])} if u.get("file") else {})}
                     failures_fh.write(json.dumps(failure, sort_keys=True) + "\n")
+                    first = first or f"{failure['path']}: {failure['reason']}"
                     n_failures += 1
                     continue
                 study = u["study"]
@@ -686,8 +697,8 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                                                      (config.zone_guide, dict(guided)) if config.zone_guide != "none"
                                                      else None))
     return {"studies": sum(counts.studies.values()), "pairs": counts.pairs(), "failures": n_failures,
-            "every_failed": n_units > 0 and n_failed == n_units, "rejections": dict(rejections),
-            "blind_choices": blind, "pose_warnings": len(posed)}
+            "first_failure": first or None, "every_failed": n_units > 0 and n_failed == n_units,
+            "rejections": dict(rejections), "blind_choices": blind, "pose_warnings": len(posed)}
 
 
 def _absolute(path: str) -> str:
@@ -1029,7 +1040,7 @@ def build_dataset(
                         len(survey.changed), len(survey.predating), tuple(survey.predating[:NAMED_PREDATING]),
                         dict(survey.fitted) if survey.fitted and any(survey.fitted.values()) else None,
                         result["every_failed"], code_then if skipped else None, rev or None,
-                        result["rejections"].get("no pairs", 0))
+                        result["rejections"].get("no pairs", 0), result["first_failure"])
 
 
 def _other_revision(previous: Mapping[str, Any] | None, rev: str) -> str | None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from cxrground.anatomy.segment import SEGMENTERS
 from cxrground.datasets.views import find_view_table, read_view_table, view_table_record
-from cxrground.errors import ConfigError, Failure, InputError, OptionError, OptionValueError
+from cxrground.errors import ConfigError, Failure, InputError, OptionError, OptionValueError, first_failure
 from cxrground.fields import check_bounds, option
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.config import (
@@ -279,7 +279,7 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
 def _no_studies(request: BuildRequest, failures: list[Failure]) -> str:
     """Why a build found nothing to do: where it looked, how many inputs failed and the first of them."""
     where = f"in the index {request.index}" if request.index is not None else f"under {request.images}"
-    first = f"; first: {failures[0].path}: {failures[0].reason}" if failures else ""
+    first = f"; {first_failure(failures)}" if failures else ""
     return f"no studies found {where} ({len(failures)} inputs failed{first})"
 
 
@@ -300,6 +300,8 @@ def build_lines(summary: BuildSummary) -> list[str]:
         lines.append(f"  masks at each film's native size; for the ROSALIA/LISA reference code, export them to its "
                      f"frame first: cxrground ils export --dataset {out} --frame released --out DIR"
                      + (" (from a local copy of the folder)" if is_url(out) else ""))
+    if summary.first_failure:
+        lines.append(f"  first failure: {summary.first_failure}")
     if summary.every_failed:
         lines.append(f"  error: every study failed; the reasons are in {inside('failures.jsonl')}")
     if summary.blind_choices:

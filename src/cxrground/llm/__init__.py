@@ -28,7 +28,15 @@ from cxrground.llm.chat import (
     parse_usage,
     with_thinking,
 )
-from cxrground.llm.errors import REFUSING_STATUSES, ClientError, EndpointRefused, PermanentError, TransientError
+from cxrground.llm.errors import (
+    REFUSING_STATUSES,
+    ClientError,
+    ConnectFailed,
+    EndpointRefused,
+    PermanentError,
+    TransientError,
+    Unreachable,
+)
 from cxrground.llm.fingerprint import model_fingerprint
 from cxrground.llm.retry import RETRY_STATUS, RetryPolicy, call_with_retries, is_retry_status, parse_retry_after
 
@@ -40,11 +48,13 @@ __all__ = [
     "ChatClient",
     "ClientError",
     "Completion",
+    "ConnectFailed",
     "EndpointRefused",
     "PermanentError",
     "ResponseCache",
     "RetryPolicy",
     "TransientError",
+    "Unreachable",
     "bounded_each",
     "bounded_map",
     "cache_key",

@@ -8,8 +8,10 @@ by :meth:`ChatClient.aclose`; ``transport`` replaces the network (tests).
 Outcomes: HTTP 200 -> :class:`Completion` (the message text, None when the server sent ``null``; the reasoning
 text a server split off the answer, see below; token usage; the server's model version). Timeouts, connection
 errors, the statuses of :func:`~.retry.is_retry_status` and a 200 whose body is not a chat completion (truncated,
-not JSON, no choices) raise :class:`~.errors.TransientError` (with the parsed ``Retry-After``); other statuses and
-content that is not text raise :class:`~.errors.PermanentError`. Both carry the HTTP status.
+not JSON, no choices) raise :class:`~.errors.TransientError` (with the parsed ``Retry-After``; a connection that
+could not be opened at all, :class:`~.errors.ConnectFailed`); other statuses and content that is not text raise
+:class:`~.errors.PermanentError`. Both carry the HTTP status. :attr:`ChatClient.answered` tells whether the server
+has answered any request yet.
 
 Reasoning: servers that separate a thinking model's reasoning from its answer (``vllm serve --reasoning-parser``,
 DeepSeek-style APIs) return it next to ``content`` as ``reasoning_content`` (older vLLM, DeepSeek) or ``reasoning``
@@ -36,7 +38,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from cxrground.errors import ConfigError
-from cxrground.llm.errors import REFUSING_STATUSES, EndpointRefused, PermanentError, TransientError
+from cxrground.llm.errors import REFUSING_STATUSES, ConnectFailed, EndpointRefused, PermanentError, TransientError
 from cxrground.llm.retry import RetryPolicy, is_retry_status, parse_retry_after
 
 __all__ = ["REASONING_FIELDS", "RESERVED_KEYS", "ChatClient", "Completion", "check_extra_body", "parse_extra_body",
@@ -146,6 +148,8 @@ class ChatClient:
         self._transport = transport
         self._http: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: Whether the server has answered a request (with any HTTP status) since this client was made.
+        self.answered = False
 
     @property
     def identity(self) -> dict[str, Any]:
@@ -171,10 +175,15 @@ class ChatClient:
         body = {"model": self.model, "messages": list(messages), **params}
         try:
             response = await self._client().post(f"{self.base_url}/chat/completions", json=body)
+        except httpx.ConnectTimeout:
+            raise ConnectFailed(f"no connection within {self.timeout:g} s") from None
         except httpx.TimeoutException:
             raise TransientError(f"timed out after {self.timeout:g} s") from None
+        except httpx.ConnectError as exc:
+            raise ConnectFailed(f"connection error: {type(exc).__name__}: {exc}") from None
         except httpx.TransportError as exc:
             raise TransientError(f"connection error: {type(exc).__name__}: {exc}") from None
+        self.answered = True
         status = response.status_code
         if status != 200:
             reason = f"HTTP {status}: {response.text[:200]}"

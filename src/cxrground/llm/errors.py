@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from cxrground.errors import CXRGroundError
 
-__all__ = ["REFUSING_STATUSES", "ClientError", "EndpointRefused", "PermanentError", "TransientError"]
+__all__ = ["REFUSING_STATUSES", "ClientError", "ConnectFailed", "EndpointRefused", "PermanentError", "TransientError",
+           "Unreachable"]
 
 
 class ClientError(CXRGroundError):
@@ -22,6 +23,16 @@ class ClientError(CXRGroundError):
 
 class TransientError(ClientError):
     """408 / 409 / 425 / 429 / 5xx, a timeout or a connection error: worth retrying."""
+
+
+class ConnectFailed(TransientError):
+    """No connection to the server at all (connection refused, unknown host, no route, connect timeout): retried like
+    the other transient errors, but it says nothing of the server's health, only that it was not reached."""
+
+
+class Unreachable(ClientError):
+    """A request's retries are spent and its last attempt reached no server (:class:`ConnectFailed`): raised by
+    :func:`~.retry.call_with_retries` in place of a plain :class:`ClientError`."""
 
 
 class PermanentError(ClientError):

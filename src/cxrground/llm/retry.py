@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from cxrground.errors import ConfigError
-from cxrground.llm.errors import ClientError, TransientError
+from cxrground.llm.errors import ClientError, ConnectFailed, TransientError, Unreachable
 
 __all__ = ["RETRY_STATUS", "RetryPolicy", "call_with_retries", "is_retry_status", "parse_retry_after"]
 
@@ -81,7 +81,8 @@ async def call_with_retries(
     rng: random.Random | None = None,
     on_retry: Callable[[TransientError, float], None] | None = None,
 ) -> tuple[T, int]:
-    """``(result, attempts)`` of ``call()``; after ``max_attempts`` transient failures a :class:`ClientError`.
+    """``(result, attempts)`` of ``call()``; after ``max_attempts`` transient failures a :class:`ClientError`
+    (:class:`Unreachable` when the last one was a :class:`ConnectFailed`: the server was not reached).
 
     The final error's reason ends with ``(after N attempts)``. ``on_retry(error, delay)`` runs before each wait.
     """
@@ -93,7 +94,8 @@ async def call_with_retries(
             return await call(), attempt
         except TransientError as exc:
             if attempt >= policy.max_attempts:
-                raise ClientError(f"{exc.reason} (after {attempt} attempts)", status=exc.status) from None
+                final = Unreachable if isinstance(exc, ConnectFailed) else ClientError
+                raise final(f"{exc.reason} (after {attempt} attempts)", status=exc.status) from None
             wait = policy.delay(attempt - 1, exc.retry_after, rng)
             if on_retry is not None:
                 on_retry(exc, wait)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, get_args
 
-from cxrground.errors import Failure
+from cxrground.errors import Failure, first_failure
 from cxrground.reports.model import SectionChoice
 from cxrground.vocab import HEART, ILS_LOCATION_LABELS, LESIONS
 
@@ -185,7 +185,8 @@ def finding_output(done: Sequence[StructuredReport], failures: Sequence[Failure]
     if out is not None:
         fail_path = write_finding_lines(out, rows, failures)
         where = f"; failures in {fail_path}" if fail_path else ""
-        notes.append(f"{len(done)} reports, {len(rows)} findings -> {out}; {len(failures)} failures{where}")
+        first = f"; {first_failure(failures)}" if failures else ""
+        notes.append(f"{len(done)} reports, {len(rows)} findings -> {out}; {len(failures)} failures{where}{first}")
     return lines, notes + rejection_notes(structurer, out)
 
 

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol, TypeVar, get_args
 
-from cxrground.errors import Failure
+from cxrground.errors import Failure, first_failure
 from cxrground.fields import option
 from cxrground.reports.findings import (
     Assertion,
@@ -405,7 +405,8 @@ def label_files(paths: Sequence[Path], request: LabelRequest) -> StructureOutput
     if request.out is not None:
         fail_path = write_labels(request.out, labels, failures, request.label_format)
         where = f"; failures in {fail_path}" if fail_path else ""
-        notes.append(f"{len(labels)} reports labelled -> {request.out}; {len(failures)} failures{where}")
+        first = f"; {first_failure(failures)}" if failures else ""
+        notes.append(f"{len(labels)} reports labelled -> {request.out}; {len(failures)} failures{where}{first}")
     elif request.label_format == "jsonl":
         lines = [*label_lines(labels, "jsonl"), *finding_lines((), failures)]
     else:

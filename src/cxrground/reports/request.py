@@ -47,7 +47,9 @@ class StructureRequest:
                                           "Default: in memory.")
     concurrency: int = option(4, low=1, help="Requests in flight at most (llm).")
     timeout: float = option(RetryPolicy.timeout, low=0, low_open=True, help="Seconds per request (llm).")
-    max_retries: int = option(RetryPolicy.max_attempts - 1, low=0, help="Retries on 429 / 5xx / timeouts (llm).")
+    max_retries: int = option(RetryPolicy.max_attempts - 1, low=0,
+                              help="Retries on 429 / 5xx / timeouts / connection errors (llm); a server that was "
+                                   "never reached stops the run once a request's retries are spent.")
     temperature: float = option(0.0, help="Sampling temperature (llm).")
     out: Path | None = option(None, path="out_file", help="Write the finding lines here (failures go to "
                               "OUT.failures.jsonl) instead of stdout ('-': stdout).")

@@ -1,7 +1,7 @@
 """A test server speaking the OpenAI chat-completions wire format over real sockets (127.0.0.1).
 
-Used by the tests and by ``bench/percept_eval.py``. A :class:`ThreadingHTTPServer` on an ephemeral port
-serves ``POST /v1/chat/completions``; every request sleeps ``latency`` seconds and is answered by a
+Used by the tests and by ``bench/percept_eval.py``. A :class:`ThreadingHTTPServer` on an ephemeral port (or
+``port``) serves ``POST /v1/chat/completions``; every request sleeps ``latency`` seconds and is answered by a
 *policy* (``body -> content``, None for a ``null`` content). Faults are injected from a script
 (``faults``: consumed one per request: ``"429"``, ``"429:SECONDS"`` (Retry-After), ``"500"``, ``"401"`` (a
 refused key),
@@ -111,7 +111,8 @@ class MockServer:
 
     def __init__(self, policy: Policy | None = None, *, latency: float = 0.0, faults: list[str] | None = None,
                  fault_rates: dict[str, float] | None = None, seed: int = 0, timeout_sleep: float = 1.0,
-                 max_requests: int = 10_000, keep_bodies: bool = False, model_version: str = "mock-1") -> None:
+                 max_requests: int = 10_000, keep_bodies: bool = False, model_version: str = "mock-1",
+                 port: int = 0) -> None:
         self.policy = policy or fixed_policy("Answer: 1")
         self.latency = float(latency)
         self.faults = list(faults or [])
@@ -153,7 +154,7 @@ class MockServer:
                 status, payload, headers = server.handle(self.path, raw, dict(self.headers))
                 self._send(status, payload, headers)
 
-        self.server = _Server(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 

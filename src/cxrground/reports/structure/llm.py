@@ -27,7 +27,10 @@ HTTP 408/409/425/429 and 5xx, timeouts and connection errors are retried by
 :func:`cxrground.llm.call_with_retries` under a :class:`cxrground.llm.RetryPolicy` (``max_retries`` + 1
 attempts; backoff with jitter, or ``Retry-After`` capped at ``max_retry_after``; unset options take the
 policy's defaults). A report that still fails becomes a :class:`~cxrground.errors.Failure` (stage
-``structure``) and the batch goes on.
+``structure``) and the batch goes on. Two failures stop the batch instead, with a
+:class:`~cxrground.errors.BatchStopped` naming the URL and the reason, since every report would fail alike: a 401,
+403 or 404 (the key, the URL path, the model name), and a request whose retries all ended without a connection
+(refused, unknown host) while the server has not answered any request yet (a wrong host or port, no server).
 
 The API key is read from the environment variable named by ``api_key_env`` (never passed as a literal);
 without it no ``Authorization`` header is sent (local servers). Every output records its provenance
@@ -55,7 +58,7 @@ from typing import Any, Final, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from cxrground.errors import ConfigError, CXRGroundError, Failure
+from cxrground.errors import BatchStopped, ConfigError, CXRGroundError, Failure
 from cxrground.llm import (
     ChatClient,
     ClientError,
@@ -63,6 +66,7 @@ from cxrground.llm import (
     PermanentError,
     ResponseCache,
     RetryPolicy,
+    Unreachable,
     bounded_each,
     bounded_map,
     cache_key,
@@ -432,7 +436,12 @@ class LLMStructurer:
                 params = {k: v for k, v in params.items() if k != "response_format"}
                 text, _ = await call_with_retries(attempt, self.retry, rng=self._random, on_retry=self._count_retry)
         except EndpointRefused as exc:  # the key, URL or model name: every report would fail alike
-            raise ConfigError(f"the LLM structurer stops: {exc.reason}") from None
+            raise BatchStopped(f"the LLM structurer stops: {exc.reason}") from None
+        except Unreachable as exc:
+            if not self._chat.answered:  # never reached (a wrong URL or port, no server yet): every report would fail
+                raise BatchStopped(f"the LLM structurer stops: cannot reach {self._chat.base_url}/chat/completions "
+                                   f"({exc.reason}); check the base URL and that the server is running") from None
+            raise LLMError(exc.reason) from None  # the server answered before: a failure of this report
         except ClientError as exc:
             raise LLMError(exc.reason) from None
         if text is None:
