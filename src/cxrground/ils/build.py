@@ -41,7 +41,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence, Sized
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -52,7 +52,7 @@ from tqdm.auto import tqdm
 
 from cxrground import __version__
 from cxrground.anatomy.segment.pose_net import pose_reader_at, pose_reader_record
-from cxrground.errors import ConfigError, Failure
+from cxrground.errors import BatchStopped, ConfigError, Failure
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.card import (
     FIT_INPUTS_KEY,
@@ -119,6 +119,7 @@ from cxrground.io.files import (
 from cxrground.io.image import DEFAULT_MAX_PIXELS
 from cxrground.io.output_lock import locks_output
 from cxrground.io.store import Store, is_url
+from cxrground.io.workers import stop_workers, worker_pool
 
 __all__ = ["DATASET_FILE", "IN_FLIGHT_PER_WORKER", "BackendSpec", "BuildSummary", "assemble", "build_dataset",
            "check_backends", "check_workers", "clear_failed", "run_units"]
@@ -217,13 +218,9 @@ def _pool_round(todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, s
     None when ``todo`` is exhausted and all finished; else, the pool having broken, the studies that were running
     (their marker present, no unit) and the other unfinished ones that had been submitted.
     """
-    import multiprocessing as mp
-
     limit = max(1, workers) * IN_FLIGHT_PER_WORKER
     inflight: dict[Future, StudyTask] = {}
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                             initializer=_init_pool_worker,
-                             initargs=(worker_threads(), backend_registrations(spec))) as pool:
+    with worker_pool(workers, _init_pool_worker, (worker_threads(), backend_registrations(spec))) as pool:
         try:
             while True:
                 while len(inflight) < limit and (t := next(todo, None)) is not None:
@@ -239,8 +236,8 @@ def _pool_round(todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, s
             left = [t for t in inflight.values() if not has_unit(out, t.study_key)]
             running = [t for t in left if is_running(out, t.study_key)]
             return running, [t for t in left if t not in running]
-        except BaseException:  # a study stopped the build, or Ctrl-C: the queued studies do not start
-            pool.shutdown(wait=False, cancel_futures=True)
+        except (KeyboardInterrupt, BatchStopped):  # Ctrl-C (the workers ignore it), or a study stopped the build
+            stop_workers(pool)
             raise
 
 

@@ -42,7 +42,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -58,6 +58,7 @@ from cxrground.io.files import atomic_write_text, sha256_file, sha256_json
 from cxrground.io.film_ledger import FilmLedger, FilmState
 from cxrground.io.image import check_out_folder
 from cxrground.io.output_lock import locks_output
+from cxrground.io.workers import stop_workers, worker_pool
 from cxrground.percept.card import render_card
 from cxrground.percept.case_files import CaseTask, case_failure, render_case
 from cxrground.percept.cases import (
@@ -131,13 +132,14 @@ def _run_pool(fn: Callable[..., Any], tasks: Sequence[Any], arg: str, workers: i
             fn(t, arg)
             bar.update()
     else:
-        import multiprocessing as mp
-
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                                 initializer=_init_worker, initargs=(tuple(deformers),)) as pool:
-            for fut in as_completed([pool.submit(fn, t, arg) for t in tasks]):
-                fut.result()
-                bar.update()
+        with worker_pool(workers, _init_worker, (tuple(deformers),)) as pool:
+            try:
+                for fut in as_completed([pool.submit(fn, t, arg) for t in tasks]):
+                    fut.result()
+                    bar.update()
+            except KeyboardInterrupt:  # the workers ignore Ctrl-C: end them
+                stop_workers(pool)
+                raise
     bar.close()
 
 

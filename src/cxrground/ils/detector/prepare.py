@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -41,6 +40,7 @@ from cxrground.ils.detector.vindr import (
 )
 from cxrground.io.files import atomic_write_text, sha256_bytes, sha256_file
 from cxrground.io.transform import Letterbox
+from cxrground.io.workers import stop_workers, worker_pool
 
 __all__ = ["SPLITS", "PrepareSettings", "PreparedData", "load_manifest", "prepare_dataset"]
 
@@ -213,13 +213,17 @@ def _run(jobs: list[tuple], workers: int) -> list[dict[str, Any] | BaseException
     if workers <= 1 or len(jobs) < 2:
         return [safe(j) for j in jobs]
     results: list[dict[str, Any] | BaseException] = []
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(_prepare_one, j) for j in jobs]
-        for f in futures:
-            exc = f.exception()
-            if exc is not None and not isinstance(exc, InputError | OSError | ValueError):
-                raise exc
-            results.append(f.result() if exc is None else exc)
+    with worker_pool(workers, context=None) as pool:
+        try:
+            futures = [pool.submit(_prepare_one, j) for j in jobs]
+            for f in futures:
+                exc = f.exception()
+                if exc is not None and not isinstance(exc, InputError | OSError | ValueError):
+                    raise exc
+                results.append(f.result() if exc is None else exc)
+        except KeyboardInterrupt:  # the workers ignore Ctrl-C: end them
+            stop_workers(pool)
+            raise
     return results
 
 
