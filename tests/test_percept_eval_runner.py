@@ -271,3 +271,17 @@ def test_a_benchmark_edited_since_its_manifest_is_refused_by_name(bench, tmp_pat
     with pytest.raises(InputError, match=r"benchmark changed since it was built: 1 file\(s\) differ .*" +
                        image.relative_to(copy).as_posix()):
         run_eval(settings, tmp_path / "edited", progress=False)
+
+
+def test_a_server_no_request_reaches_stops_the_run(bench, tmp_path):
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    started = time.perf_counter()
+    with pytest.raises(ConfigError, match=rf"the run stops: cannot reach http://127.0.0.1:{port}/v1 .*--base-url"):
+        run_eval(EvalSettings(bench, "openai:mock-vlm", oracle="none"), tmp_path / "run",
+                 base_url=f"http://127.0.0.1:{port}/v1", progress=False, retry=FAST, concurrency=2)
+    assert time.perf_counter() - started < 30
+    assert not load_results(tmp_path / "run")  # no case recorded as failed for the URL

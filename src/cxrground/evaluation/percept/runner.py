@@ -21,7 +21,9 @@
   still fails is recorded with ``status: "failed"`` and the error; its unanswered questions are recorded
   with label ``failed``, and scoring counts all its stages wrong. An endpoint that refuses a request with 401,
   403 or 404 (the key, the URL or the model name; :class:`~cxrground.llm.EndpointRefused`) stops the run with a
-  :class:`~cxrground.errors.ConfigError`: every case would fail alike.
+  :class:`~cxrground.errors.ConfigError`: every case would fail alike; so does a server that no request of the
+  run has reached when a request's retries are spent on connection failures (refused, unknown host: a wrong
+  ``--base-url`` or no server yet). Once the server has answered, such a failure fails only its case.
 - ``RUN/`` holds ``config.json`` (the settings that determine results and their SHA-256, the model's
   ``identity`` included: the checkpoint digest of an ``ils:`` model, the folder fingerprint of an ``hf:`` model;
   a RUN made with a different configuration, or with another model at the same path, is refused),
@@ -85,7 +87,7 @@ from cxrground.evaluation.percept.parsing import is_correct, parse_answer
 from cxrground.evaluation.percept.prices import PRICES, Price, cost_usd, price_of, price_table
 from cxrground.io.files import atomic_write_text, flat_json, sha256_file, sha256_json
 from cxrground.io.output_lock import locks_output
-from cxrground.llm import EndpointRefused, RetryPolicy, bounded_map, call_with_retries, run_sync
+from cxrground.llm import EndpointRefused, RetryPolicy, Unreachable, bounded_map, call_with_retries, run_sync
 from cxrground.percept.paths import check_outside_benchmark
 from cxrground.percept.schema import BENCHMARK_FILE, Benchmark, load_benchmark
 from cxrground.registry import backend_errors, check_returned
@@ -439,6 +441,8 @@ class _Runner:
         self.results = out / RESULTS_FILE
         self.stats = _Stats()
         self._jitter = random.Random()
+        #: Whether a request of this run got an answer from the model (a cache hit does not count).
+        self._reached = False
         self.sampling = float(client.decoding.get("temperature", 0.0) or 0.0) > 0
 
     def _count_retry(self, *_: object) -> None:
@@ -465,6 +469,7 @@ class _Runner:
 
         completion, attempts = await call_with_retries(attempt, self.retry, rng=self._jitter,
                                                        on_retry=self._count_retry)
+        self._reached = True
         if completion.model_version:
             self.stats.model_versions.add(completion.model_version)
         for k in _TOKEN_KEYS:
@@ -500,6 +505,13 @@ class _Runner:
             raise
         except EndpointRefused as exc:  # the key, URL or model name: every case would fail alike
             raise ConfigError(f"the run stops: {exc.reason}") from None
+        except Unreachable as exc:
+            if not self._reached:  # no request of this run reached the server (a wrong URL or port, no server yet)
+                where = getattr(self.client, "base_url", None) or "the model server"
+                raise ConfigError(f"the run stops: cannot reach {where} ({exc.reason}); check --base-url and that "
+                                  "the server is running") from None
+            error = f"{type(exc).__name__}: {exc.reason}"  # the server answered before: this case fails
+            self.stats.failed_cases += 1
         except (CXRGroundError, OSError, ValueError) as exc:
             error = f"{type(exc).__name__}: {getattr(exc, 'reason', None) or exc}"
             self.stats.failed_cases += 1
