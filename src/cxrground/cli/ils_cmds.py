@@ -66,7 +66,10 @@ def quality(out: Path, cohort: Path, as_json: bool) -> None:
               help="Show at most this many studies (a study that cannot be shown is listed besides).")
 @click.option("--split", type=click.Choice(["train", "val", "test", "all"]), default="all", show_default=True,
               help="Show only this split ('all': every split).")
-def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: str) -> None:
+@click.option("--sample", type=int, default=None, metavar="SEED",
+              help="Show --limit studies drawn at random (reproducibly for SEED) from the split or from every split, "
+                   "instead of the first ones in file order (train first).")
+def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: str, sample: int | None) -> None:
     """Write a self-contained HTML page: images with their lesion masks and all instruction-answer pairs. A study
     whose film, masks or unit record cannot be read is listed on the page and here with the reason; the others are
     shown. DATASET: the dataset folder or its JSON file (masks and unit records are read from the file's folder)."""
@@ -74,11 +77,14 @@ def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: 
     from cxrground.ils.schema import dataset_location
 
     target = html_path or dataset_location(out)[0] / "gallery.html"
-    result = render_gallery(out, images, target, limit, None if split == "all" else split)
+    result = render_gallery(out, images, target, limit, None if split == "all" else split, sample=sample)
+    if result.drawn_from is not None:
+        more = f"; drawn at random from {result.drawn_from}"
+    else:
+        more = ("; the first in file order, and the dataset has more: raise --limit, choose a --split or draw a "
+                "--sample" if result.more else "")
     click.echo(f"wrote {target} ({result.shown} studies"
-               + (f", {len(result.failed)} not shown" if result.failed else "")
-               + ("; the first in file order, and the dataset has more: raise --limit or choose a --split"
-                  if result.more else "") + ")")
+               + (f", {len(result.failed)} not shown" if result.failed else "") + more + ")")
     for key, reason in result.failed:
         warn(f"study {key} not shown: {reason}")
 

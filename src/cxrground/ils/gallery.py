@@ -11,6 +11,7 @@ import html
 import io
 import json
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -137,38 +138,54 @@ class GalleryResult:
     shown: int
     failed: tuple[tuple[str, str], ...] = ()
     more: bool = False
-    """True when the dataset (or the split) has studies past those shown (the ``limit`` was reached)."""
+    """True when the dataset (or the split) has studies besides those shown and listed."""
+    drawn_from: int | None = None
+    """For a sample, how many studies it was drawn from (None: the first studies in file order)."""
 
 
 def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: str | Path, limit: int = 50,
-                   split: str | None = None, width: int = 360) -> GalleryResult:
-    """Write the gallery of the first ``limit`` studies that can be shown (optionally of one split); the page's
-    folder is created when missing. A study whose film, masks or unit record cannot be read is listed on the page
-    with the reason in its place (not counted in ``limit``; the page stops after :data:`_MAX_FAILED` of them); when
-    none can be shown, nothing is written and the first study's error is raised. The dataset JSON is read as a
-    stream, only as far as the studies shown."""
+                   split: str | None = None, width: int = 360, sample: int | None = None) -> GalleryResult:
+    """Write the gallery of the first ``limit`` studies that can be shown (optionally of one split), or with
+    ``sample`` = a seed, of ``limit`` studies drawn at random (reproducibly for the seed) from the split or from all
+    splits, shown in file order; the page's folder is created when missing. A study whose film, masks or unit record
+    cannot be read is listed on the page with the reason in its place (not counted in ``limit``: a sample draws
+    another; the page stops after :data:`_MAX_FAILED` of them); when none can be shown, nothing is written and the
+    first study's error is raised. The dataset JSON is read as a stream: in file order only as far as the studies
+    shown; for a sample once for the study keys and once for the studies drawn."""
     if limit < 1:
         raise ConfigError(f"limit must be at least 1, got {limit}")
     (root, json_path), images_root = dataset_location(dataset_dir), Path(images_root)
-    parts = [f"<!doctype html><meta charset='utf-8'><title>ILS dataset: {html.escape(root.name)}</title>"
-             f"<style>{_CSS}</style><h1>ILS dataset {html.escape(str(root))}</h1>"]
-    shown, failed, first_error = 0, [], None
+    splits = SPLITS if split is None else (split,)
     frame = read_frame(root)  # released-frame masks are mapped back to each film's grid
-    studies = iter_dataset(json_path, _SHOWN_FIELDS, splits=SPLITS if split is None else (split,))
-    more = False
-    for split_name, key, study in studies:
+    panels: list[tuple[int, str]] = []  # (file position, panel html)
+    failed: list[tuple[str, str]] = []
+    shown, first_error, more, total = 0, None, False, None
+    stream = iter_dataset(json_path, _SHOWN_FIELDS, splits=splits)
+    if sample is None:
+        studies: Iterator[tuple[int, tuple[str, str, dict[str, Any]]]] = enumerate(stream)
+    else:
+        keys = [(name, key) for name, key, _study in iter_dataset(json_path, (), splits=splits)]
+        total = len(keys)
+        order = np.random.default_rng(sample).permutation(total)[: limit + _MAX_FAILED]
+        drawn = {keys[i]: rank for rank, i in enumerate(order.tolist())}
+        picked = {drawn[(name, key)]: (pos, (name, key, study)) for pos, (name, key, study) in enumerate(stream)
+                  if (name, key) in drawn}
+        studies = iter(picked[rank] for rank in sorted(picked))
+    for pos, (split_name, key, study) in studies:
         if shown >= limit or len(failed) >= _MAX_FAILED:
             more = True
             break
         try:
-            parts.append(_study_panel(root, images_root, key, split_name, study, width, frame))
+            panels.append((pos, _study_panel(root, images_root, key, split_name, study, width, frame)))
             shown += 1
         except InputError as exc:
             first_error = first_error or exc
             failed.append((key, str(exc)))
-            parts.append(f"<div class='study failed'><h2>{html.escape(key)} · {html.escape(split_name)}</h2>"
-                         f"<div class='sec'>not shown: {html.escape(str(exc))}</div></div>")
-    studies.close()
+            panels.append((pos, f"<div class='study failed'><h2>{html.escape(key)} · {html.escape(split_name)}</h2>"
+                                f"<div class='sec'>not shown: {html.escape(str(exc))}</div></div>"))
+    stream.close()
+    if total is not None:
+        more = total > shown + len(failed)
     if first_error is not None and not shown:
         raise first_error
     if not shown:
@@ -176,17 +193,23 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
         have = ", ".join(f"{name} ({n})" for name, n in counts.items()) or "none"
         raise ConfigError(f"no study to show{f' in split {split}' if split else ''} of {json_path} (its "
                           f"splits with studies: {have}); nothing written")
+    parts = [f"<!doctype html><meta charset='utf-8'><title>ILS dataset: {html.escape(root.name)}</title>"
+             f"<style>{_CSS}</style><h1>ILS dataset {html.escape(str(root))}</h1>"]
+    of_split = f" of split {html.escape(split)}" if split else ""
+    if sample is not None:
+        parts.append(f"<p>{shown} studies{of_split} drawn at random (seed {sample}) from {total}, in file order"
+                     f"{'' if split else ' (train, val, test)'}.</p>")
+    elif more:
+        parts.append(f"<p>The first {shown} studies{of_split} in file order (train, val, test); the dataset has more "
+                     "(<code>--limit</code>, <code>--split</code>, <code>--sample</code>).</p>")
     if failed:
-        parts.insert(1, f"<p class='failed'>{len(failed)} of {shown + len(failed)} studies could not be shown; each "
-                        "is listed in its place with the reason.</p>")
-    if more:
-        parts.insert(1, f"<p>The first {shown} studies{f' of split {html.escape(split)}' if split else ''} in file "
-                        "order (train, val, test); the dataset has more (<code>--limit</code>, "
-                        "<code>--split</code>).</p>")
+        parts.append(f"<p class='failed'>{len(failed)} of {shown + len(failed)} studies could not be shown; each "
+                     "is listed in its place with the reason.</p>")
+    parts.extend(panel for _pos, panel in sorted(panels, key=lambda item: item[0]))
     out = Path(out_html)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(parts), encoding="utf-8")
-    return GalleryResult(shown, tuple(failed), more)
+    return GalleryResult(shown, tuple(failed), more, total)
 
 
 def _study_panel(root: Path, images_root: Path, key: str, split_name: str, study: dict[str, Any],
