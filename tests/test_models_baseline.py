@@ -643,3 +643,28 @@ def test_train_takes_threads_as_an_option(tiny, tmp_path):
     assert json.loads((tmp_path / "c" / "checkpoint.json").read_text())["config"]["threads"] == 1
     clash = CliRunner().invoke(main, [*base, "--out", str(tmp_path / "d"), "--threads", "1", "--set", "threads=2"])
     assert clash.exit_code != 0 and "disagree" in clash.output
+
+
+def test_a_split_the_dataset_lacks_is_refused_before_any_film_is_read(tiny, tmp_path, monkeypatch):
+    from cxrground.models.base import train_model
+    from cxrground.models.baseline import training
+
+    def no_films(*_a, **_k):
+        raise AssertionError("films were prepared")
+
+    monkeypatch.setattr(training, "PairTensors", no_films)
+    for kwargs, flag in (({"split": "trian"}, "--split 'trian'"), ({"val_split": "vla"}, "--val-split 'vla'")):
+        with pytest.raises(ConfigError, match=f"{flag} is not a split of .*its splits: train"):
+            train_model("baseline", tiny / "ils", tmp_path / "ck", images=tiny / "cohort" / "files",
+                        overrides={**TINY, "epochs": "1"}, progress=False, **kwargs)
+        assert not (tmp_path / "ck").exists()
+
+
+def test_an_unreadable_train_state_names_the_file_and_no_resume(trained, tiny, tmp_path):
+    ck = tmp_path / "ck"
+    shutil.copytree(trained, ck)
+    state = ck / "train_state.pt"
+    state.write_bytes(state.read_bytes()[:200])
+    with pytest.raises(InputError, match=r"training state cannot be read.*--no-resume") as err:
+        _train(tiny, ck, epochs=2)
+    assert str(state) in str(err.value)

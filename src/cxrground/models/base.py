@@ -122,7 +122,7 @@ def train_model(name: str, dataset: str | Path, out: str | Path, **kwargs: Any) 
     from cxrground.io.files import remove_stale_temps
 
     check_checkpoint_folder(out, name)
-    _check_val_split(Path(dataset), kwargs.get("val_split"))
+    _check_splits(Path(dataset), kwargs.get("split", "train"), kwargs.get("val_split"))
     remove_stale_temps(out)
     fresh = not Path(out).exists()
     try:
@@ -133,20 +133,21 @@ def train_model(name: str, dataset: str | Path, out: str | Path, **kwargs: Any) 
         raise
 
 
-def _check_val_split(dataset: Path, val_split: str | None) -> None:
-    """Refuse a validation split other than the default ``val`` that the dataset does not have (a typo would turn
-    model selection off without a word); a dataset without ``val`` trains without selection, as documented."""
-    if val_split in (None, "", "val"):
-        return
-    from cxrground.ils.layout import DATASET_FILE
+def _check_splits(dataset: Path, split: str | None, val_split: str | None) -> None:
+    """Refuse a training split the dataset does not have, and a validation split other than the default ``val`` it
+    does not have (a typo would turn model selection off without a word), before any film is prepared; a dataset
+    without ``val`` trains without selection, as documented. The top level is read as a stream."""
+    from cxrground.ils.schema import dataset_location, dataset_splits
 
-    path = dataset / DATASET_FILE if dataset.is_dir() else dataset
+    path = dataset_location(dataset)[1]
     try:
-        splits = list(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, TypeError):
+        splits = dataset_splits(path)
+    except InputError:
         return  # the backend reports an unreadable dataset, naming the file
-    if val_split not in splits:
-        raise ConfigError(f"--val-split {val_split!r} is not a split of {path} (its splits: {', '.join(splits)})")
+    for flag, name in (("--split", split), ("--val-split", val_split)):
+        if name in (None, "") or (flag == "--val-split" and name == "val") or name in splits:
+            continue
+        raise ConfigError(f"{flag} {name!r} is not a split of {path} (its splits: {', '.join(splits)})")
 
 
 def check_checkpoint_folder(out: str | Path, name: str) -> None:

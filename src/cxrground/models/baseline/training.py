@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 import re
 import shutil
 import time
@@ -192,7 +193,12 @@ def _load_resume_state(out: Path) -> tuple[dict[str, Any], dict[str, torch.Tenso
     """The committed record, weights and train state of ``out`` (``None`` when there is nothing to resume)."""
     if not (out / TRAIN_STATE).is_file():
         return None
-    state = torch.load(out / TRAIN_STATE, weights_only=True)
+    try:
+        state = torch.load(out / TRAIN_STATE, weights_only=True)
+    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"the training state cannot be read ({why}); rerun with --no-resume to train afresh",
+                         out / TRAIN_STATE) from None
     if "meta" in state:
         return state["meta"], state["net"], state
     # written before the state held the record: checkpoint.json and weights_last are the committed epoch

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import pickle
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -438,7 +439,12 @@ def _train(ctx: DistContext, config: LisaConfig, json_path: Path, dataset: Path,
         saved = ZeroEngine.saved_meta(out / ZERO_RESUME_DIR)
         check_same_pairs(saved.get("data") if saved else None, data, out)
     elif resume and state_path.is_file():
-        state = torch.load(state_path, map_location="cpu", weights_only=False)
+        try:
+            state = torch.load(state_path, map_location="cpu", weights_only=False)
+        except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as exc:
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise InputError(f"the training state cannot be read ({why}); rerun with --no-resume to train afresh",
+                             state_path) from None
         check_same_pairs(state.get("data"), data, out)
         if not same_identity(state["identity"], identity):
             raise ConfigError(f"{state_path} was written for another dataset/seed/configuration or another set of "
