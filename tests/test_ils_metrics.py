@@ -475,3 +475,67 @@ def test_split_all_scores_every_split(tmp_path):
                                     "--split", "all", "--bootstrap", "0"])
     assert out.exit_code == 0, out.output
     assert f"evaluated {2 * len(gt)} pairs of split all" in out.output
+
+
+def _with_instructions(pred, ds, change=()):
+    """Add each pair's instruction to the lines of ``pred`` (another one for the pair ids in ``change``)."""
+    pairs = {p["pair_id"]: p for study in json.loads((ds / "mimic_ils_instruction_answer.json").read_text())["test"]
+             .values() for kind in ("positive_pairs", "negative_pairs")
+             for p in study["instruction_answer_pairs"][kind]}
+    lines = [json.loads(line) for line in pred.read_text().splitlines()]
+    for line in lines:
+        said = pairs[line["pair_id"]]["instruction"]
+        line["instruction"] = "Segment the edema in the left upper zone lung." if line["pair_id"] in change else said
+    pred.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_evaluate_refuses_predictions_whose_record_names_another_dataset(tmp_path):
+    from cxrground.errors import InputError
+    from cxrground.io.files import sha256_file
+
+    gt, answers = _make_dataset(tmp_path / "ds")
+    pred = _write_preds(tmp_path / "preds.jsonl", gt, answers)
+    _with_instructions(pred, tmp_path / "ds", change=("s1_negative_1",))
+    side = tmp_path / "preds.jsonl.checkpoint.json"
+    side.write_text(json.dumps({"dataset": "other/mimic_ils_instruction_answer.json", "dataset_sha256": "ab" * 32}))
+    with pytest.raises(InputError) as refused:
+        evaluate_dataset(tmp_path / "ds", pred, n_boot=0)
+    msg = str(refused.value)
+    assert str(pred) in msg and "another dataset (other/mimic_ils_instruction_answer.json, sha256 abababababab" in msg
+    assert str(tmp_path / "ds" / "mimic_ils_instruction_answer.json") in msg
+    assert "1 of its 7 predictions for pairs of split test" in msg and "e.g. s1_negative_1" in msg
+    # the record names this dataset: scored (the record vouches for the pairs)
+    side.write_text(json.dumps({"dataset_sha256": sha256_file(tmp_path / "ds" / "mimic_ils_instruction_answer.json")}))
+    assert evaluate_dataset(tmp_path / "ds", pred, n_boot=0)["n_pairs"] == 7
+    # a record naming another dataset refuses even lines without instructions
+    _write_preds(pred, gt, answers)
+    side.write_text(json.dumps({"dataset": "other.json", "dataset_sha256": "cd" * 32}))
+    with pytest.raises(InputError, match="its 7 predictions for pairs of split test share this dataset's pair ids"):
+        evaluate_dataset(tmp_path / "ds", pred, n_boot=0)
+
+
+def test_evaluate_refuses_hand_made_predictions_for_other_instructions(tmp_path):
+    from cxrground.cli import main
+
+    gt, answers = _make_dataset(tmp_path / "ds")
+    pred = _write_preds(tmp_path / "preds.jsonl", gt, answers)
+    _with_instructions(pred, tmp_path / "ds", change=("s1_positive_1", "s1_negative_0"))
+    out = CliRunner().invoke(main, ["ils", "evaluate", "--dataset", str(tmp_path / "ds"), "--predictions", str(pred),
+                                    "--bootstrap", "0", "--out", str(tmp_path / "r.json")])
+    assert out.exit_code == 1 and "Traceback" not in out.output and not (tmp_path / "r.json").exists()
+    assert "holds predictions of another dataset than" in out.output and str(pred) in out.output
+    assert "2 of its 7 predictions" in out.output and "e.g. s1_positive_1" in out.output
+    assert "checkpoint.json" not in out.output  # no record to remove
+
+
+def test_evaluate_scores_hand_made_predictions_with_or_without_their_instructions(tmp_path):
+    gt, answers = _make_dataset(tmp_path / "ds")
+    pred = _write_preds(tmp_path / "preds.jsonl", gt, answers)  # no instruction field
+    assert evaluate_dataset(tmp_path / "ds", pred, n_boot=0)["n_pairs"] == 7
+    _with_instructions(pred, tmp_path / "ds")
+    lines = [json.loads(line) for line in pred.read_text().splitlines()]
+    lines[0]["instruction"] = "  " + lines[0]["instruction"].replace(" ", "  ") + "\n"  # spacing is not a difference
+    del lines[1]["instruction"]  # a line without one is not compared
+    pred.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    r = evaluate_dataset(tmp_path / "ds", pred, n_boot=0)
+    assert r["n_pairs"] == 7 and r["text"]["total"]["accuracy"] == 1.0

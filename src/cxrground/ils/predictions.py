@@ -24,6 +24,11 @@ Format (one JSON object per line, one line per evaluated pair; blank lines are i
   own instruction; ``percept candidates`` the CheXpercept candidate instruction (CHEXPERCEPT.md §2), which
   ``percept build --candidates`` checks.
 
+``<file>.checkpoint.json`` (:func:`source_path`, written by ``ils predict`` and ``percept candidates``) records what
+the file was made from, among it the dataset JSON's path and sha256 (``dataset``, ``dataset_sha256``). Pair ids
+repeat between datasets (the same cohort built with another seed), so a file made for another dataset is refused
+(:func:`other_dataset`; without that record, by the instructions its lines record: :func:`instruction_mismatches`).
+
 A mask whose size differs from the native image size raises :class:`~cxrground.errors.MaskShapeError`
 naming the pair. A pair without a line (or a line without mask / answer) is listed as missing and
 counts as wrong: IoU 0 for a positive, "not empty" for a negative, text wrong.
@@ -44,8 +49,9 @@ from cxrground.io.files import atomic_write_text, cut_torn_tail
 from cxrground.io.image import DEFAULT_MAX_PIXELS
 from cxrground.io.masks import decode_rle, encode_rle, read_mask_png, rle_size
 
-__all__ = ["SEG_MODES", "Prediction", "PredictionWriter", "load_predictions", "prediction_line", "recorded_seg_mode",
-           "resolve_seg_mode", "unused_reasons"]
+__all__ = ["SEG_MODES", "Prediction", "PredictionWriter", "instruction_mismatches", "load_predictions",
+           "other_dataset", "prediction_line", "read_source", "recorded_seg_mode", "resolve_seg_mode", "source_path",
+           "unused_reasons"]
 
 #: How a prediction's mask was made (ILS.md §15.1): free generation or the teacher-forced pass.
 SEG_MODES: tuple[str, str] = ("free", "teacher-forced")
@@ -151,6 +157,51 @@ def load_predictions(path: str | Path) -> dict[str, Prediction]:
             line=lineno,
             source=path,
         )
+    return out
+
+
+def source_path(predictions: str | Path) -> Path:
+    """``<predictions>.checkpoint.json``: the record of what a predictions file was made from."""
+    predictions = Path(predictions)
+    return predictions.with_name(predictions.name + ".checkpoint.json")
+
+
+def read_source(predictions: str | Path) -> dict[str, Any] | None:
+    """The record beside ``predictions`` (:func:`source_path`): None when there is none, ``{}`` when it cannot be
+    read or is not a JSON object."""
+    side = source_path(predictions)
+    if not side.is_file():
+        return None
+    try:
+        record = json.loads(side.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def other_dataset(record: Mapping[str, Any], dataset: str | Path, sha256: str) -> str | None:
+    """"another dataset (RECORDED, sha256 …; this one DATASET, …)" when ``record`` (:func:`read_source`) names a
+    dataset JSON of another sha256 than ``sha256`` (that of ``dataset``); None when it names this one or none."""
+    have = record.get("dataset_sha256")
+    if have is None or have == sha256:
+        return None
+    return (f"another dataset ({record.get('dataset', '?')}, sha256 {str(have)[:12]}; this one {dataset}, "
+            f"{sha256[:12]})")
+
+
+def _same_text(a: str, b: str) -> bool:
+    return " ".join(a.split()) == " ".join(b.split())
+
+
+def instruction_mismatches(preds: Mapping[str, Prediction], pairs: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Pair ids of ``pairs`` (dataset pairs, with ``pair_id`` and ``instruction``) whose prediction records another
+    instruction (whitespace runs compared as one space); a prediction without one is not compared."""
+    out = []
+    for pair in pairs:
+        pred = preds.get(pair["pair_id"])
+        if pred is not None and pred.instruction is not None and not _same_text(pred.instruction,
+                                                                               str(pair["instruction"])):
+            out.append(pair["pair_id"])
     return out
 
 

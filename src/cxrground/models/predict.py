@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from cxrground.errors import BackendError, ConfigError, Failure, InputError, OptionError, OptionValueError
 from cxrground.fields import option
 from cxrground.ils.layout import DATASET_FILE
-from cxrground.ils.predictions import PredictionWriter
+from cxrground.ils.predictions import PredictionWriter, other_dataset, read_source, source_path
 from cxrground.ils.schema import read_dataset
 from cxrground.io.files import atomic_write_text, sha256_file
 from cxrground.io.film_ledger import FilmLedger, FilmState
@@ -102,8 +102,7 @@ def _differences(before: dict[str, Any], source: dict[str, str]) -> list[str]:
             out.append(f"another checkpoint ({before.get('checkpoint', '?')}, fingerprint {str(have)[:12]}; this "
                        f"one {source['checkpoint']}, {str(want)[:12]})")
         elif key == "dataset_sha256":
-            out.append(f"another dataset ({before.get('dataset', '?')}, sha256 {str(have)[:12]}; this one "
-                       f"{source['dataset']}, {str(want)[:12]})")
+            out.append(other_dataset(before, source["dataset"], str(want)) or f"another {what}")
         else:
             out.append(f"another {what} ({have}; this one {want})")
     return out
@@ -114,15 +113,9 @@ def check_same_source(out: Path, source: dict[str, str]) -> str | None:
     (``source``: :func:`prediction_source`), or whose record does not say; record ``source`` beside ``out`` for the
     next run. When ``out`` holds no prediction yet, the failures of an earlier run for another source are
     dropped. Returns a note when ``out`` keeps predictions made from the films of another image root."""
-    side = out.with_name(out.name + ".checkpoint.json")
+    side = source_path(out)
     failures = out.with_name(out.name + ".failures.jsonl")
-    before: dict[str, Any] | None = None
-    if side.is_file():
-        try:
-            before = json.loads(side.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            before = {}
-        before = before if isinstance(before, dict) else {}
+    before = read_source(out)
     differs = _differences(before, source) if before is not None else [f"an unknown source (no {side.name})"]
     if differs and out.is_file() and out.stat().st_size > 0:
         raise OptionError(f"{out} holds predictions of {'; '.join(differs)}: write to another --out, or "

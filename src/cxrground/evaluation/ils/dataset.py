@@ -6,6 +6,11 @@ scores every split together. Masks are compared at each image's native ``H×W`` 
 size are resized nearest-neighbour to the native size, which is read from ``images_root`` or the study's
 ``height``/``width`` fields when given, else taken from the study's GT masks — right for our generator,
 which writes native-size masks).
+
+Predictions made for another dataset are refused (pair ids repeat between datasets, e.g. the same cohort built with
+another seed, and the pairs behind them differ): those whose ``<file>.checkpoint.json`` names a dataset JSON of
+another sha256, and, without that record (a hand-made file), those whose lines record an ``instruction`` other than
+the dataset's for the same pair id (:func:`check_predictions_fit`). Lines without an instruction are not checked.
 """
 
 from __future__ import annotations
@@ -21,11 +26,21 @@ from cxrground.evaluation.ils.segmentation import SegmentationMetric
 from cxrground.evaluation.ils.text import TextAccuracyMetric
 from cxrground.ils.frames import read_frame
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
-from cxrground.ils.predictions import Prediction, load_predictions, resolve_seg_mode, unused_reasons
+from cxrground.ils.predictions import (
+    Prediction,
+    instruction_mismatches,
+    load_predictions,
+    other_dataset,
+    read_source,
+    resolve_seg_mode,
+    source_path,
+    unused_reasons,
+)
 from cxrground.ils.schema import SPLITS, dataset_splits, iter_dataset, read_dataset
+from cxrground.io.files import sha256_file
 from cxrground.io.masks import check_shape, read_mask_png
 
-__all__ = ["ALL_SPLITS", "evaluate_dataset", "unused_why"]
+__all__ = ["ALL_SPLITS", "check_predictions_fit", "evaluate_dataset", "unused_why"]
 
 #: The ``split`` value that scores every split of the dataset together.
 ALL_SPLITS = "all"
@@ -95,6 +110,7 @@ def evaluate_dataset(
     studies = [s for name in (data if split == ALL_SPLITS else [split]) for s in data[name].values()]
     preds = load_predictions(predictions_path)
     seg_mode = resolve_seg_mode(seg_mode, preds, predictions_path)
+    check_predictions_fit(preds, predictions_path, json_path, studies, split)
     seg = SegmentationMetric(n_boot=n_boot, seed=seed)
     text = TextAccuracyMetric()
     evaluated: list[str] = []
@@ -184,6 +200,35 @@ def evaluate_dataset(
     if log is not None:
         log(_counts_line(result))
     return result
+
+
+def check_predictions_fit(preds: dict[str, Prediction], predictions_path: str | Path, json_path: Path,
+                          studies: list[dict[str, Any]], split: str) -> None:
+    """Refuse (:class:`InputError` naming the predictions file and the dataset) predictions made for another
+    dataset: their record (``<file>.checkpoint.json``) names a dataset JSON of another sha256, or, without a record
+    naming one, a line records another instruction than ``studies`` (the scored ones) give its pair id."""
+    pairs = [p for study in studies for kind in ("positive_pairs", "negative_pairs")
+             for p in study["instruction_answer_pairs"].get(kind, [])]
+    differ = instruction_mismatches(preds, pairs)
+    record = read_source(predictions_path) or {}
+    other = other_dataset(record, json_path, sha256_file(json_path)) if "dataset_sha256" in record else None
+    if other is None and ("dataset_sha256" in record or not differ):
+        return
+    shared = sum(1 for p in pairs if p["pair_id"] in preds)
+    if differ:
+        pair = next(p for p in pairs if p["pair_id"] == differ[0])
+        which = (f"{len(differ)} of its {shared} predictions for pairs of split {split} were made for another "
+                 f"instruction (e.g. {differ[0]}: {preds[differ[0]].instruction!r}; here {pair['instruction']!r})")
+    else:
+        which = (f"its {shared} predictions for pairs of split {split} share this dataset's pair ids, but their "
+                 "lines record no instruction to compare the pairs by")
+    fix = "predict this dataset's split (ils predict)"
+    if other is not None:
+        fix += (f", or, for a dataset rewritten with the same pairs, remove {source_path(predictions_path).name} so "
+                "the instructions each line records are checked instead")
+        raise InputError(f"holds predictions of {other}: {which}; nothing scored: {fix}", predictions_path)
+    raise InputError(f"holds predictions of another dataset than {json_path}: {which}; nothing scored: {fix}",
+                     predictions_path)
 
 
 def unused_why(dataset: str | Path, predicted: list[str], split: str, n_scored: int) -> str:
