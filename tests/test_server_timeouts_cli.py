@@ -183,6 +183,21 @@ def test_without_the_options_the_defaults_hold(commands, command) -> None:
         assert flag in help_text.output
 
 
+def test_serve_announces_serving_only_once_the_model_is_loaded(commands, monkeypatch) -> None:
+    from cxrground.errors import InputError
+
+    code, output, started = commands.start("serve")
+    assert code == 0 and started is not None and "serving " in output
+
+    def broken(path, **kw):
+        raise InputError("not a readable safetensors file (a truncated copy?)", Path(path) / "weights.safetensors")
+
+    monkeypatch.setattr(run, "load_and_create", broken)
+    code, output, started = commands.start("serve")
+    assert code == 1 and started is None and "not a readable safetensors file" in output
+    assert "serving " not in output and "Traceback" not in output
+
+
 def test_the_requests_refuse_what_the_command_line_refuses() -> None:
     from cxrground.net.limits import ConnectionLimits
 

@@ -72,7 +72,11 @@ def serve_request(request: ServeRequest, warn: Callable[[str], None], note: Call
              "--api-key-env). Put it behind an authenticating proxy.")
     limits = Limits(max_upload_bytes=int(r.max_upload_mb * 1024 * 1024), max_pixels=r.max_pixels,
                     max_in_flight=r.max_in_flight, body_timeout_s=r.body_timeout)
-    checkpoint_info(r.checkpoint)  # a folder that is no checkpoint is refused before "serving" is announced
-    note(f"serving {r.checkpoint} on http://{r.host}:{r.port}/ (web page), /v1/segment, /v1/chat/completions")
+    checkpoint_info(r.checkpoint)  # a folder that is no checkpoint is refused before the model is loaded
+
+    def ready() -> None:  # announced once the model is loaded: a checkpoint that cannot be is an error, not "serving"
+        note(f"serving {r.checkpoint} on http://{r.host}:{r.port}/ (web page), /v1/segment, /v1/chat/completions")
+
     serve(r.checkpoint, host=r.host, port=r.port, device=r.device, limits=limits, access=access, workers=r.workers,
-          idle_timeout=r.idle_timeout, send_timeout=r.send_timeout, max_connections=r.max_connections)
+          idle_timeout=r.idle_timeout, send_timeout=r.send_timeout, max_connections=r.max_connections,
+          on_ready=ready)

@@ -18,6 +18,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -80,10 +81,12 @@ def serve(
     idle_timeout: float = IDLE_TIMEOUT_S,
     send_timeout: float = SEND_TIMEOUT_S,
     max_connections: int = MAX_CONNECTIONS,
+    on_ready: Callable[[], None] | None = None,
 ) -> None:
     """Load ``checkpoint`` and serve it with uvicorn until interrupted (``access``: API key and CORS; the connection
     limits as in :func:`~cxrground.net.connections.guarded_protocol`, a :class:`ValueError` when one is not positive
-    and finite)."""
+    and finite). ``on_ready`` is called once the model is loaded, before uvicorn starts (with ``workers > 1``, when
+    the worker processes, which load their own copies, are started)."""
     import uvicorn
 
     limits = limits or Limits()
@@ -105,10 +108,14 @@ def serve(
         os.environ[_ENV_CONNECTIONS] = json.dumps({"idle_timeout": protocol.idle_timeout,
                                                    "max_connections": protocol.max_connections,
                                                    "send_timeout": protocol.send_timeout})
+        if on_ready is not None:
+            on_ready()
         uvicorn.run("cxrground.serve.run:app_from_env", factory=True, host=host, port=port, workers=workers,
                     log_level=log_level, http="cxrground.serve.run:protocol_from_env")
         return
     app, _ = load_and_create(checkpoint, device=device, limits=limits, access=access)
+    if on_ready is not None:
+        on_ready()
     uvicorn.run(app, host=host, port=port, log_level=log_level, http=protocol)
 
 
