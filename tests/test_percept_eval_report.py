@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+from pathlib import Path
 
 from click.testing import CliRunner
 from PIL import Image
@@ -36,15 +37,20 @@ def test_report_in_headless_chromium(tmp_path, page):
     assert page.locator("svg rect").count() > 20
 
 
+def _oracle_run(tmp_path: Path) -> Path:
+    """``runs/`` holding ``oracle/``, the oracle's run on a 3-case opacity benchmark."""
+    bench = make_benchmark(tmp_path / "bench", {"LF": 1, "RF": 1, "RR": 1}, lesions=("opacity",))
+    runs = tmp_path / "runs"
+    res = CliRunner().invoke(main, ["percept", "eval", "--bench", str(bench), "--model", "oracle", "--out",
+                                    str(runs / "oracle"), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    return runs
+
+
 def test_report_skips_files_among_the_runs(tmp_path):
     """`percept report runs/* --out runs/report.html`: the glob also names the response cache and the report files;
     they are skipped with a note, and a RUNS list with no folder is a usage error."""
-    bench = make_benchmark(tmp_path / "bench", {"LF": 1, "RF": 1, "RR": 1}, lesions=("opacity",))
-    runs = tmp_path / "runs"
-    runner = CliRunner()
-    res = runner.invoke(main, ["percept", "eval", "--bench", str(bench), "--model", "oracle", "--out",
-                               str(runs / "oracle"), "--no-progress"])
-    assert res.exit_code == 0, res.output
+    runs, runner = _oracle_run(tmp_path), CliRunner()
     (runs / "percept_cache.sqlite").write_bytes(b"")
     for _ in range(2):  # the second time the glob also names report.html and all_models_summary.csv
         names = sorted(str(p) for p in runs.iterdir())
@@ -62,12 +68,7 @@ def test_report_skips_run_folders_without_results(tmp_path):
     report runs/*` skips it with a note naming it and reports the others; with no run that has results it fails."""
     import shutil
 
-    bench = make_benchmark(tmp_path / "bench", {"LF": 1, "RF": 1, "RR": 1}, lesions=("opacity",))
-    runs = tmp_path / "runs"
-    runner = CliRunner()
-    res = runner.invoke(main, ["percept", "eval", "--bench", str(bench), "--model", "oracle", "--out",
-                               str(runs / "oracle"), "--no-progress"])
-    assert res.exit_code == 0, res.output
+    runs, runner = _oracle_run(tmp_path), CliRunner()
     stopped = runs / "stopped"
     stopped.mkdir()
     for name in ("config.json", "cases.json"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -161,13 +162,18 @@ def test_score_run_writes_reference_csvs(tmp_path):
     assert json.loads((run / "score.json").read_text())["run"]["label"] == "m [none]"
 
 
-def test_score_prints_a_dash_for_a_stage_no_case_asks(tmp_path):
-    plans = [plan("A", "RR", "edema"), plan("C", "RF", "edema"), plan("E", "LF", "edema")]
-    run = tmp_path / "run"
+def _run_folder(run: Path, plans: list[dict]) -> Path:
+    """A run folder of model ``m`` (oracle none) whose every case of ``plans`` was answered right."""
     run.mkdir()
     (run / "config.json").write_text(json.dumps({"config": {"model": "m", "oracle": "none", "seed": 0}}))
     (run / "cases.json").write_text(json.dumps(plans))
     (run / "results.jsonl").write_text("".join(json.dumps(record(p)) + "\n" for p in plans))
+    return run
+
+
+def test_score_prints_a_dash_for_a_stage_no_case_asks(tmp_path):
+    plans = [plan("A", "RR", "edema"), plan("C", "RF", "edema"), plan("E", "LF", "edema")]
+    run = _run_folder(tmp_path / "run", plans)
     result = CliRunner().invoke(main, ["percept", "score", str(run), "--bootstrap", "0"])
     assert result.exit_code == 0, result.output
     rows = {(r["path"], r["setting"]): r for r in map(json.loads, result.stdout.splitlines())}
@@ -186,11 +192,7 @@ def test_score_and_report_name_the_paths_the_csvs_write_as_zero(tmp_path):
     """A run with no case of a path (--limit, a benchmark without it) gets 0.0 rows for it in the reference CSVs
     (their format); `percept score` and `percept report` print a note naming those paths."""
     plans = [plan("A", "RR", "edema"), plan("B", "RR", "edema")]
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "config.json").write_text(json.dumps({"config": {"model": "m", "oracle": "none", "seed": 0}}))
-    (run / "cases.json").write_text(json.dumps(plans))
-    (run / "results.jsonl").write_text("".join(json.dumps(record(p)) + "\n" for p in plans))
+    run = _run_folder(tmp_path / "run", plans)
     result = CliRunner().invoke(main, ["percept", "score", str(run), "--bootstrap", "0"])
     assert result.exit_code == 0, result.output
     note = [line for line in result.stderr.splitlines() if "0.0" in line]
