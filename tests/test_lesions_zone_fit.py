@@ -178,6 +178,7 @@ def test_bad_rows_are_recorded_and_skipped(cohort, tmp_path):
                              GivenMasksSegmenter(masks, seen_heart=False))
     recorded = [json.loads(line) for line in result.failures_path.read_text().splitlines()]
     assert len(recorded) == result.failures == 7
+    assert f"; first: {recorded[0]['path']}: {recorded[0]['reason']};" in result.summary_lines()[0]
     assert {"broken.png", "oneLung.png"} <= {Path(r["path"]).name for r in recorded if r["stage"] == "zones"}
     assert result.films == len(cohort["rows"]) - 3
 

@@ -386,6 +386,7 @@ def test_review_import_leaves_out_a_study_whose_film_cannot_be_read_and_imports_
     assert f"{len(every) - bad} items found" in result.output and "1 studies left out" in result.output
     (failure,) = [json.loads(line) for line in Path(f"{db_path}.failures.jsonl").read_text().splitlines()]
     assert failure["path"] == str(film.resolve()) and f"study {key}:" in failure["reason"]
+    assert f"; first: {film.resolve()}: study {key}:" in result.output
     assert len(ReviewDB(db_path).items()) == len(every) - bad
     film.unlink()  # a missing film: the same
     left: list = []

@@ -104,5 +104,5 @@ class Failure:
 
 
 def first_failure(failures: Sequence[Failure]) -> str:
-    """``first: PATH: REASON``, the first of a batch's ``failures`` as its console summary names it ("" when none)."""
-    return f"first: {failures[0].path}: {failures[0].reason}" if failures else ""
+    """``; first: PATH: REASON``: the first of a batch's ``failures``, as its console summary ends ("" when none)."""
+    return f"; first: {failures[0].path}: {failures[0].reason}" if failures else ""

@@ -87,7 +87,7 @@ def zones(images: Path, out: Path, overwrite: bool, retry_failed: bool, normativ
     flagged = sum(sum(r.flags.values()) for r in readings)
     how = f"threshold z {model.zone_threshold:.2f}" if reader is None else reader_name(reader)
     click.echo(f"wrote {out / 'zones.csv'}: {len(readings)} images, {flagged} zones flagged, "
-               f"{len(failures)} failures ({how})" + (f"; {first_failure(failures)}" if failures else ""))
+               f"{len(failures)} failures ({how})" + first_failure(failures))
     _exit_if_none_read(len(readings), len(failures), out)
 
 
@@ -162,7 +162,7 @@ def pose(images: Path, out: Path, overwrite: bool, retry_failed: bool, weights: 
     flagged = sum(r.flagged for r in rows)
     click.echo(f"wrote {out / 'poses.csv'}: {len(rows)} films, {flagged} look stored in a wrong pose"
                + (f" (contact sheets in {out / 'flagged'})" if flagged and not no_sheets else "")
-               + f", {len(failures)} failures" + (f"; {first_failure(failures)}" if failures else ""))
+               + f", {len(failures)} failures" + first_failure(failures))
     _exit_if_none_read(len(rows), len(failures), out)
 
 

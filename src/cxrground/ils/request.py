@@ -279,7 +279,7 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
 def _no_studies(request: BuildRequest, failures: list[Failure]) -> str:
     """Why a build found nothing to do: where it looked, how many inputs failed and the first of them."""
     where = f"in the index {request.index}" if request.index is not None else f"under {request.images}"
-    first = f"; {first_failure(failures)}" if failures else ""
+    first = first_failure(failures)
     return f"no studies found {where} ({len(failures)} inputs failed{first})"
 
 

@@ -35,7 +35,7 @@ from typing import Any, Final
 import numpy as np
 
 from cxrground.anatomy.segment.base import LungHeartSegmenter
-from cxrground.errors import ConfigError, CXRGroundError, Failure, InputError
+from cxrground.errors import ConfigError, CXRGroundError, Failure, InputError, first_failure
 from cxrground.fields import option
 from cxrground.io.files import sha256_file
 from cxrground.io.image import read_image
@@ -193,6 +193,7 @@ class ZoneFitResult:
     cv: CVResult
     normative_kappa: float
     normative_threshold: float
+    first_failure: str = ""
 
     def summary_lines(self) -> list[str]:
         """What the command prints."""
@@ -201,8 +202,8 @@ class ZoneFitResult:
         zk = " ".join(f"{z} {_fmt(v)}" for z, v in cv.zone_kappa.items())
         za = " ".join(f"{z} {_fmt(v)}" for z, v in cv.zone_auroc.items())
         return [
-            f"read {self.films} films ({self.patients} patients), {self.failures} failures -> {self.failures_path}; "
-            f"{self.abnormal_zones} of {6 * self.films} zones abnormal (label > 0)",
+            f"read {self.films} films ({self.patients} patients), {self.failures} failures -> {self.failures_path}"
+            f"{self.first_failure}; {self.abnormal_zones} of {6 * self.films} zones abnormal (label > 0)",
             f"chosen by {self.folds}-fold patient-grouped CV on all films: penalty l2={self.selection.l2:g}, "
             f"flag when p >= {self.selection.threshold:.3f} (rule {self.threshold_rule})",
             f"nested CV κ {cv.kappa:.3f}{ci}; AUROC {cv.auroc:.3f}; sens {100 * cv.sensitivity:.1f} "
@@ -519,4 +520,5 @@ def fit_zone_reader(request: ZoneFitRequest, segmenter: LungHeartSegmenter, prog
     }
     path = _fit(x, t, sel.l2, sel.threshold, meta).save(out)
     return ZoneFitResult(path, failures_path, len(read), len(set(patients)), len(failures), int(t.sum()), sel,
-                         r.threshold_rule, r.folds, cv, normative_kappa, float(model.zone_threshold))
+                         r.threshold_rule, r.folds, cv, normative_kappa, float(model.zone_threshold),
+                         first_failure(failures))

@@ -185,7 +185,7 @@ def finding_output(done: Sequence[StructuredReport], failures: Sequence[Failure]
     if out is not None:
         fail_path = write_finding_lines(out, rows, failures)
         where = f"; failures in {fail_path}" if fail_path else ""
-        first = f"; {first_failure(failures)}" if failures else ""
+        first = first_failure(failures)
         notes.append(f"{len(done)} reports, {len(rows)} findings -> {out}; {len(failures)} failures{where}{first}")
     return lines, notes + rejection_notes(structurer, out)
 

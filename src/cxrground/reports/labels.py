@@ -405,7 +405,7 @@ def label_files(paths: Sequence[Path], request: LabelRequest) -> StructureOutput
     if request.out is not None:
         fail_path = write_labels(request.out, labels, failures, request.label_format)
         where = f"; failures in {fail_path}" if fail_path else ""
-        first = f"; {first_failure(failures)}" if failures else ""
+        first = first_failure(failures)
         notes.append(f"{len(labels)} reports labelled -> {request.out}; {len(failures)} failures{where}{first}")
     elif request.label_format == "jsonl":
         lines = [*label_lines(labels, "jsonl"), *finding_lines((), failures)]

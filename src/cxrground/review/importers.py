@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from cxrground.errors import Failure, InputError, OptionError
+from cxrground.errors import Failure, InputError, OptionError, first_failure
 from cxrground.evaluation.percept.conversation import plan_case, safe_image_path
 from cxrground.fields import option
 from cxrground.ils.frames import MaskFrame, mask_on_image, read_frame
@@ -284,5 +284,5 @@ def import_request(db_path: Path, request: ImportRequest) -> str:
             f"({counts['already_there']} already there"
             + (f", {counts['picked_up']} of them in no queue until now" if counts["picked_up"] else "")
             + f"), {counts['assignments']} assignments"
-            + (f"; {len(failures)} studies left out (film or mask unreadable), listed in {record}" if failures
-               else ""))
+            + (f"; {len(failures)} studies left out (film or mask unreadable), listed in {record}"
+               + first_failure(failures) if failures else ""))
