@@ -27,14 +27,17 @@ It needs uvicorn and starlette (the ``serve`` extra).
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import math
+import socket
 import time
 from typing import ClassVar, Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from cxrground.errors import ConfigError
 from cxrground.net.limits import (
     BODY_TIMEOUT_S,
     IDLE_TIMEOUT_S,
@@ -44,8 +47,8 @@ from cxrground.net.limits import (
 )
 
 __all__ = ["BODY_TIMEOUT_S", "IDLE_TIMEOUT_S", "MAX_CONNECTIONS", "SEND_LOG_INTERVAL_S", "SEND_TIMEOUT_S",
-           "AcceptErrorFilter", "BodyDeadline", "BodyTimeout", "GuardedH11Protocol", "LogThrottle", "guarded_protocol",
-           "prepare_process", "raise_open_file_limit"]
+           "AcceptErrorFilter", "BodyDeadline", "BodyTimeout", "GuardedH11Protocol", "LogThrottle", "check_port",
+           "guarded_protocol", "prepare_process", "raise_open_file_limit"]
 
 #: File descriptors left for the server itself (database, listening socket, threads) below the open-file limit.
 _FD_RESERVE: Final[int] = 64
@@ -316,3 +319,23 @@ def prepare_process(log: logging.Logger | None = None) -> int | None:
     if not any(isinstance(f, AcceptErrorFilter) for f in log.filters):
         log.addFilter(AcceptErrorFilter())
     return raise_open_file_limit()
+
+
+def check_port(host: str, port: int) -> None:
+    """A :class:`~cxrground.errors.ConfigError` when ``host:port`` cannot be listened on (in use, not an address of
+    this machine, not permitted): a server checks it before it loads anything or says where it listens."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc}") from exc
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a port in TIME_WAIT is free
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+                              + (" (another server holds it; pick another --port)"
+                                 if exc.errno == errno.EADDRINUSE else "")) from exc

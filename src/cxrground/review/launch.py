@@ -22,13 +22,15 @@ def launch_app(db_path: Path, host: str, port: int, warn: Callable[[str], None],
                secure_cookies: bool = False, connections: ConnectionLimits | None = None) -> None:
     """Check the database and serve the review app until interrupted; ``warn`` is told when ``host`` reaches
     beyond this machine (without ``secure_cookies``), ``note`` where the app listens; ``connections``: the
-    connection timeouts and limit (the defaults of :class:`ConnectionLimits` without). Without the ``serve`` extra
-    this is a :class:`ConfigError`."""
+    connection timeouts and limit (the defaults of :class:`ConnectionLimits` without). Without the ``serve`` extra,
+    or when ``host:port`` cannot be listened on, this is a :class:`ConfigError`."""
     try:
+        from cxrground.net.connections import check_port
         from cxrground.review.app import serve
     except ImportError as exc:
         raise ConfigError(f"the review app needs the 'serve' extra (pip install 'cxrground[serve]'): {exc}") from exc
     ReviewDB(db_path)
+    check_port(host, port)
     if host not in LOOPBACK_HOSTS and not secure_cookies:
         warn(f"warning: binding to {host} exposes the review app beyond this machine; put HTTPS in front "
              "and pass --secure-cookies.")

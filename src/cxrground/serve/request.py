@@ -75,7 +75,9 @@ def serve_request(request: ServeRequest, warn: Callable[[str], None], note: Call
     checkpoint_info(r.checkpoint)  # a folder that is no checkpoint is refused before the model is loaded
 
     def ready() -> None:  # announced once the model is loaded: a checkpoint that cannot be is an error, not "serving"
-        note(f"serving {r.checkpoint} on http://{r.host}:{r.port}/ (web page), /v1/segment, /v1/chat/completions")
+        workers = f" ({r.workers} workers, each with the model loaded)" if r.workers > 1 else ""
+        note(f"serving {r.checkpoint} on http://{r.host}:{r.port}/ (web page), /v1/segment, /v1/chat/completions"
+             + workers)
 
     serve(r.checkpoint, host=r.host, port=r.port, device=r.device, limits=limits, access=access, workers=r.workers,
           idle_timeout=r.idle_timeout, send_timeout=r.send_timeout, max_connections=r.max_connections,

@@ -16,13 +16,17 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import shutil
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+from cxrground.errors import ConfigError
 from cxrground.io.files import sha256_file
 from cxrground.models.base import CHECKPOINT_FILE, IlsModel, load_model
 from cxrground.net.connections import (
@@ -30,6 +34,7 @@ from cxrground.net.connections import (
     MAX_CONNECTIONS,
     SEND_TIMEOUT_S,
     GuardedH11Protocol,
+    check_port,
     guarded_protocol,
     prepare_process,
 )
@@ -47,6 +52,13 @@ _ENV_ACCESS = "CXRGROUND_SERVE_ACCESS"
 _ENV_CONNECTIONS = "CXRGROUND_SERVE_CONNECTIONS"
 #: Holds a key given to :func:`serve` without the name of the variable it came from (multi-worker only).
 _ENV_API_KEY = "CXRGROUND_SERVE_API_KEY"
+#: A folder each worker marks once its model is loaded, so the parent can say when all are (multi-worker only).
+_ENV_READY = "CXRGROUND_SERVE_READY_DIR"
+#: Seconds a worker may take to answer uvicorn's liveness ping before it is killed and restarted: uvicorn's 5 s
+#: kills workers still importing torch or loading a model on a busy machine.
+WORKER_HEALTHCHECK_S: Final = 60
+#: The exit status of a worker that could not start (uvicorn's STARTUP_FAILURE): its parent stops, not restarts it.
+_STARTUP_FAILURE: Final = 3
 
 
 def checkpoint_id(checkpoint: str | Path) -> str:
@@ -68,6 +80,21 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _announce_when_ready(folder: Path, workers: int, on_ready: Callable[[], None],
+                         stop: threading.Event) -> threading.Thread:
+    """A daemon thread that calls ``on_ready`` once ``workers`` processes have marked ``folder`` (each marks it when
+    its model is loaded), unless ``stop`` is set first."""
+    def watch() -> None:
+        while not stop.wait(0.2):
+            if len(list(folder.glob("ready-*"))) >= workers:
+                on_ready()
+                return
+
+    thread = threading.Thread(target=watch, name="cxrground-serve-ready", daemon=True)
+    thread.start()
+    return thread
+
+
 def serve(
     checkpoint: str | Path,
     host: str = "127.0.0.1",
@@ -85,13 +112,15 @@ def serve(
 ) -> None:
     """Load ``checkpoint`` and serve it with uvicorn until interrupted (``access``: API key and CORS; the connection
     limits as in :func:`~cxrground.net.connections.guarded_protocol`, a :class:`ValueError` when one is not positive
-    and finite). ``on_ready`` is called once the model is loaded, before uvicorn starts (with ``workers > 1``, when
-    the worker processes, which load their own copies, are started)."""
+    and finite). A port that cannot be listened on is a :class:`~cxrground.errors.ConfigError` before the model is
+    loaded. ``on_ready`` is called once the model is loaded, before uvicorn starts (with ``workers > 1``, once every
+    worker process has loaded its own copy)."""
     import uvicorn
 
     limits = limits or Limits()
     access = access or AccessPolicy()
     protocol = guarded_protocol(idle_timeout, max_connections, send_timeout)
+    check_port(host, port)
     prepare_process()
     if workers > 1:
         os.environ[_ENV_CHECKPOINT] = str(Path(checkpoint).resolve())
@@ -108,10 +137,23 @@ def serve(
         os.environ[_ENV_CONNECTIONS] = json.dumps({"idle_timeout": protocol.idle_timeout,
                                                    "max_connections": protocol.max_connections,
                                                    "send_timeout": protocol.send_timeout})
+        ready_dir = Path(tempfile.mkdtemp(prefix="cxrground-serve-ready-"))
+        os.environ[_ENV_READY] = str(ready_dir)
+        stop = threading.Event()
         if on_ready is not None:
-            on_ready()
-        uvicorn.run("cxrground.serve.run:app_from_env", factory=True, host=host, port=port, workers=workers,
-                    log_level=log_level, http="cxrground.serve.run:protocol_from_env")
+            _announce_when_ready(ready_dir, workers, on_ready, stop)
+        try:
+            uvicorn.run("cxrground.serve.run:app_from_env", factory=True, host=host, port=port, workers=workers,
+                        log_level=log_level, http="cxrground.serve.run:protocol_from_env",
+                        timeout_worker_healthcheck=WORKER_HEALTHCHECK_S)
+            failed = sorted(ready_dir.glob("failed-*"))
+            if failed:
+                raise ConfigError(f"the server's workers could not load {checkpoint}: "
+                                  f"{failed[0].read_text(encoding='utf-8')}")
+        finally:
+            stop.set()
+            os.environ.pop(_ENV_READY, None)
+            shutil.rmtree(ready_dir, ignore_errors=True)
         return
     app, _ = load_and_create(checkpoint, device=device, limits=limits, access=access)
     if on_ready is not None:
@@ -128,8 +170,18 @@ def app_from_env() -> Any:
     key_env = access_data.get("api_key_env")
     access = AccessPolicy(api_key=read_api_key(key_env) if key_env else None, api_key_env=key_env,
                           cors_origins=tuple(access_data.get("cors_origins", ())))
-    app, _ = load_and_create(os.environ[_ENV_CHECKPOINT], device=os.environ.get(_ENV_DEVICE, "cpu"),
-                             limits=Limits(**limits_data), access=access)
+    marks = Path(os.environ.get(_ENV_READY, "")) if os.environ.get(_ENV_READY) else None
+    try:
+        app, _ = load_and_create(os.environ[_ENV_CHECKPOINT], device=os.environ.get(_ENV_DEVICE, "cpu"),
+                                 limits=Limits(**limits_data), access=access)
+    except Exception as exc:
+        if marks is None or not marks.is_dir():
+            raise
+        # said once to the parent, which stops: uvicorn restarts a worker that fails any other way, forever
+        (marks / f"failed-{os.getpid()}").write_text(str(exc) or type(exc).__name__, encoding="utf-8")
+        sys.exit(_STARTUP_FAILURE)
+    if marks is not None and marks.is_dir():
+        (marks / f"ready-{os.getpid()}").touch()
     return app
 
 
