@@ -125,9 +125,22 @@ def test_lung_lesion_masks_stay_off_heart_and_mediastinum(built):
     assert shares and max(shares) <= 0.01, shares
 
 
-def test_stats_command_prints_tables(built):
+def test_stats_command_prints_tables(built, tmp_path):
     result = CliRunner().invoke(main, ["ils", "stats", str(built)])
     assert result.exit_code == 0 and "basic pos" in result.output
+    result = CliRunner().invoke(main, ["ils", "stats", str(built), "--json"])
+    assert result.exit_code == 0, result.output
+    counts = json.loads(result.output)
+    data = json.loads((built / "mimic_ils_instruction_answer.json").read_text())
+    for split in ("train", "val", "test"):
+        studies = data.get(split, {})
+        pairs = sum(len(p) for s in studies.values() for p in s["instruction_answer_pairs"].values())
+        assert counts[split]["studies"] == len(studies) and counts[split]["total"]["#IA"] == pairs
+    bare = tmp_path / "bare"  # a dataset without its card: one line per split
+    bare.mkdir()
+    (bare / "mimic_ils_instruction_answer.json").write_text(json.dumps(data))
+    lines = CliRunner().invoke(main, ["ils", "stats", str(bare)]).output.splitlines()
+    assert lines[0] == f"train: {counts['train']['studies']} studies, {counts['train']['total']['#IA']} pairs"
 
 
 def test_quality_against_synthetic_truth(built, cohort, tmp_path):

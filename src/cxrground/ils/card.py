@@ -470,8 +470,9 @@ def with_review_section(card: str, review: Mapping[str, Any] | None) -> str:
 
 
 def stats_text(folder: str | Path, as_json: bool = False) -> str:
-    """The counts of a dataset folder: JSON per split, else the card's tables (or one pairs line per split). The
-    dataset JSON is read as a stream and checked study by study."""
+    """The counts of a dataset folder: JSON per split (``studies`` beside the lesion rows of the card's table), else
+    the card's tables (or one studies-and-pairs line per split). The dataset JSON is read as a stream and checked
+    study by study."""
     from cxrground.ils.schema import SPLITS, check_splits, dataset_location, iter_dataset
 
     folder, json_path = dataset_location(folder)
@@ -481,8 +482,10 @@ def stats_text(folder: str | Path, as_json: bool = False) -> str:
         counts.add(split, study)
     tables = {split: counts.table(split) for split in SPLITS}
     if as_json:
-        return json.dumps(tables, indent=2)
+        return json.dumps({split: {"studies": counts.studies.get(split, 0), **tables[split]} for split in SPLITS},
+                          indent=2)
     card = folder / "card.md"
     if card.is_file():
         return card.read_text(encoding="utf-8").split("## Backends and settings")[0].rstrip()
-    return "\n".join(f"{split}: {tables[split]['total']['#IA']} pairs" for split in SPLITS)
+    return "\n".join(f"{split}: {counts.studies.get(split, 0)} studies, {tables[split]['total']['#IA']} pairs"
+                     for split in SPLITS)
