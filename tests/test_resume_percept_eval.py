@@ -66,13 +66,15 @@ def test_usage_keeps_the_request_counts_of_a_killed_session(bench, tmp_path) -> 
              client=_Wrapped("x", snapshot))
     usage = json.loads((killed / "usage.json").read_text())
     records = [json.loads(line) for line in (killed / "results.jsonl").read_text().splitlines()]
-    assert records and usage["requests_sent"] == sum(len(r["questions"]) for r in records)
+    finished = sum(len(r["questions"]) for r in records)
+    assert usage["requests_sent"] == 6 > finished > 0  # every answer before the kill, those of the open case too
     total = json.loads((run / "usage.json").read_text())["requests_sent"]
     resumed = run_eval(EvalSettings(bench, "first-option"), killed, progress=False, concurrency=1,
                        cache=tmp_path / "b.sqlite", client=_Wrapped("x"))
-    # every request sent is counted: the killed session's (finished cases) and the resumed session's
-    assert resumed["requests_sent"] == total == json.loads((killed / "usage.json").read_text())["requests_sent"]
-    assert resumed["sent_this_run"] < total
+    # every request sent is counted: the killed session's and the resumed session's, which asks the open case's
+    # questions again
+    assert resumed["requests_sent"] == 6 + resumed["sent_this_run"] == total + 6 - finished
+    assert json.loads((killed / "usage.json").read_text())["requests_sent"] == resumed["requests_sent"]
 
 
 def test_usage_counts_the_tokens_of_every_response_received_as_it_counts_requests(bench, tmp_path) -> None:

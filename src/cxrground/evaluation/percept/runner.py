@@ -31,8 +31,8 @@
   denominators of scoring), ``results.jsonl`` (append-only, one line per finished case and repeat) and
   ``usage.json`` (the decoding settings sent, tokens, request counts, model versions seen, cost when the price
   table has the model: the built-in one of :mod:`.prices`, or a ``prices`` file merged over it). ``usage.json``
-  is rewritten after every finished case (atomically), so a killed session's requests, retries and cache hits are
-  kept; the requests in flight at the kill (their case has no line yet) are not counted.
+  is rewritten after every answer and every finished case (atomically), so a killed session's requests, tokens,
+  retries and cache hits are kept; only the requests in flight at the kill (no answer yet) are not counted.
 - ``extra_body`` (openai clients only): request options merged into every request; part of the decoding
   settings, hence of the cache key and of ``config.json`` (absent from both when not given).
 - ``sampling_params`` (``openai:`` and ``hf:`` clients): ``explicit`` sends every sampling parameter at the
@@ -474,6 +474,7 @@ class _Runner:
             self.stats.model_versions.add(completion.model_version)
         for k in _TOKEN_KEYS:
             self.stats.tokens_sent[k] += int((completion.usage or {}).get(k, 0) or 0)
+        self._save_usage()  # each answer's request and tokens, durable before its case ends
         if not _blank(completion.content):  # an empty reply may be a glitch: scored, never reused
             # off the event loop: a WAL commit waits for the disk
             await asyncio.to_thread(self.cache.put, key, c.identity, decoding, sample, messages, context,
@@ -520,10 +521,15 @@ class _Runner:
             record["repeat"] = sample
         with self.results.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(record, sort_keys=True) + "\n")
-        if self.usage is not None:  # durable counts: a kill loses only the requests of unfinished cases
+        if self.usage is not None:
             self.usage.update((plan.case_id, sample), record)
-            _write_json(self.usage_file, self.usage.summary(self.stats))
+        self._save_usage()
         return record
+
+    def _save_usage(self) -> None:
+        """Rewrite ``usage.json`` (atomically) with the counts so far: a kill loses only requests still in flight."""
+        if self.usage is not None:
+            _write_json(self.usage_file, self.usage.summary(self.stats))
 
 
 def record_answer(conv: Conversation, content: str | None) -> dict[str, Any]:
