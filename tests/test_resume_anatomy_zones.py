@@ -4,8 +4,11 @@ names are unique."""
 
 from __future__ import annotations
 
+import csv
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -34,6 +37,9 @@ def films(tmp_path_factory: pytest.TempPathFactory) -> Path:
     Image.open(pngs[0]).convert("L").save(root / "img1.jpg", quality=95)
     shutil.copy(pngs[-1], root / "sub" / "x.png")
     shutil.copy(pngs[-1], root / "sub__x.png")
+    old = time.time() - 60  # written a while ago: no film is "racy" (just written), whenever a run reads it
+    for film in find_images(root):
+        os.utime(film, (old, old))
     return root
 
 
@@ -101,9 +107,16 @@ def test_killed_run_resumes_and_other_runs_are_refused(films, tmp_path, monkeypa
     assert _outputs(out) == _outputs(fresh)
     settings = json.loads((out / "zones.json").read_text())["segmenter"]
     assert settings["deskew"] == "off" and settings["content_box"] == "whole film" and settings["weights_sha256"]
+    rows = list(csv.DictReader((out / "zones.csv").open()))
+    assert {r["image"]: r["overlay"] for r in rows} == overlay_names([r["image"] for r in rows])
+    assert all((out / r["overlay"]).is_file() for r in rows)  # which overlay is whose, clashing names too
+    mine = out / "overlays" / "my-notes.txt"  # a file of the user's in the overlay folder
+    mine.write_text("keep me")
     write_zones(other, out, seg, model, root=films, overwrite=True)
     assert len((out / "zones.csv").read_text().splitlines()) <= 3
-    assert len(list((out / "overlays").rglob("*.png"))) <= 2  # the earlier run's overlays are gone
+    assert sorted(p.relative_to(out).as_posix() for p in (out / "overlays").rglob("*.png")) == sorted(
+        overlay_names([p.relative_to(films).as_posix() for p in other]).values())  # the earlier run's are gone
+    assert mine.read_text() == "keep me"
 
 
 def test_a_changed_film_and_an_old_results_folder_are_refused(films, tmp_path) -> None:

@@ -32,8 +32,8 @@ def show(request: GeometryRequest) -> None:
               help="Output folder (outside the image folder). A rerun of the same run resumes it (films done are "
                    "skipped); a folder holding another run's results is refused.")
 @click.option("--overwrite", is_flag=True,
-              help="Delete the results of another run in --out (zones.csv, failures.jsonl, zones.json, overlays/ and "
-                   "the run files) and start afresh.")
+              help="Delete the results of another run in --out (zones.csv, failures.jsonl, zones.json, the run files "
+                   "and the overlays it wrote; other files stay) and start afresh.")
 @click.option("--retry-failed", is_flag=True,
               help="On a resumed run, read again the films an earlier session recorded as failures (a rerun keeps "
                    "them by default).")

@@ -36,7 +36,6 @@ import functools
 import hashlib
 import io
 import json
-import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -94,7 +93,7 @@ __all__ = [
 ]
 
 ZONES: Final[tuple[str, ...]] = tuple(BRIXIA_ZONE_LABELS)
-CSV_COLUMNS: Final[tuple[str, ...]] = ("image", "ctr", *ZONES, *(f"{z}_score" for z in ZONES))
+CSV_COLUMNS: Final[tuple[str, ...]] = ("image", "ctr", *ZONES, *(f"{z}_score" for z in ZONES), "overlay")
 #: The reader of the flags without a zone classifier: the normative model's zone score above its threshold.
 NORMATIVE_READER: Final[str] = "normative"
 #: The zone reader of ``anatomy zones`` and of :func:`read_zones` when none is named.
@@ -357,25 +356,34 @@ def _run_record(names: Sequence[str], model: NormativeModel, zone_model: ZoneRea
             "views_sha256": sha256_json(view_of)}
 
 
-def _clear_outputs(out: Path) -> None:
-    """Delete what ``anatomy zones`` writes in ``out`` (its files and its overlay folder), nothing else."""
+def _clear_outputs(out: Path, overlays: Iterable[str] = ()) -> None:
+    """Delete what ``anatomy zones`` writes in ``out``: its files, the overlays of the run recorded there and
+    ``overlays`` (those the new run will write), then the overlay folders left empty; nothing else."""
+    done = read_progress(out / PROGRESS_FILE)
+    for rel in {*overlay_names(list(done)).values(), *overlays}:
+        (out / rel).unlink(missing_ok=True)
     for name in _OUTPUTS:
         (out / name).unlink(missing_ok=True)
-    if (out / OVERLAY_DIR).is_dir():
-        shutil.rmtree(out / OVERLAY_DIR)
+    folder = out / OVERLAY_DIR
+    if folder.is_dir():
+        for sub in sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+            if not any(sub.iterdir()):
+                sub.rmdir()
+        if not any(folder.iterdir()):
+            folder.rmdir()
 
 
-def _check_run(out: Path, record: dict[str, Any], overwrite: bool) -> None:
+def _check_run(out: Path, record: dict[str, Any], overwrite: bool, overlays: Iterable[str] = ()) -> None:
     """Refuse an output folder holding another run's results (other films, settings or reader) unless
     ``overwrite``; a folder with the same run record resumes. ``overwrite`` deletes the outputs of any earlier run
-    (this one's too), so the films are all read afresh."""
+    (this one's too, and the ``overlays`` it will write), so the films are all read afresh."""
     run_file = out / RUN_FILE
     foreign = [n for n in ("poses.csv", "poses.json", ".poses-run.json") if (out / n).exists()]
     if foreign:  # another command's results: its failures.jsonl is not ours to replace or delete
         raise ConfigError(f"output folder {out} holds another command's results ({', '.join(foreign)}); use another "
                           "--out")
     if overwrite:
-        _clear_outputs(out)
+        _clear_outputs(out, overlays)
         return
     if run_file.is_file():
         try:
@@ -435,10 +443,10 @@ def write_zones(
     record = _run_record(names, model, zone_model, overlays, root, views, orientation_check,
                          [p.stem for p in paths], settings)
     out.mkdir(parents=True, exist_ok=True)
-    _check_run(out, record, overwrite)
+    overlay_of = overlay_names(names)
+    _check_run(out, record, overwrite, overlay_of.values())
     atomic_write_text(out / RUN_FILE, json.dumps(record, indent=1, sort_keys=True) + "\n")
     done = read_progress(out / PROGRESS_FILE)
-    overlay_of = overlay_names(names)
     readings: list[ZoneReading] = []
     failures: list[Failure] = []
     bar = tqdm(total=len(paths), desc="zones", unit="film", disable=not progress)
@@ -486,7 +494,7 @@ def write_zones(
             log.write(json.dumps(line, sort_keys=True) + "\n")
             log.flush()
     bar.close()
-    atomic_write_text(out / "zones.csv", _csv_text(readings))
+    atomic_write_text(out / "zones.csv", _csv_text(readings, overlay_of if overlays else {}))
     atomic_write_text(out / "failures.jsonl", "".join(json.dumps(asdict(f)) + "\n" for f in failures))
     provenance = {**zones_provenance(model, zone_model, len(readings), len(failures)), "segmenter": settings}
     atomic_write_text(out / "zones.json", json.dumps(provenance, indent=1) + "\n")
@@ -520,10 +528,11 @@ def zones_provenance(model: NormativeModel, zone_model: ZoneReader | None, image
             "zone_model": {k: meta[k] for k in keep if k in meta}, "images": images, "failures": failures}
 
 
-def _csv_text(readings: Sequence[ZoneReading]) -> str:
+def _csv_text(readings: Sequence[ZoneReading], overlay_of: Mapping[str, str]) -> str:
+    """``zones.csv``: a row per reading, with its overlay's path under the output folder (blank without one)."""
     fh = io.StringIO(newline="")
     writer = csv.DictWriter(fh, fieldnames=list(CSV_COLUMNS), lineterminator="\n")
     writer.writeheader()
     for r in readings:
-        writer.writerow(r.csv_row())
+        writer.writerow({**r.csv_row(), "overlay": overlay_of.get(r.image, "")})
     return fh.getvalue()
