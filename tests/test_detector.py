@@ -94,6 +94,11 @@ def test_annotation_errors_name_the_file_and_line(tmp_path):
         read_annotations(_csv(tmp_path / "inv.csv", [["a", "ILD", 5, 2, 3, 4, "R1"]]))
     with pytest.raises(InputError, match="missing column"):
         read_annotations(_csv(tmp_path / "col.csv", [["a", "ILD"]], ["image_id", "class_name"]))
+    for size in ("0", "-4"):
+        zero = _csv(tmp_path / "zero.csv", [["a", "ILD", 1, 2, 3, 4, "R1", 100, 100],
+                                            ["a", "ILD", 1, 2, 3, 4, "R2", size, 100]], [*COLUMNS, "width", "height"])
+        with pytest.raises(InputError, match=rf"zero\.csv: line 3: width '{size}' is not a positive size"):
+            read_annotations(zero)
 
 
 # --- synthetic export and preparation -----------------------------------------------------------------------
@@ -162,12 +167,80 @@ def test_prepare_letterboxes_films_and_boxes(tmp_path):
     again = prepare_dataset(ann, images, tmp_path / "data", settings)  # resumed: nothing redone, same hash
     assert again.data_sha256 == data.data_sha256
     assert (tmp_path / "data" / "meta" / "wide.json").stat().st_mtime_ns == stamp
-    with pytest.raises(ConfigError, match="other settings"):
+    with pytest.raises(ConfigError, match=r"other inputs or settings \(imgsz 64 → 96\)"):
         prepare_dataset(ann, images, tmp_path / "data", PrepareSettings(imgsz=96, val=0.0, test=0.0))
     held_out = prepare_dataset(ann, images, tmp_path / "held_out", PrepareSettings(imgsz=64, only_split="test"))
     assert held_out.images == {"train": 0, "val": 0, "test": 4}  # a separately annotated evaluation set
     with pytest.raises(ConfigError, match="multiple of 32"):
         prepare_dataset(ann, images, tmp_path / "other", PrepareSettings(imgsz=50))
+
+
+def _films(folder: Path, ids: list[str], size: int = 100) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for image_id in ids:
+        Image.fromarray(np.full((size, size), 90, np.uint8)).save(folder / f"{image_id}.png")
+    return folder
+
+
+def test_prepared_data_is_tied_to_its_annotations_patients_and_films(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ids = [f"f{i}" for i in range(6)]
+    _films(tmp_path / "films", ids)
+    _films(tmp_path / "copies", ids)
+    rows = [[i, "Nodule/Mass", 10, 10, 30, 30, "R1"] for i in ids]
+    first = _csv(tmp_path / "a.csv", rows)
+    settings = PrepareSettings(imgsz=64, val=0.2, test=0.2)
+    data = prepare_dataset(first, "films", tmp_path / "data", settings)
+    recorded = json.loads((tmp_path / "data" / "settings.json").read_text())
+    assert recorded["inputs"] == data.inputs.to_dict() == {
+        "annotations_sha256": data.annotations_sha256, "patients_sha256": None, "images": str(tmp_path / "films")}
+    assert all(Path(m["source"]).is_absolute() for m in load_manifest(tmp_path / "data"))
+    moved = _csv(tmp_path / "b.csv", [[i, "Nodule/Mass", 40, 40, 60, 60, "R1"] for i in ids])
+    with pytest.raises(ConfigError, match=r"other inputs or settings \(annotations file [0-9a-f]{12} → [0-9a-f]{12}\); "
+                       "use another folder or --overwrite"):
+        prepare_dataset(moved, "films", tmp_path / "data", settings)
+    with pytest.raises(ConfigError, match=r"film folder .*films → .*copies"):
+        prepare_dataset(first, "copies", tmp_path / "data", settings)
+    patients = _csv(tmp_path / "p.csv", [[i, f"p{i}"] for i in ids], ["image_id", "patient_id"])
+    with pytest.raises(ConfigError, match="patients file none → "):
+        prepare_dataset(first, "films", tmp_path / "data", settings, patients=patients)
+    with pytest.raises(ConfigError, match="use another --data folder"):
+        prepare_dataset(moved, "films", tmp_path / "data", settings, hint="use another --data folder")
+    again = prepare_dataset(moved, "films", tmp_path / "data", settings, overwrite=True)  # made again from b.csv
+    assert again.annotations_sha256 != data.annotations_sha256 and again.data_sha256 != data.data_sha256
+    assert all(b["x0"] > 20 for m in load_manifest(tmp_path / "data") for b in m["boxes"])
+
+
+def test_boxes_outside_their_film_are_counted_and_stop_preparation(tmp_path):
+    ids = [f"f{i}" for i in range(20)]
+    films = _films(tmp_path / "films", ids)
+    rows = [[i, "Nodule/Mass", 10, 10, 30, 30, "R1"] for i in ids]
+    rows[0] = [ids[0], "Nodule/Mass", 80, 80, 130, 130, "R1"]  # runs past the 100-px film: clipped
+    settings = PrepareSettings(imgsz=64, val=0.0, test=0.0)
+    data = prepare_dataset(_csv(tmp_path / "one.csv", rows), films, tmp_path / "one", settings)
+    assert data.outside["train"] == {"clipped": 1, "dropped": 0} and data.boxes["train"] == {"Nodule/Mass": 20}
+    assert "1 of 20 boxes lie outside their film (1 clipped to it, 0 dropped)" in data.warnings[0]
+    assert data.to_dict()["outside"]["train"]["clipped"] == 1
+    # coordinates of a 200-px original on 100-px copies, no width/height columns: most boxes leave the film
+    far = [[i, "Nodule/Mass", 120, 120, 180, 180, "R1"] for i in ids[:15]] + rows[15:]
+    with pytest.raises(ConfigError, match=r"15 of 20 boxes lie outside their film \(0 clipped to it, 15 dropped\)"
+                       ".*add width and height columns"):
+        prepare_dataset(_csv(tmp_path / "far.csv", far), films, tmp_path / "far", settings)
+
+
+def test_a_patients_file_must_name_the_annotated_films(tmp_path):
+    ids = [f"f{i}" for i in range(6)]
+    films = _films(tmp_path / "films", ids)
+    ann = _csv(tmp_path / "a.csv", [[i, "No finding", "", "", "", "", "R1"] for i in ids])
+    settings = PrepareSettings(imgsz=64, val=0.0, test=0.0)
+    suffixed = _csv(tmp_path / "png.csv", [[f"{i}.png", "p1"] for i in ids], ["image_id", "patient_id"])
+    with pytest.raises(InputError, match=r"png\.csv: none of the 6 annotated films has a patient id here .*'f0\.png'"):
+        prepare_dataset(ann, films, tmp_path / "none", settings, patients=suffixed)
+    partial = _csv(tmp_path / "part.csv", [[i, "p1"] for i in ids[:4]], ["image_id", "patient_id"])
+    data = prepare_dataset(ann, films, tmp_path / "part", settings, patients=partial)
+    assert data.films_without_patient == 2 and "2 of 6 annotated films have no patient id" in data.warnings[0]
+    groups = {m["image_id"]: m["group"] for m in load_manifest(tmp_path / "part")}
+    assert groups == {**{i: "p1" for i in ids[:4]}, "f4": "f4", "f5": "f5"}
 
 
 # --- metrics -------------------------------------------------------------------------------------------------

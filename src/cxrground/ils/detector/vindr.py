@@ -110,12 +110,20 @@ def _number(value: str, column: str, path: Path, line: int) -> float:
     return number
 
 
+def _size(value: str, column: str, path: Path, line: int) -> int:
+    size = int(_number(value, column, path, line))
+    if size <= 0:
+        raise InputError(f"line {line}: {column} {value!r} is not a positive size in pixels", path)
+    return size
+
+
 def read_annotations(path: str | Path) -> tuple[dict[str, list[ReaderBox]], dict[str, set[str]],
                                                 dict[str, tuple[int, int]]]:
     """Boxes per image (every class, VinDr spelling), readers per image, and original ``(H, W)`` when given.
 
     Every image of the file appears in the first two maps, ``No finding`` images with no box. A missing column,
-    a non-numeric or inverted box is an :class:`~cxrground.errors.InputError` naming the file and line.
+    a non-numeric or inverted box, a width or height that is not positive is an
+    :class:`~cxrground.errors.InputError` naming the file and line.
     """
     p = Path(path)
     if not p.is_file():
@@ -136,8 +144,7 @@ def read_annotations(path: str | Path) -> tuple[dict[str, list[ReaderBox]], dict
         rad = (row.get("rad_id") or "").strip()
         readers[image_id].add(rad)
         if row.get("width") and row.get("height"):
-            sizes[image_id] = (int(_number(row["height"], "height", p, line)),
-                               int(_number(row["width"], "width", p, line)))
+            sizes[image_id] = (_size(row["height"], "height", p, line), _size(row["width"], "width", p, line))
         name = canonical.get(normalize_class_name(row["class_name"] or ""))
         if name is None:
             raise InputError(f"line {line}: unknown class {row['class_name']!r} (VinDr-CXR classes: "
