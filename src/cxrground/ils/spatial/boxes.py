@@ -308,7 +308,8 @@ class YOLOBoxDetector:
     ``iou``, so that Algorithm 1 applies τ_conf itself. Only :data:`KEPT_CLASSES` survive. ``device`` goes to
     ultralytics (``cpu``, ``cuda``, ``0``...; default: its own choice); ``dtype`` is ``float32`` or ``float16``
     (ultralytics' ``half``; it has no bfloat16 inference). Options may be strings (``--detector-opt imgsz=640``).
-    ``ultralytics`` (the ``yolo`` extra) is imported on first use; a missing package or file is a
+    ``ultralytics`` (the ``yolo`` extra) is imported on first use, offline
+    (:func:`~cxrground.ils.detector.needs.ultralytics_offline`); a missing package or file is a
     :class:`~cxrground.errors.ConfigError` saying what to do.
     """
 
@@ -348,7 +349,10 @@ class YOLOBoxDetector:
 
     def _load(self) -> Any:
         if self._model is None:
+            from cxrground.ils.detector.needs import ultralytics_offline
+
             try:
+                ultralytics_offline()  # before ultralytics is imported: no network look-up, no telemetry
                 from ultralytics import YOLO
             except ImportError as exc:
                 raise ConfigError(
@@ -392,7 +396,7 @@ class YOLOBoxDetector:
             self._sha256 = sha256_file(self.weights_path)
         return {
             "name": self.name,
-            "weights_path": str(self.weights_path),
+            "weights_path": str(self.weights_path.absolute()),
             "weights_sha256": self._sha256,
             "settings": {"imgsz": self.imgsz, "predict_conf": self.predict_conf, "iou": self.iou,
                          "device": self.device, "dtype": self.dtype, "kept": list(self.kept)},
