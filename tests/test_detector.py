@@ -322,6 +322,9 @@ def test_train_evaluate_and_ils_build_with_the_trained_detector(cohort12, tmp_pa
     (out / "vindr_yolo.json").unlink()
     res = runner.invoke(main, args)
     assert res.exit_code == 0 and "(resumed)" in res.output and weights.is_file(), res.output
+    resumed = json.loads((out / "vindr_yolo.json").read_text())  # val metrics from run/results.csv
+    assert set(resumed["metrics"]["val"]) == {"precision", "recall", "mAP50", "mAP50-95"}
+    assert Path(resumed["data"]["images_folder"]).is_absolute() and Path(resumed["data"]["annotations"]).is_absolute()
     res = runner.invoke(main, ["detector", "evaluate", "--weights", str(weights), "--data", str(out),
                                "--split", "test", "--device", "cpu", "--out", str(tmp_path / "eval.json")])
     assert res.exit_code == 0, res.output
@@ -333,6 +336,10 @@ def test_train_evaluate_and_ils_build_with_the_trained_detector(cohort12, tmp_pa
                                str(cohort / "files"), "--device", "cpu", "--workers", "1"])
     assert res.exit_code == 0 and "test split (12 films)" in res.output, res.output  # every film, prepared at 64 px
     assert json.loads((tmp_path / "all" / "settings.json").read_text())["imgsz"] == 64
+    res = runner.invoke(main, ["detector", "evaluate", "--weights", str(weights), "--data", str(out),
+                               "--annotations", str(tmp_path / "vindr" / "train.csv"), "--images",
+                               str(cohort / "files"), "--device", "cpu"])
+    assert res.exit_code == 1 and "is a training output folder" in res.output, res.output
     build = tmp_path / "ils"
     res = runner.invoke(main, ["ils", "build", "--images", str(cohort / "files"), "--out", str(build), "--quiet",
                                "--segmenter", "masks", "--segmenter-opt", f"root={cohort / 'masks'}",
@@ -353,10 +360,90 @@ def test_train_evaluate_and_ils_build_with_the_trained_detector(cohort12, tmp_pa
 def test_set_passes_typed_ultralytics_arguments():
     from cxrground.ils.detector.train import ultralytics_args
 
-    assert ultralytics_args({"lr0": "0.005", "mosaic": "0", "cos_lr": "true", "optimizer": "AdamW", "x": "none"}) == {
-        "lr0": 0.005, "mosaic": 0, "cos_lr": True, "optimizer": "AdamW", "x": None}
-    with pytest.raises(ConfigError, match="--set epochs"):
-        ultralytics_args({"epochs": "3"})
+    assert ultralytics_args({"lr0": "0.005", "mosaic": "0", "cos_lr": "true", "optimizer": "AdamW", "x": "none",
+                             "deterministic": "false"}) == {
+        "lr0": 0.005, "mosaic": 0, "cos_lr": True, "optimizer": "AdamW", "x": None, "deterministic": False}
+    for key in ("epochs", "verbose"):
+        with pytest.raises(ConfigError, match=f"--set {key}"):
+            ultralytics_args({key: "3"})
+
+
+def test_evaluate_prepares_only_in_a_folder_of_its_own(tmp_path):
+    from cxrground.ils.detector.evaluate import _check_evaluation_folder
+
+    (tmp_path / "run_out" / "data").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"is a training output folder .*a folder of its own"):
+        _check_evaluation_folder(tmp_path / "run_out")
+    ids = ["a", "b"]
+    films = _films(tmp_path / "films", ids)
+    ann = _csv(tmp_path / "a.csv", [[i, "No finding", "", "", "", "", "R1"] for i in ids])
+    prepare_dataset(ann, films, tmp_path / "trainset", PrepareSettings(imgsz=64, val=0.0, test=0.0))
+    with pytest.raises(ConfigError, match="holds a prepared training dataset"):
+        _check_evaluation_folder(tmp_path / "trainset")
+    prepare_dataset(ann, films, tmp_path / "evalset", PrepareSettings(imgsz=64, only_split="test"))
+    _check_evaluation_folder(tmp_path / "evalset")  # an earlier evaluation set: fine
+    _check_evaluation_folder(tmp_path / "new")
+
+
+def test_json_outputs_have_no_nan():
+    from cxrground.ils.detector.evaluate import DetectionReport
+    from cxrground.ils.detector.train import json_safe
+
+    assert json_safe({"a": float("nan"), "b": [1.0, float("inf")], "c": "x"}) == {"a": None, "b": [1.0, None],
+                                                                                   "c": "x"}
+    report = DetectionReport("test", 2, ["ILD"], {"ILD": None}, None, {})
+    assert "mAP@0.5 –" in report.lines()[0] and json.dumps(report.to_dict(), allow_nan=False)
+
+
+def _train_args(tmp_path: Path, *extra: str) -> list[str]:
+    ids = [f"f{i}" for i in range(8)]
+    if not (tmp_path / "films").is_dir():
+        _films(tmp_path / "films", ids)
+    ann = _csv(tmp_path / "train.csv", [[i, "Nodule/Mass", 10, 10, 30, 30, "R1"] for i in ids])
+    return ["detector", "train", "--annotations", str(ann), "--images", str(tmp_path / "films"), "--out",
+            str(tmp_path / "out"), "--imgsz", "64", "--model", "yolov8n.yaml", *extra]
+
+
+def test_train_refuses_a_model_to_download_before_preparing(tmp_path, monkeypatch):
+    monkeypatch.setattr("cxrground.ils.detector.train.check_ultralytics", lambda: None)
+    args = _train_args(tmp_path)
+    res = CliRunner().invoke(main, [*args, "--model", "yolov8s.pt"])
+    assert res.exit_code == 1 and "--model yolov8s.pt: not found: download it yourself and pass its path" in res.output
+    res = CliRunner().invoke(main, [*args, "--model", "yolov8s"])
+    assert res.exit_code == 1 and "expected an ultralytics model yaml" in res.output
+    assert not (tmp_path / "out" / "data").exists()
+
+
+def test_train_overwrite_checks_before_deleting_and_refuses_changed_inputs(tmp_path, monkeypatch):
+    monkeypatch.setattr("cxrground.ils.detector.train.check_ultralytics", lambda: None)
+    args = _train_args(tmp_path, "--val", "0.3", "--test", "0.0")
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, [*args, "--max-images", "1"])  # prepares data/, then: no val films
+    assert res.exit_code == 1 and "the train and val splits need images" in res.output, res.output
+    (out / "run" / "weights").mkdir(parents=True)
+    (out / "vindr_yolo.pt").write_bytes(b"trained")
+    settings = json.loads((out / "data" / "settings.json").read_text())
+    (out / "vindr_yolo.json").write_text(json.dumps({"data": {"settings": settings, "inputs": settings["inputs"]}}))
+    res = CliRunner().invoke(main, [*args, "--imgsz", "96", "--val", "0.0", "--overwrite"])  # fails: no val films
+    assert res.exit_code == 1 and "the train and val splits need images" in res.output, res.output
+    assert (out / "vindr_yolo.pt").read_bytes() == b"trained" and (out / "run").is_dir()  # the model is kept
+    assert json.loads((out / "data" / "settings.json").read_text())["imgsz"] == 96  # data/ made again
+    _csv(tmp_path / "train.csv", [[f"f{i}", "ILD", 10, 10, 30, 30, "R1"] for i in range(8)])
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 1 and "holds a detector trained on other inputs or settings (annotations file" in \
+        res.output, res.output
+
+
+def test_a_resume_with_other_training_arguments_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr("cxrground.ils.detector.train.check_ultralytics", lambda: None)
+    run = tmp_path / "out" / "run"
+    (run / "weights").mkdir(parents=True)
+    (run / "weights" / "last.pt").write_bytes(b"interrupted")
+    (run / "args.yaml").write_text("epochs: 4\nbatch: 8\nseed: 0\nmosaic: 0\ndeterministic: true\n")
+    res = CliRunner().invoke(main, [*_train_args(tmp_path), "--epochs", "8", "--batch", "4", "--set", "mosaic=0.5"])
+    assert res.exit_code == 1, res.output
+    assert "was started with epochs=4 (asked: 8), mosaic=0 (asked: 0.5); a resume keeps them" in res.output
+    assert not (tmp_path / "out" / "data").exists()  # refused before preparing
 
 
 def test_train_without_ultralytics_or_images_says_why(tmp_path, monkeypatch):
@@ -367,3 +454,66 @@ def test_train_without_ultralytics_or_images_says_why(tmp_path, monkeypatch):
                                     "--out", str(tmp_path / "out"), "--imgsz", "64"])
     assert res.exit_code == 1 and "the train and val splits need images" in res.output
     assert "no image file" in (tmp_path / "out" / "data" / "failures.jsonl").read_text()
+
+
+@pytest.mark.yolo
+def test_resume_after_moving_the_output_folder(cohort12, tmp_path):
+    runner = CliRunner()
+    assert runner.invoke(main, ["detector", "export-synthetic", "--cohort", str(cohort12), "--out",
+                                str(tmp_path / "vindr")]).exit_code == 0
+    seed = _seed_with_three_splits(cohort12, 0.25, 0.25)
+
+    def args(out: Path) -> list[str]:
+        return ["detector", "train", "--annotations", str(tmp_path / "vindr" / "train.csv"), "--images",
+                str(cohort12 / "files"), "--out", str(out), "--imgsz", "64", "--epochs", "2", "--batch", "4",
+                "--model", "yolov8n.yaml", "--device", "cpu", "--workers", "0", "--val", "0.25", "--test", "0.25",
+                "--seed", str(seed), "--set", "save_period=1", "--set", "deterministic=false"]
+
+    first = tmp_path / "first"
+    res = runner.invoke(main, args(first))
+    assert res.exit_code == 0, res.output
+    weights = first / "run" / "weights"
+    assert "deterministic: false" in (first / "run" / "args.yaml").read_text()  # --set overrides the default
+    (weights / "epoch0.pt").replace(weights / "last.pt")  # as if stopped after the first of two epochs
+    results = first / "run" / "results.csv"
+    results.write_text("".join(results.read_text().splitlines(keepends=True)[:2]))
+    for name in ("vindr_yolo.pt", "vindr_yolo.json"):
+        (first / name).unlink()
+    moved = tmp_path / "moved"
+    first.rename(moved)
+    res = runner.invoke(main, args(moved))
+    assert res.exit_code == 0 and "epochs: 2 of 2 (resumed)" in res.output, res.output
+    assert not first.exists() and (moved / "vindr_yolo.pt").is_file()  # nothing made at the old place
+    assert str(moved) in (moved / "data" / "data.yaml").read_text()
+    prov = json.loads((moved / "vindr_yolo.json").read_text())
+    assert prov["training"]["ultralytics_args"]["save_dir"] == str(moved / "run")
+    assert prov["training"]["model"] == "yolov8n.yaml" and prov["training"]["model_sha256"] is None
+
+
+@pytest.mark.yolo
+def test_evaluate_and_the_box_detector_run_ultralytics_offline(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from cxrground.ils.spatial.boxes import save_tiny_yolo
+
+    weights = save_tiny_yolo(tmp_path / "tiny.pt")
+    probe = ("import os, sys\n"
+             "{use}\n"
+             "import ultralytics.utils as u\n"
+             "print(os.environ.get('YOLO_OFFLINE'), u.ONLINE, u.SETTINGS['sync'], 'ultralytics' in sys.modules)\n")
+    uses = {"ils build": ("from cxrground.ils.spatial.boxes import YOLOBoxDetector\n"
+                          f"YOLOBoxDetector({str(weights)!r}, imgsz=64, device='cpu').check_ready()"),
+            "evaluate": ("from cxrground.ils.detector.evaluate import DetectorEvalRequest, evaluate_detector\n"
+                         "from pathlib import Path\n"
+                         f"try: evaluate_detector(DetectorEvalRequest(weights=Path({str(weights)!r}), "
+                         f"data=Path({str(tmp_path / 'none')!r})))\n"
+                         "except Exception as exc: print(type(exc).__name__)")}
+    env = {k: v for k, v in os.environ.items() if k != "YOLO_OFFLINE"}
+    env["YOLO_CONFIG_DIR"] = str(tmp_path / "cfg")
+    for name, use in uses.items():
+        res = subprocess.run([sys.executable, "-c", probe.format(use=use)], env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.strip().splitlines()[-1] == "1 False False True", (name, res.stdout)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DIR, OUT_DIR, echo_lines, group, request_options, threads_option
+from cxrground.cli.common import DIR, OUT_DIR, echo_lines, group, request_options, threads_option, warn
 from cxrground.ils.detector.evaluate import DetectorEvalRequest
 from cxrground.ils.detector.train import DetectorTrainRequest
 
@@ -22,7 +22,7 @@ def train(request: DetectorTrainRequest) -> None:
     """Train on VinDr-CXR's train.csv and films; write OUT/vindr_yolo.pt and its provenance OUT/vindr_yolo.json."""
     from cxrground.ils.detector.train import train_detector
 
-    echo_lines(train_detector(request).summary_lines())
+    echo_lines(train_detector(request, warn=warn).summary_lines())
 
 
 @detector.command("evaluate")

@@ -13,6 +13,14 @@ the letterbox's uniform scaling).
   Per class and per ILS lesion (the lesions each class may ground, :data:`BOX_CLASS_LESIONS`): the *hit rate*
   (share of lesions grounded by at least one box), *boxes per lesion* (mean number of grounding boxes), and the
   *false boxes per film* (boxes with ``conf ≥ τ_conf`` that ground no lesion).
+
+The predictions are the adapter's (NMS IoU ``iou``, default 0.6, integer pixel boxes), so the figures differ a
+little from ultralytics' own validator, whose val mAP ``detector train`` reports (NMS IoU 0.7, its AP).
+
+With ``annotations``, exactly the films that file names are prepared into ``data`` (all in ``split``) and scored;
+``data`` must then be a folder of its own, not a training output folder, and one prepared from other annotations,
+films or settings is refused unless ``overwrite``. ultralytics runs offline
+(:func:`~cxrground.ils.detector.needs.ultralytics_offline`).
 """
 
 from __future__ import annotations
@@ -43,7 +51,8 @@ class DetectorEvalRequest:
 
     weights: Path = option(path="file", help="The detector checkpoint (vindr_yolo.pt).")
     data: Path = option(path="out_dir", help="The prepared dataset: the training output folder or its data/; with "
-                        "--annotations, the folder to prepare the evaluation films in.")
+                        "--annotations, a folder of its own to prepare the evaluation films in (not a training "
+                        "output folder).")
     annotations: Path | None = option(None, path="file", help="Evaluate on these annotations instead (e.g. VinDr-CXR's "
                                       "annotations_test.csv): all their films form the split, prepared like the "
                                       "training films.")
@@ -55,6 +64,8 @@ class DetectorEvalRequest:
     conf: float = option(0.001, low=0, high=1, help="Confidence floor of the predictions scored by mAP.")
     iou: float = option(0.6, low=0, high=1, low_open=True, help="NMS IoU of the predictions.")
     out: Path | None = option(None, path="out_file", help="Write the report as JSON here.")
+    overwrite: bool = option(False, help="With --annotations: prepare --data again when it was prepared from other "
+                             "annotations, films or settings.")
 
 
 @dataclass
@@ -65,7 +76,8 @@ class DetectionReport:
     images: int
     classes: list[str]
     ap50: dict[str, float | None]
-    map50: float
+    map50: float | None
+    """Mean AP@0.5 over the classes with ground truth in the split (``None`` when none has)."""
     ils: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -187,30 +199,48 @@ def _data_folder(path: Path) -> Path:
     return path / "data" if (path / "data" / "manifest.jsonl").is_file() else path
 
 
-def _prepare_evaluation_set(request: DetectorEvalRequest) -> None:
+def _check_evaluation_folder(folder: Path) -> None:
+    """Refuse a training output folder, or a training dataset, as the folder to prepare ``--annotations`` in."""
+    from cxrground.ils.detector.prepare import read_prepared_settings
+    from cxrground.ils.detector.train import WEIGHTS_NAME
+
+    if (folder / "data").is_dir() or (folder / WEIGHTS_NAME).is_file() or (folder / "run").is_dir():
+        raise ConfigError(f"{folder} is a training output folder (it holds data/, run/ or {WEIGHTS_NAME}): with "
+                          "--annotations, --data names a folder of its own to prepare those films in (e.g. "
+                          f"{folder.parent / (folder.name + '_eval')})")
+    recorded = read_prepared_settings(folder)
+    if recorded is not None and recorded.get("only_split") is None:
+        raise ConfigError(f"{folder} holds a prepared training dataset: with --annotations, --data names a folder "
+                          "of its own to prepare those films in")
+
+
+def _prepare_evaluation_set(request: DetectorEvalRequest) -> Path:
     """Prepare ``--annotations`` films into ``--data``, all in ``--split``, with the weights' training settings."""
     from cxrground.ils.detector.prepare import PrepareSettings, prepare_dataset
 
     if request.images is None:
         raise ConfigError("--annotations needs --images (the folder of its films)")
+    assert request.annotations is not None
+    _check_evaluation_folder(request.data)
     sidecar = request.weights.with_suffix(".json")
     trained = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
     settings = trained.get("data", {}).get("settings", {})
-    prepare_dataset(request.annotations, request.images, request.data, PrepareSettings(
+    prepared = prepare_dataset(request.annotations, request.images, request.data, PrepareSettings(
         classes=settings.get("classes", "kept"), imgsz=request.imgsz or int(settings.get("imgsz", 1024)),
         fusion_iou=settings.get("fusion_iou", 0.4), min_readers=settings.get("min_readers", 1),
-        only_split=request.split), workers=request.workers)
+        only_split=request.split), workers=request.workers, overwrite=request.overwrite,
+        hint="use another --data folder or --overwrite")
+    return prepared.folder
 
 
 def evaluate_detector(request: DetectorEvalRequest) -> DetectionReport:
     """Both views of the detector on ``request.split`` of a prepared dataset (module docstring)."""
-    from cxrground.ils.detector.needs import check_ultralytics
+    from cxrground.ils.detector.needs import check_ultralytics, ultralytics_offline
     from cxrground.ils.spatial.boxes import YOLOBoxDetector
 
     check_ultralytics()  # before any film of --annotations is prepared
-    if request.annotations is not None:
-        _prepare_evaluation_set(request)
-    folder = _data_folder(request.data)
+    ultralytics_offline()
+    folder = _prepare_evaluation_set(request) if request.annotations is not None else _data_folder(request.data)
     settings = json.loads((folder / "settings.json").read_text()) if (folder / "settings.json").is_file() else {}
     records = [m for m in load_manifest(folder) if m["split"] == request.split]
     if not records:
@@ -230,7 +260,9 @@ def evaluate_detector(request: DetectorEvalRequest) -> DetectionReport:
     ap = average_precision_50(gt, pred, classes, shape)  # type: ignore[arg-type]
     scored = [v for v in ap.values() if v is not None]
     report = DetectionReport(request.split, len(records), classes, ap,
-                             float(np.mean(scored)) if scored else float("nan"), ils_view(gt, pred))
+                             float(np.mean(scored)) if scored else None, ils_view(gt, pred))
     if request.out is not None:
-        atomic_write_text(request.out, json.dumps(report.to_dict(), indent=1) + "\n")
+        from cxrground.ils.detector.train import json_safe
+
+        atomic_write_text(request.out, json.dumps(json_safe(report.to_dict()), indent=1, allow_nan=False) + "\n")
     return report

@@ -12,29 +12,41 @@ Output folder ``OUT``::
     vindr_yolo.pt          the best checkpoint (by ultralytics' fitness on ``val``), for ``--detector yolo``
     vindr_yolo.json        provenance: data hash, classes, split, training settings, val and test metrics
 
-Resumable: a run stopped part-way continues from ``run/weights/last.pt`` (ultralytics' resume, same settings);
-a finished one (``vindr_yolo.pt`` present) is reported, not redone, unless ``overwrite``.
+Resumable: a run stopped part-way continues from ``run/weights/last.pt`` (ultralytics' resume) where ``OUT`` is
+now, with the epochs, seed and ``--set`` arguments it was started with (a resume asking for others is refused;
+``--batch`` and ``--patience`` are applied); a finished one (``vindr_yolo.pt`` present) is reported, not redone,
+unless ``overwrite``. A run whose data/ was prepared from other annotations, patients, films or settings is
+refused; ``overwrite`` checks everything first, then prepares data/ again where it differs, then deletes the old
+run and weights.
 
-ultralytics runs offline here (:func:`ultralytics_offline`): ``YOLO_OFFLINE=1`` (no update, telemetry or hub
-calls), its font (``Arial.ttf``, which it downloads when missing) is matplotlib's DejaVu Sans copied into its
-settings folder, ``plots=False`` by default, and on a GPU AMP is asked as ``bf16`` (``amp=True`` makes
-ultralytics download ``yolo26n.pt`` for its AMP self-check).
+ultralytics runs offline (:func:`~cxrground.ils.detector.needs.ultralytics_offline`, shared with ``detector
+evaluate`` and ``ils build --detector yolo``); here its settings and font live in ``OUT/.ultralytics``,
+``plots=False`` by default, ``--model`` is a model yaml or a local ``.pt`` (never a name to download), and on a
+GPU AMP is asked as ``bf16`` (``amp=True`` makes ultralytics download ``yolo26n.pt`` for its AMP self-check).
 """
 
 from __future__ import annotations
 
+import csv
 import json
-import os
+import math
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from cxrground.errors import ConfigError, InputError
 from cxrground.fields import option
-from cxrground.ils.detector.needs import NEEDS_ULTRALYTICS, check_ultralytics
-from cxrground.ils.detector.prepare import PreparedData, PrepareSettings, prepare_dataset
+from cxrground.ils.detector.needs import NEEDS_ULTRALYTICS, check_ultralytics, ultralytics_offline
+from cxrground.ils.detector.prepare import (
+    PreparedData,
+    PreparedInputs,
+    PrepareSettings,
+    prepare_dataset,
+    prepared_changes,
+)
 from cxrground.io.files import atomic_write_text, sha256_file
 
 __all__ = ["MANAGED_ARGS", "NEEDS_ULTRALYTICS", "WEIGHTS_NAME", "DetectorTrainRequest", "TrainedDetector",
@@ -58,8 +70,8 @@ class DetectorTrainRequest:
     imgsz: int = option(1024, low=32, help="Training size: films letterboxed to imgsz² (a multiple of 32).")
     epochs: int = option(50, low=1, help="Training epochs.")
     batch: int = option(16, low=1, help="Films per batch.")
-    model: str = option("yolov8s.yaml", help="ultralytics model yaml (built from scratch) or a local .pt to "
-                        "fine-tune (e.g. COCO-pretrained yolov8s.pt).")
+    model: str = option("yolov8s.yaml", help="ultralytics model yaml (built from scratch) or the path of a local "
+                        ".pt to fine-tune (e.g. COCO-pretrained yolov8s.pt you downloaded; nothing is downloaded).")
     device: str | None = option(None, help="cpu, 0, 0,1... (default: ultralytics' choice).")
     workers: int = option(2, low=0, help="Data-loader workers (also the preparation processes).")
     threads: int = option(1, low=1, help="torch CPU threads (one per worker).")
@@ -77,19 +89,29 @@ class DetectorTrainRequest:
                                        help="Another ultralytics training argument (repeatable), e.g. lr0=0.01, "
                                        "mosaic=0, cos_lr=true.")
     max_images: int | None = option(None, low=1, help="Use only the first N images by id (quick runs).")
-    overwrite: bool = option(False, help="Delete OUT's run and weights and train again (data/ is reused when "
-                             "its settings match).")
+    overwrite: bool = option(False, help="Train again: once the inputs are checked, prepare data/ again if its "
+                             "annotations, patients, films or settings differ (else reuse it), then delete OUT's "
+                             "run and weights.")
 
     def prepare_settings(self) -> PrepareSettings:
         """The dataset settings of this request."""
         classes: Literal["kept", "all"] = "all" if self.classes == "all" else "kept"
         return PrepareSettings(classes=classes, imgsz=self.imgsz, val=self.val, test=self.test, seed=self.seed,
-                               fusion_iou=self.fusion_iou, min_readers=self.min_readers)
+                               fusion_iou=self.fusion_iou, min_readers=self.min_readers,
+                               by_patient=self.patients is not None)
 
 
 #: ultralytics arguments that ``detector train`` sets itself (a ``--set`` of one of these is refused).
 MANAGED_ARGS = frozenset({"data", "epochs", "imgsz", "batch", "device", "workers", "seed", "project", "name",
-                          "exist_ok", "resume", "pretrained", "amp", "plots", "patience", "model", "mode", "task"})
+                          "exist_ok", "resume", "pretrained", "amp", "plots", "patience", "model", "mode", "task",
+                          "verbose", "save_dir"})
+#: ultralytics arguments ``detector train`` sets unless ``--set`` gives them.
+DEFAULT_ARGS: dict[str, Any] = {"deterministic": True}
+#: What ultralytics takes from the command on a resume (the other training arguments come from the checkpoint).
+RESUME_APPLIED = frozenset({"batch", "patience", "plots", "device", "workers"})
+#: How the two metric lines are computed (the summary and the provenance say it).
+METRIC_METHODS = {"val": "ultralytics' validator, NMS IoU 0.7",
+                  "test": "detector evaluate: the ils build adapter, NMS IoU 0.6, pycocotools"}
 
 
 def ultralytics_args(pairs: dict[str, str]) -> dict[str, Any]:
@@ -124,40 +146,50 @@ class TrainedDetector:
     resumed: bool = False
     already_done: bool = False
 
+    warnings: list[str] = field(default_factory=list)
+    """What the command should print as a warning (boxes outside their film, films without a patient id)."""
+
     def summary_lines(self) -> list[str]:
         """Human-readable summary (printed by the command)."""
         p = self.provenance
         test = p["metrics"].get("test") or {}
+        data = p["data"]
         lines = [f"weights: {self.weights}" + (" (already trained; --overwrite to train again)"
                                                if self.already_done else ""),
                  f"provenance: {self.weights.with_suffix('.json')}",
                  f"classes: {', '.join(p['classes'])}",
-                 "images: " + ", ".join(f"{k} {v}" for k, v in p["data"]["images"].items())
-                 + f" ({p['data']['failures']} failed; data sha256 {p['data']['data_sha256'][:12]})",
-                 f"epochs: {p['training']['epochs_done']} of {p['training']['epochs']}"
-                 + (" (resumed)" if self.resumed else "")]
+                 "images: " + ", ".join(f"{k} {v}" for k, v in data["images"].items())
+                 + f" ({data['failures']} failed; data sha256 {data['data_sha256'][:12]})"]
+        if "outside" in data:
+            outside = data["outside"].values()
+            lines.append("boxes: " + ", ".join(f"{k} {sum(v.values())}" for k, v in data["boxes"].items())
+                         + f" (outside the film: {sum(o['clipped'] for o in outside)} clipped, "
+                         f"{sum(o['dropped'] for o in outside)} dropped; per split in the provenance)")
+        lines.append(f"split: by {p['split']['by']}")
+        lines.append(f"epochs: {p['training']['epochs_done']} of {p['training']['epochs']}"
+                     + (" (resumed)" if self.resumed else ""))
         val = p["metrics"].get("val") or {}
         if val:
-            lines.append(f"val mAP@0.5: {val.get('mAP50', float('nan')):.3f}")
+            lines.append(f"val mAP@0.5: {_f(val.get('mAP50'))} ({METRIC_METHODS['val']})")
         if test:
-            lines.append(f"test mAP@0.5: {test['mAP50']:.3f} ({test['images']} images)")
+            lines.append(f"test mAP@0.5: {_f(test['mAP50'])} ({test['images']} images; {METRIC_METHODS['test']})")
         lines.append(f"use: {p['use']}")
         return lines
 
 
-def ultralytics_offline(config_dir: Path | None = None) -> None:
-    """Set ultralytics up to run without a network (see the module docstring); call before importing it."""
-    os.environ["YOLO_OFFLINE"] = "1"
-    if config_dir is not None and "YOLO_CONFIG_DIR" not in os.environ:
-        os.environ["YOLO_CONFIG_DIR"] = str(config_dir)
-    from ultralytics.utils import USER_CONFIG_DIR
+def _f(value: float | None) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
 
-    font = Path(USER_CONFIG_DIR) / "Arial.ttf"
-    if not font.is_file():
-        import matplotlib
 
-        font.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf", font)
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float as ``None`` (JSON has no NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def _import_yolo() -> Any:
@@ -180,64 +212,151 @@ def _cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def _val_metrics(trainer: Any) -> dict[str, float]:
-    raw = dict(getattr(trainer, "metrics", None) or {})
-    keys = {"metrics/precision(B)": "precision", "metrics/recall(B)": "recall", "metrics/mAP50(B)": "mAP50",
-            "metrics/mAP50-95(B)": "mAP50-95"}
-    return {new: round(float(raw[old]), 5) for old, new in keys.items() if old in raw}
+_METRIC_KEYS = {"metrics/precision(B)": "precision", "metrics/recall(B)": "recall", "metrics/mAP50(B)": "mAP50",
+                "metrics/mAP50-95(B)": "mAP50-95"}
 
 
-def train_detector(request: DetectorTrainRequest) -> TrainedDetector:
-    """Prepare, train, evaluate and write the detector (see the module docstring)."""
+def _val_metrics(trainer: Any, run_dir: Path) -> dict[str, float]:
+    """ultralytics' val metrics of the best checkpoint: the trainer's, else the best epoch of ``results.csv``."""
+    raw = dict(getattr(trainer, "metrics", None) or {}) or _best_epoch_metrics(run_dir / "results.csv")
+    return {new: round(float(raw[old]), 5) for old, new in _METRIC_KEYS.items() if old in raw}
+
+
+def _best_epoch_metrics(results: Path) -> dict[str, float]:
+    """The ``results.csv`` row of the best epoch by ultralytics' fitness (0.1 mAP50 + 0.9 mAP50-95)."""
+    if not results.is_file():
+        return {}
+    rows = []
+    for row in csv.DictReader(results.read_text().splitlines()):
+        try:
+            rows.append({k.strip(): float(v) for k, v in row.items() if k and v not in (None, "")})
+        except ValueError:
+            continue
+    scored = [r for r in rows if "metrics/mAP50(B)" in r and "metrics/mAP50-95(B)" in r]
+    if not scored:
+        return {}
+    return max(scored, key=lambda r: 0.1 * r["metrics/mAP50(B)"] + 0.9 * r["metrics/mAP50-95(B)"])
+
+
+def _model_source(model: str) -> tuple[str, str | None]:
+    """The model to build (a yaml) or fine-tune (a local ``.pt``, as an absolute path, with its sha256)."""
+    path = Path(model).expanduser()
+    if path.suffix == ".pt":
+        if not path.is_file():
+            raise ConfigError(f"--model {model}: not found: download it yourself and pass its path (nothing is "
+                              "downloaded at run time)")
+        return str(path.resolve()), sha256_file(path)
+    if path.suffix not in (".yaml", ".yml"):
+        raise ConfigError(f"--model {model}: expected an ultralytics model yaml (e.g. yolov8s.yaml) or the path of "
+                          "a local .pt file")
+    return model, None
+
+
+def _read_provenance(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"provenance of the trained detector is not JSON ({exc}); --overwrite trains again",
+                         path) from exc
+
+
+def _check_finished(prov: dict[str, Any], request: DetectorTrainRequest, inputs: PreparedInputs, out: Path) -> None:
+    """Refuse to report a finished run as this request's when it was trained on other inputs or data settings."""
+    data = prov.get("data", {})
+    if "inputs" not in data:  # written before inputs were recorded: reported as it is
+        return
+    changes = prepared_changes({**data.get("settings", {}), "inputs": data["inputs"]}, request.prepare_settings(),
+                               inputs)
+    if changes:
+        raise ConfigError(f"{out} holds a detector trained on other inputs or settings ({'; '.join(changes)}); "
+                          "use another --out or --overwrite to train again")
+
+
+def _started_args(run_dir: Path) -> dict[str, Any]:
+    """The ultralytics arguments of the run in ``run_dir`` (its ``args.yaml``; empty when there is none)."""
+    path = run_dir / "args.yaml"
+    if not path.is_file():
+        return {}
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise InputError(f"arguments of the interrupted run are not YAML ({exc}); --overwrite trains again",
+                         path) from exc
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def _check_resume(run_dir: Path, request: DetectorTrainRequest, train_args: dict[str, Any]) -> None:
+    """Refuse a resume that asks for training arguments a resume cannot change (ultralytics keeps the run's)."""
+    started = _started_args(run_dir)
+    wanted = {"epochs": request.epochs, "seed": request.seed, **train_args}
+    differ = [f"{k}={started[k]!r} (asked: {v!r})" for k, v in wanted.items()
+              if k not in RESUME_APPLIED and k in started and started[k] != v]
+    if differ:
+        raise ConfigError(f"{run_dir} was started with {', '.join(differ)}; a resume keeps them: rerun with "
+                          "those values, or --overwrite to train again")
+
+
+def train_detector(request: DetectorTrainRequest, warn: Callable[[str], None] | None = None) -> TrainedDetector:
+    """Prepare, train, evaluate and write the detector (see the module docstring); ``warn`` hears the preparation's
+    warnings as soon as they are known (they are also in :attr:`TrainedDetector.warnings`)."""
     out = Path(request.out).absolute()  # ultralytics puts a relative project under its own runs/ folder
     weights = out / WEIGHTS_NAME
     prov_file = weights.with_suffix(".json")
     run_dir = out / "run"
-    if request.overwrite:
-        for path in (weights, prov_file):
-            path.unlink(missing_ok=True)
-        shutil.rmtree(run_dir, ignore_errors=True)
-    extra = ultralytics_args(request.train_set)
-    if weights.is_file() and prov_file.is_file():
-        try:
-            return TrainedDetector(weights, json.loads(prov_file.read_text(encoding="utf-8")), already_done=True)
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise InputError(f"provenance of the trained detector is not JSON ({exc}); --overwrite trains again",
-                             prov_file) from exc
+    train_args = {**DEFAULT_ARGS, **ultralytics_args(request.train_set)}
+    model, model_sha256 = _model_source(request.model)
+    inputs = PreparedInputs.of(request.annotations, request.images, request.patients)
+    if not request.overwrite and weights.is_file() and prov_file.is_file():
+        prov = _read_provenance(prov_file)
+        _check_finished(prov, request, inputs, out)
+        return TrainedDetector(weights, prov, already_done=True)
     check_ultralytics()
+    last = run_dir / "weights" / "last.pt"
+    resumed = last.is_file() and not request.overwrite
+    if resumed:
+        _check_resume(run_dir, request, train_args)
     data = prepare_dataset(request.annotations, request.images, out / "data", request.prepare_settings(),
                            patients=request.patients, workers=max(1, request.workers),
-                           max_images=request.max_images)
+                           max_images=request.max_images, overwrite=request.overwrite)
+    for text in data.warnings if warn is not None else ():
+        warn(text)
     if data.images["train"] == 0 or data.images["val"] == 0:
         raise ConfigError(f"the train and val splits need images, got {data.images} (check --val/--test and the "
                           f"image folder; failures in {data.folder / 'failures.jsonl'})")
+    if request.overwrite:  # everything is checked: the old run goes only now
+        for path in (weights, prov_file):
+            path.unlink(missing_ok=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
     ultralytics_offline(out / ".ultralytics")
     import torch
 
     torch.set_num_threads(request.threads)
     YOLO = _import_yolo()
-    last = run_dir / "weights" / "last.pt"
     start = time.perf_counter()
-    resumed = last.is_file()
     if resumed:
-        model = YOLO(str(last))
-        try:
-            model.train(resume=str(last), device=request.device, workers=request.workers, verbose=False)
+        model_obj = YOLO(str(last))
+        try:  # data and save_dir: where OUT is now (the checkpoint holds the paths of the first run)
+            model_obj.train(resume=str(last), data=str(data.yaml), save_dir=str(run_dir), device=request.device,
+                            workers=request.workers, batch=request.batch, patience=request.patience,
+                            plots=request.plots, verbose=False)
         except AssertionError as exc:  # ultralytics: the run in last.pt already reached its epochs
             if "nothing to resume" not in str(exc):
                 raise
-            model = YOLO(str(last))
+            model_obj = YOLO(str(last))
     else:
-        model = YOLO(request.model)
-        model.train(data=str(data.yaml), epochs=request.epochs, imgsz=request.imgsz, batch=request.batch,
-                    device=request.device, workers=request.workers, seed=request.seed, deterministic=True,
-                    project=str(out), name="run", exist_ok=True, pretrained=request.model.endswith(".pt"),
-                    amp=_amp(request), plots=request.plots, patience=request.patience, verbose=False, **extra)
+        model_obj = YOLO(model)
+        model_obj.train(data=str(data.yaml), epochs=request.epochs, imgsz=request.imgsz, batch=request.batch,
+                        device=request.device, workers=request.workers, seed=request.seed, project=str(out),
+                        name="run", exist_ok=True, pretrained=model.endswith(".pt"), amp=_amp(request),
+                        plots=request.plots, patience=request.patience, verbose=False, **train_args)
     seconds = time.perf_counter() - start
-    trainer = getattr(model, "trainer", None)
+    trainer = getattr(model_obj, "trainer", None)
     best = run_dir / "weights" / "best.pt"
     shutil.copyfile(best if best.is_file() else last, weights)
-    return TrainedDetector(weights, _finish(request, data, weights, trainer, seconds, resumed), resumed=resumed)
+    prov = _finish(request, data, weights, trainer, seconds, resumed, model, model_sha256)
+    return TrainedDetector(weights, prov, resumed=resumed, warnings=data.warnings)
 
 
 def _epochs_done(run_dir: Path) -> int:
@@ -248,7 +367,7 @@ def _epochs_done(run_dir: Path) -> int:
 
 
 def _finish(request: DetectorTrainRequest, data: PreparedData, weights: Path, trainer: Any, seconds: float,
-            resumed: bool) -> dict[str, Any]:
+            resumed: bool, model: str, model_sha256: str | None) -> dict[str, Any]:
     """Evaluate on the test split and write the provenance sidecar."""
     import torch
     import ultralytics
@@ -261,27 +380,40 @@ def _finish(request: DetectorTrainRequest, data: PreparedData, weights: Path, tr
         report = evaluate_detector(DetectorEvalRequest(weights=weights, data=data.folder, split="test",
                                                        imgsz=request.imgsz, device=request.device))
         test = {"images": report.images, "mAP50": report.map50, "per_class": report.ap50}
-    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(request).items()}
+    settings = {k: (str(v.absolute()) if isinstance(v, Path) else v) for k, v in asdict(request).items()}
+    run_dir = weights.parent / "run"
+    used = _started_args(run_dir)  # what ultralytics trained with (a resume keeps the first run's arguments)
     prov = {
         "name": "vindr_yolo",
         "weights": weights.name,
         "weights_sha256": sha256_file(weights),
         "classes": list(data.classes),
         "class_lesions": {c: sorted(BOX_CLASS_LESIONS.get(normalize_class_name(c), ())) for c in data.classes},
-        "data": {**data.to_dict(), "annotations": str(request.annotations), "images_folder": str(request.images)},
-        "split": {"by": "patient" if request.patients else "image", "seed": request.seed, "val": request.val,
-                  "test": request.test, "rule": "sha256(seed:group) → test | val | train"},
+        "data": {**data.to_dict(), "annotations": str(request.annotations.absolute()),
+                 "images_folder": data.inputs.images,
+                 "patients": str(request.patients.absolute()) if request.patients else None},
+        "split": {"by": _split_by(data), "films_without_patient": data.films_without_patient, "seed": request.seed,
+                  "val": request.val, "test": request.test, "rule": "sha256(seed:group) → test | val | train"},
         "fusion": {"rule": "weighted boxes fusion, equal reader weights, per image and class",
                    "iou": request.fusion_iou, "min_readers": request.min_readers},
-        "training": {"model": request.model, "epochs": request.epochs, "epochs_done": _epochs_done(weights.parent
-                                                                                                  / "run"),
-                     "imgsz": request.imgsz, "batch": request.batch, "device": str(getattr(trainer, "device",
-                                                                                           request.device)),
-                     "seed": request.seed, "amp": str(_amp(request)), "seconds": round(seconds, 1),
-                     "resumed": resumed, "ultralytics": ultralytics.__version__, "torch": torch.__version__,
-                     "request": settings},
-        "metrics": {"val": _val_metrics(trainer) if trainer is not None else {}, "test": test},
+        "training": {"model": model,
+                     "model_sha256": model_sha256, "epochs": used.get("epochs", request.epochs),
+                     "epochs_done": _epochs_done(run_dir), "imgsz": used.get("imgsz", request.imgsz),
+                     "batch": used.get("batch", request.batch),
+                     "device": str(getattr(trainer, "device", request.device)), "seed": used.get("seed", request.seed),
+                     "amp": str(used.get("amp", _amp(request))), "seconds": round(seconds, 1), "resumed": resumed,
+                     "ultralytics": ultralytics.__version__, "torch": torch.__version__, "request": settings,
+                     "ultralytics_args": {k: (str(v) if isinstance(v, Path) else v) for k, v in used.items()}},
+        "metrics": {"val": _val_metrics(trainer, run_dir), "test": test, "methods": METRIC_METHODS},
         "use": f"--detector yolo --detector-opt weights_path={weights} --detector-opt imgsz={request.imgsz}",
     }
-    atomic_write_text(weights.with_suffix(".json"), json.dumps(prov, indent=1) + "\n")
+    prov = json_safe(prov)
+    atomic_write_text(weights.with_suffix(".json"), json.dumps(prov, indent=1, allow_nan=False) + "\n")
     return prov
+
+
+def _split_by(data: PreparedData) -> str:
+    """How the groups of the split were made: by patient, by image, or by patient where the file gives one."""
+    if data.films_without_patient is None:
+        return "image"
+    return "patient" if data.films_without_patient == 0 else "patient, else image (films without a patient id)"
