@@ -442,3 +442,22 @@ def test_opening_another_sqlite_file_or_an_empty_file_is_refused_and_changes_not
     with sqlite3.connect(cache) as con:
         assert [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["responses"]
     assert ReviewDB.create(tmp_path / "new.sqlite").path.is_file()  # add-user still creates a new one
+
+
+def test_add_user_refuses_another_sqlite_file_and_creates_a_missing_or_empty_one(tmp_path) -> None:
+    cache = tmp_path / "cache.sqlite"
+    with sqlite3.connect(cache) as con:  # another tool's SQLite file, named by a typo in --db
+        con.execute("CREATE TABLE responses(key TEXT PRIMARY KEY, value TEXT)")
+    before = cache.read_bytes()
+    res = CliRunner().invoke(main, ["review", "add-user", "zed", "--db", str(cache)])
+    assert res.exit_code == 1 and "not a review database" in res.output and str(cache) in res.output, res.output
+    assert "Traceback" not in res.output and cache.read_bytes() == before
+    with sqlite3.connect(cache) as con:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+        assert [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["responses"]
+    empty = tmp_path / "empty.sqlite"
+    empty.write_bytes(b"")
+    for path in (empty, tmp_path / "new" / "review.sqlite"):
+        res = CliRunner().invoke(main, ["review", "add-user", "zed", "--db", str(path)])
+        assert res.exit_code == 0 and "created reviewer zed" in res.output, res.output
+        assert [u.name for u in ReviewDB(path).users()] == ["zed"]

@@ -217,11 +217,11 @@ class ReviewDB:
         except sqlite3.Error as exc:
             raise InputError(f"cannot open the review database ({exc})", self.path) from exc
         try:
-            if must_exist:
-                tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-                if not set(REVIEW_TABLES) <= tables:  # another SQLite file (a response cache) or an empty file
-                    raise InputError("not a review database (it has no review tables; create one with `cxrground "
-                                     "review add-user`)", self.path)
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not set(REVIEW_TABLES) <= tables and (must_exist or tables):
+                # another SQLite file (a response cache), or, when it must exist, an empty one
+                raise InputError("not a review database (it has no review tables; create one with `cxrground "
+                                 "review add-user`)", self.path)
             mode = con.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise ConfigError(f"{self.path}: SQLite refused WAL mode (got {mode})")
@@ -234,7 +234,8 @@ class ReviewDB:
 
     @classmethod
     def create(cls, path: str | Path) -> ReviewDB:
-        """Open ``path``, creating the file and its schema when missing."""
+        """Open ``path``, creating the file and its schema when it is missing, empty (0 bytes) or an SQLite file
+        without tables; an SQLite file with other tables (not a review database) is an :class:`InputError`."""
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         return cls(path, must_exist=False)
 
