@@ -48,7 +48,9 @@ __all__ = [
     "SESSION_SECONDS",
     "Assignment",
     "Item",
+    "Neighbours",
     "ReviewDB",
+    "Snapshot",
     "User",
 ]
 
@@ -157,6 +159,27 @@ class Assignment:
         return all(p in self.decisions for p in self.item.parts)
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """Every item and every assignment (with its decisions) as one read transaction saw them."""
+
+    items: list[Item]
+    assignments: list[Assignment]
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    """Where an assignment stands in its reviewer's queue."""
+
+    index: int
+    """Its 0-based place in the queue."""
+    total: int
+    prev: int | None
+    """The assignment before it, or None for the first."""
+    next_open: int | None
+    """The first open assignment after it, wrapping around (itself excluded), or None."""
+
+
 def _hash_secret(secret: str, salt: bytes) -> bytes:
     return hashlib.pbkdf2_hmac("sha256", secret.encode("utf-8"), salt, _PBKDF2_ITERATIONS)
 
@@ -198,6 +221,33 @@ def _item(row: sqlite3.Row) -> Item:
                 images=json.loads(row["images"]), payload=json.loads(row["payload"]),
                 mask=json.loads(row["mask"]) if row["mask"] else None)
 
+
+def _items(con: sqlite3.Connection) -> list[Item]:
+    return [_item(r) for r in con.execute("SELECT * FROM items ORDER BY id").fetchall()]
+
+
+def _assignments(con: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> list[Assignment]:
+    """The assignments matching ``where`` (over ``a``, ``i``), queue order, with their decisions."""
+    rows = con.execute("SELECT a.id AS aid, a.user_id, a.position, u.name AS uname, i.* FROM assignments a "
+                       "JOIN items i ON i.id = a.item_id JOIN users u ON u.id = a.user_id "
+                       f"WHERE {where} ORDER BY a.user_id, a.position", args).fetchall()
+    decided: dict[int, dict[str, dict[str, Any]]] = {r["aid"]: {} for r in rows}
+    for d in con.execute("SELECT d.assignment_id, d.part, d.decision, d.reason, d.mask, d.updated "
+                         "FROM decisions d JOIN assignments a ON a.id = d.assignment_id "
+                         f"JOIN items i ON i.id = a.item_id WHERE {where}", args):
+        if d["assignment_id"] in decided:
+            decided[d["assignment_id"]][d["part"]] = {
+                "decision": d["decision"], "reason": d["reason"], "updated": d["updated"],
+                "mask": json.loads(d["mask"]) if d["mask"] else None}
+    return [Assignment(r["aid"], _item(r), r["user_id"], r["uname"], r["position"], decided[r["aid"]])
+            for r in rows]
+
+
+#: The open assignments of one user (``?``): fewer decisions than the item has parts (an ILS pair has one part).
+_OPEN_SQL: Final[str] = (
+    "SELECT a.id FROM assignments a JOIN items i ON i.id = a.item_id WHERE a.user_id = ? AND "
+    "(SELECT COUNT(*) FROM decisions d WHERE d.assignment_id = a.id) < CASE WHEN i.kind = 'ils' THEN 1 ELSE "
+    "COALESCE(NULLIF(json_array_length(i.payload, '$.parts'), 0), 1) END")
 
 #: Tables every review database has had since its first version (an opened file without them is not one).
 REVIEW_TABLES: Final[tuple[str, ...]] = ("users", "items")
@@ -427,24 +477,18 @@ class ReviewDB:
     def items(self) -> list[Item]:
         """Every item, by id."""
         with self.connect(write=False) as con:
-            return [_item(r) for r in con.execute("SELECT * FROM items ORDER BY id")]
+            return _items(con)
+
+    def snapshot(self) -> Snapshot:
+        """Every item and every assignment with its decisions, read in one read transaction (one consistent state
+        of the database, whatever is written meanwhile)."""
+        with self.connect(write=False) as con:
+            items = _items(con)
+            return Snapshot(items, _assignments(con, "1 = 1", ()))
 
     def _assignments(self, where: str, args: tuple[Any, ...]) -> list[Assignment]:
         with self.connect(write=False) as con:
-            rows = con.execute("SELECT a.id AS aid, a.user_id, a.position, u.name AS uname, i.* FROM assignments a "
-                               "JOIN items i ON i.id = a.item_id JOIN users u ON u.id = a.user_id "
-                               f"WHERE {where} ORDER BY a.user_id, a.position", args).fetchall()
-            ids = [r["aid"] for r in rows]
-            decided: dict[int, dict[str, dict[str, Any]]] = {i: {} for i in ids}
-            for d in con.execute("SELECT d.assignment_id, d.part, d.decision, d.reason, d.mask, d.updated "
-                                 "FROM decisions d JOIN assignments a ON a.id = d.assignment_id "
-                                 f"JOIN items i ON i.id = a.item_id WHERE {where}", args):
-                if d["assignment_id"] in decided:
-                    decided[d["assignment_id"]][d["part"]] = {
-                        "decision": d["decision"], "reason": d["reason"], "updated": d["updated"],
-                        "mask": json.loads(d["mask"]) if d["mask"] else None}
-        return [Assignment(r["aid"], _item(r), r["user_id"], r["uname"], r["position"], decided[r["aid"]])
-                for r in rows]
+            return _assignments(con, where, args)
 
     def assignments(self, user: User | None = None) -> list[Assignment]:
         """The assignments of ``user`` in queue order, or every assignment when ``user`` is None."""

@@ -1,14 +1,20 @@
 """Export of review decisions: ``decisions.csv`` for ``percept build --review``, corrected masks, and the ILS
 card's review section.
 
+* **One snapshot**: an export reads the items, assignments and decisions once, in one read transaction
+  (:meth:`~cxrground.review.db.ReviewDB.snapshot`), and writes every output from what it read, so the decisions
+  file, the masks folder and the card agree even while reviewers keep deciding.
 * ``decisions.csv`` has the header and first three columns that :func:`cxrground.percept.cases.read_review`
   reads (``key_id,decision,reviewer``; one row per item, extra columns are ignored by that reader): ``key_id`` is
   the CheXpercept key ``{lesion}_{pair_id}``, ``decision`` the consensus (:func:`cxrground.review.stats.consensus`;
   for a benchmark case ``reject`` when any question's consensus rejects, ``accept`` when every question's
-  accepts, blank while a question is undecided; blank for an item nobody decided) and ``reviewer`` the names of
-  the reviewers who decided, joined by ``;``. Extra columns: ``kind, lesion, item_type, pair_id, ratings,
-  accepted, corrected, rejected, reasons, corrected_mask``.
-* **Corrected masks** (``--masks DIR``): for an ILS pair kept by consensus and corrected by at least one
+  accepts) once every reviewer the item is assigned to has decided all of it, and blank until then (an item
+  rated by 1 of its K reviewers is undecided), and ``reviewer`` the names of the reviewers who decided, joined by
+  ``;``. Extra columns: ``kind, lesion, item_type, pair_id, ratings, accepted, corrected, rejected, reasons,
+  corrected_mask, assigned, done`` (``assigned``: reviewers the item is assigned to; ``done``: those of them who
+  decided all of it).
+* **Corrected masks** (``--masks DIR``): for an ILS pair kept by consensus (hence fully rated) and corrected by
+  at least one
   reviewer, a pixelwise vote over the masks of the reviewers who kept it (``accept`` votes for the generated
   mask; a pixel is set when at least half the votes set it), written as ``DIR/<key_id>.png`` (0/255, native
   size) and indexed in ``DIR/masks.jsonl`` (COCO RLE). ``DIR/candidates.jsonl`` is in the predictions format
@@ -30,6 +36,7 @@ import json
 from collections import defaultdict
 from collections.abc import Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +50,7 @@ from cxrground.io.files import atomic_write_text
 from cxrground.io.masks import decode_rle, encode_rle, write_mask_png
 from cxrground.io.output_lock import locks_output
 from cxrground.percept.cases import key_id
-from cxrground.review.db import Assignment, Item, ReviewDB
+from cxrground.review.db import Assignment, Item, ReviewDB, Snapshot
 from cxrground.review.stats import consensus, fleiss_of, pairwise_cohen, ratings_of
 
 __all__ = ["CSV_COLUMNS", "MASK_NAMES", "corrected_mask", "decision_rows", "export_review", "ils_card_summary",
@@ -52,17 +59,30 @@ __all__ = ["CSV_COLUMNS", "MASK_NAMES", "corrected_mask", "decision_rows", "expo
 #: What ``--masks DIR`` holds (glob patterns): the masks, their index and the candidates (what ``overwrite`` replaces).
 MASK_NAMES = ("*.png", "masks.jsonl", "candidates.jsonl")
 CSV_COLUMNS = ("key_id", "decision", "reviewer", "kind", "lesion", "item_type", "pair_id", "ratings", "accepted",
-               "corrected", "rejected", "reasons", "corrected_mask")
+               "corrected", "rejected", "reasons", "corrected_mask", "assigned", "done")
 
 
-def _by_item(db: ReviewDB) -> tuple[list[Item], dict[int, list[Assignment]]]:
+@dataclass(frozen=True)
+class _Review:
+    """The review state one export writes from: the items and their assignments grouped by item id."""
+
+    items: list[Item]
+    groups: dict[int, list[Assignment]]
+
+
+def _review_of(source: ReviewDB | Snapshot) -> _Review:
+    """``source`` grouped by item (a database is read as one :meth:`~ReviewDB.snapshot`)."""
+    snap = source.snapshot() if isinstance(source, ReviewDB) else source
     groups: dict[int, list[Assignment]] = defaultdict(list)
-    for a in db.assignments():
+    for a in snap.assignments:
         groups[a.item.id].append(a)
-    return db.items(), groups
+    return _Review(snap.items, groups)
 
 
 def _item_decision(item: Item, assignments: Sequence[Assignment]) -> str:
+    """The item's consensus (module docstring): blank until every assigned reviewer decided all of it."""
+    if not assignments or not all(a.done for a in assignments):
+        return ""
     per_part = [consensus(a.decisions[p]["decision"] for a in assignments if p in a.decisions) for p in item.parts]
     if "reject" in per_part:
         return "reject"
@@ -87,12 +107,12 @@ def corrected_mask(item: Item, assignments: Sequence[Assignment]) -> np.ndarray 
     return stack.sum(axis=0) * 2 >= len(votes)
 
 
-def decision_rows(db: ReviewDB) -> list[dict[str, Any]]:
+def decision_rows(source: ReviewDB | Snapshot) -> list[dict[str, Any]]:
     """One export row per item (columns :data:`CSV_COLUMNS`), in import order."""
-    items, groups = _by_item(db)
+    review = _review_of(source)
     rows = []
-    for item in items:
-        assigned = groups.get(item.id, [])
+    for item in review.items:
+        assigned = review.groups.get(item.id, [])
         decided = [(a.user_name, p, a.decisions[p]) for a in assigned for p in item.parts if p in a.decisions]
         decision = _item_decision(item, assigned)
         reasons = sorted({(f"{p}: " if item.kind == "bench" else "") + d["reason"]
@@ -105,13 +125,14 @@ def decision_rows(db: ReviewDB) -> list[dict[str, Any]]:
             "accepted": sum(d["decision"] == "accept" for *_, d in decided),
             "corrected": sum(d["decision"] == "correct" for *_, d in decided),
             "rejected": sum(d["decision"] == "reject" for *_, d in decided),
-            "reasons": "; ".join(reasons), "corrected_mask": f"{item.key}.png" if has_fix else ""})
+            "reasons": "; ".join(reasons), "corrected_mask": f"{item.key}.png" if has_fix else "",
+            "assigned": len(assigned), "done": sum(a.done for a in assigned)})
     return rows
 
 
-def write_decisions(db: ReviewDB, out: str | Path) -> list[dict[str, Any]]:
+def write_decisions(source: ReviewDB | Snapshot, out: str | Path) -> list[dict[str, Any]]:
     """Write ``decisions.csv`` (atomically); returns its rows."""
-    rows = decision_rows(db)
+    rows = decision_rows(source)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
@@ -120,15 +141,15 @@ def write_decisions(db: ReviewDB, out: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def write_masks(db: ReviewDB, folder: str | Path) -> dict[str, int]:
+def write_masks(source: ReviewDB | Snapshot, folder: str | Path) -> dict[str, int]:
     """Write the corrected masks, ``masks.jsonl`` and ``candidates.jsonl`` into ``folder``; returns counts."""
     folder = Path(folder)
-    items, groups = _by_item(db)
+    review = _review_of(source)
     index, candidates = [], []
-    for item in items:
+    for item in review.items:
         if item.kind != "ils" or not item.positive:
             continue
-        assigned = groups.get(item.id, [])
+        assigned = review.groups.get(item.id, [])
         fixed = corrected_mask(item, assigned) if _item_decision(item, assigned) == "accept" else None
         if fixed is not None:
             write_mask_png(folder / f"{item.key}.png", fixed)
@@ -143,13 +164,14 @@ def write_masks(db: ReviewDB, folder: str | Path) -> dict[str, int]:
     return {"corrected": len(index), "candidates": len(candidates)}
 
 
-def ils_card_summary(db: ReviewDB, ils_dir: str | Path) -> dict[str, Any]:
+def ils_card_summary(source: ReviewDB | Snapshot, ils_dir: str | Path) -> dict[str, Any]:
     """The ILS card's review figures for the dataset in ``ils_dir`` (the folder or its JSON file; items imported
-    from it only)."""
+    from it only). A pair counts as reviewed once every reviewer it is assigned to decided it."""
     ils_dir, dataset_file = dataset_location(Path(ils_dir).resolve())
     totals, keys = _pair_counts(dataset_file)
-    items, groups = _by_item(db)
-    mine = _items_of_folder(items, ils_dir, keys)
+    review = _review_of(source)
+    groups = review.groups
+    mine = _items_of_folder(review.items, ils_dir, keys)
     assignments = [a for i in mine for a in groups.get(i.id, [])]
     ratings = ratings_of(assignments)
     decided = {i.id: _item_decision(i, groups.get(i.id, [])) for i in mine}
@@ -173,7 +195,8 @@ def ils_card_summary(db: ReviewDB, ils_dir: str | Path) -> dict[str, Any]:
                          and corrected_mask(i, groups.get(i.id, [])) is not None),
         "fleiss_kappa": None if fk != fk else fk, "fleiss_units": fk_units,
         "mean_cohen_kappa": sum(p["kappa"] for p in cohen) / len(cohen) if cohen else None,
-        "consensus_rule": "strict majority of the ratings keeps (accept or correct); ties reject",
+        "consensus_rule": "once every assigned reviewer decided: strict majority of the ratings keeps (accept "
+                          "or correct); ties reject",
     }
 
 
@@ -206,11 +229,11 @@ def _items_of_folder(items: Sequence[Item], ils_dir: Path, keys: set[str]) -> li
     return mine
 
 
-def write_card(db: ReviewDB, ils_dir: str | Path, source: str) -> dict[str, Any]:
+def write_card(review: ReviewDB | Snapshot, ils_dir: str | Path, source: str) -> dict[str, Any]:
     """Write ``ILS_DIR/review.json`` and rewrite the card's review section (``ils_dir``: the dataset folder or its
-    JSON file); returns the summary."""
+    JSON file; ``source``: the decisions file named in it); returns the summary."""
     folder = dataset_location(ils_dir)[0]
-    summary = {"source": source, **ils_card_summary(db, ils_dir)}
+    summary = {"source": source, **ils_card_summary(review, ils_dir)}
     atomic_write_text(folder / REVIEW_FILE, json.dumps(summary, indent=2, sort_keys=True) + "\n")
     card = folder / "card.md"
     if card.is_file():
@@ -225,8 +248,9 @@ def export_review(db: ReviewDB, out: str | Path, masks_dir: str | Path | None = 
     An existing ``out`` or non-empty ``masks_dir`` is a :class:`ConfigError` naming it unless ``overwrite``
     (module docstring)."""
     out = Path(out)
+    snap = db.snapshot()  # every output below is written from this one read
     if card_dir is not None:  # refused before anything is written
-        ils_card_summary(db, card_dir)
+        ils_card_summary(snap, card_dir)
     if out.exists() and not overwrite:
         raise ConfigError(f"{out} exists; choose another --out or pass --overwrite to replace it")
     with ExitStack() as staged:
@@ -234,19 +258,21 @@ def export_review(db: ReviewDB, out: str | Path, masks_dir: str | Path | None = 
             if Path(masks_dir).resolve() in (out.resolve(), *out.resolve().parents):
                 raise ConfigError(f"--out {out} is inside --masks {masks_dir}, which an export replaces as a whole; "
                                   "write it elsewhere")
-            counts = write_masks(db, staged.enter_context(export_folder(masks_dir, overwrite, MASK_NAMES,
-                                                                        "review masks")))
-        rows = write_decisions(db, out)  # the staged masks take the place of masks_dir once it is written
+            counts = write_masks(snap, staged.enter_context(export_folder(masks_dir, overwrite, MASK_NAMES,
+                                                                          "review masks")))
+        rows = write_decisions(snap, out)  # the staged masks take the place of masks_dir once it is written
+    partly = sum(not r["decision"] and r["ratings"] > 0 for r in rows)
     lines = [f"{out}: {len(rows)} items, {sum(r['decision'] == 'accept' for r in rows)} accepted, "
              f"{sum(r['decision'] == 'reject' for r in rows)} rejected, "
-             f"{sum(not r['decision'] for r in rows)} undecided"]
+             f"{sum(not r['decision'] for r in rows)} undecided"
+             + (f" ({partly} of them rated by some of their reviewers only)" if partly else "")]
     if masks_dir is not None:
         lines.append(f"{masks_dir}: {counts['corrected']} corrected masks, candidates.jsonl with "
                      f"{counts['candidates']} pairs" + ("" if counts["candidates"] else
                                                         " (no positive ILS pair was imported: `percept build` "
                                                         "needs no --candidates, it uses the dataset's masks)"))
     if card_dir is not None:
-        summary = write_card(db, card_dir, out.name)
+        summary = write_card(snap, card_dir, out.name)
         card = dataset_location(card_dir)[0] / "card.md"
         lines.append(f"{card}: review section updated ({summary['reviewed']} pairs reviewed)")
     return lines

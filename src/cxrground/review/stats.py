@@ -13,7 +13,9 @@ Pure functions first (unit-tested against hand-computed values), then :func:`rev
   raters per unit (``P_i = Σ_j n_ij (n_ij - 1) / (n_i (n_i - 1))``, ``p_j = Σ_i n_ij / Σ_i n_i``); with a constant
   number of raters it is Fleiss (1971) exactly. NaN when ``P_e = 1`` or no unit has two ratings.
 * **Consensus** of a unit: ``accept`` when a strict majority of its ratings keep it, ``reject`` otherwise, blank
-  without ratings (a tie rejects: a benchmark item one expert of two rejected is not taken).
+  without ratings (a tie rejects: a benchmark item one expert of two rejected is not taken). The export takes it
+  only for an item every assigned reviewer has decided in full (a *complete* item); until then the item is
+  undecided.
 * **Dice** between a corrected mask and the generated one: ``2|A∩B| / (|A|+|B|)``, 1 when both are empty.
 """
 
@@ -183,9 +185,14 @@ def _nan_to_none(x: float) -> float | None:
 
 
 def review_stats(db: Any) -> dict[str, Any]:
-    """Everything the statistics page and ``review stats`` show, JSON-ready (NaN as None)."""
-    assignments = db.assignments()
+    """Everything the statistics page and ``review stats`` show, JSON-ready (NaN as None), from one read of the
+    database."""
+    snap = db.snapshot()
+    assignments = snap.assignments
     ratings = ratings_of(assignments)
+    by_item: dict[int, list[bool]] = defaultdict(list)
+    for a in assignments:
+        by_item[a.item.id].append(a.done)
     units_total = sum(len(a.item.parts) for a in assignments)
     units_done = sum(len([p for p in a.item.parts if p in a.decisions]) for a in assignments)
     fk, fk_units = fleiss_of(ratings)
@@ -199,7 +206,8 @@ def review_stats(db: Any) -> dict[str, Any]:
         reviewers.append({"reviewer": name, "assigned": len(mine), "done": sum(a.done for a in mine)})
     reasons = Counter(r.reason for r in ratings if r.decision == "reject")
     return {
-        "items": len(db.items()), "assignments": len(assignments), "units_assigned": units_total,
+        "items": len(snap.items), "items_complete": sum(all(done) for done in by_item.values()),
+        "assignments": len(assignments), "units_assigned": units_total,
         "units_decided": units_done, "ratings": len(ratings), "reviewers": reviewers,
         "acceptance_by_lesion": acceptance_table(ratings, "lesion"),
         "acceptance_by_type": acceptance_table(ratings, "item_type"),
@@ -244,9 +252,15 @@ def _tables(stats: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[st
     ]
 
 
+def _complete(stats: Mapping[str, Any]) -> str:
+    """How many items every assigned reviewer has decided in full (the ones an export gives a consensus)."""
+    return f"{stats['items_complete']} decided by all their reviewers"
+
+
 def format_stats(stats: Mapping[str, Any]) -> str:
     """Plain-text tables for the terminal."""
-    lines = [f"{stats['items']} items, {stats['assignments']} assignments, {stats['units_decided']} of "
+    lines = [f"{stats['items']} items ({_complete(stats)}), {stats['assignments']} assignments, "
+             f"{stats['units_decided']} of "
              f"{stats['units_assigned']} assigned units decided, {stats['ratings']} ratings", ""]
     for title, head, rows in _tables(stats):
         widths = [max(len(str(c)) for c in col) for col in zip(head, *rows, strict=True)] if rows else \
@@ -259,7 +273,7 @@ def format_stats(stats: Mapping[str, Any]) -> str:
 
 def stats_html(stats: Mapping[str, Any]) -> str:
     """The statistics as an HTML fragment (tables with ids), for the web page and ``review stats --html``."""
-    parts = [f"<p id='summary'>{stats['items']} items, {stats['assignments']} assignments, "
+    parts = [f"<p id='summary'>{stats['items']} items ({_complete(stats)}), {stats['assignments']} assignments, "
              f"{stats['units_decided']} of {stats['units_assigned']} assigned units decided, "
              f"{stats['ratings']} ratings.</p>"]
     ids = ["progress", "by-lesion", "by-type", "reasons", "cohen", "fleiss", "dice"]
