@@ -183,6 +183,40 @@ def test_decisions_are_validated_and_stored(live, setup) -> None:
         assert alice.get("/api/queue").json()["next"] == next(a["id"] for a in after if not a["done"])
 
 
+def _test_client(db: ReviewDB, token: str):
+    """A client calling the app in-process (no port)."""
+    from fastapi.testclient import TestClient
+
+    return TestClient(create_app(db), headers={"Authorization": f"Bearer {token}"})
+
+
+def test_the_pair_page_finds_previous_and_next_without_loading_the_queue(setup, tmp_path, monkeypatch) -> None:
+    db = setup.copy(tmp_path / "db")
+    alice = next(u for u in db.users() if u.name == "alice")
+    queue = db.assignments(alice)
+    for a in queue[1:3] + queue[-1:]:  # some decided, so next_open skips them (and wraps around)
+        for part in a.item.parts:
+            db.record(a.id, part, "accept")
+    queue = db.assignments(alice)
+    expected = {}
+    for pos, a in enumerate(queue):
+        later = [q for q in queue[pos + 1:] + queue[:pos] if not q.done]
+        expected[a.id] = (pos, len(queue), queue[pos - 1].id if pos else None, later[0].id if later else None)
+    real = ReviewDB.assignments
+
+    def one_assignment_only(self, user=None):
+        raise AssertionError("the pair page loaded a whole queue")
+
+    with _test_client(db, setup.tokens["alice"]) as http:
+        monkeypatch.setattr(ReviewDB, "assignments", one_assignment_only)
+        got = {a.id: http.get(f"/api/assignments/{a.id}").json() for a in queue}
+        monkeypatch.setattr(ReviewDB, "assignments", real)
+    assert {k: (v["position"], v["total"], v["prev"], v["next_open"]) for k, v in got.items()} == expected
+    with _test_client(db, setup.tokens["boss"]) as boss:  # an admin looking at another's assignment: that one alone
+        seen = boss.get(f"/api/assignments/{queue[2].id}").json()
+    assert (seen["position"], seen["total"], seen["prev"], seen["next_open"]) == (0, 1, None, None)
+
+
 def test_csrf_on_cookie_posts(live, setup) -> None:
     srv, db = live
     with client(srv.url) as browser:

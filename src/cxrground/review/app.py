@@ -74,7 +74,7 @@ from cxrground.net.connections import (
     prepare_process,
 )
 from cxrground.net.limits import ConnectionLimits
-from cxrground.review.db import DECISIONS, REJECT_REASONS, Assignment, ReviewDB, User
+from cxrground.review.db import DECISIONS, REJECT_REASONS, Assignment, Neighbours, ReviewDB, User
 from cxrground.review.stats import review_stats, stats_html
 
 __all__ = ["BODY_TIMEOUT_S", "IDLE_TIMEOUT_S", "MAX_BODY_BYTES", "MAX_CONNECTIONS", "MAX_FORM_BYTES", "MAX_IN_FLIGHT",
@@ -578,9 +578,8 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
         shape = (item.height, item.width)
         own = a.decisions.get("pair", {})
         mask = own.get("mask") if own.get("decision") == "correct" and own.get("mask") else item.mask
-        queue = db.assignments(p.user) if a.user_id == p.user.id else [a]
-        pos = next((i for i, q in enumerate(queue) if q.id == a.id), 0)
-        later = [q for q in queue[pos + 1:] + queue[:pos] if not q.done]
+        # the viewer's own queue around it (an admin looking at another's assignment: that one alone)
+        around = db.neighbours(a) if a.user_id == p.user.id else Neighbours(0, 1, None, None)
         return {
             "id": a.id, "key": item.key, "kind": item.kind, "lesion": item.lesion, "item_type": item.item_type,
             "positive": item.positive, "height": item.height, "width": item.width, "reviewer": a.user_name,
@@ -591,8 +590,7 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
             "mask": {"size": list(shape), "counts": rle_runs(decode_rle(mask, shape))} if mask else None,
             "generated_mask": ({"size": list(shape), "counts": rle_runs(decode_rle(item.mask, shape))}
                                if item.mask else None),
-            "position": pos, "total": len(queue), "prev": queue[pos - 1].id if pos > 0 else None,
-            "next_open": later[0].id if later else None,
+            "position": around.index, "total": around.total, "prev": around.prev, "next_open": around.next_open,
         }
 
     @app.get("/api/assignments/{assignment_id}/image/{index}")

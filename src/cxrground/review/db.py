@@ -506,6 +506,23 @@ class ReviewDB:
         open_ids = [r["id"] for r in rows if r["ndec"] < (r["nparts"] or 1)]
         return len(rows) - len(open_ids), len(rows), open_ids[0] if open_ids else None
 
+    def neighbours(self, assignment: Assignment) -> Neighbours:
+        """Where ``assignment`` stands in its reviewer's queue: its index, the queue's length, the assignment before
+        it and the first open one after it (wrapping around, itself excluded); a few indexed queries, no item read
+        beyond what an open check needs."""
+        user, position = assignment.user_id, assignment.position
+        with self.connect(write=False) as con:
+            index, total = con.execute(
+                "SELECT COALESCE(SUM(position < ?), 0), COUNT(*) FROM assignments WHERE user_id = ?",
+                (position, user)).fetchone()
+            prev = con.execute("SELECT id FROM assignments WHERE user_id = ? AND position < ? "
+                               "ORDER BY position DESC LIMIT 1", (user, position)).fetchone()
+            later = (con.execute(f"{_OPEN_SQL} AND a.position > ? ORDER BY a.position LIMIT 1", (user, position))
+                     .fetchone()
+                     or con.execute(f"{_OPEN_SQL} AND a.position < ? ORDER BY a.position LIMIT 1", (user, position))
+                     .fetchone())
+        return Neighbours(index, total, prev[0] if prev else None, later[0] if later else None)
+
     def assignment(self, assignment_id: int, viewer: User) -> Assignment | None:
         """Assignment ``assignment_id`` if ``viewer`` may see it (their own, or any for an admin), else None."""
         if not -(2**63) <= assignment_id < 2**63:
