@@ -190,6 +190,32 @@ def _test_client(db: ReviewDB, token: str):
     return TestClient(create_app(db), headers={"Authorization": f"Bearer {token}"})
 
 
+def test_an_empty_correction_is_refused_and_an_unchanged_one_is_an_accept(setup, tmp_path) -> None:
+    db = setup.copy(tmp_path / "db")
+    alice = next(u for u in db.users() if u.name == "alice")
+    pos = next(a for a in db.assignments(alice) if a.item.kind == "ils" and a.item.positive)
+    h, w = pos.item.height, pos.item.width
+    url = f"/api/assignments/{pos.id}/decision"
+    with _test_client(db, setup.tokens["alice"]) as http:
+        r = http.post(url, json={"part": "pair", "decision": "correct", "mask": {"size": [h, w], "counts": [h * w]}})
+        assert r.status_code == 400, r.text
+        message = r.json()["error"]["message"]
+        assert "empty mask means no lesion" in message and "reject the pair" in message
+        assert not db.assignment(pos.id, alice).decisions
+        generated = decode_rle(pos.item.mask, (h, w))
+        r = http.post(url, json={"part": "pair", "decision": "correct",
+                                 "mask": {"size": [h, w], "counts": rle_runs(generated)}})
+        assert r.status_code == 200 and r.json()["decision"] == "accept", r.text
+        stored = db.assignment(pos.id, alice).decisions["pair"]
+        assert stored["decision"] == "accept" and stored["mask"] is None  # the generated mask: no correction
+        changed = generated.copy()
+        changed[0, 0] = not changed[0, 0]
+        r = http.post(url, json={"part": "pair", "decision": "correct",
+                                 "mask": {"size": [h, w], "counts": rle_runs(changed)}})
+        assert r.status_code == 200 and r.json()["decision"] == "correct"
+        assert db.assignment(pos.id, alice).decisions["pair"]["decision"] == "correct"
+
+
 def test_the_pair_page_finds_previous_and_next_without_loading_the_queue(setup, tmp_path, monkeypatch) -> None:
     db = setup.copy(tmp_path / "db")
     alice = next(u for u in db.users() if u.name == "alice")

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from cxrground.io.masks import decode_rle
+from cxrground.io.masks import decode_rle, encode_rle
 from cxrground.review.app import create_app
 from cxrground.serve.run import BackgroundServer
 from review_helpers import browser_login, review_setup
@@ -188,4 +188,47 @@ def test_benchmark_cases_get_the_same_viewer(page, live, setup, size, tmp_path) 
         assert page.input_value("#window") == "60"  # the same window carries over to the next image
     assert "[SEG]" not in page.inner_text(".side")
     page.screenshot(path=str(tmp_path / f"case_{vw}.png"))
+    assert page.console_errors == [], page.console_errors
+
+
+@pytest.fixture()
+def served(setup, tmp_path):
+    """(url, private db) of the app on a fixed local port."""
+    db = setup.copy(tmp_path / "db")
+    with BackgroundServer(create_app(db), port=18931) as srv:
+        yield srv.url, db
+
+
+def test_saving_an_unchanged_mask_is_an_accept_and_an_empty_one_is_never_posted(page, served, setup) -> None:
+    url, db = served
+    page.set_viewport_size({"width": 1366, "height": 768})
+    posts: list[dict] = []
+    page.on("request", lambda r: r.method == "POST" and "/decision" in r.url and posts.append(r.post_data_json))
+    browser_login(page, url, "alice", setup.tokens["alice"])
+    alice = next(u for u in db.users() if u.name == "alice")
+    first, second = [a for a in db.assignments(alice) if a.item.kind == "ils" and a.item.positive][:2]
+
+    _open(page, url, first.id)
+    page.keyboard.press("s")  # S with nothing painted: an accept, no correction
+    page.wait_for_url(lambda u: not u.endswith(f"/review/{first.id}"))
+    saved = db.assignment(first.id, alice).decisions["pair"]
+    assert saved["decision"] == "accept" and saved["mask"] is None
+    assert [p["decision"] for p in posts] == ["accept"] and "mask" not in posts[0]  # the page posted an accept
+
+    h, w = second.item.height, second.item.width
+    ty, tx = h // 2, w // 2
+    tiny = np.zeros((h, w), bool)
+    tiny[ty - 1: ty + 2, tx: tx + 4] = True
+    db.record(second.id, "pair", "correct", mask=encode_rle(tiny))  # an earlier correction: a few pixels
+    before = db.assignment(second.id, alice).decisions["pair"]
+    _open(page, url, second.id)
+    page.keyboard.press("e")
+    _stroke(page, h, w, ty, tx - 3, tx + 7)  # erase them all: the mask is empty now
+    assert page.get_attribute("#app", "data-edited") == "true"
+    for key in ("a", "s"):
+        page.keyboard.press(key)
+        status = page.inner_text("#status")
+        assert "empty mask means no lesion" in status and "reject the pair" in status, status
+    assert page.url.endswith(f"/review/{second.id}") and len(posts) == 1  # nothing was posted
+    assert db.assignment(second.id, alice).decisions["pair"] == before
     assert page.console_errors == [], page.console_errors

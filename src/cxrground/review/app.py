@@ -9,7 +9,8 @@ Routes (everything but ``GET /healthz``, the login page and its stylesheet needs
 * API (``Authorization: Bearer TOKEN`` or the session cookie; 401 JSON without): ``GET /api/me``,
   ``GET /api/queue`` (the signed-in user's assignments, queue order), ``GET /api/assignments`` (own; an admin's:
   all), ``GET /api/assignments/{id}``, ``GET /api/assignments/{id}/image/{n}`` (the item's n-th stored image as
-  PNG), ``POST /api/assignments/{id}/decision`` (JSON ``{part, decision, reason, mask}``), ``GET /api/stats``
+  PNG), ``POST /api/assignments/{id}/decision`` (JSON ``{part, decision, reason, mask}``; a ``correct`` with an
+  empty mask is refused, one with the generated mask unchanged is recorded as ``accept``), ``GET /api/stats``
   (admins).
 
 Rules: a reviewer sees only their own assignments (another's id answers 404, as an unknown one); an admin sees
@@ -630,16 +631,29 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
         else:
             reason = ""
         if decision == "correct":
-            if a.item.kind != "ils" or not a.item.positive:
-                raise _BadRequest("only the mask of a positive ILS pair can be corrected")
-            if not isinstance(body.get("mask"), dict):
-                raise _BadRequest("a correction needs 'mask': {size: [H, W], counts: [...]} at the native size")
-            rle = encode_rle(decode_rle(body["mask"], (a.item.height, a.item.width)))
+            decision, rle = corrected(a, body.get("mask"))
         decision_id = db.record(a.id, part, decision, reason, rle)  # committed before we answer
         done, total, nxt = db.progress(p.user)
         parts_done = len(a.decisions.keys() | {part})
-        return {"ok": True, "decision_id": decision_id, "assignment_done": parts_done >= len(a.item.parts),
-                "done": done, "total": total, "next_open": nxt}
+        return {"ok": True, "decision_id": decision_id, "decision": decision,
+                "assignment_done": parts_done >= len(a.item.parts), "done": done, "total": total, "next_open": nxt}
+
+    def corrected(a: Assignment, mask: Any) -> tuple[str, dict[str, Any] | None]:
+        """What a ``correct`` decision records: ``("correct", its mask)``, or ``("accept", None)`` when the mask is
+        the generated one exactly. Refused (400): an item that is no positive ILS pair, a mask that is missing or
+        malformed, and an empty mask (no lesion: that pair is to be rejected)."""
+        if a.item.kind != "ils" or not a.item.positive:
+            raise _BadRequest("only the mask of a positive ILS pair can be corrected")
+        if not isinstance(mask, dict):
+            raise _BadRequest("a correction needs 'mask': {size: [H, W], counts: [...]} at the native size")
+        shape = (a.item.height, a.item.width)
+        pixels = decode_rle(mask, shape)
+        if not pixels.any():
+            raise _BadRequest("the corrected mask is empty: an empty mask means no lesion, so reject the pair "
+                              "(with a reason) instead of saving an empty mask")
+        if a.item.mask and np.array_equal(pixels, decode_rle(a.item.mask, shape)):
+            return "accept", None  # the generated mask unchanged: an accept, not a correction
+        return "correct", encode_rle(pixels)
 
     @app.get("/api/stats")
     def api_stats(request: Request) -> dict[str, Any]:

@@ -266,7 +266,8 @@ function ilsPage(data) {
        el('p', {id: 'section', text: p.section_content})));
   const decide = el('div', {class: 'controls decide'}, accept, reasons, reject, data.positive ? save : '');
   const help = el('p', {class: 'sub', id: 'help'},
-    'Keys: A accept (after painting: accept your mask) · R reject (choose the reason first) · S save mask · ' +
+    'Keys: A accept (after painting: accept your mask) · R reject (choose the reason first) · S save your mask ' +
+    '(unchanged: an accept) · ' +
     'B brush · E eraser · H pan · M mask · C generated beside · [ ] brush size · + − zoom · 1 full resolution · ' +
     '0 fit · N next · P previous (both ask before dropping unsaved paint). Wheel zooms; drag with Pan ' +
     '(or the middle button) moves.');
@@ -365,8 +366,17 @@ function ilsPage(data) {
     if (reasons.value) reject.removeAttribute('disabled'); else reject.setAttribute('disabled', '');
   });
 
+  function isEmpty(m) { return !m.some((v) => v); }
+  function same(a, b) { return a.every((v, i) => v === b[i]); }
+
   async function decideWith(decision) {
     if (decision === 'accept' && edited && data.positive) decision = 'correct';  // A after painting: your mask
+    if (decision === 'correct' && isEmpty(mask)) {  // nothing is posted
+      setStatus('not saved: your mask is empty. An empty mask means no lesion: reject the pair instead ' +
+                '(choose a reason, then R), or paint the lesion', 'error');
+      return;
+    }
+    if (decision === 'correct' && same(mask, generated)) decision = 'accept';  // no change: not a correction
     if (decision === 'reject' && !reasons.value) {
       setStatus('choose a reason for rejecting (the list is focused), then press R again', 'open');
       reasons.focus();
@@ -377,6 +387,7 @@ function ilsPage(data) {
       let result;
       if (decision === 'correct') result = await postDecision('pair', 'correct', '', encodeRuns(mask, h, w));
       else result = await postDecision('pair', decision, decision === 'reject' ? reasons.value : '');
+      decision = result.decision || decision;
       decided.textContent = 'Your decision: ' + decision + (decision === 'reject' ? ' (' + reasons.value + ')' : '');
       setStatus('saved: ' + decision, 'saved');
       app.dataset.saved = decision;
