@@ -243,6 +243,48 @@ def test_the_pair_page_finds_previous_and_next_without_loading_the_queue(setup, 
     assert (seen["position"], seen["total"], seen["prev"], seen["next_open"]) == (0, 1, None, None)
 
 
+def test_a_stored_image_gone_missing_is_a_json_error_and_one_log_line_naming_it(setup, tmp_path, caplog) -> None:
+    db = setup.copy(tmp_path / "db")
+    alice = next(u for u in db.users() if u.name == "alice")
+    queue = db.assignments(alice)
+    film = next(a for a in queue if a.item.kind == "ils")
+    case = next(a for a in queue if a.item.kind == "bench")
+    moved = {}
+    with db.connect() as con:  # each item's images are private copies the test can remove or spoil
+        for a in (film, case):
+            images = []
+            for k, im in enumerate(a.item.images):
+                copy = tmp_path / f"{a.item.kind}_{k}{Path(im['path']).suffix}"
+                shutil.copyfile(im["path"], copy)
+                images.append({**im, "path": str(copy)})
+            con.execute("UPDATE items SET images = ? WHERE id = ?", (json.dumps(images), a.item.id))
+            moved[a.id] = [Path(im["path"]) for im in images]
+    moved[film.id][0].unlink()
+    moved[case.id][0].unlink()
+    moved[case.id][-1].write_bytes(b"not a png at all")
+    cases = [(film.id, 0, 404, moved[film.id][0]), (case.id, 0, 404, moved[case.id][0])]
+    if len(moved[case.id]) > 1:
+        cases.append((case.id, len(moved[case.id]) - 1, 422, moved[case.id][-1]))
+    with _test_client(db, setup.tokens["alice"]) as http:
+        for aid, index, status, path in cases:
+            caplog.clear()
+            with caplog.at_level("WARNING", logger="cxrground.review.app"):
+                r = http.get(f"/api/assignments/{aid}/image/{index}")
+            assert r.status_code == status, r.text
+            assert r.json()["error"]["message"].startswith("the stored image of this item")
+            assert str(tmp_path) not in r.text  # the client learns nothing of the server's files
+            lines = [rec.getMessage() for rec in caplog.records if rec.name == "cxrground.review.app"]
+            assert len(lines) == 1 and str(path) in lines[0], lines
+        shutil.copyfile(next(a for a in queue if a.item.kind == "ils" and a.id != film.id).item.images[0]["path"],
+                        tmp_path / "spoiled.png")
+        (tmp_path / "spoiled.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+        with db.connect() as con:
+            con.execute("UPDATE items SET images = ? WHERE id = ?",
+                        (json.dumps([{**film.item.images[0], "path": str(tmp_path / "spoiled.png")}]), film.item.id))
+        r = http.get(f"/api/assignments/{film.id}/image/0")
+        assert r.status_code == 422 and r.json()["error"]["type"] == "image_unreadable", r.text
+
+
 def test_csrf_on_cookie_posts(live, setup) -> None:
     srv, db = live
     with client(srv.url) as browser:

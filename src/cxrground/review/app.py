@@ -33,8 +33,9 @@ back), so clients that never read hold neither memory nor slots (these limits an
 answers one more with 503 and ``Retry-After``. Token checks, JSON and RLE decoding and SQLite run in the thread pool;
 checked tokens (right or wrong) are remembered by their SHA-256 for a few minutes, and a wrong one is answered
 after a short async delay. Odd request values (an id beyond 64 bits or not a number, a body nested deeper than
-:data:`_MAX_JSON_DEPTH`, an integer too long to convert) get a 4xx in the ``{"error": ...}`` shape, never a 500; a
-client that disconnects mid-request is dropped without a log entry.
+:data:`_MAX_JSON_DEPTH`, an integer too long to convert) get a 4xx in the ``{"error": ...}`` shape, never a 500;
+so does a stored image gone missing (404) or unreadable (422) since the import, and the server logs one line
+naming its path (the client is not told it); a client that disconnects mid-request is dropped without a log entry.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import hmac
 import html
 import io
 import json
+import logging
 import secrets
 import time
 from dataclasses import dataclass
@@ -106,6 +108,7 @@ _TARPIT_SECONDS: Final[float] = 0.25
 #: Seconds a request over the in-flight limit waits for a working slot before it is answered 503.
 SLOT_WAIT_S: Final[float] = 1.0
 _TARPIT_SLOTS: Final[int] = 32
+_LOG = logging.getLogger(__name__)
 
 
 class _AuthError(Exception):
@@ -183,20 +186,51 @@ def _queue_table(table_id: str, rows: list[Assignment], *, with_reviewer: bool) 
     return "".join(out)
 
 
+class _StoredImageError(Exception):
+    """An image stored at import cannot be served: missing (404) or unreadable (422). The client is told only
+    that; the server log names ``path`` and ``reason``."""
+
+    def __init__(self, path: str, reason: str, *, missing: bool) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+        self.status, self.kind = (404, "image_missing") if missing else (422, "image_unreadable")
+        self.message = ("the stored image of this item is missing on the server; tell the review's admin" if missing
+                        else "the stored image of this item cannot be read on the server; tell the review's admin")
+
+
+def _missing(path: str) -> _StoredImageError | None:
+    """The error for a stored image that is no longer a file, else None."""
+    return None if Path(path).is_file() else _StoredImageError(path, "file not found", missing=True)
+
+
 @functools.lru_cache(maxsize=32)
 def _cxr_png(path: str) -> bytes:
-    """The 8-bit grey PNG of a stored CXR path (any readable format: PNG, JPEG, DICOM)."""
+    """The 8-bit grey PNG of a stored CXR path (any readable format: PNG, JPEG, DICOM); a missing or unreadable
+    file is a :class:`_StoredImageError`."""
     from PIL import Image
 
+    gone = _missing(path)
+    if gone is not None:
+        raise gone
+    try:
+        pixels = read_image(path).pixels
+    except InputError as exc:
+        raise _StoredImageError(path, exc.reason, missing=not Path(path).is_file()) from exc
     buf = io.BytesIO()
-    Image.fromarray(read_image(path).pixels).save(buf, format="PNG")
+    Image.fromarray(pixels).save(buf, format="PNG")
     return buf.getvalue()
 
 
 def _stored_png(path: str) -> bytes:
-    data = Path(path).read_bytes()
+    """A stored benchmark PNG as is; a missing, unreadable or non-PNG file is a :class:`_StoredImageError`."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError as exc:
+        raise _StoredImageError(path, "file not found", missing=True) from exc
+    except OSError as exc:
+        raise _StoredImageError(path, f"cannot read it ({exc.strerror or exc})", missing=False) from exc
     if not data.startswith(b"\x89PNG\r\n\x1a\n"):
-        raise InputError("stored benchmark image is not a PNG", path)
+        raise _StoredImageError(path, "not a PNG", missing=False)
     return data
 
 
@@ -601,7 +635,11 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
         if not 0 <= index < len(a.item.images):
             raise StarletteHTTPException(404, "no such image")
         stored = a.item.images[index]
-        data = _cxr_png(stored["path"]) if stored.get("role") == "cxr" else _stored_png(stored["path"])
+        try:
+            data = _cxr_png(stored["path"]) if stored.get("role") == "cxr" else _stored_png(stored["path"])
+        except _StoredImageError as exc:
+            _LOG.warning("review app: image %d of assignment %d: %s: %s", index, a.id, exc.path, exc.reason)
+            return JSONResponse({"error": {"type": exc.kind, "message": exc.message}}, status_code=exc.status)
         return Response(data, media_type="image/png", headers={"Cache-Control": "private, max-age=600"})
 
     @app.post("/api/assignments/{assignment_id}/decision")
