@@ -461,3 +461,21 @@ def test_add_user_refuses_another_sqlite_file_and_creates_a_missing_or_empty_one
         res = CliRunner().invoke(main, ["review", "add-user", "zed", "--db", str(path)])
         assert res.exit_code == 0 and "created reviewer zed" in res.output, res.output
         assert [u.name for u in ReviewDB(path).users()] == ["zed"]
+
+
+@pytest.mark.parametrize("extra", [["--split", "test"], ["--images", "."], ["--split", "val", "--images", "."]],
+                         ids=["split", "images", "both"])
+def test_a_bench_import_refuses_the_ils_only_options(setup, tmp_path, extra) -> None:
+    db = setup.copy(tmp_path / "db")
+    before = len(db.items())
+    res = CliRunner().invoke(main, ["review", "import", "--db", str(db.path), "--bench", str(setup.bench_dir),
+                                    *extra])
+    named = [o for o in ("--split", "--images") if o in extra]
+    assert res.exit_code == 2 and "to --ils only" in res.output and all(o in res.output for o in named), res.output
+    assert len(db.items()) == before
+
+
+def test_import_help_says_what_the_seed_does() -> None:
+    res = CliRunner().invoke(main, ["review", "import", "--help"], terminal_width=200)
+    seed = " ".join(res.output.split("--seed", 1)[1].split("--per-item", 1)[0].split())
+    assert "Seed of --sample" in seed and "does not use it" in seed and "of the reviewer assignment" not in seed

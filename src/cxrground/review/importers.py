@@ -255,14 +255,16 @@ class ImportRequest:
     bench_dir: Path | None = option(None, flag="--bench", path="dir", help="A CheXpercept benchmark folder: one item "
                                     "per case, one decision per question.")
     sample: int | None = option(None, low=1, help="Import N items drawn at random (seeded).")
-    seed: int = option(0, low=0, help="Seed of --sample and of the reviewer assignment.")
+    seed: int = option(0, low=0, help="Seed of --sample (which items are drawn); the assignment to reviewers does "
+                       "not use it (least loaded first, ties by user id).")
     per_item: int = option(2, low=1, help="Reviewers per item (K); needs at least K reviewers in the database.")
 
 
 def import_request(db_path: Path, request: ImportRequest) -> str:
     """Import the request's items into the database at ``db_path`` (new ones only) and assign them; returns the
-    counts as one line. Neither or both of ``ils_dir`` and ``bench_dir``, or ``ils_dir`` without ``images``, is an
-    :class:`OptionError`."""
+    counts as one line. Neither or both of ``ils_dir`` and ``bench_dir``, ``ils_dir`` without ``images``, and
+    ``bench_dir`` with ``images`` or ``splits`` (a benchmark records no split per case and its images lie in its
+    folder) are an :class:`OptionError`."""
     from cxrground.review.db import ReviewDB
 
     r = request
@@ -270,6 +272,11 @@ def import_request(db_path: Path, request: ImportRequest) -> str:
         raise OptionError("give exactly one of --ils DATASET or --bench DIR")
     if r.ils_dir is not None and r.images is None:
         raise OptionError("--ils needs --images (the folder the dataset's image_path values are relative to)")
+    if r.bench_dir is not None and (r.splits or r.images is not None):
+        given = [name for name, used in (("--split", bool(r.splits)), ("--images", r.images is not None)) if used]
+        raise OptionError(f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} to --ils only: a "
+                          "benchmark records no split per case and its images lie in its folder (import it whole, "
+                          "or --sample N of its cases)")
     db = ReviewDB(db_path)
     failures: list[Failure] = []
     items = (ils_items(r.ils_dir, r.images, r.splits or SPLITS, failures) if r.ils_dir is not None
