@@ -265,3 +265,75 @@ def test_lmms_eval_export_refuses_a_task_name_lmms_eval_defines(bench, tmp_path)
     r = CliRunner().invoke(main, ["percept", "export", str(bench), str(tmp_path / "own"), "--format", "lmms-eval",
                                   "--task-name", "chexpercept_local"])
     assert r.exit_code == 0, r.output
+
+
+def _as_the_reference_pipeline_writes(bench: Path, out: Path) -> Path:
+    """``bench`` in the layout the reference pipeline writes: no toolkit fields, no MANIFEST or card, option files
+    ``option_{k}_mask_{answer|fake}.png``, and every revision option naming a file, the unrendered ones of RF
+    cases included."""
+    import shutil
+
+    from cxrground.percept.export import export_benchmark
+
+    export_benchmark(bench, out, validate=False)
+    for name in ("MANIFEST.sha256", "card.md"):
+        (out / name).unlink(missing_ok=True)
+    data = json.loads((out / "chexpercept.json").read_text())
+    for key, case in data.items():
+        for field in ("case_id", "lesion", "qa_path", "image_size"):
+            case.pop(field, None)
+        contour = case.get("contour_qa")
+        if contour is None:
+            continue
+        folder = out / "chexpercept" / key / "contour_qa" / "contour_revision_qa"
+        if contour["no_deformation"]:
+            shutil.rmtree(folder, ignore_errors=True)
+        for k, option in enumerate(contour["contour_revision_qa_revision_result"]["answer_options"], start=1):
+            name = f"option_{k}_mask_{'answer' if option['type'] == 'true' else 'fake'}.png"
+            if not contour["no_deformation"]:
+                (folder / option["relative_path"]).rename(folder / name)
+            option["relative_path"] = name
+    (out / "chexpercept.json").write_text(json.dumps(data, indent=2))
+    return out
+
+
+def test_hf_and_lmms_eval_export_a_benchmark_the_reference_pipeline_wrote(bench, tmp_path):
+    ref = _as_the_reference_pipeline_writes(bench, tmp_path / "refmade")
+    source = json.loads((ref / "chexpercept.json").read_text())
+    assert any(c.get("contour_qa", {}).get("no_deformation") for c in source.values())  # RF options name no file
+    for fmt in ("hf", "lmms-eval"):
+        r = CliRunner().invoke(main, ["percept", "export", str(ref), str(tmp_path / fmt), "--format", fmt,
+                                      "--no-validate"])
+        assert r.exit_code == 0, r.output
+    files = sorted(str(p) for p in (tmp_path / "hf" / "data").glob("test-*.parquet"))
+    rows = datasets.load_dataset("parquet", data_files={"test": files}, cache_dir=str(tmp_path / "c"))["test"]
+    assert benchmark_json_from_rows(rows) == source
+    for row in rows:
+        key, case = row["key_id"], source[row["key_id"]]
+        with Image.open(ref / "chexpercept" / key / "detection_qa" / "xray.png") as im:
+            assert row["image_size"] == [im.height, im.width]
+        contour = case.get("contour_qa")
+        if contour is not None and not contour["no_deformation"]:  # RR: every revision image, in option order
+            folder = ref / "chexpercept" / key / "contour_qa" / "contour_revision_qa"
+            options = contour["contour_revision_qa_revision_result"]["answer_options"]
+            assert len(row["revision_options"]) == len(options) and row["points_overlay"] is not None
+            for got, option in zip(row["revision_options"], options, strict=True):
+                assert np.array_equal(np.asarray(got), np.asarray(Image.open(folder / option["relative_path"])))
+        else:  # LF, RF: no revision question is asked, so no revision image
+            assert row["revision_options"] == [] and row["points_overlay"] is None
+
+
+def test_neutral_keys_export_of_a_benchmark_without_case_ids(bench, tmp_path):
+    ref = _as_the_reference_pipeline_writes(bench, tmp_path / "refmade")
+    out = tmp_path / "neutral"
+    r = CliRunner().invoke(main, ["percept", "export", str(ref), str(out), "--neutral-keys", "--no-validate"])
+    assert r.exit_code == 0, r.output
+    source = json.loads((ref / "chexpercept.json").read_text())
+    keys = json.loads((out / "chexpercept.json").read_text())
+    assert len(keys) == len(source) and not set(keys) & set(source)
+    for key in keys:
+        lesion, neutral = key.split("_", 1)
+        assert lesion in ("edema", "cardiomegaly") and len(neutral) == 13 and neutral.startswith("c")
+    from cxrground.percept.validate import validate_benchmark
+
+    assert validate_benchmark(out, records=False) == []  # no name reveals an answer (the source has no records)

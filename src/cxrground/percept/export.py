@@ -22,8 +22,9 @@ Names (choice): the option files are neutral (``option_<k>.png``; the reference'
 folders are the JSON keys, as the reference requires; a ``key_id`` contains the source ``pair_id``, whose
 ``positive`` / ``negative`` reveals the detection answer to anyone who can read the paths (validate reports
 this). ``neutral_keys=True`` keys the export by ``{lesion}_{case_id}`` instead (the lesion prefix is kept: the
-reference's analysis gives cardiomegaly its extra depth by the ``cardiomegaly_`` prefix); the original
-``key_id`` stays recoverable from ``pair_id`` in the JSON.
+reference's analysis gives cardiomegaly its extra depth by the ``cardiomegaly_`` prefix; a case without
+``case_id``, as the reference pipeline writes them, gets :func:`neutral_id` of its key); the original ``key_id``
+stays recoverable from ``pair_id`` in the JSON.
 
 Checks first (every export format): the export folder is neither the benchmark folder, nor inside it, nor holding
 it (:func:`~cxrground.percept.paths.check_export_target`); OUT is empty, or with ``overwrite`` holds an earlier
@@ -43,6 +44,7 @@ from typing import Any, Final
 
 from cxrground.errors import ConfigError, InputError
 from cxrground.io.export_dir import check_export_out, export_folder
+from cxrground.io.files import sha256_bytes
 from cxrground.percept.layout import CARD_FILE, MANIFEST_FILE
 from cxrground.percept.manifest import manifest_lines
 from cxrground.percept.paths import check_export_target
@@ -59,7 +61,7 @@ from cxrground.percept.schema import (
     load_benchmark,
 )
 
-__all__ = ["LAYOUTS", "REFERENCE_NAMES", "ExportSummary", "export_benchmark", "reference_case"]
+__all__ = ["LAYOUTS", "REFERENCE_NAMES", "ExportSummary", "export_benchmark", "neutral_id", "reference_case"]
 
 #: Layouts ``percept export`` writes.
 LAYOUTS: Final[tuple[str, ...]] = ("reference",)
@@ -80,12 +82,16 @@ class ExportSummary:
     notes: tuple[str, ...] = ()
 
 
+def neutral_id(key: str) -> str:
+    """The neutral id of a case that records no ``case_id`` (a benchmark the reference pipeline wrote):
+    ``c`` + the first 12 hex digits of the SHA-256 of its key, which reveals no answer."""
+    return "c" + sha256_bytes(key.encode("utf-8"))[:12]
+
+
 def _export_key(key: str, case: Case, neutral_keys: bool) -> str:
     if not neutral_keys:
         return key
-    if not case.case_id:
-        raise InputError(f"case {key} has no case_id to build a neutral key from")
-    return f"{case.lesion_of(key)}_{case.case_id}"
+    return f"{case.lesion_of(key)}_{case.case_id or neutral_id(key)}"
 
 
 def reference_case(key: str, case: Case) -> tuple[dict[str, Any], list[tuple[str, str, bool]]]:

@@ -3,10 +3,12 @@
 One row per case (one CXR × one lesion × one conversation), split ``test``, config ``default``. Columns:
 
 - the case: ``key_id``, ``case_id``, ``pair_id``, ``dicom_id``, ``lesion``, ``qa_path`` (§1.3, derived when the
-  file has none), ``image_size``, ``initial_context`` (Stage 3a's context; empty for LF);
+  file has none), ``image_size`` (``[H, W]``, read from the CXR when the file records none), ``initial_context``
+  (Stage 3a's context; empty for LF);
 - the images (:data:`IMAGE_COLUMNS`, ``Image`` features, the PNG bytes as stored): ``image`` (the CXR, Stage 1),
   ``contour_overlay`` (Stage 2), ``points_overlay`` (Stage 3a), ``revision_options`` (Stage 3c, one per option,
-  in option order); None / empty where the case has none;
+  in option order); None / empty where the case does not ask the question (an RF case's revision QAs are not
+  asked, and a benchmark in the reference pipeline's layout names option files of RF cases that do not exist);
 - per question (:data:`QUESTIONS`): ``{q}_question``, ``{q}_options`` (option texts; point options by colour,
   revision options by number), ``{q}_answer`` and ``{q}_answer_index`` (a list; single-answer questions hold
   one index); empty where the case does not hold the question;
@@ -68,11 +70,15 @@ def percept_features() -> Any:
 
 
 def case_image_columns(key: str, case: Case) -> dict[str, str | list[str] | None]:
-    """Benchmark-relative image path(s) of each image column of ``case`` (either layout)."""
+    """Benchmark-relative image path(s) of each image column of ``case`` (either layout): the images of the
+    questions the case asks; an RF case's revision QAs are not asked (§12), so it has no ``points_overlay`` and no
+    ``revision_options`` even where its JSON names them (the reference pipeline names option files it never
+    renders)."""
     case = with_root_paths(key, case)
     cq = case.contour_qa
-    exp = cq.contour_revision_qa_expansion if cq is not None else None
-    rev = cq.contour_revision_qa_revision_result if cq is not None else None
+    asked = cq is not None and not cq.no_deformation
+    exp = cq.contour_revision_qa_expansion if cq is not None and asked else None
+    rev = cq.contour_revision_qa_revision_result if cq is not None and asked else None
     return {"image": case.detection_qa.relative_path,
             "contour_overlay": cq.contour_eval_qa.relative_path if cq is not None else None,
             "points_overlay": exp.relative_path if exp is not None else None,
@@ -130,6 +136,20 @@ def _attribute_columns(case: Case) -> dict[str, Any]:
                   "comparison_right_has_overlap": c.right_has_overlap}
 
 
+def _image_hw(root: Path, rel: str | list[str] | None) -> list[int]:
+    """``[H, W]`` of the benchmark image ``rel`` read from its file ([] when the case names none)."""
+    from PIL import Image
+
+    if not isinstance(rel, str):
+        return []
+    path = root / rel
+    try:
+        with Image.open(path) as im:
+            return [im.height, im.width]
+    except (OSError, ValueError) as exc:
+        raise InputError(f"unreadable image ({exc})", path) from exc
+
+
 def case_row(key: str, case: Case, raw: Mapping[str, Any], root: Path) -> dict[str, Any]:
     """The row of one case (``raw``: its entry as stored in ``chexpercept.json``)."""
     def cell(rel: str | None) -> dict[str, Any] | None:
@@ -145,7 +165,7 @@ def case_row(key: str, case: Case, raw: Mapping[str, Any], root: Path) -> dict[s
     assert isinstance(revision, list)
     return {"key_id": key, "case_id": case.case_id, "pair_id": case.pair_id, "dicom_id": case.dicom_id,
             "lesion": case.lesion_of(key), "qa_path": case.qa_path or case_path(case),
-            "image_size": list(case.image_size) if case.image_size else [],
+            "image_size": list(case.image_size) if case.image_size else _image_hw(root, images["image"]),
             "initial_context": case.contour_qa.initial_context if case.contour_qa is not None else None,
             **{c: cell(images[c]) for c in ("image", "contour_overlay", "points_overlay")},  # type: ignore[arg-type]
             "revision_options": [cell(p) for p in revision], **_question_columns(case), **_attribute_columns(case),
