@@ -304,6 +304,39 @@ def test_dicom_seg_with_nothing_written_fails_and_a_missing_mask_is_named(spaced
     assert any(str(mask) in reason for reason in reasons), reasons
 
 
+def test_dicom_seg_records_an_unreadable_source_and_reads_one_without_the_part10_header(spaced_dicom_ils, tmp_path):
+    import shutil
+
+    import highdicom as hd
+    import pydicom
+
+    ils_dir, images = spaced_dicom_ils
+    files = tmp_path / "files"
+    shutil.copytree(images, files)
+    dicoms = sorted(s["image_path"] for split in _source(ils_dir).values() for s in split.values()
+                    if s["image_path"].endswith(".dcm"))
+    junk, bare = files / dicoms[0], files / dicoms[1]
+    junk.write_bytes(b"junk")
+    ds = pydicom.dcmread(bare)
+    pixels = ds.pixel_array
+    del ds.file_meta
+    ds.preamble = None
+    ds.save_as(bare, enforce_file_format=False)  # a dataset without preamble, 'DICM' and file meta
+    with pytest.raises(pydicom.errors.InvalidDicomError):
+        pydicom.dcmread(bare)
+    out = tmp_path / "seg"
+    r = _export("--format", "dicom-seg", "--dataset", str(ils_dir), "--images", str(files), "--out", str(out))
+    assert r.exit_code == 0, r.output
+    records = {x["image_path"]: x for x in map(json.loads, (out / "dicom_seg.jsonl").read_text().splitlines())}
+    assert records[dicoms[0]]["status"] == "skipped" and str(junk) in records[dicoms[0]]["reason"]
+    assert "not a DICOM file" in records[dicoms[0]]["reason"]
+    written = records[dicoms[1]]
+    assert written["status"] == "written", written
+    seg = hd.seg.segread(out / written["file"])
+    got = seg.get_pixels_by_source_instance(source_sop_instance_uids=[written["source_sop_instance_uid"]])
+    assert got.shape[1:3] == pixels.shape
+
+
 #: Per format: the options after --dataset, and a file an earlier export of that format may hold that the next
 #: one does not write (it must not survive --overwrite).
 _FORMATS = {"mimic-ils": ([], "lesion_mask/old/old_edema_0.png"), "hf": (["--arrow"], "arrow/dataset_dict.json"),

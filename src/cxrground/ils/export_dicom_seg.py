@@ -22,7 +22,8 @@ sees the same instances).
 Studies are never dropped silently: ``dicom_seg.jsonl`` has one line per study, ``status`` ``written`` (with
 the file, the source SOP Instance UID and the segments: number, label, lesion, mask path, pair ids) or
 ``skipped`` with the reason (image not DICOM, no lesion mask, unreadable source or mask file, naming the file,
-mask size ≠ image size); a dataset none of whose studies could be written is an error. Type-2
+mask size ≠ image size; a source without the Part-10 header is read when its pixel data decodes); a dataset
+none of whose studies could be written is an error. Type-2
 patient/study attributes the source lacks (PatientID, StudyDate, ...) are given empty values on the in-memory
 copy highdicom reads (the source file is not touched). OHIF and 3D Slicer (QuantitativeReporting) open the
 objects beside their source image.
@@ -160,13 +161,53 @@ def study_segmentation(source: Any, masks: list[np.ndarray], segments: list[dict
     return seg
 
 
-def _source(path: Path) -> Any:
-    import pydicom
+#: Transfer syntax of a dataset read without its file meta, by its encoding ``(implicit VR, little endian)``.
+_SYNTAX: Final[dict[tuple[bool, bool], str]] = {(True, True): "1.2.840.10008.1.2", (False, True): "1.2.840.10008.1.2.1",
+                                                (False, False): "1.2.840.10008.1.2.2"}
 
-    ds = pydicom.dcmread(path)
+
+def _source(path: Path) -> Any:
+    """The source DICOM at ``path`` with the type-2 attributes highdicom requires; a file without the Part-10
+    header (preamble, ``DICM``, file meta) is read as a bare dataset when it holds an image whose pixel data
+    decodes. Anything else is an :class:`InputError` naming the file."""
+    import pydicom
+    from pydicom.errors import InvalidDicomError
+
+    try:
+        ds = pydicom.dcmread(path)
+    except InvalidDicomError:
+        ds = _bare_dataset(path)
+    except Exception as exc:  # pydicom raises many types on truncated files
+        raise InputError(f"cannot parse DICOM ({type(exc).__name__}: {exc})", path) from exc
     for name in _TYPE2:
         if name not in ds:
             setattr(ds, name, "")
+    return ds
+
+
+def _bare_dataset(path: Path) -> Any:
+    """A DICOM dataset stored without the Part-10 header, given the file meta of its encoding; an
+    :class:`InputError` naming the file when it is not one or its pixel data does not decode."""
+    import pydicom
+    from pydicom.dataset import FileMetaDataset
+
+    reason = "not a DICOM file (no Part-10 header: preamble and 'DICM')"
+    try:
+        ds = pydicom.dcmread(path, force=True)
+        encoding = ds.original_encoding
+    except Exception as exc:
+        raise InputError(f"{reason} ({type(exc).__name__}: {exc})", path) from exc
+    if "SOPInstanceUID" not in ds or "PixelData" not in ds or encoding not in _SYNTAX:
+        raise InputError(f"{reason}, and read without one it holds no image", path)
+    ds.file_meta = FileMetaDataset()
+    ds.file_meta.TransferSyntaxUID = _SYNTAX[encoding]
+    ds.file_meta.MediaStorageSOPClassUID = ds.get("SOPClassUID", "")
+    ds.file_meta.MediaStorageSOPInstanceUID = ds.SOPInstanceUID
+    try:
+        ds.pixel_array  # noqa: B018  (decodes, or raises)
+    except Exception as exc:
+        raise InputError(f"{reason}, and read without one its pixel data does not decode "
+                         f"({type(exc).__name__}: {exc})", path) from exc
     return ds
 
 
@@ -184,6 +225,9 @@ def _one(key: str, study: dict[str, Any], images: Path, mask_root: Path, frame: 
         return {"status": "skipped", "reason": "no lesion mask (negative pairs only)"}
     try:
         source = _source(image)
+    except InputError as exc:
+        return {"status": "skipped", "reason": str(exc)}
+    try:
         hw = (int(source.Rows), int(source.Columns))
         masks = []
         for s in segments:
