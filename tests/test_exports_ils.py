@@ -104,6 +104,34 @@ def test_export_refuses_missing_images_and_its_own_folder(ils, tmp_path):
         export_request(ExportRequest(format="coco", dataset=ils[0], out=ils[0]))
 
 
+def test_hf_export_refuses_a_mask_that_does_not_fit_its_film_and_names_the_frame_from_the_record(ils, tmp_path):
+    import shutil
+
+    from PIL import Image
+
+    ils_dir, images = ils
+    ok = tmp_path / "ok"
+    r = _export("--format", "hf", "--dataset", str(ils_dir), "--images", str(images), "--out", str(ok))
+    assert r.exit_code == 0, r.output
+    assert "the PNG as stored, native frame;" in " ".join((ok / "README.md").read_text().split())
+    study = next(s for split in _source(ils_dir).values() for s in split.values()
+                 if s["instruction_answer_pairs"].get("positive_pairs"))
+    mask = ils_dir / "lesion_mask" / study["instruction_answer_pairs"]["positive_pairs"][0]["seg_mask_path"]
+    films = tmp_path / "files"
+    shutil.copytree(images, films)
+    film = films / study["image_path"]
+    with Image.open(film) as im:
+        native = (im.height, im.width)
+        im.resize((im.width + 64, im.height + 70)).save(film)  # same path, another size
+    for fmt in ("hf", "coco"):
+        out = tmp_path / fmt
+        r = _export("--format", fmt, "--dataset", str(ils_dir), "--images", str(films), "--out", str(out))
+        assert r.exit_code == 1 and not out.exists(), r.output
+        text = " ".join(r.output.split())
+        assert str(mask) in text and f"mask is {native}" in text, text
+        assert f"its image ({native[0] + 70}, {native[1] + 64})" in text, text
+
+
 def test_coco_export_reads_back_with_pycocotools(ils, tmp_path):
     from pycocotools.coco import COCO
 

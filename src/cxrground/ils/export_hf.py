@@ -12,7 +12,10 @@ rows hold no study without pairs (study rows do).
 ``image`` holds the source file's bytes when it is a PNG or JPEG and, when it is a DICOM, an 8-bit PNG of the
 pixels as the toolkit reads them for its masks (:func:`cxrground.io.image.read_image`: the file's VOI LUT or
 window, else contrast-stretched from its minimum to its maximum); ``mask`` holds the mask PNG's bytes as stored (the
-dataset's frame, :mod:`cxrground.ils.frames`; None for a negative pair). The study image is repeated on every
+dataset's frame, :mod:`cxrground.ils.frames`; None for a negative pair). Every mask is checked against its film as
+the other exports check it: at the film's size or in the released frame, on a film of the native size the dataset
+records (``mask_frame.json``, ``anatomy.jsonl``); a mismatch is an error naming the file and both sizes. The study
+image is repeated on every
 pair row of the study (self-contained rows, what VLM trainers read; the export is then several times the size of
 the images). Study rows hold each image once: the study columns, ``image``, ``study_extra`` and ``pairs``, a list
 of the pair columns (``mask`` included) in file order.
@@ -21,12 +24,20 @@ of the pair columns (``mask`` included) in file order.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 from cxrground.errors import ImageReadError, InputError
-from cxrground.ils.frames import RELEASED_SIZE, MaskFrame, is_released, read_frame
+from cxrground.ils.frames import (
+    FRAME_FILE,
+    RELEASED_SIZE,
+    MaskFrame,
+    _anatomy_sizes,
+    check_mask_shape,
+    is_released,
+    read_frame,
+)
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.schema import SPLITS, check_splits, iter_dataset
 from cxrground.io.export_dir import export_folder
@@ -46,6 +57,8 @@ _OPTIONAL: Final[tuple[str, ...]] = ("sent_idx", "seg_mask_path", "certainty", "
 _PAIR_CORE: Final[tuple[str, ...]] = ("pair_id", "instruction", "answer", "type", "target", "seg")
 _PAIR_KNOWN: Final[frozenset[str]] = frozenset((*_PAIR_CORE, *_LISTS, *_OPTIONAL))
 _STUDY_KNOWN: Final[frozenset[str]] = frozenset((*STUDY_COLUMNS, "instruction_answer_pairs"))
+#: Checks a stored mask's shape (``(shape, mask path)``), raising :class:`InputError` when it does not fit its film.
+MaskCheck = Callable[[tuple[int, ...], Path], None]
 
 
 def ils_features(rows: str = "pair") -> Any:
@@ -80,17 +93,37 @@ def _image(images: Path, rel: str) -> dict[str, Any]:
     return cell
 
 
-def _mask(masks: Path, pair: Mapping[str, Any]) -> dict[str, Any] | None:
+def _mask(masks: Path, pair: Mapping[str, Any], fits: MaskCheck | None = None) -> dict[str, Any] | None:
     """The ``mask`` cell of a pair (None for a negative); a mask that is missing or does not decode is an
-    :class:`InputError` naming it."""
+    :class:`InputError` naming it, and so is one ``fits`` refuses (:func:`_mask_check`)."""
     rel = pair.get("seg_mask_path")
     if rel is None:
         return None
     path = masks / rel
     if not path.is_file():
         raise InputError(f"mask of {pair['pair_id']} not found", path)
-    read_mask_png(path)
+    mask = read_mask_png(path)
+    if fits is not None:
+        fits(mask.shape, path)
     return image_cell(path)
+
+
+def _mask_check(images: Path, study: Mapping[str, Any], frame: MaskFrame, native: tuple[int, int] | None
+                ) -> MaskCheck:
+    """The check of the study's masks against its film: each at the film's size or in the released frame
+    (:func:`cxrground.ils.frames.check_mask_shape`), and a film whose size differs from the native size the
+    dataset records (``native``) is refused; each an :class:`InputError` naming the file and both sizes."""
+    path = images / study["image_path"]
+    hw = _image_size(path)
+
+    def check(shape: tuple[int, ...], mask_path: Path) -> None:
+        check_mask_shape(shape, hw, frame, mask_path)
+        if native is not None and tuple(native) != tuple(hw):
+            raise InputError(f"image is {tuple(hw)}, the dataset records its native size as {tuple(native)} "
+                             f"({FRAME_FILE} or anatomy.jsonl): --images must hold the films the dataset was "
+                             "built from", path)
+
+    return check
 
 
 def _row_counts(json_path: Path, rows: str) -> dict[str, int]:
@@ -117,23 +150,30 @@ def _pair_extra(pair: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in pair.items() if k not in _PAIR_KNOWN or (k in _OPTIONAL and not isinstance(v, str))}
 
 
-def pair_rows(key: str, study: Mapping[str, Any], images: Path, masks: Path) -> Iterator[dict[str, Any]]:
-    """The rows of one study (positive pairs first, in file order)."""
+def pair_rows(key: str, study: Mapping[str, Any], images: Path, masks: Path, frame: MaskFrame | None = None,
+              native: tuple[int, int] | None = None) -> Iterator[dict[str, Any]]:
+    """The rows of one study (positive pairs first, in file order). With ``frame`` (the dataset's,
+    :func:`~cxrground.ils.frames.read_frame`), every mask is checked against the film and the film against
+    ``native``, the native size the dataset records (:func:`_mask_check`)."""
+    pairs = study["instruction_answer_pairs"]
+    fits = (_mask_check(images, study, frame, native) if frame is not None and pairs.get("positive_pairs")
+            else None)
     base = {"study_key": key, **{c: study[c] for c in STUDY_COLUMNS}, "image": _image(images, study["image_path"]),
             "study_extra": json.dumps({k: v for k, v in study.items() if k not in _STUDY_KNOWN}, sort_keys=True)}
-    pairs = study["instruction_answer_pairs"]
     for polarity in ("positive", "negative"):
         for pair in pairs.get(f"{polarity}_pairs", []):
             row = {**base, "polarity": polarity, **{c: pair[c] for c in _PAIR_CORE},
                    **{c: list(pair[c]) if c in pair else None for c in _LISTS},
                    **{c: (None if pair.get(c) is None else str(pair[c])) for c in _OPTIONAL},
-                   "pair_extra": json.dumps(_pair_extra(pair), sort_keys=True), "mask": _mask(masks, pair)}
+                   "pair_extra": json.dumps(_pair_extra(pair), sort_keys=True), "mask": _mask(masks, pair, fits)}
             yield row
 
 
-def study_row(key: str, study: Mapping[str, Any], images: Path, masks: Path) -> dict[str, Any]:
-    """The study row of one study: its columns, image and pairs (module docstring)."""
-    rows = list(pair_rows(key, study, images, masks))
+def study_row(key: str, study: Mapping[str, Any], images: Path, masks: Path, frame: MaskFrame | None = None,
+              native: tuple[int, int] | None = None) -> dict[str, Any]:
+    """The study row of one study: its columns, image and pairs (module docstring; ``frame``, ``native``: as
+    :func:`pair_rows` checks the masks)."""
+    rows = list(pair_rows(key, study, images, masks, frame, native))
     if not rows:
         base = {"study_key": key, **{c: study[c] for c in STUDY_COLUMNS}, "image": _image(images, study["image_path"]),
                 "study_extra": json.dumps({k: v for k, v in study.items() if k not in _STUDY_KNOWN}, sort_keys=True)}
@@ -180,13 +220,15 @@ def ils_json_from_rows(rows_by_split: Mapping[str, Iterable[Mapping[str, Any]]])
 
 def stored_frame(studies: Iterable[tuple[str, str, Mapping[str, Any]]], images: Path, masks: Path,
                  frame: MaskFrame) -> str:
-    """The frame of the dataset's masks as stored, as the card states it: the recorded one or, without a record,
-    the one each mask of ``(split, study key, study)`` is in (:func:`cxrground.ils.frames.is_released`; a MIMIC-ILS
-    download is released)."""
+    """The frame of the dataset's masks as stored, as the card states it: the recorded one; native for an ``ils
+    build`` folder (it records its films' sizes in ``anatomy.jsonl``); else the one each mask of ``(split, study
+    key, study)`` is in (:func:`cxrground.ils.frames.is_released`; a MIMIC-ILS download is released)."""
     from PIL import Image
 
     if frame.recorded:
         return f"{frame.frame} frame"
+    if (masks.parent / "anatomy.jsonl").is_file():
+        return "native frame"
     seen: set[str] = set()
     for _split, _key, study in studies:
         positives = study["instruction_answer_pairs"].get("positive_pairs", [])
@@ -272,19 +314,25 @@ def export_hf(dataset: str | Path, images: str | Path, out: str | Path, *, shard
     counts = _row_counts(json_path, rows)
     masks = json_path.parent / MASK_DIR
     features = ils_features(rows)
+    frame = read_frame(json_path)
+    anatomy = _anatomy_sizes(json_path.parent)
+
+    def native(key: str, study: Mapping[str, Any]) -> tuple[int, int] | None:
+        return frame.native_of(study["image_path"]) or anatomy.get(key)
 
     def studies(split: str) -> Iterator[tuple[str, str, dict[str, Any]]]:
         return iter_dataset(json_path, STUDY_COLUMNS, splits=(split,))
 
     def split_rows(split: str) -> Any:
         if rows == "study":
-            return lambda: (study_row(key, s, images, masks) for _, key, s in studies(split))
-        return lambda: (r for _, key, s in studies(split) for r in pair_rows(key, s, images, masks))
+            return lambda: (study_row(key, s, images, masks, frame, native(key, s)) for _, key, s in studies(split))
+        return lambda: (r for _, key, s in studies(split) for r in pair_rows(key, s, images, masks, frame,
+                                                                               native(key, s)))
 
     with export_folder(out, overwrite, HF_NAMES, "hf") as stage:
         info = write_splits(stage, features, {s: (counts[s], split_rows(s)) for s in SPLITS}, shard_rows, arrow)
-        frame = stored_frame(iter_dataset(json_path, STUDY_COLUMNS), images, masks, read_frame(json_path))
-        body = _card_body(json_path.parent, frame, info, rows)
+        stored = stored_frame(iter_dataset(json_path, STUDY_COLUMNS), images, masks, frame)
+        body = _card_body(json_path.parent, stored, info, rows)
         write_card(stage, features, info, "ILS dataset", body,
                    tags=("medical", "chest-x-ray", "segmentation", "referring-segmentation"))
     return {"splits": info, "rows": sum(v["num_examples"] for v in info.values())}
