@@ -133,6 +133,25 @@ def tiny_ils(tmp_path) -> tuple[Path, Path]:
     return folder / "ils.json", folder / "imgs"
 
 
+def test_build_names_anatomy_and_a_failed_input_check_leaves_no_settings_to_block_the_corrected_rerun(tiny_ils,
+                                                                                                        tmp_path):
+    ils, images = tiny_ils
+    anatomy = tmp_path / "anatomy.jsonl"
+    (ils.parent / "anatomy.jsonl").rename(anatomy)
+    out = tmp_path / "bench"
+    base = ("percept", "build", "--ils", str(ils), "--images", str(images), "--out", str(out), "--split", "train")
+    res = cli(*base)
+    text = clean(res)
+    assert res.exit_code == 1 and "anatomy.jsonl" in text and "--anatomy" in text, text
+    review = tmp_path / "review.jsonl"
+    review.write_text("{not json\n")
+    res = cli(*base, "--anatomy", str(anatomy), "--review", str(review))
+    assert res.exit_code == 1 and str(review) in clean(res), clean(res)
+    assert not (out / ".work" / "settings.json").exists()
+    res = cli(*base, "--anatomy", str(anatomy))
+    assert "unfinished build" not in clean(res), clean(res)
+
+
 @pytest.mark.parametrize("split", ["bogus", "val", "train,bogus"])
 def test_build_refuses_a_split_without_studies(tiny_ils, tmp_path, split):
     ils, images = tiny_ils

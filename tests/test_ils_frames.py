@@ -90,6 +90,7 @@ def test_export_released_frame_and_read_it_back(ils_dir, tmp_path):
     assert counts["masks"] > 0
     src_json = (ils_dir / "mimic_ils_instruction_answer.json").read_bytes()
     assert (out / "mimic_ils_instruction_answer.json").read_bytes() == src_json  # same JSON
+    assert (out / "anatomy.jsonl").read_bytes() == (ils_dir / "anatomy.jsonl").read_bytes()  # percept build reads it
     data = json.loads(src_json)
     frame = read_frame(out)
     assert frame.frame == "released" and frame.size == 512
@@ -150,8 +151,10 @@ def test_export_cli_and_errors(ils_dir, tmp_path):
     (tmp_path / "bad" / FRAME_FILE).write_text(json.dumps({"frame": "released", "mask_size": [512, 300]}))
     with pytest.raises(InputError, match="square"):
         read_frame(tmp_path / "bad")
-    # a released folder without a record and without images cannot go back to native
+    # a released folder recording no native sizes (no frame record sizes, no anatomy.jsonl) and without images
+    # cannot go back to native
     (tmp_path / "r" / FRAME_FILE).unlink()
+    (tmp_path / "r" / "anatomy.jsonl").unlink()
     (tmp_path / "r" / FRAME_FILE).write_text(json.dumps({"frame": "released", "mask_size": [256, 256]}))
     with pytest.raises(InputError, match="native size"):
         export_dataset(tmp_path / "r", tmp_path / "n", frame="native")

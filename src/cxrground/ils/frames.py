@@ -8,7 +8,8 @@
   own stretched prediction (see ``bench/ils_frames.py``).
 
 :func:`export_dataset` writes a dataset in the other frame: the same JSON (byte for byte), every mask mapped
-(:func:`stretch`), the card's mask section restated, and :data:`FRAME_FILE` recording the frame and each image's
+(:func:`stretch`), the card's mask section restated, ``anatomy.jsonl`` copied when the dataset has it (``percept
+build`` reads it), and :data:`FRAME_FILE` recording the frame and each image's
 native size, so that readers (``ils evaluate``, ``percept build``) map released masks back to the native grid with
 :func:`to_native` without the images. A folder without :data:`FRAME_FILE` is in the native frame (what ``ils
 build`` writes), except that a square :data:`RELEASED_SIZE` mask on an image of another size is a released-frame
@@ -33,6 +34,7 @@ from cxrground.io.export_dir import export_folder
 from cxrground.io.masks import as_mask, read_mask_png, write_mask_png
 
 __all__ = [
+    "ANATOMY_FILE",
     "DATASET_NAMES",
     "FRAMES",
     "FRAME_FILE",
@@ -55,8 +57,10 @@ FRAMES: Final[tuple[str, str]] = ("native", "released")
 RELEASED_SIZE: Final[int] = 512
 #: The frame record written beside ``mimic_ils_instruction_answer.json`` by :func:`export_dataset`.
 FRAME_FILE: Final[str] = "mask_frame.json"
+#: The films' native sizes and anatomy masks ``ils build`` records beside the dataset (``percept build`` reads it).
+ANATOMY_FILE: Final[str] = "anatomy.jsonl"
 #: What :func:`export_dataset` writes at the top of its folder (what ``overwrite`` may replace).
-DATASET_NAMES: Final[tuple[str, ...]] = (DATASET_FILE, MASK_DIR, FRAME_FILE, "card.md")
+DATASET_NAMES: Final[tuple[str, ...]] = (DATASET_FILE, MASK_DIR, FRAME_FILE, "card.md", ANATOMY_FILE)
 #: The card's statement of each frame (``## Masks`` section).
 FRAME_TEXT: Final[dict[str, str]] = {
     "native": ("PNG, 8-bit, one channel, values 0/255, **at each image's native size**; the frame is the image's "
@@ -224,7 +228,7 @@ def _dataset_paths(dataset: Path) -> tuple[Path, Path]:
 
 def _anatomy_sizes(folder: Path) -> dict[str, tuple[int, int]]:
     """Native sizes from ``anatomy.jsonl`` (keyed by study key), when the dataset has it."""
-    path = folder / "anatomy.jsonl"
+    path = folder / ANATOMY_FILE
     out: dict[str, tuple[int, int]] = {}
     if path.is_file():
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -304,6 +308,8 @@ def export_dataset(dataset: str | Path, out: str | Path, frame: str = "released"
     sizes = _native_sizes(iter_dataset(json_path), mask_root, source, json_path.parent, image_size)
     with export_folder(out, overwrite, DATASET_NAMES, "mimic-ils") as stage:
         shutil.copyfile(json_path, stage / DATASET_FILE)
+        if (json_path.parent / ANATOMY_FILE).is_file():  # on the native grid in either frame
+            shutil.copyfile(json_path.parent / ANATOMY_FILE, stage / ANATOMY_FILE)
         written, studies = _write_masks(iter_dataset(json_path), sizes, mask_root, source, frame, size, stage)
         record = MaskFrame(frame, size if frame == "released" else None, sizes)
         (stage / FRAME_FILE).write_text(json.dumps(record.to_dict(), indent=1), encoding="utf-8")

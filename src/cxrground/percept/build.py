@@ -445,6 +445,8 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     deformers = (DEFORMERS.get(opts.deformer),) if workers > 1 else ()
     for entry in deformers:  # before any case: one the worker processes cannot import is refused here
         check_portable("deformer", entry)
+    review = read_review(opts.review) if opts.review else None
+    anatomy_of = anatomy_lookup(opts.anatomy, ils_dir)  # inputs checked before the settings stamp is written
     stamp = work / "settings.json"
     settings = _settings_record(opts, ils_file)
     finished = out / BUILD_SETTINGS_FILE
@@ -478,11 +480,9 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
         _clear_build(out)
     atomic_write_text(stamp, json.dumps({**settings, "code": __version__}, sort_keys=True))
 
-    review = read_review(opts.review) if opts.review else None
     mask_source = (f"ILS model predictions `{opts.candidates}` (pair_id → mask; "
                    f"{_asked_candidate_instruction(preds, every_positive)})" if preds is not None
                    else f"the dataset's own masks (`seg_mask_path` under `{ils_dir / MASK_DIR}`)")
-    anatomy_of = anatomy_lookup(opts.anatomy, ils_dir)
     if not any(positives.values()) and not any(negatives.values()):
         warnings.append(f"no candidate (positive or negative pair) in split(s) {', '.join(opts.splits)} of "
                         f"{ils_file}: the benchmark is empty")

@@ -133,6 +133,10 @@ def anatomy_lookup(anatomy: str | None, ils_dir: Path) -> Callable[[Candidate], 
     """Study → masks from ``anatomy`` (a folder of ``{key}_right_lung.png`` ... or a JSONL file), default the
     ILS dataset's ``anatomy.jsonl``."""
     source = Path(anatomy) if anatomy else ils_dir / "anatomy.jsonl"
+    if not anatomy and not source.exists():
+        raise InputError("the ILS dataset has no anatomy.jsonl (an export made before it was copied, or a downloaded "
+                         "MIMIC-ILS): pass --anatomy, e.g. the anatomy.jsonl of the dataset `ils build` wrote",
+                         source)
     if source.is_dir():
         return lambda c: _anatomy_from_dir(source, [c.study, c.dicom_id, Path(c.image_path).stem])
     table = _load_anatomy_file(source)
