@@ -190,3 +190,27 @@ def test_read_native_mask_maps_released_masks_and_names_other_sizes(tmp_path):
     assert read_native_mask(tmp_path / "small.png", (300, 200), released_size=256).shape == (300, 200)
     with pytest.raises(MaskShapeError, match="expected"):
         read_native_mask(tmp_path / "small.png", (300, 200))
+
+
+def test_released_export_of_dicom_films_warns_that_the_reference_loader_cannot_read_them(ils_dir, tmp_path):
+    from click.testing import CliRunner
+
+    from cxrground.cli import main
+
+    def export(dataset, out):
+        return CliRunner().invoke(main, ["ils", "export", "--frame", "released", "--dataset", str(dataset),
+                                         "--out", str(out)])
+
+    res = export(ils_dir, tmp_path / "jpg")
+    assert res.exit_code == 0 and "warning" not in res.output, res.output
+    assert "Warning" not in (tmp_path / "jpg" / "card.md").read_text()
+    dcm = tmp_path / "dcm"
+    shutil.copytree(ils_dir, dcm)
+    path = dcm / "mimic_ils_instruction_answer.json"
+    path.write_text(path.read_text().replace('.jpg"', '.dcm"'))
+    res = export(dcm, tmp_path / "dcm512")
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "warning:" in text and "cv2.imread" in text and "cannot read DICOM" in text, text
+    card = " ".join((tmp_path / "dcm512" / "card.md").read_text().split())
+    assert "**Warning:**" in card and "cv2.imread" in card

@@ -86,5 +86,6 @@ def export_request(request: ExportRequest) -> str:
                 f"{len(d['skipped'])} studies skipped (see {d['record']})")
     sizes = None if r.images is None else (lambda rel: read_image(r.images / rel).shape)
     counts = export_dataset(r.dataset, r.out, frame=r.frame, size=r.size, image_size=sizes, overwrite=r.overwrite)
-    return (f"{r.out}: {counts['masks']} masks in the {r.frame} frame, {counts['studies']} studies "
+    line = (f"{r.out}: {counts['masks']} masks in the {r.frame} frame, {counts['studies']} studies "
             f"({counts['native_sizes']} native sizes recorded)")
+    return line if counts["warning"] is None else f"{line}\nwarning: {counts['warning']}"

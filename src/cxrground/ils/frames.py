@@ -8,7 +8,8 @@
   own stretched prediction (see ``bench/ils_frames.py``).
 
 :func:`export_dataset` writes a dataset in the other frame: the same JSON (byte for byte), every mask mapped
-(:func:`stretch`), the card's mask section restated, ``anatomy.jsonl`` copied when the dataset has it (``percept
+(:func:`stretch`), the card's mask section restated (with :func:`loader_warning` when a released-frame export's
+films are not JPEG/PNG), ``anatomy.jsonl`` copied when the dataset has it (``percept
 build`` reads it), and :data:`FRAME_FILE` recording the frame and each image's
 native size, so that readers (``ils evaluate``, ``percept build``) map released masks back to the native grid with
 :func:`to_native` without the images. A folder without :data:`FRAME_FILE` is in the native frame (what ``ils
@@ -44,6 +45,7 @@ __all__ = [
     "check_mask_shape",
     "export_dataset",
     "is_released",
+    "loader_warning",
     "mask_on_image",
     "read_frame",
     "reference_protocol_iou",
@@ -268,8 +270,26 @@ def _native_sizes(studies: Iterable[tuple[str, str, dict[str, Any]]], mask_root:
     return sizes
 
 
-def _card(folder: Path, out: Path, frame: str, size: int) -> None:
-    """Copy ``card.md`` with its mask section stating ``frame`` (a section is appended when it has none)."""
+#: Image suffixes the ROSALIA/LISA loader reads (``cv2.imread``); it cannot read DICOM.
+_LOADER_SUFFIXES: Final[frozenset[str]] = frozenset((".jpg", ".jpeg", ".png"))
+
+
+def loader_warning(image_paths: Iterable[str]) -> str | None:
+    """The warning for a released-frame export whose films the ROSALIA/LISA loader cannot read (``image_path``
+    values that are not JPEG or PNG, e.g. DICOM); None when every one is."""
+    other = sorted({rel for rel in image_paths if Path(rel).suffix.lower() not in _LOADER_SUFFIXES})
+    if not other:
+        return None
+    return (f"{len(other)} image_path value(s) are not JPEG or PNG (e.g. {other[0]}): the ROSALIA/LISA loader reads "
+            "each film with cv2.imread, which cannot read DICOM, so it stops on the first such sample. Convert the "
+            "films to 8-bit JPEG or PNG (as MIMIC-CXR-JPG, the image root ILS.md §12.2 names) and rewrite "
+            "image_path to them before training, or use `cxrground ils export --format hf`, which stores DICOM "
+            "films as 8-bit PNG.")
+
+
+def _card(folder: Path, out: Path, frame: str, size: int, warning: str | None = None) -> None:
+    """Copy ``card.md`` with its mask section stating ``frame`` (a section is appended when it has none) and
+    ``warning`` after it."""
     src = folder / "card.md"
     if not src.is_file():
         return
@@ -281,6 +301,8 @@ def _card(folder: Path, out: Path, frame: str, size: int) -> None:
             break
     else:
         text += f"\n## Masks\n\n{new}\n"
+    if warning:
+        text = text.replace(new, f"{new}\n\n**Warning:** {warning}", 1)
     (out / "card.md").write_text(text, encoding="utf-8")
 
 
@@ -306,6 +328,7 @@ def export_dataset(dataset: str | Path, out: str | Path, frame: str = "released"
     source = read_frame(json_path)
     check_splits(json_path)
     sizes = _native_sizes(iter_dataset(json_path), mask_root, source, json_path.parent, image_size)
+    warning = loader_warning(s["image_path"] for _, _, s in iter_dataset(json_path)) if frame == "released" else None
     with export_folder(out, overwrite, DATASET_NAMES, "mimic-ils") as stage:
         shutil.copyfile(json_path, stage / DATASET_FILE)
         if (json_path.parent / ANATOMY_FILE).is_file():  # on the native grid in either frame
@@ -313,8 +336,8 @@ def export_dataset(dataset: str | Path, out: str | Path, frame: str = "released"
         written, studies = _write_masks(iter_dataset(json_path), sizes, mask_root, source, frame, size, stage)
         record = MaskFrame(frame, size if frame == "released" else None, sizes)
         (stage / FRAME_FILE).write_text(json.dumps(record.to_dict(), indent=1), encoding="utf-8")
-        _card(json_path.parent, stage, frame, size)
-    return {"frame": frame, "masks": written, "studies": studies, "native_sizes": len(sizes)}
+        _card(json_path.parent, stage, frame, size, warning)
+    return {"frame": frame, "masks": written, "studies": studies, "native_sizes": len(sizes), "warning": warning}
 
 
 def _write_masks(studies: Iterable[tuple[str, str, dict[str, Any]]], sizes: dict[str, tuple[int, int]],
