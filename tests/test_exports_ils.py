@@ -427,6 +427,7 @@ def test_a_downloaded_mimic_ils_without_a_frame_record_exports_like_a_recorded_r
     download = tmp_path / "download" / "ils512"  # MIMIC-ILS as published: 512x512 masks, no mask_frame.json
     shutil.copytree(recorded, download)
     (download / "mask_frame.json").unlink()
+    (download / "anatomy.jsonl").unlink()  # it records no film sizes either
     data = _source(download)
     assert any(read_image(images / s["image_path"]).shape != (512, 512)
                for split in data.values() for s in split.values() if s["instruction_answer_pairs"]["positive_pairs"])
