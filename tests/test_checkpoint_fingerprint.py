@@ -45,3 +45,21 @@ def test_identical_trainings_have_one_fingerprint_whatever_they_took(tmp_path) -
     info["history"][0]["loss"] = 0.4  # what training made does count
     (b / "checkpoint.json").write_text(json.dumps(info))
     assert checkpoint_fingerprint(a) != checkpoint_fingerprint(b)
+
+
+def test_weights_in_other_formats_and_listed_files_count(tmp_path) -> None:
+    folder = _checkpoint(tmp_path / "a", b"unchanged")
+    before = checkpoint_fingerprint(folder)
+    np.savez(folder / "head.npz", frac=np.array([0.3]))  # a plug-in backend's NumPy weights
+    with_npz = checkpoint_fingerprint(folder)
+    np.savez(folder / "head.npz", frac=np.array([0.05]))  # retrained
+    assert len({before, with_npz, checkpoint_fingerprint(folder)}) == 3
+    info = json.loads((folder / "checkpoint.json").read_text())
+    (folder / "parts").mkdir()
+    (folder / "parts" / "model.weights").write_bytes(b"v1")  # no weight suffix, in a subfolder: listed
+    (folder / "checkpoint.json").write_text(json.dumps({**info, "weight_files": ["parts/model.weights"]}))
+    listed = checkpoint_fingerprint(folder)
+    (folder / "parts" / "model.weights").write_bytes(b"v2")
+    assert checkpoint_fingerprint(folder) != listed
+    (folder / "parts" / "model.weights").unlink()  # a listed file gone is another checkpoint, not an error
+    assert checkpoint_fingerprint(folder) not in (listed, before)

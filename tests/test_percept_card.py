@@ -15,6 +15,10 @@ def test_drop_reasons_group_by_cause_not_by_component():
     assert c != a and c.endswith("no anatomy got its deformation points")
     assert _reason_key("candidate mask has no component of ≥ 1000 px after refinement (§6)") == \
         "candidate mask has no component of ≥ 1000 px after refinement"
+    shapes = [_reason_key(f"deformer 'disc' returned a mask of ({n}, {n}) for a mask of (24, 24); expected the "
+                          "shape of the mask it deforms") for n in (12, 13)]
+    assert shapes[0] == shapes[1] == ("deformer 'disc' returned a mask of (…) for a mask of (…); expected the shape "
+                                      "of the mask it deforms")  # not cut short at its first "("
 
 
 def test_the_card_says_when_hearts_are_estimates():

@@ -112,3 +112,42 @@ def test_tokens_sent_is_unknown_for_a_folder_whose_earlier_sessions_did_not_coun
     resumed = run_eval(EvalSettings(bench, "first-option"), old, progress=False, concurrency=1,
                        cache=tmp_path / "b.sqlite", client=_Wrapped("x", None, {"completion_tokens": 3}))
     assert resumed["requests_sent"] > 0 and resumed["tokens_sent"] is None and resumed["cost_usd_sent"] is None
+
+
+class _AlwaysAnswers:
+    """A plug-in client answering every question with one option, whose identity names only the model (as a
+    plug-in's may): two of them differ by ``kind`` alone."""
+
+    max_images, decoding = 7, {"temperature": 0.0}
+
+    def __init__(self, kind: str, answer: int) -> None:
+        self.kind, self.model, self._answer = kind, "m", answer
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        return {"model": self.model}
+
+    def cache_context(self, question, case_id):
+        return None
+
+    async def complete(self, messages, question, case_id="", seed=None):
+        from cxrground.evaluation.percept.clients import Completion
+
+        return Completion(f"Answer: {self._answer}", {}, None)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_two_clients_whose_identities_agree_never_share_cached_answers(bench, tmp_path) -> None:
+    cache = tmp_path / "shared.sqlite"
+    settings = EvalSettings(bench, "first-option", limit=2)
+    one = run_eval(settings, tmp_path / "one", progress=False, cache=cache, client=_AlwaysAnswers("alwaysone", 1))
+    two = run_eval(settings, tmp_path / "two", progress=False, cache=cache, client=_AlwaysAnswers("alwaystwo", 2))
+    assert one["requests_sent"] == two["requests_sent"] > 0 and two["cache_hits"] == 0
+    raws = {q["raw"] for line in (tmp_path / "two" / "results.jsonl").read_text().splitlines()
+            for q in json.loads(line)["questions"]}
+    assert raws == {"Answer: 2"}
+    again = run_eval(settings, tmp_path / "two-again", progress=False, cache=cache,
+                     client=_AlwaysAnswers("alwaystwo", 2))
+    assert again["requests_sent"] == 0 and again["cache_hits"] == two["requests_sent"]  # its own answers are reused

@@ -155,14 +155,18 @@ def test_a_factory_that_cannot_be_pickled_is_refused():
         check_portable("segmenter", SEGMENTERS.get("t-lambda"))
 
 
-def test_a_script_main_is_portable(monkeypatch):
+def test_a_script_main_is_portable_and_one_read_from_stdin_is_not(monkeypatch, tmp_path):
     script = types.ModuleType("__main__")
-    script.__file__ = "/somewhere/run.py"
+    script.__file__ = str(tmp_path / "run.py")
+    (tmp_path / "run.py").write_text("# the script\n")
     monkeypatch.setitem(sys.modules, "__main__", script)
     cls = _in_main(RuntimeUNet)
     script.ErodedUNet = cls
     with runtime(SEGMENTERS, "eroded-unet", cls):
         check_portable("segmenter", SEGMENTERS.get("eroded-unet"))  # spawn re-imports the script
+        script.__file__ = "<stdin>"  # python - <<EOF: no file a worker could run again
+        with pytest.raises(ConfigError, match=r"^segmenter 'eroded-unet' is defined in this interactive session"):
+            check_portable("segmenter", SEGMENTERS.get("eroded-unet"))
 
 
 def test_ray_actors_know_runtime_backends_even_of_an_interactive_session(tiny_ils_tasks, tmp_path, interactive_main):

@@ -28,6 +28,7 @@ import typing
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Generic, TypeVar, overload
 
 from cxrground.errors import BackendError, ConfigError, CXRGroundError
@@ -150,12 +151,20 @@ class _Interactive(Exception):
     """A pickled object refers to a definition of an interactive ``__main__``."""
 
 
+def _main_is_interactive() -> bool:
+    """Whether ``__main__`` is no file a worker process can run again: a notebook or ``python -c`` (no ``__file__``),
+    or a script read from standard input (``python - <<EOF``: ``__file__`` is ``<stdin>``)."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    return not path or not Path(path).is_file()
+
+
 class _MainFinder(pickle.Pickler):
-    """A pickler that stops at the first class or function of an interactive ``__main__`` (no ``__file__``)."""
+    """A pickler that stops at the first class or function of an interactive ``__main__``
+    (:func:`_main_is_interactive`)."""
 
     def persistent_id(self, obj: Any) -> None:
         if (isinstance(obj, type) or inspect.isroutine(obj)) and getattr(obj, "__module__", None) == "__main__" \
-                and not getattr(sys.modules.get("__main__"), "__file__", None):
+                and _main_is_interactive():
             raise _Interactive
         return None
 

@@ -165,8 +165,14 @@ def check_checkpoint_folder(out: str | Path, name: str) -> None:
                           "delete that folder first)")
 
 
-#: Suffixes of a checkpoint's weight files (fingerprinted by name, size and content beside ``checkpoint.json``).
-_WEIGHT_SUFFIXES: Final[tuple[str, ...]] = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf")
+#: Suffixes of a checkpoint's weight files (fingerprinted by name, size and content beside ``checkpoint.json``):
+#: torch, safetensors, GGUF, NumPy, ONNX, pickle/joblib, HDF5/Keras, msgpack (Flax) and TFLite files.
+_WEIGHT_SUFFIXES: Final[tuple[str, ...]] = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".npz", ".npy",
+                                            ".onnx", ".pkl", ".pickle", ".joblib", ".h5", ".hdf5", ".keras",
+                                            ".msgpack", ".tflite")
+#: The ``checkpoint.json`` key listing further files the model loads (paths relative to the folder), fingerprinted
+#: as the weight files are: what a backend stores in another format or in a subfolder.
+WEIGHT_FILES_KEY: Final[str] = "weight_files"
 #: Files beside the weights that hold a training's resume state, not weights a model loads (left out of the
 #: fingerprint: they record durations, and a finished training's predictions do not depend on them).
 _RESUME_STATE: Final[frozenset[str]] = frozenset({"train_state.pt"})
@@ -178,17 +184,36 @@ def checkpoint_fingerprint(checkpoint: Path) -> str:
     """A sha256 of the checkpoint's ``checkpoint.json`` (rewritten by every training run and conversion; its
     durations left out) and the names, sizes and contents of its weight files, a file over 8 MiB by sampled blocks
     (:func:`cxrground.llm.fingerprint.file_digest`): two checkpoints with one fingerprint give the same
-    predictions, and two identical trainings have one fingerprint. The resume state ``train_state.pt`` and files
+    predictions, and two identical trainings have one fingerprint. The weight files are those with a suffix of
+    :data:`_WEIGHT_SUFFIXES` beside ``checkpoint.json`` and those its ``weight_files`` list names (relative paths, in
+    subfolders too; a listed file that is missing counts as missing). The resume state ``train_state.pt`` and files
     written beside the weights (predictions, evaluations) do not count."""
     folder = checkpoint if checkpoint.is_dir() else checkpoint.parent
     h = hashlib.sha256()
     record = folder / CHECKPOINT_FILE
     h.update(_record_bytes(record) if record.is_file() else b"")
-    for path in sorted(folder.iterdir()):
-        if path.is_file() and path.suffix in _WEIGHT_SUFFIXES and path.name not in _RESUME_STATE:
-            size = path.stat().st_size
-            h.update(f"\0{path.name}\0{size}\0".encode() + file_digest(path, size))
+    named = {p.name: p for p in folder.iterdir()
+             if p.is_file() and p.suffix in _WEIGHT_SUFFIXES and p.name not in _RESUME_STATE}
+    for rel in _listed_weight_files(record):
+        named.setdefault(rel, folder / rel)
+    for name, path in sorted(named.items()):
+        if not path.is_file():
+            h.update(f"\0{name}\0missing\0".encode())
+            continue
+        size = path.stat().st_size
+        h.update(f"\0{name}\0{size}\0".encode() + file_digest(path, size))
     return h.hexdigest()
+
+
+def _listed_weight_files(record: Path) -> list[str]:
+    """The relative paths ``checkpoint.json`` lists under ``weight_files`` (none when it lists none or is no JSON)."""
+    try:
+        listed = json.loads(record.read_bytes()).get(WEIGHT_FILES_KEY) if record.is_file() else None
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        return []
+    if not isinstance(listed, list):
+        return []
+    return [Path(str(rel)).as_posix() for rel in listed if isinstance(rel, str) and rel]
 
 
 def _record_bytes(record: Path) -> bytes:

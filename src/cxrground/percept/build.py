@@ -154,11 +154,13 @@ def _dataset_file(ils: Path) -> Path:
 
 
 def _reason_key(reason: str) -> str:
-    """How the card groups a drop reason: section references and component numbers left out, the cause kept
+    """How the card groups a drop reason: section references and component numbers left out, a case's own details
+    in parentheses shown as ``(…)``, the cause kept
     (``deformation failed: a component could not be deformed: no overlapping anatomy``)."""
     head, _, cause = reason.partition(": ") if reason.startswith("deformation failed: ") else ("", "", reason)
     cause = re.sub(r"optimal_component_\d+", "a component", cause)
-    cause = re.sub(r" \(§[\d.]+\)", "", cause).split(" (")[0]  # a case's own details go too
+    cause = re.sub(r" \(§[\d.]+\)", "", cause)
+    cause = re.sub(r"\([^()]*\)", "(…)", cause)  # shapes, sizes, paths: one key for every case
     return f"{head}: {cause}" if head else cause
 
 

@@ -156,5 +156,5 @@ def build_lines(summary: BuildSummary) -> list[str]:
         lines.append(f"  {s.films_changed} film(s) changed, went or appeared since this build first looked for them: "
                      "their cases were made again")
     if s.top_drops:
-        lines.append("  commonest drops: " + "; ".join(f"{reason} ({n})" for reason, n in s.top_drops))
+        lines.append("  commonest drops: " + "; ".join(f"{n} × {reason}" for reason, n in s.top_drops))
     return [*lines, f"  card: {out / 'card.md'}   failures: {out / 'failures.jsonl'}"]

@@ -328,6 +328,16 @@ def _bench_file(bench: Path) -> Path:
 _LOCATION_KEYS: Final[frozenset[str]] = frozenset({"kind", "model", "base_url", "checkpoint"})
 
 
+def cache_identity(client: Client) -> dict[str, Any]:
+    """The client's identity as the response cache keys it: with the client's ``kind`` added when the identity does
+    not name it, so two kinds of client whose identities agree (two plug-ins that name only the model) never answer
+    from each other's cached responses."""
+    identity = dict(client.identity)
+    if identity.get("kind") != client.kind:
+        identity["client_kind"] = client.kind
+    return identity
+
+
 def _model_identity(client: Client) -> dict[str, Any]:
     """What the client's identity says about the model's content (the checkpoint digest of ``ils:``, the folder
     fingerprint of ``hf:``, the seed of a baseline): part of ``config.json``, so a model replaced at the same path
@@ -455,7 +465,8 @@ class _Runner:
         seed = sample_seed(self.seed, sample)
         decoding = {**c.decoding, "seed": seed} if self.sampling else dict(c.decoding)
         context = c.cache_context(q, case_id)
-        key = percept_cache_key(c.identity, decoding, messages, sample, context)
+        identity = cache_identity(c)
+        key = percept_cache_key(identity, decoding, messages, sample, context)
         hit = await asyncio.to_thread(self.cache.get, key)
         if hit is not None and not _blank(hit.get("content")):  # an empty reply stored by an earlier version: ask
             self.stats.cache_hits += 1
@@ -477,7 +488,7 @@ class _Runner:
         self._save_usage()  # each answer's request and tokens, durable before its case ends
         if not _blank(completion.content):  # an empty reply may be a glitch: scored, never reused
             # off the event loop: a WAL commit waits for the disk
-            await asyncio.to_thread(self.cache.put, key, c.identity, decoding, sample, messages, context,
+            await asyncio.to_thread(self.cache.put, key, identity, decoding, sample, messages, context,
                                     {"content": completion.content, "usage": completion.usage,
                                      "model_version": completion.model_version})
         return completion, False, attempts

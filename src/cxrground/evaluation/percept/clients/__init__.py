@@ -40,7 +40,8 @@ class Client(Protocol):
 
     @property
     def identity(self) -> dict[str, Any]:
-        """What makes two clients answer alike (the model part of the cache key)."""
+        """What makes two clients of this kind answer alike (the model part of the cache key; the runner adds
+        ``kind`` when it is not named here)."""
         ...
 
     def cache_context(self, question: Question, case_id: str) -> dict[str, Any] | None:
