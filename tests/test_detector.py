@@ -387,10 +387,10 @@ def test_evaluate_prepares_only_in_a_folder_of_its_own(tmp_path):
 
 def test_json_outputs_have_no_nan():
     from cxrground.ils.detector.evaluate import DetectionReport
-    from cxrground.ils.detector.train import json_safe
+    from cxrground.io.files import finite_json
 
-    assert json_safe({"a": float("nan"), "b": [1.0, float("inf")], "c": "x"}) == {"a": None, "b": [1.0, None],
-                                                                                   "c": "x"}
+    assert finite_json({"a": float("nan"), "b": [1.0, float("inf")], "c": "x"}) == {"a": None, "b": [1.0, None],
+                                                                                     "c": "x"}
     report = DetectionReport("test", 2, ["ILD"], {"ILD": None}, None, {})
     assert "mAP@0.5 –" in report.lines()[0] and json.dumps(report.to_dict(), allow_nan=False)
 

@@ -37,10 +37,10 @@ import numpy as np
 from cxrground.errors import ConfigError
 from cxrground.fields import option
 from cxrground.ils.config import GENERAL_THRESHOLDS
-from cxrground.ils.detector.prepare import canvas_array, load_manifest
+from cxrground.ils.detector.prepare import WEIGHTS_NAME, canvas_array, load_manifest
 from cxrground.ils.spatial.base import Box
 from cxrground.ils.spatial.boxes import BOX_CLASS_LESIONS, KEPT_CLASSES, normalize_class_name
-from cxrground.io.files import atomic_write_text
+from cxrground.io.files import atomic_write_text, finite_json
 
 __all__ = ["DetectionReport", "DetectorEvalRequest", "average_precision_50", "evaluate_detector", "ils_view"]
 
@@ -202,7 +202,6 @@ def _data_folder(path: Path) -> Path:
 def _check_evaluation_folder(folder: Path) -> None:
     """Refuse a training output folder, or a training dataset, as the folder to prepare ``--annotations`` in."""
     from cxrground.ils.detector.prepare import read_prepared_settings
-    from cxrground.ils.detector.train import WEIGHTS_NAME
 
     if (folder / "data").is_dir() or (folder / WEIGHTS_NAME).is_file() or (folder / "run").is_dir():
         raise ConfigError(f"{folder} is a training output folder (it holds data/, run/ or {WEIGHTS_NAME}): with "
@@ -262,7 +261,6 @@ def evaluate_detector(request: DetectorEvalRequest) -> DetectionReport:
     report = DetectionReport(request.split, len(records), classes, ap,
                              float(np.mean(scored)) if scored else None, ils_view(gt, pred))
     if request.out is not None:
-        from cxrground.ils.detector.train import json_safe
 
-        atomic_write_text(request.out, json.dumps(json_safe(report.to_dict()), indent=1, allow_nan=False) + "\n")
+        atomic_write_text(request.out, json.dumps(finite_json(report.to_dict()), indent=1, allow_nan=False) + "\n")
     return report

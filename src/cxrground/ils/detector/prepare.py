@@ -49,10 +49,12 @@ from cxrground.io.files import atomic_write_text, sha256_bytes, sha256_file
 from cxrground.io.transform import Letterbox
 from cxrground.io.workers import stop_workers, worker_pool
 
-__all__ = ["OUTSIDE_LIMIT", "SPLITS", "PrepareSettings", "PreparedData", "PreparedInputs", "load_manifest",
-           "prepare_dataset", "prepared_changes"]
+__all__ = ["OUTSIDE_LIMIT", "SPLITS", "WEIGHTS_NAME", "PrepareSettings", "PreparedData", "PreparedInputs",
+           "load_manifest", "prepare_dataset", "prepared_changes"]
 
 SPLITS = ("train", "val", "test")
+#: The trained weights in a training's output folder (beside its prepared ``data/``).
+WEIGHTS_NAME = "vindr_yolo.pt"
 #: Share of the fused boxes that may lie partly or wholly outside their film before preparation stops.
 OUTSIDE_LIMIT = 0.1
 #: What ``prepare_dataset`` writes in its folder (cleared when the folder is made again).

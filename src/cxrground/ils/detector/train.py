@@ -41,19 +41,17 @@ from cxrground.errors import ConfigError, InputError
 from cxrground.fields import option
 from cxrground.ils.detector.needs import NEEDS_ULTRALYTICS, check_ultralytics, ultralytics_offline
 from cxrground.ils.detector.prepare import (
+    WEIGHTS_NAME,
     PreparedData,
     PreparedInputs,
     PrepareSettings,
     prepare_dataset,
     prepared_changes,
 )
-from cxrground.io.files import atomic_write_text, sha256_file
+from cxrground.io.files import atomic_write_text, finite_json, sha256_file
 
 __all__ = ["MANAGED_ARGS", "NEEDS_ULTRALYTICS", "WEIGHTS_NAME", "DetectorTrainRequest", "TrainedDetector",
            "check_ultralytics", "train_detector", "ultralytics_args", "ultralytics_offline"]
-
-WEIGHTS_NAME = "vindr_yolo.pt"
-
 
 @dataclass(frozen=True, kw_only=True)
 class DetectorTrainRequest:
@@ -179,17 +177,6 @@ class TrainedDetector:
 
 def _f(value: float | None) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
-
-
-def json_safe(value: Any) -> Any:
-    """``value`` with every non-finite float as ``None`` (JSON has no NaN)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    return value
 
 
 def _import_yolo() -> Any:
@@ -407,7 +394,7 @@ def _finish(request: DetectorTrainRequest, data: PreparedData, weights: Path, tr
         "metrics": {"val": _val_metrics(trainer, run_dir), "test": test, "methods": METRIC_METHODS},
         "use": f"--detector yolo --detector-opt weights_path={weights} --detector-opt imgsz={request.imgsz}",
     }
-    prov = json_safe(prov)
+    prov = finite_json(prov)
     atomic_write_text(weights.with_suffix(".json"), json.dumps(prov, indent=1, allow_nan=False) + "\n")
     return prov
 
