@@ -131,7 +131,8 @@ def test_stats_count_a_stream_and_refuse_an_unknown_split(tmp_path):
 
     _write(tmp_path / DATASET_FILE, _dataset())
     whole = read_dataset(tmp_path / DATASET_FILE)
-    assert json.loads(stats_text(tmp_path, as_json=True)) == {s: count_table(whole[s]) for s in SPLITS}
+    assert json.loads(stats_text(tmp_path, as_json=True)) == {
+        s: {"studies": len(whole.get(s, {})), **count_table(whole.get(s, {}))} for s in SPLITS}
     _write(tmp_path / DATASET_FILE, {**_dataset(), "holdout": {}})
     with pytest.raises(InputError, match="unknown split 'holdout'"):
         stats_text(tmp_path)
