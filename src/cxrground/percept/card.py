@@ -142,7 +142,7 @@ def render_card(opts: BuildOptions, achieved: Mapping[str, Mapping[str, int]], d
     if not dropped:
         lines.append("| (none) | 0 |")
     explained = [f"- *{cause}*: {meaning}" for cause, meaning in DROP_MEANINGS.items()
-                 if any(reason.endswith(cause) for reason in dropped)]
+                 if any(cause in reason for reason in dropped)]
     lines += ["", *(["What the reasons mean:", "", *explained, ""] if explained else []),
               "Per-case reasons are in `failures.jsonl`.", ""]
     return "\n".join(lines)
