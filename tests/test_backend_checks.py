@@ -216,6 +216,45 @@ def test_a_broken_deformer_fails_its_cases_by_name(tmp_path_factory, tmp_path):
             assert any(f["reason"] == reason for f in failures), failures
 
 
+class _NumberMask:
+    """A deformer whose mask is ``dtype`` numbers (``scale`` times 0/1): it grows the mask by one column."""
+
+    name = "t-numbers"
+
+    def __init__(self, dtype: Any, scale: float = 1.0) -> None:
+        self.dtype, self.scale = dtype, scale
+
+    def deform(self, image: np.ndarray, mask: np.ndarray, *args: Any, **kwargs: Any) -> Any:
+        from cxrground.percept.deform.base import DeformResult
+
+        grown = mask.copy()
+        grown[:, 1:] |= mask[:, :-1]
+        return DeformResult((grown * self.scale).astype(self.dtype))
+
+
+@pytest.mark.parametrize(("dtype", "scale"), [(np.uint8, 1), (np.uint8, 255), (np.float32, 1.0)])
+def test_a_deformer_mask_of_binary_numbers_comes_back_as_bool(dtype, scale):
+    from cxrground.percept.deform.base import CheckedDeformer
+
+    mask = np.zeros((8, 8), bool)
+    mask[2:5, 2:5] = True
+    res = CheckedDeformer(_NumberMask(dtype, scale)).deform(np.zeros((8, 8), np.uint8), mask, mask, None, [], [],
+                                                            np.random.default_rng(0))
+    assert res.mask.dtype == bool and res.mask.sum() == 12
+    shown = np.zeros((8, 8), bool)
+    shown |= res.mask  # what the build does with it
+
+
+def test_a_deformer_mask_that_is_not_binary_is_refused_by_name():
+    from cxrground.percept.deform.base import CheckedDeformer
+
+    mask = np.zeros((8, 8), bool)
+    mask[2:5, 2:5] = True
+    with pytest.raises(BackendError, match=r"deformer 't-numbers' returned an unusable mask: its mask is not binary"):
+        CheckedDeformer(_NumberMask(np.float32, 0.5)).deform(np.zeros((8, 8), np.uint8), mask, mask, None, [], [],
+                                                             np.random.default_rng(0))
+
+
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory) -> Path:
     from cxrground.testing.mock_bench import make_benchmark

@@ -12,7 +12,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from cxrground.errors import BackendError
+from cxrground.errors import BackendError, MaskError
+from cxrground.io.masks import as_mask
 from cxrground.percept.refine import Point
 from cxrground.registry import backend_label, call_backend
 
@@ -88,8 +89,8 @@ class Deformer(Protocol):
 
 class CheckedDeformer:
     """``deformer`` with its :meth:`deform` checked: an error of its own, or a result that is not a
-    :class:`DeformResult` whose mask has the input mask's shape, is a :class:`~cxrground.errors.BackendError`
-    naming the deformer (a case failure, not an abort)."""
+    :class:`DeformResult` whose mask is binary (bool, or 0/1 or 0/255 numbers, returned as bool) with the input
+    mask's shape, is a :class:`~cxrground.errors.BackendError` naming the deformer (a case failure, not an abort)."""
 
     def __init__(self, deformer: Deformer) -> None:
         self.inner = deformer
@@ -101,13 +102,17 @@ class CheckedDeformer:
         return getattr(self.inner, attr)
 
     def deform(self, image: np.ndarray, mask: np.ndarray, *args: Any, **kwargs: Any) -> DeformResult:
-        """The inner deformer's :meth:`Deformer.deform`, checked."""
+        """The inner deformer's :meth:`Deformer.deform`, checked; its mask as bool."""
         res = call_backend("deformer", self.inner, "deform", DeformResult, "DeformResult", image, mask, *args, **kwargs)
         got = np.shape(res.mask)
         if got != np.shape(mask):
             raise BackendError(f"{backend_label('deformer', self.inner)} returned a mask of {got} for a mask of "
                                f"{np.shape(mask)} (expected the same shape)")
-        return res
+        try:
+            deformed = as_mask(res.mask, "its mask")
+        except MaskError as exc:
+            raise BackendError(f"{backend_label('deformer', self.inner)} returned an unusable mask: {exc}") from exc
+        return res if deformed is res.mask else DeformResult(deformed, res.logits)
 
 
 def _value(mask: np.ndarray, point: Point) -> int:
