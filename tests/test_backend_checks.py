@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from cxrground.anatomy.segment import SEGMENTERS, LungHeartMasks
+from cxrground.anatomy.segment.base import segment_image
 from cxrground.anatomy.segment.plausibility import segment_checked
 from cxrground.cli import main
 from cxrground.errors import BackendError
@@ -47,7 +48,8 @@ def _lungs(h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class BoxLungs:
-    """Two rectangles as lungs; ``mode`` picks a broken output (``small``: half-size masks, ``dict``)."""
+    """Two rectangles as lungs; ``mode`` picks a broken output (``small``: half-size masks, ``dict``, ``source``:
+    an unknown heart source, ``name``: a source that is not text) or numbers for masks (``uint8``, ``float``)."""
 
     name = "t-boxlungs"
 
@@ -60,7 +62,12 @@ class BoxLungs:
             return {"right": None}
         if self.mode == "small":
             h, w = h // 2, w // 2
-        return LungHeartMasks(*_lungs(h, w), None, "none", source=self.name)
+        right, left = _lungs(h, w)
+        if self.mode in ("uint8", "float"):
+            right, left = right.astype(self.mode if self.mode == "uint8" else np.float32), left.astype(np.float32)
+        heart_source, source = {"source": ("banana", self.name), "name": ("none", 123)}.get(self.mode,
+                                                                                           ("none", self.name))
+        return LungHeartMasks(right, left, None, heart_source, source=source)  # type: ignore[arg-type]
 
     def provenance(self) -> dict[str, Any]:
         return {"name": self.name}
@@ -129,11 +136,29 @@ def test_the_synthesizer_protocol_takes_the_regions_the_pipeline_passes(tiny_ils
 @pytest.mark.parametrize(("mode", "said"), [
     ("small", "segmenter 't-boxlungs' returned masks of (128, 128) for a (256, 256) image"),
     ("dict", "segmenter 't-boxlungs': segment() returned dict, expected LungHeartMasks"),
+    ("source", "segmenter 't-boxlungs' returned unusable masks: heart_source 'banana' is not one of model, estimate"),
+    ("name", "segmenter 't-boxlungs' returned unusable masks: source 123 is not text"),
 ])
 def test_a_segmenter_returning_wrong_masks_is_named(mode, said):
     image = CXRImage(pixels=np.full((256, 256), 100, np.uint8))
     with pytest.raises(BackendError, match=said.replace("(", r"\(").replace(")", r"\)")):
         segment_checked(BoxLungs(mode), image)
+
+
+@pytest.mark.parametrize("mode", ["uint8", "float"])
+def test_masks_of_binary_numbers_are_kept_as_bool(mode):
+    masks = segment_image(BoxLungs(mode), CXRImage(pixels=np.full((256, 256), 100, np.uint8)))
+    assert masks.right_lung.dtype == bool and masks.left_lung.dtype == bool
+    assert int(masks.right_lung.sum()) == int(_lungs(256, 256)[0].sum())
+    assert LungHeartMasks(*_lungs(8, 8), np.ones((8, 8), np.uint8) * 255, "model", "x").heart.dtype == bool
+
+
+def test_ils_build_with_the_normative_synthesizer_takes_float_masks(tiny_ils_tasks, tmp_path):
+    with registered(SEGMENTERS, "t-boxlungs", BoxLungs):
+        summary = _build(tiny_ils_tasks, tmp_path / "ils", BackendSpec(segmenter="t-boxlungs",
+                                                                       segmenter_kwargs={"mode": "float"}))
+    assert not summary.every_failed
+    assert not [f for f in _failures(tmp_path / "ils") if f["error"] == "BackendError"]
 
 
 def test_ils_build_records_broken_backends_as_named_study_failures(tiny_ils_tasks, tmp_path):

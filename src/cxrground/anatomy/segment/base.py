@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 import numpy as np
 
@@ -13,14 +13,18 @@ from cxrground.io.image import CXRImage, as_cxr_image
 from cxrground.io.masks import as_mask, check_same_shape
 from cxrground.registry import backend_label, call_backend
 
-__all__ = ["HeartSource", "LungHeartMasks", "LungHeartSegmenter", "segment_image"]
+__all__ = ["HEART_SOURCES", "HeartSource", "LungHeartMasks", "LungHeartSegmenter", "segment_image"]
 
 HeartSource = Literal["model", "estimate", "truth", "none"]
+#: The values :attr:`LungHeartMasks.heart_source` may have.
+HEART_SOURCES: tuple[str, ...] = get_args(HeartSource)
 
 
 @dataclass(frozen=True, eq=False)
 class LungHeartMasks:
-    """Right lung, left lung and heart at the image's native size (right lung = image left)."""
+    """Right lung, left lung and heart at the image's native size (right lung = image left), kept as bool masks
+    (bool, or 0/1 or 0/255 numbers, given); anything else, masks that differ in shape, a ``heart_source`` not in
+    :data:`HEART_SOURCES` or a ``source`` that is not text is a :class:`~cxrground.errors.MaskError`."""
 
     right_lung: np.ndarray
     left_lung: np.ndarray
@@ -32,12 +36,17 @@ class LungHeartMasks:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        r = as_mask(self.right_lung, "right lung mask")
-        lft = as_mask(self.left_lung, "left lung mask")
-        named = [("right lung mask", r), ("left lung mask", lft)]
+        named = [("right lung mask", as_mask(self.right_lung, "right lung mask")),
+                 ("left lung mask", as_mask(self.left_lung, "left lung mask"))]
         if self.heart is not None:
             named.append(("heart mask", as_mask(self.heart, "heart mask")))
         check_same_shape(*named)
+        for attr, (_, mask) in zip(("right_lung", "left_lung", "heart"), named, strict=False):
+            object.__setattr__(self, attr, mask)
+        if self.heart_source not in HEART_SOURCES:
+            raise MaskError(f"heart_source {self.heart_source!r} is not one of {', '.join(HEART_SOURCES)}")
+        if not isinstance(self.source, str):
+            raise MaskError(f"source {self.source!r} is not text (the name of the backend that made the lungs)")
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -62,8 +71,9 @@ class LungHeartSegmenter(Protocol):
 def segment_image(segmenter: LungHeartSegmenter, image: CXRImage | str | Path | np.ndarray) -> LungHeartMasks:
     """``segmenter``'s masks of ``image`` (a :class:`CXRImage`, a file path or 2-D uint8 pixels: see
     :func:`~cxrground.io.image.as_cxr_image`); a :class:`~cxrground.errors.BackendError` naming the segmenter when it
-    fails with an error of its own, builds malformed masks (not binary, shapes that differ) or returns anything but
-    :class:`LungHeartMasks` at the image's size."""
+    fails with an error of its own, builds malformed masks (not binary, shapes that differ, an unknown
+    ``heart_source`` or a ``source`` that is not text) or returns anything but :class:`LungHeartMasks` at the image's
+    size."""
     image = as_cxr_image(image)
     try:
         masks = call_backend("segmenter", segmenter, "segment", LungHeartMasks, "LungHeartMasks", image)
