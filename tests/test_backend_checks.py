@@ -189,6 +189,47 @@ def test_a_raising_structurer_is_a_study_failure_with_any_synthesizer(tiny_ils_t
     assert summary.every_failed
 
 
+class ProvLungs(BoxLungs):
+    """:class:`BoxLungs` whose provenance holds numpy values (``numpy``), an object (``object``) or raises."""
+
+    name = "t-prov"
+
+    def provenance(self) -> dict[str, Any]:
+        if self.mode == "raise":
+            raise RuntimeError("provenance broke")
+        if self.mode == "object":
+            return {"name": self.name, "settings": {"weights": object()}}
+        return {"name": self.name, "threshold": np.float32(0.5), "n": np.int64(3), "shape": np.array([1, 2]),
+                "flags": (np.bool_(True), Path("/w"))}
+
+
+def test_a_provenance_is_made_json_ready_or_refused_by_name():
+    from cxrground.registry import read_provenance
+
+    assert read_provenance("segmenter", ProvLungs("numpy")) == {"name": "t-prov", "threshold": 0.5, "n": 3,
+                                                                 "shape": [1, 2], "flags": [True, "/w"]}
+    assert read_provenance("structurer", RaisingStructurer()) == {"name": "t-raise"}  # a property
+    assert read_provenance("detector", object()) is None
+    with pytest.raises(BackendError, match=r"segmenter 't-prov': its provenance holds a object at "
+                                           r"provenance\['settings'\]\['weights'\], which JSON cannot hold"):
+        read_provenance("segmenter", ProvLungs("object"))
+    with pytest.raises(BackendError, match=r"segmenter 't-prov' failed in provenance\(\): RuntimeError: provenance"):
+        read_provenance("segmenter", ProvLungs("raise"))
+
+
+def test_ils_build_writes_numpy_provenance_as_json_and_refuses_a_broken_one_before_any_study(tiny_ils_tasks,
+                                                                                             tmp_path):
+    with registered(SEGMENTERS, "t-prov", ProvLungs):
+        _build(tiny_ils_tasks, tmp_path / "np", BackendSpec(synthesizer="pseudo-normal", segmenter="t-prov"))
+        for mode in ("raise", "object"):
+            with pytest.raises(BackendError, match="segmenter 't-prov'"):
+                _build(tiny_ils_tasks, tmp_path / mode, BackendSpec(segmenter="t-prov",
+                                                                    segmenter_kwargs={"mode": mode}))
+            assert not list((tmp_path / mode).rglob("units/*"))  # no study processed
+    backends = json.loads((tmp_path / "np" / "provenance.json").read_text())["backends"]
+    assert backends["segmenter"]["n"] == 3 and backends["segmenter"]["shape"] == [1, 2]
+
+
 def test_ils_build_exits_1_when_every_study_failed(tiny_ils_tasks, tmp_path):
     tasks, _ = tiny_ils_tasks
     images = next(p for p in Path(tasks[0].image_path).parents if p.name == "files")

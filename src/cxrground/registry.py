@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import os
 import pickle
 import sys
 import typing
@@ -34,7 +35,7 @@ from typing import Any, Generic, TypeVar, overload
 from cxrground.errors import BackendError, ConfigError, CXRGroundError
 
 __all__ = ["FALSE_WORDS", "TRUE_WORDS", "Backend", "Registry", "backend_errors", "backend_label", "call_backend",
-           "check_portable", "check_returned", "strict_bool"]
+           "check_portable", "check_returned", "read_provenance", "strict_bool"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -227,6 +228,52 @@ def check_returned(kind: str, backend: Any, method: str, value: Any, expected: t
         raise BackendError(f"{backend_label(kind, backend)}: {method}() returned {type(value).__name__}, "
                            f"expected {what}")
     return value
+
+
+def read_provenance(kind: str, backend: Any) -> dict[str, Any] | None:
+    """``backend``'s ``provenance`` (a method, which is called, or a property) made JSON-ready: numpy numbers and
+    arrays as Python numbers and lists, tuples as lists, file-system paths as text; None when it has none.
+
+    An error of its own, a value that is not a dict, or one holding anything else JSON cannot write (an object, a
+    key that is not text) is a :class:`~cxrground.errors.BackendError` naming the backend and where the value is.
+    """
+    with backend_errors(kind, backend, "provenance"):
+        value = getattr(backend, "provenance", None)
+        if callable(value):
+            value = value()
+    if value is None:
+        return None
+    check_returned(kind, backend, "provenance", value, dict, "a dict")
+    try:
+        return _json_ready(value, "provenance")  # type: ignore[no-any-return]
+    except _NotJson as exc:
+        raise BackendError(f"{backend_label(kind, backend)}: its provenance holds {exc}, which JSON cannot hold "
+                           "(use text, numbers, true/false, null, lists and dicts with text keys)") from None
+
+
+class _NotJson(Exception):
+    """A value :func:`json.dumps` cannot write; the message says what and where."""
+
+
+def _json_ready(value: Any, where: str) -> Any:
+    """``value`` with numpy values as Python ones, tuples as lists and paths as text; :class:`_NotJson` otherwise."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, dict):
+        bad = next((k for k in value if not isinstance(k, str)), None)
+        if bad is not None:
+            raise _NotJson(f"the key {bad!r} ({type(bad).__name__}) in {where}")
+        return {k: _json_ready(v, f"{where}[{k!r}]") for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_ready(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    tolist = getattr(value, "tolist", None)  # numpy numbers and arrays (without importing numpy here)
+    if callable(tolist) and type(value).__module__ == "numpy":
+        converted = tolist()
+        if not isinstance(converted, type(value)):
+            return _json_ready(converted, where)
+    raise _NotJson(f"a {type(value).__name__} at {where}")
 
 
 #: The words a boolean setting given as text may be (case-insensitive).

@@ -86,6 +86,7 @@ from cxrground.ils.pipeline import (
     Registration,
     backend_provenance,
     backend_registrations,
+    get_backends,
     install_registrations,
     prestructure,
 )
@@ -997,6 +998,8 @@ def build_dataset(
     if gone:
         _clear_build(out, stamp, overwrite, _fitted_change(gone), remote)
         previous, index, survey = None, InputIndex(out / INPUTS_INDEX), InputSurvey()
+    # a provenance JSON cannot hold is refused before any film is read (a cohort-fitted synthesizer's once fitted)
+    get_backends(spec).provenance(skip=("synthesizer",) if _fits_cohort_model(spec) else ())
     # once, before the workers: e.g. the cohort normative model
     run_spec = _resolve(spec, tasks, out, config, progress)
     settings["backends_hash"] = backends_identity(run_spec)

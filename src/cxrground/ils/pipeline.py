@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ from cxrground.io.masks import encode_rle, write_mask_png
 from cxrground.io.store import local_copy
 from cxrground.io.transform import Letterbox
 from cxrground.lesions.lesion_zones import central_mask
-from cxrground.registry import Backend, Registry, check_portable
+from cxrground.registry import Backend, Registry, check_portable, read_provenance
 from cxrground.reports import parse_report_text, read_report, select_section
 from cxrground.reports.reading import addendum_lesions, reads_the_film
 from cxrground.reports.structure import structure_section
@@ -118,17 +118,17 @@ class Backends:
         self.qc_segmenter = (get_segmenter(spec.qc_segmenter, **spec.qc_segmenter_kwargs)
                              if spec.qc_segmenter else None)
 
-    def provenance(self) -> dict[str, Any]:
-        """Each backend's own provenance (name, version, weights hash, settings)."""
+    def provenance(self, skip: Collection[str] = ()) -> dict[str, Any]:
+        """Each backend's own provenance (name, version, weights hash, settings), JSON-ready, but those of the stages
+        in ``skip``; a provenance that fails or that JSON cannot hold is a :class:`~cxrground.errors.BackendError`
+        naming the backend (:func:`~cxrground.registry.read_provenance`)."""
         out: dict[str, Any] = {}
-        for stage in ("structurer", "segmenter", "synthesizer", "detector", "qc_segmenter"):
+        for stage, kind in _BACKEND_STAGES:
             backend = getattr(self, stage)
-            if backend is None:
+            if backend is None or stage in skip:
                 continue
-            prov = getattr(backend, "provenance", None)
-            if callable(prov):
-                prov = prov()
-            out[stage] = prov if isinstance(prov, dict) else {"name": getattr(backend, "name", type(backend).__name__)}
+            prov = read_provenance(kind, backend)
+            out[stage] = prov if prov is not None else {"name": getattr(backend, "name", type(backend).__name__)}
         return out
 
 

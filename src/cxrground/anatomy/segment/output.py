@@ -28,6 +28,7 @@ from cxrground.io.files import atomic_write_text
 from cxrground.io.image import DEFAULT_MAX_PIXELS, CXRImage, read_image, write_image
 from cxrground.io.masks import read_mask_png, write_mask_png
 from cxrground.io.overlay import draw_rows, overlay_masks
+from cxrground.registry import read_provenance
 from cxrground.vocab.views import is_frontal
 
 __all__ = ["DIAMETER_COLOURS", "SegmentationOutput", "segment_file", "write_segmentation"]
@@ -143,4 +144,5 @@ def segment_file(image: Path, out_dir: Path, backend: str, options: dict[str, An
         from cxrground.anatomy.segment.orientation import orientation_problem
 
         posed = orientation_problem(seg, im)
-    return write_segmentation(out_dir, image, im, found, seg.provenance(), problems, posed).summary_lines(found)
+    provenance = read_provenance("segmenter", seg) or {"name": getattr(seg, "name", backend)}
+    return write_segmentation(out_dir, image, im, found, provenance, problems, posed).summary_lines(found)
