@@ -117,6 +117,35 @@ class RaisingStructurer:
         raise RuntimeError("boom from the test structurer")
 
 
+class MethodStructurer:
+    """The rule structurer with an option and a ``provenance()`` method (the other backends' convention)."""
+
+    name = "t-method"
+
+    def __init__(self, tag: str = "none") -> None:
+        from cxrground.reports.structure import RuleStructurer
+
+        self.tag, self.rules = tag, RuleStructurer()
+
+    def provenance(self) -> dict[str, Any]:
+        return {"name": self.name, "tag": self.tag, "n": np.int64(1)}
+
+    def structure(self, report_id: str, section: Any) -> Any:
+        return self.rules.structure(report_id, section)
+
+
+def test_reports_structure_takes_structurer_options_and_a_provenance_method(tmp_path):
+    from cxrground.reports.request import StructureRequest, structure_files
+
+    report = tmp_path / "s1.txt"
+    report.write_text("FINDINGS: Small left pleural effusion.\n")
+    with registered(STRUCTURERS, "t-method", MethodStructurer):
+        output = structure_files([report], StructureRequest(structurer_name="t-method",
+                                                            structurer_opt={"tag": "mine"}, progress=False))
+    rows = [json.loads(line) for line in output.lines]
+    assert rows and all(r["provenance"] == {"name": "t-method", "tag": "mine", "n": 1} for r in rows)
+
+
 def _failures(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, get_args
 
 from cxrground.errors import Failure, first_failure
+from cxrground.registry import read_provenance
 from cxrground.reports.model import SectionChoice
 from cxrground.vocab import HEART, ILS_LOCATION_LABELS, LESIONS
 
@@ -158,12 +159,22 @@ def report_problem(structured: StructuredReport) -> str | None:
 
 
 class Structurer(Protocol):
-    """Turns a chosen report section into findings (rule-based, LLM, ...)."""
+    """Turns a chosen report section into findings (rule-based, LLM, ...).
+
+    ``provenance`` is what every output records of it (name, version, settings; JSON values): a property, as in the
+    built-in structurers, or a method ``provenance()``, as in the other backends. Every caller reads it with
+    :func:`~cxrground.registry.read_provenance`, which calls it when it is callable.
+    """
 
     name: str
 
     def structure(self, report_id: str, section: SectionChoice) -> StructuredReport:
         """Structured findings of ``section``."""
+        ...
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """Name, version and settings, recorded with every output (or a method returning them)."""
         ...
 
 
@@ -179,7 +190,8 @@ def finding_output(done: Sequence[StructuredReport], failures: Sequence[Failure]
     Returns (lines for stdout: the JSON lines, or none when written; notes for stderr: what was written, and how
     many out-of-vocabulary values the structurer rejected).
     """
-    rows = [row for rep in done for row in rep.finding_rows(getattr(structurer, "provenance", None))]
+    provenance = read_provenance("structurer", structurer)
+    rows = [row for rep in done for row in rep.finding_rows(provenance)]
     notes: list[str] = []
     lines = finding_lines(rows, failures) if out is None else []
     if out is not None:

@@ -33,6 +33,8 @@ class StructureRequest:
     """Which structurer, with which settings, structures which section of each report, and where the lines go."""
 
     structurer_name: str = option("rules", flag="--structurer", registry=STRUCTURERS)
+    structurer_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the structurer (a plug-in's "
+                                            "options too); it overrides the dedicated options below.")
     sections: str = option(DEFAULT_SECTION_POLICY, choices=SECTION_POLICIES, help="Report section policy: findings "
                            "(ILS §6), impression, or findings+impression (both, numbered on).")
     alternatives: str | None = option(None, choices=ALTERNATIVE_POLICIES, help="Rule structurer: alternatives "
@@ -93,7 +95,8 @@ def structure_paths(paths: Sequence[Path], request: StructureRequest,
     parsed = unique_report_ids(parsed)
     name = request.structurer_name
     try:
-        structurer = get_structurer(name, **structurer_options(name, request.structurer_settings()))
+        structurer = get_structurer(name, **{**structurer_options(name, request.structurer_settings()),
+                                             **request.structurer_opt})
     except ConfigError as exc:
         raise OptionError(str(exc)) from None
     done, failed = structure_reports(parsed, structurer, progress=show, sections=request.sections)
