@@ -12,6 +12,7 @@ import cxrground
 STAGES = [
     "errors",
     "registry",
+    "plugins",
     "fields",
     "hf_offline",
     "vocab",

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any, Final
 
 import cxrground
+from cxrground.plugins import ENTRY_POINT_GROUP, PLUGINS_ENV, Plugins
 
-__all__ = ["EXTRAS", "WEIGHTS_ENV", "Check", "ModuleSpec", "Probe", "Report", "format_report", "probe_module",
-           "run_checks"]
+__all__ = ["EXTRAS", "WEIGHTS_ENV", "Check", "ModuleSpec", "Probe", "Report", "format_report", "plugin_checks",
+           "probe_module", "run_checks"]
 
 #: Environment variable naming the folder where ``cxrground doctor`` looks for model weights.
 WEIGHTS_ENV: Final[str] = "CXRGROUND_WEIGHTS"
@@ -396,6 +397,18 @@ def run_checks(*, weights: str | Path | None = None, env: Mapping[str, str] | No
         report.checks.append(ray)
     report.checks.append(_pack_check(find_pack))
     return report
+
+
+def plugin_checks(plugins: Plugins) -> list[Check]:
+    """One check per plug-in module (:mod:`cxrground.plugins`): imported, with where it was named, or failed (then
+    required: the command line runs no command with it); one line saying how to add one when there is none."""
+    if not plugins.loaded and not plugins.failed:
+        return [Check("plug-ins", "none", True, f"${PLUGINS_ENV} or entry points of group {ENTRY_POINT_GROUP!r} name "
+                                                "plug-in modules")]
+    checks = [Check("plug-ins", p.module, True, f"imported (named by {p.source})") for p in plugins.loaded]
+    checks += [Check("plug-ins", f.plugin.module, False, f"{f.error} (named by {f.plugin.source})", f.fix(),
+                     required=True) for f in plugins.failed]
+    return checks
 
 
 def format_report(report: Report) -> str:
