@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -83,6 +84,40 @@ class TupleBoxes:
 
     def provenance(self) -> dict[str, Any]:
         return {"name": self.name}
+
+
+class BadBoxes(TupleBoxes):
+    """A detector whose one box breaks the contract as ``mode`` says."""
+
+    name = "t-badboxes"
+
+    def __init__(self, mode: str = "ok") -> None:
+        self.mode = mode
+
+    def detect(self, image: np.ndarray, anomaly: np.ndarray | None = None) -> list[Any]:
+        from cxrground.ils.spatial.base import Box
+
+        bounds, conf = {"swapped": ((20, 20, 10, 10), 0.5), "conf": ((10, 10, 20, 20), 7.5),
+                        "float": ((10.5, 10, 20, 20), 0.5), "outside": ((900, 10, 950, 20), 0.5),
+                        "nan": ((10, 10, 20, 20), float("nan"))}.get(self.mode, ((np.int64(-5), 10, 20, 20),
+                                                                               np.float32(0.5)))
+        return [Box(*bounds, conf)]
+
+
+@pytest.mark.parametrize(("mode", "said"), [
+    ("swapped", "box 1 (20, 20, 10, 10) with x0 > x1 or y0 > y1"),
+    ("conf", "box 1 (10, 10, 20, 20) with confidence 7.5 (expected a number in [0, 1])"),
+    ("nan", "box 1 (10, 10, 20, 20) with confidence nan"),
+    ("float", "box 1 (10.5, 10, 20, 20) with bounds that are not all integers"),
+    ("outside", "box 1 (900, 10, 950, 20) with no pixel on the 64×64 canvas"),
+])
+def test_a_detector_box_that_breaks_the_contract_is_named(mode, said):
+    from cxrground.ils.spatial.base import detect_boxes
+
+    image = np.zeros((64, 64), np.uint8)
+    with pytest.raises(BackendError, match=r"detector 't-badboxes': detect\(\) returned " + re.escape(said)):
+        detect_boxes(BadBoxes(mode), image, None)
+    assert len(detect_boxes(BadBoxes("ok"), image, None)) == 1  # numpy numbers, partly outside: kept
 
 
 class ProtocolSynth:

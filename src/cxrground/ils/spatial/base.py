@@ -6,6 +6,7 @@ All arrays are on the working canvas (see :class:`cxrground.io.transform.Letterb
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
@@ -15,7 +16,7 @@ import numpy as np
 from cxrground.errors import BackendError
 from cxrground.registry import backend_label, call_backend, check_returned
 
-__all__ = ["Box", "BoxDetector", "NormalSynthesizer", "detect_boxes", "synthesize_normal"]
+__all__ = ["Box", "BoxDetector", "NormalSynthesizer", "box_problem", "detect_boxes", "synthesize_normal"]
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,36 @@ def synthesize_normal(synthesizer: NormalSynthesizer, image: np.ndarray, edit_ma
 
 def detect_boxes(detector: BoxDetector, image: np.ndarray, anomaly: np.ndarray | None) -> list[Box]:
     """``detector``'s boxes on ``image``; a :class:`~cxrground.errors.BackendError` naming the detector when it
-    fails with an error of its own or returns anything but a list of :class:`Box`."""
+    fails with an error of its own, returns anything but a list of :class:`Box`, or a box that breaks the contract
+    (:func:`box_problem`)."""
     boxes = call_backend("detector", detector, "detect", (list, tuple), "a list of Box", image, anomaly)
-    for b in boxes:
+    shape = (int(np.shape(image)[0]), int(np.shape(image)[1]))
+    for i, b in enumerate(boxes, start=1):
         check_returned("detector", detector, "detect", b, Box, "a list of Box (one of its items)")
+        problem = box_problem(b, shape)
+        if problem is not None:
+            raise BackendError(f"{backend_label('detector', detector)}: detect() returned box {i} {_box_text(b)} "
+                               f"with {problem}")
     return list(boxes)
+
+
+def box_problem(box: Box, shape: tuple[int, int]) -> str | None:
+    """Why ``box`` breaks the box contract on a canvas of ``shape``, or None: integer bounds with ``x0 <= x1`` and
+    ``y0 <= y1`` that overlap the canvas (a box partly outside is clipped), a confidence in [0, 1]."""
+    bounds = (box.x0, box.y0, box.x1, box.y1)
+    if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in bounds):
+        return "bounds that are not all integers (inclusive pixel bounds)"
+    if box.x0 > box.x1 or box.y0 > box.y1:
+        return "x0 > x1 or y0 > y1 (expected x0 <= x1 and y0 <= y1)"
+    h, w = shape
+    if box.x1 < 0 or box.y1 < 0 or box.x0 >= w or box.y0 >= h:
+        return f"no pixel on the {h}×{w} canvas"
+    c = box.confidence
+    if not isinstance(c, numbers.Real) or isinstance(c, bool) or not 0.0 <= float(c) <= 1.0:
+        return f"confidence {c!r} (expected a number in [0, 1])"
+    return None
+
+
+def _box_text(box: Box) -> str:
+    """``(x0, y0, x1, y1)`` of ``box`` as written in errors."""
+    return "(" + ", ".join(str(v) for v in (box.x0, box.y0, box.x1, box.y1)) + ")"
