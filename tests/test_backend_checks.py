@@ -404,38 +404,71 @@ class _BrokenClient:
 
     @property
     def identity(self) -> dict[str, Any]:
+        if self.model == "identity":
+            raise RuntimeError("identity broke")
         return {"kind": self.kind, "model": self.model}
 
     def cache_context(self, question: Any, case_id: str) -> None:
+        if self.model == "context":
+            raise RuntimeError("context broke")
         return None
 
     async def complete(self, messages: Any, question: Any, case_id: str = "", seed: int | None = None) -> Any:
+        import asyncio
+
         if self.model == "raise":
             raise RuntimeError("boom from the test client")
+        if self.model == "slow":
+            await asyncio.sleep(30)
         return "A"
 
     async def aclose(self) -> None:
         pass
 
 
-@pytest.mark.parametrize(("model", "said"), [
-    ("raise", "VLM client 't-broken:raise' failed in complete(): RuntimeError: boom from the test client"),
-    ("str", "VLM client 't-broken:str': complete() returned str, expected Completion"),
-])
-def test_a_broken_vlm_client_fails_each_case_by_name_and_the_run_finishes(bench, tmp_path, model, said):
+def _run_broken_client(bench: Path, out: Path, model: str, **kwargs: Any) -> Any:
+    """``run_eval`` of the :class:`_BrokenClient` ``t-broken:MODEL`` into ``out``."""
     from cxrground.evaluation.percept import clients
     from cxrground.evaluation.percept.clients import CLIENTS, HARNESS_OPTIONS
-    from cxrground.evaluation.percept.runner import EvalSettings, load_results, run_eval
+    from cxrground.evaluation.percept.runner import EvalSettings, run_eval
 
     clients._NAME_ARG["t-broken"] = "NAME"
     try:
         with registered(CLIENTS, "t-broken", _BrokenClient, options=("model", *HARNESS_OPTIONS)):
-            run_eval(EvalSettings(bench, f"t-broken:{model}", oracle="none"), tmp_path / "run", progress=False)
+            return run_eval(EvalSettings(bench, f"t-broken:{model}", oracle="none"), out, progress=False, **kwargs)
     finally:
         del clients._NAME_ARG["t-broken"]
+
+
+@pytest.mark.parametrize(("model", "said"), [
+    ("raise", "VLM client 't-broken:raise' failed in complete(): RuntimeError: boom from the test client"),
+    ("str", "VLM client 't-broken:str': complete() returned str, expected Completion"),
+    ("context", "VLM client 't-broken:context' failed in cache_context(): RuntimeError: context broke"),
+])
+def test_a_broken_vlm_client_fails_each_case_by_name_and_the_run_finishes(bench, tmp_path, model, said):
+    from cxrground.evaluation.percept.runner import load_results
+
+    _run_broken_client(bench, tmp_path / "run", model)
     results = load_results(tmp_path / "run")
     assert len(results) == len(json.loads((tmp_path / "run" / "cases.json").read_text())) > 1
     assert all(r["status"] == "failed" and r["error"] == f"BackendError: {said}" for r in results.values())
+
+
+def test_a_vlm_client_whose_identity_fails_is_named(bench, tmp_path):
+    with pytest.raises(BackendError, match=r"VLM client 't-broken:identity' failed in identity\(\): RuntimeError: "
+                                           "identity broke"):
+        _run_broken_client(bench, tmp_path / "run", "identity")
+
+
+def test_the_request_timeout_bounds_a_plugin_client(bench, tmp_path, monkeypatch):
+    from cxrground.evaluation.percept import runner
+    from cxrground.llm import RetryPolicy
+
+    monkeypatch.setattr(runner, "TIMEOUT_GRACE_S", 0.0)
+    _run_broken_client(bench, tmp_path / "run", "slow", retry=RetryPolicy(max_attempts=1, timeout=0.05))
+    results = runner.load_results(tmp_path / "run")
+    assert results and all(r["status"] == "failed" for r in results.values())
+    assert all("VLM client 't-broken:slow' gave no answer within 0.05 s" in r["error"] for r in results.values())
 
 
 # --- ils predict: the model's own failures and its masks' size ---------------------------------------------------

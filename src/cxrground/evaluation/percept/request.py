@@ -57,7 +57,8 @@ class EvalRequest:
     seed: int = option(0, low=0, help="Case selection, random baseline, bootstrap.")
     cache: Path | None = option(None, path="out_file",
                                 help="Response cache (SQLite); default: percept_cache.sqlite next to the run folder.")
-    timeout: float = option(RetryPolicy.timeout, low=0.0, low_open=True, help="Seconds per request.")
+    timeout: float = option(RetryPolicy.timeout, low=0.0, low_open=True, help="Seconds per request, for every "
+                            "client: a request with no answer 5 s past it is a timeout, retried like one.")
     max_attempts: int = option(RetryPolicy.max_attempts, low=1, help="Attempts per request (retries + 1).")
     repeats: int = option(1, low=1, help="Samples per question at the run's temperature (score: mean and spread "
                           "over repeats).")

@@ -69,7 +69,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from cxrground.errors import ConfigError, CXRGroundError, InputError
 from cxrground.evaluation.percept.cache import PerceptCache, percept_cache_key
@@ -87,10 +87,18 @@ from cxrground.evaluation.percept.parsing import is_correct, parse_answer
 from cxrground.evaluation.percept.prices import PRICES, Price, cost_usd, price_of, price_table
 from cxrground.io.files import atomic_write_text, flat_json, sha256_file, sha256_json
 from cxrground.io.output_lock import locks_output
-from cxrground.llm import EndpointRefused, RetryPolicy, Unreachable, bounded_map, call_with_retries, run_sync
+from cxrground.llm import (
+    EndpointRefused,
+    RetryPolicy,
+    TransientError,
+    Unreachable,
+    bounded_map,
+    call_with_retries,
+    run_sync,
+)
 from cxrground.percept.paths import check_outside_benchmark
 from cxrground.percept.schema import BENCHMARK_FILE, Benchmark, load_benchmark
-from cxrground.registry import backend_errors, check_returned
+from cxrground.registry import backend_errors, backend_label, check_returned
 
 __all__ = ["CACHE_FILE", "SELECTIONS", "BadLine", "EvalSettings", "ResultLines", "RetryPolicy", "case_record",
            "check_case_files", "load_all_results", "load_results", "read_results", "record_answer", "record_problem",
@@ -430,9 +438,55 @@ class _ClientName:
 
     @property
     def name(self) -> str:
-        kind = str(getattr(self.client, "kind", "") or type(self.client).__name__)
-        model = getattr(self.client, "model", None)
+        try:  # a client whose kind or model itself fails is named by its class
+            kind = str(getattr(self.client, "kind", "") or type(self.client).__name__)
+            model = getattr(self.client, "model", None)
+        except Exception:
+            return type(self.client).__name__
         return f"{kind}:{model}" if model else kind
+
+
+#: Seconds a client's ``complete()`` gets beyond the request timeout, so that a built-in HTTP client reports its
+#: own timeout first.
+TIMEOUT_GRACE_S: Final[float] = 5.0
+
+
+class _CheckedClient:
+    """``client`` as the runner uses it: its ``identity``, ``cache_context()``, ``kind``, ``model``, ``decoding``
+    and ``max_images`` read under :func:`~cxrground.registry.backend_errors` naming it, and its ``complete()``
+    bounded by ``timeout`` (plus :data:`TIMEOUT_GRACE_S`): past it, a
+    :class:`~cxrground.llm.TransientError` naming the client (retried as the retry policy says)."""
+
+    #: The attributes read under its name, with the type each must have and how an error words it.
+    _ATTRS: Final[dict[str, tuple[type, str]]] = {"identity": (dict, "a dict"), "kind": (str, "text"),
+                                                  "model": (object, "a model name"), "decoding": (dict, "a dict"),
+                                                  "max_images": (int, "an integer")}
+
+    def __init__(self, client: Any, timeout: float) -> None:
+        self.inner, self.timeout = client, timeout
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr == "inner":  # not set yet
+            raise AttributeError(attr)
+        if attr not in self._ATTRS:
+            return getattr(self.inner, attr)
+        with backend_errors("VLM client", _ClientName(self.inner), attr):
+            value = getattr(self.inner, attr)
+        return check_returned("VLM client", _ClientName(self.inner), attr, value, *self._ATTRS[attr])
+
+    def cache_context(self, question: Question, case_id: str) -> dict[str, Any] | None:
+        """The client's ``cache_context()``, its own errors named."""
+        with backend_errors("VLM client", _ClientName(self.inner), "cache_context"):
+            return self.inner.cache_context(question, case_id)  # type: ignore[no-any-return]
+
+    async def complete(self, messages: Any, question: Question, case_id: str = "", seed: int | None = None) -> Any:
+        """The client's ``complete()``, bounded by the timeout."""
+        try:
+            return await asyncio.wait_for(self.inner.complete(messages, question, case_id, seed),
+                                          self.timeout + TIMEOUT_GRACE_S)
+        except TimeoutError:
+            raise TransientError(f"{backend_label('VLM client', _ClientName(self.inner))} gave no answer within "
+                                 f"{self.timeout:g} s (the request timeout, --timeout)") from None
 
 
 class _Runner:
@@ -683,6 +737,7 @@ def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: 
                              seed=settings.seed, max_images=settings.max_images, timeout=retry.timeout,
                              concurrency=concurrency, extra_body=settings.extra_body,
                              sampling_params=settings.sampling_params)
+    client = cast(Client, _CheckedClient(client, retry.timeout))
     check_oracle = getattr(client, "check_oracle", None)
     if check_oracle is not None:  # a replayed file made under another oracle setting (replay:)
         check_oracle(settings.oracle)
