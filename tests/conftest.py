@@ -10,6 +10,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC_DIR = REPO.parent / "shared" / "spec"
+# plug-ins named in the developer's shell would join every command the tests run (tests that need them set it)
+os.environ.pop("CXRGROUND_PLUGINS", None)
 
 
 def _pack_path() -> Path:
