@@ -228,6 +228,21 @@ def test_an_assembly_cut_short_leaves_no_card_of_other_files(cohort, built, tmp_
     assert (out / "card.md").read_bytes() == (built / "card.md").read_bytes()
 
 
+def test_a_damaged_unit_is_named_and_redone_once_deleted(cohort, built, tmp_path):
+    out = tmp_path / "damaged"
+    shutil.copytree(built, out)
+    unit = sorted((out / "units").glob("*.json"))[0]
+    unit.write_text('{"study": "s5')  # cut short, as a disk filling up leaves it
+    cmd = ["ils", "build", "--images", str(cohort / "files"), "--out", str(out), "--quiet", "--seed", "3"]
+    result = CliRunner().invoke(main, cmd)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"{unit} is damaged (" in result.output and "delete it and run the same command again" in result.output
+    unit.unlink()
+    result = CliRunner().invoke(main, cmd)
+    assert result.exit_code == 0 and "(1 processed," in result.output, result.output
+    assert _bytes(out) == _bytes(built)
+
+
 def test_resume_refuses_another_version_and_warns_on_another_revision(cohort, built, tmp_path, monkeypatch):
     """Units of another cxrground version are never mixed in; another git revision of the same version warns."""
     from cxrground.ils import build as build_module
@@ -962,11 +977,40 @@ def test_gcs_without_credentials_is_a_clear_error(tmp_path, monkeypatch):
             store.write_text("units/s1.json", "{}")
         with pytest.raises(InputError, match="no Google Cloud credentials"):
             store.read_bytes("settings.json")
+        for key, said in (("missing.json", "which does not exist"), ("{}", "which holds no private key")):
+            if key.startswith("{"):
+                (tmp_path / "key.json").write_text(key)
+                key = str(tmp_path / "key.json")
+            monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", key)  # set, but names no usable key
+            with pytest.raises(InputError, match=f"GOOGLE_APPLICATION_CREDENTIALS names .*, {said}"):
+                Store("gs://private-bucket/out").read_bytes("settings.json")
     finally:
         GCSFileSystem.clear_instance_cache()
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+def test_ray_actors_get_where_the_store_is_but_no_secret(monkeypatch):
+    from cxrground.ils.ray_engine import actor_env
+
+    for key in ("AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "STORAGE_EMULATOR_HOST", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(key, f"value-of-{key}")
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    env = actor_env()
+    assert env["OMP_NUM_THREADS"] == "1" and env["AWS_ENDPOINT_URL"] == "value-of-AWS_ENDPOINT_URL"
+    assert env["STORAGE_EMULATOR_HOST"] == "value-of-STORAGE_EMULATOR_HOST" and "AWS_PROFILE" not in env
+    assert "AWS_SECRET_ACCESS_KEY" not in env  # secrets come from the nodes, never through Ray's job metadata
+
+
+def test_s3_without_credentials_says_which_variables_give_them(monkeypatch):
+    from cxrground.io.store import Store
+
+    store = Store.__new__(Store)  # only the message is under test
+    store.location, store.fs = "s3://bucket/out", None
+    said = store._failure("units/s1.json", "written", RuntimeError("Unable to locate credentials"))
+    assert said.startswith("cannot be written (Unable to locate credentials); no AWS credentials were found")
+    assert "AWS_ACCESS_KEY_ID" in said and "Ray" not in said  # not in a Ray worker here
 
 
 def test_ray_actors_ask_for_a_gpu_only_for_gpu_backends():
@@ -1039,6 +1083,13 @@ def test_ray_address_auto_without_a_cluster_is_refused_before_any_study(tmp_path
     with pytest.raises(ConfigError, match=r"--ray-address auto: no Ray cluster runs on this node; start one"):
         build_dataset([], tmp_path / "out", IlsConfig(), BackendSpec(), engine="ray", workers=1,
                       ray_address="auto", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_ray_address_without_the_ray_engine_is_a_usage_error(cohort, tmp_path):
+    result = CliRunner().invoke(main, ["ils", "build", "--images", str(cohort / "files"), "--out",
+                                       str(tmp_path / "out"), "--ray-address", "127.0.0.1:1"])
+    assert result.exit_code == 2 and "--ray-address names the cluster of --engine ray" in result.output
     assert not (tmp_path / "out").exists()
 
 

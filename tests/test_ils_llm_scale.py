@@ -60,3 +60,50 @@ def test_build_prepass_structures_the_pending_reports_once(tmp_path):
         no_cache = BackendSpec(structurer="llm", structurer_kwargs={"base_url": server.base_url, "model": "mock"})
         assert prestructure(iter(tasks), IlsConfig(), no_cache) is None
     assert prestructure(iter(tasks), IlsConfig(), BackendSpec()) is None
+
+
+def test_a_build_resumes_when_only_how_the_llm_is_reached_changed(tmp_path):
+    from click.testing import CliRunner
+
+    from cxrground.cli import main
+
+    runner = CliRunner()
+    assert runner.invoke(main, ["synth", "--out", str(tmp_path / "cohort"), "--studies", "3", "--seed", "0",
+                                "--quiet"]).exit_code == 0
+
+    def build(server: MockServer, *opts: str):
+        return runner.invoke(main, ["ils", "build", "--images", str(tmp_path / "cohort" / "files"), "--out",
+                                    str(tmp_path / "ils"), "--seed", "0", "--quiet", "--synthesizer", "pseudo-normal",
+                                    "--structurer", "llm", "--structurer-opt", f"base_url={server.base_url}",
+                                    *opts])
+
+    with MockServer(_no_findings) as first:
+        done = build(first, "--structurer-opt", "model=mock", "--structurer-opt", "concurrency=2",
+                     "--structurer-opt", f"cache={tmp_path / 'a.sqlite'}")
+        assert done.exit_code == 0 and "(3 processed, 0 already done" in done.output, done.output
+    with MockServer(_no_findings) as moved:  # the server moved, the cache too, more requests at once
+        again = build(moved, "--structurer-opt", "model=mock", "--structurer-opt", "concurrency=4",
+                      "--structurer-opt", f"cache={tmp_path / 'b.sqlite'}")
+        assert again.exit_code == 0 and "(0 processed, 3 already done" in again.output, again.output
+        other = build(moved, "--structurer-opt", "model=another")  # another model answers otherwise
+        assert other.exit_code != 0 and "holds a build with other settings" in other.output
+        assert "structurer_kwargs.model mock then, another now" in other.output
+
+
+def test_the_cohort_fit_reads_reports_the_concurrent_prepass_structured(tmp_path):
+    from click.testing import CliRunner
+
+    from cxrground.cli import main
+
+    runner = CliRunner()
+    assert runner.invoke(main, ["synth", "--out", str(tmp_path / "cohort"), "--studies", "6", "--seed", "0",
+                                "--quiet"]).exit_code == 0
+    with MockServer(_no_findings, latency=0.2) as server:  # the default synthesizer fits on report-normal studies
+        result = runner.invoke(main, ["ils", "build", "--images", str(tmp_path / "cohort" / "files"), "--out",
+                                      str(tmp_path / "ils"), "--seed", "0", "--quiet", "--structurer", "llm",
+                                      "--structurer-opt", f"base_url={server.base_url}", "--structurer-opt",
+                                      "model=mock", "--structurer-opt", "concurrency=4", "--structurer-opt",
+                                      f"cache={tmp_path / 'cache.sqlite'}"])
+        assert result.exit_code == 0, result.output
+        assert server.max_inflight > 1  # the fit's reports were asked concurrently, not one at a time
+        assert server.completed == 6  # once each: the fit and the workers read them from the cache

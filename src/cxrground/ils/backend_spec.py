@@ -6,12 +6,19 @@ per-study pipeline (:mod:`cxrground.ils.pipeline`), which builds the backends fr
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Final
 
 from cxrground.io.files import sha256_json
 
-__all__ = ["BackendSpec"]
+__all__ = ["LLM_FETCH_OPTIONS", "BackendSpec"]
+
+#: Options of the ``llm`` structurer that say how its answers are fetched (where the server and the response cache
+#: are, how many requests at once, the variable holding the key, timeouts and retries), not what they are: a build
+#: resumes across a change of these (the model, prompts and decoding settings count).
+LLM_FETCH_OPTIONS: Final[frozenset[str]] = frozenset({
+    "base_url", "api_key_env", "timeout", "max_retries", "backoff", "max_backoff", "max_retry_after", "concurrency",
+    "cache"})
 
 
 @dataclass(frozen=True)
@@ -37,3 +44,11 @@ class BackendSpec:
     def spec_hash(self) -> str:
         """Short hash of the backend choice."""
         return sha256_json(self.to_dict(), default=str)[:12]
+
+    def resume_hash(self) -> str:
+        """:meth:`spec_hash` without the ``llm`` structurer's fetch options (:data:`LLM_FETCH_OPTIONS`): what a
+        build must share with the one in its folder to resume it."""
+        if self.structurer != "llm":
+            return self.spec_hash()
+        kwargs = {k: v for k, v in self.structurer_kwargs.items() if k not in LLM_FETCH_OPTIONS}
+        return replace(self, structurer_kwargs=kwargs).spec_hash()

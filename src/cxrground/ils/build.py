@@ -429,8 +429,7 @@ def _units(out: str | Path, tasks: Iterable[StudyTask]) -> Iterator[tuple[StudyT
     store = unit_store(str(out))
     if store.local:
         for t in tasks:
-            text = read_unit(store, t.study_key)
-            yield t, None if text is None else json.loads(text)
+            yield t, _unit_record(store, t.study_key, read_unit(store, t.study_key))
         return
     store.refresh()
     with ThreadPoolExecutor(16) as pool:
@@ -439,12 +438,26 @@ def _units(out: str | Path, tasks: Iterable[StudyTask]) -> Iterator[tuple[StudyT
             window.append((t, pool.submit(read_unit, store, t.study_key)))
             if len(window) >= READ_AHEAD:
                 task, future = window.popleft()
-                text = future.result()
-                yield task, None if text is None else json.loads(text)
+                yield task, _unit_record(store, task.study_key, future.result())
         while window:
             task, future = window.popleft()
-            text = future.result()
-            yield task, None if text is None else json.loads(text)
+            yield task, _unit_record(store, task.study_key, future.result())
+
+
+def _unit_record(store: Any, study_key: str, text: str | None) -> dict[str, Any] | None:
+    """The unit record ``text`` of ``study_key`` (None when there is none); a damaged one (cut short, edited) is a
+    :class:`~cxrground.errors.ConfigError` naming the file and how to redo the study."""
+    if text is None:
+        return None
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        record = exc
+    if not isinstance(record, dict):
+        why = record if isinstance(record, Exception) else "not a JSON object"
+        raise ConfigError(f"{store.url(unit_rel(study_key))} is damaged ({why}); delete it and run the same command "
+                          "again to redo that study")
+    return record
 
 
 class _DatasetWriter:
@@ -707,10 +720,16 @@ def _absolute(path: str) -> str:
     return str(Path(path).absolute())
 
 
-def backends_identity(spec: BackendSpec) -> str:
+def backends_identity(spec: BackendSpec, *, with_endpoint: bool = False) -> str:
     """Short hash of what the backends of ``spec`` actually are (:func:`backend_provenance`: settings with their
-    defaults, weights' sha256, methods); file-system paths are left out, so a moved folder or install keeps it."""
-    return sha256_json(_without_paths(backend_provenance(spec)), default=str)[:12]
+    defaults, weights' sha256, methods); file-system paths are left out, so a moved folder or install keeps it, and
+    so is the LLM structurer's endpoint (where the model is served, not what it is; ``with_endpoint``: kept, as
+    stamps of builds that hashed it hold it)."""
+    prov = _without_paths(backend_provenance(spec))
+    structurer = prov.get("structurer")
+    if not with_endpoint and spec.structurer == "llm" and isinstance(structurer, dict):
+        prov = {**prov, "structurer": {k: v for k, v in structurer.items() if k != "base_url"}}
+    return sha256_json(prov, default=str)[:12]
 
 
 def _without_paths(value: Any) -> Any:
@@ -960,7 +979,7 @@ def build_dataset(
     dest: str | Path = out if store.local else store.url()  # units, masks and outputs go here
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    settings = {"config_hash": config.config_hash(), "spec_hash": spec.spec_hash(), "code": __version__}
+    settings = {"config_hash": config.config_hash(), "spec_hash": spec.resume_hash(), "code": __version__}
     if view_table:
         settings["view_table"] = view_table["sha256"]
     if split and (split.get("sha256") or tuple(split.get("ratios", DEFAULT_SPLIT_RATIOS)) != DEFAULT_SPLIT_RATIOS):
@@ -975,6 +994,8 @@ def build_dataset(
     if store.local:
         _remove_stale_temporaries(out)
     previous = json.loads(stamp.read_text()) if stamp.is_file() else None
+    if previous is not None and previous.get("spec_hash") == spec.spec_hash():  # stamped with every option hashed
+        previous = {**previous, "spec_hash": settings["spec_hash"]}
     if store.local and previous is None:
         _check_foreign(out)
     if overwrite and (previous is not None or (out / UNITS_DIR).is_dir() or remote is not None):
@@ -1000,9 +1021,16 @@ def build_dataset(
         previous, index, survey = None, InputIndex(out / INPUTS_INDEX), InputSurvey()
     # a provenance JSON cannot hold is refused before any film is read (a cohort-fitted synthesizer's once fitted)
     get_backends(spec).provenance(skip=("synthesizer",) if _fits_cohort_model(spec) else ())
+    if _fits_cohort_model(spec) and not _fitted_ready(out / FITTED_FILE):
+        # the fit below structures reports one at a time: with the LLM structurer and a cache, every pending report
+        # is structured first, concurrently, and the fit reads its answers from the cache
+        changed, done = set(survey.changed), done_check(dest)
+        prestructure((t for t in tasks if t.study_key in changed or not done(t.study_key)), config, spec, progress)
     # once, before the workers: e.g. the cohort normative model
     run_spec = _resolve(spec, tasks, out, config, progress)
     settings["backends_hash"] = backends_identity(run_spec)
+    if previous is not None and previous.get("backends_hash") == backends_identity(run_spec, with_endpoint=True):
+        previous = {**previous, "backends_hash": settings["backends_hash"]}  # stamped with the endpoint hashed
     if previous is not None and previous.get("backends_hash") != settings["backends_hash"]:
         # same options, other effective backends (new defaults or weights after an upgrade): never mix the two
         changes = _option_changes(out, "backends", backend_provenance(run_spec))

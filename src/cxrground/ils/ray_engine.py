@@ -20,14 +20,15 @@ import sys
 from collections import Counter, deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from cxrground.errors import ConfigError, CXRGroundError
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.tasks import StudyTask
 
-__all__ = ["StudyWorker", "gpu_backends", "gpus_per_worker", "ray_registrations", "run_ray"]
+__all__ = ["STORE_LOCATION_VARS", "StudyWorker", "actor_env", "gpu_backends", "gpus_per_worker", "ray_registrations",
+           "run_ray"]
 
 
 def gpu_backends() -> dict[str, frozenset[str]]:
@@ -157,12 +158,27 @@ def _auto_address() -> str | None:
         return None  # a recorded address Ray cannot parse: ray.init names it
 
 
+#: Where object storage is (endpoints, region, profile, emulator, key file path), passed from the driver to the Ray
+#: actors so they read and write the store the driver checked. Secrets (keys, tokens, API keys) are not passed: Ray
+#: records a job's environment in its cluster metadata, so they come from the nodes' own environment or roles.
+STORE_LOCATION_VARS: Final[tuple[str, ...]] = (
+    "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE",
+    "FSSPEC_S3_ENDPOINT_URL", "STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "GOOGLE_APPLICATION_CREDENTIALS",
+)
+
+
+def actor_env() -> dict[str, str]:
+    """The environment variables the Ray actors get: one thread each, and the driver's object-storage location
+    settings (:data:`STORE_LOCATION_VARS`) that are set."""
+    return {"OMP_NUM_THREADS": "1", **{k: os.environ[k] for k in STORE_LOCATION_VARS if os.environ.get(k)}}
+
+
 def _connect(ray: Any, address: str | None, workers: int) -> bool:
     """Connect to ``address`` (or ``RAY_ADDRESS``), else start a local Ray instance; True when this call did."""
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS")
-    env = {"env_vars": {"OMP_NUM_THREADS": "1"}}
+    env = {"env_vars": actor_env()}
     if address:
         check_reachable(address)
         ray.init(address=address, log_to_driver=False, runtime_env=env)

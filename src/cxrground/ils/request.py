@@ -167,6 +167,9 @@ class BuildRequest:
         self.ratios()
         if self.pose_weights is not None and not self.pose_warning:
             raise OptionError("--pose-weights reads the films' pose; it does nothing with --no-pose-warning")
+        if self.ray_address is not None and self.engine != "ray":
+            raise OptionError("--ray-address names the cluster of --engine ray; add --engine ray (without it the "
+                              "build runs on this machine)")
         if not is_url(self.images) and not is_url(self.out):
             images, out = Path(self.images).resolve(), Path(self.out).resolve()
             if out == images or images in out.parents:

@@ -13,6 +13,7 @@ server is named with ``AWS_ENDPOINT_URL`` (or ``FSSPEC_S3_ENDPOINT_URL``), a GCS
 from __future__ import annotations
 
 import functools
+import json
 import os
 import tempfile
 from collections.abc import Iterator
@@ -79,6 +80,42 @@ def _backend_errors() -> tuple[type[BaseException], ...]:
 _NO_GCS_CREDENTIALS = ("; no Google Cloud credentials were found, so the request went out anonymously: set "
                        "GOOGLE_APPLICATION_CREDENTIALS to a service-account key file, or run "
                        "'gcloud auth application-default login'")
+_BAD_GCS_KEY = ("; GOOGLE_APPLICATION_CREDENTIALS names {path}, which {what}, so the request went out anonymously: "
+                "point it at a service-account key file")
+_NO_S3_CREDENTIALS = ("; no AWS credentials were found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or "
+                      "AWS_PROFILE, or give the machine a role")
+#: Where the credentials of a Ray actor come from (it does not get the driver's secrets).
+_ON_RAY_WORKERS = (" (on a Ray cluster, in the environment of `ray start` on every node: the workers do not get the "
+                   "driver's credentials)")
+
+
+def _gcs_key_problem() -> str:
+    """The hint for a ``GOOGLE_APPLICATION_CREDENTIALS`` that names no readable service-account key ("" when it is
+    unset or names one)."""
+    path = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+    if not path:
+        return ""
+    try:
+        key = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return _BAD_GCS_KEY.format(path=path, what="does not exist")
+    except (OSError, ValueError, UnicodeDecodeError):
+        return _BAD_GCS_KEY.format(path=path, what="is not a JSON key file")
+    if not isinstance(key, dict) or (not key.get("private_key") and not key.get("refresh_token")):
+        return _BAD_GCS_KEY.format(path=path, what="holds no private key or refresh token")
+    return ""
+
+
+def _in_ray_worker() -> bool:
+    """Whether this process is a Ray worker (its driver's credentials do not reach it)."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    try:
+        return bool(ray is not None and ray.is_initialized()
+                    and ray.get_runtime_context().worker.mode == ray.WORKER_MODE)
+    except Exception:
+        return False
 
 
 def _emulated_gcs(url: str) -> tuple[Any, str]:
@@ -130,7 +167,13 @@ class Store:
         want of credentials."""
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         anonymous = getattr(getattr(self.fs, "credentials", None), "method", None) == "anon"
-        hint = _NO_GCS_CREDENTIALS if anonymous and not _gcs_emulator() else ""
+        hint = ""
+        if anonymous and not _gcs_emulator():
+            hint = _gcs_key_problem() or _NO_GCS_CREDENTIALS
+        elif "Unable to locate credentials" in reason:
+            hint = _NO_S3_CREDENTIALS
+        if hint and _in_ray_worker():
+            hint += _ON_RAY_WORKERS
         return f"cannot be {doing} ({reason}){hint}"
 
     @contextmanager
