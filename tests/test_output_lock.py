@@ -76,6 +76,21 @@ def test_a_decorated_writer_holds_the_lock_of_its_output_argument(tmp_path):
     assert write.__name__ == "write"  # documented and introspected as itself
 
 
+def test_a_busy_output_locked_through_a_stand_in_is_named_as_given(tmp_path):
+    stage = tmp_path / "stage"  # what a bucket URL's build locks on this machine
+    proc = _holder(stage)
+    try:
+        @locks_output("writer", "out", lambda out: stage)
+        def write(out: str) -> None:
+            pass
+
+        with pytest.raises(OutputBusyError, match=r"^s3://bucket/out is being written by another run \(pid"):
+            write("s3://bucket/out")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_an_output_that_cannot_be_written_fails_before_the_work(tmp_path, monkeypatch):
     out = tmp_path / "out"
     out.mkdir()

@@ -211,8 +211,13 @@ def locks_output(command: str, arg: str, target: Callable[[Any], str | Path | No
             path = target(value) if target is not None else value
             if path is None:
                 return fn(*args, **kwargs)
-            with output_lock(path, command):
-                return fn(*args, **kwargs)
+            try:
+                with output_lock(path, command):
+                    return fn(*args, **kwargs)
+            except OutputBusyError as exc:  # named as the user named it (a bucket URL, not its local stage)
+                if str(path) == str(value) or str(path) not in str(exc):
+                    raise
+                raise OutputBusyError(str(exc).replace(str(path), str(value), 1)) from None
 
         return run  # type: ignore[return-value]
 
