@@ -840,8 +840,10 @@ _STATE_FILES = ("settings.json", FITTED_FILE, str(Path(FITTED_FILE).with_suffix(
 
 
 def _stage_path(store: Store) -> Path:
-    """Where the local folder of a build on object storage lies (:func:`_stage_for`)."""
-    return Path(tempfile.gettempdir()) / "cxrground-ils-stage" / sha256_json(store.url())[:16]
+    """Where the local folder of a build on object storage lies (:func:`_stage_for`): under the temporary directory,
+    in a folder of this user's own (another user's would not be writable on a shared node)."""
+    user = f"-{os.getuid()}" if hasattr(os, "getuid") else ""
+    return Path(tempfile.gettempdir()) / f"cxrground-ils-stage{user}" / sha256_json(store.url())[:16]
 
 
 def _lock_target(out_dir: str | Path) -> Path:
