@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
-from cxrground.errors import ConfigError
+from cxrground.errors import ConfigError, InputError
 
 __all__ = [
     "atomic_path",
@@ -263,6 +263,18 @@ def read_model_sidecar(path: str | Path, fmt: str, what: str = "model") -> dict[
     got = data.get("format") if isinstance(data, dict) else type(data).__name__
     if got != fmt:
         raise ConfigError(f"{what} sidecar {json_path} has format {got!r}, expected {fmt!r}")
+    return data
+
+
+def read_json_object(path: str | Path, what: str) -> dict[str, Any]:
+    """The JSON object in ``path``; a file that cannot be read, is no JSON or holds another value is an
+    :class:`~cxrground.errors.InputError` naming it as ``what`` (e.g. ``"settings of a prepared dataset"``)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"unreadable {what} ({exc})", path) from exc
+    if not isinstance(data, dict):
+        raise InputError(f"unreadable {what} (not a JSON object)", path)
     return data
 
 

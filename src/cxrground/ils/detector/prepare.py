@@ -45,7 +45,7 @@ from cxrground.ils.detector.vindr import (
     read_annotations,
     read_patients,
 )
-from cxrground.io.files import atomic_write_text, sha256_bytes, sha256_file
+from cxrground.io.files import atomic_write_text, read_json_object, sha256_bytes, sha256_file
 from cxrground.io.transform import Letterbox
 from cxrground.io.workers import stop_workers, worker_pool
 
@@ -136,13 +136,7 @@ def read_prepared_settings(folder: Path) -> dict[str, Any] | None:
     path = folder / "settings.json"
     if not path.is_file():
         return None
-    try:
-        recorded = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"settings of a prepared dataset are not JSON ({exc}); use another folder", path) from exc
-    if not isinstance(recorded, dict):
-        raise InputError("settings of a prepared dataset are not a JSON object; use another folder", path)
-    return recorded
+    return read_json_object(path, "settings of a prepared dataset (use another folder or --overwrite)")
 
 
 def _clear_prepared(folder: Path) -> None:

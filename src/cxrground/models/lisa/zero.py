@@ -38,7 +38,7 @@ from typing import Any, Final
 import torch
 
 from cxrground.errors import ConfigError, InputError
-from cxrground.io.files import atomic_write_text
+from cxrground.io.files import atomic_write_text, read_json_object
 from cxrground.models.lisa.distributed import DistContext
 from cxrground.models.lisa.loading import deepspeed_config
 
@@ -131,13 +131,7 @@ class ZeroEngine:
         if not latest.is_file():
             return None
         tag = latest.read_text(encoding="utf-8").strip()
-        meta_path = folder / tag / STATE_FILE
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise InputError(f"unreadable ZeRO-2 resume state ({exc})", meta_path) from exc
-        if not isinstance(meta, dict):
-            raise InputError("unreadable ZeRO-2 resume state (not a JSON object)", meta_path)
+        meta = read_json_object(folder / tag / STATE_FILE, "ZeRO-2 resume state")
         return {**meta, "tag": tag}
 
     def load(self, folder: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
