@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -108,8 +109,6 @@ def _gcs_key_problem() -> str:
 
 def _in_ray_worker() -> bool:
     """Whether this process is a Ray worker (its driver's credentials do not reach it)."""
-    import sys
-
     ray = sys.modules.get("ray")
     try:
         return bool(ray is not None and ray.is_initialized()

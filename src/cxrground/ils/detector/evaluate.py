@@ -42,7 +42,8 @@ from cxrground.ils.spatial.base import Box
 from cxrground.ils.spatial.boxes import BOX_CLASS_LESIONS, KEPT_CLASSES, normalize_class_name
 from cxrground.io.files import atomic_write_text, finite_json
 
-__all__ = ["DetectionReport", "DetectorEvalRequest", "average_precision_50", "evaluate_detector", "ils_view"]
+__all__ = ["DetectionReport", "DetectorEvalRequest", "average_precision_50", "evaluate_detector", "ils_view",
+           "metric_text"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,25 +89,27 @@ class DetectionReport:
     def lines(self) -> list[str]:
         """Markdown tables of both views."""
         gt = self.ils.get("per_class", {})
-        out = [f"## Detector on the {self.split} split ({self.images} films): mAP@0.5 {_f(self.map50)}", "",
+        out = [f"## Detector on the {self.split} split ({self.images} films): mAP@0.5 {metric_text(self.map50)}", "",
                "| class | boxes | AP@0.5 | hit rate | boxes per lesion |", "|---|---|---|---|---|"]
         for c in self.classes:
             row = gt.get(c, {})
-            out.append(f"| {c} | {row.get('lesions', 0)} | {_f(self.ap50.get(c))} | {_f(row.get('hit_rate'))} | "
-                       f"{_f(row.get('boxes_per_lesion'))} |")
+            out.append(f"| {c} | {row.get('lesions', 0)} | {metric_text(self.ap50.get(c))} | "
+                       f"{metric_text(row.get('hit_rate'))} | {metric_text(row.get('boxes_per_lesion'))} |")
         tau = self.ils.get("thresholds", {})
         out += ["", f"## ILS view (τ_conf {tau.get('tau_conf')}, τ_signal {tau.get('tau_signal')}): "
-                f"{_f(self.ils.get('false_boxes_per_film'))} false boxes per film", "",
+                f"{metric_text(self.ils.get('false_boxes_per_film'))} false boxes per film", "",
                 "| ILS lesion | lesions | hit rate | boxes per lesion |", "|---|---|---|---|"]
         for lesion, row in self.ils.get("per_lesion", {}).items():
-            out.append(f"| {lesion} | {row['lesions']} | {_f(row['hit_rate'])} | {_f(row['boxes_per_lesion'])} |")
+            out.append(f"| {lesion} | {row['lesions']} | {metric_text(row['hit_rate'])} | "
+                       f"{metric_text(row['boxes_per_lesion'])} |")
         total = self.ils.get("total", {})
-        out.append(f"| all | {total.get('lesions', 0)} | {_f(total.get('hit_rate'))} | "
-                   f"{_f(total.get('boxes_per_lesion'))} |")
+        out.append(f"| all | {total.get('lesions', 0)} | {metric_text(total.get('hit_rate'))} | "
+                   f"{metric_text(total.get('boxes_per_lesion'))} |")
         return out
 
 
-def _f(v: float | None) -> str:
+def metric_text(v: float | None) -> str:
+    """A metric as printed: three decimals, ``–`` when there is none (no film, no box, NaN)."""
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import shutil
 import time
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from typing import Any, Literal
 
 from cxrground.errors import ConfigError, InputError
 from cxrground.fields import option
+from cxrground.ils.detector.evaluate import metric_text
 from cxrground.ils.detector.needs import NEEDS_ULTRALYTICS, check_ultralytics, ultralytics_offline
 from cxrground.ils.detector.prepare import (
     WEIGHTS_NAME,
@@ -48,7 +48,7 @@ from cxrground.ils.detector.prepare import (
     prepare_dataset,
     prepared_changes,
 )
-from cxrground.io.files import atomic_write_text, finite_json, sha256_file
+from cxrground.io.files import atomic_write_text, finite_json, read_json_object, sha256_file
 
 __all__ = ["MANAGED_ARGS", "NEEDS_ULTRALYTICS", "WEIGHTS_NAME", "DetectorTrainRequest", "TrainedDetector",
            "check_ultralytics", "train_detector", "ultralytics_args", "ultralytics_offline"]
@@ -168,15 +168,13 @@ class TrainedDetector:
                      + (" (resumed)" if self.resumed else ""))
         val = p["metrics"].get("val") or {}
         if val:
-            lines.append(f"val mAP@0.5: {_f(val.get('mAP50'))} ({METRIC_METHODS['val']})")
+            lines.append(f"val mAP@0.5: {metric_text(val.get('mAP50'))} ({METRIC_METHODS['val']})")
         if test:
-            lines.append(f"test mAP@0.5: {_f(test['mAP50'])} ({test['images']} images; {METRIC_METHODS['test']})")
+            lines.append(f"test mAP@0.5: {metric_text(test['mAP50'])} ({test['images']} images; "
+                         f"{METRIC_METHODS['test']})")
         lines.append(f"use: {p['use']}")
         return lines
 
-
-def _f(value: float | None) -> str:
-    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.3f}"
 
 
 def _import_yolo() -> Any:
@@ -239,14 +237,6 @@ def _model_source(model: str) -> tuple[str, str | None]:
     return model, None
 
 
-def _read_provenance(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"provenance of the trained detector is not JSON ({exc}); --overwrite trains again",
-                         path) from exc
-
-
 def _check_finished(prov: dict[str, Any], request: DetectorTrainRequest, inputs: PreparedInputs, out: Path) -> None:
     """Refuse to report a finished run as this request's when it was trained on other inputs or data settings."""
     data = prov.get("data", {})
@@ -296,7 +286,7 @@ def train_detector(request: DetectorTrainRequest, warn: Callable[[str], None] | 
     model, model_sha256 = _model_source(request.model)
     inputs = PreparedInputs.of(request.annotations, request.images, request.patients)
     if not request.overwrite and weights.is_file() and prov_file.is_file():
-        prov = _read_provenance(prov_file)
+        prov = read_json_object(prov_file, "provenance of the trained detector (--overwrite trains again)")
         _check_finished(prov, request, inputs, out)
         return TrainedDetector(weights, prov, already_done=True)
     check_ultralytics()
