@@ -57,6 +57,31 @@ def serve(connections: ConnectionLimits, db_path: Path, host: str, port: int, se
     launch_app(db_path, host, port, warn=warn, note=note, secure_cookies=secure_cookies, connections=connections)
 
 
+@review.command("relink")
+@_DB
+@click.option("--from", "old", default=None,
+              help="The folder the images were imported from (as stored; it may no longer exist).")
+@click.option("--to", "new", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="The folder they are in now (the same relative paths below it).")
+@click.option("--dry-run", is_flag=True, help="Count and check what would be rewritten; change nothing.")
+@click.option("--allow-missing", is_flag=True,
+              help="Rewrite even when some rewritten images are not files (the app answers 404 for those).")
+def relink_cmd(db_path: Path, old: str | None, new: Path | None, dry_run: bool, allow_missing: bool) -> None:
+    """Point the database at images that moved: stored paths under --from become the same paths under --to (one
+    transaction, after checking the new files exist). Without --from and --to: list where the images are stored."""
+    from cxrground.review.db import ReviewDB
+    from cxrground.review.relink import relink, stored_roots
+
+    db = ReviewDB(db_path)
+    if old is None and new is None:
+        roots = stored_roots(db, limit=20)
+        echo_lines([f"{n:>7} image(s) in {root}" for root, n in roots] or [f"{db_path} holds no items"])
+        return
+    if old is None or new is None:
+        raise click.UsageError("give both --from and --to (or neither, to list where the images are stored)")
+    echo_lines(relink(db, old, new, dry_run=dry_run, allow_missing=allow_missing).lines(old, str(new)))
+
+
 @review.command("stats")
 @_DB
 @click.option("--html", "html_path", type=OUT_FILE, default=None,

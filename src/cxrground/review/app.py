@@ -77,7 +77,7 @@ from cxrground.net.connections import (
     prepare_process,
 )
 from cxrground.net.limits import ConnectionLimits
-from cxrground.review.db import DECISIONS, REJECT_REASONS, Assignment, Neighbours, ReviewDB, User
+from cxrground.review.db import DECISIONS, REJECT_REASONS, Assignment, Neighbours, QueueRow, ReviewDB, User
 from cxrground.review.stats import review_stats, stats_html
 
 __all__ = ["BODY_TIMEOUT_S", "IDLE_TIMEOUT_S", "MAX_BODY_BYTES", "MAX_CONNECTIONS", "MAX_FORM_BYTES", "MAX_IN_FLIGHT",
@@ -159,28 +159,27 @@ def _page(title: str, body: str, principal: _Principal | None = None, body_attrs
     return HTMLResponse(doc)
 
 
-def _progress(assignments: list[Assignment]) -> tuple[int, int, Assignment | None]:
-    done = sum(a.done for a in assignments)
-    nxt = next((a for a in assignments if not a.done), None)
-    return done, len(assignments), nxt
+def _progress(rows: list[QueueRow]) -> tuple[int, int, QueueRow | None]:
+    done = sum(a.done for a in rows)
+    nxt = next((a for a in rows if not a.done), None)
+    return done, len(rows), nxt
 
 
-def _queue_entry(a: Assignment) -> dict[str, Any]:
-    return {"id": a.id, "key": a.item.key, "kind": a.item.kind, "lesion": a.item.lesion,
-            "item_type": a.item.item_type, "reviewer": a.user_name, "position": a.position, "done": a.done,
-            "parts": a.item.parts, "decided": sorted(a.decisions)}
+def _queue_entry(a: QueueRow) -> dict[str, Any]:
+    return {"id": a.id, "key": a.key, "kind": a.kind, "lesion": a.lesion, "item_type": a.item_type,
+            "reviewer": a.user_name, "position": a.position, "done": a.done, "parts": a.parts, "decided": a.decided}
 
 
-def _queue_table(table_id: str, rows: list[Assignment], *, with_reviewer: bool) -> str:
+def _queue_table(table_id: str, rows: list[QueueRow], *, with_reviewer: bool) -> str:
     """A queue table: position, item, kind, lesion, type, (reviewer), status."""
     out = [f"<table id='{table_id}'><thead><tr><th>#</th><th>item</th><th>kind</th><th>lesion</th><th>type</th>"
            + ("<th>reviewer</th>" if with_reviewer else "") + "<th>status</th></tr></thead><tbody>"]
     for a in rows:
-        state = "done" if a.done else (f"{len(a.decisions)}/{len(a.item.parts)}" if a.decisions else "open")
+        state = "done" if a.done else (f"{len(a.decided)}/{len(a.parts)}" if a.decided else "open")
         out.append(f"<tr data-id='{a.id}' data-state='{'done' if a.done else 'open'}'><td>{a.position + 1}</td>"
-                   f"<td><a href='/review/{a.id}'>{html.escape(a.item.key)}</a></td>"
-                   f"<td>{a.item.kind}</td><td>{html.escape(a.item.lesion)}</td>"
-                   f"<td>{html.escape(a.item.item_type)}</td>"
+                   f"<td><a href='/review/{a.id}'>{html.escape(a.key)}</a></td>"
+                   f"<td>{a.kind}</td><td>{html.escape(a.lesion)}</td>"
+                   f"<td>{html.escape(a.item_type)}</td>"
                    + (f"<td>{html.escape(a.user_name)}</td>" if with_reviewer else "") + f"<td>{state}</td></tr>")
     out.append("</tbody></table>")
     return "".join(out)
@@ -546,7 +545,7 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
     @app.get("/queue")
     def queue_page(request: Request) -> Response:
         p = principal(request, allow_bearer=False)
-        mine = db.assignments(p.user)
+        mine = db.queue(p.user)
         done, total, nxt = _progress(mine)
         pct = 100 * done / total if total else 100
         body = [f"<main><h1>Review queue of {html.escape(p.user.name)}</h1>",
@@ -556,8 +555,8 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
                     "<p id='all-done'>Everything in this queue is reviewed.</p>")
         body.append(_queue_table("queue", mine, with_reviewer=False))
         if p.user.is_admin:  # everyone's assignments in a table of their own, with each reviewer's progress
-            everyone = db.assignments()
-            by_user: dict[str, list[Assignment]] = {}
+            everyone = db.queue()
+            by_user: dict[str, list[QueueRow]] = {}
             for a in everyone:
                 by_user.setdefault(a.user_name, []).append(a)
             summary = ", ".join(f"{html.escape(n)} {sum(a.done for a in rows)}/{len(rows)}"
@@ -594,7 +593,7 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
     @app.get("/api/queue")
     def api_queue(request: Request) -> dict[str, Any]:
         p = principal(request, allow_bearer=True)
-        mine = db.assignments(p.user)
+        mine = db.queue(p.user)
         done, total, nxt = _progress(mine)
         return {"user": p.user.name, "done": done, "total": total, "next": nxt.id if nxt else None,
                 "assignments": [_queue_entry(a) for a in mine]}
@@ -602,7 +601,7 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
     @app.get("/api/assignments")
     def api_assignments(request: Request) -> dict[str, Any]:
         p = principal(request, allow_bearer=True)
-        rows = db.assignments() if p.user.is_admin else db.assignments(p.user)
+        rows = db.queue() if p.user.is_admin else db.queue(p.user)
         return {"assignments": [_queue_entry(a) for a in rows]}
 
     @app.get("/api/assignments/{assignment_id}")
@@ -638,7 +637,8 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
         try:
             data = _cxr_png(stored["path"]) if stored.get("role") == "cxr" else _stored_png(stored["path"])
         except _StoredImageError as exc:
-            _LOG.warning("review app: image %d of assignment %d: %s: %s", index, a.id, exc.path, exc.reason)
+            _LOG.warning("review app: image %d of assignment %d: %s: %s (images that moved: `cxrground review "
+                         "relink`)", index, a.id, exc.path, exc.reason)
             return JSONResponse({"error": {"type": exc.kind, "message": exc.message}}, status_code=exc.status)
         return Response(data, media_type="image/png", headers={"Cache-Control": "private, max-age=600"})
 

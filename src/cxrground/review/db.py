@@ -49,6 +49,7 @@ __all__ = [
     "Assignment",
     "Item",
     "Neighbours",
+    "QueueRow",
     "ReviewDB",
     "Snapshot",
     "User",
@@ -157,6 +158,26 @@ class Assignment:
     def done(self) -> bool:
         """True when every part of the item has a decision."""
         return all(p in self.decisions for p in self.item.parts)
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One assignment as a queue lists it: the item's labels and which parts are decided (no payload, no masks)."""
+
+    id: int
+    key: str
+    kind: str
+    lesion: str
+    item_type: str
+    user_name: str
+    position: int
+    parts: list[str]
+    decided: list[str]
+
+    @property
+    def done(self) -> bool:
+        """True when every part of the item has a decision."""
+        return set(self.parts) <= set(self.decided)
 
 
 @dataclass(frozen=True)
@@ -495,6 +516,21 @@ class ReviewDB:
         if user is None:
             return self._assignments("1 = 1", ())
         return self._assignments("a.user_id = ?", (user.id,))
+
+    def queue(self, user: User | None = None) -> list[QueueRow]:
+        """The assignments of ``user`` (every assignment when None) in queue order, as a queue lists them: one query
+        that reads no item payload or mask into Python."""
+        where, args = ("a.user_id = ?", (user.id,)) if user is not None else ("1 = 1", ())
+        with self.connect(write=False) as con:
+            rows = con.execute(
+                "SELECT a.id, a.position, u.name AS uname, i.key, i.kind, i.lesion, i.item_type, "
+                "json_extract(i.payload, '$.parts') AS parts, (SELECT group_concat(d.part, char(31)) FROM decisions d "
+                "WHERE d.assignment_id = a.id) AS decided FROM assignments a JOIN items i ON i.id = a.item_id "
+                f"JOIN users u ON u.id = a.user_id WHERE {where} ORDER BY a.user_id, a.position", args).fetchall()
+        return [QueueRow(r["id"], r["key"], r["kind"], r["lesion"], r["item_type"], r["uname"], r["position"],
+                         (json.loads(r["parts"]) if r["parts"] else []) or [ILS_PART],
+                         sorted(r["decided"].split("\x1f")) if r["decided"] else [])
+                for r in rows]
 
     def progress(self, user: User) -> tuple[int, int, int | None]:
         """``(done, total, next open assignment id)`` of ``user``'s queue, from two small queries."""
