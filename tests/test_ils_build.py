@@ -768,6 +768,10 @@ def _bucket_build_matches_local(fs, cmd: list[str], built: Path) -> dict[str, by
             assert fs.cat_file(f"ils-test/build/{name}") == data, name
     assert "# ILS dataset card" in fs.cat_file("ils-test/build/card.md").decode()
     assert not [p for p in fs.find("ils-test/build") if p.endswith(".running")]
+    from cxrground.ils.build import _stage_path
+    from cxrground.ils.units import unit_store
+
+    assert not _stage_path(unit_store(cmd[cmd.index("--out") + 1])).exists()  # the local stage is gone
     again = CliRunner().invoke(main, cmd)
     assert again.exit_code == 0 and f"(0 processed, {N_STUDIES} already done" in again.output, again.output
     assert fs.cat_file(f"ils-test/build/{DATASET_FILE}") == local[DATASET_FILE]

@@ -841,7 +841,8 @@ _STATE_FILES = ("settings.json", FITTED_FILE, str(Path(FITTED_FILE).with_suffix(
 
 def _stage_path(store: Store) -> Path:
     """Where the local folder of a build on object storage lies (:func:`_stage_for`): under the temporary directory,
-    in a folder of this user's own (another user's would not be writable on a shared node)."""
+    in a folder of this user's own (another user's would not be writable on a shared node); a finished build removes
+    it."""
     user = f"-{os.getuid()}" if hasattr(os, "getuid") else ""
     return Path(tempfile.gettempdir()) / f"cxrground-ils-stage{user}" / sha256_json(store.url())[:16]
 
@@ -1065,6 +1066,8 @@ def build_dataset(
     result = assemble(dest, tasks, config, spec, scan_failures, backend_provenance(run_spec),
                       Path(truth_cohort) if truth_cohort is not None else None, view_table, split, index.changed,
                       survey.fitted, progress)
+    if remote is not None:  # every state file is in the store now; a run cut short keeps it, the next refills it
+        shutil.rmtree(out, ignore_errors=True)
     return BuildSummary(str(dest), processed, skipped, result["studies"], result["pairs"], result["failures"],
                         round(time.perf_counter() - started, 2), result["blind_choices"], result["pose_warnings"],
                         len(survey.changed), len(survey.predating), tuple(survey.predating[:NAMED_PREDATING]),
