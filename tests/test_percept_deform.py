@@ -311,3 +311,21 @@ def test_a_step_centre_that_contradicts_its_answer_fails_the_repeat():
     ok = Step(0, "contraction", 1, "a", [(33, 33), (37, 37)], shrunk, None, "optimal_component_0", [],
               [(33, 33), (37, 37)])
     assert centre_problem([ok], [comp0, comp1]) is None
+
+
+@pytest.mark.parametrize("operation", [EXPANSION, CONTRACTION])
+def test_points_keep_their_whole_disc_on_the_film(operation):
+    """A mask that runs off the bottom and right edges gets points only where the whole point disc (radius plus
+    half the ring) is drawn on the film."""
+    mask = disc(SHAPE, 236, 236, 60)
+    margin = SCALE.point_margin
+    assert margin == 5  # 15 px disc + 1 px of ring @1024, at 256
+    near = 0
+    for seed in range(30):
+        ap = sample_anatomy(mask, np.ones(SHAPE, bool), operation, 2, np.random.default_rng(seed), SCALE, CFG)
+        if ap is None:
+            continue
+        for x, y in ap.points:
+            assert margin <= x <= SHAPE[1] - 1 - margin and margin <= y <= SHAPE[0] - 1 - margin
+            near += max(x, y) >= SHAPE[0] - 1 - 2 * margin
+    assert near  # the contour does reach the border band: the margin is what keeps the points off it

@@ -205,3 +205,22 @@ def test_revision_options_that_would_look_the_same_are_not_distractors():
         assert not {("whole",), ("whole_nudged",)} <= set(chosen), chosen
         rendered = [m for _, _, m in opts.options] + [masks["shown"]]
         assert all(mask_iou(a, b) < CFG.option_max_iou for i, a in enumerate(rendered) for b in rendered[:i])
+
+
+@pytest.mark.parametrize("operation", [EXPANSION, CONTRACTION])
+def test_fake_points_keep_their_whole_disc_on_the_film(operation):
+    """Distractor points, contour and fallback alike, keep the point-disc margin from every border."""
+    margin = SCALE.point_margin
+    mask = disc(236, 128, 60)  # runs off the right edge
+    for seed in range(20):
+        pts = fake_point_pass(mask, operation, np.ones(SHAPE, bool), (236, 128), [], 2, np.random.default_rng(seed),
+                              SCALE, CFG)
+        assert pts
+        for x, y in pts:
+            assert margin <= x <= SHAPE[1] - 1 - margin and margin <= y <= SHAPE[0] - 1 - margin
+    region = np.zeros(SHAPE, dtype=bool)
+    region[:, -8:] = True  # only a strip along the right edge: the fallback may use its inner pixels only
+    for seed in range(10):
+        pts = fake_point_pass(disc(128, 128, 10), EXPANSION, region, (200, 128), [], 2,
+                              np.random.default_rng(seed), SCALE, CFG)
+        assert pts and all(x <= SHAPE[1] - 1 - margin for x, _ in pts)

@@ -10,13 +10,15 @@ Choices where the spec is silent are documented on the fields (``choice:``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cxrground.anatomy.scale import scale_area, scale_kernel, scale_length
+from cxrground.vocab.percept_templates import POINT_RADIUS_AT_1024, POINT_RING_WIDTH
 from cxrground.vocab.traits import traits
 
-__all__ = ["DeformConfig", "ScaledDeform"]
+__all__ = ["DeformConfig", "ScaledDeform", "point_margin"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,9 @@ class ScaledDeform:
     fake_fallback_max: float
     gt_point_min_dist: float
     default_kernel: int
+    point_margin: int = 0
+    """Distance in px every drawn point (GT and distractor) keeps from the film's border: the §10.1 disc radius plus
+    half its white ring, rounded up, so that its whole disc is drawn on the film."""
 
     @property
     def kernel_radius(self) -> float:
@@ -128,4 +133,14 @@ class DeformConfig:
             fake_fallback_max=scale_length(self.fake_fallback_max, side),
             gt_point_min_dist=scale_length(self.gt_point_min_dist, side),
             default_kernel=scale_kernel(self.default_kernel, side),
+            point_margin=point_margin(side),
         )
+
+
+def point_margin(longest_side: int) -> int:
+    """Pixels a point disc of §10.1 (radius ``15·s`` plus half of its ``2·s`` ring, ring ≥ 1 px) reaches from its
+    centre on a film whose longest side is ``longest_side``, rounded up: a point centre at least this far inside
+    the film is drawn whole."""
+    radius = scale_length(POINT_RADIUS_AT_1024, longest_side)
+    ring = max(1.0, scale_length(POINT_RING_WIDTH, longest_side))
+    return math.ceil(radius + ring / 2)

@@ -6,7 +6,8 @@ Choices where the spec is silent:
   ``depth × iterations`` iterations of the 32 px ellipse (@1024); try 0 uses the lesion depth and 1 iteration,
   the 1st retry depth + 1, each later retry one more iteration per depth. The fallback draws region pixels
   100-300 px from the centre and ≥ 100 px from the centre, the pass's points and the opposite sequence points.
-  For cardiomegaly the region is the whole image. Pooling reads every step's expansion fakes, then every
+  For cardiomegaly the region is the whole image. Every point keeps the disc margin from the film's border
+  (:func:`~cxrground.percept.deform.sampling.inside_film`). Pooling reads every step's expansion fakes, then every
   step's contraction fakes (step order).
 * §9.2 the region is the lung union (whole image when empty); "real points of the component so far" are the
   points accumulated by the step; "earlier fakes" are the fake-mask points of the component's earlier
@@ -35,6 +36,7 @@ from cxrground.percept.deform.sampling import (
     CONTRACTION,
     EXPANSION,
     contour_pixels,
+    inside_film,
     min_distance,
     sample_anatomy,
 )
@@ -109,7 +111,7 @@ def fake_point_pass(
         d = depth + (1 if t >= 1 else 0)
         per_depth = 1 + max(0, t - 1)
         xs, ys = contour_pixels(mask, operation, d * per_depth, scale)
-        inside = region[ys, xs]
+        inside = region[ys, xs] & inside_film(xs, ys, mask.shape, scale.point_margin)
         xs, ys = xs[inside], ys[inside]
         ok = _far(xs, ys, blocked, dist)
         got = _pick_spread(xs[ok], ys[ok], config.fake_points_per_pass, dist, rng)
@@ -119,7 +121,8 @@ def fake_point_pass(
             return best
     ys, xs = np.nonzero(region)
     r = np.hypot(xs - center[0], ys - center[1])
-    ok = (r >= dist) & (r <= scale.fake_fallback_max) & _far(xs, ys, blocked + best, dist)
+    ok = (inside_film(xs, ys, region.shape, scale.point_margin) & (r >= dist) & (r <= scale.fake_fallback_max)
+          & _far(xs, ys, blocked + best, dist))
     xs, ys = xs[ok], ys[ok]
     while len(best) < config.fake_points_min and xs.size:
         j = int(rng.integers(xs.size))

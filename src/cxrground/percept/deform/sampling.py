@@ -9,6 +9,8 @@ Choices where the spec is silent:
 * §7.2 the widths are drawn anew on every try; depth ``ℓ ≥ 2`` generalises the depth-2 rule: ``w_ℓ`` is uniform
   in ``[2, w_{ℓ−1} − 1]`` (2 when ``w_{ℓ−1} = 2``), ``w_ℓ`` of the level-``ℓ−1`` points are drawn and each
   takes the nearest unused level-``ℓ`` candidate. Distance ties go to the first candidate in raster order.
+* Every point keeps ``point_margin`` px (the §10.1 disc radius plus half its ring, scaled) from the film's border
+  (:func:`inside_film`), so that its whole disc is drawn: a mask reaching the border gets no point there.
 * Contours are :func:`~cxrground.percept.refine.external_contour` of the mask dilated (eroded) by
   ``iterations × kernel/2`` px (iterated ellipse = one disc of the summed radius).
 """
@@ -37,6 +39,7 @@ __all__ = [
     "contour_at",
     "contour_pixels",
     "draw_widths",
+    "inside_film",
     "min_distance",
     "operation_for",
     "opposite",
@@ -171,6 +174,13 @@ def contour_pixels(
     return xs, ys
 
 
+def inside_film(xs: np.ndarray, ys: np.ndarray, shape: Sequence[int], margin: int) -> np.ndarray:
+    """Return, per pixel ``(xs[i], ys[i])``, whether it lies at least ``margin`` px inside a film of ``shape``
+    ``(H, W)``: a point disc drawn there stays whole on the film."""
+    h, w = int(shape[0]), int(shape[1])
+    return (xs >= margin) & (xs <= w - 1 - margin) & (ys >= margin) & (ys <= h - 1 - margin)
+
+
 def candidate_pixels(
     xs: np.ndarray, ys: np.ndarray, region: np.ndarray, avoid: Sequence[Point], avoid_dist: float
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -223,7 +233,8 @@ def sample_levels(
     levels: list[list[Point]] = []
     for level, width in enumerate(widths, start=1):
         cx, cy = contour_pixels(mask, operation, iterations_per_depth * level, scale, cache)
-        xs, ys = candidate_pixels(cx, cy, region, avoid, avoid_dist)
+        whole = inside_film(cx, cy, mask.shape, scale.point_margin)
+        xs, ys = candidate_pixels(cx[whole], cy[whole], region, avoid, avoid_dist)
         if level == 1:
             first = _first_level(xs, ys, width, scale.point_spacing, rng)
             if first is None:
