@@ -85,13 +85,19 @@ from cxrground.percept.layout import (
 )
 from cxrground.percept.manifest import manifest_lines
 from cxrground.percept.options import BuildOptions
-from cxrground.percept.plans import PlanTask, anatomy_lookup, plan_case
+from cxrground.percept.plans import PLAN_STAGES, PlanTask, anatomy_lookup, plan_case
 from cxrground.percept.schema import BENCHMARK_FILE
 from cxrground.registry import Backend, check_portable
 from cxrground.vocab.lesions import LESIONS
 from cxrground.vocab.percept_templates import PATH_LESION_FREE, PATH_REVISION_FREE, PATH_REVISION_REQUIRED
+from cxrground.vocab.traits import traits
 
-__all__ = ["BuildOptions", "BuildSummary", "build_benchmark", "instruction_warnings"]
+__all__ = ["ESTIMATED_HEART", "BuildOptions", "BuildSummary", "build_benchmark", "instruction_warnings"]
+
+#: The drop reason of a cardiomegaly positive whose heart mask is an estimate (``heart_source`` ``estimate`` in
+#: the anatomy record) unless ``keep_estimated_hearts``: its mask would be shown as the "optimal" heart contour.
+ESTIMATED_HEART: Final[str] = ("heart mask is an estimate, not a segmented heart (keep such cases with "
+                               "--keep-estimated-hearts)")
 
 
 @dataclass(frozen=True)
@@ -520,10 +526,15 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
             else:
                 ref = str(ils_dir / MASK_DIR / c.seg_mask_path) if c.seg_mask_path else None
                 src = "dataset"
+            anatomy = anatomy_of(c)
+            if (anatomy is not None and anatomy.heart_source == "estimate" and not opts.keep_estimated_hearts
+                    and traits(lesion).percept.deform == "organ"):
+                drop(c, "anatomy", ESTIMATED_HEART)
+                continue
             accepted_pos[lesion].append(c)
             plan_tasks.append(PlanTask(c, case_folder(opts.seed, c.key_id), str(images_root / c.image_path), src,
-                                        ref, anatomy_of(c), opts.seed, opts.deformer, kwargs, opts.strict_negatives,
-                                        opts.cpa_either_side))
+                                        ref, anatomy, opts.seed, opts.deformer, kwargs, opts.strict_negatives,
+                                        opts.cpa_either_side, None if anatomy is not None else anatomy_of.missing(c)))
     recorded = (work / FILMS_LEDGER).is_file() or not any((work / "plans").glob("*.json"))
     if recorded:  # from here on the ledger is kept (even before a film could be read)
         (work / FILMS_LEDGER).parent.mkdir(parents=True, exist_ok=True)
@@ -544,7 +555,7 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
             if u["status"] == "ok":
                 ok.append(c)
             else:
-                drop(c, "deformation", u["reason"])
+                drop(c, u["stage"] if u.get("stage") in PLAN_STAGES else "deformation", u["reason"])
                 if u.get("path"):
                     failures[-1]["path"] = u["path"]
         rf, rr = split_rf_rr(ok, opts.rf_ratio_of(lesion))
@@ -606,7 +617,8 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
     atomic_write_text(out / CARD_FILE, render_card(opts, achieved, dropped, review, ious,
                                                    max(covers) if covers else None, mask_source, split_of,
                                                    pool_sizes, taken, sampled, hearts,
-                                                   [tuple(e["image_size"]) for e in bench.values()]))
+                                                   [tuple(e["image_size"]) for e in bench.values()],
+                                                   bench.values()))
     films = {t.cand.image_path: state.sha256 for t in [*plan_tasks, *case_tasks]
              if (state := ledger.get(t.cand.image_path)) is not None}
     atomic_write_text(out / BUILD_SETTINGS_FILE, stable_json({**settings, "films": dict(sorted(films.items()))}))

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from cxrground.percept.cases import SAMPLE_PATHS, TASKS, Review, count_arithmetic
 from cxrground.percept.options import BuildOptions
-from cxrground.percept.plans import REFINEMENT_BACKEND
+from cxrground.percept.plans import LUNG_EDGE_MAX, REFINEMENT_BACKEND
 from cxrground.vocab.lesions import ABBREVIATIONS, CURATION_ORDER, LESIONS
-from cxrground.vocab.percept_templates import PATH_ABBREVIATIONS
+from cxrground.vocab.percept_templates import PATH_ABBREVIATIONS, PATH_REVISION_REQUIRED
 
-__all__ = ["render_card"]
+__all__ = ["answer_balance", "answer_lines", "render_card"]
 
 
 def _arith_table(per_lesion: Sequence[int]) -> list[str]:
@@ -60,12 +62,13 @@ def render_card(opts: BuildOptions, achieved: Mapping[str, Mapping[str, int]], d
                 split_of: Mapping[str, int], pools: Mapping[str, Mapping[str, int]],
                 taken: Mapping[str, Mapping[str, int]] | None = None,
                 sampled: Mapping[str, Mapping[str, int]] | None = None,
-                hearts: Mapping[str, int] | None = None, sizes: Sequence[Sequence[int]] = ()) -> str:
+                hearts: Mapping[str, int] | None = None, sizes: Sequence[Sequence[int]] = (),
+                cases: Iterable[Mapping[str, Any]] = ()) -> str:
     """The benchmark card: requested and achieved counts (§1.4) and why any fell short, provenance, review, IoU,
     distractors, drops. ``pools``: eligible candidates per lesion and path; ``taken``: those of them left out
     because another case had their CXR; ``sampled``: cases sampled (before any was dropped while rendering);
     ``hearts``: the sampled positive cases by where their heart mask comes from; ``sizes``: the cases' image sizes
-    ``[H, W]``."""
+    ``[H, W]``; ``cases``: the ``chexpercept.json`` entries, whose answers the card tallies (:func:`answer_lines`)."""
     table = count_arithmetic(achieved)
     req = dict(zip(SAMPLE_PATHS, opts.per_lesion, strict=True))
     lines = ["# CheXpercept benchmark card", "",
@@ -93,6 +96,7 @@ def render_card(opts: BuildOptions, achieved: Mapping[str, Mapping[str, int]], d
                          + " | ".join(f"{one[t]:,}" for t in TASKS) + " |")
     lines += ["", "| task | count (achieved) |", "|---|---|", *(f"| {t} | {n:,} |" for t, n in table.tasks.items())]
     lines += shortfall_lines(req, achieved, pools, taken or {}, sampled or {})
+    lines += answer_lines(cases)
     iou_text = ("no positive case" if not ious else
                 f"mean {statistics.fmean(ious):.3f}, median {statistics.median(ious):.3f}, "
                 f"min {min(ious):.3f}, max {max(ious):.3f} over {len(ious)} positive cases")
@@ -148,11 +152,88 @@ def render_card(opts: BuildOptions, achieved: Mapping[str, Mapping[str, int]], d
     return "\n".join(lines)
 
 
+#: The card's question types, in asking order: (name, where the question is in a case entry, multi-select).
+_QUESTIONS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
+    ("detection", ("detection_qa",), False),
+    ("contour evaluation", ("contour_qa", "contour_eval_qa"), False),
+    ("expansion", ("contour_qa", "contour_revision_qa_expansion"), True),
+    ("contraction", ("contour_qa", "contour_revision_qa_contraction"), True),
+    ("revision result", ("contour_qa", "contour_revision_qa_revision_result"), False),
+    ("distribution", ("attribute_extraction_qa", "distribution"), False),
+    ("location", ("attribute_extraction_qa", "location"), True),
+    ("severity", ("attribute_extraction_qa", "severity/measurement"), False),
+    ("comparison", ("attribute_extraction_qa", "comparison"), False),
+)
+_STAGE3 = frozenset({"expansion", "contraction", "revision result"})
+
+
+def _question(case: Mapping[str, Any], keys: Sequence[str]) -> Mapping[str, Any] | None:
+    q: Any = case
+    for key in keys:
+        q = q.get(key) if isinstance(q, Mapping) else None
+    return q if isinstance(q, Mapping) else None
+
+
+def answer_balance(cases: Iterable[Mapping[str, Any]]) -> dict[str, tuple[Counter, Counter]]:
+    """Per question type asked in ``cases`` (``chexpercept.json`` entries; Stage 3 on RR cases only, as asked):
+    how often each option is a correct one (``None`` for the None option of a multi-select question) and how often
+    each whole answer is the answer (the answer as text: ``2``, ``1,3``, ``None``)."""
+    out: dict[str, tuple[Counter, Counter]] = {}
+    for case in cases:
+        for name, keys, multi in _QUESTIONS:
+            if name in _STAGE3 and case.get("qa_path") != PATH_REVISION_REQUIRED:
+                continue
+            q = _question(case, keys)
+            if q is None or q.get("answer_index") is None:
+                continue
+            gt = q["answer_index"] if isinstance(q["answer_index"], list) else [q["answer_index"]]
+            n_options = len(q.get("answer_options") or ())
+            labels = ["None" if multi and i == n_options else str(i) for i in sorted(gt)]
+            options, answers = out.setdefault(name, (Counter(), Counter()))
+            options.update(labels)
+            answers[",".join(labels)] += 1
+    return out
+
+
+def _option_order(item: tuple[str, int]) -> tuple[bool, int]:
+    """Options by index, the None option last."""
+    return item[0] == "None", int(item[0]) if item[0].isdigit() else 0
+
+
+def answer_lines(cases: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The card's "Answer balance" section: per question type the correct options' histogram and the share of the
+    commonest answer (what always giving it scores); nothing without cases."""
+    balance = answer_balance(cases)
+    if not balance:
+        return []
+    lines = ["", "### Answer balance", "",
+             "Correct option per question type (`index: items`; a multi-select item counts once per correct option, "
+             "`None`: its None option) and the commonest whole answer with its share, which a model that always "
+             "gives it scores; `percept score` reports these baselines per path (§16).", "",
+             "| question | items | correct options | commonest answer | share |", "|---|---|---|---|---|"]
+    for name, _keys, _multi in _QUESTIONS:
+        if name not in balance:
+            continue
+        options, answers = balance[name]
+        n = sum(answers.values())
+        hist = ", ".join(f"{k}: {v}" for k, v in sorted(options.items(), key=_option_order))
+        top, count = sorted(answers.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+        lines.append(f"| {name} | {n:,} | {hist} | {top} | {count / n:.0%} |")
+    return lines
+
+
 #: What the cause at the end of a drop reason of the card says about the candidate.
 DROP_MEANINGS: dict[str, str] = {
     "no overlapping anatomy": "a component of the candidate mask overlaps no lung region or heart the geometry "
                               "reads, so it cannot be deformed towards one; usually a mask lying outside the lungs "
                               "(on the mediastinum, the abdomen, devices or outside the body): worth a look",
+    "lung mask reaches the film edge": f"the lung mask runs into the border band of the film's bottom or side edge "
+                                       f"along more than {LUNG_EDGE_MAX:.0%} of it (a lung running into the "
+                                       "abdomen, or a film cropped through the lungs): its zones and points cannot "
+                                       "be trusted",
+    "heart mask is an estimate": "the study's heart mask is an outline fitted to the lungs, not a segmented heart "
+                                 "(the built-in U-Net's); a cardiomegaly case would show it as the optimal heart "
+                                 "contour (--keep-estimated-hearts keeps them)",
 }
 
 

@@ -9,7 +9,7 @@ masks, deformation record, points and mask options) plus the attribute QAs; it i
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -26,10 +26,16 @@ from cxrground.percept.cases import Candidate, seeded_rng
 from cxrground.percept.layout import stable_json
 
 __all__ = [
+    "LUNG_EDGE_BAND",
+    "LUNG_EDGE_MAX",
+    "PLAN_STAGES",
     "REFINEMENT_BACKEND",
+    "AnatomyLookup",
     "AnatomySource",
+    "MissingAnatomy",
     "PlanTask",
     "anatomy_lookup",
+    "lung_edge_problem",
     "make_plan",
     "plan_case",
     "plan_unit",
@@ -111,6 +117,11 @@ def _load_anatomy_file(path: Path) -> dict[str, AnatomySource]:
     return out
 
 
+def _dir_keys(c: Candidate) -> list[str]:
+    """The names a folder of anatomy masks is searched by, in order: study, dicom_id, image stem (each once)."""
+    return list(dict.fromkeys([c.study, c.dicom_id, Path(c.image_path).stem]))
+
+
 def _anatomy_from_dir(folder: Path, keys: Sequence[str]) -> AnatomySource | None:
     for key in keys:
         right, left = folder / f"{key}_right_lung.png", folder / f"{key}_left_lung.png"
@@ -121,6 +132,48 @@ def _anatomy_from_dir(folder: Path, keys: Sequence[str]) -> AnatomySource | None
     return None
 
 
+@dataclass(frozen=True)
+class MissingAnatomy:
+    """Why a study has no lung masks: ``reason`` names the file(s) looked for and the missing side, ``path`` the
+    file (or folder) at fault."""
+
+    reason: str
+    path: str
+
+
+def _missing_in_dir(folder: Path, keys: Sequence[str], study: str) -> MissingAnatomy:
+    for key in keys:  # a study with one lung of a pair: name the missing side and its file
+        right, left = folder / f"{key}_right_lung.png", folder / f"{key}_left_lung.png"
+        if right.is_file() != left.is_file():
+            gone, there = (left, right) if right.is_file() else (right, left)
+            side = "left" if gone is left else "right"
+            return MissingAnatomy(f"no {side} lung mask for study {study}: {gone} is missing (its other lung "
+                                  f"{there.name} is there)", str(gone))
+    tried = ", ".join(f"{key}_right_lung.png / {key}_left_lung.png" for key in keys)
+    return MissingAnatomy(f"no lung masks for study {study} in {folder}: tried {tried}", str(folder))
+
+
+class AnatomyLookup:
+    """Study → lung/heart masks (:class:`AnatomySource`, None when there are none) of a folder of PNGs or an
+    ``anatomy.jsonl`` file; :meth:`missing` says why a study has none."""
+
+    def __init__(self, source: Path) -> None:
+        self.source = source
+        self._table = None if source.is_dir() else _load_anatomy_file(source)
+
+    def __call__(self, c: Candidate) -> AnatomySource | None:
+        if self._table is None:
+            return _anatomy_from_dir(self.source, _dir_keys(c))
+        return self._table.get(c.study) or self._table.get(c.dicom_id)
+
+    def missing(self, c: Candidate) -> MissingAnatomy:
+        """Why ``c``'s study has no masks here: the files tried and the missing side, or the record not found."""
+        if self._table is None:
+            return _missing_in_dir(self.source, _dir_keys(c), c.study)
+        return MissingAnatomy(f"no anatomy record for study {c.study} (nor for dicom_id {c.dicom_id}) in "
+                              f"{self.source}", str(self.source))
+
+
 def _mask(ref: dict | str | None, shape: tuple[int, int]) -> np.ndarray | None:
     if ref is None:
         return None
@@ -129,7 +182,7 @@ def _mask(ref: dict | str | None, shape: tuple[int, int]) -> np.ndarray | None:
     return decode_rle(ref, shape)
 
 
-def anatomy_lookup(anatomy: str | None, ils_dir: Path) -> Callable[[Candidate], AnatomySource | None]:
+def anatomy_lookup(anatomy: str | None, ils_dir: Path) -> AnatomyLookup:
     """Study → masks from ``anatomy`` (a folder of ``{key}_right_lung.png`` ... or a JSONL file), default the
     ILS dataset's ``anatomy.jsonl``."""
     source = Path(anatomy) if anatomy else ils_dir / "anatomy.jsonl"
@@ -137,10 +190,30 @@ def anatomy_lookup(anatomy: str | None, ils_dir: Path) -> Callable[[Candidate], 
         raise InputError("the ILS dataset has no anatomy.jsonl (an export made before it was copied, or a downloaded "
                          "MIMIC-ILS): pass --anatomy, e.g. the anatomy.jsonl of the dataset `ils build` wrote",
                          source)
-    if source.is_dir():
-        return lambda c: _anatomy_from_dir(source, [c.study, c.dicom_id, Path(c.image_path).stem])
-    table = _load_anatomy_file(source)
-    return lambda c: table.get(c.study) or table.get(c.dicom_id)
+    return AnatomyLookup(source)
+
+
+#: Width of the border band a lung mask is looked for in, as a share of the film's longest side (at least 1 px).
+LUNG_EDGE_BAND: Final[float] = 0.01
+#: A lung mask that reaches into the band of the bottom, left or right edge along more than this share of that
+#: edge is not trusted (a lung running into the abdomen or off a cropped film); the top edge is not checked.
+LUNG_EDGE_MAX: Final[float] = 0.05
+
+
+def lung_edge_problem(lungs: np.ndarray) -> str | None:
+    """Why the lung mask ``lungs`` (both lungs, the film's size) cannot be trusted because it reaches the film's
+    bottom, left or right edge along more than :data:`LUNG_EDGE_MAX` of it (within :data:`LUNG_EDGE_BAND` of the
+    border), or None."""
+    h, w = lungs.shape
+    band = max(1, round(LUNG_EDGE_BAND * max(h, w)))
+    shares = {"bottom": float(lungs[h - band:, :].any(axis=0).mean()),
+              "left": float(lungs[:, :band].any(axis=1).mean()),
+              "right": float(lungs[:, w - band:].any(axis=1).mean())}
+    over = [f"{edge} edge along {share:.0%} of it" for edge, share in shares.items() if share > LUNG_EDGE_MAX]
+    if not over:
+        return None
+    return (f"lung mask reaches the film edge ({'; '.join(over)}, within {band} px; more than "
+            f"{LUNG_EDGE_MAX:.0%} is not trusted)")
 
 
 @dataclass(frozen=True)
@@ -158,6 +231,7 @@ class PlanTask:
     deformer_kwargs: dict[str, Any]
     strict_negatives: bool
     cpa_either_side: bool = False  # §19.8: the reference's either-side CPA rule (DeformConfig.cpa_same_side=False)
+    anatomy_missing: MissingAnatomy | None = None  # why ``anatomy`` is None (the files looked for)
 
 
 def _read_candidate(task: PlanTask, shape: tuple[int, int]) -> np.ndarray:
@@ -204,8 +278,19 @@ def plan_unit(plan: Any, candidate: np.ndarray) -> dict[str, Any]:
     }
 
 
+#: The stages a plan unit fails at (``stage`` of its failure record and of the card's drop reasons).
+PLAN_STAGES: Final[tuple[str, ...]] = ("images", "anatomy", "deformation")
+
+
+def _failed(reason: str, stage: str, path: str | None = None) -> dict[str, Any]:
+    """A failed plan unit: ``stage`` one of :data:`PLAN_STAGES`, ``path`` the file at fault when known."""
+    return {"status": "failed", "reason": reason, "stage": stage, **({"path": path} if path else {})}
+
+
 def make_plan(task: PlanTask) -> dict[str, Any]:
-    """The plan unit of one positive, or ``{"status": "failed", "reason", "stage"}`` when it cannot be planned."""
+    """The plan unit of one positive, or ``{"status": "failed", "reason", "stage"[, "path"]}`` when it cannot be
+    planned: ``stage`` is ``images`` (the film cannot be read), ``anatomy`` (no usable lung masks: missing, of
+    another size, or reaching the film edge, :func:`lung_edge_problem`) or ``deformation`` (§6-§9)."""
     from cxrground.anatomy.overlap import ComponentOverlap
     from cxrground.percept.config import DeformConfig
     from cxrground.percept.deform.base import CheckedDeformer
@@ -214,9 +299,15 @@ def make_plan(task: PlanTask) -> dict[str, Any]:
 
     try:
         image = read_image(task.image).pixels
-        shape = (int(image.shape[0]), int(image.shape[1]))
+    except InputError as exc:
+        return _failed(exc.reason, "images", exc.path)
+    shape = (int(image.shape[0]), int(image.shape[1]))
+    try:
         if task.anatomy is None:
-            raise InputError(f"no anatomy masks for study {task.cand.study}")
+            missing = task.anatomy_missing
+            if missing is None:
+                raise InputError(f"no anatomy masks for study {task.cand.study}")
+            raise InputError(missing.reason, missing.path)
         if task.anatomy.shape is not None and task.anatomy.shape != shape:
             raise InputError(f"anatomy size {task.anatomy.shape} differs from the image size {shape}", task.image)
         right, left = _mask(task.anatomy.right, shape), _mask(task.anatomy.left, shape)
@@ -225,6 +316,12 @@ def make_plan(task: PlanTask) -> dict[str, Any]:
         lungs = LungSources(right=right & rc if rc is not None else right, left=left & lc if lc is not None else left,
                             right_chex=right, left_chex=left, right_cxas=rc if rc is not None else right,
                             left_cxas=lc if lc is not None else left, heart=_mask(task.anatomy.heart, shape))
+        edge = lung_edge_problem(lungs.right | lungs.left)
+        if edge is not None:
+            raise InputError(edge)
+    except InputError as exc:
+        return _failed(exc.reason, "anatomy", exc.path)
+    try:
         candidate = _read_candidate(task, shape)
         deformer = CheckedDeformer(get_deformer(task.deformer, **task.deformer_kwargs))
         plan = plan_revision(image, task.cand.lesion, candidate, lungs, deformer,
@@ -234,8 +331,7 @@ def make_plan(task: PlanTask) -> dict[str, Any]:
             raise RevisionFailure("deformation failed: no deformation step was made")
     except (InputError, RevisionFailure, BackendError) as exc:
         reason = getattr(exc, "reason", None) or str(exc)
-        named = {"path": exc.path} if getattr(exc, "path", None) else {}  # the file at fault, when known
-        return {"status": "failed", "reason": str(reason), "stage": type(exc).__name__, **named}
+        return _failed(str(reason), "deformation", getattr(exc, "path", None))
     unit = plan_unit(plan, candidate)
     records = [ComponentOverlap.from_dict(o) for o in unit["overlaps"]]
     attrs = attribute_qas(records, task.cand.lesion, seeded_rng(task.seed, task.cand.key_id, "attributes"),
