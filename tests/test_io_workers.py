@@ -62,6 +62,19 @@ if __name__ == "__main__":
     time.sleep(60)
 """
 
+_SLOW_START_PARENT = """
+import os, sys, time
+from cxrground.io.workers import worker_pool
+
+if __name__ == "__mp_main__":  # a worker importing this: still starting when its parent is killed
+    time.sleep(3)
+if __name__ == "__main__":
+    pool = worker_pool(2, context="spawn")
+    busy = [pool.submit(time.sleep, 60) for _ in range(2)]
+    print(*pool._processes, flush=True)
+    time.sleep(60)
+"""
+
 _WATCHED_PARENT = """
 import subprocess, sys, time
 code = ("import os, time; from cxrground.io.workers import exit_with_parent; "
@@ -88,9 +101,10 @@ def _running(pid: int) -> bool:
         return True
 
 
-def _kill_parent_and_wait(script: str, tmp_path, *args: str, within: float = 8.0) -> list[int]:
+def _kill_parent_and_wait(script: str, tmp_path, *args: str, within: float = 8.0, reap: bool = True) -> list[int]:
     """Run ``script`` as a parent process, read the pids it prints, kill -9 it and return the pids still running
-    after ``within`` seconds (polled)."""
+    after ``within`` seconds (polled); ``reap=False`` leaves the killed parent a zombie meanwhile (as an init that
+    does not reap does)."""
     path = tmp_path / "parent.py"
     path.write_text(script, encoding="utf-8")
     src = str(Path(__file__).resolve().parents[1] / "src")
@@ -101,19 +115,26 @@ def _kill_parent_and_wait(script: str, tmp_path, *args: str, within: float = 8.0
         assert pids and all(_running(p) for p in pids)
     finally:
         os.kill(parent.pid, signal.SIGKILL)
-        parent.wait(timeout=10)
+        if reap:
+            parent.wait(timeout=10)
     deadline = time.monotonic() + within
     while time.monotonic() < deadline and any(_running(p) for p in pids):
         time.sleep(0.1)
     left = [p for p in pids if _running(p)]
     for p in left:  # do not leave them behind when the test fails
         os.kill(p, signal.SIGKILL)
+    parent.wait(timeout=10)
     return left
 
 
 def test_pool_workers_end_when_their_parent_is_killed(tmp_path) -> None:
     for context in ("spawn", "default"):
         assert _kill_parent_and_wait(_POOL_PARENT, tmp_path, context) == [], context
+
+
+def test_workers_still_starting_when_their_parent_is_killed_end_too(tmp_path) -> None:
+    """The parent dies (and stays an unreaped zombie) before the workers' set-up runs: they end once it runs."""
+    assert _kill_parent_and_wait(_SLOW_START_PARENT, tmp_path, within=10.0, reap=False) == []
 
 
 def test_the_watch_thread_ends_a_child_without_pdeathsig(tmp_path) -> None:

@@ -35,6 +35,14 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):  # no /proc: ask the process itself
+        pass
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -55,24 +63,24 @@ def _set_pdeathsig() -> bool:
         return False
 
 
-def _watch_parent(parent: int) -> None:
+def _watch_parent(parent: int, creator: int) -> None:
     while True:
         time.sleep(PARENT_POLL_S)
-        if os.getppid() != parent:  # re-parented: the parent is gone
+        if os.getppid() != parent or not _alive(creator):  # re-parented, or the process behind a fork server died
             os._exit(1)
 
 
 def exit_with_parent(creator: int, pdeathsig: bool = True) -> None:
     """Make this process end when its parent ends: SIGKILL from the kernel on Linux (``pdeathsig``), and a daemon
-    thread that exits the process once its parent changed (every :data:`PARENT_POLL_S` s). ``creator``: the pid of
-    the process that asked for this one (the parent, or for a fork server's child the process behind it); the
-    process exits at once when it is already gone."""
+    thread that exits the process once its parent changed or ``creator`` ended (every :data:`PARENT_POLL_S` s).
+    ``creator``: the pid of the process that asked for this one (the parent, or for a fork server's child the
+    process behind it); the process exits at once when that one is already gone (killed while this one started)."""
     parent = os.getppid()
     if pdeathsig:
         _set_pdeathsig()
     if not _alive(creator) or os.getppid() != parent:  # the parent died before the above took effect
         os._exit(1)
-    threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="cxrground-parent-watch").start()
+    threading.Thread(target=_watch_parent, args=(parent, creator), daemon=True, name="cxrground-parent-watch").start()
 
 
 def _set_up_worker(creator: int, initializer: Callable[..., object] | None, initargs: tuple[Any, ...]) -> None:
