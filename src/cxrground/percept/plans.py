@@ -209,7 +209,7 @@ def lung_edge_problem(lungs: np.ndarray) -> str | None:
     shares = {"bottom": float(lungs[h - band:, :].any(axis=0).mean()),
               "left": float(lungs[:, :band].any(axis=1).mean()),
               "right": float(lungs[:, w - band:].any(axis=1).mean())}
-    over = [f"{edge} edge along {share:.0%} of it" for edge, share in shares.items() if share > LUNG_EDGE_MAX]
+    over = [f"{edge} edge along {share:.1%} of it" for edge, share in shares.items() if share > LUNG_EDGE_MAX]
     if not over:
         return None
     return (f"lung mask reaches the film edge ({'; '.join(over)}, within {band} px; more than "
