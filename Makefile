@@ -60,7 +60,7 @@ demo: $(STAMP)
 	  --split test --seg-mode free --bootstrap 200 --out $(DEMO_OUT)/baseline/eval_test.json \
 	  | sed -n '/^## Segmentation/,/^### Per lesion/{/^### Per lesion/!p};/^## Text/,/^### Text accuracy per/{/^### Text/!p}'
 	$(BIN)/cxrground percept build --ils $(DEMO_OUT)/ils --images $(DEMO_OUT)/cohort/files --out $(DEMO_OUT)/percept \
-	  --per-lesion 2,2,2 --split all --seed 0 --overwrite --keep-estimated-hearts  # the U-Net's hearts are estimates
+	  --per-lesion 2,2,2 --split all --seed 0 --overwrite
 	$(BIN)/cxrground percept validate $(DEMO_OUT)/percept
 	$(BIN)/cxrground percept gallery $(DEMO_OUT)/percept --out $(DEMO_OUT)/percept/gallery.html
 	rm -rf $(DEMO_OUT)/runs

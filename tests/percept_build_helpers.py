@@ -26,14 +26,12 @@ def synthetic_ils(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def synthetic_bench(tmp_path_factory) -> tuple[Path, BuildOptions]:
-    """(benchmark folder, options) of a (1, 1, 1) build over all splits (≤ 3 candidates per lesion), estimated
-    hearts kept."""
+    """(benchmark folder, options) of a (1, 1, 1) build over all splits (≤ 3 candidates per lesion)."""
     if "bench" not in _CACHE:
         ils, images = synthetic_ils(tmp_path_factory)
         out = tmp_path_factory.mktemp("bench") / "bench"
-        # the cohort's ILS hearts are the U-Net's estimates: kept, so that every lesion has its cases
         opts = BuildOptions(ils=str(ils), images=str(images), per_lesion=(1, 1, 1), max_candidates=3,
-                            splits=("train", "val", "test"), seed=3, keep_estimated_hearts=True)
+                            splits=("train", "val", "test"), seed=3)
         build_benchmark(opts, out, workers=2, progress=False, keep_work=True)
         _CACHE["bench"] = (out, opts)
     return _CACHE["bench"]  # type: ignore[return-value]

@@ -145,9 +145,9 @@ def synth_ils(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def test_estimated_hearts_and_unreadable_positive_films(synth_ils, tmp_path) -> None:
-    """By default a cardiomegaly positive whose heart is an estimate (the U-Net's, as in the synthetic cohort) is
-    dropped at stage ``anatomy`` and counted on the card; ``keep_estimated_hearts`` keeps them. A positive whose
-    film cannot be read is a failure of stage ``images``. The card shows the answer balance."""
+    """With ``drop_estimated_hearts`` a cardiomegaly positive whose heart is an estimate (the built-in anatomy's, as
+    in the synthetic cohort) is dropped at stage ``anatomy`` and counted on the card; by default they are kept. A
+    positive whose film cannot be read is a failure of stage ``images``. The card shows the answer balance."""
     ils, images = synth_ils
     records = [json.loads(x) for x in (ils / "anatomy.jsonl").read_text().splitlines()]
     assert {r["heart_source"] for r in records} == {"estimate"}
@@ -158,7 +158,7 @@ def test_estimated_hearts_and_unreadable_positive_films(synth_ils, tmp_path) -> 
     shutil.copytree(images, copy)
     (copy / positive["image_path"]).write_bytes(b"not an image at all")
     opts = BuildOptions(ils=str(ils), images=str(copy), per_lesion=(1, 1, 1), max_candidates=2,
-                        splits=("train", "val", "test"), seed=0)
+                        splits=("train", "val", "test"), seed=0, drop_estimated_hearts=True)
     summary = build_benchmark(opts, tmp_path / "b", progress=False)
     out = tmp_path / "b"
     assert validate_benchmark(out) == []
@@ -174,7 +174,7 @@ def test_estimated_hearts_and_unreadable_positive_films(synth_ils, tmp_path) -> 
     assert "*heart mask is an estimate*" in card and "### Answer balance" in card
     assert "| detection | " in card and summary.failures == len(failures)
 
-    build_benchmark(replace(opts, keep_estimated_hearts=True), tmp_path / "k", progress=False)
+    build_benchmark(replace(opts, drop_estimated_hearts=False), tmp_path / "k", progress=False)
     bench = json.loads((tmp_path / "k" / "chexpercept.json").read_text())
     assert [c for c in bench.values() if c["lesion"] == "cardiomegaly" and c["qa_path"] != "lesion_free"]
     assert ESTIMATED_HEART not in (tmp_path / "k" / "failures.jsonl").read_text()

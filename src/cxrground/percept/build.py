@@ -95,9 +95,8 @@ from cxrground.vocab.traits import traits
 __all__ = ["ESTIMATED_HEART", "BuildOptions", "BuildSummary", "build_benchmark", "instruction_warnings"]
 
 #: The drop reason of a cardiomegaly positive whose heart mask is an estimate (``heart_source`` ``estimate`` in
-#: the anatomy record) unless ``keep_estimated_hearts``: its mask would be shown as the "optimal" heart contour.
-ESTIMATED_HEART: Final[str] = ("heart mask is an estimate, not a segmented heart (keep such cases with "
-                               "--keep-estimated-hearts)")
+#: the anatomy record) with ``drop_estimated_hearts``: its mask would be shown as the "optimal" heart contour.
+ESTIMATED_HEART: Final[str] = "heart mask is an estimate, not a segmented heart (--drop-estimated-hearts)"
 
 
 @dataclass(frozen=True)
@@ -527,7 +526,7 @@ def build_benchmark(opts: BuildOptions, out_dir: str | Path, workers: int = 1, p
                 ref = str(ils_dir / MASK_DIR / c.seg_mask_path) if c.seg_mask_path else None
                 src = "dataset"
             anatomy = anatomy_of(c)
-            if (anatomy is not None and anatomy.heart_source == "estimate" and not opts.keep_estimated_hearts
+            if (anatomy is not None and anatomy.heart_source == "estimate" and opts.drop_estimated_hearts
                     and traits(lesion).percept.deform == "organ"):
                 drop(c, "anatomy", ESTIMATED_HEART)
                 continue

@@ -231,9 +231,9 @@ DROP_MEANINGS: dict[str, str] = {
                                        f"along more than {LUNG_EDGE_MAX:.0%} of it (a lung running into the "
                                        "abdomen, or a film cropped through the lungs): its zones and points cannot "
                                        "be trusted",
-    "heart mask is an estimate": "the study's heart mask is an outline fitted to the lungs, not a segmented heart "
-                                 "(the built-in U-Net's); a cardiomegaly case would show it as the optimal heart "
-                                 "contour (--keep-estimated-hearts keeps them)",
+    "heart mask is an estimate": "the study's heart mask is an outline fitted to the film and lungs, not a "
+                                 "segmented heart (the built-in anatomy's), and --drop-estimated-hearts keeps such "
+                                 "outlines from being shown as the optimal heart contour",
 }
 
 

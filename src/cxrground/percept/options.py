@@ -42,7 +42,7 @@ class BuildOptions:
     strict_negatives: bool = False
     cpa_either_side: bool = False  # §19.8: True = the reference's quirk (a lung-base zone takes either side's CPA)
     lf_any_film: bool = False  # True = the reference's LF candidates (any film with the global negative)
-    keep_estimated_hearts: bool = False  # True = cardiomegaly positives whose heart mask is an estimate are kept
+    drop_estimated_hearts: bool = False  # True = cardiomegaly positives whose heart mask is an estimate are dropped
 
     def settings_hash(self) -> str:
         """Hash of the settings that change the output (not paths of the output or worker counts). A setting
@@ -57,8 +57,8 @@ class BuildOptions:
             del settings["rf_ratios"]
         if self.lf_any_film:  # what builds made before the setting existed did
             del settings["lf_any_film"]
-        if self.keep_estimated_hearts:  # likewise
-            del settings["keep_estimated_hearts"]
+        if not self.drop_estimated_hearts:  # likewise
+            del settings["drop_estimated_hearts"]
         return sha256_json(settings)[:16]
 
     def rf_ratio_of(self, lesion: str) -> float:

@@ -105,11 +105,12 @@ class BuildRequest:
     lf_any_film: bool = option(False, help="Lesion-free (LF) cases of a lung-opacity lesion may use a film whose "
                                "report names another lung-opacity lesion (the reference's candidates; default: "
                                "they may not, e.g. no 'no pneumonia' case on a film with consolidation).")
-    keep_estimated_hearts: bool = option(False, help="Keep cardiomegaly positives whose heart mask is an estimate "
-                                         "(heart_source 'estimate' in the anatomy: fitted to the lungs, not "
-                                         "segmented; what the built-in U-Net gives). Default: they are dropped "
-                                         "and counted on the card, as their mask would be shown as the optimal "
-                                         "heart contour.")
+    drop_estimated_hearts: bool = option(False, help="Drop cardiomegaly positives whose heart mask is an estimate "
+                                         "(heart_source 'estimate' in the anatomy: an outline fitted to the film "
+                                         "and lungs, not a segmented heart; what the built-in anatomy gives), "
+                                         "counted on the card: with a segmented heart source, so that no estimate "
+                                         "is shown as the optimal heart contour. Default: kept, and the card "
+                                         "counts the heart sources.")
     cpa_either_side: bool = option(False, help="The reference's costophrenic-angle quirk (§19.8): a lung-base zone "
                                    "accepts the CPA of either side (default: its own side's only).")
     overwrite: bool = option(False, help="Delete the build in --out (finished or not) and build afresh; needed to "
@@ -135,7 +136,7 @@ class BuildRequest:
                             max_candidates=self.max_candidates, max_negatives=self.max_negatives,
                             exclude_positive_cxrs=self.exclude_positive_cxrs, strict_negatives=self.strict_negatives,
                             cpa_either_side=self.cpa_either_side, lf_any_film=self.lf_any_film,
-                            keep_estimated_hearts=self.keep_estimated_hearts)
+                            drop_estimated_hearts=self.drop_estimated_hearts)
 
 
 def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
