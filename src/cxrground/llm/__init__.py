@@ -8,8 +8,9 @@
   jitter, Retry-After), the only retry loop of the code base.
 - :mod:`.aio`: :func:`run_sync`, :func:`bounded_map` (N workers, input order kept) and :func:`bounded_each`
   (N workers over a lazy stream, nothing kept).
-- :mod:`.cache`: :class:`ResponseCache` (SQLite) and :func:`cache_key` (model identity, decoding settings,
-  sample index, exact messages); :mod:`.fingerprint`: :func:`model_fingerprint` of local model folders.
+- :mod:`.cache`: :class:`ResponseCache` (SQLite; a file that is not one, :class:`CacheError`) and
+  :func:`cache_key` (model identity, decoding settings, sample index, exact messages); :mod:`.fingerprint`:
+  :func:`model_fingerprint` of local model folders.
 
 Stage: after ``io``; imports only ``errors`` (and the standard library, httpx).
 """
@@ -17,8 +18,9 @@ Stage: after ``io``; imports only ``errors`` (and the standard library, httpx).
 from __future__ import annotations
 
 from cxrground.llm.aio import bounded_each, bounded_map, run_sync
-from cxrground.llm.cache import ResponseCache, cache_key
+from cxrground.llm.cache import CacheError, ResponseCache, cache_key
 from cxrground.llm.chat import (
+    MAX_RESPONSE_BYTES,
     REASONING_FIELDS,
     RESERVED_KEYS,
     ChatClient,
@@ -33,7 +35,9 @@ from cxrground.llm.errors import (
     ClientError,
     ConnectFailed,
     EndpointRefused,
+    NoAnswer,
     PermanentError,
+    TimedOut,
     TransientError,
     Unreachable,
 )
@@ -41,18 +45,22 @@ from cxrground.llm.fingerprint import model_fingerprint
 from cxrground.llm.retry import RETRY_STATUS, RetryPolicy, call_with_retries, is_retry_status, parse_retry_after
 
 __all__ = [
+    "MAX_RESPONSE_BYTES",
     "REASONING_FIELDS",
     "REFUSING_STATUSES",
     "RESERVED_KEYS",
     "RETRY_STATUS",
+    "CacheError",
     "ChatClient",
     "ClientError",
     "Completion",
     "ConnectFailed",
     "EndpointRefused",
+    "NoAnswer",
     "PermanentError",
     "ResponseCache",
     "RetryPolicy",
+    "TimedOut",
     "TransientError",
     "Unreachable",
     "bounded_each",

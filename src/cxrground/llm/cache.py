@@ -12,8 +12,11 @@
   second repeat never reuses the first one's answer, and a rerun reuses both.
 - ``context``: inputs that are not in the messages but shape the answer (the baselines' side channel).
 
-Only responses that parsed and validated are stored (a malformed answer is asked again next time). The file
-is created on first use; ``":memory:"`` (the default) keeps the cache for the life of the object. Several
+Only responses that parsed and validated are stored (a malformed answer is asked again next time; a caller that
+finds a stored row it cannot read treats it as a miss and stores the new answer over it). The file is created on
+first use; a file that is not a SQLite database, is damaged, or holds a ``responses`` table of another layout is a
+:class:`CacheError` naming it, raised when the cache is opened (before any request) or, for damage found later,
+on the read or write that meets it; ``":memory:"`` (the default) keeps the cache for the life of the object. Several
 processes may share one file (WAL mode; a writer waits up to 60 s for the lock).
 """
 
@@ -28,7 +31,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ResponseCache", "cache_key"]
+from cxrground.errors import BatchStopped
+
+__all__ = ["CacheError", "ResponseCache", "cache_key"]
+
+#: The columns of the ``responses`` table.
+_COLUMNS = ("key", "model", "request", "response", "created")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -62,6 +70,16 @@ def cache_key(
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+class CacheError(BatchStopped):
+    """The cache file cannot be used: not a SQLite database, damaged, or a ``responses`` table of another layout.
+    A :class:`~cxrground.errors.BatchStopped` (every request of a batch would meet it); the message names the file."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        super().__init__(f"--cache {path}: not a readable SQLite response cache ({problem}); give another file, or "
+                         "move this one away to start a new cache")
+
+
 class ResponseCache:
     """A key -> response-text store in one SQLite file (thread-safe; one connection guarded by a lock)."""
 
@@ -70,25 +88,47 @@ class ResponseCache:
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=60.0)
-        if self.path != ":memory:":
-            self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute(_SCHEMA)
+        try:
+            self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=60.0)
+        except sqlite3.Error as exc:
+            raise CacheError(self.path, str(exc)) from None
+        try:
+            if self.path != ":memory:":
+                self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute(_SCHEMA)
+            columns = tuple(row[1] for row in self._conn.execute("PRAGMA table_info(responses)"))
+            missing = [c for c in _COLUMNS if c not in columns]
+            if missing:
+                raise CacheError(self.path, f"its 'responses' table has the columns {', '.join(columns)}, without "
+                                            f"{', '.join(missing)}")
+            self._conn.execute("SELECT key, response FROM responses LIMIT 1").fetchall()
+        except sqlite3.Error as exc:
+            self._conn.close()
+            raise CacheError(self.path, str(exc)) from None
+        except CacheError:
+            self._conn.close()
+            raise
 
     def get(self, key: str) -> str | None:
         """The cached response text for ``key``, or None."""
-        with self._lock:
-            row = self._conn.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
+        try:
+            with self._lock:
+                row = self._conn.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
+        except sqlite3.Error as exc:
+            raise CacheError(self.path, str(exc)) from None
         return None if row is None else str(row[0])
 
     def put(self, key: str, model: str, request: Mapping[str, Any], response: str) -> None:
         """Store ``response`` under ``key`` (replacing an older entry); ``model`` and ``request`` are for reading."""
         blob = json.dumps(dict(request), sort_keys=True, ensure_ascii=False)
-        with self._lock:
-            self._conn.execute(
-                "INSERT OR REPLACE INTO responses (key, model, request, response, created) VALUES (?, ?, ?, ?, ?)",
-                (key, model, blob, response, time.time()),
-            )
+        try:
+            with self._lock:
+                self._conn.execute(
+                    "INSERT OR REPLACE INTO responses (key, model, request, response, created) VALUES (?, ?, ?, ?, ?)",
+                    (key, model, blob, response, time.time()),
+                )
+        except sqlite3.Error as exc:
+            raise CacheError(self.path, str(exc)) from None
 
     def __len__(self) -> int:
         with self._lock:

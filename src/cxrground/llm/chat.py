@@ -6,12 +6,15 @@ header is sent (local servers). Connections are pooled per event loop (at most `
 by :meth:`ChatClient.aclose`; ``transport`` replaces the network (tests).
 
 Outcomes: HTTP 200 -> :class:`Completion` (the message text, None when the server sent ``null``; the reasoning
-text a server split off the answer, see below; token usage; the server's model version). Timeouts, connection
-errors, the statuses of :func:`~.retry.is_retry_status` and a 200 whose body is not a chat completion (truncated,
-not JSON, no choices) raise :class:`~.errors.TransientError` (with the parsed ``Retry-After``; a connection that
-could not be opened at all, :class:`~.errors.ConnectFailed`); other statuses and content that is not text raise
-:class:`~.errors.PermanentError`. Both carry the HTTP status. :attr:`ChatClient.answered` tells whether the server
-has answered any request yet.
+text a server split off the answer, see below; token usage; the server's model version; the ``finish_reason``).
+Timeouts, connection errors, the statuses of :func:`~.retry.is_retry_status` and a 200 whose body is not a chat
+completion (truncated, not JSON, no choices; the reason says which) raise :class:`~.errors.TransientError` (with the
+parsed ``Retry-After``; no HTTP answer at all, a :class:`~.errors.NoAnswer`: :class:`~.errors.TimedOut` past the
+deadline, :class:`~.errors.ConnectFailed` when no connection could be opened); other statuses, content that is not
+text and an answer longer than ``max_response_bytes`` (8 MiB by default; the body is read in chunks and the read
+stops there) raise :class:`~.errors.PermanentError`. Both carry the HTTP status. ``timeout`` is the deadline of the
+whole request: connecting, sending and reading the whole answer (a server that sends a byte now and then cannot hold
+a request longer). :attr:`ChatClient.answered` tells whether the server has answered any request yet.
 
 Reasoning: servers that separate a thinking model's reasoning from its answer (``vllm serve --reasoning-parser``,
 DeepSeek-style APIs) return it next to ``content`` as ``reasoning_content`` (older vLLM, DeepSeek) or ``reasoning``
@@ -38,14 +41,24 @@ from urllib.parse import urlsplit
 import httpx
 
 from cxrground.errors import ConfigError
-from cxrground.llm.errors import REFUSING_STATUSES, ConnectFailed, EndpointRefused, PermanentError, TransientError
+from cxrground.llm.errors import (
+    REFUSING_STATUSES,
+    ConnectFailed,
+    EndpointRefused,
+    NoAnswer,
+    PermanentError,
+    TimedOut,
+    TransientError,
+)
 from cxrground.llm.retry import RetryPolicy, is_retry_status, parse_retry_after
 
-__all__ = ["REASONING_FIELDS", "RESERVED_KEYS", "ChatClient", "Completion", "check_extra_body", "parse_extra_body",
-           "parse_usage", "with_thinking"]
+__all__ = ["MAX_RESPONSE_BYTES", "REASONING_FIELDS", "RESERVED_KEYS", "ChatClient", "Completion", "check_extra_body",
+           "parse_extra_body", "parse_usage", "with_thinking"]
 
 #: Request keys an extra body may not set.
 RESERVED_KEYS: Final[tuple[str, ...]] = ("model", "messages", "stream")
+#: The default cap of one response's size (8 MiB; a structured answer is a few KiB).
+MAX_RESPONSE_BYTES: Final[int] = 8 << 20
 #: Message fields that hold the reasoning a server split off the answer, in the order they are read.
 REASONING_FIELDS: Final[tuple[str, ...]] = ("reasoning_content", "reasoning")
 
@@ -60,13 +73,15 @@ def with_thinking(content: str | None, reasoning: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class Completion:
-    """One response: the assistant text (None when the server sent none), token usage, model version and the
-    reasoning the server returned apart from the text (None when it sent none)."""
+    """One response: the assistant text (None when the server sent none), token usage, model version, the
+    reasoning the server returned apart from the text (None when it sent none) and the choice's ``finish_reason``."""
 
     content: str | None
     usage: dict[str, int] = field(default_factory=dict)
     model_version: str | None = None
     reasoning: str | None = None
+    #: Why the model stopped (``stop``; ``length``: cut at ``max_tokens``), None when the server did not say.
+    finish_reason: str | None = None
 
     @property
     def raw(self) -> str | None:
@@ -110,6 +125,30 @@ def parse_extra_body(text: str, what: str = "--extra-body") -> dict[str, Any]:
     return check_extra_body(value, what)
 
 
+def _too_long(cap: int, seen: str) -> str:
+    return (f"response over the cap of {cap} bytes ({cap / (1 << 20):g} MiB; {seen}): not a chat completion this "
+            "client reads (max_response_bytes)")
+
+
+def _parse_completion(raw: bytes) -> tuple[dict[str, Any], dict[str, Any], str | None]:
+    """(the response object, its first choice, None), or what is wrong with ``raw`` as a chat completion."""
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:  # JSONDecodeError: "...: line 1 column 15 (char 14)"; UnicodeDecodeError
+        return {}, {}, f"not JSON ({exc})"
+    if not isinstance(data, dict):
+        return {}, {}, f"a JSON {type(data).__name__}, not an object"
+    choices = data.get("choices")
+    if not isinstance(choices, list):
+        return data, {}, "no 'choices' list"
+    if not choices:
+        return data, {}, "'choices' is empty (the server returned no answer)"
+    choice = choices[0]
+    if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
+        return data, {}, "choices[0] has no 'message' object"
+    return data, choice, None
+
+
 def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
 
@@ -121,7 +160,8 @@ class ChatClient:
 
     def __init__(self, base_url: str, model: str, *, api_key_env: str | None = None,
                  timeout: float = RetryPolicy.timeout, concurrency: int = 8,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
         if not base_url:
             raise ConfigError("a chat client needs a base URL (the API root, e.g. http://host:8000/v1)")
         parsed = urlsplit(base_url)
@@ -134,6 +174,8 @@ class ChatClient:
             raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
         if timeout <= 0:
             raise ConfigError(f"timeout must be > 0 seconds, got {timeout}")
+        if max_response_bytes < 1:
+            raise ConfigError(f"max_response_bytes must be >= 1, got {max_response_bytes}")
         self.headers = {"Content-Type": "application/json"}
         if api_key_env:
             key = os.environ.get(api_key_env)
@@ -145,6 +187,8 @@ class ChatClient:
         self.api_key_env = api_key_env
         self.timeout = float(timeout)
         self.concurrency = int(concurrency)
+        #: The most bytes of one answer read; a longer one is a :class:`PermanentError`.
+        self.max_response_bytes = int(max_response_bytes)
         self._transport = transport
         self._http: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -168,41 +212,65 @@ class ChatClient:
     async def complete(self, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any] | None = None,
                        ) -> Completion:
         """POST ``{"model", "messages", **params}`` once; raises :class:`TransientError` / :class:`PermanentError`
-        (and :class:`ConfigError` when ``params`` sets one of :data:`RESERVED_KEYS`)."""
+        (and :class:`ConfigError` when ``params`` sets one of :data:`RESERVED_KEYS`).
+
+        :attr:`timeout` is the deadline of the whole request (connect, send, the whole answer): past it, a
+        :class:`~.errors.TimedOut`. An answer longer than :attr:`max_response_bytes` is a :class:`PermanentError`.
+        """
         params = dict(params or {})
         if any(k in params for k in RESERVED_KEYS):
             check_extra_body(params, "request parameters")
         body = {"model": self.model, "messages": list(messages), **params}
         try:
-            response = await self._client().post(f"{self.base_url}/chat/completions", json=body)
-        except httpx.ConnectTimeout:
-            raise ConnectFailed(f"no connection within {self.timeout:g} s") from None
-        except httpx.TimeoutException:
-            raise TransientError(f"timed out after {self.timeout:g} s") from None
-        except httpx.ConnectError as exc:
-            raise ConnectFailed(f"connection error: {type(exc).__name__}: {exc}") from None
-        except httpx.TransportError as exc:
-            raise TransientError(f"connection error: {type(exc).__name__}: {exc}") from None
-        self.answered = True
-        status = response.status_code
+            status, headers, raw = await asyncio.wait_for(self._post(body), self.timeout)
+        except TimeoutError:
+            raise TimedOut(f"timed out after {self.timeout:g} s") from None
+        text = raw.decode("utf-8", errors="replace")
         if status != 200:
-            reason = f"HTTP {status}: {response.text[:200]}"
+            reason = f"HTTP {status}: {text[:200]}"
             if is_retry_status(status):
-                raise TransientError(reason, parse_retry_after(response.headers.get("retry-after")), status)
+                raise TransientError(reason, parse_retry_after(headers.get("retry-after")), status)
             if status in REFUSING_STATUSES:
                 raise EndpointRefused(f"{self.base_url}/chat/completions refused the request ({reason}); check the "
                                       "API key, the base URL and the model name", status=status)
             raise PermanentError(reason, status=status)
-        try:
-            data = response.json()
-            message = data["choices"][0]["message"]
-            content = message.get("content")
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):  # cut short by a proxy, a glitch: retried
-            raise TransientError(f"malformed chat-completion response: {response.text[:200]}", status=status) from None
+        data, choice, problem = _parse_completion(raw)
+        if problem is not None:  # cut short by a proxy, a glitch: retried
+            raise TransientError(f"malformed chat-completion response: {problem}: {text[:200]}", status=status)
+        message = choice["message"]
+        content = message.get("content")
         if content is not None and not isinstance(content, str):
             raise PermanentError("chat-completion content is not text", status=status)
         reasoning = next((r for r in (message.get(k) for k in REASONING_FIELDS) if isinstance(r, str) and r), None)
-        return Completion(content, parse_usage(data.get("usage")), data.get("model"), reasoning)
+        finish = choice.get("finish_reason")
+        return Completion(content, parse_usage(data.get("usage")), data.get("model"), reasoning,
+                          finish if isinstance(finish, str) else None)
+
+    async def _post(self, body: dict[str, Any]) -> tuple[int, httpx.Headers, bytes]:
+        """Status, headers and body of one POST, read in chunks up to :attr:`max_response_bytes`."""
+        cap = self.max_response_bytes
+        try:
+            async with self._client().stream("POST", f"{self.base_url}/chat/completions", json=body) as response:
+                self.answered = True
+                size = response.headers.get("content-length", "")
+                if size.isdigit() and int(size) > cap:
+                    raise PermanentError(_too_long(cap, f"Content-Length {int(size)}"), status=response.status_code)
+                chunks: list[bytes] = []
+                got = 0
+                async for chunk in response.aiter_bytes():
+                    got += len(chunk)
+                    if got > cap:
+                        raise PermanentError(_too_long(cap, "the answer went on"), status=response.status_code)
+                    chunks.append(chunk)
+                return response.status_code, response.headers, b"".join(chunks)
+        except httpx.ConnectTimeout:
+            raise ConnectFailed(f"no connection within {self.timeout:g} s") from None
+        except httpx.TimeoutException:
+            raise TimedOut(f"timed out after {self.timeout:g} s") from None
+        except httpx.ConnectError as exc:
+            raise ConnectFailed(f"connection error: {type(exc).__name__}: {exc}") from None
+        except httpx.TransportError as exc:
+            raise NoAnswer(f"connection error: {type(exc).__name__}: {exc}") from None
 
     async def aclose(self) -> None:
         """Close the connections of the current event loop's pool."""

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 from cxrground.errors import CXRGroundError
 
-__all__ = ["REFUSING_STATUSES", "ClientError", "ConnectFailed", "EndpointRefused", "PermanentError", "TransientError",
-           "Unreachable"]
+__all__ = ["REFUSING_STATUSES", "ClientError", "ConnectFailed", "EndpointRefused", "NoAnswer", "PermanentError",
+           "TimedOut", "TransientError", "Unreachable"]
 
 
 class ClientError(CXRGroundError):
     """A request failed; ``reason`` says why, ``status`` is the HTTP status when there was one.
 
-    ``retry_after`` is the server's ``Retry-After`` in seconds (None when it sent none).
+    ``retry_after`` is the server's ``Retry-After`` in seconds (None when it sent none). ``last`` is, on the error
+    raised once a request's retries are spent, the transient error of its last attempt.
     """
 
-    def __init__(self, reason: str, retry_after: float | None = None, status: int | None = None) -> None:
+    def __init__(self, reason: str, retry_after: float | None = None, status: int | None = None, *,
+                 last: TransientError | None = None) -> None:
         self.reason = reason
         self.retry_after = retry_after
         self.status = status
+        self.last = last
         super().__init__(reason)
 
 
@@ -25,7 +28,16 @@ class TransientError(ClientError):
     """408 / 409 / 425 / 429 / 5xx, a timeout or a connection error: worth retrying."""
 
 
-class ConnectFailed(TransientError):
+class NoAnswer(TransientError):
+    """The request got no HTTP answer: a timeout, or a connection that could not be opened or broke before the answer
+    (retried like the other transient errors; a server that keeps giving no answer has stopped, or never started)."""
+
+
+class TimedOut(NoAnswer):
+    """The request was not done within its deadline (connect, send and the whole answer together)."""
+
+
+class ConnectFailed(NoAnswer):
     """No connection to the server at all (connection refused, unknown host, no route, connect timeout): retried like
     the other transient errors, but it says nothing of the server's health, only that it was not reached."""
 

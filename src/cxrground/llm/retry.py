@@ -4,7 +4,8 @@
 ``max_attempts`` attempts in all. Retry ``k`` (0-based) waits ``Retry-After`` when the error carries one
 (capped at ``max_retry_after``), else a uniform draw between half and all of
 ``min(max_backoff, backoff * 2**k)`` seconds. :class:`~.errors.PermanentError` and every other exception
-pass through at once. ``timeout`` is the limit of one attempt (applied by the HTTP client).
+pass through at once. ``timeout`` is the deadline of one attempt: connecting, sending and reading the whole answer
+together (applied by the chat client).
 """
 
 from __future__ import annotations
@@ -61,9 +62,11 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ConfigError(f"max_attempts must be >= 1, got {self.max_attempts}")
-        if min(self.backoff, self.max_backoff, self.max_retry_after) < 0:
-            raise ConfigError("backoff, max_backoff and max_retry_after must be >= 0")
-        if self.timeout <= 0:
+        for name in ("backoff", "max_backoff", "max_retry_after"):
+            value = getattr(self, name)
+            if not value >= 0:  # NaN too
+                raise ConfigError(f"{name} must be >= 0 seconds, got {value}")
+        if not self.timeout > 0:
             raise ConfigError(f"timeout must be > 0 seconds, got {self.timeout}")
 
     def delay(self, retry: int, retry_after: float | None, rng: random.Random) -> float:
@@ -84,7 +87,8 @@ async def call_with_retries(
     """``(result, attempts)`` of ``call()``; after ``max_attempts`` transient failures a :class:`ClientError`
     (:class:`Unreachable` when the last one was a :class:`ConnectFailed`: the server was not reached).
 
-    The final error's reason ends with ``(after N attempts)``. ``on_retry(error, delay)`` runs before each wait.
+    The final error's reason ends with ``(after N attempts)`` (``1 attempt``), and its ``last`` is the last attempt's
+    error. ``on_retry(error, delay)`` runs before each wait.
     """
     rng = rng or random.Random()
     attempt = 0
@@ -95,7 +99,8 @@ async def call_with_retries(
         except TransientError as exc:
             if attempt >= policy.max_attempts:
                 final = Unreachable if isinstance(exc, ConnectFailed) else ClientError
-                raise final(f"{exc.reason} (after {attempt} attempts)", status=exc.status) from None
+                tries = f"{attempt} attempt" + ("" if attempt == 1 else "s")
+                raise final(f"{exc.reason} (after {tries})", status=exc.status, last=exc) from None
             wait = policy.delay(attempt - 1, exc.retry_after, rng)
             if on_retry is not None:
                 on_retry(exc, wait)
