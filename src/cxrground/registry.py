@@ -72,21 +72,25 @@ class Registry(Generic[T]):
 
     @overload
     def register(self, name: str, factory: None = None, *, help: str, options: Iterable[str] | None = None,
-                 gpu: bool = False, replace: bool = False) -> Callable[[F], F]: ...
+                 gpu: bool = False, replace: bool = False, hidden: Iterable[str] = ()) -> Callable[[F], F]: ...
 
     @overload
     def register(self, name: str, factory: F, *, help: str, options: Iterable[str] | None = None,
-                 gpu: bool = False, replace: bool = False) -> F: ...
+                 gpu: bool = False, replace: bool = False, hidden: Iterable[str] = ()) -> F: ...
 
     def register(self, name: str, factory: Callable[..., Any] | None = None, *, help: str,
-                 options: Iterable[str] | None = None, gpu: bool = False, replace: bool = False) -> Any:
+                 options: Iterable[str] | None = None, gpu: bool = False, replace: bool = False,
+                 hidden: Iterable[str] = ()) -> Any:
         """Add backend ``name``; without ``factory`` this is a decorator. ``options``: for ``**kwargs`` factories;
         ``gpu``: the backend runs on a GPU when one is there (the Ray engine then gives its actors one).
         ``replace``: replace the backend already registered as ``name`` (a built-in one too), keeping its place in
-        the order; without it, a name registered already is a :class:`ConfigError`."""
+        the order; without it, a name registered already is a :class:`ConfigError`. ``hidden``: parameters of the
+        factory that are not options (for tests and code, e.g. an HTTP transport): not listed, not accepted."""
+        drop = frozenset(hidden)
 
         def add(fn: F) -> F:
             accepted, required = ((tuple(options), ()) if options is not None else _signature_options(name, fn))
+            accepted = tuple(o for o in accepted if o not in drop)
             self.add(Backend(name, fn, help, accepted, required, gpu), replace=replace)
             return fn
 

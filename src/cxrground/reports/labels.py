@@ -62,7 +62,7 @@ from cxrground.reports.findings import (
     write_failure_lines,
 )
 from cxrground.reports.model import MERGED_SECTION, SECTION_POLICIES
-from cxrground.reports.request import StructureOutput, StructureRequest, structure_paths
+from cxrground.reports.request import StructureOutput, StructureRequest, stats_notes, structure_paths
 from cxrground.reports.structure.lexicon import ENTITY_KINDS, ENTITY_RE, HEART_NORMAL_RE
 from cxrground.vocab import LESIONS
 from cxrground.vocab.lesions import HEART_MASK_LESIONS
@@ -413,4 +413,5 @@ def label_files(paths: Sequence[Path], request: LabelRequest) -> StructureOutput
         lines = label_lines(labels, "csv")
         notes.extend(finding_lines((), failures))
     notes.extend(rejection_notes(structurer, request.out))
+    notes.extend(stats_notes(structurer))
     return StructureOutput(lines, notes, bool(failures) and not labels)

@@ -25,7 +25,7 @@ from cxrground.reports.structure import (
     structurer_options,
 )
 
-__all__ = ["StructureOutput", "StructureRequest", "structure_files", "structure_paths"]
+__all__ = ["StructureOutput", "StructureRequest", "stats_notes", "structure_files", "structure_paths"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,10 +48,12 @@ class StructureRequest:
                                      help="SQLite response cache (llm); reruns with the same prompts make no request. "
                                           "Default: in memory.")
     concurrency: int = option(4, low=1, help="Requests in flight at most (llm).")
-    timeout: float = option(RetryPolicy.timeout, low=0, low_open=True, help="Seconds per request (llm).")
+    timeout: float = option(RetryPolicy.timeout, low=0, low_open=True,
+                            help="Deadline of one request in seconds: connect, send and the whole answer (llm).")
     max_retries: int = option(RetryPolicy.max_attempts - 1, low=0,
-                              help="Retries on 429 / 5xx / timeouts / connection errors (llm); a server that was "
-                                   "never reached stops the run once a request's retries are spent.")
+                              help="Retries on 429 / 5xx / timeouts / connection errors (llm); a server that never "
+                                   "answered stops the run once a request's retries are spent, one that stopped "
+                                   "answering after max(8, 2 x concurrency) reports in a row.")
     temperature: float = option(0.0, help="Sampling temperature (llm).")
     out: Path | None = option(None, path="out_file", help="Write the finding lines here (failures go to "
                               "OUT.failures.jsonl) instead of stdout ('-': stdout).")
@@ -108,7 +110,15 @@ def structure_files(paths: Sequence[Path], request: StructureRequest) -> Structu
     structurer are an :class:`OptionError`."""
     done, failures, structurer = structure_paths(paths, request)
     lines, notes = finding_output(done, failures, structurer, request.out)
-    return StructureOutput(lines, notes + silent_report_notes(done), bool(failures) and not done)
+    return StructureOutput(lines, notes + silent_report_notes(done) + stats_notes(structurer),
+                           bool(failures) and not done)
+
+
+def stats_notes(structurer: Structurer) -> list[str]:
+    """The structurer's one-line run summary (the LLM structurer's ``stats_summary()``: requests, cache hits,
+    retries, schema fallbacks, rejections); none for a structurer without one."""
+    summary = getattr(structurer, "stats_summary", None)
+    return [str(summary())] if callable(summary) else []
 
 
 def silent_report_notes(done: Sequence[StructuredReport], shown: int = 10) -> list[str]:

@@ -55,7 +55,8 @@ __all__ = [
 #: The structurers by name (the rule-based default first).
 STRUCTURERS: Final[Registry[Structurer]] = Registry("structurer")
 STRUCTURERS.register("rules", RuleStructurer, help="built-in rules and lexicon (ILS §7)")
-STRUCTURERS.register("llm", LLMStructurer, help="an LLM behind an OpenAI-compatible chat-completions API")
+STRUCTURERS.register("llm", LLMStructurer, help="an LLM behind an OpenAI-compatible chat-completions API",
+                     hidden=("transport",))
 
 
 def get_structurer(name: str, **kwargs: Any) -> Structurer:

@@ -26,11 +26,23 @@ loop with at most ``concurrency`` reports (hence requests) in flight (:func:`cxr
 HTTP 408/409/425/429 and 5xx, timeouts and connection errors are retried by
 :func:`cxrground.llm.call_with_retries` under a :class:`cxrground.llm.RetryPolicy` (``max_retries`` + 1
 attempts; backoff with jitter, or ``Retry-After`` capped at ``max_retry_after``; unset options take the
-policy's defaults). A report that still fails becomes a :class:`~cxrground.errors.Failure` (stage
-``structure``) and the batch goes on. Two failures stop the batch instead, with a
-:class:`~cxrground.errors.BatchStopped` naming the URL and the reason, since every report would fail alike: a 401,
-403 or 404 (the key, the URL path, the model name), and a request whose retries all ended without a connection
-(refused, unknown host) while the server has not answered any request yet (a wrong host or port, no server).
+policy's defaults; ``timeout`` is the deadline of a whole request). A report that still fails becomes a
+:class:`~cxrground.errors.Failure` (stage ``structure``) and the batch goes on; so does a report whose structuring
+raises any other error (recorded as ``unexpected error ...``). The batch stops instead with a
+:class:`~cxrground.errors.BatchStopped` naming the URL and the reason when every report would fail alike: a 401,
+403 or 404 (the key, the URL path, the model name); a request whose retries all ended without an answer (refused,
+unknown host, timed out) while the server has not answered any request yet (a wrong host or port, no server); and
+:attr:`LLMStructurer.stop_after` (``max(8, 2 * concurrency)``) reports in a row whose requests spent their retries
+without an answer after the server had answered (it died or hangs; any answer resets the count). The error says how
+many reports were answered before it and whether the response cache keeps their answers for a rerun.
+
+Answers: a thinking model's inline ``<think>`` block is removed before the JSON is read (:func:`strip_reasoning`,
+:func:`extract_json`: the last JSON object that parses); an answer the server cut at ``max_tokens``
+(``finish_reason`` ``length``) that does not parse fails saying so; a schema failure names the field. A cached answer
+that does not decode or validate is a miss (``stats["cache_corrupt"]``), asked again and overwritten; identical
+requests in flight at once (one cache key) are sent once (``stats["shared_in_flight"]``).
+:meth:`LLMStructurer.stats_summary` is the one-line run summary of the CLI. Numeric options out of range are a
+:class:`~cxrground.errors.ConfigError` naming the option.
 
 The API key is read from the environment variable named by ``api_key_env`` (never passed as a literal);
 without it no ``Authorization`` header is sent (local servers). Every output records its provenance
@@ -44,8 +56,10 @@ calling thread already runs one); inside a running loop :meth:`LLMStructurer.str
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import math
 import random
 import re
 from collections import Counter
@@ -60,9 +74,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cxrground.errors import BatchStopped, ConfigError, CXRGroundError, Failure
 from cxrground.llm import (
+    CacheError,
     ChatClient,
     ClientError,
+    ConnectFailed,
     EndpointRefused,
+    NoAnswer,
     PermanentError,
     ResponseCache,
     RetryPolicy,
@@ -87,7 +104,9 @@ __all__ = [
     "LLMError",
     "LLMStructurer",
     "Prompt",
+    "extract_json",
     "load_prompt",
+    "strip_reasoning",
 ]
 
 #: Stage name of the :class:`~cxrground.errors.Failure` records.
@@ -103,6 +122,10 @@ def _heart_finding(entity: str, lesion: str | None) -> bool:
 
 
 _FENCE_RE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
+_THINK_RE = re.compile(r"<think>.*?</think>", re.S | re.I)
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+#: Positions a JSON object is tried from in an answer that is not plain JSON (a bound on the work for a long text).
+_MAX_JSON_STARTS: Final[int] = 2000
 
 
 class LLMError(CXRGroundError):
@@ -212,25 +235,89 @@ def _location_schema() -> dict[str, Any]:
     }  # fmt: skip
 
 
-def extract_json(text: str) -> Any:
-    """Parse a JSON object from model text: plain JSON, a fenced block, or the outermost ``{...}``."""
+def strip_reasoning(text: str) -> str:
+    """``text`` without a thinking model's inline reasoning: every ``<think>...</think>`` block, everything up to a
+    ``</think>`` whose ``<think>`` was in the prompt (chat templates that open the block), and an unclosed leading
+    ``<think>`` tag."""
+    text = _THINK_RE.sub("", text)
+    close = text.lower().rfind(_THINK_CLOSE)
+    if close >= 0:
+        text = text[close + len(_THINK_CLOSE):]
     text = text.strip()
+    if text.lower().startswith(_THINK_OPEN):
+        text = text[len(_THINK_OPEN):]
+    return text.strip()
+
+
+def _last_object(text: str) -> tuple[Any, json.JSONDecodeError | None]:
+    """The last JSON object in ``text`` that parses (scanning from each ``{`` not inside an object found), or None,
+    with the error of the first ``{`` that did not parse."""
+    decoder = json.JSONDecoder()
+    found: Any = None
+    first_error: json.JSONDecodeError | None = None
+    pos = text.find("{")
+    for _ in range(_MAX_JSON_STARTS):
+        if pos < 0:
+            break
+        try:
+            value, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            first_error = first_error or exc
+            pos = text.find("{", pos + 1)
+            continue
+        found = value
+        pos = text.find("{", end)
+    return found, first_error
+
+
+def extract_json(text: str) -> Any:
+    """Parse a JSON object from model text: plain JSON, a fenced block (the last that parses), or the last ``{...}``
+    that parses, after :func:`strip_reasoning` (a thinking model's ``<think>`` block, which may hold braces)."""
+    text = strip_reasoning(text)
     try:
         return json.loads(text)
     except json.JSONDecodeError:
         pass
-    for block in _FENCE_RE.findall(text):
+    for block in reversed(_FENCE_RE.findall(text)):
         try:
             return json.loads(block.strip())
         except json.JSONDecodeError:
             continue
-    start, end = text.find("{"), text.rfind("}")
-    if start >= 0 and end > start:
-        try:
-            return json.loads(text[start : end + 1])
-        except json.JSONDecodeError as exc:
-            raise LLMError(f"answer is not valid JSON: {exc.msg}") from None
+    found, error = _last_object(text)
+    if found is not None:
+        return found
+    if error is not None:
+        raise LLMError(f"answer is not valid JSON: {error.msg}")
     raise LLMError("answer contains no JSON object")
+
+
+def _cut_note(max_tokens: int) -> str:
+    """How a failure names an answer the server cut at ``max_tokens``."""
+    return (f"cut at max_tokens={max_tokens} (finish_reason=length); raise it with "
+            "--structurer-opt max_tokens=...")
+
+
+def _schema_problem(exc: ValidationError) -> str:
+    """The first problem of a failed validation, with the field it is at (``findings.0.sent_idx: Field required``)."""
+    errors = exc.errors()
+    if not errors:
+        return str(exc)
+    first = errors[0]
+    where = ".".join(str(part) for part in first.get("loc", ()))
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where or 'the answer'}: {first.get('msg', 'invalid')}{more}"
+
+
+def _check_number(name: str, value: float | None, low: float, *, low_open: bool = False,
+                  high: float | None = None) -> None:
+    """A :class:`ConfigError` naming option ``name`` unless ``value`` (None: unset) is a number in range."""
+    if value is None:
+        return
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) \
+        and (value > low if low_open else value >= low) and (high is None or value <= high)
+    if not ok:
+        bound = f"{'>' if low_open else '>='} {low:g}" + ("" if high is None else f" and <= {high:g}")
+        raise ConfigError(f"option {name} must be a number {bound}, got {value!r}")
 
 
 class LLMStructurer:
@@ -273,6 +360,15 @@ class LLMStructurer:
             raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
         if max_retries is not None and max_retries < 0:
             raise ConfigError(f"max_retries must be >= 0, got {max_retries}")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ConfigError(f"option max_tokens must be a whole number >= 1, got {max_tokens!r}")
+        _check_number("temperature", temperature, 0)
+        _check_number("top_p", top_p, 0, low_open=True, high=1)
+        for name, value in (("timeout", timeout), ("backoff", backoff), ("max_backoff", max_backoff),
+                            ("max_retry_after", max_retry_after)):
+            _check_number(name, value, 0, low_open=name == "timeout")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ConfigError(f"option seed must be a whole number, got {seed!r}")
         given = {"max_attempts": None if max_retries is None else max_retries + 1, "backoff": backoff,
                  "max_backoff": max_backoff, "max_retry_after": max_retry_after, "timeout": timeout}
         self.retry = RetryPolicy(**{k: v for k, v in given.items() if v is not None})
@@ -295,16 +391,43 @@ class LLMStructurer:
         #: Values outside the vocabulary that were rejected: report id, field, value, reason.
         self.rejections: list[dict[str, Any]] = []
         self._random = random.Random()
+        #: Requests in flight by cache key (identical requests at the same time are sent once).
+        self._inflight: dict[str, asyncio.Future[Any]] = {}
+        #: Reports in a row whose request spent its retries without an answer (see :attr:`stop_after`).
+        self._no_answer_run = 0
 
     @property
     def timeout(self) -> float:
-        """Seconds per request."""
+        """Deadline of one request in seconds (connect, send and the whole answer)."""
         return self.retry.timeout
 
     @property
     def max_retries(self) -> int:
         """Retries after the first attempt."""
         return self.retry.max_attempts - 1
+
+    @property
+    def stop_after(self) -> int:
+        """Reports in a row whose request got no answer (timeouts, connection errors) after all its retries that stop
+        the batch: ``max(8, 2 * concurrency)``."""
+        return max(8, 2 * self.concurrency)
+
+    def stats_summary(self) -> str:
+        """One line of this structurer's counters: requests, cache hits, retries, schema fallbacks, rejections (and
+        damaged cache rows asked again, answers shared by identical requests in flight, when there were any)."""
+        s = self.stats
+
+        def count(key: str, what: str) -> str:
+            return f"{s[key]} {what}" + ("" if s[key] == 1 else "s")
+
+        parts = [count("requests", "request"), count("cache_hits", "cache hit"), count("retries", "retry")
+                 .replace("retrys", "retries"), count("json_schema_fallbacks", "schema fallback"),
+                 count("rejections", "rejection")]
+        if s["cache_corrupt"]:
+            parts.append(f"{count('cache_corrupt', 'unreadable cache row')} asked again")
+        if s["shared_in_flight"]:
+            parts.append(f"{count('shared_in_flight', 'answer')} shared by identical requests in flight")
+        return "LLM structurer: " + ", ".join(parts)
 
     # -- provenance ---------------------------------------------------------------------------------------------
 
@@ -367,15 +490,37 @@ class LLMStructurer:
             counts["reports"] += 1
             try:
                 await self._structure(*item)
-            except LLMError:
+            except BatchStopped:
+                raise
+            except Exception:  # an LLMError or an error of this report: left for the per-report call to record
                 counts["failed"] += 1
+            else:
+                counts["answered"] += 1
 
         try:
             await bounded_each(one, items, self.concurrency, lambda _: bar.update(1))
+        except BatchStopped as exc:
+            raise self._stopped(exc, counts["answered"], None) from None
         finally:
             bar.close()
             await self._chat.aclose()
         return counts + Counter({k: v for k, v in self.stats.items() if v})
+
+    def _stopped(self, exc: BatchStopped, answered: int, total: int | None) -> BatchStopped:
+        """``exc`` with how many reports were answered before it, and whether a rerun resumes from them."""
+        of = f" of {total}" if total is not None else ""
+        note = f"{answered}{of} reports were answered before the stop"
+        if isinstance(exc, CacheError):
+            pass
+        elif self.cache.path != ":memory:":
+            note += (f"; their answers are in the response cache {self.cache.path}, so a rerun with it resumes where "
+                     "this run stopped")
+        elif answered:
+            note += (" and kept in memory only: give a response cache file (--cache FILE) so that a rerun resumes "
+                     "where a run stopped")
+        else:
+            note += "; a response cache file (--cache FILE) lets a rerun resume where a run stopped"
+        return BatchStopped(f"{exc}. {note}")
 
     # -- batch machinery -----------------------------------------------------------------------------------------
 
@@ -392,13 +537,24 @@ class LLMStructurer:
 
         bar = tqdm(total=len(items), desc="structure", unit="report", disable=not progress)
 
+        answered = 0
+
         async def one(item: tuple[str, SectionChoice]) -> StructuredReport | Failure:
+            nonlocal answered
             report_id, section = item
             try:
-                return await self._structure(report_id, section)
+                done = await self._structure(report_id, section)
+            except BatchStopped:
+                raise
             except LLMError as exc:
                 self.stats["failures"] += 1
                 return Failure(path=report_id, stage=STAGE, reason=exc.reason, error=type(exc).__name__)
+            except Exception as exc:  # an error of this report only: recorded, the other reports go on
+                self.stats["failures"] += 1
+                return Failure(path=report_id, stage=STAGE, error=type(exc).__name__,
+                               reason=f"unexpected error structuring report {report_id!r}: {type(exc).__name__}: {exc}")
+            answered += 1
+            return done
 
         def done_one(_: object) -> None:
             bar.update(1)
@@ -407,6 +563,8 @@ class LLMStructurer:
 
         try:
             results = await bounded_map(one, items, self.concurrency, done_one)
+        except BatchStopped as exc:
+            raise self._stopped(exc, answered, len(items)) from None
         finally:
             bar.close()
             await self._chat.aclose()
@@ -417,16 +575,19 @@ class LLMStructurer:
     def _count_retry(self, *_: object) -> None:
         self.stats["retries"] += 1
 
-    async def _send(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> str:
-        """One chat completion with retries (and the JSON-schema fallback); returns the assistant text."""
+    async def _send(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> tuple[str, str | None]:
+        """One chat completion with retries (and the JSON-schema fallback); returns the assistant text and the
+        ``finish_reason``."""
 
-        async def attempt() -> str | None:
+        async def attempt() -> tuple[str | None, str | None]:
             self.stats["requests"] += 1
-            return (await self._chat.complete(messages, params)).content
+            completion = await self._chat.complete(messages, params)
+            return completion.content, completion.finish_reason
 
         try:
             try:
-                text, _ = await call_with_retries(attempt, self.retry, rng=self._random, on_retry=self._count_retry)
+                (text, finish), _ = await call_with_retries(attempt, self.retry, rng=self._random,
+                                                            on_retry=self._count_retry)
             except PermanentError as exc:
                 if exc.status not in (400, 422) or "response_format" not in params:
                     raise
@@ -434,19 +595,36 @@ class LLMStructurer:
                 self.json_schema = False
                 self.stats["json_schema_fallbacks"] += 1
                 params = {k: v for k, v in params.items() if k != "response_format"}
-                text, _ = await call_with_retries(attempt, self.retry, rng=self._random, on_retry=self._count_retry)
+                (text, finish), _ = await call_with_retries(attempt, self.retry, rng=self._random,
+                                                            on_retry=self._count_retry)
         except EndpointRefused as exc:  # the key, URL or model name: every report would fail alike
             raise BatchStopped(f"the LLM structurer stops: {exc.reason}") from None
-        except Unreachable as exc:
-            if not self._chat.answered:  # never reached (a wrong URL or port, no server yet): every report would fail
-                raise BatchStopped(f"the LLM structurer stops: cannot reach {self._chat.base_url}/chat/completions "
-                                   f"({exc.reason}); check the base URL and that the server is running") from None
-            raise LLMError(exc.reason) from None  # the server answered before: a failure of this report
         except ClientError as exc:
+            self._no_answer(exc)
             raise LLMError(exc.reason) from None
+        self._no_answer_run = 0
         if text is None:
-            raise LLMError("chat-completion message has no text content")
-        return text
+            raise LLMError("chat-completion message has no text content"
+                           + (f" ({_cut_note(self.decoding['max_tokens'])})" if finish == "length" else ""))
+        return text, finish
+
+    def _no_answer(self, exc: ClientError) -> None:
+        """Stop the batch when a request that spent its retries (``exc``) says the server is gone: never answered
+        yet (a wrong URL or port, no server), or :attr:`stop_after` reports in a row got no answer."""
+        last = exc if isinstance(exc, Unreachable) else exc.last
+        if not isinstance(last, NoAnswer) and not isinstance(exc, Unreachable):
+            self._no_answer_run = 0  # the server answered (an HTTP error): it is there
+            return
+        url = f"{self._chat.base_url}/chat/completions"
+        if not self._chat.answered:  # never reached or never answered: every report would fail alike
+            what = "cannot reach" if isinstance(last, ConnectFailed) or isinstance(exc, Unreachable) else \
+                "got no answer from"
+            raise BatchStopped(f"the LLM structurer stops: {what} {url} ({exc.reason}); check the base URL, that the "
+                               "server is running" + ("" if what == "cannot reach" else " and --timeout"))
+        self._no_answer_run += 1
+        if self._no_answer_run >= self.stop_after:
+            raise BatchStopped(f"the LLM structurer stops: {self._no_answer_run} reports in a row got no answer from "
+                               f"{url} after their retries (last: {exc.reason}); the server has stopped answering")
 
     async def _ask(
         self,
@@ -456,24 +634,61 @@ class LLMStructurer:
         schema: dict[str, Any],
         model_cls: type[BaseModel],
     ) -> Any:
-        """One step: cached answer or a request; returns the validated pydantic object."""
+        """One step: cached answer or a request; returns the validated pydantic object. A cached row that does not
+        read as a valid answer is asked again (and overwritten); an identical request already in flight is waited
+        for instead of sent again."""
         messages = [{"role": "system", "content": self.prompts[step].text}, {"role": "user", "content": user}]
         key = cache_key(self._chat.identity, self.decoding, messages)
         cached = self.cache.get(key)
         if cached is not None:
-            self.stats["cache_hits"] += 1
-            return model_cls.model_validate(json.loads(cached))
+            try:
+                answer = model_cls.model_validate(json.loads(cached))
+            except ValueError:  # not JSON, or not this schema (pydantic's ValidationError is a ValueError)
+                self.stats["cache_corrupt"] += 1
+            else:
+                self.stats["cache_hits"] += 1
+                return answer
+        loop = asyncio.get_running_loop()
+        pending = self._inflight.get(key)
+        if pending is not None and pending.get_loop() is loop:
+            self.stats["shared_in_flight"] += 1
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Any] = loop.create_future()
+        self._inflight[key] = future
+        try:
+            answer = await self._request(step, key, messages, schema_name, schema, model_cls)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                future.cancel()
+            else:
+                future.set_exception(exc)
+                future.exception()  # retrieved: no "never retrieved" warning when nobody waited
+            raise
+        else:
+            future.set_result(answer)
+        finally:
+            if self._inflight.get(key) is future:
+                del self._inflight[key]
+        return answer
+
+    async def _request(self, step: str, key: str, messages: list[dict[str, Any]], schema_name: str,
+                       schema: dict[str, Any], model_cls: type[BaseModel]) -> Any:
+        """Send one step's request, validate the answer and store it in the cache."""
         params: dict[str, Any] = dict(self.decoding)
         if self.json_schema:
             params["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {"name": schema_name, "strict": True, "schema": schema},
             }
-        text = await self._send(messages, params)
+        text, finish = await self._send(messages, params)
         try:
             answer = model_cls.model_validate(extract_json(text))
-        except ValidationError as exc:
-            raise LLMError(f"{step} answer does not match the schema: {exc.errors()[0]['msg']}") from None
+        except (LLMError, ValidationError) as exc:
+            if finish == "length":
+                raise LLMError(f"{step} answer {_cut_note(self.decoding['max_tokens'])}") from None
+            if isinstance(exc, LLMError):
+                raise
+            raise LLMError(f"{step} answer does not match the schema: {_schema_problem(exc)}") from None
         self.cache.put(key, self.model, {"model": self._chat.identity, "decoding": self.decoding, "sample": 0,
                                          "messages": messages}, answer.model_dump_json())
         return answer
