@@ -557,6 +557,43 @@ def test_max_pixels_refuses_a_big_image_from_its_header(cohort, tmp_path):
 
 
 def test_streamed_dataset_json_is_the_whole_dict_dump(built):
+def test_a_linked_film_is_named_by_its_link_and_keeps_its_fingerprint(cohort, tmp_path):
+    """A film that is a symbolic link is named in failures.jsonl and the summary by the path under --images, not by
+    the link's target; the link and its target are one input (same fingerprint), so a build over the links resumes."""
+    from cxrground.ils.tasks import input_fingerprint
+
+    images, elsewhere = tmp_path / "files", tmp_path / "elsewhere"
+    for src in sorted((cohort / "files").rglob("*")):
+        dst = images / src.relative_to(cohort / "files")
+        if src.is_dir():
+            dst.mkdir(parents=True, exist_ok=True)
+        elif src.suffix.lower() in {".jpg", ".jpeg", ".png", ".dcm"}:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.symlink_to(src)
+        else:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+    linked, _ = build_tasks(images)
+    direct = {t.study_key: t for t in build_tasks(cohort / "files")[0]}
+    assert all(Path(t.image_path).is_symlink() and Path(t.image_path).is_relative_to(images) for t in linked)
+    assert all(input_fingerprint(t) == input_fingerprint(direct[t.study_key]) for t in linked)
+    victim = linked[0]
+    elsewhere.mkdir()
+    broken = elsewhere / Path(victim.image_path).name
+    broken.write_bytes(Path(victim.image_path).read_bytes()[:40])  # a truncated film behind the link
+    Path(victim.image_path).unlink()
+    Path(victim.image_path).symlink_to(broken)
+    out = tmp_path / "o"
+    args = ["ils", "build", "--images", str(images), "--out", str(out), "--seed", "3", "--limit", "2"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert f"first failure: {victim.image_path}: " in result.output and str(elsewhere) not in result.output
+    recorded = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+    assert [(f["study"], f["path"]) for f in recorded] == [(victim.study_key, victim.image_path)]
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0 and "(0 processed, 2 already done" in again.output, again.output
+
+
     """The driver writes the dataset JSON one study at a time: the bytes are those of ``json.dumps`` of the whole
     dict (the format before streaming), studies in key order within each split."""
     from cxrground.ils.schema import SPLITS

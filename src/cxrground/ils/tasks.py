@@ -283,7 +283,7 @@ def build_tasks(
             study_key=key,
             subject_id=subject,
             dicom_id=chosen.dicom_id or Path(chosen.image_path).stem,
-            image_path=str(chosen.image_path) if remote else str(Path(chosen.image_path).resolve()),
+            image_path=str(chosen.image_path) if remote else os.path.abspath(chosen.image_path),  # a link as given
             relative_image_path=chosen.relative_image_path or Path(chosen.image_path).name,
             split=splits.get(key) or assign_split(subject, split_ratios),
             report_path=str(chosen.report_path) if chosen.report_path and not table else None,
