@@ -32,7 +32,7 @@ def test_report_in_headless_chromium(tmp_path, page):
     page.goto(out.as_uri())
     assert page.console_errors == []
     assert page.locator("table").count() >= 4
-    assert page.locator("svg[role=img]").count() >= 6  # stage bars, depth, sub-tasks, 2 heatmaps, unparseable
+    assert page.locator("svg[role=img]").count() >= 5  # stage bars, depth, sub-tasks, 2 heatmaps
     assert "oracle [implicit]" in page.inner_text("body") and "random [implicit]" in page.inner_text("body")
     assert page.locator("svg rect").count() > 20
 
@@ -45,6 +45,22 @@ def _oracle_run(tmp_path: Path) -> Path:
                                     str(runs / "oracle"), "--no-progress"])
     assert res.exit_code == 0, res.output
     return runs
+
+
+def test_parse_labels_say_all_answers_parsed_instead_of_an_empty_chart(tmp_path):
+    """When no answer of any run was unparseable, "Parse labels" says so in words; a run with unparseable answers
+    gets the bar chart."""
+    from cxrground.evaluation.percept.report import load_scores, render_report
+
+    runs = _oracle_run(tmp_path)
+    scores = load_scores([runs / "oracle"], n_boot=0)
+    assert all(v["unparseable"] == 0 for v in scores[0]["parse"]["per_stage"].values() if v["unparseable"] is not None)
+    parse = render_report(scores).split("<h2>Parse labels</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "All answers parsed (100 %)" in parse and "<svg" not in parse
+    scores[0]["parse"]["per_stage"]["stage2"]["unparseable"] = 0.25
+    parse = render_report(scores).split("<h2>Parse labels</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "All answers parsed" not in parse and "<title>unparseable rate by stage</title>" in parse
+    assert "stage2: 0.250" in parse
 
 
 def test_report_skips_files_among_the_runs(tmp_path):

@@ -3,9 +3,9 @@
 Tables (summary per path and setting with 95 % CIs, sub-tasks with chance / single-pick / majority
 baselines, parse-label rates; for runs with several repeats, the spread across repeats: mean ± standard
 deviation and [min, max] per stage, depth and sub-task) and inline SVG plots (per-stage accuracy by path,
-depth distribution, sub-task bars, per-lesion End-to-End heatmap, unparseable rates). No scripts, no
-external URLs: it opens from ``file://``. Runs are scored first when their ``score.json`` is missing or
-older than the results.
+depth distribution, sub-task bars, per-lesion End-to-End heatmap, unparseable rates, or a line saying that
+every answer parsed). No scripts, no external URLs: it opens from ``file://``. Runs are scored first when their
+``score.json`` is missing or older than the results.
 """
 
 from __future__ import annotations
@@ -265,8 +265,13 @@ def render_report(scores: Sequence[dict[str, Any]], title: str = "CheXpercept ev
         parts.append(f"<h3>{html.escape(s['run']['label'])}</h3>{_heatmap(s)}")
     parts.append("<h2>Parse labels</h2>")
     stages = [f"stage{k}" for k in (1, 2, 3, 4)]
-    parts.append(_bars(stages, [(s["run"]["label"], [s["parse"]["per_stage"][k]["unparseable"] for k in stages])
-                                for s in scores], "unparseable rate by stage"))
+    unparsed = [(s["run"]["label"], [s["parse"]["per_stage"][k]["unparseable"] for k in stages]) for s in scores]
+    rates = [v for _label, values in unparsed for v in values if v is not None]
+    if rates and not any(rates):  # nothing to draw: an empty chart would look broken
+        parts.append("<p class='parsed'>All answers parsed (100 %): no answer of any run was unparseable at any "
+                     "stage.</p>")
+    else:
+        parts.append(_bars(stages, unparsed, "unparseable rate by stage"))
     prow = [[html.escape(s["run"]["label"]), str(s["parse"]["overall"]["n"]),
              *(_pct(s["parse"]["overall"].get(k)) for k in LABELS),
              str(len(s["failed_cases"])), str(len(s["missing_cases"])), str(len(s.get("bad_lines", [])))]
