@@ -82,3 +82,28 @@ def test_gallery_never_links_a_file_outside_the_benchmark(gallery, tmp_path) -> 
     assert srcs and all((out.parent / html.unescape(s)).resolve().is_relative_to(copy.resolve()) for s in srcs)
     assert "secret.png" not in " ".join(srcs) and "link.png" not in " ".join(srcs)
     assert text.count("not shown") == 3
+
+
+def test_embed_inlines_the_images_and_the_help_says_they_are_linked(gallery, tmp_path) -> None:
+    """`percept gallery` links the images relatively (its --help says to move the page with the benchmark);
+    --embed inlines each one as a base64 data URL of the benchmark file's bytes, so the page stands alone."""
+    import base64
+
+    from click.testing import CliRunner
+
+    from cxrground.cli import main
+
+    bench, linked = gallery
+    help_text = " ".join(CliRunner().invoke(main, ["percept", "gallery", "--help"]).output.split())
+    assert "relative path" in help_text and "together with the benchmark folder" in help_text and "--embed" in help_text
+    out = tmp_path / "mail" / "gallery.html"
+    res = CliRunner().invoke(main, ["percept", "gallery", str(bench), "--out", str(out), "--embed"])
+    assert res.exit_code == 0, res.output
+    assert "images embedded" in res.output
+    plain = re.findall(r"src='([^']*)'", linked.read_text())
+    inline = re.findall(r"src='([^']*)'", out.read_text())
+    assert len(inline) == len(plain) > 0 and all(s.startswith("data:image/png;base64,") for s in inline)
+    for rel, url in zip(plain, inline, strict=True):
+        assert base64.b64decode(url.split(",", 1)[1]) == (linked.parent / html.unescape(rel)).read_bytes()
+    res = CliRunner().invoke(main, ["percept", "gallery", str(bench), "--out", str(tmp_path / "g.html")])
+    assert res.exit_code == 0 and "linked relatively" in res.output

@@ -85,16 +85,21 @@ def validate(bench: Path) -> None:
 @percept.command("gallery")
 @click.argument("bench", type=DIR)
 @click.option("--out", "out_html", type=OUT_FILE, required=True, help="HTML page to write.")
-def gallery(bench: Path, out_html: Path) -> None:
-    """Write a static HTML page to browse the benchmark stage by stage. An image file the benchmark names but
-    does not hold is shown as missing on the page and listed in a warning."""
+@click.option("--embed", is_flag=True, help="Inline the images in the page (base64): a page that works on its own, "
+              "e.g. mailed, several times the size of the benchmark's PNGs.")
+def gallery(bench: Path, out_html: Path, embed: bool) -> None:
+    """Write a static HTML page to browse the benchmark stage by stage. The page links the benchmark's images by
+    relative path: move it together with the benchmark folder (a copy of the page alone shows no images), or give
+    --embed. An image file the benchmark names but does not hold is shown as missing on the page and listed in a
+    warning."""
     from cxrground.percept.gallery import write_gallery
 
-    g = write_gallery(bench, out_html)
+    g = write_gallery(bench, out_html, embed=embed)
     if g.missing:
         warn(f"warning: {len(g.missing)} image(s) of {bench} missing, shown as missing on the page: "
              f"{', '.join(g.missing)}")
-    click.echo(f"wrote {out_html} ({g.cases} cases)")
+    click.echo(f"wrote {out_html} ({g.cases} cases; images "
+               + ("embedded" if embed else f"linked relatively to {bench}: move the page together with it") + ")")
 
 
 @percept.command("export")

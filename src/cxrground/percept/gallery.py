@@ -1,8 +1,9 @@
-"""``cxrground percept gallery``: one static, self-contained HTML page to review a built benchmark.
+"""``cxrground percept gallery``: one static HTML page to review a built benchmark.
 
 Cases are grouped by lesion and path; each case shows its stages in question order with the images
-(relative links to the benchmark's PNGs, so the page works from ``file://`` next to the benchmark), the full
-question text, the options and the right answer highlighted. Two ``<select>`` filters (lesion, path) drive a
+(relative links to the benchmark's PNGs, so the page works from ``file://`` while it keeps its place relative to
+the benchmark folder; with ``embed`` the images are inlined as base64 data URLs and the page stands alone), the
+full question text, the options and the right answer highlighted. Two ``<select>`` filters (lesion, path) drive a
 little inline script. No external URLs, and no link to a file outside the benchmark folder: an image path that is
 absolute, has ``..`` or resolves outside (:mod:`cxrground.percept.paths`) is shown as refused, and an image file
 the benchmark names but does not hold is shown as missing (and listed by :func:`write_gallery`). The reviewer
@@ -12,6 +13,7 @@ models).
 
 from __future__ import annotations
 
+import base64
 import html
 import os
 from collections.abc import Sequence
@@ -140,8 +142,14 @@ def render_gallery(bench: str | Path | Benchmark, out_html: str | Path) -> int:
     return write_gallery(bench, out_html).cases
 
 
-def write_gallery(bench: str | Path | Benchmark, out_html: str | Path) -> GalleryPage:
-    """Write the gallery page of a benchmark folder; returns the cases shown and the missing image files."""
+#: MIME types of the image files a page inlines (by suffix); others are inlined as PNG.
+_MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".webp": "image/webp"}
+
+
+def write_gallery(bench: str | Path | Benchmark, out_html: str | Path, embed: bool = False) -> GalleryPage:
+    """Write the gallery page of a benchmark folder; returns the cases shown and the missing image files. The
+    images are linked relatively (move the page together with the benchmark folder), or with ``embed`` inlined as
+    base64 data URLs (a page that works on its own, e.g. mailed; several times the size of the PNGs' total)."""
     benchmark = bench if isinstance(bench, Benchmark) else load_benchmark(bench)
     out = Path(out_html)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -157,6 +165,9 @@ def write_gallery(bench: str | Path | Benchmark, out_html: str | Path) -> Galler
         if not (root / rel).is_file():
             missing[rel] = None
             return f"{_REFUSED}image {rel} is missing from the benchmark folder"
+        if embed:
+            data = base64.b64encode((root / rel).read_bytes()).decode("ascii")
+            return f"data:{_MIME.get(Path(rel).suffix.lower(), 'image/png')};base64,{data}"
         return Path(os.path.relpath((root / rel).resolve(), out.parent.resolve())).as_posix()
 
     lesions = [lesion for lesion in LESIONS if any(c.lesion_of(k) == lesion for k, c in benchmark.cases.items())]
