@@ -364,7 +364,7 @@ def test_gallery_page(built, cohort, tmp_path):
                                        "--html", str(page), "--limit", "3"])
     assert result.exit_code == 0, result.output
     text = page.read_text()
-    assert text.count("data:image/png;base64,") == 3 and "Segment the" in text and "[SEG]" in text
+    assert text.count("data:image/jpeg;base64,") == 3 and "Segment the" in text and "[SEG]" in text
     assert "<ul class='sec grounding'><li>" in text  # how each reported finding was grounded
 
 
@@ -380,13 +380,13 @@ def test_gallery_split_all_shows_every_split_and_one_split_only_its_studies(buil
                                            "--html", str(pages[choice]), "--split", choice, "--limit", "1000"])
         assert result.exit_code == 0, result.output
     every = sum(len(studies) for studies in data.values())
-    assert pages["all"].read_text().count("data:image/png;base64,") == every
-    assert pages[split].read_text().count("data:image/png;base64,") == len(data[split]) < every
+    assert pages["all"].read_text().count("data:image/jpeg;base64,") == every
+    assert pages[split].read_text().count("data:image/jpeg;base64,") == len(data[split]) < every
 
 
 def _gallery_grey(page: Path) -> np.ndarray:
     """The first study's image of a gallery page, as an (H, W, 3) int array."""
-    url = page.read_text().split("src='data:image/png;base64,", 1)[1].split("'", 1)[0]
+    url = page.read_text().split("src='data:image/jpeg;base64,", 1)[1].split("'", 1)[0]
     return np.asarray(Image.open(io.BytesIO(base64.b64decode(url))).convert("RGB"), dtype=int)
 
 
@@ -408,9 +408,10 @@ def test_gallery_says_how_a_film_was_read_and_shows_an_inverted_one_as_read(buil
             "option `deskew`; the angle is the unit&#x27;s `tilt`): 4.5°; read inside the uniform borders") in text
     assert "10, 0, 3, 3 px [top, bottom, left, right]" in text
     before, after = _gallery_grey(plain), _gallery_grey(page)
-    grey = (np.ptp(before, axis=2) == 0) & (np.ptp(after, axis=2) == 0)  # pixels no mask colours in either
+    grey = (np.ptp(before, axis=2) <= 3) & (np.ptp(after, axis=2) <= 3)  # pixels no mask colours in either
     assert grey.mean() > 0.5
-    assert np.abs(after[..., 0][grey] - (255 - before[..., 0][grey])).max() <= 1  # shown as read: the negative
+    diff = np.abs(after[..., 1][grey] - (255 - before[..., 1][grey]))  # shown as read: the negative (JPEG noise)
+    assert np.median(diff) <= 2 and np.percentile(diff, 95) <= 8
 
 
 def test_gallery_page_in_a_missing_folder(built, cohort, tmp_path):
@@ -418,14 +419,14 @@ def test_gallery_page_in_a_missing_folder(built, cohort, tmp_path):
     result = CliRunner().invoke(main, ["ils", "gallery", str(built), "--images", str(cohort / "files"),
                                        "--html", str(page), "--limit", "1"])
     assert result.exit_code == 0, result.output
-    assert result.exception is None and page.read_text().count("data:image/png;base64,") == 1
+    assert result.exception is None and page.read_text().count("data:image/jpeg;base64,") == 1
     data = load_dataset(built / DATASET_FILE)
     empty = next((name for name in ("train", "val", "test") if not data.get(name)), None)
     if empty is not None:  # a split without studies: an error, no empty page written over the old one
         res = CliRunner().invoke(main, ["ils", "gallery", str(built), "--images", str(cohort / "files"),
                                         "--html", str(page), "--split", empty])
         assert res.exit_code != 0 and f"no study to show in split {empty}" in res.output
-        assert page.read_text().count("data:image/png;base64,") == 1
+        assert page.read_text().count("data:image/jpeg;base64,") == 1
     wrong = CliRunner().invoke(main, ["ils", "gallery", str(built), "--images", str(cohort), "--html",
                                       str(tmp_path / "w.html"), "--limit", "1"])
     assert wrong.exit_code != 0 and "image of study" in wrong.output and "is " + str(cohort) in wrong.output
@@ -446,7 +447,7 @@ def test_gallery_lists_a_study_it_cannot_show_and_shows_the_others(built, cohort
     assert f"{len(studies) - 1} studies, 1 not shown" in result.output
     assert f"study {bad_key} not shown: " in result.output and bad["image_path"] in result.output
     text = page.read_text()
-    assert text.count("data:image/png;base64,") == len(studies) - 1
+    assert text.count("data:image/jpeg;base64,") == len(studies) - 1
     assert "1 of " in text and f"{html.escape(bad_key)} · " in text and "not shown: " in text
     one = render_gallery(built, images, tmp_path / "one.html", limit=1)  # a failure is not counted in the limit
     assert one.shown == 1 and [k for k, _ in one.failed] == [bad_key]
@@ -556,7 +557,6 @@ def test_max_pixels_refuses_a_big_image_from_its_header(cohort, tmp_path):
     assert len(recorded) == 1
 
 
-def test_streamed_dataset_json_is_the_whole_dict_dump(built):
 def test_a_linked_film_is_named_by_its_link_and_keeps_its_fingerprint(cohort, tmp_path):
     """A film that is a symbolic link is named in failures.jsonl and the summary by the path under --images, not by
     the link's target; the link and its target are one input (same fingerprint), so a build over the links resumes."""
@@ -594,6 +594,7 @@ def test_a_linked_film_is_named_by_its_link_and_keeps_its_fingerprint(cohort, tm
     assert again.exit_code == 0 and "(0 processed, 2 already done" in again.output, again.output
 
 
+def test_streamed_dataset_json_is_the_whole_dict_dump(built):
     """The driver writes the dataset JSON one study at a time: the bytes are those of ``json.dumps`` of the whole
     dict (the format before streaming), studies in key order within each split."""
     from cxrground.ils.schema import SPLITS

@@ -70,9 +70,11 @@ def quality(out: Path, cohort: Path, as_json: bool) -> None:
               help="Show --limit studies drawn at random (reproducibly for SEED) from the split or from every split, "
                    "instead of the first ones in file order (train first).")
 def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: str, sample: int | None) -> None:
-    """Write a self-contained HTML page: images with their lesion masks and all instruction-answer pairs. A study
-    whose film, masks or unit record cannot be read is listed on the page and here with the reason; the others are
-    shown. DATASET: the dataset folder or its JSON file (masks and unit records are read from the file's folder)."""
+    """Write a self-contained HTML page: each film (named by its path under --images) with its lesion masks and all
+    instruction-answer pairs, as embedded JPEG thumbnails (about 30 KB a study), with a table of contents and a
+    filter by split and finding. A study whose film, masks or unit record cannot be read is listed on the page and
+    here with the reason; the others are shown. DATASET: the dataset folder or its JSON file (masks and unit records
+    are read from the file's folder)."""
     from cxrground.ils.gallery import render_gallery
     from cxrground.ils.schema import dataset_location
 

@@ -1,8 +1,16 @@
-"""A self-contained HTML page to browse a built ILS dataset: per study the image with every lesion mask
-overlaid, the chosen report section, how each reported finding was grounded (from the study's unit record: grounded
-or why not, and what a zone guide did), how the film was read when not as stored (inverted, turned upright, inside
-its borders; an inverted film is shown as read), and every instruction-answer pair (positives with their mask's
-colour, negatives with their location). Images are embedded as PNG data URLs; no server needed."""
+"""A self-contained HTML page to browse a built ILS dataset: per study the film (named by its path under the image
+root) with every lesion mask overlaid, the chosen report section, how each reported finding was grounded (from the
+study's unit record: grounded or why not, and what a zone guide did), how the film was read when not as stored
+(inverted, turned upright, inside its borders; an inverted film is shown as read), and every instruction-answer pair
+(positives with their mask's colour, negatives with their location).
+
+The page scales to hundreds of studies: each thumbnail is composited at its shown size (film, translucent masks,
+crisp outlines) and embedded once as a JPEG data URL (quality :data:`JPEG_QUALITY`, full colour resolution, so thin
+coloured outlines stay sharp), about 30 KB a study in the page. Each study has an anchor (``#`` + study key) listed
+in a table of contents, and a small inline script filters studies by split and by finding (without script every study is
+shown). A mask that would hide an earlier mask of the study or be hidden by it (the same mask under two findings, one
+inside another) is drawn as an outline just outside its edge rather than filled over it, so both stay visible, and
+its pair rows say which mask it repeats, lies in or covers. No external assets, no server needed."""
 
 from __future__ import annotations
 
@@ -27,27 +35,146 @@ from cxrground.ils.schema import SPLITS, dataset_location, iter_dataset
 from cxrground.ils.zone_guide import guide_outcome
 from cxrground.io.image import read_image
 from cxrground.io.masks import read_mask_png
-from cxrground.io.overlay import PALETTE, overlay_masks
+from cxrground.io.overlay import PALETTE, blend
 
-__all__ = ["GalleryResult", "grounding_lines", "reading_line", "render_gallery"]
+__all__ = ["JPEG_QUALITY", "GalleryResult", "grounding_lines", "reading_line", "render_gallery"]
 
 _CSS = """
-body{font-family:system-ui,sans-serif;margin:16px;background:#111;color:#ddd}
-.study{display:flex;gap:16px;border-bottom:1px solid #333;padding:12px 0}
+body{font-family:system-ui,sans-serif;margin:16px;background:#111;color:#ddd}a{color:#8cf}
+.study{display:flex;gap:16px;border-bottom:1px solid #333;padding:12px 0;content-visibility:auto;
+contain-intrinsic-size:auto 420px}
 img{max-width:360px;height:auto;border:1px solid #444}
 table{border-collapse:collapse;font-size:13px}td,th{padding:2px 6px;border-bottom:1px solid #2a2a2a;text-align:left}
-.neg{color:#999}.sw{display:inline-block;width:10px;height:10px;margin-right:4px}
+.neg{color:#999}.sw{display:inline-block;width:10px;height:10px;margin-right:4px;box-sizing:border-box}
 .sec{font-size:12px;color:#aaa;max-width:720px}.failed{color:#e88}h1{font-size:20px}h2{font-size:15px;margin:0 0 6px}
+.film{font-size:12px;color:#bbb;margin:0 0 6px;word-break:break-all}.same{font-size:11px;color:#aaa}
+.toc{font-size:12px;line-height:1.7}.toc div{max-height:7.5em;overflow:auto}.toc a{white-space:nowrap}
+.toc b{margin-right:6px}
+#filters{font-size:13px}[hidden]{display:none!important}
 """
 
+#: The filter: hides the studies (and their contents entries) whose split or findings do not match; added by the
+#: script itself, so a page without script shows every study and no dead controls.
+_JS = """
+(function(){
+var f=document.getElementById('filters');f.hidden=false;
+var s=document.getElementById('f-split'),l=document.getElementById('f-finding'),n=document.getElementById('f-count');
+function apply(){var k=0,t=0;
+document.querySelectorAll('[data-split]').forEach(function(e){
+var ok=(s.value==='all'||e.dataset.split===s.value)&&(l.value==='all'||
+(' '+e.dataset.findings+' ').indexOf(' '+l.value+' ')>=0);
+e.hidden=!ok;if(e.classList.contains('study')){t++;if(ok){k++;}}});
+document.querySelectorAll('.toc div').forEach(function(d){d.hidden=!d.querySelector('a:not([hidden])');});
+n.textContent=k+' of '+t+' studies shown';}
+s.addEventListener('change',apply);l.addEventListener('change',apply);apply();
+})();
+"""
 
-def _png_data_url(rgb: np.ndarray, width: int) -> str:
-    im = Image.fromarray(rgb)
-    if im.width > width:
-        im = im.resize((width, max(1, round(im.height * width / im.width))), Image.Resampling.BILINEAR)
+#: JPEG quality of the thumbnails (composited first, then encoded once; 4:4:4, so coloured edges stay sharp).
+JPEG_QUALITY: Final[int] = 85
+#: Names of the :data:`~cxrground.io.overlay.PALETTE` colours, for the swatches' and images' descriptions.
+_COLOUR_NAMES: Final[tuple[str, ...]] = ("cyan", "red", "yellow", "green", "magenta", "blue", "orange", "mint")
+#: Share of a mask's pixels that earlier masks of the study cover from which it is drawn as an outer outline.
+_COVERED: Final[float] = 0.9
+#: The finding filter's words for studies with no mask and for studies that could not be shown.
+_NO_MASK: Final[str] = "no-mask"
+_NOT_SHOWN: Final[str] = "not-shown"
+
+
+def _jpeg_data_url(rgb: np.ndarray) -> str:
+    """An RGB thumbnail as a JPEG data URL (:data:`JPEG_QUALITY`, no chroma subsampling)."""
     buf = io.BytesIO()
-    im.save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    Image.fromarray(rgb).save(buf, format="JPEG", quality=JPEG_QUALITY, subsampling=0, optimize=True)
+    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _thumb_size(shape: tuple[int, ...], width: int) -> tuple[int, int]:
+    """(width, height) of a film's thumbnail: at most ``width`` wide, aspect kept, never enlarged."""
+    h, w = shape[:2]
+    if w <= width:
+        return w, h
+    return width, max(1, round(h * width / w))
+
+
+def _shrink_mask(mask: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """A boolean mask at the thumbnail's ``size`` (area average, half covered or more is in)."""
+    m = np.asarray(mask, dtype=bool)
+    if (m.shape[1], m.shape[0]) == size:
+        return m
+    small = Image.fromarray(m.astype(np.uint8) * 255).resize(size, Image.Resampling.BOX)
+    return np.asarray(small) >= 128
+
+
+def _covering(arrays: list[np.ndarray]) -> list[tuple[int, str] | None]:
+    """Per mask, None when it is drawn filled, else (the earlier mask it would hide or be hidden by, how): ``same``
+    (the same pixels), ``inside`` (earlier masks cover at least :data:`_COVERED` of it) or ``contains`` (it covers
+    at least :data:`_COVERED` of an earlier mask, whose fill and outline it would hide)."""
+    bools = [np.asarray(m, dtype=bool) for m in arrays]
+    areas = [int(m.sum()) for m in bools]
+    out: list[tuple[int, str] | None] = []
+    for j, m in enumerate(bools):
+        same = next((i for i in range(j) if areas[i] == areas[j] and np.array_equal(bools[i], m)), None)
+        if same is not None:
+            out.append((same, "same"))
+            continue
+        if areas[j] == 0 or j == 0:
+            out.append(None)
+            continue
+        overlaps = [int((bools[i] & m).sum()) for i in range(j)]
+        union = np.zeros_like(m)
+        for i in range(j):
+            union |= bools[i]
+        if int((union & m).sum()) >= _COVERED * areas[j]:
+            out.append((int(np.argmax(overlaps)), "inside"))
+            continue
+        hidden = [i for i in range(j) if areas[i] and overlaps[i] >= _COVERED * areas[i]]
+        out.append((hidden[0], "contains") if hidden else None)
+    return out
+
+
+#: How a pair row names the mask that its own mask repeats, lies in or covers (see :func:`_covering`).
+_COVER_WORDS: Final[dict[str, str]] = {"same": "same mask as", "inside": "inside the mask of",
+                                       "contains": "covers the mask of"}
+
+
+def _composite(grey: np.ndarray, masks: list[np.ndarray], colours: list[tuple[float, float, float]],
+               covering: list[tuple[int, str] | None], width: int) -> np.ndarray:
+    """The study's thumbnail: the film shrunk to ``width`` first, then each filled mask blended on it, then every
+    outline on top (1 px, just inside the mask); a covered mask is not filled but ringed 2 px wide just outside its
+    edge (the k-th covered mask of the study 3·k px out), so the mask under it keeps its own colour and outline."""
+    from scipy import ndimage
+
+    size = _thumb_size(grey.shape, width)
+    film = Image.fromarray(grey)
+    if (film.width, film.height) != size:
+        film = film.resize(size, Image.Resampling.LANCZOS, reducing_gap=3.0)
+    out = np.repeat(np.asarray(film)[..., None], 3, axis=2)
+    small = [_shrink_mask(m, size) for m in masks]
+    for m, colour, cover in zip(small, colours, covering, strict=True):
+        if cover is None and m.any():
+            out = blend(out, m, colour, 0.35)
+    ringed = 0
+    for m, colour, cover in zip(small, colours, covering, strict=True):
+        if not m.any():
+            continue
+        rgb = np.clip(np.rint(np.asarray(colour) * 255), 0, 255).astype(np.uint8)
+        if cover is None:
+            out[m & ~ndimage.binary_erosion(m)] = rgb
+        else:
+            ringed += 1
+            out[ndimage.binary_dilation(m, iterations=3 * ringed)
+                & ~ndimage.binary_dilation(m, iterations=3 * ringed - 2)] = rgb
+    return out
+
+
+def _alt(key: str, names: list[str], colours: list[str], covering: list[tuple[int, str] | None]) -> str:
+    """The image's description: the study and each mask's finding and colour."""
+    if not names:
+        return f"{key}: film without masks"
+    items = [f"{name} ({colour}{'' if cover is None else ', outer outline'})"
+             for name, colour, cover in zip(names, colours, covering, strict=True)]
+    listed = items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+    return f"{key}: film with {listed} mask{'s' if len(items) > 1 else ''}"
 
 
 def _hex(colour: tuple[float, float, float]) -> str:
@@ -157,7 +284,7 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
     (root, json_path), images_root = dataset_location(dataset_dir), Path(images_root)
     splits = SPLITS if split is None else (split,)
     frame = read_frame(root)  # released-frame masks are mapped back to each film's grid
-    panels: list[tuple[int, str]] = []  # (file position, panel html)
+    panels: list[tuple[int, _Panel]] = []  # (file position, panel)
     failed: list[tuple[str, str]] = []
     shown, first_error, more, total = 0, None, False, None
     stream = iter_dataset(json_path, _SHOWN_FIELDS, splits=splits)
@@ -181,8 +308,12 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
         except InputError as exc:
             first_error = first_error or exc
             failed.append((key, str(exc)))
-            panels.append((pos, f"<div class='study failed'><h2>{html.escape(key)} · {html.escape(split_name)}</h2>"
-                                f"<div class='sec'>not shown: {html.escape(str(exc))}</div></div>"))
+            body = (f"<div><h2>{html.escape(key)} · {html.escape(split_name)}</h2>"
+                    + (f"<div class='film'>film <code>{html.escape(str(study['image_path']))}</code></div>"
+                       if study.get("image_path") else "") +
+                    f"<div class='sec'>not shown: {html.escape(str(exc))}</div></div>")
+            panels.append((pos, _Panel(key, split_name, (_NOT_SHOWN,),
+                                       _study_div(key, split_name, (_NOT_SHOWN,), "study failed", body))))
     stream.close()
     if total is not None:
         more = total > shown + len(failed)
@@ -194,7 +325,9 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
         raise ConfigError(f"no study to show{f' in split {split}' if split else ''} of {json_path} (its "
                           f"splits with studies: {have}); nothing written")
     parts = [f"<!doctype html><meta charset='utf-8'><title>ILS dataset: {html.escape(root.name)}</title>"
-             f"<style>{_CSS}</style><h1>ILS dataset {html.escape(str(root))}</h1>"]
+             f"<style>{_CSS}</style><h1>ILS dataset {html.escape(str(root))}</h1>"
+             f"<p class='film'>Films under <code>{html.escape(str(images_root))}</code> (<code>--images</code>); "
+             "each study names its film by its path there.</p>"]
     of_split = f" of split {html.escape(split)}" if split else ""
     if sample is not None:
         parts.append(f"<p>{shown} studies{of_split} drawn at random (seed {sample}) from {total}, in file order"
@@ -205,17 +338,37 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
     if failed:
         parts.append(f"<p class='failed'>{len(failed)} of {shown + len(failed)} studies could not be shown; each "
                      "is listed in its place with the reason.</p>")
-    parts.extend(panel for _pos, panel in sorted(panels, key=lambda item: item[0]))
+    ordered = [panel for _pos, panel in sorted(panels, key=lambda item: item[0])]
+    parts.append(_contents(ordered))
+    parts.extend(panel.html for panel in ordered)
+    parts.append(f"<script>{_JS}</script>")
     out = Path(out_html)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(parts), encoding="utf-8")
     return GalleryResult(shown, tuple(failed), more, total)
 
 
+@dataclass(frozen=True)
+class _Panel:
+    """One study's place on the page: its key and split, the findings it has masks for (the filter's words) and its
+    HTML."""
+
+    key: str
+    split: str
+    findings: tuple[str, ...]
+    html: str
+
+
+def _token(name: str) -> str:
+    """A finding as one word of a ``data-findings`` list."""
+    return "_".join(name.split())
+
+
 def _study_panel(root: Path, images_root: Path, key: str, split_name: str, study: dict[str, Any],
-                 width: int, frame: MaskFrame) -> str:
-    """One study's panel: the film with its masks, the section, the groundings and the pairs; an
-    :class:`InputError` naming the file when the film, a mask or the unit record cannot be read."""
+                 width: int, frame: MaskFrame) -> _Panel:
+    """One study's panel: the film (named by its path under the image root) with its masks, the section, the
+    groundings and the pairs; an :class:`InputError` naming the file when the film, a mask or the unit record cannot
+    be read."""
     try:
         image = read_image(images_root / study["image_path"])
     except InputError as exc:
@@ -227,26 +380,79 @@ def _study_panel(root: Path, images_root: Path, key: str, split_name: str, study
     pixels = 255 - image.pixels if unit.get("image_note") else image.pixels
     pairs = study["instruction_answer_pairs"]
     masks: dict[str, int] = {}
+    names: list[str] = []  # per mask, the finding of its first pair
     for p in pairs["positive_pairs"]:
-        masks.setdefault(p["seg_mask_path"], len(masks))
+        if p["seg_mask_path"] not in masks:
+            masks[p["seg_mask_path"]] = len(masks)
+            names.append(str(p.get("target") or p["type"]))
     arrays = [mask_on_image(read_mask_png(root / MASK_DIR / path), image.shape, frame, root / MASK_DIR / path)
               for path in masks]
     colours = [PALETTE[i % len(PALETTE)] for i in range(len(arrays))]
-    rgb = overlay_masks(pixels, arrays, colours, alpha=0.35) if arrays else np.repeat(pixels[..., None], 3, -1)
+    colour_names = [_COLOUR_NAMES[i % len(_COLOUR_NAMES)] for i in range(len(arrays))]
+    covering = _covering(arrays)
+    rgb = _composite(np.asarray(pixels, dtype=np.uint8), arrays, colours, covering, width)
     rows = []
     for p in pairs["positive_pairs"]:
-        c = _hex(colours[masks[p["seg_mask_path"]]])
-        rows.append(f"<tr><td><span class='sw' style='background:{c}'></span>{html.escape(p['type'])}</td>"
+        i = masks[p["seg_mask_path"]]
+        c, cover = _hex(colours[i]), covering[i]
+        if cover is None:
+            swatch, note = f"background:{c}", ""
+        else:
+            under = f"{names[cover[0]]} ({colour_names[cover[0]]})"
+            swatch = f"border:2px solid {c}"
+            note = (f"<br><span class='same'>{_COVER_WORDS[cover[1]]} {html.escape(under)}: drawn as an outer "
+                    "outline</span>")
+        rows.append(f"<tr><td><span class='sw' style='{swatch}'></span>{html.escape(p['type'])}{note}</td>"
                     f"<td>{html.escape(p['instruction'])}</td><td>{html.escape(p['answer'])}</td>"
                     f"<td>{html.escape(p['target'])}</td></tr>")
     for n in pairs["negative_pairs"]:
         rows.append(f"<tr class='neg'><td>{html.escape(n['type'])}</td><td>{html.escape(n['instruction'])}"
                     f"</td><td>{html.escape(n['answer'])}</td><td>{html.escape(n['target'])}</td></tr>")
     grounding = "".join(f"<li>{html.escape(line)}</li>" for line in _grounding_lines(unit, unit_file))
-    return (f"<div class='study'><img alt='{html.escape(key)}' src='{_png_data_url(rgb, width)}'>"
+    findings = tuple(dict.fromkeys(_token(name) for name in names)) or (_NO_MASK,)
+    alt = _alt(key, names, colour_names, covering)
+    body = (f"<img loading='lazy' decoding='async' alt='{html.escape(alt)}' src='{_jpeg_data_url(rgb)}'>"
             f"<div><h2>{html.escape(key)} · {html.escape(split_name)} · {html.escape(study['section_name'])}</h2>"
+            f"<div class='film'>film <code>{html.escape(study['image_path'])}</code></div>"
             + (f"<div class='sec read'>{html.escape(read)}</div>" if read else "") +
             f"<div class='sec'>{html.escape(study['section_content'])}</div>"
             + (f"<ul class='sec grounding'>{grounding}</ul>" if grounding else "") +
             "<table><tr><th>type</th><th>instruction</th><th>answer</th><th>target</th></tr>"
-            + "".join(rows) + "</table></div></div>")
+            + "".join(rows) + "</table></div>")
+    return _Panel(key, split_name, findings, _study_div(key, split_name, findings, "study", body))
+
+
+def _anchor(key: str) -> str:
+    """The page anchor of a study (its key; a key with characters an id cannot hold has them replaced)."""
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in key) or "_"
+
+
+def _study_div(key: str, split_name: str, findings: tuple[str, ...], cls: str, body: str) -> str:
+    """A study's block with its anchor and the filter's attributes."""
+    return (f"<div class='{cls}' id='{html.escape(_anchor(key))}' data-split='{html.escape(split_name)}' "
+            f"data-findings='{html.escape(' '.join(findings))}'>{body}</div>")
+
+
+def _contents(panels: list[_Panel]) -> str:
+    """The table of contents: per split, a link to each study (its findings as the link's title), and the filter
+    (hidden until the script shows it)."""
+    splits = list(dict.fromkeys(p.split for p in panels))
+    special = {_NO_MASK: "no mask", _NOT_SHOWN: "not shown"}
+    findings = sorted({f for p in panels for f in p.findings if f not in special})
+    opts_s = "".join(f"<option value='{html.escape(x)}'>{html.escape(x)}</option>" for x in splits)
+    opts_f = "".join(f"<option value='{html.escape(x)}'>{html.escape(x.replace('_', ' '))}</option>"
+                     for x in findings)
+    opts_f += "".join(f"<option value='{word}'>{label}</option>" for word, label in special.items()
+                      if any(p.findings == (word,) for p in panels))
+    parts = ["<p id='filters' hidden>Split <select id='f-split'><option value='all'>all</option>"
+             f"{opts_s}</select> Finding <select id='f-finding'><option value='all'>all</option>{opts_f}</select> "
+             "<span id='f-count'></span></p><details class='toc' open><summary>Contents</summary>"]
+    for split_name in splits:
+        links = " ".join(
+            f"<a href='#{html.escape(_anchor(p.key))}' data-split='{html.escape(p.split)}' "
+            f"data-findings='{html.escape(' '.join(p.findings))}' "
+            f"title='{html.escape(', '.join(f.replace('_', ' ') for f in p.findings))}'>{html.escape(p.key)}</a>"
+            for p in panels if p.split == split_name)
+        parts.append(f"<div><b>{html.escape(split_name)}</b> {links}</div>")
+    parts.append("</details>")
+    return "".join(parts)
