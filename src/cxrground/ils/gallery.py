@@ -48,7 +48,7 @@ table{border-collapse:collapse;font-size:13px}td,th{padding:2px 6px;border-botto
 .neg{color:#999}.sw{display:inline-block;width:10px;height:10px;margin-right:4px;box-sizing:border-box}
 .sec{font-size:12px;color:#aaa;max-width:720px}.failed{color:#e88}h1{font-size:20px}h2{font-size:15px;margin:0 0 6px}
 .film{font-size:12px;color:#bbb;margin:0 0 6px;word-break:break-all}.same{font-size:11px;color:#aaa}
-.toc{font-size:12px;line-height:1.7}.toc div{max-height:7.5em;overflow:auto}.toc a{white-space:nowrap}
+.toc{font-size:12px;line-height:1.7}.toc div{max-height:6.8em;overflow:auto;margin-bottom:4px}.toc a{white-space:nowrap}
 .toc b{margin-right:6px}
 #filters{font-size:13px}[hidden]{display:none!important}
 """
