@@ -330,6 +330,17 @@ BROAD: list[tuple[str, str, Expected]] = [
     ("cardiomegaly", "The heart size is top normal.", []),
     ("cardiomegaly", "Mild to moderate cardiomegaly.", [("cardiomegaly", "present", (HEART,))]),
     ("cardiomegaly", "Heart size is mildly enlarged, unchanged.", [("cardiomegaly", "present", (HEART,))]),
+    # rules version 57: a normal heart in more words is no finding (report labels read it as a negated cardiomegaly,
+    # tests/test_structure_rules_v57.py); a joined mediastinum keeps a negated or enlarged heart phrase whole
+    ("cardiomegaly", "The heart shadow and mediastinal contour are not enlarged.",
+     [("cardiomegaly", "absent", (HEART,))]),
+    ("cardiomegaly", "The heart silhouette and the mediastinum are enlarged.", [("cardiomegaly", "present", (HEART,))]),
+    ("cardiomegaly", "Cardio-mediastinal silhouettes are unremarkable.", []),
+    ("cardiomegaly", "Heart, hila and pulmonary vasculature are within the limits of normal.", []),
+    ("cardiomegaly", "The mediastinal contours are normal; the heart is mildly enlarged.",
+     [("cardiomegaly", "present", (HEART,))]),
+    ("cardiomegaly", "Cardiac silhouette unremarkable apart from moderate cardiomegaly.",
+     [("cardiomegaly", "present", (HEART,))]),
     # --- atelectasis / opacity ------------------------------------------------------------------------------------
     ("atelectasis", "Subsegmental atelectasis in the left lung base.", [("atelectasis", "present", (LB,))]),
     ("atelectasis", "Plate-like atelectasis at the right base.", [("atelectasis", "present", (RB,))]),

@@ -38,7 +38,13 @@ cardiomegaly           cardiomegaly; enlarged heart / cardiac silhouette / cardi
                        explicit negation; report labels read a normal heart size as a negated cardiomegaly,
                        :data:`HEART_NORMAL_RE`; version 49: also "the heart and mediastinum are normal", "heart
                        size and pulmonary vascularity appear within normal limits", "normal size and configuration
-                       of the cardiac silhouette"; such a statement is no normal examination,
+                       of the cardiac silhouette"; version 57: "cardio mediastinal silhouettes are unremarkable",
+                       "the heart silhouette is normal in size and contour", "heart and mediastinum of normal size",
+                       a list subject "heart size, cardiomediastinal silhouette, and pulmonary vasculature are
+                       within the limits of normal", not before an exception ("unremarkable except for ..."); a
+                       joined mediastinum keeps a heart phrase whole, "the heart silhouette and mediastinal
+                       contours are not enlarged" is an absent cardiomegaly; such a statement is no normal
+                       examination,
                        :data:`NORMAL_STATEMENT_RE`). A heart called "prominent" is no cardiomegaly but the non-target
                        finding "cardiac prominence" at the heart (version 39, :data:`HEART_PROMINENCE_PATTERNS`).
 pneumonia              pneumonia, bronchopneumonia, pneumonitis, infection, infectious process, aspiration,
@@ -351,9 +357,15 @@ class EntityKind:
 # (group name, kind, patterns). Within a group longer patterns come first; groups whose patterns are prefixes
 # of another group's patterns come after it (non-target "pericardial effusion" before effusion, ...).
 
+#: A heart subject of a cardiomegaly phrase (version 57: also "heart silhouette / shadow / contour" and "cardio
+#: mediastinal" / "cardiac mediastinal silhouette").
 _CARDIO_SUBJECT = (
-    r"(?:heart(?:\s+size)?|cardiac\s+(?:silhouette|shadow|size|contour)|cardiomediastinal\s+(?:silhouette|contours?))"
+    r"(?:heart(?:\s+(?:size|silhouette|shadow|contour))?|cardiac\s+(?:silhouette|shadow|size|contour)|"
+    r"(?:cardio[- ]?mediastinal|cardiac\s+mediastinal)\s+(?:silhouette|contours?))"
 )
+#: The mediastinum joined to a heart subject in a cardiomegaly phrase (version 57): "The heart silhouette and
+#: mediastinal contours are not enlarged."
+_CARDIO_JOINED = r"(?:\s+and\s+(?:the\s+)?(?:mediastinum|mediastinal\s+(?:contours?|silhouettes?)))?"
 _CARDIO_FILLER = (
     r"(?:is|are|was|appears?|remains?|seems?|has|been|become|becomes|now|again|still|stably|stable|mildly|"
     r"moderately|markedly|severely|massively|minimally|slightly|somewhat|borderline|top|normal|to|likely|"
@@ -395,7 +407,7 @@ _CARDIO_PATTERNS: Final[tuple[str, ...]] = (
     rf"{_CTR}(?:\s*{_CARDIO_FILLER}){{0,8}}\s+(?:increased|elevated|enlarged|high|raised)",
     # a stated ratio above 0.50 (version 47): "CTR 0.62", "CTR > 0.5", "cardiothoracic ratio greater than 50%"
     rf"{_CTR}{_CTR_FILLER}(?:{_CTR_MORE}\s*{_CTR_HALF_UP}|{_CTR_ABOVE_HALF})",
-    rf"{_CARDIO_SUBJECT}(?:\s*{_CARDIO_FILLER}){{0,8}}\s+(?:enlarged|enlargement|large|increased)",
+    rf"{_CARDIO_SUBJECT}{_CARDIO_JOINED}(?:\s*{_CARDIO_FILLER}){{0,8}}\s+(?:enlarged|enlargement|large|increased)",
     # a template line "Heart: enlarged", "Heart: Mildly enlarged." (version 47)
     rf"{_CARDIO_SUBJECT}\s*:(?:\s*{_CARDIO_FILLER}){{0,8}}\s*(?:enlarged|enlargement|large|increased)",
     rf"{_CARDIO_SUBJECT}\s+(?:is|are|appears?|remains?|seems?)\s+(?:(?:again|still|now|stably)\s+)?borderline"
@@ -596,26 +608,55 @@ ENTITY_RE: Final[re.Pattern[str]] = re.compile(r"\b(?:" + "|".join(_group_patter
 ENTITY_MATCHER: Final[Alternation] = Alternation(_entity_branches)
 
 
-#: A heart subject of a normal statement ("heart size", "the cardiac silhouette", "cardiac and mediastinal contours").
+#: The cardiomediastinal adjective, also written apart or as "cardiac mediastinal" (version 57), and the paediatric
+#: "cardiothymic".
+_CARDIOMEDIASTINAL = r"(?:cardio[- ]?mediastinal|cardiac[- ]mediastinal|cardiothymic)"
+#: A heart subject of a normal statement ("heart size", "the cardiac silhouette", "cardiac and mediastinal contours";
+#: version 57: "heart silhouette", "cardiac contours", "cardio mediastinal silhouettes", "cardiomediastinal size"),
+#: optionally followed by "size" ("the heart silhouette size").
 _HEART_NORMAL_SUBJECT = (
-    r"(?:heart(?:\s+size)?|cardiac\s+(?:size|silhouette|contour)|cardiomediastinal\s+(?:silhouette|contours?)|"
-    r"(?:cardiac|heart)\s+and\s+mediastinal\s+(?:silhouettes?|contours?))"
+    r"(?:(?:heart(?:\s+(?:silhouettes?|shadow|contours?))?|cardiac\s+(?:size|silhouettes?|contours?|shadow)|"
+    rf"{_CARDIOMEDIASTINAL}\s+(?:silhouettes?|contours?|size|shadow)|"
+    r"(?:cardiac|heart)\s+and\s+mediastinal\s+(?:silhouettes?|contours?))(?:\s+size)?)"
 )
-#: One short noun phrase of a normal structure joined to a heart subject with "and" (version 49): "(heart and)
-#: mediastinum", "mediastinal contours", "pulmonary vascularity / vasculature", "pulmonary XXXX". No finding word:
-#: "Heart size is enlarged and mediastinum normal." names no normal heart.
+#: One short noun phrase of a normal structure joined to a heart subject (version 49): "(heart and) mediastinum",
+#: "mediastinal contours", "pulmonary vascularity / vasculature", "pulmonary XXXX"; version 57: also a second heart
+#: subject, "pulmonary vascular pattern" and the Open-i template's "pulmonary vascular engorgement". No finding word
+#: and not the lungs: "Heart size is enlarged and mediastinum normal." names no normal heart.
 _HEART_NORMAL_JOINED = (
-    r"(?:the\s+)?(?:(?:pulmonary|mediastinal|hilar|cardiomediastinal|cardiopulmonary|vascular)\s+){0,2}"
-    r"(?:mediastinum|mediastinal|vascularity|vasculature|vessels|xxxx|hila|contours?|silhouettes?|structures)"
-    r"(?:\s+size)?"
+    rf"(?:the\s+)?(?:{_HEART_NORMAL_SUBJECT}|"
+    rf"(?:(?:pulmonary|mediastinal|hilar|{_CARDIOMEDIASTINAL}|cardiopulmonary|vascular)\s+){{0,2}}"
+    r"(?:mediastinum|mediastinal|vascularity|vasculature|vessels|xxxx|hila|contours?|silhouettes?|structures|"
+    r"pattern|engorgement)(?:\s+size)?)"
+)
+#: A list of normal structures after a heart subject (version 57): "and X", ", X", ", and X"; up to three.
+_HEART_NORMAL_LIST = rf"(?:(?:\s*,\s*(?:and\s+)?|\s+and\s+){_HEART_NORMAL_JOINED}){{0,3}}"
+#: The verbs and adverbs between a normal heart's subject and its predicate.
+_HEART_NORMAL_VERB = (
+    r"(?:(?:is|are|remains?|appears?|again|still|stably|otherwise|grossly|overall|both|(?:stable|unchanged)\s+and)"
+    r"\s+)*"
+)
+#: What says the heart is normal (version 57: "normal in size and contour", "of normal size (and contour)", "within
+#: the limits of normal"), in an atomic group: a range or exception after it (:data:`_HEART_NORMAL_GOES_ON`) cannot
+#: be stepped around by matching less of it.
+_HEART_NORMAL_PREDICATE = (
+    r"(?>normal(?:\s+in\s+(?:size|caliber)(?:\s+and\s+(?:contour|configuration|shape|appearance))?)?|"
+    r"of\s+normal\s+(?:size|caliber)(?:\s+and\s+(?:contour|configuration|shape|appearance))?|"
+    r"within\s+(?:the\s+)?(?:normal\s+limits|limits\s+of\s+normal)|unremarkable)\b"
+)
+#: What may not follow a normal-heart predicate: a range or alternative ("normal to mildly enlarged", "normal or
+#: borderline", "normal/mildly enlarged") or an exception ("unremarkable except for ..."; version 57).
+_HEART_NORMAL_GOES_ON = (
+    r"(?!\s*/|\s+(?:to|or|versus|vs\.?|and/or)\s|\s*,?\s*(?:except|apart\s+from|other\s+than|aside\s+from|save\s+for)"
+    r"\b)"
 )
 #: The body of :data:`HEART_NORMAL_RE` (also stepped over by :data:`NORMAL_STATEMENT_RE`, version 49).
 _HEART_NORMAL = (
-    rf"\b{_HEART_NORMAL_SUBJECT}(?:\s+and\s+{_HEART_NORMAL_JOINED})?\s+(?:(?:is|are|remains?|appears?|again|still|"
-    r"stably|otherwise)\s+)*(?:normal(?:\s+in\s+size)?|within\s+(?:the\s+)?normal\s+limits|unremarkable)\b"
-    r"(?!\s+(?:to|or)\s)"
-    r"|\bnormal(?:[- ]sized)?\s+(?:heart(?:\s+size)?|cardiac\s+(?:size|silhouette)|cardiomediastinal\s+"
-    r"(?:silhouette|contours?))\b"
+    rf"\b{_HEART_NORMAL_SUBJECT}{_HEART_NORMAL_LIST}\s+{_HEART_NORMAL_VERB}{_HEART_NORMAL_PREDICATE}"
+    rf"{_HEART_NORMAL_GOES_ON}"
+    # "normal heart size", "stable normal cardio mediastinal silhouettes"; not "normal heart size is not seen"
+    rf"|\bnormal(?:[- ]sized)?\s+(?>{_HEART_NORMAL_SUBJECT})\b"
+    r"(?!\s+(?:is|are|was|were)\s+not\b|\s+(?:cannot|can\s+not|could\s+not|not)\b)"
     # version 49: "normal size (and configuration / contour) of the heart / cardiac silhouette"
     r"|\bnormal\s+size(?:\s+and\s+(?:configuration|contour))?\s+of\s+(?:the\s+)?(?:heart|cardiac\s+silhouette)\b"
     # version 56: "Heart: normal size.", "Heart size: normal."
@@ -626,9 +667,11 @@ _HEART_NORMAL = (
 #: silhouette is within normal limits.", "The cardiomediastinal silhouette is normal."; version 49: a heart subject
 #: joined with "and" to one short noun phrase, "The heart and mediastinum are normal.", "Heart size and pulmonary
 #: vascularity appear within normal limits.", "Heart and mediastinum normal.", and "Normal size and configuration of
-#: the cardiac silhouette."). No finding for ILS (§7.1 allows only explicit negation); report labels read it as a
-#: negated cardiomegaly, as CheXpert-style labelers do. "Top normal" / "upper limits of normal" are not normal
-#: statements.
+#: the cardiac silhouette."; version 57: plural and written-apart subjects, "heart silhouette", a list of up to
+#: three normal structures after the heart, "of normal size", "within the limits of normal", "grossly", "stable and";
+#: not before a range, an alternative or an exception). No finding for ILS (§7.1 allows only explicit negation);
+#: report labels read it as a negated cardiomegaly, as CheXpert-style labelers do. "Top normal" / "upper limits of
+#: normal" are not normal statements.
 HEART_NORMAL_RE: Final[re.Pattern[str]] = re.compile(_HEART_NORMAL)
 #: What states that the film was read and found normal (:data:`NORMAL_STATEMENT_RE`).
 _NORMAL_STATEMENT = (

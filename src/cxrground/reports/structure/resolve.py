@@ -31,7 +31,10 @@
    pneumonias lie (the union of their labels) when every positive opacity, consolidation and atelectasis of the
    section is placed ("COVID-19 pneumonia manifesting as single nodular lesion. ... single nodular consolidation in
    left lower lung zone." → the left base); a pneumonia with an extent word or diffuse by its words ("multifocal
-   pneumonia") stays in both lungs.
+   pneumonia") stays in both lungs. Version 11: an uncertain pneumonia named in a differential (its sentence names
+   other uncertain lung findings, lesions or not: "Interstitial prominence, which could be interstitial edema,
+   infectious process or interstitial disease.") is not placed by the section's findings: it takes the places its
+   alternatives end up with (here both lungs, as the edema), as the members of one list share a place.
 2. **Merged sections** (section policy ``findings+impression``): a finding from a later part of the section
    whose lesion (or, for a non-target finding, lower-cased entity), presence and reported location equal those
    of a finding from an earlier part is dropped: one lesion + location reported in both the findings and the
@@ -68,7 +71,7 @@ from cxrground.vocab.locations import lung_bases, lung_label
 __all__ = ["RESOLVE_VERSION", "exception_sides", "inherit_locations", "merge_duplicates", "resolve_findings"]
 
 #: Version of the report-level rules (recorded with every structurer's output).
-RESOLVE_VERSION: Final[str] = "10"
+RESOLVE_VERSION: Final[str] = "11"
 
 _NO_INHERIT = frozenset(HEART_MASK_LESIONS)  # the heart mask has no side to inherit
 #: Lesions that explain an observation in the sentence after it, and the findings they take the place of (version 7).
@@ -153,6 +156,17 @@ def _diagnosis_places(findings: tuple[Finding, ...]) -> list[str]:
     return [lab for f in parenchymal if _placed(f) for lab in f.reported_location if lab != HEART]
 
 
+def _differential(f: Finding, findings: tuple[Finding, ...]) -> list[Finding]:
+    """The other uncertain lung findings of ``f``'s sentence when ``f`` is uncertain: the differential ``f`` is named
+    in ("could include interstitial edema, infectious process or interstitial disease"; version 11). Not other
+    pneumonias nor the heart."""
+    if f.assertion != "uncertain":
+        return []
+    return [g for g in findings if g.sent_idx == f.sent_idx and g is not f and g.assertion == "uncertain"
+            and g.lesion != PNEUMONIA and g.lesion not in _NO_INHERIT and g.reported_location
+            and HEART not in g.reported_location]
+
+
 def inherit_locations(findings: tuple[Finding, ...], report: StructuredReport | None = None) -> tuple[Finding, ...]:
     """Rule 1 of the module docstring: unlocated positive lesion findings take the labels of located ones.
 
@@ -160,6 +174,7 @@ def inherit_locations(findings: tuple[Finding, ...], report: StructuredReport | 
     applies.
     """
     located: dict[str, list[str]] = {}
+    pending: list[int] = []  # unplaced pneumonias of a differential (version 11)
     by_sentence: dict[int, list[str]] = {}
     placed_in: dict[int, list[Finding]] = {}
     for f in findings:
@@ -182,10 +197,18 @@ def inherit_locations(findings: tuple[Finding, ...], report: StructuredReport | 
             labels = labels or located.get(f.lesion) or _explained_before(report, f, placed_in.get(f.sent_idx - 1, []),
                                                                           f.sent_idx in by_sentence)
             if not labels and f.lesion == PNEUMONIA and not f.location_phrases and not _diffuse_words(report, f):
-                labels = _diagnosis_places(findings)
+                if _differential(f, findings):  # version 11: placed with its differential, below
+                    pending.append(len(out))
+                else:
+                    labels = _diagnosis_places(findings)
             if labels:
                 f = replace(f, reported_location=tuple(dict.fromkeys(labels)))
         out.append(f)
+    for i in pending:  # the places its alternatives end up with (version 11)
+        f = out[i]
+        labels = [lab for g in _differential(f, tuple(out)) for lab in g.reported_location]
+        if labels:
+            out[i] = replace(f, reported_location=tuple(dict.fromkeys(labels)))
     return tuple(out)
 
 

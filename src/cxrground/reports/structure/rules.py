@@ -272,8 +272,12 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: lobe's side, "particularly visible in" and "greater involvement of" are predominance words, every place across
 #: "with" reaches a finding with no place of its own (not only the first), another person's illness ("her husband
 #: was hospitalized with pneumonia") is no finding, and a pneumonia with no place lies where the section's placed
-#: parenchymal findings lie (report-level rules version 10).
-RULES_VERSION: Final[str] = "56"
+#: parenchymal findings lie (report-level rules version 10); 57 (``bench/records/rules_v57_preregistration.md``): "the
+#: heart silhouette and mediastinal contours are not enlarged" is an absent cardiomegaly (the phrase's subject also
+#: takes "heart silhouette", "cardio mediastinal silhouette" and a joined mediastinum), and an uncertain pneumonia of a
+#: differential takes its alternatives' places (report-level rules version 11); the labels read a normal heart in
+#: more words.
+RULES_VERSION: Final[str] = "57"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
