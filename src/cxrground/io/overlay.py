@@ -6,7 +6,9 @@ with ``img`` in [0, 1] (grey stacked to RGB), saved as 8-bit RGB at the image's 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from typing import Final
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -14,7 +16,19 @@ from PIL import Image, ImageDraw, ImageFont
 from cxrground.errors import MaskShapeError
 from cxrground.io.masks import as_mask, check_shape
 
-__all__ = ["PALETTE", "blend", "contact_sheet", "draw_rows", "label_panel", "overlay_masks"]
+__all__ = [
+    "ANATOMY_COLOURS",
+    "ANATOMY_COLOUR_NAMES",
+    "PALETTE",
+    "blend",
+    "caption_font",
+    "contact_sheet",
+    "draw_edges",
+    "draw_rows",
+    "label_panel",
+    "mask_edges",
+    "overlay_masks",
+]
 
 #: Distinct colours (RGB in [0, 1]) for drawing several masks at once.
 PALETTE: tuple[tuple[float, float, float], ...] = (
@@ -27,6 +41,23 @@ PALETTE: tuple[tuple[float, float, float], ...] = (
     (1.0, 0.55, 0.0),
     (0.6, 1.0, 0.8),
 )
+
+
+#: The colours (RGB in [0, 1]) of the anatomy on every overlay that draws it (``segment lungs``' overlay.png,
+#: ``anatomy zones``' overlays): the patient's right lung (image left) blue, the left lung green, the heart yellow;
+#: red is kept for what a reader flags (a zone read as abnormal) and never marks a lung.
+ANATOMY_COLOURS: Final[dict[str, tuple[float, float, float]]] = {
+    "right_lung": (0.2, 0.6, 1.0),
+    "left_lung": (0.2, 1.0, 0.6),
+    "heart": (1.0, 0.8, 0.1),
+    "flagged": (1.0, 0.1, 0.1),
+}
+#: The colours' names, as overlay legends write them.
+ANATOMY_COLOUR_NAMES: Final[dict[str, str]] = {"right_lung": "blue", "left_lung": "green", "heart": "yellow",
+                                               "flagged": "red"}
+#: TrueType fonts tried for captions, first found wins (Pillow's own font when none is installed).
+_FONT_FILES: Final[tuple[str, ...]] = ("DejaVuSans.ttf", "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+                                       "LiberationSans-Regular.ttf", "Arial.ttf")
 
 
 def _rgb01(pixels: np.ndarray) -> np.ndarray:
@@ -94,6 +125,27 @@ def _overlay_whole(pixels: np.ndarray, masks: Sequence[np.ndarray], colours: Seq
     return out
 
 
+def mask_edges(mask: np.ndarray, width: int = 1) -> np.ndarray:
+    """The pixels of ``mask`` within ``width`` pixels of its border (its inner outline, ``width`` pixels thick)."""
+    from scipy import ndimage
+
+    m = as_mask(mask)
+    if not m.any():
+        return m
+    inner = ndimage.binary_erosion(m, iterations=max(1, int(width)), border_value=0)
+    return m & ~inner
+
+
+def draw_edges(rgb: np.ndarray, masks: Sequence[np.ndarray], colours: Sequence[Sequence[float]], width: int = 1
+               ) -> np.ndarray:
+    """The inner outlines (:func:`mask_edges`, ``width`` pixels) of ``masks`` drawn in turn over an RGB uint8 image in
+    their ``colours``; returns a copy."""
+    out = np.array(rgb, dtype=np.uint8, copy=True)
+    for mask, colour in zip(masks, colours, strict=True):
+        out[mask_edges(mask, width)] = np.clip(np.rint(np.asarray(colour, dtype=np.float64) * 255), 0, 255)
+    return out
+
+
 def draw_rows(
     rgb: np.ndarray, segments: Sequence[tuple[int, int, int]], colours: Sequence[Sequence[float]],
     thickness: int | None = None,
@@ -117,20 +169,73 @@ def draw_rows(
     return out
 
 
-def label_panel(rgb: np.ndarray, title: str, lines: Sequence[str] = (), width: int | None = None) -> np.ndarray:
-    """The image (optionally resized to ``width``) with a caption strip of ``title`` and ``lines`` below."""
+@functools.lru_cache(maxsize=16)
+def caption_font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+    """A caption font of ``size`` pixels: DejaVu Sans (or another TrueType sans) when installed, else Pillow's
+    bundled font at that size (its fixed bitmap font where Pillow has no FreeType)."""
+    for name in _FONT_FILES:
+        try:
+            return ImageFont.truetype(name, size)
+        except OSError:
+            continue
+    try:
+        return ImageFont.load_default(size=size)
+    except (TypeError, ImportError, OSError):  # an old Pillow or one without FreeType
+        return ImageFont.load_default()
+
+
+#: A caption line: plain text (grey), or runs of ``(text, RGB in [0, 1])`` drawn side by side.
+CaptionLine = str | Sequence[tuple[str, Sequence[float]]]
+
+
+def _wrap(draw: ImageDraw.ImageDraw, line: CaptionLine, font: ImageFont.ImageFont | ImageFont.FreeTypeFont,
+          width: float, grey: tuple[float, float, float]) -> list[list[tuple[str, Sequence[float]]]]:
+    """``line`` as runs, broken into lines no wider than ``width`` pixels (at spaces; a run that does not fit moves
+    to the next line whole when it is a coloured run)."""
+    runs = [(line, grey)] if isinstance(line, str) else [(t, c) for t, c in line]
+    lines: list[list[tuple[str, Sequence[float]]]] = [[]]
+    used = 0.0
+    for text, colour in runs:
+        words = text.split(" ") if isinstance(line, str) else [text]
+        for i, word in enumerate(words):
+            piece = word if i == 0 or not isinstance(line, str) else " " + word
+            size = draw.textlength(piece, font=font)
+            if used and used + size > width:
+                lines.append([])
+                piece, used = piece.lstrip(), 0.0
+                size = draw.textlength(piece, font=font)
+            lines[-1].append((piece, colour))
+            used += size
+    return [ln for ln in lines if ln]
+
+
+def label_panel(rgb: np.ndarray, title: str, lines: Sequence[CaptionLine] = (), width: int | None = None,
+                font_size: int | None = None) -> np.ndarray:
+    """The image (optionally resized to ``width``) with a caption strip of ``title`` and ``lines`` below; a line is
+    text or runs of ``(text, colour)`` (a legend); lines wider than the image wrap. ``font_size``: pixels (default:
+    the image width / 40, at least 11; :func:`caption_font`)."""
     im = Image.fromarray(rgb if rgb.ndim == 3 else np.repeat(rgb[:, :, None], 3, axis=2))
     if width is not None and im.width != width:
         im = im.resize((width, max(1, round(im.height * width / im.width))), Image.Resampling.BILINEAR)
-    font = ImageFont.load_default()
-    line_h = 12
-    strip = line_h * (1 + len(lines)) + 6
+    size = font_size or max(11, round(im.width / 40))
+    font = caption_font(size)
+    pad = max(2, size // 4)
+    line_h = size + pad
+    probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    grey = (200 / 255, 200 / 255, 200 / 255)
+    rows = [[(title, (1.0, 1.0, 1.0))]] if title else []
+    for line in lines:
+        rows += _wrap(probe, line, font, im.width - 2 * pad, grey)
+    strip = line_h * len(rows) + 2 * pad
     canvas = Image.new("RGB", (im.width, im.height + strip), (16, 16, 16))
     canvas.paste(im, (0, 0))
     draw = ImageDraw.Draw(canvas)
-    draw.text((4, im.height + 2), title, fill=(255, 255, 255), font=font)
-    for i, line in enumerate(lines, start=1):
-        draw.text((4, im.height + 2 + i * line_h), line, fill=(200, 200, 200), font=font)
+    for i, runs in enumerate(rows):
+        x, y = float(pad), im.height + pad + i * line_h
+        for text, colour in runs:
+            fill = tuple(int(np.clip(round(c * 255), 0, 255)) for c in colour)
+            draw.text((x, y), text, fill=fill, font=font)
+            x += draw.textlength(text, font=font)
     return np.asarray(canvas)
 
 

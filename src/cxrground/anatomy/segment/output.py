@@ -1,7 +1,8 @@
 """The files ``cxrground segment lungs`` writes for one image, and the lines it prints about the heart.
 
 ``OUT/right_lung.png``, ``left_lung.png`` (0/255 at native size), ``heart.png`` when there is a heart,
-``overlay.png`` (the masks over the image; with a heart, the CTR's two diameters drawn on it: the heart's
+``overlay.png`` (the masks over the image in :data:`~cxrground.io.overlay.ANATOMY_COLOURS`: right lung blue, left
+lung green, heart yellow; with a heart, the CTR's two diameters drawn on it: the heart's
 width in orange, the thorax's in magenta) and ``masks.json`` (shape, backend, heart source, CTR and where its
 diameters lie, areas, ``lung_problems``: why the lungs look implausible, empty when they do not
 (:func:`~cxrground.anatomy.segment.plausibility.lung_problems`), ``orientation``: why the film looks stored in a
@@ -27,7 +28,7 @@ from cxrground.errors import InputError
 from cxrground.io.files import atomic_write_text
 from cxrground.io.image import DEFAULT_MAX_PIXELS, CXRImage, read_image, write_image
 from cxrground.io.masks import read_mask_png, write_mask_png
-from cxrground.io.overlay import draw_rows, overlay_masks
+from cxrground.io.overlay import ANATOMY_COLOURS, draw_rows, overlay_masks
 from cxrground.registry import read_provenance
 from cxrground.vocab.views import is_frontal
 
@@ -87,14 +88,16 @@ def write_segmentation(out_dir: Path, image_path: Path, image: CXRImage, masks: 
     write_mask_png(out_dir / "right_lung.png", masks.right_lung)
     write_mask_png(out_dir / "left_lung.png", masks.left_lung)
     layers = [masks.right_lung, masks.left_lung]
+    colours = [ANATOMY_COLOURS["right_lung"], ANATOMY_COLOURS["left_lung"]]
     measured: CtrMeasurement | None = None
     if masks.heart is not None:
         write_mask_png(out_dir / "heart.png", masks.heart)
         layers.append(masks.heart)
+        colours.append(ANATOMY_COLOURS["heart"])
         measured = measure_ctr(masks.heart, masks.right_lung, masks.left_lung)
     else:
         (out_dir / "heart.png").unlink(missing_ok=True)  # an earlier film's heart
-    rgb = overlay_masks(image.pixels, layers, alpha=0.35)
+    rgb = overlay_masks(image.pixels, layers, colours, alpha=0.35)
     if measured is not None:
         rgb = draw_rows(rgb, [(d.y, d.x0, d.x1) for d in (measured.cardiac, measured.thoracic)], DIAMETER_COLOURS)
     write_image(out_dir / "overlay.png", rgb)
