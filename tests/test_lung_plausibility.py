@@ -163,6 +163,8 @@ def test_segment_checked_reads_a_negative_film_the_right_way_round():
 
     bright = CXRImage(np.full((200, 200), 200, np.uint8), path="bright.png")
     dark = CXRImage(np.full((200, 200), 40, np.uint8), path="dark.png")
+    for film in (bright, dark):
+        film.pixels[-1] += 1  # not blank (a blank film is refused before segmenting)
     image, masks, problems = segment_checked(_PolaritySegmenter(), bright)
     assert image is bright and problems == [] and "polarity" not in masks.extra
     image, masks, problems = segment_checked(_PolaritySegmenter(), dark)

@@ -45,8 +45,8 @@ from cxrground.errors import InputError
 from cxrground.io.cxr_image import CXRImage
 
 __all__ = ["GRID", "INVERTED_BRIGHT_NOTE", "INVERTED_NOTE", "INVERT_MIN_SHAPE_IOU", "MAX_FILM_ASPECT", "MIN_FILM_SIDE",
-           "MIN_LUNG_FRACTION", "MIN_SHAPE_IOU", "LungShape", "film_size_problem", "looks_inverted", "lung_problems",
-           "reading_problems", "segment_checked", "shape_descriptor", "shipped_lung_shape"]
+           "MIN_LUNG_FRACTION", "MIN_SHAPE_IOU", "LungShape", "blank_problem", "film_size_problem", "looks_inverted",
+           "lung_problems", "reading_problems", "segment_checked", "shape_descriptor", "shipped_lung_shape"]
 
 #: Side of the per-lung grid the masks are resampled to inside their common bounding box.
 GRID: Final[int] = 32
@@ -201,6 +201,12 @@ def film_size_problem(shape: tuple[int, ...]) -> str | None:
     return None
 
 
+def blank_problem(pixels: np.ndarray) -> str | None:
+    """Why ``pixels`` hold no picture (every pixel the same grey level: a blank or uniform image), or None."""
+    lo, hi = int(np.min(pixels)), int(np.max(pixels))
+    return f"image is blank (one grey level, {lo})" if lo == hi else None
+
+
 def segment_checked(segmenter: LungHeartSegmenter, image: CXRImage, min_iou: float = MIN_SHAPE_IOU,
                     min_fraction: float = MIN_LUNG_FRACTION,
                     invert_min_iou: float = INVERT_MIN_SHAPE_IOU) -> tuple[CXRImage, LungHeartMasks, list[str]]:
@@ -209,8 +215,9 @@ def segment_checked(segmenter: LungHeartSegmenter, image: CXRImage, min_iou: flo
     ``extra["polarity"]`` say why) when the stored film's lungs are implausible and the negative's are plausible
     with a shape IoU of at least ``invert_min_iou``, or when the stored film's lungs are plausible but
     :func:`looks_inverted` and the negative's are plausible and do not; otherwise ``image`` itself. An image too
-    small or too narrow to be a film (:func:`film_size_problem`) is an :class:`InputError`, not segmented."""
-    small = film_size_problem(image.pixels.shape)
+    small or too narrow to be a film (:func:`film_size_problem`), or blank (:func:`blank_problem`), is an
+    :class:`InputError`, not segmented."""
+    small = film_size_problem(image.pixels.shape) or blank_problem(image.pixels)
     if small is not None:
         raise InputError(small, image.path or "<image>")
     masks = segment_image(segmenter, image)

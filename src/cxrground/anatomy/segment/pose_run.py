@@ -23,6 +23,7 @@ from typing import Any, Final
 import numpy as np
 from tqdm.auto import tqdm
 
+from cxrground.anatomy.segment.plausibility import blank_problem
 from cxrground.anatomy.segment.pose_net import (
     POSE_CLASSES,
     PoseReader,
@@ -127,9 +128,7 @@ def film_problem(pixels: np.ndarray) -> str | None:
         return f"image is {w}x{h} px: too small to read a chest's pose ({MIN_SIDE} px a side at least)"
     if max(h, w) > MAX_ASPECT * min(h, w):
         return f"image is {w}x{h} px: too elongated for a frontal chest film (sides within {MAX_ASPECT:g}:1)"
-    if int(pixels.max()) == int(pixels.min()):
-        return "image is blank (one grey level)"
-    return None
+    return blank_problem(pixels)
 
 
 def _row(name: str, probabilities: Sequence[float]) -> PoseRow:
