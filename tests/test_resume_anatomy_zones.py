@@ -71,8 +71,11 @@ def test_killed_run_resumes_and_other_runs_are_refused(films, tmp_path, monkeypa
     fresh = tmp_path / "fresh"
     readings, failures = write_zones(paths, fresh, seg, model, root=films)
     assert len(readings) + len(failures) == 4
-    overlays = sorted(p.relative_to(fresh).as_posix() for p in (fresh / "overlays").rglob("*.png"))
+    overlays = sorted(p.relative_to(fresh).as_posix() for p in (fresh / "overlays").rglob("*.png")
+                      if not p.relative_to(fresh / "overlays").as_posix().startswith("_failed/"))
     assert overlays == sorted(overlay_names([r.image for r in readings]).values()) and len(overlays) == len(readings)
+    failed = [json.loads(line) for line in (fresh / "failures.jsonl").read_text().splitlines()]
+    assert all((fresh / f["overlay"]).is_file() for f in failed if "overlay" in f)  # rejected lungs drawn
 
     real, calls = zones_mod.read_zones, []
 

@@ -39,6 +39,12 @@ def show(request: GeometryRequest) -> None:
                    "them by default).")
 @click.option("--normative", type=FILE, default=None, help="Normative model .npz (default: the shipped normative_v1).")
 @click.option("--no-overlays", is_flag=True, help="Write zones.csv only.")
+@click.option("--overlay-width", type=click.IntRange(128, 4096), default=None,
+              help="Width in pixels of each of an overlay's two panels (captions scale with it). Default: the film's "
+                   "width, at most 768.")
+@click.option("--save-masks", is_flag=True,
+              help="Also write each film's lungs and heart as 0/255 PNGs at the film's size: "
+                   "OUT/masks/<name>_right_lung.png, _left_lung.png, _heart.png (<name> as for the overlays).")
 @click.option("--metadata", type=FILE, default=None,
               help="View table (MIMIC-CXR-JPG's mimic-cxr-2.0.0-metadata.csv[.gz], or a CSV with dicom_id = the file "
                    "name's stem and ViewPosition or view): films of another view than PA/AP are recorded as failures, "
@@ -66,8 +72,8 @@ def show(request: GeometryRequest) -> None:
               help=MAX_PIXELS_HELP + " Films refused so are read with a higher limit by a rerun with --retry-failed.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def zones(images: Path, out: Path, overwrite: bool, retry_failed: bool, normative: Path | None, no_overlays: bool,
-          metadata: Path | None, qc_orientation: bool, zone_model: str, segmenter_opt: tuple[str, ...],
-          max_pixels: int, quiet: bool) -> None:
+          overlay_width: int | None, save_masks: bool, metadata: Path | None, qc_orientation: bool, zone_model: str,
+          segmenter_opt: tuple[str, ...], max_pixels: int, quiet: bool) -> None:
     """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every frontal film: OUT/zones.csv. Exits 1
     when no film could be read (the reasons are in OUT/failures.jsonl)."""
     from cxrground.anatomy.segment import get_segmenter
@@ -83,7 +89,8 @@ def zones(images: Path, out: Path, overwrite: bool, retry_failed: bool, normativ
     readings, failures = write_zones(find_images(images), out, segmenter, model,
                                      overlays=not no_overlays, root=images, zone_model=reader, views=views,
                                      orientation_check=qc_orientation, overwrite=overwrite,
-                                     retry_failed=retry_failed, max_pixels=max_pixels, progress=not quiet)
+                                     retry_failed=retry_failed, max_pixels=max_pixels, progress=not quiet,
+                                     overlay_width=overlay_width, save_masks=save_masks)
     flagged = sum(sum(r.flags.values()) for r in readings)
     how = f"threshold z {model.zone_threshold:.2f}" if reader is None else reader_name(reader)
     click.echo(f"wrote {out / 'zones.csv'}: {len(readings)} images, {flagged} zones flagged, "
