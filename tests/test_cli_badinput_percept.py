@@ -215,7 +215,7 @@ def test_eval_names_a_cache_file_that_is_no_database(tmp_path):
     res = cli("percept", "eval", "--bench", str(bench), "--model", "random", "--out", str(tmp_path / "run"),
               "--no-progress", "--cache", str(cache))
     text = clean(res)
-    assert res.exit_code == 1 and str(cache) in text and "not an SQLite database" in text
+    assert res.exit_code == 1 and str(cache) in text and "not a readable SQLite response cache" in text
     assert not (tmp_path / "run").exists()
     assert cache.read_text().startswith("a radiology report")
 

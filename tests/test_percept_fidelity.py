@@ -381,7 +381,7 @@ def test_cpa_either_side_reaches_the_build_settings_the_card_and_the_deformation
     assert record["settings"]["cpa_either_side"] is True and record["settings_hash"] != default.settings_hash()
     # builds made before the flag (and the deformer options, the per-lesion RF ratios) existed keep their settings hash
     legacy = {k: v for k, v in _settings_record(default, dataset)["settings"].items()
-              if k not in ("cpa_either_side", "deformer_opt", "rf_ratios")}
+              if k not in ("cpa_either_side", "deformer_opt", "rf_ratios", "drop_estimated_hearts")}
     assert default.settings_hash() == sha256_json(legacy)[:16]
     card = render_card(quirk, {}, {}, None, [], None, "masks", {}, {})
     assert "either side's (the reference's behaviour, --cpa-either-side)" in card

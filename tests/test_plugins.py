@@ -76,7 +76,7 @@ def plug(tmp_path: Path) -> Path:
 def test_a_plugin_named_by_the_environment_is_listed_and_used(plug, tmp_path):
     res = _cli(["segment", "lungs", "--help"], plug, "tplug")
     assert res.returncode == 0 and "t-plugboxes: plug-in test lungs" in " ".join(res.stdout.split()), res.stderr
-    Image.fromarray(np.full((64, 64), 90, np.uint8)).save(tmp_path / "film.png")
+    Image.fromarray(np.tile(np.arange(0, 256, 4, dtype=np.uint8), (64, 1))).save(tmp_path / "film.png")  # not blank
     res = _cli(["segment", "lungs", "--image", str(tmp_path / "film.png"), "--out-dir", str(tmp_path / "seg"),
                 "--backend", "t-plugboxes"], plug, "tplug")
     assert res.returncode == 0, res.stderr
