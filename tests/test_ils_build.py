@@ -1147,3 +1147,37 @@ def test_a_missing_bucket_is_named_and_bucket_urls_print_as_urls(cohort, s3_endp
                                      pairs=3, failures=0, seconds=1.0))
     assert "card: s3://ils-test/b1/card.md   failures: s3://ils-test/b1/failures.jsonl" in lines[1]
     assert "--dataset s3://ils-test/b1 --frame released" in lines[2] and "local copy" in lines[2]
+
+
+def test_llm_failures_name_the_report_step_status_and_attempts(tmp_path, monkeypatch):
+    """An LLM failure's failures.jsonl line keeps the image as its path (what --retry-failed and the card read) and
+    names the study's report file, the report, the step, the HTTP status and the attempts."""
+    from cxrground.testing.mock_server import MockServer
+
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    assert runner.invoke(main, ["synth", "--out", "cohort", "--studies", "2", "--seed", "0", "--quiet"]).exit_code == 0
+    opts = ["ils", "build", "--images", "cohort/files", "--out", "ils", "--seed", "0", "--quiet", "--synthesizer",
+            "pseudo-normal", "--structurer", "llm", "--structurer-opt", "model=mock", "--structurer-opt",
+            "max_retries=1", "--structurer-opt", "backoff=0.01", "--structurer-opt", "concurrency=1"]
+
+    def no_findings(body):
+        return json.dumps({"findings": []})
+
+    with MockServer(no_findings, faults=["500", "500"]) as server:
+        first = runner.invoke(main, [*opts, "--structurer-opt", f"base_url={server.base_url}"])
+        assert first.exit_code == 0, first.output
+        lines = [json.loads(x) for x in (tmp_path / "ils" / "failures.jsonl").read_text().splitlines()]
+        assert len(lines) == 1, lines
+        failure = lines[0]
+        report = Path(failure["report_path"])
+        assert report.is_absolute() and report == Path(failure["path"]).parent.with_suffix(".txt")  # MIMIC layout
+        assert Path(failure["path"]).is_absolute() and Path(failure["path"]).suffix == ".jpg" and report.is_file()
+        assert {k: failure[k] for k in ("stage", "error", "step", "http_status", "attempts")} == {
+            "stage": "structure", "error": "LLMError", "step": "structure", "http_status": 500, "attempts": 2}
+        assert failure["report"] == report.stem and failure["study"]
+        assert failure["reason"] == 'HTTP 500: {"error": "boom"} (after 2 attempts)'
+        again = runner.invoke(main, [*opts, "--structurer-opt", f"base_url={server.base_url}", "--structurer-opt",
+                                     f"cache={tmp_path / 'c.sqlite'}", "--retry-failed"])
+        assert again.exit_code == 0 and "(1 processed, 1 already done" in again.output, again.output
+        assert not (tmp_path / "ils" / "failures.jsonl").read_text().strip()

@@ -254,3 +254,59 @@ def test_the_cli_prints_one_summary_line_of_the_llm_run(tmp_path: Path) -> None:
                                    "0 rejections"]
         rules = CliRunner().invoke(main, ["reports", "structure", str(report)])
         assert "LLM structurer" not in rules.stderr
+
+
+# -- 9. failure records: the step, the HTTP status, the attempts, the report; paths named as the readers name them --
+
+
+def test_failure_records_name_the_step_the_http_status_and_the_attempts() -> None:
+    with FakeLLM() as fake:
+        llm = _llm(fake, max_retries=2, concurrency=1)
+        location = llm.prompts["location"].text
+        fake.fail_if = lambda body: body["messages"][0]["content"] == location  # every location request: 500
+        done, failed = llm.structure_many(_items([SECTIONS[0], SECTIONS[2]]))
+        assert [d.report_id for d in done] == ["r1"]  # r1 has no location phrase: no location step
+        assert failed[0].to_dict() == {"path": "r0", "stage": "structure", "error": "LLMError", "report": "r0",
+                                       "step": "location", "http_status": 500, "attempts": 3,
+                                       "reason": 'HTTP 500: {"error": "boom"} (after 3 attempts)'}
+        fake.fail_if = None
+        fake.faults = ["400-schema", "500"]  # the JSON-schema fallback's request counts too
+        llm = _llm(fake, max_retries=0)
+        _, failed = llm.structure_many(_items(["Small effusion."]))
+        assert (failed[0].step, failed[0].http_status, failed[0].attempts) == ("structure", 500, 2)
+        fake.faults = ["timeout"]  # no HTTP answer: no status
+        _, failed = llm.structure_many(_items(["Tiny effusion."]))
+        assert (failed[0].step, failed[0].http_status, failed[0].attempts) == ("structure", None, 1)
+        assert "http_status" not in failed[0].to_dict()
+    with FakeLLM(lambda body: {"findings": [{"entity": "x", "sent_idx": "one", "assertion": "present"}]}) as fake:
+        _, failed = _llm(fake).structure_many(_items(SECTIONS[:1]))  # an answer of status 200 that is wrong
+    assert (failed[0].step, failed[0].http_status, failed[0].attempts) == ("structure", None, 1)
+
+
+def test_report_failures_name_files_alike_with_the_report_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    importlib.import_module("cxrground.cli.structure_cmds")
+    from cxrground.cli import main
+    from test_reports_iu import SMALL_XML
+
+    monkeypatch.chdir(tmp_path)
+    rows = [{"study_id": "a", "report": "FINDINGS: The lungs are clear."}, {"study_id": "b"},
+            {"study_id": "c", "report": "FINDINGS: Small left effusion, boom."}]
+    Path("tab.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    Path("iu.xml").write_text(SMALL_XML.replace("Right lower lobe opacity", "Boom: right lower lobe opacity"))
+    with FakeLLM() as fake:
+        fake.fail_if = lambda body: "boom" in body["messages"][1]["content"].lower()
+        result = CliRunner().invoke(main, ["reports", "label", "tab.jsonl", "iu.xml", "--structurer", "llm",
+                                           "--base-url", fake.base_url, "--model", "m", "--max-retries", "1",
+                                           "--structurer-opt", "backoff=0.01", "--out", "out.csv", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    got = [json.loads(line) for line in Path("out.csv.failures.jsonl").read_text().splitlines()]
+    table = str(tmp_path / "tab.jsonl")
+    assert got == [
+        {"path": f"{table}:2", "stage": "reports", "reason": "missing text column 'report'", "error": "ReportError",
+         "report": "b"},
+        {"path": f"{table}:3", "stage": "structure", "reason": 'HTTP 500: {"error": "boom"} (after 2 attempts)',
+         "error": "LLMError", "report": "c", "step": "structure", "http_status": 500, "attempts": 2},
+        {"path": str(tmp_path / "iu.xml"), "stage": "structure", "reason": 'HTTP 500: {"error": "boom"} (after 2 '
+         "attempts)", "error": "LLMError", "report": "CXR9001", "step": "structure", "http_status": 500,
+         "attempts": 2}]
+    assert f"first: {table}:2: missing text column" in result.stderr

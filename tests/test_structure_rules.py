@@ -371,8 +371,8 @@ def test_cli_rules(tmp_path: Path) -> None:
     assert len(out.read_text().splitlines()) == 3
     # the failures file holds flat objects, as every failures.jsonl does (stdout wraps them to tell them apart)
     assert set(failure := json.loads((out.parent / "findings.jsonl.failures.jsonl").read_text())) == {
-        "path", "stage", "reason", "error"}
-    assert failure["path"].endswith("s2.txt")
+        "path", "stage", "reason", "error", "report"}
+    assert failure["path"] == str(tmp_path / "s2.txt") and failure["report"] == "s2"
     # LLM options are checked before any work
     result = CliRunner().invoke(main, ["reports", "structure", str(tmp_path / "s1.txt"), "--structurer", "llm"])
     assert result.exit_code == 2 and "--base-url" in result.output

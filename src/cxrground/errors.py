@@ -82,25 +82,44 @@ class OptionValueError(OptionError):
     """One option's value is malformed (an invalid-value usage error on the command line)."""
 
 
+def failure_path(path: str | Path) -> str:
+    """How a failure record names a file: a local path made absolute (``tab.jsonl:3``, a row of a table, too), a URL
+    as given."""
+    return str(path) if "://" in str(path) else str(Path(path).absolute())
+
+
+#: The optional fields of a :class:`Failure`, written only when set.
+FAILURE_DETAILS: tuple[str, ...] = ("report", "step", "http_status", "attempts")
+
+
 @dataclass(frozen=True)
 class Failure:
-    """One input a batch job could not process, with the stage and the reason."""
+    """One input a batch job could not process, with the stage and the reason.
+
+    Report structuring sets the optional details: ``report`` (the report id, e.g. a table row's or an Open-i
+    report's), ``step`` (the LLM step that failed: ``structure`` or ``location``), ``http_status`` (the HTTP status of
+    an error answer that failed it) and ``attempts`` (the requests sent for the failing step, retries included).
+    """
 
     path: str
     stage: str
     reason: str
     error: str
+    report: str | None = None
+    step: str | None = None
+    http_status: int | None = None
+    attempts: int | None = None
 
     @classmethod
-    def from_exception(cls, path: str | Path, stage: str, exc: BaseException) -> Failure:
-        """Build a record from an exception raised while processing ``path`` (a local path is made absolute)."""
+    def from_exception(cls, path: str | Path, stage: str, exc: BaseException, **details: Any) -> Failure:
+        """Build a record from an exception raised while processing ``path`` (a local path is made absolute);
+        ``details`` are the optional fields."""
         reason = exc.reason if isinstance(exc, InputError) else str(exc) or type(exc).__name__
-        where = str(path) if "://" in str(path) else str(Path(path).absolute())
-        return cls(path=where, stage=stage, reason=reason, error=type(exc).__name__)
+        return cls(path=failure_path(path), stage=stage, reason=reason, error=type(exc).__name__, **details)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (the line format of ``failures.jsonl``)."""
-        return asdict(self)
+        """JSON-ready form (the line format of ``failures.jsonl``): the optional details only when set."""
+        return {k: v for k, v in asdict(self).items() if v is not None or k not in FAILURE_DETAILS}
 
 
 def first_failure(failures: Sequence[Failure]) -> str:

@@ -83,6 +83,7 @@ from cxrground.ils.inputs import (
 )
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR, UNITS_DIR
 from cxrground.ils.pipeline import (
+    REPORT_DETAILS,
     Registration,
     backend_provenance,
     backend_registrations,
@@ -630,7 +631,10 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                     rejections[u["reason"]] += 1
                     failure = {"path": _absolute(u.get("image_path", key)), "stage": u.get("stage", "build"),
                                "reason": u["reason"], "error": u.get("error", u["status"]), "study": key,
-                               **({"file": _absolute(u["file"])} if u.get("file") else {})}
+                               **({"file": _absolute(u["file"])} if u.get("file") else {}),
+                               **{k: u[k] for k in REPORT_DETAILS if k in u}}
+                    if "report_path" in failure:
+                        failure["report_path"] = _absolute(failure["report_path"])
                     failures_fh.write(json.dumps(failure, sort_keys=True) + "\n")
                     first = first or f"{failure['path']}: {failure['reason']}"
                     n_failures += 1

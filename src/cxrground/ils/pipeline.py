@@ -40,7 +40,7 @@ from cxrground.lesions.lesion_zones import central_mask
 from cxrground.registry import Backend, Registry, check_portable, read_provenance
 from cxrground.reports import parse_report_text, read_report, select_section
 from cxrground.reports.reading import addendum_lesions, reads_the_film
-from cxrground.reports.structure import structure_section
+from cxrground.reports.structure import LLMError, structure_section
 from cxrground.vocab.locations import HEART
 from cxrground.vocab.traits import traits
 
@@ -187,6 +187,7 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
     unit: dict[str, Any] = {"study_key": task.study_key, "split": task.split, "image_path": task.image_path,
                             "status": "ok"}
     stage = "backends"
+    report_id: str | None = None
     try:
         backends = get_backends(spec)
         stage = "reports"
@@ -195,9 +196,11 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
                 report = read_report(report_file)
         else:
             report = parse_report_text(task.report_text or "", report_id=task.study_key)
+        report_id = report.report_id
         section = select_section(report, config.sections)
         if section is None:
-            return {**unit, "status": "rejected", "stage": stage, "reason": "no usable report section"}
+            return {**unit, "status": "rejected", "stage": stage, "reason": "no usable report section",
+                    **report_details(task, stage, report_id)}
         stage = "structure"
         structured = structure_section(backends.structurer, task.study_key, section)
         unit["findings"] = [f.to_dict() for f in structured.findings]
@@ -289,13 +292,31 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
     except InputError as exc:
         named = {"file": exc.path} if exc.path and exc.path != task.image_path else {}  # e.g. the report
         return {**unit, "status": "failed", "stage": stage, "reason": exc.reason, "error": type(exc).__name__,
-                **named}
+                **named, **report_details(task, stage, report_id, exc)}
     except CXRGroundError as exc:
-        return {**unit, "status": "failed", "stage": stage, "reason": str(exc), "error": type(exc).__name__}
+        return {**unit, "status": "failed", "stage": stage, "reason": str(exc), "error": type(exc).__name__,
+                **report_details(task, stage, report_id, exc)}
     except Exception as exc:  # a bug must not stop the batch: record it with its traceback tail
         tail = traceback.format_exc().strip().splitlines()[-3:]
         return {**unit, "status": "failed", "stage": stage, "reason": f"{type(exc).__name__}: {exc}",
                 "error": "internal", "traceback": tail}
+
+
+#: The unit keys a failed study's ``failures.jsonl`` line copies (see :func:`report_details`).
+REPORT_DETAILS: tuple[str, ...] = ("report_path", "report", "step", "http_status", "attempts")
+
+
+def report_details(task: StudyTask, stage: str, report_id: str | None,
+                   exc: BaseException | None = None) -> dict[str, Any]:
+    """What a study that failed at stage ``reports`` or ``structure`` records of its report: ``report_path`` (its
+    file, when it has one), ``report`` (its id, once read) and, for an LLM failure, ``step``, ``http_status`` and
+    ``attempts`` (see :class:`~cxrground.errors.Failure`); nothing at another stage."""
+    if stage not in ("reports", "structure"):
+        return {}
+    details: dict[str, Any] = {"report_path": task.report_path, "report": report_id}
+    if isinstance(exc, LLMError):
+        details.update(step=exc.step, http_status=exc.status, attempts=exc.attempts)
+    return {k: v for k, v in details.items() if v is not None}
 
 
 def segmentation_disagreement(a: Any, b: Any, config: IlsConfig) -> str | None:

@@ -695,7 +695,7 @@ def write_zones(
             except OSError as exc:  # a broken link, a file gone since the folder was listed: looked at on every run
                 failures.append(Failure.from_exception(path, "zones", InputError(
                     f"file cannot be read ({exc.strerror or exc})", path)))
-                failure_lines.append(asdict(failures[-1]))
+                failure_lines.append(failures[-1].to_dict())
                 continue
             if rec is not None:
                 changed = rec.get("sha256") != digest
@@ -723,7 +723,7 @@ def write_zones(
             except (InputError, CXRGroundError) as exc:
                 failure = Failure.from_exception(path, "zones", exc)
                 failures.append(failure)
-                line = {"image": name, "sha256": digest, **stat, "failure": asdict(failure)}
+                line = {"image": name, "sha256": digest, **stat, "failure": failure.to_dict()}
                 if overlays and isinstance(exc, ImplausibleLungsError):
                     write_image(out / failed_of[name],
                                 failed_overlay(exc.image, exc.masks, name, exc.reason, overlay_width))
@@ -749,7 +749,7 @@ def write_zones(
 def _failure_line(failure: Failure, overlay: str | None) -> dict[str, Any]:
     """The ``failures.jsonl`` line of a failure: its record, and ``overlay`` (the rejected masks drawn) when there is
     one."""
-    return {**asdict(failure), **({"overlay": overlay} if overlay else {})}
+    return {**failure.to_dict(), **({"overlay": overlay} if overlay else {})}
 
 
 def _write_masks(out: Path, files: Mapping[str, str], seg: LungHeartMasks) -> None:

@@ -12,7 +12,8 @@ class ClientError(CXRGroundError):
     """A request failed; ``reason`` says why, ``status`` is the HTTP status when there was one.
 
     ``retry_after`` is the server's ``Retry-After`` in seconds (None when it sent none). ``last`` is, on the error
-    raised once a request's retries are spent, the transient error of its last attempt.
+    raised once a request's retries are spent, the transient error of its last attempt. ``attempts`` is, on an error
+    that :func:`~.retry.call_with_retries` lets through, how many attempts the request made (None elsewhere).
     """
 
     def __init__(self, reason: str, retry_after: float | None = None, status: int | None = None, *,
@@ -21,6 +22,7 @@ class ClientError(CXRGroundError):
         self.retry_after = retry_after
         self.status = status
         self.last = last
+        self.attempts: int | None = None
         super().__init__(reason)
 
 

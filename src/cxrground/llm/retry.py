@@ -88,7 +88,8 @@ async def call_with_retries(
     (:class:`Unreachable` when the last one was a :class:`ConnectFailed`: the server was not reached).
 
     The final error's reason ends with ``(after N attempts)`` (``1 attempt``), and its ``last`` is the last attempt's
-    error. ``on_retry(error, delay)`` runs before each wait.
+    error. Every :class:`ClientError` raised carries the attempts made in ``attempts``. ``on_retry(error, delay)``
+    runs before each wait.
     """
     rng = rng or random.Random()
     attempt = 0
@@ -100,8 +101,13 @@ async def call_with_retries(
             if attempt >= policy.max_attempts:
                 final = Unreachable if isinstance(exc, ConnectFailed) else ClientError
                 tries = f"{attempt} attempt" + ("" if attempt == 1 else "s")
-                raise final(f"{exc.reason} (after {tries})", status=exc.status, last=exc) from None
+                spent = final(f"{exc.reason} (after {tries})", status=exc.status, last=exc)
+                spent.attempts = attempt
+                raise spent from None
             wait = policy.delay(attempt - 1, exc.retry_after, rng)
             if on_retry is not None:
                 on_retry(exc, wait)
             await asyncio.sleep(wait)
+        except ClientError as exc:  # not retried: a PermanentError
+            exc.attempts = attempt
+            raise

@@ -255,7 +255,8 @@ def read_report_table(
 
     ``path`` is ``.jsonl``/``.ndjson`` (one JSON object per line), ``.csv`` or ``.tsv`` (with a header).
     Each row's text is parsed with :func:`parse_report_text`. A bad row (invalid JSON, missing or
-    empty id or text, duplicate id) becomes a :class:`Failure` whose path is ``file:line``. A missing,
+    empty id or text, duplicate id) becomes a :class:`Failure` whose path is ``file:line`` (absolute) and whose
+    ``report`` is the row's id when it has one. A missing,
     empty or undecodable file, an unknown suffix or a CSV header without the columns raises ``ReportError``.
     """
     path = Path(path)
@@ -293,7 +294,9 @@ def read_report_table(
                 raise ReportError(f"duplicate report id {report_id!r} (first at {seen[report_id]})", where)
             report = parse_report_text(body, report_id=report_id, source=where)
         except ReportError as exc:
-            failures.append(Failure.from_exception(where, STAGE, exc))
+            named = row.get(id_column) if isinstance(row, dict) else None
+            named = str(named).strip() if named is not None else ""
+            failures.append(Failure.from_exception(where, STAGE, exc, report=named or None))
             continue
         seen[report_id] = where
         reports.append(report)

@@ -16,7 +16,7 @@ import io
 import json
 import shutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -238,7 +238,7 @@ def write_poses(paths: Sequence[Path], out: Path, reader: PoseReader, root: Path
                     probabilities = reader.read(image.pixels).probabilities
                 except (InputError, CXRGroundError) as exc:
                     rec = {"image": name, "sha256": digest, **stat,
-                           "failure": asdict(Failure.from_exception(path, "pose", exc))}
+                           "failure": Failure.from_exception(path, "pose", exc).to_dict()}
                 else:
                     rec = {"image": name, "sha256": digest, **stat, "probabilities": list(probabilities)}
                 log.write(json.dumps(rec, sort_keys=True) + "\n")
@@ -248,7 +248,7 @@ def write_poses(paths: Sequence[Path], out: Path, reader: PoseReader, root: Path
             else:
                 rows.append(_row(name, rec["probabilities"]))
     atomic_write_text(out / "poses.csv", _csv_text(rows))
-    atomic_write_text(out / "failures.jsonl", "".join(json.dumps(asdict(f)) + "\n" for f in failures))
+    atomic_write_text(out / "failures.jsonl", "".join(json.dumps(f.to_dict()) + "\n" for f in failures))
     flagged = [r for r in rows if r.flagged]
     written: list[Path] = []
     if (out / SHEET_DIR).is_dir():

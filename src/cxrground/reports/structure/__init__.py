@@ -15,11 +15,12 @@ assertions, sentence numbers and locations of the vocabulary) and apply the repo
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any, Final
 
 from tqdm.auto import tqdm
 
-from cxrground.errors import BackendError, ConfigError, Failure
+from cxrground.errors import BackendError, ConfigError, Failure, failure_path
 from cxrground.llm import ResponseCache, cache_key
 from cxrground.registry import Registry, backend_label, call_backend
 from cxrground.reports.findings import StructuredReport, Structurer, report_problem
@@ -76,7 +77,9 @@ def structurer_options(name: str, given: dict[str, Any]) -> dict[str, Any]:
 
 
 def _failure_path(report: Report) -> str:
-    return report.source or report.report_id
+    """How a failure names ``report``: its file (a table's ``file:line``) as the readers name it (absolute), else its
+    id."""
+    return failure_path(report.source) if report.source else report.report_id
 
 
 def checked_report(structurer: Structurer, report_id: str, structured: StructuredReport) -> StructuredReport:
@@ -138,26 +141,33 @@ def structure_reports(
         section = select_section(report, sections)
         if section is None:
             failures.append(Failure(path=_failure_path(report), stage=STAGE, reason=NO_SECTION_REASON,
-                                    error="NoSection"))
+                                    error="NoSection", report=report.report_id))
             continue
         items.append((report.report_id, section))
         paths[report.report_id] = _failure_path(report)
     many = getattr(structurer, "structure_many", None)
     if callable(many):
         done, failed = many(items, progress=progress)
-        failures.extend(Failure(path=paths.get(f.path, f.path), stage=f.stage, reason=f.reason, error=f.error)
-                        for f in failed)
+        failures.extend(replace(f, path=paths.get(f.path, f.path)) for f in failed)
         kept = []
         for d in done:
             try:
                 kept.append(resolve_findings(checked_report(structurer, d.report_id, d)))
             except BackendError as exc:
-                failures.append(Failure.from_exception(paths.get(d.report_id, d.report_id), STAGE, exc))
+                failures.append(_failure(paths.get(d.report_id, d.report_id), d.report_id, exc))
         return kept, failures
     done = []
     for report_id, section in tqdm(items, desc="structure", unit="report", disable=not progress):
         try:
             done.append(structure_section(structurer, report_id, section))
-        except (LLMError, BackendError, ValueError) as exc:
-            failures.append(Failure.from_exception(paths[report_id], STAGE, exc))
+        except LLMError as exc:
+            failures.append(replace(exc.failure(report_id), path=paths[report_id]))
+        except (BackendError, ValueError) as exc:
+            failures.append(_failure(paths[report_id], report_id, exc))
     return done, failures
+
+
+def _failure(path: str, report_id: str, exc: Exception) -> Failure:
+    """The failure of report ``report_id`` (named ``path``: :func:`_failure_path`) that ``exc`` failed."""
+    return Failure(path=path, stage=STAGE, reason=str(exc) or type(exc).__name__, error=type(exc).__name__,
+                   report=report_id)

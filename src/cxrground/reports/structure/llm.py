@@ -129,11 +129,26 @@ _MAX_JSON_STARTS: Final[int] = 2000
 
 
 class LLMError(CXRGroundError):
-    """A request failed for good, or an answer could not be parsed or validated."""
+    """A request failed for good, or an answer could not be parsed or validated.
 
-    def __init__(self, reason: str) -> None:
+    ``step`` is the step that failed (``structure`` or ``location``), ``status`` the HTTP status of the error answer
+    that failed it (None: no answer, or an answer of status 200 that could not be used) and ``attempts`` the requests
+    the step sent (retries and a JSON-schema fallback included); None where not known.
+    """
+
+    def __init__(self, reason: str, *, step: str | None = None, status: int | None = None,
+                 attempts: int | None = None) -> None:
         self.reason = reason
+        self.step = step
+        self.status = status
+        self.attempts = attempts
         super().__init__(reason)
+
+    def failure(self, path: str) -> Failure:
+        """The :class:`~cxrground.errors.Failure` (stage ``structure``) of report ``path`` (its id) that this error
+        failed, with its details."""
+        return Failure(path=path, stage=STAGE, reason=self.reason, error=type(self).__name__, report=path,
+                       step=self.step, http_status=self.status, attempts=self.attempts)
 
 
 @dataclass(frozen=True)
@@ -548,10 +563,10 @@ class LLMStructurer:
                 raise
             except LLMError as exc:
                 self.stats["failures"] += 1
-                return Failure(path=report_id, stage=STAGE, reason=exc.reason, error=type(exc).__name__)
+                return exc.failure(report_id)
             except Exception as exc:  # an error of this report only: recorded, the other reports go on
                 self.stats["failures"] += 1
-                return Failure(path=report_id, stage=STAGE, error=type(exc).__name__,
+                return Failure(path=report_id, stage=STAGE, error=type(exc).__name__, report=report_id,
                                reason=f"unexpected error structuring report {report_id!r}: {type(exc).__name__}: {exc}")
             answered += 1
             return done
@@ -575,38 +590,43 @@ class LLMStructurer:
     def _count_retry(self, *_: object) -> None:
         self.stats["retries"] += 1
 
-    async def _send(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> tuple[str, str | None]:
-        """One chat completion with retries (and the JSON-schema fallback); returns the assistant text and the
-        ``finish_reason``."""
+    async def _send(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> tuple[str, str | None, int]:
+        """One chat completion with retries (and the JSON-schema fallback); returns the assistant text, the
+        ``finish_reason`` and the attempts it took."""
 
         async def attempt() -> tuple[str | None, str | None]:
             self.stats["requests"] += 1
             completion = await self._chat.complete(messages, params)
             return completion.content, completion.finish_reason
 
+        sent = 0
         try:
             try:
-                (text, finish), _ = await call_with_retries(attempt, self.retry, rng=self._random,
-                                                            on_retry=self._count_retry)
+                (text, finish), sent = await call_with_retries(attempt, self.retry, rng=self._random,
+                                                               on_retry=self._count_retry)
             except PermanentError as exc:
                 if exc.status not in (400, 422) or "response_format" not in params:
                     raise
                 # no JSON-schema output on this server: ask again without it (and stop sending it)
+                sent = exc.attempts or 1
                 self.json_schema = False
                 self.stats["json_schema_fallbacks"] += 1
                 params = {k: v for k, v in params.items() if k != "response_format"}
-                (text, finish), _ = await call_with_retries(attempt, self.retry, rng=self._random,
-                                                            on_retry=self._count_retry)
+                (text, finish), more = await call_with_retries(attempt, self.retry, rng=self._random,
+                                                               on_retry=self._count_retry)
+                sent += more
         except EndpointRefused as exc:  # the key, URL or model name: every report would fail alike
             raise BatchStopped(f"the LLM structurer stops: {exc.reason}") from None
         except ClientError as exc:
             self._no_answer(exc)
-            raise LLMError(exc.reason) from None
+            status = exc.status if exc.status is not None and not 200 <= exc.status < 300 else None
+            raise LLMError(exc.reason, status=status, attempts=sent + (exc.attempts or 1)) from None
         self._no_answer_run = 0
         if text is None:
             raise LLMError("chat-completion message has no text content"
-                           + (f" ({_cut_note(self.decoding['max_tokens'])})" if finish == "length" else ""))
-        return text, finish
+                           + (f" ({_cut_note(self.decoding['max_tokens'])})" if finish == "length" else ""),
+                           attempts=sent)
+        return text, finish, sent
 
     def _no_answer(self, exc: ClientError) -> None:
         """Stop the batch when a request that spent its retries (``exc``) says the server is gone: never answered
@@ -680,15 +700,21 @@ class LLMStructurer:
                 "type": "json_schema",
                 "json_schema": {"name": schema_name, "strict": True, "schema": schema},
             }
-        text, finish = await self._send(messages, params)
+        try:
+            text, finish, sent = await self._send(messages, params)
+        except LLMError as exc:
+            exc.step = step
+            raise
         try:
             answer = model_cls.model_validate(extract_json(text))
         except (LLMError, ValidationError) as exc:
             if finish == "length":
-                raise LLMError(f"{step} answer {_cut_note(self.decoding['max_tokens'])}") from None
+                raise LLMError(f"{step} answer {_cut_note(self.decoding['max_tokens'])}", step=step,
+                               attempts=sent) from None
             if isinstance(exc, LLMError):
-                raise
-            raise LLMError(f"{step} answer does not match the schema: {_schema_problem(exc)}") from None
+                raise LLMError(exc.reason, step=step, attempts=sent) from None
+            raise LLMError(f"{step} answer does not match the schema: {_schema_problem(exc)}", step=step,
+                           attempts=sent) from None
         self.cache.put(key, self.model, {"model": self._chat.identity, "decoding": self.decoding, "sample": 0,
                                          "messages": messages}, answer.model_dump_json())
         return answer
