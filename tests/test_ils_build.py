@@ -1149,9 +1149,10 @@ def test_a_missing_bucket_is_named_and_bucket_urls_print_as_urls(cohort, s3_endp
     assert "--dataset s3://ils-test/b1 --frame released" in lines[2] and "local copy" in lines[2]
 
 
-def test_llm_failures_name_the_report_step_status_and_attempts(tmp_path, monkeypatch):
+def test_llm_failures_name_the_report_step_status_attempts_and_retries_are_noted(tmp_path, monkeypatch):
     """An LLM failure's failures.jsonl line keeps the image as its path (what --retry-failed and the card read) and
-    names the study's report file, the report, the step, the HTTP status and the attempts."""
+    names the study's report file, the report, the step, the HTTP status and the attempts; a rerun that retries
+    prints a retry note."""
     from cxrground.testing.mock_server import MockServer
 
     monkeypatch.chdir(tmp_path)
@@ -1177,7 +1178,9 @@ def test_llm_failures_name_the_report_step_status_and_attempts(tmp_path, monkeyp
             "stage": "structure", "error": "LLMError", "step": "structure", "http_status": 500, "attempts": 2}
         assert failure["report"] == report.stem and failure["study"]
         assert failure["reason"] == 'HTTP 500: {"error": "boom"} (after 2 attempts)'
+        server.faults = ["500"]  # the pre-pass (with a cache file) retries once, and says so
         again = runner.invoke(main, [*opts, "--structurer-opt", f"base_url={server.base_url}", "--structurer-opt",
                                      f"cache={tmp_path / 'c.sqlite'}", "--retry-failed"])
         assert again.exit_code == 0 and "(1 processed, 1 already done" in again.output, again.output
+        assert "LLM structurer: retrying 1 request (HTTP 500), next in 0.0 s" in again.stderr
         assert not (tmp_path / "ils" / "failures.jsonl").read_text().strip()

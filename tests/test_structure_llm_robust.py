@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -245,11 +246,16 @@ def test_the_cli_prints_one_summary_line_of_the_llm_run(tmp_path: Path) -> None:
                     "--no-progress"]
             result = CliRunner().invoke(main, args)
             assert result.exit_code == 0, result.output
-            summary = [line for line in result.stderr.splitlines() if line.startswith("LLM structurer:")]
+            summary = [line for line in result.stderr.splitlines() if line.startswith("LLM structurer:")
+                       and " retrying " not in line]
+            notes = [line for line in result.stderr.splitlines() if line.startswith("LLM structurer: retrying")]
             if command == "structure":
+                assert len(notes) == 1 and re.fullmatch(r"LLM structurer: retrying 1 request \(HTTP 500\), next in "
+                                                        r"\d\.\d s", notes[0]), result.stderr
                 assert summary == ["LLM structurer: 2 requests, 0 cache hits, 1 retry, 0 schema fallbacks, "
                                    "0 rejections"]
             else:
+                assert not notes
                 assert summary == ["LLM structurer: 0 requests, 1 cache hit, 0 retries, 0 schema fallbacks, "
                                    "0 rejections"]
         rules = CliRunner().invoke(main, ["reports", "structure", str(report)])
@@ -310,3 +316,26 @@ def test_report_failures_name_files_alike_with_the_report_id(tmp_path: Path, mon
          "attempts)", "error": "LLMError", "report": "CXR9001", "step": "structure", "http_status": 500,
          "attempts": 2}]
     assert f"first: {table}:2: missing text column" in result.stderr
+
+
+def test_retries_are_noted_at_most_once_per_interval_with_their_causes() -> None:
+    with FakeLLM() as fake:
+        fake.faults = ["500", "500", "429", "timeout", "500"]
+        llm = _llm(fake, max_retries=5, concurrency=2, timeout=0.2)
+        notes: list[str] = []
+        llm.on_note = notes.append
+        done, failed = llm.structure_many(_items(["Small effusion.", "No effusion."]))
+        assert not failed and len(done) == 2 and llm.stats["retries"] == 5
+        assert len(notes) == 1, notes  # within 10 s: one note
+        assert re.fullmatch(r"LLM structurer: retrying [12] requests? \(HTTP 500\), next in 0\.0 s", notes[0])
+        fake.faults = ["500", "429", "timeout", "500"]
+        llm = _llm(fake, max_retries=5, concurrency=1, timeout=0.2)
+        notes = []
+        llm.on_note, llm.note_every = notes.append, 0.0
+        llm.structure_many(_items(["Tiny effusion."]))
+        assert [n.split("(")[1].split(")")[0] for n in notes] == ["HTTP 500", "HTTP 429", "timed out", "HTTP 500"]
+        assert all(n.startswith("LLM structurer: retrying 1 request (") for n in notes)
+        llm = _llm(fake, max_retries=5)
+        fake.faults = ["500"]
+        llm.structure_many(_items(["Trace effusion."]))  # no on_note: silent
+        assert llm.stats["retries"] == 1

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DIR, EXISTING, OUT_FILE, group, request_options, threads_option, warn
+from cxrground.cli.common import DIR, EXISTING, OUT_FILE, group, note, request_options, threads_option, warn
 from cxrground.ils.export import ExportRequest, export_request
 from cxrground.ils.request import BuildRequest, build_lines, run_build
 
@@ -26,7 +26,7 @@ def build(request: BuildRequest, quiet: bool) -> None:
     OUT/failures.jsonl)."""
     from cxrground.ils.build import input_lines
 
-    summary = run_build(request, progress=not quiet)
+    summary = run_build(request, progress=not quiet, note=note)
     lines = build_lines(summary) + input_lines(summary)
     click.echo("\n".join(line for line in lines if not line.startswith("  error: ")))
     if summary.every_failed:

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from cxrground.cli.common import EXISTING, echo_lines, request_options
+from cxrground.cli.common import EXISTING, echo_lines, note, request_options
 from cxrground.reports.labels import LabelRequest, label_files
 from cxrground.reports.request import StructureRequest, structure_files
 from cxrground.reports.structure import STRUCTURERS
@@ -52,7 +52,7 @@ def structure(request: StructureRequest, paths: tuple[Path, ...]) -> None:
     structured are printed as {"failure": ...} lines (or written to OUT.failures.jsonl with --out).
     """
     _refuse_options_of_another_structurer(request)
-    output = structure_files(paths, request)
+    output = structure_files(paths, request, note)
     echo_lines(output.lines)
     echo_lines(output.notes, err=True)
     if output.failed:
@@ -73,7 +73,7 @@ def label(request: LabelRequest, paths: tuple[Path, ...]) -> None:
     with --out, else to stdout as {"failure": ...} lines (JSONL) or to stderr (CSV, so stdout stays one table).
     """
     _refuse_options_of_another_structurer(request)
-    output = label_files(paths, request)
+    output = label_files(paths, request, note)
     echo_lines(output.lines)
     echo_lines(output.notes, err=True)
     if output.failed:

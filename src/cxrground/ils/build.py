@@ -921,6 +921,7 @@ def build_dataset(
     view_table: Mapping[str, Any] | None = None,
     split: Mapping[str, Any] | None = None,
     limit: int | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> BuildSummary:
     """Process all studies (resuming) and assemble the dataset in ``out_dir``.
 
@@ -962,6 +963,8 @@ def build_dataset(
 
     ``retry_failed``: process again the studies whose unit records a failure (a worker that died twice, a file
     unreadable at the time); studies rejected by QC stay as they are. ``ray_address``: see :func:`run_units`.
+    ``note`` gets the LLM structurer's retry notes of the pass that structures the reports first
+    (:func:`~cxrground.ils.pipeline.prestructure`).
 
     ``view_table``: the view table that chose each study's image
     (:func:`~cxrground.datasets.views.view_table_record`); its checksum is part of the settings, so a resume with
@@ -1032,7 +1035,8 @@ def build_dataset(
         # the fit below structures reports one at a time: with the LLM structurer and a cache, every pending report
         # is structured first, concurrently, and the fit reads its answers from the cache
         changed, done = set(survey.changed), done_check(dest)
-        prestructure((t for t in tasks if t.study_key in changed or not done(t.study_key)), config, spec, progress)
+        prestructure((t for t in tasks if t.study_key in changed or not done(t.study_key)), config, spec, progress,
+                     note)
     # once, before the workers: e.g. the cohort normative model
     run_spec = _resolve(spec, tasks, out, config, progress)
     settings["backends_hash"] = backends_identity(run_spec)
@@ -1062,7 +1066,7 @@ def build_dataset(
         _remove_unit(dest, key)
     if retry_failed:
         clear_failed(tasks, dest)
-    prestructure(_pending(tasks, dest), config, run_spec, progress)  # LLM structurer: all reports, concurrently
+    prestructure(_pending(tasks, dest), config, run_spec, progress, note)  # LLM structurer: every report at once
     processed, skipped = run_units(tasks, dest, config, run_spec, engine, workers, progress, max_pixels,
                                    ray_address=ray_address, index=index)
     index.compact()

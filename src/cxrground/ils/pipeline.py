@@ -147,16 +147,19 @@ def backend_provenance(spec: BackendSpec) -> dict[str, Any]:
 
 
 def prestructure(tasks: Iterable[StudyTask], config: IlsConfig, spec: BackendSpec,
-                 progress: bool = False) -> Counter[str] | None:
+                 progress: bool = False, note: Callable[[str], None] | None = None) -> Counter[str] | None:
     """With the ``llm`` structurer and a response-cache file: structure the reports of ``tasks`` first, on the
     driver, with the structurer's ``concurrency`` requests in flight (:meth:`LLMStructurer.warm_cache`), so that
     the workers' per-study calls are answered from the cache. Streams over ``tasks``; a report that cannot be read
-    or fails is left for its study to record. None (nothing done) for any other structurer."""
+    or fails is left for its study to record. None (nothing done) for any other structurer. ``note`` gets the
+    structurer's retry notes (:attr:`LLMStructurer.on_note`)."""
     from cxrground.reports.structure import get_structurer
 
     if spec.structurer != "llm" or not spec.structurer_kwargs.get("cache"):
         return None
     structurer = get_structurer(spec.structurer, **spec.structurer_kwargs)
+    if note is not None and hasattr(structurer, "on_note"):
+        structurer.on_note = note
 
     def sections() -> Iterator[tuple[str, Any]]:
         for task in tasks:

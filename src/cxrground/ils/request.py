@@ -240,8 +240,10 @@ class BuildRequest:
                            self.qc_segmenter_opt)
 
 
-def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
-    """Check the backends, scan the inputs and build (or resume) the dataset in ``request.out``."""
+def run_build(request: BuildRequest, progress: bool = True, note: Callable[[str], None] | None = None
+              ) -> BuildSummary:
+    """Check the backends, scan the inputs and build (or resume) the dataset in ``request.out``; ``note`` gets the
+    LLM structurer's retry notes (see :func:`~cxrground.ils.build.build_dataset`)."""
     from cxrground.datasets.synthetic import cohort_of_images
     from cxrground.ils.build import build_dataset, check_backends, check_workers
     from cxrground.ils.tasks import build_tasks, split_record, studies_without_subject
@@ -276,7 +278,7 @@ def run_build(request: BuildRequest, progress: bool = True) -> BuildSummary:
                          retry_failed=request.retry_failed, ray_address=request.ray_address,
                          view_table=view_table_record(table, views) if table is not None and views is not None
                          else None, split=split_record(split_file, ratios, studies_without_subject(tasks)),
-                         limit=request.limit)
+                         limit=request.limit, note=note)
 
 
 def _no_studies(request: BuildRequest, failures: list[Failure]) -> str:

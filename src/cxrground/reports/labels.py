@@ -46,7 +46,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol, TypeVar, get_args
@@ -391,14 +391,16 @@ class LabelRequest(StructureRequest):
                                     "or JSON lines (one object per report).")
 
 
-def label_files(paths: Sequence[Path], request: LabelRequest) -> StructureOutput:
+def label_files(paths: Sequence[Path], request: LabelRequest,
+                note: Callable[[str], None] | None = None) -> StructureOutput:
     """Read, structure and label report files (or folders of them).
 
     Lines for stdout: the labels (and, as JSON lines, ``{"failure": ...}`` lines), or none when written to
     ``request.out``; notes for stderr: what was written, and with CSV on stdout the failure lines (so that stdout
-    stays one CSV table). ``failed``: something failed and nothing was labelled.
+    stays one CSV table). ``failed``: something failed and nothing was labelled. ``note`` gets the structurer's
+    notes during the run (:func:`~cxrground.reports.request.structure_paths`).
     """
-    done, failures, structurer = structure_paths(paths, request)
+    done, failures, structurer = structure_paths(paths, request, note)
     labels = [label_report(s, request.uncertain) for s in done]
     lines: list[str] = []
     notes: list[str] = []

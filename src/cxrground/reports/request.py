@@ -6,7 +6,7 @@ per field. The structurers themselves are in :mod:`cxrground.reports.structure`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,11 +86,12 @@ def _has_table(files: Sequence[Path]) -> bool:
     return any(Path(f).suffix.lower() in TABLE_SUFFIXES for f in files)
 
 
-def structure_paths(paths: Sequence[Path], request: StructureRequest,
+def structure_paths(paths: Sequence[Path], request: StructureRequest, note: Callable[[str], None] | None = None,
                     ) -> tuple[list[StructuredReport], list[Failure], Structurer]:
     """Read the report files (or folders of them) and structure each as ``request`` says; returns (structured
     reports, read and structuring failures, the structurer). Settings that do not fit the structurer are an
-    :class:`OptionError`."""
+    :class:`OptionError`. ``note`` gets the structurer's notes during the run (the LLM structurer's retry notes,
+    see :attr:`~cxrground.reports.structure.LLMStructurer.on_note`)."""
     files = expand_report_paths(paths)
     parsed, failures = read_reports(files, progress=request.progress and (len(files) > 50 or _has_table(files)))
     show = request.progress and len(parsed) > 50
@@ -101,14 +102,17 @@ def structure_paths(paths: Sequence[Path], request: StructureRequest,
                                              **request.structurer_opt})
     except ConfigError as exc:
         raise OptionError(str(exc)) from None
+    if note is not None and hasattr(structurer, "on_note"):
+        structurer.on_note = note
     done, failed = structure_reports(parsed, structurer, progress=show, sections=request.sections)
     return done, [*failures, *failed], structurer
 
 
-def structure_files(paths: Sequence[Path], request: StructureRequest) -> StructureOutput:
+def structure_files(paths: Sequence[Path], request: StructureRequest,
+                    note: Callable[[str], None] | None = None) -> StructureOutput:
     """Read the report files (or folders of them) and structure each into findings; settings that do not fit the
-    structurer are an :class:`OptionError`."""
-    done, failures, structurer = structure_paths(paths, request)
+    structurer are an :class:`OptionError`. ``note``: see :func:`structure_paths`."""
+    done, failures, structurer = structure_paths(paths, request, note)
     lines, notes = finding_output(done, failures, structurer, request.out)
     return StructureOutput(lines, notes + silent_report_notes(done) + stats_notes(structurer),
                            bool(failures) and not done)

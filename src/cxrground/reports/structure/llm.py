@@ -62,6 +62,7 @@ import json
 import math
 import random
 import re
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -83,6 +84,8 @@ from cxrground.llm import (
     PermanentError,
     ResponseCache,
     RetryPolicy,
+    TimedOut,
+    TransientError,
     Unreachable,
     bounded_each,
     bounded_map,
@@ -106,6 +109,7 @@ __all__ = [
     "Prompt",
     "extract_json",
     "load_prompt",
+    "retry_cause",
     "strip_reasoning",
 ]
 
@@ -306,6 +310,20 @@ def extract_json(text: str) -> Any:
     raise LLMError("answer contains no JSON object")
 
 
+def retry_cause(exc: TransientError) -> str:
+    """A retried error in a few words: ``HTTP 500``, ``timed out``, ``no connection``, ``connection lost``,
+    ``malformed answer``."""
+    if exc.status is not None and not 200 <= exc.status < 300:
+        return f"HTTP {exc.status}"
+    if isinstance(exc, TimedOut):
+        return "timed out"
+    if isinstance(exc, ConnectFailed):
+        return "no connection"
+    if isinstance(exc, NoAnswer):
+        return "connection lost"
+    return "malformed answer"
+
+
 def _cut_note(max_tokens: int) -> str:
     """How a failure names an answer the server cut at ``max_tokens``."""
     return (f"cut at max_tokens={max_tokens} (finish_reason=length); raise it with "
@@ -410,6 +428,13 @@ class LLMStructurer:
         self._inflight: dict[str, asyncio.Future[Any]] = {}
         #: Reports in a row whose request spent its retries without an answer (see :attr:`stop_after`).
         self._no_answer_run = 0
+        #: Called with a one-line note while requests are retried (at most one every :attr:`note_every` seconds:
+        #: how many requests are between attempts, the causes since the last note, the next wait); None: silent.
+        self.on_note: Callable[[str], None] | None = None
+        self.note_every = 10.0
+        self._retrying = 0  # requests between attempts now
+        self._retry_causes: Counter[str] = Counter()  # causes of the retries since the last note
+        self._last_note: float | None = None
 
     @property
     def timeout(self) -> float:
@@ -587,8 +612,22 @@ class LLMStructurer:
         failed = [r for r in results if isinstance(r, Failure)]
         return done, failed
 
-    def _count_retry(self, *_: object) -> None:
+    def _retried(self, exc: TransientError, wait: float, request: list[bool]) -> None:
+        """Count a retry of one request (``request``: whether it retried before) and note it (:attr:`on_note`)."""
         self.stats["retries"] += 1
+        if not request:
+            request.append(True)
+            self._retrying += 1
+        self._retry_causes[retry_cause(exc)] += 1
+        now = time.monotonic()
+        if self.on_note is None or (self._last_note is not None and now - self._last_note < self.note_every):
+            return
+        self._last_note = now
+        causes = " / ".join(cause for cause, _ in self._retry_causes.most_common())
+        self._retry_causes.clear()
+        n = self._retrying
+        after = f"{wait:.0f}" if wait >= 10 else f"{wait:.1f}"
+        self.on_note(f"LLM structurer: retrying {n} request{'' if n == 1 else 's'} ({causes}), next in {after} s")
 
     async def _send(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> tuple[str, str | None, int]:
         """One chat completion with retries (and the JSON-schema fallback); returns the assistant text, the
@@ -599,11 +638,15 @@ class LLMStructurer:
             completion = await self._chat.complete(messages, params)
             return completion.content, completion.finish_reason
 
+        retried: list[bool] = []
         sent = 0
+
+        def note(exc: TransientError, wait: float) -> None:
+            self._retried(exc, wait, retried)
+
         try:
             try:
-                (text, finish), sent = await call_with_retries(attempt, self.retry, rng=self._random,
-                                                               on_retry=self._count_retry)
+                (text, finish), sent = await call_with_retries(attempt, self.retry, rng=self._random, on_retry=note)
             except PermanentError as exc:
                 if exc.status not in (400, 422) or "response_format" not in params:
                     raise
@@ -612,8 +655,7 @@ class LLMStructurer:
                 self.json_schema = False
                 self.stats["json_schema_fallbacks"] += 1
                 params = {k: v for k, v in params.items() if k != "response_format"}
-                (text, finish), more = await call_with_retries(attempt, self.retry, rng=self._random,
-                                                               on_retry=self._count_retry)
+                (text, finish), more = await call_with_retries(attempt, self.retry, rng=self._random, on_retry=note)
                 sent += more
         except EndpointRefused as exc:  # the key, URL or model name: every report would fail alike
             raise BatchStopped(f"the LLM structurer stops: {exc.reason}") from None
@@ -621,6 +663,9 @@ class LLMStructurer:
             self._no_answer(exc)
             status = exc.status if exc.status is not None and not 200 <= exc.status < 300 else None
             raise LLMError(exc.reason, status=status, attempts=sent + (exc.attempts or 1)) from None
+        finally:
+            if retried:
+                self._retrying -= 1
         self._no_answer_run = 0
         if text is None:
             raise LLMError("chat-completion message has no text content"
