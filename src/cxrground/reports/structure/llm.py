@@ -41,7 +41,10 @@ Answers: a thinking model's inline ``<think>`` block is removed before the JSON 
 (``finish_reason`` ``length``) that does not parse fails saying so; a schema failure names the field. A cached answer
 that does not decode or validate is a miss (``stats["cache_corrupt"]``), asked again and overwritten; identical
 requests in flight at once (one cache key) are sent once (``stats["shared_in_flight"]``).
-:meth:`LLMStructurer.stats_summary` is the one-line run summary of the CLI. Numeric options out of range are a
+:meth:`LLMStructurer.stats_summary` is the one-line run summary of the CLI; while requests are retried,
+:attr:`LLMStructurer.on_note` (when set) gets a note at most every ``note_every`` (10) seconds. A failed report's
+:class:`~cxrground.errors.Failure` names the step, the HTTP status of an error answer and the attempts
+(:class:`LLMError`). Numeric options out of range are a
 :class:`~cxrground.errors.ConfigError` naming the option.
 
 The API key is read from the environment variable named by ``api_key_env`` (never passed as a literal);
@@ -507,8 +510,9 @@ class LLMStructurer:
     ) -> tuple[list[StructuredReport], list[Failure]]:
         """Structure ``(report_id, section)`` pairs concurrently; results keep the input order.
 
-        A report that fails after the retries becomes a :class:`~cxrground.errors.Failure` (path = report
-        id, stage ``structure``). ``on_done`` is called after each report (progress bars).
+        A report that fails after the retries becomes a :class:`~cxrground.errors.Failure` (path and ``report`` =
+        report id, stage ``structure``; ``step``, ``http_status`` and ``attempts`` of an :class:`LLMError`).
+        ``on_done`` is called after each report (progress bars).
         """
         return run_sync(self._run_many(list(items), progress, on_done))
 
