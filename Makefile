@@ -8,6 +8,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_OUT ?= demo_out
 STAMP := $(VENV)/.cxrground-installed
+# Optional: a package index to install torch 2.13.0 from before the extras, e.g. PyTorch's CPU wheels on a CPU machine
+# (PyPI's Linux wheel of torch 2.13.0 is a CUDA build of several GB):
+#   make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# Unset (the default), torch comes with the extras from the configured index, as before.
+TORCH_INDEX ?=
+TORCH_VERSION := 2.13.0
 # The YOLO detector (ultralytics) and the cxas comparison need torchvision. Each torchvision pairs with one torch
 # (0.28.0 <-> 2.13.0, 0.29.1 <-> 2.14.1), and PyPI's 0.28.0 is a CUDA build whose ops do not load beside the CPU
 # torch 2.13.0 of $(VENV). So they live in a second environment with torch 2.14.1 + torchvision 0.29.1 (the 'yolo'
@@ -24,11 +30,13 @@ install: $(STAMP) $(YOLO_STAMP)
 # every extra but yolo (ultralytics needs a torchvision that matches torch); docs: the site the tests build
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(if $(TORCH_INDEX),$(BIN)/python -m pip install --quiet --disable-pip-version-check 'torch==$(TORCH_VERSION)' --index-url '$(TORCH_INDEX)')
 	# export: datasets, highdicom and lmms-eval (ils/percept export --format hf|dicom-seg|lmms-eval). lmms-eval pulls
 	# PyPI's torchvision, a CUDA build that breaks transformers beside the CPU torch pin, and wandb, which holds
 	# protobuf below 7, where transformers cannot read a SentencePiece tokenizer.model (the LISA release's). Neither
 	# is needed here (lmms-eval imports wandb only for its W&B logger): both go, and protobuf is raised again.
-	# store: fsspec, s3fs, gcsfs, and the S3 (moto) and GCS (gcp-storage-emulator) servers the object-storage tests use.
+	# store: fsspec, s3fs, gcsfs; dev: the tools of the tests, with the S3 (moto) and GCS (gcp-storage-emulator) servers
+	# the object-storage tests use.
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,docs,models,ray,store,vlm,serve,gen,deepspeed,export]'
 	$(BIN)/python -m pip uninstall --quiet --disable-pip-version-check -y torchvision wandb
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check 'protobuf>=7,<8'
