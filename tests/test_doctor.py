@@ -35,6 +35,7 @@ def _run(tmp_path, *, missing=(), broken=(), env=None, torch_extra=None, pack=Tr
         if not pack:
             raise FileNotFoundError("cxr-pack-v1 not found; set CXRGROUND_PACK to its folder")
         return tmp_path
+    kw.setdefault("editable", False)
     return run_checks(env=env or {}, probe=_probe(missing, broken, torch_extra), installed=_installed(missing),
                       which=lambda name: None, find_pack=find_pack, home=tmp_path / "home", tmp=tmp_path, **kw)
 
@@ -57,18 +58,59 @@ def test_missing_extras_give_their_install_lines_and_only_required_ones_fail(tmp
     report = _run(tmp_path, missing=("transformers", "diffusers", "ray", "fastapi"))
     checks = _by_name(report)
     assert report.ok  # none of them is needed by the built-in chain
-    assert checks["transformers"].fix == "pip install -e '.[vlm]'"
-    assert checks["diffusers"].fix == "pip install -e '.[gen]'"
-    assert checks["ray"].fix == "pip install -e '.[ray]'"
+    assert checks["transformers"].fix == "pip install 'cxrground[vlm]'"
+    assert checks["diffusers"].fix == "pip install 'cxrground[gen]'"
+    assert checks["ray"].fix == "pip install 'cxrground[ray]'"
     assert "not installed" in checks["fastapi"].detail
     text = format_report(report)
-    assert "fix: pip install -e '.[serve]'" in text and "The built-in chain can run" in text
+    assert "fix: pip install 'cxrground[serve]'" in text and "The built-in chain can run" in text
+    assert "pip install -e" not in text  # not an editable install: no line that works only in a source checkout
+
+
+def test_an_editable_install_gets_the_source_checkout_lines(tmp_path):
+    report = _run(tmp_path, missing=("transformers", "numpy", "diffusers"), editable=True)
+    checks = _by_name(report)
+    assert checks["transformers"].fix == "pip install -e '.[vlm]'"
+    assert checks["numpy"].fix == "pip install -e ."
+    assert checks["synthesizer radedit"].fix == "pip install -e '.[gen,vlm]'"
+
+
+@pytest.mark.parametrize(("direct_url", "editable"), [
+    ('{"url": "file:///src/cxrground", "dir_info": {"editable": true}}', True),
+    ('{"url": "file:///tmp/cxrground-0.1.0-py3-none-any.whl", "archive_info": {}}', False),
+    (None, False),  # installed from an index: no direct_url.json
+    ("not json", False),
+])
+def test_an_editable_install_is_read_from_direct_url_json(monkeypatch, direct_url, editable):
+    from importlib import metadata
+
+    from cxrground import extras
+
+    class Dist:
+        def read_text(self, name):
+            return direct_url if name == "direct_url.json" else None
+
+    monkeypatch.setattr(metadata, "distribution", lambda name: Dist())
+    assert extras.is_editable_install() is editable
+    assert run_checks.__kwdefaults__["editable"] is None  # the command reads it from the installed distribution
+
+
+def test_a_package_that_is_not_installed_is_not_editable(monkeypatch):
+    from importlib import metadata
+
+    from cxrground import extras
+
+    def missing(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "distribution", missing)
+    assert not extras.is_editable_install()
 
 
 def test_missing_torch_fails_the_built_in_chain(tmp_path):
     report = _run(tmp_path, missing=("torch",))
     assert not report.ok
-    assert _by_name(report)["torch"].fix == "pip install -e '.[models]'"
+    assert _by_name(report)["torch"].fix == "pip install 'cxrground[models]'"
     assert "torch CUDA" not in _by_name(report)
     assert "cannot run; missing: torch" in format_report(report)
 
@@ -192,9 +234,9 @@ def test_backends_are_ready_only_when_all_their_libraries_import(tmp_path):
     checks = _by_name(_run(tmp_path, missing=("diffusers",), broken=("torchvision",)))
     assert checks["built-in chain"].ok and checks["model lisa"].ok
     radedit = checks["synthesizer radedit"]
-    assert not radedit.ok and "needs diffusers" in radedit.detail and radedit.fix == "pip install -e '.[gen]'"
+    assert not radedit.ok and "needs diffusers" in radedit.detail and radedit.fix == "pip install 'cxrground[gen]'"
     yolo = checks["detector yolo"]
     assert not yolo.ok and "torchvision" in yolo.detail
     assert yolo.fix == "pip install torchvision  # the build that matches your torch (see the install guide)"
     both = _by_name(_run(tmp_path, missing=("diffusers", "transformers")))["synthesizer radedit"]
-    assert both.fix == "pip install -e '.[gen,vlm]'"
+    assert both.fix == "pip install 'cxrground[gen,vlm]'"

@@ -11,6 +11,7 @@ import cxrground
 #: The data flow, earliest first. Every top-level module or package of cxrground must be listed.
 STAGES = [
     "errors",
+    "extras",
     "registry",
     "plugins",
     "fields",

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import cxrground
+from cxrground.extras import CORE, EXTRAS, ModuleSpec, install_line, is_editable_install
 from cxrground.plugins import ENTRY_POINT_GROUP, PLUGINS_ENV, Plugins
 
 __all__ = ["EXTRAS", "WEIGHTS_ENV", "Check", "ModuleSpec", "Probe", "Report", "format_report", "plugin_checks",
@@ -35,64 +36,7 @@ __all__ = ["EXTRAS", "WEIGHTS_ENV", "Check", "ModuleSpec", "Probe", "Report", "f
 
 #: Environment variable naming the folder where ``cxrground doctor`` looks for model weights.
 WEIGHTS_ENV: Final[str] = "CXRGROUND_WEIGHTS"
-_INSTALL: Final[str] = "pip install -e '.[{extra}]'"
 
-
-@dataclass(frozen=True)
-class ModuleSpec:
-    """A library to look for: its import name, its distribution on PyPI and the extra that installs it."""
-
-    module: str
-    dist: str
-    extra: str
-    needed_for: str
-    fix: str | None = None
-    """The install line when it is not ``pip install -e '.[extra]'``."""
-
-
-#: The core dependencies (no extra): every command needs them.
-CORE: Final[tuple[ModuleSpec, ...]] = tuple(
-    ModuleSpec(m, d, "core", "every command", "pip install -e .") for m, d in (
-        ("numpy", "numpy"), ("scipy", "scipy"), ("PIL", "pillow"), ("pydicom", "pydicom"),
-        ("pylibjpeg", "pylibjpeg"), ("pycocotools", "pycocotools"), ("click", "click"), ("pydantic", "pydantic"),
-        ("tqdm", "tqdm"), ("httpx", "httpx"), ("ijson", "ijson")))
-
-#: The optional extras of ``pyproject.toml`` and the libraries each brings.
-EXTRAS: Final[tuple[ModuleSpec, ...]] = (
-    ModuleSpec("torch", "torch", "models",
-               "the lung U-Net, the baseline ILS model, CXAS, HybridGNet (the built-in chain)"),
-    ModuleSpec("safetensors", "safetensors", "models", "reading the shipped and trained weights"),
-    ModuleSpec("transformers", "transformers", "vlm", "LISA/ROSALIA, the SAM deformer, hf: VLM clients"),
-    ModuleSpec("peft", "peft", "vlm", "LoRA for LISA training"),
-    ModuleSpec("accelerate", "accelerate", "vlm", "--device-map and accelerate launch"),
-    ModuleSpec("sentencepiece", "sentencepiece", "vlm", "the released LISA/ROSALIA tokenizer"),
-    ModuleSpec("num2words", "num2words", "vlm", "SmolVLM's processor"),
-    ModuleSpec("bitsandbytes", "bitsandbytes", "vlm", "--quantize 8bit|4bit (needs CUDA at run time)"),
-    ModuleSpec("diffusers", "diffusers", "gen", "--synthesizer radedit"),
-    ModuleSpec("torchvision", "torchvision", "yolo", "ultralytics (YOLO) and the video processors of hf: VLMs",
-               "pip install torchvision  # the build that matches your torch (see the install guide)"),
-    ModuleSpec("ultralytics", "ultralytics", "yolo", "--detector yolo",
-               "pip install torchvision ultralytics  # beside a torch that torchvision matches"),
-    ModuleSpec("deepspeed", "deepspeed", "deepspeed", "--set distributed=deepspeed (ZeRO-2 LISA training)"),
-    ModuleSpec("ray", "ray", "ray", "ils build --engine ray"),
-    ModuleSpec("fastapi", "fastapi", "serve", "cxrground serve, cxrground review serve"),
-    ModuleSpec("uvicorn", "uvicorn", "serve", "cxrground serve, cxrground review serve"),
-    ModuleSpec("python_multipart", "python-multipart", "serve", "image uploads to cxrground serve"),
-    ModuleSpec("fsspec", "fsspec", "store", "s3:// and gs:// inputs and outputs"),
-    ModuleSpec("s3fs", "s3fs", "store", "s3:// paths"),
-    ModuleSpec("gcsfs", "gcsfs", "store", "gs:// paths"),
-    ModuleSpec("datasets", "datasets", "export", "ils export --format hf, percept export --format hf"),
-    ModuleSpec("highdicom", "highdicom", "export", "ils export --format dicom-seg"),
-    ModuleSpec("lmms_eval", "lmms-eval", "export", "percept export --format lmms-eval"),
-    ModuleSpec("pytest", "pytest", "dev", "make test"),
-    ModuleSpec("ruff", "ruff", "dev", "make test (lint)"),
-    ModuleSpec("openai", "openai", "dev", "the OpenAI-client tests"),
-    ModuleSpec("playwright", "playwright", "dev", "the browser tests"),
-    ModuleSpec("mkdocs", "mkdocs", "docs", "the documentation site (mkdocs build --strict in make test)"),
-    ModuleSpec("material", "mkdocs-material", "docs", "the documentation site's theme"),
-    ModuleSpec("mkdocs_click", "mkdocs-click", "docs", "the generated command reference"),
-    ModuleSpec("mkdocstrings", "mkdocstrings", "docs", "the generated Python API reference"),
-)
 
 #: Backends and what they import: (backend, how it is chosen, the import names it needs).
 BACKENDS: Final[tuple[tuple[str, str, tuple[str, ...]], ...]] = (
@@ -227,8 +171,8 @@ def _dist_version(dist: str) -> str | None:
         return None
 
 
-def _module_check(spec: ModuleSpec, probe: Probe, installed: str | None, required: bool) -> Check:
-    fix = spec.fix or _INSTALL.format(extra=spec.extra)
+def _module_check(spec: ModuleSpec, probe: Probe, installed: str | None, required: bool, editable: bool) -> Check:
+    fix = spec.fix or install_line(() if spec.extra == "core" else (spec.extra,), editable=editable)
     group = "core" if spec.extra == "core" else f"extra: {spec.extra}"
     if probe.importable:
         return Check(group, spec.module, True, installed or probe.version or "version unknown", None, required)
@@ -239,7 +183,7 @@ def _module_check(spec: ModuleSpec, probe: Probe, installed: str | None, require
     return Check(group, spec.module, False, detail, fix, required)
 
 
-def _backend_fix(lacking: list[ModuleSpec]) -> str | None:
+def _backend_fix(lacking: list[ModuleSpec], editable: bool) -> str | None:
     """One line for the missing libraries of a backend: the extras in one ``pip install``, or a library's own line
     (the first such library of each extra)."""
     if not lacking:
@@ -252,7 +196,7 @@ def _backend_fix(lacking: list[ModuleSpec]) -> str | None:
                 own.append(spec.fix)
         elif spec.extra not in extras:
             extras.append(spec.extra)
-    parts = ([_INSTALL.format(extra=",".join(extras))] if extras else []) + own
+    parts = ([install_line(extras, editable=editable)] if extras else []) + own
     return "; ".join(parts)
 
 
@@ -274,11 +218,12 @@ def _torch_checks(probe: Probe) -> list[Check]:
     return out
 
 
-def _shipped_checks() -> list[Check]:
+def _shipped_checks(editable: bool) -> list[Check]:
     out = []
+    fix = f"reinstall the package: {install_line(editable=editable)}" + ("" if editable else " --force-reinstall")
     for path in shipped_weights():
         out.append(Check("weights", f"shipped {path.name}", path.is_file(), str(path) if path.is_file() else "missing",
-                         None if path.is_file() else "reinstall the package: pip install -e .", required=True))
+                         None if path.is_file() else fix, required=True))
     return out
 
 
@@ -361,9 +306,14 @@ def run_checks(*, weights: str | Path | None = None, env: Mapping[str, str] | No
                probe: Callable[[str], Probe] = probe_module, installed: Callable[[str], str | None] = _dist_version,
                which: Callable[[str], str | None] = shutil.which,
                connect: Callable[[str, int], None] = _tcp_connect, find_pack: Callable[[], Path] | None = None,
-               home: Path | None = None, tmp: Path = Path("/tmp"), workers: int = 4) -> Report:
-    """Check this environment (see the module docstring); every argument but ``weights`` is for tests."""
+               home: Path | None = None, tmp: Path = Path("/tmp"), workers: int = 4,
+               editable: bool | None = None) -> Report:
+    """Check this environment (see the module docstring); every argument but ``weights`` is for tests.
+
+    The install lines are ``pip install 'cxrground[EXTRA]'``, or ``pip install -e '.[EXTRA]'`` when the package is
+    an editable install of a source checkout (``editable``; None: as its ``direct_url.json`` says)."""
     env = os.environ if env is None else env
+    editable = is_editable_install() if editable is None else editable
     if find_pack is None:
         from cxrground.datasets.pack import find_pack as _find
 
@@ -379,7 +329,7 @@ def run_checks(*, weights: str | Path | None = None, env: Mapping[str, str] | No
         probes = list(pool.map(probe, [s.module for s in specs]))
     for spec, result in zip(specs, probes, strict=True):
         required = spec.extra == "core" or spec.module in REQUIRED_EXTRAS
-        report.checks.append(_module_check(spec, result, installed(spec.dist), required))
+        report.checks.append(_module_check(spec, result, installed(spec.dist), required, editable))
         if spec.module == "torch":
             report.checks.extend(_torch_checks(result))
     importable = {spec.module: result.importable for spec, result in zip(specs, probes, strict=True)}
@@ -388,8 +338,8 @@ def run_checks(*, weights: str | Path | None = None, env: Mapping[str, str] | No
         lacking = [m for m in modules if not importable.get(m, False)]
         report.checks.append(Check("backends", backend, not lacking,
                                    how if not lacking else f"{how}: needs {', '.join(lacking)}",
-                                   _backend_fix([by_module[m] for m in lacking])))
-    report.checks.extend(_shipped_checks())
+                                   _backend_fix([by_module[m] for m in lacking], editable)))
+    report.checks.extend(_shipped_checks(editable))
     report.checks.extend(_weights_checks(Path(weights) if weights else None, env, home or Path.home()))
     report.checks.append(_chromium_check(which))
     ray = _ray_check(env, connect, tmp)

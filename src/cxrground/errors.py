@@ -69,6 +69,17 @@ class BatchStopped(ConfigError):
     request): batch runners stop on it instead of recording one failure per input alike."""
 
 
+class MissingExtraError(BatchStopped):
+    """A library that an optional extra of the package provides is not installed, or does not import: the message
+    names the extra and the line that installs it (:mod:`cxrground.extras`). Every input of a batch would fail
+    alike, so batch runners stop on it. ``modules``: the libraries; ``extras``: the extras that provide them."""
+
+    def __init__(self, message: str, modules: Sequence[str] = (), extras: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.modules = tuple(modules)
+        self.extras = tuple(extras)
+
+
 class BackendError(CXRGroundError):
     """A backend (a registered segmenter, synthesizer, detector, structurer, deformer, model or client) raised an
     error of its own or returned something the toolkit cannot use; the message names the backend."""
