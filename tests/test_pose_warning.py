@@ -181,12 +181,14 @@ def test_ils_build_without_torch_asks_for_it_or_no_pose_warning(monkeypatch, tmp
     from cxrground.ils.config import IlsConfig, QCConfig
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(build_module.importlib.util, "find_spec",
-                        lambda name, *a: None if name == "torch" else real(name, *a))
-    with pytest.raises(ConfigError, match="--no-pose-warning"):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"the pose warning .* needs torch.*--no-pose-warning"):
         build_module.build_dataset([], tmp_path / "out", IlsConfig())
-    summary = build_module.build_dataset([], tmp_path / "out", IlsConfig(qc=QCConfig(pose_warning=False)),
-                                         progress=False)  # without the reader the build goes on
+    masks = build_module.BackendSpec(segmenter="masks", segmenter_kwargs={"root": str(tmp_path)},
+                                     synthesizer="pseudo-normal")
+    summary = build_module.build_dataset([], tmp_path / "out", IlsConfig(zone_guide="none",
+                                                                         qc=QCConfig(pose_warning=False)),
+                                         masks, progress=False)  # without the parts that read torch it goes on
     assert summary.studies_in_dataset == 0 and summary.pose_warnings == 0
 
 

@@ -16,6 +16,11 @@ replaced by one's own) needs ``replace=True``.
 
 :func:`check_portable` says whether a backend's registration can be sent to worker processes (which import
 cxrground afresh and know only the backends registered on import).
+
+A backend registered with ``needs=("torch", ...)`` names the libraries it imports: :meth:`Registry.need` hands them
+to :func:`cxrground.extras.check_needs`, which a command runs for every backend it will use before any work
+starts. A backend method that fails on an import all the same raises
+:class:`~cxrground.errors.MissingExtraError` naming the backend and the extra (:func:`backend_errors`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar, overload
 
 from cxrground.errors import BackendError, ConfigError, CXRGroundError
+from cxrground.extras import Need, is_own_import, missing_extra
 
 __all__ = ["FALSE_WORDS", "TRUE_WORDS", "Backend", "Registry", "backend_errors", "backend_label", "call_backend",
            "check_portable", "check_returned", "read_provenance", "strict_bool"]
@@ -43,8 +49,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @dataclass(frozen=True)
 class Backend(Generic[T]):
-    """One registered backend: its name, factory, help line, accepted and required option names, and whether it
-    runs on a GPU when one is there (``gpu``; its ``device=cpu`` option keeps it on the CPU)."""
+    """One registered backend: its name, factory, help line, accepted and required option names, whether it
+    runs on a GPU when one is there (``gpu``; its ``device=cpu`` option keeps it on the CPU), and the optional
+    libraries it imports (``needs``: import names, e.g. ``("torch", "safetensors")``)."""
 
     name: str
     factory: Callable[..., T]
@@ -52,6 +59,7 @@ class Backend(Generic[T]):
     options: tuple[str, ...]
     required: tuple[str, ...] = ()
     gpu: bool = False
+    needs: tuple[str, ...] = ()
 
 
 def _signature_options(name: str, factory: Callable[..., Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -72,26 +80,29 @@ class Registry(Generic[T]):
 
     @overload
     def register(self, name: str, factory: None = None, *, help: str, options: Iterable[str] | None = None,
-                 gpu: bool = False, replace: bool = False, hidden: Iterable[str] = ()) -> Callable[[F], F]: ...
+                 gpu: bool = False, replace: bool = False, hidden: Iterable[str] = (),
+                 needs: Iterable[str] = ()) -> Callable[[F], F]: ...
 
     @overload
     def register(self, name: str, factory: F, *, help: str, options: Iterable[str] | None = None,
-                 gpu: bool = False, replace: bool = False, hidden: Iterable[str] = ()) -> F: ...
+                 gpu: bool = False, replace: bool = False, hidden: Iterable[str] = (),
+                 needs: Iterable[str] = ()) -> F: ...
 
     def register(self, name: str, factory: Callable[..., Any] | None = None, *, help: str,
                  options: Iterable[str] | None = None, gpu: bool = False, replace: bool = False,
-                 hidden: Iterable[str] = ()) -> Any:
+                 hidden: Iterable[str] = (), needs: Iterable[str] = ()) -> Any:
         """Add backend ``name``; without ``factory`` this is a decorator. ``options``: for ``**kwargs`` factories;
         ``gpu``: the backend runs on a GPU when one is there (the Ray engine then gives its actors one).
         ``replace``: replace the backend already registered as ``name`` (a built-in one too), keeping its place in
         the order; without it, a name registered already is a :class:`ConfigError`. ``hidden``: parameters of the
-        factory that are not options (for tests and code, e.g. an HTTP transport): not listed, not accepted."""
+        factory that are not options (for tests and code, e.g. an HTTP transport): not listed, not accepted.
+        ``needs``: the optional libraries the backend imports (:meth:`need`)."""
         drop = frozenset(hidden)
 
         def add(fn: F) -> F:
             accepted, required = ((tuple(options), ()) if options is not None else _signature_options(name, fn))
             accepted = tuple(o for o in accepted if o not in drop)
-            self.add(Backend(name, fn, help, accepted, required, gpu), replace=replace)
+            self.add(Backend(name, fn, help, accepted, required, gpu, tuple(needs)), replace=replace)
             return fn
 
         return add if factory is None else add(factory)  # type: ignore[arg-type]
@@ -122,6 +133,11 @@ class Registry(Generic[T]):
     def options(self, name: str) -> tuple[str, ...]:
         """Option names backend ``name`` accepts."""
         return self.get(name).options
+
+    def need(self, name: str) -> Need:
+        """What backend ``name`` imports, as a :class:`~cxrground.extras.Need` for
+        :func:`~cxrground.extras.check_needs` (no modules when it needs no optional library)."""
+        return Need(f"{self.kind} {name!r}", self.get(name).needs)
 
     def check(self, name: str, options: Iterable[str] = ()) -> None:
         """Raise :class:`ConfigError` for an unknown ``name``, an unaccepted option or a missing required one."""
@@ -205,11 +221,17 @@ def backend_label(kind: str, backend: Any) -> str:
 @contextmanager
 def backend_errors(kind: str, backend: Any, method: str) -> Iterator[None]:
     """Inside: an exception that is not the toolkit's own (:class:`~cxrground.errors.CXRGroundError`) becomes a
-    :class:`~cxrground.errors.BackendError` naming the backend and its ``method``."""
+    :class:`~cxrground.errors.BackendError` naming the backend and its ``method``; a library that does not import,
+    a :class:`~cxrground.errors.MissingExtraError` naming the backend and the extra that provides it."""
     try:
         yield
     except CXRGroundError:
         raise
+    except ImportError as exc:
+        if is_own_import(exc):
+            raise BackendError(f"{backend_label(kind, backend)} failed in {method}(): {type(exc).__name__}: "
+                               f"{exc}") from exc
+        raise missing_extra(exc, backend_label(kind, backend)) from exc
     except Exception as exc:
         raise BackendError(f"{backend_label(kind, backend)} failed in {method}(): {type(exc).__name__}: {exc}") \
             from exc

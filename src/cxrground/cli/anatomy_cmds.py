@@ -76,12 +76,14 @@ def zones(images: Path, out: Path, overwrite: bool, retry_failed: bool, normativ
           segmenter_opt: tuple[str, ...], max_pixels: int, quiet: bool) -> None:
     """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every frontal film: OUT/zones.csv. Exits 1
     when no film could be read (the reasons are in OUT/failures.jsonl)."""
-    from cxrground.anatomy.segment import get_segmenter
+    from cxrground.anatomy.segment import SEGMENTERS, get_segmenter
     from cxrground.datasets.views import load_view_table
+    from cxrground.extras import check_needs
     from cxrground.fields import key_values
     from cxrground.lesions.normative import NormativeModel
     from cxrground.lesions.zones import find_images, reader_name, resolve_zone_reader, write_zones
 
+    check_needs([SEGMENTERS.need("unet")], "anatomy zones")  # the lungs of every film, before any is read
     _, views = load_view_table(metadata, images)
     model = NormativeModel.load(normative)
     reader = resolve_zone_reader(zone_model)
@@ -111,8 +113,11 @@ def _exit_if_none_read(read: int, failed: int, out: Path) -> None:
 def fit_zones_cmd(request: ZoneFitRequest) -> None:
     """Train a zone reader on your own labelled films (per-zone 0-3 or 0/1 labels in a CSV): penalty and flag
     threshold by patient-grouped CV, nested CV kappa printed; use it with `anatomy zones --zone-model`."""
+    from cxrground.anatomy.segment import SEGMENTERS
+    from cxrground.extras import check_needs
     from cxrground.lesions.zone_fit import fit_segmenter, fit_zone_reader
 
+    check_needs([SEGMENTERS.need("unet")], "anatomy fit-zones")  # the lungs of every film, before any is read
     echo_lines(fit_zone_reader(request, fit_segmenter(), progress=True).summary_lines())
 
 
@@ -158,9 +163,12 @@ def pose(images: Path, out: Path, overwrite: bool, retry_failed: bool, weights: 
     and lists 3-6 % of upright ones (docs: Real films: anatomy). Exits 1 when no film could be read."""
     from cxrground.anatomy.segment.pose_net import PoseReader, shipped_pose_reader
     from cxrground.anatomy.segment.pose_run import write_poses
+    from cxrground.anatomy.segment.registry import TORCH_WEIGHTS
     from cxrground.datasets.views import is_frontal, load_view_table
+    from cxrground.extras import Need, check_needs
     from cxrground.io.image import find_images
 
+    check_needs([Need("the pose reader", TORCH_WEIGHTS)], "anatomy pose")
     _, views = load_view_table(metadata, images)
     reader = PoseReader(weights, threads=None) if weights else shipped_pose_reader()
     rows, failures = write_poses(find_images(images), out, reader, root=images, overwrite=overwrite,

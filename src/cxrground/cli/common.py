@@ -16,6 +16,7 @@ import click
 
 from cxrground.datasets.pack import PACK_HELP
 from cxrground.errors import CXRGroundError, OptionError, OptionValueError
+from cxrground.extras import import_error_text, is_own_import
 from cxrground.fields import key_values
 from cxrground.ils.layout import DATASET_HELP
 from cxrground.registry import Registry
@@ -165,10 +166,28 @@ def warn(message: str) -> None:
     click.secho(message, fg="yellow", err=True)
 
 
+def _command_path() -> str | None:
+    """``anatomy zones``: the command being run, without the program's name (None outside click or for the
+    program itself)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return None
+    path = ctx.command_path
+    if isinstance(ctx.command, click.Group) and ctx.invoked_subcommand:  # a group's context: name its command
+        path = f"{path} {ctx.invoked_subcommand}"
+    return path[len(ctx.find_root().command_path):].strip() or None
+
+
 def error_text(exc: BaseException) -> str:
     """An error's message followed by its notes (``add_note``: what the command found before it failed); a file
-    system error as the file, the reason and what to do (:func:`os_error_text`)."""
-    text = os_error_text(exc) if isinstance(exc, OSError) else str(exc)
+    system error as the file, the reason and what to do (:func:`os_error_text`); a failed import as the extra
+    that provides the library and the line that installs it (:func:`cxrground.extras.import_error_text`)."""
+    if isinstance(exc, OSError):
+        text = os_error_text(exc)
+    elif isinstance(exc, ImportError):
+        text = import_error_text(exc, _command_path())
+    else:
+        text = str(exc)
     return "\n".join([text, *getattr(exc, "__notes__", ())])
 
 
@@ -223,16 +242,23 @@ class CleanCommand(click.Command):
 
 
 class CleanGroup(click.Group):
-    """A command group that reports cxrground's errors raised by its commands as ``Error: <message>``, exit 1."""
+    """A command group that reports cxrground's errors raised by its commands as ``Error: <message>``, exit 1; a
+    library that is not installed as the extra that provides it (``... needs the 'models' extra: pip install
+    'cxrground[models]'``). A failed import of cxrground's own modules stays a traceback (a bug)."""
 
     command_class = CleanCommand
 
     def invoke(self, ctx: click.Context) -> Any:
-        """Run the chosen subcommand; a :class:`CXRGroundError` becomes a :class:`click.ClickException`."""
+        """Run the chosen subcommand; a :class:`CXRGroundError`, an :class:`OSError` or a missing library becomes a
+        :class:`click.ClickException`."""
         try:
             return super().invoke(ctx)
         except BrokenPipeError:  # the reader of the output went away (`| head`): not an error of the command
             raise
+        except ImportError as exc:
+            if is_own_import(exc):
+                raise
+            raise click.ClickException(error_text(exc)) from exc
         except (CXRGroundError, OSError) as exc:
             raise click.ClickException(error_text(exc)) from exc
 

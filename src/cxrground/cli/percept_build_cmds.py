@@ -126,6 +126,10 @@ def export(bench: Path, out: Path, fmt: str, layout: str, neutral_keys: bool, ov
            arrow: bool, task_name: str, validate: bool) -> None:
     """Write BENCH to OUT in another layout or format (reference layout, Hugging Face dataset, lmms-eval task).
     OUT must lie outside BENCH."""
+    if fmt in ("hf", "lmms-eval"):  # before BENCH is validated (every image read)
+        from cxrground.extras import Need, check_needs
+
+        check_needs([Need(f"--format {fmt}", ("datasets",))], f"percept export --format {fmt}")
     if fmt == "hf":
         from cxrground.percept.export_hf import export_hf
 

@@ -385,14 +385,13 @@ def _report_problem(study: StudyInput, seen: dict[Path, str | None]) -> tuple[st
 def check_studies(studies: list[StudyInput], progress: bool = True) -> tuple[list[StudyInput], list[Failure]]:
     """The studies whose image decodes and whose report reads (as ``ils build`` reads them), and a failure for each
     other image, naming the file and the reason; images behind a URL are kept unread."""
-    from tqdm.auto import tqdm
-
     from cxrground.io.image import read_image
+    from cxrground.io.progress import progress_bar
 
     kept: list[StudyInput] = []
     failures: list[Failure] = []
     reports: dict[Path, str | None] = {}
-    for study in tqdm(studies, desc="check", unit="img", disable=not progress):
+    for study in progress_bar(studies, desc="check", unit="img", progress=progress):
         problem = _report_problem(study, reports)
         if problem is None and "://" not in str(study.image_path):
             try:

@@ -30,7 +30,6 @@ re-exported here, the build's inputs and output name.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import itertools
 import json
 import os
@@ -39,6 +38,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import tomllib
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence, Sized
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -48,11 +48,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from tqdm.auto import tqdm
-
 from cxrground import __version__
 from cxrground.anatomy.segment.pose_net import pose_reader_at, pose_reader_record
 from cxrground.errors import BatchStopped, ConfigError, Failure
+from cxrground.extras import Need, check_needs
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.card import (
     FIT_INPUTS_KEY,
@@ -120,11 +119,12 @@ from cxrground.io.files import (
 )
 from cxrground.io.image import DEFAULT_MAX_PIXELS
 from cxrground.io.output_lock import locks_output
+from cxrground.io.progress import progress_bar
 from cxrground.io.store import Store, is_url
 from cxrground.io.workers import stop_workers, worker_pool
 
 __all__ = ["DATASET_FILE", "IN_FLIGHT_PER_WORKER", "BackendSpec", "BuildSummary", "assemble", "build_dataset",
-           "check_backends", "check_workers", "clear_failed", "run_units"]
+           "check_backends", "check_workers", "clear_failed", "run_needs", "run_units"]
 
 @dataclass(frozen=True)
 class BuildSummary:
@@ -389,7 +389,7 @@ def run_units(
     for t in tasks:
         total += 1
         n_todo += not done(t.study_key)
-    bar = tqdm(total=n_todo, desc="ils build", unit="study", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(total=n_todo, desc="ils build", unit="study", progress=progress, dynamic_ncols=True)
     todo = _pending(tasks, out, done)
     if index is not None:
         todo = index.noting(todo)
@@ -409,13 +409,46 @@ def run_units(
     return n_todo, total - n_todo
 
 
+def _git(args: Sequence[str], cwd: Path) -> str:
+    """``git ARGS`` run in ``cwd``: its output, "" when git is missing or fails."""
+    try:
+        return subprocess.run(["git", *args], capture_output=True, text=True, timeout=5, cwd=cwd,
+                              check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _project_name(pyproject: Path) -> str | None:
+    """``[project] name`` of a ``pyproject.toml`` (None when unreadable)."""
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    name = (data.get("project") or {}).get("name")
+    return name if isinstance(name, str) else None
+
+
+def source_checkout(package: Path) -> Path | None:
+    """The git work tree of cxrground's own source that holds the package folder ``package`` (its toplevel holds a
+    ``pyproject.toml`` naming the project ``cxrground`` and ``package`` lies under its ``src/``); None for an
+    installed package, also one installed inside another project's repository."""
+    top = _git(["rev-parse", "--show-toplevel"], package)
+    if not top:
+        return None
+    root = Path(top).resolve()
+    if _project_name(root / "pyproject.toml") != "cxrground" or not package.resolve().is_relative_to(root / "src"):
+        return None
+    return root
+
+
 @functools.lru_cache(maxsize=1)
 def _code_version() -> str:
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent, check=False).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        rev = ""
+    """The package version, with ``+g<commit>`` when the code runs from cxrground's own git checkout
+    (:func:`source_checkout`); an installed package, even one inside another git repository, gives the version
+    alone."""
+    package = Path(__file__).resolve().parents[1]
+    root = source_checkout(package)
+    rev = _git(["rev-parse", "--short", "HEAD"], root) if root is not None else ""
     return f"{__version__}+g{rev}" if rev else __version__
 
 
@@ -580,8 +613,8 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                 failures_fh.write(json.dumps({**f.to_dict(), "path": _absolute(f.path)}, sort_keys=True) + "\n")
                 first = first or f"{_absolute(f.path)}: {f.reason}"
                 n_failures += 1
-            for task, u in tqdm(_units(out, in_key_order(tasks)), desc="assemble", unit="study",
-                                disable=not progress, total=len(tasks) if isinstance(tasks, Sized) else None):
+            for task, u in progress_bar(_units(out, in_key_order(tasks)), desc="assemble", unit="study",
+                                        progress=progress, total=len(tasks) if isinstance(tasks, Sized) else None):
                 if u is None:  # nothing may be lost in silence: a study without a unit is a failure
                     rejections[UNIT_MISSING] += 1
                     failures_fh.write(json.dumps({"path": _absolute(task.image_path), "stage": "assemble",
@@ -871,9 +904,38 @@ def _stage_for(store: Store) -> Path:
     return stage
 
 
-def check_backends(spec: BackendSpec) -> None:
+def run_needs(spec: BackendSpec, config: IlsConfig | None = None, engine: str = "local") -> list[Need]:
+    """The optional libraries every part of a build imports: the segmenters, synthesizer and detector of ``spec``
+    (their registered ``needs``), the lesion segmenter of a zone-reader negative check or zone guide and the pose
+    reader of ``config``, and Ray for ``engine='ray'``."""
+    from cxrground.anatomy.segment import SEGMENTERS
+    from cxrground.anatomy.segment.registry import TORCH_WEIGHTS
+    from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
+
+    needs = [SEGMENTERS.need(spec.segmenter), SYNTHESIZERS.need(spec.synthesizer), DETECTORS.need(spec.detector)]
+    if spec.qc_segmenter is not None:
+        needs.append(SEGMENTERS.need(spec.qc_segmenter))
+    if config is not None:
+        if config.negative_check.startswith("zone_prior"):
+            needs.append(Need(f"the negative check {config.negative_check} (it reads the lesion segmenter)",
+                              TORCH_WEIGHTS, "or --negative-check none|algorithm1"))
+        if config.zone_guide != "none":
+            needs.append(Need(f"the zone guide {config.zone_guide} (it reads the lesion segmenter)", TORCH_WEIGHTS,
+                              "or --zone-guide none"))
+        if config.qc.pose_warning:
+            needs.append(Need("the pose warning (a small CNN reads every film)", TORCH_WEIGHTS,
+                              "or build with --no-pose-warning"))
+    if engine == "ray":
+        needs.append(Need("--engine ray", ("ray",)))
+    return needs
+
+
+def check_backends(spec: BackendSpec, config: IlsConfig | None = None, engine: str = "local") -> None:
     """Raise :class:`ConfigError` for an unknown segmenter, synthesizer or detector, an option it does not take, or
-    a detector that cannot be created or run (a missing package or weights file), before any study is processed."""
+    a detector that cannot be created or run (a missing package or weights file), and a
+    :class:`~cxrground.errors.MissingExtraError` naming the extras when a part of the build (:func:`run_needs`:
+    the backends, ``config``'s zone readers and pose reader, ``engine``) lacks a library, before any study is
+    processed."""
     from cxrground.anatomy.segment import SEGMENTERS
     from cxrground.ils.spatial import DETECTORS, SYNTHESIZERS
 
@@ -882,6 +944,7 @@ def check_backends(spec: BackendSpec) -> None:
     DETECTORS.check(spec.detector, spec.detector_kwargs)
     if spec.qc_segmenter is not None:
         SEGMENTERS.check(spec.qc_segmenter, spec.qc_segmenter_kwargs)
+    check_needs(run_needs(spec, config, engine), "ils build")
     try:
         detector = DETECTORS.create(spec.detector, **spec.detector_kwargs)  # e.g. YOLO weights and ultralytics
         ready = getattr(detector, "check_ready", None)
@@ -974,15 +1037,12 @@ def build_dataset(
     """
     config = config or IlsConfig()
     spec = spec or BackendSpec()
-    check_backends(spec)
+    check_backends(spec, config, engine)
     check_workers(spec, engine, workers)
     if engine == "ray" and (ray_address or os.environ.get("RAY_ADDRESS")):
         from cxrground.ils.ray_engine import check_reachable
 
         check_reachable(ray_address or os.environ["RAY_ADDRESS"])  # before any study is read
-    if config.qc.pose_warning and importlib.util.find_spec("torch") is None:
-        raise ConfigError("the pose warning reads every film with a small CNN and needs torch (the 'models' extra): "
-                          "install it, or build with --no-pose-warning")
     store = unit_store(str(out_dir))
     remote = None if store.local else store
     out = Path(store.root) if store.local else _stage_for(store)  # settings and fitted model live here

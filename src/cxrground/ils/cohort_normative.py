@@ -40,13 +40,13 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from cxrground.anatomy.segment.base import segment_image
 from cxrground.errors import ConfigError, CXRGroundError
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.tasks import StudyTask
+from cxrground.io.progress import progress_bar
 from cxrground.io.store import local_copy
 from cxrground.lesions.normative import NormativeModel, film_cells, fit_cells, shrink_toward
 from cxrground.reports.findings import Finding
@@ -161,8 +161,8 @@ def collect_normals(tasks: Sequence[StudyTask], spec: BackendSpec, config: IlsCo
     studies: list[str] = []
     cells: list[np.ndarray] = []
     trimmed: list[tuple[str, float]] = []
-    with tqdm(total=min(cap, len(tasks)), desc="normative fit", unit="film", disable=not progress,
-              dynamic_ncols=True) as bar:
+    with progress_bar(total=min(cap, len(tasks)), desc="normative fit", unit="film", progress=progress,
+                      dynamic_ncols=True) as bar:
         for task in _report_normal_tasks(tasks, spec, config, counts):
             film = _canvas_cells(task, spec, config, grid, trim_with)
             if film is None:

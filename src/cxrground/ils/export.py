@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Final
 
 from cxrground.errors import ConfigError
+from cxrground.extras import Need, check_needs
 from cxrground.fields import option
 from cxrground.ils.frames import RELEASED_SIZE, export_dataset
 from cxrground.ils.layout import DATASET_HELP
@@ -64,6 +65,9 @@ def export_request(request: ExportRequest) -> str:
         raise ConfigError(f"--out {r.out} is the dataset's own folder; export to another folder")
     if r.format in ("hf", "dicom-seg") and r.images is None:
         raise ConfigError(f"--format {r.format} needs --images (the image root of the dataset)")
+    needs = {"hf": ("datasets",), "dicom-seg": ("highdicom",)}.get(r.format)
+    if needs:  # before any study is read
+        check_needs([Need(f"--format {r.format}", needs)], f"ils export --format {r.format}")
     if r.format == "hf":
         from cxrground.ils.export_hf import export_hf
 

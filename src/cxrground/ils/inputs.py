@@ -14,12 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from cxrground.ils.cohort_normative import FITTED_FILE
 from cxrground.ils.tasks import StudyTask, in_key_order, input_fingerprint
 from cxrground.ils.units import READ_AHEAD, done_check, read_unit, unit_store
 from cxrground.io.files import atomic_path, atomic_write_bytes
+from cxrground.io.progress import progress_bar
 
 #: The build's index of what each unit was made from, beside the units (in the local stage when the output is on
 #: object storage, uploaded with the other state files).
@@ -194,9 +193,9 @@ def survey_inputs(tasks: Iterable[StudyTask], dest: str | Path, index: InputInde
     fitted = fingerprint_lines(fitted_inputs) if fitted_inputs is not None else iter(())
     then = next(fitted, None)
     looked = ordered_map(look, in_key_order(tasks))
-    for task, (has, inputs, recorded, learned) in tqdm(looked, desc="compare inputs", unit="study",
-                                                       disable=not progress,
-                                                       total=len(tasks) if isinstance(tasks, Sized) else None):
+    for task, (has, inputs, recorded, learned) in progress_bar(looked, desc="compare inputs", unit="study",
+                                                               progress=progress,
+                                                               total=len(tasks) if isinstance(tasks, Sized) else None):
         key = task.study_key
         if learned:
             survey.learned.append({"inputs": recorded, "study": key})

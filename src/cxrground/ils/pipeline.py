@@ -3,7 +3,9 @@ Algorithm 1, location verification, pair composition; masks written at native si
 
 Every failure becomes the study's unit record (``status`` ``failed`` or ``rejected`` with the
 stage and the reason) instead of an exception, so a batch always finishes; only a
-:class:`~cxrground.errors.BatchStopped` (every study would fail alike) is raised, leaving the study without a unit.
+:class:`~cxrground.errors.BatchStopped` (every study would fail alike: an LLM server that cannot be reached, or a
+library of an extra that does not import, :class:`~cxrground.errors.MissingExtraError`) is raised, leaving the study
+without a unit.
 
 Worker processes import cxrground afresh: :func:`backend_registrations` gives the registry entries of the backends
 a build uses (those registered at run time included), which :func:`install_registrations` registers in a worker.
@@ -27,6 +29,7 @@ from cxrground.anatomy.segment.plausibility import segment_checked
 from cxrground.anatomy.segment.pose_net import pose_reader_at, pose_warning
 from cxrground.datasets.views import is_frontal
 from cxrground.errors import BatchStopped, CXRGroundError, InputError
+from cxrground.extras import missing_extra
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.compose import GroundedFinding, NegativePlacement, compose_pairs
 from cxrground.ils.config import ALGORITHM1_CHECK, IlsConfig
@@ -292,6 +295,8 @@ def process_study(task: StudyTask, out: Path, config: IlsConfig, spec: BackendSp
         return unit
     except BatchStopped:  # every study would fail alike (an LLM server that cannot be reached): the build stops
         raise
+    except ImportError as exc:  # a library of an extra not installed: every study would fail alike
+        raise missing_extra(exc, f"ils build ({stage} stage)") from exc
     except InputError as exc:
         named = {"file": exc.path} if exc.path and exc.path != task.image_path else {}  # e.g. the report
         return {**unit, "status": "failed", "stage": stage, "reason": exc.reason, "error": type(exc).__name__,

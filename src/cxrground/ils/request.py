@@ -263,7 +263,7 @@ def run_build(request: BuildRequest, progress: bool = True, note: Callable[[str]
     if request.threshold_scale != 1.0:
         config = config.with_threshold_scale(request.threshold_scale)
     spec = request.backend_spec()
-    check_backends(spec)  # before scanning a large folder
+    check_backends(spec, config, request.engine)  # before scanning a large folder
     check_workers(spec, request.engine, request.workers)
     table, split_file = request.view_table(), request.splits()
     views = read_view_table(table) if table is not None else None

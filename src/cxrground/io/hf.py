@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from cxrground.errors import ConfigError
+from cxrground.extras import missing_extra
 
 __all__ = ["ARROW_DIR", "DATA_DIR", "HF_NAMES", "image_cell", "png_cell", "require_datasets", "write_card",
            "write_splits"]
@@ -30,12 +31,13 @@ _LICENSE_NOTE: Final[str] = ("# license: fill in the licence of the source image
                              "before publishing\n")
 
 
-def require_datasets() -> Any:
-    """The ``datasets`` module, or a :class:`ConfigError` naming the extra that installs it."""
+def require_datasets(what: str = "the hf export") -> Any:
+    """The ``datasets`` module, or a :class:`~cxrground.errors.MissingExtraError` naming ``what`` needs it and the
+    extra that installs it."""
     try:
         import datasets
-    except ImportError as exc:  # pragma: no cover - the export extra is installed in the tests
-        raise ConfigError("the hf export needs the 'datasets' package: pip install 'cxrground[export]'") from exc
+    except ImportError as exc:
+        raise missing_extra(exc, what) from exc
     return datasets
 
 

@@ -20,12 +20,12 @@ from typing import BinaryIO
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
-from tqdm.auto import tqdm
 
 from cxrground.errors import ConfigError, Failure, ImageReadError, InputError
 from cxrground.io.cxr_image import CXRImage, Window, to_uint8
 from cxrground.io.dicom import read_dicom, refuse_deflated
 from cxrground.io.files import walk_files
+from cxrground.io.progress import progress_bar
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
@@ -236,7 +236,7 @@ def read_images(
     paths = list(paths)
     images: list[CXRImage] = []
     failures: list[Failure] = []
-    for p in tqdm(paths, desc="images", unit="img", disable=not progress):
+    for p in progress_bar(paths, desc="images", unit="img", progress=progress):
         try:
             images.append(read_image(p, window=window, max_pixels=max_pixels))
         except InputError as exc:

@@ -35,7 +35,7 @@ from typing import Any, Final
 import numpy as np
 
 from cxrground.anatomy.segment.base import LungHeartSegmenter
-from cxrground.errors import ConfigError, CXRGroundError, Failure, InputError, first_failure
+from cxrground.errors import BatchStopped, ConfigError, CXRGroundError, Failure, InputError, first_failure
 from cxrground.fields import option
 from cxrground.io.files import sha256_file
 from cxrground.io.image import read_image
@@ -434,13 +434,15 @@ def read_labelled_films(films: Sequence[LabelledFilm], segmenter: LungHeartSegme
                         progress: bool = False) -> tuple[list[ReadFilm], list[Failure]]:
     """Zone features of every film (a :class:`Failure` per unreadable film or film without both lungs), with a
     progress bar when ``progress``."""
-    from tqdm.auto import tqdm
+    from cxrground.io.progress import progress_bar
 
     out: list[ReadFilm] = []
     failures: list[Failure] = []
-    for film in tqdm(films, desc="reading films", unit="film", disable=not progress):
+    for film in progress_bar(films, desc="reading films", unit="film", progress=progress):
         try:
             feats, scores = film_features(read_image(film.path), segmenter, model)
+        except BatchStopped:  # a library of an extra missing: every film would fail alike
+            raise
         except CXRGroundError as exc:
             failures.append(Failure.from_exception(film.path, "zones", exc))
             continue

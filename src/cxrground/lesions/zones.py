@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from cxrground.anatomy.ctr import cardiothoracic_ratio
 from cxrground.anatomy.ils_locations import ils_location_masks
@@ -52,7 +51,7 @@ from cxrground.anatomy.segment.base import LungHeartMasks, LungHeartSegmenter
 from cxrground.anatomy.segment.builtin import PLAUSIBLE_CTR_MIN, work_box
 from cxrground.anatomy.segment.plausibility import segment_checked
 from cxrground.datasets.views import is_frontal
-from cxrground.errors import ConfigError, CXRGroundError, Failure, InputError
+from cxrground.errors import BatchStopped, ConfigError, CXRGroundError, Failure, InputError
 from cxrground.io.files import atomic_write_text, read_progress, sha256_json
 from cxrground.io.film_ledger import film_digest, restated
 from cxrground.io.image import (
@@ -75,6 +74,7 @@ from cxrground.io.overlay import (
     label_panel,
     overlay_masks,
 )
+from cxrground.io.progress import progress_bar
 from cxrground.lesions.lesion_zones import LESION_ZONE_READER, LesionZoneReader
 from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel, normalise_intensity
 from cxrground.lesions.zone_classifier import SHIPPED_ZONE_READER, ZoneClassifier, shipped_zone_reader_path
@@ -685,7 +685,7 @@ def write_zones(
     readings: list[ZoneReading] = []
     failures: list[Failure] = []
     failure_lines: list[dict[str, Any]] = []
-    bar = tqdm(total=len(paths), desc="zones", unit="film", disable=not progress)
+    bar = progress_bar(total=len(paths), desc="zones", unit="film", progress=progress)
     with (out / PROGRESS_FILE).open("a", encoding="utf-8") as log:
         for path, name in zip(paths, names, strict=True):
             bar.update(1)
@@ -720,6 +720,8 @@ def write_zones(
                 reading, seg, z = read_zones(im, segmenter, model, name, zone_model)
                 if orientation_check:
                     _raise_if_wrongly_posed(im, seg, segmenter, path)
+            except BatchStopped:  # a library of an extra missing: every film would fail alike
+                raise
             except (InputError, CXRGroundError) as exc:
                 failure = Failure.from_exception(path, "zones", exc)
                 failures.append(failure)

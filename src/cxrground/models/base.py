@@ -22,6 +22,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 import numpy as np
 
 from cxrground.errors import ConfigError, InputError
+from cxrground.extras import check_needs
 from cxrground.io.image import CXRImage
 from cxrground.io.output_lock import locks_output
 from cxrground.llm.fingerprint import file_digest
@@ -46,12 +47,14 @@ __all__ = [
 MODELS: Final[Registry[ModuleType]] = Registry("model")
 
 
-@MODELS.register("baseline", help="the CPU baseline: FiLM-conditioned U-Net with presence and answer heads")
+@MODELS.register("baseline", help="the CPU baseline: FiLM-conditioned U-Net with presence and answer heads",
+                 needs=("torch", "safetensors"))
 def _baseline() -> ModuleType:
     return importlib.import_module("cxrground.models.baseline")
 
 
-@MODELS.register("lisa", help="LISA / ROSALIA (LLaVA + SAM + [SEG]); transformers, a GPU for real sizes")
+@MODELS.register("lisa", help="LISA / ROSALIA (LLaVA + SAM + [SEG]); transformers, a GPU for real sizes",
+                 needs=("torch", "transformers", "peft", "accelerate"))
 def _lisa() -> ModuleType:
     return importlib.import_module("cxrground.models.lisa")
 
@@ -107,7 +110,10 @@ class IlsModel(Protocol):
 
 
 def model_module(name: str) -> Any:
-    """Import the backend module registered under ``name`` (unknown names raise ``ConfigError``)."""
+    """Import the backend module registered under ``name`` (unknown names raise ``ConfigError``; a backend whose
+    libraries are not installed, :class:`~cxrground.errors.MissingExtraError` naming the extra)."""
+    MODELS.get(name)
+    check_needs([MODELS.need(name)], f"model {name!r}")
     return MODELS.create(name)
 
 

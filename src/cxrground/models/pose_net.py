@@ -180,7 +180,8 @@ def train_pose_net(films: Sequence[tuple[str, np.ndarray]], out: str | Path, rec
     """Train the pose reader on upright grey films ``(name, pixels)``, all of which are training films; write
     ``out.safetensors`` + ``out.json``; return the training record stored in the sidecar."""
     import torch
-    from tqdm import tqdm
+
+    from cxrground.io.progress import progress_bar
 
     recipe = recipe or PoseRecipe()
     config = config or PoseNetConfig()
@@ -213,8 +214,8 @@ def train_pose_net(films: Sequence[tuple[str, np.ndarray]], out: str | Path, rec
     for epoch in range(recipe.epochs):
         order = rng.permutation(len(pairs))
         losses, correct = [], 0
-        bar = tqdm(range(steps_per_epoch), desc=f"pose reader epoch {epoch + 1}/{recipe.epochs}",
-                   disable=not progress, leave=False)
+        bar = progress_bar(range(steps_per_epoch), desc=f"pose reader epoch {epoch + 1}/{recipe.epochs}",
+                           progress=progress, leave=False)
         for b in bar:
             chosen = [pairs[j] for j in order[b * recipe.batch_size:(b + 1) * recipe.batch_size]]
             canvases = np.stack([augment_film(shrunk[i], recipe, rng, config.input_size) for i, _ in chosen])
@@ -298,10 +299,10 @@ def pose_check(reader: PoseReader, films: Sequence[tuple[str, np.ndarray]], batc
                label: str = "pose check") -> dict[tuple[int, bool], list[CheckRow]]:
     """Every upright film ``(name, pixels)`` stored in each of the eight poses and read by ``reader``: per true
     pose, (film, pose read, upright probability) of every film, in film order."""
-    from tqdm import tqdm
+    from cxrground.io.progress import progress_bar
 
     out: dict[tuple[int, bool], list[CheckRow]] = {p: [] for p in POSE_CLASSES}
-    for start in tqdm(range(0, len(films), batch), desc=label, leave=False, disable=not progress):
+    for start in progress_bar(range(0, len(films), batch), desc=label, leave=False, progress=progress):
         chunk = films[start:start + batch]
         for pose in POSE_CLASSES:
             readings = reader.read_many([apply_pose(px, pose) for _, px in chunk])
@@ -428,17 +429,16 @@ def read_folder_films(images: Path, table: FilmTable | None = None, screen: Pose
     reader and screened by ``screen``. A film's view is its DICOM header's, else the ``table``'s; with a table a
     film of unknown view is left out. With ``max_films``, films are tried in a seeded order until that many are
     usable. Problems are :class:`~cxrground.errors.Failure` records, never raised."""
-    from tqdm import tqdm
-
     from cxrground.anatomy.segment.pose_run import film_problem
     from cxrground.datasets.views import is_frontal
     from cxrground.io.image import find_images, read_image
+    from cxrground.io.progress import progress_bar
 
     paths = find_images(images)
     if max_films is not None and max_films < len(paths):
         paths = [paths[i] for i in np.random.default_rng(seed).permutation(len(paths))]
     result = FolderFilms([], [], found=len(paths))
-    for path in tqdm(paths, desc="films", unit="film", disable=not progress, leave=False):
+    for path in progress_bar(paths, desc="films", unit="film", progress=progress, leave=False):
         if max_films is not None and len(result.films) >= max_films:
             break
         name = path.relative_to(images).as_posix()

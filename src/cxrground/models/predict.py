@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from cxrground.errors import BackendError, ConfigError, Failure, InputError, OptionError, OptionValueError
 from cxrground.fields import option
@@ -36,6 +35,7 @@ from cxrground.io.files import atomic_write_text, sha256_file
 from cxrground.io.film_ledger import FilmLedger, FilmState
 from cxrground.io.image import DEFAULT_MAX_PIXELS, read_image
 from cxrground.io.output_lock import locks_output
+from cxrground.io.progress import progress_bar
 from cxrground.models.base import IlsModel, IlsOutput, checkpoint_fingerprint, checkpoint_info, load_model
 from cxrground.registry import backend_errors, backend_label, check_returned
 
@@ -191,7 +191,7 @@ def predict_jobs(model: IlsModel, jobs: list[tuple[str, list[dict[str, Any]]]], 
         retried = {p["pair_id"] for _r, items in todo for p in items}
         _forget_failures(failures_path, {str(images / rel) for rel, items in todo if items},
                          retried | set(writer.done))
-        bar = tqdm(total=n - counts["skipped"], desc="predict", unit="pair", disable=not progress)
+        bar = progress_bar(total=n - counts["skipped"], desc="predict", unit="pair", progress=progress)
         for rel, items in todo:
             if not items:
                 continue
@@ -253,7 +253,7 @@ def _compare_films(jobs: list[_Job], images: Path, done: set[str], ledger: FilmL
     are no longer there, or were not recorded (by verdict, :meth:`FilmLedger.compare`)."""
     kept = [rel for rel, items in jobs if any(p["pair_id"] in done for p in items)]
     verdicts: dict[str, set[str]] = {"changed": set(), "missing": set(), "unrecorded": set()}
-    for rel in tqdm(kept, desc="compare films", unit="film", disable=not progress or not kept):
+    for rel in progress_bar(kept, desc="compare films", unit="film", progress=progress and bool(kept)):
         verdict = ledger.compare(rel, images / rel)
         if verdict != "same":
             verdicts[verdict].add(rel)

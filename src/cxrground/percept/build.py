@@ -47,10 +47,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from tqdm.auto import tqdm
-
 from cxrground import __version__
 from cxrground.errors import ConfigError, InputError
+from cxrground.extras import check_needs
 from cxrground.ils.layout import DATASET_FILE, MASK_DIR
 from cxrground.ils.predictions import Prediction, load_predictions
 from cxrground.ils.schema import SPLITS, iter_dataset, read_dataset
@@ -58,6 +57,7 @@ from cxrground.io.files import atomic_write_text, sha256_file, sha256_json
 from cxrground.io.film_ledger import FilmLedger, FilmState
 from cxrground.io.image import check_out_folder
 from cxrground.io.output_lock import locks_output
+from cxrground.io.progress import progress_bar
 from cxrground.io.workers import stop_workers, worker_pool
 from cxrground.percept.card import render_card
 from cxrground.percept.case_files import CaseTask, case_failure, render_case
@@ -131,7 +131,7 @@ def _init_worker(deformers: Sequence[Backend[Any]] = ()) -> None:
 
 def _run_pool(fn: Callable[..., Any], tasks: Sequence[Any], arg: str, workers: int, desc: str,
               progress: bool, deformers: Sequence[Backend[Any]] = ()) -> None:
-    bar = tqdm(total=len(tasks), desc=desc, unit="case", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(total=len(tasks), desc=desc, unit="case", progress=progress, dynamic_ncols=True)
     if workers <= 1 or len(tasks) <= 1:
         for t in tasks:
             fn(t, arg)
@@ -184,6 +184,7 @@ def _check_settings(opts: BuildOptions, dataset: Any, ils_file: Path) -> None:
     if "model_path" in opts.deformer_opt:
         raise ConfigError("--deformer-opt model_path: give the SAM folder as --sam-model")
     DEFORMERS.check(opts.deformer, [*opts.deformer_opt, *(["model_path"] if opts.deformer == "sam" else [])])
+    check_needs([DEFORMERS.need(opts.deformer)], "percept build")  # before any case is made
     for name, value in (("--max-candidates", opts.max_candidates), ("--max-negatives", opts.max_negatives)):
         if value < 0:
             raise ConfigError(f"{name} must be >= 0, got {value}")
@@ -327,8 +328,8 @@ def _refresh_films(work: Path, ledger: FilmLedger, images_root: Path, tasks: Seq
     for t in tasks:
         by_film.setdefault(t.cand.image_path, []).append(t.case_id)
     changed = 0
-    for rel, case_ids in tqdm(by_film.items(), desc="percept films", unit="film", disable=not progress,
-                              dynamic_ncols=True):
+    for rel, case_ids in progress_bar(by_film.items(), desc="percept films", unit="film", progress=progress,
+                                      dynamic_ncols=True):
         verdict = ledger.compare(rel, images_root / rel)
         made = [work / kind / f"{case_id}.json" for case_id in case_ids for kind in ("plans", "cases")]
         # unrecorded with results: the film could not be found when its case was made (it is back now)
@@ -352,8 +353,8 @@ def _same_films(out: Path, prior: dict[str, Any] | None, images_root: Path, prog
     if not isinstance(films, dict):
         return None
     differ = []
-    for rel, digest in tqdm(films.items(), desc="compare films", unit="film", disable=not progress,
-                            dynamic_ncols=True):
+    for rel, digest in progress_bar(films.items(), desc="compare films", unit="film", progress=progress,
+                                    dynamic_ncols=True):
         try:
             now = sha256_file(images_root / rel)
         except OSError:

@@ -17,10 +17,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
-from tqdm.auto import tqdm
-
 from cxrground.errors import Failure, ReportError
 from cxrground.io.files import walk_files
+from cxrground.io.progress import progress_bar
 from cxrground.reports.iu_xml import decode_utf8, parse_iu_xml
 from cxrground.reports.model import Report
 from cxrground.reports.sections import describe_choice, sections_and_headings
@@ -159,7 +158,7 @@ def read_reports(paths: Iterable[str | Path], progress: bool = True) -> tuple[li
     paths = list(paths)
     reports: list[Report] = []
     failures: list[Failure] = []
-    for path in tqdm(paths, desc="reports", unit="report", disable=not progress):
+    for path in progress_bar(paths, desc="reports", unit="report", progress=progress):
         try:
             if Path(path).suffix.lower() in TABLE_SUFFIXES:
                 rows, bad = read_report_table(path, *TABLE_COLUMNS, progress=progress and len(paths) == 1)
@@ -277,7 +276,7 @@ def read_report_table(
     reports: list[Report] = []
     failures: list[Failure] = []
     seen: dict[str, str] = {}
-    for where, row in tqdm(rows, desc="reports", unit="report", disable=not progress):
+    for where, row in progress_bar(rows, desc="reports", unit="report", progress=progress):
         try:
             if isinstance(row, ReportError):
                 raise row

@@ -32,6 +32,7 @@ from PIL import Image, ImageDraw
 
 from cxrground.anatomy.segment.base import LungHeartMasks
 from cxrground.errors import ConfigError, InputError
+from cxrground.extras import missing_extra
 from cxrground.io.image import CXRImage
 from cxrground.io.masks import as_mask
 from cxrground.io.transform import Letterbox
@@ -194,7 +195,7 @@ class HybridGNetSegmenter:
         try:
             import torch
         except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ConfigError(f"HybridGNet needs torch ({exc}); pip install 'cxrground[models]'") from exc
+            raise missing_extra(exc, "HybridGNet") from exc
         path = self._check_path()
         if path.suffix == ".pt2":
             self._kind = "torch.export"
@@ -396,7 +397,7 @@ class CXASSegmenter:
 
             from cxrground.anatomy.segment.cxas_net import CXAS_LABEL_IDS, CXASUNet, checkpoint_state
         except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ConfigError(f"CXAS needs torch ({exc}); pip install 'cxrground[models]'") from exc
+            raise missing_extra(exc, "CXAS") from exc
         try:
             net, ignored = CXASUNet.from_state_dict(checkpoint_state(self._read_checkpoint(weights)))
         except (KeyError, ValueError, RuntimeError) as exc:

@@ -36,7 +36,8 @@ from cxrground.anatomy.segment.heart_image import (
 )
 from cxrground.anatomy.segment.plausibility import lung_problems
 from cxrground.anatomy.segment.tilt import MIN_TILT, thorax_tilt, turn
-from cxrground.errors import ConfigError, InputError
+from cxrground.errors import InputError
+from cxrground.extras import missing_extra
 from cxrground.io.borders import ContentBox, content_box
 from cxrground.io.image import CXRImage, as_cxr_image
 from cxrground.io.masks import as_mask, check_shape
@@ -255,9 +256,7 @@ class UNetLungSegmenter:
                     try:
                         model, meta = load_model(self.weights)
                     except ImportError as exc:  # pragma: no cover
-                        raise ConfigError(
-                            f"the U-Net backend needs torch and safetensors ({exc}); pip install 'cxrground[models]'"
-                        ) from exc
+                        raise missing_extra(exc, "the U-Net backend") from exc
                     self._meta = meta
                     self._model = model
         assert self._model is not None and self._meta is not None

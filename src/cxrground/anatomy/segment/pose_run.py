@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from cxrground.anatomy.segment.plausibility import blank_problem
 from cxrground.anatomy.segment.pose_net import (
@@ -32,11 +31,12 @@ from cxrground.anatomy.segment.pose_net import (
     read_pose_sidecar,
     undo_pose,
 )
-from cxrground.errors import ConfigError, CXRGroundError, Failure, InputError
+from cxrground.errors import BatchStopped, ConfigError, CXRGroundError, Failure, InputError
 from cxrground.io.files import atomic_write_text, read_progress, sha256_file, sha256_json
 from cxrground.io.film_ledger import film_digest, restated
 from cxrground.io.image import DEFAULT_MAX_PIXELS, check_out_folder, read_image
 from cxrground.io.output_lock import locks_output
+from cxrground.io.progress import progress_bar
 
 __all__ = ["CSV_COLUMNS", "MAX_ASPECT", "MIN_SIDE", "SHEET_SIZE", "PoseRow", "contact_sheets", "film_problem",
            "write_poses"]
@@ -209,7 +209,7 @@ def write_poses(paths: Sequence[Path], out: Path, reader: PoseReader, root: Path
     rows: list[PoseRow] = []
     failures: list[Failure] = []
     with (out / PROGRESS_FILE).open("a", encoding="utf-8") as log:
-        for path, name in tqdm(list(zip(paths, names, strict=True)), desc="pose", disable=not progress):
+        for path, name in progress_bar(list(zip(paths, names, strict=True)), desc="pose", progress=progress):
             rec = done.get(name)
             try:
                 digest, stat = film_digest(path, rec)  # a stat when size and time are the recorded ones
@@ -236,6 +236,8 @@ def write_poses(paths: Sequence[Path], out: Path, reader: PoseReader, root: Path
                     if problem:
                         raise InputError(problem, path)
                     probabilities = reader.read(image.pixels).probabilities
+                except BatchStopped:  # a library of an extra missing: every film would fail alike
+                    raise
                 except (InputError, CXRGroundError) as exc:
                     rec = {"image": name, "sha256": digest, **stat,
                            "failure": Failure.from_exception(path, "pose", exc).to_dict()}

@@ -12,16 +12,21 @@ from cxrground.anatomy.segment.folder import MaskFolderSegmenter
 from cxrground.errors import ConfigError
 from cxrground.registry import Registry
 
-__all__ = ["SEGMENTERS", "WEIGHTS_OPTION", "get_segmenter", "weights_options"]
+__all__ = ["SEGMENTERS", "TORCH_WEIGHTS", "WEIGHTS_OPTION", "get_segmenter", "weights_options"]
+
+#: What the networks read with torch need: torch and the weights format (the 'models' extra).
+TORCH_WEIGHTS: Final[tuple[str, ...]] = ("torch", "safetensors")
 
 #: Lung/heart segmentation backends by name (the classes load their networks lazily).
 SEGMENTERS: Final[Registry[LungHeartSegmenter]] = Registry("segmenter")
-SEGMENTERS.register("unet", UNetLungSegmenter, help="the shipped lung U-Net, heart estimated from the lungs")
+SEGMENTERS.register("unet", UNetLungSegmenter, help="the shipped lung U-Net, heart estimated from the lungs",
+                    needs=TORCH_WEIGHTS)
 SEGMENTERS.register("given", GivenMasksSegmenter,
                     help="masks supplied per image (Python API; segment lungs --right/--left)")
 SEGMENTERS.register("masks", MaskFolderSegmenter, help="mask PNGs found in a folder by a name pattern (root=DIR)")
-SEGMENTERS.register("cxas", CXASSegmenter, help="the CXAS network, local weights folder (weights_dir=DIR)", gpu=True)
-SEGMENTERS.register("hybridgnet", HybridGNetSegmenter, gpu=True,
+SEGMENTERS.register("cxas", CXASSegmenter, help="the CXAS network, local weights folder (weights_dir=DIR)", gpu=True,
+                    needs=("torch",))
+SEGMENTERS.register("hybridgnet", HybridGNetSegmenter, gpu=True, needs=("torch",),
                     help="CheXmask HybridGNet, local weights (weights_path=FILE: bestMSE.pt or an exported model)")
 
 #: The option through which a backend takes its weights file or folder (``segment lungs --weights``).

@@ -208,7 +208,7 @@ def write_cohort(
     """
     import time
 
-    from tqdm import tqdm
+    from cxrground.io.progress import progress_bar
 
     config = config or SynthConfig()
     if not isinstance(n_studies, int) or n_studies < 0:
@@ -233,7 +233,7 @@ def write_cohort(
         _remove_study(out, t)
 
     generated = skipped = 0
-    bar = tqdm(range(n_studies), desc="synth", unit="study", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(range(n_studies), desc="synth", unit="study", progress=progress, dynamic_ncols=True)
     for index in bar:
         ids = study_ids(seed, index)
         truth_path = out / ids.truth_path

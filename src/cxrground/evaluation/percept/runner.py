@@ -807,9 +807,9 @@ def _run_into(settings: EvalSettings, out: Path, store: PerceptCache, client: Cl
 
 
 async def _run_all(runner: _Runner, todo: list[tuple[CasePlan, int]], concurrency: int, progress: bool) -> None:
-    from tqdm.auto import tqdm
+    from cxrground.io.progress import progress_bar
 
-    bar = tqdm(total=len(todo), desc="percept eval", unit="case", disable=not progress)
+    bar = progress_bar(total=len(todo), desc="percept eval", unit="case", progress=progress)
 
     async def one(unit: tuple[CasePlan, int]) -> dict[str, Any]:
         return await runner.run_case(*unit)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from cxrground.anatomy.segment.registry import TORCH_WEIGHTS
 from cxrground.ils.spatial.base import Box, BoxDetector, NormalSynthesizer
 from cxrground.ils.spatial.boxes import (
     KEPT_CLASSES,
@@ -57,12 +58,12 @@ SYNTHESIZERS: Final[Registry[NormalSynthesizer]] = Registry("synthesizer")
 SYNTHESIZERS.register("pseudo-normal", PseudoNormalSynthesizer,
                       help="built-in CPU estimate: per-region background fit, coarse excess removed")
 SYNTHESIZERS.register("radedit", RadEditSynthesizer, help="RadEdit (diffusers), local model folder (model_dir=DIR)",
-                      gpu=True)
+                      gpu=True, needs=("diffusers", "transformers", "torch"))
 SYNTHESIZERS.register("normative", NormativeSynthesizer,
                       help="built-in CPU normative model of the normal chest: model=cohort (default: fitted on the "
                            "build's report-normal studies; min_normals, max_normals, shrink, trim), model=shipped (NIH "
                            "normal films) or model=NPZ; band, noise_floor")
-SYNTHESIZERS.register("lesion-unet", LesionUNetSynthesizer,
+SYNTHESIZERS.register("lesion-unet", LesionUNetSynthesizer, needs=TORCH_WEIGHTS,
                       help="built-in CPU: the film minus the shipped lesion U-Net's lesions (lungs, not heart or "
                            "mediastinum); pairs checked against its reading; weights=PATH, scale, floor, threads, "
                            "zone_reader=none|zone_sim_v1")

@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from cxrground.anatomy.ils_locations import ils_location_masks
 from cxrground.anatomy.segment.builtin import UNetLungSegmenter, postprocess_lungs
@@ -35,6 +34,7 @@ from cxrground.ils.schema import check_splits, iter_dataset
 from cxrground.ils.tasks import file_state
 from cxrground.io.files import atomic_write_text, sha256_json
 from cxrground.io.image import CXRImage, read_image
+from cxrground.io.progress import progress_bar
 from cxrground.io.transform import Letterbox
 from cxrground.models.baseline.conditioning import CERTAINTIES, LI_LESIONS, encode, location_vector, parse
 from cxrground.models.baseline.config import BaselineConfig
@@ -306,7 +306,8 @@ def _prepare(pairs: Sequence[PairRecord], by_study: Mapping[str, str], images_ro
     rows: dict[str, int] = {}
     boxes: dict[str, Letterbox] = {}
     failures: list[Failure] = []
-    for row, (study, rel) in enumerate(tqdm(by_study.items(), desc="cache images", unit="img", disable=not progress)):
+    bar = progress_bar(by_study.items(), desc="cache images", unit="img", progress=progress)
+    for row, (study, rel) in enumerate(bar):
         try:
             work = prepare_image(read_image(images_root / rel).pixels, config, segmenter)
         except InputError as exc:

@@ -56,11 +56,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
-from tqdm.auto import tqdm
 
 from cxrground import __version__
 from cxrground.errors import ConfigError, InputError
 from cxrground.io.files import atomic_path, sha256_file, sha256_json
+from cxrground.io.progress import progress_bar
 from cxrground.io.weights import load_safetensors
 from cxrground.models.base import CHECKPOINT_FILE
 from cxrground.models.baseline.config import BaselineConfig
@@ -345,8 +345,8 @@ def train(
     for epoch in range(meta["epoch"], config.epochs):
         order = sampler.indices(epoch)
         sums: dict[str, float] = {}
-        bar = tqdm(total=len(order), desc=f"epoch {epoch + 1}/{config.epochs}", unit="sample",
-                   disable=not progress, leave=False)
+        bar = progress_bar(total=len(order), desc=f"epoch {epoch + 1}/{config.epochs}", unit="sample",
+                           progress=progress, leave=False)
         start = time.perf_counter()
         for b in range(0, len(order), config.batch_size):
             batch = train_data.batch(order[b:b + config.batch_size])

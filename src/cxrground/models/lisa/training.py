@@ -60,13 +60,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from cxrground.errors import ConfigError, Failure, InputError
 from cxrground.ils.frames import read_native_mask
 from cxrground.ils.schema import read_dataset
 from cxrground.io.files import atomic_path, sha256_file, sha256_json
 from cxrground.io.image import read_image
+from cxrground.io.progress import progress_bar
 from cxrground.models.base import CHECKPOINT_FILE
 from cxrground.models.lisa.checkpoint import load_checkpoint, save_checkpoint
 from cxrground.models.lisa.config import LisaConfig
@@ -147,8 +147,8 @@ def _studies(dataset: Path, images: Path, split: str) -> list[tuple[Path, list[S
 def _image_failures(paths: list[Path], ctx: DistContext, progress: bool) -> list[Failure | None]:
     """Per image: ``None`` when it can be read, else its failure. Each rank reads images ``r, r+W, …`` and every
     rank gets the whole list."""
-    mine = {i: image_failure(paths[i]) for i in tqdm(ctx.micro_batches(len(paths)), desc="check images",
-                                                     unit="img", disable=not (progress and ctx.is_main))}
+    mine = {i: image_failure(paths[i]) for i in progress_bar(ctx.micro_batches(len(paths)), desc="check images",
+                                                             unit="img", progress=progress and ctx.is_main)}
     return gather_in_order(ctx, mine, len(paths))
 
 
@@ -511,8 +511,8 @@ def _train(ctx: DistContext, config: LisaConfig, json_path: Path, dataset: Path,
 
     model.train()
     model.visual_model.vision_encoder.eval()
-    bar = tqdm(total=total, initial=step, desc="lisa train", unit="step", dynamic_ncols=True,
-               disable=not (progress and ctx.is_main))
+    bar = progress_bar(total=total, initial=step, desc="lisa train", unit="step", dynamic_ncols=True,
+                       progress=progress and ctx.is_main)
     while step < total:
         epoch, in_epoch = divmod(step, steps_per_epoch)
         order = sampler.indices(epoch)

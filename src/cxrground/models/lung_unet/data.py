@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from cxrground.errors import ConfigError
 from cxrground.io.image import CXRImage
+from cxrground.io.progress import progress_bar
 from cxrground.io.transform import Letterbox
 
 __all__ = [
@@ -81,7 +81,7 @@ class Samples:
 def prepare_samples(records: Iterable[LungRecord], size: int = 256, progress: bool = False) -> Samples:
     """Read images and lung masks, letterbox them to ``size``² (masks nearest-neighbour)."""
     images, targets, weights, valid, ids = [], [], [], [], []
-    for rec in tqdm(list(records), desc="load", unit="img", disable=not progress):
+    for rec in progress_bar(list(records), desc="load", unit="img", progress=progress):
         im = rec.read()
         right, left = rec.lungs(im.shape)
         ignore = rec.ignore(im.shape)
@@ -151,7 +151,7 @@ def phantom_records(n: int, seed: int, config: Any = None) -> list[PhantomRecord
 def synthetic_samples(n: int, seed: int, config: Any = None, size: int = 256, progress: bool = False) -> Samples:
     """Training arrays of phantoms ``0..n-1`` of ``seed``, letterboxed like the real rows (weights all 1)."""
     parts = []
-    for rec in tqdm(phantom_records(n, seed, config), desc="phantoms", unit="img", disable=not progress):
+    for rec in progress_bar(phantom_records(n, seed, config), desc="phantoms", unit="img", progress=progress):
         parts.append(prepare_samples([rec], size))
         rec.release()
     return concat_samples(*parts)

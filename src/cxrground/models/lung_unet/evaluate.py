@@ -6,9 +6,9 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from cxrground.anatomy.segment.base import segment_image
+from cxrground.io.progress import progress_bar
 from cxrground.models.lung_unet.data import LungRecord, phantom_records
 
 __all__ = ["dice", "evaluate_records", "evaluate_synthetic", "without_per_image"]
@@ -25,7 +25,7 @@ def dice(pred: np.ndarray, truth: np.ndarray, ignore: np.ndarray | None = None) 
 def evaluate_records(segmenter: Any, records: Iterable[LungRecord], progress: bool = False) -> dict[str, Any]:
     """Dice per lung at native size (annotators' ignore regions left out) of ``segmenter.segment``."""
     rows = []
-    for rec in tqdm(list(records), desc="evaluate", unit="img", disable=not progress):
+    for rec in progress_bar(list(records), desc="evaluate", unit="img", progress=progress):
         im = rec.read()
         right, left = rec.lungs(im.shape)
         ign = rec.ignore(im.shape)

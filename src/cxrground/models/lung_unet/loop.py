@@ -15,10 +15,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from cxrground.anatomy.segment.unet import UNetConfig
 from cxrground.errors import ConfigError
+from cxrground.io.progress import progress_bar
 from cxrground.models.lung_unet.config import Augment, TrainRecipe
 from cxrground.models.lung_unet.data import Samples
 from cxrground.models.lung_unet.evaluate import dice
@@ -228,7 +228,7 @@ def train_on_samples(
         history: list[dict[str, float]] = []
         best_state, best_score, since_best = None, -1.0, 0
         start = time.perf_counter()
-        bar = tqdm(total=total, desc="train lungs", unit="step", disable=not progress)
+        bar = progress_bar(total=total, desc="train lungs", unit="step", progress=progress)
         for epoch in range(recipe.epochs):
             perm = torch.randperm(len(train), generator=gen)
             losses = []

@@ -14,7 +14,8 @@ __all__ = ["DEFORMERS", "get_deformer"]
 #: Deformers by name (``sam`` loads its model lazily, on the first deformation).
 DEFORMERS: Final[Registry[Deformer]] = Registry("deformer")
 DEFORMERS.register("builtin", BuiltinDeformer, help="CPU geodesic grow / disc shrink (the §7.3 non-SAM deformer)")
-DEFORMERS.register("sam", SamDeformer, help="transformers SamModel, local folder (model_path=DIR), prompted as §7.3")
+DEFORMERS.register("sam", SamDeformer, help="transformers SamModel, local folder (model_path=DIR), prompted as §7.3",
+                   needs=("torch", "transformers"))
 
 
 def get_deformer(name: str = "builtin", **kwargs: Any) -> Deformer:

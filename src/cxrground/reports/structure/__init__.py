@@ -21,6 +21,8 @@ from typing import Any, Final
 from tqdm.auto import tqdm
 
 from cxrground.errors import BackendError, ConfigError, Failure, failure_path
+from cxrground.errors import BackendError, ConfigError, Failure
+from cxrground.io.progress import progress_bar
 from cxrground.llm import ResponseCache, cache_key
 from cxrground.registry import Registry, backend_label, call_backend
 from cxrground.reports.findings import StructuredReport, Structurer, report_problem
@@ -157,7 +159,7 @@ def structure_reports(
                 failures.append(_failure(paths.get(d.report_id, d.report_id), d.report_id, exc))
         return kept, failures
     done = []
-    for report_id, section in tqdm(items, desc="structure", unit="report", disable=not progress):
+    for report_id, section in progress_bar(items, desc="structure", unit="report", progress=progress):
         try:
             done.append(structure_section(structurer, report_id, section))
         except LLMError as exc:

@@ -525,9 +525,9 @@ class LLMStructurer:
         return run_sync(self._warm(items, progress))
 
     async def _warm(self, items: Iterable[tuple[str, SectionChoice]], progress: bool) -> Counter[str]:
-        from tqdm.auto import tqdm
+        from cxrground.io.progress import progress_bar
 
-        bar = tqdm(desc="structure (LLM)", unit="report", disable=not progress)
+        bar = progress_bar(desc="structure (LLM)", unit="report", progress=progress)
         counts: Counter[str] = Counter()
 
         async def one(item: tuple[str, SectionChoice]) -> None:
@@ -577,9 +577,9 @@ class LLMStructurer:
     async def _run_many(
         self, items: list[tuple[str, SectionChoice]], progress: bool, on_done: Callable[[], None] | None
     ) -> tuple[list[StructuredReport], list[Failure]]:
-        from tqdm.auto import tqdm
+        from cxrground.io.progress import progress_bar
 
-        bar = tqdm(total=len(items), desc="structure", unit="report", disable=not progress)
+        bar = progress_bar(total=len(items), desc="structure", unit="report", progress=progress)
 
         answered = 0
 

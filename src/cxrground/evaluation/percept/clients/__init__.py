@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from cxrground.errors import ConfigError
 from cxrground.evaluation.percept.clients.decoding import SAMPLING_PARAMS, check_sampling_params
+from cxrground.extras import check_needs
 from cxrground.llm import ClientError, Completion, PermanentError, TransientError
 from cxrground.registry import Registry
 
@@ -81,7 +82,7 @@ def _openai(model: str, **opts: Any) -> Client:
 
 
 @CLIENTS.register("hf", help="a local transformers model folder (hf:MODEL_DIR)",
-                  options=("model", *HARNESS_OPTIONS, "device"))
+                  options=("model", *HARNESS_OPTIONS, "device"), needs=("torch", "transformers"))
 def _hf(model: str, **opts: Any) -> Client:
     from cxrground.evaluation.percept.clients.hf import HFClient
 
@@ -89,7 +90,7 @@ def _hf(model: str, **opts: Any) -> Client:
 
 
 @CLIENTS.register("ils", help="an ILS model checkpoint answering from its own mask (ils:CHECKPOINT)",
-                  options=("model", *HARNESS_OPTIONS))
+                  options=("model", *HARNESS_OPTIONS), needs=("torch", "safetensors"))
 def _ils(model: str, **opts: Any) -> Client:
     from cxrground.evaluation.percept.clients.ils_agent import IlsAgentClient
 
@@ -135,7 +136,8 @@ def spec_forms() -> str:
 
 
 def make_client(spec: str, **opts: Any) -> Client:
-    """Build the client of ``spec`` (``prefix:NAME`` or a baseline name); options are checked by :data:`CLIENTS`."""
+    """Build the client of ``spec`` (``prefix:NAME`` or a baseline name); options are checked by :data:`CLIENTS`, the
+    libraries the client needs (``ils:`` and ``hf:``: torch) by :func:`~cxrground.extras.check_needs`."""
     prefix, _, name = spec.partition(":")
     CLIENTS.get(prefix)
     named = _takes_name(prefix)
@@ -143,4 +145,5 @@ def make_client(spec: str, **opts: Any) -> Client:
         raise ConfigError(f"model spec {spec!r} needs a name after '{prefix}:'")
     if not named and name:
         raise ConfigError(f"client {prefix!r} takes no name (it accepts no 'model' option): use --model {prefix}")
+    check_needs([CLIENTS.need(prefix)], f"--model {spec}")  # before any request is sent
     return CLIENTS.create(prefix, **({"model": name} if named else {}), **opts)
