@@ -18,10 +18,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any, Final
 
-from tqdm.auto import tqdm
-
 from cxrground.errors import BackendError, ConfigError, Failure, failure_path
-from cxrground.errors import BackendError, ConfigError, Failure
 from cxrground.io.progress import progress_bar
 from cxrground.llm import ResponseCache, cache_key
 from cxrground.registry import Registry, backend_label, call_backend
