@@ -73,17 +73,26 @@ WEIGHTS_LAYOUT: Final[tuple[tuple[str, str, str], ...]] = (
 
 def shipped_weights() -> tuple[Path, ...]:
     """The weights shipped inside the package, where the code that reads them looks for them: the lung U-Net, the
-    normative model, the zone reader, the lesion segmenter, the zone position prior and the film severity models of
-    ``zone_prior_v2`` and ``zone_prior_v3``."""
+    pose reader, the mean lung shape of the lung check, the normative model, the zone reader, the lesion segmenter,
+    the zone position prior and the film severity models of ``zone_prior_v2`` and ``zone_prior_v3``, then any other
+    weight file of the package's ``weights`` folders (e.g. the earlier lung U-Net); their data and licences: the
+    package's ``ATTRIBUTION.md``."""
     from cxrground.anatomy.segment.builtin import default_weights_path
+    from cxrground.anatomy.segment.plausibility import shipped_shape_path
+    from cxrground.anatomy.segment.pose_net import shipped_pose_path
     from cxrground.lesions.normative import default_normative_path
     from cxrground.lesions.segmenter import shipped_lesion_unet_path
     from cxrground.lesions.zone_classifier import shipped_zone_reader_path
     from cxrground.lesions.zone_prior import shipped_prior_path
     from cxrground.lesions.zone_severity import SEVERITY_V3_MODEL, shipped_severity_path
 
-    return (default_weights_path(), default_normative_path(), shipped_zone_reader_path(), shipped_lesion_unet_path(),
-            shipped_prior_path(), shipped_severity_path(), shipped_severity_path(SEVERITY_V3_MODEL))
+    named = (default_weights_path(), shipped_pose_path(), shipped_shape_path(), default_normative_path(),
+             shipped_zone_reader_path(), shipped_lesion_unet_path(), shipped_prior_path(), shipped_severity_path(),
+             shipped_severity_path(SEVERITY_V3_MODEL))
+    package = Path(__file__).parent
+    others = sorted({p for ext in ("safetensors", "npz") for p in package.glob(f"**/weights/*.{ext}")} - set(named))
+    return (*named, *others)
+
 
 _STATUS_OK: Final[str] = "ok"
 

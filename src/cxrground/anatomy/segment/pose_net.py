@@ -246,10 +246,15 @@ class PoseReader:
         return self.read_many([pixels])[0]
 
 
+def shipped_pose_path() -> Path:
+    """Where the shipped pose reader's weights lie in the package."""
+    return Path(__file__).parent / "weights" / f"{DEFAULT_POSE_WEIGHTS}.safetensors"
+
+
 @functools.cache
 def shipped_pose_reader() -> PoseReader:
     """The pose reader with the shipped weights (one per process; torch's thread count as the process set it)."""
-    return PoseReader(Path(__file__).parent / "weights" / f"{DEFAULT_POSE_WEIGHTS}.safetensors", threads=None)
+    return PoseReader(shipped_pose_path(), threads=None)
 
 
 @functools.lru_cache(maxsize=4)
