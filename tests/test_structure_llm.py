@@ -381,6 +381,24 @@ def test_cache_is_per_endpoint_and_retry_defaults_are_shared(tmp_path: Path) -> 
     assert llm.timeout == RetryPolicy().timeout
 
 
+def test_a_cache_keyed_without_the_endpoint_follows_a_moved_server(tmp_path: Path) -> None:
+    """``cache_endpoint=False``: the answers of one server are reused when the same model is reached elsewhere; the
+    option is how answers are fetched, so a build resumes across it."""
+    db = tmp_path / "cache.sqlite"
+    section = make_section_choice("findings", SECTIONS[2])
+    with FakeLLM() as a, FakeLLM() as b:
+        first = _llm(a, cache=db, cache_endpoint=False).structure("r2", section)
+        again = _llm(b, cache=db, cache_endpoint=False).structure("r2", section)  # the server moved
+        assert (a.requests, b.requests) == (1, 0) and again == first
+        _llm(b, cache=db).structure("r2", section)  # keyed by the endpoint (the default): asked again
+        assert b.requests == 1
+    from cxrground.ils.backend_spec import BackendSpec
+
+    base = {"base_url": "http://a/v1", "model": "m"}
+    assert (BackendSpec(structurer="llm", structurer_kwargs=base).resume_hash()
+            == BackendSpec(structurer="llm", structurer_kwargs={**base, "cache_endpoint": False}).resume_hash())
+
+
 def test_hedge_grades_outside_the_rules_are_rejected_and_recorded() -> None:
     def answer(body: dict[str, Any]) -> dict[str, Any]:
         if body["messages"][0]["content"].startswith("# ILS report structuring"):

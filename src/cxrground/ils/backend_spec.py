@@ -18,7 +18,7 @@ __all__ = ["LLM_FETCH_OPTIONS", "BackendSpec"]
 #: resumes across a change of these (the model, prompts and decoding settings count).
 LLM_FETCH_OPTIONS: Final[frozenset[str]] = frozenset({
     "base_url", "api_key_env", "timeout", "max_retries", "backoff", "max_backoff", "max_retry_after", "concurrency",
-    "cache"})
+    "cache", "cache_endpoint"})
 
 
 @dataclass(frozen=True)

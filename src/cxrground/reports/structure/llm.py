@@ -20,9 +20,10 @@ kept as a non-target finding), a location label that is not an ILS label is drop
 ``sent_idx`` is not a sentence number is dropped.
 
 Responses are cached in SQLite (:class:`cxrground.llm.ResponseCache`), keyed by the SHA-256 of the model's
-identity (model, endpoint) + decoding settings + sample index 0 + exact messages (:func:`cxrground.llm.cache_key`):
-a rerun makes zero requests. Requests go through :class:`cxrground.llm.ChatClient`; batches run on one asyncio
-loop with at most ``concurrency`` reports (hence requests) in flight (:func:`cxrground.llm.bounded_map`).
+identity (model, endpoint; the model alone with ``cache_endpoint=False``) + decoding settings + sample index 0 +
+exact messages (:func:`cxrground.llm.cache_key`): a rerun makes zero requests. Requests go through
+:class:`cxrground.llm.ChatClient`; batches run on one asyncio loop with at most ``concurrency`` reports (hence
+requests) in flight (:func:`cxrground.llm.bounded_map`).
 HTTP 408/409/425/429 and 5xx, timeouts and connection errors are retried by
 :func:`cxrground.llm.call_with_retries` under a :class:`cxrground.llm.RetryPolicy` (``max_retries`` + 1
 attempts; backoff with jitter, or ``Retry-After`` capped at ``max_retry_after``; unset options take the
@@ -383,6 +384,7 @@ class LLMStructurer:
         max_retry_after: float | None = None,
         concurrency: int = 4,
         cache: ResponseCache | str | Path | None = None,
+        cache_endpoint: bool = True,
         json_schema: bool = True,
         structure_prompt: str = STRUCTURE_PROMPT,
         location_prompt: str = LOCATION_PROMPT,
@@ -422,6 +424,9 @@ class LLMStructurer:
             self.decoding["seed"] = seed
         self.prompts = {"structure": load_prompt(structure_prompt), "location": load_prompt(location_prompt)}
         self.cache = cache if isinstance(cache, ResponseCache) else ResponseCache(cache or ":memory:")
+        #: Whether cache keys hold the endpoint (default): False keys answers by the model name alone, so a server
+        #: moved to another host reuses them (only where one model name means one set of weights everywhere).
+        self.cache_endpoint = bool(cache_endpoint)
         self.source = f"llm:{model}"
         self.stats: Counter[str] = Counter()
         #: Values outside the vocabulary that were rejected: report id, field, value, reason.
@@ -473,6 +478,13 @@ class LLMStructurer:
         return "LLM structurer: " + ", ".join(parts)
 
     # -- provenance ---------------------------------------------------------------------------------------------
+
+    @property
+    def _cache_identity(self) -> dict[str, Any]:
+        """The model's identity in cache keys: the client's (kind, model, endpoint), without the endpoint when
+        :attr:`cache_endpoint` is false."""
+        identity = self._chat.identity
+        return identity if self.cache_endpoint else {k: v for k, v in identity.items() if k != "base_url"}
 
     @property
     def provenance(self) -> dict[str, Any]:
@@ -707,7 +719,7 @@ class LLMStructurer:
         read as a valid answer is asked again (and overwritten); an identical request already in flight is waited
         for instead of sent again."""
         messages = [{"role": "system", "content": self.prompts[step].text}, {"role": "user", "content": user}]
-        key = cache_key(self._chat.identity, self.decoding, messages)
+        key = cache_key(self._cache_identity, self.decoding, messages)
         cached = self.cache.get(key)
         if cached is not None:
             try:
@@ -764,7 +776,7 @@ class LLMStructurer:
                 raise LLMError(exc.reason, step=step, attempts=sent) from None
             raise LLMError(f"{step} answer does not match the schema: {_schema_problem(exc)}", step=step,
                            attempts=sent) from None
-        self.cache.put(key, self.model, {"model": self._chat.identity, "decoding": self.decoding, "sample": 0,
+        self.cache.put(key, self.model, {"model": self._cache_identity, "decoding": self.decoding, "sample": 0,
                                          "messages": messages}, answer.model_dump_json())
         return answer
 
