@@ -134,26 +134,35 @@ def _near(rgb: np.ndarray, colour: tuple[float, float, float], tol: float = 60.0
     return int((np.linalg.norm(rgb.astype(float) - want, axis=2) < tol).sum())
 
 
-def test_a_mask_identical_to_an_earlier_one_stays_visible_and_says_so(dataset, tiny_ils_tasks, tmp_path):
-    """Two findings whose masks have the same pixels (files of their own): the first is filled in its colour, the
-    second ringed just outside it in its own, so both colours show; the second's pair rows say "same mask as"."""
+def _gallery_with_second_mask(dataset, tiny_ils_tasks, tmp_path, name: str, instruction: str,
+                              draw) -> tuple[str, dict, str, str]:
+    """The gallery of ``dataset`` after the first study with positives keeps the pairs of its first mask and gains
+    one finding ``name`` whose mask ``draw(first mask image, path)`` writes; (study key, the first pair, the whole
+    page, the study's block)."""
     data = json.loads((dataset / DATASET_FILE).read_text())
     split, key, study = next((s, k, st) for s, k, st in _studies(dataset)
                              if st["instruction_answer_pairs"]["positive_pairs"])
     pairs = study["instruction_answer_pairs"]["positive_pairs"]
     first = pairs[0]
-    lesion = first["target"]
-    twin_path = first["seg_mask_path"].replace(".png", "_twin.png")
-    shutil.copy(dataset / MASK_DIR / first["seg_mask_path"], dataset / MASK_DIR / twin_path)
-    twin = {**first, "target": "twinlesion", "seg_mask_path": twin_path, "pair_id": f"{key}_positive_twin",
-            "instruction": "Segment the twin."}
+    path = first["seg_mask_path"].replace(".png", f"_{name}.png")
+    draw(dataset / MASK_DIR / first["seg_mask_path"], dataset / MASK_DIR / path)
+    extra = {**first, "target": name, "seg_mask_path": path, "pair_id": f"{key}_positive_{name}",
+             "instruction": instruction}
     data[split][key]["instruction_answer_pairs"]["positive_pairs"] = [
-        p for p in pairs if p["seg_mask_path"] == first["seg_mask_path"]] + [twin]
+        p for p in pairs if p["seg_mask_path"] == first["seg_mask_path"]] + [extra]
     (dataset / DATASET_FILE).write_text(json.dumps(data))
     page = tmp_path / "g.html"
     render_gallery(dataset, _images(tiny_ils_tasks), page, limit=10)
     text = page.read_text()
-    block = text.split(f"id='{key}'", 1)[1].split("<div class='study", 1)[0]
+    return key, first, text, text.split(f"id='{key}'", 1)[1].split("<div class='study", 1)[0]
+
+
+def test_a_mask_identical_to_an_earlier_one_stays_visible_and_says_so(dataset, tiny_ils_tasks, tmp_path):
+    """Two findings whose masks have the same pixels (files of their own): the first is filled in its colour, the
+    second ringed just outside it in its own, so both colours show; the second's pair rows say "same mask as"."""
+    key, first, text, block = _gallery_with_second_mask(dataset, tiny_ils_tasks, tmp_path, "twinlesion",
+                                                        "Segment the twin.", shutil.copy)
+    lesion = first["target"]
     row = block.split("Segment the twin.", 1)[0].rsplit("<tr>", 1)[1]
     assert f"same mask as {lesion} (cyan): drawn as an outer outline" in row
     assert "border:2px solid #ff3333" in row
@@ -170,22 +179,12 @@ def test_a_later_mask_that_would_hide_an_earlier_one_is_drawn_as_an_outline(data
     over it: it is ringed in its own colour, the earlier mask keeps its fill, and its rows say "covers the mask of"."""
     from PIL import ImageFilter
 
-    data = json.loads((dataset / DATASET_FILE).read_text())
-    split, key, study = next((s, k, st) for s, k, st in _studies(dataset)
-                             if st["instruction_answer_pairs"]["positive_pairs"])
-    pairs = study["instruction_answer_pairs"]["positive_pairs"]
-    first = pairs[0]
-    big_path = first["seg_mask_path"].replace(".png", "_big.png")
+    def grown(src, dst) -> None:
+        Image.open(src).filter(ImageFilter.MaxFilter(9)).save(dst)
+
+    _key, first, _text, block = _gallery_with_second_mask(dataset, tiny_ils_tasks, tmp_path, "biglesion",
+                                                          "Segment the big one.", grown)
     small = Image.open(dataset / MASK_DIR / first["seg_mask_path"])
-    small.filter(ImageFilter.MaxFilter(9)).save(dataset / MASK_DIR / big_path)
-    big = {**first, "target": "biglesion", "seg_mask_path": big_path, "pair_id": f"{key}_positive_big",
-           "instruction": "Segment the big one."}
-    data[split][key]["instruction_answer_pairs"]["positive_pairs"] = [
-        p for p in pairs if p["seg_mask_path"] == first["seg_mask_path"]] + [big]
-    (dataset / DATASET_FILE).write_text(json.dumps(data))
-    page = tmp_path / "g.html"
-    render_gallery(dataset, _images(tiny_ils_tasks), page, limit=10)
-    block = page.read_text().split(f"id='{key}'", 1)[1].split("<div class='study", 1)[0]
     row = block.split("Segment the big one.", 1)[0].rsplit("<tr>", 1)[1]
     assert f"covers the mask of {first['target']} (cyan): drawn as an outer outline" in row
     rgb = np.asarray(_decoded(re.search(r"src='([^']*)'", block).group(1)).convert("RGB"))
