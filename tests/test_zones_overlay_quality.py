@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,7 @@ from cxrground.lesions.zones import (
     failed_overlay_names,
     mask_names,
     overlay_names,
+    read_zones,
     write_zones,
     zones_overlay,
 )
@@ -260,3 +262,37 @@ def _main():
     from cxrground.cli import main
 
     return main
+
+
+def test_the_pose_reader_warns_of_a_mirrored_real_film_in_the_csv_and_the_caption(pack_dir: Path,
+                                                                                   tmp_path: Path) -> None:
+    """A pack film and its left-right mirror through the real lung U-Net and pose reader: the mirror's row and
+    overlay caption carry the warning, the film's do not; without the check the column is blank, and a run folder
+    made with it is another run."""
+    from cxrground.anatomy.segment import get_segmenter
+    from cxrground.io.image import read_image
+
+    films = tmp_path / "films"
+    films.mkdir()
+    pixels = read_image(pack_dir / "nih" / "images" / "00000100_000.png").pixels
+    Image.fromarray(pixels).save(films / "upright.png")
+    Image.fromarray(np.ascontiguousarray(pixels[:, ::-1])).save(films / "mirrored.png")
+    segmenter, model = get_segmenter("unet"), NormativeModel.load()
+    out = tmp_path / "out"
+    readings, failures = write_zones(sorted(films.iterdir()), out, segmenter, model, root=films)
+    assert not failures
+    rows = {r["image"]: r for r in csv.DictReader((out / "zones.csv").open())}
+    assert rows["upright.png"]["pose_warning"] == ""
+    assert rows["mirrored.png"]["pose_warning"].startswith("mirrored left-right (p ")
+    assert json.loads((out / "zones.json").read_text())["pose_reader"]["name"] == "pose_net_v1"
+    mirrored = next(r for r in readings if r.image == "mirrored.png")
+    image = read_image(films / "mirrored.png")
+    _, seg, z = read_zones(image, segmenter, model, "mirrored.png")
+    warned, plain = (zones_overlay(image, seg, z, r) for r in (mirrored, replace(mirrored, pose_warning="")))
+    assert warned.shape[0] > plain.shape[0]  # the caption has the warning's line
+    with pytest.raises(ConfigError, match="changed: pose_reader"):
+        write_zones(sorted(films.iterdir()), out, segmenter, model, root=films, pose_check=False)
+    write_zones(sorted(films.iterdir()), tmp_path / "off", segmenter, model, root=films, overlays=False,
+                pose_check=False)
+    off = {r["image"]: r for r in csv.DictReader((tmp_path / "off" / "zones.csv").open())}
+    assert off["mirrored.png"]["pose_warning"] == ""

@@ -53,6 +53,10 @@ def show(request: GeometryRequest) -> None:
               help="Record films that look turned or flipped as failures (the built-in U-Net reads their lungs better "
                    "turned 180°, flipped top-bottom or turned 90°; the lung checks pass most of them; mirrored films "
                    "are not detected by it: anatomy pose lists those). Three U-Net passes per film on a small grid.")
+@click.option("--no-pose-warning", is_flag=True,
+              help="Do not read each film with the pose reader (default: its warning for a film that looks stored "
+                   "mirrored, turned or flipped goes to the pose_warning column and the overlay caption; a warning "
+                   "to check, not a verdict: it also flags some upright portables).")
 @click.option("--zone-model", default="zone_prior_v3", show_default=True,
               help="Who flags the zones: `zone_prior_v3` (a film severity from zone_sim_v1 and the lesion segmenter, "
                    "fitted on readings through the shipped lungs, placed by a position prior from NIH films and both "
@@ -72,8 +76,9 @@ def show(request: GeometryRequest) -> None:
               help=MAX_PIXELS_HELP + " Films refused so are read with a higher limit by a rerun with --retry-failed.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def zones(images: Path, out: Path, overwrite: bool, retry_failed: bool, normative: Path | None, no_overlays: bool,
-          overlay_width: int | None, save_masks: bool, metadata: Path | None, qc_orientation: bool, zone_model: str,
-          segmenter_opt: tuple[str, ...], max_pixels: int, quiet: bool) -> None:
+          overlay_width: int | None, save_masks: bool, metadata: Path | None, qc_orientation: bool,
+          no_pose_warning: bool, zone_model: str, segmenter_opt: tuple[str, ...], max_pixels: int,
+          quiet: bool) -> None:
     """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every frontal film: OUT/zones.csv. Exits 1
     when no film could be read (the reasons are in OUT/failures.jsonl)."""
     from cxrground.anatomy.segment import SEGMENTERS, get_segmenter
@@ -92,7 +97,8 @@ def zones(images: Path, out: Path, overwrite: bool, retry_failed: bool, normativ
                                      overlays=not no_overlays, root=images, zone_model=reader, views=views,
                                      orientation_check=qc_orientation, overwrite=overwrite,
                                      retry_failed=retry_failed, max_pixels=max_pixels, progress=not quiet,
-                                     overlay_width=overlay_width, save_masks=save_masks)
+                                     overlay_width=overlay_width, save_masks=save_masks,
+                                     pose_check=not no_pose_warning)
     flagged = sum(sum(r.flags.values()) for r in readings)
     how = f"threshold z {model.zone_threshold:.2f}" if reader is None else reader_name(reader)
     click.echo(f"wrote {out / 'zones.csv'}: {len(readings)} images, {flagged} zones flagged, "

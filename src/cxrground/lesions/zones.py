@@ -114,8 +114,9 @@ __all__ = [
 
 ZONES: Final[tuple[str, ...]] = tuple(BRIXIA_ZONE_LABELS)
 #: The per-film quality columns of ``zones.csv``, after the reading's: where the heart comes from, whether its CTR is
-#: plausible (1/0; blank without a heart) and whether the film was read as stored or as its grey-level negative.
-QUALITY_COLUMNS: Final[tuple[str, ...]] = ("heart_source", "ctr_plausible", "read_as")
+#: plausible (1/0; blank without a heart), whether the film was read as stored or as its grey-level negative, and the
+#: pose reader's warning when the film looks stored mirrored, turned or flipped (blank: upright, or not checked).
+QUALITY_COLUMNS: Final[tuple[str, ...]] = ("heart_source", "ctr_plausible", "read_as", "pose_warning")
 CSV_COLUMNS: Final[tuple[str, ...]] = ("image", "ctr", *ZONES, *(f"{z}_score" for z in ZONES), "overlay",
                                        *QUALITY_COLUMNS)
 #: The reader of the flags without a zone classifier: the normative model's zone score above its threshold.
@@ -143,6 +144,10 @@ class ZoneReading:
     ctr_plausible: bool | None = None
     #: ``stored``, or ``negative`` when the lung checks read the film's grey-level negative.
     read_as: str = "stored"
+    #: The pose reader's warning (``mirrored left-right (p 0.91)``: what would put the film right, and the reader's
+    #: probability) when the film as read looks stored in another pose; empty when it reads upright or was not
+    #: checked. A warning for a person to look at, not a verdict.
+    pose_warning: str = ""
 
     def csv_row(self) -> dict[str, str]:
         """The row of ``zones.csv`` (without ``overlay``, which the output folder decides)."""
@@ -151,7 +156,7 @@ class ZoneReading:
         row.update({f"{z}_score": "" if not np.isfinite(self.scores[z]) else f"{self.scores[z]:.3f}" for z in ZONES})
         row.update({"heart_source": self.heart_source,
                     "ctr_plausible": "" if self.ctr_plausible is None else str(int(self.ctr_plausible)),
-                    "read_as": self.read_as})
+                    "read_as": self.read_as, "pose_warning": self.pose_warning})
         return row
 
 
@@ -450,6 +455,8 @@ def zones_overlay(image: CXRImage, seg: LungHeartMasks, z: np.ndarray, reading: 
     caption: list[Any] = [f"CTR {ctr} (heart: {reading.heart_source})", f"zones: {flags}", f"flags: {reading.reader}"]
     if seg.extra.get("polarity"):
         caption.append("grey levels inverted (read as the film's negative)")
+    if reading.pose_warning:
+        caption.append(f"pose reader: looks stored in another pose; to put it right: {reading.pose_warning}")
     caption.append(_legend())
     panels = [label_panel(anat, f"{reading.image}", caption),
               label_panel(zimg, "lesion probability (0-1)" if lesion else "deviation from normal (z, 0-4)",
@@ -470,6 +477,16 @@ def failed_overlay(image: CXRImage, seg: LungHeartMasks, name: str, reason: str,
 def _score_word(reader: str) -> str:
     """What a non-normative reader's zone scores are, for the overlay caption."""
     return "zone share" if reader.startswith(LESION_ZONE_READER) else "p(abnormal)"
+
+
+def _pose_text(image: CXRImage, seg: LungHeartMasks) -> str:
+    """The shipped pose reader's warning for the film as its lungs were read (its negative when the lung checks
+    inverted it): ``CORRECTION (p P)``, or empty when it reads upright."""
+    from cxrground.anatomy.segment.pose_net import pose_warning
+
+    pixels = 255 - image.pixels if seg.extra.get("polarity") else image.pixels
+    warning = pose_warning(pixels)
+    return "" if warning is None else f"{warning['correction']} (p {warning['p']:.2f})"
 
 
 def _raise_if_wrongly_posed(image: CXRImage, seg: LungHeartMasks, segmenter: LungHeartSegmenter, path: Path
@@ -496,7 +513,7 @@ FAILED_OVERLAY_DIR: Final[str] = "_failed"
 MASK_DIR: Final[str] = "masks"
 MASK_PARTS: Final[tuple[str, ...]] = ("right_lung", "left_lung", "heart")
 #: The layout of the progress records (a reading's fields); a run recorded with another layout is refused.
-PROGRESS_LAYOUT: Final[int] = 2
+PROGRESS_LAYOUT: Final[int] = 3
 #: What ``anatomy zones`` writes in its output folder (``--overwrite`` deletes these and nothing else).
 _OUTPUTS: Final[tuple[str, ...]] = ("zones.csv", "failures.jsonl", "zones.json", RUN_FILE, PROGRESS_FILE)
 
@@ -560,7 +577,7 @@ def segmenter_settings(segmenter: LungHeartSegmenter) -> dict[str, Any]:
 def _run_record(names: Sequence[str], model: NormativeModel, zone_model: ZoneReader | None, overlays: bool,
                 root: Path | None, views: Mapping[str, str] | None, orientation_check: bool,
                 stems: Sequence[str], segmenter: dict[str, Any], width: int | None = None,
-                save_masks: bool = False) -> dict[str, Any]:
+                save_masks: bool = False, pose_reader: dict[str, Any] | None = None) -> dict[str, Any]:
     prov = zones_provenance(model, zone_model, 0, 0)
     for k in ("images", "failures"):
         prov.pop(k, None)
@@ -569,7 +586,7 @@ def _run_record(names: Sequence[str], model: NormativeModel, zone_model: ZoneRea
             "films_sha256": sha256_json(list(names)), "reader": json.loads(json.dumps(prov, default=str)),
             "segmenter": segmenter, "overlays": overlays, "orientation_check": orientation_check,
             "views_sha256": sha256_json(view_of), "progress_layout": PROGRESS_LAYOUT,
-            "overlay_width": width if overlays else None, "save_masks": save_masks}
+            "overlay_width": width if overlays else None, "save_masks": save_masks, "pose_reader": pose_reader}
 
 
 def _written_files(names: Sequence[str]) -> set[str]:
@@ -636,7 +653,7 @@ def write_zones(
     overlays: bool = True, root: Path | None = None, zone_model: ZoneReader | None = None,
     views: Mapping[str, str] | None = None, orientation_check: bool = False, overwrite: bool = False,
     retry_failed: bool = False, max_pixels: int | None = DEFAULT_MAX_PIXELS, progress: bool = False,
-    overlay_width: int | None = None, save_masks: bool = False,
+    overlay_width: int | None = None, save_masks: bool = False, pose_check: bool = True,
 ) -> tuple[list[ZoneReading], list[Failure]]:
     """Read every frontal image, write ``out/zones.csv`` (+ overlays, failures, ``zones.json`` provenance); returns
     readings and failures. An image whose view (its DICOM header, else ``views`` by file-name stem) is not PA or AP
@@ -663,6 +680,8 @@ def write_zones(
     ``overlay``. ``overlay_width``: pixels per overlay panel (default :func:`overlay_width`). ``save_masks``: the
     lung and heart masks of each film read, as 0/255 PNGs at the film's size (:func:`mask_names`). ``max_pixels``:
     films whose header states more pixels are failures, not decoded. ``progress``: a progress bar over the films.
+    ``pose_check``: the shipped pose reader reads each film read and its warning goes to the ``pose_warning``
+    column and the overlay caption (the reader is recorded in the run record and ``zones.json``).
     """
     if root is not None:
         check_out_folder(out, root)
@@ -673,8 +692,13 @@ def write_zones(
     paths = list(images)
     names = [str(p.relative_to(root).as_posix()) if root is not None else p.name for p in paths]
     settings = segmenter_settings(segmenter)
+    pose_reader = None
+    if pose_check:
+        from cxrground.anatomy.segment.pose_net import pose_reader_record
+
+        pose_reader = {k: v for k, v in pose_reader_record().items() if k in ("name", "sha256")}
     record = _run_record(names, model, zone_model, overlays, root, views, orientation_check,
-                         [p.stem for p in paths], settings, overlay_width, save_masks)
+                         [p.stem for p in paths], settings, overlay_width, save_masks, pose_reader)
     out.mkdir(parents=True, exist_ok=True)
     overlay_of = overlay_names(names)
     failed_of = failed_overlay_names(names)
@@ -720,6 +744,8 @@ def write_zones(
                 reading, seg, z = read_zones(im, segmenter, model, name, zone_model)
                 if orientation_check:
                     _raise_if_wrongly_posed(im, seg, segmenter, path)
+                if pose_check:
+                    reading = dataclasses.replace(reading, pose_warning=_pose_text(im, seg))
             except BatchStopped:  # a library of an extra missing: every film would fail alike
                 raise
             except (InputError, CXRGroundError) as exc:
@@ -743,7 +769,8 @@ def write_zones(
     bar.close()
     atomic_write_text(out / "zones.csv", _csv_text(readings, overlay_of if overlays else {}))
     atomic_write_text(out / "failures.jsonl", "".join(json.dumps(line) + "\n" for line in failure_lines))
-    provenance = {**zones_provenance(model, zone_model, len(readings), len(failures)), "segmenter": settings}
+    provenance = {**zones_provenance(model, zone_model, len(readings), len(failures)), "segmenter": settings,
+                  "pose_reader": pose_reader}
     atomic_write_text(out / "zones.json", json.dumps(provenance, indent=1) + "\n")
     return readings, failures
 
