@@ -302,7 +302,7 @@ def test_code_version_of_an_installed_package_in_an_unrelated_repo_is_the_plain_
         build._code_version.cache_clear()
 
 
-# --- progress bars: only on a terminal ---------------------------------------------------------------------------
+# --- progress bars: on a terminal as tqdm draws them, in a log at most every LOG_INTERVAL_S -----------------------
 
 
 class _Stream:
@@ -319,17 +319,27 @@ class _Stream:
         pass
 
 
-@pytest.mark.parametrize(("tty", "progress", "drawn"), [(True, True, True), (False, True, False),
-                                                         (True, False, False)])
-def test_progress_bars_are_drawn_only_on_a_terminal(tty, progress, drawn):
+@pytest.mark.parametrize(("tty", "progress", "drawn"), [(True, True, True), (False, True, True),
+                                                         (True, False, False), (False, False, False)])
+def test_progress_bars_are_drawn_when_wanted(tty, progress, drawn):
     from cxrground.io.progress import progress_bar
 
     stream = _Stream(tty)
-    assert list(progress_bar(range(3), desc="synth", file=stream, progress=progress, mininterval=0)) == [0, 1, 2]
+    assert list(progress_bar(range(3), desc="synth", file=stream, progress=progress)) == [0, 1, 2]
     assert ("synth" in stream.text) is drawn
 
 
-def test_a_command_writes_no_progress_bar_to_a_log(tmp_path):
-    res = CliRunner().invoke(main, ["synth", "--out", str(tmp_path / "c"), "--studies", "2", "--width", "128"])
+def test_a_bar_written_to_a_log_is_updated_at_most_every_interval() -> None:
+    from cxrground.io.progress import LOG_INTERVAL_S, progress_bar
+
+    log, terminal = _Stream(False), _Stream(True)
+    assert progress_bar(range(2), file=log).mininterval == LOG_INTERVAL_S
+    assert progress_bar(range(2), file=terminal).mininterval < LOG_INTERVAL_S
+    list(progress_bar(range(500), desc="films", file=log))
+    assert 1 <= log.text.count("films:") <= 3  # the start and the end, not 500 updates
+
+
+def test_a_command_writes_its_bar_to_a_log_without_flooding_it(tmp_path):
+    res = CliRunner().invoke(main, ["synth", "--out", str(tmp_path / "c"), "--studies", "4", "--width", "128"])
     assert res.exit_code == 0, res.output
-    assert "synth:" not in res.output and "%|" not in res.output
+    assert res.output.count("%|") <= 3

@@ -159,7 +159,7 @@ def test_build_request_hands_the_exclusion_to_the_build(tmp_path, monkeypatch):
     from cxrground.ils.request import BuildRequest, run_build
 
     seen = {}
-    monkeypatch.setattr(build, "check_backends", lambda spec: None)
+    monkeypatch.setattr(build, "check_backends", lambda *a, **k: None)
     monkeypatch.setattr(tasks, "build_tasks", lambda *a, **k: (["one study"], []))
     monkeypatch.setattr(tasks, "studies_without_subject", lambda found: 0)  # the placeholder study names none
     monkeypatch.setattr(build, "build_dataset", lambda tasks, out, config, *a, **k: seen.setdefault("config", config))
