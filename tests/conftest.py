@@ -82,9 +82,11 @@ def build_tiny_ils(tiny_ils_tasks):
     return build
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """A headless Debian Chromium driven by Playwright; skips (outside CI) or fails (in CI) without it."""
+    """A headless Debian Chromium driven by Playwright, one per test module; skips (outside CI) or fails (in CI)
+    without it. Playwright's sync API keeps an event loop running in the main thread while it is open, so it is
+    closed after each module: a later test's ``asyncio.run`` would otherwise be refused."""
     if not CHROMIUM.is_file():
         msg = f"chromium not found at {CHROMIUM} (apt-get install chromium)"
         if os.environ.get("CI"):
