@@ -352,10 +352,15 @@ class _Panel:
         return self.pixels.shape[1], self.pixels.shape[0]
 
 
+def _pixels_as_read(image: CXRImage, seg: LungHeartMasks) -> np.ndarray:
+    """The film's pixels as its lungs ``seg`` were read: its grey-level negative when the lung checks inverted it."""
+    return 255 - image.pixels if seg.extra.get("polarity") else image.pixels
+
+
 def _panel(image: CXRImage, seg: LungHeartMasks, width: int | None) -> _Panel:
     """The film (its negative when it was read so) and the masks the zones were read on, at the panel size."""
     box = work_box(image.shape)
-    pixels = 255 - image.pixels if seg.extra.get("polarity") else image.pixels
+    pixels = _pixels_as_read(image, seg)
     if box is None:
         r, lft, heart = seg.right_lung, seg.left_lung, seg.heart
     else:
@@ -484,8 +489,7 @@ def _pose_text(image: CXRImage, seg: LungHeartMasks) -> str:
     inverted it): ``CORRECTION (p P)``, or empty when it reads upright."""
     from cxrground.anatomy.segment.pose_net import pose_warning
 
-    pixels = 255 - image.pixels if seg.extra.get("polarity") else image.pixels
-    warning = pose_warning(pixels)
+    warning = pose_warning(_pixels_as_read(image, seg))
     return "" if warning is None else f"{warning['correction']} (p {warning['p']:.2f})"
 
 
@@ -495,8 +499,7 @@ def _raise_if_wrongly_posed(image: CXRImage, seg: LungHeartMasks, segmenter: Lun
     inverted it), looks stored in a wrong pose (upside down, mirrored, turned)."""
     from cxrground.anatomy.segment.orientation import orientation_problem
 
-    read = dataclasses.replace(image, pixels=255 - image.pixels) if seg.extra.get("polarity") else image
-    problem = orientation_problem(segmenter, read)
+    problem = orientation_problem(segmenter, dataclasses.replace(image, pixels=_pixels_as_read(image, seg)))
     if problem:
         raise InputError(problem, path)
 
