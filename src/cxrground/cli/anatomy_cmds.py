@@ -7,7 +7,17 @@ from pathlib import Path
 import click
 
 from cxrground.anatomy.figure import GeometryRequest, draw_geometry
-from cxrground.cli.common import DIR, FILE, OUT_DIR, PACK_OPT, echo_lines, group, request_options, threads_option
+from cxrground.cli.common import (
+    DIR,
+    FILE,
+    OUT_DIR,
+    PACK_OPT,
+    echo_lines,
+    exit_if_none_read,
+    group,
+    request_options,
+    threads_option,
+)
 from cxrground.errors import first_failure
 from cxrground.io.image import DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP
 from cxrground.lesions.zone_fit import ZoneFitRequest
@@ -103,14 +113,7 @@ def zones(images: Path, out: Path, overwrite: bool, retry_failed: bool, normativ
     how = f"threshold z {model.zone_threshold:.2f}" if reader is None else reader_name(reader)
     click.echo(f"wrote {out / 'zones.csv'}: {len(readings)} images, {flagged} zones flagged, "
                f"{len(failures)} failures ({how})" + first_failure(failures))
-    _exit_if_none_read(len(readings), len(failures), out)
-
-
-def _exit_if_none_read(read: int, failed: int, out: Path) -> None:
-    """Exit 1 when films were given and none could be read, as the other batch commands do."""
-    if failed and not read:
-        raise click.ClickException(f"no film could be read: all {failed} failed (the reasons are in "
-                                   f"{out / 'failures.jsonl'})")
+    exit_if_none_read(len(readings), len(failures), out)
 
 
 @anatomy.command("fit-zones")
@@ -184,7 +187,7 @@ def pose(images: Path, out: Path, overwrite: bool, retry_failed: bool, weights: 
     click.echo(f"wrote {out / 'poses.csv'}: {len(rows)} films, {flagged} look stored in a wrong pose"
                + (f" (contact sheets in {out / 'flagged'})" if flagged and not no_sheets else "")
                + f", {len(failures)} failures" + first_failure(failures))
-    _exit_if_none_read(len(rows), len(failures), out)
+    exit_if_none_read(len(rows), len(failures), out)
 
 
 COMMANDS: list[click.Command] = [anatomy]

@@ -156,6 +156,14 @@ def echo_lines(lines: Iterable[str], err: bool = False) -> None:
         click.echo(line, err=err)
 
 
+def exit_if_none_read(read: int, failed: int, out: Path) -> None:
+    """Exit 1 when films were given and none could be read (the folder commands' convention): the message points at
+    ``out/failures.jsonl``."""
+    if failed and not read:
+        raise click.ClickException(f"no film could be read: all {failed} failed (the reasons are in "
+                                   f"{out / 'failures.jsonl'})")
+
+
 def note(message: str) -> None:
     """Print ``message`` on stderr."""
     click.echo(message, err=True)

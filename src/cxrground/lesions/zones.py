@@ -48,8 +48,9 @@ import numpy as np
 from cxrground.anatomy.ctr import cardiothoracic_ratio
 from cxrground.anatomy.ils_locations import ils_location_masks
 from cxrground.anatomy.segment.base import LungHeartMasks, LungHeartSegmenter
-from cxrground.anatomy.segment.builtin import PLAUSIBLE_CTR_MIN, work_box
+from cxrground.anatomy.segment.builtin import ctr_plausible, work_box
 from cxrground.anatomy.segment.plausibility import segment_checked
+from cxrground.anatomy.segment.registry import segmenter_settings
 from cxrground.datasets.views import is_frontal
 from cxrground.errors import BatchStopped, ConfigError, CXRGroundError, Failure, InputError
 from cxrground.io.files import atomic_write_text, read_progress, sha256_json
@@ -285,18 +286,9 @@ def read_zones(
     ctr = cardiothoracic_ratio(seg.heart, right, left) if seg.heart is not None and seg.heart.any() else None
     label = name or (Path(image.path).name if image.path else "image")
     reading = ZoneReading(label, None if ctr is None else float(ctr), scores, flags, seg.heart_source,
-                          reader_name(zone_model), _ctr_plausible(seg, ctr),
+                          reader_name(zone_model), ctr_plausible(seg, ctr),
                           "negative" if seg.extra.get("polarity") else "stored")
     return reading, seg, z
-
-
-def _ctr_plausible(seg: LungHeartMasks, ctr: float | None) -> bool | None:
-    """The segmenter's judgement of its estimated heart's CTR when it made one, else CTR ≥ the plausible minimum; None
-    without a CTR."""
-    if ctr is None:
-        return None
-    judged = (seg.extra.get("heart_estimate") or {}).get("ctr_plausible")
-    return bool(judged) if isinstance(judged, bool) else bool(ctr >= PLAUSIBLE_CTR_MIN)
 
 
 @functools.lru_cache(maxsize=8)
@@ -567,14 +559,6 @@ def _unique_names(names: Sequence[str], prefix: str, taken: Iterable[str] = ()) 
         used.add(rel)
         folders |= parents
     return out
-
-
-def segmenter_settings(segmenter: LungHeartSegmenter) -> dict[str, Any]:
-    """What decides a segmenter's masks (its provenance without the weights' path, metrics and training summary),
-    JSON-ready: two runs with other options or weights differ here."""
-    prov = segmenter.provenance() if hasattr(segmenter, "provenance") else {"backend": segmenter.name}
-    kept = {k: v for k, v in prov.items() if k not in ("weights", "metrics", "training_data")}
-    return json.loads(json.dumps(kept, default=str, sort_keys=True))
 
 
 def _run_record(names: Sequence[str], model: NormativeModel, zone_model: ZoneReader | None, overlays: bool,

@@ -52,6 +52,7 @@ __all__ = [
     "PLAUSIBLE_CTR_MIN",
     "GivenMasksSegmenter",
     "UNetLungSegmenter",
+    "ctr_plausible",
     "default_weights_path",
     "heart_from_lungs",
     "postprocess_lungs",
@@ -67,6 +68,16 @@ PLAUSIBLE_CTR_MIN: Final[float] = 0.30
 #: pixels; a larger image's masks are mapped back to native pixels exactly (nearest neighbour, see
 #: :func:`work_box`). Images up to this size are processed at native size, as before.
 ANATOMY_WORK_SIZE: Final[int] = 640
+
+
+def ctr_plausible(masks: LungHeartMasks, ctr: float | None) -> bool | None:
+    """Whether the CTR ``ctr`` of ``masks`` is plausible: the segmenter's judgement of its estimated heart when it
+    made one (``extra["heart_estimate"]["ctr_plausible"]``), else CTR at least :data:`PLAUSIBLE_CTR_MIN`; None
+    without a CTR."""
+    if ctr is None:
+        return None
+    judged = (masks.extra.get("heart_estimate") or {}).get("ctr_plausible")
+    return bool(judged) if isinstance(judged, bool) else bool(ctr >= PLAUSIBLE_CTR_MIN)
 
 
 def work_box(shape: tuple[int, int], work_size: int = ANATOMY_WORK_SIZE) -> Letterbox | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cxrground.anatomy.ctr import CtrMeasurement, measure_ctr
-from cxrground.anatomy.segment.base import LungHeartMasks
+from cxrground.anatomy.segment.base import LungHeartMasks, LungHeartSegmenter
 from cxrground.anatomy.segment.plausibility import lung_problems, segment_checked
 from cxrground.errors import InputError
 from cxrground.io.files import atomic_write_text
@@ -32,7 +32,7 @@ from cxrground.io.overlay import ANATOMY_COLOURS, draw_rows, overlay_masks
 from cxrground.registry import read_provenance
 from cxrground.vocab.views import is_frontal
 
-__all__ = ["DIAMETER_COLOURS", "SegmentationOutput", "segment_file", "write_segmentation"]
+__all__ = ["DIAMETER_COLOURS", "SegmentationOutput", "segment_file", "segment_film", "write_segmentation"]
 
 #: Colours (RGB in [0, 1]) of the cardiac and the thoracic diameter drawn on ``overlay.png``.
 DIAMETER_COLOURS: tuple[tuple[float, float, float], tuple[float, float, float]] = ((1.0, 0.55, 0.0), (1.0, 0.3, 1.0))
@@ -121,31 +121,51 @@ def write_segmentation(out_dir: Path, image_path: Path, image: CXRImage, masks: 
     return SegmentationOutput(out_dir, ctr, record)
 
 
+def segment_film(image: Path, out_dir: Path, segmenter: LungHeartSegmenter, orientation_check: bool = False,
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS, backend: str | None = None
+                 ) -> tuple[SegmentationOutput, LungHeartMasks]:
+    """Read the film ``image``, segment it with ``segmenter`` (the lung checks of
+    :func:`~cxrground.anatomy.segment.plausibility.segment_checked`) and write its files into ``out_dir``
+    (:func:`write_segmentation`); with ``orientation_check``, also check whether it looks stored in a wrong pose (a
+    warning, the masks are written). ``backend``: the segmenter's name for its provenance when it records none.
+
+    Returns what was written and the masks. A film that cannot be read, whose DICOM header names a view other than
+    PA or AP, or that is blank or too small to be a film is an :class:`~cxrground.errors.InputError` naming it, and
+    nothing is written. :func:`segment_file` (one film) and ``segment lungs --images``
+    (:func:`cxrground.anatomy.segment.batch.segment_folder`) both segment through it.
+    """
+    im = read_image(image, max_pixels=max_pixels)
+    if im.view and not is_frontal(im.view):
+        raise InputError(f"view {im.view.upper()} is not frontal (PA/AP): the lungs are segmented on frontal films",
+                         image)
+    im, found, problems = segment_checked(segmenter, im)
+    posed: str | bool | None = False
+    if orientation_check:
+        from cxrground.anatomy.segment.orientation import orientation_problem
+
+        posed = orientation_problem(segmenter, im)
+    provenance = read_provenance("segmenter", segmenter) or {"name": getattr(segmenter, "name", backend)}
+    return write_segmentation(out_dir, image, im, found, provenance, problems, posed), found
+
+
 def segment_file(image: Path, out_dir: Path, backend: str, options: dict[str, Any],
                  given: tuple[Path, Path, Path | None] | None = None, orientation_check: bool = False,
                  max_pixels: int | None = DEFAULT_MAX_PIXELS) -> list[str]:
-    """Segment the film ``image`` with ``backend`` (``given``: right, left, heart mask PNGs) into ``out_dir``; with
-    ``orientation_check``, also check whether it looks stored in a wrong pose (a warning, the masks are written).
+    """Segment the film ``image`` with ``backend`` (``given``: right, left, heart mask PNGs) into ``out_dir``
+    (:func:`segment_film`); with ``orientation_check``, also check whether it looks stored in a wrong pose.
 
     Returns :meth:`SegmentationOutput.summary_lines`.
     """
     from cxrground.anatomy.segment.registry import SEGMENTERS
 
-    im = read_image(image, max_pixels=max_pixels)
-    if im.view and not is_frontal(im.view):
-        raise InputError(f"view {im.view.upper()} is not frontal (PA/AP): the lungs are segmented on frontal films",
-                         image)
     if given is not None:
         right, left, heart = given
-        masks = (read_mask_png(right, im.shape), read_mask_png(left, im.shape),
-                 read_mask_png(heart, im.shape) if heart else None)
-        options = {**options, "masks": lambda _im: masks, "label": "cli"}
-    seg = SEGMENTERS.create(backend, **options)
-    im, found, problems = segment_checked(seg, im)
-    posed: str | bool | None = False
-    if orientation_check:
-        from cxrground.anatomy.segment.orientation import orientation_problem
 
-        posed = orientation_problem(seg, im)
-    provenance = read_provenance("segmenter", seg) or {"name": getattr(seg, "name", backend)}
-    return write_segmentation(out_dir, image, im, found, provenance, problems, posed).summary_lines(found)
+        def masks(im: CXRImage) -> tuple[Any, ...]:
+            return (read_mask_png(right, im.shape), read_mask_png(left, im.shape),
+                    read_mask_png(heart, im.shape) if heart else None)
+
+        options = {**options, "masks": masks, "label": "cli"}
+    seg = SEGMENTERS.create(backend, **options)
+    written, found = segment_film(image, out_dir, seg, orientation_check, max_pixels, backend)
+    return written.summary_lines(found)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Final
 
@@ -12,7 +13,7 @@ from cxrground.anatomy.segment.folder import MaskFolderSegmenter
 from cxrground.errors import ConfigError
 from cxrground.registry import Registry
 
-__all__ = ["SEGMENTERS", "TORCH_WEIGHTS", "WEIGHTS_OPTION", "get_segmenter", "weights_options"]
+__all__ = ["SEGMENTERS", "TORCH_WEIGHTS", "WEIGHTS_OPTION", "get_segmenter", "segmenter_settings", "weights_options"]
 
 #: What the networks read with torch need: torch and the weights format (the 'models' extra).
 TORCH_WEIGHTS: Final[tuple[str, ...]] = ("torch", "safetensors")
@@ -46,3 +47,11 @@ def weights_options(name: str, weights: str | Path | None) -> dict[str, Any]:
     if name not in WEIGHTS_OPTION:
         raise ConfigError(f"segmenter {name!r} takes no weights; backends with weights: {', '.join(WEIGHTS_OPTION)}")
     return {WEIGHTS_OPTION[name]: weights}
+
+
+def segmenter_settings(segmenter: LungHeartSegmenter) -> dict[str, Any]:
+    """What decides a segmenter's masks (its provenance without the weights' path, metrics and training summary),
+    JSON-ready: two runs with other options or weights differ here."""
+    prov = segmenter.provenance() if hasattr(segmenter, "provenance") else {"backend": segmenter.name}
+    kept = {k: v for k, v in prov.items() if k not in ("weights", "metrics", "training_data")}
+    return json.loads(json.dumps(kept, default=str, sort_keys=True))
