@@ -1,4 +1,5 @@
-"""``cxrground segment``: lung/heart masks of one image with a chosen backend; training of the lung U-Net."""
+"""``cxrground segment``: lung/heart masks of one image or a folder of images with a chosen backend; training of the
+lung U-Net."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from cxrground.anatomy.segment.request import SegmentRequest, segment_request
-from cxrground.cli.common import DIR, FILE, echo_lines, group, request_options, threads_option
+from cxrground.anatomy.segment.request import SegmentRequest, segment_folder_request, segment_request
+from cxrground.cli.common import DIR, FILE, echo_lines, exit_if_none_read, group, request_options, threads_option
 from cxrground.models.lung_unet.config import LungTrainRequest
 from cxrground.models.pose_net import FOLDER_HOLDOUT_FRACTION
 
@@ -21,8 +22,18 @@ def segment() -> None:
 @threads_option
 @request_options(SegmentRequest)
 def lungs(request: SegmentRequest) -> None:
-    """Write right_lung.png, left_lung.png, heart.png, overlay.png and masks.json; print the CTR."""
-    click.echo("\n".join(segment_request(request)))
+    """Write right_lung.png, left_lung.png, heart.png, overlay.png and masks.json; print the CTR.
+
+    With --images DIR: the same files for every film under DIR, in OUT_DIR/<its path under DIR>/, and
+    OUT_DIR/segment.csv (image, status ok / check / failed, folder, CTR, the heart and lung plausibility flags, the
+    error), OUT_DIR/failures.jsonl and OUT_DIR/segment.json. Exits 1 when no film could be segmented.
+    """
+    if request.images is None:
+        click.echo("\n".join(segment_request(request)))
+        return
+    batch = segment_folder_request(request)
+    echo_lines(batch.summary_lines())
+    exit_if_none_read(batch.segmented, len(batch.failures), request.out_dir)
 
 
 @segment.command("train-lungs")

@@ -607,7 +607,8 @@ def _check_run(out: Path, record: dict[str, Any], overwrite: bool, overlays: Ite
     ``overwrite``; a folder with the same run record resumes. ``overwrite`` deletes the outputs of any earlier run
     (this one's too, and the ``overlays`` it will write), so the films are all read afresh."""
     run_file = out / RUN_FILE
-    foreign = [n for n in ("poses.csv", "poses.json", ".poses-run.json") if (out / n).exists()]
+    foreign = [n for n in ("poses.csv", "poses.json", ".poses-run.json", "segment.csv", "segment.json",
+                          ".segment-run.json") if (out / n).exists()]
     if foreign:  # another command's results: its failures.jsonl is not ours to replace or delete
         raise ConfigError(f"output folder {out} holds another command's results ({', '.join(foreign)}); use another "
                           "--out")

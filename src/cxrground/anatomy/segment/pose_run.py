@@ -75,8 +75,10 @@ def _run_record(names: Sequence[str], reader: PoseReader, views: Mapping[str, st
             "views_sha256": sha256_json(dict(sorted(views.items())))}
 
 
-#: Files other commands write that an anatomy pose run would mix with (an ``anatomy zones`` run's).
-_FOREIGN: Final[tuple[str, ...]] = ("zones.csv", "zones.json", ".zones-run.json")
+#: Files other commands write that an anatomy pose run would mix with (an ``anatomy zones`` or ``segment lungs
+#: --images`` run's).
+_FOREIGN: Final[tuple[str, ...]] = ("zones.csv", "zones.json", ".zones-run.json", "segment.csv", "segment.json",
+                                    ".segment-run.json")
 
 
 def _check_run(out: Path, record: dict[str, Any], overwrite: bool) -> None:
