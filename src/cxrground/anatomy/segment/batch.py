@@ -216,6 +216,7 @@ def segment_folder(paths: Sequence[Path], out: Path, segmenter: LungHeartSegment
     paths = list(paths)
     names = [p.relative_to(root).as_posix() for p in paths]
     settings = segmenter_settings(segmenter)  # loads the weights: unusable ones stop the run before any film
+    provenance = read_provenance("segmenter", segmenter) or {"name": getattr(segmenter, "name", backend)}
     record = _run_record(names, backend, options or {}, settings, orientation_check)
     out.mkdir(parents=True, exist_ok=True)
     _check_run(out, record, names, overwrite)
@@ -251,7 +252,8 @@ def segment_folder(paths: Sequence[Path], out: Path, segmenter: LungHeartSegment
                     rows.append(SegmentRow.failed(name, failures[-1]))
                     continue
             try:
-                written, masks = segment_film(path, out / folder, segmenter, orientation_check, max_pixels, backend)
+                written, masks = segment_film(path, out / folder, segmenter, orientation_check, max_pixels, backend,
+                                              provenance)
             except BatchStopped:  # a library of an extra missing: every film would fail alike
                 raise
             except (InputError, CXRGroundError) as exc:
@@ -267,7 +269,7 @@ def segment_folder(paths: Sequence[Path], out: Path, segmenter: LungHeartSegment
     bar.close()
     atomic_write_text(out / "segment.csv", _csv_text(rows))
     atomic_write_text(out / "failures.jsonl", "".join(json.dumps(f.to_dict()) + "\n" for f in failures))
-    summary = {"backend": backend, "segmenter": read_provenance("segmenter", segmenter) or settings,
+    summary = {"backend": backend, "segmenter": provenance,
                "orientation_check": orientation_check, "films": len(rows),
                "ok": sum(r.status == "ok" for r in rows), "check": sum(r.status == "check" for r in rows),
                "failures": len(failures)}

@@ -122,12 +122,14 @@ def write_segmentation(out_dir: Path, image_path: Path, image: CXRImage, masks: 
 
 
 def segment_film(image: Path, out_dir: Path, segmenter: LungHeartSegmenter, orientation_check: bool = False,
-                 max_pixels: int | None = DEFAULT_MAX_PIXELS, backend: str | None = None
-                 ) -> tuple[SegmentationOutput, LungHeartMasks]:
+                 max_pixels: int | None = DEFAULT_MAX_PIXELS, backend: str | None = None,
+                 provenance: dict[str, Any] | None = None) -> tuple[SegmentationOutput, LungHeartMasks]:
     """Read the film ``image``, segment it with ``segmenter`` (the lung checks of
     :func:`~cxrground.anatomy.segment.plausibility.segment_checked`) and write its files into ``out_dir``
     (:func:`write_segmentation`); with ``orientation_check``, also check whether it looks stored in a wrong pose (a
-    warning, the masks are written). ``backend``: the segmenter's name for its provenance when it records none.
+    warning, the masks are written). ``backend``: the segmenter's name for its provenance when it records none;
+    ``provenance``: the segmenter's provenance for ``masks.json`` when already read (a batch reads it once), else
+    read here.
 
     Returns what was written and the masks. A film that cannot be read, whose DICOM header names a view other than
     PA or AP, or that is blank or too small to be a film is an :class:`~cxrground.errors.InputError` naming it, and
@@ -144,7 +146,8 @@ def segment_film(image: Path, out_dir: Path, segmenter: LungHeartSegmenter, orie
         from cxrground.anatomy.segment.orientation import orientation_problem
 
         posed = orientation_problem(segmenter, im)
-    provenance = read_provenance("segmenter", segmenter) or {"name": getattr(segmenter, "name", backend)}
+    if provenance is None:
+        provenance = read_provenance("segmenter", segmenter) or {"name": getattr(segmenter, "name", backend)}
     return write_segmentation(out_dir, image, im, found, provenance, problems, posed), found
 
 
