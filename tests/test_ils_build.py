@@ -1151,8 +1151,8 @@ def test_a_missing_bucket_is_named_and_bucket_urls_print_as_urls(cohort, s3_endp
 
 def test_llm_failures_name_the_report_step_status_attempts_and_retries_are_noted(tmp_path, monkeypatch):
     """An LLM failure's failures.jsonl line keeps the image as its path (what --retry-failed and the card read) and
-    names the study's report file, the report, the step, the HTTP status and the attempts; a rerun that retries
-    prints a retry note."""
+    names the study's report file, the report, the step, the HTTP status and the attempts; --strict exits 3 while a
+    study is failed; a rerun that retries prints a retry note."""
     from cxrground.testing.mock_server import MockServer
 
     monkeypatch.chdir(tmp_path)
@@ -1178,9 +1178,14 @@ def test_llm_failures_name_the_report_step_status_attempts_and_retries_are_noted
             "stage": "structure", "error": "LLMError", "step": "structure", "http_status": 500, "attempts": 2}
         assert failure["report"] == report.stem and failure["study"]
         assert failure["reason"] == 'HTTP 500: {"error": "boom"} (after 2 attempts)'
+        strict = runner.invoke(main, [*opts, "--structurer-opt", f"base_url={server.base_url}", "--strict"])
+        assert strict.exit_code == 3 and "(0 processed, 2 already done" in strict.output, strict.output
+        assert strict.stderr.splitlines()[-1] == ("Error: the build finished, but 1 study failed (QC rejections not "
+                                                  "counted); the reasons are in ils/failures.jsonl (--strict: exit "
+                                                  "status 3)")
         server.faults = ["500"]  # the pre-pass (with a cache file) retries once, and says so
         again = runner.invoke(main, [*opts, "--structurer-opt", f"base_url={server.base_url}", "--structurer-opt",
-                                     f"cache={tmp_path / 'c.sqlite'}", "--retry-failed"])
+                                     f"cache={tmp_path / 'c.sqlite'}", "--retry-failed", "--strict"])
         assert again.exit_code == 0 and "(1 processed, 1 already done" in again.output, again.output
         assert "LLM structurer: retrying 1 request (HTTP 500), next in 0.0 s" in again.stderr
         assert not (tmp_path / "ils" / "failures.jsonl").read_text().strip()

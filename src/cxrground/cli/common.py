@@ -150,6 +150,34 @@ def threads_option(fn: F) -> F:
     return click.option("--threads", type=click.IntRange(1), default=1, help=THREADS_HELP)(run)  # type: ignore[return-value]
 
 
+#: Exit status of a batch command run with ``--strict`` that finished but recorded failures (1: nothing could be
+#: done, every item failed, or an error stopped the run; 2: a usage error).
+PARTIAL_EXIT = 3
+
+
+class PartialFailure(click.ClickException):
+    """A batch run with ``--strict`` that finished with failures: ``Error: <message>``, exit status
+    :data:`PARTIAL_EXIT`."""
+
+    exit_code = PARTIAL_EXIT
+
+
+def strict_option(items: str, where: str) -> Callable[[F], F]:
+    """``--strict``: exit :data:`PARTIAL_EXIT` when the run finished but some of its ``items`` failed (recorded
+    ``where``); the command receives ``strict`` and calls :func:`exit_if_failed`."""
+    return click.option("--strict", is_flag=True,
+                        help=f"Exit with status {PARTIAL_EXIT} when the run finished but some {items} failed (they "
+                             f"are recorded {where}). Without it such a run exits 0; a run in which every one of "
+                             "them failed exits 1 either way.")
+
+
+def exit_if_failed(strict: bool, failed: int, what: str, where: str) -> None:
+    """With ``strict``: when ``failed`` (a count) is not 0, stop with ``Error: <what>; <where> (--strict)`` and exit
+    status :data:`PARTIAL_EXIT` (after the command's output); nothing otherwise."""
+    if strict and failed:
+        raise PartialFailure(f"{what}; {where} (--strict: exit status {PARTIAL_EXIT})")
+
+
 def echo_lines(lines: Iterable[str], err: bool = False) -> None:
     """Print each line (nothing for none), on stderr with ``err``."""
     for line in lines:

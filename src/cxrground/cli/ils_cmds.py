@@ -6,7 +6,18 @@ from pathlib import Path
 
 import click
 
-from cxrground.cli.common import DIR, EXISTING, OUT_FILE, group, note, request_options, threads_option, warn
+from cxrground.cli.common import (
+    DIR,
+    EXISTING,
+    OUT_FILE,
+    exit_if_failed,
+    group,
+    note,
+    request_options,
+    strict_option,
+    threads_option,
+    warn,
+)
 from cxrground.ils.export import ExportRequest, export_request
 from cxrground.ils.request import BuildRequest, build_lines, run_build
 
@@ -20,17 +31,23 @@ def ils() -> None:
 @threads_option
 @request_options(BuildRequest)
 @click.option("--quiet", is_flag=True, help="No progress bars.")
-def build(request: BuildRequest, quiet: bool) -> None:
+@strict_option("studies", "in OUT/failures.jsonl; studies rejected by QC do not count")
+def build(request: BuildRequest, quiet: bool, strict: bool) -> None:
     """Build a MIMIC-ILS-format dataset from images and reports (resumable: rerun to continue; studies whose report
     or image changed since are processed again). Exits 1 when every study failed (the reasons are in
-    OUT/failures.jsonl)."""
+    OUT/failures.jsonl); with --strict, 3 when the build finished but some studies failed (an input that could not
+    be used, a report the structurer could not structure, a worker that died; QC rejections are no failure)."""
     from cxrground.ils.build import input_lines
 
     summary = run_build(request, progress=not quiet, note=note)
     lines = build_lines(summary) + input_lines(summary)
     click.echo("\n".join(line for line in lines if not line.startswith("  error: ")))
+    failures = f"{str(request.out).rstrip('/')}/failures.jsonl"  # a local folder or an object-storage URL
     if summary.every_failed:
-        raise click.ClickException(f"every study failed; the reasons are in {request.out / 'failures.jsonl'}")
+        raise click.ClickException(f"every study failed; the reasons are in {failures}")
+    exit_if_failed(strict, summary.failed, f"the build finished, but {summary.failed} "
+                   f"{'study' if summary.failed == 1 else 'studies'} failed (QC rejections not counted)",
+                   f"the reasons are in {failures}")
 
 
 @ils.command("stats")

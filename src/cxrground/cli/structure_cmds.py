@@ -9,9 +9,9 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from cxrground.cli.common import EXISTING, echo_lines, note, request_options
+from cxrground.cli.common import EXISTING, echo_lines, exit_if_failed, note, request_options, strict_option
 from cxrground.reports.labels import LabelRequest, label_files
-from cxrground.reports.request import StructureRequest, structure_files
+from cxrground.reports.request import StructureOutput, StructureRequest, structure_files
 from cxrground.reports.structure import STRUCTURERS
 
 from .report_cmds import reports
@@ -38,10 +38,30 @@ def _refuse_options_of_another_structurer(request: StructureRequest) -> None:
                                    f"is {request.structurer_name} (--structurer {users[0]} to use it)")
 
 
+#: Where ``--strict`` says the failures of ``reports structure`` / ``reports label`` are recorded.
+_FAILURES_AT = "in OUT.failures.jsonl with --out, else as {\"failure\": ...} lines"
+
+
+def _exit(output: StructureOutput, strict: bool, where: str) -> None:
+    """Exit 1 when nothing was done and something failed; with ``strict`` exit 3 when some reports failed."""
+    if output.failed:
+        sys.exit(1)
+    exit_if_failed(strict, output.failures, f"{output.failures} of {output.done + output.failures} reports failed",
+                   where)
+
+
+def _failures_where(out: Path | None, on_stdout: bool) -> str:
+    """Where the failures of a run went: the failures file beside ``out``, or the failure lines printed."""
+    if out is not None:
+        return f"the reasons are in {out.with_name(out.name + '.failures.jsonl')}"
+    return "the reasons are in the failure lines " + ("above" if on_stdout else "on stderr")
+
+
 @reports.command("structure")
 @click.argument("paths", nargs=-1, required=True, type=EXISTING)
 @request_options(StructureRequest)
-def structure(request: StructureRequest, paths: tuple[Path, ...]) -> None:
+@strict_option("reports", _FAILURES_AT)
+def structure(request: StructureRequest, paths: tuple[Path, ...], strict: bool) -> None:
     """Structure report files (or folders of them) into findings: one JSON line per finding.
 
     A .csv / .tsv / .jsonl file is a table of reports, one per row, with study_id and report columns.
@@ -49,20 +69,22 @@ def structure(request: StructureRequest, paths: tuple[Path, ...]) -> None:
     Each line holds the report id, the chosen section, the sentence, and the finding (entity, sent_idx,
     assertion, presence, certainty, lesion, location_phrases, reported_location, source); LLM lines also
     carry the provenance (model, decoding settings, prompt versions and hashes). Reports that cannot be
-    structured are printed as {"failure": ...} lines (or written to OUT.failures.jsonl with --out).
+    structured are printed as {"failure": ...} lines (or written to OUT.failures.jsonl with --out) and the others
+    are structured. Exit status: 0 when the run finished (with --strict, 3 when some reports failed), 1 when every
+    report failed or an error stopped the run, 2 for a usage error.
     """
     _refuse_options_of_another_structurer(request)
     output = structure_files(paths, request, note)
     echo_lines(output.lines)
     echo_lines(output.notes, err=True)
-    if output.failed:
-        sys.exit(1)
+    _exit(output, strict, _failures_where(request.out, True))
 
 
 @reports.command("label")
 @click.argument("paths", nargs=-1, required=True, type=EXISTING)
 @request_options(LabelRequest)
-def label(request: LabelRequest, paths: tuple[Path, ...]) -> None:
+@strict_option("reports", _FAILURES_AT + " (on stderr for CSV)")
+def label(request: LabelRequest, paths: tuple[Path, ...], strict: bool) -> None:
     """Label report files (or folders of them) per lesion: 1 present, -1 uncertain, 0 negated, blank not mentioned.
 
     A .csv / .tsv / .jsonl file is a table of reports, one per row, with study_id and report columns.
@@ -71,12 +93,13 @@ def label(request: LabelRequest, paths: tuple[Path, ...]) -> None:
     phrases attributed to another lesion), then a <lesion>_sides column each (right / left / right+left). JSONL: one
     object per report with status, code, sides and sentence numbers per lesion. Failures go to OUT.failures.jsonl
     with --out, else to stdout as {"failure": ...} lines (JSONL) or to stderr (CSV, so stdout stays one table).
+    Exit status: 0 when the run finished (with --strict, 3 when some reports failed), 1 when every report failed or
+    an error stopped the run, 2 for a usage error.
     """
     _refuse_options_of_another_structurer(request)
     output = label_files(paths, request, note)
     echo_lines(output.lines)
     echo_lines(output.notes, err=True)
-    if output.failed:
-        sys.exit(1)
+    _exit(output, strict, _failures_where(request.out, request.label_format == "jsonl"))
 
 COMMANDS: list[click.Command] = []

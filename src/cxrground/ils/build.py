@@ -161,6 +161,9 @@ class BuildSummary:
     """Studies processed that gave no pair (left out of the dataset, named on the card)."""
     first_failure: str | None = None
     """``PATH: REASON`` of the first line of ``failures.jsonl`` (None: no failure)."""
+    failed: int = 0
+    """The lines of ``failures.jsonl`` that are not a QC rejection (an input that could not be used, a report the
+    structurer could not structure, a worker that died): ``ils build --strict`` exits 3 when there are any."""
 
 
 #: Studies named in the line about units that predate input fingerprints.
@@ -561,8 +564,9 @@ def assemble(out: str | Path, tasks: Iterable[StudyTask], config: IlsConfig, spe
     Streams: one unit is read, checked and written out at a time, and only counters stay in memory, so the
     driver's memory does not grow with the number of studies. ``out``: a local folder or an fsspec URL (the files
     are then written in a local temporary folder and each uploaded in one piece). ``progress``: a bar over the
-    units read. Returns the counts (``studies``, ``pairs``, ``failures``, ``every_failed``, ``rejections``) and
-    ``first_failure`` (``PATH: REASON`` of the first failure, or None).
+    units read. Returns the counts (``studies``, ``pairs``, ``failures``: the lines of ``failures.jsonl``, ``failed``:
+    those of them that are not a QC rejection, ``every_failed``, ``rejections``) and ``first_failure`` (``PATH:
+    REASON`` of the first failure, or None).
     """
     store = unit_store(str(out))
     if store.local:
@@ -602,6 +606,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
     n_failures = 0
     first = ""  # the first line of failures.jsonl, as the console names it: "PATH: REASON"
     n_units = n_failed = 0  # studies with a unit, and those of them that failed (not rejected by QC)
+    n_rejected = 0  # studies with a unit rejected by QC (a failures.jsonl line, but not an error)
     dataset = _DatasetWriter(stage / f".assemble.{os.getpid()}")
     try:
         with ExitStack() as stack:
@@ -629,6 +634,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                 n_redone += key in redone
                 n_units += 1
                 n_failed += u["status"] == "failed"
+                n_rejected += u["status"] == "rejected"
                 for finding in u.get("findings", []):
                     findings_fh.write(json.dumps({"study": key, **finding}, sort_keys=True) + "\n")
                 for m in u.get("masks", []):
@@ -745,6 +751,7 @@ def _assemble(out: str | Path, stage: Path, tasks: Iterable[StudyTask], config: 
                                                      (config.zone_guide, dict(guided)) if config.zone_guide != "none"
                                                      else None))
     return {"studies": sum(counts.studies.values()), "pairs": counts.pairs(), "failures": n_failures,
+            "failed": n_failures - n_rejected,
             "first_failure": first or None, "every_failed": n_units > 0 and n_failed == n_units,
             "rejections": dict(rejections), "blind_choices": blind, "pose_warnings": len(posed)}
 
@@ -1141,7 +1148,7 @@ def build_dataset(
                         len(survey.changed), len(survey.predating), tuple(survey.predating[:NAMED_PREDATING]),
                         dict(survey.fitted) if survey.fitted and any(survey.fitted.values()) else None,
                         result["every_failed"], code_then if skipped else None, rev or None,
-                        result["rejections"].get("no pairs", 0), result["first_failure"])
+                        result["rejections"].get("no pairs", 0), result["first_failure"], result["failed"])
 
 
 def _other_revision(previous: Mapping[str, Any] | None, rev: str) -> str | None:

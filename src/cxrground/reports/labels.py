@@ -416,4 +416,4 @@ def label_files(paths: Sequence[Path], request: LabelRequest,
         notes.extend(finding_lines((), failures))
     notes.extend(rejection_notes(structurer, request.out))
     notes.extend(stats_notes(structurer))
-    return StructureOutput(lines, notes, bool(failures) and not labels)
+    return StructureOutput(lines, notes, bool(failures) and not labels, len(labels), len(failures))

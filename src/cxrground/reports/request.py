@@ -73,12 +73,14 @@ class StructureRequest:
 
 @dataclass(frozen=True)
 class StructureOutput:
-    """What structuring produced: finding lines for stdout, notes for stderr, and whether nothing was structured
-    while something failed."""
+    """What structuring produced: finding lines for stdout, notes for stderr, whether nothing was structured while
+    something failed, and the counts of reports done and failed (read or structuring failures)."""
 
     lines: list[str]
     notes: list[str]
     failed: bool
+    done: int = 0
+    failures: int = 0
 
 
 def _has_table(files: Sequence[Path]) -> bool:
@@ -115,7 +117,7 @@ def structure_files(paths: Sequence[Path], request: StructureRequest,
     done, failures, structurer = structure_paths(paths, request, note)
     lines, notes = finding_output(done, failures, structurer, request.out)
     return StructureOutput(lines, notes + silent_report_notes(done) + stats_notes(structurer),
-                           bool(failures) and not done)
+                           bool(failures) and not done, len(done), len(failures))
 
 
 def stats_notes(structurer: Structurer) -> list[str]:
