@@ -1189,3 +1189,34 @@ def test_llm_failures_name_the_report_step_status_attempts_and_retries_are_noted
         assert again.exit_code == 0 and "(1 processed, 1 already done" in again.output, again.output
         assert "LLM structurer: retrying 1 request (HTTP 500), next in 0.0 s" in again.stderr
         assert not (tmp_path / "ils" / "failures.jsonl").read_text().strip()
+
+
+def test_llm_seed_and_max_tokens_flags_reach_every_request(tmp_path, monkeypatch):
+    """``ils build --max-tokens`` and the build's ``--seed`` reach the LLM structurer's requests; ``--structurer-opt
+    seed=N`` sets the LLM's seed apart from the build's; a ``--structurer-opt max_tokens`` of another value, or
+    ``--max-tokens`` without the LLM structurer, is a usage error naming both."""
+    from cxrground.ils.request import BuildRequest
+    from cxrground.testing.mock_server import MockServer
+
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    assert runner.invoke(main, ["synth", "--out", "cohort", "--studies", "1", "--seed", "0", "--quiet"]).exit_code == 0
+    opts = ["ils", "build", "--images", "cohort/files", "--out", "ils", "--quiet", "--synthesizer", "pseudo-normal",
+            "--structurer", "llm", "--structurer-opt", "model=mock"]
+    with MockServer(lambda body: json.dumps({"findings": []}), keep_bodies=True) as server:
+        url = ["--structurer-opt", f"base_url={server.base_url}"]
+        done = runner.invoke(main, [*opts, *url, "--seed", "3", "--max-tokens", "99"])
+        assert done.exit_code == 0, done.output
+        assert server.bodies and {(b["seed"], b["max_tokens"]) for b in server.bodies} == {(3, 99)}
+        for wrong, message in ((["--max-tokens", "99", "--structurer-opt", "max_tokens=98"],
+                                "--max-tokens 99 and --structurer-opt max_tokens=98 give the structurer two values"),
+                               (["--max-tokens", "99", "--structurer", "rules"],
+                                "--max-tokens applies to the llm structurer only, and the structurer is rules")):
+            refused = runner.invoke(main, [*opts, *url, *wrong])
+            assert refused.exit_code == 2 and message in refused.output, refused.output
+    llm = {"images": "cohort/files", "out": "x", "structurer": "llm"}
+    assert BuildRequest(**llm, seed=3, max_tokens=99).backend_spec().structurer_kwargs == {"seed": "3",
+                                                                                           "max_tokens": "99"}
+    assert BuildRequest(**llm, seed=3, structurer_opt={"seed": "5"}).backend_spec().structurer_kwargs == {"seed": "5"}
+    assert BuildRequest(**llm).backend_spec().structurer_kwargs == {}  # the default seed is the LLM's default
+    assert BuildRequest(images="cohort/files", out="x", seed=3).backend_spec().structurer_kwargs == {}  # rules

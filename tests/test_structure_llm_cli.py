@@ -4,6 +4,7 @@ in which some reports failed (``--strict``), and the decoding flags ``--seed`` /
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,61 @@ def test_strict_names_the_failure_lines_without_out_and_holds_for_the_rules_stru
     label = runner.invoke(main, ["reports", "label", str(folder), "--strict", "--no-progress"])
     assert label.exit_code == 3 and "failure lines on stderr (--strict" in label.stderr, label.output
     assert runner.invoke(main, ["reports", "label", str(folder), "--no-progress"]).exit_code == 0
+
+
+# -- --seed and --max-tokens ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["structure", "label"])
+def test_seed_and_max_tokens_reach_every_request_and_the_provenance(tmp_path: Path, command: str) -> None:
+    folder = _reports(tmp_path / "in", {"a": "Right lower lobe opacity concerning for pneumonia.",
+                                        "b": "No pleural effusion."})
+    out = tmp_path / f"{command}.out"
+    with FakeLLM() as fake:
+        result = CliRunner().invoke(main, ["reports", command, str(folder), "--out", str(out), "--seed", "7",
+                                           "--max-tokens", "321", *_llm_args(fake)])
+        assert result.exit_code == 0, result.output
+        assert len(fake.bodies) == 3  # a: structure + location; b: structure
+        assert {(body["seed"], body["max_tokens"]) for body in fake.bodies} == {(7, 321)}
+        if command == "structure":
+            rows = [json.loads(line) for line in out.read_text().splitlines()]
+            assert rows and all(r["provenance"]["decoding"] == {"temperature": 0.0, "max_tokens": 321, "seed": 7}
+                                for r in rows)
+        fake.bodies.clear()
+        same = CliRunner().invoke(main, ["reports", command, str(folder), "--seed", "7", "--structurer-opt", "seed=7",
+                                         "--structurer-opt", "max_tokens=300", *_llm_args(fake)])
+        assert same.exit_code == 0, same.output  # the same value twice, and a key given once: no conflict
+        assert {(body["seed"], body["max_tokens"]) for body in fake.bodies} == {(7, 300)}
+        fake.bodies.clear()
+        plain = CliRunner().invoke(main, ["reports", command, str(folder), *_llm_args(fake)])
+        assert plain.exit_code == 0 and {(b["seed"], b["max_tokens"]) for b in fake.bodies} == {(0, 2048)}
+
+
+def test_a_flag_and_a_structurer_opt_that_disagree_are_refused_naming_both(tmp_path: Path) -> None:
+    folder = _reports(tmp_path / "in", {"a": "No pleural effusion."})
+    runner = CliRunner()
+    with FakeLLM() as fake:
+        for flag, value, opt in (("--seed", "7", "seed=8"), ("--max-tokens", "300", "max_tokens=301"),
+                                 ("--concurrency", "2", "concurrency=3"), ("--temperature", "0.5", "temperature=0.7")):
+            for command in ("structure", "label"):
+                result = runner.invoke(main, ["reports", command, str(folder), flag, value, "--structurer-opt", opt,
+                                              *_llm_args(fake)])
+                assert result.exit_code == 2, result.output
+                key, raw = opt.split("=")
+                assert f"{flag} {value} and --structurer-opt {key}={raw} give the structurer two values of {key}: " \
+                       "give one of them" in result.output, result.output
+        model = runner.invoke(main, ["reports", "structure", str(folder), "--structurer", "llm", "--base-url",
+                                     fake.base_url, "--model", "a", "--structurer-opt", "model=b"])
+        assert model.exit_code == 2 and "--model a and --structurer-opt model=b give" in model.output, model.output
+        assert fake.requests == 0
+        agree = runner.invoke(main, ["reports", "structure", str(folder), "--temperature", "0.5", "--structurer-opt",
+                                     "temperature=0.50", *_llm_args(fake)])
+        assert agree.exit_code == 0, agree.output
+        # a value from the environment is overridden by --structurer-opt, as documented
+        env = runner.invoke(main, ["reports", "structure", str(folder), "--structurer", "llm", "--base-url",
+                                   fake.base_url, "--structurer-opt", "model=m2", "--no-progress"],
+                            env={"CXRGROUND_LLM_MODEL": "m1"})
+        assert env.exit_code == 0 and fake.bodies[-1]["model"] == "m2", env.output
+    for flag, value in (("--seed", "1"), ("--max-tokens", "10")):
+        rules = runner.invoke(main, ["reports", "structure", str(folder), flag, value])
+        assert rules.exit_code == 2 and f"{flag} applies to the llm structurer only" in rules.output, rules.output

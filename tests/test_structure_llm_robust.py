@@ -162,7 +162,7 @@ def test_an_answer_cut_at_max_tokens_says_so() -> None:
     cut = LLMStructurer("http://llm.test/v1", "m", max_tokens=64, max_retries=0,
                         transport=_transport('{"findings": [{"entity": "lu', "length"))
     with pytest.raises(LLMError, match=r"structure answer cut at max_tokens=64 \(finish_reason=length\); raise it "
-                                       r"with --structurer-opt max_tokens=\.\.\."):
+                                       r"with --max-tokens$"):
         cut.structure("r", section)
     empty = LLMStructurer("http://llm.test/v1", "m", max_tokens=64, max_retries=0, transport=_transport(None, "length"))
     with pytest.raises(LLMError, match=r"no text content .*cut at max_tokens=64"):

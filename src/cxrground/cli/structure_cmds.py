@@ -38,6 +38,39 @@ def _refuse_options_of_another_structurer(request: StructureRequest) -> None:
                                    f"is {request.structurer_name} (--structurer {users[0]} to use it)")
 
 
+def _refuse_conflicting_structurer_opts(request: StructureRequest) -> None:
+    """A usage error naming both when an option given on the command line (``--seed 3``) and a ``--structurer-opt``
+    of the same key (``seed=4``) give the structurer two values; an option's value from its environment variable is
+    overridden by ``--structurer-opt``, as documented."""
+    ctx = click.get_current_context()
+    accepted = STRUCTURERS.options(request.structurer_name)
+    for param in ctx.command.params:
+        option = _OPTION_OF_FIELD.get(param.name or "", param.name or "")
+        if option not in request.structurer_opt or option not in accepted or \
+                ctx.get_parameter_source(param.name or "") != ParameterSource.COMMANDLINE:
+            continue
+        given, raw = ctx.params[param.name or ""], request.structurer_opt[option]
+        if not _same_value(given, raw):
+            flag = param.opts[0] if param.opts else option
+            raise click.UsageError(f"{flag} {given} and --structurer-opt {option}={raw} give the structurer two "
+                                   f"values of {option}: give one of them")
+
+
+def _same_value(given: object, raw: str) -> bool:
+    """Whether the text ``raw`` of a ``--structurer-opt`` reads as the value ``given`` of an option (``8`` and 8,
+    ``0.50`` and 0.5, a path and the same path)."""
+    try:
+        if isinstance(given, bool):
+            return raw.strip().lower() == str(given).lower()
+        if isinstance(given, int | float):
+            return type(given)(raw) == given
+        if isinstance(given, Path):
+            return Path(raw) == given
+    except ValueError:
+        return False
+    return str(given) == raw
+
+
 #: Where ``--strict`` says the failures of ``reports structure`` / ``reports label`` are recorded.
 _FAILURES_AT = "in OUT.failures.jsonl with --out, else as {\"failure\": ...} lines"
 
@@ -74,6 +107,7 @@ def structure(request: StructureRequest, paths: tuple[Path, ...], strict: bool) 
     report failed or an error stopped the run, 2 for a usage error.
     """
     _refuse_options_of_another_structurer(request)
+    _refuse_conflicting_structurer_opts(request)
     output = structure_files(paths, request, note)
     echo_lines(output.lines)
     echo_lines(output.notes, err=True)
@@ -97,6 +131,7 @@ def label(request: LabelRequest, paths: tuple[Path, ...], strict: bool) -> None:
     an error stopped the run, 2 for a usage error.
     """
     _refuse_options_of_another_structurer(request)
+    _refuse_conflicting_structurer_opts(request)
     output = label_files(paths, request, note)
     echo_lines(output.lines)
     echo_lines(output.notes, err=True)

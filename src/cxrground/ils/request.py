@@ -30,6 +30,7 @@ from cxrground.io.image import DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP
 from cxrground.io.store import is_url
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
 from cxrground.reports.structure import STRUCTURERS, structurer_options
+from cxrground.reports.structure.llm import DEFAULT_MAX_TOKENS, DEFAULT_SEED
 from cxrground.reports.structure.rules import ALTERNATIVE_POLICIES
 
 if TYPE_CHECKING:
@@ -75,6 +76,9 @@ class BuildRequest:
     structurer: str = option("rules", registry=STRUCTURERS)
     structurer_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the structurer (llm: "
                                             "base_url, model, api_key_env, cache, concurrency).")
+    max_tokens: int | None = option(None, low=1, help=f"LLM structurer: most tokens of each answer (default "
+                                    f"{DEFAULT_MAX_TOKENS}); an answer the server cuts there fails its study. A "
+                                    "--structurer-opt max_tokens given too must agree.")
     sections: str = option(DEFAULT_SECTION_POLICY, choices=SECTION_POLICIES, help="Report section policy: findings "
                            "(ILS §6: findings, else impression, else the last paragraph), impression (impression "
                            "first), findings+impression (both, numbered on; repeats counted once).")
@@ -152,7 +156,9 @@ class BuildRequest:
     threshold_scale: float = option(1.0, low=0.0, low_open=True, help="Multiply every Table 7 threshold (0.5 = the "
                                     "paper's half-τ setting).")
     limit: int | None = option(None, low=1, help="Process only the first N studies (by study id).")
-    seed: int = option(0, low=0, help="Seed of every random draw (negative regions and kinds, the normative fit).")
+    seed: int = option(0, low=0, help="Seed of every random draw (negative regions and kinds, the normative fit); "
+                       "with --structurer llm also the seed sent with each request, which is part of the response "
+                       "cache's key (--structurer-opt seed=N sends N instead).")
     overwrite: bool = option(False, help="Start afresh: discard a previous build in OUT (its units, masks, fitted "
                                "model and settings). Without it a build with the same settings resumes and one with "
                                "other settings (or, when its normative model was fitted on its own studies, other "
@@ -167,6 +173,7 @@ class BuildRequest:
         self.ratios()
         if self.pose_weights is not None and not self.pose_warning:
             raise OptionError("--pose-weights reads the films' pose; it does nothing with --no-pose-warning")
+        self._check_max_tokens()
         if self.ray_address is not None and self.engine != "ray":
             raise OptionError("--ray-address names the cluster of --engine ray; add --engine ray (without it the "
                               "build runs on this machine)")
@@ -175,6 +182,32 @@ class BuildRequest:
             if out == images or images in out.parents:
                 raise OptionError(f"--out {self.out} is inside the image folder {self.images}: a rerun would scan "
                                   "the dataset's own masks as images; write the dataset to another folder")
+
+    def _check_max_tokens(self) -> None:
+        """:class:`OptionError` for ``--max-tokens`` with a structurer without that option, or with a
+        ``--structurer-opt max_tokens`` of another value."""
+        if self.max_tokens is None:
+            return
+        if "max_tokens" not in STRUCTURERS.options(self.structurer):
+            users = [n for n in STRUCTURERS.names() if "max_tokens" in STRUCTURERS.options(n)]
+            raise OptionError(f"--max-tokens applies to the {' / '.join(users)} structurer only, and the structurer "
+                              f"is {self.structurer} (--structurer {users[0]} to use it)")
+        raw = self.structurer_opt.get("max_tokens")
+        if raw is not None and raw.strip() != str(self.max_tokens):
+            raise OptionError(f"--max-tokens {self.max_tokens} and --structurer-opt max_tokens={raw} give the "
+                              "structurer two values of max_tokens: give one of them")
+
+    def structurer_flags(self) -> dict[str, str]:
+        """The structurer options set by the dedicated options (``--max-tokens``; with the ``llm`` structurer, the
+        build's ``--seed`` unless ``--structurer-opt seed`` is given), as ``--structurer-opt`` gives them (text), so
+        that both spellings make one backend spec. The build's default seed is the LLM structurer's own default, and
+        is not added: the backend spec names the seed only when it is another."""
+        flags: dict[str, str] = {}
+        if self.max_tokens is not None:
+            flags["max_tokens"] = str(self.max_tokens)
+        if self.structurer == "llm" and "seed" not in self.structurer_opt and self.seed != DEFAULT_SEED:
+            flags["seed"] = str(self.seed)
+        return flags
 
     def ratios(self) -> tuple[float, float, float]:
         """``split_ratios`` as numbers; anything but three non-negative numbers with a positive sum is an
@@ -231,7 +264,7 @@ class BuildRequest:
         """The backends with their options; structurer options that do not fit the structurer are an
         :class:`OptionError`."""
         try:
-            structurer_kwargs = {**self.structurer_opt,
+            structurer_kwargs = {**self.structurer_opt, **self.structurer_flags(),
                                  **structurer_options(self.structurer, {"alternatives": self.alternatives})}
         except ConfigError as exc:
             raise OptionError(str(exc)) from None

@@ -24,6 +24,7 @@ from cxrground.reports.structure import (
     structure_reports,
     structurer_options,
 )
+from cxrground.reports.structure.llm import DEFAULT_MAX_TOKENS, DEFAULT_SEED
 
 __all__ = ["StructureOutput", "StructureRequest", "stats_notes", "structure_files", "structure_paths"]
 
@@ -34,7 +35,9 @@ class StructureRequest:
 
     structurer_name: str = option("rules", flag="--structurer", registry=STRUCTURERS)
     structurer_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the structurer (a plug-in's "
-                                            "options too); it overrides the dedicated options below.")
+                                            "options too). It overrides what a dedicated option below takes from "
+                                            "its environment variable; given on the command line with another "
+                                            "value too, it is refused.")
     sections: str = option(DEFAULT_SECTION_POLICY, choices=SECTION_POLICIES, help="Report section policy: findings "
                            "(ILS §6), impression, or findings+impression (both, numbered on).")
     alternatives: str | None = option(None, choices=ALTERNATIVE_POLICIES, help="Rule structurer: alternatives "
@@ -55,6 +58,10 @@ class StructureRequest:
                                    "answered stops the run once a request's retries are spent, one that stopped "
                                    "answering after max(8, 2 x concurrency) reports in a row.")
     temperature: float = option(0.0, help="Sampling temperature (llm).")
+    max_tokens: int | None = option(None, low=1, help=f"Most tokens of each answer (llm; default {DEFAULT_MAX_TOKENS}"
+                                    "): an answer the server cuts there fails its report, saying so.")
+    seed: int | None = option(None, help=f"Seed sent with each request (llm; default {DEFAULT_SEED}): a sampling "
+                              "server answers alike for one seed. Part of the response cache's key.")
     out: Path | None = option(None, path="out_file", help="Write the finding lines here (failures go to "
                               "OUT.failures.jsonl) instead of stdout ('-': stdout).")
     progress: bool = option(True, flag="--progress/--no-progress", show_default=False,
@@ -68,7 +75,8 @@ class StructureRequest:
         """The settings given for the structurer, for :func:`~cxrground.reports.structure.structurer_options`."""
         return {"alternatives": self.alternatives, "base_url": self.base_url or "", "model": self.model or "",
                 "api_key_env": self.api_key_env, "cache": self.cache_path, "concurrency": self.concurrency,
-                "timeout": self.timeout, "max_retries": self.max_retries, "temperature": self.temperature}
+                "timeout": self.timeout, "max_retries": self.max_retries, "temperature": self.temperature,
+                "max_tokens": self.max_tokens, "seed": self.seed}
 
 
 @dataclass(frozen=True)

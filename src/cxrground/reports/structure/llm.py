@@ -105,6 +105,8 @@ from cxrground.vocab import HEART, ILS_LOCATION_LABELS, LESIONS
 from cxrground.vocab.lesions import HEART_MASK_LESIONS
 
 __all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "DEFAULT_SEED",
     "LOCATION_PROMPT",
     "STAGE",
     "STRUCTURE_PROMPT",
@@ -122,6 +124,9 @@ STAGE: Final[str] = "structure"
 #: Prompt versions (file stems under ``prompts/``).
 STRUCTURE_PROMPT: Final[str] = "structure_v10"
 LOCATION_PROMPT: Final[str] = "location_v6"
+#: The decoding defaults of :class:`LLMStructurer`: most tokens of an answer, and the seed sent with each request.
+DEFAULT_MAX_TOKENS: Final[int] = 2048
+DEFAULT_SEED: Final[int] = 0
 
 
 def _heart_finding(entity: str, lesion: str | None) -> bool:
@@ -330,8 +335,7 @@ def retry_cause(exc: TransientError) -> str:
 
 def _cut_note(max_tokens: int) -> str:
     """How a failure names an answer the server cut at ``max_tokens``."""
-    return (f"cut at max_tokens={max_tokens} (finish_reason=length); raise it with "
-            "--structurer-opt max_tokens=...")
+    return f"cut at max_tokens={max_tokens} (finish_reason=length); raise it with --max-tokens"
 
 
 def _schema_problem(exc: ValidationError) -> str:
@@ -374,9 +378,9 @@ class LLMStructurer:
         api_key_env: str | None = None,
         *,
         temperature: float = 0.0,
-        max_tokens: int = 2048,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
         top_p: float | None = None,
-        seed: int | None = 0,
+        seed: int | None = DEFAULT_SEED,
         timeout: float | None = None,
         max_retries: int | None = None,
         backoff: float | None = None,
