@@ -8,6 +8,7 @@ import html
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -1220,3 +1221,31 @@ def test_llm_seed_and_max_tokens_flags_reach_every_request(tmp_path, monkeypatch
     assert BuildRequest(**llm, seed=3, structurer_opt={"seed": "5"}).backend_spec().structurer_kwargs == {"seed": "5"}
     assert BuildRequest(**llm).backend_spec().structurer_kwargs == {}  # the default seed is the LLM's default
     assert BuildRequest(images="cohort/files", out="x", seed=3).backend_spec().structurer_kwargs == {}  # rules
+
+
+def test_llm_retries_of_the_workers_are_noted_and_counted_without_a_cache(tmp_path, monkeypatch, capfd):
+    """Without a response cache the studies' own requests are the only ones: their retries are noted (by the driver
+    with one worker, on each pool worker's stderr naming it with several) and the build's summary counts them."""
+    from cxrground.testing.mock_server import MockServer
+
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    assert runner.invoke(main, ["synth", "--out", "cohort", "--studies", "2", "--seed", "0", "--quiet"]).exit_code == 0
+    opts = ["ils", "build", "--images", "cohort/files", "--quiet", "--synthesizer", "pseudo-normal", "--structurer",
+            "llm", "--structurer-opt", "model=mock", "--structurer-opt", "backoff=0.01"]
+    summary = "  LLM structurer: 3 requests, 0 cache hits, 1 retry, 0 schema fallbacks, 0 rejections"
+    with MockServer(lambda body: json.dumps({"findings": []}), faults=["500"]) as server:
+        one = runner.invoke(main, [*opts, "--out", "one", "--structurer-opt", f"base_url={server.base_url}"])
+        assert one.exit_code == 0, one.output
+        assert re.search(r"^LLM structurer: retrying 1 request \(HTTP 500\), next in 0\.0 s$", one.stderr, re.M), \
+            one.stderr
+        assert summary in one.stdout.splitlines(), one.stdout
+        server.faults = ["500"]
+        capfd.readouterr()
+        two = runner.invoke(main, [*opts, "--out", "two", "--structurer-opt", f"base_url={server.base_url}",
+                                   "--workers", "2"])
+        assert two.exit_code == 0, two.output
+        workers = capfd.readouterr().err  # the pool workers write to the process's stderr, not click's
+        assert re.search(r"^LLM structurer \(worker \d+\): retrying 1 request \(HTTP 500\), next in 0\.0 s$",
+                         workers, re.M), workers
+        assert summary in two.stdout.splitlines(), two.stdout

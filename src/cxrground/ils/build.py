@@ -88,13 +88,16 @@ from cxrground.ils.pipeline import (
     backend_registrations,
     get_backends,
     install_registrations,
+    note_retries,
     prestructure,
+    worker_note,
 )
 from cxrground.ils.schema import SPLITS, validate_dataset
 from cxrground.ils.tasks import DEFAULT_SPLIT_RATIOS, StudyTask, in_key_order
 from cxrground.ils.units import (
     IN_FLIGHT_PER_WORKER,
     READ_AHEAD,
+    counted_run,
     done_check,
     has_unit,
     init_worker,
@@ -164,6 +167,9 @@ class BuildSummary:
     failed: int = 0
     """The lines of ``failures.jsonl`` that are not a QC rejection (an input that could not be used, a report the
     structurer could not structure, a worker that died): ``ils build --strict`` exits 3 when there are any."""
+    llm_counts: dict[str, int] | None = None
+    """The ``llm`` structurer's counters of this run (requests, cache hits, retries, ...: the pass that structures
+    the reports before the workers and the workers' own, added up); None with another structurer."""
 
 
 #: Studies named in the line about units that predate input fingerprints.
@@ -199,33 +205,40 @@ Runner = Callable[[StudyTask, str, IlsConfig, BackendSpec, "int | None"], tuple[
 
 
 def _run_marked(runner: Runner, task: StudyTask, out: str, config: IlsConfig, spec: BackendSpec,
-                max_pixels: int | None) -> tuple[str, str]:
-    """``runner`` on one study in a pool worker, with ``units/{study}.running`` present while it runs."""
+                max_pixels: int | None) -> tuple[tuple[str, str], dict[str, int]]:
+    """``runner`` on one study in a pool worker, with ``units/{study}.running`` present while it runs; returns what
+    :func:`~cxrground.ils.units.counted_run` returns."""
     store = unit_store(str(out))
     store.write_text(running_rel(task.study_key), str(os.getpid()))
     try:
-        return runner(task, out, config, spec, max_pixels)
+        return counted_run(runner, task, out, config, spec, max_pixels)
     finally:  # also when the study stops the build (BatchStopped); a killed worker leaves the marker
         store.remove(running_rel(task.study_key))
 
 
-def _init_pool_worker(threads: int, registrations: Sequence[Registration]) -> None:
-    """A local pool worker's set-up: its thread count and the registrations of the build's backends (those
-    registered at run time included)."""
+def _init_pool_worker(threads: int, registrations: Sequence[Registration], notes: bool = False) -> None:
+    """A local pool worker's set-up: its thread count, the registrations of the build's backends (those registered
+    at run time included) and, with ``notes``, its structurer's retry notes on its stderr
+    (:func:`~cxrground.ils.pipeline.worker_note`)."""
     init_worker(threads)
     install_registrations(registrations)
+    if notes:
+        note_retries(worker_note)
 
 
 def _pool_round(todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, spec: BackendSpec, workers: int,
-                max_pixels: int | None, runner: Runner, bar: Any) -> tuple[list[StudyTask], list[StudyTask]] | None:
-    """Run the studies of ``todo`` in one process pool, at most :data:`IN_FLIGHT_PER_WORKER` per worker in flight.
+                max_pixels: int | None, runner: Runner, bar: Any, counts: Counter[str], notes: bool = False,
+                ) -> tuple[list[StudyTask], list[StudyTask]] | None:
+    """Run the studies of ``todo`` in one process pool, at most :data:`IN_FLIGHT_PER_WORKER` per worker in flight;
+    the workers' structurer counters are added to ``counts``, and with ``notes`` their retry notes go to their
+    stderr.
 
     None when ``todo`` is exhausted and all finished; else, the pool having broken, the studies that were running
     (their marker present, no unit) and the other unfinished ones that had been submitted.
     """
     limit = max(1, workers) * IN_FLIGHT_PER_WORKER
     inflight: dict[Future, StudyTask] = {}
-    with worker_pool(workers, _init_pool_worker, (worker_threads(), backend_registrations(spec))) as pool:
+    with worker_pool(workers, _init_pool_worker, (worker_threads(), backend_registrations(spec), notes)) as pool:
         try:
             while True:
                 while len(inflight) < limit and (t := next(todo, None)) is not None:
@@ -234,7 +247,7 @@ def _pool_round(todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, s
                     return None
                 done, _ = wait(inflight, return_when=FIRST_COMPLETED)
                 for fut in done:
-                    fut.result()
+                    counts.update(fut.result()[1])
                     del inflight[fut]
                     bar.update()
         except BrokenProcessPool:
@@ -247,15 +260,16 @@ def _pool_round(todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, s
 
 
 def _run_pool(todo: Iterable[StudyTask], out: str | Path, config: IlsConfig, spec: BackendSpec, workers: int,
-              max_pixels: int | None, runner: Runner, bar: Any) -> None:
-    """Process ``todo`` in process pools, restarting the pool when a worker dies.
+              max_pixels: int | None, runner: Runner, bar: Any, counts: Counter[str], notes: bool = False) -> None:
+    """Process ``todo`` in process pools, restarting the pool when a worker dies (``counts``, ``notes``: see
+    :func:`_pool_round`).
 
     The studies that were running when the pool broke are each retried once alone: one that kills its worker
     again is recorded as failed ("worker died"), the others (killed beside it) finish normally.
     """
     queue: Iterator[StudyTask] = iter(todo)
     while True:
-        broke = _pool_round(queue, out, config, spec, workers, max_pixels, runner, bar)
+        broke = _pool_round(queue, out, config, spec, workers, max_pixels, runner, bar, counts, notes)
         if broke is None:
             return
         running, others = broke
@@ -263,7 +277,7 @@ def _run_pool(todo: Iterable[StudyTask], out: str | Path, config: IlsConfig, spe
             raise ConfigError("a worker process died before it started a study; rerun with --workers 1 to see why")
         for t in running:
             unit_store(str(out)).remove(running_rel(t.study_key))
-            if _pool_round(iter([t]), out, config, spec, 1, max_pixels, runner, bar) is not None:
+            if _pool_round(iter([t]), out, config, spec, 1, max_pixels, runner, bar, counts, notes) is not None:
                 record_worker_death(out, t, config, spec)
                 bar.update()
         queue = itertools.chain(others, queue)
@@ -376,6 +390,8 @@ def run_units(
     runner: Runner = run_one,
     ray_address: str | None = None,
     index: InputIndex | None = None,
+    note: Callable[[str], None] | None = None,
+    counts: Counter[str] | None = None,
 ) -> tuple[int, int]:
     """Process every task whose unit file is missing; returns (processed, skipped).
 
@@ -386,6 +402,11 @@ def run_units(
     ``engine='ray'`` (``auto``, ``ray://host:10001``, ``host:6379``; default ``RAY_ADDRESS``, else a local Ray
     instance with ``workers`` CPUs). ``index``: the build's :class:`InputIndex`, which gets each study's input
     fingerprint as the study is handed to a worker (None: not kept; a resume then reads those units).
+
+    ``note``: where the retry notes of the structurer that processes the studies go (the LLM structurer's: at most
+    one every 10 s per process), None: nowhere. In this process (one local worker) ``note`` gets them; pool workers
+    and Ray actors print theirs on their stderr, naming the worker (the console or log of the build; Ray forwards an
+    actor's). ``counts``: the workers' structurer counters (requests, cache hits, retries, ...) are added to it.
     """
     total = n_todo = 0
     done = done_check(out)
@@ -396,16 +417,21 @@ def run_units(
     todo = _pending(tasks, out, done)
     if index is not None:
         todo = index.noting(todo)
+    counts = Counter() if counts is None else counts
     if engine == "local" and workers <= 1:
-        for t in todo:
-            runner(t, str(out), config, spec, max_pixels)
-            bar.update()
+        previous = note_retries(note)
+        try:
+            for t in todo:
+                counts.update(counted_run(runner, t, str(out), config, spec, max_pixels)[1])
+                bar.update()
+        finally:
+            note_retries(previous)
     elif engine == "local":
-        _run_pool(todo, out, config, spec, workers, max_pixels, runner, bar)
+        _run_pool(todo, out, config, spec, workers, max_pixels, runner, bar, counts, note is not None)
     elif engine == "ray":
         from cxrground.ils.ray_engine import run_ray
 
-        run_ray(todo, out, config, spec, workers, bar, max_pixels, runner, ray_address)
+        run_ray(todo, out, config, spec, workers, bar, max_pixels, runner, ray_address, counts, note is not None)
     else:
         raise ConfigError(f"unknown engine {engine!r}; use 'local' or 'ray'")
     bar.close()
@@ -1034,7 +1060,9 @@ def build_dataset(
     ``retry_failed``: process again the studies whose unit records a failure (a worker that died twice, a file
     unreadable at the time); studies rejected by QC stay as they are. ``ray_address``: see :func:`run_units`.
     ``note`` gets the LLM structurer's retry notes of the pass that structures the reports first
-    (:func:`~cxrground.ils.pipeline.prestructure`).
+    (:func:`~cxrground.ils.pipeline.prestructure`) and of the studies processed in this process (one local worker);
+    given, pool workers and Ray actors print theirs on their stderr, naming the worker (:func:`run_units`). The
+    structurer's counters of the run are :attr:`BuildSummary.llm_counts`.
 
     ``view_table``: the view table that chose each study's image
     (:func:`~cxrground.datasets.views.view_table_record`); its checksum is part of the settings, so a resume with
@@ -1056,6 +1084,7 @@ def build_dataset(
     dest: str | Path = out if store.local else store.url()  # units, masks and outputs go here
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    llm_counts: Counter[str] = Counter()  # the LLM structurer's requests, retries, ... of this run
     settings = {"config_hash": config.config_hash(), "spec_hash": spec.resume_hash(), "code": __version__}
     if view_table:
         settings["view_table"] = view_table["sha256"]
@@ -1102,8 +1131,8 @@ def build_dataset(
         # the fit below structures reports one at a time: with the LLM structurer and a cache, every pending report
         # is structured first, concurrently, and the fit reads its answers from the cache
         changed, done = set(survey.changed), done_check(dest)
-        prestructure((t for t in tasks if t.study_key in changed or not done(t.study_key)), config, spec, progress,
-                     note)
+        _add_llm_counts(llm_counts, prestructure((t for t in tasks if t.study_key in changed or not done(t.study_key)),
+                                                 config, spec, progress, note))
     # once, before the workers: e.g. the cohort normative model
     run_spec = _resolve(spec, tasks, out, config, progress)
     settings["backends_hash"] = backends_identity(run_spec)
@@ -1133,9 +1162,10 @@ def build_dataset(
         _remove_unit(dest, key)
     if retry_failed:
         clear_failed(tasks, dest)
-    prestructure(_pending(tasks, dest), config, run_spec, progress, note)  # LLM structurer: every report at once
+    # LLM structurer: every report at once
+    _add_llm_counts(llm_counts, prestructure(_pending(tasks, dest), config, run_spec, progress, note))
     processed, skipped = run_units(tasks, dest, config, run_spec, engine, workers, progress, max_pixels,
-                                   ray_address=ray_address, index=index)
+                                   ray_address=ray_address, index=index, note=note, counts=llm_counts)
     index.compact()
     _upload_state(out, remote, (INPUTS_INDEX,))
     result = assemble(dest, tasks, config, spec, scan_failures, backend_provenance(run_spec),
@@ -1148,7 +1178,18 @@ def build_dataset(
                         len(survey.changed), len(survey.predating), tuple(survey.predating[:NAMED_PREDATING]),
                         dict(survey.fitted) if survey.fitted and any(survey.fitted.values()) else None,
                         result["every_failed"], code_then if skipped else None, rev or None,
-                        result["rejections"].get("no pairs", 0), result["first_failure"], result["failed"])
+                        result["rejections"].get("no pairs", 0), result["first_failure"], result["failed"],
+                        dict(llm_counts) if spec.structurer == "llm" else None)
+
+
+#: What :meth:`~cxrground.reports.structure.LLMStructurer.warm_cache` counts besides the structurer's own counters.
+_WARM_COUNTS: Final = frozenset({"reports", "answered", "failed"})
+
+
+def _add_llm_counts(counts: Counter[str], warmed: Mapping[str, int] | None) -> None:
+    """Add the structurer counters of a :func:`~cxrground.ils.pipeline.prestructure` pass (None: none ran) to
+    ``counts``."""
+    counts.update({k: v for k, v in (warmed or {}).items() if k not in _WARM_COUNTS})
 
 
 def _other_revision(previous: Mapping[str, Any] | None, rev: str) -> str | None:

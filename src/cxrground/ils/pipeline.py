@@ -14,6 +14,8 @@ a build uses (those registered at run time included), which :func:`install_regis
 from __future__ import annotations
 
 import math
+import os
+import sys
 import traceback
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
@@ -48,7 +50,8 @@ from cxrground.vocab.locations import HEART
 from cxrground.vocab.traits import traits
 
 __all__ = ["Backends", "Registration", "backend_provenance", "backend_registrations", "get_backends",
-           "install_registrations", "prestructure", "process_study", "segmentation_disagreement"]
+           "install_registrations", "note_retries", "prestructure", "process_study", "segmentation_disagreement",
+           "structurer_counts", "worker_note"]
 
 _CACHE: dict[tuple[Any, ...], Backends] = {}
 
@@ -137,11 +140,46 @@ class Backends:
 
 def get_backends(spec: BackendSpec) -> Backends:
     """Backends for ``spec``, cached per process (workers build them once; a backend registered again under its
-    name is built again)."""
+    name is built again). A structurer that takes notes (the LLM structurer's retry notes, ``on_note``) gets this
+    process's :func:`note_retries` target."""
     key = (spec.spec_hash(), *_entries(spec).values())
     if key not in _CACHE:
         _CACHE[key] = Backends(spec)
-    return _CACHE[key]
+    backends = _CACHE[key]
+    if hasattr(backends.structurer, "on_note"):
+        backends.structurer.on_note = _RETRY_NOTE[0]
+    return backends
+
+
+#: Where the structurer of this process's studies sends its retry notes (None: nowhere), see :func:`note_retries`.
+_RETRY_NOTE: list[Callable[[str], None] | None] = [None]
+
+
+def note_retries(note: Callable[[str], None] | None) -> Callable[[str], None] | None:
+    """Send the retry notes of the structurer that :func:`process_study` uses in this process (the LLM structurer's
+    ``on_note``: at most one every 10 s) to ``note`` (None: nowhere); returns the previous target."""
+    previous, _RETRY_NOTE[0] = _RETRY_NOTE[0], note
+    return previous
+
+
+def worker_note(message: str) -> None:
+    """A worker process's note on its stderr (the build's console or log: pool workers share the driver's, Ray
+    forwards an actor's), naming the worker: ``LLM structurer (worker 4242): retrying ...``."""
+    print(message.replace("LLM structurer:", f"LLM structurer (worker {os.getpid()}):", 1), file=sys.stderr,
+          flush=True)
+
+
+def structurer_counts(spec: BackendSpec) -> Counter[str]:
+    """The counters of the structurer this process built for ``spec`` (the LLM structurer's ``stats``: requests,
+    cache hits, retries, ...), a copy; empty when this process has not built its backends or the structurer keeps
+    none."""
+    try:
+        key = (spec.spec_hash(), *_entries(spec).values())
+    except CXRGroundError:
+        return Counter()
+    backends = _CACHE.get(key)
+    stats = getattr(backends.structurer, "stats", None) if backends is not None else None
+    return Counter(stats) if isinstance(stats, Counter) else Counter()
 
 
 def backend_provenance(spec: BackendSpec) -> dict[str, Any]:

@@ -80,13 +80,15 @@ class StudyWorker:
     ``sys.path`` the actor lacks are added to its own (last) before the registrations are read, so that a module
     the driver imports a backend from is found where the same folder exists."""
 
-    def __init__(self, settings: tuple[str, IlsConfig, BackendSpec, int | None, Any, tuple[str, ...], bytes]
+    def __init__(self, settings: tuple[str, IlsConfig, BackendSpec, int | None, Any, tuple[str, ...], bytes, bool]
                  ) -> None:
-        from cxrground.ils.pipeline import get_backends, install_registrations
+        from cxrground.ils.pipeline import get_backends, install_registrations, note_retries, worker_note
         from cxrground.ils.units import init_worker
 
-        self.out, self.config, self.spec, self.max_pixels, self.runner, paths, registrations = settings
+        self.out, self.config, self.spec, self.max_pixels, self.runner, paths, registrations, notes = settings
         init_worker(1)
+        if notes:
+            note_retries(worker_note)
         sys.path.extend(p for p in paths if p not in sys.path)
         if registrations:
             from ray import cloudpickle
@@ -100,9 +102,12 @@ class StudyWorker:
 
         return ray.get_runtime_context().get_node_id()
 
-    def run(self, task: StudyTask) -> tuple[str, str]:
-        """Process one study and write its unit; returns (study, status)."""
-        return self.runner(task, self.out, self.config, self.spec, self.max_pixels)
+    def run(self, task: StudyTask) -> tuple[tuple[str, str], dict[str, int]]:
+        """Process one study and write its unit; returns ((study, status), what the study added to the structurer's
+        counters) (:func:`~cxrground.ils.units.counted_run`)."""
+        from cxrground.ils.units import counted_run
+
+        return counted_run(self.runner, task, self.out, self.config, self.spec, self.max_pixels)
 
 
 #: Seconds to wait for a TCP connection to a given Ray address before the build is refused.
@@ -188,15 +193,18 @@ def _connect(ray: Any, address: str | None, workers: int) -> bool:
 
 
 def run_ray(todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, spec: BackendSpec, workers: int, bar: Any,
-            max_pixels: int | None, runner: Any, address: str | None = None) -> None:
-    """Process the studies of ``todo`` on ``workers`` Ray actors (see the module docstring)."""
+            max_pixels: int | None, runner: Any, address: str | None = None, counts: Counter | None = None,
+            notes: bool = False) -> None:
+    """Process the studies of ``todo`` on ``workers`` Ray actors (see the module docstring); the actors' structurer
+    counters are added to ``counts``, and with ``notes`` their retry notes go to their stderr (which Ray forwards)."""
     try:
         import ray
     except ImportError as exc:
         raise ConfigError("--engine ray needs the 'ray' package: pip install 'cxrground[ray]'") from exc
     started = _connect(ray, address, workers)
     try:
-        _Scheduler(ray, todo, out, config, spec, max(1, workers), bar, max_pixels, runner).run()
+        _Scheduler(ray, todo, out, config, spec, max(1, workers), bar, max_pixels, runner,
+                   Counter() if counts is None else counts, notes).run()
     finally:
         if started:
             ray.shutdown()
@@ -206,13 +214,16 @@ class _Scheduler:
     """The driver's side of a Ray build: actors, the studies in flight on each, retries after a death."""
 
     def __init__(self, ray: Any, todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, spec: BackendSpec,
-                 workers: int, bar: Any, max_pixels: int | None, runner: Any) -> None:
+                 workers: int, bar: Any, max_pixels: int | None, runner: Any, counts: Counter,
+                 notes: bool = False) -> None:
         from cxrground.ils.units import IN_FLIGHT_PER_WORKER
 
         self.ray, self.todo, self.out, self.config, self.spec, self.bar = ray, todo, out, config, spec, bar
+        self.counts = counts
         self.per_actor = IN_FLIGHT_PER_WORKER
         # shipped once, shared by every actor
-        settings = ray.put((str(out), config, spec, max_pixels, runner, tuple(sys.path), ray_registrations(spec)))
+        settings = ray.put((str(out), config, spec, max_pixels, runner, tuple(sys.path), ray_registrations(spec),
+                            notes))
         self.actor_class = ray.remote(StudyWorker).options(num_cpus=1, num_gpus=gpus_per_worker(spec),
                                                            max_restarts=0, max_task_retries=0)
         self.settings = settings
@@ -301,7 +312,7 @@ class _Scheduler:
             if slot in self.live:
                 self.live[slot] -= 1
             try:
-                self.ray.get(ref)
+                self.counts.update(self.ray.get(ref)[1])
             except RayTaskError as exc:
                 cause = getattr(exc, "cause", None)
                 if isinstance(cause, CXRGroundError):

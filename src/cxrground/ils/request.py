@@ -30,7 +30,7 @@ from cxrground.io.image import DEFAULT_MAX_PIXELS, MAX_PIXELS_HELP
 from cxrground.io.store import is_url
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
 from cxrground.reports.structure import STRUCTURERS, structurer_options
-from cxrground.reports.structure.llm import DEFAULT_MAX_TOKENS, DEFAULT_SEED
+from cxrground.reports.structure.llm import DEFAULT_MAX_TOKENS, DEFAULT_SEED, stats_line
 from cxrground.reports.structure.rules import ALTERNATIVE_POLICIES
 
 if TYPE_CHECKING:
@@ -323,7 +323,7 @@ def _no_studies(request: BuildRequest, failures: list[Failure]) -> str:
 
 def build_lines(summary: BuildSummary) -> list[str]:
     """What a finished build reports: counts and time, where its card and failure list are, the mask frame and
-    the export the reference code needs, then warnings."""
+    the export the reference code needs, the LLM structurer's counters (requests, retries, ...), then warnings."""
     out = str(summary.out_dir)
 
     def inside(name: str) -> str:  # a file of the output folder, as the user names it (a URL stays one)
@@ -338,6 +338,8 @@ def build_lines(summary: BuildSummary) -> list[str]:
         lines.append(f"  masks at each film's native size; for the ROSALIA/LISA reference code, export them to its "
                      f"frame first: cxrground ils export --dataset {out} --frame released --out DIR"
                      + (" (from a local copy of the folder)" if is_url(out) else ""))
+    if summary.llm_counts is not None:
+        lines.append(f"  {stats_line(summary.llm_counts)}")
     if summary.first_failure:
         lines.append(f"  first failure: {summary.first_failure}")
     if summary.every_failed:

@@ -19,13 +19,13 @@ from typing import Any
 from cxrground.ils.backend_spec import BackendSpec
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.layout import MASK_DIR, UNITS_DIR
-from cxrground.ils.pipeline import process_study
+from cxrground.ils.pipeline import process_study, structurer_counts
 from cxrground.ils.tasks import StudyTask, input_fingerprint
 from cxrground.io.image import DEFAULT_MAX_PIXELS
 from cxrground.io.store import Store
 
-__all__ = ["IN_FLIGHT_PER_WORKER", "has_unit", "init_worker", "is_running", "record_worker_death", "run_one",
-           "running_rel", "unit_rel", "unit_spec_hash", "unit_store", "worker_threads", "write_unit"]
+__all__ = ["IN_FLIGHT_PER_WORKER", "counted_run", "has_unit", "init_worker", "is_running", "record_worker_death",
+           "run_one", "running_rel", "unit_rel", "unit_spec_hash", "unit_store", "worker_threads", "write_unit"]
 
 
 #: Studies in flight per worker (pool process or Ray actor): enough to keep each busy, few enough that the driver
@@ -92,6 +92,16 @@ def run_one(task: StudyTask, out: str, config: IlsConfig, spec: BackendSpec,
                 store.put_file(Path(tmp) / MASK_DIR / m["path"], f"{MASK_DIR}/{m['path']}")
     write_unit(out, unit, config, spec, inputs)
     return task.study_key, unit["status"]
+
+
+def counted_run(runner: Callable[..., tuple[str, str]], task: StudyTask, out: str, config: IlsConfig,
+                spec: BackendSpec, max_pixels: int | None) -> tuple[tuple[str, str], dict[str, int]]:
+    """``runner`` on one study (:func:`run_one`'s arguments), with what the study added to the counters of this
+    process's structurer (:func:`~cxrground.ils.pipeline.structurer_counts`: the LLM structurer's requests, cache
+    hits, retries, ...), for the driver to add up."""
+    before = structurer_counts(spec)
+    result = runner(task, out, config, spec, max_pixels)
+    return result, dict(structurer_counts(spec) - before)
 
 
 def record_worker_death(out: str | Path, task: StudyTask, config: IlsConfig, spec: BackendSpec) -> None:

@@ -68,7 +68,7 @@ import random
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -116,6 +116,7 @@ __all__ = [
     "extract_json",
     "load_prompt",
     "retry_cause",
+    "stats_line",
     "strip_reasoning",
 ]
 
@@ -333,6 +334,25 @@ def retry_cause(exc: TransientError) -> str:
     return "malformed answer"
 
 
+def stats_line(stats: Mapping[str, int]) -> str:
+    """One line of an LLM structurer's counters (:attr:`LLMStructurer.stats`, or several added up): requests, cache
+    hits, retries, schema fallbacks, rejections (and damaged cache rows asked again, answers shared by identical
+    requests in flight, when there were any)."""
+
+    def count(key: str, what: str) -> str:
+        n = int(stats.get(key, 0))
+        return f"{n} {what}" + ("" if n == 1 else "s")
+
+    parts = [count("requests", "request"), count("cache_hits", "cache hit"), count("retries", "retry")
+             .replace("retrys", "retries"), count("json_schema_fallbacks", "schema fallback"),
+             count("rejections", "rejection")]
+    if stats.get("cache_corrupt"):
+        parts.append(f"{count('cache_corrupt', 'unreadable cache row')} asked again")
+    if stats.get("shared_in_flight"):
+        parts.append(f"{count('shared_in_flight', 'answer')} shared by identical requests in flight")
+    return "LLM structurer: " + ", ".join(parts)
+
+
 def _cut_note(max_tokens: int) -> str:
     """How a failure names an answer the server cut at ``max_tokens``."""
     return f"cut at max_tokens={max_tokens} (finish_reason=length); raise it with --max-tokens"
@@ -465,21 +485,8 @@ class LLMStructurer:
         return max(8, 2 * self.concurrency)
 
     def stats_summary(self) -> str:
-        """One line of this structurer's counters: requests, cache hits, retries, schema fallbacks, rejections (and
-        damaged cache rows asked again, answers shared by identical requests in flight, when there were any)."""
-        s = self.stats
-
-        def count(key: str, what: str) -> str:
-            return f"{s[key]} {what}" + ("" if s[key] == 1 else "s")
-
-        parts = [count("requests", "request"), count("cache_hits", "cache hit"), count("retries", "retry")
-                 .replace("retrys", "retries"), count("json_schema_fallbacks", "schema fallback"),
-                 count("rejections", "rejection")]
-        if s["cache_corrupt"]:
-            parts.append(f"{count('cache_corrupt', 'unreadable cache row')} asked again")
-        if s["shared_in_flight"]:
-            parts.append(f"{count('shared_in_flight', 'answer')} shared by identical requests in flight")
-        return "LLM structurer: " + ", ".join(parts)
+        """One line of this structurer's counters (:func:`stats_line`)."""
+        return stats_line(self.stats)
 
     # -- provenance ---------------------------------------------------------------------------------------------
 
