@@ -68,6 +68,8 @@ def test_anatomy_pose_lists_wrongly_posed_films_draws_them_and_resumes(pack_dir,
     progress = (out / ".poses-progress.jsonl").read_text()
     again = CliRunner().invoke(main, ["anatomy", "pose", "--images", str(films), "--out", str(out)])
     assert again.exit_code == 0, again.output
+    strict = CliRunner().invoke(main, ["anatomy", "pose", "--images", str(films), "--out", str(out), "--strict"])
+    assert strict.exit_code == 3 and "1 of 4 films failed" in strict.output, strict.output
     assert (out / ".poses-progress.jsonl").read_text() == progress and (out / "poses.csv").read_text() == before
 
     # another set of films in the same folder is refused, and replaced with --overwrite

@@ -154,15 +154,21 @@ def test_a_changed_film_and_an_old_results_folder_are_refused(films, tmp_path) -
     assert (out / "zones.csv").is_file()
 
 
-def test_exit_1_when_no_film_can_be_read(tmp_path) -> None:
-    films = tmp_path / "films"
-    films.mkdir()
+def test_exit_1_when_no_film_can_be_read_and_3_for_a_partial_run_with_strict(films, tmp_path) -> None:
+    bad = tmp_path / "films"
+    bad.mkdir()
     for name in ("a.png", "b.png"):
-        (films / name).write_bytes(b"not a png")
-    res = CliRunner().invoke(main, ["anatomy", "zones", "--images", str(films), "--out", str(tmp_path / "z"),
+        (bad / name).write_bytes(b"not a png")
+    res = CliRunner().invoke(main, ["anatomy", "zones", "--images", str(bad), "--out", str(tmp_path / "z"),
                                     "--zone-model", "normative", "--quiet"])
     assert res.exit_code == 1 and "no film could be read: all 2 failed" in res.output
     assert (tmp_path / "z" / "failures.jsonl").read_text().count("\n") == 2
+    shutil.copy(films / "img1.png", bad / "c.png")
+    for extra, code in (([], 0), (["--strict"], 3)):  # one film read, two failed: a partial run
+        res = CliRunner().invoke(main, ["anatomy", "zones", "--images", str(bad), "--out", str(tmp_path / "z2"),
+                                        "--zone-model", "normative", "--quiet", "--no-overlays", *extra])
+        assert res.exit_code == code, res.output
+    assert "2 of 3 films failed" in res.output and "--strict: exit status 3" in res.output
 
 
 def test_failed_films_are_kept_on_a_rerun_and_read_again_with_retry_failed(films, tmp_path, monkeypatch) -> None:

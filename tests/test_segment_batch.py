@@ -65,6 +65,8 @@ def test_a_folder_per_film_the_table_and_the_failures(films: Path, tmp_path: Pat
     code, output = _run("--images", str(films), "--out-dir", str(out))
     assert code == 0, output
     assert "3 films segmented" in output and "2 failures" in output
+    code, strict = _run("--images", str(films), "--out-dir", str(out), "--strict")  # resumed: nothing read again
+    assert code == 3 and "2 of 5 films failed" in strict and "--strict: exit status 3" in strict, strict
     header = (out / "segment.csv").read_text().splitlines()[0]
     assert header.split(",") == list(CSV_COLUMNS) == ["image", "status", "folder", "ctr", "heart_source",
                                                       "ctr_plausible", "lungs_plausible", "lung_problems", "read_as",

@@ -13,9 +13,11 @@ from cxrground.cli.common import (
     OUT_DIR,
     PACK_OPT,
     echo_lines,
+    exit_if_failed,
     exit_if_none_read,
     group,
     request_options,
+    strict_option,
     threads_option,
 )
 from cxrground.errors import first_failure
@@ -85,10 +87,11 @@ def show(request: GeometryRequest) -> None:
 @click.option("--max-pixels", type=click.IntRange(1), default=DEFAULT_MAX_PIXELS, show_default=True,
               help=MAX_PIXELS_HELP + " Films refused so are read with a higher limit by a rerun with --retry-failed.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@strict_option("films", "in OUT/failures.jsonl")
 def zones(images: Path, out: Path, overwrite: bool, retry_failed: bool, normative: Path | None, no_overlays: bool,
           overlay_width: int | None, save_masks: bool, metadata: Path | None, qc_orientation: bool,
           no_pose_warning: bool, zone_model: str, segmenter_opt: tuple[str, ...], max_pixels: int,
-          quiet: bool) -> None:
+          quiet: bool, strict: bool) -> None:
     """Lungs, heart, CTR and a score + 0/1 flag for each lung zone A-F of every frontal film: OUT/zones.csv. Exits 1
     when no film could be read (the reasons are in OUT/failures.jsonl)."""
     from cxrground.anatomy.segment import SEGMENTERS, get_segmenter
@@ -114,6 +117,8 @@ def zones(images: Path, out: Path, overwrite: bool, retry_failed: bool, normativ
     click.echo(f"wrote {out / 'zones.csv'}: {len(readings)} images, {flagged} zones flagged, "
                f"{len(failures)} failures ({how})" + first_failure(failures))
     exit_if_none_read(len(readings), len(failures), out)
+    exit_if_failed(strict, len(failures), f"{len(failures)} of {len(readings) + len(failures)} films failed",
+                   f"the reasons are in {out / 'failures.jsonl'}")
 
 
 @anatomy.command("fit-zones")
@@ -165,8 +170,9 @@ def fit_normative_cmd(out: Path, pack_dir: Path | None) -> None:
                    "not read. Default: MIMIC-CXR-JPG's table in the image folder or its parent, when there.")
 @click.option("--max-pixels", type=click.IntRange(1), default=DEFAULT_MAX_PIXELS, show_default=True,
               help=MAX_PIXELS_HELP + " Films refused so are read with a higher limit by a rerun with --retry-failed.")
+@strict_option("films", "in OUT/failures.jsonl")
 def pose(images: Path, out: Path, overwrite: bool, retry_failed: bool, weights: Path | None, no_sheets: bool,
-         metadata: Path | None, max_pixels: int) -> None:
+         metadata: Path | None, max_pixels: int, strict: bool) -> None:
     """List the films that look stored mirrored, turned or flipped (OUT/poses.csv, contact sheets in OUT/flagged/):
     a list to look at, nothing is rejected. On held-out films the shipped reader finds 98-100 % of mirrored films
     and lists 3-6 % of upright ones (docs: Real films: anatomy). Exits 1 when no film could be read."""
@@ -188,6 +194,8 @@ def pose(images: Path, out: Path, overwrite: bool, retry_failed: bool, weights: 
                + (f" (contact sheets in {out / 'flagged'})" if flagged and not no_sheets else "")
                + f", {len(failures)} failures" + first_failure(failures))
     exit_if_none_read(len(rows), len(failures), out)
+    exit_if_failed(strict, len(failures), f"{len(failures)} of {len(rows) + len(failures)} films failed",
+                   f"the reasons are in {out / 'failures.jsonl'}")
 
 
 COMMANDS: list[click.Command] = [anatomy]

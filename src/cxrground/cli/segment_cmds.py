@@ -8,7 +8,17 @@ from pathlib import Path
 import click
 
 from cxrground.anatomy.segment.request import SegmentRequest, segment_folder_request, segment_request
-from cxrground.cli.common import DIR, FILE, echo_lines, exit_if_none_read, group, request_options, threads_option
+from cxrground.cli.common import (
+    DIR,
+    FILE,
+    echo_lines,
+    exit_if_failed,
+    exit_if_none_read,
+    group,
+    request_options,
+    strict_option,
+    threads_option,
+)
 from cxrground.models.lung_unet.config import LungTrainRequest
 from cxrground.models.pose_net import FOLDER_HOLDOUT_FRACTION
 
@@ -21,7 +31,8 @@ def segment() -> None:
 @segment.command("lungs")
 @threads_option
 @request_options(SegmentRequest)
-def lungs(request: SegmentRequest) -> None:
+@strict_option("films", "in OUT_DIR/failures.jsonl; with --images only")
+def lungs(request: SegmentRequest, strict: bool) -> None:
     """Write right_lung.png, left_lung.png, heart.png, overlay.png and masks.json; print the CTR.
 
     With --images DIR: the same files for every film under DIR, in OUT_DIR/<its path under DIR>/, and
@@ -34,6 +45,8 @@ def lungs(request: SegmentRequest) -> None:
     batch = segment_folder_request(request)
     echo_lines(batch.summary_lines())
     exit_if_none_read(batch.segmented, len(batch.failures), request.out_dir)
+    exit_if_failed(strict, len(batch.failures), f"{len(batch.failures)} of {batch.segmented + len(batch.failures)} "
+                   "films failed", f"the reasons are in {request.out_dir / 'failures.jsonl'}")
 
 
 @segment.command("train-lungs")
