@@ -11,11 +11,15 @@ from cxrground.io.masks import (
     as_mask,
     check_same_shape,
     check_shape,
+    column_major_runs,
     decode_chexmask_rle,
     decode_rle,
     encode_chexmask_rle,
     encode_rle,
     read_mask_png,
+    rle_counts,
+    rle_overlap,
+    rle_string_counts,
     write_mask_png,
 )
 
@@ -62,6 +66,71 @@ def test_rle_bad_counts():
         decode_rle({"size": [2, 2], "counts": [1, 1]})
     with pytest.raises(MaskError, match="not a COCO RLE"):
         decode_rle({"counts": "abc"})
+
+
+def _counts_one_by_one(data: bytes) -> list[int] | str:
+    """pycocotools' rleFrString written out character by character (the reference), or the fault it meets."""
+    runs: list[int] = []
+    p = 0
+    while p < len(data):
+        x, k, more = 0, 0, True
+        while more:
+            if p >= len(data):
+                return "ends inside a run length"
+            c = data[p] - 48
+            if not 0 <= c < 64:
+                return "outside '0'..'o'"
+            x |= (c & 0x1F) << (5 * k)
+            more = bool(c & 0x20)
+            p, k = p + 1, k + 1
+            if not more and c & 0x10:
+                x |= -1 << (5 * k)
+        runs.append(x + runs[-2] if len(runs) > 2 else x)
+    return runs
+
+
+def test_rle_string_counts_match_pycocotools_reading_on_masks_and_on_any_string(blob):
+    rng = np.random.default_rng(0)
+    masks = [blob, np.zeros((4, 5), bool), np.ones((4, 5), bool), rng.random((60, 45)) > 0.5]
+    big = np.zeros((900, 700), bool)
+    big[100:800:3, 50:650] = True  # long and many runs: several characters per value, large deltas
+    for m in [*masks, big]:
+        counts = encode_rle(m)["counts"]
+        assert rle_string_counts(counts) == _counts_one_by_one(counts.encode()) == column_major_runs(m).tolist()
+        np.testing.assert_array_equal(rle_counts({"size": list(m.shape), "counts": counts}), column_major_runs(m))
+    for data in [bytes(rng.integers(40, 120, int(rng.integers(0, 25)))) for _ in range(3000)] + [b"o" * 30 + b"0"]:
+        expected = _counts_one_by_one(data)
+        if isinstance(expected, str):
+            with pytest.raises(MaskError, match=expected.replace(".", r"\.")):
+                rle_string_counts(data)
+        else:
+            assert rle_string_counts(data) == expected, data
+
+
+def test_rle_counts_are_checked_as_decode_checks_them(blob):
+    with pytest.raises(MaskShapeError):
+        rle_counts(encode_rle(blob), (53, 37))
+    with pytest.raises(MaskError, match="sum to"):
+        rle_counts({"size": [2, 2], "counts": [1, 1]})
+    with pytest.raises(MaskError, match="negative"):
+        rle_counts({"size": [2, 2], "counts": [5, -1]})
+    with pytest.raises(MaskError, match="sum to"):
+        rle_counts({"size": [2, 2], "counts": "o" * 12 + "0"})  # one run far too long (as a string)
+    with pytest.raises(MaskError, match="a string or a list"):
+        rle_counts({"size": [2, 2], "counts": 4})
+
+
+def test_rle_overlap_counts_pixels_without_decoding():
+    rng = np.random.default_rng(1)
+    for i in range(200):
+        h, w = (int(v) for v in rng.integers(1, 30, 2))
+        a, b = rng.random((h, w)) < rng.random(), rng.random((h, w)) < rng.random()
+        a[:] = False if i % 7 == 0 else a
+        b[:] = True if i % 11 == 0 else b
+        ra = encode_rle(a) if i % 2 else {"size": [h, w], "counts": column_major_runs(a).tolist()}
+        assert rle_overlap(ra, encode_rle(b), (h, w)) == (int(a.sum()), int(b.sum()), int((a & b).sum()))
+    with pytest.raises(MaskShapeError):
+        rle_overlap(encode_rle(a), encode_rle(b), (h + 1, w))
 
 
 def test_chexmask_rle_known_string():

@@ -27,6 +27,8 @@ __all__ = [
     "encode_chexmask_rle",
     "encode_rle",
     "read_mask_png",
+    "rle_counts",
+    "rle_overlap",
     "rle_size",
     "rle_string_counts",
     "write_mask_png",
@@ -127,13 +129,45 @@ def rle_size(rle: Mapping[str, Any]) -> tuple[int, int]:
 
 def rle_string_counts(counts: str | bytes) -> list[int]:
     """The run lengths of a compressed COCO RLE string (pycocotools' ``rleFrString``); raises :class:`MaskError`."""
+    runs = _string_runs(counts)
+    return runs.tolist() if isinstance(runs, np.ndarray) else runs
+
+
+def _string_runs(counts: str | bytes) -> np.ndarray | list[int]:
+    """:func:`rle_string_counts`, decoded with numpy into an int64 array; a string that reading cannot take as it
+    stands (a character outside '0'..'o', a string ending inside a run length, a value over 60 bits, values near
+    int64's range) is read by :func:`_string_runs_loop`, which names the fault or gives Python integers."""
     if isinstance(counts, str):
         try:
             data = counts.encode("ascii")
         except UnicodeEncodeError as exc:
             raise MaskError(f"RLE counts string is not ASCII ({exc})") from exc
     else:
-        data = counts
+        data = bytes(counts)
+    c = np.frombuffer(data, dtype=np.uint8).astype(np.int64) - 48
+    if c.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if ((c < 0) | (c >= 64)).any() or c[-1] & 0x20:
+        return _string_runs_loop(data)
+    last = np.flatnonzero((c & 0x20) == 0)  # the last character of each value
+    first = np.concatenate([[0], last[:-1] + 1])
+    width = last - first + 1
+    if width.max() > 12:  # more than 60 bits
+        return _string_runs_loop(data)
+    shift = 5 * (np.arange(c.size) - np.repeat(first, width))
+    x = np.add.reduceat((c & 0x1F) << shift, first)
+    negative = (c[last] & 0x10) != 0
+    x[negative] -= np.left_shift(np.int64(1), 5 * width[negative])  # x |= -1 << 5k: x is below 2**5k
+    if x.size and int(np.abs(x).max()) >= 2**40:  # cumulative sums could leave int64
+        return _string_runs_loop(data)
+    runs = x.copy()
+    runs[3::2] = np.cumsum(x[1::2])[1:]  # from the fourth value on, each adds the one two before it
+    runs[4::2] = np.cumsum(x[2::2])[1:]
+    return runs
+
+
+def _string_runs_loop(data: bytes) -> list[int]:
+    """pycocotools' ``rleFrString`` character by character (the reading that names a corrupt string's fault)."""
     runs: list[int] = []
     p = 0
     while p < len(data):
@@ -156,25 +190,24 @@ def rle_string_counts(counts: str | bytes) -> list[int]:
     return runs
 
 
-def _check_runs(runs: Sequence[int], size: tuple[int, int]) -> None:
+def _check_runs(runs: Sequence[int] | np.ndarray, size: tuple[int, int]) -> None:
     """Raise :class:`MaskError` unless the run lengths are non-negative and cover exactly ``H*W`` pixels."""
-    negative = [r for r in runs if r < 0]
-    if negative:
+    negative = runs[runs < 0] if isinstance(runs, np.ndarray) else [r for r in runs if r < 0]
+    if len(negative):
         raise MaskError(f"RLE has a negative run length ({negative[0]})")
-    total = sum(runs)
+    if isinstance(runs, np.ndarray):  # int64 sums without overflow unless a run alone is already too long
+        total = sum(runs.tolist()) if runs.size and runs.max() > size[0] * size[1] else int(runs.sum())
+    else:
+        total = sum(runs)
     if total != size[0] * size[1]:
         raise MaskError(f"RLE counts sum to {total}, expected {size[0] * size[1]} for size {list(size)} "
                         f"(the runs cover {'less' if total < size[0] * size[1] else 'more'} than the image)")
 
 
-def decode_rle(rle: Mapping[str, Any], shape: Sequence[int] | None = None) -> np.ndarray:
-    """Bool mask from COCO RLE (compressed string or uncompressed list counts); checks ``shape``.
-
-    The declared size is checked against ``shape`` and the run lengths (non-negative, covering exactly ``H*W``)
-    before anything is decoded.
-    """
-    from pycocotools import mask as coco_mask
-
+def rle_counts(rle: Mapping[str, Any], shape: Sequence[int] | None = None) -> np.ndarray:
+    """The run lengths of a COCO RLE (compressed string or uncompressed list counts) as an int64 array: alternating
+    0- and 1-runs in column-major order, the first a 0-run. The declared size is checked against ``shape`` and the
+    runs must be non-negative and cover exactly ``H*W`` pixels (:class:`MaskError` or :class:`MaskShapeError`)."""
     if not isinstance(rle, Mapping) or "counts" not in rle:
         raise MaskError("not a COCO RLE object (it needs 'size' and 'counts')")
     size = rle_size(rle)
@@ -184,18 +217,54 @@ def decode_rle(rle: Mapping[str, Any], shape: Sequence[int] | None = None) -> np
     if isinstance(counts, list):
         if any(isinstance(c, bool) or not isinstance(c, int) for c in counts):
             raise MaskError("RLE list counts must be integers")
-        _check_runs(counts, size)
-        obj = coco_mask.frPyObjects({"size": list(size), "counts": [int(c) for c in counts]}, size[0], size[1])
+        runs: Sequence[int] | np.ndarray = counts
     elif isinstance(counts, str | bytes):
-        _check_runs(rle_string_counts(counts), size)
-        obj = {"size": list(size), "counts": counts.encode("ascii") if isinstance(counts, str) else counts}
+        runs = _string_runs(counts)
     else:
         raise MaskError(f"RLE counts must be a string or a list, got {type(counts).__name__}")
+    _check_runs(runs, size)
+    return np.asarray(runs, dtype=np.int64)
+
+
+def decode_rle(rle: Mapping[str, Any], shape: Sequence[int] | None = None) -> np.ndarray:
+    """Bool mask from COCO RLE (compressed string or uncompressed list counts); checks ``shape``.
+
+    The declared size is checked against ``shape`` and the run lengths (non-negative, covering exactly ``H*W``)
+    before anything is decoded (:func:`rle_counts`).
+    """
+    from pycocotools import mask as coco_mask
+
+    runs = rle_counts(rle, shape)
+    h, w = rle_size(rle)
+    counts = rle["counts"]
+    if isinstance(counts, list):
+        obj = coco_mask.frPyObjects({"size": [h, w], "counts": runs.tolist()}, h, w)
+    else:
+        obj = {"size": [h, w], "counts": counts.encode("ascii") if isinstance(counts, str) else counts}
     try:
         out = coco_mask.decode(obj)
     except Exception as exc:  # pycocotools raises bare exceptions on corrupt strings
         raise MaskError(f"corrupt RLE counts ({exc})") from exc
     return out.astype(bool)
+
+
+def rle_overlap(a: Mapping[str, Any], b: Mapping[str, Any], shape: Sequence[int]) -> tuple[int, int, int]:
+    """``(|A|, |B|, |A∩B|)`` in pixels of two COCO RLE masks of ``shape``, from their runs (nothing is decoded to
+    pixels; checked as :func:`rle_counts` checks)."""
+    starts, ends, areas = [], [], []
+    for rle in (a, b):
+        bounds = np.cumsum(rle_counts(rle, shape))
+        n = len(bounds) // 2  # 1-runs: [bounds[2j], bounds[2j + 1])
+        starts.append(bounds[0 : 2 * n : 2])
+        ends.append(bounds[1 : 2 * n : 2])
+        areas.append(int((ends[-1] - starts[-1]).sum()))
+    at = np.concatenate([*starts, *ends])
+    step = np.concatenate([np.ones(len(starts[0]) + len(starts[1]), np.int64),
+                           -np.ones(len(ends[0]) + len(ends[1]), np.int64)])
+    order = np.argsort(at, kind="stable")
+    at, depth = at[order], np.cumsum(step[order])  # depth 2 between two events: inside both masks
+    both = int(((at[1:] - at[:-1]) * (depth[:-1] == 2)).sum()) if at.size else 0
+    return areas[0], areas[1], both
 
 
 # --- CheXmask / SIIM RLE -------------------------------------------------------------------------
