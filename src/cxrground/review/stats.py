@@ -1,6 +1,8 @@
 """Review statistics: acceptance per lesion and item type, Cohen's κ per reviewer pair, Fleiss' κ, mask Dice.
 
-Pure functions first (unit-tested against hand-computed values), then :func:`review_stats` over a database.
+Pure functions first (unit-tested against hand-computed values), then :func:`review_stats` over a database: the
+same figures from SQL aggregates in one read transaction (counts per reviewer, lesion, item type, reviewer pair and
+unit), so its memory stays small whatever the number of assignments, payloads and masks.
 
 * A **rating** is one reviewer's decision on one *unit* (an ILS pair, or one question of a CheXpercept case).
   Categories are ``accept``, ``correct`` (the pair is kept with the reviewer's mask) and ``reject``.
@@ -25,15 +27,17 @@ import html
 import itertools
 import json
 import math
+from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
-from cxrground.io.masks import decode_rle
+from cxrground.io.masks import rle_overlap
+from cxrground.review.db import ILS_PART
 
 __all__ = [
     "CATEGORIES",
@@ -80,12 +84,15 @@ def cohen_kappa(a: Sequence[str], b: Sequence[str]) -> float:
     """Cohen's κ of two raters' labels on the same units (same order)."""
     if len(a) != len(b):
         raise ValueError(f"rater label lists differ in length: {len(a)} vs {len(b)}")
-    n = len(a)
-    if n == 0:
+    if not a:
         return float("nan")
-    p_o = sum(x == y for x, y in zip(a, b, strict=True)) / n
-    ca, cb = Counter(a), Counter(b)
-    p_e = sum(ca[c] * cb[c] for c in set(ca) | set(cb)) / (n * n)
+    return _cohen(len(a), sum(x == y for x, y in zip(a, b, strict=True)), Counter(a), Counter(b))
+
+
+def _cohen(n: int, agreed: int, ca: Mapping[str, int], cb: Mapping[str, int]) -> float:
+    """Cohen's κ from the number of shared units, how many got one same label, and each rater's label counts."""
+    p_o = agreed / n
+    p_e = sum(ca[c] * cb[c] for c in ca.keys() & cb.keys()) / (n * n)
     return float("nan") if math.isclose(p_e, 1.0) else (p_o - p_e) / (1.0 - p_e)
 
 
@@ -99,7 +106,12 @@ def fleiss_kappa(counts: Sequence[Sequence[int]] | np.ndarray) -> float:
     if len(table) == 0:
         return float("nan")
     p_i = (table * (table - 1)).sum(axis=1) / (n_i * (n_i - 1))
-    p_j = table.sum(axis=0) / n_i.sum()
+    return _fleiss(p_i, table.sum(axis=0), n_i.sum())
+
+
+def _fleiss(p_i: np.ndarray, per_category: np.ndarray, ratings: float) -> float:
+    """Fleiss' κ from each unit's agreement ``P_i`` (unit order), the ratings per category and their total."""
+    p_j = per_category / ratings
     p_bar, p_e = float(p_i.mean()), float((p_j**2).sum())
     return float("nan") if math.isclose(p_e, 1.0) else (p_bar - p_e) / (1.0 - p_e)
 
@@ -126,6 +138,11 @@ def acceptance_table(ratings: Iterable[Rating], by: str) -> dict[str, dict[str, 
     for r in ratings:
         name = getattr(r, by) if by != "item_type" or r.kind == "ils" else r.part
         groups[name][r.decision] += 1
+    return _acceptance(groups)
+
+
+def _acceptance(groups: Mapping[str, Counter]) -> dict[str, dict[str, float]]:
+    """The acceptance table of some decision counts per group name."""
     out = {}
     for name in sorted(groups):
         c = groups[name]
@@ -168,55 +185,131 @@ def ratings_of(assignments: Iterable[Any]) -> list[Rating]:
             for a in assignments for part, d in sorted(a.decisions.items())]
 
 
-def _dice_rows(assignments: Iterable[Any]) -> list[dict[str, Any]]:
-    rows = []
-    for a in assignments:
-        d = a.decisions.get("pair")
-        if a.item.kind != "ils" or d is None or d["decision"] != "correct" or not d["mask"] or not a.item.mask:
-            continue
-        shape = (a.item.height, a.item.width)
-        rows.append({"key": a.item.key, "lesion": a.item.lesion, "reviewer": a.user_name,
-                     "dice": dice(decode_rle(d["mask"], shape), decode_rle(a.item.mask, shape))})
-    return rows
-
-
 def _nan_to_none(x: float) -> float | None:
     return None if isinstance(x, float) and math.isnan(x) else x
 
 
+#: The ratings: every decision with its assignment, item and reviewer (``d``, ``a``, ``i``, ``u``).
+_RATINGS: Final[str] = ("decisions d JOIN assignments a ON a.id = d.assignment_id JOIN items i ON i.id = a.item_id "
+                        "JOIN users u ON u.id = a.user_id")
+
+#: Per reviewer: assignments, assignments done, units assigned and units decided; then one row with reviewer NULL:
+#: the items in a queue and how many of them every assigned reviewer has done. An item's units are its parts as
+#: :attr:`~cxrground.review.db.Item.parts` lists them (``payload.parts``, or the one ILS part when it has none);
+#: SQLite reads each payload once and none of it reaches Python.
+_PROGRESS_SQL: Final[str] = f"""
+WITH parts(item_id, part, n) AS MATERIALIZED (
+  SELECT i.id, COALESCE(j.value, '{ILS_PART}'), COUNT(*) FROM items i LEFT JOIN json_each(i.payload, '$.parts') j
+  GROUP BY 1, 2),
+item_units(item_id, units, distinct_parts) AS MATERIALIZED (
+  SELECT item_id, SUM(n), COUNT(*) FROM parts GROUP BY item_id),
+decided(assignment_id, units, distinct_parts) AS MATERIALIZED (
+  SELECT d.assignment_id, SUM(p.n), COUNT(*) FROM decisions d JOIN assignments a ON a.id = d.assignment_id
+  JOIN parts p ON p.item_id = a.item_id AND p.part = d.part GROUP BY d.assignment_id),
+per_assignment(item_id, reviewer, units, decided, done) AS MATERIALIZED (
+  SELECT a.item_id, u.name, n.units, COALESCE(x.units, 0), COALESCE(x.distinct_parts, 0) = n.distinct_parts
+  FROM assignments a JOIN users u ON u.id = a.user_id JOIN item_units n ON n.item_id = a.item_id
+  LEFT JOIN decided x ON x.assignment_id = a.id)
+SELECT reviewer, COUNT(*), SUM(done), SUM(units), SUM(decided) FROM per_assignment GROUP BY reviewer
+UNION ALL
+SELECT NULL, COUNT(*), SUM(complete), 0, 0 FROM (SELECT MIN(done) AS complete FROM per_assignment GROUP BY item_id)
+"""
+
+#: Ratings per lesion, item type (an ILS pair's type and sign, a question's id), decision and reason.
+_TALLY_SQL: Final[str] = (f"SELECT i.lesion, CASE WHEN i.kind = 'ils' THEN i.item_type ELSE d.part END, d.decision, "
+                          f"d.reason, COUNT(*) FROM {_RATINGS} GROUP BY 1, 2, 3, 4")
+
+#: Per reviewer pair (a < b) and pair of their decisions: the units (item key, part) both rated so (a reviewer rates
+#: a unit once: an ILS pair and the benchmark case of the same key have different parts).
+_AGREEMENT_SQL: Final[str] = f"""
+WITH r AS MATERIALIZED (SELECT i.key, d.part, u.name AS reviewer, d.decision FROM {_RATINGS})
+SELECT x.reviewer, y.reviewer, x.decision, y.decision, COUNT(*) FROM r x
+JOIN r y ON y.key = x.key AND y.part = x.part AND y.reviewer > x.reviewer GROUP BY 1, 2, 3, 4
+"""
+
+#: Per unit with two or more ratings: ``P_i`` and its ratings per category, in the order :func:`fleiss_of` meets the
+#: units when the assignments are read in queue order (so the mean of ``P_i`` is summed in the same order, to the
+#: last bit): by first rating. A unit's raters are distinct users, so its first rating is its lowest user id's, and
+#: ``a.position`` is that rating's (SQLite takes a bare column from the row that gave the one ``MIN``).
+_UNITS_SQL: Final[str] = f"""
+SELECT CAST(na * (na - 1) + nc * (nc - 1) + nr * (nr - 1) AS REAL) / (n * (n - 1)), na, nc, nr FROM (
+  SELECT MIN(a.user_id) AS first_user, a.position AS position, d.part AS part, COUNT(*) AS n,
+         SUM(d.decision = 'accept') AS na, SUM(d.decision = 'correct') AS nc, SUM(d.decision = 'reject') AS nr
+  FROM {_RATINGS} GROUP BY i.key, d.part HAVING COUNT(*) >= 2)
+ORDER BY first_user, position, part
+"""
+
+#: The corrected masks of ILS pairs with a generated one, queue order.
+_CORRECTIONS_SQL: Final[str] = (f"SELECT i.lesion, i.height, i.width, d.mask, i.mask FROM {_RATINGS} "
+                                f"WHERE i.kind = 'ils' AND d.part = '{ILS_PART}' AND d.decision = 'correct' "
+                                "AND d.mask IS NOT NULL AND i.mask IS NOT NULL ORDER BY a.user_id, a.position")
+
+
 def review_stats(db: Any) -> dict[str, Any]:
-    """Everything the statistics page and ``review stats`` show, JSON-ready (NaN as None), from one read of the
-    database."""
-    snap = db.snapshot()
-    assignments = snap.assignments
-    ratings = ratings_of(assignments)
-    by_item: dict[int, list[bool]] = defaultdict(list)
-    for a in assignments:
-        by_item[a.item.id].append(a.done)
-    units_total = sum(len(a.item.parts) for a in assignments)
-    units_done = sum(len([p for p in a.item.parts if p in a.decisions]) for a in assignments)
-    fk, fk_units = fleiss_of(ratings)
-    dice_rows = _dice_rows(assignments)
-    per_lesion: dict[str, list[float]] = defaultdict(list)
-    for row in dice_rows:
-        per_lesion[row["lesion"]].append(row["dice"])
-    reviewers = []
-    for name in sorted({a.user_name for a in assignments}):
-        mine = [a for a in assignments if a.user_name == name]
-        reviewers.append({"reviewer": name, "assigned": len(mine), "done": sum(a.done for a in mine)})
-    reasons = Counter(r.reason for r in ratings if r.decision == "reject")
+    """Everything the statistics page and ``review stats`` show, JSON-ready (NaN as None), from one read transaction
+    of the database. The figures are SQL aggregates (counts per reviewer, per lesion, per reviewer pair, per unit):
+    no item payload reaches Python, and a corrected mask is compared with the generated one by its runs, one pair
+    at a time."""
+    reviewers, tally, cohen = [], Counter(), []
+    by_lesion: dict[str, Counter] = defaultdict(Counter)
+    by_type: dict[str, Counter] = defaultdict(Counter)
+    reasons: Counter = Counter()
+    with db.connect(write=False) as con:
+        items = con.execute("SELECT COUNT(*) FROM items").fetchone()[0]
+        for name, assigned, done, units, decided in con.execute(_PROGRESS_SQL):
+            if name is None:
+                items_complete = done or 0
+            else:
+                reviewers.append({"reviewer": name, "assigned": assigned, "done": done})
+                tally["units"] += units
+                tally["decided"] += decided
+        for lesion, item_type, decision, reason, n in con.execute(_TALLY_SQL):
+            by_lesion[lesion][decision] += n
+            by_type[item_type][decision] += n
+            tally["ratings"] += n
+            if decision == "reject":
+                reasons[reason] += n
+        pairs: dict[tuple[str, str], Counter] = defaultdict(Counter)
+        for a, b, x, y, n in con.execute(_AGREEMENT_SQL):
+            pairs[a, b][x, y] += n
+        p_i, per_category = array("d"), [0, 0, 0]
+        for agreement, *counts in con.execute(_UNITS_SQL):
+            p_i.append(agreement)
+            per_category = [x + y for x, y in zip(per_category, counts, strict=True)]
+        dice_rows: list[float] = []
+        per_lesion: dict[str, list[float]] = defaultdict(list)
+        for lesion, h, w, corrected, generated in con.execute(_CORRECTIONS_SQL):
+            mine, theirs = json.loads(corrected), json.loads(generated)
+            if not mine or not theirs:
+                continue
+            a_px, b_px, both = rle_overlap(mine, theirs, (h, w))
+            value = 1.0 if a_px + b_px == 0 else 2.0 * both / (a_px + b_px)
+            dice_rows.append(value)
+            per_lesion[lesion].append(value)
+    for (a, b), table in sorted(pairs.items()):
+        n = sum(table.values())
+        agreed = sum(v for (x, y), v in table.items() if x == y)
+        ca, cb = Counter(), Counter()
+        for (x, y), v in table.items():
+            ca[x] += v
+            cb[y] += v
+        cohen.append({"a": a, "b": b, "shared": n, "agreement": agreed / n,
+                      "kappa": _nan_to_none(_cohen(n, agreed, ca, cb))})
+    fk = (_fleiss(np.frombuffer(p_i), np.asarray(per_category, float), float(sum(per_category))) if p_i
+          else float("nan"))
+    reviewers.sort(key=lambda r: r["reviewer"])
     return {
-        "items": len(snap.items), "items_complete": sum(all(done) for done in by_item.values()),
-        "assignments": len(assignments), "units_assigned": units_total,
-        "units_decided": units_done, "ratings": len(ratings), "reviewers": reviewers,
-        "acceptance_by_lesion": acceptance_table(ratings, "lesion"),
-        "acceptance_by_type": acceptance_table(ratings, "item_type"),
+        "items": items, "items_complete": items_complete,
+        "assignments": sum(r["assigned"] for r in reviewers), "units_assigned": tally["units"],
+        "units_decided": tally["decided"], "ratings": tally["ratings"], "reviewers": reviewers,
+        "acceptance_by_lesion": _acceptance(by_lesion),
+        "acceptance_by_type": _acceptance(by_type),
         "reject_reasons": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
-        "cohen": [{**p, "kappa": _nan_to_none(p["kappa"])} for p in pairwise_cohen(ratings)],
-        "fleiss": {"kappa": _nan_to_none(fk), "units": fk_units},
+        "cohen": cohen,
+        "fleiss": {"kappa": _nan_to_none(fk), "units": len(p_i)},
         "dice": {"n": len(dice_rows),
-                 "mean": float(np.mean([r["dice"] for r in dice_rows])) if dice_rows else None,
-                 "median": float(np.median([r["dice"] for r in dice_rows])) if dice_rows else None,
+                 "mean": float(np.mean(dice_rows)) if dice_rows else None,
+                 "median": float(np.median(dice_rows)) if dice_rows else None,
                  "by_lesion": {k: {"n": len(v), "mean": float(np.mean(v))} for k, v in sorted(per_lesion.items())}},
     }
 
