@@ -446,6 +446,86 @@ def test_a_resume_with_other_training_arguments_is_refused(tmp_path, monkeypatch
     assert not (tmp_path / "out" / "data").exists()  # refused before preparing
 
 
+class _Interrupted(Exception):
+    pass
+
+
+def _fake_ultralytics(monkeypatch) -> list[dict[str, object]]:
+    """ultralytics replaced by a YOLO whose training saves run/weights/last.pt and stops (as a run killed after its
+    first epoch); returns the keyword arguments of every train() call."""
+    calls: list[dict[str, object]] = []
+
+    class FakeYOLO:
+        def __init__(self, model: str) -> None:
+            self.model = model
+
+        def train(self, **kwargs: object) -> None:
+            calls.append(kwargs)
+            if "resume" not in kwargs:
+                weights = Path(str(kwargs["project"])) / str(kwargs["name"]) / "weights"
+                weights.mkdir(parents=True, exist_ok=True)
+                (weights / "last.pt").write_bytes(b"epoch 1")
+            raise _Interrupted
+
+    monkeypatch.setattr("cxrground.ils.detector.train.check_ultralytics", lambda: None)
+    monkeypatch.setattr("cxrground.ils.detector.train.ultralytics_offline", lambda *_: None)
+    monkeypatch.setattr("cxrground.ils.detector.train._import_yolo", lambda: FakeYOLO)
+    return calls
+
+
+def test_a_resume_compares_every_setting_the_run_was_started_with(tmp_path, monkeypatch):
+    from cxrground.ils.detector.train import STARTED_FILE
+
+    calls = _fake_ultralytics(monkeypatch)
+    args = _train_args(tmp_path, "--val", "0.3", "--test", "0.0", "--epochs", "3", "--device", "cpu")
+    first = [*args, "--set", "mosaic=0", "--set", "lr0=0.02"]
+    res = CliRunner().invoke(main, first)
+    assert isinstance(res.exception, _Interrupted) and len(calls) == 1, res.output
+    run = tmp_path / "out" / "run"
+    record = json.loads((run / STARTED_FILE).read_text())  # written before ultralytics started
+    assert record["set"] == {"deterministic": True, "lr0": 0.02, "mosaic": 0} and record["epochs"] == 3
+    # a --set left out, one added, another model: ultralytics would resume with the first run's, silently
+    res = CliRunner().invoke(main, [*args, "--set", "lr0=0.02", "--set", "cos_lr=true", "--model", "yolov8s.yaml"])
+    assert res.exit_code == 1 and len(calls) == 1, res.output
+    message = " ".join(res.output.split())
+    assert f"{run} was started with model='yolov8n.yaml' (asked: 'yolov8s.yaml'), cos_lr not set (asked: True), " \
+           "mosaic=0 (asked: not set); a resume keeps them" in message
+    assert "use another --out, or --overwrite to train again" in message
+    res = CliRunner().invoke(main, [*args, "--set", "mosaic=0.0", "--set", "lr0=0.02"])  # the same values: resumed
+    assert isinstance(res.exception, _Interrupted) and calls[-1]["resume"] == str(run / "weights" / "last.pt")
+    res = CliRunner().invoke(main, [*args, "--set", "mosaic=false", "--set", "lr0=0.02"])
+    assert res.exit_code == 1 and "mosaic=0 (asked: False)" in res.output, res.output
+    res = CliRunner().invoke(main, [*args, "--set", "mosaic=0.5", "--overwrite"])  # trains again, recorded anew
+    assert isinstance(res.exception, _Interrupted) and "resume" not in calls[-1]
+    assert json.loads((run / STARTED_FILE).read_text())["set"] == {"deterministic": True, "mosaic": 0.5}
+
+
+def test_a_finished_run_is_not_reported_for_other_training_settings(tmp_path, monkeypatch):
+    from cxrground.ils.detector.train import STARTED_FILE, DetectorTrainRequest, started_changes, train_detector
+
+    monkeypatch.setattr("cxrground.ils.detector.train.check_ultralytics", lambda: None)
+    args = _train_args(tmp_path)
+    out = tmp_path / "out"
+    (out / "run").mkdir(parents=True)
+    (out / "vindr_yolo.pt").write_bytes(b"trained")
+    (out / "vindr_yolo.json").write_text("{}")
+    (out / "run" / STARTED_FILE).write_text(json.dumps({"epochs": 50, "seed": 0, "model": "yolov8n.yaml",
+                                                         "model_sha256": None, "amp": "auto",
+                                                         "set": {"deterministic": True}}))
+    request = DetectorTrainRequest(annotations=tmp_path / "train.csv", images=tmp_path / "films", out=out,
+                                   imgsz=64, model="yolov8n.yaml")
+    assert train_detector(request).already_done  # the same settings: reported
+    res = CliRunner().invoke(main, [*args, "--set", "lr0=0.01"])
+    assert res.exit_code == 1 and f"{out} holds a detector trained with lr0 not set (asked: 0.01); use another " \
+        "--out or --overwrite" in " ".join(res.output.split()), res.output
+    (out / "run" / STARTED_FILE).write_text('{"set": [1]}')
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 1 and "unreadable training settings the run was started with" in res.output
+    pt = {"epochs": 1, "seed": 0, "model": "/a/m.pt", "model_sha256": "ab", "amp": "auto", "set": {}}
+    assert started_changes(pt, {**pt, "model": "/b/m.pt"}) == []  # a moved .pt is the same model
+    assert started_changes(pt, {**pt, "model_sha256": "cd"}) == ["model='/a/m.pt' (asked: '/a/m.pt')"]
+
+
 def test_train_without_ultralytics_or_images_says_why(tmp_path, monkeypatch):
     monkeypatch.setattr("cxrground.ils.detector.train.check_ultralytics", lambda: None)  # its own test: badinput
     ann = _csv(tmp_path / "train.csv", [["a", "ILD", 1, 1, 9, 9, "R1"]])
@@ -481,6 +561,10 @@ def test_resume_after_moving_the_output_folder(cohort12, tmp_path):
         (first / name).unlink()
     moved = tmp_path / "moved"
     first.rename(moved)
+    dropped = args(moved)
+    del dropped[dropped.index("save_period=1") - 1 : dropped.index("save_period=1") + 1]
+    res = runner.invoke(main, dropped)  # ultralytics would go on with the first run's save_period
+    assert res.exit_code == 1 and "save_period=1 (asked: not set); a resume keeps them" in res.output, res.output
     res = runner.invoke(main, args(moved))
     assert res.exit_code == 0 and "epochs: 2 of 2 (resumed)" in res.output, res.output
     assert not first.exists() and (moved / "vindr_yolo.pt").is_file()  # nothing made at the old place

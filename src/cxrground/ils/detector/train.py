@@ -13,9 +13,12 @@ Output folder ``OUT``::
     vindr_yolo.json        provenance: data hash, classes, split, training settings, val and test metrics
 
 Resumable: a run stopped part-way continues from ``run/weights/last.pt`` (ultralytics' resume) where ``OUT`` is
-now, with the epochs, seed and ``--set`` arguments it was started with (a resume asking for others is refused;
-``--batch`` and ``--patience`` are applied); a finished one (``vindr_yolo.pt`` present) is reported, not redone,
-unless ``overwrite``. A run whose data/ was prepared from other annotations, patients, films or settings is
+now, with the training settings it was started with, recorded in ``run/started_with.json`` before ultralytics
+starts (:func:`started_with`: epochs, seed, model, amp, every ``--set`` argument). A resume asking for other values,
+or leaving out or adding a ``--set``, is refused naming each (:func:`started_changes`; a run started before that
+record existed is compared with ultralytics' ``args.yaml`` on the arguments asked for); ``--batch`` and
+``--patience`` are applied. A finished one (``vindr_yolo.pt`` present) is reported, not redone, unless
+``overwrite``, and refused the same way when asked for with other training settings. A run whose data/ was prepared from other annotations, patients, films or settings is
 refused; ``overwrite`` checks everything first, then prepares data/ again where it differs, then deletes the old
 run and weights.
 
@@ -50,8 +53,9 @@ from cxrground.ils.detector.prepare import (
 )
 from cxrground.io.files import atomic_write_text, finite_json, read_json_object, sha256_file
 
-__all__ = ["MANAGED_ARGS", "NEEDS_ULTRALYTICS", "WEIGHTS_NAME", "DetectorTrainRequest", "TrainedDetector",
-           "check_ultralytics", "train_detector", "ultralytics_args", "ultralytics_offline"]
+__all__ = ["MANAGED_ARGS", "NEEDS_ULTRALYTICS", "STARTED_FILE", "WEIGHTS_NAME", "DetectorTrainRequest",
+           "TrainedDetector", "check_ultralytics", "started_changes", "started_with", "train_detector",
+           "ultralytics_args", "ultralytics_offline"]
 
 @dataclass(frozen=True, kw_only=True)
 class DetectorTrainRequest:
@@ -107,6 +111,10 @@ MANAGED_ARGS = frozenset({"data", "epochs", "imgsz", "batch", "device", "workers
 DEFAULT_ARGS: dict[str, Any] = {"deterministic": True}
 #: What ultralytics takes from the command on a resume (the other training arguments come from the checkpoint).
 RESUME_APPLIED = frozenset({"batch", "patience", "plots", "device", "workers"})
+#: The training settings a run keeps when it is resumed, as ``detector train`` recorded them in ``OUT/run/`` before
+#: ultralytics started: epochs, seed, model (a local ``.pt`` by its sha256), mixed precision and the ``--set``
+#: arguments (with the defaults :data:`DEFAULT_ARGS` adds).
+STARTED_FILE = "started_with.json"
 #: How the two metric lines are computed (the summary and the provenance say it).
 METRIC_METHODS = {"val": "ultralytics' validator, NMS IoU 0.7",
                   "test": "detector evaluate: the ils build adapter, NMS IoU 0.6, pycocotools"}
@@ -264,15 +272,61 @@ def _started_args(run_dir: Path) -> dict[str, Any]:
     return loaded if isinstance(loaded, dict) else {}
 
 
-def _check_resume(run_dir: Path, request: DetectorTrainRequest, train_args: dict[str, Any]) -> None:
-    """Refuse a resume that asks for training arguments a resume cannot change (ultralytics keeps the run's)."""
-    started = _started_args(run_dir)
-    wanted = {"epochs": request.epochs, "seed": request.seed, **train_args}
-    differ = [f"{k}={started[k]!r} (asked: {v!r})" for k, v in wanted.items()
-              if k not in RESUME_APPLIED and k in started and started[k] != v]
+def started_with(request: DetectorTrainRequest, train_args: dict[str, Any], model: str,
+                 model_sha256: str | None) -> dict[str, Any]:
+    """The training settings a run started by ``request`` keeps on a resume (what :data:`STARTED_FILE` holds)."""
+    return {"epochs": request.epochs, "seed": request.seed, "model": model, "model_sha256": model_sha256,
+            "amp": request.amp, "set": dict(sorted(train_args.items()))}
+
+
+def started_changes(then: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The settings of ``now`` (:func:`started_with`) that differ from those a run was started with, as
+    ``key=value then (asked: value now)``; a ``--set`` argument given on one side only says ``not set`` on the
+    other. A local ``.pt`` model is compared by its sha256 (a moved file is the same model)."""
+    changes = [f"{key}={then[key]!r} (asked: {now[key]!r})" for key in ("epochs", "seed", "amp")
+               if key in then and then[key] != now[key]]
+    same_model = (then.get("model_sha256") == now["model_sha256"] if then.get("model_sha256") or now["model_sha256"]
+                  else then.get("model", now["model"]) == now["model"])
+    if not same_model:
+        changes.append(f"model={then.get('model')!r} (asked: {now['model']!r})")
+    was, asked = then.get("set") or {}, now["set"]
+    for key in sorted(was.keys() | asked.keys()):
+        if key not in asked:
+            changes.append(f"{key}={was[key]!r} (asked: not set)")
+        elif key not in was:
+            changes.append(f"{key} not set (asked: {asked[key]!r})")
+        elif was[key] != asked[key] or isinstance(was[key], bool) != isinstance(asked[key], bool):
+            changes.append(f"{key}={was[key]!r} (asked: {asked[key]!r})")
+    return changes
+
+
+def _read_started(run_dir: Path) -> dict[str, Any] | None:
+    """What :data:`STARTED_FILE` in ``run_dir`` holds (None: a run started before it was written)."""
+    path = run_dir / STARTED_FILE
+    if not path.is_file():
+        return None
+    what = "training settings the run was started with (--overwrite trains again)"
+    record = read_json_object(path, what)
+    if not isinstance(record.get("set", {}), dict):
+        raise InputError(f"unreadable {what} ('set' is not a JSON object)", path)
+    return record
+
+
+def _check_resume(run_dir: Path, started: dict[str, Any]) -> None:
+    """Refuse a resume that asks for other training settings than the run was started with (ultralytics keeps the
+    run's): all of them against :data:`STARTED_FILE`, or, for a run started before that record was written, the
+    epochs, seed and ``--set`` arguments asked for against ultralytics' ``args.yaml``."""
+    then = _read_started(run_dir)
+    if then is not None:
+        differ = started_changes(then, started)
+    else:
+        args = _started_args(run_dir)
+        wanted = {"epochs": started["epochs"], "seed": started["seed"], **started["set"]}
+        differ = [f"{k}={args[k]!r} (asked: {v!r})" for k, v in wanted.items()
+                  if k not in RESUME_APPLIED and k in args and args[k] != v]
     if differ:
         raise ConfigError(f"{run_dir} was started with {', '.join(differ)}; a resume keeps them: rerun with "
-                          "those values, or --overwrite to train again")
+                          "those values, use another --out, or --overwrite to train again")
 
 
 def train_detector(request: DetectorTrainRequest, warn: Callable[[str], None] | None = None) -> TrainedDetector:
@@ -285,15 +339,21 @@ def train_detector(request: DetectorTrainRequest, warn: Callable[[str], None] | 
     train_args = {**DEFAULT_ARGS, **ultralytics_args(request.train_set)}
     model, model_sha256 = _model_source(request.model)
     inputs = PreparedInputs.of(request.annotations, request.images, request.patients)
+    started = started_with(request, train_args, model, model_sha256)
     if not request.overwrite and weights.is_file() and prov_file.is_file():
         prov = read_json_object(prov_file, "provenance of the trained detector (--overwrite trains again)")
         _check_finished(prov, request, inputs, out)
+        then = _read_started(run_dir)
+        differ = started_changes(then, started) if then is not None else []
+        if differ:
+            raise ConfigError(f"{out} holds a detector trained with {', '.join(differ)}; use another --out or "
+                              "--overwrite to train again")
         return TrainedDetector(weights, prov, already_done=True)
     check_ultralytics()
     last = run_dir / "weights" / "last.pt"
     resumed = last.is_file() and not request.overwrite
     if resumed:
-        _check_resume(run_dir, request, train_args)
+        _check_resume(run_dir, started)
     data = prepare_dataset(request.annotations, request.images, out / "data", request.prepare_settings(),
                            patients=request.patients, workers=max(1, request.workers),
                            max_images=request.max_images, overwrite=request.overwrite)
@@ -323,6 +383,8 @@ def train_detector(request: DetectorTrainRequest, warn: Callable[[str], None] | 
                 raise
             model_obj = YOLO(str(last))
     else:
+        run_dir.mkdir(parents=True, exist_ok=True)  # what a resume must keep, before ultralytics writes anything
+        atomic_write_text(run_dir / STARTED_FILE, json.dumps(started, indent=1) + "\n")
         model_obj = YOLO(model)
         model_obj.train(data=str(data.yaml), epochs=request.epochs, imgsz=request.imgsz, batch=request.batch,
                         device=request.device, workers=request.workers, seed=request.seed, project=str(out),
