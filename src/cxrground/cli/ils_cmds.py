@@ -19,6 +19,7 @@ from cxrground.cli.common import (
     warn,
 )
 from cxrground.ils.export import ExportRequest, export_request
+from cxrground.ils.gallery import PER_PAGE
 from cxrground.ils.request import BuildRequest, build_lines, run_build
 
 
@@ -86,24 +87,36 @@ def quality(out: Path, cohort: Path, as_json: bool) -> None:
 @click.option("--sample", type=int, default=None, metavar="SEED",
               help="Show --limit studies drawn at random (reproducibly for SEED) from the split or from every split, "
                    "instead of the first ones in file order (train first).")
-def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: str, sample: int | None) -> None:
+@click.option("--per-page", type=click.IntRange(1), default=PER_PAGE, show_default=True,
+              help="Studies a page: more go on further pages beside the first (STEM.p2.html, STEM.p3.html, ...).")
+def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: str, sample: int | None,
+            per_page: int) -> None:
     """Write a self-contained HTML page: each film (named by its path under --images) with its lesion masks and all
     instruction-answer pairs, as embedded JPEG thumbnails (about 30 KB a study), with a table of contents and a
-    filter by split and finding. A study whose film, masks or unit record cannot be read is listed on the page and
-    here with the reason; the others are shown. DATASET: the dataset folder or its JSON file (masks and unit records
-    are read from the file's folder)."""
+    filter by split and finding. More than --per-page studies go on several self-contained pages linked to each
+    other, each with its contents, the filter and an index of every page's studies (pages after the last that an
+    earlier run wrote are removed). A study whose film, masks or unit record cannot be read is listed in its place
+    (and on the first page) and here with the reason; the others are shown. DATASET: the dataset folder or its JSON
+    file (masks and unit records are read from the file's folder)."""
     from cxrground.ils.gallery import render_gallery
     from cxrground.ils.schema import dataset_location
 
     target = html_path or dataset_location(out)[0] / "gallery.html"
-    result = render_gallery(out, images, target, limit, None if split == "all" else split, sample=sample)
+    result = render_gallery(out, images, target, limit, None if split == "all" else split, sample=sample,
+                            per_page=per_page)
     if result.drawn_from is not None:
         more = f"; drawn at random from {result.drawn_from}"
     else:
         more = ("; the first in file order, and the dataset has more: raise --limit, choose a --split or draw a "
                 "--sample" if result.more else "")
-    click.echo(f"wrote {target} ({result.shown} studies"
+    pages = result.pages[1:]
+    also = (f" and {len(pages)} more page{'s' if len(pages) > 1 else ''} beside it, {pages[0].name}"
+            f"{f' to {pages[-1].name}' if len(pages) > 1 else ''}" if pages else "")
+    click.echo(f"wrote {target}{also} ({result.shown} studies" + (f", {per_page} a page" if pages else "")
                + (f", {len(result.failed)} not shown" if result.failed else "") + more + ")")
+    if result.removed:
+        note(f"removed {len(result.removed)} page{'s' if len(result.removed) > 1 else ''} of an earlier run past the "
+             f"last: {', '.join(path.name for path in result.removed)}")
     for key, reason in result.failed:
         warn(f"study {key} not shown: {reason}")
 

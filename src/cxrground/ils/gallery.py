@@ -18,11 +18,13 @@ import base64
 import html
 import io
 import json
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import quote
 
 import numpy as np
 from PIL import Image
@@ -37,7 +39,7 @@ from cxrground.io.image import read_image
 from cxrground.io.masks import read_mask_png
 from cxrground.io.overlay import PALETTE, blend
 
-__all__ = ["JPEG_QUALITY", "GalleryResult", "grounding_lines", "reading_line", "render_gallery"]
+__all__ = ["JPEG_QUALITY", "PER_PAGE", "GalleryResult", "grounding_lines", "reading_line", "render_gallery"]
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:16px;background:#111;color:#ddd}a{color:#8cf}
@@ -52,24 +54,44 @@ table{border-collapse:collapse;font-size:13px}td,th{padding:2px 6px;border-botto
 .toc b{margin-right:6px}
 #filters{font-size:13px}[hidden]{display:none!important}
 """
+#: Added to :data:`_CSS` on the pages of a gallery of several.
+_PAGES_CSS = """.pages{font-size:14px;margin:10px 0}.pages a,.pages b,.pages span{margin:0 3px}.pages .off{color:#666}
+ul.failed{font-size:12px}
+"""
 
 #: The filter: hides the studies (and their contents entries) whose split or findings do not match; added by the
 #: script itself, so a page without script shows every study and no dead controls.
-_JS = """
+_FILTER_JS = """
 (function(){
 var f=document.getElementById('filters');f.hidden=false;
 var s=document.getElementById('f-split'),l=document.getElementById('f-finding'),n=document.getElementById('f-count');
-function apply(){var k=0,t=0;
+@READ@function apply(){var k=0,t=0;
 document.querySelectorAll('[data-split]').forEach(function(e){
 var ok=(s.value==='all'||e.dataset.split===s.value)&&(l.value==='all'||
 (' '+e.dataset.findings+' ').indexOf(' '+l.value+' ')>=0);
 e.hidden=!ok;if(e.classList.contains('study')){t++;if(ok){k++;}}});
 document.querySelectorAll('.toc div').forEach(function(d){d.hidden=!d.querySelector('a:not([hidden])');});
-n.textContent=k+' of '+t+' studies shown';}
+n.textContent=k+' of '+t+' studies shown@WHERE@';@CARRY@}
 s.addEventListener('change',apply);l.addEventListener('change',apply);apply();
 })();
 """
+_JS: Final[str] = _FILTER_JS.replace("@READ@", "").replace("@WHERE@", "").replace("@CARRY@", "")
+#: The filter of a page of several: its choice comes from the page's address (``?split=...&finding=...``) and goes
+#: with every link to another page, so it stays while paging; it also narrows the index of the other pages' studies.
+_PAGED_JS: Final[str] = _FILTER_JS.replace("@READ@", """var q=new URLSearchParams(location.search);
+function pick(e,v){if(v!==null&&[].some.call(e.options,function(o){return o.value===v;})){e.value=v;}}
+pick(s,q.get('split'));pick(l,q.get('finding'));
+function carry(){var p=new URLSearchParams();if(s.value!=='all'){p.set('split',s.value);}
+if(l.value!=='all'){p.set('finding',l.value);}var c=p.toString();c=c?'?'+c:'';
+document.querySelectorAll('a.pg').forEach(function(a){var h=a.getAttribute('href').replace(/\\?[^#]*/,''),
+i=h.indexOf('#');a.setAttribute('href',i<0?h+c:h.slice(0,i)+c+h.slice(i));});}
+""").replace("@WHERE@", " on this page").replace("@CARRY@", "carry();")
 
+#: Studies shown on a page (``--per-page``): with thumbnails of about 30 KB, pages of about 3 MB, which a browser opens
+#: at once; the studies after them go on further pages beside the first.
+PER_PAGE: Final[int] = 100
+#: The ``<meta>`` name by which each page of a gallery of several names its first page (:func:`_marker`).
+_MARKER_NAME: Final[str] = "cxrground-gallery"
 #: JPEG quality of the thumbnails (composited first, then encoded once; 4:4:4, so coloured edges stay sharp).
 JPEG_QUALITY: Final[int] = 85
 #: Names of the :data:`~cxrground.io.overlay.PALETTE` colours, for the swatches' and images' descriptions.
@@ -260,7 +282,7 @@ _SHOWN_FIELDS = ("image_path", "section_name", "section_content")
 @dataclass(frozen=True)
 class GalleryResult:
     """What :func:`render_gallery` wrote: the studies shown with their film, and those it could not show
-    (study key, why), listed on the page in their place."""
+    (study key, why), listed in their place (and on the first page of several)."""
 
     shown: int
     failed: tuple[tuple[str, str], ...] = ()
@@ -268,19 +290,33 @@ class GalleryResult:
     """True when the dataset (or the split) has studies besides those shown and listed."""
     drawn_from: int | None = None
     """For a sample, how many studies it was drawn from (None: the first studies in file order)."""
+    pages: tuple[Path, ...] = ()
+    """The pages written, the first at the path asked for."""
+    removed: tuple[Path, ...] = ()
+    """Pages after the last one that an earlier run of the gallery had written, removed."""
 
 
 def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: str | Path, limit: int = 50,
-                   split: str | None = None, width: int = 360, sample: int | None = None) -> GalleryResult:
+                   split: str | None = None, width: int = 360, sample: int | None = None,
+                   per_page: int = PER_PAGE) -> GalleryResult:
     """Write the gallery of the first ``limit`` studies that can be shown (optionally of one split), or with
     ``sample`` = a seed, of ``limit`` studies drawn at random (reproducibly for the seed) from the split or from all
     splits, shown in file order; the page's folder is created when missing. A study whose film, masks or unit record
     cannot be read is listed on the page with the reason in its place (not counted in ``limit``: a sample draws
     another; the page stops after :data:`_MAX_FAILED` of them); when none can be shown, nothing is written and the
     first study's error is raised. The dataset JSON is read as a stream: in file order only as far as the studies
-    shown; for a sample once for the study keys and once for the studies drawn."""
+    shown; for a sample once for the study keys and once for the studies drawn.
+
+    More than ``per_page`` studies shown go on several pages, each self-contained: the first at ``out_html``, then
+    ``STEM.p2.html``, ``STEM.p3.html``, ... beside it, each with links to the others, its own table of contents and
+    filter, an index of every page's studies, and on the first page the list of studies not shown. Each such page
+    names its first page in a ``<meta>`` tag: a file of a page's name without it is not replaced (a
+    :class:`ConfigError` before anything is written), and pages after the last that an earlier run wrote are
+    removed."""
     if limit < 1:
         raise ConfigError(f"limit must be at least 1, got {limit}")
+    if per_page < 1:
+        raise ConfigError(f"per_page must be at least 1, got {per_page}")
     (root, json_path), images_root = dataset_location(dataset_dir), Path(images_root)
     splits = SPLITS if split is None else (split,)
     frame = read_frame(root)  # released-frame masks are mapped back to each film's grid
@@ -313,7 +349,7 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
                        if study.get("image_path") else "") +
                     f"<div class='sec'>not shown: {html.escape(str(exc))}</div></div>")
             panels.append((pos, _Panel(key, split_name, (_NOT_SHOWN,),
-                                       _study_div(key, split_name, (_NOT_SHOWN,), "study failed", body))))
+                                       _study_div(key, split_name, (_NOT_SHOWN,), "study failed", body), str(exc))))
     stream.close()
     if total is not None:
         more = total > shown + len(failed)
@@ -324,28 +360,168 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
         have = ", ".join(f"{name} ({n})" for name, n in counts.items()) or "none"
         raise ConfigError(f"no study to show{f' in split {split}' if split else ''} of {json_path} (its "
                           f"splits with studies: {have}); nothing written")
-    parts = [f"<!doctype html><meta charset='utf-8'><title>ILS dataset: {html.escape(root.name)}</title>"
-             f"<style>{_CSS}</style><h1>ILS dataset {html.escape(str(root))}</h1>"
-             f"<p class='film'>Films under <code>{html.escape(str(images_root))}</code> (<code>--images</code>); "
+    intro = [f"<p class='film'>Films under <code>{html.escape(str(images_root))}</code> (<code>--images</code>); "
              "each study names its film by its path there.</p>"]
     of_split = f" of split {html.escape(split)}" if split else ""
     if sample is not None:
-        parts.append(f"<p>{shown} studies{of_split} drawn at random (seed {sample}) from {total}, in file order"
+        intro.append(f"<p>{shown} studies{of_split} drawn at random (seed {sample}) from {total}, in file order"
                      f"{'' if split else ' (train, val, test)'}.</p>")
     elif more:
-        parts.append(f"<p>The first {shown} studies{of_split} in file order (train, val, test); the dataset has more "
+        intro.append(f"<p>The first {shown} studies{of_split} in file order (train, val, test); the dataset has more "
                      "(<code>--limit</code>, <code>--split</code>, <code>--sample</code>).</p>")
-    if failed:
-        parts.append(f"<p class='failed'>{len(failed)} of {shown + len(failed)} studies could not be shown; each "
-                     "is listed in its place with the reason.</p>")
     ordered = [panel for _pos, panel in sorted(panels, key=lambda item: item[0])]
-    parts.append(_contents(ordered))
-    parts.extend(panel.html for panel in ordered)
-    parts.append(f"<script>{_JS}</script>")
     out = Path(out_html)
+    pages = _paginate(ordered, per_page)
+    paths = [_page_path(out, n) for n in range(1, len(pages) + 1)]
+    for path in paths[1:]:  # before anything is written
+        if path.exists() and not _is_page_of(path, out):
+            raise ConfigError(f"{path} exists and is not a page of the gallery {out.name} (its page "
+                              f"{paths.index(path) + 1} would replace it); nothing written: move the file or choose "
+                              "another --html")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(parts), encoding="utf-8")
-    return GalleryResult(shown, tuple(failed), more, total)
+    if len(pages) == 1:
+        parts = [_head(root), *intro]
+        if failed:
+            parts.append(f"<p class='failed'>{len(failed)} of {shown + len(failed)} studies could not be shown; each "
+                         "is listed in its place with the reason.</p>")
+        parts.append(_contents(ordered))
+        parts.extend(panel.html for panel in ordered)
+        parts.append(f"<script>{_JS}</script>")
+        out.write_text("".join(parts), encoding="utf-8")
+    for i, path in enumerate(paths if len(pages) > 1 else ()):  # one page at a time in memory
+        path.write_text(_paged(root, intro, pages, [p.name for p in paths], i, per_page, shown, len(failed)),
+                        encoding="utf-8")
+    removed = _remove_stale(out, len(pages))
+    return GalleryResult(shown, tuple(failed), more, total, tuple(paths), tuple(removed))
+
+
+def _paginate(panels: list[_Panel], per_page: int) -> list[list[_Panel]]:
+    """The panels in pages of ``per_page`` studies shown; a study that could not be shown goes on the page of the
+    shown study before it (the first page when none is)."""
+    pages: list[list[_Panel]] = [[]]
+    count = 0
+    for panel in panels:
+        if not panel.failed:
+            if count == per_page:
+                pages.append([])
+                count = 0
+            count += 1
+        pages[-1].append(panel)
+    return pages
+
+
+def _page_path(out: Path, number: int) -> Path:
+    """Where page ``number`` of the gallery whose first page is ``out`` goes: ``out`` itself, then beside it
+    ``STEM.p2.html``, ``STEM.p3.html``, ..."""
+    return out if number == 1 else out.with_name(f"{out.stem}.p{number}{out.suffix or '.html'}")
+
+
+def _marker(out: Path) -> str:
+    """The tag by which each page of a gallery of several names its first page (so a re-run replaces and removes only
+    pages it wrote)."""
+    return f"<meta name='{_MARKER_NAME}' content='{html.escape(out.name)}'>"
+
+
+def _is_page_of(path: Path, out: Path) -> bool:
+    """Whether ``path`` is a page the gallery whose first page is ``out`` wrote."""
+    if not path.is_file():
+        return False
+    with path.open("rb") as fh:
+        start = fh.read(512 + 6 * len(out.name.encode("utf-8")))
+    return _marker(out).encode("utf-8") in start
+
+
+def _remove_stale(out: Path, count: int) -> list[Path]:
+    """Remove the pages after page ``count`` that an earlier run of the gallery whose first page is ``out`` wrote
+    (files of the same names that it did not write stay); the removed ones, in page order."""
+    if not out.parent.is_dir():
+        return []
+    pattern = re.compile(re.escape(out.stem) + r"\.p([1-9][0-9]*)" + re.escape(out.suffix or ".html"))
+    stale = sorted((int(m.group(1)), path) for path in out.parent.iterdir()
+                   if (m := pattern.fullmatch(path.name)) and int(m.group(1)) > max(count, 1))
+    removed = []
+    for _number, path in stale:
+        if _is_page_of(path, out):
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+def _href(name: str, anchor: str = "") -> str:
+    """A link's target (attribute-escaped): the page ``name`` of the same folder, optionally a study's anchor on it
+    (``name`` empty: on this page)."""
+    return html.escape(quote(name) + (f"#{_anchor(anchor)}" if anchor else ""))
+
+
+def _nav(names: list[str], i: int, per_page: int, shown: int) -> str:
+    """Which studies the page shows, and the page links: previous, every page's number (this one in bold), next."""
+    def link(j: int, text: str, rel: str = "") -> str:
+        return f"<a class='pg' href='{_href(names[j])}'{f' rel={rel!r}' if rel else ''}>{text}</a>"
+
+    numbers = " ".join(f"<b aria-current='page'>{j + 1}</b>" if j == i else link(j, str(j + 1))
+                       for j in range(len(names)))
+    prev = link(i - 1, "&lsaquo; previous", "prev") if i else "<span class='off'>&lsaquo; previous</span>"
+    nxt = link(i + 1, "next &rsaquo;", "next") if i + 1 < len(names) else "<span class='off'>next &rsaquo;</span>"
+    first, last = i * per_page + 1, min((i + 1) * per_page, shown)
+    studies = f"study {first}" if first == last else f"studies {first}&ndash;{last}"
+    return (f"<nav class='pages'>Page {i + 1} of {len(names)}, {studies} of {shown} (<code>--per-page</code> "
+            f"{per_page}): {prev} {numbers} {nxt}</nav>")
+
+
+def _study_link(panel: _Panel, names: list[str], j: int, i: int, filtered: bool) -> str:
+    """A link from page ``i`` to a study on page ``j`` (from 0), with the filter's attributes when ``filtered``."""
+    attrs = "" if j == i else " class='pg'"
+    if filtered:
+        attrs += (f" data-split='{html.escape(panel.split)}' "
+                  f"data-findings='{html.escape(' '.join(panel.findings))}'")
+    return f"<a href='{_href('' if j == i else names[j], panel.key)}'{attrs}>{html.escape(panel.key)}</a>"
+
+
+def _index(pages: list[list[_Panel]], names: list[str], i: int) -> str:
+    """Every study of the gallery by page, linked to its place (a study's key found with the browser's search), with
+    the filter's attributes so the filter narrows it too."""
+    rows = []
+    for j, page in enumerate(pages):
+        links = " ".join(_study_link(p, names, j, i, True) for p in page)
+        rows.append(f"<div><b>page {j + 1}{' (this page)' if j == i else ''}</b> {links}</div>")
+    total = sum(len(page) for page in pages)
+    return (f"<details class='toc' id='index'><summary>Index: the {total} studies of the {len(pages)} pages, by page"
+            f"</summary>{''.join(rows)}</details>")
+
+
+def _failures(pages: list[list[_Panel]], names: list[str], i: int, studies: int) -> str:
+    """The studies that could not be shown: on the first page each with a link to its place and the reason, on the
+    others a link to that list."""
+    where = [(j, p) for j, page in enumerate(pages) for p in page if p.failed]
+    if not where:
+        return ""
+    if i:
+        here = sum(1 for j, _p in where if j == i)
+        return (f"<p class='failed'>{len(where)} of {studies} studies could not be shown ({here} on this page): "
+                f"<a class='pg' href='{_href(names[0])}#failed'>the list on page 1</a>.</p>")
+    items = "".join(f"<li>{_study_link(p, names, j, 0, False)} (page {j + 1}): {html.escape(p.reason or '')}</li>"
+                    for j, p in where)
+    return (f"<p class='failed' id='failed'>{len(where)} of {studies} studies could not be shown; each is listed "
+            f"in its place with the reason:</p><ul class='failed'>{items}</ul>")
+
+
+def _head(root: Path, marker: str = "", page: str = "", css: str = "") -> str:
+    """A page's start: its title, style and heading (``marker``, ``page`` and ``css`` for a page of several)."""
+    return (f"<!doctype html><meta charset='utf-8'>{marker}<title>ILS dataset: {html.escape(root.name)}{page}</title>"
+            f"<style>{_CSS}{css}</style><h1>ILS dataset {html.escape(str(root))}</h1>")
+
+
+def _paged(root: Path, intro: list[str], pages: list[list[_Panel]], names: list[str], i: int, per_page: int,
+           shown: int, failed: int) -> str:
+    """Page ``i`` (from 0) of a gallery of several pages: the navigation above and below, the failures (listed on
+    the first page), the contents of this page with the filter (every finding of the gallery), the index of every
+    page's studies, and the page's studies."""
+    every = [p for page in pages for p in page]
+    nav = _nav(names, i, per_page, shown)
+    head = _head(root, _marker(Path(names[0])), f" · page {i + 1} of {len(pages)}", _PAGES_CSS)
+    return "".join([head, *intro, nav, _failures(pages, names, i, shown + failed),
+                    _contents(pages[i], every, f"Contents of page {i + 1}"), _index(pages, names, i),
+                    *(p.html for p in pages[i]), nav, f"<script>{_PAGED_JS}</script>"])
 
 
 @dataclass(frozen=True)
@@ -357,6 +533,12 @@ class _Panel:
     split: str
     findings: tuple[str, ...]
     html: str
+    reason: str | None = None
+    """Why the study could not be shown (None: it is)."""
+
+    @property
+    def failed(self) -> bool:
+        return self.reason is not None
 
 
 def _token(name: str) -> str:
@@ -433,21 +615,23 @@ def _study_div(key: str, split_name: str, findings: tuple[str, ...], cls: str, b
             f"data-findings='{html.escape(' '.join(findings))}'>{body}</div>")
 
 
-def _contents(panels: list[_Panel]) -> str:
+def _contents(panels: list[_Panel], every: list[_Panel] | None = None, summary: str = "Contents") -> str:
     """The table of contents: per split, a link to each study (its findings as the link's title), and the filter
-    (hidden until the script shows it)."""
-    splits = list(dict.fromkeys(p.split for p in panels))
+    (hidden until the script shows it) with the splits and findings of ``every`` study of the gallery (default: of
+    ``panels``)."""
+    every = panels if every is None else every
+    splits = list(dict.fromkeys(p.split for p in every))
     special = {_NO_MASK: "no mask", _NOT_SHOWN: "not shown"}
-    findings = sorted({f for p in panels for f in p.findings if f not in special})
+    findings = sorted({f for p in every for f in p.findings if f not in special})
     opts_s = "".join(f"<option value='{html.escape(x)}'>{html.escape(x)}</option>" for x in splits)
     opts_f = "".join(f"<option value='{html.escape(x)}'>{html.escape(x.replace('_', ' '))}</option>"
                      for x in findings)
     opts_f += "".join(f"<option value='{word}'>{label}</option>" for word, label in special.items()
-                      if any(p.findings == (word,) for p in panels))
+                      if any(p.findings == (word,) for p in every))
     parts = ["<p id='filters' hidden>Split <select id='f-split'><option value='all'>all</option>"
              f"{opts_s}</select> Finding <select id='f-finding'><option value='all'>all</option>{opts_f}</select> "
-             "<span id='f-count'></span></p><details class='toc' open><summary>Contents</summary>"]
-    for split_name in splits:
+             f"<span id='f-count'></span></p><details class='toc' open><summary>{summary}</summary>"]
+    for split_name in dict.fromkeys(p.split for p in panels):
         links = " ".join(
             f"<a href='#{html.escape(_anchor(p.key))}' data-split='{html.escape(p.split)}' "
             f"data-findings='{html.escape(' '.join(p.findings))}' "
