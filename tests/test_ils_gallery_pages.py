@@ -163,7 +163,8 @@ def test_a_study_that_cannot_be_shown_is_listed_on_the_first_page(dataset, tiny_
     assert failed.startswith("1 of 4 studies could not be shown")
     assert f"<a href='g.p2.html#{broken}' class='pg'>{broken}</a> (page 2): " in failed
     assert "missing/film.jpg" in html.unescape(failed)
-    assert "1 of 4 studies could not be shown (1 on this page): <a class='pg' href='g.html#failed'>" in second
+    assert ("1 of 4 studies could not be shown (1 on this page, each in its place with the reason): "
+            "<a class='pg' href='g.html#failed'>the list on page 1</a>") in second
     assert f"<div class='study failed' id='{broken}'" in second and "not shown: " in second
 
 

@@ -497,7 +497,8 @@ def _failures(pages: list[list[_Panel]], names: list[str], i: int, studies: int)
         return ""
     if i:
         here = sum(1 for j, _p in where if j == i)
-        return (f"<p class='failed'>{len(where)} of {studies} studies could not be shown ({here} on this page): "
+        return (f"<p class='failed'>{len(where)} of {studies} studies could not be shown"
+                f"{f' ({here} on this page, each in its place with the reason)' if here else ''}: "
                 f"<a class='pg' href='{_href(names[0])}#failed'>the list on page 1</a>.</p>")
     items = "".join(f"<li>{_study_link(p, names, j, 0, False)} (page {j + 1}): {html.escape(p.reason or '')}</li>"
                     for j, p in where)
