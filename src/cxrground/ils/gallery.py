@@ -10,7 +10,12 @@ coloured outlines stay sharp), about 30 KB a study in the page. Each study has a
 in a table of contents, and a small inline script filters studies by split and by finding (without script every study is
 shown). A mask that would hide an earlier mask of the study or be hidden by it (the same mask under two findings, one
 inside another) is drawn as an outline just outside its edge rather than filled over it, so both stay visible, and
-its pair rows say which mask it repeats, lies in or covers. No external assets, no server needed."""
+its pair rows say which mask it repeats, lies in or covers. No external assets, no server needed.
+
+More studies than :data:`PER_PAGE` (``--per-page``) go on several such pages beside the first (``STEM.p2.html``, ...),
+linked to each other, each with the contents of its own studies, the filter (whose choice goes with the links to
+the other pages) and an index of every page's studies; the studies that could not be shown are listed on the
+first."""
 
 from __future__ import annotations
 
