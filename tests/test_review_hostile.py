@@ -246,9 +246,12 @@ def test_odd_json_and_ids_get_the_apps_error_shape(setup, tmp_path) -> None:
         r = alice.post(f"/api/assignments/{own}/decision", content=b'{"part": ' + b"9" * 5000 + b"}",
                        headers={"Content-Type": "application/json"})
         assert r.status_code == 400 and r.json()["error"]["type"] == "bad_request", r.text
-        for path in ("/api/assignments/abc", "/api/assignments/1e3", "/api/assignments/1/image/x", "/review/abc"):
+        for path in ("/api/assignments/abc", "/api/assignments/1e3", "/api/assignments/1/image/x"):
             r = alice.get(path)
             assert r.status_code == 404 and set(r.json()) == {"error"}, (path, r.text)
+        r = alice.get("/review/abc")  # a page: the error as a page
+        assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
+        assert "not found" in r.text.lower()
         r = alice.post("/api/assignments/abc/decision", json={"part": "pair", "decision": "accept"})
         assert r.status_code == 404 and set(r.json()) == {"error"}
     assert not [rec for rec in records if rec.levelno >= logging.ERROR or rec.exc_info]

@@ -114,4 +114,21 @@ def export(db_path: Path, out: Path, masks_dir: Path | None, card_dir: Path | No
     echo_lines(export_review(ReviewDB(db_path), out, masks_dir, card_dir, overwrite=overwrite))
 
 
+@review.command("history")
+@_DB
+@click.option("--key", default=None, help="Only this item key ({lesion}_{pair_id}).")
+@click.option("--reviewer", default=None, help="Only this reviewer's decisions.")
+@click.option("--out", type=OUT_FILE, default=None,
+              help="Write JSON Lines (one object per write, with its mask as COCO RLE) instead of printing a table.")
+def history(db_path: Path, key: str | None, reviewer: str | None, out: Path | None) -> None:
+    """Every decision ever written, oldest first, replaced ones included (a decision overwritten from another tab or
+    session can be read back here; `export` exports the latest)."""
+    from cxrground.review.db import ReviewDB
+    from cxrground.review.history import history_lines, write_history
+
+    db = ReviewDB(db_path)
+    echo_lines([write_history(db, out, key=key, reviewer=reviewer)] if out else
+               history_lines(db, key=key, reviewer=reviewer))
+
+
 COMMANDS: list[click.Command] = [review]

@@ -77,7 +77,17 @@ from cxrground.net.connections import (
     prepare_process,
 )
 from cxrground.net.limits import ConnectionLimits
-from cxrground.review.db import DECISIONS, REJECT_REASONS, Assignment, Neighbours, QueueRow, ReviewDB, User
+from cxrground.review.db import (
+    DECISIONS,
+    REJECT_REASONS,
+    UNREADABLE_REASON,
+    Assignment,
+    DecisionConflict,
+    Neighbours,
+    QueueRow,
+    ReviewDB,
+    User,
+)
 from cxrground.review.stats import review_stats, stats_html
 
 __all__ = ["BODY_TIMEOUT_S", "IDLE_TIMEOUT_S", "MAX_BODY_BYTES", "MAX_CONNECTIONS", "MAX_FORM_BYTES", "MAX_IN_FLIGHT",
@@ -120,7 +130,21 @@ class _WrongCredential(_AuthError):
 
 
 class _Forbidden(Exception):
-    """Signed in, but not allowed (CSRF token missing or wrong, admin-only page)."""
+    """Signed in, but not allowed (CSRF token missing or wrong, admin-only page); ``kind`` is the JSON error type
+    (``csrf`` for a CSRF token the page should fetch anew from ``GET /api/me``)."""
+
+    def __init__(self, message: str, kind: str = "forbidden") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class _Refused(Exception):
+    """A decision the app refuses with ``status`` and a JSON error of type ``kind`` (plus ``extra`` fields): one
+    over a decision made meanwhile (409), or an accept of a film the app cannot serve (404/422)."""
+
+    def __init__(self, status: int, kind: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.message, self.extra = status, kind, message, extra
 
 
 class _BadRequest(Exception):
@@ -157,6 +181,31 @@ def _page(title: str, body: str, principal: _Principal | None = None, body_attrs
            "</head>"
            f"<body {body_attrs}>{nav}{body}<footer>cxrground {__version__}</footer></body></html>")
     return HTMLResponse(doc)
+
+
+_ERROR_TITLES: Final[dict[int, str]] = {400: "Bad request", 403: "Not allowed", 404: "Not found",
+                                         405: "Not allowed", 408: "Too slow", 413: "Too large", 422: "Cannot read it",
+                                         503: "Server busy"}
+
+
+def _error_page(status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> HTMLResponse:
+    """The HTML answer of a page route (not ``/api/``) that fails: the message and the ways back (``kind``: the
+    error type the API would name, in ``data-error``)."""
+    title = _ERROR_TITLES.get(status, "Error")
+    body = (f"<main class='error-page' data-error='{html.escape(kind)}'><h1>{html.escape(title)}</h1>"
+            f"<p class='error' id='error-message' role='alert'>{html.escape(message[:1].upper() + message[1:])}</p>"
+            "<p><a class='button' id='back-to-queue' href='/queue'>Back to the queue</a> "
+            "<a href='/login' id='to-login'>Sign in</a></p></main>")
+    response = _page(title, body)
+    response.status_code = status
+    for k, v in (headers or {}).items():
+        response.headers[k] = v
+    return response
+
+
+def _is_api(request: Request) -> bool:
+    """Whether a request is to the JSON API (errors as JSON); pages get their errors as HTML."""
+    return request.url.path.startswith("/api/") or request.url.path == "/healthz"
 
 
 def _progress(rows: list[QueueRow]) -> tuple[int, int, QueueRow | None]:
@@ -375,7 +424,7 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
         if p.csrf is None:
             return  # bearer: no ambient credential to abuse
         if not supplied or not hmac.compare_digest(supplied.encode(), p.csrf.encode()):
-            raise _Forbidden("CSRF token missing or wrong")
+            raise _Forbidden("CSRF token missing or wrong (the page is older than your session: reload it)", "csrf")
 
     def visible(p: _Principal, assignment_id: int) -> Assignment:
         found = db.assignment(assignment_id, p.user) if 0 < assignment_id < 2**63 else None
@@ -438,40 +487,50 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
     async def on_auth(request: Request, exc: _AuthError) -> Response:
         if isinstance(exc, _WrongCredential):
             await slow_down(request)
-        if request.url.path.startswith("/api/"):
+        if _is_api(request):
             return JSONResponse({"error": {"type": "unauthorized", "message": str(exc)}}, status_code=401,
                                 headers={"WWW-Authenticate": "Bearer"})
         return RedirectResponse("/login", status_code=303)
 
+    def error(request: Request, status: int, kind: str, message: str, headers: dict[str, str] | None = None,
+              **extra: Any) -> Response:
+        """The error answer: ``{"error": {type, message, ...}}`` for the API, an HTML page for page routes."""
+        if _is_api(request):
+            return JSONResponse({"error": {"type": kind, "message": message, **extra}}, status_code=status,
+                                headers=headers)
+        return _error_page(status, kind, message, headers)
+
     @app.exception_handler(_Forbidden)
     async def on_forbidden(request: Request, exc: _Forbidden) -> Response:
-        return JSONResponse({"error": {"type": "forbidden", "message": str(exc)}}, status_code=403)
+        return error(request, 403, exc.kind, str(exc))
+
+    @app.exception_handler(_Refused)
+    async def on_refused(request: Request, exc: _Refused) -> Response:
+        return error(request, exc.status, exc.kind, exc.message, **exc.extra)
 
     @app.exception_handler(_BadRequest)
     async def on_bad(request: Request, exc: _BadRequest) -> Response:
-        return JSONResponse({"error": {"type": "bad_request", "message": str(exc)}}, status_code=400)
+        return error(request, 400, "bad_request", str(exc))
 
     @app.exception_handler(InputError)
     async def on_input(request: Request, exc: InputError) -> Response:
-        return JSONResponse({"error": {"type": "bad_request", "message": exc.reason}}, status_code=400)
+        return error(request, 400, "bad_request", exc.reason)
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(request: Request, exc: StarletteHTTPException) -> Response:
         headers = dict(exc.headers or {})
         if exc.status_code in (413, 503):  # the unread body ends the connection
             headers["Connection"] = "close"
-        return JSONResponse({"error": {"type": "http", "message": str(exc.detail)}}, status_code=exc.status_code,
-                            headers=headers or None)
+        return error(request, exc.status_code, "http", str(exc.detail), headers or None)
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, exc: RequestValidationError) -> Response:
         # the only typed request values are path ids: one that is no integer names nothing
-        return JSONResponse({"error": {"type": "http", "message": "not found"}}, status_code=404)
+        return error(request, 404, "http", "not found")
 
     @app.exception_handler(BodyTimeout)
     async def on_body_timeout(request: Request, exc: BodyTimeout) -> Response:
-        return JSONResponse({"error": {"type": "request_timeout", "message": str(exc)}}, status_code=408,
-                            headers={"Connection": "close"})
+        return error(request, 408, "request_timeout", str(exc), {"Connection": "close"})
 
     @app.exception_handler(ClientDisconnect)
     async def on_disconnect(request: Request, exc: ClientDisconnect) -> Response:
@@ -483,15 +542,19 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
     def healthz() -> dict[str, str]:
         return {"status": "ok", "version": __version__}
 
-    def login_page(error: str = "", status: int = 200) -> Response:
+    def login_page(message: str = "", status: int = 200, name: str = "") -> Response:
+        """The sign-in form (``message``: why it is shown again, as an error; ``name``: the name typed before)."""
         token = secrets.token_urlsafe(24)
+        focus = " autofocus" if not name else ""
         body = ("<main class='login'><h1>cxrground review</h1>"
-                + (f"<p class='error' id='login-error'>{html.escape(error)}</p>" if error else "")
+                + (f"<p class='error' id='login-error' role='alert'>{html.escape(message)}</p>" if message else "")
                 + "<form method='post' action='/login' id='login-form'>"
                 f"<input type='hidden' name='csrf' value='{token}'>"
-                "<label for='name'>Name</label><input id='name' name='name' autocomplete='username' required>"
+                f"<label for='name'>Name</label><input id='name' name='name' autocomplete='username' required{focus} "
+                f"value='{html.escape(name[:64])}'>"
                 "<label for='token'>Token</label><input id='token' name='token' type='password' "
-                "autocomplete='current-password' required><button id='login-button'>Sign in</button></form></main>")
+                f"autocomplete='current-password' required{'' if focus else ' autofocus'}>"
+                "<button id='login-button'>Sign in</button></form></main>")
         response = _page("Sign in", body)
         response.status_code = status
         response.set_cookie(LOGIN_COOKIE, token, httponly=True, samesite="strict", secure=secure_cookies,
@@ -506,12 +569,15 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
     async def login_post(request: Request) -> Response:
         fields = await form_fields(request)
         expected = request.cookies.get(LOGIN_COOKIE, "")
+        name = fields.get("name", "")
         if not expected or not hmac.compare_digest(fields.get("csrf", "").encode(), expected.encode()):
-            raise _Forbidden("login form token missing or wrong (reload the login page)")
-        made = await run_in_threadpool(db.login, fields.get("name", ""), fields.get("token", "").strip())
+            # a form left open past its cookie's hour (or posted from elsewhere): a fresh form, the name kept
+            return login_page("This sign-in form had expired (or came from another site). Enter your token and "
+                              "sign in again.", 403, name)
+        made = await run_in_threadpool(db.login, name, fields.get("token", "").strip())
         if made is None:
             await slow_down(request)
-            return login_page("Unknown name or wrong token.", 401)
+            return login_page("Unknown name or wrong token.", 401, name)
         response = RedirectResponse("/queue", status_code=303)
         response.set_cookie(SESSION_COOKIE, made[0], httponly=True, samesite="strict", secure=secure_cookies)
         response.delete_cookie(LOGIN_COOKIE)
@@ -572,7 +638,7 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
         a = visible(p, assignment_id)
         body = (f"<main id='app' data-assignment='{a.id}' data-kind='{a.item.kind}'>"
                 f"<header class='title'><h1 id='title'>{html.escape(a.item.key)}</h1>"
-                f"<p id='status' class='sub' role='status'>loading…</p></header>"
+                f"<p id='status' class='sub' role='status' aria-live='polite'>loading…</p></header>"
                 f"<div id='content'></div></main><script src='/static/review.js'></script>")
         return _page(a.item.key, body, p, "data-ready='false' class='wide'")
 
@@ -588,7 +654,9 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
     @app.get("/api/me")
     def me(request: Request) -> dict[str, Any]:
         p = principal(request, allow_bearer=True)
-        return {"name": p.user.name, "role": p.user.role}
+        # a signed-in page reads its session's CSRF token here after a sign-in in another tab replaced its session
+        # (same-origin only: the CSP and the absence of CORS keep other sites from reading it)
+        return {"name": p.user.name, "role": p.user.role, **({"csrf": p.csrf} if p.csrf else {})}
 
     @app.get("/api/queue")
     def api_queue(request: Request) -> dict[str, Any]:
@@ -620,7 +688,9 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
             "editable": a.user_id == p.user.id, "images": [{"index": i, "label": im.get("label", "")}
                                                             for i, im in enumerate(item.images)],
             "payload": item.payload, "parts": item.parts, "reasons": list(REJECT_REASONS[item.kind]),
-            "decisions": {k: {"decision": v["decision"], "reason": v["reason"]} for k, v in a.decisions.items()},
+            "unreadable_reason": UNREADABLE_REASON[item.kind],
+            "decisions": {k: {"decision": v["decision"], "reason": v["reason"], "updated": v["updated"],
+                              "version": v["version"]} for k, v in a.decisions.items()},
             "mask": {"size": list(shape), "counts": rle_runs(decode_rle(mask, shape))} if mask else None,
             "generated_mask": ({"size": list(shape), "counts": rle_runs(decode_rle(item.mask, shape))}
                                if item.mask else None),
@@ -633,14 +703,22 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
         a = visible(p, assignment_id)
         if not 0 <= index < len(a.item.images):
             raise StarletteHTTPException(404, "no such image")
+        try:
+            data = served_image(a, index)
+        except _StoredImageError as exc:
+            return JSONResponse({"error": {"type": exc.kind, "message": exc.message}}, status_code=exc.status)
+        return Response(data, media_type="image/png", headers={"Cache-Control": "private, max-age=600"})
+
+    def served_image(a: Assignment, index: int) -> bytes:
+        """The PNG the image route answers for image ``index`` of ``a``; one that cannot be served is logged (its
+        path, for the admin) and raised as :class:`_StoredImageError`."""
         stored = a.item.images[index]
         try:
-            data = _cxr_png(stored["path"]) if stored.get("role") == "cxr" else _stored_png(stored["path"])
+            return _cxr_png(stored["path"]) if stored.get("role") == "cxr" else _stored_png(stored["path"])
         except _StoredImageError as exc:
             _LOG.warning("review app: image %d of assignment %d: %s: %s (images that moved: `cxrground review "
                          "relink`)", index, a.id, exc.path, exc.reason)
-            return JSONResponse({"error": {"type": exc.kind, "message": exc.message}}, status_code=exc.status)
-        return Response(data, media_type="image/png", headers={"Cache-Control": "private, max-age=600"})
+            raise
 
     @app.post("/api/assignments/{assignment_id}/decision")
     async def api_decision(assignment_id: int, request: Request) -> dict[str, Any]:
@@ -657,6 +735,12 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
         body = _json_body(raw)
         if not isinstance(body, dict):
             raise _BadRequest("body must be a JSON object {part, decision, reason, mask}")
+        expected, overwrite = body.get("expected_version"), body.get("overwrite", False)
+        if expected is not None and (type(expected) is not int or not 0 <= expected < 2**62):
+            raise _BadRequest(f"expected_version must be the part's version the decision was made over (0: "
+                              f"undecided), got {expected!r}"[:300])
+        if type(overwrite) is not bool:
+            raise _BadRequest(f"overwrite must be true or false, got {overwrite!r}"[:300])
         part, decision, reason = body.get("part"), body.get("decision"), body.get("reason") or ""
         if not isinstance(part, str) or part not in a.item.parts:
             raise _BadRequest(f"part must be one of {a.item.parts}, got {part!r}"[:300])
@@ -670,11 +754,35 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
             reason = ""
         if decision == "correct":
             decision, rle = corrected(a, body.get("mask"))
-        decision_id = db.record(a.id, part, decision, reason, rle)  # committed before we answer
+        if decision != "reject":
+            shown(a)
+        try:  # committed before we answer
+            stored = db.write_decision(a.id, part, decision, reason, rle, expected_version=expected,
+                                       overwrite=overwrite, via="token" if p.csrf is None else "session")
+        except DecisionConflict as exc:
+            now = exc.stored
+            when = time.strftime("%H:%M", time.localtime(now["updated"])) if now["updated"] else ""
+            said = (f"decided meanwhile (in another tab or session) at {when} as {now['decision']}"
+                    + (f" ({now['reason']})" if now["reason"] else "") if now["decision"] else
+                    "undecided now (the decision it was made over is gone)")
+            raise _Refused(409, "conflict", f"not stored: this part was {said}; send overwrite: true to replace it",
+                           stored={k: now[k] for k in ("decision", "reason", "updated", "version")}) from exc
         done, total, nxt = db.progress(p.user)
         parts_done = len(a.decisions.keys() | {part})
-        return {"ok": True, "decision_id": decision_id, "decision": decision,
-                "assignment_done": parts_done >= len(a.item.parts), "done": done, "total": total, "next_open": nxt}
+        return {"ok": True, "decision_id": stored.id, "decision": decision, "version": stored.version,
+                "updated": stored.updated, "assignment_done": parts_done >= len(a.item.parts), "done": done,
+                "total": total, "next_open": nxt}
+
+    def shown(a: Assignment) -> None:
+        """Refuse (404/422) an accept or a correction of an item one of whose images the app cannot serve: the
+        reviewer cannot have seen it (the page offers only a rejection as unreadable then)."""
+        for index in range(len(a.item.images)):
+            try:
+                served_image(a, index)
+            except _StoredImageError as exc:
+                reason = UNREADABLE_REASON[a.item.kind]
+                raise _Refused(exc.status, exc.kind, f"{exc.message}; an image the viewer cannot show cannot be "
+                                                     f"accepted: reject it as '{reason}'") from exc
 
     def corrected(a: Assignment, mask: Any) -> tuple[str, dict[str, Any] | None]:
         """What a ``correct`` decision records: ``("correct", its mask)``, or ``("accept", None)`` when the mask is

@@ -18,8 +18,12 @@
   Image files are stored as absolute paths at import time and served by item id and index: nothing a request
   carries ever becomes a path.
 * **Decisions**: ``accept``, ``reject`` (with a reason from :data:`REJECT_REASONS`) or, for a positive ILS pair,
-  ``correct`` with the reviewer's mask (COCO RLE at the image's native size). A reviewer's later decision on
-  the same part replaces the earlier one.
+  ``correct`` with the reviewer's mask (COCO RLE at the image's native size). ``decisions`` holds the latest
+  decision per assignment and part, with a ``version`` that every write of that part raises by one. A write may
+  name the version it was made over (``expected_version``, 0: undecided): when another write came first it is
+  refused (:class:`DecisionConflict`, carrying what is stored now) unless it says ``overwrite``. Every write is
+  also appended to ``decision_history`` (who, when, what, the version it made and the one it replaced), in the
+  same transaction, so a replaced decision (and its mask) can be read back (:meth:`ReviewDB.history`).
 """
 
 from __future__ import annotations
@@ -46,12 +50,15 @@ __all__ = [
     "REVIEW_TABLES",
     "ROLES",
     "SESSION_SECONDS",
+    "UNREADABLE_REASON",
     "Assignment",
+    "DecisionConflict",
     "Item",
     "Neighbours",
     "QueueRow",
     "ReviewDB",
     "Snapshot",
+    "StoredDecision",
     "User",
 ]
 
@@ -66,6 +73,8 @@ REJECT_REASONS: Final[dict[str, tuple[str, ...]]] = {
             "image unreadable", "other"),
     "bench": ("wrong answer key", "ambiguous question", "image unclear", "overlay or points wrong", "other"),
 }
+#: The rejection reason of each item kind for a film the server cannot show: the only decision left for such an item.
+UNREADABLE_REASON: Final[dict[str, str]] = {"ils": "image unreadable", "bench": "image unclear"}
 SESSION_SECONDS: Final[int] = 12 * 3600
 _PBKDF2_ITERATIONS: Final[int] = 120_000
 _USER_CACHE_SECONDS: Final[float] = 5.0
@@ -87,8 +96,14 @@ CREATE TABLE IF NOT EXISTS assignments(
 CREATE TABLE IF NOT EXISTS decisions(
   id INTEGER PRIMARY KEY, assignment_id INTEGER NOT NULL REFERENCES assignments(id), part TEXT NOT NULL,
   decision TEXT NOT NULL CHECK(decision IN ('accept', 'reject', 'correct')), reason TEXT NOT NULL DEFAULT '',
-  mask TEXT, updated REAL NOT NULL, UNIQUE(assignment_id, part));
+  mask TEXT, updated REAL NOT NULL, version INTEGER NOT NULL DEFAULT 1, UNIQUE(assignment_id, part));
+CREATE TABLE IF NOT EXISTS decision_history(
+  id INTEGER PRIMARY KEY, assignment_id INTEGER NOT NULL REFERENCES assignments(id), part TEXT NOT NULL,
+  user_id INTEGER NOT NULL REFERENCES users(id), decision TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', mask TEXT,
+  at REAL NOT NULL, version INTEGER NOT NULL, replaced_version INTEGER, overwrite INTEGER NOT NULL DEFAULT 0,
+  via TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS assignments_user ON assignments(user_id, position);
+CREATE INDEX IF NOT EXISTS decision_history_assignment ON decision_history(assignment_id, part, version);
 """
 #: The items table with ``UNIQUE(kind, key)`` (databases made before keyed ``key`` alone are rebuilt to it).
 _ITEMS_MIGRATION: Final[str] = """
@@ -201,6 +216,27 @@ class Neighbours:
     """The first open assignment after it, wrapping around (itself excluded), or None."""
 
 
+@dataclass(frozen=True)
+class StoredDecision:
+    """A decision as one write stored it."""
+
+    id: int
+    """The row id in ``decisions`` (one row per assignment and part)."""
+    version: int
+    """1 for the part's first decision, one more for every later write."""
+    updated: float
+    """When it was written (seconds since the epoch)."""
+
+
+class DecisionConflict(Exception):
+    """A decision written over one it did not expect (another tab or session decided the part meanwhile);
+    ``stored`` is the part's decision now: ``{decision, reason, updated, version, mask}``."""
+
+    def __init__(self, stored: dict[str, Any], expected: int) -> None:
+        super().__init__(f"the part is at version {stored['version']}, the write expected version {expected}")
+        self.stored, self.expected = stored, expected
+
+
 def _hash_secret(secret: str, salt: bytes) -> bytes:
     return hashlib.pbkdf2_hmac("sha256", secret.encode("utf-8"), salt, _PBKDF2_ITERATIONS)
 
@@ -218,6 +254,15 @@ def _migrate(con: sqlite3.Connection) -> None:
     columns = {r[1] for r in con.execute("PRAGMA table_info(users)")}
     if "hash_kind" not in columns:
         con.execute("ALTER TABLE users ADD COLUMN hash_kind TEXT NOT NULL DEFAULT 'pbkdf2'")
+    if "version" not in {r[1] for r in con.execute("PRAGMA table_info(decisions)")}:
+        con.execute("ALTER TABLE decisions ADD COLUMN version INTEGER NOT NULL DEFAULT 1")
+    # decisions made before the history was kept: each one is its part's first history row (every later write adds
+    # one in the same transaction, so a history is empty while decisions exist only in such a database)
+    if (con.execute("SELECT 1 FROM decisions LIMIT 1").fetchone()
+            and not con.execute("SELECT 1 FROM decision_history LIMIT 1").fetchone()):
+        con.execute("INSERT INTO decision_history(assignment_id, part, user_id, decision, reason, mask, at, version, "
+                    "via) SELECT d.assignment_id, d.part, a.user_id, d.decision, d.reason, d.mask, d.updated, "
+                    "d.version, 'before history' FROM decisions d JOIN assignments a ON a.id = d.assignment_id")
     key_only = False
     for index in con.execute("PRAGMA index_list(items)").fetchall():
         if index[2]:  # unique
@@ -253,12 +298,12 @@ def _assignments(con: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> 
                        "JOIN items i ON i.id = a.item_id JOIN users u ON u.id = a.user_id "
                        f"WHERE {where} ORDER BY a.user_id, a.position", args).fetchall()
     decided: dict[int, dict[str, dict[str, Any]]] = {r["aid"]: {} for r in rows}
-    for d in con.execute("SELECT d.assignment_id, d.part, d.decision, d.reason, d.mask, d.updated "
+    for d in con.execute("SELECT d.assignment_id, d.part, d.decision, d.reason, d.mask, d.updated, d.version "
                          "FROM decisions d JOIN assignments a ON a.id = d.assignment_id "
                          f"JOIN items i ON i.id = a.item_id WHERE {where}", args):
         if d["assignment_id"] in decided:
             decided[d["assignment_id"]][d["part"]] = {
-                "decision": d["decision"], "reason": d["reason"], "updated": d["updated"],
+                "decision": d["decision"], "reason": d["reason"], "updated": d["updated"], "version": d["version"],
                 "mask": json.loads(d["mask"]) if d["mask"] else None}
     return [Assignment(r["aid"], _item(r), r["user_id"], r["uname"], r["position"], decided[r["aid"]])
             for r in rows]
@@ -571,13 +616,66 @@ class ReviewDB:
 
     def record(self, assignment_id: int, part: str, decision: str, reason: str = "",
                mask: dict[str, Any] | None = None) -> int:
-        """Store (or replace) one decision and commit it before returning; returns the decision row id."""
+        """Store (or replace) one decision unconditionally and commit it before returning; returns the decision row
+        id (:meth:`write_decision` with no expected version)."""
+        return self.write_decision(assignment_id, part, decision, reason, mask).id
+
+    def write_decision(self, assignment_id: int, part: str, decision: str, reason: str = "",
+                       mask: dict[str, Any] | None = None, *, expected_version: int | None = None,
+                       overwrite: bool = False, via: str = "") -> StoredDecision:
+        """Store (or replace) one decision and append it to the history, in one transaction committed before
+        returning. ``expected_version``: the part's version the decision was made over (0: none yet); when the part
+        is at another version now (decided meanwhile), nothing is written and :class:`DecisionConflict` says what is
+        stored. ``overwrite``: the reviewer confirmed replacing a decision made meanwhile; the write goes ahead
+        whatever the version, and the history flags it. ``via``: how it came (``session``, ``token``), for the
+        history."""
+        mask_json = json.dumps(mask) if mask else None
         with self.connect() as con:
+            owner = con.execute("SELECT user_id FROM assignments WHERE id = ?", (assignment_id,)).fetchone()
+            if owner is None:
+                raise InputError(f"no assignment {assignment_id}", self.path)
+            now = con.execute("SELECT decision, reason, mask, updated, version FROM decisions "
+                              "WHERE assignment_id = ? AND part = ?", (assignment_id, part)).fetchone()
+            current = int(now["version"]) if now else 0
+            if expected_version is not None and expected_version != current and not overwrite:
+                stored = ({"decision": now["decision"], "reason": now["reason"], "updated": now["updated"],
+                           "version": current, "mask": json.loads(now["mask"]) if now["mask"] else None}
+                          if now else {"decision": None, "reason": "", "updated": None, "version": 0, "mask": None})
+                raise DecisionConflict(stored, expected_version)
+            stamp = time.time()
             con.execute(
-                "INSERT INTO decisions(assignment_id, part, decision, reason, mask, updated) VALUES (?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT(assignment_id, part) DO UPDATE SET decision = excluded.decision, "
-                "reason = excluded.reason, mask = excluded.mask, updated = excluded.updated",
-                (assignment_id, part, decision, reason, json.dumps(mask) if mask else None, time.time()))
-            row = con.execute("SELECT id FROM decisions WHERE assignment_id = ? AND part = ?",
+                "INSERT INTO decisions(assignment_id, part, decision, reason, mask, updated, version) "
+                "VALUES (?, ?, ?, ?, ?, ?, 1) ON CONFLICT(assignment_id, part) DO UPDATE SET "
+                "decision = excluded.decision, reason = excluded.reason, mask = excluded.mask, "
+                "updated = excluded.updated, version = decisions.version + 1",
+                (assignment_id, part, decision, reason, mask_json, stamp))
+            row = con.execute("SELECT id, version FROM decisions WHERE assignment_id = ? AND part = ?",
                               (assignment_id, part)).fetchone()
-        return int(row["id"])
+            con.execute("INSERT INTO decision_history(assignment_id, part, user_id, decision, reason, mask, at, "
+                        "version, replaced_version, overwrite, via) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (assignment_id, part, owner["user_id"], decision, reason, mask_json, stamp, row["version"],
+                         current or None, int(overwrite), via))
+        return StoredDecision(int(row["id"]), int(row["version"]), stamp)
+
+    def history(self, *, key: str | None = None, user: str | None = None) -> list[dict[str, Any]]:
+        """Every decision ever written (oldest first), replaced ones included: ``{at, reviewer, kind, key, part,
+        decision, reason, mask, version, replaced_version, overwrite, via, latest}`` (``latest``: it is the part's
+        decision now); ``key`` / ``user``: only that item key / reviewer name."""
+        where, args = ["1 = 1"], []
+        if key is not None:
+            where.append("i.key = ?")
+            args.append(key)
+        if user is not None:
+            where.append("u.name = ?")
+            args.append(user)
+        with self.connect(write=False) as con:
+            rows = con.execute(
+                "SELECT h.*, u.name AS reviewer, i.kind, i.key, d.version AS now_version FROM decision_history h "
+                "JOIN assignments a ON a.id = h.assignment_id JOIN items i ON i.id = a.item_id "
+                "JOIN users u ON u.id = h.user_id LEFT JOIN decisions d ON d.assignment_id = h.assignment_id "
+                f"AND d.part = h.part WHERE {' AND '.join(where)} ORDER BY h.at, h.id", tuple(args)).fetchall()
+        return [{"at": r["at"], "reviewer": r["reviewer"], "assignment": r["assignment_id"], "kind": r["kind"],
+                 "key": r["key"], "part": r["part"], "decision": r["decision"], "reason": r["reason"],
+                 "mask": json.loads(r["mask"]) if r["mask"] else None, "version": r["version"],
+                 "replaced_version": r["replaced_version"], "overwrite": bool(r["overwrite"]), "via": r["via"],
+                 "latest": r["version"] == r["now_version"]} for r in rows]

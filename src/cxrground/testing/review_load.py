@@ -58,12 +58,16 @@ class LoadResult:
 
 def load_db(folder: Path, reviewers: int = 8, items: int = 400) -> tuple[ReviewDB, dict[str, str]]:
     """A review database in ``folder`` with ``reviewers`` reviewers and ``items`` negative ILS pairs (one
-    reviewer each; their image is never fetched in a load run)."""
+    reviewer each; they share one 8x8 film, which the app reads once to check that an accepted film can be shown)."""
+    from PIL import Image
+
+    film = folder / "film.png"
+    Image.new("L", (8, 8), 128).save(film)
     db = ReviewDB.create(folder / "load.sqlite")
     tokens = {f"r{i}": db.add_user(f"r{i}")[1] for i in range(reviewers)}
     rows = [{"kind": "ils", "key": f"load_{i:05d}", "lesion": "nodule", "item_type": "basic negative",
              "positive": False, "source": str(folder), "height": 8, "width": 8,
-             "images": [{"path": str(folder / "none.png"), "role": "cxr", "label": "CXR"}], "mask": None,
+             "images": [{"path": str(film), "role": "cxr", "label": "CXR"}], "mask": None,
              "payload": {"pair_id": f"p{i}", "instruction": "Segment the nodule.", "answer": "[SEG] none.",
                          "parts": ["pair"]}} for i in range(items)]
     db.add_and_assign(rows, 1)
