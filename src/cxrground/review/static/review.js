@@ -6,7 +6,7 @@
 const app = document.getElementById('app');
 const content = document.getElementById('content');
 const statusLine = document.getElementById('status');
-const csrf = document.querySelector('meta[name=csrf-token]').content;
+let csrf = document.querySelector('meta[name=csrf-token]').content;
 const id = app.dataset.assignment;
 const SEG = '[SEG]';
 
@@ -19,9 +19,23 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
-function setStatus(text, state) {
-  statusLine.textContent = text;
+let relayout = () => {};  // the page's viewer fits its stage to the window again (a longer status line took room)
+
+function setStatus(text, state, ...extra) {
+  // state 'error' is styled as an error (colour, icon) and announced at once; extra: nodes after the text (a link)
+  statusLine.replaceChildren(text, ...extra);
   if (state) document.body.dataset.state = state;
+  statusLine.setAttribute('aria-live', state === 'error' ? 'assertive' : 'polite');
+  relayout();
+}
+
+class ApiError extends Error {
+  constructor(message, status, body) {
+    super(message);
+    this.status = status;
+    this.type = (body && body.error && body.error.type) || '';
+    this.body = body || {};
+  }
 }
 
 async function api(path, options) {
@@ -29,17 +43,98 @@ async function api(path, options) {
   const body = await resp.json().catch(() => ({}));
   if (!resp.ok) {
     const busy = resp.status === 503 ? ' (server busy: your decision was not stored, press the key again)' : '';
-    throw new Error(((body.error && body.error.message) || ('HTTP ' + resp.status)) + busy);
+    throw new ApiError(((body.error && body.error.message) || ('HTTP ' + resp.status)) + busy, resp.status, body);
   }
   return body;
 }
 
-async function postDecision(part, decision, reason, mask) {
+function clock(seconds) {
+  return new Date(seconds * 1000).toLocaleTimeString([], {hour: '2-digit', minute: '2-digit'});
+}
+
+async function freshCsrf() {
+  // the session of this browser now (a sign-in in another tab replaced the one this page was made for)
+  const me = await api('/api/me');
+  if (!me.csrf) return false;
+  csrf = me.csrf;
+  for (const input of document.querySelectorAll('input[name=csrf]')) input.value = csrf;
+  return true;
+}
+
+async function postDecision(part, decision, reason, mask, expected, overwrite) {
   setStatus('saving…', 'saving');
-  const body = {part: part, decision: decision, reason: reason || ''};
+  const body = {part: part, decision: decision, reason: reason || '', expected_version: expected || 0};
+  if (overwrite) body.overwrite = true;
   if (mask) body.mask = mask;
-  return api('/api/assignments/' + id + '/decision', {
+  const send = () => api('/api/assignments/' + id + '/decision', {
     method: 'POST', headers: {'Content-Type': 'application/json', 'X-CSRF-Token': csrf}, body: JSON.stringify(body)});
+  try {
+    return await send();
+  } catch (err) {
+    if (!(err instanceof ApiError) || err.type !== 'csrf') throw err;
+    if (!(await freshCsrf())) throw err;  // signed in again in another tab: this page takes the new session's token
+    return send();
+  }
+}
+
+// One decision with the checks around it: another tab's or session's decision since the page loaded is shown and
+// replaced only when the reviewer says so; a session that ended says how to sign in and retry (press `key` again).
+// Returns the server's answer, or null when nothing was stored (the status line says why).
+async function saveDecision(what, part, decision, reason, mask, known, key) {
+  let expected = known, overwrite = false;
+  for (;;) {
+    try {
+      return await postDecision(part, decision, reason, mask, expected, overwrite);
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 409 && err.type === 'conflict' && !overwrite) {
+        const now = err.body.error.stored || {};
+        const said = now.decision ? 'was decided in another tab or session at ' + clock(now.updated) + ' as ' +
+          now.decision + (now.reason ? ' (' + now.reason + ')' : '') : 'has had its decision taken back';
+        if (window.confirm('This ' + what + ' ' + said + '. Replace that with your ' + decision +
+                           (reason ? ' (' + reason + ')' : '') + '?')) {
+          expected = now.version || 0; overwrite = true;
+          continue;
+        }
+        setStatus('not saved: this ' + what + ' ' + said + '; that decision is kept (reload to see it)', 'error');
+        return null;
+      }
+      if (err instanceof ApiError && (err.status === 401 || (err.status === 403 && err.type === 'csrf'))) {
+        setStatus('not saved: you are signed out. ', 'error',
+                  el('a', {href: '/login', target: '_blank', rel: 'noopener', id: 'sign-in-again'},
+                     'Sign in in another tab'),
+                  ', then press ' + key + ' again (nothing on this page is lost).');
+        return null;
+      }
+      // a busy or unreachable server is worth a retry; a refusal (no such assignment, an image the server cannot
+      // serve) is not
+      const retry = !(err instanceof ApiError) || err.status >= 500 || err.status === 408;
+      setStatus('not saved: ' + err.message + (retry ? '. Press ' + key + ' again to retry.' : ''), 'error');
+      return null;
+    }
+  }
+}
+
+// The image n of this item, fetched so that a failure says why: resolves to a decoded <img>, or rejects with an
+// Error whose message says what the server said (missing on the server, unreadable).
+async function fetchImage(n, label) {
+  let resp;
+  try {
+    resp = await fetch('/api/assignments/' + id + '/image/' + n, {credentials: 'same-origin'});
+  } catch (err) {
+    throw new Error('The ' + label + ' could not be loaded (no connection to the server)');
+  }
+  if (!resp.ok) {
+    const body = await resp.json().catch(() => ({}));
+    throw new Error('The ' + label + ' could not be loaded: ' + ((body.error && body.error.message) ||
+                                                                  ('HTTP ' + resp.status)));
+  }
+  const url = URL.createObjectURL(await resp.blob());
+  return new Promise((resolve, reject) => {
+    const img = new Image();
+    img.onload = () => { URL.revokeObjectURL(url); resolve(img); };
+    img.onerror = () => { URL.revokeObjectURL(url); reject(new Error('The ' + label + ' does not decode')); };
+    img.src = url;
+  });
 }
 
 function typing(target) {
@@ -48,13 +143,20 @@ function typing(target) {
     (target instanceof HTMLInputElement && ['text', 'password', 'search', 'number'].includes(target.type));
 }
 
-function reasonSelect(reasons, idName) {
-  // no reason is preselected: a rejection records only a reason the reviewer chose
-  const select = el('select', {id: idName, 'aria-label': 'rejection reason'});
+function reasonSelect(reasons, idName, label, chosen) {
+  // no reason is preselected but the one this reviewer stored before: a rejection records only a reason they chose
+  const select = el('select', {id: idName, 'aria-label': label || 'rejection reason'});
   select.append(el('option', {value: '', text: '— reason for rejecting —'}));
   reasons.forEach((r, i) => select.append(el('option', {value: r, text: (i + 1) + '. ' + r})));
+  if (chosen && reasons.includes(chosen)) select.value = chosen;
   select.addEventListener('change', () => select.blur());  // letters are shortcuts again once a reason is chosen
   return select;
+}
+
+function onlyReason(select, reason) {
+  // a film that cannot be shown: the one reason left is chosen and the others are unavailable
+  for (const o of select.options) o.disabled = o.value !== reason;
+  select.value = reason;
 }
 
 function readable(text, positive) {
@@ -74,10 +176,12 @@ function readable(text, positive) {
 // --- the viewer: canvases at the image's native size, scaled and moved by one shared transform --------------
 
 function makeViewer(w, h, labels) {
-  const view = {scale: 1, tx: 0, ty: 0, level: 127.5, width: 255};
+  // labels: [{id, text, aria}] per pane (aria: the canvas's accessible name)
+  const view = {scale: 1, tx: 0, ty: 0, level: 127.5, width: 255, onTransform: null};
   const stages = el('div', {class: 'stages', id: 'stages'});
   const panes = labels.map((label, i) => {
-    const canvas = el('canvas', {id: i === 0 ? 'view' : 'view-' + label.id, width: String(w), height: String(h)});
+    const canvas = el('canvas', {id: i === 0 ? 'view' : 'view-' + label.id, width: String(w), height: String(h),
+                                 role: 'img', 'aria-label': label.aria || label.text || 'image'});
     const stage = el('div', {class: 'stage', id: i === 0 ? 'stage' : 'stage-' + label.id}, canvas,
                      el('span', {class: 'pane-label', text: label.text}));
     stages.append(stage);
@@ -90,6 +194,7 @@ function makeViewer(w, h, labels) {
     for (const p of panes) p.canvas.style.transform = t;
     app.dataset.scale = view.scale.toFixed(3);
     zoomLabel.textContent = Math.round(view.scale * 100) + ' %';
+    if (view.onTransform) view.onTransform();
   }
   function box() { return panes[0].stage.getBoundingClientRect(); }
   function fit() {
@@ -110,10 +215,14 @@ function makeViewer(w, h, labels) {
     const b = box();
     zoom(1 / (view.scale * (window.devicePixelRatio || 1)), b.width / 2, b.height / 2);
   }
-  function size() {  // the stage fills the window below its top edge
+  function size() {  // the stage (and the side column beside it) fill the window below their top edge
     const top = stages.getBoundingClientRect().top + window.scrollY;
-    const height = Math.max(320, window.innerHeight - top - 10);
+    const height = Math.max(320, window.innerHeight - top - 12);
     for (const p of panes) p.stage.style.height = height + 'px';
+    for (const side of document.querySelectorAll('.side')) {
+      const sideTop = side.getBoundingClientRect().top + window.scrollY;
+      side.style.maxHeight = Math.max(240, window.innerHeight - sideTop - 12) + 'px';
+    }
   }
   for (const p of panes) {
     p.stage.addEventListener('wheel', (ev) => {
@@ -212,21 +321,47 @@ function encodeRuns(mask, h, w) {
   return {size: [h, w], counts: counts};
 }
 
+function headerNav(data, extra, withNext) {
+  // previous / position / next open in the title bar (the side column starts with what is judged)
+  const nav = el('div', {class: 'controls nav', id: 'item-nav'});
+  if (data.prev) nav.append(el('a', {href: '/review/' + data.prev, id: 'prev'}, '← previous (P)'));
+  nav.append(el('span', {class: 'sub', id: 'position', text: (data.position + 1) + ' of ' + data.total}));
+  if (extra) nav.append(extra);
+  if (data.next_open && withNext !== false) {
+    nav.append(el('a', {href: '/review/' + data.next_open, id: 'next'}, 'next open (N) →'));
+  }
+  document.querySelector('header.title').append(nav);
+  return nav;
+}
+
 function ilsPage(data) {
   const h = data.height, w = data.width, p = data.payload;
-  const viewer = makeViewer(w, h, [{id: 'current', text: 'your mask'}, {id: 'generated', text: 'generated mask'}]);
+  const positive = data.positive;
+  const viewer = makeViewer(w, h, [
+    {id: 'current', text: positive ? (data.editable ? 'your mask' : data.reviewer + '\'s mask') : 'film',
+     aria: 'chest film ' + data.key + (positive ? ', lesion mask drawn over it in cyan' : '')},
+    {id: 'generated', text: 'generated mask', aria: 'chest film ' + data.key + ', generated mask in orange'}]);
   const [main, side] = viewer.panes;
   side.stage.hidden = true;
   let grey = null;                      // Uint8ClampedArray of grey values (native size)
+  let film = 'loading';                 // 'loading', 'shown' or 'unreadable': decisions wait for 'shown'
   const generated = data.generated_mask ? decodeRuns(data.generated_mask, h, w) : new Uint8Array(h * w);
   let mask = data.mask ? decodeRuns(data.mask, h, w) : generated.slice();
+  const own = data.decisions.pair;
   let edited = false;                   // painted since the page loaded or the last save
-  const state = {opacity: 0.45, show: true, tool: 'brush', compare: false,
+  // the mask shown is the reviewer's own (a stored correction or paint): Accept keeps it
+  let ownMask = positive && !!own && own.decision === 'correct' && !!data.mask;
+  const state = {opacity: 0.45, show: true, outline: false, tool: 'brush', compare: false,
                  radius: Math.max(2, Math.round(Math.min(h, w) / 40))};
+  const maxRadius = Math.max(60, Math.round(Math.min(h, w) / 6));
+  const readOnly = !positive || !data.editable;   // nothing to paint: the pointer pans
 
   const show = el('input', {type: 'checkbox', id: 'show-mask', checked: ''});
-  const opacity = el('input', {type: 'range', id: 'opacity', min: '0', max: '100', value: '45'});
-  const radius = el('input', {type: 'range', id: 'brush-size', min: '1', max: '60', value: String(state.radius)});
+  const outline = el('input', {type: 'checkbox', id: 'outline'});
+  const opacity = el('input', {type: 'range', id: 'opacity', min: '0', max: '100', value: '45',
+                               'aria-label': 'mask opacity'});
+  const radius = el('input', {type: 'range', id: 'brush-size', min: '1', max: String(maxRadius),
+                              value: String(state.radius), 'aria-label': 'brush radius (image pixels)'});
   const compare = el('input', {type: 'checkbox', id: 'compare'});
   const tools = {};
   for (const [name, label, key] of [['brush', 'Brush', 'B'], ['eraser', 'Eraser', 'E'], ['pan', 'Pan', 'H']]) {
@@ -234,65 +369,78 @@ function ilsPage(data) {
                                 title: key}, label + ' (' + key + ')');
     tools[name].addEventListener('click', () => setTool(name));
   }
-  const resetMask = el('button', {type: 'button', id: 'reset-mask'}, 'Reset mask');
-  const accept = el('button', {type: 'button', class: 'accept', id: 'accept'}, 'Accept (A)');
-  const reasons = reasonSelect(data.reasons, 'reason');
+  const resetMask = el('button', {type: 'button', id: 'reset-mask'}, 'Reset to generated mask');
+  const accept = el('button', {type: 'button', class: 'accept', id: 'accept', disabled: ''}, 'Accept (A)');
+  const reasons = reasonSelect(data.reasons, 'reason', 'reason for rejecting this pair',
+                               own && own.decision === 'reject' ? own.reason : '');
   const reject = el('button', {type: 'button', class: 'reject', id: 'reject', disabled: ''}, 'Reject (R)');
-  const save = el('button', {type: 'button', id: 'save-mask'}, 'Save corrected mask (S)');
-  const own = data.decisions.pair;
+  const save = el('button', {type: 'button', id: 'save-mask', disabled: ''}, 'Save corrected mask (S)');
   const decided = el('p', {id: 'decision', class: 'decided',
-                           text: own ? 'Your decision: ' + own.decision + (own.reason ? ' (' + own.reason + ')' : '')
+                           text: own ? 'Your decision: ' + own.decision + (own.reason ? ' (' + own.reason + ')' : '') +
+                                       (ownMask ? ' — your mask is shown' : '')
                                      : 'Not decided yet.'});
+  if (!data.editable) decided.textContent = own ? data.reviewer + '\'s decision: ' + own.decision +
+    (own.reason ? ' (' + own.reason + ')' : '') : data.reviewer + ' has not decided yet.';
   const controls = windowControls(viewer, () => renderAll());
   const maskRow = el('div', {class: 'controls'}, el('label', {}, show, ' mask (M)'),
+                     el('label', {}, outline, ' outline (O)'),
                      el('label', {}, 'opacity ', opacity), el('label', {}, compare, ' generated beside (C)'));
   const editControls = el('div', {class: 'controls'}, tools.brush, tools.eraser, tools.pan,
     el('label', {}, 'brush ', radius), resetMask);
-  if (!data.positive || !data.editable) editControls.hidden = true;
+  if (!positive) maskRow.hidden = true;  // a negative pair has no mask to show
+  if (!positive || !data.editable) editControls.hidden = true;
   const answer = el('blockquote', {id: 'answer'});
-  answer.append(readable(p.answer, data.positive));
+  answer.append(readable(p.answer, positive));
   answer.dataset.raw = p.answer;
   const pose = p.pose_warning ? el('p', {class: 'warning', id: 'pose-warning', role: 'note',
     text: 'Pose reader: this film may be stored wrongly; it looks right after being ' + p.pose_warning.correction +
           ' (P ' + Number(p.pose_warning.p).toFixed(2) + '). If so, every left and right is swapped: reject the ' +
           'pair. (It also flags a few upright films: portables, disease hiding the heart.)'}) : '';
-  const text = el('div', {class: 'text'}, pose,
+  const readOnlyNote = data.editable ? '' : el('p', {class: 'warning', id: 'read-only', role: 'note',
+    text: 'Read only: ' + data.reviewer + '\'s assignment (only the assigned reviewer decides).'});
+  const text = el('div', {class: 'text'}, readOnlyNote, pose,
     el('h2', {text: 'Instruction'}), el('blockquote', {id: 'instruction', text: p.instruction}),
     el('h2', {text: 'Answer'}), answer,
     el('h2', {text: 'Report sentence'}),
-    el('blockquote', {id: 'sentence', text: p.sentence || '(negative pair: no source sentence)'}),
+    el('blockquote', {id: 'sentence', text: p.sentence || '(negative pair: no source sentence)'}));
+  const meta = el('div', {class: 'text'},
     el('p', {class: 'sub', text: data.lesion + ' · ' + data.item_type + ' · ' + p.pair_id + ' · ' + p.split}),
     el('details', {}, el('summary', {text: 'Report section (' + p.section_name + ')'}),
        el('p', {id: 'section', text: p.section_content})));
-  const decide = el('div', {class: 'controls decide'}, accept, reasons, reject, data.positive ? save : '');
+  const decide = el('div', {class: 'controls decide'}, accept, reasons, reject, positive ? save : '');
   const help = el('p', {class: 'sub', id: 'help'},
-    'Keys: A accept (after painting: accept your mask) · R reject (choose the reason first) · S save your mask ' +
-    '(unchanged: an accept) · ' +
-    'B brush · E eraser · H pan · M mask · C generated beside · [ ] brush size · + − zoom · 1 full resolution · ' +
-    '0 fit · N next · P previous (both ask before dropping unsaved paint). Wheel zooms; drag with Pan ' +
-    '(or the middle button) moves.');
-  const nav = el('div', {class: 'controls'});
-  if (data.prev) nav.append(el('a', {href: '/review/' + data.prev, id: 'prev'}, '← previous (P)'));
-  if (data.next_open) nav.append(el('a', {href: '/review/' + data.next_open, id: 'next'}, 'next open (N) →'));
-  nav.append(el('span', {class: 'sub', text: (data.position + 1) + ' of ' + data.total}));
-  content.append(el('div', {class: 'layout'},
-    el('div', {class: 'viewer'}, viewer.stages),
-    el('div', {class: 'side'}, nav, decided, data.editable ? decide : el('p', {text: 'Read only.'}),
-       controls.row, maskRow, editControls, text, help)));
+    'Keys: A accept what is shown (your painted or saved mask, else the generated one) · R reject (choose the ' +
+    'reason first) · S save your mask (unchanged: an accept) · ' +
+    'B brush · E eraser · H pan · M mask · O outline · C generated beside · [ ] brush size · + − zoom · ' +
+    '1 full resolution · 0 fit · N next · P previous (both ask before dropping unsaved paint). Wheel zooms; drag ' +
+    'with Pan (or the middle button) moves.');
+  const nav = headerNav(data);
+  const sideColumn = el('div', {class: 'side'}, text, decided, data.editable ? decide : '',
+                        controls.row, maskRow, editControls, meta, help);
+  content.append(el('div', {class: 'layout'}, el('div', {class: 'viewer'}, viewer.stages), sideColumn));
+  const cursor = el('div', {class: 'brush-cursor', id: 'brush-cursor', hidden: ''});
+  main.stage.append(cursor);
 
+  function outlined(layer, i, x, y, t) {
+    // a mask pixel within t pixels of the mask's edge (t grows as the film shrinks on screen, so the line stays
+    // about 1.5 screen pixels wide)
+    return x < t || y < t || x >= w - t || y >= h - t || !layer[i - t] || !layer[i + t] || !layer[i - t * w] ||
+      !layer[i + t * w];
+  }
   function render(pane, layer, colour, x0, y0, x1, y1) {
     if (!grey) return;
     x0 = Math.max(0, x0 | 0); y0 = Math.max(0, y0 | 0);
     x1 = Math.min(w, Math.ceil(x1)); y1 = Math.min(h, Math.ceil(y1));
     if (x1 <= x0 || y1 <= y0) return;
     const out = pane.ctx.createImageData(x1 - x0, y1 - y0);
-    const a = state.show ? state.opacity : 0;
+    const a = state.show ? (state.outline ? 1 : state.opacity) : 0;
+    const t = Math.max(1, Math.round(1.5 / viewer.view.scale));
     let o = 0;
     for (let y = y0; y < y1; y++) {
       for (let x = x0; x < x1; x++) {
         const i = y * w + x;
         const v = viewer.windowed(grey[i]);
-        if (layer[i] && a > 0) {
+        if (layer[i] && a > 0 && (!state.outline || outlined(layer, i, x, y, t))) {
           out.data[o] = v * (1 - a) + colour[0] * a; out.data[o + 1] = v * (1 - a) + colour[1] * a;
           out.data[o + 2] = v * (1 - a) + colour[2] * a;
         } else {
@@ -305,16 +453,28 @@ function ilsPage(data) {
     pane.ctx.putImageData(out, x0, y0);
   }
   const CYAN = [0, 255, 255], ORANGE = [255, 150, 0];
+  const margin = () => state.radius + 2 + (state.outline ? Math.max(1, Math.round(1.5 / viewer.view.scale)) : 0);
   const renderMain = (x0, y0, x1, y1) => render(main, mask, CYAN, x0, y0, x1, y1);
   function renderAll() {
     renderMain(0, 0, w, h);
     if (state.compare) render(side, generated, ORANGE, 0, 0, w, h);
   }
+  let lastScale = 0, pending = false;
+  viewer.view.onTransform = () => {  // an outline's width follows the zoom (redrawn once per frame at most)
+    if (state.outline && Math.abs(viewer.view.scale - lastScale) > 1e-6 && !pending && grey) {
+      pending = true;
+      requestAnimationFrame(() => { pending = false; lastScale = viewer.view.scale; renderAll(); });
+    }
+    placeCursor();
+  };
 
+  function refreshAccept() {
+    accept.textContent = ownMask && positive ? 'Accept your mask (A)' : 'Accept (A)';
+  }
   function setEdited(value) {
     edited = value;
-    if (value) app.dataset.edited = 'true'; else delete app.dataset.edited;
-    accept.textContent = value && data.positive ? 'Accept your mask (A)' : 'Accept (A)';
+    if (value) { app.dataset.edited = 'true'; ownMask = true; } else delete app.dataset.edited;
+    refreshAccept();
   }
   function leaveOk() {
     return !edited || window.confirm('Your mask edits are not saved. Leave this pair and drop them?');
@@ -328,10 +488,12 @@ function ilsPage(data) {
   function setTool(name) {
     state.tool = name;
     for (const [k, b] of Object.entries(tools)) b.setAttribute('aria-pressed', String(k === name));
-    main.canvas.style.cursor = name === 'pan' ? 'grab' : 'crosshair';
+    main.canvas.style.cursor = name === 'pan' || readOnly ? 'grab' : 'none';
     app.dataset.tool = name;
+    placeCursor();
   }
   function setCompare(on) {
+    if (!positive) return;
     state.compare = on;
     compare.checked = on;
     side.stage.hidden = !on;
@@ -339,8 +501,36 @@ function ilsPage(data) {
     viewer.fit();
     renderAll();
   }
+  function setOutline(on) {
+    state.outline = on;
+    outline.checked = on;
+    app.dataset.outline = String(on);
+    renderAll();
+  }
+
+  // the brush's circle at the pointer, its size on screen as painted
+  let pointer = null;
+  function placeCursor() {
+    const painting = !readOnly && state.tool !== 'pan' && pointer && film === 'shown';
+    cursor.hidden = !painting;
+    if (!painting) return;
+    const b = main.stage.getBoundingClientRect();
+    const d = 2 * state.radius * viewer.view.scale;
+    cursor.style.width = cursor.style.height = d + 'px';
+    cursor.style.left = (pointer[0] - b.left - d / 2) + 'px';
+    cursor.style.top = (pointer[1] - b.top - d / 2) + 'px';
+    cursor.classList.toggle('eraser', state.tool === 'eraser');
+  }
+  main.canvas.addEventListener('pointermove', (ev) => { pointer = [ev.clientX, ev.clientY]; placeCursor(); });
+  main.canvas.addEventListener('pointerleave', () => { pointer = null; placeCursor(); });
+  function setRadius(r) {
+    state.radius = Math.min(maxRadius, Math.max(1, r));
+    radius.value = String(state.radius);
+    placeCursor();
+  }
 
   function paint(cx, cy) {
+    if (film !== 'shown') return;
     const r = state.radius, value = state.tool === 'eraser' ? 0 : 1;
     for (let y = Math.max(0, Math.ceil(cy - r)); y <= Math.min(h - 1, Math.floor(cy + r)); y++) {
       for (let x = Math.max(0, Math.ceil(cx - r)); x <= Math.min(w - 1, Math.floor(cx + r)); x++) {
@@ -348,29 +538,42 @@ function ilsPage(data) {
       }
     }
     setEdited(true);
-    renderMain(cx - r - 1, cy - r - 1, cx + r + 2, cy + r + 2);
+    const m = margin();
+    renderMain(cx - m, cy - m, cx + m + 1, cy + m + 1);
   }
-  const readOnly = !data.positive || !data.editable;
   viewer.onDrag(main, () => state.tool === 'pan' || readOnly, paint);
   viewer.onDrag(side, () => true, () => {});
 
   show.addEventListener('change', () => { state.show = show.checked; renderAll(); });
+  outline.addEventListener('change', () => setOutline(outline.checked));
   opacity.addEventListener('input', () => { state.opacity = opacity.value / 100; renderAll(); });
-  radius.addEventListener('input', () => { state.radius = Number(radius.value); });
+  radius.addEventListener('input', () => setRadius(Number(radius.value)));
   compare.addEventListener('change', () => setCompare(compare.checked));
   resetMask.addEventListener('click', () => {
-    if (edited && !window.confirm('Drop your mask edits and go back to the generated mask?')) return;
-    mask = generated.slice(); setEdited(false); renderAll();
+    if ((edited || ownMask) && !window.confirm('Drop your mask and go back to the generated mask?')) return;
+    mask = generated.slice(); setEdited(false); ownMask = false; refreshAccept(); renderAll();
   });
-  reasons.addEventListener('change', () => {
-    if (reasons.value) reject.removeAttribute('disabled'); else reject.setAttribute('disabled', '');
-  });
+  function canReject() {
+    if (reasons.value && film !== 'loading') reject.removeAttribute('disabled'); else reject.setAttribute('disabled', '');
+  }
+  reasons.addEventListener('change', canReject);
 
   function isEmpty(m) { return !m.some((v) => v); }
   function same(a, b) { return a.every((v, i) => v === b[i]); }
 
-  async function decideWith(decision) {
-    if (decision === 'accept' && edited && data.positive) decision = 'correct';  // A after painting: your mask
+  async function decideWith(decision, key) {
+    if (film === 'loading') {
+      setStatus('the film is still loading: decide once it is shown', 'open');
+      return;
+    }
+    if (film === 'unreadable' && decision !== 'reject') {
+      setStatus('not saved: the film could not be shown, so it cannot be accepted; reject it as "' +
+                data.unreadable_reason + '" (R)', 'error');
+      return;
+    }
+    // Accept keeps the mask that is shown: the reviewer's paint or their saved correction (the generated mask
+    // only when that is what is shown)
+    if (decision === 'accept' && ownMask && positive) decision = 'correct';
     if (decision === 'correct' && isEmpty(mask)) {  // nothing is posted
       setStatus('not saved: your mask is empty. An empty mask means no lesion: reject the pair instead ' +
                 '(choose a reason, then R), or paint the lesion', 'error');
@@ -383,43 +586,43 @@ function ilsPage(data) {
       return;
     }
     if (decision === 'reject' && edited && !window.confirm('Reject and drop your mask edits?')) return;
-    try {
-      let result;
-      if (decision === 'correct') result = await postDecision('pair', 'correct', '', encodeRuns(mask, h, w));
-      else result = await postDecision('pair', decision, decision === 'reject' ? reasons.value : '');
-      decision = result.decision || decision;
-      decided.textContent = 'Your decision: ' + decision + (decision === 'reject' ? ' (' + reasons.value + ')' : '');
-      setStatus('saved: ' + decision, 'saved');
-      app.dataset.saved = decision;
-      setEdited(false);
-      window.location.href = result.next_open ? '/review/' + result.next_open : '/queue';
-    } catch (err) {
-      setStatus('not saved: ' + err.message, 'error');  // the edits stay on the page
-    }
+    const result = await saveDecision('pair', 'pair', decision, decision === 'reject' ? reasons.value : '',
+                                      decision === 'correct' ? encodeRuns(mask, h, w) : null,
+                                      own ? own.version : 0, key);
+    if (!result) return;  // the edits stay on the page; the status line says why
+    decision = result.decision || decision;
+    decided.textContent = 'Your decision: ' + decision + (decision === 'reject' ? ' (' + reasons.value + ')' : '');
+    setStatus('saved: ' + decision, 'saved');
+    app.dataset.saved = decision;
+    setEdited(false);
+    window.location.href = result.next_open ? '/review/' + result.next_open : '/queue';
   }
-  accept.addEventListener('click', () => decideWith('accept'));
-  reject.addEventListener('click', () => decideWith('reject'));
-  save.addEventListener('click', () => decideWith('correct'));
+  accept.addEventListener('click', () => decideWith('accept', 'A'));
+  reject.addEventListener('click', () => decideWith('reject', 'R'));
+  save.addEventListener('click', () => decideWith('correct', 'S'));
 
   document.addEventListener('keydown', (ev) => {
     if (typing(ev.target) || ev.ctrlKey || ev.metaKey || ev.altKey) return;
     const key = ev.key.toLowerCase();
     const actions = Object.assign(viewKeys(viewer, controls), {
-      a: () => data.editable && decideWith('accept'), r: () => data.editable && decideWith('reject'),
-      s: () => data.editable && data.positive && decideWith('correct'),
+      a: () => data.editable && decideWith('accept', 'A'), r: () => data.editable && decideWith('reject', 'R'),
+      s: () => data.editable && positive && decideWith('correct', 'S'),
       b: () => setTool('brush'), e: () => setTool('eraser'), h: () => setTool('pan'),
       m: () => { show.checked = !show.checked; state.show = show.checked; renderAll(); },
+      o: () => positive && setOutline(!state.outline),
       c: () => setCompare(!state.compare),
-      '[': () => { radius.value = String(Math.max(1, state.radius - 1)); state.radius = Number(radius.value); },
-      ']': () => { radius.value = String(Math.min(60, state.radius + 1)); state.radius = Number(radius.value); },
+      '[': () => setRadius(state.radius - Math.max(1, Math.round(state.radius / 8))),
+      ']': () => setRadius(state.radius + Math.max(1, Math.round(state.radius / 8))),
       n: () => go(data.next_open ? '/review/' + data.next_open : null),
       p: () => go(data.prev ? '/review/' + data.prev : null),
     });
     if (actions[key]) { ev.preventDefault(); actions[key](); }
   });
 
-  const img = new Image();
-  img.onload = () => {
+  refreshAccept();
+  relayout = () => viewer.size();
+  setStatus('loading the film…', 'loading');
+  fetchImage(0, 'film').then((img) => {
     const scratch = document.createElement('canvas');
     scratch.width = w; scratch.height = h;
     const sctx = scratch.getContext('2d');
@@ -430,13 +633,26 @@ function ilsPage(data) {
     setTool(readOnly ? 'pan' : 'brush');
     viewer.size();
     viewer.fit();
+    lastScale = viewer.view.scale;
     renderAll();
     window.addEventListener('resize', () => { viewer.size(); viewer.fit(); });
+    film = 'shown';
+    app.dataset.film = film;
+    for (const b of [accept, save]) b.removeAttribute('disabled');
+    canReject();
     setStatus(own ? 'decided: ' + own.decision : 'open', 'open');
     document.body.dataset.ready = 'true';
-  };
-  img.onerror = () => setStatus('the image could not be loaded', 'error');
-  img.src = '/api/assignments/' + id + '/image/0';
+  }).catch((err) => {
+    film = 'unreadable';
+    app.dataset.film = film;
+    onlyReason(reasons, data.unreadable_reason);
+    canReject();
+    main.stage.querySelector('.pane-label').textContent = 'no film';
+    setStatus(err.message + '. It cannot be accepted or corrected' +
+              (data.editable ? ': reject it as "' + data.unreadable_reason + '" (R), or leave it for later.' : '.'),
+              'error');
+    document.body.dataset.ready = 'true';
+  });
 }
 
 // --- CheXpercept case ----------------------------------------------------------------------------------
@@ -446,26 +662,28 @@ function benchPage(data) {
   const images = data.images.map(() => null);  // decoded RGBA per image, loaded once
   let shown = -1;
   let viewer = null, controls = null;
+  let film = 'loading';                         // 'loading', 'shown' or 'unreadable': decisions wait for 'shown'
   const holder = el('div', {class: 'viewer'});
   const side = el('div', {class: 'side'});
   content.append(el('div', {class: 'layout'}, holder, side));
+  const progress = el('span', {class: 'sub', id: 'case-progress'});
+  headerNav(data, progress, false);  // the case's own Next button goes on once it is decided
+  if (!data.editable) {
+    side.append(el('p', {class: 'warning', id: 'read-only', role: 'note',
+                         text: 'Read only: ' + data.reviewer + '\'s assignment (only the assigned reviewer decides).'}));
+  }
   side.append(el('p', {class: 'sub', id: 'case-info',
                        text: data.lesion + ' · path ' + p.path + ' · ' + p.pair_id + ' · reviewer ' + data.reviewer}));
 
   function load(n) {
     if (images[n]) return Promise.resolve(images[n]);
-    return new Promise((resolve, reject) => {
-      const img = new Image();
-      img.onload = () => {
-        const c = document.createElement('canvas');
-        c.width = img.naturalWidth; c.height = img.naturalHeight;
-        const x = c.getContext('2d');
-        x.drawImage(img, 0, 0);
-        images[n] = {w: c.width, h: c.height, rgba: x.getImageData(0, 0, c.width, c.height)};
-        resolve(images[n]);
-      };
-      img.onerror = () => reject(new Error('image ' + data.images[n].label + ' could not be loaded'));
-      img.src = '/api/assignments/' + id + '/image/' + n;
+    return fetchImage(n, 'image "' + data.images[n].label + '"').then((img) => {
+      const c = document.createElement('canvas');
+      c.width = img.naturalWidth; c.height = img.naturalHeight;
+      const x = c.getContext('2d');
+      x.drawImage(img, 0, 0);
+      images[n] = {w: c.width, h: c.height, rgba: x.getImageData(0, 0, c.width, c.height)};
+      return images[n];
     });
   }
   function draw() {
@@ -482,7 +700,7 @@ function benchPage(data) {
     // one viewer per image size; window/level and zoom carry over between images of the same size
     if (!viewer || viewer.panes[0].canvas.width !== im.w || viewer.panes[0].canvas.height !== im.h) {
       const kept = viewer ? {level: viewer.view.level, width: viewer.view.width} : null;
-      viewer = makeViewer(im.w, im.h, [{id: 'image', text: ''}]);
+      viewer = makeViewer(im.w, im.h, [{id: 'image', text: '', aria: 'case image'}]);
       viewer.onDrag(viewer.panes[0], () => true, () => {});
       controls = windowControls(viewer, draw);
       holder.replaceChildren(controls.row, viewer.stages);
@@ -495,6 +713,7 @@ function benchPage(data) {
     }
     shown = n;
     viewer.panes[0].stage.querySelector('.pane-label').textContent = data.images[n].label;
+    viewer.panes[0].canvas.setAttribute('aria-label', 'case image: ' + data.images[n].label);
     app.dataset.image = String(n);
     for (const t of document.querySelectorAll('button.thumb')) {
       t.setAttribute('aria-pressed', String(Number(t.dataset.image) === n));
@@ -503,15 +722,39 @@ function benchPage(data) {
   }
 
   const order = [];
-  for (const q of p.questions) {
-    const box = el('section', {class: 'question', 'data-part': q.part});
-    box.append(el('h2', {text: q.title}));
+  const questions = [];   // per question: {part, box, accept, reject, reasons, state, title}
+  let current = -1;       // the question A and R act on
+  function setCurrent(i) {
+    current = i;
+    questions.forEach((q, k) => {
+      q.box.classList.toggle('current', k === i);
+      if (k === i) q.box.setAttribute('aria-current', 'step'); else q.box.removeAttribute('aria-current');
+    });
+  }
+  function firstOpen(after) {
+    const n = questions.length;
+    for (let d = 1; d <= n; d++) {
+      const k = (after + d + n) % n;
+      if (!(questions[k].part in data.decisions)) return k;
+    }
+    return -1;
+  }
+  function refreshProgress() {
+    const decidedParts = questions.filter((q) => q.part in data.decisions).length;
+    progress.textContent = decidedParts + ' of ' + questions.length + ' questions decided';
+  }
+
+  p.questions.forEach((q, qi) => {
+    const label = 'question ' + (qi + 1) + ' (' + q.title + ')';
+    const box = el('section', {class: 'question', 'data-part': q.part, 'aria-label': label});
+    box.append(el('h2', {text: (qi + 1) + '. ' + q.title}));
     if (q.prefix) box.append(el('pre', {class: 'prefix', text: q.prefix}));
     const thumbs = el('div', {class: 'thumbs'});
     for (const n of q.images) {
-      const t = el('button', {type: 'button', class: 'thumb', 'data-image': String(n), title: data.images[n].label},
-                   el('img', {src: '/api/assignments/' + id + '/image/' + n, alt: data.images[n].label}));
-      t.addEventListener('click', () => showImage(n));
+      const t = el('button', {type: 'button', class: 'thumb', 'data-image': String(n), title: data.images[n].label,
+                              'aria-label': 'show ' + data.images[n].label},
+                   el('img', {src: '/api/assignments/' + id + '/image/' + n, alt: ''}));
+      t.addEventListener('click', () => showImage(n).catch((err) => setStatus(err.message, 'error')));
       thumbs.append(t);
       order.push(n);
     }
@@ -531,38 +774,81 @@ function benchPage(data) {
     const state = el('span', {class: 'decided part-state'});
     const mine = data.decisions[q.part];
     state.textContent = mine ? mine.decision + (mine.reason ? ' (' + mine.reason + ')' : '') : 'not decided';
+    if (mine) box.dataset.state = mine.decision;
+    const entry = {part: q.part, box: box, state: state, title: q.title, label: label, images: q.images};
     if (data.editable) {
-      const reasons = reasonSelect(data.reasons, 'reason-' + q.part);
-      const accept = el('button', {type: 'button', class: 'accept'}, 'Accept');
-      const reject = el('button', {type: 'button', class: 'reject', disabled: ''}, 'Reject');
-      reasons.addEventListener('change', () => {
-        if (reasons.value) reject.removeAttribute('disabled'); else reject.setAttribute('disabled', '');
-      });
-      const send = async (decision) => {
-        try {
-          const result = await postDecision(q.part, decision, decision === 'reject' ? reasons.value : '');
-          state.textContent = decision + (decision === 'reject' ? ' (' + reasons.value + ')' : '');
-          box.dataset.state = decision;
-          setStatus(result.assignment_done ? 'case complete' : 'saved', 'saved');
-          if (result.assignment_done) nextLink.hidden = false;
-          nextLink.href = result.next_open ? '/review/' + result.next_open : '/queue';
-        } catch (err) {
-          setStatus('not saved: ' + err.message, 'error');
-        }
+      const reasons = reasonSelect(data.reasons, 'reason-' + q.part, 'reason for rejecting ' + label,
+                                   mine && mine.decision === 'reject' ? mine.reason : '');
+      const accept = el('button', {type: 'button', class: 'accept', disabled: '', 'aria-label': 'Accept ' + label},
+                        'Accept (A)');
+      const reject = el('button', {type: 'button', class: 'reject', disabled: '', 'aria-label': 'Reject ' + label},
+                        'Reject (R)');
+      const canReject = () => {
+        if (reasons.value && film !== 'loading') reject.removeAttribute('disabled');
+        else reject.setAttribute('disabled', '');
       };
-      accept.addEventListener('click', () => send('accept'));
-      reject.addEventListener('click', () => reasons.value && send('reject'));
+      reasons.addEventListener('change', canReject);
+      Object.assign(entry, {accept: accept, reject: reject, reasons: reasons, canReject: canReject});
+      accept.addEventListener('click', () => send(qi, 'accept'));
+      reject.addEventListener('click', () => send(qi, 'reject'));
       box.append(el('div', {class: 'controls'}, accept, reasons, reject, state));
+      box.addEventListener('focusin', () => setCurrent(qi));
+      box.addEventListener('click', () => setCurrent(qi));
     } else {
       box.append(state);
     }
+    questions.push(entry);
     side.append(box);
+  });
+
+  async function send(qi, decision) {
+    const q = questions[qi];
+    setCurrent(qi);
+    if (film === 'loading') {
+      setStatus('the images are still loading: decide once they are shown', 'open');
+      return;
+    }
+    if (film === 'unreadable' && decision !== 'reject') {
+      setStatus('not saved: an image of this case could not be shown, so it cannot be accepted; reject it as "' +
+                data.unreadable_reason + '" (R)', 'error');
+      return;
+    }
+    if (decision === 'reject' && !q.reasons.value) {
+      setStatus('choose a reason for rejecting ' + q.label + ' (the list is focused), then press R again', 'open');
+      q.reasons.focus();
+      return;
+    }
+    const mine = data.decisions[q.part];
+    const reason = decision === 'reject' ? q.reasons.value : '';
+    const result = await saveDecision('question', q.part, decision, reason, null, mine ? mine.version : 0,
+                                      decision === 'accept' ? 'A' : 'R');
+    if (!result) return;
+    data.decisions[q.part] = {decision: decision, reason: reason, version: result.version, updated: result.updated};
+    q.state.textContent = decision + (reason ? ' (' + reason + ')' : '');
+    q.box.dataset.state = decision;
+    refreshProgress();
+    setStatus(result.assignment_done ? 'case complete: N for the next case' : 'saved: ' + decision, 'saved');
+    if (result.assignment_done) nextLink.hidden = false;
+    nextLink.href = result.next_open ? '/review/' + result.next_open : '/queue';
+    const next = firstOpen(qi);
+    if (next >= 0) {  // the next open question, with its first image
+      setCurrent(next);
+      questions[next].box.scrollIntoView({block: 'nearest'});
+      if (questions[next].images.length && questions[next].images[0] !== shown) {
+        showImage(questions[next].images[0]).catch((err) => setStatus(err.message, 'error'));
+      }
+    }
   }
+
   const nextLink = el('a', {class: 'button', id: 'next', href: data.next_open ? '/review/' + data.next_open : '/queue'},
-                      'Next (N)');
+                      'Next case (N)');
   nextLink.hidden = !Object.keys(data.decisions).length;
-  side.append(nextLink, el('p', {class: 'sub', id: 'help', text: 'Keys: + − zoom · 1 full resolution · 0 fit · ' +
-    '[ ] previous/next image · N next case. Wheel zooms, drag moves; window/level stays when the image changes.'}));
+  side.append(nextLink, el('p', {class: 'sub', id: 'help', text: 'Keys: A accept / R reject the highlighted ' +
+    'question (choose the reason first; the next open question is highlighted after each decision; click a ' +
+    'question to pick it) · + − zoom · 1 full resolution · 0 fit · [ ] previous/next image · N next case. Wheel ' +
+    'zooms, drag moves; window/level stays when the image changes.'}));
+  refreshProgress();
+  setCurrent(questions.length ? Math.max(0, firstOpen(-1)) : -1);
   document.addEventListener('keydown', (ev) => {
     if (typing(ev.target) || ev.ctrlKey || ev.metaKey || ev.altKey) return;
     const key = ev.key.toLowerCase();
@@ -570,15 +856,44 @@ function benchPage(data) {
     const step = (d) => showImage(distinct[(distinct.indexOf(shown) + d + distinct.length) % distinct.length]);
     const actions = Object.assign(viewer ? viewKeys(viewer, controls) : {}, {
       n: () => { window.location.href = nextLink.href; }, '[': () => step(-1), ']': () => step(1),
+      p: () => { if (data.prev) window.location.href = '/review/' + data.prev; },
     });
+    if (data.editable && current >= 0) {
+      actions.a = () => send(current, 'accept');
+      actions.r = () => send(current, 'reject');
+    }
     if (actions[key]) { ev.preventDefault(); actions[key](); }
   });
-  const first = order.length ? order[0] : null;
-  (first === null ? Promise.resolve() : showImage(first)).then(() => {
+
+  // every image of the case is loaded before anything can be accepted (the server refuses an accept of an image it
+  // cannot serve, too); one that fails leaves only the rejection as unreadable
+  const distinct = [...new Set(data.images.map((_, n) => n))];
+  relayout = () => { if (viewer) viewer.size(); };
+  setStatus('loading the images…', 'loading');
+  Promise.allSettled(distinct.map(load)).then(async (settled) => {
+    const failed = settled.find((r) => r.status === 'rejected');
+    const first = order.length ? order[0] : distinct.find((n) => images[n]);
+    if (first !== undefined && first !== null && images[first]) await showImage(first);
     window.addEventListener('resize', () => { if (viewer) { viewer.size(); viewer.fit(); } });
-    setStatus('open', 'open');
+    if (failed) {
+      film = 'unreadable';
+      for (const q of questions) {
+        if (q.reasons) { onlyReason(q.reasons, data.unreadable_reason); q.canReject(); }
+      }
+      setStatus(failed.reason.message + '. The case cannot be accepted' +
+                (data.editable ? ': reject its questions as "' + data.unreadable_reason + '", or leave it for later.'
+                               : '.'), 'error');
+    } else {
+      film = 'shown';
+      for (const q of questions) {
+        if (q.accept) { q.accept.removeAttribute('disabled'); q.canReject(); }
+      }
+      setStatus(data.editable ? 'open' : 'read only', 'open');
+    }
+    app.dataset.film = film;
+    if (viewer) viewer.size();
     document.body.dataset.ready = 'true';
-  }).catch((err) => setStatus(err.message, 'error'));
+  });
 }
 
 api('/api/assignments/' + id)
