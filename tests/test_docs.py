@@ -121,7 +121,8 @@ def test_site_builds_strict(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "NO_MKDOCS_2_WARNING": "1"})
     assert proc.returncode == 0, proc.stderr[-4000:]
     cli = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
-    assert "--negative-check" in cli and "Sentinel" not in cli  # options without a default read "None"
+    assert "--negative-check" in cli and "Sentinel" not in cli
+    assert "see description" in cli and "<code>2048</code>" in cli  # the Default column (cli_defaults hook)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None, reason="the docs extra is not installed")
@@ -139,6 +140,59 @@ def test_site_validation_fails_on_a_broken_link(tmp_path, link):
                           cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert proc.returncode != 0 and link.split("#")[0] in proc.stderr
+
+
+def _cli_options():
+    """(command path, option, its click context) for every option of every ``cxrground`` command."""
+    import click
+
+    from cxrground.cli import main
+
+    def walk(cmd, path, parent):
+        ctx = click.Context(cmd, info_name=path[-1] if path else "cxrground", parent=parent)
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                yield from walk(sub, [*path, name], ctx)
+        else:
+            yield from ((" ".join(path), p, ctx) for p in cmd.params if isinstance(p, click.Option))
+
+    return list(walk(main, [], None))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mkdocs_click") is None, reason="the docs extra is not installed")
+def test_cli_reference_defaults_agree_with_help():
+    """The command reference's Default column shows the default ``--help`` prints, and never "None" for an option
+    whose help text states a default."""
+    import click
+    from mkdocs_click import _docs
+
+    if not hasattr(click.Option, "get_help_extra"):
+        pytest.skip("click < 8.2 has no Option.get_help_extra")
+    sys.path.insert(0, str(DOCS / "_hooks"))
+    try:
+        import cli_defaults
+    finally:
+        sys.path.pop(0)
+    row = cli_defaults._wrap(_docs._format_table_option_row)
+    cells, wrong = {}, []
+    for command, option, ctx in _cli_options():
+        cell = row(option).rstrip(" |").rpartition(" | ")[2]
+        cells[command, option.opts[0]] = cell
+        shown = option.get_help_extra(ctx).get("default")
+        if shown and isinstance(option.show_default, str):
+            shown = shown.removeprefix("(").removesuffix(")")
+        if shown and cell.strip("`") != shown:
+            wrong.append(f"{command} {option.opts[0]}: --help {shown!r}, reference {cell!r}")
+        if "Sentinel" in cell or (cell == "None" and cli_defaults.STATES_DEFAULT.search(option.help or "")):
+            wrong.append(f"{command} {option.opts[0]}: reference {cell!r}, help {option.help!r}")
+    assert not wrong, "\n".join(wrong)
+    assert len(cells) > 300
+    for command in ("ils build", "reports label", "reports structure"):
+        assert cells[command, "--max-tokens"] == "`2048`" and cells[command, "--alternatives"] == "`uncertain`"
+    assert cells["reports label", "--seed"] == "`0`"
+    assert cells["segment train-pose", "--holdout-fraction"] == "`0.2`"
+    assert cells["ils train", "--threads"] == cli_defaults.SEE_DESCRIPTION
+    assert cells["ils build", "--overwrite"] == "`False`" and cells["ils build", "--out"] == "required"
 
 
 def test_configuration_tables_come_from_the_dataclasses():

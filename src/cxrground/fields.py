@@ -26,12 +26,14 @@ PathKind = Literal["dir", "file", "existing", "out_dir", "out_file", "path", "di
 def option(default: Any = MISSING, *, help: str = "", flag: str | None = None, path: PathKind | None = None,
            choices: Sequence[str] | None = None, low: float | None = None, high: float | None = None,
            low_open: bool = False, registry: Any = None, metavar: str | None = None, envvar: str | None = None,
-           show_default: bool | None = None, default_factory: Callable[[], Any] | None = None) -> Any:
+           show_default: bool | str | None = None, default_factory: Callable[[], Any] | None = None) -> Any:
     """A dataclass field (required when neither ``default`` nor ``default_factory`` is given) documented by its
     ``metadata``: ``help``; ``flag``, the option's name when it is not ``--field-name`` (``--a/--no-a`` for an
     on/off pair); ``path``, a :data:`PathKind`; ``choices``; ``low``/``high`` (``low_open``: ``low`` excluded);
     ``registry``, the :class:`~cxrground.registry.Registry` whose backend the field names; ``metavar``,
-    ``envvar`` (the environment variable read when the option is not given) and ``show_default``."""
+    ``envvar`` (the environment variable read when the option is not given) and ``show_default`` (a string: the
+    default ``--help`` and the command reference show for a field whose ``None`` means "the stated default", kept
+    ``None`` so that a conflicting backend option can be told from it)."""
     given = {"help": help or None, "flag": flag, "path": path, "choices": tuple(choices) if choices else None,
              "low": low, "high": high, "low_open": low_open or None, "registry": registry, "metavar": metavar,
              "envvar": envvar, "show_default": show_default}

@@ -103,8 +103,9 @@ COMMANDS: list[click.Command] = [segment]
                    "column makes the held-out split by patient. Default: MIMIC-CXR-JPG's table in the image folder "
                    "or its parent, when there (as for anatomy pose).")
 @click.option("--holdout-fraction", type=click.FloatRange(0, 1, max_open=True), default=None,
+              show_default=str(FOLDER_HOLDOUT_FRACTION),
               help="With --images: share of the patients (or films, without a patient column) held out by a seeded "
-                   f"split and read at the end  [default: {FOLDER_HOLDOUT_FRACTION}]")
+                   "split and read at the end.")
 @click.option("--max-films", type=click.IntRange(1), default=None,
               help="With --images: use at most this many films, tried in a seeded order.")
 @click.option("--screen-weights", type=FILE, default=None,

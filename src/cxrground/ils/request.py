@@ -31,7 +31,7 @@ from cxrground.io.store import is_url
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
 from cxrground.reports.structure import STRUCTURERS, structurer_options
 from cxrground.reports.structure.llm import DEFAULT_MAX_TOKENS, DEFAULT_SEED, stats_line
-from cxrground.reports.structure.rules import ALTERNATIVE_POLICIES
+from cxrground.reports.structure.rules import ALTERNATIVE_POLICIES, DEFAULT_ALTERNATIVES
 
 if TYPE_CHECKING:
     from cxrground.ils.build import BuildSummary
@@ -76,14 +76,15 @@ class BuildRequest:
     structurer: str = option("rules", registry=STRUCTURERS)
     structurer_opt: dict[str, str] = option(default_factory=dict, help="KEY=VALUE for the structurer (llm: "
                                             "base_url, model, api_key_env, cache, concurrency).")
-    max_tokens: int | None = option(None, low=1, help=f"LLM structurer: most tokens of each answer (default "
-                                    f"{DEFAULT_MAX_TOKENS}); an answer the server cuts there fails its study. A "
-                                    "--structurer-opt max_tokens given too must agree.")
+    max_tokens: int | None = option(None, low=1, show_default=str(DEFAULT_MAX_TOKENS),
+                                    help="LLM structurer: most tokens of each answer; an answer the server cuts there "
+                                         "fails its study. A --structurer-opt max_tokens given too must agree.")
     sections: str = option(DEFAULT_SECTION_POLICY, choices=SECTION_POLICIES, help="Report section policy: findings "
                            "(ILS §6: findings, else impression, else the last paragraph), impression (impression "
                            "first), findings+impression (both, numbered on; repeats counted once).")
-    alternatives: str | None = option(None, choices=ALTERNATIVE_POLICIES, help="Rule structurer: 'atelectasis or "
-                                      "scarring' is uncertain (default, ILS.md §7.1) or present.")
+    alternatives: str | None = option(None, choices=ALTERNATIVE_POLICIES, show_default=DEFAULT_ALTERNATIVES,
+                                      help="Rule structurer: 'atelectasis or scarring' is uncertain (ILS.md §7.1) or "
+                                           "present.")
     segmenter: str = option("unet", registry=SEGMENTERS)
     segmenter_opt: dict[str, str] = option(default_factory=dict,
                                            help="KEY=VALUE for the segmenter (repeatable), e.g. weights=PATH.")

@@ -25,6 +25,7 @@ from cxrground.reports.structure import (
     structurer_options,
 )
 from cxrground.reports.structure.llm import DEFAULT_MAX_TOKENS, DEFAULT_SEED
+from cxrground.reports.structure.rules import DEFAULT_ALTERNATIVES
 
 __all__ = ["StructureOutput", "StructureRequest", "stats_notes", "structure_files", "structure_paths"]
 
@@ -40,8 +41,9 @@ class StructureRequest:
                                             "value too, it is refused.")
     sections: str = option(DEFAULT_SECTION_POLICY, choices=SECTION_POLICIES, help="Report section policy: findings "
                            "(ILS §6), impression, or findings+impression (both, numbered on).")
-    alternatives: str | None = option(None, choices=ALTERNATIVE_POLICIES, help="Rule structurer: alternatives "
-                                      "('atelectasis or scarring') uncertain (default) or present.")
+    alternatives: str | None = option(None, choices=ALTERNATIVE_POLICIES, show_default=DEFAULT_ALTERNATIVES,
+                                      help="Rule structurer: alternatives ('atelectasis or scarring') uncertain or "
+                                           "present.")
     base_url: str | None = option(None, envvar="CXRGROUND_LLM_BASE_URL",
                                   help="API root, e.g. http://localhost:8000/v1 (llm).")
     model: str | None = option(None, envvar="CXRGROUND_LLM_MODEL", help="Model name sent to the API (llm).")
@@ -58,10 +60,11 @@ class StructureRequest:
                                    "answered stops the run once a request's retries are spent, one that stopped "
                                    "answering after max(8, 2 x concurrency) reports in a row.")
     temperature: float = option(0.0, help="Sampling temperature (llm).")
-    max_tokens: int | None = option(None, low=1, help=f"Most tokens of each answer (llm; default {DEFAULT_MAX_TOKENS}"
-                                    "): an answer the server cuts there fails its report, saying so.")
-    seed: int | None = option(None, help=f"Seed sent with each request (llm; default {DEFAULT_SEED}): a sampling "
-                              "server answers alike for one seed. Part of the response cache's key.")
+    max_tokens: int | None = option(None, low=1, show_default=str(DEFAULT_MAX_TOKENS),
+                                    help="Most tokens of each answer (llm): an answer the server cuts there fails its "
+                                         "report, saying so.")
+    seed: int | None = option(None, show_default=str(DEFAULT_SEED), help="Seed sent with each request (llm): a "
+                              "sampling server answers alike for one seed. Part of the response cache's key.")
     out: Path | None = option(None, path="out_file", help="Write the finding lines here (failures go to "
                               "OUT.failures.jsonl) instead of stdout ('-': stdout).")
     progress: bool = option(True, flag="--progress/--no-progress", show_default=False,
