@@ -18,9 +18,9 @@ starts (:func:`started_with`: epochs, seed, model, amp, every ``--set`` argument
 or leaving out or adding a ``--set``, is refused naming each (:func:`started_changes`; a run started before that
 record existed is compared with ultralytics' ``args.yaml`` on the arguments asked for); ``--batch`` and
 ``--patience`` are applied. A finished one (``vindr_yolo.pt`` present) is reported, not redone, unless
-``overwrite``, and refused the same way when asked for with other training settings. A run whose data/ was prepared from other annotations, patients, films or settings is
-refused; ``overwrite`` checks everything first, then prepares data/ again where it differs, then deletes the old
-run and weights.
+``overwrite``, and refused the same way when asked for with other training settings. A run whose data/ was
+prepared from other annotations, patients, films or settings is refused; ``overwrite`` checks everything first,
+then prepares data/ again where it differs, then deletes the old run and weights.
 
 ultralytics runs offline (:func:`~cxrground.ils.detector.needs.ultralytics_offline`, shared with ``detector
 evaluate`` and ``ils build --detector yolo``); here its settings and font live in ``OUT/.ultralytics``,
