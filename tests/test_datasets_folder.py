@@ -131,3 +131,29 @@ def test_an_index_without_report_columns_takes_its_reports_from_a_table(tmp_path
     # without the table the rows need a report
     _, failures = build_tasks(tmp_path / "img", index=index)
     assert len(failures) == 3 and all("neither 'report_path' nor 'report'" in f.reason for f in failures)
+
+
+def test_dicom_files_without_an_image_suffix_are_films_and_other_files_are_not(tmp_path):
+    """A DICOM named by its UID (``1.2.840.5``) or with no suffix is found by its DICM marker, by scan_folder and
+    find_images alike; a file of another kind with no suffix is neither a film nor a failure."""
+    import numpy as np
+
+    from cxrground.io.dicom import write_dicom
+    from cxrground.io.image import find_images
+
+    files = tmp_path / "files"
+    one, two = files / "p10/p10000001/s50000001", files / "p10/p10000002/s50000002"
+    pixels = np.full((8, 8), 900, np.uint16)
+    write_dicom(one / "img1.dcm", pixels)
+    write_dicom(one / "img2.dcm", pixels).rename(one / "img2")
+    write_dicom(two / "x.dcm", pixels).rename(two / "1.2.840.5")
+    (two / "README").write_bytes(b"\x00" * 200)  # no DICM marker: not a film
+    for study in (one, two):
+        (study.parent / f"{study.name}.txt").write_text("FINDINGS: Clear.")
+    studies, failures = scan_folder(files)
+    assert [(s.study_id, s.dicom_id, s.relative_image_path) for s in studies] == [
+        ("s50000001", "img1", "p10/p10000001/s50000001/img1.dcm"),
+        ("s50000001", "img2", "p10/p10000001/s50000001/img2"),
+        ("s50000002", "1.2.840.5", "p10/p10000002/s50000002/1.2.840.5")]
+    assert failures == []
+    assert [p.name for p in find_images(files)] == ["img1.dcm", "img2", "1.2.840.5"]

@@ -14,7 +14,9 @@ Images are not opened here; reading happens in the stages that need the pixels. 
 check shows is refused here, each with a :class:`~cxrground.errors.Failure` naming the file: a 0-byte image
 (so a study's next image is chosen instead), a symbolic link loop and a link whose target does not exist, and in
 the MIMIC-CXR layout every skipped item: a study folder without an image, a folder named like an image, and an
-image in a format the build does not read (GIF, BMP, TIFF, WebP). :func:`check_studies` (``scan --check``) reads
+image in a format the build does not read (GIF, BMP, TIFF, WebP). The films are found as every folder reader finds
+them (:func:`~cxrground.io.image.film_kind`): by their PNG, JPEG or DICOM suffix, and DICOM files without an image
+suffix (UID-named exports) by their ``DICM`` marker. :func:`check_studies` (``scan --check``) reads
 every image and report as ``ils build`` does and lists those that fail.
 """
 
@@ -32,7 +34,7 @@ from pathlib import Path
 
 from cxrground.errors import Failure, InputError
 from cxrground.io.files import read_csv_text, walk_files
-from cxrground.io.image import IMAGE_SUFFIXES, UNSUPPORTED_IMAGE_SUFFIXES
+from cxrground.io.image import IMAGE_SUFFIXES, UNSUPPORTED_IMAGE_SUFFIXES, film_kind
 
 __all__ = ["MIMIC_IMAGE_RE", "UNSUPPORTED_IMAGE_SUFFIXES", "StudyInput", "check_studies", "find_release_file",
            "image_file_problem", "read_index", "scan_folder", "scan_lines", "scan_store"]
@@ -40,6 +42,8 @@ __all__ = ["MIMIC_IMAGE_RE", "UNSUPPORTED_IMAGE_SUFFIXES", "StudyInput", "check_
 _STUDY_DIR_RE = re.compile(r"(?:^|/)p\d{2}/p\d+/s\d+$")
 
 MIMIC_IMAGE_RE = re.compile(r"(?:^|/)(p\d{2})/(p\d+)/(s\d+)/([^/]+)\.(?:jpe?g|png|dcm|dicom)$", re.IGNORECASE)
+#: A film's place in the MIMIC-CXR layout, whatever its name (a DICOM file may have no image suffix).
+_MIMIC_FILM_RE = re.compile(r"(?:^|/)(p\d{2})/(p\d+)/(s\d+)/([^/]+)$")
 
 
 @dataclass(frozen=True)
@@ -76,20 +80,19 @@ def scan_folder(
     images_found: set[Path] = set()
     tree = walk_files(root, folders=True)  # links to folders followed (MIMIC's pXX folders on other disks)
     for path in tree:
-        suffix = path.suffix.lower()
-        if suffix in UNSUPPORTED_IMAGE_SUFFIXES and not path.is_dir():
-            failures.append(Failure(str(path), "scan", f"unsupported image format {suffix} (use JPEG, PNG or "
-                                    "DICOM)", "InputError"))
-            images_found.add(path.parent)
-            continue
-        if suffix not in IMAGE_SUFFIXES:
+        kind = film_kind(path)
+        if kind is None:
             continue
         images_found.add(path.parent)
         if path.is_dir():
             failures.append(Failure(str(path), "scan", "a folder named like an image (not a file)", "InputError"))
             continue
+        if kind == "unsupported":
+            failures.append(Failure(str(path), "scan", f"unsupported image format {path.suffix.lower()} (use JPEG, "
+                                    "PNG or DICOM)", "InputError"))
+            continue
         rel = path.relative_to(root).as_posix()
-        match = MIMIC_IMAGE_RE.search(rel)
+        match = _MIMIC_FILM_RE.search(rel)
         if match is None:
             failures.append(Failure(str(path), "scan", "not in the MIMIC-CXR layout and no index given", "InputError"))
             continue
@@ -97,7 +100,8 @@ def scan_folder(
         if problem is not None:
             failures.append(Failure(str(path), "scan", problem, "InputError"))
             continue
-        group, subject, study, dicom = match.groups()
+        group, subject, study, name = match.groups()
+        dicom = Path(name).stem if path.suffix.lower() in IMAGE_SUFFIXES else name  # a DICOM named by its UID
         report = _find_mimic_report(path, group, subject, study, report_root) if require_reports else None
         if report is None and require_reports:
             failures.append(Failure(str(path), "scan", _no_report(group, subject, study, report_root),

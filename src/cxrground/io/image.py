@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Final, Literal
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -31,6 +31,7 @@ __all__ = [
     "DEFAULT_MAX_PIXELS",
     "IMAGE_SUFFIXES",
     "MAX_PIXELS_HELP",
+    "NOT_FILM_SUFFIXES",
     "READ_FORMATS",
     "UNSUPPORTED_IMAGE_SUFFIXES",
     "CXRImage",
@@ -39,6 +40,7 @@ __all__ = [
     "check_out_folder",
     "check_pixel_limit",
     "exif_orientation",
+    "film_kind",
     "find_images",
     "image_header_pixels",
     "image_header_size",
@@ -344,16 +346,37 @@ def _window_bounds(arr: np.ndarray, window: Window) -> tuple[float | None, float
     return None, None
 
 
+#: Suffixes of files that are never films (reports, tables, notes, archives, cxrground's own outputs): a folder
+#: reader does not open them to look for a DICOM marker.
+NOT_FILM_SUFFIXES: Final[frozenset[str]] = frozenset({
+    ".txt", ".xml", ".csv", ".tsv", ".json", ".jsonl", ".ndjson", ".gz", ".zip", ".tar", ".md", ".html", ".htm",
+    ".pdf", ".log", ".yaml", ".yml", ".py", ".sha256", ".npz", ".npy", ".safetensors", ".pt", ".db", ".sqlite"})
+
+
+def film_kind(path: Path) -> Literal["film", "unsupported"] | None:
+    """What a file met in a folder is to the folder readers: ``film`` for a PNG, JPEG or DICOM suffix (a broken link
+    or a folder of such a name too: reading it fails and is recorded), and for a regular file with any other suffix
+    that holds DICOM's ``DICM`` marker at byte 128 (a DICOM export named by its UID, ``1.2.840.113619.2.55.3.604``,
+    or with no suffix; 132 bytes read); ``unsupported`` for a GIF, BMP, TIFF or WebP suffix; None for any other
+    file (a report, a table, a file of no image kind)."""
+    suffix = path.suffix.lower()
+    if suffix in IMAGE_SUFFIXES:
+        return "film"
+    if suffix in UNSUPPORTED_IMAGE_SUFFIXES:
+        return "unsupported"
+    if suffix in NOT_FILM_SUFFIXES or not path.is_file():
+        return None
+    return "film" if is_dicom(path) else None
+
+
 def find_images(folder: Path) -> list[Path]:
-    """The films under ``folder``, sorted: PNG, JPEG and DICOM files, DICOM files without a suffix (``DICM``
-    marker), links to them (a broken link is listed, so that reading it fails and is recorded) and files of the
-    :data:`UNSUPPORTED_IMAGE_SUFFIXES` (listed so that their refusal is recorded); links to folders are followed.
-    An error naming the folder when there is none."""
+    """The films under ``folder``, sorted (:func:`film_kind`): PNG, JPEG and DICOM files, DICOM files without an
+    image suffix (found by their ``DICM`` marker), links to them (a broken link is listed, so that reading it fails
+    and is recorded) and files of the :data:`UNSUPPORTED_IMAGE_SUFFIXES` (listed so that their refusal is recorded);
+    links to folders are followed. An error naming the folder when there is none."""
     if not folder.is_dir():
         raise InputError("image folder not found", folder)
-    paths = [p for p in walk_files(folder)
-             if p.suffix.lower() in IMAGE_SUFFIXES + UNSUPPORTED_IMAGE_SUFFIXES
-             or (not p.suffix and p.is_file() and is_dicom(p))]
+    paths = [p for p in walk_files(folder) if film_kind(p) is not None]
     if not any(p.suffix.lower() not in UNSUPPORTED_IMAGE_SUFFIXES for p in paths):
         raise InputError("no PNG, JPEG or DICOM images in the folder" + (
             f" ({len(paths)} file(s) in formats cxrground does not read: {', '.join(UNSUPPORTED_IMAGE_SUFFIXES)})"
