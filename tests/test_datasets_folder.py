@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from cxrground.datasets.folder import scan_folder
+from cxrground.errors import InputError
 from masks_helpers import blank_image as _img
 
 
@@ -157,3 +160,36 @@ def test_dicom_files_without_an_image_suffix_are_films_and_other_files_are_not(t
         ("s50000002", "1.2.840.5", "p10/p10000002/s50000002/1.2.840.5")]
     assert failures == []
     assert [p.name for p in find_images(files)] == ["img1.dcm", "img2", "1.2.840.5"]
+
+
+def test_two_ids_that_name_one_study_key_are_a_failure_naming_both_rows(tmp_path):
+    """``125`` and ``s125`` both become study ``s125``: the second row is a failure naming the first, never a
+    second image of one study; the id as given stays visible (given_study_id, scan --json)."""
+    from click.testing import CliRunner
+
+    from cxrground.cli import main
+    from cxrground.ils.tasks import read_split_file, report_table
+
+    for name in ("a.png", "b.png", "c.png"):
+        _img(tmp_path / "img" / name)
+    index = tmp_path / "index.csv"
+    index.write_text("image,study_id,report\na.png,125,FINDINGS: Clear.\nb.png,s125,FINDINGS: Clear.\n"
+                     "c.png,abc,FINDINGS: Clear.\n")
+    studies, failures = scan_folder(tmp_path / "img", index=index)
+    assert [(s.study_id, s.given_study_id, s.image_path.name) for s in studies] == [
+        ("s125", "125", "a.png"), ("sabc", "abc", "c.png")]
+    assert [f.path for f in failures] == [f"{index}:3"]
+    assert f"'s125' and study id '125' in {index}:2 both name study s125" in failures[0].reason
+    res = CliRunner().invoke(main, ["scan", "--images", str(tmp_path / "img"), "--index", str(index), "--json"])
+    lines = [json.loads(line) for line in res.output.splitlines()]
+    assert [(r["study_id"], r["given_study_id"]) for r in lines if "study_id" in r] == [("s125", "125"),
+                                                                                         ("sabc", "abc")]
+    table = tmp_path / "reports.jsonl"
+    table.write_text('{"study_id": "125", "report": "FINDINGS: a."}\n{"study_id": "s125", "report": "FINDINGS: b."}\n')
+    texts, bad = report_table(table)
+    assert texts == {"s125": "FINDINGS: a."} and len(bad) == 1 and bad[0].path.endswith("reports.jsonl:2")
+    assert "both name study s125" in bad[0].reason
+    split = tmp_path / "split.csv"
+    split.write_text("study_id,split\n125,train\ns125,test\n")
+    with pytest.raises(InputError, match="both name study s125"):
+        read_split_file(split)

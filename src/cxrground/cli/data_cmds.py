@@ -108,7 +108,7 @@ def _scan_with_reports(images: Path, reports: Path | None, index: Path | None) -
     have = {key for key, text in table.items() if text}
     studies, bad = scan_folder(images, None, index, require_reports=False)
     kept = [s for s in studies if s.study_id in have]
-    failures = [*failures, *bad, *(Failure(str(s.image_path), "scan", f"no report for {s.study_id} in {reports}",
+    failures = [*failures, *bad, *(Failure(str(s.image_path), "scan", f"no report for {s.shown_id()} in {reports}",
                                            "InputError") for s in studies if s.study_id not in have)]
     return kept, failures
 

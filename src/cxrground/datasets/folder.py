@@ -37,13 +37,28 @@ from cxrground.io.files import read_csv_text, walk_files
 from cxrground.io.image import IMAGE_SUFFIXES, UNSUPPORTED_IMAGE_SUFFIXES, film_kind
 
 __all__ = ["MIMIC_IMAGE_RE", "UNSUPPORTED_IMAGE_SUFFIXES", "StudyInput", "check_studies", "find_release_file",
-           "image_file_problem", "read_index", "scan_folder", "scan_lines", "scan_store"]
+           "image_file_problem", "key_clash", "read_index", "scan_folder", "scan_lines", "scan_store", "study_key"]
 
 _STUDY_DIR_RE = re.compile(r"(?:^|/)p\d{2}/p\d+/s\d+$")
 
 MIMIC_IMAGE_RE = re.compile(r"(?:^|/)(p\d{2})/(p\d+)/(s\d+)/([^/]+)\.(?:jpe?g|png|dcm|dicom)$", re.IGNORECASE)
 #: A film's place in the MIMIC-CXR layout, whatever its name (a DICOM file may have no image suffix).
 _MIMIC_FILM_RE = re.compile(r"(?:^|/)(p\d{2})/(p\d+)/(s\d+)/([^/]+)$")
+
+
+def study_key(study_id: str) -> str:
+    """The key a study goes by in the dataset (``s{study_id}`` of ILS §12, the names of its mask folder and files): a
+    user's study id with an ``s`` in front, unless it starts with one already (MIMIC-CXR's ids are ``s`` + digits,
+    written with or without it); ``125`` and ``s125`` therefore name one study (the readers refuse a second id that
+    becomes a key taken by another id)."""
+    study_id = str(study_id).strip()
+    return study_id if study_id.startswith("s") else f"s{study_id}"
+
+
+def key_clash(given: str, key: str, other: str, where: str) -> str:
+    """The failure reason of a study id ``given`` whose key ``key`` another id ``other`` (at ``where``) took."""
+    return (f"study id {given!r} and study id {other!r} in {where} both name study {key} (an id without a leading "
+            "'s' gets one): give the two studies distinct ids")
 
 
 @dataclass(frozen=True)
@@ -59,6 +74,14 @@ class StudyInput:
     report_text: str | None = None
     relative_image_path: str | None = None
     """Path relative to the image root (MIMIC ``files/``-relative for that layout)."""
+    given_study_id: str | None = None
+    """The study id as the index gave it (``study_id`` is its :func:`study_key`); None in the MIMIC-CXR layout, where
+    the study folder's name is the id."""
+
+    def shown_id(self) -> str:
+        """The study for a message: its key, with the id the index gave when that differs (``125 (study s125)``)."""
+        given = self.given_study_id
+        return self.study_id if given in (None, self.study_id) else f"{given} (study {self.study_id})"
 
 
 def scan_folder(
@@ -176,6 +199,7 @@ def read_index(index: str | Path, image_root: str | Path,
     studies: list[StudyInput] = []
     failures: list[Failure] = []
     first_report: dict[str, tuple[str, Path | None, object]] = {}  # study -> (its first row, report file, text)
+    given_ids: dict[str, tuple[str, str]] = {}  # study key -> (the id given for it first, that row)
     digests: dict[str, str] = {}  # study -> digest of its first report (made when a second row names the study)
     for n, row in _index_rows(index):
         where = f"{index}:{n}"
@@ -208,7 +232,11 @@ def read_index(index: str | Path, image_root: str | Path,
         if rpath is None and not (isinstance(text, str) and text.strip()) and require_reports:  # a number is no report
             failures.append(Failure(where, "scan", "row has neither 'report_path' nor 'report' text", "InputError"))
             continue
-        study_id = study if study.startswith("s") else f"s{study}"
+        study_id = study_key(study)
+        other, other_row = given_ids.setdefault(study_id, (study, where))
+        if other != study:  # 125 and s125: two studies of the user's, one key
+            failures.append(Failure(where, "scan", key_clash(study, study_id, other, other_row), "InputError"))
+            continue
         first = first_report.setdefault(study_id, (where, rpath, text))
         if first[0] != where and (rpath, text) != first[1:]:  # another image of a study listed before, its report
             # named otherwise: it must say the same
@@ -227,6 +255,7 @@ def read_index(index: str | Path, image_root: str | Path,
             report_path=rpath,
             report_text=None if rpath is not None or text is None else str(text),
             relative_image_path=image,
+            given_study_id=study,
         ))
     return studies, failures
 
@@ -348,7 +377,8 @@ def scan_lines(studies: list[StudyInput], failures: list[Failure], as_json: bool
     """What :func:`scan_folder` found: one JSON line per image and per failure, or the counts of studies, images
     and views (``view_table``: where the views came from, if a table) and the failures."""
     if as_json:
-        return ([json.dumps({"study_id": s.study_id, "image": str(s.image_path), "dicom_id": s.dicom_id,
+        return ([json.dumps({"study_id": s.study_id, "given_study_id": s.given_study_id or s.study_id,
+                             "image": str(s.image_path), "dicom_id": s.dicom_id,
                              "view": s.view, "report": str(s.report_path) if s.report_path else None})
                  for s in studies]
                 + [json.dumps({"failure": f.to_dict()}) for f in failures])

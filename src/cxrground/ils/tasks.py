@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from cxrground.datasets.folder import find_release_file, scan_folder, scan_store
+from cxrground.datasets.folder import find_release_file, key_clash, scan_folder, scan_store, study_key
 from cxrground.datasets.views import view_rank, views_by_study
 from cxrground.errors import ConfigError, Failure, InputError
 from cxrground.io.files import read_csv_text, sha256_bytes, sha256_file, sha256_json
@@ -139,10 +139,21 @@ def _is_table(reports: str | Path) -> bool:
 
 def report_table(reports: str | Path) -> tuple[dict[str, str], list[Failure]]:
     """A report table (JSONL/CSV with ``study_id`` and ``report``, local or on object storage) as study key
-    (``s`` + id) → report text, and its unreadable lines as failures."""
+    (:func:`~cxrground.datasets.folder.study_key`) → report text, and its unreadable lines as failures; a row whose
+    id becomes a key an earlier row's other id took (``125`` after ``s125``) is a failure naming both rows."""
     with local_copy(reports) as local:
         parsed, bad = read_report_table(local, "study_id", "report", progress=False)
-    return {(r.report_id if r.report_id.startswith("s") else f"s{r.report_id}"): r.text or "" for r in parsed}, bad
+    table: dict[str, str] = {}
+    given: dict[str, tuple[str, str]] = {}
+    for r in parsed:
+        key = study_key(r.report_id)
+        if key in given:
+            bad.append(Failure(str(r.source), "reports", key_clash(r.report_id, key, *given[key]), "InputError",
+                               report=r.report_id))
+            continue
+        given[key] = (r.report_id, str(r.source))
+        table[key] = r.text or ""
+    return table, bad
 
 
 def read_split_file(path: str | Path) -> dict[str, str]:
@@ -153,12 +164,17 @@ def read_split_file(path: str | Path) -> dict[str, str]:
         raise InputError(f"split file needs study_id and split columns (it has "
                          f"{', '.join(reader.fieldnames or []) or 'no header'})", path)
     out: dict[str, str] = {}
+    given: dict[str, str] = {}
     for row in reader:
         sid, value = str(row["study_id"] or "").strip(), str(row["split"] or "").strip()
         split = {"validate": "val", "validation": "val"}.get(value, value)
         if split not in ("train", "val", "test"):
             raise InputError(f"unknown split {value!r} for study {sid}", path)
-        out[sid if sid.startswith("s") else f"s{sid}"] = split
+        key = study_key(sid)
+        if key in given and given[key] != sid:
+            raise InputError(key_clash(sid, key, given[key], "the same file"), path)
+        given[key] = sid
+        out[key] = split
     return out
 
 
@@ -259,7 +275,7 @@ def build_tasks(
                                    require_reports=not table)
     failures.extend(bad)
     splits = read_split_file(split_file) if split_file else {}
-    excluded = {s if s.startswith("s") else f"s{s}" for s in exclude}
+    excluded = {study_key(s) for s in exclude}
 
     by_study = views_by_study(studies, views or {})
     if excluded and not excluded & by_study.keys():
@@ -273,7 +289,8 @@ def build_tasks(
         chosen = min(offered, key=lambda s: (view_rank(s.view), s.dicom_id or ""))
         text = table.get(key) if table else chosen.report_text
         if table and text is None and chosen.report_path is None:
-            failures.append(Failure(str(chosen.image_path), "scan", f"no report for {key} in {reports}", "InputError"))
+            failures.append(Failure(str(chosen.image_path), "scan", f"no report for {chosen.shown_id()} in {reports}",
+                                    "InputError"))
             continue
         subject = chosen.subject_id or key
         if split_file and key not in splits:
