@@ -193,3 +193,30 @@ def test_two_ids_that_name_one_study_key_are_a_failure_naming_both_rows(tmp_path
     split.write_text("study_id,split\n125,train\ns125,test\n")
     with pytest.raises(InputError, match="both name study s125"):
         read_split_file(split)
+
+
+def test_one_study_id_under_two_subjects_is_a_failure_naming_both_folders(tmp_path):
+    """MIMIC-CXR layout: ``s50000001`` under two patients is one study of the first patient (path order) and a
+    failure naming both folders, never one study with two reports; an index that gives one study two subjects
+    likewise. ``scan --json`` carries the subject."""
+    from click.testing import CliRunner
+
+    from cxrground.cli import main
+
+    files = tmp_path / "files"
+    for subject in ("p10/p10000001", "p11/p11000009"):
+        _img(files / subject / "s50000001" / "a.png")
+        (files / subject / "s50000001.txt").write_text(f"FINDINGS: {subject}.")
+    studies, failures = scan_folder(files)
+    assert [(s.study_id, s.subject_id) for s in studies] == [("s50000001", "p10000001")]
+    assert [f.path for f in failures] == [str(files / "p11/p11000009/s50000001")]
+    assert f"also under subject p10000001 ({files / 'p10/p10000001/s50000001'})" in failures[0].reason
+    res = CliRunner().invoke(main, ["scan", "--images", str(files), "--json"])
+    assert json.loads(res.output.splitlines()[0])["subject_id"] == "p10000001"
+
+    index = tmp_path / "index.csv"
+    index.write_text("image,study_id,subject_id,report\nfiles/p10/p10000001/s50000001/a.png,7,p1,FINDINGS: x.\n"
+                     "files/p11/p11000009/s50000001/a.png,7,p2,FINDINGS: x.\n")
+    studies, failures = scan_folder(tmp_path, index=index)
+    assert len(studies) == 1 and [f.path for f in failures] == [f"{index}:3"]
+    assert f"of subject p1 in {index}:2 and of subject p2 here" in failures[0].reason

@@ -136,7 +136,30 @@ def scan_folder(
         if folder not in images_found:
             failures.append(Failure(str(folder), "scan", "study folder holds no image (JPEG, PNG or DICOM)",
                                     "InputError"))
-    return studies, failures
+    studies, clashes = _one_subject_per_study(studies)
+    return studies, [*failures, *clashes]
+
+
+def _one_subject_per_study(studies: list[StudyInput]) -> tuple[list[StudyInput], list[Failure]]:
+    """``studies`` less the images of a study id met again under another subject (MIMIC-CXR layout: two patients'
+    folders ``p10/p10000001/s5000`` and ``p11/p11000009/s5000``, each with its own report), with one failure per
+    such study folder naming the folder kept: the first subject's, in path order. A study id names one study."""
+    first: dict[str, StudyInput] = {}
+    kept: list[StudyInput] = []
+    failures: list[Failure] = []
+    named: set[tuple[str, str | None]] = set()
+    for s in studies:
+        other = first.setdefault(s.study_id, s)
+        if other.subject_id == s.subject_id:
+            kept.append(s)
+            continue
+        if (s.study_id, s.subject_id) not in named:
+            named.add((s.study_id, s.subject_id))
+            failures.append(Failure(str(Path(s.image_path).parent), "scan", f"study {s.study_id} is also under subject "
+                                    f"{other.subject_id} ({Path(other.image_path).parent}): a study id belongs to "
+                                    "one patient, and this folder is not used",
+                                    "InputError"))
+    return kept, failures
 
 
 def scan_store(images: str, reports: str | None = None, require_reports: bool = True
@@ -183,7 +206,8 @@ def scan_store(images: str, reports: str | None = None, require_reports: bool = 
                 continue
         studies.append(StudyInput(study, url, subject, dicom, None, report, None,  # type: ignore[arg-type]
                                   f"{group}/{subject}/{study}/{Path(rel).name}"))
-    return studies, failures
+    studies, clashes = _one_subject_per_study(studies)
+    return studies, [*failures, *clashes]
 
 
 def _study_folders(root: Path, tree: list[Path]) -> list[Path]:
@@ -200,6 +224,7 @@ def read_index(index: str | Path, image_root: str | Path,
     failures: list[Failure] = []
     first_report: dict[str, tuple[str, Path | None, object]] = {}  # study -> (its first row, report file, text)
     given_ids: dict[str, tuple[str, str]] = {}  # study key -> (the id given for it first, that row)
+    subjects: dict[str, tuple[str | None, str]] = {}  # study key -> (its subject, the row that gave it)
     digests: dict[str, str] = {}  # study -> digest of its first report (made when a second row names the study)
     for n, row in _index_rows(index):
         where = f"{index}:{n}"
@@ -237,6 +262,14 @@ def read_index(index: str | Path, image_root: str | Path,
         if other != study:  # 125 and s125: two studies of the user's, one key
             failures.append(Failure(where, "scan", key_clash(study, study_id, other, other_row), "InputError"))
             continue
+        subject = _opt(row.get("subject_id"))
+        first_subject, subject_row = subjects.setdefault(study_id, (subject, where))
+        if subject is not None and first_subject not in (None, subject):
+            failures.append(Failure(where, "scan", f"study {study_id} is of subject {first_subject} in {subject_row} "
+                                    f"and of subject {subject} here: a study belongs to one patient", "InputError"))
+            continue
+        if first_subject is None and subject is not None:
+            subjects[study_id] = (subject, where)
         first = first_report.setdefault(study_id, (where, rpath, text))
         if first[0] != where and (rpath, text) != first[1:]:  # another image of a study listed before, its report
             # named otherwise: it must say the same
@@ -249,7 +282,7 @@ def read_index(index: str | Path, image_root: str | Path,
         studies.append(StudyInput(
             study_id=study_id,
             image_path=path,
-            subject_id=_opt(row.get("subject_id")),
+            subject_id=subject,
             dicom_id=_opt(row.get("dicom_id")) or path.stem,
             view=_opt(row.get("view")),
             report_path=rpath,
@@ -378,7 +411,7 @@ def scan_lines(studies: list[StudyInput], failures: list[Failure], as_json: bool
     and views (``view_table``: where the views came from, if a table) and the failures."""
     if as_json:
         return ([json.dumps({"study_id": s.study_id, "given_study_id": s.given_study_id or s.study_id,
-                             "image": str(s.image_path), "dicom_id": s.dicom_id,
+                             "subject_id": s.subject_id, "image": str(s.image_path), "dicom_id": s.dicom_id,
                              "view": s.view, "report": str(s.report_path) if s.report_path else None})
                  for s in studies]
                 + [json.dumps({"failure": f.to_dict()}) for f in failures])
