@@ -220,3 +220,34 @@ def test_one_study_id_under_two_subjects_is_a_failure_naming_both_folders(tmp_pa
     studies, failures = scan_folder(tmp_path, index=index)
     assert len(studies) == 1 and [f.path for f in failures] == [f"{index}:3"]
     assert f"of subject p1 in {index}:2 and of subject p2 here" in failures[0].reason
+
+
+def test_films_the_index_does_not_name_are_listed_and_a_repeated_row_is_read_once(tmp_path):
+    """A film under the folder that no index row names is listed (scan's summary and --json), not dropped silently;
+    a repeated row is a failure naming the first (not a second image), as is one film listed under two studies."""
+    from click.testing import CliRunner
+
+    from cxrground.cli import main
+    from cxrground.datasets.folder import films_not_in_index
+
+    for name in ("a.png", "b.png", "unlisted.png", "sub/also.jpg"):
+        _img(tmp_path / "img" / name)
+    (tmp_path / "img" / "notes.txt").write_text("not a film")
+    index = tmp_path / "index.csv"
+    index.write_text("image,study_id,report\na.png,1,FINDINGS: x.\na.png,1,FINDINGS: x.\nb.png,2,FINDINGS: y.\n"
+                     "b.png,3,FINDINGS: y.\nmissing.png,4,FINDINGS: z.\n")
+    studies, failures = scan_folder(tmp_path / "img", index=index)
+    assert [(s.study_id, s.image_path.name) for s in studies] == [("s1", "a.png"), ("s2", "b.png")]
+    assert [(f.path, f.reason) for f in failures[:2]] == [
+        (f"{index}:3", f"repeats {index}:2 (the same image of the same study: read once)"),
+        (f"{index}:5", f"image also listed for study s2 in {index}:4: a film belongs to one study")]
+    unlisted = films_not_in_index(index, tmp_path / "img")
+    assert [p.relative_to(tmp_path / "img").as_posix() for p in unlisted] == ["sub/also.jpg", "unlisted.png"]
+    args = ["scan", "--images", str(tmp_path / "img"), "--index", str(index)]
+    res = CliRunner().invoke(main, args)
+    assert "2 studies (2 images), 3 failures" in res.output
+    assert "2 films under the image folder are not in the index and not used:" in res.output
+    assert f"  not in the index: {tmp_path / 'img' / 'unlisted.png'}" in res.output
+    res = CliRunner().invoke(main, [*args, "--json"])
+    assert [json.loads(line)["not_in_index"] for line in res.output.splitlines() if "not_in_index" in line] == [
+        str(p) for p in unlisted]

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from cxrground.cli.common import DIR, EXISTING, FILE, clean_errors, echo_lines, group, request_options
-from cxrground.datasets.folder import StudyInput, scan_folder, scan_lines
+from cxrground.datasets.folder import StudyInput, films_not_in_index, scan_folder, scan_lines
 from cxrground.datasets.pack import Pack
 from cxrground.datasets.synthetic.cohort import CohortRequest, summary_text, write_requested_cohort
 from cxrground.datasets.views import load_view_table, views_by_study
@@ -60,7 +60,8 @@ def pack_info(path: Path | None, verify: bool) -> None:
 @click.option("--metadata", type=FILE, default=None,
               help="View table (MIMIC-CXR-JPG's mimic-cxr-2.0.0-metadata.csv[.gz], or a CSV with dicom_id and "
                    "ViewPosition or view). Default: that file in the image folder or its parent, when there.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON line per image and per failure.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON line per image, per failure and per film the --index does not name.")
 @click.option("--check", is_flag=True,
               help="Also read every image and report as ils build does and list those that fail (decodes every "
                    "film: slower).")
@@ -77,7 +78,8 @@ def scan(images: Path, reports: Path | None, index: Path | None, metadata: Path 
         failures = [*failures, *unreadable]
     table, views = load_view_table(metadata, images)
     studies = [_header_view(image) for group in views_by_study(studies, views).values() for image in group]
-    echo_lines(scan_lines(studies, failures, as_json=as_json, view_table=table))
+    unlisted = films_not_in_index(index, images) if index is not None else []
+    echo_lines(scan_lines(studies, failures, as_json=as_json, view_table=table, unlisted=unlisted))
     if failures and not studies:
         raise click.ClickException(f"no usable study under {images}: all {len(failures)} found failed")
 

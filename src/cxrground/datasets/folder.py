@@ -29,6 +29,7 @@ import io
 import json
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,8 +37,9 @@ from cxrground.errors import Failure, InputError
 from cxrground.io.files import read_csv_text, walk_files
 from cxrground.io.image import IMAGE_SUFFIXES, UNSUPPORTED_IMAGE_SUFFIXES, film_kind
 
-__all__ = ["MIMIC_IMAGE_RE", "UNSUPPORTED_IMAGE_SUFFIXES", "StudyInput", "check_studies", "find_release_file",
-           "image_file_problem", "key_clash", "read_index", "scan_folder", "scan_lines", "scan_store", "study_key"]
+__all__ = ["MIMIC_IMAGE_RE", "UNSUPPORTED_IMAGE_SUFFIXES", "StudyInput", "check_studies", "films_not_in_index",
+           "find_release_file", "image_file_problem", "key_clash", "read_index", "scan_folder", "scan_lines",
+           "scan_store", "study_key"]
 
 _STUDY_DIR_RE = re.compile(r"(?:^|/)p\d{2}/p\d+/s\d+$")
 
@@ -225,6 +227,7 @@ def read_index(index: str | Path, image_root: str | Path,
     first_report: dict[str, tuple[str, Path | None, object]] = {}  # study -> (its first row, report file, text)
     given_ids: dict[str, tuple[str, str]] = {}  # study key -> (the id given for it first, that row)
     subjects: dict[str, tuple[str | None, str]] = {}  # study key -> (its subject, the row that gave it)
+    listed: dict[str, tuple[str, str]] = {}  # image (absolute) -> (its study key, the row that named it first)
     digests: dict[str, str] = {}  # study -> digest of its first report (made when a second row names the study)
     for n, row in _index_rows(index):
         where = f"{index}:{n}"
@@ -270,6 +273,12 @@ def read_index(index: str | Path, image_root: str | Path,
             continue
         if first_subject is None and subject is not None:
             subjects[study_id] = (subject, where)
+        other_study, image_row = listed.setdefault(_named(path), (study_id, where))
+        if image_row != where:  # the image named again: a repeated row, or one film in two studies
+            failures.append(Failure(where, "scan", f"repeats {image_row} (the same image of the same study: read once)"
+                                    if other_study == study_id else f"image also listed for study {other_study} in "
+                                    f"{image_row}: a film belongs to one study", "InputError"))
+            continue
         first = first_report.setdefault(study_id, (where, rpath, text))
         if first[0] != where and (rpath, text) != first[1:]:  # another image of a study listed before, its report
             # named otherwise: it must say the same
@@ -291,6 +300,20 @@ def read_index(index: str | Path, image_root: str | Path,
             given_study_id=study,
         ))
     return studies, failures
+
+
+def _named(path: Path) -> str:
+    """``path`` absolute and normalised (``a/../b`` is ``b``; links kept as named), to tell files named twice."""
+    return os.path.normpath(os.path.abspath(path))
+
+
+def films_not_in_index(index: str | Path, image_root: str | Path) -> list[Path]:
+    """The films under ``image_root`` (:func:`~cxrground.io.image.film_kind`) that no row of ``index`` names, sorted:
+    they are not used (``scan`` lists them, ``ils build`` warns)."""
+    root = Path(image_root)
+    named = {_named(root / str(row.get("image") or row.get("image_path") or "").strip())
+             for _, row in _index_rows(Path(index)) if isinstance(row, dict)}
+    return [p for p in walk_files(root) if film_kind(p) is not None and not p.is_dir() and _named(p) not in named]
 
 
 def _report_content(path: Path | None, text: object) -> str:
@@ -406,24 +429,33 @@ def _opt(value: object) -> str | None:
 
 
 def scan_lines(studies: list[StudyInput], failures: list[Failure], as_json: bool = False,
-               view_table: str | Path | None = None) -> list[str]:
-    """What :func:`scan_folder` found: one JSON line per image and per failure, or the counts of studies, images
-    and views (``view_table``: where the views came from, if a table) and the failures."""
+               view_table: str | Path | None = None, unlisted: Sequence[Path] = (), shown: int = 5) -> list[str]:
+    """What :func:`scan_folder` found: one JSON line per image, per failure and per film the index does not name
+    (``unlisted``, :func:`films_not_in_index`), or the counts of studies, images and views (``view_table``: where the
+    views came from, if a table), the failures and the first ``shown`` films not in the index."""
     if as_json:
         return ([json.dumps({"study_id": s.study_id, "given_study_id": s.given_study_id or s.study_id,
                              "subject_id": s.subject_id, "image": str(s.image_path), "dicom_id": s.dicom_id,
                              "view": s.view, "report": str(s.report_path) if s.report_path else None})
                  for s in studies]
-                + [json.dumps({"failure": f.to_dict()}) for f in failures])
+                + [json.dumps({"failure": f.to_dict()}) for f in failures]
+                + [json.dumps({"not_in_index": str(p)}) for p in unlisted])
     views: dict[str, int] = {}
     for s in studies:
         views[s.view or "unknown"] = views.get(s.view or "unknown", 0) + 1
-    shown = ", ".join(f"{v} {n}" for v, n in sorted(views.items(), key=lambda kv: (-kv[1], kv[0])))
+    views_shown = ", ".join(f"{v} {n}" for v, n in sorted(views.items(), key=lambda kv: (-kv[1], kv[0])))
     source = f"view table {view_table}" if view_table else "no view table"
     n = len({s.study_id for s in studies})
-    return ([f"{n} {'study' if n == 1 else 'studies'} ({len(studies)} images), {len(failures)} failures",
-             f"views of the images: {shown or 'none'} ({source})"]
-            + [f"  failed: {f.path}: {f.reason}" for f in failures])
+    lines = [f"{n} {'study' if n == 1 else 'studies'} ({len(studies)} images), {len(failures)} failures",
+             f"views of the images: {views_shown or 'none'} ({source})",
+             *(f"  failed: {f.path}: {f.reason}" for f in failures)]
+    if unlisted:
+        more = f" (the first {shown}; --json lists them all)" if len(unlisted) > shown else ""
+        films = "1 film under the image folder is" if len(unlisted) == 1 else \
+            f"{len(unlisted)} films under the image folder are"
+        lines += [f"{films} not in the index and not used{more}:",
+                  *(f"  not in the index: {p}" for p in unlisted[:shown])]
+    return lines
 
 
 def _report_problem(study: StudyInput, seen: dict[Path, str | None]) -> tuple[str, str] | None:

@@ -26,7 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from cxrground.datasets.folder import find_release_file, key_clash, scan_folder, scan_store, study_key
+from cxrground.datasets.folder import (
+    films_not_in_index,
+    find_release_file,
+    key_clash,
+    scan_folder,
+    scan_store,
+    study_key,
+)
 from cxrground.datasets.views import view_rank, views_by_study
 from cxrground.errors import ConfigError, Failure, InputError
 from cxrground.io.files import read_csv_text, sha256_bytes, sha256_file, sha256_json
@@ -273,6 +280,9 @@ def build_tasks(
     else:
         studies, bad = scan_folder(str(images).removeprefix("file://"), reports_dir, index,
                                    require_reports=not table)
+        if index is not None and (unlisted := films_not_in_index(index, str(images).removeprefix("file://"))):
+            _log.warning("%d films under %s are not in the index %s and are not used (cxrground scan --json lists "
+                         "them), e.g. %s", len(unlisted), images, index, unlisted[0])
     failures.extend(bad)
     splits = read_split_file(split_file) if split_file else {}
     excluded = {study_key(s) for s in exclude}
