@@ -38,16 +38,29 @@ def pack() -> None:
 @pack.command("info")
 @click.option("--path", "path", type=click.Path(path_type=Path), default=None,
               help="Pack folder (default: $CXRGROUND_PACK or ../shared/data/cxr-pack-v1).")
-@click.option("--verify", is_flag=True, help="Also check every file against MANIFEST.sha256.")
+@click.option("--verify", is_flag=True,
+              help="Also check every file against MANIFEST.sha256 and every table row, and list each problem "
+                   "(exit 1 when there is one).")
 def pack_info(path: Path | None, verify: bool) -> None:
-    """Print what the pack holds: images, masks, labels, licences, reports."""
+    """Print what the pack holds: images, masks, labels, licences, reports (counted from its tables' rows; a file
+    a row names that is missing is listed)."""
+    from cxrground.errors import InputError
+
     p = Pack(path)
-    click.echo("\n".join(p.describe()))
-    if verify:
-        bad = p.verify()
-        click.echo("manifest: OK" if not bad else f"manifest: {len(bad)} files differ: {', '.join(bad[:10])}")
-        if bad:
-            raise SystemExit(1)
+    if not verify:
+        click.echo("\n".join(p.describe()))
+        return
+    problems = p.verify()
+    try:
+        click.echo("\n".join(p.describe()))
+    except InputError:  # a table that cannot be read: its rows are among the problems
+        click.echo(f"pack: {p.root}")
+    if not problems:
+        click.echo("verify: OK (every file matches MANIFEST.sha256, every table row reads)")
+        return
+    click.echo(f"verify: {len(problems)} problem{'s' if len(problems) > 1 else ''}")
+    echo_lines(f"  {problem}" for problem in problems)
+    raise SystemExit(1)
 
 
 @click.command("scan")
