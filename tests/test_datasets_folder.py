@@ -251,3 +251,32 @@ def test_films_the_index_does_not_name_are_listed_and_a_repeated_row_is_read_onc
     res = CliRunner().invoke(main, [*args, "--json"])
     assert [json.loads(line)["not_in_index"] for line in res.output.splitlines() if "not_in_index" in line] == [
         str(p) for p in unlisted]
+
+
+def test_scan_json_tells_where_each_report_comes_from_and_names_every_path_absolute(tmp_path, monkeypatch):
+    """scan --json: ``report_from`` tells an index row's inline text from a report file and from no report, and
+    every path (images, reports, failures of the file system and of --check) is absolute, however the folder was
+    given."""
+    from click.testing import CliRunner
+
+    from cxrground.cli import main
+
+    for name in ("a.png", "b.png"):
+        _img(tmp_path / "img" / name)
+    (tmp_path / "img" / "zero.png").write_bytes(b"")
+    (tmp_path / "img" / "bad.png").write_bytes(b"not a png at all")
+    (tmp_path / "r.txt").write_text("FINDINGS: Clear.")
+    rows = [{"image": "a.png", "study_id": "1", "report": "FINDINGS: Clear."},
+            {"image": "b.png", "study_id": "2", "report_path": "r.txt"},
+            {"image": "zero.png", "study_id": "3", "report": "FINDINGS: x."},
+            {"image": "bad.png", "study_id": "4", "report": "FINDINGS: y."}]
+    (tmp_path / "index.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["scan", "--images", "img", "--index", "index.jsonl", "--json", "--check"])
+    lines = [json.loads(line) for line in res.output.splitlines()]
+    studies = [r for r in lines if "study_id" in r]
+    assert [(r["report_from"], r["report"], r["image"], r["relative_image_path"]) for r in studies] == [
+        ("index", None, str(tmp_path / "img/a.png"), "a.png"),
+        ("file", str(tmp_path / "r.txt"), str(tmp_path / "img/b.png"), "b.png")]
+    assert [r["failure"]["path"] for r in lines if "failure" in r] == [str(tmp_path / "img/zero.png"),
+                                                                       str(tmp_path / "img/bad.png")]

@@ -92,7 +92,9 @@ def scan(images: Path, reports: Path | None, index: Path | None, metadata: Path 
     table, views = load_view_table(metadata, images)
     studies = [_header_view(image) for group in views_by_study(studies, views).values() for image in group]
     unlisted = films_not_in_index(index, images) if index is not None else []
-    echo_lines(scan_lines(studies, failures, as_json=as_json, view_table=table, unlisted=unlisted))
+    report_table = reports if reports is not None and not reports.is_dir() else None
+    echo_lines(scan_lines(studies, failures, as_json=as_json, view_table=table, unlisted=unlisted,
+                          report_table=report_table))
     if failures and not studies:
         raise click.ClickException(f"no usable study under {images}: all {len(failures)} found failed")
 

@@ -94,14 +94,14 @@ def scan_folder(
 ) -> tuple[list[StudyInput], list[Failure]]:
     """Find the studies under ``images``; images without a locatable report become failures
     (unless ``require_reports`` is False, for reports that come from elsewhere, e.g. a table)."""
-    root = Path(images)
+    root = Path(images).absolute()  # every path found, and so every failure, named absolute (as the readers do)
     if not root.is_dir():
-        raise InputError("image folder not found", root)
+        raise InputError("image folder not found", images)
     if index is not None:
         return read_index(index, root, require_reports=require_reports)
     studies: list[StudyInput] = []
     failures: list[Failure] = []
-    report_root = Path(reports) if reports is not None else None
+    report_root = Path(reports).absolute() if reports is not None else None
     images_found: set[Path] = set()
     tree = walk_files(root, folders=True)  # links to folders followed (MIMIC's pXX folders on other disks)
     for path in tree:
@@ -221,7 +221,7 @@ def read_index(index: str | Path, image_root: str | Path,
                require_reports: bool = True) -> tuple[list[StudyInput], list[Failure]]:
     """Studies listed in a CSV/JSONL index; rows with a missing image or report become failures (a row without
     report is accepted when ``require_reports`` is False: the reports come from elsewhere, e.g. a table)."""
-    index, root = Path(index), Path(image_root)
+    index, root = Path(index).absolute(), Path(image_root).absolute()  # paths and failures named absolute
     studies: list[StudyInput] = []
     failures: list[Failure] = []
     first_report: dict[str, tuple[str, Path | None, object]] = {}  # study -> (its first row, report file, text)
@@ -310,7 +310,7 @@ def _named(path: Path) -> str:
 def films_not_in_index(index: str | Path, image_root: str | Path) -> list[Path]:
     """The films under ``image_root`` (:func:`~cxrground.io.image.film_kind`) that no row of ``index`` names, sorted:
     they are not used (``scan`` lists them, ``ils build`` warns)."""
-    root = Path(image_root)
+    root = Path(image_root).absolute()
     named = {_named(root / str(row.get("image") or row.get("image_path") or "").strip())
              for _, row in _index_rows(Path(index)) if isinstance(row, dict)}
     return [p for p in walk_files(root) if film_kind(p) is not None and not p.is_dir() and _named(p) not in named]
@@ -428,15 +428,27 @@ def _opt(value: object) -> str | None:
     return text or None
 
 
+def _report_from(study: StudyInput, report_table: str | Path | None) -> str | None:
+    """Where the study's report comes from: ``table`` (the ``--reports`` table, which wins), ``file`` (a report
+    file), ``index`` (the text of its index row), or None (none found)."""
+    if report_table is not None:
+        return "table"
+    return "file" if study.report_path else "index" if study.report_text is not None else None
+
+
 def scan_lines(studies: list[StudyInput], failures: list[Failure], as_json: bool = False,
-               view_table: str | Path | None = None, unlisted: Sequence[Path] = (), shown: int = 5) -> list[str]:
+               view_table: str | Path | None = None, unlisted: Sequence[Path] = (), shown: int = 5,
+               report_table: str | Path | None = None) -> list[str]:
     """What :func:`scan_folder` found: one JSON line per image, per failure and per film the index does not name
     (``unlisted``, :func:`films_not_in_index`), or the counts of studies, images and views (``view_table``: where the
-    views came from, if a table), the failures and the first ``shown`` films not in the index."""
+    views came from, if a table), the failures and the first ``shown`` films not in the index. ``report_table``: the
+    table the reports come from, if one (the JSON's ``report_from`` is then ``table``)."""
     if as_json:
         return ([json.dumps({"study_id": s.study_id, "given_study_id": s.given_study_id or s.study_id,
-                             "subject_id": s.subject_id, "image": str(s.image_path), "dicom_id": s.dicom_id,
-                             "view": s.view, "report": str(s.report_path) if s.report_path else None})
+                             "subject_id": s.subject_id, "image": str(s.image_path),
+                             "relative_image_path": s.relative_image_path, "dicom_id": s.dicom_id, "view": s.view,
+                             "report": str(s.report_path) if s.report_path and not report_table else None,
+                             "report_from": _report_from(s, report_table)})
                  for s in studies]
                 + [json.dumps({"failure": f.to_dict()}) for f in failures]
                 + [json.dumps({"not_in_index": str(p)}) for p in unlisted])
