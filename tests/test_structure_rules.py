@@ -1532,3 +1532,23 @@ We are unable to exclude pneumonia. | pneumonia uncertain right lung;left lung
 @pytest.mark.parametrize(("text", "expected"), _v44_rows(_V46_READINGS))
 def test_r_over_l_unchanged_from_prior_clinical_questions_and_hx(text: str, expected: list) -> None:
     assert [(f.lesion or "~" + f.entity.lower(), f.assertion, f.reported_location) for f in findings(text)] == expected
+
+
+def test_cli_gives_a_report_read_with_no_finding_its_own_line(tmp_path: Path) -> None:
+    """A report read and structured with no finding gets one line (``"findings": 0``), so that the output names every
+    report read: a script tells it from a report never read (a failure line)."""
+    importlib.import_module("cxrground.cli.structure_cmds")
+    from cxrground.cli import main
+
+    (tmp_path / "a.txt").write_text("FINDINGS: Fever and two days of odynophagia.\n")
+    (tmp_path / "b.txt").write_text("FINDINGS: Small right pleural effusion.\n")
+    result = CliRunner().invoke(main, ["reports", "structure", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
+    assert [(r["report_id"], r.get("findings"), r.get("lesion")) for r in rows] == [("a", 0, None),
+                                                                                    ("b", None, "effusion")]
+    assert rows[0]["section"] == "findings" and rows[0]["provenance"]["name"] == "rules"
+    out = tmp_path / "out.jsonl"
+    result = CliRunner().invoke(main, ["reports", "structure", str(tmp_path), "--out", str(out)])
+    assert f"2 reports (1 with no finding), 1 findings -> {out}" in result.output
+    assert [json.loads(line).get("findings") for line in out.read_text().splitlines()] == [0, None]

@@ -101,10 +101,11 @@ def structure(request: StructureRequest, paths: tuple[Path, ...], strict: bool) 
 
     Each line holds the report id, the chosen section, the sentence, and the finding (entity, sent_idx,
     assertion, presence, certainty, lesion, location_phrases, reported_location, source); LLM lines also
-    carry the provenance (model, decoding settings, prompt versions and hashes). Reports that cannot be
-    structured are printed as {"failure": ...} lines (or written to OUT.failures.jsonl with --out) and the others
-    are structured. Exit status: 0 when the run finished (with --strict, 3 when some reports failed), 1 when every
-    report failed or an error stopped the run, 2 for a usage error.
+    carry the provenance (model, decoding settings, prompt versions and hashes). A report with no finding gets
+    one line {"report_id", "section", "findings": 0}. Reports that cannot be structured are printed as
+    {"failure": ...} lines (or written to OUT.failures.jsonl with --out) and the others are structured. Exit
+    status: 0 when the run finished (with --strict, 3 when some reports failed), 1 when every report failed or an
+    error stopped the run, 2 for a usage error.
     """
     _refuse_options_of_another_structurer(request)
     _refuse_conflicting_structurer_opts(request)

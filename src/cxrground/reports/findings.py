@@ -30,8 +30,8 @@ HEDGES: tuple[str, ...] = ("likely", "possible")
 ASSERTIONS: tuple[str, ...] = get_args(Assertion)
 
 __all__ = ["ASSERTIONS", "HEDGES", "Assertion", "Certainty", "Finding", "Hedge", "Presence", "StructuredReport",
-           "Structurer", "finding_lines", "finding_output", "finding_problem", "rejection_notes", "report_problem",
-           "write_failure_lines", "write_finding_lines"]
+           "Structurer", "finding_lines", "finding_output", "finding_problem", "no_finding_row", "rejection_notes",
+           "report_problem", "write_failure_lines", "write_finding_lines"]
 
 
 @dataclass(frozen=True)
@@ -187,19 +187,30 @@ def finding_output(done: Sequence[StructuredReport], failures: Sequence[Failure]
                    out: Path | None = None) -> tuple[list[str], list[str]]:
     """The finding lines of ``done`` (with the structurer's provenance), written to ``out`` when given.
 
-    Returns (lines for stdout: the JSON lines, or none when written; notes for stderr: what was written, and how
-    many out-of-vocabulary values the structurer rejected).
+    A report with no finding gets one :func:`no_finding_row`. Returns (lines for stdout: the JSON lines, or none
+    when written; notes for stderr: what was written, and how many out-of-vocabulary values the structurer
+    rejected).
     """
     provenance = read_provenance("structurer", structurer)
-    rows = [row for rep in done for row in rep.finding_rows(provenance)]
+    rows = [row for rep in done for row in rep.finding_rows(provenance) or [no_finding_row(rep, provenance)]]
     notes: list[str] = []
     lines = finding_lines(rows, failures) if out is None else []
     if out is not None:
         fail_path = write_finding_lines(out, rows, failures)
         where = f"; failures in {fail_path}" if fail_path else ""
         first = first_failure(failures)
-        notes.append(f"{len(done)} reports, {len(rows)} findings -> {out}; {len(failures)} failures{where}{first}")
+        found = sum(len(rep.findings) for rep in done)
+        empty = sum(not rep.findings for rep in done)
+        notes.append(f"{len(done)} reports ({empty} with no finding), {found} findings -> {out}; {len(failures)} "
+                     f"failures{where}{first}")
     return lines, notes + rejection_notes(structurer, out)
+
+
+def no_finding_row(report: StructuredReport, provenance: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The one line of a report read and structured with no finding: ``{"report_id", "section", "findings": 0}``
+    (+ provenance), so that the output names every report read (a report never read has a failure line)."""
+    row: dict[str, Any] = {"report_id": report.report_id, "section": report.section.name, "findings": 0}
+    return row if provenance is None else {**row, "provenance": provenance}
 
 
 def rejection_notes(structurer: Structurer, out: Path | None = None, shown: int = 5) -> list[str]:
