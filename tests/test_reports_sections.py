@@ -345,3 +345,30 @@ def test_a_report_that_is_only_a_wet_read_is_read_from_it() -> None:
     assert "last_paragraph" not in parse_sections(both)  # the final report's findings are read, not the wet read
     history = "INDICATION: Fever.\n\nHISTORY: Pneumonia.\n"
     assert "last_paragraph" not in parse_sections(history)  # other known headings are still never read as findings
+
+
+def test_reports_sections_numbers_the_sentences_of_any_policy_as_reports_label_does(tmp_path):
+    """`reports sections --sections findings+impression` shows the sentences numbered as `reports label` (whose
+    default policy that is) cites them; a report with no usable section is a failure there too."""
+    from click.testing import CliRunner
+
+    from cxrground.cli import main
+
+    report = tmp_path / "r1.txt"
+    report.write_text("FINDINGS: Heart size is normal. No effusion.\n\nIMPRESSION: Possible right lower lobe "
+                      "pneumonia.\n")
+    (tmp_path / "r2.txt").write_text("INDICATION: Cough.\n")
+    label = CliRunner().invoke(main, ["reports", "label", str(report), "--format", "jsonl", "--no-progress"])
+    cited = json.loads(label.output.splitlines()[0])["labels"]["pneumonia"]["sentences"]
+    res = CliRunner().invoke(main, ["reports", "sections", str(report), "--sections", "findings+impression"])
+    assert res.exit_code == 0 and cited == [3], res.output
+    assert "findings+impression: (1) Heart size is normal. (2) No effusion. (3) Possible right lower lobe " \
+           "pneumonia." in res.output
+    res = CliRunner().invoke(main, ["reports", "sections", str(report)])
+    assert "findings: (1) Heart size is normal. (2) No effusion." in res.output and "(3)" not in res.output
+    res = CliRunner().invoke(main, ["reports", "sections", str(tmp_path), "--json"])
+    lines = [json.loads(line) for line in res.output.splitlines()]
+    assert [r.get("report_id") for r in lines[:2]] == ["r1", "r2"] and lines[1]["choice"] is None
+    assert lines[2]["failure"] == {"path": str(tmp_path / "r2.txt"), "stage": "reports", "reason": NO_SECTION_REASON,
+                                   "error": "ReportError", "report": "r2"}
+    assert res.exit_code == 0

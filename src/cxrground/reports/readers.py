@@ -17,12 +17,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
-from cxrground.errors import Failure, ReportError
+from cxrground.errors import Failure, ReportError, failure_path
 from cxrground.io.files import walk_files
 from cxrground.io.progress import progress_bar
 from cxrground.reports.iu_xml import decode_utf8, parse_iu_xml
-from cxrground.reports.model import Report
-from cxrground.reports.sections import describe_choice, sections_and_headings
+from cxrground.reports.model import DEFAULT_SECTION_POLICY, Report
+from cxrground.reports.sections import NO_SECTION_REASON, describe_choice, sections_and_headings, select_section
 
 __all__ = [
     "MAX_REPORT_SIZE",
@@ -312,12 +312,17 @@ class SectionChoices:
     failed: bool
 
 
-def section_choices(paths: Iterable[str | Path], as_json: bool = False) -> SectionChoices:
-    """Read the report files (or folders of them) and describe the section ILS reads of each (JSON lines with
-    ``as_json``, failures then as ``{"failure": ...}`` lines); a progress bar above 50 files."""
+def section_choices(paths: Iterable[str | Path], as_json: bool = False,
+                    policy: str = DEFAULT_SECTION_POLICY) -> SectionChoices:
+    """Read the report files (or folders of them) and describe the section ``policy`` reads of each (JSON lines with
+    ``as_json``, failures then as ``{"failure": ...}`` lines); a report with no usable section is described and is a
+    failure too (:data:`NO_SECTION_REASON`, as ``reports label`` counts it); a progress bar above 50 files."""
     files = expand_report_paths(paths)
     parsed, failures = read_reports(files, progress=len(files) > 50)
+    unusable = [rep for rep in parsed if select_section(rep, policy) is None]
+    failures += [Failure(failure_path(rep.source) if rep.source else rep.report_id, STAGE, NO_SECTION_REASON,
+                         "ReportError", report=rep.report_id) for rep in unusable]
     failure_lines = [json.dumps({"failure": f.to_dict()}) if as_json else f"failed: {f.path}: {f.reason}"
                      for f in failures]
-    return SectionChoices([describe_choice(rep, as_json) for rep in parsed], failure_lines,
-                          bool(failures) and not parsed)
+    return SectionChoices([describe_choice(rep, as_json, policy) for rep in parsed], failure_lines,
+                          bool(failures) and len(unusable) == len(parsed))

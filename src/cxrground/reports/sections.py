@@ -31,7 +31,8 @@ deviations listed here:
 A section whose text has no word other than de-identification blanks (``___``, ``XXXX``) counts as
 absent.
 
-Section policies (:func:`select_section`, ``--sections`` of ``ils build`` and ``reports structure``):
+Section policies (:func:`select_section`, ``--sections`` of ``ils build``, ``reports structure``, ``reports label``
+and ``reports sections``):
 
 * ``findings`` (default, the paper's ILS §6 choice): one section, findings → impression → last_paragraph.
 * ``impression``: one section, impression → findings → last_paragraph.
@@ -430,12 +431,15 @@ def select_section(report: Report, policy: str = DEFAULT_SECTION_POLICY) -> Sect
     return choose_section(report, ("last_paragraph",))
 
 
-def describe_choice(report: Report, as_json: bool = False) -> str:
-    """The sections of ``report`` and the one ILS reads (:func:`choose_section`): one JSON line, or indented text."""
-    choice = choose_section(report)
+def describe_choice(report: Report, as_json: bool = False, policy: str = DEFAULT_SECTION_POLICY) -> str:
+    """The sections of ``report`` and the one ``policy`` reads (:func:`select_section`; the default is the ILS §6
+    choice), its sentences numbered as the structurer, ``ils build`` and ``reports label`` number them under that
+    policy: one JSON line, or indented text."""
+    choice = select_section(report, policy)
     if as_json:
         return json.dumps({"report_id": report.report_id, "source": report.source, "sections": list(report.sections),
-                           "mesh_major": list(report.mesh_major), "choice": choice.to_dict() if choice else None})
+                           "mesh_major": list(report.mesh_major), "policy": policy,
+                           "choice": choice.to_dict() if choice else None})
     lines = [f"{report.report_id} [{report.format}] sections: {', '.join(report.sections) or '-'}",
              f"  {NO_SECTION_REASON}" if choice is None else f"  {choice.name}: {choice.section_content}"]
     if report.mesh_major:
