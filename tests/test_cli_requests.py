@@ -117,3 +117,20 @@ def test_every_option_of_every_command_says_what_it_is_for():
     bare = [f"{name} {param.opts[0]}" for name, cmd in _commands(main) for param in cmd.params
             if isinstance(param, click.Option) and param.name != "help" and not (param.help or "").strip()]
     assert bare == []
+
+
+@pytest.mark.parametrize("args", [["scan", "--images", "."], ["synth", "--out", "cohort"]])
+def test_ctrl_c_exits_130_with_one_line_in_every_command(args, monkeypatch, tmp_path: Path):
+    """A command stopped by Ctrl-C exits with status 130 (not click's "Aborted!" and 1, the status of an input
+    error) and says so in one line, whichever command it was."""
+    import cxrground.cli.data_cmds as data_cmds
+
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(data_cmds, "_scan_with_reports", interrupted)
+    monkeypatch.setattr(data_cmds, "write_requested_cohort", interrupted)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 130, result.output
+    assert result.output.strip() == "Interrupted (Ctrl-C); the batch commands resume where they stopped when rerun"

@@ -7,6 +7,8 @@ imported first, so that the backends they register are among the choices the com
 from __future__ import annotations
 
 import importlib
+import sys
+from typing import Any
 
 import click
 
@@ -25,8 +27,24 @@ PLUGINS: Plugins = load_plugins()
 _RUN_WITH_FAILED_PLUGINS = frozenset({"doctor"})
 
 
+#: Exit status of a command stopped by Ctrl-C (SIGINT), as shells report it: 128 + 2.
+INTERRUPTED_EXIT = 130
+
+
 class _MainGroup(CleanGroup):
-    """The top-level group: a plug-in that failed to import stops every command but help and ``doctor``."""
+    """The top-level group: a plug-in that failed to import stops every command but help and ``doctor``; a command
+    stopped by Ctrl-C exits with status 130 and one line (not click's ``Aborted!`` and status 1, which an input
+    error has too)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the chosen command; Ctrl-C ends it with one line on stderr and exit status 130."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            start = "\n" if sys.stderr.isatty() else ""  # off a progress bar's line
+            click.echo(f"{start}Interrupted (Ctrl-C); the batch commands resume where they stopped when rerun",
+                       err=True)
+            ctx.exit(INTERRUPTED_EXIT)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         """Notes whether help was asked for, and warns on stderr of each plug-in that failed when it was."""
