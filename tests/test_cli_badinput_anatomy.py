@@ -261,8 +261,9 @@ def test_csv_index_failures_name_the_file_line(tmp_path):
     img = tmp_path / "flat"
     img.mkdir()
     _film(img / "a.png")
+    _film(img / "c.png")
     index = tmp_path / "index.csv"
-    index.write_text('image,study_id,report\na.png,1,ok.\n\nnothere.png,2,ok.\nb.png,,ok.\na.png,4,"two\nlines"\n'
+    index.write_text('image,study_id,report\na.png,1,ok.\n\nnothere.png,2,ok.\nb.png,,ok.\nc.png,4,"two\nlines"\n'
                      ",5,ok.\n")
     studies, failures = scan_folder(img, index=index)
     assert [s.study_id for s in studies] == ["s1", "s4"]

@@ -372,3 +372,31 @@ def test_reports_sections_numbers_the_sentences_of_any_policy_as_reports_label_d
     assert lines[2]["failure"] == {"path": str(tmp_path / "r2.txt"), "stage": "reports", "reason": NO_SECTION_REASON,
                                    "error": "ReportError", "report": "r2"}
     assert res.exit_code == 0
+
+
+def test_utf16_reports_and_tables_with_a_byte_order_mark_are_read(tmp_path):
+    """Windows' "Unicode" text export (UTF-16 with a byte-order mark) is read like UTF-8: a text report, an Open-i
+    XML that declares UTF-16, a report table and a CSV index; text in another encoding is still refused by name."""
+    from cxrground.datasets.folder import scan_folder
+    from masks_helpers import blank_image
+
+    text = "FINDINGS: Small right pleural effusion. Café-au-lait spot.\r\n"
+    for bom, codec in (("\ufeff", "utf-16-le"), ("\ufeff", "utf-16-be")):
+        (tmp_path / "r.txt").write_bytes((bom + text).encode(codec))
+        report = read_report(tmp_path / "r.txt")
+        assert report.sections["findings"] == "Small right pleural effusion. Café-au-lait spot."
+    xml = ('<?xml version="1.0" encoding="UTF-16"?><eCitation><uId id="CXR1"/><MedlineCitation><Article><Abstract>'
+           '<AbstractText Label="FINDINGS">Heart size normal.</AbstractText></Abstract></Article></MedlineCitation>'
+           '</eCitation>')
+    (tmp_path / "r.xml").write_bytes(xml.encode("utf-16"))
+    assert read_report(tmp_path / "r.xml").sections["findings"] == "Heart size normal."
+    (tmp_path / "t.csv").write_bytes("study_id,report\n1,FINDINGS: Clear.\n".encode("utf-16"))
+    rows, failures = read_report_table(tmp_path / "t.csv", "study_id", "report")
+    assert [r.report_id for r in rows] == ["1"] and not failures
+    blank_image(tmp_path / "img" / "a.png")
+    (tmp_path / "index.csv").write_bytes("image,study_id,report\na.png,1,FINDINGS: x.\n".encode("utf-16"))
+    studies, failures = scan_folder(tmp_path / "img", index=tmp_path / "index.csv")
+    assert [s.study_id for s in studies] == ["s1"] and not failures
+    (tmp_path / "latin.txt").write_bytes(text.encode("latin-1"))
+    with pytest.raises(ReportError, match="not valid UTF-8: byte 0xe9 at offset 43"):
+        read_report(tmp_path / "latin.txt")

@@ -58,7 +58,7 @@ def test_view_table_plain_and_gzipped(tmp_path) -> None:
 @pytest.mark.parametrize(("content", "reason"), [
     (b"dicom_id,study_id\naaa,1\n", "needs a dicom_id column and one of ViewPosition"),
     (b"\x1f\x8b\x08broken", "not a UTF-8 CSV"),
-    (b"\xff\xfe\x00bad", "not a UTF-8 CSV"),
+    (b"\x80\x00bad", "not a UTF-8 CSV"),
 ])
 def test_a_bad_view_table_is_refused_by_name(tmp_path, content: bytes, reason: str) -> None:
     path = tmp_path / "views.csv"

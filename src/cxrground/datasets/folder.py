@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cxrground.errors import Failure, InputError
-from cxrground.io.files import read_csv_text, walk_files
+from cxrground.io.files import decode_text, read_csv_text, walk_files
 from cxrground.io.image import IMAGE_SUFFIXES, UNSUPPORTED_IMAGE_SUFFIXES, film_kind
 
 __all__ = ["MIMIC_IMAGE_RE", "UNSUPPORTED_IMAGE_SUFFIXES", "StudyInput", "check_studies", "films_not_in_index",
@@ -393,11 +393,11 @@ def _index_rows(index: Path) -> list[tuple[int, object]]:
         raise InputError("index file not found", index)
     if index.suffix.lower() == ".jsonl":
         try:
-            text = index.read_text(encoding="utf-8-sig")
+            text = decode_text(index.read_bytes())
         except OSError as exc:
             raise InputError(f"index cannot be read ({exc.strerror or exc})", index) from exc
         except UnicodeDecodeError as exc:
-            raise InputError(f"index is not UTF-8 text ({exc})", index) from exc
+            raise InputError(f"index is not UTF-8 text (or UTF-16 with its byte-order mark) ({exc})", index) from exc
         rows: list[tuple[int, object]] = []
         for n, line in enumerate(text.splitlines(), start=1):
             if line.strip():

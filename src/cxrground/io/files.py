@@ -14,6 +14,7 @@ digest of a value's canonical JSON (``json.dumps(value, sort_keys=True)``) used 
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import math
@@ -30,6 +31,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "cut_torn_tail",
+    "decode_text",
     "finite_json",
     "model_paths",
     "read_csv_text",
@@ -183,9 +185,26 @@ def _running(pid: int) -> bool:
     return True
 
 
+#: Byte-order marks of the Unicode encodings other than UTF-8 that a text file is read in (Windows' "Unicode" text
+#: export is UTF-16 with a BOM), UTF-32 first (its little-endian BOM starts like UTF-16's).
+_UNICODE_BOMS: Final[tuple[tuple[bytes, str], ...]] = (
+    (codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+def decode_text(data: bytes) -> str:
+    """The text of a file's bytes: UTF-8 (a byte-order mark dropped), or UTF-16 / UTF-32 when it starts with that
+    encoding's byte-order mark; a :class:`UnicodeDecodeError` when the bytes are not that."""
+    for bom, codec in _UNICODE_BOMS:
+        if data.startswith(bom):
+            return data.decode(codec)  # the codec reads the BOM for the byte order, and drops it
+    return data.decode("utf-8-sig")
+
+
 def read_csv_text(path: str | Path, what: str = "table") -> str:
-    """The text of a CSV file, plain or gzipped (as MIMIC-CXR ships its tables), without a byte-order mark; an
-    :class:`~cxrground.errors.InputError` naming the file when it cannot be read or is not UTF-8 text."""
+    """The text of a CSV file, plain or gzipped (as MIMIC-CXR ships its tables), without a byte-order mark (UTF-8, or
+    UTF-16 with its mark: :func:`decode_text`); an :class:`~cxrground.errors.InputError` naming the file when it
+    cannot be read or is not such text."""
     import gzip
 
     from cxrground.errors import InputError
@@ -196,9 +215,10 @@ def read_csv_text(path: str | Path, what: str = "table") -> str:
     except OSError as exc:
         raise InputError(f"{what} cannot be read ({exc.strerror or exc})", path) from exc
     try:
-        return (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode("utf-8-sig")
+        return decode_text(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
     except (OSError, EOFError, UnicodeDecodeError) as exc:
-        raise InputError(f"{what} is not a UTF-8 CSV, plain or gzipped ({exc})", path) from exc
+        raise InputError(f"{what} is not a UTF-8 CSV (or UTF-16 with its byte-order mark), plain or gzipped "
+                         f"({exc})", path) from exc
 
 
 def sha256_file(path: str | Path) -> str:

@@ -8,25 +8,33 @@ and ``pmcId``/``IUXRId``/``articleDate`` as metadata.
 
 from __future__ import annotations
 
+import codecs
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from cxrground.errors import ReportError
+from cxrground.io.files import decode_text
 from cxrground.reports.model import Report
 
 __all__ = ["decode_utf8", "parse_iu_xml", "read_iu_xml"]
 
 _ENCODING_DECL = re.compile(rb"^\s*<\?xml[^>]*encoding\s*=\s*[\"']([A-Za-z0-9._-]+)[\"']")
+#: The encoding a declaration states (``encoding="UTF-16"``), to say UTF-8 once the text is re-encoded.
+_UTF16_DECL = re.compile(rb"^(\s*<\?xml[^>]*encoding\s*=\s*[\"'])[A-Za-z0-9._-]+([\"'])")
 
 
 def decode_utf8(data: bytes, path: str | Path | None = None) -> str:
-    """Return ``data`` decoded as UTF-8 (a BOM is dropped); ``ReportError`` names the first bad byte and its offset."""
+    """Return ``data`` decoded as UTF-8 (a BOM is dropped), or as UTF-16 / UTF-32 when it starts with that
+    encoding's byte-order mark (:func:`~cxrground.io.files.decode_text`); ``ReportError`` names the first bad byte
+    and its offset."""
     try:
-        return data.decode("utf-8-sig")
+        return decode_text(data)
     except UnicodeDecodeError as exc:
         bad = data[exc.start : exc.start + 1].hex()
-        raise ReportError(f"not valid UTF-8: byte 0x{bad} at offset {exc.start} ({exc.reason})", path) from None
+        raise ReportError(f"not valid {exc.encoding.upper().replace('-SIG', '')}: byte 0x{bad} at offset "
+                          f"{exc.start} ({exc.reason}); reports are UTF-8 text (or UTF-16 with its byte-order mark)",
+                          path) from None
 
 
 def _text(element: ET.Element | None) -> str:
@@ -38,6 +46,8 @@ def parse_iu_xml(data: bytes | str, source: str | Path | None = None) -> Report:
     raw = data.encode("utf-8") if isinstance(data, str) else data
     if not raw:
         raise ReportError("empty file", source)
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):  # UTF-16: made UTF-8, its declaration too
+        raw = _UTF16_DECL.sub(b"\\1utf-8\\2", decode_utf8(raw, source).encode("utf-8"), count=1)
     if not raw.strip():
         raise ReportError("whitespace-only file", source)
     declared = _ENCODING_DECL.match(raw.lstrip(b"\xef\xbb\xbf"))
