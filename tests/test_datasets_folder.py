@@ -280,3 +280,23 @@ def test_scan_json_tells_where_each_report_comes_from_and_names_every_path_absol
         ("file", str(tmp_path / "r.txt"), str(tmp_path / "img/b.png"), "b.png")]
     assert [r["failure"]["path"] for r in lines if "failure" in r] == [str(tmp_path / "img/zero.png"),
                                                                        str(tmp_path / "img/bad.png")]
+
+
+def test_link_loops_are_named_as_loops_by_scan_and_the_report_readers(tmp_path):
+    """A study folder that links back to a folder above it is a loop (not "holds no image"), and a report that is a
+    link to itself is a loop in the report readers as in scan (not "file does not exist")."""
+    from cxrground.reports.readers import read_reports
+
+    files = tmp_path / "files"
+    _img(files / "p13/p13000001/s50000001/a.png")
+    (files / "p13/p13000001/s50000001.txt").write_text("FINDINGS: Clear.")
+    (files / "p13/p13000022").mkdir(parents=True)
+    (files / "p13/p13000022/s50000022").symlink_to(files / "p13", target_is_directory=True)
+    studies, failures = scan_folder(files)
+    assert len(studies) == 1
+    assert [(f.path, f.reason) for f in failures] == [(str(files / "p13/p13000022/s50000022"), "symbolic link loop: "
+                                                       f"the folder link leads back to {files / 'p13'}, a folder above "
+                                                       "it")]
+    (tmp_path / "loop.txt").symlink_to(tmp_path / "loop.txt")
+    _, failed = read_reports([tmp_path / "loop.txt"], progress=False)
+    assert [f.reason for f in failed] == ["symbolic link loop (the link never reaches a file)"]

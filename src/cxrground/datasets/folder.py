@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cxrground.errors import Failure, InputError
-from cxrground.io.files import decode_text, read_csv_text, walk_files
+from cxrground.io.files import decode_text, link_problem, read_csv_text, walk_files
 from cxrground.io.image import IMAGE_SUFFIXES, UNSUPPORTED_IMAGE_SUFFIXES, film_kind
 
 __all__ = ["MIMIC_IMAGE_RE", "UNSUPPORTED_IMAGE_SUFFIXES", "StudyInput", "check_studies", "films_not_in_index",
@@ -136,10 +136,21 @@ def scan_folder(
         studies.append(StudyInput(study, path, subject, dicom, None, report, None, mimic_rel))
     for folder in _study_folders(root, tree):
         if folder not in images_found:
-            failures.append(Failure(str(folder), "scan", "study folder holds no image (JPEG, PNG or DICOM)",
-                                    "InputError"))
+            failures.append(Failure(str(folder), "scan", _imageless_folder(folder, images_found), "InputError"))
     studies, clashes = _one_subject_per_study(studies)
     return studies, [*failures, *clashes]
+
+
+def _imageless_folder(folder: Path, images_found: set[Path]) -> str:
+    """Why the study folder ``folder`` gave no image: a folder link that leads back to a folder above it (a loop,
+    not entered), a link to a folder whose images were found under its own path, or a folder holding none."""
+    if folder.is_symlink():
+        real, above = os.path.realpath(folder), os.path.realpath(folder.parent)
+        if above == real or above.startswith(real.rstrip(os.sep) + os.sep):
+            return f"symbolic link loop: the folder link leads back to {real}, a folder above it"
+        if real in {os.path.realpath(f) for f in images_found}:
+            return f"a link to the folder {real}, whose images are read once, under that path"
+    return "study folder holds no image (JPEG, PNG or DICOM)"
 
 
 def _one_subject_per_study(studies: list[StudyInput]) -> tuple[list[StudyInput], list[Failure]]:
@@ -345,11 +356,7 @@ def image_file_problem(path: Path) -> str | None:
     try:
         info = path.stat()
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return "symbolic link loop (the link never reaches a file)"
-        if path.is_symlink():
-            return f"symbolic link whose target does not exist ({os.readlink(path)})"
-        return "not found" if exc.errno == errno.ENOENT else f"cannot be read ({exc.strerror})"
+        return link_problem(path) or ("not found" if exc.errno == errno.ENOENT else f"cannot be read ({exc.strerror})")
     if not path.is_file():
         return "not a regular file"
     if info.st_size == 0:

@@ -33,6 +33,7 @@ __all__ = [
     "cut_torn_tail",
     "decode_text",
     "finite_json",
+    "link_problem",
     "model_paths",
     "read_csv_text",
     "read_model_sidecar",
@@ -318,6 +319,24 @@ def flat_json(value: Any, prefix: str = "") -> dict[str, Any]:
     for key, sub in value.items():
         out.update(flat_json(sub, f"{prefix}.{key}" if prefix else str(key)))
     return out
+
+
+def link_problem(path: str | Path) -> str | None:
+    """Why the symbolic link ``path`` reaches no file: a loop (it leads back to itself, directly or through other
+    links), or a target that does not exist; None for anything else (a file, a folder, a good link, a missing path
+    that is no link)."""
+    import errno
+
+    path = Path(path)
+    try:
+        path.stat()
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symbolic link loop (the link never reaches a file)"
+        if path.is_symlink():
+            return f"symbolic link whose target does not exist ({os.readlink(path)})"
+        return None
 
 
 def walk_files(folder: Path, folders: bool = False) -> list[Path]:

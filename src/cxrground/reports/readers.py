@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from cxrground.errors import Failure, ReportError, failure_path
-from cxrground.io.files import walk_files
+from cxrground.io.files import link_problem, walk_files
 from cxrground.io.progress import progress_bar
 from cxrground.reports.iu_xml import decode_utf8, parse_iu_xml
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, Report
@@ -108,7 +108,7 @@ def _read_bytes(path: Path, limit: int | None = MAX_REPORT_SIZE) -> bytes:
     """The bytes of the report file ``path``; a :class:`ReportError` for a missing one, an image, or one over
     ``limit`` bytes (None: no limit, a table of reports, whose every text is checked instead)."""
     if not path.exists():
-        raise ReportError("file does not exist", path)
+        raise ReportError(link_problem(path) or "file does not exist", path)
     if not path.is_file():
         raise ReportError("not a regular file", path)
     try:
