@@ -300,3 +300,21 @@ def test_link_loops_are_named_as_loops_by_scan_and_the_report_readers(tmp_path):
     (tmp_path / "loop.txt").symlink_to(tmp_path / "loop.txt")
     _, failed = read_reports([tmp_path / "loop.txt"], progress=False)
     assert [f.reason for f in failed] == ["symbolic link loop (the link never reaches a file)"]
+
+
+def test_a_folder_without_films_is_an_error_in_scan_as_in_the_report_commands(tmp_path):
+    """An existing folder with nothing to read (a mistyped --images) exits 1 naming it, as `reports label` does for
+    a folder without reports; it printed "0 studies" and exited 0."""
+    from click.testing import CliRunner
+
+    from cxrground.cli import main
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("no film here")
+    for args in (["scan", "--images", str(tmp_path / "empty")], ["reports", "label", str(tmp_path / "nothing")]):
+        (tmp_path / "nothing").mkdir(exist_ok=True)
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 1 and res.output.startswith("Error: ") and "in this folder or its subfolders" in \
+            res.output, res.output
+    res = CliRunner().invoke(main, ["scan", "--images", str(tmp_path / "empty"), "--json"])
+    assert res.exit_code == 1 and "no films (PNG, JPEG or DICOM)" in res.output

@@ -80,9 +80,10 @@ def pack_info(path: Path | None, verify: bool) -> None:
                    "film: slower).")
 def scan(images: Path, reports: Path | None, index: Path | None, metadata: Path | None, as_json: bool,
          check: bool) -> None:
-    """List the studies (images + report) found in a folder, the views of their images, and every file that could
-    not be used (without --check: what the file system shows; a corrupt film or an empty report needs --check).
-    Exits 1 when files were found and none of them makes a usable study."""
+    """Count the studies (films + report) found in a folder and the views of their films, and list every file that
+    cannot be used (without --check: what the file system shows; a corrupt film or an empty report needs --check)
+    and every film an --index does not name; --json lists the studies too, one line per film. Exits 1 when the
+    folder holds no film, or none of those found makes a usable study."""
     studies, failures = _scan_with_reports(images, reports, index)
     if check:
         from cxrground.datasets.folder import check_studies

@@ -137,6 +137,8 @@ def scan_folder(
     for folder in _study_folders(root, tree):
         if folder not in images_found:
             failures.append(Failure(str(folder), "scan", _imageless_folder(folder, images_found), "InputError"))
+    if not studies and not failures:  # as the report and film commands treat a folder with nothing to read
+        raise InputError("no films (PNG, JPEG or DICOM) in this folder or its subfolders", images)
     studies, clashes = _one_subject_per_study(studies)
     return studies, [*failures, *clashes]
 
