@@ -27,7 +27,7 @@ from cxrground.datasets.synthetic import (
     summarize,
     write_cohort,
 )
-from cxrground.errors import ConfigError
+from cxrground.errors import ConfigError, InputError
 from cxrground.io.masks import decode_rle, read_mask_png
 from cxrground.vocab import ILS_LOCATION_LABELS, LESIONS, LUNG_LESIONS
 
@@ -337,3 +337,26 @@ def test_cli_synth_refuses_a_folder_holding_other_files(tmp_path):
     (cut / "files").mkdir(parents=True)
     res = CliRunner().invoke(main, ["synth", "--out", str(cut), "--studies", "1", "--width", "128", "--quiet"])
     assert res.exit_code == 0, res.output
+
+
+def test_a_cohort_of_other_settings_is_refused_naming_each_setting_that_differs(small_pair, tmp_path):
+    """Extending a cohort with another seed, width or format: the error names each requested value beside the
+    cohort's and the --overwrite option; --studies 0 is refused at the option; a damaged truth record says to delete
+    it; a folder holding only hidden files (.DS_Store) takes a cohort."""
+    a, _, _ = small_pair
+    with pytest.raises(ConfigError, match=r"other settings: --seed 4 \(the cohort's: 3\); .* add --overwrite"):
+        write_cohort(a, 4, seed=4, config=SMALL, progress=False)
+    with pytest.raises(ConfigError, match=r"other settings: --width 128 \(the cohort's: 256\), --format png \(the "
+                                          r"cohort's: jpg\);"):
+        write_cohort(a, 4, seed=3, config=SynthConfig(width=128, format="png"), progress=False)
+    res = CliRunner().invoke(main, ["synth", "--out", str(tmp_path / "zero"), "--studies", "0"])
+    assert res.exit_code == 2 and "0 is not in the range x>=1" in res.output and not (tmp_path / "zero").exists()
+    work = tmp_path / "damaged"
+    shutil.copytree(a, work)
+    victim = sorted((work / "truth").glob("*.json"))[0]
+    victim.write_text("{}")
+    with pytest.raises(InputError, match="delete this file and rerun the command to write the study again"):
+        write_cohort(work, 4, seed=3, config=SMALL, overwrite=True, progress=False)
+    (tmp_path / "hidden").mkdir()
+    (tmp_path / "hidden" / ".DS_Store").write_bytes(b"\x00")
+    assert write_cohort(tmp_path / "hidden", 1, seed=3, config=SMALL, progress=False).n_studies == 1

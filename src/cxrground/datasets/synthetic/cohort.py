@@ -73,8 +73,12 @@ class CohortSummary:
         """What was generated and which files the folder holds, as lines (``cxrground synth``)."""
         f, out = self.files, Path(self.out_dir)
         present = ", ".join(f"{k} {v['present']}" for k, v in self.lesions.items())
-        return [f"synthetic cohort (TEST DATA) in {self.out_dir}: {self.n_studies} studies (generated "
+        kept = self.n_studies - self.n_requested
+        return [f"synthetic cohort (TEST DATA) in {self.out_dir}: {self.n_studies} "
+                f"{'study' if self.n_studies == 1 else 'studies'} (generated "
                 f"{self.n_generated}, skipped {self.n_skipped} existing) in {self.seconds:.1f} s, seed {self.seed}",
+                *([f"  {kept} studies beyond the {self.n_requested} asked for were there and are kept (synth "
+                   "removes none; use a new folder for a smaller cohort)"] if kept > 0 else []),
                 f"  files: {f['images']} images, {f['reports']} reports, {f['truth']} truth records, "
                 f"{f['anatomy_masks']} anatomy masks, {f['lesion_masks']} lesion masks",
                 f"  lesions present: {present}",
@@ -174,12 +178,14 @@ class CohortRequest:
     out_dir: Path = option(flag="--out", path="out_dir",
                            help="Folder to write the cohort to: new, empty or a cohort to extend (a folder holding "
                                 "other files is refused).")
-    n_studies: int = option(24, flag="--studies", low=0, help="Number of studies (indices 0..N-1).")
+    n_studies: int = option(24, flag="--studies", low=1, help="Number of studies (indices 0..N-1); a cohort "
+                            "holding more keeps them.")
     seed: int = option(0, low=0, help="Cohort seed.")
     fmt: str = option("jpg", flag="--format", choices=("jpg", "png"), help="Image file format.")
     width: int = option(512, low=64, high=4096,
                         help="Image width in pixels; heights vary per study (0.875..1.125 x width).")
-    overwrite: bool = option(False, help="Regenerate studies that already exist.")
+    overwrite: bool = option(False, help="Regenerate studies that already exist; studies of a cohort made with "
+                             "other settings (seed, width, format) are deleted first.")
 
 
 def write_requested_cohort(request: CohortRequest, progress: bool = True) -> CohortSummary:
@@ -211,8 +217,8 @@ def write_cohort(
     from cxrground.io.progress import progress_bar
 
     config = config or SynthConfig()
-    if not isinstance(n_studies, int) or n_studies < 0:
-        raise ConfigError(f"n_studies must be a non-negative integer, got {n_studies!r}")
+    if not isinstance(n_studies, int) or isinstance(n_studies, bool) or n_studies < 1:
+        raise ConfigError(f"n_studies must be a positive integer, got {n_studies!r}")
     if not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
     out = Path(out_dir)
@@ -221,13 +227,17 @@ def write_cohort(
     chash = config.config_hash()
     started = time.perf_counter()
 
-    existing = load_truth(out) if (out / "truth").is_dir() else []
+    try:
+        existing = load_truth(out) if (out / "truth").is_dir() else []
+    except InputError as exc:  # a record edited by hand or damaged on disk
+        raise exc.with_reason(f"{exc.reason}; delete this file and rerun the command to write the study again") \
+            from exc
     foreign = [t for t in existing if t.seed != seed or t.config_hash != chash]
     if foreign and not overwrite:
-        t = foreign[0]
         raise ConfigError(
-            f"{out} already holds {len(foreign)} synthetic studies of another cohort (seed {t.seed}, "
-            f"config {t.config_hash}, generator {t.generator_version}); use another folder or overwrite"
+            f"{out} already holds {len(foreign)} synthetic studies of another cohort, made with other settings: "
+            f"{_settings_differ(out, foreign[0], seed, config)}; give the cohort's settings to extend it, use another "
+            "folder, or add --overwrite to delete those studies and write new ones"
         )
     for t in foreign:
         _remove_study(out, t)
@@ -263,6 +273,33 @@ def write_cohort(
     )
 
 
+#: The ``synth`` option of each configuration field that has one.
+_FLAGS = {"width": "--width", "format": "--format"}
+
+
+def _settings_differ(out: Path, existing: StudyTruth, seed: int, config: SynthConfig) -> str:
+    """Which requested settings differ from those of the cohort in ``out`` (``existing``: one of its studies), each
+    as ``--seed 4 (the cohort's: 3)``: the seed, each configuration field (from its ``cohort.json``) and the
+    generator version."""
+    parts = [f"--seed {seed} (the cohort's: {existing.seed})"] if existing.seed != seed else []
+    theirs: object = None
+    try:
+        meta = json.loads((out / "cohort.json").read_text(encoding="utf-8"))
+        if isinstance(meta, dict) and meta.get("config_hash") == existing.config_hash:
+            theirs = meta.get("config")
+    except (OSError, UnicodeDecodeError, ValueError):
+        pass
+    mine = json.loads(json.dumps(config.to_dict()))
+    if isinstance(theirs, dict):
+        parts += [f"{_FLAGS.get(k, k)} {v} (the cohort's: {theirs.get(k)})" for k, v in mine.items()
+                  if theirs.get(k) != v]
+    if existing.generator_version != GENERATOR_VERSION:
+        parts.append(f"generator {GENERATOR_VERSION} (the cohort's: {existing.generator_version})")
+    if not parts and existing.config_hash != config.config_hash():
+        parts.append(f"settings {config.config_hash()} (the cohort's: {existing.config_hash})")
+    return ", ".join(parts)
+
+
 #: Folders a study's files go to; a folder holding only these is a cohort cut short before its index files.
 _STUDY_DIRS = ("files", "masks", "truth")
 
@@ -272,7 +309,7 @@ def _check_not_foreign(out: Path) -> None:
     the cohort would write its ``README.md``, ``index.csv`` and ``preview.png`` over what is there."""
     if not out.is_dir() or (out / "cohort.json").is_file() or (out / "truth").is_dir():
         return
-    other = sorted(p.name for p in out.iterdir() if p.name not in _STUDY_DIRS)
+    other = sorted(p.name for p in out.iterdir() if p.name not in _STUDY_DIRS and not p.name.startswith("."))
     if other:
         shown = ", ".join(other[:5]) + (f" and {len(other) - 5} more" if len(other) > 5 else "")
         raise ConfigError(f"{out} is not empty ({shown}) and holds no synthetic cohort; write the cohort to a new or "
@@ -491,6 +528,9 @@ def format_summary(summary: dict[str, Any], cohort_dir: str | Path | None = None
     """A plain-text table of :func:`summarize` output; with ``cohort_dir``, a title line (folder, seed) first."""
     head = f"{'lesion':<14}{'studies':>8}{'present':>8}{'defin.':>8}{'tent.':>8}{'unrep.':>8}{'negated':>8}"
     lines = [head, "-" * len(head)]
+    legend = ["studies: studies with the lesion; present: its findings (a study may have two, in two places), of",
+              "which defin(itive), tent(ative: hedged in the report), unrep(orted: left out of the report on purpose);",
+              "negated: findings of the lesion the report negates"]
     if cohort_dir is not None:
         title = f"{cohort_dir}: synthetic cohort"
         if summary.get("seed") is not None:
@@ -499,13 +539,19 @@ def format_summary(summary: dict[str, Any], cohort_dir: str | Path | None = None
     for lesion, c in summary["lesions"].items():
         lines.append(f"{lesion:<14}{c['studies']:>8}{c['present']:>8}{c['definitive']:>8}{c['tentative']:>8}"
                      f"{c['unreported']:>8}{c['negated']:>8}")
+    lines += legend
     lines.append("")
     lines.append(f"studies {summary['n_studies']} (subjects {summary['n_subjects']}, normal "
                  f"{summary['normal_studies']}, impression-only reports {summary['impression_only']})")
     if summary["heights"]:
-        lines.append(f"image height {summary['heights'][0]}..{summary['heights'][1]}, width "
-                     f"{summary['widths'][0]}..{summary['widths'][1]}, non-square {summary['non_square']}")
+        lines.append(f"image height {_span(summary['heights'])}, width {_span(summary['widths'])}, non-square "
+                     f"{summary['non_square']}")
         lines.append(f"views {summary['views']}")
         lines.append(f"CTR {summary['ctr'][0]:.3f}..{summary['ctr'][1]:.3f}; by heart status: " + ", ".join(
             f"{k} {v[0]:.3f}..{v[1]:.3f} (n={v[2]})" for k, v in summary["ctr_by_heart_status"].items()))
     return "\n".join(lines)
+
+
+def _span(values: list[int]) -> str:
+    """``448..576``, or the one value when both ends are equal."""
+    return str(values[0]) if values[0] == values[1] else f"{values[0]}..{values[1]}"
