@@ -297,7 +297,7 @@ def test_scan_check_reads_every_film_and_report_as_the_build_does(tmp_path):
     assert plain.exit_code == 0 and "5 studies (5 images), 0 failures" in plain.output, plain.output
     res = _run(["scan", "--images", img, "--index", index, "--check"])
     assert res.exit_code == 0 and "Traceback" not in res.output, res.output
-    assert "1 study (1 images), 4 failures" in res.output, res.output
+    assert "1 study (1 image), 4 failures" in res.output, res.output
     for named in (reports / "2.txt", reports / "3.txt", img / "cut.png", img / "text.png"):
         assert f"failed: {named}:" in res.output, res.output
     bad = index.with_name("bad.csv")  # no usable study at all: exit 1, as the batch commands do

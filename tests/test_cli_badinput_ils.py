@@ -287,9 +287,12 @@ def test_scan_names_studies_whose_report_is_not_in_the_reports_folder(built, tmp
 def test_build_with_no_study_names_the_index_and_the_first_failure(built, tmp_path):
     _, images = built
     index = tmp_path / "index.csv"
-    index.write_text("a,b\n1,2\n")
+    index.write_text("image,study_id,report\nmissing.png,1,FINDINGS: x.\n")
     _refused(_run("ils", "build", "--images", images, "--index", index, "--out", tmp_path / "out", "--quiet"),
              f"no studies found in the index {index}", "1 inputs failed; first:", code=1)
+    index.write_text("a,b\n1,2\n")  # no image and study_id columns: one error naming the header
+    _refused(_run("ils", "build", "--images", images, "--index", index, "--out", tmp_path / "out", "--quiet"),
+             f"{index}: index needs the columns image and study_id; its header has ['a', 'b']", code=1)
 
 
 @pytest.mark.parametrize(("text", "suffix", "reason"), [

@@ -130,7 +130,7 @@ def test_an_index_without_report_columns_takes_its_reports_from_a_table(tmp_path
     scan = CliRunner().invoke(main, ["scan", "--images", str(tmp_path / "img"), "--index", str(index), "--reports",
                                      str(table)])
     assert scan.exit_code == 0, scan.output
-    assert "2 studies (2 images), 1 failures" in scan.output and "no report for s50000003" in scan.output
+    assert "2 studies (2 images), 1 failure" in scan.output and "no report for s50000003" in scan.output
     # without the table the rows need a report
     _, failures = build_tasks(tmp_path / "img", index=index)
     assert len(failures) == 3 and all("neither 'report_path' nor 'report'" in f.reason for f in failures)
@@ -318,3 +318,18 @@ def test_a_folder_without_films_is_an_error_in_scan_as_in_the_report_commands(tm
             res.output, res.output
     res = CliRunner().invoke(main, ["scan", "--images", str(tmp_path / "empty"), "--json"])
     assert res.exit_code == 1 and "no films (PNG, JPEG or DICOM)" in res.output
+
+
+def test_a_csv_index_without_its_columns_is_one_error_naming_the_header(tmp_path):
+    """A ';'-separated index (European Excel) reads as one column: one error naming the header and the separator,
+    not one failure per row."""
+    _img(tmp_path / "img" / "a.png")
+    index = tmp_path / "index.csv"
+    index.write_text("image;study_id;report\na.png;1;FINDINGS: x.\nb.png;2;FINDINGS: y.\n")
+    with pytest.raises(InputError, match=r"index needs the columns image and study_id; its header has "
+                                         r"\['image;study_id;report'\] \(separated by ';': save the index with "
+                                         r"commas\)"):
+        scan_folder(tmp_path / "img", index=index)
+    index.write_text("id,text\na.png,x\n")
+    with pytest.raises(InputError, match=r"its header has \['id', 'text'\]$"):
+        scan_folder(tmp_path / "img", index=index)

@@ -120,7 +120,8 @@ def structure(request: StructureRequest, paths: tuple[Path, ...], strict: bool) 
 @request_options(LabelRequest)
 @strict_option("reports", _FAILURES_AT + " (on stderr for CSV)")
 def label(request: LabelRequest, paths: tuple[Path, ...], strict: bool) -> None:
-    """Label report files (or folders of them) per lesion: 1 present, -1 uncertain, 0 negated, blank not mentioned.
+    """Label report files (or folders of them) per lesion: 1 present, -1 uncertain, 0 negated (JSONL status absent),
+    blank not mentioned.
 
     A .csv / .tsv / .jsonl file is a table of reports, one per row, with study_id and report columns.
 

@@ -421,6 +421,9 @@ def _index_rows(index: Path) -> list[tuple[int, object]]:
     header = next(reader, None)
     if not header:
         raise InputError("index is empty: it has no header and no rows", index)
+    if not {"image", "image_path"} & set(header) or "study_id" not in header:
+        semicolons = " (separated by ';': save the index with commas)" if len(header) == 1 and ";" in header[0] else ""
+        raise InputError(f"index needs the columns image and study_id; its header has {header}{semicolons}", index)
     out: list[tuple[int, object]] = []
     start = reader.line_num + 1
     for values in reader:
@@ -467,7 +470,8 @@ def scan_lines(studies: list[StudyInput], failures: list[Failure], as_json: bool
     views_shown = ", ".join(f"{v} {n}" for v, n in sorted(views.items(), key=lambda kv: (-kv[1], kv[0])))
     source = f"view table {view_table}" if view_table else "no view table"
     n = len({s.study_id for s in studies})
-    lines = [f"{n} {'study' if n == 1 else 'studies'} ({len(studies)} images), {len(failures)} failures",
+    lines = [f"{n} {'study' if n == 1 else 'studies'} ({len(studies)} image{'' if len(studies) == 1 else 's'}), "
+             f"{len(failures)} failure{'' if len(failures) == 1 else 's'}",
              f"views of the images: {views_shown or 'none'} ({source})",
              *(f"  failed: {f.path}: {f.reason}" for f in failures)]
     if unlisted:
