@@ -222,7 +222,7 @@ def test_one_study_id_under_two_subjects_is_a_failure_naming_both_folders(tmp_pa
     assert f"of subject p1 in {index}:2 and of subject p2 here" in failures[0].reason
 
 
-def test_films_the_index_does_not_name_are_listed_and_a_repeated_row_is_read_once(tmp_path):
+def test_films_the_index_does_not_name_are_listed_and_a_repeated_row_is_read_once(tmp_path, caplog):
     """A film under the folder that no index row names is listed (scan's summary and --json), not dropped silently;
     a repeated row is a failure naming the first (not a second image), as is one film listed under two studies."""
     from click.testing import CliRunner
@@ -251,6 +251,10 @@ def test_films_the_index_does_not_name_are_listed_and_a_repeated_row_is_read_onc
     res = CliRunner().invoke(main, [*args, "--json"])
     assert [json.loads(line)["not_in_index"] for line in res.output.splitlines() if "not_in_index" in line] == [
         str(p) for p in unlisted]
+    from cxrground.ils.tasks import build_tasks
+
+    tasks, _ = build_tasks(tmp_path / "img", index=index)
+    assert len(tasks) == 2 and "2 films under" in caplog.text and "are not in the index" in caplog.text
 
 
 def test_scan_json_tells_where_each_report_comes_from_and_names_every_path_absolute(tmp_path, monkeypatch):

@@ -172,8 +172,7 @@ def _one_subject_per_study(studies: list[StudyInput]) -> tuple[list[StudyInput],
             named.add((s.study_id, s.subject_id))
             failures.append(Failure(str(Path(s.image_path).parent), "scan", f"study {s.study_id} is also under subject "
                                     f"{other.subject_id} ({Path(other.image_path).parent}): a study id belongs to "
-                                    "one patient, and this folder is not used",
-                                    "InputError"))
+                                    "one patient, and this folder is not used", "InputError"))
     return kept, failures
 
 
