@@ -249,5 +249,5 @@ def test_a_resume_reads_a_film_again_only_when_its_size_or_time_changed(films, t
     write_zones(paths, out, seg, model, root=copy, overlays=False)
     assert hashed == []  # its new time was recorded
     shutil.copyfile(paths[1], touched)  # another film in its place: refused as before
-    with pytest.raises(ConfigError, match="changed since the run"):
+    with pytest.raises(ConfigError, match="changed since an earlier run"):
         write_zones(paths, out, seg, model, root=copy, overlays=False)

@@ -26,8 +26,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
+from cxrground.errors import ConfigError
 from cxrground.io.files import cut_torn_tail, sha256_file
 
 __all__ = ["RACY_NS", "FilmLedger", "FilmState", "Verdict", "film_digest", "racy", "restated"]
@@ -163,3 +164,25 @@ def restated(recorded: Mapping[str, Any], state: Mapping[str, Any]) -> dict[str,
     place of its own, when they differ (the same film, touched since); None when they do not."""
     now = {**{k: v for k, v in recorded.items() if k not in ("size", "mtime_ns", "racy")}, **state}
     return now if now != dict(recorded) else None
+
+
+def resume_record(path: str | Path, name: str, recorded: Mapping[str, Any] | None, log: TextIO, *, out: Path,
+                  kept: str, retry_failed: bool, verb: str) -> tuple[str, dict[str, Any], Mapping[str, Any] | None]:
+    """A folder command's resume decision for one film: its digest and state (:func:`film_digest`; ``OSError`` when
+    it cannot be read) and the progress record ``recorded`` to reuse, or None when the film is to be read (no
+    record; a recorded failure of a film that changed since, or any recorded failure with ``retry_failed``). A
+    touched but unchanged film's record is restated in ``log``. A :class:`~cxrground.errors.ConfigError` when a
+    film with a kept result (the record's key ``kept``) changed since the run in ``out`` that ``verb`` it."""
+    digest, state = film_digest(path, recorded)
+    if recorded is None:
+        return digest, state, None
+    if recorded.get("sha256") != digest:
+        if kept in recorded:
+            raise ConfigError(f"film {name} changed since an earlier run in {out} {verb} it; rerun with --overwrite "
+                              "to start afresh")
+        return digest, state, None  # a failed film that changed since (fixed) is read again
+    if (touched := restated(recorded, state)) is not None:  # the same film, touched
+        log.write(json.dumps(touched, sort_keys=True) + "\n")
+    if kept not in recorded and retry_failed:
+        return digest, state, None
+    return digest, state, recorded

@@ -54,7 +54,7 @@ from cxrground.anatomy.segment.registry import segmenter_settings
 from cxrground.datasets.views import is_frontal
 from cxrground.errors import BatchStopped, ConfigError, CXRGroundError, Failure, InputError
 from cxrground.io.files import atomic_write_text, read_progress, sha256_json
-from cxrground.io.film_ledger import film_digest, restated
+from cxrground.io.film_ledger import resume_record
 from cxrground.io.image import (
     DEFAULT_MAX_PIXELS,
     CXRImage,
@@ -703,26 +703,20 @@ def write_zones(
             bar.update(1)
             rec = done.get(name)
             try:
-                digest, stat = film_digest(path, rec)  # a stat when size and time are the recorded ones
+                digest, stat, rec = resume_record(path, name, rec, log, out=out, kept="reading",
+                                                  retry_failed=retry_failed, verb="read")
             except OSError as exc:  # a broken link, a file gone since the folder was listed: looked at on every run
                 failures.append(Failure.from_exception(path, "zones", InputError(
                     f"file cannot be read ({exc.strerror or exc})", path)))
                 failure_lines.append(failures[-1].to_dict())
                 continue
-            if rec is not None:
-                changed = rec.get("sha256") != digest
-                if changed and "reading" in rec:
-                    raise ConfigError(f"film {name} changed since the run in {out} read it; use --overwrite to "
-                                      "start afresh")
-                if not changed and (touched := restated(rec, stat)) is not None:  # the same film, touched
-                    log.write(json.dumps(touched, sort_keys=True) + "\n")
-                if "reading" in rec:
-                    readings.append(ZoneReading(**rec["reading"]))
-                    continue
-                if not retry_failed and not changed:  # a failed film that changed since (fixed) is read again
-                    failures.append(Failure(**rec["failure"]))
-                    failure_lines.append(_failure_line(failures[-1], rec.get("overlay")))
-                    continue
+            if rec is not None and "reading" in rec:
+                readings.append(ZoneReading(**rec["reading"]))
+                continue
+            if rec is not None:  # a recorded failure of the same film, kept
+                failures.append(Failure(**rec["failure"]))
+                failure_lines.append(_failure_line(failures[-1], rec.get("overlay")))
+                continue
             try:
                 im = read_image(path, max_pixels=max_pixels)
                 view = im.view or (views or {}).get(path.stem)

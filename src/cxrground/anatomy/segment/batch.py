@@ -32,7 +32,7 @@ from cxrground.anatomy.segment.output import SegmentationOutput, segment_film
 from cxrground.anatomy.segment.registry import segmenter_settings
 from cxrground.errors import BatchStopped, ConfigError, CXRGroundError, Failure, InputError
 from cxrground.io.files import atomic_write_text, read_progress, sha256_json
-from cxrground.io.film_ledger import film_digest, restated
+from cxrground.io.film_ledger import resume_record
 from cxrground.io.image import DEFAULT_MAX_PIXELS, check_out_folder
 from cxrground.io.output_lock import locks_output
 from cxrground.io.progress import progress_bar
@@ -231,26 +231,20 @@ def segment_folder(paths: Sequence[Path], out: Path, segmenter: LungHeartSegment
             rec = done.get(name)
             folder = film_folder(name)
             try:
-                digest, stat = film_digest(path, rec)  # a stat when size and time are the recorded ones
+                digest, stat, rec = resume_record(path, name, rec, log, out=out, kept="row",
+                                                  retry_failed=retry_failed, verb="segmented")
             except OSError as exc:  # a broken link, a file gone since the folder was listed: looked at on every run
                 failures.append(Failure.from_exception(path, "segment", InputError(
                     f"file cannot be read ({exc.strerror or exc})", path)))
                 rows.append(SegmentRow.failed(name, failures[-1]))
                 continue
-            if rec is not None:
-                changed = rec.get("sha256") != digest
-                if changed and "row" in rec:
-                    raise ConfigError(f"film {name} changed since the run in {out} segmented it; use --overwrite to "
-                                      "start afresh")
-                if not changed and (touched := restated(rec, stat)) is not None:  # the same film, touched
-                    log.write(json.dumps(touched, sort_keys=True) + "\n")
-                if "row" in rec and (out / folder / "masks.json").is_file():
-                    rows.append(SegmentRow.from_json(rec["row"]))
-                    continue
-                if "failure" in rec and not retry_failed and not changed:  # a changed (fixed) film is read again
-                    failures.append(Failure(**rec["failure"]))
-                    rows.append(SegmentRow.failed(name, failures[-1]))
-                    continue
+            if rec is not None and "row" in rec and (out / folder / "masks.json").is_file():
+                rows.append(SegmentRow.from_json(rec["row"]))
+                continue
+            if rec is not None and "failure" in rec:  # a recorded failure of the same film, kept
+                failures.append(Failure(**rec["failure"]))
+                rows.append(SegmentRow.failed(name, failures[-1]))
+                continue
             try:
                 written, masks = segment_film(path, out / folder, segmenter, orientation_check, max_pixels, backend,
                                               provenance)

@@ -33,7 +33,7 @@ from cxrground.anatomy.segment.pose_net import (
 )
 from cxrground.errors import BatchStopped, ConfigError, CXRGroundError, Failure, InputError
 from cxrground.io.files import atomic_write_text, read_progress, sha256_file, sha256_json
-from cxrground.io.film_ledger import film_digest, restated
+from cxrground.io.film_ledger import resume_record
 from cxrground.io.image import DEFAULT_MAX_PIXELS, check_out_folder, read_image
 from cxrground.io.output_lock import locks_output
 from cxrground.io.progress import progress_bar
@@ -214,19 +214,11 @@ def write_poses(paths: Sequence[Path], out: Path, reader: PoseReader, root: Path
         for path, name in progress_bar(list(zip(paths, names, strict=True)), desc="pose", progress=progress):
             rec = done.get(name)
             try:
-                digest, stat = film_digest(path, rec)  # a stat when size and time are the recorded ones
+                digest, stat, rec = resume_record(path, name, rec, log, out=out, kept="probabilities",
+                                                  retry_failed=retry_failed, verb="read")
             except OSError as exc:  # a broken link, a file gone since the folder was listed: looked at on every run
                 failures.append(Failure.from_exception(path, "pose", _unreadable(path, exc)))
                 continue
-            if rec is not None and rec.get("sha256") == digest and (touched := restated(rec, stat)) is not None:
-                log.write(json.dumps(touched, sort_keys=True) + "\n")  # the same film, touched
-            if rec is not None and rec.get("sha256") != digest:
-                if "failure" not in rec:
-                    raise ConfigError(f"film {name} changed since an earlier run in {out} read it; rerun with "
-                                      "--overwrite to read every film afresh")
-                rec = None  # a failed film that changed since (fixed) is read again
-            elif rec is not None and retry_failed and "failure" in rec:
-                rec = None
             if rec is None:
                 try:
                     image = read_image(path, max_pixels=max_pixels)
