@@ -13,8 +13,7 @@ from cxrground.cli.common import (
     OUT_DIR,
     PACK_OPT,
     echo_lines,
-    exit_if_failed,
-    exit_if_none_read,
+    exit_folder_run,
     group,
     request_options,
     strict_option,
@@ -116,9 +115,7 @@ def zones(images: Path, out: Path, overwrite: bool, retry_failed: bool, normativ
     how = f"threshold z {model.zone_threshold:.2f}" if reader is None else reader_name(reader)
     click.echo(f"wrote {out / 'zones.csv'}: {len(readings)} images, {flagged} zones flagged, "
                f"{len(failures)} failures ({how})" + first_failure(failures))
-    exit_if_none_read(len(readings), len(failures), out)
-    exit_if_failed(strict, len(failures), f"{len(failures)} of {len(readings) + len(failures)} films failed",
-                   f"the reasons are in {out / 'failures.jsonl'}")
+    exit_folder_run(len(readings), len(failures), out, strict)
 
 
 @anatomy.command("fit-zones")
@@ -193,9 +190,7 @@ def pose(images: Path, out: Path, overwrite: bool, retry_failed: bool, weights: 
     click.echo(f"wrote {out / 'poses.csv'}: {len(rows)} films, {flagged} look stored in a wrong pose"
                + (f" (contact sheets in {out / 'flagged'})" if flagged and not no_sheets else "")
                + f", {len(failures)} failures" + first_failure(failures))
-    exit_if_none_read(len(rows), len(failures), out)
-    exit_if_failed(strict, len(failures), f"{len(failures)} of {len(rows) + len(failures)} films failed",
-                   f"the reasons are in {out / 'failures.jsonl'}")
+    exit_folder_run(len(rows), len(failures), out, strict)
 
 
 COMMANDS: list[click.Command] = [anatomy]

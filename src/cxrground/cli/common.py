@@ -192,6 +192,14 @@ def exit_if_none_read(read: int, failed: int, out: Path) -> None:
                                    f"{out / 'failures.jsonl'})")
 
 
+def exit_folder_run(read: int, failed: int, out: Path, strict: bool) -> None:
+    """End a film-folder command: exit 1 when no film could be read (:func:`exit_if_none_read`), and with
+    ``strict`` exit :data:`PARTIAL_EXIT` when some films failed (their reasons in ``out/failures.jsonl``)."""
+    exit_if_none_read(read, failed, out)
+    exit_if_failed(strict, failed, f"{failed} of {read + failed} films failed",
+                   f"the reasons are in {out / 'failures.jsonl'}")
+
+
 def note(message: str) -> None:
     """Print ``message`` on stderr."""
     click.echo(message, err=True)

@@ -12,8 +12,7 @@ from cxrground.cli.common import (
     DIR,
     FILE,
     echo_lines,
-    exit_if_failed,
-    exit_if_none_read,
+    exit_folder_run,
     group,
     request_options,
     strict_option,
@@ -44,9 +43,7 @@ def lungs(request: SegmentRequest, strict: bool) -> None:
         return
     batch = segment_folder_request(request)
     echo_lines(batch.summary_lines())
-    exit_if_none_read(batch.segmented, len(batch.failures), request.out_dir)
-    exit_if_failed(strict, len(batch.failures), f"{len(batch.failures)} of {batch.segmented + len(batch.failures)} "
-                   "films failed", f"the reasons are in {request.out_dir / 'failures.jsonl'}")
+    exit_folder_run(batch.segmented, len(batch.failures), request.out_dir, strict)
 
 
 @segment.command("train-lungs")
