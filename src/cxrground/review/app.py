@@ -9,9 +9,10 @@ Routes (everything but ``GET /healthz``, the login page and its stylesheet needs
 * API (``Authorization: Bearer TOKEN`` or the session cookie; 401 JSON without): ``GET /api/me``,
   ``GET /api/queue`` (the signed-in user's assignments, queue order), ``GET /api/assignments`` (own; an admin's:
   all), ``GET /api/assignments/{id}``, ``GET /api/assignments/{id}/image/{n}`` (the item's n-th stored image as
-  PNG), ``POST /api/assignments/{id}/decision`` (JSON ``{part, decision, reason, mask}``; a ``correct`` with an
-  empty mask is refused, one with the generated mask unchanged is recorded as ``accept``), ``GET /api/stats``
-  (admins).
+  PNG), ``POST /api/assignments/{id}/decision`` (JSON ``{part, decision, reason, mask, comment}``; a ``correct``
+  with an empty mask is refused, one with the generated mask unchanged is recorded as ``accept``; ``comment``: the
+  reviewer's free text, at most :data:`MAX_COMMENT_CHARS` characters, stored and returned as plain text),
+  ``GET /api/stats`` (admins).
 
 Rules: a reviewer sees only their own assignments (another's id answers 404, as an unknown one); an admin sees
 every assignment but decides only on their own. A cookie-authenticated POST needs the session's CSRF token (the
@@ -90,8 +91,9 @@ from cxrground.review.db import (
 )
 from cxrground.review.stats import review_stats, stats_html
 
-__all__ = ["BODY_TIMEOUT_S", "IDLE_TIMEOUT_S", "MAX_BODY_BYTES", "MAX_CONNECTIONS", "MAX_FORM_BYTES", "MAX_IN_FLIGHT",
-           "SEND_TIMEOUT_S", "STATIC_DIR", "create_app", "rle_runs", "serve", "server_config"]
+__all__ = ["BODY_TIMEOUT_S", "IDLE_TIMEOUT_S", "MAX_BODY_BYTES", "MAX_COMMENT_CHARS", "MAX_CONNECTIONS",
+           "MAX_FORM_BYTES", "MAX_IN_FLIGHT", "SEND_TIMEOUT_S", "STATIC_DIR", "create_app", "rle_runs", "serve",
+           "server_config"]
 
 STATIC_DIR: Final[Path] = Path(__file__).resolve().parent / "static"
 MAX_BODY_BYTES: Final[int] = 16 * 1024 * 1024
@@ -112,6 +114,8 @@ _TOKEN_CACHE_SIZE: Final[int] = 4096
 #: 503 with ``Retry-After``.
 MAX_IN_FLIGHT: Final[int] = 64
 _MAX_JSON_DEPTH: Final[int] = 64
+#: Longest free-text comment a decision may carry (characters); a longer one is refused (400).
+MAX_COMMENT_CHARS: Final[int] = 2000
 #: A wrong token is answered after this delay (an async sleep: no thread, no CPU), which slows a flood of
 #: guesses to a few requests per second per connection; at most :data:`_TARPIT_SLOTS` wait at once.
 _TARPIT_SECONDS: Final[float] = 0.25
@@ -280,6 +284,23 @@ def _stored_png(path: str) -> bytes:
     if not data.startswith(b"\x89PNG\r\n\x1a\n"):
         raise _StoredImageError(path, "not a PNG", missing=False)
     return data
+
+
+def _comment(value: Any) -> str:
+    """A decision's free-text comment as stored: ``""`` for none; line breaks kept (``\\r\\n`` as ``\\n``), the ends
+    stripped. Refused (``_BadRequest``): not a string, longer than :data:`MAX_COMMENT_CHARS`, or holding control
+    characters other than line breaks and tabs."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise _BadRequest(f"comment must be text, got {type(value).__name__}")
+    text = value.replace("\r\n", "\n").replace("\r", "\n").strip()
+    if len(text) > MAX_COMMENT_CHARS:
+        raise _BadRequest(f"the comment is {len(text)} characters long; at most {MAX_COMMENT_CHARS} are kept "
+                          "(shorten it)")
+    if any((ord(c) < 32 and c not in "\n\t") or ord(c) == 127 for c in text):
+        raise _BadRequest("the comment holds control characters (only line breaks and tabs are kept)")
+    return text
 
 
 def _json_body(raw: bytes) -> Any:
@@ -689,8 +710,9 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
                                                             for i, im in enumerate(item.images)],
             "payload": item.payload, "parts": item.parts, "reasons": list(REJECT_REASONS[item.kind]),
             "unreadable_reason": UNREADABLE_REASON[item.kind],
-            "decisions": {k: {"decision": v["decision"], "reason": v["reason"], "updated": v["updated"],
-                              "version": v["version"]} for k, v in a.decisions.items()},
+            "max_comment": MAX_COMMENT_CHARS,
+            "decisions": {k: {"decision": v["decision"], "reason": v["reason"], "comment": v["comment"],
+                              "updated": v["updated"], "version": v["version"]} for k, v in a.decisions.items()},
             "mask": {"size": list(shape), "counts": rle_runs(decode_rle(mask, shape))} if mask else None,
             "generated_mask": ({"size": list(shape), "counts": rle_runs(decode_rle(item.mask, shape))}
                                if item.mask else None),
@@ -734,7 +756,7 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
             raise _Forbidden("only the assigned reviewer decides on an assignment")
         body = _json_body(raw)
         if not isinstance(body, dict):
-            raise _BadRequest("body must be a JSON object {part, decision, reason, mask}")
+            raise _BadRequest("body must be a JSON object {part, decision, reason, mask, comment}")
         expected, overwrite = body.get("expected_version"), body.get("overwrite", False)
         if expected is not None and (type(expected) is not int or not 0 <= expected < 2**62):
             raise _BadRequest(f"expected_version must be the part's version the decision was made over (0: "
@@ -746,6 +768,7 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
             raise _BadRequest(f"part must be one of {a.item.parts}, got {part!r}"[:300])
         if not isinstance(decision, str) or decision not in DECISIONS:
             raise _BadRequest(f"decision must be one of {list(DECISIONS)}, got {decision!r}"[:300])
+        comment = _comment(body.get("comment"))
         rle = None
         if decision == "reject":
             if not isinstance(reason, str) or reason not in REJECT_REASONS[a.item.kind]:
@@ -757,7 +780,7 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
         if decision != "reject":
             shown(a)
         try:  # committed before we answer
-            stored = db.write_decision(a.id, part, decision, reason, rle, expected_version=expected,
+            stored = db.write_decision(a.id, part, decision, reason, rle, comment=comment, expected_version=expected,
                                        overwrite=overwrite, via="token" if p.csrf is None else "session")
         except DecisionConflict as exc:
             now = exc.stored
@@ -766,12 +789,12 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
                     + (f" ({now['reason']})" if now["reason"] else "") if now["decision"] else
                     "undecided now (the decision it was made over is gone)")
             raise _Refused(409, "conflict", f"not stored: this part was {said}; send overwrite: true to replace it",
-                           stored={k: now[k] for k in ("decision", "reason", "updated", "version")}) from exc
+                           stored={k: now[k] for k in ("decision", "reason", "comment", "updated", "version")}) from exc
         done, total, nxt = db.progress(p.user)
         parts_done = len(a.decisions.keys() | {part})
-        return {"ok": True, "decision_id": stored.id, "decision": decision, "version": stored.version,
-                "updated": stored.updated, "assignment_done": parts_done >= len(a.item.parts), "done": done,
-                "total": total, "next_open": nxt}
+        return {"ok": True, "decision_id": stored.id, "decision": decision, "comment": comment,
+                "version": stored.version, "updated": stored.updated,
+                "assignment_done": parts_done >= len(a.item.parts), "done": done, "total": total, "next_open": nxt}
 
     def shown(a: Assignment) -> None:
         """Refuse (404/422) an accept or a correction of an item one of whose images the app cannot serve: the

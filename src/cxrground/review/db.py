@@ -18,12 +18,14 @@
   Image files are stored as absolute paths at import time and served by item id and index: nothing a request
   carries ever becomes a path.
 * **Decisions**: ``accept``, ``reject`` (with a reason from :data:`REJECT_REASONS`) or, for a positive ILS pair,
-  ``correct`` with the reviewer's mask (COCO RLE at the image's native size). ``decisions`` holds the latest
-  decision per assignment and part, with a ``version`` that every write of that part raises by one. A write may
-  name the version it was made over (``expected_version``, 0: undecided): when another write came first it is
-  refused (:class:`DecisionConflict`, carrying what is stored now) unless it says ``overwrite``. Every write is
-  also appended to ``decision_history`` (who, when, what, the version it made and the one it replaced), in the
-  same transaction, so a replaced decision (and its mask) can be read back (:meth:`ReviewDB.history`).
+  ``correct`` with the reviewer's mask (COCO RLE at the image's native size); any of them may carry the reviewer's
+  free-text ``comment`` (empty when none; decisions made before comments were kept have an empty one).
+  ``decisions`` holds the latest decision per assignment and part, with a ``version`` that every write of that part
+  raises by one. A write may name the version it was made over (``expected_version``, 0: undecided): when another
+  write came first it is refused (:class:`DecisionConflict`, carrying what is stored now) unless it says
+  ``overwrite``. Every write is also appended to ``decision_history`` (who, when, what, its comment, the version it
+  made and the one it replaced), in the same transaction, so a replaced decision (and its mask) can be read back
+  (:meth:`ReviewDB.history`).
 """
 
 from __future__ import annotations
@@ -96,12 +98,13 @@ CREATE TABLE IF NOT EXISTS assignments(
 CREATE TABLE IF NOT EXISTS decisions(
   id INTEGER PRIMARY KEY, assignment_id INTEGER NOT NULL REFERENCES assignments(id), part TEXT NOT NULL,
   decision TEXT NOT NULL CHECK(decision IN ('accept', 'reject', 'correct')), reason TEXT NOT NULL DEFAULT '',
-  mask TEXT, updated REAL NOT NULL, version INTEGER NOT NULL DEFAULT 1, UNIQUE(assignment_id, part));
+  mask TEXT, updated REAL NOT NULL, version INTEGER NOT NULL DEFAULT 1, comment TEXT NOT NULL DEFAULT '',
+  UNIQUE(assignment_id, part));
 CREATE TABLE IF NOT EXISTS decision_history(
   id INTEGER PRIMARY KEY, assignment_id INTEGER NOT NULL REFERENCES assignments(id), part TEXT NOT NULL,
   user_id INTEGER NOT NULL REFERENCES users(id), decision TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', mask TEXT,
   at REAL NOT NULL, version INTEGER NOT NULL, replaced_version INTEGER, overwrite INTEGER NOT NULL DEFAULT 0,
-  via TEXT NOT NULL DEFAULT '');
+  via TEXT NOT NULL DEFAULT '', comment TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS assignments_user ON assignments(user_id, position);
 CREATE INDEX IF NOT EXISTS decision_history_assignment ON decision_history(assignment_id, part, version);
 """
@@ -256,6 +259,9 @@ def _migrate(con: sqlite3.Connection) -> None:
         con.execute("ALTER TABLE users ADD COLUMN hash_kind TEXT NOT NULL DEFAULT 'pbkdf2'")
     if "version" not in {r[1] for r in con.execute("PRAGMA table_info(decisions)")}:
         con.execute("ALTER TABLE decisions ADD COLUMN version INTEGER NOT NULL DEFAULT 1")
+    for table in ("decisions", "decision_history"):  # the reviewer's comment: empty on decisions made before it
+        if "comment" not in {r[1] for r in con.execute(f"PRAGMA table_info({table})")}:
+            con.execute(f"ALTER TABLE {table} ADD COLUMN comment TEXT NOT NULL DEFAULT ''")
     # decisions made before the history was kept: each one is its part's first history row (every later write adds
     # one in the same transaction, so a history is empty while decisions exist only in such a database)
     if (con.execute("SELECT 1 FROM decisions LIMIT 1").fetchone()
@@ -298,13 +304,14 @@ def _assignments(con: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> 
                        "JOIN items i ON i.id = a.item_id JOIN users u ON u.id = a.user_id "
                        f"WHERE {where} ORDER BY a.user_id, a.position", args).fetchall()
     decided: dict[int, dict[str, dict[str, Any]]] = {r["aid"]: {} for r in rows}
-    for d in con.execute("SELECT d.assignment_id, d.part, d.decision, d.reason, d.mask, d.updated, d.version "
+    for d in con.execute("SELECT d.assignment_id, d.part, d.decision, d.reason, d.mask, d.updated, d.version, "
+                         "d.comment "
                          "FROM decisions d JOIN assignments a ON a.id = d.assignment_id "
                          f"JOIN items i ON i.id = a.item_id WHERE {where}", args):
         if d["assignment_id"] in decided:
             decided[d["assignment_id"]][d["part"]] = {
                 "decision": d["decision"], "reason": d["reason"], "updated": d["updated"], "version": d["version"],
-                "mask": json.loads(d["mask"]) if d["mask"] else None}
+                "comment": d["comment"], "mask": json.loads(d["mask"]) if d["mask"] else None}
     return [Assignment(r["aid"], _item(r), r["user_id"], r["uname"], r["position"], decided[r["aid"]])
             for r in rows]
 
@@ -615,52 +622,55 @@ class ReviewDB:
         return found[0] if found else None
 
     def record(self, assignment_id: int, part: str, decision: str, reason: str = "",
-               mask: dict[str, Any] | None = None) -> int:
+               mask: dict[str, Any] | None = None, comment: str = "") -> int:
         """Store (or replace) one decision unconditionally and commit it before returning; returns the decision row
         id (:meth:`write_decision` with no expected version)."""
-        return self.write_decision(assignment_id, part, decision, reason, mask).id
+        return self.write_decision(assignment_id, part, decision, reason, mask, comment=comment).id
 
     def write_decision(self, assignment_id: int, part: str, decision: str, reason: str = "",
-                       mask: dict[str, Any] | None = None, *, expected_version: int | None = None,
+                       mask: dict[str, Any] | None = None, *, comment: str = "", expected_version: int | None = None,
                        overwrite: bool = False, via: str = "") -> StoredDecision:
         """Store (or replace) one decision and append it to the history, in one transaction committed before
         returning. ``expected_version``: the part's version the decision was made over (0: none yet); when the part
         is at another version now (decided meanwhile), nothing is written and :class:`DecisionConflict` says what is
         stored. ``overwrite``: the reviewer confirmed replacing a decision made meanwhile; the write goes ahead
         whatever the version, and the history flags it. ``via``: how it came (``session``, ``token``), for the
-        history."""
+        history. ``comment``: the reviewer's free text (stored as given; the app checks its length)."""
         mask_json = json.dumps(mask) if mask else None
         with self.connect() as con:
             owner = con.execute("SELECT user_id FROM assignments WHERE id = ?", (assignment_id,)).fetchone()
             if owner is None:
                 raise InputError(f"no assignment {assignment_id}", self.path)
-            now = con.execute("SELECT decision, reason, mask, updated, version FROM decisions "
+            now = con.execute("SELECT decision, reason, mask, updated, version, comment FROM decisions "
                               "WHERE assignment_id = ? AND part = ?", (assignment_id, part)).fetchone()
             current = int(now["version"]) if now else 0
             if expected_version is not None and expected_version != current and not overwrite:
                 stored = ({"decision": now["decision"], "reason": now["reason"], "updated": now["updated"],
-                           "version": current, "mask": json.loads(now["mask"]) if now["mask"] else None}
-                          if now else {"decision": None, "reason": "", "updated": None, "version": 0, "mask": None})
+                           "version": current, "comment": now["comment"],
+                           "mask": json.loads(now["mask"]) if now["mask"] else None}
+                          if now else {"decision": None, "reason": "", "updated": None, "version": 0, "comment": "",
+                                       "mask": None})
                 raise DecisionConflict(stored, expected_version)
             stamp = time.time()
             con.execute(
-                "INSERT INTO decisions(assignment_id, part, decision, reason, mask, updated, version) "
-                "VALUES (?, ?, ?, ?, ?, ?, 1) ON CONFLICT(assignment_id, part) DO UPDATE SET "
+                "INSERT INTO decisions(assignment_id, part, decision, reason, mask, updated, version, comment) "
+                "VALUES (?, ?, ?, ?, ?, ?, 1, ?) ON CONFLICT(assignment_id, part) DO UPDATE SET "
                 "decision = excluded.decision, reason = excluded.reason, mask = excluded.mask, "
-                "updated = excluded.updated, version = decisions.version + 1",
-                (assignment_id, part, decision, reason, mask_json, stamp))
+                "updated = excluded.updated, version = decisions.version + 1, comment = excluded.comment",
+                (assignment_id, part, decision, reason, mask_json, stamp, comment))
             row = con.execute("SELECT id, version FROM decisions WHERE assignment_id = ? AND part = ?",
                               (assignment_id, part)).fetchone()
             con.execute("INSERT INTO decision_history(assignment_id, part, user_id, decision, reason, mask, at, "
-                        "version, replaced_version, overwrite, via) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "version, replaced_version, overwrite, via, comment) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (assignment_id, part, owner["user_id"], decision, reason, mask_json, stamp, row["version"],
-                         current or None, int(overwrite), via))
+                         current or None, int(overwrite), via, comment))
         return StoredDecision(int(row["id"]), int(row["version"]), stamp)
 
     def history(self, *, key: str | None = None, user: str | None = None) -> list[dict[str, Any]]:
         """Every decision ever written (oldest first), replaced ones included: ``{at, reviewer, kind, key, part,
-        decision, reason, mask, version, replaced_version, overwrite, via, latest}`` (``latest``: it is the part's
-        decision now); ``key`` / ``user``: only that item key / reviewer name."""
+        decision, reason, comment, mask, version, replaced_version, overwrite, via, latest}`` (``latest``: it is the
+        part's decision now); ``key`` / ``user``: only that item key / reviewer name."""
         where, args = ["1 = 1"], []
         if key is not None:
             where.append("i.key = ?")
@@ -676,6 +686,6 @@ class ReviewDB:
                 f"AND d.part = h.part WHERE {' AND '.join(where)} ORDER BY h.at, h.id", tuple(args)).fetchall()
         return [{"at": r["at"], "reviewer": r["reviewer"], "assignment": r["assignment_id"], "kind": r["kind"],
                  "key": r["key"], "part": r["part"], "decision": r["decision"], "reason": r["reason"],
-                 "mask": json.loads(r["mask"]) if r["mask"] else None, "version": r["version"],
+                 "comment": r["comment"], "mask": json.loads(r["mask"]) if r["mask"] else None, "version": r["version"],
                  "replaced_version": r["replaced_version"], "overwrite": bool(r["overwrite"]), "via": r["via"],
                  "latest": r["version"] == r["now_version"]} for r in rows]

@@ -11,13 +11,15 @@ card's review section.
   accepts) once every reviewer the item is assigned to has decided all of it, and blank until then (an item
   rated by 1 of its K reviewers is undecided), and ``reviewer`` the names of the reviewers who decided, joined by
   ``;``. Extra columns: ``kind, lesion, item_type, pair_id, ratings, accepted, corrected, rejected, reasons,
-  corrected_mask, assigned, done`` (``assigned``: reviewers the item is assigned to; ``done``: those of them who
-  decided all of it).
+  corrected_mask, assigned, done, comment`` (``assigned``: reviewers the item is assigned to; ``done``: those of
+  them who decided all of it; ``comment``: the reviewers' comments on their decisions now, one per line as
+  ``reviewer: text``, for a benchmark case ``reviewer [part]: text``; blank when none).
 * **Corrected masks** (``--masks DIR``): for an ILS pair kept by consensus (hence fully rated) and corrected by
   at least one
   reviewer, a pixelwise vote over the masks of the reviewers who kept it (``accept`` votes for the generated
   mask; a pixel is set when at least half the votes set it), written as ``DIR/<key_id>.png`` (0/255, native
-  size) and indexed in ``DIR/masks.jsonl`` (COCO RLE). ``DIR/candidates.jsonl`` is in the predictions format
+  size) and indexed in ``DIR/masks.jsonl`` (COCO RLE, with ``comment``: ``{reviewer: text}`` of the reviewers who
+  commented on the pair). ``DIR/candidates.jsonl`` is in the predictions format
   that ``percept build --candidates`` reads: every imported positive pair with its corrected mask when there is
   one, else its generated mask, so the benchmark is built from the corrected masks.
 * **ILS card** (``--card ILS_DIR``): ``ILS_DIR/review.json`` (:data:`cxrground.ils.card.REVIEW_FILE`) with the
@@ -59,7 +61,7 @@ __all__ = ["CSV_COLUMNS", "MASK_NAMES", "corrected_mask", "decision_rows", "expo
 #: What ``--masks DIR`` holds (glob patterns): the masks, their index and the candidates (what ``overwrite`` replaces).
 MASK_NAMES = ("*.png", "masks.jsonl", "candidates.jsonl")
 CSV_COLUMNS = ("key_id", "decision", "reviewer", "kind", "lesion", "item_type", "pair_id", "ratings", "accepted",
-               "corrected", "rejected", "reasons", "corrected_mask", "assigned", "done")
+               "corrected", "rejected", "reasons", "corrected_mask", "assigned", "done", "comment")
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,13 @@ def _item_decision(item: Item, assignments: Sequence[Assignment]) -> str:
     if "reject" in per_part:
         return "reject"
     return "accept" if per_part and all(d == "accept" for d in per_part) else ""
+
+
+def _comments(item: Item, assignments: Sequence[Assignment]) -> list[tuple[str, str, str]]:
+    """``(reviewer, part, comment)`` of every decision now with a comment, by reviewer then the item's part order."""
+    return [(a.user_name, p, a.decisions[p].get("comment", ""))
+            for a in sorted(assignments, key=lambda a: a.user_name) for p in item.parts
+            if p in a.decisions and a.decisions[p].get("comment")]
 
 
 def corrected_mask(item: Item, assignments: Sequence[Assignment]) -> np.ndarray | None:
@@ -126,7 +135,9 @@ def decision_rows(source: ReviewDB | Snapshot) -> list[dict[str, Any]]:
             "corrected": sum(d["decision"] == "correct" for *_, d in decided),
             "rejected": sum(d["decision"] == "reject" for *_, d in decided),
             "reasons": "; ".join(reasons), "corrected_mask": f"{item.key}.png" if has_fix else "",
-            "assigned": len(assigned), "done": sum(a.done for a in assigned)})
+            "assigned": len(assigned), "done": sum(a.done for a in assigned),
+            "comment": "\n".join(f"{n} [{p}]: {c}" if item.kind == "bench" else f"{n}: {c}"
+                                 for n, p, c in _comments(item, assigned))})
     return rows
 
 
@@ -155,7 +166,7 @@ def write_masks(source: ReviewDB | Snapshot, folder: str | Path) -> dict[str, in
             write_mask_png(folder / f"{item.key}.png", fixed)
             rle = encode_rle(fixed)
             index.append({"key_id": item.key, "pair_id": item.payload["pair_id"], "path": f"{item.key}.png",
-                          "rle": rle})
+                          "rle": rle, "comment": {n: c for n, _, c in _comments(item, assigned)}})
         else:
             rle = item.mask
         candidates.append({"pair_id": item.payload["pair_id"], "answer": item.payload["answer"], "mask": rle})

@@ -22,8 +22,9 @@ def _when(at: float) -> str:
 
 
 def history_lines(db: ReviewDB, *, key: str | None = None, reviewer: str | None = None) -> list[str]:
-    """One line per write, oldest first: when, reviewer, item, part, decision (reason, mask), version, and whether it
-    replaced a decision made meanwhile or is the part's decision now."""
+    """One line per write, oldest first: when, reviewer, item, part, decision (reason, mask), version, whether it
+    replaced a decision made meanwhile or is the part's decision now, and the reviewer's comment (quoted as a JSON
+    string, so a comment's line breaks stay on its line)."""
     rows = db.history(key=key, user=reviewer)
     if not rows:
         return ["no decisions recorded" + (f" for key {key}" if key else "") +
@@ -38,7 +39,8 @@ def history_lines(db: ReviewDB, *, key: str | None = None, reviewer: str | None 
         if r["latest"]:
             notes.append("latest")
         out.append(f"{_when(r['at'])}  {r['reviewer']}  {r['kind']} {r['key']} [{r['part']}]  {what}  "
-                   f"{', '.join(notes)}")
+                   f"{', '.join(notes)}" + (f"  comment: {json.dumps(r['comment'], ensure_ascii=False)}"
+                                            if r["comment"] else ""))
     return out
 
 
