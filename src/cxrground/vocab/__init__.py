@@ -5,6 +5,7 @@
 - :mod:`.locations`: ILS location labels, CheXpercept zones, the two join rules.
 - :mod:`.ils_templates`: ILS instructions and answers (ILS.md §4).
 - :mod:`.percept_templates`: CheXpercept questions, options, prompts and oracle texts.
+- :mod:`.display`: readable names of internal keys (report sections, instruction types, case paths) for pages.
 
 Other modules take every user-visible string from here.
 """

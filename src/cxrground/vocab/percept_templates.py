@@ -277,3 +277,10 @@ def _points_phrase(colors: Sequence[str]) -> str:
     if len(colors) == 2:
         return f"{colors[0]} and {colors[1]} points"
     return ", ".join(colors[:-1]) + f", and {colors[-1]} points"
+
+
+def question_stem(question: str, options: Sequence[str]) -> str | None:
+    """Inverse of :func:`format_question`: the stem of ``question`` when it is laid out with exactly ``options``,
+    else None."""
+    suffix = format_question("", options)
+    return question[: -len(suffix)] if question.endswith(suffix) and len(question) > len(suffix) else None
