@@ -61,6 +61,8 @@ def test_reviewer_sees_the_pose_warning_only_on_the_flagged_film(page, flagged_i
         page.wait_for_selector("body[data-ready='true']")
         text = page.inner_text("#pose-warning")
         assert "mirrored left-right" in text and "0.97" in text and "reject" in text
+        # the orientation markers are drawn as on any frontal film; the warning says they may be wrong here
+        assert page.locator("#stage .orient").all_inner_texts() == ["R", "L"]
         other = next(s for s in by_study if s != flagged)
         page.goto(f"{srv.url}/review/{by_study[other]}")
         page.wait_for_selector("body[data-ready='true']")

@@ -90,6 +90,8 @@ from cxrground.review.db import (
     User,
 )
 from cxrground.review.stats import review_stats, stats_html
+from cxrground.vocab.display import ils_item_type_label, path_label, section_label
+from cxrground.vocab.percept_templates import question_stem
 
 __all__ = ["BODY_TIMEOUT_S", "IDLE_TIMEOUT_S", "MAX_BODY_BYTES", "MAX_COMMENT_CHARS", "MAX_CONNECTIONS",
            "MAX_FORM_BYTES", "MAX_IN_FLIGHT", "SEND_TIMEOUT_S", "STATIC_DIR", "create_app", "rle_runs", "serve",
@@ -218,6 +220,26 @@ def _progress(rows: list[QueueRow]) -> tuple[int, int, QueueRow | None]:
     return done, len(rows), nxt
 
 
+def _type_label(kind: str, item_type: str) -> str:
+    """An item's type in words (``lesion_inference positive`` -> ``lesion-inference instruction, positive pair``,
+    ``RR`` -> ``revision required (RR)``)."""
+    return ils_item_type_label(item_type) if kind == "ils" else path_label(item_type)
+
+
+def _labels(item: Any) -> dict[str, Any]:
+    """What the pages show for an item's internal keys (the keys stay in tooltips): its title, its type, the report
+    section (ILS) and each question's stem (benchmark: the question without its options, which the page lists;
+    None when the text is not laid out as the stem plus these options)."""
+    out: dict[str, Any] = {"title": f"{item.lesion} · {_type_label(item.kind, item.item_type)}",
+                           "item_type": _type_label(item.kind, item.item_type)}
+    if item.kind == "ils":
+        out["section"] = section_label(str(item.payload.get("section_name", "")))
+    else:
+        out["stems"] = {q["part"]: question_stem(q["question"], q["options"])
+                        for q in item.payload.get("questions", [])}
+    return out
+
+
 def _queue_entry(a: QueueRow) -> dict[str, Any]:
     return {"id": a.id, "key": a.key, "kind": a.kind, "lesion": a.lesion, "item_type": a.item_type,
             "reviewer": a.user_name, "position": a.position, "done": a.done, "parts": a.parts, "decided": a.decided}
@@ -232,7 +254,7 @@ def _queue_table(table_id: str, rows: list[QueueRow], *, with_reviewer: bool) ->
         out.append(f"<tr data-id='{a.id}' data-state='{'done' if a.done else 'open'}'><td>{a.position + 1}</td>"
                    f"<td><a href='/review/{a.id}'>{html.escape(a.key)}</a></td>"
                    f"<td>{a.kind}</td><td>{html.escape(a.lesion)}</td>"
-                   f"<td>{html.escape(a.item_type)}</td>"
+                   f"<td title='{html.escape(a.item_type)}'>{html.escape(_type_label(a.kind, a.item_type))}</td>"
                    + (f"<td>{html.escape(a.user_name)}</td>" if with_reviewer else "") + f"<td>{state}</td></tr>")
     out.append("</tbody></table>")
     return "".join(out)
@@ -657,11 +679,12 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
     def review_page(assignment_id: int, request: Request) -> Response:
         p = principal(request, allow_bearer=False)
         a = visible(p, assignment_id)
-        body = (f"<main id='app' data-assignment='{a.id}' data-kind='{a.item.kind}'>"
-                f"<header class='title'><h1 id='title'>{html.escape(a.item.key)}</h1>"
+        title, key = _labels(a.item)["title"], html.escape(a.item.key)
+        body = (f"<main id='app' data-assignment='{a.id}' data-kind='{a.item.kind}' data-key='{key}'>"
+                f"<header class='title'><h1 id='title' title='item {key}'>{html.escape(title)}</h1>"
                 f"<p id='status' class='sub' role='status' aria-live='polite'>loading…</p></header>"
                 f"<div id='content'></div></main><script src='/static/review.js'></script>")
-        return _page(a.item.key, body, p, "data-ready='false' class='wide'")
+        return _page(f"{title} ({a.item.key})", body, p, "data-ready='false' class='wide'")
 
     @app.get("/stats")
     def stats_page(request: Request) -> Response:
@@ -710,7 +733,7 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
                                                             for i, im in enumerate(item.images)],
             "payload": item.payload, "parts": item.parts, "reasons": list(REJECT_REASONS[item.kind]),
             "unreadable_reason": UNREADABLE_REASON[item.kind],
-            "max_comment": MAX_COMMENT_CHARS,
+            "max_comment": MAX_COMMENT_CHARS, "labels": _labels(item),
             "decisions": {k: {"decision": v["decision"], "reason": v["reason"], "comment": v["comment"],
                               "updated": v["updated"], "version": v["version"]} for k, v in a.decisions.items()},
             "mask": {"size": list(shape), "counts": rle_runs(decode_rle(mask, shape))} if mask else None,

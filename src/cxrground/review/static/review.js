@@ -61,9 +61,10 @@ async function freshCsrf() {
   return true;
 }
 
-async function postDecision(part, decision, reason, mask, expected, overwrite) {
+async function postDecision(part, decision, reason, mask, expected, overwrite, comment) {
   setStatus('saving…', 'saving');
-  const body = {part: part, decision: decision, reason: reason || '', expected_version: expected || 0};
+  const body = {part: part, decision: decision, reason: reason || '', expected_version: expected || 0,
+                comment: comment || ''};
   if (overwrite) body.overwrite = true;
   if (mask) body.mask = mask;
   const send = () => api('/api/assignments/' + id + '/decision', {
@@ -80,11 +81,11 @@ async function postDecision(part, decision, reason, mask, expected, overwrite) {
 // One decision with the checks around it: another tab's or session's decision since the page loaded is shown and
 // replaced only when the reviewer says so; a session that ended says how to sign in and retry (press `key` again).
 // Returns the server's answer, or null when nothing was stored (the status line says why).
-async function saveDecision(what, part, decision, reason, mask, known, key) {
+async function saveDecision(what, part, decision, reason, mask, known, key, comment) {
   let expected = known, overwrite = false;
   for (;;) {
     try {
-      return await postDecision(part, decision, reason, mask, expected, overwrite);
+      return await postDecision(part, decision, reason, mask, expected, overwrite, comment);
     } catch (err) {
       if (err instanceof ApiError && err.status === 409 && err.type === 'conflict' && !overwrite) {
         const now = err.body.error.stored || {};
@@ -153,6 +154,23 @@ function reasonSelect(reasons, idName, label, chosen) {
   return select;
 }
 
+function commentBox(idName, label, stored, max) {
+  // the reviewer's free text, sent with the decision (letters typed here are text, not shortcuts; Esc leaves the
+  // box so that the keys work again)
+  const box = el('textarea', {id: idName, class: 'comment', rows: '2', maxlength: String(max || 2000),
+                              'aria-label': label, placeholder: 'Comment (optional, kept with your decision; Esc ' +
+                              'leaves the box)'});
+  box.value = stored || '';
+  box.dataset.stored = box.value;
+  box.addEventListener('keydown', (ev) => { if (ev.key === 'Escape') { ev.preventDefault(); box.blur(); } });
+  return box;
+}
+
+function storedComment(text) {
+  // a stored comment shown as text (read-only view): never parsed as HTML
+  return el('p', {class: 'comment-text', text: 'Comment: ' + text});
+}
+
 function onlyReason(select, reason) {
   // a film that cannot be shown: the one reason left is chosen and the others are unavailable
   for (const o of select.options) o.disabled = o.value !== reason;
@@ -182,16 +200,33 @@ function makeViewer(w, h, labels) {
   const panes = labels.map((label, i) => {
     const canvas = el('canvas', {id: i === 0 ? 'view' : 'view-' + label.id, width: String(w), height: String(h),
                                  role: 'img', 'aria-label': label.aria || label.text || 'image'});
+    // orientation of a frontal film: the patient's right on the image's left (markers on the page, never drawn
+    // into the canvas or a mask)
+    const right = el('span', {class: 'orient', 'data-side': 'R', title: 'patient\'s right (frontal film)', text: 'R'});
+    const left = el('span', {class: 'orient', 'data-side': 'L', title: 'patient\'s left (frontal film)', text: 'L'});
     const stage = el('div', {class: 'stage', id: i === 0 ? 'stage' : 'stage-' + label.id}, canvas,
-                     el('span', {class: 'pane-label', text: label.text}));
+                     el('span', {class: 'pane-label', text: label.text}), right, left);
     stages.append(stage);
-    return {canvas: canvas, stage: stage, ctx: canvas.getContext('2d')};
+    return {canvas: canvas, stage: stage, ctx: canvas.getContext('2d'), right: right, left: left};
   });
   const zoomLabel = el('span', {class: 'sub', id: 'zoom-level'});
 
+  function placeMarkers() {
+    // R at the image's left edge and L at its right edge, half-way down what is visible of it (kept inside the stage)
+    const b = panes[0].stage.getBoundingClientRect();
+    if (!b.width) return;
+    const x0 = Math.min(Math.max(view.tx, 0), b.width), x1 = Math.min(Math.max(view.tx + w * view.scale, 0), b.width);
+    const y0 = Math.max(view.ty, 0), y1 = Math.min(view.ty + h * view.scale, b.height);
+    const y = Math.min(Math.max((y0 + y1) / 2, 0), b.height) + 'px';
+    for (const p of panes) {
+      p.right.style.left = x0 + 'px'; p.right.style.top = y;
+      p.left.style.left = x1 + 'px'; p.left.style.top = y;
+    }
+  }
   function applyTransform() {
     const t = 'translate(' + view.tx + 'px,' + view.ty + 'px) scale(' + view.scale + ')';
     for (const p of panes) p.canvas.style.transform = t;
+    placeMarkers();
     app.dataset.scale = view.scale.toFixed(3);
     zoomLabel.textContent = Math.round(view.scale * 100) + ' %';
     if (view.onTransform) view.onTransform();
@@ -266,21 +301,71 @@ function makeViewer(w, h, labels) {
   return {view, stages, panes, zoomLabel, applyTransform, fit, zoom, oneToOne, size, onDrag, windowed, box};
 }
 
-function windowControls(viewer, redraw) {
-  const level = el('input', {type: 'range', id: 'level', min: '0', max: '255', step: '0.5', value: '127.5'});
-  const width = el('input', {type: 'range', id: 'window', min: '1', max: '255', value: '255'});
+function percentiles(histogram, qs) {
+  // the q-th quantiles (0..1) of a 256-bin histogram: the smallest value with at least q of the pixels at or below it
+  const n = histogram.reduce((a, b) => a + b, 0);
+  return qs.map((q) => {
+    let seen = 0;
+    for (let v = 0; v < 256; v++) {
+      seen += histogram[v];
+      if (seen >= q * n && seen > 0) return v;
+    }
+    return 255;
+  });
+}
+
+function windowControls(viewer, redraw, histogram) {
+  // histogram(): the 256-bin grey histogram of the image shown (computed once per image by the page), or null
+  const level = el('input', {type: 'range', id: 'level', min: '0', max: '255', step: '0.5', value: '127.5',
+                             'aria-label': 'level (centre of the window)'});
+  const width = el('input', {type: 'range', id: 'window', min: '1', max: '255', value: '255',
+                             'aria-label': 'window width'});
+  const readout = el('span', {class: 'wl-readout', id: 'wl-readout', 'aria-live': 'polite'});
+  const auto = el('button', {type: 'button', id: 'auto-window',
+                             title: 'window from the 1st to the 99th percentile of the image'}, 'Auto (W)');
   const resetView = el('button', {type: 'button', id: 'reset-view'}, 'Reset view (0)');
   const full = el('button', {type: 'button', id: 'full-res'}, '1:1 (1)');
-  level.addEventListener('input', () => { viewer.view.level = Number(level.value); redraw(); });
-  width.addEventListener('input', () => { viewer.view.width = Number(width.value); redraw(); });
-  resetView.addEventListener('click', () => {
-    level.value = '127.5'; width.value = '255'; viewer.view.level = 127.5; viewer.view.width = 255;
-    viewer.fit(); redraw();
+  const num = (v) => (Number.isInteger(v) ? String(v) : v.toFixed(1));
+  function show(note) {
+    const v = viewer.view, lo = Math.max(0, v.level - v.width / 2), hi = Math.min(255, v.level + v.width / 2);
+    readout.textContent = 'W ' + num(v.width) + ' / L ' + num(v.level) + ' (' + num(lo) + '–' + num(hi) + ')' +
+      (note ? ' ' + note : '');
+    app.dataset.window = num(v.width); app.dataset.level = num(v.level);
+  }
+  function set(lvl, wdt, note) {
+    viewer.view.level = lvl; viewer.view.width = wdt;
+    level.value = String(lvl); width.value = String(wdt);
+    show(note); redraw();
+  }
+  level.addEventListener('input', () => { viewer.view.level = Number(level.value); show(); redraw(); });
+  width.addEventListener('input', () => { viewer.view.width = Number(width.value); show(); redraw(); });
+  auto.addEventListener('click', () => {
+    const hist = histogram ? histogram() : null;
+    if (!hist) return;
+    const [lo, hi] = percentiles(hist, [0.01, 0.99]);
+    set((lo + hi) / 2, Math.max(1, hi - lo), 'auto');
   });
+  resetView.addEventListener('click', () => { set(127.5, 255, ''); viewer.fit(); });
   full.addEventListener('click', () => viewer.oneToOne());
   const row = el('div', {class: 'controls'}, el('label', {}, 'level ', level), el('label', {}, 'window ', width),
-                 resetView, full, viewer.zoomLabel);
-  return {row, level, width, resetView, full};
+                 readout, auto, resetView, full, viewer.zoomLabel);
+  show();
+  return {row, level, width, readout, auto, resetView, full, show};
+}
+
+function greyHistogram(values) {
+  // 256-bin histogram of grey values (one per pixel)
+  const hist = new Array(256).fill(0);
+  for (let i = 0; i < values.length; i++) hist[values[i]]++;
+  return hist;
+}
+
+function rgbaHistogram(rgba) {
+  // 256-bin histogram of an RGBA image's grey level (the mean of its three channels: an overlay counts by its
+  // brightness)
+  const hist = new Array(256).fill(0);
+  for (let i = 0; i < rgba.length; i += 4) hist[Math.round((rgba[i] + rgba[i + 1] + rgba[i + 2]) / 3)]++;
+  return hist;
 }
 
 function viewKeys(viewer, controls) {
@@ -288,7 +373,7 @@ function viewKeys(viewer, controls) {
   return {
     '+': () => viewer.zoom(1.25, ...centre()), '=': () => viewer.zoom(1.25, ...centre()),
     '-': () => viewer.zoom(1 / 1.25, ...centre()), '0': () => controls.resetView.click(),
-    '1': () => viewer.oneToOne(),
+    '1': () => viewer.oneToOne(), w: () => controls.auto.click(),
   };
 }
 
@@ -375,13 +460,16 @@ function ilsPage(data) {
                                own && own.decision === 'reject' ? own.reason : '');
   const reject = el('button', {type: 'button', class: 'reject', id: 'reject', disabled: ''}, 'Reject (R)');
   const save = el('button', {type: 'button', id: 'save-mask', disabled: ''}, 'Save corrected mask (S)');
+  const comment = commentBox('comment', 'comment on your decision', own ? own.comment : '', data.max_comment);
   const decided = el('p', {id: 'decision', class: 'decided',
                            text: own ? 'Your decision: ' + own.decision + (own.reason ? ' (' + own.reason + ')' : '') +
                                        (ownMask ? ' — your mask is shown' : '')
                                      : 'Not decided yet.'});
   if (!data.editable) decided.textContent = own ? data.reviewer + '\'s decision: ' + own.decision +
     (own.reason ? ' (' + own.reason + ')' : '') : data.reviewer + ' has not decided yet.';
-  const controls = windowControls(viewer, () => renderAll());
+  let histogram = null;  // the film's, computed once when auto window is first asked for
+  const controls = windowControls(viewer, () => renderAll(),
+                                  () => (grey ? (histogram = histogram || greyHistogram(grey)) : null));
   const maskRow = el('div', {class: 'controls'}, el('label', {}, show, ' mask (M)'),
                      el('label', {}, outline, ' outline (O)'),
                      el('label', {}, 'opacity ', opacity), el('label', {}, compare, ' generated beside (C)'));
@@ -403,19 +491,27 @@ function ilsPage(data) {
     el('h2', {text: 'Answer'}), answer,
     el('h2', {text: 'Report sentence'}),
     el('blockquote', {id: 'sentence', text: p.sentence || '(negative pair: no source sentence)'}));
+  const labels = data.labels || {};
   const meta = el('div', {class: 'text'},
-    el('p', {class: 'sub', text: data.lesion + ' · ' + data.item_type + ' · ' + p.pair_id + ' · ' + p.split}),
-    el('details', {}, el('summary', {text: 'Report section (' + p.section_name + ')'}),
+    el('p', {class: 'sub', id: 'pair-info'}, data.lesion + ' · ',
+       el('span', {id: 'item-type', title: 'type: ' + data.item_type, text: labels.item_type || data.item_type}),
+       ' · ' + p.split + ' split · ', el('span', {id: 'item-key', title: 'item key (review history --key)',
+                                                  text: data.key})),
+    el('details', {}, el('summary', {id: 'section-name', title: 'section_name: ' + p.section_name,
+                                     text: 'Report section: ' + (labels.section || p.section_name)}),
        el('p', {id: 'section', text: p.section_content})));
-  const decide = el('div', {class: 'controls decide'}, accept, reasons, reject, positive ? save : '');
+  const decide = el('div', {class: 'decide'}, el('div', {class: 'controls'}, accept, reasons, reject,
+                                                  positive ? save : ''), comment);
+  const theirComment = !data.editable && own && own.comment ? storedComment(own.comment) : '';
   const help = el('p', {class: 'sub', id: 'help'},
     'Keys: A accept what is shown (your painted or saved mask, else the generated one) · R reject (choose the ' +
-    'reason first) · S save your mask (unchanged: an accept) · ' +
+    'reason first) · S save your mask (unchanged: an accept); the comment is sent with the decision (Esc leaves ' +
+    'the box) · ' +
     'B brush · E eraser · H pan · M mask · O outline · C generated beside · [ ] brush size · + − zoom · ' +
-    '1 full resolution · 0 fit · N next · P previous (both ask before dropping unsaved paint). Wheel zooms; drag ' +
-    'with Pan (or the middle button) moves.');
+    '1 full resolution · W auto window (1st–99th percentile) · 0 fit and full window · N next · P previous (both ask before dropping unsaved paint). Wheel zooms; drag ' +
+    'with Pan (or the middle button) moves. R and L on the film: the patient\'s right and left.');
   const nav = headerNav(data);
-  const sideColumn = el('div', {class: 'side'}, text, decided, data.editable ? decide : '',
+  const sideColumn = el('div', {class: 'side'}, text, decided, data.editable ? decide : theirComment,
                         controls.row, maskRow, editControls, meta, help);
   content.append(el('div', {class: 'layout'}, el('div', {class: 'viewer'}, viewer.stages), sideColumn));
   const cursor = el('div', {class: 'brush-cursor', id: 'brush-cursor', hidden: ''});
@@ -476,11 +572,16 @@ function ilsPage(data) {
     if (value) { app.dataset.edited = 'true'; ownMask = true; } else delete app.dataset.edited;
     refreshAccept();
   }
+  const commentChanged = () => comment.value.trim() !== comment.dataset.stored.trim();
   function leaveOk() {
-    return !edited || window.confirm('Your mask edits are not saved. Leave this pair and drop them?');
+    if (edited) return window.confirm('Your mask edits are not saved. Leave this pair and drop them?');
+    return !commentChanged() || window.confirm('Your comment is not saved (it is saved with a decision). Leave ' +
+                                               'this pair and drop it?');
   }
   function go(url) { if (url && leaveOk()) { setEdited(false); window.location.href = url; } }
-  window.addEventListener('beforeunload', (ev) => { if (edited) { ev.preventDefault(); ev.returnValue = ''; } });
+  window.addEventListener('beforeunload', (ev) => {
+    if (edited || (data.editable && commentChanged())) { ev.preventDefault(); ev.returnValue = ''; }
+  });
   for (const link of nav.querySelectorAll('a')) {
     link.addEventListener('click', (ev) => { ev.preventDefault(); go(link.href); });
   }
@@ -588,8 +689,9 @@ function ilsPage(data) {
     if (decision === 'reject' && edited && !window.confirm('Reject and drop your mask edits?')) return;
     const result = await saveDecision('pair', 'pair', decision, decision === 'reject' ? reasons.value : '',
                                       decision === 'correct' ? encodeRuns(mask, h, w) : null,
-                                      own ? own.version : 0, key);
+                                      own ? own.version : 0, key, comment.value);
     if (!result) return;  // the edits stay on the page; the status line says why
+    comment.dataset.stored = comment.value;
     decision = result.decision || decision;
     decided.textContent = 'Your decision: ' + decision + (decision === 'reject' ? ' (' + reasons.value + ')' : '');
     setStatus('saved: ' + decision, 'saved');
@@ -672,8 +774,11 @@ function benchPage(data) {
     side.append(el('p', {class: 'warning', id: 'read-only', role: 'note',
                          text: 'Read only: ' + data.reviewer + '\'s assignment (only the assigned reviewer decides).'}));
   }
-  side.append(el('p', {class: 'sub', id: 'case-info',
-                       text: data.lesion + ' · path ' + p.path + ' · ' + p.pair_id + ' · reviewer ' + data.reviewer}));
+  const labels = data.labels || {};
+  side.append(el('p', {class: 'sub', id: 'case-info'}, data.lesion + ' · ',
+                 el('span', {id: 'item-type', title: 'path: ' + p.path, text: labels.item_type || p.path}),
+                 ' · reviewer ' + data.reviewer + ' · ',
+                 el('span', {id: 'item-key', title: 'item key (review history --key)', text: data.key})));
 
   function load(n) {
     if (images[n]) return Promise.resolve(images[n]);
@@ -702,13 +807,19 @@ function benchPage(data) {
       const kept = viewer ? {level: viewer.view.level, width: viewer.view.width} : null;
       viewer = makeViewer(im.w, im.h, [{id: 'image', text: '', aria: 'case image'}]);
       viewer.onDrag(viewer.panes[0], () => true, () => {});
-      controls = windowControls(viewer, draw);
+      controls = windowControls(viewer, draw, () => {
+        const im = images[shown];
+        if (!im) return null;
+        im.hist = im.hist || rgbaHistogram(im.rgba.data);
+        return im.hist;
+      });
       holder.replaceChildren(controls.row, viewer.stages);
       viewer.size();
       viewer.fit();
       if (kept) {
         Object.assign(viewer.view, kept);
         controls.level.value = String(kept.level); controls.width.value = String(kept.width);
+        controls.show();
       }
     }
     shown = n;
@@ -748,7 +859,7 @@ function benchPage(data) {
     const label = 'question ' + (qi + 1) + ' (' + q.title + ')';
     const box = el('section', {class: 'question', 'data-part': q.part, 'aria-label': label});
     box.append(el('h2', {text: (qi + 1) + '. ' + q.title}));
-    if (q.prefix) box.append(el('pre', {class: 'prefix', text: q.prefix}));
+    if (q.prefix) box.append(el('p', {class: 'prefix', text: q.prefix}));  // the context the question starts from
     const thumbs = el('div', {class: 'thumbs'});
     for (const n of q.images) {
       const t = el('button', {type: 'button', class: 'thumb', 'data-image': String(n), title: data.images[n].label,
@@ -759,8 +870,10 @@ function benchPage(data) {
       order.push(n);
     }
     box.append(thumbs);
-    const question = el('pre', {});
-    question.append(readable(q.question, true));
+    // the question as asked without its options (listed below), and the exact text the model reads folded away
+    const stem = (labels.stems || {})[q.part];
+    const question = el(stem ? 'p' : 'pre', {class: 'question-text'});
+    question.append(readable(stem || q.question, true));
     box.append(question);
     const list = el('ol', {class: 'options'});
     q.options.forEach((opt, i) => {
@@ -771,6 +884,10 @@ function benchPage(data) {
     const key = el('p', {class: 'answer-key'});
     key.append('Answer key: ', readable(q.answer.join(', '), true));
     box.append(list, key);
+    if (stem) {
+      box.append(el('details', {class: 'prompt'}, el('summary', {text: 'Question as the model reads it'}),
+                    el('pre', {class: 'prompt', text: q.question})));
+    }
     const state = el('span', {class: 'decided part-state'});
     const mine = data.decisions[q.part];
     state.textContent = mine ? mine.decision + (mine.reason ? ' (' + mine.reason + ')' : '') : 'not decided';
@@ -783,19 +900,23 @@ function benchPage(data) {
                         'Accept (A)');
       const reject = el('button', {type: 'button', class: 'reject', disabled: '', 'aria-label': 'Reject ' + label},
                         'Reject (R)');
+      const comment = commentBox('comment-' + q.part, 'comment on ' + label, mine ? mine.comment : '',
+                                 data.max_comment);
       const canReject = () => {
         if (reasons.value && film !== 'loading') reject.removeAttribute('disabled');
         else reject.setAttribute('disabled', '');
       };
       reasons.addEventListener('change', canReject);
-      Object.assign(entry, {accept: accept, reject: reject, reasons: reasons, canReject: canReject});
+      Object.assign(entry, {accept: accept, reject: reject, reasons: reasons, canReject: canReject,
+                            comment: comment});
       accept.addEventListener('click', () => send(qi, 'accept'));
       reject.addEventListener('click', () => send(qi, 'reject'));
-      box.append(el('div', {class: 'controls'}, accept, reasons, reject, state));
+      box.append(el('div', {class: 'controls'}, accept, reasons, reject, state), comment);
       box.addEventListener('focusin', () => setCurrent(qi));
       box.addEventListener('click', () => setCurrent(qi));
     } else {
       box.append(state);
+      if (mine && mine.comment) box.append(storedComment(mine.comment));
     }
     questions.push(entry);
     side.append(box);
@@ -821,9 +942,11 @@ function benchPage(data) {
     const mine = data.decisions[q.part];
     const reason = decision === 'reject' ? q.reasons.value : '';
     const result = await saveDecision('question', q.part, decision, reason, null, mine ? mine.version : 0,
-                                      decision === 'accept' ? 'A' : 'R');
+                                      decision === 'accept' ? 'A' : 'R', q.comment.value);
     if (!result) return;
-    data.decisions[q.part] = {decision: decision, reason: reason, version: result.version, updated: result.updated};
+    data.decisions[q.part] = {decision: decision, reason: reason, version: result.version, updated: result.updated,
+                              comment: result.comment};
+    q.comment.dataset.stored = q.comment.value;
     q.state.textContent = decision + (reason ? ' (' + reason + ')' : '');
     q.box.dataset.state = decision;
     refreshProgress();
@@ -843,10 +966,17 @@ function benchPage(data) {
   const nextLink = el('a', {class: 'button', id: 'next', href: data.next_open ? '/review/' + data.next_open : '/queue'},
                       'Next case (N)');
   nextLink.hidden = !Object.keys(data.decisions).length;
+  window.addEventListener('beforeunload', (ev) => {  // a comment typed but not sent with a decision
+    if (questions.some((q) => q.comment && q.comment.value.trim() !== q.comment.dataset.stored.trim())) {
+      ev.preventDefault(); ev.returnValue = '';
+    }
+  });
   side.append(nextLink, el('p', {class: 'sub', id: 'help', text: 'Keys: A accept / R reject the highlighted ' +
     'question (choose the reason first; the next open question is highlighted after each decision; click a ' +
-    'question to pick it) · + − zoom · 1 full resolution · 0 fit · [ ] previous/next image · N next case. Wheel ' +
-    'zooms, drag moves; window/level stays when the image changes.'}));
+    'question to pick it; its comment box is sent with the decision, Esc leaves the box) · + − zoom · 1 full ' +
+    'resolution · W auto window (1st–99th percentile) · 0 fit and full window · [ ] previous/next image · N next ' +
+    'case. Wheel zooms, drag moves; window/level stays when the image changes. R and L on the image: the ' +
+    'patient\'s right and left.'}));
   refreshProgress();
   setCurrent(questions.length ? Math.max(0, firstOpen(-1)) : -1);
   document.addEventListener('keydown', (ev) => {
