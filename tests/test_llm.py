@@ -55,6 +55,22 @@ def test_retry_policy_delays_and_validation():
             RetryPolicy(**bad)
 
 
+def test_a_retry_after_never_shortens_the_backoff():
+    """Retry-After is a lower bound on the wait, never the whole wait: a short one keeps the growing backoff, one
+    that is 0, negative, NaN or in the past is ignored, one above max_retry_after is cut to it."""
+    policy = RetryPolicy(backoff=4.0, max_backoff=64.0, max_retry_after=100.0)
+    rng = random.Random(0)
+    for retry in range(5):
+        full = 4.0 * 2**retry
+        for ra in (0.0, -5.0, float("nan"), 1.0, None):
+            assert full / 2 <= policy.delay(retry, ra, rng) <= full  # the backoff step
+        assert policy.delay(retry, 90.0, rng) == 90.0  # a longer Retry-After is waited out
+        assert policy.delay(retry, 86400.0, rng) == 100.0  # capped
+    date = email.utils.formatdate(time.time() - 60, usegmt=True)
+    assert parse_retry_after("nan") is None and parse_retry_after("inf") is None
+    assert parse_retry_after("-5") == 0.0 and parse_retry_after(date) == 0.0
+
+
 def test_parse_retry_after():
     now = time.time()
     assert parse_retry_after("7") == 7.0 and parse_retry_after("0.5") == 0.5 and parse_retry_after("-3") == 0.0

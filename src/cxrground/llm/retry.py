@@ -1,9 +1,12 @@
-"""The one retry policy of the code base: exponential backoff with jitter, or the server's ``Retry-After``.
+"""The one retry policy of the code base: exponential backoff with jitter, at least as long as the server's
+``Retry-After``.
 
 :func:`call_with_retries` awaits a request until it succeeds, retrying :class:`~.errors.TransientError` up to
-``max_attempts`` attempts in all. Retry ``k`` (0-based) waits ``Retry-After`` when the error carries one
-(capped at ``max_retry_after``), else a uniform draw between half and all of
-``min(max_backoff, backoff * 2**k)`` seconds. :class:`~.errors.PermanentError` and every other exception
+``max_attempts`` attempts in all. Retry ``k`` (0-based) waits the backoff step, a uniform draw between half and all
+of ``min(max_backoff, backoff * 2**k)`` seconds, or the server's ``Retry-After`` when that is longer: a
+``Retry-After`` never shortens the backoff. A ``Retry-After`` above ``max_retry_after`` is cut to it (the retry notes
+of :class:`~.watch.RetryNotes` say so); one that is 0, negative, not a number or an HTTP date in the past counts as
+absent. :class:`~.errors.PermanentError` and every other exception
 pass through at once. ``timeout`` is the deadline of one attempt: connecting, sending and reading the whole answer
 together (applied by the chat client).
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -35,13 +39,16 @@ def is_retry_status(status: int) -> bool:
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (seconds or an HTTP date); None when absent or unreadable."""
+    """Seconds to wait from a ``Retry-After`` header (seconds or an HTTP date; 0 for a negative number or a date in
+    the past); None when absent, unreadable or not a finite number."""
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
@@ -70,11 +77,14 @@ class RetryPolicy:
             raise ConfigError(f"timeout must be > 0 seconds, got {self.timeout}")
 
     def delay(self, retry: int, retry_after: float | None, rng: random.Random) -> float:
-        """Seconds to wait before retry ``retry`` (0-based): capped Retry-After, else backoff with jitter."""
-        if retry_after is not None:
-            return min(retry_after, self.max_retry_after)
+        """Seconds to wait before retry ``retry`` (0-based): the backoff step with jitter, or the server's
+        ``Retry-After`` (capped at ``max_retry_after``) when that is longer; a ``Retry-After`` that is not a
+        positive number is ignored."""
         full = min(self.max_backoff, self.backoff * 2.0**retry)
-        return rng.uniform(full / 2, full)
+        step = rng.uniform(full / 2, full)
+        if retry_after is None or not retry_after > 0:  # 0, negative, NaN: no lower bound
+            return step
+        return max(step, min(retry_after, self.max_retry_after))
 
 
 async def call_with_retries(

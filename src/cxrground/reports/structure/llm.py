@@ -34,7 +34,8 @@ raises any other error (recorded as ``unexpected error ...``). The batch stops i
 403 or 404 (the key, the URL path, the model name); a request whose retries all ended without an answer (refused,
 unknown host, timed out) while the server has not answered any request yet (a wrong host or port, no server); and
 :attr:`LLMStructurer.stop_after` (``max(8, 2 * concurrency)``) reports in a row whose requests spent their retries
-without an answer after the server had answered (it died or hangs; any answer resets the count). The error says how
+without an answer (or with 5xx errors only) after the server had answered (it died or hangs; any answer resets the
+count; the rule is :mod:`cxrground.llm.watch`, shared with ``percept eval``). The error says how
 many reports were answered before it and whether the response cache keeps their answers for a rerun.
 
 Answers: a thinking model's inline ``<think>`` block is removed before the JSON is read (:func:`strip_reasoning`,
@@ -66,7 +67,6 @@ import json
 import math
 import random
 import re
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -82,21 +82,18 @@ from cxrground.llm import (
     CacheError,
     ChatClient,
     ClientError,
-    ConnectFailed,
     EndpointRefused,
-    NoAnswer,
     PermanentError,
     ResponseCache,
     RetryPolicy,
-    TimedOut,
     TransientError,
-    Unreachable,
     bounded_each,
     bounded_map,
     cache_key,
     call_with_retries,
     run_sync,
 )
+from cxrground.llm.watch import NoAnswerRun, RetryNotes, retry_cause, stop_after
 from cxrground.reports.findings import HEDGES, Finding, StructuredReport
 from cxrground.reports.model import SectionChoice
 from cxrground.reports.structure.lexicon import HEART_PROMINENCE_RE, EntityKind, default_location
@@ -320,20 +317,6 @@ def extract_json(text: str) -> Any:
     raise LLMError("answer contains no JSON object")
 
 
-def retry_cause(exc: TransientError) -> str:
-    """A retried error in a few words: ``HTTP 500``, ``timed out``, ``no connection``, ``connection lost``,
-    ``malformed answer``."""
-    if exc.status is not None and not 200 <= exc.status < 300:
-        return f"HTTP {exc.status}"
-    if isinstance(exc, TimedOut):
-        return "timed out"
-    if isinstance(exc, ConnectFailed):
-        return "no connection"
-    if isinstance(exc, NoAnswer):
-        return "connection lost"
-    return "malformed answer"
-
-
 def stats_line(stats: Mapping[str, int]) -> str:
     """One line of an LLM structurer's counters (:attr:`LLMStructurer.stats`, or several added up): requests, cache
     hits, retries, schema fallbacks, rejections (and damaged cache rows asked again, answers shared by identical
@@ -459,14 +442,9 @@ class LLMStructurer:
         #: Requests in flight by cache key (identical requests at the same time are sent once).
         self._inflight: dict[str, asyncio.Future[Any]] = {}
         #: Reports in a row whose request spent its retries without an answer (see :attr:`stop_after`).
-        self._no_answer_run = 0
-        #: Called with a one-line note while requests are retried (at most one every :attr:`note_every` seconds:
-        #: how many requests are between attempts, the causes since the last note, the next wait); None: silent.
-        self.on_note: Callable[[str], None] | None = None
-        self.note_every = 10.0
-        self._retrying = 0  # requests between attempts now
-        self._retry_causes: Counter[str] = Counter()  # causes of the retries since the last note
-        self._last_note: float | None = None
+        self._no_answer = NoAnswerRun(concurrency, "the LLM structurer stops", "reports",
+                                      f"{self._chat.base_url}/chat/completions")
+        self._notes = RetryNotes("LLM structurer", self.retry.max_retry_after)
 
     @property
     def timeout(self) -> float:
@@ -480,9 +458,28 @@ class LLMStructurer:
 
     @property
     def stop_after(self) -> int:
-        """Reports in a row whose request got no answer (timeouts, connection errors) after all its retries that stop
-        the batch: ``max(8, 2 * concurrency)``."""
-        return max(8, 2 * self.concurrency)
+        """Reports in a row whose request got no answer (timeouts, connection errors, only 5xx) after all its retries
+        that stop the batch: ``max(8, 2 * concurrency)`` (:func:`cxrground.llm.watch.stop_after`)."""
+        return stop_after(self.concurrency)
+
+    @property
+    def on_note(self) -> Callable[[str], None] | None:
+        """Called with a one-line note while requests are retried (at most one every :attr:`note_every` seconds:
+        how many requests are between attempts, the causes since the last note, the next wait); None: silent."""
+        return self._notes.on_note
+
+    @on_note.setter
+    def on_note(self, note: Callable[[str], None] | None) -> None:
+        self._notes.on_note = note
+
+    @property
+    def note_every(self) -> float:
+        """Seconds between two retry notes (10)."""
+        return self._notes.every
+
+    @note_every.setter
+    def note_every(self, seconds: float) -> None:
+        self._notes.every = seconds
 
     def stats_summary(self) -> str:
         """One line of this structurer's counters (:func:`stats_line`)."""
@@ -642,19 +639,7 @@ class LLMStructurer:
     def _retried(self, exc: TransientError, wait: float, request: list[bool]) -> None:
         """Count a retry of one request (``request``: whether it retried before) and note it (:attr:`on_note`)."""
         self.stats["retries"] += 1
-        if not request:
-            request.append(True)
-            self._retrying += 1
-        self._retry_causes[retry_cause(exc)] += 1
-        now = time.monotonic()
-        if self.on_note is None or (self._last_note is not None and now - self._last_note < self.note_every):
-            return
-        self._last_note = now
-        causes = " / ".join(cause for cause, _ in self._retry_causes.most_common())
-        self._retry_causes.clear()
-        n = self._retrying
-        after = f"{wait:.0f}" if wait >= 10 else f"{wait:.1f}"
-        self.on_note(f"LLM structurer: retrying {n} request{'' if n == 1 else 's'} ({causes}), next in {after} s")
+        self._notes.retried(exc, wait, request)
 
     async def _send(self, messages: list[dict[str, Any]], params: dict[str, Any]) -> tuple[str, str | None, int]:
         """One chat completion with retries (and the JSON-schema fallback); returns the assistant text, the
@@ -687,36 +672,25 @@ class LLMStructurer:
         except EndpointRefused as exc:  # the key, URL or model name: every report would fail alike
             raise BatchStopped(f"the LLM structurer stops: {exc.reason}") from None
         except ClientError as exc:
-            self._no_answer(exc)
+            self._no_answer_stop(exc)
             status = exc.status if exc.status is not None and not 200 <= exc.status < 300 else None
             raise LLMError(exc.reason, status=status, attempts=sent + (exc.attempts or 1)) from None
         finally:
-            if retried:
-                self._retrying -= 1
-        self._no_answer_run = 0
+            self._notes.done(retried)
+        self._no_answer.answered()
         if text is None:
             raise LLMError("chat-completion message has no text content"
                            + (f" ({_cut_note(self.decoding['max_tokens'])})" if finish == "length" else ""),
                            attempts=sent)
         return text, finish, sent
 
-    def _no_answer(self, exc: ClientError) -> None:
+    def _no_answer_stop(self, exc: ClientError) -> None:
         """Stop the batch when a request that spent its retries (``exc``) says the server is gone: never answered
-        yet (a wrong URL or port, no server), or :attr:`stop_after` reports in a row got no answer."""
-        last = exc if isinstance(exc, Unreachable) else exc.last
-        if not isinstance(last, NoAnswer) and not isinstance(exc, Unreachable):
-            self._no_answer_run = 0  # the server answered (an HTTP error): it is there
-            return
-        url = f"{self._chat.base_url}/chat/completions"
-        if not self._chat.answered:  # never reached or never answered: every report would fail alike
-            what = "cannot reach" if isinstance(last, ConnectFailed) or isinstance(exc, Unreachable) else \
-                "got no answer from"
-            raise BatchStopped(f"the LLM structurer stops: {what} {url} ({exc.reason}); check the base URL, that the "
-                               "server is running" + ("" if what == "cannot reach" else " and --timeout"))
-        self._no_answer_run += 1
-        if self._no_answer_run >= self.stop_after:
-            raise BatchStopped(f"the LLM structurer stops: {self._no_answer_run} reports in a row got no answer from "
-                               f"{url} after their retries (last: {exc.reason}); the server has stopped answering")
+        yet (a wrong URL or port, no server), or :attr:`stop_after` reports in a row got no answer
+        (:class:`cxrground.llm.watch.NoAnswerRun`)."""
+        stop = self._no_answer.failed(exc, self._chat.answered)
+        if stop is not None:
+            raise BatchStopped(stop)
 
     async def _ask(
         self,
