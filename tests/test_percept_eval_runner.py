@@ -77,22 +77,26 @@ def test_injected_faults_lose_nothing(bench, tmp_path):
 
 
 def test_persistent_failure_is_recorded_and_counted_wrong(bench, tmp_path):
+    """A server that stops answering (503 for good) fails the cases it gave no answer to: recorded as failed with
+    ``no_answer``, counted wrong, and run again by a plain rerun (fewer than the stop rule's cases in a row)."""
     with MockServer(OraclePolicy(load_benchmark(bench)), max_requests=3) as server:
-        summary = _run(bench, tmp_path / "run", server, concurrency=1,
+        summary = _run(bench, tmp_path / "run", server, concurrency=1, settings={"limit": 6},
                        retry=RetryPolicy(max_attempts=2, backoff=0.01, max_backoff=0.02, timeout=0.5))
     results = load_results(tmp_path / "run")
-    assert len(results) == 12 and summary["failed_this_run"] > 0
+    assert len(results) == 6 and summary["failed_this_run"] > 0
     failed = [r for r in results.values() if r["status"] == "failed"]
-    assert all("HTTP 503" in r["error"] and "after 2 attempts" in r["error"] for r in failed)
+    assert all("HTTP 503" in r["error"] and "after 2 attempts" in r["error"] and r["no_answer"] for r in failed)
+    assert summary["no_answer_this_run"] == len(failed)
     assert all(q["label"] == "failed" and not q["correct"] for r in failed for q in r["questions"] if q["raw"] is None)
     score = score_run(tmp_path / "run", n_boot=0)
     assert sorted(score["failed_cases"]) == sorted(r["case_id"] for r in failed)
-    assert sum(b["n"] for b in score["paths"].values()) == 12
-    # a later run with --retry-failed completes them (oracle answers → all correct)
+    assert sum(b["n"] for b in score["paths"].values()) == 6
+    # a plain rerun runs the cases the server gave no answer to again (oracle answers → all correct)
     with MockServer(OraclePolicy(load_benchmark(bench))) as server:
-        _run(bench, tmp_path / "run", server, retry_failed=True)
+        again = _run(bench, tmp_path / "run", server, settings={"limit": 6})
+    assert again["n_run"] == len(failed)
     score = score_run(tmp_path / "run", n_boot=0)
-    assert not score["failed_cases"] and score["paths"]["RR"]["depth"]["mean"] == 4.0
+    assert not score["failed_cases"]
 
 
 @pytest.mark.parametrize("content", ["", None, "I cannot tell."])
@@ -225,18 +229,28 @@ def test_a_refused_key_or_a_wrong_url_stops_the_run_and_keeps_what_was_done(benc
 
 
 def test_eval_exits_1_when_every_case_it_ran_failed(bench, tmp_path):
-    with MockServer(hash_policy(0), max_requests=0) as server:  # every request: 503
+    # every request refused with a 400 (an answer of the server, not a transport failure): failures are kept
+    with MockServer(hash_policy(0), faults=["400-schema"] * 4) as server:
         args = ["percept", "eval", "--bench", str(bench), "--model", "openai:mock-vlm", "--base-url",
                 server.base_url, "--out", str(tmp_path / "run"), "--oracle", "none", "--no-progress",
-                "--max-attempts", "1", "--limit", "2"]
+                "--max-attempts", "1", "--limit", "2", "--extra-body", '{"response_format": {"type": "text"}}']
         res = CliRunner().invoke(main, args)
         assert res.exit_code == 1 and "2 of 2 cases run (2 failed)" in res.output
         assert "every case failed" in res.output
         again = CliRunner().invoke(main, args)  # a rerun keeps the failures: said, and still exit 1
         assert again.exit_code == 1 and "0 of 2 cases run (0 failed); 2 failed in an earlier run and kept" in \
             again.output and "--retry-failed" in again.output
+    with MockServer(hash_policy(0), max_requests=0) as server:  # every request: 503, no answer
+        args[args.index("--base-url") + 1] = server.base_url
+        args[args.index("--out") + 1] = str(tmp_path / "down")
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 1 and "2 of 2 cases run (2 failed, 2 of them got no answer from the server: rerun "\
+            "to run them again)" in res.output
     with MockServer(OraclePolicy(load_benchmark(bench))) as server:
         args[args.index("--base-url") + 1] = server.base_url
+        res = CliRunner().invoke(main, args)  # the cases without an answer run again without --retry-failed
+        assert res.exit_code == 0 and "2 of 2 cases run (0 failed)" in res.output, res.output
+        args[args.index("--out") + 1] = str(tmp_path / "run")
         res = CliRunner().invoke(main, [*args, "--retry-failed"])
         assert res.exit_code == 0 and "(0 failed)" in res.output, res.output
 

@@ -13,7 +13,18 @@ from typing import Any
 
 import click
 
-from cxrground.cli.common import DIR, OUT_DIR, OUT_FILE, echo_lines, request_options, threads_option, warn
+from cxrground.cli.common import (
+    DIR,
+    OUT_DIR,
+    OUT_FILE,
+    echo_lines,
+    exit_if_failed,
+    note,
+    request_options,
+    strict_option,
+    threads_option,
+    warn,
+)
 from cxrground.cli.percept_build_cmds import percept
 from cxrground.errors import InputError
 from cxrground.evaluation.percept.request import EvalRequest, run_request
@@ -22,16 +33,21 @@ from cxrground.evaluation.percept.request import EvalRequest, run_request
 @percept.command("eval")
 @threads_option
 @request_options(EvalRequest)
-def eval_cmd(request: EvalRequest) -> None:
-    """Run one model on a benchmark (resumable: rerun the same command after a kill). Exits 1 when every case it
-    ran failed, or every case of the run folder is recorded as failed (their errors are in RUN/results.jsonl;
-    --retry-failed runs them again)."""
-    line, all_failed = run_request(request)
+@strict_option("cases", "in RUN/results.jsonl")
+def eval_cmd(request: EvalRequest, strict: bool) -> None:
+    """Run one model on a benchmark (resumable: rerun the same command after a kill or a run stop). A server that
+    stops answering (max(8, 2 x concurrency) cases in a row without an answer) stops the run; a rerun runs the cases
+    it gave no answer to again. Exits 1 when every case it ran failed, or every case of the run folder is recorded
+    as failed (their errors are in RUN/results.jsonl; --retry-failed runs them again), or the run stopped; with
+    --strict 3 when some cases of the run folder are recorded as failed."""
+    line, all_failed, failed = run_request(request, note=note)
     click.echo(line)
     if all_failed:
         click.echo(f"every case failed; the errors are in {request.out / 'results.jsonl'} "
                    "(rerun with --retry-failed once the model answers)", err=True)
         raise SystemExit(1)
+    exit_if_failed(strict, failed, f"{failed} cases of the run folder failed",
+                   f"the errors are in {request.out / 'results.jsonl'}")
 
 
 @percept.command("score")

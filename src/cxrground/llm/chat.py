@@ -82,6 +82,8 @@ class Completion:
     reasoning: str | None = None
     #: Why the model stopped (``stop``; ``length``: cut at ``max_tokens``), None when the server did not say.
     finish_reason: str | None = None
+    #: How many tool calls the message held (a server's tool parser turned the answer into calls: no text).
+    tool_calls: int = 0
 
     @property
     def raw(self) -> str | None:
@@ -243,8 +245,9 @@ class ChatClient:
             raise PermanentError("chat-completion content is not text", status=status)
         reasoning = next((r for r in (message.get(k) for k in REASONING_FIELDS) if isinstance(r, str) and r), None)
         finish = choice.get("finish_reason")
+        calls = message.get("tool_calls")
         return Completion(content, parse_usage(data.get("usage")), data.get("model"), reasoning,
-                          finish if isinstance(finish, str) else None)
+                          finish if isinstance(finish, str) else None, len(calls) if isinstance(calls, list) else 0)
 
     async def _post(self, body: dict[str, Any]) -> tuple[int, httpx.Headers, bytes]:
         """Status, headers and body of one POST, read in chunks up to :attr:`max_response_bytes`."""

@@ -60,12 +60,15 @@ class NoAnswerRun:
     """Items in a row whose request got no answer (:func:`got_no_answer`), and the stop they call for.
 
     ``who`` starts the stop message (``the LLM structurer stops``, ``the run stops``), ``what`` names the items
-    (``reports``, ``cases``), ``url`` the endpoint and ``timeout_hint`` the option of the request deadline.
+    (``reports``, ``cases``), ``url`` the endpoint, ``url_hint`` and ``timeout_hint`` the options of the URL and of
+    the request deadline.
     """
 
-    def __init__(self, concurrency: int, who: str, what: str, url: str, timeout_hint: str = "--timeout") -> None:
+    def __init__(self, concurrency: int, who: str, what: str, url: str, *, url_hint: str = "the base URL",
+                 timeout_hint: str = "--timeout") -> None:
         self.limit = stop_after(concurrency)
-        self.who, self.what, self.url, self.timeout_hint = who, what, url, timeout_hint
+        self.who, self.what, self.url = who, what, url
+        self.url_hint, self.timeout_hint = url_hint, timeout_hint
         self.count = 0
 
     def answered(self) -> None:
@@ -82,7 +85,7 @@ class NoAnswerRun:
         if not ever_answered:  # never reached or never answered: every item would fail alike
             refused = isinstance(last, ConnectFailed) or isinstance(exc, Unreachable)
             what = "cannot reach" if refused else "got no answer from"
-            return (f"{self.who}: {what} {self.url} ({exc.reason}); check the base URL, that the server is running"
+            return (f"{self.who}: {what} {self.url} ({exc.reason}); check {self.url_hint}, that the server is running"
                     + ("" if refused else f" and {self.timeout_hint}"))
         self.count += 1
         if self.count >= self.limit:

@@ -2,7 +2,8 @@
 
 Used by the tests and by ``bench/percept_eval.py``. A :class:`ThreadingHTTPServer` on an ephemeral port (or
 ``port``) serves ``POST /v1/chat/completions``; every request sleeps ``latency`` seconds and is answered by a
-*policy* (``body -> content``, None for a ``null`` content). Faults are injected from a script
+*policy* (``body -> content``, None for a ``null`` content; or a dict, the whole message with an optional
+``finish_reason``, e.g. ``{"content": "The answer", "finish_reason": "length"}``). Faults are injected from a script
 (``faults``: consumed one per request: ``"429"``, ``"429:SECONDS"`` (Retry-After), ``"500"``, ``"401"`` (a
 refused key),
 ``"timeout"`` (sleeps ``timeout_sleep`` before answering), ``"400-schema"`` (400 when the body has a
@@ -38,7 +39,7 @@ from cxrground.vocab.percept_templates import IMPLICIT_ANSWER
 
 __all__ = ["MockServer", "OraclePolicy", "Policy", "fixed_policy", "hash_policy"]
 
-Policy = Callable[[dict[str, Any]], str | None]
+Policy = Callable[[dict[str, Any]], str | dict[str, Any] | None]
 _OPTION_LINE = re.compile(r"^\((\d+)\) ", re.M)
 
 
@@ -205,12 +206,18 @@ class MockServer:
         if fault == "400-schema" and "response_format" in body:
             return 400, {"error": "response_format json_schema is not supported"}, None
         content = self.policy(body)
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        finish = "stop"
+        if isinstance(content, dict):  # a whole message: {"content", "finish_reason", "tool_calls", ...}
+            message = {"role": "assistant", **content}
+            finish = message.pop("finish_reason", "stop")
+            content = message.get("content")
         with self.lock:
             self.completed += 1
         n_in = len(raw) // 4
         return 200, {
             "id": "chatcmpl-mock", "object": "chat.completion", "model": self.model_version,
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+            "choices": [{"index": 0, "finish_reason": finish, "message": message}],
             "usage": {"prompt_tokens": n_in, "completion_tokens": len(content or "") // 4 + 1,
                       "total_tokens": n_in + len(content or "") // 4 + 1},
         }, None

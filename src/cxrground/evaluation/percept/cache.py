@@ -5,7 +5,10 @@ Built on :class:`cxrground.llm.ResponseCache`. The key (:func:`percept_cache_key
 fingerprint of the model folder; baselines: kind + seed), the decoding settings (with the sample's seed when
 sampling), the sample index (repeat), the exact message list, images included, and the client's context
 (the baselines' case id and question id). The stored request record replaces every image data URL by its
-SHA-256 so that the file stays small; the stored value is the JSON ``{content, usage, model_version}``.
+SHA-256 so that the file stays small; the stored value is the JSON ``{content, usage, model_version,
+finish_reason}`` (``finish_reason`` absent in rows of earlier versions). A stored value that does not read as such a
+record (damaged) is a :class:`ValueError` of :meth:`PerceptCache.get`: the runner counts it as a miss, asks again and
+overwrites it; a file that is not a cache is one :class:`~cxrground.errors.InputError` naming it.
 """
 
 from __future__ import annotations
@@ -61,9 +64,16 @@ class PerceptCache:
         self.path = self.store.path
 
     def get(self, key: str) -> dict[str, Any] | None:
-        """The cached response record, or None."""
+        """The cached response record, or None; a :class:`ValueError` when the stored value is not a response record
+        (not JSON, not an object, content not text or null, usage not an object)."""
         text = self.store.get(key)
-        return None if text is None else json.loads(text)
+        if text is None:
+            return None
+        record = json.loads(text)  # JSONDecodeError is a ValueError
+        if (not isinstance(record, dict) or not isinstance(record.get("content"), str | None)
+                or not isinstance(record.get("usage") or {}, dict)):
+            raise ValueError(f"cache row {key[:12]} is not a response record")
+        return record
 
     def put(self, key: str, identity: Mapping[str, Any], decoding: Mapping[str, Any], sample: int,
             messages: Sequence[Mapping[str, Any]], context: Mapping[str, Any] | None,

@@ -274,10 +274,12 @@ def render_report(scores: Sequence[dict[str, Any]], title: str = "CheXpercept ev
         parts.append(_bars(stages, unparsed, "unparseable rate by stage"))
     prow = [[html.escape(s["run"]["label"]), str(s["parse"]["overall"]["n"]),
              *(_pct(s["parse"]["overall"].get(k)) for k in LABELS),
-             str(len(s["failed_cases"])), str(len(s["missing_cases"])), str(len(s.get("bad_lines", [])))]
+             str(len(s["failed_cases"])), str(len(s.get("no_answer_cases", []))), str(s.get("cut_answers", 0)),
+             str(len(s["missing_cases"])), str(len(s.get("bad_lines", [])))]
             for s in scores]
-    parts.append(_table(["run", "answers", *(f"{k} %" for k in LABELS),
-                         "failed cases", "missing cases", "unreadable result lines"], prow))
+    parts.append(_table(["run", "answers", *(f"{k} %" for k in LABELS), "failed cases",
+                         "of them: no answer from the server", "answers cut at max_tokens", "missing cases",
+                         "unreadable result lines"], prow))
     bad = [f"<li>{html.escape(s['run']['label'])}: {html.escape(line)}</li>" for s in scores
            for line in s.get("bad_lines", [])]
     if bad:

@@ -9,6 +9,7 @@ names, never from a field.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +61,12 @@ class EvalRequest:
     timeout: float = option(RetryPolicy.timeout, low=0.0, low_open=True, help="Seconds per request, for every "
                             "client: a request with no answer 5 s past it is a timeout, retried like one.")
     max_attempts: int = option(RetryPolicy.max_attempts, low=1, help="Attempts per request (retries + 1).")
+    backoff: float = option(RetryPolicy.backoff, low=0.0, help="Seconds of the first retry's backoff step; it "
+                            "doubles with each retry (with jitter: half to all of the step). A server's Retry-After "
+                            "longer than the step is waited out instead; a shorter one never shortens it.")
+    max_backoff: float = option(RetryPolicy.max_backoff, low=0.0, help="Most seconds of one backoff step.")
+    max_retry_after: float = option(RetryPolicy.max_retry_after, low=0.0, help="Most seconds waited for a server's "
+                                    "Retry-After (a longer one is cut to it, with a note).")
     repeats: int = option(1, low=1, help="Samples per question at the run's temperature (score: mean and spread "
                           "over repeats).")
     extra_body: str | None = option(None, metavar="JSON", help='JSON object merged into every request of '
@@ -79,10 +86,11 @@ class EvalRequest:
         check_bounds(self)
 
 
-def run_request(request: EvalRequest) -> tuple[str, bool]:
-    """Run (or resume) the evaluation into ``request.out``; returns the one-line summary of the run and whether
+def run_request(request: EvalRequest, note: Callable[[str], None] | None = None) -> tuple[str, bool, int]:
+    """Run (or resume) the evaluation into ``request.out``; returns the one-line summary of the run, whether
     this session ran cases and every one failed, or every case of the run folder is recorded as failed (an earlier
-    session's failures, kept by a rerun without --retry-failed)."""
+    session's failures, kept by a rerun without --retry-failed), and how many units of the run folder are recorded
+    as failed. ``note`` gets the retry notes."""
     from cxrground.evaluation.percept.runner import EvalSettings, run_eval, run_summary_line
 
     r = request
@@ -92,8 +100,9 @@ def run_request(request: EvalRequest) -> tuple[str, bool]:
                             per_path_limit=r.per_path_limit, selection=r.selection, max_images=r.max_images,
                             repeats=r.repeats, extra_body=extra, sampling_params=r.sampling_params)
     summary = run_eval(settings, r.out, concurrency=r.concurrency, cache=r.cache, base_url=r.base_url,
-                       api_key_env=r.api_key_env, retry=RetryPolicy(max_attempts=r.max_attempts, timeout=r.timeout),
-                       retry_failed=r.retry_failed, progress=r.progress, prices=r.prices)
+                       api_key_env=r.api_key_env, retry_failed=r.retry_failed, progress=r.progress, prices=r.prices,
+                       retry=RetryPolicy(max_attempts=r.max_attempts, timeout=r.timeout, backoff=r.backoff,
+                                         max_backoff=r.max_backoff, max_retry_after=r.max_retry_after), note=note)
     all_failed = ((summary["n_run"] > 0 and summary["failed_this_run"] == summary["n_run"])
                   or (summary["n_units"] > 0 and summary["failed_units"] == summary["n_units"]))
-    return run_summary_line(summary, r.repeats, r.out), all_failed
+    return run_summary_line(summary, r.repeats, r.out), all_failed, int(summary["failed_units"])

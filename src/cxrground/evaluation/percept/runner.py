@@ -71,7 +71,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final, cast
 
-from cxrground.errors import ConfigError, CXRGroundError, InputError
+from cxrground.errors import BatchStopped, ConfigError, CXRGroundError, InputError
 from cxrground.evaluation.percept.cache import PerceptCache, percept_cache_key
 from cxrground.evaluation.percept.clients import Client, Completion, make_client
 from cxrground.evaluation.percept.conversation import (
@@ -88,21 +88,23 @@ from cxrground.evaluation.percept.prices import PRICES, Price, cost_usd, price_o
 from cxrground.io.files import atomic_write_text, flat_json, sha256_file, sha256_json
 from cxrground.io.output_lock import locks_output
 from cxrground.llm import (
+    ClientError,
     EndpointRefused,
     RetryPolicy,
-    TransientError,
-    Unreachable,
+    TimedOut,
     bounded_map,
     call_with_retries,
     run_sync,
 )
+from cxrground.llm.watch import NoAnswerRun, RetryNotes, got_no_answer
 from cxrground.percept.paths import check_outside_benchmark
 from cxrground.percept.schema import BENCHMARK_FILE, Benchmark, load_benchmark
 from cxrground.registry import backend_errors, backend_label, check_returned
 
 __all__ = ["CACHE_FILE", "SELECTIONS", "BadLine", "EvalSettings", "ResultLines", "RetryPolicy", "case_record",
-           "check_case_files", "load_all_results", "load_results", "read_results", "record_answer", "record_problem",
-           "run_eval", "run_summary_line", "sample_seed", "select_cases"]
+           "check_case_files", "cut_reason", "load_all_results", "load_results", "read_results", "record_answer",
+           "record_cut", "record_problem", "reply_notes", "run_eval", "run_summary_line", "sample_seed",
+           "select_cases"]
 
 CACHE_FILE: Final[str] = "percept_cache.sqlite"
 CONFIG_FILE: Final[str] = "config.json"
@@ -142,6 +144,15 @@ class _Stats:
     cache_hits: int = 0
     retries: int = 0
     failed_cases: int = 0
+    #: Failed cases whose request got no answer from the server (refused, timed out, reset, only 5xx).
+    no_answer_cases: int = 0
+    #: Answers the server cut at max_tokens (finish_reason ``length``): recorded as failed questions.
+    cut_answers: int = 0
+    #: Replies without answer text (null, blank, reasoning only), and those of them that held tool calls.
+    empty_replies: int = 0
+    tool_call_replies: int = 0
+    #: Cached rows that did not read as a response record: asked again and overwritten.
+    cache_corrupt: int = 0
     model_versions: set[str] = field(default_factory=set)
     #: Tokens of every response received from the model in this session (cases finished or not).
     tokens_sent: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_TOKEN_KEYS, 0))
@@ -424,10 +435,30 @@ def _write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True))
 
 
+_THINK_BLOCK: Final = re.compile(r"<think>.*?</think>", re.S)
+
+
 def _blank(content: Any) -> bool:
-    """Whether a reply is empty (null, no text or only white space): scored as unparseable where it came, never
-    cached, so a later run asks again."""
-    return not (isinstance(content, str) and content.strip())
+    """Whether a reply holds no answer text (null, white space, or reasoning only: ``<think>`` blocks, also one left
+    open): scored as unparseable where it came, never cached, so a later run asks again."""
+    if not isinstance(content, str):
+        return True
+    rest = _THINK_BLOCK.sub("", content).strip()
+    return not rest or rest.startswith("<think>")
+
+
+#: The finish_reason of an answer cut at max_tokens.
+CUT: Final[str] = "length"
+
+
+def cut_reason(max_tokens: Any) -> str:
+    """How a question whose answer the server cut at ``max_tokens`` is recorded (its ``error``)."""
+    return f"answer cut at max_tokens={max_tokens} (finish_reason=length): raise --max-tokens"
+
+
+def _usable(content: Any, finish_reason: Any) -> bool:
+    """Whether a reply may be cached and taken from the cache: answer text, not cut at max_tokens."""
+    return not _blank(content) and finish_reason != CUT
 
 
 @dataclass(frozen=True)
@@ -485,14 +516,14 @@ class _CheckedClient:
             return await asyncio.wait_for(self.inner.complete(messages, question, case_id, seed),
                                           self.timeout + TIMEOUT_GRACE_S)
         except TimeoutError:
-            raise TransientError(f"{backend_label('VLM client', _ClientName(self.inner))} gave no answer within "
-                                 f"{self.timeout:g} s (the request timeout, --timeout)") from None
+            raise TimedOut(f"{backend_label('VLM client', _ClientName(self.inner))} gave no answer within "
+                           f"{self.timeout:g} s (the request timeout, --timeout)") from None
 
 
 class _Runner:
     def __init__(self, client: Client, cache: PerceptCache, oracle: str, image_url: Callable[[str], str],
-                 retry: RetryPolicy, out: Path, seed: int = 0, repeats: int = 1, usage: _Usage | None = None
-                 ) -> None:
+                 retry: RetryPolicy, out: Path, seed: int = 0, repeats: int = 1, usage: _Usage | None = None,
+                 concurrency: int = 1, note: Callable[[str], None] | None = None) -> None:
         self.client = client
         self.usage = usage
         self.usage_file = out / USAGE_FILE
@@ -507,22 +538,42 @@ class _Runner:
         self._jitter = random.Random()
         #: Whether a request of this run got an answer from the model (a cache hit does not count).
         self._reached = False
+        where = getattr(client, "base_url", None) or "the model server"
+        #: Cases in a row whose request got no answer (the stop rule shared with the LLM structurer).
+        self.no_answer = NoAnswerRun(concurrency, "the run stops", "cases", where, url_hint="--base-url")
+        self.notes = RetryNotes("percept eval", retry.max_retry_after)
+        self.notes.on_note = note
         self.sampling = float(client.decoding.get("temperature", 0.0) or 0.0) > 0
 
-    def _count_retry(self, *_: object) -> None:
-        self.stats.retries += 1
+    def _answered(self) -> bool:
+        """Whether the server has answered any request (the client's own account when it keeps one)."""
+        answered = getattr(self.client, "answered", None)
+        return bool(answered) if isinstance(answered, bool) else self._reached
+
+    async def _cached(self, key: str) -> dict[str, Any] | None:
+        """The usable cached response of ``key``, or None: a row that does not read as a response record is a miss
+        (counted, asked again and overwritten), and so is a reply without answer text or cut at max_tokens."""
+        try:
+            hit = await asyncio.to_thread(self.cache.get, key)
+        except ValueError:
+            self.stats.cache_corrupt += 1
+            return None
+        if hit is None or not _usable(hit.get("content"), hit.get("finish_reason")):
+            return None  # an empty or cut reply stored by an earlier version: asked again
+        return hit
 
     async def ask(self, messages: list[dict[str, Any]], q: Question, case_id: str, sample: int = 0
                   ) -> tuple[Completion, bool, int]:
-        """(completion, from cache, attempts) for one request of sample ``sample``."""
+        """(completion, from cache, attempts) for one request of sample ``sample``; the answer is the completion's
+        ``raw`` (a reasoning the server split off as a ``<think>`` block)."""
         c = self.client
         seed = sample_seed(self.seed, sample)
         decoding = {**c.decoding, "seed": seed} if self.sampling else dict(c.decoding)
         context = c.cache_context(q, case_id)
         identity = cache_identity(c)
         key = percept_cache_key(identity, decoding, messages, sample, context)
-        hit = await asyncio.to_thread(self.cache.get, key)
-        if hit is not None and not _blank(hit.get("content")):  # an empty reply stored by an earlier version: ask
+        hit = await self._cached(key)
+        if hit is not None:
             self.stats.cache_hits += 1
             return Completion(hit.get("content"), hit.get("usage") or {}, hit.get("model_version")), True, 0
 
@@ -532,19 +583,35 @@ class _Runner:
                 got = await c.complete(messages, q, case_id, seed)
             return check_returned("VLM client", _ClientName(c), "complete", got, Completion, "Completion")
 
-        completion, attempts = await call_with_retries(attempt, self.retry, rng=self._jitter,
-                                                       on_retry=self._count_retry)
+        retried: list[bool] = []
+
+        def on_retry(exc: Any, wait: float) -> None:
+            self.stats.retries += 1
+            self.notes.retried(exc, wait, retried)
+
+        try:
+            completion, attempts = await call_with_retries(attempt, self.retry, rng=self._jitter, on_retry=on_retry)
+        finally:
+            self.notes.done(retried)
         self._reached = True
+        self.no_answer.answered()
         if completion.model_version:
             self.stats.model_versions.add(completion.model_version)
         for k in _TOKEN_KEYS:
             self.stats.tokens_sent[k] += int((completion.usage or {}).get(k, 0) or 0)
+        raw = completion.raw
+        if completion.finish_reason == CUT:
+            self.stats.cut_answers += 1
+        elif _blank(raw):
+            self.stats.empty_replies += 1
+            self.stats.tool_call_replies += completion.tool_calls > 0
         self._save_usage()  # each answer's request and tokens, durable before its case ends
-        if not _blank(completion.content):  # an empty reply may be a glitch: scored, never reused
+        if _usable(raw, completion.finish_reason):  # an empty or cut reply: scored, never reused
             # off the event loop: a WAL commit waits for the disk
             await asyncio.to_thread(self.cache.put, key, identity, decoding, sample, messages, context,
-                                    {"content": completion.content, "usage": completion.usage,
-                                     "model_version": completion.model_version})
+                                    {"content": raw, "usage": completion.usage,
+                                     "model_version": completion.model_version,
+                                     "finish_reason": completion.finish_reason})
         return completion, False, attempts
 
     async def run_case(self, plan: CasePlan, sample: int = 0) -> dict[str, Any]:
@@ -553,6 +620,7 @@ class _Runner:
         conv = Conversation(plan, self.oracle, self.image_url)
         meta: list[dict[str, Any]] = []
         error = None
+        no_answer = False
         try:
             while not conv.done:
                 q = conv.current
@@ -563,25 +631,33 @@ class _Runner:
                     raise ConfigError(f"request needs {n_images} images, the model accepts {self.client.max_images}")
                 t0 = time.perf_counter()
                 completion, cached, attempts = await self.ask(messages, q, plan.case_id, sample)
-                meta.append({**record_answer(conv, completion.content),
-                             "usage": completion.usage, "model_version": completion.model_version,
-                             "cached": cached, "attempts": attempts,
-                             "latency_s": round(time.perf_counter() - t0, 4)})
+                timing = {"usage": completion.usage, "model_version": completion.model_version,
+                          "cached": cached, "attempts": attempts, "latency_s": round(time.perf_counter() - t0, 4)}
+                if completion.finish_reason == CUT:
+                    meta.append({**record_cut(conv, completion.raw, self.client.decoding.get("max_tokens")),
+                                 **timing})
+                else:
+                    meta.append({**record_answer(conv, completion.raw), **timing})
+                    if completion.tool_calls and _blank(completion.raw):
+                        meta[-1]["tool_calls"] = completion.tool_calls
         except ConfigError:
             raise
         except EndpointRefused as exc:  # the key, URL or model name: every case would fail alike
-            raise ConfigError(f"the run stops: {exc.reason}") from None
-        except Unreachable as exc:
-            if not self._reached:  # no request of this run reached the server (a wrong URL or port, no server yet)
-                where = getattr(self.client, "base_url", None) or "the model server"
-                raise ConfigError(f"the run stops: cannot reach {where} ({exc.reason}); check --base-url and that "
-                                  "the server is running") from None
-            error = f"{type(exc).__name__}: {exc.reason}"  # the server answered before: this case fails
+            raise BatchStopped(f"the run stops: {exc.reason}") from None
+        except ClientError as exc:  # retries spent: the server died or hangs, or this request failed
+            stop = self.no_answer.failed(exc, self._answered())
+            if stop is not None:
+                raise BatchStopped(stop) from None
+            no_answer = got_no_answer(exc)
+            error = f"{type(exc).__name__}: {exc.reason}"
             self.stats.failed_cases += 1
+            self.stats.no_answer_cases += no_answer
         except (CXRGroundError, OSError, ValueError) as exc:
             error = f"{type(exc).__name__}: {getattr(exc, 'reason', None) or exc}"
             self.stats.failed_cases += 1
         record = case_record(plan, conv, meta, error, time.perf_counter() - started)
+        if no_answer:
+            record["no_answer"] = True  # the server gave no answer: a rerun runs the case again
         if self.repeats > 1:
             record["repeat"] = sample
         with self.results.open("a", encoding="utf-8") as fh:
@@ -608,6 +684,15 @@ def record_answer(conv: Conversation, content: str | None) -> dict[str, Any]:
     return {"numbers": list(parsed.numbers), "label": parsed.label,
             "matched": list(parsed.matched) if parsed.matched else None,
             "correct_lenient": is_correct(parsed.effective, q.gt, q.multi)}
+
+
+def record_cut(conv: Conversation, content: str | None, max_tokens: Any) -> dict[str, Any]:
+    """Record an answer the server cut at ``max_tokens`` (finish_reason ``length``) as the current turn of ``conv``:
+    not scored as the model's answer but as a failed question (wrong, label ``failed``) with the reason in
+    ``error``; the conversation goes on as after a wrong answer."""
+    conv.record(content, False)
+    return {"numbers": [], "label": "failed", "matched": None, "correct_lenient": False,
+            "finish_reason": CUT, "error": cut_reason(max_tokens)}
 
 
 def case_record(plan: CasePlan, conv: Conversation, meta: list[dict[str, Any]], error: str | None,
@@ -674,6 +759,12 @@ class _Usage:
                               self.prices_file)
 
 
+#: Counters of ``usage.json`` (every session into the folder) and the :class:`_Stats` field of each.
+_REPLY_COUNTS: Final[dict[str, str]] = {"answers_cut": "cut_answers", "empty_replies": "empty_replies",
+                                        "tool_call_replies": "tool_call_replies",
+                                        "cache_rows_unreadable": "cache_corrupt"}
+
+
 def _usage_summary(totals: dict[str, int], new: dict[str, int], client: Client, stats: _Stats,
                    previous: dict[str, Any], prices: dict[str, Price] | None = None,
                    prices_file: str | None = None) -> dict[str, Any]:
@@ -690,6 +781,7 @@ def _usage_summary(totals: dict[str, int], new: dict[str, int], client: Client, 
         "requests_sent": int(previous.get("requests_sent", 0)) + stats.requests,
         "cache_hits": int(previous.get("cache_hits", 0)) + stats.cache_hits,
         "retries": int(previous.get("retries", 0)) + stats.retries,
+        **{name: int(previous.get(name, 0) or 0) + getattr(stats, attr) for name, attr in _REPLY_COUNTS.items()},
         "price_usd_per_mtok": price._asdict() if price else None,
         "prices_file": prices_file,
         "cost_usd": round(cost_usd(price, totals), 6) if price else None,
@@ -702,8 +794,12 @@ def _usage_summary(totals: dict[str, int], new: dict[str, int], client: Client, 
 def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: str | Path | None = None,
              retry: RetryPolicy | None = None, base_url: str | None = None, api_key_env: str | None = None,
              retry_failed: bool = False, progress: bool = True, client: Client | None = None,
-             prices: str | Path | None = None) -> dict[str, Any]:
+             prices: str | Path | None = None, note: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run (or resume) an evaluation into ``out``; returns ``usage.json``'s content plus ``n_run``.
+
+    ``note`` gets the retry notes (at most one every 10 s while requests wait between attempts). A server that stops
+    answering stops the run with a :class:`~cxrground.errors.BatchStopped` saying how many cases are answered and
+    that rerunning the same command resumes.
 
     ``prices``: a price file (:func:`~.prices.load_prices`) merged over the built-in table for the cost in
     ``usage.json`` (read before anything runs, so that a bad file fails first).
@@ -753,14 +849,15 @@ def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: 
     store = PerceptCache(cache_path)  # first: a file that is no cache is refused before the run folder is made
     try:
         return _run_into(settings, out, store, client, plans, bench, concurrency, retry, retry_failed, progress,
-                         table, prices)
+                         table, prices, note)
     finally:
         store.close()
 
 
 def _run_into(settings: EvalSettings, out: Path, store: PerceptCache, client: Client, plans: list[CasePlan],
               bench: Benchmark, concurrency: int, retry: RetryPolicy, retry_failed: bool, progress: bool,
-              table: dict[str, Price], prices: str | Path | None) -> dict[str, Any]:
+              table: dict[str, Price], prices: str | Path | None,
+              note: Callable[[str], None] | None = None) -> dict[str, Any]:
     """:func:`run_eval` once its inputs are checked and the cache is open."""
     out.mkdir(parents=True, exist_ok=True)
     cfg = _config(settings, client, len(plans))
@@ -782,8 +879,7 @@ def _run_into(settings: EvalSettings, out: Path, store: PerceptCache, client: Cl
     _repair_tail(out / RESULTS_FILE)
     done = load_all_results(out)
     units = [(p, k) for k in range(settings.repeats) for p in plans]
-    todo = [(p, k) for p, k in units
-            if (p.case_id, k) not in done or (retry_failed and done[p.case_id, k].get("status") == "failed")]
+    todo = [(p, k) for p, k in units if (p.case_id, k) not in done or _run_again(done[p.case_id, k], retry_failed)]
     root = bench.root
     assert root is not None
 
@@ -794,8 +890,14 @@ def _run_into(settings: EvalSettings, out: Path, store: PerceptCache, client: Cl
     previous = _read_object(usage_file) if usage_file.is_file() else {}
     usage = _Usage(done, client, previous, table, str(prices) if prices is not None else None)
     runner = _Runner(client, store, settings.oracle, image_url, retry, out, settings.seed, settings.repeats,
-                     usage)
-    run_sync(_run_all(runner, todo, concurrency, progress))
+                     usage, concurrency, note)
+    try:
+        run_sync(_run_all(runner, todo, concurrency, progress))
+    except BatchStopped as exc:
+        final = load_all_results(out)
+        answered = sum(1 for p, k in units if final.get((p.case_id, k), {}).get("status") == "ok")
+        raise BatchStopped(f"{exc}. {answered} of {len(units)} cases are answered and kept in {out}; rerun the same "
+                           "command to resume (the cases the server gave no answer to run again)") from None
     final = load_all_results(out)
     summary = _Usage(final, client, previous, table, str(prices) if prices is not None else None).summary(runner.stats)
     _write_json(usage_file, summary)
@@ -803,7 +905,16 @@ def _run_into(settings: EvalSettings, out: Path, store: PerceptCache, client: Cl
     return {**summary, "n_run": len(todo), "n_cases": len(plans), "repeats": settings.repeats,
             "n_units": len(units), "failed_units": failed_units,
             "failed_this_run": runner.stats.failed_cases, "sent_this_run": runner.stats.requests,
+            "no_answer_this_run": runner.stats.no_answer_cases, "cut_this_run": runner.stats.cut_answers,
+            "empty_this_run": runner.stats.empty_replies, "tool_calls_this_run": runner.stats.tool_call_replies,
+            "cache_corrupt_this_run": runner.stats.cache_corrupt,
             "cache_hits_this_run": runner.stats.cache_hits, "retries_this_run": runner.stats.retries}
+
+
+def _run_again(rec: dict[str, Any], retry_failed: bool) -> bool:
+    """Whether a recorded unit runs again: a failed case with ``retry_failed``, or one the server gave no answer to
+    (a transport failure, not a result of the model)."""
+    return rec.get("status") == "failed" and (retry_failed or rec.get("no_answer") is True)
 
 
 async def _run_all(runner: _Runner, todo: list[tuple[CasePlan, int]], concurrency: int, progress: bool) -> None:
@@ -831,5 +942,23 @@ def run_summary_line(summary: dict[str, Any], repeats: int, out: str | Path) -> 
                f" (this folder in all: {summary['requests_sent']} sent, {summary['cache_hits']} cache hits)")
     kept = summary.get("failed_units", 0) - summary["failed_this_run"]
     failed_before = f"; {kept} failed in an earlier run and kept (--retry-failed runs them again)" if kept > 0 else ""
-    return (f"{summary['n_run']} of {total} run ({summary['failed_this_run']} failed){failed_before}, "
-            f"{sent} requests sent, {hits} cache hits{earlier} -> {out}")
+    no_answer = summary.get("no_answer_this_run", 0)
+    failed = f"{summary['failed_this_run']} failed" + (
+        f", {no_answer} of them got no answer from the server: rerun to run them again" if no_answer else "")
+    return (f"{summary['n_run']} of {total} run ({failed}){failed_before}, "
+            f"{sent} requests sent, {hits} cache hits{earlier}{reply_notes(summary)} -> {out}")
+
+
+def reply_notes(summary: dict[str, Any]) -> str:
+    """``; N answers cut at max_tokens ...; N empty replies ...`` of a :func:`run_eval` summary ("" when none)."""
+    parts = []
+    if summary.get("cut_this_run"):
+        parts.append(f"{summary['cut_this_run']} answers cut at max_tokens (recorded as failed questions: raise "
+                     "--max-tokens)")
+    if summary.get("empty_this_run"):
+        calls = summary.get("tool_calls_this_run", 0)
+        parts.append(f"{summary['empty_this_run']} empty replies (no answer text; scored unparseable"
+                     + (f"; {calls} held tool calls only: check the server's tool parser" if calls else "") + ")")
+    if summary.get("cache_corrupt_this_run"):
+        parts.append(f"{summary['cache_corrupt_this_run']} unreadable cache rows asked again")
+    return "".join(f"; {p}" for p in parts)

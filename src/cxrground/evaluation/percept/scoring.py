@@ -355,6 +355,12 @@ def score_run(run: str | Path, n_boot: int = 1000) -> dict[str, Any]:
                     "usage": _read_json(usage) if usage.is_file() else None}
     if lines.bad:
         score["bad_lines"] = [str(b) for b in lines.bad]
+    records = [rec for res in per_repeat for rec in res.values()]
+    # failures of the server, not answers of the model: said apart from the model's wrong answers
+    score["no_answer_cases"] = sorted({r["case_id"] for r in records
+                                       if r.get("status") == "failed" and r.get("no_answer") is True})
+    score["cut_answers"] = sum(1 for r in records for q in r.get("questions", [])
+                               if isinstance(q, dict) and q.get("finish_reason") == "length")
     (run / SCORE_FILE).write_text(json.dumps(score, indent=2), encoding="utf-8")
     write_csvs(run, [score])
     return score
@@ -428,11 +434,15 @@ def score_lines(score: dict[str, Any]) -> tuple[list[str], str | None]:
     cases and unreadable result lines (None when there are none)."""
     lines = [json.dumps(row, ensure_ascii=False) for row in summary_rows(score) + spread_rows(score)]
     bad = score.get("bad_lines", [])
-    if not (score["failed_cases"] or score["missing_cases"] or bad):
+    no_answer, cut = len(score.get("no_answer_cases", [])), int(score.get("cut_answers", 0))
+    if not (score["failed_cases"] or score["missing_cases"] or bad or cut):
         return lines, None
     unreadable = f", unreadable result lines: {len(bad)}" if bad else ""
-    return lines, (f"failed: {len(score['failed_cases'])}, missing: {len(score['missing_cases'])} (counted "
-                   f"wrong){unreadable}")
+    server = (f" ({no_answer} of them got no answer from the model server: a failure of the server, not answers of "
+              "the model; rerun percept eval to run them again)" if no_answer else "")
+    cut_note = f", answers cut at max_tokens: {cut} (failed questions; raise --max-tokens)" if cut else ""
+    return lines, (f"failed: {len(score['failed_cases'])}{server}, missing: {len(score['missing_cases'])} (counted "
+                   f"wrong){cut_note}{unreadable}")
 
 
 def _ref_value(x: float | None) -> str:

@@ -8,8 +8,11 @@ HTTP 429 / 5xx / 408 / 409 / 425, timeouts, connection errors and a malformed 20
 The answer returned is the **raw** response (CHEXPERCEPT.md §13.2): when the server split a thinking model's
 reasoning off the answer (``vllm serve --reasoning-parser``: ``reasoning_content`` / ``reasoning``), it is put
 back as ``<think>{reasoning}</think>{content}``, so the history, the results and the cache hold the thinking, and
-the parser (§14) removes the ``<think>`` block before it reads the answer. A ``null`` content without reasoning is
-returned as None (the runner records it as an unparseable answer).
+the parser (§14) removes the ``<think>`` block before it reads the answer: :meth:`OpenAIClient.complete` returns the
+chat client's :class:`~cxrground.llm.Completion` (answer, reasoning, ``finish_reason``, tool calls) and the runner
+reads :attr:`~cxrground.llm.Completion.raw`. A ``null`` content without reasoning is a raw answer of None (the runner
+records it as an empty reply, unparseable). :attr:`OpenAIClient.answered` tells whether the server has answered any
+request (the runner's stop rule for a server that never answers).
 
 Decoding settings (``sampling_params``):
 
@@ -111,13 +114,18 @@ class OpenAIClient:
 
     async def complete(self, messages: Sequence[dict[str, Any]], question: Any = None, case_id: str = "",
                        seed: int | None = None) -> Completion:
-        """POST one request; the content returned is the raw response (a reasoning the server split off put back
-        as a ``<think>`` block). Raises :class:`TransientError` / :class:`PermanentError`."""
+        """POST one request; the completion's :attr:`~cxrground.llm.Completion.raw` is the raw response (a reasoning
+        the server split off put back as a ``<think>`` block). Raises :class:`TransientError` /
+        :class:`PermanentError`."""
         params = dict(self.decoding)
         if seed is not None and self.decoding["temperature"] > 0:
             params["seed"] = int(seed)
-        completion = await self._chat.complete(messages, params)
-        return Completion(completion.raw, completion.usage, completion.model_version)
+        return await self._chat.complete(messages, params)
+
+    @property
+    def answered(self) -> bool:
+        """Whether the server has answered a request (any HTTP status) since this client was made."""
+        return self._chat.answered
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""
