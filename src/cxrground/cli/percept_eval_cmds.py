@@ -27,7 +27,7 @@ from cxrground.cli.common import (
 )
 from cxrground.cli.percept_build_cmds import percept
 from cxrground.errors import InputError
-from cxrground.evaluation.percept.request import EvalRequest, run_request
+from cxrground.evaluation.percept.request import EvalRequest, evaluate_request
 
 
 @percept.command("eval")
@@ -40,9 +40,10 @@ def eval_cmd(request: EvalRequest, strict: bool) -> None:
     it gave no answer to again. Exits 1 when every case it ran failed, or every case of the run folder is recorded
     as failed (their errors are in RUN/results.jsonl; --retry-failed runs them again), or the run stopped; with
     --strict 3 when some cases of the run folder are recorded as failed."""
-    line, all_failed, failed = run_request(request, note=note)
-    click.echo(line)
-    if all_failed:
+    outcome = evaluate_request(request, note=note)
+    click.echo(outcome.line)
+    failed = outcome.failed_units
+    if outcome.all_failed:
         click.echo(f"every case failed; the errors are in {request.out / 'results.jsonl'} "
                    "(rerun with --retry-failed once the model answers)", err=True)
         raise SystemExit(1)

@@ -17,7 +17,7 @@ from cxrground.evaluation.percept.clients import SAMPLING_PARAMS, spec_forms
 from cxrground.fields import check_bounds, option
 from cxrground.llm import RetryPolicy, parse_extra_body
 
-__all__ = ["EvalRequest", "run_request"]
+__all__ = ["EvalOutcome", "EvalRequest", "evaluate_request", "run_request"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,11 +86,26 @@ class EvalRequest:
         check_bounds(self)
 
 
-def run_request(request: EvalRequest, note: Callable[[str], None] | None = None) -> tuple[str, bool, int]:
-    """Run (or resume) the evaluation into ``request.out``; returns the one-line summary of the run, whether
+@dataclass(frozen=True)
+class EvalOutcome:
+    """How a run ended: its one-line summary, whether every case failed (this session's cases, or every case of the
+    run folder), and how many units (case, repeat) of the run folder are recorded as failed."""
+
+    line: str
+    all_failed: bool
+    failed_units: int
+
+
+def run_request(request: EvalRequest) -> tuple[str, bool]:
+    """Run (or resume) the evaluation into ``request.out``; returns the one-line summary of the run and whether
     this session ran cases and every one failed, or every case of the run folder is recorded as failed (an earlier
-    session's failures, kept by a rerun without --retry-failed), and how many units of the run folder are recorded
-    as failed. ``note`` gets the retry notes."""
+    session's failures, kept by a rerun without --retry-failed)."""
+    outcome = evaluate_request(request)
+    return outcome.line, outcome.all_failed
+
+
+def evaluate_request(request: EvalRequest, note: Callable[[str], None] | None = None) -> EvalOutcome:
+    """:func:`run_request` with the failed units counted; ``note`` gets the retry notes."""
     from cxrground.evaluation.percept.runner import EvalSettings, run_eval, run_summary_line
 
     r = request
@@ -105,4 +120,4 @@ def run_request(request: EvalRequest, note: Callable[[str], None] | None = None)
                                          max_backoff=r.max_backoff, max_retry_after=r.max_retry_after), note=note)
     all_failed = ((summary["n_run"] > 0 and summary["failed_this_run"] == summary["n_run"])
                   or (summary["n_units"] > 0 and summary["failed_units"] == summary["n_units"]))
-    return run_summary_line(summary, r.repeats, r.out), all_failed, int(summary["failed_units"])
+    return EvalOutcome(run_summary_line(summary, r.repeats, r.out), all_failed, int(summary["failed_units"]))
