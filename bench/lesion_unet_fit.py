@@ -1,8 +1,10 @@
 """Train the lesion segmenter on the pack's NIH films (recipe: :mod:`cxrground.lesions.segmenter_fit`), one CPU
 thread.
 
-Run: ``.venv/bin/python bench/lesion_unet_fit.py --out src/cxrground/lesions/weights/lesion_unet_v1 [--steps N]``
-(progress lines on stdout; the sidecar beside the weights lists the films, the recipe and the held-out Dice).
+Run: ``.venv/bin/python bench/lesion_unet_fit.py --out STEM [--overwrite] [--steps N]`` (rebuilding the shipped
+weights: ``--out src/cxrground/lesions/weights/lesion_unet_v1 --overwrite``; an existing ``STEM.safetensors`` or
+``STEM.json`` stops the run without ``--overwrite``: :mod:`weights_out`) (progress lines on stdout; the sidecar
+beside the weights lists the films, the recipe and the held-out Dice).
 With ``--mil-weight W`` the real NIH films with image-level labels add a multiple-instance loss (lung-lesion
 label vs No Finding; ``--init`` starts from trained weights), and the held-out film AUROC is printed as well.
 """
@@ -15,18 +17,22 @@ import os
 import shlex
 import sys
 
+from weights_out import add_out_options, refuse_existing
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def main() -> None:
     """Parse the options, train, write the weights."""
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", required=True, help="output stem (.safetensors + .json)")
+    add_out_options(ap, "the weights (a stem: STEM.safetensors + STEM.json)", required=True)
     ap.add_argument("--steps", type=int, default=None, help="override the recipe's step count")
     ap.add_argument("--lr", type=float, default=None, help="override the recipe's learning rate")
     ap.add_argument("--mil-weight", type=float, default=None, help="weight of the multiple-instance loss")
     ap.add_argument("--init", default=None, help="start from these weights (.safetensors)")
     args = ap.parse_args()
+    refuse_existing(ap, [args.out.with_name(args.out.name + ext) for ext in (".safetensors", ".json")],
+                    args.overwrite)
     from cxrground.anatomy.segment import get_segmenter
     from cxrground.datasets.pack import Pack
     from cxrground.lesions.segmenter_fit import LesionUNetRecipe, fit_from_pack

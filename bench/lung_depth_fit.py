@@ -14,7 +14,7 @@ find the base where the film shows no edge. Held out: one patient fold of the NI
 10 shippable validation films, and every CC BY-NC-SA film (never read here).
 
 Run (after ``bench/segment.py --only-real --cache DIR``): ``python bench/lung_depth_fit.py --cache DIR --out FILE``
-(about 15 minutes on two threads).
+(about 15 minutes on two threads; an existing FILE is replaced only with ``--overwrite``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from weights_out import add_out_options, refuse_existing
 
 SIZE = 256
 COPIES = 2  # dense-base copies per training film
@@ -170,13 +171,14 @@ def evaluate(net, films) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", required=True, help="bench/segment.py --only-real cache of the shipped U-Net")
-    parser.add_argument("--out", required=True, help="weights file to write (.pt)")
+    add_out_options(parser, "the weights (.pt)", required=True)
     parser.add_argument("--steps", type=int, default=2500)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    refuse_existing(parser, [args.out], args.overwrite)
 
     import torch
 

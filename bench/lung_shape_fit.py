@@ -1,10 +1,12 @@
 """Recipe of the shipped mean lung shape ``lung_shape_v1.npz`` and the lung plausibility check measured on the pack.
 
-Run: ``.venv/bin/python bench/lung_shape_fit.py [--out FILE] [--cache DIR] [--list N] [--sheet PNG]``.
+Run: ``.venv/bin/python bench/lung_shape_fit.py [--out FILE [--overwrite]] [--cache DIR] [--list N] [--sheet PNG]``
+(the fit is written only with ``--out``; an existing file only with ``--overwrite``: :mod:`weights_out`).
 
 1. Fits :class:`cxrground.anatomy.segment.plausibility.LungShape` on the human lung annotations of the pack's
    COVID-19 collection rows whose licence allows shipping derived artefacts (CC BY 3.0 / 4.0 / "authorized"; the
-   CC BY-NC-SA rows are never used) and writes it (default: the shipped path) with its provenance.
+   CC BY-NC-SA rows are never used) and, with ``--out FILE``, writes it with its provenance (the shipped file is
+   ``src/cxrground/anatomy/segment/weights/lung_shape_v1.npz``).
 2. Prints the IoU of every annotation with the mean shape (the threshold ``MIN_SHAPE_IOU`` must stay below the
    lowest), and with ``--cache DIR`` (the lungs cache of ``bench/segment.py --real --cache DIR``, built-in U-Net)
    the same IoU of the U-Net's lungs on all 826 pack films, the films :func:`lung_problems` flags and the
@@ -19,6 +21,7 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
+from weights_out import add_out_options, refuse_existing
 
 from cxrground.anatomy.segment.plausibility import (
     MIN_SHAPE_IOU,
@@ -43,16 +46,19 @@ def fit(pack: Pack) -> tuple[LungShape, list[str]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=shipped_shape_path())
+    add_out_options(ap, f"the fitted shape (.npz; the shipped one is {shipped_shape_path()})")
     ap.add_argument("--cache", type=Path, help="lungs cache of bench/segment.py --real --cache")
     ap.add_argument("--list", type=int, default=20, help="lowest-IoU films to list")
     ap.add_argument("--sheet", type=Path, help="contact sheet of the flagged NIH films' lungs")
     ap.add_argument("--sheet-next", type=int, default=0, help="also draw the next N lowest IoUs above the threshold")
     args = ap.parse_args()
+    refuse_existing(ap, [args.out], args.overwrite)
     pack = Pack()
     shape, ids = fit(pack)
-    shape.save(args.out)
-    print(f"mean lung shape of {len(ids)} shippable annotations ({', '.join(shape.meta['licences'])}) -> {args.out}")
+    if args.out is not None:
+        shape.save(args.out)
+    print(f"mean lung shape of {len(ids)} shippable annotations ({', '.join(shape.meta['licences'])})"
+          + (f" -> {args.out}" if args.out is not None else " (not written: no --out)"))
     ref = np.array([shape.iou(*r.lungs()) for r in sorted(pack.cohen(shippable_only=True),
                                                           key=lambda r: r.image_id)])
     print(f"annotations vs mean shape: IoU min {ref.min():.3f}, 5th percentile {np.percentile(ref, 5):.3f}, "

@@ -9,7 +9,9 @@ both lungs pooled, normalised over the six zones (:func:`cxrground.lesions.zone_
 Finding films' shares are recorded beside it (the segmenter's false-positive level per zone). Image-level NIH
 labels are the only supervision; no COVID-19 film and no Brixia score is read.
 
-Run: ``PYTHONPATH=src python bench/zone_prior_fit.py [--out PATH] [--table CSV]`` (a few minutes on one core).
+Run: ``PYTHONPATH=src python bench/zone_prior_fit.py [--out PATH [--overwrite]] [--table CSV]`` (a few minutes on
+one core; the prior is written only with ``--out``, over an existing file only with ``--overwrite``:
+:mod:`weights_out`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
+    from weights_out import add_out_options, refuse_existing
+
     from cxrground.anatomy.segment import get_segmenter
     from cxrground.datasets.pack import Pack
     from cxrground.errors import CXRGroundError
@@ -40,9 +44,10 @@ def main() -> None:
     from cxrground.lesions.zones import read_zones
 
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path, default=shipped_prior_path())
+    add_out_options(parser, f"the fitted prior (.json; the shipped one is {shipped_prior_path()})")
     parser.add_argument("--table", type=Path, default=None, help="also write the per-film zone shares here")
     args = parser.parse_args()
+    refuse_existing(parser, [args.out], args.overwrite)
     zones = tuple(BRIXIA_ZONE_LABELS)
     records = [r for r in Pack().nih() if set(r.labels) & set(PRIOR_LABELS) or r.labels == ("No Finding",)]
     segmenter, model, reader = get_segmenter("unet"), NormativeModel.load(), LesionZoneReader.shipped()
@@ -78,7 +83,9 @@ def main() -> None:
         "lungs": segmenter.identity(),
     }
     prior = ZonePrior(dict(zip(zones, (float(v) for v in q), strict=True)), meta)
-    prior.save(args.out)
+    if args.out is not None:
+        prior.save(args.out)
+        print(f"wrote {args.out}")
     print(json.dumps({"prior": prior.weights, **meta}, indent=1))
     if args.table:
         with args.table.open("w", newline="") as fh:

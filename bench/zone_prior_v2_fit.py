@@ -13,15 +13,17 @@ Weights: normal 1/2, COVID-19 1/4, NIH lung lesion 1/4 of the total. Each film i
 (shipped lung U-Net, anatomy working grid) by ``zone_prior_v1``'s two image readers: ``zone_sim_v1`` zone
 probabilities and ``lesion-unet`` zone shares. Nine candidates (three feature sets × three penalties) are scored by
 5-fold patient-grouped CV (weighted log-loss); the chosen one's operating threshold is the weighted Youden-J
-maximiser of its out-of-fold probabilities; it is refitted on all rows and saved with its provenance.
+maximiser of its out-of-fold probabilities; it is refitted on all rows and, with ``--out``, saved with its provenance
+(an existing file is replaced only with ``--overwrite``: :mod:`weights_out`).
 
-``--reader zone_prior_v3`` writes ``zone_prior_v3_severity.json`` (the same fit; it says which lungs it read
-through; ``bench/records/zone_prior_v3_preregistration.md``).
+``--reader zone_prior_v3`` fits ``zone_prior_v3_severity.json`` (the same fit; it says which lungs it read through;
+``bench/records/zone_prior_v3_preregistration.md``).
 
-Run: ``CXRGROUND_PACK=… OMP_NUM_THREADS=1 PYTHONPATH=src python bench/zone_prior_v2_fit.py [--reader R] [--out PATH]
-[--table CSV] [--from-table CSV]`` (``--table``: also write the per-film readings; ``--from-table``: refit from
-such a table without reading the films again: the readings are stored to 6 decimals, so the coefficients agree
-with a full run to about 1e-6, and the skipped films are not listed). About 2 minutes on one core.
+Run: ``CXRGROUND_PACK=… OMP_NUM_THREADS=1 PYTHONPATH=src python bench/zone_prior_v2_fit.py [--reader R]
+[--out PATH [--overwrite]] [--table CSV] [--from-table CSV]`` (``--table``: also write the per-film readings;
+``--from-table``: refit from such a table without reading the films again: the readings are stored to 6 decimals,
+so the coefficients agree with a full run to about 1e-6, and the skipped films are not listed). About 2 minutes on
+one core.
 """
 
 from __future__ import annotations
@@ -136,6 +138,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
+    from weights_out import add_out_options, refuse_existing
+
     from cxrground.anatomy.segment import get_segmenter
     from cxrground.datasets.pack import Pack
     from cxrground.lesions.zone_fit import auroc
@@ -150,13 +154,14 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--reader", choices=READER_RECORDS, default="zone_prior_v2",
-                        help="which reader's severity file this fit is (name, record and default --out)")
-    parser.add_argument("--out", type=Path, default=None, help="default: the shipped file of --reader")
+                        help="which reader's severity file this fit is (name and record)")
+    add_out_options(parser, "the fitted severity model (.json; the shipped one of --reader is "
+                            f"{shipped_severity_path(SEVERITY_MODEL).parent}/<name>.json)")
     parser.add_argument("--table", type=Path, default=None, help="also write the per-film readings here")
     parser.add_argument("--from-table", type=Path, default=None, help="refit from a table written by --table")
     args = parser.parse_args()
+    refuse_existing(parser, [args.out], args.overwrite)
     name = SEVERITY_MODEL if args.reader == "zone_prior_v2" else SEVERITY_V3_MODEL
-    out = args.out or shipped_severity_path(name)
     if args.from_table:
         rows, failed = read_table(args.from_table), []
     else:
@@ -191,7 +196,9 @@ def main() -> None:
         "lungs": get_segmenter("unet").identity(),
     }
     model = fit_severity(sim, share, y, w, chosen.features, chosen.l2, threshold, meta)
-    model.save(out)
+    if args.out is not None:
+        model.save(args.out)
+        print(f"wrote {args.out}")
     s = model.severity(sim, share)
     for g in GROUP_WEIGHT:
         pick = np.array([r.group == g for r in rows])

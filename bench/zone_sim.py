@@ -1,6 +1,7 @@
 """A shippable zone reader trained on simulated lesions in real normal films (issue 14), scored once on Brixia.
 
-Run: ``.venv/bin/python bench/zone_sim.py [--cache DIR] [--copies 8]`` (caches lungs and features in DIR).
+Run: ``.venv/bin/python bench/zone_sim.py [--cache DIR] [--copies 8] [--save FILE [--overwrite]]`` (caches lungs
+and features in DIR; ``--save`` writes the picked reader, over an existing file only with ``--overwrite``).
 
 **Training rows (all shippable).** The pack's NIH ChestX-ray14 films labelled ``No Finding`` (U-Net lungs, 512 px
 = the working grid), each copied :data:`COPIES` times with simulated lesions
@@ -47,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 from real_quality import ZONES, auroc, kappa, work_features
+from weights_out import add_out_options, refuse_existing
 
 from cxrground.anatomy.segment import get_segmenter
 from cxrground.datasets.pack import Pack
@@ -209,9 +211,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cache", type=Path, default=Path("/tmp/zonesynth-bench"))
     parser.add_argument("--copies", type=int, default=COPIES)
-    parser.add_argument("--save", type=Path, default=None, help="write the pre-registered reader here (.npz)")
+    add_out_options(parser, "the pre-registered reader (.npz + .json)", flag="--save")
     parser.add_argument("--no-brixia", action="store_true", help="stop before any Brixia score")
     args = parser.parse_args()
+    if args.save is not None:
+        refuse_existing(parser, [args.save.with_suffix(".npz"), args.save.with_suffix(".json")], args.overwrite,
+                        "--save")
     args.cache.mkdir(parents=True, exist_ok=True)
     pack = Pack()
     t0 = time.perf_counter()
