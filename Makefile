@@ -60,7 +60,7 @@ demo: $(STAMP)
 	$(BIN)/cxrground ils stats $(DEMO_OUT)/ils
 	$(BIN)/cxrground ils gallery $(DEMO_OUT)/ils --images $(DEMO_OUT)/cohort/files
 	$(BIN)/cxrground ils train --model baseline --dataset $(DEMO_OUT)/ils --images $(DEMO_OUT)/cohort/files \
-	  --out $(DEMO_OUT)/baseline --set epochs=12 --no-resume --quiet
+	  --out $(DEMO_OUT)/baseline --set epochs=12 --threads 2 --no-resume --quiet
 	rm -f $(DEMO_OUT)/baseline/pred_test.jsonl $(DEMO_OUT)/baseline/pred_test.jsonl.*  # the model was retrained
 	$(BIN)/cxrground ils predict --checkpoint $(DEMO_OUT)/baseline --dataset $(DEMO_OUT)/ils \
 	  --images $(DEMO_OUT)/cohort/files --split test --out $(DEMO_OUT)/baseline/pred_test.jsonl --quiet
