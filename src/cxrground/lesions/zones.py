@@ -76,6 +76,7 @@ from cxrground.io.overlay import (
     overlay_masks,
 )
 from cxrground.io.progress import progress_bar
+from cxrground.io.run_folder import check_run_folder
 from cxrground.lesions.lesion_zones import LESION_ZONE_READER, LesionZoneReader
 from cxrground.lesions.normative import BRIXIA_ZONE_LABELS, NormativeModel, normalise_intensity
 from cxrground.lesions.zone_classifier import SHIPPED_ZONE_READER, ZoneClassifier, shipped_zone_reader_path
@@ -606,33 +607,20 @@ def _check_run(out: Path, record: dict[str, Any], overwrite: bool, overlays: Ite
     """Refuse an output folder holding another run's results (other films, settings or reader) unless
     ``overwrite``; a folder with the same run record resumes. ``overwrite`` deletes the outputs of any earlier run
     (this one's too, and the ``overlays`` it will write), so the films are all read afresh."""
-    run_file = out / RUN_FILE
-    foreign = [n for n in ("poses.csv", "poses.json", ".poses-run.json", "segment.csv", "segment.json",
-                          ".segment-run.json") if (out / n).exists()]
-    if foreign:  # another command's results: its failures.jsonl is not ours to replace or delete
-        raise ConfigError(f"output folder {out} holds another command's results ({', '.join(foreign)}); use another "
-                          "--out")
-    if overwrite:
-        _clear_outputs(out, overlays)
-        return
-    if run_file.is_file():
-        try:
-            old = json.loads(run_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            old = None
-        if old == record:
-            return
-        if isinstance(old, dict) and old.get("progress_layout") != record["progress_layout"]:
-            raise ConfigError(f"output folder {out} holds an anatomy zones run written by another cxrground version "
-                              f"(its progress records lack the columns {', '.join(QUALITY_COLUMNS)}); use another "
-                              "--out, or --overwrite to read its films afresh")
-        changed = sorted(k for k in record if not isinstance(old, dict) or old.get(k) != record[k])
-        what = "changed: " + ", ".join(changed) if changed else "an unreadable run record"
-        raise ConfigError(f"output folder {out} holds another anatomy zones run ({what}); use another --out "
-                          "or --overwrite")
-    if any((out / n).exists() for n in ("zones.csv", "failures.jsonl", "zones.json", OVERLAY_DIR, MASK_DIR)):
-        raise ConfigError(f"output folder {out} holds the results of another run (no run record {RUN_FILE}); use "
-                          "another --out or --overwrite")
+
+    def older(old: Mapping[str, Any]) -> str | None:
+        if old.get("progress_layout") == record["progress_layout"]:
+            return None
+        return (f"output folder {out} holds an anatomy zones run written by another cxrground version (its progress "
+                f"records lack the columns {', '.join(QUALITY_COLUMNS)}); use another --out, or --overwrite to read "
+                "its films afresh")
+
+    check_run_folder(out, record, command="anatomy zones", run_file=RUN_FILE,
+                     results=("zones.csv", "failures.jsonl", "zones.json", OVERLAY_DIR, MASK_DIR),
+                     foreign=("poses.csv", "poses.json", ".poses-run.json", "segment.csv", "segment.json",
+                              ".segment-run.json"),
+                     out_option="--out", overwrite=overwrite, clear=lambda: _clear_outputs(out, overlays),
+                     older=older)
 
 
 @locks_output("anatomy zones", "out")

@@ -30,12 +30,13 @@ from cxrground.anatomy.segment.base import LungHeartMasks, LungHeartSegmenter
 from cxrground.anatomy.segment.builtin import ctr_plausible
 from cxrground.anatomy.segment.output import SegmentationOutput, segment_film
 from cxrground.anatomy.segment.registry import segmenter_settings
-from cxrground.errors import BatchStopped, ConfigError, CXRGroundError, Failure, InputError
+from cxrground.errors import BatchStopped, CXRGroundError, Failure, InputError
 from cxrground.io.files import atomic_write_text, read_progress, sha256_json
 from cxrground.io.film_ledger import resume_record
 from cxrground.io.image import DEFAULT_MAX_PIXELS, check_out_folder
 from cxrground.io.output_lock import locks_output
 from cxrground.io.progress import progress_bar
+from cxrground.io.run_folder import check_run_folder
 from cxrground.registry import read_provenance
 
 __all__ = ["CSV_COLUMNS", "FILM_FILES", "OUTPUTS", "PROGRESS_FILE", "RUN_FILE", "SegmentBatch", "SegmentRow",
@@ -178,28 +179,9 @@ def _clear(out: Path, names: Sequence[str]) -> None:
 def _check_run(out: Path, record: dict[str, Any], names: Sequence[str], overwrite: bool) -> None:
     """Refuse a folder holding another run's results (other films, backend or settings) unless ``overwrite``,
     which deletes them (:func:`_clear`); the same run resumes. Another command's results are refused either way."""
-    foreign = [n for n in _FOREIGN if (out / n).exists()]
-    if foreign:
-        raise ConfigError(f"output folder {out} holds another command's results ({', '.join(foreign)}); use another "
-                          "--out-dir")
-    if overwrite:
-        _clear(out, names)
-        return
-    run_file = out / RUN_FILE
-    if run_file.is_file():
-        try:
-            old = json.loads(run_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            old = None
-        if old == record:
-            return
-        changed = sorted(k for k in record if not isinstance(old, dict) or old.get(k) != record[k])
-        what = "changed: " + ", ".join(changed) if changed else "an unreadable run record"
-        raise ConfigError(f"output folder {out} holds another segment lungs run ({what}); use another --out-dir or "
-                          "--overwrite")
-    if any((out / n).exists() for n in ("segment.csv", "failures.jsonl", "segment.json")):
-        raise ConfigError(f"output folder {out} holds the results of another run (no run record {RUN_FILE}); use "
-                          "another --out-dir or --overwrite")
+    check_run_folder(out, record, command="segment lungs", run_file=RUN_FILE,
+                     results=("segment.csv", "failures.jsonl", "segment.json"), foreign=_FOREIGN,
+                     out_option="--out-dir", overwrite=overwrite, clear=lambda: _clear(out, names))
 
 
 @locks_output("segment lungs", "out")

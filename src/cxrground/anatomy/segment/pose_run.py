@@ -31,12 +31,13 @@ from cxrground.anatomy.segment.pose_net import (
     read_pose_sidecar,
     undo_pose,
 )
-from cxrground.errors import BatchStopped, ConfigError, CXRGroundError, Failure, InputError
+from cxrground.errors import BatchStopped, CXRGroundError, Failure, InputError
 from cxrground.io.files import atomic_write_text, read_progress, sha256_file, sha256_json
 from cxrground.io.film_ledger import resume_record
 from cxrground.io.image import DEFAULT_MAX_PIXELS, check_out_folder, read_image
 from cxrground.io.output_lock import locks_output
 from cxrground.io.progress import progress_bar
+from cxrground.io.run_folder import check_run_folder
 
 __all__ = ["CSV_COLUMNS", "MAX_ASPECT", "MIN_SIDE", "SHEET_SIZE", "PoseRow", "contact_sheets", "film_problem",
            "write_poses"]
@@ -84,25 +85,9 @@ _FOREIGN: Final[tuple[str, ...]] = ("zones.csv", "zones.json", ".zones-run.json"
 def _check_run(out: Path, record: dict[str, Any], overwrite: bool) -> None:
     """Refuse a folder holding another run's results; with ``overwrite`` delete whatever pose results it holds. A
     folder holding another command's results is refused either way (its ``failures.jsonl`` is not ours)."""
-    foreign = [n for n in _FOREIGN if (out / n).exists()]
-    if foreign:
-        raise ConfigError(f"output folder {out} holds another command's results ({', '.join(foreign)}); use another "
-                          "--out")
-    if overwrite:
-        _clear(out)
-        return
-    run_file = out / RUN_FILE
-    other = False
-    if run_file.is_file():
-        try:
-            other = json.loads(run_file.read_text(encoding="utf-8")) != record
-        except (OSError, ValueError):
-            other = True
-    elif any((out / n).exists() for n in ("poses.csv", "failures.jsonl", "poses.json", SHEET_DIR)):
-        other = True
-    if other:
-        raise ConfigError(f"output folder {out} holds another anatomy pose run (other films or weights); use another "
-                          "--out or --overwrite")
+    check_run_folder(out, record, command="anatomy pose", run_file=RUN_FILE,
+                     results=("poses.csv", "failures.jsonl", "poses.json", SHEET_DIR), foreign=_FOREIGN,
+                     out_option="--out", overwrite=overwrite, clear=lambda: _clear(out))
 
 
 def _clear(out: Path) -> None:
