@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +56,28 @@ def review_setup(tmp_path_factory) -> ReviewSetup:
         import_items(db, bench_items(bench_dir), None, 0, 2)
         _CACHE["setup"] = ReviewSetup(db.path, tokens, ils_dir, images, bench_dir, [i["key"] for i in chosen])
     return _CACHE["setup"]  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def served_copy(setup: ReviewSetup, folder: Path) -> Iterator[tuple]:
+    """(server, private db): a copy of the setup database in ``folder`` served on 127.0.0.1 until the block ends."""
+    from cxrground.review.app import create_app
+    from cxrground.serve.run import BackgroundServer
+
+    db = setup.copy(folder)
+    with BackgroundServer(create_app(db)) as srv:
+        yield srv, db
+
+
+def user_named(db: ReviewDB, name: str):
+    """The user ``name`` of ``db``."""
+    return next(u for u in db.users() if u.name == name)
+
+
+def open_assignment(page, url: str, assignment_id: int) -> None:
+    """Open one assignment's page in a Playwright ``page`` and wait until the viewer is ready."""
+    page.goto(f"{url}/review/{assignment_id}")
+    page.wait_for_selector("body[data-ready='true']")
 
 
 def client(base_url: str, token: str | None = None) -> httpx.Client:

@@ -36,7 +36,7 @@ from cxrground.review.export import write_decisions, write_masks
 from cxrground.review.stats import review_stats
 from cxrground.serve.run import BackgroundServer
 from percept_build_helpers import synthetic_bench
-from review_helpers import client, login, review_setup
+from review_helpers import client, login, review_setup, served_copy
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +47,8 @@ def setup(tmp_path_factory):
 @pytest.fixture()
 def live(setup, tmp_path):
     """(server, private db) on a fresh copy of the setup database."""
-    db = setup.copy(tmp_path / "db")
-    with BackgroundServer(create_app(db)) as srv:
-        yield srv, db
+    with served_copy(setup, tmp_path / "db") as served:
+        yield served
 
 
 def _own(http, name: str) -> list[dict]:

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from cxrground.cli import main
 from cxrground.review.app import MAX_COMMENT_CHARS, create_app, rle_runs
 from cxrground.review.db import ReviewDB
-from review_helpers import review_setup
+from review_helpers import review_setup, user_named
 
 HOSTILE = "<script>alert(1)</script><img src=x onerror=alert(2)> & \"quotes\"\nsecond line"
 
@@ -30,13 +30,9 @@ def setup(tmp_path_factory):
     return review_setup(tmp_path_factory)
 
 
-def _user(db: ReviewDB, name: str):
-    return next(u for u in db.users() if u.name == name)
-
-
 def test_every_decision_carries_a_comment_kept_in_history_api_export_and_cli(setup, tmp_path) -> None:
     db = setup.copy(tmp_path / "db")
-    alice, bob = _user(db, "alice"), _user(db, "bob")
+    alice, bob = user_named(db, "alice"), user_named(db, "bob")
     pair = next(a for a in db.assignments(alice) if a.item.kind == "ils" and a.item.positive)
     theirs = next(a for a in db.assignments(bob) if a.item.id == pair.item.id)
     case = next(a for a in db.assignments(alice) if a.item.kind == "bench")
@@ -95,7 +91,7 @@ def test_every_decision_carries_a_comment_kept_in_history_api_export_and_cli(set
 
 def test_a_database_made_before_comments_opens_with_empty_ones(setup, tmp_path) -> None:
     db = setup.copy(tmp_path / "db")
-    alice = _user(db, "alice")
+    alice = user_named(db, "alice")
     a = db.assignments(alice)[0]
     db.record(a.id, a.item.parts[0], "reject", "other")
     with sqlite3.connect(db.path) as con:  # the schema before comments

@@ -22,7 +22,7 @@ from cxrground.cli import main
 from cxrground.io.masks import decode_rle
 from cxrground.review.app import create_app, rle_runs
 from cxrground.review.db import ReviewDB
-from review_helpers import review_setup
+from review_helpers import review_setup, user_named
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +32,6 @@ def setup(tmp_path_factory):
 
 def _bearer(db: ReviewDB, token: str) -> TestClient:
     return TestClient(create_app(db), headers={"Authorization": f"Bearer {token}"})
-
-
-def _user(db: ReviewDB, name: str):
-    return next(u for u in db.users() if u.name == name)
 
 
 def _sign_in(http: TestClient, name: str, token: str) -> str:
@@ -48,7 +44,7 @@ def _sign_in(http: TestClient, name: str, token: str) -> str:
 
 def test_a_write_over_a_decision_made_since_is_refused_and_every_write_is_kept(setup, tmp_path) -> None:
     db = setup.copy(tmp_path / "db")
-    alice = _user(db, "alice")
+    alice = user_named(db, "alice")
     pair = next(a for a in db.assignments(alice) if a.item.kind == "ils" and a.item.positive)
     h, w = pair.item.height, pair.item.width
     url = f"/api/assignments/{pair.id}/decision"
@@ -83,7 +79,7 @@ def test_a_write_over_a_decision_made_since_is_refused_and_every_write_is_kept(s
     np.testing.assert_array_equal(decode_rle(history[0]["mask"], (h, w)), drawn)  # the correction is recoverable
     assert {r["via"] for r in history} == {"token"}
 
-    bob = _user(db, "bob")
+    bob = user_named(db, "bob")
     theirs = next(a for a in db.assignments(bob) if a.item.id == pair.item.id)
     db.record(theirs.id, "pair", "accept")  # both reviewers decided: the export has a consensus row
     runner = CliRunner()
@@ -106,7 +102,7 @@ def test_a_write_over_a_decision_made_since_is_refused_and_every_write_is_kept(s
 
 def test_an_older_database_gets_versions_and_its_decisions_start_the_history(setup, tmp_path) -> None:
     db = setup.copy(tmp_path / "db")
-    alice = _user(db, "alice")
+    alice = user_named(db, "alice")
     a = db.assignments(alice)[0]
     db.record(a.id, a.item.parts[0], "reject", "other")
     with sqlite3.connect(db.path) as con:  # the schema before versions and history
@@ -125,7 +121,7 @@ def test_an_older_database_gets_versions_and_its_decisions_start_the_history(set
 
 def test_an_item_whose_image_cannot_be_served_can_only_be_rejected(setup, tmp_path) -> None:
     db = setup.copy(tmp_path / "db")
-    alice = _user(db, "alice")
+    alice = user_named(db, "alice")
     queue = db.assignments(alice)
     missing, corrupt = [a for a in queue if a.item.kind == "ils"][:2]
     case = next(a for a in queue if a.item.kind == "bench")
@@ -164,7 +160,7 @@ def test_an_item_whose_image_cannot_be_served_can_only_be_rejected(setup, tmp_pa
 
 def test_pages_answer_errors_as_pages_and_the_api_as_json(setup, tmp_path) -> None:
     db = setup.copy(tmp_path / "db")
-    theirs = db.assignments(_user(db, "bob"))[0]
+    theirs = db.assignments(user_named(db, "bob"))[0]
     with TestClient(create_app(db)) as http:
         r = http.post("/login", data={"csrf": "stale", "name": "alice", "token": "x"})  # a form left open too long
         assert r.status_code == 403 and r.headers["content-type"].startswith("text/html")

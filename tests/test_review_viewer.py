@@ -13,7 +13,7 @@ pytest.importorskip("fastapi")
 from cxrground.io.masks import decode_rle, encode_rle
 from cxrground.review.app import create_app
 from cxrground.serve.run import BackgroundServer
-from review_helpers import browser_login, review_setup
+from review_helpers import browser_login, open_assignment, review_setup, served_copy
 
 SIZES = [(1920, 1080), (1366, 768)]
 
@@ -25,14 +25,8 @@ def setup(tmp_path_factory):
 
 @pytest.fixture()
 def live(setup, tmp_path):
-    db = setup.copy(tmp_path / "db")
-    with BackgroundServer(create_app(db)) as srv:
-        yield srv, db
-
-
-def _open(page, url: str, assignment_id: int) -> None:
-    page.goto(f"{url}/review/{assignment_id}")
-    page.wait_for_selector("body[data-ready='true']")
+    with served_copy(setup, tmp_path / "db") as served:
+        yield served
 
 
 def _scale(page) -> float:
@@ -47,7 +41,7 @@ def test_the_image_fills_the_window_and_zooms_to_full_resolution(page, live, set
     browser_login(page, srv.url, "alice", setup.tokens["alice"])
     alice = next(u for u in db.users() if u.name == "alice")
     pair = next(a for a in db.assignments(alice) if a.item.kind == "ils" and a.item.positive)
-    _open(page, srv.url, pair.id)
+    open_assignment(page, srv.url, pair.id)
     stage = page.locator("#stage").bounding_box()
     image = page.locator("#view").bounding_box()
     assert stage["y"] + stage["height"] >= vh - 20 and stage["height"] >= vh - 110, stage  # the full height left
@@ -75,7 +69,7 @@ def test_generated_and_corrected_masks_side_by_side(page, live, setup) -> None:
     browser_login(page, srv.url, "alice", setup.tokens["alice"])
     alice = next(u for u in db.users() if u.name == "alice")
     pair = next(a for a in db.assignments(alice) if a.item.kind == "ils" and a.item.positive)
-    _open(page, srv.url, pair.id)
+    open_assignment(page, srv.url, pair.id)
     assert not page.is_visible("#stage-generated")
     page.keyboard.press("c")
     assert page.is_visible("#stage-generated") and page.is_checked("#compare")
@@ -113,7 +107,7 @@ def test_keyboard_flow_never_loses_an_edit_nor_invents_a_reason(page, live, setu
     alice = next(u for u in db.users() if u.name == "alice")
     queue = db.assignments(alice)
     pair = next(a for a in queue if a.item.kind == "ils" and a.item.positive)
-    _open(page, srv.url, pair.id)
+    open_assignment(page, srv.url, pair.id)
 
     page.keyboard.press("r")  # no reason chosen: nothing is recorded, the list is offered
     assert "choose a reason" in page.inner_text("#status")
@@ -146,7 +140,7 @@ def test_keyboard_flow_never_loses_an_edit_nor_invents_a_reason(page, live, setu
     assert (fixed & ~generated).sum() >= 10 and not (generated & ~fixed).any()
 
     other = next(a for a in queue if a.item.kind == "ils" and a.id != pair.id and not a.decisions)
-    _open(page, srv.url, other.id)
+    open_assignment(page, srv.url, other.id)
     page.select_option("#reason", "image unreadable")
     assert page.evaluate("document.activeElement.id") != "reason"  # the list lets go of the keys once chosen
     page.keyboard.press("r")
@@ -163,7 +157,7 @@ def test_benchmark_cases_get_the_same_viewer(page, live, setup, size, tmp_path) 
     browser_login(page, srv.url, "alice", setup.tokens["alice"])
     alice = next(u for u in db.users() if u.name == "alice")
     case = next(a for a in db.assignments(alice) if a.item.kind == "bench")
-    _open(page, srv.url, case.id)
+    open_assignment(page, srv.url, case.id)
     stage = page.locator("#stage").bounding_box()
     assert stage["height"] >= vh - 160 and stage["width"] >= 0.55 * vw, stage
     image = page.locator("#view").bounding_box()
@@ -208,7 +202,7 @@ def test_saving_an_unchanged_mask_is_an_accept_and_an_empty_one_is_never_posted(
     alice = next(u for u in db.users() if u.name == "alice")
     first, second = [a for a in db.assignments(alice) if a.item.kind == "ils" and a.item.positive][:2]
 
-    _open(page, url, first.id)
+    open_assignment(page, url, first.id)
     page.keyboard.press("s")  # S with nothing painted: an accept, no correction
     page.wait_for_url(lambda u: not u.endswith(f"/review/{first.id}"))
     saved = db.assignment(first.id, alice).decisions["pair"]
@@ -221,7 +215,7 @@ def test_saving_an_unchanged_mask_is_an_accept_and_an_empty_one_is_never_posted(
     tiny[ty - 1: ty + 2, tx: tx + 4] = True
     db.record(second.id, "pair", "correct", mask=encode_rle(tiny))  # an earlier correction: a few pixels
     before = db.assignment(second.id, alice).decisions["pair"]
-    _open(page, url, second.id)
+    open_assignment(page, url, second.id)
     page.keyboard.press("e")
     _stroke(page, h, w, ty, tx - 3, tx + 7)  # erase them all: the mask is empty now
     assert page.get_attribute("#app", "data-edited") == "true"

@@ -15,9 +15,7 @@ pytest.importorskip("fastapi")
 
 from PIL import Image
 
-from cxrground.review.app import create_app
-from cxrground.serve.run import BackgroundServer
-from review_helpers import browser_login, client, review_setup
+from review_helpers import browser_login, client, open_assignment, review_setup, served_copy, user_named
 
 COMMENT = "A R S retrocardiac part missed <script>window.__pwned = 1</script><img src=x onerror='window.__pwned=2'>"
 
@@ -29,27 +27,17 @@ def setup(tmp_path_factory):
 
 @pytest.fixture()
 def live(setup, tmp_path):
-    db = setup.copy(tmp_path / "db")
-    with BackgroundServer(create_app(db)) as srv:
-        yield srv, db
-
-
-def _open(page, url: str, assignment_id: int) -> None:
-    page.goto(f"{url}/review/{assignment_id}")
-    page.wait_for_selector("body[data-ready='true']")
-
-
-def _user(db, name: str):
-    return next(u for u in db.users() if u.name == name)
+    with served_copy(setup, tmp_path / "db") as served:
+        yield served
 
 
 def test_a_comment_is_typed_freely_saved_with_the_decision_and_shown_as_text(page, live, setup) -> None:
     srv, db = live
     page.set_viewport_size({"width": 1366, "height": 768})
     browser_login(page, srv.url, "alice", setup.tokens["alice"])
-    alice = _user(db, "alice")
+    alice = user_named(db, "alice")
     pair = next(a for a in db.assignments(alice) if a.item.kind == "ils" and a.item.positive)
-    _open(page, srv.url, pair.id)
+    open_assignment(page, srv.url, pair.id)
     page.click("#comment")
     page.keyboard.type(COMMENT)  # A, R and S typed here are text: nothing is decided
     page.keyboard.press("Escape")  # leaves the box: the keys decide again
@@ -58,13 +46,13 @@ def test_a_comment_is_typed_freely_saved_with_the_decision_and_shown_as_text(pag
     page.wait_for_url(lambda u: not u.endswith(f"/review/{pair.id}"))
     stored = db.assignment(pair.id, alice).decisions["pair"]
     assert (stored["decision"], stored["comment"]) == ("accept", COMMENT)
-    _open(page, srv.url, pair.id)
+    open_assignment(page, srv.url, pair.id)
     assert page.input_value("#comment") == COMMENT  # shown back to its author
     assert page.evaluate("window.__pwned") is None
 
     case = next(a for a in db.assignments(alice) if a.item.kind == "bench")
     first, second = case.item.parts[0], case.item.parts[1]
-    _open(page, srv.url, case.id)
+    open_assignment(page, srv.url, case.id)
     assert page.locator("textarea.comment").count() == len(case.item.parts)  # one box per question
     page.click(f"#comment-{first}")
     page.keyboard.type("ARN ambiguous wording")
@@ -77,12 +65,12 @@ def test_a_comment_is_typed_freely_saved_with_the_decision_and_shown_as_text(pag
 
     page.context.clear_cookies()  # the admin sees the comments as text on the read-only pages
     browser_login(page, srv.url, "boss", setup.tokens["boss"])
-    _open(page, srv.url, pair.id)
+    open_assignment(page, srv.url, pair.id)
     shown = page.locator(".comment-text")
     assert shown.inner_text() == "Comment: " + COMMENT
     assert shown.locator("script, img").count() == 0 and page.locator("textarea.comment").count() == 0
     assert page.evaluate("window.__pwned") is None
-    _open(page, srv.url, case.id)
+    open_assignment(page, srv.url, case.id)
     assert page.locator(f".question[data-part='{first}'] .comment-text").inner_text() == \
         "Comment: ARN ambiguous wording"
     assert page.console_errors == [], page.console_errors
@@ -93,9 +81,9 @@ def test_orientation_markers_sit_at_the_films_edges_and_are_not_drawn_into_it(pa
     srv, db = live
     page.set_viewport_size({"width": size[0], "height": size[1]})
     browser_login(page, srv.url, "alice", setup.tokens["alice"])
-    alice = _user(db, "alice")
+    alice = user_named(db, "alice")
     neg = next(a for a in db.assignments(alice) if a.item.kind == "ils" and not a.item.positive)
-    _open(page, srv.url, neg.id)
+    open_assignment(page, srv.url, neg.id)
     film = page.locator("#view").bounding_box()
     right = page.locator("#stage .orient[data-side=R]").bounding_box()
     left = page.locator("#stage .orient[data-side=L]").bounding_box()
@@ -121,7 +109,7 @@ def test_orientation_markers_sit_at_the_films_edges_and_are_not_drawn_into_it(pa
     left = page.locator("#stage .orient[data-side=L]").bounding_box()
     assert stage["x"] <= right["x"] < left["x"] and left["x"] + left["width"] <= stage["x"] + stage["width"]
     case = next(a for a in db.assignments(alice) if a.item.kind == "bench")
-    _open(page, srv.url, case.id)
+    open_assignment(page, srv.url, case.id)
     assert page.locator("#stage .orient").count() == 2
     assert page.console_errors == [], page.console_errors
 
@@ -138,10 +126,10 @@ def test_window_values_are_shown_and_auto_takes_the_films_1st_to_99th_percentile
     srv, db = live
     page.set_viewport_size({"width": 1366, "height": 768})
     browser_login(page, srv.url, "alice", setup.tokens["alice"])
-    alice = _user(db, "alice")
+    alice = user_named(db, "alice")
     for item in (next(a for a in db.assignments(alice) if a.item.kind == "ils"),
                  next(a for a in db.assignments(alice) if a.item.kind == "bench")):
-        _open(page, srv.url, item.id)
+        open_assignment(page, srv.url, item.id)
         assert page.inner_text("#wl-readout").startswith("W 255 / L 127.5")
         film = _served_film(srv.url, setup.tokens["alice"], item.id)
         lo, hi = (int(np.percentile(film, q, method="inverted_cdf")) for q in (1, 99))
@@ -165,9 +153,9 @@ def test_pages_show_readable_names_and_a_question_once_above_its_options(page, l
     srv, db = live
     page.set_viewport_size({"width": 1366, "height": 768})
     browser_login(page, srv.url, "alice", setup.tokens["alice"])
-    alice = _user(db, "alice")
+    alice = user_named(db, "alice")
     pair = next(a for a in db.assignments(alice) if a.item.kind == "ils" and a.item.positive)
-    _open(page, srv.url, pair.id)
+    open_assignment(page, srv.url, pair.id)
     kind = pair.item.item_type.split()[0]
     title = page.inner_text("#title")
     assert pair.item.key not in title and "positive pair" in title and pair.item.lesion in title
@@ -180,7 +168,7 @@ def test_pages_show_readable_names_and_a_question_once_above_its_options(page, l
     assert page.get_attribute("#section-name", "title") == f"section_name: {section}"
 
     case = next(a for a in db.assignments(alice) if a.item.kind == "bench")
-    _open(page, srv.url, case.id)
+    open_assignment(page, srv.url, case.id)
     assert page.get_attribute("#item-type", "title") == f"path: {case.item.payload['path']}"
     for q in case.item.payload["questions"]:
         box = page.locator(f".question[data-part='{q['part']}']")

@@ -16,9 +16,7 @@ import pytest
 pytest.importorskip("fastapi")
 
 from cxrground.io.masks import decode_rle, encode_rle
-from cxrground.review.app import create_app
-from cxrground.serve.run import BackgroundServer
-from review_helpers import browser_login, review_setup
+from review_helpers import browser_login, open_assignment, review_setup, served_copy, user_named
 
 
 @pytest.fixture(scope="module")
@@ -28,18 +26,8 @@ def setup(tmp_path_factory):
 
 @pytest.fixture()
 def live(setup, tmp_path):
-    db = setup.copy(tmp_path / "db")
-    with BackgroundServer(create_app(db)) as srv:
-        yield srv, db
-
-
-def _user(db, name: str):
-    return next(u for u in db.users() if u.name == name)
-
-
-def _open(page, url: str, assignment_id: int) -> None:
-    page.goto(f"{url}/review/{assignment_id}")
-    page.wait_for_selector("body[data-ready='true']")
+    with served_copy(setup, tmp_path / "db") as served:
+        yield served
 
 
 def _posts(page) -> list[dict]:
@@ -70,13 +58,13 @@ def test_accept_on_a_revisited_correction_keeps_the_reviewers_mask(page, live, s
     srv, db = live
     page.set_viewport_size({"width": 1366, "height": 768})
     browser_login(page, srv.url, "alice", setup.tokens["alice"])
-    alice = _user(db, "alice")
+    alice = user_named(db, "alice")
     pair = next(a for a in db.assignments(alice) if a.item.kind == "ils" and a.item.positive)
     h, w = pair.item.height, pair.item.width
     mine = decode_rle(pair.item.mask, (h, w)).copy()
     mine[h // 2 - 3: h // 2 + 3, w // 2 - 3: w // 2 + 3] ^= True  # a correction of the generated mask
     db.record(pair.id, "pair", "correct", mask=encode_rle(mine))
-    _open(page, srv.url, pair.id)
+    open_assignment(page, srv.url, pair.id)
     assert page.inner_text("#accept") == "Accept your mask (A)"
     assert "your mask is shown" in page.inner_text("#decision")
     page.keyboard.press("a")
@@ -93,7 +81,7 @@ def test_nothing_is_decided_before_the_film_is_drawn_and_a_missing_film_can_only
     page.set_viewport_size({"width": 1366, "height": 768})
     posts = _posts(page)
     browser_login(page, srv.url, "alice", setup.tokens["alice"])
-    alice = _user(db, "alice")
+    alice = user_named(db, "alice")
     queue = db.assignments(alice)
     slow, gone = [a for a in queue if a.item.kind == "ils" and a.item.positive][:2]
     case = next(a for a in queue if a.item.kind == "bench")
@@ -120,7 +108,7 @@ def test_nothing_is_decided_before_the_film_is_drawn_and_a_missing_film_can_only
         images = [dict(im) for im in case.item.images]
         images[0]["path"] = str(tmp_path / "gone-stage.png")
         con.execute("UPDATE items SET images = ? WHERE id = ?", (json.dumps(images), case.item.id))
-    _open(page, srv.url, gone.id)
+    open_assignment(page, srv.url, gone.id)
     assert page.get_attribute("#app", "data-film") == "unreadable"
     assert page.get_attribute("body", "data-state") == "error"
     status = page.inner_text("#status")
@@ -136,7 +124,7 @@ def test_nothing_is_decided_before_the_film_is_drawn_and_a_missing_film_can_only
     assert db.assignment(gone.id, alice).decisions["pair"]["reason"] == "image unreadable"
 
     page.console_errors.clear()
-    _open(page, srv.url, case.id)  # a case with an image gone: no Accept, the rejection as unclear only
+    open_assignment(page, srv.url, case.id)  # a case with an image gone: no Accept, the rejection as unclear only
     assert page.get_attribute("#app", "data-film") == "unreadable"
     accepts = page.locator("section.question button.accept")
     assert accepts.count() >= 1 and all(accepts.nth(i).is_disabled() for i in range(accepts.count()))
@@ -153,12 +141,12 @@ def test_a_stale_tab_asks_before_it_replaces_a_decision_made_in_another(page, li
     srv, db = live
     page.set_viewport_size({"width": 1366, "height": 768})
     browser_login(page, srv.url, "bob", setup.tokens["bob"])
-    bob = _user(db, "bob")
+    bob = user_named(db, "bob")
     pair = next(a for a in db.assignments(bob) if a.item.kind == "ils" and a.item.positive)
     h, w = pair.item.height, pair.item.width
     other = page.context.new_page()
-    _open(other, srv.url, pair.id)  # the stale tab, opened first
-    _open(page, srv.url, pair.id)
+    open_assignment(other, srv.url, pair.id)  # the stale tab, opened first
+    open_assignment(page, srv.url, pair.id)
     page.keyboard.press("b")
     _stroke(page, h, w, h // 2, w // 2 - 6, w // 2 + 6)
     page.keyboard.press("s")
@@ -192,10 +180,10 @@ def test_after_the_session_ends_the_page_says_how_to_sign_in_and_the_retry_saves
     srv, db = live
     page.set_viewport_size({"width": 1366, "height": 768})
     browser_login(page, srv.url, "alice", setup.tokens["alice"])
-    alice = _user(db, "alice")
+    alice = user_named(db, "alice")
     first, second = [a for a in db.assignments(alice) if a.item.kind == "ils" and a.item.positive][:2]
     h, w = second.item.height, second.item.width
-    _open(page, srv.url, first.id)
+    open_assignment(page, srv.url, first.id)
     other = page.context.new_page()
     _sign_in_again(other, srv.url, "alice", setup.tokens["alice"])  # signed in again elsewhere: a new session
     page.bring_to_front()
@@ -203,7 +191,7 @@ def test_after_the_session_ends_the_page_says_how_to_sign_in_and_the_retry_saves
     page.wait_for_url(lambda u: not u.endswith(f"/review/{first.id}"))
     assert db.assignment(first.id, alice).decisions["pair"]["decision"] == "accept"
 
-    _open(page, srv.url, second.id)
+    open_assignment(page, srv.url, second.id)
     page.keyboard.press("b")
     _stroke(page, h, w, h // 2, w // 2 - 6, w // 2 + 6)
     with sqlite3.connect(db.path) as con:  # the session ends (expiry, or a logout elsewhere)
@@ -231,11 +219,11 @@ def test_what_is_judged_is_at_the_top_and_the_page_does_not_scroll(page, live, s
     srv, db = live
     page.set_viewport_size({"width": 1024, "height": 640})
     browser_login(page, srv.url, "alice", setup.tokens["alice"])
-    alice = _user(db, "alice")
+    alice = user_named(db, "alice")
     queue = db.assignments(alice)
     pos = next(a for a in queue if a.item.kind == "ils" and a.item.positive)
     neg = next(a for a in queue if a.item.kind == "ils" and not a.item.positive)
-    _open(page, srv.url, pos.id)
+    open_assignment(page, srv.url, pos.id)
     for selector in ("#instruction", "#answer", "#sentence", "#accept"):
         box = page.locator(selector).bounding_box()
         assert box["y"] >= 0 and box["y"] + box["height"] <= 640, (selector, box)
@@ -245,7 +233,7 @@ def test_what_is_judged_is_at_the_top_and_the_page_does_not_scroll(page, live, s
     assert page.is_visible("#show-mask") and page.is_visible("#outline")
 
     db.record(neg.id, "pair", "reject", "wrong location")
-    _open(page, srv.url, neg.id)
+    open_assignment(page, srv.url, neg.id)
     assert not page.is_visible("#show-mask") and not page.is_visible("#opacity") and not page.is_visible("#compare")
     assert page.inner_text("#stage .pane-label") == "film"
     assert page.input_value("#reason") == "wrong location" and not page.is_disabled("#reject")  # as stored
@@ -256,11 +244,11 @@ def test_outline_mode_and_the_brush_circle(page, live, setup) -> None:
     srv, db = live
     page.set_viewport_size({"width": 1366, "height": 768})
     browser_login(page, srv.url, "alice", setup.tokens["alice"])
-    alice = _user(db, "alice")
+    alice = user_named(db, "alice")
     pair = next(a for a in db.assignments(alice) if a.item.kind == "ils" and a.item.positive)
     h, w = pair.item.height, pair.item.width
     generated = decode_rle(pair.item.mask, (h, w))
-    _open(page, srv.url, pair.id)
+    open_assignment(page, srv.url, pair.id)
     read = ("() => { const c = document.getElementById('view');"
             " return Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data); }")
     cyan = lambda rgba: (rgba[:, :, 2] > rgba[:, :, 0] + 40)  # noqa: E731
@@ -291,9 +279,9 @@ def test_the_case_page_decides_with_keys_and_names_each_questions_controls(page,
     srv, db = live
     page.set_viewport_size({"width": 1366, "height": 768})
     browser_login(page, srv.url, "alice", setup.tokens["alice"])
-    alice = _user(db, "alice")
+    alice = user_named(db, "alice")
     case = next(a for a in db.assignments(alice) if a.item.kind == "bench" and len(a.item.parts) >= 2)
-    _open(page, srv.url, case.id)
+    open_assignment(page, srv.url, case.id)
     parts = case.item.parts
     assert page.inner_text("#position").endswith(f"of {len(db.assignments(alice))}")
     assert page.inner_text("#case-progress") == f"0 of {len(parts)} questions decided"

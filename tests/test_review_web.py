@@ -9,9 +9,7 @@ import pytest
 pytest.importorskip("fastapi")
 
 from cxrground.io.masks import decode_rle
-from cxrground.review.app import create_app
-from cxrground.serve.run import BackgroundServer
-from review_helpers import browser_login, review_setup
+from review_helpers import browser_login, review_setup, served_copy
 
 READ_CANVAS = """() => {
   const c = document.getElementById('view');
@@ -36,9 +34,8 @@ def setup(tmp_path_factory):
 
 @pytest.fixture()
 def live(setup, tmp_path):
-    db = setup.copy(tmp_path / "db")
-    with BackgroundServer(create_app(db)) as srv:
-        yield srv, db
+    with served_copy(setup, tmp_path / "db") as served:
+        yield served
 
 
 def _canvas(page) -> np.ndarray:
