@@ -17,7 +17,9 @@ from cxrground.percept.schema import load_benchmark
 from cxrground.testing.mock_bench import make_benchmark
 from cxrground.testing.mock_server import MockServer, OraclePolicy
 
-ONE_TRY = RetryPolicy(max_attempts=1, backoff=0.0, max_backoff=0.0, timeout=0.3)
+ONE_TRY = RetryPolicy(max_attempts=1, backoff=0.0, max_backoff=0.0, timeout=10.0)  # generous: a loaded CI machine
+#: For the hanging server: a request it holds (3 s) times out; an answered one has a second.
+HANG_TRY = RetryPolicy(max_attempts=1, backoff=0.0, max_backoff=0.0, timeout=1.0)
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +36,10 @@ def _run(bench, out, server, **kw):
 @pytest.mark.parametrize("fault", ["503", "hang"])
 def test_a_server_that_dies_or_hangs_stops_the_run_and_a_rerun_resumes(bench, tmp_path, fault):
     oracle = OraclePolicy(load_benchmark(bench))
-    kw = {"max_requests": 3} if fault == "503" else {"faults": ["ok"] * 3 + ["timeout"] * 40, "timeout_sleep": 1.0}
+    kw = {"max_requests": 3} if fault == "503" else {"faults": ["ok"] * 3 + ["timeout"] * 40, "timeout_sleep": 3.0}
     with MockServer(oracle, **kw) as server:
         with pytest.raises(BatchStopped) as got:
-            _run(bench, tmp_path / "run", server)
+            _run(bench, tmp_path / "run", server, retry=HANG_TRY if fault == "hang" else ONE_TRY)
         assert server.requests <= 3 + 8  # stopped after 8 cases in a row without an answer, not one per case
     message = str(got.value)
     assert "the run stops: 8 cases in a row got no answer from" in message

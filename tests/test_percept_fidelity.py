@@ -79,7 +79,8 @@ def test_openai_client_answers_with_the_raw_response():
     client = make_client("openai:m", base_url="http://llm.test/v1", transport=httpx.MockTransport(
         lambda request: _reply({"content": ANSWER, "reasoning_content": THINKING})))
     completion = run_sync(client.complete([{"role": "user", "content": "x"}]))
-    assert completion.content == RAW and completion.usage == {"prompt_tokens": 5, "completion_tokens": 7}
+    assert completion.raw == RAW and completion.usage == {"prompt_tokens": 5, "completion_tokens": 7}
+    assert completion.content == ANSWER  # the answer alone; the runner scores and keeps the raw response
     assert completion.model_version == "m-2026"
 
 
@@ -122,7 +123,7 @@ def test_eval_keeps_the_thinking_in_history_results_and_cache(bench, tmp_path):
     finally:
         cache.close()
     assert rows and all(json.loads(r[0])["content"] == RAW for r in rows)
-    assert set(json.loads(rows[0][0])) == {"content", "usage", "model_version"}
+    assert set(json.loads(rows[0][0])) == {"content", "usage", "model_version", "finish_reason"}
     # a sibling run is served from the cache with the same raw responses
     sent = len(bodies)
     run_eval(EvalSettings(bench, "openai:m", oracle="none"), tmp_path / "runs" / "b", client=client(), progress=False)
