@@ -80,6 +80,23 @@ def open_assignment(page, url: str, assignment_id: int) -> None:
     page.wait_for_selector("body[data-ready='true']")
 
 
+def signed_in(page, srv, setup: ReviewSetup, db: ReviewDB, name: str, size: tuple[int, int] = (1366, 768)):
+    """Size the browser ``page``, sign ``name`` in on the served app ``srv`` and return the user from ``db``."""
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    browser_login(page, srv.url, name, setup.tokens[name])
+    return user_named(db, name)
+
+
+def paint_stroke(page, h: int, w: int, y: int, x0: int, x1: int) -> None:
+    """Drag the brush along image row ``y`` from column ``x0`` to ``x1`` of an ``h`` x ``w`` film in the viewer."""
+    box = page.locator("#view").bounding_box()
+    to = lambda x, yy: (box["x"] + (x + 0.5) * box["width"] / w, box["y"] + (yy + 0.5) * box["height"] / h)  # noqa: E731
+    page.mouse.move(*to(x0, y))
+    page.mouse.down()
+    page.mouse.move(*to(x1, y), steps=6)
+    page.mouse.up()
+
+
 def client(base_url: str, token: str | None = None) -> httpx.Client:
     """An httpx client for the app at ``base_url`` (with ``Authorization: Bearer token`` when given)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}

@@ -13,7 +13,7 @@ pytest.importorskip("fastapi")
 from cxrground.io.masks import decode_rle, encode_rle
 from cxrground.review.app import create_app
 from cxrground.serve.run import BackgroundServer
-from review_helpers import browser_login, open_assignment, review_setup, served_copy
+from review_helpers import browser_login, open_assignment, paint_stroke, review_setup, served_copy
 
 SIZES = [(1920, 1080), (1366, 768)]
 
@@ -89,15 +89,6 @@ def test_generated_and_corrected_masks_side_by_side(page, live, setup) -> None:
     assert not page.is_visible("#stage-generated")
 
 
-def _stroke(page, h: int, w: int, y: int, x0: int, x1: int) -> None:
-    box = page.locator("#view").bounding_box()
-    to = lambda x, yy: (box["x"] + (x + 0.5) * box["width"] / w, box["y"] + (yy + 0.5) * box["height"] / h)  # noqa: E731
-    page.mouse.move(*to(x0, y))
-    page.mouse.down()
-    page.mouse.move(*to(x1, y), steps=6)
-    page.mouse.up()
-
-
 def test_keyboard_flow_never_loses_an_edit_nor_invents_a_reason(page, live, setup) -> None:
     srv, db = live
     page.set_viewport_size({"width": 1366, "height": 768})
@@ -123,7 +114,7 @@ def test_keyboard_flow_never_loses_an_edit_nor_invents_a_reason(page, live, setu
     far = np.argmax((ys - np.nonzero(generated)[0].mean()) ** 2 + (xs - np.nonzero(generated)[1].mean()) ** 2)
     ty, tx = int(np.clip(ys[far], 6, h - 7)), int(np.clip(xs[far], 6, w - 16))
     page.keyboard.press("b")
-    _stroke(page, h, w, ty, tx, tx + 8)
+    paint_stroke(page, h, w, ty, tx, tx + 8)
     assert page.get_attribute("#app", "data-edited") == "true"
     assert "your mask" in page.inner_text("#accept")
     if page.locator("#next").count():
@@ -217,7 +208,7 @@ def test_saving_an_unchanged_mask_is_an_accept_and_an_empty_one_is_never_posted(
     before = db.assignment(second.id, alice).decisions["pair"]
     open_assignment(page, url, second.id)
     page.keyboard.press("e")
-    _stroke(page, h, w, ty, tx - 3, tx + 7)  # erase them all: the mask is empty now
+    paint_stroke(page, h, w, ty, tx - 3, tx + 7)  # erase them all: the mask is empty now
     assert page.get_attribute("#app", "data-edited") == "true"
     for key in ("a", "s"):
         page.keyboard.press(key)

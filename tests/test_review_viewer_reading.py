@@ -15,7 +15,7 @@ pytest.importorskip("fastapi")
 
 from PIL import Image
 
-from review_helpers import browser_login, client, open_assignment, review_setup, served_copy, user_named
+from review_helpers import browser_login, client, open_assignment, review_setup, served_copy, signed_in, user_named
 
 COMMENT = "A R S retrocardiac part missed <script>window.__pwned = 1</script><img src=x onerror='window.__pwned=2'>"
 
@@ -33,9 +33,7 @@ def live(setup, tmp_path):
 
 def test_a_comment_is_typed_freely_saved_with_the_decision_and_shown_as_text(page, live, setup) -> None:
     srv, db = live
-    page.set_viewport_size({"width": 1366, "height": 768})
-    browser_login(page, srv.url, "alice", setup.tokens["alice"])
-    alice = user_named(db, "alice")
+    alice = signed_in(page, srv, setup, db, "alice")
     pair = next(a for a in db.assignments(alice) if a.item.kind == "ils" and a.item.positive)
     open_assignment(page, srv.url, pair.id)
     page.click("#comment")
@@ -124,9 +122,7 @@ def _served_film(url: str, token: str, assignment_id: int) -> np.ndarray:
 
 def test_window_values_are_shown_and_auto_takes_the_films_1st_to_99th_percentile(page, live, setup) -> None:
     srv, db = live
-    page.set_viewport_size({"width": 1366, "height": 768})
-    browser_login(page, srv.url, "alice", setup.tokens["alice"])
-    alice = user_named(db, "alice")
+    alice = signed_in(page, srv, setup, db, "alice")
     for item in (next(a for a in db.assignments(alice) if a.item.kind == "ils"),
                  next(a for a in db.assignments(alice) if a.item.kind == "bench")):
         open_assignment(page, srv.url, item.id)
@@ -151,9 +147,7 @@ def test_window_values_are_shown_and_auto_takes_the_films_1st_to_99th_percentile
 
 def test_pages_show_readable_names_and_a_question_once_above_its_options(page, live, setup) -> None:
     srv, db = live
-    page.set_viewport_size({"width": 1366, "height": 768})
-    browser_login(page, srv.url, "alice", setup.tokens["alice"])
-    alice = user_named(db, "alice")
+    alice = signed_in(page, srv, setup, db, "alice")
     pair = next(a for a in db.assignments(alice) if a.item.kind == "ils" and a.item.positive)
     open_assignment(page, srv.url, pair.id)
     kind = pair.item.item_type.split()[0]

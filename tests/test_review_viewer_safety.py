@@ -16,7 +16,15 @@ import pytest
 pytest.importorskip("fastapi")
 
 from cxrground.io.masks import decode_rle, encode_rle
-from review_helpers import browser_login, open_assignment, review_setup, served_copy, user_named
+from review_helpers import (
+    browser_login,
+    open_assignment,
+    paint_stroke,
+    review_setup,
+    served_copy,
+    signed_in,
+    user_named,
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,20 +53,9 @@ def _sign_in_again(page, url: str, name: str, token: str) -> None:
     page.wait_for_url(url + "/queue")
 
 
-def _stroke(page, h: int, w: int, y: int, x0: int, x1: int) -> None:
-    box = page.locator("#view").bounding_box()
-    to = lambda x, yy: (box["x"] + (x + 0.5) * box["width"] / w, box["y"] + (yy + 0.5) * box["height"] / h)  # noqa: E731
-    page.mouse.move(*to(x0, y))
-    page.mouse.down()
-    page.mouse.move(*to(x1, y), steps=6)
-    page.mouse.up()
-
-
 def test_accept_on_a_revisited_correction_keeps_the_reviewers_mask(page, live, setup) -> None:
     srv, db = live
-    page.set_viewport_size({"width": 1366, "height": 768})
-    browser_login(page, srv.url, "alice", setup.tokens["alice"])
-    alice = user_named(db, "alice")
+    alice = signed_in(page, srv, setup, db, "alice")
     pair = next(a for a in db.assignments(alice) if a.item.kind == "ils" and a.item.positive)
     h, w = pair.item.height, pair.item.width
     mine = decode_rle(pair.item.mask, (h, w)).copy()
@@ -139,16 +136,14 @@ def test_nothing_is_decided_before_the_film_is_drawn_and_a_missing_film_can_only
 
 def test_a_stale_tab_asks_before_it_replaces_a_decision_made_in_another(page, live, setup) -> None:
     srv, db = live
-    page.set_viewport_size({"width": 1366, "height": 768})
-    browser_login(page, srv.url, "bob", setup.tokens["bob"])
-    bob = user_named(db, "bob")
+    bob = signed_in(page, srv, setup, db, "bob")
     pair = next(a for a in db.assignments(bob) if a.item.kind == "ils" and a.item.positive)
     h, w = pair.item.height, pair.item.width
     other = page.context.new_page()
     open_assignment(other, srv.url, pair.id)  # the stale tab, opened first
     open_assignment(page, srv.url, pair.id)
     page.keyboard.press("b")
-    _stroke(page, h, w, h // 2, w // 2 - 6, w // 2 + 6)
+    paint_stroke(page, h, w, h // 2, w // 2 - 6, w // 2 + 6)
     page.keyboard.press("s")
     page.wait_for_url(lambda u: not u.endswith(f"/review/{pair.id}"))
     assert db.assignment(pair.id, bob).decisions["pair"]["decision"] == "correct"
@@ -178,9 +173,7 @@ def test_a_stale_tab_asks_before_it_replaces_a_decision_made_in_another(page, li
 
 def test_after_the_session_ends_the_page_says_how_to_sign_in_and_the_retry_saves(page, live, setup) -> None:
     srv, db = live
-    page.set_viewport_size({"width": 1366, "height": 768})
-    browser_login(page, srv.url, "alice", setup.tokens["alice"])
-    alice = user_named(db, "alice")
+    alice = signed_in(page, srv, setup, db, "alice")
     first, second = [a for a in db.assignments(alice) if a.item.kind == "ils" and a.item.positive][:2]
     h, w = second.item.height, second.item.width
     open_assignment(page, srv.url, first.id)
@@ -193,7 +186,7 @@ def test_after_the_session_ends_the_page_says_how_to_sign_in_and_the_retry_saves
 
     open_assignment(page, srv.url, second.id)
     page.keyboard.press("b")
-    _stroke(page, h, w, h // 2, w // 2 - 6, w // 2 + 6)
+    paint_stroke(page, h, w, h // 2, w // 2 - 6, w // 2 + 6)
     with sqlite3.connect(db.path) as con:  # the session ends (expiry, or a logout elsewhere)
         con.execute("DELETE FROM sessions")
     page.keyboard.press("s")
@@ -217,9 +210,7 @@ def test_after_the_session_ends_the_page_says_how_to_sign_in_and_the_retry_saves
 
 def test_what_is_judged_is_at_the_top_and_the_page_does_not_scroll(page, live, setup) -> None:
     srv, db = live
-    page.set_viewport_size({"width": 1024, "height": 640})
-    browser_login(page, srv.url, "alice", setup.tokens["alice"])
-    alice = user_named(db, "alice")
+    alice = signed_in(page, srv, setup, db, "alice", (1024, 640))
     queue = db.assignments(alice)
     pos = next(a for a in queue if a.item.kind == "ils" and a.item.positive)
     neg = next(a for a in queue if a.item.kind == "ils" and not a.item.positive)
@@ -242,9 +233,7 @@ def test_what_is_judged_is_at_the_top_and_the_page_does_not_scroll(page, live, s
 
 def test_outline_mode_and_the_brush_circle(page, live, setup) -> None:
     srv, db = live
-    page.set_viewport_size({"width": 1366, "height": 768})
-    browser_login(page, srv.url, "alice", setup.tokens["alice"])
-    alice = user_named(db, "alice")
+    alice = signed_in(page, srv, setup, db, "alice")
     pair = next(a for a in db.assignments(alice) if a.item.kind == "ils" and a.item.positive)
     h, w = pair.item.height, pair.item.width
     generated = decode_rle(pair.item.mask, (h, w))
@@ -277,9 +266,7 @@ def test_outline_mode_and_the_brush_circle(page, live, setup) -> None:
 
 def test_the_case_page_decides_with_keys_and_names_each_questions_controls(page, live, setup) -> None:
     srv, db = live
-    page.set_viewport_size({"width": 1366, "height": 768})
-    browser_login(page, srv.url, "alice", setup.tokens["alice"])
-    alice = user_named(db, "alice")
+    alice = signed_in(page, srv, setup, db, "alice")
     case = next(a for a in db.assignments(alice) if a.item.kind == "bench" and len(a.item.parts) >= 2)
     open_assignment(page, srv.url, case.id)
     parts = case.item.parts
