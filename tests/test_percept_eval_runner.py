@@ -22,7 +22,7 @@ from cxrground.percept.schema import load_benchmark
 from cxrground.testing.mock_bench import make_benchmark
 from cxrground.testing.mock_server import MockServer, OraclePolicy, fixed_policy, hash_policy
 
-FAST = RetryPolicy(max_attempts=8, backoff=0.01, max_backoff=0.04, timeout=0.5)
+FAST = RetryPolicy(max_attempts=8, backoff=0.01, max_backoff=0.04, timeout=10.0)  # generous: a loaded CI machine
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def test_persistent_failure_is_recorded_and_counted_wrong(bench, tmp_path):
     ``no_answer``, counted wrong, and run again by a plain rerun (fewer than the stop rule's cases in a row)."""
     with MockServer(OraclePolicy(load_benchmark(bench)), max_requests=3) as server:
         summary = _run(bench, tmp_path / "run", server, concurrency=1, settings={"limit": 6},
-                       retry=RetryPolicy(max_attempts=2, backoff=0.01, max_backoff=0.02, timeout=0.5))
+                       retry=RetryPolicy(max_attempts=2, backoff=0.01, max_backoff=0.02, timeout=10.0))
     results = load_results(tmp_path / "run")
     assert len(results) == 6 and summary["failed_this_run"] > 0
     failed = [r for r in results.values() if r["status"] == "failed"]

@@ -95,7 +95,7 @@ def fake() -> Iterator[FakeLLM]:
 
 
 def _llm(fake: FakeLLM, **kw: Any) -> LLMStructurer:
-    opts: dict[str, Any] = {"backoff": 0.01, "max_backoff": 0.05, "timeout": 0.3, "max_retries": 3,
+    opts: dict[str, Any] = {"backoff": 0.01, "max_backoff": 0.05, "timeout": 10.0, "max_retries": 3,
                             "concurrency": 3}
     opts.update(kw)
     return LLMStructurer(fake.base_url, "fake-model", **opts)
@@ -230,7 +230,7 @@ def test_concurrency_is_bounded(fake: FakeLLM) -> None:
 
 def test_retries_on_429_500_and_timeouts(fake: FakeLLM) -> None:
     fake.faults = ["429", "500", "timeout"]
-    llm = _llm(fake, concurrency=1)
+    llm = _llm(fake, concurrency=1, timeout=0.3)
     rep = llm.structure("r0", make_section_choice("findings", SECTIONS[0]))
     assert llm.stats["retries"] == 3
     assert any(f.lesion == "pneumonia" and f.assertion == "uncertain" for f in rep.findings)

@@ -277,7 +277,7 @@ def test_failure_records_name_the_step_the_http_status_and_the_attempts() -> Non
                                        "reason": 'HTTP 500: {"error": "boom"} (after 3 attempts)'}
         fake.fail_if = None
         fake.faults = ["400-schema", "500"]  # the JSON-schema fallback's request counts too
-        llm = _llm(fake, max_retries=0)
+        llm = _llm(fake, max_retries=0, timeout=0.3)
         _, failed = llm.structure_many(_items(["Small effusion."]))
         assert (failed[0].step, failed[0].http_status, failed[0].attempts) == ("structure", 500, 2)
         fake.faults = ["timeout"]  # no HTTP answer: no status
