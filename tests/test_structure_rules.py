@@ -491,9 +491,12 @@ _VERSION_CORPUS = (
     "The heart shadow and mediastinal contours are not enlarged. Cardio mediastinal silhouettes are unremarkable. "
     "Bilateral interstitial prominence. Patchy retrocardiac opacity. No pneumothorax. The differential could include "
     "interstitial edema, infectious process or interstitial disease.",
+    "The heart is enlarged, consistent with cardiomegaly. Right lower lobe pneumonia, the pneumonia is unchanged. Left "
+    "effusion and right effusion. No focal opacity or infiltrate. Left lower lobe opacity could be atelectasis, "
+    "aspiration, or pneumonia. The heart is enlarged, which may represent cardiomegaly.",
 )
 #: sha256 of the corpus's finding rows under both alternatives policies, per :data:`RULES_VERSION`.
-_PINNED_OUTPUT = {"57": "c20a46de3422e65055452ccc1e89878bbdf70f9d20818ce4fcbcb947493a7b6c"}
+_PINNED_OUTPUT = {"58": "5bc1a8356de2e5619bd8d3ae39491dbc5ff8bdbfdc9c5057089abb8ffc7afddb"}
 
 
 def test_rules_version_is_bumped_when_the_output_changes() -> None:
@@ -1131,8 +1134,8 @@ def test_a_hedged_diagnosis_after_an_observation_lies_where_it_lies(text: str, e
     # no comma, or the list goes on with "or": the hedge covers every item
     ("Possible pneumonia and small effusion.", [("pneumonia", "uncertain"), ("effusion", "uncertain")]),
     ("Possible mild edema, small effusions, or both.", [("edema", "uncertain"), ("effusion", "uncertain")]),
-    ("Possible pneumonia, atelectasis, or aspiration.",
-     [("pneumonia", "uncertain"), ("atelectasis", "uncertain"), ("pneumonia", "uncertain")]),
+    ("Possible pneumonia, atelectasis, or aspiration.",  # aspiration: the pneumonia again (one finding)
+     [("pneumonia", "uncertain"), ("atelectasis", "uncertain")]),
 ])
 def test_a_hedge_ends_before_a_new_sized_item(text: str, expected: list) -> None:
     assert [(f.lesion or f.entity.lower(), f.assertion) for f in findings(text)] == expected
@@ -1193,8 +1196,7 @@ def test_a_post_cue_stops_at_a_bare_comma_that_ends_no_list(text: str, expected:
      [("effusion", "uncertain", (LL,)), ("pleural thickening", "uncertain", (LL,))]),
     ("Small, if any, right pleural effusion.", [("effusion", "uncertain", (RL,))]),
     ("Possible pneumonia, atelectasis, or aspiration.",
-     [("pneumonia", "uncertain", (RL, LL)), ("atelectasis", "uncertain", (RL, LL)),
-      ("pneumonia", "uncertain", (RL, LL))]),
+     [("pneumonia", "uncertain", (RL, LL)), ("atelectasis", "uncertain", (RL, LL))]),
 ])
 def test_versus_and_a_hedge_before_a_comma_stay_in_their_part(text: str, expected: list) -> None:
     assert [(f.lesion or f.entity.lower(), f.assertion, f.reported_location) for f in findings(text)] == expected

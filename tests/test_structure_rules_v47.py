@@ -1,6 +1,8 @@
 """Rules version 47 (bench/records/rules_v47_preregistration.md): "no resolution of", negated fits without a verb,
 "cannot r/o", "query", one-sided bases, the cardiothoracic ratio, "indicating", "Heart:" template lines, "dz" and
-fronted negated clauses. Every sentence of the record's table, and its counter-examples."""
+fronted negated clauses. Every sentence of the record's table, and its counter-examples, read by the current rules:
+since version 58 a sentence that names one lesion twice ("CTR is 0.58, indicating mild cardiomegaly.") gives one
+finding."""
 
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ CTR 0.62. | cardiomegaly present heart
 Cardiothoracic ratio greater than 50%. | cardiomegaly present heart
 The CTR is increased. | cardiomegaly present heart
 Findings indicating pulmonary edema. | edema present right lung;left lung
-CTR is 0.58, indicating mild cardiomegaly. | cardiomegaly present heart, cardiomegaly present heart
+CTR is 0.58, indicating mild cardiomegaly. | cardiomegaly present heart
 Heart: Enlarged. | cardiomegaly present heart
 Heart: Mildly enlarged. | cardiomegaly present heart
 Bilateral airspace dz. | opacity present right lung;left lung

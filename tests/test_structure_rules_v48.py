@@ -1,7 +1,8 @@
 """Rules version 48 (bench/records/rules_v48_preregistration.md): the cardiothoracic index, "condensation",
 post-posed and phrasal hedges, a side before a size word, edematous lungs, "pleural a fusion", "not to be confused
 with", foreign-body aspiration and one cardiomegaly per statement. Every sentence of the record's table, and its
-counter-examples."""
+counter-examples, read by the current rules: since version 58 a sentence that names one lesion twice ("CTR is 0.58,
+indicating mild cardiomegaly.") gives one finding."""
 
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ Edematous soft tissues. | -
 Aspiration. | pneumonia present right lung;left lung
 Foreign body aspiration pneumonia. | pneumonia present right lung;left lung
 Cardiomegaly. CTR 0.55. | cardiomegaly present heart, cardiomegaly present heart
-CTR is 0.58, indicating mild cardiomegaly. | cardiomegaly present heart, cardiomegaly present heart
+CTR is 0.58, indicating mild cardiomegaly. | cardiomegaly present heart
 """
 
 

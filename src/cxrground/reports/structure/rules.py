@@ -109,7 +109,14 @@ Per sentence of the chosen section, with the lexicon of :mod:`.lexicon`:
    "Atelectasis has resolved at the right base; it persists at the left base.") is absent at the first place only and
    present at the second (the persisting clause is a phrase of the lesion, with its own cues); a heart "top-normal in
    size to mildly enlarged" is the uncertain range of version 40.
-12. **Report level** (:mod:`.resolve`): a positive lesion finding without a location phrase takes the labels of
+12. **Version 58.** One lesion named twice in a sentence is one finding: two findings of the same target lesion and
+   assertion are merged when their labels are equal ("The heart is enlarged, consistent with cardiomegaly.", "No
+   focal opacity or infiltrate.") or, both positive, one has no location phrase of its own ("Right lower lobe
+   pneumonia, the pneumonia is unchanged."): the first keeps its phrase, takes both findings' location phrases and
+   the placed one's labels (:func:`_one_per_lesion`). Different lesions ("right lower lobe opacity, likely
+   pneumonia" attributes the opacity), assertions ("opacity may represent infiltrate"), sides ("left effusion and
+   right effusion") or places stay apart, and so do non-target findings.
+13. **Report level** (:mod:`.resolve`): a positive lesion finding without a location phrase takes the labels of
    the located positive findings of the sentence before when its sentence points back ("This may represent
    atelectasis."), else of the same lesion; in a merged findings + impression section a lesion +
    location repeated in the impression counts once.
@@ -276,8 +283,9 @@ __all__ = ["ALTERNATIVE_POLICIES", "DEFAULT_ALTERNATIVES", "RULES_VERSION", "Rul
 #: heart silhouette and mediastinal contours are not enlarged" is an absent cardiomegaly (the phrase's subject also
 #: takes "heart silhouette", "cardio mediastinal silhouette" and a joined mediastinum), and an uncertain pneumonia of a
 #: differential takes its alternatives' places (report-level rules version 11); the labels read a normal heart in
-#: more words.
-RULES_VERSION: Final[str] = "57"
+#: more words; 58 (``bench/records/rules_v58_preregistration.md``): one lesion named twice in a sentence with one
+#: assertion and agreeing places is one finding ("The heart is enlarged, consistent with cardiomegaly.").
+RULES_VERSION: Final[str] = "58"
 #: Alternatives policies (step 3 of the module docstring); the first is the default (ILS.md §7.1).
 ALTERNATIVE_POLICIES: Final[tuple[str, ...]] = ("uncertain", "present")
 DEFAULT_ALTERNATIVES: Final[str] = ALTERNATIVE_POLICIES[0]
@@ -572,7 +580,7 @@ class RuleStructurer:
                              location_phrases=_written_places(written, back, mm, f.location_phrases))
                      for f, mm in zip(found, [mm for mm in mentions if not (mm.absorbed or mm.historical)],
                                       strict=True)]
-        return found
+        return _one_per_lesion(found)
 
     # -- steps -------------------------------------------------------------------------------------------------
 
@@ -1038,7 +1046,8 @@ class RuleStructurer:
     def _one_cardiomegaly(low: str, mentions: list[_Mention]) -> None:
         """A cardiothoracic ratio after a cardiomegaly phrase of its sentence adds no second finding ("Mild cardiomegaly
         (CTR 0.55).", "The heart is enlarged with a CTR of 0.6."; version 48). A ratio before the phrase ("CTR is 0.58,
-        indicating mild cardiomegaly.") is still a finding of its own, as in version 47."""
+        indicating mild cardiomegaly.") is a finding of its own here, merged with the phrase's by
+        :func:`_one_per_lesion` (version 58)."""
         named = False
         for mm in mentions:
             if mm.kind.lesion not in HEART_MASK_LESIONS or mm.absorbed or mm.historical or mm.antecedent is not None:
@@ -1177,6 +1186,39 @@ class RuleStructurer:
                 hedge=mm.hedge if mm.assertion == "uncertain" else None,
             ))
         return out
+
+
+def _one_per_lesion(found: list[Finding]) -> list[Finding]:
+    """A sentence's findings with each lesion named twice made one finding (version 58): a later finding of the same
+    target lesion and assertion as an earlier one is merged into it when their labels are equal ("The heart is
+    enlarged, consistent with cardiomegaly.", "No focal opacity or infiltrate.") or, both positive, one of them has no
+    location phrase of its own ("Right lower lobe pneumonia, the pneumonia is unchanged.": it lies where the placed
+    one lies, as report-level rule 1 would place it). The merged finding keeps the earlier one's place in the
+    sentence and its phrase, takes the location phrases of both and the placed one's labels; it is ``likely`` only
+    when both are. Non-target findings, and findings that differ in assertion or place ("left effusion and right
+    effusion"), stay apart."""
+    out: list[Finding] = []
+    for f in found:
+        into = None
+        if f.lesion is not None:
+            into = next((k for k, g in enumerate(out) if g.lesion == f.lesion and g.assertion == f.assertion
+                         and _same_place(g, f)), None)
+        if into is None:
+            out.append(f)
+            continue
+        g = out[into]
+        placed = g if g.location_phrases or not f.location_phrases else f
+        hedge = None if g.assertion != "uncertain" else ("likely" if g.hedge == f.hedge == "likely" else "possible")
+        out[into] = replace(g, location_phrases=tuple(dict.fromkeys((*g.location_phrases, *f.location_phrases))),
+                            reported_location=placed.reported_location, hedge=hedge)
+    return out
+
+
+def _same_place(a: Finding, b: Finding) -> bool:
+    """Whether two findings of one lesion in one sentence lie at one place (:func:`_one_per_lesion`)."""
+    if a.reported_location == b.reported_location:
+        return True
+    return a.assertion != "absent" and (not a.location_phrases) != (not b.location_phrases)
 
 
 def _side_on_the(low: str, locs: list[tuple[int, str, tuple[str, ...]]]) -> list[tuple[int, str, tuple[str, ...]]]:
