@@ -115,6 +115,16 @@ def page(browser):
         context.close()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _ultralytics_settings_folder(tmp_path_factory):
+    """One ultralytics settings folder for the whole session, as ``make test`` sets ``YOLO_CONFIG_DIR``: ultralytics
+    reads it once, when first imported, so without it the first ``detector train`` of the process would fix the
+    folder to that run's ``OUT/.ultralytics`` for every later test (a test run alone would find its own output folder
+    made again after moving it)."""
+    if "YOLO_CONFIG_DIR" not in os.environ:
+        os.environ["YOLO_CONFIG_DIR"] = str(tmp_path_factory.mktemp("ultralytics"))
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``yolo`` need ultralytics and torchvision, which live in ``.venv-yolo`` (``make test`` runs
     them there and deselects them in ``.venv``); a plain ``pytest`` elsewhere skips them with that reason."""
