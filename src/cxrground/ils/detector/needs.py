@@ -39,7 +39,8 @@ def ultralytics_offline(config_dir: Path | None = None) -> None:
     ``YOLO_OFFLINE=1`` (no online check, update, telemetry or hub calls) and its ``sync`` setting off for this
     process (the settings file is left as it is). With ``config_dir`` (``detector train``: ``OUT/.ultralytics``,
     unless ``YOLO_CONFIG_DIR`` is set) its settings live there, with matplotlib's DejaVu Sans as the font it would
-    otherwise download for plots (``Arial.ttf``).
+    otherwise download for plots (``Arial.ttf``). ultralytics reads the folder once, when first imported: later calls
+    in the same process keep the first call's folder (``YOLO_CONFIG_DIR`` gives several runs of one process one folder).
     """
     os.environ["YOLO_OFFLINE"] = "1"
     if config_dir is not None and "YOLO_CONFIG_DIR" not in os.environ:
