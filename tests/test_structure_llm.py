@@ -64,7 +64,7 @@ def _rule_answer(body: dict[str, Any]) -> dict[str, Any]:
 class FakeLLM(MockServer):
     """The harness's mock OpenAI server answering with ``answer(body)`` as JSON text; ``requests`` counts all.
 
-    Faults (``faults``, one per request): "429", "429:SECONDS", "500", "timeout" (0.6 s), "400-schema", "ok";
+    Faults (``faults``, one per request): "429", "429:SECONDS", "500", "timeout" (2.5 s), "400-schema", "ok";
     ``fail_if(body)`` → 500; ``text_wrap`` puts the answer in a ```json fence with prose; ``delay`` seconds per
     answer; at most ``max_requests`` requests are served.
     """
@@ -73,7 +73,7 @@ class FakeLLM(MockServer):
                  port: int = 0) -> None:
         self.answer = answer
         self.text_wrap = False
-        super().__init__(self._content, max_requests=max_requests, keep_bodies=True, timeout_sleep=0.6, port=port)
+        super().__init__(self._content, max_requests=max_requests, keep_bodies=True, timeout_sleep=2.5, port=port)
 
     def _content(self, body: dict[str, Any]) -> str:
         content = json.dumps(self.answer(body))
@@ -230,7 +230,7 @@ def test_concurrency_is_bounded(fake: FakeLLM) -> None:
 
 def test_retries_on_429_500_and_timeouts(fake: FakeLLM) -> None:
     fake.faults = ["429", "500", "timeout"]
-    llm = _llm(fake, concurrency=1, timeout=0.3)
+    llm = _llm(fake, concurrency=1, timeout=0.8)
     rep = llm.structure("r0", make_section_choice("findings", SECTIONS[0]))
     assert llm.stats["retries"] == 3
     assert any(f.lesion == "pneumonia" and f.assertion == "uncertain" for f in rep.findings)

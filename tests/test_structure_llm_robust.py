@@ -106,8 +106,8 @@ def test_a_server_that_answered_then_died_stops_the_batch_after_a_run_of_reports
 def test_a_server_that_never_answers_stops_like_one_that_refuses_connections() -> None:
     with FakeLLM() as fake:
         fake.delay = 2.0
-        llm = _llm(fake, max_retries=1, timeout=0.2, concurrency=1)
-        with pytest.raises(BatchStopped, match=r"stops: got no answer from .*timed out after 0\.2 s \(after 2 "
+        llm = _llm(fake, max_retries=1, timeout=0.8, concurrency=1)
+        with pytest.raises(BatchStopped, match=r"stops: got no answer from .*timed out after 0\.8 s \(after 2 "
                                                r"attempts\).*--timeout"):
             llm.structure_many(_items(CLEAR))
         assert llm.stats["requests"] == 2
@@ -115,11 +115,11 @@ def test_a_server_that_never_answers_stops_like_one_that_refuses_connections() -
 
 def test_timeouts_after_answers_count_and_any_answer_resets_the_run() -> None:
     with FakeLLM() as fake:
-        llm = _llm(fake, max_retries=0, timeout=0.2, concurrency=1)
+        llm = _llm(fake, max_retries=0, timeout=0.8, concurrency=1)
         fake.faults = ["ok", *["timeout", "ok"] * 5]  # every other report times out: never 8 in a row
         done, failed = llm.structure_many(_items(CLEAR[:11]))
         assert len(done) == 6 and len(failed) == 5
-        assert all(f.reason == "timed out after 0.2 s (after 1 attempt)" for f in failed)
+        assert all(f.reason == "timed out after 0.8 s (after 1 attempt)" for f in failed)
         fake.faults = ["timeout"] * 8
         with pytest.raises(BatchStopped, match="8 reports in a row got no answer"):
             llm.structure_many(_items([f"Small effusion {i}." for i in range(10)]))
@@ -277,7 +277,7 @@ def test_failure_records_name_the_step_the_http_status_and_the_attempts() -> Non
                                        "reason": 'HTTP 500: {"error": "boom"} (after 3 attempts)'}
         fake.fail_if = None
         fake.faults = ["400-schema", "500"]  # the JSON-schema fallback's request counts too
-        llm = _llm(fake, max_retries=0, timeout=0.3)
+        llm = _llm(fake, max_retries=0, timeout=0.8)
         _, failed = llm.structure_many(_items(["Small effusion."]))
         assert (failed[0].step, failed[0].http_status, failed[0].attempts) == ("structure", 500, 2)
         fake.faults = ["timeout"]  # no HTTP answer: no status
@@ -321,7 +321,7 @@ def test_report_failures_name_files_alike_with_the_report_id(tmp_path: Path, mon
 def test_retries_are_noted_at_most_once_per_interval_with_their_causes() -> None:
     with FakeLLM() as fake:
         fake.faults = ["500", "500", "429", "timeout", "500"]
-        llm = _llm(fake, max_retries=5, concurrency=2, timeout=0.2)
+        llm = _llm(fake, max_retries=5, concurrency=2, timeout=0.8)
         notes: list[str] = []
         llm.on_note = notes.append
         done, failed = llm.structure_many(_items(["Small effusion.", "No effusion."]))
@@ -329,7 +329,7 @@ def test_retries_are_noted_at_most_once_per_interval_with_their_causes() -> None
         assert len(notes) == 1, notes  # within 10 s: one note
         assert re.fullmatch(r"LLM structurer: retrying [12] requests? \(HTTP 500\), next in 0\.0 s", notes[0])
         fake.faults = ["500", "429", "timeout", "500"]
-        llm = _llm(fake, max_retries=5, concurrency=1, timeout=0.2)
+        llm = _llm(fake, max_retries=5, concurrency=1, timeout=0.8)
         notes = []
         llm.on_note, llm.note_every = notes.append, 0.0
         llm.structure_many(_items(["Tiny effusion."]))
