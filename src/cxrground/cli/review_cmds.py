@@ -8,6 +8,7 @@ import click
 
 from cxrground.cli.common import EXISTING, OUT_DIR, OUT_FILE, echo_lines, group, note, request_options, warn
 from cxrground.net.limits import ConnectionLimits
+from cxrground.review.db import MAX_SESSION_HOURS, SESSION_SECONDS
 from cxrground.review.importers import ImportRequest, import_request
 
 _DB = click.option("--db", "db_path", type=OUT_FILE, required=True,
@@ -49,12 +50,53 @@ def import_cmd(request: ImportRequest, db_path: Path) -> None:
 @click.option("--secure-cookies", is_flag=True,
               help="Mark the session and login cookies Secure (the app sits behind HTTPS; browsers then send them "
                    "over HTTPS only).")
+@click.option("--session-hours", type=click.FloatRange(0, MAX_SESSION_HOURS, min_open=True),
+              default=SESSION_SECONDS / 3600, show_default=True,
+              help="How long a sign-in lasts before the reviewer signs in again (more than 0, at most "
+                   f"{MAX_SESSION_HOURS}).")
 @request_options(ConnectionLimits)
-def serve(connections: ConnectionLimits, db_path: Path, host: str, port: int, secure_cookies: bool) -> None:
+def serve(connections: ConnectionLimits, db_path: Path, host: str, port: int, secure_cookies: bool,
+          session_hours: float) -> None:
     """The review web app: /login, /queue, /review/ID, /stats and the /api (GET /healthz is public)."""
     from cxrground.review.launch import launch_app
 
-    launch_app(db_path, host, port, warn=warn, note=note, secure_cookies=secure_cookies, connections=connections)
+    launch_app(db_path, host, port, warn=warn, note=note, secure_cookies=secure_cookies, connections=connections,
+               session_hours=session_hours)
+
+
+@review.command("unassign")
+@_DB
+@click.option("--reviewer", required=True, help="The reviewer whose assignments are removed.")
+@click.option("--key", "keys", multiple=True,
+              help="Remove the assignment of this item key ({lesion}_{pair_id}; repeatable).")
+@click.option("--kind", type=click.Choice(["ils", "bench"]), default=None,
+              help="With --key: only items of this kind (an ILS pair and the benchmark case built from it share a "
+                   "key). Default: both.")
+@click.option("--undecided", is_flag=True, help="Remove every assignment of the reviewer that has no decision yet.")
+@click.option("--force", is_flag=True, help="Also remove assignments with decisions (their decisions leave the "
+              "export and stay in `review history`, marked removed).")
+def unassign(db_path: Path, reviewer: str, keys: tuple[str, ...], kind: str | None, undecided: bool,
+             force: bool) -> None:
+    """Take items out of a reviewer's queue, by --key or every --undecided one. An assignment with a decision is
+    refused unless --force. Exit status: 0 removed, 1 nothing matched (or refused), 2 usage."""
+    from cxrground.review.db import ReviewDB
+
+    if bool(keys) == undecided:
+        raise click.UsageError("give --key KEY (repeatable) or --undecided")
+    if kind is not None and not keys:
+        raise click.UsageError("--kind applies to --key only")
+    db = ReviewDB(db_path)
+    names = [u.name for u in db.users()]
+    if reviewer not in names:
+        raise click.BadParameter(f"no user {reviewer!r} in {db_path} (users: {', '.join(names) or 'none'})",
+                                 param_hint="--reviewer")
+    removed = db.unassign(reviewer, keys=keys, kind=kind, undecided=undecided, force=force)
+    if not removed:
+        what = f"key {', '.join(keys)}" + (f" ({kind})" if kind else "") if keys else "undecided item"
+        raise click.ClickException(f"nothing removed: {reviewer} has no assignment of {what} in {db_path}")
+    echo_lines([f"removed {reviewer}'s assignment of {r['kind']} {r['key']}"
+                + (f" (decision of {', '.join(r['decided'])} kept in the history)" if r["decided"] else "")
+                for r in removed] + [f"{len(removed)} assignment(s) removed from {db_path}"])
 
 
 @review.command("relink")

@@ -12,7 +12,8 @@ Routes (everything but ``GET /healthz``, the login page and its stylesheet needs
   PNG), ``POST /api/assignments/{id}/decision`` (JSON ``{part, decision, reason, mask, comment}``; a ``correct``
   with an empty mask is refused, one with the generated mask unchanged is recorded as ``accept``; ``comment``: the
   reviewer's free text, at most :data:`MAX_COMMENT_CHARS` characters, stored and returned as plain text),
-  ``GET /api/stats`` (admins).
+  ``POST /api/assignments/{id}/comment`` (JSON ``{part, comment, expected_version}``: only the comment of the part's
+  stored decision changes, with the decision route's version and CSRF rules), ``GET /api/stats`` (admins).
 
 Rules: a reviewer sees only their own assignments (another's id answers 404, as an unknown one); an admin sees
 every assignment but decides only on their own. A cookie-authenticated POST needs the session's CSRF token (the
@@ -64,7 +65,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from cxrground import __version__
-from cxrground.errors import InputError
+from cxrground.errors import ConfigError, InputError
 from cxrground.io.image import read_image
 from cxrground.io.masks import decode_rle, encode_rle
 from cxrground.net.connections import (
@@ -80,7 +81,9 @@ from cxrground.net.connections import (
 from cxrground.net.limits import ConnectionLimits
 from cxrground.review.db import (
     DECISIONS,
+    MAX_SESSION_HOURS,
     REJECT_REASONS,
+    SESSION_SECONDS,
     UNREADABLE_REASON,
     Assignment,
     DecisionConflict,
@@ -92,6 +95,7 @@ from cxrground.review.db import (
 from cxrground.review.stats import review_stats, stats_html
 from cxrground.vocab.display import ils_item_type_label, path_label, section_label
 from cxrground.vocab.percept_templates import question_stem
+from cxrground.vocab.views import is_frontal
 
 __all__ = ["BODY_TIMEOUT_S", "IDLE_TIMEOUT_S", "MAX_BODY_BYTES", "MAX_COMMENT_CHARS", "MAX_CONNECTIONS",
            "MAX_FORM_BYTES", "MAX_IN_FLIGHT", "SEND_TIMEOUT_S", "STATIC_DIR", "create_app", "rle_runs", "serve",
@@ -240,6 +244,15 @@ def _labels(item: Any) -> dict[str, Any]:
     return out
 
 
+def _orientation(view: str | None) -> str:
+    """How the page marks the patient's right and left on an item's film: ``frontal`` (a PA/AP view: R on the image's
+    left, L on its right), ``assumed`` (view unknown: marked as a frontal film, with a hint that the view is unknown)
+    or ``none`` (a lateral or other view: no R/L markers)."""
+    if not view:
+        return "assumed"
+    return "frontal" if is_frontal(view) else "none"
+
+
 def _queue_entry(a: QueueRow) -> dict[str, Any]:
     return {"id": a.id, "key": a.key, "kind": a.kind, "lesion": a.lesion, "item_type": a.item_type,
             "reviewer": a.user_name, "position": a.position, "done": a.done, "parts": a.parts, "decided": a.decided}
@@ -323,6 +336,31 @@ def _comment(value: Any) -> str:
     if any((ord(c) < 32 and c not in "\n\t") or ord(c) == 127 for c in text):
         raise _BadRequest("the comment holds control characters (only line breaks and tabs are kept)")
     return text
+
+
+def _write_guard(a: Assignment, body: dict[str, Any]) -> tuple[str, int | None, bool]:
+    """``(part, expected_version, overwrite)`` of a decision or comment write, checked (``_BadRequest``)."""
+    expected, overwrite = body.get("expected_version"), body.get("overwrite", False)
+    if expected is not None and (type(expected) is not int or not 0 <= expected < 2**62):
+        raise _BadRequest(f"expected_version must be the part's version the decision was made over (0: "
+                          f"undecided), got {expected!r}"[:300])
+    if type(overwrite) is not bool:
+        raise _BadRequest(f"overwrite must be true or false, got {overwrite!r}"[:300])
+    part = body.get("part")
+    if not isinstance(part, str) or part not in a.item.parts:
+        raise _BadRequest(f"part must be one of {a.item.parts}, got {part!r}"[:300])
+    return part, expected, overwrite
+
+
+def _conflict(exc: DecisionConflict) -> _Refused:
+    """The 409 answer to a write over a decision made meanwhile (what is stored now in ``stored``)."""
+    now = exc.stored
+    when = time.strftime("%H:%M", time.localtime(now["updated"])) if now["updated"] else ""
+    said = (f"decided meanwhile (in another tab or session) at {when} as {now['decision']}"
+            + (f" ({now['reason']})" if now["reason"] else "") if now["decision"] else
+            "undecided now (the decision it was made over is gone)")
+    return _Refused(409, "conflict", f"not stored: this part was {said}; send overwrite: true to replace it",
+                    stored={k: now[k] for k in ("decision", "reason", "comment", "updated", "version")})
 
 
 def _json_body(raw: bytes) -> Any:
@@ -418,11 +456,16 @@ class _InFlightLimit:
 
 
 def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
-               max_in_flight: int = MAX_IN_FLIGHT, body_timeout: float = BODY_TIMEOUT_S) -> FastAPI:
+               max_in_flight: int = MAX_IN_FLIGHT, body_timeout: float = BODY_TIMEOUT_S,
+               session_hours: float = SESSION_SECONDS / 3600) -> FastAPI:
     """The app over the review database ``db`` (``secure_cookies``: mark cookies Secure, behind HTTPS;
-    ``max_in_flight``: requests worked on at once; ``body_timeout``: seconds a request body may take to arrive).
+    ``max_in_flight``: requests worked on at once; ``body_timeout``: seconds a request body may take to arrive;
+    ``session_hours``: how long a sign-in lasts, more than 0 and at most :data:`MAX_SESSION_HOURS`).
     Token checks, RLE decoding and database work run in the thread pool (sync handlers, or
     :func:`run_in_threadpool`), never on the event loop."""
+    if not 0 < session_hours <= MAX_SESSION_HOURS:
+        raise ConfigError(f"session hours must be more than 0 and at most {MAX_SESSION_HOURS}, got {session_hours}")
+    session_seconds = session_hours * 3600
     db = db if isinstance(db, ReviewDB) else ReviewDB(db)
     app = FastAPI(title="cxrground review", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(_InFlightLimit, limit=max_in_flight)
@@ -617,7 +660,7 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
             # a form left open past its cookie's hour (or posted from elsewhere): a fresh form, the name kept
             return login_page("This sign-in form had expired (or came from another site). Enter your token and "
                               "sign in again.", 403, name)
-        made = await run_in_threadpool(db.login, name, fields.get("token", "").strip())
+        made = await run_in_threadpool(db.login, name, fields.get("token", "").strip(), session_seconds)
         if made is None:
             await slow_down(request)
             return login_page("Unknown name or wrong token.", 401, name)
@@ -733,7 +776,8 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
                                                             for i, im in enumerate(item.images)],
             "payload": item.payload, "parts": item.parts, "reasons": list(REJECT_REASONS[item.kind]),
             "unreadable_reason": UNREADABLE_REASON[item.kind],
-            "max_comment": MAX_COMMENT_CHARS, "labels": _labels(item),
+            "max_comment": MAX_COMMENT_CHARS, "labels": _labels(item), "view": item.view,
+            "orientation": _orientation(item.view),
             "decisions": {k: {"decision": v["decision"], "reason": v["reason"], "comment": v["comment"],
                               "updated": v["updated"], "version": v["version"]} for k, v in a.decisions.items()},
             "mask": {"size": list(shape), "counts": rle_runs(decode_rle(mask, shape))} if mask else None,
@@ -780,15 +824,8 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
         body = _json_body(raw)
         if not isinstance(body, dict):
             raise _BadRequest("body must be a JSON object {part, decision, reason, mask, comment}")
-        expected, overwrite = body.get("expected_version"), body.get("overwrite", False)
-        if expected is not None and (type(expected) is not int or not 0 <= expected < 2**62):
-            raise _BadRequest(f"expected_version must be the part's version the decision was made over (0: "
-                              f"undecided), got {expected!r}"[:300])
-        if type(overwrite) is not bool:
-            raise _BadRequest(f"overwrite must be true or false, got {overwrite!r}"[:300])
-        part, decision, reason = body.get("part"), body.get("decision"), body.get("reason") or ""
-        if not isinstance(part, str) or part not in a.item.parts:
-            raise _BadRequest(f"part must be one of {a.item.parts}, got {part!r}"[:300])
+        part, expected, overwrite = _write_guard(a, body)
+        decision, reason = body.get("decision"), body.get("reason") or ""
         if not isinstance(decision, str) or decision not in DECISIONS:
             raise _BadRequest(f"decision must be one of {list(DECISIONS)}, got {decision!r}"[:300])
         comment = _comment(body.get("comment"))
@@ -806,18 +843,40 @@ def create_app(db: ReviewDB | str | Path, *, secure_cookies: bool = False,
             stored = db.write_decision(a.id, part, decision, reason, rle, comment=comment, expected_version=expected,
                                        overwrite=overwrite, via="token" if p.csrf is None else "session")
         except DecisionConflict as exc:
-            now = exc.stored
-            when = time.strftime("%H:%M", time.localtime(now["updated"])) if now["updated"] else ""
-            said = (f"decided meanwhile (in another tab or session) at {when} as {now['decision']}"
-                    + (f" ({now['reason']})" if now["reason"] else "") if now["decision"] else
-                    "undecided now (the decision it was made over is gone)")
-            raise _Refused(409, "conflict", f"not stored: this part was {said}; send overwrite: true to replace it",
-                           stored={k: now[k] for k in ("decision", "reason", "comment", "updated", "version")}) from exc
+            raise _conflict(exc) from exc
         done, total, nxt = db.progress(p.user)
         parts_done = len(a.decisions.keys() | {part})
         return {"ok": True, "decision_id": stored.id, "decision": decision, "comment": comment,
                 "version": stored.version, "updated": stored.updated,
                 "assignment_done": parts_done >= len(a.item.parts), "done": done, "total": total, "next_open": nxt}
+
+    @app.post("/api/assignments/{assignment_id}/comment")
+    async def api_comment(assignment_id: int, request: Request) -> dict[str, Any]:
+        p = await run_in_threadpool(principal, request, allow_bearer=True)
+        check_csrf(p, request.headers.get("x-csrf-token"))
+        raw = await bounded_body(request)
+        return await run_in_threadpool(edit_comment, p, assignment_id, raw)
+
+    def edit_comment(p: _Principal, assignment_id: int, raw: bytes) -> dict[str, Any]:
+        """Change only the comment of a stored decision (the decision, reason and mask stay), with the decision
+        route's version rules (in the thread pool)."""
+        a = visible(p, assignment_id)
+        if a.user_id != p.user.id:
+            raise _Forbidden("only the assigned reviewer comments on an assignment")
+        body = _json_body(raw)
+        if not isinstance(body, dict):
+            raise _BadRequest("body must be a JSON object {part, comment, expected_version}")
+        part, expected, overwrite = _write_guard(a, body)
+        if "comment" not in body:
+            raise _BadRequest("the body needs 'comment' (the new text; empty removes the comment)")
+        comment = _comment(body.get("comment"))
+        try:
+            stored = db.write_comment(a.id, part, comment, expected_version=expected, overwrite=overwrite,
+                                      via="token" if p.csrf is None else "session")
+        except DecisionConflict as exc:
+            raise _conflict(exc) from exc
+        return {"ok": True, "decision_id": stored.id, "comment": comment, "version": stored.version,
+                "updated": stored.updated}
 
     def shown(a: Assignment) -> None:
         """Refuse (404/422) an accept or a correction of an item one of whose images the app cannot serve: the
@@ -873,14 +932,16 @@ def server_config(app: Any, host: str = "127.0.0.1", port: int = 8765, *, log_le
 
 
 def serve(db_path: str | Path, host: str = "127.0.0.1", port: int = 8765, *, log_level: str = "info",
-          secure_cookies: bool = False, connections: ConnectionLimits | None = None) -> None:
+          secure_cookies: bool = False, connections: ConnectionLimits | None = None,
+          session_hours: float = SESSION_SECONDS / 3600) -> None:
     """Run the app with uvicorn until interrupted (``secure_cookies``: the session cookie is ``Secure``, for a
     deployment behind HTTPS; ``connections``: the idle, body and send timeouts and the connection limit, by default
-    :data:`IDLE_TIMEOUT_S`, :data:`BODY_TIMEOUT_S`, :data:`SEND_TIMEOUT_S` and :data:`MAX_CONNECTIONS`)."""
+    :data:`IDLE_TIMEOUT_S`, :data:`BODY_TIMEOUT_S`, :data:`SEND_TIMEOUT_S` and :data:`MAX_CONNECTIONS`;
+    ``session_hours``: how long a sign-in lasts)."""
     import uvicorn
 
     c = connections or ConnectionLimits()
     prepare_process()
-    app = create_app(db_path, secure_cookies=secure_cookies, body_timeout=c.body_timeout)
+    app = create_app(db_path, secure_cookies=secure_cookies, body_timeout=c.body_timeout, session_hours=session_hours)
     uvicorn.Server(server_config(app, host, port, log_level=log_level, idle_timeout=c.idle_timeout,
                                  send_timeout=c.send_timeout, max_connections=c.max_connections)).run()

@@ -25,7 +25,11 @@
   write came first it is refused (:class:`DecisionConflict`, carrying what is stored now) unless it says
   ``overwrite``. Every write is also appended to ``decision_history`` (who, when, what, its comment, the version it
   made and the one it replaced), in the same transaction, so a replaced decision (and its mask) can be read back
-  (:meth:`ReviewDB.history`).
+  (:meth:`ReviewDB.history`). The comment alone can be changed (:meth:`ReviewDB.write_comment`: same version rules,
+  a history row flagged as a comment edit). Removing an assignment (:meth:`ReviewDB.unassign`) removes its current
+  decisions; its history rows stay (they name the item and reviewer themselves), marked removed.
+* **Views**: each item keeps its film's view (``PA``, ``AP``, ``LATERAL``, ...) when the import could tell it, else
+  NULL (unknown; items of databases made before views were kept, until the same input is imported again).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ __all__ = [
     "DECISIONS",
     "ILS_PART",
     "KINDS",
+    "MAX_SESSION_HOURS",
     "REJECT_REASONS",
     "REVIEW_TABLES",
     "ROLES",
@@ -77,10 +82,20 @@ REJECT_REASONS: Final[dict[str, tuple[str, ...]]] = {
 }
 #: The rejection reason of each item kind for a film the server cannot show: the only decision left for such an item.
 UNREADABLE_REASON: Final[dict[str, str]] = {"ils": "image unreadable", "bench": "image unclear"}
+#: How long a sign-in lasts unless ``review serve --session-hours`` says otherwise, and the longest it may say.
 SESSION_SECONDS: Final[int] = 12 * 3600
+MAX_SESSION_HOURS: Final[int] = 720
 _PBKDF2_ITERATIONS: Final[int] = 120_000
 _USER_CACHE_SECONDS: Final[float] = 5.0
-_SCHEMA: Final[str] = """
+#: The columns of ``decision_history``: ``item_id`` and ``user_id`` name what was decided and by whom, so a row outlives
+#: its assignment (``review unassign --force``: ``assignment_id`` becomes NULL, ``removed`` says when); ``edit`` is
+#: ``comment`` for a write that changed only the comment, else empty.
+_HISTORY_COLUMNS: Final[str] = """
+  id INTEGER PRIMARY KEY, assignment_id INTEGER, item_id INTEGER NOT NULL REFERENCES items(id), part TEXT NOT NULL,
+  user_id INTEGER NOT NULL REFERENCES users(id), decision TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', mask TEXT,
+  at REAL NOT NULL, version INTEGER NOT NULL, replaced_version INTEGER, overwrite INTEGER NOT NULL DEFAULT 0,
+  via TEXT NOT NULL DEFAULT '', comment TEXT NOT NULL DEFAULT '', edit TEXT NOT NULL DEFAULT '', removed REAL);"""
+_SCHEMA: Final[str] = f"""
 CREATE TABLE IF NOT EXISTS users(
   id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, role TEXT NOT NULL CHECK(role IN ('reviewer', 'admin')),
   salt BLOB NOT NULL, token_hash BLOB NOT NULL, created REAL NOT NULL, hash_kind TEXT NOT NULL DEFAULT 'pbkdf2');
@@ -91,7 +106,7 @@ CREATE TABLE IF NOT EXISTS items(
   id INTEGER PRIMARY KEY, kind TEXT NOT NULL CHECK(kind IN ('ils', 'bench')), key TEXT NOT NULL,
   lesion TEXT NOT NULL, item_type TEXT NOT NULL, positive INTEGER NOT NULL, source TEXT NOT NULL,
   height INTEGER NOT NULL, width INTEGER NOT NULL, images TEXT NOT NULL, payload TEXT NOT NULL, mask TEXT,
-  UNIQUE(kind, key));
+  view TEXT, UNIQUE(kind, key));
 CREATE TABLE IF NOT EXISTS assignments(
   id INTEGER PRIMARY KEY, item_id INTEGER NOT NULL REFERENCES items(id),
   user_id INTEGER NOT NULL REFERENCES users(id), position INTEGER NOT NULL, UNIQUE(item_id, user_id));
@@ -100,11 +115,7 @@ CREATE TABLE IF NOT EXISTS decisions(
   decision TEXT NOT NULL CHECK(decision IN ('accept', 'reject', 'correct')), reason TEXT NOT NULL DEFAULT '',
   mask TEXT, updated REAL NOT NULL, version INTEGER NOT NULL DEFAULT 1, comment TEXT NOT NULL DEFAULT '',
   UNIQUE(assignment_id, part));
-CREATE TABLE IF NOT EXISTS decision_history(
-  id INTEGER PRIMARY KEY, assignment_id INTEGER NOT NULL REFERENCES assignments(id), part TEXT NOT NULL,
-  user_id INTEGER NOT NULL REFERENCES users(id), decision TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', mask TEXT,
-  at REAL NOT NULL, version INTEGER NOT NULL, replaced_version INTEGER, overwrite INTEGER NOT NULL DEFAULT 0,
-  via TEXT NOT NULL DEFAULT '', comment TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS decision_history({_HISTORY_COLUMNS}
 CREATE INDEX IF NOT EXISTS assignments_user ON assignments(user_id, position);
 CREATE INDEX IF NOT EXISTS decision_history_assignment ON decision_history(assignment_id, part, version);
 """
@@ -119,6 +130,18 @@ INSERT INTO items_by_kind SELECT id, kind, key, lesion, item_type, positive, sou
   mask FROM items;
 DROP TABLE items;
 ALTER TABLE items_by_kind RENAME TO items;
+"""
+#: ``decision_history`` with ``item_id`` (filled from the assignments) and no reference to ``assignments`` (databases
+#: made before an assignment could be removed are rebuilt to it).
+_HISTORY_MIGRATION: Final[str] = f"""
+CREATE TABLE history_by_item({_HISTORY_COLUMNS}
+INSERT INTO history_by_item(id, assignment_id, item_id, part, user_id, decision, reason, mask, at, version,
+  replaced_version, overwrite, via, comment) SELECT h.id, h.assignment_id, a.item_id, h.part, h.user_id, h.decision,
+  h.reason, h.mask, h.at, h.version, h.replaced_version, h.overwrite, h.via, h.comment FROM decision_history h
+  JOIN assignments a ON a.id = h.assignment_id;
+DROP TABLE decision_history;
+ALTER TABLE history_by_item RENAME TO decision_history;
+CREATE INDEX IF NOT EXISTS decision_history_assignment ON decision_history(assignment_id, part, version);
 """
 
 
@@ -154,6 +177,8 @@ class Item:
     payload: dict[str, Any]
     mask: dict[str, Any] | None
     """The generated mask (COCO RLE, native size), ILS positives only."""
+    view: str | None = None
+    """The film's view as recorded at import (``PA``, ``AP``, ``LATERAL``, ...; upper case), None when unknown."""
 
     @property
     def parts(self) -> list[str]:
@@ -262,36 +287,55 @@ def _migrate(con: sqlite3.Connection) -> None:
     for table in ("decisions", "decision_history"):  # the reviewer's comment: empty on decisions made before it
         if "comment" not in {r[1] for r in con.execute(f"PRAGMA table_info({table})")}:
             con.execute(f"ALTER TABLE {table} ADD COLUMN comment TEXT NOT NULL DEFAULT ''")
+    if "item_id" not in {r[1] for r in con.execute("PRAGMA table_info(decision_history)")}:
+        _rebuild(con, _HISTORY_MIGRATION)
     # decisions made before the history was kept: each one is its part's first history row (every later write adds
     # one in the same transaction, so a history is empty while decisions exist only in such a database)
     if (con.execute("SELECT 1 FROM decisions LIMIT 1").fetchone()
             and not con.execute("SELECT 1 FROM decision_history LIMIT 1").fetchone()):
-        con.execute("INSERT INTO decision_history(assignment_id, part, user_id, decision, reason, mask, at, version, "
-                    "via) SELECT d.assignment_id, d.part, a.user_id, d.decision, d.reason, d.mask, d.updated, "
-                    "d.version, 'before history' FROM decisions d JOIN assignments a ON a.id = d.assignment_id")
+        con.execute("INSERT INTO decision_history(assignment_id, item_id, part, user_id, decision, reason, mask, at, "
+                    "version, via, comment) SELECT d.assignment_id, a.item_id, d.part, a.user_id, d.decision, "
+                    "d.reason, d.mask, d.updated, d.version, 'before history', d.comment FROM decisions d "
+                    "JOIN assignments a ON a.id = d.assignment_id")
     key_only = False
     for index in con.execute("PRAGMA index_list(items)").fetchall():
         if index[2]:  # unique
             cols = [r[2] for r in con.execute(f"PRAGMA index_info('{index[1]}')")]
             key_only = key_only or cols == ["key"]
     if key_only:
-        con.execute("PRAGMA foreign_keys=OFF")
-        con.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in _ITEMS_MIGRATION.split(";"):
-                if statement.strip():
-                    con.execute(statement)
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-        con.execute("COMMIT")
+        _rebuild(con, _ITEMS_MIGRATION)
+    if "view" not in {r[1] for r in con.execute("PRAGMA table_info(items)")}:  # items imported before: unknown view
+        con.execute("ALTER TABLE items ADD COLUMN view TEXT")
+
+
+def _rebuild(con: sqlite3.Connection, script: str) -> None:
+    """Run a table rebuild ``script`` (statements separated by ``;``) in one transaction, references unchecked."""
+    con.execute("PRAGMA foreign_keys=OFF")
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in script.split(";"):
+            if statement.strip():
+                con.execute(statement)
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+
+
+def _stored(now: sqlite3.Row | None) -> dict[str, Any]:
+    """What a part stores now (a :class:`DecisionConflict`'s ``stored``) from its ``decisions`` row or None."""
+    if now is None:
+        return {"decision": None, "reason": "", "updated": None, "version": 0, "comment": "", "mask": None}
+    return {"decision": now["decision"], "reason": now["reason"], "updated": now["updated"],
+            "version": int(now["version"]), "comment": now["comment"],
+            "mask": json.loads(now["mask"]) if now["mask"] else None}
 
 
 def _item(row: sqlite3.Row) -> Item:
     return Item(id=row["id"], kind=row["kind"], key=row["key"], lesion=row["lesion"], item_type=row["item_type"],
                 positive=bool(row["positive"]), source=row["source"], height=row["height"], width=row["width"],
                 images=json.loads(row["images"]), payload=json.loads(row["payload"]),
-                mask=json.loads(row["mask"]) if row["mask"] else None)
+                mask=json.loads(row["mask"]) if row["mask"] else None, view=row["view"] or None)
 
 
 def _items(con: sqlite3.Connection) -> list[Item]:
@@ -445,8 +489,9 @@ class ReviewDB:
             self._token_rows_read, self._token_rows_until = now, now + _USER_CACHE_SECONDS
         return self._token_rows.get(user_id)
 
-    def login(self, name: str, token: str) -> tuple[str, str] | None:
-        """Check ``name`` + ``token``; a new session ``(session token, csrf token)`` or None."""
+    def login(self, name: str, token: str, seconds: float = SESSION_SECONDS) -> tuple[str, str] | None:
+        """Check ``name`` + ``token``; a new session ``(session token, csrf token)`` that lasts ``seconds``, or
+        None."""
         user = self.user_by_token(token)
         if user is None or not hmac.compare_digest(user.name.encode(), name.strip().encode()):
             return None
@@ -454,7 +499,7 @@ class ReviewDB:
         with self.connect() as con:
             con.execute("DELETE FROM sessions WHERE expires < ?", (time.time(),))
             con.execute("INSERT INTO sessions(id_hash, user_id, csrf, expires) VALUES (?, ?, ?, ?)",
-                        (_sha256(session), user.id, csrf, time.time() + SESSION_SECONDS))
+                        (_sha256(session), user.id, csrf, time.time() + seconds))
         return session, csrf
 
     def session_user(self, session: str) -> tuple[User, str] | None:
@@ -505,15 +550,19 @@ class ReviewDB:
         for it in items:
             if it["kind"] not in KINDS:
                 raise ConfigError(f"item kind {it['kind']!r} is not one of {KINDS}")
+            view = it.get("view") or None
             if con.execute("SELECT 1 FROM items WHERE kind = ? AND key = ?", (it["kind"], it["key"])).fetchone():
+                if view:  # an item imported before its view was recorded learns it from the same input again
+                    con.execute("UPDATE items SET view = ? WHERE kind = ? AND key = ? AND view IS NULL",
+                                (view, it["kind"], it["key"]))
                 continue
             cur = con.execute(
                 "INSERT INTO items(kind, key, lesion, item_type, positive, source, height, width, images, "
-                "payload, mask) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "payload, mask, view) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (it["kind"], it["key"], it["lesion"], it["item_type"], int(it["positive"]), it["source"],
                  int(it["height"]), int(it["width"]), json.dumps(it["images"]),
                  json.dumps(it["payload"], ensure_ascii=False),
-                 json.dumps(it["mask"]) if it.get("mask") else None))
+                 json.dumps(it["mask"]) if it.get("mask") else None, view))
             ids.append(int(cur.lastrowid or 0))
         return ids
 
@@ -638,19 +687,14 @@ class ReviewDB:
         history. ``comment``: the reviewer's free text (stored as given; the app checks its length)."""
         mask_json = json.dumps(mask) if mask else None
         with self.connect() as con:
-            owner = con.execute("SELECT user_id FROM assignments WHERE id = ?", (assignment_id,)).fetchone()
+            owner = con.execute("SELECT user_id, item_id FROM assignments WHERE id = ?", (assignment_id,)).fetchone()
             if owner is None:
                 raise InputError(f"no assignment {assignment_id}", self.path)
             now = con.execute("SELECT decision, reason, mask, updated, version, comment FROM decisions "
                               "WHERE assignment_id = ? AND part = ?", (assignment_id, part)).fetchone()
             current = int(now["version"]) if now else 0
             if expected_version is not None and expected_version != current and not overwrite:
-                stored = ({"decision": now["decision"], "reason": now["reason"], "updated": now["updated"],
-                           "version": current, "comment": now["comment"],
-                           "mask": json.loads(now["mask"]) if now["mask"] else None}
-                          if now else {"decision": None, "reason": "", "updated": None, "version": 0, "comment": "",
-                                       "mask": None})
-                raise DecisionConflict(stored, expected_version)
+                raise DecisionConflict(_stored(now), expected_version)
             stamp = time.time()
             con.execute(
                 "INSERT INTO decisions(assignment_id, part, decision, reason, mask, updated, version, comment) "
@@ -660,17 +704,83 @@ class ReviewDB:
                 (assignment_id, part, decision, reason, mask_json, stamp, comment))
             row = con.execute("SELECT id, version FROM decisions WHERE assignment_id = ? AND part = ?",
                               (assignment_id, part)).fetchone()
-            con.execute("INSERT INTO decision_history(assignment_id, part, user_id, decision, reason, mask, at, "
-                        "version, replaced_version, overwrite, via, comment) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (assignment_id, part, owner["user_id"], decision, reason, mask_json, stamp, row["version"],
-                         current or None, int(overwrite), via, comment))
+            con.execute("INSERT INTO decision_history(assignment_id, item_id, part, user_id, decision, reason, mask, "
+                        "at, version, replaced_version, overwrite, via, comment) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (assignment_id, owner["item_id"], part, owner["user_id"], decision, reason, mask_json, stamp,
+                         row["version"], current or None, int(overwrite), via, comment))
         return StoredDecision(int(row["id"]), int(row["version"]), stamp)
 
+    def write_comment(self, assignment_id: int, part: str, comment: str, *, expected_version: int | None = None,
+                      overwrite: bool = False, via: str = "") -> StoredDecision:
+        """Change only the comment of the part's stored decision (its decision, reason and mask stay), with the same
+        rules as :meth:`write_decision`: the version goes up by one, the write is appended to the history (flagged as
+        a comment edit), ``expected_version`` / ``overwrite`` guard against a decision made meanwhile
+        (:class:`DecisionConflict`). A part without a decision is an :class:`InputError` (a comment is kept with a
+        decision)."""
+        with self.connect() as con:
+            owner = con.execute("SELECT user_id, item_id FROM assignments WHERE id = ?", (assignment_id,)).fetchone()
+            if owner is None:
+                raise InputError(f"no assignment {assignment_id}", self.path)
+            now = con.execute("SELECT id, decision, reason, mask, updated, version, comment FROM decisions "
+                              "WHERE assignment_id = ? AND part = ?", (assignment_id, part)).fetchone()
+            current = int(now["version"]) if now else 0
+            if expected_version is not None and expected_version != current and not overwrite:
+                raise DecisionConflict(_stored(now), expected_version)
+            if now is None:
+                raise InputError(f"part {part!r} of assignment {assignment_id} has no decision to comment on "
+                                 "(a comment is kept with a decision)", self.path)
+            stamp = time.time()
+            con.execute("UPDATE decisions SET comment = ?, updated = ?, version = version + 1 WHERE id = ?",
+                        (comment, stamp, now["id"]))
+            con.execute("INSERT INTO decision_history(assignment_id, item_id, part, user_id, decision, reason, mask, "
+                        "at, version, replaced_version, overwrite, via, comment, edit) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'comment')",
+                        (assignment_id, owner["item_id"], part, owner["user_id"], now["decision"], now["reason"],
+                         now["mask"], stamp, current + 1, current, int(overwrite), via, comment))
+        return StoredDecision(int(now["id"]), current + 1, stamp)
+
+    def unassign(self, reviewer: str, *, keys: Sequence[str] = (), kind: str | None = None,
+                 undecided: bool = False, force: bool = False) -> list[dict[str, Any]]:
+        """Remove assignments of the reviewer named ``reviewer``: those of the items with one of ``keys`` (of
+        ``kind`` when given), or with ``undecided`` every one of theirs without any decision. An assignment with a
+        decision is refused (:class:`ConfigError`, nothing removed) unless ``force``: its decisions leave the
+        current ones (and the export) but stay in the history, marked removed. Returns what was removed, queue order:
+        ``{kind, key, decided}`` (``decided``: the parts that had a decision). An unknown reviewer is an
+        :class:`InputError`; nothing matching is an empty list."""
+        if kind is not None and kind not in KINDS:
+            raise ConfigError(f"item kind {kind!r} is not one of {KINDS}")
+        with self.connect() as con:
+            user = con.execute("SELECT id FROM users WHERE name = ?", (reviewer,)).fetchone()
+            if user is None:
+                raise InputError(f"no user {reviewer!r} in the review database", self.path)
+            rows = con.execute(
+                "SELECT a.id, i.kind, i.key, (SELECT group_concat(d.part, char(31)) FROM decisions d "
+                "WHERE d.assignment_id = a.id) AS decided FROM assignments a JOIN items i ON i.id = a.item_id "
+                "WHERE a.user_id = ? ORDER BY a.position", (user["id"],)).fetchall()
+            wanted = set(keys)
+            chosen = [r for r in rows if (undecided and not r["decided"])
+                      or (r["key"] in wanted and (kind is None or r["kind"] == kind))]
+            decided = [r for r in chosen if r["decided"]]
+            if decided and not force:
+                names = ", ".join(f"{r['kind']} {r['key']}" for r in decided[:5]) + (" ..." if len(decided) > 5 else "")
+                raise ConfigError(f"{reviewer} has decided {len(decided)} of these assignment(s) ({names}); nothing "
+                                  "was removed (--force removes them, their decisions kept in `review history`)")
+            stamp = time.time()
+            for r in chosen:
+                con.execute("UPDATE decision_history SET assignment_id = NULL, removed = ? WHERE assignment_id = ?",
+                            (stamp, r["id"]))
+                con.execute("DELETE FROM decisions WHERE assignment_id = ?", (r["id"],))
+                con.execute("DELETE FROM assignments WHERE id = ?", (r["id"],))
+        return [{"kind": r["kind"], "key": r["key"], "decided": sorted(r["decided"].split("\x1f")) if r["decided"]
+                 else []} for r in chosen]
+
     def history(self, *, key: str | None = None, user: str | None = None) -> list[dict[str, Any]]:
-        """Every decision ever written (oldest first), replaced ones included: ``{at, reviewer, kind, key, part,
-        decision, reason, comment, mask, version, replaced_version, overwrite, via, latest}`` (``latest``: it is the
-        part's decision now); ``key`` / ``user``: only that item key / reviewer name."""
+        """Every decision ever written (oldest first), replaced ones included: ``{at, reviewer, assignment, kind, key,
+        part, decision, reason, comment, mask, version, replaced_version, overwrite, via, comment_only, removed,
+        latest}`` (``comment_only``: the write changed only the comment; ``removed``: when the assignment was removed
+        (``assignment`` is None then), else None; ``latest``: it is the part's decision now); ``key`` / ``user``: only
+        that item key / reviewer name."""
         where, args = ["1 = 1"], []
         if key is not None:
             where.append("i.key = ?")
@@ -681,11 +791,12 @@ class ReviewDB:
         with self.connect(write=False) as con:
             rows = con.execute(
                 "SELECT h.*, u.name AS reviewer, i.kind, i.key, d.version AS now_version FROM decision_history h "
-                "JOIN assignments a ON a.id = h.assignment_id JOIN items i ON i.id = a.item_id "
+                "JOIN items i ON i.id = h.item_id "
                 "JOIN users u ON u.id = h.user_id LEFT JOIN decisions d ON d.assignment_id = h.assignment_id "
                 f"AND d.part = h.part WHERE {' AND '.join(where)} ORDER BY h.at, h.id", tuple(args)).fetchall()
         return [{"at": r["at"], "reviewer": r["reviewer"], "assignment": r["assignment_id"], "kind": r["kind"],
                  "key": r["key"], "part": r["part"], "decision": r["decision"], "reason": r["reason"],
                  "comment": r["comment"], "mask": json.loads(r["mask"]) if r["mask"] else None, "version": r["version"],
                  "replaced_version": r["replaced_version"], "overwrite": bool(r["overwrite"]), "via": r["via"],
+                 "comment_only": r["edit"] == "comment", "removed": r["removed"],
                  "latest": r["version"] == r["now_version"]} for r in rows]

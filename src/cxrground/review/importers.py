@@ -3,7 +3,9 @@
 
 Both give item dicts for :meth:`cxrground.review.db.ReviewDB.add_items`. Every image is located, checked to
 exist (benchmark images also to lie inside the benchmark folder) and measured here, at import time; the server
-later reads only these stored paths. ``--sample N`` draws N items without replacement with a NumPy generator
+later reads only these stored paths. An ILS item records its film's view (PA, AP, LATERAL, ...) from the film's
+DICOM header, the study's ``view`` field or the build's unit record, the first that has one (else it is unknown); a
+benchmark records no view per case (unknown). ``--sample N`` draws N items without replacement with a NumPy generator
 seeded by ``--seed`` and keeps them in dataset order.
 """
 
@@ -125,15 +127,27 @@ class _UnreadableFile(Exception):
         self.error = error
 
 
-def _pose_warning(ils_dir: Path, study_key: str) -> dict[str, Any] | None:
-    """The pose reader's warning about the study's film, from its unit record in the build folder (None when the
-    film was not flagged, or when the folder holds no readable unit record: a dataset copied without its build)."""
+def _unit_record(ils_dir: Path, study_key: str) -> dict[str, Any]:
+    """The study's unit record in the build folder (empty when the folder holds no readable one: a dataset copied
+    without its build)."""
     unit = ils_dir / UNITS_DIR / f"{study_key}.json"
     try:
-        warning = json.loads(unit.read_text(encoding="utf-8")).get("pose_warning")
-    except (OSError, ValueError, AttributeError):
-        return None
+        record = json.loads(unit.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _pose_warning(unit: dict[str, Any]) -> dict[str, Any] | None:
+    """The pose reader's warning about the study's film from its unit record (None when the film was not flagged)."""
+    warning = unit.get("pose_warning")
     return warning if isinstance(warning, dict) and isinstance(warning.get("correction"), str) else None
+
+
+def _view(*candidates: Any) -> str | None:
+    """The first recorded view among ``candidates`` (the film's DICOM header, the study record, the build's unit
+    record), upper case; None when none records one."""
+    return next((str(v).strip().upper() for v in candidates if isinstance(v, str) and v.strip()), None)
 
 
 def _study_items(dataset_file: Path, images: Path, split: str, study_key: str, study: Any,
@@ -144,10 +158,13 @@ def _study_items(dataset_file: Path, images: Path, split: str, study_key: str, s
     if not image.is_file():
         raise _UnreadableFile(InputError(f"image of {study_key} not found under the --images folder", image))
     try:
-        h, w = read_image(image).shape
+        film = read_image(image)
     except InputError as exc:
         raise _UnreadableFile(exc) from exc
-    pose = _pose_warning(ils_dir, study_key)
+    h, w = film.shape
+    unit = _unit_record(ils_dir, study_key)
+    pose = _pose_warning(unit)
+    view = _view(film.view, study.get("view"), unit.get("view"))
     pairs = _mapping(study["instruction_answer_pairs"], f"instruction_answer_pairs of {study_key}",
                      dataset_file)
     out: list[dict[str, Any]] = []
@@ -165,7 +182,7 @@ def _study_items(dataset_file: Path, images: Path, split: str, study_key: str, s
                 "kind": "ils", "key": key_id(p["target"], p["pair_id"]), "lesion": p["target"],
                 "item_type": f"{p['type']} {'positive' if positive else 'negative'}", "positive": positive,
                 "source": str(ils_dir), "height": h, "width": w,
-                "images": [{"path": str(image.resolve()), "role": "cxr", "label": "CXR"}], "mask": mask,
+                "images": [{"path": str(image.resolve()), "role": "cxr", "label": "CXR"}], "mask": mask, "view": view,
                 "payload": {
                     "pair_id": p["pair_id"], "study": study_key, "split": split, "dicom_id": study["dicom_id"],
                     "instruction": p["instruction"], "answer": p["answer"], "type": p["type"],

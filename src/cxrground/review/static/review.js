@@ -61,13 +61,10 @@ async function freshCsrf() {
   return true;
 }
 
-async function postDecision(part, decision, reason, mask, expected, overwrite, comment) {
+async function postWrite(route, body) {
+  // POST a decision or a comment edit of this assignment (JSON), with the session's CSRF token
   setStatus('saving…', 'saving');
-  const body = {part: part, decision: decision, reason: reason || '', expected_version: expected || 0,
-                comment: comment || ''};
-  if (overwrite) body.overwrite = true;
-  if (mask) body.mask = mask;
-  const send = () => api('/api/assignments/' + id + '/decision', {
+  const send = () => api('/api/assignments/' + id + '/' + route, {
     method: 'POST', headers: {'Content-Type': 'application/json', 'X-CSRF-Token': csrf}, body: JSON.stringify(body)});
   try {
     return await send();
@@ -82,17 +79,37 @@ async function postDecision(part, decision, reason, mask, expected, overwrite, c
 // replaced only when the reviewer says so; a session that ended says how to sign in and retry (press `key` again).
 // Returns the server's answer, or null when nothing was stored (the status line says why).
 async function saveDecision(what, part, decision, reason, mask, known, key, comment) {
+  const replacing = 'your ' + decision + (reason ? ' (' + reason + ')' : '');
+  return guardedWrite(what, replacing, known, key, (expected, overwrite) => {
+    const body = {part: part, decision: decision, reason: reason || '', expected_version: expected || 0,
+                  comment: comment || ''};
+    if (overwrite) body.overwrite = true;
+    if (mask) body.mask = mask;
+    return postWrite('decision', body);
+  });
+}
+
+// A new comment on the stored decision of `part` (the decision itself stays), with the same checks.
+async function saveComment(what, part, comment, known) {
+  return guardedWrite(what, 'your comment (on that decision)', known, 'Save comment', (expected, overwrite) => {
+    const body = {part: part, comment: comment, expected_version: expected || 0};
+    if (overwrite) body.overwrite = true;
+    return postWrite('comment', body);
+  }, true);
+}
+
+async function guardedWrite(what, replacing, known, key, attempt, onDecision) {
+  // onDecision: the write needs a stored decision (a comment edit), so one taken back meanwhile is not replaced
   let expected = known, overwrite = false;
   for (;;) {
     try {
-      return await postDecision(part, decision, reason, mask, expected, overwrite, comment);
+      return await attempt(expected, overwrite);
     } catch (err) {
       if (err instanceof ApiError && err.status === 409 && err.type === 'conflict' && !overwrite) {
         const now = err.body.error.stored || {};
         const said = now.decision ? 'was decided in another tab or session at ' + clock(now.updated) + ' as ' +
           now.decision + (now.reason ? ' (' + now.reason + ')' : '') : 'has had its decision taken back';
-        if (window.confirm('This ' + what + ' ' + said + '. Replace that with your ' + decision +
-                           (reason ? ' (' + reason + ')' : '') + '?')) {
+        if ((now.decision || !onDecision) && window.confirm('This ' + what + ' ' + said + '. Replace that with ' + replacing + '?')) {
           expected = now.version || 0; overwrite = true;
           continue;
         }
@@ -163,7 +180,38 @@ function commentBox(idName, label, stored, max) {
   box.value = stored || '';
   box.dataset.stored = box.value;
   box.addEventListener('keydown', (ev) => { if (ev.key === 'Escape') { ev.preventDefault(); box.blur(); } });
+  box.addEventListener('input', () => growBox(box));
   return box;
+}
+
+function growBox(box) {
+  // the box as tall as its text, up to its CSS max-height; beyond that it scrolls
+  if (!box.isConnected) return;
+  const style = getComputedStyle(box);
+  const max = parseFloat(style.maxHeight) || Infinity;
+  const edges = parseFloat(style.borderTopWidth) + parseFloat(style.borderBottomWidth);
+  box.style.height = 'auto';
+  const wanted = box.scrollHeight + edges;
+  box.style.height = Math.min(wanted, max) + 'px';
+  box.style.overflowY = wanted > max ? 'auto' : 'hidden';
+}
+
+function growBoxes() {
+  for (const box of document.querySelectorAll('textarea.comment')) growBox(box);
+}
+
+function commentSaver(box, decided, save) {
+  // "Save comment": offered when a decision is stored and only its comment differs from what is stored
+  // (decided(): whether the part has a stored decision; save(): stores the box's text on it)
+  const button = el('button', {type: 'button', class: 'save-comment', id: 'save-' + box.id, hidden: ''},
+                    'Save comment');
+  const refresh = () => { button.hidden = !(decided() && box.value.trim() !== box.dataset.stored.trim()); };
+  box.addEventListener('input', refresh);
+  button.addEventListener('click', async () => {
+    button.disabled = true;
+    try { await save(); } finally { button.disabled = false; refresh(); }
+  });
+  return {button: button, refresh: refresh};
 }
 
 function storedComment(text) {
@@ -193,21 +241,46 @@ function readable(text, positive) {
 
 // --- the viewer: canvases at the image's native size, scaled and moved by one shared transform --------------
 
-function makeViewer(w, h, labels) {
-  // labels: [{id, text, aria}] per pane (aria: the canvas's accessible name)
+function orientationHelp(data) {
+  // what the help line says about the R/L markers of this item's film
+  if (data.orientation === 'none') return 'No R/L markers: the film\'s view is ' + data.view + ', not frontal.';
+  if (data.orientation === 'assumed') {
+    return 'R and L on the film: the patient\'s right and left if the film is frontal (its view is not recorded).';
+  }
+  return 'R and L on the film: the patient\'s right and left.';
+}
+
+function orientationMarks(data) {
+  // the R/L markers of one pane (none for a film that is not frontal) and the note on the view when it matters
+  const known = data.orientation === 'frontal';
+  if (data.orientation === 'none') {
+    return {marks: [], note: el('span', {class: 'view-hint', 'data-orientation': 'none',
+                                         title: 'R/L markers assume a frontal (PA/AP) film',
+                                         text: data.view + ' view: no R/L markers'})};
+  }
+  // the patient's right on the image's left (markers on the page, never drawn into the canvas or a mask)
+  const side = (s, word) => el('span', {class: 'orient', 'data-side': s, text: s,
+    title: 'patient\'s ' + word + (known ? ' (' + data.view + ' film)' : ' if the film is frontal (view unknown)')});
+  const note = known ? null : el('span', {class: 'view-hint', 'data-orientation': 'assumed',
+                                          title: 'the import recorded no view for this film',
+                                          text: 'view unknown: R/L assume a frontal film'});
+  return {marks: [side('R', 'right'), side('L', 'left')], note: note};
+}
+
+function makeViewer(w, h, labels, data) {
+  // labels: [{id, text, aria}] per pane (aria: the canvas's accessible name); data: the item (its orientation)
   const view = {scale: 1, tx: 0, ty: 0, level: 127.5, width: 255, onTransform: null};
   const stages = el('div', {class: 'stages', id: 'stages'});
+  app.dataset.orientation = data.orientation || 'frontal';
   const panes = labels.map((label, i) => {
     const canvas = el('canvas', {id: i === 0 ? 'view' : 'view-' + label.id, width: String(w), height: String(h),
                                  role: 'img', 'aria-label': label.aria || label.text || 'image'});
-    // orientation of a frontal film: the patient's right on the image's left (markers on the page, never drawn
-    // into the canvas or a mask)
-    const right = el('span', {class: 'orient', 'data-side': 'R', title: 'patient\'s right (frontal film)', text: 'R'});
-    const left = el('span', {class: 'orient', 'data-side': 'L', title: 'patient\'s left (frontal film)', text: 'L'});
+    const {marks, note} = orientationMarks(data);
     const stage = el('div', {class: 'stage', id: i === 0 ? 'stage' : 'stage-' + label.id}, canvas,
-                     el('span', {class: 'pane-label', text: label.text}), right, left);
+                     el('span', {class: 'pane-label', text: label.text}), ...marks);
+    if (note) stage.append(note);
     stages.append(stage);
-    return {canvas: canvas, stage: stage, ctx: canvas.getContext('2d'), right: right, left: left};
+    return {canvas: canvas, stage: stage, ctx: canvas.getContext('2d'), right: marks[0], left: marks[1]};
   });
   const zoomLabel = el('span', {class: 'sub', id: 'zoom-level'});
 
@@ -219,6 +292,7 @@ function makeViewer(w, h, labels) {
     const y0 = Math.max(view.ty, 0), y1 = Math.min(view.ty + h * view.scale, b.height);
     const y = Math.min(Math.max((y0 + y1) / 2, 0), b.height) + 'px';
     for (const p of panes) {
+      if (!p.right) continue;
       p.right.style.left = x0 + 'px'; p.right.style.top = y;
       p.left.style.left = x1 + 'px'; p.left.style.top = y;
     }
@@ -425,7 +499,7 @@ function ilsPage(data) {
   const viewer = makeViewer(w, h, [
     {id: 'current', text: positive ? (data.editable ? 'your mask' : data.reviewer + '\'s mask') : 'film',
      aria: 'chest film ' + data.key + (positive ? ', lesion mask drawn over it in cyan' : '')},
-    {id: 'generated', text: 'generated mask', aria: 'chest film ' + data.key + ', generated mask in orange'}]);
+    {id: 'generated', text: 'generated mask', aria: 'chest film ' + data.key + ', generated mask in orange'}], data);
   const [main, side] = viewer.panes;
   side.stage.hidden = true;
   let grey = null;                      // Uint8ClampedArray of grey values (native size)
@@ -461,6 +535,13 @@ function ilsPage(data) {
   const reject = el('button', {type: 'button', class: 'reject', id: 'reject', disabled: ''}, 'Reject (R)');
   const save = el('button', {type: 'button', id: 'save-mask', disabled: ''}, 'Save corrected mask (S)');
   const comment = commentBox('comment', 'comment on your decision', own ? own.comment : '', data.max_comment);
+  const saver = commentSaver(comment, () => !!own, async () => {
+    const result = await saveComment('pair', 'pair', comment.value, own.version);
+    if (!result) return;  // the status line says why
+    Object.assign(own, {version: result.version, comment: result.comment, updated: result.updated});
+    comment.dataset.stored = comment.value;
+    setStatus('comment saved (the decision stays as it was)', 'saved');
+  });
   const decided = el('p', {id: 'decision', class: 'decided',
                            text: own ? 'Your decision: ' + own.decision + (own.reason ? ' (' + own.reason + ')' : '') +
                                        (ownMask ? ' — your mask is shown' : '')
@@ -501,19 +582,20 @@ function ilsPage(data) {
                                      text: 'Report section: ' + (labels.section || p.section_name)}),
        el('p', {id: 'section', text: p.section_content})));
   const decide = el('div', {class: 'decide'}, el('div', {class: 'controls'}, accept, reasons, reject,
-                                                  positive ? save : ''), comment);
+                                                  positive ? save : ''), comment, saver.button);
   const theirComment = !data.editable && own && own.comment ? storedComment(own.comment) : '';
   const help = el('p', {class: 'sub', id: 'help'},
     'Keys: A accept what is shown (your painted or saved mask, else the generated one) · R reject (choose the ' +
-    'reason first) · S save your mask (unchanged: an accept); the comment is sent with the decision (Esc leaves ' +
-    'the box) · ' +
+    'reason first) · S save your mask (unchanged: an accept); the comment is sent with the decision, or alone with ' +
+    'Save comment once you have decided (Esc leaves the box) · ' +
     'B brush · E eraser · H pan · M mask · O outline · C generated beside · [ ] brush size · + − zoom · ' +
     '1 full resolution · W auto window (1st–99th percentile) · 0 fit and full window · N next · P previous (both ask before dropping unsaved paint). Wheel zooms; drag ' +
-    'with Pan (or the middle button) moves. R and L on the film: the patient\'s right and left.');
+    'with Pan (or the middle button) moves. ' + orientationHelp(data));
   const nav = headerNav(data);
   const sideColumn = el('div', {class: 'side'}, text, decided, data.editable ? decide : theirComment,
                         controls.row, maskRow, editControls, meta, help);
   content.append(el('div', {class: 'layout'}, el('div', {class: 'viewer'}, viewer.stages), sideColumn));
+  growBoxes();
   const cursor = el('div', {class: 'brush-cursor', id: 'brush-cursor', hidden: ''});
   main.stage.append(cursor);
 
@@ -575,8 +657,9 @@ function ilsPage(data) {
   const commentChanged = () => comment.value.trim() !== comment.dataset.stored.trim();
   function leaveOk() {
     if (edited) return window.confirm('Your mask edits are not saved. Leave this pair and drop them?');
-    return !commentChanged() || window.confirm('Your comment is not saved (it is saved with a decision). Leave ' +
-                                               'this pair and drop it?');
+    return !commentChanged() || window.confirm('Your comment is not saved (it is saved with a decision' +
+                                               (own ? ', or with Save comment' : '') + '). Leave this pair and ' +
+                                               'drop it?');
   }
   function go(url) { if (url && leaveOk()) { setEdited(false); window.location.href = url; } }
   window.addEventListener('beforeunload', (ev) => {
@@ -805,7 +888,7 @@ function benchPage(data) {
     // one viewer per image size; window/level and zoom carry over between images of the same size
     if (!viewer || viewer.panes[0].canvas.width !== im.w || viewer.panes[0].canvas.height !== im.h) {
       const kept = viewer ? {level: viewer.view.level, width: viewer.view.width} : null;
-      viewer = makeViewer(im.w, im.h, [{id: 'image', text: '', aria: 'case image'}]);
+      viewer = makeViewer(im.w, im.h, [{id: 'image', text: '', aria: 'case image'}], data);
       viewer.onDrag(viewer.panes[0], () => true, () => {});
       controls = windowControls(viewer, draw, () => {
         const im = images[shown];
@@ -902,16 +985,24 @@ function benchPage(data) {
                         'Reject (R)');
       const comment = commentBox('comment-' + q.part, 'comment on ' + label, mine ? mine.comment : '',
                                  data.max_comment);
+      const saver = commentSaver(comment, () => q.part in data.decisions, async () => {
+        const stored = data.decisions[q.part];
+        const result = await saveComment('question', q.part, comment.value, stored.version);
+        if (!result) return;
+        Object.assign(stored, {version: result.version, comment: result.comment, updated: result.updated});
+        comment.dataset.stored = comment.value;
+        setStatus('comment saved on ' + label + ' (its decision stays as it was)', 'saved');
+      });
       const canReject = () => {
         if (reasons.value && film !== 'loading') reject.removeAttribute('disabled');
         else reject.setAttribute('disabled', '');
       };
       reasons.addEventListener('change', canReject);
       Object.assign(entry, {accept: accept, reject: reject, reasons: reasons, canReject: canReject,
-                            comment: comment});
+                            comment: comment, saver: saver});
       accept.addEventListener('click', () => send(qi, 'accept'));
       reject.addEventListener('click', () => send(qi, 'reject'));
-      box.append(el('div', {class: 'controls'}, accept, reasons, reject, state), comment);
+      box.append(el('div', {class: 'controls'}, accept, reasons, reject, state), comment, saver.button);
       box.addEventListener('focusin', () => setCurrent(qi));
       box.addEventListener('click', () => setCurrent(qi));
     } else {
@@ -947,6 +1038,7 @@ function benchPage(data) {
     data.decisions[q.part] = {decision: decision, reason: reason, version: result.version, updated: result.updated,
                               comment: result.comment};
     q.comment.dataset.stored = q.comment.value;
+    q.saver.refresh();
     q.state.textContent = decision + (reason ? ' (' + reason + ')' : '');
     q.box.dataset.state = decision;
     refreshProgress();
@@ -973,11 +1065,12 @@ function benchPage(data) {
   });
   side.append(nextLink, el('p', {class: 'sub', id: 'help', text: 'Keys: A accept / R reject the highlighted ' +
     'question (choose the reason first; the next open question is highlighted after each decision; click a ' +
-    'question to pick it; its comment box is sent with the decision, Esc leaves the box) · + − zoom · 1 full ' +
+    'question to pick it; its comment box is sent with the decision, or alone with Save comment once decided; Esc ' +
+    'leaves the box) · + − zoom · 1 full ' +
     'resolution · W auto window (1st–99th percentile) · 0 fit and full window · [ ] previous/next image · N next ' +
-    'case. Wheel zooms, drag moves; window/level stays when the image changes. R and L on the image: the ' +
-    'patient\'s right and left.'}));
+    'case. Wheel zooms, drag moves; window/level stays when the image changes. ' + orientationHelp(data)}));
   refreshProgress();
+  growBoxes();
   setCurrent(questions.length ? Math.max(0, firstOpen(-1)) : -1);
   document.addEventListener('keydown', (ev) => {
     if (typing(ev.target) || ev.ctrlKey || ev.metaKey || ev.altKey) return;
