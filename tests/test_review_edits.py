@@ -232,6 +232,14 @@ def test_items_carry_their_films_view_and_the_api_says_how_to_mark_r_and_l(tmp_p
     assert (got[named]["view"], got[named]["orientation"]) == ("AP", "frontal")
 
 
+def test_a_benchmark_case_film_is_marked_as_the_frontal_film_the_benchmark_is_made_of(setup, tmp_path) -> None:
+    db = setup.copy(tmp_path / "db")
+    case = next(a for a in db.assignments(user_named(db, "alice")) if a.item.kind == "bench")
+    with _bearer(db, setup.tokens["alice"]) as http:
+        got = http.get(f"/api/assignments/{case.id}").json()
+    assert (got["view"], got["orientation"]) == ("FRONTAL", "frontal")
+
+
 def test_an_older_database_gains_views_and_a_history_that_outlives_assignments(setup, tmp_path) -> None:
     db = setup.copy(tmp_path / "db")
     alice = user_named(db, "alice")

@@ -95,7 +95,7 @@ from cxrground.review.db import (
 from cxrground.review.stats import review_stats, stats_html
 from cxrground.vocab.display import ils_item_type_label, path_label, section_label
 from cxrground.vocab.percept_templates import question_stem
-from cxrground.vocab.views import is_frontal
+from cxrground.vocab.views import BENCH_VIEW, is_frontal
 
 __all__ = ["BODY_TIMEOUT_S", "IDLE_TIMEOUT_S", "MAX_BODY_BYTES", "MAX_COMMENT_CHARS", "MAX_CONNECTIONS",
            "MAX_FORM_BYTES", "MAX_IN_FLIGHT", "SEND_TIMEOUT_S", "STATIC_DIR", "create_app", "rle_runs", "serve",
@@ -247,10 +247,11 @@ def _labels(item: Any) -> dict[str, Any]:
 def _orientation(view: str | None) -> str:
     """How the page marks the patient's right and left on an item's film: ``frontal`` (a PA/AP view: R on the image's
     left, L on its right), ``assumed`` (view unknown: marked as a frontal film, with a hint that the view is unknown)
-    or ``none`` (a lateral or other view: no R/L markers)."""
+    or ``none`` (a lateral or other view: no R/L markers). A benchmark case's film is frontal by the benchmark's
+    definition (``FRONTAL``)."""
     if not view:
         return "assumed"
-    return "frontal" if is_frontal(view) else "none"
+    return "frontal" if view == BENCH_VIEW or is_frontal(view) else "none"
 
 
 def _queue_entry(a: QueueRow) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from cxrground.percept.cases import key_id
 from cxrground.percept.paths import unsafe_reason
 from cxrground.percept.schema import load_benchmark
 from cxrground.reports.sentences import parse_numbered
+from cxrground.vocab.views import BENCH_VIEW
 
 __all__ = ["STAGE_TITLES", "ImportRequest", "bench_items", "ils_items", "import_items", "import_request",
            "sample_items"]
@@ -241,7 +242,7 @@ def bench_items(bench_dir: str | Path) -> list[dict[str, Any]]:
         out.append({
             "kind": "bench", "key": key, "lesion": plan.lesion, "item_type": plan.path,
             "positive": plan.path != "LF", "source": str(root), "height": int(h), "width": int(w),
-            "images": images, "mask": None,
+            "images": images, "mask": None, "view": BENCH_VIEW,
             "payload": {"pair_id": case.pair_id, "dicom_id": case.dicom_id, "case_id": case.case_id or key,
                         "path": plan.path, "questions": questions, "parts": [q.qid for q in plan.questions]},
         })
