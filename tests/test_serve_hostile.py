@@ -5,6 +5,7 @@ no CDN-loading docs pages, and the process-level guards (open-file limit, accept
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
@@ -22,9 +23,17 @@ import httpx
 from cxrground.io.image import CXRImage
 from cxrground.io.overlay import overlay_masks
 from cxrground.models.base import IlsOutput
-from cxrground.net.connections import AcceptErrorFilter, LogThrottle, guarded_protocol, prepare_process
+from cxrground.net.connections import (
+    AcceptErrorFilter,
+    BodyDeadline,
+    BodyTimeout,
+    LogThrottle,
+    guarded_protocol,
+    prepare_process,
+)
 from cxrground.serve import app as app_module
 from cxrground.serve.app import OVERLAY_ALPHA, OVERLAY_COLOUR, create_app
+from cxrground.serve.decode import decode_image_bytes
 from cxrground.serve.limits import Limits
 from cxrground.serve.run import BackgroundServer
 from cxrground.testing.servers import (
@@ -477,3 +486,96 @@ def test_a_deflated_dicom_multi_frame_bombs_and_strips_are_refused_before_decodi
     with pytest.raises(ApiError, match=r"sides more than 8:1 apart") as err:
         decode_image_bytes(png_bytes(np.zeros((4, 4000), np.uint8)), Limits())
     assert err.value.status == 400
+
+
+def test_stalled_bodies_are_dropped_to_make_room_instead_of_keeping_everyone_out() -> None:
+    # a few clients send most of a large body and stop: once their bodies have stalled, a new request is answered
+    # (one stalled body gets 408 and its connection closes) rather than 503 until the body timeout
+    limits = Limits(max_upload_bytes=60_000, max_in_flight=1)
+    held = limits.max_bodies_bytes
+    part_size = (held - 500) // 3  # three bodies leave too little room for any image request
+    assert part_size < limits.max_body_bytes - 100
+    with BackgroundServer(create_app(ThresholdModel(), limits), limit_concurrency=None) as server:
+        head = (b"POST /v1/segment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n" % (limits.max_body_bytes - 100))
+        socks = [socket.create_connection(("127.0.0.1", _port(server)), timeout=5) for _ in range(3)]
+        try:
+            for sock in socks:
+                sock.sendall(head + b'{"image": "' + b"A" * (part_size - 11))
+            time.sleep(app_module.STALLED_BODY_S + 0.5)  # every body has stalled
+            answer = _upload(server.url)
+            assert answer.status_code == 200, answer.text
+            dropped = [a for a in (read_until_closed(s, 2.0) for s in socks) if a]
+            assert len(dropped) == 1, dropped
+            assert dropped[0].startswith(b"HTTP/1.1 408") and b"connection: close" in dropped[0].lower()
+            assert b"stalled" in dropped[0]
+        finally:
+            for sock in socks:
+                sock.close()
+
+
+def test_a_request_whose_client_left_while_it_waited_is_not_worked_on() -> None:
+    model = _StallModel()
+    app = create_app(model, Limits(max_in_flight=1, body_timeout_s=0.5))
+    with BackgroundServer(app, limit_concurrency=None) as server:
+        first: list[httpx.Response] = []
+        worker = threading.Thread(target=lambda: first.append(_upload(server.url)))
+        worker.start()
+        try:
+            assert model.entered.wait(5), "the first request never reached the model"
+            body = json.dumps({"image": data_url(png_bytes(cxr_pixels())), "instruction": INSTRUCTION}).encode()
+            with socket.create_connection(("127.0.0.1", _port(server)), timeout=5) as gone:
+                gone.sendall(b"POST /v1/segment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                time.sleep(0.3)  # the server has read the body; the request waits for the slot
+            waiting: list[httpx.Response] = []
+            patient = threading.Thread(target=lambda: waiting.append(_upload(server.url)))
+            patient.start()
+            time.sleep(0.8)  # it waits in the queue longer than the body timeout
+        finally:
+            model.release.set()
+            worker.join(20)
+        patient.join(20)
+        assert [r.status_code for r in first] == [200]
+        assert [r.status_code for r in waiting] == [200], waiting[0].text if waiting else None
+        time.sleep(0.3)
+        assert model.calls == 2  # the first and the patient one: the request whose client left never ran
+
+
+def test_the_body_deadline_ends_once_the_body_is_in() -> None:
+    # after the body, a receive waits for the client to go (a handler asking whether it is still there): not timed
+    messages = [{"type": "http.request", "body": b"{}", "more_body": False}, {"type": "http.disconnect"}]
+    seen: list[str] = []
+
+    async def receive() -> dict:
+        message = messages.pop(0)
+        if message["type"] == "http.disconnect":
+            await asyncio.sleep(0.3)  # the client goes long after the deadline
+        return message
+
+    async def app(scope, receive, send) -> None:
+        seen.append((await receive())["type"])
+        seen.append((await receive())["type"])
+
+    asyncio.run(BodyDeadline(app, timeout=0.1)({"type": "http"}, receive, None))
+    assert seen == ["http.request", "http.disconnect"]
+
+
+def test_a_body_that_does_not_arrive_in_time_still_times_out() -> None:
+    async def receive() -> dict:
+        await asyncio.sleep(1)
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def app(scope, receive, send) -> None:
+        await receive()
+
+    with pytest.raises(BodyTimeout):
+        asyncio.run(BodyDeadline(app, timeout=0.1)({"type": "http"}, receive, None))
+
+
+@pytest.mark.parametrize("tail", [b"", bytes(range(256)) * 8], ids=["marker only", "garbage"])
+def test_a_dicom_without_an_image_is_named_so_without_internal_names(tail) -> None:
+    with pytest.raises(app_module.ApiError) as err:
+        decode_image_bytes(b"\0" * 128 + b"DICM" + tail, Limits())
+    assert err.value.status == 400 and "has no Rows" in err.value.message, err.value.message
+    assert "Error" not in err.value.message and "FileDataset" not in err.value.message

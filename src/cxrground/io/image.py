@@ -108,9 +108,15 @@ def image_header_pixels(data: bytes | BinaryIO, kind: str) -> tuple[int, int, in
         source.seek(start)
         try:
             ds = pydicom.dcmread(source, stop_before_pixels=True)
+            missing = [name for name in ("Rows", "Columns") if ds.get(name) is None]
+            if missing:
+                raise ImageReadError(f"the DICOM header has no {' or '.join(missing)}: the file holds no image (or "
+                                     "its header is damaged)")
             h, w = int(ds.Rows), int(ds.Columns)
             frames = int(ds.get("NumberOfFrames", 1) or 1)
             samples = int(ds.get("SamplesPerPixel", 1) or 1)
+        except ImageReadError:
+            raise
         except Exception as exc:  # pydicom raises many types on damaged headers
             raise ImageReadError(f"cannot parse DICOM header ({type(exc).__name__}: {exc})") from exc
         return h, w, h * w * max(1, frames) * max(1, samples)

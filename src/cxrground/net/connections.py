@@ -238,7 +238,8 @@ class BodyTimeout(Exception):
 
 class BodyDeadline:
     """ASGI middleware: each HTTP request's body must have arrived ``timeout`` seconds after its head; a handler
-    still waiting for it then gets :class:`BodyTimeout`."""
+    still waiting for it then gets :class:`BodyTimeout`. Once the body is in, the deadline no longer applies (a
+    handler that asks whether its client is still there, however late, is told, not timed out)."""
 
     def __init__(self, app: ASGIApp, timeout: float = BODY_TIMEOUT_S) -> None:
         self.app = app
@@ -249,13 +250,19 @@ class BodyDeadline:
             await self.app(scope, receive, send)
             return
         deadline = time.monotonic() + self.timeout
+        arrived = False
 
         async def timed_receive() -> Message:
+            nonlocal arrived
+            if arrived:  # the body is in: later receives wait for the client to go, untimed
+                return await receive()
             try:
                 async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                    return await receive()
+                    message = await receive()
             except TimeoutError:
                 raise BodyTimeout(f"the request body did not arrive within {self.timeout:g} s") from None
+            arrived = message["type"] != "http.request" or not message.get("more_body", False)
+            return message
 
         await self.app(scope, timed_receive, send)
 

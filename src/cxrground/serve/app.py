@@ -26,7 +26,8 @@ loaded, or ``busy``). Limits: :class:`~cxrground.serve.limits.Limits`; the reque
 The image routes' work (JSON parsing, image decoding, the model, encoding the answer) runs in worker threads,
 never on the event loop, so ``/health`` and the other light routes answer at once whatever the image requests
 do; at most :attr:`Limits.max_in_flight` image requests are worked on at once per process, and one that finds no
-free slot within :attr:`Limits.busy_wait_s` seconds is answered 503 ``busy`` (with ``Retry-After``). Model calls
+free slot within :attr:`Limits.busy_wait_s` seconds is answered 503 ``busy`` (with ``Retry-After``); a request whose
+client has disconnected by the time its slot comes free is not worked on. Model calls
 run under one lock: backends are not assumed thread-safe, so one prediction runs at a time per process (use
 ``--workers`` for parallelism). There are no Swagger or ReDoc pages (they load scripts from a CDN);
 ``/openapi.json`` describes the API.
@@ -36,13 +37,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import functools
 import io
 import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -68,7 +70,7 @@ from cxrground.models.base import IlsModel, IlsOutput
 from cxrground.net.connections import BodyDeadline, BodyTimeout
 from cxrground.serve.access import AccessPolicy, install_access
 from cxrground.serve.decode import decode_image_bytes, decode_image_string
-from cxrground.serve.limits import ApiError, Limits
+from cxrground.serve.limits import STALLED_BODY_BYTES, STALLED_BODY_S, ApiError, Limits
 from cxrground.serve.openai_compat import chat_input, completion_body, max_tokens_of
 from cxrground.serve.schemas import ChatCompletionRequest, SegmentRequest
 from cxrground.vocab import ils_templates
@@ -91,15 +93,17 @@ _T = TypeVar("_T")
 
 class _WorkGate:
     """At most ``slots`` image requests worked on at once, each in a worker thread; a request that finds no free
-    slot within ``wait_s`` seconds is refused with 503 ``busy``."""
+    slot within ``wait_s`` seconds is refused with 503 ``busy``, and one whose client has gone when its slot comes
+    free is dropped without being worked on."""
 
     def __init__(self, slots: int, wait_s: float) -> None:
         self.slots = slots
         self.wait_s = wait_s
         self._free = asyncio.Semaphore(slots)
 
-    async def run(self, work: Callable[[], _T]) -> _T:
-        """``work()`` in a worker thread once a slot is free."""
+    async def run(self, work: Callable[[], _T], request: Request | None = None) -> _T:
+        """``work()`` in a worker thread once a slot is free, unless the client of ``request`` has gone by then
+        (:class:`ClientDisconnect`: a request nobody waits for is not worked on)."""
         try:
             async with asyncio.timeout(self.wait_s):
                 await self._free.acquire()
@@ -107,6 +111,8 @@ class _WorkGate:
             raise ApiError(503, "busy", f"the server is working on {self.slots} image requests; "
                                         "retry in a few seconds") from None
         try:
+            if request is not None and await request.is_disconnected():
+                raise ClientDisconnect()
             return await run_in_threadpool(work)
         finally:
             self._free.release()
@@ -143,16 +149,40 @@ class _ServerState:
         return output
 
 
+@dataclass(eq=False)
+class _HeldBody:
+    """A request body being received or held by :class:`_BodyLimit`: its bytes so far, whether it is complete, when
+    it last made progress (:data:`~cxrground.serve.limits.STALLED_BODY_BYTES` more bytes) and the events that drop
+    it and say it has given its bytes back."""
+
+    progress_at: float
+    held: int = 0
+    progress_mark: int = 0
+    complete: bool = False
+    dropped: asyncio.Event = field(default_factory=asyncio.Event)
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+
+
 class _BodyLimit:
     """ASGI middleware: refuse request bodies over ``max_bytes`` (by Content-Length, then as they stream; 413), and
     a body whose bytes would make all the bodies held at once exceed ``max_held`` (503 ``busy``); either answer
-    closes the connection. A request's bytes count as held until its answer is sent."""
+    closes the connection. A request's bytes count as held until its answer is sent.
 
-    def __init__(self, app: ASGIApp, max_bytes: int, max_held: int | None = None) -> None:
+    Before refusing, room is made by dropping bodies that have stalled: incomplete bodies that received fewer than
+    ``stall_bytes`` bytes in the last ``stall_s`` seconds, the longest stalled first (each is answered 408
+    ``request_timeout`` and its connection closed). A few clients that send most of a large body and then stop can
+    therefore not keep everyone else's requests out until the body timeout; bodies that keep arriving are never
+    dropped, and complete ones (waiting for or in the model) never."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, max_held: int | None = None, *,
+                 stall_s: float = STALLED_BODY_S, stall_bytes: int = STALLED_BODY_BYTES) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.max_held = max_held
+        self.stall_s = stall_s
+        self.stall_bytes = stall_bytes
         self.held = 0  # body bytes of the requests in progress (one event loop: no lock needed)
+        self.bodies: set[_HeldBody] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -162,27 +192,74 @@ class _BodyLimit:
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await _too_large(self.max_bytes, int(declared))(scope, receive, send)
             return
-        seen = 0
+        body = _HeldBody(progress_at=time.monotonic())
+        self.bodies.add(body)
 
         async def limited() -> Message:
-            nonlocal seen
-            message = await receive()
+            message = await (receive() if body.complete else self._receive_unless_dropped(receive, body))
             if message["type"] == "http.request":
                 size = len(message.get("body", b""))
-                if seen + size > self.max_bytes:
+                if body.held + size > self.max_bytes:
                     raise ApiError(413, "payload_too_large",
                                    f"request body exceeds the limit of {self.max_bytes} bytes", close=True)
                 if self.max_held is not None and self.held + size > self.max_held:
-                    raise ApiError(503, "busy", "the server is receiving other large requests; retry in a few "
-                                                "seconds", close=True)
-                seen += size
+                    await self._make_room(size, body)
+                body.held += size
                 self.held += size
+                if not message.get("more_body", False):
+                    body.complete = True
+                elif body.held - body.progress_mark >= self.stall_bytes:
+                    body.progress_mark, body.progress_at = body.held, time.monotonic()
             return message
 
         try:
             await self.app(scope, limited, send)
         finally:
-            self.held -= seen
+            self.held -= body.held
+            self.bodies.discard(body)
+            body.released.set()
+
+    async def _receive_unless_dropped(self, receive: Receive, body: _HeldBody) -> Message:
+        """The next message, unless ``body`` is dropped first (then 408, closing the connection)."""
+        if not body.dropped.is_set():
+            message = asyncio.ensure_future(receive())
+            dropped = asyncio.ensure_future(body.dropped.wait())
+            try:
+                await asyncio.wait((message, dropped), return_when=asyncio.FIRST_COMPLETED)
+                received = message.done()
+            finally:
+                dropped.cancel()
+                if not message.done():
+                    message.cancel()
+            if received:
+                return message.result()
+        raise ApiError(408, "request_timeout", f"the request body stalled (under {self.stall_bytes} bytes in "
+                                               f"{self.stall_s:g} s) while other requests needed the memory it held; "
+                                               "send the body without pauses", close=True)
+
+    async def _make_room(self, size: int, body: _HeldBody) -> None:
+        """Drop stalled bodies (the longest stalled first) until ``size`` more bytes fit; 503 ``busy`` when they
+        would not make room enough."""
+        assert self.max_held is not None
+        now = time.monotonic()
+        stalled = sorted((b for b in self.bodies if b is not body and b.held > 0 and not b.complete
+                          and not b.dropped.is_set() and now - b.progress_at >= self.stall_s),
+                         key=lambda b: b.progress_at)
+        victims, free = [], self.max_held - self.held
+        for victim in stalled:
+            if free >= size:
+                break
+            victims.append(victim)
+            free += victim.held
+        if free >= size:
+            for victim in victims:
+                victim.dropped.set()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.stall_s):
+                    await asyncio.gather(*(v.released.wait() for v in victims))
+        if self.held + size > self.max_held:
+            raise ApiError(503, "busy", "the server is receiving other large requests; retry in a few seconds",
+                           close=True)
 
 
 def _too_large(limit: int, size: int) -> JSONResponse:
@@ -373,13 +450,13 @@ def _add_predict_routes(app: FastAPI, state: _ServerState) -> None:
         else:
             work = functools.partial(_segment_work, state, query, t0,
                                      raw_json=await _read_json_body(request, multipart_too=True))
-        return await state.gate.run(work)
+        return await state.gate.run(work, request)
 
     @app.post("/v1/chat/completions", responses={400: {}, 408: {}, 413: {}, 415: {}, 503: {}})
     async def chat_completions(request: Request) -> JSONResponse:
         """OpenAI-compatible chat completion: answer text plus the ``cxrground`` grounding field."""
         raw = await _read_json_body(request)
-        return await state.gate.run(functools.partial(_chat_work, state, raw))
+        return await state.gate.run(functools.partial(_chat_work, state, raw), request)
 
 
 async def _read_json_body(request: Request, multipart_too: bool = False) -> bytes:

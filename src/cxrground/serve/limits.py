@@ -17,7 +17,10 @@ status code and a message that names the limit:
 * **503** ``busy`` — ``max_in_flight`` image requests (decode, model, encode) are being worked on in this process
   and no slot came free within ``busy_wait_s`` seconds; or the bodies being received at once would hold more than
   :attr:`Limits.max_bodies_bytes` (a request body is held in memory until its request is answered, so many large
-  bodies at once would otherwise cost memory without bound; the connection is then closed).
+  bodies at once would otherwise cost memory without bound; the connection is then closed). Before that refusal,
+  bodies that have stalled (fewer than :data:`STALLED_BODY_BYTES` bytes in the last :data:`STALLED_BODY_S` seconds)
+  are dropped to make room, the longest stalled first: each gets **408** ``request_timeout`` and its connection is
+  closed.
 """
 
 from __future__ import annotations
@@ -26,10 +29,15 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["IMAGE_TYPES", "ApiError", "Limits"]
+__all__ = ["IMAGE_TYPES", "STALLED_BODY_BYTES", "STALLED_BODY_S", "ApiError", "Limits"]
 
 #: Image types the server can read, by sniffed kind.
 IMAGE_TYPES: Final[tuple[str, ...]] = ("png", "jpeg", "dicom")
+#: A request body still arriving counts as stalled once it has received fewer than :data:`STALLED_BODY_BYTES` bytes
+#: in the last :data:`STALLED_BODY_S` seconds (far below the rate a body of the largest size needs to arrive within
+#: the body timeout); stalled bodies are dropped when the memory they hold is needed by other requests.
+STALLED_BODY_S: Final[float] = 2.0
+STALLED_BODY_BYTES: Final[int] = 64 * 1024
 
 
 @dataclass(frozen=True)
