@@ -579,3 +579,19 @@ def test_a_dicom_without_an_image_is_named_so_without_internal_names(tail) -> No
         decode_image_bytes(b"\0" * 128 + b"DICM" + tail, Limits())
     assert err.value.status == 400 and "has no Rows" in err.value.message, err.value.message
     assert "Error" not in err.value.message and "FileDataset" not in err.value.message
+
+
+@pytest.mark.parametrize(("raw", "reason"), [(b"GARBAGE\r\n\r\n", "invalid HTTP request"),
+                                             (b"GET /health HTTP/1.1\r\n\r\n", "Host")],
+                         ids=["not http", "no host"])
+def test_bytes_that_are_no_http_request_get_a_json_400_and_the_connection_closes(raw, reason) -> None:
+    with BackgroundServer(create_app(ThresholdModel()), limit_concurrency=None) as server, \
+            socket.create_connection(("127.0.0.1", _port(server)), timeout=5) as sock:
+        sock.sendall(raw)
+        answer = read_until_closed(sock, 5.0)
+        assert answer is not None and answer.startswith(b"HTTP/1.1 400"), answer
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert b"content-type: application/json" in head.lower() and b"connection: close" in head.lower()
+        error = json.loads(body)["error"]
+        assert error["type"] == "invalid_request" and reason in error["message"], error
+        assert httpx.get(f"{server.url}/health", timeout=5).status_code == 200

@@ -9,7 +9,8 @@
   the transport's write buffer do not shrink) is dropped (aborted: the unsent bytes are freed, and a handler
   waiting to send is released), so clients that never read their responses hold neither memory nor a slot;
   a client that reads slowly but steadily is never cut. Each drop is logged, one line per
-  :data:`SEND_LOG_INTERVAL_S` seconds at most.
+  :data:`SEND_LOG_INTERVAL_S` seconds at most. Bytes that are no HTTP/1.1 request get a 400 in the servers' JSON
+  error shape with the parser's reason (uvicorn answers plain text), and the connection is closed.
 * :class:`BodyDeadline` (ASGI middleware): a request whose body has not fully arrived within its deadline raises
   :class:`BodyTimeout` in the handler that waits for it (the apps answer it with 408 and close the connection).
 * :func:`prepare_process`: raise the soft open-file limit to the hard one and keep asyncio's "accept failed" log
@@ -28,12 +29,15 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import logging
 import math
 import socket
+import sys
 import time
 from typing import ClassVar, Final
 
+import h11
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -138,6 +142,21 @@ class GuardedH11Protocol(H11Protocol):
         if self._send_timer is not None:  # the client took bytes: the deadline starts again
             self._send_progress_at = self.loop.time()
             self._send_unsent = self._unsent()
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes that are no HTTP/1.1 request (a bad request line, no ``Host``, a head too long),
+        as JSON in the servers' error shape with h11's reason, instead of uvicorn's plain text; the connection is
+        closed."""
+        exc = sys.exc_info()[1]  # called while uvicorn handles h11's RemoteProtocolError
+        reason = f"invalid HTTP request ({exc})" if exc is not None and str(exc) else "invalid HTTP request"
+        body = json.dumps({"error": {"type": "invalid_request", "message": reason, "code": "400",
+                                     "param": None}}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   (b"connection", b"close")]
+        for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"), h11.Data(data=body),
+                      h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event))
+        self.transport.close()
 
     def awaiting_request(self) -> bool:
         """True while the connection has no request in progress (before its first, or after a response)."""
