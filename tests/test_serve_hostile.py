@@ -595,3 +595,33 @@ def test_bytes_that_are_no_http_request_get_a_json_400_and_the_connection_closes
         error = json.loads(body)["error"]
         assert error["type"] == "invalid_request" and reason in error["message"], error
         assert httpx.get(f"{server.url}/health", timeout=5).status_code == 200
+
+
+def test_stopping_does_not_wait_for_a_body_that_is_not_arriving() -> None:
+    # graceful shutdown finishes requests in progress, but a half-sent body is cut, not waited for (body timeout 60 s)
+    model = _StallModel()
+    server = BackgroundServer(create_app(model, Limits(body_timeout_s=60)), limit_concurrency=None,
+                              stop_timeout=30).start()
+    working: list[httpx.Response] = []
+    worker = threading.Thread(target=lambda: working.append(_upload(server.url)))
+    worker.start()
+    try:
+        assert model.entered.wait(5), "the request never reached the model"
+        with socket.create_connection(("127.0.0.1", _port(server)), timeout=5) as sock:
+            sock.sendall(b"POST /v1/segment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 1000\r\n\r\n{\"image\"")
+            time.sleep(0.3)
+            stopper = threading.Thread(target=server.stop)
+            t0 = time.monotonic()
+            stopper.start()
+            answer = read_until_closed(sock, 20.0)
+            model.release.set()
+            stopper.join(40)
+            took = time.monotonic() - t0
+    finally:
+        model.release.set()
+        worker.join(20)
+    assert answer is not None and answer.startswith(b"HTTP/1.1 503"), answer
+    assert b"shutting_down" in answer
+    assert took < 20  # not the body timeout
+    assert [r.status_code for r in working] == [200]  # the request in the model was finished and answered

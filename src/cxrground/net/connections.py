@@ -10,7 +10,9 @@
   waiting to send is released), so clients that never read their responses hold neither memory nor a slot;
   a client that reads slowly but steadily is never cut. Each drop is logged, one line per
   :data:`SEND_LOG_INTERVAL_S` seconds at most. Bytes that are no HTTP/1.1 request get a 400 in the servers' JSON
-  error shape with the parser's reason (uvicorn answers plain text), and the connection is closed.
+  error shape with the parser's reason (uvicorn answers plain text), and the connection is closed. When the server
+  stops, a request whose body is still arriving is answered 503 and its connection closed (uvicorn would wait for
+  the body up to the body timeout); requests whose bodies are in are finished and answered.
 * :class:`BodyDeadline` (ASGI middleware): a request whose body has not fully arrived within its deadline raises
   :class:`BodyTimeout` in the handler that waits for it (the apps answer it with 408 and close the connection).
 * :func:`prepare_process`: raise the soft open-file limit to the hard one and keep asyncio's "accept failed" log
@@ -142,6 +144,25 @@ class GuardedH11Protocol(H11Protocol):
         if self._send_timer is not None:  # the client took bytes: the deadline starts again
             self._send_progress_at = self.loop.time()
             self._send_unsent = self._unsent()
+
+    def shutdown(self) -> None:
+        """uvicorn's graceful shutdown (idle connections closed, requests in progress finished and answered), except
+        that a request whose body is still arriving is answered 503 ``shutting_down`` and its connection closed: the
+        server would otherwise wait up to the body timeout for a client that may never send the rest."""
+        if self.cycle is None or self.cycle.response_complete or self.conn.their_state is not h11.SEND_BODY:
+            super().shutdown()
+            return
+        body = json.dumps({"error": {"type": "shutting_down", "message": "the server is shutting down; retry later",
+                                     "code": "503", "param": None}}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   (b"connection", b"close"), (b"retry-after", b"5")]
+        try:
+            for event in (h11.Response(status_code=503, headers=headers, reason=b"Service Unavailable"),
+                          h11.Data(data=body), h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
+        except h11.LocalProtocolError:  # a response had begun: nothing more can be said on this connection
+            pass
+        self.transport.close()  # the handler waiting for the body is told the client has gone
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to bytes that are no HTTP/1.1 request (a bad request line, no ``Host``, a head too long),
