@@ -89,6 +89,8 @@ OVERLAY_ALPHA: Final[float] = 0.45
 PAGE_CSP: Final[str] = ("default-src 'self'; img-src 'self' data: blob:; style-src 'self'; script-src 'self'; "
                         "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'")
 _T = TypeVar("_T")
+#: How often a request body waiting for room in the held-body budget looks again (seconds).
+_ROOM_POLL_S: Final[float] = 0.05
 
 
 class _WorkGate:
@@ -165,18 +167,19 @@ class _HeldBody:
 
 class _BodyLimit:
     """ASGI middleware: refuse request bodies over ``max_bytes`` (by Content-Length, then as they stream; 413), and
-    a body whose bytes would make all the bodies held at once exceed ``max_held`` (503 ``busy``); either answer
-    closes the connection. A request's bytes count as held until its answer is sent.
+    a body whose bytes would make all the bodies held at once exceed ``max_held`` for longer than ``wait_s`` seconds
+    (503 ``busy``); either answer closes the connection. A request's bytes count as held until its answer is sent.
 
-    Before refusing, room is made by dropping bodies that have stalled: incomplete bodies that received fewer than
-    ``stall_bytes`` bytes in the last ``stall_s`` seconds, the longest stalled first (each is answered 408
+    While a body waits for room, room is made by dropping bodies that have stalled: incomplete bodies that received
+    fewer than ``stall_bytes`` bytes in the last ``stall_s`` seconds, the longest stalled first (each is answered 408
     ``request_timeout`` and its connection closed). A few clients that send most of a large body and then stop can
     therefore not keep everyone else's requests out until the body timeout; bodies that keep arriving are never
     dropped, and complete ones (waiting for or in the model) never."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, max_held: int | None = None, *,
+    def __init__(self, app: ASGIApp, max_bytes: int, max_held: int | None = None, *, wait_s: float = 0.0,
                  stall_s: float = STALLED_BODY_S, stall_bytes: int = STALLED_BODY_BYTES) -> None:
         self.app = app
+        self.wait_s = wait_s
         self.max_bytes = max_bytes
         self.max_held = max_held
         self.stall_s = stall_s
@@ -238,28 +241,32 @@ class _BodyLimit:
                                                "send the body without pauses", close=True)
 
     async def _make_room(self, size: int, body: _HeldBody) -> None:
-        """Drop stalled bodies (the longest stalled first) until ``size`` more bytes fit; 503 ``busy`` when they
-        would not make room enough."""
+        """Wait until ``size`` more bytes fit, for at most ``wait_s`` seconds: bodies finishing give theirs back, and
+        stalled ones (the longest stalled first) are dropped as soon as that makes room enough; then 503 ``busy``."""
         assert self.max_held is not None
-        now = time.monotonic()
-        stalled = sorted((b for b in self.bodies if b is not body and b.held > 0 and not b.complete
-                          and not b.dropped.is_set() and now - b.progress_at >= self.stall_s),
-                         key=lambda b: b.progress_at)
-        victims, free = [], self.max_held - self.held
-        for victim in stalled:
-            if free >= size:
-                break
-            victims.append(victim)
-            free += victim.held
-        if free >= size:
-            for victim in victims:
-                victim.dropped.set()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.stall_s):
-                    await asyncio.gather(*(v.released.wait() for v in victims))
-        if self.held + size > self.max_held:
-            raise ApiError(503, "busy", "the server is receiving other large requests; retry in a few seconds",
-                           close=True)
+        deadline = time.monotonic() + self.wait_s
+        while self.held + size > self.max_held:
+            now = time.monotonic()
+            stalled = sorted((b for b in self.bodies if b is not body and b.held > 0 and not b.complete
+                              and not b.dropped.is_set() and now - b.progress_at >= self.stall_s),
+                             key=lambda b: b.progress_at)
+            victims, free = [], self.max_held - self.held
+            for victim in stalled:
+                if free >= size:
+                    break
+                victims.append(victim)
+                free += victim.held
+            if free >= size and victims:
+                for victim in victims:
+                    victim.dropped.set()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.stall_s):
+                        await asyncio.gather(*(v.released.wait() for v in victims))
+                continue
+            if now >= deadline:
+                raise ApiError(503, "busy", "the server is receiving other large requests; retry in a few seconds",
+                               close=True)
+            await asyncio.sleep(min(_ROOM_POLL_S, max(0.0, deadline - now)))
 
 
 def _too_large(limit: int, size: int) -> JSONResponse:
@@ -287,7 +294,8 @@ def create_app(model: IlsModel | None, limits: Limits | None = None, *, checkpoi
     app = FastAPI(title="cxrground", version=__version__, docs_url=None, redoc_url=None,
                   description="Lesion grounding in chest X-rays: instruction + image → answer + mask.")
     app.state.cxr = state
-    app.add_middleware(_BodyLimit, max_bytes=state.limits.max_body_bytes, max_held=state.limits.max_bodies_bytes)
+    app.add_middleware(_BodyLimit, max_bytes=state.limits.max_body_bytes, max_held=state.limits.max_bodies_bytes,
+                       wait_s=state.limits.busy_wait_s)
     app.add_middleware(BodyDeadline, timeout=state.limits.body_timeout_s)
     install_access(app, access or AccessPolicy())  # outside the body limit: unauthorised bodies are not read
     _add_error_handlers(app)

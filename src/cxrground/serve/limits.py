@@ -16,11 +16,11 @@ status code and a message that names the limit:
 * **408** ``request_timeout`` — the request body did not arrive within ``body_timeout_s`` seconds of its head.
 * **503** ``busy`` — ``max_in_flight`` image requests (decode, model, encode) are being worked on in this process
   and no slot came free within ``busy_wait_s`` seconds; or the bodies being received at once would hold more than
-  :attr:`Limits.max_bodies_bytes` (a request body is held in memory until its request is answered, so many large
-  bodies at once would otherwise cost memory without bound; the connection is then closed). Before that refusal,
-  bodies that have stalled (fewer than :data:`STALLED_BODY_BYTES` bytes in the last :data:`STALLED_BODY_S` seconds)
-  are dropped to make room, the longest stalled first: each gets **408** ``request_timeout`` and its connection is
-  closed.
+  :attr:`Limits.max_bodies_bytes` and no room came free within ``busy_wait_s`` seconds (a request body is held in
+  memory until its request is answered, so many large bodies at once would otherwise cost memory without bound; the
+  connection is then closed). While a body waits for room, bodies that have stalled (fewer than
+  :data:`STALLED_BODY_BYTES` bytes in the last :data:`STALLED_BODY_S` seconds) are dropped to make room, the longest
+  stalled first: each gets **408** ``request_timeout`` and its connection is closed.
 """
 
 from __future__ import annotations
