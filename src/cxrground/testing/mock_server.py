@@ -7,8 +7,12 @@ Used by the tests and by ``bench/percept_eval.py``. A :class:`ThreadingHTTPServe
 (``faults``: consumed one per request: ``"429"``, ``"429:SECONDS"`` (Retry-After), ``"500"``, ``"401"`` (a
 refused key),
 ``"timeout"`` (sleeps ``timeout_sleep`` before answering), ``"400-schema"`` (400 when the body has a
-``response_format``), ``"ok"``) and/or at random with seeded
-``fault_rates`` (e.g. ``{"429": 0.05, "500": 0.05, "timeout": 0.02}``). The request loop is bounded: after
+``response_format``), ``"301"`` / ``"302"`` / ``"303"`` / ``"307"`` / ``"308"`` (a redirect to ``redirect_to``, a
+``Location`` header; ``"307-"``: a redirect without one), ``"ok"``) and/or at random with seeded
+``fault_rates`` (e.g. ``{"429": 0.05, "500": 0.05, "timeout": 0.02}``). ``rate_limit=(rate, burst)`` answers as a
+rate-limited API does: a token bucket of ``burst`` tokens refilled at ``rate`` per second, one token per request,
+HTTP 429 (no ``Retry-After``) when it is empty. ``statuses`` counts the statuses answered. The request loop is
+bounded: after
 ``max_requests`` requests every request gets 503. ``requests`` counts every request received,
 ``completed`` the 200 answers; ``bodies`` keeps the received JSON bodies when ``keep_bodies`` is set;
 ``fail_if(body)`` true → 500; ``max_inflight`` is the most requests seen sleeping at once.
@@ -29,6 +33,7 @@ import random
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -113,7 +118,8 @@ class MockServer:
     def __init__(self, policy: Policy | None = None, *, latency: float = 0.0, faults: list[str] | None = None,
                  fault_rates: dict[str, float] | None = None, seed: int = 0, timeout_sleep: float = 1.0,
                  max_requests: int = 10_000, keep_bodies: bool = False, model_version: str = "mock-1",
-                 port: int = 0) -> None:
+                 port: int = 0, rate_limit: tuple[float, float] | None = None,
+                 redirect_to: str = "https://api.example.com/v1/chat/completions") -> None:
         self.policy = policy or fixed_policy("Answer: 1")
         self.latency = float(latency)
         self.faults = list(faults or [])
@@ -131,6 +137,11 @@ class MockServer:
         self.headers: list[dict[str, str]] = []
         self.lock = threading.Lock()
         self._rng = random.Random(seed)
+        self.rate_limit = rate_limit
+        self._tokens = float(rate_limit[1]) if rate_limit else 0.0
+        self._refilled = time.monotonic()
+        self.redirect_to = redirect_to
+        self.statuses: Counter[int] = Counter()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -153,6 +164,8 @@ class MockServer:
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 status, payload, headers = server.handle(self.path, raw, dict(self.headers))
+                with server.lock:
+                    server.statuses[status] += 1
                 self._send(status, payload, headers)
 
         self.server = _Server(("127.0.0.1", port), Handler)
@@ -173,6 +186,19 @@ class MockServer:
             draw -= rate
         return "ok"
 
+    def _take_token(self) -> bool:
+        """Whether the token bucket of ``rate_limit`` lets this request through (call under the lock)."""
+        if self.rate_limit is None:
+            return True
+        rate, burst = self.rate_limit
+        now = time.monotonic()
+        self._tokens = min(float(burst), self._tokens + (now - self._refilled) * rate)
+        self._refilled = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
     def handle(self, path: str, raw: bytes, headers: dict[str, str]) -> tuple[int, Any, dict[str, str] | None]:
         """Status, JSON payload and headers of one request."""
         with self.lock:
@@ -180,8 +206,13 @@ class MockServer:
             over = self.requests > self.max_requests
             fault = self._fault()
             self.headers.append(headers)
+            allowed = self._take_token()
         if over:
             return 503, {"error": "request budget of the mock server exhausted"}, None
+        if fault[:3] in ("301", "302", "303", "307", "308"):
+            return int(fault[:3]), {"error": "moved"}, None if fault.endswith("-") else {"Location": self.redirect_to}
+        if not allowed:
+            return 429, {"error": {"message": "Rate limit reached for requests", "type": "requests"}}, None
         if path != "/v1/chat/completions":
             return 404, {"error": "not found"}, None
         try:
