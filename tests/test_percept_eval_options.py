@@ -234,3 +234,16 @@ def test_eval_help_says_what_the_oracle_settings_and_the_limit_do():
     assert "keep the model's answer and prepend the ground-truth text to the next question (explicit)" in text
     assert "CHEXPERCEPT.md §13.3" in text
     assert "not balanced across paths" in text and "--per-path-limit takes N of each path" in text
+
+
+def test_no_cache_endpoint_flag_reuses_the_cache_at_another_url(bench, tmp_path):
+    cache = str(tmp_path / "c.sqlite")
+    with MockServer(hash_policy(0)) as server:
+        res = _eval(bench, tmp_path / "a", server, "--cache", cache, "--no-cache-endpoint")
+        assert res.exit_code == 0, res.output
+    with MockServer(hash_policy(0)) as moved:
+        res = _eval(bench, tmp_path / "b", moved, "--cache", cache, "--no-cache-endpoint")
+        assert res.exit_code == 0 and moved.requests == 0 and "0 requests sent" in res.output, res.output
+        res = _eval(bench, tmp_path / "c", moved, "--cache", cache, "--cache-endpoint")
+        assert res.exit_code == 0 and moved.requests > 0, res.output
+    assert "--no-cache-endpoint" in CliRunner().invoke(main, ["percept", "eval", "--help"]).output

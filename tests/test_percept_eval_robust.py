@@ -137,11 +137,86 @@ def test_a_damaged_cache_row_is_asked_again_and_overwritten(bench, tmp_path):
     assert load_results(tmp_path / "first") .keys() == load_results(tmp_path / "second").keys()
 
 
-def test_retries_are_noted_and_a_long_retry_after_is_capped(bench, tmp_path):
-    notes: list[str] = []
-    with MockServer(OraclePolicy(load_benchmark(bench)), faults=["429:86400"]) as server:
-        summary = _run(bench, tmp_path / "run", server, note=notes.append, settings={"limit": 1},
-                       retry=RetryPolicy(max_attempts=3, backoff=0.01, max_backoff=0.02, max_retry_after=0.05))
+def test_a_daily_quota_stops_the_run_keeping_what_was_done_and_a_rerun_resumes(bench, tmp_path):
+    """A Retry-After above --max-retry-after (a daily quota) is not waited for, nor retried: the run stops at once
+    (exit 1, one line naming the wait and the option), the cases answered are kept, the plain rerun finishes."""
+    oracle = OraclePolicy(load_benchmark(bench))
+    run = tmp_path / "run"
+    args = ["percept", "eval", "--bench", str(bench), "--model", "openai:mock-vlm", "--out", str(run),
+            "--no-progress", "--concurrency", "1", "--timeout", "10", "--backoff", "0", "--max-retry-after", "2"]
+    with MockServer(oracle, faults=["ok"] * 5 + ["429:86400"]) as server:
+        res = CliRunner().invoke(main, [*args, "--base-url", server.base_url])
+        assert server.requests == 6  # not retried
+    assert res.exit_code == 1, res.output
+    error = [line for line in res.output.splitlines() if line.startswith("Error:")]
+    assert len(error) == 1, res.output
+    assert ("the run stops: the server asks to wait 86400 s (24 h) before the next request (Retry-After of an HTTP "
+            "429: a quota used up?), longer than --max-retry-after (2 s) allows") in error[0]
+    done = load_results(run)
+    answered = sum(r["status"] == "ok" for r in done.values())
+    assert answered >= 1 and not any(r["status"] == "failed" for r in done.values())  # the stopped case: unrecorded
+    assert f"{answered} of 12 cases are answered and kept in {run}; rerun the same command to resume" in error[0]
+    with MockServer(oracle) as server:  # the wait is over: the plain rerun runs the rest
+        res = CliRunner().invoke(main, [*args, "--base-url", server.base_url])
+    assert res.exit_code == 0 and f"{12 - answered} of 12 cases run (0 failed)" in res.output, res.output
+    with MockServer(oracle, faults=["429:0.05"]) as server:  # a wait within the cap is waited out
+        summary = _run(bench, tmp_path / "short", server, settings={"limit": 1},
+                       retry=RetryPolicy(max_attempts=2, backoff=0.0, max_backoff=0.0, max_retry_after=0.05,
+                                         timeout=10.0))
     assert summary["failed_units"] == 0 and summary["retries"] == 1
-    assert notes == ["percept eval: retrying 1 request (HTTP 429), next in 0.1 s; the server asked to wait 86400 s "
-                     "(Retry-After), capped at 0.05 s (max_retry_after)"]
+
+
+def test_a_rate_limit_lowers_the_requests_in_flight_and_is_noted(bench, tmp_path):
+    """Against a token-bucket rate limit the run keeps fewer requests in flight, says so once in the retry notes,
+    and no case spends its attempts."""
+    notes: list[str] = []
+    with MockServer(OraclePolicy(load_benchmark(bench)), rate_limit=(200.0, 2.0), latency=0.02) as server:
+        summary = _run(bench, tmp_path / "run", server, note=notes.append, concurrency=8,
+                       retry=RetryPolicy(max_attempts=20, backoff=0.005, max_backoff=0.01, timeout=10.0))
+    assert summary["failed_units"] == 0 and server.statuses[429] >= 1
+    limited = [n for n in notes if "; rate limited: " in n]
+    assert limited and limited[0].endswith("rate limited: 4 requests in flight"), notes  # the first cut: 8 -> 4
+    assert len(set(limited)) == len(limited)  # each said once
+
+
+def test_a_redirect_stops_the_run_naming_the_location(bench, tmp_path):
+    with MockServer(OraclePolicy(load_benchmark(bench)), faults=["ok", "308"],
+                    redirect_to="https://api.example.com/v1/chat/completions") as server:
+        with pytest.raises(BatchStopped) as got:
+            _run(bench, tmp_path / "run", server)
+        assert server.requests == 2
+    message = str(got.value)
+    assert message.startswith(f"the run stops: {server.base_url}/chat/completions answered HTTP 308, a redirect to "
+                              "https://api.example.com/v1/chat/completions; a POST is not followed")
+    assert "use --base-url https://api.example.com/v1 if that is the server you mean" in message
+
+
+def test_content_sent_as_a_list_of_parts_is_scored_as_its_text(bench, tmp_path):
+    oracle = OraclePolicy(load_benchmark(bench))
+
+    def parts(body):
+        answer = oracle(body)
+        return {"content": [{"type": "text", "text": answer[:3]}, {"type": "image_url", "image_url": {"url": "x"}},
+                            {"type": "text", "text": answer[3:]}]}
+
+    with MockServer(parts) as server:
+        summary = _run(bench, tmp_path / "run", server)
+    assert summary["failed_units"] == 0 and summary["empty_this_run"] == 0
+    score = score_run(tmp_path / "run", n_boot=0)
+    assert score["paths"]["RR"]["depth"]["mean"] == 4.0
+    with MockServer(lambda body: {"content": [{"type": "image_url", "image_url": {"url": "x"}}]}) as server:
+        empty = _run(bench, tmp_path / "empty", server, settings={"limit": 1})
+    assert empty["empty_this_run"] >= 1  # no text part: an empty reply, scored unparseable, not cached
+
+
+def test_no_cache_endpoint_reuses_the_answers_of_the_same_model_at_another_url(bench, tmp_path):
+    oracle = OraclePolicy(load_benchmark(bench))
+    cache = tmp_path / "c.sqlite"
+    with MockServer(oracle) as server:
+        first = _run(bench, tmp_path / "a", server, cache=cache, cache_endpoint=False)
+    with MockServer(oracle) as moved:  # another port: another base URL
+        again = _run(bench, tmp_path / "b", moved, cache=cache, cache_endpoint=False)
+        assert moved.requests == 0
+        keyed = _run(bench, tmp_path / "c", moved, cache=cache)  # the default keys by the endpoint too
+    assert first["sent_this_run"] > 0 and again["sent_this_run"] == 0 and again["cache_hits_this_run"] > 0
+    assert keyed["sent_this_run"] == first["sent_this_run"]

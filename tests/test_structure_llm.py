@@ -66,14 +66,15 @@ class FakeLLM(MockServer):
 
     Faults (``faults``, one per request): "429", "429:SECONDS", "500", "timeout" (2.5 s), "400-schema", "ok";
     ``fail_if(body)`` → 500; ``text_wrap`` puts the answer in a ```json fence with prose; ``delay`` seconds per
-    answer; at most ``max_requests`` requests are served.
+    answer; at most ``max_requests`` requests are served; other keywords go to :class:`MockServer` (``rate_limit``).
     """
 
     def __init__(self, answer: Callable[[dict[str, Any]], Any] = _rule_answer, max_requests: int = 60,
-                 port: int = 0) -> None:
+                 port: int = 0, **kw: Any) -> None:
         self.answer = answer
         self.text_wrap = False
-        super().__init__(self._content, max_requests=max_requests, keep_bodies=True, timeout_sleep=2.5, port=port)
+        super().__init__(self._content, max_requests=max_requests, keep_bodies=True, timeout_sleep=2.5, port=port,
+                         **kw)
 
     def _content(self, body: dict[str, Any]) -> str:
         content = json.dumps(self.answer(body))

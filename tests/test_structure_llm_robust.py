@@ -339,3 +339,60 @@ def test_retries_are_noted_at_most_once_per_interval_with_their_causes() -> None
         fake.faults = ["500"]
         llm.structure_many(_items(["Trace effusion."]))  # no on_note: silent
         assert llm.stats["retries"] == 1
+
+
+# -- a real API's conditions: a daily quota, a rate limit, a redirect, content as parts (as percept eval) ----------
+
+
+def test_a_daily_quota_stops_the_structurer_as_it_stops_percept_eval(tmp_path: Path) -> None:
+    with FakeLLM() as fake:
+        fake.faults = ["ok", "ok", "429:86400"]
+        llm = _llm(fake, concurrency=1, cache=tmp_path / "c.sqlite", max_retry_after=2.0)
+        with pytest.raises(BatchStopped) as got:
+            llm.structure_many(_items(CLEAR[:4]))
+        assert fake.requests == 3  # not retried
+        message = str(got.value)
+        assert message.startswith("the LLM structurer stops: the server asks to wait 86400 s (24 h) before the next "
+                                  "request (Retry-After of an HTTP 429: a quota used up?), longer than "
+                                  "--structurer-opt max_retry_after (2 s) allows. 2 of 4 reports were answered")
+        assert "a rerun with it resumes" in message
+        sent = fake.requests
+        done, failed = _llm(fake, concurrency=1, cache=tmp_path / "c.sqlite").structure_many(_items(CLEAR[:4]))
+        assert len(done) == 4 and not failed and fake.requests == sent + 2  # the rerun asks only the rest
+
+
+def test_a_rate_limited_structurer_keeps_fewer_requests_in_flight_and_says_so() -> None:
+    with FakeLLM(max_requests=200, rate_limit=(200.0, 2.0), latency=0.02) as fake:
+        llm = _llm(fake, concurrency=8, max_retries=20)
+        notes: list[str] = []
+        llm.on_note = notes.append
+        done, failed = llm.structure_many(_items(CLEAR))
+        assert len(done) == 12 and not failed and fake.statuses[429] >= 1
+        assert notes and notes[0].endswith("; rate limited: 4 requests in flight"), notes
+
+
+def test_a_redirect_stops_the_structurer_naming_the_location() -> None:
+    with FakeLLM() as fake:
+        fake.faults = ["301"]
+        with pytest.raises(BatchStopped, match=r"the LLM structurer stops: .* answered HTTP 301, a redirect to "
+                           r"https://api\.example\.com/v1/chat/completions; a POST is not followed.* use --base-url "
+                           r"https://api\.example\.com/v1 if that is the server you mean"):
+            _llm(fake, concurrency=1).structure_many(_items(CLEAR[:2]))
+        assert fake.requests == 1  # not followed, and the batch stops
+
+
+def test_content_sent_as_a_list_of_parts_is_read_as_its_text() -> None:
+    with FakeLLM() as fake:
+        plain = fake.policy
+
+        def parts(body: dict[str, Any]) -> dict[str, Any]:
+            text = plain(body)
+            return {"content": [{"type": "text", "text": text[:5]}, {"type": "image_url", "image_url": {"url": "x"}},
+                                {"type": "text", "text": text[5:]}]}
+
+        fake.policy = parts
+        done, failed = _llm(fake).structure_many(_items(SECTIONS[:2]))
+        assert not failed and any(f.lesion == "pneumonia" for f in done[0].findings)
+        fake.policy = lambda body: {"content": [{"type": "image_url", "image_url": {"url": "x"}}]}
+        done, failed = _llm(fake, max_retries=0).structure_many(_items(["Odd effusion."]))
+        assert not done and "no text content" in failed[0].reason  # no text part: refused as an empty answer

@@ -5,14 +5,18 @@ environment variable named by ``api_key_env`` (never passed as a literal); witho
 header is sent (local servers). Connections are pooled per event loop (at most ``concurrency``) and closed
 by :meth:`ChatClient.aclose`; ``transport`` replaces the network (tests).
 
-Outcomes: HTTP 200 -> :class:`Completion` (the message text, None when the server sent ``null``; the reasoning
+Outcomes: HTTP 200 -> :class:`Completion` (the message text, None when the server sent ``null``; content sent as a
+list of parts, ``[{"type": "text", "text": ...}]``, is the text of its text parts, other parts left out, None when it
+has none: :func:`content_text`; the reasoning
 text a server split off the answer, see below; token usage; the server's model version; the ``finish_reason``).
 Timeouts, connection errors, the statuses of :func:`~.retry.is_retry_status` and a 200 whose body is not a chat
 completion (truncated, not JSON, no choices; the reason says which) raise :class:`~.errors.TransientError` (with the
 parsed ``Retry-After``; no HTTP answer at all, a :class:`~.errors.NoAnswer`: :class:`~.errors.TimedOut` past the
 deadline, :class:`~.errors.ConnectFailed` when no connection could be opened); other statuses, content that is not
 text and an answer longer than ``max_response_bytes`` (8 MiB by default; the body is read in chunks and the read
-stops there) raise :class:`~.errors.PermanentError`. Both carry the HTTP status. ``timeout`` is the deadline of the
+stops there) raise :class:`~.errors.PermanentError`. A redirect (301 / 302 / 303 / 307 / 308) is not followed: a
+:class:`~.errors.Redirected` names the ``Location`` and the base URL to give instead (:func:`redirect_error`).
+Both carry the HTTP status. ``timeout`` is the deadline of the
 whole request: connecting, sending and reading the whole answer (a server that sends a byte now and then cannot hold
 a request longer). :attr:`ChatClient.answered` tells whether the server has answered any request yet.
 
@@ -36,24 +40,26 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import httpx
 
 from cxrground.errors import ConfigError
 from cxrground.llm.errors import (
+    REDIRECT_STATUSES,
     REFUSING_STATUSES,
     ConnectFailed,
     EndpointRefused,
     NoAnswer,
     PermanentError,
+    Redirected,
     TimedOut,
     TransientError,
 )
 from cxrground.llm.retry import RetryPolicy, is_retry_status, parse_retry_after
 
 __all__ = ["MAX_RESPONSE_BYTES", "REASONING_FIELDS", "RESERVED_KEYS", "ChatClient", "Completion", "check_extra_body",
-           "parse_extra_body", "parse_usage", "with_thinking"]
+           "content_text", "parse_extra_body", "parse_usage", "redirect_error", "with_thinking"]
 
 #: Request keys an extra body may not set.
 RESERVED_KEYS: Final[tuple[str, ...]] = ("model", "messages", "stream")
@@ -151,6 +157,43 @@ def _parse_completion(raw: bytes) -> tuple[dict[str, Any], dict[str, Any], str |
     return data, choice, None
 
 
+def content_text(content: Any) -> str | None:
+    """The text of a message's ``content``: a string as it is; a list of parts (``[{"type": "text", "text": ...},
+    ...]``, as some servers answer) as its text parts joined, other parts (images, audio, ...) left out, None when it
+    has no text part; None for None. Raises :class:`PermanentError` for anything else, or a text part without a
+    string ``text``."""
+    if content is None or isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise PermanentError(f"chat-completion content is not text but {type(content).__name__}", status=200)
+    texts = []
+    for k, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") != "text":
+            continue  # an image, audio or other part: not the answer text
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise PermanentError(f"chat-completion content part {k} is a text part without a string 'text'",
+                                 status=200)
+        texts.append(text)
+    return "".join(texts) if texts else None
+
+
+def redirect_error(url: str, status: int, location: str | None) -> Redirected:
+    """The error of a POST to ``url`` answered with redirect ``status`` to ``location`` (the ``Location`` header):
+    not followed, and the base URL to use instead named."""
+    why = ("a POST is not followed to another address: clients resend a 301/302/303 as a GET without its body, and "
+           "following would send the request and its API key to an address you did not give")
+    if not location:
+        return Redirected(f"{url} answered HTTP {status} (a redirect) without a Location header; {why}: check "
+                          "--base-url", None, status)
+    target = urljoin(url, location)
+    base = target.split("?", 1)[0].rstrip("/")
+    suffix = "/chat/completions"
+    base = base[: -len(suffix)] if base.endswith(suffix) else base
+    return Redirected(f"{url} answered HTTP {status}, a redirect to {target}; {why}: use --base-url {base} if that "
+                      "is the server you mean", target, status)
+
+
 def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
 
@@ -232,6 +275,8 @@ class ChatClient:
             reason = f"HTTP {status}: {text[:200]}"
             if is_retry_status(status):
                 raise TransientError(reason, parse_retry_after(headers.get("retry-after")), status)
+            if status in REDIRECT_STATUSES:
+                raise redirect_error(f"{self.base_url}/chat/completions", status, headers.get("location"))
             if status in REFUSING_STATUSES:
                 raise EndpointRefused(f"{self.base_url}/chat/completions refused the request ({reason}); check the "
                                       "API key, the base URL and the model name", status=status)
@@ -240,9 +285,7 @@ class ChatClient:
         if problem is not None:  # cut short by a proxy, a glitch: retried
             raise TransientError(f"malformed chat-completion response: {problem}: {text[:200]}", status=status)
         message = choice["message"]
-        content = message.get("content")
-        if content is not None and not isinstance(content, str):
-            raise PermanentError("chat-completion content is not text", status=status)
+        content = content_text(message.get("content"))
         reasoning = next((r for r in (message.get(k) for k in REASONING_FIELDS) if isinstance(r, str) and r), None)
         finish = choice.get("finish_reason")
         calls = message.get("tool_calls")

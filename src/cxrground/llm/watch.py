@@ -9,8 +9,9 @@ Shared by the LLM report structurer and ``percept eval`` (one rule, one wording)
   (``max(8, 2 * concurrency)``) of them say the server has stopped answering, and a server that has never
   answered stops the batch at the first (a wrong URL or port, no server yet). Any answer resets the count.
 - :class:`RetryNotes`: a note at most every ``every`` (10) seconds while requests are retried: how many
-  requests wait between attempts, the causes since the last note (:func:`retry_cause`), the next wait, and a
-  ``Retry-After`` longer than the policy's cap.
+  requests wait between attempts, the causes since the last note (:func:`retry_cause`), the next wait, and, once
+  per cut, the requests a server's 429s left in flight (``rate limited: 4 requests in flight``, the batch's
+  :class:`~.limit.AdaptiveLimit`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from typing import Final
 
 from cxrground.llm.errors import ClientError, ConnectFailed, NoAnswer, TimedOut, TransientError, Unreachable
+from cxrground.llm.limit import AdaptiveLimit
 
 __all__ = ["NOTE_EVERY_S", "NoAnswerRun", "RetryNotes", "got_no_answer", "retry_cause", "stop_after"]
 
@@ -98,16 +100,18 @@ class RetryNotes:
     """Retries of a batch's requests, noted to ``on_note`` (when set) at most every ``every`` seconds.
 
     Call :meth:`retried` from ``call_with_retries``' ``on_retry`` with a per-request list (empty at first) and
-    :meth:`done` with the same list once the request is over.
+    :meth:`done` with the same list once the request is over. ``limit``: the batch's places in flight; a note says
+    once how many a server's 429s left (``rate limited: N requests in flight``), and again only when they fall
+    lower (or once they grew back to the full concurrency and fell again).
     """
 
-    def __init__(self, prefix: str, max_retry_after: float | None = None, every: float = NOTE_EVERY_S) -> None:
-        self.prefix, self.max_retry_after, self.every = prefix, max_retry_after, every
+    def __init__(self, prefix: str, every: float = NOTE_EVERY_S, limit: AdaptiveLimit | None = None) -> None:
+        self.prefix, self.every, self.limit = prefix, every, limit
         self.on_note: Callable[[str], None] | None = None
         self.retrying = 0  # requests between attempts now
         self.causes: Counter[str] = Counter()  # causes of the retries since the last note
         self.last_note: float | None = None
-        self.capped: float | None = None  # the longest Retry-After above the cap since the last note
+        self.noted_limit: int | None = None  # the places in flight the last rate-limit note gave
 
     def retried(self, exc: TransientError, wait: float, request: list[bool]) -> None:
         """Count a retry of one request (``request``: whether it retried before) and note it when it is time."""
@@ -115,9 +119,6 @@ class RetryNotes:
             request.append(True)
             self.retrying += 1
         self.causes[retry_cause(exc)] += 1
-        cap = self.max_retry_after
-        if cap is not None and exc.retry_after is not None and exc.retry_after > cap:
-            self.capped = max(self.capped or 0.0, exc.retry_after)
         now = time.monotonic()
         if self.on_note is None or (self.last_note is not None and now - self.last_note < self.every):
             return
@@ -126,13 +127,21 @@ class RetryNotes:
         self.causes.clear()
         n = self.retrying
         after = f"{wait:.0f}" if wait >= 10 else f"{wait:.1f}"
-        capped = ""
-        if self.capped is not None:
-            capped = (f"; the server asked to wait {self.capped:g} s (Retry-After), capped at {cap:g} s "
-                      "(max_retry_after)")
-            self.capped = None
         self.on_note(f"{self.prefix}: retrying {n} request{'' if n == 1 else 's'} ({causes}), next in {after} s"
-                     + capped)
+                     + self._limited())
+
+    def _limited(self) -> str:
+        """``; rate limited: N requests in flight`` when the 429s cut the places in flight below the last note's."""
+        limit = self.limit
+        if limit is None:
+            return ""
+        if limit.limit >= limit.most:
+            self.noted_limit = None  # grown back: a later cut is noted again
+            return ""
+        if self.noted_limit is not None and limit.limit >= self.noted_limit:
+            return ""
+        self.noted_limit = limit.limit
+        return f"; rate limited: {limit.limit} request{'' if limit.limit == 1 else 's'} in flight"
 
     def done(self, request: list[bool]) -> None:
         """A request is over (answered or failed)."""

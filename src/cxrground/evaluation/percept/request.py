@@ -31,7 +31,9 @@ class EvalRequest:
                          "(none); replace the wrong answer by the ground truth in the conversation history "
                          "(implicit); or keep the model's answer and prepend the ground-truth text to the next "
                          "question (explicit). CHEXPERCEPT.md §13.3.")
-    concurrency: int = option(8, low=1, help="Cases in flight at once.")
+    concurrency: int = option(8, low=1, help="Cases in flight at once (and requests, at most: each 429 of a rate "
+                              "limit halves the requests allowed in flight, down to 1; a run of answers grows them "
+                              "back by one up to this).")
     limit: int | None = option(None, help="Evaluate only N cases (deterministic selection, not balanced across "
                                "paths: a small N may hold one path only; --per-path-limit takes N of each path).")
     per_path_limit: int | None = option(None, help="At most N cases per path (RR/RF/LF).")
@@ -58,6 +60,11 @@ class EvalRequest:
     seed: int = option(0, low=0, help="Case selection, random baseline, bootstrap.")
     cache: Path | None = option(None, path="out_file",
                                 help="Response cache (SQLite); default: percept_cache.sqlite next to the run folder.")
+    cache_endpoint: bool = option(True, flag="--cache-endpoint/--no-cache-endpoint",
+                                  help="Whether the response cache is keyed by the endpoint (--base-url) too; "
+                                  "--no-cache-endpoint keys it by the model name alone, so the same model served at "
+                                  "another URL reuses the cached answers (only where one model name means one set "
+                                  "of weights on every server).")
     timeout: float = option(RetryPolicy.timeout, low=0.0, low_open=True, help="Seconds per request, for every "
                             "client: a request with no answer 5 s past it is a timeout, retried like one.")
     max_attempts: int = option(RetryPolicy.max_attempts, low=1, help="Attempts per request (retries + 1).")
@@ -66,7 +73,8 @@ class EvalRequest:
                             "longer than the step is waited out instead; a shorter one never shortens it.")
     max_backoff: float = option(RetryPolicy.max_backoff, low=0.0, help="Most seconds of one backoff step.")
     max_retry_after: float = option(RetryPolicy.max_retry_after, low=0.0, help="Most seconds waited for a server's "
-                                    "Retry-After (a longer one is cut to it, with a note).")
+                                    "Retry-After; a longer one (a daily quota) stops the run, keeping what was done: "
+                                    "rerun the same command to resume.")
     repeats: int = option(1, low=1, help="Samples per question at the run's temperature (score: mean and spread "
                           "over repeats).")
     extra_body: str | None = option(None, metavar="JSON", help='JSON object merged into every request of '
@@ -116,6 +124,7 @@ def evaluate_request(request: EvalRequest, note: Callable[[str], None] | None = 
                             repeats=r.repeats, extra_body=extra, sampling_params=r.sampling_params)
     summary = run_eval(settings, r.out, concurrency=r.concurrency, cache=r.cache, base_url=r.base_url,
                        api_key_env=r.api_key_env, retry_failed=r.retry_failed, progress=r.progress, prices=r.prices,
+                       cache_endpoint=r.cache_endpoint,
                        retry=RetryPolicy(max_attempts=r.max_attempts, timeout=r.timeout, backoff=r.backoff,
                                          max_backoff=r.max_backoff, max_retry_after=r.max_retry_after), note=note)
     all_failed = ((summary["n_run"] > 0 and summary["failed_this_run"] == summary["n_run"])

@@ -8,16 +8,22 @@
   (temperature > 0), used by the random baseline always. With N = 1 the files are as before (no
   ``repeat`` field, no ``repeats`` in ``config.json``).
 - Every request of every client, built-in baselines included, goes through the response cache
-  (:mod:`.cache`): key = client identity + decoding settings (+ the sample's seed when sampling) + sample
-  index + exact messages (+ the baselines' case/question context). Rerunning, resuming or switching oracle
-  setting never repeats an answered request (the first request of a case is the same under every oracle
-  setting, so Stage 1 is always reused), while repeat ``k`` never reuses repeat ``j``'s answer. Default
+  (:mod:`.cache`): key = client identity + decoding settings (+ the sample's seed when sampling) + sample index + exact
+  messages (+ the baselines' case/question context); with ``cache_endpoint=False`` the identity leaves out the
+  endpoint (``base_url``), so the same model served at another URL reuses the answers. Rerunning, resuming or
+  switching oracle setting never repeats an answered request (the first request of a case is the same under every
+  oracle setting, so Stage 1 is always reused), while repeat ``k`` never reuses repeat ``j``'s answer. Default
   cache file: ``percept_cache.sqlite`` next to the RUN folder, so sibling runs share it. An empty reply (null
   or blank content, maybe a transient glitch) is scored as unparseable in the case that got it but never cached
   (nor taken from the cache), so every later request of it (another run, a resumed unfinished case) asks again.
 - Transient errors (408/409/425/429, 5xx, timeouts, connection errors) are retried by
   :func:`cxrground.llm.call_with_retries` under a :class:`~cxrground.llm.RetryPolicy` (``max_attempts``
-  attempts in all, ``Retry-After`` capped at ``max_retry_after``, else backoff with jitter). A case that
+  attempts in all, backoff with jitter or the server's ``Retry-After``). Requests in flight follow a
+  :class:`~cxrground.llm.AdaptiveLimit`: ``concurrency`` at first, halved by a 429 (down to 1), grown back by one
+  per round of successes; the retry notes say how many a rate limit left. A ``Retry-After`` above
+  ``max_retry_after`` (a daily quota) stops the run (:class:`~cxrground.llm.WaitTooLong`): what was done is kept
+  and a rerun resumes. A redirect is not followed (:class:`~cxrground.llm.Redirected`) and stops the run,
+  naming the ``Location``. A case that
   still fails is recorded with ``status: "failed"`` and the error; its unanswered questions are recorded
   with label ``failed``, and scoring counts all its stages wrong. An endpoint that refuses a request with 401,
   403 or 404 (the key, the URL or the model name; :class:`~cxrground.llm.EndpointRefused`) stops the run with a
@@ -88,10 +94,12 @@ from cxrground.evaluation.percept.prices import PRICES, Price, cost_usd, price_o
 from cxrground.io.files import atomic_write_text, flat_json, sha256_file, sha256_json
 from cxrground.io.output_lock import locks_output
 from cxrground.llm import (
+    AdaptiveLimit,
     ClientError,
     EndpointRefused,
     RetryPolicy,
     TimedOut,
+    WaitTooLong,
     bounded_map,
     call_with_retries,
     run_sync,
@@ -347,11 +355,14 @@ def _bench_file(bench: Path) -> Path:
 _LOCATION_KEYS: Final[frozenset[str]] = frozenset({"kind", "model", "base_url", "checkpoint"})
 
 
-def cache_identity(client: Client) -> dict[str, Any]:
+def cache_identity(client: Client, endpoint: bool = True) -> dict[str, Any]:
     """The client's identity as the response cache keys it: with the client's ``kind`` added when the identity does
     not name it, so two kinds of client whose identities agree (two plug-ins that name only the model) never answer
-    from each other's cached responses."""
+    from each other's cached responses; without its endpoint (``base_url``) when ``endpoint`` is false
+    (``cache_endpoint=False``)."""
     identity = dict(client.identity)
+    if not endpoint:
+        identity.pop("base_url", None)
     if identity.get("kind") != client.kind:
         identity["client_kind"] = client.kind
     return identity
@@ -523,7 +534,8 @@ class _CheckedClient:
 class _Runner:
     def __init__(self, client: Client, cache: PerceptCache, oracle: str, image_url: Callable[[str], str],
                  retry: RetryPolicy, out: Path, seed: int = 0, repeats: int = 1, usage: _Usage | None = None,
-                 concurrency: int = 1, note: Callable[[str], None] | None = None) -> None:
+                 concurrency: int = 1, note: Callable[[str], None] | None = None,
+                 cache_endpoint: bool = True) -> None:
         self.client = client
         self.usage = usage
         self.usage_file = out / USAGE_FILE
@@ -541,7 +553,10 @@ class _Runner:
         where = getattr(client, "base_url", None) or "the model server"
         #: Cases in a row whose request got no answer (the stop rule shared with the LLM structurer).
         self.no_answer = NoAnswerRun(concurrency, "the run stops", "cases", where, url_hint="--base-url")
-        self.notes = RetryNotes("percept eval", retry.max_retry_after)
+        #: Requests in flight: ``concurrency`` at first, halved by a 429 (the retry notes say so).
+        self.limit = AdaptiveLimit(concurrency)
+        self.notes = RetryNotes("percept eval", limit=self.limit)
+        self.cache_endpoint = cache_endpoint
         self.notes.on_note = note
         self.sampling = float(client.decoding.get("temperature", 0.0) or 0.0) > 0
 
@@ -570,7 +585,7 @@ class _Runner:
         seed = sample_seed(self.seed, sample)
         decoding = {**c.decoding, "seed": seed} if self.sampling else dict(c.decoding)
         context = c.cache_context(q, case_id)
-        identity = cache_identity(c)
+        identity = cache_identity(c, self.cache_endpoint)
         key = percept_cache_key(identity, decoding, messages, sample, context)
         hit = await self._cached(key)
         if hit is not None:
@@ -590,7 +605,8 @@ class _Runner:
             self.notes.retried(exc, wait, retried)
 
         try:
-            completion, attempts = await call_with_retries(attempt, self.retry, rng=self._jitter, on_retry=on_retry)
+            completion, attempts = await call_with_retries(attempt, self.retry, rng=self._jitter, on_retry=on_retry,
+                                                           limit=self.limit)
         finally:
             self.notes.done(retried)
         self._reached = True
@@ -642,7 +658,9 @@ class _Runner:
                         meta[-1]["tool_calls"] = completion.tool_calls
         except ConfigError:
             raise
-        except EndpointRefused as exc:  # the key, URL or model name: every case would fail alike
+        except WaitTooLong as exc:  # a quota used up: every case would wait alike
+            raise BatchStopped(f"the run stops: {exc.stop_line('--max-retry-after')}") from None
+        except EndpointRefused as exc:  # the key, URL or model name, a redirect: every case would fail alike
             raise BatchStopped(f"the run stops: {exc.reason}") from None
         except ClientError as exc:  # retries spent: the server died or hangs, or this request failed
             stop = self.no_answer.failed(exc, self._answered())
@@ -794,8 +812,13 @@ def _usage_summary(totals: dict[str, int], new: dict[str, int], client: Client, 
 def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: str | Path | None = None,
              retry: RetryPolicy | None = None, base_url: str | None = None, api_key_env: str | None = None,
              retry_failed: bool = False, progress: bool = True, client: Client | None = None,
-             prices: str | Path | None = None, note: Callable[[str], None] | None = None) -> dict[str, Any]:
+             prices: str | Path | None = None, note: Callable[[str], None] | None = None,
+             cache_endpoint: bool = True) -> dict[str, Any]:
     """Run (or resume) an evaluation into ``out``; returns ``usage.json``'s content plus ``n_run``.
+
+    ``cache_endpoint``: whether response cache keys hold the client's endpoint (``base_url``); False keys them by
+    the model without it, so the same model served at another URL reuses the cached answers (only where one model
+    name means one set of weights on every server).
 
     ``note`` gets the retry notes (at most one every 10 s while requests wait between attempts). A server that stops
     answering stops the run with a :class:`~cxrground.errors.BatchStopped` saying how many cases are answered and
@@ -849,7 +872,7 @@ def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: 
     store = PerceptCache(cache_path)  # first: a file that is no cache is refused before the run folder is made
     try:
         return _run_into(settings, out, store, client, plans, bench, concurrency, retry, retry_failed, progress,
-                         table, prices, note)
+                         table, prices, note, cache_endpoint)
     finally:
         store.close()
 
@@ -857,7 +880,7 @@ def run_eval(settings: EvalSettings, out: Path, *, concurrency: int = 8, cache: 
 def _run_into(settings: EvalSettings, out: Path, store: PerceptCache, client: Client, plans: list[CasePlan],
               bench: Benchmark, concurrency: int, retry: RetryPolicy, retry_failed: bool, progress: bool,
               table: dict[str, Price], prices: str | Path | None,
-              note: Callable[[str], None] | None = None) -> dict[str, Any]:
+              note: Callable[[str], None] | None = None, cache_endpoint: bool = True) -> dict[str, Any]:
     """:func:`run_eval` once its inputs are checked and the cache is open."""
     out.mkdir(parents=True, exist_ok=True)
     cfg = _config(settings, client, len(plans))
@@ -890,7 +913,7 @@ def _run_into(settings: EvalSettings, out: Path, store: PerceptCache, client: Cl
     previous = _read_object(usage_file) if usage_file.is_file() else {}
     usage = _Usage(done, client, previous, table, str(prices) if prices is not None else None)
     runner = _Runner(client, store, settings.oracle, image_url, retry, out, settings.seed, settings.repeats,
-                     usage, concurrency, note)
+                     usage, concurrency, note, cache_endpoint)
     try:
         run_sync(_run_all(runner, todo, concurrency, progress))
     except BatchStopped as exc:

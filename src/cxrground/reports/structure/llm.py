@@ -26,13 +26,17 @@ exact messages (:func:`cxrground.llm.cache_key`): a rerun makes zero requests. R
 requests) in flight (:func:`cxrground.llm.bounded_map`).
 HTTP 408/409/425/429 and 5xx, timeouts and connection errors are retried by
 :func:`cxrground.llm.call_with_retries` under a :class:`cxrground.llm.RetryPolicy` (``max_retries`` + 1
-attempts; backoff with jitter, or ``Retry-After`` capped at ``max_retry_after``; unset options take the
-policy's defaults; ``timeout`` is the deadline of a whole request). A report that still fails becomes a
+attempts; backoff with jitter, or the server's ``Retry-After``; unset options take the policy's defaults;
+``timeout`` is the deadline of a whole request). Requests in flight follow a :class:`cxrground.llm.AdaptiveLimit`
+shared with ``percept eval``: ``concurrency`` at first, halved by a 429 (down to 1), grown back by one per round of
+successes. A report that still fails becomes a
 :class:`~cxrground.errors.Failure` (stage ``structure``) and the batch goes on; so does a report whose structuring
 raises any other error (recorded as ``unexpected error ...``). The batch stops instead with a
-:class:`~cxrground.errors.BatchStopped` naming the URL and the reason when every report would fail alike: a 401,
-403 or 404 (the key, the URL path, the model name); a request whose retries all ended without an answer (refused,
-unknown host, timed out) while the server has not answered any request yet (a wrong host or port, no server); and
+:class:`~cxrground.errors.BatchStopped` naming the URL and the reason when every report would fail alike: a 401, 403
+or 404 (the key, the URL path, the model name); a redirect (not followed; the error names the ``Location``); a
+``Retry-After`` above ``max_retry_after`` (a daily quota: not waited for, as in ``percept eval``); a request whose
+retries all ended without an answer (refused, unknown host, timed out) while the server has not answered any request
+yet (a wrong host or port, no server); and
 :attr:`LLMStructurer.stop_after` (``max(8, 2 * concurrency)``) reports in a row whose requests spent their retries
 without an answer (or with 5xx errors only) after the server had answered (it died or hangs; any answer resets the
 count; the rule is :mod:`cxrground.llm.watch`, shared with ``percept eval``). The error says how
@@ -79,6 +83,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cxrground.errors import BatchStopped, ConfigError, CXRGroundError, Failure
 from cxrground.llm import (
+    AdaptiveLimit,
     CacheError,
     ChatClient,
     ClientError,
@@ -87,6 +92,7 @@ from cxrground.llm import (
     ResponseCache,
     RetryPolicy,
     TransientError,
+    WaitTooLong,
     bounded_each,
     bounded_map,
     cache_key,
@@ -444,7 +450,9 @@ class LLMStructurer:
         #: Reports in a row whose request spent its retries without an answer (see :attr:`stop_after`).
         self._no_answer = NoAnswerRun(concurrency, "the LLM structurer stops", "reports",
                                       f"{self._chat.base_url}/chat/completions")
-        self._notes = RetryNotes("LLM structurer", self.retry.max_retry_after)
+        #: Requests in flight: ``concurrency`` at first, halved by a 429 (:class:`cxrground.llm.AdaptiveLimit`).
+        self._limit = AdaptiveLimit(concurrency)
+        self._notes = RetryNotes("LLM structurer", limit=self._limit)
 
     @property
     def timeout(self) -> float:
@@ -658,7 +666,8 @@ class LLMStructurer:
 
         try:
             try:
-                (text, finish), sent = await call_with_retries(attempt, self.retry, rng=self._random, on_retry=note)
+                (text, finish), sent = await call_with_retries(attempt, self.retry, rng=self._random,
+                                                               on_retry=note, limit=self._limit)
             except PermanentError as exc:
                 if exc.status not in (400, 422) or "response_format" not in params:
                     raise
@@ -667,9 +676,13 @@ class LLMStructurer:
                 self.json_schema = False
                 self.stats["json_schema_fallbacks"] += 1
                 params = {k: v for k, v in params.items() if k != "response_format"}
-                (text, finish), more = await call_with_retries(attempt, self.retry, rng=self._random, on_retry=note)
+                (text, finish), more = await call_with_retries(attempt, self.retry, rng=self._random,
+                                                               on_retry=note, limit=self._limit)
                 sent += more
-        except EndpointRefused as exc:  # the key, URL or model name: every report would fail alike
+        except WaitTooLong as exc:  # a quota used up: every report would wait alike
+            raise BatchStopped(f"the LLM structurer stops: {exc.stop_line('--structurer-opt max_retry_after')}"
+                               ) from None
+        except EndpointRefused as exc:  # the key, URL or model name, a redirect: every report would fail alike
             raise BatchStopped(f"the LLM structurer stops: {exc.reason}") from None
         except ClientError as exc:
             self._no_answer_stop(exc)
