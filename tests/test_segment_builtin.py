@@ -74,6 +74,23 @@ def test_shipped_unet_segments_real_nc_images(unet, pack_dir: Path):
         assert "ctr" in masks.extra["heart_estimate"]
 
 
+@pytest.mark.pack
+def test_heart_right_half_stays_above_the_right_base_when_the_left_lung_runs_low(unet, pack_dir: Path):
+    """covid-19-pneumonia-12 (AP portable): the U-Net's left lung runs below the diaphragm, far below the right base;
+    the heart's right half still rests on the right hemidiaphragm."""
+    from cxrground.anatomy.segment.builtin import _mediastinal_midline
+    from cxrground.datasets.pack import Pack
+
+    rec = next(r for r in Pack(pack_dir).cohen() if r.image_id == "covid-19-pneumonia-12")
+    masks = unet.segment(rec.read())
+    right, left, heart = masks.right_lung, masks.left_lung, masks.heart
+    rows = np.flatnonzero((right | left).any(axis=1))
+    base_r = np.flatnonzero(right.any(axis=1))[-1]
+    assert np.flatnonzero(left.any(axis=1))[-1] > base_r + 0.1 * (rows[-1] - rows[0])  # the low left lung
+    ys, xs = np.nonzero(heart)
+    assert not ((xs < _mediastinal_midline(right, left)) & (ys > base_r + 0.01 * (rows[-1] - rows[0]))).any()
+
+
 def test_output_is_native_size_for_non_square_images(unet):
     study = generate_study(0, 1, SynthConfig(width=256, height_ratio_range=(1.3, 1.3)))
     im = CXRImage(study.image)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -150,3 +152,71 @@ def test_steepest_border_sits_on_the_silhouette_edge(shape):
         assert level <= radius - 5
     else:
         assert abs(level - radius) <= 2
+
+
+def _low_left_lungs(h: int = 300, w: int = 260, drop: float = 65.0, right_drop: float = 0.0
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_retrocardiac_lungs` with the left lung running ``drop`` pixels lower than its partner (as a left lung
+    that runs below the diaphragm into the abdomen on a supine film, or beside a right lung whose base is lost); the
+    right lung ``right_drop`` pixels lower."""
+    yy, xx = np.mgrid[:h, :w].astype(float)
+    right = (xx > 20) & (xx < 122) & (yy > 20) & (yy < 190 + right_drop - 25 * np.exp(-((xx - 70) / 40) ** 2))
+    left = (xx > 138) & (xx < 240) & (yy > 20) & (yy < 205 + drop - 25 * np.exp(-((xx - 190) / 40) ** 2))
+    return right, left
+
+
+def test_heart_right_half_stays_above_the_right_lung_base_when_the_left_lung_runs_low():
+    from cxrground.anatomy.segment.heart import diaphragm_line, floor_drop, floor_warning
+
+    right, left = _low_left_lungs()
+    base_r = int(np.flatnonzero(right.any(axis=1))[-1])
+    heart = estimate_heart(right, left, seen_borders=(90.0, 200.0))
+    ys, xs = np.nonzero(heart)
+    mid = 130  # half-way between the lungs
+    assert not ((ys > base_r + 1) & (xs < mid)).any()  # the right half rests on the right hemidiaphragm
+    assert ys.max() > base_r + 20  # the left half still reaches down to the left angle
+    floor = diaphragm_line(right, left)
+    assert floor[mid] <= base_r + 1 and floor[int(xs.max())] > base_r + 20
+    assert floor_drop(right, left) > 0.15
+    assert "heart floor uncertain" in floor_warning(right, left)
+
+
+def test_heart_left_half_stays_above_the_left_lung_base_when_the_right_lung_runs_low():
+    from cxrground.anatomy.segment.heart import floor_warning
+
+    right, left = _low_left_lungs(drop=-15.0, right_drop=65.0)
+    base_l = int(np.flatnonzero(left.any(axis=1))[-1])
+    heart = estimate_heart(right, left, seen_borders=(60.0, 170.0))
+    ys, xs = np.nonzero(heart)
+    assert not ((ys > base_l + 1) & (xs >= 130)).any()
+    assert ((ys > base_l + 1) & (xs < 130)).any()  # the right half reaches below the left base, towards its angle
+    assert floor_warning(right, left) is None  # only a left angle below the right base is judged
+
+
+def test_no_floor_warning_and_straight_floor_for_lungs_of_similar_depth():
+    from cxrground.anatomy.segment.heart import cardiophrenic_points, diaphragm_line, floor_warning
+
+    right, left = _low_left_lungs(drop=-15.0)  # both bases at the same depth
+    assert floor_warning(right, left) is None
+    (y_r, x_r), (y_l, x_l) = cardiophrenic_points(right, left)
+    floor = diaphragm_line(right, left, smooth_fraction=0.0)
+    xs = np.arange(int(np.ceil(x_r)), int(x_l) + 1)
+    np.testing.assert_allclose(floor[xs], np.interp(xs, [x_r, x_l], [y_r, y_l]))  # the chord, not bent
+
+
+def test_floor_warning_reaches_the_record_and_the_batch_status():
+    from cxrground.anatomy.segment.base import LungHeartMasks
+    from cxrground.anatomy.segment.batch import SegmentRow
+    from cxrground.anatomy.segment.builtin import heart_from_lungs
+    from cxrground.anatomy.segment.output import SegmentationOutput
+
+    right, left = _low_left_lungs()
+    heart, info = heart_from_lungs(right, left)
+    assert heart is not None and "heart floor uncertain" in info["floor_warning"]
+    masks = LungHeartMasks(right, left, heart, "estimate", "unet", {"heart_estimate": info})
+    output = SegmentationOutput(Path("out"), info["ctr"], {})
+    assert any("heart floor uncertain" in line for line in output.summary_lines(masks))
+    assert SegmentRow.written("x.png", "x.png", output, masks).status == "check"
+    calm = {**info, "floor_warning": None}
+    masks = LungHeartMasks(right, left, heart, "estimate", "unet", {"heart_estimate": calm})
+    assert SegmentRow.written("x.png", "x.png", output, masks).status == ("ok" if info["ctr_plausible"] else "check")

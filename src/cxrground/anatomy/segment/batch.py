@@ -67,7 +67,8 @@ Status = Literal["ok", "check", "failed"]
 @dataclass(frozen=True)
 class SegmentRow:
     """One film's row of ``segment.csv`` (:data:`CSV_COLUMNS`). ``status``: ``ok`` (masks written, nothing flagged),
-    ``check`` (masks written with a warning: implausible lungs, an implausible CTR or, with the orientation check, a
+    ``check`` (masks written with a warning: implausible lungs, an implausible CTR, an estimated heart whose floor is
+    uncertain (``heart_estimate.floor_warning`` in ``masks.json``) or, with the orientation check, a
     film that looks stored in a wrong pose: look at its ``overlay.png`` before using them) or ``failed`` (nothing
     written, ``error`` says why)."""
 
@@ -90,7 +91,9 @@ class SegmentRow:
         problems = tuple(record.get("lung_problems") or ())
         plausible = ctr_plausible(masks, output.ctr)
         orientation = str(record.get("orientation") or "")
-        flagged = bool(problems) or plausible is False or bool(orientation)
+        estimate = masks.extra.get("heart_estimate") or {}
+        floor = masks.heart_source == "estimate" and bool(estimate.get("floor_warning"))
+        flagged = bool(problems) or plausible is False or bool(orientation) or floor
         return cls(image, "check" if flagged else "ok", folder, output.ctr, masks.heart_source, plausible,
                    not problems, problems, "negative" if masks.extra.get("polarity") else "stored", orientation)
 

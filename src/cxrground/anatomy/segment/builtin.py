@@ -25,6 +25,7 @@ from cxrground.anatomy.segment.heart import (
     OUTLINE_CALIBRATION,
     HeartEstimateParams,
     estimate_heart,
+    floor_warning,
     midline,
 )
 from cxrground.anatomy.segment.heart_image import (
@@ -154,6 +155,9 @@ def heart_from_lungs(
             borders, info["seen"] = seen_cardiac_borders(px_w, r_w, l_w, seen_params, rows=rows, midline=mid)
             rctr, info["radiological"] = _radiological(rows, mid, r_w, l_w, params)
         heart = estimate_heart(r_w, l_w, params, seen_borders=borders)
+        warning = floor_warning(r_w, l_w)
+        if warning is not None:
+            info["floor_warning"] = warning
         calibrated = (params or HeartEstimateParams()).outline_calibration
         if px_w is not None and calibrated is not None and heart.any():
             heart, info["outline_calibration"] = _calibrated_outline(heart, r_w, l_w, params, calibrated, borders)

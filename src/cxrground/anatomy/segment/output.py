@@ -71,6 +71,8 @@ class SegmentationOutput:
         if info.get("ctr_radiological") is not None:
             lines.append(f"radiological CTR (MRD + MLD over the maximal internal thoracic diameter) = "
                          f"{info['ctr_radiological']:.3f}")
+        if masks.heart_source == "estimate" and info.get("floor_warning"):
+            lines.append(f"warning: {info['floor_warning']}")
         if masks.heart_source == "estimate" and info.get("ctr_plausible") is False:
             lines.append("warning: the estimated heart is implausibly narrow (CTR < 0.30): the lung masks probably "
                          "overlap the heart shadow; do not use this CTR for cardiomegaly decisions")
