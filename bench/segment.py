@@ -6,17 +6,21 @@ Also the U-Net's lung Dice on synthetic phantoms (exact masks; seed 1000, never 
 Run: ``.venv/bin/python bench/segment.py [--phantoms 50] [--nc 0] [--synthetic 40] [--threads 2]``
 (``--nc 0`` = all CC BY-NC-SA rows; ``--synthetic 0`` skips the phantom Dice).
 
-``--real [--only-real] [--cache DIR] [--overlays DIR] [--weights FILE]``: the anatomy of every pack film (826:
-621 NIH, 205 COVID-19 collection), on the working grid of the built-in segmenter (U-Net lungs; seen-border heart):
-the films whose lungs fail the lung plausibility check, plausibility counts of the heart outline (top above the
-carina level, any heart pixel below the lung bases or below the hemidiaphragm line, outside the thorax, apex cut
-flat), the U-Net's lung-base coverage of the pack's
-masks on the Brixia-scored films and its per-lung Dice on all 205 annotated films, the CTR AUROC of the NIH
+``--real [--only-real] [--cache DIR] [--overlays DIR] [--weights FILE]``: the anatomy of every pack film (826: 621
+NIH, 205 COVID-19 collection), on the working grid of the built-in segmenter (U-Net lungs; seen-border heart): the
+films whose lungs fail the lung plausibility check, plausibility counts of the heart outline (top above the carina
+level, any heart pixel below the lowest lung row, below its side's lung base (right of the mediastinal midline:
+below the right lung's lowest row; left of it: below the left lung's; the films are named) or below the
+hemidiaphragm line, outside the thorax, apex cut flat; the outlines whose floor
+:func:`~cxrground.anatomy.segment.heart.floor_warning` calls uncertain, and the percentiles of
+:func:`~cxrground.anatomy.segment.heart.floor_drop` on the pack's lung masks), the U-Net's lung-base coverage of the
+pack's masks on the Brixia-scored films and its per-lung Dice on all 205 annotated films, the CTR AUROC of the NIH
 Cardiomegaly label against all other NIH films (nothing tuned on them in this script) and the CTR distribution of
-the No Finding films against adult PA norms. ``--cache`` keeps the U-Net's lungs per film (rerun is fast; the
-folder is tied to the sha256 of the weights, and lungs of other weights are never reused);
-``--overlays`` writes one overlay PNG per film of a fixed list. Rows that need the pack
-(``CXRGROUND_PACK`` or ``../shared/data/cxr-pack-v1``) are skipped with a note when it is missing.
+the No Finding films against adult PA norms. ``--cache`` keeps the U-Net's lungs per film (rerun is fast; the folder
+is tied to the sha256 of the weights, and lungs of other weights are never reused); ``--overlays`` writes one
+overlay PNG per film of fixed lists and their sheets (``overlays-20.png``, ``nih-random-10-and-high-tops.png``,
+``heart-floor-bases.png``: films whose left cardiophrenic angle lies far below the right lung's base). Rows that
+need the pack (``CXRGROUND_PACK`` or ``../shared/data/cxr-pack-v1``) are skipped with a note when it is missing.
 Prints one line per measurement.
 """
 
@@ -38,6 +42,7 @@ CARINA_FRACTION = 0.35
 
 def heart_plausibility(heart: np.ndarray, right: np.ndarray, left: np.ndarray) -> dict[str, bool]:
     """The implausibilities of one heart outline (see the module docstring); True = the defect is present."""
+    from cxrground.anatomy.segment.builtin import _mediastinal_midline
     from cxrground.anatomy.segment.heart import _hull_mask, diaphragm_line
 
     lungs = right | left
@@ -45,6 +50,9 @@ def heart_plausibility(heart: np.ndarray, right: np.ndarray, left: np.ndarray) -
     y0, y1 = int(rows[0]), int(rows[-1])
     ys, xs = np.nonzero(heart)
     tol = 0.01 * (y1 - y0)
+    mid = _mediastinal_midline(right, left)
+    mid = 0.5 * (xs.min() + xs.max()) if mid is None else mid
+    base_r, base_l = (int(np.flatnonzero(m.any(axis=1))[-1]) for m in (right, left))
     floor = diaphragm_line(right, left)
     outside = int((heart & ~_hull_mask(lungs)).sum())
     x_far = xs.max()  # the apex side (patient's left = image right)
@@ -52,6 +60,8 @@ def heart_plausibility(heart: np.ndarray, right: np.ndarray, left: np.ndarray) -
     return {
         "top above carina": bool(ys.min() < y0 + CARINA_FRACTION * (y1 - y0)),
         "below the lung bases": bool(ys.max() > y1 + tol),
+        "below its side's base": bool(((ys > base_r + tol) & (xs < mid)).any()
+                                      or ((ys > base_l + tol) & (xs >= mid)).any()),
         "below the hemidiaphragm": bool((ys > floor[xs] + tol).any()),
         "outside the thorax": bool(outside > 0.005 * ys.size),
         "apex cut flat": bool(apex_rows.max() >= ys.max() - 0.03 * (ys.max() - ys.min())),
@@ -82,6 +92,14 @@ OVERLAY_FILMS = (
     "covid-19-rapidly-progressive-acute-respiratory-distress-syndrome-ards-day-3",
     "covid-19-pneumonia-40", "covid-19-pneumonia-23-day3", "covid-19-pneumonia-58-day-9", "16708_4_1",
     "16708_5_1", "covid-19-pneumonia-30-PA",
+)
+
+
+#: Films of ``--overlays``' ``heart-floor-bases.png``: left cardiophrenic angles far below the right lung's base.
+FLOOR_FILMS = (
+    "00013553_000", "00025081_000", "00023007_000", "00020218_000",
+    "covid-19-pneumonia-progression-and-regression-day24", "00001528_000", "00000282_000", "00009047_000",
+    "16708_5_1", "covid-19-pneumonia-12", "covid-19-pneumonia-49-day8", "ee2d1bf6",
 )
 
 
@@ -186,6 +204,7 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
     from cxrground.anatomy.ils_locations import lung_zone_bands
     from cxrground.anatomy.segment import UNetLungSegmenter
     from cxrground.anatomy.segment.builtin import heart_from_lungs
+    from cxrground.anatomy.segment.heart import floor_drop
     from cxrground.anatomy.segment.plausibility import lung_problems
     from cxrground.datasets.pack import Pack
 
@@ -208,7 +227,8 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
                "inverted": bool(d["inverted"]), "tilt": None if np.isnan(d["tilt"]) else float(d["tilt"]),
                "lung_problems": lung_problems(right, left),
                "rctr": info.get("ctr_radiological", np.nan),
-               "plaus": heart_plausibility(heart, right, left) if heart is not None else {}}
+               "plaus": heart_plausibility(heart, right, left) if heart is not None else {},
+               "floor_warning": bool(info.get("floor_warning"))}
         if src == "cohen":
             gr, gl = d["GR"].astype(bool), d["GL"].astype(bool)
             row["dice"] = (_dice(right, gr), _dice(left, gl))
@@ -216,11 +236,15 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
                                       max(1, (lung_zone_bands(gt)["lung base"] & gt).sum()))
                                 for pred, gt in ((right, gr), (left, gl)))
             row["below"] = (below_base(right, gr), below_base(left, gl))
+            row["drop_annotated"] = floor_drop(gr, gl) if gr.any() and gl.any() else None
         if overlays and rec.image_id in OVERLAY_FILMS:
             _overlay(Path(overlays) / f"{rec.image_id}.png", d["px"], right, left, heart, info)
+        if overlays and rec.image_id in FLOOR_FILMS:
+            _overlay(Path(overlays) / "floor-panels" / f"{rec.image_id}.png", d["px"], right, left, heart, info)
         rows.append(row)
     if overlays:
         _overlay_sheet(Path(overlays))
+        _floor_sheet(Path(overlays))
         _random_sheet(seg, folder, Path(overlays), rows, heart_params)
     print(f"\n## Real films: {len(rows)} pack films ({time.perf_counter() - start:.0f} s; lungs cached in {folder})")
     lungs_bad = [r for r in rows if r["lung_problems"]]
@@ -236,12 +260,20 @@ def real_films(threads: int, cache: str | None, overlays: str | None, weights: s
           f"{negatives}")
     hearts = [r for r in rows if r["heart"]]
     print(f"heart outline on {len(hearts)} of {len(rows)} films; implausible outlines:")
-    for key in ("top above carina", "below the lung bases", "below the hemidiaphragm", "outside the thorax",
-                "apex cut flat"):
+    for key in ("top above carina", "below the lung bases", "below its side's base", "below the hemidiaphragm",
+                "outside the thorax", "apex cut flat"):
         n_nih = sum(r["plaus"][key] for r in hearts if r["src"] == "nih")
         n_all = sum(r["plaus"][key] for r in hearts)
         print(f"  {key:<26} {n_all:4d} of {len(hearts)}  (NIH {n_nih}, COVID-19 collection {n_all - n_nih})")
+        if key == "below its side's base":
+            print(f"    {[r['rec'].image_id for r in hearts if r['plaus'][key]]}")
+    floor = [r["rec"].image_id for r in hearts if r["floor_warning"]]
+    print(f"heart floor uncertain (floor_warning): {len(floor)} of {len(hearts)} {floor}")
     cohen = [r for r in rows if r["src"] == "cohen"]
+    drops = np.asarray([r["drop_annotated"] for r in cohen if r["drop_annotated"] is not None])
+    print(f"left cardiophrenic angle below the right lung base (floor_drop, share of the lung height) on the pack's "
+          f"lung masks, {drops.size} films: 50th/95th/99th percentile "
+          f"{' / '.join(f'{v:.3f}' for v in np.percentile(drops, [50, 95, 99]))}")
     dice = np.asarray([d for r in cohen for d in r["dice"]])
     print(f"lung U-Net vs the pack's masks, {len(cohen)} films (per lung, working grid, no ignore region): Dice median "
           f"{np.median(dice):.4f} mean {dice.mean():.4f}, lungs < 0.8: {int((dice < 0.8).sum())}")
@@ -300,6 +332,18 @@ def _overlay_sheet(folder: Path, count: int = 20, columns: int = 5) -> None:
               if (folder / f"{name}.png").is_file()]
     if panels:
         Image.fromarray(contact_sheet(panels, columns=columns)).save(folder / f"overlays-{count}.png", optimize=True)
+
+
+def _floor_sheet(folder: Path, columns: int = 4) -> None:
+    """``folder/heart-floor-bases.png``: the overlays of :data:`FLOOR_FILMS` in a grid."""
+    from PIL import Image
+
+    from cxrground.io.overlay import contact_sheet
+
+    panels = [np.asarray(Image.open(folder / "floor-panels" / f"{name}.png").convert("RGB")) for name in FLOOR_FILMS
+              if (folder / "floor-panels" / f"{name}.png").is_file()]
+    if panels:
+        Image.fromarray(contact_sheet(panels, columns=columns)).save(folder / "heart-floor-bases.png", optimize=True)
 
 
 def _random_sheet(seg, folder: Path, out: Path, rows: list[dict], heart_params=None, seed: int = 1) -> None:
