@@ -141,7 +141,7 @@ class SegmentBatch:
         """The console summary: counts, the films to check, where the failures are."""
         check = sum(r.status == "check" for r in self.rows)
         line = (f"wrote {self.out / 'segment.csv'}: {self.segmented} films segmented into {self.out}/<film>/, "
-                f"{check} to check (status check: implausible lungs or CTR"
+                f"{check} to check (status check: implausible lungs, CTR or heart floor"
                 + (", or a wrong pose" if any(r.orientation for r in self.rows) else "") + f"), "
                 f"{len(self.failures)} failures")
         if self.failures:
