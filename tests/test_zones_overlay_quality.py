@@ -296,3 +296,12 @@ def test_the_pose_reader_warns_of_a_mirrored_real_film_in_the_csv_and_the_captio
                 pose_check=False)
     off = {r["image"]: r for r in csv.DictReader((tmp_path / "off" / "zones.csv").open())}
     assert off["mirrored.png"]["pose_warning"] == ""
+
+
+def test_overlay_says_when_the_heart_floor_is_uncertain():
+    image = CXRImage(np.full((H, W), 128, np.uint8))
+    right, left, heart = _lungs()
+    warned = LungHeartMasks(right, left, heart, "estimate", "fake",
+                            {"heart_estimate": {"floor_warning": "heart floor uncertain: ..."}})
+    with_line, plain = (zones_overlay(image, seg, np.zeros((H, W)), _reading()) for seg in (warned, _seg()))
+    assert with_line.shape[0] > plain.shape[0]  # the caption has the warning's line

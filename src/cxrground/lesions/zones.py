@@ -429,9 +429,10 @@ def _letter_zones(rgb: np.ndarray, panel: _Panel, flagged: Sequence[str]) -> np.
 def zones_overlay(image: CXRImage, seg: LungHeartMasks, z: np.ndarray, reading: ZoneReading,
                   width: int | None = None) -> np.ndarray:
     """Two panels of ``width`` pixels each (default :func:`overlay_width`): the lungs and heart with the six zone bands
-    outlined and lettered A–F and the flagged zones tinted red, with a colour legend; and the reader's map (red =
-    lesion probability, or brighter than normal) with the lungs outlined and the heat outside them dimmed. A film read
-    as its negative is drawn as read."""
+    outlined and lettered A–F and the flagged zones tinted red, with a colour legend (and a line when the estimated
+    heart's floor is uncertain, ``heart_estimate.floor_warning``); and the reader's map (red = lesion probability, or
+    brighter than normal) with the lungs outlined and the heat outside them dimmed. A film read as its negative is
+    drawn as read."""
     panel = _panel(image, seg, width)
     flagged = [k for k in ZONES if reading.flags[k]]
     anat = _anatomy_rgb(panel, flagged)
@@ -451,6 +452,8 @@ def zones_overlay(image: CXRImage, seg: LungHeartMasks, z: np.ndarray, reading: 
     normative = reading.reader == NORMATIVE_READER
     scores = " ".join(f"{k} {reading.scores[k]:.1f}" if normative else f"{k} {reading.scores[k]:.2f}" for k in ZONES)
     caption: list[Any] = [f"CTR {ctr} (heart: {reading.heart_source})", f"zones: {flags}", f"flags: {reading.reader}"]
+    if seg.heart_source == "estimate" and (seg.extra.get("heart_estimate") or {}).get("floor_warning"):
+        caption.append("heart floor uncertain (lung bases far apart): check the heart outline")
     if seg.extra.get("polarity"):
         caption.append("grey levels inverted (read as the film's negative)")
     if reading.pose_warning:
