@@ -399,8 +399,8 @@ def run_units(
     the tasks are streamed, the driver holds only those in flight. ``max_pixels``: images whose header states more
     pixels fail without being decoded. ``runner``: the per-study function (picklable; it writes the unit file),
     :func:`~cxrground.ils.units.run_one` unless a test injects faults. ``ray_address``: the Ray cluster of
-    ``engine='ray'`` (``auto``, ``ray://host:10001``, ``host:6379``; default ``RAY_ADDRESS``, else a local Ray
-    instance with ``workers`` CPUs). ``index``: the build's :class:`InputIndex`, which gets each study's input
+    ``engine='ray'`` (``auto``, ``ray://host:10001``, ``host:6379``; default ``RAY_ADDRESS``, else a new local
+    Ray instance with ``workers`` CPUs). ``index``: the build's :class:`InputIndex`, which gets each study's input
     fingerprint as the study is handed to a worker (None: not kept; a resume then reads those units).
 
     ``note``: where the retry notes of the structurer that processes the studies go (the LLM structurer's: at most
@@ -409,7 +409,7 @@ def run_units(
     actor's). ``counts``: the workers' structurer counters (requests, cache hits, retries, ...) are added to it.
     """
     total = n_todo = 0
-    done = done_check(out)
+    done = done_check(out, clear_markers=True)
     for t in tasks:
         total += 1
         n_todo += not done(t.study_key)
@@ -418,23 +418,25 @@ def run_units(
     if index is not None:
         todo = index.noting(todo)
     counts = Counter() if counts is None else counts
-    if engine == "local" and workers <= 1:
-        previous = note_retries(note)
-        try:
-            for t in todo:
-                counts.update(counted_run(runner, t, str(out), config, spec, max_pixels)[1])
-                bar.update()
-        finally:
-            note_retries(previous)
-    elif engine == "local":
-        _run_pool(todo, out, config, spec, workers, max_pixels, runner, bar, counts, note is not None)
-    elif engine == "ray":
-        from cxrground.ils.ray_engine import run_ray
+    try:  # the bar is closed also when Ctrl-C or an error stops the run, so that its line ends before the message
+        if engine == "local" and workers <= 1:
+            previous = note_retries(note)
+            try:
+                for t in todo:
+                    counts.update(counted_run(runner, t, str(out), config, spec, max_pixels)[1])
+                    bar.update()
+            finally:
+                note_retries(previous)
+        elif engine == "local":
+            _run_pool(todo, out, config, spec, workers, max_pixels, runner, bar, counts, note is not None)
+        elif engine == "ray":
+            from cxrground.ils.ray_engine import run_ray
 
-        run_ray(todo, out, config, spec, workers, bar, max_pixels, runner, ray_address, counts, note is not None)
-    else:
-        raise ConfigError(f"unknown engine {engine!r}; use 'local' or 'ray'")
-    bar.close()
+            run_ray(todo, out, config, spec, workers, bar, max_pixels, runner, ray_address, counts, note is not None)
+        else:
+            raise ConfigError(f"unknown engine {engine!r}; use 'local' or 'ray'")
+    finally:
+        bar.close()
     return n_todo, total - n_todo
 
 

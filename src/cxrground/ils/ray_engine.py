@@ -116,8 +116,9 @@ CONNECT_TIMEOUT_S = 10.0
 
 def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
     """Raise :class:`ConfigError` when ``address`` (``HOST:PORT``, ``ray://HOST:PORT``, or ``auto``: the cluster
-    ``ray start`` started on this node, as Ray finds it) takes no TCP connection within ``timeout`` seconds (Ray
-    itself retries for minutes), or when ``auto`` finds no cluster."""
+    ``ray start`` started on this node, as Ray finds it) takes no TCP connection within ``timeout`` seconds, answers
+    but not as a gRPC server (Ray's ports are gRPC; unless ``RAY_USE_TLS``, where only the connection is checked),
+    or when ``auto`` finds no cluster. Ray itself retries such addresses for minutes."""
     import socket
     from urllib.parse import urlsplit
 
@@ -136,11 +137,45 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
     if not host or port is None:
         raise ConfigError(f"--ray-address {address!r} is not HOST:PORT or ray://HOST:PORT")
     try:
-        with socket.create_connection((host, port), timeout=timeout):
-            pass
+        with socket.create_connection((host, port), timeout=timeout) as conn:
+            answer = None if _uses_tls() else _grpc_answer(conn)
     except OSError as exc:
         raise ConfigError(f"cannot reach the Ray cluster at {address} within {timeout:g} s ({exc.strerror or exc}); "
                           "is its head node running (ray start --head) and the port open?") from exc
+    if answer is not None:
+        raise ConfigError(f"{address} answers, but not as a Ray cluster ({answer}); give the head node's GCS port "
+                          "(HOST:6379 unless ray start --head was given another --port) or its Ray client port as "
+                          "ray://HOST:10001, not the dashboard's (8265)")
+
+
+#: What an HTTP/2 client sends first (RFC 9113 §3.4): the preface and an empty SETTINGS frame.
+_H2_PREFACE: Final[bytes] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def _uses_tls() -> bool:
+    """Whether Ray talks TLS (``RAY_USE_TLS``), so that a plain HTTP/2 greeting cannot tell a Ray port."""
+    return os.environ.get("RAY_USE_TLS", "").strip().lower() in ("1", "true")
+
+
+def _grpc_answer(conn: Any) -> str | None:
+    """None when the server on ``conn`` answers an HTTP/2 greeting as every gRPC server does (a Ray head node's GCS
+    and Ray client ports are gRPC), its SETTINGS frame first; else what it did instead. Ray itself would retry such
+    a port for minutes."""
+    try:
+        conn.sendall(_H2_PREFACE)
+        head = b""
+        while len(head) < 9:
+            chunk = conn.recv(9 - len(head))
+            if not chunk:
+                break
+            head += chunk
+    except TimeoutError:
+        return "no answer to a gRPC greeting"
+    except OSError as exc:
+        return f"the connection failed: {exc.strerror or exc}"
+    if len(head) == 9 and head[3] == 4:  # an HTTP/2 frame header of type SETTINGS
+        return None
+    return "it closed the connection at a gRPC greeting" if not head else "not a gRPC server"
 
 
 def _auto_address() -> str | None:
@@ -179,16 +214,25 @@ def actor_env() -> dict[str, str]:
 
 
 def _connect(ray: Any, address: str | None, workers: int) -> bool:
-    """Connect to ``address`` (or ``RAY_ADDRESS``), else start a local Ray instance; True when this call did."""
+    """Connect to ``address`` (or ``RAY_ADDRESS``), else start a new local Ray instance (``address='local'``: not a
+    cluster that ``ray start`` runs on this node, which ``ray.init()`` would join, refusing ``num_cpus``); True
+    when this call started or joined one. Ray's refusal of the address is a :class:`ConfigError` naming it."""
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS")
     env = {"env_vars": actor_env()}
-    if address:
-        check_reachable(address)
-        ray.init(address=address, log_to_driver=False, runtime_env=env)
-    else:
-        ray.init(num_cpus=max(1, workers), include_dashboard=False, log_to_driver=False, runtime_env=env)
+    if not address:  # "local": a fresh instance, never a cluster that `ray start` left on this node
+        ray.init(address="local", num_cpus=max(1, workers), include_dashboard=False, log_to_driver=False,
+                 runtime_env=env, logging_level=logging.WARNING)
+        return True
+    check_reachable(address)
+    try:
+        ray.init(address=address, log_to_driver=False, runtime_env=env, logging_level=logging.WARNING)
+    except (ConnectionError, TimeoutError, RuntimeError, ValueError) as exc:
+        raise ConfigError(f"cannot connect to the Ray cluster at {address} ({exc}); give the head node's GCS port "
+                          "(HOST:6379 unless ray start --head was given another --port) or its Ray client port as "
+                          "ray://HOST:10001, and use on this machine the Ray and Python versions of the cluster"
+                          ) from exc
     return True
 
 
@@ -202,10 +246,14 @@ def run_ray(todo: Iterator[StudyTask], out: str | Path, config: IlsConfig, spec:
     except ImportError as exc:
         raise ConfigError("--engine ray needs the 'ray' package: pip install 'cxrground[ray]'") from exc
     started = _connect(ray, address, workers)
+    scheduler = None
     try:
-        _Scheduler(ray, todo, out, config, spec, max(1, workers), bar, max_pixels, runner,
-                   Counter() if counts is None else counts, notes).run()
-    finally:
+        scheduler = _Scheduler(ray, todo, out, config, spec, max(1, workers), bar, max_pixels, runner,
+                               Counter() if counts is None else counts, notes)
+        scheduler.run()
+    finally:  # also on Ctrl-C or an error: the actors stop now, not when they next notice the driver is gone
+        if scheduler is not None:
+            scheduler.close()
         if started:
             ray.shutdown()
 
@@ -281,6 +329,15 @@ class _Scheduler:
             return
         self.replacements_left -= 1
         self._start_actor()
+
+    def close(self) -> None:
+        """Stop every actor (those still starting included), with the study it is processing."""
+        for handle in self.actors.values():
+            try:
+                self.ray.kill(handle, no_restart=True)
+            except Exception:
+                _LOG.debug("Ray worker already gone", exc_info=True)
+        self.actors.clear()
 
     def run(self) -> None:
         """Until every study is done or recorded."""

@@ -69,8 +69,9 @@ class BuildRequest:
                           "time.")
     ray_address: str | None = option(None, help="Ray cluster of --engine ray: 'auto' (the cluster this node "
                                      "belongs to), HOST:6379 or ray://HOST:10001. Default: $RAY_ADDRESS, else a "
-                                     "local Ray instance with --workers CPUs. Every node must see --out (a shared "
-                                     "mount or an object-storage URL).")
+                                     "new local Ray instance with --workers CPUs (not a cluster that ray start runs "
+                                     "here: give auto for that). Every node must see --out (a shared mount or an "
+                                     "object-storage URL).")
     retry_failed: bool = option(False, help="Process again the studies whose earlier attempt failed (a worker that "
                                 "died, a file unreadable then); studies rejected by QC stay rejected.")
     structurer: str = option("rules", registry=STRUCTURERS)

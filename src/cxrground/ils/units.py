@@ -138,15 +138,27 @@ def init_worker(threads: int) -> None:
 READ_AHEAD = 64
 
 
-def done_check(out: str | Path) -> Callable[[str], bool]:
+def done_check(out: str | Path, clear_markers: bool = False) -> Callable[[str], bool]:
     """``study -> has a unit``: a file check per study locally; on object storage one listing of ``units/`` made
-    now (a set of study keys, a few tens of MB at MIMIC size) instead of a request per study."""
+    now (a set of study keys, a few tens of MB at MIMIC size) instead of a request per study.
+
+    ``clear_markers``: also remove every running marker (:func:`running_rel`) there, which pool workers of an earlier
+    run that was killed or stopped by Ctrl-C left; for the start of a run, when no worker of the build runs (the
+    build holds its output folder's lock)."""
     store = unit_store(str(out))
     if store.local:
+        folder = Path(store.root) / UNITS_DIR
+        if clear_markers and folder.is_dir():
+            for marker in folder.glob("*.running"):
+                marker.unlink(missing_ok=True)
         return lambda key: has_unit(out, key)
     start, end = len(UNITS_DIR) + 1, -len(".json")
     store.refresh()
-    keys = {rel[start:end] for rel in store.find(UNITS_DIR) if rel.endswith(".json")}
+    listing = store.find(UNITS_DIR)
+    if clear_markers:
+        for rel in [rel for rel in listing if rel.endswith(".running")]:
+            store.remove(rel)
+    keys = {rel[start:end] for rel in listing if rel.endswith(".json")}
     return keys.__contains__
 
 
