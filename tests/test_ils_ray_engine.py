@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import http.server
+import json
 import socket
 import sys
 import threading
 import types
+from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -153,3 +155,49 @@ def test_running_markers_an_earlier_run_left_are_removed_when_a_run_starts(tmp_p
     processed, skipped = build_mod.run_units([_task("s1")], tmp_path, IlsConfig(), BackendSpec(), progress=False)
     assert (processed, skipped) == (0, 1)
     assert sorted(p.name for p in units.iterdir()) == ["s1.json"]
+
+
+@pytest.mark.parametrize("first_error", ["running", "waiting"])
+def test_only_the_study_a_dead_ray_actor_was_running_counts_the_death(tmp_path, first_error):
+    # an actor holds two studies and runs them in the order sent; the one waiting behind the study that killed it
+    # used to count the death too, and after two deaths be recorded as failed with it
+    sched = object.__new__(ray_engine._Scheduler)
+    sched.ray, sched.out, sched.config, sched.spec, sched.bar = _FakeRay(), tmp_path, IlsConfig(), BackendSpec(), _Bar()
+    sched.actors, sched.live, sched.nodes, sched.replacements_left = {0: "actor-0"}, {0: 2}, {0: "node"}, 1
+    sched.retry, sched.deaths = deque(), Counter()
+    sched._start_actor = lambda: None  # type: ignore[method-assign]
+    running, waiting = _task("s1"), _task("s2")
+    if first_error == "running":  # the error of one ref arrives first; the other is still in flight
+        sched.inflight = {"ref-2": (waiting, 0, 1)}
+        held = [(0, running), (1, waiting)]
+    else:
+        sched.inflight = {"ref-1": (running, 0, 0)}
+        held = [(1, waiting), (0, running)]
+    sched._died(0, held, RuntimeError("actor died"))
+    assert sched.deaths == Counter({"s1": 1}) and not sched.inflight
+    assert sorted(t.study_key for t in sched.retry) == ["s1", "s2"]
+    assert sched.ray.killed == ["actor-0"]
+
+
+def test_a_study_that_kills_its_ray_worker_is_recorded_and_the_others_finish(tmp_path, monkeypatch):
+    pytest.importorskip("ray")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    tasks = [_task("s1"), _task("s2"), _task("s3")]
+
+    def killer(task, out, config, spec, max_pixels):
+        """The worker dies under s1, as under the out-of-memory killer; the others write a unit at once."""
+        import os
+
+        from cxrground.ils.units import write_unit
+
+        if task.study_key == "s1":
+            os._exit(1)
+        write_unit(out, {"study_key": task.study_key, "status": "ok"}, config, spec)
+        return task.study_key, "ok"
+
+    spec = BackendSpec(synthesizer="pseudo-normal")  # no fitted model to name
+    processed, _ = build_mod.run_units(tasks, tmp_path, IlsConfig(), spec, "ray", 1, progress=False, runner=killer)
+    assert processed == 3
+    status = {t.study_key: json.loads((tmp_path / "units" / f"{t.study_key}.json").read_text()) for t in tasks}
+    assert status["s1"]["status"] == "failed" and "worker died" in status["s1"]["reason"]
+    assert status["s2"]["status"] == status["s3"]["status"] == "ok"

@@ -4,7 +4,8 @@ Each actor loads the backends once (its state) from the build's settings, which 
 the driver hands out studies one at a time, at most :data:`~cxrground.ils.units.IN_FLIGHT_PER_WORKER` per actor, so
 it holds a bounded number of tasks and object refs whatever the cohort size, and each ``ray.wait`` looks at that
 bounded set only. An actor whose process or node dies is replaced; the studies it had in flight are handed to the
-others, and a study whose actor died under it twice is recorded as failed ("worker died"), as the local engine does.
+others, and a study whose actor died under it twice is recorded as failed ("worker died"), as the local engine does
+(only the study an actor was running counts its death, not those queued behind it).
 
 The actors write the study's masks and unit file themselves, under the build's output folder: every node must see
 that folder (a shared file system mounted at the same path). The registrations of the build's backends go with the
@@ -281,7 +282,8 @@ class _Scheduler:
         self.actors: dict[int, Any] = {}        # slot -> handle (started or starting)
         self.live: dict[int, int] = {}          # slot -> studies in flight (started actors only)
         self.nodes: dict[int, str] = {}         # slot -> Ray node id (started actors only)
-        self.inflight: dict[Any, tuple[StudyTask, int]] = {}
+        self.inflight: dict[Any, tuple[StudyTask, int, int]] = {}  # ref -> (study, actor slot, order sent)
+        self.sent = 0
         self.retry: deque[StudyTask] = deque()
         self.deaths: Counter = Counter()
         self.exhausted = False
@@ -311,7 +313,8 @@ class _Scheduler:
                 task = self._next_task()
                 if task is None:
                     return
-                self.inflight[self.actors[slot].run.remote(task)] = (task, slot)
+                self.inflight[self.actors[slot].run.remote(task)] = (task, slot, self.sent)
+                self.sent += 1
                 self.live[slot] += 1
                 _LOG.debug("study %s sent to Ray worker %d on node %s", task.study_key, slot, self.nodes[slot])
 
@@ -343,7 +346,6 @@ class _Scheduler:
         """Until every study is done or recorded."""
         from ray.exceptions import RayError, RayTaskError
 
-        from cxrground.ils.units import has_unit, record_worker_death
 
         while True:
             self._dispatch()
@@ -365,7 +367,7 @@ class _Scheduler:
                     self.live[slot] = 0
                     self.nodes[slot] = node
                 continue
-            task, slot = self.inflight.pop(ref)
+            task, slot, order = self.inflight.pop(ref)
             if slot in self.live:
                 self.live[slot] -= 1
             try:
@@ -376,17 +378,37 @@ class _Scheduler:
                     raise cause from None  # one line, as the local engine says it, not Ray's wrapped traceback
                 raise
             except RayError as exc:  # the actor's process or node died under the study
-                self._lose(slot)
-                if has_unit(self.out, task.study_key):
-                    self.bar.update()  # it finished just before
-                    continue
-                self.deaths[task.study_key] += 1
-                _LOG.warning("Ray worker lost under study %s (attempt %d): %s", task.study_key,
-                             self.deaths[task.study_key], type(exc).__name__)
-                if self.deaths[task.study_key] >= MAX_ATTEMPTS:
-                    record_worker_death(self.out, task, self.config, self.spec)
-                    self.bar.update()
-                else:
-                    self.retry.append(task)
+                self._died(slot, [(order, task), *((o, t) for t, s, o in self.inflight.values() if s == slot)], exc)
                 continue
             self.bar.update()
+
+    def _died(self, slot: int, held: list[tuple[int, StudyTask]], exc: Exception) -> None:
+        """The actor of ``slot`` died holding the studies ``held`` ((order sent, study)). An actor runs its studies
+        one at a time in the order they were sent, so the first of them without a unit was the one running: it
+        counts a death (recorded as failed at :data:`MAX_ATTEMPTS`); the others waited behind it and are handed out
+        again as they are, so that a study that kills its worker does not take the study queued behind it along."""
+        from cxrground.ils.units import has_unit, record_worker_death
+
+        self._lose(slot)
+        studies = {t.study_key for _, t in held}
+        for ref in [r for r, (t, _, _) in self.inflight.items() if t.study_key in studies]:
+            del self.inflight[ref]
+        running = None
+        for _, task in sorted(held, key=lambda item: item[0]):
+            if has_unit(self.out, task.study_key):
+                self.bar.update()  # it finished just before
+            elif running is not None:
+                _LOG.debug("study %s was waiting on the lost Ray worker; handed out again", task.study_key)
+                self.retry.append(task)
+            else:
+                running = task
+        if running is None:
+            return
+        self.deaths[running.study_key] += 1
+        _LOG.warning("Ray worker lost under study %s (attempt %d): %s", running.study_key,
+                     self.deaths[running.study_key], type(exc).__name__)
+        if self.deaths[running.study_key] >= MAX_ATTEMPTS:
+            record_worker_death(self.out, running, self.config, self.spec)
+            self.bar.update()
+        else:
+            self.retry.append(running)
