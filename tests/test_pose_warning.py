@@ -162,7 +162,7 @@ def test_ils_build_lists_a_mirrored_film_on_the_card_and_rejects_nothing(pack_di
     assert units["s50000002"]["pose_warning"]["correction"] == "mirrored left-right"
     section = card.split("## Films that may be stored in a wrong pose")[1].split("\n## ")[0]
     assert "| `s50000002` | mirrored left-right |" in section and "s50000001" not in section
-    assert "1 films look stored mirrored, turned or flipped" in output
+    assert "1 film looks stored mirrored, turned or flipped" in output
     provenance = json.loads((tmp_path / "default" / "provenance.json").read_text())
     assert provenance["pose_reader"]["name"] == "pose_net_v1"
     lines = (tmp_path / "default" / "anatomy.jsonl").read_text().splitlines()

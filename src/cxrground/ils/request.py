@@ -350,6 +350,7 @@ def build_lines(summary: BuildSummary) -> list[str]:
         lines.append(f"  warning: {summary.blind_choices} studies offered several images of unknown view, and the "
                      "first dicom_id may be a lateral film; give the view table (--metadata)")
     if summary.pose_warnings:
-        lines.append(f"  warning: {summary.pose_warnings} films look stored mirrored, turned or flipped (listed on the "
+        films = "1 film looks" if summary.pose_warnings == 1 else f"{summary.pose_warnings} films look"
+        lines.append(f"  warning: {films} stored mirrored, turned or flipped (listed on the "
                      "card, not rejected): look at them, e.g. with cxrground anatomy pose")
     return lines
