@@ -37,7 +37,7 @@ from cxrground.datasets.pack import Pack
 from cxrground.ils.build import BackendSpec, build_dataset
 from cxrground.ils.config import IlsConfig
 from cxrground.ils.request import PAPER_RULES
-from cxrground.ils.tasks import build_tasks
+from cxrground.ils.tasks import NOT_IN_INDEX, build_tasks
 from cxrground.io.masks import decode_rle, read_mask_png
 from cxrground.lesions.lesion_zones import mediastinum_mask
 from cxrground.vocab.ils_templates import TENTATIVE_WORD
@@ -103,6 +103,7 @@ def cohen_ils_dataset(pack: Pack, work: Path, segmenter: str, limit: int | None 
     index.write_text("".join(json.dumps({"image": r.image_path.name, "study_id": sid, "subject_id": r.patient_id,
                                           "report": r.notes, "view": r.view}) + "\n" for sid, r in ids.items()))
     tasks, failures = build_tasks(pack.root / "cohen" / "images", index=index)
+    failures = [f for f in failures if not f.reason.startswith(NOT_IN_INDEX)]  # the films without notes: by design
     kwargs = ({"root": str(pack.root / "cohen" / "masks"), "pattern": "{stem}_{name}.png"}
               if segmenter == "masks" else {})
     spec = BackendSpec(segmenter=segmenter, segmenter_kwargs=kwargs, synthesizer=synthesizer,

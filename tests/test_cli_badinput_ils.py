@@ -289,7 +289,7 @@ def test_build_with_no_study_names_the_index_and_the_first_failure(built, tmp_pa
     index = tmp_path / "index.csv"
     index.write_text("image,study_id,report\nmissing.png,1,FINDINGS: x.\n")
     _refused(_run("ils", "build", "--images", images, "--index", index, "--out", tmp_path / "out", "--quiet"),
-             f"no studies found in the index {index}", "1 inputs failed; first:", code=1)
+             f"no studies found in the index {index}", f"{N_STUDIES + 1} inputs failed; first:", code=1)
     index.write_text("a,b\n1,2\n")  # no image and study_id columns: one error naming the header
     _refused(_run("ils", "build", "--images", images, "--index", index, "--out", tmp_path / "out", "--quiet"),
              f"{index}: index needs the columns image and study_id; its header has ['a', 'b']", code=1)
@@ -385,6 +385,28 @@ def test_build_names_its_first_failure_on_the_console(built, tmp_path):
     assert f"  first failure: {tmp_path / 'gone.jpg'}: " in r.output, r.output
 
 
+def test_films_the_index_does_not_name_are_failures_of_the_build(built, tmp_path):
+    """A film under --images that no index row names is not used: each is a line of failures.jsonl, counted on the
+    card and on the console, and --strict exits 3 for them (a build that dropped them only warned)."""
+    _, images = built
+    index = _index_of_one_study(images, tmp_path)
+    out = tmp_path / "out"
+    r = _run("ils", "build", "--images", images, "--index", index, "--out", out, "--quiet", "--strict")
+    assert r.exit_code == 3, r.output
+    unlisted = sorted(images.rglob("*.jpg"))[1:]
+    lines = [json.loads(line) for line in (out / "failures.jsonl").read_text().splitlines()]
+    assert [(f["path"], f["stage"]) for f in lines] == [(str(p), "scan") for p in unlisted]
+    assert all(f["reason"].startswith(f"film not in the index (no row of {index} names it") for f in lines)
+    assert f"(1 processed, 0 already done, {N_STUDIES - 1} failures" in r.output, r.output
+    assert f"| input: film not in the index | {N_STUDIES - 1} |" in (out / "card.md").read_text()
+    assert r.stderr.splitlines()[-1].startswith(f"Error: the build finished, but {N_STUDIES - 1} studies failed")
+    # every film named: no failure, exit 0 with --strict
+    rows = [f"{p},{p.parent.name},{p.parent.with_suffix('.txt')}" for p in unlisted]
+    index = _index_of_one_study(images, tmp_path, *rows)
+    r = _run("ils", "build", "--images", images, "--index", index, "--out", out, "--quiet", "--strict")
+    assert r.exit_code == 0 and f"({N_STUDIES - 1} processed, 1 already done, 0 failures" in r.output, r.output
+
+
 def test_build_with_an_llm_server_that_cannot_be_reached_stops_and_resumes(built, tmp_path):
     from test_structure_llm import FakeLLM
 
@@ -403,4 +425,4 @@ def test_build_with_an_llm_server_that_cannot_be_reached_stops_and_resumes(built
         assert server.base_url == dead
         r = _run("ils", "build", "--images", images, "--index", index, "--out", out, "--quiet", *llm,
                  "--structurer-opt", f"base_url={dead}")
-    assert r.exit_code == 0 and "(1 processed, 0 already done, 0 failures" in r.output, r.output
+    assert r.exit_code == 0 and f"(1 processed, 0 already done, {N_STUDIES - 1} failures" in r.output, r.output

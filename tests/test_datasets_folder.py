@@ -253,8 +253,13 @@ def test_films_the_index_does_not_name_are_listed_and_a_repeated_row_is_read_onc
         str(p) for p in unlisted]
     from cxrground.ils.tasks import build_tasks
 
-    tasks, _ = build_tasks(tmp_path / "img", index=index)
+    tasks, failures = build_tasks(tmp_path / "img", index=index)
     assert len(tasks) == 2 and "2 films under" in caplog.text and "are not in the index" in caplog.text
+    # ils build records each as a failure (failures.jsonl, the card's count, --strict), after the index's own
+    unindexed = [f for f in failures if f.reason.startswith("film not in the index")]
+    assert [f.path for f in unindexed] == [str(p) for p in unlisted] and failures[-2:] == unindexed
+    assert unindexed[0].reason == (f"film not in the index (no row of {index} names it, so it is not used: add a row "
+                                   "for it, or move it out of the image folder)") and unindexed[0].stage == "scan"
 
 
 def test_scan_json_tells_where_each_report_comes_from_and_names_every_path_absolute(tmp_path, monkeypatch):

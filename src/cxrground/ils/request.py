@@ -56,7 +56,9 @@ class BuildRequest:
                                         "report beside its images. Default: reports beside the study folders.")
     index: Path | None = option(None, path="file",
                                 help="CSV/JSONL index for a flat folder: image, study_id, report_path or report; "
-                                "optional subject_id (keeps a patient's studies in one split), dicom_id, view.")
+                                "optional subject_id (keeps a patient's studies in one split), dicom_id, view. A "
+                                "film under --images that no row names is not used and is a failure (failures.jsonl; "
+                                "--strict exits 3).")
     metadata: Path | None = option(None, path="file", help="View table: MIMIC-CXR-JPG's "
                                    "mimic-cxr-2.0.0-metadata.csv[.gz] or any CSV with dicom_id and ViewPosition "
                                    "(or view): each study uses a PA, else an AP image, never a lateral one. "

@@ -40,9 +40,9 @@ from cxrground.io.files import read_csv_text, sha256_bytes, sha256_file, sha256_
 from cxrground.io.store import Store, is_url, local_copy
 from cxrground.reports import read_report_table
 
-__all__ = ["DEFAULT_SPLIT_RATIOS", "SPLIT_FILE_NAMES", "StudyTask", "assign_split", "build_tasks", "file_state",
-           "find_split_file", "input_fingerprint", "read_exclusions", "read_split_file", "report_table",
-           "split_record"]
+__all__ = ["DEFAULT_SPLIT_RATIOS", "NOT_IN_INDEX", "SPLIT_FILE_NAMES", "StudyTask", "assign_split", "build_tasks",
+           "file_state", "find_split_file", "input_fingerprint", "read_exclusions", "read_split_file", "report_table",
+           "split_record", "unindexed_reason"]
 
 _log = logging.getLogger(__name__)
 
@@ -238,6 +238,16 @@ def split_record(split_file: str | Path | None, ratios: Sequence[float], without
     return record
 
 
+#: The start of the failure reason of a film under the image folder that no row of the index names.
+NOT_IN_INDEX: Final[str] = "film not in the index"
+
+
+def unindexed_reason(index: str | Path) -> str:
+    """The failure reason of a film under ``--images`` that no row of ``index`` names (it is not used)."""
+    return (f"{NOT_IN_INDEX} (no row of {Path(index).absolute()} names it, so it is not used: add a row for it, or "
+            "move it out of the image folder)")
+
+
 def assign_split(subject_id: str, ratios: Sequence[float]) -> str:
     """Deterministic subject-level split from ``(train, val, test)`` ratios."""
     if len(ratios) != 3 or any(r < 0 for r in ratios) or sum(ratios) <= 0:
@@ -281,8 +291,9 @@ def build_tasks(
         studies, bad = scan_folder(str(images).removeprefix("file://"), reports_dir, index,
                                    require_reports=not table)
         if index is not None and (unlisted := films_not_in_index(index, str(images).removeprefix("file://"))):
-            _log.warning("%d films under %s are not in the index %s and are not used (cxrground scan --json lists "
-                         "them), e.g. %s", len(unlisted), images, index, unlisted[0])
+            _log.warning("%d films under %s are not in the index %s and are not used (each is recorded as a failure, "
+                         "%r), e.g. %s", len(unlisted), images, index, NOT_IN_INDEX, unlisted[0])
+            bad = [*bad, *(Failure(str(p), "scan", unindexed_reason(index), "InputError") for p in unlisted)]
     failures.extend(bad)
     splits = read_split_file(split_file) if split_file else {}
     excluded = {study_key(s) for s in exclude}
