@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -160,6 +161,56 @@ def test_dicom_files_without_an_image_suffix_are_films_and_other_files_are_not(t
         ("s50000002", "1.2.840.5", "p10/p10000002/s50000002/1.2.840.5")]
     assert failures == []
     assert [p.name for p in find_images(files)] == ["img1.dcm", "img2", "1.2.840.5"]
+
+
+def test_object_storage_finds_dicom_files_without_an_image_suffix_reading_their_first_bytes_only(tmp_path,
+                                                                                                monkeypatch):
+    """On object storage (fsspec's in-memory file system here) a DICOM named by its UID or with no suffix is found by
+    its DICM marker as in a folder: the same studies as scan_folder, each such object read by one ranged request of
+    its first 132 bytes; reports, tables, tiny objects and images with a suffix are not read at all."""
+    import numpy as np
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    from cxrground.datasets.folder import scan_store
+    from cxrground.io.dicom import write_dicom
+    from cxrground.io.image import read_image
+    from cxrground.io.store import local_copy
+
+    files = tmp_path / "files"
+    one, two = files / "p10/p10000001/s50000001", files / "p10/p10000002/s50000002"
+    pixels = np.full((8, 8), 900, np.uint16)
+    write_dicom(one / "img1.dcm", pixels)
+    write_dicom(one / "img2.dcm", pixels).rename(one / "img2")
+    write_dicom(two / "x.dcm", pixels).rename(two / "1.2.840.5")
+    (two / "README").write_bytes(b"\x00" * 200)  # no DICM marker: not a film
+    (two / "tiny").write_bytes(b"\x00" * 20)  # too short to hold the marker: not read
+    (two / "notes.csv").write_bytes(b"a,b\n" * 100)
+    for study in (one, two):
+        (study.parent / f"{study.name}.txt").write_text("FINDINGS: Clear.")
+    fs = MemoryFileSystem()
+    fs.put(str(files), "/scanstore/files", recursive=True)
+    reads: list[tuple[str, int | None, int | None]] = []
+    whole = MemoryFileSystem.cat_file
+
+    def cat_file(self, path, start=None, end=None, **kwargs):
+        reads.append((path.rsplit("/", 1)[-1], start, end))
+        return whole(self, path, start=start, end=end, **kwargs)
+
+    monkeypatch.setattr(MemoryFileSystem, "cat_file", cat_file)
+    try:
+        studies, failures = scan_store("memory://scanstore/files")
+        local, _ = scan_folder(files)
+        assert failures == []
+        assert [(s.study_id, s.dicom_id, s.relative_image_path, s.report_path) for s in studies] == [
+            (s.study_id, s.dicom_id, s.relative_image_path,
+             f"memory://scanstore/files/{Path(s.report_path).relative_to(files).as_posix()}") for s in local]
+        assert [s.dicom_id for s in studies] == ["img1", "img2", "1.2.840.5"]
+        assert sorted(reads) == [("1.2.840.5", 0, 132), ("README", 0, 132), ("img2", 0, 132)]
+        monkeypatch.setattr(MemoryFileSystem, "cat_file", whole)
+        with local_copy(studies[2].image_path) as path:  # the worker fetches it and reads it as DICOM
+            assert read_image(path).shape == (8, 8)
+    finally:
+        fs.rm("/scanstore", recursive=True)
 
 
 def test_two_ids_that_name_one_study_key_are_a_failure_naming_both_rows(tmp_path):

@@ -32,10 +32,21 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cxrground.errors import Failure, InputError
 from cxrground.io.files import decode_text, link_problem, read_csv_text, walk_files
-from cxrground.io.image import IMAGE_SUFFIXES, UNSUPPORTED_IMAGE_SUFFIXES, film_kind
+from cxrground.io.image import (
+    DICOM_HEAD,
+    IMAGE_SUFFIXES,
+    NOT_FILM_SUFFIXES,
+    UNSUPPORTED_IMAGE_SUFFIXES,
+    film_kind,
+    is_dicom_head,
+)
+
+if TYPE_CHECKING:
+    from cxrground.io.store import Store
 
 __all__ = ["MIMIC_IMAGE_RE", "UNSUPPORTED_IMAGE_SUFFIXES", "StudyInput", "check_studies", "films_not_in_index",
            "find_release_file", "image_file_problem", "key_clash", "read_index", "scan_folder", "scan_lines",
@@ -179,7 +190,9 @@ def _one_subject_per_study(studies: list[StudyInput]) -> tuple[list[StudyInput],
 def scan_store(images: str, reports: str | None = None, require_reports: bool = True
                ) -> tuple[list[StudyInput], list[Failure]]:
     """:func:`scan_folder` for an image folder on object storage (an fsspec URL, MIMIC-CXR layout), from one
-    listing of ``images`` (and one of ``reports``); image and report paths become URLs."""
+    listing of ``images`` (and one of ``reports``); image and report paths become URLs. Films are found as
+    :func:`~cxrground.io.image.film_kind` finds them in a folder: DICOM files without an image suffix by their
+    ``DICM`` marker (:func:`_marked_dicoms`: the first 132 bytes of such objects, read by ranged requests)."""
     from cxrground.io.store import Store
 
     store = Store(images)
@@ -190,6 +203,8 @@ def scan_store(images: str, reports: str | None = None, require_reports: bool = 
     report_files = report_store.find() if report_store is not None else {}
     studies: list[StudyInput] = []
     failures: list[Failure] = []
+    dicoms, unread = _marked_dicoms(store, files)
+    failures += unread
     for rel, size in files.items():
         suffix = Path(rel).suffix.lower()
         url = store.url(rel)
@@ -197,16 +212,17 @@ def scan_store(images: str, reports: str | None = None, require_reports: bool = 
             failures.append(Failure(url, "scan", f"unsupported image format {suffix} (use JPEG, PNG or DICOM)",
                                     "InputError"))
             continue
-        if suffix not in IMAGE_SUFFIXES:
+        if suffix not in IMAGE_SUFFIXES and rel not in dicoms:
             continue
-        match = MIMIC_IMAGE_RE.search(rel)
+        match = _MIMIC_FILM_RE.search(rel)
         if match is None:
             failures.append(Failure(url, "scan", "not in the MIMIC-CXR layout and no index given", "InputError"))
             continue
         if size == 0:
             failures.append(Failure(url, "scan", "image file is empty (0 bytes)", "InputError"))
             continue
-        group, subject, study, dicom = match.groups()
+        group, subject, study, name = match.groups()
+        dicom = name if rel in dicoms else Path(name).stem  # a DICOM named by its UID keeps its whole name
         report = None
         if require_reports:
             beside = rel.rsplit("/", 2)[0] + f"/{study}.txt"
@@ -222,6 +238,49 @@ def scan_store(images: str, reports: str | None = None, require_reports: bool = 
                                   f"{group}/{subject}/{study}/{Path(rel).name}"))
     studies, clashes = _one_subject_per_study(studies)
     return studies, [*failures, *clashes]
+
+
+#: Objects whose first bytes :func:`scan_store` reads at once (one ranged request each) to find DICOM files without
+#: an image suffix.
+PROBE_THREADS = 16
+
+
+def _marked_dicoms(store: Store, files: dict[str, int]) -> tuple[set[str], list[Failure]]:
+    """The objects of ``files`` (path relative to ``store`` -> size) without an image suffix that are DICOM files, as
+    :func:`~cxrground.io.image.film_kind` finds them in a folder: the ``DICM`` marker at byte 128. Only objects of
+    another suffix (none, or a UID's last number) that could hold the marker are read, each its first
+    :data:`DICOM_HEAD` bytes and no more, :data:`PROBE_THREADS` at a time; an object that cannot be read is a
+    failure naming it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    candidates = [rel for rel, size in files.items() if size >= DICOM_HEAD and _may_be_marked_dicom(rel)]
+    if not candidates:
+        return set(), []
+
+    def head(rel: str) -> bytes | InputError:
+        try:
+            return store.read_head(rel, DICOM_HEAD)
+        except FileNotFoundError:  # removed since the listing
+            return b""
+        except InputError as exc:
+            return exc
+
+    with ThreadPoolExecutor(min(PROBE_THREADS, len(candidates))) as pool:
+        heads = list(pool.map(head, candidates))
+    found = {rel for rel, data in zip(candidates, heads, strict=True)
+             if isinstance(data, bytes) and is_dicom_head(data)}
+    failures = [Failure(store.url(rel), "scan", data.reason, "InputError")
+                for rel, data in zip(candidates, heads, strict=True) if isinstance(data, InputError)]
+    return found, failures
+
+
+def _may_be_marked_dicom(rel: str) -> bool:
+    """Whether an object's name leaves it to its first bytes to tell whether it is a DICOM file: no image suffix, no
+    suffix of another kind (a report, a table), no hidden name."""
+    name = rel.rsplit("/", 1)[-1]
+    suffix = Path(name).suffix.lower()
+    return not name.startswith(".") and suffix not in IMAGE_SUFFIXES and suffix not in UNSUPPORTED_IMAGE_SUFFIXES \
+        and suffix not in NOT_FILM_SUFFIXES
 
 
 def _study_folders(root: Path, tree: list[Path]) -> list[Path]:

@@ -29,6 +29,7 @@ from cxrground.io.progress import progress_bar
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
+    "DICOM_HEAD",
     "IMAGE_SUFFIXES",
     "MAX_PIXELS_HELP",
     "NOT_FILM_SUFFIXES",
@@ -45,6 +46,7 @@ __all__ = [
     "image_header_pixels",
     "image_header_size",
     "is_dicom",
+    "is_dicom_head",
     "load_pixels",
     "read_image",
     "read_image_bytes",
@@ -164,6 +166,15 @@ def check_pixel_limit(path: str | Path, max_pixels: int | None = DEFAULT_MAX_PIX
         raise ImageReadError(f"too many pixels: image is {stated}, over the limit of {max_pixels} pixels "
                              "(checked from the header, not decoded; see --max-pixels)", path)
 
+#: Bytes of a file that tell a DICOM file by its marker: the 128-byte preamble, then ``DICM``.
+DICOM_HEAD: Final[int] = 132
+
+
+def is_dicom_head(head: bytes) -> bool:
+    """Whether a file's first :data:`DICOM_HEAD` bytes end with DICOM's ``DICM`` marker."""
+    return len(head) >= DICOM_HEAD and head[128:DICOM_HEAD] == b"DICM"
+
+
 def is_dicom(path: str | Path) -> bool:
     """True when the file has a DICOM suffix or the ``DICM`` preamble marker."""
     path = Path(path)
@@ -171,10 +182,10 @@ def is_dicom(path: str | Path) -> bool:
         return True
     try:
         with path.open("rb") as fh:
-            head = fh.read(132)
+            head = fh.read(DICOM_HEAD)
     except OSError:
         return False
-    return len(head) == 132 and head[128:132] == b"DICM"
+    return is_dicom_head(head)
 
 
 def read_image(path: str | Path, window: Window = "auto", max_pixels: int | None = DEFAULT_MAX_PIXELS) -> CXRImage:

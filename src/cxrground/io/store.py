@@ -207,6 +207,15 @@ class Store:
         with self._reading(rel):
             return self.fs.cat_file(self.path(rel))
 
+    def read_head(self, rel: str, size: int) -> bytes:
+        """The first ``size`` bytes of ``rel`` (fewer when it is shorter; one ranged request on object storage, the
+        rest of the object is not read); :class:`FileNotFoundError` when it does not exist."""
+        if self.local:
+            with Path(self.path(rel)).open("rb") as fh:
+                return fh.read(size)
+        with self._reading(rel):
+            return self.fs.cat_file(self.path(rel), start=0, end=size)
+
     def read_text(self, rel: str) -> str:
         """The UTF-8 text of ``rel``."""
         return self.read_bytes(rel).decode("utf-8")
