@@ -119,3 +119,33 @@ def test_an_option_of_the_other_structurer_is_refused_not_ignored(tmp_path, monk
     monkeypatch.setenv("CXRGROUND_LLM_MODEL", "m")
     code, rows, output = _label(str(report))
     assert code == 0 and rows[0]["effusion"] == "1", output
+
+
+def test_a_report_id_depends_on_its_own_file_only(tmp_path):
+    """A text report's id is its file name without the suffix, whatever other files are given with it: adding an
+    unrelated report, or one of the same name in another folder, changes no id; the later of two reports of one id
+    is a failure naming the first (the output could not tell them apart)."""
+    for folder, name, text in (("a", "good", "FINDINGS: Small left effusion."), ("a", "s2", "FINDINGS: Clear."),
+                               ("b", "good", "FINDINGS: Mild cardiomegaly."), ("c", "other", "FINDINGS: Clear.")):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        (tmp_path / folder / f"{name}.txt").write_text(text, encoding="utf-8")
+    alone = [str(tmp_path / "a")]
+    code, rows, output = _label(*alone)
+    assert code == 0, output
+    ids = {r["report_id"]: r["effusion"] for r in rows}
+    assert ids == {"good": "1", "s2": ""}
+    for more in ([str(tmp_path / "c")], [str(tmp_path / "b"), str(tmp_path / "c")]):
+        code, rows, output = _label(*alone, *more)
+        assert code == 0, output
+        assert {r["report_id"]: r["effusion"] for r in rows if r["report_id"] in ids} == ids, output
+        assert [r["report_id"] for r in rows if r["report_id"] not in ids] == ["other"]
+    good = tmp_path / "b" / "good.txt"
+    failed = [json.loads(line)["failure"] for line in output.splitlines() if line.startswith('{"failure"')]
+    assert [(f["path"], f["report"]) for f in failed] == [(str(good), "good")]
+    assert failed[0]["reason"].startswith(f"duplicate report id 'good' (first at {tmp_path / 'a' / 'good.txt'})")
+    out = tmp_path / "findings.jsonl"
+    run = CliRunner().invoke(main, ["reports", "structure", str(tmp_path / "b"), *alone, "--out", str(out)])
+    assert run.exit_code == 0, run.output
+    assert {json.loads(line)["report_id"] for line in out.read_text().splitlines()} == {"good", "s2"}
+    failures = [json.loads(line) for line in (tmp_path / "findings.jsonl.failures.jsonl").read_text().splitlines()]
+    assert [(f["path"], f["report"]) for f in failures] == [(str(tmp_path / "a" / "good.txt"), "good")]

@@ -11,9 +11,8 @@ import csv
 import hashlib
 import io
 import json
-from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -31,6 +30,7 @@ __all__ = [
     "TABLE_COLUMNS",
     "TABLE_SUFFIXES",
     "SectionChoices",
+    "distinct_report_ids",
     "expand_report_paths",
     "image_kind",
     "list_report_files",
@@ -39,7 +39,6 @@ __all__ = [
     "read_report_table",
     "read_reports",
     "section_choices",
-    "unique_report_ids",
 ]
 
 #: Stage name written into :class:`~cxrground.errors.Failure` records.
@@ -171,12 +170,25 @@ def read_reports(paths: Iterable[str | Path], progress: bool = True) -> tuple[li
     return reports, failures
 
 
-def unique_report_ids(reports: Sequence[Report]) -> list[Report]:
-    """``reports`` with every report id that several files share (``a/good.txt``, ``b/good.txt``) replaced by the
-    file's path without its suffix (``a/good``, ``b/good``), so that each output row names its file."""
-    counts = Counter(r.report_id for r in reports)
-    return [replace(r, report_id=Path(r.source).with_suffix("").as_posix())
-            if counts[r.report_id] > 1 and r.source and Path(r.source).is_file() else r for r in reports]
+def distinct_report_ids(reports: Sequence[Report]) -> tuple[list[Report], list[Failure]]:
+    """``reports`` less those whose id an earlier one (in input order) has, with a failure naming that one for each.
+
+    A report's id is a function of its own file alone: a text file's name without its suffix, an Open-i XML
+    report's ``uId``, a table row's id column; another file given with it never changes it. Two reports of one id
+    (``a/good.txt`` and ``b/good.txt``) cannot be told apart in the output, so the later one is a failure."""
+    first: dict[str, str] = {}
+    kept: list[Report] = []
+    failures: list[Failure] = []
+    for r in reports:
+        where = failure_path(r.source) if r.source else r.report_id
+        seen = first.setdefault(r.report_id, where)
+        if seen == where:
+            kept.append(r)
+            continue
+        failures.append(Failure(where, STAGE, f"duplicate report id {r.report_id!r} (first at {seen}): a report's id "
+                                "is its file's name without the suffix (an Open-i XML report's uId, a table row's id "
+                                "column), so give each report file its own name", "ReportError", report=r.report_id))
+    return kept, failures
 
 
 def list_report_files(folder: str | Path, suffixes: Iterable[str] = REPORT_SUFFIXES) -> list[Path]:

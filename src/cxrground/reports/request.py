@@ -15,7 +15,7 @@ from cxrground.fields import option
 from cxrground.llm import RetryPolicy
 from cxrground.reports.findings import StructuredReport, Structurer, finding_output
 from cxrground.reports.model import DEFAULT_SECTION_POLICY, SECTION_POLICIES
-from cxrground.reports.readers import TABLE_SUFFIXES, expand_report_paths, read_reports, unique_report_ids
+from cxrground.reports.readers import TABLE_SUFFIXES, distinct_report_ids, expand_report_paths, read_reports
 from cxrground.reports.reading import reads_the_film
 from cxrground.reports.structure import (
     ALTERNATIVE_POLICIES,
@@ -108,7 +108,8 @@ def structure_paths(paths: Sequence[Path], request: StructureRequest, note: Call
     files = expand_report_paths(paths)
     parsed, failures = read_reports(files, progress=request.progress and (len(files) > 50 or _has_table(files)))
     show = request.progress and len(parsed) > 50
-    parsed = unique_report_ids(parsed)
+    parsed, clashes = distinct_report_ids(parsed)
+    failures = [*failures, *clashes]
     name = request.structurer_name
     try:
         structurer = get_structurer(name, **{**structurer_options(name, request.structurer_settings()),
