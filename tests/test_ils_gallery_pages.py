@@ -205,3 +205,85 @@ def test_per_page_below_one_is_refused(dataset, tiny_ils_tasks, tmp_path):
     with pytest.raises(ConfigError, match="per_page must be at least 1"):
         render_gallery(dataset, _images(tiny_ils_tasks), tmp_path / "g.html", per_page=0)
     assert not (tmp_path / "g.html").exists()
+
+
+def _study_html(text: str) -> list[str]:
+    """Each study block of a page (its whole HTML, thumbnail included), in page order."""
+    return re.findall(r"<div class='study(?: failed)?' id='[^']*'.*?</table></div></div>|"
+                      r"<div class='study failed' id='[^']*'.*?</div></div>", text, flags=re.S)
+
+
+def test_the_studies_html_comes_back_whole_from_where_it_waits_for_its_page(dataset, tiny_ils_tasks, tmp_path):
+    """Each study's HTML (thumbnail included) waits in a temporary file until its page is written, so that memory
+    holds one study's, not every page's: the pages of a paged gallery, and of a sample (made in draw order, shown
+    in file order), hold byte for byte the study blocks of the one-page gallery; the temporary file leaves nothing
+    behind."""
+    images = _images(tiny_ils_tasks)
+    render_gallery(dataset, images, tmp_path / "one" / "g.html", limit=10)
+    blocks = _study_html((tmp_path / "one" / "g.html").read_text())
+    assert len(blocks) == 4 and all("data:image/jpeg;base64," in b for b in blocks)
+    paged = render_gallery(dataset, images, tmp_path / "paged" / "g.html", limit=10, per_page=1)
+    assert [b for p in paged.pages for b in _study_html(p.read_text())] == blocks
+    drawn = render_gallery(dataset, images, tmp_path / "sample" / "g.html", limit=3, sample=5, per_page=2)
+    got = [b for p in drawn.pages for b in _study_html(p.read_text())]
+    assert len(got) == 3 and all(b in blocks for b in got) and got == [b for b in blocks if b in got]
+    assert sorted(p.name for p in (tmp_path / "paged").iterdir()) == ["g.html", "g.p2.html", "g.p3.html", "g.p4.html"]
+
+
+def test_page_numbers_of_many_pages_are_condensed():
+    """Up to ALL_PAGE_LINKS pages the page row links every page; more: the first, the last, two either side of this
+    one (a gap of one page shows that page), the others in the index."""
+    from cxrground.ils.gallery import ALL_PAGE_LINKS, _page_numbers
+
+    assert ALL_PAGE_LINKS == 9 and _page_numbers(9, 0) == list(range(9))
+    assert _page_numbers(50, 0) == [0, 1, 2, None, 49]
+    assert _page_numbers(50, 3) == [0, 1, 2, 3, 4, 5, None, 49]
+    assert _page_numbers(50, 4) == [0, 1, 2, 3, 4, 5, 6, None, 49]
+    assert _page_numbers(50, 24) == [0, None, 22, 23, 24, 25, 26, None, 49]
+    assert _page_numbers(50, 49) == [0, None, 47, 48, 49]
+    assert _page_numbers(10, 5) == [0, None, 3, 4, 5, 6, 7, 8, 9]
+
+
+def test_a_condensed_page_row_links_every_page_through_the_index(dataset, tiny_ils_tasks, tmp_path, monkeypatch):
+    """With more pages than the row lists (the limit lowered for the tiny dataset's 4 pages), the row links the pages
+    near this one, the first and the last, and 'all N pages' leads to the list of every page in the index."""
+    import cxrground.ils.gallery as gallery
+
+    monkeypatch.setattr(gallery, "ALL_PAGE_LINKS", 3)
+    monkeypatch.setattr(gallery, "NEAR_PAGES", 0)
+    result = render_gallery(dataset, _images(tiny_ils_tasks), tmp_path / "g.html", limit=10, per_page=1)
+    names = [p.name for p in result.pages]
+    first = (tmp_path / "g.html").read_text()
+    nav = first.split("<nav class='pages'>", 1)[1].split("</nav>", 1)[0]
+    assert ("<b aria-current='page'>1</b> <span class='off'>&hellip;</span> "
+            "<a class='pg' href='g.p4.html'>4</a> <a class='pg' href='g.p2.html' rel='next'>next &rsaquo;</a> "
+            "&middot; <a href='#pages'>all 4 pages</a>") in nav
+    listed = first.split("<p class='pages' id='pages'>", 1)[1].split("</p>", 1)[0]
+    assert "<details class='toc' id='index'><summary>" in first.split("<p class='pages' id='pages'>", 1)[0]
+    assert listed == ("Pages: <b aria-current='page'>1</b> " + " ".join(
+        f"<a class='pg' href='{name}'>{j + 2}</a>" for j, name in enumerate(names[1:])))
+    third = (tmp_path / "g.p3.html").read_text()
+    assert "<b aria-current='page'>3</b>" in third.split("<p class='pages' id='pages'>", 1)[1].split("</p>", 1)[0]
+    assert ("<a class='pg' href='g.html'>1</a> <a class='pg' href='g.p2.html'>2</a> <b aria-current='page'>3</b> "
+            "<a class='pg' href='g.p4.html'>4</a>") in third  # a gap of one page shows that page
+
+
+def test_memory_holds_one_studys_html_not_every_pages(dataset, tiny_ils_tasks, tmp_path, monkeypatch):
+    """The studies' HTML waits on disk for its page: with each thumbnail made 8 MB, the peak of Python's memory
+    while the 4 studies' pages are written stays under 5.5 thumbnails (a study's HTML is built and kept in a few
+    copies at a time); held in memory until written, the 4 studies alone were 4 thumbnails, on top of those copies."""
+    import tracemalloc
+
+    import cxrground.ils.gallery as gallery
+
+    size = 8 << 20
+    monkeypatch.setattr(gallery, "_jpeg_data_url", lambda rgb: "data:image/jpeg;base64," + "A" * size)
+    images = _images(tiny_ils_tasks)
+    tracemalloc.start()
+    try:
+        result = render_gallery(dataset, images, tmp_path / "g.html", limit=10, per_page=1)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(result.pages) == 4 and all(p.stat().st_size > size for p in result.pages)
+    assert peak < 5.5 * size, f"peak {peak / size:.1f} thumbnails"

@@ -88,7 +88,9 @@ def quality(out: Path, cohort: Path, as_json: bool) -> None:
               help="Show --limit studies drawn at random (reproducibly for SEED) from the split or from every split, "
                    "instead of the first ones in file order (train first).")
 @click.option("--per-page", type=click.IntRange(1), default=PER_PAGE, show_default=True,
-              help="Studies a page: more go on further pages beside the first (STEM.p2.html, STEM.p3.html, ...).")
+              help="Studies a page: more go on further pages beside the first (STEM.p2.html, STEM.p3.html, ...), "
+                   "linked to each other (more than 9 pages: the first, the last and two either side of each, every "
+                   "page in its index).")
 def gallery(out: Path, images: Path, html_path: Path | None, limit: int, split: str, sample: int | None,
             per_page: int) -> None:
     """Write a self-contained HTML page: each film (named by its path under --images) with its lesion masks and all

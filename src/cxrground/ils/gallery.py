@@ -23,7 +23,9 @@ import base64
 import html
 import io
 import json
+import os
 import re
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,7 +46,8 @@ from cxrground.io.image import read_image
 from cxrground.io.masks import read_mask_png
 from cxrground.io.overlay import PALETTE, blend
 
-__all__ = ["JPEG_QUALITY", "PER_PAGE", "GalleryResult", "grounding_lines", "reading_line", "render_gallery"]
+__all__ = ["ALL_PAGE_LINKS", "JPEG_QUALITY", "NEAR_PAGES", "PER_PAGE", "GalleryResult", "grounding_lines",
+           "reading_line", "render_gallery"]
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:16px;background:#111;color:#ddd}a{color:#8cf}
@@ -92,6 +95,10 @@ document.querySelectorAll('a.pg').forEach(function(a){var h=a.getAttribute('href
 i=h.indexOf('#');a.setAttribute('href',i<0?h+c:h.slice(0,i)+c+h.slice(i));});}
 """).replace("@WHERE@", " on this page").replace("@CARRY@", "carry();")
 
+#: Pages up to which each page's row links every page; a gallery of more links the first, the last, those up to
+#: :data:`NEAR_PAGES` from the page shown, and every page in its index (``#pages``).
+ALL_PAGE_LINKS: Final[int] = 9
+NEAR_PAGES: Final[int] = 2
 #: Studies shown on a page (``--per-page``): with thumbnails of about 30 KB, pages of about 3 MB, which a browser opens
 #: at once; the studies after them go on further pages beside the first.
 PER_PAGE: Final[int] = 100
@@ -323,6 +330,14 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
     if per_page < 1:
         raise ConfigError(f"per_page must be at least 1, got {per_page}")
     (root, json_path), images_root = dataset_location(dataset_dir), Path(images_root)
+    out = Path(out_html)
+    with _Spool(out.parent) as spool:
+        return _render(root, json_path, images_root, out, spool, limit, split, width, sample, per_page)
+
+
+def _render(root: Path, json_path: Path, images_root: Path, out: Path, spool: _Spool, limit: int, split: str | None,
+            width: int, sample: int | None, per_page: int) -> GalleryResult:
+    """:func:`render_gallery`, each study's HTML kept in ``spool`` from when it is made until its page is written."""
     splits = SPLITS if split is None else (split,)
     frame = read_frame(root)  # released-frame masks are mapped back to each film's grid
     panels: list[tuple[int, _Panel]] = []  # (file position, panel)
@@ -344,7 +359,7 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
             more = True
             break
         try:
-            panels.append((pos, _study_panel(root, images_root, key, split_name, study, width, frame)))
+            panels.append((pos, _study_panel(root, images_root, key, split_name, study, width, frame, spool)))
             shown += 1
         except InputError as exc:
             first_error = first_error or exc
@@ -354,7 +369,8 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
                        if study.get("image_path") else "") +
                     f"<div class='sec'>not shown: {html.escape(str(exc))}</div></div>")
             panels.append((pos, _Panel(key, split_name, (_NOT_SHOWN,),
-                                       _study_div(key, split_name, (_NOT_SHOWN,), "study failed", body), str(exc))))
+                                       spool.add(_study_div(key, split_name, (_NOT_SHOWN,), "study failed", body)),
+                                       str(exc))))
     stream.close()
     if total is not None:
         more = total > shown + len(failed)
@@ -375,7 +391,6 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
         intro.append(f"<p>The first {shown} studies{of_split} in file order (train, val, test); the dataset has more "
                      "(<code>--limit</code>, <code>--split</code>, <code>--sample</code>).</p>")
     ordered = [panel for _pos, panel in sorted(panels, key=lambda item: item[0])]
-    out = Path(out_html)
     pages = _paginate(ordered, per_page)
     paths = [_page_path(out, n) for n in range(1, len(pages) + 1)]
     for path in paths[1:]:  # before anything is written
@@ -390,12 +405,9 @@ def render_gallery(dataset_dir: str | Path, images_root: str | Path, out_html: s
             parts.append(f"<p class='failed'>{len(failed)} of {shown + len(failed)} studies could not be shown; each "
                          "is listed in its place with the reason.</p>")
         parts.append(_contents(ordered))
-        parts.extend(panel.html for panel in ordered)
-        parts.append(f"<script>{_JS}</script>")
-        out.write_text("".join(parts), encoding="utf-8")
-    for i, path in enumerate(paths if len(pages) > 1 else ()):  # one page at a time in memory
-        path.write_text(_paged(root, intro, pages, [p.name for p in paths], i, per_page, shown, len(failed)),
-                        encoding="utf-8")
+        _write_page(out, [*parts, *ordered, f"<script>{_JS}</script>"], spool)
+    for i, path in enumerate(paths if len(pages) > 1 else ()):
+        _write_page(path, _paged(root, intro, pages, [p.name for p in paths], i, per_page, shown, len(failed)), spool)
     removed = _remove_stale(out, len(pages))
     return GalleryResult(shown, tuple(failed), more, total, tuple(paths), tuple(removed))
 
@@ -458,19 +470,45 @@ def _href(name: str, anchor: str = "") -> str:
     return html.escape(quote(name) + (f"#{_anchor(anchor)}" if anchor else ""))
 
 
-def _nav(names: list[str], i: int, per_page: int, shown: int) -> str:
-    """Which studies the page shows, and the page links: previous, every page's number (this one in bold), next."""
-    def link(j: int, text: str, rel: str = "") -> str:
-        return f"<a class='pg' href='{_href(names[j])}'{f' rel={rel!r}' if rel else ''}>{text}</a>"
+def _page_numbers(count: int, i: int) -> list[int | None]:
+    """The pages (from 0) the page row of page ``i`` of ``count`` links, None for a gap: every page up to
+    :data:`ALL_PAGE_LINKS` pages, else the first, the last and those up to :data:`NEAR_PAGES` from page ``i`` (a gap
+    of one page shows that page)."""
+    if count <= ALL_PAGE_LINKS:
+        return list(range(count))
+    out: list[int | None] = []
+    before = -1
+    for j in sorted({0, count - 1, *range(max(0, i - NEAR_PAGES), min(count, i + NEAR_PAGES + 1))}):
+        if j - before == 2:
+            out.append(before + 1)
+        elif j - before > 2:
+            out.append(None)
+        out.append(j)
+        before = j
+    return out
 
-    numbers = " ".join(f"<b aria-current='page'>{j + 1}</b>" if j == i else link(j, str(j + 1))
-                       for j in range(len(names)))
+
+def _page_link(names: list[str], j: int, text: str, rel: str = "") -> str:
+    """A link to page ``j`` (from 0) that takes the filter's choice along."""
+    return f"<a class='pg' href='{_href(names[j])}'{f' rel={rel!r}' if rel else ''}>{text}</a>"
+
+
+def _nav(names: list[str], i: int, per_page: int, shown: int) -> str:
+    """Which studies the page shows, and the page links: previous, the pages' numbers (this one in bold; more than
+    :data:`ALL_PAGE_LINKS` pages: :func:`_page_numbers`, and a link to every page in the index), next."""
+    def link(j: int, text: str, rel: str = "") -> str:
+        return _page_link(names, j, text, rel)
+
+    numbers = " ".join("<span class='off'>&hellip;</span>" if j is None else
+                       f"<b aria-current='page'>{j + 1}</b>" if j == i else link(j, str(j + 1))
+                       for j in _page_numbers(len(names), i))
     prev = link(i - 1, "&lsaquo; previous", "prev") if i else "<span class='off'>&lsaquo; previous</span>"
     nxt = link(i + 1, "next &rsaquo;", "next") if i + 1 < len(names) else "<span class='off'>next &rsaquo;</span>"
+    every = f" &middot; <a href='#pages'>all {len(names)} pages</a>" if len(names) > ALL_PAGE_LINKS else ""
     first, last = i * per_page + 1, min((i + 1) * per_page, shown)
     studies = f"study {first}" if first == last else f"studies {first}&ndash;{last}"
     return (f"<nav class='pages'>Page {i + 1} of {len(names)}, {studies} of {shown} (<code>--per-page</code> "
-            f"{per_page}): {prev} {numbers} {nxt}</nav>")
+            f"{per_page}): {prev} {numbers} {nxt}{every}</nav>")
 
 
 def _study_link(panel: _Panel, names: list[str], j: int, i: int, filtered: bool) -> str:
@@ -490,8 +528,13 @@ def _index(pages: list[list[_Panel]], names: list[str], i: int) -> str:
         links = " ".join(_study_link(p, names, j, i, True) for p in page)
         rows.append(f"<div><b>page {j + 1}{' (this page)' if j == i else ''}</b> {links}</div>")
     total = sum(len(page) for page in pages)
+    every = ""
+    if len(pages) > ALL_PAGE_LINKS:  # the page row links some pages only: every page here, where it points
+        every = ("<p class='pages' id='pages'>Pages: " + " ".join(
+            f"<b aria-current='page'>{j + 1}</b>" if j == i else _page_link(names, j, str(j + 1))
+            for j in range(len(pages))) + "</p>")
     return (f"<details class='toc' id='index'><summary>Index: the {total} studies of the {len(pages)} pages, by page"
-            f"</summary>{''.join(rows)}</details>")
+            f"</summary>{every}{''.join(rows)}</details>")
 
 
 def _failures(pages: list[list[_Panel]], names: list[str], i: int, studies: int) -> str:
@@ -518,27 +561,69 @@ def _head(root: Path, marker: str = "", page: str = "", css: str = "") -> str:
 
 
 def _paged(root: Path, intro: list[str], pages: list[list[_Panel]], names: list[str], i: int, per_page: int,
-           shown: int, failed: int) -> str:
-    """Page ``i`` (from 0) of a gallery of several pages: the navigation above and below, the failures (listed on
-    the first page), the contents of this page with the filter (every finding of the gallery), the index of every
-    page's studies, and the page's studies."""
+           shown: int, failed: int) -> list[str | _Panel]:
+    """Page ``i`` (from 0) of a gallery of several pages, in parts (a panel stands for its study's HTML): the
+    navigation above and below, the failures (listed on the first page), the contents of this page with the filter
+    (every finding of the gallery), the index of every page's studies, and the page's studies."""
     every = [p for page in pages for p in page]
     nav = _nav(names, i, per_page, shown)
     head = _head(root, _marker(Path(names[0])), f" · page {i + 1} of {len(pages)}", _PAGES_CSS)
-    return "".join([head, *intro, nav, _failures(pages, names, i, shown + failed),
-                    _contents(pages[i], every, f"Contents of page {i + 1}"), _index(pages, names, i),
-                    *(p.html for p in pages[i]), nav, f"<script>{_PAGED_JS}</script>"])
+    return [head, *intro, nav, _failures(pages, names, i, shown + failed),
+            _contents(pages[i], every, f"Contents of page {i + 1}"), _index(pages, names, i),
+            *pages[i], nav, f"<script>{_PAGED_JS}</script>"]
+
+
+def _write_page(path: Path, parts: list[str | _Panel], spool: _Spool) -> None:
+    """Write a page from its parts, each panel's HTML read back from ``spool`` as its turn comes (one study's HTML
+    in memory at a time)."""
+    with path.open("w", encoding="utf-8") as fh:
+        for part in parts:
+            fh.write(spool.read(part.place) if isinstance(part, _Panel) else part)
+
+
+class _Spool:
+    """The studies' HTML (each with its thumbnail, about 30 KB) from when it is made until its page is written, in an
+    unnamed temporary file (in the page's folder, or the nearest folder above it that exists; the system's
+    temporary folder when that cannot be written), so that a gallery of thousands of studies holds one study's HTML
+    in memory, not every page's. The file has no name: it is gone when closed, or when the process ends however."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = next((f for f in (folder, *folder.parents) if f.is_dir()), None)
+        self.fh: Any = None
+
+    def __enter__(self) -> _Spool:
+        try:
+            self.fh = tempfile.TemporaryFile(dir=self.folder)
+        except OSError:  # a folder that cannot be written: the page's own write names it
+            self.fh = tempfile.TemporaryFile()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.fh.close()
+
+    def add(self, text: str) -> tuple[int, int]:
+        """Keep ``text``; its place (offset, length in bytes) to read it back by."""
+        data = text.encode("utf-8")
+        offset = self.fh.seek(0, os.SEEK_END)
+        self.fh.write(data)
+        return offset, len(data)
+
+    def read(self, place: tuple[int, int]) -> str:
+        """The text kept at ``place``."""
+        offset, length = place
+        self.fh.seek(offset)
+        return self.fh.read(length).decode("utf-8")
 
 
 @dataclass(frozen=True)
 class _Panel:
-    """One study's place on the page: its key and split, the findings it has masks for (the filter's words) and its
-    HTML."""
+    """One study's place on the page: its key and split, the findings it has masks for (the filter's words) and
+    where its HTML is kept (:class:`_Spool`)."""
 
     key: str
     split: str
     findings: tuple[str, ...]
-    html: str
+    place: tuple[int, int]
     reason: str | None = None
     """Why the study could not be shown (None: it is)."""
 
@@ -553,7 +638,7 @@ def _token(name: str) -> str:
 
 
 def _study_panel(root: Path, images_root: Path, key: str, split_name: str, study: dict[str, Any],
-                 width: int, frame: MaskFrame) -> _Panel:
+                 width: int, frame: MaskFrame, spool: _Spool) -> _Panel:
     """One study's panel: the film (named by its path under the image root) with its masks, the section, the
     groundings and the pairs; an :class:`InputError` naming the file when the film, a mask or the unit record cannot
     be read."""
@@ -607,7 +692,7 @@ def _study_panel(root: Path, images_root: Path, key: str, split_name: str, study
             + (f"<ul class='sec grounding'>{grounding}</ul>" if grounding else "") +
             "<table><tr><th>type</th><th>instruction</th><th>answer</th><th>target</th></tr>"
             + "".join(rows) + "</table></div>")
-    return _Panel(key, split_name, findings, _study_div(key, split_name, findings, "study", body))
+    return _Panel(key, split_name, findings, spool.add(_study_div(key, split_name, findings, "study", body)))
 
 
 def _anchor(key: str) -> str:
