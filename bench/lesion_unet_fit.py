@@ -19,23 +19,14 @@ import dataclasses
 import os
 import shlex
 import sys
-from pathlib import Path
 
+from fit_lungs import add_lungs_option, lung_segmenter, resolve_lungs
 from weights_out import add_out_options, refuse_existing
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 #: The lung U-Net the shipped ``lesion_unet_v1`` was fitted through (its sidecar's ``segmenter``).
 LUNGS = "lung_unet_v1"
-
-
-def lung_weights(lungs: str) -> Path:
-    """``--lungs`` as a weights path: a shipped lung U-Net's name, or a ``.safetensors`` path as given."""
-    if lungs.endswith(".safetensors") or "/" in lungs or os.sep in lungs:
-        return Path(lungs)
-    from cxrground.anatomy.segment.builtin import default_weights_path
-
-    return default_weights_path().with_name(f"{lungs}.safetensors")
 
 
 def main() -> None:
@@ -46,17 +37,11 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=None, help="override the recipe's learning rate")
     ap.add_argument("--mil-weight", type=float, default=None, help="weight of the multiple-instance loss")
     ap.add_argument("--init", default=None, help="start from these weights (.safetensors)")
-    ap.add_argument("--lungs", default=LUNGS, metavar="NAME|FILE",
-                    help=f"lung U-Net the base films are segmented with: a shipped name (lung_unet_v1, lung_unet_v2) "
-                         f"or a .safetensors path (default {LUNGS}, the lungs the shipped lesion_unet_v1 was fitted "
-                         f"through)")
+    add_lungs_option(ap, LUNGS, "the shipped lesion_unet_v1")
     args = ap.parse_args()
-    lungs = lung_weights(args.lungs)
-    if not lungs.is_file():
-        ap.error(f"--lungs {args.lungs}: no lung U-Net weights at {lungs}")
+    lungs = resolve_lungs(ap, args.lungs)
     refuse_existing(ap, [args.out.with_name(args.out.name + ext) for ext in (".safetensors", ".json")],
                     args.overwrite)
-    from cxrground.anatomy.segment import get_segmenter
     from cxrground.datasets.pack import Pack
     from cxrground.lesions.segmenter_fit import LesionUNetRecipe, fit_from_pack
 
@@ -64,7 +49,7 @@ def main() -> None:
                                    ("init", args.init)) if v is not None}
     recipe = dataclasses.replace(LesionUNetRecipe(), **overrides)
     rebuild = "python bench/lesion_unet_fit.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    meta = fit_from_pack(Pack(), get_segmenter("unet", threads=1, weights=lungs), args.out, recipe,
+    meta = fit_from_pack(Pack(), lung_segmenter(lungs, threads=1), args.out, recipe,
                          log=lambda s: print(s, flush=True), rebuild=rebuild)
     print(f"wrote {args.out}: threshold {meta['threshold']}, held-out Dice {meta['held_out_dice']}"
           + (f", held-out film AUROC {meta['held_out_film_auroc']}" if "held_out_film_auroc" in meta else ""))

@@ -7,8 +7,9 @@ a Brixia-scored film). Zone truth: the Brixia zones that a positive lung-lesion 
 (named above not named) for each ``w`` of the grid and the chosen one. No Brixia score is read.
 
 Run: ``CXRGROUND_PACK=… OMP_NUM_THREADS=1 PYTHONPATH=src:bench python bench/zone_evidence_weight_fit.py
-[--from-table CSV]`` (the table of ``bench/zone_prior_v2_fit.py --reader zone_prior_v3 --table CSV``; without it
-the films are read again, about 2 minutes).
+[--from-table CSV] [--lungs NAME|FILE]`` (the table of ``bench/zone_prior_v2_fit.py --reader zone_prior_v3 --table
+CSV``; without it the films are read again, about 2 minutes, through ``--lungs``: by default ``zone_prior_v3``'s
+lungs, ``lung_unet_v2``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-from zone_prior_v2_fit import Row, read_rows, read_table, training_films
+from fit_lungs import add_lungs_option, lung_segmenter, resolve_lungs
+from zone_prior_v2_fit import LUNGS, Row, check_table, read_rows, read_table, training_films
 from zones_command import within_film_auroc
 
 from cxrground.datasets.pack import Pack
@@ -43,11 +45,15 @@ def named_zones(notes: str, structurer: RuleStructurer) -> np.ndarray:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--from-table", type=Path, default=None)
+    add_lungs_option(parser, LUNGS["zone_prior_v3"], "the shipped zone_prior_v3")
     args = parser.parse_args()
+    segmenter = lung_segmenter(resolve_lungs(parser, args.lungs))
+    if args.from_table:
+        check_table(parser, args.from_table, args.lungs, segmenter.identity()["sha256"])
     pack = Pack()
     notes = {r.image_path.name: r.notes for r in pack.cohen()}
     rows: list[Row] = read_table(args.from_table) if args.from_table else read_rows(
-        [f for f in training_films(pack) if f[2] == "covid"])[0]
+        [f for f in training_films(pack) if f[2] == "covid"], segmenter)[0]
     rows = [r for r in rows if r.group == "covid"]
     structurer = RuleStructurer()
     truth = np.array([named_zones(notes.get(r.image) or "", structurer) for r in rows])

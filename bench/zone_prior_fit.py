@@ -9,9 +9,13 @@ both lungs pooled, normalised over the six zones (:func:`cxrground.lesions.zone_
 Finding films' shares are recorded beside it (the segmenter's false-positive level per zone). Image-level NIH
 labels are the only supervision; no COVID-19 film and no Brixia score is read.
 
-Run: ``PYTHONPATH=src python bench/zone_prior_fit.py [--out PATH [--overwrite]] [--table CSV]`` (a few minutes on
-one core; the prior is written only with ``--out``, over an existing file only with ``--overwrite``:
-:mod:`weights_out`).
+The films are segmented with the lung U-Net ``--lungs``: by default ``lung_unet_v1``, the lungs the shipped
+``zone_prior_v1`` was fitted through (its ``meta.lungs``), not the package's default lung U-Net ``lung_unet_v2``
+(:mod:`fit_lungs`).
+
+Run: ``PYTHONPATH=src python bench/zone_prior_fit.py [--out PATH [--overwrite]] [--table CSV] [--lungs NAME|FILE]``
+(a few minutes on one core; the prior is written only with ``--out``, over an existing file only with
+``--overwrite``: :mod:`weights_out`).
 """
 
 from __future__ import annotations
@@ -28,14 +32,17 @@ import numpy as np
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+#: The lung U-Net the shipped ``zone_prior_v1`` was fitted through (its ``meta.lungs``).
+LUNGS = "lung_unet_v1"
+
 
 def main() -> None:
     import torch
 
     torch.set_num_threads(1)
+    from fit_lungs import add_lungs_option, lung_segmenter, resolve_lungs
     from weights_out import add_out_options, refuse_existing
 
-    from cxrground.anatomy.segment import get_segmenter
     from cxrground.datasets.pack import Pack
     from cxrground.errors import CXRGroundError
     from cxrground.lesions.lesion_zones import LesionZoneReader
@@ -46,11 +53,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     add_out_options(parser, f"the fitted prior (.json; the shipped one is {shipped_prior_path()})")
     parser.add_argument("--table", type=Path, default=None, help="also write the per-film zone shares here")
+    add_lungs_option(parser, LUNGS, "the shipped zone_prior_v1")
     args = parser.parse_args()
+    lungs = resolve_lungs(parser, args.lungs)
     refuse_existing(parser, [args.out], args.overwrite)
     zones = tuple(BRIXIA_ZONE_LABELS)
     records = [r for r in Pack().nih() if set(r.labels) & set(PRIOR_LABELS) or r.labels == ("No Finding",)]
-    segmenter, model, reader = get_segmenter("unet"), NormativeModel.load(), LesionZoneReader.shipped()
+    segmenter, model, reader = lung_segmenter(lungs), NormativeModel.load(), LesionZoneReader.shipped()
     rows, failures, t0 = [], 0, time.perf_counter()
     for i, rec in enumerate(sorted(records, key=lambda r: r.image_id)):
         try:
@@ -78,7 +87,8 @@ def main() -> None:
         "mean_share_lesion": {z: round(float(v), 5) for z, v in zip(zones, shares[lesion].mean(0), strict=True)},
         "mean_share_no_finding": {z: round(float(v), 5) for z, v in zip(zones, shares[~lesion].mean(0),
                                                                        strict=True)},
-        "recipe": "PYTHONPATH=src python bench/zone_prior_fit.py",
+        "recipe": "PYTHONPATH=src python bench/zone_prior_fit.py" + ("" if args.lungs == LUNGS else
+                                                                     f" --lungs {args.lungs}"),
         "brixia_used": False,
         "lungs": segmenter.identity(),
     }

@@ -19,11 +19,16 @@ maximiser of its out-of-fold probabilities; it is refitted on all rows and, with
 ``--reader zone_prior_v3`` fits ``zone_prior_v3_severity.json`` (the same fit; it says which lungs it read through;
 ``bench/records/zone_prior_v3_preregistration.md``).
 
+The films are segmented with the lung U-Net ``--lungs``; by default the lungs the shipped file of ``--reader`` was
+fitted through (its ``meta.lungs``, :data:`LUNGS`): ``lung_unet_v1`` for ``zone_prior_v2``, ``lung_unet_v2`` for
+``zone_prior_v3`` (:mod:`fit_lungs`). A ``--table`` records the lungs' sha256 per row; ``--from-table`` refuses a
+table read through other lungs than ``--lungs``.
+
 Run: ``CXRGROUND_PACK=… OMP_NUM_THREADS=1 PYTHONPATH=src python bench/zone_prior_v2_fit.py [--reader R]
-[--out PATH [--overwrite]] [--table CSV] [--from-table CSV]`` (``--table``: also write the per-film readings;
-``--from-table``: refit from such a table without reading the films again: the readings are stored to 6 decimals,
-so the coefficients agree with a full run to about 1e-6, and the skipped films are not listed). About 2 minutes on
-one core.
+[--lungs NAME|FILE] [--out PATH [--overwrite]] [--table CSV] [--from-table CSV]`` (``--table``: also write the
+per-film readings; ``--from-table``: refit from such a table without reading the films again: the readings are
+stored to 6 decimals, so the coefficients agree with a full run to about 1e-6, and the skipped films are not
+listed). About 2 minutes on one core.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ PENALTIES = (0.1, 1.0, 10.0)
 #: The readers whose severity file this recipe writes, and the record of each.
 READER_RECORDS = {"zone_prior_v2": "bench/records/zone_prior_v2_preregistration.md",
                   "zone_prior_v3": "bench/records/zone_prior_v3_preregistration.md"}
+#: The lung U-Net the shipped severity file of each reader was fitted through (its ``meta.lungs``).
+LUNGS = {"zone_prior_v2": "lung_unet_v1", "zone_prior_v3": "lung_unet_v2"}
 GROUP_WEIGHT = {"no_finding": 0.5, "covid": 0.25, "nih_lesion": 0.25}
 ZONES = tuple("ABCDEF")
 
@@ -86,14 +93,14 @@ def training_films(pack: Any) -> list[tuple[str, str, str, str, Any]]:
     return sorted(out, key=lambda t: (t[2], t[0]))
 
 
-def read_rows(films: list) -> tuple[list[Row], list[str]]:
-    """Each film's ``zone_sim_v1`` probabilities and ``lesion-unet`` shares; the films that failed."""
-    from cxrground.anatomy.segment import get_segmenter
+def read_rows(films: list, segmenter: Any) -> tuple[list[Row], list[str]]:
+    """Each film's ``zone_sim_v1`` probabilities and ``lesion-unet`` shares (lungs from ``segmenter``); the films
+    that failed."""
     from cxrground.errors import CXRGroundError
     from cxrground.lesions.zone_prior import PriorZoneReader
     from cxrground.lesions.zones import work_grid_inputs
 
-    segmenter, reader = get_segmenter("unet"), PriorZoneReader.shipped()
+    reader = PriorZoneReader.shipped()
     rows, failed, t0 = [], [], time.perf_counter()
     for i, (image, patient, group, licence, rec) in enumerate(films):
         try:
@@ -110,14 +117,21 @@ def read_rows(films: list) -> tuple[list[Row], list[str]]:
     return rows, failed
 
 
-def write_table(path: Path, rows: list[Row]) -> None:
-    """The per-film readings as CSV (image, patient, group, licence, sim_A…F, share_A…F)."""
+def write_table(path: Path, rows: list[Row], lungs: str) -> None:
+    """The per-film readings as CSV (image, patient, group, licence, sim_A…F, share_A…F, lungs: the sha256 of the
+    lung U-Net they were read through)."""
     with path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(["image", "patient", "group", "licence", *(f"sim_{z}" for z in ZONES),
-                    *(f"share_{z}" for z in ZONES)])
+                    *(f"share_{z}" for z in ZONES), "lungs"])
         for r in rows:
-            w.writerow([r.image, r.patient, r.group, r.licence, *(f"{v:.6f}" for v in (*r.sim, *r.share))])
+            w.writerow([r.image, r.patient, r.group, r.licence, *(f"{v:.6f}" for v in (*r.sim, *r.share)), lungs])
+
+
+def table_lungs(path: Path) -> set[str]:
+    """The lung U-Nets' sha256 a table of :func:`write_table` was read through (empty: a table without them)."""
+    with path.open(newline="", encoding="utf-8") as fh:
+        return {d["lungs"] for d in csv.DictReader(fh) if d.get("lungs")}
 
 
 def read_table(path: Path) -> list[Row]:
@@ -125,6 +139,16 @@ def read_table(path: Path) -> list[Row]:
     with path.open(newline="", encoding="utf-8") as fh:
         return [Row(d["image"], d["patient"], d["group"], d["licence"], tuple(float(d[f"sim_{z}"]) for z in ZONES),
                     tuple(float(d[f"share_{z}"]) for z in ZONES)) for d in csv.DictReader(fh)]
+
+
+def check_table(parser: argparse.ArgumentParser, path: Path, lungs: str, sha256: str) -> None:
+    """Usage error (exit 2) unless ``path`` is a table read through the lungs ``lungs`` (weights ``sha256``)."""
+    if not path.is_file():
+        parser.error(f"--from-table {path}: no such file")
+    other = table_lungs(path) - {sha256}
+    if other:
+        parser.error(f"--from-table {path}: read through other lungs (sha256 {', '.join(sorted(other))}) than "
+                     f"--lungs {lungs} ({sha256})")
 
 
 def weights(rows: list[Row]) -> np.ndarray:
@@ -138,9 +162,9 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
+    from fit_lungs import add_lungs_option, lung_segmenter, resolve_lungs
     from weights_out import add_out_options, refuse_existing
 
-    from cxrground.anatomy.segment import get_segmenter
     from cxrground.datasets.pack import Pack
     from cxrground.lesions.zone_fit import auroc
     from cxrground.lesions.zone_severity import (
@@ -159,15 +183,23 @@ def main() -> None:
                             f"{shipped_severity_path(SEVERITY_MODEL).parent}/<name>.json)")
     parser.add_argument("--table", type=Path, default=None, help="also write the per-film readings here")
     parser.add_argument("--from-table", type=Path, default=None, help="refit from a table written by --table")
+    add_lungs_option(parser, None, "the lungs the shipped file of --reader was fitted through: "
+                                   + ", ".join(f"{v} for {k}" for k, v in LUNGS.items()))
     args = parser.parse_args()
+    default_lungs = LUNGS[args.reader]
+    args.lungs = args.lungs or default_lungs
+    segmenter = lung_segmenter(resolve_lungs(parser, args.lungs))
+    lungs = segmenter.identity()
     refuse_existing(parser, [args.out], args.overwrite)
+    if args.from_table:
+        check_table(parser, args.from_table, args.lungs, lungs["sha256"])
     name = SEVERITY_MODEL if args.reader == "zone_prior_v2" else SEVERITY_V3_MODEL
     if args.from_table:
         rows, failed = read_table(args.from_table), []
     else:
-        rows, failed = read_rows(training_films(Pack()))
+        rows, failed = read_rows(training_films(Pack()), segmenter)
         if args.table:
-            write_table(args.table, rows)
+            write_table(args.table, rows, lungs["sha256"])
     sim, share = np.array([r.sim for r in rows]), np.array([r.share for r in rows])
     y, w, patients = np.array([r.diseased for r in rows], float), weights(rows), [r.patient for r in rows]
     chosen, scores = select_model(sim, share, y, w, patients, FEATURE_SETS, PENALTIES)
@@ -192,8 +224,9 @@ def main() -> None:
         "brixia_used": False,
         "preregistration": READER_RECORDS[args.reader],
         "recipe": "PYTHONPATH=src python bench/zone_prior_v2_fit.py"
-                  + ("" if args.reader == "zone_prior_v2" else f" --reader {args.reader}"),
-        "lungs": get_segmenter("unet").identity(),
+                  + ("" if args.reader == "zone_prior_v2" else f" --reader {args.reader}")
+                  + ("" if args.lungs == default_lungs else f" --lungs {args.lungs}"),
+        "lungs": lungs,
     }
     model = fit_severity(sim, share, y, w, chosen.features, chosen.l2, threshold, meta)
     if args.out is not None:

@@ -1,7 +1,9 @@
 """A shippable zone reader trained on simulated lesions in real normal films (issue 14), scored once on Brixia.
 
-Run: ``.venv/bin/python bench/zone_sim.py [--cache DIR] [--copies 8] [--save FILE [--overwrite]]`` (caches lungs
-and features in DIR; ``--save`` writes the picked reader, over an existing file only with ``--overwrite``).
+Run: ``.venv/bin/python bench/zone_sim.py [--cache DIR] [--copies 8] [--save FILE [--overwrite]] [--lungs NAME|FILE]``
+(caches lungs and features in a folder of DIR per lung U-Net; ``--save`` writes the picked reader, over an existing
+file only with ``--overwrite``). The films are segmented with the lung U-Net ``--lungs``: by default
+``lung_unet_v1``, the lungs the shipped ``zone_sim_v1`` was fitted through (its ``segmenter``; :mod:`fit_lungs`).
 
 **Training rows (all shippable).** The pack's NIH ChestX-ray14 films labelled ``No Finding`` (U-Net lungs, 512 px
 = the working grid), each copied :data:`COPIES` times with simulated lesions
@@ -47,10 +49,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
+from fit_lungs import add_lungs_option, lung_segmenter, resolve_lungs
 from real_quality import ZONES, auroc, kappa, work_features
 from weights_out import add_out_options, refuse_existing
 
-from cxrground.anatomy.segment import get_segmenter
 from cxrground.datasets.pack import Pack
 from cxrground.lesions.lesion_sim import LesionSimParams
 from cxrground.lesions.normative import NormativeModel
@@ -66,6 +68,8 @@ from cxrground.lesions.zone_sim_fit import (
     simulated_zone_rows,
 )
 
+#: The lung U-Net the shipped ``zone_sim_v1`` was fitted through (its sidecar's ``segmenter``).
+LUNGS = "lung_unet_v1"
 COPIES = 8
 SEED = 0
 _BASE = LesionSimParams()
@@ -85,11 +89,12 @@ L2_GRID = (1.0, 10.0, 100.0)
 SHIPPED_KAPPA_README = 0.12
 
 
-def nih_films(pack: Pack, cache: Path) -> dict[str, np.ndarray]:
-    """NIH films with both U-Net lungs (pixels, masks, labels, patients, ids), cached in ``cache``."""
+def nih_films(pack: Pack, cache: Path, lungs: Path) -> dict[str, np.ndarray]:
+    """NIH films with both U-Net lungs (pixels, masks, labels, patients, ids; lung U-Net ``lungs``), cached in
+    ``cache``."""
     path = cache / "nih.npz"
     if not path.is_file():
-        seg = get_segmenter("unet", threads=1)
+        seg = lung_segmenter(lungs, threads=1)
         px, rr, ll, labs, pats, ids = [], [], [], [], [], []
         for rec in pack.nih():
             im = rec.read()
@@ -104,11 +109,12 @@ def nih_films(pack: Pack, cache: Path) -> dict[str, np.ndarray]:
         return {k: d[k] for k in d.files}
 
 
-def brixia_rows(pack: Pack, model: NormativeModel, cache: Path) -> dict[str, np.ndarray]:
-    """Zone features of the Brixia films (pack masks and U-Net lungs), senior labels and patients (cached)."""
+def brixia_rows(pack: Pack, model: NormativeModel, cache: Path, lungs: Path) -> dict[str, np.ndarray]:
+    """Zone features of the Brixia films (pack masks and the lungs of U-Net ``lungs``), senior labels and patients
+    (cached)."""
     path = cache / "brixia.npz"
     if not path.is_file():
-        seg = get_segmenter("unet", threads=1)
+        seg = lung_segmenter(lungs, threads=1)
         out: dict[str, list] = {"masks": [], "unet": [], "truth": [], "patients": []}
         for rec in (r for r in pack.cohen() if r.brixia is not None):
             im = rec.read()
@@ -213,21 +219,25 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=COPIES)
     add_out_options(parser, "the pre-registered reader (.npz + .json)", flag="--save")
     parser.add_argument("--no-brixia", action="store_true", help="stop before any Brixia score")
+    add_lungs_option(parser, LUNGS, "the shipped zone_sim_v1")
     args = parser.parse_args()
+    lungs = resolve_lungs(parser, args.lungs)
+    identity = lung_segmenter(lungs).identity()
     if args.save is not None:
         refuse_existing(parser, [args.save.with_suffix(".npz"), args.save.with_suffix(".json")], args.overwrite,
                         "--save")
-    args.cache.mkdir(parents=True, exist_ok=True)
+    cache = args.cache / f"lungs-{identity['sha256'][:16]}"  # lungs and features of other lungs are never reused
+    cache.mkdir(parents=True, exist_ok=True)
     pack = Pack()
     t0 = time.perf_counter()
-    nih = nih_films(pack, args.cache)
+    nih = nih_films(pack, cache, lungs)
     models, folds, nih_feats = fold_features(nih)
     n_norm = int((nih["labels"] == "No Finding").sum())
     print(f"## Zone reader from simulated lesions: {len(nih['ids'])} NIH films with both lungs, {n_norm} No Finding "
           f"films x {args.copies} simulated copies ({time.perf_counter() - t0:.0f} s so far)")
     data = {}
     for name in VARIANTS:
-        x, y, src = sim_rows(name, nih, models, args.copies, args.cache)
+        x, y, src = sim_rows(name, nih, models, args.copies, cache)
         data[name] = (x, y, src)
         print(f"  {name:<9} {len(x)} copies, {int(y.sum())} of {y.size} zones abnormal, films with all six "
               f"{int(y.all(axis=1).sum())}, negative films {int((~y).all(axis=1).sum())}; abnormal share per zone "
@@ -246,7 +256,7 @@ def main() -> None:
     best = choose(cands)
     x, y, src = data[best["variant"]]
     recipe = ZoneSimRecipe(VARIANTS[best["variant"]], args.copies, FEATURE_SETS[best["fs"]], best["l2"], SEED)
-    clf = fit_zone_sim(x, y, folds[src], recipe)
+    clf = fit_zone_sim(x, y, folds[src], recipe, {"segmenter": identity["name"], "lungs": identity})
     top = sorted(zip(clf.coef, clf.feature_names, strict=True), key=lambda t: -abs(t[0]))[:6]
     print(f"Pre-registered pick: lesions {best['variant']}, features {best['fs']}, l2 {best['l2']:g} (sim "
           f"{best['sim']:.3f}, loc {best['loc']:.3f}, opac {best['opac']:.3f}); threshold {clf.threshold:.4f} "
@@ -262,7 +272,7 @@ def main() -> None:
     if args.no_brixia:
         return
     shipped = NormativeModel.load()
-    brix = brixia_rows(pack, shipped, args.cache)
+    brix = brixia_rows(pack, shipped, cache, lungs)
     t, pats = brix["truth"], brix["patients"]
     cols = feature_columns(recipe.features)
     zcol = FEATURE_NAMES.index("z_p75")

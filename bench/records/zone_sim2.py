@@ -52,8 +52,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the bench/ scripts this study builds on
+from fit_lungs import lung_weights
 from real_quality import ZONES, auroc, kappa
-from zone_sim import SEED, VARIANTS, bootstrap_kappa, brixia_rows, evaluate, fold_features, nih_films, row
+from zone_sim import LUNGS, SEED, VARIANTS, bootstrap_kappa, brixia_rows, evaluate, fold_features, nih_films, row
 
 from cxrground.anatomy.segment import get_segmenter
 from cxrground.datasets.pack import Pack
@@ -71,6 +72,8 @@ from cxrground.lesions.zone_sim_fit import (
 )
 
 COPIES = 8
+#: The lung U-Net of this round (``zone_sim_v1``'s, :data:`zone_sim.LUNGS`).
+LUNG_WEIGHTS = lung_weights(LUNGS)
 L2_GRID = (1.0, 10.0, 100.0)
 #: Round-2 row sets: name → (lesion parameters, re-segment the copies).
 ROWS = {"off": (VARIANTS["default"], False), "reseg": (VARIANTS["default"], True),
@@ -93,7 +96,7 @@ def sim_rows(nih: dict[str, np.ndarray], models: list[NormativeModel], rows: str
     path = cache / (f"sim-default-{key}.npz" if not resegment else f"sim-{rows}-{key}.npz")
     if not path.is_file():
         idx = np.flatnonzero(nih["labels"] == "No Finding")
-        seg = get_segmenter("unet", threads=1, estimate_heart=False) if resegment else None
+        seg = get_segmenter("unet", threads=1, estimate_heart=False, weights=LUNG_WEIGHTS) if resegment else None
         parts = []
         t = time.perf_counter()
         for start in range(0, len(idx), CHUNK):
@@ -119,7 +122,7 @@ def sim_rows(nih: dict[str, np.ndarray], models: list[NormativeModel], rows: str
 def lung_area_check(nih: dict[str, np.ndarray], films: int = CHUNK) -> None:
     """Print how much lung the U-Net finds on simulated copies relative to the clean film's lungs (the first
     ``films`` No Finding films' copies; a diagnostic, not a choice)."""
-    seg = get_segmenter("unet", threads=1, estimate_heart=False)
+    seg = get_segmenter("unet", threads=1, estimate_heart=False, weights=LUNG_WEIGHTS)
     idx = np.flatnonzero(nih["labels"] == "No Finding")[:films]
     for rows in ("reseg", "reseg+spill"):
         params = ROWS[rows][0]
@@ -170,7 +173,7 @@ def main() -> None:
     args.cache.mkdir(parents=True, exist_ok=True)
     pack = Pack()
     t0 = time.perf_counter()
-    nih = nih_films(pack, args.cache)
+    nih = nih_films(pack, args.cache, LUNG_WEIGHTS)
     models, folds, nih_feats = fold_features(nih)
     n_norm = int((nih["labels"] == "No Finding").sum())
     print(f"## Zone reader from simulated lesions, round 2: {len(nih['ids'])} NIH films with both lungs, {n_norm} No "
@@ -207,7 +210,7 @@ def main() -> None:
         return
     v1 = ZoneClassifier.load(default_zone_sim_path())
     shipped = NormativeModel.load()
-    brix = brixia_rows(pack, shipped, args.cache)
+    brix = brixia_rows(pack, shipped, args.cache, LUNG_WEIGHTS)
     t, pats = brix["truth"], brix["patients"]
     print(f"\n## Brixia, the project's SECOND pre-registered look at these films (round 1 was the first; the κ is "
           f"slightly optimistic by that selection): ONE score of the pick, {len(t)} films, {len(set(pats))} "
