@@ -9,17 +9,15 @@ uses by default now, so the script's rebuild command gives back the shipped file
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 
 def lung_weights(lungs: str) -> Path:
-    """``--lungs`` as a weights path: a shipped lung U-Net's name, or a ``.safetensors`` path as given."""
-    if lungs.endswith(".safetensors") or "/" in lungs or os.sep in lungs:
-        return Path(lungs)
-    from cxrground.anatomy.segment.builtin import default_weights_path
+    """``--lungs`` as a weights path: a shipped lung U-Net's name, or a ``.safetensors`` path as given
+    (:func:`cxrground.anatomy.segment.builtin.lung_weights`)."""
+    from cxrground.anatomy.segment.builtin import lung_weights as weights_of
 
-    return default_weights_path().with_name(f"{lungs}.safetensors")
+    return weights_of(lungs)
 
 
 def add_lungs_option(parser: argparse.ArgumentParser, default: str | None, fitted: str) -> None:

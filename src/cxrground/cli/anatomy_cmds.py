@@ -135,15 +135,23 @@ def fit_zones_cmd(request: ZoneFitRequest) -> None:
 @anatomy.command("fit-normative")
 @threads_option
 @click.option("--out", type=OUT_DIR, required=True, help="Folder for normative_v1.npz + normative_v1.json.")
+@click.option("--lungs", default="lung_unet_v1", show_default=True, metavar="NAME|FILE",
+              help="Lung U-Net the films are segmented with: a shipped name (lung_unet_v1, lung_unet_v2) or a "
+                   ".safetensors file with its .json; the default is the lungs the shipped normative_v1 was fitted "
+                   "through.")
 @PACK_OPT
-def fit_normative_cmd(out: Path, pack_dir: Path | None) -> None:
+def fit_normative_cmd(out: Path, lungs: str, pack_dir: Path | None) -> None:
     """Rebuild the shipped normative model from the pack's NIH No Finding films (recipe:
     cxrground.lesions.normative_fit)."""
     from cxrground.anatomy.segment import get_segmenter
+    from cxrground.anatomy.segment.builtin import lung_weights
     from cxrground.datasets.pack import Pack
     from cxrground.lesions.normative_fit import fit_from_pack
 
-    model = fit_from_pack(Pack(pack_dir), get_segmenter("unet"))
+    weights = lung_weights(lungs)
+    if not weights.is_file():
+        raise click.BadParameter(f"no lung U-Net weights at {weights}", param_hint="--lungs")
+    model = fit_from_pack(Pack(pack_dir), get_segmenter("unet", weights=weights))
     path = model.save(out / "normative_v1.npz")
     click.echo(f"wrote {path} ({model.meta.get('summary')}; zone threshold {model.zone_threshold:.3f})")
 

@@ -4,13 +4,14 @@
   use, attribution required: NIH Clinical Center, https://nihcc.app.box.com/v/ChestXray-NIHCC, Wang et
   al., CVPR 2017). No COVID-19 collection row is used (none is a normal film, and the NC-SA rows may not
   train anything shipped).
-- **Lungs**: the shipped lung U-Net (what ``ils build`` and ``anatomy zones`` use at inference).
+- **Lungs**: the lung U-Net :data:`LUNGS` (``lung_unet_v1``), the lungs the shipped ``normative_v1`` was fitted
+  through (its sidecar's ``segmenter``); ``anatomy fit-normative --lungs`` names others.
 - **Zone threshold**: the zone score that best separates (Youden's J) NIH films with a lung-opacity label
   (:data:`OPACITY_LABELS`, the film's highest zone score) from the normal films, the normal films scored
   out-of-fold (:data:`FOLDS` folds grouped by patient, each fold by a model fitted without it). No
   Brixia-scored film is used for any choice.
 
-``cxrground anatomy fit-normative --out DIR`` runs it.
+``cxrground anatomy fit-normative --out DIR [--lungs NAME|FILE]`` runs it.
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ from cxrground.anatomy.segment.base import LungHeartSegmenter, segment_image
 from cxrground.datasets.pack import NIHRecord, Pack
 from cxrground.lesions.normative import NORMATIVE_METHOD, NormativeModel, fit_normative
 
-__all__ = ["FOLDS", "OPACITY_LABELS", "fit_from_pack", "nih_patient", "normal_rows", "patient_folds",
+__all__ = ["FOLDS", "LUNGS", "OPACITY_LABELS", "fit_from_pack", "nih_patient", "normal_rows", "patient_folds",
            "youden_threshold"]
 
 #: NIH labels that put opacity (or fluid) into lung zones.
 OPACITY_LABELS: Final[frozenset[str]] = frozenset(
     {"Infiltration", "Consolidation", "Pneumonia", "Edema", "Atelectasis", "Effusion", "Mass"})
 FOLDS: Final[int] = 5
+#: The lung U-Net the shipped ``normative_v1`` was fitted through (its sidecar's ``segmenter``).
+LUNGS: Final[str] = "lung_unet_v1"
 
 
 def nih_patient(record: NIHRecord) -> str:

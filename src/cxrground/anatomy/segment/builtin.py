@@ -7,6 +7,7 @@ lungs (``heart_source="estimate"``); given masks use a supplied heart (``"truth"
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -56,6 +57,7 @@ __all__ = [
     "ctr_plausible",
     "default_weights_path",
     "heart_from_lungs",
+    "lung_weights",
     "postprocess_lungs",
     "work_box",
 ]
@@ -96,6 +98,15 @@ def work_box(shape: tuple[int, int], work_size: int = ANATOMY_WORK_SIZE) -> Lett
 def default_weights_path() -> Path:
     """Path of the shipped lung U-Net, ``lung_unet_v2.safetensors`` (inside the installed package)."""
     return Path(str(resources.files("cxrground.anatomy.segment") / "weights" / f"{DEFAULT_WEIGHTS}.safetensors"))
+
+
+def lung_weights(lungs: str | Path) -> Path:
+    """A lung U-Net's weights: a shipped one by name (``lung_unet_v1``, ``lung_unet_v2``; the file need not exist),
+    or a ``.safetensors`` path as given."""
+    text = str(lungs)
+    if isinstance(lungs, Path) or text.endswith(".safetensors") or "/" in text or os.sep in text:
+        return Path(lungs)
+    return default_weights_path().with_name(f"{text}.safetensors")
 
 
 def postprocess_lungs(
